@@ -1,0 +1,34 @@
+//===- MtBase.td - The mt dialect and its shared type constraints -*- tablegen -*-===//
+
+#ifndef MT_BASE_TD
+#define MT_BASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Mt_Dialect : Dialect {
+  let name = "mt";
+  let cppNamespace = "::mlir::mt";
+  let summary = "Transformer model-level ops at Megatron-module granularity";
+  let description = [{
+    The `mt` dialect describes a transformer's training and evaluation steps at
+    the granularity of Megatron-LM's modules: embeddings, norms, linear layers,
+    the attention core, activations, dropout and the loss. Every value is a
+    ranked tensor with its *global* shape: parallelism is expressed later as
+    shardings over these ops, never by changing the model description.
+
+    Parameters are module-level symbols (`mt.parameter`) read inside functions
+    with `mt.get_parameter`, so that differentiation, sharding and the
+    optimizer can find every trainable tensor by name.
+  }];
+}
+
+class Mt_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Mt_Dialect, mnemonic, traits>;
+
+// Floating-point tensors the model computes in; integer tensors hold token
+// ids and labels.
+def Mt_FloatTensor : StaticShapeTensorOf<[F16, BF16, F32, F64]>;
+def Mt_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+
+#endif // MT_BASE_TD

@@ -1,0 +1,13 @@
+//===- MtDialect.h - The mt dialect, its enums and attributes ---*- C++ -*-===//
+
+#ifndef MT_IR_MTDIALECT_H
+#define MT_IR_MTDIALECT_H
+
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include "mt/IR/MtDialect.h.inc"
+#include "mt/IR/MtEnums.h.inc"
+
+#endif // MT_IR_MTDIALECT_H

@@ -1,0 +1,476 @@
+//===- MtOps.td - Operations of the mt dialect -------------*- tablegen -*-===//
+
+#ifndef MT_OPS_TD
+#define MT_OPS_TD
+
+include "MtBase.td"
+include "MtAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+def Mt_ParameterOp : Mt_Op<"parameter", [Symbol]> {
+  let summary = "declares a trainable parameter with its global shape and init";
+  let description = [{
+    Declares a trainable tensor, by name, with its global (unsharded) shape and
+    how it is initialized. Names follow Hugging Face's GPT-2 and Llama naming so
+    that weights can be exchanged with other frameworks.
+
+    `init = normal` draws from N(0, std^2) and needs `std`; `zeros` and `ones`
+    take no `std`. Scaled initializations (Megatron-LM's output-layer init)
+    are expressed by the std the front end computes.
+
+    ```mlir
+    mt.parameter @transformer.wte.weight : tensor<50304x768xf32> init = normal std = 2.000000e-02
+    mt.parameter @transformer.ln_f.bias : tensor<768xf32> init = zeros
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Mt_FloatTensor>:$type,
+                       Mt_InitMethod:$init,
+                       OptionalAttr<F64Attr>:$std);
+  let assemblyFormat = [{
+    $sym_name `:` $type `init` `=` $init (`std` `=` $std^)? attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Mt_GetParameterOp : Mt_Op<"get_parameter",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "reads the current value of a parameter inside a function";
+  let description = [{
+    Yields the value of the `mt.parameter` named by `name`. The result type
+    must be the parameter's declared type.
+
+    ```mlir
+    %wte = mt.get_parameter @transformer.wte.weight : tensor<50304x768xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings and positions
+//===----------------------------------------------------------------------===//
+
+def Mt_EmbeddingOp : Mt_Op<"embedding", [Pure]> {
+  let summary = "looks up rows of an embedding table";
+  let description = [{
+    Gathers `table[ids]`: the table is `vocabulary x hidden`; the result has the
+    ids' shape with the hidden size appended. Ids outside the table are an
+    error at run time.
+
+    ```mlir
+    %h = mt.embedding %wte, %tokens
+        : (tensor<50304x768xf32>, tensor<8x1024xi32>) -> tensor<8x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$table, Mt_IndexTensor:$ids);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $ids attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_PositionIdsOp : Mt_Op<"position_ids", [Pure]> {
+  let summary = "the position of each token along the sequence";
+  let description = [{
+    Produces an integer tensor whose every element is its own index along the
+    last dimension (the sequence): for `tensor<BxSxi32>`, `result[b, s] = s`.
+    Used with `mt.embedding` for learned absolute position embeddings.
+
+    ```mlir
+    %pos = mt.position_ids : tensor<8x1024xi32>
+    ```
+  }];
+  let results = (outs Mt_IndexTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+def Mt_LayerNormOp : Mt_Op<"layer_norm", [Pure]> {
+  let summary = "layer normalization over the last dimension";
+  let description = [{
+    `(x - mean(x)) / sqrt(var(x) + epsilon) * weight + bias`, with mean and
+    (biased) variance over the last dimension. Weight and the optional bias are
+    rank 1 and as long as the last dimension. The result has the input's type.
+
+    ```mlir
+    %y = mt.layer_norm %x, %w, %b epsilon = 1.000000e-05
+        : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Optional<Mt_FloatTensor>:$bias, F64Attr:$epsilon);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? `epsilon` `=` $epsilon attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_RmsNormOp : Mt_Op<"rms_norm", [Pure]> {
+  let summary = "root-mean-square normalization over the last dimension";
+  let description = [{
+    `x / sqrt(mean(x^2) + epsilon) * weight` over the last dimension, as in
+    Llama. The weight is rank 1 and as long as the last dimension.
+
+    ```mlir
+    %y = mt.rms_norm %x, %w epsilon = 1.000000e-06
+        : (tensor<4x512x256xf32>, tensor<256xf32>) -> tensor<4x512x256xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       F64Attr:$epsilon);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `epsilon` `=` $epsilon attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Mt_LinearOp : Mt_Op<"linear", [Pure]> {
+  let summary = "an affine layer: input times weight plus an optional bias";
+  let description = [{
+    `y = x @ W + b` over the last dimension of `x`. The weight is `in x out`
+    (Hugging Face GPT-2's Conv1D layout); with `transpose_weight` it is
+    `out x in` (torch.nn.Linear, Megatron-LM and Llama's layout, and a tied
+    output layer reading the `vocabulary x hidden` embedding table). The bias,
+    when present, is rank 1 and as long as the output dimension.
+
+    ```mlir
+    %qkv = mt.linear %x, %w, %b
+        : (tensor<8x1024x768xf32>, tensor<768x2304xf32>, tensor<2304xf32>) -> tensor<8x1024x2304xf32>
+    %logits = mt.linear %h, %wte transpose_weight
+        : (tensor<8x1024x768xf32>, tensor<50304x768xf32>) -> tensor<8x1024x50304xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Optional<Mt_FloatTensor>:$bias,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? (`transpose_weight` $transpose_weight^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_MatmulOp : Mt_Op<"matmul", [Pure]> {
+  let summary = "batched matrix product over the last two dimensions";
+  let description = [{
+    Multiplies the trailing matrices of two tensors of equal rank (at least 2);
+    the leading (batch) dimensions must be equal. `transpose_lhs` and
+    `transpose_rhs` swap the last two dimensions of an operand first.
+
+    ```mlir
+    %s = mt.matmul %q, %k transpose_rhs
+        : (tensor<8x12x1024x64xf32>, tensor<8x12x1024x64xf32>) -> tensor<8x12x1024x1024xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$lhs, Mt_FloatTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`transpose_lhs` $transpose_lhs^)?
+    (`transpose_rhs` $transpose_rhs^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def Mt_AttentionOp : Mt_Op<"attention", [Pure]> {
+  let summary = "the scaled dot-product attention core, with grouped-query heads";
+  let description = [{
+    `softmax(scale * Q K^T + mask) V` per head, in the `batch x sequence x
+    heads x head_dim` layout. Query heads are split into groups that share one
+    key/value head: the query head count must be a multiple of the key/value
+    head count (equal for multi-head attention, 1 for multi-query attention).
+    `causal` masks keys after the query position and needs equal query and key
+    lengths. `scale` defaults to `1/sqrt(head_dim)`. `dropout_p` drops
+    attention probabilities with the stream `seed`; the mask is a function of
+    the seed, the training step and the element's global position only.
+
+    ```mlir
+    %o = mt.attention %q, %k, %v causal
+        : (tensor<4x512x8x32xf32>, tensor<4x512x2x32xf32>, tensor<4x512x2x32xf32>) -> tensor<4x512x8x32xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$query, Mt_FloatTensor:$key,
+                       Mt_FloatTensor:$value, UnitAttr:$causal,
+                       OptionalAttr<F64Attr>:$scale,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout_p,
+                       DefaultValuedAttr<I64Attr, "0">:$seed);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`causal` $causal^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_RopeOp : Mt_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "rotary position embedding";
+  let description = [{
+    Rotates pairs of features of each head by an angle proportional to the
+    token's position, in the rotate-half form of GPT-NeoX, Llama and
+    Megatron-LM. The input is `batch x sequence x heads x head_dim`; the first
+    `rotary_dim` features (all of them by default; even) are rotated with
+    frequencies `base^(-2i/rotary_dim)`, the rest pass through.
+
+    ```mlir
+    %q2 = mt.rope %q base = 1.000000e+04 : tensor<4x512x8x32xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, F64Attr:$base,
+                       OptionalAttr<I64Attr>:$rotary_dim);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$input `base` `=` $base attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Activations, dropout and elementwise arithmetic
+//===----------------------------------------------------------------------===//
+
+def Mt_GeluOp : Mt_Op<"gelu", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `x * Phi(x)` with Phi evaluated exactly (`erf`) or with the tanh
+    approximation (`tanh`, GPT-2's `gelu_new` and Megatron-LM's default).
+
+    ```mlir
+    %y = mt.gelu %x approximate = tanh : tensor<8x1024x3072xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input,
+                       Mt_GeluApproximation:$approximate);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `approximate` `=` $approximate attr-dict `:` type($input)
+  }];
+}
+
+def Mt_SiluOp : Mt_Op<"silu", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "sigmoid linear unit, x * sigmoid(x)";
+  let description = [{
+    ```mlir
+    %y = mt.silu %x : tensor<4x512x688xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Mt_SwigluOp : Mt_Op<"swiglu",
+    [Pure, AllTypesMatch<["gate", "up", "result"]>]> {
+  let summary = "the SwiGLU gate: silu(gate) * up";
+  let description = [{
+    The gated activation of Llama's MLP. Gate and up projections are separate
+    operands (Hugging Face's gate_proj and up_proj) so that each can be
+    sharded column-parallel on its own.
+
+    ```mlir
+    %y = mt.swiglu %gate, %up : tensor<4x512x688xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$gate, Mt_FloatTensor:$up);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
+}
+
+def Mt_DropoutOp : Mt_Op<"dropout", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "inverted dropout with a seeded, layout-independent mask";
+  let description = [{
+    Zeroes each element with probability `p` and scales the rest by
+    `1/(1-p)`. The mask is a function of `seed` (one stream per dropout site),
+    the training step and the element's global position only, so it does not
+    change with the parallel layout. `p` is in [0, 1).
+
+    ```mlir
+    %y = mt.dropout %x p = 1.000000e-01 seed = 3 : tensor<8x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, F64Attr:$p, I64Attr:$seed);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `p` `=` $p `seed` `=` $seed attr-dict `:` type($input)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_AddOp : Mt_Op<"add", [Pure, Commutative,
+    AllTypesMatch<["lhs", "rhs", "result"]>]> {
+  let summary = "elementwise sum of two tensors of one type";
+  let description = [{
+    ```mlir
+    %r = mt.add %x, %attn_out : tensor<8x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$lhs, Mt_FloatTensor:$rhs);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Mt_MulOp : Mt_Op<"mul", [Pure, Commutative,
+    AllTypesMatch<["lhs", "rhs", "result"]>]> {
+  let summary = "elementwise product of two tensors of one type";
+  let description = [{
+    ```mlir
+    %r = mt.mul %a, %b : tensor<4x512x688xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$lhs, Mt_FloatTensor:$rhs);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Mt_SoftmaxOp : Mt_Op<"softmax", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "softmax along one axis";
+  let description = [{
+    `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`; negative axes count
+    from the end.
+
+    ```mlir
+    %p = mt.softmax %s axis = -1 : tensor<8x12x1024x1024xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` `=` $axis attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def Mt_CrossEntropyOp : Mt_Op<"cross_entropy", [Pure]> {
+  let summary = "softmax cross-entropy of logits against integer labels";
+  let description = [{
+    Per token, `logsumexp(logits) - logits[label]` over the last (vocabulary)
+    dimension, computed in f32 whatever the logits' type. Tokens whose label
+    equals `ignore_index` (default -100, as in PyTorch) contribute nothing.
+    `mean` divides the sum by the number of tokens not ignored and yields a
+    scalar; `sum` yields the scalar sum; `none` yields one loss per token.
+
+    ```mlir
+    %loss = mt.cross_entropy %logits, %labels reduction = mean
+        : (tensor<8x1024x50304xf32>, tensor<8x1024xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$logits, Mt_IndexTensor:$labels,
+                       Mt_LossReduction:$reduction,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `reduction` `=` $reduction attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+def Mt_ReshapeOp : Mt_Op<"reshape", [Pure]> {
+  let summary = "reinterprets a tensor's elements under a new shape";
+  let description = [{
+    Row-major reshape; the element count and type are kept.
+
+    ```mlir
+    %heads = mt.reshape %q : tensor<8x1024x768xf32> -> tensor<8x1024x12x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mt_TransposeOp : Mt_Op<"transpose", [Pure]> {
+  let summary = "permutes a tensor's dimensions";
+  let description = [{
+    Result dimension `i` is input dimension `permutation[i]`.
+
+    ```mlir
+    %t = mt.transpose %x permutation = [0, 2, 1, 3]
+        : tensor<8x1024x12x64xf32> -> tensor<8x12x1024x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `permutation` `=` $permutation attr-dict `:` type($input) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_SplitOp : Mt_Op<"split", [Pure]> {
+  let summary = "splits a tensor into consecutive pieces along one axis";
+  let description = [{
+    The pieces' sizes along `axis` are their result types' and must add up to
+    the input's; every other dimension is kept. Splits fused QKV projections,
+    also with grouped-query attention's unequal sizes.
+
+    ```mlir
+    %q, %k, %v = mt.split %qkv axis = 2
+        : tensor<4x512x384xf32> -> tensor<4x512x256xf32>, tensor<4x512x64xf32>, tensor<4x512x64xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Variadic<Mt_FloatTensor>:$results);
+  let assemblyFormat = [{
+    $input `axis` `=` $axis attr-dict `:` type($input) `->` type($results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_ConcatOp : Mt_Op<"concat", [Pure]> {
+  let summary = "joins tensors along one axis";
+  let description = [{
+    Inputs share their rank, element type and every dimension but `axis`; the
+    result's `axis` dimension is the sum of theirs.
+
+    ```mlir
+    %kv = mt.concat %k, %v axis = 2
+        : tensor<4x512x64xf32>, tensor<4x512x64xf32> -> tensor<4x512x128xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Mt_FloatTensor>:$inputs, I64Attr:$axis);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $inputs `axis` `=` $axis attr-dict `:` type($inputs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MT_OPS_TD

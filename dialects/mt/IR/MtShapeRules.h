@@ -1,0 +1,81 @@
+//===- MtShapeRules.h - Result types of mt ops, from their operands -*- C++ -*-===//
+//
+// The one place where the mt dialect's shape rules live. Verifiers call these
+// to check an op; front ends call them to build one. Each function reports a
+// broken rule through `emitError`, naming the values and what was expected.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MT_IR_MTSHAPERULES_H
+#define MT_IR_MTSHAPERULES_H
+
+#include "mt/IR/MtDialect.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+namespace mlir::mt {
+
+using EmitErrorFn = llvm::function_ref<InFlightDiagnostic()>;
+
+/// Returns `axis` in [0, rank), accepting negative axes counted from the end.
+FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank,
+                                 EmitErrorFn emitError);
+
+/// `table` is vocabulary x hidden; the result is ids.shape x hidden.
+FailureOr<RankedTensorType> inferEmbeddingType(RankedTensorType table,
+                                               RankedTensorType ids,
+                                               EmitErrorFn emitError);
+
+/// Layer and RMS norm: weight and bias (may be null) are [last dim of input].
+FailureOr<RankedTensorType> inferNormType(RankedTensorType input,
+                                          RankedTensorType weight,
+                                          RankedTensorType bias,
+                                          EmitErrorFn emitError);
+
+/// input [..., in] times weight [in, out] ([out, in] when transposed), plus
+/// an optional bias [out] (may be null).
+FailureOr<RankedTensorType> inferLinearType(RankedTensorType input,
+                                            RankedTensorType weight,
+                                            RankedTensorType bias,
+                                            bool transposeWeight,
+                                            EmitErrorFn emitError);
+
+/// [..., m, k] times [..., k, n] with equal batch dimensions.
+FailureOr<RankedTensorType> inferMatmulType(RankedTensorType lhs,
+                                            RankedTensorType rhs,
+                                            bool transposeLhs,
+                                            bool transposeRhs,
+                                            EmitErrorFn emitError);
+
+/// q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv] -> [b, sq, hq, dv].
+FailureOr<RankedTensorType> inferAttentionType(RankedTensorType query,
+                                               RankedTensorType key,
+                                               RankedTensorType value,
+                                               bool causal,
+                                               EmitErrorFn emitError);
+
+/// logits [..., vocab], labels [...] -> f32 scalar, or f32 [...] for `none`.
+FailureOr<RankedTensorType>
+inferCrossEntropyType(RankedTensorType logits, RankedTensorType labels,
+                      LossReduction reduction, EmitErrorFn emitError);
+
+/// Result dimension i is input dimension permutation[i].
+FailureOr<RankedTensorType> inferTransposeType(RankedTensorType input,
+                                               ArrayRef<int64_t> permutation,
+                                               EmitErrorFn emitError);
+
+/// Joins `inputs` along `axis`.
+FailureOr<RankedTensorType> inferConcatType(ArrayRef<RankedTensorType> inputs,
+                                            int64_t axis,
+                                            EmitErrorFn emitError);
+
+/// Checks that the pieces of a split of `input` along `axis` cover it.
+LogicalResult verifySplitTypes(RankedTensorType input,
+                               ArrayRef<RankedTensorType> pieces, int64_t axis,
+                               EmitErrorFn emitError);
+
+} // namespace mlir::mt
+
+#endif // MT_IR_MTSHAPERULES_H

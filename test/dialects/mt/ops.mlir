@@ -1,0 +1,122 @@
+// RUN: megatron-opt %s | megatron-opt | FileCheck %s
+// RUN: megatron-opt %s --mlir-print-op-generic | megatron-opt | FileCheck %s
+
+// Round trip of every mt op in its custom form; the second RUN line goes
+// through the generic form and back.
+
+// CHECK: mt.parameter @transformer.wte.weight : tensor<64x16xf32> init = normal std = 2.000000e-02
+mt.parameter @transformer.wte.weight : tensor<64x16xf32> init = normal std = 2.000000e-02
+// CHECK: mt.parameter @transformer.ln_f.weight : tensor<16xf32> init = ones
+mt.parameter @transformer.ln_f.weight : tensor<16xf32> init = ones
+// CHECK: mt.parameter @transformer.ln_f.bias : tensor<16xf32> init = zeros
+mt.parameter @transformer.ln_f.bias : tensor<16xf32> init = zeros
+
+// CHECK-LABEL: func.func @get_parameter
+func.func @get_parameter() -> tensor<64x16xf32> {
+  // CHECK: mt.get_parameter @transformer.wte.weight : tensor<64x16xf32>
+  %0 = mt.get_parameter @transformer.wte.weight : tensor<64x16xf32>
+  return %0 : tensor<64x16xf32>
+}
+
+// CHECK-LABEL: func.func @embedding_and_positions
+func.func @embedding_and_positions(%table: tensor<64x16xbf16>, %ids: tensor<2x8xi32>) -> (tensor<2x8x16xbf16>, tensor<2x8xi64>) {
+  // CHECK: mt.embedding %{{.+}}, %{{.+}} : (tensor<64x16xbf16>, tensor<2x8xi32>) -> tensor<2x8x16xbf16>
+  %0 = mt.embedding %table, %ids : (tensor<64x16xbf16>, tensor<2x8xi32>) -> tensor<2x8x16xbf16>
+  // CHECK: mt.position_ids : tensor<2x8xi64>
+  %1 = mt.position_ids : tensor<2x8xi64>
+  return %0, %1 : tensor<2x8x16xbf16>, tensor<2x8xi64>
+}
+
+// CHECK-LABEL: func.func @norms
+func.func @norms(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>, %b: tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  // CHECK: mt.layer_norm %{{.+}}, %{{.+}}, %{{.+}} epsilon = 1.000000e-05 : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %0 = mt.layer_norm %x, %w, %b epsilon = 1.000000e-05 : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  // CHECK: mt.layer_norm %{{.+}}, %{{.+}} epsilon = 1.000000e-05 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %1 = mt.layer_norm %x, %w epsilon = 1.000000e-05 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  // CHECK: mt.rms_norm %{{.+}}, %{{.+}} epsilon = 9.9999999999999995E-7 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %2 = mt.rms_norm %x, %w epsilon = 1.0e-06 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  return %0, %1, %2 : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// CHECK-LABEL: func.func @linear_and_matmul
+func.func @linear_and_matmul(%x: tensor<2x8x16xf32>, %w: tensor<16x48xf32>, %b: tensor<48xf32>, %wt: tensor<64x16xf32>, %q: tensor<2x4x8x4xf32>, %k: tensor<2x4x8x4xf32>) -> (tensor<2x8x48xf32>, tensor<2x8x64xf32>, tensor<2x4x8x8xf32>, tensor<2x4x4x4xf32>) {
+  // CHECK: mt.linear %{{.+}}, %{{.+}}, %{{.+}} : (tensor<2x8x16xf32>, tensor<16x48xf32>, tensor<48xf32>) -> tensor<2x8x48xf32>
+  %0 = mt.linear %x, %w, %b : (tensor<2x8x16xf32>, tensor<16x48xf32>, tensor<48xf32>) -> tensor<2x8x48xf32>
+  // CHECK: mt.linear %{{.+}}, %{{.+}} transpose_weight : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %1 = mt.linear %x, %wt transpose_weight : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  // CHECK: mt.matmul %{{.+}}, %{{.+}} transpose_rhs : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x8x8xf32>
+  %2 = mt.matmul %q, %k transpose_rhs : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x8x8xf32>
+  // CHECK: mt.matmul %{{.+}}, %{{.+}} transpose_lhs : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x4x4xf32>
+  %3 = mt.matmul %q, %k transpose_lhs : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x4x4xf32>
+  return %0, %1, %2, %3 : tensor<2x8x48xf32>, tensor<2x8x64xf32>, tensor<2x4x8x8xf32>, tensor<2x4x4x4xf32>
+}
+
+// CHECK-LABEL: func.func @attention
+func.func @attention(%q: tensor<2x8x4x8xf32>, %k: tensor<2x8x2x8xf32>, %v: tensor<2x8x2x8xf32>) -> (tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>) {
+  // CHECK: mt.attention %{{.+}}, %{{.+}}, %{{.+}} causal : (tensor<2x8x4x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>) -> tensor<2x8x4x8xf32>
+  %0 = mt.attention %q, %k, %v causal : (tensor<2x8x4x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>) -> tensor<2x8x4x8xf32>
+  // CHECK: mt.attention %{{.+}}, %{{.+}}, %{{.+}} causal {dropout_p = 1.000000e-01 : f64, scale = 1.250000e-01 : f64, seed = 7 : i64}
+  %1 = mt.attention %q, %k, %v causal {scale = 0.125 : f64, dropout_p = 0.1 : f64, seed = 7 : i64} : (tensor<2x8x4x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>) -> tensor<2x8x4x8xf32>
+  // CHECK: mt.attention %{{.+}}, %{{.+}}, %{{.+}} : (
+  %2 = mt.attention %q, %k, %v : (tensor<2x8x4x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>) -> tensor<2x8x4x8xf32>
+  return %0, %1, %2 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+}
+
+// CHECK-LABEL: func.func @rope
+func.func @rope(%x: tensor<2x8x4x8xf32>) -> (tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>) {
+  // CHECK: mt.rope %{{.+}} base = 1.000000e+04 : tensor<2x8x4x8xf32>
+  %0 = mt.rope %x base = 1.000000e+04 : tensor<2x8x4x8xf32>
+  // CHECK: mt.rope %{{.+}} base = 5.000000e+05 {rotary_dim = 4 : i64} : tensor<2x8x4x8xf32>
+  %1 = mt.rope %x base = 5.000000e+05 {rotary_dim = 4 : i64} : tensor<2x8x4x8xf32>
+  return %0, %1 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+}
+
+// CHECK-LABEL: func.func @activations
+func.func @activations(%x: tensor<2x8x32xf16>, %y: tensor<2x8x32xf16>) -> (tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>) {
+  // CHECK: mt.gelu %{{.+}} approximate = tanh : tensor<2x8x32xf16>
+  %0 = mt.gelu %x approximate = tanh : tensor<2x8x32xf16>
+  // CHECK: mt.gelu %{{.+}} approximate = erf : tensor<2x8x32xf16>
+  %1 = mt.gelu %x approximate = erf : tensor<2x8x32xf16>
+  // CHECK: mt.silu %{{.+}} : tensor<2x8x32xf16>
+  %2 = mt.silu %x : tensor<2x8x32xf16>
+  // CHECK: mt.swiglu %{{.+}}, %{{.+}} : tensor<2x8x32xf16>
+  %3 = mt.swiglu %x, %y : tensor<2x8x32xf16>
+  return %0, %1, %2, %3 : tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>
+}
+
+// CHECK-LABEL: func.func @elementwise
+func.func @elementwise(%x: tensor<2x8x16xf64>, %y: tensor<2x8x16xf64>) -> (tensor<2x8x16xf64>, tensor<2x8x16xf64>, tensor<2x8x16xf64>, tensor<2x8x16xf64>) {
+  // CHECK: mt.dropout %{{.+}} p = 1.000000e-01 seed = 3 : tensor<2x8x16xf64>
+  %0 = mt.dropout %x p = 1.000000e-01 seed = 3 : tensor<2x8x16xf64>
+  // CHECK: mt.add %{{.+}}, %{{.+}} : tensor<2x8x16xf64>
+  %1 = mt.add %x, %y : tensor<2x8x16xf64>
+  // CHECK: mt.mul %{{.+}}, %{{.+}} : tensor<2x8x16xf64>
+  %2 = mt.mul %x, %y : tensor<2x8x16xf64>
+  // CHECK: mt.softmax %{{.+}} axis = -1 : tensor<2x8x16xf64>
+  %3 = mt.softmax %x axis = -1 : tensor<2x8x16xf64>
+  return %0, %1, %2, %3 : tensor<2x8x16xf64>, tensor<2x8x16xf64>, tensor<2x8x16xf64>, tensor<2x8x16xf64>
+}
+
+// CHECK-LABEL: func.func @cross_entropy
+func.func @cross_entropy(%logits: tensor<2x8x64xbf16>, %labels: tensor<2x8xi32>) -> (tensor<f32>, tensor<f32>, tensor<2x8xf32>) {
+  // CHECK: mt.cross_entropy %{{.+}}, %{{.+}} reduction = mean : (tensor<2x8x64xbf16>, tensor<2x8xi32>) -> tensor<f32>
+  %0 = mt.cross_entropy %logits, %labels reduction = mean : (tensor<2x8x64xbf16>, tensor<2x8xi32>) -> tensor<f32>
+  // CHECK: mt.cross_entropy %{{.+}}, %{{.+}} reduction = sum {ignore_index = 0 : i64}
+  %1 = mt.cross_entropy %logits, %labels reduction = sum {ignore_index = 0 : i64} : (tensor<2x8x64xbf16>, tensor<2x8xi32>) -> tensor<f32>
+  // CHECK: mt.cross_entropy %{{.+}}, %{{.+}} reduction = none : (tensor<2x8x64xbf16>, tensor<2x8xi32>) -> tensor<2x8xf32>
+  %2 = mt.cross_entropy %logits, %labels reduction = none : (tensor<2x8x64xbf16>, tensor<2x8xi32>) -> tensor<2x8xf32>
+  return %0, %1, %2 : tensor<f32>, tensor<f32>, tensor<2x8xf32>
+}
+
+// CHECK-LABEL: func.func @shapes
+func.func @shapes(%x: tensor<2x8x48xf32>) -> (tensor<2x8x4x12xf32>, tensor<2x4x8x12xf32>, tensor<2x8x48xf32>) {
+  // CHECK: mt.reshape %{{.+}} : tensor<2x8x48xf32> -> tensor<2x8x4x12xf32>
+  %0 = mt.reshape %x : tensor<2x8x48xf32> -> tensor<2x8x4x12xf32>
+  // CHECK: mt.transpose %{{.+}} permutation = [0, 2, 1, 3] : tensor<2x8x4x12xf32> -> tensor<2x4x8x12xf32>
+  %1 = mt.transpose %0 permutation = [0, 2, 1, 3] : tensor<2x8x4x12xf32> -> tensor<2x4x8x12xf32>
+  // CHECK: mt.split %{{.+}} axis = 2 : tensor<2x8x48xf32> -> tensor<2x8x32xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>
+  %q, %k, %v = mt.split %x axis = 2 : tensor<2x8x48xf32> -> tensor<2x8x32xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32>
+  // CHECK: mt.concat %{{.+}}, %{{.+}}, %{{.+}} axis = -1 : tensor<2x8x32xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32> -> tensor<2x8x48xf32>
+  %2 = mt.concat %q, %k, %v axis = -1 : tensor<2x8x32xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32> -> tensor<2x8x48xf32>
+  return %0, %1, %2 : tensor<2x8x4x12xf32>, tensor<2x4x8x12xf32>, tensor<2x8x48xf32>
+}

@@ -1,0 +1,29 @@
+# lit configuration for the FileCheck suites under test/.
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "megatron"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["unit", "Inputs", "CMakeLists.txt", "lit.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.megatron_obj_root, "test")
+
+# Captured variables do not leak from one CHECK-LABEL block to the next.
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+
+config.substitutions.append(("%megatron_src_root", config.megatron_src_root))
+config.substitutions.append(("%megatron_lib_dir", config.megatron_lib_dir))
+config.substitutions.append(("%python", config.python_executable))
+
+if config.mtrt_cuda_enabled:
+    config.available_features.add("mtrt-cuda")
+
+llvm_config.with_system_environment(["HOME", "TMPDIR"])
+llvm_config.use_default_substitutions()
+tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
+tools = ["megatron-opt", "mtrt-info", "mtrt-api-c-test"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
