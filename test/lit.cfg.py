@@ -16,6 +16,7 @@ config.test_exec_root = os.path.join(config.megatron_obj_root, "test")
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 
 config.substitutions.append(("%megatron_src_root", config.megatron_src_root))
+config.substitutions.append(("%megatron_obj_root", config.megatron_obj_root))
 config.substitutions.append(("%megatron_lib_dir", config.megatron_lib_dir))
 config.substitutions.append(("%python", config.python_executable))
 

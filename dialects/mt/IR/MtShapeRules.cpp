@@ -195,11 +195,12 @@ FailureOr<RankedTensorType> mt::inferTransposeType(RankedTensorType input,
       seen[dim] = true;
   }
   if (!valid) {
-    InFlightDiagnostic diag = emitError();
-    diag << "permutation [";
-    llvm::interleaveComma(permutation, diag);
-    return diag << "] is not a permutation of [0, " << rank << ") for "
-                << input;
+    std::string dims;
+    llvm::raw_string_ostream os(dims);
+    llvm::interleaveComma(permutation, os);
+    return emitError() << "permutation [" << dims
+                       << "] is not a permutation of [0, " << rank << ") for "
+                       << input;
   }
   SmallVector<int64_t> shape;
   for (int64_t dim : permutation)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need from Debian 12's packages; safe to
+# run again (it installs only what is missing). The CUDA 13.0 toolkit is
+# expected at /usr/local/cuda and is used only when it is there.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ ccache python3
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  libgtest-dev libgmock-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$package")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+sudo=()
+if ((EUID != 0)); then
+  command -v sudo >/dev/null || {
+    echo "setup: missing packages (${missing[*]}) and not root; run as root" >&2
+    exit 1
+  }
+  sudo=(sudo)
+fi
+echo "setup: installing ${missing[*]}"
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+  --no-install-recommends "${missing[@]}"
