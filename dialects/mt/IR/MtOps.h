@@ -10,6 +10,8 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mt/IR/MtDialect.h"
 
+#include "mt/IR/MtInterfaces.h.inc"
+
 #define GET_OP_CLASSES
 #include "mt/IR/MtOps.h.inc"
 

@@ -5,8 +5,12 @@
 
 include "MtBase.td"
 include "MtAttrs.td"
+include "MtInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// Shorthand for the forward ops that implement their VJP rule.
+defvar VJP = DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>;
 
 //===----------------------------------------------------------------------===//
 // Parameters
@@ -63,7 +67,7 @@ def Mt_GetParameterOp : Mt_Op<"get_parameter",
 // Embeddings and positions
 //===----------------------------------------------------------------------===//
 
-def Mt_EmbeddingOp : Mt_Op<"embedding", [Pure]> {
+def Mt_EmbeddingOp : Mt_Op<"embedding", [VJP, Pure]> {
   let summary = "looks up rows of an embedding table";
   let description = [{
     Gathers `table[ids]`: the table is `vocabulary x hidden`; the result has the
@@ -103,7 +107,7 @@ def Mt_PositionIdsOp : Mt_Op<"position_ids", [Pure]> {
 // Normalization
 //===----------------------------------------------------------------------===//
 
-def Mt_LayerNormOp : Mt_Op<"layer_norm", [Pure]> {
+def Mt_LayerNormOp : Mt_Op<"layer_norm", [VJP, Pure]> {
   let summary = "layer normalization over the last dimension";
   let description = [{
     `(x - mean(x)) / sqrt(var(x) + epsilon) * weight + bias`, with mean and
@@ -125,7 +129,7 @@ def Mt_LayerNormOp : Mt_Op<"layer_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mt_RmsNormOp : Mt_Op<"rms_norm", [Pure]> {
+def Mt_RmsNormOp : Mt_Op<"rms_norm", [VJP, Pure]> {
   let summary = "root-mean-square normalization over the last dimension";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * weight` over the last dimension, as in
@@ -150,7 +154,7 @@ def Mt_RmsNormOp : Mt_Op<"rms_norm", [Pure]> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Mt_LinearOp : Mt_Op<"linear", [Pure]> {
+def Mt_LinearOp : Mt_Op<"linear", [VJP, Pure]> {
   let summary = "an affine layer: input times weight plus an optional bias";
   let description = [{
     `y = x @ W + b` over the last dimension of `x`. The weight is `in x out`
@@ -177,7 +181,7 @@ def Mt_LinearOp : Mt_Op<"linear", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mt_MatmulOp : Mt_Op<"matmul", [Pure]> {
+def Mt_MatmulOp : Mt_Op<"matmul", [VJP, Pure]> {
   let summary = "batched matrix product over the last two dimensions";
   let description = [{
     Multiplies the trailing matrices of two tensors of equal rank (at least 2);
@@ -204,7 +208,7 @@ def Mt_MatmulOp : Mt_Op<"matmul", [Pure]> {
 // Attention
 //===----------------------------------------------------------------------===//
 
-def Mt_AttentionOp : Mt_Op<"attention", [Pure]> {
+def Mt_AttentionOp : Mt_Op<"attention", [VJP, Pure]> {
   let summary = "the scaled dot-product attention core, with grouped-query heads";
   let description = [{
     `softmax(scale * Q K^T + mask) V` per head, in the `batch x sequence x
@@ -234,23 +238,26 @@ def Mt_AttentionOp : Mt_Op<"attention", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mt_RopeOp : Mt_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Mt_RopeOp : Mt_Op<"rope", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "rotary position embedding";
   let description = [{
     Rotates pairs of features of each head by an angle proportional to the
     token's position, in the rotate-half form of GPT-NeoX, Llama and
     Megatron-LM. The input is `batch x sequence x heads x head_dim`; the first
     `rotary_dim` features (all of them by default; even) are rotated with
-    frequencies `base^(-2i/rotary_dim)`, the rest pass through.
+    frequencies `base^(-2i/rotary_dim)`, the rest pass through. `inverse`
+    rotates by the negative angle: it undoes the rotation and is its VJP.
 
     ```mlir
     %q2 = mt.rope %q base = 1.000000e+04 : tensor<4x512x8x32xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$input, F64Attr:$base,
-                       OptionalAttr<I64Attr>:$rotary_dim);
+                       OptionalAttr<I64Attr>:$rotary_dim, UnitAttr:$inverse);
   let results = (outs Mt_FloatTensor:$result);
-  let assemblyFormat = "$input `base` `=` $base attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input `base` `=` $base (`inverse` $inverse^)? attr-dict `:` type($input)
+  }];
   let hasVerifier = 1;
 }
 
@@ -258,7 +265,7 @@ def Mt_RopeOp : Mt_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
 // Activations, dropout and elementwise arithmetic
 //===----------------------------------------------------------------------===//
 
-def Mt_GeluOp : Mt_Op<"gelu", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Mt_GeluOp : Mt_Op<"gelu", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `x * Phi(x)` with Phi evaluated exactly (`erf`) or with the tanh
@@ -276,7 +283,7 @@ def Mt_GeluOp : Mt_Op<"gelu", [Pure, AllTypesMatch<["input", "result"]>]> {
   }];
 }
 
-def Mt_SiluOp : Mt_Op<"silu", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Mt_SiluOp : Mt_Op<"silu", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "sigmoid linear unit, x * sigmoid(x)";
   let description = [{
     ```mlir
@@ -289,7 +296,7 @@ def Mt_SiluOp : Mt_Op<"silu", [Pure, AllTypesMatch<["input", "result"]>]> {
 }
 
 def Mt_SwigluOp : Mt_Op<"swiglu",
-    [Pure, AllTypesMatch<["gate", "up", "result"]>]> {
+    [VJP, Pure, AllTypesMatch<["gate", "up", "result"]>]> {
   let summary = "the SwiGLU gate: silu(gate) * up";
   let description = [{
     The gated activation of Llama's MLP. Gate and up projections are separate
@@ -305,7 +312,7 @@ def Mt_SwigluOp : Mt_Op<"swiglu",
   let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
 }
 
-def Mt_DropoutOp : Mt_Op<"dropout", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Mt_DropoutOp : Mt_Op<"dropout", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "inverted dropout with a seeded, layout-independent mask";
   let description = [{
     Zeroes each element with probability `p` and scales the rest by
@@ -325,7 +332,7 @@ def Mt_DropoutOp : Mt_Op<"dropout", [Pure, AllTypesMatch<["input", "result"]>]> 
   let hasVerifier = 1;
 }
 
-def Mt_AddOp : Mt_Op<"add", [Pure, Commutative,
+def Mt_AddOp : Mt_Op<"add", [VJP, Pure, Commutative,
     AllTypesMatch<["lhs", "rhs", "result"]>]> {
   let summary = "elementwise sum of two tensors of one type";
   let description = [{
@@ -338,7 +345,7 @@ def Mt_AddOp : Mt_Op<"add", [Pure, Commutative,
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Mt_MulOp : Mt_Op<"mul", [Pure, Commutative,
+def Mt_MulOp : Mt_Op<"mul", [VJP, Pure, Commutative,
     AllTypesMatch<["lhs", "rhs", "result"]>]> {
   let summary = "elementwise product of two tensors of one type";
   let description = [{
@@ -351,7 +358,7 @@ def Mt_MulOp : Mt_Op<"mul", [Pure, Commutative,
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Mt_SoftmaxOp : Mt_Op<"softmax", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Mt_SoftmaxOp : Mt_Op<"softmax", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "softmax along one axis";
   let description = [{
     `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`; negative axes count
@@ -371,7 +378,7 @@ def Mt_SoftmaxOp : Mt_Op<"softmax", [Pure, AllTypesMatch<["input", "result"]>]> 
 // Loss
 //===----------------------------------------------------------------------===//
 
-def Mt_CrossEntropyOp : Mt_Op<"cross_entropy", [Pure]> {
+def Mt_CrossEntropyOp : Mt_Op<"cross_entropy", [VJP, Pure]> {
   let summary = "softmax cross-entropy of logits against integer labels";
   let description = [{
     Per token, `logsumexp(logits) - logits[label]` over the last (vocabulary)
@@ -400,7 +407,7 @@ def Mt_CrossEntropyOp : Mt_Op<"cross_entropy", [Pure]> {
 // Shape manipulation
 //===----------------------------------------------------------------------===//
 
-def Mt_ReshapeOp : Mt_Op<"reshape", [Pure]> {
+def Mt_ReshapeOp : Mt_Op<"reshape", [VJP, Pure]> {
   let summary = "reinterprets a tensor's elements under a new shape";
   let description = [{
     Row-major reshape; the element count and type are kept.
@@ -415,7 +422,7 @@ def Mt_ReshapeOp : Mt_Op<"reshape", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mt_TransposeOp : Mt_Op<"transpose", [Pure]> {
+def Mt_TransposeOp : Mt_Op<"transpose", [VJP, Pure]> {
   let summary = "permutes a tensor's dimensions";
   let description = [{
     Result dimension `i` is input dimension `permutation[i]`.
@@ -434,7 +441,7 @@ def Mt_TransposeOp : Mt_Op<"transpose", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mt_SplitOp : Mt_Op<"split", [Pure]> {
+def Mt_SplitOp : Mt_Op<"split", [VJP, Pure]> {
   let summary = "splits a tensor into consecutive pieces along one axis";
   let description = [{
     The pieces' sizes along `axis` are their result types' and must add up to
@@ -454,7 +461,7 @@ def Mt_SplitOp : Mt_Op<"split", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mt_ConcatOp : Mt_Op<"concat", [Pure]> {
+def Mt_ConcatOp : Mt_Op<"concat", [VJP, Pure]> {
   let summary = "joins tensors along one axis";
   let description = [{
     Inputs share their rank, element type and every dimension but `axis`; the
@@ -472,5 +479,7 @@ def Mt_ConcatOp : Mt_Op<"concat", [Pure]> {
   }];
   let hasVerifier = 1;
 }
+
+include "MtGradOps.td"
 
 #endif // MT_OPS_TD

@@ -1,0 +1,171 @@
+//===- CompileConfig.h - What a model file describes: model, layout, batch -*- C++ -*-===//
+//
+// The in-memory form of a model file (YAML with Megatron-LM's argument names
+// in snake_case) or of a Hugging Face config.json, after command-line
+// overrides. Every later stage reads the model only through this struct.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGATRON_FRONTEND_COMPILECONFIG_H
+#define MEGATRON_FRONTEND_COMPILECONFIG_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace megatron {
+
+enum class Normalization { LayerNorm, RMSNorm };
+enum class PositionEmbedding { LearnedAbsolute, Rope };
+/// gelu is the exact (erf) form, as Megatron-LM's default; openai_gelu
+/// selects the tanh approximation (GPT-2's gelu_new).
+enum class Activation { Gelu, Swiglu };
+enum class Precision { FP32, BF16, FP16 };
+enum class RecomputeGranularity { None, Selective, Full };
+
+/// The transformer itself, with Megatron-LM's argument names.
+struct ModelConfig {
+  std::string name;
+  int64_t numLayers = 0;
+  int64_t hiddenSize = 0;
+  int64_t numAttentionHeads = 0;
+  /// Key/value heads for grouped-query attention; 0 means numAttentionHeads.
+  int64_t numQueryGroups = 0;
+  /// 0 means 4 * hiddenSize.
+  int64_t ffnHiddenSize = 0;
+  int64_t seqLength = 0;
+  /// 0 means seqLength.
+  int64_t maxPositionEmbeddings = 0;
+  int64_t vocabSize = 0;
+  int64_t makeVocabSizeDivisibleBy = 128;
+  Normalization normalization = Normalization::LayerNorm;
+  double normEpsilon = 1e-5;
+  PositionEmbedding positionEmbeddingType = PositionEmbedding::LearnedAbsolute;
+  double rotaryBase = 10000.0;
+  Activation activation = Activation::Gelu;
+  bool openaiGelu = false;
+  bool addBiasLinear = true;
+  bool untieEmbeddingsAndOutputWeights = false;
+  double hiddenDropout = 0.1;
+  double attentionDropout = 0.1;
+  double initMethodStd = 0.02;
+
+  int64_t queryGroups() const {
+    return numQueryGroups ? numQueryGroups : numAttentionHeads;
+  }
+  int64_t ffnSize() const { return ffnHiddenSize ? ffnHiddenSize : 4 * hiddenSize; }
+  int64_t maxPositions() const {
+    return maxPositionEmbeddings ? maxPositionEmbeddings : seqLength;
+  }
+  int64_t headDim() const { return hiddenSize / numAttentionHeads; }
+};
+
+/// Megatron-LM's parallel layout.
+struct ParallelConfig {
+  int64_t tensorModelParallelSize = 1;
+  int64_t pipelineModelParallelSize = 1;
+  /// 0 means no interleaving.
+  int64_t virtualPipelineModelParallelSize = 0;
+  bool sequenceParallel = false;
+  int64_t dataParallelSize = 1;
+  bool useDistributedOptimizer = false;
+  /// An explicit uneven pipeline split, as Megatron-LM's
+  /// --decoder-first/last-pipeline-num-layers: the layers of the first and of
+  /// the last stage; the other stages share the rest evenly. 0 means unset.
+  int64_t decoderFirstPipelineNumLayers = 0;
+  int64_t decoderLastPipelineNumLayers = 0;
+
+  int64_t worldSize() const {
+    return tensorModelParallelSize * pipelineModelParallelSize *
+           dataParallelSize;
+  }
+};
+
+struct BatchConfig {
+  int64_t microBatchSize = 1;
+  /// 0 means microBatchSize * dataParallelSize (one micro-batch per step).
+  int64_t globalBatchSize = 0;
+};
+
+struct RecomputeConfig {
+  RecomputeGranularity granularity = RecomputeGranularity::None;
+  /// For full recompute: "uniform" or "block", and how many layers.
+  std::string method = "uniform";
+  int64_t numLayers = 1;
+};
+
+struct CompileConfig {
+  ModelConfig model;
+  ParallelConfig parallel;
+  BatchConfig batch;
+  Precision precision = Precision::FP32;
+  RecomputeConfig recompute;
+
+  /// The file this configuration was read from; empty when built in code.
+  std::string sourcePath;
+  /// Where each explicitly set key (by its snake_case name) came from:
+  /// "file:line:column", or "command line (--flag)" after applyOverride.
+  /// validateCompileConfig points its errors there.
+  llvm::StringMap<std::string> keyOrigins;
+
+  /// The vocabulary padded as Megatron-LM pads it: up to a multiple of
+  /// make_vocab_size_divisible_by * tensor_model_parallel_size.
+  int64_t paddedVocabSize() const;
+  int64_t globalBatchSize() const {
+    return batch.globalBatchSize
+               ? batch.globalBatchSize
+               : batch.microBatchSize * parallel.dataParallelSize;
+  }
+  /// Transformer layers on (non-virtual) pipeline stage `stage`, honouring an
+  /// uneven split. Meaningful once validateCompileConfig has succeeded.
+  int64_t pipelineStageNumLayers(int64_t stage) const;
+};
+
+/// Reads a model file: YAML (.yaml/.yml) in this project's format, or a
+/// Hugging Face config.json (GPT2Config or LlamaConfig). Errors name the file,
+/// the line where there is one, the key, the value and the fix.
+llvm::Expected<CompileConfig> loadCompileConfig(llvm::StringRef path);
+
+/// As loadCompileConfig, from text in memory (for tools, tests and the
+/// fuzzer). `bufferName` names the source in errors and picks the format: a
+/// name ending in .json, or text starting with '{', is read as a Hugging Face
+/// config.json; anything else as YAML.
+llvm::Expected<CompileConfig> parseCompileConfig(llvm::StringRef contents,
+                                                 llvm::StringRef bufferName);
+
+/// Sets one key (snake_case, as in the model file) from its textual value, as
+/// a command-line flag `--tensor-model-parallel-size 2` does for
+/// `tensor_model_parallel_size`. The key may also be spelled as the flag
+/// ("tensor-model-parallel-size" or "--tensor-model-parallel-size"); errors
+/// then use that spelling. A boolean key given "" is set to true, as a flag
+/// without a value.
+llvm::Error applyOverride(CompileConfig &config, llvm::StringRef key,
+                          llvm::StringRef value);
+
+/// What a key's value is, so a command-line parser knows which flags take
+/// no value (Boolean) and a help text can show a placeholder.
+enum class ConfigValueKind { Integer, Number, Boolean, String, Choice };
+
+/// Every key a model file or a flag may set, for help texts and flags.
+struct ConfigKeyInfo {
+  llvm::StringRef key;
+  llvm::StringRef section; // "model", "parallel", "batch", "precision", "recompute"
+  llvm::StringRef help;
+  ConfigValueKind kind = ConfigValueKind::String;
+  /// The default, as text ("1", "4 * hidden_size", "required").
+  llvm::StringRef defaultValue;
+};
+llvm::ArrayRef<ConfigKeyInfo> getConfigKeys();
+
+/// Checks that the configuration is complete and divides: heads by tensor
+/// parallelism, layers by pipeline stages, the global batch by micro-batch
+/// times data parallelism, and so on. Errors name the values and the fix.
+llvm::Error validateCompileConfig(const CompileConfig &config);
+
+} // namespace megatron
+
+#endif // MEGATRON_FRONTEND_COMPILECONFIG_H

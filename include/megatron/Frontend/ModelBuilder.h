@@ -1,0 +1,30 @@
+//===- ModelBuilder.h - A CompileConfig into model-level (mt) IR -*- C++ -*-===//
+
+#ifndef MEGATRON_FRONTEND_MODELBUILDER_H
+#define MEGATRON_FRONTEND_MODELBUILDER_H
+
+#include "megatron/Frontend/CompileConfig.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace megatron {
+
+/// Builds the model-level module of a validated configuration: one
+/// `mt.parameter` per trainable tensor (Hugging Face's GPT-2 names for models
+/// with learned absolute positions, Llama's for rotary ones), and the
+/// functions
+///
+///   train_step(tokens, labels: tensor<B x S x i32>) -> tensor<f32>
+///   eval_step(tokens, labels: tensor<B x S x i32>) -> tensor<f32>
+///
+/// computing the mean cross-entropy loss of one micro-batch on every
+/// data-parallel rank (B = micro_batch_size * data_parallel_size, the global
+/// shape that data parallelism later shards); eval_step has no dropout.
+/// Shapes are global; values are f32 (precision is chosen when lowering).
+mlir::OwningOpRef<mlir::ModuleOp> buildModelModule(mlir::MLIRContext &context,
+                                                   const CompileConfig &config);
+
+} // namespace megatron
+
+#endif // MEGATRON_FRONTEND_MODELBUILDER_H

@@ -1,0 +1,632 @@
+//===- ConfigKeys.cpp - The one table of model-file keys and their flags --===//
+//
+// Every key a model file or a command-line flag can set, with the setter that
+// parses and range-checks its value; applyOverride and the suggestions for
+// misspelt keys. Keys are Megatron-LM's argument names in snake_case.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ConfigKeys.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+using namespace llvm;
+using namespace megatron;
+using namespace megatron::config;
+
+using Problem = std::optional<std::string>;
+
+std::string config::expected(StringRef what, StringRef value) {
+  if (value.empty())
+    return ("expected " + what + ", got nothing").str();
+  return ("expected " + what + ", got '" + value + "'").str();
+}
+
+//===----------------------------------------------------------------------===//
+// Value parsers. Each takes the text as written and leaves `out` untouched on
+// error, so a rejected override does not half-apply.
+//===----------------------------------------------------------------------===//
+
+static bool isNullText(StringRef v) {
+  return v == "null" || v == "Null" || v == "NULL" || v == "~";
+}
+
+/// Parses a decimal integer. On failure says why: not an integer at all, or
+/// one that does not fit in 64 bits.
+static Problem parseInteger(StringRef text, StringRef what, int64_t &out) {
+  // getAsInteger takes a leading '-' but not '+'.
+  StringRef digits = text.trim();
+  if (digits.starts_with("+"))
+    digits = digits.drop_front();
+  int64_t value;
+  if (!digits.starts_with("+") && !digits.getAsInteger(10, value)) {
+    out = value;
+    return std::nullopt;
+  }
+  StringRef magnitude = digits.starts_with("-") ? digits.drop_front() : digits;
+  if (!magnitude.empty() && all_of(magnitude, isDigit))
+    return expected(what, text) + " (it does not fit in a 64-bit integer)";
+  return expected(what, text);
+}
+
+static Problem setPositive(StringRef v, int64_t &field) {
+  int64_t value;
+  if (Problem p = parseInteger(v, "a positive integer", value))
+    return p;
+  if (value <= 0)
+    return expected("a positive integer", v);
+  field = value;
+  return std::nullopt;
+}
+
+/// For sizes where 0 (or null) means "derive it": num_query_groups,
+/// ffn_hidden_size, max_position_embeddings, global_batch_size and the like.
+static Problem setOptionalPositive(StringRef v, int64_t &field) {
+  if (isNullText(v.trim())) {
+    field = 0;
+    return std::nullopt;
+  }
+  int64_t value;
+  if (Problem p = parseInteger(v, "a positive integer or 0 (unset)", value))
+    return p;
+  if (value < 0)
+    return expected("a positive integer or 0 (unset)", v);
+  field = value;
+  return std::nullopt;
+}
+
+static Problem parseNumber(StringRef v, StringRef what, double &out) {
+  double value;
+  // getAsDouble also takes "nan" and "inf"; neither is a usable setting.
+  if (v.trim().getAsDouble(value) || !std::isfinite(value))
+    return expected(what, v);
+  out = value;
+  return std::nullopt;
+}
+
+static Problem setPositiveNumber(StringRef v, double &field) {
+  double value;
+  if (Problem p = parseNumber(v, "a positive number", value))
+    return p;
+  if (!(value > 0))
+    return expected("a positive number", v);
+  field = value;
+  return std::nullopt;
+}
+
+/// Dropout probabilities: 1 would drop everything.
+static Problem setProbability(StringRef v, double &field) {
+  StringRef what = "a probability in [0, 1)";
+  double value;
+  if (Problem p = parseNumber(v, what, value))
+    return p;
+  if (!(value >= 0 && value < 1))
+    return expected(what, v);
+  field = value;
+  return std::nullopt;
+}
+
+/// YAML's spellings of booleans; "" is a flag given without a value.
+static Problem parseBool(StringRef v, bool &out) {
+  std::string t = v.trim().lower();
+  if (t.empty() || t == "true" || t == "yes" || t == "on" || t == "1") {
+    out = true;
+    return std::nullopt;
+  }
+  if (t == "false" || t == "no" || t == "off" || t == "0") {
+    out = false;
+    return std::nullopt;
+  }
+  return expected("true or false", v);
+}
+
+static Problem setBool(StringRef v, bool &field) { return parseBool(v, field); }
+
+/// Matches `v` case-insensitively against `choices`. Later spellings of a
+/// value already listed are aliases and are not shown in errors.
+template <typename Enum>
+static Problem
+setChoice(StringRef v, Enum &field,
+          std::initializer_list<std::pair<StringRef, Enum>> choices) {
+  StringRef t = v.trim();
+  for (const auto &[spelling, value] : choices) {
+    if (t.equals_insensitive(spelling)) {
+      field = value;
+      return std::nullopt;
+    }
+  }
+  SmallVector<StringRef> shown;
+  for (const auto &[spelling, value] : choices) {
+    bool seen = false;
+    for (const auto &[other, otherValue] : choices) {
+      if (other == spelling)
+        break;
+      seen |= otherValue == value;
+    }
+    if (!seen)
+      shown.push_back(spelling);
+  }
+  std::string allowed;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    if (i)
+      allowed += i + 1 == shown.size() ? " or " : ", ";
+    allowed += shown[i].str();
+  }
+  return expected(allowed, v);
+}
+
+//===----------------------------------------------------------------------===//
+// The table.
+//===----------------------------------------------------------------------===//
+
+using K = ConfigValueKind;
+
+static const KeyDef kKeys[] = {
+    // model
+    {{"name", "model", "The model's name, used in symbol names and reports.",
+      K::String, "the file's name without extension"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       if (v.trim().empty())
+         return expected("a non-empty name", v);
+       c.model.name = v.trim().str();
+       return std::nullopt;
+     }},
+    {{"num_layers", "model", "Transformer layers.", K::Integer, "required"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.model.numLayers);
+     }},
+    {{"hidden_size", "model", "Width of the residual stream.", K::Integer,
+      "required"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.model.hiddenSize);
+     }},
+    {{"num_attention_heads", "model", "Query heads per attention layer.",
+      K::Integer, "required"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.model.numAttentionHeads);
+     }},
+    {{"num_query_groups", "model",
+      "Key/value heads for grouped-query attention (Megatron-LM's "
+      "--num-query-groups); 0 means one per query head.",
+      K::Integer, "num_attention_heads"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.model.numQueryGroups);
+     }},
+    {{"group_query_attention", "model",
+      "Accepted for Megatron-LM command lines; num_query_groups alone turns "
+      "grouped-query attention on. false resets num_query_groups.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       bool on;
+       if (Problem p = parseBool(v, on))
+         return p;
+       if (!on)
+         c.model.numQueryGroups = 0;
+       return std::nullopt;
+     },
+     "num_query_groups"},
+    {{"ffn_hidden_size", "model", "Width of the MLP's hidden layer.",
+      K::Integer, "4 * hidden_size"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.model.ffnHiddenSize);
+     }},
+    {{"seq_length", "model", "Tokens per training sequence.", K::Integer,
+      "required"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.model.seqLength);
+     }},
+    {{"max_position_embeddings", "model", "Rows of the learned position table.",
+      K::Integer, "seq_length"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.model.maxPositionEmbeddings);
+     }},
+    {{"vocab_size", "model", "Tokenizer vocabulary, before padding.",
+      K::Integer, "required"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.model.vocabSize);
+     }},
+    {{"make_vocab_size_divisible_by", "model",
+      "Pad the vocabulary to a multiple of this times "
+      "tensor_model_parallel_size.",
+      K::Integer, "128"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.model.makeVocabSizeDivisibleBy);
+     }},
+    {{"normalization", "model", "LayerNorm or RMSNorm.", K::Choice,
+      "LayerNorm"},
+     [](CompileConfig &c, StringRef v) {
+       return setChoice(v, c.model.normalization,
+                        {{"LayerNorm", Normalization::LayerNorm},
+                         {"RMSNorm", Normalization::RMSNorm}});
+     }},
+    {{"norm_epsilon", "model", "Epsilon of LayerNorm/RMSNorm.", K::Number,
+      "1e-5"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositiveNumber(v, c.model.normEpsilon);
+     }},
+    {{"position_embedding_type", "model", "learned_absolute or rope.",
+      K::Choice, "learned_absolute"},
+     [](CompileConfig &c, StringRef v) {
+       return setChoice(
+           v, c.model.positionEmbeddingType,
+           {{"learned_absolute", PositionEmbedding::LearnedAbsolute},
+            {"rope", PositionEmbedding::Rope}});
+     }},
+    {{"rotary_base", "model", "RoPE's base (Hugging Face's rope_theta).",
+      K::Number, "10000"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositiveNumber(v, c.model.rotaryBase);
+     }},
+    {{"activation", "model", "The MLP's activation: gelu or swiglu.", K::Choice,
+      "gelu"},
+     [](CompileConfig &c, StringRef v) {
+       return setChoice(
+           v, c.model.activation,
+           {{"gelu", Activation::Gelu}, {"swiglu", Activation::Swiglu}});
+     }},
+    {{"swiglu", "model",
+      "Megatron-LM's --swiglu: true sets activation to swiglu.", K::Boolean,
+      "false"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       bool on;
+       if (Problem p = parseBool(v, on))
+         return p;
+       if (on)
+         c.model.activation = Activation::Swiglu;
+       else if (c.model.activation == Activation::Swiglu)
+         c.model.activation = Activation::Gelu;
+       return std::nullopt;
+     },
+     "activation"},
+    {{"openai_gelu", "model",
+      "GeLU's tanh approximation (GPT-2's gelu_new) instead of the exact "
+      "erf form.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.model.openaiGelu);
+     }},
+    {{"add_bias_linear", "model", "Biases on the linear layers.", K::Boolean,
+      "true"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.model.addBiasLinear);
+     }},
+    {{"disable_bias_linear", "model",
+      "Megatron-LM's --disable-bias-linear: add_bias_linear false.", K::Boolean,
+      "false"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       bool off;
+       if (Problem p = parseBool(v, off))
+         return p;
+       c.model.addBiasLinear = !off;
+       return std::nullopt;
+     },
+     "add_bias_linear"},
+    {{"untie_embeddings_and_output_weights", "model",
+      "A separate output layer instead of reusing the word embeddings.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.model.untieEmbeddingsAndOutputWeights);
+     }},
+    {{"hidden_dropout", "model",
+      "Dropout after attention, after the MLP and on the embeddings.",
+      K::Number, "0.1"},
+     [](CompileConfig &c, StringRef v) {
+       return setProbability(v, c.model.hiddenDropout);
+     }},
+    {{"attention_dropout", "model", "Dropout on the attention probabilities.",
+      K::Number, "0.1"},
+     [](CompileConfig &c, StringRef v) {
+       return setProbability(v, c.model.attentionDropout);
+     }},
+    {{"init_method_std", "model",
+      "Standard deviation of the normal weight initialization.", K::Number,
+      "0.02"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositiveNumber(v, c.model.initMethodStd);
+     }},
+
+    // parallel
+    {{"tensor_model_parallel_size", "parallel", "Tensor-parallel ranks.",
+      K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.parallel.tensorModelParallelSize);
+     }},
+    {{"pipeline_model_parallel_size", "parallel", "Pipeline stages.",
+      K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.parallel.pipelineModelParallelSize);
+     }},
+    {{"virtual_pipeline_model_parallel_size", "parallel",
+      "Virtual stages per pipeline rank (interleaved 1F1B); 0 for none.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v,
+                                  c.parallel.virtualPipelineModelParallelSize);
+     }},
+    {{"num_virtual_stages_per_pipeline_rank", "parallel",
+      "Megatron-LM's current name for virtual_pipeline_model_parallel_size.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v,
+                                  c.parallel.virtualPipelineModelParallelSize);
+     },
+     "virtual_pipeline_model_parallel_size"},
+    {{"decoder_first_pipeline_num_layers", "parallel",
+      "Layers on the first pipeline stage, for an uneven split; 0 for even.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.parallel.decoderFirstPipelineNumLayers);
+     }},
+    {{"decoder_last_pipeline_num_layers", "parallel",
+      "Layers on the last pipeline stage, for an uneven split; 0 for even.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.parallel.decoderLastPipelineNumLayers);
+     }},
+    {{"sequence_parallel", "parallel",
+      "Shard activations outside attention and MLP along the sequence over "
+      "the tensor-parallel ranks.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.parallel.sequenceParallel);
+     }},
+    {{"data_parallel_size", "parallel", "Data-parallel replicas.", K::Integer,
+      "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.parallel.dataParallelSize);
+     }},
+    {{"use_distributed_optimizer", "parallel",
+      "Shard optimizer state over the data-parallel ranks (ZeRO-1).",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.parallel.useDistributedOptimizer);
+     }},
+
+    // batch
+    {{"micro_batch_size", "batch", "Sequences per micro-batch per rank.",
+      K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.batch.microBatchSize);
+     }},
+    {{"global_batch_size", "batch",
+      "Sequences per optimizer step over all data-parallel ranks.", K::Integer,
+      "micro_batch_size * data_parallel_size"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.batch.globalBatchSize);
+     }},
+
+    // precision
+    {{"precision", "precision", "fp32, bf16 or fp16.", K::Choice, "fp32"},
+     [](CompileConfig &c, StringRef v) {
+       return setChoice(v, c.precision,
+                        {{"fp32", Precision::FP32},
+                         {"bf16", Precision::BF16},
+                         {"fp16", Precision::FP16},
+                         {"float32", Precision::FP32},
+                         {"bfloat16", Precision::BF16},
+                         {"float16", Precision::FP16}});
+     }},
+    {{"bf16", "precision", "Megatron-LM's --bf16: precision bf16.", K::Boolean,
+      "false"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       bool on;
+       if (Problem p = parseBool(v, on))
+         return p;
+       if (on)
+         c.precision = Precision::BF16;
+       else if (c.precision == Precision::BF16)
+         c.precision = Precision::FP32;
+       return std::nullopt;
+     },
+     "precision"},
+    {{"fp16", "precision", "Megatron-LM's --fp16: precision fp16.", K::Boolean,
+      "false"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       bool on;
+       if (Problem p = parseBool(v, on))
+         return p;
+       if (on)
+         c.precision = Precision::FP16;
+       else if (c.precision == Precision::FP16)
+         c.precision = Precision::FP32;
+       return std::nullopt;
+     },
+     "precision"},
+
+    // recompute
+    {{"recompute_granularity", "recompute",
+      "Activation recomputation: none, selective (attention core) or full "
+      "(whole layers).",
+      K::Choice, "none"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       if (isNullText(v.trim())) {
+         c.recompute.granularity = RecomputeGranularity::None;
+         return std::nullopt;
+       }
+       return setChoice(v, c.recompute.granularity,
+                        {{"none", RecomputeGranularity::None},
+                         {"selective", RecomputeGranularity::Selective},
+                         {"full", RecomputeGranularity::Full}});
+     }},
+    {{"recompute_method", "recompute",
+      "For full recomputation: uniform (checkpoint every recompute_num_layers "
+      "layers) or block (the first recompute_num_layers layers per stage).",
+      K::Choice, "uniform"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       std::string t = v.trim().lower();
+       if (t != "uniform" && t != "block")
+         return expected("uniform or block", v);
+       c.recompute.method = t;
+       return std::nullopt;
+     }},
+    {{"recompute_num_layers", "recompute",
+      "For full recomputation: layers per checkpointed chunk (uniform) or "
+      "recomputed layers per stage (block).",
+      K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.recompute.numLayers);
+     }},
+    {{"recompute_activations", "recompute",
+      "Megatron-LM's --recompute-activations: recompute_granularity "
+      "selective.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       bool on;
+       if (Problem p = parseBool(v, on))
+         return p;
+       if (on)
+         c.recompute.granularity = RecomputeGranularity::Selective;
+       else if (c.recompute.granularity == RecomputeGranularity::Selective)
+         c.recompute.granularity = RecomputeGranularity::None;
+       return std::nullopt;
+     },
+     "recompute_granularity"},
+};
+
+ArrayRef<ConfigKeyInfo> megatron::getConfigKeys() {
+  static const std::vector<ConfigKeyInfo> infos = [] {
+    std::vector<ConfigKeyInfo> result;
+    for (const KeyDef &def : kKeys)
+      result.push_back(def.info);
+    return result;
+  }();
+  return infos;
+}
+
+bool config::isMappingSection(StringRef name) {
+  return name == "model" || name == "parallel" || name == "batch" ||
+         name == "recompute";
+}
+
+const KeyDef *config::findKey(StringRef key) {
+  for (const KeyDef &def : kKeys)
+    if (def.info.key == key)
+      return &def;
+  return nullptr;
+}
+
+/// `granularity` for `recompute_granularity` inside `recompute:`.
+static StringRef shortName(const KeyDef &def) {
+  StringRef key = def.info.key;
+  if (key.consume_front(def.info.section) && key.consume_front("_"))
+    return key;
+  return "";
+}
+
+const KeyDef *config::findKeyInSection(StringRef section, StringRef name) {
+  for (const KeyDef &def : kKeys) {
+    if (def.info.section != section)
+      continue;
+    if (def.info.key == name ||
+        (!shortName(def).empty() && shortName(def) == name))
+      return &def;
+  }
+  return nullptr;
+}
+
+/// Names people bring from Hugging Face configs, GPT-2 code and habit, with
+/// the key that means the same thing here. Edit distance alone cannot find
+/// these (n_head is far from num_attention_heads).
+static const std::pair<StringRef, StringRef> kSynonyms[] = {
+    {"n_layer", "num_layers"},
+    {"n_layers", "num_layers"},
+    {"num_hidden_layers", "num_layers"},
+    {"n_embd", "hidden_size"},
+    {"d_model", "hidden_size"},
+    {"n_head", "num_attention_heads"},
+    {"n_heads", "num_attention_heads"},
+    {"num_heads", "num_attention_heads"},
+    {"num_key_value_heads", "num_query_groups"},
+    {"n_kv_heads", "num_query_groups"},
+    {"intermediate_size", "ffn_hidden_size"},
+    {"n_inner", "ffn_hidden_size"},
+    {"n_positions", "max_position_embeddings"},
+    {"n_ctx", "seq_length"},
+    {"seq_len", "seq_length"},
+    {"max_seq_len", "seq_length"},
+    {"sequence_length", "seq_length"},
+    {"rope_theta", "rotary_base"},
+    {"rms_norm_eps", "norm_epsilon"},
+    {"layer_norm_epsilon", "norm_epsilon"},
+    {"initializer_range", "init_method_std"},
+    {"hidden_act", "activation"},
+    {"activation_function", "activation"},
+    {"tie_word_embeddings", "untie_embeddings_and_output_weights"},
+    {"resid_pdrop", "hidden_dropout"},
+    {"attn_pdrop", "attention_dropout"},
+    {"tp", "tensor_model_parallel_size"},
+    {"pp", "pipeline_model_parallel_size"},
+    {"vpp", "virtual_pipeline_model_parallel_size"},
+    {"dp", "data_parallel_size"},
+    {"dtype", "precision"},
+    {"torch_dtype", "precision"},
+};
+
+std::string config::suggestKey(StringRef name, StringRef section) {
+  for (const auto &[synonym, key] : kSynonyms)
+    if (name.equals_insensitive(synonym))
+      return key.str();
+
+  StringRef best;
+  unsigned bestDistance = std::numeric_limits<unsigned>::max();
+  auto consider = [&](StringRef candidate) {
+    unsigned d = name.edit_distance_insensitive(candidate);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  };
+  for (const KeyDef &def : kKeys) {
+    if (!section.empty() && def.info.section == section &&
+        !shortName(def).empty())
+      consider(shortName(def));
+    consider(def.info.key);
+  }
+  if (section.empty())
+    for (StringRef s : {"model", "parallel", "batch", "recompute"})
+      consider(s);
+  // A third of the name can be wrong: catches dropped or swapped words
+  // ("tensor_parallel_size") without proposing unrelated keys.
+  unsigned limit = std::max<unsigned>(2, name.size() / 3);
+  if (bestDistance > limit)
+    return "";
+  return best.str();
+}
+
+std::string config::flagName(StringRef key) {
+  std::string flag = "--" + key.str();
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+Error megatron::applyOverride(CompileConfig &config, StringRef key,
+                              StringRef value) {
+  // Accept the flag's own spelling so a driver can pass what the user typed;
+  // echo that spelling back in errors.
+  bool asFlag = key.starts_with("-") || key.contains('-');
+  std::string canonical = key.ltrim('-').str();
+  std::replace(canonical.begin(), canonical.end(), '-', '_');
+  auto spell = [&](StringRef k) { return asFlag ? flagName(k) : k.str(); };
+
+  const KeyDef *def = findKey(canonical);
+  if (!def) {
+    std::string message = asFlag
+                              ? "unknown option '" + flagName(canonical) + "'"
+                              : "unknown key '" + canonical + "'";
+    std::string suggestion = suggestKey(canonical);
+    if (!suggestion.empty())
+      message += "; did you mean '" + spell(suggestion) + "'?";
+    return createStringError(inconvertibleErrorCode(), message);
+  }
+  if (Problem p = def->set(config, value))
+    return createStringError(inconvertibleErrorCode(),
+                             spell(def->info.key) + ": " + *p);
+  config.keyOrigins[def->originKey()] =
+      "command line (" + flagName(def->info.key) + ")";
+  return Error::success();
+}

@@ -1,0 +1,366 @@
+//===- ModelBuilder.cpp - A CompileConfig into model-level (mt) IR --------===//
+
+#include "megatron/Frontend/ModelBuilder.h"
+
+#include "mt/IR/MtOps.h"
+#include "mt/IR/MtShapeRules.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/ErrorHandling.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace megatron;
+
+namespace {
+
+/// The parameter names of one model family.
+struct Naming {
+  bool gpt2;
+  std::string layer(int64_t index, StringRef leaf) const {
+    return (llvm::Twine(gpt2 ? "transformer.h." : "model.layers.") +
+            llvm::Twine(index) + "." + leaf)
+        .str();
+  }
+};
+
+/// Emits the parameters and the step functions of one model.
+class ModelBuilder {
+public:
+  ModelBuilder(MLIRContext &context, const CompileConfig &config)
+      : config(config), model(config.model), builder(&context),
+        loc(builder.getUnknownLoc()),
+        naming{model.positionEmbeddingType ==
+               PositionEmbedding::LearnedAbsolute} {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  /// Declares a parameter at the module level; returns its name.
+  void declare(StringRef name, ArrayRef<int64_t> shape, mt::InitMethod init,
+               double std = 0.0);
+  void declareParameters();
+  void buildStep(StringRef name, bool training);
+
+  Value get(StringRef name);
+  Value getIf(bool present, StringRef name) { return present ? get(name) : Value(); }
+  Value linear(Value x, StringRef weight, StringRef bias, bool transposeWeight);
+  Value norm(Value x, StringRef weight, StringRef bias);
+  Value dropout(Value x, double p);
+  Value reshape(Value x, ArrayRef<int64_t> shape);
+  Value attention(Value x, int64_t layer);
+  Value mlp(Value x, int64_t layer);
+
+  /// Shape rules cannot fail on a validated configuration; if one does, the
+  /// builder has a bug.
+  RankedTensorType check(FailureOr<RankedTensorType> type) {
+    if (failed(type))
+      llvm::report_fatal_error("internal error: the model builder produced "
+                               "ill-shaped IR (see the diagnostic above)");
+    return *type;
+  }
+  mt::EmitErrorFn emitter() { return emitError; }
+  static RankedTensorType typeOf(Value v) {
+    return cast<RankedTensorType>(v.getType());
+  }
+
+  const CompileConfig &config;
+  const ModelConfig &model;
+  OpBuilder builder;
+  Location loc;
+  Naming naming;
+  ModuleOp module;
+  llvm::StringMap<RankedTensorType> parameterTypes;
+  std::function<InFlightDiagnostic()> emitError = [this] {
+    return mlir::emitError(loc);
+  };
+  /// The step being built: training adds dropout; dropout sites get
+  /// consecutive seeds so every site draws its own stream.
+  bool training = false;
+  int64_t nextSeed = 0;
+};
+
+} // namespace
+
+void ModelBuilder::declare(StringRef name, ArrayRef<int64_t> shape,
+                           mt::InitMethod init, double std) {
+  auto type = RankedTensorType::get(shape, builder.getF32Type());
+  parameterTypes[name] = type;
+  FloatAttr stdAttr =
+      init == mt::InitMethod::Normal ? builder.getF64FloatAttr(std) : nullptr;
+  mt::ParameterOp::create(builder, loc, builder.getStringAttr(name),
+                          TypeAttr::get(type),
+                          mt::InitMethodAttr::get(builder.getContext(), init),
+                          stdAttr);
+}
+
+void ModelBuilder::declareParameters() {
+  const int64_t hidden = model.hiddenSize, vocab = config.paddedVocabSize();
+  const int64_t qSize = model.numAttentionHeads * model.headDim();
+  const int64_t kvSize = model.queryGroups() * model.headDim();
+  const int64_t ffn = model.ffnSize();
+  const bool bias = model.addBiasLinear;
+  const bool swiglu = model.activation == Activation::Swiglu;
+  const double std = model.initMethodStd;
+  // Megatron-LM scales the init of the layers that feed the residual stream.
+  const double outputStd = std / std::sqrt(2.0 * model.numLayers);
+  const bool layerNorm = model.normalization == Normalization::LayerNorm;
+  using mt::InitMethod;
+
+  auto declareNorm = [&](const std::string &prefix) {
+    declare(prefix + ".weight", {hidden}, InitMethod::Ones);
+    if (layerNorm)
+      declare(prefix + ".bias", {hidden}, InitMethod::Zeros);
+  };
+  // Weights are in x out for GPT-2's Conv1D, out x in for Llama's Linear.
+  auto declareLinear = [&](const std::string &prefix, int64_t in, int64_t out,
+                           double weightStd) {
+    if (naming.gpt2)
+      declare(prefix + ".weight", {in, out}, InitMethod::Normal, weightStd);
+    else
+      declare(prefix + ".weight", {out, in}, InitMethod::Normal, weightStd);
+    if (bias)
+      declare(prefix + ".bias", {out}, InitMethod::Zeros);
+  };
+
+  if (naming.gpt2) {
+    declare("transformer.wte.weight", {vocab, hidden}, InitMethod::Normal, std);
+    declare("transformer.wpe.weight", {model.maxPositions(), hidden},
+            InitMethod::Normal, std);
+    for (int64_t i = 0; i < model.numLayers; ++i) {
+      declareNorm(naming.layer(i, "ln_1"));
+      declareLinear(naming.layer(i, "attn.c_attn"), hidden, qSize + 2 * kvSize,
+                    std);
+      declareLinear(naming.layer(i, "attn.c_proj"), qSize, hidden, outputStd);
+      declareNorm(naming.layer(i, "ln_2"));
+      declareLinear(naming.layer(i, "mlp.c_fc"), hidden, swiglu ? 2 * ffn : ffn,
+                    std);
+      declareLinear(naming.layer(i, "mlp.c_proj"), ffn, hidden, outputStd);
+    }
+    declareNorm("transformer.ln_f");
+  } else {
+    declare("model.embed_tokens.weight", {vocab, hidden}, InitMethod::Normal,
+            std);
+    for (int64_t i = 0; i < model.numLayers; ++i) {
+      declareNorm(naming.layer(i, "input_layernorm"));
+      declareLinear(naming.layer(i, "self_attn.q_proj"), hidden, qSize, std);
+      declareLinear(naming.layer(i, "self_attn.k_proj"), hidden, kvSize, std);
+      declareLinear(naming.layer(i, "self_attn.v_proj"), hidden, kvSize, std);
+      declareLinear(naming.layer(i, "self_attn.o_proj"), qSize, hidden,
+                    outputStd);
+      declareNorm(naming.layer(i, "post_attention_layernorm"));
+      if (swiglu)
+        declareLinear(naming.layer(i, "mlp.gate_proj"), hidden, ffn, std);
+      declareLinear(naming.layer(i, "mlp.up_proj"), hidden, ffn, std);
+      declareLinear(naming.layer(i, "mlp.down_proj"), ffn, hidden, outputStd);
+    }
+    declareNorm("model.norm");
+  }
+  if (model.untieEmbeddingsAndOutputWeights)
+    declare("lm_head.weight", {vocab, hidden}, InitMethod::Normal, std);
+}
+
+Value ModelBuilder::get(StringRef name) {
+  auto it = parameterTypes.find(name);
+  if (it == parameterTypes.end())
+    llvm::report_fatal_error("internal error: no parameter named " +
+                             llvm::Twine(name));
+  return mt::GetParameterOp::create(builder, loc, it->second, name);
+}
+
+Value ModelBuilder::linear(Value x, StringRef weight, StringRef bias,
+                           bool transposeWeight) {
+  Value w = get(weight);
+  Value b = model.addBiasLinear ? get(bias) : Value();
+  RankedTensorType type = check(mt::inferLinearType(
+      typeOf(x), typeOf(w), b ? typeOf(b) : RankedTensorType(),
+      transposeWeight, emitter()));
+  return mt::LinearOp::create(builder, loc, type, x, w, b, transposeWeight);
+}
+
+Value ModelBuilder::norm(Value x, StringRef weight, StringRef bias) {
+  FloatAttr epsilon = builder.getF64FloatAttr(model.normEpsilon);
+  Value w = get(weight);
+  if (model.normalization == Normalization::RMSNorm)
+    return mt::RmsNormOp::create(builder, loc, typeOf(x), x, w, epsilon);
+  Value b = get(bias);
+  return mt::LayerNormOp::create(builder, loc, typeOf(x), x, w, b, epsilon);
+}
+
+Value ModelBuilder::dropout(Value x, double p) {
+  if (!training || p == 0.0)
+    return x;
+  return mt::DropoutOp::create(builder, loc, typeOf(x), x,
+                               builder.getF64FloatAttr(p),
+                               builder.getI64IntegerAttr(nextSeed++));
+}
+
+Value ModelBuilder::reshape(Value x, ArrayRef<int64_t> shape) {
+  auto type = RankedTensorType::get(shape, typeOf(x).getElementType());
+  return mt::ReshapeOp::create(builder, loc, type, x);
+}
+
+Value ModelBuilder::attention(Value x, int64_t layer) {
+  ArrayRef<int64_t> bsh = typeOf(x).getShape();
+  const int64_t batch = bsh[0], seq = bsh[1], headDim = model.headDim();
+  const int64_t heads = model.numAttentionHeads, groups = model.queryGroups();
+  const bool transposeWeight = !naming.gpt2;
+  Value q, k, v;
+  if (naming.gpt2) {
+    // GPT-2's fused c_attn yields [q | k | v] along the last dimension.
+    Value qkv = linear(x, naming.layer(layer, "attn.c_attn.weight"),
+                       naming.layer(layer, "attn.c_attn.bias"), false);
+    Type f32 = builder.getF32Type();
+    SmallVector<Type> pieces = {
+        RankedTensorType::get({batch, seq, heads * headDim}, f32),
+        RankedTensorType::get({batch, seq, groups * headDim}, f32),
+        RankedTensorType::get({batch, seq, groups * headDim}, f32)};
+    auto split = mt::SplitOp::create(builder, loc, pieces, qkv,
+                                     builder.getI64IntegerAttr(2));
+    q = split.getResult(0), k = split.getResult(1), v = split.getResult(2);
+  } else {
+    auto project = [&](StringRef leaf) {
+      return linear(x, naming.layer(layer, ("self_attn." + leaf + ".weight").str()),
+                    naming.layer(layer, ("self_attn." + leaf + ".bias").str()),
+                    transposeWeight);
+    };
+    q = project("q_proj"), k = project("k_proj"), v = project("v_proj");
+  }
+  q = reshape(q, {batch, seq, heads, headDim});
+  k = reshape(k, {batch, seq, groups, headDim});
+  v = reshape(v, {batch, seq, groups, headDim});
+  if (model.positionEmbeddingType == PositionEmbedding::Rope) {
+    FloatAttr base = builder.getF64FloatAttr(model.rotaryBase);
+    q = mt::RopeOp::create(builder, loc, typeOf(q), q, base, IntegerAttr());
+    k = mt::RopeOp::create(builder, loc, typeOf(k), k, base, IntegerAttr());
+  }
+  double attentionDropout = training ? model.attentionDropout : 0.0;
+  RankedTensorType type = check(mt::inferAttentionType(
+      typeOf(q), typeOf(k), typeOf(v), /*causal=*/true, emitter()));
+  Value context = mt::AttentionOp::create(
+      builder, loc, type, q, k, v, /*causal=*/builder.getUnitAttr(),
+      /*scale=*/FloatAttr(),
+      builder.getF64FloatAttr(attentionDropout),
+      builder.getI64IntegerAttr(attentionDropout > 0.0 ? nextSeed++ : 0));
+  context = reshape(context, {batch, seq, heads * headDim});
+  StringRef out = naming.gpt2 ? "attn.c_proj" : "self_attn.o_proj";
+  return linear(context, naming.layer(layer, (out + ".weight").str()),
+                naming.layer(layer, (out + ".bias").str()), transposeWeight);
+}
+
+Value ModelBuilder::mlp(Value x, int64_t layer) {
+  const bool swiglu = model.activation == Activation::Swiglu;
+  const bool transposeWeight = !naming.gpt2;
+  auto project = [&](StringRef leaf, Value input) {
+    return linear(input, naming.layer(layer, ("mlp." + leaf + ".weight").str()),
+                  naming.layer(layer, ("mlp." + leaf + ".bias").str()),
+                  transposeWeight);
+  };
+  Value hidden;
+  if (swiglu) {
+    Value gate, up;
+    if (naming.gpt2) {
+      // A fused c_fc yields [gate | up], as Megatron-LM's fused fc1.
+      Value fused = project("c_fc", x);
+      ArrayRef<int64_t> shape = typeOf(fused).getShape();
+      auto half = RankedTensorType::get(
+          {shape[0], shape[1], shape[2] / 2}, builder.getF32Type());
+      auto split = mt::SplitOp::create(builder, loc, TypeRange{half, half},
+                                       fused, builder.getI64IntegerAttr(2));
+      gate = split.getResult(0), up = split.getResult(1);
+    } else {
+      gate = project("gate_proj", x), up = project("up_proj", x);
+    }
+    hidden = mt::SwigluOp::create(builder, loc, typeOf(gate), gate, up);
+  } else {
+    Value up = project(naming.gpt2 ? "c_fc" : "up_proj", x);
+    auto approximate = model.openaiGelu ? mt::GeluApproximation::Tanh
+                                        : mt::GeluApproximation::Erf;
+    hidden = mt::GeluOp::create(
+        builder, loc, typeOf(up), up,
+        mt::GeluApproximationAttr::get(builder.getContext(), approximate));
+  }
+  return project(naming.gpt2 ? "c_proj" : "down_proj", hidden);
+}
+
+void ModelBuilder::buildStep(StringRef name, bool isTraining) {
+  training = isTraining;
+  nextSeed = 0;
+  const int64_t batch =
+      config.batch.microBatchSize * config.parallel.dataParallelSize;
+  const int64_t seq = model.seqLength;
+  auto tokensType = RankedTensorType::get({batch, seq}, builder.getI32Type());
+  auto lossType = RankedTensorType::get({}, builder.getF32Type());
+  auto function = func::FuncOp::create(
+      builder, loc, name,
+      builder.getFunctionType({tokensType, tokensType}, {lossType}));
+  function.setArgAttr(0, "mt.name", builder.getStringAttr("tokens"));
+  function.setArgAttr(1, "mt.name", builder.getStringAttr("labels"));
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(function.addEntryBlock());
+  Value tokens = function.getArgument(0), labels = function.getArgument(1);
+
+  StringRef embeddingTable =
+      naming.gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  Value table = get(embeddingTable);
+  Value h = mt::EmbeddingOp::create(
+      builder, loc,
+      check(mt::inferEmbeddingType(typeOf(table), tokensType, emitter())),
+      table, tokens);
+  if (naming.gpt2) {
+    Value positions = mt::PositionIdsOp::create(builder, loc, tokensType);
+    Value wpe = get("transformer.wpe.weight");
+    Value p = mt::EmbeddingOp::create(builder, loc, typeOf(h), wpe, positions);
+    h = mt::AddOp::create(builder, loc, typeOf(h), h, p);
+  }
+  h = dropout(h, model.hiddenDropout);
+
+  for (int64_t i = 0; i < model.numLayers; ++i) {
+    StringRef norm1 = naming.gpt2 ? "ln_1" : "input_layernorm";
+    StringRef norm2 = naming.gpt2 ? "ln_2" : "post_attention_layernorm";
+    Value x = norm(h, naming.layer(i, (norm1 + ".weight").str()),
+                   naming.layer(i, (norm1 + ".bias").str()));
+    h = mt::AddOp::create(builder, loc, typeOf(h), h,
+                          dropout(attention(x, i), model.hiddenDropout));
+    x = norm(h, naming.layer(i, (norm2 + ".weight").str()),
+             naming.layer(i, (norm2 + ".bias").str()));
+    h = mt::AddOp::create(builder, loc, typeOf(h), h,
+                          dropout(mlp(x, i), model.hiddenDropout));
+  }
+  StringRef finalNorm = naming.gpt2 ? "transformer.ln_f" : "model.norm";
+  h = norm(h, (finalNorm + ".weight").str(), (finalNorm + ".bias").str());
+
+  // The output layer reads the vocabulary x hidden table, transposed.
+  StringRef output = model.untieEmbeddingsAndOutputWeights ? "lm_head.weight"
+                                                           : embeddingTable;
+  Value outputWeight = get(output);
+  Value logits = mt::LinearOp::create(
+      builder, loc,
+      check(mt::inferLinearType(typeOf(h), typeOf(outputWeight),
+                                RankedTensorType(), true, emitter())),
+      h, outputWeight, Value(), /*transpose_weight=*/true);
+  Value loss = mt::CrossEntropyOp::create(
+      builder, loc, lossType, logits, labels,
+      mt::LossReductionAttr::get(builder.getContext(), mt::LossReduction::Mean),
+      builder.getI64IntegerAttr(-100));
+  func::ReturnOp::create(builder, loc, loss);
+}
+
+OwningOpRef<ModuleOp> ModelBuilder::build() {
+  OwningOpRef<ModuleOp> owned = ModuleOp::create(loc, model.name);
+  module = *owned;
+  builder.setInsertionPointToEnd(module.getBody());
+  declareParameters();
+  buildStep("train_step", /*training=*/true);
+  buildStep("eval_step", /*training=*/false);
+  return owned;
+}
+
+OwningOpRef<ModuleOp> megatron::buildModelModule(MLIRContext &context,
+                                                 const CompileConfig &config) {
+  context.loadDialect<mt::MtDialect, func::FuncDialect>();
+  return ModelBuilder(context, config).build();
+}

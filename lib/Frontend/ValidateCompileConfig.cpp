@@ -1,0 +1,587 @@
+//===- ValidateCompileConfig.cpp - Megatron-LM's checks on a configuration ===//
+//
+// The checks Megatron-LM's argument validation and TransformerConfig make,
+// run once after the file and the command-line overrides are merged. Each
+// error points at where the offending key was set, names the values and the
+// limit, and says what would fix it (for sizes that must divide, it lists the
+// values that do).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ConfigKeys.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+using namespace llvm;
+using namespace megatron;
+using namespace megatron::config;
+
+namespace {
+
+/// Divisor lists stay short and cheap even for absurd sizes: nobody runs
+/// more than this many tensor-parallel ranks or pipeline stages.
+constexpr int64_t kMaxListedDivisor = 4096;
+
+std::string show(int64_t value) { return std::to_string(value); }
+
+std::string show(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", value);
+  return buffer;
+}
+
+/// "1, 2, 3 or 6".
+std::string orList(ArrayRef<int64_t> values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i)
+      out += i + 1 == values.size() ? " or " : ", ";
+    out += show(values[i]);
+  }
+  return out;
+}
+
+SmallVector<int64_t> divisorsOf(int64_t n, int64_t from = 1) {
+  SmallVector<int64_t> result;
+  for (int64_t d = from; d <= n && d <= kMaxListedDivisor; ++d)
+    if (n % d == 0)
+      result.push_back(d);
+  return result;
+}
+
+class Validator {
+public:
+  explicit Validator(const CompileConfig &config)
+      : c(config), m(config.model), p(config.parallel) {}
+
+  Error run();
+
+private:
+  /// An error located where one of `keys` was set: a command-line override
+  /// if any, else the first set in the file; the file itself when none was.
+  Error fail(std::initializer_list<StringRef> keys, const Twine &message) const;
+
+  Error checkRanges();
+  Error checkOverflow();
+  Error checkModelShape();
+  Error checkTensorParallel();
+  Error checkPipeline();
+  Error checkBatch();
+  Error checkRecompute();
+
+  /// a * b, or an error naming `what` and the keys to reduce.
+  Error multiply(int64_t a, int64_t b, int64_t &out, StringRef what,
+                 std::initializer_list<StringRef> keys) const;
+  Error add(int64_t a, int64_t b, int64_t &out, StringRef what,
+            std::initializer_list<StringRef> keys) const;
+
+  /// The most layers any pipeline stage holds.
+  int64_t maxLayersPerStage() const;
+
+  const CompileConfig &c;
+  const ModelConfig &m;
+  const ParallelConfig &p;
+  /// ffn_hidden_size with its default applied, once known not to overflow.
+  int64_t ffn = 0;
+};
+
+} // namespace
+
+Error Validator::fail(std::initializer_list<StringRef> keys,
+                      const Twine &message) const {
+  // An override is the likelier culprit: the file alone was presumably
+  // consistent. Otherwise the first key, in the order given, set anywhere.
+  std::string where = c.sourcePath;
+  bool found = false;
+  for (bool commandLineOnly : {true, false}) {
+    for (StringRef key : keys) {
+      auto it = c.keyOrigins.find(key);
+      if (found || it == c.keyOrigins.end() ||
+          (commandLineOnly && !StringRef(it->second).starts_with("command")))
+        continue;
+      where = it->second;
+      found = true;
+    }
+  }
+  std::string text = message.str();
+  return createStringError(inconvertibleErrorCode(),
+                           where.empty() ? text : where + ": " + text);
+}
+
+Error Validator::multiply(int64_t a, int64_t b, int64_t &out, StringRef what,
+                          std::initializer_list<StringRef> keys) const {
+  if (!MulOverflow(a, b, out))
+    return Error::success();
+  std::string names;
+  for (StringRef key : keys)
+    names += (names.empty() ? "" : ", ") + key.str();
+  return fail(keys, what + ": " + show(a) + " * " + show(b) +
+                        " does not fit in a 64-bit integer; the sizes are "
+                        "too large to compile: reduce " +
+                        names);
+}
+
+Error Validator::add(int64_t a, int64_t b, int64_t &out, StringRef what,
+                     std::initializer_list<StringRef> keys) const {
+  if (!AddOverflow(a, b, out))
+    return Error::success();
+  std::string names;
+  for (StringRef key : keys)
+    names += (names.empty() ? "" : ", ") + key.str();
+  return fail(keys, what + ": " + show(a) + " + " + show(b) +
+                        " does not fit in a 64-bit integer; the sizes are "
+                        "too large to compile: reduce " +
+                        names);
+}
+
+Error Validator::checkRanges() {
+  struct Size {
+    StringRef key;
+    int64_t value;
+    bool required; // else 0 means "derive it"
+  };
+  const Size sizes[] = {
+      {"num_layers", m.numLayers, true},
+      {"hidden_size", m.hiddenSize, true},
+      {"num_attention_heads", m.numAttentionHeads, true},
+      {"seq_length", m.seqLength, true},
+      {"vocab_size", m.vocabSize, true},
+      {"make_vocab_size_divisible_by", m.makeVocabSizeDivisibleBy, true},
+      {"num_query_groups", m.numQueryGroups, false},
+      {"ffn_hidden_size", m.ffnHiddenSize, false},
+      {"max_position_embeddings", m.maxPositionEmbeddings, false},
+      {"tensor_model_parallel_size", p.tensorModelParallelSize, true},
+      {"pipeline_model_parallel_size", p.pipelineModelParallelSize, true},
+      {"virtual_pipeline_model_parallel_size",
+       p.virtualPipelineModelParallelSize, false},
+      {"decoder_first_pipeline_num_layers", p.decoderFirstPipelineNumLayers,
+       false},
+      {"decoder_last_pipeline_num_layers", p.decoderLastPipelineNumLayers,
+       false},
+      {"data_parallel_size", p.dataParallelSize, true},
+      {"micro_batch_size", c.batch.microBatchSize, true},
+      {"global_batch_size", c.batch.globalBatchSize, false},
+  };
+  for (const Size &size : sizes) {
+    if (size.required && size.value == 0)
+      return fail({size.key}, size.key + " is not set; add '" + size.key +
+                                  ": N' to the model file or pass " +
+                                  flagName(size.key) + " N");
+    if (size.value < 0 || (size.required && size.value == 0))
+      return fail({size.key}, size.key + " must be a positive integer, got " +
+                                  show(size.value));
+  }
+
+  struct Real {
+    StringRef key;
+    double value;
+    bool probability; // in [0, 1); else positive
+  };
+  const Real reals[] = {
+      {"norm_epsilon", m.normEpsilon, false},
+      {"init_method_std", m.initMethodStd, false},
+      {"rotary_base", m.rotaryBase, false},
+      {"hidden_dropout", m.hiddenDropout, true},
+      {"attention_dropout", m.attentionDropout, true},
+  };
+  for (const Real &real : reals) {
+    bool ok =
+        std::isfinite(real.value) &&
+        (real.probability ? real.value >= 0 && real.value < 1 : real.value > 0);
+    if (!ok)
+      return fail({real.key}, real.key + " must be " +
+                                  (real.probability ? "a probability in [0, 1)"
+                                                    : "a positive number") +
+                                  ", got " + show(real.value));
+  }
+
+  if (c.recompute.method != "uniform" && c.recompute.method != "block")
+    return fail({"recompute_method"}, "recompute_method must be uniform or "
+                                      "block, got '" +
+                                          c.recompute.method + "'");
+  if (c.recompute.granularity == RecomputeGranularity::Full &&
+      c.recompute.numLayers <= 0)
+    return fail({"recompute_num_layers"},
+                "recompute_num_layers must be a positive integer, got " +
+                    show(c.recompute.numLayers));
+  return Error::success();
+}
+
+Error Validator::checkOverflow() {
+  // Later stages multiply these sizes freely; find the products that cannot
+  // be represented here, once, with the keys to blame.
+  ffn = m.ffnHiddenSize;
+  if (!ffn)
+    if (Error err = multiply(4, m.hiddenSize, ffn,
+                             "the default ffn_hidden_size 4 * hidden_size",
+                             {"hidden_size"}))
+      return err;
+
+  int64_t multiple, padded, world, ranks, tokens, activations, scores;
+  if (Error err = multiply(
+          m.makeVocabSizeDivisibleBy, p.tensorModelParallelSize, multiple,
+          "the vocabulary padding multiple",
+          {"make_vocab_size_divisible_by", "tensor_model_parallel_size"}))
+    return err;
+  if (Error err =
+          add(m.vocabSize, multiple - 1, padded, "the padded vocabulary",
+              {"vocab_size", "make_vocab_size_divisible_by"}))
+    return err;
+  padded = padded / multiple * multiple;
+  if (Error err = multiply(
+          p.tensorModelParallelSize, p.pipelineModelParallelSize, ranks,
+          "the world size",
+          {"tensor_model_parallel_size", "pipeline_model_parallel_size"}))
+    return err;
+  if (Error err = multiply(ranks, p.dataParallelSize, world, "the world size",
+                           {"data_parallel_size"}))
+    return err;
+  if (Error err = multiply(c.batch.microBatchSize, p.dataParallelSize, ranks,
+                           "micro_batch_size * data_parallel_size",
+                           {"micro_batch_size", "data_parallel_size"}))
+    return err;
+  if (Error err = multiply(c.batch.microBatchSize, m.seqLength, tokens,
+                           "the tokens of one micro-batch",
+                           {"micro_batch_size", "seq_length"}))
+    return err;
+  if (Error err = multiply(tokens, m.hiddenSize, activations,
+                           "the activations of one micro-batch",
+                           {"micro_batch_size", "seq_length", "hidden_size"}))
+    return err;
+  if (Error err =
+          multiply(tokens, m.numAttentionHeads, scores,
+                   "the attention scores of one micro-batch",
+                   {"micro_batch_size", "seq_length", "num_attention_heads"}))
+    return err;
+  if (Error err = multiply(scores, m.seqLength, scores,
+                           "the attention scores of one micro-batch",
+                           {"seq_length", "micro_batch_size"}))
+    return err;
+
+  // The parameter count, roughly as the IR will hold it.
+  std::initializer_list<StringRef> sizeKeys = {"hidden_size", "num_layers",
+                                               "ffn_hidden_size", "vocab_size"};
+  StringRef what = "the parameter count";
+  int64_t kvWidth, attnWidth, queryWidth, attention, mlp, layer, total,
+      embedding, positions;
+  if (Error err = multiply(m.queryGroups(), m.hiddenSize / m.numAttentionHeads,
+                           kvWidth, what, {"num_query_groups", "hidden_size"}))
+    return err;
+  if (Error err = multiply(2, kvWidth, attnWidth, what, sizeKeys))
+    return err;
+  if (Error err = multiply(2, m.hiddenSize, queryWidth, what, sizeKeys))
+    return err;
+  if (Error err = add(attnWidth, queryWidth, attnWidth, what, sizeKeys))
+    return err;
+  if (Error err = multiply(attnWidth, m.hiddenSize, attention, what, sizeKeys))
+    return err;
+  if (Error err = multiply(ffn, m.activation == Activation::Swiglu ? 3 : 2, mlp,
+                           what, sizeKeys))
+    return err;
+  if (Error err = multiply(mlp, m.hiddenSize, mlp, what, sizeKeys))
+    return err;
+  if (Error err = add(attention, mlp, layer, what, sizeKeys))
+    return err;
+  if (Error err = multiply(layer, m.numLayers, total, what, sizeKeys))
+    return err;
+  if (Error err = multiply(padded, m.hiddenSize, embedding, what, sizeKeys))
+    return err;
+  if (m.untieEmbeddingsAndOutputWeights)
+    if (Error err = multiply(embedding, 2, embedding, what, sizeKeys))
+      return err;
+  if (Error err = multiply(m.maxPositions(), m.hiddenSize, positions, what,
+                           {"max_position_embeddings", "hidden_size"}))
+    return err;
+  if (Error err = add(total, embedding, total, what, sizeKeys))
+    return err;
+  if (Error err = add(total, positions, total, what, sizeKeys))
+    return err;
+  return Error::success();
+}
+
+Error Validator::checkModelShape() {
+  int64_t hidden = m.hiddenSize, heads = m.numAttentionHeads;
+  if (hidden % heads != 0) {
+    int64_t below = hidden / heads * heads;
+    return fail({"hidden_size", "num_attention_heads"},
+                "hidden_size " + show(hidden) +
+                    " is not divisible by num_attention_heads " + show(heads) +
+                    ": every head gets hidden_size / num_attention_heads "
+                    "channels; use a hidden_size that is a multiple of " +
+                    show(heads) + " (such as " +
+                    (below > 0 ? show(below) + " or " : std::string()) +
+                    show(below + heads) +
+                    ") or a num_attention_heads that divides it (" +
+                    orList(divisorsOf(hidden)) + ")");
+  }
+  int64_t groups = m.queryGroups();
+  if (heads % groups != 0)
+    return fail({"num_query_groups", "num_attention_heads"},
+                "num_attention_heads " + show(heads) +
+                    " is not divisible by num_query_groups " + show(groups) +
+                    ": every key/value head is shared by the same number of "
+                    "query heads; use a num_query_groups that divides " +
+                    show(heads) + " (" + orList(divisorsOf(heads)) + ")");
+  if (m.positionEmbeddingType == PositionEmbedding::Rope &&
+      m.headDim() % 2 != 0)
+    return fail(
+        {"position_embedding_type", "hidden_size", "num_attention_heads"},
+        "position_embedding_type rope rotates pairs of channels, but "
+        "the head dimension hidden_size / num_attention_heads = " +
+            show(hidden) + " / " + show(heads) + " = " + show(m.headDim()) +
+            " is odd; choose hidden_size and num_attention_heads so "
+            "that it is even, or use learned_absolute positions");
+  if (m.positionEmbeddingType == PositionEmbedding::LearnedAbsolute &&
+      m.seqLength > m.maxPositions())
+    return fail({"seq_length", "max_position_embeddings"},
+                "seq_length " + show(m.seqLength) +
+                    " exceeds max_position_embeddings " +
+                    show(m.maxPositions()) +
+                    ": learned absolute position embeddings have one row per "
+                    "position; raise max_position_embeddings to at least " +
+                    show(m.seqLength) + " or lower seq_length");
+  if (m.activation == Activation::Swiglu && m.openaiGelu)
+    return fail({"openai_gelu", "activation", "swiglu"},
+                "openai_gelu selects the tanh form of GeLU, but activation is "
+                "swiglu, which uses SiLU; remove openai_gelu or use "
+                "activation gelu");
+  return Error::success();
+}
+
+Error Validator::checkTensorParallel() {
+  int64_t tp = p.tensorModelParallelSize;
+  int64_t heads = m.numAttentionHeads, groups = m.queryGroups();
+  if (p.sequenceParallel && tp == 1)
+    return fail({"sequence_parallel", "tensor_model_parallel_size"},
+                "sequence_parallel needs tensor_model_parallel_size > 1: it "
+                "splits the sequence across the tensor-parallel ranks, and "
+                "there is only 1 (Megatron-LM silently turns it off here; "
+                "this compiler does not guess); remove sequence_parallel or "
+                "set tensor_model_parallel_size to 2 or more");
+
+  // The sizes a tensor-parallel rank must hold whole pieces of: heads, key/
+  // value heads, MLP columns and, under sequence parallelism, tokens.
+  int64_t common = std::gcd(std::gcd(heads, groups), ffn);
+  if (p.sequenceParallel)
+    common = std::gcd(common, m.seqLength);
+  std::string fitting =
+      orList(divisorsOf(common, /*from=*/p.sequenceParallel ? 2 : 1));
+  // Said after "; " (fix) or appended to another remedy (orFix).
+  std::string fix, orFix;
+  if (fitting.empty()) {
+    fix = "no tensor_model_parallel_size above 1 divides this model's heads, "
+          "query groups, MLP width and sequence length";
+  } else {
+    fix = "tensor_model_parallel_size values that fit this model: " + fitting;
+    orFix = ", or one of the " + fix;
+  }
+  StringRef tpKey = "tensor_model_parallel_size";
+
+  if (heads % tp != 0)
+    return fail({tpKey, "num_attention_heads"},
+                "num_attention_heads " + show(heads) +
+                    " is not divisible by tensor_model_parallel_size " +
+                    show(tp) +
+                    ": every tensor-parallel rank computes whole attention "
+                    "heads; " +
+                    fix);
+  if (groups % tp != 0)
+    return fail({tpKey, "num_query_groups"},
+                "num_query_groups " + show(groups) +
+                    " is not divisible by tensor_model_parallel_size " +
+                    show(tp) +
+                    ": every tensor-parallel rank holds whole key/value "
+                    "heads; " +
+                    fix);
+  if (ffn % tp != 0)
+    return fail({tpKey, "ffn_hidden_size", "hidden_size"},
+                "ffn_hidden_size " + show(ffn) +
+                    " is not divisible by tensor_model_parallel_size " +
+                    show(tp) +
+                    ": the MLP's column-parallel weight is split by columns "
+                    "across the ranks; use an ffn_hidden_size that is a "
+                    "multiple of " +
+                    show(tp) + orFix);
+  if (p.sequenceParallel && m.seqLength % tp != 0)
+    return fail({tpKey, "seq_length", "sequence_parallel"},
+                "seq_length " + show(m.seqLength) +
+                    " is not divisible by tensor_model_parallel_size " +
+                    show(tp) +
+                    ": sequence_parallel splits every sequence across the "
+                    "tensor-parallel ranks; use a seq_length that is a "
+                    "multiple of " +
+                    show(tp) + orFix);
+  return Error::success();
+}
+
+int64_t Validator::maxLayersPerStage() const {
+  int64_t most = 0;
+  for (int64_t stage = 0; stage < p.pipelineModelParallelSize; ++stage) {
+    most = std::max(most, c.pipelineStageNumLayers(stage));
+    // Middle stages are alike; the first two and the last tell everything.
+    if (stage == 1 && p.pipelineModelParallelSize > 3)
+      stage = p.pipelineModelParallelSize - 2;
+  }
+  return most;
+}
+
+Error Validator::checkPipeline() {
+  int64_t layers = m.numLayers, pp = p.pipelineModelParallelSize;
+  int64_t vpp = p.virtualPipelineModelParallelSize;
+  int64_t first = p.decoderFirstPipelineNumLayers;
+  int64_t last = p.decoderLastPipelineNumLayers;
+  StringRef vppKey = "virtual_pipeline_model_parallel_size";
+  StringRef ppKey = "pipeline_model_parallel_size";
+  StringRef firstKey = "decoder_first_pipeline_num_layers";
+  StringRef lastKey = "decoder_last_pipeline_num_layers";
+
+  if (vpp > 1 && pp == 1)
+    return fail({vppKey, ppKey},
+                "virtual_pipeline_model_parallel_size " + show(vpp) +
+                    " needs pipeline_model_parallel_size > 1: interleaving "
+                    "splits each pipeline rank's layers into virtual stages; "
+                    "set pipeline_model_parallel_size to 2 or more, or "
+                    "remove virtual_pipeline_model_parallel_size");
+
+  if (first || last) {
+    StringRef setKey = first ? firstKey : lastKey;
+    if (pp == 1)
+      return fail({setKey, ppKey},
+                  setKey + " sets the layers of one pipeline stage, but "
+                           "pipeline_model_parallel_size is 1; remove it or "
+                           "set pipeline_model_parallel_size to 2 or more");
+    if (vpp > 1)
+      return fail({setKey, vppKey},
+                  setKey +
+                      " cannot be combined with "
+                      "virtual_pipeline_model_parallel_size " +
+                      show(vpp) +
+                      ": the interleaved schedule gives every virtual stage "
+                      "the same number of layers; remove one of them");
+    int64_t ends = 0;
+    int64_t others = pp - (first ? 1 : 0) - (last ? 1 : 0);
+    std::string split;
+    if (first)
+      split = firstKey.str() + " " + show(first);
+    if (first && last)
+      split += " and ";
+    if (last)
+      split += lastKey.str() + " " + show(last);
+    if (AddOverflow(first, last, ends) || ends > layers ||
+        (others == 0 && ends != layers))
+      return fail({setKey, "num_layers"},
+                  split + " must add up to " + (others == 0 ? "" : "at most ") +
+                      "num_layers " + show(layers) +
+                      " with pipeline_model_parallel_size " + show(pp));
+    int64_t rest = layers - ends;
+    if (others > 0 && (rest < others || rest % others != 0))
+      return fail({setKey, "num_layers", ppKey},
+                  "after " + split + ", " + show(rest) + " of num_layers " +
+                      show(layers) + " remain for the other " + show(others) +
+                      " pipeline stages, which need the same positive number "
+                      "of layers each; choose the split so that num_layers "
+                      "minus the explicit layers is a positive multiple of " +
+                      show(others));
+    return Error::success();
+  }
+
+  if (layers % pp != 0)
+    return fail({ppKey, "num_layers"},
+                "num_layers " + show(layers) +
+                    " is not divisible by pipeline_model_parallel_size " +
+                    show(pp) +
+                    ": every pipeline stage gets the same number of layers; "
+                    "use a pipeline_model_parallel_size that divides " +
+                    show(layers) + " (" + orList(divisorsOf(layers)) +
+                    "), or split unevenly with "
+                    "decoder_first_pipeline_num_layers and "
+                    "decoder_last_pipeline_num_layers");
+  int64_t perStage = layers / pp;
+  if (vpp > 1 && perStage % vpp != 0)
+    return fail({vppKey, ppKey, "num_layers"},
+                "num_layers " + show(layers) +
+                    " is not divisible by pipeline_model_parallel_size " +
+                    show(pp) + " times virtual_pipeline_model_parallel_size " +
+                    show(vpp) +
+                    ": every virtual stage gets the same number of layers; "
+                    "use a virtual_pipeline_model_parallel_size that divides "
+                    "the " +
+                    show(perStage) + " layers per pipeline stage (" +
+                    orList(divisorsOf(perStage)) + ")");
+  return Error::success();
+}
+
+Error Validator::checkBatch() {
+  int64_t micro = c.batch.microBatchSize, dp = p.dataParallelSize;
+  int64_t step = micro * dp; // checkOverflow proved this fits
+  int64_t global = c.globalBatchSize();
+  if (global % step == 0)
+    return Error::success();
+  int64_t below = global / step * step;
+  int64_t above;
+  std::string examples = below > 0 ? show(below) : std::string();
+  if (!AddOverflow(below, step, above))
+    examples += (examples.empty() ? "" : " or ") + show(above);
+  return fail({"global_batch_size", "micro_batch_size", "data_parallel_size"},
+              "global_batch_size " + show(global) +
+                  " is not divisible by micro_batch_size " + show(micro) +
+                  " times data_parallel_size " + show(dp) +
+                  " (= " + show(step) +
+                  "): every data-parallel rank runs whole micro-batches; use "
+                  "a global_batch_size that is a multiple of " +
+                  show(step) + " (such as " + examples + ")");
+}
+
+Error Validator::checkRecompute() {
+  const RecomputeConfig &r = c.recompute;
+  if (r.granularity == RecomputeGranularity::Selective) {
+    // Megatron-LM rejects these too: selective recomputation always covers
+    // the attention core of every layer.
+    for (StringRef key : {"recompute_method", "recompute_num_layers"})
+      if (c.keyOrigins.count(key))
+        return fail({key}, key +
+                               " applies to recompute_granularity full, "
+                               "not selective (selective recomputation "
+                               "covers every layer's attention core); "
+                               "remove " +
+                               key + " or use recompute_granularity full");
+    return Error::success();
+  }
+  if (r.granularity != RecomputeGranularity::Full)
+    return Error::success();
+  int64_t perStage = maxLayersPerStage();
+  if (r.numLayers < 1 || r.numLayers > perStage)
+    return fail({"recompute_num_layers", "pipeline_model_parallel_size"},
+                "recompute_num_layers " + show(r.numLayers) +
+                    " must be between 1 and the " + show(perStage) +
+                    " layers per pipeline stage (num_layers " +
+                    show(m.numLayers) + ", pipeline_model_parallel_size " +
+                    show(p.pipelineModelParallelSize) +
+                    ") under recompute_granularity full");
+  return Error::success();
+}
+
+Error Validator::run() {
+  if (Error err = checkRanges())
+    return err;
+  if (Error err = checkOverflow())
+    return err;
+  if (Error err = checkModelShape())
+    return err;
+  if (Error err = checkTensorParallel())
+    return err;
+  if (Error err = checkPipeline())
+    return err;
+  if (Error err = checkBatch())
+    return err;
+  return checkRecompute();
+}
+
+Error megatron::validateCompileConfig(const CompileConfig &config) {
+  return Validator(config).run();
+}
