@@ -2,6 +2,8 @@
 
 #include "megatron/InitAll.h"
 
+#include "megatron/Pipelines/Pipelines.h"
+
 #include "mt/IR/MtDialect.h"
 #include "mt/Transforms/Passes.h"
 
@@ -44,4 +46,5 @@ void megatron::registerAllPasses() {
   mlir::registerLinalgPasses();
   mlir::registerSCFPasses();
   mlir::registerTransformsPasses();
+  megatron::registerPipelines();
 }

@@ -13,8 +13,8 @@ namespace megatron {
 /// (shard, func, arith, tensor, linalg, scf) and their interface models.
 void registerAllDialects(mlir::DialectRegistry &registry);
 
-/// Registers the project's passes and those of the upstream dialects above,
-/// plus the generic transforms (canonicalize, cse, ...).
+/// Registers the project's passes and pipelines, those of the upstream
+/// dialects above, and the generic transforms (canonicalize, cse, ...).
 void registerAllPasses();
 
 } // namespace megatron

@@ -43,7 +43,9 @@ private:
   void declare(StringRef name, ArrayRef<int64_t> shape, mt::InitMethod init,
                double std = 0.0);
   void declareParameters();
-  void buildStep(StringRef name, bool training);
+  /// What a step function computes from its token batch.
+  enum class StepKind { Train, Eval, Predict };
+  void buildStep(StringRef name, StepKind kind);
 
   Value get(StringRef name);
   Value getIf(bool present, StringRef name) { return present ? get(name) : Value(); }
@@ -286,22 +288,29 @@ Value ModelBuilder::mlp(Value x, int64_t layer) {
   return project(naming.gpt2 ? "c_proj" : "down_proj", hidden);
 }
 
-void ModelBuilder::buildStep(StringRef name, bool isTraining) {
-  training = isTraining;
+void ModelBuilder::buildStep(StringRef name, StepKind kind) {
+  training = kind == StepKind::Train;
   nextSeed = 0;
   const int64_t batch =
       config.batch.microBatchSize * config.parallel.dataParallelSize;
   const int64_t seq = model.seqLength;
   auto tokensType = RankedTensorType::get({batch, seq}, builder.getI32Type());
   auto lossType = RankedTensorType::get({}, builder.getF32Type());
+  auto logitsType = RankedTensorType::get(
+      {batch, seq, config.paddedVocabSize()}, builder.getF32Type());
+  bool predict = kind == StepKind::Predict;
+  SmallVector<Type> inputs = {tokensType};
+  if (!predict)
+    inputs.push_back(tokensType);
   auto function = func::FuncOp::create(
       builder, loc, name,
-      builder.getFunctionType({tokensType, tokensType}, {lossType}));
+      builder.getFunctionType(inputs, {predict ? logitsType : lossType}));
   function.setArgAttr(0, "mt.name", builder.getStringAttr("tokens"));
-  function.setArgAttr(1, "mt.name", builder.getStringAttr("labels"));
+  if (!predict)
+    function.setArgAttr(1, "mt.name", builder.getStringAttr("labels"));
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToStart(function.addEntryBlock());
-  Value tokens = function.getArgument(0), labels = function.getArgument(1);
+  Value tokens = function.getArgument(0);
 
   StringRef embeddingTable =
       naming.gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
@@ -342,8 +351,12 @@ void ModelBuilder::buildStep(StringRef name, bool isTraining) {
       check(mt::inferLinearType(typeOf(h), typeOf(outputWeight),
                                 RankedTensorType(), true, emitter())),
       h, outputWeight, Value(), /*transpose_weight=*/true);
+  if (predict) {
+    func::ReturnOp::create(builder, loc, logits);
+    return;
+  }
   Value loss = mt::CrossEntropyOp::create(
-      builder, loc, lossType, logits, labels,
+      builder, loc, lossType, logits, function.getArgument(1),
       mt::LossReductionAttr::get(builder.getContext(), mt::LossReduction::Mean),
       builder.getI64IntegerAttr(-100));
   func::ReturnOp::create(builder, loc, loss);
@@ -354,8 +367,9 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   module = *owned;
   builder.setInsertionPointToEnd(module.getBody());
   declareParameters();
-  buildStep("train_step", /*training=*/true);
-  buildStep("eval_step", /*training=*/false);
+  buildStep("train_step", StepKind::Train);
+  buildStep("eval_step", StepKind::Eval);
+  buildStep("predict_step", StepKind::Predict);
   return owned;
 }
 

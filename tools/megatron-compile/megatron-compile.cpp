@@ -9,14 +9,19 @@
 #include "megatron/Frontend/CompileConfig.h"
 #include "megatron/Frontend/ModelBuilder.h"
 #include "megatron/InitAll.h"
+#include "megatron/Pipelines/Pipelines.h"
+#include "megatron/Target/Bundle.h"
 #include "mt/Transforms/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
@@ -33,16 +38,21 @@ static cl::OptionCategory modelCategory(
 static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
                                       cl::desc("<model.yaml | config.json>"),
                                       cl::cat(compileCategory));
-static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
-                                       cl::value_desc("file"), cl::init("-"),
-                                       cl::cat(compileCategory));
+static cl::opt<std::string> outputPath(
+    "o",
+    cl::desc("Output file: the training bundle (model.mtb), or where --emit "
+             "and --report print (default: standard output)"),
+    cl::value_desc("file"), cl::cat(compileCategory));
 
-enum class EmitKind { None, Mlir };
+enum class EmitKind { None, Mlir, Plan };
 static cl::opt<EmitKind> emit(
-    "emit", cl::desc("Print a stage of the compilation"),
+    "emit", cl::desc("Print a stage of the compilation instead of a bundle"),
     cl::values(clEnumValN(EmitKind::Mlir, "mlir",
-                          "the model-level (mt) IR: parameters, train_step "
-                          "and eval_step")),
+                          "the model-level (mt) IR: parameters, train_step, "
+                          "eval_step and predict_step"),
+               clEnumValN(EmitKind::Plan, "plan",
+                          "the bundle's manifest (JSON): parameters and each "
+                          "function's instruction stream")),
     cl::init(EmitKind::None), cl::cat(compileCategory));
 
 enum class ReportKind { None, Params };
@@ -83,21 +93,30 @@ int main(int argc, char **argv) {
       "megatron-compile: compiles a model file (YAML, or a Hugging Face "
       "config.json) for training\n");
 
-  if (emit == EmitKind::None && report == ReportKind::None)
-    return fail("nothing to do: give --emit mlir or --report params (writing "
-                "a training bundle is not implemented yet)");
+  bool writesBundle = emit == EmitKind::None && report == ReportKind::None;
+  if (writesBundle && (outputPath.empty() || outputPath == "-"))
+    return fail("give the bundle's file name with -o (e.g. -o model.mtb), or "
+                "print a stage with --emit mlir|plan or --report params");
 
   Expected<CompileConfig> config = loadCompileConfig(inputPath);
   if (!config)
     return fail(toString(config.takeError()));
-  for (auto [key, flag] : llvm::zip(getConfigKeys(), keyFlags)) {
-    if (flag->getNumOccurrences() == 0)
-      continue;
-    if (Error error = applyOverride(*config, key.key, *flag))
-      return fail("--" + flag->ArgStr + ": " + toString(std::move(error)));
-  }
+  // Flags apply in the order given, so of two that set the same thing
+  // (`--swiglu --activation gelu`) the later one wins.
+  std::vector<cl::opt<std::string> *> givenFlags;
+  for (const std::unique_ptr<cl::opt<std::string>> &flag : keyFlags)
+    if (flag->getNumOccurrences())
+      givenFlags.push_back(flag.get());
+  llvm::sort(givenFlags, [](cl::opt<std::string> *a, cl::opt<std::string> *b) {
+    return a->getPosition() < b->getPosition();
+  });
+  // The flag's own spelling makes the library name it in errors.
+  for (cl::opt<std::string> *flag : givenFlags)
+    if (Error error = applyOverride(*config, "--" + flag->ArgStr.str(), *flag))
+      return fail(toString(std::move(error)));
+  // Validation errors already start with the file:line:column or the flag.
   if (Error error = validateCompileConfig(*config))
-    return fail(inputPath + ": " + toString(std::move(error)));
+    return fail(toString(std::move(error)));
 
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
@@ -106,15 +125,41 @@ int main(int argc, char **argv) {
   if (failed(mlir::verify(*module)))
     return fail("internal error: the model-level IR does not verify");
 
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (report == ReportKind::Params)
+    mlir::mt::printParameterTable(*module, os);
+  if (emit == EmitKind::Mlir)
+    module->print(os);
+
+  if (writesBundle || emit == EmitKind::Plan) {
+    mlir::PassManager pm(&context);
+    buildTrainingPipeline(pm, TrainingPipelineOptions());
+    if (failed(pm.run(*module)))
+      return fail("the training pipeline failed (see the diagnostics above)");
+    if (writesBundle) {
+      if (Error error = writeBundle(*module, *config, outputPath))
+        return fail(toString(std::move(error)));
+      return 0;
+    }
+    Expected<std::string> bundle = serializeBundle(*module, *config);
+    if (!bundle)
+      return fail(toString(bundle.takeError()));
+    // The manifest follows the 64-byte header; print it indented.
+    Expected<json::Value> manifest = json::parse(StringRef(*bundle).drop_front(64));
+    if (!manifest)
+      return fail("internal error: " + toString(manifest.takeError()));
+    os << formatv("{0:2}", *manifest) << "\n";
+  }
+
+  // Written only once everything succeeded, so a failure leaves no file.
   std::string errorMessage;
   std::unique_ptr<ToolOutputFile> output =
-      mlir::openOutputFile(outputPath, &errorMessage);
+      mlir::openOutputFile(outputPath.empty() ? std::string("-") : outputPath.getValue(),
+                           &errorMessage);
   if (!output)
     return fail(errorMessage);
-  if (report == ReportKind::Params)
-    mlir::mt::printParameterTable(*module, output->os());
-  if (emit == EmitKind::Mlir)
-    module->print(output->os());
+  output->os() << text;
   output->keep();
   return 0;
 }

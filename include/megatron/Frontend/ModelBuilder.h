@@ -17,10 +17,12 @@ namespace megatron {
 ///
 ///   train_step(tokens, labels: tensor<B x S x i32>) -> tensor<f32>
 ///   eval_step(tokens, labels: tensor<B x S x i32>) -> tensor<f32>
+///   predict_step(tokens: tensor<B x S x i32>) -> tensor<B x S x V x f32>
 ///
 /// computing the mean cross-entropy loss of one micro-batch on every
 /// data-parallel rank (B = micro_batch_size * data_parallel_size, the global
-/// shape that data parallelism later shards); eval_step has no dropout.
+/// shape that data parallelism later shards), or the logits over the padded
+/// vocabulary V; only train_step has dropout.
 /// Shapes are global; values are f32 (precision is chosen when lowering).
 mlir::OwningOpRef<mlir::ModuleOp> buildModelModule(mlir::MLIRContext &context,
                                                    const CompileConfig &config);

@@ -1,0 +1,32 @@
+//===- Bundle.h - Writes a training bundle (docs/BundleFormat.md) -*- C++ -*-===//
+
+#ifndef MEGATRON_TARGET_BUNDLE_H
+#define MEGATRON_TARGET_BUNDLE_H
+
+#include "megatron/Frontend/CompileConfig.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace megatron {
+
+/// The bundle's bytes for a module that went through the training pipeline:
+/// the header, the JSON manifest (model, parameters, one instruction stream
+/// per function) and its SHA-256. Fails, naming the op, on anything the
+/// format cannot express.
+llvm::Expected<std::string> serializeBundle(mlir::ModuleOp module,
+                                            const CompileConfig &config);
+
+/// Writes serializeBundle's bytes to `path` through a temporary file renamed
+/// into place, so a failed write leaves any earlier file untouched.
+llvm::Error writeBundle(mlir::ModuleOp module, const CompileConfig &config,
+                        llvm::StringRef path);
+
+/// The version of docs/BundleFormat.md this writer produces.
+constexpr uint32_t kBundleFormatVersion = 1;
+
+} // namespace megatron
+
+#endif // MEGATRON_TARGET_BUNDLE_H

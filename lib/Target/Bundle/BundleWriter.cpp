@@ -1,0 +1,310 @@
+//===- BundleWriter.cpp - Writes a training bundle (docs/BundleFormat.md) -===//
+
+#include "megatron/Target/Bundle.h"
+
+#include "mt/IR/MtOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace megatron;
+using llvm::json::Array;
+using llvm::json::Object;
+
+static llvm::Error errorAt(Operation *op, const llvm::Twine &message) {
+  std::string location;
+  llvm::raw_string_ostream os(location);
+  op->getLoc().print(os);
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "bundle: '" + op->getName().getStringRef() +
+                                     "' at " + location + ": " + message);
+}
+
+static llvm::Expected<StringRef> dtypeName(Operation *op, Type type) {
+  if (type.isF32())
+    return StringRef("f32");
+  if (type.isF64())
+    return StringRef("f64");
+  if (type.isBF16())
+    return StringRef("bf16");
+  if (type.isF16())
+    return StringRef("f16");
+  if (type.isInteger(32))
+    return StringRef("i32");
+  if (type.isInteger(64))
+    return StringRef("i64");
+  std::string name;
+  llvm::raw_string_ostream(name) << type;
+  return errorAt(op, "element type " + name + " has no bundle dtype");
+}
+
+static StringRef precisionName(Precision precision) {
+  switch (precision) {
+  case Precision::FP32:
+    return "fp32";
+  case Precision::BF16:
+    return "bf16";
+  case Precision::FP16:
+    return "fp16";
+  }
+  llvm_unreachable("unknown precision");
+}
+
+namespace {
+
+/// Writes one function's value table and instruction stream.
+class FunctionWriter {
+public:
+  FunctionWriter(func::FuncOp function,
+                 const llvm::StringMap<int64_t> &parameterIndex)
+      : function(function), parameterIndex(parameterIndex) {}
+
+  llvm::Expected<llvm::json::Value> write();
+
+private:
+  llvm::Error addValue(Value value);
+  llvm::Expected<llvm::json::Value> convertAttribute(Operation *op,
+                                                     Attribute attr);
+  llvm::Expected<Object> writeAttributes(Operation *op);
+
+  func::FuncOp function;
+  const llvm::StringMap<int64_t> &parameterIndex;
+  DenseMap<Value, int64_t> ids;
+  Array values;
+};
+
+} // namespace
+
+llvm::Error FunctionWriter::addValue(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  Operation *owner = value.getDefiningOp() ? value.getDefiningOp()
+                                           : function.getOperation();
+  if (!type || !type.hasStaticShape())
+    return errorAt(owner, "every value needs a static tensor type");
+  llvm::Expected<StringRef> dtype = dtypeName(owner, type.getElementType());
+  if (!dtype)
+    return dtype.takeError();
+  ids[value] = values.size();
+  values.push_back(Object{{"shape", Array(type.getShape())}, {"dtype", *dtype}});
+  return llvm::Error::success();
+}
+
+llvm::Expected<llvm::json::Value>
+FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
+  if (isa<UnitAttr>(attr))
+    return true;
+  if (auto integer = dyn_cast<IntegerAttr>(attr))
+    return integer.getInt();
+  if (auto number = dyn_cast<FloatAttr>(attr))
+    return number.getValueAsDouble();
+  if (auto array = dyn_cast<DenseI64ArrayAttr>(attr))
+    return Array(array.asArrayRef());
+  if (auto symbol = dyn_cast<FlatSymbolRefAttr>(attr)) {
+    auto it = parameterIndex.find(symbol.getValue());
+    if (it == parameterIndex.end())
+      return errorAt(op, "@" + symbol.getValue() + " is not a parameter");
+    return it->second;
+  }
+  std::string text;
+  llvm::raw_string_ostream(text) << attr;
+  return errorAt(op, "attribute " + text + " has no bundle form");
+}
+
+llvm::Expected<Object> FunctionWriter::writeAttributes(Operation *op) {
+  Object attrs;
+  for (NamedAttribute named : op->getAttrDictionary()) {
+    llvm::Expected<llvm::json::Value> value =
+        convertAttribute(op, named.getValue());
+    if (!value)
+      return value.takeError();
+    // Both parameter ops name their parameter by index under one key.
+    StringRef key = isa<mt::GetParameterOp, mt::AccumulateGradientOp>(op)
+                        ? StringRef("parameter")
+                        : named.getName().getValue();
+    attrs[key] = std::move(*value);
+  }
+  // Enums are written by name, and defaulted attributes are written out so
+  // the runtime holds no defaults.
+  llvm::TypeSwitch<Operation *>(op)
+      .Case<mt::GeluOp, mt::GeluGradOp>([&](auto gelu) {
+        attrs["approximate"] =
+            mt::stringifyGeluApproximation(gelu.getApproximate());
+      })
+      .Case<mt::AttentionOp, mt::AttentionGradOp>([&](auto attention) {
+        attrs["dropout_p"] = attention.getDropoutP().convertToDouble();
+        attrs["seed"] = attention.getSeedAttr().getInt();
+      })
+      .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp>([&](auto loss) {
+        attrs["reduction"] = mt::stringifyLossReduction(loss.getReduction());
+        attrs["ignore_index"] = loss.getIgnoreIndexAttr().getInt();
+      });
+  return attrs;
+}
+
+llvm::Expected<llvm::json::Value> FunctionWriter::write() {
+  if (!function.getBody().hasOneBlock())
+    return errorAt(function, "a function written to a bundle has one block");
+  Block &body = function.getBody().front();
+  Array inputs, outputs, instructions;
+  for (BlockArgument argument : body.getArguments()) {
+    if (llvm::Error error = addValue(argument))
+      return std::move(error);
+    inputs.push_back(ids[argument]);
+  }
+
+  // Values that are never freed: inputs, outputs and parameter views.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  DenseSet<Value> kept(body.getArguments().begin(), body.getArguments().end());
+  kept.insert(ret.getOperands().begin(), ret.getOperands().end());
+  // The last instruction that reads each value (its definition if none).
+  DenseMap<Value, Operation *> lastUse;
+  for (Operation &op : body.without_terminator()) {
+    for (Value result : op.getResults())
+      lastUse[result] = &op;
+    for (Value operand : op.getOperands())
+      lastUse[operand] = &op;
+    if (isa<mt::GetParameterOp>(op))
+      kept.insert(op.getResult(0));
+  }
+  DenseMap<Operation *, SmallVector<Value>> freedAt;
+  for (auto [value, op] : lastUse)
+    if (!kept.contains(value))
+      freedAt[op].push_back(value);
+
+  for (Operation &op : body.without_terminator()) {
+    if (op.getDialect() == nullptr ||
+        op.getDialect()->getNamespace() != mt::MtDialect::getDialectNamespace())
+      return errorAt(&op, "only mt ops can be written to a bundle; lower or "
+                          "remove this op first");
+    Object instruction{{"op", op.getName().stripDialect()}};
+    Array operands, results, freed;
+    for (Value operand : op.getOperands())
+      operands.push_back(ids.lookup(operand));
+    for (Value result : op.getResults()) {
+      if (llvm::Error error = addValue(result))
+        return std::move(error);
+      results.push_back(ids[result]);
+    }
+    llvm::Expected<Object> attrs = writeAttributes(&op);
+    if (!attrs)
+      return attrs.takeError();
+    SmallVector<int64_t> freedIds = llvm::map_to_vector(
+        freedAt.lookup(&op), [&](Value value) { return ids.lookup(value); });
+    llvm::sort(freedIds);
+    if (!operands.empty())
+      instruction["operands"] = std::move(operands);
+    if (!results.empty())
+      instruction["results"] = std::move(results);
+    if (!attrs->empty())
+      instruction["attrs"] = std::move(*attrs);
+    if (!freedIds.empty())
+      instruction["free"] = Array(freedIds);
+    instructions.push_back(std::move(instruction));
+  }
+  for (Value output : ret.getOperands())
+    outputs.push_back(ids.lookup(output));
+  return Object{{"name", function.getSymName()},
+                {"inputs", std::move(inputs)},
+                {"outputs", std::move(outputs)},
+                {"values", std::move(values)},
+                {"instructions", std::move(instructions)}};
+}
+
+static Object writeModel(const CompileConfig &config) {
+  const ModelConfig &model = config.model;
+  return Object{
+      {"name", model.name},
+      {"num_layers", model.numLayers},
+      {"hidden_size", model.hiddenSize},
+      {"num_attention_heads", model.numAttentionHeads},
+      {"num_query_groups", model.queryGroups()},
+      {"ffn_hidden_size", model.ffnSize()},
+      {"seq_length", model.seqLength},
+      {"vocab_size", model.vocabSize},
+      {"padded_vocab_size", config.paddedVocabSize()},
+      {"micro_batch_size", config.batch.microBatchSize},
+      {"global_batch_size", config.globalBatchSize()},
+      {"tensor_model_parallel_size", config.parallel.tensorModelParallelSize},
+      {"pipeline_model_parallel_size",
+       config.parallel.pipelineModelParallelSize},
+      {"data_parallel_size", config.parallel.dataParallelSize},
+      {"precision", precisionName(config.precision)},
+  };
+}
+
+llvm::Expected<std::string>
+megatron::serializeBundle(ModuleOp module, const CompileConfig &config) {
+  Array parameters;
+  llvm::StringMap<int64_t> parameterIndex;
+  for (auto parameter : module.getOps<mt::ParameterOp>()) {
+    RankedTensorType type = parameter.getTensorType();
+    llvm::Expected<StringRef> dtype =
+        dtypeName(parameter, type.getElementType());
+    if (!dtype)
+      return dtype.takeError();
+    Object entry{{"name", parameter.getSymName()},
+                 {"shape", Array(type.getShape())},
+                 {"dtype", *dtype},
+                 {"init", mt::stringifyInitMethod(parameter.getInit())},
+                 // Megatron-LM decays every parameter but biases and rank-1
+                 // tensors (norm weights).
+                 {"weight_decay", type.getRank() > 1 &&
+                                      !parameter.getSymName().ends_with(".bias")}};
+    if (FloatAttr std = parameter.getStdAttr())
+      entry["std"] = std.getValueAsDouble();
+    parameterIndex[parameter.getSymName()] = parameters.size();
+    parameters.push_back(std::move(entry));
+  }
+
+  Array functions;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    llvm::Expected<llvm::json::Value> written =
+        FunctionWriter(function, parameterIndex).write();
+    if (!written)
+      return written.takeError();
+    functions.push_back(std::move(*written));
+  }
+
+  std::string manifest;
+  llvm::raw_string_ostream(manifest)
+      << llvm::json::Value(Object{{"format", "megatron-bundle"},
+                                  {"version", kBundleFormatVersion},
+                                  {"producer", "megatron-compile"},
+                                  {"model", writeModel(config)},
+                                  {"parameters", std::move(parameters)},
+                                  {"functions", std::move(functions)}});
+
+  // The header of docs/BundleFormat.md; version 1 has no payload.
+  std::string bytes = "MTBUNDLE";
+  auto append = [&](auto value) {
+    char buffer[sizeof(value)];
+    llvm::support::endian::write(buffer, value, llvm::endianness::little);
+    bytes.append(buffer, sizeof(value));
+  };
+  append(kBundleFormatVersion);
+  append(uint32_t(0));
+  append(uint64_t(manifest.size()));
+  append(uint64_t(0));
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
+      ArrayRef(reinterpret_cast<const uint8_t *>(manifest.data()),
+               manifest.size()));
+  bytes.append(reinterpret_cast<const char *>(digest.data()), digest.size());
+  bytes += manifest;
+  return bytes;
+}
+
+llvm::Error megatron::writeBundle(ModuleOp module, const CompileConfig &config,
+                                  StringRef path) {
+  llvm::Expected<std::string> bytes = serializeBundle(module, config);
+  if (!bytes)
+    return bytes.takeError();
+  return llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
+    os << *bytes;
+    return llvm::Error::success();
+  });
+}

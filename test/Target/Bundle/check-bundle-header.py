@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Checks a bundle's container (docs/BundleFormat.md) independently of the
+writer and prints a summary of its manifest for FileCheck.
+
+Usage: check-bundle-header.py BUNDLE
+"""
+import hashlib
+import json
+import struct
+import sys
+
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"MTBUNDLE", f"magic {data[:8]!r}"
+version, flags, manifest_size, payload_size = struct.unpack("<IIQQ", data[8:32])
+assert len(data) == 64 + manifest_size + payload_size, "sizes do not add up"
+assert hashlib.sha256(data[64:]).digest() == data[32:64], "SHA-256 mismatch"
+manifest = json.loads(data[64 : 64 + manifest_size])
+print(f"version {version} flags {flags} payload {payload_size}")
+print(f"parameters {len(manifest['parameters'])}")
+for function in manifest["functions"]:
+    values = function["values"]
+    defined = set(function["inputs"])
+    for instruction in function["instructions"]:
+        for operand in instruction.get("operands", []):
+            assert operand in defined, f"{function['name']}: {operand} used before definition"
+        defined.update(instruction.get("results", []))
+    ops = [i["op"] for i in function["instructions"]]
+    print(
+        f"{function['name']}: {len(values)} values, {len(ops)} instructions, "
+        f"{ops.count('accumulate_gradient')} gradients, "
+        f"outputs {[values[o]['shape'] for o in function['outputs']]}"
+    )
