@@ -8,6 +8,7 @@ packages=(
   cmake ninja-build g++ ccache python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libgtest-dev libgmock-dev
+  clang-22 libclang-rt-22-dev
 )
 
 missing=()

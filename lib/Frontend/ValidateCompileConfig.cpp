@@ -177,6 +177,15 @@ Error Validator::checkRanges() {
                                   show(size.value));
   }
 
+  // The IR holds every layer, so a typo such as 30000000000 layers would
+  // build for hours; no real model is near this bound.
+  constexpr int64_t kMaxLayers = 10000;
+  if (m.numLayers > kMaxLayers)
+    return fail({"num_layers"}, "num_layers " + show(m.numLayers) +
+                                    " is above the limit of " +
+                                    show(kMaxLayers) +
+                                    " layers; check the value");
+
   struct Real {
     StringRef key;
     double value;

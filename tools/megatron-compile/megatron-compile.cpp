@@ -129,8 +129,10 @@ int main(int argc, char **argv) {
   llvm::raw_string_ostream os(text);
   if (report == ReportKind::Params)
     mlir::mt::printParameterTable(*module, os);
-  if (emit == EmitKind::Mlir)
+  if (emit == EmitKind::Mlir) {
     module->print(os);
+    os << "\n";
+  }
 
   if (writesBundle || emit == EmitKind::Plan) {
     mlir::PassManager pm(&context);

@@ -22,9 +22,10 @@ static bool isWeightDecayed(ParameterOp parameter) {
 
 static std::string formatInit(ParameterOp parameter) {
   if (FloatAttr std = parameter.getStdAttr())
-    return llvm::formatv("{0}(std={1})",
-                         stringifyInitMethod(parameter.getInit()),
-                         std.getValueAsDouble())
+    return (stringifyInitMethod(parameter.getInit()) + "(std=" +
+            llvm::formatv("{0}", llvm::format("%g", std.getValueAsDouble()))
+                .str() +
+            ")")
         .str();
   return stringifyInitMethod(parameter.getInit()).str();
 }
