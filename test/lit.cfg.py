@@ -26,6 +26,7 @@ if config.mtrt_cuda_enabled:
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
-tools = ["megatron-compile", "megatron-opt", "mtrt-info", "mtrt-api-c-test", "not",
+tools = ["megatron-compile", "megatron-opt", "megatron-translate",
+         "mtrt-info", "mtrt-api-c-test", "not",
          "split-file"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

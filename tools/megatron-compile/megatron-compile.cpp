@@ -139,14 +139,11 @@ int main(int argc, char **argv) {
     buildTrainingPipeline(pm, TrainingPipelineOptions());
     if (failed(pm.run(*module)))
       return fail("the training pipeline failed (see the diagnostics above)");
-    if (writesBundle) {
-      if (Error error = writeBundle(*module, *config, outputPath))
-        return fail(toString(std::move(error)));
-      return 0;
-    }
-    Expected<std::string> bundle = serializeBundle(*module, *config);
-    if (!bundle)
-      return fail(toString(bundle.takeError()));
+    if (writesBundle)
+      return failed(writeBundle(*module, &*config, outputPath)) ? 1 : 0;
+    FailureOr<std::string> bundle = serializeBundle(*module, &*config);
+    if (failed(bundle))
+      return 1;
     // The manifest follows the 64-byte header; print it indented.
     Expected<json::Value> manifest = json::parse(StringRef(*bundle).drop_front(64));
     if (!manifest)

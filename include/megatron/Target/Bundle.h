@@ -6,7 +6,7 @@
 #include "megatron/Frontend/CompileConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
-#include "llvm/Support/Error.h"
+#include "mlir/Support/LLVM.h"
 
 #include <string>
 
@@ -14,15 +14,21 @@ namespace megatron {
 
 /// The bundle's bytes for a module that went through the training pipeline:
 /// the header, the JSON manifest (model, parameters, one instruction stream
-/// per function) and its SHA-256. Fails, naming the op, on anything the
-/// format cannot express.
-llvm::Expected<std::string> serializeBundle(mlir::ModuleOp module,
-                                            const CompileConfig &config);
+/// per function) and its SHA-256. `config`, when given, is recorded as the
+/// manifest's `model` section; modules that do not come from a model file
+/// (tests, megatron-translate) have none. What the format cannot express is
+/// reported as an error diagnostic at the op.
+mlir::FailureOr<std::string> serializeBundle(mlir::ModuleOp module,
+                                             const CompileConfig *config);
 
 /// Writes serializeBundle's bytes to `path` through a temporary file renamed
 /// into place, so a failed write leaves any earlier file untouched.
-llvm::Error writeBundle(mlir::ModuleOp module, const CompileConfig &config,
-                        llvm::StringRef path);
+mlir::LogicalResult writeBundle(mlir::ModuleOp module,
+                                const CompileConfig *config,
+                                llvm::StringRef path);
+
+/// Registers the `--mlir-to-bundle` translation for megatron-translate.
+void registerBundleTranslation();
 
 /// The version of docs/BundleFormat.md this writer produces.
 constexpr uint32_t kBundleFormatVersion = 1;

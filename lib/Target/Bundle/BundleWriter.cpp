@@ -5,6 +5,7 @@
 #include "mt/IR/MtOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/JSON.h"
@@ -16,16 +17,12 @@ using namespace megatron;
 using llvm::json::Array;
 using llvm::json::Object;
 
-static llvm::Error errorAt(Operation *op, const llvm::Twine &message) {
-  std::string location;
-  llvm::raw_string_ostream os(location);
-  op->getLoc().print(os);
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 "bundle: '" + op->getName().getStringRef() +
-                                     "' at " + location + ": " + message);
+/// Reports what the bundle format cannot express, at the op.
+static InFlightDiagnostic errorAt(Operation *op, const llvm::Twine &message) {
+  return op->emitError() << "cannot be written to a bundle: " << message;
 }
 
-static llvm::Expected<StringRef> dtypeName(Operation *op, Type type) {
+static FailureOr<StringRef> dtypeName(Operation *op, Type type) {
   if (type.isF32())
     return StringRef("f32");
   if (type.isF64())
@@ -38,9 +35,8 @@ static llvm::Expected<StringRef> dtypeName(Operation *op, Type type) {
     return StringRef("i32");
   if (type.isInteger(64))
     return StringRef("i64");
-  std::string name;
-  llvm::raw_string_ostream(name) << type;
-  return errorAt(op, "element type " + name + " has no bundle dtype");
+  return errorAt(op, "its element type has no bundle dtype") << " (" << type
+                                                                 << ")";
 }
 
 static StringRef precisionName(Precision precision) {
@@ -64,13 +60,12 @@ public:
                  const llvm::StringMap<int64_t> &parameterIndex)
       : function(function), parameterIndex(parameterIndex) {}
 
-  llvm::Expected<llvm::json::Value> write();
+  FailureOr<llvm::json::Value> write();
 
 private:
-  llvm::Error addValue(Value value);
-  llvm::Expected<llvm::json::Value> convertAttribute(Operation *op,
-                                                     Attribute attr);
-  llvm::Expected<Object> writeAttributes(Operation *op);
+  LogicalResult addValue(Value value);
+  FailureOr<llvm::json::Value> convertAttribute(Operation *op, Attribute attr);
+  FailureOr<Object> writeAttributes(Operation *op);
 
   func::FuncOp function;
   const llvm::StringMap<int64_t> &parameterIndex;
@@ -80,48 +75,45 @@ private:
 
 } // namespace
 
-llvm::Error FunctionWriter::addValue(Value value) {
+LogicalResult FunctionWriter::addValue(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
   Operation *owner = value.getDefiningOp() ? value.getDefiningOp()
                                            : function.getOperation();
   if (!type || !type.hasStaticShape())
     return errorAt(owner, "every value needs a static tensor type");
-  llvm::Expected<StringRef> dtype = dtypeName(owner, type.getElementType());
-  if (!dtype)
-    return dtype.takeError();
+  FailureOr<StringRef> dtype = dtypeName(owner, type.getElementType());
+  if (failed(dtype))
+    return failure();
   ids[value] = values.size();
   values.push_back(Object{{"shape", Array(type.getShape())}, {"dtype", *dtype}});
-  return llvm::Error::success();
+  return success();
 }
 
-llvm::Expected<llvm::json::Value>
+FailureOr<llvm::json::Value>
 FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
   if (isa<UnitAttr>(attr))
-    return true;
+    return llvm::json::Value(true);
   if (auto integer = dyn_cast<IntegerAttr>(attr))
-    return integer.getInt();
+    return llvm::json::Value(integer.getInt());
   if (auto number = dyn_cast<FloatAttr>(attr))
-    return number.getValueAsDouble();
+    return llvm::json::Value(number.getValueAsDouble());
   if (auto array = dyn_cast<DenseI64ArrayAttr>(attr))
-    return Array(array.asArrayRef());
+    return llvm::json::Value(Array(array.asArrayRef()));
   if (auto symbol = dyn_cast<FlatSymbolRefAttr>(attr)) {
     auto it = parameterIndex.find(symbol.getValue());
     if (it == parameterIndex.end())
       return errorAt(op, "@" + symbol.getValue() + " is not a parameter");
-    return it->second;
+    return llvm::json::Value(it->second);
   }
-  std::string text;
-  llvm::raw_string_ostream(text) << attr;
-  return errorAt(op, "attribute " + text + " has no bundle form");
+  return errorAt(op, "an attribute has no bundle form") << " (" << attr << ")";
 }
 
-llvm::Expected<Object> FunctionWriter::writeAttributes(Operation *op) {
+FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
   Object attrs;
   for (NamedAttribute named : op->getAttrDictionary()) {
-    llvm::Expected<llvm::json::Value> value =
-        convertAttribute(op, named.getValue());
-    if (!value)
-      return value.takeError();
+    FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
+    if (failed(value))
+      return failure();
     // Both parameter ops name their parameter by index under one key.
     StringRef key = isa<mt::GetParameterOp, mt::AccumulateGradientOp>(op)
                         ? StringRef("parameter")
@@ -146,14 +138,14 @@ llvm::Expected<Object> FunctionWriter::writeAttributes(Operation *op) {
   return attrs;
 }
 
-llvm::Expected<llvm::json::Value> FunctionWriter::write() {
+FailureOr<llvm::json::Value> FunctionWriter::write() {
   if (!function.getBody().hasOneBlock())
-    return errorAt(function, "a function written to a bundle has one block");
+    return errorAt(function, "a function in a bundle has one block");
   Block &body = function.getBody().front();
   Array inputs, outputs, instructions;
   for (BlockArgument argument : body.getArguments()) {
-    if (llvm::Error error = addValue(argument))
-      return std::move(error);
+    if (failed(addValue(argument)))
+      return failure();
     inputs.push_back(ids[argument]);
   }
 
@@ -179,20 +171,20 @@ llvm::Expected<llvm::json::Value> FunctionWriter::write() {
   for (Operation &op : body.without_terminator()) {
     if (op.getDialect() == nullptr ||
         op.getDialect()->getNamespace() != mt::MtDialect::getDialectNamespace())
-      return errorAt(&op, "only mt ops can be written to a bundle; lower or "
+      return errorAt(&op, "the bundle's instructions are mt ops; lower or "
                           "remove this op first");
     Object instruction{{"op", op.getName().stripDialect()}};
     Array operands, results, freed;
     for (Value operand : op.getOperands())
       operands.push_back(ids.lookup(operand));
     for (Value result : op.getResults()) {
-      if (llvm::Error error = addValue(result))
-        return std::move(error);
+      if (failed(addValue(result)))
+        return failure();
       results.push_back(ids[result]);
     }
-    llvm::Expected<Object> attrs = writeAttributes(&op);
-    if (!attrs)
-      return attrs.takeError();
+    FailureOr<Object> attrs = writeAttributes(&op);
+    if (failed(attrs))
+      return failure();
     SmallVector<int64_t> freedIds = llvm::map_to_vector(
         freedAt.lookup(&op), [&](Value value) { return ids.lookup(value); });
     llvm::sort(freedIds);
@@ -208,11 +200,11 @@ llvm::Expected<llvm::json::Value> FunctionWriter::write() {
   }
   for (Value output : ret.getOperands())
     outputs.push_back(ids.lookup(output));
-  return Object{{"name", function.getSymName()},
-                {"inputs", std::move(inputs)},
-                {"outputs", std::move(outputs)},
-                {"values", std::move(values)},
-                {"instructions", std::move(instructions)}};
+  return llvm::json::Value(Object{{"name", function.getSymName()},
+                                  {"inputs", std::move(inputs)},
+                                  {"outputs", std::move(outputs)},
+                                  {"values", std::move(values)},
+                                  {"instructions", std::move(instructions)}});
 }
 
 static Object writeModel(const CompileConfig &config) {
@@ -237,16 +229,15 @@ static Object writeModel(const CompileConfig &config) {
   };
 }
 
-llvm::Expected<std::string>
-megatron::serializeBundle(ModuleOp module, const CompileConfig &config) {
+FailureOr<std::string>
+megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
   Array parameters;
   llvm::StringMap<int64_t> parameterIndex;
   for (auto parameter : module.getOps<mt::ParameterOp>()) {
     RankedTensorType type = parameter.getTensorType();
-    llvm::Expected<StringRef> dtype =
-        dtypeName(parameter, type.getElementType());
-    if (!dtype)
-      return dtype.takeError();
+    FailureOr<StringRef> dtype = dtypeName(parameter, type.getElementType());
+    if (failed(dtype))
+      return failure();
     Object entry{{"name", parameter.getSymName()},
                  {"shape", Array(type.getShape())},
                  {"dtype", *dtype},
@@ -263,21 +254,22 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig &config) {
 
   Array functions;
   for (auto function : module.getOps<func::FuncOp>()) {
-    llvm::Expected<llvm::json::Value> written =
+    FailureOr<llvm::json::Value> written =
         FunctionWriter(function, parameterIndex).write();
-    if (!written)
-      return written.takeError();
+    if (failed(written))
+      return failure();
     functions.push_back(std::move(*written));
   }
 
+  Object root{{"format", "megatron-bundle"},
+              {"version", kBundleFormatVersion},
+              {"producer", "megatron-compile"},
+              {"parameters", std::move(parameters)},
+              {"functions", std::move(functions)}};
+  if (config)
+    root["model"] = writeModel(*config);
   std::string manifest;
-  llvm::raw_string_ostream(manifest)
-      << llvm::json::Value(Object{{"format", "megatron-bundle"},
-                                  {"version", kBundleFormatVersion},
-                                  {"producer", "megatron-compile"},
-                                  {"model", writeModel(config)},
-                                  {"parameters", std::move(parameters)},
-                                  {"functions", std::move(functions)}});
+  llvm::raw_string_ostream(manifest) << llvm::json::Value(std::move(root));
 
   // The header of docs/BundleFormat.md; version 1 has no payload.
   std::string bytes = "MTBUNDLE";
@@ -298,13 +290,35 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig &config) {
   return bytes;
 }
 
-llvm::Error megatron::writeBundle(ModuleOp module, const CompileConfig &config,
-                                  StringRef path) {
-  llvm::Expected<std::string> bytes = serializeBundle(module, config);
-  if (!bytes)
-    return bytes.takeError();
-  return llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
-    os << *bytes;
-    return llvm::Error::success();
-  });
+LogicalResult megatron::writeBundle(ModuleOp module,
+                                   const CompileConfig *config,
+                                   StringRef path) {
+  FailureOr<std::string> bytes = serializeBundle(module, config);
+  if (failed(bytes))
+    return failure();
+  if (llvm::Error error =
+          llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
+            os << *bytes;
+            return llvm::Error::success();
+          }))
+    return module.emitError() << "cannot write the bundle to '" << path
+                              << "': " << llvm::toString(std::move(error));
+  return success();
+}
+
+void megatron::registerBundleTranslation() {
+  TranslateFromMLIRRegistration(
+      "mlir-to-bundle",
+      "writes a module that went through megatron-training-pipeline as a "
+      "training bundle (docs/BundleFormat.md)",
+      [](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
+        FailureOr<std::string> bytes = serializeBundle(module, nullptr);
+        if (failed(bytes))
+          return failure();
+        os << *bytes;
+        return success();
+      },
+      [](DialectRegistry &registry) {
+        registry.insert<mt::MtDialect, func::FuncDialect>();
+      });
 }
