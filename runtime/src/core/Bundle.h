@@ -1,0 +1,221 @@
+// The bundle file (docs/BundleFormat.md) read into memory and validated against
+// its schema.
+#ifndef MTRT_SRC_CORE_BUNDLE_H
+#define MTRT_SRC_CORE_BUNDLE_H
+
+#include "mtrt/mtrt.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mtrt {
+
+/// An error inside the runtime's C++ code: a canonical status code and a
+/// message that names the file or function, the field, the value and what was
+/// expected. Thrown, never across the C API: its entry points catch it and
+/// return an mtrt_status_t with the same code and message.
+class Error : public std::runtime_error {
+public:
+  Error(mtrt_status_code_t code, const std::string &message)
+      : std::runtime_error(message), code_(code) {}
+  mtrt_status_code_t code() const { return code_; }
+
+private:
+  mtrt_status_code_t code_;
+};
+
+/// Element types of bundle values, by their manifest names.
+enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64 };
+
+/// "f32", "i64", ...
+const char *dtypeName(DType dtype);
+bool isFloatingPoint(DType dtype);
+/// Bytes per element as stored in the bundle's own type.
+size_t dtypeSize(DType dtype);
+
+/// A value's shape and element type. `numElements` is the product of the
+/// dimensions, checked at load to be at most kMaxElements.
+struct TensorType {
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  int64_t numElements = 1;
+
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  /// "[8, 128] f32".
+  std::string str() const;
+};
+
+/// The most elements a value may have: its bytes, even as 8-byte elements,
+/// must fit in int64_t.
+constexpr int64_t kMaxElements = int64_t(1) << 60;
+
+/// "[8, 128]".
+std::string shapeString(const std::vector<int64_t> &shape);
+
+/// The instruction set: the mt dialect's ops without the `mt.` prefix.
+enum class Op : uint8_t {
+  GetParameter,
+  AccumulateGradient,
+  Fill,
+  PositionIds,
+  Embedding,
+  LayerNorm,
+  RmsNorm,
+  Linear,
+  Matmul,
+  Attention,
+  Rope,
+  Gelu,
+  Silu,
+  Swiglu,
+  Dropout,
+  Add,
+  Mul,
+  Softmax,
+  CrossEntropy,
+  Reshape,
+  Transpose,
+  Split,
+  Concat,
+  EmbeddingGrad,
+  LayerNormGrad,
+  RmsNormGrad,
+  LinearWeightGrad,
+  BiasGrad,
+  AttentionGrad,
+  GeluGrad,
+  SiluGrad,
+  SwigluGrad,
+  SoftmaxGrad,
+  CrossEntropyGrad,
+};
+
+/// The manifest name of `op` ("layer_norm_grad").
+const char *opName(Op op);
+
+enum class GeluApproximate : uint8_t { Erf, Tanh };
+enum class Reduction : uint8_t { Mean, Sum, None };
+enum class InitMethod : uint8_t { Normal, Zeros, Ones };
+
+/// Every attribute an op may carry, already type-checked; an op reads the
+/// ones its row of the op table lists. Optional attributes that are absent
+/// hold the mt dialect's defaults. Axes are normalized to [0, rank).
+struct Attributes {
+  int64_t parameter = -1;
+  double value = 0;   // fill
+  double epsilon = 0; // layer_norm, rms_norm and their grads
+  bool transposeWeight = false;
+  bool transposeLhs = false;
+  bool transposeRhs = false;
+  bool causal = false;
+  std::optional<double> scale; // attention: 1/sqrt(head_dim) when absent
+  double dropoutP = 0;         // attention
+  int64_t seed = 0;            // attention, dropout
+  double base = 0;             // rope
+  std::optional<int64_t> rotaryDim;
+  bool inverse = false;
+  GeluApproximate approximate = GeluApproximate::Erf;
+  double p = 0; // dropout
+  int64_t axis = 0;
+  Reduction reduction = Reduction::Mean;
+  int64_t ignoreIndex = -100;
+  std::vector<int64_t> permutation;
+};
+
+struct Instruction {
+  Op op = Op::Fill;
+  std::vector<int64_t> operands;
+  std::vector<int64_t> results;
+  /// Values whose last use this instruction is.
+  std::vector<int64_t> free;
+  Attributes attrs;
+};
+
+struct Function {
+  std::string name;
+  std::vector<int64_t> inputs;
+  std::vector<int64_t> outputs;
+  std::vector<TensorType> values;
+  std::vector<Instruction> instructions;
+};
+
+struct Parameter {
+  std::string name;
+  TensorType type;
+  InitMethod init = InitMethod::Normal;
+  /// The normal distribution's standard deviation; 0 for zeros and ones.
+  double std = 0;
+  bool weightDecay = true;
+};
+
+/// The manifest's `model` object.
+struct ModelConfig {
+  std::string name;
+  int64_t numLayers = 0;
+  int64_t hiddenSize = 0;
+  int64_t numAttentionHeads = 0;
+  int64_t numQueryGroups = 0;
+  int64_t ffnHiddenSize = 0;
+  int64_t seqLength = 0;
+  int64_t vocabSize = 0;
+  int64_t paddedVocabSize = 0;
+  int64_t microBatchSize = 0;
+  int64_t globalBatchSize = 0;
+  int64_t tensorModelParallelSize = 0;
+  int64_t pipelineModelParallelSize = 0;
+  int64_t dataParallelSize = 0;
+  std::string precision;
+};
+
+/// A bundle that passed every check of docs/BundleFormat.md: the container
+/// (magic, version, flags, lengths, SHA-256) and the manifest's schema, with
+/// every index, shape, count, attribute and op signature in range. Code that
+/// runs a bundle can trust it: value indices address `values`, operands are
+/// defined before use, and every op's shapes agree with the op's rules.
+///
+/// Thread-safety: immutable after load; share it freely.
+class Bundle {
+public:
+  /// The version of the format this reader understands.
+  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr size_t kHeaderSize = 64;
+
+  /// Reads and validates the file at `path`. Throws Error: NOT_FOUND when it
+  /// cannot be opened, DATA_LOSS when it is truncated or corrupted,
+  /// UNIMPLEMENTED for another format version, INVALID_ARGUMENT for anything
+  /// else that breaks the format. Messages name `path`.
+  static Bundle load(const std::string &path);
+
+  /// Validates the bytes of a whole bundle file; `name` is what messages
+  /// call it.
+  static Bundle parse(std::string_view name, const uint8_t *data, size_t size);
+
+  /// Validates a manifest alone (no container), e.g. one built in a test.
+  static Bundle parseManifest(std::string_view name, std::string_view json);
+
+  const std::string &name() const { return name_; }
+  const std::string &producer() const { return producer_; }
+  const ModelConfig &model() const { return model_; }
+  const std::vector<Parameter> &parameters() const { return parameters_; }
+  const std::vector<Function> &functions() const { return functions_; }
+
+  /// The function named `name`, or nullptr.
+  const Function *findFunction(std::string_view name) const;
+
+private:
+  friend class ManifestReader;
+  std::string name_;
+  std::string producer_;
+  ModelConfig model_;
+  std::vector<Parameter> parameters_;
+  std::vector<Function> functions_;
+};
+
+} // namespace mtrt
+
+#endif // MTRT_SRC_CORE_BUNDLE_H

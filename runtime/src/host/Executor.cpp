@@ -1,0 +1,142 @@
+// The host executor's run loop: binding inputs and parameters, value memory,
+// outputs.
+#include "host/Executor.h"
+
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+
+#include <cstring>
+
+namespace mtrt::host {
+
+Executor::Executor(const Bundle &bundle, std::string_view functionName,
+                   ParameterStore &parameters, ThreadPool &pool)
+    : bundle_(bundle), parameters_(parameters), pool_(pool),
+      floatType_(parameters.floatType()) {
+  function_ = bundle.findFunction(functionName);
+  if (!function_) {
+    std::string names;
+    for (const Function &f : bundle.functions())
+      names += (names.empty() ? "" : ", ") + f.name;
+    throw Error(MTRT_STATUS_NOT_FOUND,
+                "bundle '" + bundle.name() + "' has no function '" +
+                    std::string(functionName) +
+                    "' (it has: " + (names.empty() ? "none" : names) +
+                    "); recompile it with megatron-compile");
+  }
+  if (parameters.size() != bundle.parameters().size() ||
+      (parameters.size() && &parameters.info(0) != &bundle.parameters()[0]))
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "Executor: the parameter store was made for another bundle "
+                "than '" +
+                    bundle.name() + "'");
+  for (size_t v = 0; v < function_->values.size(); ++v) {
+    DType dtype = function_->values[v].dtype;
+    if (dtype == DType::BF16 || dtype == DType::F16)
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "bundle '" + bundle.name() + "': " + function_->name +
+                      ".values[" + std::to_string(v) + "] is " +
+                      dtypeName(dtype) +
+                      "; the host backend computes in f32 or f64 only: "
+                      "compile the model with precision fp32");
+  }
+  slots_.resize(function_->values.size());
+}
+
+Executor::~Executor() = default;
+
+DType Executor::storageType(int64_t v) const {
+  DType dtype = function_->values[v].dtype;
+  return isFloatingPoint(dtype) ? floatType_ : dtype;
+}
+
+std::string Executor::where(size_t position) const {
+  return function_->name + ": instructions[" + std::to_string(position) +
+         "] (" + opName(function_->instructions[position].op) + ")";
+}
+
+Buffer Executor::takeBuffer(size_t bytes) {
+  Buffer buffer;
+  auto it = spare_.find(bytes);
+  if (it != spare_.end()) {
+    buffer = std::move(it->second);
+    spare_.erase(it);
+  } else {
+    buffer = Buffer(bytes);
+  }
+  liveBytes_ += bytes;
+  peakBytes_ = std::max(peakBytes_, liveBytes_);
+  return buffer;
+}
+
+void Executor::giveBuffer(Buffer buffer) {
+  if (!buffer)
+    return;
+  liveBytes_ -= buffer.size();
+  size_t size = buffer.size();
+  spare_.emplace(size, std::move(buffer));
+}
+
+void *Executor::allocate(int64_t value) {
+  Slot &slot = slots_[value];
+  const TensorType &type = function_->values[value];
+  slot.owned = takeBuffer(static_cast<size_t>(type.numElements) *
+                          dtypeSize(storageType(value)));
+  slot.data = slot.owned.data();
+  return slot.data;
+}
+
+void Executor::release(int64_t value) {
+  Slot &slot = slots_[value];
+  giveBuffer(std::move(slot.owned));
+  slot.owned = Buffer();
+  slot.data = nullptr;
+}
+
+std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
+                                  uint64_t step) {
+  const Function &fn = *function_;
+  for (size_t v = 0; v < slots_.size(); ++v)
+    release(static_cast<int64_t>(v));
+  if (inputs.size() != fn.inputs.size())
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                fn.name + ": got " + std::to_string(inputs.size()) +
+                    " inputs, expected " + std::to_string(fn.inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int64_t v = fn.inputs[i];
+    const TensorType &type = fn.values[v];
+    if (inputs[i].shape != type.shape || inputs[i].dtype != storageType(v) ||
+        (!inputs[i].data && type.numElements))
+      throw Error(
+          MTRT_STATUS_INVALID_ARGUMENT,
+          fn.name + ": inputs[" + std::to_string(i) + "] (value " +
+              std::to_string(v) + "): found " + shapeString(inputs[i].shape) +
+              " " + dtypeName(inputs[i].dtype) +
+              (inputs[i].data ? "" : " without data") + ", expected " +
+              shapeString(type.shape) + " " + dtypeName(storageType(v)));
+    // Inputs are read, never written: no instruction has one as a result.
+    slots_[v].data = const_cast<void *>(inputs[i].data);
+  }
+
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (floatType_ == DType::F32)
+      execute<float>(position, inst, step);
+    else
+      execute<double>(position, inst, step);
+    for (int64_t v : inst.free)
+      release(v);
+  }
+
+  std::vector<Tensor> outputs;
+  for (int64_t v : fn.outputs) {
+    Tensor out(storageType(v), fn.values[v].shape);
+    std::memcpy(out.buffer.data(), slots_[v].data, out.buffer.size());
+    outputs.push_back(std::move(out));
+  }
+  for (size_t v = 0; v < slots_.size(); ++v)
+    release(static_cast<int64_t>(v));
+  return outputs;
+}
+
+} // namespace mtrt::host

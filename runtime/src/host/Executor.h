@@ -1,0 +1,96 @@
+// Runs one function of a bundle on the CPU with the host reference kernels.
+#ifndef MTRT_SRC_HOST_EXECUTOR_H
+#define MTRT_SRC_HOST_EXECUTOR_H
+
+#include "core/Bundle.h"
+#include "host/HostTensor.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mtrt::host {
+
+class ParameterStore;
+class ThreadPool;
+
+/// Executes a function's instruction stream in order, one kernel call per
+/// instruction (kernels parallelize internally over the ThreadPool).
+///
+/// Values are allocated when an instruction defines them and returned to a
+/// free list, keyed by size, at the instruction that lists them in `free`;
+/// after the first run, runs allocate nothing. Every floating value is stored
+/// in the ParameterStore's float type (f32, or f64 for gradient checks),
+/// whatever f32/f64 the bundle declares; bf16 and f16 are rejected. Ids are
+/// stored as declared (i32 or i64). get_parameter binds a view of the
+/// store's value (no copy); accumulate_gradient adds into its gradient.
+///
+/// Shapes were checked when the bundle was loaded; at run time the executor
+/// checks only what data can break: token ids and labels outside the
+/// vocabulary (OUT_OF_RANGE, naming the function, the instruction, the id and
+/// the vocabulary size).
+///
+/// Thread-safety: one run at a time per executor. Executors of one store may
+/// not run concurrently either (they share gradient buffers).
+class Executor {
+public:
+  /// Prepares `bundle`'s function `functionName`. The bundle, the store and
+  /// the pool must outlive the executor. Throws Error: NOT_FOUND when the
+  /// bundle has no such function (naming the ones it has), UNIMPLEMENTED for
+  /// bf16/f16 values, INVALID_ARGUMENT if the store is another bundle's.
+  Executor(const Bundle &bundle, std::string_view functionName,
+           ParameterStore &parameters, ThreadPool &pool);
+  ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
+
+  const Function &function() const { return *function_; }
+  /// The storage type of value `v`: the store's float type, I32 or I64.
+  DType storageType(int64_t v) const;
+
+  /// Runs the function once on `inputs` (one per function input, of its
+  /// declared shape and storage type) and returns copies of its outputs.
+  /// `step` keys the dropout masks (micro-batches since the start of
+  /// training). Throws Error: INVALID_ARGUMENT for inputs of the wrong count,
+  /// shape or type; OUT_OF_RANGE for ids outside the vocabulary.
+  std::vector<Tensor> run(const std::vector<TensorView> &inputs, uint64_t step);
+
+  /// The most bytes of values (and kernel scratch) live at once, over all
+  /// runs so far.
+  size_t peakBytes() const { return peakBytes_; }
+
+private:
+  struct Slot {
+    void *data = nullptr;
+    Buffer owned; // empty for inputs and parameter views
+  };
+
+  void *allocate(int64_t value);
+  void release(int64_t value);
+  Buffer takeBuffer(size_t bytes);
+  void giveBuffer(Buffer buffer);
+  std::string where(size_t position) const;
+
+  template <typename T>
+  void execute(size_t position, const Instruction &inst, uint64_t step);
+
+  const Bundle &bundle_;
+  const Function *function_ = nullptr;
+  ParameterStore &parameters_;
+  ThreadPool &pool_;
+  DType floatType_;
+
+  std::vector<Slot> slots_;
+  std::multimap<size_t, Buffer> spare_;
+  size_t liveBytes_ = 0;
+  size_t peakBytes_ = 0;
+
+  friend class ScratchBuffer;
+};
+
+} // namespace mtrt::host
+
+#endif // MTRT_SRC_HOST_EXECUTOR_H

@@ -1,0 +1,90 @@
+// Allocation and seeded initialization of a bundle's parameters on the host.
+#include "host/ParameterStore.h"
+
+#include "host/ThreadPool.h"
+#include "host/kernels/Kernels.h"
+
+#include <cstring>
+
+namespace mtrt::host {
+
+namespace {
+
+template <typename T> void zero(ThreadPool &pool, Tensor &tensor) {
+  fill<T>(pool, tensor.numElements(), tensor.data<T>(), T(0));
+}
+
+template <typename T>
+void initializeOne(ThreadPool &pool, const Parameter &info, size_t index,
+                   uint64_t seed, Tensor &value) {
+  int64_t n = value.numElements();
+  switch (info.init) {
+  case InitMethod::Normal:
+    initNormal<T>(pool, n, value.data<T>(), info.std, seed,
+                  static_cast<uint64_t>(index));
+    break;
+  case InitMethod::Zeros:
+    fill<T>(pool, n, value.data<T>(), T(0));
+    break;
+  case InitMethod::Ones:
+    fill<T>(pool, n, value.data<T>(), T(1));
+    break;
+  }
+}
+
+} // namespace
+
+ParameterStore::ParameterStore(const Bundle &bundle, DType floatType)
+    : floatType_(floatType) {
+  if (floatType != DType::F32 && floatType != DType::F64)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                std::string("ParameterStore: float type ") +
+                    dtypeName(floatType) +
+                    " is not supported; expected f32 "
+                    "or f64");
+  const auto &parameters = bundle.parameters();
+  entries_.resize(parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Parameter &p = parameters[i];
+    if (p.type.dtype != DType::F32 && p.type.dtype != DType::F64)
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "bundle '" + bundle.name() + "': parameters[" +
+                      std::to_string(i) + "] (" + p.name + ") is " +
+                      dtypeName(p.type.dtype) +
+                      "; the host backend computes in f32 or f64 only: "
+                      "compile the model with precision fp32");
+    Entry &e = entries_[i];
+    e.info = &p;
+    for (Tensor *t : {&e.value, &e.gradient, &e.expAvg, &e.expAvgSq}) {
+      *t = Tensor(floatType, p.type.shape);
+      std::memset(t->buffer.data(), 0, t->buffer.size());
+    }
+    numElements_ += p.type.numElements;
+  }
+}
+
+void ParameterStore::initialize(ThreadPool &pool, uint64_t seed) {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry &e = entries_[i];
+    if (floatType_ == DType::F32) {
+      initializeOne<float>(pool, *e.info, i, seed, e.value);
+      for (Tensor *t : {&e.gradient, &e.expAvg, &e.expAvgSq})
+        zero<float>(pool, *t);
+    } else {
+      initializeOne<double>(pool, *e.info, i, seed, e.value);
+      for (Tensor *t : {&e.gradient, &e.expAvg, &e.expAvgSq})
+        zero<double>(pool, *t);
+    }
+  }
+}
+
+void ParameterStore::zeroGradients(ThreadPool &pool) {
+  for (Entry &e : entries_) {
+    if (floatType_ == DType::F32)
+      zero<float>(pool, e.gradient);
+    else
+      zero<double>(pool, e.gradient);
+  }
+}
+
+} // namespace mtrt::host

@@ -1,0 +1,66 @@
+// The runtime-owned parameters of a bundle: values, gradients and AdamW's
+// moments.
+#ifndef MTRT_SRC_HOST_PARAMETERSTORE_H
+#define MTRT_SRC_HOST_PARAMETERSTORE_H
+
+#include "core/Bundle.h"
+#include "host/HostTensor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mtrt::host {
+
+class ThreadPool;
+
+/// Holds, for every entry of a bundle's parameter table (by parameter
+/// index), its value, its gradient buffer and AdamW's first and second
+/// moments, each of the parameter's global shape, stored in one floating
+/// type (F32, or F64 for gradient checks). Everything starts at zero.
+///
+/// Executors bind get_parameter to `value` and accumulate_gradient to
+/// `gradient`; the optimizer reads gradients and updates values and moments.
+///
+/// Thread-safety: none; one trainer (or test) drives it.
+class ParameterStore {
+public:
+  /// Throws Error: INVALID_ARGUMENT if floatType is not F32 or F64,
+  /// UNIMPLEMENTED for bf16/f16 parameters (the host backend computes in
+  /// f32 or f64).
+  ParameterStore(const Bundle &bundle, DType floatType = DType::F32);
+
+  size_t size() const { return entries_.size(); }
+  const Parameter &info(size_t i) const { return *entries_[i].info; }
+  DType floatType() const { return floatType_; }
+  /// The sum of the parameters' element counts.
+  int64_t numElements() const { return numElements_; }
+
+  Tensor &value(size_t i) { return entries_[i].value; }
+  Tensor &gradient(size_t i) { return entries_[i].gradient; }
+  Tensor &expAvg(size_t i) { return entries_[i].expAvg; }
+  Tensor &expAvgSq(size_t i) { return entries_[i].expAvgSq; }
+  const Tensor &value(size_t i) const { return entries_[i].value; }
+  const Tensor &gradient(size_t i) const { return entries_[i].gradient; }
+
+  /// Sets every value as the manifest says: normal (N(0, std^2) from the
+  /// counter-based generator keyed on (seed, parameter index, element
+  /// index), as Megatron-LM's init_method_normal), zeros or ones. Also
+  /// zeroes gradients and moments.
+  void initialize(ThreadPool &pool, uint64_t seed);
+
+  /// Zeroes every gradient buffer (before an iteration's micro-batches).
+  void zeroGradients(ThreadPool &pool);
+
+private:
+  struct Entry {
+    const Parameter *info = nullptr;
+    Tensor value, gradient, expAvg, expAvgSq;
+  };
+  std::vector<Entry> entries_;
+  DType floatType_;
+  int64_t numElements_ = 0;
+};
+
+} // namespace mtrt::host
+
+#endif // MTRT_SRC_HOST_PARAMETERSTORE_H

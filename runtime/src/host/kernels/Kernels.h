@@ -1,0 +1,427 @@
+// The host backend's reference kernels: forward and backward of every mt op.
+//
+// Conventions, for every kernel here:
+// - Plain functions over contiguous row-major buffers with explicit sizes.
+//   T is float or double (explicitly instantiated for both); ids and labels
+//   are int32_t or int64_t (Id).
+// - Exact and deterministic: each output element is computed by one thread
+//   with a fixed order of accumulation, so results are bit-identical whatever
+//   the ThreadPool's size. Work is split over independent rows or blocks.
+// - Sizes and shapes are the caller's to validate (the bundle's plan is
+//   checked when it is loaded); kernels only check data they cannot know in
+//   advance (ids, labels) and report it with a KernelStatus.
+// - Backward kernels compute vector-Jacobian products: given the upstream
+//   gradient dy of an output, they produce the gradients of the inputs. A
+//   gradient output that is nullptr is not computed. Gradients of inputs that
+//   are activations are overwritten; gradients of parameters (weights,
+//   biases, embedding tables) take `accumulate`: true adds the gradient into
+//   the buffer (for micro-batches), false overwrites it.
+// - Outputs never alias inputs unless a kernel says so.
+// - Floating-point contraction is off (-ffp-contract=off), so the results do
+//   not depend on the CPU's FMA support.
+#ifndef MTRT_SRC_HOST_KERNELS_KERNELS_H
+#define MTRT_SRC_HOST_KERNELS_KERNELS_H
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace mtrt::host {
+
+class ThreadPool;
+
+/// The result of a kernel that can fail on its data: OK, or an error with a
+/// message that names the kernel, the offending element and the limit.
+/// Callers turn an error into an mtrt_status_t (OUT_OF_RANGE).
+class [[nodiscard]] KernelStatus {
+public:
+  static KernelStatus success() { return KernelStatus(); }
+  static KernelStatus error(std::string message) {
+    KernelStatus status;
+    status.ok_ = false;
+    status.message_ = std::move(message);
+    return status;
+  }
+  bool ok() const { return ok_; }
+  const std::string &message() const { return message_; }
+
+private:
+  bool ok_ = true;
+  std::string message_;
+};
+
+//===----------------------------------------------------------------------===//
+// Embedding (Embedding.cpp)
+//===----------------------------------------------------------------------===//
+
+/// out[i, :] = table[ids[i], :] for i < count; table is [vocab, hidden].
+/// Fails, writing nothing, if an id is outside [0, vocab).
+template <typename T, typename Id>
+KernelStatus embeddingForward(ThreadPool &pool, int64_t count, int64_t vocab,
+                              int64_t hidden, const T *table, const Id *ids,
+                              T *out);
+
+/// dtable[ids[i], :] += dout[i, :] for i < count, each table row summed by
+/// one thread in increasing i. Without `accumulate`, dtable is zeroed first.
+/// Fails, writing nothing, if an id is outside [0, vocab).
+template <typename T, typename Id>
+KernelStatus embeddingBackward(ThreadPool &pool, int64_t count, int64_t vocab,
+                               int64_t hidden, const Id *ids, const T *dout,
+                               T *dtable, bool accumulate);
+
+//===----------------------------------------------------------------------===//
+// Normalization (Norms.cpp); statistics are accumulated in double.
+//===----------------------------------------------------------------------===//
+
+/// y = (x - mean) * rstd * weight (+ bias) per row of x [rows, hidden], with
+/// the biased variance: rstd = 1 / sqrt(mean((x - mean)^2) + eps). Saves
+/// mean[rows] and rstd[rows] for the backward. bias may be nullptr.
+template <typename T>
+void layerNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
+                      const T *x, const T *weight, const T *bias, double eps,
+                      T *y, T *mean, T *rstd);
+
+/// From x, weight, the saved mean and rstd and dy: dx [rows, hidden],
+/// dweight [hidden] = sum over rows of dy * xhat, dbias [hidden] = sum over
+/// rows of dy (both summed over rows in increasing order, with `accumulate`).
+template <typename T>
+void layerNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
+                       const T *x, const T *weight, const T *mean,
+                       const T *rstd, const T *dy, T *dx, T *dweight,
+                       T *dbias, bool accumulate);
+
+/// y = x * rstd * weight per row, rstd = 1 / sqrt(mean(x^2) + eps); saves
+/// rstd[rows].
+template <typename T>
+void rmsNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
+                    const T *x, const T *weight, double eps, T *y, T *rstd);
+
+/// dx [rows, hidden] and dweight [hidden] = sum over rows of dy * x * rstd.
+template <typename T>
+void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
+                     const T *x, const T *weight, const T *rstd, const T *dy,
+                     T *dx, T *dweight, bool accumulate);
+
+//===----------------------------------------------------------------------===//
+// Linear algebra (Linear.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The GEMM every other product uses, over `batch` consecutive matrices:
+/// C[b] (+)= op(A[b]) @ op(B[b]) with op(A) [m, k], op(B) [k, n], C [m, n].
+/// A[b] is stored [m, k], or [k, m] with transA; B[b] is [k, n], or [n, k]
+/// with transB. Each C element is sum_{p = 0..k-1} op(A)[i,p] * op(B)[p,j]
+/// accumulated in T in increasing p from zero, then stored (or, with
+/// `accumulate`, added to C).
+template <typename T>
+void gemm(ThreadPool &pool, int64_t batch, int64_t m, int64_t n, int64_t k,
+          const T *a, bool transA, const T *b, bool transB, T *c,
+          bool accumulate);
+
+/// y [rows, out] = x [rows, in] @ W (+ bias [out]); W is [in, out], or
+/// [out, in] with transposeWeight. bias may be nullptr; it is added after the
+/// product.
+template <typename T>
+void linearForward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
+                   const T *x, const T *weight, bool transposeWeight,
+                   const T *bias, T *y);
+
+/// dx = dy @ W^T; dweight (+)= x^T @ dy in W's layout (dy^T @ x with
+/// transposeWeight); dbias (+)= sum over rows of dy, in increasing row
+/// order. Any of dx, dweight, dbias may be nullptr.
+template <typename T>
+void linearBackward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
+                    const T *x, const T *weight, bool transposeWeight,
+                    const T *dy, T *dx, T *dweight, T *dbias,
+                    bool accumulate);
+
+/// Batched matmul: y[b] = op(lhs[b]) @ op(rhs[b]), op(lhs) [m, k], op(rhs)
+/// [k, n], y [batch, m, n]; lhs is stored [m, k] ([k, m] with transposeLhs),
+/// rhs [k, n] ([n, k] with transposeRhs). `batch` is the product of the
+/// leading dimensions.
+template <typename T>
+void matmulForward(ThreadPool &pool, int64_t batch, int64_t m, int64_t n,
+                   int64_t k, const T *lhs, bool transposeLhs, const T *rhs,
+                   bool transposeRhs, T *y);
+
+/// dlhs and drhs, each in its operand's stored layout; either may be nullptr.
+/// `accumulate` applies to both (an operand may be a parameter).
+template <typename T>
+void matmulBackward(ThreadPool &pool, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, const T *lhs, bool transposeLhs, const T *rhs,
+                    bool transposeRhs, const T *dy, T *dlhs, T *drhs,
+                    bool accumulate);
+
+//===----------------------------------------------------------------------===//
+// Attention (Attention.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The shape and options of mt.attention: q [batch, seqQ, headsQ, headDim],
+/// k [batch, seqK, headsKv, headDim], v [batch, seqK, headsKv, headDimV],
+/// out [batch, seqQ, headsQ, headDimV]. Query head h reads key/value head
+/// h / (headsQ / headsKv). `causal` masks key j > query i (and needs
+/// seqQ == seqK). scale <= 0 means 1/sqrt(headDim).
+struct AttentionParams {
+  int64_t batch = 0, seqQ = 0, seqK = 0, headsQ = 0, headsKv = 0;
+  int64_t headDim = 0, headDimV = 0;
+  bool causal = false;
+  double scale = 0;
+  /// Dropout on the probabilities P [batch, headsQ, seqQ, seqK]: element
+  /// ((b * headsQ + h) * seqQ + i) * seqK + j is kept iff
+  /// random::dropoutKeep(streamKey(seed, step), that index, float(p)), and
+  /// kept values are scaled by 1 / (1 - p). p = 0 disables it.
+  double dropoutP = 0;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+};
+
+/// out = dropout(softmax(scale * q k^T + mask)) v per (batch, query head);
+/// saves logsumexp [batch, headsQ, seqQ] of the masked, scaled scores (before
+/// dropout). Dot products in T; the softmax's sum in double.
+template <typename T>
+void attentionForward(ThreadPool &pool, const AttentionParams &params,
+                      const T *q, const T *k, const T *v, T *out,
+                      T *logsumexp);
+
+/// dq, dk, dv from q, k, v, the saved logsumexp and dout, recomputing the
+/// probabilities as exp(scale * q.k - logsumexp). dk and dv sum over the
+/// query heads of their group in increasing (head, query) order.
+template <typename T>
+void attentionBackward(ThreadPool &pool, const AttentionParams &params,
+                       const T *q, const T *k, const T *v,
+                       const T *logsumexp, const T *dout, T *dq, T *dk,
+                       T *dv);
+
+//===----------------------------------------------------------------------===//
+// Rotary position embedding (Attention.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Rotate-half RoPE on x [batch, seq, heads, headDim]: with half =
+/// rotaryDim / 2 and for i < half, (x[i], x[i + half]) is rotated by the angle
+/// s * base^(-2i / rotaryDim) at sequence position s:
+///   y[i] = x[i] cos - x[i + half] sin, y[i + half] = x[i + half] cos + x[i] sin.
+/// Features from rotaryDim on pass through. Angles, cos and sin in double.
+/// rotaryDim is even and at most headDim. y may alias x.
+template <typename T>
+void ropeForward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
+                 int64_t headDim, int64_t rotaryDim, double base, const T *x,
+                 T *y);
+
+/// The rotation by the negative angle. dx may alias dy.
+template <typename T>
+void ropeBackward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
+                  int64_t headDim, int64_t rotaryDim, double base, const T *dy,
+                  T *dx);
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops and softmax (Elementwise.cpp), over n elements. Outputs
+// may alias inputs of the same shape: every element is read before it is
+// written.
+//===----------------------------------------------------------------------===//
+
+enum class GeluApproximation { None, Tanh };
+
+/// y = x * Phi(x): exact, 0.5 x (1 + erf(x / sqrt 2)), or the tanh form
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <typename T>
+void geluForward(ThreadPool &pool, int64_t n, const T *x, T *y,
+                 GeluApproximation approximation);
+/// dx = dy * gelu'(x).
+template <typename T>
+void geluBackward(ThreadPool &pool, int64_t n, const T *x, const T *dy, T *dx,
+                  GeluApproximation approximation);
+
+/// y = x * sigmoid(x).
+template <typename T>
+void siluForward(ThreadPool &pool, int64_t n, const T *x, T *y);
+/// dx = dy * sigmoid(x) * (1 + x (1 - sigmoid(x))).
+template <typename T>
+void siluBackward(ThreadPool &pool, int64_t n, const T *x, const T *dy, T *dx);
+
+/// y = silu(gate) * up.
+template <typename T>
+void swigluForward(ThreadPool &pool, int64_t n, const T *gate, const T *up,
+                   T *y);
+/// dgate = dy * up * silu'(gate), dup = dy * silu(gate); either may be
+/// nullptr.
+template <typename T>
+void swigluBackward(ThreadPool &pool, int64_t n, const T *gate, const T *up,
+                    const T *dy, T *dgate, T *dup);
+
+/// Inverted dropout: y[i] = keep(i) ? x[i] * scale : 0 with keep(i) =
+/// random::dropoutKeep(streamKey(seed, step), i, float(p)) and scale =
+/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x.
+template <typename T>
+void dropoutForward(ThreadPool &pool, int64_t n, const T *x, T *y, double p,
+                    uint64_t seed, uint64_t step);
+/// dx = the same mask and scale applied to dy (the mask is regenerated).
+template <typename T>
+void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx,
+                     double p, uint64_t seed, uint64_t step);
+
+/// y = a + b. The backward of add is the identity (da = db = dy).
+template <typename T>
+void addForward(ThreadPool &pool, int64_t n, const T *a, const T *b, T *y);
+/// y += x: accumulates a gradient that reaches a value along several uses.
+template <typename T>
+void accumulateInto(ThreadPool &pool, int64_t n, const T *x, T *y);
+
+/// y = a * b.
+template <typename T>
+void mulForward(ThreadPool &pool, int64_t n, const T *a, const T *b, T *y);
+/// da = dy * b, db = dy * a; either may be nullptr.
+template <typename T>
+void mulBackward(ThreadPool &pool, int64_t n, const T *a, const T *b,
+                 const T *dy, T *da, T *db);
+
+/// Softmax along an axis of length `axisSize` of a tensor seen as
+/// [outer, axisSize, inner] (inner = 1 for the last axis; any axis is
+/// handled by taking outer and inner as the products of the dimensions
+/// before and after it). y = exp(x - max) / sum(exp(x - max)), the sum in
+/// double.
+template <typename T>
+void softmaxForward(ThreadPool &pool, int64_t outer, int64_t axisSize,
+                    int64_t inner, const T *x, T *y);
+/// dx = y * (dy - sum(dy * y)) along the axis, from the forward's output y.
+template <typename T>
+void softmaxBackward(ThreadPool &pool, int64_t outer, int64_t axisSize,
+                     int64_t inner, const T *y, const T *dy, T *dx);
+
+//===----------------------------------------------------------------------===//
+// Loss (Loss.cpp)
+//===----------------------------------------------------------------------===//
+
+enum class LossReduction { None, Sum, Mean };
+
+/// Softmax cross-entropy of logits [rows, vocab] against labels [rows]:
+/// per row, logsumexp(logits) - logits[label], the logsumexp in double.
+/// Rows whose label is ignoreIndex contribute 0. loss is [rows] for None;
+/// a scalar for Sum (the sum over rows in increasing order, in double) and
+/// Mean (that sum divided by the number of rows not ignored; 0 when there
+/// are none). Fails, writing nothing, if a label is neither ignoreIndex nor
+/// in [0, vocab).
+template <typename T, typename Id>
+KernelStatus crossEntropyForward(ThreadPool &pool, int64_t rows,
+                                 int64_t vocab, const T *logits,
+                                 const Id *labels, int64_t ignoreIndex,
+                                 LossReduction reduction, T *loss);
+
+/// dlogits [rows, vocab] = g_r * (softmax(logits_r) - onehot(label_r)) with
+/// g_r = dloss[r] (None), dloss[0] (Sum) or dloss[0] / count (Mean); 0 on
+/// ignored rows. The softmax is recomputed from the logits (nothing is
+/// saved by the forward).
+template <typename T, typename Id>
+KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
+                                  int64_t vocab, const T *logits,
+                                  const Id *labels, int64_t ignoreIndex,
+                                  LossReduction reduction, const T *dloss,
+                                  T *dlogits);
+
+//===----------------------------------------------------------------------===//
+// Shapes (Shape.cpp): copies.
+//===----------------------------------------------------------------------===//
+
+/// out = the transpose of in [shape[0], ..., shape[rank-1]]: output dimension
+/// i is input dimension permutation[i]. Its backward is transposeForward of
+/// dout (whose shape is the permuted one) by inversePermutation.
+template <typename T>
+void transposeForward(ThreadPool &pool, int rank, const int64_t *shape,
+                      const int64_t *permutation, const T *in, T *out);
+
+/// inverse[permutation[i]] = i; `inverse` has `rank` elements.
+void inversePermutation(int rank, const int64_t *permutation,
+                        int64_t *inverse);
+
+/// Splits in [outer, sum(sizes), inner] along the middle axis into
+/// outputs[p] [outer, sizes[p], inner], p < count. Outer and inner are the
+/// products of the dimensions before and after the axis. The backward of
+/// split is concat and the other way round.
+template <typename T>
+void splitForward(ThreadPool &pool, int64_t outer, int64_t inner, int count,
+                  const int64_t *sizes, const T *in, T *const *outputs);
+
+/// Joins inputs[p] [outer, sizes[p], inner] into out [outer, sum(sizes),
+/// inner].
+template <typename T>
+void concatForward(ThreadPool &pool, int64_t outer, int64_t inner, int count,
+                   const int64_t *sizes, const T *const *inputs, T *out);
+
+//===----------------------------------------------------------------------===//
+// Optimizer (Optimizer.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The hyper-parameters of one AdamW step.
+struct AdamWParams {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  /// 0 for parameters without decay (biases, norm weights: the caller's
+  /// choice, as in Megatron-LM).
+  double weightDecay = 0;
+  /// 1-based.
+  int64_t step = 1;
+};
+
+/// One AdamW step over n elements, torch.optim.AdamW's order of operations:
+///   p *= 1 - lr * wd
+///   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
+///   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+/// with bc1 = 1 - beta1^step, bc2 = 1 - beta2^step. Scalars are computed in
+/// double and rounded to T; the elementwise arithmetic is in T.
+template <typename T>
+void adamwStep(ThreadPool &pool, int64_t n, T *param, const T *grad,
+               T *expAvg, T *expAvgSq, const AdamWParams &params);
+
+/// sum(x^2) in double, over fixed blocks of 4096 elements whose partial sums
+/// are added in order, so the result does not depend on the thread count.
+/// Global gradient norm: sqrt of the sum over all gradients.
+template <typename T>
+double sumOfSquares(ThreadPool &pool, int64_t n, const T *x);
+
+/// x *= factor (factor rounded to T), e.g. for gradient clipping.
+template <typename T>
+void scaleInPlace(ThreadPool &pool, int64_t n, T *x, double factor);
+
+enum class LrDecayStyle { Constant, Linear, Cosine };
+
+/// The learning-rate schedule of Megatron-LM's OptimizerParamScheduler.
+struct LrSchedule {
+  double maxLr = 0;
+  double minLr = 0;
+  /// --lr-warmup-init: the rate warmup starts from.
+  double warmupInitLr = 0;
+  int64_t warmupIters = 0;
+  int64_t decayIters = 0;
+  LrDecayStyle style = LrDecayStyle::Cosine;
+};
+
+/// The learning rate after `iteration` completed iterations (Megatron-LM's
+/// get_lr at num_steps = iteration):
+///   warmupIters > 0 and iteration <= warmupIters:
+///       warmupInitLr + (maxLr - warmupInitLr) * iteration / warmupIters
+///   constant: maxLr (Megatron-LM never decays a constant schedule)
+///   iteration > decayIters: minLr
+///   otherwise, r = (iteration - warmupIters) / (decayIters - warmupIters):
+///       minLr + (maxLr - minLr) * c, c = 1 - r (linear) or
+///       0.5 (cos(pi r) + 1) (cosine); c = 1 when decayIters == warmupIters.
+double learningRate(const LrSchedule &schedule, int64_t iteration);
+
+//===----------------------------------------------------------------------===//
+// Initialization (Init.cpp)
+//===----------------------------------------------------------------------===//
+
+/// out[i] = T(std * random::normal(seed, parameterId, firstIndex + i)) for
+/// i < n, where firstIndex + i is the element's row-major index in the
+/// parameter's global shape, so values do not depend on sharding or threads
+/// (a contiguous shard passes its first element's global index).
+template <typename T>
+void initNormal(ThreadPool &pool, int64_t n, T *out, double std, uint64_t seed,
+                uint64_t parameterId, uint64_t firstIndex = 0);
+
+/// out = value (0 for zeros, 1 for ones).
+template <typename T>
+void fill(ThreadPool &pool, int64_t n, T *out, T value);
+
+} // namespace mtrt::host
+
+#endif // MTRT_SRC_HOST_KERNELS_KERNELS_H

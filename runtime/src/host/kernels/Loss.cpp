@@ -1,0 +1,144 @@
+// Softmax cross-entropy against integer labels, forward and backward, in double per row.
+#include "host/kernels/KernelSupport.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace mtrt::host {
+
+namespace {
+
+template <typename Id>
+KernelStatus checkLabels(const char *kernel, int64_t rows, int64_t vocab,
+                         const Id *labels, int64_t ignoreIndex) {
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t label = static_cast<int64_t>(labels[r]);
+    if (label == ignoreIndex || (label >= 0 && label < vocab))
+      continue;
+    char message[256];
+    std::snprintf(message, sizeof(message),
+                  "%s: label %" PRId64 " of row %" PRId64
+                  " is outside the vocabulary of %" PRId64
+                  " (valid labels are 0 to %" PRId64
+                  ", or the ignore index %" PRId64 ")",
+                  kernel, label, r, vocab, vocab - 1, ignoreIndex);
+    return KernelStatus::error(message);
+  }
+  return KernelStatus::success();
+}
+
+/// log(sum(exp(row))) over `vocab` logits, in double.
+template <typename T> double logSumExp(const T *row, int64_t vocab) {
+  double maxValue = row[0];
+  for (int64_t v = 1; v < vocab; ++v)
+    maxValue = std::max(maxValue, static_cast<double>(row[v]));
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v)
+    sum += std::exp(static_cast<double>(row[v]) - maxValue);
+  return maxValue + std::log(sum);
+}
+
+template <typename Id>
+int64_t countLabelled(int64_t rows, const Id *labels, int64_t ignoreIndex) {
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    count += static_cast<int64_t>(labels[r]) != ignoreIndex;
+  return count;
+}
+
+} // namespace
+
+template <typename T, typename Id>
+KernelStatus crossEntropyForward(ThreadPool &pool, int64_t rows,
+                                 int64_t vocab, const T *logits,
+                                 const Id *labels, int64_t ignoreIndex,
+                                 LossReduction reduction, T *loss) {
+  KernelStatus status =
+      checkLabels("cross_entropy", rows, vocab, labels, ignoreIndex);
+  if (!status.ok())
+    return status;
+  std::vector<double> rowLoss(static_cast<size_t>(rows), 0.0);
+  pool.parallelFor(
+      0, rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          int64_t label = static_cast<int64_t>(labels[r]);
+          if (label == ignoreIndex)
+            continue;
+          const T *row = logits + r * vocab;
+          rowLoss[r] = logSumExp(row, vocab) - static_cast<double>(row[label]);
+        }
+      },
+      detail::rowGrain(vocab));
+  if (reduction == LossReduction::None) {
+    for (int64_t r = 0; r < rows; ++r)
+      loss[r] = static_cast<T>(rowLoss[r]);
+    return KernelStatus::success();
+  }
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    total += rowLoss[r];
+  if (reduction == LossReduction::Mean) {
+    int64_t count = countLabelled(rows, labels, ignoreIndex);
+    total = count > 0 ? total / static_cast<double>(count) : 0.0;
+  }
+  loss[0] = static_cast<T>(total);
+  return KernelStatus::success();
+}
+
+template <typename T, typename Id>
+KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
+                                  int64_t vocab, const T *logits,
+                                  const Id *labels, int64_t ignoreIndex,
+                                  LossReduction reduction, const T *dloss,
+                                  T *dlogits) {
+  KernelStatus status =
+      checkLabels("cross_entropy backward", rows, vocab, labels, ignoreIndex);
+  if (!status.ok())
+    return status;
+  double shared = 0;
+  if (reduction == LossReduction::Sum) {
+    shared = dloss[0];
+  } else if (reduction == LossReduction::Mean) {
+    int64_t count = countLabelled(rows, labels, ignoreIndex);
+    shared = count > 0 ? static_cast<double>(dloss[0]) / count : 0.0;
+  }
+  pool.parallelFor(
+      0, rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          T *out = dlogits + r * vocab;
+          int64_t label = static_cast<int64_t>(labels[r]);
+          if (label == ignoreIndex) {
+            std::fill(out, out + vocab, T(0));
+            continue;
+          }
+          double g = reduction == LossReduction::None
+                         ? static_cast<double>(dloss[r])
+                         : shared;
+          const T *row = logits + r * vocab;
+          double lse = logSumExp(row, vocab);
+          for (int64_t v = 0; v < vocab; ++v) {
+            double prob = std::exp(static_cast<double>(row[v]) - lse);
+            out[v] = static_cast<T>(g * (v == label ? prob - 1.0 : prob));
+          }
+        }
+      },
+      detail::rowGrain(vocab));
+  return KernelStatus::success();
+}
+
+#define MTRT_INSTANTIATE(T, Id)                                                \
+  template KernelStatus crossEntropyForward<T, Id>(                            \
+      ThreadPool &, int64_t, int64_t, const T *, const Id *, int64_t,          \
+      LossReduction, T *);                                                     \
+  template KernelStatus crossEntropyBackward<T, Id>(                           \
+      ThreadPool &, int64_t, int64_t, const T *, const Id *, int64_t,          \
+      LossReduction, const T *, T *);
+MTRT_INSTANTIATE_FLOAT_AND_ID_TYPES(MTRT_INSTANTIATE)
+#undef MTRT_INSTANTIATE
+
+} // namespace mtrt::host

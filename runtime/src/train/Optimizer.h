@@ -1,0 +1,64 @@
+// Megatron-LM's optimizer step on the host: gradient scaling, global-norm
+// clipping, AdamW, the LR schedule.
+#ifndef MTRT_SRC_TRAIN_OPTIMIZER_H
+#define MTRT_SRC_TRAIN_OPTIMIZER_H
+
+#include "host/kernels/Kernels.h"
+
+#include <cstdint>
+
+namespace mtrt::host {
+class ParameterStore;
+class ThreadPool;
+} // namespace mtrt::host
+
+namespace mtrt::train {
+
+struct OptimizerConfig {
+  /// Applied to parameters whose manifest entry has weight_decay true.
+  double weightDecay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  /// Clip to this global L2 norm; 0 disables clipping.
+  double clipGrad = 1.0;
+  host::LrSchedule schedule;
+};
+
+struct OptimizerStepResult {
+  /// The global gradient norm after scaling and before clipping (what
+  /// Megatron-LM logs as "grad norm").
+  double gradNorm = 0;
+  /// The learning rate the update used.
+  double learningRate = 0;
+};
+
+/// One optimizer step over every parameter of a ParameterStore, in
+/// Megatron-LM's order: gradients *= gradScale (1/micro-batches); total norm
+/// = sqrt(sum of every gradient's squares); if clipGrad > 0 and clipGrad /
+/// (norm + 1e-6) < 1, gradients *= that coefficient; then AdamW (decoupled
+/// weight decay, torch.optim.AdamW's formulas) with the learning rate of the
+/// schedule after iteration - 1 completed iterations, as Megatron-LM's
+/// OptimizerParamScheduler.
+class Optimizer {
+public:
+  Optimizer(host::ParameterStore &parameters, host::ThreadPool &pool,
+            const OptimizerConfig &config);
+
+  /// `iteration` counts from 1. Throws Error (ABORTED) if the gradient norm
+  /// is not finite, naming the iteration, before anything is updated.
+  OptimizerStepResult step(int64_t iteration, double gradScale);
+
+  const OptimizerConfig &config() const { return config_; }
+
+private:
+  template <typename T> OptimizerStepResult stepTyped(int64_t, double);
+
+  host::ParameterStore &parameters_;
+  host::ThreadPool &pool_;
+  OptimizerConfig config_;
+};
+
+} // namespace mtrt::train
+
+#endif // MTRT_SRC_TRAIN_OPTIMIZER_H

@@ -1,0 +1,309 @@
+// The flag table of megatron-train and its parser.
+#include "train/TrainFlags.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+namespace mtrt::train {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string &message) {
+  throw Error(MTRT_STATUS_INVALID_ARGUMENT, message);
+}
+
+int64_t parseInt(const std::string &flag, const std::string &text,
+                 int64_t min) {
+  errno = 0;
+  char *end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    invalid(flag + ": found '" + text + "', expected an integer");
+  if (value < min)
+    invalid(flag + ": found " + text +
+            ", expected an integer >= " + std::to_string(min));
+  return value;
+}
+
+double parseNumber(const std::string &flag, const std::string &text) {
+  errno = 0;
+  char *end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value))
+    invalid(flag + ": found '" + text + "', expected a number (e.g. " + flag +
+            " 6e-4)");
+  return value;
+}
+
+struct Flag {
+  const char *name;
+  const char *metavar; // nullptr: takes no value
+  const char *help;
+  std::function<void(TrainCommand &, const std::string &flag,
+                     const std::string &value)>
+      set;
+};
+
+const std::vector<Flag> &flags() {
+  using C = TrainCommand;
+  using S = const std::string &;
+  static const std::vector<Flag> table = {
+      {"--data-path", "PATH", "text corpus, tokenized as bytes (required)",
+       [](C &c, S, S v) { c.dataPath = v; }},
+      {"--split", "W,W,W",
+       "train/validation/test shares of the corpus (default 969,30,1)",
+       [](C &c, S, S v) { c.options.split = v; }},
+      {"--train-iters", "N", "iterations to train (required)",
+       [](C &c, S f, S v) { c.options.trainIters = parseInt(f, v, 1); }},
+      {"--global-batch-size", "N",
+       "samples per iteration (default: the bundle's); a multiple of the "
+       "micro-batch size",
+       [](C &c, S f, S v) { c.options.globalBatchSize = parseInt(f, v, 1); }},
+      {"--seed", "N", "seed of initialization and data order (default 1234)",
+       [](C &c, S f, S v) {
+         c.options.seed = static_cast<uint64_t>(parseInt(f, v, 0));
+       }},
+      {"--lr", "LR", "peak learning rate (required)",
+       [](C &c, S f, S v) { c.options.lr = parseNumber(f, v); }},
+      {"--min-lr", "LR", "learning rate at the end of decay (default 0)",
+       [](C &c, S f, S v) { c.options.minLr = parseNumber(f, v); }},
+      {"--lr-decay-style", "STYLE",
+       "constant, linear or cosine (default linear)",
+       [](C &c, S f, S v) {
+         if (v == "constant")
+           c.options.lrDecayStyle = host::LrDecayStyle::Constant;
+         else if (v == "linear")
+           c.options.lrDecayStyle = host::LrDecayStyle::Linear;
+         else if (v == "cosine")
+           c.options.lrDecayStyle = host::LrDecayStyle::Cosine;
+         else
+           invalid(f + ": found '" + v +
+                   "', expected constant, linear or cosine");
+       }},
+      {"--lr-decay-iters", "N", "iterations of decay (default --train-iters)",
+       [](C &c, S f, S v) { c.options.lrDecayIters = parseInt(f, v, 1); }},
+      {"--lr-warmup-iters", "N", "iterations of linear warmup (default 0)",
+       [](C &c, S f, S v) { c.options.lrWarmupIters = parseInt(f, v, 0); }},
+      {"--lr-warmup-fraction", "F",
+       "warmup as a fraction of --lr-decay-iters (instead of "
+       "--lr-warmup-iters)",
+       [](C &c, S f, S v) { c.options.lrWarmupFraction = parseNumber(f, v); }},
+      {"--lr-warmup-init", "LR", "learning rate warmup starts from (default 0)",
+       [](C &c, S f, S v) { c.options.lrWarmupInit = parseNumber(f, v); }},
+      {"--weight-decay", "WD",
+       "AdamW weight decay, not applied to biases and norms (default 0.01)",
+       [](C &c, S f, S v) { c.options.weightDecay = parseNumber(f, v); }},
+      {"--adam-beta1", "B", "AdamW beta1 (default 0.9)",
+       [](C &c, S f, S v) { c.options.adamBeta1 = parseNumber(f, v); }},
+      {"--adam-beta2", "B", "AdamW beta2 (default 0.95)",
+       [](C &c, S f, S v) { c.options.adamBeta2 = parseNumber(f, v); }},
+      {"--adam-eps", "EPS", "AdamW epsilon (default 1e-8)",
+       [](C &c, S f, S v) { c.options.adamEps = parseNumber(f, v); }},
+      {"--clip-grad", "NORM",
+       "clip gradients to this global L2 norm, 0 to disable (default 1.0)",
+       [](C &c, S f, S v) { c.options.clipGrad = parseNumber(f, v); }},
+      {"--log-interval", "N", "iterations between log lines (default 100)",
+       [](C &c, S f, S v) { c.options.logInterval = parseInt(f, v, 1); }},
+      {"--eval-interval", "N",
+       "iterations between evaluations, 0 to disable (default 1000)",
+       [](C &c, S f, S v) { c.options.evalInterval = parseInt(f, v, 0); }},
+      {"--eval-iters", "N",
+       "global batches of the validation split per evaluation (default 100)",
+       [](C &c, S f, S v) { c.options.evalIters = parseInt(f, v, 0); }},
+      {"--log-jsonl", "PATH",
+       "also write each iteration's metrics as a JSON line to PATH",
+       [](C &c, S, S v) { c.options.logJsonl = v; }},
+      {"--sample-tokens", "N",
+       "after training, print a greedy continuation of N bytes (default 0)",
+       [](C &c, S f, S v) { c.sampleTokens = parseInt(f, v, 0); }},
+      {"--sample-prompt", "TEXT",
+       "the text to continue (default: the first 32 bytes of the corpus)",
+       [](C &c, S, S v) { c.samplePrompt = v; }},
+      {"--threads", "N",
+       "CPU threads of the host kernels (default: all hardware threads)",
+       [](C &c, S f, S v) {
+         c.options.threads = static_cast<unsigned>(parseInt(f, v, 1));
+       }},
+      {"--no-progress-bar", nullptr,
+       "never draw the progress bar (drawn only when stderr is a terminal)",
+       [](C &c, S, S) { c.options.progressBar = false; }},
+      {"--help", nullptr, "print this help and exit",
+       [](C &c, S, S) { c.help = true; }},
+  };
+  return table;
+}
+
+/// Megatron-LM flags that describe the model or the layout: compiled in.
+const char *const kCompileTimeFlags[] = {
+    "--micro-batch-size",
+    "--seq-length",
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--num-query-groups",
+    "--group-query-attention",
+    "--max-position-embeddings",
+    "--vocab-size",
+    "--make-vocab-size-divisible-by",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--virtual-pipeline-model-parallel-size",
+    "--sequence-parallel",
+    "--data-parallel-size",
+    "--use-distributed-optimizer",
+    "--recompute-granularity",
+    "--bf16",
+    "--fp16",
+    "--hidden-dropout",
+    "--attention-dropout",
+    "--init-method-std",
+};
+
+/// Megatron-LM flags megatron-train does not have yet.
+const char *const kNotYetFlags[] = {
+    "--save",
+    "--load",
+    "--save-interval",
+    "--init-from",
+    "--save-weights",
+    "--tokenizer-type",
+    "--in-process-ranks",
+    "--exit-interval",
+};
+
+[[noreturn]] void unknownFlag(const std::string &flag) {
+  for (const char *name : kCompileTimeFlags)
+    if (flag == name)
+      invalid(flag + " is fixed when the bundle is compiled; pass it to "
+                     "megatron-compile and train the new bundle");
+  for (const char *name : kNotYetFlags)
+    if (flag == name)
+      invalid(flag + " is not supported by megatron-train yet");
+  std::string best;
+  size_t bestDistance = std::numeric_limits<size_t>::max();
+  auto consider = [&](const std::string &candidate) {
+    size_t d = editDistance(flag, candidate);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  };
+  for (const Flag &f : flags())
+    consider(f.name);
+  for (const char *name : kCompileTimeFlags)
+    consider(name);
+  std::string message = "unknown flag " + flag;
+  if (bestDistance <= std::max<size_t>(3, flag.size() / 3))
+    message += "; did you mean " + best + "?";
+  invalid(message + " (megatron-train --help lists the flags)");
+}
+
+} // namespace
+
+size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
+  TrainCommand command;
+  std::vector<std::string> positional;
+  bool sawTrainIters = false, sawLr = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &arg = args[i];
+    if (arg == "-h") {
+      command.help = true;
+      continue;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      positional.push_back(arg);
+      continue;
+    }
+    std::string name = arg, value;
+    bool inlineValue = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      inlineValue = true;
+    }
+    const Flag *flag = nullptr;
+    for (const Flag &f : flags())
+      if (name == f.name)
+        flag = &f;
+    if (!flag)
+      unknownFlag(name);
+    if (!flag->metavar) {
+      if (inlineValue)
+        invalid(name + " takes no value");
+    } else if (!inlineValue) {
+      if (i + 1 >= args.size())
+        invalid(name + " needs a value: " + name + " " + flag->metavar);
+      value = args[++i];
+    }
+    flag->set(command, name, value);
+    sawTrainIters |= name == "--train-iters";
+    sawLr |= name == "--lr";
+  }
+  if (command.help)
+    return command;
+  if (positional.size() != 1)
+    invalid(positional.empty()
+                ? "no bundle given: megatron-train BUNDLE --data-path PATH "
+                  "--train-iters N --lr LR (a bundle is what megatron-compile "
+                  "-o writes)"
+                : "expected one bundle, found " +
+                      std::to_string(positional.size()) + " arguments: '" +
+                      positional[0] + "', '" + positional[1] + "'...");
+  command.bundlePath = positional[0];
+  if (command.dataPath.empty())
+    invalid("--data-path is required: the text file to train on");
+  if (!sawTrainIters)
+    invalid("--train-iters is required: how many iterations to train");
+  if (!sawLr)
+    invalid("--lr is required: the peak learning rate (e.g. --lr 6e-4)");
+  return command;
+}
+
+std::string trainUsage() {
+  std::ostringstream s;
+  s << "usage: megatron-train BUNDLE --data-path PATH --train-iters N --lr LR "
+       "[flags]\n\n"
+       "Trains a bundle written by megatron-compile on a text file with a "
+       "byte-level\ntokenizer, on the CPU (host backend), with Megatron-LM's "
+       "training loop.\n\nflags:\n";
+  for (const Flag &f : flags()) {
+    std::string left = std::string("  ") + f.name;
+    if (f.metavar)
+      left += std::string(" ") + f.metavar;
+    s << left;
+    if (left.size() < 30)
+      s << std::string(30 - left.size(), ' ');
+    else
+      s << "\n" << std::string(30, ' ');
+    s << f.help << "\n";
+  }
+  s << "\nModel and layout flags (--micro-batch-size, "
+       "--tensor-model-parallel-size, ...)\nare fixed at compile time: pass "
+       "them to megatron-compile.\n";
+  return s.str();
+}
+
+} // namespace mtrt::train

@@ -1,0 +1,40 @@
+// megatron-train's command line: Megatron-LM's flag names, parsed into
+// TrainerOptions.
+#ifndef MTRT_SRC_TRAIN_TRAINFLAGS_H
+#define MTRT_SRC_TRAIN_TRAINFLAGS_H
+
+#include "train/Trainer.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mtrt::train {
+
+struct TrainCommand {
+  std::string bundlePath;
+  std::string dataPath;
+  TrainerOptions options;
+  int64_t sampleTokens = 0;
+  /// Default: the first bytes of the corpus.
+  std::optional<std::string> samplePrompt;
+  bool help = false;
+};
+
+/// Parses the arguments after the program name. Accepts `--flag value` and
+/// `--flag=value`. Throws Error (INVALID_ARGUMENT) with a message naming the
+/// flag, the value and what was expected; an unknown flag's message suggests
+/// the nearest known one, and model or layout flags say they belong to
+/// megatron-compile.
+TrainCommand parseTrainCommand(const std::vector<std::string> &args);
+
+/// The --help text.
+std::string trainUsage();
+
+/// Levenshtein distance (for suggestions).
+size_t editDistance(const std::string &a, const std::string &b);
+
+} // namespace mtrt::train
+
+#endif // MTRT_SRC_TRAIN_TRAINFLAGS_H

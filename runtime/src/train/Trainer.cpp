@@ -1,0 +1,312 @@
+// The training loop: checks, initialization, micro-batches, optimizer steps,
+// evaluation, sampling.
+#include "train/Trainer.h"
+
+#include "host/Executor.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+#include "train/ByteTokenizer.h"
+#include "train/GptDataset.h"
+#include "train/GreedySampler.h"
+#include "train/Optimizer.h"
+#include "train/TrainingLog.h"
+
+#include <chrono>
+#include <cmath>
+#include <ostream>
+#include <sstream>
+
+namespace mtrt::train {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string &message) {
+  throw Error(MTRT_STATUS_INVALID_ARGUMENT, message);
+}
+
+std::string str(double value) {
+  std::ostringstream s;
+  s << value;
+  return s.str();
+}
+
+/// The checks Megatron-LM's argument parser and OptimizerParamScheduler
+/// make, as messages that name the flag.
+host::LrSchedule makeSchedule(const TrainerOptions &o) {
+  if (o.trainIters < 1)
+    invalid("--train-iters: found " + std::to_string(o.trainIters) +
+            ", expected an integer >= 1");
+  if (!(o.lr >= 0) || !std::isfinite(o.lr))
+    invalid("--lr: found " + str(o.lr) +
+            ", expected a learning rate >= 0 "
+            "(e.g. --lr 6e-4)");
+  if (!(o.minLr >= 0) || o.minLr > o.lr)
+    invalid("--min-lr: found " + str(o.minLr) +
+            ", expected a rate in [0, --lr] = [0, " + str(o.lr) + "]");
+  if (!(o.lrWarmupInit >= 0) || o.lrWarmupInit > o.lr)
+    invalid("--lr-warmup-init: found " + str(o.lrWarmupInit) +
+            ", expected a rate in [0, --lr]");
+  host::LrSchedule s;
+  s.maxLr = o.lr;
+  s.minLr = o.minLr;
+  s.warmupInitLr = o.lrWarmupInit;
+  s.style = o.lrDecayStyle;
+  s.decayIters = o.lrDecayIters ? o.lrDecayIters : o.trainIters;
+  if (s.decayIters < 1)
+    invalid("--lr-decay-iters: found " + std::to_string(o.lrDecayIters) +
+            ", expected an integer >= 1 (default: --train-iters)");
+  if (o.lrWarmupFraction) {
+    if (o.lrWarmupIters != 0)
+      invalid("--lr-warmup-fraction and --lr-warmup-iters are both set; "
+              "give only one");
+    if (!(*o.lrWarmupFraction >= 0 && *o.lrWarmupFraction < 1))
+      invalid("--lr-warmup-fraction: found " + str(*o.lrWarmupFraction) +
+              ", expected a fraction of --lr-decay-iters in [0, 1)");
+    s.warmupIters = static_cast<int64_t>(*o.lrWarmupFraction *
+                                         static_cast<double>(s.decayIters));
+  } else {
+    s.warmupIters = o.lrWarmupIters;
+  }
+  if (s.warmupIters < 0 || s.warmupIters >= s.decayIters)
+    invalid("--lr-warmup-iters: found " + std::to_string(s.warmupIters) +
+            " warmup iterations, expected fewer than --lr-decay-iters (" +
+            std::to_string(s.decayIters) + ") and >= 0");
+  return s;
+}
+
+void checkOptions(const TrainerOptions &o) {
+  auto positive = [](const char *flag, int64_t value) {
+    if (value < 1)
+      invalid(std::string(flag) + ": found " + std::to_string(value) +
+              ", expected an integer >= 1");
+  };
+  positive("--log-interval", o.logInterval);
+  if (o.evalInterval < 0)
+    invalid("--eval-interval: found " + std::to_string(o.evalInterval) +
+            ", expected an integer >= 0 (0 disables evaluation)");
+  if (o.evalIters < 0)
+    invalid("--eval-iters: found " + std::to_string(o.evalIters) +
+            ", expected an integer >= 0");
+  if (!(o.weightDecay >= 0))
+    invalid("--weight-decay: found " + str(o.weightDecay) +
+            ", expected a coefficient >= 0");
+  for (auto [flag, beta] :
+       {std::pair<const char *, double>{"--adam-beta1", o.adamBeta1},
+        {"--adam-beta2", o.adamBeta2}})
+    if (!(beta >= 0 && beta < 1))
+      invalid(std::string(flag) + ": found " + str(beta) +
+              ", expected a value in [0, 1)");
+  if (!(o.adamEps > 0))
+    invalid("--adam-eps: found " + str(o.adamEps) + ", expected a value > 0");
+  if (!(o.clipGrad >= 0))
+    invalid("--clip-grad: found " + str(o.clipGrad) +
+            ", expected a norm >= 0 (0 disables clipping)");
+}
+
+} // namespace
+
+Trainer::Trainer(const Bundle &bundle, std::string corpus,
+                 std::string corpusName, const TrainerOptions &options)
+    : bundle_(bundle), options_(options), corpus_(std::move(corpus)),
+      corpusName_(std::move(corpusName)) {
+  checkOptions(options_);
+  OptimizerConfig optimizer;
+  optimizer.schedule = makeSchedule(options_);
+  optimizer.weightDecay = options_.weightDecay;
+  optimizer.beta1 = options_.adamBeta1;
+  optimizer.beta2 = options_.adamBeta2;
+  optimizer.eps = options_.adamEps;
+  optimizer.clipGrad = options_.clipGrad;
+
+  const ModelConfig &model = bundle.model();
+  if (model.tensorModelParallelSize != 1 ||
+      model.pipelineModelParallelSize != 1 || model.dataParallelSize != 1)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle.name() +
+                    "' is compiled for tensor x "
+                    "pipeline x data parallel sizes " +
+                    std::to_string(model.tensorModelParallelSize) + " x " +
+                    std::to_string(model.pipelineModelParallelSize) + " x " +
+                    std::to_string(model.dataParallelSize) +
+                    "; this trainer runs one rank: compile with all three "
+                    "sizes 1");
+  if (model.vocabSize < ByteTokenizer::kVocabSize)
+    invalid("bundle '" + bundle.name() + "': model.vocab_size is " +
+            std::to_string(model.vocabSize) +
+            "; the byte-level tokenizer needs at least 256 tokens: compile "
+            "the model with vocab_size 256 or more");
+  const Function *train = bundle.findFunction("train_step");
+  if (!train)
+    throw Error(MTRT_STATUS_NOT_FOUND,
+                "bundle '" + bundle.name() +
+                    "' has no train_step; compile "
+                    "it with megatron-compile (which emits train_step)");
+  const TensorType &tokens = train->values[train->inputs[0]];
+  microBatch_ = tokens.shape[0];
+  seqLength_ = tokens.shape[1];
+  idType_ = tokens.dtype;
+  globalBatch_ = options_.globalBatchSize ? options_.globalBatchSize
+                                          : model.globalBatchSize;
+  int64_t perStep = microBatch_ * model.dataParallelSize;
+  if (globalBatch_ < 1 || perStep < 1 || globalBatch_ % perStep != 0)
+    invalid("--global-batch-size: found " + std::to_string(globalBatch_) +
+            ", expected a positive multiple of micro-batch size x data "
+            "parallel size = " +
+            std::to_string(microBatch_) + " x " +
+            std::to_string(model.dataParallelSize) +
+            " (the micro-batch size is fixed when the bundle is compiled)");
+  microBatches_ = globalBatch_ / perStep;
+
+  // Data: the corpus as bytes, split as Megatron-LM's --split.
+  auto stream =
+      std::make_shared<std::vector<int32_t>>(ByteTokenizer::encode(corpus_));
+  auto ranges = splitRanges(parseSplit(options_.split),
+                            static_cast<int64_t>(stream->size()));
+  trainData_ =
+      std::make_unique<GptDataset>(stream, ranges[0].first, ranges[0].second,
+                                   seqLength_, options_.seed, true,
+                                   "the training split of '" + corpusName_ +
+                                       "' (--split " + options_.split + ")");
+  bool wantEval = options_.evalInterval > 0 && options_.evalIters > 0;
+
+  pool_ = std::make_unique<host::ThreadPool>(options_.threads);
+  parameters_ =
+      std::make_unique<host::ParameterStore>(bundle, options_.floatType);
+  trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
+                                                *parameters_, *pool_);
+  if (wantEval && bundle.findFunction("eval_step")) {
+    const Function *eval = bundle.findFunction("eval_step");
+    const TensorType &evalTokens = eval->values[eval->inputs[0]];
+    if (evalTokens.shape != tokens.shape || evalTokens.dtype != tokens.dtype)
+      invalid("bundle '" + bundle.name() + "': eval_step's tokens are " +
+              evalTokens.str() + " but train_step's are " + tokens.str() +
+              "; recompile the bundle");
+    validData_ = std::make_unique<GptDataset>(
+        stream, ranges[1].first, ranges[1].second, seqLength_, options_.seed,
+        false,
+        "the validation split of '" + corpusName_ + "' (--split " +
+            options_.split +
+            "; or pass --eval-iters 0 to train without evaluation)");
+    evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
+                                                 *parameters_, *pool_);
+  }
+  optimizer_ = std::make_unique<Optimizer>(*parameters_, *pool_, optimizer);
+  tokens_.resize(static_cast<size_t>(microBatch_ * seqLength_));
+  labels_.resize(tokens_.size());
+  parameters_->initialize(*pool_, options_.seed);
+}
+
+Trainer::~Trainer() = default;
+
+const host::LrSchedule &Trainer::schedule() const {
+  return optimizer_->config().schedule;
+}
+
+double Trainer::runMicroBatch(host::Executor &executor, GptDataset &data,
+                              int64_t first, uint64_t step) {
+  for (int64_t b = 0; b < microBatch_; ++b)
+    data.read(first + b, tokens_.data() + b * seqLength_,
+              labels_.data() + b * seqLength_);
+  std::vector<int64_t> shape = {microBatch_, seqLength_};
+  std::vector<host::TensorView> inputs = {{idType_, shape, tokens_.data()},
+                                          {idType_, shape, labels_.data()}};
+  std::vector<int64_t> tokens64, labels64;
+  if (idType_ == DType::I64) {
+    tokens64.assign(tokens_.begin(), tokens_.end());
+    labels64.assign(labels_.begin(), labels_.end());
+    inputs[0].data = tokens64.data();
+    inputs[1].data = labels64.data();
+  }
+  std::vector<host::Tensor> outputs = executor.run(inputs, step);
+  const host::Tensor &loss = outputs[0];
+  return loss.dtype == DType::F64 ? loss.data<double>()[0]
+                                  : static_cast<double>(loss.data<float>()[0]);
+}
+
+void Trainer::train(std::ostream &out) {
+  TrainingLog log(out, options_.logJsonl, options_.progressBar,
+                  options_.trainIters, options_.logInterval);
+  const ModelConfig &model = bundle_.model();
+  {
+    std::ostringstream s;
+    s << "training " << model.name << " (" << parameters_->numElements()
+      << " parameters, " << parameters_->size() << " tensors) from '"
+      << bundle_.name() << "' on '" << corpusName_
+      << "': " << trainData_->windowsPerEpoch() << " samples of " << seqLength_
+      << " tokens per epoch, global batch " << globalBatch_ << " = "
+      << microBatches_ << " micro-batches of " << microBatch_ << ", "
+      << pool_->size() << " threads, seed " << options_.seed;
+    log.line(s.str());
+  }
+  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
+    log.line("note: the bundle has no eval_step; training without "
+             "evaluation");
+
+  int64_t consumed = 0;
+  int64_t tokensPerIteration = globalBatch_ * seqLength_;
+  bool evaluatedLast = false;
+  for (int64_t iteration = 1; iteration <= options_.trainIters; ++iteration) {
+    auto start = std::chrono::steady_clock::now();
+    parameters_->zeroGradients(*pool_);
+    double lossSum = 0;
+    for (int64_t m = 0; m < microBatches_; ++m)
+      lossSum += runMicroBatch(*trainStep_, *trainData_,
+                               consumed + m * microBatch_, microStep_++);
+    OptimizerStepResult step =
+        optimizer_->step(iteration, 1.0 / static_cast<double>(microBatches_));
+    consumed += globalBatch_;
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+
+    IterationRecord record;
+    record.iteration = iteration;
+    record.loss = lossSum / static_cast<double>(microBatches_);
+    record.learningRate = step.learningRate;
+    record.gradNorm = step.gradNorm;
+    record.seconds = seconds;
+    record.tokensPerSecond =
+        seconds > 0 ? static_cast<double>(tokensPerIteration) / seconds : 0;
+    history_.push_back(record);
+    log.iteration(record, consumed, globalBatch_, tokensPerIteration);
+
+    evaluatedLast = false;
+    if (evalStep_ && options_.evalInterval > 0 &&
+        iteration % options_.evalInterval == 0) {
+      log.evaluation(iteration, evaluate(), false);
+      evaluatedLast = true;
+    }
+  }
+  if (evalStep_ && !evaluatedLast)
+    log.evaluation(options_.trainIters, evaluate(), true);
+}
+
+double Trainer::evaluate() {
+  if (!evalStep_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "evaluation needs the bundle's eval_step, a validation split "
+                "and --eval-iters > 0");
+  int64_t batches = options_.evalIters * microBatches_;
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i)
+    sum += runMicroBatch(*evalStep_, *validData_, i * microBatch_, 0);
+  return sum / static_cast<double>(batches);
+}
+
+std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
+  if (!predictStep_) {
+    if (!bundle_.findFunction("predict_step"))
+      throw Error(MTRT_STATUS_NOT_FOUND,
+                  "--sample-tokens needs the bundle's predict_step, and '" +
+                      bundle_.name() +
+                      "' has none; recompile it with megatron-compile, or "
+                      "pass --sample-tokens 0");
+    predictStep_ = std::make_unique<host::Executor>(bundle_, "predict_step",
+                                                    *parameters_, *pool_);
+  }
+  GreedySampler sampler(*predictStep_, ByteTokenizer::kVocabSize);
+  return ByteTokenizer::decode(
+      sampler.generate(ByteTokenizer::encode(prompt), tokens));
+}
+
+} // namespace mtrt::train

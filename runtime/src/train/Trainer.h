@@ -1,0 +1,146 @@
+// Megatron-LM's training loop for one rank on the host backend.
+#ifndef MTRT_SRC_TRAIN_TRAINER_H
+#define MTRT_SRC_TRAIN_TRAINER_H
+
+#include "core/Bundle.h"
+#include "host/kernels/Kernels.h"
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mtrt::host {
+class Executor;
+class ParameterStore;
+class ThreadPool;
+} // namespace mtrt::host
+
+namespace mtrt::train {
+
+class GptDataset;
+class Optimizer;
+class TrainingLog;
+
+/// Everything megatron-train's flags set; defaults are Megatron-LM's unless
+/// noted.
+struct TrainerOptions {
+  int64_t trainIters = 0;
+  /// 0: the bundle's global_batch_size.
+  int64_t globalBatchSize = 0;
+  std::string split = "969,30,1";
+  uint64_t seed = 1234;
+
+  double lr = 0;
+  double minLr = 0;
+  host::LrDecayStyle lrDecayStyle = host::LrDecayStyle::Linear;
+  /// 0: trainIters.
+  int64_t lrDecayIters = 0;
+  int64_t lrWarmupIters = 0;
+  /// Used instead of lrWarmupIters when set: a fraction of lrDecayIters.
+  std::optional<double> lrWarmupFraction;
+  double lrWarmupInit = 0;
+
+  double weightDecay = 0.01;
+  double adamBeta1 = 0.9;
+  double adamBeta2 = 0.95; // GPT practice; Megatron-LM's default is 0.999
+  double adamEps = 1e-8;
+  double clipGrad = 1.0;
+
+  int64_t logInterval = 100;
+  /// 0 disables evaluation.
+  int64_t evalInterval = 1000;
+  int64_t evalIters = 100;
+  /// A JSON object per line: each iteration's metrics and each evaluation.
+  std::string logJsonl;
+  /// Progress bar on stderr: only when stderr is a terminal, unless off.
+  bool progressBar = true;
+
+  /// 0: std::thread::hardware_concurrency().
+  unsigned threads = 0;
+  /// F64 runs every floating value in double (gradient checks).
+  DType floatType = DType::F32;
+};
+
+/// What one iteration did.
+struct IterationRecord {
+  int64_t iteration = 0;
+  /// The mean over micro-batches of train_step's loss.
+  double loss = 0;
+  double learningRate = 0;
+  double gradNorm = 0;
+  double seconds = 0;
+  double tokensPerSecond = 0;
+};
+
+/// Trains a bundle on a byte-tokenized text: seeded initialization of every
+/// parameter, Megatron-LM's sampling of the corpus, micro-batches with
+/// gradient accumulation, clipping, AdamW and the LR schedule, periodic
+/// evaluation, and Megatron-LM-style logs. Single rank: bundles compiled
+/// for more than one rank are rejected until communicators exist.
+///
+/// Determinism: the same bundle, corpus, options and seed give bit-identical
+/// losses and parameters, whatever the thread count (the kernels'
+/// guarantee).
+///
+/// Thread-safety: none.
+class Trainer {
+public:
+  /// Checks everything before any work: throws Error (INVALID_ARGUMENT,
+  /// UNIMPLEMENTED, NOT_FOUND) naming the flag or bundle field and the fix.
+  /// `corpusName` is what messages call the text.
+  Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
+          const TrainerOptions &options);
+  ~Trainer();
+
+  /// Runs options.trainIters iterations (then an evaluation, if enabled),
+  /// writing Megatron-LM-style lines to `out`.
+  void train(std::ostream &out);
+
+  /// The mean eval_step loss over evalIters global batches of the
+  /// validation split, always from its first samples, in order.
+  double evaluate();
+
+  /// A greedy continuation of `prompt` by `tokens` bytes with predict_step.
+  std::string sample(const std::string &prompt, int64_t tokens);
+
+  /// Whether the bundle and the corpus allow evaluate() (an eval_step and a
+  /// validation split of at least one sample).
+  bool canEvaluate() const { return validData_ != nullptr; }
+
+  const std::vector<IterationRecord> &history() const { return history_; }
+  host::ParameterStore &parameters() { return *parameters_; }
+  const std::string &corpus() const { return corpus_; }
+  int64_t microBatchSize() const { return microBatch_; }
+  int64_t seqLength() const { return seqLength_; }
+  int64_t microBatchesPerIteration() const { return microBatches_; }
+  int64_t globalBatchSize() const { return globalBatch_; }
+  const host::LrSchedule &schedule() const;
+
+private:
+  /// Runs train_step on `count` consecutive samples of `data` from `first`.
+  double runMicroBatch(host::Executor &executor, GptDataset &data,
+                       int64_t first, uint64_t step);
+
+  const Bundle &bundle_;
+  TrainerOptions options_;
+  std::string corpus_;
+  std::string corpusName_;
+  int64_t microBatch_ = 0, seqLength_ = 0, microBatches_ = 0, globalBatch_ = 0;
+  DType idType_ = DType::I32;
+
+  std::unique_ptr<host::ThreadPool> pool_;
+  std::unique_ptr<host::ParameterStore> parameters_;
+  std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
+  std::unique_ptr<GptDataset> trainData_, validData_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<IterationRecord> history_;
+  std::vector<int32_t> tokens_, labels_;
+  uint64_t microStep_ = 0;
+};
+
+} // namespace mtrt::train
+
+#endif // MTRT_SRC_TRAIN_TRAINER_H
