@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace mtrt::host;
@@ -141,7 +142,9 @@ class LinearGradient
     : public testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(LinearGradient, MatchesFiniteDifferences) {
-  auto [transposeWeight, withBias] = GetParam();
+  // Plain variables: C++17 lambdas cannot capture structured bindings.
+  const bool transposeWeight = std::get<0>(GetParam());
+  const bool withBias = std::get<1>(GetParam());
   const int64_t rows = 10, in = 8, out = 6;
   Vec x = randomVec(rows * in, 10), w = randomVec(in * out, 11),
       b = randomVec(out, 12);
@@ -170,7 +173,8 @@ class MatmulGradient
     : public testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(MatmulGradient, MatchesFiniteDifferences) {
-  auto [transposeLhs, transposeRhs] = GetParam();
+  const bool transposeLhs = std::get<0>(GetParam());
+  const bool transposeRhs = std::get<1>(GetParam());
   const int64_t batch = 2, m = 3, n = 4, k = 5;
   Vec lhs = randomVec(batch * m * k, 20), rhs = randomVec(batch * k * n, 21);
   Forward forward = [&] {
@@ -279,7 +283,9 @@ class SoftmaxGradient
     : public testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
 
 TEST_P(SoftmaxGradient, MatchesFiniteDifferences) {
-  auto [outer, axis, inner] = GetParam();
+  const int64_t outer = std::get<0>(GetParam());
+  const int64_t axis = std::get<1>(GetParam());
+  const int64_t inner = std::get<2>(GetParam());
   Vec x = randomVec(outer * axis * inner, 45, -3, 3);
   Forward forward = [&] {
     Vec y(x.size());
