@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ ccache python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
   clang-22 libclang-rt-22-dev
 )
 
