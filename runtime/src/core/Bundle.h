@@ -3,6 +3,7 @@
 #ifndef MTRT_SRC_CORE_BUNDLE_H
 #define MTRT_SRC_CORE_BUNDLE_H
 
+#include "core/Error.h"
 #include "mtrt/mtrt.h"
 
 #include <cstddef>
@@ -14,20 +15,6 @@
 #include <vector>
 
 namespace mtrt {
-
-/// An error inside the runtime's C++ code: a canonical status code and a
-/// message that names the file or function, the field, the value and what was
-/// expected. Thrown, never across the C API: its entry points catch it and
-/// return an mtrt_status_t with the same code and message.
-class Error : public std::runtime_error {
-public:
-  Error(mtrt_status_code_t code, const std::string &message)
-      : std::runtime_error(message), code_(code) {}
-  mtrt_status_code_t code() const { return code_; }
-
-private:
-  mtrt_status_code_t code_;
-};
 
 /// Element types of bundle values, by their manifest names.
 enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64 };

@@ -2,7 +2,7 @@
 #ifndef MTRT_SRC_CORE_SAFETENSORS_H
 #define MTRT_SRC_CORE_SAFETENSORS_H
 
-#include "core/Bundle.h" // mtrt::Error
+#include "core/Error.h"
 
 #include <cstddef>
 #include <cstdint>
