@@ -6,6 +6,7 @@
 
 #include "mt/IR/MtDialect.h"
 #include "mt/Transforms/Passes.h"
+#include "mt/Transforms/ShardingInterfaceImpl.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
@@ -30,11 +31,12 @@ void megatron::registerAllDialects(mlir::DialectRegistry &registry) {
                   mlir::func::FuncDialect, mlir::arith::ArithDialect,
                   mlir::tensor::TensorDialect, mlir::linalg::LinalgDialect,
                   mlir::scf::SCFDialect>();
-  // Sharding propagation and partitioning reach through func and tensor ops
-  // and linalg's named ops only through these external models.
+  // Sharding propagation and partitioning reach through func and tensor ops,
+  // linalg's named ops and mt's ops only through these external models.
   mlir::func::registerAllExtensions(registry);
   mlir::tensor::registerAllExtensions(registry);
   mlir::linalg::registerShardingInterfaceExternalModels(registry);
+  mlir::mt::registerShardingInterfaceExternalModels(registry);
 }
 
 void megatron::registerAllPasses() {

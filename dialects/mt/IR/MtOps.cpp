@@ -115,6 +115,13 @@ LogicalResult LinearOp::verify() {
                       [&] { return emitOpError(); }));
 }
 
+LogicalResult BiasAddOp::verify() {
+  return verifyResultType(*this, getType(),
+                          inferNormType(getInput().getType(),
+                                        RankedTensorType(), getBias().getType(),
+                                        [&] { return emitOpError(); }));
+}
+
 LogicalResult MatmulOp::verify() {
   return verifyResultType(
       *this, getType(),

@@ -181,6 +181,27 @@ def Mt_LinearOp : Mt_Op<"linear", [VJP, Pure]> {
   let hasVerifier = 1;
 }
 
+def Mt_BiasAddOp : Mt_Op<"bias_add", [VJP, Pure,
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "adds a bias along the last dimension";
+  let description = [{
+    `y[..., n] = x[..., n] + bias[n]`. Tensor parallelism splits a row-parallel
+    `mt.linear` into a local product, an all-reduce and this op, so that the
+    bias is added once, after the reduction, as Megatron-LM's RowParallelLinear
+    does.
+
+    ```mlir
+    %y = mt.bias_add %x, %b : (tensor<8x1024x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$bias);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $bias attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Mt_MatmulOp : Mt_Op<"matmul", [VJP, Pure]> {
   let summary = "batched matrix product over the last two dimensions";
   let description = [{

@@ -28,7 +28,8 @@ FailureOr<RankedTensorType> inferEmbeddingType(RankedTensorType table,
                                                RankedTensorType ids,
                                                EmitErrorFn emitError);
 
-/// Layer and RMS norm: weight and bias (may be null) are [last dim of input].
+/// Layer and RMS norm, and bias_add: weight and bias (either may be null) are
+/// [last dim of input].
 FailureOr<RankedTensorType> inferNormType(RankedTensorType input,
                                           RankedTensorType weight,
                                           RankedTensorType bias,

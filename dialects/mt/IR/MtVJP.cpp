@@ -69,6 +69,14 @@ LogicalResult LinearOp::buildVJP(OpBuilder &builder, ValueRange dys,
   return success();
 }
 
+LogicalResult BiasAddOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                  SmallVectorImpl<Value> &grads) {
+  grads.push_back(dys[0]);
+  grads.push_back(
+      BiasGradOp::create(builder, getLoc(), getBias().getType(), dys[0]));
+  return success();
+}
+
 LogicalResult MatmulOp::buildVJP(OpBuilder &builder, ValueRange dys,
                                  SmallVectorImpl<Value> &grads) {
   // With Y = op(A) op(B): d op(A) = dY op(B)^T and d op(B) = op(A)^T dY,

@@ -168,6 +168,14 @@ func.func @linear_result(%x: tensor<2x16xf32>, %w: tensor<16x48xf32>) {
 
 // -----
 
+func.func @bias_add_shape(%x: tensor<2x16xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{'mt.bias_add' op bias must be 'tensor<16xf32>' (the input's last dimension), got 'tensor<8xf32>'}}
+  %0 = mt.bias_add %x, %b : (tensor<2x16xf32>, tensor<8xf32>) -> tensor<2x16xf32>
+  return
+}
+
+// -----
+
 func.func @matmul_rank(%a: tensor<4xf32>, %b: tensor<4x4xf32>) {
   // expected-error @+1 {{'mt.matmul' op operands must have one rank >= 2, got 'tensor<4xf32>' and 'tensor<4x4xf32>'}}
   %0 = mt.matmul %a, %b : (tensor<4xf32>, tensor<4x4xf32>) -> tensor<4xf32>

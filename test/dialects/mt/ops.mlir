@@ -44,6 +44,8 @@ func.func @linear_and_matmul(%x: tensor<2x8x16xf32>, %w: tensor<16x48xf32>, %b: 
   %0 = mt.linear %x, %w, %b : (tensor<2x8x16xf32>, tensor<16x48xf32>, tensor<48xf32>) -> tensor<2x8x48xf32>
   // CHECK: mt.linear %{{.+}}, %{{.+}} transpose_weight : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
   %1 = mt.linear %x, %wt transpose_weight : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  // CHECK: mt.bias_add %{{.+}}, %{{.+}} : (tensor<2x8x48xf32>, tensor<48xf32>) -> tensor<2x8x48xf32>
+  %4 = mt.bias_add %0, %b : (tensor<2x8x48xf32>, tensor<48xf32>) -> tensor<2x8x48xf32>
   // CHECK: mt.matmul %{{.+}}, %{{.+}} transpose_rhs : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x8x8xf32>
   %2 = mt.matmul %q, %k transpose_rhs : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x8x8xf32>
   // CHECK: mt.matmul %{{.+}}, %{{.+}} transpose_lhs : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x4x4xf32>
