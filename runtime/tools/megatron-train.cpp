@@ -1,15 +1,25 @@
-// megatron-train: trains a compiled bundle on a text corpus on the CPU.
+// megatron-train: trains a compiled bundle on a text corpus on the CPU or a GPU.
 #include "core/Bundle.h"
+#include "core/Safetensors.h"
 #include "train/ByteTokenizer.h"
 #include "train/TrainFlags.h"
 #include "train/Trainer.h"
+#include "train/Weights.h"
+#if MTRT_HAVE_CUDA
+#include "cuda/Trainer.h"
+#endif
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
+#include <memory>
 #include <sstream>
+#include <unistd.h>
 
 namespace {
 
@@ -28,6 +38,76 @@ std::string readCorpus(const std::string &path) {
   return text.str();
 }
 
+/// Fails before training, not after it, when --save-weights could not be
+/// written: a missing or unwritable directory, or a directory as the path.
+void checkSaveWeightsPath(const std::string &path) {
+  namespace fs = std::filesystem;
+  fs::path file(path);
+  fs::path dir =
+      file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  std::error_code ec;
+  if (fs::is_directory(file, ec))
+    throw mtrt::Error(MTRT_STATUS_FAILED_PRECONDITION,
+                      "--save-weights: '" + path +
+                          "' is a directory; give a file path such as '" +
+                          (file / "model.safetensors").string() + "'");
+  if (!fs::is_directory(dir, ec))
+    throw mtrt::Error(MTRT_STATUS_NOT_FOUND,
+                      "--save-weights: the directory '" + dir.string() +
+                          "' of '" + path +
+                          "' does not exist; create it first");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw mtrt::Error(MTRT_STATUS_PERMISSION_DENIED,
+                      "--save-weights: cannot write to the directory '" +
+                          dir.string() + "' (" + std::strerror(errno) +
+                          "); give a path in a writable directory");
+}
+
+/// Prefixes the flag to a file's error so that the user knows which file
+/// it was.
+[[noreturn]] void rethrowFor(const char *flag, const mtrt::Error &e) {
+  throw mtrt::Error(e.code(), std::string(flag) + ": " + e.what());
+}
+
+#if MTRT_HAVE_CUDA
+using GpuTrainer = mtrt::cuda::Trainer;
+
+/// The GPU trainer of --backend cuda; MTRT_CUDA_TF32=1 allows TF32 GEMMs,
+/// MTRT_CUDA_SYNC=1 synchronizes after every instruction (to name a
+/// faulting kernel).
+std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &bundle,
+                                           const std::string &corpus,
+                                           const mtrt::train::TrainCommand &c) {
+  auto enabled = [](const char *name) {
+    const char *value = std::getenv(name);
+    return value && std::string(value) == "1";
+  };
+  mtrt::cuda::ContextOptions device;
+  device.tf32 = enabled("MTRT_CUDA_TF32");
+  device.syncEachInstruction = enabled("MTRT_CUDA_SYNC");
+  return std::make_unique<GpuTrainer>(bundle, corpus, c.dataPath, c.options,
+                                      device);
+}
+#else
+/// Stands in for mtrt::cuda::Trainer where the CUDA backend is not built;
+/// makeGpuTrainer never makes one.
+struct GpuTrainer {
+  mtrt::train::Trainer &host() { std::abort(); }
+  void uploadParametersFromHost() {}
+  void train(std::ostream &) {}
+  void copyParametersToHost() {}
+};
+
+std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &,
+                                           const std::string &,
+                                           const mtrt::train::TrainCommand &) {
+  throw mtrt::Error(MTRT_STATUS_UNAVAILABLE,
+                    "--backend cuda: this megatron-train was built without "
+                    "the CUDA backend; reconfigure the runtime with "
+                    "-DMTRT_ENABLE_CUDA=ON, or use --backend host");
+}
+#endif
+
 int run(int argc, char **argv) {
   using namespace mtrt::train;
   TrainCommand command =
@@ -38,8 +118,58 @@ int run(int argc, char **argv) {
   }
   mtrt::Bundle bundle = mtrt::Bundle::load(command.bundlePath);
   std::string corpus = readCorpus(command.dataPath);
-  Trainer trainer(bundle, corpus, command.dataPath, command.options);
-  trainer.train(std::cout);
+  if (!command.saveWeights.empty())
+    checkSaveWeightsPath(command.saveWeights);
+  // Opened (and its format checked) before the trainer is built, so that a
+  // bad file fails fast; its tensors are checked against the bundle after.
+  std::optional<mtrt::SafetensorsFile> weights;
+  if (!command.initFrom.empty()) {
+    try {
+      weights = mtrt::SafetensorsFile::open(command.initFrom);
+    } catch (const mtrt::Error &e) {
+      rethrowFor("--init-from", e);
+    }
+  }
+  // --backend cuda: the GPU trainer is built on a host trainer (checks,
+  // initialization, sampling), which the rest of this function sees.
+  std::unique_ptr<GpuTrainer> gpu;
+  if (command.backend == "cuda")
+    gpu = makeGpuTrainer(bundle, corpus, command);
+  std::unique_ptr<Trainer> hostTrainer;
+  if (!gpu)
+    hostTrainer = std::make_unique<Trainer>(bundle, corpus, command.dataPath,
+                                            command.options);
+  Trainer &trainer = gpu ? gpu->host() : *hostTrainer;
+  if (weights) {
+    WeightsLoadReport report;
+    try {
+      report = loadWeights(*weights, bundle, trainer.parameters());
+    } catch (const mtrt::Error &e) {
+      rethrowFor("--init-from", e);
+    }
+    std::cout << "loaded " << report.parameters << " parameters from '"
+              << command.initFrom << "'";
+    if (report.padded)
+      std::cout << " (" << report.padded
+                << " vocabulary tables padded with their initial rows)";
+    std::cout << "\n";
+    if (gpu)
+      gpu->uploadParametersFromHost();
+  }
+  if (gpu)
+    gpu->train(std::cout);
+  else
+    trainer.train(std::cout);
+  if (gpu)
+    gpu->copyParametersToHost();
+  if (!command.saveWeights.empty()) {
+    try {
+      saveWeights(command.saveWeights, bundle, trainer.parameters());
+    } catch (const mtrt::Error &e) {
+      rethrowFor("--save-weights", e);
+    }
+    std::cout << "saved the weights to '" << command.saveWeights << "'\n";
+  }
   if (command.sampleTokens > 0) {
     std::string prompt = command.samplePrompt ? *command.samplePrompt
                                               : trainer.corpus().substr(0, 32);

@@ -159,6 +159,10 @@ struct ModelConfig {
   std::string precision;
 };
 
+namespace bundle_detail {
+class ManifestReader;
+} // namespace bundle_detail
+
 /// A bundle that passed every check of docs/BundleFormat.md: the container
 /// (magic, version, flags, lengths, SHA-256) and the manifest's schema, with
 /// every index, shape, count, attribute and op signature in range. Code that
@@ -187,6 +191,10 @@ public:
 
   const std::string &name() const { return name_; }
   const std::string &producer() const { return producer_; }
+  /// The configuration the bundle was compiled from: present when it was
+  /// compiled from a model file (megatron-compile), absent for bundles
+  /// translated from IR (megatron-translate), where model() is all zeros.
+  bool hasModel() const { return hasModel_; }
   const ModelConfig &model() const { return model_; }
   const std::vector<Parameter> &parameters() const { return parameters_; }
   const std::vector<Function> &functions() const { return functions_; }
@@ -195,9 +203,10 @@ public:
   const Function *findFunction(std::string_view name) const;
 
 private:
-  friend class ManifestReader;
+  friend class bundle_detail::ManifestReader;
   std::string name_;
   std::string producer_;
+  bool hasModel_ = false;
   ModelConfig model_;
   std::vector<Parameter> parameters_;
   std::vector<Function> functions_;

@@ -118,6 +118,22 @@ const std::vector<Flag> &flags() {
       {"--log-jsonl", "PATH",
        "also write each iteration's metrics as a JSON line to PATH",
        [](C &c, S, S v) { c.options.logJsonl = v; }},
+      {"--init-from", "FILE",
+       "after the seeded initialization, load every parameter from a "
+       "safetensors file with Hugging Face's GPT-2 or Llama names",
+       [](C &c, S f, S v) {
+         if (v.empty())
+           invalid(f + ": expected the path of a .safetensors file");
+         c.initFrom = v;
+       }},
+      {"--save-weights", "FILE",
+       "after training, write the parameters to a safetensors file with "
+       "Hugging Face's names (f32, vocabulary unpadded)",
+       [](C &c, S f, S v) {
+         if (v.empty())
+           invalid(f + ": expected the path of a .safetensors file to write");
+         c.saveWeights = v;
+       }},
       {"--sample-tokens", "N",
        "after training, print a greedy continuation of N bytes (default 0)",
        [](C &c, S f, S v) { c.sampleTokens = parseInt(f, v, 0); }},
@@ -128,6 +144,14 @@ const std::vector<Flag> &flags() {
        "CPU threads of the host kernels (default: all hardware threads)",
        [](C &c, S f, S v) {
          c.options.threads = static_cast<unsigned>(parseInt(f, v, 1));
+       }},
+      {"--backend", "NAME",
+       "host (CPU, default) or cuda (GPU 0; MTRT_CUDA_TF32=1 allows TF32 "
+       "GEMMs)",
+       [](C &c, S f, S v) {
+         if (v != "host" && v != "cuda")
+           invalid(f + ": found '" + v + "', expected host or cuda");
+         c.backend = v;
        }},
       {"--no-progress-bar", nullptr,
        "never draw the progress bar (drawn only when stderr is a terminal)",
@@ -170,8 +194,6 @@ const char *const kNotYetFlags[] = {
     "--save",
     "--load",
     "--save-interval",
-    "--init-from",
-    "--save-weights",
     "--tokenizer-type",
     "--in-process-ranks",
     "--exit-interval",
@@ -302,7 +324,10 @@ std::string trainUsage() {
   }
   s << "\nModel and layout flags (--micro-batch-size, "
        "--tensor-model-parallel-size, ...)\nare fixed at compile time: pass "
-       "them to megatron-compile.\n";
+       "them to megatron-compile.\n"
+       "\n--init-from and --save-weights exchange weights with Hugging "
+       "Face's GPT-2\n(GPT2LMHeadModel, GPT2Model) and Llama "
+       "(LlamaForCausalLM) by parameter name.\n";
   return s.str();
 }
 

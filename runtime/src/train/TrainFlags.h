@@ -19,6 +19,14 @@ struct TrainCommand {
   int64_t sampleTokens = 0;
   /// Default: the first bytes of the corpus.
   std::optional<std::string> samplePrompt;
+  /// --init-from: Hugging Face-named safetensors weights loaded after the
+  /// seeded initialization; empty when not given.
+  std::string initFrom;
+  /// --save-weights: where the weights are written after training; empty
+  /// when not given.
+  std::string saveWeights;
+  /// --backend: "host" (CPU) or "cuda" (GPU), where the step runs.
+  std::string backend = "host";
   bool help = false;
 };
 

@@ -118,6 +118,11 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   optimizer.eps = options_.adamEps;
   optimizer.clipGrad = options_.clipGrad;
 
+  if (!bundle.hasModel())
+    invalid("bundle '" + bundle.name() +
+            "' has no model section (it was translated from IR, not compiled "
+            "from a model file); compile the model with megatron-compile to "
+            "train it");
   const ModelConfig &model = bundle.model();
   if (model.tensorModelParallelSize != 1 ||
       model.pipelineModelParallelSize != 1 || model.dataParallelSize != 1)

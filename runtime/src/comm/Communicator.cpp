@@ -1,0 +1,196 @@
+// The communicator's entry points: shared argument checks, then execute().
+#include "comm/Communicator.h"
+
+namespace mtrt::comm {
+
+void Communicator::allReduce(const void *send, void *recv, int64_t count,
+                             DType dtype, ReduceOp op, const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::AllReduce;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.info = info;
+  run(call);
+}
+
+void Communicator::allGather(const void *send, void *recv, int64_t count,
+                             DType dtype, const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::AllGather;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.dtype = dtype;
+  call.info = info;
+  run(call);
+}
+
+void Communicator::reduceScatter(const void *send, void *recv, int64_t count,
+                                 DType dtype, ReduceOp op,
+                                 const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::ReduceScatter;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.info = info;
+  run(call);
+}
+
+void Communicator::broadcast(void *buffer, int64_t count, DType dtype, int root,
+                             const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::Broadcast;
+  call.send = buffer;
+  call.recv = buffer;
+  call.count = count;
+  call.dtype = dtype;
+  call.peer = root;
+  call.info = info;
+  run(call);
+}
+
+void Communicator::send(const void *buffer, int64_t count, DType dtype,
+                        int peer, const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::Send;
+  call.send = buffer;
+  call.count = count;
+  call.dtype = dtype;
+  call.peer = peer;
+  call.info = info;
+  run(call);
+}
+
+void Communicator::recv(void *buffer, int64_t count, DType dtype, int peer,
+                        const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::Recv;
+  call.recv = buffer;
+  call.count = count;
+  call.dtype = dtype;
+  call.peer = peer;
+  call.info = info;
+  run(call);
+}
+
+void Communicator::sendRecv(const void *sendBuffer, int sendPeer,
+                            void *recvBuffer, int recvPeer, int64_t count,
+                            DType dtype, const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::SendRecv;
+  call.send = sendBuffer;
+  call.recv = recvBuffer;
+  call.count = count;
+  call.dtype = dtype;
+  call.peer = sendPeer;
+  call.recvPeer = recvPeer;
+  call.info = info;
+  run(call);
+}
+
+void Communicator::barrier(const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::Barrier;
+  call.info = info;
+  run(call);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key,
+                                                  std::string_view name,
+                                                  const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::Split;
+  call.color = color;
+  call.key = key;
+  call.name = name;
+  call.info = info;
+  validate(call);
+  return executeSplit(call);
+}
+
+void Communicator::run(const Call &call) {
+  validate(call);
+  execute(call);
+}
+
+void Communicator::validate(const Call &call) {
+  auto reject = [&](const std::string &problem) {
+    std::string what =
+        call.describe(members()) + " in group " + name() + ": " + problem;
+    abort(what);
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "rank " + std::to_string(worldRank()) + ": " + what);
+  };
+  auto checkRank = [&](int groupRank, const char *what) {
+    if (groupRank < 0 || groupRank >= size())
+      reject(std::string(what) + " " + std::to_string(groupRank) +
+             " is not a rank of the group (0 to " + std::to_string(size() - 1) +
+             ")");
+  };
+
+  if (call.kind == CallKind::Split) {
+    if (call.color < 0 && call.color != kNoColor)
+      reject("color " + std::to_string(call.color) +
+             " is negative; use a color >= 0, or Communicator::kNoColor (" +
+             std::to_string(kNoColor) + ") to join no group");
+    if (call.name.empty())
+      reject("the new group has no name; name it (\"tp\", \"dp\", ...) so "
+             "that messages can tell groups apart");
+    return;
+  }
+  if (call.kind == CallKind::Barrier)
+    return;
+
+  if (call.count < 0)
+    reject("count " + std::to_string(call.count) + " is negative");
+  // all_gather and reduce_scatter touch count * size elements.
+  if (call.count > kMaxElements / size())
+    reject("count " + std::to_string(call.count) + " times the group size " +
+           std::to_string(size()) + " is over the limit of " +
+           std::to_string(kMaxElements) + " elements");
+  if (!supportsDType(call.dtype)) {
+    std::string supported;
+    for (DType dtype : {DType::F32, DType::F64, DType::BF16, DType::F16,
+                        DType::I32, DType::I64})
+      if (supportsDType(dtype))
+        supported +=
+            std::string(supported.empty() ? "" : ", ") + dtypeName(dtype);
+    reject(std::string("dtype ") + dtypeName(call.dtype) +
+           " is not supported by this communicator (it takes " + supported +
+           ")");
+  }
+  bool sends = call.kind != CallKind::Recv && call.kind != CallKind::Broadcast;
+  bool receives = call.kind != CallKind::Send;
+  if (call.count > 0 && sends && !call.send)
+    reject("the send buffer is null");
+  if (call.count > 0 && receives && !call.recv)
+    reject(call.kind == CallKind::Broadcast ? "the buffer is null"
+                                            : "the receive buffer is null");
+  switch (call.kind) {
+  case CallKind::Broadcast:
+    checkRank(call.peer, "root");
+    break;
+  case CallKind::Send:
+  case CallKind::Recv:
+    checkRank(call.peer, "peer");
+    if (call.peer == rank())
+      reject(std::string("a ") + callKindName(call.kind) +
+             " with itself never completes; use sendRecv to copy to the "
+             "same rank");
+    break;
+  case CallKind::SendRecv:
+    checkRank(call.peer, "send peer");
+    checkRank(call.recvPeer, "receive peer");
+    break;
+  default:
+    break;
+  }
+}
+
+} // namespace mtrt::comm

@@ -1,0 +1,664 @@
+// Reads bundle files: the JSON manifest and its schema (docs/BundleFormat.md).
+#include "core/BundleReader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace mtrt::bundle_detail {
+
+std::string describe(const Json &json, size_t limit) {
+  std::string text = json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > limit)
+    text = text.substr(0, limit) + "...";
+  return text;
+}
+
+const char *jsonTypeName(const Json &json) {
+  if (json.is_number_integer())
+    return "an integer";
+  if (json.is_number())
+    return "a number";
+  if (json.is_string())
+    return "a string";
+  if (json.is_boolean())
+    return "a boolean";
+  if (json.is_array())
+    return "an array";
+  if (json.is_object())
+    return "an object";
+  return "null";
+}
+
+std::string index(const std::string &path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+std::string member(const std::string &path, const char *key) {
+  return path.empty() ? std::string(key) : path + "." + key;
+}
+
+
+const Json &ManifestReader::field(const Json &object, const std::string &path,
+                                  const char *key) {
+  auto it = object.find(key);
+  if (it == object.end())
+    fail(member(path, key), "nothing (the field is missing)",
+         std::string("the required field \"") + key + "\"");
+  return *it;
+}
+
+const Json *ManifestReader::optionalField(const Json &object, const char *key) {
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+void ManifestReader::expectObject(const Json &json, const std::string &path) {
+  if (!json.is_object())
+    fail(path, std::string(jsonTypeName(json)) + " " + describe(json),
+         "an object");
+}
+
+void ManifestReader::expectArray(const Json &json, const std::string &path) {
+  if (!json.is_array())
+    fail(path, std::string(jsonTypeName(json)) + " " + describe(json),
+         "an array");
+}
+
+int64_t ManifestReader::readInt(const Json &json, const std::string &path,
+                                int64_t min, int64_t max) {
+  if (!json.is_number_integer())
+    fail(path, std::string(jsonTypeName(json)) + " " + describe(json),
+         "an integer");
+  if (json.is_number_unsigned() &&
+      json.get<uint64_t>() >
+          static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    fail(path, describe(json), "an integer that fits in 64 signed bits");
+  int64_t value = json.get<int64_t>();
+  if (value < min || value > max) {
+    std::string range;
+    if (max == std::numeric_limits<int64_t>::max())
+      range = "an integer >= " + std::to_string(min);
+    else if (min == std::numeric_limits<int64_t>::min())
+      range = "an integer <= " + std::to_string(max);
+    else
+      range = "an integer in [" + std::to_string(min) + ", " +
+              std::to_string(max) + "]";
+    fail(path, std::to_string(value), range);
+  }
+  return value;
+}
+
+double ManifestReader::readNumber(const Json &json, const std::string &path) {
+  if (!json.is_number())
+    fail(path, std::string(jsonTypeName(json)) + " " + describe(json),
+         "a number");
+  double value = json.get<double>();
+  if (!std::isfinite(value))
+    fail(path, describe(json), "a finite number");
+  return value;
+}
+
+bool ManifestReader::readBool(const Json &json, const std::string &path) {
+  if (!json.is_boolean())
+    fail(path, std::string(jsonTypeName(json)) + " " + describe(json),
+         "true or false");
+  return json.get<bool>();
+}
+
+std::string ManifestReader::readString(const Json &json,
+                                       const std::string &path) {
+  if (!json.is_string())
+    fail(path, std::string(jsonTypeName(json)) + " " + describe(json),
+         "a string");
+  return json.get<std::string>();
+}
+
+std::vector<int64_t> ManifestReader::readShape(const Json &json,
+                                               const std::string &path,
+                                               int64_t *outElements) {
+  expectArray(json, path);
+  std::vector<int64_t> shape;
+  int64_t elements = 1;
+  for (size_t i = 0; i < json.size(); ++i) {
+    int64_t dim = readInt(json[i], index(path, i), 0);
+    shape.push_back(dim);
+    if (dim != 0 && elements > kMaxElements / dim)
+      fail(path, "shape " + describe(json),
+           "at most 2^60 elements (the product of the dimensions overflows)");
+    elements *= dim;
+  }
+  *outElements = elements;
+  return shape;
+}
+
+DType ManifestReader::readDType(const Json &json, const std::string &path) {
+  if (json.is_string()) {
+    std::string text = json.get<std::string>();
+    for (const DTypeName &entry : kDTypes)
+      if (text == entry.name)
+        return entry.dtype;
+  }
+  fail(path, describe(json),
+       "one of \"f32\", \"f64\", \"bf16\", \"f16\", \"i32\", \"i64\"");
+}
+
+TensorType ManifestReader::readTensorType(const Json &object,
+                                          const std::string &path) {
+  expectObject(object, path);
+  TensorType type;
+  type.shape = readShape(field(object, path, "shape"), member(path, "shape"),
+                         &type.numElements);
+  type.dtype = readDType(field(object, path, "dtype"), member(path, "dtype"));
+  return type;
+}
+
+void ManifestReader::readModel(const Json &json, const std::string &path,
+                               ModelConfig &out) {
+  expectObject(json, path);
+  out.name = readString(field(json, path, "name"), member(path, "name"));
+  struct IntField {
+    const char *key;
+    int64_t *target;
+    int64_t min;
+  } ints[] = {
+      {"num_layers", &out.numLayers, 0},
+      {"hidden_size", &out.hiddenSize, 1},
+      {"num_attention_heads", &out.numAttentionHeads, 1},
+      {"num_query_groups", &out.numQueryGroups, 1},
+      {"ffn_hidden_size", &out.ffnHiddenSize, 1},
+      {"seq_length", &out.seqLength, 1},
+      {"vocab_size", &out.vocabSize, 1},
+      {"padded_vocab_size", &out.paddedVocabSize, 1},
+      {"micro_batch_size", &out.microBatchSize, 1},
+      {"global_batch_size", &out.globalBatchSize, 1},
+      {"tensor_model_parallel_size", &out.tensorModelParallelSize, 1},
+      {"pipeline_model_parallel_size", &out.pipelineModelParallelSize, 1},
+      {"data_parallel_size", &out.dataParallelSize, 1},
+  };
+  for (const IntField &entry : ints)
+    *entry.target = readInt(field(json, path, entry.key),
+                            member(path, entry.key), entry.min);
+  const Json &precision = field(json, path, "precision");
+  std::string text = precision.is_string() ? precision.get<std::string>() : "";
+  if (text != "fp32" && text != "bf16" && text != "fp16")
+    fail(member(path, "precision"), describe(precision),
+         "one of \"fp32\", \"bf16\", \"fp16\"");
+  out.precision = text;
+  if (out.paddedVocabSize < out.vocabSize)
+    fail(member(path, "padded_vocab_size"), std::to_string(out.paddedVocabSize),
+         "at least vocab_size (" + std::to_string(out.vocabSize) + ")");
+  // micro_batch_size * data_parallel_size cannot overflow: both are checked
+  // against global_batch_size first.
+  int64_t perStep = out.microBatchSize;
+  if (out.dataParallelSize > out.globalBatchSize ||
+      perStep > out.globalBatchSize ||
+      out.globalBatchSize % (perStep * out.dataParallelSize) != 0)
+    fail(member(path, "global_batch_size"), std::to_string(out.globalBatchSize),
+         "a multiple of micro_batch_size * data_parallel_size (" +
+             std::to_string(out.microBatchSize) + " * " +
+             std::to_string(out.dataParallelSize) + ")");
+}
+
+void ManifestReader::readParameters(const Json &json, const std::string &path,
+                                    std::vector<Parameter> &out) {
+  expectArray(json, path);
+  std::map<std::string, size_t> names;
+  for (size_t i = 0; i < json.size(); ++i) {
+    std::string at = index(path, i);
+    const Json &entry = json[i];
+    expectObject(entry, at);
+    Parameter parameter;
+    parameter.name = readString(field(entry, at, "name"), member(at, "name"));
+    if (parameter.name.empty())
+      fail(member(at, "name"), "\"\"", "a non-empty name");
+    auto [it, inserted] = names.emplace(parameter.name, i);
+    if (!inserted)
+      fail(member(at, "name"), "\"" + parameter.name + "\"",
+           "a name not already used by parameters[" +
+               std::to_string(it->second) + "]");
+    parameter.type = readTensorType(entry, at);
+    if (!isFloatingPoint(parameter.type.dtype))
+      fail(member(at, "dtype"),
+           std::string("\"") + dtypeName(parameter.type.dtype) + "\"",
+           "a floating-point type (f32, f64, bf16, f16)");
+    const Json &init = field(entry, at, "init");
+    std::string method = init.is_string() ? init.get<std::string>() : "";
+    if (method == "normal")
+      parameter.init = InitMethod::Normal;
+    else if (method == "zeros")
+      parameter.init = InitMethod::Zeros;
+    else if (method == "ones")
+      parameter.init = InitMethod::Ones;
+    else
+      fail(member(at, "init"), describe(init),
+           "one of \"normal\", \"zeros\", \"ones\"");
+    if (parameter.init == InitMethod::Normal) {
+      parameter.std = readNumber(field(entry, at, "std"), member(at, "std"));
+      if (!(parameter.std > 0))
+        fail(member(at, "std"), describe(entry["std"]),
+             "a standard deviation > 0 for init \"normal\"");
+    } else if (const Json *std = optionalField(entry, "std")) {
+      readNumber(*std, member(at, "std"));
+    }
+    parameter.weightDecay =
+        readBool(field(entry, at, "weight_decay"), member(at, "weight_decay"));
+    out.push_back(std::move(parameter));
+  }
+}
+
+void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
+                                    const OpInfo &info, Attributes &out) {
+  static const Json kEmpty = Json::object();
+  if (!attrs)
+    attrs = &kEmpty;
+  expectObject(*attrs, path);
+  for (auto it = attrs->begin(); it != attrs->end(); ++it) {
+    bool known = false;
+    for (const AttrSpec &spec : info.attrs)
+      known |= it.key() == spec.name;
+    if (!known) {
+      std::string allowed;
+      for (const AttrSpec &spec : info.attrs)
+        allowed += std::string(allowed.empty() ? "" : ", ") + spec.name;
+      fail(member(path, it.key().c_str()), "an attribute \"" + it.key() + "\"",
+           std::string("only the attributes of ") + info.name + " (" +
+               (allowed.empty() ? "none" : allowed) + ")");
+    }
+  }
+  for (const AttrSpec &spec : info.attrs) {
+    const Json *value = optionalField(*attrs, spec.name);
+    std::string at = member(path, spec.name);
+    if (!value) {
+      if (spec.required)
+        fail(at, "nothing (the attribute is missing)",
+             std::string("the attribute \"") + spec.name + "\" of " +
+                 info.name);
+      continue;
+    }
+    std::string key = spec.name;
+    switch (spec.kind) {
+    case AttrKind::Bool: {
+      bool flag = readBool(*value, at);
+      if (key == "transpose_weight")
+        out.transposeWeight = flag;
+      else if (key == "transpose_lhs")
+        out.transposeLhs = flag;
+      else if (key == "transpose_rhs")
+        out.transposeRhs = flag;
+      else if (key == "causal")
+        out.causal = flag;
+      else if (key == "inverse")
+        out.inverse = flag;
+      break;
+    }
+    case AttrKind::Int: {
+      if (key == "parameter") {
+        int64_t count = static_cast<int64_t>(parameters_->size());
+        int64_t p = readInt(*value, at);
+        if (p < 0 || p >= count)
+          fail(at, std::to_string(p),
+               "a parameter index in [0, " + std::to_string(count) +
+                   ") (the bundle has " + std::to_string(count) +
+                   " parameters)");
+        out.parameter = p;
+      } else if (key == "seed") {
+        out.seed = readInt(*value, at);
+      } else if (key == "rotary_dim") {
+        out.rotaryDim = readInt(*value, at, 0);
+      } else if (key == "axis") {
+        out.axis = readInt(*value, at); // normalized by OpChecker
+      } else if (key == "ignore_index") {
+        out.ignoreIndex = readInt(*value, at);
+      }
+      break;
+    }
+    case AttrKind::Number: {
+      double number = readNumber(*value, at);
+      if (key == "value") {
+        out.value = number;
+      } else if (key == "epsilon") {
+        if (number < 0)
+          fail(at, describe(*value), "an epsilon >= 0");
+        out.epsilon = number;
+      } else if (key == "scale") {
+        if (!(number > 0))
+          fail(at, describe(*value), "a scale > 0");
+        out.scale = number;
+      } else if (key == "dropout_p" || key == "p") {
+        if (!(number >= 0 && number < 1))
+          fail(at, describe(*value), "a probability in [0, 1)");
+        (key == "p" ? out.p : out.dropoutP) = number;
+      } else if (key == "base") {
+        if (!(number > 0))
+          fail(at, describe(*value), "a base > 0");
+        out.base = number;
+      }
+      break;
+    }
+    case AttrKind::String: {
+      std::string text = value->is_string() ? value->get<std::string>() : "";
+      if (key == "approximate") {
+        if (text == "erf")
+          out.approximate = GeluApproximate::Erf;
+        else if (text == "tanh")
+          out.approximate = GeluApproximate::Tanh;
+        else
+          fail(at, describe(*value), "\"erf\" or \"tanh\"");
+      } else if (key == "reduction") {
+        if (text == "mean")
+          out.reduction = Reduction::Mean;
+        else if (text == "sum")
+          out.reduction = Reduction::Sum;
+        else if (text == "none")
+          out.reduction = Reduction::None;
+        else
+          fail(at, describe(*value), "one of \"mean\", \"sum\", \"none\"");
+      }
+      break;
+    }
+    case AttrKind::IntArray: {
+      expectArray(*value, at);
+      for (size_t i = 0; i < value->size(); ++i)
+        out.permutation.push_back(readInt((*value)[i], index(at, i)));
+      break;
+    }
+    }
+  }
+}
+
+void ManifestReader::readInstruction(const Json &json, const std::string &path,
+                                     Function &function, size_t position) {
+  expectObject(json, path);
+  for (auto it = json.begin(); it != json.end(); ++it) {
+    const std::string &key = it.key();
+    if (key != "op" && key != "operands" && key != "results" &&
+        key != "attrs" && key != "free")
+      fail(member(path, key.c_str()), "a field \"" + key + "\"",
+           "only \"op\", \"operands\", \"results\", \"attrs\" and \"free\"");
+  }
+  const Json &opJson = field(json, path, "op");
+  const OpInfo *info = nullptr;
+  if (opJson.is_string())
+    for (const OpInfo &candidate : opTable())
+      if (opJson.get<std::string>() == candidate.name)
+        info = &candidate;
+  if (!info)
+    fail(member(path, "op"), describe(opJson),
+         "an op of the bundle format (docs/BundleFormat.md lists them: "
+         "get_parameter, embedding, linear, ...)");
+
+  Instruction inst;
+  inst.op = info->op;
+  int64_t valueCount = static_cast<int64_t>(function.values.size());
+  auto readIndices = [&](const char *key, std::vector<int64_t> &out) {
+    const Json *list = optionalField(json, key);
+    if (!list)
+      return;
+    std::string at = member(path, key);
+    expectArray(*list, at);
+    for (size_t i = 0; i < list->size(); ++i) {
+      int64_t v = readInt((*list)[i], index(at, i));
+      if (v < 0 || v >= valueCount)
+        fail(index(at, i), std::to_string(v),
+             "a value index in [0, " + std::to_string(valueCount) + ")");
+      out.push_back(v);
+    }
+  };
+  readIndices("operands", inst.operands);
+  readIndices("results", inst.results);
+  readIndices("free", inst.free);
+
+  auto checkCount = [&](const char *what, size_t count, int min, int max) {
+    if (static_cast<int64_t>(count) >= min &&
+        static_cast<int64_t>(count) <= max)
+      return;
+    std::string expected;
+    if (min == max)
+      expected = std::to_string(min);
+    else if (max == kMany)
+      expected = "at least " + std::to_string(min);
+    else
+      expected = std::to_string(min) + " to " + std::to_string(max);
+    fail(member(path, what), std::to_string(count) + " " + what,
+         expected + " " + what + " for " + info->name);
+  };
+  checkCount("operands", inst.operands.size(), info->minOperands,
+             info->maxOperands);
+  checkCount("results", inst.results.size(), info->minResults,
+             info->maxResults);
+
+  int64_t here = static_cast<int64_t>(position);
+  for (size_t i = 0; i < inst.operands.size(); ++i) {
+    int64_t v = inst.operands[i];
+    std::string at = index(member(path, "operands"), i);
+    if (definedAt_[v] == kUndefined) {
+      int64_t later = laterDefinition_[v];
+      fail(at,
+           "value " + std::to_string(v) +
+               (later >= 0 ? ", which is used before it is defined (by "
+                             "instructions[" +
+                                 std::to_string(later) + "])"
+                           : ", which nothing defines"),
+           "an input of the function or a result of an earlier instruction");
+    }
+    if (freedAt_[v] >= 0)
+      fail(at,
+           "value " + std::to_string(v) + ", freed by instructions[" +
+               std::to_string(freedAt_[v]) + "]",
+           "a value that is still live (free lists a value's last use)");
+  }
+  for (size_t i = 0; i < inst.results.size(); ++i) {
+    int64_t v = inst.results[i];
+    std::string at = index(member(path, "results"), i);
+    if (definedAt_[v] != kUndefined)
+      fail(at,
+           "value " + std::to_string(v) + ", already defined " +
+               (definedAt_[v] == kInput
+                    ? std::string("as an input")
+                    : "by instructions[" + std::to_string(definedAt_[v]) + "]"),
+           "a value defined exactly once");
+    definedAt_[v] = here;
+  }
+  readAttributes(optionalField(json, "attrs"), member(path, "attrs"), *info,
+                 inst.attrs);
+  OpChecker(*this, function, inst, path, *parameters_).check();
+  if (inst.op == Op::Softmax || inst.op == Op::SoftmaxGrad ||
+      inst.op == Op::Split || inst.op == Op::Concat) {
+    const TensorType &t =
+        function.values[inst.op == Op::Concat ? inst.results[0]
+                                              : inst.operands.back()];
+    if (inst.attrs.axis < 0)
+      inst.attrs.axis += t.rank();
+  }
+  if (inst.op == Op::GetParameter)
+    parameterView_[inst.results[0]] = true;
+
+  for (size_t i = 0; i < inst.free.size(); ++i) {
+    int64_t v = inst.free[i];
+    std::string at = index(member(path, "free"), i);
+    if (definedAt_[v] == kUndefined)
+      fail(at, "value " + std::to_string(v) + ", which is not defined yet",
+           "a value defined by this or an earlier instruction");
+    if (definedAt_[v] == kInput || isOutput_[v] || parameterView_[v])
+      fail(at,
+           "value " + std::to_string(v) + ", " +
+               (definedAt_[v] == kInput ? "an input"
+                : isOutput_[v]          ? "an output"
+                                        : "a parameter view"),
+           "a value the function owns (inputs, outputs and parameter views "
+           "are never freed)");
+    if (freedAt_[v] >= 0)
+      fail(at,
+           "value " + std::to_string(v) + ", already freed by instructions[" +
+               std::to_string(freedAt_[v]) + "]",
+           "each value freed once");
+    freedAt_[v] = here;
+  }
+  function.instructions.push_back(std::move(inst));
+}
+
+void ManifestReader::readFunction(const Json &json, const std::string &path,
+                                  Function &out) {
+  expectObject(json, path);
+  out.name = readString(field(json, path, "name"), member(path, "name"));
+  const Json &values = field(json, path, "values");
+  expectArray(values, member(path, "values"));
+  for (size_t i = 0; i < values.size(); ++i)
+    out.values.push_back(
+        readTensorType(values[i], index(member(path, "values"), i)));
+  int64_t count = static_cast<int64_t>(out.values.size());
+
+  definedAt_.assign(count, kUndefined);
+  freedAt_.assign(count, -1);
+  parameterView_.assign(count, false);
+  isOutput_.assign(count, false);
+
+  for (bool inputs : {true, false}) {
+    const char *key = inputs ? "inputs" : "outputs";
+    const Json &list = field(json, path, key);
+    std::string at = member(path, key);
+    expectArray(list, at);
+    for (size_t i = 0; i < list.size(); ++i) {
+      int64_t v = readInt(list[i], index(at, i));
+      if (v < 0 || v >= count)
+        fail(index(at, i), std::to_string(v),
+             "a value index in [0, " + std::to_string(count) + ")");
+      if (inputs) {
+        if (definedAt_[v] == kInput)
+          fail(index(at, i), "value " + std::to_string(v) + " listed twice",
+               "distinct inputs");
+        definedAt_[v] = kInput;
+        out.inputs.push_back(v);
+      } else {
+        isOutput_[v] = true;
+        out.outputs.push_back(v);
+      }
+    }
+  }
+
+  const Json &instructions = field(json, path, "instructions");
+  std::string at = member(path, "instructions");
+  expectArray(instructions, at);
+  laterDefinition_.assign(count, -1);
+  for (size_t i = 0; i < instructions.size(); ++i) {
+    const Json &inst = instructions[i];
+    if (!inst.is_object() || !inst.contains("results") ||
+        !inst["results"].is_array())
+      continue;
+    for (const Json &v : inst["results"])
+      if (v.is_number_integer() && v.get<int64_t>() >= 0 &&
+          v.get<int64_t>() < count && laterDefinition_[v.get<int64_t>()] < 0)
+        laterDefinition_[v.get<int64_t>()] = static_cast<int64_t>(i);
+  }
+  for (size_t i = 0; i < instructions.size(); ++i)
+    readInstruction(instructions[i], index(at, i), out, i);
+
+  for (int64_t v = 0; v < count; ++v)
+    if (definedAt_[v] == kUndefined)
+      fail(index(member(path, "values"), v),
+           "value " + std::to_string(v) + ", which nothing defines",
+           "every value to be an input or the result of exactly one "
+           "instruction");
+  checkFunctionSignature(out, path);
+}
+
+/// The entry points the runtime calls have the signatures the format fixes.
+void ManifestReader::checkFunctionSignature(const Function &function,
+                                            const std::string &path) {
+  bool loss = function.name == "train_step" || function.name == "eval_step";
+  bool predict = function.name == "predict_step";
+  if (!loss && !predict)
+    return;
+  size_t inputs = loss ? 2 : 1;
+  if (function.inputs.size() != inputs)
+    fail(member(path, "inputs"),
+         std::to_string(function.inputs.size()) + " inputs",
+         std::to_string(inputs) + " for " + function.name +
+             (loss ? " (tokens, labels)" : " (tokens)"));
+  if (function.outputs.size() != 1)
+    fail(member(path, "outputs"),
+         std::to_string(function.outputs.size()) + " outputs",
+         "1 for " + function.name + (loss ? " (the loss)" : " (the logits)"));
+  const TensorType &tokens = function.values[function.inputs[0]];
+  for (size_t i = 0; i < inputs; ++i) {
+    const TensorType &t = function.values[function.inputs[i]];
+    if ((t.dtype != DType::I32 && t.dtype != DType::I64) || t.rank() != 2 ||
+        t.shape != tokens.shape)
+      fail(index(member(path, "inputs"), i),
+           "value " + std::to_string(function.inputs[i]) + " of type " +
+               t.str(),
+           "[batch, seq] of i32 or i64" +
+               std::string(i ? " like the tokens" : ""));
+  }
+  const TensorType &out = function.values[function.outputs[0]];
+  std::string outAt = index(member(path, "outputs"), 0);
+  if (loss && (!isFloatingPoint(out.dtype) || out.rank() != 0))
+    fail(outAt,
+         "value " + std::to_string(function.outputs[0]) + " of type " +
+             out.str(),
+         "a floating-point scalar (the loss)");
+  if (predict &&
+      (!isFloatingPoint(out.dtype) || out.rank() != 3 ||
+       out.shape[0] != tokens.shape[0] || out.shape[1] != tokens.shape[1]))
+    fail(outAt,
+         "value " + std::to_string(function.outputs[0]) + " of type " +
+             out.str(),
+         "floating-point logits [" + std::to_string(tokens.shape[0]) + ", " +
+             std::to_string(tokens.shape[1]) + ", vocab]");
+}
+
+Bundle ManifestReader::read(std::string_view text) {
+  Json root;
+  try {
+    // Depth is bounded so that hostile nesting cannot exhaust the stack of
+    // whatever walks the tree afterwards.
+    root = Json::parse(
+        text.begin(), text.end(), [&](int depth, Json::parse_event_t, Json &) {
+          if (depth > 64)
+            fail("manifest", "JSON nested more than 64 levels deep",
+                 "the manifest's schema (at most a few levels)");
+          return true;
+        });
+  } catch (const Json::parse_error &e) {
+    fail("manifest", "text that is not JSON (" + std::string(e.what()) + ")",
+         "UTF-8 JSON");
+  }
+  expectObject(root, "manifest");
+
+  const Json &format = field(root, "", "format");
+  if (!format.is_string() || format.get<std::string>() != "megatron-bundle")
+    fail("format", describe(format), "\"megatron-bundle\"");
+  int64_t version = readInt(field(root, "", "version"), "version");
+  if (version != Bundle::kFormatVersion)
+    fail("version", std::to_string(version),
+         std::to_string(Bundle::kFormatVersion) +
+             ", the version in the file's header");
+
+  Bundle bundle;
+  bundle.name_ = name_;
+  bundle.producer_ = readString(field(root, "", "producer"), "producer");
+  if (const Json *model = optionalField(root, "model")) {
+    readModel(*model, "model", bundle.model_);
+    bundle.hasModel_ = true;
+  }
+  readParameters(field(root, "", "parameters"), "parameters",
+                 bundle.parameters_);
+  parameters_ = &bundle.parameters_;
+
+  const Json &functions = field(root, "", "functions");
+  expectArray(functions, "functions");
+  std::set<std::string> names;
+  for (size_t i = 0; i < functions.size(); ++i) {
+    Function function;
+    readFunction(functions[i], index("functions", i), function);
+    if (!names.insert(function.name).second)
+      fail(index("functions", i) + ".name", "\"" + function.name + "\"",
+           "a name no other function has");
+    bundle.functions_.push_back(std::move(function));
+  }
+  return bundle;
+}
+
+} // namespace mtrt::bundle_detail

@@ -1,0 +1,514 @@
+// Reads bundle files: the op table and the shape and element-type rules of
+// each instruction (docs/BundleFormat.md).
+#include "core/BundleReader.h"
+
+#include <algorithm>
+#include <set>
+
+namespace mtrt::bundle_detail {
+
+namespace {
+const std::vector<AttrSpec> kAttentionAttrs = {
+    {"causal", AttrKind::Bool, false},
+    {"scale", AttrKind::Number, false},
+    {"dropout_p", AttrKind::Number, false},
+    {"seed", AttrKind::Int, false}};
+const std::vector<AttrSpec> kLossAttrs = {
+    {"reduction", AttrKind::String, true},
+    {"ignore_index", AttrKind::Int, false}};
+const std::vector<AttrSpec> kEpsilon = {{"epsilon", AttrKind::Number, true}};
+const std::vector<AttrSpec> kAxis = {{"axis", AttrKind::Int, true}};
+
+} // namespace
+
+const std::vector<OpInfo> &opTable() {
+  static const std::vector<OpInfo> table = {
+      {Op::GetParameter,
+       "get_parameter",
+       0,
+       0,
+       1,
+       1,
+       {{"parameter", AttrKind::Int, true}}},
+      {Op::AccumulateGradient,
+       "accumulate_gradient",
+       1,
+       1,
+       0,
+       0,
+       {{"parameter", AttrKind::Int, true}}},
+      {Op::Fill, "fill", 0, 0, 1, 1, {{"value", AttrKind::Number, true}}},
+      {Op::PositionIds, "position_ids", 0, 0, 1, 1, {}},
+      {Op::Embedding, "embedding", 2, 2, 1, 1, {}},
+      {Op::LayerNorm, "layer_norm", 2, 3, 1, 1, kEpsilon},
+      {Op::RmsNorm, "rms_norm", 2, 2, 1, 1, kEpsilon},
+      {Op::Linear,
+       "linear",
+       2,
+       3,
+       1,
+       1,
+       {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::Matmul,
+       "matmul",
+       2,
+       2,
+       1,
+       1,
+       {{"transpose_lhs", AttrKind::Bool, false},
+        {"transpose_rhs", AttrKind::Bool, false}}},
+      {Op::Attention, "attention", 3, 3, 1, 1, kAttentionAttrs},
+      {Op::Rope,
+       "rope",
+       1,
+       1,
+       1,
+       1,
+       {{"base", AttrKind::Number, true},
+        {"rotary_dim", AttrKind::Int, false},
+        {"inverse", AttrKind::Bool, false}}},
+      {Op::Gelu, "gelu", 1, 1, 1, 1, {{"approximate", AttrKind::String, true}}},
+      {Op::Silu, "silu", 1, 1, 1, 1, {}},
+      {Op::Swiglu, "swiglu", 2, 2, 1, 1, {}},
+      {Op::Dropout,
+       "dropout",
+       1,
+       1,
+       1,
+       1,
+       {{"p", AttrKind::Number, true}, {"seed", AttrKind::Int, true}}},
+      {Op::Add, "add", 2, 2, 1, 1, {}},
+      {Op::Mul, "mul", 2, 2, 1, 1, {}},
+      {Op::Softmax, "softmax", 1, 1, 1, 1, kAxis},
+      {Op::CrossEntropy, "cross_entropy", 2, 2, 1, 1, kLossAttrs},
+      {Op::Reshape, "reshape", 1, 1, 1, 1, {}},
+      {Op::Transpose,
+       "transpose",
+       1,
+       1,
+       1,
+       1,
+       {{"permutation", AttrKind::IntArray, true}}},
+      {Op::Split, "split", 1, 1, 1, kMany, kAxis},
+      {Op::Concat, "concat", 1, kMany, 1, 1, kAxis},
+      {Op::EmbeddingGrad, "embedding_grad", 2, 2, 1, 1, {}},
+      {Op::LayerNormGrad, "layer_norm_grad", 3, 3, 2, 3, kEpsilon},
+      {Op::RmsNormGrad, "rms_norm_grad", 3, 3, 2, 2, kEpsilon},
+      {Op::LinearWeightGrad,
+       "linear_weight_grad",
+       2,
+       2,
+       1,
+       1,
+       {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::BiasGrad, "bias_grad", 1, 1, 1, 1, {}},
+      {Op::AttentionGrad, "attention_grad", 4, 4, 3, 3, kAttentionAttrs},
+      {Op::GeluGrad,
+       "gelu_grad",
+       2,
+       2,
+       1,
+       1,
+       {{"approximate", AttrKind::String, true}}},
+      {Op::SiluGrad, "silu_grad", 2, 2, 1, 1, {}},
+      {Op::SwigluGrad, "swiglu_grad", 3, 3, 2, 2, {}},
+      {Op::SoftmaxGrad, "softmax_grad", 2, 2, 1, 1, kAxis},
+      {Op::CrossEntropyGrad, "cross_entropy_grad", 3, 3, 1, 1, kLossAttrs},
+  };
+  return table;
+}
+
+const OpInfo &opInfo(Op op) {
+  for (const OpInfo &info : opTable())
+    if (info.op == op)
+      return info;
+  throw Error(MTRT_STATUS_INTERNAL, "op without a row in the op table");
+}
+
+/// q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv] -> [b, sq, hq, dv].
+std::vector<int64_t> OpChecker::attentionOutput(size_t q, size_t k, size_t v) {
+  for (size_t i : {q, k, v}) {
+    expectFloat(false, i);
+    expectRank(false, i, 4);
+  }
+  const auto &qs = operand(q).shape, &ks = operand(k).shape,
+             &vs = operand(v).shape;
+  if (ks[0] != qs[0] || ks[3] != qs[3])
+    failShape(false, k,
+              "[" + std::to_string(qs[0]) + ", seq, kv_heads, " +
+                  std::to_string(qs[3]) +
+                  "] (the query's batch and head dimension)");
+  if (ks[2] == 0 || qs[2] % ks[2] != 0)
+    failShape(false, k,
+              "a key/value head count that divides the query's " +
+                  std::to_string(qs[2]) + " heads");
+  if (inst_.attrs.causal && qs[1] != ks[1])
+    failShape(false, k,
+              "the query's sequence length " + std::to_string(qs[1]) +
+                  " (causal attention)");
+  if (vs[0] != ks[0] || vs[1] != ks[1] || vs[2] != ks[2])
+    failShape(false, v,
+              "[" + std::to_string(ks[0]) + ", " + std::to_string(ks[1]) +
+                  ", " + std::to_string(ks[2]) +
+                  ", head_dim_v] (the key's batch, sequence and heads)");
+  return {qs[0], qs[1], qs[2], vs[3]};
+}
+
+void OpChecker::checkLoss(size_t logits, size_t labels) {
+  expectFloat(false, logits);
+  expectMinRank(false, logits, 1);
+  expectIndex(false, labels);
+  std::vector<int64_t> rows(operand(logits).shape.begin(),
+                            operand(logits).shape.end() - 1);
+  expectShape(false, labels, rows, "the logits' shape without the vocabulary");
+}
+
+void OpChecker::check() {
+  const Attributes &a = inst_.attrs;
+  const char *name = opName(inst_.op);
+  auto sameAs = [&](bool isResult, size_t i, size_t like) {
+    expectShape(isResult, i, operand(like).shape,
+                std::string("the shape of operands[") + std::to_string(like) +
+                    "]");
+  };
+  switch (inst_.op) {
+  case Op::GetParameter:
+  case Op::AccumulateGradient: {
+    const Parameter &parameter = parameters_[a.parameter];
+    bool isResult = inst_.op == Op::GetParameter;
+    const TensorType &t = type(isResult, 0);
+    if (t.shape != parameter.type.shape || t.dtype != parameter.type.dtype)
+      fail(where(isResult, 0),
+           t.str() + " (value " + std::to_string(valueIndex(isResult, 0)) + ")",
+           parameter.type.str() + ", the type of parameters[" +
+               std::to_string(a.parameter) + "] (" + parameter.name + ")");
+    break;
+  }
+  case Op::Fill:
+    expectFloat(true, 0);
+    break;
+  case Op::PositionIds:
+    expectIndex(true, 0);
+    expectMinRank(true, 0, 1);
+    break;
+  case Op::Embedding: {
+    expectFloat(false, 0);
+    expectRank(false, 0, 2);
+    expectIndex(false, 1);
+    expectFloat(true, 0);
+    std::vector<int64_t> shape = operand(1).shape;
+    shape.push_back(operand(0).shape[1]);
+    expectShape(true, 0, shape, "the ids' shape and the table's hidden size");
+    break;
+  }
+  case Op::LayerNorm:
+  case Op::RmsNorm: {
+    expectFloat(false, 0);
+    expectMinRank(false, 0, 1);
+    std::vector<int64_t> hidden = {operand(0).shape.back()};
+    for (size_t i = 1; i < inst_.operands.size(); ++i) {
+      expectFloat(false, i);
+      expectShape(false, i, hidden, "the input's last dimension");
+    }
+    sameAs(true, 0, 0);
+    break;
+  }
+  case Op::Linear: {
+    expectFloat(false, 0);
+    expectMinRank(false, 0, 1);
+    expectFloat(false, 1);
+    expectRank(false, 1, 2);
+    int64_t in = operand(0).shape.back();
+    const auto &w = operand(1).shape;
+    int64_t wIn = a.transposeWeight ? w[1] : w[0];
+    int64_t out = a.transposeWeight ? w[0] : w[1];
+    if (wIn != in)
+      failShape(false, 1,
+                std::string(a.transposeWeight ? "[out, " : "[") +
+                    std::to_string(in) + (a.transposeWeight ? "]" : ", out]") +
+                    " (the input's last dimension" +
+                    (a.transposeWeight ? ", transpose_weight" : "") + ")");
+    if (inst_.operands.size() == 3) {
+      expectFloat(false, 2);
+      expectShape(false, 2, {out}, "the weight's output size");
+    }
+    std::vector<int64_t> shape = operand(0).shape;
+    shape.back() = out;
+    expectFloat(true, 0);
+    expectShape(true, 0, shape,
+                "the input's leading dimensions and the output size");
+    break;
+  }
+  case Op::Matmul: {
+    expectFloat(false, 0);
+    expectFloat(false, 1);
+    expectMinRank(false, 0, 2);
+    expectRank(false, 1, operand(0).rank());
+    const auto &l = operand(0).shape, &r = operand(1).shape;
+    size_t rank = l.size();
+    if (!std::equal(l.begin(), l.end() - 2, r.begin()))
+      failShape(false, 1, "the batch dimensions of operands[0]");
+    int64_t m = a.transposeLhs ? l[rank - 1] : l[rank - 2];
+    int64_t k = a.transposeLhs ? l[rank - 2] : l[rank - 1];
+    int64_t k2 = a.transposeRhs ? r[rank - 1] : r[rank - 2];
+    int64_t n = a.transposeRhs ? r[rank - 2] : r[rank - 1];
+    if (k != k2)
+      failShape(false, 1,
+                "a contracted dimension of " + std::to_string(k) +
+                    " like operands[0]");
+    std::vector<int64_t> shape(l.begin(), l.end() - 2);
+    shape.push_back(m);
+    shape.push_back(n);
+    expectFloat(true, 0);
+    expectShape(true, 0, shape, "the batch dimensions, then m x n");
+    break;
+  }
+  case Op::Attention:
+    expectFloat(true, 0);
+    expectShape(true, 0, attentionOutput(0, 1, 2),
+                "[batch, seq_q, heads_q, head_dim_v]");
+    break;
+  case Op::AttentionGrad: {
+    std::vector<int64_t> out = attentionOutput(1, 2, 3);
+    expectFloat(false, 0);
+    expectShape(false, 0, out, "the attention output's shape");
+    for (size_t i = 0; i < 3; ++i) {
+      expectFloat(true, i);
+      sameAs(true, i, i + 1);
+    }
+    break;
+  }
+  case Op::Rope: {
+    expectFloat(false, 0);
+    expectRank(false, 0, 4);
+    int64_t headDim = operand(0).shape[3];
+    int64_t rotary = a.rotaryDim.value_or(headDim);
+    if (rotary % 2 != 0 || rotary > headDim || rotary < 0)
+      fail(path_ + ".attrs.rotary_dim", std::to_string(rotary),
+           "an even number of features <= the head dimension " +
+               std::to_string(headDim));
+    sameAs(true, 0, 0);
+    break;
+  }
+  case Op::Gelu:
+  case Op::Silu:
+  case Op::Dropout:
+  case Op::Softmax:
+    expectFloat(false, 0);
+    if (inst_.op == Op::Softmax)
+      normalizeAxis(a.axis, operand(0).rank());
+    sameAs(true, 0, 0);
+    break;
+  case Op::Swiglu:
+  case Op::Add:
+  case Op::Mul:
+    expectFloat(false, 0);
+    sameAs(false, 1, 0);
+    sameAs(true, 0, 0);
+    break;
+  case Op::CrossEntropy: {
+    checkLoss(0, 1);
+    expectFloat(true, 0);
+    std::vector<int64_t> shape;
+    if (a.reduction == Reduction::None)
+      shape = operand(1).shape;
+    expectShape(true, 0, shape,
+                a.reduction == Reduction::None ? "the labels' shape"
+                                               : "a scalar for mean and sum");
+    break;
+  }
+  case Op::CrossEntropyGrad: {
+    checkLoss(1, 2);
+    expectFloat(false, 0);
+    std::vector<int64_t> shape;
+    if (a.reduction == Reduction::None)
+      shape = operand(2).shape;
+    expectShape(false, 0, shape,
+                a.reduction == Reduction::None ? "the labels' shape"
+                                               : "a scalar for mean and sum");
+    sameAs(true, 0, 1);
+    break;
+  }
+  case Op::Reshape:
+    expectFloat(false, 0);
+    if (result(0).numElements != operand(0).numElements)
+      failShape(true, 0,
+                "a shape of " + std::to_string(operand(0).numElements) +
+                    " elements like the input " +
+                    shapeString(operand(0).shape));
+    break;
+  case Op::Transpose: {
+    expectFloat(false, 0);
+    const auto &in = operand(0).shape;
+    const auto &perm = a.permutation;
+    std::vector<bool> seen(in.size(), false);
+    bool valid = perm.size() == in.size();
+    for (int64_t p : perm) {
+      if (!valid || p < 0 || p >= static_cast<int64_t>(in.size()) || seen[p]) {
+        valid = false;
+        break;
+      }
+      seen[p] = true;
+    }
+    if (!valid)
+      fail(path_ + ".attrs.permutation", shapeString(perm),
+           "a permutation of 0.." + std::to_string(in.size()) +
+               " (exclusive) for the input's rank " +
+               std::to_string(in.size()));
+    std::vector<int64_t> shape;
+    for (int64_t p : perm)
+      shape.push_back(in[p]);
+    expectShape(true, 0, shape, "the input's dimensions permuted");
+    break;
+  }
+  case Op::Split:
+  case Op::Concat: {
+    bool split = inst_.op == Op::Split;
+    // `whole` is the unsplit tensor; `pieces` the others.
+    bool wholeIsResult = !split;
+    const TensorType &whole = type(wholeIsResult, 0);
+    size_t count = split ? inst_.results.size() : inst_.operands.size();
+    expectFloat(wholeIsResult, 0);
+    int64_t axis = normalizeAxis(a.axis, whole.rank());
+    int64_t sum = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const TensorType &piece = type(split, i);
+      std::vector<int64_t> expected = whole.shape;
+      expected[axis] = piece.rank() == whole.rank() ? piece.shape[axis] : -1;
+      if (piece.shape != expected)
+        failShape(split, i,
+                  "the shape " + shapeString(whole.shape) +
+                      " except along axis " + std::to_string(axis));
+      sum += piece.shape[axis];
+    }
+    if (sum != whole.shape[axis])
+      failShape(wholeIsResult, 0,
+                "a size along axis " + std::to_string(axis) + " of " +
+                    std::to_string(sum) + ", the sum of the pieces'");
+    break;
+  }
+  case Op::EmbeddingGrad: {
+    expectFloat(false, 0);
+    expectIndex(false, 1);
+    std::vector<int64_t> ids = operand(1).shape;
+    expectMinRank(false, 0, 1);
+    int64_t hidden = operand(0).shape.back();
+    ids.push_back(hidden);
+    expectShape(false, 0, ids, "the ids' shape and the hidden size");
+    expectFloat(true, 0);
+    expectRank(true, 0, 2);
+    if (result(0).shape[1] != hidden)
+      failShape(true, 0,
+                "[vocab, " + std::to_string(hidden) + "] (the hidden size)");
+    break;
+  }
+  case Op::LayerNormGrad:
+  case Op::RmsNormGrad: {
+    expectFloat(false, 1);
+    expectMinRank(false, 1, 1);
+    sameAs(false, 0, 1);
+    std::vector<int64_t> hidden = {operand(1).shape.back()};
+    expectShape(false, 2, hidden, "the input's last dimension");
+    sameAs(true, 0, 1);
+    for (size_t i = 1; i < inst_.results.size(); ++i)
+      expectShape(true, i, hidden, "the input's last dimension");
+    break;
+  }
+  case Op::LinearWeightGrad: {
+    expectFloat(false, 0);
+    expectMinRank(false, 0, 1);
+    const auto &x = operand(0).shape;
+    std::vector<int64_t> dy = x;
+    dy.back() =
+        operand(1).rank() == operand(0).rank() ? operand(1).shape.back() : -1;
+    if (operand(1).shape != dy)
+      failShape(false, 1, "the input's leading dimensions, then out");
+    int64_t in = x.back(), out = dy.back();
+    expectShape(true, 0,
+                a.transposeWeight ? std::vector<int64_t>{out, in}
+                                  : std::vector<int64_t>{in, out},
+                a.transposeWeight ? "[out, in] with transpose_weight"
+                                  : "[in, out]");
+    break;
+  }
+  case Op::BiasGrad:
+    expectFloat(false, 0);
+    expectMinRank(false, 0, 1);
+    expectShape(true, 0, {operand(0).shape.back()},
+                "the output gradient's last dimension");
+    break;
+  case Op::GeluGrad:
+  case Op::SiluGrad:
+    expectFloat(false, 1);
+    sameAs(false, 0, 1);
+    sameAs(true, 0, 1);
+    break;
+  case Op::SwigluGrad:
+    expectFloat(false, 1);
+    sameAs(false, 0, 1);
+    sameAs(false, 2, 1);
+    sameAs(true, 0, 1);
+    sameAs(true, 1, 1);
+    break;
+  case Op::SoftmaxGrad:
+    expectFloat(false, 1);
+    normalizeAxis(a.axis, operand(1).rank());
+    sameAs(false, 0, 1);
+    sameAs(true, 0, 1);
+    break;
+  }
+  (void)name;
+  checkOneElementType();
+}
+
+/// Every operand and result of an op that is not ids is floating-point, and
+/// all of them have one element type, except the loss of cross_entropy and
+/// its incoming gradient (f32 whatever the logits' type). The executor relies
+/// on this: it sizes and reads every non-id value as its float type.
+void OpChecker::checkOneElementType() {
+  bool haveFirst = false;
+  DType first = DType::F32;
+  std::string firstWhere;
+  auto isIds = [&](bool isResult, size_t i) {
+    switch (inst_.op) {
+    case Op::PositionIds:
+      return isResult;
+    case Op::Embedding:
+    case Op::EmbeddingGrad:
+    case Op::CrossEntropy:
+      return !isResult && i == 1;
+    case Op::CrossEntropyGrad:
+      return !isResult && i == 2;
+    default:
+      return false;
+    }
+  };
+  auto visit = [&](bool isResult, size_t i) {
+    if (isIds(isResult, i))
+      return; // checked by expectIndex
+    expectFloat(isResult, i);
+    if (inst_.op == Op::CrossEntropy && isResult)
+      return;
+    if (inst_.op == Op::CrossEntropyGrad && !isResult && i == 0)
+      return;
+    DType dtype = type(isResult, i).dtype;
+    if (!haveFirst) {
+      haveFirst = true;
+      first = dtype;
+      firstWhere = isResult ? "results[" : "operands[";
+      firstWhere += std::to_string(i) + "]";
+    } else if (dtype != first) {
+      fail(where(isResult, i),
+           std::string("dtype ") + dtypeName(dtype) + " (value " +
+               std::to_string(valueIndex(isResult, i)) + ")",
+           std::string(dtypeName(first)) + " like " + firstWhere +
+               " (an op has one element type)");
+    }
+  };
+  for (size_t i = 0; i < inst_.operands.size(); ++i)
+    visit(false, i);
+  for (size_t i = 0; i < inst_.results.size(); ++i)
+    visit(true, i);
+}
+
+} // namespace mtrt::bundle_detail

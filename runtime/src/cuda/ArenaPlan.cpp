@@ -1,0 +1,106 @@
+// Best-fit offset allocation and the simulated run that plans a function's
+// arena.
+#include "cuda/ArenaPlan.h"
+
+#include <algorithm>
+
+namespace mtrt::cuda {
+
+namespace {
+size_t roundUp(size_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+} // namespace
+
+size_t OffsetAllocator::allocate(size_t bytes) {
+  bytes = std::max(roundUp(bytes), kArenaAlignment);
+  auto best = free_.end();
+  for (auto it = free_.begin(); it != free_.end(); ++it)
+    if (it->second >= bytes &&
+        (best == free_.end() || it->second < best->second))
+      best = it;
+  if (best != free_.end()) {
+    size_t offset = best->first, size = best->second;
+    free_.erase(best);
+    if (size > bytes)
+      free_.emplace(offset + bytes, size - bytes);
+    return offset;
+  }
+  // Grow the top; a free block that ends at the top is extended instead.
+  size_t offset = top_;
+  if (!free_.empty()) {
+    auto last = std::prev(free_.end());
+    if (last->first + last->second == top_) {
+      offset = last->first;
+      free_.erase(last);
+    }
+  }
+  top_ = offset + bytes;
+  peak_ = std::max(peak_, top_);
+  return offset;
+}
+
+void OffsetAllocator::release(size_t offset, size_t bytes) {
+  bytes = std::max(roundUp(bytes), kArenaAlignment);
+  auto it = free_.emplace(offset, bytes).first;
+  auto next = std::next(it);
+  if (next != free_.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    free_.erase(next);
+  }
+  if (it != free_.begin()) {
+    auto previous = std::prev(it);
+    if (previous->first + previous->second == it->first) {
+      previous->second += it->second;
+      free_.erase(it);
+    }
+  }
+}
+
+ArenaPlan planArena(const Function &function,
+                    const std::function<size_t(int64_t)> &valueBytes,
+                    const std::function<size_t(size_t)> &scratchBytes) {
+  ArenaPlan plan;
+  size_t values = function.values.size();
+  plan.valueOffset.assign(values, ArenaPlan::kNone);
+  plan.scratchOffset.assign(function.instructions.size(), ArenaPlan::kNone);
+  plan.scratchBytes.assign(function.instructions.size(), 0);
+  std::vector<bool> pinned(values, false); // inputs and outputs
+  std::vector<bool> released(values, false);
+  for (int64_t v : function.inputs)
+    pinned[v] = true;
+  for (int64_t v : function.outputs)
+    pinned[v] = true;
+
+  OffsetAllocator allocator;
+  auto place = [&](int64_t v) {
+    size_t bytes = valueBytes(v);
+    if (bytes > 0 && plan.valueOffset[v] == ArenaPlan::kNone)
+      plan.valueOffset[v] = allocator.allocate(bytes);
+  };
+  for (int64_t v : function.inputs)
+    place(v);
+  for (size_t position = 0; position < function.instructions.size();
+       ++position) {
+    const Instruction &inst = function.instructions[position];
+    for (int64_t v : inst.results)
+      place(v);
+    size_t scratch = scratchBytes(position);
+    plan.scratchBytes[position] = scratch;
+    if (scratch > 0) {
+      plan.scratchOffset[position] = allocator.allocate(scratch);
+      allocator.release(plan.scratchOffset[position], scratch);
+    }
+    for (int64_t v : inst.free) {
+      if (pinned[v] || released[v] ||
+          plan.valueOffset[v] == ArenaPlan::kNone)
+        continue;
+      released[v] = true;
+      allocator.release(plan.valueOffset[v], valueBytes(v));
+    }
+  }
+  plan.bytes = allocator.peak();
+  return plan;
+}
+
+} // namespace mtrt::cuda

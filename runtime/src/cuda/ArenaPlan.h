@@ -1,0 +1,58 @@
+// The static device-memory plan of one function: an offset in one arena for
+// every value and every instruction's scratch, from the bundle's `free` lists.
+#ifndef MTRT_SRC_CUDA_ARENAPLAN_H
+#define MTRT_SRC_CUDA_ARENAPLAN_H
+
+#include "core/Bundle.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+namespace mtrt::cuda {
+
+/// Every block's offset and size is a multiple of this (cuBLASLt's preferred
+/// alignment, and enough for any element type).
+constexpr size_t kArenaAlignment = 256;
+
+/// Best-fit allocation of offsets in a region that grows at its top;
+/// released neighbours merge.
+class OffsetAllocator {
+public:
+  /// An offset for `bytes` (rounded up to kArenaAlignment).
+  size_t allocate(size_t bytes);
+  void release(size_t offset, size_t bytes);
+  /// The highest end of any block so far: the region's size.
+  size_t peak() const { return peak_; }
+
+private:
+  std::map<size_t, size_t> free_; // offset -> size
+  size_t top_ = 0, peak_ = 0;
+};
+
+/// Offsets in the arena, valid for every run: the plan simulates one run,
+/// allocating inputs first (held for the whole run), then at each
+/// instruction its results and its scratch, releasing the scratch after the
+/// instruction and the values listed in `free` after that. Outputs and values
+/// no instruction frees stay to the end. Values that need no memory (views
+/// of parameters, empty tensors) have no offset.
+struct ArenaPlan {
+  static constexpr size_t kNone = ~size_t(0);
+  size_t bytes = 0;
+  std::vector<size_t> valueOffset;      // by value index; kNone: no memory
+  std::vector<size_t> scratchOffset;    // by instruction; kNone: no scratch
+  std::vector<size_t> scratchBytes;     // by instruction
+};
+
+/// `valueBytes(v)`: the bytes value v needs on the device (0: none, e.g. a
+/// get_parameter view); `scratchBytes(position)`: the scratch instruction
+/// `position` needs.
+ArenaPlan planArena(const Function &function,
+                    const std::function<size_t(int64_t)> &valueBytes,
+                    const std::function<size_t(size_t)> &scratchBytes);
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_ARENAPLAN_H

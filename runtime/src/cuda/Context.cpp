@@ -1,0 +1,108 @@
+// Device selection, the stream, cuBLASLt and device buffers.
+#include "cuda/Context.h"
+
+#include "cuda/CudaCheck.h"
+
+#include <cstdio>
+
+namespace mtrt::cuda {
+
+DeviceBuffer::DeviceBuffer(size_t bytes, const std::string &what)
+    : size_(bytes) {
+  // Never 0 bytes, so that data() is a valid device pointer for empty
+  // tensors too.
+  MTRT_CUDA_CHECK(cudaMalloc(&data_, bytes ? bytes : 256),
+                  "allocating " + std::to_string(bytes) + " bytes for " +
+                      what);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_)
+    cudaFree(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
+    : data_(other.data_), size_(other.size_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
+  if (this != &other) {
+    if (data_)
+      cudaFree(data_);
+    data_ = other.data_;
+    size_ = other.size_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+int Context::deviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    // No driver or no device: clear the runtime's last error, report none.
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+Context::Context(const ContextOptions &options) : options_(options) {
+  int count = deviceCount();
+  if (options.device < 0 || options.device >= count)
+    throw Error(MTRT_STATUS_UNAVAILABLE,
+                "the cuda backend needs CUDA device " +
+                    std::to_string(options.device) + ", and this machine has " +
+                    std::to_string(count) +
+                    (count == 0 ? " (no GPU or no driver); use --backend host"
+                                : ""));
+  MTRT_CUDA_CHECK(cudaSetDevice(options.device), "selecting the CUDA device");
+  cudaDeviceProp prop{};
+  MTRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device),
+                  "reading the CUDA device's properties");
+  char memory[32];
+  std::snprintf(memory, sizeof(memory), "%.1f GiB",
+                static_cast<double>(prop.totalGlobalMem) / (1u << 30));
+  description_ = std::string(prop.name) + " (device " +
+                 std::to_string(options.device) + ", compute capability " +
+                 std::to_string(prop.major) + "." +
+                 std::to_string(prop.minor) + ", " +
+                 std::to_string(prop.multiProcessorCount) + " SMs, " + memory +
+                 ")";
+  MTRT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                  "creating the CUDA stream");
+  gemm_ = std::make_unique<Gemm>(stream_, options.tf32);
+  fault_ = DeviceBuffer(sizeof(unsigned), "the kernels' fault word");
+  resetFault();
+}
+
+Context::~Context() {
+  gemm_.reset();
+  fault_ = DeviceBuffer();
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void Context::resetFault() {
+  MTRT_CUDA_CHECK(cudaMemsetAsync(fault_.data(), 0, sizeof(unsigned), stream_),
+                  "clearing the fault word");
+}
+
+unsigned Context::readFault() {
+  unsigned value = 0;
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(&value, fault_.data(), sizeof(unsigned),
+                                  cudaMemcpyDeviceToHost, stream_),
+                  "reading the fault word");
+  synchronize("reading the fault word");
+  return value;
+}
+
+void Context::synchronize(const std::string &what) {
+  MTRT_CUDA_CHECK(cudaStreamSynchronize(stream_), what);
+}
+
+} // namespace mtrt::cuda

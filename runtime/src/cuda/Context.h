@@ -1,0 +1,93 @@
+// One GPU as the CUDA backend uses it: the device, a stream, cuBLASLt, and
+// the fault word kernels report bad ids through.
+#ifndef MTRT_SRC_CUDA_CONTEXT_H
+#define MTRT_SRC_CUDA_CONTEXT_H
+
+#include "cuda/Gemm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+namespace mtrt::cuda {
+
+struct ContextOptions {
+  /// The CUDA device index.
+  int device = 0;
+  /// GEMMs with TF32 inputs (faster, about 1e-3 relative error) instead of
+  /// full fp32 multiplies (comparable with the host backend).
+  bool tf32 = false;
+  /// Synchronize after every instruction, so that a kernel that faults is
+  /// named by the error instead of the next synchronizing call (slow; for
+  /// debugging).
+  bool syncEachInstruction = false;
+};
+
+/// Device memory owned by one pointer; freed at destruction.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  /// Throws Error (RESOURCE_EXHAUSTED when the device is out of memory)
+  /// naming `what`.
+  DeviceBuffer(size_t bytes, const std::string &what);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer &&other) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&other) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+  void *data() const { return data_; }
+  template <typename T> T *as() const { return static_cast<T *>(data_); }
+  size_t size() const { return size_; }
+
+private:
+  void *data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Everything on one device runs on one stream, in order, so device memory
+/// can be reused as soon as the host has enqueued its last use.
+///
+/// Thread-safety: one thread drives a context and everything made from it.
+class Context {
+public:
+  /// Selects the device and creates the stream and cuBLASLt. Throws Error:
+  /// UNAVAILABLE when there is no such device (naming the device count),
+  /// or the failed call's error.
+  explicit Context(const ContextOptions &options = {});
+  ~Context();
+  Context(const Context &) = delete;
+  Context &operator=(const Context &) = delete;
+
+  /// CUDA devices present: 0, not an error, without a GPU or driver.
+  static int deviceCount();
+
+  const ContextOptions &options() const { return options_; }
+  int device() const { return options_.device; }
+  cudaStream_t stream() const { return stream_; }
+  Gemm &gemm() { return *gemm_; }
+  /// "NVIDIA H200 (device 0, compute capability 9.0, 132 SMs, 139.8 GiB)".
+  const std::string &description() const { return description_; }
+
+  /// The fault word (device memory): 0, or the tag of the first kernel that
+  /// met an id outside its table since the last resetFault().
+  unsigned *fault() const { return fault_.as<unsigned>(); }
+  void resetFault();
+  /// Synchronizes and returns the fault word.
+  unsigned readFault();
+
+  /// Waits for the stream; a failure names `what`.
+  void synchronize(const std::string &what);
+
+private:
+  ContextOptions options_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  DeviceBuffer fault_;
+  std::string description_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_CONTEXT_H

@@ -1,0 +1,234 @@
+// The CUDA executor's set-up and run loop: the arena plan, input checks and
+// uploads, parameter binding, outputs.
+#include "cuda/Executor.h"
+
+#include "cuda/CudaCheck.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/kernels/Kernels.h"
+
+#include <cstring>
+
+namespace mtrt::cuda {
+
+Executor::Executor(const Bundle &bundle, std::string_view functionName,
+                   ParameterStore &parameters)
+    : bundle_(bundle), parameters_(parameters),
+      context_(parameters.context()) {
+  function_ = bundle.findFunction(functionName);
+  if (!function_) {
+    std::string names;
+    for (const Function &f : bundle.functions())
+      names += (names.empty() ? "" : ", ") + f.name;
+    throw Error(MTRT_STATUS_NOT_FOUND,
+                "bundle '" + bundle.name() + "' has no function '" +
+                    std::string(functionName) +
+                    "' (it has: " + (names.empty() ? "none" : names) +
+                    "); recompile it with megatron-compile");
+  }
+  if (parameters.size() != bundle.parameters().size() ||
+      (parameters.size() && &parameters.info(0) != &bundle.parameters()[0]))
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "cuda::Executor: the parameter store was made for another "
+                "bundle than '" +
+                    bundle.name() + "'");
+  const Function &fn = *function_;
+  for (size_t v = 0; v < fn.values.size(); ++v) {
+    DType dtype = fn.values[v].dtype;
+    if (dtype == DType::BF16 || dtype == DType::F16)
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "bundle '" + bundle.name() + "': " + fn.name + ".values[" +
+                      std::to_string(v) + "] is " + dtypeName(dtype) +
+                      "; the cuda backend computes in f32 only for now: "
+                      "compile the model with precision fp32");
+  }
+
+  std::vector<bool> parameterView(fn.values.size(), false);
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    checkShapes(position, inst);
+    if (inst.op == Op::GetParameter)
+      parameterView[inst.results[0]] = true;
+  }
+  plan_ = planArena(
+      fn,
+      [&](int64_t v) -> size_t {
+        if (parameterView[v])
+          return 0;
+        return static_cast<size_t>(fn.values[v].numElements) *
+               dtypeSize(storageType(v));
+      },
+      [&](size_t position) { return scratchBytes(fn.instructions[position]); });
+  arena_ = DeviceBuffer(plan_.bytes, "the arena of " + fn.name +
+                                         " of bundle '" + bundle.name() + "'");
+  slots_.assign(fn.values.size(), nullptr);
+  for (size_t v = 0; v < fn.values.size(); ++v)
+    slots_[v] = plan_.valueOffset[v] == ArenaPlan::kNone
+                    ? arena_.data()
+                    : static_cast<char *>(arena_.data()) + plan_.valueOffset[v];
+
+  // Ids that come straight from the caller are checked on the host, before
+  // they reach a kernel, with the host executor's messages.
+  auto inputIndex = [&](int64_t v) -> int64_t {
+    for (size_t i = 0; i < fn.inputs.size(); ++i)
+      if (fn.inputs[i] == v)
+        return static_cast<int64_t>(i);
+    return -1;
+  };
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    auto add = [&](size_t operand, int64_t limit, const char *what,
+                   const char *limitName, bool hasIgnore) {
+      int64_t input = inputIndex(inst.operands[operand]);
+      if (input >= 0)
+        idChecks_.push_back({static_cast<size_t>(input), position, operand,
+                             limit, what, limitName, hasIgnore,
+                             inst.attrs.ignoreIndex});
+    };
+    switch (inst.op) {
+    case Op::Embedding:
+      add(1, fn.values[inst.operands[0]].shape[0], "id",
+          "the embedding table's vocabulary size", false);
+      break;
+    case Op::EmbeddingGrad:
+      add(1, fn.values[inst.results[0]].shape[0], "id",
+          "the embedding table's vocabulary size", false);
+      break;
+    case Op::CrossEntropy:
+      add(1, fn.values[inst.operands[0]].shape.back(), "label",
+          "the logits' vocabulary size", true);
+      break;
+    case Op::CrossEntropyGrad:
+      add(2, fn.values[inst.operands[1]].shape.back(), "label",
+          "the logits' vocabulary size", true);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+Executor::~Executor() = default;
+
+DType Executor::storageType(int64_t v) const {
+  DType dtype = function_->values[v].dtype;
+  return isFloatingPoint(dtype) ? DType::F32 : dtype;
+}
+
+std::string Executor::where(size_t position) const {
+  return function_->name + ": instructions[" + std::to_string(position) +
+         "] (" + opName(function_->instructions[position].op) + ")";
+}
+
+void *Executor::scratch(size_t position) const {
+  if (plan_.scratchOffset[position] == ArenaPlan::kNone)
+    return nullptr;
+  return static_cast<char *>(arena_.data()) + plan_.scratchOffset[position];
+}
+
+namespace {
+template <typename Id>
+void checkIdsOf(const std::string &where, const char *what, size_t operand,
+                int64_t value, const Id *ids, int64_t count, int64_t limit,
+                const char *limitName, const int64_t *ignore) {
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t id = static_cast<int64_t>(ids[i]);
+    if ((id >= 0 && id < limit) || (ignore && id == *ignore))
+      continue;
+    throw Error(
+        MTRT_STATUS_OUT_OF_RANGE,
+        where + ": operands[" + std::to_string(operand) + "] (value " +
+            std::to_string(value) + ") holds " + what + " " +
+            std::to_string(id) + " at element " + std::to_string(i) +
+            ", outside [0, " + std::to_string(limit) + "): " + limitName +
+            " is " + std::to_string(limit) +
+            (ignore ? " (and ignore_index is " + std::to_string(*ignore) + ")"
+                    : std::string()) +
+            "; the data must be tokenized for this vocabulary");
+  }
+}
+} // namespace
+
+void Executor::checkInputIds(
+    const std::vector<host::TensorView> &inputs) const {
+  const Function &fn = *function_;
+  for (const IdCheck &check : idChecks_) {
+    const host::TensorView &view = inputs[check.input];
+    int64_t value = fn.inputs[check.input];
+    int64_t count = fn.values[value].numElements;
+    const int64_t *ignore = check.hasIgnore ? &check.ignore : nullptr;
+    if (view.dtype == DType::I64)
+      checkIdsOf(where(check.position), check.what, check.operand, value,
+                 static_cast<const int64_t *>(view.data), count, check.limit,
+                 check.limitName, ignore);
+    else
+      checkIdsOf(where(check.position), check.what, check.operand, value,
+                 static_cast<const int32_t *>(view.data), count, check.limit,
+                 check.limitName, ignore);
+  }
+}
+
+std::vector<host::Tensor>
+Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step) {
+  const Function &fn = *function_;
+  cudaStream_t stream = context_.stream();
+  if (inputs.size() != fn.inputs.size())
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                fn.name + ": got " + std::to_string(inputs.size()) +
+                    " inputs, expected " + std::to_string(fn.inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int64_t v = fn.inputs[i];
+    const TensorType &type = fn.values[v];
+    if (inputs[i].shape != type.shape || inputs[i].dtype != storageType(v) ||
+        (!inputs[i].data && type.numElements))
+      throw Error(
+          MTRT_STATUS_INVALID_ARGUMENT,
+          fn.name + ": inputs[" + std::to_string(i) + "] (value " +
+              std::to_string(v) + "): found " + shapeString(inputs[i].shape) +
+              " " + dtypeName(inputs[i].dtype) +
+              (inputs[i].data ? "" : " without data") + ", expected " +
+              shapeString(type.shape) + " " + dtypeName(storageType(v)));
+  }
+  checkInputIds(inputs);
+
+  context_.resetFault();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int64_t v = fn.inputs[i];
+    size_t bytes = static_cast<size_t>(fn.values[v].numElements) *
+                   dtypeSize(storageType(v));
+    if (bytes)
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(slots_[v], inputs[i].data, bytes,
+                                      cudaMemcpyHostToDevice, stream),
+                      fn.name + ": uploading inputs[" + std::to_string(i) +
+                          "]");
+  }
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    execute(position, fn.instructions[position], step);
+    if (context_.options().syncEachInstruction)
+      context_.synchronize(where(position));
+  }
+
+  std::vector<host::Tensor> outputs;
+  for (int64_t v : fn.outputs) {
+    host::Tensor out(storageType(v), fn.values[v].shape);
+    if (out.buffer.size())
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(out.buffer.data(), slots_[v],
+                                      out.buffer.size(),
+                                      cudaMemcpyDeviceToHost, stream),
+                      fn.name + ": copying output value " + std::to_string(v) +
+                          " to the host");
+    outputs.push_back(std::move(out));
+  }
+  context_.synchronize(fn.name + ": running " +
+                       std::to_string(fn.instructions.size()) +
+                       " instructions on " + context_.description() +
+                       " (set MTRT_CUDA_SYNC=1 to find the failing one)");
+  if (unsigned tag = context_.readFault())
+    throw Error(MTRT_STATUS_OUT_OF_RANGE,
+                where(tag - 1) +
+                    ": an id or label outside its table reached the kernel "
+                    "on the device (it was skipped); the data must be "
+                    "tokenized for this vocabulary");
+  return outputs;
+}
+
+} // namespace mtrt::cuda

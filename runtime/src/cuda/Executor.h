@@ -1,0 +1,101 @@
+// Runs one function of a bundle on a GPU: one kernel (or cuBLASLt call) per
+// instruction, over a static device arena.
+#ifndef MTRT_SRC_CUDA_EXECUTOR_H
+#define MTRT_SRC_CUDA_EXECUTOR_H
+
+#include "core/Bundle.h"
+#include "cuda/ArenaPlan.h"
+#include "cuda/Context.h"
+#include "host/HostTensor.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mtrt::cuda {
+
+class ParameterStore;
+
+/// The device twin of host::Executor: same function, same inputs and
+/// outputs (host tensors), same semantics, so that a trainer can swap one
+/// for the other.
+///
+/// Memory: at construction the instruction stream is planned once
+/// (ArenaPlan: results allocated where they are defined, released at the
+/// instruction that lists them in `free`), and one arena of the plan's size
+/// is allocated; runs allocate nothing. get_parameter binds the store's
+/// device value (no copy); accumulate_gradient adds into its gradient.
+/// Every floating value is f32 on the device; bf16 and f16 are rejected.
+///
+/// Checks: token ids and labels (function inputs) are checked on the host
+/// before upload, with the host executor's messages (OUT_OF_RANGE). Every
+/// CUDA and cuBLASLt call is checked; an error names the function, the
+/// instruction and the call. Kernel faults surface at the run's final
+/// synchronization unless the context synchronizes after each instruction
+/// (ContextOptions::syncEachInstruction).
+///
+/// Thread-safety: one run at a time per executor; executors of one store may
+/// not run concurrently (they share gradients).
+class Executor {
+public:
+  /// Throws Error: NOT_FOUND when the bundle has no such function,
+  /// UNIMPLEMENTED for bf16/f16 values or shapes the kernels cannot run,
+  /// INVALID_ARGUMENT if the store is another bundle's, or the arena's
+  /// allocation failure.
+  Executor(const Bundle &bundle, std::string_view functionName,
+           ParameterStore &parameters);
+  ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
+
+  const Function &function() const { return *function_; }
+  /// The storage type of value `v`: F32 for floating values, I32 or I64.
+  DType storageType(int64_t v) const;
+
+  /// Uploads `inputs` (one per function input, of its declared shape and
+  /// storage type), runs the function, waits for it and returns copies of
+  /// its outputs. `step` keys the dropout masks. Throws Error:
+  /// INVALID_ARGUMENT for inputs of the wrong count, shape or type;
+  /// OUT_OF_RANGE for ids outside the vocabulary; a CUDA or cuBLASLt error
+  /// naming the instruction.
+  std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
+                                uint64_t step);
+
+  /// The arena's size: every value and scratch byte of a run.
+  size_t arenaBytes() const { return plan_.bytes; }
+
+private:
+  /// A function input whose ids an instruction reads: checked on upload.
+  struct IdCheck {
+    size_t input;
+    size_t position;
+    size_t operand;
+    int64_t limit;
+    const char *what;
+    const char *limitName;
+    bool hasIgnore;
+    int64_t ignore;
+  };
+
+  size_t scratchBytes(const Instruction &inst) const;
+  void checkShapes(size_t position, const Instruction &inst) const;
+  std::string where(size_t position) const;
+  void *slot(int64_t value) const { return slots_[value]; }
+  void *scratch(size_t position) const;
+  void checkInputIds(const std::vector<host::TensorView> &inputs) const;
+  void execute(size_t position, const Instruction &inst, uint64_t step);
+
+  const Bundle &bundle_;
+  const Function *function_ = nullptr;
+  ParameterStore &parameters_;
+  Context &context_;
+  ArenaPlan plan_;
+  DeviceBuffer arena_;
+  std::vector<void *> slots_;
+  std::vector<IdCheck> idChecks_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_EXECUTOR_H

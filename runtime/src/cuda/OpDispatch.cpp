@@ -1,0 +1,463 @@
+// One bundle instruction to CUDA kernel launches or cuBLASLt calls: sizes
+// from the values table, scratch from the arena plan.
+#include "cuda/Executor.h"
+
+#include "cuda/CudaCheck.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/kernels/Kernels.h"
+
+namespace mtrt::cuda {
+
+namespace {
+
+int64_t product(const std::vector<int64_t> &shape, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end; ++i)
+    n *= shape[i];
+  return n;
+}
+
+size_t roundUp(size_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+/// Carves an instruction's scratch into aligned pieces, in the order
+/// scratchBytes counts them.
+class Carver {
+public:
+  explicit Carver(void *base) : base_(static_cast<char *>(base)) {}
+  template <typename T> T *take(size_t bytes) {
+    T *piece = reinterpret_cast<T *>(base_ + used_);
+    used_ += roundUp(bytes);
+    return piece;
+  }
+
+private:
+  char *base_;
+  size_t used_ = 0;
+};
+
+LossReduction toKernel(Reduction reduction) {
+  switch (reduction) {
+  case Reduction::Mean:
+    return LossReduction::Mean;
+  case Reduction::Sum:
+    return LossReduction::Sum;
+  case Reduction::None:
+    break;
+  }
+  return LossReduction::None;
+}
+
+GeluApproximation toKernel(GeluApproximate approximate) {
+  return approximate == GeluApproximate::Tanh ? GeluApproximation::Tanh
+                                              : GeluApproximation::None;
+}
+
+AttentionParams attentionParams(const std::vector<int64_t> &q,
+                                const std::vector<int64_t> &k,
+                                const std::vector<int64_t> &v,
+                                const Attributes &a, uint64_t step) {
+  AttentionParams p;
+  p.batch = q[0];
+  p.seqQ = q[1];
+  p.headsQ = q[2];
+  p.headDim = q[3];
+  p.seqK = k[1];
+  p.headsKv = k[2];
+  p.headDimV = v[3];
+  p.causal = a.causal;
+  p.scale = a.scale.value_or(0.0);
+  p.dropoutP = a.dropoutP;
+  p.seed = static_cast<uint64_t>(a.seed);
+  p.step = step;
+  return p;
+}
+
+} // namespace
+
+size_t Executor::scratchBytes(const Instruction &inst) const {
+  const Function &fn = *function_;
+  auto shapeOf = [&](int64_t v) -> const std::vector<int64_t> & {
+    return fn.values[v].shape;
+  };
+  auto count = [&](int64_t v) { return fn.values[v].numElements; };
+  auto floats = [](int64_t n) {
+    return roundUp(sizeof(float) * static_cast<size_t>(n));
+  };
+  switch (inst.op) {
+  case Op::LayerNorm:
+  case Op::RmsNorm: {
+    int64_t hidden = shapeOf(inst.operands[0]).back();
+    int64_t rows = hidden ? count(inst.operands[0]) / hidden : 0;
+    return 2 * floats(rows);
+  }
+  case Op::LayerNormGrad:
+  case Op::RmsNormGrad: {
+    int64_t hidden = shapeOf(inst.operands[1]).back();
+    int64_t rows = hidden ? count(inst.operands[1]) / hidden : 0;
+    size_t sums = columnSumScratchBytes(rows, hidden) *
+                  (inst.results.size() == 3 ? 2 : 1);
+    return 2 * floats(rows) + roundUp(sums);
+  }
+  case Op::BiasGrad: {
+    const auto &dy = shapeOf(inst.operands[0]);
+    return roundUp(columnSumScratchBytes(product(dy, 0, dy.size() - 1),
+                                         dy.back()));
+  }
+  case Op::Attention: {
+    const auto &q = shapeOf(inst.operands[0]);
+    return floats(q[0] * q[1] * q[2]);
+  }
+  case Op::AttentionGrad: {
+    const auto &q = shapeOf(inst.operands[1]);
+    AttentionParams p = attentionParams(q, shapeOf(inst.operands[2]),
+                                        shapeOf(inst.operands[3]), inst.attrs,
+                                        0);
+    return floats(q[0] * q[1] * q[2]) +
+           roundUp(attentionBackwardScratchBytes(p));
+  }
+  case Op::Rope: {
+    const auto &x = shapeOf(inst.operands[0]);
+    return roundUp(ropeScratchBytes(x[1], inst.attrs.rotaryDim.value_or(x[3])));
+  }
+  case Op::CrossEntropy:
+    return roundUp(crossEntropyScratchBytes(count(inst.operands[1])));
+  case Op::CrossEntropyGrad:
+    return roundUp(crossEntropyScratchBytes(count(inst.operands[2])));
+  default:
+    return 0;
+  }
+}
+
+void Executor::checkShapes(size_t position, const Instruction &inst) const {
+  const Function &fn = *function_;
+  auto shapeOf = [&](int64_t v) -> const std::vector<int64_t> & {
+    return fn.values[v].shape;
+  };
+  if (inst.op == Op::Attention || inst.op == Op::AttentionGrad) {
+    size_t first = inst.op == Op::Attention ? 0 : 1;
+    AttentionParams p = attentionParams(
+        shapeOf(inst.operands[first]), shapeOf(inst.operands[first + 1]),
+        shapeOf(inst.operands[first + 2]), inst.attrs, 0);
+    std::string reason = attentionUnsupportedReason(p, context_.device());
+    if (!reason.empty())
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "bundle '" + bundle_.name() + "': " + where(position) +
+                      ": the cuda backend cannot run this attention yet: " +
+                      reason);
+  }
+  if (inst.op == Op::Transpose &&
+      shapeOf(inst.operands[0]).size() > static_cast<size_t>(kMaxTransposeRank))
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle_.name() + "': " + where(position) +
+                    ": the cuda backend transposes up to rank " +
+                    std::to_string(kMaxTransposeRank) + ", found rank " +
+                    std::to_string(shapeOf(inst.operands[0]).size()));
+}
+
+void Executor::execute(size_t position, const Instruction &inst,
+                       uint64_t step) {
+  const Function &fn = *function_;
+  const Attributes &a = inst.attrs;
+  cudaStream_t stream = context_.stream();
+  unsigned *fault = context_.fault();
+  unsigned tag = static_cast<unsigned>(position + 1);
+  Carver carve(scratch(position));
+  auto in = [&](size_t i) {
+    return static_cast<const float *>(slots_[inst.operands[i]]);
+  };
+  auto out = [&](size_t i) { return static_cast<float *>(slots_[inst.results[i]]); };
+  auto shapeOf = [&](int64_t v) -> const std::vector<int64_t> & {
+    return fn.values[v].shape;
+  };
+  auto operandShape = [&](size_t i) -> const std::vector<int64_t> & {
+    return shapeOf(inst.operands[i]);
+  };
+  auto count = [&](int64_t v) { return fn.values[v].numElements; };
+  auto bytesOf = [&](int64_t v) {
+    return static_cast<size_t>(count(v)) * dtypeSize(storageType(v));
+  };
+  // Calls body(ids) with operand `operand`'s ids as int32_t or int64_t.
+  auto withIds = [&](size_t operand, auto &&body) {
+    const void *data = slots_[inst.operands[operand]];
+    if (fn.values[inst.operands[operand]].dtype == DType::I64)
+      body(static_cast<const int64_t *>(data));
+    else
+      body(static_cast<const int32_t *>(data));
+  };
+  auto gemm = [&](int64_t batch, int64_t m, int64_t n, int64_t k,
+                  const float *lhs, bool transLhs, const float *rhs,
+                  bool transRhs, float *result, const float *bias) {
+    try {
+      context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
+                          bias, false);
+    } catch (const Error &e) {
+      throw Error(e.code(), where(position) + ": " + e.what());
+    }
+  };
+  auto copy = [&](void *to, const void *from, size_t bytes) {
+    if (bytes)
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      where(position));
+  };
+  // Split and concat: `outer` rows of `width` bytes each between buffers of
+  // pitch `toPitch` and `fromPitch`.
+  auto copyRows = [&](void *to, size_t toPitch, const void *from,
+                      size_t fromPitch, size_t width, int64_t outer) {
+    if (width && outer > 0)
+      MTRT_CUDA_CHECK(cudaMemcpy2DAsync(to, toPitch, from, fromPitch, width,
+                                        static_cast<size_t>(outer),
+                                        cudaMemcpyDeviceToDevice, stream),
+                      where(position));
+  };
+
+  switch (inst.op) {
+  case Op::GetParameter:
+    slots_[inst.results[0]] =
+        parameters_.value(static_cast<size_t>(a.parameter));
+    break;
+  case Op::AccumulateGradient: {
+    auto p = static_cast<size_t>(a.parameter);
+    accumulateInto(stream, parameters_.count(p), in(0),
+                   parameters_.gradient(p));
+    break;
+  }
+  case Op::Fill:
+    fill(stream, count(inst.results[0]), out(0), static_cast<float>(a.value));
+    break;
+  case Op::PositionIds: {
+    int64_t v = inst.results[0];
+    int64_t seq = shapeOf(v).back();
+    if (fn.values[v].dtype == DType::I64)
+      positionIds(stream, count(v), seq, static_cast<int64_t *>(slots_[v]));
+    else
+      positionIds(stream, count(v), seq, static_cast<int32_t *>(slots_[v]));
+    break;
+  }
+  case Op::Embedding: {
+    int64_t vocab = operandShape(0)[0], hidden = operandShape(0)[1];
+    int64_t n = count(inst.operands[1]);
+    withIds(1, [&](auto *ids) {
+      embeddingForward(stream, n, vocab, hidden, in(0), ids, out(0), fault,
+                       tag);
+    });
+    break;
+  }
+  case Op::EmbeddingGrad: {
+    const auto &table = shapeOf(inst.results[0]);
+    int64_t n = count(inst.operands[1]);
+    withIds(1, [&](auto *ids) {
+      embeddingBackward(stream, n, table[0], table[1], ids, in(0), out(0),
+                        fault, tag);
+    });
+    break;
+  }
+  case Op::LayerNorm:
+  case Op::RmsNorm: {
+    int64_t hidden = operandShape(0).back();
+    int64_t rows = hidden ? count(inst.operands[0]) / hidden : 0;
+    float *mean = carve.take<float>(sizeof(float) * rows);
+    float *rstd = carve.take<float>(sizeof(float) * rows);
+    if (inst.op == Op::LayerNorm)
+      layerNormForward(stream, rows, hidden, in(0), in(1),
+                       inst.operands.size() == 3 ? in(2) : nullptr, a.epsilon,
+                       out(0), mean, rstd);
+    else
+      rmsNormForward(stream, rows, hidden, in(0), in(1), a.epsilon, out(0),
+                     rstd);
+    break;
+  }
+  case Op::LayerNormGrad:
+  case Op::RmsNormGrad: {
+    // Operands dy, x, weight; the statistics are recomputed from x.
+    int64_t hidden = operandShape(1).back();
+    int64_t rows = hidden ? count(inst.operands[1]) / hidden : 0;
+    float *mean = carve.take<float>(sizeof(float) * rows);
+    float *rstd = carve.take<float>(sizeof(float) * rows);
+    void *sums = carve.take<char>(0);
+    if (inst.op == Op::LayerNormGrad) {
+      layerNormForward(stream, rows, hidden, in(1), in(2), nullptr, a.epsilon,
+                       nullptr, mean, rstd);
+      layerNormBackward(stream, rows, hidden, in(1), in(2), mean, rstd, in(0),
+                        out(0), out(1),
+                        inst.results.size() == 3 ? out(2) : nullptr, sums);
+    } else {
+      rmsNormForward(stream, rows, hidden, in(1), in(2), a.epsilon, nullptr,
+                     rstd);
+      rmsNormBackward(stream, rows, hidden, in(1), in(2), rstd, in(0), out(0),
+                      out(1), sums);
+    }
+    break;
+  }
+  case Op::Linear: {
+    const auto &w = operandShape(1);
+    int64_t inSize = a.transposeWeight ? w[1] : w[0];
+    int64_t outSize = a.transposeWeight ? w[0] : w[1];
+    int64_t rows =
+        inSize ? count(inst.operands[0]) / inSize
+               : product(operandShape(0), 0, operandShape(0).size() - 1);
+    gemm(1, rows, outSize, inSize, in(0), false, in(1), a.transposeWeight,
+         out(0), inst.operands.size() == 3 ? in(2) : nullptr);
+    break;
+  }
+  case Op::LinearWeightGrad: {
+    const auto &x = operandShape(0);
+    int64_t inSize = x.back(), outSize = operandShape(1).back();
+    int64_t rows = product(x, 0, x.size() - 1);
+    if (!a.transposeWeight) // dW [in, out] = x^T @ dy
+      gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0),
+           nullptr);
+    else // dW [out, in] = dy^T @ x
+      gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0),
+           nullptr);
+    break;
+  }
+  case Op::BiasGrad: {
+    const auto &dy = operandShape(0);
+    int64_t outSize = dy.back(), rows = product(dy, 0, dy.size() - 1);
+    biasGrad(stream, rows, outSize, in(0), out(0), carve.take<char>(0));
+    break;
+  }
+  case Op::Matmul: {
+    const auto &l = operandShape(0), &r = operandShape(1);
+    size_t rank = l.size();
+    int64_t batch = product(l, 0, rank - 2);
+    int64_t m = a.transposeLhs ? l[rank - 1] : l[rank - 2];
+    int64_t k = a.transposeLhs ? l[rank - 2] : l[rank - 1];
+    int64_t n = a.transposeRhs ? r[rank - 2] : r[rank - 1];
+    gemm(batch, m, n, k, in(0), a.transposeLhs, in(1), a.transposeRhs, out(0),
+         nullptr);
+    break;
+  }
+  case Op::Attention: {
+    AttentionParams p = attentionParams(operandShape(0), operandShape(1),
+                                        operandShape(2), a, step);
+    float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
+    attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
+    break;
+  }
+  case Op::AttentionGrad: {
+    // Operands dy, q, k, v; the forward is rerun for its logsumexp only.
+    AttentionParams p = attentionParams(operandShape(1), operandShape(2),
+                                        operandShape(3), a, step);
+    float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
+    void *delta = carve.take<char>(0);
+    attentionForward(stream, p, in(1), in(2), in(3), nullptr, lse);
+    attentionBackward(stream, p, in(1), in(2), in(3), lse, in(0), out(0),
+                      out(1), out(2), delta);
+    break;
+  }
+  case Op::Rope: {
+    const auto &x = operandShape(0);
+    int64_t rotary = a.rotaryDim.value_or(x[3]);
+    rope(stream, x[0], x[1], x[2], x[3], rotary, a.base, a.inverse, in(0),
+         out(0), carve.take<char>(0));
+    break;
+  }
+  case Op::Gelu:
+    geluForward(stream, count(inst.operands[0]), in(0), out(0),
+                toKernel(a.approximate));
+    break;
+  case Op::GeluGrad:
+    geluBackward(stream, count(inst.operands[1]), in(1), in(0), out(0),
+                 toKernel(a.approximate));
+    break;
+  case Op::Silu:
+    siluForward(stream, count(inst.operands[0]), in(0), out(0));
+    break;
+  case Op::SiluGrad:
+    siluBackward(stream, count(inst.operands[1]), in(1), in(0), out(0));
+    break;
+  case Op::Swiglu:
+    swigluForward(stream, count(inst.operands[0]), in(0), in(1), out(0));
+    break;
+  case Op::SwigluGrad:
+    swigluBackward(stream, count(inst.operands[1]), in(1), in(2), in(0),
+                   out(0), out(1));
+    break;
+  case Op::Dropout:
+    dropout(stream, count(inst.operands[0]), in(0), out(0), a.p,
+            static_cast<uint64_t>(a.seed), step);
+    break;
+  case Op::Add:
+    add(stream, count(inst.operands[0]), in(0), in(1), out(0));
+    break;
+  case Op::Mul:
+    mul(stream, count(inst.operands[0]), in(0), in(1), out(0));
+    break;
+  case Op::Softmax:
+  case Op::SoftmaxGrad: {
+    bool grad = inst.op == Op::SoftmaxGrad;
+    const auto &x = operandShape(grad ? 1 : 0);
+    size_t axis = static_cast<size_t>(a.axis);
+    int64_t outer = product(x, 0, axis), inner = product(x, axis + 1, x.size());
+    if (grad)
+      softmaxBackward(stream, outer, x[axis], inner, in(1), in(0), out(0));
+    else
+      softmaxForward(stream, outer, x[axis], inner, in(0), out(0));
+    break;
+  }
+  case Op::CrossEntropy:
+  case Op::CrossEntropyGrad: {
+    bool grad = inst.op == Op::CrossEntropyGrad;
+    size_t logitsAt = grad ? 1 : 0, labelsAt = grad ? 2 : 1;
+    int64_t vocab = operandShape(logitsAt).back();
+    int64_t rows = count(inst.operands[labelsAt]);
+    void *work = carve.take<char>(0);
+    withIds(labelsAt, [&](auto *labels) {
+      if (grad)
+        crossEntropyBackward(stream, rows, vocab, in(logitsAt), labels,
+                             a.ignoreIndex, toKernel(a.reduction), in(0),
+                             out(0), work, fault, tag);
+      else
+        crossEntropyForward(stream, rows, vocab, in(logitsAt), labels,
+                            a.ignoreIndex, toKernel(a.reduction), out(0),
+                            work, fault, tag);
+    });
+    break;
+  }
+  case Op::Reshape:
+    copy(slots_[inst.results[0]], slots_[inst.operands[0]],
+         bytesOf(inst.operands[0]));
+    break;
+  case Op::Transpose: {
+    const auto &x = operandShape(0);
+    transpose(stream, static_cast<int>(x.size()), x.data(),
+              a.permutation.data(), in(0), out(0));
+    break;
+  }
+  case Op::Split:
+  case Op::Concat: {
+    bool split = inst.op == Op::Split;
+    int64_t whole = split ? inst.operands[0] : inst.results[0];
+    const auto &wholeShape = shapeOf(whole);
+    size_t axis = static_cast<size_t>(a.axis);
+    int64_t outer = product(wholeShape, 0, axis);
+    size_t element = dtypeSize(storageType(whole));
+    size_t inner = static_cast<size_t>(
+                       product(wholeShape, axis + 1, wholeShape.size())) *
+                   element;
+    size_t wholePitch = static_cast<size_t>(wholeShape[axis]) * inner;
+    const auto &pieces = split ? inst.results : inst.operands;
+    size_t offset = 0;
+    for (int64_t piece : pieces) {
+      size_t width = static_cast<size_t>(shapeOf(piece)[axis]) * inner;
+      auto *wholeData = static_cast<char *>(slots_[whole]) + offset;
+      if (split)
+        copyRows(slots_[piece], width, wholeData, wholePitch, width, outer);
+      else
+        copyRows(wholeData, wholePitch, slots_[piece], width, width, outer);
+      offset += width;
+    }
+    break;
+  }
+  }
+  cudaError_t launch = cudaGetLastError();
+  if (launch != cudaSuccess)
+    throwCudaError(launch, "launching the instruction's kernels",
+                   where(position));
+}
+
+} // namespace mtrt::cuda

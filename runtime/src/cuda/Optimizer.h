@@ -1,0 +1,40 @@
+// Megatron-LM's optimizer step on the device: gradient scaling, global-norm
+// clipping, AdamW, the LR schedule.
+#ifndef MTRT_SRC_CUDA_OPTIMIZER_H
+#define MTRT_SRC_CUDA_OPTIMIZER_H
+
+#include "cuda/Context.h"
+#include "train/Optimizer.h"
+
+#include <cstdint>
+
+namespace mtrt::cuda {
+
+class ParameterStore;
+
+/// train::Optimizer's step over a cuda::ParameterStore, with the same
+/// configuration and results: the gradients are scaled by gradScale, their
+/// global norm is computed (in double, over one flat array), the clipping
+/// coefficient applied, and AdamW updates values and moments with the same
+/// float arithmetic as host::adamwStep. One synchronization per step (the
+/// norm comes to the host for the clipping decision and the log).
+class Optimizer {
+public:
+  Optimizer(ParameterStore &parameters, const train::OptimizerConfig &config);
+
+  /// `iteration` counts from 1. Throws Error (ABORTED) if the gradient norm
+  /// is not finite, naming the iteration, before anything is updated.
+  train::OptimizerStepResult step(int64_t iteration, double gradScale);
+
+  const train::OptimizerConfig &config() const { return config_; }
+
+private:
+  ParameterStore &parameters_;
+  train::OptimizerConfig config_;
+  DeviceBuffer scratch_;
+  DeviceBuffer norm_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_OPTIMIZER_H

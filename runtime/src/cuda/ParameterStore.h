@@ -1,0 +1,82 @@
+// The runtime-owned parameters of a bundle on one GPU: values, gradients and
+// AdamW's moments, each kind in one flat device array.
+#ifndef MTRT_SRC_CUDA_PARAMETERSTORE_H
+#define MTRT_SRC_CUDA_PARAMETERSTORE_H
+
+#include "core/Bundle.h"
+#include "cuda/Context.h"
+#include "host/HostTensor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mtrt::host {
+class ParameterStore;
+} // namespace mtrt::host
+
+namespace mtrt::cuda {
+
+/// The device twin of host::ParameterStore, in f32. Parameter i's value,
+/// gradient and moments live at the same offset of four flat arrays; every
+/// parameter starts on a 256-byte boundary and the padding between them is
+/// zero (so sums over a whole flat array, like the gradient norm, see only
+/// the parameters). Everything starts at zero.
+///
+/// Thread-safety: none; one trainer (or test) drives it.
+class ParameterStore {
+public:
+  /// Throws Error: UNIMPLEMENTED for bf16/f16 parameters (the cuda backend
+  /// computes in f32 for now), or the failed allocation's error.
+  ParameterStore(const Bundle &bundle, Context &context);
+
+  size_t size() const { return infos_.size(); }
+  const Parameter &info(size_t i) const { return *infos_[i]; }
+  /// The sum of the parameters' element counts.
+  int64_t numElements() const { return numElements_; }
+  Context &context() const { return context_; }
+
+  float *value(size_t i) const { return at(0, i); }
+  float *gradient(size_t i) const { return at(1, i); }
+  float *expAvg(size_t i) const { return at(2, i); }
+  float *expAvgSq(size_t i) const { return at(3, i); }
+  int64_t count(size_t i) const { return infos_[i]->type.numElements; }
+
+  /// Every gradient, padding included, as one array of flatElements().
+  float *gradients() const { return at(1, 0); }
+  int64_t flatElements() const { return flat_; }
+
+  /// Sets every value as the manifest says, on the device, with the host's
+  /// formulas (host::ParameterStore::initialize; a normal may differ from
+  /// the host's in the last bit where the device's double log or cos does);
+  /// zeroes gradients and moments.
+  void initialize(uint64_t seed);
+  void zeroGradients();
+
+  /// Copies values, gradients and moments from / to a host store of the same
+  /// bundle in f32. Throws Error (INVALID_ARGUMENT) for another bundle or
+  /// float type.
+  void upload(const host::ParameterStore &from);
+  void download(host::ParameterStore &to) const;
+
+  /// Parameter i's value or gradient, copied to the host.
+  host::Tensor valueToHost(size_t i) const;
+  host::Tensor gradientToHost(size_t i) const;
+
+private:
+  float *at(int kind, size_t i) const {
+    return buffer_.as<float>() + kind * flat_ + offsets_[i];
+  }
+  host::Tensor toHost(const float *data, size_t i) const;
+  void checkPeer(const host::ParameterStore &other, const char *what) const;
+
+  Context &context_;
+  std::vector<const Parameter *> infos_;
+  std::vector<int64_t> offsets_;
+  int64_t flat_ = 0;
+  int64_t numElements_ = 0;
+  DeviceBuffer buffer_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_PARAMETERSTORE_H

@@ -1,0 +1,181 @@
+// The GPU training loop: data, micro-batches on the CUDA executor, the device
+// optimizer, evaluation, logs.
+#include "cuda/Trainer.h"
+
+#include "cuda/Executor.h"
+#include "cuda/Optimizer.h"
+#include "cuda/ParameterStore.h"
+#include "host/ParameterStore.h"
+#include "train/ByteTokenizer.h"
+#include "train/GptDataset.h"
+#include "train/Optimizer.h"
+#include "train/TrainingLog.h"
+
+#include <chrono>
+#include <ostream>
+#include <sstream>
+
+namespace mtrt::cuda {
+
+Trainer::Trainer(const Bundle &bundle, std::string corpus,
+                 std::string corpusName, const train::TrainerOptions &options,
+                 const ContextOptions &device)
+    : bundle_(bundle), options_(options), corpusName_(corpusName) {
+  if (options.floatType != DType::F32)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "the cuda backend trains in f32 only");
+  // The device first: without one, fail before the host's work.
+  context_ = std::make_unique<Context>(device);
+  // Every check, the schedule and the seeded initialization.
+  host_ = std::make_unique<train::Trainer>(bundle, std::move(corpus),
+                                           corpusName, options);
+  parameters_ = std::make_unique<ParameterStore>(bundle, *context_);
+  parameters_->upload(host_->parameters());
+
+  const Function *train = bundle.findFunction("train_step");
+  idType_ = train->values[train->inputs[0]].dtype;
+  trainStep_ = std::make_unique<Executor>(bundle, "train_step", *parameters_);
+
+  // The same samples as the host trainer's.
+  auto stream = std::make_shared<std::vector<int32_t>>(
+      train::ByteTokenizer::encode(host_->corpus()));
+  auto ranges = train::splitRanges(train::parseSplit(options_.split),
+                                   static_cast<int64_t>(stream->size()));
+  int64_t seq = host_->seqLength();
+  trainData_ = std::make_unique<train::GptDataset>(
+      stream, ranges[0].first, ranges[0].second, seq, options_.seed, true,
+      "the training split of '" + corpusName_ + "' (--split " +
+          options_.split + ")");
+  if (host_->canEvaluate()) {
+    validData_ = std::make_unique<train::GptDataset>(
+        stream, ranges[1].first, ranges[1].second, seq, options_.seed, false,
+        "the validation split of '" + corpusName_ + "' (--split " +
+            options_.split + ")");
+    evalStep_ = std::make_unique<Executor>(bundle, "eval_step", *parameters_);
+  }
+
+  train::OptimizerConfig config;
+  config.schedule = host_->schedule();
+  config.weightDecay = options_.weightDecay;
+  config.beta1 = options_.adamBeta1;
+  config.beta2 = options_.adamBeta2;
+  config.eps = options_.adamEps;
+  config.clipGrad = options_.clipGrad;
+  optimizer_ = std::make_unique<Optimizer>(*parameters_, config);
+  size_t tokens = static_cast<size_t>(host_->microBatchSize() * seq);
+  tokens_.resize(tokens);
+  labels_.resize(tokens);
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::runMicroBatch(Executor &executor, train::GptDataset &data,
+                              int64_t first, uint64_t step) {
+  int64_t batch = host_->microBatchSize(), seq = host_->seqLength();
+  for (int64_t b = 0; b < batch; ++b)
+    data.read(first + b, tokens_.data() + b * seq, labels_.data() + b * seq);
+  std::vector<int64_t> shape = {batch, seq};
+  std::vector<host::TensorView> inputs = {{idType_, shape, tokens_.data()},
+                                          {idType_, shape, labels_.data()}};
+  if (idType_ == DType::I64) {
+    tokens64_.assign(tokens_.begin(), tokens_.end());
+    labels64_.assign(labels_.begin(), labels_.end());
+    inputs[0].data = tokens64_.data();
+    inputs[1].data = labels64_.data();
+  }
+  std::vector<host::Tensor> outputs = executor.run(inputs, step);
+  return static_cast<double>(outputs[0].data<float>()[0]);
+}
+
+void Trainer::train(std::ostream &out) {
+  train::TrainingLog log(out, options_.logJsonl, options_.progressBar,
+                         options_.trainIters, options_.logInterval);
+  const ModelConfig &model = bundle_.model();
+  int64_t globalBatch = host_->globalBatchSize();
+  int64_t microBatches = host_->microBatchesPerIteration();
+  int64_t microBatch = host_->microBatchSize();
+  int64_t seq = host_->seqLength();
+  {
+    std::ostringstream s;
+    s << "training " << model.name << " (" << parameters_->numElements()
+      << " parameters, " << parameters_->size() << " tensors) from '"
+      << bundle_.name() << "' on '" << corpusName_
+      << "': " << trainData_->windowsPerEpoch() << " samples of " << seq
+      << " tokens per epoch, global batch " << globalBatch << " = "
+      << microBatches << " micro-batches of " << microBatch << ", on "
+      << context_->description() << ", f32 GEMMs "
+      << (context_->options().tf32 ? "with TF32" : "without TF32")
+      << ", arena " << trainStep_->arenaBytes() / (1 << 20) << " MiB, seed "
+      << options_.seed;
+    log.line(s.str());
+  }
+  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
+    log.line("note: the bundle has no eval_step; training without "
+             "evaluation");
+
+  int64_t consumed = 0;
+  int64_t tokensPerIteration = globalBatch * seq;
+  bool evaluatedLast = false;
+  for (int64_t iteration = 1; iteration <= options_.trainIters; ++iteration) {
+    auto start = std::chrono::steady_clock::now();
+    parameters_->zeroGradients();
+    double lossSum = 0;
+    for (int64_t m = 0; m < microBatches; ++m)
+      lossSum += runMicroBatch(*trainStep_, *trainData_,
+                               consumed + m * microBatch, microStep_++);
+    train::OptimizerStepResult step =
+        optimizer_->step(iteration, 1.0 / static_cast<double>(microBatches));
+    consumed += globalBatch;
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+
+    train::IterationRecord record;
+    record.iteration = iteration;
+    record.loss = lossSum / static_cast<double>(microBatches);
+    record.learningRate = step.learningRate;
+    record.gradNorm = step.gradNorm;
+    record.seconds = seconds;
+    record.tokensPerSecond =
+        seconds > 0 ? static_cast<double>(tokensPerIteration) / seconds : 0;
+    history_.push_back(record);
+    log.iteration(record, consumed, globalBatch, tokensPerIteration);
+
+    evaluatedLast = false;
+    if (evalStep_ && options_.evalInterval > 0 &&
+        iteration % options_.evalInterval == 0) {
+      log.evaluation(iteration, evaluate(), false);
+      evaluatedLast = true;
+    }
+  }
+  if (evalStep_ && !evaluatedLast)
+    log.evaluation(options_.trainIters, evaluate(), true);
+}
+
+double Trainer::evaluate() {
+  if (!evalStep_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "evaluation needs the bundle's eval_step, a validation split "
+                "and --eval-iters > 0");
+  int64_t batches = options_.evalIters * host_->microBatchesPerIteration();
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i)
+    sum += runMicroBatch(*evalStep_, *validData_,
+                         i * host_->microBatchSize(), 0);
+  return sum / static_cast<double>(batches);
+}
+
+void Trainer::copyParametersToHost() {
+  parameters_->download(host_->parameters());
+}
+
+void Trainer::uploadParametersFromHost() {
+  parameters_->upload(host_->parameters());
+}
+
+std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
+  copyParametersToHost();
+  return host_->sample(prompt, tokens);
+}
+
+} // namespace mtrt::cuda

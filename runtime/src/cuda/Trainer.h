@@ -1,0 +1,91 @@
+// Megatron-LM's training loop for one rank on one GPU.
+#ifndef MTRT_SRC_CUDA_TRAINER_H
+#define MTRT_SRC_CUDA_TRAINER_H
+
+#include "core/Bundle.h"
+#include "cuda/Context.h"
+#include "train/Trainer.h"
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mtrt::train {
+class GptDataset;
+} // namespace mtrt::train
+
+namespace mtrt::cuda {
+
+class Executor;
+class Optimizer;
+class ParameterStore;
+
+/// train::Trainer's loop with the step on the GPU: the same options, data
+/// order, micro-batches, optimizer semantics and logs, so that the same seed
+/// gives the host's losses to rounding.
+///
+/// It is built on a host train::Trainer, which supplies what does not depend
+/// on the backend: every option and bundle check, the learning-rate
+/// schedule, the seeded initial parameters (initialized on the CPU and
+/// uploaded, so both backends start from the same bits) and greedy sampling
+/// (on the CPU, after the trained parameters are copied back).
+///
+/// Thread-safety: none.
+class Trainer {
+public:
+  /// Throws Error as train::Trainer does, or UNAVAILABLE without a GPU.
+  Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
+          const train::TrainerOptions &options,
+          const ContextOptions &device = {});
+  ~Trainer();
+
+  /// Runs options.trainIters iterations (then an evaluation, if enabled),
+  /// writing Megatron-LM-style lines to `out`.
+  void train(std::ostream &out);
+
+  /// The mean eval_step loss over evalIters global batches of the
+  /// validation split, as train::Trainer::evaluate.
+  double evaluate();
+
+  /// A greedy continuation of `prompt`, computed on the CPU from the
+  /// current parameters.
+  std::string sample(const std::string &prompt, int64_t tokens);
+
+  const std::vector<train::IterationRecord> &history() const {
+    return history_;
+  }
+  ParameterStore &parameters() { return *parameters_; }
+  Context &context() { return *context_; }
+  /// The host trainer this one is built on; its parameter store holds the
+  /// initial values until copyParametersToHost().
+  train::Trainer &host() { return *host_; }
+  /// Copies the device's parameters (values, gradients, moments) into the
+  /// host trainer's store, or the other way round (after the host store was
+  /// changed, e.g. by loading weights).
+  void copyParametersToHost();
+  void uploadParametersFromHost();
+
+private:
+  double runMicroBatch(Executor &executor, train::GptDataset &data,
+                       int64_t first, uint64_t step);
+
+  const Bundle &bundle_;
+  train::TrainerOptions options_;
+  std::string corpusName_;
+  std::unique_ptr<train::Trainer> host_;
+  std::unique_ptr<Context> context_;
+  std::unique_ptr<ParameterStore> parameters_;
+  std::unique_ptr<Executor> trainStep_, evalStep_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<train::GptDataset> trainData_, validData_;
+  std::vector<train::IterationRecord> history_;
+  std::vector<int32_t> tokens_, labels_;
+  std::vector<int64_t> tokens64_, labels64_;
+  DType idType_ = DType::I32;
+  uint64_t microStep_ = 0;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_TRAINER_H

@@ -1,0 +1,98 @@
+// Helpers shared by the CUDA kernels' .cu files: launch sizes, warp and block
+// reductions with a fixed shape, instantiation macros.
+#ifndef MTRT_SRC_CUDA_KERNELS_KERNELSUPPORT_CUH
+#define MTRT_SRC_CUDA_KERNELS_KERNELSUPPORT_CUH
+
+#include "cuda/kernels/Kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace mtrt::cuda::detail {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+/// Blocks for a grid-stride loop over n elements: enough to fill the device
+/// several times over, never more than the grid allows.
+inline unsigned blocksFor(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 65535 * 8)));
+}
+
+/// min and max on int64_t, usable in host and device code.
+__host__ __device__ inline int64_t imin(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+__host__ __device__ inline int64_t imax(int64_t a, int64_t b) {
+  return a < b ? b : a;
+}
+
+/// A grid-stride loop over [0, n).
+#define MTRT_GRID_STRIDE(i, n)                                                 \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x +             \
+                   threadIdx.x,                                                \
+               mtrtStride = static_cast<int64_t>(gridDim.x) * blockDim.x;      \
+       i < (n); i += mtrtStride)
+
+template <typename T> __device__ inline T warpSum(T value) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+template <typename T> __device__ inline T warpMax(T value) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    value = max(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+/// The sum of `value` over the block, returned to every thread. `shared`
+/// holds at least blockDim.x / 32 elements; blockDim.x is a multiple of 32.
+/// Starts and ends with a barrier, so it can be called repeatedly.
+template <typename T>
+__device__ inline T blockSum(T value, T *shared) {
+  int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  int warps = blockDim.x / kWarp;
+  value = warpSum(value);
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = value;
+  __syncthreads();
+  T total = T(0);
+  for (int w = 0; w < warps; ++w)
+    total += shared[w];
+  return total;
+}
+
+/// The maximum of `value` over the block, as blockSum.
+template <typename T>
+__device__ inline T blockMax(T value, T *shared) {
+  int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  int warps = blockDim.x / kWarp;
+  value = warpMax(value);
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = value;
+  __syncthreads();
+  T total = shared[0];
+  for (int w = 1; w < warps; ++w)
+    total = max(total, shared[w]);
+  return total;
+}
+
+/// Records the first fault of a launch: *fault = tag if it holds 0.
+__device__ inline void raiseFault(unsigned *fault, unsigned tag) {
+  if (fault)
+    atomicCAS(fault, 0u, tag);
+}
+
+} // namespace mtrt::cuda::detail
+
+#define MTRT_CUDA_INSTANTIATE_ID_TYPES(MACRO) MACRO(int32_t) MACRO(int64_t)
+
+#endif // MTRT_SRC_CUDA_KERNELS_KERNELSUPPORT_CUH

@@ -1,0 +1,242 @@
+// The CUDA backend's kernels: forward and backward of every mt op except the
+// GEMMs (cuBLASLt, cuda/Gemm.h), as host-callable launchers.
+//
+// Conventions, for every launcher here:
+// - The device twins of host/kernels/Kernels.h: the same arguments (plus a
+//   stream and, where a kernel needs it, device scratch), the same formulas
+//   and the same element indexing, so the dropout masks and every value the
+//   host computes in double (normalization statistics, softmax and
+//   cross-entropy sums, rotary angles) are computed the same way. Sums run in
+//   another order than on the host (trees over threads), so results agree to
+//   rounding, not bit for bit; every reduction has a fixed shape, so a
+//   launcher gives the same bits on every run.
+// - float only (the backend computes in f32); ids and labels int32_t or
+//   int64_t (Id).
+// - Launches are asynchronous on `stream` and report nothing: the caller
+//   checks cudaGetLastError() after them (MTRT_CUDA_CHECK_LAUNCH).
+// - Ids and labels are checked on the host before upload (cuda/Executor);
+//   kernels that still meet one outside their table skip it (writing zeros)
+//   and store `tag` into *fault if it holds 0, so that the executor can
+//   report the instruction.
+// - Scratch arguments are device buffers of at least the bytes the matching
+//   *ScratchBytes function returns, owned by the caller.
+// - Outputs never alias inputs unless a launcher says so.
+#ifndef MTRT_SRC_CUDA_KERNELS_KERNELS_H
+#define MTRT_SRC_CUDA_KERNELS_KERNELS_H
+
+#include "host/kernels/Kernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mtrt::cuda {
+
+using host::AttentionParams;
+using host::GeluApproximation;
+using host::LossReduction;
+
+//===----------------------------------------------------------------------===//
+// Init.cu: fills, parameter initialization, position ids
+//===----------------------------------------------------------------------===//
+
+/// out[i] = value.
+void fill(cudaStream_t stream, int64_t n, float *out, float value);
+
+/// out[i] = float(std * random::normal(seed, parameterId, i)), as
+/// host::initNormal (Box-Muller in double).
+void initNormal(cudaStream_t stream, int64_t n, float *out, double std,
+                uint64_t seed, uint64_t parameterId);
+
+/// ids[i] = i % seq.
+template <typename Id>
+void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids);
+
+//===----------------------------------------------------------------------===//
+// Embedding.cu
+//===----------------------------------------------------------------------===//
+
+/// out[i, :] = table[ids[i], :].
+template <typename Id>
+void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
+                      int64_t hidden, const float *table, const Id *ids,
+                      float *out, unsigned *fault, unsigned tag);
+
+/// dtable = 0, then dtable[ids[i], :] += dout[i, :] in increasing i for each
+/// table row (blocks own disjoint row ranges: no atomics, fixed order).
+template <typename Id>
+void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
+                       int64_t hidden, const Id *ids, const float *dout,
+                       float *dtable, unsigned *fault, unsigned tag);
+
+//===----------------------------------------------------------------------===//
+// Norms.cu (statistics in double, as on the host)
+//===----------------------------------------------------------------------===//
+
+/// Scratch of the parameter-gradient column sums of a [rows, hidden] input.
+size_t columnSumScratchBytes(int64_t rows, int64_t hidden);
+
+void layerNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                      const float *x, const float *weight, const float *bias,
+                      double eps, float *y, float *mean, float *rstd);
+/// dx, dweight and (if not null) dbias from the saved mean and rstd;
+/// `scratch`: columnSumScratchBytes(rows, hidden) * (dbias ? 2 : 1).
+void layerNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                       const float *x, const float *weight, const float *mean,
+                       const float *rstd, const float *dy, float *dx,
+                       float *dweight, float *dbias, void *scratch);
+
+void rmsNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                    const float *x, const float *weight, double eps, float *y,
+                    float *rstd);
+/// `scratch`: columnSumScratchBytes(rows, hidden).
+void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                     const float *x, const float *weight, const float *rstd,
+                     const float *dy, float *dx, float *dweight,
+                     void *scratch);
+
+/// dbias [out] = sum over rows of dy [rows, out]; `scratch`:
+/// columnSumScratchBytes(rows, out).
+void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, const float *dy,
+              float *dbias, void *scratch);
+
+//===----------------------------------------------------------------------===//
+// Attention.cu: the attention core (one block per query row, then one per
+// key row for dk and dv; not flash yet) and rotary position embedding
+//===----------------------------------------------------------------------===//
+
+/// Whether the device can run attention with these shapes (dynamic shared
+/// memory of seqK floats plus a row of q); an empty string when it can,
+/// else why not.
+std::string attentionUnsupportedReason(const AttentionParams &params,
+                                       int device);
+
+/// out and logsumexp [batch, headsQ, seqQ], as host::attentionForward;
+/// out may be null (only the logsumexp is computed).
+void attentionForward(cudaStream_t stream, const AttentionParams &params,
+                      const float *q, const float *k, const float *v,
+                      float *out, float *logsumexp);
+
+/// Scratch of attentionBackward: one float per query row.
+size_t attentionBackwardScratchBytes(const AttentionParams &params);
+
+/// dq, dk, dv (each may be null) as host::attentionBackward, from the
+/// forward's logsumexp.
+void attentionBackward(cudaStream_t stream, const AttentionParams &params,
+                       const float *q, const float *k, const float *v,
+                       const float *logsumexp, const float *dout, float *dq,
+                       float *dk, float *dv, void *scratch);
+
+/// Scratch of rope: the cos/sin table, [seq][rotaryDim / 2] each, in float.
+size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim);
+
+/// host::ropeForward (inverse false) or host::ropeBackward (inverse true).
+/// y may alias x.
+void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
+          int64_t headDim, int64_t rotaryDim, double base, bool inverse,
+          const float *x, float *y, void *scratch);
+
+//===----------------------------------------------------------------------===//
+// Elementwise.cu: n elements each; outputs may alias inputs of their shape
+//===----------------------------------------------------------------------===//
+
+void geluForward(cudaStream_t stream, int64_t n, const float *x, float *y,
+                 GeluApproximation approximation);
+void geluBackward(cudaStream_t stream, int64_t n, const float *x,
+                  const float *dy, float *dx, GeluApproximation approximation);
+void siluForward(cudaStream_t stream, int64_t n, const float *x, float *y);
+void siluBackward(cudaStream_t stream, int64_t n, const float *x,
+                  const float *dy, float *dx);
+void swigluForward(cudaStream_t stream, int64_t n, const float *gate,
+                   const float *up, float *y);
+void swigluBackward(cudaStream_t stream, int64_t n, const float *gate,
+                    const float *up, const float *dy, float *dgate,
+                    float *dup);
+/// host::dropoutForward: the same keep decisions (seed, step, element index).
+void dropout(cudaStream_t stream, int64_t n, const float *x, float *y,
+             double p, uint64_t seed, uint64_t step);
+void add(cudaStream_t stream, int64_t n, const float *a, const float *b,
+         float *y);
+void mul(cudaStream_t stream, int64_t n, const float *a, const float *b,
+         float *y);
+/// y += x.
+void accumulateInto(cudaStream_t stream, int64_t n, const float *x, float *y);
+/// y[r, c] += bias[c] for y [rows, cols] (the host's bias add after its
+/// GEMM; used where cuBLASLt has no bias epilogue for a shape).
+void addBiasRows(cudaStream_t stream, int64_t rows, int64_t cols,
+                 const float *bias, float *y);
+
+void softmaxForward(cudaStream_t stream, int64_t outer, int64_t axisSize,
+                    int64_t inner, const float *x, float *y);
+void softmaxBackward(cudaStream_t stream, int64_t outer, int64_t axisSize,
+                     int64_t inner, const float *y, const float *dy,
+                     float *dx);
+
+//===----------------------------------------------------------------------===//
+// Loss.cu: softmax cross-entropy, per-row logsumexp in double
+//===----------------------------------------------------------------------===//
+
+/// Scratch of both cross-entropy launchers.
+size_t crossEntropyScratchBytes(int64_t rows);
+
+template <typename Id>
+void crossEntropyForward(cudaStream_t stream, int64_t rows, int64_t vocab,
+                         const float *logits, const Id *labels,
+                         int64_t ignoreIndex, LossReduction reduction,
+                         float *loss, void *scratch, unsigned *fault,
+                         unsigned tag);
+
+template <typename Id>
+void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
+                          const float *logits, const Id *labels,
+                          int64_t ignoreIndex, LossReduction reduction,
+                          const float *dloss, float *dlogits, void *scratch,
+                          unsigned *fault, unsigned tag);
+
+//===----------------------------------------------------------------------===//
+// Shape.cu
+//===----------------------------------------------------------------------===//
+
+/// The most dimensions transpose handles.
+constexpr int kMaxTransposeRank = 8;
+
+/// host::transposeForward.
+void transpose(cudaStream_t stream, int rank, const int64_t *shape,
+               const int64_t *permutation, const float *in, float *out);
+
+//===----------------------------------------------------------------------===//
+// Optimizer.cu
+//===----------------------------------------------------------------------===//
+
+/// One AdamW step's scalars, computed on the host in double and rounded to
+/// float exactly as host::adamwStep does, plus the gradient scaling and
+/// clipping that train::Optimizer applies to the gradients first.
+struct AdamWScalars {
+  float decay = 1;        // 1 - lr * weightDecay
+  float beta1 = 0, beta2 = 0, oneMinusBeta1 = 0, oneMinusBeta2 = 0;
+  float stepSize = 0;     // lr / (1 - beta1^step)
+  float bias2Sqrt = 1;    // sqrt(1 - beta2^step)
+  float eps = 0;
+  float gradScale = 1;    // applied when applyScale
+  float clipCoefficient = 1; // applied when applyClip
+  bool applyScale = false, applyClip = false;
+};
+
+/// g = grad (* gradScale) (* clipCoefficient), each product rounded to float
+/// as the host's in-place scaling does, written back to grad; then AdamW on
+/// param, expAvg, expAvgSq with host::adamwStep's order of operations.
+void adamwStep(cudaStream_t stream, int64_t n, float *param, float *grad,
+               float *expAvg, float *expAvgSq, const AdamWScalars &scalars);
+
+/// Scratch of sumOfSquares.
+size_t sumOfSquaresScratchBytes(int64_t n);
+
+/// *out (device) = sum over i of float(x[i] * scale)^2, accumulated in
+/// double over fixed blocks and then in block order.
+void sumOfSquares(cudaStream_t stream, int64_t n, const float *x, float scale,
+                  double *out, void *scratch);
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_KERNELS_KERNELS_H

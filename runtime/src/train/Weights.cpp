@@ -1,0 +1,302 @@
+// Loading Hugging Face-named safetensors weights into a ParameterStore and
+// saving them back.
+#include "train/Weights.h"
+
+#include "host/ParameterStore.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+namespace mtrt::train {
+
+namespace {
+
+constexpr std::string_view kEmbeddingNames[] = {"transformer.wte.weight",
+                                                "model.embed_tokens.weight"};
+constexpr std::string_view kLmHead = "lm_head.weight";
+
+[[noreturn]] void invalid(const std::string &message) {
+  throw Error(MTRT_STATUS_INVALID_ARGUMENT, message);
+}
+
+/// `prefix` + one or more digits + `suffix`.
+bool matchesLayer(std::string_view name, std::string_view prefix,
+                  std::string_view suffix) {
+  if (name.size() <= prefix.size() + suffix.size() ||
+      name.substr(0, prefix.size()) != prefix ||
+      name.substr(name.size() - suffix.size()) != suffix)
+    return false;
+  std::string_view digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return std::all_of(digits.begin(), digits.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+}
+
+std::string describe(const SafetensorsTensor &t) {
+  return shapeString(t.shape) + " " + safetensorsDTypeName(t.dtype);
+}
+
+void checkStore(const char *what, const Bundle &bundle,
+                const host::ParameterStore &store) {
+  const auto &parameters = bundle.parameters();
+  if (store.size() != parameters.size() ||
+      (store.size() && &store.info(0) != &parameters[0]))
+    invalid(std::string(what) +
+            ": the parameter store was made for another bundle than '" +
+            bundle.name() + "'");
+}
+
+/// What a tensor of the file stands for.
+struct Resolved {
+  enum Kind { None, Parameter, Buffer, TiedHead } kind = None;
+  size_t parameter = 0;
+  std::string name; // the name it was read as
+};
+
+} // namespace
+
+bool isVocabularyTable(std::string_view name) {
+  return name == kEmbeddingNames[0] || name == kEmbeddingNames[1] ||
+         name == kLmHead;
+}
+
+bool isKnownBuffer(std::string_view name) {
+  return matchesLayer(name, "transformer.h.", ".attn.bias") ||
+         matchesLayer(name, "transformer.h.", ".attn.masked_bias") ||
+         matchesLayer(name, "model.layers.", ".self_attn.rotary_emb.inv_freq");
+}
+
+WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
+                              host::ParameterStore &store) {
+  checkStore("loadWeights", bundle, store);
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  const std::string fileName = "'" + file.name() + "'";
+  const std::string bundleName = "bundle '" + bundle.name() + "'";
+  const int64_t vocabSize = bundle.model().vocabSize;
+
+  std::map<std::string, size_t, std::less<>> byName;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    byName.emplace(parameters[i].name, i);
+  std::optional<size_t> embedding;
+  for (std::string_view name : kEmbeddingNames)
+    if (auto it = byName.find(name); it != byName.end())
+      embedding = it->second;
+  const bool tied = embedding && !byName.count(kLmHead);
+
+  auto resolveExact = [&](const std::string &name) {
+    Resolved r;
+    r.name = name;
+    if (auto it = byName.find(name); it != byName.end()) {
+      r.kind = Resolved::Parameter;
+      r.parameter = it->second;
+    } else if (isKnownBuffer(name)) {
+      r.kind = Resolved::Buffer;
+    } else if (tied && name == kLmHead) {
+      r.kind = Resolved::TiedHead;
+    }
+    return r;
+  };
+  // GPT2Model and LlamaModel save their weights without the prefix that
+  // GPT2LMHeadModel and LlamaForCausalLM add.
+  auto resolve = [&](const std::string &name) {
+    Resolved r = resolveExact(name);
+    if (r.kind == Resolved::None && name.rfind("transformer.", 0) != 0 &&
+        name.rfind("model.", 0) != 0)
+      for (const char *prefix : {"transformer.", "model."}) {
+        Resolved prefixed = resolveExact(prefix + name);
+        if (prefixed.kind == Resolved::Parameter ||
+            prefixed.kind == Resolved::Buffer)
+          return prefixed;
+      }
+    return r;
+  };
+  auto label = [&](const SafetensorsTensor &t, const std::string &readAs) {
+    std::string s = "tensor '" + t.name + "'";
+    if (readAs != t.name)
+      s += " (read as '" + readAs + "')";
+    return s;
+  };
+  auto exampleNames = [&]() {
+    std::string s;
+    for (size_t i = 0; i < parameters.size() && i < 2; ++i)
+      s += (i ? "', '" : "'") + parameters[i].name;
+    return s.empty() ? std::string("none") : s + "', ...";
+  };
+
+  std::vector<const SafetensorsTensor *> source(parameters.size(), nullptr);
+  const SafetensorsTensor *tiedHead = nullptr;
+  WeightsLoadReport report;
+  for (const SafetensorsTensor &t : file.tensors()) {
+    Resolved r = resolve(t.name);
+    switch (r.kind) {
+    case Resolved::None:
+      invalid(fileName + ": tensor '" + t.name + "' (" + describe(t) +
+              ") is not a parameter of " + bundleName +
+              " (its parameters are " + exampleNames() +
+              "); the file holds another model: load weights saved from the "
+              "model the bundle was compiled from");
+    case Resolved::Buffer:
+      ++report.ignored;
+      continue;
+    case Resolved::TiedHead:
+      tiedHead = &t;
+      ++report.ignored;
+      continue;
+    case Resolved::Parameter:
+      break;
+    }
+    const Parameter &p = parameters[r.parameter];
+    if (source[r.parameter])
+      invalid(fileName + ": tensors '" + source[r.parameter]->name + "' and '" +
+              t.name + "' both hold parameter '" + p.name +
+              "'; keep one of them");
+    if (!isSafetensorsFloat(t.dtype))
+      invalid(fileName + ": " + label(t, r.name) + " is " +
+              safetensorsDTypeName(t.dtype) +
+              ", expected a floating-point type (F32, F64, BF16 or F16) for "
+              "parameter '" +
+              p.name + "'; convert the weights to float before saving them");
+    const std::vector<int64_t> &want = p.type.shape;
+    bool sameTail =
+        t.shape.size() == want.size() &&
+        std::equal(t.shape.begin() + (want.empty() ? 0 : 1), t.shape.end(),
+                   want.begin() + (want.empty() ? 0 : 1));
+    std::string found = fileName + ": " + label(t, r.name) + " is " +
+                        shapeString(t.shape) + " but parameter '" + p.name +
+                        "' of " + bundleName + " is " + shapeString(want);
+    if (sameTail && !want.empty() && isVocabularyTable(p.name) &&
+        t.shape[0] != want[0]) {
+      if (t.shape[0] > want[0])
+        invalid(found + ": the file's vocabulary has " +
+                std::to_string(t.shape[0]) +
+                " rows, more than the bundle's padded vocabulary of " +
+                std::to_string(want[0]) + "; compile the model with " +
+                "--vocab-size " + std::to_string(t.shape[0]));
+      if (t.shape[0] < vocabSize)
+        invalid(found + ": the file's vocabulary has " +
+                std::to_string(t.shape[0]) +
+                " rows, fewer than the model's vocab_size of " +
+                std::to_string(vocabSize) + "; compile the model with " +
+                "--vocab-size " + std::to_string(t.shape[0]) +
+                ", or load weights of a " + std::to_string(vocabSize) +
+                "-token vocabulary");
+      ++report.padded;
+    } else if (!sameTail || (!want.empty() && t.shape[0] != want[0])) {
+      invalid(found +
+              "; compile the model with the sizes the weights were trained "
+              "with (megatron-compile --hidden-size, --ffn-hidden-size, "
+              "--num-attention-heads, --num-query-groups, "
+              "--max-position-embeddings, ...)");
+    }
+    source[r.parameter] = &t;
+  }
+
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (!source[i])
+      missing.push_back(parameters[i].name);
+  if (!missing.empty()) {
+    std::ostringstream s;
+    s << fileName << ": no tensor for parameter '" << missing[0] << "' "
+      << shapeString(parameters[byName.at(missing[0])].type.shape) << " of "
+      << bundleName << " (" << missing.size() << " of " << parameters.size()
+      << " parameters missing";
+    for (size_t i = 1; i < missing.size() && i < 4; ++i)
+      s << (i == 1 ? ": also '" : "', '") << missing[i];
+    if (missing.size() > 1)
+      s << (missing.size() > 4 ? "', ..." : "'");
+    if (missing.size() == 1 && missing[0] == kLmHead)
+      s << "); the file's model ties its output layer to the embedding "
+           "(Hugging Face then leaves lm_head.weight out): compile the model "
+           "without --untie-embeddings-and-output-weights";
+    else
+      s << "); the file must hold every parameter: save it from a model of "
+           "the bundle's architecture (layers, biases, tied or untied output "
+           "layer)";
+    invalid(s.str());
+  }
+
+  if (tiedHead) {
+    const SafetensorsTensor &table = *source[*embedding];
+    const std::string &tableName = parameters[*embedding].name;
+    std::string untied = "the file has untied weights, but " + bundleName +
+                         " ties the output layer to the embedding: compile "
+                         "the model with "
+                         "--untie-embeddings-and-output-weights";
+    if (!isSafetensorsFloat(tiedHead->dtype))
+      invalid(fileName + ": tensor '" + tiedHead->name + "' is " +
+              safetensorsDTypeName(tiedHead->dtype) +
+              ", expected a floating-point type (F32, F64, BF16 or F16); "
+              "convert the weights to float before saving them");
+    if (tiedHead->shape != table.shape)
+      invalid(fileName + ": tensor '" + tiedHead->name + "' is " +
+              shapeString(tiedHead->shape) + " and tensor '" + table.name +
+              "' is " + shapeString(table.shape) + ": " + untied);
+    std::vector<double> head(tiedHead->numElements), rows(table.numElements);
+    file.convert(*tiedHead, head.data());
+    file.convert(table, rows.data());
+    for (size_t k = 0; k < head.size(); ++k)
+      if (!(head[k] == rows[k])) {
+        int64_t columns = table.shape.size() > 1 ? table.shape[1] : 1;
+        std::ostringstream s;
+        s.precision(9);
+        s << fileName << ": tensor '" << tiedHead->name << "' differs from '"
+          << table.name << "' (" << tableName << ") at ["
+          << static_cast<int64_t>(k) / columns << ", "
+          << static_cast<int64_t>(k) % columns << "]: " << head[k] << " vs "
+          << rows[k] << "; " << untied;
+        invalid(s.str());
+      }
+  }
+
+  // Everything checked: now overwrite. Shorter vocabulary tables fill a
+  // prefix of the row-major buffer, which is exactly their rows.
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    host::Tensor &value = store.value(i);
+    if (store.floatType() == DType::F64)
+      file.convert(*source[i], value.data<double>());
+    else
+      file.convert(*source[i], value.data<float>());
+  }
+  report.parameters = parameters.size();
+  return report;
+}
+
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 const host::ParameterStore &store) {
+  checkStore("saveWeights", bundle, store);
+  const int64_t vocabSize = bundle.model().vocabSize;
+  std::vector<std::vector<float>> converted(store.size());
+  std::vector<SafetensorsWriteTensor> tensors;
+  for (size_t i = 0; i < store.size(); ++i) {
+    const Parameter &p = store.info(i);
+    SafetensorsWriteTensor t;
+    t.name = p.name;
+    t.shape = p.type.shape;
+    if (isVocabularyTable(p.name) && vocabSize > 0 && !t.shape.empty() &&
+        t.shape[0] > vocabSize)
+      t.shape[0] = vocabSize;
+    int64_t count = 1;
+    for (int64_t d : t.shape)
+      count *= d;
+    const host::Tensor &value = store.value(i);
+    if (store.floatType() == DType::F32) {
+      t.data = value.data<float>();
+    } else {
+      const double *from = value.data<double>();
+      converted[i].assign(from, from + count);
+      t.data = converted[i].data();
+    }
+    tensors.push_back(std::move(t));
+  }
+  writeSafetensors(path, tensors,
+                   {{"format", "pt"}, {"producer", "megatron-train"}});
+}
+
+} // namespace mtrt::train

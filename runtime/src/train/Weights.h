@@ -1,0 +1,75 @@
+// Weights named as Hugging Face's GPT-2 and Llama, loaded into and saved from
+// a ParameterStore through safetensors files.
+#ifndef MTRT_SRC_TRAIN_WEIGHTS_H
+#define MTRT_SRC_TRAIN_WEIGHTS_H
+
+#include "core/Bundle.h"
+#include "core/Safetensors.h"
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace mtrt::host {
+class ParameterStore;
+} // namespace mtrt::host
+
+namespace mtrt::train {
+
+/// What loadWeights did.
+struct WeightsLoadReport {
+  /// Parameters overwritten from the file: all of the bundle's.
+  size_t parameters = 0;
+  /// Of those, the vocabulary tables (embedding, untied lm_head) whose file
+  /// tensor had fewer rows than the bundle's padded vocabulary; their
+  /// padding rows kept their values.
+  size_t padded = 0;
+  /// Tensors of the file that are not parameters and were accepted:
+  /// Hugging Face's non-parameter buffers and a tied lm_head.weight.
+  size_t ignored = 0;
+};
+
+/// Whether parameter `name` is a table with one row per vocabulary entry,
+/// padded by the compiler to padded_vocab_size as Megatron-LM does:
+/// transformer.wte.weight, model.embed_tokens.weight and lm_head.weight.
+bool isVocabularyTable(std::string_view name);
+
+/// Whether `name` is one of the buffers Hugging Face saves with a model
+/// that are not parameters: GPT-2's transformer.h.N.attn.bias and
+/// transformer.h.N.attn.masked_bias (the causal mask), Llama's
+/// model.layers.N.self_attn.rotary_emb.inv_freq.
+bool isKnownBuffer(std::string_view name);
+
+/// Overwrites every parameter of `store` (made for `bundle`) with the tensor
+/// of the same name in `file`, converted from F32, F64, BF16 or F16 to the
+/// store's float type. Names may also be in the prefix-less form that
+/// GPT2Model (`wte.weight`, `h.0...`) or LlamaModel (`embed_tokens.weight`,
+/// `layers.0...`) saves; they are read as `transformer.` or `model.` names.
+///
+/// Every parameter must be present with the bundle's shape, except that the
+/// vocabulary tables may have fewer rows than the bundle's padded
+/// vocabulary (but not fewer than the model's vocab_size): those rows are
+/// copied and the padding rows keep their values. Tensors that are not
+/// parameters are refused, except known buffers (isKnownBuffer), which are
+/// skipped, and lm_head.weight when the bundle ties the output layer to the
+/// embedding, which must then equal the file's embedding table.
+///
+/// Everything is checked before anything is written: on error the store is
+/// unchanged. Throws Error (INVALID_ARGUMENT) naming the file, the tensor,
+/// the shapes or types found and expected, and the fix.
+WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
+                              host::ParameterStore &store);
+
+/// Writes every parameter of `store` (made for `bundle`) to a safetensors
+/// file at `path` under its own name, as F32, atomically, with metadata
+/// {"format": "pt", "producer": "megatron-train"}. Vocabulary tables are cut
+/// back to the model's vocab_size rows (all rows are kept when the bundle
+/// has no model section), so the file loads into Hugging Face's model of the
+/// same vocabulary. A tied output layer is not written, as Hugging Face's
+/// save_pretrained does. Throws Error as writeSafetensors does.
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 const host::ParameterStore &store);
+
+} // namespace mtrt::train
+
+#endif // MTRT_SRC_TRAIN_WEIGHTS_H

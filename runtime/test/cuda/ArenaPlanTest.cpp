@@ -1,0 +1,119 @@
+// The static arena plan (no GPU needed): values live at the same time never
+// share bytes, released memory is reused, offsets are aligned.
+#include "cuda/ArenaPlan.h"
+
+#include "gtest/gtest.h"
+
+#include <vector>
+
+using namespace mtrt;
+using namespace mtrt::cuda;
+
+namespace {
+
+struct Block {
+  size_t offset, bytes;
+};
+
+bool overlap(const Block &a, const Block &b) {
+  return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+
+TEST(OffsetAllocatorTest, ReusesReleasedBlocksAndMergesNeighbours) {
+  OffsetAllocator allocator;
+  size_t a = allocator.allocate(1000), b = allocator.allocate(300),
+         c = allocator.allocate(256);
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(b, 1024u);
+  EXPECT_EQ(c, 1536u);
+  allocator.release(a, 1000);
+  allocator.release(b, 300);
+  // The merged block of 1536 bytes takes a request of 1200.
+  EXPECT_EQ(allocator.allocate(1200), 0u);
+  EXPECT_EQ(allocator.peak(), 1792u);
+  // The best fit, not the first: a hole of 256 bytes at 1280 fits 200.
+  EXPECT_EQ(allocator.allocate(200), 1280u);
+  EXPECT_EQ(allocator.peak(), 1792u);
+}
+
+TEST(OffsetAllocatorTest, ExtendsAFreeBlockAtTheTop) {
+  OffsetAllocator allocator;
+  size_t a = allocator.allocate(256), b = allocator.allocate(512);
+  allocator.release(b, 512);
+  EXPECT_EQ(allocator.allocate(1024), 256u); // grows from b's start
+  EXPECT_EQ(allocator.peak(), 1280u);
+  (void)a;
+}
+
+/// A chain x0 -> x1 -> ... where each value is freed by the instruction
+/// after the one that defines it, plus scratch on every other instruction.
+Function chain(int length, int64_t elements) {
+  Function f;
+  f.name = "chain";
+  f.values.push_back({{elements}, DType::F32, elements});
+  f.inputs = {0};
+  for (int i = 0; i < length; ++i) {
+    f.values.push_back({{elements}, DType::F32, elements});
+    Instruction inst;
+    inst.op = Op::Gelu;
+    inst.operands = {i};
+    inst.results = {i + 1};
+    if (i > 0)
+      inst.free = {i};
+    f.instructions.push_back(inst);
+  }
+  f.outputs = {length};
+  return f;
+}
+
+TEST(ArenaPlanTest, LiveValuesNeverOverlapAndFreedMemoryIsReused) {
+  Function f = chain(12, 1000);
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto scratchBytes = [](size_t position) -> size_t {
+    return position % 2 ? 3000 : 0;
+  };
+  ArenaPlan plan = planArena(f, valueBytes, scratchBytes);
+  // Walk the run again: at each instruction, check every live block
+  // against every other.
+  std::vector<bool> live(f.values.size(), false);
+  live[0] = true;
+  for (size_t position = 0; position < f.instructions.size(); ++position) {
+    const Instruction &inst = f.instructions[position];
+    for (int64_t r : inst.results)
+      live[r] = true;
+    std::vector<Block> blocks;
+    for (size_t v = 0; v < live.size(); ++v)
+      if (live[v]) {
+        ASSERT_NE(plan.valueOffset[v], ArenaPlan::kNone);
+        EXPECT_EQ(plan.valueOffset[v] % kArenaAlignment, 0u);
+        blocks.push_back({plan.valueOffset[v], valueBytes(v)});
+      }
+    if (plan.scratchBytes[position])
+      blocks.push_back(
+          {plan.scratchOffset[position], plan.scratchBytes[position]});
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      EXPECT_LE(blocks[i].offset + blocks[i].bytes, plan.bytes);
+      for (size_t j = i + 1; j < blocks.size(); ++j)
+        EXPECT_FALSE(overlap(blocks[i], blocks[j]))
+            << "instruction " << position << ": blocks " << i << " and " << j;
+    }
+    for (int64_t v : inst.free)
+      live[v] = false;
+  }
+  // Three values and a scratch at a time, not thirteen values.
+  EXPECT_LE(plan.bytes, 4 * 4096u);
+}
+
+TEST(ArenaPlanTest, ValuesWithoutMemoryGetNoOffset) {
+  Function f = chain(2, 10);
+  ArenaPlan plan = planArena(
+      f, [](int64_t v) -> size_t { return v == 1 ? 0 : 40; },
+      [](size_t) -> size_t { return 0; });
+  EXPECT_EQ(plan.valueOffset[1], ArenaPlan::kNone);
+  EXPECT_NE(plan.valueOffset[2], ArenaPlan::kNone);
+  EXPECT_EQ(plan.scratchOffset[0], ArenaPlan::kNone);
+}
+
+} // namespace

@@ -1,0 +1,177 @@
+// The cuda backend against the host backend on compiled models (tiny-gpt and
+// tiny-llama from models/, compiled by megatron-compile): initialization,
+// one train_step's loss and gradients, and training step by step from the
+// same seed.
+#include "CudaTestSupport.h"
+
+#include "cuda/Executor.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/Trainer.h"
+#include "host/Executor.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+#include "train/Trainer.h"
+
+#include <iostream>
+#include <sstream>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+/// A deterministic text of about `bytes` bytes: words drawn by the
+/// counter-based generator, so that a model has something to learn.
+std::string syntheticCorpus(size_t bytes) {
+  static const char *const words[] = {
+      "the",   "cat",  "sat",    "on",    "mat",   "a",      "dog",
+      "ran",   "to",   "house",  "and",   "then",  "slept",  "under",
+      "tree",  "by",   "river",  "while", "birds", "sang",   "songs",
+      "about", "old",  "kings",  "who",   "ruled", "lands",  "far",
+      "away",  "from", "quiet",  "seas",  ".",     ",",      "it"};
+  constexpr uint64_t kWords = sizeof(words) / sizeof(words[0]);
+  std::string text;
+  for (uint64_t i = 0; text.size() < bytes; ++i) {
+    text += words[random::randomBits(99, 1, i) % kWords];
+    text += ' ';
+  }
+  return text;
+}
+
+class CudaModelTest : public ::testing::TestWithParam<const char *> {
+protected:
+  void SetUp() override {
+    MTRT_REQUIRE_GPU();
+    path = bundleDirectory() + "/" + GetParam() + ".mtb";
+    ASSERT_TRUE(fileExists(path))
+        << "missing " << path
+        << ": compile it with megatron-compile models/" << GetParam()
+        << ".yaml -o " << path << " (or point MTRT_CUDA_TEST_BUNDLES at a "
+        << "folder holding tiny-gpt.mtb and tiny-llama.mtb)";
+    bundle = std::make_unique<Bundle>(Bundle::load(path));
+    context = std::make_unique<cuda::Context>();
+  }
+  std::string path;
+  std::unique_ptr<Bundle> bundle;
+  std::unique_ptr<cuda::Context> context;
+};
+
+TEST_P(CudaModelTest, DeviceInitializationMatchesTheHost) {
+  host::ThreadPool pool(0);
+  host::ParameterStore hostStore(*bundle, DType::F32);
+  hostStore.initialize(pool, 1234);
+  cuda::ParameterStore deviceStore(*bundle, *context);
+  deviceStore.initialize(1234);
+  for (size_t p = 0; p < hostStore.size(); ++p)
+    expectClose(deviceStore.valueToHost(p), hostStore.value(p), 1e-6,
+                hostStore.info(p).name);
+}
+
+TEST_P(CudaModelTest, TrainStepLossAndEveryGradientMatchTheHost) {
+  host::ThreadPool pool(0);
+  host::ParameterStore hostStore(*bundle, DType::F32);
+  hostStore.initialize(pool, 1234);
+  hostStore.zeroGradients(pool);
+  cuda::ParameterStore deviceStore(*bundle, *context);
+  deviceStore.upload(hostStore);
+  const Function *train = bundle->findFunction("train_step");
+  std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
+  host::Tensor tokens = randomIds(shape, 256, 3);
+  host::Tensor labels = randomIds(shape, 256, 4);
+  std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
+  host::Executor hostExecutor(*bundle, "train_step", hostStore, pool);
+  cuda::Executor deviceExecutor(*bundle, "train_step", deviceStore);
+  // Step 5 keys the dropout masks (tiny-gpt has dropout, tiny-llama none).
+  double expected = hostExecutor.run(inputs, 5)[0].data<float>()[0];
+  double actual = deviceExecutor.run(inputs, 5)[0].data<float>()[0];
+  EXPECT_NEAR(actual, expected, 1e-5 * std::abs(expected));
+  double worst = 0;
+  for (size_t p = 0; p < hostStore.size(); ++p) {
+    host::Tensor gradient = deviceStore.gradientToHost(p);
+    worst = std::max(worst, relativeDifference(gradient, hostStore.gradient(p)));
+    expectClose(gradient, hostStore.gradient(p), 1e-4,
+                "gradient of " + hostStore.info(p).name);
+  }
+  std::cout << "[ parity   ] " << GetParam() << " train_step: loss host "
+            << expected << " cuda " << actual << " (relative difference "
+            << std::abs(actual - expected) / std::abs(expected)
+            << "), largest relative gradient difference " << worst << "\n";
+}
+
+// The acceptance check of the backend: the same seed trains to the host's
+// losses step by step (relative difference <= 1e-4 in fp32 without TF32),
+// the same evaluation loss and the same final parameters.
+TEST_P(CudaModelTest, TrainingMatchesTheHostStepByStep) {
+  train::TrainerOptions options;
+  options.trainIters = 20;
+  options.lr = 1e-3;
+  options.minLr = 1e-4;
+  options.lrWarmupIters = 3;
+  options.lrDecayStyle = host::LrDecayStyle::Cosine;
+  options.evalInterval = 10;
+  options.evalIters = 2;
+  options.progressBar = false;
+  options.seed = 1234;
+  std::string corpus = syntheticCorpus(60000);
+
+  train::Trainer hostTrainer(*bundle, corpus, "synthetic", options);
+  cuda::Trainer deviceTrainer(*bundle, corpus, "synthetic", options);
+  std::ostringstream hostLog, deviceLog;
+  hostTrainer.train(hostLog);
+  deviceTrainer.train(deviceLog);
+
+  const auto &expected = hostTrainer.history();
+  const auto &actual = deviceTrainer.history();
+  ASSERT_EQ(actual.size(), expected.size());
+  double worstLoss = 0, worstNorm = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    double loss = std::abs(actual[i].loss - expected[i].loss) /
+                  std::abs(expected[i].loss);
+    double norm = std::abs(actual[i].gradNorm - expected[i].gradNorm) /
+                  std::abs(expected[i].gradNorm);
+    worstLoss = std::max(worstLoss, loss);
+    worstNorm = std::max(worstNorm, norm);
+    EXPECT_LE(loss, 1e-4) << "iteration " << i + 1 << ": loss host "
+                          << expected[i].loss << ", cuda " << actual[i].loss;
+    EXPECT_LE(norm, 1e-3) << "iteration " << i + 1 << ": grad norm host "
+                          << expected[i].gradNorm << ", cuda "
+                          << actual[i].gradNorm;
+    EXPECT_EQ(actual[i].learningRate, expected[i].learningRate);
+  }
+  // Training made progress (the check is not between two broken runs).
+  EXPECT_LT(expected.back().loss, expected.front().loss - 0.5);
+
+  double hostEval = hostTrainer.evaluate(), deviceEval = deviceTrainer.evaluate();
+  EXPECT_NEAR(deviceEval, hostEval, 1e-4 * hostEval);
+
+  deviceTrainer.copyParametersToHost();
+  host::ParameterStore &trained = deviceTrainer.host().parameters();
+  double worstParameter = 0;
+  for (size_t p = 0; p < trained.size(); ++p) {
+    double difference = relativeDifference(trained.value(p),
+                                           hostTrainer.parameters().value(p));
+    worstParameter = std::max(worstParameter, difference);
+    EXPECT_LE(difference, 1e-3) << trained.info(p).name;
+  }
+  std::cout << "[ parity   ] " << GetParam() << ": " << expected.size()
+            << " iterations, loss " << expected.front().loss << " -> "
+            << expected.back().loss << " (host) / " << actual.back().loss
+            << " (cuda); largest relative loss difference " << worstLoss
+            << ", grad-norm difference " << worstNorm
+            << ", final-parameter difference " << worstParameter
+            << "; eval loss host " << hostEval << " cuda " << deviceEval
+            << "\n";
+  std::cout << "cuda log:\n" << deviceLog.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,
+                         ::testing::Values("tiny-gpt", "tiny-llama"),
+                         [](const auto &info) {
+                           std::string name = info.param;
+                           for (char &ch : name)
+                             if (ch == '-')
+                               ch = '_';
+                           return name;
+                         });
+
+} // namespace

@@ -1,0 +1,412 @@
+// The cuda backend's conformance with the host backend, op by op: each test
+// runs a one- or two-instruction function on both executors from the same
+// inputs and compares every output (and parameter gradient).
+#include "BundleTestBuilder.h"
+#include "CudaTestSupport.h"
+
+#include "cuda/Executor.h"
+#include "cuda/ParameterStore.h"
+#include "host/Executor.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+
+#include <cstring>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+/// One function, its inputs and the comparison of both backends.
+class OpCase {
+public:
+  FunctionBuilder f{"op"};
+
+  int64_t input(std::vector<int64_t> shape, double scale = 1.0) {
+    int64_t v = f.input(shape, "f32");
+    inputs_.push_back(randomTensor(shape, ++seed_, scale));
+    return v;
+  }
+  int64_t ids(std::vector<int64_t> shape, int64_t limit,
+              DType dtype = DType::I32) {
+    int64_t v = f.input(shape, dtype == DType::I64 ? "i64" : "i32");
+    inputs_.push_back(randomIds(shape, limit, ++seed_, dtype));
+    return v;
+  }
+  /// The host tensor of the input defined by the last ids() or input().
+  host::Tensor &lastInput() { return inputs_.back(); }
+  void parameter(Json p) { parameters_.push_back(std::move(p)); }
+
+  /// Runs the function on both backends (parameters seeded identically),
+  /// with dropout step `step`, and compares outputs and gradients within
+  /// `tolerance` (0: bit for bit). Without a GPU, runs the host side only
+  /// (so the case itself is checked) and skips.
+  void check(double tolerance, uint64_t step = 11) {
+    Json manifest = manifestJson(modelJson(256, 8, 4, 2, 2), parameters_,
+                                 Json::array({f.build()}));
+    Bundle bundle = Bundle::parseManifest("op-test", manifest.dump());
+    host::ThreadPool pool(2);
+    host::ParameterStore hostStore(bundle, DType::F32);
+    hostStore.initialize(pool, 5);
+    host::ParameterStore initial(bundle, DType::F32);
+    initial.initialize(pool, 5);
+    std::vector<host::TensorView> views;
+    for (const host::Tensor &t : inputs_)
+      views.push_back(viewOf(t));
+    host::Executor hostExecutor(bundle, "op", hostStore, pool);
+    std::vector<host::Tensor> expected = hostExecutor.run(views, step);
+    MTRT_REQUIRE_GPU();
+
+    cuda::Context context;
+    cuda::ParameterStore deviceStore(bundle, context);
+    deviceStore.upload(initial);
+    cuda::Executor deviceExecutor(bundle, "op", deviceStore);
+    std::vector<host::Tensor> actual = deviceExecutor.run(views, step);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      std::string what = "outputs[" + std::to_string(i) + "]";
+      if (isFloatingPoint(expected[i].dtype)) {
+        expectClose(actual[i], expected[i], tolerance, what);
+      } else {
+        ASSERT_EQ(actual[i].buffer.size(), expected[i].buffer.size());
+        EXPECT_EQ(std::memcmp(actual[i].buffer.data(),
+                              expected[i].buffer.data(),
+                              actual[i].buffer.size()),
+                  0)
+            << what;
+      }
+    }
+    for (size_t p = 0; p < hostStore.size(); ++p)
+      expectClose(deviceStore.gradientToHost(p), hostStore.gradient(p),
+                  tolerance, "gradient of " + hostStore.info(p).name);
+  }
+
+private:
+  std::vector<host::Tensor> inputs_;
+  Json parameters_ = Json::array();
+  uint64_t seed_ = 100;
+};
+
+// Elementwise ops use the host's float formulas without FMA contraction;
+// their only differences are the device's expf/erff/tanhf (a few ulps).
+constexpr double kElementwise = 2e-6;
+// GEMMs and reductions sum in another order.
+constexpr double kReduction = 1e-5;
+// Attention's gradients go through two passes of such sums.
+constexpr double kAttention = 5e-5;
+
+class CudaOpsTest : public ::testing::Test {
+protected:
+  OpCase c;
+};
+
+TEST_F(CudaOpsTest, GeluErfAndTanhForwardAndBackward) {
+  std::vector<int64_t> shape = {3, 5, 70};
+  int64_t x = c.input(shape, 2.0), dy = c.input(shape);
+  for (const char *approximate : {"erf", "tanh"}) {
+    Json attrs = {{"approximate", approximate}};
+    c.f.output(c.f.op("gelu", {x}, shape, attrs));
+    c.f.output(c.f.op("gelu_grad", {dy, x}, shape, attrs));
+  }
+  c.check(kElementwise);
+}
+
+TEST_F(CudaOpsTest, SiluAndSwigluForwardAndBackward) {
+  std::vector<int64_t> shape = {4, 333};
+  int64_t gate = c.input(shape, 3.0), up = c.input(shape),
+          dy = c.input(shape);
+  c.f.output(c.f.op("silu", {gate}, shape));
+  c.f.output(c.f.op("silu_grad", {dy, gate}, shape));
+  c.f.output(c.f.op("swiglu", {gate, up}, shape));
+  int64_t dgate = c.f.value(shape), dup = c.f.value(shape);
+  c.f.inst("swiglu_grad", {dy, gate, up}, {dgate, dup});
+  c.f.output(dgate);
+  c.f.output(dup);
+  c.check(kElementwise);
+}
+
+TEST_F(CudaOpsTest, AddMulAndFill) {
+  std::vector<int64_t> shape = {2, 3, 257};
+  int64_t a = c.input(shape), b = c.input(shape);
+  c.f.output(c.f.op("add", {a, b}, shape));
+  c.f.output(c.f.op("mul", {a, b}, shape));
+  c.f.output(c.f.op("fill", {}, shape, {{"value", 0.375}}));
+  c.f.output(c.f.op("fill", {}, {}, {{"value", -2.5}}));
+  c.check(0);
+}
+
+// Same seed, step and element indices: the same elements are dropped and
+// the kept ones scaled by the same float, so the results are identical.
+TEST_F(CudaOpsTest, DropoutMasksEqualTheHostsBitForBit) {
+  std::vector<int64_t> shape = {3, 7, 129};
+  int64_t x = c.input(shape);
+  c.f.output(c.f.op("dropout", {x}, shape, {{"p", 0.3}, {"seed", 9}}));
+  c.f.output(c.f.op("dropout", {x}, shape, {{"p", 0.0}, {"seed", 9}}));
+  c.check(0, 12345);
+}
+
+TEST_F(CudaOpsTest, SoftmaxAlongTheLastAndAnInnerAxis) {
+  std::vector<int64_t> shape = {3, 6, 50};
+  int64_t x = c.input(shape, 3.0), dy = c.input(shape);
+  for (int64_t axis : {-1, 1}) {
+    int64_t y = c.f.op("softmax", {x}, shape, {{"axis", axis}});
+    c.f.output(y);
+    c.f.output(c.f.op("softmax_grad", {dy, y}, shape, {{"axis", axis}}));
+  }
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, LayerNormWithAndWithoutBiasForwardAndBackward) {
+  std::vector<int64_t> shape = {4, 6, 96}, hidden = {96};
+  int64_t x = c.input(shape, 2.0), w = c.input(hidden), b = c.input(hidden),
+          dy = c.input(shape);
+  Json eps = {{"epsilon", 1e-5}};
+  c.f.output(c.f.op("layer_norm", {x, w, b}, shape, eps));
+  c.f.output(c.f.op("layer_norm", {x, w}, shape, eps));
+  int64_t dx = c.f.value(shape), dw = c.f.value(hidden), db = c.f.value(hidden);
+  c.f.inst("layer_norm_grad", {dy, x, w}, {dx, dw, db}, eps);
+  int64_t dx2 = c.f.value(shape), dw2 = c.f.value(hidden);
+  c.f.inst("layer_norm_grad", {dy, x, w}, {dx2, dw2}, eps);
+  for (int64_t v : {dx, dw, db, dx2, dw2})
+    c.f.output(v);
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, RmsNormForwardAndBackward) {
+  std::vector<int64_t> shape = {5, 3, 300}, hidden = {300};
+  int64_t x = c.input(shape, 2.0), w = c.input(hidden), dy = c.input(shape);
+  Json eps = {{"epsilon", 1e-6}};
+  c.f.output(c.f.op("rms_norm", {x, w}, shape, eps));
+  int64_t dx = c.f.value(shape), dw = c.f.value(hidden);
+  c.f.inst("rms_norm_grad", {dy, x, w}, {dx, dw}, eps);
+  c.f.output(dx);
+  c.f.output(dw);
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, LinearWithBiasAndTransposedWeight) {
+  int64_t x = c.input({2, 7, 33}), w = c.input({33, 45}),
+          wt = c.input({45, 33}), b = c.input({45});
+  c.f.output(c.f.op("linear", {x, w, b}, {2, 7, 45}));
+  c.f.output(c.f.op("linear", {x, w}, {2, 7, 45}));
+  c.f.output(
+      c.f.op("linear", {x, wt, b}, {2, 7, 45}, {{"transpose_weight", true}}));
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, LinearWeightGradAndBiasGrad) {
+  int64_t x = c.input({2, 70, 33}), dy = c.input({2, 70, 45});
+  c.f.output(c.f.op("linear_weight_grad", {x, dy}, {33, 45}));
+  c.f.output(c.f.op("linear_weight_grad", {x, dy}, {45, 33},
+                    {{"transpose_weight", true}}));
+  c.f.output(c.f.op("bias_grad", {dy}, {45}));
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, BatchedMatmulWithEveryTransposition) {
+  int64_t l = c.input({3, 5, 6}), r = c.input({3, 6, 4}),
+          lt = c.input({3, 6, 5}), rt = c.input({3, 4, 6});
+  c.f.output(c.f.op("matmul", {l, r}, {3, 5, 4}));
+  c.f.output(c.f.op("matmul", {lt, r}, {3, 5, 4}, {{"transpose_lhs", true}}));
+  c.f.output(c.f.op("matmul", {l, rt}, {3, 5, 4}, {{"transpose_rhs", true}}));
+  c.f.output(c.f.op("matmul", {lt, rt}, {3, 5, 4},
+                    {{"transpose_lhs", true}, {"transpose_rhs", true}}));
+  c.check(kReduction);
+}
+
+/// attention and attention_grad on q [b, s, hq, d], k [b, sk, hkv, d],
+/// v [b, sk, hkv, dv].
+void attentionCase(OpCase &c, std::vector<int64_t> q, std::vector<int64_t> k,
+                   std::vector<int64_t> v, Json attrs) {
+  std::vector<int64_t> o = {q[0], q[1], q[2], v[3]};
+  int64_t qv = c.input(q), kv = c.input(k), vv = c.input(v),
+          dy = c.input(o);
+  c.f.output(c.f.op("attention", {qv, kv, vv}, o, attrs));
+  int64_t dq = c.f.value(q), dk = c.f.value(k), dvv = c.f.value(v);
+  c.f.inst("attention_grad", {dy, qv, kv, vv}, {dq, dk, dvv}, attrs);
+  c.f.output(dq);
+  c.f.output(dk);
+  c.f.output(dvv);
+}
+
+TEST_F(CudaOpsTest, CausalGroupedQueryAttentionWithDropout) {
+  attentionCase(c, {2, 9, 4, 16}, {2, 9, 2, 16}, {2, 9, 2, 16},
+                {{"causal", true}, {"dropout_p", 0.2}, {"seed", 3}});
+  c.check(kAttention);
+}
+
+TEST_F(CudaOpsTest, NonCausalAttentionWithScaleAndOtherValueWidth) {
+  attentionCase(c, {2, 5, 2, 8}, {2, 7, 2, 8}, {2, 7, 2, 12},
+                {{"scale", 0.3}, {"dropout_p", 0.0}, {"seed", 0}});
+  c.check(kAttention);
+}
+
+// Sizes of GPT-2's heads, over several warps and key blocks.
+TEST_F(CudaOpsTest, CausalAttentionWithHeadDim64AndLongRows) {
+  attentionCase(c, {1, 130, 2, 64}, {1, 130, 1, 64}, {1, 130, 1, 64},
+                {{"causal", true}, {"dropout_p", 0.1}, {"seed", 4}});
+  c.check(kAttention, 7);
+}
+
+TEST_F(CudaOpsTest, RopeForwardAndInverseWithPartialRotation) {
+  std::vector<int64_t> shape = {2, 6, 3, 8};
+  int64_t x = c.input(shape);
+  for (bool inverse : {false, true}) {
+    Json attrs = {{"base", 10000.0}, {"rotary_dim", 6}};
+    if (inverse)
+      attrs["inverse"] = true;
+    c.f.output(c.f.op("rope", {x}, shape, attrs));
+  }
+  c.f.output(c.f.op("rope", {x}, shape, {{"base", 500.0}}));
+  c.check(kElementwise);
+}
+
+TEST_F(CudaOpsTest, EmbeddingAndItsGradientWithRepeatedIds) {
+  for (DType dtype : {DType::I32, DType::I64}) {
+    int64_t table = c.input({50, 12});
+    int64_t ids = c.ids({3, 7}, 5, dtype); // few distinct ids: many repeats
+    int64_t dy = c.input({3, 7, 12});
+    c.f.output(c.f.op("embedding", {table, ids}, {3, 7, 12}));
+    c.f.output(c.f.op("embedding_grad", {dy, ids}, {50, 12}));
+  }
+  c.check(kReduction);
+}
+
+// Over a thousand ids: the backward's id tiles and several table blocks.
+TEST_F(CudaOpsTest, EmbeddingGradientOverManyIdsAndRows) {
+  int64_t ids = c.ids({4, 300}, 200);
+  int64_t dy = c.input({4, 300, 40});
+  c.f.output(c.f.op("embedding_grad", {dy, ids}, {200, 40}));
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, PositionIds) {
+  c.f.output(c.f.op("position_ids", {}, {3, 7}, Json::object(), "i32"));
+  c.f.output(c.f.op("position_ids", {}, {2, 5}, Json::object(), "i64"));
+  c.check(0);
+}
+
+TEST_F(CudaOpsTest, CrossEntropyEveryReductionWithIgnoredLabels) {
+  std::vector<int64_t> logitsShape = {3, 5, 40}, rows = {3, 5};
+  int64_t logits = c.input(logitsShape, 3.0);
+  int64_t labels = c.ids(rows, 40);
+  c.lastInput().data<int32_t>()[2] = -100;
+  c.lastInput().data<int32_t>()[9] = -100;
+  int64_t dScalar = c.input({});
+  int64_t dRows = c.input(rows);
+  for (const char *reduction : {"mean", "sum", "none"}) {
+    Json attrs = {{"reduction", reduction}};
+    bool none = std::string(reduction) == "none";
+    c.f.output(c.f.op("cross_entropy", {logits, labels},
+                      none ? rows : std::vector<int64_t>{}, attrs));
+    c.f.output(c.f.op("cross_entropy_grad",
+                      {none ? dRows : dScalar, logits, labels}, logitsShape,
+                      attrs));
+  }
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, TransposeSplitConcatAndReshape) {
+  int64_t x = c.input({2, 3, 4, 5});
+  c.f.output(c.f.op("transpose", {x}, {2, 4, 3, 5},
+                    {{"permutation", {0, 2, 1, 3}}}));
+  c.f.output(c.f.op("transpose", {x}, {5, 3, 2, 4},
+                    {{"permutation", {3, 1, 0, 2}}}));
+  int64_t y = c.input({2, 9, 4});
+  int64_t p0 = c.f.value({2, 3, 4}), p1 = c.f.value({2, 5, 4}),
+          p2 = c.f.value({2, 1, 4});
+  c.f.inst("split", {y}, {p0, p1, p2}, {{"axis", 1}});
+  c.f.output(p0);
+  c.f.output(p1);
+  c.f.output(p2);
+  c.f.output(c.f.op("concat", {p2, p0, p1}, {2, 9, 4}, {{"axis", 1}}));
+  c.f.output(c.f.op("concat", {y, y}, {2, 9, 8}, {{"axis", -1}}));
+  c.f.output(c.f.op("reshape", {y}, {18, 4}));
+  c.check(0);
+}
+
+// get_parameter binds the store's value; accumulate_gradient adds into its
+// gradient (twice here).
+TEST_F(CudaOpsTest, ParametersAndGradientAccumulation) {
+  c.parameter(parameterJson("w", {33, 45}));
+  c.parameter(parameterJson("b", {45}, "zeros", 0, false));
+  int64_t x = c.input({2, 7, 33}), dy = c.input({2, 7, 45});
+  int64_t w = c.f.op("get_parameter", {}, {33, 45}, {{"parameter", 0}});
+  int64_t b = c.f.op("get_parameter", {}, {45}, {{"parameter", 1}});
+  c.f.output(c.f.op("linear", {x, w, b}, {2, 7, 45}));
+  int64_t dw = c.f.op("linear_weight_grad", {x, dy}, {33, 45});
+  int64_t db = c.f.op("bias_grad", {dy}, {45});
+  c.f.inst("accumulate_gradient", {dw}, {}, {{"parameter", 0}});
+  c.f.inst("accumulate_gradient", {dw}, {}, {{"parameter", 0}});
+  c.f.inst("accumulate_gradient", {db}, {}, {{"parameter", 1}});
+  c.check(kReduction);
+}
+
+class CudaExecutorTest : public CudaTest {};
+
+// The bigram model of the host tests, forward and backward, on both
+// backends.
+TEST_F(CudaExecutorTest, BigramTrainStepMatchesTheHost) {
+  constexpr int64_t V = 64, H = 16, B = 3, S = 5;
+  Bundle bundle =
+      Bundle::parseManifest("bigram", bigramManifest(V, H, B, S).dump());
+  host::ThreadPool pool(2);
+  host::ParameterStore hostStore(bundle, DType::F32);
+  hostStore.initialize(pool, 7);
+  hostStore.zeroGradients(pool);
+  cuda::ParameterStore deviceStore(bundle, *context);
+  deviceStore.upload(hostStore);
+  host::Tensor tokens = randomIds({B, S}, V, 1), labels = randomIds({B, S}, V, 2);
+  std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
+  host::Executor hostExecutor(bundle, "train_step", hostStore, pool);
+  cuda::Executor deviceExecutor(bundle, "train_step", deviceStore);
+  host::Tensor expected = std::move(hostExecutor.run(inputs, 0)[0]);
+  host::Tensor actual = std::move(deviceExecutor.run(inputs, 0)[0]);
+  expectClose(actual, expected, 1e-6, "loss");
+  for (size_t p = 0; p < hostStore.size(); ++p)
+    expectClose(deviceStore.gradientToHost(p), hostStore.gradient(p), 1e-5,
+                hostStore.info(p).name);
+  EXPECT_GT(deviceExecutor.arenaBytes(), 0u);
+}
+
+// Bad token ids are caught on the host before upload, with the host
+// executor's message.
+TEST_F(CudaExecutorTest, TokenIdsOutsideTheVocabularyFailLikeTheHost) {
+  constexpr int64_t V = 8, H = 4, B = 2, S = 3;
+  Bundle bundle =
+      Bundle::parseManifest("bigram", bigramManifest(V, H, B, S).dump());
+  host::ThreadPool pool(1);
+  host::ParameterStore hostStore(bundle, DType::F32);
+  cuda::ParameterStore deviceStore(bundle, *context);
+  std::vector<int32_t> tokens = {1, 5, 7, 0, 9, 2}, labels = {5, 7, 0, 3, 2, 2};
+  std::vector<host::TensorView> inputs = {{DType::I32, {B, S}, tokens.data()},
+                                          {DType::I32, {B, S}, labels.data()}};
+  std::string hostMessage, deviceMessage;
+  try {
+    host::Executor(bundle, "train_step", hostStore, pool).run(inputs, 0);
+  } catch (const Error &e) {
+    hostMessage = e.what();
+  }
+  cuda::Executor deviceExecutor(bundle, "train_step", deviceStore);
+  expectError([&] { deviceExecutor.run(inputs, 0); }, MTRT_STATUS_OUT_OF_RANGE,
+              {"id 9 at element 4", "outside [0, 8)"});
+  try {
+    deviceExecutor.run(inputs, 0);
+  } catch (const Error &e) {
+    deviceMessage = e.what();
+  }
+  EXPECT_FALSE(hostMessage.empty());
+  EXPECT_EQ(deviceMessage, hostMessage);
+}
+
+TEST_F(CudaExecutorTest, RejectsAStoreOfAnotherBundle) {
+  Bundle a = Bundle::parseManifest("a", bigramManifest(8, 4, 2, 3).dump());
+  Bundle b = Bundle::parseManifest("b", bigramManifest(8, 4, 2, 3).dump());
+  cuda::ParameterStore store(a, *context);
+  expectError([&] { cuda::Executor(b, "train_step", store); },
+              MTRT_STATUS_INVALID_ARGUMENT, {"another bundle"});
+  expectError([&] { cuda::Executor(a, "no_such_step", store); },
+              MTRT_STATUS_NOT_FOUND, {"no function 'no_such_step'"});
+}
+
+} // namespace

@@ -1,0 +1,492 @@
+// Tests of loading and saving Hugging Face-named safetensors weights
+// (train/Weights.h): round trip, vocabulary padding, tied output layers,
+// prefix-less names, buffers, and every rejection with its message.
+#include "BundleTestBuilder.h"
+#include "SafetensorsTestUtil.h"
+
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+#include "train/TrainFlags.h"
+#include "train/Weights.h"
+
+#include <cmath>
+#include <cstring>
+
+using namespace mtrt;
+using namespace mtrt::test;
+using namespace mtrt::train;
+
+namespace {
+
+constexpr int64_t H = 4, S = 3, V = 6, VPad = 8;
+
+/// A GPT-2-named bundle: vocabulary 6 padded to 8, hidden 4, 3 positions;
+/// `untied` adds lm_head.weight. The function only reads the parameters:
+/// these tests never run it.
+Bundle gptBundle(bool untied = false, const std::string &name = "gpt.mtb") {
+  Json parameters = {parameterJson("transformer.wte.weight", {VPad, H}),
+                     parameterJson("transformer.wpe.weight", {S, H}),
+                     parameterJson("transformer.ln_f.weight", {H}, "ones"),
+                     parameterJson("transformer.ln_f.bias", {H}, "zeros")};
+  if (untied)
+    parameters.push_back(parameterJson("lm_head.weight", {VPad, H}));
+  FunctionBuilder f("read_parameters");
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    std::vector<int64_t> shape = parameters[i]["shape"];
+    f.output(f.op("get_parameter", {}, shape, {{"parameter", i}}));
+  }
+  Json model = modelJson(V, H, S, 1, 1);
+  model["padded_vocab_size"] = VPad;
+  return Bundle::parseManifest(
+      name, manifestJson(model, parameters, Json::array({f.build()})).dump());
+}
+
+/// A Llama-named bundle with an untied output layer.
+Bundle llamaBundle() {
+  Json parameters = {parameterJson("model.embed_tokens.weight", {VPad, H}),
+                     parameterJson("model.norm.weight", {H}, "ones"),
+                     parameterJson("lm_head.weight", {VPad, H})};
+  FunctionBuilder f("read_parameters");
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    std::vector<int64_t> shape = parameters[i]["shape"];
+    f.output(f.op("get_parameter", {}, shape, {{"parameter", i}}));
+  }
+  Json model = modelJson(V, H, S, 1, 1);
+  model["padded_vocab_size"] = VPad;
+  return Bundle::parseManifest(
+      "llama.mtb",
+      manifestJson(model, parameters, Json::array({f.build()})).dump());
+}
+
+/// A tensor of a hand-made file: its dtype's name and its raw bytes.
+struct RawTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+template <typename T> std::vector<uint8_t> bytesOf(const std::vector<T> &v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+RawTensor f32(std::string name, std::vector<int64_t> shape,
+              const std::vector<float> &values) {
+  return {std::move(name), "F32", std::move(shape), bytesOf(values)};
+}
+
+/// `n` distinct values: start, start + 0.125, ... (exact in every float
+/// type used here).
+std::vector<float> ramp(int64_t n, float start) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = start + 0.125f * static_cast<float>(i);
+  return v;
+}
+
+SafetensorsFile fileWith(const std::vector<RawTensor> &tensors,
+                         const std::string &name = "w.safetensors") {
+  Json header = Json::object();
+  std::vector<uint8_t> data;
+  for (const RawTensor &t : tensors) {
+    header[t.name] = {
+        {"dtype", t.dtype},
+        {"shape", t.shape},
+        {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+  }
+  return SafetensorsFile::parse(name, fileOf(header.dump(), data));
+}
+
+/// Every parameter of gptBundle() with distinct values; the vocabulary
+/// table with `rows` rows.
+std::vector<RawTensor> gptTensors(int64_t rows = V,
+                                  const std::string &prefix = "transformer.") {
+  return {f32(prefix + "wte.weight", {rows, H}, ramp(rows * H, 1)),
+          f32(prefix + "wpe.weight", {S, H}, ramp(S * H, -3)),
+          f32(prefix + "ln_f.weight", {H}, ramp(H, 0.5)),
+          f32(prefix + "ln_f.bias", {H}, ramp(H, -0.5))};
+}
+
+std::vector<double> valuesOf(const host::ParameterStore &store, size_t i) {
+  const host::Tensor &t = store.value(i);
+  std::vector<double> v;
+  for (int64_t k = 0; k < t.numElements(); ++k)
+    v.push_back(t.dtype == DType::F64 ? t.data<double>()[k]
+                                      : t.data<float>()[k]);
+  return v;
+}
+
+std::vector<double> asDouble(const std::vector<float> &v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+class WeightsTest : public ::testing::Test {
+protected:
+  host::ThreadPool pool{2};
+};
+
+TEST_F(WeightsTest, RoundTripThroughAFile) {
+  for (DType type : {DType::F32, DType::F64}) {
+    Bundle bundle = gptBundle(/*untied=*/true);
+    host::ParameterStore saved(bundle, type), loaded(bundle, type);
+    saved.initialize(pool, 1);
+    loaded.initialize(pool, 2);
+    TempDir dir;
+    ASSERT_TRUE(dir.ok());
+    std::string path = dir.file("w.safetensors");
+    saveWeights(path, bundle, saved);
+
+    SafetensorsFile file = SafetensorsFile::open(path);
+    EXPECT_EQ(file.metadata(),
+              (std::map<std::string, std::string>{
+                  {"format", "pt"}, {"producer", "megatron-train"}}));
+    EXPECT_EQ(file.names(),
+              (std::vector<std::string>{
+                  "lm_head.weight", "transformer.ln_f.bias",
+                  "transformer.ln_f.weight", "transformer.wpe.weight",
+                  "transformer.wte.weight"}));
+    for (const SafetensorsTensor &t : file.tensors())
+      EXPECT_EQ(t.dtype, SafetensorsDType::F32) << t.name;
+    // The vocabulary tables lose their padding rows; the rest keep shape.
+    EXPECT_EQ(file.tensor("transformer.wte.weight").shape,
+              (std::vector<int64_t>{V, H}));
+    EXPECT_EQ(file.tensor("lm_head.weight").shape,
+              (std::vector<int64_t>{V, H}));
+    EXPECT_EQ(file.tensor("transformer.wpe.weight").shape,
+              (std::vector<int64_t>{S, H}));
+
+    std::vector<std::vector<double>> before;
+    for (size_t i = 0; i < loaded.size(); ++i)
+      before.push_back(valuesOf(loaded, i));
+    WeightsLoadReport report = loadWeights(file, bundle, loaded);
+    EXPECT_EQ(report.parameters, 5u);
+    EXPECT_EQ(report.padded, 2u);
+    EXPECT_EQ(report.ignored, 0u);
+    for (size_t i = 0; i < saved.size(); ++i) {
+      std::vector<double> want = valuesOf(saved, i), got = valuesOf(loaded, i);
+      if (type == DType::F64) // saved as f32
+        for (double &x : want)
+          x = static_cast<float>(x);
+      if (isVocabularyTable(saved.info(i).name)) {
+        // Rows past vocab_size never went through the file.
+        for (size_t k = 0; k < want.size(); ++k)
+          EXPECT_EQ(got[k],
+                    static_cast<int64_t>(k) < V * H ? want[k] : before[i][k])
+              << saved.info(i).name << "[" << k << "]";
+      } else {
+        EXPECT_EQ(got, want) << saved.info(i).name;
+      }
+    }
+  }
+}
+
+TEST_F(WeightsTest, WithoutAModelSectionEveryRowIsSaved) {
+  Json parameters = {parameterJson("transformer.wte.weight", {VPad, H})};
+  FunctionBuilder f("read_parameters");
+  f.output(f.op("get_parameter", {}, {VPad, H}, {{"parameter", 0}}));
+  Json manifest = manifestJson(Json(), parameters, Json::array({f.build()}));
+  manifest.erase("model");
+  Bundle bundle = Bundle::parseManifest("ir.mtb", manifest.dump());
+  host::ParameterStore store(bundle);
+  store.initialize(pool, 1);
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  saveWeights(dir.file("w.safetensors"), bundle, store);
+  EXPECT_EQ(SafetensorsFile::open(dir.file("w.safetensors"))
+                .tensor("transformer.wte.weight")
+                .shape,
+            (std::vector<int64_t>{VPad, H}));
+}
+
+TEST_F(WeightsTest, PaddingRowsKeepTheirInitializedValues) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  store.initialize(pool, 7);
+  std::vector<double> before = valuesOf(store, 0);
+  WeightsLoadReport report =
+      loadWeights(fileWith(gptTensors(V)), bundle, store);
+  EXPECT_EQ(report.padded, 1u);
+  std::vector<double> after = valuesOf(store, 0);
+  std::vector<double> rows = asDouble(ramp(V * H, 1));
+  for (int64_t k = 0; k < VPad * H; ++k)
+    EXPECT_EQ(after[k], k < V * H ? rows[k] : before[k]) << k;
+  EXPECT_NE(before[V * H], 0.0); // the padding rows were initialized
+  EXPECT_EQ(valuesOf(store, 1), asDouble(ramp(S * H, -3)));
+
+  // A full padded table is copied whole.
+  loadWeights(fileWith(gptTensors(VPad)), bundle, store);
+  EXPECT_EQ(valuesOf(store, 0), asDouble(ramp(VPad * H, 1)));
+}
+
+TEST_F(WeightsTest, VocabularyLargerThanThePaddedOneIsRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(gptTensors(VPad + 1)), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensor 'transformer.wte.weight' is [9, 4] but "
+      "parameter 'transformer.wte.weight' of bundle 'gpt.mtb' is [8, 4]: the "
+      "file's vocabulary has 9 rows, more than the bundle's padded "
+      "vocabulary of 8; compile the model with --vocab-size 9");
+}
+
+TEST_F(WeightsTest, VocabularySmallerThanTheModelsIsRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(gptTensors(V - 1)), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensor 'transformer.wte.weight' is [5, 4] but "
+      "parameter 'transformer.wte.weight' of bundle 'gpt.mtb' is [8, 4]: the "
+      "file's vocabulary has 5 rows, fewer than the model's vocab_size of 6; "
+      "compile the model with --vocab-size 5, or load weights of a 6-token "
+      "vocabulary");
+}
+
+TEST_F(WeightsTest, UntiedOutputLayerIsPaddedToo) {
+  Bundle bundle = llamaBundle();
+  host::ParameterStore store(bundle);
+  store.initialize(pool, 3);
+  std::vector<double> before = valuesOf(store, 2);
+  WeightsLoadReport report = loadWeights(
+      fileWith(
+          {f32("model.embed_tokens.weight", {V, H}, ramp(V * H, 1)),
+           f32("model.norm.weight", {H}, ramp(H, 2)),
+           f32("lm_head.weight", {V, H}, ramp(V * H, -1)),
+           f32("model.layers.0.self_attn.rotary_emb.inv_freq", {2}, {1, 0.5})}),
+      bundle, store);
+  EXPECT_EQ(report.parameters, 3u);
+  EXPECT_EQ(report.padded, 2u);
+  EXPECT_EQ(report.ignored, 1u); // inv_freq
+  std::vector<double> head = valuesOf(store, 2),
+                      rows = asDouble(ramp(V * H, -1));
+  for (int64_t k = 0; k < VPad * H; ++k)
+    EXPECT_EQ(head[k], k < V * H ? rows[k] : before[k]) << k;
+}
+
+TEST_F(WeightsTest, TiedOutputLayerEqualToTheEmbeddingIsAccepted) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors();
+  tensors.push_back(f32("lm_head.weight", {V, H}, ramp(V * H, 1)));
+  WeightsLoadReport report = loadWeights(fileWith(tensors), bundle, store);
+  EXPECT_EQ(report.parameters, 4u);
+  EXPECT_EQ(report.ignored, 1u);
+}
+
+TEST_F(WeightsTest, TiedOutputLayerThatDiffersIsRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors();
+  std::vector<float> head = ramp(V * H, 1);
+  head[5] = 42;
+  tensors.push_back(f32("lm_head.weight", {V, H}, head));
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(tensors), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensor 'lm_head.weight' differs from "
+      "'transformer.wte.weight' (transformer.wte.weight) at [1, 1]: 42 vs "
+      "1.625; the file has untied weights, but bundle 'gpt.mtb' ties the "
+      "output layer to the embedding: compile the model with "
+      "--untie-embeddings-and-output-weights");
+
+  tensors.back() = f32("lm_head.weight", {VPad, H}, ramp(VPad * H, 1));
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(tensors), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensor 'lm_head.weight' is [8, 4] and tensor "
+      "'transformer.wte.weight' is [6, 4]: the file has untied weights, but "
+      "bundle 'gpt.mtb' ties the output layer to the embedding: compile the "
+      "model with --untie-embeddings-and-output-weights");
+}
+
+TEST_F(WeightsTest, UntiedBundleNeedsTheOutputLayer) {
+  Bundle bundle = gptBundle(/*untied=*/true);
+  host::ParameterStore store(bundle);
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(gptTensors()), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': no tensor for parameter 'lm_head.weight' [8, 4] of "
+      "bundle 'gpt.mtb' (1 of 5 parameters missing); the file's model ties "
+      "its output layer to the embedding (Hugging Face then leaves "
+      "lm_head.weight out): compile the model without "
+      "--untie-embeddings-and-output-weights");
+}
+
+TEST_F(WeightsTest, Gpt2ModelNamesWithoutThePrefixAreMapped) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors(V, "");
+  // GPT2Model's causal-mask buffers, prefix-less too.
+  tensors.push_back(
+      {"h.0.attn.bias", "BOOL", {1, 1, S, S}, std::vector<uint8_t>(S * S, 1)});
+  tensors.push_back(f32("h.0.attn.masked_bias", {}, {-1e4f}));
+  WeightsLoadReport report = loadWeights(fileWith(tensors), bundle, store);
+  EXPECT_EQ(report.parameters, 4u);
+  EXPECT_EQ(report.ignored, 2u);
+  EXPECT_EQ(valuesOf(store, 2), asDouble(ramp(H, 0.5)));
+  EXPECT_EQ(valuesOf(store, 3), asDouble(ramp(H, -0.5)));
+}
+
+TEST_F(WeightsTest, KnownBuffers) {
+  EXPECT_TRUE(isKnownBuffer("transformer.h.0.attn.bias"));
+  EXPECT_TRUE(isKnownBuffer("transformer.h.11.attn.masked_bias"));
+  EXPECT_TRUE(isKnownBuffer("model.layers.31.self_attn.rotary_emb.inv_freq"));
+  EXPECT_FALSE(isKnownBuffer("transformer.h.0.attn.c_attn.bias"));
+  EXPECT_FALSE(isKnownBuffer("transformer.h..attn.bias"));
+  EXPECT_FALSE(isKnownBuffer("transformer.h.x.attn.bias"));
+  EXPECT_FALSE(isKnownBuffer("model.layers.0.self_attn.q_proj.weight"));
+}
+
+TEST_F(WeightsTest, TwoNamesForOneParameterAreRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors();
+  tensors.push_back(f32("wpe.weight", {S, H}, ramp(S * H, 0)));
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(tensors), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensors 'transformer.wpe.weight' and "
+      "'wpe.weight' both hold parameter 'transformer.wpe.weight'; "
+      "keep one of them");
+}
+
+TEST_F(WeightsTest, ExtraTensorIsRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors();
+  tensors.push_back(f32("transformer.h.0.mlp.c_fc.weight", {H, 2}, ramp(8, 0)));
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(tensors), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensor 'transformer.h.0.mlp.c_fc.weight' ([4, 2] F32) "
+      "is not a parameter of bundle 'gpt.mtb' (its parameters are "
+      "'transformer.wte.weight', 'transformer.wpe.weight', ...); the file "
+      "holds another model: load weights saved from the model the bundle "
+      "was compiled from");
+}
+
+TEST_F(WeightsTest, MissingTensorsAreRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors();
+  tensors.erase(tensors.begin() + 1, tensors.end());
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(tensors), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': no tensor for parameter 'transformer.wpe.weight' "
+      "[3, 4] of bundle 'gpt.mtb' (3 of 4 parameters missing: also "
+      "'transformer.ln_f.weight', 'transformer.ln_f.bias'); the file must "
+      "hold every parameter: save it from a model of the bundle's "
+      "architecture (layers, biases, tied or untied output layer)");
+}
+
+TEST_F(WeightsTest, ShapeMismatchIsRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors(V, "");
+  tensors[1] = f32("wpe.weight", {S, H + 1}, ramp(S * (H + 1), 0));
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(tensors), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensor 'wpe.weight' (read as "
+      "'transformer.wpe.weight') is [3, 5] but parameter "
+      "'transformer.wpe.weight' of bundle 'gpt.mtb' is [3, 4]; compile the "
+      "model with the sizes the weights were trained with (megatron-compile "
+      "--hidden-size, --ffn-hidden-size, --num-attention-heads, "
+      "--num-query-groups, --max-position-embeddings, ...)");
+  // Rank counts too, and only the vocabulary tables may be shorter.
+  tensors[1] = f32("wpe.weight", {S * H}, ramp(S * H, 0));
+  expectError([&] { loadWeights(fileWith(tensors), bundle, store); },
+              MTRT_STATUS_INVALID_ARGUMENT, {"is [12] but parameter"});
+  tensors[1] = f32("wpe.weight", {S - 1, H}, ramp((S - 1) * H, 0));
+  expectError([&] { loadWeights(fileWith(tensors), bundle, store); },
+              MTRT_STATUS_INVALID_ARGUMENT, {"is [2, 4] but parameter"});
+}
+
+TEST_F(WeightsTest, NonFloatDtypeIsRejected) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  std::vector<RawTensor> tensors = gptTensors();
+  tensors[2] = {"transformer.ln_f.weight",
+                "I32",
+                {H},
+                bytesOf(std::vector<int32_t>{1, 1, 1, 1})};
+  EXPECT_MTRT_ERROR(
+      loadWeights(fileWith(tensors), bundle, store),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "'w.safetensors': tensor 'transformer.ln_f.weight' is I32, expected a "
+      "floating-point type (F32, F64, BF16 or F16) for parameter "
+      "'transformer.ln_f.weight'; convert the weights to float before saving "
+      "them");
+}
+
+TEST_F(WeightsTest, StoreIsUnchangedWhenLoadingFails) {
+  Bundle bundle = gptBundle();
+  host::ParameterStore store(bundle);
+  store.initialize(pool, 5);
+  std::vector<std::vector<double>> before;
+  for (size_t i = 0; i < store.size(); ++i)
+    before.push_back(valuesOf(store, i));
+  std::vector<RawTensor> tensors = gptTensors();
+  tensors.push_back(f32("unexpected", {1}, {0}));
+  EXPECT_THROW(loadWeights(fileWith(tensors), bundle, store), Error);
+  for (size_t i = 0; i < store.size(); ++i)
+    EXPECT_EQ(valuesOf(store, i), before[i]) << i;
+}
+
+TEST_F(WeightsTest, Bf16F16AndF64ValuesConvert) {
+  Bundle bundle = gptBundle();
+  // bf16 and f16 bit patterns of 1.5, -0.25, 3, 0.0078125.
+  std::vector<uint16_t> bf16 = {0x3FC0, 0xBE80, 0x4040, 0x3C00};
+  std::vector<uint16_t> f16 = {0x3E00, 0xB400, 0x4200, 0x2000};
+  std::vector<double> expected = {1.5, -0.25, 3, 0.0078125};
+  std::vector<double> f64Wpe(S * H);
+  for (int64_t k = 0; k < S * H; ++k)
+    f64Wpe[k] = 0.1 * static_cast<double>(k + 1); // not exact in f32
+  std::vector<RawTensor> tensors = gptTensors();
+  tensors[1] = {"transformer.wpe.weight", "F64", {S, H}, bytesOf(f64Wpe)};
+  tensors[2] = {"transformer.ln_f.weight", "BF16", {H}, bytesOf(bf16)};
+  tensors[3] = {"transformer.ln_f.bias", "F16", {H}, bytesOf(f16)};
+  SafetensorsFile file = fileWith(tensors);
+  for (DType type : {DType::F32, DType::F64}) {
+    host::ParameterStore store(bundle, type);
+    loadWeights(file, bundle, store);
+    EXPECT_EQ(valuesOf(store, 2), expected);
+    EXPECT_EQ(valuesOf(store, 3), expected);
+    std::vector<double> wpe = valuesOf(store, 1);
+    for (int64_t k = 0; k < S * H; ++k)
+      EXPECT_EQ(wpe[k], type == DType::F64 ? f64Wpe[k]
+                                           : static_cast<double>(
+                                                 static_cast<float>(f64Wpe[k])))
+          << k;
+  }
+}
+
+TEST_F(WeightsTest, StoreOfAnotherBundleIsRejected) {
+  Bundle a = gptBundle(false, "a.mtb"), b = gptBundle(false, "b.mtb");
+  host::ParameterStore store(a);
+  EXPECT_MTRT_ERROR(loadWeights(fileWith(gptTensors()), b, store),
+                    MTRT_STATUS_INVALID_ARGUMENT,
+                    "loadWeights: the parameter store was made for another "
+                    "bundle than 'b.mtb'");
+}
+
+TEST(WeightsFlagsTest, MegatronTrainTakesWeightFiles) {
+  TrainCommand c = parseTrainCommand(
+      {"b.mtb", "--data-path", "c.txt", "--train-iters", "1", "--lr", "1e-3",
+       "--init-from", "in.safetensors", "--save-weights=out.safetensors"});
+  EXPECT_EQ(c.initFrom, "in.safetensors");
+  EXPECT_EQ(c.saveWeights, "out.safetensors");
+  EXPECT_MTRT_ERROR(
+      parseTrainCommand({"b.mtb", "--data-path", "c.txt", "--train-iters", "1",
+                         "--lr", "1e-3", "--init-from="}),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "--init-from: expected the path of a .safetensors file");
+  EXPECT_NE(trainUsage().find("--save-weights FILE"), std::string::npos);
+}
+
+} // namespace
