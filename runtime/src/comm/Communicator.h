@@ -4,6 +4,7 @@
 
 #include "comm/CollectiveCall.h"
 #include "core/Bundle.h"
+#include "core/Error.h"
 
 #include <cstdint>
 #include <memory>
@@ -38,10 +39,12 @@ template <> struct DTypeOf<double> {
 /// - Reductions are deterministic: contributions are combined in group-rank
 ///   order 0..size-1 (ReduceOp), so every rank gets the same bits, equal to
 ///   a serial left-to-right loop.
-/// - Calls are blocking: when one returns, its output is written and its
-///   input may be reused. send returns once the receiver has the data, so
-///   two ranks that send to each other first deadlock (as under NCCL without
-///   a group call); sendRecv does both at once.
+/// - When a call returns, its output is ready for this rank's next work and
+///   its input may be reused: at once on the host; an NCCL implementation
+///   will order the call on the stream it was made with instead. send
+///   completes once the receiver has the data, so two ranks that send to
+///   each other first deadlock (as under NCCL without a group call);
+///   sendRecv does both at once.
 /// - In place is allowed: all_reduce with send == recv; all_gather with
 ///   send == recv + rank() * count; reduce_scatter with
 ///   recv == send + rank() * count.
