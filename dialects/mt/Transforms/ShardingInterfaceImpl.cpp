@@ -231,6 +231,195 @@ struct AttentionModel
   }
 };
 
+/// rope: elementwise over (batch, sequence, heads, head_dim), but positions
+/// come from the sequence index and pairs from the head dimension, so only
+/// batch and heads may be sharded.
+struct RopeModel
+    : public shard::ShardingInterface::ExternalModel<RopeModel, RopeOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(4, IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(4, op->getContext());
+    return {identity, identity};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (Sharding sharding = operandShardings.front()) {
+      ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+      for (size_t dim : {1, 3})
+        if (dim < split.size() && !split[dim].empty())
+          return op->emitOpError()
+                 << "can be partitioned along batch and heads only; dimension "
+                 << dim << " is sharded";
+    }
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// reshape between shapes that differ by splitting or merging groups of
+/// adjacent dimensions, e.g. [B, S, H*D] <-> [B, S, H, D]. The loops are the
+/// dimensions of the finer side of each group; a merged dimension may be
+/// sharded only as its group's leading dimension is, so a split of H*D
+/// across ranks is a split of the heads H.
+struct ReshapeModel
+    : public shard::ShardingInterface::ExternalModel<ReshapeModel, ReshapeOp> {
+  /// One group: input dimensions [inBegin, inEnd) hold the same elements as
+  /// output dimensions [outBegin, outEnd); its loops start at `loop`.
+  struct Group {
+    int64_t inBegin, inEnd, outBegin, outEnd, loop;
+    int64_t loops() const {
+      return std::max(inEnd - inBegin, outEnd - outBegin);
+    }
+  };
+
+  static FailureOr<SmallVector<Group>> groups(Operation *op) {
+    ArrayRef<int64_t> in =
+        cast<RankedTensorType>(op->getOperand(0).getType()).getShape();
+    ArrayRef<int64_t> out =
+        cast<RankedTensorType>(op->getResult(0).getType()).getShape();
+    SmallVector<Group> result;
+    int64_t i = 0, j = 0, loop = 0;
+    while (i < static_cast<int64_t>(in.size()) ||
+           j < static_cast<int64_t>(out.size())) {
+      if (i == static_cast<int64_t>(in.size()) ||
+          j == static_cast<int64_t>(out.size()))
+        return failure();
+      Group group{i, i + 1, j, j + 1, loop};
+      int64_t inProduct = in[i++], outProduct = out[j++];
+      while (inProduct != outProduct) {
+        if (inProduct < outProduct && i < static_cast<int64_t>(in.size()))
+          inProduct *= in[i++];
+        else if (outProduct < inProduct &&
+                 j < static_cast<int64_t>(out.size()))
+          outProduct *= out[j++];
+        else
+          return failure();
+      }
+      group.inEnd = i;
+      group.outEnd = j;
+      // Only splits and merges: one side of each group is a single dimension.
+      if (group.inEnd - group.inBegin > 1 && group.outEnd - group.outBegin > 1)
+        return failure();
+      loop += group.loops();
+      result.push_back(group);
+    }
+    return result;
+  }
+
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    FailureOr<SmallVector<Group>> all = groups(op);
+    int64_t loops = failed(all) || all->empty()
+                        ? 0
+                        : all->back().loop + all->back().loops();
+    return SmallVector<IteratorType>(loops, IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const { return {}; }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    FailureOr<SmallVector<Group>> all = groups(op);
+    if (failed(all))
+      return failure();
+    bool fromInput = !operandShardings.empty() && operandShardings.front();
+    Sharding known = fromInput ? operandShardings.front()
+                               : (resultShardings.empty() ? Sharding()
+                                                          : resultShardings.front());
+    if (!known)
+      return shard::ShardingOption::makeEmpty();
+    ArrayRef<shard::GridAxesAttr> split = known.getSplitAxes();
+    shard::ShardingArray loops(getLoopIteratorTypes(op).size());
+    for (const Group &group : *all) {
+      int64_t begin = fromInput ? group.inBegin : group.outBegin;
+      int64_t end = fromInput ? group.inEnd : group.outEnd;
+      bool fine = end - begin == group.loops();
+      for (int64_t dim = begin; dim < end; ++dim) {
+        if (dim >= static_cast<int64_t>(split.size()) || split[dim].empty())
+          continue;
+        // A merged dimension's split lands on the group's leading loop.
+        if (!fine && dim != begin)
+          return failure();
+        llvm::append_range(loops[group.loop + (dim - begin)],
+                           split[dim].asArrayRef());
+      }
+    }
+    return shard::ShardingOption(std::move(loops), known.getGridAttr());
+  }
+
+  FailureOr<std::vector<Sharding>>
+  getShardingAnnotations(Operation *op,
+                         const shard::ShardingOption &option) const {
+    FailureOr<SmallVector<Group>> all = groups(op);
+    if (failed(all))
+      return failure();
+    MLIRContext *context = op->getContext();
+    auto side = [&](bool input) {
+      SmallVector<shard::GridAxesAttr> split;
+      for (const Group &group : *all) {
+        int64_t begin = input ? group.inBegin : group.outBegin;
+        int64_t end = input ? group.inEnd : group.outEnd;
+        bool fine = end - begin == group.loops();
+        for (int64_t dim = begin; dim < end; ++dim) {
+          ArrayRef<GridAxis> axes;
+          if (fine || dim == begin)
+            axes = option.shardingArray[group.loop + (dim - begin)];
+          // A merged dimension carries its group's leading split only; the
+          // finer loops must not be split.
+          split.push_back(shard::GridAxesAttr::get(context, axes));
+        }
+      }
+      return Sharding::get(option.grid, split);
+    };
+    for (const Group &group : *all) {
+      bool inputMerged = group.inEnd - group.inBegin < group.loops();
+      bool outputMerged = group.outEnd - group.outBegin < group.loops();
+      if (!inputMerged && !outputMerged)
+        continue;
+      for (int64_t loop = group.loop + 1; loop < group.loop + group.loops();
+           ++loop)
+        if (!option.shardingArray[loop].empty())
+          return failure();
+    }
+    return std::vector<Sharding>{side(true), side(false)};
+  }
+
+  LogicalResult addShardingAnnotations(Operation *op, OpBuilder &builder,
+                                       const shard::ShardingOption &option) const {
+    FailureOr<std::vector<Sharding>> shardings =
+        getShardingAnnotations(op, option);
+    if (failed(shardings))
+      return failure();
+    shard::maybeInsertTargetShardingAnnotation((*shardings)[1],
+                                               op->getResult(0), builder);
+    shard::maybeInsertSourceShardingAnnotation((*shardings)[0],
+                                               op->getOpOperand(0), builder);
+    return success();
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
 } // namespace
 
 void mt::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -246,5 +435,7 @@ void mt::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
     RmsNormOp::attachInterface<LastDimModel<RmsNormOp>>(*context);
     BiasAddOp::attachInterface<LastDimModel<BiasAddOp>>(*context);
     AttentionOp::attachInterface<AttentionModel>(*context);
+    RopeOp::attachInterface<RopeModel>(*context);
+    ReshapeOp::attachInterface<ReshapeModel>(*context);
   });
 }

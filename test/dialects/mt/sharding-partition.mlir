@@ -56,6 +56,76 @@ func.func @attention_heads(%q: tensor<2x8x4x4xf32>, %k: tensor<2x8x2x4xf32>, %v:
 
 // -----
 
+// Megatron-LM's tensor-parallel attention block (Llama's layout: separate
+// q/k/v projections stored out x in, rotary embeddings, grouped-query heads):
+// column-parallel projections, heads split through the reshapes, rope and the
+// attention core, row-parallel output projection, one all_reduce.
+
+shard.grid @tp(shape = 2)
+
+// CHECK-LABEL: func.func @attention_block
+// CHECK-SAME: %{{.+}}: tensor<2x8x16xf32>, %{{.+}}: tensor<8x16xf32>, %{{.+}}: tensor<4x16xf32>, %{{.+}}: tensor<4x16xf32>, %{{.+}}: tensor<16x8xf32>
+func.func @attention_block(%x: tensor<2x8x16xf32>, %wq: tensor<16x16xf32>, %wk: tensor<8x16xf32>, %wv: tensor<8x16xf32>, %wo: tensor<16x16xf32>) -> tensor<2x8x16xf32> {
+  %column = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %wqs = shard.shard %wq to %column annotate_for_users : tensor<16x16xf32>
+  %wks = shard.shard %wk to %column annotate_for_users : tensor<8x16xf32>
+  %wvs = shard.shard %wv to %column annotate_for_users : tensor<8x16xf32>
+  %row = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %wos = shard.shard %wo to %row annotate_for_users : tensor<16x16xf32>
+  // CHECK-NOT: shard.all_
+  // CHECK: mt.reshape %{{.+}} : tensor<2x8x8xf32> -> tensor<2x8x2x4xf32>
+  // CHECK: mt.reshape %{{.+}} : tensor<2x8x4xf32> -> tensor<2x8x1x4xf32>
+  // CHECK: mt.rope %{{.+}} : tensor<2x8x2x4xf32>
+  // CHECK: mt.attention %{{.+}} causal : (tensor<2x8x2x4xf32>, tensor<2x8x1x4xf32>, tensor<2x8x1x4xf32>) -> tensor<2x8x2x4xf32>
+  // CHECK: %[[CONTEXT:.+]] = mt.reshape %{{.+}} : tensor<2x8x2x4xf32> -> tensor<2x8x8xf32>
+  // CHECK: %[[PARTIAL:.+]] = mt.linear %[[CONTEXT]], %{{.+}} transpose_weight : (tensor<2x8x8xf32>, tensor<16x8xf32>) -> tensor<2x8x16xf32>
+  // CHECK: %[[SUM:.+]] = shard.all_reduce %[[PARTIAL]] on @tp grid_axes = [0]
+  // CHECK-NOT: shard.all_
+  // CHECK: return %[[SUM]]
+  %q = mt.linear %x, %wqs transpose_weight : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %k = mt.linear %x, %wks transpose_weight : (tensor<2x8x16xf32>, tensor<8x16xf32>) -> tensor<2x8x8xf32>
+  %v = mt.linear %x, %wvs transpose_weight : (tensor<2x8x16xf32>, tensor<8x16xf32>) -> tensor<2x8x8xf32>
+  %qh = mt.reshape %q : tensor<2x8x16xf32> -> tensor<2x8x4x4xf32>
+  %kh = mt.reshape %k : tensor<2x8x8xf32> -> tensor<2x8x2x4xf32>
+  %vh = mt.reshape %v : tensor<2x8x8xf32> -> tensor<2x8x2x4xf32>
+  %qr = mt.rope %qh base = 1.000000e+04 : tensor<2x8x4x4xf32>
+  %kr = mt.rope %kh base = 1.000000e+04 : tensor<2x8x2x4xf32>
+  %o = mt.attention %qr, %kr, %vh causal : (tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>, tensor<2x8x2x4xf32>) -> tensor<2x8x4x4xf32>
+  %of = mt.reshape %o : tensor<2x8x4x4xf32> -> tensor<2x8x16xf32>
+  %y = mt.linear %of, %wos transpose_weight : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %replicated = shard.sharding @tp split_axes = [[]] : !shard.sharding
+  %yr = shard.shard %y to %replicated : tensor<2x8x16xf32>
+  return %yr : tensor<2x8x16xf32>
+}
+
+// -----
+
+// Llama's MLP: gate and up projections column-parallel, SwiGLU local, the
+// down projection row-parallel.
+
+shard.grid @tp(shape = 2)
+
+// CHECK-LABEL: func.func @swiglu_mlp
+func.func @swiglu_mlp(%x: tensor<2x8x16xf32>, %wg: tensor<32x16xf32>, %wu: tensor<32x16xf32>, %wd: tensor<16x32xf32>) -> tensor<2x8x16xf32> {
+  %column = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %wgs = shard.shard %wg to %column annotate_for_users : tensor<32x16xf32>
+  %wus = shard.shard %wu to %column annotate_for_users : tensor<32x16xf32>
+  %row = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %wds = shard.shard %wd to %row annotate_for_users : tensor<16x32xf32>
+  // CHECK: mt.swiglu %{{.+}}, %{{.+}} : tensor<2x8x16xf32>
+  // CHECK: shard.all_reduce
+  // CHECK-NOT: shard.all_
+  %g = mt.linear %x, %wgs transpose_weight : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %u = mt.linear %x, %wus transpose_weight : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %h = mt.swiglu %g, %u : tensor<2x8x32xf32>
+  %y = mt.linear %h, %wds transpose_weight : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
+  %replicated = shard.sharding @tp split_axes = [[]] : !shard.sharding
+  %yr = shard.shard %y to %replicated : tensor<2x8x16xf32>
+  return %yr : tensor<2x8x16xf32>
+}
+
+// -----
+
 // Data parallelism: a norm and the residual add on batch shards run locally.
 
 shard.grid @dp(shape = 2)
@@ -101,4 +171,19 @@ func.func @attention_on_sequence_shards(%q: tensor<2x8x4x4xf32>) -> tensor<2x8x4
   %o = mt.attention %qs, %qs, %qs causal : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32>
   %os = shard.shard %o to %sequence : tensor<2x8x4x4xf32>
   return %os : tensor<2x8x4x4xf32>
+}
+
+// -----
+
+// Rotary positions come from the sequence index: rope needs whole sequences.
+
+shard.grid @sp(shape = 2)
+
+func.func @rope_on_sequence_shards(%x: tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32> {
+  %sequence = shard.sharding @sp split_axes = [[], [0]] : !shard.sharding
+  %xs = shard.shard %x to %sequence annotate_for_users : tensor<2x8x4x4xf32>
+  // expected-error @+1 {{'mt.rope' op can be partitioned along batch and heads only; dimension 1 is sharded}}
+  %r = mt.rope %xs base = 1.000000e+04 : tensor<2x8x4x4xf32>
+  %rs = shard.shard %r to %sequence : tensor<2x8x4x4xf32>
+  return %rs : tensor<2x8x4x4xf32>
 }
