@@ -4,6 +4,8 @@
 
 #include "mt/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -16,9 +18,27 @@ void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
   pm.addPass(mlir::createCSEPass());
 }
 
+void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
+                                      const PartitionPipelineOptions &options) {
+  pm.addPass(mlir::mt::createParametersToArgumentsPass());
+  mlir::mt::AnnotateShardingsPassOptions annotate;
+  annotate.tensorParallelSize = options.tensorParallelSize;
+  annotate.dataParallelSize = options.dataParallelSize;
+  pm.addPass(mlir::mt::createAnnotateShardingsPass(annotate));
+  mlir::OpPassManager &functions = pm.nest<mlir::func::FuncOp>();
+  functions.addPass(mlir::shard::createShardingPropagation());
+  functions.addPass(mlir::shard::createPartition());
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::mt::createCombineAllReducesPass());
+}
+
 void megatron::registerPipelines() {
   mlir::PassPipelineRegistration<TrainingPipelineOptions>(
       "megatron-training-pipeline",
       "From the model-level IR to the IR a training bundle is written from",
       buildTrainingPipeline);
+  mlir::PassPipelineRegistration<PartitionPipelineOptions>(
+      "megatron-partition-pipeline",
+      "From the training pipeline's IR to per-rank IR with collectives",
+      buildPartitionPipeline);
 }

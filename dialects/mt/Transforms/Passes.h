@@ -5,6 +5,7 @@
 
 #include "mt/IR/MtDialect.h"
 
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

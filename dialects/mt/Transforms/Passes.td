@@ -61,4 +61,87 @@ def DifferentiatePass : Pass<"mt-differentiate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
+def ParametersToArgumentsPass
+    : Pass<"mt-parameters-to-arguments", "::mlir::ModuleOp"> {
+  let summary = "turns a step's parameter reads into arguments and its gradients into results";
+  let description = [{
+    Upstream `shard-partition` partitions function arguments and results, so
+    before sharding, each step function reads its parameters as arguments and
+    returns its gradients as results: every parameter the function reads (in
+    declaration order) becomes a trailing argument with the attribute
+    `mt.parameter = @name`, its `mt.get_parameter` ops are replaced by it, and
+    every `mt.accumulate_gradient` becomes a trailing result with the
+    attribute `mt.gradient = @name`. The parameter declarations stay: they
+    hold the global shapes and the initialization.
+
+    ```mlir
+    func.func @train_step(%x: ..., %labels: ...) -> tensor<f32> {
+      %w = mt.get_parameter @w : tensor<8x16xf32>
+      ...
+      mt.accumulate_gradient @w, %dw : tensor<8x16xf32>
+      return %loss : tensor<f32>
+    }
+    // becomes
+    func.func @train_step(%x: ..., %labels: ...,
+                          %w: tensor<8x16xf32> {mt.parameter = @w})
+        -> (tensor<f32>, tensor<8x16xf32> {mt.gradient = @w})
+    ```
+  }];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
+def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
+  let summary = "places Megatron-LM's tensor- and data-parallel shardings on a step's arguments";
+  let description = [{
+    Runs after `mt-parameters-to-arguments`. Creates the device grid
+    `shard.grid @grid(shape = <data-parallel> x <tensor-parallel>)` (Megatron-LM's
+    rank order: tensor-parallel ranks adjacent) and annotates each step
+    function's arguments and results with `shard.shard`, by the parameter's
+    role in Megatron-LM's layout:
+
+    - column-parallel weights and their biases (`q_proj`, `k_proj`, `v_proj`,
+      `gate_proj`, `up_proj`, GPT-2's `mlp.c_fc`): split along the output
+      dimension over the tensor-parallel axis;
+    - row-parallel weights (`o_proj`, `down_proj`, GPT-2's `attn.c_proj` and
+      `mlp.c_proj`): split along the input dimension;
+    - everything else (embeddings, norms, row-parallel biases): replicated;
+    - token and label batches: split along the batch over the data-parallel
+      axis; a gradient result is sharded as its parameter.
+
+    `sharding-propagation` and `shard-partition` then turn the function into
+    per-rank code with the collectives Megatron-LM issues.
+  }];
+  let options = [
+    Option<"tensorParallelSize", "tensor-parallel-size", "int64_t", "1",
+           "Ranks of the tensor-parallel grid axis">,
+    Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
+           "Ranks of the data-parallel grid axis">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
+def CombineAllReducesPass : Pass<"mt-combine-all-reduces"> {
+  let summary = "sums partial values before one all-reduce instead of after several";
+  let description = [{
+    `mt.add(shard.all_reduce(a), shard.all_reduce(b))` over the same grid axes
+    becomes `shard.all_reduce(mt.add(a, b))` when nothing else reads the two
+    all-reduces. After partitioning, the input gradient of a tensor-parallel
+    block sums one partial product per column-parallel projection (q, k and v;
+    gate and up); this leaves one all-reduce per block, as Megatron-LM issues.
+
+    ```mlir
+    %a = shard.all_reduce %x on @grid grid_axes = [1] : ...
+    %b = shard.all_reduce %y on @grid grid_axes = [1] : ...
+    %s = mt.add %a, %b : ...
+    // becomes
+    %p = mt.add %x, %y : ...
+    %s = shard.all_reduce %p on @grid grid_axes = [1] : ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numCombined", "combined", "Number of all-reduces removed">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
 #endif // MT_TRANSFORMS_PASSES_TD

@@ -420,6 +420,292 @@ struct ReshapeModel
   }
 };
 
+/// The grid axes that shard loops of `op` whose index does not reach a
+/// result: summing over them needs an all-reduce.
+SmallVector<GridAxis> reductionAxes(shard::ShardingInterface op,
+                                    ArrayRef<Sharding> operandShardings,
+                                    ArrayRef<Sharding> resultShardings) {
+  SmallVector<IteratorType> iterators = op.getLoopIteratorTypes();
+  shard::ShardingArray assignment = shard::getGridAxisAssignmentForLoopIterators(
+      operandShardings, resultShardings, iterators, op.getIndexingMaps());
+  return shard::getReductionGridAxes(iterators, assignment);
+}
+
+/// Partitions `op` into the local op and, where a summed loop is sharded, an
+/// all-reduce of each result.
+void partitionSummingShards(Operation *op, ArrayRef<Value> partitionedOperands,
+                            ArrayRef<Sharding> operandShardings,
+                            ArrayRef<Sharding> resultShardings,
+                            IRMapping &partitionMap,
+                            SymbolTableCollection &symbolTable,
+                            OpBuilder &builder, ArrayRef<GridAxis> axes,
+                            StringRef grid) {
+  shard::partitionTriviallyShardableOperation(*op, partitionedOperands,
+                                              operandShardings, resultShardings,
+                                              partitionMap, symbolTable,
+                                              builder);
+  if (axes.empty())
+    return;
+  for (Value result : op->getResults()) {
+    Value local = partitionMap.lookup(result);
+    partitionMap.map(result, shard::AllReduceOp::create(
+                                 builder, op->getLoc(), local, grid, axes,
+                                 shard::ReductionKind::Sum));
+  }
+}
+
+/// linear_weight_grad: loops (rows..., in, out); the rows are summed, so
+/// batch- or sequence-sharded inputs (data or sequence parallelism) give
+/// partial weight gradients that are all-reduced.
+struct LinearWeightGradModel
+    : public shard::ShardingInterface::ExternalModel<LinearWeightGradModel,
+                                                     LinearWeightGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(0)) - 1,
+                                    IteratorType::reduction);
+    types.append(2, IteratorType::parallel);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return SmallVector<shard::ReductionKind>(rankOf(op->getOperand(0)) - 1,
+                                             shard::ReductionKind::Sum);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto grad = cast<LinearWeightGradOp>(op);
+    MLIRContext *context = op->getContext();
+    int64_t rows = rankOf(grad.getInput()) - 1, loops = rows + 2;
+    AffineExpr in = getAffineDimExpr(rows, context);
+    AffineExpr out = getAffineDimExpr(rows + 1, context);
+    SmallVector<AffineExpr> input, outputGrad;
+    for (int64_t dim = 0; dim < rows; ++dim) {
+      input.push_back(getAffineDimExpr(dim, context));
+      outputGrad.push_back(getAffineDimExpr(dim, context));
+    }
+    input.push_back(in);
+    outputGrad.push_back(out);
+    return {AffineMap::get(loops, 0, input, context),
+            AffineMap::get(loops, 0, outputGrad, context),
+            AffineMap::get(loops, 0,
+                           grad.getTransposeWeight() ? ArrayRef{out, in}
+                                                     : ArrayRef{in, out},
+                           context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    partitionSummingShards(
+        op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder,
+        reductionAxes(cast<shard::ShardingInterface>(op), operandShardings,
+                      resultShardings),
+        operandShardings[0] ? operandShardings[0].getGrid() : StringRef());
+    return success();
+  }
+};
+
+/// bias_grad: loops (rows..., n); the rows are summed.
+struct BiasGradModel
+    : public shard::ShardingInterface::ExternalModel<BiasGradModel,
+                                                     BiasGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(0)),
+                                    IteratorType::reduction);
+    types.back() = IteratorType::parallel;
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return SmallVector<shard::ReductionKind>(rankOf(op->getOperand(0)) - 1,
+                                             shard::ReductionKind::Sum);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rank = rankOf(op->getOperand(0));
+    MLIRContext *context = op->getContext();
+    return {AffineMap::getMultiDimIdentityMap(rank, context),
+            AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)},
+                           context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    partitionSummingShards(
+        op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder,
+        reductionAxes(cast<shard::ShardingInterface>(op), operandShardings,
+                      resultShardings),
+        operandShardings[0] ? operandShardings[0].getGrid() : StringRef());
+    return success();
+  }
+};
+
+/// layer_norm_grad and rms_norm_grad: loops over the input's dimensions; the
+/// input gradient is per row, the weight and bias gradients sum the rows, so
+/// sharded rows give partial sums that are all-reduced.
+template <typename Op>
+struct NormGradModel
+    : public shard::ShardingInterface::ExternalModel<NormGradModel<Op>, Op> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)),
+                                    IteratorType::parallel);
+    types.back() = IteratorType::reduction;
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return {shard::ReductionKind::Generic};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rank = rankOf(op->getOperand(1));
+    MLIRContext *context = op->getContext();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, context);
+    AffineMap last =
+        AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)}, context);
+    // Operands: output_grad, input, weight; results: input_grad, then the
+    // weight (and bias) gradients.
+    SmallVector<AffineMap> maps = {identity, identity, last, identity};
+    maps.append(op->getNumResults() - 1, last);
+    return maps;
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    SmallVector<GridAxis> rowAxes;
+    if (Sharding input = operandShardings[1]) {
+      ArrayRef<shard::GridAxesAttr> split = input.getSplitAxes();
+      int64_t rank = rankOf(op->getOperand(1));
+      for (int64_t dim = 0; dim < static_cast<int64_t>(split.size()); ++dim) {
+        if (dim == rank - 1 && !split[dim].empty())
+          return op->emitOpError()
+                 << "cannot be partitioned along its normalized (last) "
+                    "dimension; shard another dimension, or gather it first";
+        llvm::append_range(rowAxes, split[dim].asArrayRef());
+      }
+    }
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    if (rowAxes.empty())
+      return success();
+    for (Value result : op->getResults().drop_front()) {
+      Value local = partitionMap.lookup(result);
+      partitionMap.map(result, shard::AllReduceOp::create(
+                                   builder, op->getLoc(), local,
+                                   operandShardings[1].getGrid(), rowAxes,
+                                   shard::ReductionKind::Sum));
+    }
+    return success();
+  }
+};
+
+/// attention_grad: the loops of attention; every gradient has its operand's
+/// indexing.
+struct AttentionGradModel
+    : public shard::ShardingInterface::ExternalModel<AttentionGradModel,
+                                                     AttentionGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return AttentionModel().getLoopIteratorTypes(op);
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return AttentionModel().getReductionLoopIteratorKinds(op);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    // attention's maps are q, k, v, out; the backward reads out's gradient
+    // first and yields q's, k's and v's.
+    SmallVector<AffineMap> forward = AttentionModel().getIndexingMaps(op);
+    return {forward[3], forward[0], forward[1], forward[2],
+            forward[0], forward[1], forward[2]};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    return AttentionModel().partition(op, partitionedOperands,
+                                      operandShardings, resultShardings,
+                                      partitionMap, symbolTable, builder);
+  }
+};
+
+/// Ops whose operands and results every rank holds whole for now: the
+/// embeddings and the loss (vocabulary parallelism comes later,
+/// docs/Parallelism.md), fills and positions. Upstream partitions them as
+/// fully replicated, gathering sharded operands first.
+template <typename Op>
+struct ReplicatedModel
+    : public shard::ShardingInterface::ExternalModel<ReplicatedModel<Op>, Op> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return {};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const { return {}; }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    for (ArrayRef<Sharding> shardings : {operandShardings, resultShardings})
+      for (Sharding sharding : shardings)
+        if (sharding)
+          return shard::ShardingOption({}, sharding.getGridAttr());
+    return shard::ShardingOption::makeEmpty();
+  }
+
+  FailureOr<std::vector<Sharding>>
+  getShardingAnnotations(Operation *op,
+                         const shard::ShardingOption &option) const {
+    std::vector<Sharding> shardings;
+    auto replicated = [&](Type type) {
+      if (!isa<RankedTensorType>(type))
+        return Sharding();
+      return Sharding::get(
+          option.grid, {shard::GridAxesAttr::get(op->getContext(), {})});
+    };
+    for (Type type : op->getOperandTypes())
+      shardings.push_back(replicated(type));
+    for (Type type : op->getResultTypes())
+      shardings.push_back(replicated(type));
+    return shardings;
+  }
+
+  LogicalResult addShardingAnnotations(Operation *op, OpBuilder &builder,
+                                       const shard::ShardingOption &option) const {
+    FailureOr<std::vector<Sharding>> shardings =
+        getShardingAnnotations(op, option);
+    if (failed(shardings))
+      return failure();
+    for (OpResult result : op->getResults())
+      shard::maybeInsertTargetShardingAnnotation(
+          (*shardings)[op->getNumOperands() + result.getResultNumber()],
+          result, builder);
+    for (OpOperand &operand : op->getOpOperands())
+      if (Sharding sharding = (*shardings)[operand.getOperandNumber()])
+        shard::maybeInsertSourceShardingAnnotation(sharding, operand, builder);
+    return success();
+  }
+};
+
 } // namespace
 
 void mt::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -436,6 +722,24 @@ void mt::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
     BiasAddOp::attachInterface<LastDimModel<BiasAddOp>>(*context);
     AttentionOp::attachInterface<AttentionModel>(*context);
     RopeOp::attachInterface<RopeModel>(*context);
+    GeluGradOp::attachInterface<ElementwiseModel<GeluGradOp>>(*context);
+    SiluGradOp::attachInterface<ElementwiseModel<SiluGradOp>>(*context);
+    SwigluGradOp::attachInterface<ElementwiseModel<SwigluGradOp>>(*context);
+    LinearWeightGradOp::attachInterface<LinearWeightGradModel>(*context);
+    BiasGradOp::attachInterface<BiasGradModel>(*context);
+    LayerNormGradOp::attachInterface<NormGradModel<LayerNormGradOp>>(*context);
+    RmsNormGradOp::attachInterface<NormGradModel<RmsNormGradOp>>(*context);
+    AttentionGradOp::attachInterface<AttentionGradModel>(*context);
+    EmbeddingOp::attachInterface<ReplicatedModel<EmbeddingOp>>(*context);
+    EmbeddingGradOp::attachInterface<ReplicatedModel<EmbeddingGradOp>>(
+        *context);
+    CrossEntropyOp::attachInterface<ReplicatedModel<CrossEntropyOp>>(*context);
+    CrossEntropyGradOp::attachInterface<ReplicatedModel<CrossEntropyGradOp>>(
+        *context);
+    SoftmaxOp::attachInterface<ReplicatedModel<SoftmaxOp>>(*context);
+    SoftmaxGradOp::attachInterface<ReplicatedModel<SoftmaxGradOp>>(*context);
+    FillOp::attachInterface<ReplicatedModel<FillOp>>(*context);
+    PositionIdsOp::attachInterface<ReplicatedModel<PositionIdsOp>>(*context);
     ReshapeOp::attachInterface<ReshapeModel>(*context);
   });
 }

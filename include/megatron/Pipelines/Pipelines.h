@@ -25,8 +25,27 @@ struct TrainingPipelineOptions
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 
-/// Registers the pipelines by name (megatron-training-pipeline) for
-/// megatron-opt and lit.
+struct PartitionPipelineOptions
+    : public mlir::PassPipelineOptions<PartitionPipelineOptions> {
+  Option<int64_t> tensorParallelSize{
+      *this, "tensor-parallel-size",
+      llvm::cl::desc("Ranks of the tensor-parallel grid axis"),
+      llvm::cl::init(1)};
+  Option<int64_t> dataParallelSize{
+      *this, "data-parallel-size",
+      llvm::cl::desc("Ranks of the data-parallel grid axis"),
+      llvm::cl::init(1)};
+};
+
+/// From the training pipeline's output to per-rank (SPMD) IR: parameters and
+/// gradients become arguments and results, Megatron-LM's layout is annotated,
+/// upstream shard propagates and partitions, and the all-reduces of summed
+/// partials are combined. See docs/Parallelism.md.
+void buildPartitionPipeline(mlir::OpPassManager &pm,
+                            const PartitionPipelineOptions &options);
+
+/// Registers the pipelines by name (megatron-training-pipeline,
+/// megatron-partition-pipeline) for megatron-opt and lit.
 void registerPipelines();
 
 } // namespace megatron

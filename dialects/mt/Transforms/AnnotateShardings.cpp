@@ -1,0 +1,166 @@
+//===- AnnotateShardings.cpp - Megatron-LM's layout as shard annotations --===//
+
+#include "mt/IR/MtOps.h"
+#include "mt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_ANNOTATESHARDINGSPASS
+#include "mt/Transforms/Passes.h.inc"
+} // namespace mlir::mt
+
+using namespace mlir;
+using namespace mlir::mt;
+
+namespace {
+
+/// The grid axes of Megatron-LM's layout.
+constexpr int16_t kDataAxis = 0, kTensorAxis = 1;
+
+/// A parameter's role in tensor parallelism, from its Hugging Face name.
+enum class Role { Replicated, Column, Row };
+
+Role roleOf(StringRef name) {
+  bool weight = name.ends_with(".weight"), bias = name.ends_with(".bias");
+  StringRef module = name.drop_back(weight ? 7 : bias ? 5 : 0);
+  for (StringRef column : {"self_attn.q_proj", "self_attn.k_proj",
+                           "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj",
+                           "mlp.c_fc", "attn.c_attn"})
+    if (module.ends_with(column))
+      return Role::Column;
+  for (StringRef row :
+       {"self_attn.o_proj", "mlp.down_proj", "attn.c_proj", "mlp.c_proj"})
+    if (module.ends_with(row))
+      // A row-parallel layer's bias is added after the reduction, whole.
+      return weight ? Role::Row : Role::Replicated;
+  return Role::Replicated;
+}
+
+struct AnnotateShardingsPass
+    : public mt::impl::AnnotateShardingsPassBase<AnnotateShardingsPass> {
+  using Base::Base;
+
+  void runOnOperation() override;
+  /// The split axes of a tensor of `type` in `role`, or failure with a
+  /// diagnostic for a layout this pass cannot split.
+  FailureOr<SmallVector<SmallVector<int16_t>>>
+  splitAxes(Location loc, StringRef name, RankedTensorType type, Role role);
+  Value annotate(OpBuilder &builder, Value value,
+                 ArrayRef<SmallVector<int16_t>> axes, bool forUsers);
+
+  FlatSymbolRefAttr grid;
+};
+
+} // namespace
+
+FailureOr<SmallVector<SmallVector<int16_t>>>
+AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
+                                 RankedTensorType type, Role role) {
+  SmallVector<SmallVector<int16_t>> axes(type.getRank());
+  if (role == Role::Replicated || tensorParallelSize == 1)
+    return axes;
+  // GPT-2 stores Conv1D weights in x out; Llama stores out x in.
+  bool inByOut = name.starts_with("transformer.");
+  if (name.ends_with("attn.c_attn.weight") ||
+      name.ends_with("attn.c_attn.bias")) {
+    emitError(loc) << "mt-annotate-shardings: " << name
+                   << " fuses [q | k | v]; a split of it would not give each "
+                      "tensor-parallel rank whole heads (docs/Parallelism.md); "
+                      "use tensor_model_parallel_size 1 for GPT-2-named models "
+                      "until the per-group layout exists";
+    return failure();
+  }
+  int64_t dim = 0;
+  if (type.getRank() == 2) {
+    bool outputDim = role == Role::Column;
+    // The output dimension is 1 in in x out, 0 in out x in.
+    dim = (outputDim == inByOut) ? 1 : 0;
+  }
+  if (type.getDimSize(dim) % tensorParallelSize != 0) {
+    emitError(loc) << "mt-annotate-shardings: dimension " << dim << " of "
+                   << name << " (" << type.getDimSize(dim)
+                   << ") is not divisible by tensor-parallel-size "
+                   << static_cast<int64_t>(tensorParallelSize);
+    return failure();
+  }
+  axes[dim].push_back(kTensorAxis);
+  return axes;
+}
+
+Value AnnotateShardingsPass::annotate(OpBuilder &builder, Value value,
+                                      ArrayRef<SmallVector<int16_t>> axes,
+                                      bool forUsers) {
+  SmallVector<shard::GridAxesAttr> split;
+  for (ArrayRef<int16_t> dimAxes : axes)
+    split.push_back(shard::GridAxesAttr::get(&getContext(), dimAxes));
+  if (split.empty())
+    split.push_back(shard::GridAxesAttr::get(&getContext(), {}));
+  Value sharding = shard::ShardingOp::create(
+      builder, value.getLoc(), shard::Sharding::get(grid, split));
+  return shard::ShardOp::create(builder, value.getLoc(), value, sharding,
+                                forUsers);
+}
+
+void AnnotateShardingsPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (tensorParallelSize < 1 || dataParallelSize < 1) {
+    module.emitError() << "mt-annotate-shardings: tensor-parallel-size ("
+                       << static_cast<int64_t>(tensorParallelSize) << ") and data-parallel-size ("
+                       << static_cast<int64_t>(dataParallelSize) << ") must be positive";
+    return signalPassFailure();
+  }
+  OpBuilder builder(module.getBodyRegion());
+  auto gridOp = shard::GridOp::create(
+      builder, module.getLoc(), "grid",
+      ArrayRef<int64_t>{dataParallelSize, tensorParallelSize});
+  grid = FlatSymbolRefAttr::get(gridOp.getSymNameAttr());
+
+  for (auto function : module.getOps<func::FuncOp>()) {
+    if (function.isExternal())
+      continue;
+    Block &body = function.getBody().front();
+    builder.setInsertionPointToStart(&body);
+    for (BlockArgument argument : body.getArguments()) {
+      auto type = dyn_cast<RankedTensorType>(argument.getType());
+      if (!type)
+        continue;
+      SmallVector<SmallVector<int16_t>> axes(type.getRank());
+      if (auto parameter = function.getArgAttrOfType<FlatSymbolRefAttr>(
+              argument.getArgNumber(), "mt.parameter")) {
+        FailureOr<SmallVector<SmallVector<int16_t>>> parameterAxes =
+            splitAxes(argument.getLoc(), parameter.getValue(), type,
+                      roleOf(parameter.getValue()));
+        if (failed(parameterAxes))
+          return signalPassFailure();
+        axes = *parameterAxes;
+      } else if (type.getRank() >= 1 && dataParallelSize > 1) {
+        // Token and label batches: whole sequences on each data-parallel rank.
+        axes[0].push_back(kDataAxis);
+      }
+      Value annotated = annotate(builder, argument, axes, /*forUsers=*/true);
+      argument.replaceAllUsesExcept(annotated, annotated.getDefiningOp());
+    }
+
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    builder.setInsertionPoint(ret);
+    for (OpOperand &operand : ret->getOpOperands()) {
+      auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+      if (!type)
+        continue;
+      SmallVector<SmallVector<int16_t>> axes(type.getRank());
+      if (auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
+              operand.getOperandNumber(), "mt.gradient")) {
+        FailureOr<SmallVector<SmallVector<int16_t>>> parameterAxes =
+            splitAxes(ret.getLoc(), parameter.getValue(), type,
+                      roleOf(parameter.getValue()));
+        if (failed(parameterAxes))
+          return signalPassFailure();
+        axes = *parameterAxes;
+      }
+      operand.set(annotate(builder, operand.get(), axes, /*forUsers=*/false));
+    }
+  }
+}

@@ -1,0 +1,62 @@
+//===- CombineAllReduces.cpp - One all-reduce of a sum of partials --------===//
+
+#include "mt/IR/MtOps.h"
+#include "mt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_COMBINEALLREDUCESPASS
+#include "mt/Transforms/Passes.h.inc"
+} // namespace mlir::mt
+
+using namespace mlir;
+using namespace mlir::mt;
+
+namespace {
+
+/// add(all_reduce(a), all_reduce(b)) -> all_reduce(add(a, b)).
+struct SumBeforeAllReduce : public OpRewritePattern<AddOp> {
+  SumBeforeAllReduce(MLIRContext *context, llvm::Statistic &combined)
+      : OpRewritePattern(context), combined(combined) {}
+
+  LogicalResult matchAndRewrite(AddOp add,
+                                PatternRewriter &rewriter) const override {
+    auto lhs = add.getLhs().getDefiningOp<shard::AllReduceOp>();
+    auto rhs = add.getRhs().getDefiningOp<shard::AllReduceOp>();
+    if (!lhs || !rhs || lhs == rhs || !lhs->hasOneUse() || !rhs->hasOneUse())
+      return failure();
+    if (lhs.getGrid() != rhs.getGrid() ||
+        lhs.getGridAxes() != rhs.getGridAxes() ||
+        lhs.getReduction() != shard::ReductionKind::Sum ||
+        rhs.getReduction() != shard::ReductionKind::Sum ||
+        lhs.getInput().getType() != add.getType() ||
+        rhs.getInput().getType() != add.getType())
+      return failure();
+    Value sum = AddOp::create(rewriter, add.getLoc(), add.getType(),
+                              lhs.getInput(), rhs.getInput());
+    rewriter.replaceOpWithNewOp<shard::AllReduceOp>(
+        add, add.getType(), lhs.getGridAttr(), lhs.getGridAxesAttr(), sum,
+        lhs.getReductionAttr());
+    rewriter.eraseOp(lhs);
+    rewriter.eraseOp(rhs);
+    ++combined;
+    return success();
+  }
+
+  llvm::Statistic &combined;
+};
+
+struct CombineAllReducesPass
+    : public mt::impl::CombineAllReducesPassBase<CombineAllReducesPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<SumBeforeAllReduce>(&getContext(), numCombined);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,46 @@
+// RUN: megatron-opt %s -split-input-file -verify-diagnostics \
+// RUN:   '-mt-annotate-shardings=tensor-parallel-size=2 data-parallel-size=4' | FileCheck %s
+
+// Megatron-LM's layout on a step's arguments: a dp x tp grid, column-parallel
+// weights split on their output dimension, row-parallel weights on their
+// input dimension, norms and row-parallel biases replicated, batches split
+// over the data-parallel axis, gradients sharded as their parameters.
+
+// CHECK: shard.grid @grid(shape = 4x2)
+// CHECK-LABEL: func.func @train_step
+func.func @train_step(%tokens: tensor<8x16xi32>,
+                      %q: tensor<32x16xf32> {mt.parameter = @model.layers.0.self_attn.q_proj.weight},
+                      %o: tensor<16x32xf32> {mt.parameter = @model.layers.0.self_attn.o_proj.weight},
+                      %fc: tensor<16x64xf32> {mt.parameter = @transformer.h.0.mlp.c_fc.weight},
+                      %fcb: tensor<64xf32> {mt.parameter = @transformer.h.0.mlp.c_fc.bias},
+                      %proj: tensor<64x16xf32> {mt.parameter = @transformer.h.0.mlp.c_proj.weight},
+                      %projb: tensor<16xf32> {mt.parameter = @transformer.h.0.mlp.c_proj.bias},
+                      %norm: tensor<16xf32> {mt.parameter = @model.norm.weight})
+    -> (tensor<32x16xf32> {mt.gradient = @model.layers.0.self_attn.q_proj.weight}) {
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}0], []]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}1], []]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}], [1]]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}], [1]]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}1]]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}1], []]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}]]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}]]
+  // CHECK: %[[S:.+]] = shard.sharding @grid split_axes = {{\[\[}}1], []]
+  // CHECK: %[[G:.+]] = shard.shard %{{.+}} to %[[S]] : tensor<32x16xf32>
+  // CHECK: return %[[G]]
+  return %q : tensor<32x16xf32>
+}
+
+// -----
+
+// expected-error @+1 {{mt-annotate-shardings: transformer.h.0.attn.c_attn.weight fuses [q | k | v]; a split of it would not give each tensor-parallel rank whole heads (docs/Parallelism.md); use tensor_model_parallel_size 1 for GPT-2-named models until the per-group layout exists}}
+func.func @fused_qkv(%w: tensor<16x48xf32> {mt.parameter = @transformer.h.0.attn.c_attn.weight}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{mt-annotate-shardings: dimension 0 of model.layers.0.mlp.up_proj.weight (5) is not divisible by tensor-parallel-size 2}}
+func.func @indivisible(%w: tensor<5x16xf32> {mt.parameter = @model.layers.0.mlp.up_proj.weight}) {
+  return
+}
