@@ -26,7 +26,12 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   annotate.dataParallelSize = options.dataParallelSize;
   pm.addPass(mlir::mt::createAnnotateShardingsPass(annotate));
   mlir::OpPassManager &functions = pm.nest<mlir::func::FuncOp>();
-  functions.addPass(mlir::shard::createShardingPropagation());
+  // Forward from the arguments: the batch split of the tokens reaches the
+  // backward pass's weight gradients as summed rows, which become
+  // data-parallel all-reduces instead of gathered activations.
+  mlir::shard::ShardingPropagationOptions propagation;
+  propagation.traversal = mlir::shard::TraversalOrder::Forward;
+  functions.addPass(mlir::shard::createShardingPropagation(propagation));
   functions.addPass(mlir::shard::createPartition());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::mt::createCombineAllReducesPass());

@@ -18,6 +18,7 @@
 #include "mlir/IR/AffineMap.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace mlir::mt;
@@ -454,6 +455,52 @@ void partitionSummingShards(Operation *op, ArrayRef<Value> partitionedOperands,
   }
 }
 
+int64_t getLoopCount(Operation *op) {
+  return cast<shard::ShardingInterface>(op).getLoopIteratorTypes().size();
+}
+
+/// The default sharding option, with the summed row loops (the first
+/// `rows`) also split as `rowSource`'s leading dimensions are: upstream's
+/// default leaves reduction loops unsplit unless an operand is annotated for
+/// this op, and would gather batch- or sequence-sharded activations instead
+/// of summing partial gradients.
+FailureOr<shard::ShardingOption>
+splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
+                ArrayRef<Sharding> resultShardings, int64_t rows,
+                Sharding rowSource) {
+  FailureOr<shard::ShardingOption> option =
+      shard::detail::defaultGetShardingOption(op, operandShardings,
+                                              resultShardings);
+  // Propagation also asks with subsets of the annotations; the rows' split
+  // is then read from the IR.
+  for (OpOperand &operand : op->getOpOperands()) {
+    if (rowSource)
+      break;
+    FailureOr<std::pair<bool, Sharding>> annotated =
+        shard::getSharding(operand);
+    if (succeeded(annotated))
+      rowSource = annotated->second;
+  }
+  if (failed(option) || !rowSource)
+    return option;
+  if (option->empty)
+    option = shard::ShardingOption(
+        shard::ShardingArray(getLoopCount(op)), rowSource.getGridAttr());
+  llvm::SmallDenseSet<GridAxis> used;
+  for (ArrayRef<GridAxis> axes : option->shardingArray)
+    used.insert(axes.begin(), axes.end());
+  ArrayRef<shard::GridAxesAttr> split = rowSource.getSplitAxes();
+  for (int64_t dim = 0; dim < rows && dim < static_cast<int64_t>(split.size());
+       ++dim) {
+    if (!option->shardingArray[dim].empty())
+      continue;
+    for (GridAxis axis : split[dim].asArrayRef())
+      if (used.insert(axis).second)
+        option->shardingArray[dim].push_back(axis);
+  }
+  return option;
+}
+
 /// linear_weight_grad: loops (rows..., in, out); the rows are summed, so
 /// batch- or sequence-sharded inputs (data or sequence parallelism) give
 /// partial weight gradients that are all-reduced.
@@ -492,6 +539,15 @@ struct LinearWeightGradModel
                            grad.getTransposeWeight() ? ArrayRef{out, in}
                                                      : ArrayRef{in, out},
                            context)};
+  }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    return splitSummedRows(op, operandShardings, resultShardings,
+                           rankOf(op->getOperand(0)) - 1,
+                           operandShardings[0] ? operandShardings[0]
+                                               : operandShardings[1]);
   }
 
   LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
@@ -533,6 +589,13 @@ struct BiasGradModel
     return {AffineMap::getMultiDimIdentityMap(rank, context),
             AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)},
                            context)};
+  }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    return splitSummedRows(op, operandShardings, resultShardings,
+                           rankOf(op->getOperand(0)) - 1, operandShardings[0]);
   }
 
   LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
@@ -650,9 +713,281 @@ struct AttentionGradModel
   }
 };
 
-/// Ops whose operands and results every rank holds whole for now: the
-/// embeddings and the loss (vocabulary parallelism comes later,
-/// docs/Parallelism.md), fills and positions. Upstream partitions them as
+/// Fails naming `dim` if `sharding` splits it.
+LogicalResult rejectSplit(Operation *op, Sharding sharding, int64_t dim,
+                          StringRef what) {
+  if (!sharding)
+    return success();
+  ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+  if (dim < static_cast<int64_t>(split.size()) && !split[dim].empty())
+    return op->emitOpError() << "cannot be partitioned along " << what
+                             << " yet (docs/Parallelism.md)";
+  return success();
+}
+
+/// The grid axes that split any of the first `count` dimensions.
+SmallVector<GridAxis> axesOfLeadingDims(Sharding sharding, int64_t count) {
+  SmallVector<GridAxis> axes;
+  if (!sharding)
+    return axes;
+  ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+  for (int64_t dim = 0; dim < count && dim < static_cast<int64_t>(split.size());
+       ++dim)
+    llvm::append_range(axes, split[dim].asArrayRef());
+  return axes;
+}
+
+/// The number of ranks along `axes` of the grid named by `sharding`.
+FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
+                              ArrayRef<GridAxis> axes,
+                              SymbolTableCollection &symbolTable) {
+  shard::GridOp grid = shard::getGrid(op, sharding.getGridAttr(), symbolTable);
+  if (!grid)
+    return failure();
+  int64_t ranks = 1;
+  for (GridAxis axis : axes)
+    ranks *= grid.getShape()[axis];
+  return ranks;
+}
+
+/// embedding: loops (ids..., hidden, vocabulary). Ids may be split (data and
+/// sequence parallelism); the table is read whole on every rank until the
+/// vocabulary-parallel embedding exists.
+struct EmbeddingModel
+    : public shard::ShardingInterface::ExternalModel<EmbeddingModel,
+                                                     EmbeddingOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)) + 1,
+                                    IteratorType::parallel);
+    types.push_back(IteratorType::reduction);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return {shard::ReductionKind::Generic};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t ids = rankOf(op->getOperand(1)), loops = ids + 2;
+    MLIRContext *context = op->getContext();
+    AffineExpr hidden = getAffineDimExpr(ids, context);
+    AffineExpr vocabulary = getAffineDimExpr(ids + 1, context);
+    SmallVector<AffineExpr> idDims, out;
+    for (int64_t dim = 0; dim < ids; ++dim) {
+      idDims.push_back(getAffineDimExpr(dim, context));
+      out.push_back(getAffineDimExpr(dim, context));
+    }
+    out.push_back(hidden);
+    return {AffineMap::get(loops, 0, {vocabulary, hidden}, context),
+            AffineMap::get(loops, 0, idDims, context),
+            AffineMap::get(loops, 0, out, context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (failed(rejectSplit(op, operandShardings[0], 0, "the vocabulary")))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// embedding_grad: loops (ids..., hidden, vocabulary); the positions are
+/// summed into the table's rows, so split ids give partial tables that are
+/// all-reduced.
+struct EmbeddingGradModel
+    : public shard::ShardingInterface::ExternalModel<EmbeddingGradModel,
+                                                     EmbeddingGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)),
+                                    IteratorType::reduction);
+    types.append(2, IteratorType::parallel);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return SmallVector<shard::ReductionKind>(rankOf(op->getOperand(1)),
+                                             shard::ReductionKind::Sum);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t ids = rankOf(op->getOperand(1)), loops = ids + 2;
+    MLIRContext *context = op->getContext();
+    AffineExpr hidden = getAffineDimExpr(ids, context);
+    AffineExpr vocabulary = getAffineDimExpr(ids + 1, context);
+    SmallVector<AffineExpr> idDims, grad;
+    for (int64_t dim = 0; dim < ids; ++dim) {
+      idDims.push_back(getAffineDimExpr(dim, context));
+      grad.push_back(getAffineDimExpr(dim, context));
+    }
+    grad.push_back(hidden);
+    return {AffineMap::get(loops, 0, grad, context),
+            AffineMap::get(loops, 0, idDims, context),
+            AffineMap::get(loops, 0, {vocabulary, hidden}, context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (!resultShardings.empty() &&
+        failed(rejectSplit(op, resultShardings[0], 0, "the vocabulary")))
+      return failure();
+    partitionSummingShards(
+        op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder,
+        axesOfLeadingDims(operandShardings[1], rankOf(op->getOperand(1))),
+        operandShardings[1] ? operandShardings[1].getGrid() : StringRef());
+    return success();
+  }
+};
+
+/// cross_entropy: loops (rows..., vocabulary). Rows may be split (data
+/// parallelism): the loss of `sum` is all-reduced; that of `mean` is the
+/// average of the ranks' means, as Megatron-LM averages data-parallel
+/// gradients (equal to the global mean when every rank has as many tokens
+/// that are not ignored).
+struct CrossEntropyModel
+    : public shard::ShardingInterface::ExternalModel<CrossEntropyModel,
+                                                     CrossEntropyOp> {
+  static bool perToken(Operation *op) {
+    return cast<CrossEntropyOp>(op).getReduction() == LossReduction::None;
+  }
+
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)),
+                                    perToken(op) ? IteratorType::parallel
+                                                 : IteratorType::reduction);
+    types.push_back(IteratorType::reduction);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    SmallVector<shard::ReductionKind> kinds;
+    if (!perToken(op))
+      kinds.append(rankOf(op->getOperand(1)), shard::ReductionKind::Sum);
+    kinds.push_back(shard::ReductionKind::Generic);
+    return kinds;
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rows = rankOf(op->getOperand(1)), loops = rows + 1;
+    MLIRContext *context = op->getContext();
+    SmallVector<AffineExpr> rowDims;
+    for (int64_t dim = 0; dim < rows; ++dim)
+      rowDims.push_back(getAffineDimExpr(dim, context));
+    SmallVector<AffineExpr> logits(rowDims);
+    logits.push_back(getAffineDimExpr(rows, context));
+    return {AffineMap::get(loops, 0, logits, context),
+            AffineMap::get(loops, 0, rowDims, context),
+            AffineMap::get(loops, 0,
+                           perToken(op) ? rowDims : SmallVector<AffineExpr>(),
+                           context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    int64_t rows = rankOf(op->getOperand(1));
+    if (failed(rejectSplit(op, operandShardings[0], rows, "the vocabulary")))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[0], rows);
+    if (perToken(op) || axes.empty())
+      return success();
+    Value result = op->getResult(0);
+    Value local = partitionMap.lookup(result);
+    Value sum = shard::AllReduceOp::create(builder, op->getLoc(), local,
+                                           operandShardings[0].getGrid(), axes,
+                                           shard::ReductionKind::Sum);
+    if (cast<CrossEntropyOp>(op).getReduction() == LossReduction::Mean) {
+      FailureOr<int64_t> ranks =
+          ranksAlong(op, operandShardings[0], axes, symbolTable);
+      if (failed(ranks))
+        return failure();
+      Value scale = FillOp::create(builder, op->getLoc(), local.getType(),
+                                   builder.getF64FloatAttr(1.0 / *ranks));
+      sum = MulOp::create(builder, op->getLoc(), local.getType(), sum, scale);
+    }
+    partitionMap.map(result, sum);
+    return success();
+  }
+};
+
+/// cross_entropy_grad: loops (rows..., vocabulary), all parallel. Under split
+/// rows, the mean's gradient on each rank is its local mean's, scaled by the
+/// share of the ranks (see CrossEntropyModel).
+struct CrossEntropyGradModel
+    : public shard::ShardingInterface::ExternalModel<CrossEntropyGradModel,
+                                                     CrossEntropyGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getOperand(1)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto grad = cast<CrossEntropyGradOp>(op);
+    int64_t loops = rankOf(grad.getLogits());
+    MLIRContext *context = op->getContext();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(loops, context);
+    SmallVector<AffineExpr> rowDims;
+    for (int64_t dim = 0; dim + 1 < loops; ++dim)
+      rowDims.push_back(getAffineDimExpr(dim, context));
+    AffineMap rowsMap = AffineMap::get(loops, 0, rowDims, context);
+    AffineMap lossMap = grad.getReduction() == LossReduction::None
+                            ? rowsMap
+                            : AffineMap::get(loops, 0, {}, context);
+    return {lossMap, identity, rowsMap, identity};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    auto grad = cast<CrossEntropyGradOp>(op);
+    int64_t rows = rankOf(grad.getLogits()) - 1;
+    if (failed(rejectSplit(op, operandShardings[1], rows, "the vocabulary")))
+      return failure();
+    SmallVector<Value> operands(partitionedOperands);
+    SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[1], rows);
+    if (grad.getReduction() == LossReduction::Mean && !axes.empty()) {
+      FailureOr<int64_t> ranks =
+          ranksAlong(op, operandShardings[1], axes, symbolTable);
+      if (failed(ranks))
+        return failure();
+      Type type = operands[0].getType();
+      Value scale = FillOp::create(builder, op->getLoc(), type,
+                                   builder.getF64FloatAttr(1.0 / *ranks));
+      operands[0] = MulOp::create(builder, op->getLoc(), type, operands[0],
+                                  scale);
+    }
+    shard::partitionTriviallyShardableOperation(
+        *op, operands, operandShardings, resultShardings, partitionMap,
+        symbolTable, builder);
+    return success();
+  }
+};
+
+/// Ops whose operands and results every rank holds whole: fills, positions
+/// and softmax. Upstream partitions them as
 /// fully replicated, gathering sharded operands first.
 template <typename Op>
 struct ReplicatedModel
@@ -730,12 +1065,10 @@ void mt::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
     LayerNormGradOp::attachInterface<NormGradModel<LayerNormGradOp>>(*context);
     RmsNormGradOp::attachInterface<NormGradModel<RmsNormGradOp>>(*context);
     AttentionGradOp::attachInterface<AttentionGradModel>(*context);
-    EmbeddingOp::attachInterface<ReplicatedModel<EmbeddingOp>>(*context);
-    EmbeddingGradOp::attachInterface<ReplicatedModel<EmbeddingGradOp>>(
-        *context);
-    CrossEntropyOp::attachInterface<ReplicatedModel<CrossEntropyOp>>(*context);
-    CrossEntropyGradOp::attachInterface<ReplicatedModel<CrossEntropyGradOp>>(
-        *context);
+    EmbeddingOp::attachInterface<EmbeddingModel>(*context);
+    EmbeddingGradOp::attachInterface<EmbeddingGradModel>(*context);
+    CrossEntropyOp::attachInterface<CrossEntropyModel>(*context);
+    CrossEntropyGradOp::attachInterface<CrossEntropyGradModel>(*context);
     SoftmaxOp::attachInterface<ReplicatedModel<SoftmaxOp>>(*context);
     SoftmaxGradOp::attachInterface<ReplicatedModel<SoftmaxGradOp>>(*context);
     FillOp::attachInterface<ReplicatedModel<FillOp>>(*context);
