@@ -22,6 +22,9 @@ struct ContextOptions {
   /// named by the error instead of the next synchronizing call (slow; for
   /// debugging).
   bool syncEachInstruction = false;
+  /// Time every instruction with CUDA events; executors then report the
+  /// time per op (Executor::profile).
+  bool profile = false;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

@@ -6,6 +6,8 @@
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace mtrt::cuda {
@@ -107,7 +109,41 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   }
 }
 
-Executor::~Executor() = default;
+Executor::~Executor() {
+  for (cudaEvent_t event : events_)
+    cudaEventDestroy(event);
+}
+
+std::string Executor::profile() const {
+  if (!profiledRuns_)
+    return std::string();
+  std::vector<size_t> order;
+  double total = 0;
+  for (size_t op = 0; op < opMilliseconds_.size(); ++op)
+    if (opCounts_[op]) {
+      order.push_back(op);
+      total += opMilliseconds_[op];
+    }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return opMilliseconds_[a] > opMilliseconds_[b];
+  });
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "%s: %.2f ms per run on the device over %lld runs\n",
+                function_->name.c_str(), total / profiledRuns_,
+                static_cast<long long>(profiledRuns_));
+  std::string text = line;
+  for (size_t op : order) {
+    std::snprintf(line, sizeof(line),
+                  "  %-20s %9.3f ms per run  %5.1f%%  (%lld per run)\n",
+                  opName(static_cast<Op>(op)),
+                  opMilliseconds_[op] / profiledRuns_,
+                  100.0 * opMilliseconds_[op] / total,
+                  static_cast<long long>(opCounts_[op] / profiledRuns_));
+    text += line;
+  }
+  return text;
+}
 
 DType Executor::storageType(int64_t v) const {
   DType dtype = function_->values[v].dtype;
@@ -201,11 +237,25 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step) {
                       fn.name + ": uploading inputs[" + std::to_string(i) +
                           "]");
   }
+  bool profiling = context_.options().profile;
+  if (profiling && events_.empty()) {
+    events_.resize(fn.instructions.size() + 1);
+    for (cudaEvent_t &event : events_)
+      MTRT_CUDA_CHECK(cudaEventCreate(&event), "creating profiling events");
+    opMilliseconds_.assign(static_cast<size_t>(Op::CrossEntropyGrad) + 1, 0);
+    opCounts_.assign(opMilliseconds_.size(), 0);
+  }
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    if (profiling)
+      MTRT_CUDA_CHECK(cudaEventRecord(events_[position], stream),
+                      where(position));
     execute(position, fn.instructions[position], step);
     if (context_.options().syncEachInstruction)
       context_.synchronize(where(position));
   }
+  if (profiling)
+    MTRT_CUDA_CHECK(cudaEventRecord(events_.back(), stream),
+                    fn.name + ": profiling");
 
   std::vector<host::Tensor> outputs;
   for (int64_t v : fn.outputs) {
@@ -222,6 +272,18 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step) {
                        std::to_string(fn.instructions.size()) +
                        " instructions on " + context_.description() +
                        " (set MTRT_CUDA_SYNC=1 to find the failing one)");
+  if (profiling) {
+    for (size_t position = 0; position < fn.instructions.size(); ++position) {
+      float ms = 0;
+      MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[position],
+                                           events_[position + 1]),
+                      fn.name + ": profiling");
+      auto op = static_cast<size_t>(fn.instructions[position].op);
+      opMilliseconds_[op] += ms;
+      ++opCounts_[op];
+    }
+    ++profiledRuns_;
+  }
   if (unsigned tag = context_.readFault())
     throw Error(MTRT_STATUS_OUT_OF_RANGE,
                 where(tag - 1) +

@@ -65,6 +65,10 @@ public:
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }
 
+  /// With ContextOptions::profile: milliseconds per op over all runs so
+  /// far, one line per op, slowest first; empty otherwise.
+  std::string profile() const;
+
 private:
   /// A function input whose ids an instruction reads: checked on upload.
   struct IdCheck {
@@ -94,6 +98,12 @@ private:
   DeviceBuffer arena_;
   std::vector<void *> slots_;
   std::vector<IdCheck> idChecks_;
+  /// Profiling: an event before each instruction and one after the last;
+  /// milliseconds and counts by op.
+  std::vector<cudaEvent_t> events_;
+  std::vector<double> opMilliseconds_;
+  std::vector<int64_t> opCounts_;
+  int64_t profiledRuns_ = 0;
 };
 
 } // namespace mtrt::cuda

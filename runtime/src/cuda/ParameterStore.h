@@ -42,7 +42,7 @@ public:
   int64_t count(size_t i) const { return infos_[i]->type.numElements; }
 
   /// Every gradient, padding included, as one array of flatElements().
-  float *gradients() const { return at(1, 0); }
+  float *gradients() const { return buffer_.as<float>() + flat_; }
   int64_t flatElements() const { return flat_; }
 
   /// Sets every value as the manifest says, on the device, with the host's

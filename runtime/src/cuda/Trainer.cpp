@@ -150,6 +150,8 @@ void Trainer::train(std::ostream &out) {
   }
   if (evalStep_ && !evaluatedLast)
     log.evaluation(options_.trainIters, evaluate(), true);
+  if (context_->options().profile)
+    out << trainStep_->profile();
 }
 
 double Trainer::evaluate() {

@@ -309,8 +309,8 @@ std::string trainUsage() {
   s << "usage: megatron-train BUNDLE --data-path PATH --train-iters N --lr LR "
        "[flags]\n\n"
        "Trains a bundle written by megatron-compile on a text file with a "
-       "byte-level\ntokenizer, on the CPU (host backend), with Megatron-LM's "
-       "training loop.\n\nflags:\n";
+       "byte-level\ntokenizer with Megatron-LM's training loop, on the CPU "
+       "(--backend host, the\ndefault) or a GPU (--backend cuda).\n\nflags:\n";
   for (const Flag &f : flags()) {
     std::string left = std::string("  ") + f.name;
     if (f.metavar)
