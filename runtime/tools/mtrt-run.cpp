@@ -1,12 +1,12 @@
 // mtrt-run: runs one function of a bundle once and prints its outputs, or
 // checks train_step's gradients against finite differences in float64.
 #include "core/Bundle.h"
+#include "core/CommandLine.h"
 #include "core/Random.h"
 #include "core/Safetensors.h"
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
-#include "train/TrainFlags.h"
 #include "train/Weights.h"
 
 #include <algorithm>
@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -61,19 +60,6 @@ struct Options {
   bool help = false;
 };
 
-int64_t parseInt(const std::string &flag, const std::string &text,
-                 int64_t min) {
-  errno = 0;
-  char *end = nullptr;
-  long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE)
-    invalid(flag + ": found '" + text + "', expected an integer");
-  if (value < min)
-    invalid(flag + ": found " + text +
-            ", expected an integer >= " + std::to_string(min));
-  return value;
-}
-
 double parsePositive(const std::string &flag, const std::string &text) {
   errno = 0;
   char *end = nullptr;
@@ -84,12 +70,7 @@ double parsePositive(const std::string &flag, const std::string &text) {
   return value;
 }
 
-struct Flag {
-  const char *name;
-  const char *metavar; // nullptr: takes no value
-  const char *help;
-  std::function<void(Options &, const std::string &, const std::string &)> set;
-};
+using Flag = mtrt::Flag<Options>;
 
 const std::vector<Flag> &flags() {
   using O = Options;
@@ -104,7 +85,7 @@ const std::vector<Flag> &flags() {
        "seed of the parameters' initialization and of random inputs "
        "(default 1234, megatron-train's)",
        [](O &o, S f, S v) {
-         o.seed = static_cast<uint64_t>(parseInt(f, v, 0));
+         o.seed = static_cast<uint64_t>(mtrt::parseIntFlag(f, v, 0));
        }},
       {"--init-from", "FILE",
        "after initialization, load the parameters from a safetensors file "
@@ -118,18 +99,18 @@ const std::vector<Flag> &flags() {
       {"--int-max", "N",
        "random integer inputs are below N (default: the model's vocab_size, "
        "or 2 without a model section)",
-       [](O &o, S f, S v) { o.intMax = parseInt(f, v, 1); }},
+       [](O &o, S f, S v) { o.intMax = mtrt::parseIntFlag(f, v, 1); }},
       {"--step", "N",
        "the training step that keys the dropout masks (default 0)",
        [](O &o, S f, S v) {
-         o.step = static_cast<uint64_t>(parseInt(f, v, 0));
+         o.step = static_cast<uint64_t>(mtrt::parseIntFlag(f, v, 0));
        }},
       {"--summary", nullptr,
        "print each output's sum, min and max instead of its values",
        [](O &o, S, S) { o.summary = true; }},
       {"--threads", "N", "CPU threads (default: all hardware threads)",
        [](O &o, S f, S v) {
-         o.threads = static_cast<unsigned>(parseInt(f, v, 1));
+         o.threads = static_cast<unsigned>(mtrt::parseIntFlag(f, v, 1));
        }},
       {"--gradcheck", nullptr,
        "check train_step's gradients against finite differences of its "
@@ -142,7 +123,7 @@ const std::vector<Flag> &flags() {
       {"--max-elements", "N",
        "--gradcheck checks at most N seeded-random elements per parameter "
        "(default 0: all)",
-       [](O &o, S f, S v) { o.maxElements = parseInt(f, v, 0); }},
+       [](O &o, S f, S v) { o.maxElements = mtrt::parseIntFlag(f, v, 0); }},
       {"--stencil", "3|5",
        "--gradcheck's finite differences: central (3 points) or the "
        "five-point stencil (default 5)",
@@ -174,70 +155,21 @@ std::string usage() {
        "step and the position), printing\nthe norm-wise relative error "
        "||analytic - numeric|| / ||numeric|| per parameter\nand exiting 1 "
        "when the largest is above --tolerance.\n\nflags:\n";
-  for (const Flag &f : flags()) {
-    std::string left = std::string("  ") + f.name;
-    if (f.metavar)
-      left += std::string(" ") + f.metavar;
-    s << left;
-    if (left.size() < 22)
-      s << std::string(22 - left.size(), ' ');
-    else
-      s << "\n" << std::string(22, ' ');
-    s << f.help << "\n";
-  }
+  s << mtrt::flagUsage(flags(), 22);
   return s.str();
 }
 
 Options parseOptions(const std::vector<std::string> &args) {
   Options o;
-  std::vector<std::string> positional;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string &arg = args[i];
-    if (arg == "-h") {
-      o.help = true;
-      continue;
-    }
-    if (arg.size() < 2 || arg[0] != '-') {
-      positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg, value;
-    bool inlineValue = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inlineValue = true;
-    }
-    const Flag *flag = nullptr;
-    for (const Flag &f : flags())
-      if (name == f.name)
-        flag = &f;
-    if (!flag) {
-      std::string best;
-      size_t bestDistance = std::numeric_limits<size_t>::max();
-      for (const Flag &f : flags())
-        if (size_t d = mtrt::train::editDistance(name, f.name);
-            d < bestDistance) {
-          bestDistance = d;
-          best = f.name;
-        }
-      std::string message = "unknown flag " + name;
-      if (bestDistance <= std::max<size_t>(3, name.size() / 3))
-        message += "; did you mean " + best + "?";
-      invalid(message + " (mtrt-run --help lists the flags)");
-    }
-    if (!flag->metavar) {
-      if (inlineValue)
-        invalid(name + " takes no value");
-    } else if (!inlineValue) {
-      if (i + 1 >= args.size())
-        invalid(name + " needs a value: " + name + " " + flag->metavar);
-      value = args[++i];
-    }
-    flag->set(o, name, value);
-  }
+  mtrt::ParsedCommandLine parsed =
+      mtrt::parseCommandLine(args, flags(), o, [](const std::string &name) {
+        invalid(mtrt::unknownFlagMessage(name, mtrt::flagNames(flags()),
+                                         "mtrt-run"));
+      });
+  o.help |= parsed.shortHelp;
   if (o.help)
     return o;
+  const std::vector<std::string> &positional = parsed.positional;
   if (positional.size() != 1)
     invalid(positional.empty()
                 ? "no bundle given: mtrt-run BUNDLE --function NAME, or "

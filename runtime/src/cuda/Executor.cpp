@@ -2,6 +2,8 @@
 // uploads, parameter binding, outputs.
 #include "cuda/Executor.h"
 
+#include "core/ExecutorChecks.h"
+#include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
@@ -16,33 +18,11 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
                    ParameterStore &parameters)
     : bundle_(bundle), parameters_(parameters),
       context_(parameters.context()) {
-  function_ = bundle.findFunction(functionName);
-  if (!function_) {
-    std::string names;
-    for (const Function &f : bundle.functions())
-      names += (names.empty() ? "" : ", ") + f.name;
-    throw Error(MTRT_STATUS_NOT_FOUND,
-                "bundle '" + bundle.name() + "' has no function '" +
-                    std::string(functionName) +
-                    "' (it has: " + (names.empty() ? "none" : names) +
-                    "); recompile it with megatron-compile");
-  }
-  if (parameters.size() != bundle.parameters().size() ||
-      (parameters.size() && &parameters.info(0) != &bundle.parameters()[0]))
-    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                "cuda::Executor: the parameter store was made for another "
-                "bundle than '" +
-                    bundle.name() + "'");
+  function_ = &requireFunction(bundle, functionName);
+  checkParameterStore(bundle, parameters, "cuda::Executor");
   const Function &fn = *function_;
-  for (size_t v = 0; v < fn.values.size(); ++v) {
-    DType dtype = fn.values[v].dtype;
-    if (dtype == DType::BF16 || dtype == DType::F16)
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  "bundle '" + bundle.name() + "': " + fn.name + ".values[" +
-                      std::to_string(v) + "] is " + dtypeName(dtype) +
-                      "; the cuda backend computes in f32 only for now: "
-                      "compile the model with precision fp32");
-  }
+  checkNoHalfValues(bundle, fn,
+                    "the cuda backend computes in f32 only for now");
 
   std::vector<bool> parameterView(fn.values.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
@@ -88,21 +68,16 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     };
     switch (inst.op) {
     case Op::Embedding:
-      add(1, fn.values[inst.operands[0]].shape[0], "id",
-          "the embedding table's vocabulary size", false);
-      break;
     case Op::EmbeddingGrad:
-      add(1, fn.values[inst.results[0]].shape[0], "id",
+      add(1, embeddingDims(fn, inst).vocab, "id",
           "the embedding table's vocabulary size", false);
       break;
     case Op::CrossEntropy:
-      add(1, fn.values[inst.operands[0]].shape.back(), "label",
-          "the logits' vocabulary size", true);
+    case Op::CrossEntropyGrad: {
+      CrossEntropyDims d = crossEntropyDims(fn, inst);
+      add(d.labelsAt, d.vocab, "label", "the logits' vocabulary size", true);
       break;
-    case Op::CrossEntropyGrad:
-      add(2, fn.values[inst.operands[1]].shape.back(), "label",
-          "the logits' vocabulary size", true);
-      break;
+    }
     default:
       break;
     }
@@ -151,8 +126,7 @@ DType Executor::storageType(int64_t v) const {
 }
 
 std::string Executor::where(size_t position) const {
-  return function_->name + ": instructions[" + std::to_string(position) +
-         "] (" + opName(function_->instructions[position].op) + ")";
+  return instructionWhere(*function_, position);
 }
 
 void *Executor::scratch(size_t position) const {
@@ -160,29 +134,6 @@ void *Executor::scratch(size_t position) const {
     return nullptr;
   return static_cast<char *>(arena_.data()) + plan_.scratchOffset[position];
 }
-
-namespace {
-template <typename Id>
-void checkIdsOf(const std::string &where, const char *what, size_t operand,
-                int64_t value, const Id *ids, int64_t count, int64_t limit,
-                const char *limitName, const int64_t *ignore) {
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t id = static_cast<int64_t>(ids[i]);
-    if ((id >= 0 && id < limit) || (ignore && id == *ignore))
-      continue;
-    throw Error(
-        MTRT_STATUS_OUT_OF_RANGE,
-        where + ": operands[" + std::to_string(operand) + "] (value " +
-            std::to_string(value) + ") holds " + what + " " +
-            std::to_string(id) + " at element " + std::to_string(i) +
-            ", outside [0, " + std::to_string(limit) + "): " + limitName +
-            " is " + std::to_string(limit) +
-            (ignore ? " (and ignore_index is " + std::to_string(*ignore) + ")"
-                    : std::string()) +
-            "; the data must be tokenized for this vocabulary");
-  }
-}
-} // namespace
 
 void Executor::checkInputIds(
     const std::vector<host::TensorView> &inputs) const {
@@ -193,13 +144,13 @@ void Executor::checkInputIds(
     int64_t count = fn.values[value].numElements;
     const int64_t *ignore = check.hasIgnore ? &check.ignore : nullptr;
     if (view.dtype == DType::I64)
-      checkIdsOf(where(check.position), check.what, check.operand, value,
-                 static_cast<const int64_t *>(view.data), count, check.limit,
-                 check.limitName, ignore);
+      checkIds(where(check.position), check.what, check.operand, value,
+               static_cast<const int64_t *>(view.data), count, check.limit,
+               check.limitName, ignore);
     else
-      checkIdsOf(where(check.position), check.what, check.operand, value,
-                 static_cast<const int32_t *>(view.data), count, check.limit,
-                 check.limitName, ignore);
+      checkIds(where(check.position), check.what, check.operand, value,
+               static_cast<const int32_t *>(view.data), count, check.limit,
+               check.limitName, ignore);
   }
 }
 
@@ -207,23 +158,7 @@ std::vector<host::Tensor>
 Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step) {
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
-  if (inputs.size() != fn.inputs.size())
-    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                fn.name + ": got " + std::to_string(inputs.size()) +
-                    " inputs, expected " + std::to_string(fn.inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    int64_t v = fn.inputs[i];
-    const TensorType &type = fn.values[v];
-    if (inputs[i].shape != type.shape || inputs[i].dtype != storageType(v) ||
-        (!inputs[i].data && type.numElements))
-      throw Error(
-          MTRT_STATUS_INVALID_ARGUMENT,
-          fn.name + ": inputs[" + std::to_string(i) + "] (value " +
-              std::to_string(v) + "): found " + shapeString(inputs[i].shape) +
-              " " + dtypeName(inputs[i].dtype) +
-              (inputs[i].data ? "" : " without data") + ", expected " +
-              shapeString(type.shape) + " " + dtypeName(storageType(v)));
-  }
+  checkInputs(fn, inputs, [&](int64_t v) { return storageType(v); });
   checkInputIds(inputs);
 
   context_.resetFault();

@@ -2,6 +2,7 @@
 // from the values table, scratch from the arena plan.
 #include "cuda/Executor.h"
 
+#include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
@@ -9,13 +10,6 @@
 namespace mtrt::cuda {
 
 namespace {
-
-int64_t product(const std::vector<int64_t> &shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i)
-    n *= shape[i];
-  return n;
-}
 
 size_t roundUp(size_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
@@ -37,94 +31,44 @@ private:
   size_t used_ = 0;
 };
 
-LossReduction toKernel(Reduction reduction) {
-  switch (reduction) {
-  case Reduction::Mean:
-    return LossReduction::Mean;
-  case Reduction::Sum:
-    return LossReduction::Sum;
-  case Reduction::None:
-    break;
-  }
-  return LossReduction::None;
-}
-
-GeluApproximation toKernel(GeluApproximate approximate) {
-  return approximate == GeluApproximate::Tanh ? GeluApproximation::Tanh
-                                              : GeluApproximation::None;
-}
-
-AttentionParams attentionParams(const std::vector<int64_t> &q,
-                                const std::vector<int64_t> &k,
-                                const std::vector<int64_t> &v,
-                                const Attributes &a, uint64_t step) {
-  AttentionParams p;
-  p.batch = q[0];
-  p.seqQ = q[1];
-  p.headsQ = q[2];
-  p.headDim = q[3];
-  p.seqK = k[1];
-  p.headsKv = k[2];
-  p.headDimV = v[3];
-  p.causal = a.causal;
-  p.scale = a.scale.value_or(0.0);
-  p.dropoutP = a.dropoutP;
-  p.seed = static_cast<uint64_t>(a.seed);
-  p.step = step;
-  return p;
-}
-
 } // namespace
 
 size_t Executor::scratchBytes(const Instruction &inst) const {
   const Function &fn = *function_;
-  auto shapeOf = [&](int64_t v) -> const std::vector<int64_t> & {
-    return fn.values[v].shape;
-  };
-  auto count = [&](int64_t v) { return fn.values[v].numElements; };
   auto floats = [](int64_t n) {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
   switch (inst.op) {
   case Op::LayerNorm:
-  case Op::RmsNorm: {
-    int64_t hidden = shapeOf(inst.operands[0]).back();
-    int64_t rows = hidden ? count(inst.operands[0]) / hidden : 0;
-    return 2 * floats(rows);
-  }
+  case Op::RmsNorm:
+    return 2 * floats(normDims(fn, inst).rows);
   case Op::LayerNormGrad:
   case Op::RmsNormGrad: {
-    int64_t hidden = shapeOf(inst.operands[1]).back();
-    int64_t rows = hidden ? count(inst.operands[1]) / hidden : 0;
+    auto [rows, hidden] = normDims(fn, inst);
     size_t sums = columnSumScratchBytes(rows, hidden) *
                   (inst.results.size() == 3 ? 2 : 1);
     return 2 * floats(rows) + roundUp(sums);
   }
   case Op::BiasGrad: {
-    const auto &dy = shapeOf(inst.operands[0]);
-    return roundUp(columnSumScratchBytes(product(dy, 0, dy.size() - 1),
-                                         dy.back()));
+    LinearDims d = linearDims(fn, inst);
+    return roundUp(columnSumScratchBytes(d.rows, d.outSize));
   }
   case Op::Attention: {
-    const auto &q = shapeOf(inst.operands[0]);
-    return floats(q[0] * q[1] * q[2]);
+    AttentionParams p = attentionParams(fn, inst, 0);
+    return floats(p.batch * p.seqQ * p.headsQ);
   }
   case Op::AttentionGrad: {
-    const auto &q = shapeOf(inst.operands[1]);
-    AttentionParams p = attentionParams(q, shapeOf(inst.operands[2]),
-                                        shapeOf(inst.operands[3]), inst.attrs,
-                                        0);
-    return floats(q[0] * q[1] * q[2]) +
+    AttentionParams p = attentionParams(fn, inst, 0);
+    return floats(p.batch * p.seqQ * p.headsQ) +
            roundUp(attentionBackwardScratchBytes(p));
   }
   case Op::Rope: {
-    const auto &x = shapeOf(inst.operands[0]);
-    return roundUp(ropeScratchBytes(x[1], inst.attrs.rotaryDim.value_or(x[3])));
+    RopeDims d = ropeDims(fn, inst);
+    return roundUp(ropeScratchBytes(d.seq, d.rotary));
   }
   case Op::CrossEntropy:
-    return roundUp(crossEntropyScratchBytes(count(inst.operands[1])));
   case Op::CrossEntropyGrad:
-    return roundUp(crossEntropyScratchBytes(count(inst.operands[2])));
+    return roundUp(crossEntropyScratchBytes(crossEntropyDims(fn, inst).rows));
   default:
     return 0;
   }
@@ -136,10 +80,7 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
     return fn.values[v].shape;
   };
   if (inst.op == Op::Attention || inst.op == Op::AttentionGrad) {
-    size_t first = inst.op == Op::Attention ? 0 : 1;
-    AttentionParams p = attentionParams(
-        shapeOf(inst.operands[first]), shapeOf(inst.operands[first + 1]),
-        shapeOf(inst.operands[first + 2]), inst.attrs, 0);
+    AttentionParams p = attentionParams(fn, inst, 0);
     std::string reason = attentionUnsupportedReason(p, context_.device());
     if (!reason.empty())
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
@@ -237,27 +178,24 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Embedding: {
-    int64_t vocab = operandShape(0)[0], hidden = operandShape(0)[1];
-    int64_t n = count(inst.operands[1]);
+    EmbeddingDims d = embeddingDims(fn, inst);
     withIds(1, [&](auto *ids) {
-      embeddingForward(stream, n, vocab, hidden, in(0), ids, out(0), fault,
-                       tag);
+      embeddingForward(stream, d.count, d.vocab, d.hidden, in(0), ids, out(0),
+                       fault, tag);
     });
     break;
   }
   case Op::EmbeddingGrad: {
-    const auto &table = shapeOf(inst.results[0]);
-    int64_t n = count(inst.operands[1]);
+    EmbeddingDims d = embeddingDims(fn, inst);
     withIds(1, [&](auto *ids) {
-      embeddingBackward(stream, n, table[0], table[1], ids, in(0), out(0),
+      embeddingBackward(stream, d.count, d.vocab, d.hidden, ids, in(0), out(0),
                         fault, tag);
     });
     break;
   }
   case Op::LayerNorm:
   case Op::RmsNorm: {
-    int64_t hidden = operandShape(0).back();
-    int64_t rows = hidden ? count(inst.operands[0]) / hidden : 0;
+    auto [rows, hidden] = normDims(fn, inst);
     float *mean = carve.take<float>(sizeof(float) * rows);
     float *rstd = carve.take<float>(sizeof(float) * rows);
     if (inst.op == Op::LayerNorm)
@@ -272,8 +210,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LayerNormGrad:
   case Op::RmsNormGrad: {
     // Operands dy, x, weight; the statistics are recomputed from x.
-    int64_t hidden = operandShape(1).back();
-    int64_t rows = hidden ? count(inst.operands[1]) / hidden : 0;
+    auto [rows, hidden] = normDims(fn, inst);
     float *mean = carve.take<float>(sizeof(float) * rows);
     float *rstd = carve.take<float>(sizeof(float) * rows);
     void *sums = carve.take<char>(0);
@@ -292,20 +229,13 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Linear: {
-    const auto &w = operandShape(1);
-    int64_t inSize = a.transposeWeight ? w[1] : w[0];
-    int64_t outSize = a.transposeWeight ? w[0] : w[1];
-    int64_t rows =
-        inSize ? count(inst.operands[0]) / inSize
-               : product(operandShape(0), 0, operandShape(0).size() - 1);
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
     gemm(1, rows, outSize, inSize, in(0), false, in(1), a.transposeWeight,
          out(0), inst.operands.size() == 3 ? in(2) : nullptr);
     break;
   }
   case Op::LinearWeightGrad: {
-    const auto &x = operandShape(0);
-    int64_t inSize = x.back(), outSize = operandShape(1).back();
-    int64_t rows = product(x, 0, x.size() - 1);
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
     if (!a.transposeWeight) // dW [in, out] = x^T @ dy
       gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0),
            nullptr);
@@ -315,33 +245,25 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::BiasGrad: {
-    const auto &dy = operandShape(0);
-    int64_t outSize = dy.back(), rows = product(dy, 0, dy.size() - 1);
-    biasGrad(stream, rows, outSize, in(0), out(0), carve.take<char>(0));
+    LinearDims d = linearDims(fn, inst);
+    biasGrad(stream, d.rows, d.outSize, in(0), out(0), carve.take<char>(0));
     break;
   }
   case Op::Matmul: {
-    const auto &l = operandShape(0), &r = operandShape(1);
-    size_t rank = l.size();
-    int64_t batch = product(l, 0, rank - 2);
-    int64_t m = a.transposeLhs ? l[rank - 1] : l[rank - 2];
-    int64_t k = a.transposeLhs ? l[rank - 2] : l[rank - 1];
-    int64_t n = a.transposeRhs ? r[rank - 2] : r[rank - 1];
+    auto [batch, m, n, k] = matmulDims(fn, inst);
     gemm(batch, m, n, k, in(0), a.transposeLhs, in(1), a.transposeRhs, out(0),
          nullptr);
     break;
   }
   case Op::Attention: {
-    AttentionParams p = attentionParams(operandShape(0), operandShape(1),
-                                        operandShape(2), a, step);
+    AttentionParams p = attentionParams(fn, inst, step);
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
     attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
     break;
   }
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp only.
-    AttentionParams p = attentionParams(operandShape(1), operandShape(2),
-                                        operandShape(3), a, step);
+    AttentionParams p = attentionParams(fn, inst, step);
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
     void *delta = carve.take<char>(0);
     attentionForward(stream, p, in(1), in(2), in(3), nullptr, lse);
@@ -350,10 +272,9 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Rope: {
-    const auto &x = operandShape(0);
-    int64_t rotary = a.rotaryDim.value_or(x[3]);
-    rope(stream, x[0], x[1], x[2], x[3], rotary, a.base, a.inverse, in(0),
-         out(0), carve.take<char>(0));
+    RopeDims d = ropeDims(fn, inst);
+    rope(stream, d.batch, d.seq, d.heads, d.headDim, d.rotary, a.base,
+         a.inverse, in(0), out(0), carve.take<char>(0));
     break;
   }
   case Op::Gelu:
@@ -389,32 +310,27 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   case Op::Softmax:
   case Op::SoftmaxGrad: {
-    bool grad = inst.op == Op::SoftmaxGrad;
-    const auto &x = operandShape(grad ? 1 : 0);
-    size_t axis = static_cast<size_t>(a.axis);
-    int64_t outer = product(x, 0, axis), inner = product(x, axis + 1, x.size());
-    if (grad)
-      softmaxBackward(stream, outer, x[axis], inner, in(1), in(0), out(0));
+    auto [outer, axis, inner] = softmaxDims(fn, inst);
+    if (inst.op == Op::SoftmaxGrad)
+      softmaxBackward(stream, outer, axis, inner, in(1), in(0), out(0));
     else
-      softmaxForward(stream, outer, x[axis], inner, in(0), out(0));
+      softmaxForward(stream, outer, axis, inner, in(0), out(0));
     break;
   }
   case Op::CrossEntropy:
   case Op::CrossEntropyGrad: {
     bool grad = inst.op == Op::CrossEntropyGrad;
-    size_t logitsAt = grad ? 1 : 0, labelsAt = grad ? 2 : 1;
-    int64_t vocab = operandShape(logitsAt).back();
-    int64_t rows = count(inst.operands[labelsAt]);
+    CrossEntropyDims d = crossEntropyDims(fn, inst);
     void *work = carve.take<char>(0);
-    withIds(labelsAt, [&](auto *labels) {
+    withIds(d.labelsAt, [&](auto *labels) {
       if (grad)
-        crossEntropyBackward(stream, rows, vocab, in(logitsAt), labels,
+        crossEntropyBackward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
                              a.ignoreIndex, toKernel(a.reduction), in(0),
                              out(0), work, fault, tag);
       else
-        crossEntropyForward(stream, rows, vocab, in(logitsAt), labels,
-                            a.ignoreIndex, toKernel(a.reduction), out(0),
-                            work, fault, tag);
+        crossEntropyForward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
+                            a.ignoreIndex, toKernel(a.reduction), out(0), work,
+                            fault, tag);
     });
     break;
   }
@@ -431,15 +347,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Split:
   case Op::Concat: {
     bool split = inst.op == Op::Split;
-    int64_t whole = split ? inst.operands[0] : inst.results[0];
-    const auto &wholeShape = shapeOf(whole);
-    size_t axis = static_cast<size_t>(a.axis);
-    int64_t outer = product(wholeShape, 0, axis);
-    size_t element = dtypeSize(storageType(whole));
-    size_t inner = static_cast<size_t>(
-                       product(wholeShape, axis + 1, wholeShape.size())) *
-                   element;
-    size_t wholePitch = static_cast<size_t>(wholeShape[axis]) * inner;
+    auto [whole, axis, outer, innerElements] = splitDims(fn, inst);
+    size_t inner =
+        static_cast<size_t>(innerElements) * dtypeSize(storageType(whole));
+    size_t wholePitch = static_cast<size_t>(shapeOf(whole)[axis]) * inner;
     const auto &pieces = split ? inst.results : inst.operands;
     size_t offset = 0;
     for (int64_t piece : pieces) {

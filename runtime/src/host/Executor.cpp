@@ -2,6 +2,7 @@
 // outputs.
 #include "host/Executor.h"
 
+#include "core/ExecutorChecks.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
@@ -13,33 +14,10 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
                    ParameterStore &parameters, ThreadPool &pool)
     : bundle_(bundle), parameters_(parameters), pool_(pool),
       floatType_(parameters.floatType()) {
-  function_ = bundle.findFunction(functionName);
-  if (!function_) {
-    std::string names;
-    for (const Function &f : bundle.functions())
-      names += (names.empty() ? "" : ", ") + f.name;
-    throw Error(MTRT_STATUS_NOT_FOUND,
-                "bundle '" + bundle.name() + "' has no function '" +
-                    std::string(functionName) +
-                    "' (it has: " + (names.empty() ? "none" : names) +
-                    "); recompile it with megatron-compile");
-  }
-  if (parameters.size() != bundle.parameters().size() ||
-      (parameters.size() && &parameters.info(0) != &bundle.parameters()[0]))
-    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                "Executor: the parameter store was made for another bundle "
-                "than '" +
-                    bundle.name() + "'");
-  for (size_t v = 0; v < function_->values.size(); ++v) {
-    DType dtype = function_->values[v].dtype;
-    if (dtype == DType::BF16 || dtype == DType::F16)
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  "bundle '" + bundle.name() + "': " + function_->name +
-                      ".values[" + std::to_string(v) + "] is " +
-                      dtypeName(dtype) +
-                      "; the host backend computes in f32 or f64 only: "
-                      "compile the model with precision fp32");
-  }
+  function_ = &requireFunction(bundle, functionName);
+  checkParameterStore(bundle, parameters, "Executor");
+  checkNoHalfValues(bundle, *function_,
+                    "the host backend computes in f32 or f64 only");
   slots_.resize(function_->values.size());
 }
 
@@ -51,8 +29,7 @@ DType Executor::storageType(int64_t v) const {
 }
 
 std::string Executor::where(size_t position) const {
-  return function_->name + ": instructions[" + std::to_string(position) +
-         "] (" + opName(function_->instructions[position].op) + ")";
+  return instructionWhere(*function_, position);
 }
 
 Buffer Executor::takeBuffer(size_t bytes) {
@@ -98,22 +75,9 @@ std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
   const Function &fn = *function_;
   for (size_t v = 0; v < slots_.size(); ++v)
     release(static_cast<int64_t>(v));
-  if (inputs.size() != fn.inputs.size())
-    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                fn.name + ": got " + std::to_string(inputs.size()) +
-                    " inputs, expected " + std::to_string(fn.inputs.size()));
+  checkInputs(fn, inputs, [&](int64_t v) { return storageType(v); });
   for (size_t i = 0; i < inputs.size(); ++i) {
     int64_t v = fn.inputs[i];
-    const TensorType &type = fn.values[v];
-    if (inputs[i].shape != type.shape || inputs[i].dtype != storageType(v) ||
-        (!inputs[i].data && type.numElements))
-      throw Error(
-          MTRT_STATUS_INVALID_ARGUMENT,
-          fn.name + ": inputs[" + std::to_string(i) + "] (value " +
-              std::to_string(v) + "): found " + shapeString(inputs[i].shape) +
-              " " + dtypeName(inputs[i].dtype) +
-              (inputs[i].data ? "" : " without data") + ", expected " +
-              shapeString(type.shape) + " " + dtypeName(storageType(v)));
     // Inputs are read, never written: no instruction has one as a result.
     slots_[v].data = const_cast<void *>(inputs[i].data);
   }

@@ -2,6 +2,8 @@
 // scratch, id checks.
 #include "host/Executor.h"
 
+#include "core/ExecutorChecks.h"
+#include "core/OpShapes.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
@@ -26,77 +28,9 @@ private:
 
 namespace {
 
-int64_t product(const std::vector<int64_t> &shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i)
-    n *= shape[i];
-  return n;
-}
-
-/// Checks that every id is in [0, limit) (or equals `ignore` when given), so
-/// that the error names the instruction and the operand, not just the
-/// kernel.
-template <typename Id>
-void checkIds(const std::string &where, const char *what, size_t operand,
-              int64_t value, const Id *ids, int64_t count, int64_t limit,
-              const char *limitName, const int64_t *ignore) {
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t id = static_cast<int64_t>(ids[i]);
-    if ((id >= 0 && id < limit) || (ignore && id == *ignore))
-      continue;
-    throw Error(
-        MTRT_STATUS_OUT_OF_RANGE,
-        where + ": operands[" + std::to_string(operand) + "] (value " +
-            std::to_string(value) + ") holds " + what + " " +
-            std::to_string(id) + " at element " + std::to_string(i) +
-            ", outside [0, " + std::to_string(limit) + "): " + limitName +
-            " is " + std::to_string(limit) +
-            (ignore ? " (and ignore_index is " + std::to_string(*ignore) + ")"
-                    : std::string()) +
-            "; the data must be tokenized for this vocabulary");
-  }
-}
-
 void check(const std::string &where, const KernelStatus &status) {
   if (!status.ok())
     throw Error(MTRT_STATUS_OUT_OF_RANGE, where + ": " + status.message());
-}
-
-LossReduction toKernel(Reduction reduction) {
-  switch (reduction) {
-  case Reduction::Mean:
-    return LossReduction::Mean;
-  case Reduction::Sum:
-    return LossReduction::Sum;
-  case Reduction::None:
-    break;
-  }
-  return LossReduction::None;
-}
-
-GeluApproximation toKernel(GeluApproximate approximate) {
-  return approximate == GeluApproximate::Tanh ? GeluApproximation::Tanh
-                                              : GeluApproximation::None;
-}
-
-AttentionParams attentionParams(const std::vector<int64_t> &q,
-                                const std::vector<int64_t> &k,
-                                const std::vector<int64_t> &v,
-                                const Attributes &a, uint64_t step) {
-  AttentionParams p;
-  p.batch = q[0];
-  p.seqQ = q[1];
-  p.headsQ = q[2];
-  p.headDim = q[3];
-  p.seqK = k[1];
-  p.headsKv = k[2];
-  p.headDimV = v[3];
-  p.causal = a.causal;
-  p.scale = a.scale.value_or(0.0);
-  p.dropoutP = a.dropoutP;
-  p.seed = static_cast<uint64_t>(a.seed);
-  p.step = step;
-  return p;
 }
 
 } // namespace
@@ -163,33 +97,31 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Embedding: {
-    int64_t vocab = operandShape(0)[0], hidden = operandShape(0)[1];
-    int64_t n = count(inst.operands[1]);
+    EmbeddingDims d = embeddingDims(fn, inst);
     T *y = out(0);
     withIds(1, [&](auto *ids) {
-      checkIds(where(position), "id", 1, inst.operands[1], ids, n, vocab,
-               "the embedding table's vocabulary size", nullptr);
-      check(where(position),
-            embeddingForward<T>(pool, n, vocab, hidden, in(0), ids, y));
+      checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
+               d.vocab, "the embedding table's vocabulary size", nullptr);
+      check(where(position), embeddingForward<T>(pool, d.count, d.vocab,
+                                                 d.hidden, in(0), ids, y));
     });
     break;
   }
   case Op::EmbeddingGrad: {
-    const auto &table = shapeOf(inst.results[0]);
-    int64_t n = count(inst.operands[1]);
+    EmbeddingDims d = embeddingDims(fn, inst);
     T *dtable = out(0);
     withIds(1, [&](auto *ids) {
-      checkIds(where(position), "id", 1, inst.operands[1], ids, n, table[0],
-               "the embedding table's vocabulary size", nullptr);
-      check(where(position), embeddingBackward<T>(pool, n, table[0], table[1],
-                                                  ids, in(0), dtable, false));
+      checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
+               d.vocab, "the embedding table's vocabulary size", nullptr);
+      check(where(position),
+            embeddingBackward<T>(pool, d.count, d.vocab, d.hidden, ids, in(0),
+                                 dtable, false));
     });
     break;
   }
   case Op::LayerNorm:
   case Op::RmsNorm: {
-    int64_t hidden = operandShape(0).back();
-    int64_t rows = hidden ? count(inst.operands[0]) / hidden : 0;
+    auto [rows, hidden] = normDims(fn, inst);
     ScratchBuffer stats(*this, 2 * sizeof(T) * static_cast<size_t>(rows));
     T *mean = stats.as<T>(), *rstd = mean + rows;
     if (inst.op == Op::LayerNorm)
@@ -205,8 +137,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::RmsNormGrad: {
     // Operands dy, x, weight; the statistics are recomputed from x.
     int64_t n = count(inst.operands[1]);
-    int64_t hidden = operandShape(1).back();
-    int64_t rows = hidden ? n / hidden : 0;
+    auto [rows, hidden] = normDims(fn, inst);
     ScratchBuffer stats(*this, 2 * sizeof(T) * static_cast<size_t>(rows));
     ScratchBuffer y(*this, sizeof(T) * static_cast<size_t>(n));
     T *mean = stats.as<T>(), *rstd = mean + rows;
@@ -226,47 +157,33 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Linear: {
-    const auto &w = operandShape(1);
-    int64_t inSize = a.transposeWeight ? w[1] : w[0];
-    int64_t outSize = a.transposeWeight ? w[0] : w[1];
-    int64_t rows =
-        inSize ? count(inst.operands[0]) / inSize
-               : product(operandShape(0), 0, operandShape(0).size() - 1);
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
     linearForward<T>(pool, rows, inSize, outSize, in(0), in(1),
                      a.transposeWeight,
                      inst.operands.size() == 3 ? in(2) : nullptr, out(0));
     break;
   }
   case Op::LinearWeightGrad: {
-    const auto &x = operandShape(0);
-    int64_t inSize = x.back(), outSize = operandShape(1).back();
-    int64_t rows = product(x, 0, x.size() - 1);
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
     linearBackward<T>(pool, rows, inSize, outSize, in(0), nullptr,
                       a.transposeWeight, in(1), nullptr, out(0), nullptr,
                       false);
     break;
   }
   case Op::BiasGrad: {
-    const auto &dy = operandShape(0);
-    int64_t outSize = dy.back(), rows = product(dy, 0, dy.size() - 1);
-    linearBackward<T>(pool, rows, 0, outSize, nullptr, nullptr, false, in(0),
-                      nullptr, nullptr, out(0), false);
+    LinearDims d = linearDims(fn, inst);
+    linearBackward<T>(pool, d.rows, 0, d.outSize, nullptr, nullptr, false,
+                      in(0), nullptr, nullptr, out(0), false);
     break;
   }
   case Op::Matmul: {
-    const auto &l = operandShape(0), &r = operandShape(1);
-    size_t rank = l.size();
-    int64_t batch = product(l, 0, rank - 2);
-    int64_t m = a.transposeLhs ? l[rank - 1] : l[rank - 2];
-    int64_t k = a.transposeLhs ? l[rank - 2] : l[rank - 1];
-    int64_t n = a.transposeRhs ? r[rank - 2] : r[rank - 1];
+    auto [batch, m, n, k] = matmulDims(fn, inst);
     matmulForward<T>(pool, batch, m, n, k, in(0), a.transposeLhs, in(1),
                      a.transposeRhs, out(0));
     break;
   }
   case Op::Attention: {
-    AttentionParams p = attentionParams(operandShape(0), operandShape(1),
-                                        operandShape(2), a, step);
+    AttentionParams p = attentionParams(fn, inst, step);
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     attentionForward<T>(pool, p, in(0), in(1), in(2), out(0), lse.as<T>());
@@ -274,8 +191,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp.
-    AttentionParams p = attentionParams(operandShape(1), operandShape(2),
-                                        operandShape(3), a, step);
+    AttentionParams p = attentionParams(fn, inst, step);
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     ScratchBuffer o(*this,
@@ -286,14 +202,13 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Rope: {
-    const auto &x = operandShape(0);
-    int64_t rotary = a.rotaryDim.value_or(x[3]);
+    RopeDims d = ropeDims(fn, inst);
     if (a.inverse)
-      ropeBackward<T>(pool, x[0], x[1], x[2], x[3], rotary, a.base, in(0),
-                      out(0));
+      ropeBackward<T>(pool, d.batch, d.seq, d.heads, d.headDim, d.rotary,
+                      a.base, in(0), out(0));
     else
-      ropeForward<T>(pool, x[0], x[1], x[2], x[3], rotary, a.base, in(0),
-                     out(0));
+      ropeForward<T>(pool, d.batch, d.seq, d.heads, d.headDim, d.rotary, a.base,
+                     in(0), out(0));
     break;
   }
   case Op::Gelu:
@@ -329,36 +244,31 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   case Op::Softmax:
   case Op::SoftmaxGrad: {
-    bool grad = inst.op == Op::SoftmaxGrad;
-    const auto &x = operandShape(grad ? 1 : 0);
-    size_t axis = static_cast<size_t>(a.axis);
-    int64_t outer = product(x, 0, axis), inner = product(x, axis + 1, x.size());
-    if (grad)
-      softmaxBackward<T>(pool, outer, x[axis], inner, in(1), in(0), out(0));
+    auto [outer, axis, inner] = softmaxDims(fn, inst);
+    if (inst.op == Op::SoftmaxGrad)
+      softmaxBackward<T>(pool, outer, axis, inner, in(1), in(0), out(0));
     else
-      softmaxForward<T>(pool, outer, x[axis], inner, in(0), out(0));
+      softmaxForward<T>(pool, outer, axis, inner, in(0), out(0));
     break;
   }
   case Op::CrossEntropy:
   case Op::CrossEntropyGrad: {
     bool grad = inst.op == Op::CrossEntropyGrad;
-    size_t logitsAt = grad ? 1 : 0, labelsAt = grad ? 2 : 1;
-    int64_t vocab = operandShape(logitsAt).back();
-    int64_t rows = count(inst.operands[labelsAt]);
-    const T *logits = in(logitsAt);
+    CrossEntropyDims d = crossEntropyDims(fn, inst);
+    const T *logits = in(d.logitsAt);
     T *result = out(0);
-    withIds(labelsAt, [&](auto *labels) {
-      checkIds(where(position), "label", labelsAt, inst.operands[labelsAt],
-               labels, rows, vocab, "the logits' vocabulary size",
+    withIds(d.labelsAt, [&](auto *labels) {
+      checkIds(where(position), "label", d.labelsAt, inst.operands[d.labelsAt],
+               labels, d.rows, d.vocab, "the logits' vocabulary size",
                &a.ignoreIndex);
       if (grad)
         check(where(position),
-              crossEntropyBackward<T>(pool, rows, vocab, logits, labels,
+              crossEntropyBackward<T>(pool, d.rows, d.vocab, logits, labels,
                                       a.ignoreIndex, toKernel(a.reduction),
                                       in(0), result));
       else
         check(where(position),
-              crossEntropyForward<T>(pool, rows, vocab, logits, labels,
+              crossEntropyForward<T>(pool, d.rows, d.vocab, logits, labels,
                                      a.ignoreIndex, toKernel(a.reduction),
                                      result));
     });
@@ -377,26 +287,23 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Split:
   case Op::Concat: {
     bool split = inst.op == Op::Split;
-    const auto &whole = shapeOf(split ? inst.operands[0] : inst.results[0]);
-    size_t axis = static_cast<size_t>(a.axis);
-    int64_t outer = product(whole, 0, axis);
-    int64_t inner = product(whole, axis + 1, whole.size());
+    SplitDims d = splitDims(fn, inst);
     const auto &pieces = split ? inst.results : inst.operands;
     std::vector<int64_t> sizes;
     for (int64_t v : pieces)
-      sizes.push_back(shapeOf(v)[axis]);
+      sizes.push_back(shapeOf(v)[d.axis]);
     int piecesCount = static_cast<int>(pieces.size());
     if (split) {
       std::vector<T *> outputs;
       for (size_t i = 0; i < pieces.size(); ++i)
         outputs.push_back(out(i));
-      splitForward<T>(pool, outer, inner, piecesCount, sizes.data(), in(0),
+      splitForward<T>(pool, d.outer, d.inner, piecesCount, sizes.data(), in(0),
                       outputs.data());
     } else {
       std::vector<const T *> inputs;
       for (size_t i = 0; i < pieces.size(); ++i)
         inputs.push_back(in(i));
-      concatForward<T>(pool, outer, inner, piecesCount, sizes.data(),
+      concatForward<T>(pool, d.outer, d.inner, piecesCount, sizes.data(),
                        inputs.data(), out(0));
     }
     break;

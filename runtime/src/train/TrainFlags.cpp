@@ -1,12 +1,13 @@
 // The flag table of megatron-train and its parser.
 #include "train/TrainFlags.h"
 
+#include "core/CommandLine.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
-#include <limits>
+#include <iterator>
 #include <sstream>
 
 namespace mtrt::train {
@@ -15,19 +16,6 @@ namespace {
 
 [[noreturn]] void invalid(const std::string &message) {
   throw Error(MTRT_STATUS_INVALID_ARGUMENT, message);
-}
-
-int64_t parseInt(const std::string &flag, const std::string &text,
-                 int64_t min) {
-  errno = 0;
-  char *end = nullptr;
-  long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE)
-    invalid(flag + ": found '" + text + "', expected an integer");
-  if (value < min)
-    invalid(flag + ": found " + text +
-            ", expected an integer >= " + std::to_string(min));
-  return value;
 }
 
 double parseNumber(const std::string &flag, const std::string &text) {
@@ -40,14 +28,7 @@ double parseNumber(const std::string &flag, const std::string &text) {
   return value;
 }
 
-struct Flag {
-  const char *name;
-  const char *metavar; // nullptr: takes no value
-  const char *help;
-  std::function<void(TrainCommand &, const std::string &flag,
-                     const std::string &value)>
-      set;
-};
+using Flag = mtrt::Flag<TrainCommand>;
 
 const std::vector<Flag> &flags() {
   using C = TrainCommand;
@@ -59,14 +40,16 @@ const std::vector<Flag> &flags() {
        "train/validation/test shares of the corpus (default 969,30,1)",
        [](C &c, S, S v) { c.options.split = v; }},
       {"--train-iters", "N", "iterations to train (required)",
-       [](C &c, S f, S v) { c.options.trainIters = parseInt(f, v, 1); }},
+       [](C &c, S f, S v) { c.options.trainIters = parseIntFlag(f, v, 1); }},
       {"--global-batch-size", "N",
        "samples per iteration (default: the bundle's); a multiple of the "
        "micro-batch size",
-       [](C &c, S f, S v) { c.options.globalBatchSize = parseInt(f, v, 1); }},
+       [](C &c, S f, S v) {
+         c.options.globalBatchSize = parseIntFlag(f, v, 1);
+       }},
       {"--seed", "N", "seed of initialization and data order (default 1234)",
        [](C &c, S f, S v) {
-         c.options.seed = static_cast<uint64_t>(parseInt(f, v, 0));
+         c.options.seed = static_cast<uint64_t>(parseIntFlag(f, v, 0));
        }},
       {"--lr", "LR", "peak learning rate (required)",
        [](C &c, S f, S v) { c.options.lr = parseNumber(f, v); }},
@@ -86,9 +69,9 @@ const std::vector<Flag> &flags() {
                    "', expected constant, linear or cosine");
        }},
       {"--lr-decay-iters", "N", "iterations of decay (default --train-iters)",
-       [](C &c, S f, S v) { c.options.lrDecayIters = parseInt(f, v, 1); }},
+       [](C &c, S f, S v) { c.options.lrDecayIters = parseIntFlag(f, v, 1); }},
       {"--lr-warmup-iters", "N", "iterations of linear warmup (default 0)",
-       [](C &c, S f, S v) { c.options.lrWarmupIters = parseInt(f, v, 0); }},
+       [](C &c, S f, S v) { c.options.lrWarmupIters = parseIntFlag(f, v, 0); }},
       {"--lr-warmup-fraction", "F",
        "warmup as a fraction of --lr-decay-iters (instead of "
        "--lr-warmup-iters)",
@@ -108,13 +91,13 @@ const std::vector<Flag> &flags() {
        "clip gradients to this global L2 norm, 0 to disable (default 1.0)",
        [](C &c, S f, S v) { c.options.clipGrad = parseNumber(f, v); }},
       {"--log-interval", "N", "iterations between log lines (default 100)",
-       [](C &c, S f, S v) { c.options.logInterval = parseInt(f, v, 1); }},
+       [](C &c, S f, S v) { c.options.logInterval = parseIntFlag(f, v, 1); }},
       {"--eval-interval", "N",
        "iterations between evaluations, 0 to disable (default 1000)",
-       [](C &c, S f, S v) { c.options.evalInterval = parseInt(f, v, 0); }},
+       [](C &c, S f, S v) { c.options.evalInterval = parseIntFlag(f, v, 0); }},
       {"--eval-iters", "N",
        "global batches of the validation split per evaluation (default 100)",
-       [](C &c, S f, S v) { c.options.evalIters = parseInt(f, v, 0); }},
+       [](C &c, S f, S v) { c.options.evalIters = parseIntFlag(f, v, 0); }},
       {"--log-jsonl", "PATH",
        "also write each iteration's metrics as a JSON line to PATH",
        [](C &c, S, S v) { c.options.logJsonl = v; }},
@@ -136,14 +119,14 @@ const std::vector<Flag> &flags() {
        }},
       {"--sample-tokens", "N",
        "after training, print a greedy continuation of N bytes (default 0)",
-       [](C &c, S f, S v) { c.sampleTokens = parseInt(f, v, 0); }},
+       [](C &c, S f, S v) { c.sampleTokens = parseIntFlag(f, v, 0); }},
       {"--sample-prompt", "TEXT",
        "the text to continue (default: the first 32 bytes of the corpus)",
        [](C &c, S, S v) { c.samplePrompt = v; }},
       {"--threads", "N",
        "CPU threads of the host kernels (default: all hardware threads)",
        [](C &c, S f, S v) {
-         c.options.threads = static_cast<unsigned>(parseInt(f, v, 1));
+         c.options.threads = static_cast<unsigned>(parseIntFlag(f, v, 1));
        }},
       {"--backend", "NAME",
        "host (CPU, default) or cuda (GPU 0; MTRT_CUDA_TF32=1 allows TF32 "
@@ -207,85 +190,26 @@ const char *const kNotYetFlags[] = {
   for (const char *name : kNotYetFlags)
     if (flag == name)
       invalid(flag + " is not supported by megatron-train yet");
-  std::string best;
-  size_t bestDistance = std::numeric_limits<size_t>::max();
-  auto consider = [&](const std::string &candidate) {
-    size_t d = editDistance(flag, candidate);
-    if (d < bestDistance) {
-      bestDistance = d;
-      best = candidate;
-    }
-  };
-  for (const Flag &f : flags())
-    consider(f.name);
-  for (const char *name : kCompileTimeFlags)
-    consider(name);
-  std::string message = "unknown flag " + flag;
-  if (bestDistance <= std::max<size_t>(3, flag.size() / 3))
-    message += "; did you mean " + best + "?";
-  invalid(message + " (megatron-train --help lists the flags)");
+  std::vector<std::string> candidates = flagNames(flags());
+  candidates.insert(candidates.end(), std::begin(kCompileTimeFlags),
+                    std::end(kCompileTimeFlags));
+  invalid(unknownFlagMessage(flag, candidates, "megatron-train"));
 }
 
 } // namespace
 
-size_t editDistance(const std::string &a, const std::string &b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
   TrainCommand command;
-  std::vector<std::string> positional;
-  bool sawTrainIters = false, sawLr = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string &arg = args[i];
-    if (arg == "-h") {
-      command.help = true;
-      continue;
-    }
-    if (arg.size() < 2 || arg[0] != '-') {
-      positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg, value;
-    bool inlineValue = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inlineValue = true;
-    }
-    const Flag *flag = nullptr;
-    for (const Flag &f : flags())
-      if (name == f.name)
-        flag = &f;
-    if (!flag)
-      unknownFlag(name);
-    if (!flag->metavar) {
-      if (inlineValue)
-        invalid(name + " takes no value");
-    } else if (!inlineValue) {
-      if (i + 1 >= args.size())
-        invalid(name + " needs a value: " + name + " " + flag->metavar);
-      value = args[++i];
-    }
-    flag->set(command, name, value);
-    sawTrainIters |= name == "--train-iters";
-    sawLr |= name == "--lr";
-  }
+  ParsedCommandLine parsed =
+      parseCommandLine(args, flags(), command, unknownFlag);
+  command.help |= parsed.shortHelp;
+  auto given = [&](const char *name) {
+    return std::find(parsed.given.begin(), parsed.given.end(), name) !=
+           parsed.given.end();
+  };
   if (command.help)
     return command;
+  const std::vector<std::string> &positional = parsed.positional;
   if (positional.size() != 1)
     invalid(positional.empty()
                 ? "no bundle given: megatron-train BUNDLE --data-path PATH "
@@ -297,9 +221,9 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
   command.bundlePath = positional[0];
   if (command.dataPath.empty())
     invalid("--data-path is required: the text file to train on");
-  if (!sawTrainIters)
+  if (!given("--train-iters"))
     invalid("--train-iters is required: how many iterations to train");
-  if (!sawLr)
+  if (!given("--lr"))
     invalid("--lr is required: the peak learning rate (e.g. --lr 6e-4)");
   return command;
 }
@@ -311,17 +235,7 @@ std::string trainUsage() {
        "Trains a bundle written by megatron-compile on a text file with a "
        "byte-level\ntokenizer with Megatron-LM's training loop, on the CPU "
        "(--backend host, the\ndefault) or a GPU (--backend cuda).\n\nflags:\n";
-  for (const Flag &f : flags()) {
-    std::string left = std::string("  ") + f.name;
-    if (f.metavar)
-      left += std::string(" ") + f.metavar;
-    s << left;
-    if (left.size() < 30)
-      s << std::string(30 - left.size(), ' ');
-    else
-      s << "\n" << std::string(30, ' ');
-    s << f.help << "\n";
-  }
+  s << flagUsage(flags(), 30);
   s << "\nModel and layout flags (--micro-batch-size, "
        "--tensor-model-parallel-size, ...)\nare fixed at compile time: pass "
        "them to megatron-compile.\n"

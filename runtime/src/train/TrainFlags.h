@@ -3,6 +3,8 @@
 #ifndef MTRT_SRC_TRAIN_TRAINFLAGS_H
 #define MTRT_SRC_TRAIN_TRAINFLAGS_H
 
+// For the flag mechanism's editDistance, which callers of this header use.
+#include "core/CommandLine.h"
 #include "train/Trainer.h"
 
 #include <cstdint>
@@ -39,9 +41,6 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args);
 
 /// The --help text.
 std::string trainUsage();
-
-/// Levenshtein distance (for suggestions).
-size_t editDistance(const std::string &a, const std::string &b);
 
 } // namespace mtrt::train
 

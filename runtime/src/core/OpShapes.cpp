@@ -1,0 +1,161 @@
+// Kernel dimensions and parameters from bundle instructions (core/OpShapes.h).
+#include "core/OpShapes.h"
+
+namespace mtrt {
+
+namespace {
+
+const std::vector<int64_t> &shapeOf(const Function &fn, int64_t value) {
+  return fn.values[value].shape;
+}
+
+} // namespace
+
+int64_t product(const std::vector<int64_t> &shape, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end; ++i)
+    n *= shape[i];
+  return n;
+}
+
+EmbeddingDims embeddingDims(const Function &fn, const Instruction &inst) {
+  const auto &table = shapeOf(
+      fn, inst.op == Op::EmbeddingGrad ? inst.results[0] : inst.operands[0]);
+  EmbeddingDims d;
+  d.count = fn.values[inst.operands[1]].numElements;
+  d.vocab = table[0];
+  d.hidden = table[1];
+  return d;
+}
+
+NormDims normDims(const Function &fn, const Instruction &inst) {
+  bool grad = inst.op == Op::LayerNormGrad || inst.op == Op::RmsNormGrad;
+  int64_t x = inst.operands[grad ? 1 : 0];
+  NormDims d;
+  d.hidden = shapeOf(fn, x).back();
+  d.rows = d.hidden ? fn.values[x].numElements / d.hidden : 0;
+  return d;
+}
+
+LinearDims linearDims(const Function &fn, const Instruction &inst) {
+  const Attributes &a = inst.attrs;
+  const auto &first = shapeOf(fn, inst.operands[0]);
+  LinearDims d;
+  switch (inst.op) {
+  case Op::Linear: {
+    const auto &w = shapeOf(fn, inst.operands[1]);
+    d.inSize = a.transposeWeight ? w[1] : w[0];
+    d.outSize = a.transposeWeight ? w[0] : w[1];
+    d.rows = d.inSize ? fn.values[inst.operands[0]].numElements / d.inSize
+                      : product(first, 0, first.size() - 1);
+    break;
+  }
+  case Op::LinearWeightGrad:
+    d.inSize = first.back();
+    d.outSize = shapeOf(fn, inst.operands[1]).back();
+    d.rows = product(first, 0, first.size() - 1);
+    break;
+  default: // BiasGrad
+    d.outSize = first.back();
+    d.rows = product(first, 0, first.size() - 1);
+    break;
+  }
+  return d;
+}
+
+MatmulDims matmulDims(const Function &fn, const Instruction &inst) {
+  const Attributes &a = inst.attrs;
+  const auto &l = shapeOf(fn, inst.operands[0]);
+  const auto &r = shapeOf(fn, inst.operands[1]);
+  size_t rank = l.size();
+  MatmulDims d;
+  d.batch = product(l, 0, rank - 2);
+  d.m = a.transposeLhs ? l[rank - 1] : l[rank - 2];
+  d.k = a.transposeLhs ? l[rank - 2] : l[rank - 1];
+  d.n = a.transposeRhs ? r[rank - 2] : r[rank - 1];
+  return d;
+}
+
+SoftmaxDims softmaxDims(const Function &fn, const Instruction &inst) {
+  const auto &x =
+      shapeOf(fn, inst.operands[inst.op == Op::SoftmaxGrad ? 1 : 0]);
+  size_t axis = static_cast<size_t>(inst.attrs.axis);
+  SoftmaxDims d;
+  d.outer = product(x, 0, axis);
+  d.axis = x[axis];
+  d.inner = product(x, axis + 1, x.size());
+  return d;
+}
+
+CrossEntropyDims crossEntropyDims(const Function &fn, const Instruction &inst) {
+  bool grad = inst.op == Op::CrossEntropyGrad;
+  CrossEntropyDims d;
+  d.logitsAt = grad ? 1 : 0;
+  d.labelsAt = grad ? 2 : 1;
+  d.vocab = shapeOf(fn, inst.operands[d.logitsAt]).back();
+  d.rows = fn.values[inst.operands[d.labelsAt]].numElements;
+  return d;
+}
+
+RopeDims ropeDims(const Function &fn, const Instruction &inst) {
+  const auto &x = shapeOf(fn, inst.operands[0]);
+  RopeDims d;
+  d.batch = x[0];
+  d.seq = x[1];
+  d.heads = x[2];
+  d.headDim = x[3];
+  d.rotary = inst.attrs.rotaryDim.value_or(x[3]);
+  return d;
+}
+
+SplitDims splitDims(const Function &fn, const Instruction &inst) {
+  SplitDims d;
+  d.whole = inst.op == Op::Split ? inst.operands[0] : inst.results[0];
+  const auto &whole = shapeOf(fn, d.whole);
+  d.axis = static_cast<size_t>(inst.attrs.axis);
+  d.outer = product(whole, 0, d.axis);
+  d.inner = product(whole, d.axis + 1, whole.size());
+  return d;
+}
+
+host::AttentionParams attentionParams(const Function &fn,
+                                      const Instruction &inst, uint64_t step) {
+  size_t first = inst.op == Op::AttentionGrad ? 1 : 0;
+  const auto &q = shapeOf(fn, inst.operands[first]);
+  const auto &k = shapeOf(fn, inst.operands[first + 1]);
+  const auto &v = shapeOf(fn, inst.operands[first + 2]);
+  const Attributes &a = inst.attrs;
+  host::AttentionParams p;
+  p.batch = q[0];
+  p.seqQ = q[1];
+  p.headsQ = q[2];
+  p.headDim = q[3];
+  p.seqK = k[1];
+  p.headsKv = k[2];
+  p.headDimV = v[3];
+  p.causal = a.causal;
+  p.scale = a.scale.value_or(0.0);
+  p.dropoutP = a.dropoutP;
+  p.seed = static_cast<uint64_t>(a.seed);
+  p.step = step;
+  return p;
+}
+
+host::LossReduction toKernel(Reduction reduction) {
+  switch (reduction) {
+  case Reduction::Mean:
+    return host::LossReduction::Mean;
+  case Reduction::Sum:
+    return host::LossReduction::Sum;
+  case Reduction::None:
+    break;
+  }
+  return host::LossReduction::None;
+}
+
+host::GeluApproximation toKernel(GeluApproximate approximate) {
+  return approximate == GeluApproximate::Tanh ? host::GeluApproximation::Tanh
+                                              : host::GeluApproximation::None;
+}
+
+} // namespace mtrt
