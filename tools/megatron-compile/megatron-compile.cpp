@@ -135,8 +135,22 @@ int main(int argc, char **argv) {
   }
 
   if (writesBundle || emit == EmitKind::Plan) {
+    const ParallelConfig &parallel = config->parallel;
+    if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel ||
+        parallel.useDistributedOptimizer)
+      return fail("pipeline parallelism, sequence parallelism and the "
+                  "distributed optimizer are not implemented yet; compile "
+                  "with pipeline_model_parallel_size 1, sequence_parallel "
+                  "false and use_distributed_optimizer false "
+                  "(docs/Parallelism.md)");
     mlir::PassManager pm(&context);
     buildTrainingPipeline(pm, TrainingPipelineOptions());
+    if (parallel.worldSize() > 1) {
+      PartitionPipelineOptions partition;
+      partition.tensorParallelSize = parallel.tensorModelParallelSize;
+      partition.dataParallelSize = parallel.dataParallelSize;
+      buildPartitionPipeline(pm, partition);
+    }
     if (failed(pm.run(*module)))
       return fail("the training pipeline failed (see the diagnostics above)");
     if (writesBundle)

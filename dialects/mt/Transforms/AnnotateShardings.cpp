@@ -50,6 +50,10 @@ struct AnnotateShardingsPass
   splitAxes(Location loc, StringRef name, RankedTensorType type, Role role);
   Value annotate(OpBuilder &builder, Value value,
                  ArrayRef<SmallVector<int16_t>> axes, bool forUsers);
+  /// Records on the parameter's declaration how it is split, for the bundle
+  /// (partitioning leaves only local shapes in the functions).
+  void recordSplit(FlatSymbolRefAttr parameter,
+                   ArrayRef<SmallVector<int16_t>> axes);
 
   FlatSymbolRefAttr grid;
 };
@@ -88,6 +92,17 @@ AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
   }
   axes[dim].push_back(kTensorAxis);
   return axes;
+}
+
+void AnnotateShardingsPass::recordSplit(FlatSymbolRefAttr parameter,
+                                        ArrayRef<SmallVector<int16_t>> axes) {
+  auto declaration = getOperation().lookupSymbol<ParameterOp>(parameter);
+  if (!declaration)
+    return;
+  SmallVector<Attribute> dims;
+  for (ArrayRef<int16_t> dimAxes : axes)
+    dims.push_back(DenseI16ArrayAttr::get(&getContext(), dimAxes));
+  declaration->setAttr("mt.split_axes", ArrayAttr::get(&getContext(), dims));
 }
 
 Value AnnotateShardingsPass::annotate(OpBuilder &builder, Value value,
@@ -136,6 +151,7 @@ void AnnotateShardingsPass::runOnOperation() {
         if (failed(parameterAxes))
           return signalPassFailure();
         axes = *parameterAxes;
+        recordSplit(parameter, axes);
       } else if (type.getRank() >= 1 && dataParallelSize > 1) {
         // Token and label batches: whole sequences on each data-parallel rank.
         axes[0].push_back(kDataAxis);

@@ -108,6 +108,10 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     - token and label batches: split along the batch over the data-parallel
       axis; a gradient result is sharded as its parameter.
 
+    Each `mt.parameter` gets `mt.split_axes`, the grid axes splitting each of
+    its dimensions, which the bundle records (partitioning leaves only local
+    shapes in the functions).
+
     `sharding-propagation` and `shard-partition` then turn the function into
     per-rank code with the collectives Megatron-LM issues.
   }];

@@ -5,6 +5,8 @@
 #include "mt/IR/MtOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Endian.h"
@@ -108,7 +110,41 @@ FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
   return errorAt(op, "an attribute has no bundle form") << " (" << attr << ")";
 }
 
+/// The attributes of a shard collective, in docs/BundleFormat.md's names.
+static Object writeCollective(Operation *op) {
+  Object attrs;
+  auto axes = [](ArrayRef<int16_t> gridAxes) {
+    return Array(llvm::map_to_vector(
+        gridAxes, [](int16_t axis) { return static_cast<int64_t>(axis); }));
+  };
+  auto reduction = [](shard::ReductionKind kind) {
+    return kind == shard::ReductionKind::Max ? "max" : "sum";
+  };
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](shard::AllReduceOp all) {
+        attrs["grid_axes"] = axes(all.getGridAxes());
+        attrs["reduction"] = reduction(all.getReduction());
+      })
+      .Case([&](shard::AllGatherOp gather) {
+        attrs["grid_axes"] = axes(gather.getGridAxes());
+        attrs["gather_axis"] = gather.getGatherAxis().getSExtValue();
+      })
+      .Case([&](shard::ReduceScatterOp scatter) {
+        attrs["grid_axes"] = axes(scatter.getGridAxes());
+        attrs["scatter_axis"] = scatter.getScatterAxis().getSExtValue();
+        attrs["reduction"] = reduction(scatter.getReduction());
+      })
+      .Case([&](shard::AllSliceOp slice) {
+        attrs["grid_axes"] = axes(slice.getGridAxes());
+        attrs["slice_axis"] = slice.getSliceAxis().getSExtValue();
+      });
+  return attrs;
+}
+
 FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
+  if (op->getDialect() &&
+      op->getDialect()->getNamespace() == shard::ShardDialect::getDialectNamespace())
+    return writeCollective(op);
   Object attrs;
   for (NamedAttribute named : op->getAttrDictionary()) {
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
@@ -143,10 +179,25 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
     return errorAt(function, "a function in a bundle has one block");
   Block &body = function.getBody().front();
   Array inputs, outputs, instructions;
+  // Partitioned steps read parameters as arguments and return gradients
+  // (mt-parameters-to-arguments); the bundle keeps its calling convention:
+  // get_parameter and accumulate_gradient instructions on the rank's shards.
   for (BlockArgument argument : body.getArguments()) {
     if (failed(addValue(argument)))
       return failure();
-    inputs.push_back(ids[argument]);
+    auto parameter = function.getArgAttrOfType<FlatSymbolRefAttr>(
+        argument.getArgNumber(), "mt.parameter");
+    if (!parameter) {
+      inputs.push_back(ids[argument]);
+      continue;
+    }
+    auto it = parameterIndex.find(parameter.getValue());
+    if (it == parameterIndex.end())
+      return errorAt(function, "@" + parameter.getValue() +
+                                   " is not a parameter");
+    instructions.push_back(Object{{"op", "get_parameter"},
+                                  {"results", Array{ids[argument]}},
+                                  {"attrs", Object{{"parameter", it->second}}}});
   }
 
   // Values that are never freed: inputs, outputs and parameter views.
@@ -169,10 +220,14 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
       freedAt[op].push_back(value);
 
   for (Operation &op : body.without_terminator()) {
-    if (op.getDialect() == nullptr ||
-        op.getDialect()->getNamespace() != mt::MtDialect::getDialectNamespace())
-      return errorAt(&op, "the bundle's instructions are mt ops; lower or "
-                          "remove this op first");
+    bool collective = isa<shard::AllReduceOp, shard::AllGatherOp,
+                          shard::ReduceScatterOp, shard::AllSliceOp>(op);
+    if (!collective &&
+        (op.getDialect() == nullptr ||
+         op.getDialect()->getNamespace() !=
+             mt::MtDialect::getDialectNamespace()))
+      return errorAt(&op, "the bundle's instructions are mt ops and the "
+                          "shard collectives; lower or remove this op first");
     Object instruction{{"op", op.getName().stripDialect()}};
     Array operands, results, freed;
     for (Value operand : op.getOperands())
@@ -198,8 +253,22 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
       instruction["free"] = Array(freedIds);
     instructions.push_back(std::move(instruction));
   }
-  for (Value output : ret.getOperands())
-    outputs.push_back(ids.lookup(output));
+  for (OpOperand &output : ret->getOpOperands()) {
+    auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
+        output.getOperandNumber(), "mt.gradient");
+    if (!parameter) {
+      outputs.push_back(ids.lookup(output.get()));
+      continue;
+    }
+    auto it = parameterIndex.find(parameter.getValue());
+    if (it == parameterIndex.end())
+      return errorAt(function, "@" + parameter.getValue() +
+                                   " is not a parameter");
+    instructions.push_back(
+        Object{{"op", "accumulate_gradient"},
+               {"operands", Array{ids.lookup(output.get())}},
+               {"attrs", Object{{"parameter", it->second}}}});
+  }
   return llvm::json::Value(Object{{"name", function.getSymName()},
                                   {"inputs", std::move(inputs)},
                                   {"outputs", std::move(outputs)},
@@ -248,6 +317,13 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
                                       !parameter.getSymName().ends_with(".bias")}};
     if (FloatAttr std = parameter.getStdAttr())
       entry["std"] = std.getValueAsDouble();
+    if (auto split = parameter->getAttrOfType<ArrayAttr>("mt.split_axes")) {
+      Array dims;
+      for (auto dim : split.getAsRange<DenseI16ArrayAttr>())
+        dims.push_back(Array(llvm::map_to_vector(
+            dim.asArrayRef(), [](int16_t a) { return static_cast<int64_t>(a); })));
+      entry["split_axes"] = std::move(dims);
+    }
     parameterIndex[parameter.getSymName()] = parameters.size();
     parameters.push_back(std::move(entry));
   }
@@ -268,6 +344,12 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
               {"functions", std::move(functions)}};
   if (config)
     root["model"] = writeModel(*config);
+  // Several ranks: the one device grid the partitioned program runs on.
+  auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
+  if (grids.size() > 1)
+    return errorAt(grids[1], "a bundle runs on one device grid");
+  if (!grids.empty())
+    root["grid"] = Object{{"shape", Array(grids.front().getShape())}};
   std::string manifest;
   llvm::raw_string_ostream(manifest) << llvm::json::Value(std::move(root));
 
@@ -319,6 +401,7 @@ void megatron::registerBundleTranslation() {
         return success();
       },
       [](DialectRegistry &registry) {
-        registry.insert<mt::MtDialect, func::FuncDialect>();
+        registry.insert<mt::MtDialect, func::FuncDialect,
+                        shard::ShardDialect>();
       });
 }

@@ -17,6 +17,11 @@ assert hashlib.sha256(data[64:]).digest() == data[32:64], "SHA-256 mismatch"
 manifest = json.loads(data[64 : 64 + manifest_size])
 print(f"version {version} flags {flags} payload {payload_size}")
 print(f"parameters {len(manifest['parameters'])}")
+if "grid" in manifest:
+    print(f"grid {manifest['grid']['shape']}")
+    for parameter in manifest["parameters"]:
+        if any(parameter.get("split_axes", [])):
+            print(f"split {parameter['name']} {parameter['shape']} {parameter['split_axes']}")
 for function in manifest["functions"]:
     values = function["values"]
     defined = set(function["inputs"])
@@ -25,8 +30,10 @@ for function in manifest["functions"]:
             assert operand in defined, f"{function['name']}: {operand} used before definition"
         defined.update(instruction.get("results", []))
     ops = [i["op"] for i in function["instructions"]]
+    collectives = sum(ops.count(op) for op in ("all_reduce", "all_gather", "reduce_scatter"))
     print(
         f"{function['name']}: {len(values)} values, {len(ops)} instructions, "
         f"{ops.count('accumulate_gradient')} gradients, "
         f"outputs {[values[o]['shape'] for o in function['outputs']]}"
+        + (f", {collectives} collectives" if "grid" in manifest else "")
     )
