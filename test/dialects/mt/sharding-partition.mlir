@@ -187,3 +187,20 @@ func.func @rope_on_sequence_shards(%x: tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf3
   %rs = shard.shard %r to %sequence : tensor<2x8x4x4xf32>
   return %rs : tensor<2x8x4x4xf32>
 }
+
+// -----
+
+// The vocabulary-parallel embedding does not exist yet: a table split along
+// the vocabulary is refused.
+
+shard.grid @tp(shape = 2)
+
+func.func @vocabulary_split(%table: tensor<32x8xf32>, %ids: tensor<2x4xi32>) -> tensor<2x4x8xf32> {
+  %vocabulary = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %ts = shard.shard %table to %vocabulary annotate_for_users : tensor<32x8xf32>
+  // expected-error @+1 {{'mt.embedding' op cannot be partitioned along the vocabulary yet (docs/Parallelism.md)}}
+  %h = mt.embedding %ts, %ids : (tensor<32x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
+  %replicated = shard.sharding @tp split_axes = [[]] : !shard.sharding
+  %hr = shard.shard %h to %replicated : tensor<2x4x8xf32>
+  return %hr : tensor<2x4x8xf32>
+}

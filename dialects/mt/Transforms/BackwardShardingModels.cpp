@@ -1,0 +1,358 @@
+//===- BackwardShardingModels.cpp - How the backward mt ops are sharded ---===//
+//
+// The backward ops sum over the loops their forward op runs in parallel
+// (rows of a weight gradient, positions of an embedding gradient): a split
+// of those loops leaves partial sums, which these models all-reduce. This is
+// where data parallelism's gradient reduction comes from.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShardingModelSupport.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+using namespace mlir::mt::sharding;
+
+namespace {
+
+/// linear_weight_grad: loops (rows..., in, out); the rows are summed, so
+/// batch- or sequence-sharded inputs (data or sequence parallelism) give
+/// partial weight gradients that are all-reduced.
+struct LinearWeightGradModel
+    : public shard::ShardingInterface::ExternalModel<LinearWeightGradModel,
+                                                     LinearWeightGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(0)) - 1,
+                                    IteratorType::reduction);
+    types.append(2, IteratorType::parallel);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return SmallVector<shard::ReductionKind>(rankOf(op->getOperand(0)) - 1,
+                                             shard::ReductionKind::Sum);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto grad = cast<LinearWeightGradOp>(op);
+    MLIRContext *context = op->getContext();
+    int64_t rows = rankOf(grad.getInput()) - 1, loops = rows + 2;
+    AffineExpr in = getAffineDimExpr(rows, context);
+    AffineExpr out = getAffineDimExpr(rows + 1, context);
+    SmallVector<AffineExpr> input, outputGrad;
+    for (int64_t dim = 0; dim < rows; ++dim) {
+      input.push_back(getAffineDimExpr(dim, context));
+      outputGrad.push_back(getAffineDimExpr(dim, context));
+    }
+    input.push_back(in);
+    outputGrad.push_back(out);
+    return {AffineMap::get(loops, 0, input, context),
+            AffineMap::get(loops, 0, outputGrad, context),
+            AffineMap::get(loops, 0,
+                           grad.getTransposeWeight() ? ArrayRef{out, in}
+                                                     : ArrayRef{in, out},
+                           context)};
+  }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    return splitSummedRows(op, operandShardings, resultShardings,
+                           rankOf(op->getOperand(0)) - 1,
+                           operandShardings[0] ? operandShardings[0]
+                                               : operandShardings[1]);
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    partitionSummingShards(
+        op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder,
+        reductionAxes(cast<shard::ShardingInterface>(op), operandShardings,
+                      resultShardings),
+        operandShardings[0] ? operandShardings[0].getGrid() : StringRef());
+    return success();
+  }
+};
+
+/// bias_grad: loops (rows..., n); the rows are summed.
+struct BiasGradModel
+    : public shard::ShardingInterface::ExternalModel<BiasGradModel,
+                                                     BiasGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(0)),
+                                    IteratorType::reduction);
+    types.back() = IteratorType::parallel;
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return SmallVector<shard::ReductionKind>(rankOf(op->getOperand(0)) - 1,
+                                             shard::ReductionKind::Sum);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rank = rankOf(op->getOperand(0));
+    MLIRContext *context = op->getContext();
+    return {AffineMap::getMultiDimIdentityMap(rank, context),
+            AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)},
+                           context)};
+  }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    return splitSummedRows(op, operandShardings, resultShardings,
+                           rankOf(op->getOperand(0)) - 1, operandShardings[0]);
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    partitionSummingShards(
+        op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder,
+        reductionAxes(cast<shard::ShardingInterface>(op), operandShardings,
+                      resultShardings),
+        operandShardings[0] ? operandShardings[0].getGrid() : StringRef());
+    return success();
+  }
+};
+
+/// layer_norm_grad and rms_norm_grad: loops over the input's dimensions; the
+/// input gradient is per row, the weight and bias gradients sum the rows, so
+/// sharded rows give partial sums that are all-reduced.
+template <typename Op>
+struct NormGradModel
+    : public shard::ShardingInterface::ExternalModel<NormGradModel<Op>, Op> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)),
+                                    IteratorType::parallel);
+    types.back() = IteratorType::reduction;
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return {shard::ReductionKind::Generic};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rank = rankOf(op->getOperand(1));
+    MLIRContext *context = op->getContext();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, context);
+    AffineMap last =
+        AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)}, context);
+    // Operands: output_grad, input, weight; results: input_grad, then the
+    // weight (and bias) gradients.
+    SmallVector<AffineMap> maps = {identity, identity, last, identity};
+    maps.append(op->getNumResults() - 1, last);
+    return maps;
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    SmallVector<GridAxis> rowAxes;
+    if (Sharding input = operandShardings[1]) {
+      ArrayRef<shard::GridAxesAttr> split = input.getSplitAxes();
+      int64_t rank = rankOf(op->getOperand(1));
+      for (int64_t dim = 0; dim < static_cast<int64_t>(split.size()); ++dim) {
+        if (dim == rank - 1 && !split[dim].empty())
+          return op->emitOpError()
+                 << "cannot be partitioned along its normalized (last) "
+                    "dimension; shard another dimension, or gather it first";
+        llvm::append_range(rowAxes, split[dim].asArrayRef());
+      }
+    }
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    if (rowAxes.empty())
+      return success();
+    for (Value result : op->getResults().drop_front()) {
+      Value local = partitionMap.lookup(result);
+      partitionMap.map(result, shard::AllReduceOp::create(
+                                   builder, op->getLoc(), local,
+                                   operandShardings[1].getGrid(), rowAxes,
+                                   shard::ReductionKind::Sum));
+    }
+    return success();
+  }
+};
+
+/// attention_grad: the loops of attention; every gradient has its operand's
+/// indexing.
+struct AttentionGradModel
+    : public shard::ShardingInterface::ExternalModel<AttentionGradModel,
+                                                     AttentionGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return attentionLoopIteratorTypes();
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return {shard::ReductionKind::Generic, shard::ReductionKind::Generic};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    // attention's maps are q, k, v, out; the backward reads out's gradient
+    // first and yields q's, k's and v's.
+    SmallVector<AffineMap> forward = attentionIndexingMaps(op->getContext());
+    return {forward[3], forward[0], forward[1], forward[2],
+            forward[0], forward[1], forward[2]};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (failed(checkAttentionSharding(op, operandShardings)))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// embedding_grad: loops (ids..., hidden, vocabulary); the positions are
+/// summed into the table's rows, so split ids give partial tables that are
+/// all-reduced.
+struct EmbeddingGradModel
+    : public shard::ShardingInterface::ExternalModel<EmbeddingGradModel,
+                                                     EmbeddingGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)),
+                                    IteratorType::reduction);
+    types.append(2, IteratorType::parallel);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return SmallVector<shard::ReductionKind>(rankOf(op->getOperand(1)),
+                                             shard::ReductionKind::Sum);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t ids = rankOf(op->getOperand(1)), loops = ids + 2;
+    MLIRContext *context = op->getContext();
+    AffineExpr hidden = getAffineDimExpr(ids, context);
+    AffineExpr vocabulary = getAffineDimExpr(ids + 1, context);
+    SmallVector<AffineExpr> idDims, grad;
+    for (int64_t dim = 0; dim < ids; ++dim) {
+      idDims.push_back(getAffineDimExpr(dim, context));
+      grad.push_back(getAffineDimExpr(dim, context));
+    }
+    grad.push_back(hidden);
+    return {AffineMap::get(loops, 0, grad, context),
+            AffineMap::get(loops, 0, idDims, context),
+            AffineMap::get(loops, 0, {vocabulary, hidden}, context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (!resultShardings.empty() &&
+        failed(rejectSplit(op, resultShardings[0], 0, "the vocabulary")))
+      return failure();
+    partitionSummingShards(
+        op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder,
+        axesOfLeadingDims(operandShardings[1], rankOf(op->getOperand(1))),
+        operandShardings[1] ? operandShardings[1].getGrid() : StringRef());
+    return success();
+  }
+};
+
+/// cross_entropy_grad: loops (rows..., vocabulary), all parallel. Under split
+/// rows, the mean's gradient on each rank is its local mean's, scaled by the
+/// share of the ranks (see CrossEntropyModel).
+struct CrossEntropyGradModel
+    : public shard::ShardingInterface::ExternalModel<CrossEntropyGradModel,
+                                                     CrossEntropyGradOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getOperand(1)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto grad = cast<CrossEntropyGradOp>(op);
+    int64_t loops = rankOf(grad.getLogits());
+    MLIRContext *context = op->getContext();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(loops, context);
+    SmallVector<AffineExpr> rowDims;
+    for (int64_t dim = 0; dim + 1 < loops; ++dim)
+      rowDims.push_back(getAffineDimExpr(dim, context));
+    AffineMap rowsMap = AffineMap::get(loops, 0, rowDims, context);
+    AffineMap lossMap = grad.getReduction() == LossReduction::None
+                            ? rowsMap
+                            : AffineMap::get(loops, 0, {}, context);
+    return {lossMap, identity, rowsMap, identity};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    auto grad = cast<CrossEntropyGradOp>(op);
+    int64_t rows = rankOf(grad.getLogits()) - 1;
+    if (failed(rejectSplit(op, operandShardings[1], rows, "the vocabulary")))
+      return failure();
+    SmallVector<Value> operands(partitionedOperands);
+    SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[1], rows);
+    if (grad.getReduction() == LossReduction::Mean && !axes.empty()) {
+      FailureOr<int64_t> ranks =
+          ranksAlong(op, operandShardings[1], axes, symbolTable);
+      if (failed(ranks))
+        return failure();
+      Type type = operands[0].getType();
+      Value scale = FillOp::create(builder, op->getLoc(), type,
+                                   builder.getF64FloatAttr(1.0 / *ranks));
+      operands[0] = MulOp::create(builder, op->getLoc(), type, operands[0],
+                                  scale);
+    }
+    shard::partitionTriviallyShardableOperation(
+        *op, operands, operandShardings, resultShardings, partitionMap,
+        symbolTable, builder);
+    return success();
+  }
+};
+
+} // namespace
+
+void sharding::attachBackwardShardingModels(MLIRContext *context) {
+  GeluGradOp::attachInterface<shard::ElementwiseShardingInterface<GeluGradOp>>(
+      *context);
+  SiluGradOp::attachInterface<shard::ElementwiseShardingInterface<SiluGradOp>>(
+      *context);
+  SwigluGradOp::attachInterface<
+      shard::ElementwiseShardingInterface<SwigluGradOp>>(*context);
+  LinearWeightGradOp::attachInterface<LinearWeightGradModel>(*context);
+  BiasGradOp::attachInterface<BiasGradModel>(*context);
+  LayerNormGradOp::attachInterface<NormGradModel<LayerNormGradOp>>(*context);
+  RmsNormGradOp::attachInterface<NormGradModel<RmsNormGradOp>>(*context);
+  AttentionGradOp::attachInterface<AttentionGradModel>(*context);
+  EmbeddingGradOp::attachInterface<EmbeddingGradModel>(*context);
+  CrossEntropyGradOp::attachInterface<CrossEntropyGradModel>(*context);
+}

@@ -1,0 +1,625 @@
+//===- ForwardShardingModels.cpp - How the forward mt ops are sharded -----===//
+//
+// Each op describes its iteration space to upstream shard with loop iterator
+// types and indexing maps, as linalg's named ops do; sharding-propagation
+// derives the shardings from them and shard-partition calls `partition`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShardingModelSupport.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+using namespace mlir::mt::sharding;
+
+namespace {
+
+/// linear: loops (rows..., n, k) with k the contraction.
+struct LinearModel
+    : public shard::ShardingInterface::ExternalModel<LinearModel, LinearOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(0)) + 1,
+                                    IteratorType::parallel);
+    types.back() = IteratorType::reduction;
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return {shard::ReductionKind::Sum};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto linear = cast<LinearOp>(op);
+    MLIRContext *context = op->getContext();
+    int64_t rows = rankOf(linear.getInput()) - 1;
+    int64_t loops = rows + 2;
+    AffineExpr n = getAffineDimExpr(rows, context);
+    AffineExpr k = getAffineDimExpr(rows + 1, context);
+    SmallVector<AffineExpr> input, output;
+    for (int64_t dim = 0; dim < rows; ++dim) {
+      input.push_back(getAffineDimExpr(dim, context));
+      output.push_back(getAffineDimExpr(dim, context));
+    }
+    input.push_back(k);
+    output.push_back(n);
+    SmallVector<AffineMap> maps = {
+        AffineMap::get(loops, 0, input, context),
+        AffineMap::get(loops, 0,
+                       linear.getTransposeWeight() ? ArrayRef{n, k}
+                                                   : ArrayRef{k, n},
+                       context)};
+    if (linear.getBias())
+      maps.push_back(AffineMap::get(loops, 0, {n}, context));
+    maps.push_back(AffineMap::get(loops, 0, output, context));
+    return maps;
+  }
+
+  /// A sharded contraction (Megatron-LM's row-parallel layer) multiplies the
+  /// local shards, sums them over the contraction's grid axes, and only then
+  /// adds the bias, once.
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    SmallVector<IteratorType> iterators = getLoopIteratorTypes(op);
+    shard::ShardingArray assignment =
+        shard::getGridAxisAssignmentForLoopIterators(
+            operandShardings, resultShardings, iterators,
+            getIndexingMaps(op));
+    SmallVector<GridAxis> reductionAxes =
+        shard::getReductionGridAxes(iterators, assignment);
+    if (reductionAxes.empty()) {
+      shard::partitionTriviallyShardableOperation(
+          *op, partitionedOperands, operandShardings, resultShardings,
+          partitionMap, symbolTable, builder);
+      return success();
+    }
+    auto linear = cast<LinearOp>(op);
+    Value input = partitionedOperands[0], weight = partitionedOperands[1];
+    FailureOr<RankedTensorType> type = inferLinearType(
+        cast<RankedTensorType>(input.getType()),
+        cast<RankedTensorType>(weight.getType()), RankedTensorType(),
+        linear.getTransposeWeight(), [&] { return op->emitOpError(); });
+    if (failed(type))
+      return failure();
+    Value partial =
+        LinearOp::create(builder, op->getLoc(), *type, input, weight, Value(),
+                         linear.getTransposeWeightAttr());
+    Value result = shard::AllReduceOp::create(
+        builder, op->getLoc(), partial, operandShardings[1].getGrid(),
+        reductionAxes, shard::ReductionKind::Sum);
+    if (linear.getBias())
+      result = BiasAddOp::create(builder, op->getLoc(), *type, result,
+                                 partitionedOperands[2]);
+    partitionMap.map(op->getResult(0), result);
+    return success();
+  }
+};
+
+/// Norms and bias_add: loops over the input's dimensions; the last one is
+/// normalized (a reduction for the norms), the weight and bias are indexed by
+/// it.
+template <typename Op>
+struct LastDimModel
+    : public shard::ShardingInterface::ExternalModel<LastDimModel<Op>, Op> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(0)),
+                                    IteratorType::parallel);
+    if (!isa<BiasAddOp>(op))
+      types.back() = IteratorType::reduction;
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    if (isa<BiasAddOp>(op))
+      return {};
+    return {shard::ReductionKind::Generic};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rank = rankOf(op->getOperand(0));
+    MLIRContext *context = op->getContext();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, context);
+    AffineMap last =
+        AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)}, context);
+    SmallVector<AffineMap> maps = {identity};
+    maps.append(op->getNumOperands() - 1, last);
+    maps.push_back(identity);
+    return maps;
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    // A norm needs its whole last dimension on every rank.
+    if (!isa<BiasAddOp>(op) && !operandShardings.empty() &&
+        operandShardings.front()) {
+      ArrayRef<shard::GridAxesAttr> split =
+          operandShardings.front().getSplitAxes();
+      int64_t rank = rankOf(op->getOperand(0));
+      if (static_cast<int64_t>(split.size()) == rank &&
+          !split.back().empty())
+        return op->emitOpError()
+               << "cannot be partitioned along its normalized (last) "
+                  "dimension; shard another dimension, or gather it first";
+    }
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// attention: see attentionIndexingMaps.
+struct AttentionModel
+    : public shard::ShardingInterface::ExternalModel<AttentionModel,
+                                                     AttentionOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return attentionLoopIteratorTypes();
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return {shard::ReductionKind::Generic, shard::ReductionKind::Generic};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    return attentionIndexingMaps(op->getContext());
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (failed(checkAttentionSharding(op, operandShardings)))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// rope: elementwise over (batch, sequence, heads, head_dim), but positions
+/// come from the sequence index and pairs from the head dimension, so only
+/// batch and heads may be sharded.
+struct RopeModel
+    : public shard::ShardingInterface::ExternalModel<RopeModel, RopeOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(4, IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(4, op->getContext());
+    return {identity, identity};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (Sharding sharding = operandShardings.front()) {
+      ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+      for (size_t dim : {1, 3})
+        if (dim < split.size() && !split[dim].empty())
+          return op->emitOpError()
+                 << "can be partitioned along batch and heads only; dimension "
+                 << dim << " is sharded";
+    }
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// reshape between shapes that differ by splitting or merging groups of
+/// adjacent dimensions, e.g. [B, S, H*D] <-> [B, S, H, D]. The loops are the
+/// dimensions of the finer side of each group; a merged dimension may be
+/// sharded only as its group's leading dimension is, so a split of H*D
+/// across ranks is a split of the heads H.
+struct ReshapeModel
+    : public shard::ShardingInterface::ExternalModel<ReshapeModel, ReshapeOp> {
+  /// One group: input dimensions [inBegin, inEnd) hold the same elements as
+  /// output dimensions [outBegin, outEnd); its loops start at `loop`.
+  struct Group {
+    int64_t inBegin, inEnd, outBegin, outEnd, loop;
+    int64_t loops() const {
+      return std::max(inEnd - inBegin, outEnd - outBegin);
+    }
+  };
+
+  static FailureOr<SmallVector<Group>> groups(Operation *op) {
+    ArrayRef<int64_t> in =
+        cast<RankedTensorType>(op->getOperand(0).getType()).getShape();
+    ArrayRef<int64_t> out =
+        cast<RankedTensorType>(op->getResult(0).getType()).getShape();
+    SmallVector<Group> result;
+    int64_t i = 0, j = 0, loop = 0;
+    while (i < static_cast<int64_t>(in.size()) ||
+           j < static_cast<int64_t>(out.size())) {
+      if (i == static_cast<int64_t>(in.size()) ||
+          j == static_cast<int64_t>(out.size()))
+        return failure();
+      Group group{i, i + 1, j, j + 1, loop};
+      int64_t inProduct = in[i++], outProduct = out[j++];
+      while (inProduct != outProduct) {
+        if (inProduct < outProduct && i < static_cast<int64_t>(in.size()))
+          inProduct *= in[i++];
+        else if (outProduct < inProduct &&
+                 j < static_cast<int64_t>(out.size()))
+          outProduct *= out[j++];
+        else
+          return failure();
+      }
+      group.inEnd = i;
+      group.outEnd = j;
+      // Only splits and merges: one side of each group is a single dimension.
+      if (group.inEnd - group.inBegin > 1 && group.outEnd - group.outBegin > 1)
+        return failure();
+      loop += group.loops();
+      result.push_back(group);
+    }
+    return result;
+  }
+
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    FailureOr<SmallVector<Group>> all = groups(op);
+    int64_t loops = failed(all) || all->empty()
+                        ? 0
+                        : all->back().loop + all->back().loops();
+    return SmallVector<IteratorType>(loops, IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const { return {}; }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    FailureOr<SmallVector<Group>> all = groups(op);
+    if (failed(all))
+      return failure();
+    bool fromInput = !operandShardings.empty() && operandShardings.front();
+    Sharding known = fromInput ? operandShardings.front()
+                               : (resultShardings.empty() ? Sharding()
+                                                          : resultShardings.front());
+    if (!known)
+      return shard::ShardingOption::makeEmpty();
+    ArrayRef<shard::GridAxesAttr> split = known.getSplitAxes();
+    shard::ShardingArray loops(getLoopIteratorTypes(op).size());
+    for (const Group &group : *all) {
+      int64_t begin = fromInput ? group.inBegin : group.outBegin;
+      int64_t end = fromInput ? group.inEnd : group.outEnd;
+      bool fine = end - begin == group.loops();
+      for (int64_t dim = begin; dim < end; ++dim) {
+        if (dim >= static_cast<int64_t>(split.size()) || split[dim].empty())
+          continue;
+        // A merged dimension's split lands on the group's leading loop.
+        if (!fine && dim != begin)
+          return failure();
+        llvm::append_range(loops[group.loop + (dim - begin)],
+                           split[dim].asArrayRef());
+      }
+    }
+    return shard::ShardingOption(std::move(loops), known.getGridAttr());
+  }
+
+  FailureOr<std::vector<Sharding>>
+  getShardingAnnotations(Operation *op,
+                         const shard::ShardingOption &option) const {
+    FailureOr<SmallVector<Group>> all = groups(op);
+    if (failed(all))
+      return failure();
+    MLIRContext *context = op->getContext();
+    auto side = [&](bool input) {
+      SmallVector<shard::GridAxesAttr> split;
+      for (const Group &group : *all) {
+        int64_t begin = input ? group.inBegin : group.outBegin;
+        int64_t end = input ? group.inEnd : group.outEnd;
+        bool fine = end - begin == group.loops();
+        for (int64_t dim = begin; dim < end; ++dim) {
+          ArrayRef<GridAxis> axes;
+          if (fine || dim == begin)
+            axes = option.shardingArray[group.loop + (dim - begin)];
+          // A merged dimension carries its group's leading split only; the
+          // finer loops must not be split.
+          split.push_back(shard::GridAxesAttr::get(context, axes));
+        }
+      }
+      return Sharding::get(option.grid, split);
+    };
+    for (const Group &group : *all) {
+      bool inputMerged = group.inEnd - group.inBegin < group.loops();
+      bool outputMerged = group.outEnd - group.outBegin < group.loops();
+      if (!inputMerged && !outputMerged)
+        continue;
+      for (int64_t loop = group.loop + 1; loop < group.loop + group.loops();
+           ++loop)
+        if (!option.shardingArray[loop].empty())
+          return failure();
+    }
+    return std::vector<Sharding>{side(true), side(false)};
+  }
+
+  LogicalResult addShardingAnnotations(Operation *op, OpBuilder &builder,
+                                       const shard::ShardingOption &option) const {
+    FailureOr<std::vector<Sharding>> shardings =
+        getShardingAnnotations(op, option);
+    if (failed(shardings))
+      return failure();
+    shard::maybeInsertTargetShardingAnnotation((*shardings)[1],
+                                               op->getResult(0), builder);
+    shard::maybeInsertSourceShardingAnnotation((*shardings)[0],
+                                               op->getOpOperand(0), builder);
+    return success();
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// embedding: loops (ids..., hidden, vocabulary). Ids may be split (data and
+/// sequence parallelism); the table is read whole on every rank until the
+/// vocabulary-parallel embedding exists.
+struct EmbeddingModel
+    : public shard::ShardingInterface::ExternalModel<EmbeddingModel,
+                                                     EmbeddingOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)) + 1,
+                                    IteratorType::parallel);
+    types.push_back(IteratorType::reduction);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    return {shard::ReductionKind::Generic};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t ids = rankOf(op->getOperand(1)), loops = ids + 2;
+    MLIRContext *context = op->getContext();
+    AffineExpr hidden = getAffineDimExpr(ids, context);
+    AffineExpr vocabulary = getAffineDimExpr(ids + 1, context);
+    SmallVector<AffineExpr> idDims, out;
+    for (int64_t dim = 0; dim < ids; ++dim) {
+      idDims.push_back(getAffineDimExpr(dim, context));
+      out.push_back(getAffineDimExpr(dim, context));
+    }
+    out.push_back(hidden);
+    return {AffineMap::get(loops, 0, {vocabulary, hidden}, context),
+            AffineMap::get(loops, 0, idDims, context),
+            AffineMap::get(loops, 0, out, context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (failed(rejectSplit(op, operandShardings[0], 0, "the vocabulary")))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
+/// cross_entropy: loops (rows..., vocabulary). Rows may be split (data
+/// parallelism): the loss of `sum` is all-reduced; that of `mean` is the
+/// average of the ranks' means, as Megatron-LM averages data-parallel
+/// gradients (equal to the global mean when every rank has as many tokens
+/// that are not ignored).
+struct CrossEntropyModel
+    : public shard::ShardingInterface::ExternalModel<CrossEntropyModel,
+                                                     CrossEntropyOp> {
+  static bool perToken(Operation *op) {
+    return cast<CrossEntropyOp>(op).getReduction() == LossReduction::None;
+  }
+
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(rankOf(op->getOperand(1)),
+                                    perToken(op) ? IteratorType::parallel
+                                                 : IteratorType::reduction);
+    types.push_back(IteratorType::reduction);
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    SmallVector<shard::ReductionKind> kinds;
+    if (!perToken(op))
+      kinds.append(rankOf(op->getOperand(1)), shard::ReductionKind::Sum);
+    kinds.push_back(shard::ReductionKind::Generic);
+    return kinds;
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rows = rankOf(op->getOperand(1)), loops = rows + 1;
+    MLIRContext *context = op->getContext();
+    SmallVector<AffineExpr> rowDims;
+    for (int64_t dim = 0; dim < rows; ++dim)
+      rowDims.push_back(getAffineDimExpr(dim, context));
+    SmallVector<AffineExpr> logits(rowDims);
+    logits.push_back(getAffineDimExpr(rows, context));
+    return {AffineMap::get(loops, 0, logits, context),
+            AffineMap::get(loops, 0, rowDims, context),
+            AffineMap::get(loops, 0,
+                           perToken(op) ? rowDims : SmallVector<AffineExpr>(),
+                           context)};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    int64_t rows = rankOf(op->getOperand(1));
+    if (failed(rejectSplit(op, operandShardings[0], rows, "the vocabulary")))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[0], rows);
+    if (perToken(op) || axes.empty())
+      return success();
+    Value result = op->getResult(0);
+    Value local = partitionMap.lookup(result);
+    Value sum = shard::AllReduceOp::create(builder, op->getLoc(), local,
+                                           operandShardings[0].getGrid(), axes,
+                                           shard::ReductionKind::Sum);
+    if (cast<CrossEntropyOp>(op).getReduction() == LossReduction::Mean) {
+      FailureOr<int64_t> ranks =
+          ranksAlong(op, operandShardings[0], axes, symbolTable);
+      if (failed(ranks))
+        return failure();
+      Value scale = FillOp::create(builder, op->getLoc(), local.getType(),
+                                   builder.getF64FloatAttr(1.0 / *ranks));
+      sum = MulOp::create(builder, op->getLoc(), local.getType(), sum, scale);
+    }
+    partitionMap.map(result, sum);
+    return success();
+  }
+};
+
+/// Ops whose operands and results every rank holds whole: fills, positions
+/// and softmax. Upstream partitions them as
+/// fully replicated, gathering sharded operands first.
+template <typename Op>
+struct ReplicatedModel
+    : public shard::ShardingInterface::ExternalModel<ReplicatedModel<Op>, Op> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return {};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const { return {}; }
+
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    for (ArrayRef<Sharding> shardings : {operandShardings, resultShardings})
+      for (Sharding sharding : shardings)
+        if (sharding)
+          return shard::ShardingOption({}, sharding.getGridAttr());
+    return shard::ShardingOption::makeEmpty();
+  }
+
+  FailureOr<std::vector<Sharding>>
+  getShardingAnnotations(Operation *op,
+                         const shard::ShardingOption &option) const {
+    std::vector<Sharding> shardings;
+    auto replicated = [&](Type type) {
+      if (!isa<RankedTensorType>(type))
+        return Sharding();
+      return Sharding::get(
+          option.grid, {shard::GridAxesAttr::get(op->getContext(), {})});
+    };
+    for (Type type : op->getOperandTypes())
+      shardings.push_back(replicated(type));
+    for (Type type : op->getResultTypes())
+      shardings.push_back(replicated(type));
+    return shardings;
+  }
+
+  LogicalResult addShardingAnnotations(Operation *op, OpBuilder &builder,
+                                       const shard::ShardingOption &option) const {
+    FailureOr<std::vector<Sharding>> shardings =
+        getShardingAnnotations(op, option);
+    if (failed(shardings))
+      return failure();
+    for (OpResult result : op->getResults())
+      shard::maybeInsertTargetShardingAnnotation(
+          (*shardings)[op->getNumOperands() + result.getResultNumber()],
+          result, builder);
+    for (OpOperand &operand : op->getOpOperands())
+      if (Sharding sharding = (*shardings)[operand.getOperandNumber()])
+        shard::maybeInsertSourceShardingAnnotation(sharding, operand, builder);
+    return success();
+  }
+};
+
+} // namespace
+
+SmallVector<IteratorType> sharding::attentionLoopIteratorTypes() {
+  return {IteratorType::parallel,  IteratorType::parallel,
+          IteratorType::parallel,  IteratorType::reduction,
+          IteratorType::reduction, IteratorType::parallel};
+}
+
+/// attention: loops (batch, query, head, key, head_dim, value_dim); the
+/// key/value head dimension shares the head loop, whose grouped-query
+/// shards keep whole groups together when the head counts divide.
+SmallVector<AffineMap> sharding::attentionIndexingMaps(MLIRContext *context) {
+  auto d = [&](unsigned i) { return getAffineDimExpr(i, context); };
+  auto map = [&](ArrayRef<AffineExpr> exprs) {
+    return AffineMap::get(6, 0, exprs, context);
+  };
+  return {map({d(0), d(1), d(2), d(4)}), map({d(0), d(3), d(2), d(4)}),
+          map({d(0), d(3), d(2), d(5)}), map({d(0), d(1), d(2), d(5)})};
+}
+
+/// Causal masks and softmax need whole sequences and head dimensions.
+LogicalResult
+sharding::checkAttentionSharding(Operation *op,
+                                 ArrayRef<Sharding> operandShardings) {
+  for (Sharding sharding : operandShardings) {
+    if (!sharding)
+      continue;
+    ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+    for (size_t dim = 1; dim < split.size(); ++dim)
+      if (dim != 2 && !split[dim].empty())
+        return op->emitOpError()
+               << "can be partitioned along batch and heads only; dimension "
+               << dim << " is sharded";
+  }
+  return success();
+}
+
+void sharding::attachForwardShardingModels(MLIRContext *context) {
+  AddOp::attachInterface<shard::ElementwiseShardingInterface<AddOp>>(*context);
+  MulOp::attachInterface<shard::ElementwiseShardingInterface<MulOp>>(*context);
+  GeluOp::attachInterface<shard::ElementwiseShardingInterface<GeluOp>>(
+      *context);
+  SiluOp::attachInterface<shard::ElementwiseShardingInterface<SiluOp>>(
+      *context);
+  SwigluOp::attachInterface<shard::ElementwiseShardingInterface<SwigluOp>>(
+      *context);
+  DropoutOp::attachInterface<shard::ElementwiseShardingInterface<DropoutOp>>(
+      *context);
+  LinearOp::attachInterface<LinearModel>(*context);
+  LayerNormOp::attachInterface<LastDimModel<LayerNormOp>>(*context);
+  RmsNormOp::attachInterface<LastDimModel<RmsNormOp>>(*context);
+  BiasAddOp::attachInterface<LastDimModel<BiasAddOp>>(*context);
+  AttentionOp::attachInterface<AttentionModel>(*context);
+  RopeOp::attachInterface<RopeModel>(*context);
+  ReshapeOp::attachInterface<ReshapeModel>(*context);
+  EmbeddingOp::attachInterface<EmbeddingModel>(*context);
+  CrossEntropyOp::attachInterface<CrossEntropyModel>(*context);
+  // Softmax and its gradient stay whole on every rank; no model uses them.
+  SoftmaxOp::attachInterface<ReplicatedModel<SoftmaxOp>>(*context);
+  SoftmaxGradOp::attachInterface<ReplicatedModel<SoftmaxGradOp>>(*context);
+  FillOp::attachInterface<ReplicatedModel<FillOp>>(*context);
+  PositionIdsOp::attachInterface<ReplicatedModel<PositionIdsOp>>(*context);
+}

@@ -1,0 +1,133 @@
+//===- ShardingModelSupport.cpp - What the mt sharding models share -------===//
+
+#include "ShardingModelSupport.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+
+namespace mlir::mt::sharding {
+
+int64_t rankOf(Value value) {
+  return cast<RankedTensorType>(value.getType()).getRank();
+}
+
+/// The grid axes that shard loops of `op` whose index does not reach a
+/// result: summing over them needs an all-reduce.
+SmallVector<GridAxis> reductionAxes(shard::ShardingInterface op,
+                                    ArrayRef<Sharding> operandShardings,
+                                    ArrayRef<Sharding> resultShardings) {
+  SmallVector<IteratorType> iterators = op.getLoopIteratorTypes();
+  shard::ShardingArray assignment = shard::getGridAxisAssignmentForLoopIterators(
+      operandShardings, resultShardings, iterators, op.getIndexingMaps());
+  return shard::getReductionGridAxes(iterators, assignment);
+}
+
+/// Partitions `op` into the local op and, where a summed loop is sharded, an
+/// all-reduce of each result.
+void partitionSummingShards(Operation *op, ArrayRef<Value> partitionedOperands,
+                            ArrayRef<Sharding> operandShardings,
+                            ArrayRef<Sharding> resultShardings,
+                            IRMapping &partitionMap,
+                            SymbolTableCollection &symbolTable,
+                            OpBuilder &builder, ArrayRef<GridAxis> axes,
+                            StringRef grid) {
+  shard::partitionTriviallyShardableOperation(*op, partitionedOperands,
+                                              operandShardings, resultShardings,
+                                              partitionMap, symbolTable,
+                                              builder);
+  if (axes.empty())
+    return;
+  for (Value result : op->getResults()) {
+    Value local = partitionMap.lookup(result);
+    partitionMap.map(result, shard::AllReduceOp::create(
+                                 builder, op->getLoc(), local, grid, axes,
+                                 shard::ReductionKind::Sum));
+  }
+}
+
+int64_t getLoopCount(Operation *op) {
+  return cast<shard::ShardingInterface>(op).getLoopIteratorTypes().size();
+}
+
+/// The default sharding option, with the summed row loops (the first
+/// `rows`) also split as `rowSource`'s leading dimensions are: upstream's
+/// default leaves reduction loops unsplit unless an operand is annotated for
+/// this op, and would gather batch- or sequence-sharded activations instead
+/// of summing partial gradients.
+FailureOr<shard::ShardingOption>
+splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
+                ArrayRef<Sharding> resultShardings, int64_t rows,
+                Sharding rowSource) {
+  FailureOr<shard::ShardingOption> option =
+      shard::detail::defaultGetShardingOption(op, operandShardings,
+                                              resultShardings);
+  // Propagation also asks with subsets of the annotations; the rows' split
+  // is then read from the IR.
+  for (OpOperand &operand : op->getOpOperands()) {
+    if (rowSource)
+      break;
+    FailureOr<std::pair<bool, Sharding>> annotated =
+        shard::getSharding(operand);
+    if (succeeded(annotated))
+      rowSource = annotated->second;
+  }
+  if (failed(option) || !rowSource)
+    return option;
+  if (option->empty)
+    option = shard::ShardingOption(
+        shard::ShardingArray(getLoopCount(op)), rowSource.getGridAttr());
+  llvm::SmallDenseSet<GridAxis> used;
+  for (ArrayRef<GridAxis> axes : option->shardingArray)
+    used.insert(axes.begin(), axes.end());
+  ArrayRef<shard::GridAxesAttr> split = rowSource.getSplitAxes();
+  for (int64_t dim = 0; dim < rows && dim < static_cast<int64_t>(split.size());
+       ++dim) {
+    if (!option->shardingArray[dim].empty())
+      continue;
+    for (GridAxis axis : split[dim].asArrayRef())
+      if (used.insert(axis).second)
+        option->shardingArray[dim].push_back(axis);
+  }
+  return option;
+}
+
+/// Fails naming `dim` if `sharding` splits it.
+LogicalResult rejectSplit(Operation *op, Sharding sharding, int64_t dim,
+                          StringRef what) {
+  if (!sharding)
+    return success();
+  ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+  if (dim < static_cast<int64_t>(split.size()) && !split[dim].empty())
+    return op->emitOpError() << "cannot be partitioned along " << what
+                             << " yet (docs/Parallelism.md)";
+  return success();
+}
+
+/// The grid axes that split any of the first `count` dimensions.
+SmallVector<GridAxis> axesOfLeadingDims(Sharding sharding, int64_t count) {
+  SmallVector<GridAxis> axes;
+  if (!sharding)
+    return axes;
+  ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+  for (int64_t dim = 0; dim < count && dim < static_cast<int64_t>(split.size());
+       ++dim)
+    llvm::append_range(axes, split[dim].asArrayRef());
+  return axes;
+}
+
+/// The number of ranks along `axes` of the grid named by `sharding`.
+FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
+                              ArrayRef<GridAxis> axes,
+                              SymbolTableCollection &symbolTable) {
+  shard::GridOp grid = shard::getGrid(op, sharding.getGridAttr(), symbolTable);
+  if (!grid)
+    return failure();
+  int64_t ranks = 1;
+  for (GridAxis axis : axes)
+    ranks *= grid.getShape()[axis];
+  return ranks;
+}
+
+} // namespace mlir::mt::sharding

@@ -1,0 +1,79 @@
+//===- ShardingModelSupport.h - What the mt sharding models share -*- C++ -*-===//
+//
+// Private to dialects/mt/Transforms: the helpers of the ShardingInterface
+// models of the forward ops (ForwardShardingModels.cpp) and the backward ops
+// (BackwardShardingModels.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MT_TRANSFORMS_SHARDINGMODELSUPPORT_H
+#define MT_TRANSFORMS_SHARDINGMODELSUPPORT_H
+
+#include "mt/IR/MtOps.h"
+#include "mt/IR/MtShapeRules.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
+#include "mlir/Dialect/Shard/Interfaces/ShardingInterfaceImpl.h"
+#include "mlir/Dialect/Utils/StructuredOpsUtils.h"
+#include "mlir/IR/AffineMap.h"
+#include "mlir/IR/IRMapping.h"
+
+namespace mlir::mt::sharding {
+
+using shard::GridAxis;
+using shard::Sharding;
+using utils::IteratorType;
+
+int64_t rankOf(Value value);
+
+/// The grid axes that shard loops of `op` whose index does not reach a
+/// result: summing over them needs an all-reduce.
+SmallVector<GridAxis> reductionAxes(shard::ShardingInterface op,
+                                    ArrayRef<Sharding> operandShardings,
+                                    ArrayRef<Sharding> resultShardings);
+
+/// Partitions `op` into the local op and, where a summed loop is sharded, an
+/// all-reduce of each result.
+void partitionSummingShards(Operation *op, ArrayRef<Value> partitionedOperands,
+                            ArrayRef<Sharding> operandShardings,
+                            ArrayRef<Sharding> resultShardings,
+                            IRMapping &partitionMap,
+                            SymbolTableCollection &symbolTable,
+                            OpBuilder &builder, ArrayRef<GridAxis> axes,
+                            StringRef grid);
+
+/// The default sharding option, with the summed row loops (the first
+/// `rows`) also split as `rowSource`'s leading dimensions are (see the
+/// definition).
+FailureOr<shard::ShardingOption>
+splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
+                ArrayRef<Sharding> resultShardings, int64_t rows,
+                Sharding rowSource);
+
+/// Fails naming `what` if `sharding` splits dimension `dim`.
+LogicalResult rejectSplit(Operation *op, Sharding sharding, int64_t dim,
+                          StringRef what);
+
+/// The grid axes that split any of the first `count` dimensions.
+SmallVector<GridAxis> axesOfLeadingDims(Sharding sharding, int64_t count);
+
+/// The number of ranks along `axes` of the grid named by `sharding`.
+FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
+                              ArrayRef<GridAxis> axes,
+                              SymbolTableCollection &symbolTable);
+
+/// attention's loops (batch, query, heads, key, head_dim, value_dim), its
+/// indexing maps (q, k, v, out) and its partition check, shared with
+/// attention_grad.
+SmallVector<IteratorType> attentionLoopIteratorTypes();
+SmallVector<AffineMap> attentionIndexingMaps(MLIRContext *context);
+LogicalResult checkAttentionSharding(Operation *op,
+                                     ArrayRef<Sharding> operandShardings);
+
+void attachForwardShardingModels(MLIRContext *context);
+void attachBackwardShardingModels(MLIRContext *context);
+
+} // namespace mlir::mt::sharding
+
+#endif // MT_TRANSFORMS_SHARDINGMODELSUPPORT_H
