@@ -1,4 +1,6 @@
 // megatron-train: trains a compiled bundle on a text corpus on the CPU or a GPU.
+#include "comm/RankContext.h"
+#include "comm/RunRanks.h"
 #include "core/Bundle.h"
 #include "core/Safetensors.h"
 #include "train/ByteTokenizer.h"
@@ -9,6 +11,7 @@
 #include "cuda/Trainer.h"
 #endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +22,7 @@
 #include <optional>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 namespace {
@@ -109,6 +113,65 @@ std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &,
 }
 #endif
 
+/// --in-process-ranks: every rank of the bundle's grid as a thread, each
+/// with its trainer; rank 0 logs. Throws the first rank's own error (not
+/// the aborts it caused on the others).
+void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
+                         const mtrt::train::TrainCommand &command) {
+  auto reject = [&](const std::string &what) {
+    throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
+                      what + " with --in-process-ranks is not supported yet");
+  };
+  if (!bundle.hasGrid())
+    throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
+                      "--in-process-ranks: bundle '" + bundle.name() +
+                          "' has no grid (it is compiled for one rank); "
+                          "train it without --in-process-ranks");
+  if (command.backend != "host")
+    reject("--backend " + command.backend);
+  if (!command.initFrom.empty())
+    reject("--init-from");
+  if (!command.saveWeights.empty())
+    reject("--save-weights");
+  if (command.sampleTokens > 0)
+    reject("--sample-tokens (pass --sample-tokens 0)");
+  int ranks = static_cast<int>(bundle.rankCount());
+  mtrt::comm::InProcessWorld world(ranks);
+  // The ranks share the machine's cores.
+  mtrt::train::TrainerOptions options = command.options;
+  if (options.threads == 0)
+    options.threads = std::max(1u, std::thread::hardware_concurrency() /
+                                       static_cast<unsigned>(ranks));
+  std::vector<std::exception_ptr> errors =
+      mtrt::comm::runRanks(world, [&](mtrt::comm::Communicator &c) {
+        mtrt::comm::RankContext rank(c, bundle.gridShape());
+        mtrt::train::Trainer trainer(bundle, corpus, command.dataPath, options,
+                                     &rank);
+        std::ostringstream discarded;
+        trainer.train(c.rank() == 0 ? std::cout : discarded);
+      });
+  std::exception_ptr first;
+  for (const std::exception_ptr &error : errors) {
+    if (!error)
+      continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const mtrt::Error &e) {
+      if (e.code() != MTRT_STATUS_ABORTED) {
+        first = error;
+        break;
+      }
+    } catch (...) {
+      first = error;
+      break;
+    }
+    if (!first)
+      first = error;
+  }
+  if (first)
+    std::rethrow_exception(first);
+}
+
 int run(int argc, char **argv) {
   using namespace mtrt::train;
   TrainCommand command =
@@ -119,6 +182,10 @@ int run(int argc, char **argv) {
   }
   mtrt::Bundle bundle = mtrt::Bundle::load(command.bundlePath);
   std::string corpus = readCorpus(command.dataPath);
+  if (command.inProcessRanks) {
+    trainInProcessRanks(bundle, corpus, command);
+    return 0;
+  }
   if (!command.saveWeights.empty())
     checkSaveWeightsPath(command.saveWeights);
   // Opened (and its format checked) before the trainer is built, so that a

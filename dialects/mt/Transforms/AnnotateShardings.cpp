@@ -175,6 +175,10 @@ void AnnotateShardingsPass::runOnOperation() {
         if (failed(parameterAxes))
           return signalPassFailure();
         axes = *parameterAxes;
+      } else if (type.getRank() >= 1 && dataParallelSize > 1) {
+        // Per-token results (predict_step's logits) stay with their data
+        // rank's part of the batch.
+        axes[0].push_back(kDataAxis);
       }
       operand.set(annotate(builder, operand.get(), axes, /*forUsers=*/false));
     }

@@ -319,22 +319,27 @@ struct CrossEntropyGradModel
     int64_t rows = rankOf(grad.getLogits()) - 1;
     if (failed(rejectSplit(op, operandShardings[1], rows, "the vocabulary")))
       return failure();
-    SmallVector<Value> operands(partitionedOperands);
+    Value lossGrad;
     SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[1], rows);
     if (grad.getReduction() == LossReduction::Mean && !axes.empty()) {
       FailureOr<int64_t> ranks =
           ranksAlong(op, operandShardings[1], axes, symbolTable);
       if (failed(ranks))
         return failure();
-      Type type = operands[0].getType();
+      Type type = partitionedOperands[0].getType();
       Value scale = FillOp::create(builder, op->getLoc(), type,
                                    builder.getF64FloatAttr(1.0 / *ranks));
-      operands[0] = MulOp::create(builder, op->getLoc(), type, operands[0],
-                                  scale);
+      lossGrad = MulOp::create(builder, op->getLoc(), type,
+                               partitionedOperands[0], scale);
     }
     shard::partitionTriviallyShardableOperation(
-        *op, operands, operandShardings, resultShardings, partitionMap,
-        symbolTable, builder);
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    // The clone reads its operands through the partition map; give it the
+    // scaled loss gradient.
+    if (lossGrad)
+      partitionMap.lookup(op->getResult(0)).getDefiningOp()->setOperand(
+          0, lossGrad);
     return success();
   }
 };

@@ -105,8 +105,9 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     - row-parallel weights (`o_proj`, `down_proj`, GPT-2's `attn.c_proj` and
       `mlp.c_proj`): split along the input dimension;
     - everything else (embeddings, norms, row-parallel biases): replicated;
-    - token and label batches: split along the batch over the data-parallel
-      axis; a gradient result is sharded as its parameter.
+    - token and label batches, and per-token results such as logits: split
+      along the batch over the data-parallel axis; a gradient result is
+      sharded as its parameter; scalars (the loss) are replicated.
 
     Each `mt.parameter` gets `mt.split_axes`, the grid axes splitting each of
     its dimensions, which the bundle records (partitioning leaves only local

@@ -85,6 +85,53 @@ const Function *Bundle::findFunction(std::string_view name) const {
   return nullptr;
 }
 
+int64_t Bundle::rankCount() const {
+  return gridGroupSize(gridShape_, [&] {
+    std::vector<int64_t> all(gridShape_.size());
+    for (size_t i = 0; i < all.size(); ++i)
+      all[i] = static_cast<int64_t>(i);
+    return all;
+  }());
+}
+
+std::vector<int64_t> gridCoordinates(const std::vector<int64_t> &shape,
+                                     int64_t rank) {
+  std::vector<int64_t> coordinates(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    coordinates[i] = rank % shape[i];
+    rank /= shape[i];
+  }
+  return coordinates;
+}
+
+int64_t gridGroupSize(const std::vector<int64_t> &shape,
+                      const std::vector<int64_t> &axes) {
+  int64_t size = 1;
+  for (int64_t axis : axes)
+    size *= shape[static_cast<size_t>(axis)];
+  return size;
+}
+
+int64_t gridGroupIndex(const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &coordinates,
+                       const std::vector<int64_t> &axes) {
+  int64_t index = 0;
+  for (int64_t axis : axes)
+    index = index * shape[static_cast<size_t>(axis)] +
+            coordinates[static_cast<size_t>(axis)];
+  return index;
+}
+
+std::vector<int64_t> shardOffsets(const Parameter &parameter,
+                                  const std::vector<int64_t> &gridShape,
+                                  const std::vector<int64_t> &coordinates) {
+  std::vector<int64_t> offsets(parameter.type.shape.size(), 0);
+  for (size_t d = 0; d < parameter.splitAxes.size(); ++d)
+    offsets[d] =
+        gridGroupIndex(gridShape, coordinates, parameter.splitAxes[d]) *
+        parameter.localType.shape[d];
+  return offsets;
+}
 
 //===----------------------------------------------------------------------===//
 // The container

@@ -80,6 +80,12 @@ enum class Op : uint8_t {
   SwigluGrad,
   SoftmaxGrad,
   CrossEntropyGrad,
+  // Several ranks (docs/BundleFormat.md, "Several ranks").
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllSlice,
+  BiasAdd,
 };
 
 /// The manifest name of `op` ("layer_norm_grad").
@@ -88,6 +94,8 @@ const char *opName(Op op);
 enum class GeluApproximate : uint8_t { Erf, Tanh };
 enum class Reduction : uint8_t { Mean, Sum, None };
 enum class InitMethod : uint8_t { Normal, Zeros, Ones };
+/// How all_reduce and reduce_scatter combine the ranks' values.
+enum class CollectiveReduction : uint8_t { Sum, Max };
 
 /// Every attribute an op may carry, already type-checked; an op reads the
 /// ones its row of the op table lists. Optional attributes that are absent
@@ -112,6 +120,11 @@ struct Attributes {
   Reduction reduction = Reduction::Mean;
   int64_t ignoreIndex = -100;
   std::vector<int64_t> permutation;
+  /// Collectives: the grid axes of the group, in the order that ranks the
+  /// group (the first axis slowest). Their gather_axis, scatter_axis or
+  /// slice_axis is in `axis`.
+  std::vector<int64_t> gridAxes;
+  CollectiveReduction collectiveReduction = CollectiveReduction::Sum;
 };
 
 struct Instruction {
@@ -138,7 +151,34 @@ struct Parameter {
   /// The normal distribution's standard deviation; 0 for zeros and ones.
   double std = 0;
   bool weightDecay = true;
+  /// Per dimension, the grid axes that split it (the first varies slowest);
+  /// empty when the parameter is whole on every rank.
+  std::vector<std::vector<int64_t>> splitAxes;
+  /// The type of one rank's shard: `type` with each split dimension divided
+  /// by the product of its axes' sizes. Equal to `type` without splits.
+  TensorType localType;
 };
+
+/// The most ranks a grid may have.
+constexpr int64_t kMaxGridRanks = int64_t(1) << 16;
+
+/// The coordinates of linear rank `rank` in a grid of `shape` (the last
+/// axis fastest: rank = d * tp + t for [dp, tp]).
+std::vector<int64_t> gridCoordinates(const std::vector<int64_t> &shape,
+                                     int64_t rank);
+/// The product of the grid's sizes along `axes`: a collective's group size.
+int64_t gridGroupSize(const std::vector<int64_t> &shape,
+                      const std::vector<int64_t> &axes);
+/// The linear index of `coordinates` along `axes`, the first axis slowest:
+/// a rank's position in its group, or in a split dimension.
+int64_t gridGroupIndex(const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &coordinates,
+                       const std::vector<int64_t> &axes);
+/// Per dimension, the offset of the shard of `parameter` that the rank at
+/// `coordinates` holds in the global tensor.
+std::vector<int64_t> shardOffsets(const Parameter &parameter,
+                                  const std::vector<int64_t> &gridShape,
+                                  const std::vector<int64_t> &coordinates);
 
 /// The manifest's `model` object.
 struct ModelConfig {
@@ -198,6 +238,12 @@ public:
   const ModelConfig &model() const { return model_; }
   const std::vector<Parameter> &parameters() const { return parameters_; }
   const std::vector<Function> &functions() const { return functions_; }
+  /// Whether the manifest has a `grid` (a bundle for several ranks).
+  bool hasGrid() const { return !gridShape_.empty(); }
+  /// The grid's sizes per axis ([dp, tp]); empty without a grid.
+  const std::vector<int64_t> &gridShape() const { return gridShape_; }
+  /// The number of ranks: the product of the grid's sizes, 1 without one.
+  int64_t rankCount() const;
 
   /// The function named `name`, or nullptr.
   const Function *findFunction(std::string_view name) const;
@@ -210,6 +256,7 @@ private:
   ModelConfig model_;
   std::vector<Parameter> parameters_;
   std::vector<Function> functions_;
+  std::vector<int64_t> gridShape_;
 };
 
 } // namespace mtrt

@@ -201,6 +201,79 @@ void ManifestReader::readModel(const Json &json, const std::string &path,
              std::to_string(out.dataParallelSize) + ")");
 }
 
+void ManifestReader::readGrid(const Json &json, const std::string &path,
+                              std::vector<int64_t> &out) {
+  expectObject(json, path);
+  std::string at = member(path, "shape");
+  const Json &shape = field(json, path, "shape");
+  expectArray(shape, at);
+  if (shape.empty())
+    fail(at, "[]", "at least one grid axis ([dp, tp])");
+  int64_t ranks = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t size = readInt(shape[i], index(at, i), 1, kMaxGridRanks);
+    ranks *= size;
+    if (ranks > kMaxGridRanks)
+      fail(at, "shape " + describe(shape),
+           "a grid of at most " + std::to_string(kMaxGridRanks) +
+               " ranks (the product of the sizes)");
+    out.push_back(size);
+  }
+}
+
+std::vector<int64_t> ManifestReader::readGridAxes(const Json &json,
+                                                  const std::string &path) {
+  expectArray(json, path);
+  int64_t rank = static_cast<int64_t>(grid_.size());
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < json.size(); ++i) {
+    int64_t axis = readInt(json[i], index(path, i));
+    if (axis < 0 || axis >= rank)
+      fail(index(path, i), std::to_string(axis),
+           "a grid axis in [0, " + std::to_string(rank) + ") (the grid is " +
+               shapeString(grid_) + ")");
+    if (std::find(axes.begin(), axes.end(), axis) != axes.end())
+      fail(index(path, i), std::to_string(axis) + ", listed twice",
+           "each grid axis at most once");
+    axes.push_back(axis);
+  }
+  return axes;
+}
+
+void ManifestReader::readSplitAxes(const Json &json, const std::string &path,
+                                   Parameter &parameter) {
+  if (grid_.empty())
+    fail(path, describe(json),
+         "no split_axes in a bundle without a top-level \"grid\"");
+  expectArray(json, path);
+  const std::vector<int64_t> &shape = parameter.type.shape;
+  if (json.size() != shape.size())
+    fail(path, std::to_string(json.size()) + " lists",
+         "one list per dimension of the shape " + shapeString(shape));
+  std::vector<int64_t> used;
+  parameter.localType = parameter.type;
+  for (size_t d = 0; d < json.size(); ++d) {
+    std::string at = index(path, d);
+    std::vector<int64_t> axes = readGridAxes(json[d], at);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (std::find(used.begin(), used.end(), axes[i]) != used.end())
+        fail(index(at, i), std::to_string(axes[i]),
+             "a grid axis that splits no other dimension");
+      used.push_back(axes[i]);
+    }
+    int64_t ways = gridGroupSize(grid_, axes);
+    if (shape[d] % ways != 0)
+      fail(at, shapeString(axes) + " (" + std::to_string(ways) + " ways)",
+           "axes whose sizes' product divides dimension " + std::to_string(d) +
+               " of the shape " + shapeString(shape));
+    parameter.localType.shape[d] = shape[d] / ways;
+    parameter.localType.numElements = parameter.localType.numElements / ways;
+    parameter.splitAxes.push_back(std::move(axes));
+  }
+  if (used.empty())
+    parameter.splitAxes.clear();
+}
+
 void ManifestReader::readParameters(const Json &json, const std::string &path,
                                     std::vector<Parameter> &out) {
   expectArray(json, path);
@@ -244,6 +317,9 @@ void ManifestReader::readParameters(const Json &json, const std::string &path,
     }
     parameter.weightDecay =
         readBool(field(entry, at, "weight_decay"), member(at, "weight_decay"));
+    parameter.localType = parameter.type;
+    if (const Json *split = optionalField(entry, "split_axes"))
+      readSplitAxes(*split, member(at, "split_axes"), parameter);
     out.push_back(std::move(parameter));
   }
 }
@@ -311,6 +387,9 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.axis = readInt(*value, at); // normalized by OpChecker
       } else if (key == "ignore_index") {
         out.ignoreIndex = readInt(*value, at);
+      } else if (key == "gather_axis" || key == "scatter_axis" ||
+                 key == "slice_axis") {
+        out.axis = readInt(*value, at); // normalized by OpChecker
       }
       break;
     }
@@ -346,6 +425,14 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
           out.approximate = GeluApproximate::Tanh;
         else
           fail(at, describe(*value), "\"erf\" or \"tanh\"");
+      } else if (key == "reduction" &&
+                 (info.op == Op::AllReduce || info.op == Op::ReduceScatter)) {
+        if (text == "sum")
+          out.collectiveReduction = CollectiveReduction::Sum;
+        else if (text == "max")
+          out.collectiveReduction = CollectiveReduction::Max;
+        else
+          fail(at, describe(*value), "\"sum\" or \"max\"");
       } else if (key == "reduction") {
         if (text == "mean")
           out.reduction = Reduction::Mean;
@@ -359,6 +446,14 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
       break;
     }
     case AttrKind::IntArray: {
+      if (key == "grid_axes") {
+        if (grid_.empty())
+          fail(at, describe(*value),
+               std::string("no collective (") + info.name +
+                   ") in a bundle without a top-level \"grid\"");
+        out.gridAxes = readGridAxes(*value, at);
+        break;
+      }
       expectArray(*value, at);
       for (size_t i = 0; i < value->size(); ++i)
         out.permutation.push_back(readInt((*value)[i], index(at, i)));
@@ -465,7 +560,9 @@ void ManifestReader::readInstruction(const Json &json, const std::string &path,
                  inst.attrs);
   OpChecker(*this, function, inst, path, *parameters_).check();
   if (inst.op == Op::Softmax || inst.op == Op::SoftmaxGrad ||
-      inst.op == Op::Split || inst.op == Op::Concat) {
+      inst.op == Op::Split || inst.op == Op::Concat ||
+      inst.op == Op::AllGather || inst.op == Op::ReduceScatter ||
+      inst.op == Op::AllSlice) {
     const TensorType &t =
         function.values[inst.op == Op::Concat ? inst.results[0]
                                               : inst.operands.back()];
@@ -599,9 +696,9 @@ void ManifestReader::checkFunctionSignature(const Function &function,
          "value " + std::to_string(function.outputs[0]) + " of type " +
              out.str(),
          "a floating-point scalar (the loss)");
-  if (predict &&
-      (!isFloatingPoint(out.dtype) || out.rank() != 3 ||
-       out.shape[0] != tokens.shape[0] || out.shape[1] != tokens.shape[1]))
+  if (predict && (!isFloatingPoint(out.dtype) || out.rank() != 3 ||
+                  out.shape[0] != tokens.shape[0] ||
+                  out.shape[1] != tokens.shape[1]))
     fail(outAt,
          "value " + std::to_string(function.outputs[0]) + " of type " +
              out.str(),
@@ -643,6 +740,9 @@ Bundle ManifestReader::read(std::string_view text) {
     readModel(*model, "model", bundle.model_);
     bundle.hasModel_ = true;
   }
+  if (const Json *grid = optionalField(root, "grid"))
+    readGrid(*grid, "grid", grid_);
+  bundle.gridShape_ = grid_;
   readParameters(field(root, "", "parameters"), "parameters",
                  bundle.parameters_);
   parameters_ = &bundle.parameters_;

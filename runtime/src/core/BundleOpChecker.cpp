@@ -114,6 +114,40 @@ const std::vector<OpInfo> &opTable() {
       {Op::SwigluGrad, "swiglu_grad", 3, 3, 2, 2, {}},
       {Op::SoftmaxGrad, "softmax_grad", 2, 2, 1, 1, kAxis},
       {Op::CrossEntropyGrad, "cross_entropy_grad", 3, 3, 1, 1, kLossAttrs},
+      {Op::AllReduce,
+       "all_reduce",
+       1,
+       1,
+       1,
+       1,
+       {{"grid_axes", AttrKind::IntArray, true},
+        {"reduction", AttrKind::String, true}}},
+      {Op::AllGather,
+       "all_gather",
+       1,
+       1,
+       1,
+       1,
+       {{"grid_axes", AttrKind::IntArray, true},
+        {"gather_axis", AttrKind::Int, true}}},
+      {Op::ReduceScatter,
+       "reduce_scatter",
+       1,
+       1,
+       1,
+       1,
+       {{"grid_axes", AttrKind::IntArray, true},
+        {"scatter_axis", AttrKind::Int, true},
+        {"reduction", AttrKind::String, true}}},
+      {Op::AllSlice,
+       "all_slice",
+       1,
+       1,
+       1,
+       1,
+       {{"grid_axes", AttrKind::IntArray, true},
+        {"slice_axis", AttrKind::Int, true}}},
+      {Op::BiasAdd, "bias_add", 2, 2, 1, 1, {}},
   };
   return table;
 }
@@ -163,6 +197,46 @@ void OpChecker::checkLoss(size_t logits, size_t labels) {
   expectShape(false, labels, rows, "the logits' shape without the vocabulary");
 }
 
+/// all_reduce, all_gather, reduce_scatter, all_slice: x -> y, the axis
+/// attribute (in attrs.axis) multiplied or divided by the group size.
+void OpChecker::checkCollective() {
+  const Attributes &a = inst_.attrs;
+  expectFloat(false, 0);
+  int64_t group = gridGroupSize(reader_.grid_, a.gridAxes);
+  std::string groupText = "the group size " + std::to_string(group) +
+                          " (grid " + shapeString(reader_.grid_) +
+                          " along grid_axes " + shapeString(a.gridAxes) + ")";
+  std::vector<int64_t> shape = operand(0).shape;
+  if (inst_.op == Op::AllReduce) {
+    expectShape(true, 0, shape, "the input's shape");
+    return;
+  }
+  const char *attr = inst_.op == Op::AllGather       ? "gather_axis"
+                     : inst_.op == Op::ReduceScatter ? "scatter_axis"
+                                                     : "slice_axis";
+  int64_t rank = operand(0).rank();
+  if (a.axis < -rank || a.axis >= rank)
+    fail(path_ + ".attrs." + attr, std::to_string(a.axis),
+         "an axis in [" + std::to_string(-rank) + ", " + std::to_string(rank) +
+             ") for rank " + std::to_string(rank));
+  int64_t axis = a.axis < 0 ? a.axis + rank : a.axis;
+  if (inst_.op == Op::AllGather) {
+    shape[axis] *= group;
+    expectShape(true, 0, shape,
+                "the input's shape with axis " + std::to_string(axis) +
+                    " multiplied by " + groupText);
+    return;
+  }
+  if (shape[axis] % group != 0)
+    failShape(false, 0,
+              "a size along axis " + std::to_string(axis) + " divisible by " +
+                  groupText);
+  shape[axis] /= group;
+  expectShape(true, 0, shape,
+              "the input's shape with axis " + std::to_string(axis) +
+                  " divided by " + groupText);
+}
+
 void OpChecker::check() {
   const Attributes &a = inst_.attrs;
   const char *name = opName(inst_.op);
@@ -177,11 +251,14 @@ void OpChecker::check() {
     const Parameter &parameter = parameters_[a.parameter];
     bool isResult = inst_.op == Op::GetParameter;
     const TensorType &t = type(isResult, 0);
-    if (t.shape != parameter.type.shape || t.dtype != parameter.type.dtype)
+    const TensorType &local = parameter.localType;
+    if (t.shape != local.shape || t.dtype != local.dtype)
       fail(where(isResult, 0),
            t.str() + " (value " + std::to_string(valueIndex(isResult, 0)) + ")",
-           parameter.type.str() + ", the type of parameters[" +
-               std::to_string(a.parameter) + "] (" + parameter.name + ")");
+           local.str() + ", the type of " +
+               (parameter.splitAxes.empty() ? "" : "a rank's shard of ") +
+               "parameters[" + std::to_string(a.parameter) + "] (" +
+               parameter.name + ")");
     break;
   }
   case Op::Fill:
@@ -455,6 +532,19 @@ void OpChecker::check() {
     normalizeAxis(a.axis, operand(1).rank());
     sameAs(false, 0, 1);
     sameAs(true, 0, 1);
+    break;
+  case Op::AllReduce:
+  case Op::AllGather:
+  case Op::ReduceScatter:
+  case Op::AllSlice:
+    checkCollective();
+    break;
+  case Op::BiasAdd:
+    expectFloat(false, 0);
+    expectMinRank(false, 0, 1);
+    expectShape(false, 1, {operand(0).shape.back()},
+                "the input's last dimension");
+    sameAs(true, 0, 0);
     break;
   }
   (void)name;

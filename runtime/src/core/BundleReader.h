@@ -91,8 +91,13 @@ private:
   TensorType readTensorType(const Json &object, const std::string &path);
 
   void readModel(const Json &json, const std::string &path, ModelConfig &out);
+  void readGrid(const Json &json, const std::string &path,
+                std::vector<int64_t> &out);
   void readParameters(const Json &json, const std::string &path,
                       std::vector<Parameter> &out);
+  void readSplitAxes(const Json &json, const std::string &path,
+                     Parameter &parameter);
+  std::vector<int64_t> readGridAxes(const Json &json, const std::string &path);
   void readFunction(const Json &json, const std::string &path, Function &out);
   void readInstruction(const Json &json, const std::string &path,
                        Function &function, size_t position);
@@ -103,6 +108,8 @@ private:
 
   std::string name_;
   const std::vector<Parameter> *parameters_ = nullptr;
+  /// The manifest's grid; empty when it has none.
+  std::vector<int64_t> grid_;
 
   // Per function, while its instructions are read.
   static constexpr int64_t kUndefined = -2, kInput = -1;
@@ -200,6 +207,7 @@ private:
     return axis < 0 ? axis + rank : axis;
   }
   std::vector<int64_t> attentionOutput(size_t q, size_t k, size_t v);
+  void checkCollective();
   void checkLoss(size_t logits, size_t labels);
   void checkOneElementType();
 

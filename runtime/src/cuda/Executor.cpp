@@ -23,6 +23,28 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   const Function &fn = *function_;
   checkNoHalfValues(bundle, fn,
                     "the cuda backend computes in f32 only for now");
+  if (bundle.rankCount() > 1)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle.name() + "' is compiled for " +
+                    std::to_string(bundle.rankCount()) + " ranks (grid " +
+                    shapeString(bundle.gridShape()) +
+                    "); the cuda backend runs one rank: use the host backend "
+                    "(megatron-train --in-process-ranks)");
+  for (size_t position = 0; position < fn.instructions.size(); ++position)
+    switch (fn.instructions[position].op) {
+    case Op::AllReduce:
+    case Op::AllGather:
+    case Op::ReduceScatter:
+    case Op::AllSlice:
+    case Op::BiasAdd:
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  instructionWhere(fn, position) + ": " +
+                      opName(fn.instructions[position].op) +
+                      " is not implemented by the cuda backend yet; use the "
+                      "host backend");
+    default:
+      break;
+    }
 
   std::vector<bool> parameterView(fn.values.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position) {

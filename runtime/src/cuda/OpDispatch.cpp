@@ -364,6 +364,15 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
     break;
   }
+  case Op::AllReduce:
+  case Op::AllGather:
+  case Op::ReduceScatter:
+  case Op::AllSlice:
+  case Op::BiasAdd:
+    // Rejected when the executor is constructed.
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                where(position) + ": " + opName(inst.op) +
+                    " is not implemented by the cuda backend yet");
   }
   cudaError_t launch = cudaGetLastError();
   if (launch != cudaSuccess)

@@ -2,6 +2,7 @@
 // outputs.
 #include "host/Executor.h"
 
+#include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
@@ -11,14 +12,38 @@
 namespace mtrt::host {
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
-                   ParameterStore &parameters, ThreadPool &pool)
-    : bundle_(bundle), parameters_(parameters), pool_(pool),
+                   ParameterStore &parameters, ThreadPool &pool,
+                   comm::RankContext *rank)
+    : bundle_(bundle), parameters_(parameters), pool_(pool), rank_(rank),
       floatType_(parameters.floatType()) {
   function_ = &requireFunction(bundle, functionName);
   checkParameterStore(bundle, parameters, "Executor");
   checkNoHalfValues(bundle, *function_,
                     "the host backend computes in f32 or f64 only");
   slots_.resize(function_->values.size());
+  if (rank_ && rank_->gridShape() != bundle.gridShape())
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "Executor: the rank's grid " + shapeString(rank_->gridShape()) +
+                    " is not bundle '" + bundle.name() + "''s grid " +
+                    shapeString(bundle.gridShape()));
+  if (!rank_)
+    for (size_t position = 0; position < function_->instructions.size();
+         ++position) {
+      const Instruction &inst = function_->instructions[position];
+      bool isCollective =
+          inst.op == Op::AllReduce || inst.op == Op::AllGather ||
+          inst.op == Op::ReduceScatter || inst.op == Op::AllSlice;
+      if (isCollective &&
+          gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes) > 1)
+        throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                    where(position) + ": " + opName(inst.op) + " runs over " +
+                        std::to_string(gridGroupSize(bundle.gridShape(),
+                                                     inst.attrs.gridAxes)) +
+                        " ranks, and the executor has no rank context; run "
+                        "the bundle's " +
+                        std::to_string(bundle.rankCount()) +
+                        " ranks (megatron-train --in-process-ranks)");
+    }
 }
 
 Executor::~Executor() = default;

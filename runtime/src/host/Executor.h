@@ -12,6 +12,10 @@
 #include <string_view>
 #include <vector>
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
 namespace mtrt::host {
 
 class ParameterStore;
@@ -33,6 +37,12 @@ class ThreadPool;
 /// vocabulary (OUT_OF_RANGE, naming the function, the instruction, the id and
 /// the vocabulary size).
 ///
+/// Bundles for several ranks (a manifest `grid`): each rank runs its own
+/// executor, given the rank's RankContext; collectives go to the
+/// communicator of their group, all_slice copies the rank's block without
+/// communication. Without a RankContext, only collectives over groups of one
+/// rank are allowed (they copy).
+///
 /// Thread-safety: one run at a time per executor. Executors of one store may
 /// not run concurrently either (they share gradient buffers).
 class Executor {
@@ -40,9 +50,12 @@ public:
   /// Prepares `bundle`'s function `functionName`. The bundle, the store and
   /// the pool must outlive the executor. Throws Error: NOT_FOUND when the
   /// bundle has no such function (naming the ones it has), UNIMPLEMENTED for
-  /// bf16/f16 values, INVALID_ARGUMENT if the store is another bundle's.
+  /// bf16/f16 values, INVALID_ARGUMENT if the store is another bundle's or
+  /// `rank`'s grid is not the bundle's, FAILED_PRECONDITION for a collective
+  /// over several ranks without a `rank` (which must outlive the executor).
   Executor(const Bundle &bundle, std::string_view functionName,
-           ParameterStore &parameters, ThreadPool &pool);
+           ParameterStore &parameters, ThreadPool &pool,
+           comm::RankContext *rank = nullptr);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -76,11 +89,14 @@ private:
 
   template <typename T>
   void execute(size_t position, const Instruction &inst, uint64_t step);
+  template <typename T>
+  void collective(size_t position, const Instruction &inst, uint64_t step);
 
   const Bundle &bundle_;
   const Function *function_ = nullptr;
   ParameterStore &parameters_;
   ThreadPool &pool_;
+  comm::RankContext *rank_ = nullptr;
   DType floatType_;
 
   std::vector<Slot> slots_;

@@ -2,6 +2,7 @@
 // scratch, id checks.
 #include "host/Executor.h"
 
+#include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
 #include "core/OpShapes.h"
 #include "host/ParameterStore.h"
@@ -274,6 +275,18 @@ void Executor::execute(size_t position, const Instruction &inst,
     });
     break;
   }
+  case Op::AllReduce:
+  case Op::AllGather:
+  case Op::ReduceScatter:
+  case Op::AllSlice:
+    collective<T>(position, inst, step);
+    break;
+  case Op::BiasAdd: {
+    int64_t n = operandShape(0).back();
+    int64_t total = count(inst.operands[0]);
+    biasAddForward<T>(pool, n ? total / n : 0, n, in(0), in(1), out(0));
+    break;
+  }
   case Op::Reshape:
     std::memcpy(out(0), in(0),
                 sizeof(T) * static_cast<size_t>(count(inst.operands[0])));
@@ -308,6 +321,84 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
     break;
   }
+  }
+}
+
+/// The collectives over the rank's group along grid_axes; all_slice copies
+/// the rank's block. Groups of one rank (and executors without a rank
+/// context, which only allows those) copy.
+template <typename T>
+void Executor::collective(size_t position, const Instruction &inst,
+                          uint64_t step) {
+  const Function &fn = *function_;
+  const Attributes &a = inst.attrs;
+  const T *x = static_cast<const T *>(slots_[inst.operands[0]].data);
+  T *y = static_cast<T *>(allocate(inst.results[0]));
+  int64_t inCount = fn.values[inst.operands[0]].numElements;
+  int64_t outCount = fn.values[inst.results[0]].numElements;
+  int64_t group = gridGroupSize(bundle_.gridShape(), a.gridAxes);
+  if (group == 1) {
+    std::memcpy(y, x, sizeof(T) * static_cast<size_t>(outCount));
+    return;
+  }
+  // The operand as [outer, axisSize, inner] around the op's axis.
+  const std::vector<int64_t> &shape = fn.values[inst.operands[0]].shape;
+  int64_t outer = 1, inner = 1;
+  if (inst.op != Op::AllReduce) {
+    for (int64_t d = 0; d < a.axis; ++d)
+      outer *= shape[d];
+    for (size_t d = static_cast<size_t>(a.axis) + 1; d < shape.size(); ++d)
+      inner *= shape[d];
+  }
+  if (inst.op == Op::AllSlice) {
+    int64_t index =
+        gridGroupIndex(rank_->gridShape(), rank_->coordinates(), a.gridAxes);
+    int64_t block = shape[a.axis] / group * inner;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(y + o * block, x + (o * group + index) * block,
+                  sizeof(T) * static_cast<size_t>(block));
+    return;
+  }
+  comm::Communicator &comm = rank_->group(a.gridAxes);
+  std::string label = where(position);
+  comm::CallInfo info{label, static_cast<int64_t>(step)};
+  comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
+                          ? comm::ReduceOp::Max
+                          : comm::ReduceOp::Sum;
+  std::vector<int64_t> sizes(static_cast<size_t>(group));
+  std::vector<T *> pieces(static_cast<size_t>(group));
+  switch (inst.op) {
+  case Op::AllReduce:
+    comm.allReduce<T>(x, y, inCount, op, info);
+    break;
+  case Op::AllGather: {
+    // The ranks' blocks arrive one after another; interleave them along the
+    // axis.
+    ScratchBuffer gathered(*this, sizeof(T) * static_cast<size_t>(outCount));
+    comm.allGather<T>(x, gathered.as<T>(), inCount, info);
+    for (int64_t r = 0; r < group; ++r) {
+      sizes[r] = shape[a.axis];
+      pieces[r] = gathered.as<T>() + r * inCount;
+    }
+    std::vector<const T *> inputs(pieces.begin(), pieces.end());
+    concatForward<T>(pool_, outer, inner, static_cast<int>(group), sizes.data(),
+                     inputs.data(), y);
+    break;
+  }
+  case Op::ReduceScatter: {
+    // Each rank's block of the axis, made contiguous, one after another.
+    ScratchBuffer blocks(*this, sizeof(T) * static_cast<size_t>(inCount));
+    for (int64_t r = 0; r < group; ++r) {
+      sizes[r] = shape[a.axis] / group;
+      pieces[r] = blocks.as<T>() + r * outCount;
+    }
+    splitForward<T>(pool_, outer, inner, static_cast<int>(group), sizes.data(),
+                    x, pieces.data());
+    comm.reduceScatter<T>(blocks.as<T>(), y, outCount, op, info);
+    break;
+  }
+  default:
+    break;
   }
 }
 

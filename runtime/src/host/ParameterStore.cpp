@@ -16,12 +16,19 @@ template <typename T> void zero(ThreadPool &pool, Tensor &tensor) {
 
 template <typename T>
 void initializeOne(ThreadPool &pool, const Parameter &info, size_t index,
-                   uint64_t seed, Tensor &value) {
+                   uint64_t seed, const std::vector<int64_t> &offsets,
+                   Tensor &value) {
   int64_t n = value.numElements();
   switch (info.init) {
   case InitMethod::Normal:
-    initNormal<T>(pool, n, value.data<T>(), info.std, seed,
-                  static_cast<uint64_t>(index));
+    if (info.splitAxes.empty())
+      initNormal<T>(pool, n, value.data<T>(), info.std, seed,
+                    static_cast<uint64_t>(index));
+    else
+      initNormalShard<T>(pool, static_cast<int>(info.type.shape.size()),
+                         info.type.shape.data(), offsets.data(),
+                         info.localType.shape.data(), value.data<T>(), info.std,
+                         seed, static_cast<uint64_t>(index));
     break;
   case InitMethod::Zeros:
     fill<T>(pool, n, value.data<T>(), T(0));
@@ -34,8 +41,20 @@ void initializeOne(ThreadPool &pool, const Parameter &info, size_t index,
 
 } // namespace
 
-ParameterStore::ParameterStore(const Bundle &bundle, DType floatType)
-    : floatType_(floatType) {
+ParameterStore::ParameterStore(const Bundle &bundle, DType floatType,
+                               std::vector<int64_t> coordinates)
+    : floatType_(floatType), gridShape_(bundle.gridShape()),
+      coordinates_(std::move(coordinates)) {
+  if (coordinates_.empty())
+    coordinates_.assign(gridShape_.size(), 0);
+  bool inGrid = coordinates_.size() == gridShape_.size();
+  for (size_t a = 0; inGrid && a < gridShape_.size(); ++a)
+    inGrid = coordinates_[a] >= 0 && coordinates_[a] < gridShape_[a];
+  if (!inGrid)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "ParameterStore: rank coordinates " +
+                    shapeString(coordinates_) + " are not in bundle '" +
+                    bundle.name() + "''s grid " + shapeString(gridShape_));
   if (floatType != DType::F32 && floatType != DType::F64)
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 std::string("ParameterStore: float type ") +
@@ -56,10 +75,10 @@ ParameterStore::ParameterStore(const Bundle &bundle, DType floatType)
     Entry &e = entries_[i];
     e.info = &p;
     for (Tensor *t : {&e.value, &e.gradient, &e.expAvg, &e.expAvgSq}) {
-      *t = Tensor(floatType, p.type.shape);
+      *t = Tensor(floatType, p.localType.shape);
       std::memset(t->buffer.data(), 0, t->buffer.size());
     }
-    numElements_ += p.type.numElements;
+    numElements_ += p.localType.numElements;
   }
 }
 
@@ -67,15 +86,19 @@ void ParameterStore::initialize(ThreadPool &pool, uint64_t seed) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry &e = entries_[i];
     if (floatType_ == DType::F32) {
-      initializeOne<float>(pool, *e.info, i, seed, e.value);
+      initializeOne<float>(pool, *e.info, i, seed, shardOffsets(i), e.value);
       for (Tensor *t : {&e.gradient, &e.expAvg, &e.expAvgSq})
         zero<float>(pool, *t);
     } else {
-      initializeOne<double>(pool, *e.info, i, seed, e.value);
+      initializeOne<double>(pool, *e.info, i, seed, shardOffsets(i), e.value);
       for (Tensor *t : {&e.gradient, &e.expAvg, &e.expAvgSq})
         zero<double>(pool, *t);
     }
   }
+}
+
+std::vector<int64_t> ParameterStore::shardOffsets(size_t i) const {
+  return mtrt::shardOffsets(*entries_[i].info, gridShape_, coordinates_);
 }
 
 void ParameterStore::zeroGradients(ThreadPool &pool) {

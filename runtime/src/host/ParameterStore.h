@@ -15,8 +15,10 @@ class ThreadPool;
 
 /// Holds, for every entry of a bundle's parameter table (by parameter
 /// index), its value, its gradient buffer and AdamW's first and second
-/// moments, each of the parameter's global shape, stored in one floating
-/// type (F32, or F64 for gradient checks). Everything starts at zero.
+/// moments, each of the rank's shard shape (the global shape for parameters
+/// without split_axes, and for bundles without a grid), stored in one
+/// floating type (F32, or F64 for gradient checks). Everything starts at
+/// zero.
 ///
 /// Executors bind get_parameter to `value` and accumulate_gradient to
 /// `gradient`; the optimizer reads gradients and updates values and moments.
@@ -27,12 +29,19 @@ public:
   /// Throws Error: INVALID_ARGUMENT if floatType is not F32 or F64,
   /// UNIMPLEMENTED for bf16/f16 parameters (the host backend computes in
   /// f32 or f64).
-  ParameterStore(const Bundle &bundle, DType floatType = DType::F32);
+  /// `coordinates`: the rank's position in the bundle's grid, which picks
+  /// its shards (empty: rank 0).
+  ParameterStore(const Bundle &bundle, DType floatType = DType::F32,
+                 std::vector<int64_t> coordinates = {});
 
   size_t size() const { return entries_.size(); }
   const Parameter &info(size_t i) const { return *entries_[i].info; }
   DType floatType() const { return floatType_; }
-  /// The sum of the parameters' element counts.
+  /// The rank's grid coordinates; empty without a grid.
+  const std::vector<int64_t> &coordinates() const { return coordinates_; }
+  /// The offset of parameter i's shard in the global tensor, per dimension.
+  std::vector<int64_t> shardOffsets(size_t i) const;
+  /// The sum of the parameters' (shards') element counts.
   int64_t numElements() const { return numElements_; }
 
   Tensor &value(size_t i) { return entries_[i].value; }
@@ -44,7 +53,8 @@ public:
 
   /// Sets every value as the manifest says: normal (N(0, std^2) from the
   /// counter-based generator keyed on (seed, parameter index, element
-  /// index), as Megatron-LM's init_method_normal), zeros or ones. Also
+  /// index in the global tensor, whatever the shard), as Megatron-LM's
+  /// init_method_normal), zeros or ones. Also
   /// zeroes gradients and moments.
   void initialize(ThreadPool &pool, uint64_t seed);
 
@@ -58,6 +68,7 @@ private:
   };
   std::vector<Entry> entries_;
   DType floatType_;
+  std::vector<int64_t> gridShape_, coordinates_;
   int64_t numElements_ = 0;
 };
 

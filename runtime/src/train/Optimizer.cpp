@@ -1,18 +1,21 @@
 // Gradient scaling, clipping and AdamW over a ParameterStore.
 #include "train/Optimizer.h"
 
+#include "comm/RankContext.h"
 #include "core/Bundle.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
 #include <cmath>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace mtrt::train {
 
 Optimizer::Optimizer(host::ParameterStore &parameters, host::ThreadPool &pool,
-                     const OptimizerConfig &config)
-    : parameters_(parameters), pool_(pool), config_(config) {}
+                     const OptimizerConfig &config, comm::RankContext *rank)
+    : parameters_(parameters), pool_(pool), config_(config), rank_(rank) {}
 
 OptimizerStepResult Optimizer::step(int64_t iteration, double gradScale) {
   if (parameters_.floatType() == DType::F64)
@@ -28,11 +31,34 @@ OptimizerStepResult Optimizer::stepTyped(int64_t iteration, double gradScale) {
       host::Tensor &g = parameters_.gradient(i);
       host::scaleInPlace<T>(pool_, g.numElements(), g.data<T>(), gradScale);
     }
-  double sumOfSquares = 0;
+  std::vector<double> squares(count, 0.0);
   for (size_t i = 0; i < count; ++i) {
     const host::Tensor &g = parameters_.gradient(i);
-    sumOfSquares += host::sumOfSquares<T>(pool_, g.numElements(), g.data<T>());
+    squares[i] = host::sumOfSquares<T>(pool_, g.numElements(), g.data<T>());
   }
+  if (rank_) {
+    // Only the replica at coordinate 0 of every axis that does not split a
+    // parameter contributes its shard, so each distinct shard counts once.
+    for (size_t i = 0; i < count; ++i) {
+      const auto &split = parameters_.info(i).splitAxes;
+      for (size_t axis = 0; axis < rank_->coordinates().size(); ++axis) {
+        bool splits = false;
+        for (const auto &axes : split)
+          for (int64_t a : axes)
+            splits |= a == static_cast<int64_t>(axis);
+        if (!splits && rank_->coordinates()[axis] != 0)
+          squares[i] = 0;
+      }
+    }
+    std::string label =
+        "gradient norm of iteration " + std::to_string(iteration);
+    rank_->world().allReduce<double>(
+        squares.data(), squares.data(), static_cast<int64_t>(count),
+        comm::ReduceOp::Sum, comm::CallInfo{label, iteration});
+  }
+  double sumOfSquares = 0;
+  for (double s : squares)
+    sumOfSquares += s;
   OptimizerStepResult result;
   result.gradNorm = std::sqrt(sumOfSquares);
   if (!std::isfinite(result.gradNorm)) {

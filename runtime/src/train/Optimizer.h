@@ -12,6 +12,10 @@ class ParameterStore;
 class ThreadPool;
 } // namespace mtrt::host
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
 namespace mtrt::train {
 
 struct OptimizerConfig {
@@ -40,10 +44,17 @@ struct OptimizerStepResult {
 /// weight decay, torch.optim.AdamW's formulas) with the learning rate of the
 /// schedule after iteration - 1 completed iterations, as Megatron-LM's
 /// OptimizerParamScheduler.
+///
+/// With a RankContext (a bundle for several ranks), each rank steps its
+/// shards; the norm is that of the global gradient: each parameter's sum of
+/// squares is summed over the ranks that hold distinct shards of it (a
+/// replicated parameter, whose gradient every replica holds, counts once),
+/// all-reduced over the world, so every rank clips by the same coefficient.
 class Optimizer {
 public:
+  /// `rank` (optional) must outlive the optimizer.
   Optimizer(host::ParameterStore &parameters, host::ThreadPool &pool,
-            const OptimizerConfig &config);
+            const OptimizerConfig &config, comm::RankContext *rank = nullptr);
 
   /// `iteration` counts from 1. Throws Error (ABORTED) if the gradient norm
   /// is not finite, naming the iteration, before anything is updated.
@@ -57,6 +68,7 @@ private:
   host::ParameterStore &parameters_;
   host::ThreadPool &pool_;
   OptimizerConfig config_;
+  comm::RankContext *rank_ = nullptr;
 };
 
 } // namespace mtrt::train

@@ -136,6 +136,10 @@ const std::vector<Flag> &flags() {
            invalid(f + ": found '" + v + "', expected host or cuda");
          c.backend = v;
        }},
+      {"--in-process-ranks", nullptr,
+       "run every rank of a bundle compiled for several ranks (its grid) as "
+       "a thread of this process",
+       [](C &c, S, S) { c.inProcessRanks = true; }},
       {"--no-progress-bar", nullptr,
        "never draw the progress bar (drawn only when stderr is a terminal)",
        [](C &c, S, S) { c.options.progressBar = false; }},
@@ -178,7 +182,6 @@ const char *const kNotYetFlags[] = {
     "--load",
     "--save-interval",
     "--tokenizer-type",
-    "--in-process-ranks",
     "--exit-interval",
 };
 

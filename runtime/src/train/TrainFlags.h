@@ -29,6 +29,9 @@ struct TrainCommand {
   std::string saveWeights;
   /// --backend: "host" (CPU) or "cuda" (GPU), where the step runs.
   std::string backend = "host";
+  /// --in-process-ranks: run each rank of a bundle for several ranks as a
+  /// thread of this process.
+  bool inProcessRanks = false;
   bool help = false;
 };
 

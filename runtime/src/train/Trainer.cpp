@@ -2,6 +2,7 @@
 // evaluation, sampling.
 #include "train/Trainer.h"
 
+#include "comm/RankContext.h"
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
@@ -106,9 +107,10 @@ void checkOptions(const TrainerOptions &o) {
 } // namespace
 
 Trainer::Trainer(const Bundle &bundle, std::string corpus,
-                 std::string corpusName, const TrainerOptions &options)
-    : bundle_(bundle), options_(options), corpus_(std::move(corpus)),
-      corpusName_(std::move(corpusName)) {
+                 std::string corpusName, const TrainerOptions &options,
+                 comm::RankContext *rank)
+    : bundle_(bundle), options_(options), rank_(rank),
+      corpus_(std::move(corpus)), corpusName_(std::move(corpusName)) {
   checkOptions(options_);
   OptimizerConfig optimizer;
   optimizer.schedule = makeSchedule(options_);
@@ -124,8 +126,30 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             "from a model file); compile the model with megatron-compile to "
             "train it");
   const ModelConfig &model = bundle.model();
-  if (model.tensorModelParallelSize != 1 ||
-      model.pipelineModelParallelSize != 1 || model.dataParallelSize != 1)
+  if (model.pipelineModelParallelSize == 1 && bundle.rankCount() > 1 && !rank_)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle.name() + "' is compiled for " +
+                    std::to_string(bundle.rankCount()) + " ranks (grid " +
+                    shapeString(bundle.gridShape()) +
+                    "); run them with megatron-train --in-process-ranks");
+  bool runsRanks = rank_ && bundle.hasGrid();
+  if (runsRanks) {
+    if (rank_->gridShape() != bundle.gridShape())
+      invalid("bundle '" + bundle.name() + "': its grid is " +
+              shapeString(bundle.gridShape()) + " but the rank's is " +
+              shapeString(rank_->gridShape()));
+    if (model.dataParallelSize > 1 &&
+        bundle.gridShape()[0] != model.dataParallelSize)
+      invalid("bundle '" + bundle.name() + "': model.data_parallel_size is " +
+              std::to_string(model.dataParallelSize) +
+              " but the grid's axis 0 (the data-parallel ranks) has size " +
+              std::to_string(bundle.gridShape()[0]) + "; recompile it");
+    dataParallel_ = model.dataParallelSize;
+    dataRank_ = dataParallel_ > 1 ? rank_->coordinates()[0] : 0;
+  }
+  if (!runsRanks &&
+      (model.tensorModelParallelSize != 1 ||
+       model.pipelineModelParallelSize != 1 || model.dataParallelSize != 1))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle.name() +
                     "' is compiled for tensor x "
@@ -175,10 +199,15 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   bool wantEval = options_.evalInterval > 0 && options_.evalIters > 0;
 
   pool_ = std::make_unique<host::ThreadPool>(options_.threads);
-  parameters_ =
-      std::make_unique<host::ParameterStore>(bundle, options_.floatType);
+  parameters_ = std::make_unique<host::ParameterStore>(
+      bundle, options_.floatType,
+      runsRanks ? rank_->coordinates() : std::vector<int64_t>());
+  if (!runsRanks)
+    rank_ = nullptr;
+  if (rank_)
+    rank_->prepare(bundle);
   trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
-                                                *parameters_, *pool_);
+                                                *parameters_, *pool_, rank_);
   if (wantEval && bundle.findFunction("eval_step")) {
     const Function *eval = bundle.findFunction("eval_step");
     const TensorType &evalTokens = eval->values[eval->inputs[0]];
@@ -193,9 +222,10 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             options_.split +
             "; or pass --eval-iters 0 to train without evaluation)");
     evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
-                                                 *parameters_, *pool_);
+                                                 *parameters_, *pool_, rank_);
   }
-  optimizer_ = std::make_unique<Optimizer>(*parameters_, *pool_, optimizer);
+  optimizer_ =
+      std::make_unique<Optimizer>(*parameters_, *pool_, optimizer, rank_);
   tokens_.resize(static_cast<size_t>(microBatch_ * seqLength_));
   labels_.resize(tokens_.size());
   parameters_->initialize(*pool_, options_.seed);
@@ -229,14 +259,21 @@ double Trainer::runMicroBatch(host::Executor &executor, GptDataset &data,
 }
 
 void Trainer::train(std::ostream &out) {
-  TrainingLog log(out, options_.logJsonl, options_.progressBar,
-                  options_.trainIters, options_.logInterval);
+  // Ranks other than 0 log nowhere.
+  bool logs = !rank_ || rank_->rank() == 0;
+  std::ostringstream discarded;
+  TrainingLog log(logs ? out : discarded, logs ? options_.logJsonl : "",
+                  logs && options_.progressBar, options_.trainIters,
+                  options_.logInterval);
   const ModelConfig &model = bundle_.model();
   {
     std::ostringstream s;
     s << "training " << model.name << " (" << parameters_->numElements()
-      << " parameters, " << parameters_->size() << " tensors) from '"
-      << bundle_.name() << "' on '" << corpusName_
+      << " parameters, " << parameters_->size() << " tensors"
+      << (rank_ ? " on rank 0 of " + std::to_string(bundle_.rankCount()) +
+                      ", grid " + shapeString(bundle_.gridShape())
+                : std::string())
+      << ") from '" << bundle_.name() << "' on '" << corpusName_
       << "': " << trainData_->windowsPerEpoch() << " samples of " << seqLength_
       << " tokens per epoch, global batch " << globalBatch_ << " = "
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
@@ -256,7 +293,9 @@ void Trainer::train(std::ostream &out) {
     double lossSum = 0;
     for (int64_t m = 0; m < microBatches_; ++m)
       lossSum += runMicroBatch(*trainStep_, *trainData_,
-                               consumed + m * microBatch_, microStep_++);
+                               consumed + m * microBatch_ * dataParallel_ +
+                                   dataRank_ * microBatch_,
+                               microStep_++);
     OptimizerStepResult step =
         optimizer_->step(iteration, 1.0 / static_cast<double>(microBatches_));
     consumed += globalBatch_;
@@ -294,11 +333,17 @@ double Trainer::evaluate() {
   int64_t batches = options_.evalIters * microBatches_;
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i)
-    sum += runMicroBatch(*evalStep_, *validData_, i * microBatch_, 0);
+    sum += runMicroBatch(
+        *evalStep_, *validData_,
+        i * microBatch_ * dataParallel_ + dataRank_ * microBatch_, 0);
   return sum / static_cast<double>(batches);
 }
 
 std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
+  if (rank_)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "sampling from a bundle of several ranks is not supported "
+                "yet; pass --sample-tokens 0");
   if (!predictStep_) {
     if (!bundle_.findFunction("predict_step"))
       throw Error(MTRT_STATUS_NOT_FOUND,

@@ -18,6 +18,10 @@ class ParameterStore;
 class ThreadPool;
 } // namespace mtrt::host
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
 namespace mtrt::train {
 
 class GptDataset;
@@ -78,8 +82,14 @@ struct IterationRecord {
 /// Trains a bundle on a byte-tokenized text: seeded initialization of every
 /// parameter, Megatron-LM's sampling of the corpus, micro-batches with
 /// gradient accumulation, clipping, AdamW and the LR schedule, periodic
-/// evaluation, and Megatron-LM-style logs. Single rank: bundles compiled
-/// for more than one rank are rejected until communicators exist.
+/// evaluation, and Megatron-LM-style logs.
+///
+/// Bundles compiled for several ranks (a grid) run one Trainer per rank,
+/// each given its RankContext: every rank reads the same samples in the same
+/// order, data rank d (grid axis 0) takes rows [d * b, (d + 1) * b) of each
+/// global micro-batch of b * dp samples, and steps its parameter shards.
+/// Only rank 0 writes logs. The loss is the bundle's (the same on every
+/// rank).
 ///
 /// Determinism: the same bundle, corpus, options and seed give bit-identical
 /// losses and parameters, whatever the thread count (the kernels'
@@ -90,9 +100,11 @@ class Trainer {
 public:
   /// Checks everything before any work: throws Error (INVALID_ARGUMENT,
   /// UNIMPLEMENTED, NOT_FOUND) naming the flag or bundle field and the fix.
-  /// `corpusName` is what messages call the text.
+  /// `corpusName` is what messages call the text. `rank` (which must
+  /// outlive the trainer) is required for a bundle of several ranks;
+  /// constructing the trainer then is a collective over its world.
   Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
-          const TrainerOptions &options);
+          const TrainerOptions &options, comm::RankContext *rank = nullptr);
   ~Trainer();
 
   /// Runs options.trainIters iterations (then an evaluation, if enabled),
@@ -126,6 +138,9 @@ private:
 
   const Bundle &bundle_;
   TrainerOptions options_;
+  comm::RankContext *rank_ = nullptr;
+  /// This rank's position along the data-parallel axis, and that axis' size.
+  int64_t dataRank_ = 0, dataParallel_ = 1;
   std::string corpus_;
   std::string corpusName_;
   int64_t microBatch_ = 0, seqLength_ = 0, microBatches_ = 0, globalBatch_ = 0;

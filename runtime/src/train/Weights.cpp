@@ -50,6 +50,14 @@ void checkStore(const char *what, const Bundle &bundle,
     invalid(std::string(what) +
             ": the parameter store was made for another bundle than '" +
             bundle.name() + "'");
+  // The store holds one rank's shards; files hold whole tensors.
+  for (const Parameter &p : parameters)
+    if (!p.splitAxes.empty())
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  std::string(what) + ": bundle '" + bundle.name() +
+                      "' splits parameters over ranks (" + p.name +
+                      "); weights of split parameters cannot be exchanged "
+                      "with files yet");
 }
 
 /// What a tensor of the file stands for.

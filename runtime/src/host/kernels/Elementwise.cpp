@@ -138,6 +138,13 @@ void addForward(ThreadPool &pool, int64_t n, const T *a, const T *b, T *y) {
 }
 
 template <typename T>
+void biasAddForward(ThreadPool &pool, int64_t rows, int64_t n, const T *x,
+                    const T *bias, T *y) {
+  forEachElement(pool, rows * n,
+                 [&](int64_t i) { y[i] = x[i] + bias[n ? i % n : 0]; });
+}
+
+template <typename T>
 void accumulateInto(ThreadPool &pool, int64_t n, const T *x, T *y) {
   forEachElement(pool, n, [&](int64_t i) { y[i] += x[i]; });
 }
@@ -229,6 +236,8 @@ void softmaxBackward(ThreadPool &pool, int64_t outer, int64_t axisSize,
   template void addForward<T>(ThreadPool &, int64_t, const T *, const T *,     \
                               T *);                                            \
   template void accumulateInto<T>(ThreadPool &, int64_t, const T *, T *);      \
+  template void biasAddForward<T>(ThreadPool &, int64_t, int64_t, const T *,   \
+                                  const T *, T *);                             \
   template void mulForward<T>(ThreadPool &, int64_t, const T *, const T *,     \
                               T *);                                            \
   template void mulBackward<T>(ThreadPool &, int64_t, const T *, const T *,    \

@@ -261,6 +261,11 @@ void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx,
 /// y = a + b. The backward of add is the identity (da = db = dy).
 template <typename T>
 void addForward(ThreadPool &pool, int64_t n, const T *a, const T *b, T *y);
+/// y[r, j] = x[r, j] + bias[j] for x [rows, n]. Its backward is the identity
+/// for x and bias_grad for the bias.
+template <typename T>
+void biasAddForward(ThreadPool &pool, int64_t rows, int64_t n, const T *x,
+                    const T *bias, T *y);
 /// y += x: accumulates a gradient that reaches a value along several uses.
 template <typename T>
 void accumulateInto(ThreadPool &pool, int64_t n, const T *x, T *y);
@@ -417,6 +422,15 @@ double learningRate(const LrSchedule &schedule, int64_t iteration);
 template <typename T>
 void initNormal(ThreadPool &pool, int64_t n, T *out, double std, uint64_t seed,
                 uint64_t parameterId, uint64_t firstIndex = 0);
+
+/// initNormal for a shard: out holds the block of `rank` dimensions
+/// localShape[d] starting at offsets[d] of a parameter of globalShape, and
+/// each element gets the value of its row-major index in the global shape.
+/// A shard that is the whole tensor gets initNormal's bits.
+template <typename T>
+void initNormalShard(ThreadPool &pool, int rank, const int64_t *globalShape,
+                     const int64_t *offsets, const int64_t *localShape, T *out,
+                     double std, uint64_t seed, uint64_t parameterId);
 
 /// out = value (0 for zeros, 1 for ones).
 template <typename T>

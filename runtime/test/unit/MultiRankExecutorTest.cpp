@@ -1,0 +1,132 @@
+// Tests of the host executor on bundles for several ranks: the collectives
+// against values computed here from every rank's input, and parameter shards.
+#include "BundleTestBuilder.h"
+
+#include "comm/RankContext.h"
+#include "comm/RunRanks.h"
+#include "host/Executor.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+#include "host/kernels/Kernels.h"
+
+#include <mutex>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+// Grid [2, 2]; each rank's x [2, 3]. Outputs:
+//   0 all_reduce(x) over [1], sum
+//   1 all_gather(x) over [0, 1] on axis 1 -> [2, 12]
+//   2 reduce_scatter(that) over [1] on axis 1, sum -> [2, 6]
+//   3 all_slice(that) over [1, 0] on axis 1 -> [2, 3]
+//   4 all_reduce(x) over [0], max
+Json collectivesManifest() {
+  FunctionBuilder f("f");
+  int64_t x = f.input({2, 3}, "f32");
+  f.output(f.op("all_reduce", {x}, {2, 3},
+                {{"grid_axes", {1}}, {"reduction", "sum"}}));
+  int64_t g = f.op("all_gather", {x}, {2, 12},
+                   {{"grid_axes", {0, 1}}, {"gather_axis", 1}});
+  f.output(g);
+  f.output(
+      f.op("reduce_scatter", {g}, {2, 6},
+           {{"grid_axes", {1}}, {"scatter_axis", 1}, {"reduction", "sum"}}));
+  f.output(f.op("all_slice", {g}, {2, 3},
+                {{"grid_axes", {1, 0}}, {"slice_axis", -1}}));
+  f.output(f.op("all_reduce", {x}, {2, 3},
+                {{"grid_axes", {0}}, {"reduction", "max"}}));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 2}}};
+  return m;
+}
+
+float input(int64_t rank, int64_t i, int64_t j) {
+  return static_cast<float>(100 * rank + 10 * i + j) * (rank == 2 ? -1 : 1);
+}
+
+TEST(MultiRankExecutorTest, CollectivesMatchTheirDefinitions) {
+  Bundle bundle = Bundle::parseManifest("c.mtb", collectivesManifest().dump());
+  comm::InProcessWorld world(4);
+  std::mutex mutex;
+  std::vector<std::vector<host::Tensor>> outputs(4);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, bundle.gridShape());
+    rank.prepare(bundle);
+    host::ThreadPool pool(1);
+    host::ParameterStore store(bundle, DType::F32, rank.coordinates());
+    host::Executor executor(bundle, "f", store, pool, &rank);
+    std::vector<float> x(6);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        x[i * 3 + j] = input(c.rank(), i, j);
+    auto result = executor.run({{DType::F32, {2, 3}, x.data()}}, 0);
+    std::lock_guard<std::mutex> lock(mutex);
+    outputs[c.rank()] = std::move(result);
+  });
+  for (auto &error : errors)
+    ASSERT_FALSE(error) << world.abortReason();
+  for (int64_t r = 0; r < 4; ++r) {
+    int64_t d = r / 2, t = r % 2;
+    const auto &out = outputs[r];
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        EXPECT_EQ(out[0].data<float>()[i * 3 + j],
+                  input(d * 2, i, j) + input(d * 2 + 1, i, j));
+        EXPECT_EQ(out[4].data<float>()[i * 3 + j],
+                  std::max(input(t, i, j), input(2 + t, i, j)));
+        // all_slice over [1, 0]: the block of index t * 2 + d, which the
+        // gather took from rank t * 2 + d.
+        EXPECT_EQ(out[3].data<float>()[i * 3 + j], input(t * 2 + d, i, j));
+      }
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t k = 0; k < 12; ++k) {
+        float gathered = input(k / 3, i, k % 3);
+        EXPECT_EQ(out[1].data<float>()[i * 12 + k], gathered);
+        if (k / 6 == t) {
+          EXPECT_EQ(out[2].data<float>()[i * 6 + k % 6], 2 * gathered);
+        }
+      }
+  }
+}
+
+TEST(MultiRankExecutorTest, ACollectiveNeedsARankContext) {
+  Bundle bundle = Bundle::parseManifest("c.mtb", collectivesManifest().dump());
+  host::ThreadPool pool(1);
+  host::ParameterStore store(bundle);
+  expectError([&] { host::Executor(bundle, "f", store, pool); },
+              MTRT_STATUS_FAILED_PRECONDITION,
+              {"instructions[0]", "all_reduce runs over 2 ranks",
+               "no rank context", "--in-process-ranks"});
+}
+
+TEST(MultiRankExecutorTest, ParameterShardsHoldTheirGlobalValues) {
+  Json w = parameterJson("w", {4, 6});
+  w["split_axes"] = {{0}, {1}};
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), {w}, Json::array());
+  m["grid"] = {{"shape", {2, 3}}};
+  Bundle bundle = Bundle::parseManifest("p.mtb", m.dump());
+  host::ThreadPool pool(1);
+  host::ParameterStore whole(bundle, DType::F32, {0, 0});
+  std::vector<float> global(24);
+  host::initNormal<float>(pool, 24, global.data(), 0.02, 5, 0);
+  host::ParameterStore shard(bundle, DType::F32, {1, 2});
+  shard.initialize(pool, 5);
+  EXPECT_EQ(shard.value(0).shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(shard.numElements(), 4);
+  EXPECT_EQ(shard.shardOffsets(0), (std::vector<int64_t>{2, 4}));
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 2; ++j)
+      EXPECT_EQ(shard.value(0).data<float>()[i * 2 + j],
+                global[(2 + i) * 6 + 4 + j]);
+  expectError(
+      [&] {
+        host::ParameterStore(bundle, DType::F32, {2, 0});
+      },
+      MTRT_STATUS_INVALID_ARGUMENT,
+      {"rank coordinates [2, 0] are not in bundle 'p.mtb''s grid "
+       "[2, 3]"});
+}
+
+} // namespace

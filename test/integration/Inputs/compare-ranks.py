@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Checks that a run on several ranks matches the one-rank run
+(multi-rank-equivalence.test).
+
+Usage: compare-ranks.py ONE.jsonl RANKS.jsonl [--grad-norm]
+
+Both files are megatron-train --log-jsonl logs. Every iteration's "loss" (and
+every evaluation's "eval_loss") must agree within 1e-5 relative; with
+--grad-norm, every "grad_norm" too. Prints what it compared and the largest
+relative difference; exits 1 on a mismatch.
+"""
+import json
+import sys
+
+TOLERANCE = 1e-5
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    keys = ["loss", "eval_loss"]
+    if "--grad-norm" in sys.argv:
+        keys.append("grad_norm")
+    one, ranks = records(args[0]), records(args[1])
+    if len(one) != len(ranks):
+        sys.exit("%s has %d records but %s has %d"
+                 % (args[0], len(one), args[1], len(ranks)))
+    worst, compared = 0.0, 0
+    for a, b in zip(one, ranks):
+        for key in keys:
+            if key not in a and key not in b:
+                continue
+            if key not in a or key not in b:
+                sys.exit("record %s: %s in only one log" % (a, key))
+            x, y = float(a[key]), float(b[key])
+            difference = abs(x - y) / max(abs(x), 1e-30)
+            worst = max(worst, difference)
+            compared += 1
+            if difference > TOLERANCE:
+                sys.exit("iteration %s: %s %.9g (one rank) vs %.9g (ranks), "
+                         "relative difference %.3g > %g"
+                         % (a.get("iteration"), key, x, y, difference,
+                            TOLERANCE))
+    iterations = sum(1 for r in one if "loss" in r)
+    print("%d iterations, %d values (%s): equal within %g relative"
+          % (iterations, compared, ", ".join(keys), TOLERANCE))
+
+
+if __name__ == "__main__":
+    main()
