@@ -70,13 +70,9 @@ struct LinearWeightGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    partitionSummingShards(
-        op, partitionedOperands, operandShardings, resultShardings,
-        partitionMap, symbolTable, builder,
-        reductionAxes(cast<shard::ShardingInterface>(op), operandShardings,
-                      resultShardings),
-        operandShardings[0] ? operandShardings[0].getGrid() : StringRef());
-    return success();
+    return partitionSummingReductions(op, partitionedOperands,
+                                      operandShardings, resultShardings,
+                                      partitionMap, symbolTable, builder);
   }
 };
 
@@ -118,13 +114,9 @@ struct BiasGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    partitionSummingShards(
-        op, partitionedOperands, operandShardings, resultShardings,
-        partitionMap, symbolTable, builder,
-        reductionAxes(cast<shard::ShardingInterface>(op), operandShardings,
-                      resultShardings),
-        operandShardings[0] ? operandShardings[0].getGrid() : StringRef());
-    return success();
+    return partitionSummingReductions(op, partitionedOperands,
+                                      operandShardings, resultShardings,
+                                      partitionMap, symbolTable, builder);
   }
 };
 
@@ -221,12 +213,9 @@ struct AttentionGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    if (failed(checkAttentionSharding(op, operandShardings)))
-      return failure();
-    shard::partitionTriviallyShardableOperation(
-        *op, partitionedOperands, operandShardings, resultShardings,
-        partitionMap, symbolTable, builder);
-    return success();
+    return partitionAttention(op, partitionedOperands, operandShardings,
+                              resultShardings, partitionMap, symbolTable,
+                              builder);
   }
 };
 

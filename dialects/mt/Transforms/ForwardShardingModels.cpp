@@ -180,12 +180,9 @@ struct AttentionModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    if (failed(checkAttentionSharding(op, operandShardings)))
-      return failure();
-    shard::partitionTriviallyShardableOperation(
-        *op, partitionedOperands, operandShardings, resultShardings,
-        partitionMap, symbolTable, builder);
-    return success();
+    return partitionAttention(op, partitionedOperands, operandShardings,
+                              resultShardings, partitionMap, symbolTable,
+                              builder);
   }
 };
 
@@ -581,9 +578,11 @@ SmallVector<AffineMap> sharding::attentionIndexingMaps(MLIRContext *context) {
 }
 
 /// Causal masks and softmax need whole sequences and head dimensions.
-LogicalResult
-sharding::checkAttentionSharding(Operation *op,
-                                 ArrayRef<Sharding> operandShardings) {
+LogicalResult sharding::partitionAttention(
+    Operation *op, ArrayRef<Value> partitionedOperands,
+    ArrayRef<Sharding> operandShardings, ArrayRef<Sharding> resultShardings,
+    IRMapping &partitionMap, SymbolTableCollection &symbolTable,
+    OpBuilder &builder) {
   for (Sharding sharding : operandShardings) {
     if (!sharding)
       continue;
@@ -594,6 +593,9 @@ sharding::checkAttentionSharding(Operation *op,
                << "can be partitioned along batch and heads only; dimension "
                << dim << " is sharded";
   }
+  shard::partitionTriviallyShardableOperation(
+      *op, partitionedOperands, operandShardings, resultShardings,
+      partitionMap, symbolTable, builder);
   return success();
 }
 

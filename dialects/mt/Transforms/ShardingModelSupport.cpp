@@ -47,6 +47,22 @@ void partitionSummingShards(Operation *op, ArrayRef<Value> partitionedOperands,
   }
 }
 
+LogicalResult partitionSummingReductions(Operation *op,
+                                         ArrayRef<Value> partitionedOperands,
+                                         ArrayRef<Sharding> operandShardings,
+                                         ArrayRef<Sharding> resultShardings,
+                                         IRMapping &partitionMap,
+                                         SymbolTableCollection &symbolTable,
+                                         OpBuilder &builder) {
+  partitionSummingShards(
+      op, partitionedOperands, operandShardings, resultShardings, partitionMap,
+      symbolTable, builder,
+      reductionAxes(cast<shard::ShardingInterface>(op), operandShardings,
+                    resultShardings),
+      operandShardings[0] ? operandShardings[0].getGrid() : StringRef());
+  return success();
+}
+
 int64_t getLoopCount(Operation *op) {
   return cast<shard::ShardingInterface>(op).getLoopIteratorTypes().size();
 }

@@ -43,6 +43,16 @@ void partitionSummingShards(Operation *op, ArrayRef<Value> partitionedOperands,
                             OpBuilder &builder, ArrayRef<GridAxis> axes,
                             StringRef grid);
 
+/// partitionSummingShards over the op's sharded reduction loops: the
+/// partition of ops whose reductions are sums (weight and bias gradients).
+LogicalResult partitionSummingReductions(Operation *op,
+                                         ArrayRef<Value> partitionedOperands,
+                                         ArrayRef<Sharding> operandShardings,
+                                         ArrayRef<Sharding> resultShardings,
+                                         IRMapping &partitionMap,
+                                         SymbolTableCollection &symbolTable,
+                                         OpBuilder &builder);
+
 /// The default sharding option, with the summed row loops (the first
 /// `rows`) also split as `rowSource`'s leading dimensions are (see the
 /// definition).
@@ -68,8 +78,15 @@ FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
 /// attention_grad.
 SmallVector<IteratorType> attentionLoopIteratorTypes();
 SmallVector<AffineMap> attentionIndexingMaps(MLIRContext *context);
-LogicalResult checkAttentionSharding(Operation *op,
-                                     ArrayRef<Sharding> operandShardings);
+/// The partition of attention and its gradient: local, after checking that
+/// only batch and heads are sharded.
+LogicalResult partitionAttention(Operation *op,
+                                 ArrayRef<Value> partitionedOperands,
+                                 ArrayRef<Sharding> operandShardings,
+                                 ArrayRef<Sharding> resultShardings,
+                                 IRMapping &partitionMap,
+                                 SymbolTableCollection &symbolTable,
+                                 OpBuilder &builder);
 
 void attachForwardShardingModels(MLIRContext *context);
 void attachBackwardShardingModels(MLIRContext *context);
