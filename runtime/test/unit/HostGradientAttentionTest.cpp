@@ -1,8 +1,7 @@
-// Gradient checks of the host attention, rope and embedding backward kernels against central differences in double.
-//
-// As in HostGradientTest.cpp: L = sum(forward(inputs) * u) for a random
-// upstream u; central differences with h = 1e-6; the norm-wise relative error
-// ||analytic - numeric||_2 / ||numeric||_2 must be at most 1e-6.
+// Gradient checks of the host attention, rope and embedding backward kernels
+// against central differences in double; the method and tolerance are in
+// GradientCheck.h.
+#include "GradientCheck.h"
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
@@ -16,60 +15,9 @@
 #include <vector>
 
 using namespace mtrt::host;
+using namespace mtrt::test;
 
 namespace {
-
-using Vec = std::vector<double>;
-using Forward = std::function<Vec()>;
-
-ThreadPool &pool() {
-  static ThreadPool instance(2);
-  return instance;
-}
-
-Vec randomVec(size_t n, uint64_t seed, double lo = -1, double hi = 1) {
-  std::mt19937_64 engine(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (double &x : v)
-    x = dist(engine);
-  return v;
-}
-
-double dot(const Vec &a, const Vec &b) {
-  return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
-}
-
-struct Checked {
-  std::string name;
-  Vec *input;
-  Vec analytic;
-};
-
-void expectGradientsMatch(const Forward &forward, const Vec &upstream,
-                          const std::vector<Checked> &checks) {
-  const double step = 1e-6, tolerance = 1e-6;
-  for (const Checked &check : checks) {
-    Vec &x = *check.input;
-    ASSERT_EQ(check.analytic.size(), x.size()) << check.name;
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      double saved = x[i];
-      x[i] = saved + step;
-      double plus = dot(forward(), upstream);
-      x[i] = saved - step;
-      double minus = dot(forward(), upstream);
-      x[i] = saved;
-      double numeric = (plus - minus) / (2 * step);
-      diff += (check.analytic[i] - numeric) * (check.analytic[i] - numeric);
-      norm += numeric * numeric;
-    }
-    double relative = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12);
-    EXPECT_LE(relative, tolerance)
-        << check.name << ": relative error " << relative;
-    EXPECT_GT(norm, 0) << check.name << ": the gradient is identically zero";
-  }
-}
 
 //===----------------------------------------------------------------------===//
 // Attention
