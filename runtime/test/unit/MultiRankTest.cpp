@@ -8,6 +8,7 @@
 #include "comm/RankContext.h"
 #include "comm/RunRanks.h"
 #include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
 #include "train/Trainer.h"
 
 #include <cmath>
@@ -230,6 +231,58 @@ TEST(MultiRankTest, DataParallelTwoEqualsOneRank) {
 
 TEST(MultiRankTest, DataAndTensorParallelTwoByTwoEqualsOneRank) {
   expectEquivalent(runOneRank(), runRanks(2, 2));
+}
+
+/// The initial parameters of every rank of a [dp, tp] grid, gathered from
+/// the shards, equal the one-rank store's: every 2-D split (w1 by columns, w2
+/// by rows) and every split width.
+void expectInitialShardsEqualOneRank(int64_t dp, int64_t tp) {
+  host::ThreadPool pool(1);
+  Bundle one = Bundle::parseManifest("one.mtb", mlpManifest(1, 1).dump());
+  host::ParameterStore whole(one);
+  whole.initialize(pool, 1234);
+  Bundle ranks = Bundle::parseManifest("ranks.mtb", mlpManifest(dp, tp).dump());
+  for (int64_t rank = 0; rank < dp * tp; ++rank) {
+    std::vector<int64_t> coordinates =
+        gridCoordinates(ranks.gridShape(), rank);
+    host::ParameterStore store(ranks, DType::F32, coordinates);
+    store.initialize(pool, 1234);
+    for (size_t p = 0; p < store.size(); ++p) {
+      const Parameter &info = store.info(p);
+      std::vector<int64_t> offsets = store.shardOffsets(p);
+      const auto &local = info.localType.shape;
+      ASSERT_EQ(store.value(p).numElements(), info.localType.numElements);
+      const float *shard = store.value(p).data<float>();
+      const float *global = whole.value(p).data<float>();
+      for (int64_t i = 0; i < info.localType.numElements; ++i) {
+        int64_t rest = i, index = 0, stride = 1;
+        for (size_t d = local.size(); d-- > 0;) {
+          index += (offsets[d] + rest % local[d]) * stride;
+          rest /= local[d];
+          stride *= info.type.shape[d];
+        }
+        ASSERT_EQ(shard[i], global[index])
+            << info.name << " on rank " << rank << " (coordinates "
+            << shapeString(coordinates) << "), local element " << i;
+      }
+    }
+  }
+}
+
+TEST(MultiRankTest, InitialShardsEqualOneRankTwoWays) {
+  expectInitialShardsEqualOneRank(1, 2);
+}
+
+TEST(MultiRankTest, InitialShardsEqualOneRankFourWays) {
+  expectInitialShardsEqualOneRank(1, 4);
+}
+
+TEST(MultiRankTest, InitialShardsEqualOneRankTwoByFour) {
+  expectInitialShardsEqualOneRank(2, 4);
+}
+
+TEST(MultiRankTest, TensorParallelFourEqualsOneRank) {
+  expectEquivalent(runOneRank(), runRanks(1, 4));
 }
 
 TEST(MultiRankTest, SeveralRanksNeedARankContext) {
