@@ -55,11 +55,14 @@ static cl::opt<EmitKind> emit(
                           "function's instruction stream")),
     cl::init(EmitKind::None), cl::cat(compileCategory));
 
-enum class ReportKind { None, Params };
+enum class ReportKind { None, Params, Collectives };
 static cl::opt<ReportKind> report(
     "report", cl::desc("Print a table about the compiled model"),
     cl::values(clEnumValN(ReportKind::Params, "params",
-                          "parameters: names, global shapes, counts, init")),
+                          "parameters: names, global shapes, counts, init"),
+               clEnumValN(ReportKind::Collectives, "collectives",
+                          "each step's collectives per rank and their bytes, "
+                          "next to Megatron-LM's predicted volumes")),
     cl::init(ReportKind::None), cl::cat(compileCategory));
 
 static int fail(const Twine &message) {
@@ -134,7 +137,8 @@ int main(int argc, char **argv) {
     os << "\n";
   }
 
-  if (writesBundle || emit == EmitKind::Plan) {
+  if (writesBundle || emit == EmitKind::Plan ||
+      report == ReportKind::Collectives) {
     const ParallelConfig &parallel = config->parallel;
     if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel ||
         parallel.useDistributedOptimizer)
@@ -153,16 +157,21 @@ int main(int argc, char **argv) {
     }
     if (failed(pm.run(*module)))
       return fail("the training pipeline failed (see the diagnostics above)");
+    if (report == ReportKind::Collectives)
+      mlir::mt::printCollectives(*module, os);
     if (writesBundle)
       return failed(writeBundle(*module, &*config, outputPath)) ? 1 : 0;
-    FailureOr<std::string> bundle = serializeBundle(*module, &*config);
-    if (failed(bundle))
-      return 1;
-    // The manifest follows the 64-byte header; print it indented.
-    Expected<json::Value> manifest = json::parse(StringRef(*bundle).drop_front(64));
-    if (!manifest)
-      return fail("internal error: " + toString(manifest.takeError()));
-    os << formatv("{0:2}", *manifest) << "\n";
+    if (emit == EmitKind::Plan) {
+      FailureOr<std::string> bundle = serializeBundle(*module, &*config);
+      if (failed(bundle))
+        return 1;
+      // The manifest follows the 64-byte header; print it indented.
+      Expected<json::Value> manifest =
+          json::parse(StringRef(*bundle).drop_front(64));
+      if (!manifest)
+        return fail("internal error: " + toString(manifest.takeError()));
+      os << formatv("{0:2}", *manifest) << "\n";
+    }
   }
 
   // Written only once everything succeeded, so a failure leaves no file.

@@ -20,6 +20,10 @@ namespace mlir::mt {
 /// Writes the parameter table of `module` (see mt-print-parameter-table).
 void printParameterTable(ModuleOp module, llvm::raw_ostream &os);
 
+/// Writes the collectives of each function of a partitioned `module` (see
+/// mt-print-collectives).
+void printCollectives(ModuleOp module, llvm::raw_ostream &os);
+
 } // namespace mlir::mt
 
 #endif // MT_TRANSFORMS_PASSES_H

@@ -1,0 +1,118 @@
+//===- PrintCollectives.cpp - Each step's collectives and their bytes ------===//
+
+#include "mt/IR/MtOps.h"
+#include "mt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_PRINTCOLLECTIVESPASS
+#include "mt/Transforms/Passes.h.inc"
+} // namespace mlir::mt
+
+using namespace mlir;
+using namespace mlir::mt;
+
+/// The grid axes of Megatron-LM's layout (mt-annotate-shardings).
+static constexpr int16_t kDataAxis = 0, kTensorAxis = 1;
+
+static int64_t bytesOf(RankedTensorType type) {
+  return type.getNumElements() *
+         std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+}
+
+static std::string shapeOf(RankedTensorType type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::interleave(type.getShape(), os, "x");
+  os << (type.getRank() ? "x" : "") << type.getElementType();
+  return text;
+}
+
+void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
+  auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
+  if (grids.empty()) {
+    os << "no device grid: the module runs on one rank and has no "
+          "collectives\n";
+    return;
+  }
+  ArrayRef<int64_t> grid = grids.front().getShape();
+  os << "grid " << grid[0] << " x " << (grid.size() > 1 ? grid[1] : 1)
+     << " (data x tensor); bytes per rank and per call of each step\n";
+
+  // Megatron-LM's prediction needs the decoder's shape, which the parameter
+  // declarations and the tokens give.
+  int64_t layers = 0, hidden = 0, gradientBytes = 0;
+  for (auto parameter : module.getOps<ParameterOp>()) {
+    StringRef name = parameter.getSymName();
+    if (name.contains(".input_layernorm.weight") ||
+        name.contains(".ln_1.weight")) {
+      ++layers;
+      hidden = parameter.getTensorType().getDimSize(0);
+    }
+  }
+
+  for (auto function : module.getOps<func::FuncOp>()) {
+    if (function.isExternal())
+      continue;
+    os << "\n" << function.getSymName() << ":\n";
+    int64_t tensorBytes = 0, dataBytes = 0, index = 0, tokens = 0;
+    if (function.getNumArguments() > 0)
+      if (auto ids = dyn_cast<RankedTensorType>(function.getArgument(0).getType()))
+        tokens = ids.getNumElements();
+    gradientBytes = 0;
+    for (unsigned i = 0; i < function.getNumResults(); ++i)
+      if (function.getResultAttr(i, "mt.gradient"))
+        gradientBytes +=
+            bytesOf(cast<RankedTensorType>(function.getResultTypes()[i]));
+    function.walk([&](Operation *op) {
+      ArrayRef<int16_t> axes;
+      StringRef kind = op->getName().stripDialect();
+      llvm::TypeSwitch<Operation *>(op)
+          .Case<shard::AllReduceOp, shard::AllGatherOp,
+                shard::ReduceScatterOp, shard::AllSliceOp>(
+              [&](auto collective) { axes = collective.getGridAxes(); })
+          .Default([&](Operation *) { kind = ""; });
+      if (kind.empty() || kind == "all_slice")
+        return;
+      auto type = cast<RankedTensorType>(op->getOperand(0).getType());
+      int64_t bytes = bytesOf(type);
+      std::string axisNames;
+      for (int16_t axis : axes)
+        axisNames += (axisNames.empty() ? "" : "+") +
+                     std::string(axis == kDataAxis ? "data" : "tensor");
+      os << llvm::format("  %3lld  %-14s %-12s %-18s %12lld\n",
+                         static_cast<long long>(++index), kind.str().c_str(),
+                         axisNames.c_str(), shapeOf(type).c_str(),
+                         static_cast<long long>(bytes));
+      for (int16_t axis : axes)
+        (axis == kTensorAxis ? tensorBytes : dataBytes) += bytes;
+    });
+    bool training = gradientBytes > 0;
+    int64_t tensorRanks = grid.size() > 1 ? grid[1] : 1;
+    int64_t predictedTensor =
+        tensorRanks > 1 ? (training ? 4 : 2) * layers * tokens * hidden * 4
+                        : 0;
+    int64_t predictedData = grid[0] > 1 && training ? gradientBytes : 0;
+    os << "  tensor-parallel: " << tensorBytes
+       << " bytes (Megatron-LM's analysis: " << (training ? 4 : 2)
+       << " all-reduces of [b, s, h] per layer = " << predictedTensor << ")\n";
+    os << "  data-parallel: " << dataBytes
+       << " bytes (Megatron-LM's analysis: one all-reduce of the rank's "
+          "gradients = "
+       << predictedData << ", plus the loss)\n";
+  }
+}
+
+namespace {
+struct PrintCollectivesPass
+    : public mt::impl::PrintCollectivesPassBase<PrintCollectivesPass> {
+  void runOnOperation() override {
+    printCollectives(getOperation(), llvm::outs());
+    markAllAnalysesPreserved();
+  }
+};
+} // namespace
