@@ -10,8 +10,8 @@
 #include "train/GptDataset.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
+#include "train/TrainingLoop.h"
 
-#include <chrono>
 #include <ostream>
 #include <sstream>
 
@@ -113,43 +113,23 @@ void Trainer::train(std::ostream &out) {
     log.line("note: the bundle has no eval_step; training without "
              "evaluation");
 
-  int64_t consumed = 0;
-  int64_t tokensPerIteration = globalBatch * seq;
-  bool evaluatedLast = false;
-  for (int64_t iteration = 1; iteration <= options_.trainIters; ++iteration) {
-    auto start = std::chrono::steady_clock::now();
+  auto iterate = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients();
     double lossSum = 0;
     for (int64_t m = 0; m < microBatches; ++m)
       lossSum += runMicroBatch(*trainStep_, *trainData_,
                                consumed + m * microBatch, microStep_++);
-    train::OptimizerStepResult step =
+    train::IterationResult result;
+    result.loss = lossSum / static_cast<double>(microBatches);
+    result.step =
         optimizer_->step(iteration, 1.0 / static_cast<double>(microBatches));
-    consumed += globalBatch;
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-
-    train::IterationRecord record;
-    record.iteration = iteration;
-    record.loss = lossSum / static_cast<double>(microBatches);
-    record.learningRate = step.learningRate;
-    record.gradNorm = step.gradNorm;
-    record.seconds = seconds;
-    record.tokensPerSecond =
-        seconds > 0 ? static_cast<double>(tokensPerIteration) / seconds : 0;
-    history_.push_back(record);
-    log.iteration(record, consumed, globalBatch, tokensPerIteration);
-
-    evaluatedLast = false;
-    if (evalStep_ && options_.evalInterval > 0 &&
-        iteration % options_.evalInterval == 0) {
-      log.evaluation(iteration, evaluate(), false);
-      evaluatedLast = true;
-    }
-  }
-  if (evalStep_ && !evaluatedLast)
-    log.evaluation(options_.trainIters, evaluate(), true);
+    return result;
+  };
+  std::function<double()> evaluation;
+  if (evalStep_)
+    evaluation = [this] { return evaluate(); };
+  train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
+                         iterate, evaluation, history_);
   if (context_->options().profile)
     out << trainStep_->profile();
 }

@@ -1,6 +1,7 @@
 // The training loop: checks, initialization, micro-batches, optimizer steps,
 // evaluation, sampling.
 #include "train/Trainer.h"
+#include "train/TrainingLoop.h"
 
 #include "comm/RankContext.h"
 #include "host/Executor.h"
@@ -12,7 +13,6 @@
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 
-#include <chrono>
 #include <cmath>
 #include <ostream>
 #include <sstream>
@@ -284,11 +284,7 @@ void Trainer::train(std::ostream &out) {
     log.line("note: the bundle has no eval_step; training without "
              "evaluation");
 
-  int64_t consumed = 0;
-  int64_t tokensPerIteration = globalBatch_ * seqLength_;
-  bool evaluatedLast = false;
-  for (int64_t iteration = 1; iteration <= options_.trainIters; ++iteration) {
-    auto start = std::chrono::steady_clock::now();
+  auto iterate = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients(*pool_);
     double lossSum = 0;
     for (int64_t m = 0; m < microBatches_; ++m)
@@ -296,33 +292,17 @@ void Trainer::train(std::ostream &out) {
                                consumed + m * microBatch_ * dataParallel_ +
                                    dataRank_ * microBatch_,
                                microStep_++);
-    OptimizerStepResult step =
+    IterationResult result;
+    result.loss = lossSum / static_cast<double>(microBatches_);
+    result.step =
         optimizer_->step(iteration, 1.0 / static_cast<double>(microBatches_));
-    consumed += globalBatch_;
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-
-    IterationRecord record;
-    record.iteration = iteration;
-    record.loss = lossSum / static_cast<double>(microBatches_);
-    record.learningRate = step.learningRate;
-    record.gradNorm = step.gradNorm;
-    record.seconds = seconds;
-    record.tokensPerSecond =
-        seconds > 0 ? static_cast<double>(tokensPerIteration) / seconds : 0;
-    history_.push_back(record);
-    log.iteration(record, consumed, globalBatch_, tokensPerIteration);
-
-    evaluatedLast = false;
-    if (evalStep_ && options_.evalInterval > 0 &&
-        iteration % options_.evalInterval == 0) {
-      log.evaluation(iteration, evaluate(), false);
-      evaluatedLast = true;
-    }
-  }
-  if (evalStep_ && !evaluatedLast)
-    log.evaluation(options_.trainIters, evaluate(), true);
+    return result;
+  };
+  std::function<double()> evaluation;
+  if (evalStep_)
+    evaluation = [this] { return evaluate(); };
+  runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
+                  iterate, evaluation, history_);
 }
 
 double Trainer::evaluate() {
