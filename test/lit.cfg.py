@@ -29,5 +29,5 @@ tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
 tools = ["megatron-compile", "megatron-opt", "megatron-translate",
          "mtrt-info", "mtrt-api-c-test", "not",
          "split-file",
-         "mtrt-run", "megatron-train"]
+         "mtrt-run", "megatron-train", "megatron-checkpoint"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
