@@ -4,7 +4,9 @@
 
 #include "core/Bundle.h"
 #include "host/kernels/Kernels.h"
+#include "train/Optimizer.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -24,6 +26,8 @@ class RankContext;
 
 namespace mtrt::train {
 
+class DataParallelBuffer;
+class DistributedOptimizer;
 class GptDataset;
 class Optimizer;
 class TrainingLog;
@@ -130,6 +134,10 @@ public:
   int64_t microBatchesPerIteration() const { return microBatches_; }
   int64_t globalBatchSize() const { return globalBatch_; }
   const host::LrSchedule &schedule() const;
+  /// The bytes of AdamW's moments this rank holds: all of its parameters'
+  /// (shards'), or with the distributed optimizer its 1/dp range of the
+  /// gradient buffer.
+  size_t optimizerStateBytes() const;
 
 private:
   /// Runs train_step on `count` consecutive samples of `data` from `first`.
@@ -150,7 +158,12 @@ private:
   std::unique_ptr<host::ParameterStore> parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
   std::unique_ptr<GptDataset> trainData_, validData_;
+  OptimizerConfig optimizerConfig_;
+  /// With a gradient_buffer: the data-parallel reduction once per iteration.
+  std::unique_ptr<DataParallelBuffer> gradientBuffer_;
+  /// One of the two steps the optimizer: replicated, or distributed.
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
   uint64_t microStep_ = 0;
