@@ -390,7 +390,7 @@ void IndexedDatasetWriter::addDocument(
     }
   }
   std::vector<int64_t> lengths = sequenceLengths;
-  if (lengths.empty())
+  if (lengths.empty() && !tokens.empty())
     lengths.push_back(static_cast<int64_t>(tokens.size()));
   int64_t sum = 0;
   for (int64_t length : lengths) {

@@ -124,7 +124,7 @@ public:
 
   /// Appends one document of one sequence per entry of `sequenceLengths`
   /// (their sum is tokens.size()); an empty `sequenceLengths` makes the
-  /// whole of `tokens` one sequence. Throws Error (INVALID_ARGUMENT) for a
+  /// whole of `tokens` one sequence, or none when `tokens` is empty. Throws Error (INVALID_ARGUMENT) for a
   /// token outside the type's range or lengths that do not add up.
   void addDocument(const std::vector<int32_t> &tokens,
                    const std::vector<int64_t> &sequenceLengths = {});

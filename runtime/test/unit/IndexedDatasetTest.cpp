@@ -132,15 +132,17 @@ TEST(IndexedDatasetTest, RoundTripsDocumentsAndReadsAcrossSequences) {
   }
   IndexedDataset dataset(prefix);
   EXPECT_EQ(dataset.documentCount(), 3);
-  EXPECT_EQ(dataset.sequenceCount(), 5);
+  // The empty document has no sequence, as in Megatron-LM's builder.
+  EXPECT_EQ(dataset.sequenceCount(), 4);
+  EXPECT_EQ(dataset.documentIndices(), (std::vector<int64_t>{0, 3, 3, 4}));
   EXPECT_EQ(dataset.documentLength(0), 5);
   EXPECT_EQ(dataset.documentLength(1), 0);
   std::vector<int32_t> tokens(4);
   dataset.readDocument(0, 1, 4, tokens.data());
   EXPECT_EQ(tokens, (std::vector<int32_t>{2, 3, 4, 5}));
-  EXPECT_EQ(dataset.sequence(4), (std::vector<int32_t>{65535, 0}));
+  EXPECT_EQ(dataset.sequence(3), (std::vector<int32_t>{65535, 0}));
   EXPECT_THROW(dataset.readDocument(0, 3, 3, tokens.data()), Error);
-  EXPECT_THROW(dataset.sequence(5), Error);
+  EXPECT_THROW(dataset.sequence(4), Error);
 }
 
 TEST(IndexedDatasetTest, RefusesTokensOutsideTheType) {
