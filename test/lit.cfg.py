@@ -20,6 +20,13 @@ config.substitutions.append(("%megatron_obj_root", config.megatron_obj_root))
 config.substitutions.append(("%megatron_lib_dir", config.megatron_lib_dir))
 config.substitutions.append(("%python", config.python_executable))
 
+# GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them); tests
+# that need them say "REQUIRES: gpt2-tokenizer".
+config.substitutions.append(("%gpt2_dir", config.gpt2_dir))
+if all(os.path.isfile(os.path.join(config.gpt2_dir, name))
+       for name in ("encoder.json", "vocab.bpe")):
+    config.available_features.add("gpt2-tokenizer")
+
 if config.mtrt_cuda_enabled:
     config.available_features.add("mtrt-cuda")
 
@@ -29,5 +36,5 @@ tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
 tools = ["megatron-compile", "megatron-opt", "megatron-translate",
          "mtrt-info", "mtrt-api-c-test", "not",
          "split-file",
-         "mtrt-run", "megatron-train"]
+         "mtrt-run", "megatron-train", "megatron-preprocess"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
