@@ -27,7 +27,8 @@ llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
 tools = ["megatron-compile", "megatron-opt", "megatron-translate",
-         "mtrt-info", "mtrt-api-c-test", "not",
+         "mtrt-info", "mtrt-api-c-test", "mtrt-session-c-test",
+         "mtrt-status-c-test", "not",
          "split-file",
          "mtrt-run", "megatron-train"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
