@@ -4,8 +4,10 @@
 
 #include "core/Bundle.h"
 #include "host/kernels/Kernels.h"
+#include "train/Optimizer.h"
 #include "train/Checkpoint.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -25,6 +27,8 @@ class RankContext;
 
 namespace mtrt::train {
 
+class DataParallelBuffer;
+class DistributedOptimizer;
 class GptDataset;
 class Optimizer;
 class TrainingLog;
@@ -140,6 +144,10 @@ public:
   int64_t microBatchesPerIteration() const { return microBatches_; }
   int64_t globalBatchSize() const { return globalBatch_; }
   const host::LrSchedule &schedule() const;
+  /// The bytes of AdamW's moments this rank holds: all of its parameters'
+  /// (shards'), or with the distributed optimizer its 1/dp range of the
+  /// gradient buffer.
+  size_t optimizerStateBytes() const;
 
   /// This rank's pieces of the checkpoint's tensors (parameters and AdamW's
   /// moments), pointing into the parameter store.
@@ -176,7 +184,12 @@ private:
   std::unique_ptr<host::ParameterStore> parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
   std::unique_ptr<GptDataset> trainData_, validData_;
+  OptimizerConfig optimizerConfig_;
+  /// With a gradient_buffer: the data-parallel reduction once per iteration.
+  std::unique_ptr<DataParallelBuffer> gradientBuffer_;
+  /// One of the two steps the optimizer: replicated, or distributed.
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
   uint64_t microStep_ = 0;
