@@ -38,6 +38,8 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   mlir::mt::PlanGradientReductionPassOptions reduction;
   reduction.distributedOptimizer = options.distributedOptimizer;
   pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
+  // Last: nothing may change the collectives after they are proven to match.
+  pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }
 
 void megatron::registerPipelines() {

@@ -220,4 +220,42 @@ def PrintCollectivesPass : Pass<"mt-print-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }
 
+def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {
+  let summary = "proves that every rank issues the same collectives in the same order";
+  let description = [{
+    A collective completes only when every rank of its group calls it with
+    the same operation, group (grid axes), shape and element type; a rank
+    that skips one, or calls another, leaves the others waiting forever.
+    This pass rejects, with a diagnostic, any plan where that could happen:
+
+    - SPMD functions (one program for every rank, what
+      `megatron-partition-pipeline` writes): a collective under control flow
+      that depends on the rank (`scf.if`, loops or branches on a value
+      derived from `shard.process_multi_index`, `process_linear_index` or
+      `neighbors_linear_indices`), or with a dynamic shape.
+    - Per-rank functions (`mt.step = "train_step"`, `mt.rank = N`): the
+      programs of one step must cover the grid's ranks once each and issue
+      the same sequence of collectives, compared pairwise (operation, grid,
+      grid axes, attributes such as the reduction or gather axis, operand
+      and result types).
+
+    ```mlir
+    // rejected: rank 1 of a 1x2 grid gathers, rank 0 all-reduces
+    func.func @step_rank0(...) attributes {mt.step = "step", mt.rank = 0} {
+      %0 = shard.all_reduce %x on @grid grid_axes = [1] : ...
+    }
+    func.func @step_rank1(...) attributes {mt.step = "step", mt.rank = 1} {
+      %0 = shard.all_gather %x on @grid grid_axes = [1] gather_axis = 0 : ...
+    }
+    ```
+
+    The IR is left unchanged; the pass runs at the end of
+    `megatron-partition-pipeline`.
+  }];
+  let statistics = [
+    Statistic<"numChecked", "checked", "Number of collectives checked">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+}
+
 #endif // MT_TRANSFORMS_PASSES_TD

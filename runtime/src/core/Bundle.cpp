@@ -206,8 +206,10 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
              "a SHA-256 of the manifest and payload of " + toHex(digest) +
                  " (the file is corrupted)",
              "the stored " + toHex(stored));
-  return reader.read(std::string_view(
+  Bundle bundle = reader.read(std::string_view(
       reinterpret_cast<const char *>(data + kHeaderSize), manifestLength));
+  bundle.sha256_ = toHex(digest);
+  return bundle;
 }
 
 Bundle Bundle::load(const std::string &path) {

@@ -252,6 +252,9 @@ public:
 
   const std::string &name() const { return name_; }
   const std::string &producer() const { return producer_; }
+  /// The SHA-256 of the manifest and payload, as stored in the container's
+  /// header (64 hexadecimal digits); empty for parseManifest.
+  const std::string &sha256Hex() const { return sha256_; }
   /// The configuration the bundle was compiled from: present when it was
   /// compiled from a model file (megatron-compile), absent for bundles
   /// translated from IR (megatron-translate), where model() is all zeros.
@@ -278,6 +281,7 @@ private:
   friend class bundle_detail::ManifestReader;
   std::string name_;
   std::string producer_;
+  std::string sha256_;
   bool hasModel_ = false;
   ModelConfig model_;
   std::vector<Parameter> parameters_;

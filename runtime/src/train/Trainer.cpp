@@ -328,8 +328,22 @@ void Trainer::train(std::ostream &out) {
   std::function<double()> evaluation;
   if (evalStep_)
     evaluation = [this] { return evaluate(); };
+  if (!options_.load.empty())
+    loadCheckpoint(options_.load, log);
+  std::function<void(int64_t, int64_t)> save;
+  if (!options_.save.empty()) {
+    checkSaveDirectory();
+    save = [&](int64_t iteration, int64_t consumed) {
+      saveCheckpoint(iteration, consumed, log);
+    };
+  }
+  if (startIteration_ >= options_.trainIters)
+    log.line("the checkpoint is at iteration " +
+             std::to_string(startIteration_) + ", --train-iters is " +
+             std::to_string(options_.trainIters) + ": nothing to train");
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
-                  iterate, evaluation, history_);
+                  iterate, evaluation, history_,
+                  LoopStart{startIteration_, startConsumed_}, save);
 }
 
 double Trainer::evaluate() {

@@ -5,6 +5,7 @@
 #include "core/Bundle.h"
 #include "host/kernels/Kernels.h"
 #include "train/Optimizer.h"
+#include "train/Checkpoint.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +66,15 @@ struct TrainerOptions {
   std::string logJsonl;
   /// Progress bar on stderr: only when stderr is a terminal, unless off.
   bool progressBar = true;
+
+  /// --save: the directory checkpoints are saved to (docs/Checkpoints.md);
+  /// empty: none.
+  std::string save;
+  /// --save-interval: iterations between checkpoints; 0: only at the end.
+  int64_t saveInterval = 0;
+  /// --load: the directory to resume from, if it holds a checkpoint; empty:
+  /// start from the seeded initialization.
+  std::string load;
 
   /// 0: std::thread::hardware_concurrency().
   unsigned threads = 0;
@@ -139,7 +149,23 @@ public:
   /// gradient buffer.
   size_t optimizerStateBytes() const;
 
+  /// This rank's pieces of the checkpoint's tensors (parameters and AdamW's
+  /// moments), pointing into the parameter store.
+  std::vector<CheckpointTensor> checkpointTensors();
+  /// What a checkpoint after `iteration` records besides tensors.
+  CheckpointState checkpointState(int64_t iteration, int64_t consumed) const;
+  /// --load: restores the newest checkpoint of `dir`, if it holds one, and
+  /// continues from its iteration; writes Megatron-LM's lines to `log`.
+  /// Throws Error naming the file or the option that does not match.
+  void loadCheckpoint(const std::string &dir, TrainingLog &log);
+  /// --save: saves the state after `iteration` (collectively over ranks).
+  void saveCheckpoint(int64_t iteration, int64_t consumed, TrainingLog &log);
+  /// The iterations completed before train() (those of a loaded checkpoint).
+  int64_t startIteration() const { return startIteration_; }
+
 private:
+  /// Fails before training if an iteration this run would save exists.
+  void checkSaveDirectory() const;
   /// Runs train_step on `count` consecutive samples of `data` from `first`.
   double runMicroBatch(host::Executor &executor, GptDataset &data,
                        int64_t first, uint64_t step);
@@ -167,6 +193,7 @@ private:
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
   uint64_t microStep_ = 0;
+  int64_t startIteration_ = 0, startConsumed_ = 0;
 };
 
 } // namespace mtrt::train
