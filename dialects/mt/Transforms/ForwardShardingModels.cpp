@@ -157,6 +157,35 @@ struct LastDimModel
   }
 };
 
+/// dropout: elementwise (upstream's model), and the partitioned op records
+/// where its tile lies so that the mask is the global tensor's.
+struct DropoutModel
+    : public shard::ShardingInterface::ExternalModel<DropoutModel, DropoutOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getOperand(0)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(
+        rankOf(op->getOperand(0)), op->getContext());
+    return {identity, identity};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    recordGlobalTile(op, op->getOperand(0), operandShardings[0], partitionMap);
+    return success();
+  }
+};
+
 /// attention: see attentionIndexingMaps.
 struct AttentionModel
     : public shard::ShardingInterface::ExternalModel<AttentionModel,
@@ -636,6 +665,13 @@ LogicalResult sharding::partitionAttention(
   shard::partitionTriviallyShardableOperation(
       *op, partitionedOperands, operandShardings, resultShardings,
       partitionMap, symbolTable, builder);
+  // The dropout mask over the probabilities is keyed on q's global batch
+  // rows and heads (attention_grad's q is its operand 1).
+  auto dropout = op->getAttrOfType<FloatAttr>("dropout_p");
+  if (dropout && dropout.getValueAsDouble() > 0) {
+    unsigned q = isa<AttentionGradOp>(op) ? 1 : 0;
+    recordGlobalTile(op, op->getOperand(q), operandShardings[q], partitionMap);
+  }
   return success();
 }
 
@@ -648,8 +684,7 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
       *context);
   SwigluOp::attachInterface<shard::ElementwiseShardingInterface<SwigluOp>>(
       *context);
-  DropoutOp::attachInterface<shard::ElementwiseShardingInterface<DropoutOp>>(
-      *context);
+  DropoutOp::attachInterface<DropoutModel>(*context);
   LinearOp::attachInterface<LinearModel>(*context);
   LayerNormOp::attachInterface<LastDimModel<LayerNormOp>>(*context);
   RmsNormOp::attachInterface<LastDimModel<RmsNormOp>>(*context);

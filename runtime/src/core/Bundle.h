@@ -125,6 +125,11 @@ struct Attributes {
   /// slice_axis is in `axis`.
   std::vector<int64_t> gridAxes;
   CollectiveReduction collectiveReduction = CollectiveReduction::Sum;
+  /// dropout, attention, attention_grad in a bundle for several ranks: per
+  /// dimension of the tensor that keys the random stream (dropout's x,
+  /// attention's q [batch, seq, heads, head_dim]), the grid axes that split
+  /// it, as a parameter's split_axes; empty when the tensor is whole.
+  std::vector<std::vector<int64_t>> splitAxes;
 };
 
 struct Instruction {
