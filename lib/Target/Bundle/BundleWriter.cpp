@@ -107,10 +107,11 @@ FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
     for (Attribute list : lists) {
       auto axes = dyn_cast<DenseI16ArrayAttr>(list);
       if (!axes)
-        return errorAt(op, "an attribute has no bundle form") << " (" << attr
-                                                              << ")";
-      out.push_back(Array(llvm::map_to_vector(
-          axes.asArrayRef(), [](int16_t a) { return static_cast<int64_t>(a); })));
+        return errorAt(op, "an attribute has no bundle form")
+               << " (" << attr << ")";
+      out.push_back(Array(llvm::map_to_vector(axes.asArrayRef(), [](int16_t a) {
+        return static_cast<int64_t>(a);
+      })));
     }
     return llvm::json::Value(std::move(out));
   }

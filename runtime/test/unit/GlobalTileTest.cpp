@@ -1,15 +1,18 @@
 // Tests that random streams keyed on global positions do not depend on the
 // layout: a rank's tile of dropout, and of attention's dropout, draws exactly
-// the global tensor's mask at its offsets.
+// the global tensor's mask at its offsets; and the bundle's split_axes on
+// random ops, accepted and rejected.
+#include "BundleTestBuilder.h"
+
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
-
-#include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+using namespace mtrt;
 using namespace mtrt::host;
+using namespace mtrt::test;
 
 namespace {
 
@@ -68,7 +71,9 @@ TEST(GlobalTileTest, AttentionTilesDropTheGlobalProbabilities) {
   global.dropoutP = 0.4;
   global.seed = 3;
   global.step = 9;
-  auto size = [](int64_t b, int64_t s, int64_t h, int64_t d) { return b * s * h * d; };
+  auto size = [](int64_t b, int64_t s, int64_t h, int64_t d) {
+    return b * s * h * d;
+  };
   std::vector<float> q = ramp(size(2, 5, 4, 3), 0.05f);
   std::vector<float> k = ramp(size(2, 5, 2, 3), -0.03f);
   std::vector<float> v = ramp(size(2, 5, 2, 3), 0.07f);
@@ -105,6 +110,69 @@ TEST(GlobalTileTest, AttentionTilesDropTheGlobalProbabilities) {
                       out[((d * 5 + s) * 4 + 2 * t + h) * 3 + e])
                 << "rank (" << d << ", " << t << ")";
     }
+}
+
+// Grid [2, 2]: dropout of x [2, 3, 4] split along the batch over axis 0;
+// attention of q [2, 3, 2, 4] along batch and heads.
+Json randomManifest() {
+  FunctionBuilder f("f");
+  int64_t x = f.input({2, 3, 4}, "f32");
+  f.output(f.op(
+      "dropout", {x}, {2, 3, 4},
+      {{"p", 0.1}, {"seed", 1}, {"split_axes", Json::parse("[[0], [], []]")}}));
+  int64_t q = f.input({2, 3, 2, 4}, "f32");
+  int64_t kv = f.input({2, 3, 1, 4}, "f32");
+  f.output(f.op("attention", {q, kv, kv}, {2, 3, 2, 4},
+                {{"causal", true},
+                 {"dropout_p", 0.1},
+                 {"seed", 2},
+                 {"split_axes", Json::parse("[[0], [], [1], []]")}}));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 2}}};
+  return m;
+}
+
+void expectRejected(const Json &manifest,
+                    std::initializer_list<std::string> parts) {
+  expectError([&] { Bundle::parseManifest("r.mtb", manifest.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT, parts);
+}
+
+Json &attrs(Json &m, int i) {
+  return m["functions"][0]["instructions"][i]["attrs"];
+}
+
+TEST(GlobalTileTest, SplitAxesOfRandomOpsAreRead) {
+  Bundle bundle = Bundle::parseManifest("r.mtb", randomManifest().dump());
+  const auto &inst = bundle.functions()[0].instructions;
+  EXPECT_EQ(inst[0].attrs.splitAxes,
+            (std::vector<std::vector<int64_t>>{{0}, {}, {}}));
+  EXPECT_EQ(inst[1].attrs.splitAxes,
+            (std::vector<std::vector<int64_t>>{{0}, {}, {1}, {}}));
+}
+
+TEST(GlobalTileTest, BadSplitAxesAreRejected) {
+  Json m = randomManifest();
+  attrs(m, 0)["split_axes"] = Json::parse("[[0], []]");
+  expectRejected(m, {"instructions[0].attrs.split_axes: found 2 lists",
+                     "one list per dimension of operand 0 [2, 3, 4]"});
+  m = randomManifest();
+  attrs(m, 1)["split_axes"] = Json::parse("[[0], [1], [], []]");
+  expectRejected(m, {"instructions[1].attrs.split_axes[1]: found [1]",
+                     "attention splits only batch and heads"});
+  m = randomManifest();
+  attrs(m, 0)["split_axes"] = Json::parse("[[0], [0], []]");
+  expectRejected(m, {"split_axes[1][0]: found 0",
+                     "a grid axis that splits no other dimension"});
+  m = randomManifest();
+  attrs(m, 0)["split_axes"] = Json::parse("[[2], [], []]");
+  expectRejected(m, {"split_axes[0][0]: found 2", "a grid axis in [0, 2)"});
+  m = randomManifest();
+  m.erase("grid");
+  attrs(m, 1).erase("split_axes");
+  expectRejected(m, {"instructions[0].attrs.split_axes",
+                     "no split_axes (dropout) in a bundle without a "
+                     "top-level \"grid\""});
 }
 
 } // namespace
