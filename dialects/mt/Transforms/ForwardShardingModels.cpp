@@ -186,6 +186,39 @@ struct DropoutModel
   }
 };
 
+/// position_ids: one parallel loop per dimension (batch, sequence). A
+/// position depends only on its sequence index, so a batch shard is the
+/// local op with the shard's shape; mt-annotate-shardings splits the batch
+/// over the data-parallel ranks as it splits the tokens.
+struct PositionIdsModel
+    : public shard::ShardingInterface::ExternalModel<PositionIdsModel,
+                                                     PositionIdsOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getResult(0)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    return {AffineMap::getMultiDimIdentityMap(rankOf(op->getResult(0)),
+                                              op->getContext())};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (!resultShardings.empty() &&
+        failed(rejectSplit(op, resultShardings[0], 1, "the sequence")))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
 /// attention: see attentionIndexingMaps.
 struct AttentionModel
     : public shard::ShardingInterface::ExternalModel<AttentionModel,
@@ -571,8 +604,8 @@ struct CrossEntropyModel
   }
 };
 
-/// Ops whose operands and results every rank holds whole: fills, positions
-/// and softmax. Upstream partitions them as
+/// Ops whose operands and results every rank holds whole: fills and
+/// softmax. Upstream partitions them as
 /// fully replicated, gathering sharded operands first.
 template <typename Op>
 struct ReplicatedModel
@@ -700,5 +733,5 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
   SoftmaxOp::attachInterface<ReplicatedModel<SoftmaxOp>>(*context);
   SoftmaxGradOp::attachInterface<ReplicatedModel<SoftmaxGradOp>>(*context);
   FillOp::attachInterface<ReplicatedModel<FillOp>>(*context);
-  PositionIdsOp::attachInterface<ReplicatedModel<PositionIdsOp>>(*context);
+  PositionIdsOp::attachInterface<PositionIdsModel>(*context);
 }
