@@ -172,13 +172,11 @@ int main(int argc, char **argv) {
   if (writesBundle || emit == EmitKind::Plan ||
       report == ReportKind::Collectives || report == ReportKind::Memory) {
     const ParallelConfig &parallel = config->parallel;
-    if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel ||
-        parallel.useDistributedOptimizer)
-      return fail("pipeline parallelism, sequence parallelism and the "
-                  "distributed optimizer are not implemented yet; compile "
-                  "with pipeline_model_parallel_size 1, sequence_parallel "
-                  "false and use_distributed_optimizer false "
-                  "(docs/Parallelism.md)");
+    if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel)
+      return fail("pipeline parallelism and sequence parallelism are not "
+                  "implemented yet; compile with "
+                  "pipeline_model_parallel_size 1 and sequence_parallel "
+                  "false (docs/Parallelism.md)");
     // The pipelines, under one recomputation policy; --memory-budget runs
     // them once per candidate.
     auto compile = [&](mlir::ModuleOp target,
@@ -200,6 +198,9 @@ int main(int argc, char **argv) {
         PartitionPipelineOptions partition;
         partition.tensorParallelSize = parallel.tensorModelParallelSize;
         partition.dataParallelSize = parallel.dataParallelSize;
+        // One rank has nothing to shard the optimizer over: the plain
+        // optimizer is the distributed one with a single shard.
+        partition.distributedOptimizer = parallel.useDistributedOptimizer;
         buildPartitionPipeline(pm, partition);
       }
       return pm.run(target);
