@@ -33,6 +33,25 @@ uint64_t planValueBytes(const TensorType &type) {
   return static_cast<uint64_t>(type.numElements) * dtypeSize(type.dtype);
 }
 
+std::optional<PlannedArena>
+layOutPlannedArena(const Function &function,
+                   const std::function<uint64_t(int64_t)> &storageBytes,
+                   uint64_t maxScratchBytes, uint64_t alignment) {
+  const std::optional<MemoryPlan> &plan = function.memoryPlan;
+  if (!plan || plan->alignment % alignment != 0)
+    return std::nullopt;
+  for (size_t v = 0; v < function.values.size(); ++v)
+    if (plan->offsets[v] >= 0 &&
+        storageBytes(static_cast<int64_t>(v)) >
+            planValueBytes(function.values[v]))
+      return std::nullopt;
+  PlannedArena arena;
+  arena.scratchOffset = (plan->arenaBytes + alignment - 1) / alignment * alignment;
+  arena.scratchBytes = maxScratchBytes;
+  arena.bytes = arena.scratchOffset + maxScratchBytes;
+  return arena;
+}
+
 namespace bundle_detail {
 
 namespace {

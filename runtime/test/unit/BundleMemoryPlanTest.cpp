@@ -7,6 +7,7 @@
 #include "BundleTestBuilder.h"
 #include "ExecutorTestSupport.h"
 
+#include "core/MemoryPlan.h"
 #include "host/Executor.h"
 
 using namespace mtrt;
@@ -142,6 +143,28 @@ TEST(BundleMemoryPlanTest, TheHostExecutorRunsInThePlansArena) {
     outputs.emplace_back(t, t + 64);
   }
   EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+TEST(BundleMemoryPlanTest, DeviceBackendsLayOutThePlanWithScratchAfterIt) {
+  Bundle bundle = Bundle::parseManifest("p.mtb", planManifest().dump());
+  const Function &f = bundle.functions()[0];
+  auto declared = [&](int64_t v) { return planValueBytes(f.values[v]); };
+  std::optional<PlannedArena> arena = layOutPlannedArena(f, declared, 100, 256);
+  ASSERT_TRUE(arena.has_value());
+  EXPECT_EQ(arena->scratchOffset, 768u);
+  EXPECT_EQ(arena->scratchBytes, 100u);
+  EXPECT_EQ(arena->bytes, 868u);
+  // bf16 storage of f32 values fits the plan; f64 storage does not, nor a
+  // stricter alignment, nor a function without a plan.
+  EXPECT_TRUE(layOutPlannedArena(
+      f, [&](int64_t v) { return declared(v) / 2; }, 0, 256));
+  EXPECT_FALSE(layOutPlannedArena(
+      f, [&](int64_t v) { return declared(v) * 2; }, 0, 256));
+  EXPECT_FALSE(layOutPlannedArena(f, declared, 0, 512));
+  Json m = planManifest();
+  m["functions"][0].erase("memory_plan");
+  Bundle without = Bundle::parseManifest("p.mtb", m.dump());
+  EXPECT_FALSE(layOutPlannedArena(without.functions()[0], declared, 0, 256));
 }
 
 } // namespace
