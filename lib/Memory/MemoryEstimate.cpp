@@ -37,24 +37,52 @@ static double recomputeFlops(Operation *op) {
   return resultElements();
 }
 
-/// The per-instruction kernel statistics the backends keep in scratch:
-/// norm statistics, attention's log-sum-exp, the loss's row statistics.
-static int64_t scratchBytes(Operation *op) {
+/// The kernel scratch the CUDA backend gives an instruction
+/// (runtime/src/cuda/OpDispatch.cpp, Executor::scratchBytes): statistics of
+/// norms, attention and the loss, attention's backward working set, and under
+/// bf16 the GEMM operands rounded to bf16. Instructions run one at a time, so
+/// the largest one is the workspace.
+static int64_t scratchBytes(Operation *op, bool bf16) {
+  auto round = [](int64_t bytes) {
+    return (bytes + mt::kArenaAlignment - 1) / mt::kArenaAlignment *
+           mt::kArenaAlignment;
+  };
+  auto count = [](Value v) { return elements(v.getType()); };
   auto rowsOf = [](Value v) {
     auto type = cast<RankedTensorType>(v.getType());
     return type.getRank() ? type.getNumElements() / type.getShape().back()
                           : int64_t(1);
   };
-  if (isa<mt::LayerNormOp, mt::RmsNormOp, mt::LayerNormGradOp,
-          mt::RmsNormGradOp>(op))
-    return 2 * 4 * rowsOf(op->getResult(0));
-  if (isa<mt::AttentionOp, mt::AttentionGradOp>(op)) {
-    auto q = cast<RankedTensorType>(
-        op->getOperand(isa<mt::AttentionOp>(op) ? 0 : 1).getType());
-    return 4 * q.getNumElements() / q.getShape().back();
+  auto staging = [&](int64_t a, int64_t b) {
+    return bf16 ? round(2 * a) + round(2 * b) : int64_t(0);
+  };
+  if (isa<mt::LinearOp>(op))
+    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
+  if (isa<mt::LinearWeightGradOp>(op))
+    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
+  if (isa<mt::MatmulOp>(op))
+    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
+  if (isa<mt::LayerNormOp, mt::RmsNormOp>(op))
+    return 2 * round(4 * rowsOf(op->getResult(0)));
+  if (isa<mt::LayerNormGradOp, mt::RmsNormGradOp>(op))
+    return 2 * round(4 * rowsOf(op->getResult(0)));
+  if (isa<mt::AttentionOp>(op)) {
+    auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+    return round(4 * q.getNumElements() / q.getShape().back());
+  }
+  if (isa<mt::AttentionGradOp>(op)) {
+    // The logsumexp, and with flash attention (bf16) the forward's output
+    // and the row sums of dO * O.
+    auto q = cast<RankedTensorType>(op->getOperand(1).getType());
+    int64_t rows = q.getNumElements() / q.getShape().back();
+    int64_t bytes = round(4 * rows);
+    if (bf16)
+      bytes += round(4 * count(op->getOperand(0))) + round(4 * rows);
+    return bytes;
   }
   if (isa<mt::CrossEntropyOp, mt::CrossEntropyGradOp>(op))
-    return 2 * 4 * rowsOf(op->getOperand(isa<mt::CrossEntropyOp>(op) ? 0 : 1));
+    return round(2 * 4 *
+                 rowsOf(op->getOperand(isa<mt::CrossEntropyOp>(op) ? 0 : 1)));
   return 0;
 }
 
@@ -82,24 +110,25 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
       estimate.parameterElements += elements(read.getType());
   });
 
-  // Megatron-LM's mixed precision: 16-bit weights, fp32 gradients, and the
-  // optimizer's fp32 master copy and two moments; in fp32 the weights are
-  // the master copy.
-  const bool halfWeights = config.precision != Precision::FP32;
+  // The runtime keeps fp32 weights (the master copy; bf16 rounds a GEMM's
+  // operands into scratch instead of keeping a 16-bit copy), fp32 gradients
+  // and AdamW's two fp32 moments, the moments split over the data-parallel
+  // ranks by the distributed optimizer.
   const int64_t n = estimate.parameterElements;
-  estimate.parameterBytes = n * (halfWeights ? 2 : 4);
+  estimate.parameterBytes = n * 4;
   estimate.gradientBytes = n * 4;
-  int64_t optimizer = n * (halfWeights ? 12 : 8);
+  int64_t optimizer = n * 8;
   if (config.parallel.useDistributedOptimizer)
     optimizer = (optimizer + config.parallel.dataParallelSize - 1) /
                 config.parallel.dataParallelSize;
   estimate.optimizerBytes = optimizer;
 
+  const bool bf16 = config.precision == Precision::BF16;
   mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train);
   estimate.activationBytes = plan.arenaBytes;
   int64_t scratch = 0;
   for (Operation &op : body.without_terminator()) {
-    scratch = std::max(scratch, scratchBytes(&op));
+    scratch = std::max(scratch, scratchBytes(&op, bf16));
     if (op.hasAttr(mt::kRecomputedAttrName)) {
       ++estimate.recomputedOps;
       estimate.recomputedFlops += recomputeFlops(&op);

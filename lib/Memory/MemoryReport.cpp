@@ -127,15 +127,12 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
      << config.model.seqLength << ", precision " << precision << "\n";
   os << llvm::formatv("  {0,-34} {1,16} {2,12}  {3}\n", "", "bytes", "",
                       "Megatron-LM's formula");
-  row(os, llvm::formatv("parameters ({0} elements)", e.parameterElements).str(),
+  row(os,
+      llvm::formatv("parameters ({0}, fp32)", e.parameterElements).str(),
       e.parameterBytes,
       llvm::formatv("{0:F0} parameters", t.parameters).str());
   row(os, "gradients (fp32)", e.gradientBytes);
-  row(os,
-      config.precision == Precision::FP32
-          ? "optimizer state (Adam moments)"
-          : "optimizer state (fp32 master, Adam)",
-      e.optimizerBytes);
+  row(os, "optimizer state (Adam moments)", e.optimizerBytes);
   int64_t weights = e.parameterBytes + e.gradientBytes + e.optimizerBytes;
   row(os, "weights and optimizer", weights,
       llvm::formatv("{0} ({1:F2} B/parameter)",
@@ -143,7 +140,7 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
           .str());
   row(os, "activations (train_step arena peak)", e.activationBytes,
       formatBytes(t.activations) + " (16-bit activations)");
-  row(os, "workspace (GEMM + kernel statistics)", e.workspaceBytes);
+  row(os, "workspace (GEMM + kernel scratch)", e.workspaceBytes);
   row(os, "total", e.totalBytes(),
       formatBytes(t.weightsAndOptimizer + t.activations));
   row(os, "eval_step arena (when evaluating)", e.evalArenaBytes);

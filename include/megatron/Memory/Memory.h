@@ -33,12 +33,13 @@ struct MemoryEstimate {
   int64_t parameterElements = 0;
   int64_t parameterBytes = 0;
   int64_t gradientBytes = 0;
-  /// AdamW's two moments, and fp32 master weights under bf16/fp16, divided
-  /// by the data-parallel size under the distributed optimizer.
+  /// AdamW's two fp32 moments, divided by the data-parallel size under the
+  /// distributed optimizer. The fp32 weights are the master copy.
   int64_t optimizerBytes = 0;
   /// train_step's arena (the plan's peak).
   int64_t activationBytes = 0;
-  /// Kernel statistics of the largest instruction, plus the GEMM workspace.
+  /// The largest instruction's kernel scratch (the CUDA backend's: statistics,
+  /// attention's backward, bf16 GEMM operands), plus the GEMM workspace.
   int64_t workspaceBytes = 0;
   /// eval_step's arena, held besides when a run evaluates.
   int64_t evalArenaBytes = 0;
