@@ -174,7 +174,8 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
   };
   auto copy = [&](void *to, const void *from, size_t bytes) {
-    if (bytes)
+    // A reshape in place (the bundle's memory plan) has nothing to copy.
+    if (bytes && to != from)
       MTRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes,
                                       cudaMemcpyDeviceToDevice, stream),
                       where(position));
