@@ -499,17 +499,23 @@ Error Validator::checkPipeline() {
     return Error::success();
   }
 
-  if (layers % pp != 0)
+  // Without interleaving the cost model balances the stages
+  // (lib/Pipelines/PipelineLayout.cpp); each needs a layer.
+  if (layers < pp)
     return fail({ppKey, "num_layers"},
+                "num_layers " + show(layers) +
+                    " is less than pipeline_model_parallel_size " + show(pp) +
+                    ": every pipeline stage needs at least one layer; use a "
+                    "pipeline_model_parallel_size of at most " + show(layers));
+  if (vpp > 1 && layers % pp != 0)
+    return fail({ppKey, "num_layers", vppKey},
                 "num_layers " + show(layers) +
                     " is not divisible by pipeline_model_parallel_size " +
                     show(pp) +
-                    ": every pipeline stage gets the same number of layers; "
-                    "use a pipeline_model_parallel_size that divides " +
-                    show(layers) + " (" + orList(divisorsOf(layers)) +
-                    "), or split unevenly with "
-                    "decoder_first_pipeline_num_layers and "
-                    "decoder_last_pipeline_num_layers");
+                    ": with virtual_pipeline_model_parallel_size every "
+                    "pipeline stage gets the same number of layers; use a "
+                    "pipeline_model_parallel_size that divides " +
+                    show(layers) + " (" + orList(divisorsOf(layers)) + ")");
   int64_t perStage = layers / pp;
   if (vpp > 1 && perStage % vpp != 0)
     return fail({vppKey, ppKey, "num_layers"},

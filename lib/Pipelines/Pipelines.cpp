@@ -12,9 +12,20 @@
 
 void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
                                      const TrainingPipelineOptions &options) {
-  mlir::mt::DifferentiatePassOptions differentiate;
-  differentiate.functionName = options.trainFunction;
-  pm.addPass(mlir::mt::createDifferentiatePass(differentiate));
+  if (options.pipelineStages) {
+    mlir::mt::DifferentiatePipelineStagesPassOptions stages;
+    stages.prefix = options.trainFunction;
+    pm.addPass(mlir::mt::createDifferentiatePipelineStagesPass(stages));
+  } else {
+    mlir::mt::DifferentiatePassOptions differentiate;
+    differentiate.functionName = options.trainFunction;
+    pm.addPass(mlir::mt::createDifferentiatePass(differentiate));
+  }
+  pm.addPass(mlir::createCSEPass());
+}
+
+void megatron::buildStageSplitPipeline(mlir::OpPassManager &pm) {
+  pm.addPass(mlir::mt::createSplitForwardBackwardPass());
   pm.addPass(mlir::createCSEPass());
 }
 

@@ -9,6 +9,7 @@
 #include "megatron/Frontend/CompileConfig.h"
 #include "megatron/Frontend/ModelBuilder.h"
 #include "megatron/InitAll.h"
+#include "megatron/Pipelines/PipelinePlan.h"
 #include "megatron/Pipelines/Pipelines.h"
 #include "megatron/Target/Bundle.h"
 #include "mt/Transforms/Passes.h"
@@ -22,6 +23,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
@@ -55,15 +57,35 @@ static cl::opt<EmitKind> emit(
                           "function's instruction stream")),
     cl::init(EmitKind::None), cl::cat(compileCategory));
 
-enum class ReportKind { None, Params, Collectives };
+enum class ReportKind { None, Params, Collectives, Schedule };
 static cl::opt<ReportKind> report(
     "report", cl::desc("Print a table about the compiled model"),
     cl::values(clEnumValN(ReportKind::Params, "params",
                           "parameters: names, global shapes, counts, init"),
                clEnumValN(ReportKind::Collectives, "collectives",
                           "each step's collectives per rank and their bytes, "
-                          "next to Megatron-LM's predicted volumes")),
+                          "next to Megatron-LM's predicted volumes"),
+               clEnumValN(ReportKind::Schedule, "schedule",
+                          "the pipeline layout, each rank's timeline, the "
+                          "predicted bubble and stashed activations")),
     cl::init(ReportKind::None), cl::cat(compileCategory));
+
+static cl::opt<std::string> pipelineSchedule(
+    "pipeline-schedule",
+    cl::desc("Pipeline schedule: gpipe, 1f1b, or interleaved (default: "
+             "interleaved with virtual stages, 1f1b otherwise)"),
+    cl::value_desc("kind"), cl::cat(compileCategory));
+static cl::opt<std::string> pipelineScheduleFile(
+    "pipeline-schedule-file",
+    cl::desc("A hand-written per-rank schedule (JSON, the bundle's "
+             "pipeline.ranks form) to use instead of the generated one; it "
+             "is verified like any other"),
+    cl::value_desc("file"), cl::cat(compileCategory));
+static cl::opt<std::string> scheduleSvg(
+    "schedule-svg",
+    cl::desc("With --report schedule: also draw the predicted timeline as "
+             "an SVG picture into this file"),
+    cl::value_desc("file"), cl::cat(compileCategory));
 
 static int fail(const Twine &message) {
   WithColor::error(errs(), "megatron-compile") << message << "\n";
@@ -124,7 +146,48 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildModelModule(context, *config);
+  const ParallelConfig &parallel = config->parallel;
+  const bool pipelined = parallel.pipelineModelParallelSize > 1;
+  PipelinePlan plan;
+  if (pipelined) {
+    plan.layout = planPipelineLayout(*config);
+    int64_t v = plan.layout.virtualSize;
+    ScheduleKind kind =
+        v > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+    if (!pipelineSchedule.empty()) {
+      std::optional<ScheduleKind> parsed = parseScheduleKind(pipelineSchedule);
+      if (!parsed)
+        return fail("--pipeline-schedule: unknown schedule '" +
+                    pipelineSchedule + "'; expected gpipe, 1f1b or interleaved");
+      kind = *parsed;
+    }
+    Expected<PipelineSchedule> schedule = buildPipelineSchedule(
+        kind, plan.layout.pipelineSize, v, microBatchesPerIteration(*config));
+    if (!schedule)
+      return fail(toString(schedule.takeError()));
+    plan.schedule = std::move(*schedule);
+    if (!pipelineScheduleFile.empty()) {
+      auto buffer = MemoryBuffer::getFile(pipelineScheduleFile);
+      if (!buffer)
+        return fail("--pipeline-schedule-file: cannot read '" +
+                    pipelineScheduleFile + "': " + buffer.getError().message());
+      Expected<json::Value> value = json::parse((*buffer)->getBuffer());
+      if (!value)
+        return fail("--pipeline-schedule-file '" + pipelineScheduleFile +
+                    "': " + toString(value.takeError()));
+      Expected<PipelineSchedule> custom = parsePipelineSchedule(
+          *value, kind, plan.layout.pipelineSize, v,
+          microBatchesPerIteration(*config));
+      if (!custom)
+        return fail("--pipeline-schedule-file '" + pipelineScheduleFile +
+                    "': " + toString(custom.takeError()));
+      plan.schedule = std::move(*custom);
+    }
+  }
+  std::vector<StageLayers> stages =
+      pipelined ? plan.stageLayers() : std::vector<StageLayers>();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      buildModelModule(context, *config, stages);
   if (failed(mlir::verify(*module)))
     return fail("internal error: the model-level IR does not verify");
 
@@ -138,31 +201,58 @@ int main(int argc, char **argv) {
   }
 
   if (writesBundle || emit == EmitKind::Plan ||
-      report == ReportKind::Collectives) {
-    const ParallelConfig &parallel = config->parallel;
-    if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel ||
-        parallel.useDistributedOptimizer)
-      return fail("pipeline parallelism, sequence parallelism and the "
-                  "distributed optimizer are not implemented yet; compile "
-                  "with pipeline_model_parallel_size 1, sequence_parallel "
-                  "false and use_distributed_optimizer false "
+      report == ReportKind::Collectives || report == ReportKind::Schedule) {
+    if (report == ReportKind::Schedule && !pipelined)
+      return fail("--report schedule needs pipeline parallelism: set "
+                  "--pipeline-model-parallel-size to 2 or more");
+    if (parallel.sequenceParallel || parallel.useDistributedOptimizer)
+      return fail("sequence parallelism and the distributed optimizer are "
+                  "not implemented yet; compile with sequence_parallel false "
+                  "and use_distributed_optimizer false "
                   "(docs/Parallelism.md)");
     mlir::PassManager pm(&context);
-    buildTrainingPipeline(pm, TrainingPipelineOptions());
-    if (parallel.worldSize() > 1) {
+    TrainingPipelineOptions training;
+    training.pipelineStages = pipelined;
+    buildTrainingPipeline(pm, training);
+    int64_t stageRanks =
+        parallel.tensorModelParallelSize * parallel.dataParallelSize;
+    if (stageRanks > 1) {
       PartitionPipelineOptions partition;
       partition.tensorParallelSize = parallel.tensorModelParallelSize;
       partition.dataParallelSize = parallel.dataParallelSize;
       buildPartitionPipeline(pm, partition);
     }
+    if (pipelined)
+      buildStageSplitPipeline(pm);
     if (failed(pm.run(*module)))
       return fail("the training pipeline failed (see the diagnostics above)");
+    if (pipelined)
+      if (Error error = finishPipelinePlan(*module, plan))
+        return fail(toString(std::move(error)));
+    json::Object pipelineSection;
+    if (pipelined)
+      pipelineSection = plan.toJSON();
+    const json::Object *pipeline = pipelined ? &pipelineSection : nullptr;
     if (report == ReportKind::Collectives)
       mlir::mt::printCollectives(*module, os);
+    if (report == ReportKind::Schedule) {
+      plan.printReport(os);
+      if (!scheduleSvg.empty()) {
+        std::string errorMessage;
+        std::unique_ptr<ToolOutputFile> svg =
+            mlir::openOutputFile(scheduleSvg, &errorMessage);
+        if (!svg)
+          return fail("--schedule-svg: " + errorMessage);
+        printScheduleSvg(plan.schedule, plan.predict(), svg->os());
+        svg->keep();
+      }
+    }
     if (writesBundle)
-      return failed(writeBundle(*module, &*config, outputPath)) ? 1 : 0;
+      return failed(writeBundle(*module, &*config, outputPath, pipeline)) ? 1
+                                                                          : 0;
     if (emit == EmitKind::Plan) {
-      FailureOr<std::string> bundle = serializeBundle(*module, &*config);
+      FailureOr<std::string> bundle =
+          serializeBundle(*module, &*config, pipeline);
       if (failed(bundle))
         return 1;
       // The manifest follows the 64-byte header; print it indented.

@@ -17,11 +17,18 @@ struct TrainingPipelineOptions
       *this, "train-function",
       llvm::cl::desc("The step function to differentiate"),
       llvm::cl::init("train_step")};
+  Option<bool> pipelineStages{
+      *this, "pipeline-stages",
+      llvm::cl::desc("Differentiate each pipeline stage of the train "
+                     "function (train_step_stage<k>) instead of the whole "
+                     "step"),
+      llvm::cl::init(false)};
 };
 
 /// From the model-level module the front end builds to the one a bundle is
 /// written from: differentiates train_step (its backward pass and gradient
-/// accumulation) and removes redundant work.
+/// accumulation), or each of its pipeline stages, and removes redundant
+/// work.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 
@@ -43,6 +50,11 @@ struct PartitionPipelineOptions
 /// partials are combined. See docs/Parallelism.md.
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const PartitionPipelineOptions &options);
+
+/// For pipeline parallelism, after the training (and partition) pipelines:
+/// each differentiated stage split into its forward and backward functions
+/// (mt-split-forward-backward). See docs/Pipeline.md.
+void buildStageSplitPipeline(mlir::OpPassManager &pm);
 
 /// Registers the pipelines by name (megatron-training-pipeline,
 /// megatron-partition-pipeline) for megatron-opt and lit.
