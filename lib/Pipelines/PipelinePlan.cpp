@@ -85,6 +85,7 @@ llvm::json::Object PipelinePlan::toJSON() const {
         {"backward", stageFunction(stage.index, "_backward")},
         {"eval", ("eval_step_stage" + llvm::Twine(stage.index)).str()}});
   pipeline["stages"] = std::move(stageEntries);
+  pipeline["predicted_idle_fraction"] = Array(predict().idleFraction);
   return pipeline;
 }
 

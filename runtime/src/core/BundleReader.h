@@ -105,6 +105,8 @@ private:
                       const OpInfo &info, Attributes &out);
   void checkFunctionSignature(const Function &function,
                               const std::string &path);
+  /// The `pipeline` section (BundlePipeline.cpp), after the functions.
+  void readPipeline(const Json &json, const std::string &path, Bundle &bundle);
 
   std::string name_;
   const std::vector<Parameter> *parameters_ = nullptr;

@@ -42,7 +42,8 @@ OptimizerStepResult Optimizer::stepTyped(int64_t iteration, double gradScale) {
     for (size_t i = 0; i < count; ++i) {
       const auto &split = parameters_.info(i).splitAxes;
       for (size_t axis = 0; axis < rank_->coordinates().size(); ++axis) {
-        bool splits = false;
+        // The pipeline axis (0) splits the parameters among its ranks.
+        bool splits = axis == 0 && parameters_.info(i).pipelineRank >= 0;
         for (const auto &axes : split)
           for (int64_t a : axes)
             splits |= a == static_cast<int64_t>(axis);

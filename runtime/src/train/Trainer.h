@@ -3,6 +3,7 @@
 #define MTRT_SRC_TRAIN_TRAINER_H
 
 #include "core/Bundle.h"
+#include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
 
 #include <cstdint>
@@ -21,6 +22,10 @@ class ThreadPool;
 namespace mtrt::comm {
 class RankContext;
 } // namespace mtrt::comm
+
+namespace mtrt::pipeline {
+class PipelineRunner;
+} // namespace mtrt::pipeline
 
 namespace mtrt::train {
 
@@ -132,6 +137,10 @@ public:
   const host::LrSchedule &schedule() const;
 
 private:
+  /// Reads microBatchSize() samples of `data` from `first` into the token
+  /// and label buffers; the views are valid until the next read.
+  std::pair<host::TensorView, host::TensorView> readMicroBatch(GptDataset &data,
+                                                               int64_t first);
   /// Runs train_step on `count` consecutive samples of `data` from `first`.
   double runMicroBatch(host::Executor &executor, GptDataset &data,
                        int64_t first, uint64_t step);
@@ -149,10 +158,13 @@ private:
   std::unique_ptr<host::ThreadPool> pool_;
   std::unique_ptr<host::ParameterStore> parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
+  /// Pipeline bundles: runs the schedule instead of train_step.
+  std::unique_ptr<pipeline::PipelineRunner> pipeline_;
   std::unique_ptr<GptDataset> trainData_, validData_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
+  std::vector<int64_t> tokens64_, labels64_;
   uint64_t microStep_ = 0;
 };
 
