@@ -205,11 +205,14 @@ int main(int argc, char **argv) {
     if (report == ReportKind::Schedule && !pipelined)
       return fail("--report schedule needs pipeline parallelism: set "
                   "--pipeline-model-parallel-size to 2 or more");
-    if (parallel.sequenceParallel || parallel.useDistributedOptimizer)
-      return fail("sequence parallelism and the distributed optimizer are "
-                  "not implemented yet; compile with sequence_parallel false "
-                  "and use_distributed_optimizer false "
-                  "(docs/Parallelism.md)");
+    if (parallel.sequenceParallel)
+      return fail("sequence parallelism is not implemented yet; compile "
+                  "with sequence_parallel false (docs/Parallelism.md)");
+    if (pipelined && parallel.useDistributedOptimizer)
+      return fail("the distributed optimizer with pipeline parallelism is "
+                  "not implemented yet; compile with "
+                  "use_distributed_optimizer false or "
+                  "pipeline_model_parallel_size 1 (docs/Pipeline.md)");
     mlir::PassManager pm(&context);
     TrainingPipelineOptions training;
     training.pipelineStages = pipelined;
@@ -220,6 +223,10 @@ int main(int argc, char **argv) {
       PartitionPipelineOptions partition;
       partition.tensorParallelSize = parallel.tensorModelParallelSize;
       partition.dataParallelSize = parallel.dataParallelSize;
+      // One rank has nothing to shard the optimizer over: the plain
+      // optimizer is the distributed one with a single shard.
+      partition.distributedOptimizer = parallel.useDistributedOptimizer;
+      partition.pipelineStages = pipelined;
       buildPartitionPipeline(pm, partition);
     }
     if (pipelined)
