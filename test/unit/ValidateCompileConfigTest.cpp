@@ -104,7 +104,7 @@ TEST(ValidateCompileConfigTest, PipelineStages) {
             "at most 4");
   EXPECT_EQ(validateSmall({{"pipeline_model_parallel_size", "3"},
                            {"virtual_pipeline_model_parallel_size", "2"}}),
-            "command line (--virtual-pipeline-model-parallel-size): "
+            "command line (--pipeline-model-parallel-size): "
             "num_layers 4 is not divisible by pipeline_model_parallel_size 3: "
             "with virtual_pipeline_model_parallel_size every pipeline stage "
             "gets the same number of layers; use a "
