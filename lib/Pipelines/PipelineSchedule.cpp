@@ -534,12 +534,14 @@ void megatron::printScheduleSvg(const PipelineSchedule &schedule,
                                 llvm::raw_ostream &os) {
   const double width = 960, row = 28, left = 64;
   const double height = row * schedule.pipelineSize + 40;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width + left + 8
-     << "\" height=\"" << height << "\" font-family=\"monospace\" "
-        "font-size=\"10\">\n";
+  os << llvm::format("<svg xmlns=\"http://www.w3.org/2000/svg\" "
+                     "width=\"%.0f\" height=\"%.0f\" font-family=\"monospace\" "
+                     "font-size=\"10\">\n",
+                     width + left + 8, height);
   os << "<title>" << scheduleKindName(schedule.kind) << " schedule: "
      << schedule.pipelineSize << " ranks, " << schedule.virtualSize
-     << " virtual stages per rank, " << schedule.microBatches
+     << " virtual stage" << (schedule.virtualSize > 1 ? "s" : "")
+     << " per rank, " << schedule.microBatches
      << " micro-batches</title>\n";
   double scale = timeline.makespan > 0 ? width / timeline.makespan : 0;
   for (int64_t r = 0; r < schedule.pipelineSize; ++r) {
