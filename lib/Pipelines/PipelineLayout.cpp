@@ -98,7 +98,7 @@ PipelineLayout megatron::planPipelineLayout(const CompileConfig &config) {
   const ParallelConfig &parallel = config.parallel;
   PipelineLayout layout;
   layout.pipelineSize = parallel.pipelineModelParallelSize;
-  layout.virtualSize = std::max<int64_t>(1, parallel.virtualPipelineModelParallelSize);
+  layout.virtualSize = config.virtualStagesPerRank();
   layout.costs = estimateModelCosts(config);
   const int64_t p = layout.pipelineSize, v = layout.virtualSize;
   const int64_t layers = config.model.numLayers;
