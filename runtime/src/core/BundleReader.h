@@ -109,6 +109,10 @@ private:
                               const std::string &path);
   /// The `pipeline` section (BundlePipeline.cpp), after the functions.
   void readPipeline(const Json &json, const std::string &path, Bundle &bundle);
+  /// Reads and checks `memory_plan` (core/MemoryPlan.cpp); needs the
+  /// function's instructions, and definedAt_/freedAt_ from reading them.
+  void readMemoryPlan(const Json &json, const std::string &path,
+                      Function &function);
 
   std::string name_;
   const std::vector<Parameter> *parameters_ = nullptr;
