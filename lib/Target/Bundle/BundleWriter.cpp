@@ -194,7 +194,8 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
         attrs["dropout_p"] = attention.getDropoutP().convertToDouble();
         attrs["seed"] = attention.getSeedAttr().getInt();
       })
-      .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp>([&](auto loss) {
+      .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp,
+            mt::VocabCrossEntropyOp, mt::VocabCrossEntropyGradOp>([&](auto loss) {
         attrs["reduction"] = mt::stringifyLossReduction(loss.getReduction());
         attrs["ignore_index"] = loss.getIgnoreIndexAttr().getInt();
       });

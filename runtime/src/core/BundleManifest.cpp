@@ -477,6 +477,14 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.gridAxes = readGridAxes(*value, at);
         break;
       }
+      if (key == "vocab_shard_axes") {
+        if (grid_.empty())
+          fail(at, describe(*value),
+               std::string("no vocab_shard_axes (") + info.name +
+                   ") in a bundle without a top-level \"grid\"");
+        out.vocabShardAxes = readGridAxes(*value, at);
+        break;
+      }
       expectArray(*value, at);
       for (size_t i = 0; i < value->size(); ++i)
         out.permutation.push_back(readInt((*value)[i], index(at, i)));
