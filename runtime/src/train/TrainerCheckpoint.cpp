@@ -58,12 +58,13 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
                     std::string(dtypeName(parameters_->floatType())));
   const std::vector<int64_t> &coordinates = parameters_->coordinates();
   // One replica of each piece saves it: the rank at coordinate 0 of every
-  // grid axis that splits neither the parameter nor (`alsoSplitting`, the
-  // distributed optimizer's data-parallel axes) the piece.
+  // grid axis that splits neither the parameter (a pipeline bundle's axis 0
+  // splits every parameter that one pipeline rank owns) nor, in
+  // `alsoSplitting`, the piece (the distributed optimizer's data axes).
   auto saves = [&](const Parameter &p,
                    const std::vector<int64_t> &alsoSplitting) {
     for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
-      bool splits = false;
+      bool splits = axis == 0 && p.pipelineRank >= 0;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
           splits |= a == static_cast<int64_t>(axis);
@@ -73,6 +74,15 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
         return false;
     }
     return true;
+  };
+  // Every rank names every tensor; a piece the rank does not hold (another
+  // pipeline rank's parameter, a moment outside its range of the gradient
+  // buffer) is an empty flat range, which saves and loads nothing.
+  auto empty = [](CheckpointTensor t) {
+    t.slice.flat = std::make_pair(int64_t(0), int64_t(0));
+    t.data = nullptr;
+    t.save = false;
+    return t;
   };
   std::vector<CheckpointTensor> tensors;
   std::vector<CheckpointTensor> shards(parameters_->size());
@@ -86,7 +96,7 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
     t.save = saves(p, {});
     std::vector<std::pair<const char *, host::Tensor *>> kinds = {
         {"model/", &parameters_->value(i)}};
-    if (parameters_->hasOptimizerState()) {
+    if (!distributedOptimizer_) {
       kinds.push_back({"optimizer/exp_avg/", &parameters_->expAvg(i)});
       kinds.push_back({"optimizer/exp_avg_sq/", &parameters_->expAvgSq(i)});
     }
@@ -94,21 +104,17 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
       CheckpointTensor piece = t;
       piece.name = prefix + p.name;
       piece.data = tensor->data<float>();
-      tensors.push_back(std::move(piece));
+      tensors.push_back(parameters_->holds(i) ? std::move(piece)
+                                              : empty(std::move(piece)));
     }
   }
   // The distributed optimizer's moments: the rank's range of the gradient
   // buffer, in pieces that are flat ranges of the parameters' shards.
-  // A parameter outside the rank's range gets an empty piece, so that every
-  // rank names every tensor of the checkpoint.
   if (distributedOptimizer_) {
     std::vector<DataParallelBuffer::Piece> pieces = gradientBuffer_->pieces();
     std::vector<bool> held(parameters_->size(), false);
     for (const DataParallelBuffer::Piece &piece : pieces)
       held[piece.parameter] = true;
-    for (size_t i = 0; i < held.size(); ++i)
-      if (!held[i])
-        pieces.push_back({i, 0, 0, 0});
     for (const DataParallelBuffer::Piece &piece : pieces) {
       const Parameter &p = parameters_->info(piece.parameter);
       for (auto [prefix, tensor] :
@@ -124,6 +130,13 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
         tensors.push_back(std::move(t));
       }
     }
+    for (size_t i = 0; i < held.size(); ++i)
+      if (!held[i])
+        for (const char *prefix : {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"}) {
+          CheckpointTensor t = empty(shards[i]);
+          t.name = prefix + parameters_->info(i).name;
+          tensors.push_back(std::move(t));
+        }
   }
   return tensors;
 }
