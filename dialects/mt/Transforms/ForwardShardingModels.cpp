@@ -482,8 +482,9 @@ struct ReshapeModel
 };
 
 /// embedding: loops (ids..., hidden, vocabulary). Ids may be split (data and
-/// sequence parallelism); the table is read whole on every rank until the
-/// vocabulary-parallel embedding exists.
+/// sequence parallelism). A vocabulary-split table is Megatron-LM's
+/// vocabulary-parallel embedding: each rank looks up the ids of its block
+/// (zero rows for the others) and an all-reduce sums the ranks' rows.
 struct EmbeddingModel
     : public shard::ShardingInterface::ExternalModel<EmbeddingModel,
                                                      EmbeddingOp> {
@@ -496,7 +497,7 @@ struct EmbeddingModel
 
   SmallVector<shard::ReductionKind>
   getReductionLoopIteratorKinds(Operation *op) const {
-    return {shard::ReductionKind::Generic};
+    return {shard::ReductionKind::Sum};
   }
 
   SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
@@ -521,17 +522,28 @@ struct EmbeddingModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    if (failed(rejectSplit(op, operandShardings[0], 0, "the vocabulary")))
-      return failure();
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder);
+    SmallVector<GridAxis> vocabulary = axesOfDim(operandShardings[0], 0);
+    if (vocabulary.empty())
+      return success();
+    Value local = partitionMap.lookup(op->getResult(0));
+    local.getDefiningOp()->setAttr(
+        "vocab_shard_axes", vocabShardAxes(op->getContext(), vocabulary));
+    partitionMap.map(op->getResult(0),
+                     shard::AllReduceOp::create(
+                         builder, op->getLoc(), local,
+                         operandShardings[0].getGrid(), vocabulary,
+                         shard::ReductionKind::Sum));
     return success();
   }
 };
 
-/// cross_entropy: loops (rows..., vocabulary). Rows may be split (data
-/// parallelism): the loss of `sum` is all-reduced; that of `mean` is the
+/// cross_entropy: loops (rows..., vocabulary). Split logits' vocabulary (the
+/// tied or untied output layer is column-parallel) gives Megatron-LM's
+/// vocabulary-parallel cross-entropy (buildVocabStatistics). Rows may be
+/// split (data parallelism): the loss of `sum` is all-reduced; that of `mean` is the
 /// average of the ranks' means, as Megatron-LM averages data-parallel
 /// gradients (equal to the global mean when every rank has as many tokens
 /// that are not ignored).
@@ -580,16 +592,35 @@ struct CrossEntropyModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    auto loss = cast<CrossEntropyOp>(op);
     int64_t rows = rankOf(op->getOperand(1));
-    if (failed(rejectSplit(op, operandShardings[0], rows, "the vocabulary")))
-      return failure();
-    shard::partitionTriviallyShardableOperation(
-        *op, partitionedOperands, operandShardings, resultShardings,
-        partitionMap, symbolTable, builder);
+    Value result = op->getResult(0);
+    SmallVector<GridAxis> vocabulary = axesOfDim(operandShardings[0], rows);
+    if (vocabulary.empty()) {
+      shard::partitionTriviallyShardableOperation(
+          *op, partitionedOperands, operandShardings, resultShardings,
+          partitionMap, symbolTable, builder);
+    } else {
+      // Megatron-LM's vocabulary-parallel cross-entropy.
+      Value labels = partitionedOperands[1];
+      VocabStatistics statistics = buildVocabStatistics(
+          builder, op->getLoc(), partitionedOperands[0], labels,
+          operandShardings[0].getGrid(), vocabulary);
+      FailureOr<RankedTensorType> type = inferCrossEntropyType(
+          cast<RankedTensorType>(statistics.partials.getType()),
+          cast<RankedTensorType>(labels.getType()), loss.getReduction(),
+          [&] { return op->emitOpError(); });
+      if (failed(type))
+        return failure();
+      partitionMap.map(result, VocabCrossEntropyOp::create(
+                                   builder, op->getLoc(), *type,
+                                   statistics.partials, labels,
+                                   loss.getReductionAttr(),
+                                   loss.getIgnoreIndexAttr()));
+    }
     SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[0], rows);
     if (perToken(op) || axes.empty())
       return success();
-    Value result = op->getResult(0);
     Value local = partitionMap.lookup(result);
     Value sum = shard::AllReduceOp::create(builder, op->getLoc(), local,
                                            operandShardings[0].getGrid(), axes,

@@ -77,6 +77,22 @@ LogicalResult rejectSplit(Operation *op, Sharding sharding, int64_t dim,
 /// The grid axes that split any of the first `count` dimensions.
 SmallVector<GridAxis> axesOfLeadingDims(Sharding sharding, int64_t count);
 
+/// The grid axes that split dimension `dim`.
+SmallVector<GridAxis> axesOfDim(Sharding sharding, int64_t dim);
+
+/// `axes` as the vocab_shard_axes attribute of the vocabulary-parallel ops.
+DenseI64ArrayAttr vocabShardAxes(MLIRContext *context, ArrayRef<GridAxis> axes);
+
+/// Megatron-LM's statistics of vocabulary-split logits: each row's maximum
+/// (all-reduced with max) and its sum of exponentials and target logit
+/// (all-reduced with sum), over the vocabulary's grid axes `axes`.
+struct VocabStatistics {
+  Value max, partials;
+};
+VocabStatistics buildVocabStatistics(OpBuilder &builder, Location loc,
+                                     Value logits, Value labels,
+                                     StringRef grid, ArrayRef<GridAxis> axes);
+
 /// The number of ranks along `axes` of the grid named by `sharding`.
 FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
                               ArrayRef<GridAxis> axes,

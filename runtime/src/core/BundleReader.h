@@ -108,6 +108,8 @@ private:
                       const OpInfo &info, Attributes &out);
   void checkFunctionSignature(const Function &function,
                               const std::string &path);
+  /// The `pipeline` section (BundlePipeline.cpp), after the functions.
+  void readPipeline(const Json &json, const std::string &path, Bundle &bundle);
   /// Reads and checks `memory_plan` (core/MemoryPlan.cpp); needs the
   /// function's instructions, and definedAt_/freedAt_ from reading them.
   void readMemoryPlan(const Json &json, const std::string &path,

@@ -91,6 +91,25 @@ void Executor::execute(size_t position, const Instruction &inst,
       body(static_cast<const int32_t *>(data));
   };
 
+  // The rank's block of a vocabulary split over vocab_shard_axes: its index
+  // and the number of blocks.
+  auto vocabBlock = [&]() -> std::pair<int64_t, int64_t> {
+    if (a.vocabShardAxes.empty())
+      return {0, 1};
+    int64_t blocks = gridGroupSize(bundle_.gridShape(), a.vocabShardAxes);
+    if (blocks == 1)
+      return {0, 1};
+    if (!rank_)
+      throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                  where(position) + ": the vocabulary is split over " +
+                      std::to_string(blocks) +
+                      " ranks; run the bundle's ranks together "
+                      "(megatron-train --in-process-ranks)");
+    return {gridGroupIndex(rank_->gridShape(), rank_->coordinates(),
+                           a.vocabShardAxes),
+            blocks};
+  };
+
   switch (inst.op) {
   case Op::GetParameter: {
     Slot &slot = slots_[inst.results[0]];
@@ -124,6 +143,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Embedding: {
     EmbeddingDims d = embeddingDims(fn, inst);
     T *y = out(0);
+    if (!a.vocabShardAxes.empty()) {
+      auto [block, blocks] = vocabBlock();
+      withIds(1, [&](auto *ids) {
+        checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
+                 d.vocab * blocks, "the vocabulary size (all ranks' blocks)",
+                 nullptr);
+        vocabEmbeddingForward<T>(pool, d.count, d.vocab, d.hidden,
+                                 block * d.vocab, in(0), ids, y);
+      });
+      break;
+    }
     withIds(1, [&](auto *ids) {
       checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
                d.vocab, "the embedding table's vocabulary size", nullptr);
@@ -135,6 +165,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::EmbeddingGrad: {
     EmbeddingDims d = embeddingDims(fn, inst);
     T *dtable = out(0);
+    if (!a.vocabShardAxes.empty()) {
+      auto [block, blocks] = vocabBlock();
+      withIds(1, [&](auto *ids) {
+        checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
+                 d.vocab * blocks, "the vocabulary size (all ranks' blocks)",
+                 nullptr);
+        vocabEmbeddingBackward<T>(pool, d.count, d.vocab, d.hidden,
+                                  block * d.vocab, ids, in(0), dtable);
+      });
+      break;
+    }
     withIds(1, [&](auto *ids) {
       checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
                d.vocab, "the embedding table's vocabulary size", nullptr);
@@ -287,6 +328,44 @@ void Executor::execute(size_t position, const Instruction &inst,
       softmaxBackward<T>(pool, outer, axis, inner, in(1), in(0), out(0));
     else
       softmaxForward<T>(pool, outer, axis, inner, in(0), out(0));
+    break;
+  }
+  case Op::VocabMax: {
+    const std::vector<int64_t> &shape = operandShape(0);
+    int64_t vocab = shape.back();
+    vocabMax<T>(pool, count(inst.operands[0]) / vocab, vocab, in(0), out(0));
+    break;
+  }
+  case Op::VocabPartials:
+  case Op::VocabCrossEntropyGrad: {
+    bool grad = inst.op == Op::VocabCrossEntropyGrad;
+    size_t logitsAt = grad ? 1 : 0, labelsAt = logitsAt + 1;
+    int64_t vocab = operandShape(logitsAt).back();
+    int64_t rows = count(inst.operands[logitsAt]) / vocab;
+    auto [block, blocks] = vocabBlock();
+    T *result = out(0);
+    withIds(labelsAt, [&](auto *labels) {
+      checkIds(where(position), "label", labelsAt, inst.operands[labelsAt],
+               labels, rows, vocab * blocks,
+               "the vocabulary size (all ranks' blocks)",
+               grad ? &a.ignoreIndex : nullptr);
+      if (grad)
+        vocabCrossEntropyGrad<T>(pool, rows, vocab, block * vocab, in(1),
+                                 labels, a.ignoreIndex, toKernel(a.reduction),
+                                 in(0), in(3), in(4), result);
+      else
+        vocabPartials<T>(pool, rows, vocab, block * vocab, in(0), labels,
+                         in(2), result);
+    });
+    break;
+  }
+  case Op::VocabCrossEntropy: {
+    int64_t rows = count(inst.operands[1]);
+    T *result = out(0);
+    withIds(1, [&](auto *labels) {
+      vocabCrossEntropy<T>(rows, in(0), labels, a.ignoreIndex,
+                           toKernel(a.reduction), result);
+    });
     break;
   }
   case Op::CrossEntropy:

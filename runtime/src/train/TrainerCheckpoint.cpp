@@ -79,8 +79,11 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
     t.vocabularyRows = isVocabularyTable(p.name);
     // One replica of each piece saves it: the rank at coordinate 0 of every
     // grid axis that does not split the parameter.
+    // A pipeline bundle's parameter lives on one pipeline rank.
+    if (!parameters_->holds(i))
+      t.save = false;
     for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
-      bool splits = false;
+      bool splits = axis == 0 && p.pipelineRank >= 0;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
           splits |= a == static_cast<int64_t>(axis);

@@ -340,6 +340,54 @@ KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
                                   T *dlogits);
 
 //===----------------------------------------------------------------------===//
+// Vocabulary parallelism (VocabParallel.cpp): one rank's block of the
+// vocabulary, rows [start, start + vocab) of the whole; ids and labels are
+// checked against the whole vocabulary by the caller.
+//===----------------------------------------------------------------------===//
+
+/// out [count, hidden] = table[id - start] for ids in the block, 0 for the
+/// others (an all-reduce over the vocabulary's ranks completes the lookup).
+template <typename T, typename Id>
+void vocabEmbeddingForward(ThreadPool &pool, int64_t count, int64_t vocab,
+                           int64_t hidden, int64_t start, const T *table,
+                           const Id *ids, T *out);
+
+/// dtable [vocab, hidden] = the rows of dout summed by id - start, over the
+/// ids in the block, in increasing position order.
+template <typename T, typename Id>
+void vocabEmbeddingBackward(ThreadPool &pool, int64_t count, int64_t vocab,
+                            int64_t hidden, int64_t start, const Id *ids,
+                            const T *dout, T *dtable);
+
+/// max [rows] = each row's largest logit of the block.
+template <typename T>
+void vocabMax(ThreadPool &pool, int64_t rows, int64_t vocab, const T *logits,
+              T *max);
+
+/// partials [rows, 2] = (sum over the block of exp(logit - max[r]), in
+/// double; logits[label - start] - max[r] if the label is in the block,
+/// else 0).
+template <typename T, typename Id>
+void vocabPartials(ThreadPool &pool, int64_t rows, int64_t vocab,
+                   int64_t start, const T *logits, const Id *labels,
+                   const T *max, T *partials);
+
+/// The loss from whole-vocabulary partials: per row log(sum) - target, 0 for
+/// ignored rows, reduced as crossEntropyForward reduces.
+template <typename T, typename Id>
+void vocabCrossEntropy(int64_t rows, const T *partials, const Id *labels,
+                       int64_t ignoreIndex, LossReduction reduction, T *loss);
+
+/// dlogits of the block: g_r * (exp(logit - max[r]) / sum_r - onehot), g_r
+/// as crossEntropyBackward's, 0 on ignored rows.
+template <typename T, typename Id>
+void vocabCrossEntropyGrad(ThreadPool &pool, int64_t rows, int64_t vocab,
+                           int64_t start, const T *logits, const Id *labels,
+                           int64_t ignoreIndex, LossReduction reduction,
+                           const T *dloss, const T *max, const T *partials,
+                           T *dlogits);
+
+//===----------------------------------------------------------------------===//
 // Shapes (Shape.cpp): copies.
 //===----------------------------------------------------------------------===//
 
