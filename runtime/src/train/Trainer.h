@@ -3,6 +3,8 @@
 #define MTRT_SRC_TRAIN_TRAINER_H
 
 #include "core/Bundle.h"
+#include "data/BlendedGptDataset.h"
+#include "data/Tokenizer.h"
 #include "host/kernels/Kernels.h"
 
 #include <cstdint>
@@ -24,7 +26,6 @@ class RankContext;
 
 namespace mtrt::train {
 
-class GptDataset;
 class Optimizer;
 class TrainingLog;
 
@@ -34,6 +35,14 @@ struct TrainerOptions {
   int64_t trainIters = 0;
   /// 0: the bundle's global_batch_size.
   int64_t globalBatchSize = 0;
+  /// 0: the bundle's; otherwise it must equal it (it is compiled in).
+  int64_t microBatchSize = 0;
+  /// Indexed datasets to train on (--data-path's prefixes and weights),
+  /// sampled as Megatron-LM's GPTDataset; empty: the text corpus given to
+  /// the trainer, tokenized by `tokenizer`.
+  std::vector<data::BlendEntry> dataBlend;
+  /// Tokenizes a text corpus and the sample prompt.
+  data::TokenizerOptions tokenizer;
   std::string split = "969,30,1";
   uint64_t seed = 1234;
 
@@ -79,8 +88,8 @@ struct IterationRecord {
   double tokensPerSecond = 0;
 };
 
-/// Trains a bundle on a byte-tokenized text: seeded initialization of every
-/// parameter, Megatron-LM's sampling of the corpus, micro-batches with
+/// Trains a bundle on a tokenized text or on indexed datasets: seeded
+/// initialization of every parameter, Megatron-LM's sampling of the data, micro-batches with
 /// gradient accumulation, clipping, AdamW and the LR schedule, periodic
 /// evaluation, and Megatron-LM-style logs.
 ///
@@ -123,6 +132,10 @@ public:
   bool canEvaluate() const { return validData_ != nullptr; }
 
   const std::vector<IterationRecord> &history() const { return history_; }
+  /// The samples train() and evaluate() read; validData() is null when
+  /// there is no evaluation.
+  data::SampleSource &trainData() { return *trainData_; }
+  data::SampleSource *validData() { return validData_.get(); }
   host::ParameterStore &parameters() { return *parameters_; }
   const std::string &corpus() const { return corpus_; }
   int64_t microBatchSize() const { return microBatch_; }
@@ -133,7 +146,7 @@ public:
 
 private:
   /// Runs train_step on `count` consecutive samples of `data` from `first`.
-  double runMicroBatch(host::Executor &executor, GptDataset &data,
+  double runMicroBatch(host::Executor &executor, data::SampleSource &data,
                        int64_t first, uint64_t step);
 
   const Bundle &bundle_;
@@ -149,7 +162,10 @@ private:
   std::unique_ptr<host::ThreadPool> pool_;
   std::unique_ptr<host::ParameterStore> parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
-  std::unique_ptr<GptDataset> trainData_, validData_;
+  std::unique_ptr<data::SampleSource> trainData_, validData_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  /// Token ids must be below it (model.vocab_size).
+  int64_t vocabSize_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
