@@ -253,8 +253,11 @@ std::vector<std::string> gatherDataPath(const std::vector<std::string> &args) {
     }
     size_t j = i + 1;
     out.push_back("--data-path=" + args[j++]);
+    auto isFlag = [&](size_t k) {
+      return args[k].size() > 1 && args[k][0] == '-' && !isNumber(args[k]);
+    };
     if (isNumber(args[i + 1]))
-      while (j < args.size()) {
+      while (j < args.size() && !isFlag(j)) {
         out.push_back("--data-path=" + args[j++]);
         if (j == args.size() || !isNumber(args[j]))
           break;
@@ -273,17 +276,19 @@ bool dataPathIsIndexed(const std::vector<std::string> &dataPath) {
   const std::string &path = dataPath.at(0);
   if (data::IndexedDataset::exists(path))
     return true;
+  // A dataset named by one of its files: the prefix was meant.
+  for (const char *suffix : {".bin", ".idx"}) {
+    size_t n = std::strlen(suffix);
+    if (path.size() > n && path.compare(path.size() - n, n, suffix) == 0 &&
+        data::IndexedDataset::exists(path.substr(0, path.size() - n)))
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  "--data-path: '" + path + "' is a file of an indexed "
+                  "dataset; give its prefix without " + suffix + " ('" +
+                  path.substr(0, path.size() - n) + "')");
+  }
   struct stat info;
   if (::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode))
     return false;
-  for (const char *suffix : {".bin", ".idx"}) {
-    size_t n = std::strlen(suffix);
-    if (path.size() > n && path.compare(path.size() - n, n, suffix) == 0)
-      throw Error(MTRT_STATUS_NOT_FOUND,
-                  "--data-path: '" + path + "' does not exist; give the "
-                  "prefix without " + suffix + " ('" +
-                  path.substr(0, path.size() - n) + "')");
-  }
   throw Error(MTRT_STATUS_NOT_FOUND,
               "--data-path: '" + path +
                   "' is neither a text file nor the prefix of a .bin/.idx "
