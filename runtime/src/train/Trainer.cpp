@@ -75,25 +75,6 @@ host::LrSchedule makeSchedule(const TrainerOptions &o) {
   return s;
 }
 
-/// Ids at or above the model's vocabulary would index past the embedding:
-/// data tokenized for another vocabulary.
-void checkTokenIds(const std::vector<int32_t> &tokens,
-                   const std::vector<int32_t> &labels, int64_t firstSample,
-                   int64_t seqLength, int64_t vocabSize,
-                   const std::string &dataName) {
-  for (const std::vector<int32_t> *ids : {&tokens, &labels})
-    for (size_t i = 0; i < ids->size(); ++i)
-      if ((*ids)[i] < 0 || (*ids)[i] >= vocabSize)
-        invalid("--data-path '" + dataName + "': sample " +
-                std::to_string(firstSample +
-                               static_cast<int64_t>(i) / seqLength) +
-                " holds token id " + std::to_string((*ids)[i]) +
-                ", outside the model's vocabulary [0, " +
-                std::to_string(vocabSize) +
-                ") (model.vocab_size): tokenize the data for this model, or "
-                "compile the model with the tokenizer's vocabulary size");
-}
-
 void checkOptions(const TrainerOptions &o) {
   auto positive = [](const char *flag, int64_t value) {
     if (value < 1)
@@ -287,6 +268,22 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
 
 Trainer::~Trainer() = default;
 
+void Trainer::checkTokenIds(const std::vector<int32_t> &tokens,
+                            const std::vector<int32_t> &labels,
+                            int64_t firstSample) const {
+  for (const std::vector<int32_t> *ids : {&tokens, &labels})
+    for (size_t i = 0; i < ids->size(); ++i)
+      if ((*ids)[i] < 0 || (*ids)[i] >= vocabSize_)
+        invalid("--data-path '" + corpusName_ + "': sample " +
+                std::to_string(firstSample +
+                               static_cast<int64_t>(i) / seqLength_) +
+                " holds token id " + std::to_string((*ids)[i]) +
+                ", outside the model's vocabulary [0, " +
+                std::to_string(vocabSize_) +
+                ") (model.vocab_size): tokenize the data for this model, or "
+                "compile the model with the tokenizer's vocabulary size");
+}
+
 const host::LrSchedule &Trainer::schedule() const {
   return optimizer_->config().schedule;
 }
@@ -297,7 +294,7 @@ double Trainer::runMicroBatch(host::Executor &executor,
   for (int64_t b = 0; b < microBatch_; ++b)
     data.read(first + b, tokens_.data() + b * seqLength_,
               labels_.data() + b * seqLength_);
-  checkTokenIds(tokens_, labels_, first, seqLength_, vocabSize_, corpusName_);
+  checkTokenIds(tokens_, labels_, first);
   std::vector<int64_t> shape = {microBatch_, seqLength_};
   std::vector<host::TensorView> inputs = {{idType_, shape, tokens_.data()},
                                           {idType_, shape, labels_.data()}};

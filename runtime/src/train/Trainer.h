@@ -136,6 +136,12 @@ public:
   /// there is no evaluation.
   data::SampleSource &trainData() { return *trainData_; }
   data::SampleSource *validData() { return validData_.get(); }
+  /// Throws Error (INVALID_ARGUMENT) naming the sample when an id of a
+  /// micro-batch read from `firstSample` is outside the model's vocabulary
+  /// (data tokenized for another model), before the embedding reads it.
+  void checkTokenIds(const std::vector<int32_t> &tokens,
+                     const std::vector<int32_t> &labels,
+                     int64_t firstSample) const;
   host::ParameterStore &parameters() { return *parameters_; }
   const std::string &corpus() const { return corpus_; }
   int64_t microBatchSize() const { return microBatch_; }
