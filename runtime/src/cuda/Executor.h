@@ -7,6 +7,7 @@
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
 #include "host/HostTensor.h"
+#include "host/kernels/Kernels.h"
 
 #include <cstdint>
 #include <string>
@@ -26,7 +27,11 @@ class ParameterStore;
 /// instruction that lists them in `free`), and one arena of the plan's size
 /// is allocated; runs allocate nothing. get_parameter binds the store's
 /// device value (no copy); accumulate_gradient adds into its gradient.
-/// Every floating value is f32 on the device; bf16 and f16 are rejected.
+/// Every floating value is f32 on the device; bf16 and f16 values are
+/// rejected. A bundle compiled with precision bf16 (the manifest's
+/// model.precision) runs in mixed precision: GEMMs and the attention core
+/// take bf16 operands and accumulate in fp32 (docs/Architecture.md, "The
+/// cuda backend"); everything else computes in fp32, as in fp32 bundles.
 ///
 /// Checks: token ids and labels (function inputs) are checked on the host
 /// before upload, with the host executor's messages (OUT_OF_RANGE). Every
@@ -50,6 +55,8 @@ public:
   Executor &operator=(const Executor &) = delete;
 
   const Function &function() const { return *function_; }
+  /// Whether GEMMs and attention take bf16 operands (precision bf16).
+  bool mixedPrecision() const { return bf16_; }
   /// The storage type of value `v`: F32 for floating values, I32 or I64.
   DType storageType(int64_t v) const;
 
@@ -59,8 +66,14 @@ public:
   /// INVALID_ARGUMENT for inputs of the wrong count, shape or type;
   /// OUT_OF_RANGE for ids outside the vocabulary; a CUDA or cuBLASLt error
   /// naming the instruction.
+  ///
+  /// With `inputsOnDevice`, the inputs' data are device memory of this
+  /// context's device, read in place (no copy; the C API's bound GPU
+  /// batches): the caller orders their writes before this context's stream
+  /// and keeps them alive during the run. Their ids are then checked by the
+  /// kernels (the fault word) instead of on the host.
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
-                                uint64_t step);
+                                uint64_t step, bool inputsOnDevice = false);
 
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }
@@ -83,6 +96,9 @@ private:
   };
 
   size_t scratchBytes(const Instruction &inst) const;
+  /// Whether this attention runs on the flash kernels (mixed precision and
+  /// shapes they take).
+  bool flashAttention(const host::AttentionParams &params) const;
   void checkShapes(size_t position, const Instruction &inst) const;
   std::string where(size_t position) const;
   void *slot(int64_t value) const { return slots_[value]; }
@@ -94,6 +110,7 @@ private:
   const Function *function_ = nullptr;
   ParameterStore &parameters_;
   Context &context_;
+  bool bf16_ = false;
   ArenaPlan plan_;
   DeviceBuffer arena_;
   std::vector<void *> slots_;

@@ -58,9 +58,11 @@ const std::vector<Flag> &flags() {
        [](C &c, S f, S v) {
          c.options.microBatchSize = parseIntFlag(f, v, 1);
        }},
-      {"--bf16", nullptr, "train in bf16 (not supported yet: refused)",
+      {"--bf16", nullptr,
+       "bf16 mixed precision: --backend cuda with a bundle compiled with "
+       "--bf16 (the host backend refuses it)",
        [](C &c, S, S) { c.bf16 = true; }},
-      {"--fp16", nullptr, "train in fp16 (not supported yet: refused)",
+      {"--fp16", nullptr, "fp16 training (not supported yet: refused)",
        [](C &c, S, S) { c.fp16 = true; }},
       {"--loss-scale", "S", "static loss scale of --fp16 training",
        [](C &c, S f, S v) { c.lossScale = parseNumber(f, v); }},
@@ -153,6 +155,25 @@ const std::vector<Flag> &flags() {
            invalid(f + ": expected the path of a .safetensors file to write");
          c.saveWeights = v;
        }},
+      {"--save", "DIR",
+       "save checkpoints to DIR/iter_NNNNNNN (every --save-interval "
+       "iterations and at the end; docs/Checkpoints.md)",
+       [](C &c, S f, S v) {
+         if (v.empty())
+           invalid(f + ": expected the directory to save checkpoints to");
+         c.options.save = v;
+       }},
+      {"--save-interval", "N",
+       "iterations between checkpoints (default: only at the end)",
+       [](C &c, S f, S v) { c.options.saveInterval = parseIntFlag(f, v, 1); }},
+      {"--load", "DIR",
+       "resume from the newest checkpoint in DIR, in any layout (none there: "
+       "start from the seeded initialization)",
+       [](C &c, S f, S v) {
+         if (v.empty())
+           invalid(f + ": expected the directory to load a checkpoint from");
+         c.options.load = v;
+       }},
       {"--sample-tokens", "N",
        "after training, print a greedy continuation of N bytes (default 0)",
        [](C &c, S f, S v) { c.sampleTokens = parseIntFlag(f, v, 0); }},
@@ -211,9 +232,6 @@ const char *const kCompileTimeFlags[] = {
 
 /// Megatron-LM flags megatron-train does not have yet.
 const char *const kNotYetFlags[] = {
-    "--save",
-    "--load",
-    "--save-interval",
     "--exit-interval",
 };
 
@@ -299,20 +317,31 @@ bool dataPathIsIndexed(const std::vector<std::string> &dataPath) {
 void checkPrecisionFlags(const TrainCommand &command) {
   if (command.bf16 && command.fp16)
     invalid("--bf16 and --fp16 are both given; choose one");
-  for (auto [given, flag, type] :
-       {std::tuple<bool, const char *, const char *>{command.bf16, "--bf16",
-                                                     "bf16"},
-        {command.fp16, "--fp16", "fp16"}})
-    if (given)
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  std::string(flag) + ": the " + command.backend +
-                      " backend trains in float32 only (parameters, "
-                      "activations and gradients); mixed-precision " +
-                      type + " training is not supported yet: run without " +
-                      flag);
+  if (command.fp16)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "--fp16: no backend of megatron-train trains in fp16 yet (the "
+                "host computes in float32, the cuda backend in float32 or "
+                "bf16); run without --fp16, or use --bf16 with --backend "
+                "cuda");
+  if (command.bf16 && command.backend != "cuda")
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "--bf16: the " + command.backend +
+                    " backend trains in float32 only; bf16 mixed precision "
+                    "runs with --backend cuda on a bundle compiled with "
+                    "megatron-compile --bf16. Run without --bf16 here");
   if (command.lossScale && !command.fp16)
     invalid("--loss-scale applies to --fp16 training only (bf16 and float32 "
             "need no loss scaling); drop it");
+}
+
+void checkPrecisionMatchesBundle(const TrainCommand &command,
+                                 const std::string &bundleName,
+                                 const std::string &precision) {
+  if (command.bf16 && precision != "bf16")
+    invalid("--bf16: bundle '" + bundleName + "' is compiled for precision " +
+            precision +
+            "; the precision is fixed when the bundle is compiled: "
+            "recompile it with megatron-compile --bf16, or drop --bf16");
 }
 
 TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
@@ -341,6 +370,9 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
             ".bin/.idx dataset written by megatron-preprocess");
   if (!given("--train-iters"))
     invalid("--train-iters is required: how many iterations to train");
+  if (given("--save-interval") && command.options.save.empty())
+    invalid("--save-interval needs --save DIR: the directory to save the "
+            "checkpoints to");
   if (!given("--lr"))
     invalid("--lr is required: the peak learning rate (e.g. --lr 6e-4)");
   return command;

@@ -19,7 +19,8 @@ struct TrainCommand {
   /// --data-path's values: a text file (tokenized when training starts), a
   /// .bin/.idx prefix, or weights and prefixes of a blend.
   std::vector<std::string> dataPath;
-  /// --bf16, --fp16: refused with a message (no backend trains in them yet).
+  /// --bf16: checked against the backend and the bundle's precision;
+  /// --fp16: refused (no backend trains in it yet).
   bool bf16 = false, fp16 = false;
   std::optional<double> lossScale;
   /// --plot-dir: where the PNG curves go after training; empty: none.
@@ -55,9 +56,15 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args);
 /// names neither, with a hint for a path given with its .bin/.idx suffix.
 bool dataPathIsIndexed(const std::vector<std::string> &dataPath);
 
-/// The refusals megatron-train makes before loading anything: --bf16 and
-/// --fp16 (no backend trains in them yet), --loss-scale without --fp16.
+/// The refusals megatron-train makes before loading anything: --fp16 (no
+/// backend trains in it yet), --bf16 except on the cuda backend,
+/// --loss-scale without --fp16.
 void checkPrecisionFlags(const TrainCommand &command);
+
+/// --bf16 needs a bundle compiled for bf16 (its model.precision).
+void checkPrecisionMatchesBundle(const TrainCommand &command,
+                                 const std::string &bundleName,
+                                 const std::string &precision);
 
 /// The --help text.
 std::string trainUsage();

@@ -177,9 +177,9 @@ TEST(TrainerDataTest, ParsesMegatronDataAndTokenizerFlags) {
   EXPECT_EQ(c.options.microBatchSize, 4);
   EXPECT_TRUE(c.fp16);
   EXPECT_EQ(c.lossScale, 1024.0);
-  // The host backend trains in float32: --fp16 and --bf16 are refused.
+  // No backend trains in fp16; the host backend refuses --bf16 too.
   expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_UNIMPLEMENTED,
-              {"--fp16: the host backend trains in float32 only",
+              {"--fp16: no backend of megatron-train trains in fp16 yet",
                "run without --fp16"});
   c.fp16 = false;
   expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_INVALID_ARGUMENT,
@@ -187,10 +187,19 @@ TEST(TrainerDataTest, ParsesMegatronDataAndTokenizerFlags) {
   c.lossScale.reset();
   c.bf16 = true;
   expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_UNIMPLEMENTED,
-              {"--bf16: the host backend trains in float32 only"});
+              {"--bf16: the host backend trains in float32 only",
+               "megatron-compile --bf16"});
+  c.backend = "cuda";
+  checkPrecisionFlags(c);
+  expectError([&] { checkPrecisionMatchesBundle(c, "g.mtb", "fp32"); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"--bf16: bundle 'g.mtb' is compiled for precision fp32"});
+  checkPrecisionMatchesBundle(c, "g.mtb", "bf16");
   expectError([&] { dataPathIsIndexed({"missing_text_document.bin"}); },
               MTRT_STATUS_NOT_FOUND,
-              {"give the prefix without .bin ('missing_text_document')"});
+              {"'missing_text_document.bin' is neither a text file nor the "
+               "prefix of a .bin/.idx pair",
+               "pass PREFIX_text_document"});
   expectError([&] { dataPathIsIndexed({"nothing-here"}); },
               MTRT_STATUS_NOT_FOUND,
               {"is neither a text file nor the prefix of a .bin/.idx pair"});
@@ -217,11 +226,6 @@ TEST(TrainerDataTest, FlagErrorsSayWhatAndHow) {
       MTRT_STATUS_INVALID_ARGUMENT,
       {"--seq-length is fixed when the bundle is compiled",
        "megatron-compile"});
-  expectError(
-      [&] {
-        parseTrainCommand(base({"--save", "ckpt"}));
-      },
-      MTRT_STATUS_INVALID_ARGUMENT, {"--save is not supported"});
   expectError(
       [&] {
         parseTrainCommand(base({"--clip-grad", "one"}));
