@@ -29,4 +29,8 @@ for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
     --global-batch-size="$mb" -o "$b/$model-bf16-mb$mb.mtb"
 done
+# What attention dropout costs: gpt2-124m without it.
+"$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+  --global-batch-size=32 --attention-dropout=0 \
+  -o "$b/gpt2-124m-bf16-mb32-nodrop.mtb"
 du -sh "$dest"

@@ -59,7 +59,8 @@ void OffsetAllocator::release(size_t offset, size_t bytes) {
 
 ArenaPlan planArena(const Function &function,
                     const std::function<size_t(int64_t)> &valueBytes,
-                    const std::function<size_t(size_t)> &scratchBytes) {
+                    const std::function<size_t(size_t)> &scratchBytes,
+                    const std::function<size_t(size_t)> &scratchKeptUntil) {
   ArenaPlan plan;
   size_t values = function.values.size();
   plan.valueOffset.assign(values, ArenaPlan::kNone);
@@ -72,6 +73,9 @@ ArenaPlan planArena(const Function &function,
   for (int64_t v : function.outputs)
     pinned[v] = true;
 
+  // Kept scratch to release after each instruction: (offset, bytes).
+  std::vector<std::vector<std::pair<size_t, size_t>>> keptEnds(
+      function.instructions.size());
   OffsetAllocator allocator;
   auto place = [&](int64_t v) {
     size_t bytes = valueBytes(v);
@@ -89,8 +93,14 @@ ArenaPlan planArena(const Function &function,
     plan.scratchBytes[position] = scratch;
     if (scratch > 0) {
       plan.scratchOffset[position] = allocator.allocate(scratch);
-      allocator.release(plan.scratchOffset[position], scratch);
+      size_t until = scratchKeptUntil ? scratchKeptUntil(position) : position;
+      if (until > position && until < function.instructions.size())
+        keptEnds[until].emplace_back(plan.scratchOffset[position], scratch);
+      else
+        allocator.release(plan.scratchOffset[position], scratch);
     }
+    for (auto [offset, bytes] : keptEnds[position])
+      allocator.release(offset, bytes);
     for (int64_t v : inst.free) {
       if (pinned[v] || released[v] ||
           plan.valueOffset[v] == ArenaPlan::kNone)

@@ -48,10 +48,15 @@ struct ArenaPlan {
 
 /// `valueBytes(v)`: the bytes value v needs on the device (0: none, e.g. a
 /// get_parameter view); `scratchBytes(position)`: the scratch instruction
-/// `position` needs.
-ArenaPlan planArena(const Function &function,
-                    const std::function<size_t(int64_t)> &valueBytes,
-                    const std::function<size_t(size_t)> &scratchBytes);
+/// `position` needs; `scratchKeptUntil(position)`, when given: the later
+/// instruction after which that scratch is released (results an instruction
+/// leaves for a later one, such as attention's logsumexp for its gradient;
+/// `position` itself releases it at once).
+ArenaPlan planArena(
+    const Function &function,
+    const std::function<size_t(int64_t)> &valueBytes,
+    const std::function<size_t(size_t)> &scratchBytes,
+    const std::function<size_t(size_t)> &scratchKeptUntil = nullptr);
 
 } // namespace mtrt::cuda
 

@@ -54,6 +54,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     if (inst.op == Op::GetParameter)
       parameterView[inst.results[0]] = true;
   }
+  pairAttention();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
@@ -62,7 +63,14 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
         return static_cast<size_t>(fn.values[v].numElements) *
                dtypeSize(storageType(v));
       },
-      [&](size_t position) { return scratchBytes(fn.instructions[position]); });
+      [&](size_t position) { return scratchBytes(position); },
+      [&](size_t position) {
+        size_t partner = attentionPartner_[position];
+        return fn.instructions[position].op == Op::Attention &&
+                       partner != kNoPartner
+                   ? partner
+                   : position;
+      });
   arena_ = DeviceBuffer(plan_.bytes, "the arena of " + fn.name +
                                          " of bundle '" + bundle.name() + "'");
   slots_.assign(fn.values.size(), nullptr);

@@ -89,7 +89,11 @@ private:
     int64_t ignore;
   };
 
-  size_t scratchBytes(const Instruction &inst) const;
+  size_t scratchBytes(size_t position) const;
+  /// Pairs each flash attention with its attention_grad (same q, k, v and
+  /// attributes): the forward's scratch (logsumexp, a copy of its output,
+  /// the dropout mask) is kept for the gradient, which then reruns nothing.
+  void pairAttention();
   /// Whether this attention runs on the flash kernels (mixed precision and
   /// shapes they take).
   bool flashAttention(const host::AttentionParams &params) const;
@@ -105,6 +109,10 @@ private:
   ParameterStore &parameters_;
   Context &context_;
   bool bf16_ = false;
+  /// By instruction: the position of the paired attention_grad (for an
+  /// attention) or attention (for an attention_grad); kNoPartner if none.
+  static constexpr size_t kNoPartner = ~size_t(0);
+  std::vector<size_t> attentionPartner_;
   ArenaPlan plan_;
   DeviceBuffer arena_;
   std::vector<void *> slots_;

@@ -37,8 +37,40 @@ bool Executor::flashAttention(const AttentionParams &params) const {
   return bf16_ && flashAttentionUnsupportedReason(params).empty();
 }
 
-size_t Executor::scratchBytes(const Instruction &inst) const {
+void Executor::pairAttention() {
   const Function &fn = *function_;
+  attentionPartner_.assign(fn.instructions.size(), kNoPartner);
+  auto same = [](const AttentionParams &a, const AttentionParams &b) {
+    return a.batch == b.batch && a.seqQ == b.seqQ && a.seqK == b.seqK &&
+           a.headsQ == b.headsQ && a.headsKv == b.headsKv &&
+           a.headDim == b.headDim && a.headDimV == b.headDimV &&
+           a.causal == b.causal && a.scale == b.scale &&
+           a.dropoutP == b.dropoutP && a.seed == b.seed;
+  };
+  for (size_t grad = 0; grad < fn.instructions.size(); ++grad) {
+    const Instruction &g = fn.instructions[grad];
+    if (g.op != Op::AttentionGrad)
+      continue;
+    AttentionParams p = attentionParams(fn, g, 0);
+    if (!flashAttention(p))
+      continue;
+    for (size_t forward = grad; forward-- > 0;) {
+      const Instruction &f = fn.instructions[forward];
+      if (f.op != Op::Attention || attentionPartner_[forward] != kNoPartner ||
+          f.operands[0] != g.operands[1] || f.operands[1] != g.operands[2] ||
+          f.operands[2] != g.operands[3] ||
+          !same(attentionParams(fn, f, 0), p))
+        continue;
+      attentionPartner_[forward] = grad;
+      attentionPartner_[grad] = forward;
+      break;
+    }
+  }
+}
+
+size_t Executor::scratchBytes(size_t position) const {
+  const Function &fn = *function_;
+  const Instruction &inst = fn.instructions[position];
   auto floats = [](int64_t n) {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
@@ -76,15 +108,26 @@ size_t Executor::scratchBytes(const Instruction &inst) const {
     LinearDims d = linearDims(fn, inst);
     return roundUp(columnSumScratchBytes(d.rows, d.outSize));
   }
+  case Op::EmbeddingGrad:
+    return roundUp(embeddingBackwardScratchBytes(
+        embeddingDims(fn, inst).count,
+        fn.values[inst.operands[1]].dtype == DType::I64));
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, 0);
+    if (attentionPartner_[position] != kNoPartner) // kept for the gradient
+      return floats(p.batch * p.seqQ * p.headsQ) +
+             floats(p.batch * p.seqQ * p.headsQ * p.headDimV) +
+             roundUp(flashAttentionMaskBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ);
   }
   case Op::AttentionGrad: {
     AttentionParams p = attentionParams(fn, inst, 0);
-    if (flashAttention(p)) // logsumexp, the forward's output, delta
+    if (attentionPartner_[position] != kNoPartner)
+      return roundUp(flashAttentionBackwardScratchBytes(p));
+    if (flashAttention(p)) // logsumexp, the forward's output, mask, delta
       return floats(p.batch * p.seqQ * p.headsQ) +
              floats(p.batch * p.seqQ * p.headsQ * p.headDimV) +
+             roundUp(flashAttentionMaskBytes(p)) +
              roundUp(flashAttentionBackwardScratchBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ) +
            roundUp(attentionBackwardScratchBytes(p));
@@ -225,7 +268,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     EmbeddingDims d = embeddingDims(fn, inst);
     withIds(1, [&](auto *ids) {
       embeddingBackward(stream, d.count, d.vocab, d.hidden, ids, in(0), out(0),
-                        fault, tag);
+                        carve.take<char>(0), fault, tag);
     });
     break;
   }
@@ -294,26 +337,44 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, step);
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
-    if (flashAttention(p))
-      flashAttentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
-    else
+    if (!flashAttention(p)) {
       attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
+      break;
+    }
+    float *kept = nullptr;
+    uint64_t *mask = nullptr;
+    if (attentionPartner_[position] != kNoPartner) {
+      kept = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ *
+                               p.headDimV);
+      mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
+    }
+    flashAttentionForward(stream, p, in(0), in(1), in(2), out(0), kept, lse,
+                          mask);
     break;
   }
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp only.
     AttentionParams p = attentionParams(fn, inst, step);
-    float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
     if (flashAttention(p)) {
-      // The forward is rerun for its output and logsumexp.
-      float *o = carve.take<float>(sizeof(float) * p.batch * p.headsQ *
-                                   p.seqQ * p.headDimV);
-      void *delta = carve.take<char>(0);
-      flashAttentionForward(stream, p, in(1), in(2), in(3), o, lse);
-      flashAttentionBackward(stream, p, in(1), in(2), in(3), o, lse, in(0),
-                             out(0), out(1), out(2), delta);
+      // The paired forward's kept scratch, else the forward rerun here.
+      size_t forward = attentionPartner_[position];
+      Carver saved(forward != kNoPartner ? scratch(forward)
+                                         : scratch(position));
+      size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
+      float *lse = saved.take<float>(sizeof(float) * rows);
+      float *o = saved.take<float>(sizeof(float) * rows * p.headDimV);
+      uint64_t *mask = saved.take<uint64_t>(flashAttentionMaskBytes(p));
+      void *delta = forward != kNoPartner ? carve.take<char>(0)
+                                          : saved.take<char>(0);
+      if (forward == kNoPartner)
+        flashAttentionForward(stream, p, in(1), in(2), in(3), nullptr, o, lse,
+                              mask);
+      flashAttentionBackward(stream, p, in(1), in(2), in(3), o, lse,
+                             flashAttentionMaskBytes(p) ? mask : nullptr,
+                             in(0), out(0), out(1), out(2), delta);
       break;
     }
+    float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
     void *delta = carve.take<char>(0);
     attentionForward(stream, p, in(1), in(2), in(3), nullptr, lse);
     attentionBackward(stream, p, in(1), in(2), in(3), lse, in(0), out(0),
