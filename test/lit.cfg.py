@@ -20,6 +20,42 @@ config.substitutions.append(("%megatron_obj_root", config.megatron_obj_root))
 config.substitutions.append(("%megatron_lib_dir", config.megatron_lib_dir))
 config.substitutions.append(("%python", config.python_executable))
 
+# GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them); tests
+# that need them say "REQUIRES: gpt2-tokenizer".
+config.substitutions.append(("%gpt2_dir", config.gpt2_dir))
+if all(os.path.isfile(os.path.join(config.gpt2_dir, name))
+       for name in ("encoder.json", "vocab.bpe")):
+    config.available_features.add("gpt2-tokenizer")
+
+# The Python module's tests need NumPy and the Python the module was built
+# for: the configured interpreter, or Debian's (python3-numpy) when the
+# configured one (e.g. a pyenv shim) lacks NumPy.
+def _python_with_numpy():
+    import glob
+    import subprocess
+    modules = glob.glob(os.path.join(config.megatron_obj_root, "python",
+                                     "mtrt.cpython-*.so"))
+    if not modules:
+        return None
+    probe = ("import sys, numpy, sysconfig; "
+             "sys.exit(0 if sysconfig.get_config_var('EXT_SUFFIX') in "
+             "sys.argv[1] else 1)")
+    for python in (config.python_executable, "/usr/bin/python3"):
+        try:
+            if subprocess.run([python, "-c", probe, modules[0]],
+                              capture_output=True).returncode == 0:
+                return python
+        except OSError:
+            pass
+    return None
+
+_mtrt_python = _python_with_numpy()
+if _mtrt_python:
+    config.available_features.add("mtrt-python")
+    config.substitutions.append(("%mtrt_python", _mtrt_python))
+    config.environment["PYTHONPATH"] = os.path.join(config.megatron_obj_root,
+                                                    "python")
+
 if config.mtrt_cuda_enabled:
     config.available_features.add("mtrt-cuda")
 
@@ -27,7 +63,8 @@ llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
 tools = ["megatron-compile", "megatron-opt", "megatron-translate",
-         "mtrt-info", "mtrt-api-c-test", "not",
+         "mtrt-info", "mtrt-api-c-test", "mtrt-session-c-test",
+         "mtrt-status-c-test", "not",
          "split-file",
-         "mtrt-run", "megatron-train"]
+         "mtrt-run", "megatron-train", "megatron-preprocess"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

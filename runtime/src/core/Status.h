@@ -2,6 +2,7 @@
 #ifndef MTRT_SRC_CORE_STATUS_H
 #define MTRT_SRC_CORE_STATUS_H
 
+#include "core/Error.h"
 #include "mtrt/mtrt.h"
 
 #include <exception>
@@ -19,12 +20,15 @@ mtrt_status_t makeStatus(mtrt_status_code_t code, const char *format, ...)
     ;
 
 /// Runs `body` (returning mtrt_status_t) so that no exception leaves the C
-/// API: exceptions become RESOURCE_EXHAUSTED or INTERNAL statuses that name
+/// API: an mtrt::Error becomes a status of its code and message, other
+/// exceptions RESOURCE_EXHAUSTED or INTERNAL statuses; every message names
 /// `apiName`.
 template <typename Fn>
 mtrt_status_t guardApi(const char *apiName, Fn &&body) noexcept {
   try {
     return body();
+  } catch (const Error &e) {
+    return makeStatus(e.code(), "%s: %s", apiName, e.what());
   } catch (const std::bad_alloc &) {
     return makeStatus(MTRT_STATUS_RESOURCE_EXHAUSTED, "%s: out of memory",
                       apiName);

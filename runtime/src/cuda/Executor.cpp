@@ -186,18 +186,32 @@ void Executor::checkInputIds(
 }
 
 std::vector<host::Tensor>
-Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step) {
+Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
+              bool inputsOnDevice) {
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
   checkInputs(fn, inputs, [&](int64_t v) { return storageType(v); });
-  checkInputIds(inputs);
+  if (!inputsOnDevice)
+    checkInputIds(inputs);
 
+  // Device inputs are bound in place of their arena slots for this run.
+  struct RestoreSlots {
+    std::vector<void *> &slots;
+    std::vector<std::pair<int64_t, void *>> saved;
+    ~RestoreSlots() {
+      for (auto &[v, data] : saved)
+        slots[v] = data;
+    }
+  } restore{slots_, {}};
   context_.resetFault();
   for (size_t i = 0; i < inputs.size(); ++i) {
     int64_t v = fn.inputs[i];
     size_t bytes = static_cast<size_t>(fn.values[v].numElements) *
                    dtypeSize(storageType(v));
-    if (bytes)
+    if (inputsOnDevice) {
+      restore.saved.emplace_back(v, slots_[v]);
+      slots_[v] = const_cast<void *>(inputs[i].data);
+    } else if (bytes)
       MTRT_CUDA_CHECK(cudaMemcpyAsync(slots_[v], inputs[i].data, bytes,
                                       cudaMemcpyHostToDevice, stream),
                       fn.name + ": uploading inputs[" + std::to_string(i) +

@@ -66,8 +66,14 @@ public:
   /// INVALID_ARGUMENT for inputs of the wrong count, shape or type;
   /// OUT_OF_RANGE for ids outside the vocabulary; a CUDA or cuBLASLt error
   /// naming the instruction.
+  ///
+  /// With `inputsOnDevice`, the inputs' data are device memory of this
+  /// context's device, read in place (no copy; the C API's bound GPU
+  /// batches): the caller orders their writes before this context's stream
+  /// and keeps them alive during the run. Their ids are then checked by the
+  /// kernels (the fault word) instead of on the host.
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
-                                uint64_t step);
+                                uint64_t step, bool inputsOnDevice = false);
 
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }

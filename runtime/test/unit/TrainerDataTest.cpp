@@ -183,11 +183,6 @@ TEST(TrainerDataTest, FlagErrorsSayWhatAndHow) {
        "megatron-compile"});
   expectError(
       [&] {
-        parseTrainCommand(base({"--save", "ckpt"}));
-      },
-      MTRT_STATUS_INVALID_ARGUMENT, {"--save is not supported"});
-  expectError(
-      [&] {
         parseTrainCommand(base({"--clip-grad", "one"}));
       },
       MTRT_STATUS_INVALID_ARGUMENT,

@@ -1,0 +1,77 @@
+// The host backend of a session: the reference executors, parameter store
+// and optimizer on the CPU.
+#include "capi/SessionBackend.h"
+
+#include "comm/RankContext.h"
+#include "host/Executor.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+
+#include <cstring>
+
+namespace mtrt::capi {
+
+namespace {
+
+class HostBackend final : public SessionBackend {
+public:
+  HostBackend(const Bundle &bundle, const SessionBackendOptions &options,
+              comm::RankContext *rank)
+      : pool_(static_cast<unsigned>(options.threads)),
+        parameters_(bundle, DType::F32,
+                    rank ? rank->coordinates() : std::vector<int64_t>()) {
+    if (rank)
+      rank->prepare(bundle);
+    trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
+                                                  parameters_, pool_, rank);
+    if (bundle.findFunction("eval_step"))
+      evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
+                                                   parameters_, pool_, rank);
+    optimizer_ = std::make_unique<train::Optimizer>(parameters_, pool_,
+                                                    options.optimizer, rank);
+    parameters_.initialize(pool_, options.seed);
+  }
+
+  mtrt_backend_t backend() const override { return MTRT_BACKEND_HOST; }
+  int device() const override { return 0; }
+  bool hasEvalStep() const override { return evalStep_ != nullptr; }
+
+  double run(bool train, const BatchView &batch, uint64_t step) override {
+    host::Executor &executor = train ? *trainStep_ : *evalStep_;
+    std::vector<host::Tensor> outputs =
+        executor.run({batch.tokens, batch.labels}, step);
+    return static_cast<double>(outputs[0].data<float>()[0]);
+  }
+  void zeroGradients() override { parameters_.zeroGradients(pool_); }
+  train::OptimizerStepResult step(int64_t iteration,
+                                  double gradScale) override {
+    return optimizer_->step(iteration, gradScale);
+  }
+
+  void *value(size_t i) override { return parameters_.value(i).buffer.data(); }
+  void copy(void *to, bool, const void *from, bool, size_t bytes) override {
+    std::memcpy(to, from, bytes);
+  }
+  void *batchBuffer(int, size_t) override {
+    throw Error(MTRT_STATUS_INTERNAL, "the host backend has no device memory");
+  }
+  host::ParameterStore &hostParameters() override { return parameters_; }
+  void hostParametersChanged() override {}
+  void *stream() override { return nullptr; }
+
+private:
+  host::ThreadPool pool_;
+  host::ParameterStore parameters_;
+  std::unique_ptr<host::Executor> trainStep_, evalStep_;
+  std::unique_ptr<train::Optimizer> optimizer_;
+};
+
+} // namespace
+
+std::unique_ptr<SessionBackend>
+createHostBackend(const Bundle &bundle, const SessionBackendOptions &options,
+                  comm::RankContext *rank) {
+  return std::make_unique<HostBackend>(bundle, options, rank);
+}
+
+} // namespace mtrt::capi

@@ -1,0 +1,544 @@
+// A training session: option checks, the batch, the accumulate/apply
+// bookkeeping, parameter access and checkpoints.
+#include "capi/Session.h"
+
+#include "host/ParameterStore.h"
+#include "train/Weights.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace mtrt::capi {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string &message) {
+  throw Error(MTRT_STATUS_INVALID_ARGUMENT, message);
+}
+
+std::string str(double value) {
+  std::ostringstream s;
+  s << value;
+  return s.str();
+}
+
+const char *backendName(mtrt_backend_t backend) {
+  switch (backend) {
+  case MTRT_BACKEND_HOST:
+    return "host";
+  case MTRT_BACKEND_CUDA:
+    return "cuda";
+  }
+  return "unknown";
+}
+
+/// Megatron-LM's optimizer settings, checked as megatron-train checks its
+/// flags, with messages naming the option field.
+train::OptimizerConfig optimizerConfig(const mtrt_session_options_t &o) {
+  if (!(o.lr >= 0) || !std::isfinite(o.lr))
+    invalid("options.lr: found " + str(o.lr) +
+            ", expected a learning rate >= 0 (e.g. 6e-4)");
+  if (!(o.min_lr >= 0) || o.min_lr > o.lr)
+    invalid("options.min_lr: found " + str(o.min_lr) +
+            ", expected a rate in [0, options.lr] = [0, " + str(o.lr) + "]");
+  if (!(o.lr_warmup_init >= 0) || o.lr_warmup_init > o.lr)
+    invalid("options.lr_warmup_init: found " + str(o.lr_warmup_init) +
+            ", expected a rate in [0, options.lr] = [0, " + str(o.lr) + "]");
+  train::OptimizerConfig c;
+  host::LrSchedule &s = c.schedule;
+  s.maxLr = o.lr;
+  s.minLr = o.min_lr;
+  s.warmupInitLr = o.lr_warmup_init;
+  switch (o.lr_decay_style) {
+  case MTRT_LR_DECAY_CONSTANT:
+    s.style = host::LrDecayStyle::Constant;
+    break;
+  case MTRT_LR_DECAY_LINEAR:
+    s.style = host::LrDecayStyle::Linear;
+    break;
+  case MTRT_LR_DECAY_COSINE:
+    s.style = host::LrDecayStyle::Cosine;
+    break;
+  default:
+    invalid("options.lr_decay_style: found " +
+            std::to_string(static_cast<int>(o.lr_decay_style)) +
+            ", expected MTRT_LR_DECAY_CONSTANT (0), _LINEAR (1) or _COSINE "
+            "(2)");
+  }
+  if (o.lr_warmup_iters < 0)
+    invalid("options.lr_warmup_iters: found " +
+            std::to_string(o.lr_warmup_iters) + ", expected an integer >= 0");
+  s.warmupIters = o.lr_warmup_iters;
+  if (s.style == host::LrDecayStyle::Constant) {
+    // A constant schedule never decays; its decay length only has to lie
+    // past the warmup.
+    s.decayIters = std::max<int64_t>(o.lr_decay_iters, s.warmupIters + 1);
+  } else {
+    if (o.lr_decay_iters <= o.lr_warmup_iters)
+      invalid("options.lr_decay_iters: found " +
+              std::to_string(o.lr_decay_iters) +
+              ", expected more than options.lr_warmup_iters (" +
+              std::to_string(o.lr_warmup_iters) +
+              ") for a decaying schedule (megatron-train uses --train-iters)");
+    s.decayIters = o.lr_decay_iters;
+  }
+  if (!(o.weight_decay >= 0))
+    invalid("options.weight_decay: found " + str(o.weight_decay) +
+            ", expected a coefficient >= 0");
+  for (auto [field, beta] :
+       {std::pair<const char *, double>{"options.adam_beta1", o.adam_beta1},
+        {"options.adam_beta2", o.adam_beta2}})
+    if (!(beta >= 0 && beta < 1))
+      invalid(std::string(field) + ": found " + str(beta) +
+              ", expected a value in [0, 1)");
+  if (!(o.adam_eps > 0))
+    invalid("options.adam_eps: found " + str(o.adam_eps) +
+            ", expected a value > 0");
+  if (!(o.clip_grad >= 0))
+    invalid("options.clip_grad: found " + str(o.clip_grad) +
+            ", expected a norm >= 0 (0 disables clipping)");
+  c.weightDecay = o.weight_decay;
+  c.beta1 = o.adam_beta1;
+  c.beta2 = o.adam_beta2;
+  c.eps = o.adam_eps;
+  c.clipGrad = o.clip_grad;
+  return c;
+}
+
+std::vector<int64_t> shapeOf(const mtrt_tensor_t &t) {
+  return std::vector<int64_t>(t.shape, t.shape + t.rank);
+}
+
+} // namespace
+
+DType toDType(mtrt_dtype_t dtype, const char *what) {
+  switch (dtype) {
+  case MTRT_DTYPE_F32:
+    return DType::F32;
+  case MTRT_DTYPE_F64:
+    return DType::F64;
+  case MTRT_DTYPE_BF16:
+    return DType::BF16;
+  case MTRT_DTYPE_F16:
+    return DType::F16;
+  case MTRT_DTYPE_I32:
+    return DType::I32;
+  case MTRT_DTYPE_I64:
+    return DType::I64;
+  }
+  invalid(std::string(what) + ".dtype: found " +
+          std::to_string(static_cast<int>(dtype)) +
+          ", which is not an mtrt_dtype_t");
+}
+
+mtrt_dtype_t toCDType(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return MTRT_DTYPE_F32;
+  case DType::F64:
+    return MTRT_DTYPE_F64;
+  case DType::BF16:
+    return MTRT_DTYPE_BF16;
+  case DType::F16:
+    return MTRT_DTYPE_F16;
+  case DType::I32:
+    return MTRT_DTYPE_I32;
+  case DType::I64:
+    return MTRT_DTYPE_I64;
+  }
+  return MTRT_DTYPE_F32;
+}
+
+std::string describe(const mtrt_tensor_t &t) {
+  std::string text = "[";
+  for (int d = 0; d < t.rank && d < MTRT_MAX_RANK; ++d)
+    text += (d ? ", " : "") + std::to_string(t.shape[d]);
+  text += "] ";
+  text += mtrt_dtype_name(t.dtype);
+  if (t.backend == MTRT_BACKEND_HOST)
+    text += " in host memory";
+  else
+    text += std::string(" on ") + backendName(t.backend) + " device " +
+            std::to_string(t.device);
+  return text;
+}
+
+Session::Session(std::shared_ptr<const Bundle> bundle,
+                 const mtrt_session_options_t &options,
+                 comm::Communicator *world)
+    : bundle_(std::move(bundle)) {
+  const Bundle &b = *bundle_;
+  SessionBackendOptions backendOptions;
+  backendOptions.optimizer = optimizerConfig(options);
+  if (options.threads < 0 || options.threads > 4096)
+    invalid("options.threads: found " + std::to_string(options.threads) +
+            ", expected 0 (one per core) to 4096");
+  if (options.device < 0)
+    invalid("options.device: found " + std::to_string(options.device) +
+            ", expected a device index >= 0");
+  backendOptions.threads = options.threads;
+  backendOptions.device = options.device;
+  backendOptions.tf32 = options.tf32 != 0;
+  backendOptions.seed = options.seed;
+
+  int64_t ranks = b.rankCount();
+  if (world) {
+    if (ranks == 1)
+      invalid("options.communicator: bundle '" + b.name() +
+              "' is compiled for one rank and takes no communicator; pass "
+              "NULL");
+    if (world->size() != ranks)
+      invalid("options.communicator: its world has " +
+              std::to_string(world->size()) + " ranks but bundle '" +
+              b.name() + "' is compiled for " + std::to_string(ranks) +
+              " (grid " + shapeString(b.gridShape()) +
+              "); create the world with that many ranks");
+  } else if (ranks > 1) {
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "bundle '" + b.name() + "' is compiled for " +
+                    std::to_string(ranks) + " ranks (grid " +
+                    shapeString(b.gridShape()) +
+                    "); pass each rank's communicator in "
+                    "options.communicator (mtrt_communicator_create_in_"
+                    "process makes them)");
+  }
+
+  const Function *train = b.findFunction("train_step");
+  if (!train)
+    throw Error(MTRT_STATUS_NOT_FOUND,
+                "bundle '" + b.name() +
+                    "' has no train_step; compile the model with "
+                    "megatron-compile, which emits it");
+  const TensorType &tokens = train->values[train->inputs[0]];
+  if (train->inputs.size() != 2 || tokens.shape.size() != 2)
+    invalid("bundle '" + b.name() +
+            "': train_step does not take (tokens, labels) of shape "
+            "[micro_batch, seq_length]; recompile it with megatron-compile");
+  microBatch_ = tokens.shape[0];
+  seqLength_ = tokens.shape[1];
+  idType_ = tokens.dtype;
+  batchShape_ = tokens.shape;
+  if (const Function *eval = b.findFunction("eval_step")) {
+    const TensorType &evalTokens = eval->values[eval->inputs[0]];
+    if (evalTokens.shape != tokens.shape || evalTokens.dtype != tokens.dtype)
+      invalid("bundle '" + b.name() + "': eval_step's tokens are " +
+              evalTokens.str() + " but train_step's are " + tokens.str() +
+              "; recompile the bundle");
+  }
+
+  switch (options.backend) {
+  case MTRT_BACKEND_HOST:
+    if (world)
+      rank_ = std::make_unique<comm::RankContext>(*world, b.gridShape());
+    backend_ = createHostBackend(b, backendOptions, rank_.get());
+    break;
+  case MTRT_BACKEND_CUDA:
+    if (ranks > 1)
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "bundle '" + b.name() + "' is compiled for " +
+                      std::to_string(ranks) +
+                      " ranks; the cuda backend runs bundles of one rank "
+                      "for now: use MTRT_BACKEND_HOST, or compile for one "
+                      "rank");
+    backend_ = createCudaBackend(b, backendOptions);
+    break;
+  default:
+    invalid("options.backend: found " +
+            std::to_string(static_cast<int>(options.backend)) +
+            ", expected MTRT_BACKEND_HOST (0) or MTRT_BACKEND_CUDA (1)");
+  }
+  for (size_t i = 0; i < b.parameters().size(); ++i)
+    parameterIndex_.emplace(b.parameters()[i].name, i);
+}
+
+Session::~Session() = default;
+
+bool Session::checkMemory(const mtrt_tensor_t &t, const char *what) const {
+  if (t.backend == MTRT_BACKEND_HOST)
+    return false;
+  if (t.backend == MTRT_BACKEND_CUDA &&
+      backend_->backend() == MTRT_BACKEND_CUDA &&
+      t.device == backend_->device())
+    return true;
+  invalid(std::string(what) + " is " + describe(t) + ", but this " +
+          backendName(backend_->backend()) + " session reads " +
+          (backend_->backend() == MTRT_BACKEND_HOST
+               ? std::string("host memory only")
+               : "host memory or cuda device " +
+                     std::to_string(backend_->device()) + "'s memory"));
+}
+
+void Session::setBatch(const mtrt_tensor_t &tokens,
+                       const mtrt_tensor_t &labels, mtrt_batch_mode_t mode) {
+  if (mode != MTRT_BATCH_COPY && mode != MTRT_BATCH_BIND)
+    invalid("mode: found " + std::to_string(static_cast<int>(mode)) +
+            ", expected MTRT_BATCH_COPY (0) or MTRT_BATCH_BIND (1)");
+  std::string expected = shapeString(batchShape_) + " " + dtypeName(idType_);
+  Batch next;
+  for (int which = 0; which < 2; ++which) {
+    const mtrt_tensor_t &t = which ? labels : tokens;
+    const char *what = which ? "labels" : "tokens";
+    DType dtype = toDType(t.dtype, what);
+    if (t.rank != 2 || shapeOf(t) != batchShape_ ||
+        (dtype != DType::I32 && dtype != DType::I64))
+      invalid(std::string(what) + " is " + describe(t) + "; bundle '" +
+              bundle_->name() + "' takes " + expected +
+              " (i64 is also accepted with MTRT_BATCH_COPY)");
+    if (!t.data)
+      invalid(std::string(what) + ".data is NULL");
+    bool onDevice = checkMemory(t, what);
+    if (mode == MTRT_BATCH_BIND || onDevice) {
+      if (dtype != idType_)
+        invalid(std::string(what) + " is " + describe(t) + "; bundle '" +
+                bundle_->name() + "' takes " + expected + ", and " +
+                (onDevice ? "device batches" : "bound batches") +
+                " are not converted: pass " + dtypeName(idType_) + " ids");
+    }
+    if (which == 1 && onDevice != next.view.onDevice)
+      invalid("tokens and labels must both be in host memory or both on "
+              "the device; tokens are " +
+              describe(tokens) + ", labels " + describe(labels));
+    next.view.onDevice = onDevice;
+  }
+
+  size_t count = static_cast<size_t>(microBatch_ * seqLength_);
+  size_t bytes = count * dtypeSize(idType_);
+  const mtrt_tensor_t *tensors[2] = {&tokens, &labels};
+  host::TensorView *views[2] = {&next.view.tokens, &next.view.labels};
+  if (mode == MTRT_BATCH_BIND) {
+    for (int k = 0; k < 2; ++k)
+      *views[k] = {idType_, batchShape_, tensors[k]->data};
+  } else if (next.view.onDevice) {
+    for (int k = 0; k < 2; ++k) {
+      void *buffer = backend_->batchBuffer(k, bytes);
+      backend_->copy(buffer, true, tensors[k]->data, true, bytes);
+      *views[k] = {idType_, batchShape_, buffer};
+    }
+  } else {
+    // Converted into the session's buffers; checked before any is changed.
+    std::vector<uint8_t> converted[2];
+    for (int k = 0; k < 2; ++k) {
+      const mtrt_tensor_t &t = *tensors[k];
+      converted[k].resize(bytes);
+      DType from = toDType(t.dtype, "");
+      if (from == idType_) {
+        std::memcpy(converted[k].data(), t.data, bytes);
+      } else if (from == DType::I32) {
+        const auto *in = static_cast<const int32_t *>(t.data);
+        auto *out = reinterpret_cast<int64_t *>(converted[k].data());
+        for (size_t i = 0; i < count; ++i)
+          out[i] = in[i];
+      } else {
+        const auto *in = static_cast<const int64_t *>(t.data);
+        auto *out = reinterpret_cast<int32_t *>(converted[k].data());
+        for (size_t i = 0; i < count; ++i) {
+          if (in[i] < std::numeric_limits<int32_t>::min() ||
+              in[i] > std::numeric_limits<int32_t>::max())
+            throw Error(MTRT_STATUS_OUT_OF_RANGE,
+                        std::string(k ? "labels" : "tokens") + "[" +
+                            std::to_string(i / seqLength_) + ", " +
+                            std::to_string(i % seqLength_) + "] = " +
+                            std::to_string(in[i]) +
+                            " does not fit the bundle's i32 ids");
+          out[i] = static_cast<int32_t>(in[i]);
+        }
+      }
+    }
+    tokens_ = std::move(converted[0]);
+    labels_ = std::move(converted[1]);
+    next.view.tokens = {idType_, batchShape_, tokens_.data()};
+    next.view.labels = {idType_, batchShape_, labels_.data()};
+  }
+  next.set = true;
+  batch_ = std::move(next);
+}
+
+double Session::accumulate() {
+  if (!batch_.set)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "no batch: call mtrt_session_set_batch first");
+  double loss = backend_->run(true, batch_.view, microStep_);
+  ++microStep_;
+  ++accumulated_;
+  lossSum_ += loss;
+  return loss;
+}
+
+mtrt_step_metrics_t Session::apply() {
+  if (accumulated_ == 0)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "no micro-batch was accumulated since the last optimizer "
+                "step: call mtrt_session_accumulate (or "
+                "mtrt_session_train_step) first");
+  train::OptimizerStepResult result = backend_->step(
+      iteration_ + 1, 1.0 / static_cast<double>(accumulated_));
+  ++iteration_;
+  metrics_ = {};
+  metrics_.struct_size = sizeof(mtrt_step_metrics_t);
+  metrics_.iteration = iteration_;
+  metrics_.micro_batches = accumulated_;
+  metrics_.loss = lossSum_ / static_cast<double>(accumulated_);
+  metrics_.grad_norm = result.gradNorm;
+  metrics_.learning_rate = result.learningRate;
+  accumulated_ = 0;
+  lossSum_ = 0;
+  backend_->zeroGradients();
+  return metrics_;
+}
+
+double Session::evaluate() {
+  if (!backend_->hasEvalStep())
+    throw Error(MTRT_STATUS_NOT_FOUND,
+                "bundle '" + bundle_->name() +
+                    "' has no eval_step; compile the model with "
+                    "megatron-compile, which emits it");
+  if (!batch_.set)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "no batch: call mtrt_session_set_batch first");
+  return backend_->run(false, batch_.view, 0);
+}
+
+size_t Session::parameterIndex(const std::string &name) const {
+  auto it = parameterIndex_.find(name);
+  if (it != parameterIndex_.end())
+    return it->second;
+  std::string known;
+  size_t shown = 0;
+  for (const Parameter &p : bundle_->parameters()) {
+    if (shown == 3) {
+      known += ", ...";
+      break;
+    }
+    known += (shown++ ? ", '" : "'") + p.name + "'";
+  }
+  throw Error(MTRT_STATUS_NOT_FOUND,
+              "bundle '" + bundle_->name() + "' has no parameter '" + name +
+                  "'; it has " + std::to_string(parameterCount()) + " (" +
+                  known + "; mtrt_session_parameter_name lists them)");
+}
+
+mtrt_tensor_t Session::parameterView(size_t i) {
+  const TensorType &type = bundle_->parameters()[i].localType;
+  mtrt_tensor_t view{};
+  view.data = backend_->value(i);
+  view.dtype = MTRT_DTYPE_F32;
+  view.backend = backend_->backend();
+  view.device = backend_->device();
+  view.rank = static_cast<int>(type.shape.size());
+  for (size_t d = 0; d < type.shape.size(); ++d)
+    view.shape[d] = type.shape[d];
+  return view;
+}
+
+void Session::copyParameter(size_t i, const mtrt_tensor_t &t, bool toCaller) {
+  mtrt_tensor_t own = parameterView(i);
+  const std::string &name = bundle_->parameters()[i].name;
+  const char *what = toCaller ? "destination" : "source";
+  if (t.dtype != own.dtype || t.rank != own.rank ||
+      shapeOf(t) != shapeOf(own))
+    invalid(std::string(what) + " is " + describe(t) + " but parameter '" +
+            name + "' is " + shapeString(shapeOf(own)) + " " +
+            mtrt_dtype_name(own.dtype));
+  if (!t.data)
+    invalid(std::string(what) + ".data is NULL");
+  bool onDevice = checkMemory(t, what);
+  size_t bytes = static_cast<size_t>(bundle_->parameters()[i]
+                                         .localType.numElements) *
+                 sizeof(float);
+  bool ownOnDevice = own.backend == MTRT_BACKEND_CUDA;
+  if (toCaller)
+    backend_->copy(t.data, onDevice, own.data, ownOnDevice, bytes);
+  else
+    backend_->copy(own.data, ownOnDevice, t.data, onDevice, bytes);
+}
+
+// Until the checkpoint module lands, a checkpoint is the parameters as a
+// safetensors file (train/Weights) and the counters as JSON.
+void Session::saveCheckpoint(const std::string &directory) {
+  if (rank_)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "checkpoints of bundles of several ranks are not supported "
+                "yet (issue #9)");
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::create_directories(directory, error);
+  if (error)
+    throw Error(MTRT_STATUS_PERMISSION_DENIED,
+                "cannot create checkpoint directory '" + directory +
+                    "': " + error.message());
+  train::saveWeights((fs::path(directory) / "model.safetensors").string(),
+                     *bundle_, backend_->hostParameters());
+  nlohmann::json state = {{"iteration", iteration_},
+                          {"micro_step", microStep_},
+                          {"bundle", bundle_->name()}};
+  std::string path = (fs::path(directory) / "session.json").string();
+  std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::trunc);
+    file << state.dump(2) << "\n";
+    if (!file)
+      throw Error(MTRT_STATUS_PERMISSION_DENIED,
+                  "cannot write '" + temporary + "'");
+  }
+  fs::rename(temporary, path, error);
+  if (error)
+    throw Error(MTRT_STATUS_PERMISSION_DENIED,
+                "cannot rename '" + temporary + "' to '" + path +
+                    "': " + error.message());
+}
+
+void Session::loadCheckpoint(const std::string &directory) {
+  if (rank_)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "checkpoints of bundles of several ranks are not supported "
+                "yet (issue #9)");
+  namespace fs = std::filesystem;
+  std::string weights = (fs::path(directory) / "model.safetensors").string();
+  std::string statePath = (fs::path(directory) / "session.json").string();
+  for (const std::string &path : {weights, statePath})
+    if (!fs::is_regular_file(path))
+      throw Error(MTRT_STATUS_NOT_FOUND,
+                  "'" + directory + "' holds no checkpoint: '" + path +
+                      "' does not exist; write one with "
+                      "mtrt_session_save_checkpoint");
+  nlohmann::json state;
+  try {
+    std::ifstream file(statePath);
+    state = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::exception &e) {
+    throw Error(MTRT_STATUS_DATA_LOSS,
+                "'" + statePath + "' is not valid JSON: " + e.what());
+  }
+  if (!state.contains("iteration") || !state["iteration"].is_number_integer() ||
+      !state.contains("micro_step") ||
+      !state["micro_step"].is_number_unsigned())
+    throw Error(MTRT_STATUS_DATA_LOSS,
+                "'" + statePath +
+                    "' lacks the integers 'iteration' and 'micro_step'");
+  SafetensorsFile file = SafetensorsFile::open(weights);
+  host::ParameterStore &store = backend_->hostParameters();
+  train::loadWeights(file, *bundle_, store);
+  backend_->hostParametersChanged();
+  iteration_ = state["iteration"].get<int64_t>();
+  microStep_ = state["micro_step"].get<uint64_t>();
+  accumulated_ = 0;
+  lossSum_ = 0;
+  backend_->zeroGradients();
+}
+
+#if !MTRT_HAVE_CUDA
+std::unique_ptr<SessionBackend>
+createCudaBackend(const Bundle &, const SessionBackendOptions &) {
+  throw Error(MTRT_STATUS_UNAVAILABLE,
+              "the CUDA backend is unavailable because the mtrt runtime was "
+              "built without CUDA; reconfigure with -DMTRT_ENABLE_CUDA=ON");
+}
+#endif
+
+} // namespace mtrt::capi

@@ -1,0 +1,91 @@
+// What a session needs from a backend: run a step, step the optimizer, and
+// reach the parameters' memory.
+#ifndef MTRT_SRC_CAPI_SESSIONBACKEND_H
+#define MTRT_SRC_CAPI_SESSIONBACKEND_H
+
+#include "core/Bundle.h"
+#include "host/HostTensor.h"
+#include "mtrt/mtrt.h"
+#include "train/Optimizer.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
+namespace mtrt::host {
+class ParameterStore;
+} // namespace mtrt::host
+
+namespace mtrt::capi {
+
+/// A micro-batch as the executors take it: host memory, or device memory of
+/// the session's device (`onDevice`).
+struct BatchView {
+  host::TensorView tokens, labels;
+  bool onDevice = false;
+};
+
+/// One rank's parameters, executors and optimizer on one backend. The
+/// session (capi/Session.h) does the argument checks and the bookkeeping;
+/// a backend only computes and moves bytes.
+///
+/// Thread-safety: none (the session's).
+class SessionBackend {
+public:
+  virtual ~SessionBackend() = default;
+
+  virtual mtrt_backend_t backend() const = 0;
+  virtual int device() const = 0;
+  virtual bool hasEvalStep() const = 0;
+
+  /// Runs train_step (`train`, accumulating gradients) or eval_step on
+  /// `batch`; returns its loss. `step` keys the dropout masks.
+  virtual double run(bool train, const BatchView &batch, uint64_t step) = 0;
+  virtual void zeroGradients() = 0;
+  virtual train::OptimizerStepResult step(int64_t iteration,
+                                          double gradScale) = 0;
+
+  /// Parameter i's value in the backend's memory (f32).
+  virtual void *value(size_t i) = 0;
+  /// Copies `bytes` from `from` to `to`; each is in host memory or the
+  /// session's device memory as its flag says. Waits for the copy.
+  virtual void copy(void *to, bool toDevice, const void *from,
+                    bool fromDevice, size_t bytes) = 0;
+  /// Device memory of `bytes` owned by the backend for a copied device
+  /// batch (slot 0: tokens, 1: labels); reused while large enough.
+  virtual void *batchBuffer(int slot, size_t bytes) = 0;
+
+  /// The parameters (values, gradients, moments) in a host store: the host
+  /// backend's own; a device backend copies its state into a host mirror.
+  virtual host::ParameterStore &hostParameters() = 0;
+  /// After the host store was changed: a device backend uploads it.
+  virtual void hostParametersChanged() = 0;
+
+  /// The CUDA stream everything runs on; nullptr on the host.
+  virtual void *stream() = 0;
+};
+
+struct SessionBackendOptions {
+  int device = 0;
+  int threads = 0;
+  bool tf32 = false;
+  uint64_t seed = 1234;
+  train::OptimizerConfig optimizer;
+};
+
+/// The host backend; `rank` (may be null) must outlive it.
+std::unique_ptr<SessionBackend>
+createHostBackend(const Bundle &bundle, const SessionBackendOptions &options,
+                  comm::RankContext *rank);
+
+/// The CUDA backend of one rank. Throws Error UNAVAILABLE when the library
+/// was built without CUDA or the device does not exist.
+std::unique_ptr<SessionBackend>
+createCudaBackend(const Bundle &bundle, const SessionBackendOptions &options);
+
+} // namespace mtrt::capi
+
+#endif // MTRT_SRC_CAPI_SESSIONBACKEND_H

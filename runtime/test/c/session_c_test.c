@@ -1,0 +1,326 @@
+/* Drives the whole C API from C on the host backend with the tiny GPT:
+ * bundles, sessions, batches (copied and bound, i32 and i64), train_step,
+ * accumulate/apply, eval_step, metrics, parameters (info, get, set, view),
+ * checkpoints, and two in-process ranks of a tensor-parallel Llama against
+ * one rank.
+ * Usage: mtrt-session-c-test GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS
+ *        SCRATCH_DIR */
+#include "c_test_support.h"
+
+#include <math.h>
+#include <string.h>
+#include <threads.h>
+
+enum { kMaxTokens = 8 * 128 };
+static unsigned char *corpus;
+static long corpusSize;
+static int64_t batchRows, batchCols;
+
+/* Batch k of the corpus: consecutive windows of seq_length + 1 bytes. */
+static void makeBatch(int k, int32_t *tokens, int32_t *labels) {
+  for (int64_t i = 0; i < batchRows * batchCols; ++i) {
+    long offset = ((long)k * batchRows * batchCols + (long)i) % (corpusSize - 1);
+    tokens[i] = corpus[offset];
+    labels[i] = corpus[offset + 1];
+  }
+}
+
+static mtrt_session_options_t trainingOptions(void) {
+  mtrt_session_options_t options;
+  mtrt_session_options_initialize(&options);
+  options.lr = 1e-3;
+  options.threads = 2;
+  return options;
+}
+
+static void setBatch(mtrt_session_t session, int k) {
+  static int32_t tokens[kMaxTokens], labels[kMaxTokens];
+  makeBatch(k, tokens, labels);
+  mtrt_tensor_t t = hostTensor(tokens, MTRT_DTYPE_I32, batchRows, batchCols);
+  mtrt_tensor_t l = hostTensor(labels, MTRT_DTYPE_I32, batchRows, batchCols);
+  MUST(mtrt_session_set_batch(session, &t, &l, MTRT_BATCH_COPY));
+}
+
+static mtrt_step_metrics_t newMetrics(void) {
+  mtrt_step_metrics_t metrics = {0};
+  metrics.struct_size = sizeof(metrics);
+  return metrics;
+}
+
+/* Fills `out` (of the parameter's size) with parameter `name`. */
+static float *getParameter(mtrt_session_t session, const char *name,
+                           int64_t *out_count) {
+  mtrt_tensor_t info;
+  MUST(mtrt_session_parameter_info(session, name, &info));
+  int64_t count = 1;
+  for (int d = 0; d < info.rank; ++d)
+    count *= info.shape[d];
+  float *data = malloc(sizeof(float) * (size_t)count);
+  info.data = data;
+  MUST(mtrt_session_parameter_get(session, name, &info));
+  *out_count = count;
+  return data;
+}
+
+/* Two ranks of the TP2 bundle, each on its own thread. */
+typedef struct RankRun {
+  mtrt_bundle_t bundle;
+  mtrt_communicator_t communicator;
+  double loss;
+  int64_t upRows;
+  mtrt_status_t status;
+} RankRun;
+
+static const char *const kSplitParameter = "model.layers.0.mlp.up_proj.weight";
+
+/* The first dimension of parameter `name` in `session`. */
+static int64_t rows(mtrt_session_t session, const char *name) {
+  mtrt_tensor_t info;
+  MUST(mtrt_session_parameter_info(session, name, &info));
+  return info.shape[0];
+}
+
+static int runRank(void *argument) {
+  RankRun *run = argument;
+  mtrt_session_options_t options = trainingOptions();
+  options.communicator = run->communicator;
+  mtrt_session_t session = NULL;
+  run->status = mtrt_session_create(run->bundle, &options, &session);
+  if (run->status)
+    return 1;
+  setBatch(session, 0);
+  mtrt_step_metrics_t metrics = newMetrics();
+  run->status = mtrt_session_train_step(session, &metrics);
+  run->loss = metrics.loss;
+  run->upRows = rows(session, kSplitParameter);
+  mtrt_session_release(session);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 6) {
+    fprintf(stderr,
+            "usage: %s GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS SCRATCH_DIR\n",
+            argv[0]);
+    return 2;
+  }
+  FILE *file = fopen(argv[4], "rb");
+  CHECK(file != NULL);
+  if (!file)
+    return 1;
+  fseek(file, 0, SEEK_END);
+  corpusSize = ftell(file);
+  fseek(file, 0, SEEK_SET);
+  corpus = malloc((size_t)corpusSize);
+  CHECK(fread(corpus, 1, (size_t)corpusSize, file) == (size_t)corpusSize);
+  fclose(file);
+
+  mtrt_version_t version = mtrt_version();
+  printf("mtrt %s, header %d.%d.%d\n", mtrt_version_string(),
+         MTRT_VERSION_MAJOR, MTRT_VERSION_MINOR, MTRT_VERSION_PATCH);
+  CHECK(version.major == MTRT_VERSION_MAJOR);
+
+  mtrt_bundle_t bundle = NULL;
+  MUST(mtrt_bundle_load(argv[1], &bundle));
+  int ranks = 0;
+  MUST(mtrt_bundle_rank_count(bundle, &ranks));
+  printf("bundle %s: %d rank(s)\n", mtrt_bundle_name(bundle), ranks);
+
+  mtrt_session_options_t options = trainingOptions();
+  mtrt_session_t session = NULL;
+  MUST(mtrt_session_create(bundle, &options, &session));
+  mtrt_dtype_t idType;
+  MUST(mtrt_session_batch_info(session, &batchRows, &batchCols, &idType));
+  printf("batch: [%lld, %lld] %s\n", (long long)batchRows,
+         (long long)batchCols, mtrt_dtype_name(idType));
+  CHECK(batchRows * batchCols <= kMaxTokens && idType == MTRT_DTYPE_I32);
+
+  size_t parameterCount = 0;
+  MUST(mtrt_session_parameter_count(session, &parameterCount));
+  printf("parameters: %zu\n", parameterCount);
+  for (size_t i = 0; i < parameterCount; i += parameterCount - 1) {
+    const char *name;
+    mtrt_tensor_t info;
+    MUST(mtrt_session_parameter_name(session, i, &name));
+    MUST(mtrt_session_parameter_info(session, name, &info));
+    printf("parameter %zu: %s [%lld", i, name, (long long)info.shape[0]);
+    for (int d = 1; d < info.rank; ++d)
+      printf(", %lld", (long long)info.shape[d]);
+    printf("] %s\n", mtrt_dtype_name(info.dtype));
+    CHECK(info.data == NULL && info.backend == MTRT_BACKEND_HOST);
+  }
+
+  /* The untrained model predicts bytes about uniformly: loss near ln 256. */
+  setBatch(session, 0);
+  double initialLoss = 0;
+  MUST(mtrt_session_eval_step(session, &initialLoss));
+  printf("eval loss before training: %.3f\n", initialLoss);
+  CHECK(fabs(initialLoss - log(256.0)) < 0.1);
+
+  /* Bound and i64 batches give the same loss, bit for bit. */
+  static int32_t tokens[kMaxTokens], labels[kMaxTokens];
+  static int64_t tokens64[kMaxTokens], labels64[kMaxTokens];
+  makeBatch(0, tokens, labels);
+  for (int64_t i = 0; i < batchRows * batchCols; ++i) {
+    tokens64[i] = tokens[i];
+    labels64[i] = labels[i];
+  }
+  mtrt_tensor_t t = hostTensor(tokens, MTRT_DTYPE_I32, batchRows, batchCols);
+  mtrt_tensor_t l = hostTensor(labels, MTRT_DTYPE_I32, batchRows, batchCols);
+  MUST(mtrt_session_set_batch(session, &t, &l, MTRT_BATCH_BIND));
+  double boundLoss = 0;
+  MUST(mtrt_session_eval_step(session, &boundLoss));
+  t = hostTensor(tokens64, MTRT_DTYPE_I64, batchRows, batchCols);
+  l = hostTensor(labels64, MTRT_DTYPE_I64, batchRows, batchCols);
+  MUST(mtrt_session_set_batch(session, &t, &l, MTRT_BATCH_COPY));
+  double convertedLoss = 0;
+  MUST(mtrt_session_eval_step(session, &convertedLoss));
+  printf("bound batch: %s, i64 batch: %s\n",
+         boundLoss == initialLoss ? "same loss" : "DIFFERENT loss",
+         convertedLoss == initialLoss ? "same loss" : "DIFFERENT loss");
+
+  /* Ten optimizer steps, one micro-batch each; a twin session takes the
+   * same steps as accumulate + apply and must match bit for bit. */
+  mtrt_session_t twin = NULL;
+  MUST(mtrt_session_create(bundle, &options, &twin));
+  double firstLoss = 0, lastLoss = 0;
+  int twinMatches = 1;
+  for (int step = 0; step < 10; ++step) {
+    setBatch(session, step);
+    mtrt_step_metrics_t metrics = newMetrics();
+    MUST(mtrt_session_train_step(session, &metrics));
+    printf("iteration %lld: loss %.4f, grad norm %.4f, lr %.1e, %lld "
+           "micro-batch(es)\n",
+           (long long)metrics.iteration, metrics.loss, metrics.grad_norm,
+           metrics.learning_rate, (long long)metrics.micro_batches);
+    if (step == 0)
+      firstLoss = metrics.loss;
+    lastLoss = metrics.loss;
+    CHECK(metrics.iteration == step + 1 && metrics.learning_rate == 1e-3);
+
+    setBatch(twin, step);
+    double loss = 0;
+    mtrt_step_metrics_t twinMetrics = newMetrics();
+    MUST(mtrt_session_accumulate(twin, &loss));
+    MUST(mtrt_session_apply(twin, &twinMetrics));
+    twinMatches &= loss == metrics.loss && twinMetrics.loss == metrics.loss &&
+                   twinMetrics.grad_norm == metrics.grad_norm;
+  }
+  printf("accumulate + apply equals train_step: %s\n",
+         twinMatches ? "yes" : "NO");
+  CHECK(twinMatches && lastLoss < firstLoss);
+  mtrt_step_metrics_t last = newMetrics();
+  MUST(mtrt_session_metrics(session, &last));
+  CHECK(last.iteration == 10 && last.loss == lastLoss);
+
+  /* Two micro-batches into one step: their mean loss. */
+  double loss0 = 0, loss1 = 0;
+  setBatch(twin, 10);
+  MUST(mtrt_session_accumulate(twin, &loss0));
+  setBatch(twin, 11);
+  MUST(mtrt_session_accumulate(twin, &loss1));
+  mtrt_step_metrics_t two = newMetrics();
+  MUST(mtrt_session_apply(twin, &two));
+  printf("two micro-batches: iteration %lld, %lld micro-batches, loss is "
+         "their mean: %s\n",
+         (long long)two.iteration, (long long)two.micro_batches,
+         two.loss == (loss0 + loss1) / 2 ? "yes" : "NO");
+
+  setBatch(session, 0);
+  double trainedLoss = 0;
+  MUST(mtrt_session_eval_step(session, &trainedLoss));
+  printf("eval loss after training is lower: %s\n",
+         trainedLoss < initialLoss - 0.5 ? "yes" : "NO");
+
+  /* Parameters: a view is the session's storage; get copies it; set writes
+   * it. */
+  const char *name = "transformer.ln_f.bias";
+  int64_t count = 0;
+  float *values = getParameter(session, name, &count);
+  mtrt_tensor_t view;
+  MUST(mtrt_session_parameter_view(session, name, &view));
+  printf("%s: view equals get: %s\n", name,
+         memcmp(view.data, values, sizeof(float) * (size_t)count) == 0 ? "yes"
+                                                                       : "NO");
+  for (int64_t i = 0; i < count; ++i)
+    values[i] = (float)i;
+  mtrt_tensor_t source;
+  MUST(mtrt_session_parameter_info(session, name, &source));
+  source.data = values;
+  MUST(mtrt_session_parameter_set(session, name, &source));
+  printf("after set, the view reads it: %s\n",
+         ((float *)view.data)[count - 1] == (float)(count - 1) ? "yes" : "NO");
+  free(values);
+
+  /* A checkpoint restores every parameter and the step count in a fresh
+   * session. */
+  char directory[4096];
+  snprintf(directory, sizeof(directory), "%s/checkpoint", argv[5]);
+  MUST(mtrt_session_save_checkpoint(session, directory));
+  mtrt_session_t restored = NULL;
+  MUST(mtrt_session_create(bundle, &options, &restored));
+  MUST(mtrt_session_load_checkpoint(restored, directory));
+  int same = 1;
+  for (size_t i = 0; i < parameterCount; ++i) {
+    const char *parameter;
+    int64_t n = 0, m = 0;
+    MUST(mtrt_session_parameter_name(session, i, &parameter));
+    float *a = getParameter(session, parameter, &n);
+    float *b = getParameter(restored, parameter, &m);
+    same &= n == m && memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+    free(a);
+    free(b);
+  }
+  setBatch(restored, 12);
+  mtrt_step_metrics_t resumed = newMetrics();
+  MUST(mtrt_session_train_step(restored, &resumed));
+  printf("checkpoint: parameters restored: %s, next iteration %lld\n",
+         same ? "yes" : "NO", (long long)resumed.iteration);
+  mtrt_session_release(restored);
+  mtrt_session_release(twin);
+  mtrt_session_release(session);
+
+  /* Two in-process ranks of the tensor-parallel Llama equal one rank. */
+  mtrt_bundle_t llama = NULL, tp2 = NULL;
+  MUST(mtrt_bundle_load(argv[2], &llama));
+  MUST(mtrt_bundle_load(argv[3], &tp2));
+  MUST(mtrt_bundle_rank_count(tp2, &ranks));
+  mtrt_communicator_t communicators[2];
+  MUST(mtrt_communicator_create_in_process(2, communicators));
+  int rank = -1, size = -1;
+  MUST(mtrt_communicator_rank(communicators[1], &rank));
+  MUST(mtrt_communicator_size(communicators[1], &size));
+  RankRun runs[2] = {{tp2, communicators[0], 0, 0, NULL},
+                     {tp2, communicators[1], 0, 0, NULL}};
+  thrd_t threads[2];
+  for (int r = 0; r < 2; ++r)
+    CHECK(thrd_create(&threads[r], runRank, &runs[r]) == thrd_success);
+  for (int r = 0; r < 2; ++r)
+    thrd_join(threads[r], NULL);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(runs[r].status == NULL);
+    if (runs[r].status)
+      fprintf(stderr, "rank %d: %s\n", r, mtrt_status_message(runs[r].status));
+    mtrt_status_free(runs[r].status);
+    mtrt_communicator_release(communicators[r]);
+  }
+  mtrt_session_t one = NULL;
+  MUST(mtrt_session_create(llama, &options, &one));
+  setBatch(one, 0);
+  mtrt_step_metrics_t oneRank = newMetrics();
+  MUST(mtrt_session_train_step(one, &oneRank));
+  printf("tp2: %d ranks, communicator %d of %d, %s has %lld rows on a rank "
+         "and %lld on one; loss equals one rank's within 1e-5: %s\n",
+         ranks, rank, size, kSplitParameter, (long long)runs[0].upRows,
+         (long long)rows(one, kSplitParameter),
+         fabs(runs[0].loss - oneRank.loss) <= 1e-5 &&
+                 fabs(runs[1].loss - oneRank.loss) <= 1e-5
+             ? "yes"
+             : "NO");
+  mtrt_session_release(one);
+  mtrt_bundle_release(tp2);
+  mtrt_bundle_release(llama);
+  mtrt_bundle_release(bundle);
+  free(corpus);
+  return finish("session_c_test");
+}
