@@ -60,7 +60,8 @@ void OffsetAllocator::release(size_t offset, size_t bytes) {
 ArenaPlan planArena(const Function &function,
                     const std::function<size_t(int64_t)> &valueBytes,
                     const std::function<size_t(size_t)> &scratchBytes,
-                    const std::function<size_t(size_t)> &scratchKeptUntil) {
+                    const std::function<size_t(size_t)> &scratchKeptUntil,
+                    const std::function<int64_t(int64_t)> &aliasOf) {
   ArenaPlan plan;
   size_t values = function.values.size();
   plan.valueOffset.assign(values, ArenaPlan::kNone);
@@ -77,8 +78,23 @@ ArenaPlan planArena(const Function &function,
   std::vector<std::vector<std::pair<size_t, size_t>>> keptEnds(
       function.instructions.size());
   OffsetAllocator allocator;
+  // Values sharing memory: each value's root, and the live values per root.
+  std::vector<int64_t> root(values);
+  std::vector<int64_t> live(values, 0);
+  for (size_t v = 0; v < values; ++v)
+    root[v] = static_cast<int64_t>(v);
   auto place = [&](int64_t v) {
+    int64_t shared = aliasOf ? aliasOf(v) : -1;
+    if (shared >= 0) {
+      root[v] = root[shared];
+      plan.valueOffset[v] = plan.valueOffset[root[v]];
+      ++live[root[v]];
+      if (pinned[v])
+        pinned[root[v]] = true;
+      return;
+    }
     size_t bytes = valueBytes(v);
+    live[v] = 1;
     if (bytes > 0 && plan.valueOffset[v] == ArenaPlan::kNone)
       plan.valueOffset[v] = allocator.allocate(bytes);
   };
@@ -102,11 +118,14 @@ ArenaPlan planArena(const Function &function,
     for (auto [offset, bytes] : keptEnds[position])
       allocator.release(offset, bytes);
     for (int64_t v : inst.free) {
-      if (pinned[v] || released[v] ||
-          plan.valueOffset[v] == ArenaPlan::kNone)
+      if (released[v])
         continue;
       released[v] = true;
-      allocator.release(plan.valueOffset[v], valueBytes(v));
+      int64_t r = root[v];
+      if (--live[r] > 0 || pinned[r] ||
+          plan.valueOffset[r] == ArenaPlan::kNone)
+        continue;
+      allocator.release(plan.valueOffset[r], valueBytes(r));
     }
   }
   plan.bytes = allocator.peak();

@@ -54,7 +54,17 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     if (inst.op == Op::GetParameter)
       parameterView[inst.results[0]] = true;
   }
+  // A reshape's result shares its operand's memory.
+  aliasOf_.assign(fn.values.size(), -1);
+  for (const Instruction &inst : fn.instructions)
+    if (inst.op == Op::Reshape &&
+        storageType(inst.results[0]) == storageType(inst.operands[0]))
+      aliasOf_[inst.results[0]] = inst.operands[0];
+  scratchKeptUntil_.resize(fn.instructions.size());
+  for (size_t position = 0; position < fn.instructions.size(); ++position)
+    scratchKeptUntil_[position] = position;
   pairAttention();
+  planBf16Copies();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
@@ -64,13 +74,8 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
                dtypeSize(storageType(v));
       },
       [&](size_t position) { return scratchBytes(position); },
-      [&](size_t position) {
-        size_t partner = attentionPartner_[position];
-        return fn.instructions[position].op == Op::Attention &&
-                       partner != kNoPartner
-                   ? partner
-                   : position;
-      });
+      [&](size_t position) { return scratchKeptUntil_[position]; },
+      [&](int64_t v) { return aliasOf_[v]; });
   arena_ = DeviceBuffer(plan_.bytes, "the arena of " + fn.name +
                                          " of bundle '" + bundle.name() + "'");
   slots_.assign(fn.values.size(), nullptr);

@@ -100,6 +100,14 @@ private:
   /// attributes): the forward's scratch (logsumexp, a copy of its output,
   /// the dropout mask) is kept for the gradient, which then reruns nothing.
   void pairAttention();
+  /// The values a GEMM instruction passes as A and B (-1, -1 for others).
+  std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
+  /// Mixed precision: each value that GEMMs read gets one bf16 copy, made in
+  /// the scratch of its first GEMM and kept until its last.
+  void planBf16Copies();
+  /// The bf16 copies of a GEMM's operands; made here when `position` is
+  /// their first GEMM.
+  Bf16Operands bf16Operands(size_t position, const Instruction &inst);
   /// Whether this attention runs on the flash kernels (mixed precision and
   /// shapes they take).
   bool flashAttention(const host::AttentionParams &params) const;
@@ -119,6 +127,14 @@ private:
   /// attention) or attention (for an attention_grad); kNoPartner if none.
   static constexpr size_t kNoPartner = ~size_t(0);
   std::vector<size_t> attentionPartner_;
+  /// By instruction: the later instruction after which its scratch is
+  /// released (itself when nothing is kept).
+  std::vector<size_t> scratchKeptUntil_;
+  /// By value: the instruction whose scratch holds its bf16 copy
+  /// (kNoPartner: none) and the copy's offset there.
+  std::vector<size_t> bf16Owner_, bf16Offset_;
+  /// By value: the operand whose memory a reshape's result shares, or -1.
+  std::vector<int64_t> aliasOf_;
   ArenaPlan plan_;
   DeviceBuffer arena_;
   std::vector<void *> slots_;

@@ -63,9 +63,72 @@ void Executor::pairAttention() {
         continue;
       attentionPartner_[forward] = grad;
       attentionPartner_[grad] = forward;
+      scratchKeptUntil_[forward] = grad;
       break;
     }
   }
+}
+
+std::pair<int64_t, int64_t>
+Executor::gemmOperandValues(const Instruction &inst) const {
+  switch (inst.op) {
+  case Op::Linear:
+  case Op::Matmul:
+    return {inst.operands[0], inst.operands[1]};
+  case Op::LinearWeightGrad: // x^T dy, or dy^T x for a transposed weight
+    if (inst.attrs.transposeWeight)
+      return {inst.operands[1], inst.operands[0]};
+    return {inst.operands[0], inst.operands[1]};
+  default:
+    return {-1, -1};
+  }
+}
+
+void Executor::planBf16Copies() {
+  const Function &fn = *function_;
+  bf16Owner_.assign(fn.values.size(), kNoPartner);
+  bf16Offset_.assign(fn.values.size(), 0);
+  if (!bf16_)
+    return;
+  std::vector<size_t> ownedBytes(fn.instructions.size(), 0);
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    auto [a, b] = gemmOperandValues(fn.instructions[position]);
+    for (int64_t v : {a, b}) {
+      if (v < 0)
+        continue;
+      size_t owner = bf16Owner_[v];
+      if (owner == kNoPartner) {
+        bf16Owner_[v] = position;
+        bf16Offset_[v] = ownedBytes[position];
+        ownedBytes[position] +=
+            roundUp(sizeof(__nv_bfloat16) *
+                    static_cast<size_t>(fn.values[v].numElements));
+      } else {
+        scratchKeptUntil_[owner] = std::max(scratchKeptUntil_[owner], position);
+      }
+    }
+  }
+}
+
+Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
+  Bf16Operands operands;
+  if (!bf16_)
+    return operands;
+  auto [a, b] = gemmOperandValues(inst);
+  auto copyOf = [&](int64_t v) {
+    size_t owner = bf16Owner_[v];
+    auto *copy = reinterpret_cast<__nv_bfloat16 *>(
+        static_cast<char *>(scratch(owner)) + bf16Offset_[v]);
+    if (owner == position)
+      MTRT_CUDA_CHECK_LAUNCH(
+          roundToBf16(context_.stream(), function_->values[v].numElements,
+                      static_cast<const float *>(slots_[v]), copy),
+          where(position) + ": rounding an operand to bf16");
+    return copy;
+  };
+  operands.a = copyOf(a);
+  operands.b = b == a ? operands.a : copyOf(b);
+  return operands;
 }
 
 size_t Executor::scratchBytes(size_t position) const {
@@ -74,25 +137,23 @@ size_t Executor::scratchBytes(size_t position) const {
   auto floats = [](int64_t n) {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
-  // Mixed precision: a GEMM's two operands rounded to bf16.
-  auto staging = [&](int64_t a, int64_t b) -> size_t {
+  switch (inst.op) {
+  case Op::Linear:
+  case Op::LinearWeightGrad:
+  case Op::Matmul: { // mixed precision: the bf16 copies this GEMM makes
     if (!bf16_)
       return 0;
-    return roundUp(sizeof(__nv_bfloat16) * static_cast<size_t>(a)) +
-           roundUp(sizeof(__nv_bfloat16) * static_cast<size_t>(b));
-  };
-  switch (inst.op) {
-  case Op::Linear: {
-    LinearDims d = linearDims(fn, inst);
-    return staging(d.rows * d.inSize, d.inSize * d.outSize);
-  }
-  case Op::LinearWeightGrad: {
-    LinearDims d = linearDims(fn, inst);
-    return staging(d.rows * d.inSize, d.rows * d.outSize);
-  }
-  case Op::Matmul: {
-    MatmulDims d = matmulDims(fn, inst);
-    return staging(d.batch * d.m * d.k, d.batch * d.k * d.n);
+    size_t bytes = 0;
+    auto [a, b] = gemmOperandValues(inst);
+    auto add = [&](int64_t v) {
+      if (bf16Owner_[v] == position)
+        bytes += roundUp(sizeof(__nv_bfloat16) *
+                         static_cast<size_t>(fn.values[v].numElements));
+    };
+    add(a);
+    if (b != a)
+      add(b);
+    return bytes;
   }
   case Op::LayerNorm:
   case Op::RmsNorm:
@@ -202,16 +263,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   auto gemm = [&](int64_t batch, int64_t m, int64_t n, int64_t k,
                   const float *lhs, bool transLhs, const float *rhs,
                   bool transRhs, float *result, const float *bias) {
-    Bf16Staging staging;
-    if (bf16_) {
-      staging.a = carve.take<__nv_bfloat16>(sizeof(__nv_bfloat16) *
-                                             static_cast<size_t>(batch * m * k));
-      staging.b = carve.take<__nv_bfloat16>(sizeof(__nv_bfloat16) *
-                                             static_cast<size_t>(batch * k * n));
-    }
+    Bf16Operands bf16 = bf16Operands(position, inst);
     try {
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
-                          bias, false, staging);
+                          bias, false, bf16);
     } catch (const Error &e) {
       throw Error(e.code(), where(position) + ": " + e.what());
     }
@@ -444,9 +499,12 @@ void Executor::execute(size_t position, const Instruction &inst,
     });
     break;
   }
-  case Op::Reshape:
-    copy(slots_[inst.results[0]], slots_[inst.operands[0]],
-         bytesOf(inst.operands[0]));
+  case Op::Reshape: // the result shares the operand's memory (aliasOf_)
+    if (aliasOf_[inst.results[0]] == inst.operands[0])
+      slots_[inst.results[0]] = slots_[inst.operands[0]];
+    else
+      copy(slots_[inst.results[0]], slots_[inst.operands[0]],
+           bytesOf(inst.operands[0]));
     break;
   case Op::Transpose: {
     const auto &x = operandShape(0);
