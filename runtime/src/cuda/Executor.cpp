@@ -64,6 +64,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   for (size_t position = 0; position < fn.instructions.size(); ++position)
     scratchKeptUntil_[position] = position;
   pairAttention();
+  pairCrossEntropy();
   planBf16Copies();
   plan_ = planArena(
       fn,

@@ -100,6 +100,9 @@ private:
   /// attributes): the forward's scratch (logsumexp, a copy of its output,
   /// the dropout mask) is kept for the gradient, which then reruns nothing.
   void pairAttention();
+  /// Pairs each cross_entropy with its cross_entropy_grad (same logits,
+  /// labels and attributes): the forward keeps the rows' logsumexps for it.
+  void pairCrossEntropy();
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
   /// Mixed precision: each value that GEMMs read gets one bf16 copy, made in
@@ -127,6 +130,8 @@ private:
   /// attention) or attention (for an attention_grad); kNoPartner if none.
   static constexpr size_t kNoPartner = ~size_t(0);
   std::vector<size_t> attentionPartner_;
+  /// Likewise for cross_entropy and cross_entropy_grad.
+  std::vector<size_t> lossPartner_;
   /// By instruction: the later instruction after which its scratch is
   /// released (itself when nothing is kept).
   std::vector<size_t> scratchKeptUntil_;

@@ -69,6 +69,28 @@ void Executor::pairAttention() {
   }
 }
 
+void Executor::pairCrossEntropy() {
+  const Function &fn = *function_;
+  lossPartner_.assign(fn.instructions.size(), kNoPartner);
+  for (size_t grad = 0; grad < fn.instructions.size(); ++grad) {
+    const Instruction &g = fn.instructions[grad];
+    if (g.op != Op::CrossEntropyGrad)
+      continue;
+    for (size_t forward = grad; forward-- > 0;) {
+      const Instruction &f = fn.instructions[forward];
+      if (f.op != Op::CrossEntropy || lossPartner_[forward] != kNoPartner ||
+          f.operands[0] != g.operands[1] || f.operands[1] != g.operands[2] ||
+          f.attrs.ignoreIndex != g.attrs.ignoreIndex ||
+          f.attrs.reduction != g.attrs.reduction)
+        continue;
+      lossPartner_[forward] = grad;
+      lossPartner_[grad] = forward;
+      scratchKeptUntil_[forward] = grad;
+      break;
+    }
+  }
+}
+
 std::pair<int64_t, int64_t>
 Executor::gemmOperandValues(const Instruction &inst) const {
   switch (inst.op) {
@@ -198,8 +220,13 @@ size_t Executor::scratchBytes(size_t position) const {
     return roundUp(ropeScratchBytes(d.seq, d.rotary));
   }
   case Op::CrossEntropy:
-  case Op::CrossEntropyGrad:
-    return roundUp(crossEntropyScratchBytes(crossEntropyDims(fn, inst).rows));
+  case Op::CrossEntropyGrad: {
+    int64_t rows = crossEntropyDims(fn, inst).rows;
+    size_t bytes = roundUp(crossEntropyScratchBytes(rows));
+    if (inst.op == Op::CrossEntropy && lossPartner_[position] != kNoPartner)
+      bytes += roundUp(crossEntropySavedBytes(rows)); // kept for the grad
+    return bytes;
+  }
   default:
     return 0;
   }
@@ -486,16 +513,27 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::CrossEntropyGrad: {
     bool grad = inst.op == Op::CrossEntropyGrad;
     CrossEntropyDims d = crossEntropyDims(fn, inst);
-    void *work = carve.take<char>(0);
+    void *work = carve.take<char>(crossEntropyScratchBytes(d.rows));
+    // The rows' logsumexps: after the forward's own scratch, kept for the
+    // paired gradient.
+    double *saved = nullptr;
+    size_t partner = lossPartner_[position];
+    if (!grad && partner != kNoPartner)
+      saved = carve.take<double>(crossEntropySavedBytes(d.rows));
+    if (grad && partner != kNoPartner) {
+      Carver forward(scratch(partner));
+      forward.take<char>(crossEntropyScratchBytes(d.rows));
+      saved = forward.take<double>(crossEntropySavedBytes(d.rows));
+    }
     withIds(d.labelsAt, [&](auto *labels) {
       if (grad)
         crossEntropyBackward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
                              a.ignoreIndex, toKernel(a.reduction), in(0),
-                             out(0), work, fault, tag);
+                             out(0), work, saved, fault, tag);
       else
         crossEntropyForward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
                             a.ignoreIndex, toKernel(a.reduction), out(0), work,
-                            fault, tag);
+                            saved, fault, tag);
     });
     break;
   }

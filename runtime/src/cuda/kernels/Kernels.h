@@ -228,20 +228,29 @@ void roundToBf16(cudaStream_t stream, int64_t n, const float *x,
 
 /// Scratch of both cross-entropy launchers.
 size_t crossEntropyScratchBytes(int64_t rows);
+/// Bytes of the rows' logsumexps the forward can save for the backward.
+size_t crossEntropySavedBytes(int64_t rows);
 
+/// One pass over each row of logits (a running max and sum of exponentials,
+/// in double); with `saved` (crossEntropySavedBytes), also stores each
+/// row's logsumexp.
 template <typename Id>
 void crossEntropyForward(cudaStream_t stream, int64_t rows, int64_t vocab,
                          const float *logits, const Id *labels,
                          int64_t ignoreIndex, LossReduction reduction,
-                         float *loss, void *scratch, unsigned *fault,
-                         unsigned tag);
+                         float *loss, void *scratch, double *saved,
+                         unsigned *fault, unsigned tag);
 
+/// With `saved` (the forward's logsumexps of the same logits and labels),
+/// one read of the logits and one write of dlogits; else the logsumexps are
+/// recomputed first.
 template <typename Id>
 void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
                           const float *logits, const Id *labels,
                           int64_t ignoreIndex, LossReduction reduction,
                           const float *dloss, float *dlogits, void *scratch,
-                          unsigned *fault, unsigned tag);
+                          const double *saved, unsigned *fault,
+                          unsigned tag);
 
 //===----------------------------------------------------------------------===//
 // Shape.cu
