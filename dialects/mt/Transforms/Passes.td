@@ -61,6 +61,55 @@ def DifferentiatePass : Pass<"mt-differentiate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
+def RecomputePass : Pass<"mt-recompute", "::mlir::ModuleOp"> {
+  let summary = "recomputes activations in the backward pass (Megatron-LM's policies)";
+  let description = [{
+    Runs after `mt-differentiate`. The forward ops a policy recomputes are
+    cloned into the backward pass right before their first backward use, and
+    the backward pass reads the clones, so the activations the originals
+    produced die at their last forward use. Layers are found by the ops'
+    locations, `"layers.<i>"` and `"layers.<i>.core_attention"`, which the
+    front end sets (`mt/IR/MtLayerLocations.h`). A segment's results that
+    forward ops of other segments read (a layer's output, the next layer's
+    input) are its checkpoints: they are kept, not recomputed.
+
+    - `granularity=selective` (Megatron-LM's default): each layer's core
+      attention (the attention op and the reshape of its output).
+    - `granularity=full method=uniform num-layers=N`: every layer, in groups
+      of N consecutive layers; only each group's input is kept.
+    - `granularity=full method=block num-layers=N`: the first N layers, each
+      from its own input.
+
+    Clones carry the unit attribute `mt.recomputed` (it keeps CSE from merging
+    them back). Dropout masks depend on the seed, the step and the position
+    only, so a recomputed op gives the bits of the original.
+
+    ```mlir
+    %y = mt.gelu %x approximate = tanh loc("layers.0")
+    ... // forward
+    %dx = mt.gelu_grad %dy, %x ...
+    %w = mt.linear_weight_grad %y, %dz ...
+    // with granularity=full becomes, in the backward pass:
+    %y1 = mt.gelu %x approximate = tanh {mt.recomputed}
+    %w = mt.linear_weight_grad %y1, %dz ...
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The differentiated function">,
+    Option<"granularity", "granularity", "std::string", "\"none\"",
+           "none, selective or full (Megatron-LM's --recompute-granularity)">,
+    Option<"method", "method", "std::string", "\"uniform\"",
+           "uniform or block (--recompute-method), for full">,
+    Option<"numLayers", "num-layers", "int64_t", "1",
+           "Layers per group (uniform) or recomputed layers (block)">
+  ];
+  let statistics = [
+    Statistic<"numRecomputed", "recomputed", "Number of cloned forward ops">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
 def ParametersToArgumentsPass
     : Pass<"mt-parameters-to-arguments", "::mlir::ModuleOp"> {
   let summary = "turns a step's parameter reads into arguments and its gradients into results";
@@ -218,6 +267,66 @@ def PrintCollectivesPass : Pass<"mt-print-collectives", "::mlir::ModuleOp"> {
     unchanged.
   }];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
+def DifferentiatePipelineStagesPass
+    : Pass<"mt-differentiate-pipeline-stages", "::mlir::ModuleOp"> {
+  let summary = "appends the backward pass to each pipeline stage of a step";
+  let description = [{
+    For each function marked `mt.pipeline_stage` whose name starts with
+    `prefix` (the model builder's `train_step_stage<k>`): adds a trailing
+    argument with the gradient of its result (`mt.name = "output_gradient"`,
+    or `"loss_gradient"` for the last stage's scalar loss, which the runtime
+    sets to 1), appends the backward pass (the same VJP rules and
+    `mt.accumulate_gradient`s as mt-differentiate), and, when the stage's
+    input is an activation rather than the tokens, returns its gradient as
+    the second result (`mt.name = "input_gradient"`), which the schedule
+    sends to the stage before.
+
+    ```mlir
+    func.func @train_step_stage1(%h: tensor<8x128x64xf32>) -> tensor<8x128x64xf32>
+    // becomes
+    func.func @train_step_stage1(%h: tensor<8x128x64xf32>,
+        %dout: tensor<8x128x64xf32> {mt.name = "output_gradient"})
+        -> (tensor<8x128x64xf32>, tensor<8x128x64xf32> {mt.name = "input_gradient"})
+    ```
+  }];
+  let options = [
+    Option<"prefix", "prefix", "std::string", "\"train_step\"",
+           "Stages whose function names start with this are differentiated">
+  ];
+  let statistics = [
+    Statistic<"numStages", "stages", "Number of stages differentiated">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
+def SplitForwardBackwardPass
+    : Pass<"mt-split-forward-backward", "::mlir::ModuleOp"> {
+  let summary = "splits each differentiated pipeline stage into forward and backward functions";
+  let description = [{
+    A pipeline schedule runs a stage's forward pass of a micro-batch long
+    before its backward pass, so each differentiated stage `@s` (after
+    mt-differentiate-pipeline-stages, and after partitioning when there is
+    tensor or data parallelism) becomes `@s_forward` and `@s_backward`.
+    The backward pass is every op that depends on the output's gradient, and
+    every op whose results only the backward pass reads. The forward values
+    it reads are the stash: the forward function returns them after its
+    output (`mt.name = "stash"`), the backward function takes them, in the
+    same order, before the output's gradient. Parameters are not stashed
+    (each function reads its own), nor values made from nothing (parameter
+    views, fills), which the backward function makes again.
+
+    ```
+    @s_forward(input, [labels], parameters...) -> (output, stash...)
+    @s_backward(stash..., output_gradient, parameters...)
+        -> ([input_gradient], gradients...)
+    ```
+  }];
+  let statistics = [
+    Statistic<"numStashed", "stashed", "Number of values stashed for the backward pass">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
 def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {

@@ -2,6 +2,8 @@
 // arena.
 #include "cuda/ArenaPlan.h"
 
+#include "core/MemoryPlan.h"
+
 #include <algorithm>
 
 namespace mtrt::cuda {
@@ -62,6 +64,67 @@ ArenaPlan planArena(const Function &function,
                     const std::function<size_t(size_t)> &scratchBytes,
                     const std::function<size_t(size_t)> &scratchKeptUntil,
                     const std::function<int64_t(int64_t)> &aliasOf) {
+  // The compiler's plan (core/MemoryPlan.h), when the bundle has one that
+  // fits this backend's storage: its value offsets and its scratch block;
+  // when some scratch is kept for a later instruction (which the compiler's
+  // single scratch block does not model), the scratch goes to a region of
+  // its own after the plan's bytes, laid out here. Aliases are not used
+  // with the compiler's plan (it gives each value its own block).
+  size_t maxScratch = 0;
+  for (size_t position = 0; position < function.instructions.size();
+       ++position)
+    maxScratch = std::max(maxScratch, scratchBytes(position));
+  if (std::optional<PlannedArena> planned = layOutPlannedArena(
+          function, [&](int64_t v) { return uint64_t(valueBytes(v)); },
+          maxScratch, kArenaAlignment)) {
+    ArenaPlan plan;
+    plan.fromCompiler = true;
+    for (size_t v = 0; v < function.values.size(); ++v) {
+      int64_t offset = function.memoryPlan->offsets[v];
+      plan.valueOffset.push_back(offset < 0 || valueBytes(int64_t(v)) == 0
+                                     ? ArenaPlan::kNone
+                                     : size_t(offset));
+    }
+    bool kept = false;
+    for (size_t position = 0; position < function.instructions.size();
+         ++position)
+      kept = kept || (scratchKeptUntil && scratchKeptUntil(position) > position);
+    if (!kept) { // the compiler's single scratch block
+      for (size_t position = 0; position < function.instructions.size();
+           ++position) {
+        size_t scratch = scratchBytes(position);
+        plan.scratchBytes.push_back(scratch);
+        plan.scratchOffset.push_back(scratch ? planned->scratchOffset
+                                             : ArenaPlan::kNone);
+      }
+      plan.bytes = planned->bytes;
+      return plan;
+    }
+    size_t base = roundUp(planned->bytes);
+    OffsetAllocator scratchAllocator;
+    std::vector<std::vector<std::pair<size_t, size_t>>> keptEnds(
+        function.instructions.size());
+    for (size_t position = 0; position < function.instructions.size();
+         ++position) {
+      size_t scratch = scratchBytes(position);
+      plan.scratchBytes.push_back(scratch);
+      plan.scratchOffset.push_back(ArenaPlan::kNone);
+      if (scratch > 0) {
+        size_t offset = scratchAllocator.allocate(scratch);
+        plan.scratchOffset[position] = base + offset;
+        size_t until =
+            scratchKeptUntil ? scratchKeptUntil(position) : position;
+        if (until > position && until < function.instructions.size())
+          keptEnds[until].emplace_back(offset, scratch);
+        else
+          scratchAllocator.release(offset, scratch);
+      }
+      for (auto [offset, bytes] : keptEnds[position])
+        scratchAllocator.release(offset, bytes);
+    }
+    plan.bytes = base + scratchAllocator.peak();
+    return plan;
+  }
   ArenaPlan plan;
   size_t values = function.values.size();
   plan.valueOffset.assign(values, ArenaPlan::kNone);

@@ -44,6 +44,9 @@ struct ArenaPlan {
   std::vector<size_t> valueOffset;      // by value index; kNone: no memory
   std::vector<size_t> scratchOffset;    // by instruction; kNone: no scratch
   std::vector<size_t> scratchBytes;     // by instruction
+  /// The value offsets are the bundle's memory plan (core/MemoryPlan.h);
+  /// then no value shares another's memory (aliasOf is not applied).
+  bool fromCompiler = false;
 };
 
 /// `valueBytes(v)`: the bytes value v needs on the device (0: none, e.g. a

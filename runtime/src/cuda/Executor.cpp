@@ -38,6 +38,10 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     case Op::ReduceScatter:
     case Op::AllSlice:
     case Op::BiasAdd:
+    case Op::VocabMax:
+    case Op::VocabPartials:
+    case Op::VocabCrossEntropy:
+    case Op::VocabCrossEntropyGrad:
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
                   instructionWhere(fn, position) + ": " +
                       opName(fn.instructions[position].op) +
@@ -77,6 +81,8 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       [&](size_t position) { return scratchBytes(position); },
       [&](size_t position) { return scratchKeptUntil_[position]; },
       [&](int64_t v) { return aliasOf_[v]; });
+  if (plan_.fromCompiler) // each value has its own block: reshapes copy
+    aliasOf_.assign(fn.values.size(), -1);
   arena_ = DeviceBuffer(plan_.bytes, "the arena of " + fn.name +
                                          " of bundle '" + bundle.name() + "'");
   slots_.assign(fn.values.size(), nullptr);

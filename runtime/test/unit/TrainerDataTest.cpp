@@ -183,6 +183,17 @@ TEST(TrainerDataTest, FlagErrorsSayWhatAndHow) {
        "megatron-compile"});
   expectError(
       [&] {
+        parseTrainCommand(base({"--exit-interval", "5"}));
+      },
+      MTRT_STATUS_INVALID_ARGUMENT, {"--exit-interval is not supported"});
+  expectError(
+      [&] {
+        parseTrainCommand(base({"--save-interval", "0", "--save", "ckpt"}));
+      },
+      MTRT_STATUS_INVALID_ARGUMENT,
+      {"--save-interval: found 0, expected an integer >= 1"});
+  expectError(
+      [&] {
         parseTrainCommand(base({"--clip-grad", "one"}));
       },
       MTRT_STATUS_INVALID_ARGUMENT,
