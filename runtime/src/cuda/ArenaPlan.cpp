@@ -67,8 +67,8 @@ ArenaPlan planArena(const Function &function,
   // The compiler's plan (core/MemoryPlan.h), when the bundle has one that
   // fits this backend's storage: its value offsets and its scratch block;
   // when some scratch is kept for a later instruction (which the compiler's
-  // single scratch block does not model), the scratch goes to a region of
-  // its own after the plan's bytes, laid out here. Aliases are not used
+  // single scratch block does not model), the scratch region after the
+  // values is laid out here instead. Aliases are not used
   // with the compiler's plan (it gives each value its own block).
   size_t maxScratch = 0;
   for (size_t position = 0; position < function.instructions.size();
@@ -100,7 +100,7 @@ ArenaPlan planArena(const Function &function,
       plan.bytes = planned->bytes;
       return plan;
     }
-    size_t base = roundUp(planned->bytes);
+    size_t base = planned->scratchOffset;
     OffsetAllocator scratchAllocator;
     std::vector<std::vector<std::pair<size_t, size_t>>> keptEnds(
         function.instructions.size());

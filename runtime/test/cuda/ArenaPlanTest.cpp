@@ -157,4 +157,36 @@ TEST(ArenaPlanTest, AliasesShareMemoryUntilTheLastIsFreed) {
   EXPECT_FALSE(overlap({plan.valueOffset[3], 4000}, {plan.valueOffset[2], 4000}));
 }
 
+// With the compiler's memory plan, values keep the plan's offsets; scratch
+// kept for a later instruction gets its own bytes in the scratch region
+// after the values, apart from the scratch placed while it is kept.
+TEST(ArenaPlanTest, KeptScratchBesideTheCompilersPlan) {
+  Function f = chain(4, 1000);
+  MemoryPlan memory;
+  memory.alignment = 256;
+  memory.arenaBytes = 5 * 4096;
+  for (int64_t v = 0; v < 5; ++v)
+    memory.offsets.push_back(v * 4096);
+  f.memoryPlan = memory;
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto scratchBytes = [](size_t) -> size_t { return 1000; };
+  auto keptUntil = [](size_t position) -> size_t {
+    return position == 0 ? 2 : position;
+  };
+  ArenaPlan plan = planArena(f, valueBytes, scratchBytes, keptUntil);
+  ASSERT_TRUE(plan.fromCompiler);
+  for (int64_t v = 0; v < 5; ++v)
+    EXPECT_EQ(plan.valueOffset[v], size_t(v * 4096));
+  Block kept{plan.scratchOffset[0], 1000};
+  EXPECT_GE(kept.offset, memory.arenaBytes);
+  EXPECT_FALSE(overlap(kept, {plan.scratchOffset[1], 1000}));
+  EXPECT_FALSE(overlap(kept, {plan.scratchOffset[2], 1000}));
+  EXPECT_LE(plan.scratchOffset[3] + 1000, plan.bytes);
+  // Without kept scratch every instruction shares the compiler's block.
+  ArenaPlan shared = planArena(f, valueBytes, scratchBytes);
+  EXPECT_EQ(shared.scratchOffset[0], shared.scratchOffset[3]);
+}
+
 } // namespace
