@@ -360,12 +360,12 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
     h = mt::EmbeddingOp::create(
         builder, loc,
         check(mt::inferEmbeddingType(typeOf(table), tokensType, emitter())),
-        table, tokens);
+        table, tokens, /*vocab_shard_axes=*/DenseI64ArrayAttr());
     if (naming.gpt2) {
       Value positions = mt::PositionIdsOp::create(builder, loc, tokensType);
       Value wpe = get("transformer.wpe.weight");
-      Value p =
-          mt::EmbeddingOp::create(builder, loc, typeOf(h), wpe, positions);
+      Value p = mt::EmbeddingOp::create(builder, loc, typeOf(h), wpe, positions,
+                                        /*vocab_shard_axes=*/DenseI64ArrayAttr());
       h = mt::AddOp::create(builder, loc, typeOf(h), h, p);
     }
     h = dropout(h, model.hiddenDropout);

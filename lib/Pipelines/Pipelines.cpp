@@ -53,6 +53,9 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   functions.addPass(mlir::shard::createShardingPropagation(propagation));
   functions.addPass(mlir::shard::createPartition());
   pm.addPass(mlir::createCanonicalizerPass());
+  // The backward pass's cross-entropy statistics repeat the forward pass's
+  // (each op partitions alone); CSE keeps one set, as Megatron-LM saves them.
+  pm.addPass(mlir::createCSEPass());
   pm.addPass(mlir::mt::createCombineAllReducesPass());
   if (!options.pipelineStages) {
     mlir::mt::PlanGradientReductionPassOptions reduction;

@@ -108,6 +108,20 @@ FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
     return llvm::json::Value(number.getValueAsDouble());
   if (auto array = dyn_cast<DenseI64ArrayAttr>(attr))
     return llvm::json::Value(Array(array.asArrayRef()));
+  // mt.split_axes: one list of grid axes per dimension.
+  if (auto lists = dyn_cast<ArrayAttr>(attr)) {
+    Array out;
+    for (Attribute list : lists) {
+      auto axes = dyn_cast<DenseI16ArrayAttr>(list);
+      if (!axes)
+        return errorAt(op, "an attribute has no bundle form")
+               << " (" << attr << ")";
+      out.push_back(Array(llvm::map_to_vector(axes.asArrayRef(), [](int16_t a) {
+        return static_cast<int64_t>(a);
+      })));
+    }
+    return llvm::json::Value(std::move(out));
+  }
   if (auto symbol = dyn_cast<FlatSymbolRefAttr>(attr)) {
     auto it = parameterIndex.find(symbol.getValue());
     if (it == parameterIndex.end())
@@ -161,10 +175,12 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
     if (failed(value))
       return failure();
-    // Both parameter ops name their parameter by index under one key.
+    // Both parameter ops name their parameter by index under one key; a
+    // random op's tile (mt.split_axes, set by partitioning) is split_axes.
     StringRef key = isa<mt::GetParameterOp, mt::AccumulateGradientOp>(op)
                         ? StringRef("parameter")
                         : named.getName().getValue();
+    key.consume_front("mt.");
     attrs[key] = std::move(*value);
   }
   // Enums are written by name, and defaulted attributes are written out so
@@ -178,7 +194,8 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
         attrs["dropout_p"] = attention.getDropoutP().convertToDouble();
         attrs["seed"] = attention.getSeedAttr().getInt();
       })
-      .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp>([&](auto loss) {
+      .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp,
+            mt::VocabCrossEntropyOp, mt::VocabCrossEntropyGradOp>([&](auto loss) {
         attrs["reduction"] = mt::stringifyLossReduction(loss.getReduction());
         attrs["ignore_index"] = loss.getIgnoreIndexAttr().getInt();
       });

@@ -86,6 +86,11 @@ enum class Op : uint8_t {
   ReduceScatter,
   AllSlice,
   BiasAdd,
+  // Vocabulary-parallel cross-entropy (docs/BundleFormat.md).
+  VocabMax,
+  VocabPartials,
+  VocabCrossEntropy,
+  VocabCrossEntropyGrad,
 };
 
 /// The manifest name of `op` ("layer_norm_grad").
@@ -125,6 +130,15 @@ struct Attributes {
   /// slice_axis is in `axis`.
   std::vector<int64_t> gridAxes;
   CollectiveReduction collectiveReduction = CollectiveReduction::Sum;
+  /// dropout, attention, attention_grad in a bundle for several ranks: per
+  /// dimension of the tensor that keys the random stream (dropout's x,
+  /// attention's q [batch, seq, heads, head_dim]), the grid axes that split
+  /// it, as a parameter's split_axes; empty when the tensor is whole.
+  std::vector<std::vector<int64_t>> splitAxes;
+  /// embedding, embedding_grad, vocab_partials, vocab_cross_entropy_grad:
+  /// the grid axes the vocabulary is split over; the rank's block starts at
+  /// its index along them times the local vocabulary size. Empty: whole.
+  std::vector<int64_t> vocabShardAxes;
 };
 
 struct Instruction {

@@ -449,6 +449,25 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
       }
       break;
     }
+    case AttrKind::AxesList: {
+      if (grid_.empty())
+        fail(at, describe(*value),
+             std::string("no split_axes (") + info.name +
+                 ") in a bundle without a top-level \"grid\"");
+      expectArray(*value, at);
+      std::vector<int64_t> used;
+      for (size_t d = 0; d < value->size(); ++d) {
+        std::vector<int64_t> axes = readGridAxes((*value)[d], index(at, d));
+        for (size_t i = 0; i < axes.size(); ++i) {
+          if (std::find(used.begin(), used.end(), axes[i]) != used.end())
+            fail(index(index(at, d), i), std::to_string(axes[i]),
+                 "a grid axis that splits no other dimension");
+          used.push_back(axes[i]);
+        }
+        out.splitAxes.push_back(std::move(axes));
+      }
+      break;
+    }
     case AttrKind::IntArray: {
       if (key == "grid_axes") {
         if (grid_.empty())
@@ -456,6 +475,14 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
                std::string("no collective (") + info.name +
                    ") in a bundle without a top-level \"grid\"");
         out.gridAxes = readGridAxes(*value, at);
+        break;
+      }
+      if (key == "vocab_shard_axes") {
+        if (grid_.empty())
+          fail(at, describe(*value),
+               std::string("no vocab_shard_axes (") + info.name +
+                   ") in a bundle without a top-level \"grid\"");
+        out.vocabShardAxes = readGridAxes(*value, at);
         break;
       }
       expectArray(*value, at);

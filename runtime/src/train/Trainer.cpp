@@ -342,7 +342,8 @@ void Trainer::train(std::ostream &out) {
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
       << pool_->size() << " threads, seed " << options_.seed << ", "
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
-      << " state " << optimizerStateBytes() << " bytes"
+      << " state " << optimizerStateBytes() << " bytes, train_step arena "
+      << trainStep_->arenaBytes() << " bytes"
       << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }

@@ -5,8 +5,8 @@
 #include "core/Bundle.h"
 #include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
-#include "train/Optimizer.h"
 #include "train/Checkpoint.h"
+#include "train/Optimizer.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -201,6 +201,9 @@ private:
   /// One of the two steps the optimizer: replicated, or distributed.
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
+  /// With the distributed optimizer: every parameter's moments, gathered
+  /// for a checkpoint or read from one.
+  std::vector<host::Tensor> checkpointExpAvg_, checkpointExpAvgSq_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
   std::vector<int64_t> tokens64_, labels64_;
