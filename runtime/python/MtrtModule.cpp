@@ -556,12 +556,13 @@ PYBIND11_MODULE(mtrt, m) {
                                    v.tensor.shape,
                                    v.tensor.shape + v.tensor.rank);
                              })
-      .def(
-          "__dlpack__",
-          [](py::object self, py::object) {
-            return exportView(self.cast<const ParameterView &>(), self);
-          },
-          py::arg("stream") = py::none())
+      // The data are ready when a session call returns, so `stream` needs
+      // no wait; newer consumers' max_version, dl_device and copy are
+      // answered with a DLPack 0.6 capsule of the data in place.
+      .def("__dlpack__",
+           [](py::object self, py::kwargs) {
+             return exportView(self.cast<const ParameterView &>(), self);
+           })
       .def("__dlpack_device__", [](const ParameterView &v) {
         return v.tensor.backend == MTRT_BACKEND_CUDA
                    ? py::make_tuple(static_cast<int>(kDLCUDA), v.tensor.device)
