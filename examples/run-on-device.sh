@@ -9,7 +9,8 @@
 # CARRY holds: bin/megatron-train, lib/libmtrt.so (a -DMTRT_ENABLE_CUDA=ON
 # runtime build), tiny-gpt.mtb (megatron-compile models/tiny-gpt.yaml),
 # include/dlpack/dlpack.h (Debian's libdlpack-dev) and optionally python/
-# (the module). docs/Embedding.md says how to make it.
+# (the module). runtime/README.md ("Running the PyTorch example on a GPU
+# machine") says how to make it.
 set -euo pipefail
 carry=$(cd "${1:?usage: run-on-device.sh CARRY [ITERS] [OUT]}" && pwd)
 iters=${2:-50}
@@ -26,6 +27,16 @@ if [[ ! -f "$module_dir/mtrt$suffix" ]]; then
   module_dir="$out/python"
   mkdir -p "$module_dir"
   echo "run-on-device: building the Python module for $("$python" -V) ($suffix)"
+  include=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  if [[ ! -f "$include/Python.h" ]]; then
+    echo "run-on-device: $include/Python.h is missing: this Python has no" \
+      "development headers, so the module cannot be built here" >&2
+    exit 1
+  fi
+  "$python" -m pybind11 --includes >/dev/null || {
+    echo "run-on-device: pybind11 is not installed for $python" >&2
+    exit 1
+  }
   # shellcheck disable=SC2046
   c++ -O2 -std=c++17 -shared -fPIC -fvisibility=hidden \
     $("$python" -m pybind11 --includes) -I"$carry/include" \
