@@ -1,116 +1,149 @@
 #!/bin/bash
 # Runs on the GPU machine (through the device tool) what the cuda backend is
 # checked and measured by, in one call: the CUDA tests (parity with the host
-# backend), megatron-train --backend cuda on tiny-gpt (and the same run on the
-# host), and GPT-2 124M throughput against PyTorch eager at the same shapes.
+# backend, fp32 and bf16), megatron-train --backend cuda on tiny-gpt, and the
+# compiled step's throughput for gpt2-124m, gpt2-350m and gpt-1.3b beside
+# PyTorch (eager and torch.compile, bf16 autocast) at the same shapes.
 #
-# Usage, from the repository root: bench/run-device-checks.sh BUILD OUT
-#   BUILD  a runtime build made with -DMTRT_ENABLE_CUDA=ON (bench/NOTES.md
-#          says how), holding bundles/ (tiny-gpt.mtb, tiny-llama.mtb,
-#          gpt2-124m-fp32-mb8.mtb) and, optionally, fallback-lib/ (shared
-#          libraries the machine may lack)
+# Usage: bench/run-device-checks.sh DIR OUT
+#   DIR    a folder holding bin/ (megatron-train, mtrt-cuda-tests from a
+#          runtime build with -DMTRT_ENABLE_CUDA=ON), lib/, bundles/ (see
+#          bench/NOTES.md), optionally fallback-lib/ (shared libraries the
+#          machine may lack), bench/ (torch_gpt2.py, summarize.py) and
+#          corpus.txt; bench/make-device-dir.sh makes it
 #   OUT    where the logs go: summary.txt (the short version), tests.log,
-#          tiny-gpt.log, tiny-gpt-host.log, bench.log, sanitizer.log (only
-#          when a test failed)
-#   CHECKS (environment) the parts to run, default "tests tiny gpt2 torch
-#          host"
+#          bench.log, profile.log
+#   CHECKS (environment) the parts to run, default
+#          "env tests tiny mtrt profile torch"
+#   MODELS (environment) default "gpt2-124m gpt2-350m gpt-1.3b"; the bundle
+#          of each is bundles/MODEL-bf16-mbMB.mtb with MB from MICRO_BATCH
+#          ("gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8", DESIGN.md's batches)
+#   TORCH  (environment) the PyTorch variants, default "eager compile"
+#   TORCH_MODELS (environment) the models PyTorch runs, default MODELS
 set -u
-checks=" ${CHECKS:-tests tiny gpt2 torch host} "
+checks=" ${CHECKS:-env tests tiny mtrt profile torch} "
 want() { [[ "$checks" == *" $1 "* ]]; }
-build=$(cd "$1" && pwd)
+dir=$(cd "$1" && pwd)
 out=$2
+models=${MODELS:-gpt2-124m gpt2-350m gpt-1.3b}
+declare -A batch
+for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
+  batch[${pair%%:*}]=${pair##*:}
+done
 summary=$out/summary.txt
+corpus=$dir/corpus.txt
 
 # cuBLASLt and the CUDA runtime: the machine's toolkit or PyTorch's wheels.
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
   2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="$build/lib:$libdirs${LD_LIBRARY_PATH:-}:$build/fallback-lib"
+export LD_LIBRARY_PATH="$dir/lib:$libdirs${LD_LIBRARY_PATH:-}:$dir/fallback-lib"
+section() { echo; echo "== $* (at $(date -u +%T))"; } >>"$summary"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
     --format=csv
   echo "cuBLASLt from: $libdirs"
-  ldd "$build/bin/megatron-train" | grep -E "not found|cublas|cudart|crypto"
+  ldd "$dir/bin/megatron-train" | grep -E "not found|cublas|cudart|crypto"
 } >"$summary" 2>&1
-
-section() { echo; echo "== $* (at $(date -u +%T))"; } >>"$summary"
+if want env; then
+  section "cuDNN on this machine"
+  find / -xdev -name 'libcudnn*.so*' 2>/dev/null | head -20 >>"$summary"
+fi
 
 tests=0
-export MTRT_CUDA_TEST_BUNDLES=$build/bundles
+export MTRT_CUDA_TEST_BUNDLES=$dir/bundles
 if want tests; then
-section "mtrt-cuda-tests"
-timeout 150 "$build/bin/mtrt-cuda-tests" >"$out/tests.log" 2>&1
-tests=$?
-echo "exit status $tests" >>"$summary"
-grep -E "^\[ parity|^\[  (PASSED|FAILED|SKIPPED) |^\[==" "$out/tests.log" \
-  | head -60 >>"$summary"
+  section "mtrt-cuda-tests"
+  timeout 240 "$dir/bin/mtrt-cuda-tests" >"$out/tests.log" 2>&1
+  tests=$?
+  echo "exit status $tests" >>"$summary"
+  grep -E "^\[ parity|^\[  (PASSED|FAILED|SKIPPED) |^\[==|Failure|relative diff|cosine|iteration" \
+    "$out/tests.log" | head -80 >>"$summary"
 fi
 
-tiny=("$build/bin/megatron-train" "$build/bundles/tiny-gpt.mtb"
-  --data-path data/corpus.txt --train-iters 300 --lr 1e-3
-  --lr-decay-style cosine --lr-warmup-iters 20 --log-interval 50
-  --eval-interval 100 --eval-iters 5 --sample-tokens 120 --no-progress-bar)
 if want tiny; then
-section "megatron-train --backend cuda, tiny-gpt, 300 iterations"
-timeout 60 "${tiny[@]}" --backend cuda >"$out/tiny-gpt.log" 2>&1
-echo "exit status $?" >>"$summary"
-grep -E "iteration +(50|100|200|300)/|validation loss|error" "$out/tiny-gpt.log" \
-  | cut -c1-200 >>"$summary"
+  section "megatron-train --backend cuda, tiny-gpt bf16, 300 iterations"
+  timeout 60 "$dir/bin/megatron-train" "$dir/bundles/tiny-gpt-bf16.mtb" \
+    --data-path "$corpus" --train-iters 300 --lr 1e-3 \
+    --lr-decay-style cosine --lr-warmup-iters 20 --log-interval 100 \
+    --eval-interval 300 --eval-iters 5 --sample-tokens 60 --no-progress-bar \
+    --backend cuda >"$out/tiny.log" 2>&1
+  echo "exit status $?" >>"$summary"
+  grep -E "iteration +(100|200|300)/|validation loss|rror" "$out/tiny.log" \
+    | cut -c1-160 >>"$summary"
 fi
 
-gpt2=$build/bundles/gpt2-124m-fp32-mb8.mtb
+# Runs megatron-train on MODEL's bundle for ITERS iterations, sampling the
+# device's memory in use; logs under /tmp/mtrt-MODEL.*.
+run_mtrt() {
+  local model=$1 iters=$2 mb=${batch[$1]}
+  local bundle=$dir/bundles/$model-bf16-mb$mb.mtb
+  (while sleep 0.5; do
+     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits
+   done) >"/tmp/mem-$model.txt" 2>/dev/null &
+  local sampler=$!
+  timeout 150 "$dir/bin/megatron-train" "$bundle" --data-path "$corpus" \
+    --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 5 --log-interval 1 \
+    --eval-iters 0 --no-progress-bar --backend cuda \
+    --log-jsonl "/tmp/mtrt-$model.jsonl" >"/tmp/mtrt-$model.log" 2>&1
+  local status=$?
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  sort -n "/tmp/mem-$model.txt" | tail -1 >"/tmp/peak-$model.txt"
+  echo "megatron-train $model mb $mb: exit status $status, peak $(cat "/tmp/peak-$model.txt") MiB" >>"$summary"
+  { echo "== megatron-train $model mb $mb"; tail -5 "/tmp/mtrt-$model.log"; } >>"$out/bench.log"
+}
+
 : >"$out/bench.log"
 : >/tmp/torch.jsonl
-if want gpt2; then
-section "GPT-2 124M, fp32, micro-batch 8, seq 1024: megatron-train --backend cuda"
-for tf32 in 0 1; do
-  MTRT_CUDA_TF32=$tf32 timeout 75 "$build/bin/megatron-train" "$gpt2" \
-    --data-path data/corpus.txt --train-iters 20 --lr 6e-4 \
-    --lr-warmup-iters 5 --log-interval 5 --eval-iters 0 --no-progress-bar \
-    --backend cuda \
-    --log-jsonl "/tmp/mtrt-tf32-$tf32.jsonl" >"/tmp/mtrt-tf32-$tf32.log" 2>&1
-  echo "megatron-train TF32=$tf32: exit status $?" >>"$summary"
-  { echo "== megatron-train, MTRT_CUDA_TF32=$tf32"; cat "/tmp/mtrt-tf32-$tf32.log"
-    cat "/tmp/mtrt-tf32-$tf32.jsonl"; } >>"$out/bench.log"
-done
-# Where the time goes: train_step timed per op with CUDA events.
-MTRT_CUDA_PROFILE=1 timeout 60 "$build/bin/megatron-train" "$gpt2" \
-  --data-path data/corpus.txt --train-iters 4 --lr 6e-4 --log-interval 1 \
-  --eval-iters 0 --no-progress-bar --backend cuda >/tmp/mtrt-profile.log 2>&1
-echo "profiled run (TF32 off): exit status $?" >>"$summary"
-sed -n '/^train_step:/,$p' /tmp/mtrt-profile.log >>"$summary"
-{ echo "== megatron-train, MTRT_CUDA_PROFILE=1"; cat /tmp/mtrt-profile.log; } \
-  >>"$out/bench.log"
+specs=()
+if want mtrt; then
+  section "megatron-train --backend cuda, bf16 bundles"
+  for model in $models; do
+    iters=15
+    [ "$model" = gpt-1.3b ] && iters=10
+    run_mtrt "$model" "$iters"
+    specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16=/tmp/mtrt-$model.jsonl:/tmp/mtrt-$model.log:/tmp/peak-$model.txt")
+  done
+fi
+
+if want profile; then
+  section "where the time goes: gpt2-124m train_step per op (CUDA events)"
+  model=gpt2-124m
+  MTRT_CUDA_PROFILE=1 timeout 90 "$dir/bin/megatron-train" \
+    "$dir/bundles/$model-bf16-mb${batch[$model]}.mtb" --data-path "$corpus" \
+    --train-iters 4 --lr 6e-4 --log-interval 1 --eval-iters 0 \
+    --no-progress-bar --backend cuda >"$out/profile.log" 2>&1
+  echo "exit status $?" >>"$summary"
+  sed -n '/^train_step:/,$p' "$out/profile.log" | head -30 >>"$summary"
 fi
 
 if want torch; then
-section "GPT-2 124M in PyTorch eager at the same shapes"
-for variant in "--tf32 0 --attention sdpa" "--tf32 1 --attention sdpa" \
-  "--tf32 0 --attention math"; do
-  # shellcheck disable=SC2086
-  timeout 60 python3 bench/torch_gpt2.py --micro-batch-size 8 $variant \
-    >>/tmp/torch.jsonl 2>>"$out/bench.log"
-  echo "torch $variant: exit status $?" >>"$summary"
-done
-{ echo "== torch"; cat /tmp/torch.jsonl; } >>"$out/bench.log"
+  section "PyTorch at the same shapes (bf16 autocast, SDPA)"
+  for model in ${TORCH_MODELS:-$models}; do
+    for variant in ${TORCH:-eager compile}; do
+      steps=20
+      [ "$model" = gpt-1.3b ] && steps=10
+      compile=0
+      [ "$variant" = compile ] && compile=1
+      PYTHONUNBUFFERED=1 timeout 240 python3 "$dir/bench/torch_gpt2.py" \
+        --model "$model" --micro-batch-size "${batch[$model]}" \
+        --precision bf16 --tf32 1 --attention sdpa --compile "$compile" \
+        --steps "$steps" --warmup 5 >>/tmp/torch.jsonl 2>>"$out/bench.log"
+      echo "torch $model $variant: exit status $?" >>"$summary"
+    done
+  done
+  { echo "== torch"; cat /tmp/torch.jsonl; } >>"$out/bench.log"
 fi
-python3 bench/summarize.py \
-  --mtrt "mtrt cuda, fp32 (TF32 off)=/tmp/mtrt-tf32-0.jsonl:/tmp/mtrt-tf32-0.log" \
-  --mtrt "mtrt cuda, TF32 on=/tmp/mtrt-tf32-1.jsonl:/tmp/mtrt-tf32-1.log" \
-  --torch /tmp/torch.jsonl >>"$summary" 2>&1
 
-if want host; then
-section "megatron-train --backend host, tiny-gpt, 300 iterations (the reference)"
-timeout 60 "${tiny[@]}" --backend host >"$out/tiny-gpt-host.log" 2>&1
-echo "exit status $?" >>"$summary"
-grep -E "iteration +(50|100|200|300)/|validation loss|error" "$out/tiny-gpt-host.log" \
-  | cut -c1-200 >>"$summary"
-fi
+section "throughput (tokens/s: median after 5 warm-up steps)"
+python3 "$dir/bench/summarize.py" "${specs[@]}" --torch /tmp/torch.jsonl \
+  >>"$summary" 2>&1
 
 if [ "$tests" -ne 0 ]; then
   section "failed tests again, synchronizing after each instruction, under memcheck"
-  MTRT_CUDA_SYNC=1 timeout 60 compute-sanitizer --tool memcheck \
-    "$build/bin/mtrt-cuda-tests" --gtest_filter='CudaOps*:CudaExecutor*' \
+  MTRT_CUDA_SYNC=1 timeout 90 compute-sanitizer --tool memcheck \
+    "$dir/bin/mtrt-cuda-tests" --gtest_filter='CudaOps*Bf16*' \
     >"$out/sanitizer.log" 2>&1
   echo "exit status $?" >>"$summary"
   grep -E "FAILED|ERROR SUMMARY|Invalid" "$out/sanitizer.log" | head -20 >>"$summary"

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""GPT-2 124M training steps in PyTorch (eager), at the shapes megatron-train
-runs: the same model as models/gpt2-124m.yaml (12 layers, hidden 768, 12
-heads, context 1024, vocabulary padded to 50304, tanh GeLU, tied embeddings,
-dropout 0.1, biases), AdamW (betas 0.9/0.95, weight decay 0.01 on matrices),
-global-norm clipping to 1.0, one micro-batch per step.
+"""GPT training steps in PyTorch (eager or torch.compile), at the shapes
+megatron-train runs: the same models as models/gpt2-124m.yaml,
+gpt2-350m.yaml and gpt-1.3b.yaml (vocabulary padded to 50304, learned
+positions, tanh GeLU, tied embeddings, dropout 0.1, biases), AdamW (betas
+0.9/0.95, weight decay 0.01 on matrices), global-norm clipping to 1.0, one
+micro-batch per step. --precision bf16 runs the step under autocast to bf16
+(fp32 master weights and optimizer state), as mixed-precision training does.
 
 Prints one JSON line: tokens/s (median over the timed steps), ms per step,
 peak memory. Each step ends with loss.item(), as megatron-train's does.
 
   python3 bench/torch_gpt2.py --micro-batch-size 8 --tf32 0 --attention sdpa
+  python3 bench/torch_gpt2.py --model gpt-1.3b --micro-batch-size 8 \
+      --precision bf16 --compile 1
 """
 import argparse
 import json
@@ -20,7 +24,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-VOCAB, LAYERS, HIDDEN, HEADS, SEQ = 50304, 12, 768, 12, 1024
+VOCAB = 50304
+# (layers, hidden, heads, seq) of models/*.yaml.
+MODELS = {"gpt2-124m": (12, 768, 12, 1024), "gpt2-350m": (24, 1024, 16, 1024),
+          "gpt-1.3b": (24, 2048, 16, 2048)}
+LAYERS, HIDDEN, HEADS, SEQ = MODELS["gpt2-124m"]
 
 
 class Attention(nn.Module):
@@ -91,18 +99,28 @@ class GPT(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-124m")
+    parser.add_argument("--precision", choices=["fp32", "bf16"],
+                        default="fp32")
+    parser.add_argument("--compile", type=int, default=0,
+                        help="1: torch.compile the model")
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--tf32", type=int, default=0)
     parser.add_argument("--attention", choices=["sdpa", "math"], default="sdpa")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
+    global LAYERS, HIDDEN, HEADS, SEQ
+    LAYERS, HIDDEN, HEADS, SEQ = MODELS[args.model]
 
     torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
     torch.backends.cudnn.allow_tf32 = bool(args.tf32)
     torch.manual_seed(1234)
     device = torch.device("cuda")
     model = GPT(kind=args.attention).to(device)
+    forward = torch.compile(model) if args.compile else model
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16,
+                              enabled=args.precision == "bf16")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -115,8 +133,10 @@ def main():
     def step():
         x = torch.randint(0, 50257, (b, SEQ + 1), device=device)
         optimizer.zero_grad(set_to_none=True)
-        logits = model(x[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+        with autocast:
+            logits = forward(x[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(),
+                                   x[:, 1:].reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -134,7 +154,9 @@ def main():
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
     print(json.dumps({
-        "impl": "torch-eager",
+        "impl": "torch-compile" if args.compile else "torch-eager",
+        "model": args.model,
+        "precision": args.precision,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(),
         "attention": args.attention,

@@ -20,6 +20,13 @@ config.substitutions.append(("%megatron_obj_root", config.megatron_obj_root))
 config.substitutions.append(("%megatron_lib_dir", config.megatron_lib_dir))
 config.substitutions.append(("%python", config.python_executable))
 
+# GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them); tests
+# that need them say "REQUIRES: gpt2-tokenizer".
+config.substitutions.append(("%gpt2_dir", config.gpt2_dir))
+if all(os.path.isfile(os.path.join(config.gpt2_dir, name))
+       for name in ("encoder.json", "vocab.bpe")):
+    config.available_features.add("gpt2-tokenizer")
+
 # The Python module's tests need NumPy and the Python the module was built
 # for: the configured interpreter, or Debian's (python3-numpy) when the
 # configured one (e.g. a pyenv shim) lacks NumPy.
@@ -59,5 +66,5 @@ tools = ["megatron-compile", "megatron-opt", "megatron-translate",
          "mtrt-info", "mtrt-api-c-test", "mtrt-session-c-test",
          "mtrt-status-c-test", "mtrt-train-tiny", "not",
          "split-file",
-         "mtrt-run", "megatron-train"]
+         "mtrt-run", "megatron-train", "megatron-preprocess"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -9,6 +9,7 @@ packages=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
   clang-22 libclang-rt-22-dev
+  libicu-dev libpng-dev zlib1g-dev curl ca-certificates
   pybind11-dev python3-dev libdlpack-dev python3-numpy
 )
 
@@ -18,8 +19,16 @@ for package in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$package")
 done
 
+# GPT-2's tokenizer files for the tests; without network the tests that
+# need them are skipped, so a failure here does not stop the set-up.
+fetch_gpt2() {
+  "$(dirname "$0")/fetch-gpt2-tokenizer.sh" ||
+    echo "setup: continuing without GPT-2's tokenizer files" >&2
+}
+
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages are installed"
+  fetch_gpt2
   exit 0
 fi
 
@@ -35,3 +44,4 @@ echo "setup: installing ${missing[*]}"
 "${sudo[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
   --no-install-recommends "${missing[@]}"
+fetch_gpt2

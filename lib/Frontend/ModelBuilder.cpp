@@ -201,6 +201,8 @@ Value ModelBuilder::dropout(Value x, double p) {
 }
 
 Value ModelBuilder::reshape(Value x, ArrayRef<int64_t> shape) {
+  if (typeOf(x).getShape() == shape)
+    return x;
   auto type = RankedTensorType::get(shape, typeOf(x).getElementType());
   return mt::ReshapeOp::create(builder, loc, type, x);
 }
@@ -212,17 +214,25 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
   const bool transposeWeight = !naming.gpt2;
   Value q, k, v;
   if (naming.gpt2) {
-    // GPT-2's fused c_attn yields [q | k | v] along the last dimension.
+    // The fused c_attn is stored in Megatron-LM's per-group layout: for each
+    // query group, its heads' queries, then its key, then its value
+    // ([G, (H/G + 2) * D] columns), so a column split gives every
+    // tensor-parallel rank whole groups. Hugging Face's [q | k | v] is
+    // converted on import and export (runtime/src/train/Weights.cpp).
     Value qkv = linear(x, naming.layer(layer, "attn.c_attn.weight"),
                        naming.layer(layer, "attn.c_attn.bias"), false);
+    const int64_t perGroup = heads / groups;
+    qkv = reshape(qkv, {batch, seq, groups, (perGroup + 2) * headDim});
     Type f32 = builder.getF32Type();
     SmallVector<Type> pieces = {
-        RankedTensorType::get({batch, seq, heads * headDim}, f32),
-        RankedTensorType::get({batch, seq, groups * headDim}, f32),
-        RankedTensorType::get({batch, seq, groups * headDim}, f32)};
+        RankedTensorType::get({batch, seq, groups, perGroup * headDim}, f32),
+        RankedTensorType::get({batch, seq, groups, headDim}, f32),
+        RankedTensorType::get({batch, seq, groups, headDim}, f32)};
     auto split = mt::SplitOp::create(builder, loc, pieces, qkv,
-                                     builder.getI64IntegerAttr(2));
+                                     builder.getI64IntegerAttr(3));
     q = split.getResult(0), k = split.getResult(1), v = split.getResult(2);
+    if (perGroup > 1)
+      q = reshape(q, {batch, seq, groups, perGroup, headDim});
   } else {
     auto project = [&](StringRef leaf) {
       return linear(x, naming.layer(layer, ("self_attn." + leaf + ".weight").str()),

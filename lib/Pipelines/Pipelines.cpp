@@ -35,6 +35,11 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   functions.addPass(mlir::shard::createPartition());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::mt::createCombineAllReducesPass());
+  mlir::mt::PlanGradientReductionPassOptions reduction;
+  reduction.distributedOptimizer = options.distributedOptimizer;
+  pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
+  // Last: nothing may change the collectives after they are proven to match.
+  pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }
 
 void megatron::registerPipelines() {

@@ -140,19 +140,20 @@ int main(int argc, char **argv) {
   if (writesBundle || emit == EmitKind::Plan ||
       report == ReportKind::Collectives) {
     const ParallelConfig &parallel = config->parallel;
-    if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel ||
-        parallel.useDistributedOptimizer)
-      return fail("pipeline parallelism, sequence parallelism and the "
-                  "distributed optimizer are not implemented yet; compile "
-                  "with pipeline_model_parallel_size 1, sequence_parallel "
-                  "false and use_distributed_optimizer false "
-                  "(docs/Parallelism.md)");
+    if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel)
+      return fail("pipeline parallelism and sequence parallelism are not "
+                  "implemented yet; compile with "
+                  "pipeline_model_parallel_size 1 and sequence_parallel "
+                  "false (docs/Parallelism.md)");
     mlir::PassManager pm(&context);
     buildTrainingPipeline(pm, TrainingPipelineOptions());
     if (parallel.worldSize() > 1) {
       PartitionPipelineOptions partition;
       partition.tensorParallelSize = parallel.tensorModelParallelSize;
       partition.dataParallelSize = parallel.dataParallelSize;
+      // One rank has nothing to shard the optimizer over: the plain
+      // optimizer is the distributed one with a single shard.
+      partition.distributedOptimizer = parallel.useDistributedOptimizer;
       buildPartitionPipeline(pm, partition);
     }
     if (failed(pm.run(*module)))

@@ -66,17 +66,10 @@ AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
   SmallVector<SmallVector<int16_t>> axes(type.getRank());
   if (role == Role::Replicated || tensorParallelSize == 1)
     return axes;
-  // GPT-2 stores Conv1D weights in x out; Llama stores out x in.
+  // GPT-2 stores Conv1D weights in x out; Llama stores out x in. GPT-2's
+  // fused c_attn is stored per query group (q heads, k, v), so its column
+  // split gives each rank whole groups.
   bool inByOut = name.starts_with("transformer.");
-  if (name.ends_with("attn.c_attn.weight") ||
-      name.ends_with("attn.c_attn.bias")) {
-    emitError(loc) << "mt-annotate-shardings: " << name
-                   << " fuses [q | k | v]; a split of it would not give each "
-                      "tensor-parallel rank whole heads (docs/Parallelism.md); "
-                      "use tensor_model_parallel_size 1 for GPT-2-named models "
-                      "until the per-group layout exists";
-    return failure();
-  }
   int64_t dim = 0;
   if (type.getRank() == 2) {
     bool outputDim = role == Role::Column;

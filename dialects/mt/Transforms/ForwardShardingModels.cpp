@@ -221,6 +221,46 @@ struct RopeModel
   }
 };
 
+/// split and concat: one parallel loop per dimension, every operand and
+/// result indexed alike. Any dimension but `axis` may be sharded; a sharded
+/// `axis` would cut the pieces at other places than the global op does.
+template <typename Op>
+struct AxisPiecesModel
+    : public shard::ShardingInterface::ExternalModel<AxisPiecesModel<Op>, Op> {
+  static int64_t rank(Operation *op) {
+    return isa<SplitOp>(op) ? rankOf(op->getOperand(0))
+                            : rankOf(op->getResult(0));
+  }
+
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rank(op), IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    AffineMap identity =
+        AffineMap::getMultiDimIdentityMap(rank(op), op->getContext());
+    return SmallVector<AffineMap>(op->getNumOperands() + op->getNumResults(),
+                                  identity);
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    int64_t axis = cast<Op>(op).getAxis();
+    for (ArrayRef<Sharding> shardings : {operandShardings, resultShardings})
+      for (Sharding sharding : shardings)
+        if (failed(rejectSplit(op, sharding, axis, "the split axis")))
+          return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
 /// reshape between shapes that differ by splitting or merging groups of
 /// adjacent dimensions, e.g. [B, S, H*D] <-> [B, S, H, D]. The loops are the
 /// dimensions of the finer side of each group; a merged dimension may be
@@ -617,6 +657,8 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
   AttentionOp::attachInterface<AttentionModel>(*context);
   RopeOp::attachInterface<RopeModel>(*context);
   ReshapeOp::attachInterface<ReshapeModel>(*context);
+  SplitOp::attachInterface<AxisPiecesModel<SplitOp>>(*context);
+  ConcatOp::attachInterface<AxisPiecesModel<ConcatOp>>(*context);
   EmbeddingOp::attachInterface<EmbeddingModel>(*context);
   CrossEntropyOp::attachInterface<CrossEntropyModel>(*context);
   // Softmax and its gradient stay whole on every rank; no model uses them.

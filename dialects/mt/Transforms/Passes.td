@@ -149,6 +149,61 @@ def CombineAllReducesPass : Pass<"mt-combine-all-reduces"> {
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }
 
+def PlanGradientReductionPass
+    : Pass<"mt-plan-gradient-reduction", "::mlir::ModuleOp"> {
+  let summary = "moves the data-parallel gradient reduction out of the training step, once per iteration";
+  let description = [{
+    Runs after `shard-partition` (the end of `megatron-partition-pipeline`).
+    Partitioning leaves every weight gradient of the training step summed by
+    a `shard.all_reduce` over the data-parallel grid axis, so it would run
+    once per micro-batch. Megatron-LM accumulates the micro-batches' local
+    gradients into one contiguous buffer and reduces the buffer once per
+    iteration, before clipping and the optimizer. This pass does the same:
+
+    - in the training step, each gradient result's data-axis all-reduce is
+      removed (an all-reduce over [0, 1] keeps its tensor-parallel part), so
+      the step accumulates the rank's local gradients;
+    - `func.func @reduce_gradients(tensor<P>) -> tensor<P>` all-reduces the
+      buffer over the data axis. Its attribute `mt.gradient_buffer` lists the
+      parameters in buffer order: Megatron-LM's, the reverse of their
+      declaration, each the rank's (tensor-parallel) shard, flattened, at the
+      element offsets of `mt.buffer_offsets`;
+    - with `distributed-optimizer`: `@reduce_gradients` reduce-scatters the
+      buffer instead (`tensor<P> -> tensor<P/dp>`; P padded to a multiple of
+      lcm(dp, 128) as Megatron-LM's distributed optimizer pads its buffer),
+      and `func.func @gather_parameters(tensor<P/dp>) -> tensor<P>`
+      all-gathers the updated parameter shards in the same layout
+      (attribute `mt.parameter_buffer`).
+
+    The runtime runs these functions once per iteration (docs/Parallelism.md).
+    Without a grid, or with one data rank and no distributed optimizer, the
+    module is unchanged.
+
+    ```mlir
+    %dw = mt.linear_weight_grad %x, %dy : ...
+    %r = shard.all_reduce %dw on @grid grid_axes = [0] : ...
+    return %loss, %r
+    // becomes
+    return %loss, %dw
+    func.func @reduce_gradients(%g: tensor<4160xf32>) -> tensor<4160xf32>
+        attributes {mt.buffer_offsets = array<i64: 0, 4096>,
+                    mt.gradient_buffer = [@w2, @w1]} {
+      %0 = shard.all_reduce %g on @grid grid_axes = [0] : ...
+      return %0 : tensor<4160xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"distributedOptimizer", "distributed-optimizer", "bool", "false",
+           "Reduce-scatter the gradients and all-gather the parameters "
+           "(Megatron-LM's --use-distributed-optimizer)">,
+    Option<"trainFunction", "train-function", "std::string",
+           "\"train_step\"", "The training step whose gradients are reduced">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 def PrintCollectivesPass : Pass<"mt-print-collectives", "::mlir::ModuleOp"> {
   let summary = "prints each step's collectives, their bytes per rank, and Megatron-LM's prediction";
   let description = [{
@@ -163,6 +218,44 @@ def PrintCollectivesPass : Pass<"mt-print-collectives", "::mlir::ModuleOp"> {
     unchanged.
   }];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
+def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {
+  let summary = "proves that every rank issues the same collectives in the same order";
+  let description = [{
+    A collective completes only when every rank of its group calls it with
+    the same operation, group (grid axes), shape and element type; a rank
+    that skips one, or calls another, leaves the others waiting forever.
+    This pass rejects, with a diagnostic, any plan where that could happen:
+
+    - SPMD functions (one program for every rank, what
+      `megatron-partition-pipeline` writes): a collective under control flow
+      that depends on the rank (`scf.if`, loops or branches on a value
+      derived from `shard.process_multi_index`, `process_linear_index` or
+      `neighbors_linear_indices`), or with a dynamic shape.
+    - Per-rank functions (`mt.step = "train_step"`, `mt.rank = N`): the
+      programs of one step must cover the grid's ranks once each and issue
+      the same sequence of collectives, compared pairwise (operation, grid,
+      grid axes, attributes such as the reduction or gather axis, operand
+      and result types).
+
+    ```mlir
+    // rejected: rank 1 of a 1x2 grid gathers, rank 0 all-reduces
+    func.func @step_rank0(...) attributes {mt.step = "step", mt.rank = 0} {
+      %0 = shard.all_reduce %x on @grid grid_axes = [1] : ...
+    }
+    func.func @step_rank1(...) attributes {mt.step = "step", mt.rank = 1} {
+      %0 = shard.all_gather %x on @grid grid_axes = [1] gather_axis = 0 : ...
+    }
+    ```
+
+    The IR is left unchanged; the pass runs at the end of
+    `megatron-partition-pipeline`.
+  }];
+  let statistics = [
+    Statistic<"numChecked", "checked", "Number of collectives checked">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
 #endif // MT_TRANSFORMS_PASSES_TD

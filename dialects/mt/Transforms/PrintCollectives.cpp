@@ -32,6 +32,45 @@ static std::string shapeOf(RankedTensorType type) {
   return text;
 }
 
+/// The once-per-iteration functions of mt-plan-gradient-reduction beside
+/// Megatron-LM's volumes: the rank's gradients all-reduced, or, with the
+/// distributed optimizer, reduce-scattered (the padded buffer) and the
+/// updated parameters all-gathered (one shard in, the buffer out). The wire
+/// traffic of ring collectives per rank: 2 (n-1)/n of the buffer for an
+/// all-reduce, (n-1)/n for a reduce-scatter or an all-gather, so the
+/// distributed optimizer moves what the all-reduce moves.
+static void printBufferPrediction(func::FuncOp function, int64_t dataRanks,
+                                  int64_t dataBytes, int64_t gradientBytes,
+                                  llvm::raw_ostream &os) {
+  auto buffer = cast<RankedTensorType>(
+      function->hasAttr("mt.gradient_buffer")
+          ? function.getFunctionType().getInput(0)
+          : function.getFunctionType().getResult(0));
+  int64_t bufferBytes = bytesOf(buffer);
+  int64_t padding = bufferBytes - gradientBytes;
+  auto wire = [&](int64_t numerator) {
+    return numerator * (dataRanks - 1) * bufferBytes / dataRanks;
+  };
+  StringRef name = function.getSymName();
+  bool scatters = function
+                      .walk([](shard::ReduceScatterOp) {
+                        return WalkResult::interrupt();
+                      })
+                      .wasInterrupted();
+  os << "  data-parallel: " << dataBytes << " bytes (Megatron-LM's analysis: ";
+  if (name == "gather_parameters")
+    os << "one all-gather of the rank's 1/" << dataRanks
+       << " of the parameter buffer = " << bufferBytes / dataRanks
+       << "; on a ring " << wire(1) << " per rank)\n";
+  else if (scatters)
+    os << "one reduce-scatter of the rank's gradients = " << gradientBytes
+       << " + " << padding << " padding = " << bufferBytes << "; on a ring "
+       << wire(1) << " per rank)\n";
+  else
+    os << "one all-reduce of the rank's gradients = " << gradientBytes
+       << "; on a ring " << wire(2) << " per rank)\n";
+}
+
 void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
   auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
   if (grids.empty()) {
@@ -54,6 +93,17 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       hidden = parameter.getTensorType().getDimSize(0);
     }
   }
+
+  // mt-plan-gradient-reduction moves the data-parallel gradient reduction
+  // out of the step into functions run once per iteration.
+  bool reducesOnce = static_cast<bool>(
+      module.lookupSymbol<func::FuncOp>("reduce_gradients"));
+  int64_t stepGradientBytes = 0;
+  for (auto function : module.getOps<func::FuncOp>())
+    for (unsigned i = 0; i < function.getNumResults(); ++i)
+      if (function.getResultAttr(i, "mt.gradient"))
+        stepGradientBytes +=
+            bytesOf(cast<RankedTensorType>(function.getResultTypes()[i]));
 
   for (auto function : module.getOps<func::FuncOp>()) {
     if (function.isExternal())
@@ -91,15 +141,27 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       for (int16_t axis : axes)
         (axis == kTensorAxis ? tensorBytes : dataBytes) += bytes;
     });
-    bool training = gradientBytes > 0;
     int64_t tensorRanks = grid.size() > 1 ? grid[1] : 1;
+    if (function->hasAttr("mt.gradient_buffer") ||
+        function->hasAttr("mt.parameter_buffer")) {
+      printBufferPrediction(function, grid[0], dataBytes, stepGradientBytes,
+                            os);
+      continue;
+    }
+    bool training = gradientBytes > 0;
     int64_t predictedTensor =
         tensorRanks > 1 ? (training ? 4 : 2) * layers * tokens * hidden * 4
                         : 0;
-    int64_t predictedData = grid[0] > 1 && training ? gradientBytes : 0;
     os << "  tensor-parallel: " << tensorBytes
        << " bytes (Megatron-LM's analysis: " << (training ? 4 : 2)
        << " all-reduces of [b, s, h] per layer = " << predictedTensor << ")\n";
+    if (training && reducesOnce) {
+      os << "  data-parallel: " << dataBytes
+         << " bytes (the loss; Megatron-LM reduces the gradients once per "
+            "iteration, after the micro-batches: reduce_gradients)\n";
+      continue;
+    }
+    int64_t predictedData = grid[0] > 1 && training ? gradientBytes : 0;
     os << "  data-parallel: " << dataBytes
        << " bytes (Megatron-LM's analysis: one all-reduce of the rank's "
           "gradients = "

@@ -35,12 +35,18 @@ struct PartitionPipelineOptions
       *this, "data-parallel-size",
       llvm::cl::desc("Ranks of the data-parallel grid axis"),
       llvm::cl::init(1)};
+  Option<bool> distributedOptimizer{
+      *this, "distributed-optimizer",
+      llvm::cl::desc("Shard the optimizer over the data-parallel ranks "
+                     "(reduce-scatter gradients, all-gather parameters)"),
+      llvm::cl::init(false)};
 };
 
 /// From the training pipeline's output to per-rank (SPMD) IR: parameters and
 /// gradients become arguments and results, Megatron-LM's layout is annotated,
 /// upstream shard propagates and partitions, and the all-reduces of summed
-/// partials are combined. See docs/Parallelism.md.
+/// partials are combined, and the data-parallel gradient reduction
+/// moves out of the step into its own functions, run once per iteration. See docs/Parallelism.md.
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const PartitionPipelineOptions &options);
 

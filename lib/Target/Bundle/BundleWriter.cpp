@@ -276,6 +276,42 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
                                   {"instructions", std::move(instructions)}});
 }
 
+/// The manifest's `gradient_buffer` (mt-plan-gradient-reduction): the
+/// layout of the buffer that @reduce_gradients reduces once per iteration.
+static FailureOr<std::optional<Object>>
+writeGradientBuffer(ModuleOp module,
+                    const llvm::StringMap<int64_t> &parameterIndex) {
+  auto reduce = module.lookupSymbol<func::FuncOp>("reduce_gradients");
+  if (!reduce)
+    return std::optional<Object>();
+  auto layout = reduce->getAttrOfType<ArrayAttr>("mt.gradient_buffer");
+  auto offsets = reduce->getAttrOfType<DenseI64ArrayAttr>("mt.buffer_offsets");
+  auto type = dyn_cast<RankedTensorType>(
+      reduce.getFunctionType().getNumInputs() == 1
+          ? reduce.getFunctionType().getInput(0)
+          : Type());
+  if (!layout || !offsets || !type || type.getRank() != 1 ||
+      static_cast<int64_t>(layout.size()) != offsets.size())
+    return errorAt(reduce, "@reduce_gradients needs one rank-1 argument (the "
+                           "buffer) and the attributes mt.gradient_buffer and "
+                           "mt.buffer_offsets of equal length "
+                           "(mt-plan-gradient-reduction writes them)");
+  Array parameters;
+  for (auto symbol : layout.getAsRange<FlatSymbolRefAttr>()) {
+    auto it = parameterIndex.find(symbol.getValue());
+    if (it == parameterIndex.end())
+      return errorAt(reduce, "@" + symbol.getValue() + " is not a parameter");
+    parameters.push_back(it->second);
+  }
+  bool distributed = module.lookupSymbol<func::FuncOp>("gather_parameters");
+  return std::optional<Object>(
+      Object{{"parameters", std::move(parameters)},
+             {"offsets", Array(offsets.asArrayRef())},
+             {"size", type.getDimSize(0)},
+             {"grid_axes", Array{0}},
+             {"distributed_optimizer", distributed}});
+}
+
 static Object writeModel(const CompileConfig &config) {
   const ModelConfig &model = config.model;
   return Object{
@@ -350,10 +386,16 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
     return errorAt(grids[1], "a bundle runs on one device grid");
   if (!grids.empty())
     root["grid"] = Object{{"shape", Array(grids.front().getShape())}};
+  FailureOr<std::optional<Object>> gradientBuffer =
+      writeGradientBuffer(module, parameterIndex);
+  if (failed(gradientBuffer))
+    return failure();
+  if (*gradientBuffer)
+    root["gradient_buffer"] = std::move(**gradientBuffer);
   std::string manifest;
   llvm::raw_string_ostream(manifest) << llvm::json::Value(std::move(root));
 
-  // The header of docs/BundleFormat.md; version 1 has no payload.
+  // The header of docs/BundleFormat.md; this version has no payload.
   std::string bytes = "MTBUNDLE";
   auto append = [&](auto value) {
     char buffer[sizeof(value)];

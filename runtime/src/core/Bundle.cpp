@@ -161,16 +161,18 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
                 "the bytes \"MTBUNDLE\"");
   }
   uint32_t version = readU32(data + 8);
-  if (version != kFormatVersion)
+  if (version < kOldestFormatVersion || version > kFormatVersion)
     reader.fail("header.version (offset 8)", std::to_string(version),
-                std::to_string(kFormatVersion) +
-                    " (this runtime reads format version 1; rebuild the "
+                std::to_string(kOldestFormatVersion) + " or " +
+                    std::to_string(kFormatVersion) +
+                    " (this runtime reads format versions 1 and 2; rebuild "
+                    "the "
                     "bundle with a megatron-compile of the same release)",
                 MTRT_STATUS_UNIMPLEMENTED);
   uint32_t flags = readU32(data + 12);
   if (flags != 0)
     reader.fail("header.flags (offset 12)", std::to_string(flags),
-                "0 (no flags are defined in format version 1)");
+                "0 (no flags are defined in format versions 1 and 2)");
   uint64_t manifestLength = readU64(data + 16);
   uint64_t payloadLength = readU64(data + 24);
   uint64_t available = size - kHeaderSize;
@@ -194,7 +196,8 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
                  " bytes (header + manifest + payload)");
   if (payloadLength != 0)
     reader.fail("header.payload_length (offset 24)",
-                std::to_string(payloadLength), "0 in format version 1");
+                std::to_string(payloadLength),
+                "0 in format versions 1 and 2");
   Sha256Digest digest = sha256(data + kHeaderSize, available);
   Sha256Digest stored;
   std::memcpy(stored.data(), data + 32, stored.size());
@@ -203,8 +206,10 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
              "a SHA-256 of the manifest and payload of " + toHex(digest) +
                  " (the file is corrupted)",
              "the stored " + toHex(stored));
-  return reader.read(std::string_view(
+  Bundle bundle = reader.read(std::string_view(
       reinterpret_cast<const char *>(data + kHeaderSize), manifestLength));
+  bundle.sha256_ = toHex(digest);
+  return bundle;
 }
 
 Bundle Bundle::load(const std::string &path) {

@@ -199,6 +199,24 @@ struct ModelConfig {
   std::string precision;
 };
 
+/// The manifest's `gradient_buffer` (format version 2): the contiguous
+/// buffer that the data-parallel gradient reduction works on once per
+/// iteration, as Megatron-LM's DistributedDataParallel does. Parameter
+/// parameters[i]'s (shard's) gradient, flattened, lies at elements
+/// [offsets[i], offsets[i] + its local element count); the rest, up to
+/// `size`, is padding (zero).
+struct GradientBuffer {
+  std::vector<int64_t> parameters;
+  std::vector<int64_t> offsets;
+  int64_t size = 0;
+  /// The group the buffer is reduced over (the data-parallel axis).
+  std::vector<int64_t> gridAxes;
+  /// Reduce-scatter and shard the optimizer (function reduce_gradients:
+  /// [size] -> [size / group], gather_parameters: [size / group] -> [size])
+  /// instead of all-reduce (reduce_gradients: [size] -> [size]).
+  bool distributedOptimizer = false;
+};
+
 namespace bundle_detail {
 class ManifestReader;
 } // namespace bundle_detail
@@ -212,8 +230,11 @@ class ManifestReader;
 /// Thread-safety: immutable after load; share it freely.
 class Bundle {
 public:
-  /// The version of the format this reader understands.
-  static constexpr uint32_t kFormatVersion = 1;
+  /// The newest version of the format this reader understands, and the
+  /// oldest it still reads (version 1 has no gradient_buffer: its steps
+  /// reduce every gradient themselves).
+  static constexpr uint32_t kFormatVersion = 2;
+  static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 
   /// Reads and validates the file at `path`. Throws Error: NOT_FOUND when it
@@ -231,6 +252,9 @@ public:
 
   const std::string &name() const { return name_; }
   const std::string &producer() const { return producer_; }
+  /// The SHA-256 of the manifest and payload, as stored in the container's
+  /// header (64 hexadecimal digits); empty for parseManifest.
+  const std::string &sha256Hex() const { return sha256_; }
   /// The configuration the bundle was compiled from: present when it was
   /// compiled from a model file (megatron-compile), absent for bundles
   /// translated from IR (megatron-translate), where model() is all zeros.
@@ -245,6 +269,11 @@ public:
   /// The number of ranks: the product of the grid's sizes, 1 without one.
   int64_t rankCount() const;
 
+  /// Whether the manifest has a `gradient_buffer`: the data-parallel
+  /// gradient reduction runs once per iteration, in reduce_gradients.
+  bool hasGradientBuffer() const { return gradientBuffer_.size > 0; }
+  const GradientBuffer &gradientBuffer() const { return gradientBuffer_; }
+
   /// The function named `name`, or nullptr.
   const Function *findFunction(std::string_view name) const;
 
@@ -252,11 +281,13 @@ private:
   friend class bundle_detail::ManifestReader;
   std::string name_;
   std::string producer_;
+  std::string sha256_;
   bool hasModel_ = false;
   ModelConfig model_;
   std::vector<Parameter> parameters_;
   std::vector<Function> functions_;
   std::vector<int64_t> gridShape_;
+  GradientBuffer gradientBuffer_;
 };
 
 } // namespace mtrt

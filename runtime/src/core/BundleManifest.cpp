@@ -728,9 +728,11 @@ Bundle ManifestReader::read(std::string_view text) {
   if (!format.is_string() || format.get<std::string>() != "megatron-bundle")
     fail("format", describe(format), "\"megatron-bundle\"");
   int64_t version = readInt(field(root, "", "version"), "version");
-  if (version != Bundle::kFormatVersion)
+  if (version < Bundle::kOldestFormatVersion ||
+      version > Bundle::kFormatVersion)
     fail("version", std::to_string(version),
-         std::to_string(Bundle::kFormatVersion) +
+         std::to_string(Bundle::kOldestFormatVersion) + " or " +
+             std::to_string(Bundle::kFormatVersion) +
              ", the version in the file's header");
 
   Bundle bundle;
@@ -758,7 +760,126 @@ Bundle ManifestReader::read(std::string_view text) {
            "a name no other function has");
     bundle.functions_.push_back(std::move(function));
   }
+  if (const Json *buffer = optionalField(root, "gradient_buffer")) {
+    if (version < 2)
+      fail("gradient_buffer", "a gradient_buffer in a version " +
+                                  std::to_string(version) + " manifest",
+           "none before format version 2 (the version is wrong or the "
+           "manifest was edited)");
+    readGradientBuffer(*buffer, "gradient_buffer", bundle,
+                       bundle.gradientBuffer_);
+  }
   return bundle;
+}
+
+/// The buffer's layout, and the functions that reduce it (docs/BundleFormat.md,
+/// "Gradient reduction").
+void ManifestReader::readGradientBuffer(const Json &json,
+                                        const std::string &path,
+                                        const Bundle &bundle,
+                                        GradientBuffer &out) {
+  expectObject(json, path);
+  if (grid_.empty())
+    fail(path, "a gradient buffer in a bundle without a grid",
+         "a grid: the buffer is reduced over grid axes");
+  for (auto it = json.begin(); it != json.end(); ++it)
+    if (it.key() != "parameters" && it.key() != "offsets" &&
+        it.key() != "size" && it.key() != "grid_axes" &&
+        it.key() != "distributed_optimizer")
+      fail(member(path, it.key().c_str()), "a field \"" + it.key() + "\"",
+           "parameters, offsets, size, grid_axes and distributed_optimizer");
+  out.gridAxes = readGridAxes(field(json, path, "grid_axes"),
+                              member(path, "grid_axes"));
+  out.distributedOptimizer = readBool(field(json, path, "distributed_optimizer"),
+                                      member(path, "distributed_optimizer"));
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  std::string parametersAt = member(path, "parameters");
+  std::string offsetsAt = member(path, "offsets");
+  const Json &list = field(json, path, "parameters");
+  const Json &offsets = field(json, path, "offsets");
+  expectArray(list, parametersAt);
+  expectArray(offsets, offsetsAt);
+  if (offsets.size() != list.size())
+    fail(offsetsAt, std::to_string(offsets.size()) + " offsets",
+         std::to_string(list.size()) + ", one per parameter of the buffer");
+  std::vector<bool> listed(parameters.size(), false);
+  int64_t end = 0;
+  DType dtype = DType::F32;
+  for (size_t i = 0; i < list.size(); ++i) {
+    int64_t p = readInt(list[i], index(parametersAt, i), 0,
+                        static_cast<int64_t>(parameters.size()) - 1);
+    if (listed[p])
+      fail(index(parametersAt, i), "parameter " + std::to_string(p) + " again",
+           "each parameter at most once");
+    listed[p] = true;
+    const TensorType &local = parameters[p].localType;
+    if (i == 0)
+      dtype = local.dtype;
+    if (local.dtype != dtype || !isFloatingPoint(dtype))
+      fail(index(parametersAt, i),
+           "parameter " + std::to_string(p) + " of type " + local.str(),
+           std::string("one floating-point type for the whole buffer (") +
+               dtypeName(dtype) + ")");
+    int64_t offset = readInt(offsets[i], index(offsetsAt, i), 0);
+    if (offset != end)
+      fail(index(offsetsAt, i), std::to_string(offset),
+           std::to_string(end) +
+               ", where the previous parameter's shard ends (the buffer is "
+               "contiguous)");
+    end += local.numElements;
+    out.parameters.push_back(p);
+    out.offsets.push_back(offset);
+  }
+  if (out.parameters.empty())
+    fail(parametersAt, "[]", "at least one parameter");
+  out.size = readInt(field(json, path, "size"), member(path, "size"), end,
+                     kMaxElements);
+  int64_t group = gridGroupSize(grid_, out.gridAxes);
+  if (out.distributedOptimizer) {
+    for (size_t p = 0; p < parameters.size(); ++p)
+      if (!listed[p])
+        fail(parametersAt, "no entry for parameter " + std::to_string(p) +
+                               " ('" + parameters[p].name + "')",
+             "every parameter: the distributed optimizer updates parameters "
+             "through the buffer");
+    if (out.size % group != 0)
+      fail(member(path, "size"), std::to_string(out.size),
+           "a multiple of the " + std::to_string(group) +
+               " ranks that share the buffer (the padded size)");
+  }
+
+  // The functions that reduce the buffer and gather the parameters.
+  TensorType buffer{{out.size}, dtype, out.size};
+  TensorType shard{{out.size / group}, dtype, out.size / group};
+  auto check = [&](const char *name, const TensorType &in,
+                   const TensorType &result) {
+    const Function *function = bundle.findFunction(name);
+    if (!function)
+      fail("functions", std::string("no function \"") + name + "\"",
+           std::string(name) + ", which a gradient_buffer" +
+               (out.distributedOptimizer ? " with distributed_optimizer" : "") +
+               " needs");
+    std::string signature;
+    if (function->inputs.size() == 1 && function->outputs.size() == 1) {
+      const TensorType &a = function->values[function->inputs[0]];
+      const TensorType &b = function->values[function->outputs[0]];
+      if (a.shape == in.shape && a.dtype == in.dtype &&
+          b.shape == result.shape && b.dtype == result.dtype)
+        return;
+      signature = a.str() + " -> " + b.str();
+    } else {
+      signature = std::to_string(function->inputs.size()) + " inputs and " +
+                  std::to_string(function->outputs.size()) + " outputs";
+    }
+    fail(std::string("functions.") + name, signature,
+         in.str() + " -> " + result.str() + " for the gradient buffer");
+  };
+  if (out.distributedOptimizer) {
+    check("reduce_gradients", buffer, shard);
+    check("gather_parameters", shard, buffer);
+  } else {
+    check("reduce_gradients", buffer, buffer);
+  }
 }
 
 } // namespace mtrt::bundle_detail

@@ -95,6 +95,8 @@ private:
                 std::vector<int64_t> &out);
   void readParameters(const Json &json, const std::string &path,
                       std::vector<Parameter> &out);
+  void readGradientBuffer(const Json &json, const std::string &path,
+                          const Bundle &bundle, GradientBuffer &out);
   void readSplitAxes(const Json &json, const std::string &path,
                      Parameter &parameter);
   std::vector<int64_t> readGridAxes(const Json &json, const std::string &path);

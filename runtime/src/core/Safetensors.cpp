@@ -1,6 +1,8 @@
 // Reads and validates safetensors files (mmap + nlohmann/json) and writes them atomically.
 #include "core/Safetensors.h"
 
+#include "core/DurableFile.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <tuple>
 
@@ -733,103 +736,6 @@ void appendU64(std::vector<uint8_t> &out, uint64_t value) {
     out.push_back(static_cast<uint8_t>(value >> (8 * i)));
 }
 
-mtrt_status_code_t codeForErrno(int error) {
-  switch (error) {
-  case EACCES:
-  case EPERM:
-  case EROFS:
-    return MTRT_STATUS_PERMISSION_DENIED;
-  case ENOENT:
-  case ENOTDIR:
-    return MTRT_STATUS_NOT_FOUND;
-  case ENOSPC:
-  case EDQUOT:
-  case EFBIG:
-    return MTRT_STATUS_RESOURCE_EXHAUSTED;
-  case EISDIR:
-    return MTRT_STATUS_FAILED_PRECONDITION;
-  default:
-    return MTRT_STATUS_DATA_LOSS;
-  }
-}
-
-/// Writes to `<path>.tmp.<pid>`, and on destruction removes it unless it was
-/// renamed onto the path.
-class TempFile {
-public:
-  explicit TempFile(const std::string &path)
-      : path_(path), temp_(path + ".tmp." + std::to_string(::getpid())) {
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                 0644);
-    if (fd_ < 0)
-      fail("cannot create the temporary file '" + temp_ + "'");
-    created_ = true;
-  }
-  ~TempFile() {
-    if (fd_ >= 0)
-      ::close(fd_);
-    if (created_)
-      ::unlink(temp_.c_str());
-  }
-
-  void write(const void *data, uint64_t size) {
-    const char *p = static_cast<const char *>(data);
-    while (size > 0) {
-      size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, 1u << 30));
-      ssize_t n = ::write(fd_, p, chunk);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0) {
-        if (n == 0)
-          errno = EIO;
-        fail("cannot write the temporary file '" + temp_ + "'");
-      }
-      p += n;
-      size -= static_cast<uint64_t>(n);
-    }
-  }
-
-  void commit() {
-    if (::fsync(fd_) != 0)
-      fail("cannot fsync the temporary file '" + temp_ + "'");
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0)
-      fail("cannot close the temporary file '" + temp_ + "'");
-    if (::rename(temp_.c_str(), path_.c_str()) != 0)
-      fail("cannot rename the temporary file '" + temp_ + "' onto it");
-    created_ = false;
-    // The rename is durable only once the directory is synced.
-    size_t slash = path_.rfind('/');
-    std::string dir = slash == std::string::npos ? "."
-                      : slash == 0               ? "/"
-                                                 : path_.substr(0, slash);
-    int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dirFd < 0)
-      fail("cannot open its directory '" + dir + "' to fsync it");
-    // Some file systems cannot sync directories (EINVAL); the rename stands.
-    int synced = ::fsync(dirFd);
-    int savedErrno = errno;
-    ::close(dirFd);
-    errno = savedErrno;
-    if (synced != 0 && errno != EINVAL)
-      fail("cannot fsync its directory '" + dir + "'");
-  }
-
-private:
-  [[noreturn]] void fail(const std::string &what) {
-    int error = errno;
-    throw Error(codeForErrno(error), "writing safetensors '" + path_ +
-                                         "': " + what + ": " +
-                                         std::strerror(error));
-  }
-
-  std::string path_;
-  std::string temp_;
-  int fd_ = -1;
-  bool created_ = false;
-};
-
 } // namespace
 
 std::vector<uint8_t>
@@ -847,17 +753,29 @@ serializeSafetensors(const std::vector<SafetensorsWriteTensor> &tensors,
   return out;
 }
 
-void writeSafetensors(const std::string &path,
-                      const std::vector<SafetensorsWriteTensor> &tensors,
-                      const std::map<std::string, std::string> &metadata) {
+void streamSafetensors(
+    const std::vector<SafetensorsWriteTensor> &tensors,
+    const std::map<std::string, std::string> &metadata,
+    const std::function<void(const void *, uint64_t)> &write) {
   Layout layout = layOut(tensors, metadata);
   std::vector<uint8_t> prefix;
   appendU64(prefix, layout.header.size());
   prefix.insert(prefix.end(), layout.header.begin(), layout.header.end());
-  TempFile file(path);
-  file.write(prefix.data(), prefix.size());
+  write(prefix.data(), prefix.size());
   for (size_t i = 0; i < layout.order.size(); ++i)
-    file.write(layout.order[i]->data, layout.sizes[i]);
+    if (layout.sizes[i])
+      write(layout.order[i]->data, layout.sizes[i]);
+}
+
+void writeSafetensors(const std::string &path,
+                      const std::vector<SafetensorsWriteTensor> &tensors,
+                      const std::map<std::string, std::string> &metadata) {
+  // Checked before the temporary file exists.
+  layOut(tensors, metadata);
+  DurableFile file(path, "writing safetensors '" + path + "'");
+  streamSafetensors(tensors, metadata, [&](const void *data, uint64_t size) {
+    file.write(data, size);
+  });
   file.commit();
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -168,6 +169,15 @@ struct SafetensorsWriteTensor {
 std::vector<uint8_t>
 serializeSafetensors(const std::vector<SafetensorsWriteTensor> &tensors,
                      const std::map<std::string, std::string> &metadata = {});
+
+/// Passes the bytes serializeSafetensors returns to `write` in order (the
+/// length and header, then each tensor's data), without copying the
+/// tensors: for writers that hash or count what they write. Throws Error as
+/// serializeSafetensors does, before `write` is first called.
+void streamSafetensors(
+    const std::vector<SafetensorsWriteTensor> &tensors,
+    const std::map<std::string, std::string> &metadata,
+    const std::function<void(const void *, uint64_t)> &write);
 
 /// Writes the file serializeSafetensors describes to `path` atomically: to
 /// `<path>.tmp.<pid>`, fsync, rename onto `path`, fsync the directory. On

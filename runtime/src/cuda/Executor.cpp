@@ -23,6 +23,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   const Function &fn = *function_;
   checkNoHalfValues(bundle, fn,
                     "the cuda backend computes in f32 only for now");
+  bf16_ = bundle.hasModel() && bundle.model().precision == "bf16";
   if (bundle.rankCount() > 1)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle.name() + "' is compiled for " +

@@ -7,6 +7,7 @@
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
 #include "host/HostTensor.h"
+#include "host/kernels/Kernels.h"
 
 #include <cstdint>
 #include <string>
@@ -26,7 +27,11 @@ class ParameterStore;
 /// instruction that lists them in `free`), and one arena of the plan's size
 /// is allocated; runs allocate nothing. get_parameter binds the store's
 /// device value (no copy); accumulate_gradient adds into its gradient.
-/// Every floating value is f32 on the device; bf16 and f16 are rejected.
+/// Every floating value is f32 on the device; bf16 and f16 values are
+/// rejected. A bundle compiled with precision bf16 (the manifest's
+/// model.precision) runs in mixed precision: GEMMs and the attention core
+/// take bf16 operands and accumulate in fp32 (docs/Architecture.md, "The
+/// cuda backend"); everything else computes in fp32, as in fp32 bundles.
 ///
 /// Checks: token ids and labels (function inputs) are checked on the host
 /// before upload, with the host executor's messages (OUT_OF_RANGE). Every
@@ -50,6 +55,8 @@ public:
   Executor &operator=(const Executor &) = delete;
 
   const Function &function() const { return *function_; }
+  /// Whether GEMMs and attention take bf16 operands (precision bf16).
+  bool mixedPrecision() const { return bf16_; }
   /// The storage type of value `v`: F32 for floating values, I32 or I64.
   DType storageType(int64_t v) const;
 
@@ -89,6 +96,9 @@ private:
   };
 
   size_t scratchBytes(const Instruction &inst) const;
+  /// Whether this attention runs on the flash kernels (mixed precision and
+  /// shapes they take).
+  bool flashAttention(const host::AttentionParams &params) const;
   void checkShapes(size_t position, const Instruction &inst) const;
   std::string where(size_t position) const;
   void *slot(int64_t value) const { return slots_[value]; }
@@ -100,6 +110,7 @@ private:
   const Function *function_ = nullptr;
   ParameterStore &parameters_;
   Context &context_;
+  bool bf16_ = false;
   ArenaPlan plan_;
   DeviceBuffer arena_;
   std::vector<void *> slots_;

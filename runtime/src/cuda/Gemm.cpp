@@ -14,11 +14,12 @@ constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
 /// The largest power of two, at most 256, that divides the address and, for
 /// batched products, the byte stride between matrices.
-int alignmentOf(const void *pointer, int64_t batch, int64_t strideElements) {
+int alignmentOf(const void *pointer, int64_t batch, int64_t strideElements,
+                size_t elementBytes) {
   auto address = reinterpret_cast<uintptr_t>(pointer);
   uint64_t bits = address | 256;
   if (batch > 1)
-    bits |= static_cast<uint64_t>(strideElements) * sizeof(float);
+    bits |= static_cast<uint64_t>(strideElements) * elementBytes;
   return static_cast<int>(bits & (~bits + 1));
 }
 
@@ -56,7 +57,7 @@ Gemm::~Gemm() {
 // first operand is our B, its second our A, and its (M, N, K) is (n, m, k).
 bool Gemm::tryPlan(const Key &key, Plan &p) {
   auto [batch, m, n, k, transA, transB, bias, accumulate, alignA, alignB,
-        alignC] = key;
+        alignC, bf16] = key;
   (void)accumulate;
   std::string what = shapeText(batch, m, n, k, transA, transB);
   auto destroy = [&] {
@@ -71,8 +72,8 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
     p = Plan();
   };
   try {
-    cublasComputeType_t compute =
-        tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = tf32_ && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                 : CUBLAS_COMPUTE_32F;
     MTRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F),
                       what);
     cublasOperation_t opFirst = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -91,14 +92,21 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                        &epilogue, sizeof(epilogue)),
         what);
+    if (bias) {
+      cudaDataType_t biasType = CUDA_R_32F;
+      MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                            p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                            &biasType, sizeof(biasType)),
+                        what);
+    }
 
     // Stored column-major shapes: our B is [k, n] row-major = (n, k)
     // col-major (or (k, n) when transposed); our A is (k, m) (or (m, k)); C
     // is (n, m).
-    auto layout = [&](cublasLtMatrixLayout_t &out, int64_t rows, int64_t cols,
-                      int64_t stride) {
+    auto layout = [&](cublasLtMatrixLayout_t &out, cudaDataType_t type,
+                      int64_t rows, int64_t cols, int64_t stride) {
       MTRT_CUBLAS_CHECK(
-          cublasLtMatrixLayoutCreate(&out, CUDA_R_32F,
+          cublasLtMatrixLayoutCreate(&out, type,
                                      static_cast<uint64_t>(rows),
                                      static_cast<uint64_t>(cols), rows),
           what);
@@ -114,9 +122,10 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
                           what);
       }
     };
-    layout(p.b, transB ? k : n, transB ? n : k, k * n);
-    layout(p.a, transA ? m : k, transA ? k : m, m * k);
-    layout(p.c, n, m, m * n);
+    cudaDataType_t operands = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    layout(p.b, operands, transB ? k : n, transB ? n : k, k * n);
+    layout(p.a, operands, transA ? m : k, transA ? k : m, m * k);
+    layout(p.c, CUDA_R_32F, n, m, m * n);
 
     cublasLtMatmulPreference_t preference = nullptr;
     MTRT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference), what);
@@ -171,9 +180,10 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
     std::get<6>(plain) = false;
     if (!bias || !tryPlan(plain, p)) {
       auto [batch, m, n, k, transA, transB, b, accumulate, alignA, alignB,
-            alignC] = key;
+            alignC, bf16] = key;
       (void)b;
       (void)accumulate;
+      (void)bf16;
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
                   shapeText(batch, m, n, k, transA, transB) +
                       ": cuBLASLt has no algorithm for this shape (operand "
@@ -188,7 +198,7 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
 
 void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                bool transA, const float *b, bool transB, float *c,
-               const float *bias, bool accumulate) {
+               const float *bias, bool accumulate, Bf16Staging staging) {
   if (batch <= 0 || m <= 0 || n <= 0)
     return;
   if (k == 0) {
@@ -204,6 +214,18 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                              what);
     return;
   }
+  bool bf16 = staging.enabled();
+  const void *first = a, *second = b;
+  if (bf16) {
+    std::string what = shapeText(batch, m, n, k, transA, transB);
+    MTRT_CUDA_CHECK_LAUNCH(roundToBf16(stream_, batch * m * k, a, staging.a),
+                           what + ": rounding A to bf16");
+    MTRT_CUDA_CHECK_LAUNCH(roundToBf16(stream_, batch * k * n, b, staging.b),
+                           what + ": rounding B to bf16");
+    first = staging.a;
+    second = staging.b;
+  }
+  size_t operandBytes = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
   Key key{batch,
           m,
           n,
@@ -212,9 +234,10 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
           transB,
           bias != nullptr,
           accumulate,
-          alignmentOf(a, batch, m * k),
-          alignmentOf(b, batch, k * n),
-          alignmentOf(c, batch, m * n)};
+          alignmentOf(first, batch, m * k, operandBytes),
+          alignmentOf(second, batch, k * n, operandBytes),
+          alignmentOf(c, batch, m * n, sizeof(float)),
+          bf16};
   const Plan &p = plan(key);
   if (bias && !p.biasByKernel) {
     MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -223,7 +246,8 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                       shapeText(batch, m, n, k, transA, transB));
   }
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, b, p.b, a, p.a,
+  MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, second, p.b,
+                                   first, p.a,
                                    &beta, c, p.c, c, p.c, &p.algo, workspace_,
                                    workspaceBytes_, stream_),
                     shapeText(batch, m, n, k, transA, transB));

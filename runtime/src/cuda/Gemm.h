@@ -4,6 +4,7 @@
 #define MTRT_SRC_CUDA_GEMM_H
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -12,6 +13,14 @@
 
 namespace mtrt::cuda {
 
+/// Device buffers of at least `batch * m * k` (a) and `batch * k * n` (b)
+/// bf16 elements, 256-byte aligned, that a bf16 product (Gemm::run) rounds
+/// its operands into; both null for an fp32 product.
+struct Bf16Staging {
+  __nv_bfloat16 *a = nullptr, *b = nullptr;
+  bool enabled() const { return a && b; }
+};
+
 /// C[b] = op(A[b]) @ op(B[b]) (+ bias) (+ C[b] when accumulating) over
 /// `batch` consecutive row-major matrices: op(A) [m, k] (A stored [m, k], or
 /// [k, m] with transA), op(B) [k, n] (B stored [k, n], or [n, k] with
@@ -19,6 +28,12 @@ namespace mtrt::cuda {
 /// fp32; with `tf32` the inputs are rounded to TF32 on the tensor cores
 /// (CUBLAS_COMPUTE_32F_FAST_TF32), otherwise every multiply is a full fp32
 /// one (CUBLAS_COMPUTE_32F), comparable with the host's GEMM.
+///
+/// Mixed precision (bundles compiled with precision bf16): the operands are
+/// rounded to bf16 into caller-owned staging buffers (Bf16Staging) and
+/// multiplied on the tensor cores with fp32 accumulation
+/// (CUBLAS_COMPUTE_32F over CUDA_R_16BF inputs); C, the bias and the
+/// accumulation stay fp32, as Megatron-LM's fp32 main gradients do.
 ///
 /// Thread-safety: one caller at a time (the cache is not locked).
 class Gemm {
@@ -35,13 +50,15 @@ public:
   /// naming the call and the shape; the caller adds where it was.
   void run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
            bool transA, const float *b, bool transB, float *c,
-           const float *bias, bool accumulate);
+           const float *bias, bool accumulate, Bf16Staging staging = {});
 
   bool tf32() const { return tf32_; }
 
 private:
+  /// (batch, m, n, k, transA, transB, bias, accumulate, alignment of A, B
+  /// and C in bytes, bf16 operands).
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, bool,
-                         bool, int, int, int>;
+                         bool, int, int, int, bool>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;

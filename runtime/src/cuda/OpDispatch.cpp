@@ -33,12 +33,35 @@ private:
 
 } // namespace
 
+bool Executor::flashAttention(const AttentionParams &params) const {
+  return bf16_ && flashAttentionUnsupportedReason(params).empty();
+}
+
 size_t Executor::scratchBytes(const Instruction &inst) const {
   const Function &fn = *function_;
   auto floats = [](int64_t n) {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
+  // Mixed precision: a GEMM's two operands rounded to bf16.
+  auto staging = [&](int64_t a, int64_t b) -> size_t {
+    if (!bf16_)
+      return 0;
+    return roundUp(sizeof(__nv_bfloat16) * static_cast<size_t>(a)) +
+           roundUp(sizeof(__nv_bfloat16) * static_cast<size_t>(b));
+  };
   switch (inst.op) {
+  case Op::Linear: {
+    LinearDims d = linearDims(fn, inst);
+    return staging(d.rows * d.inSize, d.inSize * d.outSize);
+  }
+  case Op::LinearWeightGrad: {
+    LinearDims d = linearDims(fn, inst);
+    return staging(d.rows * d.inSize, d.rows * d.outSize);
+  }
+  case Op::Matmul: {
+    MatmulDims d = matmulDims(fn, inst);
+    return staging(d.batch * d.m * d.k, d.batch * d.k * d.n);
+  }
   case Op::LayerNorm:
   case Op::RmsNorm:
     return 2 * floats(normDims(fn, inst).rows);
@@ -59,6 +82,10 @@ size_t Executor::scratchBytes(const Instruction &inst) const {
   }
   case Op::AttentionGrad: {
     AttentionParams p = attentionParams(fn, inst, 0);
+    if (flashAttention(p)) // logsumexp, the forward's output, delta
+      return floats(p.batch * p.seqQ * p.headsQ) +
+             floats(p.batch * p.seqQ * p.headsQ * p.headDimV) +
+             roundUp(flashAttentionBackwardScratchBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ) +
            roundUp(attentionBackwardScratchBytes(p));
   }
@@ -81,6 +108,8 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
   };
   if (inst.op == Op::Attention || inst.op == Op::AttentionGrad) {
     AttentionParams p = attentionParams(fn, inst, 0);
+    if (flashAttention(p))
+      return;
     std::string reason = attentionUnsupportedReason(p, context_.device());
     if (!reason.empty())
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
@@ -130,9 +159,16 @@ void Executor::execute(size_t position, const Instruction &inst,
   auto gemm = [&](int64_t batch, int64_t m, int64_t n, int64_t k,
                   const float *lhs, bool transLhs, const float *rhs,
                   bool transRhs, float *result, const float *bias) {
+    Bf16Staging staging;
+    if (bf16_) {
+      staging.a = carve.take<__nv_bfloat16>(sizeof(__nv_bfloat16) *
+                                             static_cast<size_t>(batch * m * k));
+      staging.b = carve.take<__nv_bfloat16>(sizeof(__nv_bfloat16) *
+                                             static_cast<size_t>(batch * k * n));
+    }
     try {
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
-                          bias, false);
+                          bias, false, staging);
     } catch (const Error &e) {
       throw Error(e.code(), where(position) + ": " + e.what());
     }
@@ -258,13 +294,26 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, step);
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
-    attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
+    if (flashAttention(p))
+      flashAttentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
+    else
+      attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
     break;
   }
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp only.
     AttentionParams p = attentionParams(fn, inst, step);
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
+    if (flashAttention(p)) {
+      // The forward is rerun for its output and logsumexp.
+      float *o = carve.take<float>(sizeof(float) * p.batch * p.headsQ *
+                                   p.seqQ * p.headDimV);
+      void *delta = carve.take<char>(0);
+      flashAttentionForward(stream, p, in(1), in(2), in(3), o, lse);
+      flashAttentionBackward(stream, p, in(1), in(2), in(3), o, lse, in(0),
+                             out(0), out(1), out(2), delta);
+      break;
+    }
     void *delta = carve.take<char>(0);
     attentionForward(stream, p, in(1), in(2), in(3), nullptr, lse);
     attentionBackward(stream, p, in(1), in(2), in(3), lse, in(0), out(0),

@@ -42,9 +42,10 @@ void initializeOne(ThreadPool &pool, const Parameter &info, size_t index,
 } // namespace
 
 ParameterStore::ParameterStore(const Bundle &bundle, DType floatType,
-                               std::vector<int64_t> coordinates)
+                               std::vector<int64_t> coordinates,
+                               bool optimizerState)
     : floatType_(floatType), gridShape_(bundle.gridShape()),
-      coordinates_(std::move(coordinates)) {
+      coordinates_(std::move(coordinates)), optimizerState_(optimizerState) {
   if (coordinates_.empty())
     coordinates_.assign(gridShape_.size(), 0);
   bool inGrid = coordinates_.size() == gridShape_.size();
@@ -75,7 +76,10 @@ ParameterStore::ParameterStore(const Bundle &bundle, DType floatType,
     Entry &e = entries_[i];
     e.info = &p;
     for (Tensor *t : {&e.value, &e.gradient, &e.expAvg, &e.expAvgSq}) {
-      *t = Tensor(floatType, p.localType.shape);
+      bool moment = t == &e.expAvg || t == &e.expAvgSq;
+      *t = Tensor(floatType, moment && !optimizerState
+                                 ? std::vector<int64_t>{0}
+                                 : p.localType.shape);
       std::memset(t->buffer.data(), 0, t->buffer.size());
     }
     numElements_ += p.localType.numElements;
@@ -95,6 +99,13 @@ void ParameterStore::initialize(ThreadPool &pool, uint64_t seed) {
         zero<double>(pool, *t);
     }
   }
+}
+
+size_t ParameterStore::optimizerStateBytes() const {
+  size_t bytes = 0;
+  for (const Entry &e : entries_)
+    bytes += e.expAvg.buffer.size() + e.expAvgSq.buffer.size();
+  return bytes;
 }
 
 std::vector<int64_t> ParameterStore::shardOffsets(size_t i) const {

@@ -30,9 +30,12 @@ public:
   /// UNIMPLEMENTED for bf16/f16 parameters (the host backend computes in
   /// f32 or f64).
   /// `coordinates`: the rank's position in the bundle's grid, which picks
-  /// its shards (empty: rank 0).
+  /// its shards (empty: rank 0). Without `optimizerState`, AdamW's moments
+  /// are empty: the distributed optimizer holds them for the rank's part of
+  /// the gradient buffer only.
   ParameterStore(const Bundle &bundle, DType floatType = DType::F32,
-                 std::vector<int64_t> coordinates = {});
+                 std::vector<int64_t> coordinates = {},
+                 bool optimizerState = true);
 
   size_t size() const { return entries_.size(); }
   const Parameter &info(size_t i) const { return *entries_[i].info; }
@@ -43,6 +46,11 @@ public:
   std::vector<int64_t> shardOffsets(size_t i) const;
   /// The sum of the parameters' (shards') element counts.
   int64_t numElements() const { return numElements_; }
+
+  /// Whether expAvg and expAvgSq hold the moments of every parameter.
+  bool hasOptimizerState() const { return optimizerState_; }
+  /// The bytes of AdamW's moments the store holds.
+  size_t optimizerStateBytes() const;
 
   Tensor &value(size_t i) { return entries_[i].value; }
   Tensor &gradient(size_t i) { return entries_[i].gradient; }
@@ -70,6 +78,7 @@ private:
   DType floatType_;
   std::vector<int64_t> gridShape_, coordinates_;
   int64_t numElements_ = 0;
+  bool optimizerState_ = true;
 };
 
 } // namespace mtrt::host

@@ -6,6 +6,7 @@
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -13,9 +14,55 @@
 
 namespace mtrt::train {
 
+void checkGradNorm(double gradNorm, int64_t iteration) {
+  if (std::isfinite(gradNorm))
+    return;
+  std::ostringstream message;
+  message << "iteration " << iteration << ": the gradient norm is " << gradNorm
+          << " (training diverged); lower --lr, raise --lr-warmup-iters or "
+             "lower --clip-grad";
+  throw Error(MTRT_STATUS_ABORTED, message.str());
+}
+
+bool countsInNorm(const Parameter &parameter,
+                  const std::vector<int64_t> &coordinates,
+                  const std::vector<int64_t> &distinctAxes) {
+  for (size_t axis = 0; axis < coordinates.size(); ++axis) {
+    auto axisIs = [&](int64_t a) { return a == static_cast<int64_t>(axis); };
+    bool splits = std::any_of(distinctAxes.begin(), distinctAxes.end(), axisIs);
+    for (const auto &axes : parameter.splitAxes)
+      splits |= std::any_of(axes.begin(), axes.end(), axisIs);
+    if (!splits && coordinates[axis] != 0)
+      return false;
+  }
+  return true;
+}
+
+double clipCoefficient(const OptimizerConfig &config, double gradNorm) {
+  if (config.clipGrad <= 0)
+    return 1.0;
+  return std::min(1.0, config.clipGrad / (gradNorm + 1e-6));
+}
+
+host::AdamWParams adamParams(const OptimizerConfig &config,
+                             int64_t iteration) {
+  host::AdamWParams adam;
+  adam.lr = host::learningRate(config.schedule, iteration - 1);
+  adam.beta1 = config.beta1;
+  adam.beta2 = config.beta2;
+  adam.eps = config.eps;
+  adam.step = iteration;
+  return adam;
+}
+
 Optimizer::Optimizer(host::ParameterStore &parameters, host::ThreadPool &pool,
                      const OptimizerConfig &config, comm::RankContext *rank)
-    : parameters_(parameters), pool_(pool), config_(config), rank_(rank) {}
+    : parameters_(parameters), pool_(pool), config_(config), rank_(rank) {
+  if (!parameters.hasOptimizerState())
+    throw Error(MTRT_STATUS_INTERNAL,
+                "Optimizer: the parameter store holds no optimizer state "
+                "(it was made for the distributed optimizer)");
+}
 
 OptimizerStepResult Optimizer::step(int64_t iteration, double gradScale) {
   if (parameters_.floatType() == DType::F64)
@@ -37,19 +84,9 @@ OptimizerStepResult Optimizer::stepTyped(int64_t iteration, double gradScale) {
     squares[i] = host::sumOfSquares<T>(pool_, g.numElements(), g.data<T>());
   }
   if (rank_) {
-    // Only the replica at coordinate 0 of every axis that does not split a
-    // parameter contributes its shard, so each distinct shard counts once.
-    for (size_t i = 0; i < count; ++i) {
-      const auto &split = parameters_.info(i).splitAxes;
-      for (size_t axis = 0; axis < rank_->coordinates().size(); ++axis) {
-        bool splits = false;
-        for (const auto &axes : split)
-          for (int64_t a : axes)
-            splits |= a == static_cast<int64_t>(axis);
-        if (!splits && rank_->coordinates()[axis] != 0)
-          squares[i] = 0;
-      }
-    }
+    for (size_t i = 0; i < count; ++i)
+      if (!countsInNorm(parameters_.info(i), rank_->coordinates(), {}))
+        squares[i] = 0;
     std::string label =
         "gradient norm of iteration " + std::to_string(iteration);
     rank_->world().allReduce<double>(
@@ -61,29 +98,15 @@ OptimizerStepResult Optimizer::stepTyped(int64_t iteration, double gradScale) {
     sumOfSquares += s;
   OptimizerStepResult result;
   result.gradNorm = std::sqrt(sumOfSquares);
-  if (!std::isfinite(result.gradNorm)) {
-    std::ostringstream message;
-    message << "iteration " << iteration << ": the gradient norm is "
-            << result.gradNorm
-            << " (training diverged); lower --lr, raise --lr-warmup-iters or "
-               "lower --clip-grad";
-    throw Error(MTRT_STATUS_ABORTED, message.str());
-  }
-  if (config_.clipGrad > 0) {
-    double coefficient = config_.clipGrad / (result.gradNorm + 1e-6);
-    if (coefficient < 1.0)
-      for (size_t i = 0; i < count; ++i) {
-        host::Tensor &g = parameters_.gradient(i);
-        host::scaleInPlace<T>(pool_, g.numElements(), g.data<T>(), coefficient);
-      }
-  }
-  result.learningRate = host::learningRate(config_.schedule, iteration - 1);
-  host::AdamWParams adam;
-  adam.lr = result.learningRate;
-  adam.beta1 = config_.beta1;
-  adam.beta2 = config_.beta2;
-  adam.eps = config_.eps;
-  adam.step = iteration;
+  checkGradNorm(result.gradNorm, iteration);
+  double coefficient = clipCoefficient(config_, result.gradNorm);
+  if (coefficient < 1.0)
+    for (size_t i = 0; i < count; ++i) {
+      host::Tensor &g = parameters_.gradient(i);
+      host::scaleInPlace<T>(pool_, g.numElements(), g.data<T>(), coefficient);
+    }
+  host::AdamWParams adam = adamParams(config_, iteration);
+  result.learningRate = adam.lr;
   for (size_t i = 0; i < count; ++i) {
     adam.weightDecay =
         parameters_.info(i).weightDecay ? config_.weightDecay : 0;

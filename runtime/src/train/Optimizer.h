@@ -3,9 +3,11 @@
 #ifndef MTRT_SRC_TRAIN_OPTIMIZER_H
 #define MTRT_SRC_TRAIN_OPTIMIZER_H
 
+#include "core/Bundle.h"
 #include "host/kernels/Kernels.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace mtrt::host {
 class ParameterStore;
@@ -36,6 +38,24 @@ struct OptimizerStepResult {
   /// The learning rate the update used.
   double learningRate = 0;
 };
+
+/// Whether the rank at `coordinates` adds its part of `parameter`'s gradient
+/// to the global norm: only the replica at coordinate 0 of every grid axis
+/// that neither splits the parameter nor is in `distinctAxes` (axes along
+/// which ranks hold distinct parts anyway, as the distributed optimizer's
+/// data-parallel shards), so each distinct element counts once.
+bool countsInNorm(const Parameter &parameter,
+                  const std::vector<int64_t> &coordinates,
+                  const std::vector<int64_t> &distinctAxes);
+
+/// Throws Error (ABORTED) naming the iteration if `gradNorm` is not finite.
+void checkGradNorm(double gradNorm, int64_t iteration);
+/// The factor Megatron-LM's clip_grad_norm scales the gradients by: clipGrad
+/// / (norm + 1e-6) when clipping is on and that is below 1, else 1.
+double clipCoefficient(const OptimizerConfig &config, double gradNorm);
+/// AdamW's hyperparameters for `iteration` (counting from 1), without the
+/// per-parameter weight decay.
+host::AdamWParams adamParams(const OptimizerConfig &config, int64_t iteration);
 
 /// One optimizer step over every parameter of a ParameterStore, in
 /// Megatron-LM's order: gradients *= gradScale (1/micro-batches); total norm

@@ -117,6 +117,25 @@ const std::vector<Flag> &flags() {
            invalid(f + ": expected the path of a .safetensors file to write");
          c.saveWeights = v;
        }},
+      {"--save", "DIR",
+       "save checkpoints to DIR/iter_NNNNNNN (every --save-interval "
+       "iterations and at the end; docs/Checkpoints.md)",
+       [](C &c, S f, S v) {
+         if (v.empty())
+           invalid(f + ": expected the directory to save checkpoints to");
+         c.options.save = v;
+       }},
+      {"--save-interval", "N",
+       "iterations between checkpoints (default: only at the end)",
+       [](C &c, S f, S v) { c.options.saveInterval = parseIntFlag(f, v, 1); }},
+      {"--load", "DIR",
+       "resume from the newest checkpoint in DIR, in any layout (none there: "
+       "start from the seeded initialization)",
+       [](C &c, S f, S v) {
+         if (v.empty())
+           invalid(f + ": expected the directory to load a checkpoint from");
+         c.options.load = v;
+       }},
       {"--sample-tokens", "N",
        "after training, print a greedy continuation of N bytes (default 0)",
        [](C &c, S f, S v) { c.sampleTokens = parseIntFlag(f, v, 0); }},
@@ -178,9 +197,6 @@ const char *const kCompileTimeFlags[] = {
 
 /// Megatron-LM flags megatron-train does not have yet.
 const char *const kNotYetFlags[] = {
-    "--save",
-    "--load",
-    "--save-interval",
     "--tokenizer-type",
     "--exit-interval",
 };
@@ -226,6 +242,9 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
     invalid("--data-path is required: the text file to train on");
   if (!given("--train-iters"))
     invalid("--train-iters is required: how many iterations to train");
+  if (given("--save-interval") && command.options.save.empty())
+    invalid("--save-interval needs --save DIR: the directory to save the "
+            "checkpoints to");
   if (!given("--lr"))
     invalid("--lr is required: the peak learning rate (e.g. --lr 6e-4)");
   return command;

@@ -8,6 +8,8 @@
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 #include "train/ByteTokenizer.h"
+#include "train/DataParallelBuffer.h"
+#include "train/DistributedOptimizer.h"
 #include "train/GptDataset.h"
 #include "train/GreedySampler.h"
 #include "train/Optimizer.h"
@@ -112,7 +114,7 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     : bundle_(bundle), options_(options), rank_(rank),
       corpus_(std::move(corpus)), corpusName_(std::move(corpusName)) {
   checkOptions(options_);
-  OptimizerConfig optimizer;
+  OptimizerConfig &optimizer = optimizerConfig_;
   optimizer.schedule = makeSchedule(options_);
   optimizer.weightDecay = options_.weightDecay;
   optimizer.beta1 = options_.adamBeta1;
@@ -199,9 +201,13 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   bool wantEval = options_.evalInterval > 0 && options_.evalIters > 0;
 
   pool_ = std::make_unique<host::ThreadPool>(options_.threads);
+  // The distributed optimizer holds AdamW's moments for the rank's range of
+  // the gradient buffer only, not in the store.
+  bool distributed = runsRanks && bundle.hasGradientBuffer() &&
+                     bundle.gradientBuffer().distributedOptimizer;
   parameters_ = std::make_unique<host::ParameterStore>(
       bundle, options_.floatType,
-      runsRanks ? rank_->coordinates() : std::vector<int64_t>());
+      runsRanks ? rank_->coordinates() : std::vector<int64_t>(), !distributed);
   if (!runsRanks)
     rank_ = nullptr;
   if (rank_)
@@ -224,8 +230,15 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
                                                  *parameters_, *pool_, rank_);
   }
-  optimizer_ =
-      std::make_unique<Optimizer>(*parameters_, *pool_, optimizer, rank_);
+  if (rank_ && bundle.hasGradientBuffer())
+    gradientBuffer_ = std::make_unique<DataParallelBuffer>(
+        bundle, *parameters_, *pool_, *rank_);
+  if (distributed)
+    distributedOptimizer_ = std::make_unique<DistributedOptimizer>(
+        *parameters_, *gradientBuffer_, *pool_, optimizer, *rank_);
+  else
+    optimizer_ =
+        std::make_unique<Optimizer>(*parameters_, *pool_, optimizer, rank_);
   tokens_.resize(static_cast<size_t>(microBatch_ * seqLength_));
   labels_.resize(tokens_.size());
   parameters_->initialize(*pool_, options_.seed);
@@ -234,7 +247,12 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
 Trainer::~Trainer() = default;
 
 const host::LrSchedule &Trainer::schedule() const {
-  return optimizer_->config().schedule;
+  return optimizerConfig_.schedule;
+}
+
+size_t Trainer::optimizerStateBytes() const {
+  return parameters_->optimizerStateBytes() +
+         (distributedOptimizer_ ? distributedOptimizer_->stateBytes() : 0);
 }
 
 double Trainer::runMicroBatch(host::Executor &executor, GptDataset &data,
@@ -277,7 +295,10 @@ void Trainer::train(std::ostream &out) {
       << "': " << trainData_->windowsPerEpoch() << " samples of " << seqLength_
       << " tokens per epoch, global batch " << globalBatch_ << " = "
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
-      << pool_->size() << " threads, seed " << options_.seed;
+      << pool_->size() << " threads, seed " << options_.seed << ", "
+      << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
+      << " state " << optimizerStateBytes() << " bytes"
+      << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
@@ -292,17 +313,37 @@ void Trainer::train(std::ostream &out) {
                                consumed + m * microBatch_ * dataParallel_ +
                                    dataRank_ * microBatch_,
                                microStep_++);
+    // Megatron-LM's data-parallel reduction: once per iteration, after the
+    // micro-batches, before clipping and the optimizer.
+    if (gradientBuffer_)
+      gradientBuffer_->reduceGradients();
     IterationResult result;
     result.loss = lossSum / static_cast<double>(microBatches_);
-    result.step =
-        optimizer_->step(iteration, 1.0 / static_cast<double>(microBatches_));
+    double scale = 1.0 / static_cast<double>(microBatches_);
+    result.step = distributedOptimizer_
+                      ? distributedOptimizer_->step(iteration, scale)
+                      : optimizer_->step(iteration, scale);
     return result;
   };
   std::function<double()> evaluation;
   if (evalStep_)
     evaluation = [this] { return evaluate(); };
+  if (!options_.load.empty())
+    loadCheckpoint(options_.load, log);
+  std::function<void(int64_t, int64_t)> save;
+  if (!options_.save.empty()) {
+    checkSaveDirectory();
+    save = [&](int64_t iteration, int64_t consumed) {
+      saveCheckpoint(iteration, consumed, log);
+    };
+  }
+  if (startIteration_ >= options_.trainIters)
+    log.line("the checkpoint is at iteration " +
+             std::to_string(startIteration_) + ", --train-iters is " +
+             std::to_string(options_.trainIters) + ": nothing to train");
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
-                  iterate, evaluation, history_);
+                  iterate, evaluation, history_,
+                  LoopStart{startIteration_, startConsumed_}, save);
 }
 
 double Trainer::evaluate() {

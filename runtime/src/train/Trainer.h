@@ -4,7 +4,10 @@
 
 #include "core/Bundle.h"
 #include "host/kernels/Kernels.h"
+#include "train/Optimizer.h"
+#include "train/Checkpoint.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -24,6 +27,8 @@ class RankContext;
 
 namespace mtrt::train {
 
+class DataParallelBuffer;
+class DistributedOptimizer;
 class GptDataset;
 class Optimizer;
 class TrainingLog;
@@ -61,6 +66,15 @@ struct TrainerOptions {
   std::string logJsonl;
   /// Progress bar on stderr: only when stderr is a terminal, unless off.
   bool progressBar = true;
+
+  /// --save: the directory checkpoints are saved to (docs/Checkpoints.md);
+  /// empty: none.
+  std::string save;
+  /// --save-interval: iterations between checkpoints; 0: only at the end.
+  int64_t saveInterval = 0;
+  /// --load: the directory to resume from, if it holds a checkpoint; empty:
+  /// start from the seeded initialization.
+  std::string load;
 
   /// 0: std::thread::hardware_concurrency().
   unsigned threads = 0;
@@ -130,8 +144,28 @@ public:
   int64_t microBatchesPerIteration() const { return microBatches_; }
   int64_t globalBatchSize() const { return globalBatch_; }
   const host::LrSchedule &schedule() const;
+  /// The bytes of AdamW's moments this rank holds: all of its parameters'
+  /// (shards'), or with the distributed optimizer its 1/dp range of the
+  /// gradient buffer.
+  size_t optimizerStateBytes() const;
+
+  /// This rank's pieces of the checkpoint's tensors (parameters and AdamW's
+  /// moments), pointing into the parameter store.
+  std::vector<CheckpointTensor> checkpointTensors();
+  /// What a checkpoint after `iteration` records besides tensors.
+  CheckpointState checkpointState(int64_t iteration, int64_t consumed) const;
+  /// --load: restores the newest checkpoint of `dir`, if it holds one, and
+  /// continues from its iteration; writes Megatron-LM's lines to `log`.
+  /// Throws Error naming the file or the option that does not match.
+  void loadCheckpoint(const std::string &dir, TrainingLog &log);
+  /// --save: saves the state after `iteration` (collectively over ranks).
+  void saveCheckpoint(int64_t iteration, int64_t consumed, TrainingLog &log);
+  /// The iterations completed before train() (those of a loaded checkpoint).
+  int64_t startIteration() const { return startIteration_; }
 
 private:
+  /// Fails before training if an iteration this run would save exists.
+  void checkSaveDirectory() const;
   /// Runs train_step on `count` consecutive samples of `data` from `first`.
   double runMicroBatch(host::Executor &executor, GptDataset &data,
                        int64_t first, uint64_t step);
@@ -150,10 +184,16 @@ private:
   std::unique_ptr<host::ParameterStore> parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
   std::unique_ptr<GptDataset> trainData_, validData_;
+  OptimizerConfig optimizerConfig_;
+  /// With a gradient_buffer: the data-parallel reduction once per iteration.
+  std::unique_ptr<DataParallelBuffer> gradientBuffer_;
+  /// One of the two steps the optimizer: replicated, or distributed.
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
   uint64_t microStep_ = 0;
+  int64_t startIteration_ = 0, startConsumed_ = 0;
 };
 
 } // namespace mtrt::train

@@ -5,20 +5,22 @@
 
 namespace mtrt::train {
 
-void runTrainingLoop(const TrainerOptions &options, TrainingLog &log,
-                     int64_t globalBatch, int64_t tokensPerIteration,
-                     const std::function<IterationResult(int64_t, int64_t)>
-                         &iterate,
-                     const std::function<double()> &evaluate,
-                     std::vector<IterationRecord> &history) {
-  int64_t consumed = 0;
-  bool evaluatedLast = false;
-  for (int64_t iteration = 1; iteration <= options.trainIters; ++iteration) {
-    auto start = std::chrono::steady_clock::now();
+void runTrainingLoop(
+    const TrainerOptions &options, TrainingLog &log, int64_t globalBatch,
+    int64_t tokensPerIteration,
+    const std::function<IterationResult(int64_t, int64_t)> &iterate,
+    const std::function<double()> &evaluate,
+    std::vector<IterationRecord> &history, const LoopStart &start,
+    const std::function<void(int64_t, int64_t)> &save) {
+  int64_t consumed = start.consumedSamples;
+  bool evaluatedLast = false, savedLast = false;
+  int64_t iteration = start.iteration + 1;
+  for (; iteration <= options.trainIters; ++iteration) {
+    auto begin = std::chrono::steady_clock::now();
     IterationResult result = iterate(iteration, consumed);
     consumed += globalBatch;
     double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
             .count();
 
     IterationRecord record;
@@ -38,9 +40,19 @@ void runTrainingLoop(const TrainerOptions &options, TrainingLog &log,
       log.evaluation(iteration, evaluate(), false);
       evaluatedLast = true;
     }
+    savedLast = false;
+    if (save && options.saveInterval > 0 &&
+        iteration % options.saveInterval == 0) {
+      save(iteration, consumed);
+      savedLast = true;
+    }
   }
+  if (iteration == start.iteration + 1)
+    return; // a checkpoint at or past --train-iters: nothing to do
   if (evaluate && !evaluatedLast)
     log.evaluation(options.trainIters, evaluate(), true);
+  if (save && !savedLast)
+    save(options.trainIters, consumed);
 }
 
 } // namespace mtrt::train

@@ -19,17 +19,28 @@ struct IterationResult {
   OptimizerStepResult step;
 };
 
-/// Runs `options.trainIters` iterations: times each, records it in
-/// `history`, logs it, evaluates every `evalInterval` iterations and once at
-/// the end if the last iteration was not an evaluation point. `iterate`
-/// runs one iteration given its number and the samples consumed before it;
-/// `evaluate` is empty when the bundle has no eval_step.
-void runTrainingLoop(const TrainerOptions &options, TrainingLog &log,
-                     int64_t globalBatch, int64_t tokensPerIteration,
-                     const std::function<IterationResult(int64_t, int64_t)>
-                         &iterate,
-                     const std::function<double()> &evaluate,
-                     std::vector<IterationRecord> &history);
+/// Where a loop starts: after `iteration` completed iterations (those of a
+/// loaded checkpoint) that consumed `consumedSamples` samples.
+struct LoopStart {
+  int64_t iteration = 0;
+  int64_t consumedSamples = 0;
+};
+
+/// Runs iterations start.iteration + 1 to `options.trainIters`: times each,
+/// records it in `history`, logs it, evaluates every `evalInterval`
+/// iterations and once at the end if the last iteration was not an
+/// evaluation point, and, when `save` is given, calls it after every
+/// `saveInterval`-th iteration and after the last (as Megatron-LM saves at
+/// the end of training). `iterate` runs one iteration given its number and
+/// the samples consumed before it; `evaluate` is empty when the bundle has
+/// no eval_step; `save` gets the iteration and the samples consumed by it.
+void runTrainingLoop(
+    const TrainerOptions &options, TrainingLog &log, int64_t globalBatch,
+    int64_t tokensPerIteration,
+    const std::function<IterationResult(int64_t, int64_t)> &iterate,
+    const std::function<double()> &evaluate,
+    std::vector<IterationRecord> &history, const LoopStart &start = {},
+    const std::function<void(int64_t, int64_t)> &save = {});
 
 } // namespace mtrt::train
 

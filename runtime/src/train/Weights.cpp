@@ -67,6 +67,67 @@ struct Resolved {
   std::string name; // the name it was read as
 };
 
+/// GPT-2's fused c_attn: Hugging Face stores its columns as [q | k | v]; the
+/// bundle stores them per query group (the group's query heads, its key, its
+/// value), Megatron-LM's layout, so that a tensor-parallel column split gives
+/// each rank whole groups.
+bool isFusedQkv(std::string_view name) {
+  return matchesLayer(name, "transformer.h.", ".attn.c_attn.weight") ||
+         matchesLayer(name, "transformer.h.", ".attn.c_attn.bias");
+}
+
+/// For each column of the bundle's per-group layout, the column of Hugging
+/// Face's [q | k | v] it holds.
+std::vector<int64_t> qkvColumnsFromHuggingFace(const Bundle &bundle,
+                                               const Parameter &p) {
+  const ModelConfig &model = bundle.model();
+  const int64_t heads = model.numAttentionHeads;
+  const int64_t groups = model.numQueryGroups ? model.numQueryGroups : heads;
+  const int64_t columns = p.type.shape.empty() ? 0 : p.type.shape.back();
+  if (heads <= 0 || groups <= 0 || heads % groups != 0 ||
+      columns % (heads + 2 * groups) != 0)
+    invalid("parameter '" + p.name + "' of bundle '" + bundle.name() +
+            "' has " + std::to_string(columns) +
+            " columns, which is not (num_attention_heads + 2 * "
+            "num_query_groups) * head_dim for the bundle's " +
+            std::to_string(heads) + " heads and " + std::to_string(groups) +
+            " query groups; recompile the bundle with megatron-compile");
+  const int64_t headDim = columns / (heads + 2 * groups);
+  const int64_t perGroup = heads / groups;
+  const int64_t groupWidth = (perGroup + 2) * headDim;
+  std::vector<int64_t> from(columns);
+  for (int64_t c = 0; c < columns; ++c) {
+    int64_t g = c / groupWidth, r = c % groupWidth;
+    if (r < perGroup * headDim)
+      from[c] = g * perGroup * headDim + r;
+    else if (r < (perGroup + 1) * headDim)
+      from[c] = heads * headDim + g * headDim + (r - perGroup * headDim);
+    else
+      from[c] = (heads + groups) * headDim + g * headDim +
+                (r - (perGroup + 1) * headDim);
+  }
+  return from;
+}
+
+/// Reorders the columns (last dimension) of `values`: column c of the result
+/// is column from[c] of the input when `gather`, and the other way round
+/// otherwise.
+template <typename T>
+void permuteColumns(T *values, int64_t count,
+                    const std::vector<int64_t> &from, bool gather) {
+  const int64_t columns = static_cast<int64_t>(from.size());
+  std::vector<T> row(columns);
+  for (int64_t base = 0; base + columns <= count; base += columns) {
+    std::copy(values + base, values + base + columns, row.begin());
+    for (int64_t c = 0; c < columns; ++c) {
+      if (gather)
+        values[base + c] = row[from[c]];
+      else
+        values[base + from[c]] = row[c];
+    }
+  }
+}
+
 } // namespace
 
 bool isVocabularyTable(std::string_view name) {
@@ -267,10 +328,19 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
   // prefix of the row-major buffer, which is exactly their rows.
   for (size_t i = 0; i < parameters.size(); ++i) {
     host::Tensor &value = store.value(i);
-    if (store.floatType() == DType::F64)
+    const int64_t count = value.numElements();
+    std::vector<int64_t> from;
+    if (isFusedQkv(parameters[i].name))
+      from = qkvColumnsFromHuggingFace(bundle, parameters[i]);
+    if (store.floatType() == DType::F64) {
       file.convert(*source[i], value.data<double>());
-    else
+      if (!from.empty())
+        permuteColumns(value.data<double>(), count, from, /*gather=*/true);
+    } else {
       file.convert(*source[i], value.data<float>());
+      if (!from.empty())
+        permuteColumns(value.data<float>(), count, from, /*gather=*/true);
+    }
   }
   report.parameters = parameters.size();
   return report;
@@ -294,11 +364,20 @@ void saveWeights(const std::string &path, const Bundle &bundle,
     for (int64_t d : t.shape)
       count *= d;
     const host::Tensor &value = store.value(i);
-    if (store.floatType() == DType::F32) {
+    if (store.floatType() == DType::F32 && !isFusedQkv(p.name)) {
       t.data = value.data<float>();
     } else {
-      const double *from = value.data<double>();
-      converted[i].assign(from, from + count);
+      if (store.floatType() == DType::F32) {
+        const float *from = value.data<float>();
+        converted[i].assign(from, from + count);
+      } else {
+        const double *from = value.data<double>();
+        converted[i].assign(from, from + count);
+      }
+      if (isFusedQkv(p.name))
+        permuteColumns(converted[i].data(), count,
+                       qkvColumnsFromHuggingFace(bundle, p),
+                       /*gather=*/false);
       t.data = converted[i].data();
     }
     tensors.push_back(std::move(t));

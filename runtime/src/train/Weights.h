@@ -54,6 +54,11 @@ bool isKnownBuffer(std::string_view name);
 /// skipped, and lm_head.weight when the bundle ties the output layer to the
 /// embedding, which must then equal the file's embedding table.
 ///
+/// GPT-2's fused transformer.h.N.attn.c_attn (weight and bias) is Hugging
+/// Face's [q | k | v] in files and Megatron-LM's per-group layout in the
+/// bundle (each query group's heads, then its key, then its value); columns
+/// are reordered on load and back on save.
+///
 /// Everything is checked before anything is written: on error the store is
 /// unchanged. Throws Error (INVALID_ARGUMENT) naming the file, the tensor,
 /// the shapes or types found and expected, and the fix.

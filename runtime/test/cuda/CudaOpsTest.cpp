@@ -33,6 +33,10 @@ public:
     inputs_.push_back(randomIds(shape, limit, ++seed_, dtype));
     return v;
   }
+  /// The bundle's model.precision: "bf16" runs the cuda side in mixed
+  /// precision (the host stays the fp32 reference).
+  std::string precision = "fp32";
+
   /// The host tensor of the input defined by the last ids() or input().
   host::Tensor &lastInput() { return inputs_.back(); }
   void parameter(Json p) { parameters_.push_back(std::move(p)); }
@@ -42,8 +46,10 @@ public:
   /// `tolerance` (0: bit for bit). Without a GPU, runs the host side only
   /// (so the case itself is checked) and skips.
   void check(double tolerance, uint64_t step = 11) {
-    Json manifest = manifestJson(modelJson(256, 8, 4, 2, 2), parameters_,
-                                 Json::array({f.build()}));
+    Json model = modelJson(256, 8, 4, 2, 2);
+    model["precision"] = precision;
+    Json manifest =
+        manifestJson(model, parameters_, Json::array({f.build()}));
     Bundle bundle = Bundle::parseManifest("op-test", manifest.dump());
     host::ThreadPool pool(2);
     host::ParameterStore hostStore(bundle, DType::F32);
@@ -239,6 +245,53 @@ TEST_F(CudaOpsTest, NonCausalAttentionWithScaleAndOtherValueWidth) {
   attentionCase(c, {2, 5, 2, 8}, {2, 7, 2, 8}, {2, 7, 2, 12},
                 {{"scale", 0.3}, {"dropout_p", 0.0}, {"seed", 0}});
   c.check(kAttention);
+}
+
+// Mixed precision (bf16 operands, fp32 accumulation): products round each
+// operand to 8 bits of mantissa, so results agree to about 1e-2 of the
+// largest magnitude.
+constexpr double kBf16 = 2e-2;
+
+// The flash-attention kernels (bf16 bundles) against the host's fp32
+// attention, at every head dimension they take, with ragged tiles.
+TEST_F(CudaOpsTest, FlashAttentionCausalGroupedQueryWithDropoutInBf16) {
+  c.precision = "bf16";
+  attentionCase(c, {2, 9, 4, 16}, {2, 9, 2, 16}, {2, 9, 2, 16},
+                {{"causal", true}, {"dropout_p", 0.2}, {"seed", 3}});
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, FlashAttentionHeadDim32AcrossKeyBlocksInBf16) {
+  c.precision = "bf16";
+  attentionCase(c, {2, 150, 4, 32}, {2, 150, 4, 32}, {2, 150, 4, 32},
+                {{"causal", true}, {"dropout_p", 0.1}, {"seed", 5}});
+  c.check(kBf16, 3);
+}
+
+TEST_F(CudaOpsTest, FlashAttentionHeadDim64NonCausalOtherKeyCountInBf16) {
+  c.precision = "bf16";
+  attentionCase(c, {1, 70, 2, 64}, {1, 200, 1, 64}, {1, 200, 1, 64},
+                {{"scale", 0.1}, {"dropout_p", 0.0}, {"seed", 0}});
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, FlashAttentionHeadDim128InBf16) {
+  c.precision = "bf16";
+  attentionCase(c, {1, 256, 2, 128}, {1, 256, 2, 128}, {1, 256, 2, 128},
+                {{"causal", true}, {"dropout_p", 0.1}, {"seed", 8}});
+  c.check(kBf16, 9);
+}
+
+// Linear forward (with the bias epilogue) and both gradients with bf16
+// operands.
+TEST_F(CudaOpsTest, LinearAndItsGradientsInBf16) {
+  c.precision = "bf16";
+  int64_t x = c.input({48, 40}), w = c.input({40, 24}), b = c.input({24}),
+          dy = c.input({48, 24});
+  c.f.output(c.f.op("linear", {x, w, b}, {48, 24}));
+  c.f.output(c.f.op("linear", {dy, w}, {48, 40}, {{"transpose_weight", true}}));
+  c.f.output(c.f.op("linear_weight_grad", {x, dy}, {40, 24}));
+  c.check(kBf16);
 }
 
 // Sizes of GPT-2's heads, over several warps and key blocks.

@@ -98,11 +98,11 @@ TEST(BundleContainerTest, RejectsBadMagic) {
 }
 
 TEST(BundleContainerTest, RejectsOtherVersions) {
-  for (uint32_t version : {0u, 2u, 0xFFFFFFFFu}) {
+  for (uint32_t version : {0u, 3u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bytes = bundleBytes(goodManifest(), version);
     expectError([&] { parseBytes(bytes); }, MTRT_STATUS_UNIMPLEMENTED,
                 {"header.version (offset 8)",
-                 "found " + std::to_string(version), "expected 1",
+                 "found " + std::to_string(version), "expected 1 or 2",
                  "megatron-compile"});
   }
 }
@@ -141,7 +141,7 @@ TEST(BundleContainerTest, RejectsLengthsThatOverflow) {
     putU64(bytes, 24, 8);
     expectError([&] { parseBytes(bytes); }, MTRT_STATUS_INVALID_ARGUMENT,
                 {"header.payload_length (offset 24)", "found 8",
-                 "expected 0 in format version 1"});
+                 "expected 0 in format versions 1 and 2"});
   }
 }
 
@@ -175,9 +175,10 @@ TEST(BundleContainerTest, RejectsJsonThatIsNotAManifest) {
               MTRT_STATUS_INVALID_ARGUMENT,
               {"format: found \"onnx\", expected \"megatron-bundle\""});
   manifest = bigramManifest(8, 4, 2, 3);
-  manifest["version"] = 2;
+  manifest["version"] = 3;
   expectError([&] { Bundle::parseManifest("m", manifest.dump()); },
-              MTRT_STATUS_INVALID_ARGUMENT, {"version: found 2, expected 1"});
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"version: found 3, expected 1 or 2"});
   manifest = bigramManifest(8, 4, 2, 3);
   manifest.erase("functions");
   expectError([&] { Bundle::parseManifest("m", manifest.dump()); },

@@ -183,6 +183,56 @@ TEST_F(WeightsTest, RoundTripThroughAFile) {
   }
 }
 
+/// GPT-2's fused c_attn: Hugging Face's [q | k | v] columns are stored per
+/// query group in the bundle and written back in Hugging Face's order. With
+/// 4 heads in 2 groups and a head dimension of 1, file columns q0 q1 q2 q3
+/// k0 k1 v0 v1 become q0 q1 k0 v0 q2 q3 k1 v1.
+TEST_F(WeightsTest, FusedQkvIsStoredPerQueryGroup) {
+  constexpr int64_t In = 2, Columns = 8;
+  Json parameters = {
+      parameterJson("transformer.h.0.attn.c_attn.weight", {In, Columns}),
+      parameterJson("transformer.h.0.attn.c_attn.bias", {Columns}, "zeros")};
+  FunctionBuilder f("read_parameters");
+  f.output(f.op("get_parameter", {}, {In, Columns}, {{"parameter", 0}}));
+  f.output(f.op("get_parameter", {}, {Columns}, {{"parameter", 1}}));
+  Json model = modelJson(V, H, S, 1, 1);
+  model["num_attention_heads"] = 4;
+  model["num_query_groups"] = 2;
+  Bundle bundle = Bundle::parseManifest(
+      "qkv.mtb",
+      manifestJson(model, parameters, Json::array({f.build()})).dump());
+  std::vector<float> weight = ramp(In * Columns, 0), bias = ramp(Columns, 8);
+  SafetensorsFile file =
+      fileWith({f32("transformer.h.0.attn.c_attn.weight", {In, Columns}, weight),
+                f32("transformer.h.0.attn.c_attn.bias", {Columns}, bias)});
+  for (DType type : {DType::F32, DType::F64}) {
+    host::ParameterStore store(bundle, type);
+    store.initialize(pool, 1);
+    loadWeights(file, bundle, store);
+    const int64_t order[Columns] = {0, 1, 4, 6, 2, 3, 5, 7};
+    std::vector<double> wantWeight, wantBias;
+    for (int64_t row = 0; row < In; ++row)
+      for (int64_t c : order)
+        wantWeight.push_back(weight[row * Columns + c]);
+    for (int64_t c : order)
+      wantBias.push_back(bias[c]);
+    EXPECT_EQ(valuesOf(store, 0), wantWeight);
+    EXPECT_EQ(valuesOf(store, 1), wantBias);
+
+    TempDir dir;
+    ASSERT_TRUE(dir.ok());
+    saveWeights(dir.file("w.safetensors"), bundle, store);
+    SafetensorsFile saved = SafetensorsFile::open(dir.file("w.safetensors"));
+    std::vector<double> savedWeight(In * Columns), savedBias(Columns);
+    saved.convert(saved.tensor("transformer.h.0.attn.c_attn.weight"),
+                  savedWeight.data());
+    saved.convert(saved.tensor("transformer.h.0.attn.c_attn.bias"),
+                  savedBias.data());
+    EXPECT_EQ(savedWeight, asDouble(weight));
+    EXPECT_EQ(savedBias, asDouble(bias));
+  }
+}
+
 TEST_F(WeightsTest, WithoutAModelSectionEveryRowIsSaved) {
   Json parameters = {parameterJson("transformer.wte.weight", {VPad, H})};
   FunctionBuilder f("read_parameters");

@@ -33,8 +33,14 @@ func.func @train_step(%tokens: tensor<8x16xi32>,
 
 // -----
 
-// expected-error @+1 {{mt-annotate-shardings: transformer.h.0.attn.c_attn.weight fuses [q | k | v]; a split of it would not give each tensor-parallel rank whole heads (docs/Parallelism.md); use tensor_model_parallel_size 1 for GPT-2-named models until the per-group layout exists}}
-func.func @fused_qkv(%w: tensor<16x48xf32> {mt.parameter = @transformer.h.0.attn.c_attn.weight}) {
+// GPT-2's fused c_attn is stored per query group (docs/Parallelism.md), so it
+// is column-parallel like q/k/v_proj: weight and bias split on the output.
+
+// CHECK-LABEL: func.func @fused_qkv
+func.func @fused_qkv(%w: tensor<16x48xf32> {mt.parameter = @transformer.h.0.attn.c_attn.weight},
+                     %b: tensor<48xf32> {mt.parameter = @transformer.h.0.attn.c_attn.bias}) {
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}], [1]]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}1]]
   return
 }
 

@@ -26,10 +26,12 @@
 
 #include "host/kernels/Kernels.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace mtrt::cuda {
 
@@ -128,6 +130,31 @@ void attentionBackward(cudaStream_t stream, const AttentionParams &params,
                        const float *logsumexp, const float *dout, float *dq,
                        float *dk, float *dv, void *scratch);
 
+//===----------------------------------------------------------------------===//
+// FlashAttention.cu: the attention core of mixed precision (tiles of 64
+// queries x 64 keys, online softmax, bf16 tensor-core products with fp32
+// accumulation; inputs and outputs fp32; same dropout masks as the host)
+//===----------------------------------------------------------------------===//
+
+/// Empty when the flash kernels take these shapes, else why not.
+std::string flashAttentionUnsupportedReason(const AttentionParams &params);
+
+/// out (may be null) and logsumexp [batch, headsQ, seqQ], as
+/// attentionForward.
+void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
+                           const float *q, const float *k, const float *v,
+                           float *out, float *logsumexp);
+
+/// Scratch of flashAttentionBackward: one float per query row.
+size_t flashAttentionBackwardScratchBytes(const AttentionParams &params);
+
+/// dq, dk, dv (each may be null) from the forward's out and logsumexp.
+void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
+                            const float *q, const float *k, const float *v,
+                            const float *out, const float *logsumexp,
+                            const float *dout, float *dq, float *dk,
+                            float *dv, void *scratch);
+
 /// Scratch of rope: the cos/sin table, [seq][rotaryDim / 2] each, in float.
 size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim);
 
@@ -172,6 +199,14 @@ void softmaxForward(cudaStream_t stream, int64_t outer, int64_t axisSize,
 void softmaxBackward(cudaStream_t stream, int64_t outer, int64_t axisSize,
                      int64_t inner, const float *y, const float *dy,
                      float *dx);
+
+//===----------------------------------------------------------------------===//
+// Precision.cu: mixed precision
+//===----------------------------------------------------------------------===//
+
+/// y[i] = bf16(x[i]), rounded to nearest even.
+void roundToBf16(cudaStream_t stream, int64_t n, const float *x,
+                 __nv_bfloat16 *y);
 
 //===----------------------------------------------------------------------===//
 // Loss.cu: softmax cross-entropy, per-row logsumexp in double

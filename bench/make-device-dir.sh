@@ -1,0 +1,32 @@
+#!/bin/bash
+# Assembles what bench/run-device-checks.sh needs on the GPU machine into one
+# folder (to carry through the device tool): the CUDA runtime build's
+# binaries and libmtrt, the bundles compiled here, the libraries the machine
+# may lack, the bench scripts and the corpus.
+#
+# Usage: bench/make-device-dir.sh CUDA_BUILD COMPILER DEST
+#   CUDA_BUILD  a runtime build with -DMTRT_ENABLE_CUDA=ON (bench/NOTES.md)
+#   COMPILER    megatron-compile
+#   DEST        the folder to fill (emptied first)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$1 compile=$2 dest=$3
+rm -rf "$dest"
+mkdir -p "$dest/bin" "$dest/lib" "$dest/bundles" "$dest/fallback-lib" \
+  "$dest/bench"
+cp "$build/bin/megatron-train" "$build/bin/mtrt-cuda-tests" "$dest/bin/"
+cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
+cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 "$dest/fallback-lib/"
+cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" "$dest/bench/"
+cp "$root/data/corpus.txt" "$dest/corpus.txt"
+b=$dest/bundles
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"
+"$compile" "$root/models/tiny-llama.yaml" --precision=fp32 -o "$b/tiny-llama.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 -o "$b/tiny-gpt-bf16.mtb"
+"$compile" "$root/models/tiny-llama.yaml" --bf16 -o "$b/tiny-llama-bf16.mtb"
+for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
+  model=${pair%%:*} mb=${pair##*:}
+  "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
+    --global-batch-size="$mb" -o "$b/$model-bf16-mb$mb.mtb"
+done
+du -sh "$dest"

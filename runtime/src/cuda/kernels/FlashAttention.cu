@@ -1,0 +1,691 @@
+// Flash attention for mixed precision: the attention core (causal or not,
+// grouped-query heads, dropout on the probabilities) tiled over 64 queries x
+// 64 keys, with an online softmax, on the tensor cores (mma.sync
+// m16n8k16, bf16 operands, fp32 accumulators). Inputs and outputs stay fp32
+// in device memory; tiles are rounded to bf16 on their way to shared memory.
+//
+// Kernels (4 warps; warp w owns 16 rows of its block's 64):
+// - forward: one block per (64 queries, query head, batch); out and the
+//   logsumexp of the scaled, masked scores (before dropout), as the host.
+// - backward: delta = rowsum(dout * out) first (the forward rerun gives
+//   out); then dq by query blocks (one block per 64 queries walks the keys)
+//   and dk, dv by key blocks (one block per 64 keys of a key/value head walks
+//   its group's query heads and the queries that see the keys). No atomics:
+//   every sum has a fixed order, so a run gives the same bits every time.
+//
+// Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4): A (16 x 16,
+// rows x k) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, +9],
+// a3 = A[g+8][2t+8, +9]; B (16 x 8, k x n) b0 = B[2t, 2t+1][g],
+// b1 = B[2t+8, +9][g]; C (16 x 8) c0, c1 = C[g][2t, 2t+1], c2, c3 =
+// C[g+8][2t, 2t+1]. A score accumulator's C fragments of two neighbouring
+// 8-key tiles are, repacked to bf16, the A fragment of the next product.
+// Shared tiles are bf16 [rows][cols + 8]: the padding puts the 32 lanes'
+// fragment loads in 32 different banks.
+#include "core/Random.h"
+#include "cuda/kernels/KernelSupport.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+namespace mtrt::cuda {
+
+namespace {
+
+using detail::kWarp;
+
+constexpr int kTile = 64;         // queries and keys per block
+constexpr int kFlashThreads = 128; // 4 warps of 16 rows
+constexpr int kPad = 8;
+
+struct FlashGeometry {
+  int64_t seqQ, seqK, headsQ, headsKv, group;
+  int64_t qStride, kStride; // elements between consecutive positions
+  bool causal;
+  float scale;
+  bool hasDropout;
+  uint64_t dropoutKey;
+  float dropoutThreshold;
+  float dropoutScale;
+
+  __device__ int64_t qOffset(int64_t b, int64_t i, int64_t h, int d) const {
+    return (b * seqQ + i) * qStride + h * d;
+  }
+  __device__ int64_t kOffset(int64_t b, int64_t j, int64_t g, int d) const {
+    return (b * seqK + j) * kStride + g * d;
+  }
+  __device__ bool visible(int64_t i, int64_t j) const {
+    return j < seqK && i < seqQ && (!causal || j <= i);
+  }
+  /// The dropout decision of P[b, h, i, j] (host AttentionParams' indexing).
+  __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    uint64_t index =
+        static_cast<uint64_t>(((b * headsQ + h) * seqQ + i) * seqK + j);
+    return random::dropoutKeep(dropoutKey, index, dropoutThreshold);
+  }
+};
+
+FlashGeometry makeGeometry(const AttentionParams &p) {
+  FlashGeometry g{};
+  g.seqQ = p.seqQ;
+  g.seqK = p.seqK;
+  g.headsQ = p.headsQ;
+  g.headsKv = p.headsKv;
+  g.group = p.headsQ / p.headsKv;
+  g.qStride = p.headsQ * p.headDim;
+  g.kStride = p.headsKv * p.headDim;
+  g.causal = p.causal;
+  double scale =
+      p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
+  g.scale = static_cast<float>(scale);
+  g.hasDropout = p.dropoutP > 0;
+  g.dropoutKey = random::streamKey(p.seed, p.step);
+  g.dropoutThreshold = static_cast<float>(p.dropoutP);
+  g.dropoutScale =
+      static_cast<float>(p.dropoutP > 0 ? 1.0 / (1.0 - p.dropoutP) : 1.0);
+  return g;
+}
+
+__device__ inline uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ inline uint32_t load32(const __nv_bfloat16 *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+
+/// c += a b on the tensor cores.
+__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4],
+                           const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+}
+
+/// The A fragment at (row0, k0) of a row-major shared tile.
+__device__ inline void loadA(uint32_t (&a)[4], const __nv_bfloat16 *tile,
+                             int ld, int row0, int k0, int g, int t) {
+  a[0] = load32(tile + (row0 + g) * ld + k0 + 2 * t);
+  a[1] = load32(tile + (row0 + g + 8) * ld + k0 + 2 * t);
+  a[2] = load32(tile + (row0 + g) * ld + k0 + 2 * t + 8);
+  a[3] = load32(tile + (row0 + g + 8) * ld + k0 + 2 * t + 8);
+}
+
+/// The B fragment at (k0, n0) of B = tile^T, tile [n][k] row-major.
+__device__ inline void loadB(uint32_t (&b)[2], const __nv_bfloat16 *tile,
+                             int ld, int n0, int k0, int g, int t) {
+  b[0] = load32(tile + (n0 + g) * ld + k0 + 2 * t);
+  b[1] = load32(tile + (n0 + g) * ld + k0 + 2 * t + 8);
+}
+
+/// The A fragment of 16 columns (two 8-column accumulator tiles) of a
+/// 16-row accumulator, rounded to bf16.
+__device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
+                                      const float (&hi)[4]) {
+  a[0] = packBf16(lo[0], lo[1]);
+  a[1] = packBf16(lo[2], lo[3]);
+  a[2] = packBf16(hi[0], hi[1]);
+  a[3] = packBf16(hi[2], hi[3]);
+}
+
+/// Rows [row0, row0 + 64) of a [positions, stride] fp32 tensor (D columns at
+/// `base`) into a bf16 tile [64][D + kPad]; rows past `rows` are zeros. With
+/// `transposed` also (or only, when `tile` is null) into [D][64 + kPad].
+template <int D>
+__device__ inline void loadTile(__nv_bfloat16 *tile,
+                                __nv_bfloat16 *transposed, const float *base,
+                                int64_t stride, int64_t row0, int64_t rows) {
+  constexpr int kQuads = D / 4;
+  for (int c = threadIdx.x; c < kTile * kQuads; c += kFlashThreads) {
+    int r = c / kQuads, col = (c % kQuads) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row0 + r < rows)
+      x = *reinterpret_cast<const float4 *>(base + (row0 + r) * stride + col);
+    if (tile) {
+      __nv_bfloat16 *to = tile + r * (D + kPad) + col;
+      *reinterpret_cast<__nv_bfloat162 *>(to) = __floats2bfloat162_rn(x.x, x.y);
+      *reinterpret_cast<__nv_bfloat162 *>(to + 2) =
+          __floats2bfloat162_rn(x.z, x.w);
+    }
+    if (transposed) {
+      constexpr int ld = kTile + kPad;
+      transposed[(col + 0) * ld + r] = __float2bfloat16_rn(x.x);
+      transposed[(col + 1) * ld + r] = __float2bfloat16_rn(x.y);
+      transposed[(col + 2) * ld + r] = __float2bfloat16_rn(x.z);
+      transposed[(col + 3) * ld + r] = __float2bfloat16_rn(x.w);
+    }
+  }
+}
+
+/// Sums over the four lanes that share an accumulator row.
+__device__ inline float rowSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x;
+}
+__device__ inline float rowMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
+
+template <int D> constexpr size_t forwardShared() {
+  return sizeof(__nv_bfloat16) *
+         (2 * kTile * (D + kPad) + D * (kTile + kPad));
+}
+
+// Grid (query blocks, headsQ, batch). Shared: Q [64][D+8], K [64][D+8],
+// V^T [D][64+8].
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashForwardKernel(FlashGeometry geo, const float *q, const float *k,
+                       const float *v, float *out, float *logsumexp) {
+  extern __shared__ __align__(16) unsigned char flashShared[];
+  auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
+  __nv_bfloat16 *ks = qs + kTile * (D + kPad);
+  __nv_bfloat16 *vt = ks + kTile * (D + kPad);
+  constexpr int ld = D + kPad, ldT = kTile + kPad;
+  int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  int64_t h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
+  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int g = lane / 4, t = lane % 4;
+
+  loadTile<D>(qs, nullptr, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+              geo.seqQ);
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    loadA(qf[kk], qs, ld, warp * 16, kk * 16, g, t);
+
+  int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+  int64_t keyEnd = geo.causal ? detail::imin(geo.seqK, q0 + kTile) : geo.seqK;
+  for (int64_t k0 = 0; k0 < keyEnd; k0 += kTile) {
+    __syncthreads();
+    loadTile<D>(ks, nullptr, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
+                geo.seqK);
+    loadTile<D>(nullptr, vt, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
+                geo.seqK);
+    __syncthreads();
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bf[2];
+        loadB(bf, ks, ld, n * 8, kk * 16, g, t);
+        mma(s[n], qf[kk], bf);
+      }
+    }
+    float blockMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int64_t j = k0 + n * 8 + 2 * t + (e & 1);
+        float score = geo.visible(rows[e / 2], j) ? s[n][e] * geo.scale
+                                                  : -INFINITY;
+        s[n][e] = score;
+        blockMax[e / 2] = fmaxf(blockMax[e / 2], score);
+      }
+    float base[2], alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float next = fmaxf(m[r], rowMax(blockMax[r]));
+      base[r] = next == -INFINITY ? 0.f : next;
+      alpha[r] = __expf(m[r] - base[r]);
+      m[r] = next;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float p = __expf(s[n][e] - base[e / 2]);
+        l[e / 2] += p;
+        if (geo.hasDropout) {
+          int64_t j = k0 + n * 8 + 2 * t + (e & 1);
+          p = geo.keep(b, h, rows[e / 2], j) ? p * geo.dropoutScale : 0.f;
+        }
+        s[n][e] = p;
+      }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      uint32_t pf[4];
+      accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        uint32_t bf[2];
+        loadB(bf, vt, ldT, n * 8, kc * 16, g, t);
+        mma(o[n], pf, bf);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = rowSum(l[r]);
+    if (rows[r] >= geo.seqQ)
+      continue;
+    float inverse = sum > 0.f ? 1.f / sum : 0.f;
+    if (t == 0)
+      logsumexp[(b * geo.headsQ + h) * geo.seqQ + rows[r]] =
+          m[r] + logf(sum);
+    if (!out)
+      continue;
+    float *row = out + geo.qOffset(b, rows[r], h, D);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2 *>(row + n * 8 + 2 * t) =
+          make_float2(o[n][2 * r] * inverse, o[n][2 * r + 1] * inverse);
+  }
+}
+
+// delta[b, h, i] = dout_i . out_i, one warp per row.
+template <int D>
+__global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
+                                 const float *out, const float *dout,
+                                 float *delta) {
+  int64_t rows = batch * geo.headsQ * geo.seqQ;
+  int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
+                kWarp;
+  int lane = threadIdx.x % kWarp;
+  if (row >= rows)
+    return;
+  int64_t i = row % geo.seqQ, h = row / geo.seqQ % geo.headsQ,
+          b = row / (geo.seqQ * geo.headsQ);
+  int64_t offset = geo.qOffset(b, i, h, D);
+  float sum = 0.f;
+  for (int d = lane; d < D; d += kWarp)
+    sum += out[offset + d] * dout[offset + d];
+  sum = detail::warpSum(sum);
+  if (lane == 0)
+    delta[row] = sum;
+}
+
+template <int D> constexpr size_t queryBackwardShared() {
+  return sizeof(__nv_bfloat16) *
+         (4 * kTile * (D + kPad) + D * (kTile + kPad));
+}
+
+// dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V
+// [64][D+8] and K^T [D][64+8].
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashQueryBackwardKernel(FlashGeometry geo, const float *q,
+                             const float *k, const float *v,
+                             const float *logsumexp, const float *delta,
+                             const float *dout, float *dq) {
+  extern __shared__ __align__(16) unsigned char flashShared[];
+  auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
+  __nv_bfloat16 *dos = qs + kTile * (D + kPad);
+  __nv_bfloat16 *ks = dos + kTile * (D + kPad);
+  __nv_bfloat16 *vs = ks + kTile * (D + kPad);
+  __nv_bfloat16 *kt = vs + kTile * (D + kPad);
+  constexpr int ld = D + kPad, ldT = kTile + kPad;
+  int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  int64_t h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
+  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int g = lane / 4, t = lane % 4;
+
+  loadTile<D>(qs, nullptr, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+              geo.seqQ);
+  loadTile<D>(dos, nullptr, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+              geo.seqQ);
+  __syncthreads();
+  uint32_t qf[D / 16][4], dof[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    loadA(qf[kk], qs, ld, warp * 16, kk * 16, g, t);
+    loadA(dof[kk], dos, ld, warp * 16, kk * 16, g, t);
+  }
+  int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float lse[2], dlt[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int64_t at = (b * geo.headsQ + h) * geo.seqQ + rows[r];
+    bool in = rows[r] < geo.seqQ;
+    lse[r] = in ? logsumexp[at] : 0.f;
+    dlt[r] = in ? delta[at] : 0.f;
+  }
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+  int64_t keyEnd = geo.causal ? detail::imin(geo.seqK, q0 + kTile) : geo.seqK;
+  for (int64_t k0 = 0; k0 < keyEnd; k0 += kTile) {
+    __syncthreads();
+    loadTile<D>(ks, kt, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
+                geo.seqK);
+    loadTile<D>(vs, nullptr, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
+                geo.seqK);
+    __syncthreads();
+    float s[kTile / 8][4], dp[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bf[2];
+        loadB(bf, ks, ld, n * 8, kk * 16, g, t);
+        mma(s[n], qf[kk], bf);
+        loadB(bf, vs, ld, n * 8, kk * 16, g, t);
+        mma(dp[n], dof[kk], bf);
+      }
+    }
+    // dS = P (dP - delta), dP through the dropout; into s.
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int64_t i = rows[e / 2], j = k0 + n * 8 + 2 * t + (e & 1);
+        float p = geo.visible(i, j)
+                      ? __expf(s[n][e] * geo.scale - lse[e / 2])
+                      : 0.f;
+        float dprob = dp[n][e];
+        if (geo.hasDropout)
+          dprob = geo.keep(b, h, i, j) ? dprob * geo.dropoutScale : 0.f;
+        s[n][e] = p * (dprob - dlt[e / 2]);
+      }
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      uint32_t af[4];
+      accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        uint32_t bf[2];
+        loadB(bf, kt, ldT, n * 8, kc * 16, g, t);
+        mma(acc[n], af, bf);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= geo.seqQ)
+      continue;
+    float *row = dq + geo.qOffset(b, rows[r], h, D);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2 *>(row + n * 8 + 2 * t) = make_float2(
+          acc[n][2 * r] * geo.scale, acc[n][2 * r + 1] * geo.scale);
+  }
+}
+
+template <int D> constexpr size_t keyBackwardShared() {
+  return sizeof(__nv_bfloat16) *
+             (4 * kTile * (D + kPad) + 2 * D * (kTile + kPad)) +
+         2 * sizeof(float) * kTile;
+}
+
+// dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
+// of the block. Shared: K, V, Q, dout [64][D+8], Q^T and dout^T [D][64+8],
+// the query rows' logsumexp and delta.
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    flashKeyBackwardKernel(FlashGeometry geo, const float *q, const float *k,
+                           const float *v, const float *logsumexp,
+                           const float *delta, const float *dout, float *dk,
+                           float *dv) {
+  extern __shared__ __align__(16) unsigned char flashShared[];
+  auto *ks = reinterpret_cast<__nv_bfloat16 *>(flashShared);
+  __nv_bfloat16 *vs = ks + kTile * (D + kPad);
+  __nv_bfloat16 *qs = vs + kTile * (D + kPad);
+  __nv_bfloat16 *dos = qs + kTile * (D + kPad);
+  __nv_bfloat16 *qt = dos + kTile * (D + kPad);
+  __nv_bfloat16 *dot = qt + D * (kTile + kPad);
+  auto *lseS = reinterpret_cast<float *>(dot + D * (kTile + kPad));
+  float *deltaS = lseS + kTile;
+  constexpr int ld = D + kPad, ldT = kTile + kPad;
+  int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  int64_t grp = blockIdx.y, b = blockIdx.z;
+  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int g = lane / 4, t = lane % 4;
+
+  loadTile<D>(ks, nullptr, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
+              geo.seqK);
+  loadTile<D>(vs, nullptr, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
+              geo.seqK);
+  int64_t keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  float dkAcc[D / 8][4], dvAcc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dkAcc[n][e] = dvAcc[n][e] = 0.f;
+
+  int64_t queryBegin = geo.causal ? k0 / kTile * kTile : 0;
+  for (int64_t h = grp * geo.group; h < (grp + 1) * geo.group; ++h)
+    for (int64_t q0 = queryBegin; q0 < geo.seqQ; q0 += kTile) {
+      __syncthreads();
+      loadTile<D>(qs, qt, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+                  geo.seqQ);
+      loadTile<D>(dos, dot, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+                  geo.seqQ);
+      for (int r = threadIdx.x; r < kTile; r += kFlashThreads) {
+        bool in = q0 + r < geo.seqQ;
+        int64_t at = (b * geo.headsQ + h) * geo.seqQ + q0 + r;
+        lseS[r] = in ? logsumexp[at] : 0.f;
+        deltaS[r] = in ? delta[at] : 0.f;
+      }
+      __syncthreads();
+      // S^T [keys][queries] and dP^T = V dout^T.
+      float s[kTile / 8][4], dp[kTile / 8][4];
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t kf[4], vf[4];
+        loadA(kf, ks, ld, warp * 16, kk * 16, g, t);
+        loadA(vf, vs, ld, warp * 16, kk * 16, g, t);
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n) {
+          uint32_t bf[2];
+          loadB(bf, qs, ld, n * 8, kk * 16, g, t);
+          mma(s[n], kf, bf);
+          loadB(bf, dos, ld, n * 8, kk * 16, g, t);
+          mma(dp[n], vf, bf);
+        }
+      }
+      // s becomes the dropped P^T, dp becomes dS^T.
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int col = n * 8 + 2 * t + (e & 1);
+          int64_t i = q0 + col, j = keys[e / 2];
+          float p = geo.visible(i, j)
+                        ? __expf(s[n][e] * geo.scale - lseS[col])
+                        : 0.f;
+          float dprob = dp[n][e], dropped = p;
+          if (geo.hasDropout) {
+            bool kept = geo.keep(b, h, i, j);
+            dprob = kept ? dprob * geo.dropoutScale : 0.f;
+            dropped = kept ? p * geo.dropoutScale : 0.f;
+          }
+          s[n][e] = dropped;
+          dp[n][e] = p * (dprob - deltaS[col]);
+        }
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        uint32_t pf[4], sf[4];
+        accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
+        accumulatorToA(sf, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          uint32_t bf[2];
+          loadB(bf, dot, ldT, n * 8, kc * 16, g, t);
+          mma(dvAcc[n], pf, bf);
+          loadB(bf, qt, ldT, n * 8, kc * 16, g, t);
+          mma(dkAcc[n], sf, bf);
+        }
+      }
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= geo.seqK)
+      continue;
+    int64_t offset = geo.kOffset(b, keys[r], grp, D);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      if (dk)
+        *reinterpret_cast<float2 *>(dk + offset + n * 8 + 2 * t) =
+            make_float2(dkAcc[n][2 * r] * geo.scale,
+                        dkAcc[n][2 * r + 1] * geo.scale);
+      if (dv)
+        *reinterpret_cast<float2 *>(dv + offset + n * 8 + 2 * t) =
+            make_float2(dvAcc[n][2 * r], dvAcc[n][2 * r + 1]);
+    }
+  }
+}
+
+template <typename Kernel> void allowShared(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(bytes));
+}
+
+unsigned blocks(int64_t n) {
+  return static_cast<unsigned>((n + kTile - 1) / kTile);
+}
+
+template <int D>
+void forward(cudaStream_t stream, const AttentionParams &p, const float *q,
+             const float *k, const float *v, float *out, float *logsumexp) {
+  size_t bytes = forwardShared<D>();
+  allowShared(flashForwardKernel<D>, bytes);
+  dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
+            static_cast<unsigned>(p.batch));
+  flashForwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
+      makeGeometry(p), q, k, v, out, logsumexp);
+}
+
+template <int D>
+void backward(cudaStream_t stream, const AttentionParams &p, const float *q,
+              const float *k, const float *v, const float *out,
+              const float *logsumexp, const float *dout, float *dq,
+              float *dk, float *dv, float *delta) {
+  FlashGeometry geo = makeGeometry(p);
+  int64_t rows = p.batch * p.headsQ * p.seqQ;
+  constexpr int kDeltaThreads = 256;
+  flashDeltaKernel<D><<<static_cast<unsigned>((rows * kWarp + kDeltaThreads - 1) /
+                                              kDeltaThreads),
+                        kDeltaThreads, 0, stream>>>(geo, p.batch, out, dout,
+                                                    delta);
+  if (dq) {
+    size_t bytes = queryBackwardShared<D>();
+    allowShared(flashQueryBackwardKernel<D>, bytes);
+    dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
+              static_cast<unsigned>(p.batch));
+    flashQueryBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
+        geo, q, k, v, logsumexp, delta, dout, dq);
+  }
+  if (dk || dv) {
+    size_t bytes = keyBackwardShared<D>();
+    allowShared(flashKeyBackwardKernel<D>, bytes);
+    dim3 grid(blocks(p.seqK), static_cast<unsigned>(p.headsKv),
+              static_cast<unsigned>(p.batch));
+    flashKeyBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
+        geo, q, k, v, logsumexp, delta, dout, dk, dv);
+  }
+}
+
+bool empty(const AttentionParams &p) {
+  return p.batch <= 0 || p.seqQ <= 0 || p.headsQ <= 0 || p.seqK <= 0;
+}
+
+/// Calls body(std::integral_constant<int, D>) for the supported head
+/// dimension.
+template <typename Body> void withHeadDim(int64_t headDim, Body &&body) {
+  switch (headDim) {
+  case 16:
+    body(std::integral_constant<int, 16>());
+    break;
+  case 32:
+    body(std::integral_constant<int, 32>());
+    break;
+  case 64:
+    body(std::integral_constant<int, 64>());
+    break;
+  case 128:
+    body(std::integral_constant<int, 128>());
+    break;
+  default:
+    break;
+  }
+}
+
+} // namespace
+
+std::string flashAttentionUnsupportedReason(const AttentionParams &p) {
+  if (p.headDim != p.headDimV)
+    return "the flash-attention kernels need equal query/key and value head "
+           "dimensions, found " +
+           std::to_string(p.headDim) + " and " + std::to_string(p.headDimV);
+  if (p.headDim != 16 && p.headDim != 32 && p.headDim != 64 &&
+      p.headDim != 128)
+    return "the flash-attention kernels take head dimensions 16, 32, 64 or "
+           "128, found " +
+           std::to_string(p.headDim);
+  if (p.causal && p.seqQ != p.seqK)
+    return "causal flash attention needs as many queries as keys, found " +
+           std::to_string(p.seqQ) + " and " + std::to_string(p.seqK);
+  if (p.batch > 65535 || p.headsQ > 65535 || p.seqQ / kTile >= 2147483647)
+    return "the grid would exceed CUDA's limits (batch or heads over 65535)";
+  return std::string();
+}
+
+void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
+                           const float *q, const float *k, const float *v,
+                           float *out, float *logsumexp) {
+  if (empty(params))
+    return;
+  withHeadDim(params.headDim, [&](auto d) {
+    forward<decltype(d)::value>(stream, params, q, k, v, out, logsumexp);
+  });
+}
+
+size_t flashAttentionBackwardScratchBytes(const AttentionParams &params) {
+  return sizeof(float) *
+         static_cast<size_t>(params.batch * params.headsQ * params.seqQ);
+}
+
+void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
+                            const float *q, const float *k, const float *v,
+                            const float *out, const float *logsumexp,
+                            const float *dout, float *dq, float *dk,
+                            float *dv, void *scratch) {
+  if (empty(params))
+    return;
+  withHeadDim(params.headDim, [&](auto d) {
+    backward<decltype(d)::value>(stream, params, q, k, v, out, logsumexp,
+                                 dout, dq, dk, dv,
+                                 static_cast<float *>(scratch));
+  });
+}
+
+} // namespace mtrt::cuda

@@ -1,0 +1,47 @@
+// Rounding fp32 tensors to bf16 for the mixed-precision GEMMs.
+#include "cuda/kernels/KernelSupport.cuh"
+
+#include <cuda_bf16.h>
+
+namespace mtrt::cuda {
+
+namespace {
+
+using detail::blocksFor;
+using detail::kThreads;
+
+// Four elements per thread where the pointers allow 16-byte loads (arena
+// pieces are 256-byte aligned), one at a time otherwise.
+__global__ void roundToBf16Vector(int64_t quads, const float4 *x,
+                                  __nv_bfloat162 *y) {
+  MTRT_GRID_STRIDE(i, quads) {
+    float4 v = x[i];
+    y[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+    y[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+}
+
+__global__ void roundToBf16Scalar(int64_t begin, int64_t n, const float *x,
+                                  __nv_bfloat16 *y) {
+  MTRT_GRID_STRIDE(i, n - begin) { y[begin + i] = __float2bfloat16_rn(x[begin + i]); }
+}
+
+} // namespace
+
+void roundToBf16(cudaStream_t stream, int64_t n, const float *x,
+                 __nv_bfloat16 *y) {
+  if (n <= 0)
+    return;
+  bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(y) % 8 == 0;
+  int64_t quads = aligned ? n / 4 : 0;
+  if (quads)
+    roundToBf16Vector<<<blocksFor(quads), kThreads, 0, stream>>>(
+        quads, reinterpret_cast<const float4 *>(x),
+        reinterpret_cast<__nv_bfloat162 *>(y));
+  if (4 * quads < n)
+    roundToBf16Scalar<<<blocksFor(n - 4 * quads), kThreads, 0, stream>>>(
+        4 * quads, n, x, y);
+}
+
+} // namespace mtrt::cuda

@@ -1,0 +1,90 @@
+// One rank's contiguous gradient buffer: the data-parallel gradient reduction
+// once per iteration, and the distributed optimizer's parameter gather.
+#ifndef MTRT_SRC_TRAIN_DATAPARALLELBUFFER_H
+#define MTRT_SRC_TRAIN_DATAPARALLELBUFFER_H
+
+#include "core/Bundle.h"
+#include "host/HostTensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace mtrt::host {
+class Executor;
+class ParameterStore;
+class ThreadPool;
+} // namespace mtrt::host
+
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
+namespace mtrt::train {
+
+/// The bundle's gradient_buffer (docs/BundleFormat.md) on one rank, as
+/// Megatron-LM's DistributedDataParallel keeps it: the parameters' (shards')
+/// gradients flattened into one buffer in the compiler's layout, reduced over
+/// the data-parallel group by the bundle's reduce_gradients once per
+/// iteration, after the micro-batches have accumulated.
+///
+/// With the distributed optimizer, reduce_gradients reduce-scatters: this
+/// rank receives the summed gradients of its range of the buffer,
+/// [shardBegin(), shardBegin() + shardSize()), which pieces() maps onto
+/// parameters; gatherParameters() then all-gathers every rank's updated
+/// range through the bundle's gather_parameters.
+///
+/// Thread-safety: none; the rank's thread drives it.
+class DataParallelBuffer {
+public:
+  /// Where the rank's range of the buffer meets one parameter.
+  struct Piece {
+    size_t parameter = 0;
+    /// Elements from the start of the rank's range.
+    int64_t shardOffset = 0;
+    /// Elements from the start of the parameter's (flattened) shard.
+    int64_t parameterOffset = 0;
+    int64_t count = 0;
+  };
+
+  /// `bundle` has a gradient buffer; everything must outlive this.
+  DataParallelBuffer(const Bundle &bundle, host::ParameterStore &parameters,
+                     host::ThreadPool &pool, comm::RankContext &rank);
+  ~DataParallelBuffer();
+
+  bool distributed() const { return layout_.distributedOptimizer; }
+  /// The grid axes of the group that shares the buffer.
+  const std::vector<int64_t> &gridAxes() const { return layout_.gridAxes; }
+
+  /// Packs the store's gradients, runs reduce_gradients. Without the
+  /// distributed optimizer the sum goes back into the store's gradients;
+  /// with it, into shard().
+  void reduceGradients();
+
+  /// The distributed optimizer's range of the buffer.
+  int64_t shardBegin() const { return shardBegin_; }
+  int64_t shardSize() const { return shardSize_; }
+  const std::vector<Piece> &pieces() const { return pieces_; }
+  /// The summed gradients of the rank's range (after reduceGradients).
+  host::Tensor &shard() { return shard_; }
+
+  /// Packs the rank's range of the store's values, runs gather_parameters,
+  /// and writes every parameter from the gathered buffer.
+  void gatherParameters();
+
+private:
+  template <typename T> void pack(bool values, int64_t begin, int64_t end);
+  template <typename T> void unpack(const host::Tensor &from, bool values);
+
+  const GradientBuffer &layout_;
+  host::ParameterStore &parameters_;
+  host::ThreadPool &pool_;
+  std::unique_ptr<host::Executor> reduce_, gather_;
+  int64_t shardBegin_ = 0, shardSize_ = 0;
+  std::vector<Piece> pieces_;
+  host::Tensor buffer_, shard_;
+};
+
+} // namespace mtrt::train
+
+#endif // MTRT_SRC_TRAIN_DATAPARALLELBUFFER_H

@@ -1,0 +1,215 @@
+// The trainer's side of checkpoints: what it saves, and restoring it.
+#include "train/Trainer.h"
+
+#include "comm/RankContext.h"
+#include "host/ParameterStore.h"
+#include "train/Optimizer.h"
+#include "train/TrainingLog.h"
+#include "train/Weights.h"
+
+#include <filesystem>
+#include <sstream>
+
+namespace mtrt::train {
+
+namespace {
+
+const char *styleName(host::LrDecayStyle style) {
+  switch (style) {
+  case host::LrDecayStyle::Constant:
+    return "constant";
+  case host::LrDecayStyle::Linear:
+    return "linear";
+  case host::LrDecayStyle::Cosine:
+    return "cosine";
+  }
+  return "?";
+}
+
+/// The flag that sets each optimizer hyper-parameter of the manifest.
+const std::pair<const char *, const char *> kHyperParameterFlags[] = {
+    {"lr", "--lr"},
+    {"min_lr", "--min-lr"},
+    {"lr_decay_style", "--lr-decay-style"},
+    {"lr_decay_iters", "--lr-decay-iters (default --train-iters)"},
+    {"lr_warmup_iters", "--lr-warmup-iters or --lr-warmup-fraction"},
+    {"lr_warmup_init", "--lr-warmup-init"},
+    {"weight_decay", "--weight-decay"},
+    {"adam_beta1", "--adam-beta1"},
+    {"adam_beta2", "--adam-beta2"},
+    {"adam_eps", "--adam-eps"},
+    {"clip_grad", "--clip-grad"},
+};
+
+std::string layoutText(const CheckpointState &s) {
+  return "TP" + std::to_string(s.tensorModelParallelSize) + " PP" +
+         std::to_string(s.pipelineModelParallelSize) + " DP" +
+         std::to_string(s.dataParallelSize);
+}
+
+} // namespace
+
+std::vector<CheckpointTensor> Trainer::checkpointTensors() {
+  if (parameters_->floatType() != DType::F32)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "checkpoints hold f32 tensors; this trainer computes in " +
+                    std::string(dtypeName(parameters_->floatType())));
+  std::vector<CheckpointTensor> tensors;
+  const std::vector<int64_t> &coordinates = parameters_->coordinates();
+  for (size_t i = 0; i < parameters_->size(); ++i) {
+    const Parameter &p = parameters_->info(i);
+    CheckpointTensor t;
+    t.globalShape = p.type.shape;
+    t.slice.offsets = parameters_->shardOffsets(i);
+    t.slice.shape = p.localType.shape;
+    t.vocabularyRows = isVocabularyTable(p.name);
+    // One replica of each piece saves it: the rank at coordinate 0 of every
+    // grid axis that does not split the parameter.
+    for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
+      bool splits = false;
+      for (const auto &axes : p.splitAxes)
+        for (int64_t a : axes)
+          splits |= a == static_cast<int64_t>(axis);
+      if (!splits && coordinates[axis] != 0)
+        t.save = false;
+    }
+    std::pair<const char *, host::Tensor *> kinds[] = {
+        {"model/", &parameters_->value(i)},
+        {"optimizer/exp_avg/", &parameters_->expAvg(i)},
+        {"optimizer/exp_avg_sq/", &parameters_->expAvgSq(i)}};
+    for (auto [prefix, tensor] : kinds) {
+      t.name = prefix + p.name;
+      t.data = tensor->data<float>();
+      tensors.push_back(t);
+    }
+  }
+  return tensors;
+}
+
+CheckpointState Trainer::checkpointState(int64_t iteration,
+                                         int64_t consumed) const {
+  const ModelConfig &model = bundle_.model();
+  const host::LrSchedule &s = schedule();
+  CheckpointState state;
+  state.iteration = iteration;
+  state.consumedSamples = consumed;
+  state.seed = options_.seed;
+  state.microStep = static_cast<uint64_t>(iteration * microBatches_);
+  state.optimizerStep = iteration;
+  state.optimizer = {{"name", "adamw"},
+                     {"lr", s.maxLr},
+                     {"min_lr", s.minLr},
+                     {"lr_decay_style", styleName(s.style)},
+                     {"lr_decay_iters", s.decayIters},
+                     {"lr_warmup_iters", s.warmupIters},
+                     {"lr_warmup_init", s.warmupInitLr},
+                     {"weight_decay", options_.weightDecay},
+                     {"adam_beta1", options_.adamBeta1},
+                     {"adam_beta2", options_.adamBeta2},
+                     {"adam_eps", options_.adamEps},
+                     {"clip_grad", options_.clipGrad}};
+  state.lossScale = {{"kind", "none"}, {"scale", 1.0}};
+  state.dataPath = corpusName_;
+  state.split = options_.split;
+  state.globalBatchSize = globalBatch_;
+  state.microBatchesPerIteration = microBatches_;
+  state.tensorModelParallelSize = model.tensorModelParallelSize;
+  state.pipelineModelParallelSize = model.pipelineModelParallelSize;
+  state.dataParallelSize = model.dataParallelSize;
+  state.grid = bundle_.gridShape();
+  state.bundleName = bundle_.name();
+  state.bundleSha256 = bundle_.sha256Hex();
+  state.modelName = model.name;
+  state.vocabSize = model.vocabSize;
+  state.paddedVocabSize = model.paddedVocabSize;
+  return state;
+}
+
+void Trainer::checkSaveDirectory() const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (int64_t i = startIteration_ + 1; i <= options_.trainIters; ++i) {
+    bool saves = i == options_.trainIters ||
+                 (options_.saveInterval > 0 && i % options_.saveInterval == 0);
+    std::string dir =
+        (fs::path(options_.save) / iterationDirectoryName(i)).string();
+    if (saves && fs::exists(dir, ec))
+      throw Error(MTRT_STATUS_ALREADY_EXISTS,
+                  "--save: '" + dir + "' already exists and this run would "
+                  "save iteration " + std::to_string(i) +
+                  " there; an existing checkpoint is never overwritten: "
+                  "resume from it with --load " + options_.save +
+                  ", move it away, or pass another --save directory");
+  }
+}
+
+void Trainer::saveCheckpoint(int64_t iteration, int64_t consumed,
+                             TrainingLog &log) {
+  std::vector<CheckpointTensor> tensors = checkpointTensors();
+  CheckpointState state = checkpointState(iteration, consumed);
+  log.line("saving checkpoint at iteration " + std::to_string(iteration) +
+           " to " + options_.save);
+  std::string dir = train::saveCheckpoint(options_.save, state, tensors,
+                                          rank_ ? &rank_->world() : nullptr);
+  log.line("  successfully saved checkpoint from iteration " +
+           std::to_string(iteration) + " to " + dir + " [ " +
+           layoutText(state) + " ]");
+}
+
+void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
+  std::vector<std::string> notes;
+  std::optional<std::string> found = train::findLatestCheckpoint(dir, notes);
+  for (const std::string &note : notes)
+    log.line(note);
+  if (!found) {
+    log.line("WARNING: could not find a checkpoint in --load " + dir +
+             "; training from the seeded initialization");
+    return;
+  }
+  log.line("loading checkpoint from " + *found);
+  CheckpointManifest manifest = readCheckpointManifest(*found);
+  const CheckpointState &saved = manifest.state;
+  CheckpointState current = checkpointState(saved.iteration, 0);
+  std::string where = "--load: checkpoint '" + *found + "'";
+  if (saved.seed != current.seed)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                where + " was trained with --seed " +
+                    std::to_string(saved.seed) + ", this run has --seed " +
+                    std::to_string(current.seed) +
+                    " (the seed fixes the data order and dropout); pass "
+                    "--seed " + std::to_string(saved.seed) + " to resume");
+  std::string differences;
+  for (auto [key, flag] : kHyperParameterFlags) {
+    const nlohmann::json *was =
+        saved.optimizer.contains(key) ? &saved.optimizer[key] : nullptr;
+    const nlohmann::json &now = current.optimizer[key];
+    if (!was || *was != now)
+      differences += std::string(differences.empty() ? "" : "; ") + key +
+                     " is " + (was ? was->dump() : "absent") +
+                     " in the checkpoint and " + now.dump() + " here (" +
+                     flag + ")";
+  }
+  if (!differences.empty())
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                where + ": the optimizer's hyper-parameters differ: " +
+                    differences +
+                    "; pass the checkpoint's values to resume its schedule");
+  if (saved.bundleSha256 != current.bundleSha256)
+    log.line("note: the checkpoint was saved from bundle '" +
+             saved.bundleName + "' (" + layoutText(saved) +
+             "); resharding it for '" + current.bundleName + "' (" +
+             layoutText(current) + ")");
+
+  std::vector<CheckpointTensor> tensors = checkpointTensors();
+  bool leader = !rank_ || rank_->rank() == 0;
+  loadCheckpointTensors(manifest, tensors, leader);
+  startIteration_ = saved.iteration;
+  startConsumed_ = saved.consumedSamples;
+  // The generator's position follows from the iteration in this layout.
+  microStep_ = static_cast<uint64_t>(saved.iteration * microBatches_);
+  log.line("  successfully loaded checkpoint from " + *found + " [ " +
+           layoutText(saved) + " ] at iteration " +
+           std::to_string(saved.iteration));
+}
+
+} // namespace mtrt::train
