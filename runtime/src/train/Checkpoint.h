@@ -18,6 +18,10 @@ namespace mtrt::comm {
 class Communicator;
 } // namespace mtrt::comm
 
+namespace mtrt::host {
+class ParameterStore;
+} // namespace mtrt::host
+
 namespace mtrt::train {
 
 /// The file of a --save directory that names its newest checkpoint, as in
@@ -107,6 +111,24 @@ struct CheckpointManifest {
   std::vector<CheckpointFile> files;
   std::map<std::string, CheckpointTensorEntry> tensors;
 };
+
+struct OptimizerConfig;
+
+/// The tensors of a rank's checkpoint over `store` (f32): each parameter's
+/// value and AdamW moments ("model/", "optimizer/exp_avg/",
+/// "optimizer/exp_avg_sq/" + its name), in the global index space, saved
+/// only by one replica of each piece when `severalRanks`. Shared by
+/// megatron-train and the C API's sessions. Throws UNIMPLEMENTED for an f64
+/// store.
+std::vector<CheckpointTensor> storeCheckpointTensors(host::ParameterStore &store,
+                                                    bool severalRanks);
+/// The manifest's "optimizer" object: AdamW's and the schedule's
+/// hyper-parameters under megatron-train's names.
+nlohmann::json optimizerState(const OptimizerConfig &config);
+/// "" when `saved` and `current` (optimizerState objects) agree, else each
+/// difference with the megatron-train flag that sets it.
+std::string optimizerDifferences(const nlohmann::json &saved,
+                                 const nlohmann::json &current);
 
 /// Saves `tensors` and `state` as `saveDir`/iter_NNNNNNN, collectively over
 /// `world` (nullptr: one rank), whose rank 0 leads: it creates

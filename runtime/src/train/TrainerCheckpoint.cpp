@@ -1,4 +1,5 @@
-// The trainer's side of checkpoints: what it saves, and restoring it.
+// The trainer's side of checkpoints: what it saves, and restoring it; the
+// parts the C API's sessions share (train/Checkpoint.h).
 #include "train/Trainer.h"
 
 #include "comm/RankContext.h"
@@ -49,23 +50,24 @@ std::string layoutText(const CheckpointState &s) {
 
 } // namespace
 
-std::vector<CheckpointTensor> Trainer::checkpointTensors() {
-  if (parameters_->floatType() != DType::F32)
+std::vector<CheckpointTensor> storeCheckpointTensors(host::ParameterStore &store,
+                                                    bool severalRanks) {
+  if (store.floatType() != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "checkpoints hold f32 tensors; this trainer computes in " +
-                    std::string(dtypeName(parameters_->floatType())));
+                    std::string(dtypeName(store.floatType())));
   std::vector<CheckpointTensor> tensors;
-  const std::vector<int64_t> &coordinates = parameters_->coordinates();
-  for (size_t i = 0; i < parameters_->size(); ++i) {
-    const Parameter &p = parameters_->info(i);
+  const std::vector<int64_t> &coordinates = store.coordinates();
+  for (size_t i = 0; i < store.size(); ++i) {
+    const Parameter &p = store.info(i);
     CheckpointTensor t;
     t.globalShape = p.type.shape;
-    t.slice.offsets = parameters_->shardOffsets(i);
+    t.slice.offsets = store.shardOffsets(i);
     t.slice.shape = p.localType.shape;
     t.vocabularyRows = isVocabularyTable(p.name);
     // One replica of each piece saves it: the rank at coordinate 0 of every
     // grid axis that does not split the parameter.
-    for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
+    for (size_t axis = 0; severalRanks && axis < coordinates.size(); ++axis) {
       bool splits = false;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
@@ -74,9 +76,9 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
         t.save = false;
     }
     std::pair<const char *, host::Tensor *> kinds[] = {
-        {"model/", &parameters_->value(i)},
-        {"optimizer/exp_avg/", &parameters_->expAvg(i)},
-        {"optimizer/exp_avg_sq/", &parameters_->expAvgSq(i)}};
+        {"model/", &store.value(i)},
+        {"optimizer/exp_avg/", &store.expAvg(i)},
+        {"optimizer/exp_avg_sq/", &store.expAvgSq(i)}};
     for (auto [prefix, tensor] : kinds) {
       t.name = prefix + p.name;
       t.data = tensor->data<float>();
@@ -86,28 +88,51 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
   return tensors;
 }
 
+nlohmann::json optimizerState(const OptimizerConfig &config) {
+  const host::LrSchedule &s = config.schedule;
+  return {{"name", "adamw"},
+          {"lr", s.maxLr},
+          {"min_lr", s.minLr},
+          {"lr_decay_style", styleName(s.style)},
+          {"lr_decay_iters", s.decayIters},
+          {"lr_warmup_iters", s.warmupIters},
+          {"lr_warmup_init", s.warmupInitLr},
+          {"weight_decay", config.weightDecay},
+          {"adam_beta1", config.beta1},
+          {"adam_beta2", config.beta2},
+          {"adam_eps", config.eps},
+          {"clip_grad", config.clipGrad}};
+}
+
+std::string optimizerDifferences(const nlohmann::json &saved,
+                                 const nlohmann::json &current) {
+  std::string differences;
+  for (auto [key, flag] : kHyperParameterFlags) {
+    const nlohmann::json *was = saved.contains(key) ? &saved[key] : nullptr;
+    const nlohmann::json &now = current[key];
+    if (!was || *was != now)
+      differences += std::string(differences.empty() ? "" : "; ") + key +
+                     " is " + (was ? was->dump() : "absent") +
+                     " in the checkpoint and " + now.dump() + " here (" +
+                     flag + ")";
+  }
+  return differences;
+}
+
+std::vector<CheckpointTensor> Trainer::checkpointTensors() {
+  return storeCheckpointTensors(*parameters_, rank_ != nullptr);
+}
+
 CheckpointState Trainer::checkpointState(int64_t iteration,
                                          int64_t consumed) const {
   const ModelConfig &model = bundle_.model();
-  const host::LrSchedule &s = schedule();
   CheckpointState state;
   state.iteration = iteration;
   state.consumedSamples = consumed;
   state.seed = options_.seed;
   state.microStep = static_cast<uint64_t>(iteration * microBatches_);
   state.optimizerStep = iteration;
-  state.optimizer = {{"name", "adamw"},
-                     {"lr", s.maxLr},
-                     {"min_lr", s.minLr},
-                     {"lr_decay_style", styleName(s.style)},
-                     {"lr_decay_iters", s.decayIters},
-                     {"lr_warmup_iters", s.warmupIters},
-                     {"lr_warmup_init", s.warmupInitLr},
-                     {"weight_decay", options_.weightDecay},
-                     {"adam_beta1", options_.adamBeta1},
-                     {"adam_beta2", options_.adamBeta2},
-                     {"adam_eps", options_.adamEps},
-                     {"clip_grad", options_.clipGrad}};
+  state.optimizer = optimizerState(optimizerConfig_);
   state.lossScale = {{"kind", "none"}, {"scale", 1.0}};
   state.dataPath = corpusName_;
   state.split = options_.split;
@@ -178,17 +203,8 @@ void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
                     std::to_string(current.seed) +
                     " (the seed fixes the data order and dropout); pass "
                     "--seed " + std::to_string(saved.seed) + " to resume");
-  std::string differences;
-  for (auto [key, flag] : kHyperParameterFlags) {
-    const nlohmann::json *was =
-        saved.optimizer.contains(key) ? &saved.optimizer[key] : nullptr;
-    const nlohmann::json &now = current.optimizer[key];
-    if (!was || *was != now)
-      differences += std::string(differences.empty() ? "" : "; ") + key +
-                     " is " + (was ? was->dump() : "absent") +
-                     " in the checkpoint and " + now.dump() + " here (" +
-                     flag + ")";
-  }
+  std::string differences =
+      optimizerDifferences(saved.optimizer, current.optimizer);
   if (!differences.empty())
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 where + ": the optimizer's hyper-parameters differ: " +

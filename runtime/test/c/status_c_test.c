@@ -273,8 +273,8 @@ static void parameterErrors(mtrt_session_t session) {
               MTRT_STATUS_ABORTED);
 }
 
-static void checkpointErrors(mtrt_session_t session, mtrt_session_t trainOnly,
-                             const char *scratch) {
+static void checkpointErrors(mtrt_bundle_t bundle, mtrt_session_t session,
+                             mtrt_session_t trainOnly, const char *scratch) {
   char path[4096];
   expectError("save NULL", mtrt_session_save_checkpoint(session, NULL),
               MTRT_STATUS_INVALID_ARGUMENT);
@@ -283,19 +283,38 @@ static void checkpointErrors(mtrt_session_t session, mtrt_session_t trainOnly,
   snprintf(path, sizeof(path), "%s/a-file", scratch);
   writeFile(path, "x");
   snprintf(path, sizeof(path), "%s/a-file/checkpoint", scratch);
-  expectError("save under a file", mtrt_session_save_checkpoint(session, path),
-              MTRT_STATUS_PERMISSION_DENIED);
+  mtrt_status_t status = mtrt_session_save_checkpoint(session, path);
+  expectError("save under a file", status, mtrt_status_code(status));
+  CHECK(status != NULL);
   snprintf(path, sizeof(path), "%s/empty", scratch);
   expectError("load nothing", mtrt_session_load_checkpoint(session, path),
               MTRT_STATUS_NOT_FOUND);
+
+  snprintf(path, sizeof(path), "%s/gpt", scratch);
+  MUST(mtrt_session_save_checkpoint(session, path));
+  expectError("save the same iteration again",
+              mtrt_session_save_checkpoint(session, path),
+              MTRT_STATUS_ALREADY_EXISTS);
+  mtrt_session_options_t options;
+  mtrt_session_options_initialize(&options);
+  options.lr = 1e-3;
+  mtrt_session_t other = NULL;
+  MUST(mtrt_session_create(bundle, &options, &other));
+  expectError("load with another learning rate",
+              mtrt_session_load_checkpoint(other, path),
+              MTRT_STATUS_INVALID_ARGUMENT);
+  mtrt_session_release(other);
+
   snprintf(path, sizeof(path), "%s/other-model", scratch);
   MUST(mtrt_session_save_checkpoint(trainOnly, path));
   expectError("load another model", mtrt_session_load_checkpoint(session, path),
               MTRT_STATUS_INVALID_ARGUMENT);
-  snprintf(path, sizeof(path), "%s/other-model/session.json", scratch);
+  snprintf(path, sizeof(path), "%s/other-model/iter_0000000/checkpoint.json",
+           scratch);
   writeFile(path, "{not json");
   snprintf(path, sizeof(path), "%s/other-model", scratch);
-  expectError("load damaged state", mtrt_session_load_checkpoint(trainOnly, path),
+  expectError("load a damaged manifest",
+              mtrt_session_load_checkpoint(trainOnly, path),
               MTRT_STATUS_DATA_LOSS);
   double loss = 0;
   static int32_t small[8];
@@ -329,7 +348,7 @@ int main(int argc, char **argv) {
   MUST(mtrt_session_create(bundles[0], &options, &session));
   MUST(mtrt_session_create(bundles[2], &options, &trainOnly));
   batchErrors(session);
-  checkpointErrors(session, trainOnly, argv[5]);
+  checkpointErrors(bundles[0], session, trainOnly, argv[5]);
   parameterErrors(session);
 
   mtrt_session_release(trainOnly);
