@@ -31,14 +31,18 @@ def main():
                         choices=["constant", "linear", "cosine"])
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--lr-decay-iters", type=int,
+                        help="default: --train-iters, as megatron-train")
     parser.add_argument("--log-jsonl")
+    parser.add_argument("--save", help="save a checkpoint here at the end "
+                        "(megatron-train --load DIR resumes it)")
     args = parser.parse_args()
 
     bundle = mtrt.Bundle(args.bundle)
     # megatron-train's defaults: the schedule decays over --train-iters.
     session = mtrt.Session(bundle, lr=args.lr, seed=args.seed,
                            lr_decay_style=args.lr_decay_style,
-                           lr_decay_iters=args.train_iters,
+                           lr_decay_iters=args.lr_decay_iters or args.train_iters,
                            threads=args.threads)
     micro_batch, seq_length = session.batch_shape
     with open(args.corpus, "rb") as f:
@@ -61,6 +65,9 @@ def main():
             log.write(json.dumps({"iteration": m["iteration"], "loss": m["loss"],
                                   "grad_norm": m["grad_norm"],
                                   "lr": m["learning_rate"]}) + "\n")
+    if args.save:
+        session.save_checkpoint(args.save)
+        print(f"saved a checkpoint of iteration {args.train_iters} to {args.save}")
     wte = np.from_dlpack(session.parameter(session.parameter_names()[0]))
     print(f"{session.parameter_names()[0]}: {wte.shape}, "
           f"mean |w| {float(np.abs(wte).mean()):.5f}")
