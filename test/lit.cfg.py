@@ -66,5 +66,6 @@ tools = ["megatron-compile", "megatron-opt", "megatron-translate",
          "mtrt-info", "mtrt-api-c-test", "mtrt-session-c-test",
          "mtrt-status-c-test", "mtrt-train-tiny", "not",
          "split-file",
-         "mtrt-run", "megatron-train", "megatron-preprocess"]
+         "mtrt-run", "megatron-train", "megatron-preprocess",
+         "megatron-checkpoint"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, runs the model-file fuzzer briefly, and
+# Installs what is missing, builds, runs the fuzzers briefly, and
 # runs every test suite (lit + FileCheck under test/, the compiler's and the
 # runtime's GoogleTest units) in one lit run, ending with one summary line:
 # "tests: N passed, N failed, N skipped".
@@ -10,10 +10,11 @@ build=${BUILD_DIR:-$root/build}
 "$root/tools/setup.sh"
 "$root/tools/build.sh"
 
-# The model-file fuzzer: built with clang-22 into its own tree (only the
-# reader and the fuzzer, instrumented), run briefly over the bundled models.
-# A crash, a sanitizer report or a hang fails the script (after the tests
-# run); what it found is kept in $fuzz_build/fuzz-artifacts/.
+# The fuzzers: built with clang-22 into their own tree (only the readers
+# and the fuzzers, instrumented), run 20 s each: the model-file reader over
+# the bundled models, the runtime's safetensors reader over a few small
+# files. A crash, a sanitizer report or a hang fails the script (after the
+# tests run); what it found is kept in $fuzz_build/fuzz-artifacts/.
 status=0
 fuzz_build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 if [[ ! -f "$fuzz_build/build.ninja" ]]; then
@@ -21,24 +22,35 @@ if [[ ! -f "$fuzz_build/build.ninja" ]]; then
     -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
     -DMEGATRON_BUILD_FUZZERS=ON -DMEGATRON_BUILD_TESTS=OFF >/dev/null
 fi
-ninja -C "$fuzz_build" megatron-model-file-fuzzer
+ninja -C "$fuzz_build" megatron-model-file-fuzzer mtrt-safetensors-fuzzer
+mkdir -p "$fuzz_build/fuzz-artifacts"
 fuzz_corpus=$(mktemp -d)
 trap 'rm -rf "$fuzz_corpus"' EXIT
-cp "$root"/models/*.yaml "$root"/models/hf/*.json "$fuzz_corpus"/
-mkdir -p "$fuzz_build/fuzz-artifacts"
-fuzz_log="$fuzz_build/fuzz.log"
-if ! "$fuzz_build/bin/megatron-model-file-fuzzer" -max_total_time=20 \
-    -timeout=10 -dict="$root/tools/megatron-model-file-fuzzer/model-file.dict" \
-    -artifact_prefix="$fuzz_build/fuzz-artifacts/" "$fuzz_corpus" \
-    >"$fuzz_log" 2>&1; then
-  tail -n 40 "$fuzz_log" >&2
-  echo "fuzz: megatron-model-file-fuzzer failed; the input is in" \
-    "$fuzz_build/fuzz-artifacts/, the log in $fuzz_log" >&2
-  status=1
-else
-  runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$fuzz_log")
-  echo "fuzz: megatron-model-file-fuzzer made ${runs:-?} runs in 20 s, no crash"
-fi
+
+# run_fuzzer NAME DICT SEED_FILES...
+run_fuzzer() {
+  local name=$1 dict=$2
+  shift 2
+  local corpus="$fuzz_corpus/$name" log="$fuzz_build/$name.log"
+  mkdir -p "$corpus"
+  cp "$@" "$corpus"/
+  if ! "$fuzz_build/bin/$name" -max_total_time=20 -timeout=10 \
+      -dict="$dict" -artifact_prefix="$fuzz_build/fuzz-artifacts/" \
+      "$corpus" >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "fuzz: $name failed; the input is in $fuzz_build/fuzz-artifacts/," \
+      "the log in $log" >&2
+    status=1
+  else
+    runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log")
+    echo "fuzz: $name made ${runs:-?} runs in 20 s, no crash"
+  fi
+}
+run_fuzzer megatron-model-file-fuzzer \
+  "$root/tools/megatron-model-file-fuzzer/model-file.dict" \
+  "$root"/models/*.yaml "$root"/models/hf/*.json
+run_fuzzer mtrt-safetensors-fuzzer "$root/runtime/test/fuzz/safetensors.dict" \
+  "$root"/runtime/test/fuzz/corpus/*
 
 results="$build/test-results.xml"
 /usr/lib/llvm-22/bin/lit -sv --xunit-xml-output "$results" \

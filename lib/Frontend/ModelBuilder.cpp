@@ -4,6 +4,7 @@
 
 #include "mt/IR/MtOps.h"
 #include "mt/IR/MtShapeRules.h"
+#include "mt/IR/MtLayerLocations.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -250,6 +251,10 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
     k = mt::RopeOp::create(builder, loc, typeOf(k), k, base, IntegerAttr());
   }
   double attentionDropout = training ? model.attentionDropout : 0.0;
+  // Megatron-LM's core_attention module: what selective recomputation
+  // recomputes (mt/IR/MtLayerLocations.h).
+  Location layerLoc = loc;
+  loc = mt::getLayerLoc(builder.getContext(), layer, /*coreAttention=*/true);
   RankedTensorType type = check(mt::inferAttentionType(
       typeOf(q), typeOf(k), typeOf(v), /*causal=*/true, emitter()));
   Value context = mt::AttentionOp::create(
@@ -258,6 +263,7 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
       builder.getF64FloatAttr(attentionDropout),
       builder.getI64IntegerAttr(attentionDropout > 0.0 ? nextSeed++ : 0));
   context = reshape(context, {batch, seq, heads * headDim});
+  loc = layerLoc;
   StringRef out = naming.gpt2 ? "attn.c_proj" : "self_attn.o_proj";
   return linear(context, naming.layer(layer, (out + ".weight").str()),
                 naming.layer(layer, (out + ".bias").str()), transposeWeight);
@@ -337,7 +343,10 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind) {
   }
   h = dropout(h, model.hiddenDropout);
 
+  Location stepLoc = loc;
   for (int64_t i = 0; i < model.numLayers; ++i) {
+    // Recomputation finds a layer's ops by their location.
+    loc = mt::getLayerLoc(builder.getContext(), i, /*coreAttention=*/false);
     StringRef norm1 = naming.gpt2 ? "ln_1" : "input_layernorm";
     StringRef norm2 = naming.gpt2 ? "ln_2" : "post_attention_layernorm";
     Value x = norm(h, naming.layer(i, (norm1 + ".weight").str()),
@@ -349,6 +358,7 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind) {
     h = mt::AddOp::create(builder, loc, typeOf(h), h,
                           dropout(mlp(x, i), model.hiddenDropout));
   }
+  loc = stepLoc;
   StringRef finalNorm = naming.gpt2 ? "transformer.ln_f" : "model.norm";
   h = norm(h, (finalNorm + ".weight").str(), (finalNorm + ".bias").str());
 

@@ -16,6 +16,14 @@ void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
   differentiate.functionName = options.trainFunction;
   pm.addPass(mlir::mt::createDifferentiatePass(differentiate));
   pm.addPass(mlir::createCSEPass());
+  if (options.recomputeGranularity != "none") {
+    mlir::mt::RecomputePassOptions recompute;
+    recompute.functionName = options.trainFunction;
+    recompute.granularity = options.recomputeGranularity;
+    recompute.method = options.recomputeMethod;
+    recompute.numLayers = options.recomputeNumLayers;
+    pm.addPass(mlir::mt::createRecomputePass(recompute));
+  }
 }
 
 void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,

@@ -9,6 +9,7 @@
 #include "megatron/Frontend/CompileConfig.h"
 #include "megatron/Frontend/ModelBuilder.h"
 #include "megatron/InitAll.h"
+#include "megatron/Memory/Memory.h"
 #include "megatron/Pipelines/Pipelines.h"
 #include "megatron/Target/Bundle.h"
 #include "mt/Transforms/Passes.h"
@@ -55,15 +56,46 @@ static cl::opt<EmitKind> emit(
                           "function's instruction stream")),
     cl::init(EmitKind::None), cl::cat(compileCategory));
 
-enum class ReportKind { None, Params, Collectives };
+enum class ReportKind { None, Params, Collectives, Memory };
 static cl::opt<ReportKind> report(
     "report", cl::desc("Print a table about the compiled model"),
     cl::values(clEnumValN(ReportKind::Params, "params",
                           "parameters: names, global shapes, counts, init"),
                clEnumValN(ReportKind::Collectives, "collectives",
                           "each step's collectives per rank and their bytes, "
-                          "next to Megatron-LM's predicted volumes")),
+                          "next to Megatron-LM's predicted volumes"),
+               clEnumValN(ReportKind::Memory, "memory",
+                          "per rank: parameters, gradients, optimizer state, "
+                          "activations (peak and by layer), workspace, next "
+                          "to Megatron-LM's theoretical memory")),
     cl::init(ReportKind::None), cl::cat(compileCategory));
+
+static cl::opt<std::string> memoryBudget(
+    "memory-budget",
+    cl::desc("Pick the least activation recomputation whose per-rank total "
+             "fits this many bytes (suffixes KiB, MiB, GiB, TiB; KB, MB, GB, "
+             "TB); replaces the model file's recompute_granularity"),
+    cl::value_desc("bytes"), cl::cat(compileCategory));
+
+/// The model file's recomputation keys as mt-recompute's policy.
+static mlir::mt::RecomputePolicy recomputePolicy(const RecomputeConfig &r) {
+  mlir::mt::RecomputePolicy policy;
+  switch (r.granularity) {
+  case RecomputeGranularity::None:
+    policy.granularity = mlir::mt::RecomputeGranularity::None;
+    break;
+  case RecomputeGranularity::Selective:
+    policy.granularity = mlir::mt::RecomputeGranularity::Selective;
+    break;
+  case RecomputeGranularity::Full:
+    policy.granularity = mlir::mt::RecomputeGranularity::Full;
+    break;
+  }
+  policy.method = r.method == "block" ? mlir::mt::RecomputeMethod::Block
+                                      : mlir::mt::RecomputeMethod::Uniform;
+  policy.numLayers = r.numLayers;
+  return policy;
+}
 
 static int fail(const Twine &message) {
   WithColor::error(errs(), "megatron-compile") << message << "\n";
@@ -138,28 +170,73 @@ int main(int argc, char **argv) {
   }
 
   if (writesBundle || emit == EmitKind::Plan ||
-      report == ReportKind::Collectives) {
+      report == ReportKind::Collectives || report == ReportKind::Memory) {
     const ParallelConfig &parallel = config->parallel;
     if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel)
       return fail("pipeline parallelism and sequence parallelism are not "
                   "implemented yet; compile with "
                   "pipeline_model_parallel_size 1 and sequence_parallel "
                   "false (docs/Parallelism.md)");
-    mlir::PassManager pm(&context);
-    buildTrainingPipeline(pm, TrainingPipelineOptions());
-    if (parallel.worldSize() > 1) {
-      PartitionPipelineOptions partition;
-      partition.tensorParallelSize = parallel.tensorModelParallelSize;
-      partition.dataParallelSize = parallel.dataParallelSize;
-      // One rank has nothing to shard the optimizer over: the plain
-      // optimizer is the distributed one with a single shard.
-      partition.distributedOptimizer = parallel.useDistributedOptimizer;
-      buildPartitionPipeline(pm, partition);
+    // The pipelines, under one recomputation policy; --memory-budget runs
+    // them once per candidate.
+    auto compile = [&](mlir::ModuleOp target,
+                       const mlir::mt::RecomputePolicy &policy) {
+      mlir::PassManager pm(&context);
+      TrainingPipelineOptions training;
+      training.recomputeGranularity =
+          policy.granularity == mlir::mt::RecomputeGranularity::None
+              ? "none"
+          : policy.granularity == mlir::mt::RecomputeGranularity::Selective
+              ? "selective"
+              : "full";
+      training.recomputeMethod =
+          policy.method == mlir::mt::RecomputeMethod::Block ? "block"
+                                                            : "uniform";
+      training.recomputeNumLayers = policy.numLayers;
+      buildTrainingPipeline(pm, training);
+      if (parallel.worldSize() > 1) {
+        PartitionPipelineOptions partition;
+        partition.tensorParallelSize = parallel.tensorModelParallelSize;
+        partition.dataParallelSize = parallel.dataParallelSize;
+        // One rank has nothing to shard the optimizer over: the plain
+        // optimizer is the distributed one with a single shard.
+        partition.distributedOptimizer = parallel.useDistributedOptimizer;
+        buildPartitionPipeline(pm, partition);
+      }
+      return pm.run(target);
+    };
+    mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);
+    if (memoryBudget.getNumOccurrences()) {
+      auto origin = config->keyOrigins.find("recompute_granularity");
+      if (origin != config->keyOrigins.end() &&
+          StringRef(origin->second).starts_with("command line"))
+        return fail("--memory-budget picks the recomputation policy; give "
+                    "either it or --recompute-granularity, not both");
+      Expected<int64_t> budget = parseByteSize(memoryBudget);
+      if (!budget)
+        return fail(toString(budget.takeError()));
+      Expected<mlir::mt::RecomputePolicy> chosen =
+          chooseRecomputePolicy(*module, *config, *budget, compile);
+      if (!chosen)
+        return fail(toString(chosen.takeError()));
+      policy = *chosen;
+      config->recompute.granularity =
+          policy.granularity == mlir::mt::RecomputeGranularity::None
+              ? RecomputeGranularity::None
+          : policy.granularity == mlir::mt::RecomputeGranularity::Selective
+              ? RecomputeGranularity::Selective
+              : RecomputeGranularity::Full;
+      config->recompute.method =
+          policy.method == mlir::mt::RecomputeMethod::Block ? "block"
+                                                            : "uniform";
+      config->recompute.numLayers = policy.numLayers;
     }
-    if (failed(pm.run(*module)))
+    if (failed(compile(*module, policy)))
       return fail("the training pipeline failed (see the diagnostics above)");
     if (report == ReportKind::Collectives)
       mlir::mt::printCollectives(*module, os);
+    if (report == ReportKind::Memory)
+      printMemoryReport(*module, *config, policy, os);
     if (writesBundle)
       return failed(writeBundle(*module, &*config, outputPath)) ? 1 : 0;
     if (emit == EmitKind::Plan) {

@@ -61,6 +61,55 @@ def DifferentiatePass : Pass<"mt-differentiate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
+def RecomputePass : Pass<"mt-recompute", "::mlir::ModuleOp"> {
+  let summary = "recomputes activations in the backward pass (Megatron-LM's policies)";
+  let description = [{
+    Runs after `mt-differentiate`. The forward ops a policy recomputes are
+    cloned into the backward pass right before their first backward use, and
+    the backward pass reads the clones, so the activations the originals
+    produced die at their last forward use. Layers are found by the ops'
+    locations, `"layers.<i>"` and `"layers.<i>.core_attention"`, which the
+    front end sets (`mt/IR/MtLayerLocations.h`). A segment's results that
+    forward ops of other segments read (a layer's output, the next layer's
+    input) are its checkpoints: they are kept, not recomputed.
+
+    - `granularity=selective` (Megatron-LM's default): each layer's core
+      attention (the attention op and the reshape of its output).
+    - `granularity=full method=uniform num-layers=N`: every layer, in groups
+      of N consecutive layers; only each group's input is kept.
+    - `granularity=full method=block num-layers=N`: the first N layers, each
+      from its own input.
+
+    Clones carry the unit attribute `mt.recomputed` (it keeps CSE from merging
+    them back). Dropout masks depend on the seed, the step and the position
+    only, so a recomputed op gives the bits of the original.
+
+    ```mlir
+    %y = mt.gelu %x approximate = tanh loc("layers.0")
+    ... // forward
+    %dx = mt.gelu_grad %dy, %x ...
+    %w = mt.linear_weight_grad %y, %dz ...
+    // with granularity=full becomes, in the backward pass:
+    %y1 = mt.gelu %x approximate = tanh {mt.recomputed}
+    %w = mt.linear_weight_grad %y1, %dz ...
+    ```
+  }];
+  let options = [
+    Option<"functionName", "function", "std::string", "\"train_step\"",
+           "The differentiated function">,
+    Option<"granularity", "granularity", "std::string", "\"none\"",
+           "none, selective or full (Megatron-LM's --recompute-granularity)">,
+    Option<"method", "method", "std::string", "\"uniform\"",
+           "uniform or block (--recompute-method), for full">,
+    Option<"numLayers", "num-layers", "int64_t", "1",
+           "Layers per group (uniform) or recomputed layers (block)">
+  ];
+  let statistics = [
+    Statistic<"numRecomputed", "recomputed", "Number of cloned forward ops">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
 def ParametersToArgumentsPass
     : Pass<"mt-parameters-to-arguments", "::mlir::ModuleOp"> {
   let summary = "turns a step's parameter reads into arguments and its gradients into results";

@@ -17,11 +17,24 @@ struct TrainingPipelineOptions
       *this, "train-function",
       llvm::cl::desc("The step function to differentiate"),
       llvm::cl::init("train_step")};
+  Option<std::string> recomputeGranularity{
+      *this, "recompute-granularity",
+      llvm::cl::desc("none, selective or full (see mt-recompute)"),
+      llvm::cl::init("none")};
+  Option<std::string> recomputeMethod{
+      *this, "recompute-method",
+      llvm::cl::desc("uniform or block, for full recomputation"),
+      llvm::cl::init("uniform")};
+  Option<int64_t> recomputeNumLayers{
+      *this, "recompute-num-layers",
+      llvm::cl::desc("Layers per group (uniform) or recomputed (block)"),
+      llvm::cl::init(1)};
 };
 
 /// From the model-level module the front end builds to the one a bundle is
 /// written from: differentiates train_step (its backward pass and gradient
-/// accumulation) and removes redundant work.
+/// accumulation), removes redundant work, and applies the recomputation
+/// policy (mt-recompute; after CSE, which would merge the clones back).
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 

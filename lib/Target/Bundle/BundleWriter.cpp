@@ -3,6 +3,7 @@
 #include "megatron/Target/Bundle.h"
 
 #include "mt/IR/MtOps.h"
+#include "mt/Transforms/MemoryPlan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -68,6 +69,7 @@ private:
   LogicalResult addValue(Value value);
   FailureOr<llvm::json::Value> convertAttribute(Operation *op, Attribute attr);
   FailureOr<Object> writeAttributes(Operation *op);
+  Object writeMemoryPlan();
 
   func::FuncOp function;
   const llvm::StringMap<int64_t> &parameterIndex;
@@ -147,6 +149,9 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
     return writeCollective(op);
   Object attrs;
   for (NamedAttribute named : op->getAttrDictionary()) {
+    // Discardable attributes (mt.recomputed) are notes for passes.
+    if (op->getDiscardableAttr(named.getName()))
+      continue;
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
     if (failed(value))
       return failure();
@@ -172,6 +177,18 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
         attrs["ignore_index"] = loss.getIgnoreIndexAttr().getInt();
       });
   return attrs;
+}
+
+/// The static arena (docs/BundleFormat.md, "Memory plan"): an offset per
+/// value, -1 for values without memory.
+Object FunctionWriter::writeMemoryPlan() {
+  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(function);
+  SmallVector<int64_t> offsets(values.size(), -1);
+  for (const mt::BufferPlan &buffer : plan.buffers)
+    offsets[ids.lookup(buffer.value)] = buffer.offset;
+  return Object{{"alignment", mt::kArenaAlignment},
+                {"arena_bytes", plan.arenaBytes},
+                {"offsets", Array(offsets)}};
 }
 
 FailureOr<llvm::json::Value> FunctionWriter::write() {
@@ -269,11 +286,13 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
                {"operands", Array{ids.lookup(output.get())}},
                {"attrs", Object{{"parameter", it->second}}}});
   }
+  Object memoryPlan = writeMemoryPlan();
   return llvm::json::Value(Object{{"name", function.getSymName()},
                                   {"inputs", std::move(inputs)},
                                   {"outputs", std::move(outputs)},
                                   {"values", std::move(values)},
-                                  {"instructions", std::move(instructions)}});
+                                  {"instructions", std::move(instructions)},
+                                  {"memory_plan", std::move(memoryPlan)}});
 }
 
 /// The manifest's `gradient_buffer` (mt-plan-gradient-reduction): the

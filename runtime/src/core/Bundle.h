@@ -136,12 +136,26 @@ struct Instruction {
   Attributes attrs;
 };
 
+/// The compiler's static arena for one function (docs/BundleFormat.md,
+/// "Memory plan"), validated at load (core/MemoryPlan.h): every value with
+/// memory lies inside the arena, and no two values live at the same time
+/// overlap, except a result computed in place of an operand that dies there.
+struct MemoryPlan {
+  uint64_t alignment = 0;
+  uint64_t arenaBytes = 0;
+  /// By value index; -1 for values without memory (parameter views).
+  std::vector<int64_t> offsets;
+};
+
 struct Function {
   std::string name;
   std::vector<int64_t> inputs;
   std::vector<int64_t> outputs;
   std::vector<TensorType> values;
   std::vector<Instruction> instructions;
+  /// Absent in bundles written before the plan existed: backends then plan
+  /// (or allocate) on their own.
+  std::optional<MemoryPlan> memoryPlan;
 };
 
 struct Parameter {

@@ -659,6 +659,8 @@ void ManifestReader::readFunction(const Json &json, const std::string &path,
            "every value to be an input or the result of exactly one "
            "instruction");
   checkFunctionSignature(out, path);
+  if (const Json *plan = optionalField(json, "memory_plan"))
+    readMemoryPlan(*plan, member(path, "memory_plan"), out);
 }
 
 /// The entry points the runtime calls have the signatures the format fixes.

@@ -107,6 +107,10 @@ private:
                       const OpInfo &info, Attributes &out);
   void checkFunctionSignature(const Function &function,
                               const std::string &path);
+  /// Reads and checks `memory_plan` (core/MemoryPlan.cpp); needs the
+  /// function's instructions, and definedAt_/freedAt_ from reading them.
+  void readMemoryPlan(const Json &json, const std::string &path,
+                      Function &function);
 
   std::string name_;
   const std::vector<Parameter> *parameters_ = nullptr;

@@ -430,6 +430,14 @@ SafetensorsFile SafetensorsFile::parseBytes(std::string name,
                               ", which is not UTF-8",
                 "UTF-8 JSON text");
   }
+  // nlohmann's parser takes a NUL byte for the end of its input, which would
+  // let anything after one pass unread; JSON text has none.
+  size_t nul = text.find('\0');
+  if (nul != std::string_view::npos)
+    reader.fail("header",
+                "a NUL byte at file offset " + std::to_string(8 + nul),
+                "UTF-8 JSON text (the header is padded with spaces, not "
+                "NULs)");
   Json root = reader.parseJson(text);
   if (!root.is_object())
     reader.fail("header", kindOf(root),

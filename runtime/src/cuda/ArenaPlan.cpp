@@ -2,6 +2,8 @@
 // arena.
 #include "cuda/ArenaPlan.h"
 
+#include "core/MemoryPlan.h"
+
 #include <algorithm>
 
 namespace mtrt::cuda {
@@ -60,6 +62,32 @@ void OffsetAllocator::release(size_t offset, size_t bytes) {
 ArenaPlan planArena(const Function &function,
                     const std::function<size_t(int64_t)> &valueBytes,
                     const std::function<size_t(size_t)> &scratchBytes) {
+  // The compiler's plan (core/MemoryPlan.h), when the bundle has one that
+  // fits this backend's storage.
+  size_t maxScratch = 0;
+  for (size_t position = 0; position < function.instructions.size();
+       ++position)
+    maxScratch = std::max(maxScratch, scratchBytes(position));
+  if (std::optional<PlannedArena> planned = layOutPlannedArena(
+          function, [&](int64_t v) { return uint64_t(valueBytes(v)); },
+          maxScratch, kArenaAlignment)) {
+    ArenaPlan plan;
+    plan.bytes = planned->bytes;
+    for (size_t v = 0; v < function.values.size(); ++v) {
+      int64_t offset = function.memoryPlan->offsets[v];
+      plan.valueOffset.push_back(offset < 0 || valueBytes(int64_t(v)) == 0
+                                     ? ArenaPlan::kNone
+                                     : size_t(offset));
+    }
+    for (size_t position = 0; position < function.instructions.size();
+         ++position) {
+      size_t scratch = scratchBytes(position);
+      plan.scratchBytes.push_back(scratch);
+      plan.scratchOffset.push_back(scratch ? planned->scratchOffset
+                                           : ArenaPlan::kNone);
+    }
+    return plan;
+  }
   ArenaPlan plan;
   size_t values = function.values.size();
   plan.valueOffset.assign(values, ArenaPlan::kNone);

@@ -4,6 +4,7 @@
 
 #include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
+#include "core/MemoryPlan.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
@@ -21,6 +22,13 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   checkNoHalfValues(bundle, *function_,
                     "the host backend computes in f32 or f64 only");
   slots_.resize(function_->values.size());
+  if (const std::optional<MemoryPlan> &plan = function_->memoryPlan) {
+    // f64 storage doubles every float value; doubled offsets keep disjoint
+    // blocks disjoint, and ids fit in twice their declared bytes.
+    arenaScale_ = floatType_ == DType::F64 ? 2 : 1;
+    arena_ = Buffer(static_cast<size_t>(plan->arenaBytes) * arenaScale_);
+    peakBytes_ = arena_.size();
+  }
   if (rank_ && rank_->gridShape() != bundle.gridShape())
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 "Executor: the rank's grid " + shapeString(rank_->gridShape()) +
@@ -67,7 +75,7 @@ Buffer Executor::takeBuffer(size_t bytes) {
     buffer = Buffer(bytes);
   }
   liveBytes_ += bytes;
-  peakBytes_ = std::max(peakBytes_, liveBytes_);
+  peakBytes_ = std::max(peakBytes_, arena_.size() + liveBytes_);
   return buffer;
 }
 
@@ -81,6 +89,12 @@ void Executor::giveBuffer(Buffer buffer) {
 
 void *Executor::allocate(int64_t value) {
   Slot &slot = slots_[value];
+  if (arena_) {
+    int64_t offset = function_->memoryPlan->offsets[value];
+    slot.data = static_cast<char *>(arena_.data()) +
+                static_cast<size_t>(offset) * arenaScale_;
+    return slot.data;
+  }
   const TensorType &type = function_->values[value];
   slot.owned = takeBuffer(static_cast<size_t>(type.numElements) *
                           dtypeSize(storageType(value)));

@@ -24,9 +24,13 @@ class ThreadPool;
 /// Executes a function's instruction stream in order, one kernel call per
 /// instruction (kernels parallelize internally over the ThreadPool).
 ///
-/// Values are allocated when an instruction defines them and returned to a
-/// free list, keyed by size, at the instruction that lists them in `free`;
-/// after the first run, runs allocate nothing. Every floating value is stored
+/// Values live in one arena at the offsets of the bundle's memory plan
+/// (docs/BundleFormat.md, "Memory plan"; validated when the bundle was read),
+/// scaled by 2 when the store computes in f64, which keeps blocks disjoint.
+/// Bundles without a plan get the old scheme: values are allocated when an
+/// instruction defines them and returned to a free list, keyed by size, at
+/// the instruction that lists them in `free`. Either way, after the first
+/// run, runs allocate nothing; kernel scratch comes from the free list. Every floating value is stored
 /// in the ParameterStore's float type (f32, or f64 for gradient checks),
 /// whatever f32/f64 the bundle declares; bf16 and f16 are rejected. Ids are
 /// stored as declared (i32 or i64). get_parameter binds a view of the
@@ -72,8 +76,11 @@ public:
   std::vector<Tensor> run(const std::vector<TensorView> &inputs, uint64_t step);
 
   /// The most bytes of values (and kernel scratch) live at once, over all
-  /// runs so far.
+  /// runs so far; with a memory plan, the arena's size plus the scratch.
   size_t peakBytes() const { return peakBytes_; }
+  /// The arena's bytes when the executor runs in the bundle's memory plan,
+  /// else 0.
+  size_t arenaBytes() const { return arena_.size(); }
 
 private:
   struct Slot {
@@ -100,6 +107,9 @@ private:
   DType floatType_;
 
   std::vector<Slot> slots_;
+  /// The memory plan's arena and its offsets' scale (2 for f64 storage).
+  Buffer arena_;
+  size_t arenaScale_ = 1;
   std::multimap<size_t, Buffer> spare_;
   size_t liveBytes_ = 0;
   size_t peakBytes_ = 0;

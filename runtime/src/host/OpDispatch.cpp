@@ -287,10 +287,15 @@ void Executor::execute(size_t position, const Instruction &inst,
     biasAddForward<T>(pool, n ? total / n : 0, n, in(0), in(1), out(0));
     break;
   }
-  case Op::Reshape:
-    std::memcpy(out(0), in(0),
-                sizeof(T) * static_cast<size_t>(count(inst.operands[0])));
+  case Op::Reshape: {
+    // In place (the memory plan gave the result its operand's block), the
+    // bytes are already there.
+    const T *x = in(0);
+    T *y = out(0);
+    if (y != x)
+      std::memcpy(y, x, sizeof(T) * static_cast<size_t>(count(inst.operands[0])));
     break;
+  }
   case Op::Transpose: {
     const auto &x = operandShape(0);
     transposeForward<T>(pool, static_cast<int>(x.size()), x.data(),

@@ -517,8 +517,13 @@ CheckpointManifest readCheckpointManifest(const std::string &iterationDir) {
   try {
     j = Json::parse(text);
   } catch (const Json::exception &e) {
-    r.fail("the file", std::string("invalid JSON (") + e.what() + ")",
-           "a JSON object");
+    // nlohmann quotes the bytes it stopped at, which may not be text.
+    std::string reason = e.what();
+    for (char &c : reason)
+      if (static_cast<unsigned char>(c) < 32 ||
+          static_cast<unsigned char>(c) > 126)
+        c = '?';
+    r.fail("the file", "invalid JSON (" + reason + ")", "a JSON object");
   }
   if (!j.is_object())
     r.fail("the file", "a JSON " + std::string(j.type_name()), "an object");
@@ -610,6 +615,9 @@ CheckpointManifest readCheckpointManifest(const std::string &iterationDir) {
 
 void verifyCheckpointFiles(const CheckpointManifest &manifest,
                            const std::vector<std::string> *only) {
+  const std::string fix = "; restore the file, or move '" +
+                          manifest.directory +
+                          "' away to load the checkpoint before it";
   for (const CheckpointFile &f : manifest.files) {
     if (only && std::find(only->begin(), only->end(), f.name) == only->end())
       continue;
@@ -621,20 +629,21 @@ void verifyCheckpointFiles(const CheckpointManifest &manifest,
                   "checkpoint file '" + path + "': " + ec.message() +
                       "; the manifest lists it with " +
                       std::to_string(f.bytes) +
-                      " bytes (the checkpoint is incomplete)");
+                      " bytes (the checkpoint is incomplete)" + fix);
     if (size != f.bytes)
       throw Error(MTRT_STATUS_DATA_LOSS,
                   "checkpoint file '" + path + "': found " +
                       std::to_string(size) + " bytes, the manifest records " +
                       std::to_string(f.bytes) +
                       (size < f.bytes ? " (the file is truncated)"
-                                      : " (the file is corrupted)"));
+                                      : " (the file is corrupted)") +
+                      fix);
     std::string digest = toHex(sha256OfFile(path));
     if (digest != f.sha256)
       throw Error(MTRT_STATUS_DATA_LOSS,
                   "checkpoint file '" + path + "': found SHA-256 " + digest +
                       ", the manifest records " + f.sha256 +
-                      " (the file is corrupted)");
+                      " (the file is corrupted)" + fix);
   }
 }
 

@@ -153,12 +153,19 @@ CheckpointState Trainer::checkpointState(int64_t iteration,
 void Trainer::checkSaveDirectory() const {
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (int64_t i = startIteration_ + 1; i <= options_.trainIters; ++i) {
-    bool saves = i == options_.trainIters ||
-                 (options_.saveInterval > 0 && i % options_.saveInterval == 0);
+  // The multiples of --save-interval after the start, and the last.
+  std::vector<int64_t> saved;
+  if (options_.saveInterval > 0)
+    for (int64_t i = (startIteration_ / options_.saveInterval + 1) *
+                     options_.saveInterval;
+         i < options_.trainIters; i += options_.saveInterval)
+      saved.push_back(i);
+  if (options_.trainIters > startIteration_)
+    saved.push_back(options_.trainIters);
+  for (int64_t i : saved) {
     std::string dir =
         (fs::path(options_.save) / iterationDirectoryName(i)).string();
-    if (saves && fs::exists(dir, ec))
+    if (fs::exists(dir, ec))
       throw Error(MTRT_STATUS_ALREADY_EXISTS,
                   "--save: '" + dir + "' already exists and this run would "
                   "save iteration " + std::to_string(i) +

@@ -349,3 +349,62 @@ TEST(SafetensorsRejectTest, OpenNamesThePath) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Edges the other tests leave: an empty header, text after the JSON, numbers
+// past 64 bits, an empty tensor inside another's bytes
+//===----------------------------------------------------------------------===//
+
+/// The message of the Error that parsing `bytes` throws.
+std::string rejection(const std::vector<uint8_t> &bytes) {
+  std::optional<Error> error = test::errorOf([&] { parse(bytes); });
+  return error ? error->what() : "accepted";
+}
+
+TEST(SafetensorsRejectTest, EmptyHeaderOrTextAfterTheJson) {
+  std::string start = kPrefix + "header: found invalid JSON ([json.exception.";
+  for (const std::vector<uint8_t> &bytes : {fileOf(""), fileOf("{} x")}) {
+    std::string message = rejection(bytes);
+    EXPECT_EQ(message.substr(0, start.size()), start) << message;
+  }
+  // nlohmann stops at a NUL byte, so what follows one would go unread.
+  EXPECT_REJECTED(fileOf(std::string("{}\0{\"w\":1}", 10)),
+                  MTRT_STATUS_INVALID_ARGUMENT,
+                  "header: found a NUL byte at file offset 10, expected UTF-8 "
+                  "JSON text (the header is padded with spaces, not NULs)");
+}
+
+TEST(SafetensorsRejectTest, NumbersPastSixtyFourBits) {
+  // nlohmann reads integers past UINT64_MAX as doubles, which are refused.
+  EXPECT_REJECTED(
+      oneTensor(R"({"dtype":"U8","shape":[0],)"
+                R"("data_offsets":[18446744073709551616,0]})",
+                0),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "tensor \"w\".data_offsets[0]: found 1.8446744073709552e+19, expected "
+      "a non-negative integer");
+  EXPECT_REJECTED(
+      oneTensor(R"({"dtype":"U8","shape":[1e30],"data_offsets":[0,0]})", 0),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "tensor \"w\".shape[0]: found 1e+30, expected a non-negative integer");
+  // The largest offsets that fit are out of range, not an overflow.
+  EXPECT_REJECTED(
+      oneTensor(R"({"dtype":"U8","shape":[0],)"
+                R"("data_offsets":[18446744073709551615,18446744073709551615]})",
+                0),
+      MTRT_STATUS_DATA_LOSS,
+      "tensor \"w\".data_offsets [18446744073709551615, "
+      "18446744073709551615]: found end 18446744073709551615, expected at "
+      "most the 0 bytes of the data buffer (the file is truncated or the "
+      "header corrupted)");
+}
+
+TEST(SafetensorsRejectTest, EmptyTensorInsideAnotherTensorsBytes) {
+  EXPECT_REJECTED(
+      fileOf(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+             R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
+             std::vector<uint8_t>(8)),
+      MTRT_STATUS_INVALID_ARGUMENT,
+      "tensor \"e\".data_offsets [4, 4]: found an overlap with tensor \"a\" "
+      "at [0, 8], expected tensors whose bytes do not overlap");
+}

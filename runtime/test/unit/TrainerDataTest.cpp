@@ -183,9 +183,15 @@ TEST(TrainerDataTest, FlagErrorsSayWhatAndHow) {
        "megatron-compile"});
   expectError(
       [&] {
-        parseTrainCommand(base({"--save", "ckpt"}));
+        parseTrainCommand(base({"--exit-interval", "5"}));
       },
-      MTRT_STATUS_INVALID_ARGUMENT, {"--save is not supported"});
+      MTRT_STATUS_INVALID_ARGUMENT, {"--exit-interval is not supported"});
+  expectError(
+      [&] {
+        parseTrainCommand(base({"--save-interval", "0", "--save", "ckpt"}));
+      },
+      MTRT_STATUS_INVALID_ARGUMENT,
+      {"--save-interval: found 0, expected an integer >= 1"});
   expectError(
       [&] {
         parseTrainCommand(base({"--clip-grad", "one"}));

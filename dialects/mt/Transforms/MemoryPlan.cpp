@@ -1,0 +1,196 @@
+//===- MemoryPlan.cpp - Best-fit arena offsets from the bundle's liveness -===//
+
+#include "mt/Transforms/MemoryPlan.h"
+
+#include "mt/IR/MtOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+
+#include <algorithm>
+#include <map>
+
+using namespace mlir;
+using namespace mlir::mt;
+
+bool mt::mayComputeInPlace(Operation *op) {
+  return isa<AddOp, MulOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp,
+             DropoutOp, BiasAddOp, ReshapeOp>(op);
+}
+
+namespace {
+
+int64_t blockBytes(int64_t bytes) {
+  int64_t rounded =
+      (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  return std::max(rounded, kArenaAlignment);
+}
+
+/// Best-fit offsets in a region that grows at its top; released neighbours
+/// merge.
+class OffsetAllocator {
+public:
+  int64_t allocate(int64_t bytes) {
+    bytes = blockBytes(bytes);
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it)
+      if (it->second >= bytes &&
+          (best == free.end() || it->second < best->second))
+        best = it;
+    if (best != free.end()) {
+      auto [offset, size] = *best;
+      free.erase(best);
+      if (size > bytes)
+        free.emplace(offset + bytes, size - bytes);
+      return offset;
+    }
+    // Grow the top; a free block that ends at the top is extended instead.
+    int64_t offset = top;
+    if (!free.empty()) {
+      auto last = std::prev(free.end());
+      if (last->first + last->second == top) {
+        offset = last->first;
+        free.erase(last);
+      }
+    }
+    top = offset + bytes;
+    return offset;
+  }
+
+  void release(int64_t offset, int64_t bytes) {
+    bytes = blockBytes(bytes);
+    auto it = free.emplace(offset, bytes).first;
+    if (auto next = std::next(it);
+        next != free.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free.erase(next);
+    }
+    if (it != free.begin()) {
+      auto previous = std::prev(it);
+      if (previous->first + previous->second == it->first) {
+        previous->second += it->second;
+        free.erase(it);
+      }
+    }
+    // The top shrinks back over a free block that ends there, so the next
+    // growth reuses it.
+    auto last = free.empty() ? free.end() : std::prev(free.end());
+    if (last != free.end() && last->first + last->second == top) {
+      top = last->first;
+      free.erase(last);
+    }
+  }
+
+  int64_t top = 0;
+
+private:
+  std::map<int64_t, int64_t> free; // offset -> size
+};
+
+int64_t valueBytes(Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  int64_t bits = type.getElementType().getIntOrFloatBitWidth();
+  return type.getNumElements() * ((bits + 7) / 8);
+}
+
+} // namespace
+
+FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function) {
+  FunctionMemoryPlan plan;
+  Block &body = function.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+  auto add = [&](Value value, int64_t definedAt, bool memory) {
+    BufferPlan buffer;
+    buffer.value = value;
+    buffer.bytes = valueBytes(value);
+    buffer.definedAt = definedAt;
+    buffer.lastUse = definedAt;
+    buffer.offset = memory ? 0 : -1;
+    plan.bufferIndex[value] = plan.buffers.size();
+    plan.buffers.push_back(buffer);
+  };
+
+  // The bundle's stream: parameter arguments become get_parameter views.
+  int64_t position = 0;
+  for (BlockArgument argument : body.getArguments()) {
+    bool parameter = static_cast<bool>(function.getArgAttr(
+        argument.getArgNumber(), "mt.parameter"));
+    add(argument, parameter ? position++ : -1, !parameter);
+  }
+  DenseMap<Operation *, int64_t> positionOf;
+  for (Operation &op : body.without_terminator()) {
+    positionOf[&op] = position;
+    for (Value result : op.getResults())
+      add(result, position, !isa<GetParameterOp>(op));
+    for (Value operand : op.getOperands())
+      plan.buffers[plan.bufferIndex.lookup(operand)].lastUse = position;
+    ++position;
+  }
+  // Gradient results are read by accumulate_gradient instructions at the end.
+  for (OpOperand &output : ret->getOpOperands())
+    if (function.getResultAttr(output.getOperandNumber(), "mt.gradient"))
+      ++position;
+  plan.numInstructions = position;
+
+  // Inputs, outputs and gradients live to the end.
+  for (BlockArgument argument : body.getArguments())
+    plan.buffers[plan.bufferIndex.lookup(argument)].lastUse = position;
+  for (Value output : ret.getOperands())
+    plan.buffers[plan.bufferIndex.lookup(output)].lastUse = position;
+
+  // The simulated run.
+  OffsetAllocator allocator;
+  auto bump = [&](int64_t at) {
+    if (allocator.top > plan.arenaBytes) {
+      plan.arenaBytes = allocator.top;
+      plan.peakAt = at;
+    }
+  };
+  for (BlockArgument argument : body.getArguments()) {
+    BufferPlan &buffer = plan.buffers[plan.bufferIndex.lookup(argument)];
+    if (buffer.offset >= 0)
+      buffer.offset = allocator.allocate(buffer.bytes);
+  }
+  bump(0);
+  for (Operation &op : body.without_terminator()) {
+    int64_t at = positionOf[&op];
+    DenseSet<Value> taken;
+    for (auto [index, result] : llvm::enumerate(op.getResults())) {
+      BufferPlan &buffer = plan.buffers[plan.bufferIndex.lookup(result)];
+      if (buffer.offset < 0)
+        continue;
+      if (index == 0 && mayComputeInPlace(&op))
+        for (Value operand : op.getOperands()) {
+          const BufferPlan &source =
+              plan.buffers[plan.bufferIndex.lookup(operand)];
+          if (source.offset >= 0 && source.lastUse == at &&
+              source.bytes == buffer.bytes && !taken.contains(operand) &&
+              source.definedAt >= 0) {
+            buffer.offset = source.offset;
+            buffer.inPlaceOf = operand;
+            taken.insert(operand);
+            ++plan.numInPlace;
+            break;
+          }
+        }
+      if (!buffer.inPlaceOf)
+        buffer.offset = allocator.allocate(buffer.bytes);
+    }
+    bump(at);
+    // Release what dies here (an operand read twice is released once), and
+    // results nothing reads.
+    DenseSet<Value> released;
+    auto releaseIfDead = [&](Value value) {
+      const BufferPlan &buffer = plan.buffers[plan.bufferIndex.lookup(value)];
+      if (buffer.offset < 0 || buffer.lastUse != at || taken.contains(value) ||
+          !released.insert(value).second)
+        return;
+      allocator.release(buffer.offset, buffer.bytes);
+    };
+    for (Value operand : op.getOperands())
+      releaseIfDead(operand);
+    for (Value result : op.getResults())
+      releaseIfDead(result);
+  }
+  return plan;
+}

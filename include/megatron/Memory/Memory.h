@@ -1,0 +1,88 @@
+//===- Memory.h - Per-rank memory: estimate, report, automatic recompute -*- C++ -*-===//
+//
+// What one rank of a compiled training step holds: parameters, gradients,
+// optimizer state, the activation arena of the bundle's memory plan
+// (mt/Transforms/MemoryPlan.h) and workspace; the `--report memory` table with
+// Megatron-LM's theoretical figures beside it; and the automatic choice of
+// the least recomputation that fits a memory budget. docs/Memory.md says how
+// the pieces fit.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGATRON_MEMORY_MEMORY_H
+#define MEGATRON_MEMORY_MEMORY_H
+
+#include "megatron/Frontend/CompileConfig.h"
+#include "mt/Transforms/Recompute.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace megatron {
+
+/// The cuBLASLt workspace every CUDA rank holds (runtime/src/cuda/Gemm.cpp).
+inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
+
+/// One rank's memory for a module that went through the compile pipelines.
+struct MemoryEstimate {
+  int64_t parameterElements = 0;
+  int64_t parameterBytes = 0;
+  int64_t gradientBytes = 0;
+  /// AdamW's two fp32 moments, divided by the data-parallel size under the
+  /// distributed optimizer. The fp32 weights are the master copy.
+  int64_t optimizerBytes = 0;
+  /// train_step's arena (the plan's peak).
+  int64_t activationBytes = 0;
+  /// The largest instruction's kernel scratch (the CUDA backend's: statistics,
+  /// attention's backward, bf16 GEMM operands), plus the GEMM workspace.
+  int64_t workspaceBytes = 0;
+  /// eval_step's arena, held besides when a run evaluates.
+  int64_t evalArenaBytes = 0;
+  /// Saved for the backward pass (live when the loss is computed), by layer;
+  /// `savedOtherBytes` for values outside the layers (embeddings, the head).
+  llvm::SmallVector<int64_t> savedBytesByLayer;
+  int64_t savedOtherBytes = 0;
+  /// Ops cloned by recomputation, and the FLOPs they redo per micro-batch.
+  int64_t recomputedOps = 0;
+  double recomputedFlops = 0;
+
+  int64_t totalBytes() const {
+    return parameterBytes + gradientBytes + optimizerBytes + activationBytes +
+           workspaceBytes;
+  }
+};
+
+MemoryEstimate estimateMemory(mlir::ModuleOp module,
+                              const CompileConfig &config);
+
+/// Prints `--report memory`: the estimate per rank, by layer, and
+/// Megatron-LM's theoretical figures for the same configuration.
+void printMemoryReport(mlir::ModuleOp module, const CompileConfig &config,
+                       const mlir::mt::RecomputePolicy &policy,
+                       llvm::raw_ostream &os);
+
+/// "80GiB", "512 MiB", "1.5GB", "1000000": bytes. Errors name the text and
+/// the accepted forms.
+llvm::Expected<int64_t> parseByteSize(llvm::StringRef text);
+
+/// Compiles the model-level `module` (a clone per candidate) under each
+/// recomputation policy, from the least recompute (none, selective, full
+/// block 1..L) to full uniform, and returns the first whose estimated total
+/// fits `budgetBytes`. `compile` runs the pipelines megatron-compile runs.
+/// Fails naming the best total it reached, with its policy, and the budget.
+llvm::Expected<mlir::mt::RecomputePolicy> chooseRecomputePolicy(
+    mlir::ModuleOp module, const CompileConfig &config, int64_t budgetBytes,
+    const std::function<mlir::LogicalResult(
+        mlir::ModuleOp, const mlir::mt::RecomputePolicy &)> &compile);
+
+/// "1.50 GiB", "312.00 MiB", "512 B".
+std::string formatBytes(double bytes);
+
+} // namespace megatron
+
+#endif // MEGATRON_MEMORY_MEMORY_H

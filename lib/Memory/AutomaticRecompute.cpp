@@ -1,0 +1,97 @@
+//===- AutomaticRecompute.cpp - The least recompute that fits a budget ----===//
+
+#include "megatron/Memory/Memory.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <optional>
+
+using namespace mlir;
+using namespace megatron;
+
+llvm::Expected<mt::RecomputePolicy> megatron::chooseRecomputePolicy(
+    ModuleOp module, const CompileConfig &config, int64_t budgetBytes,
+    const std::function<LogicalResult(ModuleOp, const mt::RecomputePolicy &)>
+        &compile) {
+  // The total of one candidate, or nullopt when it does not compile.
+  std::optional<mt::RecomputePolicy> best;
+  int64_t bestTotal = 0;
+  auto evaluate =
+      [&](const mt::RecomputePolicy &policy) -> llvm::Expected<int64_t> {
+    OwningOpRef<ModuleOp> candidate = module.clone();
+    if (failed(compile(*candidate, policy)))
+      return llvm::createStringError(
+          "--memory-budget: compiling with recompute " + policy.str() +
+          " failed (see the diagnostics above)");
+    int64_t total = estimateMemory(*candidate, config).totalBytes();
+    if (!best || total < bestTotal) {
+      best = policy;
+      bestTotal = total;
+    }
+    return total;
+  };
+  auto fits = [&](const mt::RecomputePolicy &policy) -> llvm::Expected<bool> {
+    llvm::Expected<int64_t> total = evaluate(policy);
+    if (!total)
+      return total.takeError();
+    return *total <= budgetBytes;
+  };
+
+  // From the least recompute to the most: none, selective, then the first N
+  // layers (block), then every layer in groups (uniform; all of these redo
+  // the whole forward pass, so the first that fits is as cheap as any).
+  using mt::RecomputeGranularity;
+  using mt::RecomputeMethod;
+  for (RecomputeGranularity granularity :
+       {RecomputeGranularity::None, RecomputeGranularity::Selective}) {
+    mt::RecomputePolicy policy;
+    policy.granularity = granularity;
+    llvm::Expected<bool> ok = fits(policy);
+    if (!ok)
+      return ok.takeError();
+    if (*ok)
+      return policy;
+  }
+  const int64_t layers = config.model.numLayers;
+  auto block = [](int64_t n) {
+    mt::RecomputePolicy policy;
+    policy.granularity = RecomputeGranularity::Full;
+    policy.method = RecomputeMethod::Block;
+    policy.numLayers = n;
+    return policy;
+  };
+  // Recomputing more layers never raises the peak: search for the fewest.
+  llvm::Expected<bool> allFit = fits(block(layers));
+  if (!allFit)
+    return allFit.takeError();
+  if (*allFit) {
+    int64_t low = 1, high = layers; // block(high) fits
+    while (low < high) {
+      int64_t middle = low + (high - low) / 2;
+      llvm::Expected<bool> ok = fits(block(middle));
+      if (!ok)
+        return ok.takeError();
+      if (*ok)
+        high = middle;
+      else
+        low = middle + 1;
+    }
+    return block(high);
+  }
+  for (int64_t n = 2; n <= layers; ++n) {
+    mt::RecomputePolicy policy = block(n);
+    policy.method = RecomputeMethod::Uniform;
+    llvm::Expected<bool> ok = fits(policy);
+    if (!ok)
+      return ok.takeError();
+    if (*ok)
+      return policy;
+  }
+  return llvm::createStringError(llvm::formatv(
+      "--memory-budget: no recomputation fits {0} ({1} bytes) per rank; the "
+      "least memory reached is {2} ({3} bytes) with recompute {4}; raise the "
+      "budget, shrink --micro-batch-size, or split the model over more ranks "
+      "(--tensor-model-parallel-size)",
+      formatBytes(double(budgetBytes)), budgetBytes,
+      formatBytes(double(bestTotal)), bestTotal, best ? best->str() : "none"));
+}

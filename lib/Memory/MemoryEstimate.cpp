@@ -1,0 +1,195 @@
+//===- MemoryEstimate.cpp - One rank's bytes from the compiled module -----===//
+
+#include "megatron/Memory/Memory.h"
+
+#include "mt/IR/MtLayerLocations.h"
+#include "mt/IR/MtOps.h"
+#include "mt/Transforms/MemoryPlan.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace megatron;
+
+static int64_t elements(Type type) {
+  return cast<RankedTensorType>(type).getNumElements();
+}
+
+/// The FLOPs an op redoes when it is recomputed: multiply-adds count 2.
+static double recomputeFlops(Operation *op) {
+  auto resultElements = [&] {
+    return op->getNumResults() ? double(elements(op->getResult(0).getType()))
+                               : 0.0;
+  };
+  if (isa<mt::LinearOp>(op)) {
+    auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+    return 2.0 * resultElements() * double(input.getShape().back());
+  }
+  if (auto attention = dyn_cast<mt::AttentionOp>(op)) {
+    // [b, s, heads, d]: QK^T and PV, half of them under the causal mask.
+    auto q = cast<RankedTensorType>(attention.getQuery().getType());
+    auto k = cast<RankedTensorType>(attention.getKey().getType());
+    double flops = 4.0 * double(q.getNumElements()) * double(k.getShape()[1]);
+    return attention.getCausal() ? flops / 2 : flops;
+  }
+  return resultElements();
+}
+
+/// The kernel scratch the CUDA backend gives an instruction
+/// (runtime/src/cuda/OpDispatch.cpp, Executor::scratchBytes): statistics of
+/// norms, attention and the loss, attention's backward working set, and under
+/// bf16 the GEMM operands rounded to bf16. Instructions run one at a time, so
+/// the largest one is the workspace.
+static int64_t scratchBytes(Operation *op, bool bf16) {
+  auto round = [](int64_t bytes) {
+    return (bytes + mt::kArenaAlignment - 1) / mt::kArenaAlignment *
+           mt::kArenaAlignment;
+  };
+  auto count = [](Value v) { return elements(v.getType()); };
+  auto rowsOf = [](Value v) {
+    auto type = cast<RankedTensorType>(v.getType());
+    return type.getRank() ? type.getNumElements() / type.getShape().back()
+                          : int64_t(1);
+  };
+  auto staging = [&](int64_t a, int64_t b) {
+    return bf16 ? round(2 * a) + round(2 * b) : int64_t(0);
+  };
+  if (isa<mt::LinearOp>(op))
+    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
+  if (isa<mt::LinearWeightGradOp>(op))
+    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
+  if (isa<mt::MatmulOp>(op))
+    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
+  if (isa<mt::LayerNormOp, mt::RmsNormOp>(op))
+    return 2 * round(4 * rowsOf(op->getResult(0)));
+  if (isa<mt::LayerNormGradOp, mt::RmsNormGradOp>(op))
+    return 2 * round(4 * rowsOf(op->getResult(0)));
+  if (isa<mt::AttentionOp>(op)) {
+    auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+    return round(4 * q.getNumElements() / q.getShape().back());
+  }
+  if (isa<mt::AttentionGradOp>(op)) {
+    // The logsumexp, and with flash attention (bf16) the forward's output
+    // and the row sums of dO * O.
+    auto q = cast<RankedTensorType>(op->getOperand(1).getType());
+    int64_t rows = q.getNumElements() / q.getShape().back();
+    int64_t bytes = round(4 * rows);
+    if (bf16)
+      bytes += round(4 * count(op->getOperand(0))) + round(4 * rows);
+    return bytes;
+  }
+  if (isa<mt::CrossEntropyOp, mt::CrossEntropyGradOp>(op))
+    return round(2 * 4 *
+                 rowsOf(op->getOperand(isa<mt::CrossEntropyOp>(op) ? 0 : 1)));
+  return 0;
+}
+
+MemoryEstimate megatron::estimateMemory(ModuleOp module,
+                                        const CompileConfig &config) {
+  MemoryEstimate estimate;
+  estimate.savedBytesByLayer.assign(config.model.numLayers, 0);
+  auto train = module.lookupSymbol<func::FuncOp>("train_step");
+  if (auto eval = module.lookupSymbol<func::FuncOp>("eval_step"))
+    estimate.evalArenaBytes = mt::planFunctionMemory(eval).arenaBytes;
+  if (!train)
+    return estimate;
+
+  // The rank's parameters: partitioned steps read them as arguments with
+  // local shapes; otherwise through get_parameter (a tied table once).
+  llvm::StringSet<> seen;
+  Block &body = train.getBody().front();
+  for (BlockArgument argument : body.getArguments())
+    if (auto name = train.getArgAttrOfType<FlatSymbolRefAttr>(
+            argument.getArgNumber(), "mt.parameter"))
+      if (seen.insert(name.getValue()).second)
+        estimate.parameterElements += elements(argument.getType());
+  train.walk([&](mt::GetParameterOp read) {
+    if (seen.insert(read.getName()).second)
+      estimate.parameterElements += elements(read.getType());
+  });
+
+  // The runtime keeps fp32 weights (the master copy; bf16 rounds a GEMM's
+  // operands into scratch instead of keeping a 16-bit copy), fp32 gradients
+  // and AdamW's two fp32 moments, the moments split over the data-parallel
+  // ranks by the distributed optimizer.
+  const int64_t n = estimate.parameterElements;
+  estimate.parameterBytes = n * 4;
+  estimate.gradientBytes = n * 4;
+  int64_t optimizer = n * 8;
+  if (config.parallel.useDistributedOptimizer)
+    optimizer = (optimizer + config.parallel.dataParallelSize - 1) /
+                config.parallel.dataParallelSize;
+  estimate.optimizerBytes = optimizer;
+
+  const bool bf16 = config.precision == Precision::BF16;
+  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train);
+  estimate.activationBytes = plan.arenaBytes;
+  int64_t scratch = 0;
+  for (Operation &op : body.without_terminator()) {
+    scratch = std::max(scratch, scratchBytes(&op, bf16));
+    if (op.hasAttr(mt::kRecomputedAttrName)) {
+      ++estimate.recomputedOps;
+      estimate.recomputedFlops += recomputeFlops(&op);
+    }
+  }
+  estimate.workspaceBytes = kGemmWorkspaceBytes + scratch;
+
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  const mt::BufferPlan *loss = plan.lookup(ret.getOperand(0));
+  int64_t lossAt = loss ? loss->definedAt : plan.numInstructions;
+  for (const mt::BufferPlan &buffer : plan.buffers) {
+    if (buffer.offset < 0 || buffer.definedAt < 0 ||
+        buffer.definedAt > lossAt || buffer.lastUse <= lossAt ||
+        buffer.value == ret.getOperand(0) || !buffer.value.getDefiningOp())
+      continue;
+    std::optional<mt::LayerTag> tag =
+        mt::getLayerTag(buffer.value.getDefiningOp()->getLoc());
+    if (tag && tag->layer < config.model.numLayers)
+      estimate.savedBytesByLayer[tag->layer] += buffer.bytes;
+    else
+      estimate.savedOtherBytes += buffer.bytes;
+  }
+  return estimate;
+}
+
+std::string megatron::formatBytes(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (unit < 4 && std::abs(bytes) >= 1024.0) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0)
+    return llvm::formatv("{0} B", static_cast<int64_t>(bytes)).str();
+  return llvm::formatv("{0:F2} {1}", bytes, units[unit]).str();
+}
+
+llvm::Expected<int64_t> megatron::parseByteSize(llvm::StringRef text) {
+  llvm::StringRef number = text.trim();
+  struct Suffix {
+    const char *name;
+    double scale;
+  };
+  // Binary units first, so "GiB" is not read as "G" + "iB".
+  static const Suffix suffixes[] = {
+      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0},
+      {"KiB", 1024.0},          {"TB", 1e12},          {"GB", 1e9},
+      {"MB", 1e6},              {"KB", 1e3},           {"B", 1.0}};
+  double scale = 1.0;
+  for (const Suffix &suffix : suffixes)
+    if (number.consume_back_insensitive(suffix.name)) {
+      scale = suffix.scale;
+      break;
+    }
+  number = number.trim();
+  double value = 0;
+  if (number.empty() || number.getAsDouble(value) || !(value > 0) ||
+      value * scale > 9.0e18)
+    return llvm::createStringError(
+        "--memory-budget: '" + text.str() +
+        "' is not a positive size; give bytes (17179869184) or a number with "
+        "a unit: KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB");
+  return static_cast<int64_t>(value * scale);
+}

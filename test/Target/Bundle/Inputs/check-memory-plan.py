@@ -1,0 +1,72 @@
+"""Checks the memory plans of a bundle manifest (megatron-compile --emit plan)
+independently of the compiler and the runtime: every block inside the arena,
+no two live values sharing a byte unless the later one is computed in place
+of an operand that dies at its instruction, and the arena no larger than the
+blocks need. Prints per function the arena, the in-place results and the
+bytes reuse saves against one block per value.
+
+Usage: check-memory-plan.py MANIFEST.json
+"""
+import json
+import sys
+
+IN_PLACE = {"add", "mul", "gelu", "gelu_grad", "silu", "silu_grad", "swiglu",
+            "dropout", "bias_add", "reshape"}
+SIZES = {"f32": 4, "f64": 8, "bf16": 2, "f16": 2, "i32": 4, "i64": 8}
+
+
+def nbytes(value):
+    n = 1
+    for d in value["shape"]:
+        n *= d
+    return n * SIZES[value["dtype"]]
+
+
+manifest = json.load(open(sys.argv[1]))
+for fn in manifest["functions"]:
+    plan = fn["memory_plan"]
+    offsets, values = plan["offsets"], fn["values"]
+    count = len(values)
+    start = {v: -1 for v in fn["inputs"]}
+    end = {}
+    for i, inst in enumerate(fn["instructions"]):
+        for r in inst.get("results", []):
+            start[r] = i
+        for v in inst.get("free", []):
+            end[v] = i
+    n = len(fn["instructions"])
+    in_place, top = 0, 0
+    for v in range(count):
+        if offsets[v] < 0:
+            continue
+        assert offsets[v] % plan["alignment"] == 0, (fn["name"], v)
+        assert offsets[v] + nbytes(values[v]) <= plan["arena_bytes"], v
+        top = max(top, offsets[v] + nbytes(values[v]))
+    aligned_top = -(-top // plan["alignment"]) * plan["alignment"]
+    assert plan["arena_bytes"] <= aligned_top, (plan["arena_bytes"], top)
+    by_def = {}
+    for v in range(count):
+        if offsets[v] >= 0 and nbytes(values[v]) > 0:
+            by_def.setdefault(start[v], []).append(v)
+    live = []
+    for i in range(-1, n):
+        inst = fn["instructions"][i] if i >= 0 else None
+        for v in by_def.get(i, []):
+            lo, hi = offsets[v], offsets[v] + nbytes(values[v])
+            for u in list(live):
+                ulo, uhi = offsets[u], offsets[u] + nbytes(values[u])
+                if ulo < hi and lo < uhi:
+                    ok = (inst and inst["op"] in IN_PLACE and
+                          v == inst["results"][0] and
+                          u in inst.get("operands", []) and
+                          end.get(u) == i and ulo == lo and uhi == hi)
+                    assert ok, f"{fn['name']}: value {v} overlaps {u} at {i}"
+                    live.remove(u)
+                    in_place += 1
+            live.append(v)
+        if inst:
+            live = [u for u in live if end.get(u, n) != i]
+    total = sum(nbytes(values[v]) for v in range(count) if offsets[v] >= 0)
+    print(f"{fn['name']}: arena {plan['arena_bytes']} bytes, {in_place} "
+          f"results in place, reuse saves {total - plan['arena_bytes']} of "
+          f"{total} bytes")

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Compares the tensors of two safetensors files (checkpoint-reshard.test).
+
+Usage: compare-safetensors.py A B [--tolerance T]
+
+The files must hold the same tensor names, dtypes and shapes; their values
+must be equal bit for bit, or with --tolerance within T of the largest
+magnitude of each tensor. __metadata__ is not compared. Prints what it
+compared; exits 1 on a mismatch.
+"""
+import argparse
+import json
+import struct
+import sys
+
+
+def read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    body = data[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if t["dtype"] != "F32":
+            sys.exit("%s: %s is %s, expected F32" % (path, name, t["dtype"]))
+        b, e = t["data_offsets"]
+        raw = body[b:e]
+        out[name] = (t["shape"], raw, struct.unpack("<%df" % (len(raw) // 4), raw))
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("a")
+    parser.add_argument("b")
+    parser.add_argument("--tolerance", type=float, default=None)
+    args = parser.parse_args()
+    a, b = read(args.a), read(args.b)
+    if sorted(a) != sorted(b):
+        sys.exit("different tensors: %s vs %s" % (sorted(a), sorted(b)))
+    worst = 0.0
+    for name in sorted(a):
+        (sa, ra, va), (sb, rb, vb) = a[name], b[name]
+        if sa != sb:
+            sys.exit("%s: shape %s vs %s" % (name, sa, sb))
+        if args.tolerance is None:
+            if ra != rb:
+                sys.exit("%s: the values differ" % name)
+            continue
+        scale = max([abs(x) for x in va] + [1e-30])
+        for x, y in zip(va, vb):
+            worst = max(worst, abs(x - y) / scale)
+        if worst > args.tolerance:
+            sys.exit("%s: difference %.3g > %g" % (name, worst, args.tolerance))
+    how = ("bit-identical" if args.tolerance is None else
+           "equal within %g of each tensor's largest value" % args.tolerance)
+    print("%d tensors: %s" % (len(a), how))
+
+
+if __name__ == "__main__":
+    main()
