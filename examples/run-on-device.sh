@@ -8,8 +8,8 @@
 #   examples/run-on-device.sh CARRY [ITERS] [OUT]
 # CARRY holds: bin/megatron-train, lib/libmtrt.so (a -DMTRT_ENABLE_CUDA=ON
 # runtime build), tiny-gpt.mtb (megatron-compile models/tiny-gpt.yaml),
-# include/dlpack/dlpack.h (Debian's libdlpack-dev) and optionally python/
-# (the module). runtime/README.md ("Running the PyTorch example on a GPU
+# include/dlpack/dlpack.h (Debian's libdlpack-dev), optionally python/
+# (the module) and bin/mtrt-cuda-tests (then its C API tests run first). runtime/README.md ("Running the PyTorch example on a GPU
 # machine") says how to make it.
 set -euo pipefail
 carry=$(cd "${1:?usage: run-on-device.sh CARRY [ITERS] [OUT]}" && pwd)
@@ -47,6 +47,10 @@ fi
 export PYTHONPATH="$module_dir${PYTHONPATH:+:$PYTHONPATH}"
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+if [[ -x "$carry/bin/mtrt-cuda-tests" ]]; then
+  MTRT_CUDA_TEST_BUNDLES="$carry" "$carry/bin/mtrt-cuda-tests" \
+    --gtest_filter='CudaSessionTest.*' 2>&1 | tee "$out/cuda-session-tests.log"
+fi
 "$carry/bin/megatron-train" "$carry/tiny-gpt.mtb" --backend cuda \
   --data-path "$root/data/corpus.txt" --train-iters "$iters" --lr 1e-3 \
   --eval-interval 0 --log-interval 10 --no-progress-bar \
