@@ -174,7 +174,8 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
   };
   auto copy = [&](void *to, const void *from, size_t bytes) {
-    if (bytes)
+    // A reshape in place (the bundle's memory plan) has nothing to copy.
+    if (bytes && to != from)
       MTRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes,
                                       cudaMemcpyDeviceToDevice, stream),
                       where(position));
@@ -418,6 +419,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::ReduceScatter:
   case Op::AllSlice:
   case Op::BiasAdd:
+  case Op::VocabMax:
+  case Op::VocabPartials:
+  case Op::VocabCrossEntropy:
+  case Op::VocabCrossEntropyGrad:
     // Rejected when the executor is constructed.
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 where(position) + ": " + opName(inst.op) +

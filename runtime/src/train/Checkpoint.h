@@ -5,6 +5,7 @@
 #define MTRT_SRC_TRAIN_CHECKPOINT_H
 
 #include "core/TensorSlice.h"
+#include "host/HostTensor.h"
 
 #include <nlohmann/json.hpp>
 
@@ -117,11 +118,15 @@ struct OptimizerConfig;
 /// The tensors of a rank's checkpoint over `store` (f32): each parameter's
 /// value and AdamW moments ("model/", "optimizer/exp_avg/",
 /// "optimizer/exp_avg_sq/" + its name), in the global index space, saved
-/// only by one replica of each piece when `severalRanks`. Shared by
-/// megatron-train and the C API's sessions. Throws UNIMPLEMENTED for an f64
-/// store.
-std::vector<CheckpointTensor> storeCheckpointTensors(host::ParameterStore &store,
-                                                    bool severalRanks);
+/// only by one replica of each piece when `severalRanks` (and only by the
+/// pipeline rank that holds it). The moments are the store's, or
+/// `expAvg`/`expAvgSq` (one tensor per parameter: the distributed
+/// optimizer's, gathered) when given. Shared by megatron-train and the C
+/// API's sessions. Throws UNIMPLEMENTED for an f64 store.
+std::vector<CheckpointTensor>
+storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
+                       std::vector<host::Tensor> *expAvg = nullptr,
+                       std::vector<host::Tensor> *expAvgSq = nullptr);
 /// The manifest's "optimizer" object: AdamW's and the schedule's
 /// hyper-parameters under megatron-train's names.
 nlohmann::json optimizerState(const OptimizerConfig &config);

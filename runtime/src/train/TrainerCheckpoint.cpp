@@ -4,6 +4,7 @@
 
 #include "comm/RankContext.h"
 #include "host/ParameterStore.h"
+#include "train/DistributedOptimizer.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 #include "train/Weights.h"
@@ -50,8 +51,10 @@ std::string layoutText(const CheckpointState &s) {
 
 } // namespace
 
-std::vector<CheckpointTensor> storeCheckpointTensors(host::ParameterStore &store,
-                                                    bool severalRanks) {
+std::vector<CheckpointTensor>
+storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
+                       std::vector<host::Tensor> *expAvg,
+                       std::vector<host::Tensor> *expAvgSq) {
   if (store.floatType() != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "checkpoints hold f32 tensors; this trainer computes in " +
@@ -67,8 +70,11 @@ std::vector<CheckpointTensor> storeCheckpointTensors(host::ParameterStore &store
     t.vocabularyRows = isVocabularyTable(p.name);
     // One replica of each piece saves it: the rank at coordinate 0 of every
     // grid axis that does not split the parameter.
+    // A pipeline bundle's parameter lives on one pipeline rank.
+    if (!store.holds(i))
+      t.save = false;
     for (size_t axis = 0; severalRanks && axis < coordinates.size(); ++axis) {
-      bool splits = false;
+      bool splits = axis == 0 && p.pipelineRank >= 0;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
           splits |= a == static_cast<int64_t>(axis);
@@ -77,8 +83,9 @@ std::vector<CheckpointTensor> storeCheckpointTensors(host::ParameterStore &store
     }
     std::pair<const char *, host::Tensor *> kinds[] = {
         {"model/", &store.value(i)},
-        {"optimizer/exp_avg/", &store.expAvg(i)},
-        {"optimizer/exp_avg_sq/", &store.expAvgSq(i)}};
+        {"optimizer/exp_avg/", expAvg ? &(*expAvg)[i] : &store.expAvg(i)},
+        {"optimizer/exp_avg_sq/",
+         expAvgSq ? &(*expAvgSq)[i] : &store.expAvgSq(i)}};
     for (auto [prefix, tensor] : kinds) {
       t.name = prefix + p.name;
       t.data = tensor->data<float>();
@@ -120,7 +127,20 @@ std::string optimizerDifferences(const nlohmann::json &saved,
 }
 
 std::vector<CheckpointTensor> Trainer::checkpointTensors() {
-  return storeCheckpointTensors(*parameters_, rank_ != nullptr);
+  // The distributed optimizer holds the moments of its range of the
+  // gradient buffer; checkpoints hold every parameter's, gathered.
+  if (!distributedOptimizer_)
+    return storeCheckpointTensors(*parameters_, rank_ != nullptr);
+  for (std::vector<host::Tensor> *moments :
+       {&checkpointExpAvg_, &checkpointExpAvgSq_}) {
+    moments->clear();
+    for (size_t i = 0; i < parameters_->size(); ++i)
+      moments->emplace_back(parameters_->floatType(),
+                            parameters_->info(i).localType.shape);
+  }
+  distributedOptimizer_->gatherMoments(checkpointExpAvg_, checkpointExpAvgSq_);
+  return storeCheckpointTensors(*parameters_, rank_ != nullptr,
+                                &checkpointExpAvg_, &checkpointExpAvgSq_);
 }
 
 CheckpointState Trainer::checkpointState(int64_t iteration,
@@ -226,6 +246,8 @@ void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
   std::vector<CheckpointTensor> tensors = checkpointTensors();
   bool leader = !rank_ || rank_->rank() == 0;
   loadCheckpointTensors(manifest, tensors, leader);
+  if (distributedOptimizer_)
+    distributedOptimizer_->takeMoments(checkpointExpAvg_, checkpointExpAvgSq_);
   startIteration_ = saved.iteration;
   startConsumed_ = saved.consumedSamples;
   // The generator's position follows from the iteration in this layout.
