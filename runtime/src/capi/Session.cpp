@@ -207,6 +207,13 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
                     "process makes them)");
   }
 
+  if (b.pipeline())
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + b.name() +
+                    "' is pipeline-parallel; sessions run bundles without "
+                    "pipeline stages for now: train it with megatron-train "
+                    "--in-process-ranks, or compile with "
+                    "--pipeline-model-parallel-size 1");
   const Function *train = b.findFunction("train_step");
   if (!train)
     throw Error(MTRT_STATUS_NOT_FOUND,
@@ -460,9 +467,8 @@ void Session::copyParameter(size_t i, const mtrt_tensor_t &t, bool toCaller) {
 // docs/Checkpoints.md), in megatron-train's format: a session's checkpoint
 // loads with megatron-train --load and the other way round.
 void Session::saveCheckpoint(const std::string &directory) {
-  host::ParameterStore &store = backend_->hostParameters();
   std::vector<train::CheckpointTensor> tensors =
-      train::storeCheckpointTensors(store, rank_ != nullptr);
+      backend_->checkpointTensors(rank_ != nullptr);
   const Bundle &b = *bundle_;
   const ModelConfig &model = b.model();
   train::CheckpointState state;
@@ -512,12 +518,11 @@ void Session::loadCheckpoint(const std::string &directory) {
             "': the optimizer's hyper-parameters differ: " + differences +
             "; create the session with the checkpoint's values (the options "
             "fields of the same names) to resume its schedule");
-  host::ParameterStore &store = backend_->hostParameters();
   std::vector<train::CheckpointTensor> tensors =
-      train::storeCheckpointTensors(store, rank_ != nullptr);
+      backend_->checkpointTensors(rank_ != nullptr);
   train::loadCheckpointTensors(manifest, tensors,
                                !rank_ || rank_->rank() == 0);
-  backend_->hostParametersChanged();
+  backend_->checkpointLoaded();
   iteration_ = manifest.state.iteration;
   microStep_ = manifest.state.microStep;
   accumulated_ = 0;

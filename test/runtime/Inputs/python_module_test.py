@@ -3,7 +3,8 @@ batches from NumPy (DLPack, copied or bound), from the buffer protocol and
 as int64, parameters out through DLPack without copies, get/set, metrics,
 checkpoints, and two in-process ranks on Python threads.
 
-Usage: python_module_test.py GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS SCRATCH
+Usage: python_module_test.py GPT.mtb LLAMA.mtb LLAMA-TP2.mtb LLAMA-DP2.mtb
+       CORPUS SCRATCH
 """
 import array
 import sys
@@ -13,7 +14,7 @@ import numpy as np
 
 import mtrt
 
-gpt_path, llama_path, tp2_path, corpus_path, scratch = sys.argv[1:6]
+gpt_path, llama_path, tp2_path, dp2_path, corpus_path, scratch = sys.argv[1:7]
 corpus = np.frombuffer(open(corpus_path, "rb").read(), dtype=np.uint8)
 
 
@@ -126,4 +127,46 @@ for t in threads:
 print("tp2 on threads:", [c.size for c in world],
       "losses equal one rank's within 1e-5:",
       all(abs(x - reference) <= 1e-5 for x in losses))
+# Two data-parallel ranks with the distributed optimizer, each fed its half
+# of the batch, take the one-rank steps; their checkpoint (moments gathered)
+# reshards into one rank, which continues as the one-rank run does.
+name = "model.layers.0.mlp.up_proj.weight"
+one = mtrt.Session(llama, lr=1e-3, threads=1)
+full = batch(0, one.batch_shape)
+for _ in range(2):
+    one.set_batch(*full)
+    reference = one.train_step()
+dp2 = mtrt.Bundle(dp2_path)
+world = mtrt.in_process_world(2)
+results = [None, None]
+
+
+def data_rank_main(communicator):
+    r = communicator.rank
+    s = mtrt.Session(dp2, lr=1e-3, threads=1, communicator=communicator)
+    rows = s.batch_shape[0]
+    for _ in range(2):
+        s.set_batch(full[0][r * rows:(r + 1) * rows].copy(),
+                    full[1][r * rows:(r + 1) * rows].copy())
+        metrics = s.train_step()
+    results[r] = (metrics, np.from_dlpack(s.parameter(name)).copy())
+    s.save_checkpoint(scratch + "/dp2")
+
+
+threads = [threading.Thread(target=data_rank_main, args=(c,)) for c in world]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+expected = np.from_dlpack(one.parameter(name))
+print("dp2 with the distributed optimizer: losses equal one rank's within 1e-5:",
+      all(abs(m["loss"] - reference["loss"]) <= 1e-5 for m, _ in results),
+      "parameters within 1e-5:",
+      all(np.abs(p - expected).max() <= 1e-5 for _, p in results))
+resumed = mtrt.Session(llama, lr=1e-3, threads=1)
+resumed.load_checkpoint(scratch + "/dp2")
+one.set_batch(*full)
+resumed.set_batch(*full)
+print("its checkpoint resumed on one rank continues within 1e-5:",
+      abs(resumed.train_step()["loss"] - one.train_step()["loss"]) <= 1e-5)
 print("python_module_test: done")
