@@ -1,7 +1,7 @@
 /* Every error status of the C API that a host machine can produce, each
  * printed as "what: CODE: message" for FileCheck.
  * Usage: mtrt-status-c-test TINY.mtb TINY-TP2.mtb TRAIN-ONLY.mtb
- *        EVAL-ONLY.mtb SCRATCH_DIR */
+ *        EVAL-ONLY.mtb PP2.mtb SCRATCH_DIR */
 #include "c_test_support.h"
 
 #include <math.h>
@@ -80,7 +80,7 @@ static void communicatorErrors(void) {
   } while (0)
 
 static void sessionCreateErrors(mtrt_bundle_t bundle, mtrt_bundle_t tp2,
-                                mtrt_bundle_t evalOnly) {
+                                mtrt_bundle_t evalOnly, mtrt_bundle_t pp2) {
   const mtrt_status_code_t invalid = MTRT_STATUS_INVALID_ARGUMENT;
   mtrt_session_options_t options;
   mtrt_session_options_initialize(&options);
@@ -139,6 +139,8 @@ static void sessionCreateErrors(mtrt_bundle_t bundle, mtrt_bundle_t tp2,
   options.communicator = NULL;
   expectError("no train_step", mtrt_session_create(evalOnly, &options, &session),
               MTRT_STATUS_NOT_FOUND);
+  expectError("pipeline stages", mtrt_session_create(pp2, &options, &session),
+              MTRT_STATUS_UNIMPLEMENTED);
 }
 
 static void batchErrors(mtrt_session_t session) {
@@ -325,22 +327,22 @@ static void checkpointErrors(mtrt_bundle_t bundle, mtrt_session_t session,
 }
 
 int main(int argc, char **argv) {
-  if (argc != 6) {
+  if (argc != 7) {
     fprintf(stderr,
             "usage: %s TINY.mtb TINY-TP2.mtb TRAIN-ONLY.mtb EVAL-ONLY.mtb "
-            "SCRATCH_DIR\n",
+            "PP2.mtb SCRATCH_DIR\n",
             argv[0]);
     return 2;
   }
   for (int i = 0; i < kTokens; ++i)
     tokens[i] = labels[i] = 'a' + i % 26;
-  bundleErrors(argv[5]);
+  bundleErrors(argv[6]);
   communicatorErrors();
 
-  mtrt_bundle_t bundles[4];
-  for (int i = 0; i < 4; ++i)
+  mtrt_bundle_t bundles[5];
+  for (int i = 0; i < 5; ++i)
     MUST(mtrt_bundle_load(argv[i + 1], &bundles[i]));
-  sessionCreateErrors(bundles[0], bundles[1], bundles[3]);
+  sessionCreateErrors(bundles[0], bundles[1], bundles[3], bundles[4]);
 
   mtrt_session_options_t options;
   mtrt_session_options_initialize(&options);
@@ -348,12 +350,12 @@ int main(int argc, char **argv) {
   MUST(mtrt_session_create(bundles[0], &options, &session));
   MUST(mtrt_session_create(bundles[2], &options, &trainOnly));
   batchErrors(session);
-  checkpointErrors(bundles[0], session, trainOnly, argv[5]);
+  checkpointErrors(bundles[0], session, trainOnly, argv[6]);
   parameterErrors(session);
 
   mtrt_session_release(trainOnly);
   mtrt_session_release(session);
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 5; ++i)
     mtrt_bundle_release(bundles[i]);
   return finish("status_c_test");
 }
