@@ -75,22 +75,12 @@ public:
   void hostParametersChanged() override {}
   std::vector<train::CheckpointTensor>
   checkpointTensors(bool severalRanks) override {
-    if (!distributedOptimizer_)
-      return train::storeCheckpointTensors(parameters_, severalRanks);
-    // The distributed optimizer's moments, gathered over the data ranks.
-    for (std::vector<host::Tensor> *moments : {&expAvg_, &expAvgSq_}) {
-      moments->clear();
-      for (size_t i = 0; i < parameters_.size(); ++i)
-        moments->emplace_back(DType::F32, parameters_.info(i).localType.shape);
-    }
-    distributedOptimizer_->gatherMoments(expAvg_, expAvgSq_);
-    return train::storeCheckpointTensors(parameters_, severalRanks, &expAvg_,
-                                         &expAvgSq_);
+    return train::storeCheckpointTensors(parameters_, severalRanks,
+                                         distributedOptimizer_.get(),
+                                         gradientBuffer_.get());
   }
-  void checkpointLoaded() override {
-    if (distributedOptimizer_)
-      distributedOptimizer_->takeMoments(expAvg_, expAvgSq_);
-  }
+  // The tensors point into the store and the optimizer: nothing to take.
+  void checkpointLoaded() override {}
   void *stream() override { return nullptr; }
 
 private:
@@ -105,8 +95,6 @@ private:
   std::unique_ptr<train::DataParallelBuffer> gradientBuffer_;
   std::unique_ptr<train::Optimizer> optimizer_;
   std::unique_ptr<train::DistributedOptimizer> distributedOptimizer_;
-  /// The distributed optimizer's moments, gathered for a checkpoint.
-  std::vector<host::Tensor> expAvg_, expAvgSq_;
 };
 
 } // namespace

@@ -115,18 +115,21 @@ struct CheckpointManifest {
 
 struct OptimizerConfig;
 
+class DataParallelBuffer;
+class DistributedOptimizer;
+
 /// The tensors of a rank's checkpoint over `store` (f32): each parameter's
 /// value and AdamW moments ("model/", "optimizer/exp_avg/",
 /// "optimizer/exp_avg_sq/" + its name), in the global index space, saved
 /// only by one replica of each piece when `severalRanks` (and only by the
-/// pipeline rank that holds it). The moments are the store's, or
-/// `expAvg`/`expAvgSq` (one tensor per parameter: the distributed
-/// optimizer's, gathered) when given. Shared by megatron-train and the C
-/// API's sessions. Throws UNIMPLEMENTED for an f64 store.
+/// pipeline rank that holds it). With `distributed` (and its `buffer`), the
+/// moments are the distributed optimizer's range, as flat pieces. Shared by
+/// megatron-train and the C API's sessions. Throws UNIMPLEMENTED for an f64
+/// store.
 std::vector<CheckpointTensor>
 storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
-                       std::vector<host::Tensor> *expAvg = nullptr,
-                       std::vector<host::Tensor> *expAvgSq = nullptr);
+                       DistributedOptimizer *distributed = nullptr,
+                       DataParallelBuffer *buffer = nullptr);
 /// The manifest's "optimizer" object: AdamW's and the schedule's
 /// hyper-parameters under megatron-train's names.
 nlohmann::json optimizerState(const OptimizerConfig &config);
