@@ -1,4 +1,5 @@
-// The trainer's side of checkpoints: what it saves, and restoring it.
+// The trainer's side of checkpoints: what it saves, and restoring it; the
+// parts the C API's sessions share (train/Checkpoint.h).
 #include "train/Trainer.h"
 
 #include "comm/RankContext.h"
@@ -51,19 +52,22 @@ std::string layoutText(const CheckpointState &s) {
 
 } // namespace
 
-std::vector<CheckpointTensor> Trainer::checkpointTensors() {
-  if (parameters_->floatType() != DType::F32)
+std::vector<CheckpointTensor>
+storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
+                       DistributedOptimizer *distributed,
+                       DataParallelBuffer *buffer) {
+  if (store.floatType() != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "checkpoints hold f32 tensors; this trainer computes in " +
-                    std::string(dtypeName(parameters_->floatType())));
-  const std::vector<int64_t> &coordinates = parameters_->coordinates();
+                    std::string(dtypeName(store.floatType())));
+  const std::vector<int64_t> &coordinates = store.coordinates();
   // One replica of each piece saves it: the rank at coordinate 0 of every
   // grid axis that splits neither the parameter (a pipeline bundle's axis 0
   // splits every parameter that one pipeline rank owns) nor, in
   // `alsoSplitting`, the piece (the distributed optimizer's data axes).
   auto saves = [&](const Parameter &p,
                    const std::vector<int64_t> &alsoSplitting) {
-    for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
+    for (size_t axis = 0; severalRanks && axis < coordinates.size(); ++axis) {
       bool splits = axis == 0 && p.pipelineRank >= 0;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
@@ -85,48 +89,48 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
     return t;
   };
   std::vector<CheckpointTensor> tensors;
-  std::vector<CheckpointTensor> shards(parameters_->size());
-  for (size_t i = 0; i < parameters_->size(); ++i) {
-    const Parameter &p = parameters_->info(i);
+  std::vector<CheckpointTensor> shards(store.size());
+  for (size_t i = 0; i < store.size(); ++i) {
+    const Parameter &p = store.info(i);
     CheckpointTensor &t = shards[i];
     t.globalShape = p.type.shape;
-    t.slice.offsets = parameters_->shardOffsets(i);
+    t.slice.offsets = store.shardOffsets(i);
     t.slice.shape = p.localType.shape;
     t.vocabularyRows = isVocabularyTable(p.name);
     t.save = saves(p, {});
     std::vector<std::pair<const char *, host::Tensor *>> kinds = {
-        {"model/", &parameters_->value(i)}};
-    if (!distributedOptimizer_) {
-      kinds.push_back({"optimizer/exp_avg/", &parameters_->expAvg(i)});
-      kinds.push_back({"optimizer/exp_avg_sq/", &parameters_->expAvgSq(i)});
+        {"model/", &store.value(i)}};
+    if (!distributed) {
+      kinds.push_back({"optimizer/exp_avg/", &store.expAvg(i)});
+      kinds.push_back({"optimizer/exp_avg_sq/", &store.expAvgSq(i)});
     }
     for (auto [prefix, tensor] : kinds) {
       CheckpointTensor piece = t;
       piece.name = prefix + p.name;
       piece.data = tensor->data<float>();
-      tensors.push_back(parameters_->holds(i) ? std::move(piece)
+      tensors.push_back(store.holds(i) ? std::move(piece)
                                               : empty(std::move(piece)));
     }
   }
   // The distributed optimizer's moments: the rank's range of the gradient
   // buffer, in pieces that are flat ranges of the parameters' shards.
-  if (distributedOptimizer_) {
-    std::vector<DataParallelBuffer::Piece> pieces = gradientBuffer_->pieces();
-    std::vector<bool> held(parameters_->size(), false);
+  if (distributed) {
+    std::vector<DataParallelBuffer::Piece> pieces = buffer->pieces();
+    std::vector<bool> held(store.size(), false);
     for (const DataParallelBuffer::Piece &piece : pieces)
       held[piece.parameter] = true;
     for (const DataParallelBuffer::Piece &piece : pieces) {
-      const Parameter &p = parameters_->info(piece.parameter);
+      const Parameter &p = store.info(piece.parameter);
       for (auto [prefix, tensor] :
            {std::pair<const char *, host::Tensor *>{
-                "optimizer/exp_avg/", &distributedOptimizer_->expAvg()},
-            {"optimizer/exp_avg_sq/", &distributedOptimizer_->expAvgSq()}}) {
+                "optimizer/exp_avg/", &distributed->expAvg()},
+            {"optimizer/exp_avg_sq/", &distributed->expAvgSq()}}) {
         CheckpointTensor t = shards[piece.parameter];
         t.name = prefix + p.name;
         t.slice.flat = std::make_pair(piece.parameterOffset,
                                       piece.parameterOffset + piece.count);
         t.data = tensor->data<float>() + piece.shardOffset;
-        t.save = piece.count > 0 && saves(p, gradientBuffer_->gridAxes());
+        t.save = piece.count > 0 && saves(p, buffer->gridAxes());
         tensors.push_back(std::move(t));
       }
     }
@@ -134,11 +138,49 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
       if (!held[i])
         for (const char *prefix : {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"}) {
           CheckpointTensor t = empty(shards[i]);
-          t.name = prefix + parameters_->info(i).name;
+          t.name = prefix + store.info(i).name;
           tensors.push_back(std::move(t));
         }
   }
   return tensors;
+}
+
+
+nlohmann::json optimizerState(const OptimizerConfig &config) {
+  const host::LrSchedule &s = config.schedule;
+  return {{"name", "adamw"},
+          {"lr", s.maxLr},
+          {"min_lr", s.minLr},
+          {"lr_decay_style", styleName(s.style)},
+          {"lr_decay_iters", s.decayIters},
+          {"lr_warmup_iters", s.warmupIters},
+          {"lr_warmup_init", s.warmupInitLr},
+          {"weight_decay", config.weightDecay},
+          {"adam_beta1", config.beta1},
+          {"adam_beta2", config.beta2},
+          {"adam_eps", config.eps},
+          {"clip_grad", config.clipGrad}};
+}
+
+std::string optimizerDifferences(const nlohmann::json &saved,
+                                 const nlohmann::json &current) {
+  std::string differences;
+  for (auto [key, flag] : kHyperParameterFlags) {
+    const nlohmann::json *was = saved.contains(key) ? &saved[key] : nullptr;
+    const nlohmann::json &now = current[key];
+    if (!was || *was != now)
+      differences += std::string(differences.empty() ? "" : "; ") + key +
+                     " is " + (was ? was->dump() : "absent") +
+                     " in the checkpoint and " + now.dump() + " here (" +
+                     flag + ")";
+  }
+  return differences;
+}
+
+std::vector<CheckpointTensor> Trainer::checkpointTensors() {
+  return storeCheckpointTensors(*parameters_, rank_ != nullptr,
+                                distributedOptimizer_.get(),
+                                gradientBuffer_.get());
 }
 
 CheckpointState Trainer::checkpointState(int64_t iteration,
