@@ -342,9 +342,11 @@ void Trainer::train(std::ostream &out) {
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
       << pool_->size() << " threads, seed " << options_.seed << ", "
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
-      << " state " << optimizerStateBytes() << " bytes, train_step arena "
-      << trainStep_->arenaBytes() << " bytes"
-      << (rank_ ? " on rank 0" : "");
+      << " state " << optimizerStateBytes() << " bytes";
+  // A pipeline bundle has per-stage functions instead of train_step.
+  if (trainStep_)
+    s << ", train_step arena " << trainStep_->arenaBytes() << " bytes";
+  s << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
