@@ -53,6 +53,63 @@ private:
 
 } // namespace
 
+/// The value `value` is before its sum over the data axis, rebuilt at the
+/// builder: a data-axis all-reduce gives its operand (an all-reduce over
+/// more axes keeps the others); the sum commutes with the linear ops that
+/// partitioning puts after it (mt.add, and shard.all_slice along other
+/// axes: a tied vocabulary-parallel embedding's gradient adds the output
+/// layer's reduced gradient to a slice of the reduced table gradient).
+static FailureOr<Value> withoutDataReduction(OpBuilder &builder, Value value) {
+  Operation *op = value.getDefiningOp();
+  if (auto reduce = dyn_cast_if_present<shard::AllReduceOp>(op)) {
+    if (!llvm::is_contained(reduce.getGridAxes(), kDataAxis) ||
+        reduce.getReduction() != shard::ReductionKind::Sum)
+      return failure();
+    SmallVector<int16_t> others = llvm::filter_to_vector(
+        reduce.getGridAxes(), [](int16_t axis) { return axis != kDataAxis; });
+    if (others.empty())
+      return reduce.getInput();
+    return shard::AllReduceOp::create(
+               builder, reduce.getLoc(), reduce.getType(), reduce.getGridAttr(),
+               builder.getDenseI16ArrayAttr(others), reduce.getInput(),
+               reduce.getReductionAttr())
+        .getResult();
+  }
+  if (auto add = dyn_cast_if_present<AddOp>(op)) {
+    FailureOr<Value> lhs = withoutDataReduction(builder, add.getLhs());
+    FailureOr<Value> rhs = withoutDataReduction(builder, add.getRhs());
+    if (failed(lhs) || failed(rhs))
+      return failure();
+    return AddOp::create(builder, add.getLoc(), add.getType(), *lhs, *rhs)
+        .getResult();
+  }
+  if (auto slice = dyn_cast_if_present<shard::AllSliceOp>(op)) {
+    if (llvm::is_contained(slice.getGridAxes(), kDataAxis))
+      return failure();
+    FailureOr<Value> input = withoutDataReduction(builder, slice.getInput());
+    if (failed(input))
+      return failure();
+    Operation *copy = builder.clone(*slice);
+    copy->setOperand(0, *input);
+    return copy->getResult(0);
+  }
+  return failure();
+}
+
+/// Erases `op` and then its operands' definitions once nothing reads them
+/// (the replaced reductions must not run).
+static void eraseIfDead(Operation *op) {
+  if (!op || !op->use_empty() ||
+      !isa<shard::AllReduceOp, shard::AllSliceOp, AddOp>(op))
+    return;
+  SmallVector<Operation *> producers;
+  for (Value operand : op->getOperands())
+    producers.push_back(operand.getDefiningOp());
+  op->erase();
+  for (Operation *producer : producers)
+    eraseIfDead(producer);
+}
+
 FailureOr<SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>>
 PlanGradientReductionPass::deferReductions(func::FuncOp function,
                                            shard::GridOp grid) {
@@ -66,10 +123,9 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
       continue;
     auto type = cast<RankedTensorType>(result.get().getType());
     gradients.push_back({parameter, type});
-    auto reduce = result.get().getDefiningOp<shard::AllReduceOp>();
-    bool overData =
-        reduce && llvm::is_contained(reduce.getGridAxes(), kDataAxis);
-    if (!overData || reduce.getReduction() != shard::ReductionKind::Sum) {
+    OpBuilder builder(ret);
+    FailureOr<Value> local = withoutDataReduction(builder, result.get());
+    if (failed(local)) {
       if (dataRanks == 1)
         continue;
       return function.emitError()
@@ -80,19 +136,20 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
              << "); every gradient of a data-parallel step must end in one "
                 "shard.all_reduce over it, as shard-partition leaves them";
     }
-    OpBuilder builder(reduce);
-    SmallVector<int16_t> others = llvm::filter_to_vector(
-        reduce.getGridAxes(), [](int16_t axis) { return axis != kDataAxis; });
-    Value local = reduce.getInput();
-    if (!others.empty())
-      local = shard::AllReduceOp::create(builder, reduce.getLoc(),
-                                         reduce.getType(), reduce.getGridAttr(),
-                                         builder.getDenseI16ArrayAttr(others),
-                                         local, reduce.getReductionAttr());
-    result.set(local);
-    if (reduce->use_empty())
-      reduce->erase();
+    Operation *old = result.get().getDefiningOp();
+    result.set(*local);
+    eraseIfDead(old);
   }
+  // What a partial rebuild left unread (an add whose other side keeps its
+  // reduction) must not run either.
+  SmallVector<Operation *> unread;
+  function.walk([&](Operation *op) {
+    if (op->use_empty() &&
+        isa<shard::AllReduceOp, shard::AllSliceOp, AddOp>(op))
+      unread.push_back(op);
+  });
+  for (Operation *op : unread)
+    eraseIfDead(op);
   return gradients;
 }
 
