@@ -12,9 +12,28 @@
 
 void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
                                      const TrainingPipelineOptions &options) {
-  mlir::mt::DifferentiatePassOptions differentiate;
-  differentiate.functionName = options.trainFunction;
-  pm.addPass(mlir::mt::createDifferentiatePass(differentiate));
+  if (options.pipelineStages) {
+    mlir::mt::DifferentiatePipelineStagesPassOptions stages;
+    stages.prefix = options.trainFunction;
+    pm.addPass(mlir::mt::createDifferentiatePipelineStagesPass(stages));
+  } else {
+    mlir::mt::DifferentiatePassOptions differentiate;
+    differentiate.functionName = options.trainFunction;
+    pm.addPass(mlir::mt::createDifferentiatePass(differentiate));
+  }
+  pm.addPass(mlir::createCSEPass());
+  if (options.recomputeGranularity != "none") {
+    mlir::mt::RecomputePassOptions recompute;
+    recompute.functionName = options.trainFunction;
+    recompute.granularity = options.recomputeGranularity;
+    recompute.method = options.recomputeMethod;
+    recompute.numLayers = options.recomputeNumLayers;
+    pm.addPass(mlir::mt::createRecomputePass(recompute));
+  }
+}
+
+void megatron::buildStageSplitPipeline(mlir::OpPassManager &pm) {
+  pm.addPass(mlir::mt::createSplitForwardBackwardPass());
   pm.addPass(mlir::createCSEPass());
   if (options.recomputeGranularity != "none") {
     mlir::mt::RecomputePassOptions recompute;
@@ -42,10 +61,15 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   functions.addPass(mlir::shard::createShardingPropagation(propagation));
   functions.addPass(mlir::shard::createPartition());
   pm.addPass(mlir::createCanonicalizerPass());
+  // The backward pass's cross-entropy statistics repeat the forward pass's
+  // (each op partitions alone); CSE keeps one set, as Megatron-LM saves them.
+  pm.addPass(mlir::createCSEPass());
   pm.addPass(mlir::mt::createCombineAllReducesPass());
-  mlir::mt::PlanGradientReductionPassOptions reduction;
-  reduction.distributedOptimizer = options.distributedOptimizer;
-  pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
+  if (!options.pipelineStages) {
+    mlir::mt::PlanGradientReductionPassOptions reduction;
+    reduction.distributedOptimizer = options.distributedOptimizer;
+    pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
+  }
   // Last: nothing may change the collectives after they are proven to match.
   pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }

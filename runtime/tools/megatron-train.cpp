@@ -3,6 +3,7 @@
 #include "comm/RunRanks.h"
 #include "core/Bundle.h"
 #include "core/Safetensors.h"
+#include "host/ParameterStore.h"
 #include "train/ByteTokenizer.h"
 #include "train/TrainFlags.h"
 #include "train/Trainer.h"
@@ -132,7 +133,7 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   if (!command.initFrom.empty())
     reject("--init-from");
   if (!command.saveWeights.empty())
-    reject("--save-weights");
+    checkSaveWeightsPath(command.saveWeights);
   if (command.sampleTokens > 0)
     reject("--sample-tokens (pass --sample-tokens 0)");
   int ranks = static_cast<int>(bundle.rankCount());
@@ -142,6 +143,10 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   if (options.threads == 0)
     options.threads = std::max(1u, std::thread::hardware_concurrency() /
                                        static_cast<unsigned>(ranks));
+  // --save-weights: rank 0 writes the whole tensors from every rank's
+  // shards, read in place while the other ranks wait at a barrier.
+  std::vector<const mtrt::host::ParameterStore *> stores(
+      static_cast<size_t>(ranks));
   std::vector<std::exception_ptr> errors =
       mtrt::comm::runRanks(world, [&](mtrt::comm::Communicator &c) {
         mtrt::comm::RankContext rank(c, bundle.gridShape());
@@ -149,6 +154,20 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                                      &rank);
         std::ostringstream discarded;
         trainer.train(c.rank() == 0 ? std::cout : discarded);
+        if (command.saveWeights.empty())
+          return;
+        stores[static_cast<size_t>(c.rank())] = &trainer.parameters();
+        c.barrier({"stores ready for --save-weights", -1});
+        if (c.rank() == 0) {
+          try {
+            mtrt::train::saveWeights(command.saveWeights, bundle, stores);
+          } catch (const mtrt::Error &e) {
+            rethrowFor("--save-weights", e);
+          }
+          std::cout << "saved the weights to '" << command.saveWeights
+                    << "'\n";
+        }
+        c.barrier({"--save-weights written", -1});
       });
   std::exception_ptr first;
   for (const std::exception_ptr &error : errors) {

@@ -122,3 +122,63 @@ AccumulateGradientOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return expectType(*this, "gradient", getGradient().getType(),
                     parameter.getTensorType());
 }
+
+//===----------------------------------------------------------------------===//
+// Vocabulary-parallel cross-entropy
+//===----------------------------------------------------------------------===//
+
+/// The f32 type of one value per row of `logits` ([rows..., V] -> [rows...]),
+/// with `extra` appended when given.
+static RankedTensorType perRowType(RankedTensorType logits,
+                                   std::optional<int64_t> extra = {}) {
+  SmallVector<int64_t> shape(logits.getShape().drop_back());
+  if (extra)
+    shape.push_back(*extra);
+  return RankedTensorType::get(shape, Float32Type::get(logits.getContext()));
+}
+
+LogicalResult VocabMaxOp::verify() {
+  if (getLogits().getType().getRank() < 1)
+    return emitOpError() << "logits need a vocabulary dimension, got "
+                         << getLogits().getType();
+  return expectType(*this, "result", getType(),
+                    perRowType(getLogits().getType()));
+}
+
+LogicalResult VocabPartialsOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  if (failed(inferCrossEntropyType(logits, getLabels().getType(),
+                                   LossReduction::None,
+                                   [&] { return emitOpError(); })) ||
+      failed(expectType(*this, "max", getMax().getType(), perRowType(logits))))
+    return failure();
+  return expectType(*this, "result", getType(), perRowType(logits, 2));
+}
+
+LogicalResult VocabCrossEntropyOp::verify() {
+  RankedTensorType partials = getPartials().getType();
+  if (partials.getRank() < 1 || partials.getShape().back() != 2)
+    return emitOpError() << "partials must be [rows..., 2] (sum of "
+                            "exponentials, target logit), got "
+                         << partials;
+  // The partials stand where the logits stand in cross_entropy.
+  return expectType(*this, "result", getType(),
+                            inferCrossEntropyType(partials,
+                                                  getLabels().getType(),
+                                                  getReduction(), [&] {
+                                                    return emitOpError();
+                                                  }));
+}
+
+LogicalResult VocabCrossEntropyGradOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  FailureOr<RankedTensorType> loss =
+      inferCrossEntropyType(logits, getLabels().getType(), getReduction(),
+                            [&] { return emitOpError(); });
+  if (failed(expectType(*this, "loss_grad", getLossGrad().getType(), loss)) ||
+      failed(expectType(*this, "max", getMax().getType(), perRowType(logits))) ||
+      failed(expectType(*this, "partials", getPartials().getType(),
+                        perRowType(logits, 2))))
+    return failure();
+  return expectType(*this, "result", getType(), logits);
+}

@@ -31,12 +31,16 @@ def Mt_EmbeddingGradOp : Mt_Op<"embedding_grad", [Pure]> {
     zero for ids that do not occur. The output gradient has the ids' shape with
     the hidden size appended; the result is the table's type.
 
+    With `vocab_shard_axes` (see `mt.embedding`) the result is the rank's
+    block of the vocabulary; ids outside it contribute nothing.
+
     ```mlir
     %dwte = mt.embedding_grad %dh, %tokens
         : (tensor<8x1024x768xf32>, tensor<8x1024xi32>) -> tensor<50304x768xf32>
     ```
   }];
-  let arguments = (ins Mt_FloatTensor:$output_grad, Mt_IndexTensor:$ids);
+  let arguments = (ins Mt_FloatTensor:$output_grad, Mt_IndexTensor:$ids,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_shard_axes);
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
     $output_grad `,` $ids attr-dict `:` functional-type(operands, results)

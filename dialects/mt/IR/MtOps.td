@@ -74,12 +74,19 @@ def Mt_EmbeddingOp : Mt_Op<"embedding", [VJP, Pure]> {
     ids' shape with the hidden size appended. Ids outside the table are an
     error at run time.
 
+    `vocab_shard_axes` (set by shard-partition, Megatron-LM's
+    vocabulary-parallel embedding) says the table is this rank's block of
+    the vocabulary: rows `[i * V, (i + 1) * V)` for the rank's index `i`
+    along those grid axes of a `V`-row table. Ids outside the block give
+    zero rows; an all-reduce over the same axes completes the lookup.
+
     ```mlir
     %h = mt.embedding %wte, %tokens
         : (tensor<50304x768xf32>, tensor<8x1024xi32>) -> tensor<8x1024x768xf32>
     ```
   }];
-  let arguments = (ins Mt_FloatTensor:$table, Mt_IndexTensor:$ids);
+  let arguments = (ins Mt_FloatTensor:$table, Mt_IndexTensor:$ids,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_shard_axes);
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
     $table `,` $ids attr-dict `:` functional-type(operands, results)
@@ -497,6 +504,112 @@ def Mt_ConcatOp : Mt_Op<"concat", [VJP, Pure]> {
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
     $inputs `axis` `=` $axis attr-dict `:` type($inputs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Vocabulary-parallel cross-entropy (written by shard-partition)
+//===----------------------------------------------------------------------===//
+
+// Megatron-LM's vocabulary-parallel cross-entropy: each tensor-parallel rank
+// holds a block of the vocabulary's logits; the row maximum, the sum of
+// exponentials and the target logit are all-reduced over the tensor axis,
+// so no rank ever holds whole logits. `mt.cross_entropy` and its gradient
+// partition into these ops and `shard.all_reduce`s.
+
+def Mt_VocabMaxOp : Mt_Op<"vocab_max", [Pure]> {
+  let summary = "each row's largest logit";
+  let description = [{
+    The maximum over the last (vocabulary) dimension, in f32; an all-reduce
+    with `max` makes it the maximum over the whole vocabulary.
+
+    ```mlir
+    %m = mt.vocab_max %logits : (tensor<8x1024x25152xf32>) -> tensor<8x1024xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$logits);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $logits attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_VocabPartialsOp : Mt_Op<"vocab_partials", [Pure]> {
+  let summary = "each row's sum of exponentials and target logit over a vocabulary block";
+  let description = [{
+    Given logits, labels and each row's maximum `m` (over the whole
+    vocabulary), yields `[rows..., 2]`: `sum(exp(logits - m))` over the
+    rank's block, and `logits[label] - m` if the label falls in the block
+    (zero otherwise: an ignored label falls in no block). The block
+    starts at `i * V` for the rank's index `i` along `vocab_shard_axes` and
+    `V` the logits' last dimension (at 0 without the attribute). An
+    all-reduce with `sum` gives the whole vocabulary's values.
+
+    ```mlir
+    %p = mt.vocab_partials %logits, %labels, %m {vocab_shard_axes = array<i64: 1>}
+        : (tensor<8x1024x25152xf32>, tensor<8x1024xi32>, tensor<8x1024xf32>) -> tensor<8x1024x2xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$logits, Mt_IndexTensor:$labels,
+                       RankedTensorOf<[F32]>:$max,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_shard_axes);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $max attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_VocabCrossEntropyOp : Mt_Op<"vocab_cross_entropy", [Pure]> {
+  let summary = "cross-entropy from the whole vocabulary's partials";
+  let description = [{
+    Per row, `log(sum_exp) - target` from `mt.vocab_partials`' all-reduced
+    `[rows..., 2]`, reduced as `mt.cross_entropy` does (`mean` over the rows
+    whose label is not `ignore_index`, `sum`, or `none`).
+
+    ```mlir
+    %loss = mt.vocab_cross_entropy %p, %labels reduction = mean
+        : (tensor<8x1024x2xf32>, tensor<8x1024xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$partials, Mt_IndexTensor:$labels,
+                       Mt_LossReduction:$reduction,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $partials `,` $labels `reduction` `=` $reduction attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_VocabCrossEntropyGradOp : Mt_Op<"vocab_cross_entropy_grad", [Pure]> {
+  let summary = "the gradient of a vocabulary block's logits";
+  let description = [{
+    `(exp(logits - m) / sum_exp - onehot(label)) * loss_grad` on the rank's
+    vocabulary block (see `mt.vocab_partials`), divided by the number of
+    rows not ignored for `mean`, zero on ignored rows: `mt.cross_entropy_grad`
+    restricted to the block, from the whole vocabulary's maximum and
+    partials.
+
+    ```mlir
+    %dlogits = mt.vocab_cross_entropy_grad %dloss, %logits, %labels, %m, %p reduction = mean
+        : (tensor<f32>, tensor<8x1024x25152xf32>, tensor<8x1024xi32>, tensor<8x1024xf32>, tensor<8x1024x2xf32>) -> tensor<8x1024x25152xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$loss_grad,
+                       Mt_FloatTensor:$logits, Mt_IndexTensor:$labels,
+                       RankedTensorOf<[F32]>:$max,
+                       RankedTensorOf<[F32]>:$partials,
+                       Mt_LossReduction:$reduction,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_shard_axes);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $loss_grad `,` $logits `,` $labels `,` $max `,` $partials
+    `reduction` `=` $reduction attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

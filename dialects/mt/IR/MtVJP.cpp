@@ -25,7 +25,7 @@ LogicalResult EmbeddingOp::buildVJP(OpBuilder &builder, ValueRange dys,
                                     SmallVectorImpl<Value> &grads) {
   grads.push_back(EmbeddingGradOp::create(builder, getLoc(),
                                           getTable().getType(), dys[0],
-                                          getIds()));
+                                          getIds(), getVocabShardAxesAttr()));
   grads.push_back(Value());
   return success();
 }

@@ -21,9 +21,14 @@ namespace {
 constexpr int16_t kDataAxis = 0, kTensorAxis = 1;
 
 /// A parameter's role in tensor parallelism, from its Hugging Face name.
-enum class Role { Replicated, Column, Row };
+/// Vocabulary tables (the embedding and the output layer) are split by rows:
+/// Megatron-LM's vocabulary-parallel embedding and output layer.
+enum class Role { Replicated, Column, Row, Vocabulary };
 
 Role roleOf(StringRef name) {
+  if (name == "transformer.wte.weight" || name == "model.embed_tokens.weight" ||
+      name == "lm_head.weight")
+    return Role::Vocabulary;
   bool weight = name.ends_with(".weight"), bias = name.ends_with(".bias");
   StringRef module = name.drop_back(weight ? 7 : bias ? 5 : 0);
   for (StringRef column : {"self_attn.q_proj", "self_attn.k_proj",
@@ -70,6 +75,22 @@ AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
   // fused c_attn is stored per query group (q heads, k, v), so its column
   // split gives each rank whole groups.
   bool inByOut = name.starts_with("transformer.");
+  if (role == Role::Vocabulary) {
+    int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
+    if (type.getRank() != 2 || rows % tensorParallelSize != 0) {
+      emitError(loc) << "mt-annotate-shardings: the vocabulary of " << name
+                     << " (" << rows << " rows) is not divisible by "
+                     << "tensor-parallel-size "
+                     << static_cast<int64_t>(tensorParallelSize)
+                     << ": each rank holds an equal block of the vocabulary; "
+                        "pad it as Megatron-LM does (megatron-compile "
+                        "--make-vocab-size-divisible-by, which pads to a "
+                        "multiple of it times the tensor-parallel size)";
+      return failure();
+    }
+    axes[0].push_back(kTensorAxis);
+    return axes;
+  }
   int64_t dim = 0;
   if (type.getRank() == 2) {
     bool outputDim = role == Role::Column;
@@ -152,6 +173,20 @@ void AnnotateShardingsPass::runOnOperation() {
       Value annotated = annotate(builder, argument, axes, /*forUsers=*/true);
       argument.replaceAllUsesExcept(annotated, annotated.getDefiningOp());
     }
+
+    // Learned position embeddings read positions made inside the step: they
+    // follow the tokens' batch split (positions depend on the sequence
+    // index only), so the position table's gradient sums local rows.
+    if (dataParallelSize > 1)
+      function.walk([&](PositionIdsOp positions) {
+        builder.setInsertionPointAfter(positions);
+        SmallVector<SmallVector<int16_t>> axes(positions.getType().getRank());
+        axes[0].push_back(kDataAxis);
+        Value annotated =
+            annotate(builder, positions, axes, /*forUsers=*/false);
+        positions.getResult().replaceAllUsesExcept(annotated,
+                                                   annotated.getDefiningOp());
+      });
 
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     builder.setInsertionPoint(ret);

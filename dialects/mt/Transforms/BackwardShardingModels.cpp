@@ -260,14 +260,23 @@ struct EmbeddingGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    if (!resultShardings.empty() &&
-        failed(rejectSplit(op, resultShardings[0], 0, "the vocabulary")))
-      return failure();
     partitionSummingShards(
         op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder,
         axesOfLeadingDims(operandShardings[1], rankOf(op->getOperand(1))),
         operandShardings[1] ? operandShardings[1].getGrid() : StringRef());
+    // A vocabulary-split table's gradient is the rank's block: the local op
+    // (under the data-parallel all-reduce, if any) keeps its rows only.
+    SmallVector<GridAxis> vocabulary =
+        resultShardings.empty() ? SmallVector<GridAxis>()
+                                : axesOfDim(resultShardings[0], 0);
+    if (vocabulary.empty())
+      return success();
+    Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
+    if (isa<shard::AllReduceOp>(local))
+      local = local->getOperand(0).getDefiningOp();
+    local->setAttr("vocab_shard_axes",
+                   vocabShardAxes(op->getContext(), vocabulary));
     return success();
   }
 };
@@ -306,8 +315,6 @@ struct CrossEntropyGradModel
                           OpBuilder &builder) const {
     auto grad = cast<CrossEntropyGradOp>(op);
     int64_t rows = rankOf(grad.getLogits()) - 1;
-    if (failed(rejectSplit(op, operandShardings[1], rows, "the vocabulary")))
-      return failure();
     Value lossGrad;
     SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[1], rows);
     if (grad.getReduction() == LossReduction::Mean && !axes.empty()) {
@@ -320,6 +327,24 @@ struct CrossEntropyGradModel
                                    builder.getF64FloatAttr(1.0 / *ranks));
       lossGrad = MulOp::create(builder, op->getLoc(), type,
                                partitionedOperands[0], scale);
+    }
+    SmallVector<GridAxis> vocabulary = axesOfDim(operandShardings[1], rows);
+    if (!vocabulary.empty()) {
+      // Megatron-LM's vocabulary-parallel cross-entropy backward: the
+      // statistics again (as the forward pass), then the block's gradient.
+      Value logits = partitionedOperands[1], labels = partitionedOperands[2];
+      VocabStatistics statistics =
+          buildVocabStatistics(builder, op->getLoc(), logits, labels,
+                               operandShardings[1].getGrid(), vocabulary);
+      partitionMap.map(
+          op->getResult(0),
+          VocabCrossEntropyGradOp::create(
+              builder, op->getLoc(), logits.getType(),
+              lossGrad ? lossGrad : partitionedOperands[0], logits, labels,
+              statistics.max, statistics.partials, grad.getReductionAttr(),
+              grad.getIgnoreIndexAttr(),
+              vocabShardAxes(op->getContext(), vocabulary)));
+      return success();
     }
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,

@@ -157,6 +157,68 @@ struct LastDimModel
   }
 };
 
+/// dropout: elementwise (upstream's model), and the partitioned op records
+/// where its tile lies so that the mask is the global tensor's.
+struct DropoutModel
+    : public shard::ShardingInterface::ExternalModel<DropoutModel, DropoutOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getOperand(0)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(
+        rankOf(op->getOperand(0)), op->getContext());
+    return {identity, identity};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    recordGlobalTile(op, op->getOperand(0), operandShardings[0], partitionMap);
+    return success();
+  }
+};
+
+/// position_ids: one parallel loop per dimension (batch, sequence). A
+/// position depends only on its sequence index, so a batch shard is the
+/// local op with the shard's shape; mt-annotate-shardings splits the batch
+/// over the data-parallel ranks as it splits the tokens.
+struct PositionIdsModel
+    : public shard::ShardingInterface::ExternalModel<PositionIdsModel,
+                                                     PositionIdsOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getResult(0)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    return {AffineMap::getMultiDimIdentityMap(rankOf(op->getResult(0)),
+                                              op->getContext())};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    if (!resultShardings.empty() &&
+        failed(rejectSplit(op, resultShardings[0], 1, "the sequence")))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
 /// attention: see attentionIndexingMaps.
 struct AttentionModel
     : public shard::ShardingInterface::ExternalModel<AttentionModel,
@@ -416,8 +478,9 @@ struct ReshapeModel
 };
 
 /// embedding: loops (ids..., hidden, vocabulary). Ids may be split (data and
-/// sequence parallelism); the table is read whole on every rank until the
-/// vocabulary-parallel embedding exists.
+/// sequence parallelism). A vocabulary-split table is Megatron-LM's
+/// vocabulary-parallel embedding: each rank looks up the ids of its block
+/// (zero rows for the others) and an all-reduce sums the ranks' rows.
 struct EmbeddingModel
     : public shard::ShardingInterface::ExternalModel<EmbeddingModel,
                                                      EmbeddingOp> {
@@ -430,7 +493,7 @@ struct EmbeddingModel
 
   SmallVector<shard::ReductionKind>
   getReductionLoopIteratorKinds(Operation *op) const {
-    return {shard::ReductionKind::Generic};
+    return {shard::ReductionKind::Sum};
   }
 
   SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
@@ -455,17 +518,28 @@ struct EmbeddingModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    if (failed(rejectSplit(op, operandShardings[0], 0, "the vocabulary")))
-      return failure();
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder);
+    SmallVector<GridAxis> vocabulary = axesOfDim(operandShardings[0], 0);
+    if (vocabulary.empty())
+      return success();
+    Value local = partitionMap.lookup(op->getResult(0));
+    local.getDefiningOp()->setAttr(
+        "vocab_shard_axes", vocabShardAxes(op->getContext(), vocabulary));
+    partitionMap.map(op->getResult(0),
+                     shard::AllReduceOp::create(
+                         builder, op->getLoc(), local,
+                         operandShardings[0].getGrid(), vocabulary,
+                         shard::ReductionKind::Sum));
     return success();
   }
 };
 
-/// cross_entropy: loops (rows..., vocabulary). Rows may be split (data
-/// parallelism): the loss of `sum` is all-reduced; that of `mean` is the
+/// cross_entropy: loops (rows..., vocabulary). Split logits' vocabulary (the
+/// tied or untied output layer is column-parallel) gives Megatron-LM's
+/// vocabulary-parallel cross-entropy (buildVocabStatistics). Rows may be
+/// split (data parallelism): the loss of `sum` is all-reduced; that of `mean` is the
 /// average of the ranks' means, as Megatron-LM averages data-parallel
 /// gradients (equal to the global mean when every rank has as many tokens
 /// that are not ignored).
@@ -514,16 +588,35 @@ struct CrossEntropyModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    auto loss = cast<CrossEntropyOp>(op);
     int64_t rows = rankOf(op->getOperand(1));
-    if (failed(rejectSplit(op, operandShardings[0], rows, "the vocabulary")))
-      return failure();
-    shard::partitionTriviallyShardableOperation(
-        *op, partitionedOperands, operandShardings, resultShardings,
-        partitionMap, symbolTable, builder);
+    Value result = op->getResult(0);
+    SmallVector<GridAxis> vocabulary = axesOfDim(operandShardings[0], rows);
+    if (vocabulary.empty()) {
+      shard::partitionTriviallyShardableOperation(
+          *op, partitionedOperands, operandShardings, resultShardings,
+          partitionMap, symbolTable, builder);
+    } else {
+      // Megatron-LM's vocabulary-parallel cross-entropy.
+      Value labels = partitionedOperands[1];
+      VocabStatistics statistics = buildVocabStatistics(
+          builder, op->getLoc(), partitionedOperands[0], labels,
+          operandShardings[0].getGrid(), vocabulary);
+      FailureOr<RankedTensorType> type = inferCrossEntropyType(
+          cast<RankedTensorType>(statistics.partials.getType()),
+          cast<RankedTensorType>(labels.getType()), loss.getReduction(),
+          [&] { return op->emitOpError(); });
+      if (failed(type))
+        return failure();
+      partitionMap.map(result, VocabCrossEntropyOp::create(
+                                   builder, op->getLoc(), *type,
+                                   statistics.partials, labels,
+                                   loss.getReductionAttr(),
+                                   loss.getIgnoreIndexAttr()));
+    }
     SmallVector<GridAxis> axes = axesOfLeadingDims(operandShardings[0], rows);
     if (perToken(op) || axes.empty())
       return success();
-    Value result = op->getResult(0);
     Value local = partitionMap.lookup(result);
     Value sum = shard::AllReduceOp::create(builder, op->getLoc(), local,
                                            operandShardings[0].getGrid(), axes,
@@ -542,8 +635,8 @@ struct CrossEntropyModel
   }
 };
 
-/// Ops whose operands and results every rank holds whole: fills, positions
-/// and softmax. Upstream partitions them as
+/// Ops whose operands and results every rank holds whole: fills and
+/// softmax. Upstream partitions them as
 /// fully replicated, gathering sharded operands first.
 template <typename Op>
 struct ReplicatedModel
@@ -636,6 +729,13 @@ LogicalResult sharding::partitionAttention(
   shard::partitionTriviallyShardableOperation(
       *op, partitionedOperands, operandShardings, resultShardings,
       partitionMap, symbolTable, builder);
+  // The dropout mask over the probabilities is keyed on q's global batch
+  // rows and heads (attention_grad's q is its operand 1).
+  auto dropout = op->getAttrOfType<FloatAttr>("dropout_p");
+  if (dropout && dropout.getValueAsDouble() > 0) {
+    unsigned q = isa<AttentionGradOp>(op) ? 1 : 0;
+    recordGlobalTile(op, op->getOperand(q), operandShardings[q], partitionMap);
+  }
   return success();
 }
 
@@ -648,8 +748,7 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
       *context);
   SwigluOp::attachInterface<shard::ElementwiseShardingInterface<SwigluOp>>(
       *context);
-  DropoutOp::attachInterface<shard::ElementwiseShardingInterface<DropoutOp>>(
-      *context);
+  DropoutOp::attachInterface<DropoutModel>(*context);
   LinearOp::attachInterface<LinearModel>(*context);
   LayerNormOp::attachInterface<LastDimModel<LayerNormOp>>(*context);
   RmsNormOp::attachInterface<LastDimModel<RmsNormOp>>(*context);
@@ -665,5 +764,5 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
   SoftmaxOp::attachInterface<ReplicatedModel<SoftmaxOp>>(*context);
   SoftmaxGradOp::attachInterface<ReplicatedModel<SoftmaxGradOp>>(*context);
   FillOp::attachInterface<ReplicatedModel<FillOp>>(*context);
-  PositionIdsOp::attachInterface<ReplicatedModel<PositionIdsOp>>(*context);
+  PositionIdsOp::attachInterface<PositionIdsModel>(*context);
 }

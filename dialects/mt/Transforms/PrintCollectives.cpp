@@ -84,9 +84,11 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
 
   // Megatron-LM's prediction needs the decoder's shape, which the parameter
   // declarations and the tokens give.
-  int64_t layers = 0, hidden = 0, gradientBytes = 0;
+  int64_t layers = 0, hidden = 0, vocabulary = 0, gradientBytes = 0;
   for (auto parameter : module.getOps<ParameterOp>()) {
     StringRef name = parameter.getSymName();
+    if (name == "transformer.wte.weight" || name == "model.embed_tokens.weight")
+      vocabulary = parameter.getTensorType().getDimSize(0);
     if (name.contains(".input_layernorm.weight") ||
         name.contains(".ln_1.weight")) {
       ++layers;
@@ -149,12 +151,29 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       continue;
     }
     bool training = gradientBytes > 0;
+    bool hasLoss = function.getNumArguments() > 1 &&
+                   function.getArgAttr(1, "mt.name") ==
+                       StringAttr::get(module.getContext(), "labels");
+    // Per layer, the attention and MLP blocks' all-reduces (twice in
+    // training); the vocabulary-parallel embedding's all-reduce (and the
+    // output layer's in the backward pass); the cross-entropy's row maximum,
+    // sum of exponentials and target logit, or the logits' all-gather of a
+    // step that returns them.
+    int64_t activation = tokens * hidden * 4;
     int64_t predictedTensor =
-        tensorRanks > 1 ? (training ? 4 : 2) * layers * tokens * hidden * 4
-                        : 0;
+        tensorRanks > 1
+            ? ((training ? 4 : 2) * layers + (training ? 2 : 1)) * activation +
+                  (hasLoss ? 3 * tokens * 4
+                           : tokens * (vocabulary / tensorRanks) * 4)
+            : 0;
     os << "  tensor-parallel: " << tensorBytes
        << " bytes (Megatron-LM's analysis: " << (training ? 4 : 2)
-       << " all-reduces of [b, s, h] per layer = " << predictedTensor << ")\n";
+       << " all-reduces of [b, s, h] per layer, " << (training ? 2 : 1)
+       << (training ? " for the vocabulary-parallel embedding and output layer"
+                    : " for the vocabulary-parallel embedding")
+       << (hasLoss ? ", 3 of [b, s] for the cross-entropy"
+                   : ", the all-gather of the [b, s, v/t] logits")
+       << " = " << predictedTensor << ")\n";
     if (training && reducesOnce) {
       os << "  data-parallel: " << dataBytes
          << " bytes (the loss; Megatron-LM reduces the gradients once per "

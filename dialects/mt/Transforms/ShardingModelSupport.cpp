@@ -133,6 +133,40 @@ SmallVector<GridAxis> axesOfLeadingDims(Sharding sharding, int64_t count) {
   return axes;
 }
 
+SmallVector<GridAxis> axesOfDim(Sharding sharding, int64_t dim) {
+  SmallVector<GridAxis> axes;
+  if (sharding && dim < static_cast<int64_t>(sharding.getSplitAxes().size()))
+    llvm::append_range(axes, sharding.getSplitAxes()[dim].asArrayRef());
+  return axes;
+}
+
+DenseI64ArrayAttr vocabShardAxes(MLIRContext *context,
+                                 ArrayRef<GridAxis> axes) {
+  return DenseI64ArrayAttr::get(
+      context, llvm::map_to_vector(axes, [](GridAxis axis) {
+        return static_cast<int64_t>(axis);
+      }));
+}
+
+VocabStatistics buildVocabStatistics(OpBuilder &builder, Location loc,
+                                     Value logits, Value labels,
+                                     StringRef grid, ArrayRef<GridAxis> axes) {
+  auto type = cast<RankedTensorType>(logits.getType());
+  SmallVector<int64_t> rows(type.getShape().drop_back());
+  Type f32 = builder.getF32Type();
+  Value max = VocabMaxOp::create(builder, loc, RankedTensorType::get(rows, f32),
+                                 logits);
+  max = shard::AllReduceOp::create(builder, loc, max, grid, axes,
+                                   shard::ReductionKind::Max);
+  rows.push_back(2);
+  Value partials = VocabPartialsOp::create(
+      builder, loc, RankedTensorType::get(rows, f32), logits, labels, max,
+      vocabShardAxes(builder.getContext(), axes));
+  partials = shard::AllReduceOp::create(builder, loc, partials, grid, axes,
+                                        shard::ReductionKind::Sum);
+  return {max, partials};
+}
+
 /// The number of ranks along `axes` of the grid named by `sharding`.
 FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
                               ArrayRef<GridAxis> axes,
@@ -144,6 +178,25 @@ FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
   for (GridAxis axis : axes)
     ranks *= grid.getShape()[axis];
   return ranks;
+}
+
+void recordGlobalTile(Operation *op, Value keyed, Sharding sharding,
+                      IRMapping &partitionMap) {
+  if (!sharding)
+    return;
+  ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+  if (llvm::all_of(split, [](shard::GridAxesAttr axes) {
+        return axes.empty();
+      }))
+    return;
+  MLIRContext *context = op->getContext();
+  SmallVector<Attribute> dims;
+  for (int64_t d = 0; d < rankOf(keyed); ++d)
+    dims.push_back(d < static_cast<int64_t>(split.size())
+                       ? split[d]
+                       : DenseI16ArrayAttr::get(context, {}));
+  Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
+  local->setAttr("mt.split_axes", ArrayAttr::get(context, dims));
 }
 
 } // namespace mlir::mt::sharding

@@ -61,12 +61,37 @@ splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
                 ArrayRef<Sharding> resultShardings, int64_t rows,
                 Sharding rowSource);
 
+/// Random streams are keyed on positions in the global tensor: when
+/// `sharding` (of the op's operand `keyed`) splits it, the partitioned op
+/// (the definition of the first result's image in `partitionMap`) records
+/// the split as `mt.split_axes` (one list of grid axes per dimension of
+/// `keyed`, the format of a parameter's), which the bundle carries so that
+/// each rank draws its tile's part of the global mask.
+void recordGlobalTile(Operation *op, Value keyed, Sharding sharding,
+                      IRMapping &partitionMap);
+
 /// Fails naming `what` if `sharding` splits dimension `dim`.
 LogicalResult rejectSplit(Operation *op, Sharding sharding, int64_t dim,
                           StringRef what);
 
 /// The grid axes that split any of the first `count` dimensions.
 SmallVector<GridAxis> axesOfLeadingDims(Sharding sharding, int64_t count);
+
+/// The grid axes that split dimension `dim`.
+SmallVector<GridAxis> axesOfDim(Sharding sharding, int64_t dim);
+
+/// `axes` as the vocab_shard_axes attribute of the vocabulary-parallel ops.
+DenseI64ArrayAttr vocabShardAxes(MLIRContext *context, ArrayRef<GridAxis> axes);
+
+/// Megatron-LM's statistics of vocabulary-split logits: each row's maximum
+/// (all-reduced with max) and its sum of exponentials and target logit
+/// (all-reduced with sum), over the vocabulary's grid axes `axes`.
+struct VocabStatistics {
+  Value max, partials;
+};
+VocabStatistics buildVocabStatistics(OpBuilder &builder, Location loc,
+                                     Value logits, Value labels,
+                                     StringRef grid, ArrayRef<GridAxis> axes);
 
 /// The number of ranks along `axes` of the grid named by `sharding`.
 FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,

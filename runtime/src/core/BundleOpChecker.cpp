@@ -12,12 +12,19 @@ const std::vector<AttrSpec> kAttentionAttrs = {
     {"causal", AttrKind::Bool, false},
     {"scale", AttrKind::Number, false},
     {"dropout_p", AttrKind::Number, false},
-    {"seed", AttrKind::Int, false}};
+    {"seed", AttrKind::Int, false},
+    {"split_axes", AttrKind::AxesList, false}};
 const std::vector<AttrSpec> kLossAttrs = {
     {"reduction", AttrKind::String, true},
     {"ignore_index", AttrKind::Int, false}};
 const std::vector<AttrSpec> kEpsilon = {{"epsilon", AttrKind::Number, true}};
 const std::vector<AttrSpec> kAxis = {{"axis", AttrKind::Int, true}};
+const std::vector<AttrSpec> kVocabAxes = {
+    {"vocab_shard_axes", AttrKind::IntArray, false}};
+const std::vector<AttrSpec> kVocabLossAttrs = {
+    {"reduction", AttrKind::String, true},
+    {"ignore_index", AttrKind::Int, false},
+    {"vocab_shard_axes", AttrKind::IntArray, false}};
 
 } // namespace
 
@@ -39,7 +46,7 @@ const std::vector<OpInfo> &opTable() {
        {{"parameter", AttrKind::Int, true}}},
       {Op::Fill, "fill", 0, 0, 1, 1, {{"value", AttrKind::Number, true}}},
       {Op::PositionIds, "position_ids", 0, 0, 1, 1, {}},
-      {Op::Embedding, "embedding", 2, 2, 1, 1, {}},
+      {Op::Embedding, "embedding", 2, 2, 1, 1, kVocabAxes},
       {Op::LayerNorm, "layer_norm", 2, 3, 1, 1, kEpsilon},
       {Op::RmsNorm, "rms_norm", 2, 2, 1, 1, kEpsilon},
       {Op::Linear,
@@ -76,7 +83,9 @@ const std::vector<OpInfo> &opTable() {
        1,
        1,
        1,
-       {{"p", AttrKind::Number, true}, {"seed", AttrKind::Int, true}}},
+       {{"p", AttrKind::Number, true},
+        {"seed", AttrKind::Int, true},
+        {"split_axes", AttrKind::AxesList, false}}},
       {Op::Add, "add", 2, 2, 1, 1, {}},
       {Op::Mul, "mul", 2, 2, 1, 1, {}},
       {Op::Softmax, "softmax", 1, 1, 1, 1, kAxis},
@@ -91,7 +100,7 @@ const std::vector<OpInfo> &opTable() {
        {{"permutation", AttrKind::IntArray, true}}},
       {Op::Split, "split", 1, 1, 1, kMany, kAxis},
       {Op::Concat, "concat", 1, kMany, 1, 1, kAxis},
-      {Op::EmbeddingGrad, "embedding_grad", 2, 2, 1, 1, {}},
+      {Op::EmbeddingGrad, "embedding_grad", 2, 2, 1, 1, kVocabAxes},
       {Op::LayerNormGrad, "layer_norm_grad", 3, 3, 2, 3, kEpsilon},
       {Op::RmsNormGrad, "rms_norm_grad", 3, 3, 2, 2, kEpsilon},
       {Op::LinearWeightGrad,
@@ -148,6 +157,16 @@ const std::vector<OpInfo> &opTable() {
        {{"grid_axes", AttrKind::IntArray, true},
         {"slice_axis", AttrKind::Int, true}}},
       {Op::BiasAdd, "bias_add", 2, 2, 1, 1, {}},
+      {Op::VocabMax, "vocab_max", 1, 1, 1, 1, {}},
+      {Op::VocabPartials, "vocab_partials", 3, 3, 1, 1, kVocabAxes},
+      {Op::VocabCrossEntropy, "vocab_cross_entropy", 2, 2, 1, 1, kLossAttrs},
+      {Op::VocabCrossEntropyGrad,
+       "vocab_cross_entropy_grad",
+       5,
+       5,
+       1,
+       1,
+       kVocabLossAttrs},
   };
   return table;
 }
@@ -199,6 +218,25 @@ void OpChecker::checkLoss(size_t logits, size_t labels) {
 
 /// all_reduce, all_gather, reduce_scatter, all_slice: x -> y, the axis
 /// attribute (in attrs.axis) multiplied or divided by the group size.
+/// split_axes of a random op: one list per dimension of operand `tile` (the
+/// tensor whose global positions key the random stream: dropout's x,
+/// attention's q), splitting only batch and heads for attention.
+void OpChecker::checkRandomTile(size_t tile) {
+  const auto &split = inst_.attrs.splitAxes;
+  if (split.empty())
+    return;
+  std::string at = path_ + ".attrs.split_axes";
+  if (static_cast<int64_t>(split.size()) != operand(tile).rank())
+    fail(at, std::to_string(split.size()) + " lists",
+         "one list per dimension of operand " + std::to_string(tile) + " " +
+             shapeString(operand(tile).shape));
+  if (inst_.op != Op::Dropout)
+    for (size_t d : {size_t(1), size_t(3)})
+      if (!split[d].empty())
+        fail(index(at, d), shapeString(split[d]),
+             "[] (attention splits only batch and heads)");
+}
+
 void OpChecker::checkCollective() {
   const Attributes &a = inst_.attrs;
   expectFloat(false, 0);
@@ -341,11 +379,13 @@ void OpChecker::check() {
     break;
   }
   case Op::Attention:
+    checkRandomTile(0);
     expectFloat(true, 0);
     expectShape(true, 0, attentionOutput(0, 1, 2),
                 "[batch, seq_q, heads_q, head_dim_v]");
     break;
   case Op::AttentionGrad: {
+    checkRandomTile(1);
     std::vector<int64_t> out = attentionOutput(1, 2, 3);
     expectFloat(false, 0);
     expectShape(false, 0, out, "the attention output's shape");
@@ -371,6 +411,8 @@ void OpChecker::check() {
   case Op::Silu:
   case Op::Dropout:
   case Op::Softmax:
+    if (inst_.op == Op::Dropout)
+      checkRandomTile(0);
     expectFloat(false, 0);
     if (inst_.op == Op::Softmax)
       normalizeAxis(a.axis, operand(0).rank());
@@ -546,6 +588,50 @@ void OpChecker::check() {
                 "the input's last dimension");
     sameAs(true, 0, 0);
     break;
+  case Op::VocabMax: {
+    expectFloat(false, 0);
+    expectMinRank(false, 0, 1);
+    std::vector<int64_t> rows(operand(0).shape.begin(),
+                              operand(0).shape.end() - 1);
+    expectShape(true, 0, rows, "the logits' shape without the vocabulary");
+    break;
+  }
+  case Op::VocabPartials: {
+    checkLoss(0, 1);
+    std::vector<int64_t> rows = operand(1).shape;
+    expectShape(false, 2, rows, "the labels' shape (one maximum per row)");
+    rows.push_back(2);
+    expectShape(true, 0, rows, "[rows..., 2] (sum of exponentials, target)");
+    break;
+  }
+  case Op::VocabCrossEntropy: {
+    expectIndex(false, 1);
+    std::vector<int64_t> rows = operand(1).shape;
+    rows.push_back(2);
+    expectShape(false, 0, rows, "[labels' shape..., 2] (the partials)");
+    std::vector<int64_t> shape;
+    if (a.reduction == Reduction::None)
+      shape = operand(1).shape;
+    expectShape(true, 0, shape,
+                a.reduction == Reduction::None ? "the labels' shape"
+                                               : "a scalar for mean and sum");
+    break;
+  }
+  case Op::VocabCrossEntropyGrad: {
+    checkLoss(1, 2);
+    std::vector<int64_t> shape;
+    if (a.reduction == Reduction::None)
+      shape = operand(2).shape;
+    expectShape(false, 0, shape,
+                a.reduction == Reduction::None ? "the labels' shape"
+                                               : "a scalar for mean and sum");
+    std::vector<int64_t> rows = operand(2).shape;
+    expectShape(false, 3, rows, "the labels' shape (one maximum per row)");
+    rows.push_back(2);
+    expectShape(false, 4, rows, "[rows..., 2] (the partials)");
+    sameAs(true, 0, 1);
+    break;
+  }
   }
   (void)name;
   checkOneElementType();
@@ -568,7 +654,27 @@ void OpChecker::checkOneElementType() {
     case Op::CrossEntropy:
       return !isResult && i == 1;
     case Op::CrossEntropyGrad:
+    case Op::VocabCrossEntropyGrad:
       return !isResult && i == 2;
+    case Op::VocabPartials:
+    case Op::VocabCrossEntropy:
+      return !isResult && i == 1;
+    default:
+      return false;
+    }
+  };
+  // The vocabulary-parallel statistics and losses are f32 whatever the
+  // logits' type, as cross_entropy's loss is.
+  auto isF32Statistics = [&](bool isResult, size_t i) {
+    switch (inst_.op) {
+    case Op::VocabMax:
+      return isResult;
+    case Op::VocabPartials:
+      return isResult || i == 2;
+    case Op::VocabCrossEntropy:
+      return isResult || i == 0;
+    case Op::VocabCrossEntropyGrad:
+      return !isResult && (i == 0 || i == 3 || i == 4);
     default:
       return false;
     }
@@ -580,6 +686,8 @@ void OpChecker::checkOneElementType() {
     if (inst_.op == Op::CrossEntropy && isResult)
       return;
     if (inst_.op == Op::CrossEntropyGrad && !isResult && i == 0)
+      return;
+    if (isF32Statistics(isResult, i))
       return;
     DType dtype = type(isResult, i).dtype;
     if (!haveFirst) {

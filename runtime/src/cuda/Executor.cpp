@@ -38,6 +38,10 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     case Op::ReduceScatter:
     case Op::AllSlice:
     case Op::BiasAdd:
+    case Op::VocabMax:
+    case Op::VocabPartials:
+    case Op::VocabCrossEntropy:
+    case Op::VocabCrossEntropyGrad:
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
                   instructionWhere(fn, position) + ": " +
                       opName(fn.instructions[position].op) +

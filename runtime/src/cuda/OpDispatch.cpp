@@ -419,6 +419,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::ReduceScatter:
   case Op::AllSlice:
   case Op::BiasAdd:
+  case Op::VocabMax:
+  case Op::VocabPartials:
+  case Op::VocabCrossEntropy:
+  case Op::VocabCrossEntropyGrad:
     // Rejected when the executor is constructed.
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 where(position) + ": " + opName(inst.op) +

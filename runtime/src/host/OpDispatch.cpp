@@ -34,6 +34,30 @@ void check(const std::string &where, const KernelStatus &status) {
     throw Error(MTRT_STATUS_OUT_OF_RANGE, where + ": " + status.message());
 }
 
+/// Where operand `operand` of a random op lies in its global tensor, from
+/// the instruction's split_axes and the rank's grid coordinates.
+GlobalTile globalTile(const Function &fn, const Instruction &inst,
+                      size_t operand, const std::vector<int64_t> &grid,
+                      const std::vector<int64_t> &coordinates) {
+  GlobalTile tile;
+  tile.localShape = fn.values[inst.operands[operand]].shape;
+  for (size_t d = 0; d < tile.localShape.size(); ++d) {
+    const std::vector<int64_t> &axes = inst.attrs.splitAxes[d];
+    tile.globalShape.push_back(tile.localShape[d] * gridGroupSize(grid, axes));
+    tile.offsets.push_back(tile.localShape[d] *
+                           gridGroupIndex(grid, coordinates, axes));
+  }
+  return tile;
+}
+
+/// Attention's dropout over the global probabilities: q [batch, seq, heads,
+/// head_dim] may be split along batch and heads.
+void setGlobalHeads(AttentionParams &p, const GlobalTile &q) {
+  p.batchOffset = q.offsets[0];
+  p.headOffset = q.offsets[2];
+  p.globalHeadsQ = q.globalShape[2];
+}
+
 } // namespace
 
 template <typename T>
@@ -65,6 +89,25 @@ void Executor::execute(size_t position, const Instruction &inst,
       body(static_cast<const int64_t *>(data));
     else
       body(static_cast<const int32_t *>(data));
+  };
+
+  // The rank's block of a vocabulary split over vocab_shard_axes: its index
+  // and the number of blocks.
+  auto vocabBlock = [&]() -> std::pair<int64_t, int64_t> {
+    if (a.vocabShardAxes.empty())
+      return {0, 1};
+    int64_t blocks = gridGroupSize(bundle_.gridShape(), a.vocabShardAxes);
+    if (blocks == 1)
+      return {0, 1};
+    if (!rank_)
+      throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                  where(position) + ": the vocabulary is split over " +
+                      std::to_string(blocks) +
+                      " ranks; run the bundle's ranks together "
+                      "(megatron-train --in-process-ranks)");
+    return {gridGroupIndex(rank_->gridShape(), rank_->coordinates(),
+                           a.vocabShardAxes),
+            blocks};
   };
 
   switch (inst.op) {
@@ -100,6 +143,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Embedding: {
     EmbeddingDims d = embeddingDims(fn, inst);
     T *y = out(0);
+    if (!a.vocabShardAxes.empty()) {
+      auto [block, blocks] = vocabBlock();
+      withIds(1, [&](auto *ids) {
+        checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
+                 d.vocab * blocks, "the vocabulary size (all ranks' blocks)",
+                 nullptr);
+        vocabEmbeddingForward<T>(pool, d.count, d.vocab, d.hidden,
+                                 block * d.vocab, in(0), ids, y);
+      });
+      break;
+    }
     withIds(1, [&](auto *ids) {
       checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
                d.vocab, "the embedding table's vocabulary size", nullptr);
@@ -111,6 +165,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::EmbeddingGrad: {
     EmbeddingDims d = embeddingDims(fn, inst);
     T *dtable = out(0);
+    if (!a.vocabShardAxes.empty()) {
+      auto [block, blocks] = vocabBlock();
+      withIds(1, [&](auto *ids) {
+        checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
+                 d.vocab * blocks, "the vocabulary size (all ranks' blocks)",
+                 nullptr);
+        vocabEmbeddingBackward<T>(pool, d.count, d.vocab, d.hidden,
+                                  block * d.vocab, ids, in(0), dtable);
+      });
+      break;
+    }
     withIds(1, [&](auto *ids) {
       checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
                d.vocab, "the embedding table's vocabulary size", nullptr);
@@ -185,6 +250,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, step);
+    if (!a.splitAxes.empty())
+      setGlobalHeads(p, globalTile(fn, inst, 0, bundle_.gridShape(),
+                                   parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     attentionForward<T>(pool, p, in(0), in(1), in(2), out(0), lse.as<T>());
@@ -193,6 +261,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp.
     AttentionParams p = attentionParams(fn, inst, step);
+    if (!a.splitAxes.empty())
+      setGlobalHeads(p, globalTile(fn, inst, 1, bundle_.gridShape(),
+                                   parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     ScratchBuffer o(*this,
@@ -234,8 +305,15 @@ void Executor::execute(size_t position, const Instruction &inst,
                       out(0), out(1));
     break;
   case Op::Dropout:
-    dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
-                      static_cast<uint64_t>(a.seed), step);
+    if (a.splitAxes.empty()) {
+      dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
+                        static_cast<uint64_t>(a.seed), step);
+    } else {
+      GlobalTile tile = globalTile(fn, inst, 0, bundle_.gridShape(),
+                                   parameters_.coordinates());
+      dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
+                        static_cast<uint64_t>(a.seed), step, &tile);
+    }
     break;
   case Op::Add:
     addForward<T>(pool, count(inst.operands[0]), in(0), in(1), out(0));
@@ -250,6 +328,44 @@ void Executor::execute(size_t position, const Instruction &inst,
       softmaxBackward<T>(pool, outer, axis, inner, in(1), in(0), out(0));
     else
       softmaxForward<T>(pool, outer, axis, inner, in(0), out(0));
+    break;
+  }
+  case Op::VocabMax: {
+    const std::vector<int64_t> &shape = operandShape(0);
+    int64_t vocab = shape.back();
+    vocabMax<T>(pool, count(inst.operands[0]) / vocab, vocab, in(0), out(0));
+    break;
+  }
+  case Op::VocabPartials:
+  case Op::VocabCrossEntropyGrad: {
+    bool grad = inst.op == Op::VocabCrossEntropyGrad;
+    size_t logitsAt = grad ? 1 : 0, labelsAt = logitsAt + 1;
+    int64_t vocab = operandShape(logitsAt).back();
+    int64_t rows = count(inst.operands[logitsAt]) / vocab;
+    auto [block, blocks] = vocabBlock();
+    T *result = out(0);
+    withIds(labelsAt, [&](auto *labels) {
+      checkIds(where(position), "label", labelsAt, inst.operands[labelsAt],
+               labels, rows, vocab * blocks,
+               "the vocabulary size (all ranks' blocks)",
+               grad ? &a.ignoreIndex : nullptr);
+      if (grad)
+        vocabCrossEntropyGrad<T>(pool, rows, vocab, block * vocab, in(1),
+                                 labels, a.ignoreIndex, toKernel(a.reduction),
+                                 in(0), in(3), in(4), result);
+      else
+        vocabPartials<T>(pool, rows, vocab, block * vocab, in(0), labels,
+                         in(2), result);
+    });
+    break;
+  }
+  case Op::VocabCrossEntropy: {
+    int64_t rows = count(inst.operands[1]);
+    T *result = out(0);
+    withIds(1, [&](auto *labels) {
+      vocabCrossEntropy<T>(rows, in(0), labels, a.ignoreIndex,
+                           toKernel(a.reduction), result);
+    });
     break;
   }
   case Op::CrossEntropy:

@@ -106,6 +106,12 @@ std::string shardFileName(const std::vector<int64_t> &grid, int64_t rank) {
     std::vector<int64_t> c = gridCoordinates(grid, rank);
     dp = c[0];
     tp = c[1];
+  } else if (grid.size() == 3) {
+    // A pipeline bundle's grid: [pp, dp, tp].
+    std::vector<int64_t> c = gridCoordinates(grid, rank);
+    pp = c[0];
+    dp = c[1];
+    tp = c[2];
   }
   char name[64];
   if (dp == 0)

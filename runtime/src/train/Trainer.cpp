@@ -7,6 +7,7 @@
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "pipeline/PipelineRunner.h"
 #include "train/ByteTokenizer.h"
 #include "train/DataParallelBuffer.h"
 #include "train/DistributedOptimizer.h"
@@ -128,7 +129,7 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             "from a model file); compile the model with megatron-compile to "
             "train it");
   const ModelConfig &model = bundle.model();
-  if (model.pipelineModelParallelSize == 1 && bundle.rankCount() > 1 && !rank_)
+  if (bundle.rankCount() > 1 && !rank_)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle.name() + "' is compiled for " +
                     std::to_string(bundle.rankCount()) + " ranks (grid " +
@@ -140,14 +141,17 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
       invalid("bundle '" + bundle.name() + "': its grid is " +
               shapeString(bundle.gridShape()) + " but the rank's is " +
               shapeString(rank_->gridShape()));
+    // A pipeline bundle's grid is [pp, dp, tp], the others' [dp, tp].
+    size_t dataAxis = bundle.pipeline() ? 1 : 0;
     if (model.dataParallelSize > 1 &&
-        bundle.gridShape()[0] != model.dataParallelSize)
+        bundle.gridShape()[dataAxis] != model.dataParallelSize)
       invalid("bundle '" + bundle.name() + "': model.data_parallel_size is " +
-              std::to_string(model.dataParallelSize) +
-              " but the grid's axis 0 (the data-parallel ranks) has size " +
-              std::to_string(bundle.gridShape()[0]) + "; recompile it");
+              std::to_string(model.dataParallelSize) + " but the grid's axis " +
+              std::to_string(dataAxis) +
+              " (the data-parallel ranks) has size " +
+              std::to_string(bundle.gridShape()[dataAxis]) + "; recompile it");
     dataParallel_ = model.dataParallelSize;
-    dataRank_ = dataParallel_ > 1 ? rank_->coordinates()[0] : 0;
+    dataRank_ = dataParallel_ > 1 ? rank_->coordinates()[dataAxis] : 0;
   }
   if (!runsRanks &&
       (model.tensorModelParallelSize != 1 ||
@@ -166,7 +170,11 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             std::to_string(model.vocabSize) +
             "; the byte-level tokenizer needs at least 256 tokens: compile "
             "the model with vocab_size 256 or more");
-  const Function *train = bundle.findFunction("train_step");
+  // A pipeline bundle's first stage reads the tokens.
+  const Function *train =
+      bundle.pipeline()
+          ? &bundle.functions()[bundle.pipeline()->stages.front().forward]
+          : bundle.findFunction("train_step");
   if (!train)
     throw Error(MTRT_STATUS_NOT_FOUND,
                 "bundle '" + bundle.name() +
@@ -187,6 +195,13 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             std::to_string(model.dataParallelSize) +
             " (the micro-batch size is fixed when the bundle is compiled)");
   microBatches_ = globalBatch_ / perStep;
+  if (bundle.pipeline() && microBatches_ != bundle.pipeline()->microBatches)
+    invalid("--global-batch-size: found " + std::to_string(globalBatch_) +
+            ", but bundle '" + bundle.name() + "''s pipeline schedule is " +
+            "compiled for " + std::to_string(bundle.pipeline()->microBatches) +
+            " micro-batches per iteration (global batch " +
+            std::to_string(bundle.pipeline()->microBatches * perStep) +
+            "); pass that, or recompile with the global batch size you want");
 
   // Data: the corpus as bytes, split as Megatron-LM's --split.
   auto stream =
@@ -212,9 +227,24 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     rank_ = nullptr;
   if (rank_)
     rank_->prepare(bundle);
-  trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
-                                                *parameters_, *pool_, rank_);
-  if (wantEval && bundle.findFunction("eval_step")) {
+  if (bundle.pipeline()) {
+    if (!rank_)
+      invalid("bundle '" + bundle.name() +
+              "' is pipeline-parallel; run it with --in-process-ranks");
+    pipeline_ = std::make_unique<pipeline::PipelineRunner>(
+        bundle, *parameters_, *pool_, *rank_);
+  } else {
+    trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
+                                                  *parameters_, *pool_, rank_);
+  }
+  if (wantEval && bundle.pipeline()) {
+    validData_ = std::make_unique<GptDataset>(
+        stream, ranges[1].first, ranges[1].second, seqLength_, options_.seed,
+        false,
+        "the validation split of '" + corpusName_ + "' (--split " +
+            options_.split +
+            "; or pass --eval-iters 0 to train without evaluation)");
+  } else if (wantEval && bundle.findFunction("eval_step")) {
     const Function *eval = bundle.findFunction("eval_step");
     const TensorType &evalTokens = eval->values[eval->inputs[0]];
     if (evalTokens.shape != tokens.shape || evalTokens.dtype != tokens.dtype)
@@ -253,6 +283,21 @@ const host::LrSchedule &Trainer::schedule() const {
 size_t Trainer::optimizerStateBytes() const {
   return parameters_->optimizerStateBytes() +
          (distributedOptimizer_ ? distributedOptimizer_->stateBytes() : 0);
+}
+
+std::pair<host::TensorView, host::TensorView>
+Trainer::readMicroBatch(GptDataset &data, int64_t first) {
+  for (int64_t b = 0; b < microBatch_; ++b)
+    data.read(first + b, tokens_.data() + b * seqLength_,
+              labels_.data() + b * seqLength_);
+  std::vector<int64_t> shape = {microBatch_, seqLength_};
+  if (idType_ == DType::I64) {
+    tokens64_.assign(tokens_.begin(), tokens_.end());
+    labels64_.assign(labels_.begin(), labels_.end());
+    return {{idType_, shape, tokens64_.data()},
+            {idType_, shape, labels64_.data()}};
+  }
+  return {{idType_, shape, tokens_.data()}, {idType_, shape, labels_.data()}};
 }
 
 double Trainer::runMicroBatch(host::Executor &executor, GptDataset &data,
@@ -302,14 +347,25 @@ void Trainer::train(std::ostream &out) {
       << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
-  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
+  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
+      !pipeline_)
     log.line("note: the bundle has no eval_step; training without "
              "evaluation");
 
   auto iterate = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients(*pool_);
     double lossSum = 0;
-    for (int64_t m = 0; m < microBatches_; ++m)
+    if (pipeline_) {
+      lossSum = pipeline_->train(
+          [&](int64_t m) {
+            return readMicroBatch(*trainData_,
+                                  consumed + m * microBatch_ * dataParallel_ +
+                                      dataRank_ * microBatch_);
+          },
+          microStep_);
+      microStep_ += microBatches_;
+    }
+    for (int64_t m = 0; !pipeline_ && m < microBatches_; ++m)
       lossSum += runMicroBatch(*trainStep_, *trainData_,
                                consumed + m * microBatch_ * dataParallel_ +
                                    dataRank_ * microBatch_,
@@ -327,7 +383,7 @@ void Trainer::train(std::ostream &out) {
     return result;
   };
   std::function<double()> evaluation;
-  if (evalStep_)
+  if (evalStep_ || (pipeline_ && validData_))
     evaluation = [this] { return evaluate(); };
   if (!options_.load.empty())
     loadCheckpoint(options_.load, log);
@@ -345,9 +401,36 @@ void Trainer::train(std::ostream &out) {
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
                   iterate, evaluation, history_,
                   LoopStart{startIteration_, startConsumed_}, save);
+  if (pipeline_) {
+    // Every rank takes part; rank 0 prints.
+    std::vector<double> measured = pipeline_->gatherIdleFractions();
+    const std::vector<double> &predicted =
+        bundle_.pipeline()->predictedIdleFraction;
+    std::ostringstream s;
+    s << "pipeline " << bundle_.pipeline()->schedule
+      << " idle fraction per pipeline rank, measured (predicted):";
+    for (size_t r = 0; r < measured.size(); ++r) {
+      s << " " << std::fixed;
+      s.precision(3);
+      s << measured[r];
+      if (r < predicted.size())
+        s << " (" << predicted[r] << ")";
+    }
+    log.line(s.str());
+  }
 }
 
 double Trainer::evaluate() {
+  if (pipeline_ && validData_) {
+    int64_t batches = options_.evalIters * microBatches_;
+    double sum = pipeline_->evaluate(
+        [&](int64_t i) {
+          return readMicroBatch(*validData_, i * microBatch_ * dataParallel_ +
+                                                 dataRank_ * microBatch_);
+        },
+        batches);
+    return sum / static_cast<double>(batches);
+  }
   if (!evalStep_)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "evaluation needs the bundle's eval_step, a validation split "

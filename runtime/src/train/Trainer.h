@@ -3,9 +3,10 @@
 #define MTRT_SRC_TRAIN_TRAINER_H
 
 #include "core/Bundle.h"
+#include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
-#include "train/Optimizer.h"
 #include "train/Checkpoint.h"
+#include "train/Optimizer.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,10 @@ class ThreadPool;
 namespace mtrt::comm {
 class RankContext;
 } // namespace mtrt::comm
+
+namespace mtrt::pipeline {
+class PipelineRunner;
+} // namespace mtrt::pipeline
 
 namespace mtrt::train {
 
@@ -164,6 +169,10 @@ public:
   int64_t startIteration() const { return startIteration_; }
 
 private:
+  /// Reads microBatchSize() samples of `data` from `first` into the token
+  /// and label buffers; the views are valid until the next read.
+  std::pair<host::TensorView, host::TensorView> readMicroBatch(GptDataset &data,
+                                                               int64_t first);
   /// Fails before training if an iteration this run would save exists.
   void checkSaveDirectory() const;
   /// Runs train_step on `count` consecutive samples of `data` from `first`.
@@ -183,6 +192,8 @@ private:
   std::unique_ptr<host::ThreadPool> pool_;
   std::unique_ptr<host::ParameterStore> parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
+  /// Pipeline bundles: runs the schedule instead of train_step.
+  std::unique_ptr<pipeline::PipelineRunner> pipeline_;
   std::unique_ptr<GptDataset> trainData_, validData_;
   OptimizerConfig optimizerConfig_;
   /// With a gradient_buffer: the data-parallel reduction once per iteration.
@@ -190,8 +201,12 @@ private:
   /// One of the two steps the optimizer: replicated, or distributed.
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
+  /// With the distributed optimizer: every parameter's moments, gathered
+  /// for a checkpoint or read from one.
+  std::vector<host::Tensor> checkpointExpAvg_, checkpointExpAvgSq_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
+  std::vector<int64_t> tokens64_, labels64_;
   uint64_t microStep_ = 0;
   int64_t startIteration_ = 0, startConsumed_ = 0;
 };

@@ -3,6 +3,7 @@
 
 #include "comm/RankContext.h"
 #include "host/ParameterStore.h"
+#include "train/DistributedOptimizer.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 #include "train/Weights.h"
@@ -56,6 +57,19 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
                     std::string(dtypeName(parameters_->floatType())));
   std::vector<CheckpointTensor> tensors;
   const std::vector<int64_t> &coordinates = parameters_->coordinates();
+  // The distributed optimizer holds the moments of its range of the
+  // gradient buffer; checkpoints hold every parameter's, gathered.
+  if (distributedOptimizer_) {
+    for (std::vector<host::Tensor> *moments :
+         {&checkpointExpAvg_, &checkpointExpAvgSq_}) {
+      moments->clear();
+      for (size_t i = 0; i < parameters_->size(); ++i)
+        moments->emplace_back(parameters_->floatType(),
+                              parameters_->info(i).localType.shape);
+    }
+    distributedOptimizer_->gatherMoments(checkpointExpAvg_,
+                                         checkpointExpAvgSq_);
+  }
   for (size_t i = 0; i < parameters_->size(); ++i) {
     const Parameter &p = parameters_->info(i);
     CheckpointTensor t;
@@ -65,18 +79,24 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
     t.vocabularyRows = isVocabularyTable(p.name);
     // One replica of each piece saves it: the rank at coordinate 0 of every
     // grid axis that does not split the parameter.
+    // A pipeline bundle's parameter lives on one pipeline rank.
+    if (!parameters_->holds(i))
+      t.save = false;
     for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
-      bool splits = false;
+      bool splits = axis == 0 && p.pipelineRank >= 0;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
           splits |= a == static_cast<int64_t>(axis);
       if (!splits && coordinates[axis] != 0)
         t.save = false;
     }
+    bool gathered = distributedOptimizer_ != nullptr;
     std::pair<const char *, host::Tensor *> kinds[] = {
         {"model/", &parameters_->value(i)},
-        {"optimizer/exp_avg/", &parameters_->expAvg(i)},
-        {"optimizer/exp_avg_sq/", &parameters_->expAvgSq(i)}};
+        {"optimizer/exp_avg/",
+         gathered ? &checkpointExpAvg_[i] : &parameters_->expAvg(i)},
+        {"optimizer/exp_avg_sq/",
+         gathered ? &checkpointExpAvgSq_[i] : &parameters_->expAvgSq(i)}};
     for (auto [prefix, tensor] : kinds) {
       t.name = prefix + p.name;
       t.data = tensor->data<float>();
@@ -210,6 +230,8 @@ void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
   std::vector<CheckpointTensor> tensors = checkpointTensors();
   bool leader = !rank_ || rank_->rank() == 0;
   loadCheckpointTensors(manifest, tensors, leader);
+  if (distributedOptimizer_)
+    distributedOptimizer_->takeMoments(checkpointExpAvg_, checkpointExpAvgSq_);
   startIteration_ = saved.iteration;
   startConsumed_ = saved.consumedSamples;
   // The generator's position follows from the iteration in this layout.

@@ -1,10 +1,14 @@
-// Tests of the host kernels that bundles for several ranks add: bias_add and
-// the initialization of parameter shards by global position.
+// Tests of the host kernels that bundles for several ranks add: bias_add,
+// the initialization of parameter shards by global position, and the
+// vocabulary-parallel embedding and cross-entropy (blocks combined as the
+// collectives combine them equal the whole-vocabulary kernels).
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -51,6 +55,106 @@ TEST(HostParallelKernelsTest, AShardDrawsItsGlobalPositions) {
     for (int64_t c = 0; c < 4; ++c)
       EXPECT_EQ(shard[r * 4 + c], whole[(r + 2) * 8 + (c + 4)])
           << r << ", " << c;
+}
+
+/// Three blocks of an 12-token vocabulary, combined as the all-reduces
+/// combine them (max, then sums), give cross_entropy's loss and gradient.
+TEST(HostParallelKernelsTest, VocabularyBlocksGiveTheWholeCrossEntropy) {
+  const int64_t rows = 5, vocab = 12, blocks = 3, block = vocab / blocks;
+  const int64_t ignore = -100;
+  std::vector<double> logits(rows * vocab);
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = std::sin(0.7 * static_cast<double>(i)) * 4;
+  std::vector<int32_t> labels = {3, 11, static_cast<int32_t>(ignore), 0, 6};
+  for (LossReduction reduction :
+       {LossReduction::Mean, LossReduction::Sum, LossReduction::None}) {
+    int64_t lossCount = reduction == LossReduction::None ? rows : 1;
+    std::vector<double> wholeLoss(lossCount), dloss(lossCount, 0.75);
+    std::vector<double> wholeGrad(rows * vocab);
+    ASSERT_TRUE(crossEntropyForward<double>(pool(), rows, vocab, logits.data(),
+                                            labels.data(), ignore, reduction,
+                                            wholeLoss.data())
+                    .ok());
+    ASSERT_TRUE(crossEntropyBackward<double>(pool(), rows, vocab,
+                                             logits.data(), labels.data(),
+                                             ignore, reduction, dloss.data(),
+                                             wholeGrad.data())
+                    .ok());
+    // Each block's logits, contiguous as a rank holds them.
+    std::vector<std::vector<double>> local(blocks);
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        local[b].insert(local[b].end(),
+                        logits.begin() + r * vocab + b * block,
+                        logits.begin() + r * vocab + (b + 1) * block);
+    std::vector<double> max(rows, -INFINITY), partials(rows * 2, 0.0);
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::vector<double> m(rows);
+      vocabMax<double>(pool(), rows, block, local[b].data(), m.data());
+      for (int64_t r = 0; r < rows; ++r)
+        max[r] = std::max(max[r], m[r]);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::vector<double> p(rows * 2);
+      vocabPartials<double>(pool(), rows, block, b * block, local[b].data(),
+                            labels.data(), max.data(), p.data());
+      for (int64_t i = 0; i < rows * 2; ++i)
+        partials[i] += p[i];
+    }
+    std::vector<double> loss(lossCount);
+    vocabCrossEntropy<double>(rows, partials.data(), labels.data(), ignore,
+                              reduction, loss.data());
+    for (int64_t i = 0; i < lossCount; ++i)
+      EXPECT_NEAR(loss[i], wholeLoss[i], 1e-12 * std::abs(wholeLoss[i]) + 1e-15)
+          << i;
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::vector<double> grad(rows * block);
+      vocabCrossEntropyGrad<double>(pool(), rows, block, b * block,
+                                    local[b].data(), labels.data(), ignore,
+                                    reduction, dloss.data(), max.data(),
+                                    partials.data(), grad.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t v = 0; v < block; ++v)
+          EXPECT_NEAR(grad[r * block + v], wholeGrad[r * vocab + b * block + v],
+                      1e-13)
+              << "row " << r << ", token " << b * block + v;
+    }
+  }
+}
+
+/// The blocks' masked lookups sum to the whole lookup; each block's
+/// gradient is its rows of the whole table's gradient.
+TEST(HostParallelKernelsTest, VocabularyBlocksGiveTheWholeEmbedding) {
+  const int64_t count = 7, vocab = 8, hidden = 3, blocks = 2;
+  const int64_t block = vocab / blocks;
+  std::vector<double> table(vocab * hidden), dout(count * hidden);
+  for (size_t i = 0; i < table.size(); ++i)
+    table[i] = 0.5 * static_cast<double>(i) - 2;
+  for (size_t i = 0; i < dout.size(); ++i)
+    dout[i] = 0.25 * static_cast<double>(i) + 1;
+  std::vector<int64_t> ids = {7, 0, 3, 4, 3, 5, 7};
+  std::vector<double> whole(count * hidden), wholeGrad(vocab * hidden);
+  ASSERT_TRUE(embeddingForward<double>(pool(), count, vocab, hidden,
+                                       table.data(), ids.data(), whole.data())
+                  .ok());
+  ASSERT_TRUE(embeddingBackward<double>(pool(), count, vocab, hidden,
+                                        ids.data(), dout.data(),
+                                        wholeGrad.data(), false)
+                  .ok());
+  std::vector<double> sum(count * hidden, 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const double *rows = table.data() + b * block * hidden;
+    std::vector<double> out(count * hidden), grad(block * hidden);
+    vocabEmbeddingForward<double>(pool(), count, block, hidden, b * block, rows,
+                                  ids.data(), out.data());
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] += out[i];
+    vocabEmbeddingBackward<double>(pool(), count, block, hidden, b * block,
+                                   ids.data(), dout.data(), grad.data());
+    for (int64_t i = 0; i < block * hidden; ++i)
+      EXPECT_EQ(grad[i], wholeGrad[b * block * hidden + i]) << b << ", " << i;
+  }
+  EXPECT_EQ(sum, whole);
 }
 
 } // namespace

@@ -104,3 +104,43 @@ func.func @accumulate_type(%g: tensor<4xf32>) {
   mt.accumulate_gradient @w, %g : tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @vocab_max_scalar(%logits: tensor<f32>) {
+  // expected-error @+1 {{'mt.vocab_max' op logits need a vocabulary dimension, got 'tensor<f32>'}}
+  %m = mt.vocab_max %logits : (tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @vocab_max_shape(%logits: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{'mt.vocab_max' op result type 'tensor<2x32xf32>' does not match the expected 'tensor<2x8xf32>'}}
+  %m = mt.vocab_max %logits : (tensor<2x8x32xf32>) -> tensor<2x32xf32>
+  return
+}
+
+// -----
+
+func.func @vocab_partials_max(%logits: tensor<2x8x32xf32>, %labels: tensor<2x8xi32>, %m: tensor<2xf32>) {
+  // expected-error @+1 {{'mt.vocab_partials' op max type 'tensor<2xf32>' does not match the expected 'tensor<2x8xf32>'}}
+  %p = mt.vocab_partials %logits, %labels, %m : (tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<2xf32>) -> tensor<2x8x2xf32>
+  return
+}
+
+// -----
+
+func.func @vocab_cross_entropy_partials(%p: tensor<2x8x3xf32>, %labels: tensor<2x8xi32>) {
+  // expected-error @+1 {{'mt.vocab_cross_entropy' op partials must be [rows..., 2] (sum of exponentials, target logit), got 'tensor<2x8x3xf32>'}}
+  %l = mt.vocab_cross_entropy %p, %labels reduction = mean : (tensor<2x8x3xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @vocab_cross_entropy_grad_partials(%dloss: tensor<f32>, %logits: tensor<2x8x32xf32>, %labels: tensor<2x8xi32>, %m: tensor<2x8xf32>, %p: tensor<2x8xf32>) {
+  // expected-error @+1 {{'mt.vocab_cross_entropy_grad' op partials type 'tensor<2x8xf32>' does not match the expected 'tensor<2x8x2xf32>'}}
+  %g = mt.vocab_cross_entropy_grad %dloss, %logits, %labels, %m, %p reduction = mean : (tensor<f32>, tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8x32xf32>
+  return
+}

@@ -49,3 +49,22 @@ func.func @accumulate(%g: tensor<16x48xf32>) {
   mt.accumulate_gradient @w, %g : tensor<16x48xf32>
   return
 }
+
+// The vocabulary-parallel cross-entropy's pieces (shard-partition writes
+// them for vocabulary-split logits) and the vocabulary-split embedding.
+// CHECK-LABEL: func.func @vocabulary_parallel
+func.func @vocabulary_parallel(%logits: tensor<2x8x32xf32>, %labels: tensor<2x8xi32>, %dloss: tensor<f32>, %table: tensor<32x16xf32>, %dh: tensor<2x8x16xf32>) {
+  // CHECK: %[[M:.+]] = mt.vocab_max %{{.+}} : (tensor<2x8x32xf32>) -> tensor<2x8xf32>
+  %m = mt.vocab_max %logits : (tensor<2x8x32xf32>) -> tensor<2x8xf32>
+  // CHECK: %[[P:.+]] = mt.vocab_partials %{{.+}}, %{{.+}}, %[[M]] {vocab_shard_axes = array<i64: 1>} : (tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<2x8xf32>) -> tensor<2x8x2xf32>
+  %p = mt.vocab_partials %logits, %labels, %m {vocab_shard_axes = array<i64: 1>} : (tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<2x8xf32>) -> tensor<2x8x2xf32>
+  // CHECK: mt.vocab_cross_entropy %[[P]], %{{.+}} reduction = none : (tensor<2x8x2xf32>, tensor<2x8xi32>) -> tensor<2x8xf32>
+  %l = mt.vocab_cross_entropy %p, %labels reduction = none : (tensor<2x8x2xf32>, tensor<2x8xi32>) -> tensor<2x8xf32>
+  // CHECK: mt.vocab_cross_entropy_grad %{{.+}}, %{{.+}}, %{{.+}}, %[[M]], %[[P]] reduction = mean {ignore_index = 0 : i64, vocab_shard_axes = array<i64: 1>} : (tensor<f32>, tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<2x8xf32>, tensor<2x8x2xf32>) -> tensor<2x8x32xf32>
+  %g = mt.vocab_cross_entropy_grad %dloss, %logits, %labels, %m, %p reduction = mean {ignore_index = 0 : i64, vocab_shard_axes = array<i64: 1>} : (tensor<f32>, tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<2x8xf32>, tensor<2x8x2xf32>) -> tensor<2x8x32xf32>
+  // CHECK: mt.embedding %{{.+}}, %{{.+}} {vocab_shard_axes = array<i64: 1>} : (tensor<32x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xf32>
+  %h = mt.embedding %table, %labels {vocab_shard_axes = array<i64: 1>} : (tensor<32x16xf32>, tensor<2x8xi32>) -> tensor<2x8x16xf32>
+  // CHECK: mt.embedding_grad %{{.+}}, %{{.+}} {vocab_shard_axes = array<i64: 1>} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<32x16xf32>
+  %dt = mt.embedding_grad %dh, %labels {vocab_shard_axes = array<i64: 1>} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<32x16xf32>
+  return
+}

@@ -50,3 +50,24 @@ func.func @fused_qkv(%w: tensor<16x48xf32> {mt.parameter = @transformer.h.0.attn
 func.func @indivisible(%w: tensor<5x16xf32> {mt.parameter = @model.layers.0.mlp.up_proj.weight}) {
   return
 }
+
+// -----
+
+// Vocabulary tables are split by rows (vocabulary-parallel embedding and
+// output layer); a vocabulary the tensor-parallel ranks cannot share equally
+// is refused with the fix.
+
+// CHECK-LABEL: func.func @vocabulary
+func.func @vocabulary(%wte: tensor<32x16xf32> {mt.parameter = @transformer.wte.weight},
+                      %head: tensor<32x16xf32> {mt.parameter = @lm_head.weight}) {
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}1], []]
+  // CHECK: shard.sharding @grid split_axes = {{\[\[}}1], []]
+  return
+}
+
+// -----
+
+// expected-error @+1 {{mt-annotate-shardings: the vocabulary of model.embed_tokens.weight (31 rows) is not divisible by tensor-parallel-size 2: each rank holds an equal block of the vocabulary; pad it as Megatron-LM does (megatron-compile --make-vocab-size-divisible-by, which pads to a multiple of it times the tensor-parallel size)}}
+func.func @vocabulary_indivisible(%w: tensor<31x16xf32> {mt.parameter = @model.embed_tokens.weight}) {
+  return
+}

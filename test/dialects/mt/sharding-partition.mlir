@@ -190,17 +190,15 @@ func.func @rope_on_sequence_shards(%x: tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf3
 
 // -----
 
-// The vocabulary-parallel embedding does not exist yet: a table split along
-// the vocabulary is refused.
+// A split along its axis would cut [q | k | v] at other places than the
+// global split does: refused.
 
 shard.grid @tp(shape = 2)
 
-func.func @vocabulary_split(%table: tensor<32x8xf32>, %ids: tensor<2x4xi32>) -> tensor<2x4x8xf32> {
-  %vocabulary = shard.sharding @tp split_axes = [[0]] : !shard.sharding
-  %ts = shard.shard %table to %vocabulary annotate_for_users : tensor<32x8xf32>
-  // expected-error @+1 {{'mt.embedding' op cannot be partitioned along the vocabulary yet (docs/Parallelism.md)}}
-  %h = mt.embedding %ts, %ids : (tensor<32x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
-  %replicated = shard.sharding @tp split_axes = [[]] : !shard.sharding
-  %hr = shard.shard %h to %replicated : tensor<2x4x8xf32>
-  return %hr : tensor<2x4x8xf32>
+func.func @split_along_its_axis(%x: tensor<2x12xf32>) -> tensor<2x4xf32> {
+  %columns = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %xs = shard.shard %x to %columns annotate_for_users : tensor<2x12xf32>
+  // expected-error @+1 {{'mt.split' op cannot be partitioned along the split axis yet (docs/Parallelism.md)}}
+  %q, %k, %v = mt.split %xs axis = 1 : tensor<2x12xf32> -> tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
+  return %q : tensor<2x4xf32>
 }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mtrt::host {
 
@@ -168,10 +169,13 @@ struct AttentionParams {
   /// Dropout on the probabilities P [batch, headsQ, seqQ, seqK]: element
   /// ((b * headsQ + h) * seqQ + i) * seqK + j is kept iff
   /// random::dropoutKeep(streamKey(seed, step), that index, float(p)), and
-  /// kept values are scaled by 1 / (1 - p). p = 0 disables it.
+  /// kept values are scaled by 1 / (1 - p). p = 0 disables it. b and h
+  /// count in the global tensor: a rank's batch rows and query heads start
+  /// at batchOffset and headOffset of globalHeadsQ (0: headsQ).
   double dropoutP = 0;
   uint64_t seed = 0;
   uint64_t step = 0;
+  int64_t batchOffset = 0, headOffset = 0, globalHeadsQ = 0;
 };
 
 /// out = dropout(softmax(scale * q k^T + mask)) v per (batch, query head);
@@ -247,16 +251,30 @@ template <typename T>
 void swigluBackward(ThreadPool &pool, int64_t n, const T *gate, const T *up,
                     const T *dy, T *dgate, T *dup);
 
+/// Where a rank's tile of a tensor lies in the global tensor, for random
+/// streams keyed on global positions: per dimension, the tile's size, the
+/// global size and the tile's offset.
+struct GlobalTile {
+  std::vector<int64_t> localShape, globalShape, offsets;
+  /// The row-major index in the global tensor of the tile's element
+  /// `local` (a row-major index in the tile).
+  uint64_t globalIndex(int64_t local) const;
+};
+
 /// Inverted dropout: y[i] = keep(i) ? x[i] * scale : 0 with keep(i) =
-/// random::dropoutKeep(streamKey(seed, step), i, float(p)) and scale =
-/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x.
+/// random::dropoutKeep(streamKey(seed, step), g, float(p)) and scale =
+/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x. g is i,
+/// or with a `tile` (x is a rank's tile of a global tensor) the element's
+/// index in the global tensor, so the mask does not depend on the layout.
 template <typename T>
 void dropoutForward(ThreadPool &pool, int64_t n, const T *x, T *y, double p,
-                    uint64_t seed, uint64_t step);
+                    uint64_t seed, uint64_t step,
+                    const GlobalTile *tile = nullptr);
 /// dx = the same mask and scale applied to dy (the mask is regenerated).
 template <typename T>
 void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx,
-                     double p, uint64_t seed, uint64_t step);
+                     double p, uint64_t seed, uint64_t step,
+                     const GlobalTile *tile = nullptr);
 
 /// y = a + b. The backward of add is the identity (da = db = dy).
 template <typename T>
@@ -320,6 +338,54 @@ KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
                                   const Id *labels, int64_t ignoreIndex,
                                   LossReduction reduction, const T *dloss,
                                   T *dlogits);
+
+//===----------------------------------------------------------------------===//
+// Vocabulary parallelism (VocabParallel.cpp): one rank's block of the
+// vocabulary, rows [start, start + vocab) of the whole; ids and labels are
+// checked against the whole vocabulary by the caller.
+//===----------------------------------------------------------------------===//
+
+/// out [count, hidden] = table[id - start] for ids in the block, 0 for the
+/// others (an all-reduce over the vocabulary's ranks completes the lookup).
+template <typename T, typename Id>
+void vocabEmbeddingForward(ThreadPool &pool, int64_t count, int64_t vocab,
+                           int64_t hidden, int64_t start, const T *table,
+                           const Id *ids, T *out);
+
+/// dtable [vocab, hidden] = the rows of dout summed by id - start, over the
+/// ids in the block, in increasing position order.
+template <typename T, typename Id>
+void vocabEmbeddingBackward(ThreadPool &pool, int64_t count, int64_t vocab,
+                            int64_t hidden, int64_t start, const Id *ids,
+                            const T *dout, T *dtable);
+
+/// max [rows] = each row's largest logit of the block.
+template <typename T>
+void vocabMax(ThreadPool &pool, int64_t rows, int64_t vocab, const T *logits,
+              T *max);
+
+/// partials [rows, 2] = (sum over the block of exp(logit - max[r]), in
+/// double; logits[label - start] - max[r] if the label is in the block,
+/// else 0).
+template <typename T, typename Id>
+void vocabPartials(ThreadPool &pool, int64_t rows, int64_t vocab,
+                   int64_t start, const T *logits, const Id *labels,
+                   const T *max, T *partials);
+
+/// The loss from whole-vocabulary partials: per row log(sum) - target, 0 for
+/// ignored rows, reduced as crossEntropyForward reduces.
+template <typename T, typename Id>
+void vocabCrossEntropy(int64_t rows, const T *partials, const Id *labels,
+                       int64_t ignoreIndex, LossReduction reduction, T *loss);
+
+/// dlogits of the block: g_r * (exp(logit - max[r]) / sum_r - onehot), g_r
+/// as crossEntropyBackward's, 0 on ignored rows.
+template <typename T, typename Id>
+void vocabCrossEntropyGrad(ThreadPool &pool, int64_t rows, int64_t vocab,
+                           int64_t start, const T *logits, const Id *labels,
+                           int64_t ignoreIndex, LossReduction reduction,
+                           const T *dloss, const T *max, const T *partials,
+                           T *dlogits);
 
 //===----------------------------------------------------------------------===//
 // Shapes (Shape.cpp): copies.
