@@ -35,14 +35,6 @@ void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
 void megatron::buildStageSplitPipeline(mlir::OpPassManager &pm) {
   pm.addPass(mlir::mt::createSplitForwardBackwardPass());
   pm.addPass(mlir::createCSEPass());
-  if (options.recomputeGranularity != "none") {
-    mlir::mt::RecomputePassOptions recompute;
-    recompute.functionName = options.trainFunction;
-    recompute.granularity = options.recomputeGranularity;
-    recompute.method = options.recomputeMethod;
-    recompute.numLayers = options.recomputeNumLayers;
-    pm.addPass(mlir::mt::createRecomputePass(recompute));
-  }
 }
 
 void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
