@@ -340,10 +340,10 @@ void Trainer::train(std::ostream &out) {
       << "': " << trainData_->windowsPerEpoch() << " samples of " << seqLength_
       << " tokens per epoch, global batch " << globalBatch_ << " = "
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
-      << pool_->size() << " threads, seed " << options_.seed << ", "
+      << pool_->size() << " threads, seed " << options_.seed
+      << ", train_step arena " << trainStep_->arenaBytes() << " bytes, "
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
-      << " state " << optimizerStateBytes() << " bytes, train_step arena "
-      << trainStep_->arenaBytes() << " bytes"
+      << " state " << optimizerStateBytes() << " bytes"
       << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
