@@ -340,8 +340,11 @@ void Trainer::train(std::ostream &out) {
       << "': " << trainData_->windowsPerEpoch() << " samples of " << seqLength_
       << " tokens per epoch, global batch " << globalBatch_ << " = "
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
-      << pool_->size() << " threads, seed " << options_.seed
-      << ", train_step arena " << trainStep_->arenaBytes() << " bytes, "
+      << pool_->size() << " threads, seed " << options_.seed << ", "
+      << (trainStep_ ? "train_step arena " +
+                           std::to_string(trainStep_->arenaBytes()) +
+                           " bytes, "
+                     : std::string())
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
       << " state " << optimizerStateBytes() << " bytes"
       << (rank_ ? " on rank 0" : "");
