@@ -64,7 +64,7 @@ llvm_config.use_default_substitutions()
 tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
 tools = ["megatron-compile", "megatron-opt", "megatron-translate",
          "mtrt-info", "mtrt-api-c-test", "mtrt-session-c-test",
-         "mtrt-status-c-test", "not",
+         "mtrt-status-c-test", "mtrt-train-tiny", "not",
          "split-file",
          "mtrt-run", "megatron-train", "megatron-preprocess",
          "megatron-checkpoint"]

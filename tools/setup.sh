@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
   clang-22 libclang-rt-22-dev
   libicu-dev libpng-dev zlib1g-dev curl ca-certificates
+  pybind11-dev python3-dev libdlpack-dev python3-numpy
 )
 
 missing=()

@@ -149,6 +149,12 @@ std::unique_ptr<HeldTensor> takeTensor(py::handle object,
   auto held = std::make_unique<HeldTensor>();
   held->owner = py::reinterpret_borrow<py::object>(object);
   if (py::hasattr(object, "__dlpack__")) {
+    // Only a producer on a CUDA device takes a stream (NumPy refuses one).
+    if (!stream.is_none() && py::hasattr(object, "__dlpack_device__")) {
+      py::tuple device = object.attr("__dlpack_device__")();
+      if (device[0].cast<int>() != kDLCUDA)
+        stream = py::none();
+    }
     py::object capsule = stream.is_none()
                              ? object.attr("__dlpack__")()
                              : object.attr("__dlpack__")(py::arg("stream") =
@@ -379,7 +385,6 @@ public:
     py::object stream = producerStream();
     auto t = takeTensor(tokens, "tokens", stream);
     auto l = takeTensor(labels, "labels", stream);
-    // A CUDA session's stream is non-zero; NumPy takes only None.
     callReleased([&] {
       return mtrt_session_set_batch(handle_.get(), &t->tensor, &l->tensor,
                                     copy ? MTRT_BATCH_COPY : MTRT_BATCH_BIND);
@@ -556,12 +561,13 @@ PYBIND11_MODULE(mtrt, m) {
                                    v.tensor.shape,
                                    v.tensor.shape + v.tensor.rank);
                              })
-      .def(
-          "__dlpack__",
-          [](py::object self, py::object) {
-            return exportView(self.cast<const ParameterView &>(), self);
-          },
-          py::arg("stream") = py::none())
+      // The data are ready when a session call returns, so `stream` needs
+      // no wait; newer consumers' max_version, dl_device and copy are
+      // answered with a DLPack 0.6 capsule of the data in place.
+      .def("__dlpack__",
+           [](py::object self, py::kwargs) {
+             return exportView(self.cast<const ParameterView &>(), self);
+           })
       .def("__dlpack_device__", [](const ParameterView &v) {
         return v.tensor.backend == MTRT_BACKEND_CUDA
                    ? py::make_tuple(static_cast<int>(kDLCUDA), v.tensor.device)

@@ -209,8 +209,12 @@ struct PositionIdsModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    if (!resultShardings.empty() &&
-        failed(rejectSplit(op, resultShardings[0], 1, "the sequence")))
+    // Unannotated (no data parallelism): whole on every rank.
+    if (resultShardings.empty() || !resultShardings[0]) {
+      partitionMap.map(op->getResult(0), builder.clone(*op)->getResult(0));
+      return success();
+    }
+    if (failed(rejectSplit(op, resultShardings[0], 1, "the sequence")))
       return failure();
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,

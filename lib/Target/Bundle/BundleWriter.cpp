@@ -169,8 +169,10 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
     return writeCollective(op, axisShift);
   Object attrs;
   for (NamedAttribute named : op->getAttrDictionary()) {
-    // Discardable attributes (mt.recomputed) are notes for passes.
-    if (op->getDiscardableAttr(named.getName()))
+    // Discardable attributes (mt.recomputed) are notes for passes, except
+    // a random op's tile (mt.split_axes), which keys its stream.
+    if (op->getDiscardableAttr(named.getName()) &&
+        named.getName() != "mt.split_axes")
       continue;
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
     if (failed(value))

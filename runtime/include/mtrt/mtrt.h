@@ -497,20 +497,32 @@ mtrt_session_cuda_stream(mtrt_session_t session, void **out_stream);
 
 /*--- Checkpoints -----------------------------------------------------------*/
 
-/* Saves this rank's training state (parameters, AdamW's moments, the step
- * and micro-batch counters) under `directory`, as the checkpoint module
- * does (docs/Checkpoints.md). Nothing that exists is overwritten
- * partially: a failed save leaves no checkpoint behind.
- * INVALID_ARGUMENT: NULL arguments. PERMISSION_DENIED or UNKNOWN: the file
- * system refused (naming the path and the reason). */
+/* Saves this rank's training state as the checkpoint of the current
+ * iteration under `directory`, in megatron-train's format
+ * (docs/Checkpoints.md: `directory`/iter_NNNNNNN with each rank's shard of
+ * the parameters and AdamW's moments, a manifest with the step and
+ * micro-batch counters and the optimizer's settings, and
+ * latest_checkpointed_iteration.txt), so megatron-train --load resumes it
+ * and the other way round. A collective for a bundle of several ranks. The
+ * save is atomic: a failure leaves no checkpoint, and an existing one is
+ * never overwritten.
+ * INVALID_ARGUMENT: NULL arguments. ALREADY_EXISTS: the directory already
+ * holds this iteration's checkpoint. Otherwise the file system's error
+ * (PERMISSION_DENIED, RESOURCE_EXHAUSTED, ...), naming the path and the
+ * step. */
 MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t
 mtrt_session_save_checkpoint(mtrt_session_t session, const char *directory);
 
-/* Loads what mtrt_session_save_checkpoint saved, for the same bundle and
- * rank; everything is checked before anything changes.
+/* Loads the newest checkpoint under `directory` (written by
+ * mtrt_session_save_checkpoint or megatron-train --save, with any parallel
+ * layout of the same model: it is resharded to this rank's), after
+ * checking its manifest and files: the parameters, AdamW's moments and the
+ * counters, so the next steps continue the saved run exactly. Accumulated
+ * gradients are dropped. A collective for a bundle of several ranks.
  * NOT_FOUND: no checkpoint under `directory`. INVALID_ARGUMENT: NULL
- * arguments, a checkpoint of another model (the parameter, the shapes).
- * DATA_LOSS: a damaged file. */
+ * arguments, other optimizer settings than the session's (each named), a
+ * checkpoint of another model (the tensor, the shapes). DATA_LOSS: a
+ * damaged manifest or file (the file, what was found). */
 MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t
 mtrt_session_load_checkpoint(mtrt_session_t session, const char *directory);
 

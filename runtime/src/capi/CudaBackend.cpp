@@ -83,6 +83,10 @@ public:
     return hostParameters_;
   }
   void hostParametersChanged() override { parameters_.upload(hostParameters_); }
+  std::vector<train::CheckpointTensor> checkpointTensors(bool) override {
+    return train::storeCheckpointTensors(hostParameters(), false);
+  }
+  void checkpointLoaded() override { hostParametersChanged(); }
   void *stream() override { return context_.stream(); }
 
 private:

@@ -73,6 +73,14 @@ public:
   }
   host::ParameterStore &hostParameters() override { return parameters_; }
   void hostParametersChanged() override {}
+  std::vector<train::CheckpointTensor>
+  checkpointTensors(bool severalRanks) override {
+    return train::storeCheckpointTensors(parameters_, severalRanks,
+                                         distributedOptimizer_.get(),
+                                         gradientBuffer_.get());
+  }
+  // The tensors point into the store and the optimizer: nothing to take.
+  void checkpointLoaded() override {}
   void *stream() override { return nullptr; }
 
 private:

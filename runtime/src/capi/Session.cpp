@@ -3,14 +3,10 @@
 #include "capi/Session.h"
 
 #include "host/ParameterStore.h"
-#include "train/Weights.h"
-
-#include <nlohmann/json.hpp>
+#include "train/Checkpoint.h"
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -176,6 +172,8 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
   const Bundle &b = *bundle_;
   SessionBackendOptions backendOptions;
   backendOptions.optimizer = optimizerConfig(options);
+  optimizer_ = backendOptions.optimizer;
+  seed_ = options.seed;
   if (options.threads < 0 || options.threads > 4096)
     invalid("options.threads: found " + std::to_string(options.threads) +
             ", expected 0 (one per core) to 4096");
@@ -209,6 +207,13 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
                     "process makes them)");
   }
 
+  if (b.pipeline())
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + b.name() +
+                    "' is pipeline-parallel; sessions run bundles without "
+                    "pipeline stages for now: train it with megatron-train "
+                    "--in-process-ranks, or compile with "
+                    "--pipeline-model-parallel-size 1");
   const Function *train = b.findFunction("train_step");
   if (!train)
     throw Error(MTRT_STATUS_NOT_FOUND,
@@ -458,77 +463,71 @@ void Session::copyParameter(size_t i, const mtrt_tensor_t &t, bool toCaller) {
     backend_->copy(own.data, ownOnDevice, t.data, onDevice, bytes);
 }
 
-// Until the checkpoint module lands, a checkpoint is the parameters as a
-// safetensors file (train/Weights) and the counters as JSON.
+// Checkpoints are the checkpoint module's (train/Checkpoint.h,
+// docs/Checkpoints.md), in megatron-train's format: a session's checkpoint
+// loads with megatron-train --load and the other way round.
 void Session::saveCheckpoint(const std::string &directory) {
-  if (rank_)
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "checkpoints of bundles of several ranks are not supported "
-                "yet (issue #9)");
-  namespace fs = std::filesystem;
-  std::error_code error;
-  fs::create_directories(directory, error);
-  if (error)
-    throw Error(MTRT_STATUS_PERMISSION_DENIED,
-                "cannot create checkpoint directory '" + directory +
-                    "': " + error.message());
-  train::saveWeights((fs::path(directory) / "model.safetensors").string(),
-                     *bundle_, backend_->hostParameters());
-  nlohmann::json state = {{"iteration", iteration_},
-                          {"micro_step", microStep_},
-                          {"bundle", bundle_->name()}};
-  std::string path = (fs::path(directory) / "session.json").string();
-  std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    file << state.dump(2) << "\n";
-    if (!file)
-      throw Error(MTRT_STATUS_PERMISSION_DENIED,
-                  "cannot write '" + temporary + "'");
-  }
-  fs::rename(temporary, path, error);
-  if (error)
-    throw Error(MTRT_STATUS_PERMISSION_DENIED,
-                "cannot rename '" + temporary + "' to '" + path +
-                    "': " + error.message());
+  std::vector<train::CheckpointTensor> tensors =
+      backend_->checkpointTensors(rank_ != nullptr);
+  const Bundle &b = *bundle_;
+  const ModelConfig &model = b.model();
+  train::CheckpointState state;
+  state.iteration = iteration_;
+  state.consumedSamples = static_cast<int64_t>(microStep_) * microBatch_ *
+                          std::max<int64_t>(model.dataParallelSize, 1);
+  state.seed = seed_;
+  state.microStep = microStep_;
+  state.optimizerStep = iteration_;
+  state.optimizer = train::optimizerState(optimizer_);
+  state.lossScale = {{"kind", "none"}, {"scale", 1.0}};
+  state.dataPath = "(batches given through the C API)";
+  state.globalBatchSize = microBatch_ *
+                          std::max<int64_t>(model.dataParallelSize, 1) *
+                          std::max<int64_t>(metrics_.micro_batches, 1);
+  state.microBatchesPerIteration = std::max<int64_t>(metrics_.micro_batches, 1);
+  state.tensorModelParallelSize = std::max<int64_t>(model.tensorModelParallelSize, 1);
+  state.pipelineModelParallelSize =
+      std::max<int64_t>(model.pipelineModelParallelSize, 1);
+  state.dataParallelSize = std::max<int64_t>(model.dataParallelSize, 1);
+  state.grid = b.gridShape();
+  state.bundleName = b.name();
+  state.bundleSha256 = b.sha256Hex();
+  state.modelName = model.name;
+  state.vocabSize = model.vocabSize;
+  state.paddedVocabSize = model.paddedVocabSize;
+  train::saveCheckpoint(directory, state, tensors,
+                        rank_ ? &rank_->world() : nullptr);
 }
 
 void Session::loadCheckpoint(const std::string &directory) {
-  if (rank_)
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "checkpoints of bundles of several ranks are not supported "
-                "yet (issue #9)");
-  namespace fs = std::filesystem;
-  std::string weights = (fs::path(directory) / "model.safetensors").string();
-  std::string statePath = (fs::path(directory) / "session.json").string();
-  for (const std::string &path : {weights, statePath})
-    if (!fs::is_regular_file(path))
-      throw Error(MTRT_STATUS_NOT_FOUND,
-                  "'" + directory + "' holds no checkpoint: '" + path +
-                      "' does not exist; write one with "
-                      "mtrt_session_save_checkpoint");
-  nlohmann::json state;
-  try {
-    std::ifstream file(statePath);
-    state = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception &e) {
-    throw Error(MTRT_STATUS_DATA_LOSS,
-                "'" + statePath + "' is not valid JSON: " + e.what());
-  }
-  if (!state.contains("iteration") || !state["iteration"].is_number_integer() ||
-      !state.contains("micro_step") ||
-      !state["micro_step"].is_number_unsigned())
-    throw Error(MTRT_STATUS_DATA_LOSS,
-                "'" + statePath +
-                    "' lacks the integers 'iteration' and 'micro_step'");
-  SafetensorsFile file = SafetensorsFile::open(weights);
-  host::ParameterStore &store = backend_->hostParameters();
-  train::loadWeights(file, *bundle_, store);
-  backend_->hostParametersChanged();
-  iteration_ = state["iteration"].get<int64_t>();
-  microStep_ = state["micro_step"].get<uint64_t>();
+  std::vector<std::string> notes;
+  std::optional<std::string> found =
+      train::findLatestCheckpoint(directory, notes);
+  if (!found)
+    throw Error(MTRT_STATUS_NOT_FOUND,
+                "'" + directory +
+                    "' holds no checkpoint (no " +
+                    train::kLatestCheckpointFile +
+                    " and no iter_NNNNNNN directory); write one with "
+                    "mtrt_session_save_checkpoint or megatron-train --save");
+  train::CheckpointManifest manifest = train::readCheckpointManifest(*found);
+  std::string differences = train::optimizerDifferences(
+      manifest.state.optimizer, train::optimizerState(optimizer_));
+  if (!differences.empty())
+    invalid("checkpoint '" + *found +
+            "': the optimizer's hyper-parameters differ: " + differences +
+            "; create the session with the checkpoint's values (the options "
+            "fields of the same names) to resume its schedule");
+  std::vector<train::CheckpointTensor> tensors =
+      backend_->checkpointTensors(rank_ != nullptr);
+  train::loadCheckpointTensors(manifest, tensors,
+                               !rank_ || rank_->rank() == 0);
+  backend_->checkpointLoaded();
+  iteration_ = manifest.state.iteration;
+  microStep_ = manifest.state.microStep;
   accumulated_ = 0;
   lossSum_ = 0;
+  metrics_ = {};
   backend_->zeroGradients();
 }
 

@@ -79,6 +79,8 @@ private:
   /// Optimizer steps taken; micro-batches run by train_step (keys dropout);
   /// micro-batches accumulated since the last step and their losses' sum.
   int64_t iteration_ = 0;
+  uint64_t seed_ = 0;
+  train::OptimizerConfig optimizer_;
   uint64_t microStep_ = 0;
   int64_t accumulated_ = 0;
   double lossSum_ = 0;

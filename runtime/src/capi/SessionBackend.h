@@ -6,6 +6,7 @@
 #include "core/Bundle.h"
 #include "host/HostTensor.h"
 #include "mtrt/mtrt.h"
+#include "train/Checkpoint.h"
 #include "train/Optimizer.h"
 
 #include <cstdint>
@@ -63,6 +64,13 @@ public:
   virtual host::ParameterStore &hostParameters() = 0;
   /// After the host store was changed: a device backend uploads it.
   virtual void hostParametersChanged() = 0;
+
+  /// This rank's checkpoint tensors (train::storeCheckpointTensors), with
+  /// the distributed optimizer's moments gathered (a collective then).
+  virtual std::vector<train::CheckpointTensor>
+  checkpointTensors(bool severalRanks) = 0;
+  /// After a load filled the tensors of checkpointTensors(): take them.
+  virtual void checkpointLoaded() = 0;
 
   /// The CUDA stream everything runs on; nullptr on the host.
   virtual void *stream() = 0;

@@ -3,9 +3,129 @@
 // schedule's steps are in range.
 #include "core/BundleReader.h"
 
+#include <map>
+#include <set>
+#include <tuple>
+
 namespace mtrt::bundle_detail {
 
 namespace {
+
+using Kind = PipelineStep::Kind;
+
+bool isCompute(Kind kind) {
+  return kind == Kind::Forward || kind == Kind::Backward;
+}
+
+std::string describeStep(const PipelineStep &step) {
+  static const char *const kNames[] = {"forward",         "backward",
+                                       "send_activation", "recv_activation",
+                                       "send_gradient",   "recv_gradient"};
+  std::string text = std::string(kNames[static_cast<int>(step.kind)]) +
+                     " of stage " + std::to_string(step.stage) +
+                     ", micro-batch " + std::to_string(step.microBatch);
+  if (!isCompute(step.kind))
+    text += " with rank " + std::to_string(step.peer);
+  return text;
+}
+
+/// The message a send or recv carries: (activation?, sending stage,
+/// micro-batch).
+std::tuple<bool, int64_t, int64_t> messageOf(const PipelineStep &step) {
+  switch (step.kind) {
+  case Kind::SendActivation:
+    return {true, step.stage, step.microBatch};
+  case Kind::RecvActivation:
+    return {true, step.stage - 1, step.microBatch};
+  case Kind::SendGradient:
+    return {false, step.stage, step.microBatch};
+  default:
+    return {false, step.stage + 1, step.microBatch};
+  }
+}
+
+/// The compiler's proof (lib/Pipelines/PipelineSchedule.cpp), again: the
+/// ranks run with asynchronous sends and blocking receives; every pass runs
+/// once after its inputs arrived, every receive gets the message it expects
+/// in per-pair order, and nothing waits forever. Returns the problem, or "".
+std::string checkSchedule(const PipelineInfo &pipeline) {
+  const int64_t p = pipeline.size;
+  const int64_t last = p * pipeline.virtualStages - 1;
+  auto at = [&](int64_t r, size_t i) {
+    return "ranks[" + std::to_string(r) + "][" + std::to_string(i) + "] (" +
+           describeStep(pipeline.ranks[r][i]) + ")";
+  };
+  std::vector<size_t> position(p, 0);
+  std::vector<std::set<std::tuple<bool, int64_t, int64_t>>> computed(p),
+      arrived(p);
+  std::map<std::pair<int64_t, int64_t>,
+           std::vector<std::tuple<bool, int64_t, int64_t>>>
+      sent;
+  std::map<std::pair<int64_t, int64_t>, size_t> taken;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t r = 0; r < p; ++r) {
+      const auto &steps = pipeline.ranks[r];
+      for (; position[r] < steps.size(); ++position[r], progress = true) {
+        size_t i = position[r];
+        const PipelineStep &step = steps[i];
+        bool forward = step.kind == Kind::Forward;
+        if (step.kind == Kind::SendActivation ||
+            step.kind == Kind::SendGradient) {
+          int64_t to = step.kind == Kind::SendActivation ? step.stage + 1
+                                                         : step.stage - 1;
+          if (to < 0 || to > last || step.peer != to % p)
+            return at(r, i) + " sends to a rank that does not run stage " +
+                   std::to_string(to);
+          if (!computed[r].count({step.kind == Kind::SendActivation,
+                                  step.stage, step.microBatch}))
+            return at(r, i) + " sends before the pass that computes it";
+          sent[{r, step.peer}].push_back(messageOf(step));
+          continue;
+        }
+        if (!isCompute(step.kind)) {
+          auto message = messageOf(step);
+          int64_t from = std::get<1>(message);
+          if (from < 0 || from > last || step.peer != from % p)
+            return at(r, i) + " receives from a rank that does not run stage " +
+                   std::to_string(from);
+          auto &queue = sent[{step.peer, r}];
+          size_t &next = taken[{step.peer, r}];
+          if (next >= queue.size())
+            break;
+          if (queue[next] != message)
+            return at(r, i) + " would receive another message (message #" +
+                   std::to_string(next) + " from rank " +
+                   std::to_string(step.peer) + ")";
+          ++next;
+          arrived[r].insert(message);
+          continue;
+        }
+        if (!computed[r].insert({forward, step.stage, step.microBatch}).second)
+          return at(r, i) + " runs a second time";
+        if (forward && step.stage > 0 &&
+            !arrived[r].count({true, step.stage - 1, step.microBatch}))
+          return at(r, i) + " runs before its input activation arrives";
+        if (!forward && !computed[r].count({true, step.stage, step.microBatch}))
+          return at(r, i) + " runs before its forward pass";
+        if (!forward && step.stage < last &&
+            !arrived[r].count({false, step.stage + 1, step.microBatch}))
+          return at(r, i) + " runs before its output's gradient arrives";
+      }
+    }
+  }
+  for (int64_t r = 0; r < p; ++r)
+    if (position[r] < pipeline.ranks[r].size())
+      return at(r, position[r]) + " waits forever (the schedule deadlocks)";
+  for (int64_t k = 0; k <= last; ++k)
+    for (int64_t m = 0; m < pipeline.microBatches; ++m)
+      for (bool forward : {true, false})
+        if (!computed[k % p].count({forward, k, m}))
+          return "rank " + std::to_string(k % p) + " never runs the " +
+                 (forward ? "forward" : "backward") + " of stage " +
+                 std::to_string(k) + ", micro-batch " + std::to_string(m);
+  return "";
+}
 
 const std::pair<const char *, PipelineStep::Kind> kStepKinds[] = {
     {"forward", PipelineStep::Kind::Forward},
@@ -146,6 +266,11 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     }
     out.ranks.push_back(std::move(steps));
   }
+  std::string problem = checkSchedule(out);
+  if (!problem.empty())
+    fail(ranksAt, "a schedule where " + problem,
+         "one that runs every pass once and cannot deadlock (recompile the "
+         "bundle)");
   if (const Json *idle = optionalField(json, "predicted_idle_fraction")) {
     std::string at = member(path, "predicted_idle_fraction");
     expectArray(*idle, at);

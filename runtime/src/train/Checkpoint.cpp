@@ -142,8 +142,10 @@ Json stateJson(const CheckpointState &s) {
         {"data_parallel_size", s.dataParallelSize},
         {"use_distributed_optimizer", s.distributedOptimizer},
         {"grid", s.grid},
-        {"grid_axes", s.grid.empty() ? Json::array()
-                                     : Json::array({"data", "tensor"})}}},
+        {"grid_axes", s.grid.size() == 3   ? Json::array({"pipeline", "data",
+                                                            "tensor"})
+                      : s.grid.size() == 2 ? Json::array({"data", "tensor"})
+                                           : Json::array()}}},
       {"bundle",
        {{"name", s.bundleName},
         {"sha256", s.bundleSha256},

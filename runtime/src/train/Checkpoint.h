@@ -5,6 +5,7 @@
 #define MTRT_SRC_TRAIN_CHECKPOINT_H
 
 #include "core/TensorSlice.h"
+#include "host/HostTensor.h"
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,10 @@
 namespace mtrt::comm {
 class Communicator;
 } // namespace mtrt::comm
+
+namespace mtrt::host {
+class ParameterStore;
+} // namespace mtrt::host
 
 namespace mtrt::train {
 
@@ -107,6 +112,31 @@ struct CheckpointManifest {
   std::vector<CheckpointFile> files;
   std::map<std::string, CheckpointTensorEntry> tensors;
 };
+
+struct OptimizerConfig;
+
+class DataParallelBuffer;
+class DistributedOptimizer;
+
+/// The tensors of a rank's checkpoint over `store` (f32): each parameter's
+/// value and AdamW moments ("model/", "optimizer/exp_avg/",
+/// "optimizer/exp_avg_sq/" + its name), in the global index space, saved
+/// only by one replica of each piece when `severalRanks` (and only by the
+/// pipeline rank that holds it). With `distributed` (and its `buffer`), the
+/// moments are the distributed optimizer's range, as flat pieces. Shared by
+/// megatron-train and the C API's sessions. Throws UNIMPLEMENTED for an f64
+/// store.
+std::vector<CheckpointTensor>
+storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
+                       DistributedOptimizer *distributed = nullptr,
+                       DataParallelBuffer *buffer = nullptr);
+/// The manifest's "optimizer" object: AdamW's and the schedule's
+/// hyper-parameters under megatron-train's names.
+nlohmann::json optimizerState(const OptimizerConfig &config);
+/// "" when `saved` and `current` (optimizerState objects) agree, else each
+/// difference with the megatron-train flag that sets it.
+std::string optimizerDifferences(const nlohmann::json &saved,
+                                 const nlohmann::json &current);
 
 /// Saves `tensors` and `state` as `saveDir`/iter_NNNNNNN, collectively over
 /// `world` (nullptr: one rank), whose rank 0 leads: it creates

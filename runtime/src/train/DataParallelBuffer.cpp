@@ -121,25 +121,4 @@ void DataParallelBuffer::gatherParameters() {
     unpack<float>(out[0], true);
 }
 
-template <typename T>
-void DataParallelBuffer::unpackTo(const host::Tensor &from,
-                                  std::vector<host::Tensor> &to) {
-  const T *in = from.data<T>();
-  for (size_t i = 0; i < layout_.parameters.size(); ++i) {
-    host::Tensor &out = to[static_cast<size_t>(layout_.parameters[i])];
-    std::memcpy(out.data<T>(), in + layout_.offsets[i],
-                static_cast<size_t>(out.numElements()) * sizeof(T));
-  }
-}
-
-void DataParallelBuffer::gatherInto(const host::Tensor &shard,
-                                    std::vector<host::Tensor> &perParameter) {
-  std::vector<host::Tensor> out =
-      gather_->run({{shard.dtype, shard.shape, shard.buffer.data()}}, 0);
-  if (parameters_.floatType() == DType::F64)
-    unpackTo<double>(out[0], perParameter);
-  else
-    unpackTo<float>(out[0], perParameter);
-}
-
 } // namespace mtrt::train

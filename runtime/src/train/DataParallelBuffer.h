@@ -72,18 +72,9 @@ public:
   /// and writes every parameter from the gathered buffer.
   void gatherParameters();
 
-  /// Runs gather_parameters on any per-rank range laid out as the buffer
-  /// (the distributed optimizer's moments, for checkpoints) and writes each
-  /// parameter's part of the whole into `perParameter` (indexed by
-  /// parameter, of the rank's shard shapes). A collective over the group.
-  void gatherInto(const host::Tensor &shard,
-                  std::vector<host::Tensor> &perParameter);
-
 private:
   template <typename T> void pack(bool values, int64_t begin, int64_t end);
   template <typename T> void unpack(const host::Tensor &from, bool values);
-  template <typename T>
-  void unpackTo(const host::Tensor &from, std::vector<host::Tensor> &to);
 
   const GradientBuffer &layout_;
   host::ParameterStore &parameters_;

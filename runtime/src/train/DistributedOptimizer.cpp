@@ -78,26 +78,4 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   return result;
 }
 
-void DistributedOptimizer::gatherMoments(std::vector<host::Tensor> &expAvg,
-                                         std::vector<host::Tensor> &expAvgSq) {
-  buffer_.gatherInto(expAvg_, expAvg);
-  buffer_.gatherInto(expAvgSq_, expAvgSq);
-}
-
-void DistributedOptimizer::takeMoments(
-    const std::vector<host::Tensor> &expAvg,
-    const std::vector<host::Tensor> &expAvgSq) {
-  size_t element = dtypeSize(expAvg_.dtype);
-  for (const DataParallelBuffer::Piece &piece : buffer_.pieces())
-    for (auto [from, to] : {std::pair{&expAvg, &expAvg_},
-                            std::pair{&expAvgSq, &expAvgSq_}}) {
-      const host::Tensor &whole = (*from)[piece.parameter];
-      std::memcpy(static_cast<uint8_t *>(to->buffer.data()) +
-                      static_cast<size_t>(piece.shardOffset) * element,
-                  static_cast<const uint8_t *>(whole.buffer.data()) +
-                      static_cast<size_t>(piece.parameterOffset) * element,
-                  static_cast<size_t>(piece.count) * element);
-    }
-}
-
 } // namespace mtrt::train

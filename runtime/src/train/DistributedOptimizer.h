@@ -41,15 +41,11 @@ public:
   OptimizerStepResult step(int64_t iteration, double gradScale);
 
   const OptimizerConfig &config() const { return config_; }
-
-  /// Every parameter's moments (the rank's tensor-parallel shard shapes,
-  /// indexed by parameter), gathered from the data ranks' ranges: what a
-  /// checkpoint saves. A collective over the data-parallel group.
-  void gatherMoments(std::vector<host::Tensor> &expAvg,
-                     std::vector<host::Tensor> &expAvgSq);
-  /// Takes the rank's range of whole moments (after a checkpoint load).
-  void takeMoments(const std::vector<host::Tensor> &expAvg,
-                   const std::vector<host::Tensor> &expAvgSq);
+  /// AdamW's moments of the rank's range of the gradient buffer
+  /// (DataParallelBuffer::pieces() maps them onto parameters); checkpoints
+  /// save and restore them.
+  host::Tensor &expAvg() { return expAvg_; }
+  host::Tensor &expAvgSq() { return expAvgSq_; }
   /// The bytes of AdamW's moments this rank holds.
   size_t stateBytes() const {
     return expAvg_.buffer.size() + expAvgSq_.buffer.size();

@@ -165,11 +165,19 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
                     std::to_string(model.dataParallelSize) +
                     "; this trainer runs one rank: compile with all three "
                     "sizes 1");
-  if (model.vocabSize < ByteTokenizer::kVocabSize)
+  vocabSize_ = model.vocabSize;
+  tokenizer_ = data::makeTokenizer(options_.tokenizer);
+  // A text corpus never holds the end-of-document token; the vocabulary
+  // needs every other id.
+  int64_t textVocab = tokenizer_->vocabSize() -
+                      (tokenizer_->eod() == tokenizer_->vocabSize() - 1);
+  if (options_.dataBlend.empty() && model.vocabSize < textVocab)
     invalid("bundle '" + bundle.name() + "': model.vocab_size is " +
-            std::to_string(model.vocabSize) +
-            "; the byte-level tokenizer needs at least 256 tokens: compile "
-            "the model with vocab_size 256 or more");
+            std::to_string(model.vocabSize) + "; the " +
+            tokenizer_->typeName() + " needs at least " +
+            std::to_string(textVocab) +
+            " tokens: compile the model with vocab_size " +
+            std::to_string(textVocab) + " or more");
   // A pipeline bundle's first stage reads the tokens.
   const Function *train =
       bundle.pipeline()
@@ -183,6 +191,13 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   const TensorType &tokens = train->values[train->inputs[0]];
   microBatch_ = tokens.shape[0];
   seqLength_ = tokens.shape[1];
+  if (options_.microBatchSize && options_.microBatchSize != microBatch_)
+    invalid("--micro-batch-size: found " +
+            std::to_string(options_.microBatchSize) + ", but bundle '" +
+            bundle.name() + "' is compiled for micro-batches of " +
+            std::to_string(microBatch_) +
+            "; recompile it with megatron-compile --micro-batch-size " +
+            std::to_string(options_.microBatchSize) + ", or drop the flag");
   idType_ = tokens.dtype;
   globalBatch_ = options_.globalBatchSize ? options_.globalBatchSize
                                           : model.globalBatchSize;
@@ -203,18 +218,46 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             std::to_string(bundle.pipeline()->microBatches * perStep) +
             "); pass that, or recompile with the global batch size you want");
 
-  // Data: the corpus as bytes, split as Megatron-LM's --split.
-  auto stream =
-      std::make_shared<std::vector<int32_t>>(ByteTokenizer::encode(corpus_));
-  auto ranges = splitRanges(parseSplit(options_.split),
-                            static_cast<int64_t>(stream->size()));
-  trainData_ =
-      std::make_unique<GptDataset>(stream, ranges[0].first, ranges[0].second,
-                                   seqLength_, options_.seed, true,
-                                   "the training split of '" + corpusName_ +
-                                       "' (--split " + options_.split + ")");
   bool wantEval = options_.evalInterval > 0 && options_.evalIters > 0;
-
+  // Pipeline bundles evaluate through their schedule, others by eval_step.
+  bool evaluates =
+      wantEval && (bundle.pipeline() || bundle.findFunction("eval_step"));
+  if (options_.dataBlend.empty()) {
+    // A text corpus: tokenized whole, split by tokens as --split.
+    auto stream = std::make_shared<std::vector<int32_t>>(
+        tokenizer_->encode(corpus_));
+    auto ranges = splitRanges(parseSplit(options_.split),
+                              static_cast<int64_t>(stream->size()));
+    trainData_ = std::make_unique<GptDataset>(
+        stream, ranges[0].first, ranges[0].second, seqLength_, options_.seed,
+        true,
+        "the training split of '" + corpusName_ + "' (--split " +
+            options_.split + ")");
+    if (evaluates)
+      validData_ = std::make_unique<GptDataset>(
+          stream, ranges[1].first, ranges[1].second, seqLength_,
+          options_.seed, false,
+          "the validation split of '" + corpusName_ + "' (--split " +
+              options_.split +
+              "; or pass --eval-iters 0 to train without evaluation)");
+  } else {
+    // Indexed datasets, sampled as Megatron-LM's GPTDataset for the samples
+    // the run reads (evaluations read the same first ones each time).
+    auto parts = data::buildGptDatasets(
+        options_.dataBlend, options_.split, seqLength_,
+        {options_.trainIters * globalBatch_,
+         evaluates ? options_.evalIters * globalBatch_ : 0, 0},
+        options_.seed);
+    trainData_ = std::move(parts[0]);
+    validData_ = std::move(parts[1]);
+    if (!trainData_)
+      invalid("--split " + options_.split +
+              " leaves nothing to train on; give the first part a share");
+    if (evaluates && !validData_)
+      invalid("--split " + options_.split +
+              " has no validation part; give the second part a share, or "
+              "pass --eval-iters 0 to train without evaluation");
+  }
   pool_ = std::make_unique<host::ThreadPool>(options_.threads);
   // The distributed optimizer holds AdamW's moments for the rank's range of
   // the gradient buffer only, not in the store.
@@ -237,26 +280,13 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
                                                   *parameters_, *pool_, rank_);
   }
-  if (wantEval && bundle.pipeline()) {
-    validData_ = std::make_unique<GptDataset>(
-        stream, ranges[1].first, ranges[1].second, seqLength_, options_.seed,
-        false,
-        "the validation split of '" + corpusName_ + "' (--split " +
-            options_.split +
-            "; or pass --eval-iters 0 to train without evaluation)");
-  } else if (wantEval && bundle.findFunction("eval_step")) {
+  if (evaluates && !bundle.pipeline()) {
     const Function *eval = bundle.findFunction("eval_step");
     const TensorType &evalTokens = eval->values[eval->inputs[0]];
     if (evalTokens.shape != tokens.shape || evalTokens.dtype != tokens.dtype)
       invalid("bundle '" + bundle.name() + "': eval_step's tokens are " +
               evalTokens.str() + " but train_step's are " + tokens.str() +
               "; recompile the bundle");
-    validData_ = std::make_unique<GptDataset>(
-        stream, ranges[1].first, ranges[1].second, seqLength_, options_.seed,
-        false,
-        "the validation split of '" + corpusName_ + "' (--split " +
-            options_.split +
-            "; or pass --eval-iters 0 to train without evaluation)");
     evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
                                                  *parameters_, *pool_, rank_);
   }
@@ -276,6 +306,22 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
 
 Trainer::~Trainer() = default;
 
+void Trainer::checkTokenIds(const std::vector<int32_t> &tokens,
+                            const std::vector<int32_t> &labels,
+                            int64_t firstSample) const {
+  for (const std::vector<int32_t> *ids : {&tokens, &labels})
+    for (size_t i = 0; i < ids->size(); ++i)
+      if ((*ids)[i] < 0 || (*ids)[i] >= vocabSize_)
+        invalid("--data-path '" + corpusName_ + "': sample " +
+                std::to_string(firstSample +
+                               static_cast<int64_t>(i) / seqLength_) +
+                " holds token id " + std::to_string((*ids)[i]) +
+                ", outside the model's vocabulary [0, " +
+                std::to_string(vocabSize_) +
+                ") (model.vocab_size): tokenize the data for this model, or "
+                "compile the model with the tokenizer's vocabulary size");
+}
+
 const host::LrSchedule &Trainer::schedule() const {
   return optimizerConfig_.schedule;
 }
@@ -286,10 +332,11 @@ size_t Trainer::optimizerStateBytes() const {
 }
 
 std::pair<host::TensorView, host::TensorView>
-Trainer::readMicroBatch(GptDataset &data, int64_t first) {
+Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
   for (int64_t b = 0; b < microBatch_; ++b)
     data.read(first + b, tokens_.data() + b * seqLength_,
               labels_.data() + b * seqLength_);
+  checkTokenIds(tokens_, labels_, first);
   std::vector<int64_t> shape = {microBatch_, seqLength_};
   if (idType_ == DType::I64) {
     tokens64_.assign(tokens_.begin(), tokens_.end());
@@ -300,11 +347,13 @@ Trainer::readMicroBatch(GptDataset &data, int64_t first) {
   return {{idType_, shape, tokens_.data()}, {idType_, shape, labels_.data()}};
 }
 
-double Trainer::runMicroBatch(host::Executor &executor, GptDataset &data,
-                              int64_t first, uint64_t step) {
+double Trainer::runMicroBatch(host::Executor &executor,
+                              data::SampleSource &data, int64_t first,
+                              uint64_t step) {
   for (int64_t b = 0; b < microBatch_; ++b)
     data.read(first + b, tokens_.data() + b * seqLength_,
               labels_.data() + b * seqLength_);
+  checkTokenIds(tokens_, labels_, first);
   std::vector<int64_t> shape = {microBatch_, seqLength_};
   std::vector<host::TensorView> inputs = {{idType_, shape, tokens_.data()},
                                           {idType_, shape, labels_.data()}};
@@ -337,17 +386,16 @@ void Trainer::train(std::ostream &out) {
                       ", grid " + shapeString(bundle_.gridShape())
                 : std::string())
       << ") from '" << bundle_.name() << "' on '" << corpusName_
-      << "': " << trainData_->windowsPerEpoch() << " samples of " << seqLength_
+      << "': " << trainData_->samplesPerEpoch() << " samples of " << seqLength_
       << " tokens per epoch, global batch " << globalBatch_ << " = "
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
       << pool_->size() << " threads, seed " << options_.seed << ", "
-      << (trainStep_ ? "train_step arena " +
-                           std::to_string(trainStep_->arenaBytes()) +
-                           " bytes, "
-                     : std::string())
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
-      << " state " << optimizerStateBytes() << " bytes"
-      << (rank_ ? " on rank 0" : "");
+      << " state " << optimizerStateBytes() << " bytes";
+    // A pipeline bundle runs its stages' functions, not train_step.
+    if (trainStep_)
+      s << ", train_step arena " << trainStep_->arenaBytes() << " bytes";
+    s << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
@@ -462,9 +510,10 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
     predictStep_ = std::make_unique<host::Executor>(bundle_, "predict_step",
                                                     *parameters_, *pool_);
   }
-  GreedySampler sampler(*predictStep_, ByteTokenizer::kVocabSize);
-  return ByteTokenizer::decode(
-      sampler.generate(ByteTokenizer::encode(prompt), tokens));
+  GreedySampler sampler(*predictStep_,
+                        std::min(vocabSize_, tokenizer_->vocabSize()));
+  return tokenizer_->decode(
+      sampler.generate(tokenizer_->encode(prompt), tokens));
 }
 
 } // namespace mtrt::train

@@ -1,8 +1,10 @@
-// The trainer's side of checkpoints: what it saves, and restoring it.
+// The trainer's side of checkpoints: what it saves, and restoring it; the
+// parts the C API's sessions share (train/Checkpoint.h).
 #include "train/Trainer.h"
 
 #include "comm/RankContext.h"
 #include "host/ParameterStore.h"
+#include "train/DataParallelBuffer.h"
 #include "train/DistributedOptimizer.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
@@ -50,60 +52,135 @@ std::string layoutText(const CheckpointState &s) {
 
 } // namespace
 
-std::vector<CheckpointTensor> Trainer::checkpointTensors() {
-  if (parameters_->floatType() != DType::F32)
+std::vector<CheckpointTensor>
+storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
+                       DistributedOptimizer *distributed,
+                       DataParallelBuffer *buffer) {
+  if (store.floatType() != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "checkpoints hold f32 tensors; this trainer computes in " +
-                    std::string(dtypeName(parameters_->floatType())));
-  std::vector<CheckpointTensor> tensors;
-  const std::vector<int64_t> &coordinates = parameters_->coordinates();
-  // The distributed optimizer holds the moments of its range of the
-  // gradient buffer; checkpoints hold every parameter's, gathered.
-  if (distributedOptimizer_) {
-    for (std::vector<host::Tensor> *moments :
-         {&checkpointExpAvg_, &checkpointExpAvgSq_}) {
-      moments->clear();
-      for (size_t i = 0; i < parameters_->size(); ++i)
-        moments->emplace_back(parameters_->floatType(),
-                              parameters_->info(i).localType.shape);
-    }
-    distributedOptimizer_->gatherMoments(checkpointExpAvg_,
-                                         checkpointExpAvgSq_);
-  }
-  for (size_t i = 0; i < parameters_->size(); ++i) {
-    const Parameter &p = parameters_->info(i);
-    CheckpointTensor t;
-    t.globalShape = p.type.shape;
-    t.slice.offsets = parameters_->shardOffsets(i);
-    t.slice.shape = p.localType.shape;
-    t.vocabularyRows = isVocabularyTable(p.name);
-    // One replica of each piece saves it: the rank at coordinate 0 of every
-    // grid axis that does not split the parameter.
-    // A pipeline bundle's parameter lives on one pipeline rank.
-    if (!parameters_->holds(i))
-      t.save = false;
-    for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
+                    std::string(dtypeName(store.floatType())));
+  const std::vector<int64_t> &coordinates = store.coordinates();
+  // One replica of each piece saves it: the rank at coordinate 0 of every
+  // grid axis that splits neither the parameter (a pipeline bundle's axis 0
+  // splits every parameter that one pipeline rank owns) nor, in
+  // `alsoSplitting`, the piece (the distributed optimizer's data axes).
+  auto saves = [&](const Parameter &p,
+                   const std::vector<int64_t> &alsoSplitting) {
+    for (size_t axis = 0; severalRanks && axis < coordinates.size(); ++axis) {
       bool splits = axis == 0 && p.pipelineRank >= 0;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
           splits |= a == static_cast<int64_t>(axis);
+      for (int64_t a : alsoSplitting)
+        splits |= a == static_cast<int64_t>(axis);
       if (!splits && coordinates[axis] != 0)
-        t.save = false;
+        return false;
     }
-    bool gathered = distributedOptimizer_ != nullptr;
-    std::pair<const char *, host::Tensor *> kinds[] = {
-        {"model/", &parameters_->value(i)},
-        {"optimizer/exp_avg/",
-         gathered ? &checkpointExpAvg_[i] : &parameters_->expAvg(i)},
-        {"optimizer/exp_avg_sq/",
-         gathered ? &checkpointExpAvgSq_[i] : &parameters_->expAvgSq(i)}};
+    return true;
+  };
+  // Every rank names every tensor; a piece the rank does not hold (another
+  // pipeline rank's parameter, a moment outside its range of the gradient
+  // buffer) is an empty flat range, which saves and loads nothing.
+  auto empty = [](CheckpointTensor t) {
+    t.slice.flat = std::make_pair(int64_t(0), int64_t(0));
+    t.data = nullptr;
+    t.save = false;
+    return t;
+  };
+  std::vector<CheckpointTensor> tensors;
+  std::vector<CheckpointTensor> shards(store.size());
+  for (size_t i = 0; i < store.size(); ++i) {
+    const Parameter &p = store.info(i);
+    CheckpointTensor &t = shards[i];
+    t.globalShape = p.type.shape;
+    t.slice.offsets = store.shardOffsets(i);
+    t.slice.shape = p.localType.shape;
+    t.vocabularyRows = isVocabularyTable(p.name);
+    t.save = saves(p, {});
+    std::vector<std::pair<const char *, host::Tensor *>> kinds = {
+        {"model/", &store.value(i)}};
+    if (!distributed) {
+      kinds.push_back({"optimizer/exp_avg/", &store.expAvg(i)});
+      kinds.push_back({"optimizer/exp_avg_sq/", &store.expAvgSq(i)});
+    }
     for (auto [prefix, tensor] : kinds) {
-      t.name = prefix + p.name;
-      t.data = tensor->data<float>();
-      tensors.push_back(t);
+      CheckpointTensor piece = t;
+      piece.name = prefix + p.name;
+      piece.data = tensor->data<float>();
+      tensors.push_back(store.holds(i) ? std::move(piece)
+                                              : empty(std::move(piece)));
     }
   }
+  // The distributed optimizer's moments: the rank's range of the gradient
+  // buffer, in pieces that are flat ranges of the parameters' shards.
+  if (distributed) {
+    std::vector<DataParallelBuffer::Piece> pieces = buffer->pieces();
+    std::vector<bool> held(store.size(), false);
+    for (const DataParallelBuffer::Piece &piece : pieces)
+      held[piece.parameter] = true;
+    for (const DataParallelBuffer::Piece &piece : pieces) {
+      const Parameter &p = store.info(piece.parameter);
+      for (auto [prefix, tensor] :
+           {std::pair<const char *, host::Tensor *>{
+                "optimizer/exp_avg/", &distributed->expAvg()},
+            {"optimizer/exp_avg_sq/", &distributed->expAvgSq()}}) {
+        CheckpointTensor t = shards[piece.parameter];
+        t.name = prefix + p.name;
+        t.slice.flat = std::make_pair(piece.parameterOffset,
+                                      piece.parameterOffset + piece.count);
+        t.data = tensor->data<float>() + piece.shardOffset;
+        t.save = piece.count > 0 && saves(p, buffer->gridAxes());
+        tensors.push_back(std::move(t));
+      }
+    }
+    for (size_t i = 0; i < held.size(); ++i)
+      if (!held[i])
+        for (const char *prefix : {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"}) {
+          CheckpointTensor t = empty(shards[i]);
+          t.name = prefix + store.info(i).name;
+          tensors.push_back(std::move(t));
+        }
+  }
   return tensors;
+}
+
+
+nlohmann::json optimizerState(const OptimizerConfig &config) {
+  const host::LrSchedule &s = config.schedule;
+  return {{"name", "adamw"},
+          {"lr", s.maxLr},
+          {"min_lr", s.minLr},
+          {"lr_decay_style", styleName(s.style)},
+          {"lr_decay_iters", s.decayIters},
+          {"lr_warmup_iters", s.warmupIters},
+          {"lr_warmup_init", s.warmupInitLr},
+          {"weight_decay", config.weightDecay},
+          {"adam_beta1", config.beta1},
+          {"adam_beta2", config.beta2},
+          {"adam_eps", config.eps},
+          {"clip_grad", config.clipGrad}};
+}
+
+std::string optimizerDifferences(const nlohmann::json &saved,
+                                 const nlohmann::json &current) {
+  std::string differences;
+  for (auto [key, flag] : kHyperParameterFlags) {
+    const nlohmann::json *was = saved.contains(key) ? &saved[key] : nullptr;
+    const nlohmann::json &now = current[key];
+    if (!was || *was != now)
+      differences += std::string(differences.empty() ? "" : "; ") + key +
+                     " is " + (was ? was->dump() : "absent") +
+                     " in the checkpoint and " + now.dump() + " here (" +
+                     flag + ")";
+  }
+  return differences;
+}
+
+std::vector<CheckpointTensor> Trainer::checkpointTensors() {
+  return storeCheckpointTensors(*parameters_, rank_ != nullptr,
+                                distributedOptimizer_.get(),
+                                gradientBuffer_.get());
 }
 
 CheckpointState Trainer::checkpointState(int64_t iteration,
@@ -136,6 +213,7 @@ CheckpointState Trainer::checkpointState(int64_t iteration,
   state.tensorModelParallelSize = model.tensorModelParallelSize;
   state.pipelineModelParallelSize = model.pipelineModelParallelSize;
   state.dataParallelSize = model.dataParallelSize;
+  state.distributedOptimizer = distributedOptimizer_ != nullptr;
   state.grid = bundle_.gridShape();
   state.bundleName = bundle_.name();
   state.bundleSha256 = bundle_.sha256Hex();
@@ -230,8 +308,6 @@ void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
   std::vector<CheckpointTensor> tensors = checkpointTensors();
   bool leader = !rank_ || rank_->rank() == 0;
   loadCheckpointTensors(manifest, tensors, leader);
-  if (distributedOptimizer_)
-    distributedOptimizer_->takeMoments(checkpointExpAvg_, checkpointExpAvgSq_);
   startIteration_ = saved.iteration;
   startConsumed_ = saved.consumedSamples;
   // The generator's position follows from the iteration in this layout.

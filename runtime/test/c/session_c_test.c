@@ -252,30 +252,42 @@ int main(int argc, char **argv) {
          ((float *)view.data)[count - 1] == (float)(count - 1) ? "yes" : "NO");
   free(values);
 
-  /* A checkpoint restores every parameter and the step count in a fresh
-   * session. */
+  /* A checkpoint of the twin (parameters, AdamW's moments, the step and
+   * micro-batch counters) resumes in a fresh session exactly: the next steps
+   * give the twin's losses and parameters bit for bit. */
   char directory[4096];
   snprintf(directory, sizeof(directory), "%s/checkpoint", argv[5]);
-  MUST(mtrt_session_save_checkpoint(session, directory));
+  MUST(mtrt_session_save_checkpoint(twin, directory));
   mtrt_session_t restored = NULL;
   MUST(mtrt_session_create(bundle, &options, &restored));
   MUST(mtrt_session_load_checkpoint(restored, directory));
+  int sameLosses = 1;
+  mtrt_step_metrics_t resumed = newMetrics();
+  for (int step = 12; step < 15; ++step) {
+    mtrt_step_metrics_t expected = newMetrics();
+    setBatch(twin, step);
+    MUST(mtrt_session_train_step(twin, &expected));
+    setBatch(restored, step);
+    MUST(mtrt_session_train_step(restored, &resumed));
+    sameLosses &= expected.loss == resumed.loss &&
+                  expected.grad_norm == resumed.grad_norm &&
+                  expected.iteration == resumed.iteration;
+  }
   int same = 1;
   for (size_t i = 0; i < parameterCount; ++i) {
     const char *parameter;
     int64_t n = 0, m = 0;
-    MUST(mtrt_session_parameter_name(session, i, &parameter));
-    float *a = getParameter(session, parameter, &n);
+    MUST(mtrt_session_parameter_name(twin, i, &parameter));
+    float *a = getParameter(twin, parameter, &n);
     float *b = getParameter(restored, parameter, &m);
     same &= n == m && memcmp(a, b, sizeof(float) * (size_t)n) == 0;
     free(a);
     free(b);
   }
-  setBatch(restored, 12);
-  mtrt_step_metrics_t resumed = newMetrics();
-  MUST(mtrt_session_train_step(restored, &resumed));
-  printf("checkpoint: parameters restored: %s, next iteration %lld\n",
-         same ? "yes" : "NO", (long long)resumed.iteration);
+  printf("checkpoint at iteration 11, resumed to %lld: same losses: %s, same "
+         "parameters: %s\n",
+         (long long)resumed.iteration, sameLosses ? "yes" : "NO",
+         same ? "yes" : "NO");
   mtrt_session_release(restored);
   mtrt_session_release(twin);
   mtrt_session_release(session);

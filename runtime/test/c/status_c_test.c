@@ -1,7 +1,7 @@
 /* Every error status of the C API that a host machine can produce, each
  * printed as "what: CODE: message" for FileCheck.
  * Usage: mtrt-status-c-test TINY.mtb TINY-TP2.mtb TRAIN-ONLY.mtb
- *        EVAL-ONLY.mtb SCRATCH_DIR */
+ *        EVAL-ONLY.mtb PP2.mtb SCRATCH_DIR */
 #include "c_test_support.h"
 
 #include <math.h>
@@ -80,7 +80,7 @@ static void communicatorErrors(void) {
   } while (0)
 
 static void sessionCreateErrors(mtrt_bundle_t bundle, mtrt_bundle_t tp2,
-                                mtrt_bundle_t evalOnly) {
+                                mtrt_bundle_t evalOnly, mtrt_bundle_t pp2) {
   const mtrt_status_code_t invalid = MTRT_STATUS_INVALID_ARGUMENT;
   mtrt_session_options_t options;
   mtrt_session_options_initialize(&options);
@@ -139,6 +139,8 @@ static void sessionCreateErrors(mtrt_bundle_t bundle, mtrt_bundle_t tp2,
   options.communicator = NULL;
   expectError("no train_step", mtrt_session_create(evalOnly, &options, &session),
               MTRT_STATUS_NOT_FOUND);
+  expectError("pipeline stages", mtrt_session_create(pp2, &options, &session),
+              MTRT_STATUS_UNIMPLEMENTED);
 }
 
 static void batchErrors(mtrt_session_t session) {
@@ -273,8 +275,8 @@ static void parameterErrors(mtrt_session_t session) {
               MTRT_STATUS_ABORTED);
 }
 
-static void checkpointErrors(mtrt_session_t session, mtrt_session_t trainOnly,
-                             const char *scratch) {
+static void checkpointErrors(mtrt_bundle_t bundle, mtrt_session_t session,
+                             mtrt_session_t trainOnly, const char *scratch) {
   char path[4096];
   expectError("save NULL", mtrt_session_save_checkpoint(session, NULL),
               MTRT_STATUS_INVALID_ARGUMENT);
@@ -283,19 +285,38 @@ static void checkpointErrors(mtrt_session_t session, mtrt_session_t trainOnly,
   snprintf(path, sizeof(path), "%s/a-file", scratch);
   writeFile(path, "x");
   snprintf(path, sizeof(path), "%s/a-file/checkpoint", scratch);
-  expectError("save under a file", mtrt_session_save_checkpoint(session, path),
-              MTRT_STATUS_PERMISSION_DENIED);
+  mtrt_status_t status = mtrt_session_save_checkpoint(session, path);
+  expectError("save under a file", status, mtrt_status_code(status));
+  CHECK(status != NULL);
   snprintf(path, sizeof(path), "%s/empty", scratch);
   expectError("load nothing", mtrt_session_load_checkpoint(session, path),
               MTRT_STATUS_NOT_FOUND);
+
+  snprintf(path, sizeof(path), "%s/gpt", scratch);
+  MUST(mtrt_session_save_checkpoint(session, path));
+  expectError("save the same iteration again",
+              mtrt_session_save_checkpoint(session, path),
+              MTRT_STATUS_ALREADY_EXISTS);
+  mtrt_session_options_t options;
+  mtrt_session_options_initialize(&options);
+  options.lr = 1e-3;
+  mtrt_session_t other = NULL;
+  MUST(mtrt_session_create(bundle, &options, &other));
+  expectError("load with another learning rate",
+              mtrt_session_load_checkpoint(other, path),
+              MTRT_STATUS_INVALID_ARGUMENT);
+  mtrt_session_release(other);
+
   snprintf(path, sizeof(path), "%s/other-model", scratch);
   MUST(mtrt_session_save_checkpoint(trainOnly, path));
   expectError("load another model", mtrt_session_load_checkpoint(session, path),
               MTRT_STATUS_INVALID_ARGUMENT);
-  snprintf(path, sizeof(path), "%s/other-model/session.json", scratch);
+  snprintf(path, sizeof(path), "%s/other-model/iter_0000000/checkpoint.json",
+           scratch);
   writeFile(path, "{not json");
   snprintf(path, sizeof(path), "%s/other-model", scratch);
-  expectError("load damaged state", mtrt_session_load_checkpoint(trainOnly, path),
+  expectError("load a damaged manifest",
+              mtrt_session_load_checkpoint(trainOnly, path),
               MTRT_STATUS_DATA_LOSS);
   double loss = 0;
   static int32_t small[8];
@@ -306,22 +327,22 @@ static void checkpointErrors(mtrt_session_t session, mtrt_session_t trainOnly,
 }
 
 int main(int argc, char **argv) {
-  if (argc != 6) {
+  if (argc != 7) {
     fprintf(stderr,
             "usage: %s TINY.mtb TINY-TP2.mtb TRAIN-ONLY.mtb EVAL-ONLY.mtb "
-            "SCRATCH_DIR\n",
+            "PP2.mtb SCRATCH_DIR\n",
             argv[0]);
     return 2;
   }
   for (int i = 0; i < kTokens; ++i)
     tokens[i] = labels[i] = 'a' + i % 26;
-  bundleErrors(argv[5]);
+  bundleErrors(argv[6]);
   communicatorErrors();
 
-  mtrt_bundle_t bundles[4];
-  for (int i = 0; i < 4; ++i)
+  mtrt_bundle_t bundles[5];
+  for (int i = 0; i < 5; ++i)
     MUST(mtrt_bundle_load(argv[i + 1], &bundles[i]));
-  sessionCreateErrors(bundles[0], bundles[1], bundles[3]);
+  sessionCreateErrors(bundles[0], bundles[1], bundles[3], bundles[4]);
 
   mtrt_session_options_t options;
   mtrt_session_options_initialize(&options);
@@ -329,12 +350,12 @@ int main(int argc, char **argv) {
   MUST(mtrt_session_create(bundles[0], &options, &session));
   MUST(mtrt_session_create(bundles[2], &options, &trainOnly));
   batchErrors(session);
-  checkpointErrors(session, trainOnly, argv[5]);
+  checkpointErrors(bundles[0], session, trainOnly, argv[6]);
   parameterErrors(session);
 
   mtrt_session_release(trainOnly);
   mtrt_session_release(session);
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 5; ++i)
     mtrt_bundle_release(bundles[i]);
   return finish("status_c_test");
 }
