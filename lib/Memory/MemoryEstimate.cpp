@@ -128,6 +128,7 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
   estimate.activationBytes = plan.arenaBytes;
   estimate.peakInstruction = plan.peakAt;
   estimate.numInstructions = plan.numInstructions;
+  estimate.inPlaceResults = plan.numInPlace;
   int64_t scratch = 0;
   for (Operation &op : body.without_terminator()) {
     scratch = std::max(scratch, scratchBytes(&op, bf16));

@@ -41,6 +41,8 @@ struct MemoryEstimate {
   int64_t activationBytes = 0;
   int64_t peakInstruction = 0;
   int64_t numInstructions = 0;
+  /// Results that take an operand's block in place.
+  int64_t inPlaceResults = 0;
   /// The largest instruction's kernel scratch (the CUDA backend's: statistics,
   /// attention's backward, bf16 GEMM operands), plus the GEMM workspace.
   int64_t workspaceBytes = 0;
