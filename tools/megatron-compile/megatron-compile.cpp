@@ -172,11 +172,18 @@ int main(int argc, char **argv) {
   if (writesBundle || emit == EmitKind::Plan ||
       report == ReportKind::Collectives || report == ReportKind::Memory) {
     const ParallelConfig &parallel = config->parallel;
-    if (parallel.pipelineModelParallelSize > 1 || parallel.sequenceParallel)
-      return fail("pipeline parallelism and sequence parallelism are not "
-                  "implemented yet; compile with "
-                  "pipeline_model_parallel_size 1 and sequence_parallel "
-                  "false (docs/Parallelism.md)");
+    if (parallel.pipelineModelParallelSize > 1)
+      return fail("pipeline parallelism is not implemented yet; compile "
+                  "with pipeline_model_parallel_size 1 "
+                  "(docs/Parallelism.md)");
+    if (parallel.sequenceParallel &&
+        (parallel.dataParallelSize > 1 ||
+         config->model.positionEmbeddingType ==
+             PositionEmbedding::LearnedAbsolute))
+      return fail("sequence parallelism is implemented for models without "
+                  "learned position embeddings (rope) and with "
+                  "data_parallel_size 1 so far; compile without "
+                  "sequence_parallel (docs/Parallelism.md)");
     // The pipelines, under one recomputation policy; --memory-budget runs
     // them once per candidate.
     auto compile = [&](mlir::ModuleOp target,
@@ -198,6 +205,7 @@ int main(int argc, char **argv) {
         PartitionPipelineOptions partition;
         partition.tensorParallelSize = parallel.tensorModelParallelSize;
         partition.dataParallelSize = parallel.dataParallelSize;
+        partition.sequenceParallel = parallel.sequenceParallel;
         // One rank has nothing to shard the optimizer over: the plain
         // optimizer is the distributed one with a single shard.
         partition.distributedOptimizer = parallel.useDistributedOptimizer;

@@ -49,11 +49,40 @@ struct SumBeforeAllReduce : public OpRewritePattern<AddOp> {
   llvm::Statistic &combined;
 };
 
+/// all_slice(all_reduce(x)) over the same axes -> reduce_scatter(x): a sum
+/// that each rank keeps a block of (sequence parallelism's reduce-scatter
+/// after a row-parallel layer, and in the backward pass after the
+/// column-parallel layers' input gradients).
+struct ReduceScatterInsteadOfSlice
+    : public OpRewritePattern<shard::AllSliceOp> {
+  ReduceScatterInsteadOfSlice(MLIRContext *context, llvm::Statistic &combined)
+      : OpRewritePattern(context), combined(combined) {}
+
+  LogicalResult matchAndRewrite(shard::AllSliceOp slice,
+                                PatternRewriter &rewriter) const override {
+    auto reduce = slice.getInput().getDefiningOp<shard::AllReduceOp>();
+    if (!reduce || !reduce->hasOneUse() ||
+        reduce.getGrid() != slice.getGrid() ||
+        reduce.getGridAxes() != slice.getGridAxes() ||
+        reduce.getInput().getType() != reduce.getType())
+      return failure();
+    rewriter.replaceOpWithNewOp<shard::ReduceScatterOp>(
+        slice, slice.getType(), slice.getGridAttr(), slice.getGridAxesAttr(),
+        reduce.getInput(), reduce.getReductionAttr(), slice.getSliceAxisAttr());
+    rewriter.eraseOp(reduce);
+    ++combined;
+    return success();
+  }
+
+  llvm::Statistic &combined;
+};
+
 struct CombineAllReducesPass
     : public mt::impl::CombineAllReducesPassBase<CombineAllReducesPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<SumBeforeAllReduce>(&getContext(), numCombined);
+    patterns.add<SumBeforeAllReduce, ReduceScatterInsteadOfSlice>(
+        &getContext(), numCombined);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();
   }

@@ -169,7 +169,11 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     Option<"tensorParallelSize", "tensor-parallel-size", "int64_t", "1",
            "Ranks of the tensor-parallel grid axis">,
     Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
-           "Ranks of the data-parallel grid axis">
+           "Ranks of the data-parallel grid axis">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Megatron-LM's sequence parallelism: the residual stream (every "
+           "norm's input, the residual adds' operands) split along the "
+           "sequence over the tensor-parallel axis">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }
