@@ -16,7 +16,9 @@ mkdir -p "$dest/bin" "$dest/lib" "$dest/bundles" "$dest/fallback-lib" \
   "$dest/bench"
 cp "$build/bin/megatron-train" "$build/bin/mtrt-cuda-tests" "$dest/bin/"
 cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
-cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 "$dest/fallback-lib/"
+# Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3 and ICU 72.
+cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
+  /lib/x86_64-linux-gnu/libicudata.so.72 "$dest/fallback-lib/"
 cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" "$dest/bench/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 b=$dest/bundles
@@ -29,4 +31,8 @@ for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
     --global-batch-size="$mb" -o "$b/$model-bf16-mb$mb.mtb"
 done
+# What attention dropout costs: gpt2-124m without it.
+"$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+  --global-batch-size=32 --attention-dropout=0 \
+  -o "$b/gpt2-124m-bf16-mb32-nodrop.mtb"
 du -sh "$dest"

@@ -108,14 +108,20 @@ if want mtrt; then
 fi
 
 if want profile; then
-  section "where the time goes: gpt2-124m train_step per op (CUDA events)"
-  model=gpt2-124m
-  MTRT_CUDA_PROFILE=1 timeout 90 "$dir/bin/megatron-train" \
-    "$dir/bundles/$model-bf16-mb${batch[$model]}.mtb" --data-path "$corpus" \
-    --train-iters 4 --lr 6e-4 --log-interval 1 --eval-iters 0 \
-    --no-progress-bar --backend cuda >"$out/profile.log" 2>&1
-  echo "exit status $?" >>"$summary"
-  sed -n '/^train_step:/,$p' "$out/profile.log" | head -30 >>"$summary"
+  # The same step without attention dropout (bundle made by
+  # bench/make-device-dir.sh) shows what the dropout masks cost.
+  for variant in "" -nodrop; do
+    model=gpt2-124m
+    bundle=$dir/bundles/$model-bf16-mb${batch[$model]}$variant.mtb
+    [ -f "$bundle" ] || continue
+    section "where the time goes: $model$variant train_step per op (CUDA events)"
+    MTRT_CUDA_PROFILE=1 timeout 90 "$dir/bin/megatron-train" "$bundle" \
+      --data-path "$corpus" --train-iters 4 --lr 6e-4 --log-interval 1 \
+      --eval-iters 0 --no-progress-bar --backend cuda \
+      >"$out/profile$variant.log" 2>&1
+    echo "exit status $?" >>"$summary"
+    sed -n '/^train_step:/,$p' "$out/profile$variant.log" | head -14 >>"$summary"
+  done
 fi
 
 if want torch; then

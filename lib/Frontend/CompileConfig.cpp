@@ -288,6 +288,16 @@ int64_t CompileConfig::paddedVocabSize() const {
   return rounded / multiple * multiple;
 }
 
+int64_t CompileConfig::virtualStagesPerRank() const {
+  int64_t pp = parallel.pipelineModelParallelSize;
+  if (parallel.virtualPipelineModelParallelSize > 0)
+    return parallel.virtualPipelineModelParallelSize;
+  int64_t perStage = parallel.numLayersPerVirtualPipelineStage;
+  if (perStage > 0 && pp > 0 && model.numLayers % (pp * perStage) == 0)
+    return model.numLayers / (pp * perStage);
+  return 1;
+}
+
 int64_t CompileConfig::pipelineStageNumLayers(int64_t stage) const {
   int64_t stages = parallel.pipelineModelParallelSize;
   if (stages <= 0 || stage < 0 || stage >= stages)

@@ -356,6 +356,14 @@ static const KeyDef kKeys[] = {
                                   c.parallel.virtualPipelineModelParallelSize);
      },
      "virtual_pipeline_model_parallel_size"},
+    {{"num_layers_per_virtual_pipeline_stage", "parallel",
+      "Layers per virtual stage (interleaved 1F1B), instead of "
+      "virtual_pipeline_model_parallel_size; 0 for none.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(
+           v, c.parallel.numLayersPerVirtualPipelineStage);
+     }},
     {{"decoder_first_pipeline_num_layers", "parallel",
       "Layers on the first pipeline stage, for an uneven split; 0 for even.",
       K::Integer, "0"},

@@ -12,6 +12,7 @@
 #include "llvm/Support/ErrorHandling.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 using namespace megatron;
@@ -31,8 +32,9 @@ struct Naming {
 /// Emits the parameters and the step functions of one model.
 class ModelBuilder {
 public:
-  ModelBuilder(MLIRContext &context, const CompileConfig &config)
-      : config(config), model(config.model), builder(&context),
+  ModelBuilder(MLIRContext &context, const CompileConfig &config,
+               ArrayRef<StageLayers> stages)
+      : config(config), model(config.model), stages(stages), builder(&context),
         loc(builder.getUnknownLoc()),
         naming{model.positionEmbeddingType ==
                PositionEmbedding::LearnedAbsolute} {}
@@ -46,7 +48,10 @@ private:
   void declareParameters();
   /// What a step function computes from its token batch.
   enum class StepKind { Train, Eval, Predict };
-  void buildStep(StringRef name, StepKind kind);
+  /// Builds the whole model as `name`, or, for a pipeline stage, the layers
+  /// of `stage` as `name`_stage<index> (docs/Pipeline.md).
+  void buildStep(StringRef name, StepKind kind,
+                 std::optional<int64_t> stage = std::nullopt);
 
   Value get(StringRef name);
   Value getIf(bool present, StringRef name) { return present ? get(name) : Value(); }
@@ -72,6 +77,7 @@ private:
 
   const CompileConfig &config;
   const ModelConfig &model;
+  ArrayRef<StageLayers> stages;
   OpBuilder builder;
   Location loc;
   Naming naming;
@@ -304,9 +310,18 @@ Value ModelBuilder::mlp(Value x, int64_t layer) {
   return project(naming.gpt2 ? "c_proj" : "down_proj", hidden);
 }
 
-void ModelBuilder::buildStep(StringRef name, StepKind kind) {
+void ModelBuilder::buildStep(StringRef name, StepKind kind,
+                             std::optional<int64_t> stage) {
   training = kind == StepKind::Train;
-  nextSeed = 0;
+  // Stages continue the dropout seeds of the stages before them, so every
+  // site keeps the seed it has in the whole model.
+  if (!stage || *stage == 0)
+    nextSeed = 0;
+  const bool first = !stage || *stage == 0;
+  const bool last = !stage || *stage + 1 == static_cast<int64_t>(stages.size());
+  const int64_t firstLayer = stage ? stages[*stage].firstLayer : 0;
+  const int64_t endLayer =
+      stage ? firstLayer + stages[*stage].numLayers : model.numLayers;
   const int64_t batch =
       config.batch.microBatchSize * config.parallel.dataParallelSize;
   const int64_t seq = model.seqLength;
@@ -314,38 +329,50 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind) {
   auto lossType = RankedTensorType::get({}, builder.getF32Type());
   auto logitsType = RankedTensorType::get(
       {batch, seq, config.paddedVocabSize()}, builder.getF32Type());
+  auto activationType = RankedTensorType::get({batch, seq, model.hiddenSize},
+                                              builder.getF32Type());
   bool predict = kind == StepKind::Predict;
-  SmallVector<Type> inputs = {tokensType};
-  if (!predict)
+  SmallVector<Type> inputs = {first ? tokensType : activationType};
+  if (!predict && last)
     inputs.push_back(tokensType);
+  Type resultType =
+      !last ? activationType : predict ? logitsType : lossType;
+  std::string functionName =
+      stage ? (name + "_stage" + llvm::Twine(*stage)).str() : name.str();
   auto function = func::FuncOp::create(
-      builder, loc, name,
-      builder.getFunctionType(inputs, {predict ? logitsType : lossType}));
-  function.setArgAttr(0, "mt.name", builder.getStringAttr("tokens"));
-  if (!predict)
+      builder, loc, functionName,
+      builder.getFunctionType(inputs, {resultType}));
+  function.setArgAttr(0, "mt.name",
+                      builder.getStringAttr(first ? "tokens" : "activation"));
+  if (!predict && last)
     function.setArgAttr(1, "mt.name", builder.getStringAttr("labels"));
+  if (stage)
+    function->setAttr("mt.pipeline_stage", builder.getI64IntegerAttr(*stage));
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToStart(function.addEntryBlock());
   Value tokens = function.getArgument(0);
 
   StringRef embeddingTable =
       naming.gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
-  Value table = get(embeddingTable);
-  Value h = mt::EmbeddingOp::create(
-      builder, loc,
-      check(mt::inferEmbeddingType(typeOf(table), tokensType, emitter())),
-      table, tokens, /*vocab_shard_axes=*/DenseI64ArrayAttr());
-  if (naming.gpt2) {
-    Value positions = mt::PositionIdsOp::create(builder, loc, tokensType);
-    Value wpe = get("transformer.wpe.weight");
-    Value p = mt::EmbeddingOp::create(builder, loc, typeOf(h), wpe, positions,
-                                      /*vocab_shard_axes=*/DenseI64ArrayAttr());
-    h = mt::AddOp::create(builder, loc, typeOf(h), h, p);
+  Value h = function.getArgument(0);
+  if (first) {
+    Value table = get(embeddingTable);
+    h = mt::EmbeddingOp::create(
+        builder, loc,
+        check(mt::inferEmbeddingType(typeOf(table), tokensType, emitter())),
+        table, tokens, /*vocab_shard_axes=*/DenseI64ArrayAttr());
+    if (naming.gpt2) {
+      Value positions = mt::PositionIdsOp::create(builder, loc, tokensType);
+      Value wpe = get("transformer.wpe.weight");
+      Value p = mt::EmbeddingOp::create(builder, loc, typeOf(h), wpe, positions,
+                                        /*vocab_shard_axes=*/DenseI64ArrayAttr());
+      h = mt::AddOp::create(builder, loc, typeOf(h), h, p);
+    }
+    h = dropout(h, model.hiddenDropout);
   }
-  h = dropout(h, model.hiddenDropout);
 
   Location stepLoc = loc;
-  for (int64_t i = 0; i < model.numLayers; ++i) {
+  for (int64_t i = firstLayer; i < endLayer; ++i) {
     // Recomputation finds a layer's ops by their location.
     loc = mt::getLayerLoc(builder.getContext(), i, /*coreAttention=*/false);
     StringRef norm1 = naming.gpt2 ? "ln_1" : "input_layernorm";
@@ -360,6 +387,10 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind) {
                           dropout(mlp(x, i), model.hiddenDropout));
   }
   loc = stepLoc;
+  if (!last) {
+    func::ReturnOp::create(builder, loc, h);
+    return;
+  }
   StringRef finalNorm = naming.gpt2 ? "transformer.ln_f" : "model.norm";
   h = norm(h, (finalNorm + ".weight").str(), (finalNorm + ".bias").str());
 
@@ -388,14 +419,24 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   module = *owned;
   builder.setInsertionPointToEnd(module.getBody());
   declareParameters();
+  if (stages.size() > 1) {
+    // Pipeline stages: sampling needs the whole model on one rank, so there
+    // is no predict_step.
+    for (StringRef step : {"train_step", "eval_step"})
+      for (int64_t k = 0, e = stages.size(); k < e; ++k)
+        buildStep(step, step == "train_step" ? StepKind::Train : StepKind::Eval,
+                  k);
+    return owned;
+  }
   buildStep("train_step", StepKind::Train);
   buildStep("eval_step", StepKind::Eval);
   buildStep("predict_step", StepKind::Predict);
   return owned;
 }
 
-OwningOpRef<ModuleOp> megatron::buildModelModule(MLIRContext &context,
-                                                 const CompileConfig &config) {
+OwningOpRef<ModuleOp>
+megatron::buildModelModule(MLIRContext &context, const CompileConfig &config,
+                           ArrayRef<StageLayers> stages) {
   context.loadDialect<mt::MtDialect, func::FuncDialect>();
-  return ModelBuilder(context, config).build();
+  return ModelBuilder(context, config, stages).build();
 }

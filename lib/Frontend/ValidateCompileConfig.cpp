@@ -161,6 +161,8 @@ Error Validator::checkRanges() {
        p.virtualPipelineModelParallelSize, false},
       {"decoder_first_pipeline_num_layers", p.decoderFirstPipelineNumLayers,
        false},
+      {"num_layers_per_virtual_pipeline_stage",
+       p.numLayersPerVirtualPipelineStage, false},
       {"decoder_last_pipeline_num_layers", p.decoderLastPipelineNumLayers,
        false},
       {"data_parallel_size", p.dataParallelSize, true},
@@ -448,6 +450,31 @@ Error Validator::checkPipeline() {
   StringRef ppKey = "pipeline_model_parallel_size";
   StringRef firstKey = "decoder_first_pipeline_num_layers";
   StringRef lastKey = "decoder_last_pipeline_num_layers";
+  StringRef perVirtualKey = "num_layers_per_virtual_pipeline_stage";
+
+  if (int64_t perVirtual = p.numLayersPerVirtualPipelineStage) {
+    if (vpp)
+      return fail({perVirtualKey, vppKey},
+                  "num_layers_per_virtual_pipeline_stage and "
+                  "virtual_pipeline_model_parallel_size both set the virtual "
+                  "stages; give one of them");
+    int64_t stageLayers = 0;
+    if (pp == 1 || layers % pp != 0 ||
+        (stageLayers = layers / pp) % perVirtual != 0)
+      return fail({perVirtualKey, "num_layers", ppKey},
+                  "num_layers_per_virtual_pipeline_stage " + show(perVirtual) +
+                      " does not divide the layers of each of the " +
+                      show(pp) + " pipeline stages (num_layers " +
+                      show(layers) +
+                      "): interleaving needs pipeline_model_parallel_size "
+                      "> 1 and every stage's layers a multiple of it; " +
+                      (pp > 1 && layers % pp == 0
+                           ? "use one of " + orList(divisorsOf(stageLayers))
+                           : std::string("set pipeline_model_parallel_size "
+                                         "to a divisor of num_layers above "
+                                         "1")));
+    vpp = stageLayers / perVirtual;
+  }
 
   if (vpp > 1 && pp == 1)
     return fail({vppKey, ppKey},
@@ -499,17 +526,23 @@ Error Validator::checkPipeline() {
     return Error::success();
   }
 
-  if (layers % pp != 0)
+  // Without interleaving the cost model balances the stages
+  // (lib/Pipelines/PipelineLayout.cpp); each needs a layer.
+  if (layers < pp)
     return fail({ppKey, "num_layers"},
+                "num_layers " + show(layers) +
+                    " is less than pipeline_model_parallel_size " + show(pp) +
+                    ": every pipeline stage needs at least one layer; use a "
+                    "pipeline_model_parallel_size of at most " + show(layers));
+  if (vpp > 1 && layers % pp != 0)
+    return fail({ppKey, "num_layers", vppKey},
                 "num_layers " + show(layers) +
                     " is not divisible by pipeline_model_parallel_size " +
                     show(pp) +
-                    ": every pipeline stage gets the same number of layers; "
-                    "use a pipeline_model_parallel_size that divides " +
-                    show(layers) + " (" + orList(divisorsOf(layers)) +
-                    "), or split unevenly with "
-                    "decoder_first_pipeline_num_layers and "
-                    "decoder_last_pipeline_num_layers");
+                    ": with virtual_pipeline_model_parallel_size every "
+                    "pipeline stage gets the same number of layers; use a "
+                    "pipeline_model_parallel_size that divides " +
+                    show(layers) + " (" + orList(divisorsOf(layers)) + ")");
   int64_t perStage = layers / pp;
   if (vpp > 1 && perStage % vpp != 0)
     return fail({vppKey, ppKey, "num_layers"},

@@ -126,6 +126,8 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
   const bool bf16 = config.precision == Precision::BF16;
   mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train);
   estimate.activationBytes = plan.arenaBytes;
+  estimate.peakInstruction = plan.peakAt;
+  estimate.numInstructions = plan.numInstructions;
   int64_t scratch = 0;
   for (Operation &op : body.without_terminator()) {
     scratch = std::max(scratch, scratchBytes(&op, bf16));

@@ -151,6 +151,8 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
     row(os, llvm::formatv("layer {0}", layer).str(), bytes,
         layer == 0 ? formatBytes(t.perLayer) + " per layer" : "");
   row(os, "embeddings and output layer", e.savedOtherBytes);
-  os << llvm::formatv("recomputed: {0} ops, {1:F2} GFLOP per micro-batch\n",
-                      e.recomputedOps, e.recomputedFlops / 1e9);
+  os << llvm::formatv("recomputed: {0} ops, {1:F2} GFLOP per micro-batch; "
+                      "the arena peaks at instruction {2} of {3}\n",
+                      e.recomputedOps, e.recomputedFlops / 1e9,
+                      e.peakInstruction, e.numInstructions);
 }

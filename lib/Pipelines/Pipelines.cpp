@@ -12,9 +12,15 @@
 
 void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
                                      const TrainingPipelineOptions &options) {
-  mlir::mt::DifferentiatePassOptions differentiate;
-  differentiate.functionName = options.trainFunction;
-  pm.addPass(mlir::mt::createDifferentiatePass(differentiate));
+  if (options.pipelineStages) {
+    mlir::mt::DifferentiatePipelineStagesPassOptions stages;
+    stages.prefix = options.trainFunction;
+    pm.addPass(mlir::mt::createDifferentiatePipelineStagesPass(stages));
+  } else {
+    mlir::mt::DifferentiatePassOptions differentiate;
+    differentiate.functionName = options.trainFunction;
+    pm.addPass(mlir::mt::createDifferentiatePass(differentiate));
+  }
   pm.addPass(mlir::createCSEPass());
   if (options.recomputeGranularity != "none") {
     mlir::mt::RecomputePassOptions recompute;
@@ -24,6 +30,11 @@ void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
     recompute.numLayers = options.recomputeNumLayers;
     pm.addPass(mlir::mt::createRecomputePass(recompute));
   }
+}
+
+void megatron::buildStageSplitPipeline(mlir::OpPassManager &pm) {
+  pm.addPass(mlir::mt::createSplitForwardBackwardPass());
+  pm.addPass(mlir::createCSEPass());
 }
 
 void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
@@ -47,9 +58,11 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   // (each op partitions alone); CSE keeps one set, as Megatron-LM saves them.
   pm.addPass(mlir::createCSEPass());
   pm.addPass(mlir::mt::createCombineAllReducesPass());
-  mlir::mt::PlanGradientReductionPassOptions reduction;
-  reduction.distributedOptimizer = options.distributedOptimizer;
-  pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
+  if (!options.pipelineStages) {
+    mlir::mt::PlanGradientReductionPassOptions reduction;
+    reduction.distributedOptimizer = options.distributedOptimizer;
+    pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
+  }
   // Last: nothing may change the collectives after they are proven to match.
   pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }

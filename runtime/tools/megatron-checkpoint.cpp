@@ -56,8 +56,16 @@ std::string iterationDirectory(const std::string &dir,
                       "' is already an iteration directory; give its parent");
     return dir;
   }
-  if (iteration)
-    return (fs::path(dir) / iterationDirectoryName(*iteration)).string();
+  if (iteration) {
+    std::string chosen =
+        (fs::path(dir) / iterationDirectoryName(*iteration)).string();
+    if (!fs::is_directory(chosen))
+      throw Error(MTRT_STATUS_NOT_FOUND,
+                  "--iteration: '" + dir + "' has no checkpoint of iteration " +
+                      std::to_string(*iteration) + " ('" + chosen +
+                      "' does not exist)");
+    return chosen;
+  }
   std::vector<std::string> notes;
   std::optional<std::string> found = findLatestCheckpoint(dir, notes);
   for (const std::string &note : notes)

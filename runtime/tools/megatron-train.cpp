@@ -3,9 +3,11 @@
 #include "comm/RunRanks.h"
 #include "core/Bundle.h"
 #include "core/Safetensors.h"
+#include "host/ParameterStore.h"
 #include "train/ByteTokenizer.h"
 #include "train/TrainFlags.h"
 #include "train/Trainer.h"
+#include "train/TrainingPlots.h"
 #include "train/Weights.h"
 #if MTRT_HAVE_CUDA
 #include "cuda/Trainer.h"
@@ -67,6 +69,27 @@ void checkSaveWeightsPath(const std::string &path) {
                           "); give a path in a writable directory");
 }
 
+/// What messages call --data-path's values.
+std::string dataName(const mtrt::train::TrainCommand &command) {
+  std::string name;
+  for (const std::string &value : command.dataPath)
+    name += (name.empty() ? "" : " ") + value;
+  return name;
+}
+
+/// Fails before training when --plot-dir cannot be written.
+void checkPlotDir(const std::string &dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw mtrt::Error(MTRT_STATUS_NOT_FOUND,
+                      "--plot-dir: '" + dir +
+                          "' is not a directory; create it first");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw mtrt::Error(MTRT_STATUS_PERMISSION_DENIED,
+                      "--plot-dir: cannot write to '" + dir + "' (" +
+                          std::strerror(errno) + ")");
+}
+
 /// Prefixes the flag to a file's error so that the user knows which file
 /// it was.
 [[noreturn]] void rethrowFor(const char *flag, const mtrt::Error &e) {
@@ -90,7 +113,7 @@ std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &bundle,
   device.tf32 = enabled("MTRT_CUDA_TF32");
   device.syncEachInstruction = enabled("MTRT_CUDA_SYNC");
   device.profile = enabled("MTRT_CUDA_PROFILE");
-  return std::make_unique<GpuTrainer>(bundle, corpus, c.dataPath, c.options,
+  return std::make_unique<GpuTrainer>(bundle, corpus, dataName(c), c.options,
                                       device);
 }
 #else
@@ -132,9 +155,11 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   if (!command.initFrom.empty())
     reject("--init-from");
   if (!command.saveWeights.empty())
-    reject("--save-weights");
+    checkSaveWeightsPath(command.saveWeights);
   if (command.sampleTokens > 0)
     reject("--sample-tokens (pass --sample-tokens 0)");
+  if (!command.plotDir.empty())
+    reject("--plot-dir");
   int ranks = static_cast<int>(bundle.rankCount());
   mtrt::comm::InProcessWorld world(ranks);
   // The ranks share the machine's cores.
@@ -142,13 +167,31 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   if (options.threads == 0)
     options.threads = std::max(1u, std::thread::hardware_concurrency() /
                                        static_cast<unsigned>(ranks));
+  // --save-weights: rank 0 writes the whole tensors from every rank's
+  // shards, read in place while the other ranks wait at a barrier.
+  std::vector<const mtrt::host::ParameterStore *> stores(
+      static_cast<size_t>(ranks));
   std::vector<std::exception_ptr> errors =
       mtrt::comm::runRanks(world, [&](mtrt::comm::Communicator &c) {
         mtrt::comm::RankContext rank(c, bundle.gridShape());
-        mtrt::train::Trainer trainer(bundle, corpus, command.dataPath, options,
+        mtrt::train::Trainer trainer(bundle, corpus, dataName(command), options,
                                      &rank);
         std::ostringstream discarded;
         trainer.train(c.rank() == 0 ? std::cout : discarded);
+        if (command.saveWeights.empty())
+          return;
+        stores[static_cast<size_t>(c.rank())] = &trainer.parameters();
+        c.barrier({"stores ready for --save-weights", -1});
+        if (c.rank() == 0) {
+          try {
+            mtrt::train::saveWeights(command.saveWeights, bundle, stores);
+          } catch (const mtrt::Error &e) {
+            rethrowFor("--save-weights", e);
+          }
+          std::cout << "saved the weights to '" << command.saveWeights
+                    << "'\n";
+        }
+        c.barrier({"--save-weights written", -1});
       });
   std::exception_ptr first;
   for (const std::exception_ptr &error : errors) {
@@ -180,8 +223,20 @@ int run(int argc, char **argv) {
     std::cout << trainUsage();
     return 0;
   }
+  checkPrecisionFlags(command);
+  if (!command.plotDir.empty())
+    checkPlotDir(command.plotDir);
+  // A text file is read whole (and tokenized by the trainer); indexed
+  // datasets are mapped by the trainer.
+  std::string corpus;
+  if (dataPathIsIndexed(command.dataPath))
+    command.options.dataBlend = mtrt::data::parseDataBlend(command.dataPath);
+  else
+    corpus = readCorpus(command.dataPath[0]);
   mtrt::Bundle bundle = mtrt::Bundle::load(command.bundlePath);
-  std::string corpus = readCorpus(command.dataPath);
+  if (bundle.hasModel())
+    checkPrecisionMatchesBundle(command, command.bundlePath,
+                                bundle.model().precision);
   if (command.inProcessRanks) {
     trainInProcessRanks(bundle, corpus, command);
     return 0;
@@ -210,7 +265,7 @@ int run(int argc, char **argv) {
     gpu = makeGpuTrainer(bundle, corpus, command);
   std::unique_ptr<Trainer> hostTrainer;
   if (!gpu)
-    hostTrainer = std::make_unique<Trainer>(bundle, corpus, command.dataPath,
+    hostTrainer = std::make_unique<Trainer>(bundle, corpus, dataName(command),
                                             command.options);
   Trainer &trainer = gpu ? gpu->host() : *hostTrainer;
   if (weights) {
@@ -243,7 +298,17 @@ int run(int argc, char **argv) {
     }
     std::cout << "saved the weights to '" << command.saveWeights << "'\n";
   }
+  if (!command.plotDir.empty()) {
+    for (const std::string &file :
+         writeTrainingPlots(trainer.history(), command.plotDir))
+      std::cout << "drew '" << file << "'\n";
+  }
   if (command.sampleTokens > 0) {
+    if (!command.samplePrompt && trainer.corpus().empty())
+      throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
+                        "--sample-tokens: give the text to continue with "
+                        "--sample-prompt (the default, the corpus' first "
+                        "bytes, needs a text --data-path)");
     std::string prompt = command.samplePrompt ? *command.samplePrompt
                                               : trainer.corpus().substr(0, 32);
     std::string text = trainer.sample(prompt, command.sampleTokens);

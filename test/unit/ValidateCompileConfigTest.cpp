@@ -94,13 +94,21 @@ TEST(ValidateCompileConfigTest, SequenceParallel) {
 }
 
 TEST(ValidateCompileConfigTest, PipelineStages) {
+  // Without interleaving the cost model splits 4 layers over 3 stages.
   EXPECT_EQ(validateSmall({{"pipeline_model_parallel_size", "3"}}),
+            "<success>");
+  EXPECT_EQ(validateSmall({{"pipeline_model_parallel_size", "5"}}),
             "command line (--pipeline-model-parallel-size): num_layers 4 is "
-            "not divisible by pipeline_model_parallel_size 3: every pipeline "
-            "stage gets the same number of layers; use a "
-            "pipeline_model_parallel_size that divides 4 (1, 2 or 4), or "
-            "split unevenly with decoder_first_pipeline_num_layers and "
-            "decoder_last_pipeline_num_layers");
+            "less than pipeline_model_parallel_size 5: every pipeline stage "
+            "needs at least one layer; use a pipeline_model_parallel_size of "
+            "at most 4");
+  EXPECT_EQ(validateSmall({{"pipeline_model_parallel_size", "3"},
+                           {"virtual_pipeline_model_parallel_size", "2"}}),
+            "command line (--pipeline-model-parallel-size): "
+            "num_layers 4 is not divisible by pipeline_model_parallel_size 3: "
+            "with virtual_pipeline_model_parallel_size every pipeline stage "
+            "gets the same number of layers; use a "
+            "pipeline_model_parallel_size that divides 4 (1, 2 or 4)");
   EXPECT_EQ(validateSmall({{"virtual_pipeline_model_parallel_size", "2"}}),
             "command line (--virtual-pipeline-model-parallel-size): "
             "virtual_pipeline_model_parallel_size 2 needs "

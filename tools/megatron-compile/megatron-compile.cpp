@@ -9,6 +9,7 @@
 #include "megatron/Frontend/CompileConfig.h"
 #include "megatron/Frontend/ModelBuilder.h"
 #include "megatron/InitAll.h"
+#include "megatron/Pipelines/PipelinePlan.h"
 #include "megatron/Memory/Memory.h"
 #include "megatron/Pipelines/Pipelines.h"
 #include "megatron/Target/Bundle.h"
@@ -23,6 +24,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
@@ -56,7 +58,7 @@ static cl::opt<EmitKind> emit(
                           "function's instruction stream")),
     cl::init(EmitKind::None), cl::cat(compileCategory));
 
-enum class ReportKind { None, Params, Collectives, Memory };
+enum class ReportKind { None, Params, Collectives, Memory, Schedule };
 static cl::opt<ReportKind> report(
     "report", cl::desc("Print a table about the compiled model"),
     cl::values(clEnumValN(ReportKind::Params, "params",
@@ -67,8 +69,28 @@ static cl::opt<ReportKind> report(
                clEnumValN(ReportKind::Memory, "memory",
                           "per rank: parameters, gradients, optimizer state, "
                           "activations (peak and by layer), workspace, next "
-                          "to Megatron-LM's theoretical memory")),
+                          "to Megatron-LM's theoretical memory"),
+               clEnumValN(ReportKind::Schedule, "schedule",
+                          "the pipeline layout, each rank's timeline, the "
+                          "predicted bubble and stashed activations")),
     cl::init(ReportKind::None), cl::cat(compileCategory));
+
+static cl::opt<std::string> pipelineSchedule(
+    "pipeline-schedule",
+    cl::desc("Pipeline schedule: gpipe, 1f1b, or interleaved (default: "
+             "interleaved with virtual stages, 1f1b otherwise)"),
+    cl::value_desc("kind"), cl::cat(compileCategory));
+static cl::opt<std::string> pipelineScheduleFile(
+    "pipeline-schedule-file",
+    cl::desc("A hand-written per-rank schedule (JSON, the bundle's "
+             "pipeline.ranks form) to use instead of the generated one; it "
+             "is verified like any other"),
+    cl::value_desc("file"), cl::cat(compileCategory));
+static cl::opt<std::string> scheduleSvg(
+    "schedule-svg",
+    cl::desc("With --report schedule: also draw the predicted timeline as "
+             "an SVG picture into this file"),
+    cl::value_desc("file"), cl::cat(compileCategory));
 
 static cl::opt<std::string> memoryBudget(
     "memory-budget",
@@ -156,7 +178,48 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildModelModule(context, *config);
+  const ParallelConfig &parallel = config->parallel;
+  const bool pipelined = parallel.pipelineModelParallelSize > 1;
+  PipelinePlan plan;
+  if (pipelined) {
+    plan.layout = planPipelineLayout(*config);
+    int64_t v = plan.layout.virtualSize;
+    ScheduleKind kind =
+        v > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+    if (!pipelineSchedule.empty()) {
+      std::optional<ScheduleKind> parsed = parseScheduleKind(pipelineSchedule);
+      if (!parsed)
+        return fail("--pipeline-schedule: unknown schedule '" +
+                    pipelineSchedule + "'; expected gpipe, 1f1b or interleaved");
+      kind = *parsed;
+    }
+    Expected<PipelineSchedule> schedule = buildPipelineSchedule(
+        kind, plan.layout.pipelineSize, v, microBatchesPerIteration(*config));
+    if (!schedule)
+      return fail(toString(schedule.takeError()));
+    plan.schedule = std::move(*schedule);
+    if (!pipelineScheduleFile.empty()) {
+      auto buffer = MemoryBuffer::getFile(pipelineScheduleFile);
+      if (!buffer)
+        return fail("--pipeline-schedule-file: cannot read '" +
+                    pipelineScheduleFile + "': " + buffer.getError().message());
+      Expected<json::Value> value = json::parse((*buffer)->getBuffer());
+      if (!value)
+        return fail("--pipeline-schedule-file '" + pipelineScheduleFile +
+                    "': " + toString(value.takeError()));
+      Expected<PipelineSchedule> custom = parsePipelineSchedule(
+          *value, kind, plan.layout.pipelineSize, v,
+          microBatchesPerIteration(*config));
+      if (!custom)
+        return fail("--pipeline-schedule-file '" + pipelineScheduleFile +
+                    "': " + toString(custom.takeError()));
+      plan.schedule = std::move(*custom);
+    }
+  }
+  std::vector<StageLayers> stages =
+      pipelined ? plan.stageLayers() : std::vector<StageLayers>();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      buildModelModule(context, *config, stages);
   if (failed(mlir::verify(*module)))
     return fail("internal error: the model-level IR does not verify");
 
@@ -170,20 +233,31 @@ int main(int argc, char **argv) {
   }
 
   if (writesBundle || emit == EmitKind::Plan ||
-      report == ReportKind::Collectives || report == ReportKind::Memory) {
-    const ParallelConfig &parallel = config->parallel;
-    if (parallel.pipelineModelParallelSize > 1)
-      return fail("pipeline parallelism is not implemented yet; compile "
-                  "with pipeline_model_parallel_size 1 "
-                  "(docs/Parallelism.md)");
+      report == ReportKind::Collectives || report == ReportKind::Memory ||
+      report == ReportKind::Schedule) {
+    if (report == ReportKind::Schedule && !pipelined)
+      return fail("--report schedule needs pipeline parallelism: set "
+                  "--pipeline-model-parallel-size to 2 or more");
     if (parallel.sequenceParallel &&
-        (parallel.dataParallelSize > 1 ||
+        (pipelined || parallel.dataParallelSize > 1 ||
          config->model.positionEmbeddingType ==
              PositionEmbedding::LearnedAbsolute))
       return fail("sequence parallelism is implemented for models without "
-                  "learned position embeddings (rope) and with "
-                  "data_parallel_size 1 so far; compile without "
-                  "sequence_parallel (docs/Parallelism.md)");
+                  "learned position embeddings (rope), with "
+                  "data_parallel_size 1 and without pipeline parallelism so "
+                  "far; compile without sequence_parallel "
+                  "(docs/Parallelism.md)");
+    if (pipelined && (parallel.useDistributedOptimizer ||
+                      config->recompute.granularity !=
+                          RecomputeGranularity::None ||
+                      memoryBudget.getNumOccurrences() ||
+                      report == ReportKind::Memory))
+      return fail("the distributed optimizer, activation recomputation, "
+                  "--memory-budget and --report memory are not implemented "
+                  "with pipeline parallelism yet; compile with "
+                  "use_distributed_optimizer false and "
+                  "recompute_granularity none, or "
+                  "pipeline_model_parallel_size 1 (docs/Pipeline.md)");
     // The pipelines, under one recomputation policy; --memory-budget runs
     // them once per candidate.
     auto compile = [&](mlir::ModuleOp target,
@@ -200,8 +274,10 @@ int main(int argc, char **argv) {
           policy.method == mlir::mt::RecomputeMethod::Block ? "block"
                                                             : "uniform";
       training.recomputeNumLayers = policy.numLayers;
+      training.pipelineStages = pipelined;
       buildTrainingPipeline(pm, training);
-      if (parallel.worldSize() > 1) {
+      // Tensor and data parallelism partition each pipeline stage.
+      if (parallel.tensorModelParallelSize * parallel.dataParallelSize > 1) {
         PartitionPipelineOptions partition;
         partition.tensorParallelSize = parallel.tensorModelParallelSize;
         partition.dataParallelSize = parallel.dataParallelSize;
@@ -209,8 +285,11 @@ int main(int argc, char **argv) {
         // One rank has nothing to shard the optimizer over: the plain
         // optimizer is the distributed one with a single shard.
         partition.distributedOptimizer = parallel.useDistributedOptimizer;
+        partition.pipelineStages = pipelined;
         buildPartitionPipeline(pm, partition);
       }
+      if (pipelined)
+        buildStageSplitPipeline(pm);
       return pm.run(target);
     };
     mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);
@@ -241,14 +320,35 @@ int main(int argc, char **argv) {
     }
     if (failed(compile(*module, policy)))
       return fail("the training pipeline failed (see the diagnostics above)");
+    if (pipelined)
+      if (Error error = finishPipelinePlan(*module, plan))
+        return fail(toString(std::move(error)));
+    json::Object pipelineSection;
+    if (pipelined)
+      pipelineSection = plan.toJSON();
+    const json::Object *pipeline = pipelined ? &pipelineSection : nullptr;
     if (report == ReportKind::Collectives)
       mlir::mt::printCollectives(*module, os);
     if (report == ReportKind::Memory)
       printMemoryReport(*module, *config, policy, os);
+    if (report == ReportKind::Schedule) {
+      plan.printReport(os);
+      if (!scheduleSvg.empty()) {
+        std::string errorMessage;
+        std::unique_ptr<ToolOutputFile> svg =
+            mlir::openOutputFile(scheduleSvg, &errorMessage);
+        if (!svg)
+          return fail("--schedule-svg: " + errorMessage);
+        printScheduleSvg(plan.schedule, plan.predict(), svg->os());
+        svg->keep();
+      }
+    }
     if (writesBundle)
-      return failed(writeBundle(*module, &*config, outputPath)) ? 1 : 0;
+      return failed(writeBundle(*module, &*config, outputPath, pipeline)) ? 1
+                                                                          : 0;
     if (emit == EmitKind::Plan) {
-      FailureOr<std::string> bundle = serializeBundle(*module, &*config);
+      FailureOr<std::string> bundle =
+          serializeBundle(*module, &*config, pipeline);
       if (failed(bundle))
         return 1;
       // The manifest follows the 64-byte header; print it indented.

@@ -219,6 +219,19 @@ void AnnotateShardingsPass::runOnOperation() {
 
     if (sequenceParallel && tensorParallelSize > 1)
       annotateSequenceShards(builder, function);
+    // Learned position embeddings read positions made inside the step: they
+    // follow the tokens' batch split (positions depend on the sequence
+    // index only), so the position table's gradient sums local rows.
+    if (dataParallelSize > 1)
+      function.walk([&](PositionIdsOp positions) {
+        builder.setInsertionPointAfter(positions);
+        SmallVector<SmallVector<int16_t>> axes(positions.getType().getRank());
+        axes[0].push_back(kDataAxis);
+        Value annotated =
+            annotate(builder, positions, axes, /*forUsers=*/false);
+        positions.getResult().replaceAllUsesExcept(annotated,
+                                                   annotated.getDefiningOp());
+      });
 
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     builder.setInsertionPoint(ret);

@@ -82,18 +82,31 @@ LogicalResult DifferentiatePass::differentiate(func::FuncOp function) {
     return function.emitOpError()
            << "must return the loss, a tensor<f32>, as its first result to be "
               "differentiated";
+  OpBuilder builder(ret);
+  Value seed = FillOp::create(builder, ret.getLoc(), lossType,
+                              builder.getF64FloatAttr(1.0));
+  FailureOr<SmallVector<Value>> inputGradients =
+      appendBackwardPass(function, seed, {});
+  if (failed(inputGradients))
+    return failure();
+  numGradients += llvm::range_size(body.getOps<AccumulateGradientOp>());
+  return success();
+}
 
+FailureOr<SmallVector<Value>>
+mlir::mt::appendBackwardPass(func::FuncOp function, Value seed,
+                             ArrayRef<Value> inputs) {
+  Block &body = function.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
   OpBuilder builder(ret);
   GradientMap gradients(builder);
-  gradients.add(ret.getOperand(0),
-                FillOp::create(builder, ret.getLoc(), lossType,
-                               builder.getF64FloatAttr(1.0)));
-
   // Walk the forward ops backwards; the backward ops go before the return, so
-  // they are not revisited.
+  // they are not revisited. Ops made for the seed are not forward ops.
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())
-    forward.push_back(&op);
+    if (&op != seed.getDefiningOp())
+      forward.push_back(&op);
+  gradients.add(ret.getOperand(0), seed);
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGradients;
     bool reachesLoss = false;
@@ -123,13 +136,14 @@ LogicalResult DifferentiatePass::differentiate(func::FuncOp function) {
   }
 
   // One accumulation per parameter, in declaration order.
-  for (auto parameter : getOperation().getOps<ParameterOp>()) {
+  auto module = function->getParentOfType<ModuleOp>();
+  for (auto parameter : module.getOps<ParameterOp>()) {
     auto name = FlatSymbolRefAttr::get(parameter.getSymNameAttr());
     Value gradient = gradients.parameters().lookup(name);
     if (!gradient)
       continue;
     AccumulateGradientOp::create(builder, gradient.getLoc(), name, gradient);
-    ++numGradients;
   }
-  return success();
+  return llvm::map_to_vector(inputs,
+                             [&](Value input) { return gradients.lookup(input); });
 }

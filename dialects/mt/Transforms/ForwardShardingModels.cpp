@@ -162,6 +162,72 @@ struct LastDimModel
   }
 };
 
+/// dropout: elementwise (upstream's model), and the partitioned op records
+/// where its tile lies so that the mask is the global tensor's.
+struct DropoutModel
+    : public shard::ShardingInterface::ExternalModel<DropoutModel, DropoutOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getOperand(0)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(
+        rankOf(op->getOperand(0)), op->getContext());
+    return {identity, identity};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    recordGlobalTile(op, op->getOperand(0), operandShardings[0], partitionMap);
+    return success();
+  }
+};
+
+/// position_ids: one parallel loop per dimension (batch, sequence). A
+/// position depends only on its sequence index, so a batch shard is the
+/// local op with the shard's shape; mt-annotate-shardings splits the batch
+/// over the data-parallel ranks as it splits the tokens.
+struct PositionIdsModel
+    : public shard::ShardingInterface::ExternalModel<PositionIdsModel,
+                                                     PositionIdsOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getResult(0)),
+                                     IteratorType::parallel);
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    return {AffineMap::getMultiDimIdentityMap(rankOf(op->getResult(0)),
+                                              op->getContext())};
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    // Unannotated (no data parallelism): whole on every rank.
+    if (resultShardings.empty() || !resultShardings[0]) {
+      partitionMap.map(op->getResult(0), builder.clone(*op)->getResult(0));
+      return success();
+    }
+    if (failed(rejectSplit(op, resultShardings[0], 1, "the sequence")))
+      return failure();
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
 /// attention: see attentionIndexingMaps.
 struct AttentionModel
     : public shard::ShardingInterface::ExternalModel<AttentionModel,
@@ -589,8 +655,8 @@ struct CrossEntropyModel
   }
 };
 
-/// Ops whose operands and results every rank holds whole: fills, positions
-/// and softmax. Upstream partitions them as
+/// Ops whose operands and results every rank holds whole: fills and
+/// softmax. Upstream partitions them as
 /// fully replicated, gathering sharded operands first.
 template <typename Op>
 struct ReplicatedModel
@@ -683,6 +749,13 @@ LogicalResult sharding::partitionAttention(
   shard::partitionTriviallyShardableOperation(
       *op, partitionedOperands, operandShardings, resultShardings,
       partitionMap, symbolTable, builder);
+  // The dropout mask over the probabilities is keyed on q's global batch
+  // rows and heads (attention_grad's q is its operand 1).
+  auto dropout = op->getAttrOfType<FloatAttr>("dropout_p");
+  if (dropout && dropout.getValueAsDouble() > 0) {
+    unsigned q = isa<AttentionGradOp>(op) ? 1 : 0;
+    recordGlobalTile(op, op->getOperand(q), operandShardings[q], partitionMap);
+  }
   return success();
 }
 
@@ -695,8 +768,7 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
       *context);
   SwigluOp::attachInterface<shard::ElementwiseShardingInterface<SwigluOp>>(
       *context);
-  DropoutOp::attachInterface<shard::ElementwiseShardingInterface<DropoutOp>>(
-      *context);
+  DropoutOp::attachInterface<DropoutModel>(*context);
   LinearOp::attachInterface<LinearModel>(*context);
   LayerNormOp::attachInterface<LastDimModel<LayerNormOp>>(*context);
   RmsNormOp::attachInterface<LastDimModel<RmsNormOp>>(*context);
@@ -712,5 +784,5 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
   SoftmaxOp::attachInterface<ReplicatedModel<SoftmaxOp>>(*context);
   SoftmaxGradOp::attachInterface<ReplicatedModel<SoftmaxGradOp>>(*context);
   FillOp::attachInterface<ReplicatedModel<FillOp>>(*context);
-  PositionIdsOp::attachInterface<ReplicatedModel<PositionIdsOp>>(*context);
+  PositionIdsOp::attachInterface<PositionIdsModel>(*context);
 }

@@ -5,6 +5,7 @@
 
 #include "mt/IR/MtDialect.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
@@ -23,6 +24,16 @@ void printParameterTable(ModuleOp module, llvm::raw_ostream &os);
 /// Writes the collectives of each function of a partitioned `module` (see
 /// mt-print-collectives).
 void printCollectives(ModuleOp module, llvm::raw_ostream &os);
+
+/// Appends the reverse-mode backward pass of `function` (one block) before
+/// its return: `seed` is the gradient of its first result (a value defined
+/// before the return, such as a fill of 1 or an argument). Every parameter
+/// read on the way ends with one `mt.accumulate_gradient`, in declaration
+/// order. Returns the gradient reaching each of `inputs` (null where none
+/// does). Used by mt-differentiate and mt-differentiate-pipeline-stages.
+FailureOr<SmallVector<Value>> appendBackwardPass(func::FuncOp function,
+                                                 Value seed,
+                                                 ArrayRef<Value> inputs);
 
 } // namespace mlir::mt
 

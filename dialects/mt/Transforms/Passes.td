@@ -277,6 +277,66 @@ def PrintCollectivesPass : Pass<"mt-print-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }
 
+def DifferentiatePipelineStagesPass
+    : Pass<"mt-differentiate-pipeline-stages", "::mlir::ModuleOp"> {
+  let summary = "appends the backward pass to each pipeline stage of a step";
+  let description = [{
+    For each function marked `mt.pipeline_stage` whose name starts with
+    `prefix` (the model builder's `train_step_stage<k>`): adds a trailing
+    argument with the gradient of its result (`mt.name = "output_gradient"`,
+    or `"loss_gradient"` for the last stage's scalar loss, which the runtime
+    sets to 1), appends the backward pass (the same VJP rules and
+    `mt.accumulate_gradient`s as mt-differentiate), and, when the stage's
+    input is an activation rather than the tokens, returns its gradient as
+    the second result (`mt.name = "input_gradient"`), which the schedule
+    sends to the stage before.
+
+    ```mlir
+    func.func @train_step_stage1(%h: tensor<8x128x64xf32>) -> tensor<8x128x64xf32>
+    // becomes
+    func.func @train_step_stage1(%h: tensor<8x128x64xf32>,
+        %dout: tensor<8x128x64xf32> {mt.name = "output_gradient"})
+        -> (tensor<8x128x64xf32>, tensor<8x128x64xf32> {mt.name = "input_gradient"})
+    ```
+  }];
+  let options = [
+    Option<"prefix", "prefix", "std::string", "\"train_step\"",
+           "Stages whose function names start with this are differentiated">
+  ];
+  let statistics = [
+    Statistic<"numStages", "stages", "Number of stages differentiated">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
+def SplitForwardBackwardPass
+    : Pass<"mt-split-forward-backward", "::mlir::ModuleOp"> {
+  let summary = "splits each differentiated pipeline stage into forward and backward functions";
+  let description = [{
+    A pipeline schedule runs a stage's forward pass of a micro-batch long
+    before its backward pass, so each differentiated stage `@s` (after
+    mt-differentiate-pipeline-stages, and after partitioning when there is
+    tensor or data parallelism) becomes `@s_forward` and `@s_backward`.
+    The backward pass is every op that depends on the output's gradient, and
+    every op whose results only the backward pass reads. The forward values
+    it reads are the stash: the forward function returns them after its
+    output (`mt.name = "stash"`), the backward function takes them, in the
+    same order, before the output's gradient. Parameters are not stashed
+    (each function reads its own), nor values made from nothing (parameter
+    views, fills), which the backward function makes again.
+
+    ```
+    @s_forward(input, [labels], parameters...) -> (output, stash...)
+    @s_backward(stash..., output_gradient, parameters...)
+        -> ([input_gradient], gradients...)
+    ```
+  }];
+  let statistics = [
+    Statistic<"numStashed", "stashed", "Number of values stashed for the backward pass">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
 def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "proves that every rank issues the same collectives in the same order";
   let description = [{

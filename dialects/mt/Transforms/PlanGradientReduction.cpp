@@ -67,7 +67,8 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
     auto type = cast<RankedTensorType>(result.get().getType());
     gradients.push_back({parameter, type});
     auto reduce = result.get().getDefiningOp<shard::AllReduceOp>();
-    bool overData = reduce && llvm::is_contained(reduce.getGridAxes(), kDataAxis);
+    bool overData =
+        reduce && llvm::is_contained(reduce.getGridAxes(), kDataAxis);
     if (!overData || reduce.getReduction() != shard::ReductionKind::Sum) {
       if (dataRanks == 1)
         continue;
@@ -84,10 +85,10 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
         reduce.getGridAxes(), [](int16_t axis) { return axis != kDataAxis; });
     Value local = reduce.getInput();
     if (!others.empty())
-      local = shard::AllReduceOp::create(
-          builder, reduce.getLoc(), reduce.getType(), reduce.getGridAttr(),
-          builder.getDenseI16ArrayAttr(others), local,
-          reduce.getReductionAttr());
+      local = shard::AllReduceOp::create(builder, reduce.getLoc(),
+                                         reduce.getType(), reduce.getGridAttr(),
+                                         builder.getDenseI16ArrayAttr(others),
+                                         local, reduce.getReductionAttr());
     result.set(local);
     if (reduce->use_empty())
       reduce->erase();

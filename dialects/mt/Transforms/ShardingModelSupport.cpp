@@ -225,4 +225,23 @@ FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
   return ranks;
 }
 
+void recordGlobalTile(Operation *op, Value keyed, Sharding sharding,
+                      IRMapping &partitionMap) {
+  if (!sharding)
+    return;
+  ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
+  if (llvm::all_of(split, [](shard::GridAxesAttr axes) {
+        return axes.empty();
+      }))
+    return;
+  MLIRContext *context = op->getContext();
+  SmallVector<Attribute> dims;
+  for (int64_t d = 0; d < rankOf(keyed); ++d)
+    dims.push_back(d < static_cast<int64_t>(split.size())
+                       ? split[d]
+                       : DenseI16ArrayAttr::get(context, {}));
+  Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
+  local->setAttr("mt.split_axes", ArrayAttr::get(context, dims));
+}
+
 } // namespace mlir::mt::sharding

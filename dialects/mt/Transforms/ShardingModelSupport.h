@@ -61,6 +61,15 @@ splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
                 ArrayRef<Sharding> resultShardings, int64_t rows,
                 Sharding rowSource);
 
+/// Random streams are keyed on positions in the global tensor: when
+/// `sharding` (of the op's operand `keyed`) splits it, the partitioned op
+/// (the definition of the first result's image in `partitionMap`) records
+/// the split as `mt.split_axes` (one list of grid axes per dimension of
+/// `keyed`, the format of a parameter's), which the bundle carries so that
+/// each rank draws its tile's part of the global mask.
+void recordGlobalTile(Operation *op, Value keyed, Sharding sharding,
+                      IRMapping &partitionMap);
+
 /// Fails naming `what` if `sharding` splits dimension `dim`.
 LogicalResult rejectSplit(Operation *op, Sharding sharding, int64_t dim,
                           StringRef what);

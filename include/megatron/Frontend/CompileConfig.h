@@ -78,6 +78,9 @@ struct ParallelConfig {
   /// the last stage; the other stages share the rest evenly. 0 means unset.
   int64_t decoderFirstPipelineNumLayers = 0;
   int64_t decoderLastPipelineNumLayers = 0;
+  /// Megatron-LM's --num-layers-per-virtual-pipeline-stage, the other way to
+  /// ask for interleaving; 0 means unset.
+  int64_t numLayersPerVirtualPipelineStage = 0;
 
   int64_t worldSize() const {
     return tensorModelParallelSize * pipelineModelParallelSize *
@@ -123,6 +126,10 @@ struct CompileConfig {
   /// Transformer layers on (non-virtual) pipeline stage `stage`, honouring an
   /// uneven split. Meaningful once validateCompileConfig has succeeded.
   int64_t pipelineStageNumLayers(int64_t stage) const;
+  /// Virtual stages per pipeline rank, from either way of setting them (1
+  /// without interleaving). Meaningful once validateCompileConfig has
+  /// succeeded.
+  int64_t virtualStagesPerRank() const;
 };
 
 /// Reads a model file: YAML (.yaml/.yml) in this project's format, or a

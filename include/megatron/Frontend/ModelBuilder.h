@@ -24,8 +24,19 @@ namespace megatron {
 /// shape that data parallelism later shards), or the logits over the padded
 /// vocabulary V; only train_step has dropout.
 /// Shapes are global; values are f32 (precision is chosen when lowering).
-mlir::OwningOpRef<mlir::ModuleOp> buildModelModule(mlir::MLIRContext &context,
-                                                   const CompileConfig &config);
+///
+/// With two or more pipeline `stages` (contiguous layer ranges in model
+/// order), the steps are built per stage instead: train_step_stage<k> and
+/// eval_step_stage<k>, marked `mt.pipeline_stage = k`; the first takes the
+/// tokens and embeds them, the last takes the previous stage's activation
+/// and the labels and returns the loss, the others map an activation
+/// (B x S x hidden, f32) to the next. There is no predict_step.
+struct StageLayers {
+  int64_t firstLayer = 0, numLayers = 0;
+};
+mlir::OwningOpRef<mlir::ModuleOp>
+buildModelModule(mlir::MLIRContext &context, const CompileConfig &config,
+                 llvm::ArrayRef<StageLayers> stages = {});
 
 } // namespace megatron
 

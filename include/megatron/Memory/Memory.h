@@ -36,8 +36,11 @@ struct MemoryEstimate {
   /// AdamW's two fp32 moments, divided by the data-parallel size under the
   /// distributed optimizer. The fp32 weights are the master copy.
   int64_t optimizerBytes = 0;
-  /// train_step's arena (the plan's peak).
+  /// train_step's arena (the plan's peak), the instruction where it peaks
+  /// and the instruction count.
   int64_t activationBytes = 0;
+  int64_t peakInstruction = 0;
+  int64_t numInstructions = 0;
   /// The largest instruction's kernel scratch (the CUDA backend's: statistics,
   /// attention's backward, bf16 GEMM operands), plus the GEMM workspace.
   int64_t workspaceBytes = 0;

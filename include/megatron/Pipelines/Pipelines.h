@@ -17,6 +17,12 @@ struct TrainingPipelineOptions
       *this, "train-function",
       llvm::cl::desc("The step function to differentiate"),
       llvm::cl::init("train_step")};
+  Option<bool> pipelineStages{
+      *this, "pipeline-stages",
+      llvm::cl::desc("Differentiate each pipeline stage of the train "
+                     "function (train_step_stage<k>) instead of the whole "
+                     "step"),
+      llvm::cl::init(false)};
   Option<std::string> recomputeGranularity{
       *this, "recompute-granularity",
       llvm::cl::desc("none, selective or full (see mt-recompute)"),
@@ -33,8 +39,9 @@ struct TrainingPipelineOptions
 
 /// From the model-level module the front end builds to the one a bundle is
 /// written from: differentiates train_step (its backward pass and gradient
-/// accumulation), removes redundant work, and applies the recomputation
-/// policy (mt-recompute; after CSE, which would merge the clones back).
+/// accumulation), or each of its pipeline stages, removes redundant work,
+/// and applies the recomputation policy (mt-recompute; after CSE, which
+/// would merge the clones back).
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 
@@ -59,6 +66,12 @@ struct PartitionPipelineOptions
       llvm::cl::desc("Shard the optimizer over the data-parallel ranks "
                      "(reduce-scatter gradients, all-gather parameters)"),
       llvm::cl::init(false)};
+  Option<bool> pipelineStages{
+      *this, "pipeline-stages",
+      llvm::cl::desc("The module holds pipeline stages: their data-parallel "
+                     "gradient all-reduces stay in the backward functions "
+                     "(no once-per-iteration buffer yet, docs/Pipeline.md)"),
+      llvm::cl::init(false)};
 };
 
 /// From the training pipeline's output to per-rank (SPMD) IR: parameters and
@@ -68,6 +81,11 @@ struct PartitionPipelineOptions
 /// moves out of the step into its own functions, run once per iteration. See docs/Parallelism.md.
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const PartitionPipelineOptions &options);
+
+/// For pipeline parallelism, after the training (and partition) pipelines:
+/// each differentiated stage split into its forward and backward functions
+/// (mt-split-forward-backward). See docs/Pipeline.md.
+void buildStageSplitPipeline(mlir::OpPassManager &pm);
 
 /// Registers the pipelines by name (megatron-training-pipeline,
 /// megatron-partition-pipeline) for megatron-opt and lit.

@@ -7,6 +7,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/Support/JSON.h"
 
 #include <string>
 
@@ -18,14 +19,20 @@ namespace megatron {
 /// manifest's `model` section; modules that do not come from a model file
 /// (tests, megatron-translate) have none. What the format cannot express is
 /// reported as an error diagnostic at the op.
-mlir::FailureOr<std::string> serializeBundle(mlir::ModuleOp module,
-                                             const CompileConfig *config);
+///
+/// `pipeline`, for a pipeline-parallel module: the bundle's `pipeline`
+/// section (megatron::PipelinePlan::toJSON); its axis becomes grid axis 0
+/// and every parameter records the pipeline rank that holds it.
+mlir::FailureOr<std::string>
+serializeBundle(mlir::ModuleOp module, const CompileConfig *config,
+                const llvm::json::Object *pipeline = nullptr);
 
 /// Writes serializeBundle's bytes to `path` through a temporary file renamed
 /// into place, so a failed write leaves any earlier file untouched.
 mlir::LogicalResult writeBundle(mlir::ModuleOp module,
                                 const CompileConfig *config,
-                                llvm::StringRef path);
+                                llvm::StringRef path,
+                                const llvm::json::Object *pipeline = nullptr);
 
 /// Registers the `--mlir-to-bundle` translation for megatron-translate.
 void registerBundleTranslation();

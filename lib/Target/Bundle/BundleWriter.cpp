@@ -59,9 +59,13 @@ namespace {
 /// Writes one function's value table and instruction stream.
 class FunctionWriter {
 public:
+  /// `axisShift`: grid axes the bundle's grid has before the partition's
+  /// (the pipeline axis).
   FunctionWriter(func::FuncOp function,
-                 const llvm::StringMap<int64_t> &parameterIndex)
-      : function(function), parameterIndex(parameterIndex) {}
+                 const llvm::StringMap<int64_t> &parameterIndex,
+                 int64_t axisShift)
+      : function(function), parameterIndex(parameterIndex),
+        axisShift(axisShift) {}
 
   FailureOr<llvm::json::Value> write();
 
@@ -73,6 +77,7 @@ private:
 
   func::FuncOp function;
   const llvm::StringMap<int64_t> &parameterIndex;
+  int64_t axisShift;
   DenseMap<Value, int64_t> ids;
   Array values;
 };
@@ -103,6 +108,20 @@ FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
     return llvm::json::Value(number.getValueAsDouble());
   if (auto array = dyn_cast<DenseI64ArrayAttr>(attr))
     return llvm::json::Value(Array(array.asArrayRef()));
+  // mt.split_axes: one list of grid axes per dimension.
+  if (auto lists = dyn_cast<ArrayAttr>(attr)) {
+    Array out;
+    for (Attribute list : lists) {
+      auto axes = dyn_cast<DenseI16ArrayAttr>(list);
+      if (!axes)
+        return errorAt(op, "an attribute has no bundle form")
+               << " (" << attr << ")";
+      out.push_back(Array(llvm::map_to_vector(axes.asArrayRef(), [](int16_t a) {
+        return static_cast<int64_t>(a);
+      })));
+    }
+    return llvm::json::Value(std::move(out));
+  }
   if (auto symbol = dyn_cast<FlatSymbolRefAttr>(attr)) {
     auto it = parameterIndex.find(symbol.getValue());
     if (it == parameterIndex.end())
@@ -113,11 +132,12 @@ FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
 }
 
 /// The attributes of a shard collective, in docs/BundleFormat.md's names.
-static Object writeCollective(Operation *op) {
+static Object writeCollective(Operation *op, int64_t axisShift) {
   Object attrs;
-  auto axes = [](ArrayRef<int16_t> gridAxes) {
-    return Array(llvm::map_to_vector(
-        gridAxes, [](int16_t axis) { return static_cast<int64_t>(axis); }));
+  auto axes = [&](ArrayRef<int16_t> gridAxes) {
+    return Array(llvm::map_to_vector(gridAxes, [&](int16_t axis) {
+      return static_cast<int64_t>(axis) + axisShift;
+    }));
   };
   auto reduction = [](shard::ReductionKind kind) {
     return kind == shard::ReductionKind::Max ? "max" : "sum";
@@ -146,19 +166,23 @@ static Object writeCollective(Operation *op) {
 FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
   if (op->getDialect() &&
       op->getDialect()->getNamespace() == shard::ShardDialect::getDialectNamespace())
-    return writeCollective(op);
+    return writeCollective(op, axisShift);
   Object attrs;
   for (NamedAttribute named : op->getAttrDictionary()) {
-    // Discardable attributes (mt.recomputed) are notes for passes.
-    if (op->getDiscardableAttr(named.getName()))
+    // Discardable attributes (mt.recomputed) are notes for passes, except
+    // a random op's tile (mt.split_axes), which keys its stream.
+    if (op->getDiscardableAttr(named.getName()) &&
+        named.getName() != "mt.split_axes")
       continue;
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
     if (failed(value))
       return failure();
-    // Both parameter ops name their parameter by index under one key.
+    // Both parameter ops name their parameter by index under one key; a
+    // random op's tile (mt.split_axes, set by partitioning) is split_axes.
     StringRef key = isa<mt::GetParameterOp, mt::AccumulateGradientOp>(op)
                         ? StringRef("parameter")
                         : named.getName().getValue();
+    key.consume_front("mt.");
     attrs[key] = std::move(*value);
   }
   // Enums are written by name, and defaulted attributes are written out so
@@ -354,8 +378,58 @@ static Object writeModel(const CompileConfig &config) {
   };
 }
 
+/// Per parameter, the pipeline rank whose stages read it; fails for one
+/// read on several ranks.
+static FailureOr<llvm::StringMap<int64_t>>
+pipelineRanks(ModuleOp module, int64_t pipelineSize) {
+  llvm::StringMap<int64_t> ranks;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+    if (!stage)
+      continue;
+    int64_t rank = stage.getInt() % pipelineSize;
+    auto claim = [&](StringRef name, Operation *at) -> LogicalResult {
+      auto [it, inserted] = ranks.try_emplace(name, rank);
+      if (inserted || it->second == rank)
+        return success();
+      return errorAt(at, "parameter " + name + " is read on pipeline ranks " +
+                             llvm::Twine(it->second) + " and " +
+                             llvm::Twine(rank) +
+                             "; each parameter lives on one pipeline rank "
+                             "(tied embeddings across stages are not "
+                             "supported: set "
+                             "untie_embeddings_and_output_weights true)");
+    };
+    for (unsigned i = 0, e = function.getNumArguments(); i < e; ++i)
+      if (auto name =
+              function.getArgAttrOfType<FlatSymbolRefAttr>(i, "mt.parameter"))
+        if (failed(claim(name.getValue(), function)))
+          return failure();
+    WalkResult walk = function.walk([&](mt::GetParameterOp read) {
+      return failed(claim(read.getName(), read)) ? WalkResult::interrupt()
+                                                 : WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+  }
+  return ranks;
+}
+
 FailureOr<std::string>
-megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
+megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
+                          const llvm::json::Object *pipeline) {
+  // A pipeline adds its axis before the partition's grid axes.
+  int64_t pipelineSize =
+      pipeline ? pipeline->getInteger("size").value_or(1) : 1;
+  int64_t axisShift = pipeline ? 1 : 0;
+  llvm::StringMap<int64_t> pipelineRank;
+  if (pipeline) {
+    FailureOr<llvm::StringMap<int64_t>> ranks =
+        pipelineRanks(module, pipelineSize);
+    if (failed(ranks))
+      return failure();
+    pipelineRank = std::move(*ranks);
+  }
   Array parameters;
   llvm::StringMap<int64_t> parameterIndex;
   for (auto parameter : module.getOps<mt::ParameterOp>()) {
@@ -376,9 +450,16 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
     if (auto split = parameter->getAttrOfType<ArrayAttr>("mt.split_axes")) {
       Array dims;
       for (auto dim : split.getAsRange<DenseI16ArrayAttr>())
-        dims.push_back(Array(llvm::map_to_vector(
-            dim.asArrayRef(), [](int16_t a) { return static_cast<int64_t>(a); })));
+        dims.push_back(Array(llvm::map_to_vector(dim.asArrayRef(), [&](int16_t a) {
+          return static_cast<int64_t>(a) + axisShift;
+        })));
       entry["split_axes"] = std::move(dims);
+    }
+    if (pipeline) {
+      auto it = pipelineRank.find(parameter.getSymName());
+      if (it == pipelineRank.end())
+        return errorAt(parameter, "no pipeline stage reads it");
+      entry["pipeline_rank"] = it->second;
     }
     parameterIndex[parameter.getSymName()] = parameters.size();
     parameters.push_back(std::move(entry));
@@ -387,7 +468,7 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
   Array functions;
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
-        FunctionWriter(function, parameterIndex).write();
+        FunctionWriter(function, parameterIndex, axisShift).write();
     if (failed(written))
       return failure();
     functions.push_back(std::move(*written));
@@ -404,8 +485,22 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
   auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
   if (grids.size() > 1)
     return errorAt(grids[1], "a bundle runs on one device grid");
-  if (!grids.empty())
+  if (pipeline) {
+    // [pp, dp, tp]: Megatron-LM's rank order, tensor-parallel ranks
+    // adjacent, pipeline ranks farthest apart.
+    Array shape{pipelineSize};
+    if (grids.empty()) {
+      shape.push_back(1);
+      shape.push_back(1);
+    } else {
+      for (int64_t size : grids.front().getShape())
+        shape.push_back(size);
+    }
+    root["grid"] = Object{{"shape", std::move(shape)}};
+    root["pipeline"] = Object(*pipeline);
+  } else if (!grids.empty()) {
     root["grid"] = Object{{"shape", Array(grids.front().getShape())}};
+  }
   FailureOr<std::optional<Object>> gradientBuffer =
       writeGradientBuffer(module, parameterIndex);
   if (failed(gradientBuffer))
@@ -436,8 +531,9 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config) {
 
 LogicalResult megatron::writeBundle(ModuleOp module,
                                    const CompileConfig *config,
-                                   StringRef path) {
-  FailureOr<std::string> bytes = serializeBundle(module, config);
+                                   StringRef path,
+                                   const llvm::json::Object *pipeline) {
+  FailureOr<std::string> bytes = serializeBundle(module, config, pipeline);
   if (failed(bytes))
     return failure();
   if (llvm::Error error =

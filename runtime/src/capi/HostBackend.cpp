@@ -6,6 +6,8 @@
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "train/DataParallelBuffer.h"
+#include "train/DistributedOptimizer.h"
 
 #include <cstring>
 
@@ -19,7 +21,8 @@ public:
               comm::RankContext *rank)
       : pool_(static_cast<unsigned>(options.threads)),
         parameters_(bundle, DType::F32,
-                    rank ? rank->coordinates() : std::vector<int64_t>()) {
+                    rank ? rank->coordinates() : std::vector<int64_t>(),
+                    !distributed(bundle, rank)) {
     if (rank)
       rank->prepare(bundle);
     trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
@@ -27,8 +30,17 @@ public:
     if (bundle.findFunction("eval_step"))
       evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
                                                    parameters_, pool_, rank);
-    optimizer_ = std::make_unique<train::Optimizer>(parameters_, pool_,
-                                                    options.optimizer, rank);
+    // The data-parallel gradient reduction runs once per step, before the
+    // optimizer (docs/BundleFormat.md, "Gradient reduction").
+    if (rank && bundle.hasGradientBuffer())
+      gradientBuffer_ = std::make_unique<train::DataParallelBuffer>(
+          bundle, parameters_, pool_, *rank);
+    if (distributed(bundle, rank))
+      distributedOptimizer_ = std::make_unique<train::DistributedOptimizer>(
+          parameters_, *gradientBuffer_, pool_, options.optimizer, *rank);
+    else
+      optimizer_ = std::make_unique<train::Optimizer>(parameters_, pool_,
+                                                      options.optimizer, rank);
     parameters_.initialize(pool_, options.seed);
   }
 
@@ -45,7 +57,11 @@ public:
   void zeroGradients() override { parameters_.zeroGradients(pool_); }
   train::OptimizerStepResult step(int64_t iteration,
                                   double gradScale) override {
-    return optimizer_->step(iteration, gradScale);
+    if (gradientBuffer_)
+      gradientBuffer_->reduceGradients();
+    return distributedOptimizer_
+               ? distributedOptimizer_->step(iteration, gradScale)
+               : optimizer_->step(iteration, gradScale);
   }
 
   void *value(size_t i) override { return parameters_.value(i).buffer.data(); }
@@ -60,10 +76,17 @@ public:
   void *stream() override { return nullptr; }
 
 private:
+  static bool distributed(const Bundle &bundle, comm::RankContext *rank) {
+    return rank && bundle.hasGradientBuffer() &&
+           bundle.gradientBuffer().distributedOptimizer;
+  }
+
   host::ThreadPool pool_;
   host::ParameterStore parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_;
+  std::unique_ptr<train::DataParallelBuffer> gradientBuffer_;
   std::unique_ptr<train::Optimizer> optimizer_;
+  std::unique_ptr<train::DistributedOptimizer> distributedOptimizer_;
 };
 
 } // namespace

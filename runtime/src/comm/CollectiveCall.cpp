@@ -33,13 +33,15 @@ const char *callKindName(CallKind kind) {
     return "recv";
   case CallKind::SendRecv:
     return "send_recv";
+  case CallKind::SendAsync:
+    return "send_async";
   }
   return "?";
 }
 
 bool isCollective(CallKind kind) {
   return kind != CallKind::Send && kind != CallKind::Recv &&
-         kind != CallKind::SendRecv;
+         kind != CallKind::SendRecv && kind != CallKind::SendAsync;
 }
 
 bool Call::sameCollectiveAs(const Call &other) const {
@@ -87,6 +89,7 @@ std::string Call::describe(const std::vector<int> &members) const {
     text += " from " + rankText(members, peer);
     break;
   case CallKind::Send:
+  case CallKind::SendAsync:
     text += " to " + rankText(members, peer);
     break;
   case CallKind::SendRecv:

@@ -42,6 +42,7 @@ enum class CallKind : uint8_t {
   Send,
   Recv,
   SendRecv,
+  SendAsync,
 };
 
 /// "all_reduce", "send_recv", ...
@@ -59,6 +60,7 @@ bool isCollective(CallKind kind);
 ///   send            send[count] to `peer`
 ///   recv            recv[count] from `peer`
 ///   send_recv       send[count] to `peer`, recv[count] from `recvPeer`
+///   send_async      send[count] to `peer`, returning at once (buffered)
 ///   split           `color`, `key`, `name`
 struct Call {
   CallKind kind = CallKind::Barrier;

@@ -67,6 +67,18 @@ void Communicator::send(const void *buffer, int64_t count, DType dtype,
   run(call);
 }
 
+void Communicator::sendAsync(const void *buffer, int64_t count, DType dtype,
+                             int peer, const CallInfo &info) {
+  Call call;
+  call.kind = CallKind::SendAsync;
+  call.send = buffer;
+  call.count = count;
+  call.dtype = dtype;
+  call.peer = peer;
+  call.info = info;
+  run(call);
+}
+
 void Communicator::recv(void *buffer, int64_t count, DType dtype, int peer,
                         const CallInfo &info) {
   Call call;
@@ -166,7 +178,8 @@ void Communicator::validate(const Call &call) {
            ")");
   }
   bool sends = call.kind != CallKind::Recv && call.kind != CallKind::Broadcast;
-  bool receives = call.kind != CallKind::Send;
+  bool receives =
+      call.kind != CallKind::Send && call.kind != CallKind::SendAsync;
   if (call.count > 0 && sends && !call.send)
     reject("the send buffer is null");
   if (call.count > 0 && receives && !call.recv)
@@ -177,6 +190,7 @@ void Communicator::validate(const Call &call) {
     checkRank(call.peer, "root");
     break;
   case CallKind::Send:
+  case CallKind::SendAsync:
   case CallKind::Recv:
     checkRank(call.peer, "peer");
     if (call.peer == rank())

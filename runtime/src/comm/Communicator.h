@@ -90,6 +90,14 @@ public:
   /// Gives buffer[count] to the matching recv of rank `peer`.
   void send(const void *buffer, int64_t count, DType dtype, int peer,
             const CallInfo &info);
+  /// send() without waiting for the receiver: returns at once, and the
+  /// buffer may be reused (the in-process communicator copies it; an NCCL
+  /// implementation orders it on a side stream). Pairs with the peer's recv
+  /// in the same per-pair order as send, so a pipeline schedule whose
+  /// receives are in its sends' order cannot deadlock on its sends
+  /// (Megatron-LM's isend).
+  void sendAsync(const void *buffer, int64_t count, DType dtype, int peer,
+                 const CallInfo &info);
   /// Fills buffer[count] from the matching send of rank `peer`.
   void recv(void *buffer, int64_t count, DType dtype, int peer,
             const CallInfo &info);
@@ -133,6 +141,11 @@ public:
   template <typename T>
   void send(const T *buffer, int64_t count, int peer, const CallInfo &info) {
     send(buffer, count, DTypeOf<T>::value, peer, info);
+  }
+  template <typename T>
+  void sendAsync(const T *buffer, int64_t count, int peer,
+                 const CallInfo &info) {
+    sendAsync(buffer, count, DTypeOf<T>::value, peer, info);
   }
   template <typename T>
   void recv(T *buffer, int64_t count, int peer, const CallInfo &info) {

@@ -270,6 +270,23 @@ void InProcessCommunicator::pointToPoint(const Call &call) {
   InProcessGroup &group = *group_;
   const int self = worldRank();
   std::unique_lock<std::mutex> lock(state.mutex);
+  if (call.kind == CallKind::SendAsync) {
+    InProcessChannel &channel = group.channel(member_, call.peer);
+    const uint64_t seq = channel.sendsPosted + 1;
+    CallScope scope(state, lock, self, call, group, member_, seq);
+    auto message = std::make_unique<InProcessQueuedMessage>();
+    message->call = call;
+    message->label = std::string(call.info.label);
+    message->call.info.label = message->label;
+    const auto *bytes = static_cast<const unsigned char *>(call.send);
+    message->bytes.assign(
+        bytes, bytes + static_cast<size_t>(call.count) * dtypeSize(call.dtype));
+    message->call.send = message->bytes.data();
+    channel.sendsPosted = seq;
+    channel.queued.push_back(std::move(message));
+    state.notifyLocked(group.members[call.peer]);
+    return;
+  }
   InProcessChannel *out = nullptr, *in = nullptr;
   int from = -1;
   if (call.kind != CallKind::Recv)
@@ -295,7 +312,8 @@ void InProcessCommunicator::pointToPoint(const Call &call) {
   try {
     if (in) {
       state.waitLocked(
-          lock, self, [&] { return in->send != nullptr; },
+          lock, self,
+          [&] { return in->send != nullptr || !in->queued.empty(); },
           [&] { return !beingRead(); });
       receiveLocked(lock, call, from);
     }
@@ -318,7 +336,13 @@ void InProcessCommunicator::receiveLocked(std::unique_lock<std::mutex> &lock,
   InProcessState &state = *state_;
   InProcessGroup &group = *group_;
   InProcessChannel &in = group.channel(from, member_);
-  const Call &sent = *in.send;
+  // A send_async's message is older than any posted send.
+  std::unique_ptr<InProcessQueuedMessage> queued;
+  if (!in.queued.empty()) {
+    queued = std::move(in.queued.front());
+    in.queued.pop_front();
+  }
+  const Call &sent = queued ? queued->call : *in.send;
   if (sent.count != call.count || sent.dtype != call.dtype) {
     std::string message =
         "mismatched messages: rank " + std::to_string(group.members[from]) +
@@ -330,6 +354,14 @@ void InProcessCommunicator::receiveLocked(std::unique_lock<std::mutex> &lock,
         std::to_string(worldRank()) + " of group " + group.name;
     state.abortLocked(message, worldRank());
     throw Error(MTRT_STATUS_ABORTED, message);
+  }
+  if (queued) {
+    if (call.count)
+      std::memcpy(call.recv, sent.send,
+                  static_cast<size_t>(call.count) * dtypeSize(call.dtype));
+    in.recv = nullptr;
+    ++in.completed;
+    return;
   }
   in.claimed = true;
   lock.unlock();

@@ -5,6 +5,7 @@
 #include "comm/CollectiveCall.h"
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,7 +15,16 @@ namespace mtrt::comm {
 /// The messages from one group rank to another. A rank blocks in its send
 /// until the copy is done, so each channel holds at most one send and one
 /// recv at a time, and the n-th send pairs with the n-th recv.
+/// A send_async's message, copied, until the receiver takes it.
+struct InProcessQueuedMessage {
+  Call call;
+  std::string label;
+  std::vector<unsigned char> bytes;
+};
+
 struct InProcessChannel {
+  /// Messages of send_async, oldest first; they precede any posted `send`.
+  std::deque<std::unique_ptr<InProcessQueuedMessage>> queued;
   /// The posted send (or send_recv) call, until the receiver has copied it.
   const Call *send = nullptr;
   /// The posted recv (or send_recv) call, until it has copied.

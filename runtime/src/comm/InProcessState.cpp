@@ -98,6 +98,7 @@ std::string InProcessState::whereLocked(const RankRecord &record) const {
   std::string of = " of group " + group.name;
   switch (call.kind) {
   case CallKind::Send:
+  case CallKind::SendAsync:
     return "message #" + std::to_string(record.seq) + " to rank " +
            peer(call.peer) + of;
   case CallKind::Recv:
@@ -146,7 +147,7 @@ std::vector<int> InProcessState::waitsForLocked(int rank) const {
   if (call->kind != CallKind::Send) {
     int from = call->kind == CallKind::Recv ? call->peer : call->recvPeer;
     const InProcessChannel &in = group.channel(from, self);
-    if (in.recv == call && !in.send &&
+    if (in.recv == call && !in.send && in.queued.empty() &&
         std::find(waits.begin(), waits.end(), group.members[from]) ==
             waits.end())
       waits.push_back(group.members[from]);

@@ -130,6 +130,11 @@ struct Attributes {
   /// slice_axis is in `axis`.
   std::vector<int64_t> gridAxes;
   CollectiveReduction collectiveReduction = CollectiveReduction::Sum;
+  /// dropout, attention, attention_grad in a bundle for several ranks: per
+  /// dimension of the tensor that keys the random stream (dropout's x,
+  /// attention's q [batch, seq, heads, head_dim]), the grid axes that split
+  /// it, as a parameter's split_axes; empty when the tensor is whole.
+  std::vector<std::vector<int64_t>> splitAxes;
   /// embedding, embedding_grad, vocab_partials, vocab_cross_entropy_grad:
   /// the grid axes the vocabulary is split over; the rank's block starts at
   /// its index along them times the local vocabulary size. Empty: whole.
@@ -180,6 +185,47 @@ struct Parameter {
   /// The type of one rank's shard: `type` with each split dimension divided
   /// by the product of its axes' sizes. Equal to `type` without splits.
   TensorType localType;
+  /// In a pipeline bundle, the pipeline rank (coordinate along the pipeline
+  /// axis) that holds it; the others hold none of it. -1 otherwise.
+  int64_t pipelineRank = -1;
+};
+
+/// One step of a pipeline rank's schedule (docs/BundleFormat.md,
+/// "Pipeline parallelism").
+struct PipelineStep {
+  enum class Kind : uint8_t {
+    Forward,
+    Backward,
+    SendActivation,
+    RecvActivation,
+    SendGradient,
+    RecvGradient
+  };
+  Kind kind = Kind::Forward;
+  int64_t stage = 0;
+  int64_t microBatch = 0;
+  /// The other pipeline rank of a send or recv; -1 for compute steps.
+  int64_t peer = -1;
+};
+
+/// A virtual pipeline stage and its functions (indices into functions()).
+struct PipelineStageInfo {
+  int64_t stage = 0, rank = 0, firstLayer = 0, numLayers = 0;
+  size_t forward = 0, backward = 0, eval = 0;
+};
+
+/// The manifest's `pipeline` section.
+struct PipelineInfo {
+  /// The grid axis of the pipeline ranks (0).
+  int64_t axis = 0;
+  int64_t size = 1, virtualStages = 1, microBatches = 1;
+  std::string schedule, layout;
+  std::vector<PipelineStageInfo> stages;
+  /// Per pipeline rank, its steps for one iteration.
+  std::vector<std::vector<PipelineStep>> ranks;
+  /// Per pipeline rank, the idle fraction the compiler's cost model
+  /// predicts (empty when absent).
+  std::vector<double> predictedIdleFraction;
 };
 
 /// The most ranks a grid may have.
@@ -300,6 +346,11 @@ public:
   /// The function named `name`, or nullptr.
   const Function *findFunction(std::string_view name) const;
 
+  /// The pipeline section of a pipeline-parallel bundle, or nullptr.
+  const PipelineInfo *pipeline() const {
+    return hasPipeline_ ? &pipeline_ : nullptr;
+  }
+
 private:
   friend class bundle_detail::ManifestReader;
   std::string name_;
@@ -310,6 +361,8 @@ private:
   std::vector<Parameter> parameters_;
   std::vector<Function> functions_;
   std::vector<int64_t> gridShape_;
+  bool hasPipeline_ = false;
+  PipelineInfo pipeline_;
   GradientBuffer gradientBuffer_;
 };
 

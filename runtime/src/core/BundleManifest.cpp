@@ -320,6 +320,10 @@ void ManifestReader::readParameters(const Json &json, const std::string &path,
     parameter.localType = parameter.type;
     if (const Json *split = optionalField(entry, "split_axes"))
       readSplitAxes(*split, member(at, "split_axes"), parameter);
+    if (const Json *rank = optionalField(entry, "pipeline_rank"))
+      parameter.pipelineRank =
+          readInt(*rank, member(at, "pipeline_rank"), 0,
+                  grid_.empty() ? 0 : grid_[0] - 1);
     out.push_back(std::move(parameter));
   }
 }
@@ -442,6 +446,25 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
           out.reduction = Reduction::None;
         else
           fail(at, describe(*value), "one of \"mean\", \"sum\", \"none\"");
+      }
+      break;
+    }
+    case AttrKind::AxesList: {
+      if (grid_.empty())
+        fail(at, describe(*value),
+             std::string("no split_axes (") + info.name +
+                 ") in a bundle without a top-level \"grid\"");
+      expectArray(*value, at);
+      std::vector<int64_t> used;
+      for (size_t d = 0; d < value->size(); ++d) {
+        std::vector<int64_t> axes = readGridAxes((*value)[d], index(at, d));
+        for (size_t i = 0; i < axes.size(); ++i) {
+          if (std::find(used.begin(), used.end(), axes[i]) != used.end())
+            fail(index(index(at, d), i), std::to_string(axes[i]),
+                 "a grid axis that splits no other dimension");
+          used.push_back(axes[i]);
+        }
+        out.splitAxes.push_back(std::move(axes));
       }
       break;
     }
@@ -770,6 +793,8 @@ Bundle ManifestReader::read(std::string_view text) {
            "a name no other function has");
     bundle.functions_.push_back(std::move(function));
   }
+  if (const Json *pipeline = optionalField(root, "pipeline"))
+    readPipeline(*pipeline, "pipeline", bundle);
   if (const Json *buffer = optionalField(root, "gradient_buffer")) {
     if (version < 2)
       fail("gradient_buffer", "a gradient_buffer in a version " +

@@ -12,7 +12,8 @@ const std::vector<AttrSpec> kAttentionAttrs = {
     {"causal", AttrKind::Bool, false},
     {"scale", AttrKind::Number, false},
     {"dropout_p", AttrKind::Number, false},
-    {"seed", AttrKind::Int, false}};
+    {"seed", AttrKind::Int, false},
+    {"split_axes", AttrKind::AxesList, false}};
 const std::vector<AttrSpec> kLossAttrs = {
     {"reduction", AttrKind::String, true},
     {"ignore_index", AttrKind::Int, false}};
@@ -82,7 +83,9 @@ const std::vector<OpInfo> &opTable() {
        1,
        1,
        1,
-       {{"p", AttrKind::Number, true}, {"seed", AttrKind::Int, true}}},
+       {{"p", AttrKind::Number, true},
+        {"seed", AttrKind::Int, true},
+        {"split_axes", AttrKind::AxesList, false}}},
       {Op::Add, "add", 2, 2, 1, 1, {}},
       {Op::Mul, "mul", 2, 2, 1, 1, {}},
       {Op::Softmax, "softmax", 1, 1, 1, 1, kAxis},
@@ -215,6 +218,25 @@ void OpChecker::checkLoss(size_t logits, size_t labels) {
 
 /// all_reduce, all_gather, reduce_scatter, all_slice: x -> y, the axis
 /// attribute (in attrs.axis) multiplied or divided by the group size.
+/// split_axes of a random op: one list per dimension of operand `tile` (the
+/// tensor whose global positions key the random stream: dropout's x,
+/// attention's q), splitting only batch and heads for attention.
+void OpChecker::checkRandomTile(size_t tile) {
+  const auto &split = inst_.attrs.splitAxes;
+  if (split.empty())
+    return;
+  std::string at = path_ + ".attrs.split_axes";
+  if (static_cast<int64_t>(split.size()) != operand(tile).rank())
+    fail(at, std::to_string(split.size()) + " lists",
+         "one list per dimension of operand " + std::to_string(tile) + " " +
+             shapeString(operand(tile).shape));
+  if (inst_.op != Op::Dropout)
+    for (size_t d : {size_t(1), size_t(3)})
+      if (!split[d].empty())
+        fail(index(at, d), shapeString(split[d]),
+             "[] (attention splits only batch and heads)");
+}
+
 void OpChecker::checkCollective() {
   const Attributes &a = inst_.attrs;
   expectFloat(false, 0);
@@ -357,11 +379,13 @@ void OpChecker::check() {
     break;
   }
   case Op::Attention:
+    checkRandomTile(0);
     expectFloat(true, 0);
     expectShape(true, 0, attentionOutput(0, 1, 2),
                 "[batch, seq_q, heads_q, head_dim_v]");
     break;
   case Op::AttentionGrad: {
+    checkRandomTile(1);
     std::vector<int64_t> out = attentionOutput(1, 2, 3);
     expectFloat(false, 0);
     expectShape(false, 0, out, "the attention output's shape");
@@ -387,6 +411,8 @@ void OpChecker::check() {
   case Op::Silu:
   case Op::Dropout:
   case Op::Softmax:
+    if (inst_.op == Op::Dropout)
+      checkRandomTile(0);
     expectFloat(false, 0);
     if (inst_.op == Op::Softmax)
       normalizeAxis(a.axis, operand(0).rank());

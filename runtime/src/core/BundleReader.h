@@ -26,7 +26,8 @@ inline constexpr DTypeName kDTypes[] = {
     {DType::F16, "f16", 2}, {DType::I32, "i32", 4}, {DType::I64, "i64", 8},
 };
 
-enum class AttrKind { Int, Number, Bool, String, IntArray };
+/// AxesList: one list of grid axes per dimension (split_axes).
+enum class AttrKind { Int, Number, Bool, String, IntArray, AxesList };
 
 struct AttrSpec {
   const char *name;
@@ -107,6 +108,8 @@ private:
                       const OpInfo &info, Attributes &out);
   void checkFunctionSignature(const Function &function,
                               const std::string &path);
+  /// The `pipeline` section (BundlePipeline.cpp), after the functions.
+  void readPipeline(const Json &json, const std::string &path, Bundle &bundle);
   /// Reads and checks `memory_plan` (core/MemoryPlan.cpp); needs the
   /// function's instructions, and definedAt_/freedAt_ from reading them.
   void readMemoryPlan(const Json &json, const std::string &path,
@@ -214,6 +217,7 @@ private:
   }
   std::vector<int64_t> attentionOutput(size_t q, size_t k, size_t v);
   void checkCollective();
+  void checkRandomTile(size_t tile);
   void checkLoss(size_t logits, size_t labels);
   void checkOneElementType();
 

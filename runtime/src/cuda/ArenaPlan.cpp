@@ -61,9 +61,15 @@ void OffsetAllocator::release(size_t offset, size_t bytes) {
 
 ArenaPlan planArena(const Function &function,
                     const std::function<size_t(int64_t)> &valueBytes,
-                    const std::function<size_t(size_t)> &scratchBytes) {
+                    const std::function<size_t(size_t)> &scratchBytes,
+                    const std::function<size_t(size_t)> &scratchKeptUntil,
+                    const std::function<int64_t(int64_t)> &aliasOf) {
   // The compiler's plan (core/MemoryPlan.h), when the bundle has one that
-  // fits this backend's storage.
+  // fits this backend's storage: its value offsets and its scratch block;
+  // when some scratch is kept for a later instruction (which the compiler's
+  // single scratch block does not model), the scratch region after the
+  // values is laid out here instead. Aliases are not used
+  // with the compiler's plan (it gives each value its own block).
   size_t maxScratch = 0;
   for (size_t position = 0; position < function.instructions.size();
        ++position)
@@ -72,20 +78,51 @@ ArenaPlan planArena(const Function &function,
           function, [&](int64_t v) { return uint64_t(valueBytes(v)); },
           maxScratch, kArenaAlignment)) {
     ArenaPlan plan;
-    plan.bytes = planned->bytes;
+    plan.fromCompiler = true;
     for (size_t v = 0; v < function.values.size(); ++v) {
       int64_t offset = function.memoryPlan->offsets[v];
       plan.valueOffset.push_back(offset < 0 || valueBytes(int64_t(v)) == 0
                                      ? ArenaPlan::kNone
                                      : size_t(offset));
     }
+    bool kept = false;
+    for (size_t position = 0; position < function.instructions.size();
+         ++position)
+      kept = kept || (scratchKeptUntil && scratchKeptUntil(position) > position);
+    if (!kept) { // the compiler's single scratch block
+      for (size_t position = 0; position < function.instructions.size();
+           ++position) {
+        size_t scratch = scratchBytes(position);
+        plan.scratchBytes.push_back(scratch);
+        plan.scratchOffset.push_back(scratch ? planned->scratchOffset
+                                             : ArenaPlan::kNone);
+      }
+      plan.bytes = planned->bytes;
+      return plan;
+    }
+    size_t base = planned->scratchOffset;
+    OffsetAllocator scratchAllocator;
+    std::vector<std::vector<std::pair<size_t, size_t>>> keptEnds(
+        function.instructions.size());
     for (size_t position = 0; position < function.instructions.size();
          ++position) {
       size_t scratch = scratchBytes(position);
       plan.scratchBytes.push_back(scratch);
-      plan.scratchOffset.push_back(scratch ? planned->scratchOffset
-                                           : ArenaPlan::kNone);
+      plan.scratchOffset.push_back(ArenaPlan::kNone);
+      if (scratch > 0) {
+        size_t offset = scratchAllocator.allocate(scratch);
+        plan.scratchOffset[position] = base + offset;
+        size_t until =
+            scratchKeptUntil ? scratchKeptUntil(position) : position;
+        if (until > position && until < function.instructions.size())
+          keptEnds[until].emplace_back(offset, scratch);
+        else
+          scratchAllocator.release(offset, scratch);
+      }
+      for (auto [offset, bytes] : keptEnds[position])
+        scratchAllocator.release(offset, bytes);
     }
+    plan.bytes = base + scratchAllocator.peak();
     return plan;
   }
   ArenaPlan plan;
@@ -100,9 +137,27 @@ ArenaPlan planArena(const Function &function,
   for (int64_t v : function.outputs)
     pinned[v] = true;
 
+  // Kept scratch to release after each instruction: (offset, bytes).
+  std::vector<std::vector<std::pair<size_t, size_t>>> keptEnds(
+      function.instructions.size());
   OffsetAllocator allocator;
+  // Values sharing memory: each value's root, and the live values per root.
+  std::vector<int64_t> root(values);
+  std::vector<int64_t> live(values, 0);
+  for (size_t v = 0; v < values; ++v)
+    root[v] = static_cast<int64_t>(v);
   auto place = [&](int64_t v) {
+    int64_t shared = aliasOf ? aliasOf(v) : -1;
+    if (shared >= 0) {
+      root[v] = root[shared];
+      plan.valueOffset[v] = plan.valueOffset[root[v]];
+      ++live[root[v]];
+      if (pinned[v])
+        pinned[root[v]] = true;
+      return;
+    }
     size_t bytes = valueBytes(v);
+    live[v] = 1;
     if (bytes > 0 && plan.valueOffset[v] == ArenaPlan::kNone)
       plan.valueOffset[v] = allocator.allocate(bytes);
   };
@@ -117,14 +172,23 @@ ArenaPlan planArena(const Function &function,
     plan.scratchBytes[position] = scratch;
     if (scratch > 0) {
       plan.scratchOffset[position] = allocator.allocate(scratch);
-      allocator.release(plan.scratchOffset[position], scratch);
+      size_t until = scratchKeptUntil ? scratchKeptUntil(position) : position;
+      if (until > position && until < function.instructions.size())
+        keptEnds[until].emplace_back(plan.scratchOffset[position], scratch);
+      else
+        allocator.release(plan.scratchOffset[position], scratch);
     }
+    for (auto [offset, bytes] : keptEnds[position])
+      allocator.release(offset, bytes);
     for (int64_t v : inst.free) {
-      if (pinned[v] || released[v] ||
-          plan.valueOffset[v] == ArenaPlan::kNone)
+      if (released[v])
         continue;
       released[v] = true;
-      allocator.release(plan.valueOffset[v], valueBytes(v));
+      int64_t r = root[v];
+      if (--live[r] > 0 || pinned[r] ||
+          plan.valueOffset[r] == ArenaPlan::kNone)
+        continue;
+      allocator.release(plan.valueOffset[r], valueBytes(r));
     }
   }
   plan.bytes = allocator.peak();

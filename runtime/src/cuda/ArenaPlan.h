@@ -44,14 +44,29 @@ struct ArenaPlan {
   std::vector<size_t> valueOffset;      // by value index; kNone: no memory
   std::vector<size_t> scratchOffset;    // by instruction; kNone: no scratch
   std::vector<size_t> scratchBytes;     // by instruction
+  /// The value offsets are the bundle's memory plan (core/MemoryPlan.h);
+  /// then no value shares another's memory (aliasOf is not applied).
+  bool fromCompiler = false;
 };
 
 /// `valueBytes(v)`: the bytes value v needs on the device (0: none, e.g. a
 /// get_parameter view); `scratchBytes(position)`: the scratch instruction
-/// `position` needs.
-ArenaPlan planArena(const Function &function,
-                    const std::function<size_t(int64_t)> &valueBytes,
-                    const std::function<size_t(size_t)> &scratchBytes);
+/// `position` needs; `scratchKeptUntil(position)`, when given: the later
+/// instruction after which that scratch is released (results an instruction
+/// leaves for a later one, such as attention's logsumexp for its gradient;
+/// `position` itself releases it at once).
+///
+/// `aliasOf(v)`, when given: the earlier value whose memory v shares (a
+/// reshape's result and its operand hold the same bytes), or -1. Shared
+/// memory is released when the last value sharing it is; v gets its root's
+/// offset (none when the root needs no memory, e.g. a parameter view: the
+/// executor then binds v to the root's memory when it runs).
+ArenaPlan planArena(
+    const Function &function,
+    const std::function<size_t(int64_t)> &valueBytes,
+    const std::function<size_t(size_t)> &scratchBytes,
+    const std::function<size_t(size_t)> &scratchKeptUntil = nullptr,
+    const std::function<int64_t(int64_t)> &aliasOf = nullptr);
 
 } // namespace mtrt::cuda
 

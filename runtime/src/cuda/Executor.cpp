@@ -58,6 +58,18 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     if (inst.op == Op::GetParameter)
       parameterView[inst.results[0]] = true;
   }
+  // A reshape's result shares its operand's memory.
+  aliasOf_.assign(fn.values.size(), -1);
+  for (const Instruction &inst : fn.instructions)
+    if (inst.op == Op::Reshape &&
+        storageType(inst.results[0]) == storageType(inst.operands[0]))
+      aliasOf_[inst.results[0]] = inst.operands[0];
+  scratchKeptUntil_.resize(fn.instructions.size());
+  for (size_t position = 0; position < fn.instructions.size(); ++position)
+    scratchKeptUntil_[position] = position;
+  pairAttention();
+  pairCrossEntropy();
+  planBf16Copies();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
@@ -66,7 +78,11 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
         return static_cast<size_t>(fn.values[v].numElements) *
                dtypeSize(storageType(v));
       },
-      [&](size_t position) { return scratchBytes(fn.instructions[position]); });
+      [&](size_t position) { return scratchBytes(position); },
+      [&](size_t position) { return scratchKeptUntil_[position]; },
+      [&](int64_t v) { return aliasOf_[v]; });
+  if (plan_.fromCompiler) // each value has its own block: reshapes copy
+    aliasOf_.assign(fn.values.size(), -1);
   arena_ = DeviceBuffer(plan_.bytes, "the arena of " + fn.name +
                                          " of bundle '" + bundle.name() + "'");
   slots_.assign(fn.values.size(), nullptr);

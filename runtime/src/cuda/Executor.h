@@ -95,7 +95,22 @@ private:
     int64_t ignore;
   };
 
-  size_t scratchBytes(const Instruction &inst) const;
+  size_t scratchBytes(size_t position) const;
+  /// Pairs each flash attention with its attention_grad (same q, k, v and
+  /// attributes): the forward's scratch (logsumexp, a copy of its output,
+  /// the dropout mask) is kept for the gradient, which then reruns nothing.
+  void pairAttention();
+  /// Pairs each cross_entropy with its cross_entropy_grad (same logits,
+  /// labels and attributes): the forward keeps the rows' logsumexps for it.
+  void pairCrossEntropy();
+  /// The values a GEMM instruction passes as A and B (-1, -1 for others).
+  std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
+  /// Mixed precision: each value that GEMMs read gets one bf16 copy, made in
+  /// the scratch of its first GEMM and kept until its last.
+  void planBf16Copies();
+  /// The bf16 copies of a GEMM's operands; made here when `position` is
+  /// their first GEMM.
+  Bf16Operands bf16Operands(size_t position, const Instruction &inst);
   /// Whether this attention runs on the flash kernels (mixed precision and
   /// shapes they take).
   bool flashAttention(const host::AttentionParams &params) const;
@@ -111,6 +126,20 @@ private:
   ParameterStore &parameters_;
   Context &context_;
   bool bf16_ = false;
+  /// By instruction: the position of the paired attention_grad (for an
+  /// attention) or attention (for an attention_grad); kNoPartner if none.
+  static constexpr size_t kNoPartner = ~size_t(0);
+  std::vector<size_t> attentionPartner_;
+  /// Likewise for cross_entropy and cross_entropy_grad.
+  std::vector<size_t> lossPartner_;
+  /// By instruction: the later instruction after which its scratch is
+  /// released (itself when nothing is kept).
+  std::vector<size_t> scratchKeptUntil_;
+  /// By value: the instruction whose scratch holds its bf16 copy
+  /// (kNoPartner: none) and the copy's offset there.
+  std::vector<size_t> bf16Owner_, bf16Offset_;
+  /// By value: the operand whose memory a reshape's result shares, or -1.
+  std::vector<int64_t> aliasOf_;
   ArenaPlan plan_;
   DeviceBuffer arena_;
   std::vector<void *> slots_;

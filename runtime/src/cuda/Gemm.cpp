@@ -198,7 +198,7 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
 
 void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                bool transA, const float *b, bool transB, float *c,
-               const float *bias, bool accumulate, Bf16Staging staging) {
+               const float *bias, bool accumulate, Bf16Operands operands) {
   if (batch <= 0 || m <= 0 || n <= 0)
     return;
   if (k == 0) {
@@ -214,16 +214,11 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                              what);
     return;
   }
-  bool bf16 = staging.enabled();
+  bool bf16 = operands.enabled();
   const void *first = a, *second = b;
   if (bf16) {
-    std::string what = shapeText(batch, m, n, k, transA, transB);
-    MTRT_CUDA_CHECK_LAUNCH(roundToBf16(stream_, batch * m * k, a, staging.a),
-                           what + ": rounding A to bf16");
-    MTRT_CUDA_CHECK_LAUNCH(roundToBf16(stream_, batch * k * n, b, staging.b),
-                           what + ": rounding B to bf16");
-    first = staging.a;
-    second = staging.b;
+    first = operands.a;
+    second = operands.b;
   }
   size_t operandBytes = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
   Key key{batch,

@@ -13,11 +13,11 @@
 
 namespace mtrt::cuda {
 
-/// Device buffers of at least `batch * m * k` (a) and `batch * k * n` (b)
-/// bf16 elements, 256-byte aligned, that a bf16 product (Gemm::run) rounds
-/// its operands into; both null for an fp32 product.
-struct Bf16Staging {
-  __nv_bfloat16 *a = nullptr, *b = nullptr;
+/// The operands of a bf16 product (Gemm::run), already rounded to bf16 by
+/// the caller (batch * m * k and batch * k * n elements, the layouts of the
+/// fp32 operands); both null for an fp32 product.
+struct Bf16Operands {
+  const __nv_bfloat16 *a = nullptr, *b = nullptr;
   bool enabled() const { return a && b; }
 };
 
@@ -29,9 +29,9 @@ struct Bf16Staging {
 /// (CUBLAS_COMPUTE_32F_FAST_TF32), otherwise every multiply is a full fp32
 /// one (CUBLAS_COMPUTE_32F), comparable with the host's GEMM.
 ///
-/// Mixed precision (bundles compiled with precision bf16): the operands are
-/// rounded to bf16 into caller-owned staging buffers (Bf16Staging) and
-/// multiplied on the tensor cores with fp32 accumulation
+/// Mixed precision (bundles compiled with precision bf16): the operands come
+/// rounded to bf16 (Bf16Operands) and are multiplied on the tensor cores
+/// with fp32 accumulation
 /// (CUBLAS_COMPUTE_32F over CUDA_R_16BF inputs); C, the bias and the
 /// accumulation stay fp32, as Megatron-LM's fp32 main gradients do.
 ///
@@ -50,7 +50,7 @@ public:
   /// naming the call and the shape; the caller adds where it was.
   void run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
            bool transA, const float *b, bool transB, float *c,
-           const float *bias, bool accumulate, Bf16Staging staging = {});
+           const float *bias, bool accumulate, Bf16Operands bf16 = {});
 
   bool tf32() const { return tf32_; }
 

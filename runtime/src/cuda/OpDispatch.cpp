@@ -37,30 +37,145 @@ bool Executor::flashAttention(const AttentionParams &params) const {
   return bf16_ && flashAttentionUnsupportedReason(params).empty();
 }
 
-size_t Executor::scratchBytes(const Instruction &inst) const {
+void Executor::pairAttention() {
   const Function &fn = *function_;
+  attentionPartner_.assign(fn.instructions.size(), kNoPartner);
+  auto same = [](const AttentionParams &a, const AttentionParams &b) {
+    return a.batch == b.batch && a.seqQ == b.seqQ && a.seqK == b.seqK &&
+           a.headsQ == b.headsQ && a.headsKv == b.headsKv &&
+           a.headDim == b.headDim && a.headDimV == b.headDimV &&
+           a.causal == b.causal && a.scale == b.scale &&
+           a.dropoutP == b.dropoutP && a.seed == b.seed;
+  };
+  for (size_t grad = 0; grad < fn.instructions.size(); ++grad) {
+    const Instruction &g = fn.instructions[grad];
+    if (g.op != Op::AttentionGrad)
+      continue;
+    AttentionParams p = attentionParams(fn, g, 0);
+    if (!flashAttention(p))
+      continue;
+    for (size_t forward = grad; forward-- > 0;) {
+      const Instruction &f = fn.instructions[forward];
+      if (f.op != Op::Attention || attentionPartner_[forward] != kNoPartner ||
+          f.operands[0] != g.operands[1] || f.operands[1] != g.operands[2] ||
+          f.operands[2] != g.operands[3] ||
+          !same(attentionParams(fn, f, 0), p))
+        continue;
+      attentionPartner_[forward] = grad;
+      attentionPartner_[grad] = forward;
+      scratchKeptUntil_[forward] = grad;
+      break;
+    }
+  }
+}
+
+void Executor::pairCrossEntropy() {
+  const Function &fn = *function_;
+  lossPartner_.assign(fn.instructions.size(), kNoPartner);
+  for (size_t grad = 0; grad < fn.instructions.size(); ++grad) {
+    const Instruction &g = fn.instructions[grad];
+    if (g.op != Op::CrossEntropyGrad)
+      continue;
+    for (size_t forward = grad; forward-- > 0;) {
+      const Instruction &f = fn.instructions[forward];
+      if (f.op != Op::CrossEntropy || lossPartner_[forward] != kNoPartner ||
+          f.operands[0] != g.operands[1] || f.operands[1] != g.operands[2] ||
+          f.attrs.ignoreIndex != g.attrs.ignoreIndex ||
+          f.attrs.reduction != g.attrs.reduction)
+        continue;
+      lossPartner_[forward] = grad;
+      lossPartner_[grad] = forward;
+      scratchKeptUntil_[forward] = grad;
+      break;
+    }
+  }
+}
+
+std::pair<int64_t, int64_t>
+Executor::gemmOperandValues(const Instruction &inst) const {
+  switch (inst.op) {
+  case Op::Linear:
+  case Op::Matmul:
+    return {inst.operands[0], inst.operands[1]};
+  case Op::LinearWeightGrad: // x^T dy, or dy^T x for a transposed weight
+    if (inst.attrs.transposeWeight)
+      return {inst.operands[1], inst.operands[0]};
+    return {inst.operands[0], inst.operands[1]};
+  default:
+    return {-1, -1};
+  }
+}
+
+void Executor::planBf16Copies() {
+  const Function &fn = *function_;
+  bf16Owner_.assign(fn.values.size(), kNoPartner);
+  bf16Offset_.assign(fn.values.size(), 0);
+  if (!bf16_)
+    return;
+  std::vector<size_t> ownedBytes(fn.instructions.size(), 0);
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    auto [a, b] = gemmOperandValues(fn.instructions[position]);
+    for (int64_t v : {a, b}) {
+      if (v < 0)
+        continue;
+      size_t owner = bf16Owner_[v];
+      if (owner == kNoPartner) {
+        bf16Owner_[v] = position;
+        bf16Offset_[v] = ownedBytes[position];
+        ownedBytes[position] +=
+            roundUp(sizeof(__nv_bfloat16) *
+                    static_cast<size_t>(fn.values[v].numElements));
+      } else {
+        scratchKeptUntil_[owner] = std::max(scratchKeptUntil_[owner], position);
+      }
+    }
+  }
+}
+
+Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
+  Bf16Operands operands;
+  if (!bf16_)
+    return operands;
+  auto [a, b] = gemmOperandValues(inst);
+  auto copyOf = [&](int64_t v) {
+    size_t owner = bf16Owner_[v];
+    auto *copy = reinterpret_cast<__nv_bfloat16 *>(
+        static_cast<char *>(scratch(owner)) + bf16Offset_[v]);
+    if (owner == position)
+      MTRT_CUDA_CHECK_LAUNCH(
+          roundToBf16(context_.stream(), function_->values[v].numElements,
+                      static_cast<const float *>(slots_[v]), copy),
+          where(position) + ": rounding an operand to bf16");
+    return copy;
+  };
+  operands.a = copyOf(a);
+  operands.b = b == a ? operands.a : copyOf(b);
+  return operands;
+}
+
+size_t Executor::scratchBytes(size_t position) const {
+  const Function &fn = *function_;
+  const Instruction &inst = fn.instructions[position];
   auto floats = [](int64_t n) {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
-  // Mixed precision: a GEMM's two operands rounded to bf16.
-  auto staging = [&](int64_t a, int64_t b) -> size_t {
+  switch (inst.op) {
+  case Op::Linear:
+  case Op::LinearWeightGrad:
+  case Op::Matmul: { // mixed precision: the bf16 copies this GEMM makes
     if (!bf16_)
       return 0;
-    return roundUp(sizeof(__nv_bfloat16) * static_cast<size_t>(a)) +
-           roundUp(sizeof(__nv_bfloat16) * static_cast<size_t>(b));
-  };
-  switch (inst.op) {
-  case Op::Linear: {
-    LinearDims d = linearDims(fn, inst);
-    return staging(d.rows * d.inSize, d.inSize * d.outSize);
-  }
-  case Op::LinearWeightGrad: {
-    LinearDims d = linearDims(fn, inst);
-    return staging(d.rows * d.inSize, d.rows * d.outSize);
-  }
-  case Op::Matmul: {
-    MatmulDims d = matmulDims(fn, inst);
-    return staging(d.batch * d.m * d.k, d.batch * d.k * d.n);
+    size_t bytes = 0;
+    auto [a, b] = gemmOperandValues(inst);
+    auto add = [&](int64_t v) {
+      if (bf16Owner_[v] == position)
+        bytes += roundUp(sizeof(__nv_bfloat16) *
+                         static_cast<size_t>(fn.values[v].numElements));
+    };
+    add(a);
+    if (b != a)
+      add(b);
+    return bytes;
   }
   case Op::LayerNorm:
   case Op::RmsNorm:
@@ -76,15 +191,26 @@ size_t Executor::scratchBytes(const Instruction &inst) const {
     LinearDims d = linearDims(fn, inst);
     return roundUp(columnSumScratchBytes(d.rows, d.outSize));
   }
+  case Op::EmbeddingGrad:
+    return roundUp(embeddingBackwardScratchBytes(
+        embeddingDims(fn, inst).count,
+        fn.values[inst.operands[1]].dtype == DType::I64));
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, 0);
+    if (attentionPartner_[position] != kNoPartner) // kept for the gradient
+      return floats(p.batch * p.seqQ * p.headsQ) +
+             floats(p.batch * p.seqQ * p.headsQ * p.headDimV) +
+             roundUp(flashAttentionMaskBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ);
   }
   case Op::AttentionGrad: {
     AttentionParams p = attentionParams(fn, inst, 0);
-    if (flashAttention(p)) // logsumexp, the forward's output, delta
+    if (attentionPartner_[position] != kNoPartner)
+      return roundUp(flashAttentionBackwardScratchBytes(p));
+    if (flashAttention(p)) // logsumexp, the forward's output, mask, delta
       return floats(p.batch * p.seqQ * p.headsQ) +
              floats(p.batch * p.seqQ * p.headsQ * p.headDimV) +
+             roundUp(flashAttentionMaskBytes(p)) +
              roundUp(flashAttentionBackwardScratchBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ) +
            roundUp(attentionBackwardScratchBytes(p));
@@ -94,8 +220,13 @@ size_t Executor::scratchBytes(const Instruction &inst) const {
     return roundUp(ropeScratchBytes(d.seq, d.rotary));
   }
   case Op::CrossEntropy:
-  case Op::CrossEntropyGrad:
-    return roundUp(crossEntropyScratchBytes(crossEntropyDims(fn, inst).rows));
+  case Op::CrossEntropyGrad: {
+    int64_t rows = crossEntropyDims(fn, inst).rows;
+    size_t bytes = roundUp(crossEntropyScratchBytes(rows));
+    if (inst.op == Op::CrossEntropy && lossPartner_[position] != kNoPartner)
+      bytes += roundUp(crossEntropySavedBytes(rows)); // kept for the grad
+    return bytes;
+  }
   default:
     return 0;
   }
@@ -159,22 +290,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   auto gemm = [&](int64_t batch, int64_t m, int64_t n, int64_t k,
                   const float *lhs, bool transLhs, const float *rhs,
                   bool transRhs, float *result, const float *bias) {
-    Bf16Staging staging;
-    if (bf16_) {
-      staging.a = carve.take<__nv_bfloat16>(sizeof(__nv_bfloat16) *
-                                             static_cast<size_t>(batch * m * k));
-      staging.b = carve.take<__nv_bfloat16>(sizeof(__nv_bfloat16) *
-                                             static_cast<size_t>(batch * k * n));
-    }
+    Bf16Operands bf16 = bf16Operands(position, inst);
     try {
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
-                          bias, false, staging);
+                          bias, false, bf16);
     } catch (const Error &e) {
       throw Error(e.code(), where(position) + ": " + e.what());
     }
   };
   auto copy = [&](void *to, const void *from, size_t bytes) {
-    if (bytes)
+    // A reshape in place (the bundle's memory plan) has nothing to copy.
+    if (bytes && to != from)
       MTRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes,
                                       cudaMemcpyDeviceToDevice, stream),
                       where(position));
@@ -225,7 +351,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     EmbeddingDims d = embeddingDims(fn, inst);
     withIds(1, [&](auto *ids) {
       embeddingBackward(stream, d.count, d.vocab, d.hidden, ids, in(0), out(0),
-                        fault, tag);
+                        carve.take<char>(0), fault, tag);
     });
     break;
   }
@@ -294,26 +420,44 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, step);
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
-    if (flashAttention(p))
-      flashAttentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
-    else
+    if (!flashAttention(p)) {
       attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
+      break;
+    }
+    float *kept = nullptr;
+    uint64_t *mask = nullptr;
+    if (attentionPartner_[position] != kNoPartner) {
+      kept = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ *
+                               p.headDimV);
+      mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
+    }
+    flashAttentionForward(stream, p, in(0), in(1), in(2), out(0), kept, lse,
+                          mask);
     break;
   }
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp only.
     AttentionParams p = attentionParams(fn, inst, step);
-    float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
     if (flashAttention(p)) {
-      // The forward is rerun for its output and logsumexp.
-      float *o = carve.take<float>(sizeof(float) * p.batch * p.headsQ *
-                                   p.seqQ * p.headDimV);
-      void *delta = carve.take<char>(0);
-      flashAttentionForward(stream, p, in(1), in(2), in(3), o, lse);
-      flashAttentionBackward(stream, p, in(1), in(2), in(3), o, lse, in(0),
-                             out(0), out(1), out(2), delta);
+      // The paired forward's kept scratch, else the forward rerun here.
+      size_t forward = attentionPartner_[position];
+      Carver saved(forward != kNoPartner ? scratch(forward)
+                                         : scratch(position));
+      size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
+      float *lse = saved.take<float>(sizeof(float) * rows);
+      float *o = saved.take<float>(sizeof(float) * rows * p.headDimV);
+      uint64_t *mask = saved.take<uint64_t>(flashAttentionMaskBytes(p));
+      void *delta = forward != kNoPartner ? carve.take<char>(0)
+                                          : saved.take<char>(0);
+      if (forward == kNoPartner)
+        flashAttentionForward(stream, p, in(1), in(2), in(3), nullptr, o, lse,
+                              mask);
+      flashAttentionBackward(stream, p, in(1), in(2), in(3), o, lse,
+                             flashAttentionMaskBytes(p) ? mask : nullptr,
+                             in(0), out(0), out(1), out(2), delta);
       break;
     }
+    float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
     void *delta = carve.take<char>(0);
     attentionForward(stream, p, in(1), in(2), in(3), nullptr, lse);
     attentionBackward(stream, p, in(1), in(2), in(3), lse, in(0), out(0),
@@ -370,22 +514,36 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::CrossEntropyGrad: {
     bool grad = inst.op == Op::CrossEntropyGrad;
     CrossEntropyDims d = crossEntropyDims(fn, inst);
-    void *work = carve.take<char>(0);
+    void *work = carve.take<char>(crossEntropyScratchBytes(d.rows));
+    // The rows' logsumexps: after the forward's own scratch, kept for the
+    // paired gradient.
+    double *saved = nullptr;
+    size_t partner = lossPartner_[position];
+    if (!grad && partner != kNoPartner)
+      saved = carve.take<double>(crossEntropySavedBytes(d.rows));
+    if (grad && partner != kNoPartner) {
+      Carver forward(scratch(partner));
+      forward.take<char>(crossEntropyScratchBytes(d.rows));
+      saved = forward.take<double>(crossEntropySavedBytes(d.rows));
+    }
     withIds(d.labelsAt, [&](auto *labels) {
       if (grad)
         crossEntropyBackward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
                              a.ignoreIndex, toKernel(a.reduction), in(0),
-                             out(0), work, fault, tag);
+                             out(0), work, saved, fault, tag);
       else
         crossEntropyForward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
                             a.ignoreIndex, toKernel(a.reduction), out(0), work,
-                            fault, tag);
+                            saved, fault, tag);
     });
     break;
   }
-  case Op::Reshape:
-    copy(slots_[inst.results[0]], slots_[inst.operands[0]],
-         bytesOf(inst.operands[0]));
+  case Op::Reshape: // the result shares the operand's memory (aliasOf_)
+    if (aliasOf_[inst.results[0]] == inst.operands[0])
+      slots_[inst.results[0]] = slots_[inst.operands[0]];
+    else
+      copy(slots_[inst.results[0]], slots_[inst.operands[0]],
+           bytesOf(inst.operands[0]));
     break;
   case Op::Transpose: {
     const auto &x = operandShape(0);

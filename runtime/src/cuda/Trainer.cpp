@@ -6,8 +6,7 @@
 #include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
 #include "host/ParameterStore.h"
-#include "train/ByteTokenizer.h"
-#include "train/GptDataset.h"
+#include "data/SampleSource.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 #include "train/TrainingLoop.h"
@@ -36,23 +35,12 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   idType_ = train->values[train->inputs[0]].dtype;
   trainStep_ = std::make_unique<Executor>(bundle, "train_step", *parameters_);
 
-  // The same samples as the host trainer's.
-  auto stream = std::make_shared<std::vector<int32_t>>(
-      train::ByteTokenizer::encode(host_->corpus()));
-  auto ranges = train::splitRanges(train::parseSplit(options_.split),
-                                   static_cast<int64_t>(stream->size()));
-  int64_t seq = host_->seqLength();
-  trainData_ = std::make_unique<train::GptDataset>(
-      stream, ranges[0].first, ranges[0].second, seq, options_.seed, true,
-      "the training split of '" + corpusName_ + "' (--split " +
-          options_.split + ")");
-  if (host_->canEvaluate()) {
-    validData_ = std::make_unique<train::GptDataset>(
-        stream, ranges[1].first, ranges[1].second, seq, options_.seed, false,
-        "the validation split of '" + corpusName_ + "' (--split " +
-            options_.split + ")");
+  // The host trainer's samples: the same data, splits and order.
+  trainData_ = &host_->trainData();
+  validData_ = host_->validData();
+  if (host_->canEvaluate())
     evalStep_ = std::make_unique<Executor>(bundle, "eval_step", *parameters_);
-  }
+  int64_t seq = host_->seqLength();
 
   train::OptimizerConfig config;
   config.schedule = host_->schedule();
@@ -69,11 +57,12 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
 
 Trainer::~Trainer() = default;
 
-double Trainer::runMicroBatch(Executor &executor, train::GptDataset &data,
+double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
                               int64_t first, uint64_t step) {
   int64_t batch = host_->microBatchSize(), seq = host_->seqLength();
   for (int64_t b = 0; b < batch; ++b)
     data.read(first + b, tokens_.data() + b * seq, labels_.data() + b * seq);
+  host_->checkTokenIds(tokens_, labels_, first);
   std::vector<int64_t> shape = {batch, seq};
   std::vector<host::TensorView> inputs = {{idType_, shape, tokens_.data()},
                                           {idType_, shape, labels_.data()}};
@@ -100,7 +89,7 @@ void Trainer::train(std::ostream &out) {
     s << "training " << model.name << " (" << parameters_->numElements()
       << " parameters, " << parameters_->size() << " tensors) from '"
       << bundle_.name() << "' on '" << corpusName_
-      << "': " << trainData_->windowsPerEpoch() << " samples of " << seq
+      << "': " << trainData_->samplesPerEpoch() << " samples of " << seq
       << " tokens per epoch, global batch " << globalBatch << " = "
       << microBatches << " micro-batches of " << microBatch << ", on "
       << context_->description() << ", f32 GEMMs "

@@ -11,10 +11,6 @@
 #include <string>
 #include <vector>
 
-namespace mtrt::train {
-class GptDataset;
-} // namespace mtrt::train
-
 namespace mtrt::cuda {
 
 class Executor;
@@ -67,7 +63,7 @@ public:
   void uploadParametersFromHost();
 
 private:
-  double runMicroBatch(Executor &executor, train::GptDataset &data,
+  double runMicroBatch(Executor &executor, data::SampleSource &data,
                        int64_t first, uint64_t step);
 
   const Bundle &bundle_;
@@ -78,7 +74,8 @@ private:
   std::unique_ptr<ParameterStore> parameters_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<train::GptDataset> trainData_, validData_;
+  /// The host trainer's (validData_ null without evaluation).
+  data::SampleSource *trainData_ = nullptr, *validData_ = nullptr;
   std::vector<train::IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
   std::vector<int64_t> tokens64_, labels64_;

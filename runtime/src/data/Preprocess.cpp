@@ -122,11 +122,12 @@ public:
     if (drawn_)
       std::cerr << "\r\033[K" << std::flush;
   }
-  void update(int64_t bytes, int64_t documents) {
+  /// Redraws at most every 100 ms, unless `force` (the last update).
+  void update(int64_t bytes, int64_t documents, bool force = false) {
     if (!enabled_)
       return;
     auto now = std::chrono::steady_clock::now();
-    if (drawn_ && now - last_ < std::chrono::milliseconds(100))
+    if (!force && drawn_ && now - last_ < std::chrono::milliseconds(100))
       return;
     last_ = now;
     drawn_ = true;
@@ -253,7 +254,7 @@ PreprocessSummary preprocess(const PreprocessOptions &options) {
   ProgressBar bar(options.progressBar, totalBytes);
   int64_t bytesRead = 0;
   std::vector<Document> batch;
-  auto flush = [&] {
+  auto flush = [&](bool last) {
     tokenizeBatch(batch, tokenizers, options.jsonKeys);
     for (Document &d : batch) {
       for (size_t k = 0; k < d.tokens.size(); ++k) {
@@ -271,7 +272,7 @@ PreprocessSummary preprocess(const PreprocessOptions &options) {
       ++summary.documents;
     }
     batch.clear();
-    bar.update(bytesRead, summary.documents);
+    bar.update(bytesRead, summary.documents, last);
   };
   for (const std::string &input : options.inputs) {
     std::ifstream in(input, std::ios::binary);
@@ -301,14 +302,14 @@ PreprocessSummary preprocess(const PreprocessOptions &options) {
         d.raw = std::move(line);
         batch.push_back(std::move(d));
         if (batch.size() == kBatchDocuments)
-          flush();
+          flush(false);
       }
     }
     if (in.bad())
       throw Error(MTRT_STATUS_DATA_LOSS,
                   "--input: reading '" + input + "' failed");
   }
-  flush();
+  flush(true);
   for (auto &writer : writers)
     writer->finish();
   summary.bytes = bytesRead;

@@ -34,6 +34,30 @@ void check(const std::string &where, const KernelStatus &status) {
     throw Error(MTRT_STATUS_OUT_OF_RANGE, where + ": " + status.message());
 }
 
+/// Where operand `operand` of a random op lies in its global tensor, from
+/// the instruction's split_axes and the rank's grid coordinates.
+GlobalTile globalTile(const Function &fn, const Instruction &inst,
+                      size_t operand, const std::vector<int64_t> &grid,
+                      const std::vector<int64_t> &coordinates) {
+  GlobalTile tile;
+  tile.localShape = fn.values[inst.operands[operand]].shape;
+  for (size_t d = 0; d < tile.localShape.size(); ++d) {
+    const std::vector<int64_t> &axes = inst.attrs.splitAxes[d];
+    tile.globalShape.push_back(tile.localShape[d] * gridGroupSize(grid, axes));
+    tile.offsets.push_back(tile.localShape[d] *
+                           gridGroupIndex(grid, coordinates, axes));
+  }
+  return tile;
+}
+
+/// Attention's dropout over the global probabilities: q [batch, seq, heads,
+/// head_dim] may be split along batch and heads.
+void setGlobalHeads(AttentionParams &p, const GlobalTile &q) {
+  p.batchOffset = q.offsets[0];
+  p.headOffset = q.offsets[2];
+  p.globalHeadsQ = q.globalShape[2];
+}
+
 } // namespace
 
 template <typename T>
@@ -226,6 +250,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, step);
+    if (!a.splitAxes.empty())
+      setGlobalHeads(p, globalTile(fn, inst, 0, bundle_.gridShape(),
+                                   parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     attentionForward<T>(pool, p, in(0), in(1), in(2), out(0), lse.as<T>());
@@ -234,6 +261,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp.
     AttentionParams p = attentionParams(fn, inst, step);
+    if (!a.splitAxes.empty())
+      setGlobalHeads(p, globalTile(fn, inst, 1, bundle_.gridShape(),
+                                   parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     ScratchBuffer o(*this,
@@ -275,8 +305,15 @@ void Executor::execute(size_t position, const Instruction &inst,
                       out(0), out(1));
     break;
   case Op::Dropout:
-    dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
-                      static_cast<uint64_t>(a.seed), step);
+    if (a.splitAxes.empty()) {
+      dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
+                        static_cast<uint64_t>(a.seed), step);
+    } else {
+      GlobalTile tile = globalTile(fn, inst, 0, bundle_.gridShape(),
+                                   parameters_.coordinates());
+      dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
+                        static_cast<uint64_t>(a.seed), step, &tile);
+    }
     break;
   case Op::Add:
     addForward<T>(pool, count(inst.operands[0]), in(0), in(1), out(0));

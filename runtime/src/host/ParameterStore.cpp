@@ -75,20 +75,26 @@ ParameterStore::ParameterStore(const Bundle &bundle, DType floatType,
                       "compile the model with precision fp32");
     Entry &e = entries_[i];
     e.info = &p;
+    // A pipeline rank holds only its stages' parameters.
+    bool held = holds(i);
     for (Tensor *t : {&e.value, &e.gradient, &e.expAvg, &e.expAvgSq}) {
       bool moment = t == &e.expAvg || t == &e.expAvgSq;
-      *t = Tensor(floatType, moment && !optimizerState
+      *t = Tensor(floatType, !held || (moment && !optimizerState)
                                  ? std::vector<int64_t>{0}
                                  : p.localType.shape);
-      std::memset(t->buffer.data(), 0, t->buffer.size());
+      if (t->buffer.size())
+        std::memset(t->buffer.data(), 0, t->buffer.size());
     }
-    numElements_ += p.localType.numElements;
+    if (held)
+      numElements_ += p.localType.numElements;
   }
 }
 
 void ParameterStore::initialize(ThreadPool &pool, uint64_t seed) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry &e = entries_[i];
+    if (!holds(i))
+      continue;
     if (floatType_ == DType::F32) {
       initializeOne<float>(pool, *e.info, i, seed, shardOffsets(i), e.value);
       for (Tensor *t : {&e.gradient, &e.expAvg, &e.expAvgSq})

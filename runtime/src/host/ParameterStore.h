@@ -44,6 +44,13 @@ public:
   const std::vector<int64_t> &coordinates() const { return coordinates_; }
   /// The offset of parameter i's shard in the global tensor, per dimension.
   std::vector<int64_t> shardOffsets(size_t i) const;
+  /// Whether this rank holds parameter i: always, but in a pipeline bundle,
+  /// where only the pipeline rank that runs its stages does (the others
+  /// have empty tensors for it).
+  bool holds(size_t i) const {
+    int64_t owner = entries_[i].info->pipelineRank;
+    return owner < 0 || coordinates_.empty() || coordinates_[0] == owner;
+  }
   /// The sum of the parameters' (shards') element counts.
   int64_t numElements() const { return numElements_; }
 

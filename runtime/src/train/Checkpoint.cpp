@@ -106,6 +106,12 @@ std::string shardFileName(const std::vector<int64_t> &grid, int64_t rank) {
     std::vector<int64_t> c = gridCoordinates(grid, rank);
     dp = c[0];
     tp = c[1];
+  } else if (grid.size() == 3) {
+    // A pipeline bundle's grid: [pp, dp, tp].
+    std::vector<int64_t> c = gridCoordinates(grid, rank);
+    pp = c[0];
+    dp = c[1];
+    tp = c[2];
   }
   char name[64];
   if (dp == 0)
@@ -136,8 +142,10 @@ Json stateJson(const CheckpointState &s) {
         {"data_parallel_size", s.dataParallelSize},
         {"use_distributed_optimizer", s.distributedOptimizer},
         {"grid", s.grid},
-        {"grid_axes", s.grid.empty() ? Json::array()
-                                     : Json::array({"data", "tensor"})}}},
+        {"grid_axes", s.grid.size() == 3   ? Json::array({"pipeline", "data",
+                                                            "tensor"})
+                      : s.grid.size() == 2 ? Json::array({"data", "tensor"})
+                                           : Json::array()}}},
       {"bundle",
        {{"name", s.bundleName},
         {"sha256", s.bundleSha256},

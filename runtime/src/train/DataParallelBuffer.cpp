@@ -17,16 +17,16 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
                                        comm::RankContext &rank)
     : layout_(bundle.gradientBuffer()), parameters_(parameters), pool_(pool) {
   if (!bundle.hasGradientBuffer())
-    throw Error(MTRT_STATUS_INTERNAL,
-                "DataParallelBuffer: bundle '" + bundle.name() +
-                    "' has no gradient_buffer");
+    throw Error(MTRT_STATUS_INTERNAL, "DataParallelBuffer: bundle '" +
+                                          bundle.name() +
+                                          "' has no gradient_buffer");
   reduce_ = std::make_unique<host::Executor>(bundle, "reduce_gradients",
                                              parameters, pool, &rank);
   DType dtype = parameters.floatType();
   buffer_ = host::Tensor(dtype, {layout_.size});
   int64_t group = gridGroupSize(bundle.gridShape(), layout_.gridAxes);
-  shardSize_ = layout_.distributedOptimizer ? layout_.size / group
-                                            : layout_.size;
+  shardSize_ =
+      layout_.distributedOptimizer ? layout_.size / group : layout_.size;
   shardBegin_ = layout_.distributedOptimizer
                     ? gridGroupIndex(bundle.gridShape(), rank.coordinates(),
                                      layout_.gridAxes) *
@@ -69,7 +69,8 @@ void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end) {
     covered = std::max(covered, hi);
   }
   if (covered < end)
-    std::memset(out + covered, 0, static_cast<size_t>(end - covered) * sizeof(T));
+    std::memset(out + covered, 0,
+                static_cast<size_t>(end - covered) * sizeof(T));
 }
 
 /// Writes every parameter's gradient (or value) from a whole buffer.
@@ -90,8 +91,8 @@ void DataParallelBuffer::reduceGradients() {
     pack<double>(false, 0, layout_.size);
   else
     pack<float>(false, 0, layout_.size);
-  std::vector<host::Tensor> out = reduce_->run(
-      {{buffer_.dtype, buffer_.shape, buffer_.data<void>()}}, 0);
+  std::vector<host::Tensor> out =
+      reduce_->run({{buffer_.dtype, buffer_.shape, buffer_.data<void>()}}, 0);
   if (layout_.distributedOptimizer) {
     shard_ = std::move(out[0]);
     return;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace mtrt::train {
 
@@ -50,10 +51,9 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   for (const DataParallelBuffer::Piece &piece : buffer_.pieces())
     if (countsInNorm(parameters_.info(piece.parameter), rank_.coordinates(),
                      buffer_.gridAxes()))
-      squares += host::sumOfSquares<T>(pool_, piece.count,
-                                       g + piece.shardOffset);
-  std::string label =
-      "gradient norm of iteration " + std::to_string(iteration);
+      squares +=
+          host::sumOfSquares<T>(pool_, piece.count, g + piece.shardOffset);
+  std::string label = "gradient norm of iteration " + std::to_string(iteration);
   rank_.world().allReduce<double>(&squares, &squares, 1, comm::ReduceOp::Sum,
                                   comm::CallInfo{label, iteration});
   OptimizerStepResult result;
@@ -66,9 +66,8 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   host::AdamWParams adam = adamParams(config_, iteration);
   result.learningRate = adam.lr;
   for (const DataParallelBuffer::Piece &piece : buffer_.pieces()) {
-    adam.weightDecay = parameters_.info(piece.parameter).weightDecay
-                           ? config_.weightDecay
-                           : 0;
+    adam.weightDecay =
+        parameters_.info(piece.parameter).weightDecay ? config_.weightDecay : 0;
     T *value = parameters_.value(piece.parameter).data<T>();
     host::adamwStep<T>(pool_, piece.count, value + piece.parameterOffset,
                        g + piece.shardOffset,

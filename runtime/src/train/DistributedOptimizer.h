@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace mtrt::train {
 
@@ -40,6 +41,11 @@ public:
   OptimizerStepResult step(int64_t iteration, double gradScale);
 
   const OptimizerConfig &config() const { return config_; }
+  /// AdamW's moments of the rank's range of the gradient buffer
+  /// (DataParallelBuffer::pieces() maps them onto parameters); checkpoints
+  /// save and restore them.
+  host::Tensor &expAvg() { return expAvg_; }
+  host::Tensor &expAvgSq() { return expAvgSq_; }
   /// The bytes of AdamW's moments this rank holds.
   size_t stateBytes() const {
     return expAvg_.buffer.size() + expAvgSq_.buffer.size();

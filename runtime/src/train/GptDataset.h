@@ -3,6 +3,8 @@
 #ifndef MTRT_SRC_TRAIN_GPTDATASET_H
 #define MTRT_SRC_TRAIN_GPTDATASET_H
 
+#include "data/SampleSource.h"
+
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -33,7 +35,7 @@ splitRanges(const std::array<double, 3> &weights, int64_t size);
 /// on the seed; without, windows come in order, epoch after epoch.
 ///
 /// Thread-safety: none (the current epoch's permutation is cached).
-class GptDataset {
+class GptDataset : public data::SampleSource {
 public:
   /// Throws Error (INVALID_ARGUMENT) when the range holds no window.
   GptDataset(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t begin,
@@ -42,6 +44,7 @@ public:
 
   /// Windows per epoch: (end - begin - 1) / seqLength.
   int64_t windowsPerEpoch() const { return windows_; }
+  int64_t samplesPerEpoch() const override { return windows_; }
   int64_t seqLength() const { return seqLength_; }
 
   /// The window that global sample `sample` (0, 1, ...; epochs follow each
@@ -53,7 +56,7 @@ public:
   }
 
   /// Writes sample `sample`'s inputs and labels (seqLength each).
-  void read(int64_t sample, int32_t *inputs, int32_t *labels);
+  void read(int64_t sample, int32_t *inputs, int32_t *labels) override;
 
 private:
   std::shared_ptr<const std::vector<int32_t>> tokens_;

@@ -2,8 +2,13 @@
 #include "train/TrainFlags.h"
 
 #include "core/CommandLine.h"
+#include "data/IndexedDataset.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <sys/stat.h>
+#include <tuple>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -34,8 +39,41 @@ const std::vector<Flag> &flags() {
   using C = TrainCommand;
   using S = const std::string &;
   static const std::vector<Flag> table = {
-      {"--data-path", "PATH", "text corpus, tokenized as bytes (required)",
-       [](C &c, S, S v) { c.dataPath = v; }},
+      {"--data-path", "PATH...",
+       "a text file, the prefix of a .bin/.idx dataset "
+       "(megatron-preprocess), or a blend of weights and prefixes "
+       "(0.3 a 0.7 b) (required)",
+       [](C &c, S, S v) { c.dataPath.push_back(v); }},
+      {"--tokenizer-type", "TYPE",
+       "ByteTokenizer (default) or GPT2BPETokenizer: tokenizes a text "
+       "--data-path and the sample prompt",
+       [](C &c, S, S v) { c.options.tokenizer.type = v; }},
+      {"--vocab-file", "FILE", "GPT-2's encoder.json (GPT2BPETokenizer)",
+       [](C &c, S, S v) { c.options.tokenizer.vocabFile = v; }},
+      {"--merge-file", "FILE", "GPT-2's vocab.bpe (GPT2BPETokenizer)",
+       [](C &c, S, S v) { c.options.tokenizer.mergeFile = v; }},
+      {"--micro-batch-size", "N",
+       "samples per micro-batch; fixed when the bundle is compiled, so it "
+       "must equal the bundle's",
+       [](C &c, S f, S v) {
+         c.options.microBatchSize = parseIntFlag(f, v, 1);
+       }},
+      {"--bf16", nullptr,
+       "bf16 mixed precision: --backend cuda with a bundle compiled with "
+       "--bf16 (the host backend refuses it)",
+       [](C &c, S, S) { c.bf16 = true; }},
+      {"--fp16", nullptr, "fp16 training (not supported yet: refused)",
+       [](C &c, S, S) { c.fp16 = true; }},
+      {"--loss-scale", "S", "static loss scale of --fp16 training",
+       [](C &c, S f, S v) { c.lossScale = parseNumber(f, v); }},
+      {"--plot-dir", "DIR",
+       "after training, draw loss.png, learning-rate.png and throughput.png "
+       "into DIR",
+       [](C &c, S f, S v) {
+         if (v.empty())
+           invalid(f + ": expected a directory");
+         c.plotDir = v;
+       }},
       {"--split", "W,W,W",
        "train/validation/test shares of the corpus (default 969,30,1)",
        [](C &c, S, S v) { c.options.split = v; }},
@@ -170,7 +208,6 @@ const std::vector<Flag> &flags() {
 
 /// Megatron-LM flags that describe the model or the layout: compiled in.
 const char *const kCompileTimeFlags[] = {
-    "--micro-batch-size",
     "--seq-length",
     "--num-layers",
     "--hidden-size",
@@ -188,8 +225,6 @@ const char *const kCompileTimeFlags[] = {
     "--data-parallel-size",
     "--use-distributed-optimizer",
     "--recompute-granularity",
-    "--bf16",
-    "--fp16",
     "--hidden-dropout",
     "--attention-dropout",
     "--init-method-std",
@@ -197,7 +232,6 @@ const char *const kCompileTimeFlags[] = {
 
 /// Megatron-LM flags megatron-train does not have yet.
 const char *const kNotYetFlags[] = {
-    "--tokenizer-type",
     "--exit-interval",
 };
 
@@ -217,10 +251,103 @@ const char *const kNotYetFlags[] = {
 
 } // namespace
 
+namespace {
+
+/// "--data-path 0.3 a 0.7 b" -> "--data-path=0.3 --data-path=a ...". A
+/// blend is pairs of a number and a prefix; a value that does not parse as
+/// a number where a weight would come ends it, so that the bundle may
+/// follow (megatron-train --data-path corpus.txt BUNDLE).
+std::vector<std::string> gatherDataPath(const std::vector<std::string> &args) {
+  auto isNumber = [](const std::string &text) {
+    char *end = nullptr;
+    std::strtod(text.c_str(), &end);
+    return !text.empty() && *end == '\0';
+  };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "--data-path" || i + 1 == args.size()) {
+      out.push_back(args[i]);
+      continue;
+    }
+    size_t j = i + 1;
+    out.push_back("--data-path=" + args[j++]);
+    auto isFlag = [&](size_t k) {
+      return args[k].size() > 1 && args[k][0] == '-' && !isNumber(args[k]);
+    };
+    if (isNumber(args[i + 1]))
+      while (j < args.size() && !isFlag(j)) {
+        out.push_back("--data-path=" + args[j++]);
+        if (j == args.size() || !isNumber(args[j]))
+          break;
+        out.push_back("--data-path=" + args[j++]);
+      }
+    i = j - 1;
+  }
+  return out;
+}
+
+} // namespace
+
+bool dataPathIsIndexed(const std::vector<std::string> &dataPath) {
+  if (dataPath.size() > 1)
+    return true;
+  const std::string &path = dataPath.at(0);
+  if (data::IndexedDataset::exists(path))
+    return true;
+  // A dataset named by one of its files: the prefix was meant.
+  for (const char *suffix : {".bin", ".idx"}) {
+    size_t n = std::strlen(suffix);
+    if (path.size() > n && path.compare(path.size() - n, n, suffix) == 0 &&
+        data::IndexedDataset::exists(path.substr(0, path.size() - n)))
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  "--data-path: '" + path + "' is a file of an indexed "
+                  "dataset; give its prefix without " + suffix + " ('" +
+                  path.substr(0, path.size() - n) + "')");
+  }
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode))
+    return false;
+  throw Error(MTRT_STATUS_NOT_FOUND,
+              "--data-path: '" + path +
+                  "' is neither a text file nor the prefix of a .bin/.idx "
+                  "pair (megatron-preprocess writes PREFIX_text_document.bin "
+                  "and .idx; pass PREFIX_text_document)");
+}
+
+void checkPrecisionFlags(const TrainCommand &command) {
+  if (command.bf16 && command.fp16)
+    invalid("--bf16 and --fp16 are both given; choose one");
+  if (command.fp16)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "--fp16: no backend of megatron-train trains in fp16 yet (the "
+                "host computes in float32, the cuda backend in float32 or "
+                "bf16); run without --fp16, or use --bf16 with --backend "
+                "cuda");
+  if (command.bf16 && command.backend != "cuda")
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "--bf16: the " + command.backend +
+                    " backend trains in float32 only; bf16 mixed precision "
+                    "runs with --backend cuda on a bundle compiled with "
+                    "megatron-compile --bf16. Run without --bf16 here");
+  if (command.lossScale && !command.fp16)
+    invalid("--loss-scale applies to --fp16 training only (bf16 and float32 "
+            "need no loss scaling); drop it");
+}
+
+void checkPrecisionMatchesBundle(const TrainCommand &command,
+                                 const std::string &bundleName,
+                                 const std::string &precision) {
+  if (command.bf16 && precision != "bf16")
+    invalid("--bf16: bundle '" + bundleName + "' is compiled for precision " +
+            precision +
+            "; the precision is fixed when the bundle is compiled: "
+            "recompile it with megatron-compile --bf16, or drop --bf16");
+}
+
 TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
   TrainCommand command;
   ParsedCommandLine parsed =
-      parseCommandLine(args, flags(), command, unknownFlag);
+      parseCommandLine(gatherDataPath(args), flags(), command, unknownFlag);
   command.help |= parsed.shortHelp;
   auto given = [&](const char *name) {
     return std::find(parsed.given.begin(), parsed.given.end(), name) !=
@@ -239,7 +366,8 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
                       positional[0] + "', '" + positional[1] + "'...");
   command.bundlePath = positional[0];
   if (command.dataPath.empty())
-    invalid("--data-path is required: the text file to train on");
+    invalid("--data-path is required: a text file, or the prefix of a "
+            ".bin/.idx dataset written by megatron-preprocess");
   if (!given("--train-iters"))
     invalid("--train-iters is required: how many iterations to train");
   if (given("--save-interval") && command.options.save.empty())
@@ -254,9 +382,11 @@ std::string trainUsage() {
   std::ostringstream s;
   s << "usage: megatron-train BUNDLE --data-path PATH --train-iters N --lr LR "
        "[flags]\n\n"
-       "Trains a bundle written by megatron-compile on a text file with a "
-       "byte-level\ntokenizer with Megatron-LM's training loop, on the CPU "
-       "(--backend host, the\ndefault) or a GPU (--backend cuda).\n\nflags:\n";
+       "Trains a bundle written by megatron-compile with Megatron-LM's "
+       "training loop, on\nthe CPU (--backend host, the default) or a GPU "
+       "(--backend cuda), on a text file\n(tokenized by --tokenizer-type) or "
+       "on .bin/.idx datasets written by\nmegatron-preprocess, sampled as "
+       "Megatron-LM's GPTDataset.\n\nflags:\n";
   s << flagUsage(flags(), 30);
   s << "\nModel and layout flags (--micro-batch-size, "
        "--tensor-model-parallel-size, ...)\nare fixed at compile time: pass "

@@ -16,7 +16,15 @@ namespace mtrt::train {
 
 struct TrainCommand {
   std::string bundlePath;
-  std::string dataPath;
+  /// --data-path's values: a text file (tokenized when training starts), a
+  /// .bin/.idx prefix, or weights and prefixes of a blend.
+  std::vector<std::string> dataPath;
+  /// --bf16: checked against the backend and the bundle's precision;
+  /// --fp16: refused (no backend trains in it yet).
+  bool bf16 = false, fp16 = false;
+  std::optional<double> lossScale;
+  /// --plot-dir: where the PNG curves go after training; empty: none.
+  std::string plotDir;
   TrainerOptions options;
   int64_t sampleTokens = 0;
   /// Default: the first bytes of the corpus.
@@ -36,11 +44,27 @@ struct TrainCommand {
 };
 
 /// Parses the arguments after the program name. Accepts `--flag value` and
-/// `--flag=value`. Throws Error (INVALID_ARGUMENT) with a message naming the
+/// `--flag=value`; --data-path takes one or more values (up to the next
+/// flag), as in Megatron-LM. Throws Error (INVALID_ARGUMENT) with a message naming the
 /// flag, the value and what was expected; an unknown flag's message suggests
 /// the nearest known one, and model or layout flags say they belong to
 /// megatron-compile.
 TrainCommand parseTrainCommand(const std::vector<std::string> &args);
+
+/// Whether --data-path names indexed datasets (a blend, or a prefix with a
+/// .bin and .idx) rather than a text file. Throws Error (NOT_FOUND) when it
+/// names neither, with a hint for a path given with its .bin/.idx suffix.
+bool dataPathIsIndexed(const std::vector<std::string> &dataPath);
+
+/// The refusals megatron-train makes before loading anything: --fp16 (no
+/// backend trains in it yet), --bf16 except on the cuda backend,
+/// --loss-scale without --fp16.
+void checkPrecisionFlags(const TrainCommand &command);
+
+/// --bf16 needs a bundle compiled for bf16 (its model.precision).
+void checkPrecisionMatchesBundle(const TrainCommand &command,
+                                 const std::string &bundleName,
+                                 const std::string &precision);
 
 /// The --help text.
 std::string trainUsage();

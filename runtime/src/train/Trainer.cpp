@@ -7,6 +7,7 @@
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "pipeline/PipelineRunner.h"
 #include "train/ByteTokenizer.h"
 #include "train/DataParallelBuffer.h"
 #include "train/DistributedOptimizer.h"
@@ -128,7 +129,7 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             "from a model file); compile the model with megatron-compile to "
             "train it");
   const ModelConfig &model = bundle.model();
-  if (model.pipelineModelParallelSize == 1 && bundle.rankCount() > 1 && !rank_)
+  if (bundle.rankCount() > 1 && !rank_)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle.name() + "' is compiled for " +
                     std::to_string(bundle.rankCount()) + " ranks (grid " +
@@ -140,14 +141,17 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
       invalid("bundle '" + bundle.name() + "': its grid is " +
               shapeString(bundle.gridShape()) + " but the rank's is " +
               shapeString(rank_->gridShape()));
+    // A pipeline bundle's grid is [pp, dp, tp], the others' [dp, tp].
+    size_t dataAxis = bundle.pipeline() ? 1 : 0;
     if (model.dataParallelSize > 1 &&
-        bundle.gridShape()[0] != model.dataParallelSize)
+        bundle.gridShape()[dataAxis] != model.dataParallelSize)
       invalid("bundle '" + bundle.name() + "': model.data_parallel_size is " +
-              std::to_string(model.dataParallelSize) +
-              " but the grid's axis 0 (the data-parallel ranks) has size " +
-              std::to_string(bundle.gridShape()[0]) + "; recompile it");
+              std::to_string(model.dataParallelSize) + " but the grid's axis " +
+              std::to_string(dataAxis) +
+              " (the data-parallel ranks) has size " +
+              std::to_string(bundle.gridShape()[dataAxis]) + "; recompile it");
     dataParallel_ = model.dataParallelSize;
-    dataRank_ = dataParallel_ > 1 ? rank_->coordinates()[0] : 0;
+    dataRank_ = dataParallel_ > 1 ? rank_->coordinates()[dataAxis] : 0;
   }
   if (!runsRanks &&
       (model.tensorModelParallelSize != 1 ||
@@ -161,12 +165,24 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
                     std::to_string(model.dataParallelSize) +
                     "; this trainer runs one rank: compile with all three "
                     "sizes 1");
-  if (model.vocabSize < ByteTokenizer::kVocabSize)
+  vocabSize_ = model.vocabSize;
+  tokenizer_ = data::makeTokenizer(options_.tokenizer);
+  // A text corpus never holds the end-of-document token; the vocabulary
+  // needs every other id.
+  int64_t textVocab = tokenizer_->vocabSize() -
+                      (tokenizer_->eod() == tokenizer_->vocabSize() - 1);
+  if (options_.dataBlend.empty() && model.vocabSize < textVocab)
     invalid("bundle '" + bundle.name() + "': model.vocab_size is " +
-            std::to_string(model.vocabSize) +
-            "; the byte-level tokenizer needs at least 256 tokens: compile "
-            "the model with vocab_size 256 or more");
-  const Function *train = bundle.findFunction("train_step");
+            std::to_string(model.vocabSize) + "; the " +
+            tokenizer_->typeName() + " needs at least " +
+            std::to_string(textVocab) +
+            " tokens: compile the model with vocab_size " +
+            std::to_string(textVocab) + " or more");
+  // A pipeline bundle's first stage reads the tokens.
+  const Function *train =
+      bundle.pipeline()
+          ? &bundle.functions()[bundle.pipeline()->stages.front().forward]
+          : bundle.findFunction("train_step");
   if (!train)
     throw Error(MTRT_STATUS_NOT_FOUND,
                 "bundle '" + bundle.name() +
@@ -175,6 +191,13 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   const TensorType &tokens = train->values[train->inputs[0]];
   microBatch_ = tokens.shape[0];
   seqLength_ = tokens.shape[1];
+  if (options_.microBatchSize && options_.microBatchSize != microBatch_)
+    invalid("--micro-batch-size: found " +
+            std::to_string(options_.microBatchSize) + ", but bundle '" +
+            bundle.name() + "' is compiled for micro-batches of " +
+            std::to_string(microBatch_) +
+            "; recompile it with megatron-compile --micro-batch-size " +
+            std::to_string(options_.microBatchSize) + ", or drop the flag");
   idType_ = tokens.dtype;
   globalBatch_ = options_.globalBatchSize ? options_.globalBatchSize
                                           : model.globalBatchSize;
@@ -187,19 +210,54 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
             std::to_string(model.dataParallelSize) +
             " (the micro-batch size is fixed when the bundle is compiled)");
   microBatches_ = globalBatch_ / perStep;
+  if (bundle.pipeline() && microBatches_ != bundle.pipeline()->microBatches)
+    invalid("--global-batch-size: found " + std::to_string(globalBatch_) +
+            ", but bundle '" + bundle.name() + "''s pipeline schedule is " +
+            "compiled for " + std::to_string(bundle.pipeline()->microBatches) +
+            " micro-batches per iteration (global batch " +
+            std::to_string(bundle.pipeline()->microBatches * perStep) +
+            "); pass that, or recompile with the global batch size you want");
 
-  // Data: the corpus as bytes, split as Megatron-LM's --split.
-  auto stream =
-      std::make_shared<std::vector<int32_t>>(ByteTokenizer::encode(corpus_));
-  auto ranges = splitRanges(parseSplit(options_.split),
-                            static_cast<int64_t>(stream->size()));
-  trainData_ =
-      std::make_unique<GptDataset>(stream, ranges[0].first, ranges[0].second,
-                                   seqLength_, options_.seed, true,
-                                   "the training split of '" + corpusName_ +
-                                       "' (--split " + options_.split + ")");
   bool wantEval = options_.evalInterval > 0 && options_.evalIters > 0;
-
+  // Pipeline bundles evaluate through their schedule, others by eval_step.
+  bool evaluates =
+      wantEval && (bundle.pipeline() || bundle.findFunction("eval_step"));
+  if (options_.dataBlend.empty()) {
+    // A text corpus: tokenized whole, split by tokens as --split.
+    auto stream = std::make_shared<std::vector<int32_t>>(
+        tokenizer_->encode(corpus_));
+    auto ranges = splitRanges(parseSplit(options_.split),
+                              static_cast<int64_t>(stream->size()));
+    trainData_ = std::make_unique<GptDataset>(
+        stream, ranges[0].first, ranges[0].second, seqLength_, options_.seed,
+        true,
+        "the training split of '" + corpusName_ + "' (--split " +
+            options_.split + ")");
+    if (evaluates)
+      validData_ = std::make_unique<GptDataset>(
+          stream, ranges[1].first, ranges[1].second, seqLength_,
+          options_.seed, false,
+          "the validation split of '" + corpusName_ + "' (--split " +
+              options_.split +
+              "; or pass --eval-iters 0 to train without evaluation)");
+  } else {
+    // Indexed datasets, sampled as Megatron-LM's GPTDataset for the samples
+    // the run reads (evaluations read the same first ones each time).
+    auto parts = data::buildGptDatasets(
+        options_.dataBlend, options_.split, seqLength_,
+        {options_.trainIters * globalBatch_,
+         evaluates ? options_.evalIters * globalBatch_ : 0, 0},
+        options_.seed);
+    trainData_ = std::move(parts[0]);
+    validData_ = std::move(parts[1]);
+    if (!trainData_)
+      invalid("--split " + options_.split +
+              " leaves nothing to train on; give the first part a share");
+    if (evaluates && !validData_)
+      invalid("--split " + options_.split +
+              " has no validation part; give the second part a share, or "
+              "pass --eval-iters 0 to train without evaluation");
+  }
   pool_ = std::make_unique<host::ThreadPool>(options_.threads);
   // The distributed optimizer holds AdamW's moments for the rank's range of
   // the gradient buffer only, not in the store.
@@ -212,21 +270,23 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     rank_ = nullptr;
   if (rank_)
     rank_->prepare(bundle);
-  trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
-                                                *parameters_, *pool_, rank_);
-  if (wantEval && bundle.findFunction("eval_step")) {
+  if (bundle.pipeline()) {
+    if (!rank_)
+      invalid("bundle '" + bundle.name() +
+              "' is pipeline-parallel; run it with --in-process-ranks");
+    pipeline_ = std::make_unique<pipeline::PipelineRunner>(
+        bundle, *parameters_, *pool_, *rank_);
+  } else {
+    trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
+                                                  *parameters_, *pool_, rank_);
+  }
+  if (evaluates && !bundle.pipeline()) {
     const Function *eval = bundle.findFunction("eval_step");
     const TensorType &evalTokens = eval->values[eval->inputs[0]];
     if (evalTokens.shape != tokens.shape || evalTokens.dtype != tokens.dtype)
       invalid("bundle '" + bundle.name() + "': eval_step's tokens are " +
               evalTokens.str() + " but train_step's are " + tokens.str() +
               "; recompile the bundle");
-    validData_ = std::make_unique<GptDataset>(
-        stream, ranges[1].first, ranges[1].second, seqLength_, options_.seed,
-        false,
-        "the validation split of '" + corpusName_ + "' (--split " +
-            options_.split +
-            "; or pass --eval-iters 0 to train without evaluation)");
     evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
                                                  *parameters_, *pool_, rank_);
   }
@@ -246,6 +306,22 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
 
 Trainer::~Trainer() = default;
 
+void Trainer::checkTokenIds(const std::vector<int32_t> &tokens,
+                            const std::vector<int32_t> &labels,
+                            int64_t firstSample) const {
+  for (const std::vector<int32_t> *ids : {&tokens, &labels})
+    for (size_t i = 0; i < ids->size(); ++i)
+      if ((*ids)[i] < 0 || (*ids)[i] >= vocabSize_)
+        invalid("--data-path '" + corpusName_ + "': sample " +
+                std::to_string(firstSample +
+                               static_cast<int64_t>(i) / seqLength_) +
+                " holds token id " + std::to_string((*ids)[i]) +
+                ", outside the model's vocabulary [0, " +
+                std::to_string(vocabSize_) +
+                ") (model.vocab_size): tokenize the data for this model, or "
+                "compile the model with the tokenizer's vocabulary size");
+}
+
 const host::LrSchedule &Trainer::schedule() const {
   return optimizerConfig_.schedule;
 }
@@ -255,11 +331,29 @@ size_t Trainer::optimizerStateBytes() const {
          (distributedOptimizer_ ? distributedOptimizer_->stateBytes() : 0);
 }
 
-double Trainer::runMicroBatch(host::Executor &executor, GptDataset &data,
-                              int64_t first, uint64_t step) {
+std::pair<host::TensorView, host::TensorView>
+Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
   for (int64_t b = 0; b < microBatch_; ++b)
     data.read(first + b, tokens_.data() + b * seqLength_,
               labels_.data() + b * seqLength_);
+  checkTokenIds(tokens_, labels_, first);
+  std::vector<int64_t> shape = {microBatch_, seqLength_};
+  if (idType_ == DType::I64) {
+    tokens64_.assign(tokens_.begin(), tokens_.end());
+    labels64_.assign(labels_.begin(), labels_.end());
+    return {{idType_, shape, tokens64_.data()},
+            {idType_, shape, labels64_.data()}};
+  }
+  return {{idType_, shape, tokens_.data()}, {idType_, shape, labels_.data()}};
+}
+
+double Trainer::runMicroBatch(host::Executor &executor,
+                              data::SampleSource &data, int64_t first,
+                              uint64_t step) {
+  for (int64_t b = 0; b < microBatch_; ++b)
+    data.read(first + b, tokens_.data() + b * seqLength_,
+              labels_.data() + b * seqLength_);
+  checkTokenIds(tokens_, labels_, first);
   std::vector<int64_t> shape = {microBatch_, seqLength_};
   std::vector<host::TensorView> inputs = {{idType_, shape, tokens_.data()},
                                           {idType_, shape, labels_.data()}};
@@ -292,23 +386,35 @@ void Trainer::train(std::ostream &out) {
                       ", grid " + shapeString(bundle_.gridShape())
                 : std::string())
       << ") from '" << bundle_.name() << "' on '" << corpusName_
-      << "': " << trainData_->windowsPerEpoch() << " samples of " << seqLength_
+      << "': " << trainData_->samplesPerEpoch() << " samples of " << seqLength_
       << " tokens per epoch, global batch " << globalBatch_ << " = "
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
       << pool_->size() << " threads, seed " << options_.seed << ", "
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
-      << " state " << optimizerStateBytes() << " bytes"
+      << " state " << optimizerStateBytes() << " bytes, train_step arena "
+      << trainStep_->arenaBytes() << " bytes"
       << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
-  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
+  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
+      !pipeline_)
     log.line("note: the bundle has no eval_step; training without "
              "evaluation");
 
   auto iterate = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients(*pool_);
     double lossSum = 0;
-    for (int64_t m = 0; m < microBatches_; ++m)
+    if (pipeline_) {
+      lossSum = pipeline_->train(
+          [&](int64_t m) {
+            return readMicroBatch(*trainData_,
+                                  consumed + m * microBatch_ * dataParallel_ +
+                                      dataRank_ * microBatch_);
+          },
+          microStep_);
+      microStep_ += microBatches_;
+    }
+    for (int64_t m = 0; !pipeline_ && m < microBatches_; ++m)
       lossSum += runMicroBatch(*trainStep_, *trainData_,
                                consumed + m * microBatch_ * dataParallel_ +
                                    dataRank_ * microBatch_,
@@ -326,7 +432,7 @@ void Trainer::train(std::ostream &out) {
     return result;
   };
   std::function<double()> evaluation;
-  if (evalStep_)
+  if (evalStep_ || (pipeline_ && validData_))
     evaluation = [this] { return evaluate(); };
   if (!options_.load.empty())
     loadCheckpoint(options_.load, log);
@@ -344,9 +450,36 @@ void Trainer::train(std::ostream &out) {
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
                   iterate, evaluation, history_,
                   LoopStart{startIteration_, startConsumed_}, save);
+  if (pipeline_) {
+    // Every rank takes part; rank 0 prints.
+    std::vector<double> measured = pipeline_->gatherIdleFractions();
+    const std::vector<double> &predicted =
+        bundle_.pipeline()->predictedIdleFraction;
+    std::ostringstream s;
+    s << "pipeline " << bundle_.pipeline()->schedule
+      << " idle fraction per pipeline rank, measured (predicted):";
+    for (size_t r = 0; r < measured.size(); ++r) {
+      s << " " << std::fixed;
+      s.precision(3);
+      s << measured[r];
+      if (r < predicted.size())
+        s << " (" << predicted[r] << ")";
+    }
+    log.line(s.str());
+  }
 }
 
 double Trainer::evaluate() {
+  if (pipeline_ && validData_) {
+    int64_t batches = options_.evalIters * microBatches_;
+    double sum = pipeline_->evaluate(
+        [&](int64_t i) {
+          return readMicroBatch(*validData_, i * microBatch_ * dataParallel_ +
+                                                 dataRank_ * microBatch_);
+        },
+        batches);
+    return sum / static_cast<double>(batches);
+  }
   if (!evalStep_)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "evaluation needs the bundle's eval_step, a validation split "
@@ -375,9 +508,10 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
     predictStep_ = std::make_unique<host::Executor>(bundle_, "predict_step",
                                                     *parameters_, *pool_);
   }
-  GreedySampler sampler(*predictStep_, ByteTokenizer::kVocabSize);
-  return ByteTokenizer::decode(
-      sampler.generate(ByteTokenizer::encode(prompt), tokens));
+  GreedySampler sampler(*predictStep_,
+                        std::min(vocabSize_, tokenizer_->vocabSize()));
+  return tokenizer_->decode(
+      sampler.generate(tokenizer_->encode(prompt), tokens));
 }
 
 } // namespace mtrt::train

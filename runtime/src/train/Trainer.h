@@ -3,9 +3,12 @@
 #define MTRT_SRC_TRAIN_TRAINER_H
 
 #include "core/Bundle.h"
+#include "data/BlendedGptDataset.h"
+#include "data/Tokenizer.h"
+#include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
-#include "train/Optimizer.h"
 #include "train/Checkpoint.h"
+#include "train/Optimizer.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -25,11 +28,14 @@ namespace mtrt::comm {
 class RankContext;
 } // namespace mtrt::comm
 
+namespace mtrt::pipeline {
+class PipelineRunner;
+} // namespace mtrt::pipeline
+
 namespace mtrt::train {
 
 class DataParallelBuffer;
 class DistributedOptimizer;
-class GptDataset;
 class Optimizer;
 class TrainingLog;
 
@@ -39,6 +45,14 @@ struct TrainerOptions {
   int64_t trainIters = 0;
   /// 0: the bundle's global_batch_size.
   int64_t globalBatchSize = 0;
+  /// 0: the bundle's; otherwise it must equal it (it is compiled in).
+  int64_t microBatchSize = 0;
+  /// Indexed datasets to train on (--data-path's prefixes and weights),
+  /// sampled as Megatron-LM's GPTDataset; empty: the text corpus given to
+  /// the trainer, tokenized by `tokenizer`.
+  std::vector<data::BlendEntry> dataBlend;
+  /// Tokenizes a text corpus and the sample prompt.
+  data::TokenizerOptions tokenizer;
   std::string split = "969,30,1";
   uint64_t seed = 1234;
 
@@ -93,8 +107,8 @@ struct IterationRecord {
   double tokensPerSecond = 0;
 };
 
-/// Trains a bundle on a byte-tokenized text: seeded initialization of every
-/// parameter, Megatron-LM's sampling of the corpus, micro-batches with
+/// Trains a bundle on a tokenized text or on indexed datasets: seeded
+/// initialization of every parameter, Megatron-LM's sampling of the data, micro-batches with
 /// gradient accumulation, clipping, AdamW and the LR schedule, periodic
 /// evaluation, and Megatron-LM-style logs.
 ///
@@ -137,6 +151,16 @@ public:
   bool canEvaluate() const { return validData_ != nullptr; }
 
   const std::vector<IterationRecord> &history() const { return history_; }
+  /// The samples train() and evaluate() read; validData() is null when
+  /// there is no evaluation.
+  data::SampleSource &trainData() { return *trainData_; }
+  data::SampleSource *validData() { return validData_.get(); }
+  /// Throws Error (INVALID_ARGUMENT) naming the sample when an id of a
+  /// micro-batch read from `firstSample` is outside the model's vocabulary
+  /// (data tokenized for another model), before the embedding reads it.
+  void checkTokenIds(const std::vector<int32_t> &tokens,
+                     const std::vector<int32_t> &labels,
+                     int64_t firstSample) const;
   host::ParameterStore &parameters() { return *parameters_; }
   const std::string &corpus() const { return corpus_; }
   int64_t microBatchSize() const { return microBatch_; }
@@ -164,10 +188,14 @@ public:
   int64_t startIteration() const { return startIteration_; }
 
 private:
+  /// Reads microBatchSize() samples of `data` from `first` into the token
+  /// and label buffers; the views are valid until the next read.
+  std::pair<host::TensorView, host::TensorView>
+  readMicroBatch(data::SampleSource &data, int64_t first);
   /// Fails before training if an iteration this run would save exists.
   void checkSaveDirectory() const;
   /// Runs train_step on `count` consecutive samples of `data` from `first`.
-  double runMicroBatch(host::Executor &executor, GptDataset &data,
+  double runMicroBatch(host::Executor &executor, data::SampleSource &data,
                        int64_t first, uint64_t step);
 
   const Bundle &bundle_;
@@ -183,7 +211,12 @@ private:
   std::unique_ptr<host::ThreadPool> pool_;
   std::unique_ptr<host::ParameterStore> parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_, predictStep_;
-  std::unique_ptr<GptDataset> trainData_, validData_;
+  /// Pipeline bundles: runs the schedule instead of train_step.
+  std::unique_ptr<pipeline::PipelineRunner> pipeline_;
+  std::unique_ptr<data::SampleSource> trainData_, validData_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  /// Token ids must be below it (model.vocab_size).
+  int64_t vocabSize_ = 0;
   OptimizerConfig optimizerConfig_;
   /// With a gradient_buffer: the data-parallel reduction once per iteration.
   std::unique_ptr<DataParallelBuffer> gradientBuffer_;
@@ -192,6 +225,7 @@ private:
   std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
+  std::vector<int64_t> tokens64_, labels64_;
   uint64_t microStep_ = 0;
   int64_t startIteration_ = 0, startConsumed_ = 0;
 };

@@ -3,6 +3,8 @@
 
 #include "comm/RankContext.h"
 #include "host/ParameterStore.h"
+#include "train/DataParallelBuffer.h"
+#include "train/DistributedOptimizer.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 #include "train/Weights.h"
@@ -54,34 +56,87 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "checkpoints hold f32 tensors; this trainer computes in " +
                     std::string(dtypeName(parameters_->floatType())));
-  std::vector<CheckpointTensor> tensors;
   const std::vector<int64_t> &coordinates = parameters_->coordinates();
+  // One replica of each piece saves it: the rank at coordinate 0 of every
+  // grid axis that splits neither the parameter (a pipeline bundle's axis 0
+  // splits every parameter that one pipeline rank owns) nor, in
+  // `alsoSplitting`, the piece (the distributed optimizer's data axes).
+  auto saves = [&](const Parameter &p,
+                   const std::vector<int64_t> &alsoSplitting) {
+    for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
+      bool splits = axis == 0 && p.pipelineRank >= 0;
+      for (const auto &axes : p.splitAxes)
+        for (int64_t a : axes)
+          splits |= a == static_cast<int64_t>(axis);
+      for (int64_t a : alsoSplitting)
+        splits |= a == static_cast<int64_t>(axis);
+      if (!splits && coordinates[axis] != 0)
+        return false;
+    }
+    return true;
+  };
+  // Every rank names every tensor; a piece the rank does not hold (another
+  // pipeline rank's parameter, a moment outside its range of the gradient
+  // buffer) is an empty flat range, which saves and loads nothing.
+  auto empty = [](CheckpointTensor t) {
+    t.slice.flat = std::make_pair(int64_t(0), int64_t(0));
+    t.data = nullptr;
+    t.save = false;
+    return t;
+  };
+  std::vector<CheckpointTensor> tensors;
+  std::vector<CheckpointTensor> shards(parameters_->size());
   for (size_t i = 0; i < parameters_->size(); ++i) {
     const Parameter &p = parameters_->info(i);
-    CheckpointTensor t;
+    CheckpointTensor &t = shards[i];
     t.globalShape = p.type.shape;
     t.slice.offsets = parameters_->shardOffsets(i);
     t.slice.shape = p.localType.shape;
     t.vocabularyRows = isVocabularyTable(p.name);
-    // One replica of each piece saves it: the rank at coordinate 0 of every
-    // grid axis that does not split the parameter.
-    for (size_t axis = 0; rank_ && axis < coordinates.size(); ++axis) {
-      bool splits = false;
-      for (const auto &axes : p.splitAxes)
-        for (int64_t a : axes)
-          splits |= a == static_cast<int64_t>(axis);
-      if (!splits && coordinates[axis] != 0)
-        t.save = false;
+    t.save = saves(p, {});
+    std::vector<std::pair<const char *, host::Tensor *>> kinds = {
+        {"model/", &parameters_->value(i)}};
+    if (!distributedOptimizer_) {
+      kinds.push_back({"optimizer/exp_avg/", &parameters_->expAvg(i)});
+      kinds.push_back({"optimizer/exp_avg_sq/", &parameters_->expAvgSq(i)});
     }
-    std::pair<const char *, host::Tensor *> kinds[] = {
-        {"model/", &parameters_->value(i)},
-        {"optimizer/exp_avg/", &parameters_->expAvg(i)},
-        {"optimizer/exp_avg_sq/", &parameters_->expAvgSq(i)}};
     for (auto [prefix, tensor] : kinds) {
-      t.name = prefix + p.name;
-      t.data = tensor->data<float>();
-      tensors.push_back(t);
+      CheckpointTensor piece = t;
+      piece.name = prefix + p.name;
+      piece.data = tensor->data<float>();
+      tensors.push_back(parameters_->holds(i) ? std::move(piece)
+                                              : empty(std::move(piece)));
     }
+  }
+  // The distributed optimizer's moments: the rank's range of the gradient
+  // buffer, in pieces that are flat ranges of the parameters' shards.
+  if (distributedOptimizer_) {
+    std::vector<DataParallelBuffer::Piece> pieces = gradientBuffer_->pieces();
+    std::vector<bool> held(parameters_->size(), false);
+    for (const DataParallelBuffer::Piece &piece : pieces)
+      held[piece.parameter] = true;
+    for (const DataParallelBuffer::Piece &piece : pieces) {
+      const Parameter &p = parameters_->info(piece.parameter);
+      for (auto [prefix, tensor] :
+           {std::pair<const char *, host::Tensor *>{
+                "optimizer/exp_avg/", &distributedOptimizer_->expAvg()},
+            {"optimizer/exp_avg_sq/", &distributedOptimizer_->expAvgSq()}}) {
+        CheckpointTensor t = shards[piece.parameter];
+        t.name = prefix + p.name;
+        t.slice.flat = std::make_pair(piece.parameterOffset,
+                                      piece.parameterOffset + piece.count);
+        t.data = tensor->data<float>() + piece.shardOffset;
+        t.save = piece.count > 0 && saves(p, gradientBuffer_->gridAxes());
+        tensors.push_back(std::move(t));
+      }
+    }
+    for (size_t i = 0; i < held.size(); ++i)
+      if (!held[i])
+        for (const char *prefix : {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"}) {
+          CheckpointTensor t = empty(shards[i]);
+          t.name = prefix + parameters_->info(i).name;
+          tensors.push_back(std::move(t));
+        }
   }
   return tensors;
 }
@@ -116,6 +171,7 @@ CheckpointState Trainer::checkpointState(int64_t iteration,
   state.tensorModelParallelSize = model.tensorModelParallelSize;
   state.pipelineModelParallelSize = model.pipelineModelParallelSize;
   state.dataParallelSize = model.dataParallelSize;
+  state.distributedOptimizer = distributedOptimizer_ != nullptr;
   state.grid = bundle_.gridShape();
   state.bundleName = bundle_.name();
   state.bundleSha256 = bundle_.sha256Hex();

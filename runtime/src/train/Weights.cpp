@@ -349,37 +349,58 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
 void saveWeights(const std::string &path, const Bundle &bundle,
                  const host::ParameterStore &store) {
   checkStore("saveWeights", bundle, store);
+  saveWeights(path, bundle, std::vector<const host::ParameterStore *>{&store});
+}
+
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 const std::vector<const host::ParameterStore *> &ranks) {
+  if (static_cast<int64_t>(ranks.size()) != bundle.rankCount())
+    invalid("saveWeights: " + std::to_string(ranks.size()) +
+            " parameter stores for bundle '" + bundle.name() + "' of " +
+            std::to_string(bundle.rankCount()) + " ranks");
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  for (const host::ParameterStore *store : ranks)
+    if (store->size() != parameters.size() ||
+        (store->size() && &store->info(0) != &parameters[0]))
+      invalid("saveWeights: a parameter store was made for another bundle "
+              "than '" +
+              bundle.name() + "'");
   const int64_t vocabSize = bundle.model().vocabSize;
-  std::vector<std::vector<float>> converted(store.size());
+  // Each parameter's whole tensor, put together from the ranks' shards (the
+  // replicas of an unsplit one are equal; the last written stays).
+  std::vector<std::vector<float>> whole(parameters.size());
   std::vector<SafetensorsWriteTensor> tensors;
-  for (size_t i = 0; i < store.size(); ++i) {
-    const Parameter &p = store.info(i);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Parameter &p = parameters[i];
+    whole[i].resize(static_cast<size_t>(p.type.numElements));
+    for (const host::ParameterStore *store : ranks) {
+      std::vector<int64_t> offsets = store->shardOffsets(i);
+      const std::vector<int64_t> &local = p.localType.shape;
+      const host::Tensor &value = store->value(i);
+      for (int64_t e = 0; e < p.localType.numElements; ++e) {
+        int64_t rest = e, at = 0, stride = 1;
+        for (int64_t d = static_cast<int64_t>(local.size()) - 1; d >= 0; --d) {
+          at += (rest % local[d] + offsets[d]) * stride;
+          rest /= local[d];
+          stride *= p.type.shape[d];
+        }
+        whole[i][static_cast<size_t>(at)] =
+            store->floatType() == DType::F32
+                ? value.data<float>()[e]
+                : static_cast<float>(value.data<double>()[e]);
+      }
+    }
     SafetensorsWriteTensor t;
     t.name = p.name;
     t.shape = p.type.shape;
     if (isVocabularyTable(p.name) && vocabSize > 0 && !t.shape.empty() &&
         t.shape[0] > vocabSize)
       t.shape[0] = vocabSize;
-    int64_t count = 1;
-    for (int64_t d : t.shape)
-      count *= d;
-    const host::Tensor &value = store.value(i);
-    if (store.floatType() == DType::F32 && !isFusedQkv(p.name)) {
-      t.data = value.data<float>();
-    } else {
-      if (store.floatType() == DType::F32) {
-        const float *from = value.data<float>();
-        converted[i].assign(from, from + count);
-      } else {
-        const double *from = value.data<double>();
-        converted[i].assign(from, from + count);
-      }
-      if (isFusedQkv(p.name))
-        permuteColumns(converted[i].data(), count,
-                       qkvColumnsFromHuggingFace(bundle, p),
-                       /*gather=*/false);
-      t.data = converted[i].data();
-    }
+    // Stored in Megatron-LM's per-group layout; files hold Hugging Face's.
+    if (isFusedQkv(p.name))
+      permuteColumns(whole[i].data(), p.type.numElements,
+                     qkvColumnsFromHuggingFace(bundle, p), /*gather=*/false);
+    t.data = whole[i].data();
     tensors.push_back(std::move(t));
   }
   writeSafetensors(path, tensors,

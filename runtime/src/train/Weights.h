@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mtrt::host {
 class ParameterStore;
@@ -74,6 +75,12 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
 /// save_pretrained does. Throws Error as writeSafetensors does.
 void saveWeights(const std::string &path, const Bundle &bundle,
                  const host::ParameterStore &store);
+
+/// The same for a bundle of several ranks: `ranks` holds every rank's store
+/// (made for `bundle`, in world-rank order); each parameter is written whole,
+/// put together from the ranks' shards at their offsets.
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 const std::vector<const host::ParameterStore *> &ranks);
 
 } // namespace mtrt::train
 

@@ -116,4 +116,77 @@ TEST(ArenaPlanTest, ValuesWithoutMemoryGetNoOffset) {
   EXPECT_EQ(plan.scratchOffset[0], ArenaPlan::kNone);
 }
 
+// Scratch kept for a later instruction (attention's logsumexp for its
+// gradient) stays reserved until that instruction, and no value placed in
+// between overlaps it.
+TEST(ArenaPlanTest, KeptScratchLivesUntilItsLaterInstruction) {
+  Function f = chain(6, 1000);
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto scratchBytes = [](size_t position) -> size_t {
+    return position == 1 ? 5000 : 0;
+  };
+  auto keptUntil = [](size_t position) -> size_t {
+    return position == 1 ? 4 : position;
+  };
+  ArenaPlan plan = planArena(f, valueBytes, scratchBytes, keptUntil);
+  Block kept{plan.scratchOffset[1], 5000};
+  // Values 2..5 are defined at instructions 1..4, while the scratch is kept.
+  for (int64_t v = 2; v <= 5; ++v)
+    EXPECT_FALSE(overlap(kept, {plan.valueOffset[v], 4000})) << "value " << v;
+  EXPECT_LE(kept.offset + kept.bytes, plan.bytes);
+}
+
+// A reshape's result shares its operand's bytes; the memory is released
+// only when both are.
+TEST(ArenaPlanTest, AliasesShareMemoryUntilTheLastIsFreed) {
+  Function f = chain(4, 1000);
+  // Value 2 (defined at instruction 1) is a reshape of value 1; value 1 is
+  // freed at instruction 1, value 2 at instruction 2.
+  f.instructions[1].op = Op::Reshape;
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto noScratch = [](size_t) -> size_t { return 0; };
+  auto alias = [](int64_t v) -> int64_t { return v == 2 ? 1 : -1; };
+  ArenaPlan plan = planArena(f, valueBytes, noScratch, nullptr, alias);
+  EXPECT_EQ(plan.valueOffset[2], plan.valueOffset[1]);
+  // Value 3 (defined at instruction 2) must not land on the shared block
+  // while value 2 is still live there.
+  EXPECT_FALSE(overlap({plan.valueOffset[3], 4000}, {plan.valueOffset[2], 4000}));
+}
+
+// With the compiler's memory plan, values keep the plan's offsets; scratch
+// kept for a later instruction gets its own bytes in the scratch region
+// after the values, apart from the scratch placed while it is kept.
+TEST(ArenaPlanTest, KeptScratchBesideTheCompilersPlan) {
+  Function f = chain(4, 1000);
+  MemoryPlan memory;
+  memory.alignment = 256;
+  memory.arenaBytes = 5 * 4096;
+  for (int64_t v = 0; v < 5; ++v)
+    memory.offsets.push_back(v * 4096);
+  f.memoryPlan = memory;
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto scratchBytes = [](size_t) -> size_t { return 1000; };
+  auto keptUntil = [](size_t position) -> size_t {
+    return position == 0 ? 2 : position;
+  };
+  ArenaPlan plan = planArena(f, valueBytes, scratchBytes, keptUntil);
+  ASSERT_TRUE(plan.fromCompiler);
+  for (int64_t v = 0; v < 5; ++v)
+    EXPECT_EQ(plan.valueOffset[v], size_t(v * 4096));
+  Block kept{plan.scratchOffset[0], 1000};
+  EXPECT_GE(kept.offset, memory.arenaBytes);
+  EXPECT_FALSE(overlap(kept, {plan.scratchOffset[1], 1000}));
+  EXPECT_FALSE(overlap(kept, {plan.scratchOffset[2], 1000}));
+  EXPECT_LE(plan.scratchOffset[3] + 1000, plan.bytes);
+  // Without kept scratch every instruction shares the compiler's block.
+  ArenaPlan shared = planArena(f, valueBytes, scratchBytes);
+  EXPECT_EQ(shared.scratchOffset[0], shared.scratchOffset[3]);
+}
+
 } // namespace

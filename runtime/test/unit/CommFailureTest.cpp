@@ -475,3 +475,66 @@ TEST(CommArgumentTest, WorldMisuse) {
 }
 
 } // namespace
+
+namespace {
+
+// sendAsync (pipeline schedules): the sender goes on at once, so the
+// exchange that deadlocks with blocking sends completes; messages keep
+// their per-pair order, also mixed with blocking sends; a receive that
+// disagrees with a queued message is a mismatch; a receive whose message
+// is never sent is a deadlock.
+
+TEST(CommSendAsyncTest, AsyncSendsDoNotWaitAndKeepTheirOrder) {
+  InProcessWorld world(2);
+  std::vector<std::vector<float>> received(2);
+  Outcome o = run(world, [&](Communicator &comm) {
+    int peer = 1 - comm.rank();
+    float first = 10.0f * comm.rank() + 1, second = first + 1,
+          third = first + 2;
+    comm.sendAsync(&first, 1, peer, {"first", 1});
+    first = -1; // the buffer may be reused at once
+    comm.sendAsync(&second, 1, peer, {"second", 1});
+    float got[3];
+    comm.recv(&got[0], 1, peer, {"first", 1});
+    comm.recv(&got[1], 1, peer, {"second", 1});
+    // A blocking send after the queued ones arrives after them.
+    if (comm.rank() == 0)
+      comm.send(&third, 1, peer, {"third", 1});
+    else
+      comm.recv(&got[2], 1, peer, {"third", 1});
+    received[comm.rank()].assign(got, got + (comm.rank() == 0 ? 2 : 3));
+  });
+  EXPECT_EQ(o.reason, "");
+  EXPECT_EQ(received[0], (std::vector<float>{11, 12}));
+  EXPECT_EQ(received[1], (std::vector<float>{1, 2, 3}));
+}
+
+TEST(CommSendAsyncTest, AQueuedMessageOfAnotherSizeIsAMismatch) {
+  InProcessWorld world(2);
+  Outcome o = run(world, [](Communicator &comm) {
+    std::vector<float> buffer(4);
+    if (comm.rank() == 0)
+      comm.sendAsync(buffer.data(), 4, 1, {"activation", 3});
+    else
+      comm.recv(buffer.data(), 2, 0, {"activation", 3});
+  });
+  EXPECT_CONTAINS(o.reason, ("mismatched messages: rank 0 sent send_async of "
+                             "4 f32 to rank 1 (\"activation\", step 3), rank 1 "
+                             "received with recv of 2 f32 from rank 0"));
+}
+
+TEST(CommSendAsyncTest, ARecvWithoutItsSendIsADeadlock) {
+  InProcessWorld world(2);
+  Outcome o = run(world, [](Communicator &comm) {
+    float x = 0;
+    int peer = 1 - comm.rank();
+    comm.sendAsync(&x, 1, peer, {"activation", 1});
+    comm.recv(&x, 1, peer, {"activation", 1});
+    comm.recv(&x, 1, peer, {"gradient", 1});
+  });
+  EXPECT_LT(o.seconds, 5.0);
+  EXPECT_STARTS_WITH(o.reason, ("deadlock: rank "));
+  EXPECT_CONTAINS(o.reason, ("waits in recv of 1 f32 from rank"));
+}
+
+} // namespace

@@ -9,6 +9,8 @@
 
 #include "gtest/gtest.h"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -153,6 +155,27 @@ TEST_F(Gpt2BpeTest, EncodesContractionsDigitsWhiteSpaceAndUnicode) {
        {"<|endoftext|>", {27, 91, 437, 1659, 5239, 91, 29}},
        {"$100!!! ...?? #hash @user",
         {3, 3064, 10185, 2644, 3548, 1303, 17831, 2488, 7220}}});
+}
+
+/// runtime/test/data/gpt2-reference.jsonl: texts and the ids the
+/// gpt-3-encoder package's encode() gave for them under Node.js: accents,
+/// combining marks, emoji sequences, eight scripts, Unicode white space
+/// (U+2028, U+3000, no-break space), CRLF, digits of other scripts, odd
+/// contractions, and three paragraphs of data/corpus.txt.
+TEST_F(Gpt2BpeTest, EncodesTheReferenceTextsAsThePackage) {
+  std::ifstream in(std::string(MTRT_TEST_DATA_DIR) + "/gpt2-reference.jsonl");
+  ASSERT_TRUE(in);
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    nlohmann::json entry = nlohmann::json::parse(line);
+    std::string text = entry["text"].get<std::string>();
+    SCOPED_TRACE(text);
+    EXPECT_EQ(tokenizer_->encode(text),
+              entry["ids"].get<std::vector<int32_t>>());
+    ++cases;
+  }
+  EXPECT_EQ(cases, 13);
 }
 
 TEST_F(Gpt2BpeTest, KnowsTheVocabularyAndEndOfText) {

@@ -26,10 +26,9 @@ Json bufferManifest(bool distributed, int64_t size = 32) {
   FunctionBuilder reduce("reduce_gradients");
   int64_t in = reduce.input({size}, "f32");
   if (distributed)
-    reduce.output(reduce.op("reduce_scatter", {in}, {size / 2},
-                            {{"grid_axes", {0}},
-                             {"scatter_axis", 0},
-                             {"reduction", "sum"}}));
+    reduce.output(reduce.op(
+        "reduce_scatter", {in}, {size / 2},
+        {{"grid_axes", {0}}, {"scatter_axis", 0}, {"reduction", "sum"}}));
   else
     reduce.output(reduce.op("all_reduce", {in}, {size},
                             {{"grid_axes", {0}}, {"reduction", "sum"}}));
@@ -197,10 +196,10 @@ TEST(GradientBufferTest, DistributedOptimizerEqualsTheReplicatedOne) {
     ASSERT_EQ(d[k].shard.size(), 16u);
     for (int64_t e = 0; e < 16; ++e) {
       int64_t at = 16 * k + e;
-      float expected =
-          at < 6 ? gradientOf(0, 1, at) + gradientOf(1, 1, at)
-          : at < 30 ? gradientOf(0, 0, at - 6) + gradientOf(1, 0, at - 6)
-                    : 0.0f;
+      float expected = at < 6 ? gradientOf(0, 1, at) + gradientOf(1, 1, at)
+                       : at < 30
+                           ? gradientOf(0, 0, at - 6) + gradientOf(1, 0, at - 6)
+                           : 0.0f;
       EXPECT_EQ(d[k].shard[e], expected) << "element " << at;
     }
   }

@@ -135,7 +135,7 @@ TEST(TrainerDataTest, ParsesMegatronFlags) {
                                            "98,2,0",
                                            "--no-progress-bar"}));
   EXPECT_EQ(c.bundlePath, "gpt.mtb");
-  EXPECT_EQ(c.dataPath, "corpus.txt");
+  EXPECT_EQ(c.dataPath, std::vector<std::string>{"corpus.txt"});
   EXPECT_EQ(c.options.trainIters, 300);
   EXPECT_EQ(c.options.lr, 6e-4);
   EXPECT_EQ(c.options.minLr, 6e-5);
@@ -160,6 +160,51 @@ TEST(TrainerDataTest, ParsesMegatronFlags) {
   EXPECT_NE(trainUsage().find("--lr-warmup-iters N"), std::string::npos);
 }
 
+TEST(TrainerDataTest, ParsesMegatronDataAndTokenizerFlags) {
+  std::vector<std::string> args = {
+      "--data-path", "0.3", "a_text_document", "0.7", "b_text_document",
+      "gpt.mtb", "--train-iters", "5", "--lr", "1e-3", "--tokenizer-type",
+      "GPT2BPETokenizer", "--vocab-file", "e.json", "--merge-file", "v.bpe",
+      "--micro-batch-size", "4", "--fp16", "--loss-scale", "1024"};
+  TrainCommand c = parseTrainCommand(args);
+  EXPECT_EQ(c.bundlePath, "gpt.mtb");
+  EXPECT_EQ(c.dataPath, (std::vector<std::string>{"0.3", "a_text_document",
+                                                  "0.7", "b_text_document"}));
+  EXPECT_TRUE(dataPathIsIndexed(c.dataPath));
+  EXPECT_EQ(c.options.tokenizer.type, "GPT2BPETokenizer");
+  EXPECT_EQ(c.options.tokenizer.vocabFile, "e.json");
+  EXPECT_EQ(c.options.tokenizer.mergeFile, "v.bpe");
+  EXPECT_EQ(c.options.microBatchSize, 4);
+  EXPECT_TRUE(c.fp16);
+  EXPECT_EQ(c.lossScale, 1024.0);
+  // No backend trains in fp16; the host backend refuses --bf16 too.
+  expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_UNIMPLEMENTED,
+              {"--fp16: no backend of megatron-train trains in fp16 yet",
+               "run without --fp16"});
+  c.fp16 = false;
+  expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_INVALID_ARGUMENT,
+              {"--loss-scale applies to --fp16 training only"});
+  c.lossScale.reset();
+  c.bf16 = true;
+  expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_UNIMPLEMENTED,
+              {"--bf16: the host backend trains in float32 only",
+               "megatron-compile --bf16"});
+  c.backend = "cuda";
+  checkPrecisionFlags(c);
+  expectError([&] { checkPrecisionMatchesBundle(c, "g.mtb", "fp32"); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"--bf16: bundle 'g.mtb' is compiled for precision fp32"});
+  checkPrecisionMatchesBundle(c, "g.mtb", "bf16");
+  expectError([&] { dataPathIsIndexed({"missing_text_document.bin"}); },
+              MTRT_STATUS_NOT_FOUND,
+              {"'missing_text_document.bin' is neither a text file nor the "
+               "prefix of a .bin/.idx pair",
+               "pass PREFIX_text_document"});
+  expectError([&] { dataPathIsIndexed({"nothing-here"}); },
+              MTRT_STATUS_NOT_FOUND,
+              {"is neither a text file nor the prefix of a .bin/.idx pair"});
+}
+
 TEST(TrainerDataTest, FlagErrorsSayWhatAndHow) {
   auto base = [](std::initializer_list<const char *> extra) {
     std::vector<std::string> a = {
@@ -176,10 +221,10 @@ TEST(TrainerDataTest, FlagErrorsSayWhatAndHow) {
        "megatron-train --help"});
   expectError(
       [&] {
-        parseTrainCommand(base({"--micro-batch-size", "4"}));
+        parseTrainCommand(base({"--seq-length", "4"}));
       },
       MTRT_STATUS_INVALID_ARGUMENT,
-      {"--micro-batch-size is fixed when the bundle is compiled",
+      {"--seq-length is fixed when the bundle is compiled",
        "megatron-compile"});
   expectError(
       [&] {

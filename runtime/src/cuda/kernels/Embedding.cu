@@ -1,6 +1,8 @@
 // Embedding lookup and its deterministic scatter-add backward.
 #include "cuda/kernels/KernelSupport.cuh"
 
+#include <cub/device/device_radix_sort.cuh>
+
 namespace mtrt::cuda {
 
 namespace {
@@ -22,45 +24,76 @@ __global__ void embeddingForwardKernel(int64_t count, int64_t vocab,
   }
 }
 
-constexpr int kRowsPerBlock = 64;
-constexpr int kIdTile = 1024;
+// Positions 0..count-1, the values the sort carries along with the ids.
+__global__ void iotaKernel(int64_t count, int64_t *positions) {
+  MTRT_GRID_STRIDE(i, count) { positions[i] = i; }
+}
 
-// Each block owns table rows [first, first + kRowsPerBlock): it zeroes them,
-// then walks every id in increasing order and adds the rows of dout whose id
-// it owns. Threads own columns, so no two threads touch one element and each
-// element's sum runs in increasing i, like the host's.
+// One block per sorted position; the block whose position starts a run of
+// equal ids adds the run's dout rows into the id's table row, in increasing
+// position (the stable sort keeps that order), as the host does. Threads own
+// columns, so no two threads touch one element.
 template <typename Id>
-__global__ void embeddingBackwardKernel(int64_t count, int64_t vocab,
-                                        int64_t hidden, const Id *ids,
-                                        const float *dout, float *dtable,
-                                        unsigned *fault, unsigned tag) {
-  __shared__ int64_t tile[kIdTile];
-  int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
-  int64_t last = detail::imin(vocab, first + kRowsPerBlock);
-  for (int64_t e = first * hidden + threadIdx.x; e < last * hidden;
-       e += blockDim.x)
-    dtable[e] = 0.0f;
-  for (int64_t base = 0; base < count; base += kIdTile) {
-    int64_t here = detail::imin(kIdTile, count - base);
-    __syncthreads();
-    for (int64_t t = threadIdx.x; t < here; t += blockDim.x)
-      tile[t] = static_cast<int64_t>(ids[base + t]);
-    __syncthreads();
-    for (int64_t t = 0; t < here; ++t) {
-      int64_t id = tile[t];
-      if (id < 0 || id >= vocab) {
-        if (blockIdx.x == 0 && threadIdx.x == 0)
-          detail::raiseFault(fault, tag);
-        continue;
-      }
-      if (id < first || id >= last)
-        continue;
-      float *row = dtable + id * hidden;
-      const float *src = dout + (base + t) * hidden;
-      for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x)
-        row[j] += src[j];
-    }
+__global__ void embeddingRunSumKernel(int64_t count, int64_t vocab,
+                                      int64_t hidden, const Id *sortedIds,
+                                      const int64_t *positions,
+                                      const float *dout, float *dtable,
+                                      unsigned *fault, unsigned tag) {
+  int64_t start = blockIdx.x;
+  Id id = sortedIds[start];
+  if (start > 0 && sortedIds[start - 1] == id)
+    return;
+  if (id < 0 || static_cast<int64_t>(id) >= vocab) {
+    if (threadIdx.x == 0)
+      detail::raiseFault(fault, tag);
+    return;
   }
+  int64_t end = start + 1;
+  while (end < count && sortedIds[end] == id)
+    ++end;
+  float *row = dtable + static_cast<int64_t>(id) * hidden;
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t i = start; i < end; ++i)
+      sum += dout[positions[i] * hidden + j];
+    row[j] = sum;
+  }
+}
+
+/// The pieces of the backward's scratch: sorted ids, positions before and
+/// after the sort, CUB's temporary storage.
+template <typename Id> struct SortScratch {
+  Id *sortedIds;
+  int64_t *positions, *sortedPositions;
+  void *temp;
+  size_t tempBytes;
+};
+
+size_t roundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+template <typename Id> size_t sortTempBytes(int64_t count) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<Id *>(nullptr),
+                                  static_cast<Id *>(nullptr),
+                                  static_cast<int64_t *>(nullptr),
+                                  static_cast<int64_t *>(nullptr),
+                                  static_cast<int>(count));
+  return bytes;
+}
+
+template <typename Id>
+SortScratch<Id> carveSortScratch(void *scratch, int64_t count) {
+  auto *base = static_cast<char *>(scratch);
+  SortScratch<Id> s{};
+  s.sortedIds = reinterpret_cast<Id *>(base);
+  base += roundUp256(sizeof(Id) * static_cast<size_t>(count));
+  s.positions = reinterpret_cast<int64_t *>(base);
+  base += roundUp256(sizeof(int64_t) * static_cast<size_t>(count));
+  s.sortedPositions = reinterpret_cast<int64_t *>(base);
+  base += roundUp256(sizeof(int64_t) * static_cast<size_t>(count));
+  s.temp = base;
+  s.tempBytes = sortTempBytes<Id>(count);
+  return s;
 }
 
 } // namespace
@@ -75,16 +108,41 @@ void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
             count, vocab, hidden, table, ids, out, fault, tag);
 }
 
+size_t embeddingBackwardScratchBytes(int64_t count, bool wideIds) {
+  if (count <= 0)
+    return 0;
+  size_t idBytes = wideIds ? sizeof(int64_t) : sizeof(int32_t);
+  return roundUp256(idBytes * static_cast<size_t>(count)) +
+         2 * roundUp256(sizeof(int64_t) * static_cast<size_t>(count)) +
+         roundUp256(wideIds ? sortTempBytes<int64_t>(count)
+                            : sortTempBytes<int32_t>(count));
+}
+
 template <typename Id>
 void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
                        int64_t hidden, const Id *ids, const float *dout,
-                       float *dtable, unsigned *fault, unsigned tag) {
+                       float *dtable, void *scratch, unsigned *fault,
+                       unsigned tag) {
   if (vocab * hidden <= 0)
     return;
-  unsigned blocks =
-      static_cast<unsigned>((vocab + kRowsPerBlock - 1) / kRowsPerBlock);
-  embeddingBackwardKernel<Id><<<blocks, detail::kThreads, 0, stream>>>(
-      count, vocab, hidden, ids, dout, dtable, fault, tag);
+  if (cudaMemsetAsync(dtable, 0,
+                      sizeof(float) * static_cast<size_t>(vocab * hidden),
+                      stream) != cudaSuccess || count <= 0)
+    return; // the caller's cudaGetLastError() reports a failed memset
+  SortScratch<Id> s = carveSortScratch<Id>(scratch, count);
+  iotaKernel<<<detail::blocksFor(count), detail::kThreads, 0, stream>>>(
+      count, s.positions);
+  size_t tempBytes = s.tempBytes;
+  if (cub::DeviceRadixSort::SortPairs(s.temp, tempBytes, ids, s.sortedIds,
+                                      s.positions, s.sortedPositions,
+                                      static_cast<int>(count), 0,
+                                      static_cast<int>(8 * sizeof(Id)),
+                                      stream) != cudaSuccess)
+    return;
+  embeddingRunSumKernel<Id>
+      <<<static_cast<unsigned>(count), detail::kThreads, 0, stream>>>(
+          count, vocab, hidden, s.sortedIds, s.sortedPositions, dout, dtable,
+          fault, tag);
 }
 
 #define MTRT_INSTANTIATE(Id)                                                   \
@@ -93,7 +151,7 @@ void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
                                      unsigned *, unsigned);                    \
   template void embeddingBackward<Id>(cudaStream_t, int64_t, int64_t,         \
                                       int64_t, const Id *, const float *,     \
-                                      float *, unsigned *, unsigned);
+                                      float *, void *, unsigned *, unsigned);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

@@ -39,6 +39,9 @@ using detail::kWarp;
 constexpr int kTile = 64;         // queries and keys per block
 constexpr int kFlashThreads = 128; // 4 warps of 16 rows
 constexpr int kPad = 8;
+/// Blocks per multiprocessor the register budget is cut for: 2 (255
+/// registers a thread) up to head dimension 64, 1 above.
+template <int D> constexpr int kFlashMinBlocks = D <= 64 ? 2 : 1;
 
 struct FlashGeometry {
   int64_t seqQ, seqK, headsQ, headsKv, group;
@@ -59,6 +62,14 @@ struct FlashGeometry {
   __device__ bool visible(int64_t i, int64_t j) const {
     return j < seqK && i < seqQ && (!causal || j <= i);
   }
+  int64_t keyBlocks;
+  /// The index of the dropout-mask word of query i, key block kb: bit j % 64
+  /// of word ((b * headsQ + h) * seqQ + i) * keyBlocks + j / 64 is P[b, h,
+  /// i, j]'s keep decision.
+  __device__ int64_t maskWord(int64_t b, int64_t h, int64_t i,
+                              int64_t kb) const {
+    return ((b * headsQ + h) * seqQ + i) * keyBlocks + kb;
+  }
   /// The dropout decision of P[b, h, i, j] (host AttentionParams' indexing).
   __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
     uint64_t index =
@@ -77,6 +88,7 @@ FlashGeometry makeGeometry(const AttentionParams &p) {
   g.qStride = p.headsQ * p.headDim;
   g.kStride = p.headsKv * p.headDim;
   g.causal = p.causal;
+  g.keyBlocks = (p.seqK + kTile - 1) / kTile;
   double scale =
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   g.scale = static_cast<float>(scale);
@@ -124,6 +136,18 @@ __device__ inline void loadB(uint32_t (&b)[2], const __nv_bfloat16 *tile,
   b[1] = load32(tile + (n0 + g) * ld + k0 + 2 * t + 8);
 }
 
+/// The B fragment at (k0, n0) of B = tile, tile [k][n] row-major, by
+/// ldmatrix's transposing load (lanes 0-15 address rows k0 .. k0 + 15).
+__device__ inline void loadBTransposed(uint32_t (&b)[2],
+                                       const __nv_bfloat16 *tile, int ld,
+                                       int k0, int n0, int lane) {
+  const __nv_bfloat16 *row = tile + (k0 + lane % 16) * ld + n0;
+  auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(address));
+}
+
 /// The A fragment of 16 columns (two 8-column accumulator tiles) of a
 /// 16-row accumulator, rounded to bf16.
 __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
@@ -135,30 +159,34 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
 }
 
 /// Rows [row0, row0 + 64) of a [positions, stride] fp32 tensor (D columns at
-/// `base`) into a bf16 tile [64][D + kPad]; rows past `rows` are zeros. With
-/// `transposed` also (or only, when `tile` is null) into [D][64 + kPad].
+/// `base`) into a bf16 tile [64][D + kPad]; rows past `rows` are zeros. Each
+/// thread issues up to four 16-byte loads before it stores.
 template <int D>
-__device__ inline void loadTile(__nv_bfloat16 *tile,
-                                __nv_bfloat16 *transposed, const float *base,
+__device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
                                 int64_t stride, int64_t row0, int64_t rows) {
   constexpr int kQuads = D / 4;
-  for (int c = threadIdx.x; c < kTile * kQuads; c += kFlashThreads) {
-    int r = c / kQuads, col = (c % kQuads) * 4;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row0 + r < rows)
-      x = *reinterpret_cast<const float4 *>(base + (row0 + r) * stride + col);
-    if (tile) {
-      __nv_bfloat16 *to = tile + r * (D + kPad) + col;
-      *reinterpret_cast<__nv_bfloat162 *>(to) = __floats2bfloat162_rn(x.x, x.y);
-      *reinterpret_cast<__nv_bfloat162 *>(to + 2) =
-          __floats2bfloat162_rn(x.z, x.w);
+  constexpr int kPerThread = kTile * kQuads / kFlashThreads;
+  constexpr int kInFlight = kPerThread < 4 ? kPerThread : 4;
+#pragma unroll
+  for (int first = 0; first < kPerThread; first += kInFlight) {
+    float4 x[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      int c = threadIdx.x + (first + u) * kFlashThreads;
+      int r = c / kQuads, col = (c % kQuads) * 4;
+      x[u] = row0 + r < rows ? *reinterpret_cast<const float4 *>(
+                                   base + (row0 + r) * stride + col)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    if (transposed) {
-      constexpr int ld = kTile + kPad;
-      transposed[(col + 0) * ld + r] = __float2bfloat16_rn(x.x);
-      transposed[(col + 1) * ld + r] = __float2bfloat16_rn(x.y);
-      transposed[(col + 2) * ld + r] = __float2bfloat16_rn(x.z);
-      transposed[(col + 3) * ld + r] = __float2bfloat16_rn(x.w);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      int c = threadIdx.x + (first + u) * kFlashThreads;
+      int r = c / kQuads, col = (c % kQuads) * 4;
+      __nv_bfloat16 *to = tile + r * (D + kPad) + col;
+      *reinterpret_cast<__nv_bfloat162 *>(to) =
+          __floats2bfloat162_rn(x[u].x, x[u].y);
+      *reinterpret_cast<__nv_bfloat162 *>(to + 2) =
+          __floats2bfloat162_rn(x[u].z, x[u].w);
     }
   }
 }
@@ -176,28 +204,27 @@ __device__ inline float rowMax(float x) {
 }
 
 template <int D> constexpr size_t forwardShared() {
-  return sizeof(__nv_bfloat16) *
-         (2 * kTile * (D + kPad) + D * (kTile + kPad));
+  return sizeof(__nv_bfloat16) * 3 * kTile * (D + kPad);
 }
 
-// Grid (query blocks, headsQ, batch). Shared: Q [64][D+8], K [64][D+8],
-// V^T [D][64+8].
+// Grid (query blocks, headsQ, batch). Shared: Q, K, V [64][D+8]. With
+// dropout and `mask`, also stores the keep decisions as mask words.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
     flashForwardKernel(FlashGeometry geo, const float *q, const float *k,
-                       const float *v, float *out, float *logsumexp) {
+                       const float *v, float *out, float *outCopy,
+                       float *logsumexp, uint64_t *mask) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *ks = qs + kTile * (D + kPad);
-  __nv_bfloat16 *vt = ks + kTile * (D + kPad);
-  constexpr int ld = D + kPad, ldT = kTile + kPad;
+  __nv_bfloat16 *vs = ks + kTile * (D + kPad);
+  constexpr int ld = D + kPad;
   int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
   int64_t h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
 
-  loadTile<D>(qs, nullptr, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
-              geo.seqQ);
+  loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
   __syncthreads();
   uint32_t qf[D / 16][4];
 #pragma unroll
@@ -214,10 +241,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   int64_t keyEnd = geo.causal ? detail::imin(geo.seqK, q0 + kTile) : geo.seqK;
   for (int64_t k0 = 0; k0 < keyEnd; k0 += kTile) {
     __syncthreads();
-    loadTile<D>(ks, nullptr, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
-                geo.seqK);
-    loadTile<D>(nullptr, vt, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
-                geo.seqK);
+    loadTile<D>(ks, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
+    loadTile<D>(vs, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
     __syncthreads();
     float s[kTile / 8][4];
 #pragma unroll
@@ -250,6 +275,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       m[r] = next;
       l[r] *= alpha[r];
     }
+    uint64_t kept[2] = {0, 0};
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
@@ -257,11 +283,22 @@ __global__ void __launch_bounds__(kFlashThreads)
         float p = __expf(s[n][e] - base[e / 2]);
         l[e / 2] += p;
         if (geo.hasDropout) {
-          int64_t j = k0 + n * 8 + 2 * t + (e & 1);
-          p = geo.keep(b, h, rows[e / 2], j) ? p * geo.dropoutScale : 0.f;
+          int col = n * 8 + 2 * t + (e & 1);
+          bool keep = geo.keep(b, h, rows[e / 2], k0 + col);
+          kept[e / 2] |= static_cast<uint64_t>(keep) << col;
+          p = keep ? p * geo.dropoutScale : 0.f;
         }
         s[n][e] = p;
       }
+    if (geo.hasDropout && mask) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        kept[r] |= __shfl_xor_sync(0xffffffffu, kept[r], 1);
+        kept[r] |= __shfl_xor_sync(0xffffffffu, kept[r], 2);
+        if (t == 0 && rows[r] < geo.seqQ)
+          mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = kept[r];
+      }
+    }
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       o[n][0] *= alpha[0];
@@ -276,7 +313,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t bf[2];
-        loadB(bf, vt, ldT, n * 8, kc * 16, g, t);
+        loadBTransposed(bf, vs, ld, kc * 16, n * 8, lane);
         mma(o[n], pf, bf);
       }
     }
@@ -290,13 +327,16 @@ __global__ void __launch_bounds__(kFlashThreads)
     if (t == 0)
       logsumexp[(b * geo.headsQ + h) * geo.seqQ + rows[r]] =
           m[r] + logf(sum);
-    if (!out)
-      continue;
-    float *row = out + geo.qOffset(b, rows[r], h, D);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2 *>(row + n * 8 + 2 * t) =
+    for (int n = 0; n < D / 8; ++n) {
+      float2 value =
           make_float2(o[n][2 * r] * inverse, o[n][2 * r + 1] * inverse);
+      int64_t at = geo.qOffset(b, rows[r], h, D) + n * 8 + 2 * t;
+      if (out)
+        *reinterpret_cast<float2 *>(out + at) = value;
+      if (outCopy)
+        *reinterpret_cast<float2 *>(outCopy + at) = value;
+    }
   }
 }
 
@@ -323,33 +363,31 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
 }
 
 template <int D> constexpr size_t queryBackwardShared() {
-  return sizeof(__nv_bfloat16) *
-         (4 * kTile * (D + kPad) + D * (kTile + kPad));
+  return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad);
 }
 
-// dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V
-// [64][D+8] and K^T [D][64+8].
+// dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V [64][D+8].
+// The keep decisions come from `mask` when given, else from the hash.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
     flashQueryBackwardKernel(FlashGeometry geo, const float *q,
                              const float *k, const float *v,
                              const float *logsumexp, const float *delta,
-                             const float *dout, float *dq) {
+                             const uint64_t *mask, const float *dout,
+                             float *dq) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *dos = qs + kTile * (D + kPad);
   __nv_bfloat16 *ks = dos + kTile * (D + kPad);
   __nv_bfloat16 *vs = ks + kTile * (D + kPad);
-  __nv_bfloat16 *kt = vs + kTile * (D + kPad);
-  constexpr int ld = D + kPad, ldT = kTile + kPad;
+  constexpr int ld = D + kPad;
   int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
   int64_t h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
 
-  loadTile<D>(qs, nullptr, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
-              geo.seqQ);
-  loadTile<D>(dos, nullptr, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+  loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
+  loadTile<D>(dos, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
               geo.seqQ);
   __syncthreads();
   uint32_t qf[D / 16][4], dof[D / 16][4];
@@ -375,11 +413,15 @@ __global__ void __launch_bounds__(kFlashThreads)
   int64_t keyEnd = geo.causal ? detail::imin(geo.seqK, q0 + kTile) : geo.seqK;
   for (int64_t k0 = 0; k0 < keyEnd; k0 += kTile) {
     __syncthreads();
-    loadTile<D>(ks, kt, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
-                geo.seqK);
-    loadTile<D>(vs, nullptr, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
-                geo.seqK);
+    loadTile<D>(ks, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
+    loadTile<D>(vs, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
     __syncthreads();
+    uint64_t kept[2] = {0, 0};
+    if (geo.hasDropout && mask)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (rows[r] < geo.seqQ)
+          kept[r] = mask[geo.maskWord(b, h, rows[r], k0 / kTile)];
     float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
@@ -400,13 +442,16 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int64_t i = rows[e / 2], j = k0 + n * 8 + 2 * t + (e & 1);
+        int col = n * 8 + 2 * t + (e & 1);
+        int64_t i = rows[e / 2], j = k0 + col;
         float p = geo.visible(i, j)
                       ? __expf(s[n][e] * geo.scale - lse[e / 2])
                       : 0.f;
         float dprob = dp[n][e];
-        if (geo.hasDropout)
-          dprob = geo.keep(b, h, i, j) ? dprob * geo.dropoutScale : 0.f;
+        if (geo.hasDropout) {
+          bool keep = mask ? (kept[e / 2] >> col) & 1 : geo.keep(b, h, i, j);
+          dprob = keep ? dprob * geo.dropoutScale : 0.f;
+        }
         s[n][e] = p * (dprob - dlt[e / 2]);
       }
 #pragma unroll
@@ -416,7 +461,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t bf[2];
-        loadB(bf, kt, ldT, n * 8, kc * 16, g, t);
+        loadBTransposed(bf, ks, ld, kc * 16, n * 8, lane);
         mma(acc[n], af, bf);
       }
     }
@@ -434,40 +479,36 @@ __global__ void __launch_bounds__(kFlashThreads)
 }
 
 template <int D> constexpr size_t keyBackwardShared() {
-  return sizeof(__nv_bfloat16) *
-             (4 * kTile * (D + kPad) + 2 * D * (kTile + kPad)) +
-         2 * sizeof(float) * kTile;
+  return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad) +
+         (2 * sizeof(float) + sizeof(uint64_t)) * kTile;
 }
 
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
-// of the block. Shared: K, V, Q, dout [64][D+8], Q^T and dout^T [D][64+8],
-// the query rows' logsumexp and delta.
+// of the block. Shared: K, V, Q, dout [64][D+8], the query rows'
+// logsumexp, delta and mask words.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
     flashKeyBackwardKernel(FlashGeometry geo, const float *q, const float *k,
                            const float *v, const float *logsumexp,
-                           const float *delta, const float *dout, float *dk,
-                           float *dv) {
+                           const float *delta, const uint64_t *mask,
+                           const float *dout, float *dk, float *dv) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *ks = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *vs = ks + kTile * (D + kPad);
   __nv_bfloat16 *qs = vs + kTile * (D + kPad);
   __nv_bfloat16 *dos = qs + kTile * (D + kPad);
-  __nv_bfloat16 *qt = dos + kTile * (D + kPad);
-  __nv_bfloat16 *dot = qt + D * (kTile + kPad);
-  auto *lseS = reinterpret_cast<float *>(dot + D * (kTile + kPad));
+  auto *maskS = reinterpret_cast<uint64_t *>(dos + kTile * (D + kPad));
+  auto *lseS = reinterpret_cast<float *>(maskS + kTile);
   float *deltaS = lseS + kTile;
-  constexpr int ld = D + kPad, ldT = kTile + kPad;
+  constexpr int ld = D + kPad;
   int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile;
   int64_t grp = blockIdx.y, b = blockIdx.z;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
 
-  loadTile<D>(ks, nullptr, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
-              geo.seqK);
-  loadTile<D>(vs, nullptr, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0,
-              geo.seqK);
-  int64_t keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  loadTile<D>(ks, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
+  loadTile<D>(vs, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
+  int localKeys[2] = {warp * 16 + g, warp * 16 + g + 8};
   float dkAcc[D / 8][4], dvAcc[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
@@ -479,15 +520,17 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int64_t h = grp * geo.group; h < (grp + 1) * geo.group; ++h)
     for (int64_t q0 = queryBegin; q0 < geo.seqQ; q0 += kTile) {
       __syncthreads();
-      loadTile<D>(qs, qt, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+      loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
                   geo.seqQ);
-      loadTile<D>(dos, dot, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+      loadTile<D>(dos, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
                   geo.seqQ);
       for (int r = threadIdx.x; r < kTile; r += kFlashThreads) {
         bool in = q0 + r < geo.seqQ;
         int64_t at = (b * geo.headsQ + h) * geo.seqQ + q0 + r;
         lseS[r] = in ? logsumexp[at] : 0.f;
         deltaS[r] = in ? delta[at] : 0.f;
+        maskS[r] = in && mask ? mask[geo.maskWord(b, h, q0 + r, k0 / kTile)]
+                              : 0;
       }
       __syncthreads();
       // S^T [keys][queries] and dP^T = V dout^T.
@@ -517,15 +560,16 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int col = n * 8 + 2 * t + (e & 1);
-          int64_t i = q0 + col, j = keys[e / 2];
+          int64_t i = q0 + col, j = k0 + localKeys[e / 2];
           float p = geo.visible(i, j)
                         ? __expf(s[n][e] * geo.scale - lseS[col])
                         : 0.f;
           float dprob = dp[n][e], dropped = p;
           if (geo.hasDropout) {
-            bool kept = geo.keep(b, h, i, j);
-            dprob = kept ? dprob * geo.dropoutScale : 0.f;
-            dropped = kept ? p * geo.dropoutScale : 0.f;
+            bool keep = mask ? (maskS[col] >> localKeys[e / 2]) & 1
+                             : geo.keep(b, h, i, j);
+            dprob = keep ? dprob * geo.dropoutScale : 0.f;
+            dropped = keep ? p * geo.dropoutScale : 0.f;
           }
           s[n][e] = dropped;
           dp[n][e] = p * (dprob - deltaS[col]);
@@ -538,18 +582,19 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
           uint32_t bf[2];
-          loadB(bf, dot, ldT, n * 8, kc * 16, g, t);
+          loadBTransposed(bf, dos, ld, kc * 16, n * 8, lane);
           mma(dvAcc[n], pf, bf);
-          loadB(bf, qt, ldT, n * 8, kc * 16, g, t);
+          loadBTransposed(bf, qs, ld, kc * 16, n * 8, lane);
           mma(dkAcc[n], sf, bf);
         }
       }
     }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (keys[r] >= geo.seqK)
+    int64_t key = k0 + localKeys[r];
+    if (key >= geo.seqK)
       continue;
-    int64_t offset = geo.kOffset(b, keys[r], grp, D);
+    int64_t offset = geo.kOffset(b, key, grp, D);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       if (dk)
@@ -575,20 +620,22 @@ unsigned blocks(int64_t n) {
 
 template <int D>
 void forward(cudaStream_t stream, const AttentionParams &p, const float *q,
-             const float *k, const float *v, float *out, float *logsumexp) {
+             const float *k, const float *v, float *out, float *outCopy,
+             float *logsumexp, uint64_t *mask) {
   size_t bytes = forwardShared<D>();
   allowShared(flashForwardKernel<D>, bytes);
   dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
             static_cast<unsigned>(p.batch));
   flashForwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-      makeGeometry(p), q, k, v, out, logsumexp);
+      makeGeometry(p), q, k, v, out, outCopy, logsumexp, mask);
 }
 
 template <int D>
 void backward(cudaStream_t stream, const AttentionParams &p, const float *q,
               const float *k, const float *v, const float *out,
-              const float *logsumexp, const float *dout, float *dq,
-              float *dk, float *dv, float *delta) {
+              const float *logsumexp, const uint64_t *mask,
+              const float *dout, float *dq, float *dk, float *dv,
+              float *delta) {
   FlashGeometry geo = makeGeometry(p);
   int64_t rows = p.batch * p.headsQ * p.seqQ;
   constexpr int kDeltaThreads = 256;
@@ -602,7 +649,7 @@ void backward(cudaStream_t stream, const AttentionParams &p, const float *q,
     dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
               static_cast<unsigned>(p.batch));
     flashQueryBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-        geo, q, k, v, logsumexp, delta, dout, dq);
+        geo, q, k, v, logsumexp, delta, mask, dout, dq);
   }
   if (dk || dv) {
     size_t bytes = keyBackwardShared<D>();
@@ -610,7 +657,7 @@ void backward(cudaStream_t stream, const AttentionParams &p, const float *q,
     dim3 grid(blocks(p.seqK), static_cast<unsigned>(p.headsKv),
               static_cast<unsigned>(p.batch));
     flashKeyBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-        geo, q, k, v, logsumexp, delta, dout, dk, dv);
+        geo, q, k, v, logsumexp, delta, mask, dout, dk, dv);
   }
 }
 
@@ -661,12 +708,22 @@ std::string flashAttentionUnsupportedReason(const AttentionParams &p) {
 
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
                            const float *q, const float *k, const float *v,
-                           float *out, float *logsumexp) {
+                           float *out, float *outCopy, float *logsumexp,
+                           uint64_t *mask) {
   if (empty(params))
     return;
   withHeadDim(params.headDim, [&](auto d) {
-    forward<decltype(d)::value>(stream, params, q, k, v, out, logsumexp);
+    forward<decltype(d)::value>(stream, params, q, k, v, out, outCopy,
+                                logsumexp, mask);
   });
+}
+
+size_t flashAttentionMaskBytes(const AttentionParams &params) {
+  if (params.dropoutP <= 0)
+    return 0;
+  return sizeof(uint64_t) *
+         static_cast<size_t>(params.batch * params.headsQ * params.seqQ *
+                             ((params.seqK + kTile - 1) / kTile));
 }
 
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params) {
@@ -677,13 +734,13 @@ size_t flashAttentionBackwardScratchBytes(const AttentionParams &params) {
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
                             const float *q, const float *k, const float *v,
                             const float *out, const float *logsumexp,
-                            const float *dout, float *dq, float *dk,
-                            float *dv, void *scratch) {
+                            const uint64_t *mask, const float *dout,
+                            float *dq, float *dk, float *dv, void *scratch) {
   if (empty(params))
     return;
   withHeadDim(params.headDim, [&](auto d) {
     backward<decltype(d)::value>(stream, params, q, k, v, out, logsumexp,
-                                 dout, dq, dk, dv,
+                                 mask, dout, dq, dk, dv,
                                  static_cast<float *>(scratch));
   });
 }

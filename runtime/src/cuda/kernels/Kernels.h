@@ -65,12 +65,19 @@ void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
                       int64_t hidden, const float *table, const Id *ids,
                       float *out, unsigned *fault, unsigned tag);
 
+/// Scratch of embeddingBackward for `count` ids (int64_t ids when
+/// `wideIds`, else int32_t).
+size_t embeddingBackwardScratchBytes(int64_t count, bool wideIds);
+
 /// dtable = 0, then dtable[ids[i], :] += dout[i, :] in increasing i for each
-/// table row (blocks own disjoint row ranges: no atomics, fixed order).
+/// table row: a stable radix sort of the ids (CUB) groups each row's
+/// positions in increasing order, and one block per run of equal ids sums
+/// them (no atomics, fixed order, the host's sums).
 template <typename Id>
 void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
                        int64_t hidden, const Id *ids, const float *dout,
-                       float *dtable, unsigned *fault, unsigned tag);
+                       float *dtable, void *scratch, unsigned *fault,
+                       unsigned tag);
 
 //===----------------------------------------------------------------------===//
 // Norms.cu (statistics in double, as on the host)
@@ -139,21 +146,28 @@ void attentionBackward(cudaStream_t stream, const AttentionParams &params,
 /// Empty when the flash kernels take these shapes, else why not.
 std::string flashAttentionUnsupportedReason(const AttentionParams &params);
 
-/// out (may be null) and logsumexp [batch, headsQ, seqQ], as
-/// attentionForward.
+/// out and logsumexp [batch, headsQ, seqQ], as attentionForward; out and
+/// outCopy (a second copy of out, kept for the gradient) may be null. With
+/// dropout and a `mask` of flashAttentionMaskBytes, the keep decisions are
+/// stored there as bits, so that the gradient need not recompute them.
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
                            const float *q, const float *k, const float *v,
-                           float *out, float *logsumexp);
+                           float *out, float *outCopy, float *logsumexp,
+                           uint64_t *mask);
+
+/// Bytes of the forward's dropout mask: 0 without dropout.
+size_t flashAttentionMaskBytes(const AttentionParams &params);
 
 /// Scratch of flashAttentionBackward: one float per query row.
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params);
 
-/// dq, dk, dv (each may be null) from the forward's out and logsumexp.
+/// dq, dk, dv (each may be null) from the forward's out, logsumexp and
+/// (when not null) dropout mask.
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
                             const float *q, const float *k, const float *v,
                             const float *out, const float *logsumexp,
-                            const float *dout, float *dq, float *dk,
-                            float *dv, void *scratch);
+                            const uint64_t *mask, const float *dout,
+                            float *dq, float *dk, float *dv, void *scratch);
 
 /// Scratch of rope: the cos/sin table, [seq][rotaryDim / 2] each, in float.
 size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim);
@@ -214,20 +228,29 @@ void roundToBf16(cudaStream_t stream, int64_t n, const float *x,
 
 /// Scratch of both cross-entropy launchers.
 size_t crossEntropyScratchBytes(int64_t rows);
+/// Bytes of the rows' logsumexps the forward can save for the backward.
+size_t crossEntropySavedBytes(int64_t rows);
 
+/// One pass over each row of logits (a running max and sum of exponentials,
+/// in double); with `saved` (crossEntropySavedBytes), also stores each
+/// row's logsumexp.
 template <typename Id>
 void crossEntropyForward(cudaStream_t stream, int64_t rows, int64_t vocab,
                          const float *logits, const Id *labels,
                          int64_t ignoreIndex, LossReduction reduction,
-                         float *loss, void *scratch, unsigned *fault,
-                         unsigned tag);
+                         float *loss, void *scratch, double *saved,
+                         unsigned *fault, unsigned tag);
 
+/// With `saved` (the forward's logsumexps of the same logits and labels),
+/// one read of the logits and one write of dlogits; else the logsumexps are
+/// recomputed first.
 template <typename Id>
 void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
                           const float *logits, const Id *labels,
                           int64_t ignoreIndex, LossReduction reduction,
                           const float *dloss, float *dlogits, void *scratch,
-                          unsigned *fault, unsigned tag);
+                          const double *saved, unsigned *fault,
+                          unsigned tag);
 
 //===----------------------------------------------------------------------===//
 // Shape.cu

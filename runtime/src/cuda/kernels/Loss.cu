@@ -9,27 +9,65 @@ namespace {
 constexpr int kRowThreads = 256;
 constexpr int kReduceThreads = 1024;
 
-/// log(sum(exp(row))) over the block, in double, returned to every thread.
+/// Merges a running (max, sum of exp(x - max)) pair with another.
+__device__ inline void mergeLogSumExp(double &maxValue, double &sum,
+                                      double otherMax, double otherSum) {
+  if (otherMax == -INFINITY)
+    return;
+  if (maxValue == -INFINITY) {
+    maxValue = otherMax;
+    sum = otherSum;
+    return;
+  }
+  double next = fmax(maxValue, otherMax);
+  sum = sum * exp(maxValue - next) + otherSum * exp(otherMax - next);
+  maxValue = next;
+}
+
+/// log(sum(exp(row))) over the block, in double, returned to every thread:
+/// one pass over the row (each thread keeps a running max and its sum of
+/// exponentials), then the threads' pairs merged through shared memory.
 __device__ double rowLogSumExp(const float *row, int64_t vocab,
                                double *shared) {
-  double maxValue = -INFINITY;
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x)
-    maxValue = fmax(maxValue, static_cast<double>(row[v]));
-  maxValue = detail::blockMax(maxValue, shared);
-  double sum = 0;
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x)
-    sum += exp(static_cast<double>(row[v]) - maxValue);
-  sum = detail::blockSum(sum, shared);
-  return maxValue + log(sum);
+  __shared__ double maxes[kRowThreads], sums[kRowThreads];
+  double maxValue = -INFINITY, sum = 0;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+    double x = static_cast<double>(row[v]);
+    if (x > maxValue) {
+      sum = (maxValue == -INFINITY ? 0.0 : sum * exp(maxValue - x)) + 1.0;
+      maxValue = x;
+    } else {
+      sum += exp(x - maxValue);
+    }
+  }
+  (void)shared;
+  maxes[threadIdx.x] = maxValue;
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) {
+      double m = maxes[threadIdx.x], s = sums[threadIdx.x];
+      mergeLogSumExp(m, s, maxes[threadIdx.x + width],
+                     sums[threadIdx.x + width]);
+      maxes[threadIdx.x] = m;
+      sums[threadIdx.x] = s;
+    }
+    __syncthreads();
+  }
+  double result = maxes[0] + log(sums[0]);
+  __syncthreads(); // the arrays are reused by the next row's call
+  return result;
 }
 
 /// rowLoss[r] = logsumexp(row) - row[label] (0 for ignored or bad labels);
-/// with `lossPerRow`, also loss[r] = float(rowLoss[r]).
+/// with `lossPerRow`, also loss[r] = float(rowLoss[r]); with `rowLse`, also
+/// the row's logsumexp (for the gradient).
 template <typename Id>
 __global__ void crossEntropyRowsKernel(int64_t vocab, const float *logits,
                                        const Id *labels, int64_t ignoreIndex,
                                        double *rowLoss, float *lossPerRow,
-                                       unsigned *fault, unsigned tag) {
+                                       double *rowLse, unsigned *fault,
+                                       unsigned tag) {
   __shared__ double shared[kRowThreads / detail::kWarp];
   int64_t r = blockIdx.x;
   int64_t label = static_cast<int64_t>(labels[r]);
@@ -40,8 +78,10 @@ __global__ void crossEntropyRowsKernel(int64_t vocab, const float *logits,
         detail::raiseFault(fault, tag);
     } else {
       const float *row = logits + r * vocab;
-      value = rowLogSumExp(row, vocab, shared) -
-              static_cast<double>(row[label]);
+      double lse = rowLogSumExp(row, vocab, shared);
+      value = lse - static_cast<double>(row[label]);
+      if (rowLse && threadIdx.x == 0)
+        rowLse[r] = lse;
     }
   }
   if (threadIdx.x == 0) {
@@ -97,6 +137,7 @@ __global__ void crossEntropyBackwardKernel(int64_t vocab, const float *logits,
                                            int64_t ignoreIndex,
                                            const float *dlossPerRow,
                                            const double *sharedGrad,
+                                           const double *rowLse,
                                            float *dlogits, unsigned *fault,
                                            unsigned tag) {
   __shared__ double shared[kRowThreads / detail::kWarp];
@@ -113,7 +154,7 @@ __global__ void crossEntropyBackwardKernel(int64_t vocab, const float *logits,
   }
   double g = dlossPerRow ? static_cast<double>(dlossPerRow[r]) : *sharedGrad;
   const float *row = logits + r * vocab;
-  double lse = rowLogSumExp(row, vocab, shared);
+  double lse = rowLse ? rowLse[r] : rowLogSumExp(row, vocab, shared);
   for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
     double prob = exp(static_cast<double>(row[v]) - lse);
     out[v] = static_cast<float>(g * (v == label ? prob - 1.0 : prob));
@@ -126,19 +167,23 @@ size_t crossEntropyScratchBytes(int64_t rows) {
   return sizeof(double) * static_cast<size_t>(rows + 1);
 }
 
+size_t crossEntropySavedBytes(int64_t rows) {
+  return sizeof(double) * static_cast<size_t>(rows);
+}
+
 template <typename Id>
 void crossEntropyForward(cudaStream_t stream, int64_t rows, int64_t vocab,
                          const float *logits, const Id *labels,
                          int64_t ignoreIndex, LossReduction reduction,
-                         float *loss, void *scratch, unsigned *fault,
-                         unsigned tag) {
+                         float *loss, void *scratch, double *saved,
+                         unsigned *fault, unsigned tag) {
   auto *rowLoss = static_cast<double *>(scratch);
   bool perRow = reduction == LossReduction::None;
   if (rows > 0)
     crossEntropyRowsKernel<Id>
         <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
             vocab, logits, labels, ignoreIndex, rowLoss,
-            perRow ? loss : nullptr, fault, tag);
+            perRow ? loss : nullptr, saved, fault, tag);
   if (!perRow)
     crossEntropyReduceKernel<Id><<<1, kReduceThreads, 0, stream>>>(
         rows, labels, ignoreIndex, rowLoss,
@@ -150,7 +195,8 @@ void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
                           const float *logits, const Id *labels,
                           int64_t ignoreIndex, LossReduction reduction,
                           const float *dloss, float *dlogits, void *scratch,
-                          unsigned *fault, unsigned tag) {
+                          const double *saved, unsigned *fault,
+                          unsigned tag) {
   auto *sharedGrad = static_cast<double *>(scratch);
   bool perRow = reduction == LossReduction::None;
   if (!perRow)
@@ -161,16 +207,17 @@ void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
     crossEntropyBackwardKernel<Id>
         <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
             vocab, logits, labels, ignoreIndex, perRow ? dloss : nullptr,
-            sharedGrad, dlogits, fault, tag);
+            sharedGrad, saved, dlogits, fault, tag);
 }
 
 #define MTRT_INSTANTIATE(Id)                                                   \
   template void crossEntropyForward<Id>(                                       \
       cudaStream_t, int64_t, int64_t, const float *, const Id *, int64_t,      \
-      LossReduction, float *, void *, unsigned *, unsigned);                   \
+      LossReduction, float *, void *, double *, unsigned *, unsigned);         \
   template void crossEntropyBackward<Id>(                                      \
       cudaStream_t, int64_t, int64_t, const float *, const Id *, int64_t,      \
-      LossReduction, const float *, float *, void *, unsigned *, unsigned);
+      LossReduction, const float *, float *, void *, const double *,          \
+      unsigned *, unsigned);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

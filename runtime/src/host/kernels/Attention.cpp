@@ -44,9 +44,13 @@ struct AttentionGeometry {
   int64_t oOffset(int64_t b, int64_t i, int64_t h) const {
     return ((b * p.seqQ + i) * p.headsQ + h) * p.headDimV;
   }
-  /// The row-major index of P[b, h, i, 0] in [batch, headsQ, seqQ, seqK].
+  /// The row-major index of P[b, h, i, 0] in the global [batch, headsQ,
+  /// seqQ, seqK].
   uint64_t probabilityRow(int64_t b, int64_t h, int64_t i) const {
-    return static_cast<uint64_t>(((b * p.headsQ + h) * p.seqQ + i) * p.seqK);
+    int64_t heads = p.globalHeadsQ ? p.globalHeadsQ : p.headsQ;
+    return static_cast<uint64_t>(
+        (((b + p.batchOffset) * heads + h + p.headOffset) * p.seqQ + i) *
+        p.seqK);
   }
   bool keep(uint64_t row, int64_t j) const {
     return random::dropoutKeep(dropoutKey, row + static_cast<uint64_t>(j),

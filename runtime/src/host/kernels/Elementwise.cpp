@@ -102,10 +102,20 @@ void swigluBackward(ThreadPool &pool, int64_t n, const T *gate, const T *up,
   });
 }
 
+uint64_t GlobalTile::globalIndex(int64_t local) const {
+  int64_t index = 0, stride = 1;
+  for (size_t d = localShape.size(); d-- > 0;) {
+    index += (local % localShape[d] + offsets[d]) * stride;
+    local /= localShape[d];
+    stride *= globalShape[d];
+  }
+  return static_cast<uint64_t>(index);
+}
+
 namespace {
 template <typename T>
 void applyDropout(ThreadPool &pool, int64_t n, const T *in, T *out, double p,
-                  uint64_t seed, uint64_t step) {
+                  uint64_t seed, uint64_t step, const GlobalTile *tile) {
   if (p == 0) {
     forEachElement(pool, n, [&](int64_t i) { out[i] = in[i]; });
     return;
@@ -114,7 +124,8 @@ void applyDropout(ThreadPool &pool, int64_t n, const T *in, T *out, double p,
   float threshold = static_cast<float>(p);
   T scale = static_cast<T>(1.0 / (1.0 - p));
   forEachElement(pool, n, [&](int64_t i) {
-    bool keep = random::dropoutKeep(key, static_cast<uint64_t>(i), threshold);
+    uint64_t at = tile ? tile->globalIndex(i) : static_cast<uint64_t>(i);
+    bool keep = random::dropoutKeep(key, at, threshold);
     out[i] = keep ? in[i] * scale : T(0);
   });
 }
@@ -122,14 +133,15 @@ void applyDropout(ThreadPool &pool, int64_t n, const T *in, T *out, double p,
 
 template <typename T>
 void dropoutForward(ThreadPool &pool, int64_t n, const T *x, T *y, double p,
-                    uint64_t seed, uint64_t step) {
-  applyDropout(pool, n, x, y, p, seed, step);
+                    uint64_t seed, uint64_t step, const GlobalTile *tile) {
+  applyDropout(pool, n, x, y, p, seed, step, tile);
 }
 
 template <typename T>
 void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx,
-                     double p, uint64_t seed, uint64_t step) {
-  applyDropout(pool, n, dy, dx, p, seed, step);
+                     double p, uint64_t seed, uint64_t step,
+                     const GlobalTile *tile) {
+  applyDropout(pool, n, dy, dx, p, seed, step, tile);
 }
 
 template <typename T>
@@ -230,9 +242,11 @@ void softmaxBackward(ThreadPool &pool, int64_t outer, int64_t axisSize,
   template void swigluBackward<T>(ThreadPool &, int64_t, const T *,            \
                                   const T *, const T *, T *, T *);             \
   template void dropoutForward<T>(ThreadPool &, int64_t, const T *, T *,       \
-                                  double, uint64_t, uint64_t);                 \
+                                  double, uint64_t, uint64_t,                  \
+                                  const GlobalTile *);                         \
   template void dropoutBackward<T>(ThreadPool &, int64_t, const T *, T *,      \
-                                   double, uint64_t, uint64_t);                \
+                                   double, uint64_t, uint64_t,                 \
+                                   const GlobalTile *);                        \
   template void addForward<T>(ThreadPool &, int64_t, const T *, const T *,     \
                               T *);                                            \
   template void accumulateInto<T>(ThreadPool &, int64_t, const T *, T *);      \

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mtrt::host {
 
@@ -168,10 +169,13 @@ struct AttentionParams {
   /// Dropout on the probabilities P [batch, headsQ, seqQ, seqK]: element
   /// ((b * headsQ + h) * seqQ + i) * seqK + j is kept iff
   /// random::dropoutKeep(streamKey(seed, step), that index, float(p)), and
-  /// kept values are scaled by 1 / (1 - p). p = 0 disables it.
+  /// kept values are scaled by 1 / (1 - p). p = 0 disables it. b and h
+  /// count in the global tensor: a rank's batch rows and query heads start
+  /// at batchOffset and headOffset of globalHeadsQ (0: headsQ).
   double dropoutP = 0;
   uint64_t seed = 0;
   uint64_t step = 0;
+  int64_t batchOffset = 0, headOffset = 0, globalHeadsQ = 0;
 };
 
 /// out = dropout(softmax(scale * q k^T + mask)) v per (batch, query head);
@@ -247,16 +251,30 @@ template <typename T>
 void swigluBackward(ThreadPool &pool, int64_t n, const T *gate, const T *up,
                     const T *dy, T *dgate, T *dup);
 
+/// Where a rank's tile of a tensor lies in the global tensor, for random
+/// streams keyed on global positions: per dimension, the tile's size, the
+/// global size and the tile's offset.
+struct GlobalTile {
+  std::vector<int64_t> localShape, globalShape, offsets;
+  /// The row-major index in the global tensor of the tile's element
+  /// `local` (a row-major index in the tile).
+  uint64_t globalIndex(int64_t local) const;
+};
+
 /// Inverted dropout: y[i] = keep(i) ? x[i] * scale : 0 with keep(i) =
-/// random::dropoutKeep(streamKey(seed, step), i, float(p)) and scale =
-/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x.
+/// random::dropoutKeep(streamKey(seed, step), g, float(p)) and scale =
+/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x. g is i,
+/// or with a `tile` (x is a rank's tile of a global tensor) the element's
+/// index in the global tensor, so the mask does not depend on the layout.
 template <typename T>
 void dropoutForward(ThreadPool &pool, int64_t n, const T *x, T *y, double p,
-                    uint64_t seed, uint64_t step);
+                    uint64_t seed, uint64_t step,
+                    const GlobalTile *tile = nullptr);
 /// dx = the same mask and scale applied to dy (the mask is regenerated).
 template <typename T>
 void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx,
-                     double p, uint64_t seed, uint64_t step);
+                     double p, uint64_t seed, uint64_t step,
+                     const GlobalTile *tile = nullptr);
 
 /// y = a + b. The backward of add is the identity (da = db = dy).
 template <typename T>
