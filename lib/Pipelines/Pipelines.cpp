@@ -43,6 +43,7 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   mlir::mt::AnnotateShardingsPassOptions annotate;
   annotate.tensorParallelSize = options.tensorParallelSize;
   annotate.dataParallelSize = options.dataParallelSize;
+  annotate.sequenceParallel = options.sequenceParallel;
   pm.addPass(mlir::mt::createAnnotateShardingsPass(annotate));
   mlir::OpPassManager &functions = pm.nest<mlir::func::FuncOp>();
   // Forward from the arguments: the batch split of the tokens reaches the

@@ -238,9 +238,15 @@ int main(int argc, char **argv) {
     if (report == ReportKind::Schedule && !pipelined)
       return fail("--report schedule needs pipeline parallelism: set "
                   "--pipeline-model-parallel-size to 2 or more");
-    if (parallel.sequenceParallel)
-      return fail("sequence parallelism is not implemented yet; compile "
-                  "with sequence_parallel false (docs/Parallelism.md)");
+    if (parallel.sequenceParallel &&
+        (pipelined || parallel.dataParallelSize > 1 ||
+         config->model.positionEmbeddingType ==
+             PositionEmbedding::LearnedAbsolute))
+      return fail("sequence parallelism is implemented for models without "
+                  "learned position embeddings (rope), with "
+                  "data_parallel_size 1 and without pipeline parallelism so "
+                  "far; compile without sequence_parallel "
+                  "(docs/Parallelism.md)");
     if (pipelined && (parallel.useDistributedOptimizer ||
                       config->recompute.granularity !=
                           RecomputeGranularity::None ||
@@ -275,6 +281,7 @@ int main(int argc, char **argv) {
         PartitionPipelineOptions partition;
         partition.tensorParallelSize = parallel.tensorModelParallelSize;
         partition.dataParallelSize = parallel.dataParallelSize;
+        partition.sequenceParallel = parallel.sequenceParallel;
         // One rank has nothing to shard the optimizer over: the plain
         // optimizer is the distributed one with a single shard.
         partition.distributedOptimizer = parallel.useDistributedOptimizer;

@@ -60,6 +60,11 @@ struct AnnotateShardingsPass
   void recordSplit(FlatSymbolRefAttr parameter,
                    ArrayRef<SmallVector<int16_t>> axes);
 
+  /// Sequence parallelism: the residual stream ([batch, sequence, hidden]
+  /// values that norms read, and the operands of the residual adds that make
+  /// them, through dropout) split along the sequence over the tensor axis.
+  void annotateSequenceShards(OpBuilder &builder, func::FuncOp function);
+
   FlatSymbolRefAttr grid;
 };
 
@@ -133,6 +138,44 @@ Value AnnotateShardingsPass::annotate(OpBuilder &builder, Value value,
                                 forUsers);
 }
 
+void AnnotateShardingsPass::annotateSequenceShards(OpBuilder &builder,
+                                                   func::FuncOp function) {
+  SmallVector<Value> residual;
+  function.walk([&](Operation *op) {
+    if (isa<LayerNormOp, RmsNormOp>(op))
+      residual.push_back(op->getOperand(0));
+  });
+  // The residual adds' block outputs (a row-parallel layer, whose sum is
+  // then reduce-scattered), also through dropout. Other operands (the
+  // embeddings) are sliced where the add reads them.
+  for (size_t i = 0, e = residual.size(); i < e; ++i)
+    if (auto add = residual[i].getDefiningOp<AddOp>())
+      for (Value operand : add->getOperands()) {
+        if (auto dropout = operand.getDefiningOp<DropoutOp>()) {
+          if (dropout.getInput().getDefiningOp<LinearOp>()) {
+            residual.push_back(operand);
+            residual.push_back(dropout.getInput());
+          }
+        } else if (operand.getDefiningOp<LinearOp>()) {
+          residual.push_back(operand);
+        }
+      }
+  llvm::DenseSet<Value> done;
+  for (Value value : residual) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type || type.getRank() != 3 || !done.insert(value).second ||
+        isa<BlockArgument>(value))
+      continue;
+    SmallVector<SmallVector<int16_t>> axes(3);
+    if (dataParallelSize > 1)
+      axes[0].push_back(kDataAxis);
+    axes[1].push_back(kTensorAxis);
+    builder.setInsertionPointAfterValue(value);
+    Value annotated = annotate(builder, value, axes, /*forUsers=*/false);
+    value.replaceAllUsesExcept(annotated, annotated.getDefiningOp());
+  }
+}
+
 void AnnotateShardingsPass::runOnOperation() {
   ModuleOp module = getOperation();
   if (tensorParallelSize < 1 || dataParallelSize < 1) {
@@ -174,6 +217,8 @@ void AnnotateShardingsPass::runOnOperation() {
       argument.replaceAllUsesExcept(annotated, annotated.getDefiningOp());
     }
 
+    if (sequenceParallel && tensorParallelSize > 1)
+      annotateSequenceShards(builder, function);
     // Learned position embeddings read positions made inside the step: they
     // follow the tokens' batch split (positions depend on the sequence
     // index only), so the position table's gradient sums local rows.

@@ -260,8 +260,55 @@ struct EmbeddingGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // Sequence parallelism leaves the output gradient split along the
+    // sequence where the ids are whole: gather it first (the backward of
+    // the embedding's reduce-scatter, as in Megatron-LM).
+    SmallVector<Value> operands(partitionedOperands);
+    int64_t idRank = rankOf(op->getOperand(1));
+    // Ids that reach here whole though their sharding splits them (position
+    // ids, which every rank makes whole) are sliced to their shard.
+    for (int64_t dim = 0; dim < idRank; ++dim) {
+      SmallVector<GridAxis> idAxes = axesOfDim(operandShardings[1], dim);
+      auto type = cast<RankedTensorType>(operands[1].getType());
+      if (idAxes.empty() ||
+          type.getDimSize(dim) !=
+              cast<RankedTensorType>(op->getOperand(1).getType())
+                  .getDimSize(dim))
+        continue;
+      FailureOr<int64_t> ranks =
+          ranksAlong(op, operandShardings[1], idAxes, symbolTable);
+      if (failed(ranks))
+        return failure();
+      SmallVector<int64_t> shape(type.getShape());
+      shape[dim] /= *ranks;
+      operands[1] = shard::AllSliceOp::create(
+          builder, op->getLoc(),
+          RankedTensorType::get(shape, type.getElementType()),
+          operandShardings[1].getGrid(), idAxes, operands[1], APInt(64, dim));
+    }
+    for (int64_t dim = 0; dim < idRank; ++dim) {
+      SmallVector<GridAxis> gradAxes = axesOfDim(operandShardings[0], dim);
+      SmallVector<GridAxis> idAxes = axesOfDim(operandShardings[1], dim);
+      SmallVector<GridAxis> extra;
+      for (GridAxis axis : gradAxes)
+        if (!llvm::is_contained(idAxes, axis))
+          extra.push_back(axis);
+      if (extra.empty())
+        continue;
+      FailureOr<int64_t> ranks =
+          ranksAlong(op, operandShardings[0], extra, symbolTable);
+      if (failed(ranks))
+        return failure();
+      auto type = cast<RankedTensorType>(operands[0].getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[dim] *= *ranks;
+      operands[0] = shard::AllGatherOp::create(
+          builder, op->getLoc(),
+          RankedTensorType::get(shape, type.getElementType()),
+          operandShardings[0].getGrid(), extra, operands[0], APInt(64, dim));
+    }
     partitionSummingShards(
-        op, partitionedOperands, operandShardings, resultShardings,
+        op, operands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder,
         axesOfLeadingDims(operandShardings[1], rankOf(op->getOperand(1))),
         operandShardings[1] ? operandShardings[1].getGrid() : StringRef());

@@ -49,11 +49,70 @@ struct SumBeforeAllReduce : public OpRewritePattern<AddOp> {
   llvm::Statistic &combined;
 };
 
+/// all_slice(all_reduce(x)) over the same axes -> reduce_scatter(x): a sum
+/// that each rank keeps a block of (sequence parallelism's reduce-scatter
+/// after a row-parallel layer, and in the backward pass after the
+/// column-parallel layers' input gradients).
+struct ReduceScatterInsteadOfSlice
+    : public OpRewritePattern<shard::AllSliceOp> {
+  ReduceScatterInsteadOfSlice(MLIRContext *context, llvm::Statistic &combined)
+      : OpRewritePattern(context), combined(combined) {}
+
+  LogicalResult matchAndRewrite(shard::AllSliceOp slice,
+                                PatternRewriter &rewriter) const override {
+    auto reduce = slice.getInput().getDefiningOp<shard::AllReduceOp>();
+    if (!reduce || !reduce->hasOneUse() ||
+        reduce.getGrid() != slice.getGrid() ||
+        reduce.getGridAxes() != slice.getGridAxes() ||
+        reduce.getInput().getType() != reduce.getType())
+      return failure();
+    rewriter.replaceOpWithNewOp<shard::ReduceScatterOp>(
+        slice, slice.getType(), slice.getGridAttr(), slice.getGridAxesAttr(),
+        reduce.getInput(), reduce.getReductionAttr(), slice.getSliceAxisAttr());
+    rewriter.eraseOp(reduce);
+    ++combined;
+    return success();
+  }
+
+  llvm::Statistic &combined;
+};
+
+/// all_slice(all_reduce(x, A), B) with disjoint A and B ->
+/// all_reduce(all_slice(x, B), A): each rank reduces only the block it
+/// keeps (a vocabulary-split table's gradient summed over the data axis),
+/// and the all-reduce stays last, where the data-parallel reduction expects
+/// it.
+struct SliceBeforeAllReduce : public OpRewritePattern<shard::AllSliceOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(shard::AllSliceOp slice,
+                                PatternRewriter &rewriter) const override {
+    auto reduce = slice.getInput().getDefiningOp<shard::AllReduceOp>();
+    if (!reduce || !reduce->hasOneUse() ||
+        reduce.getGrid() != slice.getGrid() ||
+        reduce.getInput().getType() != reduce.getType() ||
+        llvm::any_of(slice.getGridAxes(), [&](int16_t axis) {
+          return llvm::is_contained(reduce.getGridAxes(), axis);
+        }))
+      return failure();
+    Value local = shard::AllSliceOp::create(
+        rewriter, slice.getLoc(), slice.getType(), slice.getGridAttr(),
+        slice.getGridAxesAttr(), reduce.getInput(), slice.getSliceAxisAttr());
+    rewriter.replaceOpWithNewOp<shard::AllReduceOp>(
+        slice, slice.getType(), reduce.getGridAttr(), reduce.getGridAxesAttr(),
+        local, reduce.getReductionAttr());
+    rewriter.eraseOp(reduce);
+    return success();
+  }
+};
+
 struct CombineAllReducesPass
     : public mt::impl::CombineAllReducesPassBase<CombineAllReducesPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<SumBeforeAllReduce>(&getContext(), numCombined);
+    patterns.add<SumBeforeAllReduce, ReduceScatterInsteadOfSlice>(
+        &getContext(), numCombined);
+    patterns.add<SliceBeforeAllReduce>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();
   }

@@ -88,11 +88,16 @@ struct LinearModel
     Value partial =
         LinearOp::create(builder, op->getLoc(), *type, input, weight, Value(),
                          linear.getTransposeWeightAttr());
-    Value result = shard::AllReduceOp::create(
-        builder, op->getLoc(), partial, operandShardings[1].getGrid(),
-        reductionAxes, shard::ReductionKind::Sum);
+    FailureOr<Value> summed = sumPartials(
+        builder, op, partial, operandShardings[1], reductionAxes,
+        resultShardings.empty() ? Sharding() : resultShardings[0],
+        symbolTable);
+    if (failed(summed))
+      return failure();
+    Value result = *summed;
+    auto resultType = cast<RankedTensorType>(result.getType());
     if (linear.getBias())
-      result = BiasAddOp::create(builder, op->getLoc(), *type, result,
+      result = BiasAddOp::create(builder, op->getLoc(), resultType, result,
                                  partitionedOperands[2]);
     partitionMap.map(op->getResult(0), result);
     return success();
@@ -522,20 +527,31 @@ struct EmbeddingModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
-    shard::partitionTriviallyShardableOperation(
-        *op, partitionedOperands, operandShardings, resultShardings,
-        partitionMap, symbolTable, builder);
     SmallVector<GridAxis> vocabulary = axesOfDim(operandShardings[0], 0);
-    if (vocabulary.empty())
+    if (vocabulary.empty()) {
+      shard::partitionTriviallyShardableOperation(
+          *op, partitionedOperands, operandShardings, resultShardings,
+          partitionMap, symbolTable, builder);
       return success();
-    Value local = partitionMap.lookup(op->getResult(0));
-    local.getDefiningOp()->setAttr(
-        "vocab_shard_axes", vocabShardAxes(op->getContext(), vocabulary));
-    partitionMap.map(op->getResult(0),
-                     shard::AllReduceOp::create(
-                         builder, op->getLoc(), local,
-                         operandShardings[0].getGrid(), vocabulary,
-                         shard::ReductionKind::Sum));
+    }
+    // The rank's rows for every id it holds, summed over the vocabulary's
+    // ranks (reduce-scattered under sequence parallelism).
+    Value table = partitionedOperands[0], ids = partitionedOperands[1];
+    auto idsType = cast<RankedTensorType>(ids.getType());
+    SmallVector<int64_t> shape(idsType.getShape());
+    shape.push_back(cast<RankedTensorType>(table.getType()).getDimSize(1));
+    Value local = EmbeddingOp::create(
+        builder, op->getLoc(),
+        RankedTensorType::get(shape, cast<RankedTensorType>(table.getType())
+                                         .getElementType()),
+        table, ids, vocabShardAxes(op->getContext(), vocabulary));
+    FailureOr<Value> summed = sumPartials(
+        builder, op, local, operandShardings[0], vocabulary,
+        resultShardings.empty() ? Sharding() : resultShardings[0],
+        symbolTable);
+    if (failed(summed))
+      return failure();
+    partitionMap.map(op->getResult(0), *summed);
     return success();
   }
 };

@@ -169,7 +169,11 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     Option<"tensorParallelSize", "tensor-parallel-size", "int64_t", "1",
            "Ranks of the tensor-parallel grid axis">,
     Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
-           "Ranks of the data-parallel grid axis">
+           "Ranks of the data-parallel grid axis">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Megatron-LM's sequence parallelism: the residual stream (every "
+           "norm's input, the residual adds' operands) split along the "
+           "sequence over the tensor-parallel axis">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }
@@ -182,6 +186,10 @@ def CombineAllReducesPass : Pass<"mt-combine-all-reduces"> {
     all-reduces. After partitioning, the input gradient of a tensor-parallel
     block sums one partial product per column-parallel projection (q, k and v;
     gate and up); this leaves one all-reduce per block, as Megatron-LM issues.
+    `shard.all_slice(shard.all_reduce(x))` over the same axes becomes
+    `shard.reduce_scatter(x)`: under sequence parallelism, the summed input
+    gradient of a column-parallel block that each rank keeps a sequence
+    shard of.
 
     ```mlir
     %a = shard.all_reduce %x on @grid grid_axes = [1] : ...

@@ -84,11 +84,15 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
 
   // Megatron-LM's prediction needs the decoder's shape, which the parameter
   // declarations and the tokens give.
-  int64_t layers = 0, hidden = 0, vocabulary = 0, gradientBytes = 0;
+  int64_t layers = 0, hidden = 0, vocabulary = 0, normBytes = 0,
+          gradientBytes = 0;
   for (auto parameter : module.getOps<ParameterOp>()) {
     StringRef name = parameter.getSymName();
     if (name == "transformer.wte.weight" || name == "model.embed_tokens.weight")
       vocabulary = parameter.getTensorType().getDimSize(0);
+    if (name.contains("layernorm.") || name.contains(".ln_") ||
+        name.starts_with("model.norm.") || name.starts_with("transformer.ln_f."))
+      normBytes += parameter.getTensorType().getNumElements() * 4;
     if (name.contains(".input_layernorm.weight") ||
         name.contains(".ln_1.weight")) {
       ++layers;
@@ -159,20 +163,35 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     // output layer's in the backward pass); the cross-entropy's row maximum,
     // sum of exponentials and target logit, or the logits' all-gather of a
     // step that returns them.
+    // Under sequence parallelism each of those all-reduces is a
+    // reduce-scatter of [b, s, h] and an all-gather of [b, s/t, h], and the
+    // norms' gradients are all-reduced.
+    bool sequenceParallel = false;
+    function.walk([&](shard::ReduceScatterOp scatter) {
+      sequenceParallel |= llvm::is_contained(scatter.getGridAxes(), kTensorAxis);
+    });
     int64_t activation = tokens * hidden * 4;
+    int64_t perAllReduce =
+        sequenceParallel ? activation + activation / tensorRanks : activation;
     int64_t predictedTensor =
         tensorRanks > 1
-            ? ((training ? 4 : 2) * layers + (training ? 2 : 1)) * activation +
+            ? ((training ? 4 : 2) * layers + (training ? 2 : 1)) *
+                      perAllReduce +
                   (hasLoss ? 3 * tokens * 4
-                           : tokens * (vocabulary / tensorRanks) * 4)
+                           : tokens * (vocabulary / tensorRanks) * 4) +
+                  (sequenceParallel && training ? normBytes : 0)
             : 0;
     os << "  tensor-parallel: " << tensorBytes
        << " bytes (Megatron-LM's analysis: " << (training ? 4 : 2)
-       << " all-reduces of [b, s, h] per layer, " << (training ? 2 : 1)
+       << (sequenceParallel ? " reduce-scatters of [b, s, h] and all-gathers "
+                              "of [b, s/t, h] per layer, "
+                            : " all-reduces of [b, s, h] per layer, ")
+       << (training ? 2 : 1)
        << (training ? " for the vocabulary-parallel embedding and output layer"
                     : " for the vocabulary-parallel embedding")
        << (hasLoss ? ", 3 of [b, s] for the cross-entropy"
                    : ", the all-gather of the [b, s, v/t] logits")
+       << (sequenceParallel && training ? ", the norms' gradients" : "")
        << " = " << predictedTensor << ")\n";
     if (training && reducesOnce) {
       os << "  data-parallel: " << dataBytes

@@ -167,6 +167,51 @@ VocabStatistics buildVocabStatistics(OpBuilder &builder, Location loc,
   return {max, partials};
 }
 
+FailureOr<Value> sumPartials(OpBuilder &builder, Operation *op, Value partial,
+                             Sharding sharding, ArrayRef<GridAxis> axes,
+                             Sharding result,
+                             SymbolTableCollection &symbolTable) {
+  auto type = cast<RankedTensorType>(partial.getType());
+  int64_t scatterDim = -1;
+  SmallVector<GridAxis> scatterAxes, reduceAxes(axes);
+  if (result) {
+    ArrayRef<shard::GridAxesAttr> split = result.getSplitAxes();
+    for (int64_t dim = 0; dim < type.getRank() &&
+                          dim < static_cast<int64_t>(split.size());
+         ++dim) {
+      ArrayRef<GridAxis> dimAxes = split[dim].asArrayRef();
+      if (dimAxes.empty() || !llvm::all_of(dimAxes, [&](GridAxis axis) {
+            return llvm::is_contained(axes, axis);
+          }))
+        continue;
+      scatterDim = dim;
+      scatterAxes.assign(dimAxes.begin(), dimAxes.end());
+      llvm::erase_if(reduceAxes, [&](GridAxis axis) {
+        return llvm::is_contained(scatterAxes, axis);
+      });
+      break;
+    }
+  }
+  StringRef grid = sharding.getGrid();
+  Value sum = partial;
+  if (!reduceAxes.empty())
+    sum = shard::AllReduceOp::create(builder, op->getLoc(), sum, grid,
+                                     reduceAxes, shard::ReductionKind::Sum);
+  if (scatterDim < 0)
+    return sum;
+  FailureOr<int64_t> ranks = ranksAlong(op, sharding, scatterAxes, symbolTable);
+  if (failed(ranks))
+    return failure();
+  SmallVector<int64_t> shape(type.getShape());
+  shape[scatterDim] /= *ranks;
+  return shard::ReduceScatterOp::create(
+             builder, op->getLoc(),
+             RankedTensorType::get(shape, type.getElementType()), grid,
+             scatterAxes, sum, shard::ReductionKind::Sum,
+             APInt(64, scatterDim))
+      .getResult();
+}
+
 /// The number of ranks along `axes` of the grid named by `sharding`.
 FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
                               ArrayRef<GridAxis> axes,

@@ -93,6 +93,14 @@ VocabStatistics buildVocabStatistics(OpBuilder &builder, Location loc,
                                      Value logits, Value labels,
                                      StringRef grid, ArrayRef<GridAxis> axes);
 
+/// Sums `partial` over the grid axes `axes` (of the grid `sharding` names):
+/// a reduce-scatter along the dimension that `result` splits over some of
+/// them (Megatron-LM's sequence parallelism), an all-reduce over the rest.
+FailureOr<Value> sumPartials(OpBuilder &builder, Operation *op, Value partial,
+                             Sharding sharding, ArrayRef<GridAxis> axes,
+                             Sharding result,
+                             SymbolTableCollection &symbolTable);
+
 /// The number of ranks along `axes` of the grid named by `sharding`.
 FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
                               ArrayRef<GridAxis> axes,

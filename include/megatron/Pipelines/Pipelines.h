@@ -55,6 +55,12 @@ struct PartitionPipelineOptions
       *this, "data-parallel-size",
       llvm::cl::desc("Ranks of the data-parallel grid axis"),
       llvm::cl::init(1)};
+  Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("Megatron-LM's sequence parallelism: norms, dropout and "
+                     "residual adds on sequence shards of the tensor-parallel "
+                     "ranks"),
+      llvm::cl::init(false)};
   Option<bool> distributedOptimizer{
       *this, "distributed-optimizer",
       llvm::cl::desc("Shard the optimizer over the data-parallel ranks "
