@@ -342,8 +342,11 @@ void Trainer::train(std::ostream &out) {
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
       << pool_->size() << " threads, seed " << options_.seed << ", "
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
-      << " state " << optimizerStateBytes() << " bytes, train_step arena "
-      << trainStep_->arenaBytes() << " bytes"
+      << " state " << optimizerStateBytes() << " bytes"
+      << (trainStep_ ? ", train_step arena " +
+                           std::to_string(trainStep_->arenaBytes()) + " bytes"
+                     : std::string(", pipeline schedule ") +
+                           bundle_.pipeline()->schedule)
       << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
