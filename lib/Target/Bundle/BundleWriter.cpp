@@ -163,6 +163,17 @@ static Object writeCollective(Operation *op, int64_t axisShift) {
   return attrs;
 }
 
+/// `value` (grid axes, or lists of them) with every axis moved by `shift`.
+static llvm::json::Value shiftGridAxes(llvm::json::Value value,
+                                       int64_t shift) {
+  if (std::optional<int64_t> axis = value.getAsInteger())
+    return *axis + shift;
+  if (Array *list = value.getAsArray())
+    for (llvm::json::Value &element : *list)
+      element = shiftGridAxes(std::move(element), shift);
+  return value;
+}
+
 FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
   if (op->getDialect() &&
       op->getDialect()->getNamespace() == shard::ShardDialect::getDialectNamespace())
@@ -183,6 +194,10 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
                         ? StringRef("parameter")
                         : named.getName().getValue();
     key.consume_front("mt.");
+    // Grid axes count in the bundle's grid, which a pipeline extends in
+    // front.
+    if (axisShift && (key == "vocab_shard_axes" || key == "split_axes"))
+      *value = shiftGridAxes(std::move(*value), axisShift);
     attrs[key] = std::move(*value);
   }
   // Enums are written by name, and defaulted attributes are written out so

@@ -391,11 +391,12 @@ void Trainer::train(std::ostream &out) {
       << microBatches_ << " micro-batches of " << microBatch_ << ", "
       << pool_->size() << " threads, seed " << options_.seed << ", "
       << (distributedOptimizer_ ? "distributed optimizer" : "optimizer")
-      << " state " << optimizerStateBytes() << " bytes";
-    // A pipeline bundle runs its stages' functions, not train_step.
-    if (trainStep_)
-      s << ", train_step arena " << trainStep_->arenaBytes() << " bytes";
-    s << (rank_ ? " on rank 0" : "");
+      << " state " << optimizerStateBytes() << " bytes"
+      << (trainStep_ ? ", train_step arena " +
+                           std::to_string(trainStep_->arenaBytes()) + " bytes"
+                     : std::string(", pipeline schedule ") +
+                           bundle_.pipeline()->schedule)
+      << (rank_ ? " on rank 0" : "");
     log.line(s.str());
   }
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
