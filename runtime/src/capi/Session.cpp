@@ -185,6 +185,13 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
   backendOptions.tf32 = options.tf32 != 0;
   backendOptions.seed = options.seed;
 
+  if (b.pipeline())
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + b.name() +
+                    "' is pipeline-parallel; sessions run bundles without "
+                    "pipeline stages for now: train it with megatron-train "
+                    "--in-process-ranks, or compile with "
+                    "--pipeline-model-parallel-size 1");
   int64_t ranks = b.rankCount();
   if (world) {
     if (ranks == 1)
@@ -207,13 +214,6 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
                     "process makes them)");
   }
 
-  if (b.pipeline())
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + b.name() +
-                    "' is pipeline-parallel; sessions run bundles without "
-                    "pipeline stages for now: train it with megatron-train "
-                    "--in-process-ranks, or compile with "
-                    "--pipeline-model-parallel-size 1");
   const Function *train = b.findFunction("train_step");
   if (!train)
     throw Error(MTRT_STATUS_NOT_FOUND,
