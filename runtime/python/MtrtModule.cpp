@@ -569,9 +569,13 @@ PYBIND11_MODULE(mtrt, m) {
              return exportView(self.cast<const ParameterView &>(), self);
            })
       .def("__dlpack_device__", [](const ParameterView &v) {
-        return v.tensor.backend == MTRT_BACKEND_CUDA
-                   ? py::make_tuple(static_cast<int>(kDLCUDA), v.tensor.device)
-                   : py::make_tuple(static_cast<int>(kDLCPU), 0);
+        // py::tuple on both sides: newer pybind11 types make_tuple's result
+        // by its arguments.
+        int device = v.tensor.backend == MTRT_BACKEND_CUDA ? v.tensor.device : 0;
+        int type = v.tensor.backend == MTRT_BACKEND_CUDA
+                       ? static_cast<int>(kDLCUDA)
+                       : static_cast<int>(kDLCPU);
+        return py::tuple(py::make_tuple(type, device));
       });
 
   py::class_<Session>(m, "Session",
