@@ -3,114 +3,83 @@
 
 namespace mtrt::comm {
 
-void Communicator::allReduce(const void *send, void *recv, int64_t count,
-                             DType dtype, ReduceOp op, const CallInfo &info) {
+namespace {
+/// A call that moves `count` elements of `dtype`; the entry points below add
+/// what their kind needs (a reduction, a peer).
+Call dataCall(CallKind kind, const void *send, void *recv, int64_t count,
+              DType dtype, const CallInfo &info) {
   Call call;
-  call.kind = CallKind::AllReduce;
+  call.kind = kind;
   call.send = send;
   call.recv = recv;
   call.count = count;
   call.dtype = dtype;
-  call.op = op;
   call.info = info;
+  return call;
+}
+} // namespace
+
+void Communicator::allReduce(const void *send, void *recv, int64_t count,
+                             DType dtype, ReduceOp op, const CallInfo &info) {
+  Call call = dataCall(CallKind::AllReduce, send, recv, count, dtype, info);
+  call.op = op;
   run(call);
 }
 
 void Communicator::allGather(const void *send, void *recv, int64_t count,
                              DType dtype, const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::AllGather;
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.dtype = dtype;
-  call.info = info;
-  run(call);
+  run(dataCall(CallKind::AllGather, send, recv, count, dtype, info));
 }
 
 void Communicator::reduceScatter(const void *send, void *recv, int64_t count,
                                  DType dtype, ReduceOp op,
                                  const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::ReduceScatter;
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.dtype = dtype;
+  Call call = dataCall(CallKind::ReduceScatter, send, recv, count, dtype, info);
   call.op = op;
-  call.info = info;
   run(call);
 }
 
 void Communicator::broadcast(void *buffer, int64_t count, DType dtype, int root,
                              const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::Broadcast;
-  call.send = buffer;
-  call.recv = buffer;
-  call.count = count;
-  call.dtype = dtype;
+  Call call = dataCall(CallKind::Broadcast, buffer, buffer, count, dtype, info);
   call.peer = root;
-  call.info = info;
   run(call);
 }
 
 void Communicator::send(const void *buffer, int64_t count, DType dtype,
                         int peer, const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::Send;
-  call.send = buffer;
-  call.count = count;
-  call.dtype = dtype;
+  Call call = dataCall(CallKind::Send, buffer, nullptr, count, dtype, info);
   call.peer = peer;
-  call.info = info;
   run(call);
 }
 
 void Communicator::sendAsync(const void *buffer, int64_t count, DType dtype,
                              int peer, const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::SendAsync;
-  call.send = buffer;
-  call.count = count;
-  call.dtype = dtype;
+  Call call =
+      dataCall(CallKind::SendAsync, buffer, nullptr, count, dtype, info);
   call.peer = peer;
-  call.info = info;
   run(call);
 }
 
 void Communicator::recv(void *buffer, int64_t count, DType dtype, int peer,
                         const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::Recv;
-  call.recv = buffer;
-  call.count = count;
-  call.dtype = dtype;
+  Call call = dataCall(CallKind::Recv, nullptr, buffer, count, dtype, info);
   call.peer = peer;
-  call.info = info;
   run(call);
 }
 
 void Communicator::sendRecv(const void *sendBuffer, int sendPeer,
                             void *recvBuffer, int recvPeer, int64_t count,
                             DType dtype, const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::SendRecv;
-  call.send = sendBuffer;
-  call.recv = recvBuffer;
-  call.count = count;
-  call.dtype = dtype;
+  Call call = dataCall(CallKind::SendRecv, sendBuffer, recvBuffer, count,
+                       dtype, info);
   call.peer = sendPeer;
   call.recvPeer = recvPeer;
-  call.info = info;
   run(call);
 }
 
 void Communicator::barrier(const CallInfo &info) {
-  Call call;
-  call.kind = CallKind::Barrier;
-  call.info = info;
-  run(call);
+  run(dataCall(CallKind::Barrier, nullptr, nullptr, 0, DType::F32, info));
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key,

@@ -1,13 +1,14 @@
-// Error messages for failed CUDA runtime and cuBLASLt calls.
+// Error messages and status codes for failed CUDA runtime and cuBLASLt
+// calls.
 #include "cuda/CudaCheck.h"
+#include "cuda/CudaStatus.h"
 
 namespace mtrt::cuda {
 
-namespace {
-/// CudaStatus.cpp's mapping (that file belongs to libmtrt.so, whose
-/// symbols are hidden from the engine's users).
-mtrt_status_code_t codeFor(cudaError_t error) {
+mtrt_status_code_t statusCodeFor(cudaError_t error) {
   switch (error) {
+  case cudaSuccess:
+    return MTRT_STATUS_OK;
   case cudaErrorInvalidValue:
   case cudaErrorInvalidDevice:
     return MTRT_STATUS_INVALID_ARGUMENT;
@@ -25,6 +26,7 @@ mtrt_status_code_t codeFor(cudaError_t error) {
   }
 }
 
+namespace {
 std::string prefixed(const std::string &where) {
   return where.empty() ? std::string() : where + ": ";
 }
@@ -38,7 +40,7 @@ void throwCudaError(cudaError_t error, const char *call,
   if (error == cudaErrorMemoryAllocation)
     message += "; the device is out of memory: use a smaller micro-batch or "
                "model";
-  throw Error(codeFor(error), message);
+  throw Error(statusCodeFor(error), message);
 }
 
 void throwCublasError(cublasStatus_t status, const char *call,

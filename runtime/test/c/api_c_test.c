@@ -1,18 +1,7 @@
 /* Proves mtrt.h is valid C11 and that the API links and runs from C. */
-#include "mtrt/mtrt.h"
+#include "c_test_support.h"
 
-#include <stdio.h>
 #include <string.h>
-
-static int failures = 0;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* Checks that `status` has `code`, then frees it. */
 static void checkCode(mtrt_status_t status, mtrt_status_code_t code) {
