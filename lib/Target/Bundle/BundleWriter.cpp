@@ -203,7 +203,8 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
   // Enums are written by name, and defaulted attributes are written out so
   // the runtime holds no defaults.
   llvm::TypeSwitch<Operation *>(op)
-      .Case<mt::GeluOp, mt::GeluGradOp>([&](auto gelu) {
+      .Case<mt::GeluOp, mt::GeluGradOp, mt::LinearGeluOp,
+            mt::LinearGeluGradOp>([&](auto gelu) {
         attrs["approximate"] =
             mt::stringifyGeluApproximation(gelu.getApproximate());
       })
