@@ -218,8 +218,17 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
                                               p.c, preference, 1, &result,
                                               &found);
     cublasLtMatmulPreferenceDestroy(preference);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
+    // No algorithm; with an epilogue, any refusal of the heuristic (an
+    // auxiliary matrix's leading dimension it does not take, say) leaves
+    // the epilogue to kernels.
+    bool refused = status != CUBLAS_STATUS_SUCCESS &&
+                   epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+                   epilogue != CUBLASLT_EPILOGUE_BIAS;
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || refused ||
         (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+      lastRefusal_ = status == CUBLAS_STATUS_SUCCESS
+                         ? "no algorithm"
+                         : cublasLtGetStatusName(status);
       destroy();
       return false;
     }
@@ -239,6 +248,7 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
     return found->second;
   Plan p;
   if (!tryPlan(key, p)) {
+    std::string refusal = lastRefusal_;
     auto epilogue = static_cast<cublasLtEpilogue_t>(std::get<6>(key));
     Key plain = key;
     std::get<6>(plain) = CUBLASLT_EPILOGUE_DEFAULT;
@@ -257,7 +267,7 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
                       ", " + std::to_string(alignC) + " bytes)");
     p.epilogueByKernel = true;
     epiloguesByKernel_.push_back(std::string(epilogueName(epilogue)) +
-                                 " for " + what);
+                                 " for " + what + " (" + refusal + ")");
   }
   return plans_.emplace(key, p).first->second;
 }

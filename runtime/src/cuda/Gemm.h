@@ -126,6 +126,8 @@ private:
   size_t workspaceBytes_ = 0;
   std::map<Key, Plan> plans_;
   std::vector<std::string> epiloguesByKernel_;
+  /// Why the last tryPlan found no algorithm (the heuristic's status).
+  std::string lastRefusal_;
 };
 
 } // namespace mtrt::cuda
