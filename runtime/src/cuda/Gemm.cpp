@@ -52,11 +52,13 @@ const char *epilogueName(cublasLtEpilogue_t epilogue) {
 }
 
 /// The cuBLASLt epilogue for `epilogue` (and a bias), in cuBLAS's
-/// column-major view where its A is our B: DEFAULT when only kernels can do
-/// it (an erf GeLU).
-cublasLtEpilogue_t cublasEpilogue(const GemmEpilogue &epilogue, bool bias) {
+/// column-major view where its A is our B: DEFAULT when kernels do it (an
+/// erf GeLU, or any GeLU without `geluEpilogue`).
+cublasLtEpilogue_t cublasEpilogue(const GemmEpilogue &epilogue, bool bias,
+                                  bool geluEpilogue) {
   using Kind = GemmEpilogue::Kind;
-  bool tanh = epilogue.approximation == GeluApproximation::Tanh;
+  bool tanh =
+      geluEpilogue && epilogue.approximation == GeluApproximation::Tanh;
   switch (epilogue.kind) {
   case Kind::None:
     return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -350,7 +352,11 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     second = operands.b;
   }
   size_t operandBytes = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
-  cublasLtEpilogue_t wanted = cublasEpilogue(epilogue, bias != nullptr);
+  // Full fp32 products are the host's to 1e-5; cuBLASLt's GeLU (a fast tanh)
+  // is not: there the GeLU and its gradient run as the kernels (the host's
+  // formula). Bias gradients (fp32 sums) stay in the epilogue.
+  cublasLtEpilogue_t wanted =
+      cublasEpilogue(epilogue, bias != nullptr, /*geluEpilogue=*/bf16 || tf32_);
   Key key{batch,
           m,
           n,
