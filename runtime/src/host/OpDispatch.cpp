@@ -244,11 +244,13 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::LinearGelu: { // linear into the pre-activation, then gelu
+    // out(i) allocates the result: once each.
     auto [rows, inSize, outSize] = linearDims(fn, inst);
+    T *pre = out(1), *y = out(0);
     linearForward<T>(pool, rows, inSize, outSize, in(0), in(1),
                      a.transposeWeight,
-                     inst.operands.size() == 3 ? in(2) : nullptr, out(1));
-    geluForward<T>(pool, count(inst.results[1]), out(1), out(0),
+                     inst.operands.size() == 3 ? in(2) : nullptr, pre);
+    geluForward<T>(pool, count(inst.results[1]), pre, y,
                    toKernel(a.approximate));
     break;
   }
