@@ -330,8 +330,6 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   if (epilogue.kind != Kind::None && (batch != 1 || accumulate))
     throw Error(MTRT_STATUS_INTERNAL,
                 what + ": epilogues are for single, non-accumulating products");
-  // The plain product's destination: a GeLU's kernel reads it from aux.
-  bool geluByKernel = false;
   if (k == 0) {
     // cuBLASLt rejects k = 0: the product is zero, then the epilogue.
     float *product = epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
@@ -374,7 +372,6 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   bool byKernel = p.epilogueByKernel ||
                   (epilogue.kind != Kind::None &&
                    wanted == CUBLASLT_EPILOGUE_DEFAULT);
-  geluByKernel = byKernel && epilogue.kind == Kind::GeluAux;
   if (!byKernel) {
     const void *biasPointer = bias;
     if (epilogue.kind == Kind::GeluGrad || epilogue.kind == Kind::BiasGradA ||
@@ -393,7 +390,9 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                         what);
     }
   }
-  float *product = geluByKernel ? epilogue.aux : c;
+  // A plain product followed by the GeLU's kernel goes to aux first.
+  float *product =
+      byKernel && epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, second, p.b,
                                    first, p.a, &beta, product, p.c, product,
