@@ -1,5 +1,7 @@
 // RUN: megatron-opt %s -mt-fuse-gemm-epilogues | FileCheck %s
 // RUN: megatron-opt %s -mt-fuse-gemm-epilogues | megatron-opt | FileCheck %s --check-prefix=ROUNDTRIP
+// RUN: megatron-opt %s -megatron-fusion-pipeline | FileCheck %s
+// RUN: megatron-opt %s '-megatron-fusion-pipeline=gemm-epilogues=false' | FileCheck %s --check-prefix=OFF
 
 // An MLP's forward and backward pass as mt-differentiate writes it: the tanh
 // GeLU goes into the first GEMM (its pre-activation is the second result),
@@ -36,6 +38,11 @@ func.func @mlp(%x: tensor<2x4x8xf32>, %w1: tensor<8x32xf32>, %b1: tensor<32xf32>
   %db1 = mt.bias_grad %dh : tensor<2x4x32xf32> -> tensor<32xf32>
   return %z, %dx, %dw1, %db1, %dw2, %db2 : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8x32xf32>, tensor<32xf32>, tensor<32x8xf32>, tensor<8xf32>
 }
+
+// OFF-LABEL: func.func @mlp
+// OFF-NOT: mt.linear_gelu
+// OFF: mt.gelu
+// OFF-NOT: mt.linear_gelu
 
 // ROUNDTRIP-LABEL: func.func @mlp
 // ROUNDTRIP: mt.linear_gelu
