@@ -13,28 +13,25 @@ using namespace mlir::mt;
 
 /// Checks that `what`, of type `actual`, has the type `expected` derived by a
 /// shape rule (which has reported its own failure).
-static LogicalResult expectFusedType(Operation *op, StringRef what,
-                                     Type actual,
+static LogicalResult expectFusedType(Operation *op, StringRef what, Type actual,
                                      FailureOr<RankedTensorType> expected) {
   if (failed(expected))
     return failure();
   if (actual != *expected)
     return op->emitOpError() << what << " has type " << actual
-                             << ", the fused linear layer gives "
-                             << *expected;
+                             << ", the fused linear layer gives " << *expected;
   return success();
 }
 
 /// The bias gradient of a `rows x out` gradient: its last dimension.
 static RankedTensorType biasTypeOf(RankedTensorType grad) {
-  return RankedTensorType::get({grad.getShape().back()},
-                               grad.getElementType());
+  return RankedTensorType::get({grad.getShape().back()}, grad.getElementType());
 }
 
 LogicalResult LinearGeluOp::verify() {
-  RankedTensorType bias =
-      getBias() ? cast<RankedTensorType>(getBias().getType())
-                : RankedTensorType();
+  RankedTensorType bias = getBias()
+                              ? cast<RankedTensorType>(getBias().getType())
+                              : RankedTensorType();
   FailureOr<RankedTensorType> linear =
       inferLinearType(getInput().getType(), getWeight().getType(), bias,
                       getTransposeWeight(), [&] { return emitOpError(); });

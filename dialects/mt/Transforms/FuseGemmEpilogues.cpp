@@ -24,7 +24,8 @@ namespace {
 
 /// The fused op's location: both ops' (a layer's location survives).
 Location fusedLoc(Operation *first, Operation *second) {
-  return FusedLoc::get(first->getContext(), {first->getLoc(), second->getLoc()});
+  return FusedLoc::get(first->getContext(),
+                       {first->getLoc(), second->getLoc()});
 }
 
 /// Copies the discardable attributes (such as `mt.recomputed`) of `from`.

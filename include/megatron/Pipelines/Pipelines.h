@@ -104,7 +104,8 @@ void buildFusionPipeline(mlir::OpPassManager &pm,
                          const FusionPipelineOptions &options);
 
 /// Registers the pipelines by name (megatron-training-pipeline,
-/// megatron-partition-pipeline, megatron-fusion-pipeline) for megatron-opt and lit.
+/// megatron-partition-pipeline, megatron-fusion-pipeline) for megatron-opt and
+/// lit.
 void registerPipelines();
 
 } // namespace megatron

@@ -57,8 +57,7 @@ const char *epilogueName(cublasLtEpilogue_t epilogue) {
 cublasLtEpilogue_t cublasEpilogue(const GemmEpilogue &epilogue, bool bias,
                                   bool geluEpilogue) {
   using Kind = GemmEpilogue::Kind;
-  bool tanh =
-      geluEpilogue && epilogue.approximation == GeluApproximation::Tanh;
+  bool tanh = geluEpilogue && epilogue.approximation == GeluApproximation::Tanh;
   switch (epilogue.kind) {
   case Kind::None:
     return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -147,7 +146,8 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                        &epilogue, sizeof(epilogue)),
         what);
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogue != CUBLASLT_EPILOGUE_GELU_AUX &&
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+        epilogue != CUBLASLT_EPILOGUE_GELU_AUX &&
         epilogue != CUBLASLT_EPILOGUE_DGELU) {
       // The bias, or the bias gradient written through the bias pointer.
       cudaDataType_t biasType = CUDA_R_32F;
@@ -268,16 +268,15 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
                       std::to_string(alignA) + ", " + std::to_string(alignB) +
                       ", " + std::to_string(alignC) + " bytes)");
     p.epilogueByKernel = true;
-    epiloguesByKernel_.push_back(std::string(epilogueName(epilogue)) +
-                                 " for " + what + " (" + refusal + ")");
+    epiloguesByKernel_.push_back(std::string(epilogueName(epilogue)) + " for " +
+                                 what + " (" + refusal + ")");
   }
   return plans_.emplace(key, p).first->second;
 }
 
 void Gemm::finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
-                           bool transA, const float *b, bool transB,
-                           float *c, const float *bias,
-                           const GemmEpilogue &epilogue,
+                           bool transA, const float *b, bool transB, float *c,
+                           const float *bias, const GemmEpilogue &epilogue,
                            const std::string &what) {
   using Kind = GemmEpilogue::Kind;
   switch (epilogue.kind) {
@@ -289,9 +288,9 @@ void Gemm::finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
     if (bias)
       MTRT_CUDA_CHECK_LAUNCH(addBiasRows(stream_, m, n, bias, epilogue.aux),
                              what);
-    MTRT_CUDA_CHECK_LAUNCH(geluForward(stream_, m * n, epilogue.aux, c,
-                                       epilogue.approximation),
-                           what);
+    MTRT_CUDA_CHECK_LAUNCH(
+        geluForward(stream_, m * n, epilogue.aux, c, epilogue.approximation),
+        what);
     break;
   case Kind::GeluGrad:
     MTRT_CUDA_CHECK_LAUNCH(geluBackward(stream_, m * n, epilogue.aux, c, c,
@@ -334,11 +333,11 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     // cuBLASLt rejects k = 0: the product is zero, then the epilogue.
     float *product = epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
     if (!accumulate)
-      MTRT_CUDA_CHECK(cudaMemsetAsync(product, 0,
-                                      sizeof(float) *
-                                          static_cast<size_t>(batch * m * n),
-                                      stream_),
-                      what);
+      MTRT_CUDA_CHECK(
+          cudaMemsetAsync(product, 0,
+                          sizeof(float) * static_cast<size_t>(batch * m * n),
+                          stream_),
+          what);
     finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, epilogue,
                     what);
     return;
@@ -369,9 +368,8 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
           bf16};
   const Plan &p = plan(key);
   // An erf GeLU has no cuBLASLt epilogue: kernels, as after a fallback.
-  bool byKernel = p.epilogueByKernel ||
-                  (epilogue.kind != Kind::None &&
-                   wanted == CUBLASLT_EPILOGUE_DEFAULT);
+  bool byKernel = p.epilogueByKernel || (epilogue.kind != Kind::None &&
+                                         wanted == CUBLASLT_EPILOGUE_DEFAULT);
   if (!byKernel) {
     const void *biasPointer = bias;
     if (epilogue.kind == Kind::GeluGrad || epilogue.kind == Kind::BiasGradA ||
@@ -394,9 +392,9 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   float *product =
       byKernel && epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, second, p.b,
-                                   first, p.a, &beta, product, p.c, product,
-                                   p.c, &p.algo, workspace_, workspaceBytes_,
+  MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first,
+                                   p.a, &beta, product, p.c, product, p.c,
+                                   &p.algo, workspace_, workspaceBytes_,
                                    stream_),
                     what);
   if (byKernel)

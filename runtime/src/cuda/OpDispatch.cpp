@@ -310,8 +310,8 @@ void Executor::execute(size_t position, const Instruction &inst,
                   GemmEpilogue epilogue = {}) {
     Bf16Operands bf16 = bf16Operands(position, inst);
     // A bias gradient's scratch follows the bf16 copies this GEMM made.
-    epilogue.scratch =
-        static_cast<char *>(scratch(position)) + (bf16_ ? bf16CopyBytes(position) : 0);
+    epilogue.scratch = static_cast<char *>(scratch(position)) +
+                       (bf16_ ? bf16CopyBytes(position) : 0);
     try {
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
                           bias, false, bf16, epilogue);
@@ -449,11 +449,11 @@ void Executor::execute(size_t position, const Instruction &inst,
       epilogue.biasGrad = out(1);
     }
     if (!a.transposeWeight) // dW [in, out] = x^T @ dy
-      gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0),
-           nullptr, epilogue);
+      gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0), nullptr,
+           epilogue);
     else // dW [out, in] = dy^T @ x
-      gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0),
-           nullptr, epilogue);
+      gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0), nullptr,
+           epilogue);
     break;
   }
   case Op::BiasGrad: {

@@ -239,8 +239,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LinearWeightBiasGrad: { // linear_weight_grad and bias_grad
     auto [rows, inSize, outSize] = linearDims(fn, inst);
     linearBackward<T>(pool, rows, inSize, outSize, in(0), nullptr,
-                      a.transposeWeight, in(1), nullptr, out(0), out(1),
-                      false);
+                      a.transposeWeight, in(1), nullptr, out(0), out(1), false);
     break;
   }
   case Op::LinearGelu: { // linear into the pre-activation, then gelu

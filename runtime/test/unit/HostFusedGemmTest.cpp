@@ -27,8 +27,8 @@ host::Tensor randomInput(std::vector<int64_t> shape, uint64_t seed) {
 
 /// Runs `f` on the host with one random input per entry of `shapes` and
 /// returns its outputs.
-std::vector<host::Tensor> runHost(FunctionBuilder &f,
-                                  const std::vector<std::vector<int64_t>> &shapes) {
+std::vector<host::Tensor>
+runHost(FunctionBuilder &f, const std::vector<std::vector<int64_t>> &shapes) {
   Json manifest = manifestJson(modelJson(256, 8, 4, 2, 2), Json::array(),
                                Json::array({f.build()}));
   Bundle bundle = Bundle::parseManifest("fused-test", manifest.dump());
@@ -56,8 +56,8 @@ void expectSameBits(const host::Tensor &a, const host::Tensor &b,
 /// Each fused op beside its unfused ops; outputs alternate fused, unfused.
 void fusedBesideUnfused(bool transposed, const char *approximate) {
   int64_t rows = 6, in = 5, out = 7;
-  std::vector<int64_t> wShape =
-      transposed ? std::vector<int64_t>{out, in} : std::vector<int64_t>{in, out};
+  std::vector<int64_t> wShape = transposed ? std::vector<int64_t>{out, in}
+                                           : std::vector<int64_t>{in, out};
   std::vector<std::vector<int64_t>> shapes = {
       {2, rows / 2, in}, wShape, {out}, {2, rows / 2, out}, {2, rows / 2, in}};
   FunctionBuilder f("op");
