@@ -101,7 +101,9 @@ using GpuTrainer = mtrt::cuda::Trainer;
 
 /// The GPU trainer of --backend cuda; MTRT_CUDA_TF32=1 allows TF32 GEMMs,
 /// MTRT_CUDA_SYNC=1 synchronizes after every instruction (to name a
-/// faulting kernel), MTRT_CUDA_PROFILE=1 prints train_step's time per op.
+/// faulting kernel), MTRT_CUDA_PROFILE=1 prints train_step's time per op;
+/// MTRT_CUDA_GEMM_TUNE=0 keeps cuBLASLt's heuristic algorithm untimed and
+/// MTRT_CUDA_GEMM_BF16_RESULTS=0 keeps every GEMM result in fp32.
 std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &bundle,
                                            const std::string &corpus,
                                            const mtrt::train::TrainCommand &c) {
@@ -113,6 +115,12 @@ std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &bundle,
   device.tf32 = enabled("MTRT_CUDA_TF32");
   device.syncEachInstruction = enabled("MTRT_CUDA_SYNC");
   device.profile = enabled("MTRT_CUDA_PROFILE");
+  auto disabled = [](const char *name) {
+    const char *value = std::getenv(name);
+    return value && std::string(value) == "0";
+  };
+  device.gemmTuning = !disabled("MTRT_CUDA_GEMM_TUNE");
+  device.bf16GemmResults = !disabled("MTRT_CUDA_GEMM_BF16_RESULTS");
   return std::make_unique<GpuTrainer>(bundle, corpus, dataName(c), c.options,
                                       device);
 }

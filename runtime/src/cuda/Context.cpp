@@ -73,7 +73,7 @@ Context::Context(const ContextOptions &options) : options_(options) {
                  ")";
   MTRT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                   "creating the CUDA stream");
-  gemm_ = std::make_unique<Gemm>(stream_, options.tf32);
+  gemm_ = std::make_unique<Gemm>(stream_, options.tf32, options.gemmTuning);
   fault_ = DeviceBuffer(sizeof(unsigned), "the kernels' fault word");
   resetFault();
 }

@@ -25,6 +25,12 @@ struct ContextOptions {
   /// Time every instruction with CUDA events; executors then report the
   /// time per op (Executor::profile).
   bool profile = false;
+  /// Time cuBLASLt's proposed algorithms at a GEMM's first run and keep the
+  /// fastest (Gemm); off: the heuristic's first, deterministic.
+  bool gemmTuning = true;
+  /// Mixed precision: GEMM results that only GEMMs read are written in bf16
+  /// (Executor::planBf16Results); off: fp32, rounded by their readers.
+  bool bf16GemmResults = true;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

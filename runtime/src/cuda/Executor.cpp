@@ -69,6 +69,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     scratchKeptUntil_[position] = position;
   pairAttention();
   pairCrossEntropy();
+  planBf16Results();
   planBf16Copies();
   plan_ = planArena(
       fn,
@@ -162,6 +163,13 @@ std::string Executor::profile() const {
   }
   for (const std::string &fallback : context_.gemm().epiloguesByKernel())
     text += "  cuBLASLt epilogue run as kernels: " + fallback + "\n";
+  for (const std::string &choice : context_.gemm().tuningChoices())
+    text += "  GEMM tuned: " + choice + "\n";
+  size_t bf16Results = 0;
+  for (bool result : bf16Result_)
+    bf16Results += result;
+  text += "  GEMM results written in bf16: " + std::to_string(bf16Results) +
+          " values\n";
   return text;
 }
 

@@ -109,8 +109,14 @@ private:
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
   /// Mixed precision: each value that GEMMs read gets one bf16 copy, made in
-  /// the scratch of its first GEMM and kept until its last.
+  /// the scratch of its first GEMM and kept until its last; values with a
+  /// bf16 result (planBf16Results) are their own copy.
   void planBf16Copies();
+  /// Mixed precision: the GEMM results that only GEMMs read (as A or B, and
+  /// a GeLU's pre-activation that only its gradient GEMM reads) are written
+  /// by their GEMM in bf16 into their own slot, when cuBLASLt has the
+  /// algorithm (ContextOptions::bf16GemmResults).
+  void planBf16Results();
   /// The bf16 copies of a GEMM's operands; made here when `position` is
   /// their first GEMM.
   Bf16Operands bf16Operands(size_t position, const Instruction &inst);
@@ -141,6 +147,9 @@ private:
   /// By value: the instruction whose scratch holds its bf16 copy
   /// (kNoPartner: none) and the copy's offset there.
   std::vector<size_t> bf16Owner_, bf16Offset_;
+  /// By value: held in bf16 in its slot (its first half), written so by the
+  /// GEMM that makes it (planBf16Results).
+  std::vector<bool> bf16Result_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
   ArenaPlan plan_;

@@ -4,6 +4,8 @@
 #include "cuda/CudaCheck.h"
 #include "cuda/kernels/Kernels.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace mtrt::cuda {
@@ -88,8 +90,11 @@ std::string shapeText(int64_t batch, int64_t m, int64_t n, int64_t k,
 
 } // namespace
 
-Gemm::Gemm(cudaStream_t stream, bool tf32) : stream_(stream), tf32_(tf32) {
+Gemm::Gemm(cudaStream_t stream, bool tf32, bool tuning)
+    : stream_(stream), tf32_(tf32), tuning_(tuning) {
   MTRT_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle");
+  MTRT_CUDA_CHECK(cudaEventCreate(&start_), "creating the GEMM tuning events");
+  MTRT_CUDA_CHECK(cudaEventCreate(&stop_), "creating the GEMM tuning events");
   MTRT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes),
                   "allocating the cuBLASLt workspace");
   workspaceBytes_ = kWorkspaceBytes;
@@ -104,6 +109,10 @@ Gemm::~Gemm() {
   }
   if (workspace_)
     cudaFree(workspace_);
+  if (start_)
+    cudaEventDestroy(start_);
+  if (stop_)
+    cudaEventDestroy(stop_);
   if (handle_)
     cublasLtDestroy(handle_);
 }
@@ -112,7 +121,7 @@ Gemm::~Gemm() {
 // first operand is our B, its second our A, and its (M, N, K) is (n, m, k).
 bool Gemm::tryPlan(const Key &key, Plan &p) {
   auto [batch, m, n, k, transA, transB, epilogueCode, accumulate, alignA,
-        alignB, alignC, bf16] = key;
+        alignB, alignC, bf16, bf16Result] = key;
   (void)accumulate;
   auto epilogue = static_cast<cublasLtEpilogue_t>(epilogueCode);
   std::string what = shapeText(batch, m, n, k, transA, transB);
@@ -158,7 +167,7 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
     }
     if (usesAux(epilogue)) {
       // The auxiliary matrix is laid out as C (column-major n x m); its
-      // type is C's (fp32), cuBLASLt's default.
+      // type is D's (fp32, or bf16 for a bf16 result), cuBLASLt's default.
       int64_t auxLd = n;
       MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
                             p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
@@ -191,7 +200,7 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
     cudaDataType_t operands = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     layout(p.b, operands, transB ? k : n, transB ? n : k, k * n);
     layout(p.a, operands, transA ? m : k, transA ? k : m, m * k);
-    layout(p.c, CUDA_R_32F, n, m, m * n);
+    layout(p.c, bf16Result ? CUDA_R_16BF : CUDA_R_32F, n, m, m * n);
 
     cublasLtMatmulPreference_t preference = nullptr;
     MTRT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference), what);
@@ -213,12 +222,12 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
     for (int i = 0; i < 5 && status == CUBLAS_STATUS_SUCCESS; ++i)
       status = cublasLtMatmulPreferenceSetAttribute(preference, attributes[i],
                                                     values[i], sizes[i]);
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kTuningCandidates] = {};
     int found = 0;
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.b, p.a, p.c,
-                                              p.c, preference, 1, &result,
-                                              &found);
+      status = cublasLtMatmulAlgoGetHeuristic(
+          handle_, p.desc, p.b, p.a, p.c, p.c, preference,
+          tuning_ ? kTuningCandidates : 1, results, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     // No algorithm; with an epilogue, any refusal of the heuristic (an
     // auxiliary matrix's leading dimension it does not take, say) leaves
@@ -236,7 +245,11 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
     }
     if (status != CUBLAS_STATUS_SUCCESS)
       throwCublasError(status, "cublasLtMatmulAlgoGetHeuristic", what);
-    p.algo = result.algo;
+    p.algo = results[0].algo;
+    for (int i = 1; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS &&
+          results[i].workspaceSize <= workspaceBytes_)
+        p.candidates.push_back(results[i].algo);
     return true;
   } catch (...) {
     destroy();
@@ -244,7 +257,7 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
   }
 }
 
-const Gemm::Plan &Gemm::plan(const Key &key) {
+Gemm::Plan &Gemm::plan(const Key &key) {
   auto found = plans_.find(key);
   if (found != plans_.end())
     return found->second;
@@ -255,11 +268,18 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
     Key plain = key;
     std::get<6>(plain) = CUBLASLT_EPILOGUE_DEFAULT;
     auto [batch, m, n, k, transA, transB, code, accumulate, alignA, alignB,
-          alignC, bf16] = key;
+          alignC, bf16, bf16Result] = key;
     (void)code;
     (void)accumulate;
     (void)bf16;
     std::string what = shapeText(batch, m, n, k, transA, transB);
+    // A bf16 result has no kernels after it: the caller asked
+    // hasBf16ResultAlgorithm first, so this is a bug, not a fallback.
+    if (bf16Result)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  what + ": cuBLASLt has no algorithm with the " +
+                      epilogueName(epilogue) + " epilogue and a bf16 result (" +
+                      refusal + ")");
     if (epilogue == CUBLASLT_EPILOGUE_DEFAULT || !tryPlan(plain, p))
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
                   what +
@@ -272,6 +292,71 @@ const Gemm::Plan &Gemm::plan(const Key &key) {
                                  what + " (" + refusal + ")");
   }
   return plans_.emplace(key, p).first->second;
+}
+
+template <typename Launch>
+void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  candidates.push_back(p.algo);
+  candidates.insert(candidates.end(), p.candidates.begin(),
+                    p.candidates.end());
+  p.candidates.clear();
+  constexpr int kRuns = 3;
+  float best = -1, first = -1;
+  size_t chosen = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    // A candidate the library then refuses for these buffers is skipped;
+    // the heuristic's first must run (its failure is the caller's error).
+    if (launch(candidates[i]) != CUBLAS_STATUS_SUCCESS) {
+      if (i == 0)
+        MTRT_CUBLAS_CHECK(launch(candidates[i]), what);
+      continue;
+    }
+    MTRT_CUDA_CHECK(cudaEventRecord(start_, stream_), what);
+    for (int run = 0; run < kRuns; ++run)
+      MTRT_CUBLAS_CHECK(launch(candidates[i]), what);
+    MTRT_CUDA_CHECK(cudaEventRecord(stop_, stream_), what);
+    MTRT_CUDA_CHECK(cudaEventSynchronize(stop_), what);
+    float ms = 0;
+    MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_), what);
+    if (i == 0)
+      first = ms;
+    if (best < 0 || ms < best) {
+      best = ms;
+      chosen = i;
+    }
+  }
+  p.algo = candidates[chosen];
+  char line[96];
+  std::snprintf(line, sizeof(line),
+                ": candidate %zu of %zu, %.3f ms (the heuristic's first "
+                "%.3f ms)",
+                chosen + 1, candidates.size(), best / kRuns, first / kRuns);
+  tuningChoices_.push_back(what + line);
+}
+
+bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k,
+                                  bool transA, bool transB,
+                                  GemmEpilogue::Kind kind, bool bias,
+                                  bool biasGrad) {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return false;
+  GemmEpilogue epilogue;
+  epilogue.kind = kind;
+  float unused = 0;
+  epilogue.biasGrad = biasGrad ? &unused : nullptr;
+  cublasLtEpilogue_t wanted = cublasEpilogue(epilogue, bias, true);
+  if (kind != GemmEpilogue::Kind::None && wanted == CUBLASLT_EPILOGUE_DEFAULT)
+    return false;
+  Key key{1,     m,   n,   k,   transA, transB, static_cast<int>(wanted),
+          false, 256, 256, 256, true,   true};
+  if (plans_.count(key))
+    return true;
+  Plan p;
+  if (!tryPlan(key, p))
+    return false;
+  plans_.emplace(key, p);
+  return true;
 }
 
 void Gemm::finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
@@ -343,6 +428,10 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     return;
   }
   bool bf16 = operands.enabled();
+  bool bf16Result = bf16 && operands.result;
+  if (operands.result && (!bf16 || k == 0))
+    throw Error(MTRT_STATUS_INTERNAL,
+                what + ": a bf16 result needs bf16 operands and k > 0");
   const void *first = a, *second = b;
   if (bf16) {
     first = operands.a;
@@ -364,12 +453,17 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
           accumulate,
           alignmentOf(first, batch, m * k, operandBytes),
           alignmentOf(second, batch, k * n, operandBytes),
-          alignmentOf(c, batch, m * n, sizeof(float)),
-          bf16};
-  const Plan &p = plan(key);
+          alignmentOf(c, batch, m * n,
+                      bf16Result ? sizeof(__nv_bfloat16) : sizeof(float)),
+          bf16,
+          bf16Result};
+  Plan &p = plan(key);
   // An erf GeLU has no cuBLASLt epilogue: kernels, as after a fallback.
   bool byKernel = p.epilogueByKernel || (epilogue.kind != Kind::None &&
                                          wanted == CUBLASLT_EPILOGUE_DEFAULT);
+  if (byKernel && bf16Result)
+    throw Error(MTRT_STATUS_INTERNAL,
+                what + ": a bf16 result needs the epilogue in cuBLASLt");
   if (!byKernel) {
     const void *biasPointer = bias;
     if (epilogue.kind == Kind::GeluGrad || epilogue.kind == Kind::BiasGradA ||
@@ -392,11 +486,24 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   float *product =
       byKernel && epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first,
-                                   p.a, &beta, product, p.c, product, p.c,
-                                   &p.algo, workspace_, workspaceBytes_,
-                                   stream_),
-                    what);
+  auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
+    return cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first, p.a,
+                          &beta, product, p.c, product, p.c, &algo, workspace_,
+                          workspaceBytes_, stream_);
+  };
+  if (!p.candidates.empty()) {
+    // Timed on this call's buffers: every candidate writes the same C (and
+    // aux or bias gradient); an accumulating product would add up, and a
+    // stream being captured cannot be waited on: those keep the first.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MTRT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture), what);
+    if (accumulate || capture != cudaStreamCaptureStatusNone)
+      p.candidates.clear();
+    else
+      tune(p, what + " " + epilogueName(wanted) + (bf16Result ? ", bf16 C" : ""),
+           launch);
+  }
+  MTRT_CUBLAS_CHECK(launch(p.algo), what);
   if (byKernel)
     finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, epilogue,
                     what);

@@ -24,6 +24,11 @@ using host::GeluApproximation;
 /// fp32 operands); both null for an fp32 product.
 struct Bf16Operands {
   const __nv_bfloat16 *a = nullptr, *b = nullptr;
+  /// C (and a GeLU epilogue's auxiliary matrix, written by GeluAux and read
+  /// by GeluGrad) is bf16, not fp32: for results that only GEMMs read, which
+  /// then take C as their bf16 operand with no rounding pass. The bias and a
+  /// bias gradient stay fp32.
+  bool result = false;
   bool enabled() const { return a && b; }
 };
 
@@ -72,12 +77,22 @@ struct GemmEpilogue {
 /// (CUBLAS_COMPUTE_32F over CUDA_R_16BF inputs); C, the bias and the
 /// accumulation stay fp32, as Megatron-LM's fp32 main gradients do.
 ///
+/// Algorithms: at the first product of a (shape, layout, alignment,
+/// epilogue, types) key, cuBLASLt's heuristic proposes up to
+/// kTuningCandidates algorithms; with `tuning`, each is timed on the call's
+/// own buffers (CUDA events, a few runs each; every candidate writes the
+/// same results, none accumulates) and the fastest is kept for the key.
+/// Without it, or while the stream is being captured into a CUDA graph, the
+/// heuristic's first is kept (deterministic).
+///
 /// Thread-safety: one caller at a time (the cache is not locked).
 class Gemm {
 public:
+  static constexpr int kTuningCandidates = 8;
+
   /// Creates the cuBLASLt handle and a workspace on the current device.
   /// Throws Error naming the failed call.
-  Gemm(cudaStream_t stream, bool tf32);
+  Gemm(cudaStream_t stream, bool tf32, bool tuning = true);
   ~Gemm();
   Gemm(const Gemm &) = delete;
   Gemm &operator=(const Gemm &) = delete;
@@ -92,6 +107,20 @@ public:
 
   bool tf32() const { return tf32_; }
 
+  /// Whether run() with bf16 operands and a bf16 result (operands.result)
+  /// has a cuBLASLt algorithm with the epilogue for this shape at 256-byte
+  /// aligned pointers (the arena's); when false such a run throws. `bias`
+  /// and `biasGrad` say whether those pointers will be given.
+  bool hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
+                              bool transB, GemmEpilogue::Kind kind, bool bias,
+                              bool biasGrad);
+
+  /// One line per tuned key: the shape, the epilogue, the chosen candidate
+  /// and its time against the heuristic's first.
+  const std::vector<std::string> &tuningChoices() const {
+    return tuningChoices_;
+  }
+
   /// The epilogues cuBLASLt had no algorithm for, one line per shape
   /// ("GELU_AUX_BIAS for cuBLASLt matmul of ..."): they ran as kernels.
   const std::vector<std::string> &epiloguesByKernel() const {
@@ -100,13 +129,15 @@ public:
 
 private:
   /// (batch, m, n, k, transA, transB, cuBLASLt epilogue, accumulate,
-  /// alignment of A, B and C in bytes, bf16 operands).
+  /// alignment of A, B and C in bytes, bf16 operands, bf16 result).
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, int,
-                         bool, int, int, int, bool>;
+                         bool, int, int, int, bool, bool>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    /// The heuristic's other proposals, until the first run times them.
+    std::vector<cublasLtMatmulAlgo_t> candidates;
     /// cuBLASLt had no algorithm with the epilogue for this shape: the plan
     /// is the plain product and kernels do the epilogue's work after it.
     bool epilogueByKernel = false;
@@ -119,10 +150,17 @@ private:
                        bool transA, const float *b, bool transB, float *c,
                        const float *bias, const GemmEpilogue &epilogue,
                        const std::string &what);
-  const Plan &plan(const Key &key);
+  Plan &plan(const Key &key);
+  /// Times the plan's candidates through `launch` (one product with the
+  /// given algorithm) and keeps the fastest as p.algo.
+  template <typename Launch>
+  void tune(Plan &p, const std::string &what, Launch &&launch);
 
   cudaStream_t stream_;
   bool tf32_;
+  bool tuning_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  std::vector<std::string> tuningChoices_;
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
   size_t workspaceBytes_ = 0;

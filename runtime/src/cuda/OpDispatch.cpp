@@ -109,6 +109,101 @@ Executor::gemmOperandValues(const Instruction &inst) const {
   }
 }
 
+void Executor::planBf16Results() {
+  const Function &fn = *function_;
+  bf16Result_.assign(fn.values.size(), false);
+  if (!bf16_ || !context_.options().bf16GemmResults)
+    return;
+  size_t none = kNoPartner;
+  std::vector<size_t> producer(fn.values.size(), none);
+  for (size_t position = 0; position < fn.instructions.size(); ++position)
+    for (int64_t r : fn.instructions[position].results)
+      producer[r] = position;
+  auto isGemm = [](Op op) {
+    return op == Op::Linear || op == Op::LinearGelu ||
+           op == Op::LinearGeluGrad || op == Op::LinearWeightGrad ||
+           op == Op::LinearWeightBiasGrad || op == Op::Matmul;
+  };
+  // Uses: only as A or B of GEMMs (operands 0 and 1), or, for `auxOf`, only
+  // as the pre-activation (operand 2) of linear_gelu_grad.
+  std::vector<bool> gemmOnly(fn.values.size(), true), auxOnly = gemmOnly,
+                    used(fn.values.size(), false);
+  for (const Instruction &inst : fn.instructions)
+    for (size_t i = 0; i < inst.operands.size(); ++i) {
+      int64_t v = inst.operands[i];
+      used[v] = true;
+      if (!isGemm(inst.op) || i > 1)
+        gemmOnly[v] = false;
+      if (inst.op != Op::LinearGeluGrad || i != 2)
+        auxOnly[v] = false;
+    }
+  for (int64_t v : fn.outputs)
+    gemmOnly[v] = auxOnly[v] = false;
+  // Candidates: results of single (unbatched) GEMMs read only by GEMMs,
+  // for which cuBLASLt has the algorithm with a bf16 result.
+  std::vector<bool> candidate(fn.instructions.size(), false);
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    using Kind = GemmEpilogue::Kind;
+    Kind kind;
+    if (inst.op == Op::Linear)
+      kind = Kind::None;
+    else if (inst.op == Op::LinearGelu)
+      kind = Kind::GeluAux;
+    else if (inst.op == Op::LinearGeluGrad)
+      kind = Kind::GeluGrad;
+    else
+      continue;
+    int64_t r = inst.results[0];
+    if (!used[r] || !gemmOnly[r] || aliasOf_[r] >= 0)
+      continue;
+    if (inst.op == Op::LinearGelu &&
+        (!used[inst.results[1]] || !auxOnly[inst.results[1]]))
+      continue;
+    LinearDims d = linearDims(fn, inst);
+    bool bias = inst.op != Op::LinearGeluGrad && inst.operands.size() == 3;
+    bool biasGrad = inst.op == Op::LinearGeluGrad && inst.results.size() == 2;
+    candidate[position] = context_.gemm().hasBf16ResultAlgorithm(
+        d.rows, d.outSize, d.inSize, false, inst.attrs.transposeWeight, kind,
+        bias, biasGrad);
+  }
+  // A GeLU's pre-activation is bf16 exactly when its result is: it is read
+  // as D's type by each linear_gelu_grad, whose result must then be bf16 too.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t position = 0; position < fn.instructions.size(); ++position) {
+      const Instruction &inst = fn.instructions[position];
+      if (!candidate[position])
+        continue;
+      bool keep = true;
+      if (inst.op == Op::LinearGeluGrad) {
+        size_t forward = producer[inst.operands[2]];
+        keep = forward != none && candidate[forward];
+      } else if (inst.op == Op::LinearGelu) {
+        for (size_t reader = position + 1;
+             keep && reader < fn.instructions.size(); ++reader) {
+          const Instruction &r = fn.instructions[reader];
+          if (r.op == Op::LinearGeluGrad &&
+              r.operands[2] == inst.results[1] && !candidate[reader])
+            keep = false;
+        }
+      }
+      if (!keep) {
+        candidate[position] = false;
+        changed = true;
+      }
+    }
+  }
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    if (!candidate[position])
+      continue;
+    const Instruction &inst = fn.instructions[position];
+    bf16Result_[inst.results[0]] = true;
+    if (inst.op == Op::LinearGelu)
+      bf16Result_[inst.results[1]] = true;
+  }
+}
+
 void Executor::planBf16Copies() {
   const Function &fn = *function_;
   bf16Owner_.assign(fn.values.size(), kNoPartner);
@@ -119,7 +214,7 @@ void Executor::planBf16Copies() {
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     auto [a, b] = gemmOperandValues(fn.instructions[position]);
     for (int64_t v : {a, b}) {
-      if (v < 0)
+      if (v < 0 || bf16Result_[v]) // a bf16 result is its own copy
         continue;
       size_t owner = bf16Owner_[v];
       if (owner == kNoPartner) {
@@ -141,6 +236,8 @@ Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
     return operands;
   auto [a, b] = gemmOperandValues(inst);
   auto copyOf = [&](int64_t v) {
+    if (bf16Result_[v])
+      return static_cast<__nv_bfloat16 *>(slots_[v]);
     size_t owner = bf16Owner_[v];
     auto *copy = reinterpret_cast<__nv_bfloat16 *>(
         static_cast<char *>(scratch(owner)) + bf16Offset_[v]);
@@ -153,6 +250,7 @@ Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
   };
   operands.a = copyOf(a);
   operands.b = b == a ? operands.a : copyOf(b);
+  operands.result = bf16Result_[inst.results[0]];
   return operands;
 }
 
@@ -161,7 +259,7 @@ size_t Executor::bf16CopyBytes(size_t position) const {
   size_t bytes = 0;
   auto [a, b] = gemmOperandValues(fn.instructions[position]);
   auto add = [&](int64_t v) {
-    if (bf16Owner_[v] == position)
+    if (!bf16Result_[v] && bf16Owner_[v] == position)
       bytes += roundUp(sizeof(__nv_bfloat16) *
                        static_cast<size_t>(fn.values[v].numElements));
   };
