@@ -165,12 +165,16 @@ std::string Executor::profile() const {
     text += "  cuBLASLt epilogue run as kernels: " + fallback + "\n";
   for (const std::string &choice : context_.gemm().tuningChoices())
     text += "  GEMM tuned: " + choice + "\n";
-  size_t bf16Results = 0;
-  for (bool result : bf16Result_)
-    bf16Results += result;
-  text += "  GEMM results written in bf16: " + std::to_string(bf16Results) +
-          " values\n";
+  text += "  GEMM results written in bf16: " +
+          std::to_string(bf16ResultCount()) + " values\n";
   return text;
+}
+
+size_t Executor::bf16ResultCount() const {
+  size_t count = 0;
+  for (bool result : bf16Result_)
+    count += result;
+  return count;
 }
 
 DType Executor::storageType(int64_t v) const {

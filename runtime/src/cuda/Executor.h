@@ -78,6 +78,10 @@ public:
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }
 
+  /// Mixed precision: how many values their GEMMs write in bf16 (read only
+  /// by GEMMs; ContextOptions::bf16GemmResults).
+  size_t bf16ResultCount() const;
+
   /// With ContextOptions::profile: milliseconds per op over all runs so
   /// far, one line per op, slowest first; empty otherwise.
   std::string profile() const;

@@ -353,8 +353,12 @@ bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k,
   if (plans_.count(key))
     return true;
   Plan p;
-  if (!tryPlan(key, p))
-    return false;
+  try {
+    if (!tryPlan(key, p))
+      return false;
+  } catch (const Error &) {
+    return false; // the heuristic refused the types outright: fp32 results
+  }
   plans_.emplace(key, p);
   return true;
 }

@@ -36,6 +36,9 @@ public:
   /// The bundle's model.precision: "bf16" runs the cuda side in mixed
   /// precision (the host stays the fp32 reference).
   std::string precision = "fp32";
+  /// When set, the cuda executor must write this many values as bf16 GEMM
+  /// results (Executor::bf16ResultCount).
+  int64_t bf16Results = -1;
 
   /// The host tensor of the input defined by the last ids() or input().
   host::Tensor &lastInput() { return inputs_.back(); }
@@ -70,6 +73,12 @@ public:
     std::vector<host::Tensor> actual = deviceExecutor.run(views, step);
     for (const std::string &line : context.gemm().epiloguesByKernel())
       std::printf("[ epilogue by kernels ] %s\n", line.c_str());
+    for (const std::string &line : context.gemm().tuningChoices())
+      std::printf("[ GEMM tuned ] %s\n", line.c_str());
+    if (bf16Results >= 0) {
+      EXPECT_EQ(deviceExecutor.bf16ResultCount(),
+                static_cast<size_t>(bf16Results));
+    }
     ASSERT_EQ(actual.size(), expected.size());
     for (size_t i = 0; i < actual.size(); ++i) {
       std::string what = "outputs[" + std::to_string(i) + "]";
@@ -352,6 +361,32 @@ TEST_F(CudaOpsTest, FusedGemmEpiloguesTanhInBf16) {
 TEST_F(CudaOpsTest, FusedGemmEpiloguesUnalignedOutputInBf16) {
   c.precision = "bf16";
   fusedGemmCase(c, 45, "tanh");
+  c.check(kBf16);
+}
+
+/// A GeLU MLP and its gradients in bf16, its intermediate values read only
+/// by GEMMs: linear_gelu writes the activation and the pre-activation in
+/// bf16, linear_gelu_grad its result, and their readers take them as their
+/// bf16 operands (no rounding pass); the outputs stay fp32.
+TEST_F(CudaOpsTest, GemmOnlyIntermediatesAsBf16Results) {
+  c.precision = "bf16";
+  int64_t rows = 64, in = 40, hidden = 96, out = 32;
+  int64_t x = c.input({2, rows / 2, in}), w1 = c.input({in, hidden}),
+          b1 = c.input({hidden}), w2 = c.input({hidden, out}),
+          b2 = c.input({out}), dy = c.input({2, rows / 2, out});
+  std::vector<int64_t> act = {2, rows / 2, hidden};
+  int64_t g = c.f.value(act), pre = c.f.value(act);
+  c.f.inst("linear_gelu", {x, w1, b1}, {g, pre}, {{"approximate", "tanh"}});
+  c.f.output(c.f.op("linear", {g, w2, b2}, {2, rows / 2, out}));
+  int64_t dpre = c.f.value(act), db1 = c.f.value({hidden});
+  c.f.inst("linear_gelu_grad", {dy, w2, pre}, {dpre, db1},
+           {{"approximate", "tanh"}, {"transpose_weight", true}});
+  c.f.output(db1);
+  c.f.output(c.f.op("linear_weight_grad", {g, dy}, {hidden, out}));
+  c.f.output(c.f.op("linear", {dpre, w1}, {2, rows / 2, in},
+                    {{"transpose_weight", true}}));
+  c.f.output(c.f.op("linear_weight_grad", {x, dpre}, {in, hidden}));
+  c.bf16Results = 3; // g, pre, dpre
   c.check(kBf16);
 }
 
