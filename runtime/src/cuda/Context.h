@@ -29,8 +29,9 @@ struct ContextOptions {
   /// fastest (Gemm); off: the heuristic's first, deterministic.
   bool gemmTuning = true;
   /// Mixed precision: GEMM results that only GEMMs read are written in bf16
-  /// (Executor::planBf16Results); off: fp32, rounded by their readers.
-  bool bf16GemmResults = true;
+  /// (Executor::planBf16Results); off: fp32, rounded by their readers. Off
+  /// by default until measured on the H200 (bench/NOTES.md).
+  bool bf16GemmResults = false;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

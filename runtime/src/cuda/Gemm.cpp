@@ -80,6 +80,19 @@ cublasLtEpilogue_t cublasEpilogue(const GemmEpilogue &epilogue, bool bias,
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+/// Where a bf16 result's bias vector (n bf16) goes: past the bf16 C in C's
+/// fp32-sized buffer, 256-byte aligned.
+size_t bf16VectorOffset(int64_t m, int64_t n) {
+  size_t used = sizeof(__nv_bfloat16) * static_cast<size_t>(m * n);
+  return (used + 255) / 256 * 256;
+}
+
+bool bf16VectorFits(int64_t m, int64_t n) {
+  return bf16VectorOffset(m, n) +
+             sizeof(__nv_bfloat16) * static_cast<size_t>(n) <=
+         sizeof(float) * static_cast<size_t>(m * n);
+}
+
 std::string shapeText(int64_t batch, int64_t m, int64_t n, int64_t k,
                       bool transA, bool transB) {
   return "cuBLASLt matmul of " + std::to_string(batch) + " x [" +
@@ -158,8 +171,9 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
         epilogue != CUBLASLT_EPILOGUE_GELU_AUX &&
         epilogue != CUBLASLT_EPILOGUE_DGELU) {
-      // The bias, or the bias gradient written through the bias pointer.
-      cudaDataType_t biasType = CUDA_R_32F;
+      // The bias, or the bias gradient written through the bias pointer:
+      // fp32, or D's type for a bf16 result (cuBLASLt's rule outside FP8).
+      cudaDataType_t biasType = bf16Result ? CUDA_R_16BF : CUDA_R_32F;
       MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
                             p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                             &biasType, sizeof(biasType)),
@@ -339,7 +353,7 @@ bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k,
                                   bool transA, bool transB,
                                   GemmEpilogue::Kind kind, bool bias,
                                   bool biasGrad) {
-  if (m <= 0 || n <= 0 || k <= 0)
+  if (m <= 0 || n <= 0 || k <= 0 || !bf16VectorFits(m, n))
     return false;
   GemmEpilogue epilogue;
   epilogue.kind = kind;
@@ -433,9 +447,15 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   }
   bool bf16 = operands.enabled();
   bool bf16Result = bf16 && operands.result;
-  if (operands.result && (!bf16 || k == 0))
+  if (operands.result && (!bf16 || k == 0 || batch != 1 ||
+                          !bf16VectorFits(m, n)))
     throw Error(MTRT_STATUS_INTERNAL,
-                what + ": a bf16 result needs bf16 operands and k > 0");
+                what + ": a bf16 result needs bf16 operands, k > 0, one "
+                       "matrix and room for its bias vector");
+  __nv_bfloat16 *bf16Vector =
+      bf16Result ? reinterpret_cast<__nv_bfloat16 *>(
+                       reinterpret_cast<char *>(c) + bf16VectorOffset(m, n))
+                 : nullptr;
   const void *first = a, *second = b;
   if (bf16) {
     first = operands.a;
@@ -473,6 +493,11 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     if (epilogue.kind == Kind::GeluGrad || epilogue.kind == Kind::BiasGradA ||
         epilogue.kind == Kind::BiasGradB)
       biasPointer = epilogue.biasGrad;
+    if (biasPointer && bf16Result) {
+      if (biasPointer == bias)
+        MTRT_CUDA_CHECK_LAUNCH(roundToBf16(stream_, n, bias, bf16Vector), what);
+      biasPointer = bf16Vector;
+    }
     if (biasPointer)
       MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
                             p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -508,6 +533,12 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
            launch);
   }
   MTRT_CUBLAS_CHECK(launch(p.algo), what);
+  if (bf16Result && !byKernel && epilogue.biasGrad &&
+      epilogue.kind != Kind::None && epilogue.kind != Kind::GeluAux)
+    MTRT_CUDA_CHECK_LAUNCH(
+        widenBf16(stream_, epilogue.kind == Kind::BiasGradA ? m : n,
+                  bf16Vector, epilogue.biasGrad),
+        what);
   if (byKernel)
     finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, epilogue,
                     what);

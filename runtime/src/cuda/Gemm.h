@@ -26,8 +26,11 @@ struct Bf16Operands {
   const __nv_bfloat16 *a = nullptr, *b = nullptr;
   /// C (and a GeLU epilogue's auxiliary matrix, written by GeluAux and read
   /// by GeluGrad) is bf16, not fp32: for results that only GEMMs read, which
-  /// then take C as their bf16 operand with no rounding pass. The bias and a
-  /// bias gradient stay fp32.
+  /// then take C as their bf16 operand with no rounding pass. C's buffer
+  /// keeps its fp32 size (m * n floats): cuBLASLt takes the bias vector in
+  /// D's type, so the fp32 bias is rounded into, and a bias gradient
+  /// written in bf16 to, the buffer's unused second half, then widened into
+  /// the fp32 bias gradient.
   bool result = false;
   bool enabled() const { return a && b; }
 };

@@ -66,7 +66,9 @@ public:
     std::vector<host::Tensor> expected = hostExecutor.run(views, step);
     MTRT_REQUIRE_GPU();
 
-    cuda::Context context;
+    cuda::ContextOptions options;
+    options.bf16GemmResults = bf16Results >= 0;
+    cuda::Context context(options);
     cuda::ParameterStore deviceStore(bundle, context);
     deviceStore.upload(initial);
     cuda::Executor deviceExecutor(bundle, "op", deviceStore);

@@ -222,6 +222,10 @@ void softmaxBackward(cudaStream_t stream, int64_t outer, int64_t axisSize,
 void roundToBf16(cudaStream_t stream, int64_t n, const float *x,
                  __nv_bfloat16 *y);
 
+/// y[i] = float(x[i]) (exact).
+void widenBf16(cudaStream_t stream, int64_t n, const __nv_bfloat16 *x,
+               float *y);
+
 //===----------------------------------------------------------------------===//
 // Loss.cu: softmax cross-entropy, per-row logsumexp in double
 //===----------------------------------------------------------------------===//

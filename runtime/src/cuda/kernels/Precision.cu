@@ -26,7 +26,17 @@ __global__ void roundToBf16Scalar(int64_t begin, int64_t n, const float *x,
   MTRT_GRID_STRIDE(i, n - begin) { y[begin + i] = __float2bfloat16_rn(x[begin + i]); }
 }
 
+__global__ void widenBf16Kernel(int64_t n, const __nv_bfloat16 *x, float *y) {
+  MTRT_GRID_STRIDE(i, n) { y[i] = __bfloat162float(x[i]); }
+}
+
 } // namespace
+
+void widenBf16(cudaStream_t stream, int64_t n, const __nv_bfloat16 *x,
+               float *y) {
+  if (n > 0)
+    widenBf16Kernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y);
+}
 
 void roundToBf16(cudaStream_t stream, int64_t n, const float *x,
                  __nv_bfloat16 *y) {
