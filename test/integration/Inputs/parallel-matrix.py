@@ -7,13 +7,14 @@ Usage: parallel-matrix.py MEGATRON_COMPILE MEGATRON_TRAIN MODEL DATA WORK_DIR
 The layouts: tensor parallelism in {1, 2, 4} x sequence parallelism off and
 on (on only with TP > 1) x data parallelism in {1, 2} x the distributed
 optimizer off and on; at most 8 in-process ranks. Every layout trains 10
-iterations with the global micro-batch of 8 sequences, float32, the model's
+iterations (evaluating 2 batches after iterations 5 and 10) with the global micro-batch of 8 sequences, float32, the model's
 dropout (GPT-2's 0.1 on the embeddings, the hidden states and the attention
 probabilities). The vocabulary is padded to 512 rows everywhere (TP4 pads it
 so) so that every run trains the same model.
 
 Each run must agree with the one-rank run:
-- every iteration's loss and gradient norm within 1e-5 relative;
+- every iteration's loss and gradient norm, and every evaluation loss,
+  within 1e-5 relative;
 - every saved tensor within 1e-5 relative in its own L2 norm:
   ||one - run|| <= 1e-5 ||one||, tensor by tensor.
 AdamW runs with eps 1e-6 instead of 1e-8: with 1e-8 AdamW divides rounding
@@ -37,7 +38,8 @@ import sys
 
 TOLERANCE = 1e-5
 TRAIN = ["--train-iters", "10", "--lr", "1e-3", "--adam-eps", "1e-6",
-         "--log-interval", "1", "--eval-interval", "0", "--no-progress-bar"]
+         "--log-interval", "1", "--eval-interval", "5", "--eval-iters", "2",
+         "--no-progress-bar"]
 
 
 def load_weights_reader():
@@ -98,14 +100,20 @@ def relative(x, y):
 
 
 def compare_logs(one, other):
-    """The largest relative difference of the losses and of the gradient
-    norms, or None if the logs do not line up."""
+    """The largest relative difference of the losses (training and
+    evaluation) and of the gradient norms, or None if the logs do not line
+    up."""
     if len(one) != len(other) or not one:
         return None
-    loss = max(relative(a["loss"], b["loss"]) for a, b in zip(one, other))
-    norm = max(relative(a["grad_norm"], b["grad_norm"])
-               for a, b in zip(one, other))
-    return loss, norm
+    worst = {"loss": 0.0, "grad_norm": 0.0}
+    for a, b in zip(one, other):
+        for key, kind in (("loss", "loss"), ("eval_loss", "loss"),
+                          ("grad_norm", "grad_norm")):
+            if (key in a) != (key in b):
+                return None
+            if key in a:
+                worst[kind] = max(worst[kind], relative(a[key], b[key]))
+    return worst["loss"], worst["grad_norm"]
 
 
 def compare_weights(one, other):
