@@ -98,9 +98,9 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     if (name.contains("layernorm.") || name.contains(".ln_") ||
         name.starts_with("model.norm.") ||
         name.starts_with("transformer.ln_f.") ||
-        name.ends_with("attn.c_proj.bias") || name.ends_with("mlp.c_proj.bias") ||
-        name.ends_with("o_proj.bias") || name.ends_with("down_proj.bias") ||
-        name == "transformer.wpe.weight")
+        name.ends_with("attn.c_proj.bias") ||
+        name.ends_with("mlp.c_proj.bias") || name.ends_with("o_proj.bias") ||
+        name.ends_with("down_proj.bias") || name == "transformer.wpe.weight")
       sequenceShardBytes += parameter.getTensorType().getNumElements() * 4;
     if (name.contains(".input_layernorm.weight") ||
         name.contains(".ln_1.weight")) {

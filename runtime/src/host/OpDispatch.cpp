@@ -258,8 +258,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, step);
     if (!a.splitAxes.empty())
-      setGlobalHeads(p, globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
-                                   parameters_.coordinates()));
+      setGlobalHeads(p,
+                     globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
+                                parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     attentionForward<T>(pool, p, in(0), in(1), in(2), out(0), lse.as<T>());
@@ -269,8 +270,9 @@ void Executor::execute(size_t position, const Instruction &inst,
     // Operands dy, q, k, v; the forward is rerun for its logsumexp.
     AttentionParams p = attentionParams(fn, inst, step);
     if (!a.splitAxes.empty())
-      setGlobalHeads(p, globalTile(fn, inst, inst.operands[1], bundle_.gridShape(),
-                                   parameters_.coordinates()));
+      setGlobalHeads(p,
+                     globalTile(fn, inst, inst.operands[1], bundle_.gridShape(),
+                                parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     ScratchBuffer o(*this,
@@ -316,9 +318,9 @@ void Executor::execute(size_t position, const Instruction &inst,
       dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
                         static_cast<uint64_t>(a.seed), step);
     } else {
-      GlobalTile tile = globalTile(fn, inst, inst.operands[0],
-                                   bundle_.gridShape(),
-                                   parameters_.coordinates());
+      GlobalTile tile =
+          globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
+                     parameters_.coordinates());
       dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
                         static_cast<uint64_t>(a.seed), step, &tile);
     }
