@@ -24,6 +24,10 @@ change of summation order changes, moves those elements by a sizeable part
 of the learning rate (per tensor up to 1e-4 relative after 10 iterations,
 while the whole model's L2 difference stays near 1e-6).
 
+Each distributed-optimizer run must also save the same bits as the
+replicated run of its layout (AdamW is elementwise; the reductions are in a
+fixed order).
+
 As a control the one-rank run without dropout must differ from the
 reference: dropout is on, and the comparison can fail.
 
@@ -142,6 +146,7 @@ def main():
         ["--make-vocab-size-divisible-by", "512"], ranks=False)
 
     failures, worst = 0, {"loss": 0.0, "grad_norm": 0.0, "weights": 0.0}
+    saved, same_bits = {"tp1-dp1": one_weights}, 0
     for tp, sp, dp, dist in layouts():
         name = name_of(tp, sp, dp, dist)
         flags = ["--make-vocab-size-divisible-by", str(512 // tp),
@@ -170,6 +175,17 @@ def main():
         print("%-22s %s: loss %.2g, grad norm %.2g, worst tensor %.2g (%s)"
               % (name, "ok" if ok else "FAIL", loss, norm, tensor_error,
                  tensor))
+        # The distributed optimizer steps each element as the replicated
+        # one does: the same bits as the replicated run of its layout.
+        saved[name] = weights
+        if dist:
+            replicated = saved[name_of(tp, sp, dp, False)]
+            if all(weights[t][1] == replicated[t][1] for t in replicated):
+                same_bits += 1
+            else:
+                print("%-22s FAIL: not the bits of the replicated optimizer"
+                      % name)
+                failures += 1
 
     # The control: without dropout the losses differ from the reference's.
     control_logs, _ = train(
@@ -196,6 +212,8 @@ def main():
                  % (failures, count))
     print("%d layouts: losses, gradient norms and every saved tensor equal "
           "to the one-rank run within %g relative" % (count, TOLERANCE))
+    print("%d distributed-optimizer layouts save the bits of the replicated "
+          "optimizer's" % same_bits)
 
 
 if __name__ == "__main__":
