@@ -46,16 +46,35 @@
 // (_64) and 128 (_128). Overridable for the attention micro-benchmark's
 // variants.
 #ifndef MTRT_FLASH_FORWARD_BLOCKS_64
-#define MTRT_FLASH_FORWARD_BLOCKS_64 2
+#define MTRT_FLASH_FORWARD_BLOCKS_64 3
 #endif
 #ifndef MTRT_FLASH_FORWARD_BLOCKS_128
 #define MTRT_FLASH_FORWARD_BLOCKS_128 1
 #endif
 #ifndef MTRT_FLASH_BACKWARD_BLOCKS_64
-#define MTRT_FLASH_BACKWARD_BLOCKS_64 2
+#define MTRT_FLASH_BACKWARD_BLOCKS_64 3
 #endif
 #ifndef MTRT_FLASH_BACKWARD_BLOCKS_128
 #define MTRT_FLASH_BACKWARD_BLOCKS_128 1
+#endif
+// How each kernel brings in the tiles it walks (the forward and dq kernels
+// walk key/value tiles, the dk/dv kernel query/dout tiles), for head
+// dimensions up to 64 (_64) and 128 (_128): 0 loads a tile's rows all at
+// once after the previous tile's computation; 1 loads the next tiles into
+// registers before the computation and stores them after (the registers
+// live across it); 2 copies them into fp32 staging in shared memory by
+// cp.async before the computation and rounds them to bf16 after.
+#ifndef MTRT_FLASH_FORWARD_PREFETCH_64
+#define MTRT_FLASH_FORWARD_PREFETCH_64 2
+#endif
+#ifndef MTRT_FLASH_FORWARD_PREFETCH_128
+#define MTRT_FLASH_FORWARD_PREFETCH_128 0
+#endif
+#ifndef MTRT_FLASH_BACKWARD_PREFETCH_64
+#define MTRT_FLASH_BACKWARD_PREFETCH_64 2
+#endif
+#ifndef MTRT_FLASH_BACKWARD_PREFETCH_128
+#define MTRT_FLASH_BACKWARD_PREFETCH_128 0
 #endif
 
 namespace mtrt::cuda {
@@ -73,6 +92,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <int D>
 constexpr int kForwardMinBlocks =
     D <= 64 ? MTRT_FLASH_FORWARD_BLOCKS_64 : MTRT_FLASH_FORWARD_BLOCKS_128;
+template <int D>
+constexpr int kForwardPrefetch = D <= 64 ? MTRT_FLASH_FORWARD_PREFETCH_64
+                                         : MTRT_FLASH_FORWARD_PREFETCH_128;
+template <int D>
+constexpr int kBackwardPrefetch = D <= 64 ? MTRT_FLASH_BACKWARD_PREFETCH_64
+                                          : MTRT_FLASH_BACKWARD_PREFETCH_128;
 template <int D>
 constexpr int kBackwardMinBlocks =
     D <= 64 ? MTRT_FLASH_BACKWARD_BLOCKS_64 : MTRT_FLASH_BACKWARD_BLOCKS_128;
@@ -207,29 +232,33 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
   a[3] = packBf16(hi[2], hi[3]);
 }
 
-/// Rows [row0, row0 + 64) of a [positions, stride] fp32 tensor (D columns at
-/// `base`) into a bf16 tile [64][D + kPad]; rows past `rows` are zeros. Each
-/// thread issues up to four 16-byte loads before it stores.
-template <int D>
-__device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
-                                int64_t stride, int row0, int rows) {
-  constexpr int kQuads = D / 4;
-  constexpr int kPerThread = kTile * kQuads / kFlashThreads;
-  constexpr int kInFlight = kPerThread < 4 ? kPerThread : 4;
+/// One thread's share of rows [row0, row0 + 64) of a [positions, stride]
+/// fp32 tensor (D columns at `base`), held in registers between `load`
+/// (which issues every global load at once) and `store` (which rounds them
+/// into a bf16 shared tile [64][D + kPad]); rows past `rows` are zeros.
+/// Loading the next tile before computing on the current one and storing
+/// it after hides the loads' latency behind the computation.
+template <int D> struct TileFetch {
+  static constexpr int kQuads = D / 4;
+  static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
+  float4 x[kPerThread];
+
+  __device__ void load(const float *base, int64_t stride, int row0,
+                       int rows) {
 #pragma unroll
-  for (int first = 0; first < kPerThread; first += kInFlight) {
-    float4 x[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      int c = threadIdx.x + (first + u) * kFlashThreads;
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
       int r = c / kQuads, col = (c % kQuads) * 4;
-      x[u] = row0 + r < rows ? *reinterpret_cast<const float4 *>(
-                                   base + (row0 + r) * stride + col)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[u] = row0 + r < rows
+                 ? __ldg(reinterpret_cast<const float4 *>(
+                       base + (row0 + r) * stride + col))
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+  }
+  __device__ void store(__nv_bfloat16 *tile) const {
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      int c = threadIdx.x + (first + u) * kFlashThreads;
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
       int r = c / kQuads, col = (c % kQuads) * 4;
       __nv_bfloat16 *to = tile + r * (D + kPad) + col;
       *reinterpret_cast<__nv_bfloat162 *>(to) =
@@ -238,6 +267,15 @@ __device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
           __floats2bfloat162_rn(x[u].z, x[u].w);
     }
   }
+};
+
+/// Loads and stores a tile through registers at once.
+template <int D>
+__device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
+                                int64_t stride, int row0, int rows) {
+  TileFetch<D> fetch;
+  fetch.load(base, stride, row0, rows);
+  fetch.store(tile);
 }
 
 /// 2^x by the multi-function unit (2^-inf = 0).
@@ -322,8 +360,105 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
                    << (2 * n + c);
 }
 
-template <int D> constexpr size_t forwardShared() {
+/// 16 bytes global -> shared without registers; zeros when !valid.
+__device__ inline void copyAsync16(void *shared, const void *global,
+                                   bool valid) {
+  auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
+               "l"(global), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+/// The next tiles of a walk (rows row0 .. row0 + 63 of two tensors A and B,
+/// into the bf16 tiles tileA and tileB): `ahead` before the current tiles'
+/// computation, `commit` after it (between two barriers). kMode as the
+/// MTRT_FLASH_*_PREFETCH_* macros; kStagingBytes of shared memory follow
+/// the kernel's tiles.
+template <int D, int kMode> struct NextTiles;
+
+template <int D> struct NextTiles<D, 0> {
+  static constexpr size_t kStagingBytes = 0;
+  __device__ explicit NextTiles(void *) {}
+  __device__ void ahead(const float *, const float *, int64_t, int, int) {}
+  __device__ void commit(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
+                         const float *baseA, const float *baseB,
+                         int64_t stride, int row0, int rows) {
+    TileFetch<D> fetch;
+    fetch.load(baseA, stride, row0, rows);
+    fetch.store(tileA);
+    fetch.load(baseB, stride, row0, rows);
+    fetch.store(tileB);
+  }
+};
+
+template <int D> struct NextTiles<D, 1> {
+  static constexpr size_t kStagingBytes = 0;
+  TileFetch<D> a, b;
+  __device__ explicit NextTiles(void *) {}
+  __device__ void ahead(const float *baseA, const float *baseB,
+                        int64_t stride, int row0, int rows) {
+    a.load(baseA, stride, row0, rows);
+    b.load(baseB, stride, row0, rows);
+  }
+  __device__ void commit(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
+                         const float *, const float *, int64_t, int, int) {
+    a.store(tileA);
+    b.store(tileB);
+  }
+};
+
+template <int D> struct NextTiles<D, 2> {
+  static constexpr int kQuads = D / 4;
+  static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
+  static constexpr size_t kStagingBytes = 2 * sizeof(float) * kTile * D;
+  // This thread's slots: u * kFlashThreads (A) and (kPerThread + u) *
+  // kFlashThreads (B); each thread reads back only what it copied.
+  float4 *slots;
+  __device__ explicit NextTiles(void *staging)
+      : slots(static_cast<float4 *>(staging) + threadIdx.x) {}
+  __device__ void copy(float4 *to, const float *base, int64_t stride,
+                       int row0, int rows) {
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
+      int r = c / kQuads, col = (c % kQuads) * 4;
+      bool valid = row0 + r < rows;
+      copyAsync16(to + u * kFlashThreads,
+                  valid ? base + (row0 + r) * stride + col : base, valid);
+    }
+  }
+  __device__ void round(__nv_bfloat16 *tile, const float4 *from) const {
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
+      int r = c / kQuads, col = (c % kQuads) * 4;
+      float4 x = from[u * kFlashThreads];
+      __nv_bfloat16 *to = tile + r * (D + kPad) + col;
+      *reinterpret_cast<__nv_bfloat162 *>(to) =
+          __floats2bfloat162_rn(x.x, x.y);
+      *reinterpret_cast<__nv_bfloat162 *>(to + 2) =
+          __floats2bfloat162_rn(x.z, x.w);
+    }
+  }
+  __device__ void ahead(const float *baseA, const float *baseB,
+                        int64_t stride, int row0, int rows) {
+    copy(slots, baseA, stride, row0, rows);
+    copy(slots + kPerThread * kFlashThreads, baseB, stride, row0, rows);
+  }
+  __device__ void commit(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
+                         const float *, const float *, int64_t, int, int) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    round(tileA, slots);
+    round(tileB, slots + kPerThread * kFlashThreads);
+  }
+};
+
+template <int D> constexpr size_t forwardTilesBytes() {
   return sizeof(__nv_bfloat16) * 3 * kTile * (D + kPad);
+}
+template <int D> constexpr size_t forwardShared() {
+  return forwardTilesBytes<D>() +
+         NextTiles<D, kForwardPrefetch<D>>::kStagingBytes;
 }
 
 // Grid (query blocks, headsQ, batch). Shared: Q, K, V [64][D+8]. With
@@ -364,11 +499,15 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
+  NextTiles<D, kForwardPrefetch<D>> nextKV(flashShared +
+                                           forwardTilesBytes<D>());
+  loadTile<D>(ks, kBase, geo.kStride, 0, geo.seqK);
+  loadTile<D>(vs, vBase, geo.kStride, 0, geo.seqK);
+  __syncthreads();
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
-    __syncthreads();
-    loadTile<D>(ks, kBase, geo.kStride, k0, geo.seqK);
-    loadTile<D>(vs, vBase, geo.kStride, k0, geo.seqK);
-    __syncthreads();
+    int next = k0 + kTile;
+    if (next < keyEnd)
+      nextKV.ahead(kBase, vBase, geo.kStride, next, geo.seqK);
     float s[kTile / 8][4];
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
@@ -447,6 +586,11 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
         mma(o[n], pf, bf);
       }
     }
+    if (next < keyEnd) {
+      __syncthreads();
+      nextKV.commit(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      __syncthreads();
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -492,8 +636,12 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
     delta[row] = sum;
 }
 
-template <int D> constexpr size_t queryBackwardShared() {
+template <int D> constexpr size_t queryBackwardTilesBytes() {
   return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad);
+}
+template <int D> constexpr size_t queryBackwardShared() {
+  return queryBackwardTilesBytes<D>() +
+         NextTiles<D, kBackwardPrefetch<D>>::kStagingBytes;
 }
 
 // dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V [64][D+8].
@@ -540,10 +688,13 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
   int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
+  NextTiles<D, kBackwardPrefetch<D>> nextKV(flashShared +
+                                            queryBackwardTilesBytes<D>());
+  loadTile<D>(ks, kBase, geo.kStride, 0, geo.seqK);
+  loadTile<D>(vs, vBase, geo.kStride, 0, geo.seqK);
+  __syncthreads();
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
-    __syncthreads();
-    loadTile<D>(ks, kBase, geo.kStride, k0, geo.seqK);
-    loadTile<D>(vs, vBase, geo.kStride, k0, geo.seqK);
+    int next = k0 + kTile;
     // This lane's keep bits: bit 8n + c is key k0 + 8n + 2t + c.
     uint64_t kept[2] = {0, 0};
     if (geo.hasDropout)
@@ -551,7 +702,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
       for (int r = 0; r < 2; ++r)
         if (maskRow[r])
           kept[r] = maskRow[r][k0 / kTile] >> (2 * t);
-    __syncthreads();
+    if (next < keyEnd)
+      nextKV.ahead(kBase, vBase, geo.kStride, next, geo.seqK);
     float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
@@ -598,6 +750,11 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
         mma(acc[n], af, bf);
       }
     }
+    if (next < keyEnd) {
+      __syncthreads();
+      nextKV.commit(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      __syncthreads();
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -611,9 +768,40 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   }
 }
 
-template <int D> constexpr size_t keyBackwardShared() {
+/// The dk/dv kernel's per-query values of a query tile (thread r < 64
+/// holds query q0 + r's): logsumexp in base-2 exponents, delta, and the mask
+/// word of the block's keys.
+struct QueryRowFetch {
+  float lse2 = 0.f, delta = 0.f;
+  uint64_t mask = 0;
+
+  __device__ void load(const FlashGeometry &geo, const float *logsumexp,
+                       const float *deltas, const uint64_t *masks, int b,
+                       int h, int q0, int keyBlock) {
+    int r = threadIdx.x;
+    bool in = r < kTile && q0 + r < geo.seqQ;
+    int64_t at = geo.rowIndex(b, h, q0 + r);
+    lse2 = in ? logsumexp[at] * kLog2e : 0.f;
+    delta = in ? deltas[at] : 0.f;
+    mask = in && geo.hasDropout ? masks[at * geo.keyBlocks + keyBlock] : 0;
+  }
+  __device__ void store(float *lseS, float *deltaS, uint64_t *maskS) const {
+    int r = threadIdx.x;
+    if (r < kTile) {
+      lseS[r] = lse2;
+      deltaS[r] = delta;
+      maskS[r] = mask;
+    }
+  }
+};
+
+template <int D> constexpr size_t keyBackwardTilesBytes() {
   return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad) +
          (2 * sizeof(float) + sizeof(uint64_t)) * kTile;
+}
+template <int D> constexpr size_t keyBackwardShared() {
+  return keyBackwardTilesBytes<D>() +
+         NextTiles<D, kBackwardPrefetch<D>>::kStagingBytes;
 }
 
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
@@ -652,24 +840,37 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     for (int e = 0; e < 4; ++e)
       dkAcc[n][e] = dvAcc[n][e] = 0.f;
 
+  // The walk: step = (query head - grp * group) * queryTiles + query tile.
   int queryBegin = geo.causal ? k0 : 0;
-  for (int h = grp * geo.group; h < (grp + 1) * geo.group; ++h) {
-    const float *qBase = q + geo.qOffset(b, 0, h, D);
-    const float *doBase = dout + geo.qOffset(b, 0, h, D);
-    for (int q0 = queryBegin; q0 < geo.seqQ; q0 += kTile) {
-      __syncthreads();
-      loadTile<D>(qs, qBase, geo.qStride, q0, geo.seqQ);
-      loadTile<D>(dos, doBase, geo.qStride, q0, geo.seqQ);
-      for (int r = threadIdx.x; r < kTile; r += kFlashThreads) {
-        bool in = q0 + r < geo.seqQ;
-        int64_t at = geo.rowIndex(b, h, q0 + r);
-        lseS[r] = in ? logsumexp[at] * kLog2e : 0.f;
-        deltaS[r] = in ? delta[at] : 0.f;
-        maskS[r] = in && geo.hasDropout
-                       ? mask[at * geo.keyBlocks + k0 / kTile]
-                       : 0;
-      }
-      __syncthreads();
+  int queryTiles = (geo.seqQ - queryBegin + kTile - 1) / kTile;
+  int steps = geo.group * queryTiles;
+  auto headOf = [&](int step) { return grp * geo.group + step / queryTiles; };
+  auto firstQuery = [&](int step) {
+    return queryBegin + step % queryTiles * kTile;
+  };
+  NextTiles<D, kBackwardPrefetch<D>> nextQD(flashShared +
+                                            keyBackwardTilesBytes<D>());
+  QueryRowFetch rowNext;
+  loadTile<D>(qs, q + geo.qOffset(b, 0, headOf(0), D), geo.qStride,
+              firstQuery(0), geo.seqQ);
+  loadTile<D>(dos, dout + geo.qOffset(b, 0, headOf(0), D), geo.qStride,
+              firstQuery(0), geo.seqQ);
+  rowNext.load(geo, logsumexp, delta, mask, b, headOf(0), firstQuery(0),
+               k0 / kTile);
+  rowNext.store(lseS, deltaS, maskS);
+  __syncthreads();
+  for (int step = 0; step < steps; ++step) {
+    int q0 = firstQuery(step);
+    bool more = step + 1 < steps;
+    const float *qNextBase = q + geo.qOffset(b, 0, headOf(step + 1), D);
+    const float *doNextBase = dout + geo.qOffset(b, 0, headOf(step + 1), D);
+    if (more)
+      rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
+                   firstQuery(step + 1), k0 / kTile);
+    if (more)
+      nextQD.ahead(qNextBase, doNextBase, geo.qStride, firstQuery(step + 1),
+                   geo.seqQ);
+    {
       // S^T [keys][queries] and dP^T = V dout^T.
       float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
@@ -741,6 +942,13 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
           mma(dkAcc[n], sf, bf);
         }
       }
+    }
+    if (more) {
+      __syncthreads();
+      nextQD.commit(qs, dos, qNextBase, doNextBase, geo.qStride,
+                    firstQuery(step + 1), geo.seqQ);
+      rowNext.store(lseS, deltaS, maskS);
+      __syncthreads();
     }
   }
 #pragma unroll
