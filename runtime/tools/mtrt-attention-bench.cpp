@@ -135,17 +135,16 @@ int main(int argc, char **argv) {
       });
       double forwardFlop = 4.0 * p.batch * p.headsQ * p.seqQ *
                            static_cast<double>(p.seqK) * p.headDim / 2;
-      std::printf("%-10s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
-                  dropout, forwardMs, forwardFlop / forwardMs * 1e-9,
-                  backwardMs, 2.5 * forwardFlop / backwardMs * 1e-9);
+      std::printf("%-10s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name, dropout,
+                  forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
+                  2.5 * forwardFlop / backwardMs * 1e-9);
       std::fflush(stdout);
-      for (void *buffer : {static_cast<void *>(q), static_cast<void *>(k),
-                           static_cast<void *>(v), static_cast<void *>(dout),
-                           static_cast<void *>(out),
-                           static_cast<void *>(outCopy),
-                           static_cast<void *>(dq), static_cast<void *>(dk),
-                           static_cast<void *>(dv), static_cast<void *>(lse),
-                           mask, scratch})
+      for (void *buffer :
+           {static_cast<void *>(q), static_cast<void *>(k),
+            static_cast<void *>(v), static_cast<void *>(dout),
+            static_cast<void *>(out), static_cast<void *>(outCopy),
+            static_cast<void *>(dq), static_cast<void *>(dk),
+            static_cast<void *>(dv), static_cast<void *>(lse), mask, scratch})
         cudaFree(buffer);
     }
   return 0;

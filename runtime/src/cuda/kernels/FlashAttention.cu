@@ -15,14 +15,19 @@
 //   a run gives the same bits every time. The keep decisions come from the
 //   forward's bits (never recomputed).
 //
-// Per-element work is what bounds these kernels (bench/NOTES.md), so:
-// positions are 32-bit; scores are scaled into base-2 exponents once (one
-// FFMA and one ex2 per probability); only tiles on the causal diagonal or
-// past the last key are masked; and the dropout draws (core/Random.h's
+// Per-element work and occupancy are what bound these kernels
+// (bench/NOTES.md), so: positions are 32-bit; scores are scaled into base-2
+// exponents once (one FFMA and one ex2 per probability); only tiles on the
+// causal diagonal or past the last key are masked; Q and dout fragments are
+// read from shared memory where used (registers go to the accumulators, 3
+// blocks a multiprocessor at head dimension 64); a tile's global loads are
+// all in flight at once; and the dropout draws (core/Random.h's
 // attentionDropoutKeep: one 64-bit draw per four consecutive keys) are
 // shared by the two lanes that hold a draw's four keys: lane t draws keys
 // 4 (t / 2) .. +3 of an 8-key tile for row g (t even) or g + 8 (t odd), and
-// the pair swaps the halves the other one holds.
+// the pair swaps the halves the other one holds. Loading the next tiles
+// behind the computation (into registers, or by cp.async into shared
+// staging) was measured and gained nothing.
 //
 // Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4): A (16 x 16,
 // rows x k) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, +9],
@@ -41,42 +46,6 @@
 #include <string>
 #include <type_traits>
 
-// Blocks per multiprocessor each kernel's register budget is cut for (255
-// registers a thread at 2, 168 at 3, 128 at 4), for head dimensions up to 64
-// (_64) and 128 (_128). Overridable for the attention micro-benchmark's
-// variants.
-#ifndef MTRT_FLASH_FORWARD_BLOCKS_64
-#define MTRT_FLASH_FORWARD_BLOCKS_64 3
-#endif
-#ifndef MTRT_FLASH_FORWARD_BLOCKS_128
-#define MTRT_FLASH_FORWARD_BLOCKS_128 1
-#endif
-#ifndef MTRT_FLASH_BACKWARD_BLOCKS_64
-#define MTRT_FLASH_BACKWARD_BLOCKS_64 3
-#endif
-#ifndef MTRT_FLASH_BACKWARD_BLOCKS_128
-#define MTRT_FLASH_BACKWARD_BLOCKS_128 1
-#endif
-// How each kernel brings in the tiles it walks (the forward and dq kernels
-// walk key/value tiles, the dk/dv kernel query/dout tiles), for head
-// dimensions up to 64 (_64) and 128 (_128): 0 loads a tile's rows all at
-// once after the previous tile's computation; 1 loads the next tiles into
-// registers before the computation and stores them after (the registers
-// live across it); 2 copies them into fp32 staging in shared memory by
-// cp.async before the computation and rounds them to bf16 after.
-#ifndef MTRT_FLASH_FORWARD_PREFETCH_64
-#define MTRT_FLASH_FORWARD_PREFETCH_64 2
-#endif
-#ifndef MTRT_FLASH_FORWARD_PREFETCH_128
-#define MTRT_FLASH_FORWARD_PREFETCH_128 0
-#endif
-#ifndef MTRT_FLASH_BACKWARD_PREFETCH_64
-#define MTRT_FLASH_BACKWARD_PREFETCH_64 2
-#endif
-#ifndef MTRT_FLASH_BACKWARD_PREFETCH_128
-#define MTRT_FLASH_BACKWARD_PREFETCH_128 0
-#endif
-
 namespace mtrt::cuda {
 
 namespace {
@@ -89,18 +58,12 @@ constexpr int kPad = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D>
-constexpr int kForwardMinBlocks =
-    D <= 64 ? MTRT_FLASH_FORWARD_BLOCKS_64 : MTRT_FLASH_FORWARD_BLOCKS_128;
-template <int D>
-constexpr int kForwardPrefetch = D <= 64 ? MTRT_FLASH_FORWARD_PREFETCH_64
-                                         : MTRT_FLASH_FORWARD_PREFETCH_128;
-template <int D>
-constexpr int kBackwardPrefetch = D <= 64 ? MTRT_FLASH_BACKWARD_PREFETCH_64
-                                          : MTRT_FLASH_BACKWARD_PREFETCH_128;
-template <int D>
-constexpr int kBackwardMinBlocks =
-    D <= 64 ? MTRT_FLASH_BACKWARD_BLOCKS_64 : MTRT_FLASH_BACKWARD_BLOCKS_128;
+/// Blocks per multiprocessor each kernel's register budget is cut for: 3
+/// (168 registers a thread) up to head dimension 64, 1 (255) above. At 64,
+/// 3 blocks ran the forward 20% and the backward 10% faster than 2 (255
+/// registers); 4 (128) spilled.
+template <int D> constexpr int kForwardMinBlocks = D <= 64 ? 3 : 1;
+template <int D> constexpr int kBackwardMinBlocks = D <= 64 ? 3 : 1;
 
 struct FlashGeometry {
   int seqQ, seqK, headsQ, headsKv, group, keyBlocks;
@@ -234,10 +197,9 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
 
 /// One thread's share of rows [row0, row0 + 64) of a [positions, stride]
 /// fp32 tensor (D columns at `base`), held in registers between `load`
-/// (which issues every global load at once) and `store` (which rounds them
-/// into a bf16 shared tile [64][D + kPad]); rows past `rows` are zeros.
-/// Loading the next tile before computing on the current one and storing
-/// it after hides the loads' latency behind the computation.
+/// (which issues every global load at once: one round trip of latency a
+/// tile) and `store` (which rounds them into a bf16 shared tile
+/// [64][D + kPad]); rows past `rows` are zeros.
 template <int D> struct TileFetch {
   static constexpr int kQuads = D / 4;
   static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
@@ -360,105 +322,18 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
                    << (2 * n + c);
 }
 
-/// 16 bytes global -> shared without registers; zeros when !valid.
-__device__ inline void copyAsync16(void *shared, const void *global,
-                                   bool valid) {
-  auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
-               "l"(global), "r"(valid ? 16 : 0)
-               : "memory");
+/// Rows row0 .. row0 + 63 of two tensors into the bf16 tiles tileA and
+/// tileB (the next tiles of a walk).
+template <int D>
+__device__ inline void loadTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
+                                 const float *baseA, const float *baseB,
+                                 int64_t stride, int row0, int rows) {
+  loadTile<D>(tileA, baseA, stride, row0, rows);
+  loadTile<D>(tileB, baseB, stride, row0, rows);
 }
 
-/// The next tiles of a walk (rows row0 .. row0 + 63 of two tensors A and B,
-/// into the bf16 tiles tileA and tileB): `ahead` before the current tiles'
-/// computation, `commit` after it (between two barriers). kMode as the
-/// MTRT_FLASH_*_PREFETCH_* macros; kStagingBytes of shared memory follow
-/// the kernel's tiles.
-template <int D, int kMode> struct NextTiles;
-
-template <int D> struct NextTiles<D, 0> {
-  static constexpr size_t kStagingBytes = 0;
-  __device__ explicit NextTiles(void *) {}
-  __device__ void ahead(const float *, const float *, int64_t, int, int) {}
-  __device__ void commit(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
-                         const float *baseA, const float *baseB,
-                         int64_t stride, int row0, int rows) {
-    TileFetch<D> fetch;
-    fetch.load(baseA, stride, row0, rows);
-    fetch.store(tileA);
-    fetch.load(baseB, stride, row0, rows);
-    fetch.store(tileB);
-  }
-};
-
-template <int D> struct NextTiles<D, 1> {
-  static constexpr size_t kStagingBytes = 0;
-  TileFetch<D> a, b;
-  __device__ explicit NextTiles(void *) {}
-  __device__ void ahead(const float *baseA, const float *baseB,
-                        int64_t stride, int row0, int rows) {
-    a.load(baseA, stride, row0, rows);
-    b.load(baseB, stride, row0, rows);
-  }
-  __device__ void commit(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
-                         const float *, const float *, int64_t, int, int) {
-    a.store(tileA);
-    b.store(tileB);
-  }
-};
-
-template <int D> struct NextTiles<D, 2> {
-  static constexpr int kQuads = D / 4;
-  static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
-  static constexpr size_t kStagingBytes = 2 * sizeof(float) * kTile * D;
-  // This thread's slots: u * kFlashThreads (A) and (kPerThread + u) *
-  // kFlashThreads (B); each thread reads back only what it copied.
-  float4 *slots;
-  __device__ explicit NextTiles(void *staging)
-      : slots(static_cast<float4 *>(staging) + threadIdx.x) {}
-  __device__ void copy(float4 *to, const float *base, int64_t stride,
-                       int row0, int rows) {
-#pragma unroll
-    for (int u = 0; u < kPerThread; ++u) {
-      int c = threadIdx.x + u * kFlashThreads;
-      int r = c / kQuads, col = (c % kQuads) * 4;
-      bool valid = row0 + r < rows;
-      copyAsync16(to + u * kFlashThreads,
-                  valid ? base + (row0 + r) * stride + col : base, valid);
-    }
-  }
-  __device__ void round(__nv_bfloat16 *tile, const float4 *from) const {
-#pragma unroll
-    for (int u = 0; u < kPerThread; ++u) {
-      int c = threadIdx.x + u * kFlashThreads;
-      int r = c / kQuads, col = (c % kQuads) * 4;
-      float4 x = from[u * kFlashThreads];
-      __nv_bfloat16 *to = tile + r * (D + kPad) + col;
-      *reinterpret_cast<__nv_bfloat162 *>(to) =
-          __floats2bfloat162_rn(x.x, x.y);
-      *reinterpret_cast<__nv_bfloat162 *>(to + 2) =
-          __floats2bfloat162_rn(x.z, x.w);
-    }
-  }
-  __device__ void ahead(const float *baseA, const float *baseB,
-                        int64_t stride, int row0, int rows) {
-    copy(slots, baseA, stride, row0, rows);
-    copy(slots + kPerThread * kFlashThreads, baseB, stride, row0, rows);
-  }
-  __device__ void commit(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
-                         const float *, const float *, int64_t, int, int) {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    round(tileA, slots);
-    round(tileB, slots + kPerThread * kFlashThreads);
-  }
-};
-
-template <int D> constexpr size_t forwardTilesBytes() {
-  return sizeof(__nv_bfloat16) * 3 * kTile * (D + kPad);
-}
 template <int D> constexpr size_t forwardShared() {
-  return forwardTilesBytes<D>() +
-         NextTiles<D, kForwardPrefetch<D>>::kStagingBytes;
+  return sizeof(__nv_bfloat16) * 3 * kTile * (D + kPad);
 }
 
 // Grid (query blocks, headsQ, batch). Shared: Q, K, V [64][D+8]. With
@@ -499,15 +374,10 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
-  NextTiles<D, kForwardPrefetch<D>> nextKV(flashShared +
-                                           forwardTilesBytes<D>());
-  loadTile<D>(ks, kBase, geo.kStride, 0, geo.seqK);
-  loadTile<D>(vs, vBase, geo.kStride, 0, geo.seqK);
+  loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, 0, geo.seqK);
   __syncthreads();
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
     int next = k0 + kTile;
-    if (next < keyEnd)
-      nextKV.ahead(kBase, vBase, geo.kStride, next, geo.seqK);
     float s[kTile / 8][4];
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
@@ -588,7 +458,7 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
     }
     if (next < keyEnd) {
       __syncthreads();
-      nextKV.commit(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
       __syncthreads();
     }
   }
@@ -636,12 +506,8 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
     delta[row] = sum;
 }
 
-template <int D> constexpr size_t queryBackwardTilesBytes() {
-  return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad);
-}
 template <int D> constexpr size_t queryBackwardShared() {
-  return queryBackwardTilesBytes<D>() +
-         NextTiles<D, kBackwardPrefetch<D>>::kStagingBytes;
+  return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad);
 }
 
 // dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V [64][D+8].
@@ -688,10 +554,7 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
   int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
-  NextTiles<D, kBackwardPrefetch<D>> nextKV(flashShared +
-                                            queryBackwardTilesBytes<D>());
-  loadTile<D>(ks, kBase, geo.kStride, 0, geo.seqK);
-  loadTile<D>(vs, vBase, geo.kStride, 0, geo.seqK);
+  loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, 0, geo.seqK);
   __syncthreads();
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
     int next = k0 + kTile;
@@ -702,8 +565,6 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
       for (int r = 0; r < 2; ++r)
         if (maskRow[r])
           kept[r] = maskRow[r][k0 / kTile] >> (2 * t);
-    if (next < keyEnd)
-      nextKV.ahead(kBase, vBase, geo.kStride, next, geo.seqK);
     float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
@@ -752,7 +613,7 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     }
     if (next < keyEnd) {
       __syncthreads();
-      nextKV.commit(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
       __syncthreads();
     }
   }
@@ -795,13 +656,9 @@ struct QueryRowFetch {
   }
 };
 
-template <int D> constexpr size_t keyBackwardTilesBytes() {
+template <int D> constexpr size_t keyBackwardShared() {
   return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad) +
          (2 * sizeof(float) + sizeof(uint64_t)) * kTile;
-}
-template <int D> constexpr size_t keyBackwardShared() {
-  return keyBackwardTilesBytes<D>() +
-         NextTiles<D, kBackwardPrefetch<D>>::kStagingBytes;
 }
 
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
@@ -848,8 +705,6 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   auto firstQuery = [&](int step) {
     return queryBegin + step % queryTiles * kTile;
   };
-  NextTiles<D, kBackwardPrefetch<D>> nextQD(flashShared +
-                                            keyBackwardTilesBytes<D>());
   QueryRowFetch rowNext;
   loadTile<D>(qs, q + geo.qOffset(b, 0, headOf(0), D), geo.qStride,
               firstQuery(0), geo.seqQ);
@@ -867,9 +722,6 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     if (more)
       rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
                    firstQuery(step + 1), k0 / kTile);
-    if (more)
-      nextQD.ahead(qNextBase, doNextBase, geo.qStride, firstQuery(step + 1),
-                   geo.seqQ);
     {
       // S^T [keys][queries] and dP^T = V dout^T.
       float s[kTile / 8][4], dp[kTile / 8][4];
@@ -945,8 +797,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     }
     if (more) {
       __syncthreads();
-      nextQD.commit(qs, dos, qNextBase, doNextBase, geo.qStride,
-                    firstQuery(step + 1), geo.seqQ);
+      loadTiles<D>(qs, dos, qNextBase, doNextBase, geo.qStride,
+                   firstQuery(step + 1), geo.seqQ);
       rowNext.store(lseS, deltaS, maskS);
       __syncthreads();
     }
