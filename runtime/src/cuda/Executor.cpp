@@ -165,8 +165,9 @@ std::string Executor::profile() const {
     text += "  cuBLASLt epilogue run as kernels: " + fallback + "\n";
   for (const std::string &choice : context_.gemm().tuningChoices())
     text += "  GEMM tuned: " + choice + "\n";
-  text += "  GEMM results written in bf16: " +
-          std::to_string(bf16ResultCount()) + " values\n";
+  text +=
+      "  GEMM results written in bf16: " + std::to_string(bf16ResultCount()) +
+      " values\n";
   return text;
 }
 

@@ -312,8 +312,7 @@ template <typename Launch>
 void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
   std::vector<cublasLtMatmulAlgo_t> candidates;
   candidates.push_back(p.algo);
-  candidates.insert(candidates.end(), p.candidates.begin(),
-                    p.candidates.end());
+  candidates.insert(candidates.end(), p.candidates.begin(), p.candidates.end());
   p.candidates.clear();
   constexpr int kRuns = 3;
   float best = -1, first = -1;
@@ -349,10 +348,9 @@ void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
   tuningChoices_.push_back(what + line);
 }
 
-bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k,
-                                  bool transA, bool transB,
-                                  GemmEpilogue::Kind kind, bool bias,
-                                  bool biasGrad) {
+bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
+                                  bool transB, GemmEpilogue::Kind kind,
+                                  bool bias, bool biasGrad) {
   if (m <= 0 || n <= 0 || k <= 0 || !bf16VectorFits(m, n))
     return false;
   GemmEpilogue epilogue;
@@ -447,8 +445,8 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   }
   bool bf16 = operands.enabled();
   bool bf16Result = bf16 && operands.result;
-  if (operands.result && (!bf16 || k == 0 || batch != 1 ||
-                          !bf16VectorFits(m, n)))
+  if (operands.result &&
+      (!bf16 || k == 0 || batch != 1 || !bf16VectorFits(m, n)))
     throw Error(MTRT_STATUS_INTERNAL,
                 what + ": a bf16 result needs bf16 operands, k > 0, one "
                        "matrix and room for its bias vector");
@@ -529,16 +527,17 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     if (accumulate || capture != cudaStreamCaptureStatusNone)
       p.candidates.clear();
     else
-      tune(p, what + " " + epilogueName(wanted) + (bf16Result ? ", bf16 C" : ""),
+      tune(p,
+           what + " " + epilogueName(wanted) + (bf16Result ? ", bf16 C" : ""),
            launch);
   }
   MTRT_CUBLAS_CHECK(launch(p.algo), what);
   if (bf16Result && !byKernel && epilogue.biasGrad &&
       epilogue.kind != Kind::None && epilogue.kind != Kind::GeluAux)
-    MTRT_CUDA_CHECK_LAUNCH(
-        widenBf16(stream_, epilogue.kind == Kind::BiasGradA ? m : n,
-                  bf16Vector, epilogue.biasGrad),
-        what);
+    MTRT_CUDA_CHECK_LAUNCH(widenBf16(stream_,
+                                     epilogue.kind == Kind::BiasGradA ? m : n,
+                                     bf16Vector, epilogue.biasGrad),
+                           what);
   if (byKernel)
     finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, epilogue,
                     what);

@@ -126,8 +126,8 @@ void Executor::planBf16Results() {
   };
   // Uses: only as A or B of GEMMs (operands 0 and 1), or, for `auxOf`, only
   // as the pre-activation (operand 2) of linear_gelu_grad.
-  std::vector<bool> gemmOnly(fn.values.size(), true), auxOnly = gemmOnly,
-                    used(fn.values.size(), false);
+  std::vector<bool> gemmOnly(fn.values.size(), true),
+      auxOnly = gemmOnly, used(fn.values.size(), false);
   for (const Instruction &inst : fn.instructions)
     for (size_t i = 0; i < inst.operands.size(); ++i) {
       int64_t v = inst.operands[i];
@@ -183,8 +183,8 @@ void Executor::planBf16Results() {
         for (size_t reader = position + 1;
              keep && reader < fn.instructions.size(); ++reader) {
           const Instruction &r = fn.instructions[reader];
-          if (r.op == Op::LinearGeluGrad &&
-              r.operands[2] == inst.results[1] && !candidate[reader])
+          if (r.op == Op::LinearGeluGrad && r.operands[2] == inst.results[1] &&
+              !candidate[reader])
             keep = false;
         }
       }
