@@ -67,6 +67,12 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }
 
+void megatron::buildKernelFusionPipeline(mlir::OpPassManager &pm) {
+  // After every pass that changes which ops exist (partitioning, the GEMM
+  // epilogues): groups hold only elementwise ops that stay elementwise.
+  pm.addPass(mlir::mt::createFuseElementwisePass());
+}
+
 void megatron::registerPipelines() {
   mlir::PassPipelineRegistration<TrainingPipelineOptions>(
       "megatron-training-pipeline",

@@ -89,6 +89,12 @@ void buildStageSplitPipeline(mlir::OpPassManager &pm);
 
 /// Registers the pipelines by name (megatron-training-pipeline,
 /// megatron-partition-pipeline) for megatron-opt and lit.
+/// The last passes before a bundle is written, for device backends: chains
+/// of elementwise ops become mt.fused groups (mt-fuse-elementwise), each
+/// emitted as one generated CUDA kernel by the bundle writer. Passes that
+/// rewrite ops into GEMM epilogues belong before this one.
+void buildKernelFusionPipeline(mlir::OpPassManager &pm);
+
 void registerPipelines();
 
 } // namespace megatron
