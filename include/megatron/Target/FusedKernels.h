@@ -22,15 +22,18 @@ namespace megatron {
 /// (runtime/src/cuda/FusedKernels.cpp):
 ///
 ///   extern "C" __global__ void NAME(long long n, long long vectors,
-///       unsigned long long step, const float *in0, ..., float *out0, ...)
+///       unsigned long long key0, ..., const float *in0, ...,
+///       float *out0, ...)
 ///
 /// over `n` elements of every operand (in0...) and result (out0...), all
 /// f32 and of one shape, in the group's operand and result order. Threads
 /// take elements in a grid-stride loop: first `vectors` groups of four
 /// (float4 loads and stores; 0 unless every pointer is 16-byte aligned and
-/// vectors * 4 <= n), then the rest one by one. `step` keys the dropout
-/// masks (random::streamKey(seed, step), element i at index i), exactly as
-/// runtime/src/core/Random.h, whose source the kernels include.
+/// vectors * 4 <= n), then the rest one by one. One key per dropout of the
+/// body with p > 0, in body order: random::streamKey(seed, step), the
+/// mask of element i drawn at index i exactly as
+/// runtime/src/core/Random.h, whose source the kernels include. Groups
+/// that differ only in their dropout seeds share one kernel.
 constexpr unsigned kFusedKernelThreads = 256;
 
 /// The CUDA C++ of one group's kernel named `name`.

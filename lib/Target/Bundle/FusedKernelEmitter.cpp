@@ -44,14 +44,20 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     names[argument] = llvm::formatv("x{0}", i).str();
 
   // The element function: the group's ops on one element's operands.
-  os << "__device__ __forceinline__ void " << name
-     << "_element(long long i, unsigned long long step";
+  // One stream key per dropout with p > 0, in body order.
+  size_t keys = 0;
+  for (Operation &op : body.without_terminator())
+    if (auto dropout = dyn_cast<mt::DropoutOp>(op))
+      keys += dropout.getP().convertToDouble() != 0;
+  os << "__device__ __forceinline__ void " << name << "_element(long long i";
+  for (size_t k = 0; k < keys; ++k)
+    os << ", unsigned long long key" << k;
   for (size_t i = 0; i < body.getNumArguments(); ++i)
     os << ", float x" << i;
   for (size_t i = 0; i < group.getNumResults(); ++i)
     os << ", float &y" << i;
   os << ") {\n";
-  unsigned next = 0;
+  unsigned next = 0, key = 0;
   for (Operation &op : body.without_terminator()) {
     std::string result = llvm::formatv("v{0}", next++).str();
     auto in = [&](unsigned i) { return names.lookup(op.getOperand(i)); };
@@ -71,12 +77,10 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
                 return in(0);
               // The host's: kept iff uniformFloat(bits) >= float(p), scaled
               // by float(1 / (1 - p)).
-              uint64_t seed = static_cast<uint64_t>(dropout.getSeed());
               return llvm::formatv(
-                         "mtrt::random::dropoutKeep(mtrt::random::streamKey("
-                         "{0}ull, step), (unsigned long long)i, {1}) ? {2} * "
-                         "{3} : 0.0f",
-                         seed, floatLiteral(static_cast<float>(p)), in(0),
+                         "mtrt::random::dropoutKeep(key{0}, (unsigned long "
+                         "long)i, {1}) ? {2} * {3} : 0.0f",
+                         key++, floatLiteral(static_cast<float>(p)), in(0),
                          floatLiteral(static_cast<float>(1.0 / (1.0 - p))))
                   .str();
             })
@@ -95,7 +99,9 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   size_t inputs = body.getNumArguments(), outputs = group.getNumResults();
   os << "extern \"C\" __global__ void __launch_bounds__("
      << kFusedKernelThreads << ")\n"
-     << name << "(long long n, long long vectors, unsigned long long step";
+     << name << "(long long n, long long vectors";
+  for (size_t k = 0; k < keys; ++k)
+    os << ", unsigned long long key" << k;
   for (size_t i = 0; i < inputs; ++i)
     os << ", const float *in" << i;
   for (size_t i = 0; i < outputs; ++i)
@@ -115,7 +121,9 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
                                                      : lane == "y" ? 1
                                                      : lane == "z" ? 2
                                                                    : 3)
-       << ", step";
+       ;
+    for (size_t k = 0; k < keys; ++k)
+      os << ", key" << k;
     for (size_t i = 0; i < inputs; ++i)
       os << ", a" << i << "." << lane;
     for (size_t i = 0; i < outputs; ++i)
@@ -129,7 +137,9 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
      << "  for (long long i = 4 * vectors + first; i < n; i += stride) {\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    float y" << i << ";\n";
-  os << "    " << name << "_element(i, step";
+  os << "    " << name << "_element(i";
+  for (size_t k = 0; k < keys; ++k)
+    os << ", key" << k;
   for (size_t i = 0; i < inputs; ++i)
     os << ", in" << i << "[i]";
   for (size_t i = 0; i < outputs; ++i)
