@@ -20,6 +20,13 @@
 #          ("gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8", DESIGN.md's batches)
 #   TORCH  (environment) the PyTorch variants, default "eager compile"
 #   TORCH_MODELS (environment) the models PyTorch runs, default MODELS
+#   VARIANTS (environment) the bundles of each model megatron-train runs:
+#          plain (MODEL-bf16-mbMB.mtb) and fused (MODEL-bf16-mbMB-fused.mtb,
+#          compiled with --fuse-kernels), default "plain fused" (those that
+#          exist); PROFILE_VARIANTS likewise for gpt2-124m's per-op profile,
+#          default "plain nodrop fused"
+#   ITERS  (environment) megatron-train iterations, default 15 (10 for
+#          gpt-1.3b)
 set -u
 checks=" ${CHECKS:-env tests tiny mtrt profile torch} "
 want() { [[ "$checks" == *" $1 "* ]]; }
@@ -76,22 +83,23 @@ fi
 # Runs megatron-train on MODEL's bundle for ITERS iterations, sampling the
 # device's memory in use; logs under /tmp/mtrt-MODEL.*.
 run_mtrt() {
-  local model=$1 iters=$2 mb=${batch[$1]}
-  local bundle=$dir/bundles/$model-bf16-mb$mb.mtb
+  local model=$1 iters=$2 mb=${batch[$1]} variant=${3:-}
+  local bundle=$dir/bundles/$model-bf16-mb$mb$variant.mtb
+  local tag=$model$variant
   (while sleep 0.5; do
      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits
-   done) >"/tmp/mem-$model.txt" 2>/dev/null &
+   done) >"/tmp/mem-$tag.txt" 2>/dev/null &
   local sampler=$!
   timeout 150 "$dir/bin/megatron-train" "$bundle" --data-path "$corpus" \
     --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 5 --log-interval 1 \
     --eval-iters 0 --no-progress-bar --backend cuda \
-    --log-jsonl "/tmp/mtrt-$model.jsonl" >"/tmp/mtrt-$model.log" 2>&1
+    --log-jsonl "/tmp/mtrt-$tag.jsonl" >"/tmp/mtrt-$tag.log" 2>&1
   local status=$?
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
-  sort -n "/tmp/mem-$model.txt" | tail -1 >"/tmp/peak-$model.txt"
-  echo "megatron-train $model mb $mb: exit status $status, peak $(cat "/tmp/peak-$model.txt") MiB" >>"$summary"
-  { echo "== megatron-train $model mb $mb"; tail -5 "/tmp/mtrt-$model.log"; } >>"$out/bench.log"
+  sort -n "/tmp/mem-$tag.txt" | tail -1 >"/tmp/peak-$tag.txt"
+  echo "megatron-train $tag mb $mb: exit status $status, peak $(cat "/tmp/peak-$tag.txt") MiB" >>"$summary"
+  { echo "== megatron-train $tag mb $mb"; tail -5 "/tmp/mtrt-$tag.log"; } >>"$out/bench.log"
 }
 
 : >"$out/bench.log"
@@ -100,17 +108,25 @@ specs=()
 if want mtrt; then
   section "megatron-train --backend cuda, bf16 bundles"
   for model in $models; do
-    iters=15
-    [ "$model" = gpt-1.3b ] && iters=10
-    run_mtrt "$model" "$iters"
-    specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16=/tmp/mtrt-$model.jsonl:/tmp/mtrt-$model.log:/tmp/peak-$model.txt")
+    iters=${ITERS:-15}
+    [ "$model" = gpt-1.3b ] && iters=${ITERS:-10}
+    for name in ${VARIANTS:-plain fused}; do
+      variant=-$name
+      [ "$name" = plain ] && variant=
+      [ -f "$dir/bundles/$model-bf16-mb${batch[$model]}$variant.mtb" ] || continue
+      run_mtrt "$model" "$iters" "$variant"
+      tag=$model$variant
+      specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16$variant=/tmp/mtrt-$tag.jsonl:/tmp/mtrt-$tag.log:/tmp/peak-$tag.txt")
+    done
   done
 fi
 
 if want profile; then
   # The same step without attention dropout (bundle made by
   # bench/make-device-dir.sh) shows what the dropout masks cost.
-  for variant in "" -nodrop; do
+  for name in ${PROFILE_VARIANTS:-plain nodrop fused}; do
+    variant=-$name
+    [ "$name" = plain ] && variant=
     model=gpt2-124m
     bundle=$dir/bundles/$model-bf16-mb${batch[$model]}$variant.mtb
     [ -f "$bundle" ] || continue

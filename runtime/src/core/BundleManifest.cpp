@@ -504,8 +504,8 @@ void ManifestReader::readInstruction(const Json &json, const std::string &path,
     if (key != "op" && key != "operands" && key != "results" &&
         key != "attrs" && key != "free" && key != "body")
       fail(member(path, key.c_str()), "a field \"" + key + "\"",
-           "only \"op\", \"operands\", \"results\", \"attrs\", "
-           "\"free\" and (fused) \"body\"");
+           "only \"op\", \"operands\", \"results\", \"attrs\" and "
+           "\"free\" (and \"body\" on fused)");
   }
   const Json &opJson = field(json, path, "op");
   const OpInfo *info = nullptr;
