@@ -73,7 +73,6 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     scratchKeptUntil_[position] = position;
   pairAttention();
   pairCrossEntropy();
-  pairNorms();
   planBf16Copies();
   plan_ = planArena(
       fn,

@@ -105,11 +105,6 @@ private:
   /// Pairs each cross_entropy with its cross_entropy_grad (same logits,
   /// labels and attributes): the forward keeps the rows' logsumexps for it.
   void pairCrossEntropy();
-  /// Pairs each layer_norm_grad (rms_norm_grad) with the layer_norm
-  /// (rms_norm) of the same x and epsilon: the forward keeps its rows' mean
-  /// and reciprocal standard deviation for the gradient, which then does not
-  /// recompute them (the same values: the same kernel on the same x).
-  void pairNorms();
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
   /// Mixed precision: each value that GEMMs read gets one bf16 copy, made in
@@ -137,9 +132,8 @@ private:
   /// attention) or attention (for an attention_grad); kNoPartner if none.
   static constexpr size_t kNoPartner = ~size_t(0);
   std::vector<size_t> attentionPartner_;
-  /// Likewise for cross_entropy and cross_entropy_grad, and for the norms.
+  /// Likewise for cross_entropy and cross_entropy_grad.
   std::vector<size_t> lossPartner_;
-  std::vector<size_t> normPartner_;
   /// By instruction: the later instruction after which its scratch is
   /// released (itself when nothing is kept).
   std::vector<size_t> scratchKeptUntil_;

@@ -91,27 +91,6 @@ void Executor::pairCrossEntropy() {
   }
 }
 
-void Executor::pairNorms() {
-  const Function &fn = *function_;
-  normPartner_.assign(fn.instructions.size(), kNoPartner);
-  for (size_t grad = 0; grad < fn.instructions.size(); ++grad) {
-    const Instruction &g = fn.instructions[grad];
-    if (g.op != Op::LayerNormGrad && g.op != Op::RmsNormGrad)
-      continue;
-    Op forwardOp = g.op == Op::LayerNormGrad ? Op::LayerNorm : Op::RmsNorm;
-    for (size_t forward = grad; forward-- > 0;) {
-      const Instruction &f = fn.instructions[forward];
-      if (f.op != forwardOp || normPartner_[forward] != kNoPartner ||
-          f.operands[0] != g.operands[1] || f.attrs.epsilon != g.attrs.epsilon)
-        continue;
-      normPartner_[forward] = grad;
-      normPartner_[grad] = forward;
-      scratchKeptUntil_[forward] = grad;
-      break;
-    }
-  }
-}
-
 std::pair<int64_t, int64_t>
 Executor::gemmOperandValues(const Instruction &inst) const {
   switch (inst.op) {
@@ -206,10 +185,7 @@ size_t Executor::scratchBytes(size_t position) const {
     auto [rows, hidden] = normDims(fn, inst);
     size_t sums = columnSumScratchBytes(rows, hidden) *
                   (inst.results.size() == 3 ? 2 : 1);
-    // Paired with its forward: the statistics are the forward's.
-    size_t statistics =
-        normPartner_[position] != kNoPartner ? 0 : 2 * floats(rows);
-    return statistics + roundUp(sums);
+    return 2 * floats(rows) + roundUp(sums);
   }
   case Op::BiasGrad: {
     LinearDims d = linearDims(fn, inst);
@@ -395,30 +371,20 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::LayerNormGrad:
   case Op::RmsNormGrad: {
-    // Operands dy, x, weight; the statistics are the paired forward's
-    // (laid out as it carved them), else recomputed from x.
+    // Operands dy, x, weight; the statistics are recomputed from x.
     auto [rows, hidden] = normDims(fn, inst);
-    size_t forward = normPartner_[position];
-    bool recompute = forward == kNoPartner;
-    Carver statistics(recompute ? scratch(position) : scratch(forward));
-    float *mean = statistics.take<float>(sizeof(float) * rows);
-    float *rstd = statistics.take<float>(sizeof(float) * rows);
-    if (recompute) {
-      carve.take<float>(sizeof(float) * rows);
-      carve.take<float>(sizeof(float) * rows);
-    }
+    float *mean = carve.take<float>(sizeof(float) * rows);
+    float *rstd = carve.take<float>(sizeof(float) * rows);
     void *sums = carve.take<char>(0);
     if (inst.op == Op::LayerNormGrad) {
-      if (recompute)
-        layerNormForward(stream, rows, hidden, in(1), in(2), nullptr,
-                         a.epsilon, nullptr, mean, rstd);
+      layerNormForward(stream, rows, hidden, in(1), in(2), nullptr, a.epsilon,
+                       nullptr, mean, rstd);
       layerNormBackward(stream, rows, hidden, in(1), in(2), mean, rstd, in(0),
                         out(0), out(1),
                         inst.results.size() == 3 ? out(2) : nullptr, sums);
     } else {
-      if (recompute)
-        rmsNormForward(stream, rows, hidden, in(1), in(2), a.epsilon, nullptr,
-                       rstd);
+      rmsNormForward(stream, rows, hidden, in(1), in(2), a.epsilon, nullptr,
+                     rstd);
       rmsNormBackward(stream, rows, hidden, in(1), in(2), rstd, in(0), out(0),
                       out(1), sums);
     }

@@ -35,27 +35,6 @@ __global__ void columnPartialsKernel(int64_t rows, int64_t hidden, Term term,
   partial[chunk * hidden + j] = sum;
 }
 
-/// Two column sums in one pass over the rows (layer norm's weight and bias
-/// gradients read dy once): each as columnPartialsKernel computes it.
-template <typename TermA, typename TermB>
-__global__ void columnPartialPairsKernel(int64_t rows, int64_t hidden,
-                                         TermA termA, TermB termB,
-                                         double *partialA, double *partialB) {
-  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t chunk = blockIdx.y;
-  if (j >= hidden)
-    return;
-  int64_t begin = chunk * kRowsPerChunk;
-  int64_t end = detail::imin(rows, begin + kRowsPerChunk);
-  double sumA = 0, sumB = 0;
-  for (int64_t r = begin; r < end; ++r) {
-    sumA += static_cast<double>(termA(r, j));
-    sumB += static_cast<double>(termB(r, j));
-  }
-  partialA[chunk * hidden + j] = sumA;
-  partialB[chunk * hidden + j] = sumB;
-}
-
 /// out[j] = float(sum over chunks, in order, of partial[c, j]).
 __global__ void columnTotalsKernel(int64_t chunks, int64_t hidden,
                                    const double *partial, float *out) {
@@ -87,31 +66,6 @@ void columnSums(cudaStream_t stream, int64_t rows, int64_t hidden, Term term,
   }
   columnTotalsKernel<<<columnBlocks, detail::kThreads, 0, stream>>>(
       chunks, hidden, partial, out);
-}
-
-/// Both column sums of columnSums in one pass over the rows; the same sums,
-/// in the same order, as two calls.
-template <typename TermA, typename TermB>
-void columnSumPairs(cudaStream_t stream, int64_t rows, int64_t hidden,
-                    TermA termA, TermB termB, float *outA, float *outB,
-                    void *scratchA, void *scratchB) {
-  if (hidden <= 0 || rows <= 0) {
-    columnSums(stream, rows, hidden, termA, outA, scratchA);
-    columnSums(stream, rows, hidden, termB, outB, scratchB);
-    return;
-  }
-  int64_t chunks = chunksFor(rows);
-  auto *partialA = static_cast<double *>(scratchA);
-  auto *partialB = static_cast<double *>(scratchB);
-  unsigned columnBlocks =
-      static_cast<unsigned>((hidden + detail::kThreads - 1) / detail::kThreads);
-  columnPartialPairsKernel<<<dim3(columnBlocks, static_cast<unsigned>(chunks)),
-                             detail::kThreads, 0, stream>>>(
-      rows, hidden, termA, termB, partialA, partialB);
-  columnTotalsKernel<<<columnBlocks, detail::kThreads, 0, stream>>>(
-      chunks, hidden, partialA, outA);
-  columnTotalsKernel<<<columnBlocks, detail::kThreads, 0, stream>>>(
-      chunks, hidden, partialB, outB);
 }
 
 struct DyTerm {
@@ -198,98 +152,6 @@ __global__ void layerNormBackwardKernel(int64_t hidden, const float *x,
   }
 }
 
-/// Rows of at most kNormThreads * kCachedPerThread elements stay in
-/// registers between the passes (each element read from memory once); the
-/// sums and results are those of the kernels above, term by term.
-constexpr int kCachedPerThread = 8;
-
-__global__ void __launch_bounds__(kNormThreads)
-    layerNormForwardCachedKernel(int64_t hidden, const float *x,
-                                 const float *weight, const float *bias,
-                                 double eps, float *y, float *mean,
-                                 float *rstd) {
-  __shared__ double shared[kNormThreads / detail::kWarp];
-  int64_t r = blockIdx.x;
-  const float *xr = x + r * hidden;
-  float v[kCachedPerThread];
-  double sum = 0;
-#pragma unroll
-  for (int k = 0; k < kCachedPerThread; ++k) {
-    int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    v[k] = j < hidden ? xr[j] : 0.0f;
-    if (j < hidden)
-      sum += v[k];
-  }
-  double mu = blockSum(sum, shared) / static_cast<double>(hidden);
-  double squares = 0;
-#pragma unroll
-  for (int k = 0; k < kCachedPerThread; ++k) {
-    int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (j < hidden) {
-      double d = v[k] - mu;
-      squares += d * d;
-    }
-  }
-  double variance = blockSum(squares, shared) / static_cast<double>(hidden);
-  float meanT = static_cast<float>(mu);
-  float rstdT = static_cast<float>(1.0 / sqrt(variance + eps));
-  if (threadIdx.x == 0) {
-    mean[r] = meanT;
-    rstd[r] = rstdT;
-  }
-  if (!y)
-    return;
-  float *yr = y + r * hidden;
-#pragma unroll
-  for (int k = 0; k < kCachedPerThread; ++k) {
-    int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (j < hidden) {
-      float value = (v[k] - meanT) * rstdT * weight[j];
-      yr[j] = bias ? value + bias[j] : value;
-    }
-  }
-}
-
-__global__ void __launch_bounds__(kNormThreads)
-    layerNormBackwardCachedKernel(int64_t hidden, const float *x,
-                                  const float *weight, const float *mean,
-                                  const float *rstd, const float *dy,
-                                  float *dx) {
-  __shared__ double shared[kNormThreads / detail::kWarp];
-  int64_t r = blockIdx.x;
-  const float *xr = x + r * hidden, *dyr = dy + r * hidden;
-  float meanR = mean[r], rstdR = rstd[r];
-  float g[kCachedPerThread], xhat[kCachedPerThread];
-  double sumG = 0, sumGXhat = 0;
-#pragma unroll
-  for (int k = 0; k < kCachedPerThread; ++k) {
-    int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    g[k] = 0.0f;
-    xhat[k] = 0.0f;
-    if (j < hidden) {
-      g[k] = dyr[j] * weight[j];
-      xhat[k] = (xr[j] - meanR) * rstdR;
-      sumG += g[k];
-      sumGXhat += static_cast<double>(g[k]) * xhat[k];
-    }
-  }
-  sumG = blockSum(sumG, shared);
-  sumGXhat = blockSum(sumGXhat, shared);
-  float meanG = static_cast<float>(sumG / static_cast<double>(hidden));
-  float meanGXhat = static_cast<float>(sumGXhat / static_cast<double>(hidden));
-  float *dxr = dx + r * hidden;
-#pragma unroll
-  for (int k = 0; k < kCachedPerThread; ++k) {
-    int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (j < hidden)
-      dxr[j] = rstdR * (g[k] - meanG - xhat[k] * meanGXhat);
-  }
-}
-
-bool cachedRow(int64_t hidden) {
-  return hidden <= int64_t(kNormThreads) * kCachedPerThread;
-}
-
 __global__ void rmsNormForwardKernel(int64_t hidden, const float *x,
                                      const float *weight, double eps, float *y,
                                      float *rstd) {
@@ -341,11 +203,7 @@ size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {
 void layerNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
                       const float *x, const float *weight, const float *bias,
                       double eps, float *y, float *mean, float *rstd) {
-  if (rows > 0 && cachedRow(hidden))
-    layerNormForwardCachedKernel<<<rowBlocks(rows), kNormThreads, 0,
-                                   stream>>>(hidden, x, weight, bias, eps, y,
-                                             mean, rstd);
-  else if (rows > 0)
+  if (rows > 0)
     layerNormForwardKernel<<<rowBlocks(rows), kNormThreads, 0, stream>>>(
         hidden, x, weight, bias, eps, y, mean, rstd);
 }
@@ -354,27 +212,17 @@ void layerNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                        const float *x, const float *weight, const float *mean,
                        const float *rstd, const float *dy, float *dx,
                        float *dweight, float *dbias, void *scratch) {
-  if (rows > 0 && dx && cachedRow(hidden))
-    layerNormBackwardCachedKernel<<<rowBlocks(rows), kNormThreads, 0,
-                                    stream>>>(hidden, x, weight, mean, rstd,
-                                              dy, dx);
-  else if (rows > 0 && dx)
+  if (rows > 0 && dx)
     layerNormBackwardKernel<<<rowBlocks(rows), kNormThreads, 0, stream>>>(
         hidden, x, weight, mean, rstd, dy, dx);
-  void *biasScratch =
-      static_cast<char *>(scratch) + columnSumScratchBytes(rows, hidden);
-  if (dweight && dbias) {
-    columnSumPairs(stream, rows, hidden,
-                   LayerNormWeightTerm{x, dy, mean, rstd, hidden},
-                   DyTerm{dy, hidden}, dweight, dbias, scratch, biasScratch);
-    return;
-  }
   if (dweight)
     columnSums(stream, rows, hidden,
                LayerNormWeightTerm{x, dy, mean, rstd, hidden}, dweight,
                scratch);
   if (dbias)
-    columnSums(stream, rows, hidden, DyTerm{dy, hidden}, dbias, biasScratch);
+    columnSums(stream, rows, hidden, DyTerm{dy, hidden}, dbias,
+               static_cast<char *>(scratch) +
+                   columnSumScratchBytes(rows, hidden));
 }
 
 void rmsNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
