@@ -18,15 +18,16 @@
 #   MODELS (environment) default "gpt2-124m gpt2-350m gpt-1.3b"; the bundle
 #          of each is bundles/MODEL-bf16-mbMB.mtb with MB from MICRO_BATCH
 #          ("gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8", DESIGN.md's batches)
+#   VARIANTS (environment) bundle variants to time beside the default one:
+#          each V runs bundles/MODEL-bf16-mbMB-V.mtb too (make-device-dir.sh
+#          UNFUSED=1 makes "unfused": without GEMM epilogues; it always
+#          makes "fused": with the generated elementwise kernels,
+#          --fuse-kernels); default "fused" (when its bundle exists); the
+#          profile part profiles gpt2-124m's variants too
+#   ITERS  (environment) megatron-train iterations per timed run, default 15
+#          (10 for gpt-1.3b); the median skips the first 5
 #   TORCH  (environment) the PyTorch variants, default "eager compile"
 #   TORCH_MODELS (environment) the models PyTorch runs, default MODELS
-#   VARIANTS (environment) the bundles of each model megatron-train runs:
-#          plain (MODEL-bf16-mbMB.mtb) and fused (MODEL-bf16-mbMB-fused.mtb,
-#          compiled with --fuse-kernels), default "plain fused" (those that
-#          exist); PROFILE_VARIANTS likewise for gpt2-124m's per-op profile,
-#          default "plain nodrop fused"
-#   ITERS  (environment) megatron-train iterations, default 15 (10 for
-#          gpt-1.3b)
 set -u
 checks=" ${CHECKS:-env tests tiny mtrt profile torch} "
 want() { [[ "$checks" == *" $1 "* ]]; }
@@ -64,7 +65,7 @@ if want tests; then
   timeout 240 "$dir/bin/mtrt-cuda-tests" >"$out/tests.log" 2>&1
   tests=$?
   echo "exit status $tests" >>"$summary"
-  grep -E "^\[ parity|^\[  (PASSED|FAILED|SKIPPED) |^\[==|Failure|relative diff|cosine|iteration" \
+  grep -E "^\[ epilogue|^\[ parity|^\[  (PASSED|FAILED|SKIPPED) |^\[==|Failure|relative diff|cosine|iteration" \
     "$out/tests.log" | head -80 >>"$summary"
 fi
 
@@ -84,8 +85,8 @@ fi
 # device's memory in use; logs under /tmp/mtrt-MODEL.*.
 run_mtrt() {
   local model=$1 iters=$2 mb=${batch[$1]} variant=${3:-}
-  local bundle=$dir/bundles/$model-bf16-mb$mb$variant.mtb
-  local tag=$model$variant
+  local bundle=$dir/bundles/$model-bf16-mb$mb${variant:+-$variant}.mtb
+  local tag=$model${variant:+-$variant}
   (while sleep 0.5; do
      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits
    done) >"/tmp/mem-$tag.txt" 2>/dev/null &
@@ -109,14 +110,12 @@ if want mtrt; then
   section "megatron-train --backend cuda, bf16 bundles"
   for model in $models; do
     iters=${ITERS:-15}
-    [ "$model" = gpt-1.3b ] && iters=${ITERS:-10}
-    for name in ${VARIANTS:-plain fused}; do
-      variant=-$name
-      [ "$name" = plain ] && variant=
-      [ -f "$dir/bundles/$model-bf16-mb${batch[$model]}$variant.mtb" ] || continue
+    [ "$model" = gpt-1.3b ] && iters=$(( ${ITERS:-15} * 2 / 3 ))
+    for variant in "" ${VARIANTS-fused}; do
+      tag=$model${variant:+-$variant}
+      [ -f "$dir/bundles/$model-bf16-mb${batch[$model]}${variant:+-$variant}.mtb" ] || continue
       run_mtrt "$model" "$iters" "$variant"
-      tag=$model$variant
-      specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16$variant=/tmp/mtrt-$tag.jsonl:/tmp/mtrt-$tag.log:/tmp/peak-$tag.txt")
+      specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16${variant:+ $variant}=/tmp/mtrt-$tag.jsonl:/tmp/mtrt-$tag.log:/tmp/peak-$tag.txt")
     done
   done
 fi
@@ -124,9 +123,7 @@ fi
 if want profile; then
   # The same step without attention dropout (bundle made by
   # bench/make-device-dir.sh) shows what the dropout masks cost.
-  for name in ${PROFILE_VARIANTS:-plain nodrop fused}; do
-    variant=-$name
-    [ "$name" = plain ] && variant=
+  for variant in "" -nodrop $(for v in ${VARIANTS-fused}; do echo "-$v"; done); do
     model=gpt2-124m
     bundle=$dir/bundles/$model-bf16-mb${batch[$model]}$variant.mtb
     [ -f "$bundle" ] || continue
@@ -136,7 +133,7 @@ if want profile; then
       --eval-iters 0 --no-progress-bar --backend cuda \
       >"$out/profile$variant.log" 2>&1
     echo "exit status $?" >>"$summary"
-    sed -n '/^train_step:/,$p' "$out/profile$variant.log" | head -14 >>"$summary"
+    sed -n '/^train_step:/,$p' "$out/profile$variant.log" | head -30 >>"$summary"
   done
 fi
 

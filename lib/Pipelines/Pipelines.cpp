@@ -67,10 +67,14 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }
 
-void megatron::buildKernelFusionPipeline(mlir::OpPassManager &pm) {
-  // After every pass that changes which ops exist (partitioning, the GEMM
-  // epilogues): groups hold only elementwise ops that stay elementwise.
-  pm.addPass(mlir::mt::createFuseElementwisePass());
+void megatron::buildFusionPipeline(mlir::OpPassManager &pm,
+                                   const FusionPipelineOptions &options) {
+  if (options.gemmEpilogues)
+    pm.addPass(mlir::mt::createFuseGemmEpiloguesPass());
+  // After the epilogues: the GeLU and gradients they take are gone, and
+  // the groups hold only what stays elementwise.
+  if (options.elementwiseKernels)
+    pm.addPass(mlir::mt::createFuseElementwisePass());
 }
 
 void megatron::registerPipelines() {
@@ -82,4 +86,8 @@ void megatron::registerPipelines() {
       "megatron-partition-pipeline",
       "From the training pipeline's IR to per-rank IR with collectives",
       buildPartitionPipeline);
+  mlir::PassPipelineRegistration<FusionPipelineOptions>(
+      "megatron-fusion-pipeline",
+      "Ops fused into the kernels that run them (last, per rank)",
+      buildFusionPipeline);
 }

@@ -1,52 +1,77 @@
-//===- MtFusedOps.cpp - mt.fused: groups of ops run as one kernel ---------===//
+//===- MtFusedOps.cpp - Verifiers of the GEMMs fused with epilogues -------===//
+//
+// Each fused op is checked as the unfused ops it stands for: its linear
+// layer's shape rule (inferLinearType), then the elementwise results' types.
+//
+//===----------------------------------------------------------------------===//
 
 #include "mt/IR/MtOps.h"
+#include "mt/IR/MtShapeRules.h"
 
 using namespace mlir;
 using namespace mlir::mt;
 
-bool mlir::mt::isFusibleElementwiseOp(Operation *op) {
-  // GeLU and its gradient stay with their GEMMs (cuBLASLt epilogues).
-  if (isa<AddOp, MulOp, SiluOp, SwigluOp>(op))
-    return true;
-  // A dropout keyed on a rank's tile needs the tile's global position.
-  if (auto dropout = dyn_cast<DropoutOp>(op))
-    return !dropout->hasAttr("mt.split_axes");
-  return false;
+/// Checks that `what`, of type `actual`, has the type `expected` derived by a
+/// shape rule (which has reported its own failure).
+static LogicalResult expectFusedType(Operation *op, StringRef what, Type actual,
+                                     FailureOr<RankedTensorType> expected) {
+  if (failed(expected))
+    return failure();
+  if (actual != *expected)
+    return op->emitOpError() << what << " has type " << actual
+                             << ", the fused linear layer gives " << *expected;
+  return success();
 }
 
-LogicalResult FusedOp::verify() {
-  Block &body = getBody().front();
-  if (body.getNumArguments() != getInputs().size())
-    return emitOpError() << "has " << body.getNumArguments()
-                         << " block arguments for " << getInputs().size()
-                         << " operands; expected one per operand";
-  if (getOutputs().empty())
-    return emitOpError() << "has no results; a group writes at least one";
-  Type type = getOutputs().front().getType();
-  for (auto [argument, input] : llvm::zip(body.getArguments(), getInputs()))
-    if (argument.getType() != input.getType() || input.getType() != type)
-      return emitOpError()
-             << "operand of type " << input.getType()
-             << " differs from its block argument or from the result type "
-             << type << "; every operand and result of a group has one type";
-  for (Type result : getResultTypes())
-    if (result != type)
-      return emitOpError() << "results of types " << type << " and " << result
-                           << "; every result of a group has one type";
-  // mt.yield is the only terminator whose parent may be a group.
-  auto yield = cast<YieldOp>(body.getTerminator());
-  if (!llvm::equal(yield.getValues().getTypes(), getResultTypes()))
-    return emitOpError() << "yields " << yield.getValues().size()
-                         << " values whose types differ from its "
-                         << getOutputs().size() << " results";
-  // The fusible ops keep their operands' type, so every value inside has
-  // the group's type too.
-  for (Operation &op : body.without_terminator())
-    if (!isFusibleElementwiseOp(&op))
-      return emitOpError() << "holds '" << op.getName()
-                           << "', which is not an elementwise op a fused "
-                              "kernel computes (add, mul, dropout without "
-                              "mt.split_axes, silu, swiglu)";
+/// The bias gradient of a `rows x out` gradient: its last dimension.
+static RankedTensorType biasTypeOf(RankedTensorType grad) {
+  return RankedTensorType::get({grad.getShape().back()}, grad.getElementType());
+}
+
+LogicalResult LinearGeluOp::verify() {
+  RankedTensorType bias = getBias()
+                              ? cast<RankedTensorType>(getBias().getType())
+                              : RankedTensorType();
+  FailureOr<RankedTensorType> linear =
+      inferLinearType(getInput().getType(), getWeight().getType(), bias,
+                      getTransposeWeight(), [&] { return emitOpError(); });
+  if (failed(expectFusedType(*this, "pre_activation",
+                             getPreActivation().getType(), linear)))
+    return failure();
+  return expectFusedType(*this, "output", getOutput().getType(), linear);
+}
+
+LogicalResult LinearGeluGradOp::verify() {
+  FailureOr<RankedTensorType> linear = inferLinearType(
+      getOutputGrad().getType(), getWeight().getType(), RankedTensorType(),
+      getTransposeWeight(), [&] { return emitOpError(); });
+  if (failed(expectFusedType(*this, "pre_activation",
+                             getPreActivation().getType(), linear)) ||
+      failed(expectFusedType(*this, "input_grad", getInputGrad().getType(),
+                             linear)))
+    return failure();
+  if (Value biasGrad = getBiasGrad())
+    return expectFusedType(*this, "bias_grad", biasGrad.getType(),
+                           biasTypeOf(*linear));
   return success();
+}
+
+LogicalResult LinearWeightBiasGradOp::verify() {
+  RankedTensorType input = getInput().getType(),
+                   grad = getOutputGrad().getType();
+  if (input.getRank() < 1 || input.getRank() != grad.getRank() ||
+      input.getShape().drop_back() != grad.getShape().drop_back())
+    return emitOpError() << "input " << input << " and output_grad " << grad
+                         << " must agree on every dimension but the last "
+                            "(fused weight gradient)";
+  int64_t in = input.getShape().back(), out = grad.getShape().back();
+  SmallVector<int64_t> shape = getTransposeWeight()
+                                   ? SmallVector<int64_t>{out, in}
+                                   : SmallVector<int64_t>{in, out};
+  if (failed(expectFusedType(
+          *this, "weight_grad", getWeightGrad().getType(),
+          RankedTensorType::get(shape, input.getElementType()))))
+    return failure();
+  return expectFusedType(*this, "bias_grad", getBiasGrad().getType(),
+                         biasTypeOf(grad));
 }

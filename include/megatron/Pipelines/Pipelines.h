@@ -87,14 +87,33 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
 /// (mt-split-forward-backward). See docs/Pipeline.md.
 void buildStageSplitPipeline(mlir::OpPassManager &pm);
 
-/// Registers the pipelines by name (megatron-training-pipeline,
-/// megatron-partition-pipeline) for megatron-opt and lit.
-/// The last passes before a bundle is written, for device backends: chains
-/// of elementwise ops become mt.fused groups (mt-fuse-elementwise), each
-/// emitted as one generated CUDA kernel by the bundle writer. Passes that
-/// rewrite ops into GEMM epilogues belong before this one.
-void buildKernelFusionPipeline(mlir::OpPassManager &pm);
+struct FusionPipelineOptions
+    : public mlir::PassPipelineOptions<FusionPipelineOptions> {
+  Option<bool> gemmEpilogues{
+      *this, "gemm-epilogues",
+      llvm::cl::desc("Fuse the tanh GeLU, its gradient and bias gradients "
+                     "into the linear layers' GEMMs (mt-fuse-gemm-epilogues)"),
+      llvm::cl::init(true)};
+  Option<bool> elementwiseKernels{
+      *this, "elementwise-kernels",
+      llvm::cl::desc("Group chains of elementwise ops (dropout + residual "
+                     "add, ...) into mt.fused ops, each written to the "
+                     "bundle as one generated CUDA kernel "
+                     "(mt-fuse-elementwise; needs nvrtc to write a bundle)"),
+      llvm::cl::init(false)};
+};
 
+/// Last, on the per-rank functions a bundle is written from: ops fused into
+/// the kernels that run them (mt-fuse-gemm-epilogues: GEMMs with their
+/// epilogues; then, with elementwiseKernels, mt-fuse-elementwise: the
+/// elementwise chains left, each as one generated kernel). Every backend
+/// runs the fused ops (the host as the ops they replace).
+void buildFusionPipeline(mlir::OpPassManager &pm,
+                         const FusionPipelineOptions &options);
+
+/// Registers the pipelines by name (megatron-training-pipeline,
+/// megatron-partition-pipeline, megatron-fusion-pipeline) for megatron-opt and
+/// lit.
 void registerPipelines();
 
 } // namespace megatron

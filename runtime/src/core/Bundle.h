@@ -91,6 +91,10 @@ enum class Op : uint8_t {
   VocabPartials,
   VocabCrossEntropy,
   VocabCrossEntropyGrad,
+  // GEMMs fused with their epilogues (docs/BundleFormat.md).
+  LinearGelu,
+  LinearGeluGrad,
+  LinearWeightBiasGrad,
   // A group of elementwise ops run as one generated kernel (version 3).
   Fused,
 };

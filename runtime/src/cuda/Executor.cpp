@@ -164,6 +164,8 @@ std::string Executor::profile() const {
                   static_cast<long long>(opCounts_[op] / profiledRuns_));
     text += line;
   }
+  for (const std::string &fallback : context_.gemm().epiloguesByKernel())
+    text += "  cuBLASLt epilogue run as kernels: " + fallback + "\n";
   return text;
 }
 
