@@ -50,9 +50,6 @@ struct CompiledKernels {
   std::string ptx;
 };
 
-/// Whether this compiler was built with nvrtc (the CUDA toolkit).
-bool haveNvrtc();
-
 /// Compiles `source` with nvrtc for sm_90: a cubin and PTX. Fails with
 /// nvrtc's log, or when the compiler was built without the toolkit.
 llvm::Expected<CompiledKernels> compileFusedKernels(llvm::StringRef source);

@@ -82,8 +82,6 @@ llvm::Expected<std::string> compile(llvm::StringRef source,
 
 } // namespace
 
-bool megatron::haveNvrtc() { return true; }
-
 llvm::Expected<CompiledKernels>
 megatron::compileFusedKernels(llvm::StringRef source) {
   CompiledKernels kernels;
@@ -100,8 +98,6 @@ megatron::compileFusedKernels(llvm::StringRef source) {
 }
 
 #else
-
-bool megatron::haveNvrtc() { return false; }
 
 llvm::Expected<CompiledKernels>
 megatron::compileFusedKernels(llvm::StringRef) {
