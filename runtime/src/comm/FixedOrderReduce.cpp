@@ -34,8 +34,8 @@ void sumTree(const void *const *in, int lo, int hi, int64_t offset,
 }
 
 template <typename T>
-void maxInRankOrder(const void *const *in, int n, int64_t offset,
-                    int64_t count, T *out) {
+void maxInRankOrder(const void *const *in, int n, int64_t offset, int64_t count,
+                    T *out) {
   std::memcpy(out, static_cast<const T *>(in[0]) + offset, count * sizeof(T));
   for (int r = 1; r < n; ++r) {
     const T *x = static_cast<const T *>(in[r]) + offset;

@@ -245,11 +245,11 @@ void InProcessCommunicator::compute(const Call &call, void *out) {
   switch (call.kind) {
   case CallKind::AllReduce:
     reduceInFixedOrder(call.dtype, call.op, inputs_.data(), n, 0, call.count,
-                      out);
+                       out);
     break;
   case CallKind::ReduceScatter:
     reduceInFixedOrder(call.dtype, call.op, inputs_.data(), n,
-                      member_ * call.count, call.count, out);
+                       member_ * call.count, call.count, out);
     break;
   case CallKind::AllGather:
     for (int r = 0; r < n && chunk; ++r)

@@ -130,18 +130,16 @@ TEST(HostParallelKernelsTest, VocabularyBlocksGiveCrossEntropysBits) {
   std::vector<float> logits(rows * vocab);
   for (size_t i = 0; i < logits.size(); ++i)
     logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 6);
-  std::vector<int32_t> labels = {3, 255, static_cast<int32_t>(ignore), 0, 130,
-                                 64};
-  std::vector<float> wholeLoss(1), dloss(1, 0.75f),
-      wholeGrad(rows * vocab);
+  std::vector<int32_t> labels = {3, 255, static_cast<int32_t>(ignore),
+                                 0, 130, 64};
+  std::vector<float> wholeLoss(1), dloss(1, 0.75f), wholeGrad(rows * vocab);
   ASSERT_TRUE(crossEntropyForward<float>(pool(), rows, vocab, logits.data(),
                                          labels.data(), ignore,
                                          LossReduction::Mean, wholeLoss.data())
                   .ok());
-  ASSERT_TRUE(crossEntropyBackward<float>(pool(), rows, vocab, logits.data(),
-                                          labels.data(), ignore,
-                                          LossReduction::Mean, dloss.data(),
-                                          wholeGrad.data())
+  ASSERT_TRUE(crossEntropyBackward<float>(
+                  pool(), rows, vocab, logits.data(), labels.data(), ignore,
+                  LossReduction::Mean, dloss.data(), wholeGrad.data())
                   .ok());
   for (int64_t blocks : {2, 4}) {
     int64_t block = vocab / blocks;
@@ -149,8 +147,7 @@ TEST(HostParallelKernelsTest, VocabularyBlocksGiveCrossEntropysBits) {
     std::vector<float> max(rows, -INFINITY);
     for (int64_t b = 0; b < blocks; ++b) {
       for (int64_t r = 0; r < rows; ++r)
-        local[b].insert(local[b].end(),
-                        logits.begin() + r * vocab + b * block,
+        local[b].insert(local[b].end(), logits.begin() + r * vocab + b * block,
                         logits.begin() + r * vocab + (b + 1) * block);
       std::vector<float> m(rows);
       vocabMax<float>(pool(), rows, block, local[b].data(), m.data());

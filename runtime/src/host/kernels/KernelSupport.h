@@ -68,8 +68,8 @@ void canonicalColumnSums(int64_t outer, int64_t sequence, int64_t first,
     canonicalColumnSums<T, Acc>(outer, sequence, first, half, begin, end, out,
                                 rowTerm);
     std::vector<T> right(static_cast<size_t>(end - begin));
-    canonicalColumnSums<T, Acc>(outer, sequence, first + half, half, begin,
-                                end, right.data(), rowTerm);
+    canonicalColumnSums<T, Acc>(outer, sequence, first + half, half, begin, end,
+                                right.data(), rowTerm);
     for (int64_t j = 0; j < end - begin; ++j)
       out[j] = out[j] + right[j];
     return;
@@ -101,8 +101,8 @@ void canonicalRowSums(ThreadPool &pool, int64_t rows, int64_t sequence,
       [&](int64_t begin, int64_t end) {
         std::vector<T> sums(static_cast<size_t>(end - begin), T(0));
         if (rows > 0)
-          canonicalColumnSums<T, Acc>(outer, sequence, 0, sequence, begin,
-                                      end, sums.data(), rowTerm);
+          canonicalColumnSums<T, Acc>(outer, sequence, 0, sequence, begin, end,
+                                      sums.data(), rowTerm);
         for (int64_t j = begin; j < end; ++j)
           out[j] = accumulate ? out[j] + sums[j - begin] : sums[j - begin];
       },

@@ -92,8 +92,8 @@ void layerNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
 template <typename T>
 void layerNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
                        const T *x, const T *weight, const T *mean,
-                       const T *rstd, const T *dy, T *dx, T *dweight,
-                       T *dbias, bool accumulate, int64_t sequence = 0);
+                       const T *rstd, const T *dy, T *dx, T *dweight, T *dbias,
+                       bool accumulate, int64_t sequence = 0);
 
 /// y = x * rstd * weight per row, rstd = 1 / sqrt(mean(x^2) + eps); saves
 /// rstd[rows].
@@ -104,10 +104,9 @@ void rmsNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
 /// dx [rows, hidden] and dweight [hidden] = sum over rows of dy * x * rstd,
 /// summed as layerNormBackward's.
 template <typename T>
-void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
-                     const T *x, const T *weight, const T *rstd, const T *dy,
-                     T *dx, T *dweight, bool accumulate,
-                     int64_t sequence = 0);
+void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden, const T *x,
+                     const T *weight, const T *rstd, const T *dy, T *dx,
+                     T *dweight, bool accumulate, int64_t sequence = 0);
 
 //===----------------------------------------------------------------------===//
 // Linear algebra (Linear.cpp)
@@ -142,8 +141,8 @@ void linearForward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
 template <typename T>
 void linearBackward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
                     const T *x, const T *weight, bool transposeWeight,
-                    const T *dy, T *dx, T *dweight, T *dbias,
-                    bool accumulate, int64_t sequence = 0);
+                    const T *dy, T *dx, T *dweight, T *dbias, bool accumulate,
+                    int64_t sequence = 0);
 
 /// Batched matmul: y[b] = op(lhs[b]) @ op(rhs[b]), op(lhs) [m, k], op(rhs)
 /// [k, n], y [batch, m, n]; lhs is stored [m, k] ([k, m] with transposeLhs),

@@ -235,8 +235,8 @@ void linearForward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
 template <typename T>
 void linearBackward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
                     const T *x, const T *weight, bool transposeWeight,
-                    const T *dy, T *dx, T *dweight, T *dbias,
-                    bool accumulate, int64_t sequence) {
+                    const T *dy, T *dx, T *dweight, T *dbias, bool accumulate,
+                    int64_t sequence) {
   // op(W) is [in, out]; dx [rows, in] = dy [rows, out] @ op(W)^T.
   if (dx)
     gemm(pool, 1, rows, in, out, dy, false, weight, !transposeWeight, dx,

@@ -1,4 +1,5 @@
-// Softmax cross-entropy against integer labels, forward and backward, in double per row.
+// Softmax cross-entropy against integer labels, forward and backward, per row
+// as the vocabulary-parallel kernels compute it.
 #include "host/kernels/KernelSupport.h"
 
 #include <algorithm>
@@ -34,12 +35,12 @@ KernelStatus checkLabels(const char *kernel, int64_t rows, int64_t vocab,
 /// vocabulary-parallel kernels compute them (max exactly, the sum in the
 /// canonical order rounded to T), so that a row gives the same bits whether
 /// or not its vocabulary is split over ranks.
-template <typename T> struct RowStatistics {
+struct RowStatistics {
   double max;
   double sum;
 };
 
-template <typename T> RowStatistics<T> rowStatistics(const T *row, int64_t vocab) {
+template <typename T> RowStatistics rowStatistics(const T *row, int64_t vocab) {
   double max = static_cast<double>(*std::max_element(row, row + vocab));
   return {max, static_cast<double>(detail::canonicalExpSum(row, vocab, max))};
 }
@@ -72,12 +73,12 @@ KernelStatus crossEntropyForward(ThreadPool &pool, int64_t rows,
           if (label == ignoreIndex)
             continue;
           const T *row = logits + r * vocab;
-          RowStatistics<T> s = rowStatistics(row, vocab);
+          RowStatistics s = rowStatistics(row, vocab);
           // As vocabCrossEntropy: log(sum) - (target - max), the target term
           // rounded to T as the vocabulary-parallel partials are.
-          rowLoss[r] = std::log(s.sum) -
-                       static_cast<double>(static_cast<T>(
-                           static_cast<double>(row[label]) - s.max));
+          rowLoss[r] =
+              std::log(s.sum) - static_cast<double>(static_cast<T>(
+                                    static_cast<double>(row[label]) - s.max));
         }
       },
       detail::rowGrain(vocab));
@@ -128,7 +129,7 @@ KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
                          ? static_cast<double>(dloss[r])
                          : shared;
           const T *row = logits + r * vocab;
-          RowStatistics<T> s = rowStatistics(row, vocab);
+          RowStatistics s = rowStatistics(row, vocab);
           for (int64_t v = 0; v < vocab; ++v) {
             double prob = std::exp(static_cast<double>(row[v]) - s.max) / s.sum;
             out[v] = static_cast<T>(g * (v == label ? prob - 1.0 : prob));

@@ -42,8 +42,8 @@ void layerNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
 template <typename T>
 void layerNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
                        const T *x, const T *weight, const T *mean,
-                       const T *rstd, const T *dy, T *dx, T *dweight,
-                       T *dbias, bool accumulate, int64_t sequence) {
+                       const T *rstd, const T *dy, T *dx, T *dweight, T *dbias,
+                       bool accumulate, int64_t sequence) {
   auto xhat = [&](int64_t r, int64_t j) {
     return (x[r * hidden + j] - mean[r]) * rstd[r];
   };
@@ -104,10 +104,9 @@ void rmsNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
 }
 
 template <typename T>
-void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
-                     const T *x, const T *weight, const T *rstd, const T *dy,
-                     T *dx, T *dweight, bool accumulate,
-                     int64_t sequence) {
+void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden, const T *x,
+                     const T *weight, const T *rstd, const T *dy, T *dx,
+                     T *dweight, bool accumulate, int64_t sequence) {
   if (dx) {
     pool.parallelFor(
         0, rows,
@@ -131,21 +130,20 @@ void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
         detail::rowGrain(hidden));
   }
   if (dweight)
-    detail::canonicalRowSums<T, double>(
-        pool, rows, sequence, hidden, dweight, accumulate,
-        [&](int64_t r, int64_t j) {
-          return dy[r * hidden + j] * (x[r * hidden + j] * rstd[r]);
-        });
+    detail::canonicalRowSums<T, double>(pool, rows, sequence, hidden, dweight,
+                                        accumulate, [&](int64_t r, int64_t j) {
+                                          return dy[r * hidden + j] *
+                                                 (x[r * hidden + j] * rstd[r]);
+                                        });
 }
 
 #define MTRT_INSTANTIATE(T)                                                    \
-  template void layerNormForward<T>(ThreadPool &, int64_t, int64_t,            \
-                                    const T *, const T *, const T *, double,   \
-                                    T *, T *, T *);                            \
-  template void layerNormBackward<T>(ThreadPool &, int64_t, int64_t,           \
-                                     const T *, const T *, const T *,          \
-                                     const T *, const T *, T *, T *, T *,      \
-                                     bool, int64_t);                           \
+  template void layerNormForward<T>(ThreadPool &, int64_t, int64_t, const T *, \
+                                    const T *, const T *, double, T *, T *,    \
+                                    T *);                                      \
+  template void layerNormBackward<T>(                                          \
+      ThreadPool &, int64_t, int64_t, const T *, const T *, const T *,         \
+      const T *, const T *, T *, T *, T *, bool, int64_t);                     \
   template void rmsNormForward<T>(ThreadPool &, int64_t, int64_t, const T *,   \
                                   const T *, double, T *, T *);                \
   template void rmsNormBackward<T>(ThreadPool &, int64_t, int64_t, const T *,  \
