@@ -8,7 +8,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "megatron"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["unit", "Inputs", "CMakeLists.txt", "lit.cfg.py"]
+config.excludes = ["unit", "gpu", "Inputs", "CMakeLists.txt", "lit.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.megatron_obj_root, "test")
 
