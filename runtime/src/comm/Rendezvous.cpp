@@ -353,14 +353,15 @@ std::vector<uint8_t> join(const LaunchEnvironment &env, size_t size,
       }
       ::freeaddrinfo(found);
     }
-    if (Clock::now() + delay >= deadline)
+    if (Clock::now() >= deadline)
       throw Error(MTRT_STATUS_DEADLINE_EXCEEDED,
                   "rendezvous: rank " + std::to_string(env.rank) +
                       " could not reach rank 0 at " + endpoint(env) +
                       " within " + seconds(timeout) + " (last error: " + last +
                       "); is rank 0 running, and do MASTER_ADDR and "
                       "MASTER_PORT name its host and port on every rank?");
-    std::this_thread::sleep_for(delay);
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(delay, deadline - Clock::now()));
     delay = std::min(delay * 2, std::chrono::milliseconds(1000));
   }
 }
