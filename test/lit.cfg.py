@@ -68,4 +68,9 @@ tools = ["megatron-compile", "megatron-opt", "megatron-translate",
          "split-file",
          "mtrt-run", "megatron-train", "megatron-preprocess",
          "megatron-checkpoint"]
+# The NCCL communicator's launch check (built with the CUDA backend and
+# nccl.h); its --rendezvous-only mode needs no GPU.
+if os.path.exists(os.path.join(config.megatron_tools_dir, "mtrt-nccl-check")):
+    config.available_features.add("mtrt-nccl")
+    tools.append("mtrt-nccl-check")
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -293,7 +293,8 @@ NcclCommunicator::create(const LaunchEnvironment &env,
                 rankName + ": its local rank " + std::to_string(env.localRank) +
                     " (LOCAL_RANK) selects CUDA device " +
                     std::to_string(env.localRank) + ", and this host has " +
-                    std::to_string(devices) +
+                    std::to_string(devices) + " CUDA device(s)" +
+                    (devices == 0 ? " (no GPU or no driver)" : "") +
                     "; start at most one rank per GPU on each host");
   checkCuda(cudaSetDevice(env.localRank), "cudaSetDevice", rankName);
   ncclUniqueId id{};
