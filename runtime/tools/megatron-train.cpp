@@ -1,5 +1,6 @@
 // megatron-train: trains a compiled bundle on a text corpus on the CPU or a GPU.
 #include "comm/RankContext.h"
+#include "comm/Rendezvous.h"
 #include "comm/RunRanks.h"
 #include "core/Bundle.h"
 #include "core/Safetensors.h"
@@ -215,6 +216,28 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
     std::rethrow_exception(first);
 }
 
+/// A launch of several processes (torchrun's or an MPI launcher's
+/// variables, WORLD_SIZE > 1) is refused before any work: each process would
+/// otherwise train the whole model alone. The NCCL communicator and its
+/// rendezvous exist (src/comm/NcclCommunicator.h, checked by
+/// mtrt-nccl-check); the cuda trainer does not run a rank of a grid yet.
+void checkNotLaunchedAsRanks(const mtrt::Bundle &bundle) {
+  std::optional<mtrt::comm::LaunchEnvironment> launch =
+      mtrt::comm::readLaunchEnvironment();
+  if (!launch || launch->worldSize <= 1)
+    return;
+  throw mtrt::Error(
+      MTRT_STATUS_UNIMPLEMENTED,
+      "this process is rank " + std::to_string(launch->rank) + " of " +
+          std::to_string(launch->worldSize) + " (" + launch->launcher +
+          " variables) and bundle '" + bundle.name() + "' is compiled for " +
+          std::to_string(bundle.rankCount()) +
+          " rank(s); megatron-train does not train one rank per process yet "
+          "(the NCCL communicator exists, the cuda trainer runs one rank): "
+          "start one process, with --in-process-ranks for a bundle of "
+          "several ranks");
+}
+
 int run(int argc, char **argv) {
   using namespace mtrt::train;
   TrainCommand command =
@@ -241,6 +264,7 @@ int run(int argc, char **argv) {
     trainInProcessRanks(bundle, corpus, command);
     return 0;
   }
+  checkNotLaunchedAsRanks(bundle);
   if (!command.saveWeights.empty())
     checkSaveWeightsPath(command.saveWeights);
   // Opened (and its format checked) before the trainer is built, so that a
