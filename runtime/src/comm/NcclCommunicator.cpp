@@ -146,16 +146,24 @@ public:
     }
     if (!first)
       return;
-    if (comm_)
-      (void)ncclLibrary().commAbort(comm_);
     if (options_.exitOnFailure) {
+      // Said first, and the process ends even if the abort itself hangs.
       std::fflush(stdout);
       std::fprintf(stderr,
-                   "mtrt: %s; aborted the NCCL communicator, exiting\n",
+                   "mtrt: %s; aborting the NCCL communicator and exiting\n",
                    message.c_str());
       std::fflush(stderr);
-      std::_Exit(1);
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::fprintf(stderr, "mtrt: ncclCommAbort did not return within "
+                             "10 s; exiting without it\n");
+        std::_Exit(1);
+      }).detach();
     }
+    if (comm_)
+      (void)ncclLibrary().commAbort(comm_);
+    if (options_.exitOnFailure)
+      std::_Exit(1);
   }
 
   void throwIfFailed() const {
