@@ -154,9 +154,9 @@ public:
                    message.c_str());
       std::fflush(stderr);
       std::thread([] {
-        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::this_thread::sleep_for(std::chrono::seconds(5));
         std::fprintf(stderr, "mtrt: ncclCommAbort did not return within "
-                             "10 s; exiting without it\n");
+                             "5 s; exiting without it\n");
         std::_Exit(1);
       }).detach();
     }

@@ -83,6 +83,8 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   };
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
+    if (runsOnHost(inst)) // checks its ids itself (whole-vocabulary limits)
+      continue;
     auto add = [&](size_t operand, int64_t limit, const char *what,
                    const char *limitName, bool hasIgnore) {
       int64_t input = inputIndex(inst.operands[operand]);
