@@ -14,11 +14,13 @@
 #include "comm/RunRanks.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
+#include "cuda/Trainer.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
 #include <iostream>
 #include <mutex>
+#include <sstream>
 
 using namespace mtrt;
 using namespace mtrt::test;
@@ -197,6 +199,78 @@ TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
             << " (relative " << lossDifference
             << "), largest relative gradient difference " << worstRelative
             << ", smallest gradient cosine " << worstCosine << "\n";
+}
+
+// The training loop: 5 iterations of cuda::Trainer at TP=2 (two in-process
+// ranks on the GPU, the gradient norm summed over the world as the host's)
+// against the one-rank cuda::Trainer from the same seed and data.
+TEST_P(CudaTensorParallelTest, TrainingTwoInProcessRanksEqualsOneRank) {
+  MTRT_REQUIRE_GPU();
+  const Pair &pair = GetParam();
+  std::string onePath = bundleDirectory() + "/" + pair.one + ".mtb";
+  std::string tp2Path = bundleDirectory() + "/" + pair.tp2 + ".mtb";
+  for (const std::string &path : {onePath, tp2Path})
+    ASSERT_TRUE(fileExists(path)) << "missing " << path;
+  Bundle one = Bundle::load(onePath);
+  Bundle tp2 = Bundle::load(tp2Path);
+  train::TrainerOptions options;
+  options.trainIters = 5;
+  options.lr = 1e-3;
+  options.lrWarmupIters = 2;
+  options.evalInterval = 0;
+  options.progressBar = false;
+  options.seed = 1234;
+  options.clipGrad = 0.5; // small enough to clip: the world's norm matters
+  std::string corpus;
+  for (int i = 0; corpus.size() < 40000; ++i)
+    corpus += "The quick brown fox " + std::to_string(i * 7919 % 101) +
+              " jumps over the lazy dog. ";
+
+  std::vector<train::IterationRecord> reference;
+  {
+    cuda::Trainer trainer(one, corpus, "corpus", options);
+    std::ostringstream log;
+    trainer.train(log);
+    reference = trainer.history();
+  }
+  std::vector<std::vector<train::IterationRecord>> ranks(2);
+  comm::InProcessWorld world(2);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, tp2.gridShape());
+    cuda::Trainer trainer(tp2, corpus, "corpus", options, {}, &rank);
+    std::ostringstream log;
+    trainer.train(log);
+    ranks[static_cast<size_t>(c.rank())] = trainer.history();
+  });
+  for (auto &error : errors) {
+    if (!error)
+      continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << "a rank failed: " << e.what();
+    }
+  }
+  double tolerance = pair.bf16 ? 2e-2 : 1e-5;
+  ASSERT_EQ(reference.size(), 5u);
+  double worst = 0;
+  for (const auto &history : ranks) {
+    ASSERT_EQ(history.size(), reference.size());
+    for (size_t i = 0; i < reference.size(); ++i) {
+      double relative = std::abs(history[i].loss - reference[i].loss) /
+                        std::abs(reference[i].loss);
+      worst = std::max(worst, relative);
+      EXPECT_LE(relative, tolerance) << "iteration " << i + 1;
+      EXPECT_NEAR(history[i].gradNorm, reference[i].gradNorm,
+                  (pair.bf16 ? 5e-2 : 1e-4) * reference[i].gradNorm)
+          << "iteration " << i + 1;
+    }
+  }
+  std::cout << "[ tp2      ] " << pair.tp2 << " vs " << pair.one
+            << ", 5 iterations: loss " << reference.front().loss << " -> "
+            << reference.back().loss << " (one rank) / "
+            << ranks[0].back().loss
+            << " (TP=2); largest relative loss difference " << worst << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(
