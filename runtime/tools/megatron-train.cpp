@@ -162,6 +162,9 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                           "train it without --in-process-ranks");
   if (!command.initFrom.empty())
     reject("--init-from");
+  if (command.backend == "cuda" &&
+      (!command.options.save.empty() || !command.options.load.empty()))
+    reject("--save and --load with --backend cuda");
   if (!command.saveWeights.empty())
     checkSaveWeightsPath(command.saveWeights);
   if (command.sampleTokens > 0)
