@@ -1,5 +1,6 @@
 # lit configuration for the FileCheck suites under test/.
 import os
+import subprocess
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -58,6 +59,13 @@ if _mtrt_python:
 
 if config.mtrt_cuda_enabled:
     config.available_features.add("mtrt-cuda")
+    # cuda-device: a GPU is visible (tests that train on it); without one
+    # they report as unsupported, missing this feature.
+    _check = os.path.join(config.megatron_tools_dir, "mtrt-cuda-tests")
+    if os.path.exists(_check) and subprocess.run(
+            [_check, "--mtrt-device-check"],
+            capture_output=True).returncode == 0:
+        config.available_features.add("cuda-device")
 
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
