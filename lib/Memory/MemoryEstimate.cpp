@@ -23,7 +23,7 @@ static double recomputeFlops(Operation *op) {
     return op->getNumResults() ? double(elements(op->getResult(0).getType()))
                                : 0.0;
   };
-  if (isa<mt::LinearOp>(op)) {
+  if (isa<mt::LinearOp, mt::LinearGeluOp, mt::LinearGeluGradOp>(op)) {
     auto input = cast<RankedTensorType>(op->getOperand(0).getType());
     return 2.0 * resultElements() * double(input.getShape().back());
   }
@@ -56,9 +56,9 @@ static int64_t scratchBytes(Operation *op, bool bf16) {
   auto staging = [&](int64_t a, int64_t b) {
     return bf16 ? round(2 * a) + round(2 * b) : int64_t(0);
   };
-  if (isa<mt::LinearOp>(op))
+  if (isa<mt::LinearOp, mt::LinearGeluOp, mt::LinearGeluGradOp>(op))
     return staging(count(op->getOperand(0)), count(op->getOperand(1)));
-  if (isa<mt::LinearWeightGradOp>(op))
+  if (isa<mt::LinearWeightGradOp, mt::LinearWeightBiasGradOp>(op))
     return staging(count(op->getOperand(0)), count(op->getOperand(1)));
   if (isa<mt::MatmulOp>(op))
     return staging(count(op->getOperand(0)), count(op->getOperand(1)));

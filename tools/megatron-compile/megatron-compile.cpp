@@ -99,6 +99,13 @@ static cl::opt<std::string> memoryBudget(
              "TB); replaces the model file's recompute_granularity"),
     cl::value_desc("bytes"), cl::cat(compileCategory));
 
+static cl::opt<bool> fuseGemmEpilogues(
+    "fuse-gemm-epilogues",
+    cl::desc("Fuse the tanh GeLU, its gradient and bias gradients into the "
+             "linear layers' GEMMs (mt-fuse-gemm-epilogues; default on; "
+             "--fuse-gemm-epilogues=false keeps them separate ops)"),
+    cl::init(true), cl::cat(compileCategory));
+
 /// The model file's recomputation keys as mt-recompute's policy.
 static mlir::mt::RecomputePolicy recomputePolicy(const RecomputeConfig &r) {
   mlir::mt::RecomputePolicy policy;
@@ -238,15 +245,12 @@ int main(int argc, char **argv) {
     if (report == ReportKind::Schedule && !pipelined)
       return fail("--report schedule needs pipeline parallelism: set "
                   "--pipeline-model-parallel-size to 2 or more");
-    if (parallel.sequenceParallel &&
-        (pipelined || parallel.dataParallelSize > 1 ||
-         config->model.positionEmbeddingType ==
-             PositionEmbedding::LearnedAbsolute))
-      return fail("sequence parallelism is implemented for models without "
-                  "learned position embeddings (rope), with "
-                  "data_parallel_size 1 and without pipeline parallelism so "
-                  "far; compile without sequence_parallel "
-                  "(docs/Parallelism.md)");
+    if (parallel.sequenceParallel && pipelined)
+      return fail("sequence parallelism is not implemented with pipeline "
+                  "parallelism yet (pipeline_model_parallel_size " +
+                  std::to_string(plan.layout.pipelineSize) +
+                  "); compile without sequence_parallel or with "
+                  "pipeline_model_parallel_size 1 (docs/Parallelism.md)");
     if (pipelined && (parallel.useDistributedOptimizer ||
                       config->recompute.granularity !=
                           RecomputeGranularity::None ||
@@ -290,6 +294,9 @@ int main(int argc, char **argv) {
       }
       if (pipelined)
         buildStageSplitPipeline(pm);
+      FusionPipelineOptions fusion;
+      fusion.gemmEpilogues = fuseGemmEpilogues;
+      buildFusionPipeline(pm, fusion);
       return pm.run(target);
     };
     mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);

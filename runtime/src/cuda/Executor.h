@@ -112,6 +112,9 @@ private:
   };
 
   size_t scratchBytes(size_t position) const;
+  /// Mixed precision: the bytes of the bf16 copies GEMM `position` makes
+  /// (at the start of its scratch).
+  size_t bf16CopyBytes(size_t position) const;
   /// Pairs each flash attention with its attention_grad (same q, k, v and
   /// attributes): the forward's scratch (logsumexp, a copy of its output,
   /// the dropout mask) is kept for the gradient, which then reruns nothing.
