@@ -3,10 +3,9 @@
 # issue 8: for every bundle that bench/make-memory-dir.sh compiled, trains a
 # few iterations with the CUDA backend, sampling the device's memory in use,
 # and compares with the compiler's --report memory:
-#   - the arena megatron-train allocates (its "arena N MiB" line, the
-#     arena's high-water mark: values at the plan's offsets plus the kernel
-#     scratch) against the report's activations + workspace - the 32 MiB GEMM
-#     workspace;
+#   - the arena megatron-train allocates (its "arena N MiB" line: the
+#     values and the side buffers at the plan's offsets) against the
+#     report's activations (the plan's arena);
 #   - the peak memory in use (nvidia-smi, what cudaMemGetInfo reports as
 #     total - free) minus what was in use before and minus the CUDA context
 #     (tiny-gpt's peak minus its own reported total) against the report's

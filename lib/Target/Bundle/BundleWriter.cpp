@@ -61,11 +61,13 @@ class FunctionWriter {
 public:
   /// `axisShift`: grid axes the bundle's grid has before the partition's
   /// (the pipeline axis).
+  /// `sideBuffers`: how the device backend stores what it computes, for
+  /// the memory plan's side buffers.
   FunctionWriter(func::FuncOp function,
                  const llvm::StringMap<int64_t> &parameterIndex,
-                 int64_t axisShift)
+                 int64_t axisShift, mt::SideBufferOptions sideBuffers)
       : function(function), parameterIndex(parameterIndex),
-        axisShift(axisShift) {}
+        axisShift(axisShift), sideBuffers(sideBuffers) {}
 
   FailureOr<llvm::json::Value> write();
 
@@ -78,6 +80,7 @@ private:
   func::FuncOp function;
   const llvm::StringMap<int64_t> &parameterIndex;
   int64_t axisShift;
+  mt::SideBufferOptions sideBuffers;
   DenseMap<Value, int64_t> ids;
   Array values;
 };
@@ -220,15 +223,22 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
 }
 
 /// The static arena (docs/BundleFormat.md, "Memory plan"): an offset per
-/// value, -1 for values without memory.
+/// value, -1 for values without memory, and every side buffer:
+/// [instruction, offset, bytes, until, value it copies or -1].
 Object FunctionWriter::writeMemoryPlan() {
-  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(function);
+  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(function, sideBuffers);
   SmallVector<int64_t> offsets(values.size(), -1);
   for (const mt::BufferPlan &buffer : plan.buffers)
     offsets[ids.lookup(buffer.value)] = buffer.offset;
+  Array side;
+  for (const mt::SideBufferPlan &block : plan.sideBuffers)
+    side.push_back(Array{block.position, block.offset, block.bytes,
+                         block.until,
+                         block.copyOf ? ids.lookup(block.copyOf) : -1});
   return Object{{"alignment", mt::kArenaAlignment},
                 {"arena_bytes", plan.arenaBytes},
-                {"offsets", Array(offsets)}};
+                {"offsets", Array(offsets)},
+                {"side_buffers", std::move(side)}};
 }
 
 FailureOr<llvm::json::Value> FunctionWriter::write() {
@@ -481,9 +491,12 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
   }
 
   Array functions;
+  mt::SideBufferOptions sideBuffers;
+  sideBuffers.mixedPrecision = config && config->precision == Precision::BF16;
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
-        FunctionWriter(function, parameterIndex, axisShift).write();
+        FunctionWriter(function, parameterIndex, axisShift, sideBuffers)
+            .write();
     if (failed(written))
       return failure();
     functions.push_back(std::move(*written));

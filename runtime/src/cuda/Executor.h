@@ -105,9 +105,11 @@ private:
   void pairCrossEntropy();
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
-  /// Mixed precision: each value that GEMMs read gets one bf16 copy, made in
-  /// the scratch of its first GEMM and kept until its last.
+  /// Mixed precision: each value that GEMMs read gets one bf16 copy, made by
+  /// its first GEMM and kept until its last (its own block in the arena).
   void planBf16Copies();
+  /// The bf16 copies instruction `position` makes (first operand first).
+  std::vector<SideBufferNeed> bf16CopiesMadeAt(size_t position) const;
   /// The bf16 copies of a GEMM's operands; made here when `position` is
   /// their first GEMM.
   Bf16Operands bf16Operands(size_t position, const Instruction &inst);
@@ -135,9 +137,9 @@ private:
   /// By instruction: the later instruction after which its scratch is
   /// released (itself when nothing is kept).
   std::vector<size_t> scratchKeptUntil_;
-  /// By value: the instruction whose scratch holds its bf16 copy
-  /// (kNoPartner: none) and the copy's offset there.
-  std::vector<size_t> bf16Owner_, bf16Offset_;
+  /// By value: the first and the last GEMM reading it (kNoPartner: none);
+  /// its bf16 copy lives from one to the other.
+  std::vector<size_t> bf16MadeAt_, bf16Until_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
   ArenaPlan plan_;

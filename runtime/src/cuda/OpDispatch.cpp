@@ -108,28 +108,33 @@ Executor::gemmOperandValues(const Instruction &inst) const {
 
 void Executor::planBf16Copies() {
   const Function &fn = *function_;
-  bf16Owner_.assign(fn.values.size(), kNoPartner);
-  bf16Offset_.assign(fn.values.size(), 0);
+  bf16MadeAt_.assign(fn.values.size(), kNoPartner);
+  bf16Until_.assign(fn.values.size(), 0);
   if (!bf16_)
     return;
-  std::vector<size_t> ownedBytes(fn.instructions.size(), 0);
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     auto [a, b] = gemmOperandValues(fn.instructions[position]);
     for (int64_t v : {a, b}) {
       if (v < 0)
         continue;
-      size_t owner = bf16Owner_[v];
-      if (owner == kNoPartner) {
-        bf16Owner_[v] = position;
-        bf16Offset_[v] = ownedBytes[position];
-        ownedBytes[position] +=
-            roundUp(sizeof(__nv_bfloat16) *
-                    static_cast<size_t>(fn.values[v].numElements));
-      } else {
-        scratchKeptUntil_[owner] = std::max(scratchKeptUntil_[owner], position);
-      }
+      if (bf16MadeAt_[v] == kNoPartner)
+        bf16MadeAt_[v] = position;
+      bf16Until_[v] = position;
     }
   }
+}
+
+std::vector<SideBufferNeed> Executor::bf16CopiesMadeAt(size_t position) const {
+  std::vector<SideBufferNeed> copies;
+  auto [a, b] = gemmOperandValues(function_->instructions[position]);
+  for (int64_t v : {a, b})
+    if (v >= 0 && bf16MadeAt_[v] == position &&
+        (copies.empty() || copies.back().copyOf != v))
+      copies.push_back(
+          {roundUp(sizeof(__nv_bfloat16) *
+                   static_cast<size_t>(function_->values[v].numElements)),
+           bf16Until_[v], v});
+  return copies;
 }
 
 Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
@@ -138,10 +143,9 @@ Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
     return operands;
   auto [a, b] = gemmOperandValues(inst);
   auto copyOf = [&](int64_t v) {
-    size_t owner = bf16Owner_[v];
     auto *copy = reinterpret_cast<__nv_bfloat16 *>(
-        static_cast<char *>(scratch(owner)) + bf16Offset_[v]);
-    if (owner == position)
+        static_cast<char *>(arena_.data()) + plan_.copyOffset[v]);
+    if (bf16MadeAt_[v] == position)
       MTRT_CUDA_CHECK_LAUNCH(
           roundToBf16(context_.stream(), function_->values[v].numElements,
                       static_cast<const float *>(slots_[v]), copy),
@@ -160,23 +164,6 @@ size_t Executor::scratchBytes(size_t position) const {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
   switch (inst.op) {
-  case Op::Linear:
-  case Op::LinearWeightGrad:
-  case Op::Matmul: { // mixed precision: the bf16 copies this GEMM makes
-    if (!bf16_)
-      return 0;
-    size_t bytes = 0;
-    auto [a, b] = gemmOperandValues(inst);
-    auto add = [&](int64_t v) {
-      if (bf16Owner_[v] == position)
-        bytes += roundUp(sizeof(__nv_bfloat16) *
-                         static_cast<size_t>(fn.values[v].numElements));
-    };
-    add(a);
-    if (b != a)
-      add(b);
-    return bytes;
-  }
   case Op::LayerNorm:
   case Op::RmsNorm:
     return 2 * floats(normDims(fn, inst).rows);
