@@ -54,15 +54,16 @@ int64_t columnSumBytes(int64_t rows, int64_t hidden) {
 }
 
 /// Embedding.cu: the ids, two int64 index arrays and CUB's radix sort of
-/// (id, index) pairs. CUB sizes its temporary storage at run time; it holds
-/// the alternate keys and values and per-block digit counts, bounded here by
-/// twice the pairs plus 1 MiB.
+/// (id, index) pairs. CUB sizes its temporary storage at run time: the
+/// alternate keys and values, and digit histograms that grow with the
+/// device's grid (cub/device/dispatch/dispatch_radix_sort.cuh); bounded here
+/// by twice the pairs plus 4 MiB.
 int64_t embeddingBackwardBytes(int64_t count, bool wideIds) {
   if (count <= 0)
     return 0;
   int64_t idBytes = wideIds ? 8 : 4;
   return roundUp(idBytes * count) + 2 * roundUp(8 * count) +
-         roundUp(2 * (idBytes + 8) * count + (int64_t(1) << 20));
+         roundUp(2 * (idBytes + 8) * count + (int64_t(4) << 20));
 }
 
 int64_t crossEntropyScratchBytes(int64_t rows) { return 8 * (rows + 1); }
