@@ -30,6 +30,13 @@ for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   model=${pair%%:*} mb=${pair##*:}
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
     --global-batch-size="$mb" -o "$b/$model-bf16-mb$mb.mtb"
+  # UNFUSED=1: also the bundle without GEMM epilogues (the VARIANTS
+  # "unfused" of bench/run-device-checks.sh), to measure what they do.
+  if [ "${UNFUSED:-0}" = 1 ]; then
+    "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
+      --global-batch-size="$mb" --fuse-gemm-epilogues=false \
+      -o "$b/$model-bf16-mb$mb-unfused.mtb"
+  fi
 done
 # What attention dropout costs: gpt2-124m without it.
 "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \

@@ -18,6 +18,12 @@
 #   MODELS (environment) default "gpt2-124m gpt2-350m gpt-1.3b"; the bundle
 #          of each is bundles/MODEL-bf16-mbMB.mtb with MB from MICRO_BATCH
 #          ("gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8", DESIGN.md's batches)
+#   VARIANTS (environment) bundle variants to time beside the default one:
+#          each V runs bundles/MODEL-bf16-mbMB-V.mtb too (make-device-dir.sh
+#          UNFUSED=1 makes "unfused": without GEMM epilogues); the profile
+#          part profiles gpt2-124m's variants too
+#   ITERS  (environment) megatron-train iterations per timed run, default 15
+#          (10 for gpt-1.3b); the median skips the first 5
 #   TORCH  (environment) the PyTorch variants, default "eager compile"
 #   TORCH_MODELS (environment) the models PyTorch runs, default MODELS
 set -u
@@ -57,7 +63,7 @@ if want tests; then
   timeout 240 "$dir/bin/mtrt-cuda-tests" >"$out/tests.log" 2>&1
   tests=$?
   echo "exit status $tests" >>"$summary"
-  grep -E "^\[ parity|^\[  (PASSED|FAILED|SKIPPED) |^\[==|Failure|relative diff|cosine|iteration" \
+  grep -E "^\[ epilogue|^\[ parity|^\[  (PASSED|FAILED|SKIPPED) |^\[==|Failure|relative diff|cosine|iteration" \
     "$out/tests.log" | head -80 >>"$summary"
 fi
 
@@ -76,22 +82,23 @@ fi
 # Runs megatron-train on MODEL's bundle for ITERS iterations, sampling the
 # device's memory in use; logs under /tmp/mtrt-MODEL.*.
 run_mtrt() {
-  local model=$1 iters=$2 mb=${batch[$1]}
-  local bundle=$dir/bundles/$model-bf16-mb$mb.mtb
+  local model=$1 iters=$2 mb=${batch[$1]} variant=${3:-}
+  local bundle=$dir/bundles/$model-bf16-mb$mb${variant:+-$variant}.mtb
+  local tag=$model${variant:+-$variant}
   (while sleep 0.5; do
      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits
-   done) >"/tmp/mem-$model.txt" 2>/dev/null &
+   done) >"/tmp/mem-$tag.txt" 2>/dev/null &
   local sampler=$!
   timeout 150 "$dir/bin/megatron-train" "$bundle" --data-path "$corpus" \
     --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 5 --log-interval 1 \
     --eval-iters 0 --no-progress-bar --backend cuda \
-    --log-jsonl "/tmp/mtrt-$model.jsonl" >"/tmp/mtrt-$model.log" 2>&1
+    --log-jsonl "/tmp/mtrt-$tag.jsonl" >"/tmp/mtrt-$tag.log" 2>&1
   local status=$?
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
-  sort -n "/tmp/mem-$model.txt" | tail -1 >"/tmp/peak-$model.txt"
-  echo "megatron-train $model mb $mb: exit status $status, peak $(cat "/tmp/peak-$model.txt") MiB" >>"$summary"
-  { echo "== megatron-train $model mb $mb"; tail -5 "/tmp/mtrt-$model.log"; } >>"$out/bench.log"
+  sort -n "/tmp/mem-$tag.txt" | tail -1 >"/tmp/peak-$tag.txt"
+  echo "megatron-train $tag mb $mb: exit status $status, peak $(cat "/tmp/peak-$tag.txt") MiB" >>"$summary"
+  { echo "== megatron-train $tag mb $mb"; tail -5 "/tmp/mtrt-$tag.log"; } >>"$out/bench.log"
 }
 
 : >"$out/bench.log"
@@ -100,17 +107,21 @@ specs=()
 if want mtrt; then
   section "megatron-train --backend cuda, bf16 bundles"
   for model in $models; do
-    iters=15
-    [ "$model" = gpt-1.3b ] && iters=10
-    run_mtrt "$model" "$iters"
-    specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16=/tmp/mtrt-$model.jsonl:/tmp/mtrt-$model.log:/tmp/peak-$model.txt")
+    iters=${ITERS:-15}
+    [ "$model" = gpt-1.3b ] && iters=$(( ${ITERS:-15} * 2 / 3 ))
+    for variant in "" ${VARIANTS:-}; do
+      tag=$model${variant:+-$variant}
+      [ -f "$dir/bundles/$model-bf16-mb${batch[$model]}${variant:+-$variant}.mtb" ] || continue
+      run_mtrt "$model" "$iters" "$variant"
+      specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16${variant:+ $variant}=/tmp/mtrt-$tag.jsonl:/tmp/mtrt-$tag.log:/tmp/peak-$tag.txt")
+    done
   done
 fi
 
 if want profile; then
   # The same step without attention dropout (bundle made by
   # bench/make-device-dir.sh) shows what the dropout masks cost.
-  for variant in "" -nodrop; do
+  for variant in "" -nodrop $(for v in ${VARIANTS:-}; do echo "-$v"; done); do
     model=gpt2-124m
     bundle=$dir/bundles/$model-bf16-mb${batch[$model]}$variant.mtb
     [ -f "$bundle" ] || continue
@@ -120,7 +131,7 @@ if want profile; then
       --eval-iters 0 --no-progress-bar --backend cuda \
       >"$out/profile$variant.log" 2>&1
     echo "exit status $?" >>"$summary"
-    sed -n '/^train_step:/,$p' "$out/profile$variant.log" | head -14 >>"$summary"
+    sed -n '/^train_step:/,$p' "$out/profile$variant.log" | head -30 >>"$summary"
   done
 fi
 

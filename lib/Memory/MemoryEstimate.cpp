@@ -23,7 +23,7 @@ static double recomputeFlops(Operation *op) {
     return op->getNumResults() ? double(elements(op->getResult(0).getType()))
                                : 0.0;
   };
-  if (isa<mt::LinearOp>(op)) {
+  if (isa<mt::LinearOp, mt::LinearGeluOp, mt::LinearGeluGradOp>(op)) {
     auto input = cast<RankedTensorType>(op->getOperand(0).getType());
     return 2.0 * resultElements() * double(input.getShape().back());
   }

@@ -67,6 +67,12 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }
 
+void megatron::buildFusionPipeline(mlir::OpPassManager &pm,
+                                   const FusionPipelineOptions &options) {
+  if (options.gemmEpilogues)
+    pm.addPass(mlir::mt::createFuseGemmEpiloguesPass());
+}
+
 void megatron::registerPipelines() {
   mlir::PassPipelineRegistration<TrainingPipelineOptions>(
       "megatron-training-pipeline",
@@ -76,4 +82,8 @@ void megatron::registerPipelines() {
       "megatron-partition-pipeline",
       "From the training pipeline's IR to per-rank IR with collectives",
       buildPartitionPipeline);
+  mlir::PassPipelineRegistration<FusionPipelineOptions>(
+      "megatron-fusion-pipeline",
+      "Ops fused into the kernels that run them (last, per rank)",
+      buildFusionPipeline);
 }

@@ -99,6 +99,13 @@ static cl::opt<std::string> memoryBudget(
              "TB); replaces the model file's recompute_granularity"),
     cl::value_desc("bytes"), cl::cat(compileCategory));
 
+static cl::opt<bool> fuseGemmEpilogues(
+    "fuse-gemm-epilogues",
+    cl::desc("Fuse the tanh GeLU, its gradient and bias gradients into the "
+             "linear layers' GEMMs (mt-fuse-gemm-epilogues; default on; "
+             "--fuse-gemm-epilogues=false keeps them separate ops)"),
+    cl::init(true), cl::cat(compileCategory));
+
 /// The model file's recomputation keys as mt-recompute's policy.
 static mlir::mt::RecomputePolicy recomputePolicy(const RecomputeConfig &r) {
   mlir::mt::RecomputePolicy policy;
@@ -290,6 +297,9 @@ int main(int argc, char **argv) {
       }
       if (pipelined)
         buildStageSplitPipeline(pm);
+      FusionPipelineOptions fusion;
+      fusion.gemmEpilogues = fuseGemmEpilogues;
+      buildFusionPipeline(pm, fusion);
       return pm.run(target);
     };
     mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);

@@ -375,4 +375,42 @@ def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
+def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
+  let summary = "fuses the tanh GeLU, its gradient and bias gradients into GEMMs";
+  let description = [{
+    Runs last, on the per-rank IR the bundle is written from. Rewrites, in
+    every function:
+
+    - `mt.gelu approximate = tanh` of an `mt.linear` into `mt.linear_gelu`,
+      whose second result (the pre-activation) replaces the linear's result
+      everywhere (the backward pass's `mt.gelu_grad` reads it);
+    - `mt.gelu_grad approximate = tanh` whose output gradient is an
+      `mt.linear` without bias used only there (the next layer's data
+      gradient) into `mt.linear_gelu_grad`, taking in an `mt.bias_grad` of its
+      result as the second result;
+    - an `mt.bias_grad` of the output gradient of an `mt.linear_weight_grad`
+      into `mt.linear_weight_bias_grad`.
+
+    Each fused op means exactly the ops it replaces; the cuda backend runs it
+    as one cuBLASLt GEMM with the epilogue (GELU_AUX_BIAS, DGELU, DGELU_BGRAD,
+    BGRADA/BGRADB). Only the tanh GeLU is fused: cuBLASLt's GELU epilogues
+    evaluate the tanh approximation.
+
+    ```mlir
+    %h = mt.linear %x, %w, %b : ...
+    %y = mt.gelu %h approximate = tanh : ...
+    // becomes
+    %y, %h = mt.linear_gelu %x, %w, %b approximate = tanh : ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numLinearGelu", "linear-gelu", "linear + gelu fused">,
+    Statistic<"numLinearGeluGrad", "linear-gelu-grad",
+              "linear data gradients + gelu_grad fused">,
+    Statistic<"numBiasGrad", "bias-grad",
+              "bias_grad fused into a GEMM's epilogue">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
 #endif // MT_TRANSFORMS_PASSES_TD

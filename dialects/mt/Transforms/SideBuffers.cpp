@@ -123,9 +123,27 @@ int64_t flashMaskBytes(const AttentionShape &p) {
 
 /// The values a GEMM reads as its two operands (both null for other ops).
 std::pair<Value, Value> gemmOperands(Operation *op) {
-  if (isa_and_nonnull<LinearOp, MatmulOp, LinearWeightGradOp>(op))
+  if (isa_and_nonnull<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
+                      LinearWeightGradOp, LinearWeightBiasGradOp>(op))
     return {op->getOperand(0), op->getOperand(1)};
   return {};
+}
+
+/// runtime/src/core/OpShapes.cpp linearDims: rows and output columns of a
+/// GEMM with a bias-gradient epilogue.
+std::pair<int64_t, int64_t> biasGradDims(Operation *op) {
+  ArrayRef<int64_t> first = typeOf(op->getOperand(0)).getShape();
+  ArrayRef<int64_t> second = typeOf(op->getOperand(1)).getShape();
+  int64_t leading = 1;
+  for (int64_t d : first.drop_back())
+    leading *= d;
+  if (isa<LinearWeightBiasGradOp>(op)) // x [.., in], dy [.., out]
+    return {leading, second.back()};
+  // linear_gelu_grad: dy, the weight [in, out] (transposed: [out, in]).
+  bool transposed = op->hasAttr("transpose_weight");
+  int64_t in = transposed ? second[1] : second[0];
+  int64_t out = transposed ? second[0] : second[1];
+  return {in ? elementsOf(op->getOperand(0)) / in : leading, out};
 }
 
 } // namespace
@@ -188,6 +206,11 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
       bytes += 2 * floats(rows) +
                roundUp(columnSumBytes(rows, hidden) *
                        (op->getNumResults() == 3 ? 2 : 1));
+    } else if (isa<LinearWeightBiasGradOp>(op) ||
+               (isa<LinearGeluGradOp>(op) && op->getNumResults() == 2)) {
+      // The bias gradient's column sums, in case cuBLASLt cannot do them.
+      auto [rows, columns] = biasGradDims(op);
+      bytes += roundUp(columnSumBytes(rows, columns));
     } else if (auto biasGrad = dyn_cast<BiasGradOp>(op)) {
       Value dy = op->getOperand(0);
       bytes += roundUp(

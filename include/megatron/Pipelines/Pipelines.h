@@ -87,8 +87,25 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
 /// (mt-split-forward-backward). See docs/Pipeline.md.
 void buildStageSplitPipeline(mlir::OpPassManager &pm);
 
+struct FusionPipelineOptions
+    : public mlir::PassPipelineOptions<FusionPipelineOptions> {
+  Option<bool> gemmEpilogues{
+      *this, "gemm-epilogues",
+      llvm::cl::desc("Fuse the tanh GeLU, its gradient and bias gradients "
+                     "into the linear layers' GEMMs (mt-fuse-gemm-epilogues)"),
+      llvm::cl::init(true)};
+};
+
+/// Last, on the per-rank functions a bundle is written from: ops fused into
+/// the kernels that run them (mt-fuse-gemm-epilogues: GEMMs with their
+/// epilogues). Every backend runs the fused ops (the host as the ops they
+/// replace).
+void buildFusionPipeline(mlir::OpPassManager &pm,
+                         const FusionPipelineOptions &options);
+
 /// Registers the pipelines by name (megatron-training-pipeline,
-/// megatron-partition-pipeline) for megatron-opt and lit.
+/// megatron-partition-pipeline, megatron-fusion-pipeline) for megatron-opt and
+/// lit.
 void registerPipelines();
 
 } // namespace megatron

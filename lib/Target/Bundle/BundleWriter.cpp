@@ -206,16 +206,17 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
   // Enums are written by name, and defaulted attributes are written out so
   // the runtime holds no defaults.
   llvm::TypeSwitch<Operation *>(op)
-      .Case<mt::GeluOp, mt::GeluGradOp>([&](auto gelu) {
-        attrs["approximate"] =
-            mt::stringifyGeluApproximation(gelu.getApproximate());
-      })
+      .Case<mt::GeluOp, mt::GeluGradOp, mt::LinearGeluOp, mt::LinearGeluGradOp>(
+          [&](auto gelu) {
+            attrs["approximate"] =
+                mt::stringifyGeluApproximation(gelu.getApproximate());
+          })
       .Case<mt::AttentionOp, mt::AttentionGradOp>([&](auto attention) {
         attrs["dropout_p"] = attention.getDropoutP().convertToDouble();
         attrs["seed"] = attention.getSeedAttr().getInt();
       })
-      .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp,
-            mt::VocabCrossEntropyOp, mt::VocabCrossEntropyGradOp>([&](auto loss) {
+      .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp, mt::VocabCrossEntropyOp,
+            mt::VocabCrossEntropyGradOp>([&](auto loss) {
         attrs["reduction"] = mt::stringifyLossReduction(loss.getReduction());
         attrs["ignore_index"] = loss.getIgnoreIndexAttr().getInt();
       });

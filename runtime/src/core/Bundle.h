@@ -91,6 +91,10 @@ enum class Op : uint8_t {
   VocabPartials,
   VocabCrossEntropy,
   VocabCrossEntropyGrad,
+  // GEMMs fused with their epilogues (docs/BundleFormat.md).
+  LinearGelu,
+  LinearGeluGrad,
+  LinearWeightBiasGrad,
 };
 
 /// The manifest name of `op` ("layer_norm_grad").

@@ -111,6 +111,29 @@ const std::vector<OpInfo> &opTable() {
        1,
        {{"transpose_weight", AttrKind::Bool, false}}},
       {Op::BiasGrad, "bias_grad", 1, 1, 1, 1, {}},
+      {Op::LinearGelu,
+       "linear_gelu",
+       2,
+       3,
+       2,
+       2,
+       {{"approximate", AttrKind::String, true},
+        {"transpose_weight", AttrKind::Bool, false}}},
+      {Op::LinearGeluGrad,
+       "linear_gelu_grad",
+       3,
+       3,
+       1,
+       2,
+       {{"approximate", AttrKind::String, true},
+        {"transpose_weight", AttrKind::Bool, false}}},
+      {Op::LinearWeightBiasGrad,
+       "linear_weight_bias_grad",
+       2,
+       2,
+       2,
+       2,
+       {{"transpose_weight", AttrKind::Bool, false}}},
       {Op::AttentionGrad, "attention_grad", 4, 4, 3, 3, kAttentionAttrs},
       {Op::GeluGrad,
        "gelu_grad",
@@ -328,7 +351,13 @@ void OpChecker::check() {
     sameAs(true, 0, 0);
     break;
   }
-  case Op::Linear: {
+  case Op::Linear:
+  case Op::LinearGelu:
+  case Op::LinearGeluGrad: {
+    // The fused ops' GEMM is checked as mt.linear's (the gradient's operand
+    // 2 is the pre-activation, not a bias); each other result and the
+    // pre-activation have the GEMM's result shape.
+    bool fusedGrad = inst_.op == Op::LinearGeluGrad;
     expectFloat(false, 0);
     expectMinRank(false, 0, 1);
     expectFloat(false, 1);
@@ -343,7 +372,7 @@ void OpChecker::check() {
                     std::to_string(in) + (a.transposeWeight ? "]" : ", out]") +
                     " (the input's last dimension" +
                     (a.transposeWeight ? ", transpose_weight" : "") + ")");
-    if (inst_.operands.size() == 3) {
+    if (inst_.operands.size() == 3 && !fusedGrad) {
       expectFloat(false, 2);
       expectShape(false, 2, {out}, "the weight's output size");
     }
@@ -352,6 +381,16 @@ void OpChecker::check() {
     expectFloat(true, 0);
     expectShape(true, 0, shape,
                 "the input's leading dimensions and the output size");
+    if (inst_.op == Op::LinearGelu) {
+      expectFloat(true, 1);
+      expectShape(true, 1, shape, "the GEMM's result shape");
+    }
+    if (fusedGrad) {
+      expectFloat(false, 2);
+      expectShape(false, 2, shape, "the GEMM's result shape");
+      if (inst_.results.size() == 2)
+        expectShape(true, 1, {out}, "the GEMM's output size");
+    }
     break;
   }
   case Op::Matmul: {
@@ -533,7 +572,8 @@ void OpChecker::check() {
       expectShape(true, i, hidden, "the input's last dimension");
     break;
   }
-  case Op::LinearWeightGrad: {
+  case Op::LinearWeightGrad:
+  case Op::LinearWeightBiasGrad: {
     expectFloat(false, 0);
     expectMinRank(false, 0, 1);
     const auto &x = operand(0).shape;
@@ -548,6 +588,8 @@ void OpChecker::check() {
                                   : std::vector<int64_t>{in, out},
                 a.transposeWeight ? "[out, in] with transpose_weight"
                                   : "[in, out]");
+    if (inst_.op == Op::LinearWeightBiasGrad)
+      expectShape(true, 1, {out}, "the output gradient's last dimension");
     break;
   }
   case Op::BiasGrad:

@@ -42,7 +42,9 @@ LinearDims linearDims(const Function &fn, const Instruction &inst) {
   const auto &first = shapeOf(fn, inst.operands[0]);
   LinearDims d;
   switch (inst.op) {
-  case Op::Linear: {
+  case Op::Linear:
+  case Op::LinearGelu:
+  case Op::LinearGeluGrad: {
     const auto &w = shapeOf(fn, inst.operands[1]);
     d.inSize = a.transposeWeight ? w[1] : w[0];
     d.outSize = a.transposeWeight ? w[0] : w[1];
@@ -51,6 +53,7 @@ LinearDims linearDims(const Function &fn, const Instruction &inst) {
     break;
   }
   case Op::LinearWeightGrad:
+  case Op::LinearWeightBiasGrad:
     d.inSize = first.back();
     d.outSize = shapeOf(fn, inst.operands[1]).back();
     d.rows = product(first, 0, first.size() - 1);

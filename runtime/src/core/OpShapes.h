@@ -31,8 +31,9 @@ struct NormDims {
 };
 NormDims normDims(const Function &fn, const Instruction &inst);
 
-/// Linear (x [..., in] and a weight [in, out], or [out, in] with
-/// transpose_weight), LinearWeightGrad (x [..., in], dy [..., out]) and
+/// Linear, LinearGelu and LinearGeluGrad (x [..., in] and a weight [in, out],
+/// or [out, in] with transpose_weight), LinearWeightGrad and
+/// LinearWeightBiasGrad (x [..., in], dy [..., out]) and
 /// BiasGrad (dy [..., out]; inSize 0): `rows` is the product of the leading
 /// axes.
 struct LinearDims {

@@ -161,6 +161,8 @@ std::string Executor::profile() const {
                   static_cast<long long>(opCounts_[op] / profiledRuns_));
     text += line;
   }
+  for (const std::string &fallback : context_.gemm().epiloguesByKernel())
+    text += "  cuBLASLt epilogue run as kernels: " + fallback + "\n";
   return text;
 }
 
@@ -235,7 +237,8 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
     events_.resize(fn.instructions.size() + 1);
     for (cudaEvent_t &event : events_)
       MTRT_CUDA_CHECK(cudaEventCreate(&event), "creating profiling events");
-    opMilliseconds_.assign(static_cast<size_t>(Op::CrossEntropyGrad) + 1, 0);
+    opMilliseconds_.assign(static_cast<size_t>(Op::LinearWeightBiasGrad) + 1,
+                           0);
     opCounts_.assign(opMilliseconds_.size(), 0);
   }
   for (size_t position = 0; position < fn.instructions.size(); ++position) {

@@ -95,9 +95,12 @@ std::pair<int64_t, int64_t>
 Executor::gemmOperandValues(const Instruction &inst) const {
   switch (inst.op) {
   case Op::Linear:
+  case Op::LinearGelu:
+  case Op::LinearGeluGrad:
   case Op::Matmul:
     return {inst.operands[0], inst.operands[1]};
   case Op::LinearWeightGrad: // x^T dy, or dy^T x for a transposed weight
+  case Op::LinearWeightBiasGrad:
     if (inst.attrs.transposeWeight)
       return {inst.operands[1], inst.operands[0]};
     return {inst.operands[0], inst.operands[1]};
@@ -164,6 +167,15 @@ size_t Executor::scratchBytes(size_t position) const {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
   switch (inst.op) {
+  case Op::LinearWeightBiasGrad:
+  case Op::LinearGeluGrad: {
+    // A bias gradient: the kernels' scratch in case cuBLASLt cannot do it.
+    // (Mixed precision's bf16 copies are blocks of their own.)
+    if (inst.op == Op::LinearGeluGrad && inst.results.size() != 2)
+      return 0;
+    LinearDims d = linearDims(fn, inst);
+    return roundUp(columnSumScratchBytes(d.rows, d.outSize));
+  }
   case Op::LayerNorm:
   case Op::RmsNorm:
     return 2 * floats(normDims(fn, inst).rows);
@@ -276,11 +288,14 @@ void Executor::execute(size_t position, const Instruction &inst,
   };
   auto gemm = [&](int64_t batch, int64_t m, int64_t n, int64_t k,
                   const float *lhs, bool transLhs, const float *rhs,
-                  bool transRhs, float *result, const float *bias) {
+                  bool transRhs, float *result, const float *bias,
+                  GemmEpilogue epilogue = {}) {
     Bf16Operands bf16 = bf16Operands(position, inst);
+    // A bias gradient's scratch: the instruction's kernel block.
+    epilogue.scratch = scratch(position);
     try {
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
-                          bias, false, bf16);
+                          bias, false, bf16, epilogue);
     } catch (const Error &e) {
       throw Error(e.code(), where(position) + ": " + e.what());
     }
@@ -383,14 +398,43 @@ void Executor::execute(size_t position, const Instruction &inst,
          out(0), inst.operands.size() == 3 ? in(2) : nullptr);
     break;
   }
-  case Op::LinearWeightGrad: {
+  case Op::LinearGelu: { // results: gelu(x W + b), and x W + b
     auto [rows, inSize, outSize] = linearDims(fn, inst);
+    GemmEpilogue epilogue;
+    epilogue.kind = GemmEpilogue::Kind::GeluAux;
+    epilogue.approximation = toKernel(a.approximate);
+    epilogue.aux = out(1);
+    gemm(1, rows, outSize, inSize, in(0), false, in(1), a.transposeWeight,
+         out(0), inst.operands.size() == 3 ? in(2) : nullptr, epilogue);
+    break;
+  }
+  case Op::LinearGeluGrad: { // operands dy, W, the pre-activation
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
+    GemmEpilogue epilogue;
+    epilogue.kind = GemmEpilogue::Kind::GeluGrad;
+    epilogue.approximation = toKernel(a.approximate);
+    epilogue.aux = const_cast<float *>(in(2));
+    epilogue.biasGrad = inst.results.size() == 2 ? out(1) : nullptr;
+    gemm(1, rows, outSize, inSize, in(0), false, in(1), a.transposeWeight,
+         out(0), nullptr, epilogue);
+    break;
+  }
+  case Op::LinearWeightGrad:
+  case Op::LinearWeightBiasGrad: {
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
+    // The bias gradient sums dy's rows: the operand dy is in the GEMM.
+    GemmEpilogue epilogue;
+    if (inst.op == Op::LinearWeightBiasGrad) {
+      epilogue.kind = a.transposeWeight ? GemmEpilogue::Kind::BiasGradA
+                                        : GemmEpilogue::Kind::BiasGradB;
+      epilogue.biasGrad = out(1);
+    }
     if (!a.transposeWeight) // dW [in, out] = x^T @ dy
-      gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0),
-           nullptr);
+      gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0), nullptr,
+           epilogue);
     else // dW [out, in] = dy^T @ x
-      gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0),
-           nullptr);
+      gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0), nullptr,
+           epilogue);
     break;
   }
   case Op::BiasGrad: {

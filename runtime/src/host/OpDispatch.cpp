@@ -236,6 +236,35 @@ void Executor::execute(size_t position, const Instruction &inst,
                       false);
     break;
   }
+  case Op::LinearWeightBiasGrad: { // linear_weight_grad and bias_grad
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
+    linearBackward<T>(pool, rows, inSize, outSize, in(0), nullptr,
+                      a.transposeWeight, in(1), nullptr, out(0), out(1), false);
+    break;
+  }
+  case Op::LinearGelu: { // linear into the pre-activation, then gelu
+    // out(i) allocates the result: once each.
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
+    T *pre = out(1), *y = out(0);
+    linearForward<T>(pool, rows, inSize, outSize, in(0), in(1),
+                     a.transposeWeight,
+                     inst.operands.size() == 3 ? in(2) : nullptr, pre);
+    geluForward<T>(pool, count(inst.results[1]), pre, y,
+                   toKernel(a.approximate));
+    break;
+  }
+  case Op::LinearGeluGrad: { // linear, gelu_grad in place, then bias_grad
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
+    T *dx = out(0);
+    linearForward<T>(pool, rows, inSize, outSize, in(0), in(1),
+                     a.transposeWeight, nullptr, dx);
+    geluBackward<T>(pool, count(inst.results[0]), in(2), dx, dx,
+                    toKernel(a.approximate));
+    if (inst.results.size() == 2)
+      linearBackward<T>(pool, rows, 0, outSize, nullptr, nullptr, false, dx,
+                        nullptr, nullptr, out(1), false);
+    break;
+  }
   case Op::BiasGrad: {
     LinearDims d = linearDims(fn, inst);
     linearBackward<T>(pool, d.rows, 0, d.outSize, nullptr, nullptr, false,

@@ -68,6 +68,8 @@ public:
     deviceStore.upload(initial);
     cuda::Executor deviceExecutor(bundle, "op", deviceStore);
     std::vector<host::Tensor> actual = deviceExecutor.run(views, step);
+    for (const std::string &line : context.gemm().epiloguesByKernel())
+      std::printf("[ epilogue by kernels ] %s\n", line.c_str());
     ASSERT_EQ(actual.size(), expected.size());
     for (size_t i = 0; i < actual.size(); ++i) {
       std::string what = "outputs[" + std::to_string(i) + "]";
@@ -291,6 +293,65 @@ TEST_F(CudaOpsTest, LinearAndItsGradientsInBf16) {
   c.f.output(c.f.op("linear", {x, w, b}, {48, 24}));
   c.f.output(c.f.op("linear", {dy, w}, {48, 40}, {{"transpose_weight", true}}));
   c.f.output(c.f.op("linear_weight_grad", {x, dy}, {40, 24}));
+  c.check(kBf16);
+}
+
+/// The GEMMs fused with their epilogues (mt-fuse-gemm-epilogues) against the
+/// host's unfused sequence: linear_gelu with and without a bias and with a
+/// transposed weight, linear_gelu_grad with and without the bias gradient,
+/// linear_weight_bias_grad in both weight layouts; an erf GeLU (kernels
+/// after the product) and an output size of 45 (cuBLASLt may have no
+/// epilogue algorithm for its alignment: kernels again) beside the sizes
+/// cuBLASLt takes.
+void fusedGemmCase(OpCase &c, int64_t out, const char *approximate) {
+  int64_t rows = 48, in = 40;
+  int64_t x = c.input({2, rows / 2, in}), w = c.input({in, out}),
+          wt = c.input({out, in}), b = c.input({out}),
+          dz = c.input({2, rows / 2, in}), h = c.input({2, rows / 2, out}),
+          dy = c.input({2, rows / 2, out});
+  Json gelu = {{"approximate", approximate}};
+  Json geluT = {{"approximate", approximate}, {"transpose_weight", true}};
+  auto results = [&](const char *op, std::vector<int64_t> operands,
+                     std::vector<std::vector<int64_t>> shapes, Json attrs) {
+    std::vector<int64_t> values;
+    for (auto &shape : shapes)
+      values.push_back(c.f.value(shape));
+    c.f.inst(op, operands, values, attrs);
+    for (int64_t v : values)
+      c.f.output(v);
+  };
+  std::vector<int64_t> act = {2, rows / 2, out};
+  results("linear_gelu", {x, w, b}, {act, act}, gelu);
+  results("linear_gelu", {x, wt}, {act, act}, geluT);
+  // The gradient's GEMM is linear(dz, weight): [.., in] to [.., out].
+  results("linear_gelu_grad", {dz, w, h}, {act, {out}},
+          {{"approximate", approximate}});
+  results("linear_gelu_grad", {dz, wt, h}, {act}, geluT);
+  results("linear_weight_bias_grad", {x, dy}, {{in, out}, {out}},
+          Json::object());
+  results("linear_weight_bias_grad", {x, dy}, {{out, in}, {out}},
+          {{"transpose_weight", true}});
+}
+
+TEST_F(CudaOpsTest, FusedGemmEpiloguesTanh) {
+  fusedGemmCase(c, 48, "tanh");
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, FusedGemmEpiloguesErfAndUnalignedOutput) {
+  fusedGemmCase(c, 45, "erf");
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, FusedGemmEpiloguesTanhInBf16) {
+  c.precision = "bf16";
+  fusedGemmCase(c, 48, "tanh");
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, FusedGemmEpiloguesUnalignedOutputInBf16) {
+  c.precision = "bf16";
+  fusedGemmCase(c, 45, "tanh");
   c.check(kBf16);
 }
 

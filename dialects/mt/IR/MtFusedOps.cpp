@@ -1,0 +1,77 @@
+//===- MtFusedOps.cpp - Verifiers of the GEMMs fused with epilogues -------===//
+//
+// Each fused op is checked as the unfused ops it stands for: its linear
+// layer's shape rule (inferLinearType), then the elementwise results' types.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mt/IR/MtOps.h"
+#include "mt/IR/MtShapeRules.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+
+/// Checks that `what`, of type `actual`, has the type `expected` derived by a
+/// shape rule (which has reported its own failure).
+static LogicalResult expectFusedType(Operation *op, StringRef what, Type actual,
+                                     FailureOr<RankedTensorType> expected) {
+  if (failed(expected))
+    return failure();
+  if (actual != *expected)
+    return op->emitOpError() << what << " has type " << actual
+                             << ", the fused linear layer gives " << *expected;
+  return success();
+}
+
+/// The bias gradient of a `rows x out` gradient: its last dimension.
+static RankedTensorType biasTypeOf(RankedTensorType grad) {
+  return RankedTensorType::get({grad.getShape().back()}, grad.getElementType());
+}
+
+LogicalResult LinearGeluOp::verify() {
+  RankedTensorType bias = getBias()
+                              ? cast<RankedTensorType>(getBias().getType())
+                              : RankedTensorType();
+  FailureOr<RankedTensorType> linear =
+      inferLinearType(getInput().getType(), getWeight().getType(), bias,
+                      getTransposeWeight(), [&] { return emitOpError(); });
+  if (failed(expectFusedType(*this, "pre_activation",
+                             getPreActivation().getType(), linear)))
+    return failure();
+  return expectFusedType(*this, "output", getOutput().getType(), linear);
+}
+
+LogicalResult LinearGeluGradOp::verify() {
+  FailureOr<RankedTensorType> linear = inferLinearType(
+      getOutputGrad().getType(), getWeight().getType(), RankedTensorType(),
+      getTransposeWeight(), [&] { return emitOpError(); });
+  if (failed(expectFusedType(*this, "pre_activation",
+                             getPreActivation().getType(), linear)) ||
+      failed(expectFusedType(*this, "input_grad", getInputGrad().getType(),
+                             linear)))
+    return failure();
+  if (Value biasGrad = getBiasGrad())
+    return expectFusedType(*this, "bias_grad", biasGrad.getType(),
+                           biasTypeOf(*linear));
+  return success();
+}
+
+LogicalResult LinearWeightBiasGradOp::verify() {
+  RankedTensorType input = getInput().getType(),
+                   grad = getOutputGrad().getType();
+  if (input.getRank() < 1 || input.getRank() != grad.getRank() ||
+      input.getShape().drop_back() != grad.getShape().drop_back())
+    return emitOpError() << "input " << input << " and output_grad " << grad
+                         << " must agree on every dimension but the last "
+                            "(fused weight gradient)";
+  int64_t in = input.getShape().back(), out = grad.getShape().back();
+  SmallVector<int64_t> shape = getTransposeWeight()
+                                   ? SmallVector<int64_t>{out, in}
+                                   : SmallVector<int64_t>{in, out};
+  if (failed(expectFusedType(
+          *this, "weight_grad", getWeightGrad().getType(),
+          RankedTensorType::get(shape, input.getElementType()))))
+    return failure();
+  return expectFusedType(*this, "bias_grad", getBiasGrad().getType(),
+                         biasTypeOf(grad));
+}

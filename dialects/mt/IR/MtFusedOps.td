@@ -1,0 +1,98 @@
+//===- MtFusedOps.td - GEMMs fused with their epilogues ----*- tablegen -*-===//
+//
+// The ops `mt-fuse-gemm-epilogues` forms after differentiation: a linear layer
+// together with the elementwise work around it that cuBLASLt does in the
+// GEMM's epilogue (the tanh GeLU, its gradient and bias gradients). Each is
+// defined as the sequence of unfused ops it replaces, and the host backend
+// computes exactly that sequence.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MT_FUSED_OPS_TD
+#define MT_FUSED_OPS_TD
+
+def Mt_LinearGeluOp : Mt_Op<"linear_gelu", [Pure]> {
+  let summary = "gelu of a linear layer, also yielding the pre-activation";
+  let description = [{
+    `pre_activation = mt.linear(input, weight[, bias])` and
+    `output = mt.gelu(pre_activation)`: the two ops fused into one GEMM whose
+    epilogue adds the bias and applies the GeLU (cuBLASLt's
+    `CUBLASLT_EPILOGUE_GELU_AUX_BIAS`, whose auxiliary output is the
+    pre-activation that `mt.linear_gelu_grad` reads in the backward pass).
+
+    ```mlir
+    %y, %h = mt.linear_gelu %x, %w, %b approximate = tanh
+        : (tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32>)
+        -> (tensor<8x1024x3072xf32>, tensor<8x1024x3072xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Optional<Mt_FloatTensor>:$bias,
+                       Mt_GeluApproximation:$approximate,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Mt_FloatTensor:$output,
+                      Mt_FloatTensor:$pre_activation);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? `approximate` `=` $approximate
+    (`transpose_weight` $transpose_weight^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_LinearGeluGradOp : Mt_Op<"linear_gelu_grad", [Pure]> {
+  let summary = "gelu_grad of a linear layer's output, and its bias gradient";
+  let description = [{
+    `input_grad = mt.gelu_grad(mt.linear(output_grad, weight), pre_activation)`
+    (the linear without a bias, `transpose_weight` as on `mt.linear`) and,
+    with a second result, `bias_grad = mt.bias_grad(input_grad)`: in the
+    backward pass of `linear -> gelu -> linear`, the data gradient of the
+    second linear layer with the GeLU gradient (and the first layer's bias
+    gradient) in its epilogue (cuBLASLt's `CUBLASLT_EPILOGUE_DGELU` and
+    `CUBLASLT_EPILOGUE_DGELU_BGRAD`).
+
+    ```mlir
+    %dh, %db = mt.linear_gelu_grad %dy, %w, %h approximate = tanh
+        : (tensor<8x1024x768xf32>, tensor<3072x768xf32>, tensor<8x1024x3072xf32>)
+        -> (tensor<8x1024x3072xf32>, tensor<3072xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$output_grad, Mt_FloatTensor:$weight,
+                       Mt_FloatTensor:$pre_activation,
+                       Mt_GeluApproximation:$approximate,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Mt_FloatTensor:$input_grad,
+                      Optional<Mt_FloatTensor>:$bias_grad);
+  let assemblyFormat = [{
+    $output_grad `,` $weight `,` $pre_activation `approximate` `=`
+    $approximate (`transpose_weight` $transpose_weight^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_LinearWeightBiasGradOp : Mt_Op<"linear_weight_bias_grad", [Pure]> {
+  let summary = "a linear layer's weight and bias gradients from one GEMM";
+  let description = [{
+    `weight_grad = mt.linear_weight_grad(input, output_grad)` and
+    `bias_grad = mt.bias_grad(output_grad)`: the bias gradient is the
+    weight-gradient GEMM's reduction of `output_grad` over the rows, done in
+    its epilogue (cuBLASLt's `CUBLASLT_EPILOGUE_BGRADA` or `BGRADB`).
+
+    ```mlir
+    %dw, %db = mt.linear_weight_bias_grad %x, %dy
+        : (tensor<8x1024x768xf32>, tensor<8x1024x2304xf32>)
+        -> (tensor<768x2304xf32>, tensor<2304xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$output_grad,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Mt_FloatTensor:$weight_grad, Mt_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $input `,` $output_grad (`transpose_weight` $transpose_weight^)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MT_FUSED_OPS_TD

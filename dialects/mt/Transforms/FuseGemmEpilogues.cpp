@@ -1,0 +1,159 @@
+//===- FuseGemmEpilogues.cpp - GeLU and bias gradients in GEMM epilogues --===//
+//
+// Forms mt.linear_gelu, mt.linear_gelu_grad and mt.linear_weight_bias_grad
+// (MtFusedOps.td) from the ops each one means. A walk in program order, one
+// rewrite per matched op; no pattern can undo another, so one sweep of each
+// kind reaches the fixed point.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mt/IR/MtOps.h"
+#include "mt/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_FUSEGEMMEPILOGUESPASS
+#include "mt/Transforms/Passes.h.inc"
+} // namespace mlir::mt
+
+using namespace mlir;
+using namespace mlir::mt;
+
+namespace {
+
+/// The fused op's location: both ops' (a layer's location survives).
+Location fusedLoc(Operation *first, Operation *second) {
+  return FusedLoc::get(first->getContext(),
+                       {first->getLoc(), second->getLoc()});
+}
+
+/// Copies the discardable attributes (such as `mt.recomputed`) of `from`.
+void copyMarks(Operation *from, Operation *to) {
+  for (NamedAttribute attr : from->getDiscardableAttrs())
+    to->setDiscardableAttr(attr.getName(), attr.getValue());
+}
+
+/// Whether `value` is defined before `op` in op's block (or is an argument
+/// of that block), so that an op built at `op` may read it.
+bool availableAt(Value value, Operation *op) {
+  if (auto argument = dyn_cast<BlockArgument>(value))
+    return argument.getOwner() == op->getBlock();
+  Operation *definition = value.getDefiningOp();
+  return definition->getBlock() == op->getBlock() &&
+         definition->isBeforeInBlock(op);
+}
+
+/// gelu(linear(x, w, b)) -> linear_gelu(x, w, b): the linear's result is
+/// the fused op's pre-activation.
+bool fuseLinearGelu(GeluOp gelu) {
+  auto linear = gelu.getInput().getDefiningOp<LinearOp>();
+  if (!linear || gelu.getApproximate() != GeluApproximation::Tanh ||
+      linear->getBlock() != gelu->getBlock())
+    return false;
+  OpBuilder builder(linear);
+  auto fused = LinearGeluOp::create(
+      builder, fusedLoc(linear, gelu), gelu.getType(), linear.getType(),
+      linear.getInput(), linear.getWeight(), linear.getBias(),
+      gelu.getApproximateAttr(), linear.getTransposeWeightAttr());
+  copyMarks(linear, fused);
+  gelu.getResult().replaceAllUsesWith(fused.getOutput());
+  linear.getResult().replaceAllUsesWith(fused.getPreActivation());
+  gelu->erase();
+  linear->erase();
+  return true;
+}
+
+/// The first bias_grad of `grad` in `block`, if any.
+BiasGradOp biasGradOf(Value grad, Block *block) {
+  for (Operation *user : grad.getUsers())
+    if (auto biasGrad = dyn_cast<BiasGradOp>(user))
+      if (biasGrad->getBlock() == block)
+        return biasGrad;
+  return BiasGradOp();
+}
+
+/// gelu_grad(linear(dy, w), h) -> linear_gelu_grad(dy, w, h), with a
+/// bias_grad of the result as its second result.
+bool fuseLinearGeluGrad(GeluGradOp geluGrad, bool &withBiasGrad) {
+  auto linear = geluGrad.getOutputGrad().getDefiningOp<LinearOp>();
+  if (!linear || linear.getBias() ||
+      geluGrad.getApproximate() != GeluApproximation::Tanh ||
+      !linear->hasOneUse() || linear->getBlock() != geluGrad->getBlock())
+    return false;
+  BiasGradOp biasGrad = biasGradOf(geluGrad.getResult(), geluGrad->getBlock());
+  withBiasGrad = static_cast<bool>(biasGrad);
+  OpBuilder builder(geluGrad);
+  auto fused = LinearGeluGradOp::create(
+      builder, fusedLoc(linear, geluGrad), geluGrad.getType(),
+      biasGrad ? biasGrad.getType() : Type(), linear.getInput(),
+      linear.getWeight(), geluGrad.getInput(), geluGrad.getApproximateAttr(),
+      linear.getTransposeWeightAttr());
+  copyMarks(linear, fused);
+  geluGrad.getResult().replaceAllUsesWith(fused.getInputGrad());
+  geluGrad->erase();
+  linear->erase();
+  if (biasGrad) {
+    biasGrad.getResult().replaceAllUsesWith(fused.getBiasGrad());
+    biasGrad->erase();
+  }
+  return true;
+}
+
+/// bias_grad(dy) beside linear_weight_grad(x, dy) ->
+/// linear_weight_bias_grad(x, dy), built where the earlier of the two was
+/// (when the weight gradient's input is available there).
+bool fuseBiasGrad(BiasGradOp biasGrad) {
+  Value grad = biasGrad.getOutputGrad();
+  for (Operation *user : grad.getUsers()) {
+    auto weightGrad = dyn_cast<LinearWeightGradOp>(user);
+    if (!weightGrad || weightGrad.getOutputGrad() != grad ||
+        weightGrad->getBlock() != biasGrad->getBlock())
+      continue;
+    Operation *at = weightGrad->isBeforeInBlock(biasGrad)
+                        ? weightGrad.getOperation()
+                        : biasGrad.getOperation();
+    if (!availableAt(weightGrad.getInput(), at))
+      continue;
+    OpBuilder builder(at);
+    auto fused = LinearWeightBiasGradOp::create(
+        builder, fusedLoc(weightGrad, biasGrad), weightGrad.getType(),
+        biasGrad.getType(), weightGrad.getInput(), grad,
+        weightGrad.getTransposeWeightAttr());
+    copyMarks(weightGrad, fused);
+    weightGrad.getResult().replaceAllUsesWith(fused.getWeightGrad());
+    biasGrad.getResult().replaceAllUsesWith(fused.getBiasGrad());
+    weightGrad->erase();
+    biasGrad->erase();
+    return true;
+  }
+  return false;
+}
+
+struct FuseGemmEpiloguesPass
+    : public mt::impl::FuseGemmEpiloguesPassBase<FuseGemmEpiloguesPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    // Forward first: the backward rewrites read the pre-activations it
+    // leaves. Each walk collects before rewriting.
+    SmallVector<GeluOp> gelus;
+    module.walk([&](GeluOp op) { gelus.push_back(op); });
+    for (GeluOp gelu : gelus)
+      numLinearGelu += fuseLinearGelu(gelu);
+    SmallVector<GeluGradOp> geluGrads;
+    module.walk([&](GeluGradOp op) { geluGrads.push_back(op); });
+    for (GeluGradOp geluGrad : geluGrads) {
+      bool withBiasGrad = false;
+      if (fuseLinearGeluGrad(geluGrad, withBiasGrad)) {
+        ++numLinearGeluGrad;
+        numBiasGrad += withBiasGrad;
+      }
+    }
+    SmallVector<BiasGradOp> biasGrads;
+    module.walk([&](BiasGradOp op) { biasGrads.push_back(op); });
+    for (BiasGradOp biasGrad : biasGrads)
+      numBiasGrad += fuseBiasGrad(biasGrad);
+  }
+};
+
+} // namespace

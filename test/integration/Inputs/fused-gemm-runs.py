@@ -1,0 +1,53 @@
+"""Compiles MODEL with and without mt-fuse-gemm-epilogues, counts the fused
+ops in the bundle's plan, trains both bundles 3 iterations on the CPU and
+compares their logs (and, for one rank, saved weights) bit for bit
+(fuse-gemm-epilogues-bit-identical.test).
+
+Usage: fused-gemm-runs.py MEGATRON_COMPILE MEGATRON_TRAIN SOURCE_ROOT MODEL
+                          WORKDIR [COMPILE_FLAG...]
+"""
+import collections
+import filecmp
+import json
+import os
+import subprocess
+import sys
+
+compile_tool, train_tool, root, model, work = sys.argv[1:6]
+extra = sys.argv[6:]
+ranks = ["--in-process-ranks"] if any("parallel-size" in f for f in extra) \
+    else []
+model_file = os.path.join(root, "models", model + ".yaml")
+logs, weights = [], []
+for fused in ("false", "true"):
+    stem = os.path.join(work, f"{model}-{len(extra)}-{fused}")
+    flags = [f"--fuse-gemm-epilogues={fused}"] + extra
+    plan = json.loads(subprocess.run(
+        [compile_tool, model_file, "--emit", "plan"] + flags, check=True,
+        capture_output=True, text=True).stdout)
+    ops = collections.Counter(
+        inst["op"] for function in plan["functions"]
+        if function["name"] == "train_step"
+        for inst in function["instructions"])
+    names = ("linear_gelu", "linear_gelu_grad", "linear_weight_bias_grad",
+             "gelu", "gelu_grad", "bias_grad")
+    print(f"fused {fused}: " +
+          " ".join(f"{name} {ops[name]}" for name in names))
+    subprocess.run([compile_tool, model_file, "-o", stem + ".mtb"] + flags,
+                   check=True)
+    subprocess.run(
+        [train_tool, stem + ".mtb", "--data-path",
+         os.path.join(root, "data", "corpus.txt"), "--train-iters", "3",
+         "--lr", "1e-3", "--eval-interval", "0", "--no-progress-bar",
+         "--log-jsonl", stem + ".jsonl"] +
+        (ranks or ["--save-weights", stem + ".safetensors"]), check=True,
+        stdout=subprocess.DEVNULL)
+    logs.append(stem + ".jsonl")
+    weights.append(stem + ".safetensors")
+sys.stdout.flush()
+subprocess.run([sys.executable,
+                os.path.join(os.path.dirname(__file__), "same-losses.py")] +
+               logs, check=True)
+if not ranks:
+    print("saved weights identical: " +
+          str(filecmp.cmp(weights[0], weights[1], shallow=False)).lower())
