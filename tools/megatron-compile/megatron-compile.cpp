@@ -245,15 +245,12 @@ int main(int argc, char **argv) {
     if (report == ReportKind::Schedule && !pipelined)
       return fail("--report schedule needs pipeline parallelism: set "
                   "--pipeline-model-parallel-size to 2 or more");
-    if (parallel.sequenceParallel &&
-        (pipelined || parallel.dataParallelSize > 1 ||
-         config->model.positionEmbeddingType ==
-             PositionEmbedding::LearnedAbsolute))
-      return fail("sequence parallelism is implemented for models without "
-                  "learned position embeddings (rope), with "
-                  "data_parallel_size 1 and without pipeline parallelism so "
-                  "far; compile without sequence_parallel "
-                  "(docs/Parallelism.md)");
+    if (parallel.sequenceParallel && pipelined)
+      return fail("sequence parallelism is not implemented with pipeline "
+                  "parallelism yet (pipeline_model_parallel_size " +
+                  std::to_string(plan.layout.pipelineSize) +
+                  "); compile without sequence_parallel or with "
+                  "pipeline_model_parallel_size 1 (docs/Parallelism.md)");
     if (pipelined && (parallel.useDistributedOptimizer ||
                       config->recompute.granularity !=
                           RecomputeGranularity::None ||

@@ -145,6 +145,14 @@ void AnnotateShardingsPass::annotateSequenceShards(OpBuilder &builder,
     if (isa<LayerNormOp, RmsNormOp>(op))
       residual.push_back(op->getOperand(0));
   });
+  // The embeddings start the residual stream: the vocabulary-parallel
+  // lookup's partial rows are reduce-scattered along the sequence, and a
+  // learned position embedding looks up the positions of the rank's
+  // sequence tile (position_ids, split below), so the sum of the two and
+  // the embedding dropout run on sequence shards.
+  function.walk([&](EmbeddingOp embedding) {
+    residual.push_back(embedding.getResult());
+  });
   // The residual adds' block outputs (a row-parallel layer, whose sum is
   // then reduce-scattered), also through dropout. Other operands (the
   // embeddings) are sliced where the add reads them.
@@ -220,13 +228,18 @@ void AnnotateShardingsPass::runOnOperation() {
     if (sequenceParallel && tensorParallelSize > 1)
       annotateSequenceShards(builder, function);
     // Learned position embeddings read positions made inside the step: they
-    // follow the tokens' batch split (positions depend on the sequence
-    // index only), so the position table's gradient sums local rows.
-    if (dataParallelSize > 1)
+    // follow the tokens' batch split, and under sequence parallelism the
+    // residual stream's sequence split (each rank makes the positions of
+    // its tile), so the position table's gradient sums local rows.
+    bool sequenceShards = sequenceParallel && tensorParallelSize > 1;
+    if (dataParallelSize > 1 || sequenceShards)
       function.walk([&](PositionIdsOp positions) {
         builder.setInsertionPointAfter(positions);
         SmallVector<SmallVector<int16_t>> axes(positions.getType().getRank());
-        axes[0].push_back(kDataAxis);
+        if (dataParallelSize > 1)
+          axes[0].push_back(kDataAxis);
+        if (sequenceShards && axes.size() == 2)
+          axes[1].push_back(kTensorAxis);
         Value annotated =
             annotate(builder, positions, axes, /*forUsers=*/false);
         positions.getResult().replaceAllUsesExcept(annotated,

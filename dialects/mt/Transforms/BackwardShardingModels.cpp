@@ -55,11 +55,27 @@ struct LinearWeightGradModel
                            context)};
   }
 
+  /// Propagation also asks without an operand's annotation. An operand
+  /// whose feature dimension (in or out) is split keeps its split: the
+  /// gradient is then the rank's block of the weight, and the other
+  /// operand's conflicting sequence split is gathered (Megatron-LM's
+  /// sequence parallelism). Dropping it instead would make every rank
+  /// compute the whole weight's gradient from sequence shards and
+  /// redistribute the split operand (an all-to-all), then all-reduce the
+  /// whole gradient (the tied output layer of GPT-2).
   FailureOr<shard::ShardingOption>
   getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
                     ArrayRef<Sharding> resultShardings) const {
-    return splitSummedRows(op, operandShardings, resultShardings,
-                           rankOf(op->getOperand(0)) - 1,
+    int64_t rows = rankOf(op->getOperand(0)) - 1;
+    for (int64_t i = 0; i < 2; ++i) {
+      if (operandShardings[i])
+        continue;
+      FailureOr<std::pair<bool, Sharding>> annotated =
+          shard::getSharding(op->getOpOperand(i));
+      if (succeeded(annotated) && !axesOfDim(annotated->second, rows).empty())
+        return failure();
+    }
+    return splitSummedRows(op, operandShardings, resultShardings, rows,
                            operandShardings[0] ? operandShardings[0]
                                                : operandShardings[1]);
   }

@@ -55,6 +55,17 @@ struct LinearModel
     return maps;
   }
 
+  /// The input's row splits survive a conflict with the weight's: under
+  /// sequence and data parallelism a column-parallel layer gathers the
+  /// sequence (the axis its output uses) and keeps its data rank's batch.
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    return splitSummedRows(op, operandShardings, resultShardings,
+                           rankOf(op->getOperand(0)) - 1, operandShardings[0],
+                           /*rowOperand=*/0);
+  }
+
   /// A sharded contraction (Megatron-LM's row-parallel layer) multiplies the
   /// local shards, sums them over the contraction's grid axes, and only then
   /// adds the bias, once.
@@ -194,7 +205,9 @@ struct DropoutModel
 /// position_ids: one parallel loop per dimension (batch, sequence). A
 /// position depends only on its sequence index, so a batch shard is the
 /// local op with the shard's shape; mt-annotate-shardings splits the batch
-/// over the data-parallel ranks as it splits the tokens.
+/// over the data-parallel ranks as it splits the tokens. A sequence shard
+/// (sequence parallelism) records its tile (`mt.split_axes`), and each rank
+/// makes the global positions of its part of the sequence.
 struct PositionIdsModel
     : public shard::ShardingInterface::ExternalModel<PositionIdsModel,
                                                      PositionIdsOp> {
@@ -219,11 +232,11 @@ struct PositionIdsModel
       partitionMap.map(op->getResult(0), builder.clone(*op)->getResult(0));
       return success();
     }
-    if (failed(rejectSplit(op, resultShardings[0], 1, "the sequence")))
-      return failure();
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder);
+    if (!axesOfDim(resultShardings[0], 1).empty())
+      recordGlobalTile(op, op->getResult(0), resultShardings[0], partitionMap);
     return success();
   }
 };

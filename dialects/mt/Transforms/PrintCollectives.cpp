@@ -84,15 +84,24 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
 
   // Megatron-LM's prediction needs the decoder's shape, which the parameter
   // declarations and the tokens give.
-  int64_t layers = 0, hidden = 0, vocabulary = 0, normBytes = 0,
+  int64_t layers = 0, hidden = 0, vocabulary = 0, sequenceShardBytes = 0,
           gradientBytes = 0;
   for (auto parameter : module.getOps<ParameterOp>()) {
     StringRef name = parameter.getSymName();
     if (name == "transformer.wte.weight" || name == "model.embed_tokens.weight")
       vocabulary = parameter.getTensorType().getDimSize(0);
+    // Parameters used on sequence shards under sequence parallelism: the
+    // norms, the row-parallel layers' biases (added after the
+    // reduce-scatter) and the learned position embeddings (looked up for
+    // the rank's positions); their gradients are all-reduced over the tensor
+    // axis, as Megatron-LM all-reduces its sequence_parallel parameters.
     if (name.contains("layernorm.") || name.contains(".ln_") ||
-        name.starts_with("model.norm.") || name.starts_with("transformer.ln_f."))
-      normBytes += parameter.getTensorType().getNumElements() * 4;
+        name.starts_with("model.norm.") ||
+        name.starts_with("transformer.ln_f.") ||
+        name.ends_with("attn.c_proj.bias") ||
+        name.ends_with("mlp.c_proj.bias") || name.ends_with("o_proj.bias") ||
+        name.ends_with("down_proj.bias") || name == "transformer.wpe.weight")
+      sequenceShardBytes += parameter.getTensorType().getNumElements() * 4;
     if (name.contains(".input_layernorm.weight") ||
         name.contains(".ln_1.weight")) {
       ++layers;
@@ -165,7 +174,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     // step that returns them.
     // Under sequence parallelism each of those all-reduces is a
     // reduce-scatter of [b, s, h] and an all-gather of [b, s/t, h], and the
-    // norms' gradients are all-reduced.
+    // gradients of the parameters used on sequence shards are all-reduced.
     bool sequenceParallel = false;
     function.walk([&](shard::ReduceScatterOp scatter) {
       sequenceParallel |= llvm::is_contained(scatter.getGridAxes(), kTensorAxis);
@@ -179,7 +188,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
                       perAllReduce +
                   (hasLoss ? 3 * tokens * 4
                            : tokens * (vocabulary / tensorRanks) * 4) +
-                  (sequenceParallel && training ? normBytes : 0)
+                  (sequenceParallel && training ? sequenceShardBytes : 0)
             : 0;
     os << "  tensor-parallel: " << tensorBytes
        << " bytes (Megatron-LM's analysis: " << (training ? 4 : 2)
@@ -191,7 +200,10 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
                     : " for the vocabulary-parallel embedding")
        << (hasLoss ? ", 3 of [b, s] for the cross-entropy"
                    : ", the all-gather of the [b, s, v/t] logits")
-       << (sequenceParallel && training ? ", the norms' gradients" : "")
+       << (sequenceParallel && training
+               ? ", the gradients of the parameters used on sequence shards "
+                 "(norms, row-parallel biases, position embeddings)"
+               : "")
        << " = " << predictedTensor << ")\n";
     if (training && reducesOnce) {
       os << "  data-parallel: " << dataBytes

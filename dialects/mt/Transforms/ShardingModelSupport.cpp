@@ -67,15 +67,18 @@ int64_t getLoopCount(Operation *op) {
   return cast<shard::ShardingInterface>(op).getLoopIteratorTypes().size();
 }
 
-/// The default sharding option, with the summed row loops (the first
-/// `rows`) also split as `rowSource`'s leading dimensions are: upstream's
-/// default leaves reduction loops unsplit unless an operand is annotated for
-/// this op, and would gather batch- or sequence-sharded activations instead
-/// of summing partial gradients.
+/// The default sharding option, with the row loops (the first `rows`) also
+/// split as `rowSource`'s leading dimensions are: upstream's default leaves
+/// reduction loops unsplit unless an operand is annotated for this op, and
+/// would gather batch- or sequence-sharded activations instead of summing
+/// partial gradients; and where two operands' annotations conflict (a
+/// sequence-split input of a column-parallel layer, whose weight splits its
+/// output over the same axis), it drops one operand's annotation whole, the
+/// data-parallel batch split with the conflicting sequence split.
 FailureOr<shard::ShardingOption>
 splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
                 ArrayRef<Sharding> resultShardings, int64_t rows,
-                Sharding rowSource) {
+                Sharding rowSource, int64_t rowOperand) {
   FailureOr<shard::ShardingOption> option =
       shard::detail::defaultGetShardingOption(op, operandShardings,
                                               resultShardings);
@@ -84,6 +87,9 @@ splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
   for (OpOperand &operand : op->getOpOperands()) {
     if (rowSource)
       break;
+    if (rowOperand >= 0 &&
+        operand.getOperandNumber() != static_cast<unsigned>(rowOperand))
+      continue;
     FailureOr<std::pair<bool, Sharding>> annotated =
         shard::getSharding(operand);
     if (succeeded(annotated))

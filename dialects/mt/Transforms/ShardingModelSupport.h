@@ -53,13 +53,14 @@ LogicalResult partitionSummingReductions(Operation *op,
                                          SymbolTableCollection &symbolTable,
                                          OpBuilder &builder);
 
-/// The default sharding option, with the summed row loops (the first
-/// `rows`) also split as `rowSource`'s leading dimensions are (see the
-/// definition).
+/// The default sharding option, with the row loops (the first `rows`) also
+/// split as `rowSource`'s leading dimensions are (see the definition). A
+/// null `rowSource` is read from the IR: operand `rowOperand`'s annotation,
+/// or (-1) the first annotated operand's.
 FailureOr<shard::ShardingOption>
 splitSummedRows(Operation *op, ArrayRef<Sharding> operandShardings,
                 ArrayRef<Sharding> resultShardings, int64_t rows,
-                Sharding rowSource);
+                Sharding rowSource, int64_t rowOperand = -1);
 
 /// Random streams are keyed on positions in the global tensor: when
 /// `sharding` (of the op's operand `keyed`) splits it, the partitioned op

@@ -45,7 +45,13 @@ const std::vector<OpInfo> &opTable() {
        0,
        {{"parameter", AttrKind::Int, true}}},
       {Op::Fill, "fill", 0, 0, 1, 1, {{"value", AttrKind::Number, true}}},
-      {Op::PositionIds, "position_ids", 0, 0, 1, 1, {}},
+      {Op::PositionIds,
+       "position_ids",
+       0,
+       0,
+       1,
+       1,
+       {{"split_axes", AttrKind::AxesList, false}}},
       {Op::Embedding, "embedding", 2, 2, 1, 1, kVocabAxes},
       {Op::LayerNorm, "layer_norm", 2, 3, 1, 1, kEpsilon},
       {Op::RmsNorm, "rms_norm", 2, 2, 1, 1, kEpsilon},
@@ -239,27 +245,30 @@ void OpChecker::checkLoss(size_t logits, size_t labels) {
   expectShape(false, labels, rows, "the logits' shape without the vocabulary");
 }
 
-/// all_reduce, all_gather, reduce_scatter, all_slice: x -> y, the axis
-/// attribute (in attrs.axis) multiplied or divided by the group size.
-/// split_axes of a random op: one list per dimension of operand `tile` (the
-/// tensor whose global positions key the random stream: dropout's x,
-/// attention's q), splitting only batch and heads for attention.
-void OpChecker::checkRandomTile(size_t tile) {
+/// split_axes of an op that reads global positions: one list per dimension
+/// of the value `tile` (the tensor whose global positions key the random
+/// stream: dropout's x, attention's q; or position_ids' ids, whose sequence
+/// tile gives the positions), splitting only batch and heads for attention.
+void OpChecker::checkGlobalTile(bool isResult, size_t tile) {
   const auto &split = inst_.attrs.splitAxes;
   if (split.empty())
     return;
   std::string at = path_ + ".attrs.split_axes";
-  if (static_cast<int64_t>(split.size()) != operand(tile).rank())
+  if (static_cast<int64_t>(split.size()) != type(isResult, tile).rank())
     fail(at, std::to_string(split.size()) + " lists",
-         "one list per dimension of operand " + std::to_string(tile) + " " +
-             shapeString(operand(tile).shape));
-  if (inst_.op != Op::Dropout)
+         "one list per dimension of " +
+             std::string(isResult ? "result " : "operand ") +
+             std::to_string(tile) + " " +
+             shapeString(type(isResult, tile).shape));
+  if (inst_.op == Op::Attention || inst_.op == Op::AttentionGrad)
     for (size_t d : {size_t(1), size_t(3)})
       if (!split[d].empty())
         fail(index(at, d), shapeString(split[d]),
              "[] (attention splits only batch and heads)");
 }
 
+/// all_reduce, all_gather, reduce_scatter, all_slice: x -> y, the axis
+/// attribute (in attrs.axis) multiplied or divided by the group size.
 void OpChecker::checkCollective() {
   const Attributes &a = inst_.attrs;
   expectFloat(false, 0);
@@ -328,6 +337,7 @@ void OpChecker::check() {
   case Op::PositionIds:
     expectIndex(true, 0);
     expectMinRank(true, 0, 1);
+    checkGlobalTile(true, 0);
     break;
   case Op::Embedding: {
     expectFloat(false, 0);
@@ -418,13 +428,13 @@ void OpChecker::check() {
     break;
   }
   case Op::Attention:
-    checkRandomTile(0);
+    checkGlobalTile(false, 0);
     expectFloat(true, 0);
     expectShape(true, 0, attentionOutput(0, 1, 2),
                 "[batch, seq_q, heads_q, head_dim_v]");
     break;
   case Op::AttentionGrad: {
-    checkRandomTile(1);
+    checkGlobalTile(false, 1);
     std::vector<int64_t> out = attentionOutput(1, 2, 3);
     expectFloat(false, 0);
     expectShape(false, 0, out, "the attention output's shape");
@@ -451,7 +461,7 @@ void OpChecker::check() {
   case Op::Dropout:
   case Op::Softmax:
     if (inst_.op == Op::Dropout)
-      checkRandomTile(0);
+      checkGlobalTile(false, 0);
     expectFloat(false, 0);
     if (inst_.op == Op::Softmax)
       normalizeAxis(a.axis, operand(0).rank());

@@ -34,13 +34,14 @@ void check(const std::string &where, const KernelStatus &status) {
     throw Error(MTRT_STATUS_OUT_OF_RANGE, where + ": " + status.message());
 }
 
-/// Where operand `operand` of a random op lies in its global tensor, from
-/// the instruction's split_axes and the rank's grid coordinates.
+/// Where value `value` (an operand of a random op, or position_ids' result)
+/// lies in its global tensor, from the instruction's split_axes and the
+/// rank's grid coordinates.
 GlobalTile globalTile(const Function &fn, const Instruction &inst,
-                      size_t operand, const std::vector<int64_t> &grid,
+                      int64_t value, const std::vector<int64_t> &grid,
                       const std::vector<int64_t> &coordinates) {
   GlobalTile tile;
-  tile.localShape = fn.values[inst.operands[operand]].shape;
+  tile.localShape = fn.values[value].shape;
   for (size_t d = 0; d < tile.localShape.size(); ++d) {
     const std::vector<int64_t> &axes = inst.attrs.splitAxes[d];
     tile.globalShape.push_back(tile.localShape[d] * gridGroupSize(grid, axes));
@@ -126,17 +127,23 @@ void Executor::execute(size_t position, const Instruction &inst,
     fill<T>(pool, count(inst.results[0]), out(0), static_cast<T>(a.value));
     break;
   case Op::PositionIds: {
+    // Under sequence parallelism the ids are the rank's sequence tile: its
+    // positions start at the tile's offset in the global sequence.
     int64_t v = inst.results[0];
-    int64_t seq = shapeOf(v).back(), n = count(v);
+    int64_t seq = shapeOf(v).back(), n = count(v), first = 0;
+    if (!a.splitAxes.empty())
+      first = globalTile(fn, inst, v, bundle_.gridShape(),
+                         parameters_.coordinates())
+                  .offsets.back();
     void *data = allocate(v);
     if (fn.values[v].dtype == DType::I64) {
       auto *ids = static_cast<int64_t *>(data);
       for (int64_t i = 0; i < n; ++i)
-        ids[i] = i % seq;
+        ids[i] = first + i % seq;
     } else {
       auto *ids = static_cast<int32_t *>(data);
       for (int64_t i = 0; i < n; ++i)
-        ids[i] = static_cast<int32_t>(i % seq);
+        ids[i] = static_cast<int32_t>(first + i % seq);
     }
     break;
   }
@@ -280,8 +287,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Attention: {
     AttentionParams p = attentionParams(fn, inst, step);
     if (!a.splitAxes.empty())
-      setGlobalHeads(p, globalTile(fn, inst, 0, bundle_.gridShape(),
-                                   parameters_.coordinates()));
+      setGlobalHeads(p,
+                     globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
+                                parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     attentionForward<T>(pool, p, in(0), in(1), in(2), out(0), lse.as<T>());
@@ -291,8 +299,9 @@ void Executor::execute(size_t position, const Instruction &inst,
     // Operands dy, q, k, v; the forward is rerun for its logsumexp.
     AttentionParams p = attentionParams(fn, inst, step);
     if (!a.splitAxes.empty())
-      setGlobalHeads(p, globalTile(fn, inst, 1, bundle_.gridShape(),
-                                   parameters_.coordinates()));
+      setGlobalHeads(p,
+                     globalTile(fn, inst, inst.operands[1], bundle_.gridShape(),
+                                parameters_.coordinates()));
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     ScratchBuffer o(*this,
@@ -338,8 +347,9 @@ void Executor::execute(size_t position, const Instruction &inst,
       dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
                         static_cast<uint64_t>(a.seed), step);
     } else {
-      GlobalTile tile = globalTile(fn, inst, 0, bundle_.gridShape(),
-                                   parameters_.coordinates());
+      GlobalTile tile =
+          globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
+                     parameters_.coordinates());
       dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
                         static_cast<uint64_t>(a.seed), step, &tile);
     }

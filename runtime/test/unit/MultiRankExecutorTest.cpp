@@ -101,6 +101,36 @@ TEST(MultiRankExecutorTest, ACollectiveNeedsARankContext) {
                "no rank context", "--in-process-ranks"});
 }
 
+// Sequence parallelism: position_ids split [data, tensor] over grid [2, 2]
+// makes each rank's tile of the global [4, 8] positions: its 2 sequences'
+// positions 4 t .. 4 t + 3.
+TEST(MultiRankExecutorTest, PositionIdsOfASequenceTileAreGlobal) {
+  FunctionBuilder f("f");
+  f.output(f.op("position_ids", {}, {2, 4}, {{"split_axes", {{0}, {1}}}},
+                "i32"));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 2}}};
+  Bundle bundle = Bundle::parseManifest("p.mtb", m.dump());
+  host::ThreadPool pool(1);
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t t = 0; t < 2; ++t) {
+      host::ParameterStore store(bundle, DType::F32, {d, t});
+      host::Executor executor(bundle, "f", store, pool);
+      auto out = executor.run({}, 0);
+      ASSERT_EQ(out.size(), 1u);
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t i = 0; i < 4; ++i)
+          EXPECT_EQ(out[0].data<int32_t>()[b * 4 + i], 4 * t + i)
+              << "rank (" << d << ", " << t << ") sequence " << b;
+    }
+  // One list per dimension of the ids.
+  m["functions"][0]["instructions"][0]["attrs"]["split_axes"] = {{1}};
+  expectError([&] { Bundle::parseManifest("p.mtb", m.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"split_axes: found 1 lists",
+               "one list per dimension of result 0 [2, 4]"});
+}
+
 TEST(MultiRankExecutorTest, ParameterShardsHoldTheirGlobalValues) {
   Json w = parameterJson("w", {4, 6});
   w["split_axes"] = {{0}, {1}};

@@ -2,17 +2,26 @@
 """Checks that a run on several ranks matches the one-rank run
 (multi-rank-equivalence.test).
 
-Usage: compare-ranks.py ONE.jsonl RANKS.jsonl [--grad-norm]
+Usage: compare-ranks.py ONE.jsonl RANKS.jsonl [--grad-norm] [--bitwise]
 
 Both files are megatron-train --log-jsonl logs. Every iteration's "loss" (and
 every evaluation's "eval_loss") must agree within 1e-5 relative; with
---grad-norm, every "grad_norm" too. Prints what it compared and the largest
+--grad-norm, every "grad_norm" too. With --bitwise they must be equal: the
+losses as float32 (the step computes them in float32; a log that averages
+several micro-batches does so in double, and the float32 rounding of that
+exact mean of two floats is the float32 sum a data-parallel all-reduce
+makes), the gradient norms exactly. Prints what it compared and the largest
 relative difference; exits 1 on a mismatch.
 """
 import json
+import struct
 import sys
 
 TOLERANCE = 1e-5
+
+
+def float32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
 def records(path):
@@ -25,6 +34,7 @@ def main():
     keys = ["loss", "eval_loss"]
     if "--grad-norm" in sys.argv:
         keys.append("grad_norm")
+    bitwise = "--bitwise" in sys.argv
     one, ranks = records(args[0]), records(args[1])
     if len(one) != len(ranks):
         sys.exit("%s has %d records but %s has %d"
@@ -37,7 +47,13 @@ def main():
             if key not in a or key not in b:
                 sys.exit("record %s: %s in only one log" % (a, key))
             x, y = float(a[key]), float(b[key])
+            if bitwise and key != "grad_norm":
+                x, y = float32(x), float32(y)
             difference = abs(x - y) / max(abs(x), 1e-30)
+            if bitwise and x != y:
+                sys.exit("iteration %s: %s %.9g (one rank) vs %.9g (ranks) "
+                         "differ in their bits"
+                         % (a.get("iteration"), key, x, y))
             worst = max(worst, difference)
             compared += 1
             if difference > TOLERANCE:
@@ -46,8 +62,10 @@ def main():
                          % (a.get("iteration"), key, x, y, difference,
                             TOLERANCE))
     iterations = sum(1 for r in one if "loss" in r)
-    print("%d iterations, %d values (%s): equal within %g relative"
-          % (iterations, compared, ", ".join(keys), TOLERANCE))
+    print("%d iterations, %d values (%s): %s"
+          % (iterations, compared, ", ".join(keys),
+             "bit for bit" if bitwise else
+             "equal within %g relative" % TOLERANCE))
 
 
 if __name__ == "__main__":
