@@ -36,10 +36,17 @@
 // (rounded to float, such differences almost never show).
 //
 // Keys used by the runtime:
-//   dropout (mt.dropout and mt.attention): seed = the op's seed,
-//     stream = the training step, index = the element's row-major index in the
-//     op's tensor (for attention, the probability tensor [B, Hq, S, Sk]);
-//     an element is kept iff uniformFloat(bits) >= float(p).
+//   dropout (mt.dropout): seed = the op's seed, stream = the training step,
+//     index = the element's row-major index in the op's tensor; an element
+//     is kept iff uniformFloat(randomBits(...)) >= float(p).
+//   attention dropout (mt.attention, attentionDropoutKeep): the same key
+//     (seed, step), index = the row-major index in the global probability
+//     tensor [B, Hq, S, Sk]; one draw serves four consecutive elements:
+//     element index is kept iff 16-bit lane (index % 4) of
+//     randomBits(seed, step, index / 4), i.e. bits >> (16 * (index % 4))
+//     & 0xFFFF, is >= dropoutThreshold16(p) = round(p * 65536). A quarter
+//     of the hashes of the per-element definition (attention's mask is the
+//     larger part of its dropout cost); p is quantized to 2^-16.
 //   initialization: seed = the run's seed, stream = the parameter's id,
 //     index = the element's row-major index in the parameter's global shape.
 #ifndef MTRT_SRC_CORE_RANDOM_H
@@ -102,6 +109,31 @@ MTRT_HOST_DEVICE inline double uniformDouble(uint64_t bits) {
 MTRT_HOST_DEVICE inline bool dropoutKeep(uint64_t key, uint64_t index,
                                          float p) {
   return uniformFloat(bitsFromKey(key, index)) >= p;
+}
+
+/// attentionDropoutKeep's threshold for dropout probability p: round(p *
+/// 65536), 0 for p <= 0, 65536 (nothing kept) for p >= 1.
+MTRT_HOST_DEVICE inline uint32_t dropoutThreshold16(double p) {
+  if (!(p > 0))
+    return 0;
+  if (p >= 1)
+    return 65536;
+  return static_cast<uint32_t>(p * 65536.0 + 0.5);
+}
+
+/// Lane `lane` (0-3) of a four-element attention dropout draw `bits`: kept
+/// iff the lane's 16 bits are >= threshold16.
+MTRT_HOST_DEVICE inline bool dropoutLaneKeep(uint64_t bits, unsigned lane,
+                                             uint32_t threshold16) {
+  return ((bits >> (16 * lane)) & 0xFFFFu) >= threshold16;
+}
+
+/// Whether attention dropout keeps element `index` of the probability
+/// tensor (see the file comment): lane index % 4 of the draw index / 4.
+MTRT_HOST_DEVICE inline bool attentionDropoutKeep(uint64_t key, uint64_t index,
+                                                  uint32_t threshold16) {
+  return dropoutLaneKeep(bitsFromKey(key, index >> 2),
+                         static_cast<unsigned>(index & 3), threshold16);
 }
 
 /// A standard normal for element `index` of the stream with key `key`, by

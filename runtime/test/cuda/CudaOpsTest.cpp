@@ -284,6 +284,16 @@ TEST_F(CudaOpsTest, FlashAttentionHeadDim128InBf16) {
   c.check(kBf16, 9);
 }
 
+// GPT-2's head dimension with whole tiles: tiles below the causal diagonal
+// (no mask), key counts divisible by 4 (the lanes of a pair share their
+// dropout draws) and grouped-query heads, against the host's masks.
+TEST_F(CudaOpsTest, FlashAttentionHeadDim64WholeTilesWithDropoutInBf16) {
+  c.precision = "bf16";
+  attentionCase(c, {2, 192, 4, 64}, {2, 192, 2, 64}, {2, 192, 2, 64},
+                {{"causal", true}, {"dropout_p", 0.1}, {"seed", 6}});
+  c.check(kBf16, 5);
+}
+
 // Linear forward (with the bias epilogue) and both gradients with bf16
 // operands.
 TEST_F(CudaOpsTest, LinearAndItsGradientsInBf16) {

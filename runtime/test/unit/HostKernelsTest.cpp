@@ -202,9 +202,9 @@ TEST(HostKernels, AttentionMatchesExplicitLoops) {
               double prob = std::exp(scores[j]) / sum;
               uint64_t index = ((b * 4 + h) * 6 + i) * 6 + j;
               if (dropout > 0)
-                prob = mtrt::random::uniformFloat(
-                           mtrt::random::bitsFromKey(key, index)) >=
-                               static_cast<float>(dropout)
+                prob = ((mtrt::random::bitsFromKey(key, index / 4) >>
+                         (16 * (index % 4))) &
+                        0xFFFF) >= static_cast<uint64_t>(dropout * 65536 + 0.5)
                            ? prob / (1 - dropout)
                            : 0;
               for (int d = 0; d < 3; ++d)

@@ -30,7 +30,9 @@ struct Geometry {
   float scale;
   bool hasDropout;
   uint64_t dropoutKey;
-  float dropoutThreshold;
+  uint32_t dropoutThreshold16;
+  /// Global position of this call's tensor (tensor-parallel ranks).
+  int64_t batchOffset, headOffset, globalHeadsQ;
   /// The forward scales kept probabilities in double, the backward in float
   /// (as the host does).
   double dropoutScale;
@@ -49,13 +51,16 @@ struct Geometry {
   __device__ int64_t oOffset(int64_t b, int64_t i, int64_t h) const {
     return ((b * seqQ + i) * headsQ + h) * headDimV;
   }
-  /// The row-major index of P[b, h, i, 0] in [batch, headsQ, seqQ, seqK].
+  /// The row-major index of P[b, h, i, 0] in the global [batch, headsQ,
+  /// seqQ, seqK].
   __device__ uint64_t probabilityRow(int64_t b, int64_t h, int64_t i) const {
-    return static_cast<uint64_t>(((b * headsQ + h) * seqQ + i) * seqK);
+    return static_cast<uint64_t>(
+        (((b + batchOffset) * globalHeadsQ + h + headOffset) * seqQ + i) *
+        seqK);
   }
   __device__ bool keep(uint64_t row, int64_t j) const {
-    return random::dropoutKeep(dropoutKey, row + static_cast<uint64_t>(j),
-                               dropoutThreshold);
+    return random::attentionDropoutKeep(
+        dropoutKey, row + static_cast<uint64_t>(j), dropoutThreshold16);
   }
 };
 
@@ -75,7 +80,10 @@ Geometry makeGeometry(const AttentionParams &p) {
   g.scale = static_cast<float>(scale);
   g.hasDropout = p.dropoutP > 0;
   g.dropoutKey = random::streamKey(p.seed, p.step);
-  g.dropoutThreshold = static_cast<float>(p.dropoutP);
+  g.dropoutThreshold16 = random::dropoutThreshold16(p.dropoutP);
+  g.batchOffset = p.batchOffset;
+  g.headOffset = p.headOffset;
+  g.globalHeadsQ = p.globalHeadsQ ? p.globalHeadsQ : p.headsQ;
   g.dropoutScale = p.dropoutP > 0 ? 1.0 / (1.0 - p.dropoutP) : 1.0;
   g.dropoutScaleF = static_cast<float>(g.dropoutScale);
   return g;

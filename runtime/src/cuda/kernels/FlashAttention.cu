@@ -6,12 +6,28 @@
 //
 // Kernels (4 warps; warp w owns 16 rows of its block's 64):
 // - forward: one block per (64 queries, query head, batch); out and the
-//   logsumexp of the scaled, masked scores (before dropout), as the host.
-// - backward: delta = rowsum(dout * out) first (the forward rerun gives
-//   out); then dq by query blocks (one block per 64 queries walks the keys)
-//   and dk, dv by key blocks (one block per 64 keys of a key/value head walks
-//   its group's query heads and the queries that see the keys). No atomics:
-//   every sum has a fixed order, so a run gives the same bits every time.
+//   logsumexp of the scaled, masked scores (before dropout), as the host,
+//   and with dropout the keep decisions as bits for the gradient.
+// - backward: delta = rowsum(dout * out) first; then dq by query blocks (one
+//   block per 64 queries walks the keys) and dk, dv by key blocks (one block
+//   per 64 keys of a key/value head walks its group's query heads and the
+//   queries that see the keys). No atomics: every sum has a fixed order, so
+//   a run gives the same bits every time. The keep decisions come from the
+//   forward's bits (never recomputed).
+//
+// Per-element work and occupancy are what bound these kernels
+// (bench/NOTES.md), so: positions are 32-bit; scores are scaled into base-2
+// exponents once (one FFMA and one ex2 per probability); only tiles on the
+// causal diagonal or past the last key are masked; Q and dout fragments are
+// read from shared memory where used (registers go to the accumulators, 3
+// blocks a multiprocessor at head dimension 64); a tile's global loads are
+// all in flight at once; and the dropout draws (core/Random.h's
+// attentionDropoutKeep: one 64-bit draw per four consecutive keys) are
+// shared by the two lanes that hold a draw's four keys: lane t draws keys
+// 4 (t / 2) .. +3 of an 8-key tile for row g (t even) or g + 8 (t odd), and
+// the pair swaps the halves the other one holds. Loading the next tiles
+// behind the computation (into registers, or by cp.async into shared
+// staging) was measured and gained nothing.
 //
 // Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4): A (16 x 16,
 // rows x k) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, +9],
@@ -39,64 +55,85 @@ using detail::kWarp;
 constexpr int kTile = 64;         // queries and keys per block
 constexpr int kFlashThreads = 128; // 4 warps of 16 rows
 constexpr int kPad = 8;
-/// Blocks per multiprocessor the register budget is cut for: 2 (255
-/// registers a thread) up to head dimension 64, 1 above.
-template <int D> constexpr int kFlashMinBlocks = D <= 64 ? 2 : 1;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+/// Blocks per multiprocessor each kernel's register budget is cut for: 3
+/// (168 registers a thread) up to head dimension 64, 1 (255) above. At 64,
+/// 3 blocks ran the forward 20% and the backward 10% faster than 2 (255
+/// registers); 4 (128) spilled.
+template <int D> constexpr int kForwardMinBlocks = D <= 64 ? 3 : 1;
+template <int D> constexpr int kBackwardMinBlocks = D <= 64 ? 3 : 1;
 
 struct FlashGeometry {
-  int64_t seqQ, seqK, headsQ, headsKv, group;
+  int seqQ, seqK, headsQ, headsKv, group, keyBlocks;
   int64_t qStride, kStride; // elements between consecutive positions
   bool causal;
-  float scale;
+  float scale;     // the softmax scale
+  float scaleLog2; // scale * log2(e): scores to base-2 exponents
   bool hasDropout;
+  bool pairedDraws; // seqK % 4 == 0: a draw's four keys lie in one row
   uint64_t dropoutKey;
-  float dropoutThreshold;
+  uint32_t threshold16;
   float dropoutScale;
+  // The global position of this call's tensor (tensor-parallel ranks).
+  int64_t batchOffset, headOffset, globalHeadsQ;
 
-  __device__ int64_t qOffset(int64_t b, int64_t i, int64_t h, int d) const {
-    return (b * seqQ + i) * qStride + h * d;
+  __device__ int64_t qOffset(int b, int i, int h, int d) const {
+    return (static_cast<int64_t>(b) * seqQ + i) * qStride +
+           static_cast<int64_t>(h) * d;
   }
-  __device__ int64_t kOffset(int64_t b, int64_t j, int64_t g, int d) const {
-    return (b * seqK + j) * kStride + g * d;
+  __device__ int64_t kOffset(int b, int j, int g, int d) const {
+    return (static_cast<int64_t>(b) * seqK + j) * kStride +
+           static_cast<int64_t>(g) * d;
   }
-  __device__ bool visible(int64_t i, int64_t j) const {
-    return j < seqK && i < seqQ && (!causal || j <= i);
+  __device__ int64_t rowIndex(int b, int h, int i) const {
+    return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
   }
-  int64_t keyBlocks;
-  /// The index of the dropout-mask word of query i, key block kb: bit j % 64
-  /// of word ((b * headsQ + h) * seqQ + i) * keyBlocks + j / 64 is P[b, h,
-  /// i, j]'s keep decision.
-  __device__ int64_t maskWord(int64_t b, int64_t h, int64_t i,
-                              int64_t kb) const {
-    return ((b * headsQ + h) * seqQ + i) * keyBlocks + kb;
+  /// The mask word of query i, key block kb: bit j % 64 of word
+  /// rowIndex(b, h, i) * keyBlocks + j / 64 is P[b, h, i, j]'s keep
+  /// decision.
+  __device__ int64_t maskWord(int b, int h, int i, int kb) const {
+    return rowIndex(b, h, i) * keyBlocks + kb;
   }
-  /// The dropout decision of P[b, h, i, j] (host AttentionParams' indexing).
-  __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    uint64_t index =
-        static_cast<uint64_t>(((b * headsQ + h) * seqQ + i) * seqK + j);
-    return random::dropoutKeep(dropoutKey, index, dropoutThreshold);
+  /// The index of P[b, h, i, 0] in the global [batch, headsQ, seqQ, seqK]
+  /// (host AttentionGeometry::probabilityRow).
+  __device__ uint64_t probabilityRow(int b, int h, int i) const {
+    return static_cast<uint64_t>(
+        (((b + batchOffset) * globalHeadsQ + h + headOffset) * seqQ + i) *
+        seqK);
+  }
+  /// Whether a tile of keys [k0, k0 + 64) needs the causal or key-count
+  /// mask for queries [q0, q0 + 64).
+  __device__ bool masked(int q0, int k0) const {
+    return k0 + kTile > seqK || (causal && k0 + kTile - 1 > q0);
   }
 };
 
 FlashGeometry makeGeometry(const AttentionParams &p) {
   FlashGeometry g{};
-  g.seqQ = p.seqQ;
-  g.seqK = p.seqK;
-  g.headsQ = p.headsQ;
-  g.headsKv = p.headsKv;
-  g.group = p.headsQ / p.headsKv;
+  g.seqQ = static_cast<int>(p.seqQ);
+  g.seqK = static_cast<int>(p.seqK);
+  g.headsQ = static_cast<int>(p.headsQ);
+  g.headsKv = static_cast<int>(p.headsKv);
+  g.group = static_cast<int>(p.headsQ / p.headsKv);
   g.qStride = p.headsQ * p.headDim;
   g.kStride = p.headsKv * p.headDim;
   g.causal = p.causal;
-  g.keyBlocks = (p.seqK + kTile - 1) / kTile;
+  g.keyBlocks = static_cast<int>((p.seqK + kTile - 1) / kTile);
   double scale =
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   g.scale = static_cast<float>(scale);
+  g.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
   g.hasDropout = p.dropoutP > 0;
+  g.pairedDraws = p.seqK % 4 == 0;
   g.dropoutKey = random::streamKey(p.seed, p.step);
-  g.dropoutThreshold = static_cast<float>(p.dropoutP);
+  g.threshold16 = random::dropoutThreshold16(p.dropoutP);
   g.dropoutScale =
       static_cast<float>(p.dropoutP > 0 ? 1.0 / (1.0 - p.dropoutP) : 1.0);
+  g.batchOffset = p.batchOffset;
+  g.headOffset = p.headOffset;
+  g.globalHeadsQ = p.globalHeadsQ ? p.globalHeadsQ : p.headsQ;
   return g;
 }
 
@@ -158,29 +195,32 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
   a[3] = packBf16(hi[2], hi[3]);
 }
 
-/// Rows [row0, row0 + 64) of a [positions, stride] fp32 tensor (D columns at
-/// `base`) into a bf16 tile [64][D + kPad]; rows past `rows` are zeros. Each
-/// thread issues up to four 16-byte loads before it stores.
-template <int D>
-__device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
-                                int64_t stride, int64_t row0, int64_t rows) {
-  constexpr int kQuads = D / 4;
-  constexpr int kPerThread = kTile * kQuads / kFlashThreads;
-  constexpr int kInFlight = kPerThread < 4 ? kPerThread : 4;
+/// One thread's share of rows [row0, row0 + 64) of a [positions, stride]
+/// fp32 tensor (D columns at `base`), held in registers between `load`
+/// (which issues every global load at once: one round trip of latency a
+/// tile) and `store` (which rounds them into a bf16 shared tile
+/// [64][D + kPad]); rows past `rows` are zeros.
+template <int D> struct TileFetch {
+  static constexpr int kQuads = D / 4;
+  static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
+  float4 x[kPerThread];
+
+  __device__ void load(const float *base, int64_t stride, int row0,
+                       int rows) {
 #pragma unroll
-  for (int first = 0; first < kPerThread; first += kInFlight) {
-    float4 x[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      int c = threadIdx.x + (first + u) * kFlashThreads;
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
       int r = c / kQuads, col = (c % kQuads) * 4;
-      x[u] = row0 + r < rows ? *reinterpret_cast<const float4 *>(
-                                   base + (row0 + r) * stride + col)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[u] = row0 + r < rows
+                 ? __ldg(reinterpret_cast<const float4 *>(
+                       base + (row0 + r) * stride + col))
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+  }
+  __device__ void store(__nv_bfloat16 *tile) const {
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      int c = threadIdx.x + (first + u) * kFlashThreads;
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
       int r = c / kQuads, col = (c % kQuads) * 4;
       __nv_bfloat16 *to = tile + r * (D + kPad) + col;
       *reinterpret_cast<__nv_bfloat162 *>(to) =
@@ -189,6 +229,22 @@ __device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
           __floats2bfloat162_rn(x[u].z, x[u].w);
     }
   }
+};
+
+/// Loads and stores a tile through registers at once.
+template <int D>
+__device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
+                                int64_t stride, int row0, int rows) {
+  TileFetch<D> fetch;
+  fetch.load(base, stride, row0, rows);
+  fetch.store(tile);
+}
+
+/// 2^x by the multi-function unit (2^-inf = 0).
+__device__ inline float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 /// Sums over the four lanes that share an accumulator row.
@@ -203,6 +259,79 @@ __device__ inline float rowMax(float x) {
   return x;
 }
 
+/// Sets the scores of a 16-row accumulator tile that query rows `rows` may
+/// not see (causal, or keys past seqK) to -infinity; k0 is the tile's first
+/// key.
+__device__ inline void maskScores(const FlashGeometry &geo,
+                                  float (&s)[kTile / 8][4], const int (&rows)[2],
+                                  int k0, int t) {
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int j = k0 + n * 8 + 2 * t + (e & 1);
+      if (j >= geo.seqK || (geo.causal && j > rows[e / 2]))
+        s[n][e] = -INFINITY;
+    }
+}
+
+/// The keep decisions of this lane's 32 probabilities of a 64-key tile at
+/// k0: bit 2n + c of keep[r] is key k0 + 8n + 2t + c of row r (g, g + 8).
+/// drawRow is probabilityRow of the row this lane draws for: rows[t & 1]
+/// with paired draws, else unused (rowIndex gives both rows).
+__device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2],
+                                   uint64_t drawRow, const uint64_t (&rowIndex)[2],
+                                   int k0, int t) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  keep[0] = keep[1] = 0;
+  if (geo.pairedDraws) {
+    // This lane's draws: index (drawRow + k0) / 4 + t / 2 + 2n for tile n.
+    uint64_t first =
+        geo.dropoutKey + ((drawRow + k0) / 4 + t / 2 + 1) * kGolden;
+    bool odd = t & 1;
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+      uint64_t bits = random::mix64(first + 2ull * n * kGolden);
+      uint32_t lo = static_cast<uint32_t>(bits),
+               hi = static_cast<uint32_t>(bits >> 32);
+      // Keys 2t, 2t + 1 are lanes 2 (t & 1), +1 of this pair's draws: keep
+      // that half of the own draw, send the other half to the partner.
+      uint32_t own = odd ? hi : lo;
+      uint32_t other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
+      uint32_t top = odd ? other : own, bottom = odd ? own : other;
+      keep[0] |= static_cast<uint32_t>((top & 0xFFFFu) >= geo.threshold16)
+                     << (2 * n) |
+                 static_cast<uint32_t>((top >> 16) >= geo.threshold16)
+                     << (2 * n + 1);
+      keep[1] |= static_cast<uint32_t>((bottom & 0xFFFFu) >= geo.threshold16)
+                     << (2 * n) |
+                 static_cast<uint32_t>((bottom >> 16) >= geo.threshold16)
+                     << (2 * n + 1);
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        keep[r] |= static_cast<uint32_t>(random::attentionDropoutKeep(
+                       geo.dropoutKey, rowIndex[r] + k0 + n * 8 + 2 * t + c,
+                       geo.threshold16))
+                   << (2 * n + c);
+}
+
+/// Rows row0 .. row0 + 63 of two tensors into the bf16 tiles tileA and
+/// tileB (the next tiles of a walk).
+template <int D>
+__device__ inline void loadTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
+                                 const float *baseA, const float *baseB,
+                                 int64_t stride, int row0, int rows) {
+  loadTile<D>(tileA, baseA, stride, row0, rows);
+  loadTile<D>(tileB, baseB, stride, row0, rows);
+}
+
 template <int D> constexpr size_t forwardShared() {
   return sizeof(__nv_bfloat16) * 3 * kTile * (D + kPad);
 }
@@ -210,7 +339,7 @@ template <int D> constexpr size_t forwardShared() {
 // Grid (query blocks, headsQ, batch). Shared: Q, K, V [64][D+8]. With
 // dropout and `mask`, also stores the keep decisions as mask words.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
+__global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
     flashForwardKernel(FlashGeometry geo, const float *q, const float *k,
                        const float *v, float *out, float *outCopy,
                        float *logsumexp, uint64_t *mask) {
@@ -219,84 +348,94 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
   __nv_bfloat16 *ks = qs + kTile * (D + kPad);
   __nv_bfloat16 *vs = ks + kTile * (D + kPad);
   constexpr int ld = D + kPad;
-  int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  int64_t h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
+  int q0 = (gridDim.x - 1 - blockIdx.x) * kTile; // the longest rows first
+  int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
+  const float *kBase = k + geo.kOffset(b, 0, grp, D);
+  const float *vBase = v + geo.kOffset(b, 0, grp, D);
 
+  // Q stays in shared memory: its fragments are loaded where used (registers
+  // go to the accumulators).
   loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
-  __syncthreads();
-  uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    loadA(qf[kk], qs, ld, warp * 16, kk * 16, g, t);
 
-  int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  uint64_t rowIndex[2] = {0, 0}, drawRow = 0;
+  if (geo.hasDropout) {
+    rowIndex[0] = geo.probabilityRow(b, h, rows[0]);
+    rowIndex[1] = geo.probabilityRow(b, h, rows[1]);
+    drawRow = t & 1 ? rowIndex[1] : rowIndex[0];
+  }
+  // m: the running maxima of the scores in base-2 exponents.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
-  int64_t keyEnd = geo.causal ? detail::imin(geo.seqK, q0 + kTile) : geo.seqK;
-  for (int64_t k0 = 0; k0 < keyEnd; k0 += kTile) {
-    __syncthreads();
-    loadTile<D>(ks, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
-    loadTile<D>(vs, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
-    __syncthreads();
+  int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
+  loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, 0, geo.seqK);
+  __syncthreads();
+  for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
+    int next = k0 + kTile;
     float s[kTile / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
+    for (int n = 0; n < kTile / 8; ++n)
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qf[4];
+      loadA(qf, qs, ld, warp * 16, kk * 16, g, t);
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
         uint32_t bf[2];
         loadB(bf, ks, ld, n * 8, kk * 16, g, t);
-        mma(s[n], qf[kk], bf);
+        mma(s[n], qf, bf);
       }
     }
+    if (geo.masked(q0, k0))
+      maskScores(geo, s, rows, k0, t);
     float blockMax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int64_t j = k0 + n * 8 + 2 * t + (e & 1);
-        float score = geo.visible(rows[e / 2], j) ? s[n][e] * geo.scale
-                                                  : -INFINITY;
-        s[n][e] = score;
-        blockMax[e / 2] = fmaxf(blockMax[e / 2], score);
-      }
+      for (int e = 0; e < 4; ++e)
+        blockMax[e / 2] = fmaxf(blockMax[e / 2], s[n][e]);
     float base[2], alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float next = fmaxf(m[r], rowMax(blockMax[r]));
+      float next = fmaxf(m[r], rowMax(blockMax[r]) * geo.scaleLog2);
       base[r] = next == -INFINITY ? 0.f : next;
-      alpha[r] = __expf(m[r] - base[r]);
+      alpha[r] = fastExp2(m[r] - base[r]);
       m[r] = next;
       l[r] *= alpha[r];
     }
-    uint64_t kept[2] = {0, 0};
+    uint32_t keep[2];
+    if (geo.hasDropout)
+      dropoutBits(geo, keep, drawRow, rowIndex, k0, t);
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float p = __expf(s[n][e] - base[e / 2]);
+        float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -base[e / 2]));
         l[e / 2] += p;
-        if (geo.hasDropout) {
-          int col = n * 8 + 2 * t + (e & 1);
-          bool keep = geo.keep(b, h, rows[e / 2], k0 + col);
-          kept[e / 2] |= static_cast<uint64_t>(keep) << col;
-          p = keep ? p * geo.dropoutScale : 0.f;
-        }
+        if (geo.hasDropout)
+          p = (keep[e / 2] >> (2 * n + (e & 1))) & 1 ? p * geo.dropoutScale
+                                                     : 0.f;
         s[n][e] = p;
       }
     if (geo.hasDropout && mask) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        kept[r] |= __shfl_xor_sync(0xffffffffu, kept[r], 1);
-        kept[r] |= __shfl_xor_sync(0xffffffffu, kept[r], 2);
+        uint64_t word = 0;
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n)
+          word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
+        word <<= 2 * t;
+        word |= __shfl_xor_sync(0xffffffffu, word, 1);
+        word |= __shfl_xor_sync(0xffffffffu, word, 2);
         if (t == 0 && rows[r] < geo.seqQ)
-          mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = kept[r];
+          mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
       }
     }
 #pragma unroll
@@ -317,6 +456,11 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
         mma(o[n], pf, bf);
       }
     }
+    if (next < keyEnd) {
+      __syncthreads();
+      loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      __syncthreads();
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -325,8 +469,7 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
       continue;
     float inverse = sum > 0.f ? 1.f / sum : 0.f;
     if (t == 0)
-      logsumexp[(b * geo.headsQ + h) * geo.seqQ + rows[r]] =
-          m[r] + logf(sum);
+      logsumexp[geo.rowIndex(b, h, rows[r])] = (m[r] + log2f(sum)) * kLn2;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       float2 value =
@@ -351,8 +494,9 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
   int lane = threadIdx.x % kWarp;
   if (row >= rows)
     return;
-  int64_t i = row % geo.seqQ, h = row / geo.seqQ % geo.headsQ,
-          b = row / (geo.seqQ * geo.headsQ);
+  int i = static_cast<int>(row % geo.seqQ),
+      h = static_cast<int>(row / geo.seqQ % geo.headsQ),
+      b = static_cast<int>(row / (static_cast<int64_t>(geo.seqQ) * geo.headsQ));
   int64_t offset = geo.qOffset(b, i, h, D);
   float sum = 0.f;
   for (int d = lane; d < D; d += kWarp)
@@ -367,9 +511,9 @@ template <int D> constexpr size_t queryBackwardShared() {
 }
 
 // dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V [64][D+8].
-// The keep decisions come from `mask` when given, else from the hash.
+// With dropout the keep decisions come from `mask`.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
+__global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     flashQueryBackwardKernel(FlashGeometry geo, const float *q,
                              const float *k, const float *v,
                              const float *logsumexp, const float *delta,
@@ -381,77 +525,79 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
   __nv_bfloat16 *ks = dos + kTile * (D + kPad);
   __nv_bfloat16 *vs = ks + kTile * (D + kPad);
   constexpr int ld = D + kPad;
-  int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  int64_t h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
+  int q0 = (gridDim.x - 1 - blockIdx.x) * kTile; // the longest rows first
+  int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
+  const float *kBase = k + geo.kOffset(b, 0, grp, D);
+  const float *vBase = v + geo.kOffset(b, 0, grp, D);
 
   loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
   loadTile<D>(dos, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
               geo.seqQ);
-  __syncthreads();
-  uint32_t qf[D / 16][4], dof[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    loadA(qf[kk], qs, ld, warp * 16, kk * 16, g, t);
-    loadA(dof[kk], dos, ld, warp * 16, kk * 16, g, t);
-  }
-  int64_t rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  float lse[2], dlt[2];
+  int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  // lse2: the logsumexp in base-2 exponents.
+  float lse2[2], dlt[2];
+  const uint64_t *maskRow[2] = {nullptr, nullptr};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    int64_t at = (b * geo.headsQ + h) * geo.seqQ + rows[r];
+    int64_t at = geo.rowIndex(b, h, rows[r]);
     bool in = rows[r] < geo.seqQ;
-    lse[r] = in ? logsumexp[at] : 0.f;
+    lse2[r] = in ? logsumexp[at] * kLog2e : 0.f;
     dlt[r] = in ? delta[at] : 0.f;
+    if (geo.hasDropout && in)
+      maskRow[r] = mask + at * geo.keyBlocks;
   }
   float acc[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
     acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
-  int64_t keyEnd = geo.causal ? detail::imin(geo.seqK, q0 + kTile) : geo.seqK;
-  for (int64_t k0 = 0; k0 < keyEnd; k0 += kTile) {
-    __syncthreads();
-    loadTile<D>(ks, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
-    loadTile<D>(vs, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
-    __syncthreads();
+  int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
+  loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, 0, geo.seqK);
+  __syncthreads();
+  for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
+    int next = k0 + kTile;
+    // This lane's keep bits: bit 8n + c is key k0 + 8n + 2t + c.
     uint64_t kept[2] = {0, 0};
-    if (geo.hasDropout && mask)
+    if (geo.hasDropout)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
-        if (rows[r] < geo.seqQ)
-          kept[r] = mask[geo.maskWord(b, h, rows[r], k0 / kTile)];
+        if (maskRow[r])
+          kept[r] = maskRow[r][k0 / kTile] >> (2 * t);
     float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
+    for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         s[n][e] = dp[n][e] = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qf[4], dof[4];
+      loadA(qf, qs, ld, warp * 16, kk * 16, g, t);
+      loadA(dof, dos, ld, warp * 16, kk * 16, g, t);
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
         uint32_t bf[2];
         loadB(bf, ks, ld, n * 8, kk * 16, g, t);
-        mma(s[n], qf[kk], bf);
+        mma(s[n], qf, bf);
         loadB(bf, vs, ld, n * 8, kk * 16, g, t);
-        mma(dp[n], dof[kk], bf);
+        mma(dp[n], dof, bf);
       }
     }
+    if (geo.masked(q0, k0))
+      maskScores(geo, s, rows, k0, t);
     // dS = P (dP - delta), dP through the dropout; into s.
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int col = n * 8 + 2 * t + (e & 1);
-        int64_t i = rows[e / 2], j = k0 + col;
-        float p = geo.visible(i, j)
-                      ? __expf(s[n][e] * geo.scale - lse[e / 2])
-                      : 0.f;
+        float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -lse2[e / 2]));
         float dprob = dp[n][e];
-        if (geo.hasDropout) {
-          bool keep = mask ? (kept[e / 2] >> col) & 1 : geo.keep(b, h, i, j);
-          dprob = keep ? dprob * geo.dropoutScale : 0.f;
-        }
+        if (geo.hasDropout)
+          dprob = (kept[e / 2] >> (8 * n + (e & 1))) & 1
+                      ? dprob * geo.dropoutScale
+                      : 0.f;
         s[n][e] = p * (dprob - dlt[e / 2]);
       }
 #pragma unroll
@@ -464,6 +610,11 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
         loadBTransposed(bf, ks, ld, kc * 16, n * 8, lane);
         mma(acc[n], af, bf);
       }
+    }
+    if (next < keyEnd) {
+      __syncthreads();
+      loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      __syncthreads();
     }
   }
 #pragma unroll
@@ -478,6 +629,33 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
   }
 }
 
+/// The dk/dv kernel's per-query values of a query tile (thread r < 64
+/// holds query q0 + r's): logsumexp in base-2 exponents, delta, and the mask
+/// word of the block's keys.
+struct QueryRowFetch {
+  float lse2 = 0.f, delta = 0.f;
+  uint64_t mask = 0;
+
+  __device__ void load(const FlashGeometry &geo, const float *logsumexp,
+                       const float *deltas, const uint64_t *masks, int b,
+                       int h, int q0, int keyBlock) {
+    int r = threadIdx.x;
+    bool in = r < kTile && q0 + r < geo.seqQ;
+    int64_t at = geo.rowIndex(b, h, q0 + r);
+    lse2 = in ? logsumexp[at] * kLog2e : 0.f;
+    delta = in ? deltas[at] : 0.f;
+    mask = in && geo.hasDropout ? masks[at * geo.keyBlocks + keyBlock] : 0;
+  }
+  __device__ void store(float *lseS, float *deltaS, uint64_t *maskS) const {
+    int r = threadIdx.x;
+    if (r < kTile) {
+      lseS[r] = lse2;
+      deltaS[r] = delta;
+      maskS[r] = mask;
+    }
+  }
+};
+
 template <int D> constexpr size_t keyBackwardShared() {
   return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad) +
          (2 * sizeof(float) + sizeof(uint64_t)) * kTile;
@@ -485,9 +663,9 @@ template <int D> constexpr size_t keyBackwardShared() {
 
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
 // of the block. Shared: K, V, Q, dout [64][D+8], the query rows'
-// logsumexp, delta and mask words.
+// logsumexp (base 2), delta and mask words.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
+__global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     flashKeyBackwardKernel(FlashGeometry geo, const float *q, const float *k,
                            const float *v, const float *logsumexp,
                            const float *delta, const uint64_t *mask,
@@ -501,14 +679,17 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
   auto *lseS = reinterpret_cast<float *>(maskS + kTile);
   float *deltaS = lseS + kTile;
   constexpr int ld = D + kPad;
-  int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  int64_t grp = blockIdx.y, b = blockIdx.z;
+  int k0 = blockIdx.x * kTile;
+  int grp = blockIdx.y, b = blockIdx.z;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
 
   loadTile<D>(ks, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
   loadTile<D>(vs, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
-  int localKeys[2] = {warp * 16 + g, warp * 16 + g + 8};
+  // The keys of this lane's rows: bits `keyBit` and keyBit + 8 of the
+  // 32-bit half `keyHalf` of a query's mask word.
+  int keyHalf = warp / 2, keyBit = 16 * (warp % 2) + g;
+  const auto *maskHalves = reinterpret_cast<const uint32_t *>(maskS);
   float dkAcc[D / 8][4], dvAcc[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
@@ -516,23 +697,32 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
     for (int e = 0; e < 4; ++e)
       dkAcc[n][e] = dvAcc[n][e] = 0.f;
 
-  int64_t queryBegin = geo.causal ? k0 / kTile * kTile : 0;
-  for (int64_t h = grp * geo.group; h < (grp + 1) * geo.group; ++h)
-    for (int64_t q0 = queryBegin; q0 < geo.seqQ; q0 += kTile) {
-      __syncthreads();
-      loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0,
-                  geo.seqQ);
-      loadTile<D>(dos, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
-                  geo.seqQ);
-      for (int r = threadIdx.x; r < kTile; r += kFlashThreads) {
-        bool in = q0 + r < geo.seqQ;
-        int64_t at = (b * geo.headsQ + h) * geo.seqQ + q0 + r;
-        lseS[r] = in ? logsumexp[at] : 0.f;
-        deltaS[r] = in ? delta[at] : 0.f;
-        maskS[r] = in && mask ? mask[geo.maskWord(b, h, q0 + r, k0 / kTile)]
-                              : 0;
-      }
-      __syncthreads();
+  // The walk: step = (query head - grp * group) * queryTiles + query tile.
+  int queryBegin = geo.causal ? k0 : 0;
+  int queryTiles = (geo.seqQ - queryBegin + kTile - 1) / kTile;
+  int steps = geo.group * queryTiles;
+  auto headOf = [&](int step) { return grp * geo.group + step / queryTiles; };
+  auto firstQuery = [&](int step) {
+    return queryBegin + step % queryTiles * kTile;
+  };
+  QueryRowFetch rowNext;
+  loadTile<D>(qs, q + geo.qOffset(b, 0, headOf(0), D), geo.qStride,
+              firstQuery(0), geo.seqQ);
+  loadTile<D>(dos, dout + geo.qOffset(b, 0, headOf(0), D), geo.qStride,
+              firstQuery(0), geo.seqQ);
+  rowNext.load(geo, logsumexp, delta, mask, b, headOf(0), firstQuery(0),
+               k0 / kTile);
+  rowNext.store(lseS, deltaS, maskS);
+  __syncthreads();
+  for (int step = 0; step < steps; ++step) {
+    int q0 = firstQuery(step);
+    bool more = step + 1 < steps;
+    const float *qNextBase = q + geo.qOffset(b, 0, headOf(step + 1), D);
+    const float *doNextBase = dout + geo.qOffset(b, 0, headOf(step + 1), D);
+    if (more)
+      rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
+                   firstQuery(step + 1), k0 / kTile);
+    {
       // S^T [keys][queries] and dP^T = V dout^T.
       float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
@@ -554,25 +744,41 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
           mma(dp[n], vf, bf);
         }
       }
+      // Only the causal diagonal needs a mask: queries past seqQ have zero
+      // rows of Q and dout (their dS and P dout vanish), and keys past seqK
+      // are never stored.
+      if (geo.causal && q0 < k0 + kTile) {
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            int i = q0 + n * 8 + 2 * t + (e & 1);
+            int j = k0 + warp * 16 + g + 8 * (e / 2);
+            if (j > i)
+              s[n][e] = -INFINITY;
+          }
+      }
       // s becomes the dropped P^T, dp becomes dS^T.
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int col = n * 8 + 2 * t + (e & 1);
-          int64_t i = q0 + col, j = k0 + localKeys[e / 2];
-          float p = geo.visible(i, j)
-                        ? __expf(s[n][e] * geo.scale - lseS[col])
-                        : 0.f;
-          float dprob = dp[n][e], dropped = p;
-          if (geo.hasDropout) {
-            bool keep = mask ? (maskS[col] >> localKeys[e / 2]) & 1
-                             : geo.keep(b, h, i, j);
-            dprob = keep ? dprob * geo.dropoutScale : 0.f;
-            dropped = keep ? p * geo.dropoutScale : 0.f;
+        for (int c = 0; c < 2; ++c) {
+          int col = n * 8 + 2 * t + c;
+          float lse = lseS[col], dlt = deltaS[col];
+          uint32_t word = geo.hasDropout ? maskHalves[2 * col + keyHalf] : 0u;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            int e = 2 * r + c;
+            float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -lse));
+            float dprob = dp[n][e], dropped = p;
+            if (geo.hasDropout) {
+              bool keep = (word >> (keyBit + 8 * r)) & 1;
+              dprob = keep ? dprob * geo.dropoutScale : 0.f;
+              dropped = keep ? p * geo.dropoutScale : 0.f;
+            }
+            s[n][e] = dropped;
+            dp[n][e] = p * (dprob - dlt);
           }
-          s[n][e] = dropped;
-          dp[n][e] = p * (dprob - deltaS[col]);
         }
 #pragma unroll
       for (int kc = 0; kc < kTile / 16; ++kc) {
@@ -589,9 +795,17 @@ __global__ void __launch_bounds__(kFlashThreads, kFlashMinBlocks<D>)
         }
       }
     }
+    if (more) {
+      __syncthreads();
+      loadTiles<D>(qs, dos, qNextBase, doNextBase, geo.qStride,
+                   firstQuery(step + 1), geo.seqQ);
+      rowNext.store(lseS, deltaS, maskS);
+      __syncthreads();
+    }
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    int64_t key = k0 + localKeys[r];
+    int key = k0 + warp * 16 + g + 8 * r;
     if (key >= geo.seqK)
       continue;
     int64_t offset = geo.kOffset(b, key, grp, D);
@@ -701,8 +915,14 @@ std::string flashAttentionUnsupportedReason(const AttentionParams &p) {
   if (p.causal && p.seqQ != p.seqK)
     return "causal flash attention needs as many queries as keys, found " +
            std::to_string(p.seqQ) + " and " + std::to_string(p.seqK);
-  if (p.batch > 65535 || p.headsQ > 65535 || p.seqQ / kTile >= 2147483647)
+  if (p.batch > 65535 || p.headsQ > 65535)
     return "the grid would exceed CUDA's limits (batch or heads over 65535)";
+  constexpr int64_t kMaxSeq = (int64_t(1) << 31) - 2 * kTile;
+  if (p.seqQ > kMaxSeq || p.seqK > kMaxSeq)
+    return "the flash-attention kernels index positions in 32 bits: "
+           "sequences up to " +
+           std::to_string(kMaxSeq) + ", found " + std::to_string(p.seqQ) +
+           " queries and " + std::to_string(p.seqK) + " keys";
   return std::string();
 }
 

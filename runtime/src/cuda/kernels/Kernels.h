@@ -161,8 +161,9 @@ size_t flashAttentionMaskBytes(const AttentionParams &params);
 /// Scratch of flashAttentionBackward: one float per query row.
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params);
 
-/// dq, dk, dv (each may be null) from the forward's out, logsumexp and
-/// (when not null) dropout mask.
+/// dq, dk, dv (each may be null) from the forward's out, logsumexp and,
+/// with dropout, its mask (required then: the backward reads the keep
+/// decisions, it does not recompute them).
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
                             const float *q, const float *k, const float *v,
                             const float *out, const float *logsumexp,

@@ -16,7 +16,7 @@ struct AttentionGeometry {
   int64_t group;   // query heads per key/value head
   double scale;
   uint64_t dropoutKey;
-  float dropoutThreshold;
+  uint32_t dropoutThreshold16;
   double dropoutScale;
 
   explicit AttentionGeometry(const AttentionParams &params)
@@ -25,7 +25,7 @@ struct AttentionGeometry {
                   ? params.scale
                   : 1.0 / std::sqrt(static_cast<double>(params.headDim))),
         dropoutKey(random::streamKey(params.seed, params.step)),
-        dropoutThreshold(static_cast<float>(params.dropoutP)),
+        dropoutThreshold16(random::dropoutThreshold16(params.dropoutP)),
         dropoutScale(params.dropoutP > 0 ? 1.0 / (1.0 - params.dropoutP)
                                          : 1.0) {}
 
@@ -53,8 +53,8 @@ struct AttentionGeometry {
         p.seqK);
   }
   bool keep(uint64_t row, int64_t j) const {
-    return random::dropoutKeep(dropoutKey, row + static_cast<uint64_t>(j),
-                               dropoutThreshold);
+    return random::attentionDropoutKeep(
+        dropoutKey, row + static_cast<uint64_t>(j), dropoutThreshold16);
   }
 };
 

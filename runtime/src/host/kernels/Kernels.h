@@ -168,7 +168,8 @@ struct AttentionParams {
   double scale = 0;
   /// Dropout on the probabilities P [batch, headsQ, seqQ, seqK]: element
   /// ((b * headsQ + h) * seqQ + i) * seqK + j is kept iff
-  /// random::dropoutKeep(streamKey(seed, step), that index, float(p)), and
+  /// random::attentionDropoutKeep(streamKey(seed, step), that index,
+  /// dropoutThreshold16(p)) (one draw per four elements), and
   /// kept values are scaled by 1 / (1 - p). p = 0 disables it. b and h
   /// count in the global tensor: a rank's batch rows and query heads start
   /// at batchOffset and headOffset of globalHeadsQ (0: headsQ).

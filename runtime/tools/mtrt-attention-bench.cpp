@@ -1,0 +1,151 @@
+// mtrt-attention-bench: times the CUDA backend's flash-attention kernels
+// alone (forward as training runs it: out, the saved copy, logsumexp and
+// dropout bits; backward: delta, dq, dk, dv) at the benchmark models' shapes.
+//
+//   mtrt-attention-bench [repeats]
+//
+// Prints one line per shape and dropout: milliseconds per call (the median of
+// `repeats` timed calls after two warm-up calls) and TFLOP/s, counting the
+// products of the visible (causal) half only: forward 4 b h s^2 d / 2,
+// backward 2.5 times that (FlashAttention's convention, so the figures
+// compare with PyTorch's bench/torch_sdpa.py).
+#include "cuda/kernels/Kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(cudaError_t error, const char *what) {
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "mtrt-attention-bench: %s: %s\n", what,
+                 cudaGetErrorString(error));
+    std::exit(1);
+  }
+}
+
+struct Shape {
+  const char *name;
+  int64_t batch, seq, headsQ, headsKv, headDim;
+};
+
+/// n uniform values in [-1, 1): a 2^20-element pattern, repeated.
+float *deviceRandom(size_t n, unsigned seed) {
+  std::vector<float> pattern(std::min<size_t>(n, size_t(1) << 20));
+  uint32_t x = seed * 2654435761u + 1;
+  for (float &value : pattern) {
+    x = x * 1664525u + 1013904223u;
+    value = static_cast<float>(x >> 8) * 0x1.0p-24f * 2.f - 1.f;
+  }
+  float *device = nullptr;
+  check(cudaMalloc(&device, n * sizeof(float)), "cudaMalloc");
+  for (size_t at = 0; at < n; at += pattern.size())
+    check(cudaMemcpy(device + at, pattern.data(),
+                     std::min(pattern.size(), n - at) * sizeof(float),
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+  return device;
+}
+
+template <typename Body> double medianMs(int repeats, Body &&body) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < 2; ++i)
+    body();
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    body();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    check(cudaGetLastError(), "a kernel");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
+  const Shape shapes[] = {
+      {"gpt2-124m", 32, 1024, 12, 12, 64},
+      {"gpt2-350m", 32, 1024, 16, 16, 64},
+      {"gpt-1.3b", 8, 2048, 16, 16, 128},
+      {"llama-gqa", 2, 4096, 32, 8, 128},
+  };
+  std::printf("%-10s %7s %9s %9s %9s %9s\n", "shape", "dropout", "fwd ms",
+              "fwd TF/s", "bwd ms", "bwd TF/s");
+  for (const Shape &shape : shapes)
+    for (double dropout : {0.1, 0.0}) {
+      mtrt::host::AttentionParams p;
+      p.batch = shape.batch;
+      p.seqQ = p.seqK = shape.seq;
+      p.headsQ = shape.headsQ;
+      p.headsKv = shape.headsKv;
+      p.headDim = p.headDimV = shape.headDim;
+      p.causal = true;
+      p.dropoutP = dropout;
+      p.seed = 7;
+      p.step = 3;
+      std::string reason = mtrt::cuda::flashAttentionUnsupportedReason(p);
+      if (!reason.empty()) {
+        std::printf("%s: %s\n", shape.name, reason.c_str());
+        continue;
+      }
+      size_t qn = static_cast<size_t>(p.batch * p.seqQ * p.headsQ * p.headDim);
+      size_t kn = static_cast<size_t>(p.batch * p.seqK * p.headsKv * p.headDim);
+      size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
+      float *q = deviceRandom(qn, 1), *k = deviceRandom(kn, 2),
+            *v = deviceRandom(kn, 3), *dout = deviceRandom(qn, 4);
+      float *out, *outCopy, *lse, *dq, *dk, *dv;
+      void *mask = nullptr, *scratch = nullptr;
+      check(cudaMalloc(&out, qn * sizeof(float)), "cudaMalloc");
+      check(cudaMalloc(&outCopy, qn * sizeof(float)), "cudaMalloc");
+      check(cudaMalloc(&dq, qn * sizeof(float)), "cudaMalloc");
+      check(cudaMalloc(&dk, kn * sizeof(float)), "cudaMalloc");
+      check(cudaMalloc(&dv, kn * sizeof(float)), "cudaMalloc");
+      check(cudaMalloc(&lse, rows * sizeof(float)), "cudaMalloc");
+      size_t maskBytes = mtrt::cuda::flashAttentionMaskBytes(p);
+      if (maskBytes)
+        check(cudaMalloc(&mask, maskBytes), "cudaMalloc");
+      check(cudaMalloc(&scratch,
+                       mtrt::cuda::flashAttentionBackwardScratchBytes(p)),
+            "cudaMalloc");
+      auto *maskWords = static_cast<uint64_t *>(mask);
+      double forwardMs = medianMs(repeats, [&] {
+        mtrt::cuda::flashAttentionForward(nullptr, p, q, k, v, out, outCopy,
+                                          lse, maskWords);
+      });
+      double backwardMs = medianMs(repeats, [&] {
+        mtrt::cuda::flashAttentionBackward(nullptr, p, q, k, v, outCopy, lse,
+                                           maskWords, dout, dq, dk, dv,
+                                           scratch);
+      });
+      double forwardFlop = 4.0 * p.batch * p.headsQ * p.seqQ *
+                           static_cast<double>(p.seqK) * p.headDim / 2;
+      std::printf("%-10s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name, dropout,
+                  forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
+                  2.5 * forwardFlop / backwardMs * 1e-9);
+      std::fflush(stdout);
+      for (void *buffer :
+           {static_cast<void *>(q), static_cast<void *>(k),
+            static_cast<void *>(v), static_cast<void *>(dout),
+            static_cast<void *>(out), static_cast<void *>(outCopy),
+            static_cast<void *>(dq), static_cast<void *>(dk),
+            static_cast<void *>(dv), static_cast<void *>(lse), mask, scratch})
+        cudaFree(buffer);
+    }
+  return 0;
+}
