@@ -145,6 +145,9 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
   row(os, "workspace (cuBLASLt)", e.workspaceBytes);
   row(os, "total", e.totalBytes(),
       formatBytes(t.weightsAndOptimizer + t.activations));
+  row(os, "  with the CUDA context", e.totalBytes() + kMeasuredCudaContextBytes,
+      formatBytes(double(kMeasuredCudaContextBytes)) +
+          " measured on the H200: nvidia-smi's figure");
   row(os, "eval_step arena (when evaluating)", e.evalArenaBytes);
 
   os << "saved for the backward pass, by layer (live when the loss is "

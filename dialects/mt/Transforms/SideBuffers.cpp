@@ -46,6 +46,7 @@ int64_t rowsOf(Value value) {
 /// The kernels' sizes (runtime/src/cuda/kernels).
 constexpr int64_t kNormRowsPerChunk = 64; // Norms.cu
 constexpr int64_t kFlashTile = 64;        // FlashAttention.cu
+constexpr int64_t kFlashMaxSeq = (int64_t(1) << 31) - 2 * kFlashTile;
 
 int64_t columnSumBytes(int64_t rows, int64_t hidden) {
   int64_t chunks =
@@ -112,7 +113,7 @@ bool runsFlash(const AttentionShape &p, const SideBufferOptions &options) {
          (p.headDim == 16 || p.headDim == 32 || p.headDim == 64 ||
           p.headDim == 128) &&
          !(p.causal && p.seqQ != p.seqK) && p.batch <= 65535 &&
-         p.headsQ <= 65535;
+         p.headsQ <= 65535 && p.seqQ <= kFlashMaxSeq && p.seqK <= kFlashMaxSeq;
 }
 
 int64_t flashMaskBytes(const AttentionShape &p) {

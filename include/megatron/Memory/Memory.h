@@ -28,6 +28,12 @@ namespace megatron {
 /// The cuBLASLt workspace every CUDA rank holds (runtime/src/cuda/Gemm.cpp).
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 
+/// What a CUDA process holds besides its own buffers (the CUDA context, the
+/// loaded kernels, cuBLASLt's handles), which nothing here can derive:
+/// measured on the H200 (driver 580, CUDA 13) as tiny-gpt's peak in
+/// nvidia-smi minus its reported total (bench/NOTES.md, "Memory").
+inline constexpr int64_t kMeasuredCudaContextBytes = int64_t(535) << 20;
+
 /// One rank's memory for a module that went through the compile pipelines.
 struct MemoryEstimate {
   int64_t parameterElements = 0;

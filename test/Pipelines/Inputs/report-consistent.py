@@ -3,8 +3,9 @@ bundle it describes (megatron-compile --emit plan of the same flags): the
 activations row is train_step's arena in the bundle's memory plan, the eval
 row eval_step's, the side buffers at the peak fit in the arena (and exist
 under bf16, where GEMM operands get copies), the saved bytes by layer fit
-in it, the workspace is cuBLASLt's 32 MiB, and the weights and the total
-are the sums of their rows.
+in it, the workspace is cuBLASLt's 32 MiB, the weights and the total are
+the sums of their rows, and the device figure adds the measured CUDA
+context.
 
 Usage: report-consistent.py REPORT PLAN.json
 """
@@ -54,6 +55,8 @@ checks = [
     ("total = the sum of its rows",
      row("total") == parameters + gradients + optimizer + activations +
      workspace),
+    ("with the CUDA context = total + 535 MiB",
+     row("  with the CUDA context") == row("total") + (535 << 20)),
 ]
 failed = [name for name, ok in checks if not ok]
 if failed:
