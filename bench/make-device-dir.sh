@@ -26,10 +26,20 @@ b=$dest/bundles
 "$compile" "$root/models/tiny-llama.yaml" --precision=fp32 -o "$b/tiny-llama.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 -o "$b/tiny-gpt-bf16.mtb"
 "$compile" "$root/models/tiny-llama.yaml" --bf16 -o "$b/tiny-llama-bf16.mtb"
+# The generated kernels (--fuse-kernels: mt.fused groups compiled with
+# nvrtc into the bundle): their own test bundle and tiny-gpt with them.
+"$(dirname "$compile")/megatron-translate" --mlir-to-bundle \
+  "$root/runtime/test/cuda/data/fused-ops.mlir" -o "$b/fused-ops.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --fuse-kernels \
+  -o "$b/tiny-gpt-fused.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 --fuse-kernels \
+  -o "$b/tiny-gpt-bf16-fused.mtb"
 for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   model=${pair%%:*} mb=${pair##*:}
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
     --global-batch-size="$mb" -o "$b/$model-bf16-mb$mb.mtb"
+  "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
+    --global-batch-size="$mb" --fuse-kernels -o "$b/$model-bf16-mb$mb-fused.mtb"
   # UNFUSED=1: also the bundle without GEMM epilogues (the VARIANTS
   # "unfused" of bench/run-device-checks.sh), to measure what they do.
   if [ "${UNFUSED:-0}" = 1 ]; then

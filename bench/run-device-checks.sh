@@ -20,8 +20,10 @@
 #          ("gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8", DESIGN.md's batches)
 #   VARIANTS (environment) bundle variants to time beside the default one:
 #          each V runs bundles/MODEL-bf16-mbMB-V.mtb too (make-device-dir.sh
-#          UNFUSED=1 makes "unfused": without GEMM epilogues); the profile
-#          part profiles gpt2-124m's variants too
+#          UNFUSED=1 makes "unfused": without GEMM epilogues; it always
+#          makes "fused": with the generated elementwise kernels,
+#          --fuse-kernels); default "fused" (when its bundle exists); the
+#          profile part profiles gpt2-124m's variants too
 #   ITERS  (environment) megatron-train iterations per timed run, default 15
 #          (10 for gpt-1.3b); the median skips the first 5
 #   TORCH  (environment) the PyTorch variants, default "eager compile"
@@ -109,7 +111,7 @@ if want mtrt; then
   for model in $models; do
     iters=${ITERS:-15}
     [ "$model" = gpt-1.3b ] && iters=$(( ${ITERS:-15} * 2 / 3 ))
-    for variant in "" ${VARIANTS:-}; do
+    for variant in "" ${VARIANTS-fused}; do
       tag=$model${variant:+-$variant}
       [ -f "$dir/bundles/$model-bf16-mb${batch[$model]}${variant:+-$variant}.mtb" ] || continue
       run_mtrt "$model" "$iters" "$variant"
@@ -121,7 +123,7 @@ fi
 if want profile; then
   # The same step without attention dropout (bundle made by
   # bench/make-device-dir.sh) shows what the dropout masks cost.
-  for variant in "" -nodrop $(for v in ${VARIANTS:-}; do echo "-$v"; done); do
+  for variant in "" -nodrop $(for v in ${VARIANTS-fused}; do echo "-$v"; done); do
     model=gpt2-124m
     bundle=$dir/bundles/$model-bf16-mb${batch[$model]}$variant.mtb
     [ -f "$bundle" ] || continue

@@ -56,6 +56,11 @@ if _mtrt_python:
     config.environment["PYTHONPATH"] = os.path.join(config.megatron_obj_root,
                                                     "python")
 
+# megatron-compile compiles fused kernels with nvrtc (the CUDA toolkit, no
+# GPU needed); tests of the kernels' bundles say "REQUIRES: nvrtc".
+if config.megatron_have_nvrtc:
+    config.available_features.add("nvrtc")
+
 if config.mtrt_cuda_enabled:
     config.available_features.add("mtrt-cuda")
 

@@ -71,6 +71,10 @@ void megatron::buildFusionPipeline(mlir::OpPassManager &pm,
                                    const FusionPipelineOptions &options) {
   if (options.gemmEpilogues)
     pm.addPass(mlir::mt::createFuseGemmEpiloguesPass());
+  // After the epilogues: the GeLU and gradients they take are gone, and
+  // the groups hold only what stays elementwise.
+  if (options.elementwiseKernels)
+    pm.addPass(mlir::mt::createFuseElementwisePass());
 }
 
 void megatron::registerPipelines() {

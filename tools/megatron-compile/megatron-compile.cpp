@@ -20,6 +20,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -74,6 +75,14 @@ static cl::opt<ReportKind> report(
                           "the pipeline layout, each rank's timeline, the "
                           "predicted bubble and stashed activations")),
     cl::init(ReportKind::None), cl::cat(compileCategory));
+
+static cl::opt<bool> fuseKernels(
+    "fuse-kernels",
+    cl::desc("Group elementwise chains (dropout + residual add, ...) into "
+             "generated CUDA kernels, compiled with nvrtc into the bundle "
+             "for the cuda backend (mt-fuse-elementwise; the host runs the "
+             "groups' ops one by one)"),
+    cl::init(false), cl::cat(compileCategory));
 
 static cl::opt<std::string> pipelineSchedule(
     "pipeline-schedule",
@@ -296,6 +305,7 @@ int main(int argc, char **argv) {
         buildStageSplitPipeline(pm);
       FusionPipelineOptions fusion;
       fusion.gemmEpilogues = fuseGemmEpilogues;
+      fusion.elementwiseKernels = fuseKernels;
       buildFusionPipeline(pm, fusion);
       return pm.run(target);
     };
@@ -359,8 +369,12 @@ int main(int argc, char **argv) {
       if (failed(bundle))
         return 1;
       // The manifest follows the 64-byte header; print it indented.
+      // The manifest follows the 64-byte header; its length is at offset
+      // 16 (the payload, the fused kernels' binaries, comes after it).
+      uint64_t manifestLength = llvm::support::endian::read64le(
+          bundle->data() + 16);
       Expected<json::Value> manifest =
-          json::parse(StringRef(*bundle).drop_front(64));
+          json::parse(StringRef(*bundle).substr(64, manifestLength));
       if (!manifest)
         return fail("internal error: " + toString(manifest.takeError()));
       os << formatv("{0:2}", *manifest) << "\n";

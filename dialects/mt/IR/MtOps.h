@@ -15,4 +15,11 @@
 #define GET_OP_CLASSES
 #include "mt/IR/MtOps.h.inc"
 
+namespace mlir::mt {
+/// Whether `op` may sit in an mt.fused group: an elementwise op whose
+/// operands and result share one type and that a generated kernel computes
+/// (add, mul, dropout without mt.split_axes, silu, swiglu).
+bool isFusibleElementwiseOp(Operation *op);
+} // namespace mlir::mt
+
 #endif // MT_IR_MTOPS_H

@@ -616,5 +616,6 @@ def Mt_VocabCrossEntropyGradOp : Mt_Op<"vocab_cross_entropy_grad", [Pure]> {
 
 include "MtGradOps.td"
 include "MtFusedOps.td"
+include "MtGroupOps.td"
 
 #endif // MT_OPS_TD

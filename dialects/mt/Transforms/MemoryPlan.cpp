@@ -14,7 +14,7 @@ using namespace mlir::mt;
 
 bool mt::mayComputeInPlace(Operation *op) {
   return isa<AddOp, MulOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp,
-             DropoutOp, BiasAddOp, ReshapeOp>(op);
+             DropoutOp, BiasAddOp, ReshapeOp, FusedOp>(op);
 }
 
 namespace {

@@ -375,6 +375,47 @@ def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
+def FuseElementwisePass : Pass<"mt-fuse-elementwise", "::mlir::ModuleOp"> {
+  let summary = "groups chains of elementwise ops into mt.fused kernels";
+  let description = [{
+    Walks each function's ops in order and grows groups of elementwise ops
+    (`add`, `mul`, `dropout` without `mt.split_axes`, `silu`, `swiglu`:
+    `mt::isFusibleElementwiseOp`) along their operands. An op joins the group
+    that defines one of its operands when
+
+    - it has the group's type (one static shape and element type: no
+      broadcasts, every thread reads and writes element `i` only), and
+    - every use of the group's values outside the group comes after it (the
+      group becomes one op at the position of its last op), and
+    - the group stays within 8 operands and 8 results.
+
+    Each group of two ops or more becomes one `mt.fused` op whose body is the
+    original ops. A value computed in the group and used outside it is a
+    result of the group: it is written once, never recomputed. Nothing else
+    is stored. GEMMs, norms, collectives and GeLU (kept for the GEMM
+    epilogues) are never inside a group, so this pass runs last, on the IR
+    the bundle is written from. The bundle writer emits one CUDA kernel per
+    group (docs/BundleFormat.md, "Fused kernels").
+
+    ```mlir
+    %d = mt.dropout %x p = 1.000000e-01 seed = 2 : tensor<8x128x128xf32>
+    %r = mt.add %res, %d : tensor<8x128x128xf32>
+    // becomes
+    %r = mt.fused (%x, %res) : (tensor<8x128x128xf32>, tensor<8x128x128xf32>) -> tensor<8x128x128xf32> {
+    ^bb0(%a: tensor<8x128x128xf32>, %b: tensor<8x128x128xf32>):
+      %d = mt.dropout %a p = 1.000000e-01 seed = 2 : tensor<8x128x128xf32>
+      %r = mt.add %b, %d : tensor<8x128x128xf32>
+      mt.yield %r : tensor<8x128x128xf32>
+    }
+    ```
+  }];
+  let statistics = [
+    Statistic<"numGroups", "groups", "Number of mt.fused groups made">,
+    Statistic<"numFusedOps", "fused-ops", "Number of ops moved into groups">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
 def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
   let summary = "fuses the tanh GeLU, its gradient and bias gradients into GEMMs";
   let description = [{

@@ -94,12 +94,20 @@ struct FusionPipelineOptions
       llvm::cl::desc("Fuse the tanh GeLU, its gradient and bias gradients "
                      "into the linear layers' GEMMs (mt-fuse-gemm-epilogues)"),
       llvm::cl::init(true)};
+  Option<bool> elementwiseKernels{
+      *this, "elementwise-kernels",
+      llvm::cl::desc("Group chains of elementwise ops (dropout + residual "
+                     "add, ...) into mt.fused ops, each written to the "
+                     "bundle as one generated CUDA kernel "
+                     "(mt-fuse-elementwise; needs nvrtc to write a bundle)"),
+      llvm::cl::init(false)};
 };
 
 /// Last, on the per-rank functions a bundle is written from: ops fused into
 /// the kernels that run them (mt-fuse-gemm-epilogues: GEMMs with their
-/// epilogues). Every backend runs the fused ops (the host as the ops they
-/// replace).
+/// epilogues; then, with elementwiseKernels, mt-fuse-elementwise: the
+/// elementwise chains left, each as one generated kernel). Every backend
+/// runs the fused ops (the host as the ops they replace).
 void buildFusionPipeline(mlir::OpPassManager &pm,
                          const FusionPipelineOptions &options);
 

@@ -1,6 +1,7 @@
 //===- BundleWriter.cpp - Writes a training bundle (docs/BundleFormat.md) -===//
 
 #include "megatron/Target/Bundle.h"
+#include "megatron/Target/FusedKernels.h"
 
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
@@ -56,6 +57,39 @@ static StringRef precisionName(Precision precision) {
 
 namespace {
 
+/// The generated kernels of a bundle's mt.fused groups: one per distinct
+/// kernel text (groups that differ only in dropout seeds share one).
+class FusedKernelTable {
+public:
+  /// The index of `group`'s kernel, emitted on first sight.
+  int64_t add(mt::FusedOp group) {
+    std::string key = emitFusedKernel(group, "mt_fused");
+    auto [it, inserted] = indexByText.try_emplace(key, names.size());
+    if (inserted) {
+      std::string name = "mt_fused_" + std::to_string(names.size());
+      names.push_back(name);
+      kernels.push_back(emitFusedKernel(group, name));
+    }
+    return it->second;
+  }
+
+  bool empty() const { return names.empty(); }
+  const std::vector<std::string> &kernelNames() const { return names; }
+
+  /// The translation unit: the prelude and every kernel.
+  std::string source() const {
+    std::string text = fusedKernelPrelude();
+    for (const std::string &kernel : kernels)
+      text += "\n" + kernel;
+    return text;
+  }
+
+private:
+  llvm::StringMap<int64_t> indexByText;
+  std::vector<std::string> names;
+  std::vector<std::string> kernels;
+};
+
 /// Writes one function's value table and instruction stream.
 class FunctionWriter {
 public:
@@ -65,9 +99,10 @@ public:
   /// the memory plan's side buffers.
   FunctionWriter(func::FuncOp function,
                  const llvm::StringMap<int64_t> &parameterIndex,
-                 int64_t axisShift, mt::SideBufferOptions sideBuffers)
+                 int64_t axisShift, FusedKernelTable &kernels,
+                 mt::SideBufferOptions sideBuffers)
       : function(function), parameterIndex(parameterIndex),
-        axisShift(axisShift), sideBuffers(sideBuffers) {}
+        axisShift(axisShift), kernels(kernels), sideBuffers(sideBuffers) {}
 
   FailureOr<llvm::json::Value> write();
 
@@ -76,10 +111,12 @@ private:
   FailureOr<llvm::json::Value> convertAttribute(Operation *op, Attribute attr);
   FailureOr<Object> writeAttributes(Operation *op);
   Object writeMemoryPlan();
+  FailureOr<Array> writeFusedBody(mt::FusedOp group);
 
   func::FuncOp function;
   const llvm::StringMap<int64_t> &parameterIndex;
   int64_t axisShift;
+  FusedKernelTable &kernels;
   mt::SideBufferOptions sideBuffers;
   DenseMap<Value, int64_t> ids;
   Array values;
@@ -223,6 +260,51 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
   return attrs;
 }
 
+/// An mt.fused group's ops as instructions over the function's values: the
+/// block's arguments are the group's operands, the yielded values its
+/// results, and the values computed inside get value entries of their own
+/// (without memory: -1 in the memory plan). Call after the group's results
+/// have their ids.
+FailureOr<Array> FunctionWriter::writeFusedBody(mt::FusedOp group) {
+  Block &body = group.getBody().front();
+  for (auto [argument, operand] :
+       llvm::zip(body.getArguments(), group.getInputs()))
+    ids[argument] = ids.lookup(operand);
+  auto yield = cast<mt::YieldOp>(body.getTerminator());
+  DenseMap<Value, int64_t> yielded;
+  for (auto [value, result] : llvm::zip(yield.getValues(), group.getResults())) {
+    if (isa<BlockArgument>(value) || value.getDefiningOp()->getBlock() != &body ||
+        !yielded.try_emplace(value, ids.lookup(result)).second)
+      return errorAt(group, "each result of a group is a distinct value "
+                            "computed by one of its ops");
+  }
+  Array instructions;
+  for (Operation &op : body.without_terminator()) {
+    Object instruction{{"op", op.getName().stripDialect()}};
+    Array operands, results;
+    for (Value operand : op.getOperands())
+      operands.push_back(ids.lookup(operand));
+    for (Value result : op.getResults()) {
+      auto it = yielded.find(result);
+      if (it != yielded.end()) {
+        ids[result] = it->second;
+      } else if (failed(addValue(result))) {
+        return failure();
+      }
+      results.push_back(ids[result]);
+    }
+    FailureOr<Object> attrs = writeAttributes(&op);
+    if (failed(attrs))
+      return failure();
+    instruction["operands"] = std::move(operands);
+    instruction["results"] = std::move(results);
+    if (!attrs->empty())
+      instruction["attrs"] = std::move(*attrs);
+    instructions.push_back(std::move(instruction));
+  }
+  return instructions;
+}
+
 /// The static arena (docs/BundleFormat.md, "Memory plan"): an offset per
 /// value, -1 for values without memory, and every side buffer:
 /// [instruction, offset, bytes, until, value it copies or -1].
@@ -305,9 +387,17 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
         return failure();
       results.push_back(ids[result]);
     }
-    FailureOr<Object> attrs = writeAttributes(&op);
+    auto group = dyn_cast<mt::FusedOp>(op);
+    FailureOr<Object> attrs = group ? Object() : writeAttributes(&op);
     if (failed(attrs))
       return failure();
+    if (group) {
+      (*attrs)["kernel"] = kernels.add(group);
+      FailureOr<Array> body = writeFusedBody(group);
+      if (failed(body))
+        return failure();
+      instruction["body"] = std::move(*body);
+    }
     SmallVector<int64_t> freedIds = llvm::map_to_vector(
         freedAt.lookup(&op), [&](Value value) { return ids.lookup(value); });
     llvm::sort(freedIds);
@@ -492,11 +582,13 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
   }
 
   Array functions;
+  FusedKernelTable kernels;
   mt::SideBufferOptions sideBuffers;
   sideBuffers.mixedPrecision = config && config->precision == Precision::BF16;
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
-        FunctionWriter(function, parameterIndex, axisShift, sideBuffers)
+        FunctionWriter(function, parameterIndex, axisShift, kernels,
+                       sideBuffers)
             .write();
     if (failed(written))
       return failure();
@@ -536,10 +628,32 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
     return failure();
   if (*gradientBuffer)
     root["gradient_buffer"] = std::move(**gradientBuffer);
+  // The fused kernels: compiled once here, stored in the payload.
+  std::string payload;
+  if (!kernels.empty()) {
+    std::string source = kernels.source();
+    llvm::Expected<CompiledKernels> compiled = compileFusedKernels(source);
+    if (!compiled)
+      return module.emitError()
+             << "cannot compile the " << kernels.kernelNames().size()
+             << " fused kernels: " << llvm::toString(compiled.takeError());
+    auto blob = [&](const std::string &bytes) {
+      Object range{{"offset", static_cast<int64_t>(payload.size())},
+                   {"size", static_cast<int64_t>(bytes.size())}};
+      payload += bytes;
+      return range;
+    };
+    Object section{{"arch", compiled->arch},
+                   {"names", Array(kernels.kernelNames())}};
+    section["cubin"] = blob(compiled->cubin);
+    section["ptx"] = blob(compiled->ptx);
+    section["source"] = blob(source);
+    root["kernels"] = std::move(section);
+  }
   std::string manifest;
   llvm::raw_string_ostream(manifest) << llvm::json::Value(std::move(root));
 
-  // The header of docs/BundleFormat.md; this version has no payload.
+  // The header of docs/BundleFormat.md.
   std::string bytes = "MTBUNDLE";
   auto append = [&](auto value) {
     char buffer[sizeof(value)];
@@ -549,12 +663,14 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
   append(kBundleFormatVersion);
   append(uint32_t(0));
   append(uint64_t(manifest.size()));
-  append(uint64_t(0));
-  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
-      ArrayRef(reinterpret_cast<const uint8_t *>(manifest.data()),
-               manifest.size()));
+  append(uint64_t(payload.size()));
+  llvm::SHA256 hash;
+  hash.update(manifest);
+  hash.update(payload);
+  std::array<uint8_t, 32> digest = hash.final();
   bytes.append(reinterpret_cast<const char *>(digest.data()), digest.size());
   bytes += manifest;
+  bytes += payload;
   return bytes;
 }
 

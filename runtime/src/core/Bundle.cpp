@@ -138,7 +138,12 @@ std::vector<int64_t> shardOffsets(const Parameter &parameter,
 //===----------------------------------------------------------------------===//
 
 Bundle Bundle::parseManifest(std::string_view name, std::string_view json) {
-  return ManifestReader(name).read(json);
+  return ManifestReader(name).read(json, std::string_view());
+}
+
+Bundle Bundle::parseManifest(std::string_view name, std::string_view json,
+                             std::string_view payload) {
+  return ManifestReader(name).read(json, payload);
 }
 
 Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
@@ -163,16 +168,16 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
   uint32_t version = readU32(data + 8);
   if (version < kOldestFormatVersion || version > kFormatVersion)
     reader.fail("header.version (offset 8)", std::to_string(version),
-                std::to_string(kOldestFormatVersion) + " or " +
+                std::to_string(kOldestFormatVersion) + " to " +
                     std::to_string(kFormatVersion) +
-                    " (this runtime reads format versions 1 and 2; rebuild "
+                    " (this runtime reads format versions 1 to 3; rebuild "
                     "the "
                     "bundle with a megatron-compile of the same release)",
                 MTRT_STATUS_UNIMPLEMENTED);
   uint32_t flags = readU32(data + 12);
   if (flags != 0)
     reader.fail("header.flags (offset 12)", std::to_string(flags),
-                "0 (no flags are defined in format versions 1 and 2)");
+                "0 (no flags are defined in format versions 1 to 3)");
   uint64_t manifestLength = readU64(data + 16);
   uint64_t payloadLength = readU64(data + 24);
   uint64_t available = size - kHeaderSize;
@@ -194,7 +199,7 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
                  std::to_string(payloadLength) + " = " +
                  std::to_string(kHeaderSize + manifestLength + payloadLength) +
                  " bytes (header + manifest + payload)");
-  if (payloadLength != 0)
+  if (payloadLength != 0 && version < 3)
     reader.fail("header.payload_length (offset 24)",
                 std::to_string(payloadLength),
                 "0 in format versions 1 and 2");
@@ -206,8 +211,10 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
              "a SHA-256 of the manifest and payload of " + toHex(digest) +
                  " (the file is corrupted)",
              "the stored " + toHex(stored));
-  Bundle bundle = reader.read(std::string_view(
-      reinterpret_cast<const char *>(data + kHeaderSize), manifestLength));
+  const char *manifest = reinterpret_cast<const char *>(data + kHeaderSize);
+  Bundle bundle =
+      reader.read(std::string_view(manifest, manifestLength),
+                  std::string_view(manifest + manifestLength, payloadLength));
   bundle.sha256_ = toHex(digest);
   return bundle;
 }

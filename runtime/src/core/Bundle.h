@@ -95,7 +95,12 @@ enum class Op : uint8_t {
   LinearGelu,
   LinearGeluGrad,
   LinearWeightBiasGrad,
+  // A group of elementwise ops run as one generated kernel (version 3).
+  Fused,
 };
+
+/// The number of ops (for tables indexed by Op).
+constexpr size_t kOpCount = static_cast<size_t>(Op::Fused) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
@@ -143,6 +148,8 @@ struct Attributes {
   /// the grid axes the vocabulary is split over; the rank's block starts at
   /// its index along them times the local vocabulary size. Empty: whole.
   std::vector<int64_t> vocabShardAxes;
+  /// fused: the index of its kernel in the bundle's fused kernels.
+  int64_t kernel = -1;
 };
 
 struct Instruction {
@@ -152,6 +159,10 @@ struct Instruction {
   /// Values whose last use this instruction is.
   std::vector<int64_t> free;
   Attributes attrs;
+  /// fused: the group's ops, in order, over the function's values: they
+  /// read the instruction's operands and earlier body results and define
+  /// its results and the group's inner values (Function::innerValue).
+  std::vector<Instruction> body;
 };
 
 /// The compiler's static arena for one function (docs/BundleFormat.md,
@@ -187,6 +198,9 @@ struct Function {
   std::vector<int64_t> outputs;
   std::vector<TensorType> values;
   std::vector<Instruction> instructions;
+  /// By value: whether it is computed inside a fused group and never leaves
+  /// it (no memory in the plan; only the group's own ops read it).
+  std::vector<bool> innerValue;
   /// Absent in bundles written before the plan existed: backends then plan
   /// (or allocate) on their own.
   std::optional<MemoryPlan> memoryPlan;
@@ -288,6 +302,17 @@ struct ModelConfig {
   std::string precision;
 };
 
+/// The manifest's `kernels` section (format version 3): the generated
+/// kernels of the fused groups, compiled by megatron-compile with nvrtc.
+/// Their launch contract is include/megatron/Target/FusedKernels.h's.
+struct FusedKernels {
+  /// The GPU architecture of `cubin` ("sm_90"); `ptx` is for later ones.
+  std::string arch;
+  /// Entry points, by the index a fused instruction's `kernel` holds.
+  std::vector<std::string> names;
+  std::string cubin, ptx, source;
+};
+
 /// The manifest's `gradient_buffer` (format version 2): the contiguous
 /// buffer that the data-parallel gradient reduction works on once per
 /// iteration, as Megatron-LM's DistributedDataParallel does. Parameter
@@ -322,7 +347,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 3;
+  static constexpr uint32_t kFormatVersion = 4;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 
@@ -338,6 +363,11 @@ public:
 
   /// Validates a manifest alone (no container), e.g. one built in a test.
   static Bundle parseManifest(std::string_view name, std::string_view json);
+
+  /// As parseManifest, with the payload the manifest's `kernels` section
+  /// points into.
+  static Bundle parseManifest(std::string_view name, std::string_view json,
+                              std::string_view payload);
 
   const std::string &name() const { return name_; }
   const std::string &producer() const { return producer_; }
@@ -363,6 +393,9 @@ public:
   bool hasGradientBuffer() const { return gradientBuffer_.size > 0; }
   const GradientBuffer &gradientBuffer() const { return gradientBuffer_; }
 
+  /// The fused groups' kernels (empty names without any).
+  const FusedKernels &fusedKernels() const { return fusedKernels_; }
+
   /// The function named `name`, or nullptr.
   const Function *findFunction(std::string_view name) const;
 
@@ -384,6 +417,7 @@ private:
   bool hasPipeline_ = false;
   PipelineInfo pipeline_;
   GradientBuffer gradientBuffer_;
+  FusedKernels fusedKernels_;
 };
 
 } // namespace mtrt

@@ -387,6 +387,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.seed = readInt(*value, at);
       } else if (key == "rotary_dim") {
         out.rotaryDim = readInt(*value, at, 0);
+      } else if (key == "kernel") {
+        out.kernel = readInt(*value, at, 0); // bounded by readFusedBody
       } else if (key == "axis") {
         out.axis = readInt(*value, at); // normalized by OpChecker
       } else if (key == "ignore_index") {
@@ -500,9 +502,10 @@ void ManifestReader::readInstruction(const Json &json, const std::string &path,
   for (auto it = json.begin(); it != json.end(); ++it) {
     const std::string &key = it.key();
     if (key != "op" && key != "operands" && key != "results" &&
-        key != "attrs" && key != "free")
+        key != "attrs" && key != "free" && key != "body")
       fail(member(path, key.c_str()), "a field \"" + key + "\"",
-           "only \"op\", \"operands\", \"results\", \"attrs\" and \"free\"");
+           "only \"op\", \"operands\", \"results\", \"attrs\" and "
+           "\"free\" (and \"body\" on fused)");
   }
   const Json &opJson = field(json, path, "op");
   const OpInfo *info = nullptr;
@@ -574,6 +577,11 @@ void ManifestReader::readInstruction(const Json &json, const std::string &path,
            "value " + std::to_string(v) + ", freed by instructions[" +
                std::to_string(freedAt_[v]) + "]",
            "a value that is still live (free lists a value's last use)");
+    if (function.innerValue[v])
+      fail(at,
+           "value " + std::to_string(v) + ", computed inside the fused "
+           "group of instructions[" + std::to_string(definedAt_[v]) + "]",
+           "a value that leaves its group (one of the group's results)");
   }
   for (size_t i = 0; i < inst.results.size(); ++i) {
     int64_t v = inst.results[i];
@@ -585,10 +593,19 @@ void ManifestReader::readInstruction(const Json &json, const std::string &path,
                     ? std::string("as an input")
                     : "by instructions[" + std::to_string(definedAt_[v]) + "]"),
            "a value defined exactly once");
-    definedAt_[v] = here;
+    // A group's results are defined by its body.
+    if (inst.op != Op::Fused)
+      definedAt_[v] = here;
   }
   readAttributes(optionalField(json, "attrs"), member(path, "attrs"), *info,
                  inst.attrs);
+  const Json *body = optionalField(json, "body");
+  if ((body != nullptr) != (inst.op == Op::Fused))
+    fail(member(path, "body"), body ? "a body" : "no body",
+         inst.op == Op::Fused ? "the group's ops (\"body\") for fused"
+                              : "a body only on fused instructions");
+  if (body)
+    readFusedBody(*body, member(path, "body"), function, position, inst);
   OpChecker(*this, function, inst, path, *parameters_).check();
   if (inst.op == Op::Softmax || inst.op == Op::SoftmaxGrad ||
       inst.op == Op::Split || inst.op == Op::Concat ||
@@ -627,6 +644,100 @@ void ManifestReader::readInstruction(const Json &json, const std::string &path,
   function.instructions.push_back(std::move(inst));
 }
 
+void ManifestReader::readFusedBody(const Json &json, const std::string &path,
+                                   Function &function, size_t position,
+                                   Instruction &inst) {
+  expectArray(json, path);
+  if (inst.attrs.kernel >= static_cast<int64_t>(kernelCount_))
+    fail(member(path.substr(0, path.size() - 5), "attrs") + ".kernel",
+         std::to_string(inst.attrs.kernel),
+         "the index of one of the bundle's " + std::to_string(kernelCount_) +
+             " fused kernels (the manifest's \"kernels\" section)");
+  int64_t here = static_cast<int64_t>(position);
+  // The values the body may read: the group's operands, then its results.
+  std::set<int64_t> readable(inst.operands.begin(), inst.operands.end());
+  std::vector<Instruction> outer = std::move(function.instructions);
+  function.instructions.clear();
+  for (size_t i = 0; i < json.size(); ++i) {
+    std::string at = index(path, i);
+    const Json &op = json[i];
+    if (op.is_object())
+      for (const char *key : {"operands", "results"})
+        if (const Json *list = optionalField(op, key); list && list->is_array())
+          for (size_t j = 0; j < list->size(); ++j) {
+            const Json &v = (*list)[j];
+            if (!v.is_number_integer())
+              continue;
+            int64_t value = v.get<int64_t>();
+            bool isOperand = key[0] == 'o';
+            if (isOperand && !readable.count(value))
+              fail(index(member(at, key), j), "value " + std::to_string(value),
+                   "an operand of the group or a result of an earlier op of "
+                   "its body");
+          }
+    readInstruction(op, at, function, position);
+    const Instruction &read = function.instructions.back();
+    bool fusible = read.op == Op::Add || read.op == Op::Mul ||
+                   read.op == Op::Silu || read.op == Op::Swiglu ||
+                   (read.op == Op::Dropout && read.attrs.splitAxes.empty());
+    if (!fusible)
+      fail(member(at, "op"), std::string("\"") + opName(read.op) + "\"",
+           "an elementwise op a fused kernel computes (add, mul, dropout "
+           "without split_axes, silu, swiglu)");
+    if (!read.free.empty())
+      fail(member(at, "free"), "a free list",
+           "none inside a group (the fused instruction frees its operands)");
+    readable.insert(read.results.begin(), read.results.end());
+  }
+  inst.body = std::move(function.instructions);
+  function.instructions = std::move(outer);
+  if (inst.body.empty())
+    fail(path, "[]", "at least one op");
+  for (size_t i = 0; i < inst.results.size(); ++i)
+    if (definedAt_[inst.results[i]] != here)
+      fail(index(path.substr(0, path.size() - 5) + ".results", i),
+           "value " + std::to_string(inst.results[i]) +
+               ", which no op of the body defines",
+           "each result of a group defined by one of its ops");
+  for (const Instruction &op : inst.body)
+    for (int64_t v : op.results)
+      if (std::find(inst.results.begin(), inst.results.end(), v) ==
+          inst.results.end())
+        function.innerValue[v] = true;
+}
+
+void ManifestReader::readFusedKernels(const Json &json,
+                                      const std::string &path,
+                                      std::string_view payload,
+                                      FusedKernels &out) {
+  expectObject(json, path);
+  for (auto it = json.begin(); it != json.end(); ++it)
+    if (it.key() != "arch" && it.key() != "names" && it.key() != "cubin" &&
+        it.key() != "ptx" && it.key() != "source")
+      fail(member(path, it.key().c_str()), "a field \"" + it.key() + "\"",
+           "arch, names, cubin, ptx and source");
+  out.arch = readString(field(json, path, "arch"), member(path, "arch"));
+  const Json &names = field(json, path, "names");
+  expectArray(names, member(path, "names"));
+  for (size_t i = 0; i < names.size(); ++i)
+    out.names.push_back(readString(names[i], index(member(path, "names"), i)));
+  auto blob = [&](const char *key) {
+    std::string at = member(path, key);
+    const Json &range = field(json, path, key);
+    expectObject(range, at);
+    int64_t size = static_cast<int64_t>(payload.size());
+    int64_t offset =
+        readInt(field(range, at, "offset"), member(at, "offset"), 0, size);
+    int64_t length = readInt(field(range, at, "size"), member(at, "size"), 0,
+                             size - offset);
+    return std::string(payload.substr(static_cast<size_t>(offset),
+                                      static_cast<size_t>(length)));
+  };
+  out.cubin = blob("cubin");
+  out.ptx = blob("ptx");
+  out.source = blob("source");
+}
+
 void ManifestReader::readFunction(const Json &json, const std::string &path,
                                   Function &out) {
   expectObject(json, path);
@@ -640,6 +751,7 @@ void ManifestReader::readFunction(const Json &json, const std::string &path,
 
   definedAt_.assign(count, kUndefined);
   freedAt_.assign(count, -1);
+  out.innerValue.assign(count, false);
   parameterView_.assign(count, false);
   isOutput_.assign(count, false);
 
@@ -739,7 +851,7 @@ void ManifestReader::checkFunctionSignature(const Function &function,
              std::to_string(tokens.shape[1]) + ", vocab]");
 }
 
-Bundle ManifestReader::read(std::string_view text) {
+Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
   Json root;
   try {
     // Depth is bounded so that hostile nesting cannot exhaust the stack of
@@ -764,7 +876,7 @@ Bundle ManifestReader::read(std::string_view text) {
   if (version < Bundle::kOldestFormatVersion ||
       version > Bundle::kFormatVersion)
     fail("version", std::to_string(version),
-         std::to_string(Bundle::kOldestFormatVersion) + " or " +
+         std::to_string(Bundle::kOldestFormatVersion) + " to " +
              std::to_string(Bundle::kFormatVersion) +
              ", the version in the file's header");
 
@@ -781,6 +893,14 @@ Bundle ManifestReader::read(std::string_view text) {
   readParameters(field(root, "", "parameters"), "parameters",
                  bundle.parameters_);
   parameters_ = &bundle.parameters_;
+  if (const Json *kernels = optionalField(root, "kernels")) {
+    if (version < 3)
+      fail("kernels", "a kernels section in a version " +
+                          std::to_string(version) + " manifest",
+           "none before format version 3");
+    readFusedKernels(*kernels, "kernels", payload, bundle.fusedKernels_);
+  }
+  kernelCount_ = bundle.fusedKernels_.names.size();
 
   const Json &functions = field(root, "", "functions");
   expectArray(functions, "functions");

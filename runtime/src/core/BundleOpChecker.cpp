@@ -196,6 +196,8 @@ const std::vector<OpInfo> &opTable() {
        1,
        1,
        kVocabLossAttrs},
+      {Op::Fused, "fused", 1, kMany, 1, kMany,
+       {{"kernel", AttrKind::Int, true}}},
   };
   return table;
 }
@@ -466,6 +468,13 @@ void OpChecker::check() {
     if (inst_.op == Op::Softmax)
       normalizeAxis(a.axis, operand(0).rank());
     sameAs(true, 0, 0);
+    break;
+  case Op::Fused: // one shape throughout; the body's ops are checked alone
+    expectFloat(false, 0);
+    for (size_t i = 1; i < inst_.operands.size(); ++i)
+      sameAs(false, i, 0);
+    for (size_t i = 0; i < inst_.results.size(); ++i)
+      sameAs(true, i, 0);
     break;
   case Op::Swiglu:
   case Op::Add:

@@ -63,7 +63,8 @@ class ManifestReader {
 public:
   explicit ManifestReader(std::string_view name) : name_(name) {}
 
-  Bundle read(std::string_view text);
+  /// `payload`: the bytes after the manifest, which `kernels` points into.
+  Bundle read(std::string_view text, std::string_view payload);
 
   [[noreturn]] void
   fail(const std::string &path, const std::string &found,
@@ -104,6 +105,15 @@ private:
   void readFunction(const Json &json, const std::string &path, Function &out);
   void readInstruction(const Json &json, const std::string &path,
                        Function &function, size_t position);
+  /// A fused instruction's body (after its operands and results are read):
+  /// each op an elementwise op of the group's type, reading the group's
+  /// operands and earlier body results, defining the group's results
+  /// exactly once and inner values.
+  void readFusedBody(const Json &json, const std::string &path,
+                     Function &function, size_t position, Instruction &inst);
+  /// The `kernels` section (format version 3) and its payload ranges.
+  void readFusedKernels(const Json &json, const std::string &path,
+                        std::string_view payload, FusedKernels &out);
   void readAttributes(const Json *attrs, const std::string &path,
                       const OpInfo &info, Attributes &out);
   void checkFunctionSignature(const Function &function,
@@ -117,6 +127,8 @@ private:
 
   std::string name_;
   const std::vector<Parameter> *parameters_ = nullptr;
+  /// The number of fused kernels the manifest's `kernels` section lists.
+  size_t kernelCount_ = 0;
   /// The manifest's grid; empty when it has none.
   std::vector<int64_t> grid_;
 

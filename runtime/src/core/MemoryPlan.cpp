@@ -22,6 +22,7 @@ bool mayComputeInPlace(Op op) {
   case Op::Silu:
   case Op::SiluGrad:
   case Op::Swiglu:
+  case Op::Fused:
   case Op::Dropout:
   case Op::BiasAdd:
   case Op::Reshape:
@@ -135,15 +136,18 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
   for (size_t v = 0; v < count; ++v) {
     std::string at = index(offsetsAt, v);
     int64_t offset = readInt(offsets[v], at, -1);
-    if (parameterView_[v]) {
+    if (parameterView_[v] || function.innerValue[v]) {
       if (offset != -1)
         fail(at, std::to_string(offset),
              "-1: value " + std::to_string(v) +
-                 " is a parameter view and takes no arena memory");
+                 (parameterView_[v]
+                      ? " is a parameter view and takes no arena memory"
+                      : " lives inside a fused group and takes no arena "
+                        "memory"));
     } else if (offset < 0) {
       fail(at, "-1",
            "an offset in the arena: value " + std::to_string(v) +
-               " is not a parameter view");
+               " is not a parameter view or a fused group's inner value");
     } else {
       uint64_t start = static_cast<uint64_t>(offset);
       uint64_t bytes = planValueBytes(function.values[v]);

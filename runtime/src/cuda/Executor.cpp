@@ -51,6 +51,10 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       break;
     }
 
+  for (const Instruction &inst : fn.instructions)
+    if (inst.op == Op::Fused && !fusedKernels_)
+      fusedKernels_ = std::make_unique<FusedKernelLibrary>(bundle);
+
   std::vector<bool> parameterView(fn.values.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
@@ -237,8 +241,7 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
     events_.resize(fn.instructions.size() + 1);
     for (cudaEvent_t &event : events_)
       MTRT_CUDA_CHECK(cudaEventCreate(&event), "creating profiling events");
-    opMilliseconds_.assign(static_cast<size_t>(Op::LinearWeightBiasGrad) + 1,
-                           0);
+    opMilliseconds_.assign(kOpCount, 0);
     opCounts_.assign(opMilliseconds_.size(), 0);
   }
   for (size_t position = 0; position < fn.instructions.size(); ++position) {

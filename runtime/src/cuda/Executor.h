@@ -6,10 +6,12 @@
 #include "core/Bundle.h"
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
+#include "cuda/FusedKernels.h"
 #include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -142,6 +144,8 @@ private:
   std::vector<size_t> bf16MadeAt_, bf16Until_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
+  /// The bundle's generated kernels, when the function has fused groups.
+  std::unique_ptr<FusedKernelLibrary> fusedKernels_;
   ArenaPlan plan_;
   DeviceBuffer arena_;
   std::vector<void *> slots_;

@@ -529,6 +529,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Add:
     add(stream, count(inst.operands[0]), in(0), in(1), out(0));
     break;
+  case Op::Fused: { // the group's generated kernel
+    std::vector<const float *> operands;
+    std::vector<float *> results;
+    for (size_t i = 0; i < inst.operands.size(); ++i)
+      operands.push_back(in(i));
+    for (size_t i = 0; i < inst.results.size(); ++i)
+      results.push_back(out(i));
+    fusedKernels_->launch(stream, inst, count(inst.operands[0]), operands,
+                          results, step, where(position));
+    break;
+  }
   case Op::Mul:
     mul(stream, count(inst.operands[0]), in(0), in(1), out(0));
     break;

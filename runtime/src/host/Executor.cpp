@@ -89,7 +89,9 @@ void Executor::giveBuffer(Buffer buffer) {
 
 void *Executor::allocate(int64_t value) {
   Slot &slot = slots_[value];
-  if (arena_) {
+  // A fused group's inner values have no arena block (-1): they get a
+  // buffer of their own while the group runs.
+  if (arena_ && function_->memoryPlan->offsets[value] >= 0) {
     int64_t offset = function_->memoryPlan->offsets[value];
     slot.data = static_cast<char *>(arena_.data()) +
                 static_cast<size_t>(offset) * arenaScale_;

@@ -112,6 +112,14 @@ void Executor::execute(size_t position, const Instruction &inst,
   };
 
   switch (inst.op) {
+  case Op::Fused: // the group's ops one by one: the unfused run's bits
+    for (const Instruction &op : inst.body)
+      execute<T>(position, op, step);
+    for (const Instruction &op : inst.body)
+      for (int64_t v : op.results)
+        if (fn.innerValue[v])
+          release(v);
+    break;
   case Op::GetParameter: {
     Slot &slot = slots_[inst.results[0]];
     slot.data =

@@ -169,7 +169,8 @@ TEST_P(CudaModelTest, TrainingMatchesTheHostStepByStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,
-                         ::testing::Values("tiny-gpt", "tiny-llama"),
+                         ::testing::Values("tiny-gpt", "tiny-llama",
+                                           "tiny-gpt-fused"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &ch : name)
@@ -260,7 +261,8 @@ TEST_P(CudaMixedPrecisionTest, FiveTrainingStepsAgreeWithTheHost) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaMixedPrecisionTest,
-                         ::testing::Values("tiny-gpt-bf16", "tiny-llama-bf16"),
+                         ::testing::Values("tiny-gpt-bf16", "tiny-llama-bf16",
+                                           "tiny-gpt-bf16-fused"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &ch : name)

@@ -98,11 +98,11 @@ TEST(BundleContainerTest, RejectsBadMagic) {
 }
 
 TEST(BundleContainerTest, RejectsOtherVersions) {
-  for (uint32_t version : {0u, 3u, 0xFFFFFFFFu}) {
+  for (uint32_t version : {0u, 4u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bytes = bundleBytes(goodManifest(), version);
     expectError([&] { parseBytes(bytes); }, MTRT_STATUS_UNIMPLEMENTED,
                 {"header.version (offset 8)",
-                 "found " + std::to_string(version), "expected 1 or 2",
+                 "found " + std::to_string(version), "expected 1 to 3",
                  "megatron-compile"});
   }
 }
@@ -135,7 +135,7 @@ TEST(BundleContainerTest, RejectsLengthsThatOverflow) {
   }
   {
     // A shorter manifest and a payload that make up the size: payloads are
-    // not part of version 1.
+    // not part of versions 1 and 2 (goodManifest's header says 1).
     std::vector<uint8_t> bytes = good;
     putU64(bytes, 16, manifest - 8);
     putU64(bytes, 24, 8);
@@ -175,10 +175,10 @@ TEST(BundleContainerTest, RejectsJsonThatIsNotAManifest) {
               MTRT_STATUS_INVALID_ARGUMENT,
               {"format: found \"onnx\", expected \"megatron-bundle\""});
   manifest = bigramManifest(8, 4, 2, 3);
-  manifest["version"] = 3;
+  manifest["version"] = 4;
   expectError([&] { Bundle::parseManifest("m", manifest.dump()); },
               MTRT_STATUS_INVALID_ARGUMENT,
-              {"version: found 3, expected 1 or 2"});
+              {"version: found 4, expected 1 to 3"});
   manifest = bigramManifest(8, 4, 2, 3);
   manifest.erase("functions");
   expectError([&] { Bundle::parseManifest("m", manifest.dump()); },

@@ -22,14 +22,39 @@ if "grid" in manifest:
     for parameter in manifest["parameters"]:
         if any(parameter.get("split_axes", [])):
             print(f"split {parameter['name']} {parameter['shape']} {parameter['split_axes']}")
+if "kernels" in manifest:
+    # The fused kernels' blobs lie inside the payload; print their names and
+    # check the source names every entry point.
+    kernels = manifest["kernels"]
+    payload = data[64 + manifest_size :]
+    blobs = {}
+    for key in ("cubin", "ptx", "source"):
+        offset, size = kernels[key]["offset"], kernels[key]["size"]
+        assert 0 <= offset and offset + size <= payload_size, f"{key} outside the payload"
+        blobs[key] = payload[offset : offset + size]
+    assert blobs["cubin"][:4] == b"\x7fELF", "the cubin is not an ELF file"
+    for name in kernels["names"]:
+        assert f"__global__ void __launch_bounds__(256)\n{name}(".encode() in blobs["source"], name
+        assert f".entry {name}(".encode() in blobs["ptx"], f"{name} not in the PTX"
+    print(f"kernels {kernels['arch']} {kernels['names']}")
 for function in manifest["functions"]:
     values = function["values"]
     defined = set(function["inputs"])
     for instruction in function["instructions"]:
         for operand in instruction.get("operands", []):
             assert operand in defined, f"{function['name']}: {operand} used before definition"
+        inner = set(instruction.get("operands", []))
+        for op in instruction.get("body", []):
+            for operand in op.get("operands", []):
+                assert operand in inner, f"{function['name']}: {operand} read outside its group"
+            inner.update(op.get("results", []))
+        if instruction["op"] == "fused":
+            assert set(instruction["results"]) <= inner, "a group result nothing defines"
         defined.update(instruction.get("results", []))
     ops = [i["op"] for i in function["instructions"]]
+    groups = [[o["op"] for o in i["body"]] for i in function["instructions"] if i["op"] == "fused"]
+    if groups:
+        print(f"{function['name']} groups: " + ", ".join(sorted(set(f"{groups.count(g)} x {'+'.join(g)}" for g in groups))))
     collectives = sum(ops.count(op) for op in ("all_reduce", "all_gather", "reduce_scatter"))
     print(
         f"{function['name']}: {len(values)} values, {len(ops)} instructions, "

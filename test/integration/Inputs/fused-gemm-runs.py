@@ -1,10 +1,13 @@
-"""Compiles MODEL with and without mt-fuse-gemm-epilogues, counts the fused
-ops in the bundle's plan, trains both bundles 3 iterations on the CPU and
-compares their logs (and, for one rank, saved weights) bit for bit
-(fuse-gemm-epilogues-bit-identical.test).
+"""Compiles MODEL with and without mt-fuse-gemm-epilogues (or another
+fusion flag), counts the fused ops in the bundle's plan, trains both bundles
+3 iterations on the CPU and compares their logs (and, for one rank, saved
+weights) bit for bit (fuse-gemm-epilogues-bit-identical.test,
+fuse-kernels-bit-identical.test).
 
 Usage: fused-gemm-runs.py MEGATRON_COMPILE MEGATRON_TRAIN SOURCE_ROOT MODEL
-                          WORKDIR [COMPILE_FLAG...]
+                          WORKDIR [--toggle FLAG OP,OP...] [COMPILE_FLAG...]
+  --toggle: the boolean megatron-compile flag to turn off and on (default
+            fuse-gemm-epilogues) and the train_step ops to count
 """
 import collections
 import filecmp
@@ -15,13 +18,18 @@ import sys
 
 compile_tool, train_tool, root, model, work = sys.argv[1:6]
 extra = sys.argv[6:]
+toggle = "fuse-gemm-epilogues"
+names = ("linear_gelu", "linear_gelu_grad", "linear_weight_bias_grad",
+         "gelu", "gelu_grad", "bias_grad")
+if extra[:1] == ["--toggle"]:
+    toggle, names, extra = extra[1], tuple(extra[2].split(",")), extra[3:]
 ranks = ["--in-process-ranks"] if any("parallel-size" in f for f in extra) \
     else []
 model_file = os.path.join(root, "models", model + ".yaml")
 logs, weights = [], []
 for fused in ("false", "true"):
     stem = os.path.join(work, f"{model}-{len(extra)}-{fused}")
-    flags = [f"--fuse-gemm-epilogues={fused}"] + extra
+    flags = [f"--{toggle}={fused}"] + extra
     plan = json.loads(subprocess.run(
         [compile_tool, model_file, "--emit", "plan"] + flags, check=True,
         capture_output=True, text=True).stdout)
@@ -29,8 +37,6 @@ for fused in ("false", "true"):
         inst["op"] for function in plan["functions"]
         if function["name"] == "train_step"
         for inst in function["instructions"])
-    names = ("linear_gelu", "linear_gelu_grad", "linear_weight_bias_grad",
-             "gelu", "gelu_grad", "bias_grad")
     print(f"fused {fused}: " +
           " ".join(f"{name} {ops[name]}" for name in names))
     subprocess.run([compile_tool, model_file, "-o", stem + ".mtb"] + flags,

@@ -1,0 +1,111 @@
+//===- Nvrtc.cpp - Compiles the fused kernels with nvrtc ------------------===//
+
+#include "megatron/Target/FusedKernels.h"
+
+#include "RandomSource.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/Twine.h"
+
+#ifdef MEGATRON_HAVE_NVRTC
+#include <nvrtc.h>
+#endif
+
+using namespace megatron;
+
+#ifdef MEGATRON_HAVE_NVRTC
+
+namespace {
+
+/// One nvrtc program, destroyed on every path.
+class Program {
+public:
+  ~Program() {
+    if (program)
+      nvrtcDestroyProgram(&program);
+  }
+  nvrtcProgram program = nullptr;
+};
+
+llvm::Error nvrtcError(nvrtcResult result, const llvm::Twine &what,
+                       const std::string &log = std::string()) {
+  return llvm::createStringError(
+      "nvrtc: " + what + " failed: " + nvrtcGetErrorString(result) +
+      (log.empty() ? std::string() : "\n" + log));
+}
+
+/// Compiles `source` for `arch` ("sm_90": a cubin; "compute_90": PTX) and
+/// returns the binary.
+llvm::Expected<std::string> compile(llvm::StringRef source,
+                                    const std::string &arch, bool cubin) {
+  Program program;
+  const char *headers[] = {detail::kRandomHeaderSource};
+  const char *headerNames[] = {"core/Random.h"};
+  std::string text = source.str();
+  if (nvrtcResult result = nvrtcCreateProgram(&program.program, text.c_str(),
+                                              "mt_fused_kernels.cu", 1,
+                                              headers, headerNames))
+    return nvrtcError(result, "creating the program");
+  // No FMA contraction: each product and sum rounds as on the host (the
+  // runtime's own kernels are compiled the same way).
+  std::string archOption = "--gpu-architecture=" + arch;
+  const char *options[] = {archOption.c_str(), "--fmad=false", "--std=c++17"};
+  nvrtcResult compiled = nvrtcCompileProgram(program.program, 3, options);
+  size_t logSize = 0;
+  std::string log;
+  if (nvrtcGetProgramLogSize(program.program, &logSize) == NVRTC_SUCCESS &&
+      logSize > 1) {
+    log.resize(logSize);
+    nvrtcGetProgramLog(program.program, log.data());
+    log.resize(logSize - 1);
+  }
+  if (compiled != NVRTC_SUCCESS)
+    return nvrtcError(compiled, "compiling the fused kernels for " + arch,
+                      log);
+  size_t size = 0;
+  std::string binary;
+  if (cubin) {
+    if (nvrtcResult result = nvrtcGetCUBINSize(program.program, &size))
+      return nvrtcError(result, "nvrtcGetCUBINSize");
+    binary.resize(size);
+    if (nvrtcResult result = nvrtcGetCUBIN(program.program, binary.data()))
+      return nvrtcError(result, "nvrtcGetCUBIN");
+  } else {
+    if (nvrtcResult result = nvrtcGetPTXSize(program.program, &size))
+      return nvrtcError(result, "nvrtcGetPTXSize");
+    binary.resize(size);
+    if (nvrtcResult result = nvrtcGetPTX(program.program, binary.data()))
+      return nvrtcError(result, "nvrtcGetPTX");
+  }
+  return binary;
+}
+
+} // namespace
+
+llvm::Expected<CompiledKernels>
+megatron::compileFusedKernels(llvm::StringRef source) {
+  CompiledKernels kernels;
+  kernels.arch = "sm_90";
+  llvm::Expected<std::string> cubin = compile(source, "sm_90", true);
+  if (!cubin)
+    return cubin.takeError();
+  llvm::Expected<std::string> ptx = compile(source, "compute_90", false);
+  if (!ptx)
+    return ptx.takeError();
+  kernels.cubin = std::move(*cubin);
+  kernels.ptx = std::move(*ptx);
+  return kernels;
+}
+
+#else
+
+llvm::Expected<CompiledKernels>
+megatron::compileFusedKernels(llvm::StringRef) {
+  (void)detail::kRandomHeaderSource;
+  return llvm::createStringError(
+      "this megatron-compile was built without the CUDA toolkit (nvrtc), so "
+      "it cannot compile fused kernels; rebuild it with the toolkit at "
+      "/usr/local/cuda, or compile with --fuse-kernels=false");
+}
+
+#endif

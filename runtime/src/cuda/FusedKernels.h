@@ -1,0 +1,50 @@
+// The bundle's generated kernels (mt.fused groups, format version 3), loaded
+// once from its cubin (or its PTX, JIT-compiled by the driver, on GPUs the
+// cubin does not run on) and launched per fused instruction.
+#ifndef MTRT_SRC_CUDA_FUSEDKERNELS_H
+#define MTRT_SRC_CUDA_FUSEDKERNELS_H
+
+#include "core/Bundle.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mtrt::cuda {
+
+/// Loads the kernels through the CUDA runtime's library API
+/// (cudaLibraryLoadData, cudaLibraryGetKernel: no libcuda link). The launch
+/// contract is include/megatron/Target/FusedKernels.h's: (n, vectors,
+/// key per dropout, operands..., results...).
+class FusedKernelLibrary {
+public:
+  /// Throws Error naming the bundle when neither the cubin nor the PTX
+  /// loads on the current device, or a named kernel is missing.
+  FusedKernelLibrary(const Bundle &bundle);
+  ~FusedKernelLibrary();
+  FusedKernelLibrary(const FusedKernelLibrary &) = delete;
+  FusedKernelLibrary &operator=(const FusedKernelLibrary &) = delete;
+
+  /// Whether the PTX was loaded because the cubin does not run here.
+  bool fromPtx() const { return fromPtx_; }
+
+  /// Launches the kernel of fused instruction `inst` on `stream`:
+  /// `operands` and `results` are its device pointers (f32, one shape of
+  /// `n` elements), `step` keys its dropouts. `where` names the
+  /// instruction for errors.
+  void launch(cudaStream_t stream, const Instruction &inst, int64_t n,
+              const std::vector<const float *> &operands,
+              const std::vector<float *> &results, uint64_t step,
+              const std::string &where) const;
+
+private:
+  cudaLibrary_t library_ = nullptr;
+  std::vector<cudaKernel_t> kernels_;
+  bool fromPtx_ = false;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_FUSEDKERNELS_H

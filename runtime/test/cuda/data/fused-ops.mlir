@@ -1,0 +1,26 @@
+// The generated kernels' test bundle (CudaFusedTest): every op a fused group
+// may hold, over 4099 elements (1024 float4 groups and a tail of 3), with
+// several results. Written by bench/make-device-dir.sh:
+//   megatron-translate --mlir-to-bundle fused-ops.mlir -o fused-ops.mtb
+func.func @fused_ops(%a: tensor<4099xf32>, %b: tensor<4099xf32>, %c: tensor<4099xf32>)
+    -> (tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>) {
+  // The hidden dropout and residual add, then a product: the host's bits.
+  %r:2 = mt.fused (%a, %b, %c) : (tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>) -> (tensor<4099xf32>, tensor<4099xf32>) {
+  ^bb0(%x: tensor<4099xf32>, %y: tensor<4099xf32>, %z: tensor<4099xf32>):
+    %d = mt.dropout %x p = 1.000000e-01 seed = 7 : tensor<4099xf32>
+    %s = mt.add %y, %d : tensor<4099xf32>
+    %m = mt.mul %s, %z : tensor<4099xf32>
+    mt.yield %s, %m : tensor<4099xf32>, tensor<4099xf32>
+  }
+  // Two dropouts (two stream keys), p = 0 (a copy), SiLU and SwiGLU.
+  %t:2 = mt.fused (%a, %c) : (tensor<4099xf32>, tensor<4099xf32>) -> (tensor<4099xf32>, tensor<4099xf32>) {
+  ^bb0(%x: tensor<4099xf32>, %z: tensor<4099xf32>):
+    %e = mt.dropout %x p = 5.000000e-01 seed = 3 : tensor<4099xf32>
+    %f = mt.dropout %e p = 2.500000e-01 seed = 4 : tensor<4099xf32>
+    %g = mt.dropout %z p = 0.000000e+00 seed = 5 : tensor<4099xf32>
+    %h = mt.silu %f : tensor<4099xf32>
+    %k = mt.swiglu %h, %g : tensor<4099xf32>
+    mt.yield %f, %k : tensor<4099xf32>, tensor<4099xf32>
+  }
+  return %r#0, %r#1, %t#0, %t#1 : tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>
+}
