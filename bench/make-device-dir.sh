@@ -26,6 +26,15 @@ b=$dest/bundles
 "$compile" "$root/models/tiny-llama.yaml" --precision=fp32 -o "$b/tiny-llama.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 -o "$b/tiny-gpt-bf16.mtb"
 "$compile" "$root/models/tiny-llama.yaml" --bf16 -o "$b/tiny-llama-bf16.mtb"
+# CudaTensorParallelTest: tiny-gpt without dropout, for one rank and TP=2.
+for precision in fp32 bf16; do
+  name=tiny-gpt-nodrop flags=--precision=fp32
+  [[ $precision == bf16 ]] && name=tiny-gpt-bf16-nodrop flags=--bf16
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 -o "$b/$name.mtb"
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 --tensor-model-parallel-size=2 -o "$b/$name-tp2.mtb"
+done
 # The generated kernels (--fuse-kernels: mt.fused groups compiled with
 # nvrtc into the bundle): their own test bundle and tiny-gpt with them.
 "$(dirname "$compile")/megatron-translate" --mlir-to-bundle \

@@ -44,6 +44,9 @@ corpus=$dir/corpus.txt
 # cuBLASLt and the CUDA runtime: the machine's toolkit or PyTorch's wheels.
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
   2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+# NCCL (loaded at run time by the NCCL communicator's tests): PyTorch's wheel.
+libdirs+=$(find /usr/local /opt -name 'libnccl.so.2*' 2>/dev/null |
+  xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$dir/lib:$libdirs${LD_LIBRARY_PATH:-}:$dir/fallback-lib"
 section() { echo; echo "== $* (at $(date -u +%T))"; } >>"$summary"
 {

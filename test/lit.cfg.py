@@ -1,5 +1,6 @@
 # lit configuration for the FileCheck suites under test/.
 import os
+import subprocess
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -8,7 +9,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "megatron"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["unit", "Inputs", "CMakeLists.txt", "lit.cfg.py"]
+config.excludes = ["unit", "gpu", "Inputs", "CMakeLists.txt", "lit.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.megatron_obj_root, "test")
 
@@ -63,6 +64,13 @@ if config.megatron_have_nvrtc:
 
 if config.mtrt_cuda_enabled:
     config.available_features.add("mtrt-cuda")
+    # cuda-device: a GPU is visible (tests that train on it); without one
+    # they report as unsupported, missing this feature.
+    _check = os.path.join(config.megatron_tools_dir, "mtrt-cuda-tests")
+    if os.path.exists(_check) and subprocess.run(
+            [_check, "--mtrt-device-check"],
+            capture_output=True).returncode == 0:
+        config.available_features.add("cuda-device")
 
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
@@ -73,4 +81,9 @@ tools = ["megatron-compile", "megatron-opt", "megatron-translate",
          "split-file",
          "mtrt-run", "megatron-train", "megatron-preprocess",
          "megatron-checkpoint"]
+# The NCCL communicator's launch check (built with the CUDA backend and
+# nccl.h); its --rendezvous-only mode needs no GPU.
+if os.path.exists(os.path.join(config.megatron_tools_dir, "mtrt-nccl-check")):
+    config.available_features.add("mtrt-nccl")
+    tools.append("mtrt-nccl-check")
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -1,5 +1,10 @@
 // megatron-train: trains a compiled bundle on a text corpus on the CPU or a GPU.
 #include "comm/RankContext.h"
+#include "comm/RankContext.h"
+#include "comm/Rendezvous.h"
+#if MTRT_HAVE_NCCL
+#include "comm/NcclCommunicator.h"
+#endif
 #include "comm/RunRanks.h"
 #include "core/Bundle.h"
 #include "core/Safetensors.h"
@@ -21,6 +26,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <chrono>
 #include <optional>
 #include <memory>
 #include <sstream>
@@ -102,9 +108,10 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// The GPU trainer of --backend cuda; MTRT_CUDA_TF32=1 allows TF32 GEMMs,
 /// MTRT_CUDA_SYNC=1 synchronizes after every instruction (to name a
 /// faulting kernel), MTRT_CUDA_PROFILE=1 prints train_step's time per op.
-std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &bundle,
-                                           const std::string &corpus,
-                                           const mtrt::train::TrainCommand &c) {
+std::unique_ptr<GpuTrainer>
+makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
+               const mtrt::train::TrainCommand &c,
+               mtrt::comm::RankContext *rank = nullptr, int deviceIndex = 0) {
   auto enabled = [](const char *name) {
     const char *value = std::getenv(name);
     return value && std::string(value) == "1";
@@ -113,8 +120,9 @@ std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &bundle,
   device.tf32 = enabled("MTRT_CUDA_TF32");
   device.syncEachInstruction = enabled("MTRT_CUDA_SYNC");
   device.profile = enabled("MTRT_CUDA_PROFILE");
+  device.device = deviceIndex;
   return std::make_unique<GpuTrainer>(bundle, corpus, dataName(c), c.options,
-                                      device);
+                                      device, rank);
 }
 #else
 /// Stands in for mtrt::cuda::Trainer where the CUDA backend is not built;
@@ -128,7 +136,9 @@ struct GpuTrainer {
 
 std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &,
                                            const std::string &,
-                                           const mtrt::train::TrainCommand &) {
+                                           const mtrt::train::TrainCommand &,
+                                           mtrt::comm::RankContext * = nullptr,
+                                           int = 0) {
   throw mtrt::Error(MTRT_STATUS_UNAVAILABLE,
                     "--backend cuda: this megatron-train was built without "
                     "the CUDA backend; reconfigure the runtime with "
@@ -150,10 +160,11 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                       "--in-process-ranks: bundle '" + bundle.name() +
                           "' has no grid (it is compiled for one rank); "
                           "train it without --in-process-ranks");
-  if (command.backend != "host")
-    reject("--backend " + command.backend);
   if (!command.initFrom.empty())
     reject("--init-from");
+  if (command.backend == "cuda" &&
+      (!command.options.save.empty() || !command.options.load.empty()))
+    reject("--save and --load with --backend cuda");
   if (!command.saveWeights.empty())
     checkSaveWeightsPath(command.saveWeights);
   if (command.sampleTokens > 0)
@@ -174,12 +185,23 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   std::vector<std::exception_ptr> errors =
       mtrt::comm::runRanks(world, [&](mtrt::comm::Communicator &c) {
         mtrt::comm::RankContext rank(c, bundle.gridShape());
-        mtrt::train::Trainer trainer(bundle, corpus, dataName(command), options,
-                                     &rank);
         std::ostringstream discarded;
-        trainer.train(c.rank() == 0 ? std::cout : discarded);
+        std::ostream &out = c.rank() == 0 ? std::cout : discarded;
+        // --backend cuda: every rank on GPU 0, each with its own stream.
+        std::unique_ptr<GpuTrainer> gpu;
+        std::unique_ptr<mtrt::train::Trainer> hostTrainer;
+        if (command.backend == "cuda") {
+          gpu = makeGpuTrainer(bundle, corpus, command, &rank);
+          gpu->train(out);
+          gpu->copyParametersToHost();
+        } else {
+          hostTrainer = std::make_unique<mtrt::train::Trainer>(
+              bundle, corpus, dataName(command), options, &rank);
+          hostTrainer->train(out);
+        }
         if (command.saveWeights.empty())
           return;
+        mtrt::train::Trainer &trainer = gpu ? gpu->host() : *hostTrainer;
         stores[static_cast<size_t>(c.rank())] = &trainer.parameters();
         c.barrier({"stores ready for --save-weights", -1});
         if (c.rank() == 0) {
@@ -215,6 +237,69 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
     std::rethrow_exception(first);
 }
 
+/// A launch of several processes (torchrun's or an MPI launcher's
+/// variables, WORLD_SIZE > 1): this process trains its rank of the bundle's
+/// grid on CUDA device LOCAL_RANK, its collectives through NCCL (rank 0
+/// serves the rendezvous on MASTER_ADDR:MASTER_PORT); rank 0 logs. An NCCL
+/// error or a collective longer than --collective-timeout aborts the
+/// communicator and ends the process naming the rank, the call and the step.
+/// Returns false for a single-process run.
+bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
+                       const mtrt::train::TrainCommand &command) {
+  std::optional<mtrt::comm::LaunchEnvironment> launch =
+      mtrt::comm::readLaunchEnvironment();
+  if (!launch || launch->worldSize <= 1)
+    return false;
+  std::string who = "this process is rank " + std::to_string(launch->rank) +
+                    " of " + std::to_string(launch->worldSize) + " (" +
+                    launch->launcher + " variables)";
+  if (command.backend != "cuda")
+    throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
+                      who + "; a multi-process run needs --backend cuda (its "
+                            "ranks talk through NCCL); on the CPU run one "
+                            "process with --in-process-ranks");
+  if (bundle.rankCount() != launch->worldSize)
+    throw mtrt::Error(
+        MTRT_STATUS_INVALID_ARGUMENT,
+        who + ", and bundle '" + bundle.name() + "' is compiled for " +
+            std::to_string(bundle.rankCount()) +
+            " rank(s); start as many processes as the bundle has ranks, or "
+            "recompile it for " +
+            std::to_string(launch->worldSize) + " ranks");
+  auto reject = [&](const std::string &what) {
+    throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
+                      who + "; " + what +
+                          " in a multi-process run is not supported yet");
+  };
+  if (!command.initFrom.empty())
+    reject("--init-from");
+  if (!command.saveWeights.empty())
+    reject("--save-weights");
+  if (command.sampleTokens > 0)
+    reject("--sample-tokens (pass --sample-tokens 0)");
+  if (!command.plotDir.empty())
+    reject("--plot-dir");
+#if MTRT_HAVE_NCCL
+  mtrt::comm::NcclOptions options;
+  options.collectiveTimeout = std::chrono::milliseconds(
+      static_cast<int64_t>(command.collectiveTimeout * 1000));
+  options.exitOnFailure = true;
+  std::unique_ptr<mtrt::comm::NcclCommunicator> world =
+      mtrt::comm::NcclCommunicator::create(*launch, options);
+  mtrt::comm::RankContext rank(*world, bundle.gridShape());
+  std::unique_ptr<GpuTrainer> gpu =
+      makeGpuTrainer(bundle, corpus, command, &rank, launch->localRank);
+  std::ostringstream discarded;
+  gpu->train(launch->rank == 0 ? std::cout : discarded);
+  return true;
+#else
+  (void)corpus;
+  throw mtrt::Error(MTRT_STATUS_UNAVAILABLE,
+                    who + "; this megatron-train was built without NCCL "
+                          "(it needs the CUDA backend and nccl.h)");
+#endif
+}
+
 int run(int argc, char **argv) {
   using namespace mtrt::train;
   TrainCommand command =
@@ -241,6 +326,8 @@ int run(int argc, char **argv) {
     trainInProcessRanks(bundle, corpus, command);
     return 0;
   }
+  if (trainLaunchedRank(bundle, corpus, command))
+    return 0;
   if (!command.saveWeights.empty())
     checkSaveWeightsPath(command.saveWeights);
   // Opened (and its format checked) before the trainer is built, so that a

@@ -252,9 +252,13 @@ MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t mtrt_communicator_create_in_process(
     int size, mtrt_communicator_t *out_communicators);
 
 /* Wraps the caller's NCCL communicator (`comm` stays the caller's: it is
- * neither copied nor destroyed). UNAVAILABLE in a library built without
- * NCCL (every build today: the NCCL communicator is issue #11), with the
- * message saying so; INVALID_ARGUMENT for NULL arguments. */
+ * neither copied nor destroyed; an NCCL failure or a collective that exceeds
+ * 300 s aborts it, and the rank's next call returns ABORTED naming the rank,
+ * the call and the step). Collectives run on the communicator's own CUDA
+ * stream; host buffers are staged through device memory. UNAVAILABLE in a
+ * library built without the CUDA backend or NCCL, or when libnccl.so.2
+ * cannot be loaded, with the message saying so; INVALID_ARGUMENT for NULL
+ * arguments. */
 MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t mtrt_communicator_create_nccl(
     struct ncclComm *comm, mtrt_communicator_t *out_communicator);
 

@@ -2,6 +2,9 @@
 #include "capi/Handles.h"
 
 #include "comm/InProcessWorld.h"
+#if MTRT_HAVE_NCCL
+#include "comm/NcclCommunicator.h"
+#endif
 
 #include <new>
 
@@ -104,12 +107,19 @@ MTRT_API mtrt_status_t mtrt_communicator_create_nccl(
         checkNotNull(kApi, out_communicator, "out_communicator"));
     *out_communicator = nullptr;
     MTRT_RETURN_IF_ERROR(checkNotNull(kApi, comm, "comm"));
+#if MTRT_HAVE_NCCL
+    auto handle = std::make_unique<mtrt_communicator_s>();
+    handle->communicator = mtrt::comm::NcclCommunicator::wrap(comm);
+    *out_communicator = handle.release();
+    return nullptr;
+#else
     return makeStatus(MTRT_STATUS_UNAVAILABLE,
-                      "%s: this mtrt runtime was built without NCCL (the "
-                      "NCCL communicator is issue #11); run several ranks "
-                      "in one process with "
+                      "%s: this mtrt runtime was built without NCCL (it "
+                      "needs the CUDA backend and nccl.h at build time); run "
+                      "several ranks in one process with "
                       "mtrt_communicator_create_in_process",
                       kApi);
+#endif
   });
 }
 

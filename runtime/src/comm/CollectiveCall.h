@@ -13,7 +13,8 @@ namespace mtrt::comm {
 
 /// How all_reduce and reduce_scatter combine the ranks' contributions.
 enum class ReduceOp : uint8_t {
-  /// x0 + x1 + ... + x(n-1), added left to right in group-rank order.
+  /// x0 + x1 + ... + x(n-1), added as a balanced tree over the group ranks
+  /// ((x0 + x1) + (x2 + x3) for four; FixedOrderReduce.h).
   Sum,
   /// The largest; NaN if any contribution is NaN; of equal values (such as
   /// -0 and +0) the lowest rank's.

@@ -36,9 +36,9 @@ template <> struct DTypeOf<double> {
 ///   with code MTRT_STATUS_ABORTED and a message that names the ranks, the
 ///   calls (kind, count, dtype, label, step) and the call's position ("at
 ///   collective #7 of group tp[0,1]"). Ranks in messages are world ranks.
-/// - Reductions are deterministic: contributions are combined in group-rank
-///   order 0..size-1 (ReduceOp), so every rank gets the same bits, equal to
-///   a serial left-to-right loop.
+/// - Reductions are deterministic: contributions are combined in one fixed
+///   order over the group ranks (ReduceOp: sums as a balanced tree), so
+///   every rank gets the same bits.
 /// - When a call returns, its output is ready for this rank's next work and
 ///   its input may be reused: at once on the host; an NCCL implementation
 ///   will order the call on the stream it was made with instead. send
@@ -74,14 +74,15 @@ public:
   /// The world rank of each group rank, in group order.
   virtual const std::vector<int> &members() const = 0;
 
-  /// recv[i] = send[i] of every rank, combined with `op` in rank order.
+  /// recv[i] = send[i] of every rank, combined with `op` in a fixed
+  /// order (sums as the balanced rank tree of FixedOrderReduce.h).
   void allReduce(const void *send, void *recv, int64_t count, DType dtype,
                  ReduceOp op, const CallInfo &info);
   /// recv[r * count + i] = send[i] of rank r.
   void allGather(const void *send, void *recv, int64_t count, DType dtype,
                  const CallInfo &info);
   /// recv[i] = send[rank() * count + i] of every rank, combined with `op` in
-  /// rank order.
+  /// the same fixed order.
   void reduceScatter(const void *send, void *recv, int64_t count, DType dtype,
                      ReduceOp op, const CallInfo &info);
   /// buffer[i] = buffer[i] of rank `root`, on every rank.

@@ -244,12 +244,12 @@ void InProcessCommunicator::compute(const Call &call, void *out) {
   const size_t chunk = static_cast<size_t>(call.count) * dtypeSize(call.dtype);
   switch (call.kind) {
   case CallKind::AllReduce:
-    reduceInRankOrder(call.dtype, call.op, inputs_.data(), n, 0, call.count,
-                      out);
+    reduceInFixedOrder(call.dtype, call.op, inputs_.data(), n, 0, call.count,
+                       out);
     break;
   case CallKind::ReduceScatter:
-    reduceInRankOrder(call.dtype, call.op, inputs_.data(), n,
-                      member_ * call.count, call.count, out);
+    reduceInFixedOrder(call.dtype, call.op, inputs_.data(), n,
+                       member_ * call.count, call.count, out);
     break;
   case CallKind::AllGather:
     for (int r = 0; r < n && chunk; ++r)

@@ -16,8 +16,8 @@ struct InProcessGroup;
 /// Made by InProcessWorld::communicator and by split(). Takes f32 and f64.
 /// Each call copies straight from the other ranks' buffers into this rank's
 /// output (through a scratch buffer when the output overlaps an input, as in
-/// place); every rank computes a reduction in full, in rank order, so all
-/// get the same bits.
+/// place); every rank computes a reduction in full, in the fixed order of
+/// FixedOrderReduce.h, so all get the same bits.
 class InProcessCommunicator final : public Communicator {
 public:
   InProcessCommunicator(std::shared_ptr<InProcessState> state,

@@ -29,8 +29,8 @@ struct InProcessOptions {
 /// `size` ranks that run as threads of this process, with the
 /// Communicator interface: the rank threads take one communicator each and
 /// call collectives on it; all must call the same ones in the same order.
-/// Reductions sum in rank order, so results are bit-identical to a serial
-/// loop on every rank.
+/// Reductions sum in a fixed tree order (FixedOrderReduce.h), so every rank
+/// gets the same bits.
 ///
 /// Thread-safety: every member may be called from any thread. The world's
 /// state is shared with its communicators, so they may outlive it.

@@ -7,6 +7,7 @@
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
+#include "host/ThreadPool.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -15,8 +16,8 @@
 namespace mtrt::cuda {
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
-                   ParameterStore &parameters)
-    : bundle_(bundle), parameters_(parameters),
+                   ParameterStore &parameters, comm::RankContext *rank)
+    : bundle_(bundle), parameters_(parameters), rank_(rank),
       context_(parameters.context()) {
   function_ = &requireFunction(bundle, functionName);
   checkParameterStore(bundle, parameters, "cuda::Executor");
@@ -24,32 +25,13 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   checkNoHalfValues(bundle, fn,
                     "the cuda backend computes in f32 only for now");
   bf16_ = bundle.hasModel() && bundle.model().precision == "bf16";
-  if (bundle.rankCount() > 1)
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+  if (bundle.rankCount() > 1 && !rank_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "bundle '" + bundle.name() + "' is compiled for " +
                     std::to_string(bundle.rankCount()) + " ranks (grid " +
                     shapeString(bundle.gridShape()) +
-                    "); the cuda backend runs one rank: use the host backend "
-                    "(megatron-train --in-process-ranks)");
-  for (size_t position = 0; position < fn.instructions.size(); ++position)
-    switch (fn.instructions[position].op) {
-    case Op::AllReduce:
-    case Op::AllGather:
-    case Op::ReduceScatter:
-    case Op::AllSlice:
-    case Op::BiasAdd:
-    case Op::VocabMax:
-    case Op::VocabPartials:
-    case Op::VocabCrossEntropy:
-    case Op::VocabCrossEntropyGrad:
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  instructionWhere(fn, position) + ": " +
-                      opName(fn.instructions[position].op) +
-                      " is not implemented by the cuda backend yet; use the "
-                      "host backend");
-    default:
-      break;
-    }
+                    "); each rank's executor needs its RankContext");
+  checkRankInstructions();
 
   for (const Instruction &inst : fn.instructions)
     if (inst.op == Op::Fused && !fusedKernels_)
@@ -106,6 +88,8 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   };
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
+    if (runsOnHost(inst)) // checks its ids itself (whole-vocabulary limits)
+      continue;
     auto add = [&](size_t operand, int64_t limit, const char *what,
                    const char *limitName, bool hasIgnore) {
       int64_t input = inputIndex(inst.operands[operand]);

@@ -16,6 +16,13 @@
 #include <string_view>
 #include <vector>
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+namespace mtrt::host {
+class ThreadPool;
+} // namespace mtrt::host
+
 namespace mtrt::cuda {
 
 class ParameterStore;
@@ -50,8 +57,16 @@ public:
   /// UNIMPLEMENTED for bf16/f16 values or shapes the kernels cannot run,
   /// INVALID_ARGUMENT if the store is another bundle's, or the arena's
   /// allocation failure.
+  ///
+  /// A bundle of several ranks (a grid) runs one rank per executor, given
+  /// its RankContext (prepared for the bundle: RankContext::prepare) and a
+  /// store holding its shards. Its multi-rank instructions (collectives,
+  /// all_slice, bias_add, the vocabulary-parallel loss and embedding) run
+  /// through the host (RankOps.cpp): operands copied to the host, the host
+  /// kernels and the rank's communicators, results copied back; correct,
+  /// not fast (the in-process checks of tensor parallelism on one GPU).
   Executor(const Bundle &bundle, std::string_view functionName,
-           ParameterStore &parameters);
+           ParameterStore &parameters, comm::RankContext *rank = nullptr);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -124,10 +139,23 @@ private:
   void *scratch(size_t position) const;
   void checkInputIds(const std::vector<host::TensorView> &inputs) const;
   void execute(size_t position, const Instruction &inst, uint64_t step);
+  /// Whether `inst` runs through the host (a multi-rank instruction).
+  bool runsOnHost(const Instruction &inst) const;
+  /// Rejects (UNIMPLEMENTED) what neither the kernels nor executeOnHost
+  /// run: dropout and attention dropout over a split tensor (their masks
+  /// would need the global tile on the device).
+  void checkRankInstructions() const;
+  /// Runs it there: operands to the host, host kernels or the rank's
+  /// communicator, results back to the device (RankOps.cpp).
+  void executeOnHost(size_t position, const Instruction &inst, uint64_t step);
 
   const Bundle &bundle_;
   const Function *function_ = nullptr;
   ParameterStore &parameters_;
+  comm::RankContext *rank_ = nullptr;
+  /// The host kernels' pool for executeOnHost (one thread), made on first
+  /// use.
+  std::unique_ptr<host::ThreadPool> hostPool_;
   Context &context_;
   bool bf16_ = false;
   /// By instruction: the position of the paired attention_grad (for an

@@ -258,6 +258,10 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
 
 void Executor::execute(size_t position, const Instruction &inst,
                        uint64_t step) {
+  if (runsOnHost(inst)) {
+    executeOnHost(position, inst, step);
+    return;
+  }
   const Function &fn = *function_;
   const Attributes &a = inst.attrs;
   cudaStream_t stream = context_.stream();
@@ -622,10 +626,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::VocabPartials:
   case Op::VocabCrossEntropy:
   case Op::VocabCrossEntropyGrad:
-    // Rejected when the executor is constructed.
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                where(position) + ": " + opName(inst.op) +
-                    " is not implemented by the cuda backend yet");
+    // Run by executeOnHost (RankOps.cpp).
+    throw Error(MTRT_STATUS_INTERNAL, where(position) + ": " +
+                                          opName(inst.op) +
+                                          " reached the device dispatch");
   }
   cudaError_t launch = cudaGetLastError();
   if (launch != cudaSuccess)

@@ -1,21 +1,26 @@
 // Gradient scaling, clipping and AdamW over a cuda::ParameterStore.
 #include "cuda/Optimizer.h"
 
+#include "comm/RankContext.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 namespace mtrt::cuda {
 
 Optimizer::Optimizer(ParameterStore &parameters,
-                     const train::OptimizerConfig &config)
-    : parameters_(parameters), config_(config),
+                     const train::OptimizerConfig &config,
+                     comm::RankContext *rank)
+    : parameters_(parameters), config_(config), rank_(rank),
       scratch_(sumOfSquaresScratchBytes(parameters.flatElements()),
                "the gradient norm's partial sums"),
-      norm_(sizeof(double), "the gradient norm") {}
+      norm_(sizeof(double) * (rank ? std::max<size_t>(parameters.size(), 1) : 1),
+            "the gradient norm") {}
 
 train::OptimizerStepResult Optimizer::step(int64_t iteration,
                                            double gradScale) {
@@ -28,16 +33,45 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
   // the AdamW kernel.
   bool applyScale = gradScale != 1.0;
   float scale = applyScale ? static_cast<float>(gradScale) : 1.0f;
-  MTRT_CUDA_CHECK_LAUNCH(sumOfSquares(stream, parameters_.flatElements(),
-                                      parameters_.gradients(), scale,
-                                      norm_.as<double>(), scratch_.data()),
-                         what);
   double sumOfSquaresValue = 0;
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(&sumOfSquaresValue, norm_.data(),
-                                  sizeof(double), cudaMemcpyDeviceToHost,
-                                  stream),
-                  what);
-  context.synchronize(what);
+  if (!rank_) {
+    MTRT_CUDA_CHECK_LAUNCH(sumOfSquares(stream, parameters_.flatElements(),
+                                        parameters_.gradients(), scale,
+                                        norm_.as<double>(), scratch_.data()),
+                           what);
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(&sumOfSquaresValue, norm_.data(),
+                                    sizeof(double), cudaMemcpyDeviceToHost,
+                                    stream),
+                    what);
+    context.synchronize(what);
+  } else {
+    // train::Optimizer's: per parameter, zero for those another rank
+    // counts, summed over the world.
+    size_t count = parameters_.size();
+    for (size_t i = 0; i < count; ++i)
+      MTRT_CUDA_CHECK_LAUNCH(sumOfSquares(stream, parameters_.count(i),
+                                          parameters_.gradient(i), scale,
+                                          norm_.as<double>() + i,
+                                          scratch_.data()),
+                             what);
+    std::vector<double> squares(count, 0.0);
+    if (count)
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(squares.data(), norm_.data(),
+                                      sizeof(double) * count,
+                                      cudaMemcpyDeviceToHost, stream),
+                      what);
+    context.synchronize(what);
+    for (size_t i = 0; i < count; ++i)
+      if (!train::countsInNorm(parameters_.info(i), rank_->coordinates(), {}))
+        squares[i] = 0;
+    std::string label =
+        "gradient norm of iteration " + std::to_string(iteration);
+    rank_->world().allReduce<double>(
+        squares.data(), squares.data(), static_cast<int64_t>(count),
+        comm::ReduceOp::Sum, comm::CallInfo{label, iteration});
+    for (double square : squares)
+      sumOfSquaresValue += square;
+  }
 
   train::OptimizerStepResult result;
   result.gradNorm = std::sqrt(sumOfSquaresValue);

@@ -8,6 +8,10 @@
 
 #include <cstdint>
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
 namespace mtrt::cuda {
 
 class ParameterStore;
@@ -20,7 +24,11 @@ class ParameterStore;
 /// norm comes to the host for the clipping decision and the log).
 class Optimizer {
 public:
-  Optimizer(ParameterStore &parameters, const train::OptimizerConfig &config);
+  /// With `rank` (one rank of a tensor-parallel grid), the norm is the
+  /// host's: per parameter, the squares of the parameters that count on this
+  /// rank (train::countsInNorm), all-reduced over the world.
+  Optimizer(ParameterStore &parameters, const train::OptimizerConfig &config,
+            comm::RankContext *rank = nullptr);
 
   /// `iteration` counts from 1. Throws Error (ABORTED) if the gradient norm
   /// is not finite, naming the iteration, before anything is updated.
@@ -31,6 +39,7 @@ public:
 private:
   ParameterStore &parameters_;
   train::OptimizerConfig config_;
+  comm::RankContext *rank_ = nullptr;
   DeviceBuffer scratch_;
   DeviceBuffer norm_;
 };

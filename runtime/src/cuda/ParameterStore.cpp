@@ -27,9 +27,9 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context)
                       "compile the model with precision fp32");
     infos_.push_back(&p);
     offsets_.push_back(flat_);
-    flat_ += (p.type.numElements + kAlignElements - 1) / kAlignElements *
+    flat_ += (p.localType.numElements + kAlignElements - 1) / kAlignElements *
              kAlignElements;
-    numElements_ += p.type.numElements;
+    numElements_ += p.localType.numElements;
   }
   size_t bytes = 4 * sizeof(float) * static_cast<size_t>(flat_);
   buffer_ = DeviceBuffer(bytes, "the parameters, gradients and AdamW moments "
@@ -40,6 +40,13 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context)
 }
 
 void ParameterStore::initialize(uint64_t seed) {
+  for (const Parameter *p : infos_)
+    if (!p->splitAxes.empty())
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "cuda::ParameterStore::initialize: parameter " + p->name +
+                      " is split across ranks; initialize the rank's shards "
+                      "in a host::ParameterStore (with its coordinates) and "
+                      "upload them");
   cudaStream_t stream = context_.stream();
   MTRT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0,
                                   4 * sizeof(float) * static_cast<size_t>(flat_),
@@ -114,7 +121,7 @@ void ParameterStore::download(host::ParameterStore &to) const {
 }
 
 host::Tensor ParameterStore::toHost(const float *data, size_t i) const {
-  host::Tensor tensor(DType::F32, infos_[i]->type.shape);
+  host::Tensor tensor(DType::F32, infos_[i]->localType.shape);
   MTRT_CUDA_CHECK(cudaMemcpyAsync(tensor.buffer.data(), data,
                                   tensor.buffer.size(), cudaMemcpyDeviceToHost,
                                   context_.stream()),

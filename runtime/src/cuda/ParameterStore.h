@@ -39,7 +39,8 @@ public:
   float *gradient(size_t i) const { return at(1, i); }
   float *expAvg(size_t i) const { return at(2, i); }
   float *expAvgSq(size_t i) const { return at(3, i); }
-  int64_t count(size_t i) const { return infos_[i]->type.numElements; }
+  /// Elements of this rank's shard (the whole tensor in a one-rank bundle).
+  int64_t count(size_t i) const { return infos_[i]->localType.numElements; }
 
   /// Every gradient, padding included, as one array of flatElements().
   float *gradients() const { return buffer_.as<float>() + flat_; }

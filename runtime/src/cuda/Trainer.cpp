@@ -2,6 +2,7 @@
 // optimizer, evaluation, logs.
 #include "cuda/Trainer.h"
 
+#include "comm/RankContext.h"
 #include "cuda/Executor.h"
 #include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
@@ -18,28 +19,39 @@ namespace mtrt::cuda {
 
 Trainer::Trainer(const Bundle &bundle, std::string corpus,
                  std::string corpusName, const train::TrainerOptions &options,
-                 const ContextOptions &device)
+                 const ContextOptions &device, comm::RankContext *rank)
     : bundle_(bundle), options_(options), corpusName_(corpusName) {
   if (options.floatType != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "the cuda backend trains in f32 only");
+  if (rank && bundle.hasModel() &&
+      (bundle.model().dataParallelSize > 1 ||
+       bundle.model().pipelineModelParallelSize > 1 || bundle.pipeline() ||
+       bundle.hasGradientBuffer()))
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle.name() + "' has data or pipeline "
+                "parallelism (grid " + shapeString(bundle.gridShape()) +
+                    "); the cuda backend trains tensor-parallel grids only "
+                    "for now: use --backend host");
   // The device first: without one, fail before the host's work.
   context_ = std::make_unique<Context>(device);
   // Every check, the schedule and the seeded initialization.
   host_ = std::make_unique<train::Trainer>(bundle, std::move(corpus),
-                                           corpusName, options);
+                                           corpusName, options, rank);
   parameters_ = std::make_unique<ParameterStore>(bundle, *context_);
   parameters_->upload(host_->parameters());
 
   const Function *train = bundle.findFunction("train_step");
   idType_ = train->values[train->inputs[0]].dtype;
-  trainStep_ = std::make_unique<Executor>(bundle, "train_step", *parameters_);
+  trainStep_ =
+      std::make_unique<Executor>(bundle, "train_step", *parameters_, rank);
 
   // The host trainer's samples: the same data, splits and order.
   trainData_ = &host_->trainData();
   validData_ = host_->validData();
   if (host_->canEvaluate())
-    evalStep_ = std::make_unique<Executor>(bundle, "eval_step", *parameters_);
+    evalStep_ =
+        std::make_unique<Executor>(bundle, "eval_step", *parameters_, rank);
   int64_t seq = host_->seqLength();
 
   train::OptimizerConfig config;
@@ -49,7 +61,7 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   config.beta2 = options_.adamBeta2;
   config.eps = options_.adamEps;
   config.clipGrad = options_.clipGrad;
-  optimizer_ = std::make_unique<Optimizer>(*parameters_, config);
+  optimizer_ = std::make_unique<Optimizer>(*parameters_, config, rank);
   size_t tokens = static_cast<size_t>(host_->microBatchSize() * seq);
   tokens_.resize(tokens);
   labels_.resize(tokens);

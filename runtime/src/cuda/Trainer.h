@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
 namespace mtrt::cuda {
 
 class Executor;
@@ -31,9 +35,16 @@ class ParameterStore;
 class Trainer {
 public:
   /// Throws Error as train::Trainer does, or UNAVAILABLE without a GPU.
+  ///
+  /// With `rank` (prepared or not), trains one rank of a tensor-parallel
+  /// grid: the host trainer initializes the rank's shards, the executors run
+  /// its collectives through the rank's communicators, the gradient norm is
+  /// the world's. Grids with data or pipeline parallelism are refused
+  /// (UNIMPLEMENTED) for now.
   Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
           const train::TrainerOptions &options,
-          const ContextOptions &device = {});
+          const ContextOptions &device = {},
+          comm::RankContext *rank = nullptr);
   ~Trainer();
 
   /// Runs options.trainIters iterations (then an evaluation, if enabled),

@@ -51,6 +51,14 @@ GlobalTile globalTile(const Function &fn, const Instruction &inst,
   return tile;
 }
 
+/// The rows' innermost dimension of a [rows..., columns] value (the
+/// sequence of [batch, sequence, hidden], which sequence parallelism
+/// splits), or 0 when the rows are one dimension: the parameter gradients
+/// sum the rows in the canonical order over it (layerNormBackward).
+int64_t rowSequence(const std::vector<int64_t> &shape) {
+  return shape.size() >= 3 ? shape[shape.size() - 2] : 0;
+}
+
 /// Attention's dropout over the global probabilities: q [batch, seq, heads,
 /// head_dim] may be split along batch and heads.
 void setGlobalHeads(AttentionParams &p, const GlobalTile &q) {
@@ -228,12 +236,13 @@ void Executor::execute(size_t position, const Instruction &inst,
                           y.as<T>(), mean, rstd);
       layerNormBackward<T>(pool, rows, hidden, in(1), in(2), mean, rstd, in(0),
                            dx, dweight,
-                           inst.results.size() == 3 ? out(2) : nullptr, false);
+                           inst.results.size() == 3 ? out(2) : nullptr, false,
+                           rowSequence(operandShape(1)));
     } else {
       rmsNormForward<T>(pool, rows, hidden, in(1), in(2), a.epsilon, y.as<T>(),
                         rstd);
       rmsNormBackward<T>(pool, rows, hidden, in(1), in(2), rstd, in(0), dx,
-                         dweight, false);
+                         dweight, false, rowSequence(operandShape(1)));
     }
     break;
   }
@@ -254,7 +263,8 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LinearWeightBiasGrad: { // linear_weight_grad and bias_grad
     auto [rows, inSize, outSize] = linearDims(fn, inst);
     linearBackward<T>(pool, rows, inSize, outSize, in(0), nullptr,
-                      a.transposeWeight, in(1), nullptr, out(0), out(1), false);
+                      a.transposeWeight, in(1), nullptr, out(0), out(1), false,
+                      rowSequence(operandShape(1)));
     break;
   }
   case Op::LinearGelu: { // linear into the pre-activation, then gelu
@@ -277,13 +287,15 @@ void Executor::execute(size_t position, const Instruction &inst,
                     toKernel(a.approximate));
     if (inst.results.size() == 2)
       linearBackward<T>(pool, rows, 0, outSize, nullptr, nullptr, false, dx,
-                        nullptr, nullptr, out(1), false);
+                        nullptr, nullptr, out(1), false,
+                        rowSequence(shapeOf(inst.results[0])));
     break;
   }
   case Op::BiasGrad: {
     LinearDims d = linearDims(fn, inst);
     linearBackward<T>(pool, d.rows, 0, d.outSize, nullptr, nullptr, false,
-                      in(0), nullptr, nullptr, out(0), false);
+                      in(0), nullptr, nullptr, out(0), false,
+                      rowSequence(operandShape(0)));
     break;
   }
   case Op::Matmul: {

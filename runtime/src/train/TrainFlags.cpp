@@ -197,6 +197,16 @@ const std::vector<Flag> &flags() {
        "run every rank of a bundle compiled for several ranks (its grid) as "
        "a thread of this process",
        [](C &c, S, S) { c.inProcessRanks = true; }},
+      {"--collective-timeout", "SECONDS",
+       "in a multi-process run (torchrun or MPI variables), abort the run "
+       "when a collective takes longer (default 300)",
+       [](C &c, S f, S v) {
+         double seconds = parseNumber(f, v);
+         if (!(seconds > 0))
+           invalid(f + ": found '" + v + "', expected seconds > 0 (e.g. " +
+                   f + " 300)");
+         c.collectiveTimeout = seconds;
+       }},
       {"--no-progress-bar", nullptr,
        "never draw the progress bar (drawn only when stderr is a terminal)",
        [](C &c, S, S) { c.options.progressBar = false; }},

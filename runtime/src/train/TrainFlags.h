@@ -40,6 +40,9 @@ struct TrainCommand {
   /// --in-process-ranks: run each rank of a bundle for several ranks as a
   /// thread of this process.
   bool inProcessRanks = false;
+  /// --collective-timeout: seconds a collective of a multi-process run may
+  /// take before the run is aborted (NCCL's watchdog).
+  double collectiveTimeout = 300;
   bool help = false;
 };
 

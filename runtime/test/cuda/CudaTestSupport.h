@@ -9,6 +9,8 @@
 
 #include "gtest/gtest.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -17,13 +19,30 @@
 
 namespace mtrt::test {
 
+/// Why the GPU tests cannot run on this machine ("no CUDA device:
+/// cudaGetDeviceCount returned cudaErrorNoDevice (no CUDA-capable device is
+/// detected)"), or "" when a CUDA device is visible.
+inline std::string noGpuReason() {
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("no CUDA device: cudaGetDeviceCount returned ") +
+           cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
+  }
+  if (count == 0)
+    return "no CUDA device: cudaGetDeviceCount returned 0 devices";
+  return "";
+}
+
 /// Skips the current test, with the reason on the output, on a machine
 /// without a CUDA device (CI); these tests run through the device tool.
 #define MTRT_REQUIRE_GPU()                                                     \
   do {                                                                         \
-    if (::mtrt::cuda::Context::deviceCount() == 0)                             \
-      GTEST_SKIP() << "no CUDA device on this machine (no GPU or no "          \
-                      "driver): the cuda backend's GPU tests are skipped";     \
+    std::string mtrtNoGpu = ::mtrt::test::noGpuReason();                       \
+    if (!mtrtNoGpu.empty())                                                    \
+      GTEST_SKIP() << mtrtNoGpu                                                \
+                   << "; the cuda backend's GPU tests are skipped";            \
   } while (false)
 
 /// A fixture whose tests need a GPU: skipped without one, else given a

@@ -105,11 +105,11 @@ TEST(CommSplitTest, TensorAndDataParallelGroupsInMegatronOrder) {
     }
     EXPECT_TRUE(sameBits(s.dpGathered, gathered)) << "rank " << r;
     for (int64_t i = 0; i < kCount; ++i) {
+      // The four data ranks' contributions, added as the rank tree adds them.
       int64_t at = s.dpRank * kCount + i;
-      float sum = value(r % kTp, at);
-      for (int q = r % kTp + kTp; q < kWorld; q += kTp)
-        sum = sum + value(q, at);
-      scattered[i] = sum;
+      int q = r % kTp;
+      scattered[i] = (value(q, at) + value(q + kTp, at)) +
+                     (value(q + 2 * kTp, at) + value(q + 3 * kTp, at));
     }
     EXPECT_TRUE(sameBits(s.dpScattered, scattered)) << "rank " << r;
   }

@@ -36,18 +36,32 @@ std::vector<T> contribution(int rank, int64_t count, uint64_t seed) {
   return values;
 }
 
-/// The reference: x0 + x1 + ... left to right (or the running max), over
-/// elements [offset, offset + count) of each rank's input.
+/// Element i of ranks [lo, hi) summed as the balanced tree: the first
+/// ceil(n / 2) ranks' sum plus the rest's.
+template <typename T>
+T treeSum(const std::vector<std::vector<T>> &inputs, size_t lo, size_t hi,
+          int64_t i) {
+  if (hi - lo == 1)
+    return inputs[lo][i];
+  size_t mid = lo + (hi - lo + 1) / 2;
+  return treeSum(inputs, lo, mid, i) + treeSum(inputs, mid, hi, i);
+}
+
+/// The reference: the tree sum (or the running max), over elements
+/// [offset, offset + count) of each rank's input.
 template <typename T>
 std::vector<T> serialReduce(const std::vector<std::vector<T>> &inputs,
                             ReduceOp op, int64_t offset, int64_t count) {
   std::vector<T> out(inputs[0].begin() + offset,
                      inputs[0].begin() + offset + count);
-  for (size_t r = 1; r < inputs.size(); ++r)
-    for (int64_t i = 0; i < count; ++i) {
-      T x = inputs[r][offset + i];
-      out[i] = op == ReduceOp::Sum ? out[i] + x : std::max(out[i], x);
+  for (int64_t i = 0; i < count; ++i) {
+    if (op == ReduceOp::Sum) {
+      out[i] = treeSum(inputs, 0, inputs.size(), offset + i);
+      continue;
     }
+    for (size_t r = 1; r < inputs.size(); ++r)
+      out[i] = std::max(out[i], inputs[r][offset + i]);
+  }
   return out;
 }
 
@@ -90,13 +104,15 @@ template <typename T> void checkAllReduce(int n, ReduceOp op, bool inPlace) {
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(sameBits(outputs[r], expected)) << "rank " << r;
   if (n >= 3 && op == ReduceOp::Sum) {
-    // The data must make the order matter, or the test proves nothing.
-    std::vector<std::vector<T>> reversed(inputs.rbegin(), inputs.rend());
-    EXPECT_FALSE(sameBits(serialReduce(reversed, op, 0, kCount), expected));
+    // The data must make the order matter, or the test proves nothing: the
+    // ranks rotated by one give other bits.
+    std::vector<std::vector<T>> rotated(inputs.begin() + 1, inputs.end());
+    rotated.push_back(inputs[0]);
+    EXPECT_FALSE(sameBits(serialReduce(rotated, op, 0, kCount), expected));
   }
 }
 
-TEST_P(CommCollectiveTest, AllReduceSumIsTheSerialSumOnEveryRank) {
+TEST_P(CommCollectiveTest, AllReduceSumIsTheTreeSumOnEveryRank) {
   checkAllReduce<float>(GetParam(), ReduceOp::Sum, false);
   checkAllReduce<double>(GetParam(), ReduceOp::Sum, false);
 }
@@ -269,6 +285,21 @@ TEST(CommReduceTest, SumStartsFromTheFirstContributionSoMinusZeroStays) {
   });
   EXPECT_TRUE(std::signbit(outputs[0][0]));
   EXPECT_TRUE(std::signbit(outputs[1][0]));
+}
+
+// Four ranks add (x0 + x1) + (x2 + x3), the top of the host kernels'
+// canonical tree; left to right would give 1 here.
+TEST(CommReduceTest, FourRanksSumAsABalancedTree) {
+  const float tiny = std::ldexp(1.0f, -24);
+  std::vector<float> inputs = {1.0f, tiny, tiny, tiny};
+  std::vector<float> outputs(4, 0.0f);
+  InProcessWorld world(4);
+  runAll(world, [&](Communicator &comm) {
+    int r = comm.rank();
+    comm.allReduce(&inputs[r], &outputs[r], 1, ReduceOp::Sum, {"sum", 0});
+  });
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(outputs[r], 1.0f + 2 * tiny) << "rank " << r;
 }
 
 } // namespace

@@ -121,21 +121,75 @@ TEST(HostKernels, MatmulMatchesNaiveLoopsForEveryTranspose) {
     }
 }
 
-TEST(HostKernels, GemmSumsInNaiveOrderBitForBit) {
+/// a[i, p0..p0+len) . b[p0..p0+len), j] in the canonical order: halves
+/// while the range is even and longer than 32 terms, leaves in increasing p.
+float canonicalDot(const std::vector<float> &a, const std::vector<float> &b,
+                   int64_t k, int64_t n, int64_t i, int64_t j, int64_t p0,
+                   int64_t len) {
+  if (len > 32 && len % 2 == 0)
+    return canonicalDot(a, b, k, n, i, j, p0, len / 2) +
+           canonicalDot(a, b, k, n, i, j, p0 + len / 2, len / 2);
+  float sum = 0;
+  for (int64_t p = p0; p < p0 + len; ++p) {
+    float product = a[i * k + p] * b[p * n + j];
+    sum += product;
+  }
+  return sum;
+}
+
+TEST(HostKernels, GemmSumsInCanonicalOrderBitForBit) {
+  // k = 300 splits twice (75-term leaves); 70 x 45 is not a whole tile.
   const int64_t m = 70, n = 45, k = 300;
   auto a = randomVec<float>(m * k, 7), b = randomVec<float>(k * n, 8);
   std::vector<float> c(m * n);
   gemm<float>(pool(), 1, m, n, k, a.data(), false, b.data(), false, c.data(),
               false);
+  int64_t differsFromNaive = 0;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      float sum = 0;
+      ASSERT_EQ(c[i * n + j], canonicalDot(a, b, k, n, i, j, 0, k))
+          << i << ", " << j;
+      float naive = 0;
       for (int64_t p = 0; p < k; ++p) {
         float product = a[i * k + p] * b[p * n + j];
-        sum += product;
+        naive += product;
       }
-      ASSERT_EQ(c[i * n + j], sum) << i << ", " << j;
+      differsFromNaive += c[i * n + j] != naive;
     }
+  EXPECT_GT(differsFromNaive, 0) << "the order must be visible in the bits";
+}
+
+// A product whose contraction is split over k ranks (a row-parallel layer)
+// gives the one-rank bits once the rank partials are added as the
+// all-reduce adds them: (p0 + p1) for two, (p0 + p1) + (p2 + p3) for four.
+TEST(HostKernels, GemmSplitOverKShardsAddsUpToTheWholeProductBitForBit) {
+  const int64_t m = 9, n = 40, k = 256;
+  auto a = randomVec<float>(m * k, 17), b = randomVec<float>(k * n, 18);
+  std::vector<float> whole(m * n);
+  gemm<float>(pool(), 1, m, n, k, a.data(), false, b.data(), false,
+              whole.data(), false);
+  for (int64_t shards : {2, 4, 8}) {
+    int64_t width = k / shards;
+    std::vector<std::vector<float>> partial(shards, std::vector<float>(m * n));
+    for (int64_t s = 0; s < shards; ++s) {
+      // Shard s: columns [s * width, (s + 1) * width) of A, rows of B.
+      std::vector<float> as(m * width);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < width; ++p)
+          as[i * width + p] = a[i * k + s * width + p];
+      gemm<float>(pool(), 1, m, n, width, as.data(), false,
+                  b.data() + s * width * n, false, partial[s].data(), false);
+    }
+    for (int64_t e = 0; e < m * n; ++e) {
+      std::vector<float> level(shards);
+      for (int64_t s = 0; s < shards; ++s)
+        level[s] = partial[s][e];
+      for (int64_t size = shards; size > 1; size /= 2)
+        for (int64_t s = 0; s < size / 2; ++s)
+          level[s] = level[2 * s] + level[2 * s + 1];
+      ASSERT_EQ(level[0], whole[e]) << shards << " shards, element " << e;
+    }
+  }
 }
 
 TEST(HostKernels, LinearMatchesNaiveLoopsInBothLayouts) {

@@ -122,6 +122,66 @@ TEST(HostParallelKernelsTest, VocabularyBlocksGiveTheWholeCrossEntropy) {
   }
 }
 
+/// In float, 2 or 4 blocks of a 256-token vocabulary (each more than half a
+/// canonical leaf), their sums added as the all-reduce's rank tree adds
+/// them, give cross_entropy's loss and gradient bit for bit.
+TEST(HostParallelKernelsTest, VocabularyBlocksGiveCrossEntropysBits) {
+  const int64_t rows = 6, vocab = 256, ignore = -100;
+  std::vector<float> logits(rows * vocab);
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 6);
+  std::vector<int32_t> labels = {3, 255, static_cast<int32_t>(ignore),
+                                 0, 130, 64};
+  std::vector<float> wholeLoss(1), dloss(1, 0.75f), wholeGrad(rows * vocab);
+  ASSERT_TRUE(crossEntropyForward<float>(pool(), rows, vocab, logits.data(),
+                                         labels.data(), ignore,
+                                         LossReduction::Mean, wholeLoss.data())
+                  .ok());
+  ASSERT_TRUE(crossEntropyBackward<float>(
+                  pool(), rows, vocab, logits.data(), labels.data(), ignore,
+                  LossReduction::Mean, dloss.data(), wholeGrad.data())
+                  .ok());
+  for (int64_t blocks : {2, 4}) {
+    int64_t block = vocab / blocks;
+    std::vector<std::vector<float>> local(blocks), partial(blocks);
+    std::vector<float> max(rows, -INFINITY);
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t r = 0; r < rows; ++r)
+        local[b].insert(local[b].end(), logits.begin() + r * vocab + b * block,
+                        logits.begin() + r * vocab + (b + 1) * block);
+      std::vector<float> m(rows);
+      vocabMax<float>(pool(), rows, block, local[b].data(), m.data());
+      for (int64_t r = 0; r < rows; ++r)
+        max[r] = std::max(max[r], m[r]);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      partial[b].resize(rows * 2);
+      vocabPartials<float>(pool(), rows, block, b * block, local[b].data(),
+                           labels.data(), max.data(), partial[b].data());
+    }
+    std::vector<float> partials(rows * 2);
+    for (int64_t i = 0; i < rows * 2; ++i)
+      partials[i] = blocks == 2 ? partial[0][i] + partial[1][i]
+                                : (partial[0][i] + partial[1][i]) +
+                                      (partial[2][i] + partial[3][i]);
+    std::vector<float> loss(1);
+    vocabCrossEntropy<float>(rows, partials.data(), labels.data(), ignore,
+                             LossReduction::Mean, loss.data());
+    EXPECT_EQ(loss[0], wholeLoss[0]) << blocks << " blocks";
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::vector<float> grad(rows * block);
+      vocabCrossEntropyGrad<float>(pool(), rows, block, b * block,
+                                   local[b].data(), labels.data(), ignore,
+                                   LossReduction::Mean, dloss.data(),
+                                   max.data(), partials.data(), grad.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t v = 0; v < block; ++v)
+          ASSERT_EQ(grad[r * block + v], wholeGrad[r * vocab + b * block + v])
+              << blocks << " blocks, row " << r << ", token " << b * block + v;
+    }
+  }
+}
+
 /// The blocks' masked lookups sum to the whole lookup; each block's
 /// gradient is its rows of the whole table's gradient.
 TEST(HostParallelKernelsTest, VocabularyBlocksGiveTheWholeEmbedding) {

@@ -2,7 +2,7 @@
 """Checks that a run on several ranks matches the one-rank run
 (multi-rank-equivalence.test).
 
-Usage: compare-ranks.py ONE.jsonl RANKS.jsonl [--grad-norm] [--bitwise]
+Usage: compare-ranks.py ONE.jsonl RANKS.jsonl [--grad-norm] [--bitwise|--exact]
 
 Both files are megatron-train --log-jsonl logs. Every iteration's "loss" (and
 every evaluation's "eval_loss") must agree within 1e-5 relative; with
@@ -10,7 +10,9 @@ every evaluation's "eval_loss") must agree within 1e-5 relative; with
 losses as float32 (the step computes them in float32; a log that averages
 several micro-batches does so in double, and the float32 rounding of that
 exact mean of two floats is the float32 sum a data-parallel all-reduce
-makes), the gradient norms exactly. Prints what it compared and the largest
+makes), the gradient norms exactly. With --exact every value must be equal
+as logged (the doubles, full precision): for runs that average the same
+micro-batches in the same way. Prints what it compared and the largest
 relative difference; exits 1 on a mismatch.
 """
 import json
@@ -34,7 +36,8 @@ def main():
     keys = ["loss", "eval_loss"]
     if "--grad-norm" in sys.argv:
         keys.append("grad_norm")
-    bitwise = "--bitwise" in sys.argv
+    exact = "--exact" in sys.argv
+    bitwise = exact or "--bitwise" in sys.argv
     one, ranks = records(args[0]), records(args[1])
     if len(one) != len(ranks):
         sys.exit("%s has %d records but %s has %d"
@@ -47,7 +50,7 @@ def main():
             if key not in a or key not in b:
                 sys.exit("record %s: %s in only one log" % (a, key))
             x, y = float(a[key]), float(b[key])
-            if bitwise and key != "grad_norm":
+            if bitwise and not exact and key != "grad_norm":
                 x, y = float32(x), float32(y)
             difference = abs(x - y) / max(abs(x), 1e-30)
             if bitwise and x != y:
@@ -64,6 +67,7 @@ def main():
     iterations = sum(1 for r in one if "loss" in r)
     print("%d iterations, %d values (%s): %s"
           % (iterations, compared, ", ".join(keys),
+             "equal as logged" if exact else
              "bit for bit" if bitwise else
              "equal within %g relative" % TOLERANCE))
 

@@ -84,12 +84,16 @@ void layerNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
 
 /// From x, weight, the saved mean and rstd and dy: dx [rows, hidden],
 /// dweight [hidden] = sum over rows of dy * xhat, dbias [hidden] = sum over
-/// rows of dy (both summed over rows in increasing order, with `accumulate`).
+/// rows of dy (with `accumulate`). The parameter gradients sum the rows,
+/// viewed as [rows / sequence, sequence], in the canonical order over the
+/// sequence (detail::canonicalRowSums; leaves in double), so a sequence
+/// shard's sums add up to the whole sequence's bits; `sequence` 0 means
+/// rows.
 template <typename T>
 void layerNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
                        const T *x, const T *weight, const T *mean,
-                       const T *rstd, const T *dy, T *dx, T *dweight,
-                       T *dbias, bool accumulate);
+                       const T *rstd, const T *dy, T *dx, T *dweight, T *dbias,
+                       bool accumulate, int64_t sequence = 0);
 
 /// y = x * rstd * weight per row, rstd = 1 / sqrt(mean(x^2) + eps); saves
 /// rstd[rows].
@@ -97,11 +101,12 @@ template <typename T>
 void rmsNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
                     const T *x, const T *weight, double eps, T *y, T *rstd);
 
-/// dx [rows, hidden] and dweight [hidden] = sum over rows of dy * x * rstd.
+/// dx [rows, hidden] and dweight [hidden] = sum over rows of dy * x * rstd,
+/// summed as layerNormBackward's.
 template <typename T>
-void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
-                     const T *x, const T *weight, const T *rstd, const T *dy,
-                     T *dx, T *dweight, bool accumulate);
+void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden, const T *x,
+                     const T *weight, const T *rstd, const T *dy, T *dx,
+                     T *dweight, bool accumulate, int64_t sequence = 0);
 
 //===----------------------------------------------------------------------===//
 // Linear algebra (Linear.cpp)
@@ -111,8 +116,11 @@ void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
 /// C[b] (+)= op(A[b]) @ op(B[b]) with op(A) [m, k], op(B) [k, n], C [m, n].
 /// A[b] is stored [m, k], or [k, m] with transA; B[b] is [k, n], or [n, k]
 /// with transB. Each C element is sum_{p = 0..k-1} op(A)[i,p] * op(B)[p,j]
-/// accumulated in T in increasing p from zero, then stored (or, with
-/// `accumulate`, added to C).
+/// accumulated in T in the canonical order over p (KernelSupport.h: halves
+/// added as a tree, leaves in increasing p from zero), then stored (or,
+/// with `accumulate`, added to C). A contraction split over ranks (a
+/// row-parallel layer) is thus put back together bit for bit by the
+/// all-reduce.
 template <typename T>
 void gemm(ThreadPool &pool, int64_t batch, int64_t m, int64_t n, int64_t k,
           const T *a, bool transA, const T *b, bool transB, T *c,
@@ -127,13 +135,14 @@ void linearForward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
                    const T *bias, T *y);
 
 /// dx = dy @ W^T; dweight (+)= x^T @ dy in W's layout (dy^T @ x with
-/// transposeWeight); dbias (+)= sum over rows of dy, in increasing row
-/// order. Any of dx, dweight, dbias may be nullptr.
+/// transposeWeight); dbias (+)= sum over rows of dy, in the canonical order
+/// over the sequence as layerNormBackward's, in T. Any of dx, dweight, dbias
+/// may be nullptr.
 template <typename T>
 void linearBackward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
                     const T *x, const T *weight, bool transposeWeight,
-                    const T *dy, T *dx, T *dweight, T *dbias,
-                    bool accumulate);
+                    const T *dy, T *dx, T *dweight, T *dbias, bool accumulate,
+                    int64_t sequence = 0);
 
 /// Batched matmul: y[b] = op(lhs[b]) @ op(rhs[b]), op(lhs) [m, k], op(rhs)
 /// [k, n], y [batch, m, n]; lhs is stored [m, k] ([k, m] with transposeLhs),
@@ -317,7 +326,11 @@ void softmaxBackward(ThreadPool &pool, int64_t outer, int64_t axisSize,
 enum class LossReduction { None, Sum, Mean };
 
 /// Softmax cross-entropy of logits [rows, vocab] against labels [rows]:
-/// per row, logsumexp(logits) - logits[label], the logsumexp in double.
+/// per row, log(sum(exp(logits - max))) - (logits[label] - max), computed as
+/// the vocabulary-parallel kernels compute it (the sum of exponentials in
+/// the canonical order of KernelSupport.h, its leaves in double, the tree
+/// and the target term rounded to T), so that splitting the vocabulary over
+/// ranks gives the same bits.
 /// Rows whose label is ignoreIndex contribute 0. loss is [rows] for None;
 /// a scalar for Sum (the sum over rows in increasing order, in double) and
 /// Mean (that sum divided by the number of rows not ignored; 0 when there
@@ -365,9 +378,9 @@ template <typename T>
 void vocabMax(ThreadPool &pool, int64_t rows, int64_t vocab, const T *logits,
               T *max);
 
-/// partials [rows, 2] = (sum over the block of exp(logit - max[r]), in
-/// double; logits[label - start] - max[r] if the label is in the block,
-/// else 0).
+/// partials [rows, 2] = (sum over the block of exp(logit - max[r]) in the
+/// canonical order, KernelSupport.h; logits[label - start] - max[r] if the
+/// label is in the block, else 0).
 template <typename T, typename Id>
 void vocabPartials(ThreadPool &pool, int64_t rows, int64_t vocab,
                    int64_t start, const T *logits, const Id *labels,

@@ -12,9 +12,10 @@ namespace {
 // C is cut into tiles of kRowsPerTile x kCols<T> elements; a thread computes
 // whole tiles. Inside a tile, the micro-kernel computes kMicroRows x kCols<T>
 // elements with accumulators held in vector registers, sweeping p = 0..k-1
-// in order over packed, contiguous copies of the operands. Each element's sum
-// is thus accumulated in the naive order, whatever the tiling, the vector
-// width or the thread count. Vectors are GCC/Clang vector extensions of 16
+// in order over packed, contiguous copies of the operands, in the canonical
+// tree of halves over p (KernelSupport.h). Each element's sum is thus
+// accumulated in one order, whatever the tiling, the vector width or the
+// thread count. Vectors are GCC/Clang vector extensions of 16
 // bytes (SSE2, the x86-64 baseline; NEON on arm64), sized so that the
 // accumulators fit the 16 registers; elementwise vector arithmetic rounds
 // exactly like scalar arithmetic.
@@ -117,6 +118,28 @@ inline void microKernel(int64_t k, const T *__restrict ap,
       __builtin_memcpy(&acc[r][v * lanes], &c[r][v], sizeof(V));
 }
 
+/// microKernel over p in the canonical order: halves added as a tree down to
+/// leaves of at most kCanonicalLeaf terms (detail::splitsInHalves), so a
+/// product whose k is split over ranks is put back together bit for bit by
+/// the all-reduce. The packed panels are contiguous in p.
+template <typename T>
+void canonicalMicroKernel(int64_t k, const T *__restrict ap,
+                          const T *__restrict bp,
+                          T (&acc)[kMicroRows][kCols<T>]) {
+  if (!detail::splitsInHalves(k)) {
+    microKernel<T>(k, ap, bp, acc);
+    return;
+  }
+  int64_t half = k / 2;
+  T right[kMicroRows][kCols<T>];
+  canonicalMicroKernel<T>(half, ap, bp, acc);
+  canonicalMicroKernel<T>(half, ap + half * kMicroRows, bp + half * kCols<T>,
+                          right);
+  for (int64_t r = 0; r < kMicroRows; ++r)
+    for (int64_t j = 0; j < kCols<T>; ++j)
+      acc[r][j] += right[r][j];
+}
+
 /// One tile of C: rows [i0, i0 + kRowsPerTile) of columns [j0, j0 + kCols),
 /// clipped to C, with op(B)'s panel already packed in bp.
 template <typename T>
@@ -128,7 +151,7 @@ void gemmTile(const Operand<T> &a, int64_t i0, int64_t j0, int64_t n,
   int64_t width = std::min(nr, n - j0);
   T acc[kMicroRows][nr];
   for (int64_t g = 0; g < panels; ++g) {
-    microKernel<T>(k, ap + g * k * kMicroRows, bp, acc);
+    canonicalMicroKernel<T>(k, ap + g * k * kMicroRows, bp, acc);
     int64_t i = i0 + g * kMicroRows;
     int64_t height = std::min(kMicroRows, m - i);
     for (int64_t r = 0; r < height; ++r) {
@@ -212,8 +235,8 @@ void linearForward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
 template <typename T>
 void linearBackward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
                     const T *x, const T *weight, bool transposeWeight,
-                    const T *dy, T *dx, T *dweight, T *dbias,
-                    bool accumulate) {
+                    const T *dy, T *dx, T *dweight, T *dbias, bool accumulate,
+                    int64_t sequence) {
   // op(W) is [in, out]; dx [rows, in] = dy [rows, out] @ op(W)^T.
   if (dx)
     gemm(pool, 1, rows, in, out, dy, false, weight, !transposeWeight, dx,
@@ -224,21 +247,10 @@ void linearBackward(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
     else // dW [out, in] = dy^T @ x
       gemm(pool, 1, out, in, rows, dy, true, x, false, dweight, accumulate);
   }
-  if (dbias) {
-    pool.parallelFor(
-        0, out,
-        [&](int64_t begin, int64_t end) {
-          std::vector<T> sums(static_cast<size_t>(end - begin), T(0));
-          for (int64_t r = 0; r < rows; ++r) {
-            const T *dyr = dy + r * out;
-            for (int64_t j = begin; j < end; ++j)
-              sums[j - begin] += dyr[j];
-          }
-          for (int64_t j = begin; j < end; ++j)
-            dbias[j] = accumulate ? dbias[j] + sums[j - begin] : sums[j - begin];
-        },
-        detail::rowGrain(rows));
-  }
+  if (dbias)
+    detail::canonicalRowSums<T, T>(
+        pool, rows, sequence, out, dbias, accumulate,
+        [&](int64_t r, int64_t j) { return dy[r * out + j]; });
 }
 
 template <typename T>
@@ -279,7 +291,7 @@ void matmulBackward(ThreadPool &pool, int64_t batch, int64_t m, int64_t n,
                                  const T *, const T *, bool, const T *, T *);  \
   template void linearBackward<T>(ThreadPool &, int64_t, int64_t, int64_t,     \
                                   const T *, const T *, bool, const T *, T *,  \
-                                  T *, T *, bool);                             \
+                                  T *, T *, bool, int64_t);                    \
   template void matmulForward<T>(ThreadPool &, int64_t, int64_t, int64_t,      \
                                  int64_t, const T *, bool, const T *, bool,    \
                                  T *);                                         \

@@ -1,4 +1,5 @@
-// Softmax cross-entropy against integer labels, forward and backward, in double per row.
+// Softmax cross-entropy against integer labels, forward and backward, per row
+// as the vocabulary-parallel kernels compute it.
 #include "host/kernels/KernelSupport.h"
 
 #include <algorithm>
@@ -30,15 +31,18 @@ KernelStatus checkLabels(const char *kernel, int64_t rows, int64_t vocab,
   return KernelStatus::success();
 }
 
-/// log(sum(exp(row))) over `vocab` logits, in double.
-template <typename T> double logSumExp(const T *row, int64_t vocab) {
-  double maxValue = row[0];
-  for (int64_t v = 1; v < vocab; ++v)
-    maxValue = std::max(maxValue, static_cast<double>(row[v]));
-  double sum = 0;
-  for (int64_t v = 0; v < vocab; ++v)
-    sum += std::exp(static_cast<double>(row[v]) - maxValue);
-  return maxValue + std::log(sum);
+/// A row's largest logit and its sum of exp(logit - max), computed as the
+/// vocabulary-parallel kernels compute them (max exactly, the sum in the
+/// canonical order rounded to T), so that a row gives the same bits whether
+/// or not its vocabulary is split over ranks.
+struct RowStatistics {
+  double max;
+  double sum;
+};
+
+template <typename T> RowStatistics rowStatistics(const T *row, int64_t vocab) {
+  double max = static_cast<double>(*std::max_element(row, row + vocab));
+  return {max, static_cast<double>(detail::canonicalExpSum(row, vocab, max))};
 }
 
 template <typename Id>
@@ -69,7 +73,12 @@ KernelStatus crossEntropyForward(ThreadPool &pool, int64_t rows,
           if (label == ignoreIndex)
             continue;
           const T *row = logits + r * vocab;
-          rowLoss[r] = logSumExp(row, vocab) - static_cast<double>(row[label]);
+          RowStatistics s = rowStatistics(row, vocab);
+          // As vocabCrossEntropy: log(sum) - (target - max), the target term
+          // rounded to T as the vocabulary-parallel partials are.
+          rowLoss[r] =
+              std::log(s.sum) - static_cast<double>(static_cast<T>(
+                                    static_cast<double>(row[label]) - s.max));
         }
       },
       detail::rowGrain(vocab));
@@ -120,9 +129,9 @@ KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
                          ? static_cast<double>(dloss[r])
                          : shared;
           const T *row = logits + r * vocab;
-          double lse = logSumExp(row, vocab);
+          RowStatistics s = rowStatistics(row, vocab);
           for (int64_t v = 0; v < vocab; ++v) {
-            double prob = std::exp(static_cast<double>(row[v]) - lse);
+            double prob = std::exp(static_cast<double>(row[v]) - s.max) / s.sum;
             out[v] = static_cast<T>(g * (v == label ? prob - 1.0 : prob));
           }
         }

@@ -6,32 +6,6 @@
 
 namespace mtrt::host {
 
-namespace {
-
-/// Column sums over all rows for the parameter gradients: each chunk of
-/// columns belongs to one thread, which walks the rows in increasing order,
-/// so the sums do not depend on the thread count. rowTerm(r, j) is the
-/// term of row r in column j. The sums are accumulated in double.
-template <typename T, typename RowTerm>
-void columnSums(ThreadPool &pool, int64_t rows, int64_t hidden, T *out,
-                bool accumulate, RowTerm &&rowTerm) {
-  pool.parallelFor(
-      0, hidden,
-      [&](int64_t begin, int64_t end) {
-        std::vector<double> sums(static_cast<size_t>(end - begin), 0.0);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = begin; j < end; ++j)
-            sums[j - begin] += static_cast<double>(rowTerm(r, j));
-        for (int64_t j = begin; j < end; ++j) {
-          T value = static_cast<T>(sums[j - begin]);
-          out[j] = accumulate ? out[j] + value : value;
-        }
-      },
-      detail::rowGrain(rows));
-}
-
-} // namespace
-
 template <typename T>
 void layerNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
                       const T *x, const T *weight, const T *bias, double eps,
@@ -68,8 +42,8 @@ void layerNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
 template <typename T>
 void layerNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
                        const T *x, const T *weight, const T *mean,
-                       const T *rstd, const T *dy, T *dx, T *dweight,
-                       T *dbias, bool accumulate) {
+                       const T *rstd, const T *dy, T *dx, T *dweight, T *dbias,
+                       bool accumulate, int64_t sequence) {
   auto xhat = [&](int64_t r, int64_t j) {
     return (x[r * hidden + j] - mean[r]) * rstd[r];
   };
@@ -98,11 +72,13 @@ void layerNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
         detail::rowGrain(hidden));
   }
   if (dweight)
-    columnSums(pool, rows, hidden, dweight, accumulate,
-               [&](int64_t r, int64_t j) { return dy[r * hidden + j] * xhat(r, j); });
+    detail::canonicalRowSums<T, double>(
+        pool, rows, sequence, hidden, dweight, accumulate,
+        [&](int64_t r, int64_t j) { return dy[r * hidden + j] * xhat(r, j); });
   if (dbias)
-    columnSums(pool, rows, hidden, dbias, accumulate,
-               [&](int64_t r, int64_t j) { return dy[r * hidden + j]; });
+    detail::canonicalRowSums<T, double>(
+        pool, rows, sequence, hidden, dbias, accumulate,
+        [&](int64_t r, int64_t j) { return dy[r * hidden + j]; });
 }
 
 template <typename T>
@@ -128,9 +104,9 @@ void rmsNormForward(ThreadPool &pool, int64_t rows, int64_t hidden,
 }
 
 template <typename T>
-void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
-                     const T *x, const T *weight, const T *rstd, const T *dy,
-                     T *dx, T *dweight, bool accumulate) {
+void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden, const T *x,
+                     const T *weight, const T *rstd, const T *dy, T *dx,
+                     T *dweight, bool accumulate, int64_t sequence) {
   if (dx) {
     pool.parallelFor(
         0, rows,
@@ -154,25 +130,25 @@ void rmsNormBackward(ThreadPool &pool, int64_t rows, int64_t hidden,
         detail::rowGrain(hidden));
   }
   if (dweight)
-    columnSums(pool, rows, hidden, dweight, accumulate,
-               [&](int64_t r, int64_t j) {
-                 return dy[r * hidden + j] * (x[r * hidden + j] * rstd[r]);
-               });
+    detail::canonicalRowSums<T, double>(pool, rows, sequence, hidden, dweight,
+                                        accumulate, [&](int64_t r, int64_t j) {
+                                          return dy[r * hidden + j] *
+                                                 (x[r * hidden + j] * rstd[r]);
+                                        });
 }
 
 #define MTRT_INSTANTIATE(T)                                                    \
-  template void layerNormForward<T>(ThreadPool &, int64_t, int64_t,            \
-                                    const T *, const T *, const T *, double,   \
-                                    T *, T *, T *);                            \
-  template void layerNormBackward<T>(ThreadPool &, int64_t, int64_t,           \
-                                     const T *, const T *, const T *,          \
-                                     const T *, const T *, T *, T *, T *,      \
-                                     bool);                                    \
+  template void layerNormForward<T>(ThreadPool &, int64_t, int64_t, const T *, \
+                                    const T *, const T *, double, T *, T *,    \
+                                    T *);                                      \
+  template void layerNormBackward<T>(                                          \
+      ThreadPool &, int64_t, int64_t, const T *, const T *, const T *,         \
+      const T *, const T *, T *, T *, T *, bool, int64_t);                     \
   template void rmsNormForward<T>(ThreadPool &, int64_t, int64_t, const T *,   \
                                   const T *, double, T *, T *);                \
   template void rmsNormBackward<T>(ThreadPool &, int64_t, int64_t, const T *,  \
                                    const T *, const T *, const T *, T *, T *,  \
-                                   bool);
+                                   bool, int64_t);
 MTRT_INSTANTIATE_FLOAT_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

@@ -71,11 +71,9 @@ void vocabPartials(ThreadPool &pool, int64_t rows, int64_t vocab,
       [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const T *row = logits + r * vocab;
-          double m = static_cast<double>(max[r]), sum = 0;
-          for (int64_t v = 0; v < vocab; ++v)
-            sum += std::exp(static_cast<double>(row[v]) - m);
+          double m = static_cast<double>(max[r]);
           int64_t target = static_cast<int64_t>(labels[r]) - start;
-          partials[2 * r] = static_cast<T>(sum);
+          partials[2 * r] = detail::canonicalExpSum(row, vocab, m);
           partials[2 * r + 1] =
               target >= 0 && target < vocab
                   ? static_cast<T>(static_cast<double>(row[target]) - m)

@@ -1,0 +1,285 @@
+// Tensor parallelism on one GPU: tiny-gpt compiled for TP=2, run as two
+// in-process ranks (threads, each with its own CUDA context and stream on
+// device 0, talking through the in-process communicator, the multi-rank
+// instructions staged through the host), against the same model compiled
+// for one rank on the same GPU: one train_step's loss and every gradient
+// (gathered from the shards), fp32 and bf16. Both runs start from the same
+// parameters (the host store initializes each shard with its global
+// values). Dropout is off in these bundles: the cuda backend does not draw
+// masks over split tensors yet.
+#include "CudaTestSupport.h"
+
+#include "comm/InProcessWorld.h"
+#include "comm/RankContext.h"
+#include "comm/RunRanks.h"
+#include "cuda/Executor.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/Trainer.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+struct StepResult {
+  double loss = 0;
+  /// Per parameter, the global gradient (NaN where no rank wrote).
+  std::vector<host::Tensor> gradients;
+};
+
+std::vector<host::Tensor> emptyGradients(const Bundle &bundle) {
+  std::vector<host::Tensor> gradients;
+  for (const Parameter &p : bundle.parameters()) {
+    gradients.emplace_back(DType::F32, p.type.shape);
+    float *data = gradients.back().data<float>();
+    for (int64_t i = 0; i < p.type.numElements; ++i)
+      data[i] = NAN;
+  }
+  return gradients;
+}
+
+/// Writes rank shard `shard` of parameter p into the global `whole`; the
+/// replicas of an unsplit parameter must agree exactly (TP ranks compute
+/// them from the same all-reduced values).
+void scatterShard(const host::ParameterStore &store, size_t p,
+                  const host::Tensor &shard, host::Tensor &whole) {
+  const Parameter &info = store.info(p);
+  std::vector<int64_t> offsets = store.shardOffsets(p);
+  const auto &local = info.localType.shape;
+  for (int64_t i = 0; i < info.localType.numElements; ++i) {
+    int64_t rest = i, index = 0, stride = 1;
+    for (size_t d = local.size(); d-- > 0;) {
+      index += (offsets[d] + rest % local[d]) * stride;
+      rest /= local[d];
+      stride *= info.type.shape[d];
+    }
+    float &slot = whole.data<float>()[index];
+    float value = shard.data<float>()[i];
+    EXPECT_TRUE(std::isnan(slot) || std::abs(slot - value) <=
+                                        1e-6f * std::abs(value) + 1e-12f)
+        << info.name << ": the ranks' replicas differ at element " << index
+        << " (" << slot << " vs " << value << ")";
+    slot = value;
+  }
+}
+
+std::vector<host::TensorView> stepInputs(const Bundle &bundle,
+                                         host::Tensor &tokens,
+                                         host::Tensor &labels) {
+  const Function *train = bundle.findFunction("train_step");
+  std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
+  tokens = randomIds(shape, 256, 3);
+  labels = randomIds(shape, 256, 4);
+  return {viewOf(tokens), viewOf(labels)};
+}
+
+StepResult oneRank(const Bundle &bundle) {
+  host::ThreadPool pool(0);
+  host::ParameterStore hostStore(bundle, DType::F32);
+  hostStore.initialize(pool, 1234);
+  hostStore.zeroGradients(pool);
+  cuda::Context context;
+  cuda::ParameterStore store(bundle, context);
+  store.upload(hostStore);
+  cuda::Executor executor(bundle, "train_step", store);
+  host::Tensor tokens, labels;
+  auto inputs = stepInputs(bundle, tokens, labels);
+  StepResult result;
+  result.loss = executor.run(inputs, 5)[0].data<float>()[0];
+  for (size_t p = 0; p < store.size(); ++p)
+    result.gradients.push_back(store.gradientToHost(p));
+  return result;
+}
+
+StepResult inProcessRanks(const Bundle &bundle) {
+  StepResult result;
+  result.gradients = emptyGradients(bundle);
+  std::vector<double> losses(bundle.rankCount(), NAN);
+  std::mutex mutex;
+  comm::InProcessWorld world(static_cast<int>(bundle.rankCount()));
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, bundle.gridShape());
+    rank.prepare(bundle);
+    host::ThreadPool pool(1);
+    host::ParameterStore hostStore(bundle, DType::F32, rank.coordinates());
+    hostStore.initialize(pool, 1234);
+    hostStore.zeroGradients(pool);
+    cuda::Context context;
+    cuda::ParameterStore store(bundle, context);
+    store.upload(hostStore);
+    cuda::Executor executor(bundle, "train_step", store, &rank);
+    host::Tensor tokens, labels;
+    auto inputs = stepInputs(bundle, tokens, labels);
+    double loss = executor.run(inputs, 5)[0].data<float>()[0];
+    std::lock_guard<std::mutex> lock(mutex);
+    losses[static_cast<size_t>(c.rank())] = loss;
+    for (size_t p = 0; p < store.size(); ++p)
+      scatterShard(hostStore, p, store.gradientToHost(p), result.gradients[p]);
+  });
+  for (auto &error : errors) {
+    if (!error)
+      continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << "a rank failed: " << e.what();
+    }
+  }
+  for (double loss : losses)
+    EXPECT_EQ(loss, losses[0]) << "the ranks report different losses";
+  result.loss = losses[0];
+  return result;
+}
+
+double cosine(const host::Tensor &a, const host::Tensor &b) {
+  double dot = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < a.numElements(); ++i) {
+    double x = a.data<float>()[i], y = b.data<float>()[i];
+    dot += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  return aa == 0 && bb == 0 ? 1 : dot / std::sqrt(aa * bb);
+}
+
+/// Bundle pairs: (one rank, TP=2) and whether they are bf16.
+struct Pair {
+  const char *one;
+  const char *tp2;
+  bool bf16;
+};
+
+class CudaTensorParallelTest : public ::testing::TestWithParam<Pair> {};
+
+TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
+  MTRT_REQUIRE_GPU();
+  const Pair &pair = GetParam();
+  std::string onePath = bundleDirectory() + "/" + pair.one + ".mtb";
+  std::string tp2Path = bundleDirectory() + "/" + pair.tp2 + ".mtb";
+  for (const std::string &path : {onePath, tp2Path})
+    ASSERT_TRUE(fileExists(path))
+        << "missing " << path << ": bench/make-device-dir.sh compiles it "
+        << "(megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
+        << "--attention-dropout 0 [--bf16] [--tensor-model-parallel-size 2])";
+  Bundle one = Bundle::load(onePath);
+  Bundle tp2 = Bundle::load(tp2Path);
+  ASSERT_EQ(static_cast<int64_t>(tp2.rankCount()), 2);
+  StepResult reference = oneRank(one);
+  StepResult ranks = inProcessRanks(tp2);
+  ASSERT_EQ(reference.gradients.size(), ranks.gradients.size());
+  double lossTolerance = pair.bf16 ? 2e-2 : 1e-5;
+  double lossDifference =
+      std::abs(ranks.loss - reference.loss) / std::abs(reference.loss);
+  EXPECT_LE(lossDifference, lossTolerance)
+      << "loss: one rank " << reference.loss << ", TP=2 " << ranks.loss;
+  double worstRelative = 0, worstCosine = 1;
+  for (size_t p = 0; p < reference.gradients.size(); ++p) {
+    const std::string name = one.parameters()[p].name;
+    for (int64_t i = 0; i < ranks.gradients[p].numElements(); ++i)
+      ASSERT_FALSE(std::isnan(ranks.gradients[p].data<float>()[i]))
+          << name << ": no rank wrote element " << i;
+    double relative = relativeDifference(ranks.gradients[p],
+                                         reference.gradients[p]);
+    double similarity = cosine(ranks.gradients[p], reference.gradients[p]);
+    worstRelative = std::max(worstRelative, relative);
+    worstCosine = std::min(worstCosine, similarity);
+    if (pair.bf16)
+      EXPECT_GE(similarity, 0.999) << "gradient of " << name;
+    else
+      EXPECT_LE(relative, 1e-4) << "gradient of " << name;
+  }
+  std::cout << "[ tp2      ] " << pair.tp2 << " vs " << pair.one
+            << ": loss " << ranks.loss << " vs " << reference.loss
+            << " (relative " << lossDifference
+            << "), largest relative gradient difference " << worstRelative
+            << ", smallest gradient cosine " << worstCosine << "\n";
+}
+
+// The training loop: 5 iterations of cuda::Trainer at TP=2 (two in-process
+// ranks on the GPU, the gradient norm summed over the world as the host's)
+// against the one-rank cuda::Trainer from the same seed and data.
+TEST_P(CudaTensorParallelTest, TrainingTwoInProcessRanksEqualsOneRank) {
+  MTRT_REQUIRE_GPU();
+  const Pair &pair = GetParam();
+  std::string onePath = bundleDirectory() + "/" + pair.one + ".mtb";
+  std::string tp2Path = bundleDirectory() + "/" + pair.tp2 + ".mtb";
+  for (const std::string &path : {onePath, tp2Path})
+    ASSERT_TRUE(fileExists(path)) << "missing " << path;
+  Bundle one = Bundle::load(onePath);
+  Bundle tp2 = Bundle::load(tp2Path);
+  train::TrainerOptions options;
+  options.trainIters = 5;
+  options.lr = 1e-3;
+  options.lrWarmupIters = 2;
+  options.evalInterval = 0;
+  options.progressBar = false;
+  options.seed = 1234;
+  options.clipGrad = 0.5; // small enough to clip: the world's norm matters
+  std::string corpus;
+  for (int i = 0; corpus.size() < 40000; ++i)
+    corpus += "The quick brown fox " + std::to_string(i * 7919 % 101) +
+              " jumps over the lazy dog. ";
+
+  std::vector<train::IterationRecord> reference;
+  {
+    cuda::Trainer trainer(one, corpus, "corpus", options);
+    std::ostringstream log;
+    trainer.train(log);
+    reference = trainer.history();
+  }
+  std::vector<std::vector<train::IterationRecord>> ranks(2);
+  comm::InProcessWorld world(2);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, tp2.gridShape());
+    cuda::Trainer trainer(tp2, corpus, "corpus", options, {}, &rank);
+    std::ostringstream log;
+    trainer.train(log);
+    ranks[static_cast<size_t>(c.rank())] = trainer.history();
+  });
+  for (auto &error : errors) {
+    if (!error)
+      continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << "a rank failed: " << e.what();
+    }
+  }
+  double tolerance = pair.bf16 ? 2e-2 : 1e-5;
+  ASSERT_EQ(reference.size(), 5u);
+  double worst = 0;
+  for (const auto &history : ranks) {
+    ASSERT_EQ(history.size(), reference.size());
+    for (size_t i = 0; i < reference.size(); ++i) {
+      double relative = std::abs(history[i].loss - reference[i].loss) /
+                        std::abs(reference[i].loss);
+      worst = std::max(worst, relative);
+      EXPECT_LE(relative, tolerance) << "iteration " << i + 1;
+      EXPECT_NEAR(history[i].gradNorm, reference[i].gradNorm,
+                  (pair.bf16 ? 5e-2 : 1e-4) * reference[i].gradNorm)
+          << "iteration " << i + 1;
+    }
+  }
+  std::cout << "[ tp2      ] " << pair.tp2 << " vs " << pair.one
+            << ", 5 iterations: loss " << reference.front().loss << " -> "
+            << reference.back().loss << " (one rank) / "
+            << ranks[0].back().loss
+            << " (TP=2); largest relative loss difference " << worst << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyGpt, CudaTensorParallelTest,
+    ::testing::Values(Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2", false},
+                      Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2",
+                           true}),
+    [](const ::testing::TestParamInfo<Pair> &info) {
+      return std::string(info.param.bf16 ? "Bf16" : "Fp32");
+    });
+
+} // namespace

@@ -1,0 +1,130 @@
+// The NCCL communicator on the one GPU: a world of one rank (NCCL refuses two
+// ranks on one device), every call on device and host buffers with exact
+// results, in place, split, abort. Skipped, with the reason, without a GPU
+// or without libnccl.so.2 on the library path. Several ranks and the
+// watchdog: mtrt-nccl-check (docs/Parallelism.md).
+#include "CudaTestSupport.h"
+
+#include "comm/NcclCommunicator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <numeric>
+
+using namespace mtrt;
+using namespace mtrt::comm;
+
+namespace {
+
+class NcclCommunicatorTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    MTRT_REQUIRE_GPU();
+    LaunchEnvironment env; // rank 0 of 1: no rendezvous
+    env.launcher = "test";
+    try {
+      world = NcclCommunicator::create(env);
+    } catch (const Error &e) {
+      if (e.code() == MTRT_STATUS_UNAVAILABLE &&
+          std::string(e.what()).find("libnccl.so.2") != std::string::npos)
+        GTEST_SKIP() << e.what();
+      throw;
+    }
+  }
+
+  /// n floats on the device, copied from `values`.
+  float *deviceCopy(const std::vector<float> &values) {
+    void *data = nullptr;
+    EXPECT_EQ(cudaMalloc(&data, values.size() * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data, values.data(), values.size() * sizeof(float),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    buffers.push_back(data);
+    return static_cast<float *>(data);
+  }
+  std::vector<float> hostCopy(const float *data, size_t n) {
+    std::vector<float> values(n);
+    EXPECT_EQ(cudaStreamSynchronize(world->stream()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(values.data(), data, n * sizeof(float),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return values;
+  }
+  void TearDown() override {
+    world.reset();
+    for (void *data : buffers)
+      cudaFree(data);
+  }
+
+  std::unique_ptr<NcclCommunicator> world;
+  std::vector<void *> buffers;
+};
+
+std::vector<float> ramp(size_t n, float start) {
+  std::vector<float> values(n);
+  std::iota(values.begin(), values.end(), start);
+  return values;
+}
+
+TEST_F(NcclCommunicatorTest, AWorldOfOneRunsEveryCallExactly) {
+  EXPECT_EQ(world->rank(), 0);
+  EXPECT_EQ(world->size(), 1);
+  EXPECT_EQ(world->name(), "world[0]");
+  const size_t n = 1000;
+  std::vector<float> x = ramp(n, -3.5f);
+  float *send = deviceCopy(x);
+  float *recv = deviceCopy(std::vector<float>(n, 0));
+  CallInfo info{"NcclCommunicatorTest", 4};
+  world->allReduce(send, recv, n, ReduceOp::Sum, info);
+  EXPECT_EQ(hostCopy(recv, n), x);
+  world->allReduce(send, recv, n, ReduceOp::Max, info);
+  EXPECT_EQ(hostCopy(recv, n), x);
+  world->allGather(send, recv, n, info);
+  EXPECT_EQ(hostCopy(recv, n), x);
+  world->reduceScatter(send, recv, n, ReduceOp::Sum, info);
+  EXPECT_EQ(hostCopy(recv, n), x);
+  float *buffer = deviceCopy(x);
+  world->broadcast(buffer, n, 0, info);
+  EXPECT_EQ(hostCopy(buffer, n), x);
+  world->sendRecv(send, 0, recv, 0, n, info);
+  EXPECT_EQ(hostCopy(recv, n), x);
+  // In place.
+  world->allReduce(buffer, buffer, n, ReduceOp::Sum, info);
+  EXPECT_EQ(hostCopy(buffer, n), x);
+  // Host buffers are staged through the device, and ready on return.
+  std::vector<float> hostOut(n, 0);
+  world->allReduce(x.data(), hostOut.data(), n, ReduceOp::Sum, info);
+  EXPECT_EQ(hostOut, x);
+  std::vector<double> doubles = {1.5, -2.25, 1e300};
+  std::vector<double> doublesOut(3, 0);
+  world->allReduce(doubles.data(), doublesOut.data(), 3, ReduceOp::Sum, info);
+  EXPECT_EQ(doublesOut, doubles);
+  world->barrier(info);
+}
+
+TEST_F(NcclCommunicatorTest, SplitMakesANamedGroupOrNone) {
+  CallInfo info{"split", -1};
+  std::unique_ptr<Communicator> tp = world->split(0, 0, "tp", info);
+  ASSERT_NE(tp, nullptr);
+  EXPECT_EQ(tp->size(), 1);
+  EXPECT_EQ(tp->name(), "tp[0]");
+  EXPECT_EQ(tp->members(), std::vector<int>{0});
+  std::vector<float> x = {1, 2, 3}, y(3, 0);
+  tp->allReduce(x.data(), y.data(), 3, ReduceOp::Sum, info);
+  EXPECT_EQ(y, x);
+  EXPECT_EQ(world->split(Communicator::kNoColor, 0, "none", info), nullptr);
+}
+
+TEST_F(NcclCommunicatorTest, AnAbortFailsTheNextCallNamingTheRank) {
+  world->abort("the test stops here");
+  std::vector<float> x = {1}, y = {0};
+  try {
+    world->allReduce(x.data(), y.data(), 1, ReduceOp::Sum, {"after", 9});
+    FAIL() << "the call after abort() returned";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), MTRT_STATUS_ABORTED);
+    EXPECT_STREQ(e.what(), "rank 0 aborted the run: the test stops here");
+  }
+}
+
+} // namespace
