@@ -4,7 +4,10 @@
 # megatron-train and libmtrt, the bundles and --report memory tables compiled
 # here for gpt2-350m and gpt-1.3b under each recomputation policy (and the
 # automatic one under a budget below the no-recompute total), tiny-gpt as the
-# CUDA context's yardstick, the scripts and the corpus.
+# CUDA context's yardstick, the scripts and the corpus; and, when the build
+# has them, mtrt-cuda-tests with its tiny bundles (test-bundles/), so that
+# the same call checks that the CUDA backend runs correctly in the
+# compiler's plans.
 #
 # Usage: bench/make-memory-dir.sh CUDA_BUILD COMPILER DEST
 #   CUDA_BUILD  a runtime build with -DMTRT_ENABLE_CUDA=ON (bench/NOTES.md)
@@ -20,10 +23,24 @@ mkdir -p "$dest/bin" "$dest/lib" "$dest/bundles" "$dest/fallback-lib" \
   "$dest/bench"
 cp "$build/bin/megatron-train" "$dest/bin/"
 cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
-cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 "$dest/fallback-lib/"
+# Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3, ICU 72 and
+# libpng 1.6.
+cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
+  /lib/x86_64-linux-gnu/libicudata.so.72 /lib/x86_64-linux-gnu/libpng16.so.16 \
+  "$dest/fallback-lib/"
 cp "$root/bench/run-memory-checks.sh" "$root/bench/memory_table.py" \
   "$dest/bench/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
+if [ -x "$build/bin/mtrt-cuda-tests" ]; then
+  cp "$build/bin/mtrt-cuda-tests" "$dest/bin/"
+  mkdir -p "$dest/test-bundles"
+  for model in tiny-gpt tiny-llama; do
+    "$compile" "$root/models/$model.yaml" --precision=fp32 \
+      -o "$dest/test-bundles/$model.mtb"
+    "$compile" "$root/models/$model.yaml" --bf16 \
+      -o "$dest/test-bundles/$model-bf16.mtb"
+  done
+fi
 
 b=$dest/bundles
 # NAME FLAGS...: a bundle and its report.

@@ -37,62 +37,17 @@ static double recomputeFlops(Operation *op) {
   return resultElements();
 }
 
-/// The kernel scratch the CUDA backend gives an instruction
-/// (runtime/src/cuda/OpDispatch.cpp, Executor::scratchBytes): statistics of
-/// norms, attention and the loss, attention's backward working set, and under
-/// bf16 the GEMM operands rounded to bf16. Instructions run one at a time, so
-/// the largest one is the workspace.
-static int64_t scratchBytes(Operation *op, bool bf16) {
-  auto round = [](int64_t bytes) {
-    return (bytes + mt::kArenaAlignment - 1) / mt::kArenaAlignment *
-           mt::kArenaAlignment;
-  };
-  auto count = [](Value v) { return elements(v.getType()); };
-  auto rowsOf = [](Value v) {
-    auto type = cast<RankedTensorType>(v.getType());
-    return type.getRank() ? type.getNumElements() / type.getShape().back()
-                          : int64_t(1);
-  };
-  auto staging = [&](int64_t a, int64_t b) {
-    return bf16 ? round(2 * a) + round(2 * b) : int64_t(0);
-  };
-  if (isa<mt::LinearOp, mt::LinearGeluOp, mt::LinearGeluGradOp>(op))
-    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
-  if (isa<mt::LinearWeightGradOp, mt::LinearWeightBiasGradOp>(op))
-    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
-  if (isa<mt::MatmulOp>(op))
-    return staging(count(op->getOperand(0)), count(op->getOperand(1)));
-  if (isa<mt::LayerNormOp, mt::RmsNormOp>(op))
-    return 2 * round(4 * rowsOf(op->getResult(0)));
-  if (isa<mt::LayerNormGradOp, mt::RmsNormGradOp>(op))
-    return 2 * round(4 * rowsOf(op->getResult(0)));
-  if (isa<mt::AttentionOp>(op)) {
-    auto q = cast<RankedTensorType>(op->getOperand(0).getType());
-    return round(4 * q.getNumElements() / q.getShape().back());
-  }
-  if (isa<mt::AttentionGradOp>(op)) {
-    // The logsumexp, and with flash attention (bf16) the forward's output
-    // and the row sums of dO * O.
-    auto q = cast<RankedTensorType>(op->getOperand(1).getType());
-    int64_t rows = q.getNumElements() / q.getShape().back();
-    int64_t bytes = round(4 * rows);
-    if (bf16)
-      bytes += round(4 * count(op->getOperand(0))) + round(4 * rows);
-    return bytes;
-  }
-  if (isa<mt::CrossEntropyOp, mt::CrossEntropyGradOp>(op))
-    return round(2 * 4 *
-                 rowsOf(op->getOperand(isa<mt::CrossEntropyOp>(op) ? 0 : 1)));
-  return 0;
-}
-
 MemoryEstimate megatron::estimateMemory(ModuleOp module,
                                         const CompileConfig &config) {
   MemoryEstimate estimate;
   estimate.savedBytesByLayer.assign(config.model.numLayers, 0);
+  // The plan the bundle writer writes (the CUDA backend's side buffers under
+  // the bundle's precision).
+  mt::SideBufferOptions storage;
+  storage.mixedPrecision = config.precision == Precision::BF16;
   auto train = module.lookupSymbol<func::FuncOp>("train_step");
   if (auto eval = module.lookupSymbol<func::FuncOp>("eval_step"))
-    estimate.evalArenaBytes = mt::planFunctionMemory(eval).arenaBytes;
+    estimate.evalArenaBytes = mt::planFunctionMemory(eval, storage).arenaBytes;
   if (!train)
     return estimate;
 
@@ -110,8 +65,8 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
       estimate.parameterElements += elements(read.getType());
   });
 
-  // The runtime keeps fp32 weights (the master copy; bf16 rounds a GEMM's
-  // operands into scratch instead of keeping a 16-bit copy), fp32 gradients
+  // The runtime keeps fp32 weights (the master copy; bf16 copies of GEMM
+  // operands are side buffers in the arena), fp32 gradients
   // and AdamW's two fp32 moments, the moments split over the data-parallel
   // ranks by the distributed optimizer.
   const int64_t n = estimate.parameterElements;
@@ -123,21 +78,19 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
                 config.parallel.dataParallelSize;
   estimate.optimizerBytes = optimizer;
 
-  const bool bf16 = config.precision == Precision::BF16;
-  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train);
+  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train, storage);
   estimate.activationBytes = plan.arenaBytes;
+  estimate.peakSideBufferBytes = plan.peakSideBufferBytes;
   estimate.peakInstruction = plan.peakAt;
   estimate.numInstructions = plan.numInstructions;
   estimate.inPlaceResults = plan.numInPlace;
-  int64_t scratch = 0;
   for (Operation &op : body.without_terminator()) {
-    scratch = std::max(scratch, scratchBytes(&op, bf16));
     if (op.hasAttr(mt::kRecomputedAttrName)) {
       ++estimate.recomputedOps;
       estimate.recomputedFlops += recomputeFlops(&op);
     }
   }
-  estimate.workspaceBytes = kGemmWorkspaceBytes + scratch;
+  estimate.workspaceBytes = kGemmWorkspaceBytes;
 
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   const mt::BufferPlan *loss = plan.lookup(ret.getOperand(0));
@@ -153,6 +106,17 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
       estimate.savedBytesByLayer[tag->layer] += buffer.bytes;
     else
       estimate.savedOtherBytes += buffer.bytes;
+  }
+  // Side buffers kept across the loss: state saved for a gradient, bf16
+  // copies of the operands of GEMMs on both sides.
+  for (const mt::SideBufferPlan &side : plan.sideBuffers) {
+    if (!side.op || side.position > lossAt || side.until <= lossAt)
+      continue;
+    std::optional<mt::LayerTag> tag = mt::getLayerTag(side.op->getLoc());
+    if (tag && tag->layer < config.model.numLayers)
+      estimate.savedBytesByLayer[tag->layer] += side.bytes;
+    else
+      estimate.savedOtherBytes += side.bytes;
   }
   return estimate;
 }

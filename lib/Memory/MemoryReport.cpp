@@ -140,9 +140,14 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
           .str());
   row(os, "activations (train_step arena peak)", e.activationBytes,
       formatBytes(t.activations) + " (16-bit activations)");
-  row(os, "workspace (GEMM + kernel scratch)", e.workspaceBytes);
+  row(os, "  of which side buffers at the peak", e.peakSideBufferBytes,
+      "bf16 GEMM operands, saved kernel state, scratch");
+  row(os, "workspace (cuBLASLt)", e.workspaceBytes);
   row(os, "total", e.totalBytes(),
       formatBytes(t.weightsAndOptimizer + t.activations));
+  row(os, "  with the CUDA context", e.totalBytes() + kMeasuredCudaContextBytes,
+      formatBytes(double(kMeasuredCudaContextBytes)) +
+          " measured on the H200: nvidia-smi's figure");
   row(os, "eval_step arena (when evaluating)", e.evalArenaBytes);
 
   os << "saved for the backward pass, by layer (live when the loss is "

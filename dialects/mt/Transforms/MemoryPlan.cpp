@@ -94,7 +94,8 @@ int64_t valueBytes(Value value) {
 
 } // namespace
 
-FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function) {
+FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
+                                          const SideBufferOptions &options) {
   FunctionMemoryPlan plan;
   Block &body = function.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -118,8 +119,10 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function) {
     add(argument, parameter ? position++ : -1, !parameter);
   }
   DenseMap<Operation *, int64_t> positionOf;
+  SmallVector<Operation *> stream(position, nullptr);
   for (Operation &op : body.without_terminator()) {
     positionOf[&op] = position;
+    stream.push_back(&op);
     for (Value result : op.getResults())
       add(result, position, !isa<GetParameterOp>(op));
     for (Value operand : op.getOperands())
@@ -131,6 +134,19 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function) {
     if (function.getResultAttr(output.getOperandNumber(), "mt.gradient"))
       ++position;
   plan.numInstructions = position;
+  stream.resize(position, nullptr);
+  // By instruction: the indices of its side buffers in plan.sideBuffers, and
+  // of those to release after it.
+  SmallVector<SmallVector<int64_t, 2>> sideStarts(position), sideEnds(position);
+  for (auto [at, blocks] :
+       llvm::enumerate(declareSideBuffers(stream, options)))
+    for (const SideBuffer &side : blocks) {
+      sideStarts[at].push_back(plan.sideBuffers.size());
+      sideEnds[side.until].push_back(plan.sideBuffers.size());
+      plan.sideBuffers.push_back({int64_t(at), stream[at], side.bytes,
+                                  side.until, 0, side.copyOf});
+    }
+  int64_t sideLive = 0;
 
   // Inputs, outputs and gradients live to the end.
   for (BlockArgument argument : body.getArguments())
@@ -144,6 +160,7 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function) {
     if (allocator.top > plan.arenaBytes) {
       plan.arenaBytes = allocator.top;
       plan.peakAt = at;
+      plan.peakSideBufferBytes = sideLive;
     }
   };
   for (BlockArgument argument : body.getArguments()) {
@@ -176,6 +193,11 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function) {
       if (!buffer.inPlaceOf)
         buffer.offset = allocator.allocate(buffer.bytes);
     }
+    for (int64_t index : sideStarts[at]) {
+      SideBufferPlan &side = plan.sideBuffers[index];
+      side.offset = allocator.allocate(side.bytes);
+      sideLive += side.bytes;
+    }
     bump(at);
     // Release what dies here (an operand read twice is released once), and
     // results nothing reads.
@@ -191,6 +213,11 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function) {
       releaseIfDead(operand);
     for (Value result : op.getResults())
       releaseIfDead(result);
+    for (int64_t index : sideEnds[at]) {
+      const SideBufferPlan &ended = plan.sideBuffers[index];
+      allocator.release(ended.offset, ended.bytes);
+      sideLive -= ended.bytes;
+    }
   }
   return plan;
 }

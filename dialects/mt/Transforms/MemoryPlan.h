@@ -2,13 +2,17 @@
 //
 // The buffer plan the bundle carries (docs/BundleFormat.md, `memory_plan`):
 // for every value of a function, an offset in one arena, from the liveness of
-// the instruction stream the bundle writer emits. The runtime validates it
-// and runs the function in that arena; the memory report reads its peak.
+// the instruction stream the bundle writer emits, and for every instruction
+// the block of its side buffers (SideBuffers.h: kernel scratch, state saved
+// for a gradient, bf16 GEMM operand copies). The runtime validates it and
+// runs the function in that arena; the memory report reads its peak.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef MT_TRANSFORMS_MEMORYPLAN_H
 #define MT_TRANSFORMS_MEMORYPLAN_H
+
+#include "mt/Transforms/SideBuffers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -45,9 +49,28 @@ struct BufferPlan {
   Value inPlaceOf;
 };
 
+/// One side buffer in the plan.
+struct SideBufferPlan {
+  /// The instruction that makes it, and its op (null for the parameter
+  /// reads of arguments and accumulate_gradient, which have none).
+  int64_t position = 0;
+  Operation *op = nullptr;
+  int64_t bytes = 0;
+  /// The last instruction reading it.
+  int64_t until = 0;
+  /// Offset in the arena.
+  int64_t offset = 0;
+  /// The value it holds a bf16 copy of; null for the instruction's kernel
+  /// block.
+  Value copyOf;
+};
+
 struct FunctionMemoryPlan {
-  /// The arena's size: the highest end of any block.
+  /// The arena's size: the highest end of any block, values and side
+  /// buffers.
   int64_t arenaBytes = 0;
+  /// Of the arena at its peak: the bytes of live side buffers.
+  int64_t peakSideBufferBytes = 0;
   /// The instructions in the stream.
   int64_t numInstructions = 0;
   /// The first instruction at which the arena reaches its size.
@@ -57,6 +80,9 @@ struct FunctionMemoryPlan {
   DenseMap<Value, int64_t> bufferIndex;
   /// Results that took an operand's memory.
   int64_t numInPlace = 0;
+  /// In instruction order (SideBuffers.h: per instruction its kernel block
+  /// first, then its copies).
+  SmallVector<SideBufferPlan> sideBuffers;
 
   const BufferPlan *lookup(Value value) const {
     auto it = bufferIndex.find(value);
@@ -66,9 +92,12 @@ struct FunctionMemoryPlan {
 
 /// Plans `function`'s arena: a simulated run that allocates inputs first (held
 /// for the whole run), then at each instruction its results (best fit, or in
-/// place where mayComputeInPlace allows), then releases the values whose last
-/// use it is. Outputs and gradients stay to the end.
-FunctionMemoryPlan planFunctionMemory(func::FuncOp function);
+/// place where mayComputeInPlace allows) and its side buffers (best fit),
+/// then releases the values whose last use it is and the side buffers it
+/// reads last. Outputs and gradients stay to the end. `options`: how the
+/// device backend stores what it computes (the bundle's precision).
+FunctionMemoryPlan planFunctionMemory(func::FuncOp function,
+                                      const SideBufferOptions &options);
 
 } // namespace mlir::mt
 

@@ -28,6 +28,12 @@ namespace megatron {
 /// The cuBLASLt workspace every CUDA rank holds (runtime/src/cuda/Gemm.cpp).
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 
+/// What a CUDA process holds besides its own buffers (the CUDA context, the
+/// loaded kernels, cuBLASLt's handles), which nothing here can derive:
+/// measured on the H200 (driver 580, CUDA 13) as tiny-gpt's peak in
+/// nvidia-smi minus its reported total (bench/NOTES.md, "Memory").
+inline constexpr int64_t kMeasuredCudaContextBytes = int64_t(535) << 20;
+
 /// One rank's memory for a module that went through the compile pipelines.
 struct MemoryEstimate {
   int64_t parameterElements = 0;
@@ -36,15 +42,17 @@ struct MemoryEstimate {
   /// AdamW's two fp32 moments, divided by the data-parallel size under the
   /// distributed optimizer. The fp32 weights are the master copy.
   int64_t optimizerBytes = 0;
-  /// train_step's arena (the plan's peak), the instruction where it peaks
-  /// and the instruction count.
+  /// train_step's arena (the plan's peak: values and side buffers), the
+  /// instruction where it peaks and the instruction count.
   int64_t activationBytes = 0;
+  /// Of the arena at its peak: the side buffers (bf16 GEMM operand copies,
+  /// kernel state saved for a gradient, kernel scratch).
+  int64_t peakSideBufferBytes = 0;
   int64_t peakInstruction = 0;
   int64_t numInstructions = 0;
   /// Results that take an operand's block in place.
   int64_t inPlaceResults = 0;
-  /// The largest instruction's kernel scratch (the CUDA backend's: statistics,
-  /// attention's backward, bf16 GEMM operands), plus the GEMM workspace.
+  /// The cuBLASLt workspace (kernel scratch is a side buffer in the arena).
   int64_t workspaceBytes = 0;
   /// eval_step's arena, held besides when a run evaluates.
   int64_t evalArenaBytes = 0;

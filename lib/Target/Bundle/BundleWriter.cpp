@@ -95,11 +95,14 @@ class FunctionWriter {
 public:
   /// `axisShift`: grid axes the bundle's grid has before the partition's
   /// (the pipeline axis).
+  /// `sideBuffers`: how the device backend stores what it computes, for
+  /// the memory plan's side buffers.
   FunctionWriter(func::FuncOp function,
                  const llvm::StringMap<int64_t> &parameterIndex,
-                 int64_t axisShift, FusedKernelTable &kernels)
+                 int64_t axisShift, FusedKernelTable &kernels,
+                 mt::SideBufferOptions sideBuffers)
       : function(function), parameterIndex(parameterIndex),
-        axisShift(axisShift), kernels(kernels) {}
+        axisShift(axisShift), kernels(kernels), sideBuffers(sideBuffers) {}
 
   FailureOr<llvm::json::Value> write();
 
@@ -114,6 +117,7 @@ private:
   const llvm::StringMap<int64_t> &parameterIndex;
   int64_t axisShift;
   FusedKernelTable &kernels;
+  mt::SideBufferOptions sideBuffers;
   DenseMap<Value, int64_t> ids;
   Array values;
 };
@@ -302,15 +306,22 @@ FailureOr<Array> FunctionWriter::writeFusedBody(mt::FusedOp group) {
 }
 
 /// The static arena (docs/BundleFormat.md, "Memory plan"): an offset per
-/// value, -1 for values without memory.
+/// value, -1 for values without memory, and every side buffer:
+/// [instruction, offset, bytes, until, value it copies or -1].
 Object FunctionWriter::writeMemoryPlan() {
-  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(function);
+  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(function, sideBuffers);
   SmallVector<int64_t> offsets(values.size(), -1);
   for (const mt::BufferPlan &buffer : plan.buffers)
     offsets[ids.lookup(buffer.value)] = buffer.offset;
+  Array side;
+  for (const mt::SideBufferPlan &block : plan.sideBuffers)
+    side.push_back(Array{block.position, block.offset, block.bytes,
+                         block.until,
+                         block.copyOf ? ids.lookup(block.copyOf) : -1});
   return Object{{"alignment", mt::kArenaAlignment},
                 {"arena_bytes", plan.arenaBytes},
-                {"offsets", Array(offsets)}};
+                {"offsets", Array(offsets)},
+                {"side_buffers", std::move(side)}};
 }
 
 FailureOr<llvm::json::Value> FunctionWriter::write() {
@@ -572,9 +583,13 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
 
   Array functions;
   FusedKernelTable kernels;
+  mt::SideBufferOptions sideBuffers;
+  sideBuffers.mixedPrecision = config && config->precision == Precision::BF16;
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
-        FunctionWriter(function, parameterIndex, axisShift, kernels).write();
+        FunctionWriter(function, parameterIndex, axisShift, kernels,
+                       sideBuffers)
+            .write();
     if (failed(written))
       return failure();
     functions.push_back(std::move(*written));

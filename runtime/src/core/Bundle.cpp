@@ -170,14 +170,17 @@ Bundle Bundle::parse(std::string_view name, const uint8_t *data, size_t size) {
     reader.fail("header.version (offset 8)", std::to_string(version),
                 std::to_string(kOldestFormatVersion) + " to " +
                     std::to_string(kFormatVersion) +
-                    " (this runtime reads format versions 1 to 3; rebuild "
-                    "the "
-                    "bundle with a megatron-compile of the same release)",
+                    " (this runtime reads format versions " +
+                    std::to_string(kOldestFormatVersion) + " to " +
+                    std::to_string(kFormatVersion) +
+                    "; rebuild the bundle with a megatron-compile of the "
+                    "same release)",
                 MTRT_STATUS_UNIMPLEMENTED);
   uint32_t flags = readU32(data + 12);
   if (flags != 0)
     reader.fail("header.flags (offset 12)", std::to_string(flags),
-                "0 (no flags are defined in format versions 1 to 3)");
+                "0 (no flags are defined in format versions 1 to " +
+                    std::to_string(kFormatVersion) + ")");
   uint64_t manifestLength = readU64(data + 16);
   uint64_t payloadLength = readU64(data + 24);
   uint64_t available = size - kHeaderSize;

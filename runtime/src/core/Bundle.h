@@ -174,6 +174,22 @@ struct MemoryPlan {
   uint64_t arenaBytes = 0;
   /// By value index; -1 for values without memory (parameter views).
   std::vector<int64_t> offsets;
+  /// A block besides the values (docs/BundleFormat.md, "Memory plan"):
+  /// `bytes` at `offset`, live from instruction `instruction` through
+  /// instruction `until`; the instruction's kernel block (scratch, state kept
+  /// for a later instruction) when `copyOf` is -1, else a bf16 copy of value
+  /// `copyOf`.
+  struct SideBuffer {
+    size_t instruction = 0;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+    size_t until = 0;
+    int64_t copyOf = -1;
+  };
+  /// In instruction order; per instruction its kernel block first. Empty
+  /// when the plan has no `side_buffers` (bundles before format version 3).
+  std::vector<SideBuffer> sideBuffers;
+  bool hasSideBuffers = false;
 };
 
 struct Function {
@@ -331,7 +347,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 3;
+  static constexpr uint32_t kFormatVersion = 4;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -5,6 +5,8 @@
 #include "core/MemoryPlan.h"
 
 #include "core/BundleReader.h"
+#include "core/Error.h"
+#include "core/ExecutorChecks.h"
 
 #include <map>
 #include <set>
@@ -37,9 +39,10 @@ uint64_t planValueBytes(const TensorType &type) {
 std::optional<PlannedArena>
 layOutPlannedArena(const Function &function,
                    const std::function<uint64_t(int64_t)> &storageBytes,
-                   uint64_t maxScratchBytes, uint64_t alignment) {
+                   const std::function<std::vector<SideBufferNeed>(size_t)> &need,
+                   uint64_t alignment, const std::string &backend) {
   const std::optional<MemoryPlan> &plan = function.memoryPlan;
-  if (!plan || plan->alignment % alignment != 0)
+  if (!plan || !plan->hasSideBuffers || plan->alignment % alignment != 0)
     return std::nullopt;
   for (size_t v = 0; v < function.values.size(); ++v)
     if (plan->offsets[v] >= 0 &&
@@ -47,9 +50,50 @@ layOutPlannedArena(const Function &function,
             planValueBytes(function.values[v]))
       return std::nullopt;
   PlannedArena arena;
-  arena.scratchOffset = (plan->arenaBytes + alignment - 1) / alignment * alignment;
-  arena.scratchBytes = maxScratchBytes;
-  arena.bytes = arena.scratchOffset + maxScratchBytes;
+  arena.bytes = plan->arenaBytes;
+  arena.kernelOffset.assign(function.instructions.size(), -1);
+  arena.copyOffset.assign(function.values.size(), -1);
+  // The plan's blocks by instruction.
+  std::vector<std::vector<const MemoryPlan::SideBuffer *>> given(
+      function.instructions.size());
+  for (const MemoryPlan::SideBuffer &side : plan->sideBuffers)
+    given[side.instruction].push_back(&side);
+  for (size_t position = 0; position < function.instructions.size();
+       ++position)
+    for (const SideBufferNeed &needed : need(position)) {
+      if (needed.bytes == 0)
+        continue;
+      const MemoryPlan::SideBuffer *block = nullptr;
+      for (const MemoryPlan::SideBuffer *side : given[position])
+        if (side->copyOf == needed.copyOf)
+          block = side;
+      if (!block || needed.bytes > block->bytes ||
+          needed.until > block->until) {
+        std::string what =
+            needed.copyOf < 0
+                ? std::string("its kernel block (scratch, saved state)")
+                : "a bf16 copy of value " + std::to_string(needed.copyOf);
+        throw Error(
+            MTRT_STATUS_FAILED_PRECONDITION,
+            instructionWhere(function, position) + ": the " + backend +
+                " backend needs " + what + " of " +
+                std::to_string(needed.bytes) + " bytes through instructions[" +
+                std::to_string(needed.until) + "]; the bundle's memory plan " +
+                (block ? "gives " + std::to_string(block->bytes) +
+                             " bytes through instructions[" +
+                             std::to_string(block->until) + "]"
+                       : std::string("has none there")) +
+                ". The compiler that wrote the bundle declares other side "
+                "buffers (dialects/mt/Transforms/SideBuffers.cpp) than this "
+                "runtime uses: recompile the bundle with the megatron-compile "
+                "of this runtime's release");
+      }
+      if (needed.copyOf < 0)
+        arena.kernelOffset[position] = static_cast<int64_t>(block->offset);
+      else
+        arena.copyOffset[static_cast<size_t>(needed.copyOf)] =
+            static_cast<int64_t>(block->offset);
+    }
   return arena;
 }
 
@@ -67,9 +111,10 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
   expectObject(json, path);
   for (auto it = json.begin(); it != json.end(); ++it)
     if (it.key() != "alignment" && it.key() != "arena_bytes" &&
-        it.key() != "offsets")
+        it.key() != "offsets" && it.key() != "side_buffers")
       fail(member(path, it.key().c_str()), "a field \"" + it.key() + "\"",
-           "only \"alignment\", \"arena_bytes\" and \"offsets\"");
+           "only \"alignment\", \"arena_bytes\", \"offsets\" and "
+           "\"side_buffers\"");
   MemoryPlan plan;
   std::string alignmentAt = member(path, "alignment");
   int64_t alignment =
@@ -120,45 +165,129 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
     plan.offsets.push_back(offset);
   }
 
-  // A sweep in program order over the values that hold memory: live maps an
-  // offset to the end and the value of the block there; blocks in it never
-  // overlap.
+  // side_buffers: [instruction, offset, bytes, until, copy of] in
+  // instruction order, each instruction's kernel block (copy of -1) first.
+  size_t instructionCount = function.instructions.size();
+  std::string sideAt = member(path, "side_buffers");
+  if (const Json *side = optionalField(json, "side_buffers")) {
+    expectArray(*side, sideAt);
+    plan.hasSideBuffers = true;
+    std::vector<bool> copied(count, false);
+    for (size_t i = 0; i < side->size(); ++i) {
+      std::string at = index(sideAt, i);
+      const Json &entry = (*side)[i];
+      expectArray(entry, at);
+      if (entry.size() != 5)
+        fail(at, std::to_string(entry.size()) + " numbers",
+             "[instruction, offset, bytes, until, copy of]");
+      int64_t last = static_cast<int64_t>(instructionCount) - 1;
+      int64_t position = readInt(entry[0], index(at, 0), 0, last);
+      int64_t offset = readInt(entry[1], index(at, 1), 0);
+      int64_t bytes = readInt(entry[2], index(at, 2), 1);
+      int64_t until = readInt(entry[3], index(at, 3), position, last);
+      int64_t copyOf = readInt(entry[4], index(at, 4), -1,
+                               static_cast<int64_t>(count) - 1);
+      if (i > 0) {
+        const MemoryPlan::SideBuffer &before = plan.sideBuffers.back();
+        if (static_cast<int64_t>(before.instruction) > position ||
+            (static_cast<int64_t>(before.instruction) == position &&
+             copyOf < 0))
+          fail(index(at, 0), std::to_string(position),
+               "side buffers in instruction order, each instruction's "
+               "kernel block (copy of -1) first and at most once; the "
+               "entry before is instruction " +
+                   std::to_string(before.instruction) + "'s");
+      }
+      if (copyOf >= 0 && copied[static_cast<size_t>(copyOf)])
+        fail(index(at, 4), std::to_string(copyOf),
+             "one copy per value (value " + std::to_string(copyOf) +
+                 " has one before)");
+      if (copyOf >= 0)
+        copied[static_cast<size_t>(copyOf)] = true;
+      uint64_t start = static_cast<uint64_t>(offset);
+      if (start % plan.alignment)
+        fail(index(at, 1), std::to_string(offset),
+             "a multiple of the alignment " + std::to_string(plan.alignment));
+      if (start > plan.arenaBytes ||
+          static_cast<uint64_t>(bytes) > plan.arenaBytes - start)
+        fail(index(at, 1),
+             std::to_string(offset) + " (" + std::to_string(bytes) +
+                 " bytes, ends at " + std::to_string(start + bytes) + ")",
+             "a block inside the arena of " +
+                 std::to_string(plan.arenaBytes) + " bytes (arena_bytes)");
+      plan.sideBuffers.push_back({static_cast<size_t>(position), start,
+                                  static_cast<uint64_t>(bytes),
+                                  static_cast<size_t>(until), copyOf});
+    }
+  }
+
+  // A sweep in program order over the blocks that hold memory: live maps an
+  // offset to the end and the owner of the block there (a value v >= 0, or
+  // side buffer i as -1 - i); blocks in it never overlap.
   std::map<uint64_t, std::pair<uint64_t, int64_t>> live;
   auto bytesOf = [&](int64_t v) {
     return planValueBytes(function.values[v]);
   };
-  auto insert = [&](int64_t v, const std::string &when) {
-    if (plan.offsets[v] < 0 || bytesOf(v) == 0)
-      return;
-    uint64_t start = static_cast<uint64_t>(plan.offsets[v]);
-    uint64_t end = start + bytesOf(v);
+  auto sideOf = [&](int64_t owner) -> const MemoryPlan::SideBuffer & {
+    return plan.sideBuffers[static_cast<size_t>(-1 - owner)];
+  };
+  auto startOf = [&](int64_t owner) {
+    return owner >= 0 ? static_cast<uint64_t>(plan.offsets[owner])
+                      : sideOf(owner).offset;
+  };
+  auto sizeOf = [&](int64_t owner) {
+    return owner >= 0 ? bytesOf(owner) : sideOf(owner).bytes;
+  };
+  auto describe = [&](int64_t owner) {
+    std::string what;
+    if (owner >= 0)
+      what = "value " + std::to_string(owner);
+    else if (sideOf(owner).copyOf < 0)
+      what = "the kernel block of instructions[" +
+             std::to_string(sideOf(owner).instruction) + "]";
+    else
+      what = "the copy of value " + std::to_string(sideOf(owner).copyOf);
+    return what + " at " + range(startOf(owner), sizeOf(owner));
+  };
+  auto placeBlock = [&](int64_t owner, const std::string &when) {
+    uint64_t start = startOf(owner), end = start + sizeOf(owner);
     auto next = live.lower_bound(start);
-    int64_t other = -1;
+    std::optional<int64_t> other;
     if (next != live.end() && next->first < end)
       other = next->second.second;
     else if (next != live.begin() && std::prev(next)->second.first > start)
       other = std::prev(next)->second.second;
-    if (other >= 0)
-      fail(index(offsetsAt, static_cast<size_t>(v)),
-           std::to_string(start) + ": value " + std::to_string(v) + " at " +
-               range(start, bytesOf(v)) + " overlaps value " +
-               std::to_string(other) + " at " +
-               range(static_cast<uint64_t>(plan.offsets[other]),
-                     bytesOf(other)) +
-               ", both live " + when,
-           "disjoint memory for values live at the same time (a result may "
+    if (other)
+      fail(owner >= 0
+               ? index(offsetsAt, static_cast<size_t>(owner))
+               : index(sideAt, static_cast<size_t>(-1 - owner)),
+           std::to_string(start) + ": " + describe(owner) + " overlaps " +
+               describe(*other) + ", both live " + when,
+           "disjoint memory for blocks live at the same time (a result may "
            "share only the memory of an operand that dies at its "
            "instruction, for ops that compute in place)");
-    live[start] = {end, v};
+    live[start] = {end, owner};
   };
-  auto erase = [&](int64_t v) {
-    if (plan.offsets[v] < 0 || bytesOf(v) == 0)
-      return;
-    auto it = live.find(static_cast<uint64_t>(plan.offsets[v]));
-    if (it != live.end() && it->second.second == v)
+  auto eraseBlock = [&](int64_t owner) {
+    auto it = live.find(startOf(owner));
+    if (it != live.end() && it->second.second == owner)
       live.erase(it);
   };
-
+  auto insert = [&](int64_t v, const std::string &when) {
+    if (plan.offsets[v] >= 0 && bytesOf(v) > 0)
+      placeBlock(v, when);
+  };
+  auto erase = [&](int64_t v) {
+    if (plan.offsets[v] >= 0 && bytesOf(v) > 0)
+      eraseBlock(v);
+  };
+  // The side buffers that start and end at each instruction.
+  std::vector<std::vector<int64_t>> sideStarts(instructionCount),
+      sideEnds(instructionCount);
+  for (size_t i = 0; i < plan.sideBuffers.size(); ++i) {
+    sideStarts[plan.sideBuffers[i].instruction].push_back(-1 - int64_t(i));
+    sideEnds[plan.sideBuffers[i].until].push_back(-1 - int64_t(i));
+  }
   for (int64_t v : function.inputs)
     insert(v, "at the start (inputs)");
   for (size_t position = 0; position < function.instructions.size();
@@ -179,9 +308,13 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
           }
       insert(r, when);
     }
+    for (int64_t owner : sideStarts[position])
+      placeBlock(owner, when);
     for (int64_t v : inst.free)
       if (!taken.count(v))
         erase(v);
+    for (int64_t owner : sideEnds[position])
+      eraseBlock(owner);
   }
   function.memoryPlan = std::move(plan);
 }

@@ -59,70 +59,48 @@ void OffsetAllocator::release(size_t offset, size_t bytes) {
   }
 }
 
-ArenaPlan planArena(const Function &function,
-                    const std::function<size_t(int64_t)> &valueBytes,
-                    const std::function<size_t(size_t)> &scratchBytes,
-                    const std::function<size_t(size_t)> &scratchKeptUntil,
-                    const std::function<int64_t(int64_t)> &aliasOf) {
-  // The compiler's plan (core/MemoryPlan.h), when the bundle has one that
-  // fits this backend's storage: its value offsets and its scratch block;
-  // when some scratch is kept for a later instruction (which the compiler's
-  // single scratch block does not model), the scratch region after the
-  // values is laid out here instead. Aliases are not used
-  // with the compiler's plan (it gives each value its own block).
-  size_t maxScratch = 0;
-  for (size_t position = 0; position < function.instructions.size();
-       ++position)
-    maxScratch = std::max(maxScratch, scratchBytes(position));
+ArenaPlan planArena(
+    const Function &function,
+    const std::function<size_t(int64_t)> &valueBytes,
+    const std::function<size_t(size_t)> &scratchBytes,
+    const std::function<size_t(size_t)> &scratchKeptUntil,
+    const std::function<int64_t(int64_t)> &aliasOf,
+    const std::function<std::vector<SideBufferNeed>(size_t)> &copiesAt) {
+  // The compiler's plan (core/MemoryPlan.h), when the bundle has one with
+  // side buffers that holds this backend's storage: the values at its
+  // offsets, each instruction's scratch in its side-buffer block (checked to
+  // be large enough and kept long enough). Aliases are not used with it (it
+  // gives each value its own block).
   if (std::optional<PlannedArena> planned = layOutPlannedArena(
           function, [&](int64_t v) { return uint64_t(valueBytes(v)); },
-          maxScratch, kArenaAlignment)) {
+          [&](size_t position) {
+            std::vector<SideBufferNeed> needs =
+                copiesAt ? copiesAt(position) : std::vector<SideBufferNeed>();
+            needs.insert(
+                needs.begin(),
+                {scratchBytes(position),
+                 scratchKeptUntil ? scratchKeptUntil(position) : position});
+            return needs;
+          },
+          kArenaAlignment, "cuda")) {
     ArenaPlan plan;
     plan.fromCompiler = true;
+    plan.bytes = planned->bytes;
     for (size_t v = 0; v < function.values.size(); ++v) {
       int64_t offset = function.memoryPlan->offsets[v];
       plan.valueOffset.push_back(offset < 0 || valueBytes(int64_t(v)) == 0
                                      ? ArenaPlan::kNone
                                      : size_t(offset));
     }
-    bool kept = false;
-    for (size_t position = 0; position < function.instructions.size();
-         ++position)
-      kept = kept || (scratchKeptUntil && scratchKeptUntil(position) > position);
-    if (!kept) { // the compiler's single scratch block
-      for (size_t position = 0; position < function.instructions.size();
-           ++position) {
-        size_t scratch = scratchBytes(position);
-        plan.scratchBytes.push_back(scratch);
-        plan.scratchOffset.push_back(scratch ? planned->scratchOffset
-                                             : ArenaPlan::kNone);
-      }
-      plan.bytes = planned->bytes;
-      return plan;
-    }
-    size_t base = planned->scratchOffset;
-    OffsetAllocator scratchAllocator;
-    std::vector<std::vector<std::pair<size_t, size_t>>> keptEnds(
-        function.instructions.size());
     for (size_t position = 0; position < function.instructions.size();
          ++position) {
       size_t scratch = scratchBytes(position);
       plan.scratchBytes.push_back(scratch);
-      plan.scratchOffset.push_back(ArenaPlan::kNone);
-      if (scratch > 0) {
-        size_t offset = scratchAllocator.allocate(scratch);
-        plan.scratchOffset[position] = base + offset;
-        size_t until =
-            scratchKeptUntil ? scratchKeptUntil(position) : position;
-        if (until > position && until < function.instructions.size())
-          keptEnds[until].emplace_back(offset, scratch);
-        else
-          scratchAllocator.release(offset, scratch);
-      }
-      for (auto [offset, bytes] : keptEnds[position])
-        scratchAllocator.release(offset, bytes);
+      plan.scratchOffset.push_back(
+          scratch ? size_t(planned->kernelOffset[position]) : ArenaPlan::kNone);
     }
-    plan.bytes = base + scratchAllocator.peak();
+    for (int64_t offset : planned->copyOffset)
+      plan.copyOffset.push_back(offset < 0 ? ArenaPlan::kNone : size_t(offset));
     return plan;
   }
   ArenaPlan plan;
@@ -130,6 +108,7 @@ ArenaPlan planArena(const Function &function,
   plan.valueOffset.assign(values, ArenaPlan::kNone);
   plan.scratchOffset.assign(function.instructions.size(), ArenaPlan::kNone);
   plan.scratchBytes.assign(function.instructions.size(), 0);
+  plan.copyOffset.assign(values, ArenaPlan::kNone);
   std::vector<bool> pinned(values, false); // inputs and outputs
   std::vector<bool> released(values, false);
   for (int64_t v : function.inputs)
@@ -178,6 +157,15 @@ ArenaPlan planArena(const Function &function,
       else
         allocator.release(plan.scratchOffset[position], scratch);
     }
+    if (copiesAt)
+      for (const SideBufferNeed &copy : copiesAt(position)) {
+        size_t offset = allocator.allocate(copy.bytes);
+        plan.copyOffset[copy.copyOf] = offset;
+        if (copy.until > position && copy.until < function.instructions.size())
+          keptEnds[copy.until].emplace_back(offset, copy.bytes);
+        else
+          allocator.release(offset, copy.bytes);
+      }
     for (auto [offset, bytes] : keptEnds[position])
       allocator.release(offset, bytes);
     for (int64_t v : inst.free) {

@@ -4,6 +4,7 @@
 #define MTRT_SRC_CUDA_ARENAPLAN_H
 
 #include "core/Bundle.h"
+#include "core/MemoryPlan.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -32,10 +33,14 @@ private:
   size_t top_ = 0, peak_ = 0;
 };
 
-/// Offsets in the arena, valid for every run: the plan simulates one run,
-/// allocating inputs first (held for the whole run), then at each
-/// instruction its results and its scratch, releasing the scratch after the
-/// instruction and the values listed in `free` after that. Outputs and values
+/// Offsets in the arena, valid for every run. From the bundle's memory plan
+/// when it has one with side buffers: each instruction's scratch in its
+/// kernel block, each copy in its block (Error when the plan gives less than
+/// the backend needs or releases it earlier). Otherwise planned here: a
+/// simulated run that allocates inputs first (held for the whole run), then
+/// at each instruction its results, its scratch and its copies, releasing
+/// scratch and copies after their last instruction and the values listed in
+/// `free` after that. Outputs and values
 /// no instruction frees stay to the end. Values that need no memory (views
 /// of parameters, empty tensors) have no offset.
 struct ArenaPlan {
@@ -44,8 +49,9 @@ struct ArenaPlan {
   std::vector<size_t> valueOffset;      // by value index; kNone: no memory
   std::vector<size_t> scratchOffset;    // by instruction; kNone: no scratch
   std::vector<size_t> scratchBytes;     // by instruction
-  /// The value offsets are the bundle's memory plan (core/MemoryPlan.h);
-  /// then no value shares another's memory (aliasOf is not applied).
+  std::vector<size_t> copyOffset;       // by value: its copy; kNone: none
+  /// The offsets are the bundle's memory plan (core/MemoryPlan.h); then no
+  /// value shares another's memory (aliasOf is not applied).
   bool fromCompiler = false;
 };
 
@@ -61,12 +67,18 @@ struct ArenaPlan {
 /// memory is released when the last value sharing it is; v gets its root's
 /// offset (none when the root needs no memory, e.g. a parameter view: the
 /// executor then binds v to the root's memory when it runs).
+///
+/// `copiesAt(position)`, when given: the copies of values the instruction
+/// makes (bf16 GEMM operands; SideBufferNeed with copyOf set), each its own
+/// block kept through its `until`.
 ArenaPlan planArena(
     const Function &function,
     const std::function<size_t(int64_t)> &valueBytes,
     const std::function<size_t(size_t)> &scratchBytes,
     const std::function<size_t(size_t)> &scratchKeptUntil = nullptr,
-    const std::function<int64_t(int64_t)> &aliasOf = nullptr);
+    const std::function<int64_t(int64_t)> &aliasOf = nullptr,
+    const std::function<std::vector<SideBufferNeed>(size_t)> &copiesAt =
+        nullptr);
 
 } // namespace mtrt::cuda
 

@@ -67,7 +67,8 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       },
       [&](size_t position) { return scratchBytes(position); },
       [&](size_t position) { return scratchKeptUntil_[position]; },
-      [&](int64_t v) { return aliasOf_[v]; });
+      [&](int64_t v) { return aliasOf_[v]; },
+      [&](size_t position) { return bf16CopiesMadeAt(position); });
   if (plan_.fromCompiler) // each value has its own block: reshapes copy
     aliasOf_.assign(fn.values.size(), -1);
   arena_ = DeviceBuffer(plan_.bytes, "the arena of " + fn.name +

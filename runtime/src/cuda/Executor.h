@@ -117,9 +117,6 @@ private:
   };
 
   size_t scratchBytes(size_t position) const;
-  /// Mixed precision: the bytes of the bf16 copies GEMM `position` makes
-  /// (at the start of its scratch).
-  size_t bf16CopyBytes(size_t position) const;
   /// Pairs each flash attention with its attention_grad (same q, k, v and
   /// attributes): the forward's scratch (logsumexp, a copy of its output,
   /// the dropout mask) is kept for the gradient, which then reruns nothing.
@@ -129,10 +126,11 @@ private:
   void pairCrossEntropy();
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
-  /// Mixed precision: each value that GEMMs read gets one bf16 copy, made in
-  /// the scratch of its first GEMM and kept until its last; values with a
-  /// bf16 result (planBf16Results) are their own copy.
+  /// Mixed precision: each value that GEMMs read gets one bf16 copy, made by
+  /// its first GEMM and kept until its last (its own block in the arena).
   void planBf16Copies();
+  /// The bf16 copies instruction `position` makes (first operand first).
+  std::vector<SideBufferNeed> bf16CopiesMadeAt(size_t position) const;
   /// Mixed precision: the GEMM results that only GEMMs read (as A or B, and
   /// a GeLU's pre-activation that only its gradient GEMM reads) are written
   /// by their GEMM in bf16 into their own slot, when cuBLASLt has the
@@ -178,12 +176,12 @@ private:
   /// By instruction: the later instruction after which its scratch is
   /// released (itself when nothing is kept).
   std::vector<size_t> scratchKeptUntil_;
-  /// By value: the instruction whose scratch holds its bf16 copy
-  /// (kNoPartner: none) and the copy's offset there.
-  std::vector<size_t> bf16Owner_, bf16Offset_;
   /// By value: held in bf16 in its slot (its first half), written so by the
   /// GEMM that makes it (planBf16Results).
   std::vector<bool> bf16Result_;
+  /// By value: the first and the last GEMM reading it (kNoPartner: none);
+  /// its bf16 copy lives from one to the other.
+  std::vector<size_t> bf16MadeAt_, bf16Until_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
   /// The bundle's generated kernels, when the function has fused groups.

@@ -206,28 +206,33 @@ void Executor::planBf16Results() {
 
 void Executor::planBf16Copies() {
   const Function &fn = *function_;
-  bf16Owner_.assign(fn.values.size(), kNoPartner);
-  bf16Offset_.assign(fn.values.size(), 0);
+  bf16MadeAt_.assign(fn.values.size(), kNoPartner);
+  bf16Until_.assign(fn.values.size(), 0);
   if (!bf16_)
     return;
-  std::vector<size_t> ownedBytes(fn.instructions.size(), 0);
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     auto [a, b] = gemmOperandValues(fn.instructions[position]);
     for (int64_t v : {a, b}) {
       if (v < 0 || bf16Result_[v]) // a bf16 result is its own copy
         continue;
-      size_t owner = bf16Owner_[v];
-      if (owner == kNoPartner) {
-        bf16Owner_[v] = position;
-        bf16Offset_[v] = ownedBytes[position];
-        ownedBytes[position] +=
-            roundUp(sizeof(__nv_bfloat16) *
-                    static_cast<size_t>(fn.values[v].numElements));
-      } else {
-        scratchKeptUntil_[owner] = std::max(scratchKeptUntil_[owner], position);
-      }
+      if (bf16MadeAt_[v] == kNoPartner)
+        bf16MadeAt_[v] = position;
+      bf16Until_[v] = position;
     }
   }
+}
+
+std::vector<SideBufferNeed> Executor::bf16CopiesMadeAt(size_t position) const {
+  std::vector<SideBufferNeed> copies;
+  auto [a, b] = gemmOperandValues(function_->instructions[position]);
+  for (int64_t v : {a, b})
+    if (v >= 0 && bf16MadeAt_[v] == position &&
+        (copies.empty() || copies.back().copyOf != v))
+      copies.push_back(
+          {roundUp(sizeof(__nv_bfloat16) *
+                   static_cast<size_t>(function_->values[v].numElements)),
+           bf16Until_[v], v});
+  return copies;
 }
 
 Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
@@ -238,10 +243,9 @@ Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
   auto copyOf = [&](int64_t v) {
     if (bf16Result_[v])
       return static_cast<__nv_bfloat16 *>(slots_[v]);
-    size_t owner = bf16Owner_[v];
     auto *copy = reinterpret_cast<__nv_bfloat16 *>(
-        static_cast<char *>(scratch(owner)) + bf16Offset_[v]);
-    if (owner == position)
+        static_cast<char *>(arena_.data()) + plan_.copyOffset[v]);
+    if (bf16MadeAt_[v] == position)
       MTRT_CUDA_CHECK_LAUNCH(
           roundToBf16(context_.stream(), function_->values[v].numElements,
                       static_cast<const float *>(slots_[v]), copy),
@@ -254,21 +258,6 @@ Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
   return operands;
 }
 
-size_t Executor::bf16CopyBytes(size_t position) const {
-  const Function &fn = *function_;
-  size_t bytes = 0;
-  auto [a, b] = gemmOperandValues(fn.instructions[position]);
-  auto add = [&](int64_t v) {
-    if (!bf16Result_[v] && bf16Owner_[v] == position)
-      bytes += roundUp(sizeof(__nv_bfloat16) *
-                       static_cast<size_t>(fn.values[v].numElements));
-  };
-  add(a);
-  if (b != a)
-    add(b);
-  return bytes;
-}
-
 size_t Executor::scratchBytes(size_t position) const {
   const Function &fn = *function_;
   const Instruction &inst = fn.instructions[position];
@@ -276,21 +265,14 @@ size_t Executor::scratchBytes(size_t position) const {
     return roundUp(sizeof(float) * static_cast<size_t>(n));
   };
   switch (inst.op) {
-  case Op::Linear:
-  case Op::LinearGelu:
-  case Op::LinearGeluGrad:
-  case Op::LinearWeightGrad:
   case Op::LinearWeightBiasGrad:
-  case Op::Matmul: {
-    // Mixed precision: the bf16 copies this GEMM makes; then, for a bias
-    // gradient, the kernels' scratch in case cuBLASLt cannot do it.
-    size_t bytes = bf16_ ? bf16CopyBytes(position) : 0;
-    if (inst.op == Op::LinearWeightBiasGrad ||
-        (inst.op == Op::LinearGeluGrad && inst.results.size() == 2)) {
-      LinearDims d = linearDims(fn, inst);
-      bytes += roundUp(columnSumScratchBytes(d.rows, d.outSize));
-    }
-    return bytes;
+  case Op::LinearGeluGrad: {
+    // A bias gradient: the kernels' scratch in case cuBLASLt cannot do it.
+    // (Mixed precision's bf16 copies are blocks of their own.)
+    if (inst.op == Op::LinearGeluGrad && inst.results.size() != 2)
+      return 0;
+    LinearDims d = linearDims(fn, inst);
+    return roundUp(columnSumScratchBytes(d.rows, d.outSize));
   }
   case Op::LayerNorm:
   case Op::RmsNorm:
@@ -411,9 +393,8 @@ void Executor::execute(size_t position, const Instruction &inst,
                   bool transRhs, float *result, const float *bias,
                   GemmEpilogue epilogue = {}) {
     Bf16Operands bf16 = bf16Operands(position, inst);
-    // A bias gradient's scratch follows the bf16 copies this GEMM made.
-    epilogue.scratch = static_cast<char *>(scratch(position)) +
-                       (bf16_ ? bf16CopyBytes(position) : 0);
+    // A bias gradient's scratch: the instruction's kernel block.
+    epilogue.scratch = scratch(position);
     try {
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
                           bias, false, bf16, epilogue);

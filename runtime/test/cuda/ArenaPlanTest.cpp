@@ -1,6 +1,10 @@
 // The static arena plan (no GPU needed): values live at the same time never
-// share bytes, released memory is reused, offsets are aligned.
+// share bytes, released memory is reused, offsets are aligned; kept scratch
+// and copies live until their last reader; with the compiler's plan every
+// block takes its offset, and a plan that gives too little is refused.
 #include "cuda/ArenaPlan.h"
+
+#include "core/Error.h"
 
 #include "gtest/gtest.h"
 
@@ -157,36 +161,110 @@ TEST(ArenaPlanTest, AliasesShareMemoryUntilTheLastIsFreed) {
   EXPECT_FALSE(overlap({plan.valueOffset[3], 4000}, {plan.valueOffset[2], 4000}));
 }
 
-// With the compiler's memory plan, values keep the plan's offsets; scratch
-// kept for a later instruction gets its own bytes in the scratch region
-// after the values, apart from the scratch placed while it is kept.
-TEST(ArenaPlanTest, KeptScratchBesideTheCompilersPlan) {
-  Function f = chain(4, 1000);
-  MemoryPlan memory;
-  memory.alignment = 256;
-  memory.arenaBytes = 5 * 4096;
-  for (int64_t v = 0; v < 5; ++v)
-    memory.offsets.push_back(v * 4096);
-  f.memoryPlan = memory;
+// Copies of values (bf16 GEMM operands) planned here: each its own block,
+// kept until its last reader, apart from the values placed meanwhile.
+TEST(ArenaPlanTest, CopiesLiveUntilTheirLastReader) {
+  Function f = chain(6, 1000);
   auto valueBytes = [&](int64_t v) {
     return static_cast<size_t>(f.values[v].numElements) * 4;
   };
-  auto scratchBytes = [](size_t) -> size_t { return 1000; };
+  auto noScratch = [](size_t) -> size_t { return 0; };
+  auto copies = [](size_t position) {
+    return position == 1 ? std::vector<SideBufferNeed>{{2000, 4, 1}}
+                         : std::vector<SideBufferNeed>{};
+  };
+  ArenaPlan plan =
+      planArena(f, valueBytes, noScratch, nullptr, nullptr, copies);
+  ASSERT_FALSE(plan.fromCompiler);
+  Block copy{plan.copyOffset[1], 2000};
+  ASSERT_NE(copy.offset, ArenaPlan::kNone);
+  EXPECT_EQ(plan.copyOffset[2], ArenaPlan::kNone);
+  for (int64_t v = 2; v <= 5; ++v)
+    EXPECT_FALSE(overlap(copy, {plan.valueOffset[v], 4000})) << "value " << v;
+  // Value 6 is defined at instruction 5, after the copy is released: it may
+  // take the copy's bytes.
+  EXPECT_LE(copy.offset + copy.bytes, plan.bytes);
+}
+
+/// chain(4, 1000) with the compiler's plan: value v at v * 4096, and side
+/// buffers after the values: instruction 0's kernel block kept through
+/// instruction 2, instruction 3's, and a copy of value 1 made at
+/// instruction 1 and kept through 3.
+Function chainWithPlan() {
+  Function f = chain(4, 1000);
+  MemoryPlan memory;
+  memory.alignment = 256;
+  memory.arenaBytes = 8 * 4096;
+  for (int64_t v = 0; v < 5; ++v)
+    memory.offsets.push_back(v * 4096);
+  memory.hasSideBuffers = true;
+  memory.sideBuffers = {{0, 5 * 4096, 1024, 2, -1},
+                        {1, 6 * 4096, 2048, 3, 1},
+                        {3, 7 * 4096, 1024, 3, -1}};
+  f.memoryPlan = memory;
+  return f;
+}
+
+// With the compiler's plan, values, scratch and copies take its offsets.
+TEST(ArenaPlanTest, TheCompilersPlanPlacesScratchAndCopies) {
+  Function f = chainWithPlan();
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto scratchBytes = [](size_t position) -> size_t {
+    return position == 0 || position == 3 ? 1000 : 0;
+  };
   auto keptUntil = [](size_t position) -> size_t {
     return position == 0 ? 2 : position;
   };
-  ArenaPlan plan = planArena(f, valueBytes, scratchBytes, keptUntil);
+  auto copies = [](size_t position) {
+    return position == 1 ? std::vector<SideBufferNeed>{{2000, 3, 1}}
+                         : std::vector<SideBufferNeed>{};
+  };
+  ArenaPlan plan =
+      planArena(f, valueBytes, scratchBytes, keptUntil, nullptr, copies);
   ASSERT_TRUE(plan.fromCompiler);
+  EXPECT_EQ(plan.bytes, 8u * 4096);
   for (int64_t v = 0; v < 5; ++v)
     EXPECT_EQ(plan.valueOffset[v], size_t(v * 4096));
-  Block kept{plan.scratchOffset[0], 1000};
-  EXPECT_GE(kept.offset, memory.arenaBytes);
-  EXPECT_FALSE(overlap(kept, {plan.scratchOffset[1], 1000}));
-  EXPECT_FALSE(overlap(kept, {plan.scratchOffset[2], 1000}));
-  EXPECT_LE(plan.scratchOffset[3] + 1000, plan.bytes);
-  // Without kept scratch every instruction shares the compiler's block.
-  ArenaPlan shared = planArena(f, valueBytes, scratchBytes);
-  EXPECT_EQ(shared.scratchOffset[0], shared.scratchOffset[3]);
+  EXPECT_EQ(plan.scratchOffset[0], 5u * 4096);
+  EXPECT_EQ(plan.scratchOffset[1], ArenaPlan::kNone);
+  EXPECT_EQ(plan.scratchOffset[3], 7u * 4096);
+  EXPECT_EQ(plan.copyOffset[1], 6u * 4096);
+  EXPECT_EQ(plan.copyOffset[2], ArenaPlan::kNone);
+}
+
+// A backend that needs more than the plan gives refuses it at load time.
+TEST(ArenaPlanTest, APlanThatGivesTooLittleIsRefused) {
+  Function f = chainWithPlan();
+  f.name = "chain";
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto noScratch = [](size_t) -> size_t { return 0; };
+  auto longer = [](size_t position) { // kept one instruction longer
+    return position == 1 ? std::vector<SideBufferNeed>{{2000, 4, 1}}
+                         : std::vector<SideBufferNeed>{};
+  };
+  try {
+    planArena(f, valueBytes, noScratch, nullptr, nullptr, longer);
+    FAIL() << "expected the plan to be refused";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), MTRT_STATUS_FAILED_PRECONDITION);
+    EXPECT_NE(std::string(e.what()).find(
+                  "chain: instructions[1] (gelu): the cuda backend needs a "
+                  "bf16 copy of value 1 of 2000 bytes through "
+                  "instructions[4]; the bundle's memory plan gives 2048 "
+                  "bytes through instructions[3]"),
+              std::string::npos)
+        << e.what();
+  }
+  // Without side buffers in the plan (format version 2) it plans alone.
+  f.memoryPlan->hasSideBuffers = false;
+  f.memoryPlan->sideBuffers.clear();
+  EXPECT_FALSE(
+      planArena(f, valueBytes, noScratch, nullptr, nullptr, longer)
+          .fromCompiler);
 }
 
 } // namespace

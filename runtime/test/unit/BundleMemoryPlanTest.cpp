@@ -3,7 +3,9 @@
 // elementwise op; plans that put a block outside the arena, overlap two live
 // values, reuse memory in place for an op that cannot compute in place, give
 // a parameter view memory or misalign a block are rejected, naming the value
-// and the rule; and the host executor runs in the plan's arena.
+// and the rule; side buffers (format version 3) are read and checked the same
+// way; the host executor runs in the plan's arena; a device backend takes the
+// plan's side-buffer blocks and refuses a plan that gives less than it needs.
 #include "BundleTestBuilder.h"
 #include "ExecutorTestSupport.h"
 
@@ -19,6 +21,7 @@ namespace {
 //   values: 0 x, 1 w, 2 y = linear(x, w), 3 z = gelu(y) (y dies),
 //           4 t = add(z, x) (z dies; the output)
 // Plan: x at 0, y at 256, z in place of y, t at 512; arena 768.
+// Instructions: 0 get_parameter, 1 linear, 2 gelu, 3 add.
 Json planManifest() {
   FunctionBuilder f("step");
   int64_t x = f.input({4, 16}, "f32");
@@ -76,7 +79,7 @@ TEST(BundleMemoryPlanTest, LiveValuesDoNotOverlap) {
   expectRejected(m, {"functions[0].memory_plan.offsets[2]",
                      "value 2 at [0, 256) overlaps value 0 at [0, 256), both "
                      "live at instructions[1]",
-                     "disjoint memory for values live at the same time"});
+                     "disjoint memory for blocks live at the same time"});
 }
 
 TEST(BundleMemoryPlanTest, OnlyElementwiseOpsComputeInPlace) {
@@ -145,26 +148,152 @@ TEST(BundleMemoryPlanTest, TheHostExecutorRunsInThePlansArena) {
   EXPECT_EQ(outputs[0], outputs[1]);
 }
 
-TEST(BundleMemoryPlanTest, DeviceBackendsLayOutThePlanWithScratchAfterIt) {
-  Bundle bundle = Bundle::parseManifest("p.mtb", planManifest().dump());
+// The plan above with side buffers after the values: the linear's bf16
+// copy of x (256 bytes at 768, kept through the add) and the gelu's kernel
+// block (256 bytes at 1024); arena 1280.
+Json sideBufferManifest() {
+  Json m = planManifest();
+  plan(m)["arena_bytes"] = 1280;
+  plan(m)["side_buffers"] = {{1, 768, 256, 3, 0}, {2, 1024, 256, 2, -1}};
+  return m;
+}
+
+TEST(BundleMemoryPlanTest, SideBuffersAreRead) {
+  Bundle bundle = Bundle::parseManifest("p.mtb", sideBufferManifest().dump());
+  const MemoryPlan &p = *bundle.functions()[0].memoryPlan;
+  ASSERT_TRUE(p.hasSideBuffers);
+  ASSERT_EQ(p.sideBuffers.size(), 2u);
+  EXPECT_EQ(p.sideBuffers[0].instruction, 1u);
+  EXPECT_EQ(p.sideBuffers[0].offset, 768u);
+  EXPECT_EQ(p.sideBuffers[0].bytes, 256u);
+  EXPECT_EQ(p.sideBuffers[0].until, 3u);
+  EXPECT_EQ(p.sideBuffers[0].copyOf, 0);
+  EXPECT_EQ(p.sideBuffers[1].until, 2u);
+  EXPECT_EQ(p.sideBuffers[1].copyOf, -1);
+  EXPECT_FALSE(Bundle::parseManifest("p.mtb", planManifest().dump())
+                   .functions()[0]
+                   .memoryPlan->hasSideBuffers);
+}
+
+TEST(BundleMemoryPlanTest, SideBuffersDoNotOverlapLiveBlocks) {
+  // Over x (an input, live to the end).
+  Json m = sideBufferManifest();
+  plan(m)["side_buffers"][1][1] = 0;
+  expectRejected(m, {"functions[0].memory_plan.side_buffers[1]",
+                     "the kernel block of instructions[2] at [0, 256) "
+                     "overlaps value 0 at [0, 256)",
+                     "both live at instructions[2]", "disjoint memory"});
+  // Over the copy of x, which lives through the add.
+  Json n = sideBufferManifest();
+  plan(n)["side_buffers"][1][1] = 768;
+  expectRejected(n, {"functions[0].memory_plan.side_buffers[1]",
+                     "overlaps the copy of value 0 at [768, 1024)"});
+  // A block released at the gelu leaves its memory to the add's.
+  Json ok = sideBufferManifest();
+  plan(ok)["side_buffers"] = {{1, 768, 256, 2, 0}, {3, 768, 256, 3, -1}};
+  EXPECT_NO_THROW(Bundle::parseManifest("p.mtb", ok.dump()));
+}
+
+TEST(BundleMemoryPlanTest, SideBuffersAreCheckedEntries) {
+  Json m = sideBufferManifest();
+  plan(m)["side_buffers"][1] = {1, 1024, 256, 2, -1};
+  expectRejected(m, {"functions[0].memory_plan.side_buffers[1][0]",
+                     "found 1", "kernel block (copy of -1) first"});
+  Json n = sideBufferManifest();
+  plan(n)["side_buffers"][0][3] = 0;
+  expectRejected(n, {"functions[0].memory_plan.side_buffers[0][3]",
+                     "found 0"});
+  Json o = sideBufferManifest();
+  plan(o)["side_buffers"][1][1] = 1100;
+  expectRejected(o, {"functions[0].memory_plan.side_buffers[1][1]",
+                     "found 1100", "a multiple of the alignment 256"});
+  Json q = sideBufferManifest();
+  plan(q)["side_buffers"][1][2] = 512;
+  expectRejected(q, {"functions[0].memory_plan.side_buffers[1][1]",
+                     "ends at 1536", "inside the arena of 1280 bytes"});
+  Json r = sideBufferManifest();
+  plan(r)["side_buffers"][1] = {2, 1024};
+  expectRejected(r, {"functions[0].memory_plan.side_buffers[1]",
+                     "found 2 numbers",
+                     "[instruction, offset, bytes, until, copy of]"});
+  Json t = sideBufferManifest();
+  plan(t)["side_buffers"][1] = {2, 1024, 256, 2, 0};
+  expectRejected(t, {"functions[0].memory_plan.side_buffers[1][4]",
+                     "found 0", "one copy per value"});
+  Json u = sideBufferManifest();
+  plan(u)["side_buffers"][1][4] = 5;
+  expectRejected(u, {"functions[0].memory_plan.side_buffers[1][4]",
+                     "found 5"});
+}
+
+TEST(BundleMemoryPlanTest, DeviceBackendsRunInThePlanWithItsSideBuffers) {
+  Bundle bundle = Bundle::parseManifest("p.mtb", sideBufferManifest().dump());
   const Function &f = bundle.functions()[0];
   auto declared = [&](int64_t v) { return planValueBytes(f.values[v]); };
-  std::optional<PlannedArena> arena = layOutPlannedArena(f, declared, 100, 256);
+  // The backend copies x at the linear (200 bytes, through the add) and
+  // needs 256 bytes of scratch at the gelu: the plan's blocks.
+  auto fits = [](size_t position) {
+    if (position == 1)
+      return std::vector<SideBufferNeed>{{0, 1, -1}, {200, 3, 0}};
+    if (position == 2)
+      return std::vector<SideBufferNeed>{{256, 2, -1}};
+    return std::vector<SideBufferNeed>{};
+  };
+  std::optional<PlannedArena> arena =
+      layOutPlannedArena(f, declared, fits, 256, "test");
   ASSERT_TRUE(arena.has_value());
-  EXPECT_EQ(arena->scratchOffset, 768u);
-  EXPECT_EQ(arena->scratchBytes, 100u);
-  EXPECT_EQ(arena->bytes, 868u);
+  EXPECT_EQ(arena->bytes, 1280u);
+  EXPECT_EQ(arena->kernelOffset, (std::vector<int64_t>{-1, -1, 1024, -1}));
+  EXPECT_EQ(arena->copyOffset, (std::vector<int64_t>{768, -1, -1, -1, -1}));
   // bf16 storage of f32 values fits the plan; f64 storage does not, nor a
-  // stricter alignment, nor a function without a plan.
+  // stricter alignment, nor a plan without side buffers, nor no plan.
   EXPECT_TRUE(layOutPlannedArena(
-      f, [&](int64_t v) { return declared(v) / 2; }, 0, 256));
+      f, [&](int64_t v) { return declared(v) / 2; }, fits, 256, "test"));
   EXPECT_FALSE(layOutPlannedArena(
-      f, [&](int64_t v) { return declared(v) * 2; }, 0, 256));
-  EXPECT_FALSE(layOutPlannedArena(f, declared, 0, 512));
+      f, [&](int64_t v) { return declared(v) * 2; }, fits, 256, "test"));
+  EXPECT_FALSE(layOutPlannedArena(f, declared, fits, 512, "test"));
+  Bundle old = Bundle::parseManifest("p.mtb", planManifest().dump());
+  EXPECT_FALSE(
+      layOutPlannedArena(old.functions()[0], declared, fits, 256, "test"));
   Json m = planManifest();
   m["functions"][0].erase("memory_plan");
   Bundle without = Bundle::parseManifest("p.mtb", m.dump());
-  EXPECT_FALSE(layOutPlannedArena(without.functions()[0], declared, 0, 256));
+  EXPECT_FALSE(
+      layOutPlannedArena(without.functions()[0], declared, fits, 256, "test"));
+}
+
+TEST(BundleMemoryPlanTest, ABackendThatNeedsMoreThanThePlanGivesIsRefused) {
+  Bundle bundle = Bundle::parseManifest("p.mtb", sideBufferManifest().dump());
+  const Function &f = bundle.functions()[0];
+  auto declared = [&](int64_t v) { return planValueBytes(f.values[v]); };
+  auto needing = [](size_t position, SideBufferNeed at) {
+    return [=](size_t p) {
+      return p == position ? std::vector<SideBufferNeed>{at}
+                           : std::vector<SideBufferNeed>{};
+    };
+  };
+  expectError(
+      [&] {
+        layOutPlannedArena(f, declared, needing(1, {512, 3, 0}), 256, "cuda");
+      },
+      MTRT_STATUS_FAILED_PRECONDITION,
+      {"step: instructions[1] (linear): the cuda backend needs a bf16 copy "
+       "of value 0 of 512 bytes through instructions[3]",
+       "the bundle's memory plan gives 256 bytes through instructions[3]",
+       "recompile the bundle"});
+  expectError(
+      [&] {
+        layOutPlannedArena(f, declared, needing(2, {256, 3, -1}), 256, "cuda");
+      },
+      MTRT_STATUS_FAILED_PRECONDITION,
+      {"instructions[2] (gelu)", "its kernel block", "through instructions[3]",
+       "gives 256 bytes through instructions[2]"});
+  expectError(
+      [&] {
+        layOutPlannedArena(f, declared, needing(1, {1, 1, -1}), 256, "cuda");
+      },
+      MTRT_STATUS_FAILED_PRECONDITION,
+      {"instructions[1] (linear)", "its kernel block", "has none there"});
 }
 
 } // namespace

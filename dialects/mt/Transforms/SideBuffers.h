@@ -1,0 +1,57 @@
+//===- SideBuffers.h - What a device backend keeps besides the values -*- C++ -*-===//
+//
+// The CUDA backend keeps buffers that are no value of the program: kernel
+// scratch (norm statistics, column sums, sort space), state a forward kernel
+// saves for its gradient (flash attention's output copy, logsumexp and
+// dropout bits; cross-entropy's logsumexps), and under mixed precision one
+// 16-bit copy of every GEMM operand, kept from its first GEMM to its last.
+// This file declares them, per instruction, each block with the last
+// instruction that reads it, so that the memory plan places them in the arena
+// beside the values (docs/Memory.md, "Side buffers"). The runtime computes
+// the same blocks (runtime/src/cuda/OpDispatch.cpp, Executor::scratchBytes and
+// its pairing) and refuses a plan that gives less: a kernel change that needs
+// other scratch updates both, and the load-time check says which.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MT_TRANSFORMS_SIDEBUFFERS_H
+#define MT_TRANSFORMS_SIDEBUFFERS_H
+
+#include "mlir/IR/Operation.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <cstdint>
+
+namespace mlir::mt {
+
+/// How the device backend stores what it computes.
+struct SideBufferOptions {
+  /// GEMMs and the attention core take bf16 operands (precision bf16): GEMM
+  /// operands get bf16 copies and attention runs on the flash kernels.
+  bool mixedPrecision = false;
+};
+
+/// A side buffer of an instruction: `bytes` (a multiple of the arena's
+/// alignment), live from the instruction through instruction `until`.
+struct SideBuffer {
+  int64_t bytes = 0;
+  int64_t until = 0;
+  /// The value this block holds a bf16 copy of; null for the instruction's
+  /// kernel block (its scratch and the state it saves for a gradient).
+  Value copyOf;
+};
+
+/// The side buffers of an instruction stream: `stream[i]` is the op of
+/// instruction i, or null for instructions without one (the parameter reads
+/// of a partitioned function's arguments, accumulate_gradient). By
+/// instruction: its kernel block first when it needs one, then the copies it
+/// makes (of its first operand first), each kept until its last reader.
+SmallVector<SmallVector<SideBuffer, 1>>
+declareSideBuffers(ArrayRef<Operation *> stream,
+                   const SideBufferOptions &options);
+
+} // namespace mlir::mt
+
+#endif // MT_TRANSFORMS_SIDEBUFFERS_H

@@ -1,0 +1,66 @@
+"""Checks that a --report memory table agrees with itself and with the
+bundle it describes (megatron-compile --emit plan of the same flags): the
+activations row is train_step's arena in the bundle's memory plan, the eval
+row eval_step's, the side buffers at the peak fit in the arena (and exist
+under bf16, where GEMM operands get copies), the saved bytes by layer fit
+in it, the workspace is cuBLASLt's 32 MiB, the weights and the total are
+the sums of their rows, and the device figure adds the measured CUDA
+context.
+
+Usage: report-consistent.py REPORT PLAN.json
+"""
+import json
+import re
+import sys
+
+text = open(sys.argv[1]).read()
+manifest = json.load(open(sys.argv[2]))
+
+
+def row(label):
+    match = re.search(r"\n  " + re.escape(label) + r"\s+(\d+)", text)
+    if not match:
+        sys.exit(f"no row '{label}' in the report")
+    return int(match.group(1))
+
+
+arena = {fn["name"]: fn["memory_plan"]["arena_bytes"]
+         for fn in manifest["functions"]}
+side = {fn["name"]: fn["memory_plan"]["side_buffers"]
+        for fn in manifest["functions"]}
+parameters = row(re.search(r"\n  (parameters \(\d+, fp32\))", text).group(1))
+gradients = row("gradients (fp32)")
+optimizer = row("optimizer state (Adam moments)")
+activations = row("activations (train_step arena peak)")
+side_at_peak = row("  of which side buffers at the peak")
+workspace = row("workspace (cuBLASLt)")
+layers = sum(int(n) for n in re.findall(r"\n  layer \d+\s+(\d+)", text))
+other = row("embeddings and output layer")
+bf16 = "precision bf16" in text
+checks = [
+    ("activations = train_step's arena_bytes",
+     activations == arena["train_step"]),
+    ("eval_step arena = eval_step's arena_bytes",
+     row("eval_step arena (when evaluating)") == arena.get("eval_step", 0)),
+    ("side buffers at the peak within the arena",
+     0 <= side_at_peak <= activations),
+    ("side buffers present, copies under bf16",
+     side["train_step"] and
+     (not bf16 or any(entry[4] >= 0 for entry in side["train_step"]))),
+    ("saved by layer and outside within the arena",
+     0 < layers + other <= activations),
+    ("workspace = 32 MiB", workspace == 32 << 20),
+    ("weights and optimizer = the sum of its rows",
+     row("weights and optimizer") == parameters + gradients + optimizer),
+    ("total = the sum of its rows",
+     row("total") == parameters + gradients + optimizer + activations +
+     workspace),
+    ("with the CUDA context = total + 535 MiB",
+     row("  with the CUDA context") == row("total") + (535 << 20)),
+]
+failed = [name for name, ok in checks if not ok]
+if failed:
+    sys.exit("inconsistent report: " + "; ".join(failed))
+policy = re.search(r"recompute (.+?), \d+ rank", text).group(1)
+print(f"recompute {policy}: consistent ({len(checks)} checks), "
+      f"{len(side['train_step'])} side buffers")
