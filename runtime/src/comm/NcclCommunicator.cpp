@@ -4,6 +4,7 @@
 #include "comm/NcclLibrary.h"
 #include "core/Error.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -525,9 +526,16 @@ NcclCommunicator::executeSplit(const Call &call) {
   std::string what = call.describe(members_) + " on group " + name_;
   std::string failure =
       settleNccl(lib, comm_, result, Clock::now() + options_.initTimeout);
+  // A non-blocking parent's split may hand the child back after the parent
+  // has settled (seen with NCCL 2.28 on the H200): wait for it.
+  auto deadline = Clock::now() + options_.initTimeout;
+  while (failure.empty() && call.color != kNoColor &&
+         !*static_cast<volatile ncclComm_t *>(&child) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (failure.empty() && call.color != kNoColor && !child)
+    failure = "no communicator came back before the initialization timeout";
   if (failure.empty() && child)
-    failure = settleNccl(lib, child, ncclInProgress,
-                         Clock::now() + options_.initTimeout);
+    failure = settleNccl(lib, child, ncclInProgress, deadline);
   if (!failure.empty())
     fail(rankName + ": ncclCommSplit for " + what + " failed: " + failure);
   if (call.color == kNoColor || !child)
