@@ -1,6 +1,6 @@
 // The CUDA executor's multi-rank instructions, run through the host: the
-// collectives over the rank's communicators (with the layouts of
-// host::Executor::collective), all_slice, bias_add, and the vocabulary-
+// collectives over the rank's communicators and all_slice
+// (host/RankCollective.h), bias_add, and the vocabulary-
 // parallel embedding and cross-entropy, on the host kernels. Operands are
 // copied to the host and results back, with a synchronization each: the
 // first correct version, for the in-process tensor-parallel checks on one
@@ -11,6 +11,7 @@
 #include "core/ExecutorChecks.h"
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
+#include "host/RankCollective.h"
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
@@ -122,66 +123,12 @@ void Executor::executeOnHost(size_t position, const Instruction &inst,
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice: {
-    const float *x = in(0);
-    float *y = out(0);
-    int64_t inCount = count(inst.operands[0]);
-    int64_t outCount = count(inst.results[0]);
-    int64_t group = gridGroupSize(bundle_.gridShape(), a.gridAxes);
-    if (group == 1) {
-      std::memcpy(y, x, sizeof(float) * static_cast<size_t>(outCount));
-      break;
-    }
-    const std::vector<int64_t> &shape = operandShape(0);
-    int64_t outer = 1, inner = 1;
-    if (inst.op != Op::AllReduce) {
-      for (int64_t d = 0; d < a.axis; ++d)
-        outer *= shape[d];
-      for (size_t d = static_cast<size_t>(a.axis) + 1; d < shape.size(); ++d)
-        inner *= shape[d];
-    }
-    if (inst.op == Op::AllSlice) {
-      int64_t index =
-          gridGroupIndex(rank_->gridShape(), rank_->coordinates(), a.gridAxes);
-      int64_t block = shape[a.axis] / group * inner;
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(y + o * block, x + (o * group + index) * block,
-                    sizeof(float) * static_cast<size_t>(block));
-      break;
-    }
-    comm::Communicator &comm = rank_->group(a.gridAxes);
-    std::string label = where(position);
-    comm::CallInfo info{label, static_cast<int64_t>(step)};
-    comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
-                            ? comm::ReduceOp::Max
-                            : comm::ReduceOp::Sum;
-    std::vector<int64_t> sizes(static_cast<size_t>(group));
-    std::vector<float> staging;
-    if (inst.op == Op::AllReduce) {
-      comm.allReduce<float>(x, y, inCount, op, info);
-    } else if (inst.op == Op::AllGather) {
-      // The ranks' blocks arrive one after another; interleave them along
-      // the axis.
-      staging.resize(static_cast<size_t>(outCount));
-      comm.allGather<float>(x, staging.data(), inCount, info);
-      std::vector<const float *> pieces(static_cast<size_t>(group));
-      for (int64_t r = 0; r < group; ++r) {
-        sizes[r] = shape[a.axis];
-        pieces[r] = staging.data() + r * inCount;
-      }
-      concatForward<float>(pool, outer, inner, static_cast<int>(group),
-                           sizes.data(), pieces.data(), y);
-    } else {
-      // Each rank's block of the axis, made contiguous, one after another.
-      staging.resize(static_cast<size_t>(inCount));
-      std::vector<float *> pieces(static_cast<size_t>(group));
-      for (int64_t r = 0; r < group; ++r) {
-        sizes[r] = shape[a.axis] / group;
-        pieces[r] = staging.data() + r * outCount;
-      }
-      splitForward<float>(pool, outer, inner, static_cast<int>(group),
-                          sizes.data(), x, pieces.data());
-      comm.reduceScatter<float>(staging.data(), y, outCount, op, info);
-    }
+    std::vector<float> staging(static_cast<size_t>(
+        rankCollectiveStaging(fn, inst, bundle_.gridShape())));
+    runRankCollective<float>(pool, fn, inst, bundle_.gridShape(), rank_,
+                             comm::CallInfo{where(position),
+                                            static_cast<int64_t>(step)},
+                             in(0), out(0), staging.data());
     break;
   }
   case Op::BiasAdd: {

@@ -6,6 +6,7 @@
 #include "core/ExecutorChecks.h"
 #include "core/OpShapes.h"
 #include "host/ParameterStore.h"
+#include "host/RankCollective.h"
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
@@ -504,82 +505,21 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
 }
 
-/// The collectives over the rank's group along grid_axes; all_slice copies
-/// the rank's block. Groups of one rank (and executors without a rank
-/// context, which only allows those) copy.
+/// The collectives over the rank's group along grid_axes, and all_slice
+/// (host/RankCollective.h).
 template <typename T>
 void Executor::collective(size_t position, const Instruction &inst,
                           uint64_t step) {
   const Function &fn = *function_;
-  const Attributes &a = inst.attrs;
   const T *x = static_cast<const T *>(slots_[inst.operands[0]].data);
   T *y = static_cast<T *>(allocate(inst.results[0]));
-  int64_t inCount = fn.values[inst.operands[0]].numElements;
-  int64_t outCount = fn.values[inst.results[0]].numElements;
-  int64_t group = gridGroupSize(bundle_.gridShape(), a.gridAxes);
-  if (group == 1) {
-    std::memcpy(y, x, sizeof(T) * static_cast<size_t>(outCount));
-    return;
-  }
-  // The operand as [outer, axisSize, inner] around the op's axis.
-  const std::vector<int64_t> &shape = fn.values[inst.operands[0]].shape;
-  int64_t outer = 1, inner = 1;
-  if (inst.op != Op::AllReduce) {
-    for (int64_t d = 0; d < a.axis; ++d)
-      outer *= shape[d];
-    for (size_t d = static_cast<size_t>(a.axis) + 1; d < shape.size(); ++d)
-      inner *= shape[d];
-  }
-  if (inst.op == Op::AllSlice) {
-    int64_t index =
-        gridGroupIndex(rank_->gridShape(), rank_->coordinates(), a.gridAxes);
-    int64_t block = shape[a.axis] / group * inner;
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(y + o * block, x + (o * group + index) * block,
-                  sizeof(T) * static_cast<size_t>(block));
-    return;
-  }
-  comm::Communicator &comm = rank_->group(a.gridAxes);
-  std::string label = where(position);
-  comm::CallInfo info{label, static_cast<int64_t>(step)};
-  comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
-                          ? comm::ReduceOp::Max
-                          : comm::ReduceOp::Sum;
-  std::vector<int64_t> sizes(static_cast<size_t>(group));
-  std::vector<T *> pieces(static_cast<size_t>(group));
-  switch (inst.op) {
-  case Op::AllReduce:
-    comm.allReduce<T>(x, y, inCount, op, info);
-    break;
-  case Op::AllGather: {
-    // The ranks' blocks arrive one after another; interleave them along the
-    // axis.
-    ScratchBuffer gathered(*this, sizeof(T) * static_cast<size_t>(outCount));
-    comm.allGather<T>(x, gathered.as<T>(), inCount, info);
-    for (int64_t r = 0; r < group; ++r) {
-      sizes[r] = shape[a.axis];
-      pieces[r] = gathered.as<T>() + r * inCount;
-    }
-    std::vector<const T *> inputs(pieces.begin(), pieces.end());
-    concatForward<T>(pool_, outer, inner, static_cast<int>(group), sizes.data(),
-                     inputs.data(), y);
-    break;
-  }
-  case Op::ReduceScatter: {
-    // Each rank's block of the axis, made contiguous, one after another.
-    ScratchBuffer blocks(*this, sizeof(T) * static_cast<size_t>(inCount));
-    for (int64_t r = 0; r < group; ++r) {
-      sizes[r] = shape[a.axis] / group;
-      pieces[r] = blocks.as<T>() + r * outCount;
-    }
-    splitForward<T>(pool_, outer, inner, static_cast<int>(group), sizes.data(),
-                    x, pieces.data());
-    comm.reduceScatter<T>(blocks.as<T>(), y, outCount, op, info);
-    break;
-  }
-  default:
-    break;
-  }
+  ScratchBuffer staging(
+      *this, sizeof(T) * static_cast<size_t>(rankCollectiveStaging(
+                             fn, inst, bundle_.gridShape())));
+  runRankCollective<T>(pool_, fn, inst, bundle_.gridShape(), rank_,
+                       comm::CallInfo{where(position),
+                                      static_cast<int64_t>(step)},
+                       x, y, staging.as<T>());
 }
 
 template void Executor::execute<float>(size_t, const Instruction &, uint64_t);
