@@ -106,16 +106,9 @@ void Executor::executeOnHost(size_t position, const Instruction &inst,
     else
       body(static_cast<const int32_t *>(data));
   };
-  // The rank's block of a vocabulary split over vocab_shard_axes.
-  auto vocabBlock = [&]() -> std::pair<int64_t, int64_t> {
-    if (a.vocabShardAxes.empty())
-      return {0, 1};
-    int64_t blocks = gridGroupSize(bundle_.gridShape(), a.vocabShardAxes);
-    if (blocks == 1)
-      return {0, 1};
-    return {gridGroupIndex(rank_->gridShape(), rank_->coordinates(),
-                           a.vocabShardAxes),
-            blocks};
+  auto vocabBlock = [&] {
+    return vocabularyBlock(bundle_.gridShape(), rank_, a.vocabShardAxes,
+                           where(position));
   };
 
   switch (inst.op) {

@@ -101,23 +101,9 @@ void Executor::execute(size_t position, const Instruction &inst,
       body(static_cast<const int32_t *>(data));
   };
 
-  // The rank's block of a vocabulary split over vocab_shard_axes: its index
-  // and the number of blocks.
-  auto vocabBlock = [&]() -> std::pair<int64_t, int64_t> {
-    if (a.vocabShardAxes.empty())
-      return {0, 1};
-    int64_t blocks = gridGroupSize(bundle_.gridShape(), a.vocabShardAxes);
-    if (blocks == 1)
-      return {0, 1};
-    if (!rank_)
-      throw Error(MTRT_STATUS_FAILED_PRECONDITION,
-                  where(position) + ": the vocabulary is split over " +
-                      std::to_string(blocks) +
-                      " ranks; run the bundle's ranks together "
-                      "(megatron-train --in-process-ranks)");
-    return {gridGroupIndex(rank_->gridShape(), rank_->coordinates(),
-                           a.vocabShardAxes),
-            blocks};
+  auto vocabBlock = [&] {
+    return vocabularyBlock(bundle_.gridShape(), rank_, a.vocabShardAxes,
+                           where(position));
   };
 
   switch (inst.op) {

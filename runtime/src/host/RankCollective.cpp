@@ -3,12 +3,34 @@
 #include "host/RankCollective.h"
 
 #include "comm/RankContext.h"
+#include "core/Error.h"
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
 #include <cstring>
 
 namespace mtrt::host {
+
+std::pair<int64_t, int64_t>
+vocabularyBlock(const std::vector<int64_t> &gridShape,
+                const comm::RankContext *rank,
+                const std::vector<int64_t> &vocabShardAxes,
+                const std::string &where) {
+  if (vocabShardAxes.empty())
+    return {0, 1};
+  int64_t blocks = gridGroupSize(gridShape, vocabShardAxes);
+  if (blocks == 1)
+    return {0, 1};
+  if (!rank)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                where + ": the vocabulary is split over " +
+                    std::to_string(blocks) +
+                    " ranks; run the bundle's ranks together "
+                    "(megatron-train --in-process-ranks)");
+  return {gridGroupIndex(rank->gridShape(), rank->coordinates(),
+                         vocabShardAxes),
+          blocks};
+}
 
 int64_t rankCollectiveStaging(const Function &fn, const Instruction &inst,
                               const std::vector<int64_t> &gridShape) {

@@ -12,6 +12,8 @@
 #include "core/Bundle.h"
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace mtrt::comm {
@@ -21,6 +23,16 @@ class RankContext;
 namespace mtrt::host {
 
 class ThreadPool;
+
+/// The rank's block of a vocabulary split over `vocabShardAxes`: its index
+/// and the number of blocks ({0, 1} when not split). Throws
+/// FAILED_PRECONDITION, naming `where`, when the vocabulary is split but
+/// there is no rank context.
+std::pair<int64_t, int64_t>
+vocabularyBlock(const std::vector<int64_t> &gridShape,
+                const comm::RankContext *rank,
+                const std::vector<int64_t> &vocabShardAxes,
+                const std::string &where);
 
 /// The elements of staging that runRankCollective needs for `inst`: the
 /// gathered result of all_gather, the operand's blocks of reduce_scatter.

@@ -186,25 +186,13 @@ std::vector<CheckpointTensor> Trainer::checkpointTensors() {
 CheckpointState Trainer::checkpointState(int64_t iteration,
                                          int64_t consumed) const {
   const ModelConfig &model = bundle_.model();
-  const host::LrSchedule &s = schedule();
   CheckpointState state;
   state.iteration = iteration;
   state.consumedSamples = consumed;
   state.seed = options_.seed;
   state.microStep = static_cast<uint64_t>(iteration * microBatches_);
   state.optimizerStep = iteration;
-  state.optimizer = {{"name", "adamw"},
-                     {"lr", s.maxLr},
-                     {"min_lr", s.minLr},
-                     {"lr_decay_style", styleName(s.style)},
-                     {"lr_decay_iters", s.decayIters},
-                     {"lr_warmup_iters", s.warmupIters},
-                     {"lr_warmup_init", s.warmupInitLr},
-                     {"weight_decay", options_.weightDecay},
-                     {"adam_beta1", options_.adamBeta1},
-                     {"adam_beta2", options_.adamBeta2},
-                     {"adam_eps", options_.adamEps},
-                     {"clip_grad", options_.clipGrad}};
+  state.optimizer = optimizerState(optimizerConfig_);
   state.lossScale = {{"kind", "none"}, {"scale", 1.0}};
   state.dataPath = corpusName_;
   state.split = options_.split;
