@@ -109,6 +109,9 @@ def main():
     parser.add_argument("--attention", choices=["sdpa", "math"], default="sdpa")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0,
+                        help="1: after the timed steps, print the CUDA "
+                             "kernels of 3 more steps (torch.profiler)")
     args = parser.parse_args()
     global LAYERS, HIDDEN, HEADS, SEQ
     LAYERS, HIDDEN, HEADS, SEQ = MODELS[args.model]
@@ -168,6 +171,14 @@ def main():
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "last_loss": round(loss, 4),
     }), flush=True)
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total",
+                                        row_limit=40, max_name_column_width=90))
 
 
 if __name__ == "__main__":

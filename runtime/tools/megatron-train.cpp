@@ -109,8 +109,9 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// MTRT_CUDA_SYNC=1 synchronizes after every instruction (to name a
 /// faulting kernel), MTRT_CUDA_PROFILE=1 prints train_step's time per op;
 /// MTRT_CUDA_GEMM_TUNE=0 keeps cuBLASLt's heuristic algorithm untimed and
-/// MTRT_CUDA_GEMM_BF16_RESULTS=1 writes GEMM results that only GEMMs read
-/// in bf16.
+/// MTRT_CUDA_BF16_VALUES=0 holds every floating value in fp32 under bf16
+/// mixed precision (by default activations whose producer and readers all
+/// take bf16 are held in bf16).
 std::unique_ptr<GpuTrainer>
 makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
                const mtrt::train::TrainCommand &c,
@@ -128,7 +129,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
     return value && std::string(value) == "0";
   };
   device.gemmTuning = !disabled("MTRT_CUDA_GEMM_TUNE");
-  device.bf16GemmResults = enabled("MTRT_CUDA_GEMM_BF16_RESULTS");
+  device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
   device.device = deviceIndex;
   return std::make_unique<GpuTrainer>(bundle, corpus, dataName(c), c.options,
                                       device, rank);

@@ -28,10 +28,10 @@ struct ContextOptions {
   /// Time cuBLASLt's proposed algorithms at a GEMM's first run and keep the
   /// fastest (Gemm); off: the heuristic's first, deterministic.
   bool gemmTuning = true;
-  /// Mixed precision: GEMM results that only GEMMs read are written in bf16
-  /// (Executor::planBf16Results); off: fp32, rounded by their readers. Off
-  /// by default until measured on the H200 (bench/NOTES.md).
-  bool bf16GemmResults = false;
+  /// Mixed precision: activations whose producer and readers all take bf16
+  /// are held in bf16 (Executor::planBf16Values); off: every floating value
+  /// in fp32, rounded to bf16 copies by the GEMMs that read it.
+  bool bf16Values = true;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

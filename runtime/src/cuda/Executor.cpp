@@ -55,15 +55,16 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     scratchKeptUntil_[position] = position;
   pairAttention();
   pairCrossEntropy();
-  planBf16Results();
+  planBf16Values();
   planBf16Copies();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
         if (parameterView[v])
           return 0;
+        DType declared = fn.values[v].dtype;
         return static_cast<size_t>(fn.values[v].numElements) *
-               dtypeSize(storageType(v));
+               dtypeSize(isFloatingPoint(declared) ? DType::F32 : declared);
       },
       [&](size_t position) { return scratchBytes(position); },
       [&](size_t position) { return scratchKeptUntil_[position]; },
@@ -155,21 +156,16 @@ std::string Executor::profile() const {
   for (const std::string &choice : context_.gemm().tuningChoices())
     text += "  GEMM tuned: " + choice + "\n";
   text +=
-      "  GEMM results written in bf16: " + std::to_string(bf16ResultCount()) +
-      " values\n";
+      "  values held in bf16: " + std::to_string(bf16ValueCount()) + "\n";
   return text;
-}
-
-size_t Executor::bf16ResultCount() const {
-  size_t count = 0;
-  for (bool result : bf16Result_)
-    count += result;
-  return count;
 }
 
 DType Executor::storageType(int64_t v) const {
   DType dtype = function_->values[v].dtype;
-  return isFloatingPoint(dtype) ? DType::F32 : dtype;
+  if (!isFloatingPoint(dtype))
+    return dtype;
+  bool bf16 = static_cast<size_t>(v) < bf16Value_.size() && bf16Value_[v];
+  return bf16 ? DType::BF16 : DType::F32;
 }
 
 std::string Executor::where(size_t position) const {

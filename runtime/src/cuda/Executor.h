@@ -74,8 +74,15 @@ public:
   const Function &function() const { return *function_; }
   /// Whether GEMMs and attention take bf16 operands (precision bf16).
   bool mixedPrecision() const { return bf16_; }
-  /// The storage type of value `v`: F32 for floating values, I32 or I64.
+  /// The storage type of value `v`: BF16 for a value held in bf16
+  /// (planBf16Values), else F32 for floating values, I32 or I64. Its slot
+  /// keeps the F32 size either way.
   DType storageType(int64_t v) const;
+  /// Whether value `v` is held in bf16 (storageType BF16): its kernels then
+  /// read or write `__nv_bfloat16`.
+  bool heldInBf16(int64_t v) const {
+    return storageType(v) == DType::BF16;
+  }
 
   /// Uploads `inputs` (one per function input, of its declared shape and
   /// storage type), runs the function, waits for it and returns copies of
@@ -95,9 +102,9 @@ public:
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }
 
-  /// Mixed precision: how many values their GEMMs write in bf16 (read only
-  /// by GEMMs; ContextOptions::bf16GemmResults).
-  size_t bf16ResultCount() const;
+  /// Mixed precision: how many values are held in bf16
+  /// (ContextOptions::bf16Values).
+  size_t bf16ValueCount() const;
 
   /// With ContextOptions::profile: milliseconds per op over all runs so
   /// far, one line per op, slowest first; empty otherwise.
@@ -131,11 +138,20 @@ private:
   void planBf16Copies();
   /// The bf16 copies instruction `position` makes (first operand first).
   std::vector<SideBufferNeed> bf16CopiesMadeAt(size_t position) const;
-  /// Mixed precision: the GEMM results that only GEMMs read (as A or B, and
-  /// a GeLU's pre-activation that only its gradient GEMM reads) are written
-  /// by their GEMM in bf16 into their own slot, when cuBLASLt has the
-  /// algorithm (ContextOptions::bf16GemmResults).
-  void planBf16Results();
+  /// Mixed precision (ContextOptions::bf16Values): the values held in bf16
+  /// in their slot (its first half). A value is, when its producer writes it
+  /// in bf16 (writesBf16) and every reader reads it so (readsBf16), and so
+  /// is every value that must share its type (a reshape's, split's or
+  /// concat's operands and results; a GeLU epilogue's result and auxiliary
+  /// matrix). Function inputs, outputs and parameters stay as declared.
+  void planBf16Values();
+  /// Whether the device kernels of `inst` read operand `operand` in bf16
+  /// when it is held so (and in fp32 otherwise). Each op's dispatch in
+  /// OpDispatch.cpp picks its kernels by storageType.
+  bool readsBf16(const Instruction &inst, size_t operand) const;
+  /// Whether they can write result `result` in bf16.
+  bool writesBf16(size_t position, const Instruction &inst,
+                  size_t result) const;
   /// The bf16 copies of a GEMM's operands; made here when `position` is
   /// their first GEMM.
   Bf16Operands bf16Operands(size_t position, const Instruction &inst);
@@ -176,9 +192,8 @@ private:
   /// By instruction: the later instruction after which its scratch is
   /// released (itself when nothing is kept).
   std::vector<size_t> scratchKeptUntil_;
-  /// By value: held in bf16 in its slot (its first half), written so by the
-  /// GEMM that makes it (planBf16Results).
-  std::vector<bool> bf16Result_;
+  /// By value: held in bf16 in its slot (its first half; planBf16Values).
+  std::vector<bool> bf16Value_;
   /// By value: the first and the last GEMM reading it (kNoPartner: none);
   /// its bf16 copy lives from one to the other.
   std::vector<size_t> bf16MadeAt_, bf16Until_;

@@ -36,9 +36,9 @@ public:
   /// The bundle's model.precision: "bf16" runs the cuda side in mixed
   /// precision (the host stays the fp32 reference).
   std::string precision = "fp32";
-  /// When set, the cuda executor must write this many values as bf16 GEMM
-  /// results (Executor::bf16ResultCount).
-  int64_t bf16Results = -1;
+  /// When set, the cuda executor must hold this many values in bf16
+  /// (Executor::bf16ValueCount); unset: every value in fp32.
+  int64_t bf16Values = -1;
 
   /// The host tensor of the input defined by the last ids() or input().
   host::Tensor &lastInput() { return inputs_.back(); }
@@ -67,7 +67,7 @@ public:
     MTRT_REQUIRE_GPU();
 
     cuda::ContextOptions options;
-    options.bf16GemmResults = bf16Results >= 0;
+    options.bf16Values = bf16Values >= 0;
     cuda::Context context(options);
     cuda::ParameterStore deviceStore(bundle, context);
     deviceStore.upload(initial);
@@ -77,9 +77,9 @@ public:
       std::printf("[ epilogue by kernels ] %s\n", line.c_str());
     for (const std::string &line : context.gemm().tuningChoices())
       std::printf("[ GEMM tuned ] %s\n", line.c_str());
-    if (bf16Results >= 0) {
-      EXPECT_EQ(deviceExecutor.bf16ResultCount(),
-                static_cast<size_t>(bf16Results));
+    if (bf16Values >= 0) {
+      EXPECT_EQ(deviceExecutor.bf16ValueCount(),
+                static_cast<size_t>(bf16Values));
     }
     ASSERT_EQ(actual.size(), expected.size());
     for (size_t i = 0; i < actual.size(); ++i) {
@@ -398,7 +398,7 @@ TEST_F(CudaOpsTest, GemmOnlyIntermediatesAsBf16Results) {
   c.f.output(c.f.op("linear", {dpre, w1}, {2, rows / 2, in},
                     {{"transpose_weight", true}}));
   c.f.output(c.f.op("linear_weight_grad", {x, dpre}, {in, hidden}));
-  c.bf16Results = 3; // g, pre, dpre
+  c.bf16Values = 3; // g, pre, dpre
   c.check(kBf16);
 }
 

@@ -1,0 +1,235 @@
+// Mixed precision on the device: which values are held in bf16 (written so
+// by their producer, read so by every reader), and the bf16 copies of the
+// fp32 values that GEMMs read.
+#include "cuda/Executor.h"
+
+#include "core/OpShapes.h"
+#include "cuda/CudaCheck.h"
+#include "cuda/kernels/Kernels.h"
+
+#include <numeric>
+
+namespace mtrt::cuda {
+
+namespace {
+
+size_t roundUp(size_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+bool isGemm(Op op) {
+  return op == Op::Linear || op == Op::LinearGelu ||
+         op == Op::LinearGeluGrad || op == Op::LinearWeightGrad ||
+         op == Op::LinearWeightBiasGrad || op == Op::Matmul;
+}
+
+/// Values that must share one storage type: a byte copy's operand and
+/// result, a GeLU epilogue's result and auxiliary matrix.
+class TypeGroups {
+public:
+  explicit TypeGroups(size_t values) : parent_(values) {
+    std::iota(parent_.begin(), parent_.end(), 0);
+  }
+  size_t find(size_t v) {
+    while (parent_[v] != v)
+      v = parent_[v] = parent_[parent_[v]];
+    return v;
+  }
+  void join(int64_t a, int64_t b) {
+    parent_[find(static_cast<size_t>(a))] = find(static_cast<size_t>(b));
+  }
+
+private:
+  std::vector<size_t> parent_;
+};
+
+} // namespace
+
+bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
+  switch (inst.op) {
+  case Op::Linear:
+  case Op::LinearGelu:
+  case Op::Matmul:
+  case Op::LinearWeightGrad:
+  case Op::LinearWeightBiasGrad:
+    return operand <= 1; // A and B; a bias stays fp32
+  case Op::LinearGeluGrad:
+    return operand <= 2; // dy, W and the pre-activation (D's type)
+  case Op::Reshape: // byte copies: operand and result share a type
+  case Op::Split:
+  case Op::Concat:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool Executor::writesBf16(size_t position, const Instruction &inst,
+                          size_t result) const {
+  using Kind = GemmEpilogue::Kind;
+  Kind kind;
+  switch (inst.op) {
+  case Op::Reshape:
+  case Op::Split:
+  case Op::Concat:
+    return true;
+  case Op::Linear:
+    kind = Kind::None;
+    break;
+  case Op::LinearGelu: // the result and the pre-activation
+    kind = Kind::GeluAux;
+    break;
+  case Op::LinearGeluGrad: // dx in bf16; the bias gradient stays fp32
+    if (result != 0)
+      return false;
+    kind = Kind::GeluGrad;
+    break;
+  default:
+    return false;
+  }
+  (void)position;
+  LinearDims d = linearDims(*function_, inst);
+  bool bias = inst.op != Op::LinearGeluGrad && inst.operands.size() == 3;
+  bool biasGrad = inst.op == Op::LinearGeluGrad && inst.results.size() == 2;
+  return context_.gemm().hasBf16ResultAlgorithm(
+      d.rows, d.outSize, d.inSize, false, inst.attrs.transposeWeight, kind,
+      bias, biasGrad);
+}
+
+void Executor::planBf16Values() {
+  const Function &fn = *function_;
+  bf16Value_.assign(fn.values.size(), false);
+  if (!bf16_ || !context_.options().bf16Values)
+    return;
+  // Held in bf16 only when every producer writes and every reader reads it
+  // so; function inputs and outputs and parameters stay as declared.
+  std::vector<bool> eligible(fn.values.size(), false);
+  for (const Instruction &inst : fn.instructions)
+    for (int64_t r : inst.results)
+      eligible[r] = isFloatingPoint(fn.values[r].dtype);
+  for (int64_t v : fn.inputs)
+    eligible[v] = false;
+  for (int64_t v : fn.outputs)
+    eligible[v] = false;
+  TypeGroups groups(fn.values.size());
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    for (size_t i = 0; i < inst.results.size(); ++i) {
+      int64_t r = inst.results[i];
+      if (inst.op == Op::GetParameter || runsOnHost(inst) ||
+          (eligible[r] && !writesBf16(position, inst, i)))
+        eligible[r] = false;
+    }
+    for (size_t i = 0; i < inst.operands.size(); ++i)
+      if (runsOnHost(inst) || !readsBf16(inst, i))
+        eligible[inst.operands[i]] = false;
+    switch (inst.op) {
+    case Op::Reshape:
+      groups.join(inst.operands[0], inst.results[0]);
+      break;
+    case Op::Split:
+      for (int64_t piece : inst.results)
+        groups.join(inst.operands[0], piece);
+      break;
+    case Op::Concat:
+      for (int64_t piece : inst.operands)
+        groups.join(inst.results[0], piece);
+      break;
+    case Op::LinearGelu: // cuBLASLt's auxiliary matrix has D's type
+      groups.join(inst.results[0], inst.results[1]);
+      break;
+    case Op::LinearGeluGrad:
+      groups.join(inst.results[0], inst.operands[2]);
+      break;
+    default:
+      break;
+    }
+  }
+  std::vector<bool> groupEligible(fn.values.size(), true);
+  for (size_t v = 0; v < fn.values.size(); ++v)
+    if (!eligible[v])
+      groupEligible[groups.find(v)] = false;
+  for (size_t v = 0; v < fn.values.size(); ++v)
+    bf16Value_[v] = eligible[v] && groupEligible[groups.find(v)];
+}
+
+std::pair<int64_t, int64_t>
+Executor::gemmOperandValues(const Instruction &inst) const {
+  switch (inst.op) {
+  case Op::Linear:
+  case Op::LinearGelu:
+  case Op::LinearGeluGrad:
+  case Op::Matmul:
+    return {inst.operands[0], inst.operands[1]};
+  case Op::LinearWeightGrad: // x^T dy, or dy^T x for a transposed weight
+  case Op::LinearWeightBiasGrad:
+    if (inst.attrs.transposeWeight)
+      return {inst.operands[1], inst.operands[0]};
+    return {inst.operands[0], inst.operands[1]};
+  default:
+    return {-1, -1};
+  }
+}
+
+void Executor::planBf16Copies() {
+  const Function &fn = *function_;
+  bf16MadeAt_.assign(fn.values.size(), kNoPartner);
+  bf16Until_.assign(fn.values.size(), 0);
+  if (!bf16_)
+    return;
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    auto [a, b] = gemmOperandValues(fn.instructions[position]);
+    for (int64_t v : {a, b}) {
+      if (v < 0 || bf16Value_[v]) // a bf16 value is its own copy
+        continue;
+      if (bf16MadeAt_[v] == kNoPartner)
+        bf16MadeAt_[v] = position;
+      bf16Until_[v] = position;
+    }
+  }
+}
+
+std::vector<SideBufferNeed> Executor::bf16CopiesMadeAt(size_t position) const {
+  std::vector<SideBufferNeed> copies;
+  auto [a, b] = gemmOperandValues(function_->instructions[position]);
+  for (int64_t v : {a, b})
+    if (v >= 0 && bf16MadeAt_[v] == position &&
+        (copies.empty() || copies.back().copyOf != v))
+      copies.push_back(
+          {roundUp(sizeof(__nv_bfloat16) *
+                   static_cast<size_t>(function_->values[v].numElements)),
+           bf16Until_[v], v});
+  return copies;
+}
+
+Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
+  Bf16Operands operands;
+  if (!bf16_)
+    return operands;
+  auto [a, b] = gemmOperandValues(inst);
+  auto copyOf = [&](int64_t v) {
+    if (bf16Value_[v])
+      return static_cast<__nv_bfloat16 *>(slots_[v]);
+    auto *copy = reinterpret_cast<__nv_bfloat16 *>(
+        static_cast<char *>(arena_.data()) + plan_.copyOffset[v]);
+    if (bf16MadeAt_[v] == position)
+      MTRT_CUDA_CHECK_LAUNCH(
+          roundToBf16(context_.stream(), function_->values[v].numElements,
+                      static_cast<const float *>(slots_[v]), copy),
+          where(position) + ": rounding an operand to bf16");
+    return copy;
+  };
+  operands.a = copyOf(a);
+  operands.b = b == a ? operands.a : copyOf(b);
+  operands.result = bf16Value_[inst.results[0]];
+  return operands;
+}
+
+size_t Executor::bf16ValueCount() const {
+  size_t count = 0;
+  for (bool held : bf16Value_)
+    count += held;
+  return count;
+}
+
+} // namespace mtrt::cuda
