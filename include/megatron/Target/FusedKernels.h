@@ -18,23 +18,29 @@
 
 namespace megatron {
 
-/// The kernels' launch contract, shared with the runtime
-/// (runtime/src/cuda/FusedKernels.cpp):
+/// The kernels' launch contract (bundle format version 5), shared with the
+/// runtime (runtime/src/cuda/FusedKernels.cpp):
 ///
 ///   extern "C" __global__ void NAME(long long n, long long vectors,
-///       unsigned long long key0, ..., const float *in0, ...,
-///       float *out0, ...)
+///       unsigned long long bf16, unsigned long long key0, ...,
+///       const void *in0, ..., void *out0, ...)
 ///
-/// over `n` elements of every operand (in0...) and result (out0...), all
-/// f32 and of one shape, in the group's operand and result order. Threads
-/// take elements in a grid-stride loop: first `vectors` groups of four
-/// (float4 loads and stores; 0 unless every pointer is 16-byte aligned and
-/// vectors * 4 <= n), then the rest one by one. One key per dropout of the
-/// body with p > 0, in body order: random::streamKey(seed, step), the
-/// mask of element i drawn at index i exactly as
-/// runtime/src/core/Random.h, whose source the kernels include. Groups
-/// that differ only in their dropout seeds share one kernel.
+/// over `n` elements of every operand (in0...) and result (out0...), all of
+/// one shape, in the group's operand and result order. Each is stored in
+/// fp32, or in bf16 when its bit of `bf16` is set: bit i for operand i,
+/// bit (operands + j) for result j; values past bit 63 are fp32. The
+/// arithmetic is f32 either way (bf16 widens exactly and rounds to nearest
+/// even when stored). Threads take elements in a grid-stride loop: first
+/// `vectors` groups of four (one 16-byte or 8-byte access per pointer; 0
+/// unless every pointer is 16-byte aligned and vectors * 4 <= n), then the
+/// rest one by one. One key per dropout of the body with p > 0, in body
+/// order: random::streamKey(seed, step), the mask of element i drawn at
+/// index i exactly as runtime/src/core/Random.h, whose source the kernels
+/// include. Groups that differ only in their dropout seeds share one
+/// kernel. (Versions 3 and 4 had no `bf16` argument and f32 pointers.)
 constexpr unsigned kFusedKernelThreads = 256;
+/// The bits of the type mask: operands and results past them are fp32.
+constexpr size_t kFusedKernelTypeBits = 64;
 
 /// The CUDA C++ of one group's kernel named `name`.
 std::string emitFusedKernel(mlir::mt::FusedOp group, llvm::StringRef name);

@@ -1,9 +1,11 @@
 //===- FusedKernelEmitter.cpp - CUDA C++ for mt.fused groups --------------===//
 //
-// One thread per element (float4 where aligned), the group's ops computed in
-// registers with the runtime's formulas: host/kernels/Elementwise.cpp's, in
-// f32, so that without FMA contraction (nvrtc -fmad=false) add, mul and
-// dropout give the host's bits and the dropout masks are the runtime's.
+// One thread per element (groups of four where aligned), the group's ops
+// computed in registers with the runtime's formulas:
+// host/kernels/Elementwise.cpp's, in f32, so that without FMA contraction
+// (nvrtc -fmad=false) add, mul and dropout give the host's bits and the
+// dropout masks are the runtime's. Each operand and result is stored in
+// fp32 or bf16 as the launch's type mask says (format version 5).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,6 +35,48 @@ std::string megatron::fusedKernelPrelude() {
       "#include \"core/Random.h\"\n"
       "__device__ __forceinline__ float mt_sigmoid(float x) {\n"
       "  return 1.0f / (1.0f + expf(-x));\n"
+      "}\n"
+      // Storage in fp32 or bf16, chosen per operand and result at launch:
+      // bf16 widens exactly and rounds to nearest even (the runtime's
+      // __float2bfloat16_rn; NaN stays NaN).
+      "__device__ __forceinline__ float mt_widen(unsigned h) {\n"
+      "  return __uint_as_float(h << 16);\n"
+      "}\n"
+      "__device__ __forceinline__ unsigned mt_round(float f) {\n"
+      "  unsigned u = __float_as_uint(f);\n"
+      "  if ((u & 0x7fffffffu) > 0x7f800000u)\n"
+      "    return (u >> 16) | 0x40u;\n"
+      "  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+      "}\n"
+      "__device__ __forceinline__ float mt_load(const void *p, bool bf16, "
+      "long long i) {\n"
+      "  if (bf16)\n"
+      "    return mt_widen(((const unsigned short *)p)[i]);\n"
+      "  return ((const float *)p)[i];\n"
+      "}\n"
+      "__device__ __forceinline__ void mt_store(void *p, bool bf16, long long "
+      "i, float x) {\n"
+      "  if (bf16)\n"
+      "    ((unsigned short *)p)[i] = (unsigned short)mt_round(x);\n"
+      "  else\n"
+      "    ((float *)p)[i] = x;\n"
+      "}\n"
+      "__device__ __forceinline__ float4 mt_load4(const void *p, bool bf16, "
+      "long long v) {\n"
+      "  if (bf16) {\n"
+      "    const uint2 h = ((const uint2 *)p)[v];\n"
+      "    return make_float4(mt_widen(h.x & 0xffffu), mt_widen(h.x >> 16),\n"
+      "                       mt_widen(h.y & 0xffffu), mt_widen(h.y >> 16));\n"
+      "  }\n"
+      "  return ((const float4 *)p)[v];\n"
+      "}\n"
+      "__device__ __forceinline__ void mt_store4(void *p, bool bf16, long long "
+      "v, float4 x) {\n"
+      "  if (bf16)\n"
+      "    ((uint2 *)p)[v] = make_uint2(mt_round(x.x) | (mt_round(x.y) << 16),\n"
+      "                                 mt_round(x.z) | (mt_round(x.w) << 16));\n"
+      "  else\n"
+      "    ((float4 *)p)[v] = x;\n"
       "}\n";
   return text;
 }
@@ -97,33 +141,41 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     os << "  y" << i << " = " << names.lookup(value) << ";\n";
   os << "}\n\n";
 
-  // The kernel: float4 groups, then the remaining elements.
+  // The kernel: groups of four, then the remaining elements; each operand
+  // and result in the storage type its bit of `bf16` names.
   size_t inputs = body.getNumArguments(), outputs = group.getNumResults();
   os << "extern \"C\" __global__ void __launch_bounds__("
      << kFusedKernelThreads << ")\n"
-     << name << "(long long n, long long vectors";
+     << name << "(long long n, long long vectors, unsigned long long bf16";
   for (size_t k = 0; k < keys; ++k)
     os << ", unsigned long long key" << k;
   for (size_t i = 0; i < inputs; ++i)
-    os << ", const float *in" << i;
+    os << ", const void *in" << i;
   for (size_t i = 0; i < outputs; ++i)
-    os << ", float *out" << i;
-  os << ") {\n"
-     << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
+    os << ", void *out" << i;
+  os << ") {\n";
+  // Values past the mask's 64 bits stay fp32.
+  auto bit = [](size_t k) -> std::string {
+    if (k >= kFusedKernelTypeBits)
+      return "false";
+    return llvm::formatv("((bf16 >> {0}) & 1ull) != 0", k).str();
+  };
+  for (size_t i = 0; i < inputs; ++i)
+    os << "  const bool bin" << i << " = " << bit(i) << ";\n";
+  for (size_t i = 0; i < outputs; ++i)
+    os << "  const bool bout" << i << " = " << bit(inputs + i) << ";\n";
+  os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
      << "  const long long first = (long long)blockIdx.x * blockDim.x + "
         "threadIdx.x;\n"
      << "  for (long long v = first; v < vectors; v += stride) {\n";
   for (size_t i = 0; i < inputs; ++i)
-    os << "    const float4 a" << i << " = reinterpret_cast<const float4 *>(in"
-       << i << ")[v];\n";
+    os << "    const float4 a" << i << " = mt_load4(in" << i << ", bin" << i
+       << ", v);\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    float4 r" << i << ";\n";
-  for (StringRef lane : {"x", "y", "z", "w"}) {
-    os << "    " << name << "_element(4 * v + " << (lane == "x"   ? 0
-                                                     : lane == "y" ? 1
-                                                     : lane == "z" ? 2
-                                                                   : 3)
-       ;
+  static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
+  for (auto [offset, lane] : llvm::enumerate(kLanes)) {
+    os << "    " << name << "_element(4 * v + " << offset;
     for (size_t k = 0; k < keys; ++k)
       os << ", key" << k;
     for (size_t i = 0; i < inputs; ++i)
@@ -133,8 +185,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     os << ");\n";
   }
   for (size_t i = 0; i < outputs; ++i)
-    os << "    reinterpret_cast<float4 *>(out" << i << ")[v] = r" << i
-       << ";\n";
+    os << "    mt_store4(out" << i << ", bout" << i << ", v, r" << i
+       << ");\n";
   os << "  }\n"
      << "  for (long long i = 4 * vectors + first; i < n; i += stride) {\n";
   for (size_t i = 0; i < outputs; ++i)
@@ -143,12 +195,13 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   for (size_t k = 0; k < keys; ++k)
     os << ", key" << k;
   for (size_t i = 0; i < inputs; ++i)
-    os << ", in" << i << "[i]";
+    os << ", mt_load(in" << i << ", bin" << i << ", i)";
   for (size_t i = 0; i < outputs; ++i)
     os << ", y" << i;
   os << ");\n";
   for (size_t i = 0; i < outputs; ++i)
-    os << "    out" << i << "[i] = y" << i << ";\n";
+    os << "    mt_store(out" << i << ", bout" << i << ", i, y" << i
+       << ");\n";
   os << "  }\n}\n";
   return text;
 }

@@ -311,6 +311,9 @@ struct FusedKernels {
   /// Entry points, by the index a fused instruction's `kernel` holds.
   std::vector<std::string> names;
   std::string cubin, ptx, source;
+  /// Format version 5: the kernels take a storage-type mask (each operand
+  /// and result fp32 or bf16); versions 3 and 4: no mask, all fp32.
+  bool typeMask = false;
 };
 
 /// The manifest's `gradient_buffer` (format version 2): the contiguous
@@ -347,7 +350,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 4;
+  static constexpr uint32_t kFormatVersion = 5;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -899,6 +899,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
                           std::to_string(version) + " manifest",
            "none before format version 3");
     readFusedKernels(*kernels, "kernels", payload, bundle.fusedKernels_);
+    bundle.fusedKernels_.typeMask = version >= 5;
   }
   kernelCount_ = bundle.fusedKernels_.names.size();
 

@@ -24,7 +24,8 @@ bool isGemm(Op op) {
 }
 
 /// Values that must share one storage type: a byte copy's operand and
-/// result, a GeLU epilogue's result and auxiliary matrix.
+/// result, a GeLU epilogue's result and auxiliary matrix, a result computed
+/// in place of an operand.
 class TypeGroups {
 public:
   explicit TypeGroups(size_t values) : parent_(values) {
@@ -59,6 +60,25 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::Split:
   case Op::Concat:
     return true;
+  // Elementwise.cu, Rope.cu, Shape.cu: every operand fp32 or bf16.
+  case Op::Add:
+  case Op::Mul:
+  case Op::Dropout:
+  case Op::Gelu:
+  case Op::GeluGrad:
+  case Op::Silu:
+  case Op::SiluGrad:
+  case Op::Swiglu:
+  case Op::SwigluGrad:
+  case Op::Softmax:
+  case Op::SoftmaxGrad:
+  case Op::Rope:
+  case Op::Transpose:
+    return true;
+  case Op::EmbeddingGrad: // dy; the table's gradient sums in fp32
+    return operand == 0;
+  case Op::Fused: // the generated kernels' type mask (format version 5)
+    return fusedKernels_ && fusedKernels_->takesBf16(operand);
   default:
     return false;
   }
@@ -72,7 +92,24 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::Reshape:
   case Op::Split:
   case Op::Concat:
+  case Op::Add:
+  case Op::Mul:
+  case Op::Dropout:
+  case Op::Gelu:
+  case Op::GeluGrad:
+  case Op::Silu:
+  case Op::SiluGrad:
+  case Op::Swiglu:
+  case Op::SwigluGrad:
+  case Op::Softmax:
+  case Op::SoftmaxGrad:
+  case Op::Rope:
+  case Op::Transpose:
+  case Op::Embedding: // the rows gathered from the fp32 table
     return true;
+  case Op::Fused:
+    return fusedKernels_ &&
+           fusedKernels_->takesBf16(inst.operands.size() + result);
   case Op::Linear:
     kind = Kind::None;
     break;
@@ -144,6 +181,15 @@ void Executor::planBf16Values() {
     default:
       break;
     }
+    // A result the compiler's plan puts in place of an operand (elementwise
+    // ops, fused groups) shares its type: element i of each is read and
+    // written at the same bytes.
+    if (fn.memoryPlan)
+      for (int64_t r : inst.results)
+        for (int64_t o : inst.operands)
+          if (fn.memoryPlan->offsets[r] >= 0 &&
+              fn.memoryPlan->offsets[r] == fn.memoryPlan->offsets[o])
+            groups.join(r, o);
   }
   std::vector<bool> groupEligible(fn.values.size(), true);
   for (size_t v = 0; v < fn.values.size(); ++v)

@@ -11,9 +11,12 @@ namespace mtrt::cuda {
 
 namespace {
 constexpr unsigned kThreads = 256; // the kernels' __launch_bounds__
+/// The bits of the kernels' type mask (kFusedKernelTypeBits).
+constexpr size_t kTypeBits = 64;
 } // namespace
 
-FusedKernelLibrary::FusedKernelLibrary(const Bundle &bundle) {
+FusedKernelLibrary::FusedKernelLibrary(const Bundle &bundle)
+    : typeMask_(bundle.fusedKernels().typeMask) {
   const FusedKernels &kernels = bundle.fusedKernels();
   std::string what = "loading the " + std::to_string(kernels.names.size()) +
                      " fused kernels of bundle '" + bundle.name() + "'";
@@ -48,19 +51,39 @@ FusedKernelLibrary::~FusedKernelLibrary() {
     cudaLibraryUnload(library_);
 }
 
+bool FusedKernelLibrary::takesBf16(size_t index) const {
+  return typeMask_ && index < kTypeBits;
+}
+
 void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
                                 int64_t n,
-                                const std::vector<const float *> &operands,
-                                const std::vector<float *> &results,
+                                const std::vector<InElements> &operands,
+                                const std::vector<OutElements> &results,
                                 uint64_t step, const std::string &where) const {
   if (n <= 0)
     return;
-  // float4 groups only when every pointer allows 16-byte accesses.
+  // Groups of four only when every pointer allows 16-byte accesses; bit k
+  // of the mask: value k (operands, then results) is bf16.
   bool aligned = true;
-  for (const float *p : operands)
-    aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  for (float *p : results)
-    aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  unsigned long long bf16 = 0;
+  size_t index = 0;
+  auto add = [&](const void *data, bool isBf16) {
+    aligned = aligned && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+    if (isBf16) {
+      if (!takesBf16(index))
+        throw Error(MTRT_STATUS_INTERNAL,
+                    where + ": value " + std::to_string(index) +
+                        " of the fused kernel is bf16, which its kernel "
+                        "cannot store (format version 3 or 4 bundle, or "
+                        "past the type mask's 64 bits)");
+      bf16 |= 1ull << index;
+    }
+    ++index;
+  };
+  for (const InElements &x : operands)
+    add(x.data, x.bf16);
+  for (const OutElements &y : results)
+    add(y.data, y.bf16);
   long long count = n;
   long long vectors = aligned ? n / 4 : 0;
   // One stream key per dropout with p > 0, in body order (the host's
@@ -71,13 +94,15 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
       keys.push_back(random::streamKey(static_cast<uint64_t>(op.attrs.seed),
                                        step));
   std::vector<const void *> pointers;
-  for (const float *p : operands)
-    pointers.push_back(p);
-  for (float *p : results)
-    pointers.push_back(p);
+  for (const InElements &x : operands)
+    pointers.push_back(x.data);
+  for (const OutElements &y : results)
+    pointers.push_back(y.data);
   std::vector<void *> args;
   args.push_back(&count);
   args.push_back(&vectors);
+  if (typeMask_)
+    args.push_back(&bf16);
   for (unsigned long long &key : keys)
     args.push_back(&key);
   for (const void *&p : pointers)

@@ -1,10 +1,11 @@
-// The bundle's generated kernels (mt.fused groups, format version 3), loaded
-// once from its cubin (or its PTX, JIT-compiled by the driver, on GPUs the
-// cubin does not run on) and launched per fused instruction.
+// The bundle's generated kernels (mt.fused groups, format versions 3 to 5),
+// loaded once from its cubin (or its PTX, JIT-compiled by the driver, on GPUs
+// the cubin does not run on) and launched per fused instruction.
 #ifndef MTRT_SRC_CUDA_FUSEDKERNELS_H
 #define MTRT_SRC_CUDA_FUSEDKERNELS_H
 
 #include "core/Bundle.h"
+#include "cuda/kernels/Kernels.h"
 
 #include <cuda_runtime_api.h>
 
@@ -17,7 +18,8 @@ namespace mtrt::cuda {
 /// Loads the kernels through the CUDA runtime's library API
 /// (cudaLibraryLoadData, cudaLibraryGetKernel: no libcuda link). The launch
 /// contract is include/megatron/Target/FusedKernels.h's: (n, vectors,
-/// key per dropout, operands..., results...).
+/// bf16 type mask, key per dropout, operands..., results...); kernels of
+/// format versions 3 and 4 take no mask and f32 storage only.
 class FusedKernelLibrary {
 public:
   /// Throws Error naming the bundle when neither the cubin nor the PTX
@@ -30,19 +32,25 @@ public:
   /// Whether the PTX was loaded because the cubin does not run here.
   bool fromPtx() const { return fromPtx_; }
 
+  /// Whether the kernels can store fused instruction operands and results
+  /// in bf16: operand `index` (or result index - operands) of a fused
+  /// instruction with `operands` operands.
+  bool takesBf16(size_t index) const;
+
   /// Launches the kernel of fused instruction `inst` on `stream`:
-  /// `operands` and `results` are its device pointers (f32, one shape of
-  /// `n` elements), `step` keys its dropouts. `where` names the
-  /// instruction for errors.
+  /// `operands` and `results` are its device elements (one shape of `n`
+  /// elements, each fp32 or, where takesBf16, bf16), `step` keys its
+  /// dropouts. `where` names the instruction for errors.
   void launch(cudaStream_t stream, const Instruction &inst, int64_t n,
-              const std::vector<const float *> &operands,
-              const std::vector<float *> &results, uint64_t step,
+              const std::vector<InElements> &operands,
+              const std::vector<OutElements> &results, uint64_t step,
               const std::string &where) const;
 
 private:
   cudaLibrary_t library_ = nullptr;
   std::vector<cudaKernel_t> kernels_;
   bool fromPtx_ = false;
+  bool typeMask_ = false;
 };
 
 } // namespace mtrt::cuda

@@ -203,6 +203,19 @@ void Executor::execute(size_t position, const Instruction &inst,
     return static_cast<const float *>(slots_[inst.operands[i]]);
   };
   auto out = [&](size_t i) { return static_cast<float *>(slots_[inst.results[i]]); };
+  // Operand and result i in their storage type (fp32, or bf16 when held so).
+  auto inElements = [&](size_t i) -> InElements {
+    const void *data = slots_[inst.operands[i]];
+    if (heldInBf16(inst.operands[i]))
+      return static_cast<const __nv_bfloat16 *>(data);
+    return static_cast<const float *>(data);
+  };
+  auto outElements = [&](size_t i) -> OutElements {
+    void *data = slots_[inst.results[i]];
+    if (heldInBf16(inst.results[i]))
+      return static_cast<__nv_bfloat16 *>(data);
+    return static_cast<float *>(data);
+  };
   auto shapeOf = [&](int64_t v) -> const std::vector<int64_t> & {
     return fn.values[v].shape;
   };
@@ -279,16 +292,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Embedding: {
     EmbeddingDims d = embeddingDims(fn, inst);
     withIds(1, [&](auto *ids) {
-      embeddingForward(stream, d.count, d.vocab, d.hidden, in(0), ids, out(0),
-                       fault, tag);
+      embeddingForward(stream, d.count, d.vocab, d.hidden, in(0), ids,
+                       outElements(0), fault, tag);
     });
     break;
   }
   case Op::EmbeddingGrad: {
     EmbeddingDims d = embeddingDims(fn, inst);
     withIds(1, [&](auto *ids) {
-      embeddingBackward(stream, d.count, d.vocab, d.hidden, ids, in(0), out(0),
-                        carve.take<char>(0), fault, tag);
+      embeddingBackward(stream, d.count, d.vocab, d.hidden, ids,
+                        inElements(0), out(0), carve.take<char>(0), fault,
+                        tag);
     });
     break;
   }
@@ -433,58 +447,66 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Rope: {
     RopeDims d = ropeDims(fn, inst);
     rope(stream, d.batch, d.seq, d.heads, d.headDim, d.rotary, a.base,
-         a.inverse, in(0), out(0), carve.take<char>(0));
+         a.inverse, inElements(0), outElements(0), carve.take<char>(0));
     break;
   }
   case Op::Gelu:
-    geluForward(stream, count(inst.operands[0]), in(0), out(0),
-                toKernel(a.approximate));
+    geluForward(stream, count(inst.operands[0]), inElements(0),
+                outElements(0), toKernel(a.approximate));
     break;
   case Op::GeluGrad:
-    geluBackward(stream, count(inst.operands[1]), in(1), in(0), out(0),
-                 toKernel(a.approximate));
+    geluBackward(stream, count(inst.operands[1]), inElements(1),
+                 inElements(0), outElements(0), toKernel(a.approximate));
     break;
   case Op::Silu:
-    siluForward(stream, count(inst.operands[0]), in(0), out(0));
+    siluForward(stream, count(inst.operands[0]), inElements(0),
+                outElements(0));
     break;
   case Op::SiluGrad:
-    siluBackward(stream, count(inst.operands[1]), in(1), in(0), out(0));
+    siluBackward(stream, count(inst.operands[1]), inElements(1),
+                 inElements(0), outElements(0));
     break;
   case Op::Swiglu:
-    swigluForward(stream, count(inst.operands[0]), in(0), in(1), out(0));
+    swigluForward(stream, count(inst.operands[0]), inElements(0),
+                  inElements(1), outElements(0));
     break;
   case Op::SwigluGrad:
-    swigluBackward(stream, count(inst.operands[1]), in(1), in(2), in(0),
-                   out(0), out(1));
+    swigluBackward(stream, count(inst.operands[1]), inElements(1),
+                   inElements(2), inElements(0), outElements(0),
+                   outElements(1));
     break;
   case Op::Dropout:
-    dropout(stream, count(inst.operands[0]), in(0), out(0), a.p,
-            static_cast<uint64_t>(a.seed), step);
+    dropout(stream, count(inst.operands[0]), inElements(0), outElements(0),
+            a.p, static_cast<uint64_t>(a.seed), step);
     break;
   case Op::Add:
-    add(stream, count(inst.operands[0]), in(0), in(1), out(0));
+    add(stream, count(inst.operands[0]), inElements(0), inElements(1),
+        outElements(0));
     break;
   case Op::Fused: { // the group's generated kernel
-    std::vector<const float *> operands;
-    std::vector<float *> results;
+    std::vector<InElements> operands;
+    std::vector<OutElements> results;
     for (size_t i = 0; i < inst.operands.size(); ++i)
-      operands.push_back(in(i));
+      operands.push_back(inElements(i));
     for (size_t i = 0; i < inst.results.size(); ++i)
-      results.push_back(out(i));
+      results.push_back(outElements(i));
     fusedKernels_->launch(stream, inst, count(inst.operands[0]), operands,
                           results, step, where(position));
     break;
   }
   case Op::Mul:
-    mul(stream, count(inst.operands[0]), in(0), in(1), out(0));
+    mul(stream, count(inst.operands[0]), inElements(0), inElements(1),
+        outElements(0));
     break;
   case Op::Softmax:
   case Op::SoftmaxGrad: {
     auto [outer, axis, inner] = softmaxDims(fn, inst);
     if (inst.op == Op::SoftmaxGrad)
-      softmaxBackward(stream, outer, axis, inner, in(1), in(0), out(0));
+      softmaxBackward(stream, outer, axis, inner, inElements(1),
+                      inElements(0), outElements(0));
     else
-      softmaxForward(stream, outer, axis, inner, in(0), out(0));
+      softmaxForward(stream, outer, axis, inner, inElements(0),
+                     outElements(0));
     break;
   }
   case Op::CrossEntropy:
@@ -525,7 +547,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Transpose: {
     const auto &x = operandShape(0);
     transpose(stream, static_cast<int>(x.size()), x.data(),
-              a.permutation.data(), in(0), out(0));
+              a.permutation.data(), inElements(0), outElements(0));
     break;
   }
   case Op::Split:

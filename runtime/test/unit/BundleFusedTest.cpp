@@ -73,6 +73,11 @@ TEST(BundleFusedTest, ReadsTheGroupAndItsKernels) {
   EXPECT_EQ(kernels.names, std::vector<std::string>{"mt_fused_0"});
   EXPECT_EQ(kernels.cubin, "CUBI");
   EXPECT_EQ(kernels.ptx, "PTX");
+  // Version 3 kernels take f32 storage only; version 5's a type mask.
+  EXPECT_FALSE(kernels.typeMask);
+  Json manifest = groupManifest(true);
+  manifest["version"] = 5;
+  EXPECT_TRUE(parse(manifest).fusedKernels().typeMask);
 }
 
 TEST(BundleFusedTest, TheHostRunsTheGroupsOpsWithTheUnfusedBits) {

@@ -1,7 +1,9 @@
 // Elementwise kernels (gelu, silu, swiglu, dropout, add, mul, accumulate) and
 // softmax, forward and backward, with host/kernels/Elementwise.cpp's
 // formulas. Compiled without FMA contraction (CMakeLists.txt), so each
-// product and sum rounds like the host's.
+// product and sum rounds like the host's. Operands and results are fp32 or
+// bf16 each (InElements, OutElements); the arithmetic is fp32 either way,
+// so fp32 storage gives the bits it always did.
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
@@ -20,98 +22,159 @@ constexpr double kGeluTanhCubic = 0.044715;
 
 __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__global__ void geluTanhKernel(int64_t n, const float *x, float *y) {
-  MTRT_GRID_STRIDE(i, n) {
-    float v = x[i];
+/// The storage of an elementwise launch: In operands and Out results (a
+/// null result is not written).
+template <int In, int Out> struct Storage {
+  InElements in[In];
+  OutElements out[Out];
+};
+
+/// Runs `f(i, x, y)` on every element i: x[k] is operand k's element i, y[k]
+/// result k's. The first `quads` groups of four move in one access per
+/// operand (load4/store4), the rest one at a time; each element's arithmetic
+/// is the same either way.
+template <int In, int Out, typename F>
+__global__ void mapKernel(int64_t n, int64_t quads, Storage<In, Out> s, F f) {
+  MTRT_GRID_STRIDE(q, quads) {
+    float4 a[In], r[Out];
+#pragma unroll
+    for (int k = 0; k < In; ++k)
+      a[k] = detail::load4(s.in[k], q);
+#pragma unroll
+    for (int lane = 0; lane < 4; ++lane) {
+      float x[In], y[Out];
+#pragma unroll
+      for (int k = 0; k < In; ++k)
+        x[k] = reinterpret_cast<const float *>(&a[k])[lane];
+      f(4 * q + lane, x, y);
+#pragma unroll
+      for (int k = 0; k < Out; ++k)
+        reinterpret_cast<float *>(&r[k])[lane] = y[k];
+    }
+#pragma unroll
+    for (int k = 0; k < Out; ++k)
+      if (s.out[k].data)
+        detail::store4(s.out[k], q, r[k]);
+  }
+  MTRT_GRID_STRIDE(t, n - 4 * quads) {
+    int64_t i = 4 * quads + t;
+    float x[In], y[Out];
+#pragma unroll
+    for (int k = 0; k < In; ++k)
+      x[k] = detail::load(s.in[k], i);
+    f(i, x, y);
+#pragma unroll
+    for (int k = 0; k < Out; ++k)
+      if (s.out[k].data)
+        detail::store(s.out[k], i, y[k]);
+  }
+}
+
+template <int In, int Out, typename F>
+void launchMap(cudaStream_t stream, int64_t n, Storage<In, Out> s, F f) {
+  if (n <= 0)
+    return;
+  bool aligned = true;
+  for (const InElements &x : s.in)
+    aligned = aligned && detail::vectorizable(x.data);
+  for (const OutElements &y : s.out)
+    aligned = aligned && detail::vectorizable(y.data);
+  int64_t quads = aligned ? n / 4 : 0;
+  mapKernel<<<blocksFor(std::max<int64_t>(quads, n - 4 * quads)), kThreads, 0,
+              stream>>>(n, quads, s, f);
+}
+
+struct GeluTanh {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float v = x[0];
     float inner = float(kSqrt2OverPi) * (v + float(kGeluTanhCubic) * v * v * v);
-    y[i] = 0.5f * v * (1.0f + tanhf(inner));
+    y[0] = 0.5f * v * (1.0f + tanhf(inner));
   }
-}
+};
 
-__global__ void geluErfKernel(int64_t n, const float *x, float *y) {
-  MTRT_GRID_STRIDE(i, n) {
-    float v = x[i];
-    y[i] = 0.5f * v * (1.0f + erff(v * float(kInvSqrt2)));
+struct GeluErf {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float v = x[0];
+    y[0] = 0.5f * v * (1.0f + erff(v * float(kInvSqrt2)));
   }
-}
+};
 
-__global__ void geluTanhBackwardKernel(int64_t n, const float *x,
-                                       const float *dy, float *dx) {
-  MTRT_GRID_STRIDE(i, n) {
-    float v = x[i];
+struct GeluTanhBackward { // x, dy -> dx
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float v = x[0];
     float v2 = v * v;
     float t = tanhf(float(kSqrt2OverPi) * (v + float(kGeluTanhCubic) * v2 * v));
     float dinner = float(kSqrt2OverPi) * (1.0f + float(3 * kGeluTanhCubic) * v2);
     float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner;
-    dx[i] = dy[i] * grad;
+    y[0] = x[1] * grad;
   }
-}
+};
 
-__global__ void geluErfBackwardKernel(int64_t n, const float *x,
-                                      const float *dy, float *dx) {
-  MTRT_GRID_STRIDE(i, n) {
-    float v = x[i];
+struct GeluErfBackward { // x, dy -> dx
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float v = x[0];
     float cdf = 0.5f * (1.0f + erff(v * float(kInvSqrt2)));
     float pdf = float(kInvSqrt2Pi) * expf(-0.5f * v * v);
-    dx[i] = dy[i] * (cdf + v * pdf);
+    y[0] = x[1] * (cdf + v * pdf);
   }
-}
+};
 
-__global__ void siluKernel(int64_t n, const float *x, float *y) {
-  MTRT_GRID_STRIDE(i, n) y[i] = x[i] * sigmoid(x[i]);
-}
+struct Silu {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    y[0] = x[0] * sigmoid(x[0]);
+  }
+};
 
-__global__ void siluBackwardKernel(int64_t n, const float *x, const float *dy,
-                                   float *dx) {
-  MTRT_GRID_STRIDE(i, n) {
-    float v = x[i];
+struct SiluBackward { // x, dy -> dx
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float v = x[0];
     float s = sigmoid(v);
-    dx[i] = dy[i] * (s * (1.0f + v * (1.0f - s)));
+    y[0] = x[1] * (s * (1.0f + v * (1.0f - s)));
   }
-}
+};
 
-__global__ void swigluKernel(int64_t n, const float *gate, const float *up,
-                             float *y) {
-  MTRT_GRID_STRIDE(i, n) {
-    float g = gate[i];
-    y[i] = g * sigmoid(g) * up[i];
+struct Swiglu { // gate, up -> y
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float g = x[0];
+    y[0] = g * sigmoid(g) * x[1];
   }
-}
+};
 
-__global__ void swigluBackwardKernel(int64_t n, const float *gate,
-                                     const float *up, const float *dy,
-                                     float *dgate, float *dup) {
-  MTRT_GRID_STRIDE(i, n) {
-    float g = gate[i], u = up[i], d = dy[i];
+struct SwigluBackward { // gate, up, dy -> dgate, dup
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float g = x[0], u = x[1], d = x[2];
     float s = sigmoid(g);
-    float gradGate = d * u * (s * (1.0f + g * (1.0f - s)));
-    float gradUp = d * (g * s);
-    if (dgate)
-      dgate[i] = gradGate;
-    if (dup)
-      dup[i] = gradUp;
+    y[0] = d * u * (s * (1.0f + g * (1.0f - s)));
+    y[1] = d * (g * s);
   }
-}
+};
 
-__global__ void dropoutKernel(int64_t n, const float *x, float *y,
-                              uint64_t key, float threshold, float scale) {
-  MTRT_GRID_STRIDE(i, n) {
+struct Dropout {
+  uint64_t key;
+  float threshold, scale;
+  __device__ void operator()(int64_t i, const float *x, float *y) const {
     bool keep = random::dropoutKeep(key, static_cast<uint64_t>(i), threshold);
-    y[i] = keep ? x[i] * scale : 0.0f;
+    y[0] = keep ? x[0] * scale : 0.0f;
   }
-}
+};
 
-__global__ void copyKernel(int64_t n, const float *x, float *y) {
-  MTRT_GRID_STRIDE(i, n) y[i] = x[i];
-}
+struct Copy {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    y[0] = x[0];
+  }
+};
 
-__global__ void addKernel(int64_t n, const float *a, const float *b, float *y) {
-  MTRT_GRID_STRIDE(i, n) y[i] = a[i] + b[i];
-}
+struct Add {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    y[0] = x[0] + x[1];
+  }
+};
 
-__global__ void mulKernel(int64_t n, const float *a, const float *b, float *y) {
-  MTRT_GRID_STRIDE(i, n) y[i] = a[i] * b[i];
-}
+struct Mul {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    y[0] = x[0] * x[1];
+  }
+};
 
 __global__ void accumulateKernel(int64_t n, const float *x, float *y) {
   MTRT_GRID_STRIDE(i, n) y[i] += x[i];
@@ -125,119 +188,105 @@ __global__ void addBiasRowsKernel(int64_t rows, int64_t cols,
 constexpr int kSoftmaxThreads = 256;
 
 // One block per line: line l = (o, in) has its elements at
-// o * axisSize * inner + a * inner + in for a < axisSize.
-__global__ void softmaxKernel(int64_t axisSize, int64_t inner, const float *x,
-                              float *y) {
+// o * axisSize * inner + a * inner + in for a < axisSize. The exponentials
+// are computed twice (the same bits), so that y is written once, rounded
+// once when it is bf16.
+__global__ void softmaxKernel(int64_t axisSize, int64_t inner, InElements x,
+                              OutElements y) {
   __shared__ float sharedMax[kSoftmaxThreads / detail::kWarp];
   __shared__ double sharedSum[kSoftmaxThreads / detail::kWarp];
   int64_t line = blockIdx.x;
   int64_t base = (line / inner) * axisSize * inner + line % inner;
-  const float *xl = x + base;
-  float *yl = y + base;
   float maxValue = -INFINITY;
   for (int64_t a = threadIdx.x; a < axisSize; a += blockDim.x)
-    maxValue = fmaxf(maxValue, xl[a * inner]);
+    maxValue = fmaxf(maxValue, detail::load(x, base + a * inner));
   maxValue = detail::blockMax(maxValue, sharedMax);
   double sum = 0;
-  for (int64_t a = threadIdx.x; a < axisSize; a += blockDim.x) {
-    float e = expf(xl[a * inner] - maxValue);
-    yl[a * inner] = e;
-    sum += e;
-  }
-  sum = detail::blockSum(sum, sharedSum);
-  // Each thread rescales the elements it wrote itself.
   for (int64_t a = threadIdx.x; a < axisSize; a += blockDim.x)
-    yl[a * inner] = static_cast<float>(yl[a * inner] / sum);
+    sum += expf(detail::load(x, base + a * inner) - maxValue);
+  sum = detail::blockSum(sum, sharedSum);
+  for (int64_t a = threadIdx.x; a < axisSize; a += blockDim.x) {
+    float e = expf(detail::load(x, base + a * inner) - maxValue);
+    detail::store(y, base + a * inner, static_cast<float>(e / sum));
+  }
 }
 
 __global__ void softmaxBackwardKernel(int64_t axisSize, int64_t inner,
-                                      const float *y, const float *dy,
-                                      float *dx) {
+                                      InElements y, InElements dy,
+                                      OutElements dx) {
   __shared__ double shared[kSoftmaxThreads / detail::kWarp];
   int64_t line = blockIdx.x;
   int64_t base = (line / inner) * axisSize * inner + line % inner;
   double dot = 0;
-  for (int64_t a = threadIdx.x; a < axisSize; a += blockDim.x)
-    dot += static_cast<double>(dy[base + a * inner]) * y[base + a * inner];
+  for (int64_t a = threadIdx.x; a < axisSize; a += blockDim.x) {
+    int64_t e = base + a * inner;
+    dot += static_cast<double>(detail::load(dy, e)) * detail::load(y, e);
+  }
   float dotT = static_cast<float>(detail::blockSum(dot, shared));
   for (int64_t a = threadIdx.x; a < axisSize; a += blockDim.x) {
     int64_t e = base + a * inner;
-    dx[e] = y[e] * (dy[e] - dotT);
+    detail::store(dx, e, detail::load(y, e) * (detail::load(dy, e) - dotT));
   }
 }
 
 } // namespace
 
-void geluForward(cudaStream_t stream, int64_t n, const float *x, float *y,
+void geluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y,
                  GeluApproximation approximation) {
-  if (n <= 0)
-    return;
   if (approximation == GeluApproximation::Tanh)
-    geluTanhKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y);
+    launchMap(stream, n, Storage<1, 1>{{x}, {y}}, GeluTanh{});
   else
-    geluErfKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y);
+    launchMap(stream, n, Storage<1, 1>{{x}, {y}}, GeluErf{});
 }
 
-void geluBackward(cudaStream_t stream, int64_t n, const float *x,
-                  const float *dy, float *dx,
-                  GeluApproximation approximation) {
-  if (n <= 0)
-    return;
+void geluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
+                  OutElements dx, GeluApproximation approximation) {
   if (approximation == GeluApproximation::Tanh)
-    geluTanhBackwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, dy,
-                                                                  dx);
+    launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}}, GeluTanhBackward{});
   else
-    geluErfBackwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, dy, dx);
+    launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}}, GeluErfBackward{});
 }
 
-void siluForward(cudaStream_t stream, int64_t n, const float *x, float *y) {
-  if (n > 0)
-    siluKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y);
+void siluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y) {
+  launchMap(stream, n, Storage<1, 1>{{x}, {y}}, Silu{});
 }
 
-void siluBackward(cudaStream_t stream, int64_t n, const float *x,
-                  const float *dy, float *dx) {
-  if (n > 0)
-    siluBackwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, dy, dx);
+void siluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
+                  OutElements dx) {
+  launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}}, SiluBackward{});
 }
 
-void swigluForward(cudaStream_t stream, int64_t n, const float *gate,
-                   const float *up, float *y) {
-  if (n > 0)
-    swigluKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, gate, up, y);
+void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
+                   InElements up, OutElements y) {
+  launchMap(stream, n, Storage<2, 1>{{gate, up}, {y}}, Swiglu{});
 }
 
-void swigluBackward(cudaStream_t stream, int64_t n, const float *gate,
-                    const float *up, const float *dy, float *dgate,
-                    float *dup) {
-  if (n > 0)
-    swigluBackwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-        n, gate, up, dy, dgate, dup);
+void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
+                    InElements up, InElements dy, OutElements dgate,
+                    OutElements dup) {
+  launchMap(stream, n, Storage<3, 2>{{gate, up, dy}, {dgate, dup}},
+            SwigluBackward{});
 }
 
-void dropout(cudaStream_t stream, int64_t n, const float *x, float *y,
+void dropout(cudaStream_t stream, int64_t n, InElements x, OutElements y,
              double p, uint64_t seed, uint64_t step) {
-  if (n <= 0)
-    return;
   if (p == 0) {
-    copyKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y);
+    launchMap(stream, n, Storage<1, 1>{{x}, {y}}, Copy{});
     return;
   }
-  dropoutKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-      n, x, y, random::streamKey(seed, step), static_cast<float>(p),
-      static_cast<float>(1.0 / (1.0 - p)));
+  launchMap(stream, n, Storage<1, 1>{{x}, {y}},
+            Dropout{random::streamKey(seed, step), static_cast<float>(p),
+                    static_cast<float>(1.0 / (1.0 - p))});
 }
 
-void add(cudaStream_t stream, int64_t n, const float *a, const float *b,
-         float *y) {
-  if (n > 0)
-    addKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, a, b, y);
+void add(cudaStream_t stream, int64_t n, InElements a, InElements b,
+         OutElements y) {
+  launchMap(stream, n, Storage<2, 1>{{a, b}, {y}}, Add{});
 }
 
-void mul(cudaStream_t stream, int64_t n, const float *a, const float *b,
-         float *y) {
-  if (n > 0)
-    mulKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, a, b, y);
+void mul(cudaStream_t stream, int64_t n, InElements a, InElements b,
+         OutElements y) {
+  launchMap(stream, n, Storage<2, 1>{{a, b}, {y}}, Mul{});
 }
 
 void accumulateInto(cudaStream_t stream, int64_t n, const float *x,
@@ -254,7 +303,7 @@ void addBiasRows(cudaStream_t stream, int64_t rows, int64_t cols,
 }
 
 void softmaxForward(cudaStream_t stream, int64_t outer, int64_t axisSize,
-                    int64_t inner, const float *x, float *y) {
+                    int64_t inner, InElements x, OutElements y) {
   int64_t lines = outer * inner;
   if (lines > 0 && axisSize > 0)
     softmaxKernel<<<static_cast<unsigned>(lines), kSoftmaxThreads, 0,
@@ -262,8 +311,8 @@ void softmaxForward(cudaStream_t stream, int64_t outer, int64_t axisSize,
 }
 
 void softmaxBackward(cudaStream_t stream, int64_t outer, int64_t axisSize,
-                     int64_t inner, const float *y, const float *dy,
-                     float *dx) {
+                     int64_t inner, InElements y, InElements dy,
+                     OutElements dx) {
   int64_t lines = outer * inner;
   if (lines > 0 && axisSize > 0)
     softmaxBackwardKernel<<<static_cast<unsigned>(lines), kSoftmaxThreads, 0,

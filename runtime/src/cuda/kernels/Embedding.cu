@@ -1,4 +1,6 @@
-// Embedding lookup and its deterministic scatter-add backward.
+// Embedding lookup and its deterministic scatter-add backward: the rows
+// written and the gradient read in fp32 or bf16, the table and its gradient
+// in fp32.
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -10,16 +12,16 @@ namespace {
 template <typename Id>
 __global__ void embeddingForwardKernel(int64_t count, int64_t vocab,
                                        int64_t hidden, const float *table,
-                                       const Id *ids, float *out,
+                                       const Id *ids, OutElements out,
                                        unsigned *fault, unsigned tag) {
   MTRT_GRID_STRIDE(e, count * hidden) {
     int64_t i = e / hidden, j = e % hidden;
     int64_t id = static_cast<int64_t>(ids[i]);
     if (id < 0 || id >= vocab) {
       detail::raiseFault(fault, tag);
-      out[e] = 0.0f;
+      detail::store(out, e, 0.0f);
     } else {
-      out[e] = table[id * hidden + j];
+      detail::store(out, e, table[id * hidden + j]);
     }
   }
 }
@@ -37,7 +39,7 @@ template <typename Id>
 __global__ void embeddingRunSumKernel(int64_t count, int64_t vocab,
                                       int64_t hidden, const Id *sortedIds,
                                       const int64_t *positions,
-                                      const float *dout, float *dtable,
+                                      InElements dout, float *dtable,
                                       unsigned *fault, unsigned tag) {
   int64_t start = blockIdx.x;
   Id id = sortedIds[start];
@@ -55,7 +57,7 @@ __global__ void embeddingRunSumKernel(int64_t count, int64_t vocab,
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
     float sum = 0.0f;
     for (int64_t i = start; i < end; ++i)
-      sum += dout[positions[i] * hidden + j];
+      sum += detail::load(dout, positions[i] * hidden + j);
     row[j] = sum;
   }
 }
@@ -101,7 +103,7 @@ SortScratch<Id> carveSortScratch(void *scratch, int64_t count) {
 template <typename Id>
 void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
                       int64_t hidden, const float *table, const Id *ids,
-                      float *out, unsigned *fault, unsigned tag) {
+                      OutElements out, unsigned *fault, unsigned tag) {
   if (count * hidden > 0)
     embeddingForwardKernel<Id>
         <<<detail::blocksFor(count * hidden), detail::kThreads, 0, stream>>>(
@@ -120,7 +122,7 @@ size_t embeddingBackwardScratchBytes(int64_t count, bool wideIds) {
 
 template <typename Id>
 void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
-                       int64_t hidden, const Id *ids, const float *dout,
+                       int64_t hidden, const Id *ids, InElements dout,
                        float *dtable, void *scratch, unsigned *fault,
                        unsigned tag) {
   if (vocab * hidden <= 0)
@@ -147,10 +149,10 @@ void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
 
 #define MTRT_INSTANTIATE(Id)                                                   \
   template void embeddingForward<Id>(cudaStream_t, int64_t, int64_t, int64_t, \
-                                     const float *, const Id *, float *,      \
+                                     const float *, const Id *, OutElements,  \
                                      unsigned *, unsigned);                    \
   template void embeddingBackward<Id>(cudaStream_t, int64_t, int64_t,         \
-                                      int64_t, const Id *, const float *,     \
+                                      int64_t, const Id *, InElements,        \
                                       float *, void *, unsigned *, unsigned);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE

@@ -5,6 +5,7 @@
 
 #include "cuda/kernels/Kernels.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -89,6 +90,53 @@ __device__ inline T blockMax(T value, T *shared) {
 __device__ inline void raiseFault(unsigned *fault, unsigned tag) {
   if (fault)
     atomicCAS(fault, 0u, tag);
+}
+
+/// Element i of `x` as float (a bf16 element widens exactly). The branch on
+/// the storage type is uniform over the launch.
+__device__ inline float load(InElements x, int64_t i) {
+  if (x.bf16)
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(x.data)[i]);
+  return static_cast<const float *>(x.data)[i];
+}
+
+/// Stores `value` as element i of `y`, rounded to nearest even in bf16.
+__device__ inline void store(OutElements y, int64_t i, float value) {
+  if (y.bf16)
+    static_cast<__nv_bfloat16 *>(y.data)[i] = __float2bfloat16_rn(value);
+  else
+    static_cast<float *>(y.data)[i] = value;
+}
+
+/// Elements 4q to 4q + 3 of `x` in one access (16 bytes in fp32, 8 in
+/// bf16): the pointer is 16-byte aligned (vectorizable()).
+__device__ inline float4 load4(InElements x, int64_t q) {
+  if (x.bf16) {
+    uint2 raw = static_cast<const uint2 *>(x.data)[q];
+    return make_float4(__uint_as_float(raw.x << 16),
+                       __uint_as_float(raw.x & 0xffff0000u),
+                       __uint_as_float(raw.y << 16),
+                       __uint_as_float(raw.y & 0xffff0000u));
+  }
+  return static_cast<const float4 *>(x.data)[q];
+}
+
+__device__ inline void store4(OutElements y, int64_t q, float4 v) {
+  if (y.bf16) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 raw;
+    raw.x = *reinterpret_cast<unsigned *>(&lo);
+    raw.y = *reinterpret_cast<unsigned *>(&hi);
+    static_cast<uint2 *>(y.data)[q] = raw;
+  } else {
+    static_cast<float4 *>(y.data)[q] = v;
+  }
+}
+
+/// Whether a pointer allows load4/store4.
+inline bool vectorizable(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 } // namespace mtrt::cuda::detail

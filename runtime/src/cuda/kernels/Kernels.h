@@ -10,8 +10,9 @@
 //   another order than on the host (trees over threads), so results agree to
 //   rounding, not bit for bit; every reduction has a fixed shape, so a
 //   launcher gives the same bits on every run.
-// - float only (the backend computes in f32); ids and labels int32_t or
-//   int64_t (Id).
+// - Compute in f32; storage float, or float or bf16 where a launcher takes
+//   InElements / OutElements (the storage type Executor::storageType picks
+//   at load time); ids and labels int32_t or int64_t (Id).
 // - Launches are asynchronous on `stream` and report nothing: the caller
 //   checks cudaGetLastError() after them (MTRT_CUDA_CHECK_LAUNCH).
 // - Ids and labels are checked on the host before upload (cuda/Executor);
@@ -39,6 +40,26 @@ using host::AttentionParams;
 using host::GeluApproximation;
 using host::LossReduction;
 
+/// Device elements a kernel reads: fp32, or bf16 when `bf16` (a value held
+/// in bf16, Bf16Values.cpp). Loads widen to float; the kernels compute in
+/// fp32 either way. Converts implicitly from either pointer type.
+struct InElements {
+  const void *data = nullptr;
+  bool bf16 = false;
+  InElements(const float *p) : data(p) {}
+  InElements(const __nv_bfloat16 *p) : data(p), bf16(true) {}
+};
+
+/// Device elements a kernel writes: fp32, or bf16 (rounded to nearest even,
+/// as __float2bfloat16_rn) when `bf16`. May be null where a launcher says so.
+struct OutElements {
+  void *data = nullptr;
+  bool bf16 = false;
+  OutElements(std::nullptr_t) {}
+  OutElements(float *p) : data(p) {}
+  OutElements(__nv_bfloat16 *p) : data(p), bf16(true) {}
+};
+
 //===----------------------------------------------------------------------===//
 // Init.cu: fills, parameter initialization, position ids
 //===----------------------------------------------------------------------===//
@@ -59,11 +80,11 @@ void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids);
 // Embedding.cu
 //===----------------------------------------------------------------------===//
 
-/// out[i, :] = table[ids[i], :].
+/// out[i, :] = table[ids[i], :] (out fp32 or bf16).
 template <typename Id>
 void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
                       int64_t hidden, const float *table, const Id *ids,
-                      float *out, unsigned *fault, unsigned tag);
+                      OutElements out, unsigned *fault, unsigned tag);
 
 /// Scratch of embeddingBackward for `count` ids (int64_t ids when
 /// `wideIds`, else int32_t).
@@ -72,10 +93,11 @@ size_t embeddingBackwardScratchBytes(int64_t count, bool wideIds);
 /// dtable = 0, then dtable[ids[i], :] += dout[i, :] in increasing i for each
 /// table row: a stable radix sort of the ids (CUB) groups each row's
 /// positions in increasing order, and one block per run of equal ids sums
-/// them (no atomics, fixed order, the host's sums).
+/// them (no atomics, fixed order, the host's sums) in fp32; dout fp32 or
+/// bf16.
 template <typename Id>
 void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
-                       int64_t hidden, const Id *ids, const float *dout,
+                       int64_t hidden, const Id *ids, InElements dout,
                        float *dtable, void *scratch, unsigned *fault,
                        unsigned tag);
 
@@ -174,35 +196,38 @@ void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
 size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim);
 
 /// host::ropeForward (inverse false) or host::ropeBackward (inverse true).
-/// y may alias x.
+/// y may alias x when both have one storage type.
 void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
           int64_t headDim, int64_t rotaryDim, double base, bool inverse,
-          const float *x, float *y, void *scratch);
+          InElements x, OutElements y, void *scratch);
 
 //===----------------------------------------------------------------------===//
-// Elementwise.cu: n elements each; outputs may alias inputs of their shape
+// Elementwise.cu: n elements each, fp32 or bf16 storage per operand and
+// result (compute in fp32); outputs may alias inputs of their shape and
+// storage type
 //===----------------------------------------------------------------------===//
 
-void geluForward(cudaStream_t stream, int64_t n, const float *x, float *y,
+void geluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y,
                  GeluApproximation approximation);
-void geluBackward(cudaStream_t stream, int64_t n, const float *x,
-                  const float *dy, float *dx, GeluApproximation approximation);
-void siluForward(cudaStream_t stream, int64_t n, const float *x, float *y);
-void siluBackward(cudaStream_t stream, int64_t n, const float *x,
-                  const float *dy, float *dx);
-void swigluForward(cudaStream_t stream, int64_t n, const float *gate,
-                   const float *up, float *y);
-void swigluBackward(cudaStream_t stream, int64_t n, const float *gate,
-                    const float *up, const float *dy, float *dgate,
-                    float *dup);
+void geluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
+                  OutElements dx, GeluApproximation approximation);
+void siluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y);
+void siluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
+                  OutElements dx);
+void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
+                   InElements up, OutElements y);
+/// dgate and dup may be null.
+void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
+                    InElements up, InElements dy, OutElements dgate,
+                    OutElements dup);
 /// host::dropoutForward: the same keep decisions (seed, step, element index).
-void dropout(cudaStream_t stream, int64_t n, const float *x, float *y,
+void dropout(cudaStream_t stream, int64_t n, InElements x, OutElements y,
              double p, uint64_t seed, uint64_t step);
-void add(cudaStream_t stream, int64_t n, const float *a, const float *b,
-         float *y);
-void mul(cudaStream_t stream, int64_t n, const float *a, const float *b,
-         float *y);
-/// y += x.
+void add(cudaStream_t stream, int64_t n, InElements a, InElements b,
+         OutElements y);
+void mul(cudaStream_t stream, int64_t n, InElements a, InElements b,
+         OutElements y);
+/// y += x, in fp32 (parameter gradients).
 void accumulateInto(cudaStream_t stream, int64_t n, const float *x, float *y);
 /// y[r, c] += bias[c] for y [rows, cols] (the host's bias add after its
 /// GEMM; used where cuBLASLt has no bias epilogue for a shape).
@@ -210,10 +235,10 @@ void addBiasRows(cudaStream_t stream, int64_t rows, int64_t cols,
                  const float *bias, float *y);
 
 void softmaxForward(cudaStream_t stream, int64_t outer, int64_t axisSize,
-                    int64_t inner, const float *x, float *y);
+                    int64_t inner, InElements x, OutElements y);
 void softmaxBackward(cudaStream_t stream, int64_t outer, int64_t axisSize,
-                     int64_t inner, const float *y, const float *dy,
-                     float *dx);
+                     int64_t inner, InElements y, InElements dy,
+                     OutElements dx);
 
 //===----------------------------------------------------------------------===//
 // Precision.cu: mixed precision
@@ -264,9 +289,9 @@ void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
 /// The most dimensions transpose handles.
 constexpr int kMaxTransposeRank = 8;
 
-/// host::transposeForward.
+/// host::transposeForward; in and out fp32 or bf16 each.
 void transpose(cudaStream_t stream, int rank, const int64_t *shape,
-               const int64_t *permutation, const float *in, float *out);
+               const int64_t *permutation, InElements in, OutElements out);
 
 //===----------------------------------------------------------------------===//
 // Optimizer.cu

@@ -1,6 +1,7 @@
 // Rotate-half rotary position embedding, forward and inverse, with the host's
 // angle table (computed in double, rounded to float). Compiled without FMA
 // contraction (CMakeLists.txt), so each rotation rounds like the host's.
+// x and y fp32 or bf16 each; the rotation is computed in fp32.
 #include "cuda/kernels/KernelSupport.cuh"
 
 namespace mtrt::cuda {
@@ -26,23 +27,22 @@ __global__ void ropeTableKernel(int64_t seq, int64_t half, int64_t rotaryDim,
 __global__ void ropeKernel(int64_t rows, int64_t seq, int64_t heads,
                            int64_t headDim, int64_t rotaryDim,
                            const float *cosines, const float *sines,
-                           float direction, const float *x, float *y) {
+                           float direction, InElements x, OutElements y) {
   int64_t half = rotaryDim / 2;
   int64_t perRow = half + (headDim - rotaryDim);
   MTRT_GRID_STRIDE(e, rows * perRow) {
     int64_t row = e / perRow, t = e % perRow;
-    const float *xr = x + row * headDim;
-    float *yr = y + row * headDim;
+    int64_t r = row * headDim;
     if (t < half) {
       int64_t s = (row / heads) % seq;
       float c = cosines[s * half + t];
       float sine = direction * sines[s * half + t];
-      float x1 = xr[t], x2 = xr[t + half];
-      yr[t] = x1 * c - x2 * sine;
-      yr[t + half] = x2 * c + x1 * sine;
+      float x1 = detail::load(x, r + t), x2 = detail::load(x, r + t + half);
+      detail::store(y, r + t, x1 * c - x2 * sine);
+      detail::store(y, r + t + half, x2 * c + x1 * sine);
     } else {
-      int64_t f = rotaryDim + (t - half);
-      yr[f] = xr[f];
+      int64_t f = r + rotaryDim + (t - half);
+      detail::store(y, f, detail::load(x, f));
     }
   }
 }
@@ -56,7 +56,7 @@ size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim) {
 
 void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
           int64_t headDim, int64_t rotaryDim, double base, bool inverse,
-          const float *x, float *y, void *scratch) {
+          InElements x, OutElements y, void *scratch) {
   int64_t rows = batch * seq * heads;
   int64_t half = rotaryDim / 2;
   if (rows <= 0 || headDim <= 0)

@@ -1,5 +1,5 @@
-// Transpose by any permutation (split, concat and reshape are copies the
-// executor makes with cudaMemcpy2DAsync).
+// Transpose by any permutation, fp32 or bf16 on either side (split, concat
+// and reshape are copies the executor makes with cudaMemcpy2DAsync).
 #include "cuda/kernels/KernelSupport.cuh"
 
 namespace mtrt::cuda {
@@ -14,28 +14,30 @@ struct TransposeGeometry {
 };
 
 __global__ void transposeKernel(int64_t total, TransposeGeometry geo,
-                                const float *in, float *out) {
+                                InElements in, OutElements out) {
   MTRT_GRID_STRIDE(o, total) {
     int64_t offset = 0, rest = o;
     for (int i = geo.rank - 1; i >= 0; --i) {
       offset += (rest % geo.outShape[i]) * geo.stride[i];
       rest /= geo.outShape[i];
     }
-    out[o] = in[offset];
+    detail::store(out, o, detail::load(in, offset));
   }
 }
 
 } // namespace
 
 void transpose(cudaStream_t stream, int rank, const int64_t *shape,
-               const int64_t *permutation, const float *in, float *out) {
+               const int64_t *permutation, InElements in, OutElements out) {
   int64_t total = 1;
   for (int d = 0; d < rank; ++d)
     total *= shape[d];
   if (total <= 0)
     return;
-  if (rank <= 1) {
-    cudaMemcpyAsync(out, in, sizeof(float) * static_cast<size_t>(total),
+  if (rank <= 1 && in.bf16 == out.bf16) {
+    cudaMemcpyAsync(out.data, in.data,
+                    (in.bf16 ? sizeof(__nv_bfloat16) : sizeof(float)) *
+                        static_cast<size_t>(total),
                     cudaMemcpyDeviceToDevice, stream);
     return;
   }
