@@ -1,8 +1,10 @@
-// The generated kernels of mt.fused groups (format version 3) against the
+// The generated kernels of mt.fused groups (format version 5) against the
 // host backend, which runs each group's ops one by one: fused-ops.mtb
 // (runtime/test/cuda/data/fused-ops.mlir, written by megatron-translate)
-// holds every op a group may hold; dropout, add and mul give the host's bits
-// (no FMA contraction), SiLU and SwiGLU agree within 1e-5.
+// holds every op a group may hold; in fp32 dropout, add and mul give the
+// host's bits (no FMA contraction), SiLU and SwiGLU agree within 1e-5; in a
+// bf16 bundle the values between groups are held in bf16.
+#include "BundleTestBuilder.h"
 #include "CudaTestSupport.h"
 
 #include "cuda/Executor.h"
@@ -12,7 +14,9 @@
 #include "host/ThreadPool.h"
 
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 using namespace mtrt;
 using namespace mtrt::test;
@@ -28,7 +32,8 @@ TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
          "runtime/test/cuda/data/fused-ops.mlir -o "
       << path;
   Bundle bundle = Bundle::load(path);
-  ASSERT_EQ(bundle.fusedKernels().names.size(), 2u);
+  ASSERT_EQ(bundle.fusedKernels().names.size(), 4u);
+  ASSERT_TRUE(bundle.fusedKernels().typeMask);
   host::ThreadPool pool(2);
   host::ParameterStore hostStore(bundle, DType::F32);
   cuda::Context context;
@@ -69,6 +74,72 @@ TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
               << ": dropout + add + mul bit-identical to the host (" << zeros
               << " dropped elements), silu + swiglu within "
               << relativeDifference(actual[3], expected[3]) << "\n";
+  }
+}
+
+/// fused-ops.mtb as a bf16 bundle: its manifest given a model with
+/// precision bf16, without its memory plans when `withoutPlans` (the
+/// runtime then plans the arena itself: no result in place of an operand).
+Bundle bf16FusedBundle(const std::string &path, bool withoutPlans) {
+  std::ifstream file(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(file)),
+                    std::istreambuf_iterator<char>());
+  EXPECT_GE(bytes.size(), Bundle::kHeaderSize);
+  uint64_t manifestLength = 0;
+  std::memcpy(&manifestLength, bytes.data() + 16, sizeof(manifestLength));
+  Json manifest =
+      Json::parse(bytes.substr(Bundle::kHeaderSize, manifestLength));
+  manifest["model"] = modelJson(256, 8, 4, 2, 2);
+  manifest["model"]["precision"] = "bf16";
+  if (withoutPlans)
+    for (Json &function : manifest["functions"])
+      function.erase("memory_plan");
+  return Bundle::parseManifest(
+      "fused-ops-bf16", manifest.dump(),
+      std::string_view(bytes).substr(Bundle::kHeaderSize + manifestLength));
+}
+
+// fused_chain in a bf16 bundle: its kernels take fp32 inputs and bf16
+// values between the groups (the type mask), and agree with the host's fp32
+// run within bf16 rounding. With the compiler's plan, the results computed
+// in place of an operand whose chain ends in an fp32 output stay fp32: one
+// value in bf16 (%t#1); planned by the runtime, three (%r#0, %t#0, %t#1).
+TEST(CudaFusedTest, GeneratedKernelsReadAndWriteBf16Values) {
+  MTRT_REQUIRE_GPU();
+  std::string path = bundleDirectory() + "/fused-ops.mtb";
+  ASSERT_TRUE(fileExists(path)) << "missing " << path;
+  for (bool withoutPlans : {false, true}) {
+    Bundle bundle = bf16FusedBundle(path, withoutPlans);
+    host::ThreadPool pool(2);
+    host::ParameterStore hostStore(bundle, DType::F32);
+    cuda::Context context;
+    cuda::ParameterStore deviceStore(bundle, context);
+    host::Executor hostExecutor(bundle, "fused_chain", hostStore, pool);
+    cuda::Executor deviceExecutor(bundle, "fused_chain", deviceStore);
+    EXPECT_EQ(deviceExecutor.bf16ValueCount(), withoutPlans ? 3u : 1u);
+    std::vector<host::Tensor> inputs;
+    for (uint64_t seed : {4, 5, 6})
+      inputs.push_back(randomTensor({4099}, seed));
+    std::vector<host::TensorView> views;
+    for (const host::Tensor &t : inputs)
+      views.push_back(viewOf(t));
+    for (uint64_t step : {0, 7}) {
+      std::vector<host::Tensor> expected = hostExecutor.run(views, step);
+      std::vector<host::Tensor> actual = deviceExecutor.run(views, step);
+      ASSERT_EQ(actual.size(), 2u);
+      for (size_t i = 0; i < actual.size(); ++i)
+        expectClose(actual[i], expected[i], 2e-2,
+                    std::string(withoutPlans ? "runtime" : "compiler") +
+                        " plan, step " + std::to_string(step) +
+                        ", outputs[" + std::to_string(i) + "]");
+      std::cout << "[ parity   ] fused kernels in bf16 ("
+                << deviceExecutor.bf16ValueCount() << " values in bf16, "
+                << (withoutPlans ? "runtime" : "compiler") << " plan), step "
+                << step << ": within "
+                << std::max(relativeDifference(actual[0], expected[0]),
+                            relativeDifference(actual[1], expected[1]))
+                << "\n";
+    }
   }
 }
 

@@ -486,6 +486,64 @@ TEST_F(CudaOpsTest, TransposeSplitConcatAndReshape) {
   c.check(0);
 }
 
+// Elementwise ops, softmax, transpose, rope and embedding with bf16 values
+// (Elementwise.cu, Rope.cu, Shape.cu, Embedding.cu): chains whose
+// intermediate values every writer and reader takes in bf16, so that the
+// plan holds them in bf16; inputs and outputs stay fp32, so each kernel
+// meets fp32 and bf16 operands and results. Shapes of 1005 elements: groups
+// of four and a tail.
+TEST_F(CudaOpsTest, ElementwiseAndSoftmaxWithBf16Values) {
+  c.precision = "bf16";
+  std::vector<int64_t> shape = {3, 5, 67};
+  int64_t x = c.input(shape), y = c.input(shape), dy = c.input(shape),
+          z = c.input(shape, 0.05);
+  Json tanh = {{"approximate", "tanh"}}, erf = {{"approximate", "erf"}};
+  int64_t g = c.f.op("gelu", {x}, shape, tanh);
+  int64_t e = c.f.op("gelu", {y}, shape, erf);
+  int64_t s = c.f.op("silu", {y}, shape);
+  int64_t w = c.f.op("swiglu", {g, s}, shape);
+  int64_t d = c.f.op("dropout", {w}, shape, {{"p", 0.2}, {"seed", 3}});
+  int64_t a = c.f.op("add", {d, g}, shape);
+  int64_t m = c.f.op("mul", {a, z}, shape); // |m| about 1 for the softmax
+  int64_t sm = c.f.op("softmax", {m}, shape, {{"axis", -1}});
+  c.f.output(c.f.op("transpose", {sm}, {67, 3, 5},
+                    {{"permutation", {2, 0, 1}}}));
+  int64_t gsm = c.f.op("softmax_grad", {dy, sm}, shape, {{"axis", -1}});
+  c.f.output(c.f.op("gelu_grad", {gsm, x}, shape, erf));
+  c.f.output(c.f.op("gelu_grad", {d, x}, shape, tanh));
+  c.f.output(c.f.op("mul", {e, x}, shape));
+  int64_t sg = c.f.op("silu_grad", {dy, s}, shape);
+  int64_t dgate = c.f.value(shape), dup = c.f.value(shape);
+  c.f.inst("swiglu_grad", {dy, g, s}, {dgate, dup});
+  int64_t t = c.f.op("add", {dgate, dup}, shape);
+  c.f.output(c.f.op("add", {t, sg}, shape));
+  // g, e, s, w, d, a, m, sm, gsm, sg, dgate, dup, t
+  c.bf16Values = 13;
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, RopeTransposeAndEmbeddingWithBf16Values) {
+  c.precision = "bf16";
+  std::vector<int64_t> shape = {2, 6, 3, 8};
+  int64_t x = c.input(shape);
+  Json attrs = {{"base", 10000.0}, {"rotary_dim", 6}};
+  int64_t r = c.f.op("rope", {x}, shape, attrs);
+  attrs["inverse"] = true;
+  c.f.output(c.f.op("rope", {r}, shape, attrs));
+  int64_t tr = c.f.op("transpose", {x}, {2, 3, 6, 8},
+                      {{"permutation", {0, 2, 1, 3}}});
+  c.f.output(c.f.op("transpose", {tr}, shape, {{"permutation", {0, 2, 1, 3}}}));
+  int64_t table = c.input({50, 12});
+  int64_t ids = c.ids({3, 7}, 50);
+  int64_t dy = c.input({3, 7, 12});
+  int64_t h = c.f.op("embedding", {table, ids}, {3, 7, 12});
+  c.f.output(c.f.op("add", {h, dy}, {3, 7, 12}));
+  int64_t q = c.f.op("dropout", {dy}, {3, 7, 12}, {{"p", 0.0}, {"seed", 1}});
+  c.f.output(c.f.op("embedding_grad", {q, ids}, {50, 12}));
+  c.bf16Values = 4; // r, tr, h, q
+  c.check(kBf16);
+}
+
 // get_parameter binds the store's value; accumulate_gradient adds into its
 // gradient (twice here).
 TEST_F(CudaOpsTest, ParametersAndGradientAccumulation) {

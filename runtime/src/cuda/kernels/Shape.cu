@@ -43,8 +43,9 @@ void transpose(cudaStream_t stream, int rank, const int64_t *shape,
   }
   TransposeGeometry geo{};
   geo.rank = rank;
-  int64_t inStride[kMaxTransposeRank];
-  inStride[rank - 1] = 1;
+  int64_t inStride[kMaxTransposeRank] = {};
+  if (rank > 0) // rank 0: one element
+    inStride[rank - 1] = 1;
   for (int d = rank - 2; d >= 0; --d)
     inStride[d] = inStride[d + 1] * shape[d + 1];
   for (int i = 0; i < rank; ++i) {

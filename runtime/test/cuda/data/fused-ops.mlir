@@ -24,3 +24,32 @@ func.func @fused_ops(%a: tensor<4099xf32>, %b: tensor<4099xf32>, %c: tensor<4099
   }
   return %r#0, %r#1, %t#0, %t#1 : tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>
 }
+// The storage types of the generated kernels (CudaFusedTest, in a bf16
+// bundle): fp32 inputs and outputs, the values between groups held in bf16.
+func.func @fused_chain(%a: tensor<4099xf32>, %b: tensor<4099xf32>, %c: tensor<4099xf32>)
+    -> (tensor<4099xf32>, tensor<4099xf32>) {
+  // fp32 operands; a bf16 result (%r#0) beside an fp32 one (an output).
+  %r:2 = mt.fused (%a, %b, %c) : (tensor<4099xf32>, tensor<4099xf32>, tensor<4099xf32>) -> (tensor<4099xf32>, tensor<4099xf32>) {
+  ^bb0(%x: tensor<4099xf32>, %y: tensor<4099xf32>, %z: tensor<4099xf32>):
+    %d = mt.dropout %x p = 1.000000e-01 seed = 7 : tensor<4099xf32>
+    %s = mt.add %y, %d : tensor<4099xf32>
+    %m = mt.mul %s, %z : tensor<4099xf32>
+    mt.yield %s, %m : tensor<4099xf32>, tensor<4099xf32>
+  }
+  // A bf16 and an fp32 operand; bf16 results.
+  %t:2 = mt.fused (%r#0, %c) : (tensor<4099xf32>, tensor<4099xf32>) -> (tensor<4099xf32>, tensor<4099xf32>) {
+  ^bb0(%x: tensor<4099xf32>, %z: tensor<4099xf32>):
+    %e = mt.dropout %x p = 5.000000e-01 seed = 3 : tensor<4099xf32>
+    %h = mt.silu %e : tensor<4099xf32>
+    %k = mt.swiglu %h, %z : tensor<4099xf32>
+    mt.yield %e, %k : tensor<4099xf32>, tensor<4099xf32>
+  }
+  // bf16 operands only; an fp32 result.
+  %u = mt.fused (%t#0, %t#1) : (tensor<4099xf32>, tensor<4099xf32>) -> tensor<4099xf32> {
+  ^bb0(%x: tensor<4099xf32>, %y: tensor<4099xf32>):
+    %v = mt.add %x, %y : tensor<4099xf32>
+    %w = mt.mul %v, %x : tensor<4099xf32>
+    mt.yield %w : tensor<4099xf32>
+  }
+  return %r#1, %u : tensor<4099xf32>, tensor<4099xf32>
+}
