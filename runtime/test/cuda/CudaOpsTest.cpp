@@ -544,6 +544,16 @@ TEST_F(CudaOpsTest, RopeTransposeAndEmbeddingWithBf16Values) {
   c.check(kBf16);
 }
 
+// Runs of hundreds of equal ids (frequent tokens): the run's end found by
+// the block together, its rows summed in batches; a row wider than a block
+// (1100 columns: two passes of 1024 threads).
+TEST_F(CudaOpsTest, EmbeddingGradientOverLongRunsOfEqualIds) {
+  int64_t ids = c.ids({2, 600}, 3);
+  int64_t dy = c.input({2, 600, 1100});
+  c.f.output(c.f.op("embedding_grad", {dy, ids}, {3, 1100}));
+  c.check(kReduction);
+}
+
 // get_parameter binds the store's value; accumulate_gradient adds into its
 // gradient (twice here).
 TEST_F(CudaOpsTest, ParametersAndGradientAccumulation) {

@@ -31,16 +31,24 @@ __global__ void iotaKernel(int64_t count, int64_t *positions) {
   MTRT_GRID_STRIDE(i, count) { positions[i] = i; }
 }
 
+/// Rows summed per batch of loads: the loads of a batch are in flight
+/// together, the adds stay in increasing position.
+constexpr int kRunBatch = 8;
+
 // One block per sorted position; the block whose position starts a run of
 // equal ids adds the run's dout rows into the id's table row, in increasing
 // position (the stable sort keeps that order), as the host does. Threads own
-// columns, so no two threads touch one element.
+// columns, so no two threads touch one element. Runs of frequent ids are
+// long (thousands of positions): the block finds the run's end together, and
+// each thread issues its loads in batches, so the block waits on memory once
+// per batch rather than once per row.
 template <typename Id>
-__global__ void embeddingRunSumKernel(int64_t count, int64_t vocab,
+__global__ void __launch_bounds__(1024) embeddingRunSumKernel(int64_t count, int64_t vocab,
                                       int64_t hidden, const Id *sortedIds,
                                       const int64_t *positions,
                                       InElements dout, float *dtable,
                                       unsigned *fault, unsigned tag) {
+  __shared__ unsigned long long runEnd;
   int64_t start = blockIdx.x;
   Id id = sortedIds[start];
   if (start > 0 && sortedIds[start - 1] == id)
@@ -50,13 +58,35 @@ __global__ void embeddingRunSumKernel(int64_t count, int64_t vocab,
       detail::raiseFault(fault, tag);
     return;
   }
-  int64_t end = start + 1;
-  while (end < count && sortedIds[end] == id)
-    ++end;
+  // The run ends at the first position holding another id (ids are sorted).
+  if (threadIdx.x == 0)
+    runEnd = static_cast<unsigned long long>(count);
+  __syncthreads();
+  for (int64_t base = start + 1; base < count; base += blockDim.x) {
+    int64_t k = base + threadIdx.x;
+    if (k < count && sortedIds[k] != id)
+      atomicMin(&runEnd, static_cast<unsigned long long>(k));
+    __syncthreads();
+    bool found = runEnd < static_cast<unsigned long long>(count);
+    __syncthreads();
+    if (found)
+      break;
+  }
+  int64_t end = static_cast<int64_t>(runEnd);
   float *row = dtable + static_cast<int64_t>(id) * hidden;
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
     float sum = 0.0f;
-    for (int64_t i = start; i < end; ++i)
+    int64_t i = start;
+    for (; i + kRunBatch <= end; i += kRunBatch) {
+      float rows[kRunBatch];
+#pragma unroll
+      for (int b = 0; b < kRunBatch; ++b)
+        rows[b] = detail::load(dout, positions[i + b] * hidden + j);
+#pragma unroll
+      for (int b = 0; b < kRunBatch; ++b)
+        sum += rows[b];
+    }
+    for (; i < end; ++i)
       sum += detail::load(dout, positions[i] * hidden + j);
     row[j] = sum;
   }
@@ -141,8 +171,13 @@ void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
                                       static_cast<int>(8 * sizeof(Id)),
                                       stream) != cudaSuccess)
     return;
+  // A thread per column (up to 1024), so that a long run's rows are read
+  // in one pass.
+  int threads = static_cast<int>(std::clamp<int64_t>(
+      (hidden + detail::kWarp - 1) / detail::kWarp * detail::kWarp,
+      detail::kWarp, 1024));
   embeddingRunSumKernel<Id>
-      <<<static_cast<unsigned>(count), detail::kThreads, 0, stream>>>(
+      <<<static_cast<unsigned>(count), threads, 0, stream>>>(
           count, vocab, hidden, s.sortedIds, s.sortedPositions, dout, dtable,
           fault, tag);
 }
