@@ -106,6 +106,7 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::Rope:
   case Op::Transpose:
   case Op::Embedding: // the rows gathered from the fp32 table
+  case Op::Fill:
     return true;
   case Op::Fused:
     return fusedKernels_ &&

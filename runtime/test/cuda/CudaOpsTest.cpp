@@ -544,6 +544,16 @@ TEST_F(CudaOpsTest, RopeTransposeAndEmbeddingWithBf16Values) {
   c.check(kBf16);
 }
 
+// A fill read by an add, both in bf16 (0.375 is exact in bf16).
+TEST_F(CudaOpsTest, FillWithABf16Value) {
+  c.precision = "bf16";
+  int64_t a = c.input({5, 7});
+  int64_t f = c.f.op("fill", {}, {5, 7}, {{"value", 0.375}});
+  c.f.output(c.f.op("add", {f, a}, {5, 7}));
+  c.bf16Values = 1;
+  c.check(kBf16);
+}
+
 // Runs of hundreds of equal ids (frequent tokens): the run's end found by
 // the block together, its rows summed in batches; a row wider than a block
 // (1100 columns: two passes of 1024 threads).

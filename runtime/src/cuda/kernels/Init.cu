@@ -7,8 +7,8 @@ namespace mtrt::cuda {
 
 namespace {
 
-__global__ void fillKernel(int64_t n, float *out, float value) {
-  MTRT_GRID_STRIDE(i, n) out[i] = value;
+__global__ void fillKernel(int64_t n, OutElements out, float value) {
+  MTRT_GRID_STRIDE(i, n) detail::store(out, i, value);
 }
 
 __global__ void initNormalKernel(int64_t n, float *out, double std,
@@ -26,7 +26,7 @@ __global__ void positionIdsKernel(int64_t n, int64_t seq, Id *ids) {
 
 } // namespace
 
-void fill(cudaStream_t stream, int64_t n, float *out, float value) {
+void fill(cudaStream_t stream, int64_t n, OutElements out, float value) {
   if (n > 0)
     fillKernel<<<detail::blocksFor(n), detail::kThreads, 0, stream>>>(n, out,
                                                                       value);

@@ -64,8 +64,8 @@ struct OutElements {
 // Init.cu: fills, parameter initialization, position ids
 //===----------------------------------------------------------------------===//
 
-/// out[i] = value.
-void fill(cudaStream_t stream, int64_t n, float *out, float value);
+/// out[i] = value (out fp32 or bf16).
+void fill(cudaStream_t stream, int64_t n, OutElements out, float value);
 
 /// out[i] = float(std * random::normal(seed, parameterId, i)), as
 /// host::initNormal (Box-Muller in double).
