@@ -176,10 +176,6 @@ struct Mul {
   }
 };
 
-__global__ void accumulateKernel(int64_t n, const float *x, float *y) {
-  MTRT_GRID_STRIDE(i, n) y[i] += x[i];
-}
-
 __global__ void addBiasRowsKernel(int64_t rows, int64_t cols,
                                   const float *bias, float *y) {
   MTRT_GRID_STRIDE(i, rows * cols) y[i] += bias[i % cols];
@@ -291,8 +287,8 @@ void mul(cudaStream_t stream, int64_t n, InElements a, InElements b,
 
 void accumulateInto(cudaStream_t stream, int64_t n, const float *x,
                     float *y) {
-  if (n > 0)
-    accumulateKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y);
+  // y = y + x in place (each element read before it is written).
+  launchMap(stream, n, Storage<2, 1>{{y, x}, {y}}, Add{});
 }
 
 void addBiasRows(cudaStream_t stream, int64_t rows, int64_t cols,
