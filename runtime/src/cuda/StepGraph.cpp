@@ -5,8 +5,11 @@
 #include "core/Error.h"
 #include "cuda/CudaCheck.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 
 namespace mtrt::cuda {
@@ -53,6 +56,48 @@ struct GraphOwner {
   cudaGraph_t release() { return std::exchange(graph, nullptr); }
 };
 
+/// The driver's kernel-node calls, which take any kernel node: the runtime's
+/// cudaGraphKernelNodeGetParams knows only the kernels registered with it,
+/// not the generated kernels' library handles (FusedKernels) nor cuBLASLt's.
+struct KernelNodeCalls {
+  CUresult (*getParams)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *) = nullptr;
+  CUresult (*setParams)(CUgraphExec, CUgraphNode,
+                        const CUDA_KERNEL_NODE_PARAMS *) = nullptr;
+};
+
+const KernelNodeCalls &kernelNodeCalls(const std::string &what) {
+  static const KernelNodeCalls calls = [&] {
+    KernelNodeCalls found;
+    auto load = [&](const char *symbol, auto &pointer) {
+      void *address = nullptr;
+      cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSuccess;
+      // Their CUDA 12.0 signatures (the _v2 calls of cuda.h).
+      MTRT_CUDA_CHECK(cudaGetDriverEntryPointByVersion(
+                          symbol, &address, 12000, cudaEnableDefault, &status),
+                      what + ": finding the driver's " + symbol);
+      if (!address || status != cudaDriverEntryPointSuccess)
+        throw Error(MTRT_STATUS_UNAVAILABLE,
+                    what + ": the CUDA driver has no " + symbol +
+                        " (CUDA 12.0 or later)");
+      pointer =
+          reinterpret_cast<std::remove_reference_t<decltype(pointer)>>(address);
+    };
+    load("cuGraphKernelNodeGetParams", found.getParams);
+    load("cuGraphExecKernelNodeSetParams", found.setParams);
+    return found;
+  }();
+  return calls;
+}
+
+/// Checks a driver call's result.
+void checkDriver(CUresult result, const char *call, const std::string &what) {
+  if (result == CUDA_SUCCESS)
+    return;
+  throw Error(MTRT_STATUS_INTERNAL,
+              what + ": " + call + " failed (CUresult " +
+                  std::to_string(static_cast<int>(result)) + ")");
+}
+
 /// The nodes the capture's next node will depend on.
 std::vector<cudaGraphNode_t> captureFrontier(cudaStream_t stream,
                                              const std::string &what) {
@@ -87,19 +132,26 @@ kernelsBetween(const std::vector<cudaGraphNode_t> &before,
   };
   if (after.size() != 1)
     throw notAChain(after.size());
+  auto captured = [&](cudaGraphNode_t node) { // after `before`
+    return std::find(before.begin(), before.end(), node) == before.end();
+  };
   cudaGraphNode_t node = after[0];
-  while (std::find(before.begin(), before.end(), node) == before.end()) {
+  for (;;) {
     cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
     MTRT_CUDA_CHECK(cudaGraphNodeGetType(node, &type), what);
     if (type == cudaGraphNodeTypeKernel)
       kernels.push_back(node);
-    cudaGraphNode_t dependencies[2] = {nullptr, nullptr};
-    cudaGraphEdgeData edges[2] = {};
-    size_t count = 2;
+    constexpr size_t kMost = 8;
+    cudaGraphNode_t dependencies[kMost] = {};
+    cudaGraphEdgeData edges[kMost] = {};
+    size_t count = kMost;
     MTRT_CUDA_CHECK(
         cudaGraphNodeGetDependencies(node, dependencies, edges, &count), what);
     if (count == 0 && before.empty())
       break; // the graph's first node
+    if (count > 0 && count < kMost &&
+        std::none_of(dependencies, dependencies + count, captured))
+      break; // the instruction's first node
     if (count != 1)
       throw notAChain(count);
     node = dependencies[0];
@@ -189,6 +241,7 @@ void StepGraph::refresh(cudaStream_t stream, const Enqueue &enqueue,
                         const std::string &what) {
   if (steppedPositions_.empty())
     return;
+  const KernelNodeCalls &calls = kernelNodeCalls(what);
   std::vector<Segment> now;
   GraphOwner side;
   side.graph = captureInto(stream, steppedPositions_, stepped_, enqueue, now,
@@ -201,13 +254,13 @@ void StepGraph::refresh(cudaStream_t stream, const Enqueue &enqueue,
                       " captured " + std::to_string(now[s].kernels.size()) +
                       " kernels, and " + std::to_string(old.kernels.size()) +
                       " in the graph");
+    std::string where = what + ": instruction " + std::to_string(old.position);
     for (size_t k = 0; k < old.kernels.size(); ++k) {
-      cudaKernelNodeParams params{};
-      MTRT_CUDA_CHECK(cudaGraphKernelNodeGetParams(now[s].kernels[k], &params),
-                      what + ": instruction " + std::to_string(old.position));
-      MTRT_CUDA_CHECK(
-          cudaGraphExecKernelNodeSetParams(exec_, old.kernels[k], &params),
-          what + ": instruction " + std::to_string(old.position));
+      CUDA_KERNEL_NODE_PARAMS params{};
+      checkDriver(calls.getParams(now[s].kernels[k], &params),
+                  "cuGraphKernelNodeGetParams", where);
+      checkDriver(calls.setParams(exec_, old.kernels[k], &params),
+                  "cuGraphExecKernelNodeSetParams", where);
     }
   }
 }

@@ -72,12 +72,10 @@ private:
 
   /// Captures on `stream`: enqueue(p) for each p in `positions`, the
   /// stepped ones' kernel nodes into `segments` (one per stepped position).
-  static cudaGraph_t captureInto(cudaStream_t stream,
-                                 const std::vector<size_t> &positions,
-                                 const std::vector<bool> &stepped,
-                                 const Enqueue &enqueue,
-                                 std::vector<Segment> &segments,
-                                 const std::string &what);
+  static cudaGraph_t
+  captureInto(cudaStream_t stream, const std::vector<size_t> &positions,
+              const std::vector<bool> &stepped, const Enqueue &enqueue,
+              std::vector<Segment> &segments, const std::string &what);
 
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;

@@ -110,11 +110,10 @@ TEST_P(CudaGraphTest, DeviceBatchesInOtherBuffersAreCapturedAgain) {
   Runner plain(*bundle, false), graphed(*bundle, true);
   size_t bytes = batch(0)[0].buffer.size();
   // Two pairs of buffers, used in turn: A A B A B B.
-  cuda::DeviceBuffer buffers[2][2] = {
-      {cuda::DeviceBuffer(bytes, "tokens A"),
-       cuda::DeviceBuffer(bytes, "labels A")},
-      {cuda::DeviceBuffer(bytes, "tokens B"),
-       cuda::DeviceBuffer(bytes, "labels B")}};
+  cuda::DeviceBuffer buffers[2][2] = {{cuda::DeviceBuffer(bytes, "tokens A"),
+                                       cuda::DeviceBuffer(bytes, "labels A")},
+                                      {cuda::DeviceBuffer(bytes, "tokens B"),
+                                       cuda::DeviceBuffer(bytes, "labels B")}};
   const int pairs[] = {0, 0, 1, 0, 1, 1};
   uint64_t step = 0;
   for (int pair : pairs) {
@@ -125,8 +124,8 @@ TEST_P(CudaGraphTest, DeviceBatchesInOtherBuffersAreCapturedAgain) {
                                  inputs[i].buffer.data(), bytes,
                                  cudaMemcpyHostToDevice),
                       "uploading a test batch");
-      views.push_back({inputs[i].dtype, inputs[i].shape,
-                       buffers[pair][i].data()});
+      views.push_back(
+          {inputs[i].dtype, inputs[i].shape, buffers[pair][i].data()});
     }
     // The copies done before either stream reads the buffers.
     MTRT_CUDA_CHECK(cudaDeviceSynchronize(), "uploading a test batch");
