@@ -56,9 +56,9 @@ struct GraphOwner {
   cudaGraph_t release() { return std::exchange(graph, nullptr); }
 };
 
-/// The driver's kernel-node calls, which take any kernel node: the runtime's
-/// cudaGraphKernelNodeGetParams knows only the kernels registered with it,
-/// not the generated kernels' library handles (FusedKernels) nor cuBLASLt's.
+/// The driver's kernel-node calls, which take any kernel node (the runtime's
+/// cudaGraphKernelNodeGetParams may refuse kernels not registered with it:
+/// cuBLASLt's, or the generated kernels' library handles, FusedKernels).
 struct KernelNodeCalls {
   CUresult (*getParams)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *) = nullptr;
   CUresult (*setParams)(CUgraphExec, CUgraphNode,
