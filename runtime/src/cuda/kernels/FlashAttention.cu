@@ -1,8 +1,12 @@
 // Flash attention for mixed precision: the attention core (causal or not,
 // grouped-query heads, dropout on the probabilities) tiled over 64 queries x
 // 64 keys, with an online softmax, on the tensor cores (mma.sync
-// m16n8k16, bf16 operands, fp32 accumulators). Inputs and outputs stay fp32
-// in device memory; tiles are rounded to bf16 on their way to shared memory.
+// m16n8k16, bf16 operands, fp32 accumulators). q, k, v and dout are read
+// from device memory as fp32 (rounded to bf16 on their way to shared memory)
+// or bf16 (copied as they are; the kernels' template parameter In); out, dq,
+// dk and dv are written as fp32 or bf16 (FlashGeometry::outputsBf16, a
+// uniform branch at the final stores only); the output kept for the
+// gradient is bf16.
 //
 // Kernels (4 warps; warp w owns 16 rows of its block's 64):
 // - forward: one block per (64 queries, query head, batch); out and the
@@ -78,6 +82,7 @@ struct FlashGeometry {
   float dropoutScale;
   // The global position of this call's tensor (tensor-parallel ranks).
   int64_t batchOffset, headOffset, globalHeadsQ;
+  bool outputsBf16; // out, dq, dk, dv in bf16 (else fp32)
 
   __device__ int64_t qOffset(int b, int i, int h, int d) const {
     return (static_cast<int64_t>(b) * seqQ + i) * qStride +
@@ -110,8 +115,9 @@ struct FlashGeometry {
   }
 };
 
-FlashGeometry makeGeometry(const AttentionParams &p) {
+FlashGeometry makeGeometry(const AttentionParams &p, bool outputsBf16) {
   FlashGeometry g{};
+  g.outputsBf16 = outputsBf16;
   g.seqQ = static_cast<int>(p.seqQ);
   g.seqK = static_cast<int>(p.seqK);
   g.headsQ = static_cast<int>(p.headsQ);
@@ -144,6 +150,25 @@ __device__ inline uint32_t packBf16(float lo, float hi) {
 
 __device__ inline uint32_t load32(const __nv_bfloat16 *p) {
   return *reinterpret_cast<const uint32_t *>(p);
+}
+
+__device__ inline float toFloat(float x) { return x; }
+__device__ inline float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/// Two neighbouring elements (to: even) of an output in `T`.
+__device__ inline void storePair(float *to, float lo, float hi) {
+  *reinterpret_cast<float2 *>(to) = make_float2(lo, hi);
+}
+__device__ inline void storePair(__nv_bfloat16 *to, float lo, float hi) {
+  *reinterpret_cast<__nv_bfloat162 *>(to) = __floats2bfloat162_rn(lo, hi);
+}
+/// The same, into an output of the geometry's type (outputsBf16).
+__device__ inline void storeOutputPair(const FlashGeometry &geo, void *base,
+                                       int64_t at, float lo, float hi) {
+  if (geo.outputsBf16)
+    storePair(static_cast<__nv_bfloat16 *>(base) + at, lo, hi);
+  else
+    storePair(static_cast<float *>(base) + at, lo, hi);
 }
 
 /// c += a b on the tensor cores.
@@ -196,11 +221,13 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
 }
 
 /// One thread's share of rows [row0, row0 + 64) of a [positions, stride]
-/// fp32 tensor (D columns at `base`), held in registers between `load`
+/// tensor of T (D columns at `base`), held in registers between `load`
 /// (which issues every global load at once: one round trip of latency a
-/// tile) and `store` (which rounds them into a bf16 shared tile
-/// [64][D + kPad]); rows past `rows` are zeros.
-template <int D> struct TileFetch {
+/// tile) and `store` (which writes them, rounded to bf16 from fp32, into a
+/// bf16 shared tile [64][D + kPad]); rows past `rows` are zeros.
+template <int D, typename T> struct TileFetch;
+
+template <int D> struct TileFetch<D, float> {
   static constexpr int kQuads = D / 4;
   static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
   float4 x[kPerThread];
@@ -231,11 +258,42 @@ template <int D> struct TileFetch {
   }
 };
 
+/// bf16 in device memory: 16-byte chunks (8 elements) copied as they are
+/// (D + kPad elements a shared row keep every chunk 16-byte aligned).
+template <int D> struct TileFetch<D, __nv_bfloat16> {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kPerThread = kTile * kChunks / kFlashThreads;
+  static_assert(kPerThread * kFlashThreads == kTile * kChunks,
+                "a tile's chunks split evenly over the threads");
+  uint4 x[kPerThread];
+
+  __device__ void load(const __nv_bfloat16 *base, int64_t stride, int row0,
+                       int rows) {
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
+      int r = c / kChunks, col = (c % kChunks) * 8;
+      x[u] = row0 + r < rows
+                 ? __ldg(reinterpret_cast<const uint4 *>(
+                       base + (row0 + r) * stride + col))
+                 : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  __device__ void store(__nv_bfloat16 *tile) const {
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
+      int r = c / kChunks, col = (c % kChunks) * 8;
+      *reinterpret_cast<uint4 *>(tile + r * (D + kPad) + col) = x[u];
+    }
+  }
+};
+
 /// Loads and stores a tile through registers at once.
-template <int D>
-__device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
+template <int D, typename T>
+__device__ inline void loadTile(__nv_bfloat16 *tile, const T *base,
                                 int64_t stride, int row0, int rows) {
-  TileFetch<D> fetch;
+  TileFetch<D, T> fetch;
   fetch.load(base, stride, row0, rows);
   fetch.store(tile);
 }
@@ -324,9 +382,9 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
 
 /// Rows row0 .. row0 + 63 of two tensors into the bf16 tiles tileA and
 /// tileB (the next tiles of a walk).
-template <int D>
+template <int D, typename T>
 __device__ inline void loadTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
-                                 const float *baseA, const float *baseB,
+                                 const T *baseA, const T *baseB,
                                  int64_t stride, int row0, int rows) {
   loadTile<D>(tileA, baseA, stride, row0, rows);
   loadTile<D>(tileB, baseB, stride, row0, rows);
@@ -337,11 +395,12 @@ template <int D> constexpr size_t forwardShared() {
 }
 
 // Grid (query blocks, headsQ, batch). Shared: Q, K, V [64][D+8]. With
-// dropout and `mask`, also stores the keep decisions as mask words.
-template <int D>
+// dropout and `mask`, also stores the keep decisions as mask words. out
+// (geo.outputsBf16) and the bf16 outCopy may be null.
+template <int D, typename In>
 __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
-    flashForwardKernel(FlashGeometry geo, const float *q, const float *k,
-                       const float *v, float *out, float *outCopy,
+    flashForwardKernel(FlashGeometry geo, const In *q, const In *k,
+                       const In *v, void *out, __nv_bfloat16 *outCopy,
                        float *logsumexp, uint64_t *mask) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
@@ -352,8 +411,8 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
-  const float *kBase = k + geo.kOffset(b, 0, grp, D);
-  const float *vBase = v + geo.kOffset(b, 0, grp, D);
+  const In *kBase = k + geo.kOffset(b, 0, grp, D);
+  const In *vBase = v + geo.kOffset(b, 0, grp, D);
 
   // Q stays in shared memory: its fragments are loaded where used (registers
   // go to the accumulators).
@@ -472,21 +531,20 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
       logsumexp[geo.rowIndex(b, h, rows[r])] = (m[r] + log2f(sum)) * kLn2;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      float2 value =
-          make_float2(o[n][2 * r] * inverse, o[n][2 * r + 1] * inverse);
+      float lo = o[n][2 * r] * inverse, hi = o[n][2 * r + 1] * inverse;
       int64_t at = geo.qOffset(b, rows[r], h, D) + n * 8 + 2 * t;
       if (out)
-        *reinterpret_cast<float2 *>(out + at) = value;
+        storeOutputPair(geo, out, at, lo, hi);
       if (outCopy)
-        *reinterpret_cast<float2 *>(outCopy + at) = value;
+        storePair(outCopy + at, lo, hi);
     }
   }
 }
 
 // delta[b, h, i] = dout_i . out_i, one warp per row.
-template <int D>
+template <int D, typename In>
 __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
-                                 const float *out, const float *dout,
+                                 const __nv_bfloat16 *out, const In *dout,
                                  float *delta) {
   int64_t rows = batch * geo.headsQ * geo.seqQ;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
@@ -500,7 +558,7 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
   int64_t offset = geo.qOffset(b, i, h, D);
   float sum = 0.f;
   for (int d = lane; d < D; d += kWarp)
-    sum += out[offset + d] * dout[offset + d];
+    sum += __bfloat162float(out[offset + d]) * toFloat(dout[offset + d]);
   sum = detail::warpSum(sum);
   if (lane == 0)
     delta[row] = sum;
@@ -512,13 +570,12 @@ template <int D> constexpr size_t queryBackwardShared() {
 
 // dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V [64][D+8].
 // With dropout the keep decisions come from `mask`.
-template <int D>
+template <int D, typename In>
 __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
-    flashQueryBackwardKernel(FlashGeometry geo, const float *q,
-                             const float *k, const float *v,
-                             const float *logsumexp, const float *delta,
-                             const uint64_t *mask, const float *dout,
-                             float *dq) {
+    flashQueryBackwardKernel(FlashGeometry geo, const In *q, const In *k,
+                             const In *v, const float *logsumexp,
+                             const float *delta, const uint64_t *mask,
+                             const In *dout, void *dq) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *dos = qs + kTile * (D + kPad);
@@ -529,8 +586,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
-  const float *kBase = k + geo.kOffset(b, 0, grp, D);
-  const float *vBase = v + geo.kOffset(b, 0, grp, D);
+  const In *kBase = k + geo.kOffset(b, 0, grp, D);
+  const In *vBase = v + geo.kOffset(b, 0, grp, D);
 
   loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
   loadTile<D>(dos, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
@@ -621,11 +678,11 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= geo.seqQ)
       continue;
-    float *row = dq + geo.qOffset(b, rows[r], h, D);
+    int64_t row = geo.qOffset(b, rows[r], h, D);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2 *>(row + n * 8 + 2 * t) = make_float2(
-          acc[n][2 * r] * geo.scale, acc[n][2 * r + 1] * geo.scale);
+      storeOutputPair(geo, dq, row + n * 8 + 2 * t, acc[n][2 * r] * geo.scale,
+                      acc[n][2 * r + 1] * geo.scale);
   }
 }
 
@@ -664,12 +721,12 @@ template <int D> constexpr size_t keyBackwardShared() {
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
 // of the block. Shared: K, V, Q, dout [64][D+8], the query rows'
 // logsumexp (base 2), delta and mask words.
-template <int D>
+template <int D, typename In>
 __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
-    flashKeyBackwardKernel(FlashGeometry geo, const float *q, const float *k,
-                           const float *v, const float *logsumexp,
+    flashKeyBackwardKernel(FlashGeometry geo, const In *q, const In *k,
+                           const In *v, const float *logsumexp,
                            const float *delta, const uint64_t *mask,
-                           const float *dout, float *dk, float *dv) {
+                           const In *dout, void *dk, void *dv) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *ks = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *vs = ks + kTile * (D + kPad);
@@ -717,8 +774,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   for (int step = 0; step < steps; ++step) {
     int q0 = firstQuery(step);
     bool more = step + 1 < steps;
-    const float *qNextBase = q + geo.qOffset(b, 0, headOf(step + 1), D);
-    const float *doNextBase = dout + geo.qOffset(b, 0, headOf(step + 1), D);
+    const In *qNextBase = q + geo.qOffset(b, 0, headOf(step + 1), D);
+    const In *doNextBase = dout + geo.qOffset(b, 0, headOf(step + 1), D);
     if (more)
       rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
                    firstQuery(step + 1), k0 / kTile);
@@ -812,12 +869,12 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       if (dk)
-        *reinterpret_cast<float2 *>(dk + offset + n * 8 + 2 * t) =
-            make_float2(dkAcc[n][2 * r] * geo.scale,
+        storeOutputPair(geo, dk, offset + n * 8 + 2 * t,
+                        dkAcc[n][2 * r] * geo.scale,
                         dkAcc[n][2 * r + 1] * geo.scale);
       if (dv)
-        *reinterpret_cast<float2 *>(dv + offset + n * 8 + 2 * t) =
-            make_float2(dvAcc[n][2 * r], dvAcc[n][2 * r + 1]);
+        storeOutputPair(geo, dv, offset + n * 8 + 2 * t, dvAcc[n][2 * r],
+                        dvAcc[n][2 * r + 1]);
     }
   }
 }
@@ -832,46 +889,50 @@ unsigned blocks(int64_t n) {
   return static_cast<unsigned>((n + kTile - 1) / kTile);
 }
 
-template <int D>
-void forward(cudaStream_t stream, const AttentionParams &p, const float *q,
-             const float *k, const float *v, float *out, float *outCopy,
+template <int D, typename In>
+void forward(cudaStream_t stream, const AttentionParams &p,
+             const FlashTensors &io, __nv_bfloat16 *outCopy,
              float *logsumexp, uint64_t *mask) {
   size_t bytes = forwardShared<D>();
-  allowShared(flashForwardKernel<D>, bytes);
+  allowShared(flashForwardKernel<D, In>, bytes);
   dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
             static_cast<unsigned>(p.batch));
-  flashForwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-      makeGeometry(p), q, k, v, out, outCopy, logsumexp, mask);
+  flashForwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+      makeGeometry(p, io.outputsBf16), static_cast<const In *>(io.q),
+      static_cast<const In *>(io.k), static_cast<const In *>(io.v), io.out,
+      outCopy, logsumexp, mask);
 }
 
-template <int D>
-void backward(cudaStream_t stream, const AttentionParams &p, const float *q,
-              const float *k, const float *v, const float *out,
-              const float *logsumexp, const uint64_t *mask,
-              const float *dout, float *dq, float *dk, float *dv,
-              float *delta) {
-  FlashGeometry geo = makeGeometry(p);
+template <int D, typename In>
+void backward(cudaStream_t stream, const AttentionParams &p,
+              const FlashTensors &io, const __nv_bfloat16 *out,
+              const float *logsumexp, const uint64_t *mask, float *delta) {
+  FlashGeometry geo = makeGeometry(p, io.outputsBf16);
+  const auto *q = static_cast<const In *>(io.q);
+  const auto *k = static_cast<const In *>(io.k);
+  const auto *v = static_cast<const In *>(io.v);
+  const auto *dout = static_cast<const In *>(io.dout);
   int64_t rows = p.batch * p.headsQ * p.seqQ;
   constexpr int kDeltaThreads = 256;
-  flashDeltaKernel<D><<<static_cast<unsigned>((rows * kWarp + kDeltaThreads - 1) /
-                                              kDeltaThreads),
-                        kDeltaThreads, 0, stream>>>(geo, p.batch, out, dout,
-                                                    delta);
-  if (dq) {
+  flashDeltaKernel<D, In>
+      <<<static_cast<unsigned>((rows * kWarp + kDeltaThreads - 1) /
+                               kDeltaThreads),
+         kDeltaThreads, 0, stream>>>(geo, p.batch, out, dout, delta);
+  if (io.dq) {
     size_t bytes = queryBackwardShared<D>();
-    allowShared(flashQueryBackwardKernel<D>, bytes);
+    allowShared(flashQueryBackwardKernel<D, In>, bytes);
     dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
               static_cast<unsigned>(p.batch));
-    flashQueryBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-        geo, q, k, v, logsumexp, delta, mask, dout, dq);
+    flashQueryBackwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+        geo, q, k, v, logsumexp, delta, mask, dout, io.dq);
   }
-  if (dk || dv) {
+  if (io.dk || io.dv) {
     size_t bytes = keyBackwardShared<D>();
-    allowShared(flashKeyBackwardKernel<D>, bytes);
+    allowShared(flashKeyBackwardKernel<D, In>, bytes);
     dim3 grid(blocks(p.seqK), static_cast<unsigned>(p.headsKv),
               static_cast<unsigned>(p.batch));
-    flashKeyBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-        geo, q, k, v, logsumexp, delta, mask, dout, dk, dv);
+    flashKeyBackwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+        geo, q, k, v, logsumexp, delta, mask, dout, io.dk, io.dv);
   }
 }
 
@@ -898,6 +959,18 @@ template <typename Body> void withHeadDim(int64_t headDim, Body &&body) {
   default:
     break;
   }
+}
+
+/// Calls body<D, In>() through withHeadDim for the call's input type.
+template <typename Body>
+void withKernels(const AttentionParams &p, const FlashTensors &io,
+                 Body &&body) {
+  withHeadDim(p.headDim, [&](auto d) {
+    if (io.inputsBf16)
+      body(d, __nv_bfloat16());
+    else
+      body(d, float());
+  });
 }
 
 } // namespace
@@ -927,14 +1000,13 @@ std::string flashAttentionUnsupportedReason(const AttentionParams &p) {
 }
 
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
-                           const float *q, const float *k, const float *v,
-                           float *out, float *outCopy, float *logsumexp,
-                           uint64_t *mask) {
+                           const FlashTensors &io, __nv_bfloat16 *outCopy,
+                           float *logsumexp, uint64_t *mask) {
   if (empty(params))
     return;
-  withHeadDim(params.headDim, [&](auto d) {
-    forward<decltype(d)::value>(stream, params, q, k, v, out, outCopy,
-                                logsumexp, mask);
+  withKernels(params, io, [&](auto d, auto in) {
+    forward<decltype(d)::value, decltype(in)>(stream, params, io, outCopy,
+                                               logsumexp, mask);
   });
 }
 
@@ -946,22 +1018,27 @@ size_t flashAttentionMaskBytes(const AttentionParams &params) {
                              ((params.seqK + kTile - 1) / kTile));
 }
 
+size_t flashAttentionSavedOutputBytes(const AttentionParams &params) {
+  return sizeof(__nv_bfloat16) *
+         static_cast<size_t>(params.batch * params.headsQ * params.seqQ *
+                             params.headDimV);
+}
+
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params) {
   return sizeof(float) *
          static_cast<size_t>(params.batch * params.headsQ * params.seqQ);
 }
 
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
-                            const float *q, const float *k, const float *v,
-                            const float *out, const float *logsumexp,
-                            const uint64_t *mask, const float *dout,
-                            float *dq, float *dk, float *dv, void *scratch) {
+                            const FlashTensors &io, const __nv_bfloat16 *out,
+                            const float *logsumexp, const uint64_t *mask,
+                            void *scratch) {
   if (empty(params))
     return;
-  withHeadDim(params.headDim, [&](auto d) {
-    backward<decltype(d)::value>(stream, params, q, k, v, out, logsumexp,
-                                 mask, dout, dq, dk, dv,
-                                 static_cast<float *>(scratch));
+  withKernels(params, io, [&](auto d, auto in) {
+    backward<decltype(d)::value, decltype(in)>(
+        stream, params, io, out, logsumexp, mask,
+        static_cast<float *>(scratch));
   });
 }
 
