@@ -148,10 +148,6 @@ __device__ inline uint32_t packBf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t *>(&v);
 }
 
-__device__ inline uint32_t load32(const __nv_bfloat16 *p) {
-  return *reinterpret_cast<const uint32_t *>(p);
-}
-
 __device__ inline float toFloat(float x) { return x; }
 __device__ inline float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 
@@ -182,32 +178,66 @@ __device__ inline void mma(float (&c)[4], const uint32_t (&a)[4],
                  "r"(b[1]));
 }
 
-/// The A fragment at (row0, k0) of a row-major shared tile.
+__device__ inline uint32_t sharedAddress(const __nv_bfloat16 *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Four 8 x 8 matrices of a shared tile, one ldmatrix: lanes 8i .. 8i + 7
+/// address matrix i's rows; register i gets matrix i's element [g][2t, +1]
+/// (transposed: [2t, +1][g]).
+__device__ inline void loadMatrices(uint32_t (&m)[4],
+                                    const __nv_bfloat16 *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+               : "r"(sharedAddress(row)));
+}
+__device__ inline void loadMatricesTransposed(uint32_t (&m)[4],
+                                              const __nv_bfloat16 *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+               : "r"(sharedAddress(row)));
+}
+
+/// The A fragment at (row0, k0) of a row-major shared tile: matrices
+/// (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), so lane l
+/// addresses row row0 + l % 16 at column k0 + 8 (l / 16).
 __device__ inline void loadA(uint32_t (&a)[4], const __nv_bfloat16 *tile,
-                             int ld, int row0, int k0, int g, int t) {
-  a[0] = load32(tile + (row0 + g) * ld + k0 + 2 * t);
-  a[1] = load32(tile + (row0 + g + 8) * ld + k0 + 2 * t);
-  a[2] = load32(tile + (row0 + g) * ld + k0 + 2 * t + 8);
-  a[3] = load32(tile + (row0 + g + 8) * ld + k0 + 2 * t + 8);
+                             int ld, int row0, int k0, int lane) {
+  loadMatrices(a, tile + (row0 + lane % 16) * ld + k0 + 8 * (lane / 16));
 }
 
-/// The B fragment at (k0, n0) of B = tile^T, tile [n][k] row-major.
-__device__ inline void loadB(uint32_t (&b)[2], const __nv_bfloat16 *tile,
-                             int ld, int n0, int k0, int g, int t) {
-  b[0] = load32(tile + (n0 + g) * ld + k0 + 2 * t);
-  b[1] = load32(tile + (n0 + g) * ld + k0 + 2 * t + 8);
+/// The B fragments at (k0, n0) and (k0, n0 + 8) of B = tile^T, tile [n][k]
+/// row-major: matrices (n 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7),
+/// (8-15, 8-15), so lane l addresses row n0 + l % 8 + 8 (l / 16) at column
+/// k0 + 8 ((l / 8) % 2).
+__device__ inline void loadB(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                             const __nv_bfloat16 *tile, int ld, int n0,
+                             int k0, int lane) {
+  uint32_t m[4];
+  loadMatrices(m, tile + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 +
+                      8 * (lane / 8 % 2));
+  b0[0] = m[0];
+  b0[1] = m[1];
+  b1[0] = m[2];
+  b1[1] = m[3];
 }
 
-/// The B fragment at (k0, n0) of B = tile, tile [k][n] row-major, by
-/// ldmatrix's transposing load (lanes 0-15 address rows k0 .. k0 + 15).
-__device__ inline void loadBTransposed(uint32_t (&b)[2],
+/// The B fragments at (k0, n0) and (k0, n0 + 8) of B = tile, tile [k][n]
+/// row-major, by the transposing load: matrices (k 0-7, n 0-7), (8-15,
+/// 0-7), (0-7, 8-15), (8-15, 8-15), so lane l addresses row k0 + l % 16 at
+/// column n0 + 8 (l / 16).
+__device__ inline void loadBTransposed(uint32_t (&b0)[2], uint32_t (&b1)[2],
                                        const __nv_bfloat16 *tile, int ld,
                                        int k0, int n0, int lane) {
-  const __nv_bfloat16 *row = tile + (k0 + lane % 16) * ld + n0;
-  auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(b[0]), "=r"(b[1])
-               : "r"(address));
+  uint32_t m[4];
+  loadMatricesTransposed(m, tile + (k0 + lane % 16) * ld + n0 +
+                                8 * (lane / 16));
+  b0[0] = m[0];
+  b0[1] = m[1];
+  b1[0] = m[2];
+  b1[1] = m[3];
 }
 
 /// The A fragment of 16 columns (two 8-column accumulator tiles) of a
@@ -444,12 +474,13 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qf[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, g, t);
+      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-        uint32_t bf[2];
-        loadB(bf, ks, ld, n * 8, kk * 16, g, t);
-        mma(s[n], qf, bf);
+      for (int n = 0; n < kTile / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+        mma(s[n], qf, b0);
+        mma(s[n + 1], qf, b1);
       }
     }
     if (geo.masked(q0, k0))
@@ -509,10 +540,11 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
       uint32_t pf[4];
       accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t bf[2];
-        loadBTransposed(bf, vs, ld, kc * 16, n * 8, lane);
-        mma(o[n], pf, bf);
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
+        mma(o[n], pf, b0);
+        mma(o[n + 1], pf, b1);
       }
     }
     if (next < keyEnd) {
@@ -631,15 +663,17 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qf[4], dof[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, g, t);
-      loadA(dof, dos, ld, warp * 16, kk * 16, g, t);
+      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
+      loadA(dof, dos, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-        uint32_t bf[2];
-        loadB(bf, ks, ld, n * 8, kk * 16, g, t);
-        mma(s[n], qf, bf);
-        loadB(bf, vs, ld, n * 8, kk * 16, g, t);
-        mma(dp[n], dof, bf);
+      for (int n = 0; n < kTile / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+        mma(s[n], qf, b0);
+        mma(s[n + 1], qf, b1);
+        loadB(b0, b1, vs, ld, n * 8, kk * 16, lane);
+        mma(dp[n], dof, b0);
+        mma(dp[n + 1], dof, b1);
       }
     }
     if (geo.masked(q0, k0))
@@ -662,10 +696,11 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
       uint32_t af[4];
       accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t bf[2];
-        loadBTransposed(bf, ks, ld, kc * 16, n * 8, lane);
-        mma(acc[n], af, bf);
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadBTransposed(b0, b1, ks, ld, kc * 16, n * 8, lane);
+        mma(acc[n], af, b0);
+        mma(acc[n + 1], af, b1);
       }
     }
     if (next < keyEnd) {
@@ -790,15 +825,17 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kf[4], vf[4];
-        loadA(kf, ks, ld, warp * 16, kk * 16, g, t);
-        loadA(vf, vs, ld, warp * 16, kk * 16, g, t);
+        loadA(kf, ks, ld, warp * 16, kk * 16, lane);
+        loadA(vf, vs, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-          uint32_t bf[2];
-          loadB(bf, qs, ld, n * 8, kk * 16, g, t);
-          mma(s[n], kf, bf);
-          loadB(bf, dos, ld, n * 8, kk * 16, g, t);
-          mma(dp[n], vf, bf);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadB(b0, b1, qs, ld, n * 8, kk * 16, lane);
+          mma(s[n], kf, b0);
+          mma(s[n + 1], kf, b1);
+          loadB(b0, b1, dos, ld, n * 8, kk * 16, lane);
+          mma(dp[n], vf, b0);
+          mma(dp[n + 1], vf, b1);
         }
       }
       // Only the causal diagonal needs a mask: queries past seqQ have zero
@@ -843,12 +880,14 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
         accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
         accumulatorToA(sf, dp[2 * kc], dp[2 * kc + 1]);
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          uint32_t bf[2];
-          loadBTransposed(bf, dos, ld, kc * 16, n * 8, lane);
-          mma(dvAcc[n], pf, bf);
-          loadBTransposed(bf, qs, ld, kc * 16, n * 8, lane);
-          mma(dkAcc[n], sf, bf);
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadBTransposed(b0, b1, dos, ld, kc * 16, n * 8, lane);
+          mma(dvAcc[n], pf, b0);
+          mma(dvAcc[n + 1], pf, b1);
+          loadBTransposed(b0, b1, qs, ld, kc * 16, n * 8, lane);
+          mma(dkAcc[n], sf, b0);
+          mma(dkAcc[n + 1], sf, b1);
         }
       }
     }
