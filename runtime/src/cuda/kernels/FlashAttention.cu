@@ -39,8 +39,11 @@
 // b1 = B[2t+8, +9][g]; C (16 x 8) c0, c1 = C[g][2t, 2t+1], c2, c3 =
 // C[g+8][2t, 2t+1]. A score accumulator's C fragments of two neighbouring
 // 8-key tiles are, repacked to bf16, the A fragment of the next product.
-// Shared tiles are bf16 [rows][cols + 8]: the padding puts the 32 lanes'
-// fragment loads in 32 different banks.
+// Fragments come from shared memory by ldmatrix.x4 (four 8 x 8 matrices: an
+// A fragment, or the B fragments of two neighbouring 8-column tiles; the
+// transposing form for B = a [k][n] tile). Shared tiles are bf16
+// [rows][cols + 8]: the padding puts the eight 16-byte rows of a matrix in
+// different banks.
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
