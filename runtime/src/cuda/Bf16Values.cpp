@@ -59,6 +59,10 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::Split:
   case Op::Concat:
     return true;
+  case Op::CrossEntropy: // the logits; the labels are ids
+    return operand == 0;
+  case Op::CrossEntropyGrad: // the logits; dloss stays fp32
+    return operand == 1;
   default:
     return false;
   }
@@ -72,6 +76,7 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::Reshape:
   case Op::Split:
   case Op::Concat:
+  case Op::CrossEntropyGrad: // dlogits: Loss.cu writes either type
     return true;
   case Op::Linear:
     kind = Kind::None;
