@@ -94,10 +94,9 @@ struct RunningSum {
     }
     if (max == -INFINITY)
       return; // every element so far is -inf
-    float scaledMax = max * kLog2e;
 #pragma unroll
     for (int i = 0; i < N; ++i)
-      sum += exp2Approx(fmaf(x[i], kLog2e, -scaledMax));
+      sum += exp2Approx((x[i] - max) * kLog2e);
   }
 };
 
@@ -248,18 +247,22 @@ __global__ void __launch_bounds__(kRowThreads)
   bool bad = label != ignoreIndex && (label < 0 || label >= vocab);
   if (bad && threadIdx.x == 0)
     detail::raiseFault(fault, tag);
-  float g = 0, scaledLse = 0;
+  // The logsumexp as high and low floats: x - high - low keeps double's
+  // precision where it matters (x near the logsumexp).
+  float g = 0, lseHigh = 0, lseLow = 0;
   if (label != ignoreIndex && !bad) { // the same branch for the whole block
     g = static_cast<float>(dlossPerRow ? static_cast<double>(dlossPerRow[r])
                                        : *sharedGrad);
     double lse = rowLse ? rowLse[r]
                         : rowStatistics(row, r, vocab, vectorized).logSumExp();
-    scaledLse = static_cast<float>(lse * static_cast<double>(kLog2e));
+    lseHigh = static_cast<float>(lse);
+    lseLow = static_cast<float>(lse - static_cast<double>(lseHigh));
   } else {
     label = -1; // no element is the label; g = 0 writes zeros
   }
   auto gradient = [&](float x, int64_t v) {
-    float value = g == 0 ? 0.0f : g * exp2Approx(fmaf(x, kLog2e, -scaledLse));
+    float value =
+        g == 0 ? 0.0f : g * exp2Approx((x - lseHigh - lseLow) * kLog2e);
     return v == label ? value - g : value;
   };
   RowSplit split = splitRow(r, vocab, vectorized);
