@@ -106,6 +106,10 @@ public:
   /// (ContextOptions::bf16Values).
   size_t bf16ValueCount() const;
 
+  /// How many weight-gradient GEMMs add straight into their parameter's
+  /// gradient (planGemmAccumulation).
+  size_t gemmAccumulationCount() const;
+
   /// With ContextOptions::profile: milliseconds per op over all runs so
   /// far, one line per op, slowest first; empty otherwise.
   std::string profile() const;
@@ -134,8 +138,18 @@ private:
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
   /// Mixed precision: each value that GEMMs read gets one bf16 copy, made by
-  /// its first GEMM and kept until its last (its own block in the arena).
+  /// its first GEMM and kept until its last (its own block in the arena);
+  /// except parameter views, whose copy is the store's persistent one
+  /// (ParameterStore::bf16Value), and values held in bf16.
   void planBf16Copies();
+  /// The store's bf16 copy of value `v` when it is a view of a parameter
+  /// that has one, else null.
+  const __nv_bfloat16 *parameterBf16(int64_t v) const;
+  /// Weight gradients accumulated by their GEMM: a linear_weight_grad or
+  /// linear_weight_bias_grad whose weight gradient is read only by one
+  /// accumulate_gradient runs with beta = 1 straight into that parameter's
+  /// gradient, and the accumulate_gradient does nothing.
+  void planGemmAccumulation();
   /// The bf16 copies instruction `position` makes (first operand first).
   std::vector<SideBufferNeed> bf16CopiesMadeAt(size_t position) const;
   /// Mixed precision (ContextOptions::bf16Values): the values held in bf16
@@ -197,6 +211,13 @@ private:
   /// By value: the first and the last GEMM reading it (kNoPartner: none);
   /// its bf16 copy lives from one to the other.
   std::vector<size_t> bf16MadeAt_, bf16Until_;
+  /// By value: the parameter it is a view of (get_parameter), or -1.
+  std::vector<int64_t> parameterOf_;
+  /// By instruction: the parameter whose gradient a weight-gradient GEMM
+  /// adds its product into (planGemmAccumulation), or -1.
+  std::vector<int64_t> gemmAccumulates_;
+  /// By instruction: an accumulate_gradient done by its GEMM.
+  std::vector<bool> accumulatedByGemm_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
   /// The bundle's generated kernels, when the function has fused groups.

@@ -3,8 +3,9 @@ bundle it describes (megatron-compile --emit plan of the same flags): the
 activations row is train_step's arena in the bundle's memory plan, the eval
 row eval_step's, the side buffers at the peak fit in the arena (and exist
 under bf16, where GEMM operands get copies), the saved bytes by layer fit
-in it, the workspace is cuBLASLt's 32 MiB, the weights and the total are
-the sums of their rows, and the device figure adds the measured CUDA
+in it, the workspace is cuBLASLt's 32 MiB, the weights (with the bf16
+copies of the parameters GEMMs read, under bf16) and the total are the sums
+of their rows, and the device figure adds the measured CUDA
 context.
 
 Usage: report-consistent.py REPORT PLAN.json
@@ -29,6 +30,8 @@ arena = {fn["name"]: fn["memory_plan"]["arena_bytes"]
 side = {fn["name"]: fn["memory_plan"]["side_buffers"]
         for fn in manifest["functions"]}
 parameters = row(re.search(r"\n  (parameters \(\d+, fp32\))", text).group(1))
+copies = re.search(r"\n  (bf16 weight copies \(\d+\))", text)
+bf16_weights = row(copies.group(1)) if copies else 0
 gradients = row("gradients (fp32)")
 optimizer = row("optimizer state (Adam moments)")
 activations = row("activations (train_step arena peak)")
@@ -51,10 +54,13 @@ checks = [
      0 < layers + other <= activations),
     ("workspace = 32 MiB", workspace == 32 << 20),
     ("weights and optimizer = the sum of its rows",
-     row("weights and optimizer") == parameters + gradients + optimizer),
+     row("weights and optimizer") ==
+     parameters + bf16_weights + gradients + optimizer),
+    ("bf16 weight copies exactly under bf16, at most the parameters",
+     (copies is not None) == bf16 and 2 * bf16_weights <= parameters),
     ("total = the sum of its rows",
-     row("total") == parameters + gradients + optimizer + activations +
-     workspace),
+     row("total") == parameters + bf16_weights + gradients + optimizer +
+     activations + workspace),
     ("with the CUDA context = total + 535 MiB",
      row("  with the CUDA context") == row("total") + (535 << 20)),
 ]
