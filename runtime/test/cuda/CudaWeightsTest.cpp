@@ -404,8 +404,9 @@ TEST_F(CudaWeightsTest, DISABLED_EpilogueGemmTimings) {
       });
   }
   // fc1's weight gradient x^T dh [hidden, ffn] with the bias gradient
-  // (BGRADB), written and accumulated into an fp32 gradient.
-  cuda::Bf16Operands operands{xb, wb, false};
+  // (BGRADB), written and accumulated into an fp32 gradient; x [rows,
+  // hidden] and dh [rows, ffn] both from the buffer of rows * ffn.
+  cuda::Bf16Operands operands{xb, xb, false};
   double weight = 2.0 * rows * hidden * ffn;
   cuda::GemmEpilogue bgrad;
   bgrad.kind = Kind::BiasGradB;
