@@ -35,7 +35,9 @@ class ParameterStore;
 /// (ArenaPlan: results allocated where they are defined, released at the
 /// instruction that lists them in `free`), and one arena of the plan's size
 /// is allocated; runs allocate nothing. get_parameter binds the store's
-/// device value (no copy); accumulate_gradient adds into its gradient.
+/// device value (no copy; GEMMs under bf16 read the store's bf16 copy);
+/// accumulate_gradient adds into its gradient, or its weight-gradient GEMM
+/// did (planGemmAccumulation).
 /// Every floating value is f32 on the device; bf16 and f16 values are
 /// rejected. A bundle compiled with precision bf16 (the manifest's
 /// model.precision) runs in mixed precision: GEMMs and the attention core
