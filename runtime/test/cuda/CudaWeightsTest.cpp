@@ -89,6 +89,41 @@ bool sameBits(const host::Tensor &a, const host::Tensor &b) {
          std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()) == 0;
 }
 
+// Which parameters get a bf16 copy (no GPU needed): those a GEMM reads as
+// operand A or B straight from get_parameter, in any function; not a bias,
+// a parameter read by other ops only, or one a GEMM reads through another
+// op.
+TEST(GemmReadParametersTest, OperandsOfGemmsReadStraightFromTheStore) {
+  EXPECT_EQ(cuda::ParameterStore::gemmReadParameters(weightsBundle("bf16")),
+            (std::vector<bool>{true, false, false}));
+  FunctionBuilder first("first"), second("second");
+  int64_t x = first.input({4, 6}, "f32");
+  int64_t table = first.op("get_parameter", {}, {10, 6}, {{"parameter", 0}});
+  first.output(first.op("linear", {x, table}, {4, 10},
+                        {{"transpose_weight", true}}));
+  int64_t ids = second.input({4}, "i32");
+  int64_t again = second.op("get_parameter", {}, {10, 6}, {{"parameter", 0}});
+  int64_t rows = second.op("embedding", {again, ids}, {4, 6});
+  int64_t scale = second.op("get_parameter", {}, {6, 6}, {{"parameter", 1}});
+  int64_t shifted = second.op("add", {scale, scale}, {6, 6});
+  second.output(second.op("matmul", {rows, shifted}, {4, 6}));
+  int64_t gate = second.op("get_parameter", {}, {6, 6}, {{"parameter", 2}});
+  second.output(second.op("matmul", {gate, rows}, {6, 4},
+                          {{"transpose_rhs", true}}));
+  Json model = modelJson(10, 6, 4, 1, 1);
+  model["precision"] = "bf16";
+  Bundle bundle = Bundle::parseManifest(
+      "reads",
+      manifestJson(model,
+                   Json::array({parameterJson("table", {10, 6}),
+                                parameterJson("scale", {6, 6}),
+                                parameterJson("gate", {6, 6})}),
+                   Json::array({first.build(), second.build()}))
+          .dump());
+  EXPECT_EQ(cuda::ParameterStore::gemmReadParameters(bundle),
+            (std::vector<bool>{true, false, true}));
+}
+
 class CudaWeightsTest : public CudaTest {};
 
 // One launch over every parameter (three, one over several chunks, one
