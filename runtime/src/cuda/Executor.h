@@ -99,6 +99,13 @@ public:
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
                                 uint64_t step, bool inputsOnDevice = false);
 
+  /// fp16 loss scaling: from the next run on, the backward pass's seed (the
+  /// fill marked `loss_seed`) is its value times `scale`, as
+  /// host::Executor::setLossScale. A launch argument: a captured CUDA graph
+  /// of the step would have to be re-captured (or read it from device
+  /// memory) when it changes.
+  void setLossScale(double scale) { lossScale_ = scale; }
+
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }
 
@@ -183,6 +190,7 @@ private:
   std::unique_ptr<host::ThreadPool> hostPool_;
   Context &context_;
   bool bf16_ = false;
+  double lossScale_ = 1.0;
   /// By instruction: the position of the paired attention_grad (for an
   /// attention) or attention (for an attention_grad); kNoPartner if none.
   static constexpr size_t kNoPartner = ~size_t(0);

@@ -28,6 +28,8 @@ void runTrainingLoop(
     record.loss = result.loss;
     record.learningRate = result.step.learningRate;
     record.gradNorm = result.step.gradNorm;
+    record.lossScale = result.lossScale;
+    record.skipped = result.skipped;
     record.seconds = seconds;
     record.tokensPerSecond =
         seconds > 0 ? static_cast<double>(tokensPerIteration) / seconds : 0;

@@ -17,6 +17,10 @@ namespace mtrt::train {
 struct IterationResult {
   double loss = 0;
   OptimizerStepResult step;
+  /// fp16: the loss scale after the iteration, and whether it skipped its
+  /// optimizer step (IterationRecord's fields).
+  double lossScale = 0;
+  bool skipped = false;
 };
 
 /// Where a loop starts: after `iteration` completed iterations (those of a
