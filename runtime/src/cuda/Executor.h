@@ -119,9 +119,8 @@ public:
 
   /// fp16 loss scaling: from the next run on, the backward pass's seed (the
   /// fill marked `loss_seed`) is its value times `scale`, as
-  /// host::Executor::setLossScale. A launch argument: a captured CUDA graph
-  /// of the step would have to be re-captured (or read it from device
-  /// memory) when it changes.
+  /// host::Executor::setLossScale. A launch argument: the fill is a stepped
+  /// instruction of the CUDA graph, refreshed when the scale changes.
   void setLossScale(double scale) { lossScale_ = scale; }
 
   /// The arena's size: every value and scratch byte of a run.
@@ -209,9 +208,10 @@ private:
   /// Why this function runs without a CUDA graph (options, host-run
   /// instructions), or nullopt.
   std::optional<std::string> graphObstacle() const;
-  /// Whether `inst`'s kernels take the step (dropout keys): the
-  /// instructions the graph updates before each replay. Every op whose
-  /// dispatch passes `step` to a kernel must be here.
+  /// Whether `inst`'s kernels take the step (dropout keys) or fp16's loss
+  /// scale (the loss-seed fill): the instructions the graph updates before
+  /// each replay. Every op whose dispatch passes `step` (or the loss scale)
+  /// to a kernel must be here.
   bool usesStep(const Instruction &inst) const;
   /// Whether `inst` runs through the host (a multi-rank instruction).
   bool runsOnHost(const Instruction &inst) const;
@@ -272,6 +272,9 @@ private:
   std::vector<bool> stepped_;
   std::vector<void *> graphInputSlots_;
   uint64_t graphStep_ = 0;
+  /// The loss scale the graph's loss-seed fill was captured or refreshed
+  /// with (the fill is a stepped instruction).
+  double graphLossScale_ = 1.0;
   /// Why there is no graph (graphObstacle, or the failure that turned it
   /// off); empty while graphs are on.
   std::string graphOff_;
