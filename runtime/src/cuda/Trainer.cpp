@@ -13,7 +13,6 @@
 #include "train/TrainingLog.h"
 #include "train/TrainingLoop.h"
 
-#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -138,16 +137,9 @@ void Trainer::train(std::ostream &out) {
       // As train::Trainer: unscale, agree over the ranks, update, skip.
       bool found =
           unscaler_->unscaleAndCheckFinite(1.0 / scaler->scale(), iteration);
-      scaler->update(found);
-      result.lossScale = scaler->scale();
-      if (found) {
-        ++skippedIterations_;
-        result.skipped = true;
-        result.step.gradNorm = std::numeric_limits<double>::quiet_NaN();
-        result.step.learningRate = host::learningRate(
-            host_->schedule(), iteration - skippedIterations_);
+      if (train::skipOnOverflow(*scaler, found, iteration, skippedIterations_,
+                                host_->schedule(), result))
         return result;
-      }
     }
     // The optimizer's update count (skipped iterations move neither the
     // schedule nor AdamW's step).

@@ -17,7 +17,6 @@
 #include "train/TrainingLog.h"
 
 #include <cmath>
-#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -461,16 +460,9 @@ void Trainer::train(std::ostream &out) {
                        ? distributedOptimizer_->unscaleAndCheckFinite(
                              inverse, iteration)
                        : optimizer_->unscaleAndCheckFinite(inverse, iteration);
-      lossScaler_->update(found);
-      result.lossScale = lossScaler_->scale();
-      if (found) {
-        ++skippedIterations_;
-        result.skipped = true;
-        result.step.gradNorm = std::numeric_limits<double>::quiet_NaN();
-        result.step.learningRate = host::learningRate(
-            optimizerConfig_.schedule, iteration - skippedIterations_);
+      if (skipOnOverflow(*lossScaler_, found, iteration, skippedIterations_,
+                         optimizerConfig_.schedule, result))
         return result;
-      }
     }
     // The optimizer counts its updates: skipped iterations move neither the
     // schedule nor AdamW's step (Megatron-LM steps its scheduler only after
