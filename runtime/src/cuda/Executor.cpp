@@ -354,6 +354,8 @@ std::optional<std::string> Executor::graphObstacle() const {
 
 bool Executor::usesStep(const Instruction &inst) const {
   switch (inst.op) {
+  case Op::Fill: // fp16's loss scale: an argument that changes between runs
+    return inst.attrs.lossSeed;
   case Op::Dropout:
     return inst.attrs.p != 0;
   case Op::Attention:
@@ -386,10 +388,12 @@ bool Executor::replayGraph(uint64_t step) {
       graph_.capture(stream, fn.instructions.size(), stepped_, enqueue, what);
       graphInputSlots_ = inputSlots;
       graphStep_ = step;
+      graphLossScale_ = lossScale_;
       ++graphCaptures_;
-    } else if (step != graphStep_) {
+    } else if (step != graphStep_ || lossScale_ != graphLossScale_) {
       graph_.refresh(stream, enqueue, what);
       graphStep_ = step;
+      graphLossScale_ = lossScale_;
     }
     graph_.launch(stream, what);
   } catch (const Error &e) {

@@ -119,6 +119,12 @@ public:
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
                                 uint64_t step, bool inputsOnDevice = false);
 
+  /// fp16 loss scaling: from the next run on, the backward pass's seed (the
+  /// fill marked `loss_seed`) is its value times `scale`, as
+  /// host::Executor::setLossScale. A launch argument: the fill is a stepped
+  /// instruction of the CUDA graph, refreshed when the scale changes.
+  void setLossScale(double scale) { lossScale_ = scale; }
+
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }
 
@@ -218,9 +224,10 @@ private:
   /// Why this function runs without a CUDA graph (options, host-run
   /// instructions), or nullopt.
   std::optional<std::string> graphObstacle() const;
-  /// Whether `inst`'s kernels take the step (dropout keys): the
-  /// instructions the graph updates before each replay. Every op whose
-  /// dispatch passes `step` to a kernel must be here.
+  /// Whether `inst`'s kernels take the step (dropout keys) or fp16's loss
+  /// scale (the loss-seed fill): the instructions the graph updates before
+  /// each replay. Every op whose dispatch passes `step` (or the loss scale)
+  /// to a kernel must be here.
   bool usesStep(const Instruction &inst) const;
   /// Whether `inst` runs through the host (a multi-rank instruction).
   bool runsOnHost(const Instruction &inst) const;
@@ -241,6 +248,7 @@ private:
   std::unique_ptr<host::ThreadPool> hostPool_;
   Context &context_;
   bool bf16_ = false;
+  double lossScale_ = 1.0;
   /// By instruction: the position of the paired attention_grad (for an
   /// attention) or attention (for an attention_grad); kNoPartner if none.
   static constexpr size_t kNoPartner = ~size_t(0);
@@ -287,6 +295,9 @@ private:
   std::vector<bool> stepped_;
   std::vector<void *> graphInputSlots_;
   uint64_t graphStep_ = 0;
+  /// The loss scale the graph's loss-seed fill was captured or refreshed
+  /// with (the fill is a stepped instruction).
+  double graphLossScale_ = 1.0;
   /// Why there is no graph (graphObstacle, or the failure that turned it
   /// off); empty while graphs are on.
   std::string graphOff_;

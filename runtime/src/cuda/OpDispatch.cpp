@@ -337,7 +337,8 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Fill:
-    fill(stream, count(inst.results[0]), out(0), static_cast<float>(a.value));
+    fill(stream, count(inst.results[0]), out(0),
+         static_cast<float>(a.lossSeed ? a.value * lossScale_ : a.value));
     break;
   case Op::PositionIds: {
     int64_t v = inst.results[0];
