@@ -18,7 +18,7 @@
 
 namespace megatron {
 
-/// The kernels' launch contract (bundle format version 5), shared with the
+/// The kernels' launch contract (bundle format version 6), shared with the
 /// runtime (runtime/src/cuda/FusedKernels.cpp):
 ///
 ///   extern "C" __global__ void NAME(long long n, long long vectors,
@@ -37,7 +37,7 @@ namespace megatron {
 /// order: random::streamKey(seed, step), the mask of element i drawn at
 /// index i exactly as runtime/src/core/Random.h, whose source the kernels
 /// include. Groups that differ only in their dropout seeds share one
-/// kernel. (Versions 3 and 4 had no `bf16` argument and f32 pointers.)
+/// kernel. (Versions 3 to 5 had no `bf16` argument and f32 pointers.)
 constexpr unsigned kFusedKernelThreads = 256;
 /// The bits of the type mask: operands and results past them are fp32.
 constexpr size_t kFusedKernelTypeBits = 64;

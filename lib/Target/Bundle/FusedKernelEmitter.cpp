@@ -5,7 +5,7 @@
 // host/kernels/Elementwise.cpp's, in f32, so that without FMA contraction
 // (nvrtc -fmad=false) add, mul and dropout give the host's bits and the
 // dropout masks are the runtime's. Each operand and result is stored in
-// fp32 or bf16 as the launch's type mask says (format version 5).
+// fp32 or bf16 as the launch's type mask says (format version 6).
 //
 //===----------------------------------------------------------------------===//
 

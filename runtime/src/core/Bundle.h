@@ -117,6 +117,9 @@ enum class CollectiveReduction : uint8_t { Sum, Max };
 struct Attributes {
   int64_t parameter = -1;
   double value = 0;   // fill
+  /// fill: the seed of the backward pass (the loss's gradient), which fp16
+  /// training multiplies by the loss scale (format version 5).
+  bool lossSeed = false;
   double epsilon = 0; // layer_norm, rms_norm and their grads
   bool transposeWeight = false;
   bool transposeLhs = false;
@@ -311,8 +314,8 @@ struct FusedKernels {
   /// Entry points, by the index a fused instruction's `kernel` holds.
   std::vector<std::string> names;
   std::string cubin, ptx, source;
-  /// Format version 5: the kernels take a storage-type mask (each operand
-  /// and result fp32 or bf16); versions 3 and 4: no mask, all fp32.
+  /// Format version 6: the kernels take a storage-type mask (each operand
+  /// and result fp32 or bf16); versions 3 to 5: no mask, all fp32.
   bool typeMask = false;
 };
 
@@ -350,7 +353,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 5;
+  static constexpr uint32_t kFormatVersion = 6;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -371,6 +371,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.causal = flag;
       else if (key == "inverse")
         out.inverse = flag;
+      else if (key == "loss_seed")
+        out.lossSeed = flag;
       break;
     }
     case AttrKind::Int: {
@@ -899,7 +901,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
                           std::to_string(version) + " manifest",
            "none before format version 3");
     readFusedKernels(*kernels, "kernels", payload, bundle.fusedKernels_);
-    bundle.fusedKernels_.typeMask = version >= 5;
+    bundle.fusedKernels_.typeMask = version >= 6;
   }
   kernelCount_ = bundle.fusedKernels_.names.size();
 

@@ -74,7 +74,7 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
         throw Error(MTRT_STATUS_INTERNAL,
                     where + ": value " + std::to_string(index) +
                         " of the fused kernel is bf16, which its kernel "
-                        "cannot store (format version 3 or 4 bundle, or "
+                        "cannot store (format version 3 to 5 bundle, or "
                         "past the type mask's 64 bits)");
       bf16 |= 1ull << index;
     }

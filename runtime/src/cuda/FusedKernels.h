@@ -19,7 +19,7 @@ namespace mtrt::cuda {
 /// (cudaLibraryLoadData, cudaLibraryGetKernel: no libcuda link). The launch
 /// contract is include/megatron/Target/FusedKernels.h's: (n, vectors,
 /// bf16 type mask, key per dropout, operands..., results...); kernels of
-/// format versions 3 and 4 take no mask and f32 storage only.
+/// format versions 3 to 5 take no mask and f32 storage only.
 class FusedKernelLibrary {
 public:
   /// Throws Error naming the bundle when neither the cubin nor the PTX

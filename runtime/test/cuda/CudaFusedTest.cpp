@@ -1,4 +1,4 @@
-// The generated kernels of mt.fused groups (format version 5) against the
+// The generated kernels of mt.fused groups (format version 6) against the
 // host backend, which runs each group's ops one by one: fused-ops.mtb
 // (runtime/test/cuda/data/fused-ops.mlir, written by megatron-translate)
 // holds every op a group may hold; in fp32 dropout, add and mul give the

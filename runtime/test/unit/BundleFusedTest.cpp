@@ -73,10 +73,10 @@ TEST(BundleFusedTest, ReadsTheGroupAndItsKernels) {
   EXPECT_EQ(kernels.names, std::vector<std::string>{"mt_fused_0"});
   EXPECT_EQ(kernels.cubin, "CUBI");
   EXPECT_EQ(kernels.ptx, "PTX");
-  // Version 3 kernels take f32 storage only; version 5's a type mask.
+  // Version 3 kernels take f32 storage only; version 6's a type mask.
   EXPECT_FALSE(kernels.typeMask);
   Json manifest = groupManifest(true);
-  manifest["version"] = 5;
+  manifest["version"] = 6;
   EXPECT_TRUE(parse(manifest).fusedKernels().typeMask);
 }
 
