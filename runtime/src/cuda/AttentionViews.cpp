@@ -10,7 +10,8 @@
 // group lives from its first member's producer through its members' last
 // reader, so a piece read by the backward (q, k, v by attention_grad) keeps
 // the whole alive that long; the members' blocks in the compiler's plan go
-// unused. Groups are fixed at set-up: slots never move, so CUDA graphs
+// unused (the region costs about one fp32-sized qkv tensor per layer: the
+// compiler does not plan views yet). Groups are fixed at set-up: slots never move, so CUDA graphs
 // stay valid.
 #include "cuda/Executor.h"
 
@@ -135,8 +136,12 @@ void Executor::planAttentionViews() {
                       const std::vector<Piece> &pieces,
                       std::array<int64_t, 2> strides) {
     ViewGroup group;
-    group.bytes = static_cast<size_t>(fn.values[whole].numElements) *
-                  dtypeSize(storageType(whole));
+    // The slot's fp32 size, as every value's (a bf16 GEMM result keeps its
+    // bias vector in the second half: Gemm.h, Bf16Operands::result).
+    DType declared = fn.values[whole].dtype;
+    group.bytes =
+        static_cast<size_t>(fn.values[whole].numElements) *
+        dtypeSize(isFloatingPoint(declared) ? DType::F32 : declared);
     group.first = kNowhere;
     group.last = 0;
     auto join = [&](int64_t v, size_t byteOffset) {
