@@ -60,6 +60,10 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::Split:
   case Op::Concat:
     return true;
+  case Op::CrossEntropy: // the logits; the labels are ids
+    return operand == 0;
+  case Op::CrossEntropyGrad: // the logits; dloss stays fp32
+    return operand == 1;
   case Op::Attention:     // q, k, v: on the flash kernels only (the exact
   case Op::AttentionGrad: // ones are fp32); dy, q, k, v
     return flashAttention(attentionParams(*function_, inst, 0));
@@ -76,6 +80,7 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::Reshape:
   case Op::Split:
   case Op::Concat:
+  case Op::CrossEntropyGrad: // dlogits: Loss.cu writes either type
     return true;
   case Op::Attention: // out; dq, dk, dv: on the flash kernels only
   case Op::AttentionGrad:
