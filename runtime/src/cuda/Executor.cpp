@@ -38,12 +38,12 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     if (inst.op == Op::Fused && !fusedKernels_)
       fusedKernels_ = std::make_unique<FusedKernelLibrary>(bundle);
 
-  std::vector<bool> parameterView(fn.values.size(), false);
+  parameterOf_.assign(fn.values.size(), -1);
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
     checkShapes(position, inst);
     if (inst.op == Op::GetParameter)
-      parameterView[inst.results[0]] = true;
+      parameterOf_[inst.results[0]] = inst.attrs.parameter;
   }
   // A reshape's result shares its operand's memory.
   aliasOf_.assign(fn.values.size(), -1);
@@ -59,10 +59,11 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   planBf16Values();
   planAttentionViews();
   planBf16Copies();
+  planGemmAccumulation();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
-        if (parameterView[v])
+        if (parameterOf_[v] >= 0)
           return 0;
         DType declared = fn.values[v].dtype;
         return static_cast<size_t>(fn.values[v].numElements) *

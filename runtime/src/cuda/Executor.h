@@ -55,7 +55,9 @@ struct FlashLayout;
 /// (ArenaPlan: results allocated where they are defined, released at the
 /// instruction that lists them in `free`), and one arena of the plan's size
 /// is allocated; runs allocate nothing. get_parameter binds the store's
-/// device value (no copy); accumulate_gradient adds into its gradient.
+/// device value (no copy; GEMMs under bf16 read the store's bf16 copy);
+/// accumulate_gradient adds into its gradient, or its weight-gradient GEMM
+/// did (planGemmAccumulation).
 /// Every floating value is f32 on the device; bf16 and f16 values are
 /// rejected. A bundle compiled with precision bf16 (the manifest's
 /// model.precision) runs in mixed precision: GEMMs and the attention core
@@ -131,6 +133,10 @@ public:
   /// (planAttentionViews).
   size_t elidedCopyCount() const;
 
+  /// How many weight-gradient GEMMs add straight into their parameter's
+  /// gradient (planGemmAccumulation).
+  size_t gemmAccumulationCount() const;
+
   /// With ContextOptions::profile: milliseconds per op over the runs so
   /// far but the first (whose GEMM algorithm timing and kernel loading are
   /// not the step's), one line per op, slowest first, after the run's wall
@@ -168,8 +174,18 @@ private:
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
   /// Mixed precision: each value that GEMMs read gets one bf16 copy, made by
-  /// its first GEMM and kept until its last (its own block in the arena).
+  /// its first GEMM and kept until its last (its own block in the arena);
+  /// except parameter views, whose copy is the store's persistent one
+  /// (ParameterStore::bf16Value), and values held in bf16.
   void planBf16Copies();
+  /// The store's bf16 copy of value `v` when it is a view of a parameter
+  /// that has one, else null.
+  const __nv_bfloat16 *parameterBf16(int64_t v) const;
+  /// Weight gradients accumulated by their GEMM: a linear_weight_grad or
+  /// linear_weight_bias_grad whose weight gradient is read only by one
+  /// accumulate_gradient runs with beta = 1 straight into that parameter's
+  /// gradient, and the accumulate_gradient does nothing.
+  void planGemmAccumulation();
   /// The bf16 copies instruction `position` makes (first operand first).
   std::vector<SideBufferNeed> bf16CopiesMadeAt(size_t position) const;
   /// Mixed precision, flash attention in place (AttentionViews.cpp): a split
@@ -261,6 +277,13 @@ private:
   /// By value: the first and the last GEMM reading it (kNoPartner: none);
   /// its bf16 copy lives from one to the other.
   std::vector<size_t> bf16MadeAt_, bf16Until_;
+  /// By value: the parameter it is a view of (get_parameter), or -1.
+  std::vector<int64_t> parameterOf_;
+  /// By instruction: the parameter whose gradient a weight-gradient GEMM
+  /// adds its product into (planGemmAccumulation), or -1.
+  std::vector<int64_t> gemmAccumulates_;
+  /// By instruction: an accumulate_gradient done by its GEMM.
+  std::vector<bool> accumulatedByGemm_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
   /// Attention views (planAttentionViews): each group's bytes, members,
