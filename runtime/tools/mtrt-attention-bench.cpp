@@ -1,7 +1,11 @@
 // mtrt-attention-bench: times the CUDA backend's flash-attention kernels
 // alone (forward as training runs it: out, the saved copy, logsumexp and
 // dropout bits; backward: delta, dq, dk, dv) at the benchmark models' shapes,
-// with q, k, v, dout and out, dq, dk, dv in fp32 and in bf16 ("io").
+// with q, k, v, dout and out, dq, dk, dv in fp32 and in bf16 ("io"), and in
+// bf16 with q, k, v read from one packed [batch, seq, heads, 3 headDim]
+// tensor and dq, dk, dv written into another ("qkv": the GPT bundles' split
+// and concat elided, a row pitch of 3 headDim; shapes with as many key/value
+// heads as query heads).
 //
 //   mtrt-attention-bench [repeats]
 //
@@ -91,7 +95,10 @@ int main(int argc, char **argv) {
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
   for (const Shape &shape : shapes)
     for (double dropout : {0.1, 0.0})
-      for (bool bf16 : {false, true}) {
+      for (int mode : {0, 1, 2}) { // fp32, bf16, bf16 packed qkv
+      bool bf16 = mode > 0, packed = mode == 2;
+      if (packed && shape.headsKv != shape.headsQ)
+        continue;
       mtrt::host::AttentionParams p;
       p.batch = shape.batch;
       p.seqQ = p.seqK = shape.seq;
@@ -150,6 +157,22 @@ int main(int argc, char **argv) {
         io.v = rounded[2];
         io.dout = rounded[3];
       }
+      if (packed) {
+        int64_t d = p.headDim;
+        auto *qkv = deviceRandom<__nv_bfloat16>(3 * qn, 1);
+        auto *dqkv = deviceRandom<__nv_bfloat16>(3 * qn, 5);
+        rounded.push_back(qkv);
+        rounded.push_back(dqkv);
+        io.q = qkv;
+        io.k = qkv + d;
+        io.v = qkv + 2 * d;
+        io.dq = dqkv;
+        io.dk = dqkv + d;
+        io.dv = dqkv + 2 * d;
+        mtrt::cuda::FlashLayout pitch{p.headsQ * 3 * d, 3 * d};
+        io.qLayout = io.kLayout = io.vLayout = pitch;
+        io.dqLayout = io.dkLayout = io.dvLayout = pitch;
+      }
       double forwardMs = medianMs(repeats, [&] {
         mtrt::cuda::flashAttentionForward(nullptr, p, io, outCopy, lse,
                                           maskWords);
@@ -161,7 +184,7 @@ int main(int argc, char **argv) {
       double forwardFlop = 4.0 * p.batch * p.headsQ * p.seqQ *
                            static_cast<double>(p.seqK) * p.headDim / 2;
       std::printf("%-10s %5s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
-                  bf16 ? "bf16" : "fp32", dropout, forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
+                  packed ? "qkv" : bf16 ? "bf16" : "fp32", dropout, forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
                   2.5 * forwardFlop / backwardMs * 1e-9);
       std::fflush(stdout);
       for (void *buffer :

@@ -57,6 +57,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   pairAttention();
   pairCrossEntropy();
   planBf16Values();
+  planAttentionViews();
   planBf16Copies();
   planGemmAccumulation();
   plan_ = planArena(
@@ -74,13 +75,16 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       [&](size_t position) { return bf16CopiesMadeAt(position); });
   if (plan_.fromCompiler) // each value has its own block: reshapes copy
     aliasOf_.assign(fn.values.size(), -1);
-  arena_ = DeviceBuffer(plan_.bytes, "the arena of " + fn.name +
-                                         " of bundle '" + bundle.name() + "'");
+  viewRegion_ = (plan_.bytes + kArenaAlignment - 1) / kArenaAlignment *
+                kArenaAlignment;
+  arena_ = DeviceBuffer(arenaBytes(), "the arena of " + fn.name +
+                                          " of bundle '" + bundle.name() + "'");
   slots_.assign(fn.values.size(), nullptr);
   for (size_t v = 0; v < fn.values.size(); ++v)
     slots_[v] = plan_.valueOffset[v] == ArenaPlan::kNone
                     ? arena_.data()
                     : static_cast<char *>(arena_.data()) + plan_.valueOffset[v];
+  bindAttentionViews(static_cast<char *>(arena_.data()) + viewRegion_);
 
   // Ids that come straight from the caller are checked on the host, before
   // they reach a kernel, with the host executor's messages.

@@ -11,6 +11,7 @@
 #include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,7 @@ class ThreadPool;
 namespace mtrt::cuda {
 
 class ParameterStore;
+struct FlashLayout;
 
 /// The device twin of host::Executor: same function, same inputs and
 /// outputs (host tensors), same semantics, so that a trainer can swap one
@@ -126,11 +128,16 @@ public:
   void setLossScale(double scale) { lossScale_ = scale; }
 
   /// The arena's size: every value and scratch byte of a run.
-  size_t arenaBytes() const { return plan_.bytes; }
+  size_t arenaBytes() const { return viewRegion_ + viewBytes_; }
 
   /// Mixed precision: how many values are held in bf16
   /// (ContextOptions::bf16Values).
   size_t bf16ValueCount() const;
+
+  /// Mixed precision: how many split and concat instructions copy nothing
+  /// because flash attention reads their pieces in place
+  /// (planAttentionViews).
+  size_t elidedCopyCount() const;
 
   /// How many weight-gradient GEMMs add straight into their parameter's
   /// gradient (planGemmAccumulation).
@@ -187,6 +194,21 @@ private:
   void planGemmAccumulation();
   /// The bf16 copies instruction `position` makes (first operand first).
   std::vector<SideBufferNeed> bf16CopiesMadeAt(size_t position) const;
+  /// Mixed precision, flash attention in place (AttentionViews.cpp): a split
+  /// whose every result only flash attentions read, as q, k or v, and a
+  /// concat of exactly one flash attention_grad's results (read by it
+  /// only), both on the last two axes of a 4-D tensor, become view groups:
+  /// the whole, the values sharing its bytes through reshapes, and the
+  /// pieces at their offsets (strides in viewStrides_), in one block of a
+  /// region after the plan's arena, live from the first member's producer
+  /// through the members' last reader. The split or concat is elided.
+  /// Clears aliasOf_ for members and values aliasing them. After
+  /// planBf16Values (members share a storage type), before the arena.
+  void planAttentionViews();
+  /// Points the members' slots into the region at `region`.
+  void bindAttentionViews(char *region);
+  /// The flash kernels' strides of value `v` (unset: packed).
+  FlashLayout flashLayout(int64_t v) const;
   /// Mixed precision (ContextOptions::bf16Values): the values held in bf16
   /// in their slot (its first half). A value is, when its producer writes it
   /// in bf16 (writesBf16) and every reader reads it so (readsBf16), and so
@@ -272,6 +294,23 @@ private:
   std::vector<bool> accumulatedByGemm_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
+  /// Attention views (planAttentionViews): each group's bytes, members,
+  /// live positions and offset in the view region.
+  struct ViewGroup {
+    size_t bytes = 0, first = 0, last = 0, offset = 0;
+    std::vector<int64_t> members;
+  };
+  std::vector<ViewGroup> viewGroups_;
+  /// By value: its group (-1: none), its byte offset in the group's block,
+  /// and its strides as a piece (position, head; {0, 0}: packed).
+  std::vector<int64_t> viewGroupOf_;
+  std::vector<size_t> viewOffset_;
+  std::vector<std::array<int64_t, 2>> viewStrides_;
+  /// By instruction: a split or concat that copies nothing (a view group's).
+  std::vector<bool> elided_;
+  /// The view region: its offset in the arena (the plan's bytes, aligned)
+  /// and size.
+  size_t viewRegion_ = 0, viewBytes_ = 0;
   /// The bundle's generated kernels, when the function has fused groups.
   std::unique_ptr<FusedKernelLibrary> fusedKernels_;
   ArenaPlan plan_;

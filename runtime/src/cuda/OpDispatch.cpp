@@ -333,6 +333,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     io.q = slots_[inst.operands[first]];
     io.k = slots_[inst.operands[first + 1]];
     io.v = slots_[inst.operands[first + 2]];
+    // In place in a packed tensor (planAttentionViews), or packed.
+    io.qLayout = flashLayout(inst.operands[first]);
+    io.kLayout = flashLayout(inst.operands[first + 1]);
+    io.vLayout = flashLayout(inst.operands[first + 2]);
     return io;
   };
 
@@ -485,6 +489,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
     FlashTensors io = flashTensors(0);
     io.out = slots_[inst.results[0]];
+    io.outLayout = flashLayout(inst.results[0]);
     flashAttentionForward(stream, p, io, kept, lse, mask);
     break;
   }
@@ -509,6 +514,10 @@ void Executor::execute(size_t position, const Instruction &inst,
       io.dq = slots_[inst.results[0]];
       io.dk = slots_[inst.results[1]];
       io.dv = slots_[inst.results[2]];
+      io.doutLayout = flashLayout(inst.operands[0]);
+      io.dqLayout = flashLayout(inst.results[0]);
+      io.dkLayout = flashLayout(inst.results[1]);
+      io.dvLayout = flashLayout(inst.results[2]);
       flashAttentionBackward(stream, p, io, o, lse,
                              flashAttentionMaskBytes(p) ? mask : nullptr,
                              delta);
@@ -641,6 +650,8 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::Split:
   case Op::Concat: {
+    if (elided_[position]) // flash attention reads or writes the pieces in
+      break;               // place (planAttentionViews)
     bool split = inst.op == Op::Split;
     auto [whole, axis, outer, innerElements] = splitDims(fn, inst);
     size_t inner =

@@ -42,6 +42,9 @@ public:
   /// When set, the cuda executor must hold this many values in bf16
   /// (Executor::bf16ValueCount); unset: every value in fp32.
   int64_t bf16Values = -1;
+  /// When set, the cuda executor must elide this many splits and concats
+  /// (Executor::elidedCopyCount: flash attention in place).
+  int64_t elidedCopies = -1;
 
   /// The host tensor of the input defined by the last ids() or input().
   host::Tensor &lastInput() { return inputs_.back(); }
@@ -83,6 +86,10 @@ public:
     if (bf16Values >= 0) {
       EXPECT_EQ(deviceExecutor.bf16ValueCount(),
                 static_cast<size_t>(bf16Values));
+    }
+    if (elidedCopies >= 0) {
+      EXPECT_EQ(deviceExecutor.elidedCopyCount(),
+                static_cast<size_t>(elidedCopies));
     }
     ASSERT_EQ(actual.size(), expected.size());
     for (size_t i = 0; i < actual.size(); ++i) {
@@ -321,12 +328,19 @@ struct LayerOutputs {
 /// linear; and its gradient: the projection's data gradient -> reshape ->
 /// attention_grad -> concat -> reshape -> the qkv data and weight
 /// gradients. Every value between the GEMMs may be held in bf16: 14 when
-/// none is an output.
+/// none is an output. The split and concat are on the heads (axis 2: q, k,
+/// v heads one after the other, [batch, seq, headsQ + 2 headsKv, headDim])
+/// or, as the GPT bundles, on the last axis (axis 3: [batch, seq, heads,
+/// 3 headDim], q, k, v of a head side by side; headsQ == headsKv).
 void attentionLayerCase(OpCase &c, int64_t batch, int64_t seq,
                         int64_t headsQ, int64_t headsKv, int64_t headDim,
-                        Json attrs, LayerOutputs outputs = {}) {
+                        Json attrs, LayerOutputs outputs = {},
+                        int64_t axis = 2) {
   int64_t hidden = headsQ * headDim, heads = headsQ + 2 * headsKv;
   int64_t width = heads * headDim;
+  std::vector<int64_t> packed = {batch, seq, heads, headDim};
+  if (axis == 3)
+    packed = {batch, seq, headsQ, 3 * headDim};
   // Weights of scale 1/sqrt(hidden): scores of about unit variance.
   double scale = 1.0 / std::sqrt(static_cast<double>(hidden));
   int64_t x = c.input({batch, seq, hidden}),
@@ -336,9 +350,9 @@ void attentionLayerCase(OpCase &c, int64_t batch, int64_t seq,
   std::vector<int64_t> qShape = {batch, seq, headsQ, headDim},
                        kShape = {batch, seq, headsKv, headDim};
   int64_t qkv = c.f.op("linear", {x, wqkv}, {batch, seq, width});
-  int64_t split = c.f.op("reshape", {qkv}, {batch, seq, heads, headDim});
+  int64_t split = c.f.op("reshape", {qkv}, packed);
   int64_t q = c.f.value(qShape), k = c.f.value(kShape), v = c.f.value(kShape);
-  c.f.inst("split", {split}, {q, k, v}, {{"axis", 2}});
+  c.f.inst("split", {split}, {q, k, v}, {{"axis", axis}});
   int64_t o = c.f.op("attention", {q, k, v}, qShape, attrs);
   int64_t merged = c.f.op("reshape", {o}, {batch, seq, hidden});
   c.f.output(c.f.op("linear", {merged, wo}, {batch, seq, hidden}));
@@ -348,8 +362,7 @@ void attentionLayerCase(OpCase &c, int64_t batch, int64_t seq,
   int64_t dq = c.f.value(qShape), dk = c.f.value(kShape),
           dv = c.f.value(kShape);
   c.f.inst("attention_grad", {dout, q, k, v}, {dq, dk, dv}, attrs);
-  int64_t dsplit = c.f.op("concat", {dq, dk, dv}, {batch, seq, heads, headDim},
-                          {{"axis", 2}});
+  int64_t dsplit = c.f.op("concat", {dq, dk, dv}, packed, {{"axis", axis}});
   int64_t dqkv = c.f.op("reshape", {dsplit}, {batch, seq, width});
   c.f.output(c.f.op("linear", {dqkv, wqkv}, {batch, seq, hidden},
                     {{"transpose_weight", true}}));
@@ -371,6 +384,7 @@ TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsGroupedQueryDropout) {
   attentionLayerCase(c, 2, 192, 4, 2, 64,
                      {{"causal", true}, {"dropout_p", 0.1}, {"seed", 6}});
   c.bf16Values = 14;
+  c.elidedCopies = 2; // q, k, v and dq, dk, dv in place
   c.check(kBf16, 5);
 }
 
@@ -380,6 +394,7 @@ TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128) {
   attentionLayerCase(c, 1, 130, 2, 2, 128,
                      {{"causal", true}, {"dropout_p", 0.1}, {"seed", 9}});
   c.bf16Values = 14;
+  c.elidedCopies = 2;
   c.check(kBf16, 2);
 }
 
@@ -394,6 +409,7 @@ TEST_F(CudaOpsTest, FlashAttentionFp32InputsBf16Outputs) {
                      {{"causal", false}, {"dropout_p", 0.1}, {"seed", 2}},
                      outputs);
   c.bf16Values = 7;
+  c.elidedCopies = 1; // the concat (q is an output: the split copies)
   c.check(kBf16, 4);
 }
 
@@ -409,7 +425,62 @@ TEST_F(CudaOpsTest, FlashAttentionBf16InputsFp32Outputs) {
                      {{"causal", true}, {"dropout_p", 0.2}, {"seed", 4}},
                      outputs);
   c.bf16Values = 7;
+  c.elidedCopies = 1; // the split (dq is an output: the concat copies)
   c.check(kBf16, 6);
+}
+
+// The GPT bundles' packing: q, k, v of a head side by side ([batch, seq,
+// heads, 3 headDim], split and concat on the last axis), read and written
+// in place at a row pitch of 3 headDim: no split or concat copies; bf16
+// values, dropout, ragged tiles.
+TEST_F(CudaOpsTest, FlashAttentionInPlaceInTheGptPackingInBf16) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 2, 100, 4, 4, 32,
+                     {{"causal", true}, {"dropout_p", 0.1}, {"seed", 7}}, {},
+                     3);
+  c.bf16Values = 14;
+  c.elidedCopies = 2;
+  c.check(kBf16, 3);
+}
+
+// The same at head dimension 64 and 128 with values in fp32 (bf16 values
+// off): the kernels read fp32 q, k, v at a pitch of 3 headDim and write
+// fp32 dq, dk, dv into the concat's result.
+TEST_F(CudaOpsTest, FlashAttentionInPlaceInTheGptPackingFp32Values) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 1, 192, 2, 2, 64,
+                     {{"causal", true}, {"dropout_p", 0.1}, {"seed", 3}}, {},
+                     3);
+  c.elidedCopies = 2;
+  c.check(kBf16, 8);
+}
+
+TEST_F(CudaOpsTest, FlashAttentionInPlaceHeadDim128Fp32ValuesNoDropout) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 1, 130, 2, 2, 128,
+                     {{"causal", true}, {"dropout_p", 0.0}, {"seed", 0}}, {},
+                     3);
+  c.elidedCopies = 2;
+  c.check(kBf16, 1);
+}
+
+// Grouped-query heads packed on the heads axis, fp32 values: views with
+// pieces of different head counts (4 query heads, 2 key/value heads).
+TEST_F(CudaOpsTest, FlashAttentionInPlaceGroupedQueryFp32Values) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 2, 70, 4, 2, 16,
+                     {{"causal", true}, {"dropout_p", 0.2}, {"seed", 4}});
+  c.elidedCopies = 2;
+  c.check(kBf16, 6);
+}
+
+// fp32 bundles run the exact attention kernels on packed tensors: the
+// split and concat copy.
+TEST_F(CudaOpsTest, ExactAttentionKeepsTheSplitAndConcatCopies) {
+  attentionLayerCase(c, 1, 20, 2, 1, 16,
+                     {{"causal", true}, {"dropout_p", 0.0}, {"seed", 0}});
+  c.elidedCopies = 0;
+  c.check(2 * kAttention); // the GEMMs' sums besides attention's
 }
 
 // Linear forward (with the bias epilogue) and both gradients with bf16

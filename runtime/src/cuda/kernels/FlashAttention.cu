@@ -6,7 +6,9 @@
 // or bf16 (copied as they are; the kernels' template parameter In); out, dq,
 // dk and dv are written as fp32 or bf16 (FlashGeometry::outputsBf16, a
 // uniform branch at the final stores only); the output kept for the
-// gradient is bf16.
+// gradient is bf16. Each tensor has its own strides (FlashLayout): packed
+// [batch, positions, heads, D], or a piece of a larger tensor such as q, k
+// and v read in place from the qkv GEMM's [batch, positions, heads, 3D].
 //
 // Kernels (4 warps; warp w owns 16 rows of its block's 64):
 // - forward: one block per (64 queries, query head, batch); out and the
@@ -74,7 +76,10 @@ template <int D> constexpr int kBackwardMinBlocks = D <= 64 ? 3 : 1;
 
 struct FlashGeometry {
   int seqQ, seqK, headsQ, headsKv, group, keyBlocks;
-  int64_t qStride, kStride; // elements between consecutive positions
+  // Each tensor's strides (FlashLayout, resolved): q, dout, out and dq
+  // over (batch, query, query head), k, v, dk, dv over (batch, key,
+  // key/value head); `saved` is the forward's bf16 output copy (packed).
+  FlashLayout q, k, v, dout, out, dq, dk, dv, saved;
   bool causal;
   float scale;     // the softmax scale
   float scaleLog2; // scale * log2(e): scores to base-2 exponents
@@ -87,13 +92,17 @@ struct FlashGeometry {
   int64_t batchOffset, headOffset, globalHeadsQ;
   bool outputsBf16; // out, dq, dk, dv in bf16 (else fp32)
 
-  __device__ int64_t qOffset(int b, int i, int h, int d) const {
-    return (static_cast<int64_t>(b) * seqQ + i) * qStride +
-           static_cast<int64_t>(h) * d;
+  /// Element 0 of query i of head h in batch b of a tensor of `layout`.
+  __device__ int64_t queryAt(const FlashLayout &layout, int b, int i,
+                             int h) const {
+    return (static_cast<int64_t>(b) * seqQ + i) * layout.position +
+           static_cast<int64_t>(h) * layout.head;
   }
-  __device__ int64_t kOffset(int b, int j, int g, int d) const {
-    return (static_cast<int64_t>(b) * seqK + j) * kStride +
-           static_cast<int64_t>(g) * d;
+  /// Element 0 of key j of key/value head g in batch b.
+  __device__ int64_t keyAt(const FlashLayout &layout, int b, int j,
+                           int g) const {
+    return (static_cast<int64_t>(b) * seqK + j) * layout.position +
+           static_cast<int64_t>(g) * layout.head;
   }
   __device__ int64_t rowIndex(int b, int h, int i) const {
     return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
@@ -118,16 +127,31 @@ struct FlashGeometry {
   }
 };
 
-FlashGeometry makeGeometry(const AttentionParams &p, bool outputsBf16) {
+/// `layout`, or the packed [batch, positions, heads, headDim] one when it
+/// is unset.
+FlashLayout resolve(FlashLayout layout, int64_t heads, int64_t headDim) {
+  if (layout.position == 0 && layout.head == 0)
+    return {heads * headDim, headDim};
+  return layout;
+}
+
+FlashGeometry makeGeometry(const AttentionParams &p, const FlashTensors &io) {
   FlashGeometry g{};
-  g.outputsBf16 = outputsBf16;
+  g.outputsBf16 = io.outputsBf16;
   g.seqQ = static_cast<int>(p.seqQ);
   g.seqK = static_cast<int>(p.seqK);
   g.headsQ = static_cast<int>(p.headsQ);
   g.headsKv = static_cast<int>(p.headsKv);
   g.group = static_cast<int>(p.headsQ / p.headsKv);
-  g.qStride = p.headsQ * p.headDim;
-  g.kStride = p.headsKv * p.headDim;
+  g.q = resolve(io.qLayout, p.headsQ, p.headDim);
+  g.dout = resolve(io.doutLayout, p.headsQ, p.headDim);
+  g.out = resolve(io.outLayout, p.headsQ, p.headDim);
+  g.dq = resolve(io.dqLayout, p.headsQ, p.headDim);
+  g.saved = resolve(FlashLayout(), p.headsQ, p.headDim);
+  g.k = resolve(io.kLayout, p.headsKv, p.headDim);
+  g.v = resolve(io.vLayout, p.headsKv, p.headDim);
+  g.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
+  g.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   g.causal = p.causal;
   g.keyBlocks = static_cast<int>((p.seqK + kTile - 1) / kTile);
   double scale =
@@ -417,10 +441,11 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
 /// tileB (the next tiles of a walk).
 template <int D, typename T>
 __device__ inline void loadTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
-                                 const T *baseA, const T *baseB,
-                                 int64_t stride, int row0, int rows) {
-  loadTile<D>(tileA, baseA, stride, row0, rows);
-  loadTile<D>(tileB, baseB, stride, row0, rows);
+                                 const T *baseA, int64_t strideA,
+                                 const T *baseB, int64_t strideB, int row0,
+                                 int rows) {
+  loadTile<D>(tileA, baseA, strideA, row0, rows);
+  loadTile<D>(tileB, baseB, strideB, row0, rows);
 }
 
 template <int D> constexpr size_t forwardShared() {
@@ -444,12 +469,13 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
-  const In *kBase = k + geo.kOffset(b, 0, grp, D);
-  const In *vBase = v + geo.kOffset(b, 0, grp, D);
+  const In *kBase = k + geo.keyAt(geo.k, b, 0, grp);
+  const In *vBase = v + geo.keyAt(geo.v, b, 0, grp);
 
   // Q stays in shared memory: its fragments are loaded where used (registers
   // go to the accumulators).
-  loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
+  loadTile<D>(qs, q + geo.queryAt(geo.q, b, 0, h), geo.q.position, q0,
+              geo.seqQ);
 
   int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   uint64_t rowIndex[2] = {0, 0}, drawRow = 0;
@@ -466,7 +492,8 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
   int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
-  loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, 0, geo.seqK);
+  loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position, 0,
+               geo.seqK);
   __syncthreads();
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
     int next = k0 + kTile;
@@ -552,7 +579,8 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
     }
     if (next < keyEnd) {
       __syncthreads();
-      loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position,
+                   next, geo.seqK);
       __syncthreads();
     }
   }
@@ -567,11 +595,13 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       float lo = o[n][2 * r] * inverse, hi = o[n][2 * r + 1] * inverse;
-      int64_t at = geo.qOffset(b, rows[r], h, D) + n * 8 + 2 * t;
+      int col = n * 8 + 2 * t;
       if (out)
-        storeOutputPair(geo, out, at, lo, hi);
+        storeOutputPair(geo, out, geo.queryAt(geo.out, b, rows[r], h) + col,
+                        lo, hi);
       if (outCopy)
-        storePair(outCopy + at, lo, hi);
+        storePair(outCopy + geo.queryAt(geo.saved, b, rows[r], h) + col, lo,
+                  hi);
     }
   }
 }
@@ -590,10 +620,11 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
   int i = static_cast<int>(row % geo.seqQ),
       h = static_cast<int>(row / geo.seqQ % geo.headsQ),
       b = static_cast<int>(row / (static_cast<int64_t>(geo.seqQ) * geo.headsQ));
-  int64_t offset = geo.qOffset(b, i, h, D);
+  const __nv_bfloat16 *outRow = out + geo.queryAt(geo.saved, b, i, h);
+  const In *doutRow = dout + geo.queryAt(geo.dout, b, i, h);
   float sum = 0.f;
   for (int d = lane; d < D; d += kWarp)
-    sum += __bfloat162float(out[offset + d]) * toFloat(dout[offset + d]);
+    sum += __bfloat162float(outRow[d]) * toFloat(doutRow[d]);
   sum = detail::warpSum(sum);
   if (lane == 0)
     delta[row] = sum;
@@ -621,12 +652,13 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
-  const In *kBase = k + geo.kOffset(b, 0, grp, D);
-  const In *vBase = v + geo.kOffset(b, 0, grp, D);
+  const In *kBase = k + geo.keyAt(geo.k, b, 0, grp);
+  const In *vBase = v + geo.keyAt(geo.v, b, 0, grp);
 
-  loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
-  loadTile<D>(dos, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
+  loadTile<D>(qs, q + geo.queryAt(geo.q, b, 0, h), geo.q.position, q0,
               geo.seqQ);
+  loadTile<D>(dos, dout + geo.queryAt(geo.dout, b, 0, h), geo.dout.position,
+              q0, geo.seqQ);
   int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   // lse2: the logsumexp in base-2 exponents.
   float lse2[2], dlt[2];
@@ -646,7 +678,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
   int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
-  loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, 0, geo.seqK);
+  loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position, 0,
+               geo.seqK);
   __syncthreads();
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
     int next = k0 + kTile;
@@ -708,7 +741,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     }
     if (next < keyEnd) {
       __syncthreads();
-      loadTiles<D>(ks, vs, kBase, vBase, geo.kStride, next, geo.seqK);
+      loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position,
+                   next, geo.seqK);
       __syncthreads();
     }
   }
@@ -716,7 +750,7 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= geo.seqQ)
       continue;
-    int64_t row = geo.qOffset(b, rows[r], h, D);
+    int64_t row = geo.queryAt(geo.dq, b, rows[r], h);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
       storeOutputPair(geo, dq, row + n * 8 + 2 * t, acc[n][2 * r] * geo.scale,
@@ -779,8 +813,10 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
 
-  loadTile<D>(ks, k + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
-  loadTile<D>(vs, v + geo.kOffset(b, 0, grp, D), geo.kStride, k0, geo.seqK);
+  loadTile<D>(ks, k + geo.keyAt(geo.k, b, 0, grp), geo.k.position, k0,
+              geo.seqK);
+  loadTile<D>(vs, v + geo.keyAt(geo.v, b, 0, grp), geo.v.position, k0,
+              geo.seqK);
   // The keys of this lane's rows: bits `keyBit` and keyBit + 8 of the
   // 32-bit half `keyHalf` of a query's mask word.
   int keyHalf = warp / 2, keyBit = 16 * (warp % 2) + g;
@@ -801,10 +837,10 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     return queryBegin + step % queryTiles * kTile;
   };
   QueryRowFetch rowNext;
-  loadTile<D>(qs, q + geo.qOffset(b, 0, headOf(0), D), geo.qStride,
+  loadTile<D>(qs, q + geo.queryAt(geo.q, b, 0, headOf(0)), geo.q.position,
               firstQuery(0), geo.seqQ);
-  loadTile<D>(dos, dout + geo.qOffset(b, 0, headOf(0), D), geo.qStride,
-              firstQuery(0), geo.seqQ);
+  loadTile<D>(dos, dout + geo.queryAt(geo.dout, b, 0, headOf(0)),
+              geo.dout.position, firstQuery(0), geo.seqQ);
   rowNext.load(geo, logsumexp, delta, mask, b, headOf(0), firstQuery(0),
                k0 / kTile);
   rowNext.store(lseS, deltaS, maskS);
@@ -812,8 +848,9 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   for (int step = 0; step < steps; ++step) {
     int q0 = firstQuery(step);
     bool more = step + 1 < steps;
-    const In *qNextBase = q + geo.qOffset(b, 0, headOf(step + 1), D);
-    const In *doNextBase = dout + geo.qOffset(b, 0, headOf(step + 1), D);
+    const In *qNextBase = q + geo.queryAt(geo.q, b, 0, headOf(step + 1));
+    const In *doNextBase =
+        dout + geo.queryAt(geo.dout, b, 0, headOf(step + 1));
     if (more)
       rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
                    firstQuery(step + 1), k0 / kTile);
@@ -896,8 +933,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     }
     if (more) {
       __syncthreads();
-      loadTiles<D>(qs, dos, qNextBase, doNextBase, geo.qStride,
-                   firstQuery(step + 1), geo.seqQ);
+      loadTiles<D>(qs, dos, qNextBase, geo.q.position, doNextBase,
+                   geo.dout.position, firstQuery(step + 1), geo.seqQ);
       rowNext.store(lseS, deltaS, maskS);
       __syncthreads();
     }
@@ -907,15 +944,16 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
     int key = k0 + warp * 16 + g + 8 * r;
     if (key >= geo.seqK)
       continue;
-    int64_t offset = geo.kOffset(b, key, grp, D);
+    int64_t dkRow = geo.keyAt(geo.dk, b, key, grp),
+            dvRow = geo.keyAt(geo.dv, b, key, grp);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       if (dk)
-        storeOutputPair(geo, dk, offset + n * 8 + 2 * t,
+        storeOutputPair(geo, dk, dkRow + n * 8 + 2 * t,
                         dkAcc[n][2 * r] * geo.scale,
                         dkAcc[n][2 * r + 1] * geo.scale);
       if (dv)
-        storeOutputPair(geo, dv, offset + n * 8 + 2 * t, dvAcc[n][2 * r],
+        storeOutputPair(geo, dv, dvRow + n * 8 + 2 * t, dvAcc[n][2 * r],
                         dvAcc[n][2 * r + 1]);
     }
   }
@@ -940,7 +978,7 @@ void forward(cudaStream_t stream, const AttentionParams &p,
   dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
             static_cast<unsigned>(p.batch));
   flashForwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
-      makeGeometry(p, io.outputsBf16), static_cast<const In *>(io.q),
+      makeGeometry(p, io), static_cast<const In *>(io.q),
       static_cast<const In *>(io.k), static_cast<const In *>(io.v), io.out,
       outCopy, logsumexp, mask);
 }
@@ -949,7 +987,7 @@ template <int D, typename In>
 void backward(cudaStream_t stream, const AttentionParams &p,
               const FlashTensors &io, const __nv_bfloat16 *out,
               const float *logsumexp, const uint64_t *mask, float *delta) {
-  FlashGeometry geo = makeGeometry(p, io.outputsBf16);
+  FlashGeometry geo = makeGeometry(p, io);
   const auto *q = static_cast<const In *>(io.q);
   const auto *k = static_cast<const In *>(io.k);
   const auto *v = static_cast<const In *>(io.v);

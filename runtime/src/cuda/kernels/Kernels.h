@@ -169,13 +169,29 @@ void attentionBackward(cudaStream_t stream, const AttentionParams &params,
 /// Empty when the flash kernels take these shapes, else why not.
 std::string flashAttentionUnsupportedReason(const AttentionParams &params);
 
+/// Where a flash-attention tensor's rows lie, in elements: element e of
+/// position i of head h in batch b is at
+/// (b * positions + i) * position + h * head + e. Both 0 (the default): the
+/// packed [batch, positions, heads, headDim] (position = heads * headDim,
+/// head = headDim). A piece of a larger [batch, positions, H, X] tensor
+/// split on its last two axes (q, k and v in place in the qkv GEMM's
+/// result) has position = H * X, head = X, and its data pointer at its
+/// first element. Strides and the data pointer must keep 16-byte rows
+/// aligned: multiples of 8 elements.
+struct FlashLayout {
+  int64_t position = 0, head = 0;
+};
+
 /// The tensors of a flash-attention call and their element types: q, k, v
 /// (and dout) are bf16 when inputsBf16, else fp32; out (or dq, dk, dv) bf16
 /// when outputsBf16, else fp32. Outputs may be null (not computed); dout
-/// and dq, dk, dv belong to the backward only.
+/// and dq, dk, dv belong to the backward only. q, dout, out, dq span the
+/// query heads, k, v, dk, dv the key/value heads.
 struct FlashTensors {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
   void *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  FlashLayout qLayout, kLayout, vLayout, doutLayout, outLayout, dqLayout,
+      dkLayout, dvLayout;
   bool inputsBf16 = false, outputsBf16 = false;
 };
 
