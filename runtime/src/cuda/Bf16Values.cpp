@@ -59,6 +59,12 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::Split:
   case Op::Concat:
     return true;
+  case Op::LayerNorm: // x; the weight and bias stay fp32
+  case Op::RmsNorm:
+    return operand == 0;
+  case Op::LayerNormGrad: // dy and x; the weight stays fp32
+  case Op::RmsNormGrad:
+    return operand <= 1;
   default:
     return false;
   }
@@ -73,6 +79,12 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::Split:
   case Op::Concat:
     return true;
+  case Op::LayerNorm: // y
+  case Op::RmsNorm:
+    return true;
+  case Op::LayerNormGrad: // dx; the parameter gradients stay fp32
+  case Op::RmsNormGrad:
+    return result == 0;
   case Op::Linear:
     kind = Kind::None;
     break;
