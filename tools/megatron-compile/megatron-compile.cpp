@@ -110,8 +110,8 @@ static cl::opt<std::string> memoryBudget(
 
 static cl::opt<bool> fuseGemmEpilogues(
     "fuse-gemm-epilogues",
-    cl::desc("Fuse the tanh GeLU, its gradient and bias gradients into the "
-             "linear layers' GEMMs (mt-fuse-gemm-epilogues; default on; "
+    cl::desc("Fuse bias gradients into the linear layers' weight-gradient "
+             "GEMMs (mt-fuse-gemm-epilogues; default on; "
              "--fuse-gemm-epilogues=false keeps them separate ops)"),
     cl::init(true), cl::cat(compileCategory));
 

@@ -132,10 +132,11 @@ bool fuseBiasGrad(BiasGradOp biasGrad) {
 
 struct FuseGemmEpiloguesPass
     : public mt::impl::FuseGemmEpiloguesPassBase<FuseGemmEpiloguesPass> {
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    // Forward first: the backward rewrites read the pre-activations it
-    // leaves. Each walk collects before rewriting.
+  using Base::Base;
+
+  /// Forward first: the backward rewrites read the pre-activations it
+  /// leaves. Each walk collects before rewriting.
+  void fuseGelus(ModuleOp module) {
     SmallVector<GeluOp> gelus;
     module.walk([&](GeluOp op) { gelus.push_back(op); });
     for (GeluOp gelu : gelus)
@@ -149,6 +150,12 @@ struct FuseGemmEpiloguesPass
         numBiasGrad += withBiasGrad;
       }
     }
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (geluEpilogues)
+      fuseGelus(module);
     SmallVector<BiasGradOp> biasGrads;
     module.walk([&](BiasGradOp op) { biasGrads.push_back(op); });
     for (BiasGradOp biasGrad : biasGrads)

@@ -1,6 +1,7 @@
-// RUN: megatron-opt %s -mt-fuse-gemm-epilogues | FileCheck %s
-// RUN: megatron-opt %s -mt-fuse-gemm-epilogues | megatron-opt | FileCheck %s --check-prefix=ROUNDTRIP
-// RUN: megatron-opt %s -megatron-fusion-pipeline | FileCheck %s
+// RUN: megatron-opt %s '-mt-fuse-gemm-epilogues=gelu-epilogues=true' | FileCheck %s
+// RUN: megatron-opt %s '-mt-fuse-gemm-epilogues=gelu-epilogues=true' | megatron-opt | FileCheck %s --check-prefix=ROUNDTRIP
+// RUN: megatron-opt %s -mt-fuse-gemm-epilogues | FileCheck %s --check-prefix=DEFAULT
+// RUN: megatron-opt %s -megatron-fusion-pipeline | FileCheck %s --check-prefix=DEFAULT
 // RUN: megatron-opt %s '-megatron-fusion-pipeline=gemm-epilogues=false' | FileCheck %s --check-prefix=OFF
 
 // An MLP's forward and backward pass as mt-differentiate writes it: the tanh
@@ -38,6 +39,20 @@ func.func @mlp(%x: tensor<2x4x8xf32>, %w1: tensor<8x32xf32>, %b1: tensor<32xf32>
   %db1 = mt.bias_grad %dh : tensor<2x4x32xf32> -> tensor<32xf32>
   return %z, %dx, %dw1, %db1, %dw2, %db2 : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8x32xf32>, tensor<32xf32>, tensor<32x8xf32>, tensor<8xf32>
 }
+
+// By default the GeLU and its gradient stay separate ops (their epilogues
+// are slower than the plain GEMM and a GeLU kernel); the bias gradients
+// still join their weight gradients.
+// DEFAULT-LABEL: func.func @mlp
+// DEFAULT: %[[H:.+]] = mt.linear %arg0, %arg1, %arg2
+// DEFAULT: mt.gelu %[[H]] approximate = tanh
+// DEFAULT: mt.linear_weight_bias_grad
+// DEFAULT: %[[DY:.+]] = mt.linear %arg5, %arg3 transpose_weight
+// DEFAULT: %[[DH:.+]] = mt.gelu_grad %[[DY]], %[[H]] approximate = tanh
+// DEFAULT: mt.linear_weight_bias_grad %arg0, %[[DH]]
+// DEFAULT-NOT: mt.linear_gelu
+// DEFAULT-NOT: mt.bias_grad
+// DEFAULT-LABEL: func.func @kept
 
 // OFF-LABEL: func.func @mlp
 // OFF-NOT: mt.linear_gelu
