@@ -240,6 +240,14 @@ __global__ void __launch_bounds__(kMaxNormThreads)
   constexpr int kSums = kLayer ? 2 : 1;
   __shared__ double shared[2 * kMaxNormWarps * kSums];
   int64_t vectors = hidden / kVec;
+  // The parameters first: their loads overlap the first row's.
+  float w[kItems][kVec], b[kItems][kVec];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    loadParameter<kVec>(weight, v * kVec, v < vectors, w[k]);
+    loadParameter<kVec>(bias, v * kVec, kLayer && bias && v < vectors, b[k]);
+  }
   int parity = 0;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, parity ^= 1) {
     float xv[kItems][kVec];
@@ -265,16 +273,14 @@ __global__ void __launch_bounds__(kMaxNormThreads)
       int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
       if (v >= vectors)
         continue;
-      float w[kVec], b[kVec], out[kVec];
-      loadParameter<kVec>(weight, v * kVec, true, w);
-      loadParameter<kVec>(bias, v * kVec, kLayer && bias, b);
+      float out[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         if constexpr (kLayer) {
-          float value = (xv[k][e] - s.mean) * s.rstd * w[e];
-          out[e] = bias ? value + b[e] : value;
+          float value = (xv[k][e] - s.mean) * s.rstd * w[k][e];
+          out[e] = bias ? value + b[k][e] : value;
         } else {
-          out[e] = xv[k][e] * s.rstd * w[e];
+          out[e] = xv[k][e] * s.rstd * w[k][e];
         }
       }
       storeVector<kVec>(y, (r * vectors + v) * kVec, out);
