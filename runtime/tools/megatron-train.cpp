@@ -108,10 +108,11 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// The GPU trainer of --backend cuda; MTRT_CUDA_TF32=1 allows TF32 GEMMs,
 /// MTRT_CUDA_SYNC=1 synchronizes after every instruction (to name a
 /// faulting kernel), MTRT_CUDA_PROFILE=1 prints train_step's time per op;
-/// MTRT_CUDA_GEMM_TUNE=0 keeps cuBLASLt's heuristic algorithm untimed and
+/// MTRT_CUDA_GEMM_TUNE=0 keeps cuBLASLt's heuristic algorithm untimed,
 /// MTRT_CUDA_BF16_VALUES=0 holds every floating value in fp32 under bf16
 /// mixed precision (by default activations whose producer and readers all
-/// take bf16 are held in bf16).
+/// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
+/// without or with a CUDA graph (ContextOptions::cudaGraphs's default).
 std::unique_ptr<GpuTrainer>
 makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
                const mtrt::train::TrainCommand &c,
@@ -130,6 +131,8 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   };
   device.gemmTuning = !disabled("MTRT_CUDA_GEMM_TUNE");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
+  if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
+    device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");
   device.device = deviceIndex;
   return std::make_unique<GpuTrainer>(bundle, corpus, dataName(c), c.options,
                                       device, rank);

@@ -32,6 +32,12 @@ struct ContextOptions {
   /// are held in bf16 (Executor::planBf16Values); off: every floating value
   /// in fp32, rounded to bf16 copies by the GEMMs that read it.
   bool bf16Values = true;
+  /// Replay each function's instructions as one CUDA graph: captured at its
+  /// second run (the first tunes the GEMMs and loads the kernels), then
+  /// launched at once each run (Executor::run, StepGraph). Ignored while
+  /// profiling or synchronizing after each instruction, and by functions
+  /// with instructions that run on the host (multi-rank ones).
+  bool cudaGraphs = true;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

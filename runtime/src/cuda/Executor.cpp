@@ -10,6 +10,7 @@
 #include "host/ThreadPool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -116,6 +117,13 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       break;
     }
   }
+
+  stepped_.assign(fn.instructions.size(), false);
+  for (size_t position = 0; position < fn.instructions.size(); ++position)
+    stepped_[position] = usesStep(fn.instructions[position]);
+  if (context_.options().cudaGraphs)
+    if (std::optional<std::string> obstacle = graphObstacle())
+      graphOff_ = *obstacle;
 }
 
 Executor::~Executor() {
@@ -124,8 +132,12 @@ Executor::~Executor() {
 }
 
 std::string Executor::profile() const {
-  if (!profiledRuns_)
+  if (!context_.options().profile)
     return std::string();
+  const std::string &name = function_->name;
+  if (!profiledRuns_)
+    return name + ": not profiled: only its first run was timed, and the " +
+           "first run (GEMM algorithm timing, kernel loading) is left out\n";
   std::vector<size_t> order;
   double total = 0;
   for (size_t op = 0; op < opMilliseconds_.size(); ++op)
@@ -136,17 +148,20 @@ std::string Executor::profile() const {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return opMilliseconds_[a] > opMilliseconds_[b];
   });
-  char line[160];
+  auto runs = static_cast<double>(profiledRuns_);
+  char line[256];
   std::snprintf(line, sizeof(line),
-                "%s: %.2f ms per run on the device over %lld runs\n",
-                function_->name.c_str(), total / profiledRuns_,
+                "%s: %.2f ms per run on the device (the sum of its ops), "
+                "%.2f ms per run of wall time (inputs up to outputs back), "
+                "over %lld runs (the first run, which times GEMM algorithms "
+                "and loads kernels, left out)\n",
+                name.c_str(), total / runs, profiledWallMilliseconds_ / runs,
                 static_cast<long long>(profiledRuns_));
   std::string text = line;
   for (size_t op : order) {
     std::snprintf(line, sizeof(line),
                   "  %-20s %9.3f ms per run  %5.1f%%  (%lld per run)\n",
-                  opName(static_cast<Op>(op)),
-                  opMilliseconds_[op] / profiledRuns_,
+                  opName(static_cast<Op>(op)), opMilliseconds_[op] / runs,
                   100.0 * opMilliseconds_[op] / total,
                   static_cast<long long>(opCounts_[op] / profiledRuns_));
     text += line;
@@ -158,6 +173,22 @@ std::string Executor::profile() const {
   text +=
       "  values held in bf16: " + std::to_string(bf16ValueCount()) + "\n";
   return text;
+}
+
+std::string Executor::graphSummary() const {
+  if (!context_.options().cudaGraphs)
+    return std::string();
+  const std::string &name = function_->name;
+  if (!graphOff_.empty())
+    return name + ": no CUDA graph: " + graphOff_ + "\n";
+  if (!graph_.captured())
+    return name + ": no CUDA graph yet (captured at the second run)\n";
+  return name + ": CUDA graph of " + std::to_string(graph_.nodeCount()) +
+         " nodes, " + std::to_string(graph_.steppedKernelCount()) +
+         " kernels updated per step, captured " +
+         std::to_string(graphCaptures_) + " time(s), replayed in " +
+         std::to_string(graphReplays_) + " of " + std::to_string(runs_) +
+         " runs\n";
 }
 
 DType Executor::storageType(int64_t v) const {
@@ -200,6 +231,7 @@ void Executor::checkInputIds(
 std::vector<host::Tensor>
 Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
               bool inputsOnDevice) {
+  auto started = std::chrono::steady_clock::now();
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
   checkInputs(fn, inputs, [&](int64_t v) { return storageType(v); });
@@ -230,25 +262,15 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
                           "]");
   }
   bool profiling = context_.options().profile;
-  if (profiling && events_.empty()) {
-    events_.resize(fn.instructions.size() + 1);
-    for (cudaEvent_t &event : events_)
-      MTRT_CUDA_CHECK(cudaEventCreate(&event), "creating profiling events");
-    opMilliseconds_.assign(kOpCount, 0);
-    opCounts_.assign(opMilliseconds_.size(), 0);
+  bool timed = profiling && runs_ > 0;
+  // Graphs from the second run: the first times GEMM algorithms (which
+  // synchronizes) and loads kernels.
+  if (graphOff_.empty() && context_.options().cudaGraphs && runs_ > 0) {
+    if (!replayGraph(step))
+      executeAll(step, timed);
+  } else {
+    executeAll(step, timed);
   }
-  for (size_t position = 0; position < fn.instructions.size(); ++position) {
-    if (profiling)
-      MTRT_CUDA_CHECK(cudaEventRecord(events_[position], stream),
-                      where(position));
-    execute(position, fn.instructions[position], step);
-    if (context_.options().syncEachInstruction)
-      context_.synchronize(where(position));
-  }
-  if (profiling)
-    MTRT_CUDA_CHECK(cudaEventRecord(events_.back(), stream),
-                    fn.name + ": profiling");
-
   std::vector<host::Tensor> outputs;
   for (int64_t v : fn.outputs) {
     host::Tensor out(storageType(v), fn.values[v].shape);
@@ -264,7 +286,12 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
                        std::to_string(fn.instructions.size()) +
                        " instructions on " + context_.description() +
                        " (set MTRT_CUDA_SYNC=1 to find the failing one)");
-  if (profiling) {
+  ++runs_;
+  if (timed) {
+    profiledWallMilliseconds_ +=
+        std::chrono::duration<double, std::milli>(
+            std::chrono::steady_clock::now() - started)
+            .count();
     for (size_t position = 0; position < fn.instructions.size(); ++position) {
       float ms = 0;
       MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[position],
@@ -283,6 +310,97 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
                     "on the device (it was skipped); the data must be "
                     "tokenized for this vocabulary");
   return outputs;
+}
+
+void Executor::executeAll(uint64_t step, bool timed) {
+  const Function &fn = *function_;
+  cudaStream_t stream = context_.stream();
+  if (timed && events_.empty()) {
+    events_.resize(fn.instructions.size() + 1);
+    for (cudaEvent_t &event : events_)
+      MTRT_CUDA_CHECK(cudaEventCreate(&event), "creating profiling events");
+    opMilliseconds_.assign(kOpCount, 0);
+    opCounts_.assign(opMilliseconds_.size(), 0);
+  }
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    if (timed)
+      MTRT_CUDA_CHECK(cudaEventRecord(events_[position], stream),
+                      where(position));
+    execute(position, fn.instructions[position], step);
+    if (context_.options().syncEachInstruction)
+      context_.synchronize(where(position));
+  }
+  if (timed)
+    MTRT_CUDA_CHECK(cudaEventRecord(events_.back(), stream),
+                    fn.name + ": profiling");
+}
+
+std::optional<std::string> Executor::graphObstacle() const {
+  const ContextOptions &options = context_.options();
+  if (options.profile)
+    return std::string("profiling (MTRT_CUDA_PROFILE) times each instruction");
+  if (options.syncEachInstruction)
+    return std::string(
+        "synchronizing after each instruction (MTRT_CUDA_SYNC) is on");
+  const Function &fn = *function_;
+  for (size_t position = 0; position < fn.instructions.size(); ++position)
+    if (runsOnHost(fn.instructions[position]))
+      return where(position) + " runs on the host (" +
+             opName(fn.instructions[position].op) +
+             ": a multi-rank instruction)";
+  return std::nullopt;
+}
+
+bool Executor::usesStep(const Instruction &inst) const {
+  switch (inst.op) {
+  case Op::Dropout:
+    return inst.attrs.p != 0;
+  case Op::Attention:
+  case Op::AttentionGrad:
+    return attentionParams(*function_, inst, 0).dropoutP > 0;
+  case Op::Fused:
+    for (const Instruction &op : inst.body)
+      if (op.op == Op::Dropout && op.attrs.p != 0)
+        return true;
+    return false;
+  default:
+    return false;
+  }
+}
+
+bool Executor::replayGraph(uint64_t step) {
+  const Function &fn = *function_;
+  cudaStream_t stream = context_.stream();
+  std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
+  StepGraph::Enqueue enqueue = [&](size_t position) {
+    execute(position, fn.instructions[position], step);
+  };
+  try {
+    // The inputs as bound for this run (device batches bind their own
+    // memory): a graph captured with others reads stale memory.
+    std::vector<void *> inputSlots;
+    for (int64_t v : fn.inputs)
+      inputSlots.push_back(slots_[v]);
+    if (!graph_.captured() || inputSlots != graphInputSlots_) {
+      graph_.capture(stream, fn.instructions.size(), stepped_, enqueue, what);
+      graphInputSlots_ = inputSlots;
+      graphStep_ = step;
+      ++graphCaptures_;
+    } else if (step != graphStep_) {
+      graph_.refresh(stream, enqueue, what);
+      graphStep_ = step;
+    }
+    graph_.launch(stream, what);
+  } catch (const Error &e) {
+    graph_.reset();
+    graphOff_ = std::string("turned off after a failure: ") + e.what();
+    std::fprintf(stderr,
+                 "warning: %s runs without a CUDA graph from now on: %s\n",
+                 what.c_str(), e.what());
+    return false;
+  }
+  ++graphReplays_;
+  return true;
 }
 
 } // namespace mtrt::cuda

@@ -7,11 +7,13 @@
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
 #include "cuda/FusedKernels.h"
+#include "cuda/StepGraph.h"
 #include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +24,22 @@ class RankContext;
 namespace mtrt::host {
 class ThreadPool;
 } // namespace mtrt::host
+
+/// The ops a CUDA executor always runs through the host (executeOnHost,
+/// RankOps.cpp): the multi-rank instructions. X(Name) for each Op::Name; the
+/// one list behind Executor::runsOnHost and the device dispatch's guard.
+/// (Embedding and its gradient over a vocabulary shard join them per
+/// instruction: runsOnHost.)
+#define MTRT_CUDA_HOST_RUN_OPS(X)                                              \
+  X(AllReduce)                                                                 \
+  X(AllGather)                                                                 \
+  X(ReduceScatter)                                                             \
+  X(AllSlice)                                                                  \
+  X(BiasAdd)                                                                   \
+  X(VocabMax)                                                                  \
+  X(VocabPartials)                                                             \
+  X(VocabCrossEntropy)                                                         \
+  X(VocabCrossEntropyGrad)
 
 namespace mtrt::cuda {
 
@@ -106,9 +124,18 @@ public:
   /// (ContextOptions::bf16Values).
   size_t bf16ValueCount() const;
 
-  /// With ContextOptions::profile: milliseconds per op over all runs so
-  /// far, one line per op, slowest first; empty otherwise.
+  /// With ContextOptions::profile: milliseconds per op over the runs so
+  /// far but the first (whose GEMM algorithm timing and kernel loading are
+  /// not the step's), one line per op, slowest first, after the run's wall
+  /// time on the host; empty otherwise.
   std::string profile() const;
+
+  /// With ContextOptions::cudaGraphs: how the runs went ("train_step: CUDA
+  /// graph of N nodes, K kernels updated per step, replayed in R of T
+  /// runs"), or why the function runs without one; empty otherwise.
+  std::string graphSummary() const;
+  /// Runs replayed from the CUDA graph so far.
+  int64_t graphReplays() const { return graphReplays_; }
 
 private:
   /// A function input whose ids an instruction reads: checked on upload.
@@ -164,6 +191,21 @@ private:
   void *scratch(size_t position) const;
   void checkInputIds(const std::vector<host::TensorView> &inputs) const;
   void execute(size_t position, const Instruction &inst, uint64_t step);
+  /// Enqueues every instruction, timed with the profiling events when
+  /// `timed`.
+  void executeAll(uint64_t step, bool timed);
+  /// Replays the step's graph (capturing it first, or again when the bound
+  /// inputs moved; else updating its stepped kernels to `step`). False, with
+  /// graphs off for this executor and the reason kept, when a capture or
+  /// update fails: the caller then runs the instructions one by one.
+  bool replayGraph(uint64_t step);
+  /// Why this function runs without a CUDA graph (options, host-run
+  /// instructions), or nullopt.
+  std::optional<std::string> graphObstacle() const;
+  /// Whether `inst`'s kernels take the step (dropout keys): the
+  /// instructions the graph updates before each replay. Every op whose
+  /// dispatch passes `step` to a kernel must be here.
+  bool usesStep(const Instruction &inst) const;
   /// Whether `inst` runs through the host (a multi-rank instruction).
   bool runsOnHost(const Instruction &inst) const;
   /// Rejects (UNIMPLEMENTED) what neither the kernels nor executeOnHost
@@ -211,6 +253,21 @@ private:
   std::vector<double> opMilliseconds_;
   std::vector<int64_t> opCounts_;
   int64_t profiledRuns_ = 0;
+  /// Host wall-clock milliseconds of the profiled runs (inputs up to outputs
+  /// back).
+  double profiledWallMilliseconds_ = 0;
+  /// Runs so far (the first is never timed nor captured).
+  int64_t runs_ = 0;
+  /// CUDA graphs: the graph, which instructions it updates per step, the
+  /// inputs' slots it was captured with, the step its kernels hold.
+  StepGraph graph_;
+  std::vector<bool> stepped_;
+  std::vector<void *> graphInputSlots_;
+  uint64_t graphStep_ = 0;
+  /// Why there is no graph (graphObstacle, or the failure that turned it
+  /// off); empty while graphs are on.
+  std::string graphOff_;
+  int64_t graphCaptures_ = 0, graphReplays_ = 0;
 };
 
 } // namespace mtrt::cuda

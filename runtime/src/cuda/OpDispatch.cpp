@@ -549,15 +549,9 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
     break;
   }
-  case Op::AllReduce:
-  case Op::AllGather:
-  case Op::ReduceScatter:
-  case Op::AllSlice:
-  case Op::BiasAdd:
-  case Op::VocabMax:
-  case Op::VocabPartials:
-  case Op::VocabCrossEntropy:
-  case Op::VocabCrossEntropyGrad:
+#define MTRT_HOST_RUN_CASE(name) case Op::name:
+    MTRT_CUDA_HOST_RUN_OPS(MTRT_HOST_RUN_CASE)
+#undef MTRT_HOST_RUN_CASE
     // Run by executeOnHost (RankOps.cpp).
     throw Error(MTRT_STATUS_INTERNAL, where(position) + ": " +
                                           opName(inst.op) +

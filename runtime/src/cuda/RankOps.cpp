@@ -21,15 +21,9 @@ namespace mtrt::cuda {
 
 bool Executor::runsOnHost(const Instruction &inst) const {
   switch (inst.op) {
-  case Op::AllReduce:
-  case Op::AllGather:
-  case Op::ReduceScatter:
-  case Op::AllSlice:
-  case Op::BiasAdd:
-  case Op::VocabMax:
-  case Op::VocabPartials:
-  case Op::VocabCrossEntropy:
-  case Op::VocabCrossEntropyGrad:
+#define MTRT_HOST_RUN_CASE(name) case Op::name:
+    MTRT_CUDA_HOST_RUN_OPS(MTRT_HOST_RUN_CASE)
+#undef MTRT_HOST_RUN_CASE
     return true;
   case Op::Embedding:
   case Op::EmbeddingGrad:

@@ -131,8 +131,7 @@ void Trainer::train(std::ostream &out) {
     evaluation = [this] { return evaluate(); };
   train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
                          iterate, evaluation, history_);
-  if (context_->options().profile)
-    out << trainStep_->profile();
+  out << trainStep_->profile() << trainStep_->graphSummary();
 }
 
 double Trainer::evaluate() {
