@@ -15,6 +15,8 @@
 // so each float product and sum rounds like the host's.
 #include "cuda/kernels/KernelSupport.cuh"
 
+#include <map>
+#include <tuple>
 #include <type_traits>
 
 namespace mtrt::cuda {
@@ -456,18 +458,27 @@ NormShape normShape(int64_t hidden, bool aligned) {
   return {vec, 32 / vec, kMaxNormThreads}; // checked by the executor
 }
 
-/// Blocks of `kernel` the device runs at once with `threads` threads each
-/// (one wave: a backward's blocks take equal shares of the rows); 1 << 30 if
-/// the device cannot say.
+/// Blocks of `kernel` the current device runs at once with `threads`
+/// threads each (one wave: a backward's blocks take equal shares of the
+/// rows), asked once per thread, kernel, size and device; 1 << 30 if the
+/// device cannot say.
 template <typename Kernel> int64_t residentBlocks(Kernel kernel, int threads) {
   int device = 0, processors = 0, perProcessor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return int64_t(1) << 30;
+  using Key = std::tuple<const void *, int, int>;
+  thread_local std::map<Key, int64_t> known;
+  Key key{reinterpret_cast<const void *>(kernel), threads, device};
+  if (auto found = known.find(key); found != known.end())
+    return found->second;
+  if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
                              device) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perProcessor, kernel,
                                                     threads, 0) != cudaSuccess)
     return int64_t(1) << 30;
-  return std::max<int64_t>(1, int64_t(processors) * perProcessor);
+  int64_t blocks = std::max<int64_t>(1, int64_t(processors) * perProcessor);
+  known.emplace(key, blocks);
+  return blocks;
 }
 
 bool aligned16(const void *p) {
