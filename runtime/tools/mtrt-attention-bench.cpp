@@ -1,6 +1,7 @@
 // mtrt-attention-bench: times the CUDA backend's flash-attention kernels
 // alone (forward as training runs it: out, the saved copy, logsumexp and
-// dropout bits; backward: delta, dq, dk, dv) at the benchmark models' shapes.
+// dropout bits; backward: delta, dq, dk, dv) at the benchmark models' shapes,
+// with q, k, v, dout and out, dq, dk, dv in fp32 and in bf16 ("io").
 //
 //   mtrt-attention-bench [repeats]
 //
@@ -34,19 +35,20 @@ struct Shape {
   int64_t batch, seq, headsQ, headsKv, headDim;
 };
 
-/// n uniform values in [-1, 1): a 2^20-element pattern, repeated.
-float *deviceRandom(size_t n, unsigned seed) {
-  std::vector<float> pattern(std::min<size_t>(n, size_t(1) << 20));
+/// n uniform values in [-1, 1) of T (float or __nv_bfloat16): a
+/// 2^20-element pattern, repeated.
+template <typename T = float> T *deviceRandom(size_t n, unsigned seed) {
+  std::vector<T> pattern(std::min<size_t>(n, size_t(1) << 20));
   uint32_t x = seed * 2654435761u + 1;
-  for (float &value : pattern) {
+  for (T &value : pattern) {
     x = x * 1664525u + 1013904223u;
-    value = static_cast<float>(x >> 8) * 0x1.0p-24f * 2.f - 1.f;
+    value = T(static_cast<float>(x >> 8) * 0x1.0p-24f * 2.f - 1.f);
   }
-  float *device = nullptr;
-  check(cudaMalloc(&device, n * sizeof(float)), "cudaMalloc");
+  T *device = nullptr;
+  check(cudaMalloc(&device, n * sizeof(T)), "cudaMalloc");
   for (size_t at = 0; at < n; at += pattern.size())
     check(cudaMemcpy(device + at, pattern.data(),
-                     std::min(pattern.size(), n - at) * sizeof(float),
+                     std::min(pattern.size(), n - at) * sizeof(T),
                      cudaMemcpyHostToDevice),
           "cudaMemcpy");
   return device;
@@ -85,10 +87,11 @@ int main(int argc, char **argv) {
       {"gpt-1.3b", 8, 2048, 16, 16, 128},
       {"llama-gqa", 2, 4096, 32, 8, 128},
   };
-  std::printf("%-10s %7s %9s %9s %9s %9s\n", "shape", "dropout", "fwd ms",
-              "fwd TF/s", "bwd ms", "bwd TF/s");
+  std::printf("%-10s %5s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
+              "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
   for (const Shape &shape : shapes)
-    for (double dropout : {0.1, 0.0}) {
+    for (double dropout : {0.1, 0.0})
+      for (bool bf16 : {false, true}) {
       mtrt::host::AttentionParams p;
       p.batch = shape.batch;
       p.seqQ = p.seqK = shape.seq;
@@ -109,10 +112,12 @@ int main(int argc, char **argv) {
       size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
       float *q = deviceRandom(qn, 1), *k = deviceRandom(kn, 2),
             *v = deviceRandom(kn, 3), *dout = deviceRandom(qn, 4);
-      float *out, *outCopy, *lse, *dq, *dk, *dv;
+      float *out, *lse, *dq, *dk, *dv;
+      __nv_bfloat16 *outCopy;
       void *mask = nullptr, *scratch = nullptr;
       check(cudaMalloc(&out, qn * sizeof(float)), "cudaMalloc");
-      check(cudaMalloc(&outCopy, qn * sizeof(float)), "cudaMalloc");
+      check(cudaMalloc(&outCopy, mtrt::cuda::flashAttentionSavedOutputBytes(p)),
+            "cudaMalloc");
       check(cudaMalloc(&dq, qn * sizeof(float)), "cudaMalloc");
       check(cudaMalloc(&dk, kn * sizeof(float)), "cudaMalloc");
       check(cudaMalloc(&dv, kn * sizeof(float)), "cudaMalloc");
@@ -124,19 +129,39 @@ int main(int argc, char **argv) {
                        mtrt::cuda::flashAttentionBackwardScratchBytes(p)),
             "cudaMalloc");
       auto *maskWords = static_cast<uint64_t *>(mask);
+      mtrt::cuda::FlashTensors io;
+      io.q = q;
+      io.k = k;
+      io.v = v;
+      io.dout = dout;
+      io.out = out;
+      io.dq = dq;
+      io.dk = dk;
+      io.dv = dv;
+      io.inputsBf16 = io.outputsBf16 = bf16;
+      std::vector<void *> rounded; // the inputs in bf16
+      if (bf16) {
+        rounded = {deviceRandom<__nv_bfloat16>(qn, 1),
+                   deviceRandom<__nv_bfloat16>(kn, 2),
+                   deviceRandom<__nv_bfloat16>(kn, 3),
+                   deviceRandom<__nv_bfloat16>(qn, 4)};
+        io.q = rounded[0];
+        io.k = rounded[1];
+        io.v = rounded[2];
+        io.dout = rounded[3];
+      }
       double forwardMs = medianMs(repeats, [&] {
-        mtrt::cuda::flashAttentionForward(nullptr, p, q, k, v, out, outCopy,
-                                          lse, maskWords);
+        mtrt::cuda::flashAttentionForward(nullptr, p, io, outCopy, lse,
+                                          maskWords);
       });
       double backwardMs = medianMs(repeats, [&] {
-        mtrt::cuda::flashAttentionBackward(nullptr, p, q, k, v, outCopy, lse,
-                                           maskWords, dout, dq, dk, dv,
-                                           scratch);
+        mtrt::cuda::flashAttentionBackward(nullptr, p, io, outCopy, lse,
+                                           maskWords, scratch);
       });
       double forwardFlop = 4.0 * p.batch * p.headsQ * p.seqQ *
                            static_cast<double>(p.seqK) * p.headDim / 2;
-      std::printf("%-10s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name, dropout,
-                  forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
+      std::printf("%-10s %5s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
+                  bf16 ? "bf16" : "fp32", dropout, forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
                   2.5 * forwardFlop / backwardMs * 1e-9);
       std::fflush(stdout);
       for (void *buffer :
@@ -145,6 +170,8 @@ int main(int argc, char **argv) {
             static_cast<void *>(out), static_cast<void *>(outCopy),
             static_cast<void *>(dq), static_cast<void *>(dk),
             static_cast<void *>(dv), static_cast<void *>(lse), mask, scratch})
+        cudaFree(buffer);
+      for (void *buffer : rounded)
         cudaFree(buffer);
     }
   return 0;

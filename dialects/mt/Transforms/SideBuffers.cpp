@@ -126,6 +126,12 @@ bool runsFlash(const AttentionShape &p, const SideBufferOptions &options) {
          p.headsQ <= 65535 && p.seqQ <= kFlashMaxSeq && p.seqK <= kFlashMaxSeq;
 }
 
+/// FlashAttention.cu flashAttentionSavedOutputBytes: the output kept for
+/// the gradient, in bf16.
+int64_t flashSavedOutputBytes(const AttentionShape &p) {
+  return roundUp(2 * p.rows() * p.headDimV);
+}
+
 int64_t flashMaskBytes(const AttentionShape &p) {
   if (p.dropoutP <= 0)
     return 0;
@@ -230,14 +236,14 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     } else if (auto attention = dyn_cast<AttentionOp>(op)) {
       AttentionShape p = attentionShape(attention);
       bytes += floats(p.rows()); // the logsumexp
-      if (partner[i] >= 0) // the output and the dropout bits, for the grad
-        bytes += floats(p.rows() * p.headDimV) + roundUp(flashMaskBytes(p));
+      if (partner[i] >= 0) // the bf16 output and the dropout bits, for grad
+        bytes += flashSavedOutputBytes(p) + roundUp(flashMaskBytes(p));
     } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
       AttentionShape p = attentionShape(grad);
       if (partner[i] >= 0) // the row sums of dO * O
         bytes += floats(p.rows());
       else if (runsFlash(p, options)) // the forward rerun here, then delta
-        bytes += floats(p.rows()) + floats(p.rows() * p.headDimV) +
+        bytes += floats(p.rows()) + flashSavedOutputBytes(p) +
                  roundUp(flashMaskBytes(p)) + floats(p.rows());
       else // the logsumexp and delta
         bytes += floats(p.rows()) + floats(p.rows());

@@ -24,7 +24,8 @@ bool isGemm(Op op) {
 }
 
 /// Values that must share one storage type: a byte copy's operand and
-/// result, a GeLU epilogue's result and auxiliary matrix.
+/// result, a GeLU epilogue's result and auxiliary matrix, flash attention's
+/// inputs (and its gradient's outputs).
 class TypeGroups {
 public:
   explicit TypeGroups(size_t values) : parent_(values) {
@@ -65,6 +66,9 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::LayerNormGrad: // dy and x; the weight stays fp32
   case Op::RmsNormGrad:
     return operand <= 1;
+  case Op::Attention:     // q, k, v: on the flash kernels only (the exact
+  case Op::AttentionGrad: // ones are fp32); dy, q, k, v
+    return flashAttention(attentionParams(*function_, inst, 0));
   default:
     return false;
   }
@@ -85,6 +89,9 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::LayerNormGrad: // dx; the parameter gradients stay fp32
   case Op::RmsNormGrad:
     return result == 0;
+  case Op::Attention: // out; dq, dk, dv: on the flash kernels only
+  case Op::AttentionGrad:
+    return flashAttention(attentionParams(*function_, inst, 0));
   case Op::Linear:
     kind = Kind::None;
     break;
@@ -152,6 +159,13 @@ void Executor::planBf16Values() {
       break;
     case Op::LinearGeluGrad:
       groups.join(inst.results[0], inst.operands[2]);
+      break;
+    case Op::Attention: // the flash kernels take one input type (q, k, v,
+    case Op::AttentionGrad: // dout) and one output type (dq, dk, dv)
+      for (int64_t operand : inst.operands)
+        groups.join(inst.operands[0], operand);
+      for (int64_t result : inst.results)
+        groups.join(inst.results[0], result);
       break;
     default:
       break;

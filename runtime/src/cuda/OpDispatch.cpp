@@ -125,7 +125,7 @@ size_t Executor::scratchBytes(size_t position) const {
     AttentionParams p = attentionParams(fn, inst, 0);
     if (attentionPartner_[position] != kNoPartner) // kept for the gradient
       return floats(p.batch * p.seqQ * p.headsQ) +
-             floats(p.batch * p.seqQ * p.headsQ * p.headDimV) +
+             roundUp(flashAttentionSavedOutputBytes(p)) +
              roundUp(flashAttentionMaskBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ);
   }
@@ -135,7 +135,7 @@ size_t Executor::scratchBytes(size_t position) const {
       return roundUp(flashAttentionBackwardScratchBytes(p));
     if (flashAttention(p)) // logsumexp, the forward's output, mask, delta
       return floats(p.batch * p.seqQ * p.headsQ) +
-             floats(p.batch * p.seqQ * p.headsQ * p.headDimV) +
+             roundUp(flashAttentionSavedOutputBytes(p)) +
              roundUp(flashAttentionMaskBytes(p)) +
              roundUp(flashAttentionBackwardScratchBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ) +
@@ -257,6 +257,27 @@ void Executor::execute(size_t position, const Instruction &inst,
                                         static_cast<size_t>(outer),
                                         cudaMemcpyDeviceToDevice, stream),
                       where(position));
+  };
+
+  // Flash attention's q, k, v (operands first..first+2) and their element
+  // types: planBf16Values gives q, k, v and dout one type, dq, dk, dv one.
+  auto flashTensors = [&](size_t first) {
+    auto oneType = [&](const std::vector<int64_t> &values) {
+      for (int64_t v : values)
+        if (heldInBf16(v) != heldInBf16(values[0]))
+          throw Error(MTRT_STATUS_INTERNAL,
+                      where(position) +
+                          ": flash attention's tensors are held in bf16 and "
+                          "fp32: Executor::planBf16Values must join them");
+      return heldInBf16(values[0]);
+    };
+    FlashTensors io;
+    io.inputsBf16 = oneType(inst.operands);
+    io.outputsBf16 = oneType(inst.results);
+    io.q = slots_[inst.operands[first]];
+    io.k = slots_[inst.operands[first + 1]];
+    io.v = slots_[inst.operands[first + 2]];
+    return io;
   };
 
   switch (inst.op) {
@@ -391,15 +412,15 @@ void Executor::execute(size_t position, const Instruction &inst,
       attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
       break;
     }
-    float *kept = nullptr;
+    __nv_bfloat16 *kept = nullptr;
     uint64_t *mask = nullptr;
     if (attentionPartner_[position] != kNoPartner) {
-      kept = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ *
-                               p.headDimV);
+      kept = carve.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
       mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
     }
-    flashAttentionForward(stream, p, in(0), in(1), in(2), out(0), kept, lse,
-                          mask);
+    FlashTensors io = flashTensors(0);
+    io.out = slots_[inst.results[0]];
+    flashAttentionForward(stream, p, io, kept, lse, mask);
     break;
   }
   case Op::AttentionGrad: {
@@ -412,16 +433,20 @@ void Executor::execute(size_t position, const Instruction &inst,
                                          : scratch(position));
       size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
       float *lse = saved.take<float>(sizeof(float) * rows);
-      float *o = saved.take<float>(sizeof(float) * rows * p.headDimV);
+      auto *o = saved.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
       uint64_t *mask = saved.take<uint64_t>(flashAttentionMaskBytes(p));
       void *delta = forward != kNoPartner ? carve.take<char>(0)
                                           : saved.take<char>(0);
+      FlashTensors io = flashTensors(1);
       if (forward == kNoPartner)
-        flashAttentionForward(stream, p, in(1), in(2), in(3), nullptr, o, lse,
-                              mask);
-      flashAttentionBackward(stream, p, in(1), in(2), in(3), o, lse,
+        flashAttentionForward(stream, p, io, o, lse, mask);
+      io.dout = slots_[inst.operands[0]];
+      io.dq = slots_[inst.results[0]];
+      io.dk = slots_[inst.results[1]];
+      io.dv = slots_[inst.results[2]];
+      flashAttentionBackward(stream, p, io, o, lse,
                              flashAttentionMaskBytes(p) ? mask : nullptr,
-                             in(0), out(0), out(1), out(2), delta);
+                             delta);
       break;
     }
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);

@@ -10,6 +10,7 @@
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
+#include <cmath>
 #include <cstring>
 
 using namespace mtrt;
@@ -303,6 +304,110 @@ TEST_F(CudaOpsTest, FlashAttentionHeadDim64WholeTilesWithDropoutInBf16) {
   attentionCase(c, {2, 192, 4, 64}, {2, 192, 2, 64}, {2, 192, 2, 64},
                 {{"causal", true}, {"dropout_p", 0.1}, {"seed", 6}});
   c.check(kBf16, 5);
+}
+
+/// Which of attentionLayerCase's values are function outputs too (outputs
+/// stay fp32, and so does every value that must share their type).
+struct LayerOutputs {
+  bool query = false;    // q: flash attention's inputs (q, k, v, dout) fp32
+  bool attention = false; // the forward's output fp32
+  bool queryGrad = false; // dq: the gradient's outputs (dq, dk, dv) fp32
+};
+
+/// A GPT layer's attention path as the bundles hold it: the qkv linear ->
+/// reshape -> split into q, k, v -> attention -> reshape -> the projection
+/// linear; and its gradient: the projection's data gradient -> reshape ->
+/// attention_grad -> concat -> reshape -> the qkv data and weight
+/// gradients. Every value between the GEMMs may be held in bf16: 14 when
+/// none is an output.
+void attentionLayerCase(OpCase &c, int64_t batch, int64_t seq,
+                        int64_t headsQ, int64_t headsKv, int64_t headDim,
+                        Json attrs, LayerOutputs outputs = {}) {
+  int64_t hidden = headsQ * headDim, heads = headsQ + 2 * headsKv;
+  int64_t width = heads * headDim;
+  // Weights of scale 1/sqrt(hidden): scores of about unit variance.
+  double scale = 1.0 / std::sqrt(static_cast<double>(hidden));
+  int64_t x = c.input({batch, seq, hidden}),
+          wqkv = c.input({hidden, width}, scale),
+          wo = c.input({hidden, hidden}, scale),
+          dy = c.input({batch, seq, hidden});
+  std::vector<int64_t> qShape = {batch, seq, headsQ, headDim},
+                       kShape = {batch, seq, headsKv, headDim};
+  int64_t qkv = c.f.op("linear", {x, wqkv}, {batch, seq, width});
+  int64_t split = c.f.op("reshape", {qkv}, {batch, seq, heads, headDim});
+  int64_t q = c.f.value(qShape), k = c.f.value(kShape), v = c.f.value(kShape);
+  c.f.inst("split", {split}, {q, k, v}, {{"axis", 2}});
+  int64_t o = c.f.op("attention", {q, k, v}, qShape, attrs);
+  int64_t merged = c.f.op("reshape", {o}, {batch, seq, hidden});
+  c.f.output(c.f.op("linear", {merged, wo}, {batch, seq, hidden}));
+  int64_t dmerged = c.f.op("linear", {dy, wo}, {batch, seq, hidden},
+                           {{"transpose_weight", true}});
+  int64_t dout = c.f.op("reshape", {dmerged}, qShape);
+  int64_t dq = c.f.value(qShape), dk = c.f.value(kShape),
+          dv = c.f.value(kShape);
+  c.f.inst("attention_grad", {dout, q, k, v}, {dq, dk, dv}, attrs);
+  int64_t dsplit = c.f.op("concat", {dq, dk, dv}, {batch, seq, heads, headDim},
+                          {{"axis", 2}});
+  int64_t dqkv = c.f.op("reshape", {dsplit}, {batch, seq, width});
+  c.f.output(c.f.op("linear", {dqkv, wqkv}, {batch, seq, hidden},
+                    {{"transpose_weight", true}}));
+  c.f.output(c.f.op("linear_weight_grad", {x, dqkv}, {hidden, width}));
+  c.f.output(c.f.op("linear_weight_grad", {merged, dy}, {hidden, hidden}));
+  if (outputs.query)
+    c.f.output(q);
+  if (outputs.attention)
+    c.f.output(o);
+  if (outputs.queryGrad)
+    c.f.output(dq);
+}
+
+// Flash attention reading and writing bf16 between the layer's GEMMs: all
+// 14 values from the qkv linear's result to the concat's reshape are held
+// in bf16 (no rounding pass); grouped-query heads, dropout, whole tiles.
+TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsGroupedQueryDropout) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 2, 192, 4, 2, 64,
+                     {{"causal", true}, {"dropout_p", 0.1}, {"seed", 6}});
+  c.bf16Values = 14;
+  c.check(kBf16, 5);
+}
+
+// Head dimension 128, a ragged last tile, dropout.
+TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 1, 130, 2, 2, 128,
+                     {{"causal", true}, {"dropout_p", 0.1}, {"seed", 9}});
+  c.bf16Values = 14;
+  c.check(kBf16, 2);
+}
+
+// fp32 inputs (q is an output: q, k, v, dout and the split stay fp32) with
+// bf16 outputs: the attention output and its reshape, dq, dk, dv, the
+// concat and its reshape (7).
+TEST_F(CudaOpsTest, FlashAttentionFp32InputsBf16Outputs) {
+  c.precision = "bf16";
+  LayerOutputs outputs;
+  outputs.query = true;
+  attentionLayerCase(c, 2, 70, 2, 1, 32,
+                     {{"causal", false}, {"dropout_p", 0.1}, {"seed", 2}},
+                     outputs);
+  c.bf16Values = 7;
+  c.check(kBf16, 4);
+}
+
+// bf16 inputs with fp32 outputs (the attention output and dq are outputs):
+// the qkv linear's result, its reshape, q, k, v, the projection's data
+// gradient and its reshape (7).
+TEST_F(CudaOpsTest, FlashAttentionBf16InputsFp32Outputs) {
+  c.precision = "bf16";
+  LayerOutputs outputs;
+  outputs.attention = true;
+  outputs.queryGrad = true;
+  attentionLayerCase(c, 1, 100, 4, 4, 16,
+                     {{"causal", true}, {"dropout_p", 0.2}, {"seed", 4}},
+                     outputs);
+  c.bf16Values = 7;
+  c.check(kBf16, 6);
 }
 
 // Linear forward (with the bias epilogue) and both gradients with bf16

@@ -1,8 +1,12 @@
 // Flash attention for mixed precision: the attention core (causal or not,
 // grouped-query heads, dropout on the probabilities) tiled over 64 queries x
 // 64 keys, with an online softmax, on the tensor cores (mma.sync
-// m16n8k16, bf16 operands, fp32 accumulators). Inputs and outputs stay fp32
-// in device memory; tiles are rounded to bf16 on their way to shared memory.
+// m16n8k16, bf16 operands, fp32 accumulators). q, k, v and dout are read
+// from device memory as fp32 (rounded to bf16 on their way to shared memory)
+// or bf16 (copied as they are; the kernels' template parameter In); out, dq,
+// dk and dv are written as fp32 or bf16 (FlashGeometry::outputsBf16, a
+// uniform branch at the final stores only); the output kept for the
+// gradient is bf16.
 //
 // Kernels (4 warps; warp w owns 16 rows of its block's 64):
 // - forward: one block per (64 queries, query head, batch); out and the
@@ -35,8 +39,11 @@
 // b1 = B[2t+8, +9][g]; C (16 x 8) c0, c1 = C[g][2t, 2t+1], c2, c3 =
 // C[g+8][2t, 2t+1]. A score accumulator's C fragments of two neighbouring
 // 8-key tiles are, repacked to bf16, the A fragment of the next product.
-// Shared tiles are bf16 [rows][cols + 8]: the padding puts the 32 lanes'
-// fragment loads in 32 different banks.
+// Fragments come from shared memory by ldmatrix.x4 (four 8 x 8 matrices: an
+// A fragment, or the B fragments of two neighbouring 8-column tiles; the
+// transposing form for B = a [k][n] tile). Shared tiles are bf16
+// [rows][cols + 8]: the padding puts the eight 16-byte rows of a matrix in
+// different banks.
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
@@ -78,6 +85,7 @@ struct FlashGeometry {
   float dropoutScale;
   // The global position of this call's tensor (tensor-parallel ranks).
   int64_t batchOffset, headOffset, globalHeadsQ;
+  bool outputsBf16; // out, dq, dk, dv in bf16 (else fp32)
 
   __device__ int64_t qOffset(int b, int i, int h, int d) const {
     return (static_cast<int64_t>(b) * seqQ + i) * qStride +
@@ -110,8 +118,9 @@ struct FlashGeometry {
   }
 };
 
-FlashGeometry makeGeometry(const AttentionParams &p) {
+FlashGeometry makeGeometry(const AttentionParams &p, bool outputsBf16) {
   FlashGeometry g{};
+  g.outputsBf16 = outputsBf16;
   g.seqQ = static_cast<int>(p.seqQ);
   g.seqK = static_cast<int>(p.seqK);
   g.headsQ = static_cast<int>(p.headsQ);
@@ -142,8 +151,23 @@ __device__ inline uint32_t packBf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t *>(&v);
 }
 
-__device__ inline uint32_t load32(const __nv_bfloat16 *p) {
-  return *reinterpret_cast<const uint32_t *>(p);
+__device__ inline float toFloat(float x) { return x; }
+__device__ inline float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/// Two neighbouring elements (to: even) of an output in `T`.
+__device__ inline void storePair(float *to, float lo, float hi) {
+  *reinterpret_cast<float2 *>(to) = make_float2(lo, hi);
+}
+__device__ inline void storePair(__nv_bfloat16 *to, float lo, float hi) {
+  *reinterpret_cast<__nv_bfloat162 *>(to) = __floats2bfloat162_rn(lo, hi);
+}
+/// The same, into an output of the geometry's type (outputsBf16).
+__device__ inline void storeOutputPair(const FlashGeometry &geo, void *base,
+                                       int64_t at, float lo, float hi) {
+  if (geo.outputsBf16)
+    storePair(static_cast<__nv_bfloat16 *>(base) + at, lo, hi);
+  else
+    storePair(static_cast<float *>(base) + at, lo, hi);
 }
 
 /// c += a b on the tensor cores.
@@ -157,32 +181,66 @@ __device__ inline void mma(float (&c)[4], const uint32_t (&a)[4],
                  "r"(b[1]));
 }
 
-/// The A fragment at (row0, k0) of a row-major shared tile.
+__device__ inline uint32_t sharedAddress(const __nv_bfloat16 *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Four 8 x 8 matrices of a shared tile, one ldmatrix: lanes 8i .. 8i + 7
+/// address matrix i's rows; register i gets matrix i's element [g][2t, +1]
+/// (transposed: [2t, +1][g]).
+__device__ inline void loadMatrices(uint32_t (&m)[4],
+                                    const __nv_bfloat16 *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+               : "r"(sharedAddress(row)));
+}
+__device__ inline void loadMatricesTransposed(uint32_t (&m)[4],
+                                              const __nv_bfloat16 *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+               : "r"(sharedAddress(row)));
+}
+
+/// The A fragment at (row0, k0) of a row-major shared tile: matrices
+/// (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), so lane l
+/// addresses row row0 + l % 16 at column k0 + 8 (l / 16).
 __device__ inline void loadA(uint32_t (&a)[4], const __nv_bfloat16 *tile,
-                             int ld, int row0, int k0, int g, int t) {
-  a[0] = load32(tile + (row0 + g) * ld + k0 + 2 * t);
-  a[1] = load32(tile + (row0 + g + 8) * ld + k0 + 2 * t);
-  a[2] = load32(tile + (row0 + g) * ld + k0 + 2 * t + 8);
-  a[3] = load32(tile + (row0 + g + 8) * ld + k0 + 2 * t + 8);
+                             int ld, int row0, int k0, int lane) {
+  loadMatrices(a, tile + (row0 + lane % 16) * ld + k0 + 8 * (lane / 16));
 }
 
-/// The B fragment at (k0, n0) of B = tile^T, tile [n][k] row-major.
-__device__ inline void loadB(uint32_t (&b)[2], const __nv_bfloat16 *tile,
-                             int ld, int n0, int k0, int g, int t) {
-  b[0] = load32(tile + (n0 + g) * ld + k0 + 2 * t);
-  b[1] = load32(tile + (n0 + g) * ld + k0 + 2 * t + 8);
+/// The B fragments at (k0, n0) and (k0, n0 + 8) of B = tile^T, tile [n][k]
+/// row-major: matrices (n 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7),
+/// (8-15, 8-15), so lane l addresses row n0 + l % 8 + 8 (l / 16) at column
+/// k0 + 8 ((l / 8) % 2).
+__device__ inline void loadB(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                             const __nv_bfloat16 *tile, int ld, int n0,
+                             int k0, int lane) {
+  uint32_t m[4];
+  loadMatrices(m, tile + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 +
+                      8 * (lane / 8 % 2));
+  b0[0] = m[0];
+  b0[1] = m[1];
+  b1[0] = m[2];
+  b1[1] = m[3];
 }
 
-/// The B fragment at (k0, n0) of B = tile, tile [k][n] row-major, by
-/// ldmatrix's transposing load (lanes 0-15 address rows k0 .. k0 + 15).
-__device__ inline void loadBTransposed(uint32_t (&b)[2],
+/// The B fragments at (k0, n0) and (k0, n0 + 8) of B = tile, tile [k][n]
+/// row-major, by the transposing load: matrices (k 0-7, n 0-7), (8-15,
+/// 0-7), (0-7, 8-15), (8-15, 8-15), so lane l addresses row k0 + l % 16 at
+/// column n0 + 8 (l / 16).
+__device__ inline void loadBTransposed(uint32_t (&b0)[2], uint32_t (&b1)[2],
                                        const __nv_bfloat16 *tile, int ld,
                                        int k0, int n0, int lane) {
-  const __nv_bfloat16 *row = tile + (k0 + lane % 16) * ld + n0;
-  auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(b[0]), "=r"(b[1])
-               : "r"(address));
+  uint32_t m[4];
+  loadMatricesTransposed(m, tile + (k0 + lane % 16) * ld + n0 +
+                                8 * (lane / 16));
+  b0[0] = m[0];
+  b0[1] = m[1];
+  b1[0] = m[2];
+  b1[1] = m[3];
 }
 
 /// The A fragment of 16 columns (two 8-column accumulator tiles) of a
@@ -196,11 +254,13 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
 }
 
 /// One thread's share of rows [row0, row0 + 64) of a [positions, stride]
-/// fp32 tensor (D columns at `base`), held in registers between `load`
+/// tensor of T (D columns at `base`), held in registers between `load`
 /// (which issues every global load at once: one round trip of latency a
-/// tile) and `store` (which rounds them into a bf16 shared tile
-/// [64][D + kPad]); rows past `rows` are zeros.
-template <int D> struct TileFetch {
+/// tile) and `store` (which writes them, rounded to bf16 from fp32, into a
+/// bf16 shared tile [64][D + kPad]); rows past `rows` are zeros.
+template <int D, typename T> struct TileFetch;
+
+template <int D> struct TileFetch<D, float> {
   static constexpr int kQuads = D / 4;
   static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
   float4 x[kPerThread];
@@ -231,11 +291,42 @@ template <int D> struct TileFetch {
   }
 };
 
+/// bf16 in device memory: 16-byte chunks (8 elements) copied as they are
+/// (D + kPad elements a shared row keep every chunk 16-byte aligned).
+template <int D> struct TileFetch<D, __nv_bfloat16> {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kPerThread = kTile * kChunks / kFlashThreads;
+  static_assert(kPerThread * kFlashThreads == kTile * kChunks,
+                "a tile's chunks split evenly over the threads");
+  uint4 x[kPerThread];
+
+  __device__ void load(const __nv_bfloat16 *base, int64_t stride, int row0,
+                       int rows) {
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
+      int r = c / kChunks, col = (c % kChunks) * 8;
+      x[u] = row0 + r < rows
+                 ? __ldg(reinterpret_cast<const uint4 *>(
+                       base + (row0 + r) * stride + col))
+                 : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  __device__ void store(__nv_bfloat16 *tile) const {
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kFlashThreads;
+      int r = c / kChunks, col = (c % kChunks) * 8;
+      *reinterpret_cast<uint4 *>(tile + r * (D + kPad) + col) = x[u];
+    }
+  }
+};
+
 /// Loads and stores a tile through registers at once.
-template <int D>
-__device__ inline void loadTile(__nv_bfloat16 *tile, const float *base,
+template <int D, typename T>
+__device__ inline void loadTile(__nv_bfloat16 *tile, const T *base,
                                 int64_t stride, int row0, int rows) {
-  TileFetch<D> fetch;
+  TileFetch<D, T> fetch;
   fetch.load(base, stride, row0, rows);
   fetch.store(tile);
 }
@@ -324,9 +415,9 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
 
 /// Rows row0 .. row0 + 63 of two tensors into the bf16 tiles tileA and
 /// tileB (the next tiles of a walk).
-template <int D>
+template <int D, typename T>
 __device__ inline void loadTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
-                                 const float *baseA, const float *baseB,
+                                 const T *baseA, const T *baseB,
                                  int64_t stride, int row0, int rows) {
   loadTile<D>(tileA, baseA, stride, row0, rows);
   loadTile<D>(tileB, baseB, stride, row0, rows);
@@ -337,11 +428,12 @@ template <int D> constexpr size_t forwardShared() {
 }
 
 // Grid (query blocks, headsQ, batch). Shared: Q, K, V [64][D+8]. With
-// dropout and `mask`, also stores the keep decisions as mask words.
-template <int D>
+// dropout and `mask`, also stores the keep decisions as mask words. out
+// (geo.outputsBf16) and the bf16 outCopy may be null.
+template <int D, typename In>
 __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
-    flashForwardKernel(FlashGeometry geo, const float *q, const float *k,
-                       const float *v, float *out, float *outCopy,
+    flashForwardKernel(FlashGeometry geo, const In *q, const In *k,
+                       const In *v, void *out, __nv_bfloat16 *outCopy,
                        float *logsumexp, uint64_t *mask) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
@@ -352,8 +444,8 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
-  const float *kBase = k + geo.kOffset(b, 0, grp, D);
-  const float *vBase = v + geo.kOffset(b, 0, grp, D);
+  const In *kBase = k + geo.kOffset(b, 0, grp, D);
+  const In *vBase = v + geo.kOffset(b, 0, grp, D);
 
   // Q stays in shared memory: its fragments are loaded where used (registers
   // go to the accumulators).
@@ -385,12 +477,13 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qf[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, g, t);
+      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-        uint32_t bf[2];
-        loadB(bf, ks, ld, n * 8, kk * 16, g, t);
-        mma(s[n], qf, bf);
+      for (int n = 0; n < kTile / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+        mma(s[n], qf, b0);
+        mma(s[n + 1], qf, b1);
       }
     }
     if (geo.masked(q0, k0))
@@ -450,10 +543,11 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
       uint32_t pf[4];
       accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t bf[2];
-        loadBTransposed(bf, vs, ld, kc * 16, n * 8, lane);
-        mma(o[n], pf, bf);
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
+        mma(o[n], pf, b0);
+        mma(o[n + 1], pf, b1);
       }
     }
     if (next < keyEnd) {
@@ -472,21 +566,20 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
       logsumexp[geo.rowIndex(b, h, rows[r])] = (m[r] + log2f(sum)) * kLn2;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      float2 value =
-          make_float2(o[n][2 * r] * inverse, o[n][2 * r + 1] * inverse);
+      float lo = o[n][2 * r] * inverse, hi = o[n][2 * r + 1] * inverse;
       int64_t at = geo.qOffset(b, rows[r], h, D) + n * 8 + 2 * t;
       if (out)
-        *reinterpret_cast<float2 *>(out + at) = value;
+        storeOutputPair(geo, out, at, lo, hi);
       if (outCopy)
-        *reinterpret_cast<float2 *>(outCopy + at) = value;
+        storePair(outCopy + at, lo, hi);
     }
   }
 }
 
 // delta[b, h, i] = dout_i . out_i, one warp per row.
-template <int D>
+template <int D, typename In>
 __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
-                                 const float *out, const float *dout,
+                                 const __nv_bfloat16 *out, const In *dout,
                                  float *delta) {
   int64_t rows = batch * geo.headsQ * geo.seqQ;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
@@ -500,7 +593,7 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
   int64_t offset = geo.qOffset(b, i, h, D);
   float sum = 0.f;
   for (int d = lane; d < D; d += kWarp)
-    sum += out[offset + d] * dout[offset + d];
+    sum += __bfloat162float(out[offset + d]) * toFloat(dout[offset + d]);
   sum = detail::warpSum(sum);
   if (lane == 0)
     delta[row] = sum;
@@ -512,13 +605,12 @@ template <int D> constexpr size_t queryBackwardShared() {
 
 // dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V [64][D+8].
 // With dropout the keep decisions come from `mask`.
-template <int D>
+template <int D, typename In>
 __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
-    flashQueryBackwardKernel(FlashGeometry geo, const float *q,
-                             const float *k, const float *v,
-                             const float *logsumexp, const float *delta,
-                             const uint64_t *mask, const float *dout,
-                             float *dq) {
+    flashQueryBackwardKernel(FlashGeometry geo, const In *q, const In *k,
+                             const In *v, const float *logsumexp,
+                             const float *delta, const uint64_t *mask,
+                             const In *dout, void *dq) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *dos = qs + kTile * (D + kPad);
@@ -529,8 +621,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
-  const float *kBase = k + geo.kOffset(b, 0, grp, D);
-  const float *vBase = v + geo.kOffset(b, 0, grp, D);
+  const In *kBase = k + geo.kOffset(b, 0, grp, D);
+  const In *vBase = v + geo.kOffset(b, 0, grp, D);
 
   loadTile<D>(qs, q + geo.qOffset(b, 0, h, D), geo.qStride, q0, geo.seqQ);
   loadTile<D>(dos, dout + geo.qOffset(b, 0, h, D), geo.qStride, q0,
@@ -574,15 +666,17 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qf[4], dof[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, g, t);
-      loadA(dof, dos, ld, warp * 16, kk * 16, g, t);
+      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
+      loadA(dof, dos, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-        uint32_t bf[2];
-        loadB(bf, ks, ld, n * 8, kk * 16, g, t);
-        mma(s[n], qf, bf);
-        loadB(bf, vs, ld, n * 8, kk * 16, g, t);
-        mma(dp[n], dof, bf);
+      for (int n = 0; n < kTile / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+        mma(s[n], qf, b0);
+        mma(s[n + 1], qf, b1);
+        loadB(b0, b1, vs, ld, n * 8, kk * 16, lane);
+        mma(dp[n], dof, b0);
+        mma(dp[n + 1], dof, b1);
       }
     }
     if (geo.masked(q0, k0))
@@ -605,10 +699,11 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
       uint32_t af[4];
       accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t bf[2];
-        loadBTransposed(bf, ks, ld, kc * 16, n * 8, lane);
-        mma(acc[n], af, bf);
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        loadBTransposed(b0, b1, ks, ld, kc * 16, n * 8, lane);
+        mma(acc[n], af, b0);
+        mma(acc[n + 1], af, b1);
       }
     }
     if (next < keyEnd) {
@@ -621,11 +716,11 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= geo.seqQ)
       continue;
-    float *row = dq + geo.qOffset(b, rows[r], h, D);
+    int64_t row = geo.qOffset(b, rows[r], h, D);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2 *>(row + n * 8 + 2 * t) = make_float2(
-          acc[n][2 * r] * geo.scale, acc[n][2 * r + 1] * geo.scale);
+      storeOutputPair(geo, dq, row + n * 8 + 2 * t, acc[n][2 * r] * geo.scale,
+                      acc[n][2 * r + 1] * geo.scale);
   }
 }
 
@@ -664,12 +759,12 @@ template <int D> constexpr size_t keyBackwardShared() {
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
 // of the block. Shared: K, V, Q, dout [64][D+8], the query rows'
 // logsumexp (base 2), delta and mask words.
-template <int D>
+template <int D, typename In>
 __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
-    flashKeyBackwardKernel(FlashGeometry geo, const float *q, const float *k,
-                           const float *v, const float *logsumexp,
+    flashKeyBackwardKernel(FlashGeometry geo, const In *q, const In *k,
+                           const In *v, const float *logsumexp,
                            const float *delta, const uint64_t *mask,
-                           const float *dout, float *dk, float *dv) {
+                           const In *dout, void *dk, void *dv) {
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *ks = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *vs = ks + kTile * (D + kPad);
@@ -717,8 +812,8 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   for (int step = 0; step < steps; ++step) {
     int q0 = firstQuery(step);
     bool more = step + 1 < steps;
-    const float *qNextBase = q + geo.qOffset(b, 0, headOf(step + 1), D);
-    const float *doNextBase = dout + geo.qOffset(b, 0, headOf(step + 1), D);
+    const In *qNextBase = q + geo.qOffset(b, 0, headOf(step + 1), D);
+    const In *doNextBase = dout + geo.qOffset(b, 0, headOf(step + 1), D);
     if (more)
       rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
                    firstQuery(step + 1), k0 / kTile);
@@ -733,15 +828,17 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kf[4], vf[4];
-        loadA(kf, ks, ld, warp * 16, kk * 16, g, t);
-        loadA(vf, vs, ld, warp * 16, kk * 16, g, t);
+        loadA(kf, ks, ld, warp * 16, kk * 16, lane);
+        loadA(vf, vs, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-          uint32_t bf[2];
-          loadB(bf, qs, ld, n * 8, kk * 16, g, t);
-          mma(s[n], kf, bf);
-          loadB(bf, dos, ld, n * 8, kk * 16, g, t);
-          mma(dp[n], vf, bf);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadB(b0, b1, qs, ld, n * 8, kk * 16, lane);
+          mma(s[n], kf, b0);
+          mma(s[n + 1], kf, b1);
+          loadB(b0, b1, dos, ld, n * 8, kk * 16, lane);
+          mma(dp[n], vf, b0);
+          mma(dp[n + 1], vf, b1);
         }
       }
       // Only the causal diagonal needs a mask: queries past seqQ have zero
@@ -786,12 +883,14 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
         accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
         accumulatorToA(sf, dp[2 * kc], dp[2 * kc + 1]);
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          uint32_t bf[2];
-          loadBTransposed(bf, dos, ld, kc * 16, n * 8, lane);
-          mma(dvAcc[n], pf, bf);
-          loadBTransposed(bf, qs, ld, kc * 16, n * 8, lane);
-          mma(dkAcc[n], sf, bf);
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadBTransposed(b0, b1, dos, ld, kc * 16, n * 8, lane);
+          mma(dvAcc[n], pf, b0);
+          mma(dvAcc[n + 1], pf, b1);
+          loadBTransposed(b0, b1, qs, ld, kc * 16, n * 8, lane);
+          mma(dkAcc[n], sf, b0);
+          mma(dkAcc[n + 1], sf, b1);
         }
       }
     }
@@ -812,12 +911,12 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       if (dk)
-        *reinterpret_cast<float2 *>(dk + offset + n * 8 + 2 * t) =
-            make_float2(dkAcc[n][2 * r] * geo.scale,
+        storeOutputPair(geo, dk, offset + n * 8 + 2 * t,
+                        dkAcc[n][2 * r] * geo.scale,
                         dkAcc[n][2 * r + 1] * geo.scale);
       if (dv)
-        *reinterpret_cast<float2 *>(dv + offset + n * 8 + 2 * t) =
-            make_float2(dvAcc[n][2 * r], dvAcc[n][2 * r + 1]);
+        storeOutputPair(geo, dv, offset + n * 8 + 2 * t, dvAcc[n][2 * r],
+                        dvAcc[n][2 * r + 1]);
     }
   }
 }
@@ -832,46 +931,50 @@ unsigned blocks(int64_t n) {
   return static_cast<unsigned>((n + kTile - 1) / kTile);
 }
 
-template <int D>
-void forward(cudaStream_t stream, const AttentionParams &p, const float *q,
-             const float *k, const float *v, float *out, float *outCopy,
+template <int D, typename In>
+void forward(cudaStream_t stream, const AttentionParams &p,
+             const FlashTensors &io, __nv_bfloat16 *outCopy,
              float *logsumexp, uint64_t *mask) {
   size_t bytes = forwardShared<D>();
-  allowShared(flashForwardKernel<D>, bytes);
+  allowShared(flashForwardKernel<D, In>, bytes);
   dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
             static_cast<unsigned>(p.batch));
-  flashForwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-      makeGeometry(p), q, k, v, out, outCopy, logsumexp, mask);
+  flashForwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+      makeGeometry(p, io.outputsBf16), static_cast<const In *>(io.q),
+      static_cast<const In *>(io.k), static_cast<const In *>(io.v), io.out,
+      outCopy, logsumexp, mask);
 }
 
-template <int D>
-void backward(cudaStream_t stream, const AttentionParams &p, const float *q,
-              const float *k, const float *v, const float *out,
-              const float *logsumexp, const uint64_t *mask,
-              const float *dout, float *dq, float *dk, float *dv,
-              float *delta) {
-  FlashGeometry geo = makeGeometry(p);
+template <int D, typename In>
+void backward(cudaStream_t stream, const AttentionParams &p,
+              const FlashTensors &io, const __nv_bfloat16 *out,
+              const float *logsumexp, const uint64_t *mask, float *delta) {
+  FlashGeometry geo = makeGeometry(p, io.outputsBf16);
+  const auto *q = static_cast<const In *>(io.q);
+  const auto *k = static_cast<const In *>(io.k);
+  const auto *v = static_cast<const In *>(io.v);
+  const auto *dout = static_cast<const In *>(io.dout);
   int64_t rows = p.batch * p.headsQ * p.seqQ;
   constexpr int kDeltaThreads = 256;
-  flashDeltaKernel<D><<<static_cast<unsigned>((rows * kWarp + kDeltaThreads - 1) /
-                                              kDeltaThreads),
-                        kDeltaThreads, 0, stream>>>(geo, p.batch, out, dout,
-                                                    delta);
-  if (dq) {
+  flashDeltaKernel<D, In>
+      <<<static_cast<unsigned>((rows * kWarp + kDeltaThreads - 1) /
+                               kDeltaThreads),
+         kDeltaThreads, 0, stream>>>(geo, p.batch, out, dout, delta);
+  if (io.dq) {
     size_t bytes = queryBackwardShared<D>();
-    allowShared(flashQueryBackwardKernel<D>, bytes);
+    allowShared(flashQueryBackwardKernel<D, In>, bytes);
     dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
               static_cast<unsigned>(p.batch));
-    flashQueryBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-        geo, q, k, v, logsumexp, delta, mask, dout, dq);
+    flashQueryBackwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+        geo, q, k, v, logsumexp, delta, mask, dout, io.dq);
   }
-  if (dk || dv) {
+  if (io.dk || io.dv) {
     size_t bytes = keyBackwardShared<D>();
-    allowShared(flashKeyBackwardKernel<D>, bytes);
+    allowShared(flashKeyBackwardKernel<D, In>, bytes);
     dim3 grid(blocks(p.seqK), static_cast<unsigned>(p.headsKv),
               static_cast<unsigned>(p.batch));
-    flashKeyBackwardKernel<D><<<grid, kFlashThreads, bytes, stream>>>(
-        geo, q, k, v, logsumexp, delta, mask, dout, dk, dv);
+    flashKeyBackwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+        geo, q, k, v, logsumexp, delta, mask, dout, io.dk, io.dv);
   }
 }
 
@@ -898,6 +1001,18 @@ template <typename Body> void withHeadDim(int64_t headDim, Body &&body) {
   default:
     break;
   }
+}
+
+/// Calls body<D, In>() through withHeadDim for the call's input type.
+template <typename Body>
+void withKernels(const AttentionParams &p, const FlashTensors &io,
+                 Body &&body) {
+  withHeadDim(p.headDim, [&](auto d) {
+    if (io.inputsBf16)
+      body(d, __nv_bfloat16());
+    else
+      body(d, float());
+  });
 }
 
 } // namespace
@@ -927,14 +1042,13 @@ std::string flashAttentionUnsupportedReason(const AttentionParams &p) {
 }
 
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
-                           const float *q, const float *k, const float *v,
-                           float *out, float *outCopy, float *logsumexp,
-                           uint64_t *mask) {
+                           const FlashTensors &io, __nv_bfloat16 *outCopy,
+                           float *logsumexp, uint64_t *mask) {
   if (empty(params))
     return;
-  withHeadDim(params.headDim, [&](auto d) {
-    forward<decltype(d)::value>(stream, params, q, k, v, out, outCopy,
-                                logsumexp, mask);
+  withKernels(params, io, [&](auto d, auto in) {
+    forward<decltype(d)::value, decltype(in)>(stream, params, io, outCopy,
+                                               logsumexp, mask);
   });
 }
 
@@ -946,22 +1060,27 @@ size_t flashAttentionMaskBytes(const AttentionParams &params) {
                              ((params.seqK + kTile - 1) / kTile));
 }
 
+size_t flashAttentionSavedOutputBytes(const AttentionParams &params) {
+  return sizeof(__nv_bfloat16) *
+         static_cast<size_t>(params.batch * params.headsQ * params.seqQ *
+                             params.headDimV);
+}
+
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params) {
   return sizeof(float) *
          static_cast<size_t>(params.batch * params.headsQ * params.seqQ);
 }
 
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
-                            const float *q, const float *k, const float *v,
-                            const float *out, const float *logsumexp,
-                            const uint64_t *mask, const float *dout,
-                            float *dq, float *dk, float *dv, void *scratch) {
+                            const FlashTensors &io, const __nv_bfloat16 *out,
+                            const float *logsumexp, const uint64_t *mask,
+                            void *scratch) {
   if (empty(params))
     return;
-  withHeadDim(params.headDim, [&](auto d) {
-    backward<decltype(d)::value>(stream, params, q, k, v, out, logsumexp,
-                                 mask, dout, dq, dk, dv,
-                                 static_cast<float *>(scratch));
+  withKernels(params, io, [&](auto d, auto in) {
+    backward<decltype(d)::value, decltype(in)>(
+        stream, params, io, out, logsumexp, mask,
+        static_cast<float *>(scratch));
   });
 }
 

@@ -166,35 +166,49 @@ void attentionBackward(cudaStream_t stream, const AttentionParams &params,
 //===----------------------------------------------------------------------===//
 // FlashAttention.cu: the attention core of mixed precision (tiles of 64
 // queries x 64 keys, online softmax, bf16 tensor-core products with fp32
-// accumulation; inputs and outputs fp32; same dropout masks as the host)
+// accumulation; inputs and outputs fp32 or bf16; same dropout masks as the
+// host)
 //===----------------------------------------------------------------------===//
 
 /// Empty when the flash kernels take these shapes, else why not.
 std::string flashAttentionUnsupportedReason(const AttentionParams &params);
 
-/// out and logsumexp [batch, headsQ, seqQ], as attentionForward; out and
-/// outCopy (a second copy of out, kept for the gradient) may be null. With
+/// The tensors of a flash-attention call and their element types: q, k, v
+/// (and dout) are bf16 when inputsBf16, else fp32; out (or dq, dk, dv) bf16
+/// when outputsBf16, else fp32. Outputs may be null (not computed); dout
+/// and dq, dk, dv belong to the backward only.
+struct FlashTensors {
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
+  void *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  bool inputsBf16 = false, outputsBf16 = false;
+};
+
+/// io.out and logsumexp [batch, headsQ, seqQ], as attentionForward; out
+/// and outCopy (a second copy of out in bf16, of
+/// flashAttentionSavedOutputBytes, kept for the gradient) may be null. With
 /// dropout and a `mask` of flashAttentionMaskBytes, the keep decisions are
 /// stored there as bits, so that the gradient need not recompute them.
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
-                           const float *q, const float *k, const float *v,
-                           float *out, float *outCopy, float *logsumexp,
-                           uint64_t *mask);
+                           const FlashTensors &io, __nv_bfloat16 *outCopy,
+                           float *logsumexp, uint64_t *mask);
 
 /// Bytes of the forward's dropout mask: 0 without dropout.
 size_t flashAttentionMaskBytes(const AttentionParams &params);
 
+/// Bytes of the forward's output copy kept for the gradient (bf16).
+size_t flashAttentionSavedOutputBytes(const AttentionParams &params);
+
 /// Scratch of flashAttentionBackward: one float per query row.
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params);
 
-/// dq, dk, dv (each may be null) from the forward's out, logsumexp and,
-/// with dropout, its mask (required then: the backward reads the keep
-/// decisions, it does not recompute them).
+/// io.dq, io.dk, io.dv (each may be null) from io.q, k, v, dout and the
+/// forward's bf16 out copy, logsumexp and, with dropout, its mask (required
+/// then: the backward reads the keep decisions, it does not recompute
+/// them).
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
-                            const float *q, const float *k, const float *v,
-                            const float *out, const float *logsumexp,
-                            const uint64_t *mask, const float *dout,
-                            float *dq, float *dk, float *dv, void *scratch);
+                            const FlashTensors &io, const __nv_bfloat16 *out,
+                            const float *logsumexp, const uint64_t *mask,
+                            void *scratch);
 
 /// Scratch of rope: the cos/sin table, [seq][rotaryDim / 2] each, in float.
 size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim);
