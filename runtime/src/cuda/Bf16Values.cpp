@@ -66,6 +66,10 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::LayerNormGrad: // dy and x; the weight stays fp32
   case Op::RmsNormGrad:
     return operand <= 1;
+  case Op::CrossEntropy: // the logits; the labels are ids
+    return operand == 0;
+  case Op::CrossEntropyGrad: // the logits; dloss stays fp32
+    return operand == 1;
   case Op::Attention:     // q, k, v: on the flash kernels only (the exact
   case Op::AttentionGrad: // ones are fp32); dy, q, k, v
     return flashAttention(attentionParams(*function_, inst, 0));
@@ -82,6 +86,7 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::Reshape:
   case Op::Split:
   case Op::Concat:
+  case Op::CrossEntropyGrad: // dlogits: Loss.cu writes either type
     return true;
   case Op::LayerNorm: // y
   case Op::RmsNorm:

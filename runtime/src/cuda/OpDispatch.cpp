@@ -529,15 +529,27 @@ void Executor::execute(size_t position, const Instruction &inst,
       forward.take<char>(crossEntropyScratchBytes(d.rows));
       saved = forward.take<double>(crossEntropySavedBytes(d.rows));
     }
-    withIds(d.labelsAt, [&](auto *labels) {
-      if (grad)
-        crossEntropyBackward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
-                             a.ignoreIndex, toKernel(a.reduction), in(0),
-                             out(0), work, saved, fault, tag);
+    // The logits and their gradient each in float or bf16 (the plan's).
+    auto withType = [&](int64_t v, auto &&body) {
+      if (heldInBf16(v))
+        body(static_cast<__nv_bfloat16 *>(slots_[v]));
       else
-        crossEntropyForward(stream, d.rows, d.vocab, in(d.logitsAt), labels,
-                            a.ignoreIndex, toKernel(a.reduction), out(0), work,
-                            saved, fault, tag);
+        body(static_cast<float *>(slots_[v]));
+    };
+    withIds(d.labelsAt, [&](auto *labels) {
+      withType(inst.operands[d.logitsAt], [&](auto *logits) {
+        if (!grad) {
+          crossEntropyForward(stream, d.rows, d.vocab, logits, labels,
+                              a.ignoreIndex, toKernel(a.reduction), out(0),
+                              work, saved, fault, tag);
+          return;
+        }
+        withType(inst.results[0], [&](auto *dlogits) {
+          crossEntropyBackward(stream, d.rows, d.vocab, logits, labels,
+                               a.ignoreIndex, toKernel(a.reduction), in(0),
+                               dlogits, work, saved, fault, tag);
+        });
+      });
     });
     break;
   }

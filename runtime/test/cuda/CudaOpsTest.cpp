@@ -6,10 +6,12 @@
 
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
+#include "cuda/kernels/Kernels.h"
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -719,6 +721,241 @@ TEST_F(CudaOpsTest, CrossEntropyEveryReductionWithIgnoredLabels) {
                       attrs));
   }
   c.check(kReduction);
+}
+
+// The cross-entropy on logits held in bf16 (a linear's result, read in bf16
+// by the loss and its gradients) and gradients written in bf16 where only
+// GEMMs read them: every reduction, ignored rows, the gradient paired with
+// its forward (the saved logsumexps) and alone (recomputed), and one
+// gradient written in fp32 from the bf16 logits (a function output).
+TEST_F(CudaOpsTest, CrossEntropyOnBf16LogitsWithBf16Gradients) {
+  c.precision = "bf16";
+  std::vector<int64_t> rows = {2, 9}, act = {2, 9, 48},
+                       logitsShape = {2, 9, 264};
+  int64_t x = c.input(act), w = c.input({48, 264}, 0.3);
+  int64_t labels = c.ids(rows, 264);
+  c.lastInput().data<int32_t>()[3] = -100;
+  c.lastInput().data<int32_t>()[10] = -100;
+  int64_t dScalar = c.input({}), dRows = c.input(rows);
+  int64_t logits = c.f.op("linear", {x, w}, logitsShape);
+  auto intoGemms = [&](int64_t dlogits) {
+    c.f.output(
+        c.f.op("linear", {dlogits, w}, act, {{"transpose_weight", true}}));
+    c.f.output(c.f.op("linear_weight_grad", {x, dlogits}, {48, 264}));
+  };
+  Json mean = {{"reduction", "mean"}}, sum = {{"reduction", "sum"}},
+       none = {{"reduction", "none"}};
+  c.f.output(c.f.op("cross_entropy", {logits, labels}, {}, mean));
+  intoGemms(c.f.op("cross_entropy_grad", {dScalar, logits, labels}, logitsShape,
+                   mean));
+  c.f.output(c.f.op("cross_entropy", {logits, labels}, {}, sum));
+  c.f.output(c.f.op("cross_entropy_grad", {dScalar, logits, labels},
+                    logitsShape, sum));
+  // The gradient before its forward: no pair, the logsumexps recomputed.
+  intoGemms(
+      c.f.op("cross_entropy_grad", {dRows, logits, labels}, logitsShape, none));
+  c.f.output(c.f.op("cross_entropy", {logits, labels}, rows, none));
+  c.bf16Values = 3; // the logits and the gradients of mean and none
+  c.check(kBf16);
+}
+
+// fp32 logits (a function input) of a vocabulary of 251 (rows start off
+// the 16-byte grid) with bf16 gradients read by GEMMs.
+TEST_F(CudaOpsTest, CrossEntropyOddVocabularyWithBf16Gradients) {
+  c.precision = "bf16";
+  std::vector<int64_t> rows = {3, 5}, logitsShape = {3, 5, 251};
+  int64_t logits = c.input(logitsShape, 3.0), x = c.input({3, 5, 40}),
+          w = c.input({40, 251});
+  int64_t labels = c.ids(rows, 251);
+  c.lastInput().data<int32_t>()[7] = -100;
+  int64_t dScalar = c.input({}), dRows = c.input(rows);
+  for (const char *reduction : {"mean", "none"}) {
+    Json attrs = {{"reduction", reduction}};
+    bool perRow = std::string(reduction) == "none";
+    c.f.output(c.f.op("cross_entropy", {logits, labels},
+                      perRow ? rows : std::vector<int64_t>{}, attrs));
+    int64_t dlogits =
+        c.f.op("cross_entropy_grad", {perRow ? dRows : dScalar, logits, labels},
+               logitsShape, attrs);
+    c.f.output(c.f.op("linear", {dlogits, w}, {3, 5, 40},
+                      {{"transpose_weight", true}}));
+    c.f.output(c.f.op("linear_weight_grad", {x, dlogits}, {40, 251}));
+  }
+  c.bf16Values = 2;
+  c.check(kBf16);
+}
+
+/// Rounds to bf16 (nearest even) and back, on the host.
+float roundedToBf16(float value, uint16_t *bits) {
+  uint32_t u;
+  std::memcpy(&u, &value, sizeof(u));
+  u += 0x7fffu + ((u >> 16) & 1u);
+  *bits = static_cast<uint16_t>(u >> 16);
+  u = static_cast<uint32_t>(*bits) << 16;
+  std::memcpy(&value, &u, sizeof(value));
+  return value;
+}
+
+/// A device array of `count` T, freed at scope exit.
+template <typename T> class DeviceArray {
+public:
+  explicit DeviceArray(size_t count) : count_(count) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&data_),
+                         sizeof(T) * std::max<size_t>(count, 1)),
+              cudaSuccess);
+  }
+  DeviceArray(const DeviceArray &) = delete;
+  ~DeviceArray() { cudaFree(data_); }
+  T *get() const { return data_; }
+  template <typename U> void upload(const std::vector<U> &from) {
+    static_assert(sizeof(U) == sizeof(T), "same element size");
+    ASSERT_EQ(from.size(), count_);
+    ASSERT_EQ(cudaMemcpy(data_, from.data(), sizeof(T) * count_,
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  template <typename U> std::vector<U> download() const {
+    static_assert(sizeof(U) == sizeof(T), "same element size");
+    std::vector<U> to(count_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(to.data(), data_, sizeof(T) * count_,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return to;
+  }
+
+private:
+  T *data_ = nullptr;
+  size_t count_;
+};
+
+/// The largest |a - b| over the largest |b|.
+double largestRelativeDifference(const std::vector<float> &a,
+                                 const std::vector<float> &b) {
+  double largestDifference = 0, largest = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    largestDifference =
+        std::max(largestDifference, std::abs(static_cast<double>(a[i]) - b[i]));
+    largest = std::max(largest, std::abs(static_cast<double>(b[i])));
+  }
+  return largest > 0 ? largestDifference / largest : largestDifference;
+}
+
+using host::LossReduction;
+
+class CudaLossKernelTest : public CudaTest {
+protected:
+  /// Runs the cross-entropy launchers on bf16 logits of `rows` x `vocab`
+  /// (the host's float kernels on the same values as the reference), with
+  /// the gradient in G, paired (saved logsumexps) or not. Label `badRow`
+  /// (if >= 0) is outside the vocabulary: the fault word gets the tag and
+  /// that row gives zeros, as an ignored row does.
+  template <typename G>
+  void check(int64_t rows, int64_t vocab, LossReduction reduction, bool paired,
+             int64_t badRow = -1) {
+    SCOPED_TRACE("vocab " + std::to_string(vocab) + ", reduction " +
+                 std::to_string(static_cast<int>(reduction)) +
+                 (paired ? ", paired" : ", unpaired") +
+                 (sizeof(G) == 2 ? ", bf16 gradient" : ", fp32 gradient"));
+    size_t n = static_cast<size_t>(rows * vocab);
+    host::Tensor random = randomTensor({rows, vocab}, 7 + vocab, 4.0);
+    std::vector<float> logits(n);
+    std::vector<uint16_t> logitsBf16(n);
+    for (size_t i = 0; i < n; ++i)
+      logits[i] = roundedToBf16(random.data<float>()[i], &logitsBf16[i]);
+    host::Tensor labelTensor = randomIds({rows}, vocab, 3 + vocab);
+    std::vector<int32_t> labels(labelTensor.data<int32_t>(),
+                                labelTensor.data<int32_t>() + rows);
+    labels[1] = -100;
+    bool perRow = reduction == LossReduction::None;
+    host::Tensor dlossTensor = randomTensor({perRow ? rows : 1}, 11);
+    std::vector<float> dloss(dlossTensor.data<float>(),
+                             dlossTensor.data<float>() +
+                                 dlossTensor.numElements());
+    size_t lossCount = perRow ? static_cast<size_t>(rows) : 1;
+    std::vector<float> expectedLoss(lossCount), expectedGrad(n);
+    host::ThreadPool pool(2);
+    ASSERT_TRUE(host::crossEntropyForward(pool, rows, vocab, logits.data(),
+                                          labels.data(), -100, reduction,
+                                          expectedLoss.data())
+                    .ok());
+    ASSERT_TRUE(host::crossEntropyBackward(pool, rows, vocab, logits.data(),
+                                           labels.data(), -100, reduction,
+                                           dloss.data(), expectedGrad.data())
+                    .ok());
+    if (badRow >= 0)
+      labels[static_cast<size_t>(badRow)] = static_cast<int32_t>(vocab + 3);
+
+    DeviceArray<__nv_bfloat16> deviceLogits(n);
+    DeviceArray<int32_t> deviceLabels(labels.size());
+    DeviceArray<float> deviceDloss(dloss.size()), deviceLoss(lossCount);
+    DeviceArray<G> deviceGrad(n);
+    DeviceArray<char> scratch(cuda::crossEntropyScratchBytes(rows));
+    DeviceArray<double> saved(static_cast<size_t>(rows));
+    deviceLogits.upload(logitsBf16);
+    deviceLabels.upload(labels);
+    deviceDloss.upload(dloss);
+    cudaStream_t stream = context->stream();
+    unsigned *fault = context->fault();
+    context->resetFault();
+    cuda::crossEntropyForward(stream, rows, vocab, deviceLogits.get(),
+                              deviceLabels.get(), -100, reduction,
+                              deviceLoss.get(), scratch.get(),
+                              paired ? saved.get() : nullptr, fault, 7u);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(context->readFault(), badRow >= 0 ? 7u : 0u);
+    context->resetFault();
+    cuda::crossEntropyBackward(
+        stream, rows, vocab, deviceLogits.get(), deviceLabels.get(), -100,
+        reduction, deviceDloss.get(), deviceGrad.get(), scratch.get(),
+        paired ? saved.get() : nullptr, fault, 9u);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(context->readFault(), badRow >= 0 ? 9u : 0u);
+
+    std::vector<float> loss = deviceLoss.download<float>(), grad(n);
+    if constexpr (sizeof(G) == 2) {
+      std::vector<uint16_t> bits = deviceGrad.template download<uint16_t>();
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t u = static_cast<uint32_t>(bits[i]) << 16;
+        std::memcpy(&grad[i], &u, sizeof(u));
+      }
+    } else {
+      grad = deviceGrad.template download<float>();
+    }
+    if (badRow >= 0) { // that row: zero loss and gradient
+      for (int64_t v = 0; v < vocab; ++v)
+        ASSERT_EQ(grad[static_cast<size_t>(badRow * vocab + v)], 0.0f) << v;
+      if (perRow) {
+        EXPECT_EQ(loss[static_cast<size_t>(badRow)], 0.0f);
+      }
+      return;
+    }
+    EXPECT_LE(largestRelativeDifference(loss, expectedLoss), 1e-6);
+    // One rounding to bf16 (2^-9 of the element) over float's arithmetic.
+    EXPECT_LE(largestRelativeDifference(grad, expectedGrad),
+              sizeof(G) == 2 ? 4e-3 : 1e-5);
+  }
+};
+
+// Widths below and over a chunk, rows starting anywhere on the 16-byte
+// grid; every reduction; both gradient types, paired and not.
+TEST_F(CudaLossKernelTest, CrossEntropyOnBf16LogitsOfOddWidths) {
+  for (int64_t vocab : {5, 37, 1001, 8 * 515}) {
+    for (LossReduction reduction :
+         {LossReduction::Mean, LossReduction::Sum, LossReduction::None}) {
+      check<__nv_bfloat16>(6, vocab, reduction, true);
+      check<float>(6, vocab, reduction, reduction != LossReduction::Sum);
+    }
+    check<__nv_bfloat16>(5, vocab, LossReduction::Mean, false);
+  }
+}
+
+// A label outside the vocabulary that reached the device (a bound device
+// batch) sets the fault word to the launch's tag, in the forward and the
+// backward, and its row gives zeros.
+TEST_F(CudaLossKernelTest, CrossEntropyLabelOutsideTheVocabularySetsTheFault) {
+  check<__nv_bfloat16>(6, 1001, LossReduction::None, true, 4);
+  check<float>(6, 37, LossReduction::Mean, false, 2);
 }
 
 TEST_F(CudaOpsTest, TransposeSplitConcatAndReshape) {

@@ -276,26 +276,27 @@ size_t crossEntropyScratchBytes(int64_t rows);
 /// Bytes of the rows' logsumexps the forward can save for the backward.
 size_t crossEntropySavedBytes(int64_t rows);
 
-/// One pass over each row of logits (a running max and sum of exponentials,
-/// in double); with `saved` (crossEntropySavedBytes), also stores each
-/// row's logsumexp.
-template <typename Id>
+/// One pass over each row of logits (float or __nv_bfloat16; 16-byte
+/// vector loads where the array is 16-byte aligned): each thread's running
+/// max and sum of exponentials in float, merged over the row in double, as
+/// the host's canonical sum rounded to float. The loss stays float. With
+/// `saved` (crossEntropySavedBytes), also stores each row's logsumexp.
+template <typename T, typename Id>
 void crossEntropyForward(cudaStream_t stream, int64_t rows, int64_t vocab,
-                         const float *logits, const Id *labels,
-                         int64_t ignoreIndex, LossReduction reduction,
-                         float *loss, void *scratch, double *saved,
-                         unsigned *fault, unsigned tag);
+                         const T *logits, const Id *labels, int64_t ignoreIndex,
+                         LossReduction reduction, float *loss, void *scratch,
+                         double *saved, unsigned *fault, unsigned tag);
 
-/// With `saved` (the forward's logsumexps of the same logits and labels),
-/// one read of the logits and one write of dlogits; else the logsumexps are
-/// recomputed first.
-template <typename Id>
+/// dlogits (float or __nv_bfloat16, with logits of either type) computed in
+/// float. With `saved` (the forward's logsumexps of the same logits and
+/// labels), one read of the logits and one write of dlogits; else the
+/// logsumexps are recomputed first.
+template <typename T, typename G, typename Id>
 void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
-                          const float *logits, const Id *labels,
+                          const T *logits, const Id *labels,
                           int64_t ignoreIndex, LossReduction reduction,
-                          const float *dloss, float *dlogits, void *scratch,
-                          const double *saved, unsigned *fault,
-                          unsigned tag);
+                          const float *dloss, G *dlogits, void *scratch,
+                          const double *saved, unsigned *fault, unsigned tag);
 
 //===----------------------------------------------------------------------===//
 // Shape.cu
