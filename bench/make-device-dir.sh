@@ -61,4 +61,16 @@ done
 "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
   --global-batch-size=32 --attention-dropout=0 \
   -o "$b/gpt2-124m-bf16-mb32-nodrop.mtb"
+# MULTI=1: bench/run-multi-gpu.sh's bundles (issue #11): gpt2-124m without
+# any dropout (dropout over split tensors is refused on the GPU), for one
+# rank and for TP=2.
+if [ "${MULTI:-0}" = 1 ]; then
+  for tp in 1 2; do
+    suffix=; [ $tp = 2 ] && suffix=-tp2
+    "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+      --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
+      --tensor-model-parallel-size=$tp \
+      -o "$b/gpt2-124m-bf16-mb32-nodropout$suffix.mtb"
+  done
+fi
 du -sh "$dest"

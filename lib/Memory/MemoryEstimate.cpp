@@ -5,6 +5,7 @@
 #include "mt/IR/MtLayerLocations.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
+#include "mt/Transforms/SideBuffers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringSet.h"
@@ -65,12 +66,30 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
       estimate.parameterElements += elements(read.getType());
   });
 
-  // The runtime keeps fp32 weights (the master copy; bf16 copies of GEMM
-  // operands are side buffers in the arena), fp32 gradients
+  // The runtime keeps fp32 weights (the master copy), fp32 gradients
   // and AdamW's two fp32 moments, the moments split over the data-parallel
-  // ranks by the distributed optimizer.
+  // ranks by the distributed optimizer. Under bf16, the parameters that
+  // GEMMs read have a persistent bf16 copy besides (the other GEMM
+  // operands' copies are side buffers in the arena).
   const int64_t n = estimate.parameterElements;
   estimate.parameterBytes = n * 4;
+  if (storage.mixedPrecision) {
+    llvm::StringSet<> copied;
+    auto countCopies = [&](func::FuncOp function) {
+      function.walk([&](Operation *op) {
+        if (!mt::readsGemmOperands(op))
+          return;
+        for (Value operand : op->getOperands().take_front(2))
+          if (FlatSymbolRefAttr name = mt::parameterRead(operand))
+            if (copied.insert(name.getValue()).second)
+              estimate.bf16ParameterElements += elements(operand.getType());
+      });
+    };
+    countCopies(train);
+    if (auto eval = module.lookupSymbol<func::FuncOp>("eval_step"))
+      countCopies(eval);
+    estimate.bf16ParameterBytes = estimate.bf16ParameterElements * 2;
+  }
   estimate.gradientBytes = n * 4;
   int64_t optimizer = n * 8;
   if (config.parallel.useDistributedOptimizer)

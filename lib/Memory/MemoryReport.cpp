@@ -131,9 +131,15 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
       llvm::formatv("parameters ({0}, fp32)", e.parameterElements).str(),
       e.parameterBytes,
       llvm::formatv("{0:F0} parameters", t.parameters).str());
+  if (config.precision == Precision::BF16)
+    row(os,
+        llvm::formatv("bf16 weight copies ({0})", e.bf16ParameterElements)
+            .str(),
+        e.bf16ParameterBytes, "the GEMMs' bf16 operands, kept by the optimizer");
   row(os, "gradients (fp32)", e.gradientBytes);
   row(os, "optimizer state (Adam moments)", e.optimizerBytes);
-  int64_t weights = e.parameterBytes + e.gradientBytes + e.optimizerBytes;
+  int64_t weights = e.parameterBytes + e.bf16ParameterBytes + e.gradientBytes +
+                    e.optimizerBytes;
   row(os, "weights and optimizer", weights,
       llvm::formatv("{0} ({1:F2} B/parameter)",
                     formatBytes(t.weightsAndOptimizer), t.bytesPerParameter)

@@ -85,6 +85,9 @@ LogicalResult DifferentiatePass::differentiate(func::FuncOp function) {
   OpBuilder builder(ret);
   Value seed = FillOp::create(builder, ret.getLoc(), lossType,
                               builder.getF64FloatAttr(1.0));
+  // The runtime finds the seed by this mark to multiply it by fp16
+  // training's loss scale (docs/BundleFormat.md, `loss_seed`).
+  seed.getDefiningOp()->setAttr(kLossSeedAttrName, builder.getUnitAttr());
   FailureOr<SmallVector<Value>> inputGradients =
       appendBackwardPass(function, seed, {});
   if (failed(inputGradients))

@@ -25,6 +25,12 @@ void printParameterTable(ModuleOp module, llvm::raw_ostream &os);
 /// mt-print-collectives).
 void printCollectives(ModuleOp module, llvm::raw_ostream &os);
 
+/// The discardable unit attribute mt-differentiate puts on the fill of 1
+/// that seeds the backward pass (the loss's gradient); the bundle writes it
+/// as fill's `loss_seed`, and fp16 training multiplies that fill by the loss
+/// scale.
+inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
+
 /// Appends the reverse-mode backward pass of `function` (one block) before
 /// its return: `seed` is the gradient of its first result (a value defined
 /// before the return, such as a fill of 1 or an argument). Every parameter

@@ -1,7 +1,7 @@
 //===- SideBuffers.cpp - The CUDA backend's blocks besides the values ------===//
 //
 // Mirrors runtime/src/cuda/OpDispatch.cpp (Executor::scratchBytes,
-// pairAttention, pairCrossEntropy, planBf16Copies) and the kernels' scratch
+// pairAttention, pairCrossEntropy), Bf16Values.cpp (planBf16Copies) and the kernels' scratch
 // sizes (runtime/src/cuda/kernels/*.cu, the *ScratchBytes functions); the
 // runtime checks at load time that each block here is at least what it needs.
 //
@@ -13,6 +13,7 @@
 #include "mt/Transforms/MemoryPlan.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
@@ -140,8 +141,7 @@ int64_t flashMaskBytes(const AttentionShape &p) {
 
 /// The values a GEMM reads as its two operands (both null for other ops).
 std::pair<Value, Value> gemmOperands(Operation *op) {
-  if (isa_and_nonnull<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
-                      LinearWeightGradOp, LinearWeightBiasGradOp>(op))
+  if (readsGemmOperands(op))
     return {op->getOperand(0), op->getOperand(1)};
   return {};
 }
@@ -164,6 +164,25 @@ std::pair<int64_t, int64_t> biasGradDims(Operation *op) {
 }
 
 } // namespace
+
+bool mt::readsGemmOperands(Operation *op) {
+  return isa_and_nonnull<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
+                         LinearWeightGradOp, LinearWeightBiasGradOp>(op);
+}
+
+FlatSymbolRefAttr mt::parameterRead(Value value) {
+  if (auto read = value.getDefiningOp<GetParameterOp>())
+    return read.getNameAttr();
+  auto argument = dyn_cast<BlockArgument>(value);
+  if (!argument)
+    return {};
+  auto function =
+      dyn_cast_or_null<FunctionOpInterface>(argument.getOwner()->getParentOp());
+  if (!function)
+    return {};
+  return function.getArgAttrOfType<FlatSymbolRefAttr>(argument.getArgNumber(),
+                                                      "mt.parameter");
+}
 
 SmallVector<SmallVector<SideBuffer, 1>>
 mt::declareSideBuffers(ArrayRef<Operation *> stream,
@@ -267,13 +286,14 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
       buffers[i].push_back(kernel[i]);
 
   // Mixed precision: every value a GEMM reads gets one bf16 copy, made by
-  // its first GEMM and kept until its last.
+  // its first GEMM and kept until its last; a parameter's is the store's
+  // (runtime/src/cuda/Bf16Values.cpp, planBf16Copies).
   if (options.mixedPrecision) {
     DenseMap<Value, std::pair<int64_t, size_t>> copyAt; // instruction, index
     for (int64_t i = 0; i < n; ++i) {
       auto [a, b] = gemmOperands(stream[i]);
       for (Value v : {a, b}) {
-        if (!v)
+        if (!v || parameterRead(v))
           continue;
         auto [it, first] = copyAt.try_emplace(v, i, buffers[i].size());
         if (first)

@@ -4,7 +4,9 @@
 // scratch (norm statistics, column sums, sort space), state a forward kernel
 // saves for its gradient (flash attention's output copy, logsumexp and
 // dropout bits; cross-entropy's logsumexps), and under mixed precision one
-// 16-bit copy of every GEMM operand, kept from its first GEMM to its last.
+// 16-bit copy of every GEMM operand, kept from its first GEMM to its last,
+// except parameters: their bf16 copies persist beside the fp32 masters in the
+// runtime's parameter store (counted with the parameters, not here).
 // This file declares them, per instruction, each block with the last
 // instruction that reads it, so that the memory plan places them in the arena
 // beside the values (docs/Memory.md, "Side buffers"). The runtime computes
@@ -17,6 +19,7 @@
 #ifndef MT_TRANSFORMS_SIDEBUFFERS_H
 #define MT_TRANSFORMS_SIDEBUFFERS_H
 
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -51,6 +54,17 @@ struct SideBuffer {
 SmallVector<SmallVector<SideBuffer, 1>>
 declareSideBuffers(ArrayRef<Operation *> stream,
                    const SideBufferOptions &options);
+
+/// The parameter `value` reads (a get_parameter's result, or a partitioned
+/// function's argument marked mt.parameter), or null.
+FlatSymbolRefAttr parameterRead(Value value);
+
+/// Whether `op` is a GEMM whose operands A and B (its first two) get bf16
+/// copies under mixed precision: linear, linear_gelu, linear_gelu_grad,
+/// matmul and the weight-gradient GEMMs. A parameter such an operand reads
+/// straight (parameterRead) has a persistent copy in the runtime's store
+/// (runtime/src/cuda/ParameterStore.h, gemmReadParameters).
+bool readsGemmOperands(Operation *op);
 
 } // namespace mlir::mt
 

@@ -38,6 +38,10 @@ inline constexpr int64_t kMeasuredCudaContextBytes = int64_t(535) << 20;
 struct MemoryEstimate {
   int64_t parameterElements = 0;
   int64_t parameterBytes = 0;
+  /// Under bf16: the persistent bf16 copies of the parameters GEMMs read
+  /// (runtime/src/cuda/ParameterStore.h), 2 bytes per element.
+  int64_t bf16ParameterElements = 0;
+  int64_t bf16ParameterBytes = 0;
   int64_t gradientBytes = 0;
   /// AdamW's two fp32 moments, divided by the data-parallel size under the
   /// distributed optimizer. The fp32 weights are the master copy.
@@ -65,8 +69,8 @@ struct MemoryEstimate {
   double recomputedFlops = 0;
 
   int64_t totalBytes() const {
-    return parameterBytes + gradientBytes + optimizerBytes + activationBytes +
-           workspaceBytes;
+    return parameterBytes + bf16ParameterBytes + gradientBytes +
+           optimizerBytes + activationBytes + workspaceBytes;
   }
 };
 

@@ -5,6 +5,7 @@
 
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
+#include "mt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -221,9 +222,11 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
   Object attrs;
   for (NamedAttribute named : op->getAttrDictionary()) {
     // Discardable attributes (mt.recomputed) are notes for passes, except
-    // a random op's tile (mt.split_axes), which keys its stream.
+    // a random op's tile (mt.split_axes), which keys its stream, and the
+    // backward pass's seed mark (mt.loss_seed), which fp16 training scales.
     if (op->getDiscardableAttr(named.getName()) &&
-        named.getName() != "mt.split_axes")
+        named.getName() != "mt.split_axes" &&
+        named.getName() != mt::kLossSeedAttrName)
       continue;
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
     if (failed(value))

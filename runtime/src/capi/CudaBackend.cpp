@@ -53,6 +53,10 @@ public:
 
   double run(bool train, const BatchView &batch, uint64_t step) override {
     cuda::Executor &executor = train ? *trainStep_ : *evalStep_;
+    // The caller may have written parameters through a view since: the
+    // GEMMs' bf16 copies follow the fp32 values.
+    if (viewGiven_)
+      parameters_.refreshBf16Copies();
     std::vector<host::Tensor> outputs =
         executor.run({batch.tokens, batch.labels}, step, batch.onDevice);
     return static_cast<double>(outputs[0].data<float>()[0]);
@@ -63,13 +67,18 @@ public:
     return optimizer_->step(iteration, gradScale);
   }
 
-  void *value(size_t i) override { return parameters_.value(i); }
+  void *value(size_t i) override {
+    viewGiven_ = true;
+    return parameters_.value(i);
+  }
   void copy(void *to, bool, const void *from, bool, size_t bytes) override {
     // Unified addressing tells host from device memory.
     MTRT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault,
                                     context_.stream()),
                     "copying a tensor of " + std::to_string(bytes) +
                         " bytes");
+    if (parameters_.overlapsValues(to, bytes))
+      parameters_.refreshBf16Copies();
     context_.synchronize("copying a tensor");
   }
   void *batchBuffer(int slot, size_t bytes) override {
@@ -97,6 +106,9 @@ private:
   std::unique_ptr<cuda::Executor> trainStep_, evalStep_;
   std::unique_ptr<cuda::Optimizer> optimizer_;
   cuda::DeviceBuffer batch_[2];
+  /// A parameter's storage was handed out (mtrt_session_parameter_view and
+  /// the copies through it): runs refresh the bf16 copies first.
+  bool viewGiven_ = false;
 };
 
 } // namespace

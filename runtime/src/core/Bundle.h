@@ -117,6 +117,9 @@ enum class CollectiveReduction : uint8_t { Sum, Max };
 struct Attributes {
   int64_t parameter = -1;
   double value = 0;   // fill
+  /// fill: the seed of the backward pass (the loss's gradient), which fp16
+  /// training multiplies by the loss scale (format version 5).
+  bool lossSeed = false;
   double epsilon = 0; // layer_norm, rms_norm and their grads
   bool transposeWeight = false;
   bool transposeLhs = false;
@@ -347,7 +350,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 4;
+  static constexpr uint32_t kFormatVersion = 5;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -371,6 +371,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.causal = flag;
       else if (key == "inverse")
         out.inverse = flag;
+      else if (key == "loss_seed")
+        out.lossSeed = flag;
       break;
     }
     case AttrKind::Int: {

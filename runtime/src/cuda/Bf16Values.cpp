@@ -5,6 +5,7 @@
 
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
+#include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <numeric>
@@ -202,6 +203,11 @@ Executor::gemmOperandValues(const Instruction &inst) const {
   }
 }
 
+const __nv_bfloat16 *Executor::parameterBf16(int64_t v) const {
+  int64_t p = parameterOf_[v];
+  return p < 0 ? nullptr : parameters_.bf16Value(static_cast<size_t>(p));
+}
+
 void Executor::planBf16Copies() {
   const Function &fn = *function_;
   bf16MadeAt_.assign(fn.values.size(), kNoPartner);
@@ -211,7 +217,8 @@ void Executor::planBf16Copies() {
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     auto [a, b] = gemmOperandValues(fn.instructions[position]);
     for (int64_t v : {a, b}) {
-      if (v < 0 || bf16Value_[v]) // a bf16 value is its own copy
+      // A bf16 value is its own copy; a parameter view's is the store's.
+      if (v < 0 || bf16Value_[v] || parameterBf16(v))
         continue;
       if (bf16MadeAt_[v] == kNoPartner)
         bf16MadeAt_[v] = position;
@@ -238,9 +245,11 @@ Bf16Operands Executor::bf16Operands(size_t position, const Instruction &inst) {
   if (!bf16_)
     return operands;
   auto [a, b] = gemmOperandValues(inst);
-  auto copyOf = [&](int64_t v) {
+  auto copyOf = [&](int64_t v) -> const __nv_bfloat16 * {
     if (bf16Value_[v])
       return static_cast<__nv_bfloat16 *>(slots_[v]);
+    if (const __nv_bfloat16 *persistent = parameterBf16(v))
+      return persistent;
     auto *copy = reinterpret_cast<__nv_bfloat16 *>(
         static_cast<char *>(arena_.data()) + plan_.copyOffset[v]);
     if (bf16MadeAt_[v] == position)

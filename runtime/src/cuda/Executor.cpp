@@ -38,12 +38,12 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     if (inst.op == Op::Fused && !fusedKernels_)
       fusedKernels_ = std::make_unique<FusedKernelLibrary>(bundle);
 
-  std::vector<bool> parameterView(fn.values.size(), false);
+  parameterOf_.assign(fn.values.size(), -1);
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
     checkShapes(position, inst);
     if (inst.op == Op::GetParameter)
-      parameterView[inst.results[0]] = true;
+      parameterOf_[inst.results[0]] = inst.attrs.parameter;
   }
   // A reshape's result shares its operand's memory.
   aliasOf_.assign(fn.values.size(), -1);
@@ -58,10 +58,11 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   pairCrossEntropy();
   planBf16Values();
   planBf16Copies();
+  planGemmAccumulation();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
-        if (parameterView[v])
+        if (parameterOf_[v] >= 0)
           return 0;
         DType declared = fn.values[v].dtype;
         return static_cast<size_t>(fn.values[v].numElements) *
@@ -353,6 +354,8 @@ std::optional<std::string> Executor::graphObstacle() const {
 
 bool Executor::usesStep(const Instruction &inst) const {
   switch (inst.op) {
+  case Op::Fill: // fp16's loss scale: an argument that changes between runs
+    return inst.attrs.lossSeed;
   case Op::Dropout:
     return inst.attrs.p != 0;
   case Op::Attention:
@@ -385,10 +388,12 @@ bool Executor::replayGraph(uint64_t step) {
       graph_.capture(stream, fn.instructions.size(), stepped_, enqueue, what);
       graphInputSlots_ = inputSlots;
       graphStep_ = step;
+      graphLossScale_ = lossScale_;
       ++graphCaptures_;
-    } else if (step != graphStep_) {
+    } else if (step != graphStep_ || lossScale_ != graphLossScale_) {
       graph_.refresh(stream, enqueue, what);
       graphStep_ = step;
+      graphLossScale_ = lossScale_;
     }
     graph_.launch(stream, what);
   } catch (const Error &e) {

@@ -53,7 +53,9 @@ class ParameterStore;
 /// (ArenaPlan: results allocated where they are defined, released at the
 /// instruction that lists them in `free`), and one arena of the plan's size
 /// is allocated; runs allocate nothing. get_parameter binds the store's
-/// device value (no copy); accumulate_gradient adds into its gradient.
+/// device value (no copy; GEMMs under bf16 read the store's bf16 copy);
+/// accumulate_gradient adds into its gradient, or its weight-gradient GEMM
+/// did (planGemmAccumulation).
 /// Every floating value is f32 on the device; bf16 and f16 values are
 /// rejected. A bundle compiled with precision bf16 (the manifest's
 /// model.precision) runs in mixed precision: GEMMs and the attention core
@@ -117,12 +119,22 @@ public:
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
                                 uint64_t step, bool inputsOnDevice = false);
 
+  /// fp16 loss scaling: from the next run on, the backward pass's seed (the
+  /// fill marked `loss_seed`) is its value times `scale`, as
+  /// host::Executor::setLossScale. A launch argument: the fill is a stepped
+  /// instruction of the CUDA graph, refreshed when the scale changes.
+  void setLossScale(double scale) { lossScale_ = scale; }
+
   /// The arena's size: every value and scratch byte of a run.
   size_t arenaBytes() const { return plan_.bytes; }
 
   /// Mixed precision: how many values are held in bf16
   /// (ContextOptions::bf16Values).
   size_t bf16ValueCount() const;
+
+  /// How many weight-gradient GEMMs add straight into their parameter's
+  /// gradient (planGemmAccumulation).
+  size_t gemmAccumulationCount() const;
 
   /// With ContextOptions::profile: milliseconds per op over the runs so
   /// far but the first (whose GEMM algorithm timing and kernel loading are
@@ -161,8 +173,18 @@ private:
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
   /// Mixed precision: each value that GEMMs read gets one bf16 copy, made by
-  /// its first GEMM and kept until its last (its own block in the arena).
+  /// its first GEMM and kept until its last (its own block in the arena);
+  /// except parameter views, whose copy is the store's persistent one
+  /// (ParameterStore::bf16Value), and values held in bf16.
   void planBf16Copies();
+  /// The store's bf16 copy of value `v` when it is a view of a parameter
+  /// that has one, else null.
+  const __nv_bfloat16 *parameterBf16(int64_t v) const;
+  /// Weight gradients accumulated by their GEMM: a linear_weight_grad or
+  /// linear_weight_bias_grad whose weight gradient is read only by one
+  /// accumulate_gradient runs with beta = 1 straight into that parameter's
+  /// gradient, and the accumulate_gradient does nothing.
+  void planGemmAccumulation();
   /// The bf16 copies instruction `position` makes (first operand first).
   std::vector<SideBufferNeed> bf16CopiesMadeAt(size_t position) const;
   /// Mixed precision (ContextOptions::bf16Values): the values held in bf16
@@ -202,9 +224,10 @@ private:
   /// Why this function runs without a CUDA graph (options, host-run
   /// instructions), or nullopt.
   std::optional<std::string> graphObstacle() const;
-  /// Whether `inst`'s kernels take the step (dropout keys): the
-  /// instructions the graph updates before each replay. Every op whose
-  /// dispatch passes `step` to a kernel must be here.
+  /// Whether `inst`'s kernels take the step (dropout keys) or fp16's loss
+  /// scale (the loss-seed fill): the instructions the graph updates before
+  /// each replay. Every op whose dispatch passes `step` (or the loss scale)
+  /// to a kernel must be here.
   bool usesStep(const Instruction &inst) const;
   /// Whether `inst` runs through the host (a multi-rank instruction).
   bool runsOnHost(const Instruction &inst) const;
@@ -225,6 +248,7 @@ private:
   std::unique_ptr<host::ThreadPool> hostPool_;
   Context &context_;
   bool bf16_ = false;
+  double lossScale_ = 1.0;
   /// By instruction: the position of the paired attention_grad (for an
   /// attention) or attention (for an attention_grad); kNoPartner if none.
   static constexpr size_t kNoPartner = ~size_t(0);
@@ -239,6 +263,13 @@ private:
   /// By value: the first and the last GEMM reading it (kNoPartner: none);
   /// its bf16 copy lives from one to the other.
   std::vector<size_t> bf16MadeAt_, bf16Until_;
+  /// By value: the parameter it is a view of (get_parameter), or -1.
+  std::vector<int64_t> parameterOf_;
+  /// By instruction: the parameter whose gradient a weight-gradient GEMM
+  /// adds its product into (planGemmAccumulation), or -1.
+  std::vector<int64_t> gemmAccumulates_;
+  /// By instruction: an accumulate_gradient done by its GEMM.
+  std::vector<bool> accumulatedByGemm_;
   /// By value: the operand whose memory a reshape's result shares, or -1.
   std::vector<int64_t> aliasOf_;
   /// The bundle's generated kernels, when the function has fused groups.
@@ -264,6 +295,9 @@ private:
   std::vector<bool> stepped_;
   std::vector<void *> graphInputSlots_;
   uint64_t graphStep_ = 0;
+  /// The loss scale the graph's loss-seed fill was captured or refreshed
+  /// with (the fill is a stepped instruction).
+  double graphLossScale_ = 1.0;
   /// Why there is no graph (graphObstacle, or the failure that turned it
   /// off); empty while graphs are on.
   std::string graphOff_;

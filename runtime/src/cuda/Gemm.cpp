@@ -427,9 +427,13 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   if (batch <= 0 || m <= 0 || n <= 0)
     return;
   std::string what = shapeText(batch, m, n, k, transA, transB);
-  if (epilogue.kind != Kind::None && (batch != 1 || accumulate))
+  bool biasGradOnly =
+      epilogue.kind == Kind::BiasGradA || epilogue.kind == Kind::BiasGradB;
+  if (epilogue.kind != Kind::None &&
+      (batch != 1 || (accumulate && !biasGradOnly)))
     throw Error(MTRT_STATUS_INTERNAL,
-                what + ": epilogues are for single, non-accumulating products");
+                what + ": epilogues are for single products, and only a bias "
+                       "gradient's for accumulating ones");
   if (k == 0) {
     // cuBLASLt rejects k = 0: the product is zero, then the epilogue.
     float *product = epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
@@ -512,7 +516,7 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   // A plain product followed by the GeLU's kernel goes to aux first.
   float *product =
       byKernel && epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
-  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
   auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
     return cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first, p.a,
                           &beta, product, p.c, product, p.c, &algo, workspace_,
@@ -520,18 +524,51 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   };
   if (!p.candidates.empty()) {
     // Timed on this call's buffers: every candidate writes the same C (and
-    // aux or bias gradient); an accumulating product would add up, and a
-    // stream being captured cannot be waited on: those keep the first.
+    // aux or bias gradient). An accumulating product would add up: it is
+    // timed with beta = 0 into its scratch (same layout and alignment as
+    // C), or keeps the first without one. A stream being captured cannot be
+    // waited on: it keeps the first.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     MTRT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture), what);
-    if (accumulate || capture != cudaStreamCaptureStatusNone)
+    float *scratch = epilogue.tuningScratch;
+    bool scratchFits =
+        scratch && !bf16Result && !byKernel &&
+        alignmentOf(scratch, batch, m * n, sizeof(float)) >= std::get<10>(key);
+    if (capture != cudaStreamCaptureStatusNone || (accumulate && !scratchFits))
       p.candidates.clear();
+    else if (accumulate)
+      tune(p, what + " " + epilogueName(wanted) + ", accumulating",
+           [&](const cublasLtMatmulAlgo_t &algo) {
+             return cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first,
+                                   p.a, &zero, scratch, p.c, scratch, p.c,
+                                   &algo, workspace_, workspaceBytes_,
+                                   stream_);
+           });
     else
       tune(p,
            what + " " + epilogueName(wanted) + (bf16Result ? ", bf16 C" : ""),
            launch);
   }
-  MTRT_CUBLAS_CHECK(launch(p.algo), what);
+  cublasStatus_t status = p.accumulateRefused ? CUBLAS_STATUS_NOT_SUPPORTED
+                                               : launch(p.algo);
+  if (status != CUBLAS_STATUS_SUCCESS && accumulate && biasGradOnly &&
+      !byKernel && epilogue.tuningScratch) {
+    // cuBLASLt refused beta = 1 with the bias-gradient epilogue: the
+    // product (and the bias gradient) into the scratch, then added.
+    if (!p.accumulateRefused)
+      epiloguesByKernel_.push_back(std::string(epilogueName(wanted)) +
+                                   " with beta = 1 for " + what +
+                                   ": written, then added");
+    p.accumulateRefused = true;
+    GemmEpilogue written = epilogue;
+    written.tuningScratch = nullptr;
+    run(batch, m, n, k, a, transA, b, transB, epilogue.tuningScratch, bias,
+        false, operands, written);
+    MTRT_CUDA_CHECK_LAUNCH(
+        accumulateInto(stream_, m * n, epilogue.tuningScratch, c), what);
+    return;
+  }
+  MTRT_CUBLAS_CHECK(status, what);
   if (bf16Result && !byKernel && epilogue.biasGrad &&
       epilogue.kind != Kind::None && epilogue.kind != Kind::GeluAux)
     MTRT_CUDA_CHECK_LAUNCH(widenBf16(stream_,

@@ -40,7 +40,9 @@ struct Bf16Operands {
 /// no algorithm with the epilogue for the shape, for an erf GeLU (its GELU
 /// epilogues are the tanh approximation) and for any GeLU of a full-fp32
 /// product (its fast tanh is not within the 1e-5 that fp32 bundles keep to
-/// the host; bf16 and TF32 products use the epilogue). Batch 1 only.
+/// the host; bf16 and TF32 products use the epilogue). Batch 1 only; the
+/// bias gradients (BiasGradA, BiasGradB) also with an accumulating product
+/// (C accumulates, the bias gradient is written).
 struct GemmEpilogue {
   enum class Kind : uint8_t {
     None,
@@ -64,6 +66,11 @@ struct GemmEpilogue {
   /// For the kernels' bias gradient when cuBLASLt cannot:
   /// columnSumScratchBytes(rows, length) bytes (kernels/Kernels.h).
   void *scratch = nullptr;
+  /// An accumulating product (C += A B) times its algorithm candidates
+  /// without accumulating, into these m * n floats (C's layout), so that C
+  /// is added to once; without it, an accumulating product keeps the
+  /// heuristic's first.
+  float *tuningScratch = nullptr;
 };
 
 /// C[b] = op(A[b]) @ op(B[b]) (+ bias) (+ C[b] when accumulating) over
@@ -84,7 +91,9 @@ struct GemmEpilogue {
 /// epilogue, types) key, cuBLASLt's heuristic proposes up to
 /// kTuningCandidates algorithms; with `tuning`, each is timed on the call's
 /// own buffers (CUDA events, a few runs each; every candidate writes the
-/// same results, none accumulates) and the fastest is kept for the key.
+/// same results) and the fastest is kept for the key. An accumulating
+/// product is timed with beta = 0 into GemmEpilogue::tuningScratch (C is
+/// not touched), or keeps the first without one.
 /// Without it, or while the stream is being captured into a CUDA graph, the
 /// heuristic's first is kept (deterministic).
 ///
@@ -144,6 +153,9 @@ private:
     /// cuBLASLt had no algorithm with the epilogue for this shape: the plan
     /// is the plain product and kernels do the epilogue's work after it.
     bool epilogueByKernel = false;
+    /// An accumulating product with a bias-gradient epilogue that cuBLASLt
+    /// refused to run with beta = 1: written into the scratch, then added.
+    bool accumulateRefused = false;
   };
   /// Builds the plan for `key` into `plan`; false when cuBLASLt has no
   /// algorithm for it. Throws Error for a failed call.

@@ -91,6 +91,47 @@ void Executor::pairCrossEntropy() {
   }
 }
 
+void Executor::planGemmAccumulation() {
+  const Function &fn = *function_;
+  gemmAccumulates_.assign(fn.instructions.size(), -1);
+  accumulatedByGemm_.assign(fn.instructions.size(), false);
+  // Each value's readers: how many operand uses, and the last reader.
+  std::vector<int64_t> uses(fn.values.size(), 0);
+  std::vector<size_t> reader(fn.values.size(), kNoPartner);
+  for (size_t position = 0; position < fn.instructions.size(); ++position)
+    for (int64_t v : fn.instructions[position].operands) {
+      ++uses[v];
+      reader[v] = position;
+    }
+  for (int64_t v : fn.outputs)
+    ++uses[v];
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if ((inst.op != Op::LinearWeightGrad &&
+         inst.op != Op::LinearWeightBiasGrad) ||
+        runsOnHost(inst))
+      continue;
+    int64_t gradient = inst.results[0];
+    if (uses[gradient] != 1 || heldInBf16(gradient))
+      continue;
+    const Instruction &accumulate = fn.instructions[reader[gradient]];
+    if (accumulate.op != Op::AccumulateGradient ||
+        accumulate.operands[0] != gradient || accumulate.attrs.parameter < 0 ||
+        parameters_.count(static_cast<size_t>(accumulate.attrs.parameter)) !=
+            fn.values[gradient].numElements)
+      continue;
+    gemmAccumulates_[position] = accumulate.attrs.parameter;
+    accumulatedByGemm_[reader[gradient]] = true;
+  }
+}
+
+size_t Executor::gemmAccumulationCount() const {
+  size_t count = 0;
+  for (int64_t parameter : gemmAccumulates_)
+    count += parameter >= 0;
+  return count;
+}
+
 size_t Executor::scratchBytes(size_t position) const {
   const Function &fn = *function_;
   const Instruction &inst = fn.instructions[position];
@@ -234,9 +275,17 @@ void Executor::execute(size_t position, const Instruction &inst,
     Bf16Operands bf16 = bf16Operands(position, inst);
     // A bias gradient's scratch: the instruction's kernel block.
     epilogue.scratch = scratch(position);
+    // A weight gradient added into its parameter's gradient (beta = 1);
+    // algorithms are timed into the result's own slot.
+    bool accumulate = gemmAccumulates_[position] >= 0;
+    if (accumulate) {
+      epilogue.tuningScratch = result;
+      result = parameters_.gradient(
+          static_cast<size_t>(gemmAccumulates_[position]));
+    }
     try {
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
-                          bias, false, bf16, epilogue);
+                          bias, accumulate, bf16, epilogue);
     } catch (const Error &e) {
       throw Error(e.code(), where(position) + ": " + e.what());
     }
@@ -286,13 +335,16 @@ void Executor::execute(size_t position, const Instruction &inst,
         parameters_.value(static_cast<size_t>(a.parameter));
     break;
   case Op::AccumulateGradient: {
+    if (accumulatedByGemm_[position]) // its GEMM added the product in
+      break;
     auto p = static_cast<size_t>(a.parameter);
     accumulateInto(stream, parameters_.count(p), in(0),
                    parameters_.gradient(p));
     break;
   }
   case Op::Fill:
-    fill(stream, count(inst.results[0]), out(0), static_cast<float>(a.value));
+    fill(stream, count(inst.results[0]), out(0),
+         static_cast<float>(a.lossSeed ? a.value * lossScale_ : a.value));
     break;
   case Op::PositionIds: {
     int64_t v = inst.results[0];

@@ -20,7 +20,32 @@ Optimizer::Optimizer(ParameterStore &parameters,
       scratch_(sumOfSquaresScratchBytes(parameters.flatElements()),
                "the gradient norm's partial sums"),
       norm_(sizeof(double) * (rank ? std::max<size_t>(parameters.size(), 1) : 1),
-            "the gradient norm") {}
+            "the gradient norm") {
+  // The multi-tensor AdamW's table: each parameter cut into chunks.
+  std::vector<AdamWChunk> chunks;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    int64_t count = parameters.count(i), bf16 = parameters.bf16Offset(i);
+    for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
+      AdamWChunk chunk;
+      chunk.begin = parameters.offset(i) + at;
+      chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + at;
+      chunk.count = static_cast<int32_t>(
+          std::min<int64_t>(kAdamWChunkElements, count - at));
+      chunk.weightDecay = parameters.info(i).weightDecay ? 1 : 0;
+      chunks.push_back(chunk);
+    }
+  }
+  chunkCount_ = static_cast<int64_t>(chunks.size());
+  if (chunks.empty())
+    return;
+  size_t bytes = sizeof(AdamWChunk) * chunks.size();
+  chunks_ = DeviceBuffer(bytes, "the AdamW chunk table");
+  Context &context = parameters.context();
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(chunks_.data(), chunks.data(), bytes,
+                                  cudaMemcpyHostToDevice, context.stream()),
+                  "uploading the AdamW chunk table");
+  context.synchronize("uploading the AdamW chunk table");
+}
 
 train::OptimizerStepResult Optimizer::step(int64_t iteration,
                                            double gradScale) {
@@ -107,18 +132,15 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
   s.stepSize = static_cast<float>(lr / biasCorrection1);
   s.bias2Sqrt = static_cast<float>(std::sqrt(biasCorrection2));
   s.eps = static_cast<float>(config_.eps);
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    double weightDecay =
-        parameters_.info(i).weightDecay ? config_.weightDecay : 0;
-    s.decay = static_cast<float>(1.0 - lr * weightDecay);
-    MTRT_CUDA_CHECK_LAUNCH(adamwStep(stream, parameters_.count(i),
-                                     parameters_.value(i),
-                                     parameters_.gradient(i),
-                                     parameters_.expAvg(i),
-                                     parameters_.expAvgSq(i), s),
-                           what + " (parameter " + parameters_.info(i).name +
-                               ")");
-  }
+  s.decay = static_cast<float>(1.0 - lr * config_.weightDecay);
+  if (chunkCount_ > 0) // the flat arrays start at parameter 0
+    MTRT_CUDA_CHECK_LAUNCH(
+        adamwStepChunks(stream, chunkCount_, chunks_.as<AdamWChunk>(),
+                        parameters_.value(0), parameters_.gradients(),
+                        parameters_.expAvg(0), parameters_.expAvgSq(0),
+                        parameters_.bf16Values(), s),
+        what + " (AdamW over " + std::to_string(parameters_.size()) +
+            " parameters)");
   return result;
 }
 

@@ -21,7 +21,10 @@ class ParameterStore;
 /// global norm is computed (in double, over one flat array), the clipping
 /// coefficient applied, and AdamW updates values and moments with the same
 /// float arithmetic as host::adamwStep. One synchronization per step (the
-/// norm comes to the host for the clipping decision and the log).
+/// norm comes to the host for the clipping decision and the log); then one
+/// launch (adamwStepChunks over a table of every parameter's chunks) scales
+/// and clips the gradients, updates values and moments and writes the
+/// parameters' bf16 copies.
 class Optimizer {
 public:
   /// With `rank` (one rank of a tensor-parallel grid), the norm is the
@@ -42,6 +45,9 @@ private:
   comm::RankContext *rank_ = nullptr;
   DeviceBuffer scratch_;
   DeviceBuffer norm_;
+  /// The AdamWChunk table on the device.
+  DeviceBuffer chunks_;
+  int64_t chunkCount_ = 0;
 };
 
 } // namespace mtrt::cuda

@@ -9,9 +9,36 @@
 namespace mtrt::cuda {
 
 namespace {
-/// Elements per 256 bytes: every parameter starts on such a boundary.
+/// fp32 elements per 256 bytes: every parameter starts on such a boundary.
 constexpr int64_t kAlignElements = 64;
+/// bf16 elements per 256 bytes, for the bf16 copies.
+constexpr int64_t kBf16AlignElements = 128;
+
+bool isGemm(Op op) {
+  return op == Op::Linear || op == Op::LinearGelu ||
+         op == Op::LinearGeluGrad || op == Op::LinearWeightGrad ||
+         op == Op::LinearWeightBiasGrad || op == Op::Matmul;
+}
 } // namespace
+
+std::vector<bool> ParameterStore::gemmReadParameters(const Bundle &bundle) {
+  std::vector<bool> read(bundle.parameters().size(), false);
+  for (const Function &fn : bundle.functions()) {
+    std::vector<int64_t> parameterOf(fn.values.size(), -1);
+    for (const Instruction &inst : fn.instructions) {
+      if (inst.op == Op::GetParameter)
+        parameterOf[inst.results[0]] = inst.attrs.parameter;
+      if (!isGemm(inst.op))
+        continue;
+      for (size_t i = 0; i < 2 && i < inst.operands.size(); ++i) {
+        int64_t p = parameterOf[inst.operands[i]];
+        if (p >= 0 && static_cast<size_t>(p) < read.size())
+          read[static_cast<size_t>(p)] = true;
+      }
+    }
+  }
+  return read;
+}
 
 ParameterStore::ParameterStore(const Bundle &bundle, Context &context)
     : context_(context) {
@@ -37,6 +64,40 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context)
                                     bundle.name() + "'");
   MTRT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0, bytes, context_.stream()),
                   "zeroing the parameter store");
+
+  bool mixed = bundle.hasModel() && bundle.model().precision == "bf16";
+  std::vector<bool> copied = mixed ? gemmReadParameters(bundle)
+                                   : std::vector<bool>(infos_.size(), false);
+  for (size_t i = 0; i < infos_.size(); ++i) {
+    bf16Offsets_.push_back(copied[i] ? bf16Flat_ : -1);
+    if (copied[i])
+      bf16Flat_ += (count(i) + kBf16AlignElements - 1) / kBf16AlignElements *
+                   kBf16AlignElements;
+  }
+  if (bf16Flat_ > 0) {
+    size_t bf16Bytes = sizeof(__nv_bfloat16) * static_cast<size_t>(bf16Flat_);
+    bf16_ = DeviceBuffer(bf16Bytes, "the bf16 copies of the parameters of "
+                                    "bundle '" +
+                                        bundle.name() + "'");
+    MTRT_CUDA_CHECK(
+        cudaMemsetAsync(bf16_.data(), 0, bf16Bytes, context_.stream()),
+        "zeroing the parameters' bf16 copies");
+  }
+}
+
+void ParameterStore::refreshBf16Copies() {
+  for (size_t i = 0; i < infos_.size(); ++i)
+    if (__nv_bfloat16 *copy = bf16Value(i))
+      MTRT_CUDA_CHECK_LAUNCH(
+          roundToBf16(context_.stream(), count(i), value(i), copy),
+          "rounding parameter " + infos_[i]->name + " to its bf16 copy");
+}
+
+bool ParameterStore::overlapsValues(const void *data, size_t bytes) const {
+  auto begin = reinterpret_cast<uintptr_t>(buffer_.data());
+  auto end = begin + sizeof(float) * static_cast<size_t>(flat_);
+  auto at = reinterpret_cast<uintptr_t>(data);
+  return at < end && at + bytes > begin;
 }
 
 void ParameterStore::initialize(uint64_t seed) {
@@ -69,6 +130,7 @@ void ParameterStore::initialize(uint64_t seed) {
       break;
     }
   }
+  refreshBf16Copies();
 }
 
 void ParameterStore::zeroGradients() {
@@ -102,6 +164,7 @@ void ParameterStore::upload(const host::ParameterStore &from) {
                                       context_.stream()),
                       "uploading parameter " + infos_[i]->name);
   }
+  refreshBf16Copies();
   context_.synchronize("uploading the parameters");
 }
 

@@ -7,6 +7,8 @@
 #include "cuda/Context.h"
 #include "host/HostTensor.h"
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -21,6 +23,15 @@ namespace mtrt::cuda {
 /// parameter starts on a 256-byte boundary and the padding between them is
 /// zero (so sums over a whole flat array, like the gradient norm, see only
 /// the parameters). Everything starts at zero.
+///
+/// Mixed precision (a bundle compiled with precision bf16): each parameter
+/// that a GEMM of the bundle reads straight from get_parameter
+/// (gemmReadParameters) also has a persistent bf16 copy of its value, on a
+/// 256-byte boundary of one more flat array. GEMMs take it as their bf16
+/// operand (Executor::bf16Operands); everything that changes the master
+/// writes it too: initialize, upload, and the optimizer's AdamW kernel in
+/// the same pass as the fp32 update. Whoever writes a value some other way
+/// calls refreshBf16Copies.
 ///
 /// Thread-safety: none; one trainer (or test) drives it.
 class ParameterStore {
@@ -39,6 +50,31 @@ public:
   float *gradient(size_t i) const { return at(1, i); }
   float *expAvg(size_t i) const { return at(2, i); }
   float *expAvgSq(size_t i) const { return at(3, i); }
+  /// Parameter i's persistent bf16 copy, or null when it has none.
+  __nv_bfloat16 *bf16Value(size_t i) const {
+    return bf16Offsets_[i] < 0 ? nullptr
+                               : bf16_.as<__nv_bfloat16>() + bf16Offsets_[i];
+  }
+  /// Element offset of parameter i in the flat arrays (value(i) -
+  /// value(0)), and of its bf16 copy in the bf16 array (-1: none).
+  int64_t offset(size_t i) const { return offsets_[i]; }
+  int64_t bf16Offset(size_t i) const { return bf16Offsets_[i]; }
+  __nv_bfloat16 *bf16Values() const { return bf16_.as<__nv_bfloat16>(); }
+  /// The elements of all bf16 copies (padding included).
+  int64_t bf16Elements() const { return bf16Flat_; }
+  /// Rounds every bf16 copy from its fp32 master (enqueued on the stream).
+  void refreshBf16Copies();
+  /// Whether [data, data + bytes) overlaps the fp32 values (a caller's
+  /// write there must be followed by refreshBf16Copies).
+  bool overlapsValues(const void *data, size_t bytes) const;
+
+  /// The parameters that some GEMM of `bundle` (linear, linear_gelu,
+  /// linear_gelu_grad, matmul, the weight-gradient GEMMs) reads as operand A
+  /// or B straight from a get_parameter, in any function: those with a bf16
+  /// copy under mixed precision. The compiler's memory plan
+  /// (dialects/mt/Transforms/SideBuffers.cpp) and report (lib/Memory) apply
+  /// the same rule.
+  static std::vector<bool> gemmReadParameters(const Bundle &bundle);
   /// Elements of this rank's shard (the whole tensor in a one-rank bundle).
   int64_t count(size_t i) const { return infos_[i]->localType.numElements; }
 
@@ -49,13 +85,13 @@ public:
   /// Sets every value as the manifest says, on the device, with the host's
   /// formulas (host::ParameterStore::initialize; a normal may differ from
   /// the host's in the last bit where the device's double log or cos does);
-  /// zeroes gradients and moments.
+  /// zeroes gradients and moments; rounds the bf16 copies.
   void initialize(uint64_t seed);
   void zeroGradients();
 
   /// Copies values, gradients and moments from / to a host store of the same
-  /// bundle in f32. Throws Error (INVALID_ARGUMENT) for another bundle or
-  /// float type.
+  /// bundle in f32 (upload then rounds the bf16 copies). Throws Error
+  /// (INVALID_ARGUMENT) for another bundle or float type.
   void upload(const host::ParameterStore &from);
   void download(host::ParameterStore &to) const;
 
@@ -76,6 +112,9 @@ private:
   int64_t flat_ = 0;
   int64_t numElements_ = 0;
   DeviceBuffer buffer_;
+  std::vector<int64_t> bf16Offsets_;
+  int64_t bf16Flat_ = 0;
+  DeviceBuffer bf16_;
 };
 
 } // namespace mtrt::cuda

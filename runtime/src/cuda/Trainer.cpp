@@ -4,6 +4,7 @@
 
 #include "comm/RankContext.h"
 #include "cuda/Executor.h"
+#include "cuda/GradientUnscaler.h"
 #include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
 #include "host/ParameterStore.h"
@@ -62,6 +63,8 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   config.eps = options_.adamEps;
   config.clipGrad = options_.clipGrad;
   optimizer_ = std::make_unique<Optimizer>(*parameters_, config, rank);
+  if (host_->lossScaler())
+    unscaler_ = std::make_unique<GradientUnscaler>(*parameters_, rank);
   size_t tokens = static_cast<size_t>(host_->microBatchSize() * seq);
   tokens_.resize(tokens);
   labels_.resize(tokens);
@@ -113,17 +116,35 @@ void Trainer::train(std::ostream &out) {
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
     log.line("note: the bundle has no eval_step; training without "
              "evaluation");
+  train::LossScaler *scaler = host_->lossScaler();
+  if (scaler)
+    log.line("fp16: " + scaler->describe() +
+             "; the step computes in float32 on the device (fp16 GEMM "
+             "operands are not implemented), the loss scaling is "
+             "Megatron-LM's");
 
   auto iterate = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients();
+    if (scaler)
+      trainStep_->setLossScale(scaler->scale());
     double lossSum = 0;
     for (int64_t m = 0; m < microBatches; ++m)
       lossSum += runMicroBatch(*trainStep_, *trainData_,
                                consumed + m * microBatch, microStep_++);
     train::IterationResult result;
     result.loss = lossSum / static_cast<double>(microBatches);
-    result.step =
-        optimizer_->step(iteration, 1.0 / static_cast<double>(microBatches));
+    if (scaler) {
+      // As train::Trainer: unscale, agree over the ranks, update, skip.
+      bool found =
+          unscaler_->unscaleAndCheckFinite(1.0 / scaler->scale(), iteration);
+      if (train::skipOnOverflow(*scaler, found, iteration, skippedIterations_,
+                                host_->schedule(), result))
+        return result;
+    }
+    // The optimizer's update count (skipped iterations move neither the
+    // schedule nor AdamW's step).
+    result.step = optimizer_->step(iteration - skippedIterations_,
+                                   1.0 / static_cast<double>(microBatches));
     return result;
   };
   std::function<double()> evaluation;

@@ -18,6 +18,7 @@ class RankContext;
 namespace mtrt::cuda {
 
 class Executor;
+class GradientUnscaler;
 class Optimizer;
 class ParameterStore;
 
@@ -27,7 +28,9 @@ class ParameterStore;
 ///
 /// It is built on a host train::Trainer, which supplies what does not depend
 /// on the backend: every option and bundle check, the learning-rate
-/// schedule, the seeded initial parameters (initialized on the CPU and
+/// schedule, the loss scaler of --fp16 (whose unscale and overflow check run
+/// on the device, GradientUnscaler; the step itself computes in float32 or,
+/// for bf16 bundles, bf16: fp16 GEMM operands are not implemented), the seeded initial parameters (initialized on the CPU and
 /// uploaded, so both backends start from the same bits) and greedy sampling
 /// (on the CPU, after the trained parameters are copied back).
 ///
@@ -85,6 +88,9 @@ private:
   std::unique_ptr<ParameterStore> parameters_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
   std::unique_ptr<Optimizer> optimizer_;
+  /// --fp16: the device side of the host trainer's loss scaler.
+  std::unique_ptr<GradientUnscaler> unscaler_;
+  int64_t skippedIterations_ = 0;
   /// The host trainer's (validData_ null without evaluation).
   data::SampleSource *trainData_ = nullptr, *validData_ = nullptr;
   std::vector<train::IterationRecord> history_;

@@ -75,6 +75,12 @@ public:
   /// shape or type; OUT_OF_RANGE for ids outside the vocabulary.
   std::vector<Tensor> run(const std::vector<TensorView> &inputs, uint64_t step);
 
+  /// fp16 loss scaling: from the next run on, the backward pass's seed (the
+  /// fill marked `loss_seed`, the loss's gradient) is its value times
+  /// `scale`. Powers of two keep the gradients exact multiples of the fp32
+  /// ones.
+  void setLossScale(double scale) { lossScale_ = scale; }
+
   /// The most bytes of values (and kernel scratch) live at once, over all
   /// runs so far; with a memory plan, the arena's size plus the scratch.
   size_t peakBytes() const { return peakBytes_; }
@@ -105,6 +111,7 @@ private:
   ThreadPool &pool_;
   comm::RankContext *rank_ = nullptr;
   DType floatType_;
+  double lossScale_ = 1.0;
 
   std::vector<Slot> slots_;
   /// The memory plan's arena and its offsets' scale (2 for f64 storage).

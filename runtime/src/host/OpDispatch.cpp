@@ -127,7 +127,8 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Fill:
-    fill<T>(pool, count(inst.results[0]), out(0), static_cast<T>(a.value));
+    fill<T>(pool, count(inst.results[0]), out(0),
+            static_cast<T>(a.lossSeed ? a.value * lossScale_ : a.value));
     break;
   case Op::PositionIds: {
     // Under sequence parallelism the ids are the rank's sequence tile: its

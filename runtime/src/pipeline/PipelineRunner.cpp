@@ -140,15 +140,16 @@ double PipelineRunner::train(const MicroBatchSource &source,
       std::vector<host::TensorView> inputs;
       for (const host::Tensor &stashed : stash_.at(key))
         inputs.push_back(view(stashed));
-      // The last stage's loss gradient is 1: the optimizer divides the
-      // accumulated gradients by the micro-batches, as Megatron-LM does.
-      host::Tensor one(floatType_, {});
+      // The last stage's loss gradient is 1 (times fp16's loss scale): the
+      // optimizer divides the accumulated gradients by the micro-batches,
+      // as Megatron-LM does.
+      host::Tensor seed(floatType_, {});
       if (floatType_ == DType::F64)
-        one.data<double>()[0] = 1.0;
+        seed.data<double>()[0] = lossScale_;
       else
-        one.data<float>()[0] = 1.0f;
+        seed.data<float>()[0] = static_cast<float>(lossScale_);
       inputs.push_back(step.stage == lastStage_
-                           ? view(one)
+                           ? view(seed)
                            : view(outputGradients_.at(key)));
       Clock::time_point begin = Clock::now();
       std::vector<host::Tensor> outputs =

@@ -57,6 +57,10 @@ public:
   /// rank.
   double evaluate(const MicroBatchSource &source, int64_t microBatches);
 
+  /// fp16 loss scaling: the last stage's loss gradient from the next train()
+  /// on, instead of 1.
+  void setLossScale(double scale) { lossScale_ = scale; }
+
   /// The fraction of train()'s time this rank computed nothing, over all
   /// calls so far.
   double idleFraction() const;
@@ -87,6 +91,7 @@ private:
   int64_t pipelineRank_ = 0;
   int64_t lastStage_ = 0;
   DType floatType_;
+  double lossScale_ = 1.0;
   std::map<int64_t, Stage> stages_;
 
   // Messages and stashes in flight during one schedule.

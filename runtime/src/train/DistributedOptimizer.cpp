@@ -36,6 +36,18 @@ OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
   return stepTyped<float>(iteration, gradScale);
 }
 
+bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
+                                                 int64_t iteration) {
+  host::Tensor &shard = buffer_.shard();
+  bool found =
+      shard.dtype == DType::F64
+          ? host::scaleAndCheckFinite<double>(pool_, shard.numElements(),
+                                              shard.data<double>(), factor)
+          : host::scaleAndCheckFinite<float>(pool_, shard.numElements(),
+                                             shard.data<float>(), factor);
+  return foundOnAnyRank(found, &rank_, iteration);
+}
+
 template <typename T>
 OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
                                                     double gradScale) {

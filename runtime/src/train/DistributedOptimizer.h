@@ -39,6 +39,9 @@ public:
 
   /// As Optimizer::step, after buffer.reduceGradients().
   OptimizerStepResult step(int64_t iteration, double gradScale);
+  /// As Optimizer::unscaleAndCheckFinite, over the rank's shard of the
+  /// reduced buffer (the shards cover every gradient element once).
+  bool unscaleAndCheckFinite(double factor, int64_t iteration);
 
   const OptimizerConfig &config() const { return config_; }
   /// AdamW's moments of the rank's range of the gradient buffer

@@ -24,6 +24,18 @@ void checkGradNorm(double gradNorm, int64_t iteration) {
   throw Error(MTRT_STATUS_ABORTED, message.str());
 }
 
+bool foundOnAnyRank(bool found, comm::RankContext *rank, int64_t iteration) {
+  if (!rank)
+    return found;
+  float flag = found ? 1.0f : 0.0f;
+  rank->world().allReduce<float>(
+      &flag, &flag, 1, comm::ReduceOp::Max,
+      comm::CallInfo{"found inf or nan of iteration " +
+                         std::to_string(iteration),
+                     iteration});
+  return flag != 0.0f;
+}
+
 bool countsInNorm(const Parameter &parameter,
                   const std::vector<int64_t> &coordinates,
                   const std::vector<int64_t> &distinctAxes) {
@@ -70,6 +82,19 @@ OptimizerStepResult Optimizer::step(int64_t iteration, double gradScale) {
   if (parameters_.floatType() == DType::F64)
     return stepTyped<double>(iteration, gradScale);
   return stepTyped<float>(iteration, gradScale);
+}
+
+bool Optimizer::unscaleAndCheckFinite(double factor, int64_t iteration) {
+  bool found = false;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    host::Tensor &g = parameters_.gradient(i);
+    found |= parameters_.floatType() == DType::F64
+                 ? host::scaleAndCheckFinite<double>(pool_, g.numElements(),
+                                                     g.data<double>(), factor)
+                 : host::scaleAndCheckFinite<float>(pool_, g.numElements(),
+                                                    g.data<float>(), factor);
+  }
+  return foundOnAnyRank(found, rank_, iteration);
 }
 
 template <typename T>

@@ -50,6 +50,11 @@ bool countsInNorm(const Parameter &parameter,
 
 /// Throws Error (ABORTED) naming the iteration if `gradNorm` is not finite.
 void checkGradNorm(double gradNorm, int64_t iteration);
+/// Megatron-LM's found_inf: `found` (this rank saw an inf or nan gradient
+/// element) all-reduced with MAX over `rank`'s world (every data-, tensor-
+/// and pipeline-parallel rank), so that every rank skips the step together.
+/// Without a rank, `found` itself.
+bool foundOnAnyRank(bool found, comm::RankContext *rank, int64_t iteration);
 /// The factor Megatron-LM's clip_grad_norm scales the gradients by: clipGrad
 /// / (norm + 1e-6) when clipping is on and that is below 1, else 1.
 double clipCoefficient(const OptimizerConfig &config, double gradNorm);
@@ -76,9 +81,17 @@ public:
   Optimizer(host::ParameterStore &parameters, host::ThreadPool &pool,
             const OptimizerConfig &config, comm::RankContext *rank = nullptr);
 
-  /// `iteration` counts from 1. Throws Error (ABORTED) if the gradient norm
-  /// is not finite, naming the iteration, before anything is updated.
+  /// `iteration` counts the optimizer's updates from 1: the LR schedule's
+  /// position and AdamW's bias correction (the training iteration, less
+  /// the iterations fp16 loss scaling skipped). Throws Error (ABORTED) if
+  /// the gradient norm is not finite, naming it, before anything is
+  /// updated.
   OptimizerStepResult step(int64_t iteration, double gradScale);
+
+  /// fp16 loss scaling, before step(): every gradient *= `factor` (the
+  /// inverse loss scale); returns whether any element on any rank is inf or
+  /// nan (foundOnAnyRank), in which case the caller skips step().
+  bool unscaleAndCheckFinite(double factor, int64_t iteration);
 
   const OptimizerConfig &config() const { return config_; }
 

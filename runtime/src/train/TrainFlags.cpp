@@ -62,10 +62,28 @@ const std::vector<Flag> &flags() {
        "bf16 mixed precision: --backend cuda with a bundle compiled with "
        "--bf16 (the host backend refuses it)",
        [](C &c, S, S) { c.bf16 = true; }},
-      {"--fp16", nullptr, "fp16 training (not supported yet: refused)",
+      {"--fp16", nullptr,
+       "fp16 mixed precision with loss scaling, on a bundle compiled with "
+       "--fp16 (the host computes in float32 with the loss scaling; the "
+       "cuda backend likewise, for now)",
        [](C &c, S, S) { c.fp16 = true; }},
-      {"--loss-scale", "S", "static loss scale of --fp16 training",
+      {"--loss-scale", "S",
+       "static loss scale of --fp16 training (default: dynamic scaling)",
        [](C &c, S f, S v) { c.lossScale = parseNumber(f, v); }},
+      {"--initial-loss-scale", "S",
+       "first scale of dynamic loss scaling (default 2^32)",
+       [](C &c, S f, S v) { c.lossScaler.initialScale = parseNumber(f, v); }},
+      {"--min-loss-scale", "S",
+       "the dynamic loss scale never backs off below S (default 1)",
+       [](C &c, S f, S v) { c.lossScaler.minScale = parseNumber(f, v); }},
+      {"--loss-scale-window", "N",
+       "clean iterations before the dynamic loss scale doubles (default "
+       "1000)",
+       [](C &c, S f, S v) { c.lossScaler.window = parseIntFlag(f, v, 1); }},
+      {"--hysteresis", "N",
+       "overflowing iterations before the dynamic loss scale halves "
+       "(default 2)",
+       [](C &c, S f, S v) { c.lossScaler.hysteresis = parseIntFlag(f, v, 1); }},
       {"--plot-dir", "DIR",
        "after training, draw loss.png, learning-rate.png and throughput.png "
        "into DIR",
@@ -327,21 +345,21 @@ bool dataPathIsIndexed(const std::vector<std::string> &dataPath) {
 void checkPrecisionFlags(const TrainCommand &command) {
   if (command.bf16 && command.fp16)
     invalid("--bf16 and --fp16 are both given; choose one");
-  if (command.fp16)
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "--fp16: no backend of megatron-train trains in fp16 yet (the "
-                "host computes in float32, the cuda backend in float32 or "
-                "bf16); run without --fp16, or use --bf16 with --backend "
-                "cuda");
   if (command.bf16 && command.backend != "cuda")
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "--bf16: the " + command.backend +
                     " backend trains in float32 only; bf16 mixed precision "
                     "runs with --backend cuda on a bundle compiled with "
                     "megatron-compile --bf16. Run without --bf16 here");
-  if (command.lossScale && !command.fp16)
-    invalid("--loss-scale applies to --fp16 training only (bf16 and float32 "
-            "need no loss scaling); drop it");
+  if (!command.fp16)
+    for (const char *flag : {"--loss-scale", "--initial-loss-scale",
+                             "--min-loss-scale", "--loss-scale-window",
+                             "--hysteresis"})
+      if (std::find(command.given.begin(), command.given.end(), flag) !=
+          command.given.end())
+        invalid(std::string(flag) +
+                " applies to --fp16 training only (bf16 and float32 need no "
+                "loss scaling); drop it");
 }
 
 void checkPrecisionMatchesBundle(const TrainCommand &command,
@@ -352,6 +370,16 @@ void checkPrecisionMatchesBundle(const TrainCommand &command,
             precision +
             "; the precision is fixed when the bundle is compiled: "
             "recompile it with megatron-compile --bf16, or drop --bf16");
+  if (command.fp16 && precision != "fp16")
+    invalid("--fp16: bundle '" + bundleName + "' is compiled for precision " +
+            precision +
+            "; the precision is fixed when the bundle is compiled: "
+            "recompile it with megatron-compile --fp16, or drop --fp16");
+  if (!command.fp16 && precision == "fp16")
+    invalid("bundle '" + bundleName +
+            "' is compiled for precision fp16, which trains with loss "
+            "scaling: pass --fp16 (and the loss-scaling flags you want), or "
+            "recompile it without --fp16");
 }
 
 TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
@@ -359,6 +387,7 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
   ParsedCommandLine parsed =
       parseCommandLine(gatherDataPath(args), flags(), command, unknownFlag);
   command.help |= parsed.shortHelp;
+  command.given = parsed.given;
   auto given = [&](const char *name) {
     return std::find(parsed.given.begin(), parsed.given.end(), name) !=
            parsed.given.end();
@@ -385,6 +414,11 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
             "checkpoints to");
   if (!given("--lr"))
     invalid("--lr is required: the peak learning rate (e.g. --lr 6e-4)");
+  if (command.fp16) {
+    LossScalerOptions scaling = command.lossScaler;
+    scaling.staticScale = command.lossScale;
+    command.options.lossScaling = scaling;
+  }
   return command;
 }
 

@@ -19,10 +19,16 @@ struct TrainCommand {
   /// --data-path's values: a text file (tokenized when training starts), a
   /// .bin/.idx prefix, or weights and prefixes of a blend.
   std::vector<std::string> dataPath;
-  /// --bf16: checked against the backend and the bundle's precision;
-  /// --fp16: refused (no backend trains in it yet).
+  /// --bf16, --fp16: checked against the backend and the bundle's
+  /// precision; --fp16 sets options.lossScaling.
   bool bf16 = false, fp16 = false;
+  /// --loss-scale: a static scale.
   std::optional<double> lossScale;
+  /// --initial-loss-scale, --min-loss-scale, --loss-scale-window,
+  /// --hysteresis.
+  LossScalerOptions lossScaler;
+  /// The flags given, by name.
+  std::vector<std::string> given;
   /// --plot-dir: where the PNG curves go after training; empty: none.
   std::string plotDir;
   TrainerOptions options;
@@ -59,12 +65,13 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args);
 /// names neither, with a hint for a path given with its .bin/.idx suffix.
 bool dataPathIsIndexed(const std::vector<std::string> &dataPath);
 
-/// The refusals megatron-train makes before loading anything: --fp16 (no
-/// backend trains in it yet), --bf16 except on the cuda backend,
-/// --loss-scale without --fp16.
+/// The refusals megatron-train makes before loading anything: --bf16 with
+/// --fp16, --bf16 except on the cuda backend, the loss-scaling flags without
+/// --fp16.
 void checkPrecisionFlags(const TrainCommand &command);
 
-/// --bf16 needs a bundle compiled for bf16 (its model.precision).
+/// --bf16 needs a bundle compiled for bf16 (its model.precision); --fp16
+/// one compiled for fp16, and a bundle compiled for fp16 needs --fp16.
 void checkPrecisionMatchesBundle(const TrainCommand &command,
                                  const std::string &bundleName,
                                  const std::string &precision);

@@ -299,6 +299,20 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   else
     optimizer_ =
         std::make_unique<Optimizer>(*parameters_, *pool_, optimizer, rank_);
+  if (options_.lossScaling) {
+    lossScaler_ = std::make_unique<LossScaler>(*options_.lossScaling);
+    // Pipeline stages take the seed as an input; train_step makes it.
+    bool seeded = bundle.pipeline() != nullptr;
+    if (!seeded)
+      for (const Instruction &inst : trainStep_->function().instructions)
+        seeded |= inst.op == Op::Fill && inst.attrs.lossSeed;
+    if (!seeded)
+      invalid("--fp16: bundle '" + bundle.name() +
+              "''s train_step has no fill marked loss_seed (the loss's "
+              "gradient, which loss scaling multiplies; bundles before "
+              "format version 5 lack it): recompile it with this "
+              "megatron-compile");
+  }
   tokens_.resize(static_cast<size_t>(microBatch_ * seqLength_));
   labels_.resize(tokens_.size());
   parameters_->initialize(*pool_, options_.seed);
@@ -404,8 +418,18 @@ void Trainer::train(std::ostream &out) {
     log.line("note: the bundle has no eval_step; training without "
              "evaluation");
 
+  if (lossScaler_)
+    log.line("fp16: " + lossScaler_->describe() +
+             "; the host computes in float32 (GEMM operands are not rounded "
+             "to fp16), the loss scaling is Megatron-LM's");
   auto iterate = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients(*pool_);
+    if (lossScaler_) {
+      if (pipeline_)
+        pipeline_->setLossScale(lossScaler_->scale());
+      else
+        trainStep_->setLossScale(lossScaler_->scale());
+    }
     double lossSum = 0;
     if (pipeline_) {
       lossSum = pipeline_->train(
@@ -428,10 +452,26 @@ void Trainer::train(std::ostream &out) {
       gradientBuffer_->reduceGradients();
     IterationResult result;
     result.loss = lossSum / static_cast<double>(microBatches_);
+    if (lossScaler_) {
+      // Megatron-LM's order: unscale and check every gradient element,
+      // agree over all ranks, update the scale, skip on an overflow.
+      double inverse = 1.0 / lossScaler_->scale();
+      bool found = distributedOptimizer_
+                       ? distributedOptimizer_->unscaleAndCheckFinite(
+                             inverse, iteration)
+                       : optimizer_->unscaleAndCheckFinite(inverse, iteration);
+      if (skipOnOverflow(*lossScaler_, found, iteration, skippedIterations_,
+                         optimizerConfig_.schedule, result))
+        return result;
+    }
+    // The optimizer counts its updates: skipped iterations move neither the
+    // schedule nor AdamW's step (Megatron-LM steps its scheduler only after
+    // a successful update).
+    int64_t update = iteration - skippedIterations_;
     double scale = 1.0 / static_cast<double>(microBatches_);
     result.step = distributedOptimizer_
-                      ? distributedOptimizer_->step(iteration, scale)
-                      : optimizer_->step(iteration, scale);
+                      ? distributedOptimizer_->step(update, scale)
+                      : optimizer_->step(update, scale);
     return result;
   };
   std::function<double()> evaluation;

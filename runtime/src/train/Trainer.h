@@ -8,6 +8,7 @@
 #include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
 #include "train/Checkpoint.h"
+#include "train/LossScaler.h"
 #include "train/Optimizer.h"
 
 #include <cstddef>
@@ -90,6 +91,12 @@ struct TrainerOptions {
   /// start from the seeded initialization.
   std::string load;
 
+  /// --fp16: the loss's gradient seed is multiplied by the loss scale, the
+  /// gradients by its inverse before clipping, and an iteration with an inf
+  /// or nan gradient element on any rank skips its optimizer step; unset:
+  /// no loss scaling.
+  std::optional<LossScalerOptions> lossScaling;
+
   /// 0: std::thread::hardware_concurrency().
   unsigned threads = 0;
   /// F64 runs every floating value in double (gradient checks).
@@ -102,7 +109,13 @@ struct IterationRecord {
   /// The mean over micro-batches of train_step's loss.
   double loss = 0;
   double learningRate = 0;
+  /// NaN when the step was skipped.
   double gradNorm = 0;
+  /// fp16: the loss scale after this iteration's update (what Megatron-LM
+  /// logs), and whether the iteration skipped its optimizer step (an inf or
+  /// nan gradient element on some rank). 0 and false without loss scaling.
+  double lossScale = 0;
+  bool skipped = false;
   double seconds = 0;
   double tokensPerSecond = 0;
 };
@@ -186,6 +199,12 @@ public:
   void saveCheckpoint(int64_t iteration, int64_t consumed, TrainingLog &log);
   /// The iterations completed before train() (those of a loaded checkpoint).
   int64_t startIteration() const { return startIteration_; }
+  /// --fp16: the loss scaler (null without loss scaling).
+  LossScaler *lossScaler() { return lossScaler_.get(); }
+  /// Iterations that skipped their optimizer step (fp16 overflows), since
+  /// the start of training (a checkpoint's included): the optimizer's
+  /// update count is the iteration less these.
+  int64_t skippedIterations() const { return skippedIterations_; }
 
 private:
   /// Reads microBatchSize() samples of `data` from `first` into the token
@@ -223,6 +242,8 @@ private:
   /// One of the two steps the optimizer: replicated, or distributed.
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
+  std::unique_ptr<LossScaler> lossScaler_;
+  int64_t skippedIterations_ = 0;
   std::vector<IterationRecord> history_;
   std::vector<int32_t> tokens_, labels_;
   std::vector<int64_t> tokens64_, labels64_;

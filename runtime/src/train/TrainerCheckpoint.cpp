@@ -191,9 +191,11 @@ CheckpointState Trainer::checkpointState(int64_t iteration,
   state.consumedSamples = consumed;
   state.seed = options_.seed;
   state.microStep = static_cast<uint64_t>(iteration * microBatches_);
-  state.optimizerStep = iteration;
+  state.optimizerStep = iteration - skippedIterations_;
   state.optimizer = optimizerState(optimizerConfig_);
-  state.lossScale = {{"kind", "none"}, {"scale", 1.0}};
+  state.lossScale = lossScaler_ ? lossScaler_->state()
+                                : nlohmann::json{{"kind", "none"},
+                                                 {"scale", 1.0}};
   state.dataPath = corpusName_;
   state.split = options_.split;
   state.globalBatchSize = globalBatch_;
@@ -296,6 +298,19 @@ void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
   std::vector<CheckpointTensor> tensors = checkpointTensors();
   bool leader = !rank_ || rank_->rank() == 0;
   loadCheckpointTensors(manifest, tensors, leader);
+  if (saved.optimizerStep < 0 || saved.optimizerStep > saved.iteration)
+    throw Error(MTRT_STATUS_DATA_LOSS,
+                where + ": optimizer_step is " +
+                    std::to_string(saved.optimizerStep) +
+                    ", expected the updates of its " +
+                    std::to_string(saved.iteration) +
+                    " iterations (0 to the iteration)");
+  // fp16 iterations that skipped their update: the schedule and AdamW
+  // continue from the checkpoint's update count.
+  skippedIterations_ = saved.iteration - saved.optimizerStep;
+  if (lossScaler_)
+    log.line("  loss scaling resumes with " +
+             lossScaler_->restore(saved.lossScale));
   startIteration_ = saved.iteration;
   startConsumed_ = saved.consumedSamples;
   // The generator's position follows from the iteration in this layout.

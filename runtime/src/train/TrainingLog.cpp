@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -63,29 +64,41 @@ TrainingLog::TrainingLog(std::ostream &out, const std::string &jsonlPath,
 
 TrainingLog::~TrainingLog() { clearBar(); }
 
-std::string TrainingLog::formatIteration(int64_t iteration, int64_t trainIters,
-                                         int64_t consumedSamples,
-                                         double millisecondsPerIteration,
-                                         double learningRate,
-                                         int64_t globalBatchSize, double loss,
-                                         double gradNorm,
-                                         double tokensPerSecond) {
-  return format(
+std::string TrainingLog::formatIteration(
+    int64_t iteration, int64_t trainIters, int64_t consumedSamples,
+    double millisecondsPerIteration, double learningRate,
+    int64_t globalBatchSize, double loss, double gradNorm,
+    double tokensPerSecond, const std::optional<LossScaleLine> &fp16) {
+  std::string text = format(
       " iteration %8lld/%8lld | consumed samples: %lld | elapsed "
       "time per iteration (ms): %.1f | learning rate: %.3E | global "
-      "batch size: %lld | lm loss: %.6E | grad norm: %.3f | tokens "
-      "per second: %.0f |",
+      "batch size: %lld | lm loss: %.6E |",
       static_cast<long long>(iteration), static_cast<long long>(trainIters),
       static_cast<long long>(consumedSamples), millisecondsPerIteration,
-      learningRate, static_cast<long long>(globalBatchSize), loss, gradNorm,
-      tokensPerSecond);
+      learningRate, static_cast<long long>(globalBatchSize), loss);
+  if (fp16)
+    text += format(" loss scale: %.1f |", fp16->scale);
+  if (!std::isnan(gradNorm))
+    text += format(" grad norm: %.3f |", gradNorm);
+  if (fp16)
+    text += format(" number of skipped iterations: %3lld | number of nan "
+                   "iterations: %3lld |",
+                   static_cast<long long>(fp16->skippedIterations),
+                   static_cast<long long>(fp16->nanIterations));
+  return text + format(" tokens per second: %.0f |", tokensPerSecond);
 }
 
 void TrainingLog::iteration(const IterationRecord &record,
                             int64_t consumedSamples, int64_t globalBatchSize,
                             int64_t tokensPerIteration) {
   ++intervalCount_;
-  intervalLoss_ += record.loss;
+  if (record.skipped) {
+    ++intervalSkipped_;
+    intervalNan_ += !std::isfinite(record.loss);
+  } else {
+    ++intervalAdvanced_;
+    intervalLoss_ += record.loss;
+  }
   intervalSeconds_ += record.seconds;
   intervalTokens_ += static_cast<double>(tokensPerIteration);
   lastIteration_ = record.iteration;
@@ -99,16 +112,26 @@ void TrainingLog::iteration(const IterationRecord &record,
                             {"tokens_per_second", record.tokensPerSecond},
                             {"consumed_samples", consumedSamples},
                             {"elapsed_ms", record.seconds * 1e3}};
+    if (record.lossScale > 0) {
+      entry["loss_scale"] = record.lossScale;
+      entry["skipped"] = record.skipped;
+    }
     jsonl_ << entry.dump() << '\n' << std::flush;
   }
   if (record.iteration % logInterval_ == 0 || record.iteration == trainIters_) {
     double seconds = intervalSeconds_ / intervalCount_;
+    std::optional<LossScaleLine> fp16;
+    if (record.lossScale > 0)
+      fp16 = LossScaleLine{record.lossScale, intervalSkipped_, intervalNan_};
     line(formatIteration(
         record.iteration, trainIters_, consumedSamples, seconds * 1e3,
-        record.learningRate, globalBatchSize, intervalLoss_ / intervalCount_,
+        record.learningRate, globalBatchSize,
+        intervalLoss_ / static_cast<double>(std::max<int64_t>(
+                            1, intervalAdvanced_)),
         record.gradNorm,
-        intervalSeconds_ > 0 ? intervalTokens_ / intervalSeconds_ : 0.0));
-    intervalCount_ = 0;
+        intervalSeconds_ > 0 ? intervalTokens_ / intervalSeconds_ : 0.0,
+        fp16));
+    intervalCount_ = intervalAdvanced_ = intervalSkipped_ = intervalNan_ = 0;
     intervalLoss_ = intervalSeconds_ = intervalTokens_ = 0;
   } else {
     drawBar(false);

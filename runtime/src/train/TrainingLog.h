@@ -7,11 +7,21 @@
 #include <cstdint>
 #include <fstream>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 namespace mtrt::train {
 
 struct IterationRecord;
+
+/// What Megatron-LM's log line adds under --fp16: the loss scale and, over
+/// the logging interval, the iterations that skipped their optimizer step and
+/// those of them whose loss was inf or nan.
+struct LossScaleLine {
+  double scale = 0;
+  int64_t skippedIterations = 0;
+  int64_t nanIterations = 0;
+};
 
 /// Writes what the trainer reports:
 /// - every `logInterval` iterations, a line on `out` in Megatron-LM's format
@@ -34,13 +44,15 @@ public:
   /// A free-form line on `out`.
   void line(const std::string &text);
 
-  /// Megatron-LM's line for one logging interval (exposed for tests).
-  static std::string formatIteration(int64_t iteration, int64_t trainIters,
-                                     int64_t consumedSamples,
-                                     double millisecondsPerIteration,
-                                     double learningRate,
-                                     int64_t globalBatchSize, double loss,
-                                     double gradNorm, double tokensPerSecond);
+  /// Megatron-LM's line for one logging interval (exposed for tests). A
+  /// NaN `gradNorm` (a skipped step) is left out, as Megatron-LM leaves out
+  /// a missing one.
+  static std::string
+  formatIteration(int64_t iteration, int64_t trainIters,
+                  int64_t consumedSamples, double millisecondsPerIteration,
+                  double learningRate, int64_t globalBatchSize, double loss,
+                  double gradNorm, double tokensPerSecond,
+                  const std::optional<LossScaleLine> &fp16 = std::nullopt);
 
 private:
   void clearBar();
@@ -55,8 +67,10 @@ private:
   int64_t lastIteration_ = 0;
   double lastLoss_ = 0;
 
-  // Sums over the current logging interval.
-  int64_t intervalCount_ = 0;
+  // Sums over the current logging interval; the loss over the iterations
+  // that updated the parameters (Megatron-LM's advanced iterations).
+  int64_t intervalCount_ = 0, intervalAdvanced_ = 0, intervalSkipped_ = 0,
+          intervalNan_ = 0;
   double intervalLoss_ = 0, intervalSeconds_ = 0, intervalTokens_ = 0;
 };
 

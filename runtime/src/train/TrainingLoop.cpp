@@ -2,8 +2,24 @@
 #include "train/TrainingLoop.h"
 
 #include <chrono>
+#include <limits>
 
 namespace mtrt::train {
+
+bool skipOnOverflow(LossScaler &scaler, bool found, int64_t iteration,
+                    int64_t &skippedIterations,
+                    const host::LrSchedule &schedule, IterationResult &result) {
+  scaler.update(found);
+  result.lossScale = scaler.scale();
+  if (!found)
+    return false;
+  ++skippedIterations;
+  result.skipped = true;
+  result.step.gradNorm = std::numeric_limits<double>::quiet_NaN();
+  result.step.learningRate =
+      host::learningRate(schedule, iteration - skippedIterations);
+  return true;
+}
 
 void runTrainingLoop(
     const TrainerOptions &options, TrainingLog &log, int64_t globalBatch,
@@ -28,6 +44,8 @@ void runTrainingLoop(
     record.loss = result.loss;
     record.learningRate = result.step.learningRate;
     record.gradNorm = result.step.gradNorm;
+    record.lossScale = result.lossScale;
+    record.skipped = result.skipped;
     record.seconds = seconds;
     record.tokensPerSecond =
         seconds > 0 ? static_cast<double>(tokensPerIteration) / seconds : 0;

@@ -17,7 +17,22 @@ namespace mtrt::train {
 struct IterationResult {
   double loss = 0;
   OptimizerStepResult step;
+  /// fp16: the loss scale after the iteration, and whether it skipped its
+  /// optimizer step (IterationRecord's fields).
+  double lossScale = 0;
+  bool skipped = false;
 };
+
+/// fp16, after the unscale and the overflow check: records `found` (an inf
+/// or nan gradient element on some rank) in `scaler` and the scale after it
+/// in `result`. On an overflow, counts the iteration in `skippedIterations`,
+/// fills the skipped step's record (a NaN grad norm, the learning rate of
+/// the update still to come) and returns true: the caller skips the
+/// optimizer step. Megatron-LM's order, shared by the host and CUDA
+/// trainers.
+bool skipOnOverflow(LossScaler &scaler, bool found, int64_t iteration,
+                    int64_t &skippedIterations,
+                    const host::LrSchedule &schedule, IterationResult &result);
 
 /// Where a loop starts: after `iteration` completed iterations (those of a
 /// loaded checkpoint) that consumed `consumedSamples` samples.

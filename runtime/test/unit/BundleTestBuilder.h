@@ -190,7 +190,8 @@ inline Json bigramManifest(int64_t vocab, int64_t hidden, int64_t batch,
     Json ce = {{"reduction", "mean"}};
     int64_t loss = f.op("cross_entropy", {logits, labels}, {}, ce);
     f.output(loss);
-    int64_t one = f.op("fill", {}, {}, {{"value", 1.0}});
+    int64_t one =
+        f.op("fill", {}, {}, {{"value", 1.0}, {"loss_seed", true}});
     int64_t dlogits =
         f.op("cross_entropy_grad", {one, logits, labels}, {B, S, V}, ce);
     f.freeLast(one);

@@ -61,7 +61,8 @@ Json mlpManifest(int64_t dp, int64_t tp) {
     loss = f.op("mul", {sum, inverse}, {});
   }
   f.output(loss);
-  int64_t dloss = f.op("fill", {}, {}, {{"value", 1.0 / double(dp)}});
+  int64_t dloss = f.op("fill", {}, {},
+                       {{"value", 1.0 / double(dp)}, {"loss_seed", true}});
   int64_t dlogits =
       f.op("cross_entropy_grad", {dloss, logits, labels}, {Bl, S, V}, ce);
   int64_t dwout = f.op("linear_weight_grad", {h2, dlogits}, {H, V});
@@ -133,13 +134,15 @@ train::TrainerOptions options() {
 struct Run {
   std::vector<double> losses;
   std::vector<double> gradNorms;
+  /// fp16: per rank, each iteration's loss scale, negated when skipped.
+  std::vector<std::vector<double>> scales;
   /// Per parameter, the global tensor.
   std::vector<std::vector<float>> parameters;
 };
 
-Run runOneRank() {
+Run runOneRank(const train::TrainerOptions &o = options()) {
   Bundle bundle = Bundle::parseManifest("one.mtb", mlpManifest(1, 1).dump());
-  train::Trainer trainer(bundle, corpus(), "corpus", options());
+  train::Trainer trainer(bundle, corpus(), "corpus", o);
   std::ostringstream log;
   trainer.train(log);
   Run run;
@@ -158,20 +161,25 @@ Run runOneRank() {
 /// Trains on dp x tp in-process ranks; rank 0's losses, and every
 /// parameter gathered from the shards (each element written by every rank
 /// that holds it; replicas must agree).
-Run runRanks(int64_t dp, int64_t tp) {
+Run runRanks(int64_t dp, int64_t tp,
+             const train::TrainerOptions &o = options()) {
   Bundle bundle =
       Bundle::parseManifest("ranks.mtb", mlpManifest(dp, tp).dump());
   Run run;
+  run.scales.resize(static_cast<size_t>(dp * tp));
   for (const Parameter &p : bundle.parameters())
     run.parameters.emplace_back(static_cast<size_t>(p.type.numElements), NAN);
   std::mutex mutex;
   comm::InProcessWorld world(static_cast<int>(dp * tp));
   auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
     comm::RankContext rank(c, bundle.gridShape());
-    train::Trainer trainer(bundle, corpus(), "corpus", options(), &rank);
+    train::Trainer trainer(bundle, corpus(), "corpus", o, &rank);
     std::ostringstream log;
     trainer.train(log);
     std::lock_guard<std::mutex> lock(mutex);
+    for (const auto &record : trainer.history())
+      run.scales[c.rank()].push_back(record.skipped ? -record.lossScale
+                                                    : record.lossScale);
     if (c.rank() == 0)
       for (const auto &record : trainer.history()) {
         run.losses.push_back(record.loss);
@@ -231,6 +239,41 @@ TEST(MultiRankTest, DataParallelTwoEqualsOneRank) {
 
 TEST(MultiRankTest, DataAndTensorParallelTwoByTwoEqualsOneRank) {
   expectEquivalent(runOneRank(), runRanks(2, 2));
+}
+
+// fp16 loss scaling: a scale of 2^130 (inf in float) overflows the
+// gradients until it has backed off far enough (the first overflow is held
+// by the hysteresis). On a 2 x 2 grid every rank skips the same iterations
+// and holds the same scale; this bundle's seed is 1/dp, so the grid's first
+// clean seed is 2^128 / 2. Tensor parallelism alone (seed 1) skips as one
+// rank does, down to a scale of 2^127, and then equals the one-rank run.
+TEST(MultiRankTest, Fp16SkipsTogetherAndEqualsOneRank) {
+  train::TrainerOptions o = options();
+  o.trainIters = 14;
+  o.lossScaling = train::LossScalerOptions{};
+  o.lossScaling->initialScale = std::ldexp(1.0, 130);
+  // Each iteration's scale after its update, negated when it was skipped.
+  auto scales = [](std::vector<int> skipped, int clean) {
+    std::vector<double> out;
+    for (int e : skipped)
+      out.push_back(-std::ldexp(1.0, e));
+    out.resize(14, std::ldexp(1.0, clean));
+    return out;
+  };
+  for (const std::vector<double> &rank : runRanks(2, 2, o).scales)
+    EXPECT_EQ(rank, scales({130, 129, 128}, 128));
+
+  ::Run one = runOneRank(o);
+  ::Run ranks = runRanks(1, 2, o);
+  EXPECT_EQ(one.scales.size(), 0u);
+  for (const std::vector<double> &rank : ranks.scales)
+    EXPECT_EQ(rank, scales({130, 129, 128, 127}, 127));
+  // The skipped iterations' grad norms are NaN; compare the rest.
+  for (::Run *run : {&one, &ranks}) {
+    run->gradNorms.erase(run->gradNorms.begin(), run->gradNorms.begin() + 4);
+    run->losses.erase(run->losses.begin(), run->losses.begin() + 4);
+  }
+  expectEquivalent(one, ranks);
 }
 
 /// The initial parameters of every rank of a [dp, tp] grid, gathered from

@@ -177,13 +177,23 @@ TEST(TrainerDataTest, ParsesMegatronDataAndTokenizerFlags) {
   EXPECT_EQ(c.options.microBatchSize, 4);
   EXPECT_TRUE(c.fp16);
   EXPECT_EQ(c.lossScale, 1024.0);
-  // No backend trains in fp16; the host backend refuses --bf16 too.
-  expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_UNIMPLEMENTED,
-              {"--fp16: no backend of megatron-train trains in fp16 yet",
-               "run without --fp16"});
+  // --fp16 trains with a static scale of 1024 here (any backend).
+  checkPrecisionFlags(c);
+  ASSERT_TRUE(c.options.lossScaling.has_value());
+  EXPECT_EQ(c.options.lossScaling->staticScale, 1024.0);
+  checkPrecisionMatchesBundle(c, "g.mtb", "fp16");
+  expectError([&] { checkPrecisionMatchesBundle(c, "g.mtb", "fp32"); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"--fp16: bundle 'g.mtb' is compiled for precision fp32",
+               "recompile it with megatron-compile --fp16, or drop --fp16"});
   c.fp16 = false;
+  expectError([&] { checkPrecisionMatchesBundle(c, "g.mtb", "fp16"); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"bundle 'g.mtb' is compiled for precision fp16",
+               "pass --fp16"});
   expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_INVALID_ARGUMENT,
               {"--loss-scale applies to --fp16 training only"});
+  c.given.clear();
   c.lossScale.reset();
   c.bf16 = true;
   expectError([&] { checkPrecisionFlags(c); }, MTRT_STATUS_UNIMPLEMENTED,

@@ -146,6 +146,23 @@ TEST(TrainerTest, FormatsTheIterationLine) {
             "time per iteration (ms): 12.3 | learning rate: 5.000E-04 | "
             "global batch size: 8 | lm loss: 4.123456E+00 | grad norm: 1.234 "
             "| tokens per second: 12345 |");
+  // --fp16 adds Megatron-LM's loss scale and skipped/nan counts; a skipped
+  // last step has no grad norm.
+  EXPECT_EQ(TrainingLog::formatIteration(10, 300, 80, 12.34, 5e-4, 8,
+                                         4.1234564, 1.2344, 12345.4,
+                                         LossScaleLine{65536, 3, 1}),
+            " iteration       10/     300 | consumed samples: 80 | elapsed "
+            "time per iteration (ms): 12.3 | learning rate: 5.000E-04 | "
+            "global batch size: 8 | lm loss: 4.123456E+00 | loss scale: "
+            "65536.0 | grad norm: 1.234 | number of skipped iterations:   3 "
+            "| number of nan iterations:   1 | tokens per second: 12345 |");
+  EXPECT_EQ(TrainingLog::formatIteration(1, 300, 8, 1, 0, 8, 0, NAN, 2,
+                                         LossScaleLine{2, 1, 0}),
+            " iteration        1/     300 | consumed samples: 8 | elapsed "
+            "time per iteration (ms): 1.0 | learning rate: 0.000E+00 | "
+            "global batch size: 8 | lm loss: 0.000000E+00 | loss scale: 2.0 "
+            "| number of skipped iterations:   1 | number of nan iterations: "
+            "  0 | tokens per second: 2 |");
 }
 
 TEST(TrainerTest, GreedySampleContinuesTheLearnedPattern) {

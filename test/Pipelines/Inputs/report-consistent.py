@@ -3,8 +3,10 @@ bundle it describes (megatron-compile --emit plan of the same flags): the
 activations row is train_step's arena in the bundle's memory plan, the eval
 row eval_step's, the side buffers at the peak fit in the arena (and exist
 under bf16, where GEMM operands get copies), the saved bytes by layer fit
-in it, the workspace is cuBLASLt's 32 MiB, the weights and the total are
-the sums of their rows, and the device figure adds the measured CUDA
+in it, the workspace is cuBLASLt's 32 MiB, the bf16 weight copies are the
+parameters the bundle's GEMMs read (the runtime's rule), the weights (with
+those copies under bf16) and the total are the sums
+of their rows, and the device figure adds the measured CUDA
 context.
 
 Usage: report-consistent.py REPORT PLAN.json
@@ -29,6 +31,8 @@ arena = {fn["name"]: fn["memory_plan"]["arena_bytes"]
 side = {fn["name"]: fn["memory_plan"]["side_buffers"]
         for fn in manifest["functions"]}
 parameters = row(re.search(r"\n  (parameters \(\d+, fp32\))", text).group(1))
+copies = re.search(r"\n  (bf16 weight copies \(\d+\))", text)
+bf16_weights = row(copies.group(1)) if copies else 0
 gradients = row("gradients (fp32)")
 optimizer = row("optimizer state (Adam moments)")
 activations = row("activations (train_step arena peak)")
@@ -37,7 +41,31 @@ workspace = row("workspace (cuBLASLt)")
 layers = sum(int(n) for n in re.findall(r"\n  layer \d+\s+(\d+)", text))
 other = row("embeddings and output layer")
 bf16 = "precision bf16" in text
+# The runtime's rule (runtime/src/cuda/ParameterStore.cpp,
+# gemmReadParameters): a parameter has a bf16 copy when a GEMM of some
+# function reads it as operand A or B straight from get_parameter; its
+# elements are the rank's (the get_parameter value's shape).
+GEMMS = {"linear", "linear_gelu", "linear_gelu_grad", "matmul",
+         "linear_weight_grad", "linear_weight_bias_grad"}
+read = {}
+for fn in manifest["functions"]:
+    parameter_of = {}
+    for inst in fn["instructions"]:
+        if inst["op"] == "get_parameter":
+            parameter_of[inst["results"][0]] = inst["attrs"]["parameter"]
+        if inst["op"] in GEMMS:
+            for v in inst["operands"][:2]:
+                if v in parameter_of:
+                    count = 1
+                    for d in fn["values"][v]["shape"]:
+                        count *= d
+                    read[parameter_of[v]] = count
+gemm_read_elements = sum(read.values())
+copied = int(copies.group(1)[len("bf16 weight copies ("):-1]) if copies else 0
+
 checks = [
+    ("bf16 weight copies = the parameters the bundle's GEMMs read",
+     not bf16 or copied == gemm_read_elements),
     ("activations = train_step's arena_bytes",
      activations == arena["train_step"]),
     ("eval_step arena = eval_step's arena_bytes",
@@ -51,10 +79,13 @@ checks = [
      0 < layers + other <= activations),
     ("workspace = 32 MiB", workspace == 32 << 20),
     ("weights and optimizer = the sum of its rows",
-     row("weights and optimizer") == parameters + gradients + optimizer),
+     row("weights and optimizer") ==
+     parameters + bf16_weights + gradients + optimizer),
+    ("bf16 weight copies exactly under bf16, at most the parameters",
+     (copies is not None) == bf16 and 2 * bf16_weights <= parameters),
     ("total = the sum of its rows",
-     row("total") == parameters + gradients + optimizer + activations +
-     workspace),
+     row("total") == parameters + bf16_weights + gradients + optimizer +
+     activations + workspace),
     ("with the CUDA context = total + 535 MiB",
      row("  with the CUDA context") == row("total") + (535 << 20)),
 ]

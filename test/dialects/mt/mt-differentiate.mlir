@@ -1,6 +1,7 @@
 // RUN: megatron-opt %s -split-input-file -mt-differentiate -verify-diagnostics | FileCheck %s
 
-// A linear layer into the loss: the seed gradient is 1, the input gradient
+// A linear layer into the loss: the seed gradient is 1, marked mt.loss_seed
+// (fp16 training multiplies it by the loss scale), the input gradient
 // reads the same weight in the other layout, and each parameter's gradient
 // is accumulated once, in declaration order.
 
@@ -17,7 +18,7 @@ func.func @train_step(%x: tensor<2x4x8xf32>, %labels: tensor<2x4xi32>) -> tensor
   %y = mt.linear %x, %w, %b : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
   // CHECK: %[[LOSS:.+]] = mt.cross_entropy %[[Y]], %[[LABELS]]
   %loss = mt.cross_entropy %y, %labels reduction = mean : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
-  // CHECK: %[[ONE:.+]] = mt.fill 1.000000e+00 : tensor<f32>
+  // CHECK: %[[ONE:.+]] = mt.fill 1.000000e+00 {mt.loss_seed} : tensor<f32>
   // CHECK: %[[DY:.+]] = mt.cross_entropy_grad %[[ONE]], %[[Y]], %[[LABELS]] reduction = mean
   // CHECK: mt.linear %[[DY]], %[[W]] transpose_weight : (tensor<2x4x16xf32>, tensor<8x16xf32>) -> tensor<2x4x8xf32>
   // CHECK: %[[DW:.+]] = mt.linear_weight_grad %[[X]], %[[DY]] : (tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> tensor<8x16xf32>

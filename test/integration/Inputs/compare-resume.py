@@ -6,8 +6,9 @@ Usage: compare-resume.py FULL.jsonl RESUMED.jsonl --from N [--tolerance T]
 
 Both files are megatron-train --log-jsonl logs. Every iteration >= N of
 RESUMED (the first K of them with --iterations) must be in FULL with the same
-loss, grad_norm and learning rate: bit for bit without --tolerance, else
-within T relative. Evaluations at those iterations are compared the same way.
+loss, grad_norm and learning rate (and, for --fp16 runs, loss_scale and
+whether the step was skipped; a skipped step's grad_norm is null in both):
+bit for bit without --tolerance, else within T relative. Evaluations at those iterations are compared the same way.
 Prints what it compared; exits 1 on a mismatch.
 """
 import argparse
@@ -47,7 +48,8 @@ def main():
         sys.exit("%s starts before iteration %d" % (args.resumed, args.first))
     worst, compared = 0.0, 0
     for i in iterations:
-        for kind, keys in (("train", ("loss", "grad_norm", "lr")),
+        for kind, keys in (("train", ("loss", "grad_norm", "lr", "loss_scale",
+                                      "skipped")),
                            ("eval", ("eval_loss",))):
             if (kind, i) not in resumed:
                 continue
@@ -56,6 +58,14 @@ def main():
                          % (args.full, kind, i))
             a, b = full[(kind, i)], resumed[(kind, i)]
             for key in keys:
+                if key not in a and key not in b:
+                    continue
+                if a.get(key) is None or b.get(key) is None:
+                    if a.get(key) is not None or b.get(key) is not None:
+                        sys.exit("iteration %d: %s %s (uninterrupted) vs %s "
+                                 "(resumed)" % (i, key, a.get(key), b.get(key)))
+                    compared += 1
+                    continue
                 x, y = float(a[key]), float(b[key])
                 difference = abs(x - y) / max(abs(x), 1e-30)
                 worst = max(worst, difference)

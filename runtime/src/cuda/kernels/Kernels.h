@@ -317,7 +317,9 @@ void transpose(cudaStream_t stream, int rank, const int64_t *shape,
 /// float exactly as host::adamwStep does, plus the gradient scaling and
 /// clipping that train::Optimizer applies to the gradients first.
 struct AdamWScalars {
-  float decay = 1;        // 1 - lr * weightDecay
+  /// 1 - lr * weightDecay, for the parameters with weight decay (the
+  /// others' factor is 1, exactly the host's 1 - lr * 0).
+  float decay = 1;
   float beta1 = 0, beta2 = 0, oneMinusBeta1 = 0, oneMinusBeta2 = 0;
   float stepSize = 0;     // lr / (1 - beta1^step)
   float bias2Sqrt = 1;    // sqrt(1 - beta2^step)
@@ -327,11 +329,29 @@ struct AdamWScalars {
   bool applyScale = false, applyClip = false;
 };
 
-/// g = grad (* gradScale) (* clipCoefficient), each product rounded to float
-/// as the host's in-place scaling does, written back to grad; then AdamW on
-/// param, expAvg, expAvgSq with host::adamwStep's order of operations.
-void adamwStep(cudaStream_t stream, int64_t n, float *param, float *grad,
-               float *expAvg, float *expAvgSq, const AdamWScalars &scalars);
+/// A piece of at most kAdamWChunkElements elements of one parameter for the
+/// multi-tensor AdamW: its first element in the store's flat fp32 arrays,
+/// the same element in the flat bf16 copies (-1: the parameter has none),
+/// its length and whether the parameter has weight decay.
+struct AdamWChunk {
+  int64_t begin = 0;
+  int64_t bf16Begin = -1;
+  int32_t count = 0;
+  int32_t weightDecay = 0;
+};
+constexpr int64_t kAdamWChunkElements = 32768;
+
+/// AdamW over every parameter in one launch, one block per chunk (a device
+/// array of `chunkCount`). Per element: g = grad (* gradScale)
+/// (* clipCoefficient), each product rounded to float as the host's
+/// in-place scaling does, written back to grad; then AdamW on param,
+/// expAvg, expAvgSq with host::adamwStep's order of operations; and the
+/// new param rounded to bf16 into `bf16` (the store's copies) where the
+/// chunk has one.
+void adamwStepChunks(cudaStream_t stream, int64_t chunkCount,
+                     const AdamWChunk *chunks, float *param, float *grad,
+                     float *expAvg, float *expAvgSq, __nv_bfloat16 *bf16,
+                     const AdamWScalars &scalars);
 
 /// Scratch of sumOfSquares.
 size_t sumOfSquaresScratchBytes(int64_t n);

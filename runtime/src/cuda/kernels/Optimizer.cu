@@ -1,5 +1,6 @@
-// AdamW with the gradient scaling and clipping before it, and the sum of
-// squares behind the global gradient norm. Compiled without FMA contraction
+// AdamW over every parameter in one launch (with the gradient scaling and
+// clipping before it, and the bf16 copies after it), and the sum of squares
+// behind the global gradient norm. Compiled without FMA contraction
 // (CMakeLists.txt): with the same inputs, an AdamW step gives the host's
 // bits.
 #include "cuda/kernels/KernelSupport.cuh"
@@ -11,10 +12,16 @@ namespace {
 constexpr int kReduceThreads = 256;
 constexpr int64_t kMaxPartials = 1024;
 constexpr int64_t kElementsPerThread = 16;
+constexpr int kAdamWThreads = 512;
 
-__global__ void adamwKernel(int64_t n, float *param, float *grad,
-                            float *expAvg, float *expAvgSq, AdamWScalars s) {
-  MTRT_GRID_STRIDE(i, n) {
+// One block per chunk; its threads stride through the chunk (coalesced).
+__global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
+                                  float *grad, float *expAvg, float *expAvgSq,
+                                  __nv_bfloat16 *bf16, AdamWScalars s) {
+  AdamWChunk chunk = chunks[blockIdx.x];
+  float decay = chunk.weightDecay ? s.decay : 1.0f;
+  for (int32_t j = threadIdx.x; j < chunk.count; j += blockDim.x) {
+    int64_t i = chunk.begin + j;
     float g = grad[i];
     if (s.applyScale)
       g = g * s.gradScale;
@@ -22,12 +29,15 @@ __global__ void adamwKernel(int64_t n, float *param, float *grad,
       g = g * s.clipCoefficient;
     if (s.applyScale || s.applyClip)
       grad[i] = g;
-    float p = param[i] * s.decay;
+    float p = param[i] * decay;
     float m = s.beta1 * expAvg[i] + s.oneMinusBeta1 * g;
     float v = s.beta2 * expAvgSq[i] + s.oneMinusBeta2 * g * g;
     expAvg[i] = m;
     expAvgSq[i] = v;
-    param[i] = p - s.stepSize * (m / (sqrtf(v) / s.bias2Sqrt + s.eps));
+    p = p - s.stepSize * (m / (sqrtf(v) / s.bias2Sqrt + s.eps));
+    param[i] = p;
+    if (chunk.bf16Begin >= 0)
+      bf16[chunk.bf16Begin + j] = __float2bfloat16_rn(p);
   }
 }
 
@@ -64,11 +74,15 @@ __global__ void sumPartialsKernel(int64_t count, const double *partial,
 
 } // namespace
 
-void adamwStep(cudaStream_t stream, int64_t n, float *param, float *grad,
-               float *expAvg, float *expAvgSq, const AdamWScalars &scalars) {
-  if (n > 0)
-    adamwKernel<<<detail::blocksFor(n), detail::kThreads, 0, stream>>>(
-        n, param, grad, expAvg, expAvgSq, scalars);
+void adamwStepChunks(cudaStream_t stream, int64_t chunkCount,
+                     const AdamWChunk *chunks, float *param, float *grad,
+                     float *expAvg, float *expAvgSq, __nv_bfloat16 *bf16,
+                     const AdamWScalars &scalars) {
+  // Blocks of a grid's x dimension: up to 2^31 - 1 chunks.
+  if (chunkCount > 0)
+    adamwChunksKernel<<<static_cast<unsigned>(chunkCount), kAdamWThreads, 0,
+                        stream>>>(chunks, param, grad, expAvg, expAvgSq, bf16,
+                                  scalars);
 }
 
 size_t sumOfSquaresScratchBytes(int64_t n) {

@@ -467,6 +467,13 @@ double sumOfSquares(ThreadPool &pool, int64_t n, const T *x);
 template <typename T>
 void scaleInPlace(ThreadPool &pool, int64_t n, T *x, double factor);
 
+/// fp16 loss scaling's unscale: x *= factor (rounded to T); returns whether
+/// any element is inf or nan (before or after the product), as
+/// torch._amp_foreach_non_finite_check_and_unscale_ behind Megatron-LM's
+/// found_inf flag.
+template <typename T>
+bool scaleAndCheckFinite(ThreadPool &pool, int64_t n, T *x, double factor);
+
 enum class LrDecayStyle { Constant, Linear, Cosine };
 
 /// The learning-rate schedule of Megatron-LM's OptimizerParamScheduler.

@@ -1,6 +1,7 @@
 // AdamW, the gradient-norm helpers (sum of squares, scaling) and Megatron-LM's learning-rate schedule.
 #include "host/kernels/KernelSupport.h"
 
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -66,6 +67,26 @@ void scaleInPlace(ThreadPool &pool, int64_t n, T *x, double factor) {
   detail::forEachElement(pool, n, [&](int64_t i) { x[i] *= f; });
 }
 
+template <typename T>
+bool scaleAndCheckFinite(ThreadPool &pool, int64_t n, T *x, double factor) {
+  T f = static_cast<T>(factor);
+  std::atomic<bool> found{false};
+  pool.parallelFor(
+      0, n,
+      [&](int64_t begin, int64_t end) {
+        bool local = false;
+        for (int64_t i = begin; i < end; ++i) {
+          T value = x[i] * f;
+          x[i] = value;
+          local |= !std::isfinite(value);
+        }
+        if (local)
+          found.store(true, std::memory_order_relaxed);
+      },
+      4096);
+  return found.load();
+}
+
 double learningRate(const LrSchedule &schedule, int64_t iteration) {
   double maxLr = schedule.maxLr, minLr = schedule.minLr;
   if (schedule.warmupIters > 0 && iteration <= schedule.warmupIters)
@@ -93,7 +114,8 @@ double learningRate(const LrSchedule &schedule, int64_t iteration) {
   template void adamwStep<T>(ThreadPool &, int64_t, T *, const T *, T *, T *,  \
                              const AdamWParams &);                             \
   template double sumOfSquares<T>(ThreadPool &, int64_t, const T *);           \
-  template void scaleInPlace<T>(ThreadPool &, int64_t, T *, double);
+  template void scaleInPlace<T>(ThreadPool &, int64_t, T *, double);          \
+  template bool scaleAndCheckFinite<T>(ThreadPool &, int64_t, T *, double);
 MTRT_INSTANTIATE_FLOAT_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

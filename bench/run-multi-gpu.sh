@@ -1,0 +1,139 @@
+#!/bin/bash
+# Issue #11's runs on a machine with two or more GPUs (through the device
+# tool, kind nvidia-h200-x2 or larger): one process per GPU launched with
+# torchrun's and with Open MPI's variables, each layout's losses against
+# the one-GPU run of the same model, tokens/s per GPU, and a fault run.
+#
+# Usage: bench/run-multi-gpu.sh DIR OUT
+#   DIR  bench/make-device-dir.sh's folder (MULTI=1 adds the bundles used
+#        here besides tiny-gpt-bf16-nodrop{,-tp2}:
+#        gpt2-124m-bf16-mb32-nodropout{,-tp2}, with no dropout at all)
+#   OUT  where multi-gpu.txt and the logs (multi/) go
+# The cuda backend runs tensor parallelism across processes (its multi-rank
+# instructions through the host and NCCL); data and pipeline parallelism on
+# the GPU are still refused (runtime/src/cuda/Trainer.cpp), so only TP runs.
+set -u
+dir=$(cd "$1" && pwd)
+out=$2
+mkdir -p "$out/multi"
+report=$out/multi-gpu.txt
+corpus=$dir/corpus.txt
+# NVLink multicast stays off on these machines (the device tool's KINDS.md).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1
+libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libnccl.so.2*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
+  tr '\n' ':')
+export LD_LIBRARY_PATH="$dir/lib:$libdirs${LD_LIBRARY_PATH:-}:$dir/fallback-lib"
+gpus=$(nvidia-smi -L | wc -l)
+{
+  date -u
+  nvidia-smi -L
+  nvidia-smi topo -m 2>/dev/null | head -5
+} >"$report" 2>&1
+train() { # train LOG BUNDLE ITERS [flags...]: one process
+  local log=$1 bundle=$2 iters=$3
+  shift 3
+  "$dir/bin/megatron-train" "$dir/bundles/$bundle" --data-path "$corpus" \
+    --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 5 --log-interval 1 \
+    --eval-iters 0 --no-progress-bar --backend cuda "$@" >"$log" 2>&1
+}
+port=29500
+launch() { # launch NAME LAUNCHER N BUNDLE ITERS [flags...]: N processes
+  local name=$1 launcher=$2 n=$3 bundle=$4 iters=$5
+  shift 5
+  port=$((port + 1))
+  local pids=()
+  for ((r = 0; r < n; ++r)); do
+    if [ "$launcher" = torchrun ]; then
+      vars=(RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n)
+    else
+      vars=(OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_LOCAL_RANK=$r
+        OMPI_COMM_WORLD_SIZE=$n)
+    fi
+    env "${vars[@]}" MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout 300 "$dir/bin/megatron-train" "$dir/bundles/$bundle" \
+      --data-path "$corpus" --train-iters "$iters" --lr 6e-4 \
+      --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 \
+      --no-progress-bar --backend cuda "$@" \
+      >"$out/multi/$name.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  local status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+  echo "$name: exit $status" >>"$report"
+}
+# Largest relative loss difference between two logs, and ms per iteration.
+compare() { # compare NAME LOG REFERENCE
+  python3 - "$@" >>"$report" <<'EOF'
+import re, statistics, sys
+name, log, ref = sys.argv[1:4]
+def read(path):
+    losses, times = [], []
+    for line in open(path, errors="replace"):
+        loss = re.search(r"lm loss: ([0-9.E+-]+)", line)
+        ms = re.search(r"elapsed time per iteration \(ms\): ([0-9.]+)", line)
+        if loss:
+            losses.append(float(loss.group(1)))
+            times.append(float(ms.group(1)) if ms else 0.0)
+    return losses, times
+a, ta = read(log)
+b, _ = read(ref)
+n = min(len(a), len(b))
+worst = max((abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n])), default=-1)
+ms = statistics.median(ta[5:]) if len(ta) > 5 else float("nan")
+print(f"{name}: {n} iterations compared, largest relative loss difference "
+      f"{worst:.3g}, median {ms:.1f} ms/iteration, last loss "
+      f"{a[-1] if a else 'none'} (reference {b[-1] if b else 'none'})")
+EOF
+}
+echo "GPUs: $gpus" >>"$report"
+if [ "$gpus" -lt 2 ]; then
+  echo "fewer than 2 GPUs: nothing to run" >>"$report"
+  exit 0
+fi
+
+# Layouts against one GPU: tiny-gpt (20 steps) and gpt2-124m (ITERS steps,
+# default 12, micro-batch 32), dropout off (dropout over split tensors is refused on
+# the GPU).
+for pair in tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropout:${ITERS:-12}; do
+  model=${pair%%:*} iters=${pair##*:}
+  one=$out/multi/$model.one-gpu.log
+  CUDA_VISIBLE_DEVICES=0 train "$one" "$model.mtb" "$iters"
+  CUDA_VISIBLE_DEVICES=0 train "$out/multi/$model.tp2-one-gpu.log" \
+    "$model-tp2.mtb" "$iters" --in-process-ranks
+  compare "$model TP2 in-process on one GPU" \
+    "$out/multi/$model.tp2-one-gpu.log" "$one"
+  for launcher in torchrun mpi; do
+    launch "$model.tp2-$launcher" $launcher 2 "$model-tp2.mtb" "$iters"
+    compare "$model TP2, 2 processes on 2 GPUs ($launcher variables)" \
+      "$out/multi/$model.tp2-$launcher.rank0.log" "$one"
+  done
+done
+
+# The fault run: rank 1 killed mid-run; rank 0 must exit within the
+# collective timeout (10 s) plus 10 s, naming the rank, call and step.
+port=$((port + 1))
+pids=()
+for r in 0 1; do
+  env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT=$port timeout 120 "$dir/bin/megatron-train" \
+    "$dir/bundles/tiny-gpt-bf16-nodrop-tp2.mtb" --data-path "$corpus" \
+    --train-iters 1000000 --lr 6e-4 --log-interval 100 --eval-iters 0 \
+    --no-progress-bar --backend cuda --collective-timeout 10 \
+    >"$out/multi/fault.rank$r.log" 2>&1 &
+  pids+=($!)
+done
+sleep 15
+kill -9 "${pids[1]}"
+killed=$(date +%s.%N)
+wait "${pids[0]}"
+status=$?
+ended=$(date +%s.%N)
+wait "${pids[1]}" 2>/dev/null
+{
+  echo "fault: rank 1 killed after 15 s; rank 0 exit $status after" \
+    "$(python3 -c "print(f'{$ended - $killed:.1f}')") s (limit 20 s)"
+  echo "fault: rank 0's last lines:"
+  tail -4 "$out/multi/fault.rank0.log" | cut -c1-400
+} >>"$report"

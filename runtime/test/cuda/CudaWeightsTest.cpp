@@ -1,0 +1,478 @@
+// The parameter side of the step on the device: the multi-tensor AdamW
+// against the host's, bit for bit in fp32; the store's persistent bf16
+// copies following every change of the fp32 masters (upload, which a
+// checkpoint load goes through, and the optimizer); weight gradients
+// accumulated by their GEMM (beta = 1) against a written product plus
+// accumulate_gradient.
+#include "BundleTestBuilder.h"
+#include "CudaTestSupport.h"
+
+#include "cuda/CudaCheck.h"
+#include "cuda/Executor.h"
+#include "cuda/Optimizer.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/kernels/Kernels.h"
+#include "host/Executor.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+#include "train/Optimizer.h"
+
+#include <cstring>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+/// A bundle whose `op` function reads parameters w [40, 24] (through
+/// linear), b [24] (the bias, no weight decay), a large table t
+/// [70000 / 10, 10] (more than two AdamW chunks, read by nothing) and writes
+/// w's and b's gradients through linear_weight_bias_grad and
+/// accumulate_gradient.
+Bundle weightsBundle(const std::string &precision) {
+  FunctionBuilder f("op");
+  int64_t x = f.input({48, 40}, "f32"), dy = f.input({48, 24}, "f32");
+  int64_t w = f.op("get_parameter", {}, {40, 24}, {{"parameter", 0}});
+  int64_t b = f.op("get_parameter", {}, {24}, {{"parameter", 1}});
+  f.output(f.op("linear", {x, w, b}, {48, 24}));
+  int64_t dw = f.value({40, 24}), db = f.value({24});
+  f.inst("linear_weight_bias_grad", {x, dy}, {dw, db}, Json::object());
+  f.inst("accumulate_gradient", {dw}, {}, {{"parameter", 0}});
+  f.inst("accumulate_gradient", {db}, {}, {{"parameter", 1}});
+  Json model = modelJson(256, 8, 4, 2, 2);
+  model["precision"] = precision;
+  Json parameters = Json::array(
+      {parameterJson("w", {40, 24}), parameterJson("b", {24}, "normal", 0.5, false),
+       parameterJson("t", {7000, 10})});
+  return Bundle::parseManifest(
+      "weights-" + precision,
+      manifestJson(model, parameters, Json::array({f.build()})).dump());
+}
+
+/// Copies a device bf16 array to the host as floats (exact).
+std::vector<float> bf16ToHost(const __nv_bfloat16 *data, int64_t n) {
+  std::vector<__nv_bfloat16> raw(static_cast<size_t>(n));
+  MTRT_CUDA_CHECK(cudaMemcpy(raw.data(), data, raw.size() * sizeof(raw[0]),
+                             cudaMemcpyDeviceToHost),
+                  "copying a bf16 copy to the host");
+  std::vector<float> out;
+  for (__nv_bfloat16 v : raw)
+    out.push_back(__bfloat162float(v));
+  return out;
+}
+
+/// Expects parameter i's bf16 copy to be its fp32 value rounded to nearest.
+void expectBf16CopyOf(const cuda::ParameterStore &store, size_t i,
+                      const std::string &when) {
+  ASSERT_NE(store.bf16Value(i), nullptr) << store.info(i).name;
+  host::Tensor value = store.valueToHost(i);
+  std::vector<float> copy = bf16ToHost(store.bf16Value(i), store.count(i));
+  int64_t wrong = 0;
+  for (int64_t e = 0; e < store.count(i); ++e)
+    wrong += copy[e] !=
+             __bfloat162float(__float2bfloat16_rn(value.data<float>()[e]));
+  EXPECT_EQ(wrong, 0) << store.info(i).name << " " << when << ": " << wrong
+                      << " of " << store.count(i)
+                      << " elements of the bf16 copy are not the value's";
+}
+
+void fillGradients(host::ParameterStore &store, uint64_t seed) {
+  for (size_t p = 0; p < store.size(); ++p) {
+    host::Tensor g = randomTensor(store.gradient(p).shape, seed + p, 0.3);
+    std::memcpy(store.gradient(p).buffer.data(), g.buffer.data(),
+                g.buffer.size());
+  }
+}
+
+bool sameBits(const host::Tensor &a, const host::Tensor &b) {
+  return a.buffer.size() == b.buffer.size() &&
+         std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()) == 0;
+}
+
+// Which parameters get a bf16 copy (no GPU needed): those a GEMM reads as
+// operand A or B straight from get_parameter, in any function; not a bias,
+// a parameter read by other ops only, or one a GEMM reads through another
+// op.
+TEST(GemmReadParametersTest, OperandsOfGemmsReadStraightFromTheStore) {
+  EXPECT_EQ(cuda::ParameterStore::gemmReadParameters(weightsBundle("bf16")),
+            (std::vector<bool>{true, false, false}));
+  FunctionBuilder first("first"), second("second");
+  int64_t x = first.input({4, 6}, "f32");
+  int64_t table = first.op("get_parameter", {}, {10, 6}, {{"parameter", 0}});
+  first.output(first.op("linear", {x, table}, {4, 10},
+                        {{"transpose_weight", true}}));
+  int64_t ids = second.input({4}, "i32");
+  int64_t again = second.op("get_parameter", {}, {10, 6}, {{"parameter", 0}});
+  int64_t rows = second.op("embedding", {again, ids}, {4, 6});
+  int64_t scale = second.op("get_parameter", {}, {6, 6}, {{"parameter", 1}});
+  int64_t shifted = second.op("add", {scale, scale}, {6, 6});
+  second.output(second.op("matmul", {rows, shifted}, {4, 6}));
+  int64_t gate = second.op("get_parameter", {}, {6, 6}, {{"parameter", 2}});
+  second.output(second.op("matmul", {gate, rows}, {6, 4},
+                          {{"transpose_rhs", true}}));
+  Json model = modelJson(10, 6, 4, 1, 1);
+  model["precision"] = "bf16";
+  Bundle bundle = Bundle::parseManifest(
+      "reads",
+      manifestJson(model,
+                   Json::array({parameterJson("table", {10, 6}),
+                                parameterJson("scale", {6, 6}),
+                                parameterJson("gate", {6, 6})}),
+                   Json::array({first.build(), second.build()}))
+          .dump());
+  EXPECT_EQ(cuda::ParameterStore::gemmReadParameters(bundle),
+            (std::vector<bool>{true, false, true}));
+}
+
+class CudaWeightsTest : public CudaTest {};
+
+// One launch over every parameter (three, one over several chunks, one
+// without weight decay) gives the host's values, moments and scaled,
+// clipped gradients bit for bit, step after step.
+TEST_F(CudaWeightsTest, MultiTensorAdamWEqualsTheHostsBitForBit) {
+  Bundle bundle = weightsBundle("fp32");
+  host::ThreadPool pool(2);
+  host::ParameterStore hostStore(bundle, DType::F32);
+  hostStore.initialize(pool, 3);
+  cuda::ParameterStore deviceStore(bundle, *context);
+  train::OptimizerConfig config;
+  config.weightDecay = 0.1;
+  config.clipGrad = 0.5; // the random gradients' norm is far above: clipped
+  config.schedule.maxLr = 1e-2;
+  config.schedule.minLr = 1e-3;
+  config.schedule.warmupIters = 1;
+  config.schedule.decayIters = 10;
+  train::Optimizer hostOptimizer(hostStore, pool, config);
+  cuda::Optimizer deviceOptimizer(deviceStore, config);
+  for (int64_t iteration = 1; iteration <= 3; ++iteration) {
+    fillGradients(hostStore, 50 * iteration);
+    deviceStore.upload(hostStore);
+    train::OptimizerStepResult expected =
+        hostOptimizer.step(iteration, 0.5);
+    train::OptimizerStepResult actual = deviceOptimizer.step(iteration, 0.5);
+    EXPECT_NEAR(actual.gradNorm, expected.gradNorm, 1e-9 * expected.gradNorm);
+    EXPECT_EQ(actual.learningRate, expected.learningRate);
+    host::ParameterStore back(bundle, DType::F32);
+    deviceStore.download(back);
+    for (size_t p = 0; p < hostStore.size(); ++p) {
+      const std::string &name = hostStore.info(p).name;
+      EXPECT_TRUE(sameBits(back.value(p), hostStore.value(p)))
+          << name << " at iteration " << iteration;
+      EXPECT_TRUE(sameBits(back.gradient(p), hostStore.gradient(p)))
+          << name << " at iteration " << iteration;
+      EXPECT_TRUE(sameBits(back.expAvg(p), hostStore.expAvg(p))) << name;
+      EXPECT_TRUE(sameBits(back.expAvgSq(p), hostStore.expAvgSq(p))) << name;
+    }
+  }
+}
+
+// Under bf16 the parameters GEMMs read as an operand (w; not the bias b,
+// which the epilogue reads in fp32, nor the table t) have a bf16 copy that
+// follows upload (a checkpoint load's path), the optimizer and initialize.
+// The GEMM then reads the refreshed copy.
+TEST_F(CudaWeightsTest, Bf16CopiesFollowEveryChangeOfTheMasters) {
+  Bundle bundle = weightsBundle("bf16");
+  std::vector<bool> read = cuda::ParameterStore::gemmReadParameters(bundle);
+  EXPECT_EQ(read, (std::vector<bool>{true, false, false}));
+  host::ThreadPool pool(2);
+  host::ParameterStore first(bundle, DType::F32);
+  first.initialize(pool, 3);
+  cuda::ParameterStore store(bundle, *context);
+  EXPECT_EQ(store.bf16Value(1), nullptr);
+  EXPECT_EQ(store.bf16Value(2), nullptr);
+  store.upload(first);
+  expectBf16CopyOf(store, 0, "after upload");
+
+  train::OptimizerConfig config;
+  config.schedule.maxLr = 1e-1;
+  config.schedule.minLr = 1e-1;
+  config.schedule.decayIters = 10;
+  cuda::Optimizer optimizer(store, config);
+  fillGradients(first, 9);
+  store.upload(first);
+  optimizer.step(1, 1.0);
+  host::Tensor stepped = store.valueToHost(0);
+  EXPECT_FALSE(sameBits(stepped, first.value(0)));
+  expectBf16CopyOf(store, 0, "after an optimizer step");
+
+  store.initialize(77);
+  expectBf16CopyOf(store, 0, "after initialize");
+
+  // A checkpoint of other values: the store's copy and the GEMM follow.
+  host::ParameterStore loaded(bundle, DType::F32);
+  loaded.initialize(pool, 1234);
+  store.upload(loaded);
+  expectBf16CopyOf(store, 0, "after loading other values");
+  host::Tensor x = randomTensor({48, 40}, 1), dy = randomTensor({48, 24}, 2);
+  std::vector<host::TensorView> inputs = {viewOf(x), viewOf(dy)};
+  host::Executor hostExecutor(bundle, "op", loaded, pool);
+  cuda::Executor deviceExecutor(bundle, "op", store);
+  host::Tensor expected = std::move(hostExecutor.run(inputs, 0)[0]);
+  host::Tensor actual = std::move(deviceExecutor.run(inputs, 0)[0]);
+  expectClose(actual, expected, 2e-2, "linear over the loaded weights");
+}
+
+/// The executor runs linear_weight_bias_grad + accumulate_gradient as one
+/// GEMM with beta = 1 into the parameter's gradient: it adds to what the
+/// gradient held (here nonzero), as the host's accumulate does.
+void expectAccumulatedGradients(cuda::Context &context,
+                                const std::string &precision,
+                                double tolerance) {
+  Bundle bundle = weightsBundle(precision);
+  host::ThreadPool pool(2);
+  host::ParameterStore hostStore(bundle, DType::F32);
+  hostStore.initialize(pool, 3);
+  fillGradients(hostStore, 21);
+  cuda::ParameterStore deviceStore(bundle, context);
+  deviceStore.upload(hostStore);
+  host::Tensor x = randomTensor({48, 40}, 1), dy = randomTensor({48, 24}, 2);
+  std::vector<host::TensorView> inputs = {viewOf(x), viewOf(dy)};
+  host::Executor hostExecutor(bundle, "op", hostStore, pool);
+  cuda::Executor deviceExecutor(bundle, "op", deviceStore);
+  EXPECT_EQ(deviceExecutor.gemmAccumulationCount(), 1u);
+  for (int run = 0; run < 2; ++run) {
+    hostExecutor.run(inputs, 0);
+    deviceExecutor.run(inputs, 0);
+  }
+  for (size_t p = 0; p < hostStore.size(); ++p)
+    expectClose(deviceStore.gradientToHost(p), hostStore.gradient(p),
+                tolerance, precision + " gradient of " + hostStore.info(p).name);
+}
+
+TEST_F(CudaWeightsTest, WeightGradientsAccumulatedByTheGemmInFp32) {
+  expectAccumulatedGradients(*context, "fp32", 1e-5);
+}
+
+TEST_F(CudaWeightsTest, WeightGradientsAccumulatedByTheGemmInBf16) {
+  expectAccumulatedGradients(*context, "bf16", 2e-2);
+}
+
+/// C (+)= A^T B with and without beta = 1, in fp32 (CUBLAS_COMPUTE_32F):
+/// accumulating in the GEMM equals writing the product and adding it, bit
+/// for bit, with the same (untuned) algorithm; the bias gradient epilogue
+/// writes the same sums either way.
+TEST_F(CudaWeightsTest, GemmAccumulationEqualsWriteThenAccumulate) {
+  int64_t rows = 96, in = 40, out = 24;
+  host::Tensor a = randomTensor({rows, in}, 1), b = randomTensor({rows, out}, 2),
+               c = randomTensor({in, out}, 3);
+  size_t cBytes = c.buffer.size();
+  cuda::DeviceBuffer da(a.buffer.size(), "A"), db(b.buffer.size(), "B"),
+      accumulated(cBytes, "C accumulated"), written(cBytes, "C written"),
+      product(cBytes, "the product"), biasAccumulated(sizeof(float) * out, "bias"),
+      biasWritten(sizeof(float) * out, "bias"),
+      scratch(cuda::columnSumScratchBytes(rows, out), "scratch");
+  cudaStream_t stream = context->stream();
+  auto upload = [&](const cuda::DeviceBuffer &to, const host::Tensor &from) {
+    MTRT_CUDA_CHECK(cudaMemcpy(to.data(), from.buffer.data(),
+                               from.buffer.size(), cudaMemcpyHostToDevice),
+                    "uploading");
+  };
+  upload(da, a);
+  upload(db, b);
+  upload(accumulated, c);
+  upload(written, c);
+  cuda::Gemm gemm(stream, /*tf32=*/false, /*tuning=*/false);
+  cuda::GemmEpilogue epilogue;
+  epilogue.kind = cuda::GemmEpilogue::Kind::BiasGradB;
+  epilogue.scratch = scratch.data();
+  epilogue.biasGrad = biasAccumulated.as<float>();
+  gemm.run(1, in, out, rows, da.as<float>(), true, db.as<float>(), false,
+           accumulated.as<float>(), nullptr, /*accumulate=*/true, {}, epilogue);
+  epilogue.biasGrad = biasWritten.as<float>();
+  gemm.run(1, in, out, rows, da.as<float>(), true, db.as<float>(), false,
+           product.as<float>(), nullptr, /*accumulate=*/false, {}, epilogue);
+  MTRT_CUDA_CHECK_LAUNCH(cuda::accumulateInto(stream, in * out, product.as<float>(),
+                                        written.as<float>()),
+                         "accumulating");
+  context->synchronize("the products");
+  host::Tensor viaGemm(DType::F32, {in, out}), viaAdd(DType::F32, {in, out});
+  host::Tensor biasGemm(DType::F32, {out}), biasAdd(DType::F32, {out});
+  auto download = [&](host::Tensor &to, const cuda::DeviceBuffer &from) {
+    MTRT_CUDA_CHECK(cudaMemcpy(to.buffer.data(), from.data(), to.buffer.size(),
+                               cudaMemcpyDeviceToHost),
+                    "downloading");
+  };
+  download(viaGemm, accumulated);
+  download(viaAdd, written);
+  download(biasGemm, biasAccumulated);
+  download(biasAdd, biasWritten);
+  EXPECT_TRUE(sameBits(viaGemm, viaAdd))
+      << "relative difference " << relativeDifference(viaGemm, viaAdd);
+  EXPECT_TRUE(sameBits(biasGemm, biasAdd));
+  // And it is the sum: C + A^T B on the host.
+  host::Tensor reference(DType::F32, {in, out});
+  for (int64_t i = 0; i < in; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      double sum = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        sum += double(a.data<float>()[r * in + i]) * b.data<float>()[r * out + j];
+      reference.data<float>()[i * out + j] =
+          static_cast<float>(sum + c.data<float>()[i * out + j]);
+    }
+  expectClose(viaGemm, reference, 1e-5, "C + A^T B");
+}
+
+/// With tuning on, an accumulating product times its candidates into the
+/// scratch and adds into C exactly once.
+TEST_F(CudaWeightsTest, TunedAccumulatingGemmAddsOnce) {
+  int64_t rows = 256, in = 128, out = 192;
+  host::Tensor a = randomTensor({rows, in}, 4), b = randomTensor({rows, out}, 5),
+               c = randomTensor({in, out}, 6);
+  cuda::DeviceBuffer da(a.buffer.size(), "A"), db(b.buffer.size(), "B"),
+      dc(c.buffer.size(), "C"), scratch(c.buffer.size(), "scratch");
+  MTRT_CUDA_CHECK(cudaMemcpy(da.data(), a.buffer.data(), a.buffer.size(),
+                             cudaMemcpyHostToDevice),
+                  "uploading");
+  MTRT_CUDA_CHECK(cudaMemcpy(db.data(), b.buffer.data(), b.buffer.size(),
+                             cudaMemcpyHostToDevice),
+                  "uploading");
+  MTRT_CUDA_CHECK(cudaMemcpy(dc.data(), c.buffer.data(), c.buffer.size(),
+                             cudaMemcpyHostToDevice),
+                  "uploading");
+  cuda::Gemm gemm(context->stream(), false, /*tuning=*/true);
+  cuda::GemmEpilogue epilogue;
+  epilogue.tuningScratch = scratch.as<float>();
+  gemm.run(1, in, out, rows, da.as<float>(), true, db.as<float>(), false,
+           dc.as<float>(), nullptr, true, {}, epilogue);
+  context->synchronize("the product");
+  host::Tensor result(DType::F32, {in, out}), reference(DType::F32, {in, out});
+  MTRT_CUDA_CHECK(cudaMemcpy(result.buffer.data(), dc.data(),
+                             result.buffer.size(), cudaMemcpyDeviceToHost),
+                  "downloading");
+  for (int64_t i = 0; i < in; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      double sum = c.data<float>()[i * out + j];
+      for (int64_t r = 0; r < rows; ++r)
+        sum += double(a.data<float>()[r * in + i]) * b.data<float>()[r * out + j];
+      reference.data<float>()[i * out + j] = static_cast<float>(sum);
+    }
+  expectClose(result, reference, 1e-5, "C + A^T B after tuning");
+  ASSERT_FALSE(gemm.tuningChoices().empty());
+  EXPECT_NE(gemm.tuningChoices().back().find("accumulating"),
+            std::string::npos)
+      << gemm.tuningChoices().back();
+}
+
+/// Timings, not a check (run with --gtest_also_run_disabled_tests): the
+/// epilogue GEMMs of gpt2-124m's MLP at micro-batch 32 (rows 32768, hidden
+/// 768, ffn 3072) with bf16 operands, against the plain product followed by
+/// the kernels that do the epilogue's work, with an fp32 and a bf16 D.
+TEST_F(CudaWeightsTest, DISABLED_EpilogueGemmTimings) {
+  constexpr int64_t rows = 32768, hidden = 768, ffn = 3072;
+  using Kind = cuda::GemmEpilogue::Kind;
+  cudaStream_t stream = context->stream();
+  size_t big = sizeof(float) * rows * ffn;
+  cuda::DeviceBuffer x(2 * rows * ffn, "x"), w(2 * hidden * ffn, "w"),
+      c(big, "C"), aux(big, "aux"), bias(sizeof(float) * ffn, "bias"),
+      dbias(sizeof(float) * ffn, "bias gradient"),
+      grad(sizeof(float) * hidden * ffn, "weight gradient"),
+      scratch(cuda::columnSumScratchBytes(rows, ffn), "scratch");
+  for (const cuda::DeviceBuffer *buffer : {&x, &w, &c, &aux, &bias})
+    MTRT_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0, buffer->size(), stream),
+                    "zeroing");
+  cuda::Gemm gemm(stream, false, true);
+  cudaEvent_t start, stop;
+  MTRT_CUDA_CHECK(cudaEventCreate(&start), "events");
+  MTRT_CUDA_CHECK(cudaEventCreate(&stop), "events");
+  auto time = [&](const std::string &what, double flops, auto &&body) {
+    body(); // tunes
+    constexpr int kRuns = 20;
+    MTRT_CUDA_CHECK(cudaEventRecord(start, stream), what);
+    for (int i = 0; i < kRuns; ++i)
+      body();
+    MTRT_CUDA_CHECK(cudaEventRecord(stop, stream), what);
+    MTRT_CUDA_CHECK(cudaEventSynchronize(stop), what);
+    float ms = 0;
+    MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), what);
+    ms /= kRuns;
+    std::printf("[ gemm-bench ] %-58s %8.3f ms %7.1f TFLOP/s\n", what.c_str(),
+                ms, flops / (ms * 1e-3) / 1e12);
+  };
+  auto *xb = x.as<__nv_bfloat16>();
+  auto *wb = w.as<__nv_bfloat16>();
+  float *cf = c.as<float>(), *auxf = aux.as<float>();
+  const float *unusedA = cf, *unusedB = cf;
+  for (bool bf16D : {false, true}) {
+    cuda::Bf16Operands operands{xb, wb, bf16D};
+    std::string d = bf16D ? ", bf16 D" : ", fp32 D";
+    // Forward fc1: gelu(x W + b), the pre-activation kept.
+    double forward = 2.0 * rows * hidden * ffn;
+    cuda::GemmEpilogue gelu;
+    gelu.kind = Kind::GeluAux;
+    gelu.aux = auxf;
+    time("fc1 GELU_AUX_BIAS" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, false, cf,
+               bias.as<float>(), false, operands, gelu);
+    });
+    time("fc1 BIAS" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, false, cf,
+               bias.as<float>(), false, operands);
+    });
+    if (!bf16D)
+      time("fc1 BIAS + gelu kernel" + d, forward, [&] {
+        gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, false, auxf,
+                 bias.as<float>(), false, operands);
+        cuda::geluForward(stream, rows * ffn, auxf, cf, cuda::GeluApproximation::Tanh);
+      });
+    // fc1's input gradient through fc2: dh = (dy W2^T) * gelu'(pre), with
+    // the bias gradient.
+    cuda::GemmEpilogue dgelu;
+    dgelu.kind = Kind::GeluGrad;
+    dgelu.aux = auxf;
+    dgelu.biasGrad = dbias.as<float>();
+    dgelu.scratch = scratch.data();
+    time("fc2 dx DGELU_BGRAD" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, true, cf,
+               nullptr, false, operands, dgelu);
+    });
+    time("fc2 dx plain" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, true, cf,
+               nullptr, false, operands);
+    });
+    if (!bf16D)
+      time("fc2 dx plain + dgelu and bias-gradient kernels" + d, forward, [&] {
+        gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, true, cf,
+                 nullptr, false, operands);
+        cuda::geluBackward(stream, rows * ffn, auxf, cf, cf,
+                     cuda::GeluApproximation::Tanh);
+        cuda::biasGrad(stream, rows, ffn, cf, dbias.as<float>(), scratch.data());
+      });
+  }
+  // fc1's weight gradient x^T dh [hidden, ffn] with the bias gradient
+  // (BGRADB), written and accumulated into an fp32 gradient; x [rows,
+  // hidden] and dh [rows, ffn] both from the buffer of rows * ffn.
+  cuda::Bf16Operands operands{xb, xb, false};
+  double weight = 2.0 * rows * hidden * ffn;
+  cuda::GemmEpilogue bgrad;
+  bgrad.kind = Kind::BiasGradB;
+  bgrad.biasGrad = dbias.as<float>();
+  bgrad.scratch = scratch.data();
+  time("fc1 dW BGRADB", weight, [&] {
+    gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+             grad.as<float>(), nullptr, false, operands, bgrad);
+  });
+  bgrad.tuningScratch = cf;
+  time("fc1 dW BGRADB accumulating", weight, [&] {
+    gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+             grad.as<float>(), nullptr, true, operands, bgrad);
+  });
+  cuda::GemmEpilogue plainAccumulate;
+  plainAccumulate.tuningScratch = cf;
+  time("fc1 dW plain accumulating", weight, [&] {
+    gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+             grad.as<float>(), nullptr, true, operands, plainAccumulate);
+  });
+  time("fc1 dW plain accumulating + bias-gradient kernel (fp32 dh)", weight,
+       [&] {
+         gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+                  grad.as<float>(), nullptr, true, operands, plainAccumulate);
+         cuda::biasGrad(stream, rows, ffn, cf, dbias.as<float>(),
+                  scratch.data());
+       });
+  for (const std::string &line : gemm.tuningChoices())
+    std::printf("[ gemm-bench ] tuned: %s\n", line.c_str());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+} // namespace
