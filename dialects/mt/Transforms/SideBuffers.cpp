@@ -45,7 +45,8 @@ int64_t rowsOf(Value value) {
 }
 
 /// The kernels' sizes (runtime/src/cuda/kernels).
-constexpr int64_t kNormRowsPerChunk = 64; // Norms.cu
+constexpr int64_t kNormRowsPerChunk = 64; // Norms.cu, bias gradients
+constexpr int64_t kNormMinRowsPerBlock = 8, kNormMaxBlocks = 1024; // norms
 constexpr int64_t kFlashTile = 64;        // FlashAttention.cu
 constexpr int64_t kFlashMaxSeq = (int64_t(1) << 31) - 2 * kFlashTile;
 
@@ -53,6 +54,15 @@ int64_t columnSumBytes(int64_t rows, int64_t hidden) {
   int64_t chunks =
       std::max<int64_t>(1, (rows + kNormRowsPerChunk - 1) / kNormRowsPerChunk);
   return 8 * chunks * std::max<int64_t>(hidden, 1);
+}
+
+/// Norms.cu normBackwardScratchBytes: a row of f32 partial sums per block
+/// of rows, per parameter gradient.
+int64_t normPartialBytes(int64_t rows, int64_t hidden) {
+  int64_t blocks = std::clamp<int64_t>(
+      (rows + kNormMinRowsPerBlock - 1) / kNormMinRowsPerBlock, 1,
+      kNormMaxBlocks);
+  return 4 * blocks * std::max<int64_t>(hidden, 1);
 }
 
 /// Embedding.cu: the ids, two int64 index arrays and CUB's radix sort of
@@ -224,13 +234,10 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     if (!op)
       continue;
     int64_t &bytes = kernel[i].bytes;
-    if (isa<LayerNormOp, RmsNormOp>(op)) {
-      bytes += 2 * floats(rowsOf(op->getOperand(0)));
-    } else if (isa<LayerNormGradOp, RmsNormGradOp>(op)) {
+    if (isa<LayerNormGradOp, RmsNormGradOp>(op)) {
       Value x = op->getOperand(1);
       int64_t rows = rowsOf(x), hidden = typeOf(x).getShape().back();
-      bytes += 2 * floats(rows) +
-               roundUp(columnSumBytes(rows, hidden) *
+      bytes += roundUp(normPartialBytes(rows, hidden) *
                        (op->getNumResults() == 3 ? 2 : 1));
     } else if (isa<LinearWeightBiasGradOp>(op) ||
                (isa<LinearGeluGradOp>(op) && op->getNumResults() == 2)) {

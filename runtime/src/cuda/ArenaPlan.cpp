@@ -149,22 +149,24 @@ ArenaPlan planArena(
       place(v);
     size_t scratch = scratchBytes(position);
     plan.scratchBytes[position] = scratch;
+    // Scratch and copies read by this instruction alone are released after
+    // all of its blocks are placed: they are live together while it runs.
+    auto endOf = [&](size_t until) {
+      return until > position && until < function.instructions.size()
+                 ? until
+                 : position;
+    };
     if (scratch > 0) {
       plan.scratchOffset[position] = allocator.allocate(scratch);
       size_t until = scratchKeptUntil ? scratchKeptUntil(position) : position;
-      if (until > position && until < function.instructions.size())
-        keptEnds[until].emplace_back(plan.scratchOffset[position], scratch);
-      else
-        allocator.release(plan.scratchOffset[position], scratch);
+      keptEnds[endOf(until)].emplace_back(plan.scratchOffset[position],
+                                          scratch);
     }
     if (copiesAt)
       for (const SideBufferNeed &copy : copiesAt(position)) {
         size_t offset = allocator.allocate(copy.bytes);
         plan.copyOffset[copy.copyOf] = offset;
-        if (copy.until > position && copy.until < function.instructions.size())
-          keptEnds[copy.until].emplace_back(offset, copy.bytes);
-        else
-          allocator.release(offset, copy.bytes);
+        keptEnds[endOf(copy.until)].emplace_back(offset, copy.bytes);
       }
     for (auto [offset, bytes] : keptEnds[position])
       allocator.release(offset, bytes);

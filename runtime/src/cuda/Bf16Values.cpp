@@ -62,6 +62,12 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::Split:
   case Op::Concat:
     return true;
+  case Op::LayerNorm: // x; the weight and bias stay fp32
+  case Op::RmsNorm:
+    return operand == 0;
+  case Op::LayerNormGrad: // dy and x; the weight stays fp32
+  case Op::RmsNormGrad:
+    return operand <= 1;
   case Op::CrossEntropy: // the logits; the labels are ids
     return operand == 0;
   case Op::CrossEntropyGrad: // the logits; dloss stays fp32
@@ -118,6 +124,12 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   case Op::Fill:
   case Op::CrossEntropyGrad: // dlogits: Loss.cu writes either type
     return true;
+  case Op::LayerNorm: // y
+  case Op::RmsNorm:
+    return true;
+  case Op::LayerNormGrad: // dx; the parameter gradients stay fp32
+  case Op::RmsNormGrad:
+    return result == 0;
   case Op::Attention: // out; dq, dk, dv: on the flash kernels only
   case Op::AttentionGrad:
     return flashAttention(attentionParams(*function_, inst, 0));

@@ -148,15 +148,11 @@ size_t Executor::scratchBytes(size_t position) const {
     LinearDims d = linearDims(fn, inst);
     return roundUp(columnSumScratchBytes(d.rows, d.outSize));
   }
-  case Op::LayerNorm:
-  case Op::RmsNorm:
-    return 2 * floats(normDims(fn, inst).rows);
   case Op::LayerNormGrad:
-  case Op::RmsNormGrad: {
+  case Op::RmsNormGrad: { // the blocks' partial sums of dweight (and dbias)
     auto [rows, hidden] = normDims(fn, inst);
-    size_t sums = columnSumScratchBytes(rows, hidden) *
-                  (inst.results.size() == 3 ? 2 : 1);
-    return 2 * floats(rows) + roundUp(sums);
+    return roundUp(normBackwardScratchBytes(rows, hidden) *
+                   (inst.results.size() == 3 ? 2 : 1));
   }
   case Op::BiasGrad: {
     LinearDims d = linearDims(fn, inst);
@@ -219,6 +215,16 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
                       ": the cuda backend cannot run this attention yet: " +
                       reason);
   }
+  bool norm = inst.op == Op::LayerNorm || inst.op == Op::RmsNorm ||
+              inst.op == Op::LayerNormGrad || inst.op == Op::RmsNormGrad;
+  if (norm && normDims(fn, inst).hidden > kMaxNormHidden)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle_.name() + "': " + where(position) +
+                    ": the cuda backend's norm kernels take a hidden size of "
+                    "up to " +
+                    std::to_string(kMaxNormHidden) + ", found " +
+                    std::to_string(normDims(fn, inst).hidden) +
+                    "; run this model on the host backend");
   if (inst.op == Op::Transpose &&
       shapeOf(inst.operands[0]).size() > static_cast<size_t>(kMaxTransposeRank))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
@@ -386,36 +392,31 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LayerNorm:
   case Op::RmsNorm: {
     auto [rows, hidden] = normDims(fn, inst);
-    float *mean = carve.take<float>(sizeof(float) * rows);
-    float *rstd = carve.take<float>(sizeof(float) * rows);
+    NormRows x{slots_[inst.operands[0]], heldInBf16(inst.operands[0])};
+    NormRowsOut y{slots_[inst.results[0]], heldInBf16(inst.results[0])};
     if (inst.op == Op::LayerNorm)
-      layerNormForward(stream, rows, hidden, in(0), in(1),
+      layerNormForward(stream, rows, hidden, x, in(1),
                        inst.operands.size() == 3 ? in(2) : nullptr, a.epsilon,
-                       out(0), mean, rstd);
+                       y);
     else
-      rmsNormForward(stream, rows, hidden, in(0), in(1), a.epsilon, out(0),
-                     rstd);
+      rmsNormForward(stream, rows, hidden, x, in(1), a.epsilon, y);
     break;
   }
   case Op::LayerNormGrad:
   case Op::RmsNormGrad: {
     // Operands dy, x, weight; the statistics are recomputed from x.
     auto [rows, hidden] = normDims(fn, inst);
-    float *mean = carve.take<float>(sizeof(float) * rows);
-    float *rstd = carve.take<float>(sizeof(float) * rows);
-    void *sums = carve.take<char>(0);
-    if (inst.op == Op::LayerNormGrad) {
-      layerNormForward(stream, rows, hidden, in(1), in(2), nullptr, a.epsilon,
-                       nullptr, mean, rstd);
-      layerNormBackward(stream, rows, hidden, in(1), in(2), mean, rstd, in(0),
-                        out(0), out(1),
-                        inst.results.size() == 3 ? out(2) : nullptr, sums);
-    } else {
-      rmsNormForward(stream, rows, hidden, in(1), in(2), a.epsilon, nullptr,
-                     rstd);
-      rmsNormBackward(stream, rows, hidden, in(1), in(2), rstd, in(0), out(0),
-                      out(1), sums);
-    }
+    NormRows dy{slots_[inst.operands[0]], heldInBf16(inst.operands[0])};
+    NormRows x{slots_[inst.operands[1]], heldInBf16(inst.operands[1])};
+    NormRowsOut dx{slots_[inst.results[0]], heldInBf16(inst.results[0])};
+    void *partials = carve.take<char>(0);
+    if (inst.op == Op::LayerNormGrad)
+      layerNormBackward(stream, rows, hidden, x, in(2), dy, a.epsilon, dx,
+                        out(1), inst.results.size() == 3 ? out(2) : nullptr,
+                        partials);
+    else
+      rmsNormBackward(stream, rows, hidden, x, in(2), dy, a.epsilon, dx,
+                      out(1), partials);
     break;
   }
   case Op::Linear: {

@@ -186,6 +186,34 @@ TEST(ArenaPlanTest, CopiesLiveUntilTheirLastReader) {
   EXPECT_LE(copy.offset + copy.bytes, plan.bytes);
 }
 
+// An instruction whose scratch and two copies (a GEMM's operands) are read
+// by it alone: all three are live while it runs, so none shares bytes with
+// another, nor with its operand or result.
+TEST(ArenaPlanTest, AnInstructionsOwnScratchAndCopiesNeverOverlap) {
+  Function f = chain(3, 1000);
+  auto valueBytes = [&](int64_t v) {
+    return static_cast<size_t>(f.values[v].numElements) * 4;
+  };
+  auto scratchBytes = [](size_t position) -> size_t {
+    return position == 1 ? 3000 : 0;
+  };
+  auto copies = [](size_t position) {
+    return position == 1 ? std::vector<SideBufferNeed>{{2000, 1, 0},
+                                                       {2000, 1, 1}}
+                         : std::vector<SideBufferNeed>{};
+  };
+  ArenaPlan plan =
+      planArena(f, valueBytes, scratchBytes, nullptr, nullptr, copies);
+  std::vector<Block> blocks = {{plan.scratchOffset[1], 3000},
+                               {plan.copyOffset[0], 2000},
+                               {plan.copyOffset[1], 2000},
+                               {plan.valueOffset[1], 4000},
+                               {plan.valueOffset[2], 4000}};
+  for (size_t i = 0; i < blocks.size(); ++i)
+    for (size_t j = i + 1; j < blocks.size(); ++j)
+      EXPECT_FALSE(overlap(blocks[i], blocks[j])) << i << " and " << j;
+}
+
 /// chain(4, 1000) with the compiler's plan: value v at v * 4096, and side
 /// buffers after the values: instruction 0's kernel block kept through
 /// instruction 2, instruction 3's, and a copy of value 1 made at

@@ -580,6 +580,155 @@ TEST_F(CudaOpsTest, GemmOnlyIntermediatesAsBf16Results) {
   c.check(kBf16);
 }
 
+/// A norm between GEMMs, as in a transformer layer: its y feeds a linear,
+/// its dy is a linear's dx, and its dx is an output. With `bf16Chain`, x is
+/// itself a linear's result and dx feeds one more linear, so that under bf16
+/// the plan holds x, y, dy and dx in bf16 (else only y and dy). x has an
+/// offset of 3 (the mean); `rows` are not a multiple of the backward's
+/// blocks.
+void normBetweenGemms(OpCase &c, bool rms, int64_t hidden, bool bf16Chain,
+                      bool bias = true) {
+  const int64_t rows = 100, out = 32, in = 64;
+  std::vector<int64_t> shape = {2, rows / 2, hidden};
+  int64_t x;
+  if (bf16Chain) {
+    int64_t x0 = c.input({2, rows / 2, in}), wx = c.input({in, hidden});
+    x = c.f.op("linear", {x0, wx}, shape);
+  } else {
+    x = c.input(shape, 2.0);
+    host::Tensor &values = c.lastInput();
+    for (int64_t i = 0; i < values.numElements(); ++i)
+      values.data<float>()[i] += 3.0f;
+  }
+  int64_t w = c.input({hidden}), b = c.input({hidden}), w2 = c.input({hidden, out}),
+          dout = c.input({2, rows / 2, out});
+  Json eps = {{"epsilon", rms ? 1e-6 : 1e-5}};
+  std::vector<int64_t> operands = {x, w};
+  if (!rms && bias)
+    operands.push_back(b);
+  int64_t y = c.f.op(rms ? "rms_norm" : "layer_norm", operands, shape, eps);
+  c.f.output(c.f.op("linear", {y, w2}, {2, rows / 2, out}));
+  int64_t dy = c.f.op("linear", {dout, w2}, shape, {{"transpose_weight", true}});
+  std::vector<int64_t> grads = {c.f.value(shape), c.f.value({hidden})};
+  if (!rms && bias)
+    grads.push_back(c.f.value({hidden}));
+  c.f.inst(rms ? "rms_norm_grad" : "layer_norm_grad", {dy, x, w}, grads, eps);
+  if (bf16Chain)
+    c.f.output(c.f.op("linear", {grads[0], w2}, {2, rows / 2, out}));
+  else
+    c.f.output(grads[0]);
+  for (size_t i = 1; i < grads.size(); ++i)
+    c.f.output(grads[i]);
+  if (c.precision == "bf16")
+    c.bf16Values = bf16Chain ? 4 : 2;
+}
+
+TEST_F(CudaOpsTest, LayerNormBetweenGemmsHidden768InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, false, 768, false);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, LayerNormBetweenGemmsHidden1000InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, false, 1000, true);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, LayerNormWithoutBiasBetweenGemmsHidden2048InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, false, 2048, true, false);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, LayerNormBetweenGemmsHidden4096InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, false, 4096, false);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden768InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, true, 768, true);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden1000InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, true, 1000, false);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden2048InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, true, 2048, false);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden4096InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, true, 4096, true);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, NormsBetweenGemmsHidden768And4096InFp32) {
+  normBetweenGemms(c, false, 768, true);
+  normBetweenGemms(c, true, 4096, false);
+  c.check(kReduction);
+}
+
+/// A layer norm (with and without bias) and an RMS norm, forward and
+/// backward, of `rows` rows of `hidden` in fp32.
+void normsInFp32(OpCase &c, int64_t rows, int64_t hidden) {
+  std::vector<int64_t> shape = {rows, hidden};
+  int64_t x = c.input(shape, 2.0), w = c.input({hidden}),
+          b = c.input({hidden}), dy = c.input(shape);
+  Json eps = {{"epsilon", 1e-5}};
+  c.f.output(c.f.op("layer_norm", {x, w, b}, shape, eps));
+  c.f.output(c.f.op("rms_norm", {x, w}, shape, eps));
+  std::vector<int64_t> withBias = {c.f.value(shape), c.f.value({hidden}),
+                                   c.f.value({hidden})};
+  c.f.inst("layer_norm_grad", {dy, x, w}, withBias, eps);
+  std::vector<int64_t> rmsGrads = {c.f.value(shape), c.f.value({hidden})};
+  c.f.inst("rms_norm_grad", {dy, x, w}, rmsGrads, eps);
+  for (int64_t v : withBias)
+    c.f.output(v);
+  for (int64_t v : rmsGrads)
+    c.f.output(v);
+}
+
+// Rows of odd length (one element per vector), and rows of 16 and 32
+// elements per thread (16384: the widest the kernels take).
+TEST_F(CudaOpsTest, NormsOfOddAndWideRowsInFp32) {
+  normsInFp32(c, 7, 1001);
+  normsInFp32(c, 5, 8192);
+  normsInFp32(c, 3, 16384);
+  c.check(kReduction);
+}
+
+// More rows than the backward has blocks: blocks of 8 and 9 rows.
+TEST_F(CudaOpsTest, NormsOverManyRowsInFp32) {
+  normsInFp32(c, 9001, 96);
+  c.check(kReduction);
+}
+
+// Wider rows than the kernels keep in registers: refused when the executor
+// is made, naming the limit.
+TEST_F(CudaOpsTest, NormsWiderThanTheKernelsTakeAreRefused) {
+  MTRT_REQUIRE_GPU();
+  FunctionBuilder f{"op"};
+  int64_t x = f.input({2, 16388}, "f32"), w = f.input({16388}, "f32");
+  f.output(f.op("layer_norm", {x, w}, {2, 16388}, {{"epsilon", 1e-5}}));
+  Json manifest = manifestJson(modelJson(256, 8, 4, 2, 2), Json::array(),
+                               Json::array({f.build()}));
+  Bundle bundle = Bundle::parseManifest("wide-norm", manifest.dump());
+  cuda::Context context;
+  cuda::ParameterStore store(bundle, context);
+  expectError([&] { cuda::Executor(bundle, "op", store); },
+              MTRT_STATUS_UNIMPLEMENTED,
+              {"layer_norm", "hidden size of up to 16384, found 16388"});
+}
+
 // Sizes of GPT-2's heads, over several warps and key blocks.
 TEST_F(CudaOpsTest, CausalAttentionWithHeadDim64AndLongRows) {
   attentionCase(c, {1, 130, 2, 64}, {1, 130, 1, 64}, {1, 130, 1, 64},

@@ -102,30 +102,56 @@ void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
                        unsigned tag);
 
 //===----------------------------------------------------------------------===//
-// Norms.cu (statistics in double, as on the host)
+// Norms.cu: a row in registers, statistics in double as on the host
 //===----------------------------------------------------------------------===//
 
-/// Scratch of the parameter-gradient column sums of a [rows, hidden] input.
-size_t columnSumScratchBytes(int64_t rows, int64_t hidden);
+/// A norm's activations [rows, hidden]: float, or bf16 when the value is
+/// held in bf16 (cuda/Bf16Values.cpp). Weights, biases and their gradients
+/// stay float.
+struct NormRows {
+  const void *data = nullptr;
+  bool bf16 = false;
+};
+struct NormRowsOut {
+  void *data = nullptr;
+  bool bf16 = false;
+};
 
+/// The largest hidden size the norm kernels take (32 elements of a row per
+/// thread, 512 threads); the executor rejects larger ones.
+constexpr int64_t kMaxNormHidden = 16384;
+
+/// y = (x - mean) * rstd * weight (+ bias if not null), as
+/// host::layerNormForward; the statistics are not kept (the gradient
+/// recomputes them).
 void layerNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                      const float *x, const float *weight, const float *bias,
-                      double eps, float *y, float *mean, float *rstd);
-/// dx, dweight and (if not null) dbias from the saved mean and rstd;
-/// `scratch`: columnSumScratchBytes(rows, hidden) * (dbias ? 2 : 1).
-void layerNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                       const float *x, const float *weight, const float *mean,
-                       const float *rstd, const float *dy, float *dx,
-                       float *dweight, float *dbias, void *scratch);
-
+                      NormRows x, const float *weight, const float *bias,
+                      double eps, NormRowsOut y);
+/// y = x * rstd * weight, as host::rmsNormForward.
 void rmsNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                    const float *x, const float *weight, double eps, float *y,
-                    float *rstd);
-/// `scratch`: columnSumScratchBytes(rows, hidden).
+                    NormRows x, const float *weight, double eps,
+                    NormRowsOut y);
+
+/// Scratch of a norm backward, per parameter gradient: one row of float
+/// partial sums per block of rows.
+size_t normBackwardScratchBytes(int64_t rows, int64_t hidden);
+
+/// dx (if its data is not null), dweight and (if not null) dbias, as
+/// host::layerNormBackward with the statistics recomputed from x: one kernel
+/// for dx and per-block partial column sums, one for their totals.
+/// `scratch`: normBackwardScratchBytes(rows, hidden) * (dbias ? 2 : 1).
+void layerNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                       NormRows x, const float *weight, NormRows dy,
+                       double eps, NormRowsOut dx, float *dweight,
+                       float *dbias, void *scratch);
+/// As layerNormBackward for RMS norm; `scratch`:
+/// normBackwardScratchBytes(rows, hidden).
 void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                     const float *x, const float *weight, const float *rstd,
-                     const float *dy, float *dx, float *dweight,
-                     void *scratch);
+                     NormRows x, const float *weight, NormRows dy, double eps,
+                     NormRowsOut dx, float *dweight, void *scratch);
+
+/// Scratch of biasGrad's column sums of a [rows, hidden] input.
+size_t columnSumScratchBytes(int64_t rows, int64_t hidden);
 
 /// dbias [out] = sum over rows of dy [rows, out]; `scratch`:
 /// columnSumScratchBytes(rows, out).

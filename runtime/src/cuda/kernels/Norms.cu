@@ -1,8 +1,23 @@
-// Layer norm and RMS norm, forward and backward, and bias gradients: row
-// statistics and parameter-gradient column sums in double, as on the host.
-// Compiled without FMA contraction (CMakeLists.txt), so each float product
-// and sum rounds like the host's.
+// Layer norm and RMS norm, forward and backward, and bias gradients.
+//
+// The norms keep a row in registers: a block of up to kMaxNormThreads
+// threads covers a row, each thread a fixed set of columns (vectors of 4
+// when the row and pointers allow), and one block reduction per row gives
+// the row sums in double (sum of x, of x squared, and in the backward of g
+// and g * x, g = dy * weight), from which the statistics and dx follow as
+// in the host's formulas. The backward's blocks (one wave: as many as the
+// device runs at once, at most one per 8 rows and 1024) each take an equal
+// share of the rows and add up their columns' dweight and dbias terms in
+// registers; a second kernel sums the blocks' partials in double, in a fixed
+// order (the same bits on every run on one device).
+// Activations are read and written as float or bf16 (NormRows); the math is
+// float, the sums double. Compiled without FMA contraction (CMakeLists.txt),
+// so each float product and sum rounds like the host's.
 #include "cuda/kernels/KernelSupport.cuh"
+
+#include <map>
+#include <tuple>
+#include <type_traits>
 
 namespace mtrt::cuda {
 
@@ -10,7 +25,6 @@ namespace {
 
 using detail::blockSum;
 
-constexpr int kNormThreads = 256;
 /// Rows per partial sum of the column sums.
 constexpr int64_t kRowsPerChunk = 64;
 
@@ -76,122 +90,482 @@ struct DyTerm {
   }
 };
 
-struct LayerNormWeightTerm {
-  const float *x, *dy, *mean, *rstd;
-  int64_t hidden;
-  __device__ float operator()(int64_t r, int64_t j) const {
-    float xhat = (x[r * hidden + j] - mean[r]) * rstd[r];
-    return dy[r * hidden + j] * xhat;
+//===----------------------------------------------------------------------===//
+// The norms
+//===----------------------------------------------------------------------===//
+
+/// Threads of a norm block, at most; a row has at most 32 elements per
+/// thread (kMaxNormHidden).
+constexpr int kMaxNormThreads = 512;
+constexpr int kMaxNormWarps = kMaxNormThreads / detail::kWarp;
+/// The backward's blocks: at least this many rows each, at most this many
+/// blocks (each writes one row of partial sums per parameter gradient).
+constexpr int64_t kNormMinRowsPerBlock = 8;
+constexpr int64_t kNormMaxBlocks = 1024;
+
+static_assert(kMaxNormHidden == int64_t(kMaxNormThreads) * 32,
+              "kMaxNormHidden is 32 elements per thread");
+
+int64_t normBackwardBlocks(int64_t rows) {
+  int64_t blocks = (rows + kNormMinRowsPerBlock - 1) / kNormMinRowsPerBlock;
+  return std::max<int64_t>(1, std::min(blocks, kNormMaxBlocks));
+}
+
+/// out = the kVec elements of `rows` from element `at` (zeros when not
+/// `valid`).
+template <int kVec>
+__device__ inline void loadVector(NormRows rows, int64_t at, bool valid,
+                                  float (&out)[kVec]) {
+  if (!valid) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      out[e] = 0.0f;
+    return;
   }
+  if (rows.bf16) {
+    const auto *p = static_cast<const __nv_bfloat16 *>(rows.data) + at;
+    if constexpr (kVec == 4) {
+      uint2 raw = *reinterpret_cast<const uint2 *>(p);
+      out[0] = __uint_as_float(raw.x << 16);
+      out[1] = __uint_as_float(raw.x & 0xffff0000u);
+      out[2] = __uint_as_float(raw.y << 16);
+      out[3] = __uint_as_float(raw.y & 0xffff0000u);
+    } else {
+      out[0] = __bfloat162float(*p);
+    }
+  } else {
+    const auto *p = static_cast<const float *>(rows.data) + at;
+    if constexpr (kVec == 4) {
+      float4 v = *reinterpret_cast<const float4 *>(p);
+      out[0] = v.x;
+      out[1] = v.y;
+      out[2] = v.z;
+      out[3] = v.w;
+    } else {
+      out[0] = *p;
+    }
+  }
+}
+
+/// A parameter's kVec floats from element `at` (zeros when not `valid`).
+template <int kVec>
+__device__ inline void loadParameter(const float *data, int64_t at, bool valid,
+                                     float (&out)[kVec]) {
+  loadVector<kVec>(NormRows{data, false}, at, valid, out);
+}
+
+/// Stores kVec elements at element `at` of `rows`, rounded to bf16 (to
+/// nearest even) when the rows are bf16.
+template <int kVec>
+__device__ inline void storeVector(NormRowsOut rows, int64_t at,
+                                   const float (&in)[kVec]) {
+  if (rows.bf16) {
+    auto *p = static_cast<__nv_bfloat16 *>(rows.data) + at;
+    if constexpr (kVec == 4) {
+      __nv_bfloat162 lo = __floats2bfloat162_rn(in[0], in[1]);
+      __nv_bfloat162 hi = __floats2bfloat162_rn(in[2], in[3]);
+      uint2 raw;
+      raw.x = *reinterpret_cast<const uint32_t *>(&lo);
+      raw.y = *reinterpret_cast<const uint32_t *>(&hi);
+      *reinterpret_cast<uint2 *>(p) = raw;
+    } else {
+      *p = __float2bfloat16_rn(in[0]);
+    }
+  } else {
+    auto *p = static_cast<float *>(rows.data) + at;
+    if constexpr (kVec == 4)
+      *reinterpret_cast<float4 *>(p) = make_float4(in[0], in[1], in[2], in[3]);
+    else
+      *p = in[0];
+  }
+}
+
+/// Sums each of sums[0..kN) over the block, for every thread, in a fixed
+/// order (warp trees, then the warps in turn). `shared` holds
+/// 2 * kMaxNormWarps * kN doubles; calls alternate `parity`, so that one
+/// barrier per call keeps a call's writes from overtaking the previous
+/// call's reads.
+template <int kN>
+__device__ inline void rowSums(double (&sums)[kN], double *shared,
+                               int parity) {
+  int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
+  int warps = blockDim.x / detail::kWarp;
+  double *buffer = shared + parity * kMaxNormWarps * kN;
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+    sums[i] = detail::warpSum(sums[i]);
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      buffer[warp * kN + i] = sums[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+    sums[i] = 0;
+  for (int w = 0; w < warps; ++w) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      sums[i] += buffer[w * kN + i];
+  }
+}
+
+/// The statistics of a row from its sums, as the host rounds them: mean
+/// (0 for RMS norm) and rstd in float.
+struct RowStatistics {
+  float mean, rstd;
 };
 
-struct RmsNormWeightTerm {
-  const float *x, *dy, *rstd;
-  int64_t hidden;
-  __device__ float operator()(int64_t r, int64_t j) const {
-    return dy[r * hidden + j] * (x[r * hidden + j] * rstd[r]);
-  }
-};
+__device__ inline RowStatistics layerStatistics(double sum, double squares,
+                                                int64_t hidden, double eps) {
+  double n = static_cast<double>(hidden);
+  double mu = sum / n;
+  double variance = fmax(squares / n - mu * mu, 0.0);
+  return {static_cast<float>(mu),
+          static_cast<float>(1.0 / sqrt(variance + eps))};
+}
 
-__global__ void layerNormForwardKernel(int64_t hidden, const float *x,
-                                       const float *weight, const float *bias,
-                                       double eps, float *y, float *mean,
-                                       float *rstd) {
-  __shared__ double shared[kNormThreads / detail::kWarp];
-  int64_t r = blockIdx.x;
-  const float *xr = x + r * hidden;
+__device__ inline RowStatistics rmsStatistics(double squares, int64_t hidden,
+                                              double eps) {
+  double meanSquare = squares / static_cast<double>(hidden);
+  return {0.0f, static_cast<float>(1.0 / sqrt(meanSquare + eps))};
+}
+
+/// y = (x - mean) * rstd * weight (+ bias) for layer norm (kLayer), else
+/// x * rstd * weight; a block per row, rows strided by the grid. Thread t
+/// owns vectors t, t + blockDim.x, ... (kItems of them) of kVec elements.
+template <int kVec, int kItems, bool kLayer>
+__global__ void __launch_bounds__(kMaxNormThreads)
+    normForwardKernel(int64_t rows, int64_t hidden, NormRows x,
+                      const float *weight, const float *bias, double eps,
+                      NormRowsOut y) {
+  constexpr int kSums = kLayer ? 2 : 1;
+  __shared__ double shared[2 * kMaxNormWarps * kSums];
+  int64_t vectors = hidden / kVec;
+  // The parameters first: their loads overlap the first row's.
+  float w[kItems][kVec], b[kItems][kVec];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    loadParameter<kVec>(weight, v * kVec, v < vectors, w[k]);
+    loadParameter<kVec>(bias, v * kVec, kLayer && bias && v < vectors, b[k]);
+  }
+  int parity = 0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, parity ^= 1) {
+    float xv[kItems][kVec];
+    double sums[kSums] = {};
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      loadVector<kVec>(x, (r * vectors + v) * kVec, v < vectors, xv[k]);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        double value = xv[k][e];
+        sums[kSums - 1] += value * value;
+        if constexpr (kLayer)
+          sums[0] += value;
+      }
+    }
+    rowSums(sums, shared, parity);
+    RowStatistics s = kLayer ? layerStatistics(sums[0], sums[kSums - 1],
+                                               hidden, eps)
+                             : rmsStatistics(sums[kSums - 1], hidden, eps);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (v >= vectors)
+        continue;
+      float out[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if constexpr (kLayer) {
+          float value = (xv[k][e] - s.mean) * s.rstd * w[k][e];
+          out[e] = bias ? value + b[k][e] : value;
+        } else {
+          out[e] = xv[k][e] * s.rstd * w[k][e];
+        }
+      }
+      storeVector<kVec>(y, (r * vectors + v) * kVec, out);
+    }
+  }
+}
+
+/// The row sums the backward needs, in double: for layer norm sum x,
+/// sum x^2, sum g, sum g x; for RMS norm sum x^2, sum g x (g = dy * weight).
+template <bool kLayer> constexpr int backwardSums() { return kLayer ? 4 : 2; }
+
+/// dx from dy, x and weight, the statistics recomputed from x; block b
+/// takes rows [rows * b / blocks, rows * (b + 1) / blocks) and writes row b
+/// of partialW (and of partialB, for layer norm's bias, if not null): its
+/// rows' sums of dy * xhat (and of dy), each column added in row order.
+template <int kVec, int kItems, bool kLayer>
+__global__ void __launch_bounds__(kMaxNormThreads)
+    normBackwardKernel(int64_t rows, int64_t hidden, NormRows x, NormRows dy,
+                       const float *weight, double eps, NormRowsOut dx,
+                       float *partialW, float *partialB) {
+  constexpr int kSums = backwardSums<kLayer>();
+  // Two rows' loads in flight while a row reduces, when registers allow.
+  constexpr bool kPrefetch = kVec * kItems <= 8;
+  __shared__ double shared[2 * kMaxNormWarps * kSums];
+  int64_t vectors = hidden / kVec;
+  int64_t blocks = gridDim.x;
+  int64_t begin = rows * blockIdx.x / blocks;
+  int64_t end = rows * (blockIdx.x + 1) / blocks;
+
+  float w[kItems][kVec], accW[kItems][kVec], accB[kItems][kVec];
+  float xv[kItems][kVec], dyv[kItems][kVec];
+  float xn[kItems][kVec], dyn[kItems][kVec];
+  auto loadRow = [&](int64_t r, float(&xr)[kItems][kVec],
+                     float(&dyr)[kItems][kVec]) {
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      loadVector<kVec>(x, (r * vectors + v) * kVec, v < vectors, xr[k]);
+      loadVector<kVec>(dy, (r * vectors + v) * kVec, v < vectors, dyr[k]);
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    loadParameter<kVec>(weight, v * kVec, v < vectors, w[k]);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      accW[k][e] = accB[k][e] = 0.0f;
+  }
+  if (begin < end)
+    loadRow(begin, xv, dyv);
+  int parity = 0;
+  for (int64_t r = begin; r < end; ++r, parity ^= 1) {
+    if (kPrefetch && r + 1 < end)
+      loadRow(r + 1, xn, dyn);
+    double sums[kSums] = {};
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        double value = xv[k][e];
+        double g = dyv[k][e] * w[k][e];
+        if constexpr (kLayer) {
+          sums[0] += value;
+          sums[1] += value * value;
+          sums[2] += g;
+          sums[3] += g * value;
+        } else {
+          sums[0] += value * value;
+          sums[1] += g * value;
+        }
+      }
+    }
+    rowSums(sums, shared, parity);
+    double n = static_cast<double>(hidden);
+    RowStatistics s;
+    float meanG = 0.0f, meanGXhat;
+    if constexpr (kLayer) {
+      s = layerStatistics(sums[0], sums[1], hidden, eps);
+      meanG = static_cast<float>(sums[2] / n);
+      meanGXhat = static_cast<float>(
+          static_cast<double>(s.rstd) *
+          (sums[3] - static_cast<double>(s.mean) * sums[2]) / n);
+    } else {
+      s = rmsStatistics(sums[0], hidden, eps);
+      meanGXhat = static_cast<float>(static_cast<double>(s.rstd) * sums[1] / n);
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      float out[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        float g = dyv[k][e] * w[k][e];
+        float xhat = kLayer ? (xv[k][e] - s.mean) * s.rstd : xv[k][e] * s.rstd;
+        out[e] = kLayer ? s.rstd * (g - meanG - xhat * meanGXhat)
+                        : s.rstd * (g - xhat * meanGXhat);
+        accW[k][e] += dyv[k][e] * xhat;
+        accB[k][e] += dyv[k][e];
+      }
+      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (dx.data && v < vectors)
+        storeVector<kVec>(dx, (r * vectors + v) * kVec, out);
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          xv[k][e] = xn[k][e];
+          dyv[k][e] = dyn[k][e];
+        }
+    } else if (r + 1 < end) {
+      loadRow(r + 1, xv, dyv);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (v >= vectors)
+      continue;
+    int64_t at = blockIdx.x * hidden + v * kVec;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      partialW[at + e] = accW[k][e];
+      if (partialB)
+        partialB[at + e] = accB[k][e];
+    }
+  }
+}
+
+/// Column sums of the backward's partials: out[j] = float(sum over blocks,
+/// in order within each of 32 strided groups, then over the groups in
+/// order, of double(partial[b, j])). Block (32, 32), blockIdx.y picks
+/// dweight (0) or dbias (1).
+__global__ void normPartialTotalsKernel(int64_t blocks, int64_t hidden,
+                                        const float *partialW,
+                                        const float *partialB, float *dweight,
+                                        float *dbias) {
+  __shared__ double shared[detail::kWarp][detail::kWarp + 1];
+  const float *partial = blockIdx.y ? partialB : partialW;
+  float *out = blockIdx.y ? dbias : dweight;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * detail::kWarp + threadIdx.x;
   double sum = 0;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x)
-    sum += xr[j];
-  double mu = blockSum(sum, shared) / static_cast<double>(hidden);
-  double squares = 0;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
-    double d = xr[j] - mu;
-    squares += d * d;
-  }
-  double variance = blockSum(squares, shared) / static_cast<double>(hidden);
-  float meanT = static_cast<float>(mu);
-  float rstdT = static_cast<float>(1.0 / sqrt(variance + eps));
-  if (threadIdx.x == 0) {
-    mean[r] = meanT;
-    rstd[r] = rstdT;
-  }
-  if (!y)
+  if (j < hidden)
+    for (int64_t b = threadIdx.y; b < blocks; b += detail::kWarp)
+      sum += partial[b * hidden + j];
+  shared[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= hidden)
     return;
-  float *yr = y + r * hidden;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
-    float value = (xr[j] - meanT) * rstdT * weight[j];
-    yr[j] = bias ? value + bias[j] : value;
+  double total = 0;
+  for (int y = 0; y < detail::kWarp; ++y)
+    total += shared[y][threadIdx.x];
+  out[j] = static_cast<float>(total);
+}
+
+/// A norm launch's shape: vector width (4 when the row and every pointer
+/// allow), vectors per thread, threads (a multiple of 32, at most
+/// kMaxNormThreads) with at most 4, 8, 16, then 32 elements per thread.
+struct NormShape {
+  int vec, items, threads;
+};
+
+NormShape normShape(int64_t hidden, bool aligned) {
+  int vec = aligned && hidden % 4 == 0 ? 4 : 1;
+  for (int elements : {4, 8, 16, 32}) {
+    int64_t threads = (hidden + elements - 1) / elements;
+    threads = (threads + detail::kWarp - 1) / detail::kWarp * detail::kWarp;
+    if (threads <= kMaxNormThreads)
+      return {vec, elements / vec, static_cast<int>(std::max<int64_t>(
+                                       threads, detail::kWarp))};
+  }
+  return {vec, 32 / vec, kMaxNormThreads}; // checked by the executor
+}
+
+/// Blocks of `kernel` the current device runs at once with `threads`
+/// threads each (one wave: a backward's blocks take equal shares of the
+/// rows), asked once per thread, kernel, size and device; 1 << 30 if the
+/// device cannot say.
+template <typename Kernel> int64_t residentBlocks(Kernel kernel, int threads) {
+  int device = 0, processors = 0, perProcessor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return int64_t(1) << 30;
+  using Key = std::tuple<const void *, int, int>;
+  thread_local std::map<Key, int64_t> known;
+  Key key{reinterpret_cast<const void *>(kernel), threads, device};
+  if (auto found = known.find(key); found != known.end())
+    return found->second;
+  if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
+                             device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perProcessor, kernel,
+                                                    threads, 0) != cudaSuccess)
+    return int64_t(1) << 30;
+  int64_t blocks = std::max<int64_t>(1, int64_t(processors) * perProcessor);
+  known.emplace(key, blocks);
+  return blocks;
+}
+
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+template <int kValue> using Int = std::integral_constant<int, kValue>;
+
+/// Calls body(Int<vec>, Int<items>) for the shape's instantiation.
+template <typename Body> void withNormShape(NormShape shape, Body &&body) {
+  if (shape.vec == 4) {
+    switch (shape.items) {
+    case 1:
+      return body(Int<4>(), Int<1>());
+    case 2:
+      return body(Int<4>(), Int<2>());
+    case 4:
+      return body(Int<4>(), Int<4>());
+    default:
+      return body(Int<4>(), Int<8>());
+    }
+  }
+  switch (shape.items) {
+  case 4:
+    return body(Int<1>(), Int<4>());
+  case 8:
+    return body(Int<1>(), Int<8>());
+  case 16:
+    return body(Int<1>(), Int<16>());
+  default:
+    return body(Int<1>(), Int<32>());
   }
 }
 
-__global__ void layerNormBackwardKernel(int64_t hidden, const float *x,
-                                        const float *weight, const float *mean,
-                                        const float *rstd, const float *dy,
-                                        float *dx) {
-  __shared__ double shared[kNormThreads / detail::kWarp];
-  int64_t r = blockIdx.x;
-  const float *xr = x + r * hidden, *dyr = dy + r * hidden;
-  float meanR = mean[r], rstdR = rstd[r];
-  double sumG = 0, sumGXhat = 0;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
-    float g = dyr[j] * weight[j];
-    float xhat = (xr[j] - meanR) * rstdR;
-    sumG += g;
-    sumGXhat += static_cast<double>(g) * xhat;
-  }
-  sumG = blockSum(sumG, shared);
-  sumGXhat = blockSum(sumGXhat, shared);
-  float meanG = static_cast<float>(sumG / static_cast<double>(hidden));
-  float meanGXhat = static_cast<float>(sumGXhat / static_cast<double>(hidden));
-  float *dxr = dx + r * hidden;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
-    float g = dyr[j] * weight[j];
-    float xhat = (xr[j] - meanR) * rstdR;
-    dxr[j] = rstdR * (g - meanG - xhat * meanGXhat);
-  }
-}
-
-__global__ void rmsNormForwardKernel(int64_t hidden, const float *x,
-                                     const float *weight, double eps, float *y,
-                                     float *rstd) {
-  __shared__ double shared[kNormThreads / detail::kWarp];
-  int64_t r = blockIdx.x;
-  const float *xr = x + r * hidden;
-  double squares = 0;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x)
-    squares += static_cast<double>(xr[j]) * xr[j];
-  double meanSquare = blockSum(squares, shared) / static_cast<double>(hidden);
-  float rstdT = static_cast<float>(1.0 / sqrt(meanSquare + eps));
-  if (threadIdx.x == 0)
-    rstd[r] = rstdT;
-  if (!y)
+template <bool kLayer>
+void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
+                 const float *weight, const float *bias, double eps,
+                 NormRowsOut y) {
+  if (rows <= 0 || hidden <= 0)
     return;
-  float *yr = y + r * hidden;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x)
-    yr[j] = xr[j] * rstdT * weight[j];
+  bool aligned = aligned16(x.data) && aligned16(weight) &&
+                 (!bias || aligned16(bias)) && aligned16(y.data);
+  NormShape shape = normShape(hidden, aligned);
+  auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(1) << 30));
+  withNormShape(shape, [&](auto vec, auto items) {
+    normForwardKernel<decltype(vec)::value, decltype(items)::value, kLayer>
+        <<<grid, shape.threads, 0, stream>>>(rows, hidden, x, weight, bias,
+                                             eps, y);
+  });
 }
 
-__global__ void rmsNormBackwardKernel(int64_t hidden, const float *x,
-                                      const float *weight, const float *rstd,
-                                      const float *dy, float *dx) {
-  __shared__ double shared[kNormThreads / detail::kWarp];
-  int64_t r = blockIdx.x;
-  const float *xr = x + r * hidden, *dyr = dy + r * hidden;
-  float rstdR = rstd[r];
-  double sumGXhat = 0;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x)
-    sumGXhat += static_cast<double>(dyr[j] * weight[j]) * (xr[j] * rstdR);
-  sumGXhat = blockSum(sumGXhat, shared);
-  float meanGXhat = static_cast<float>(sumGXhat / static_cast<double>(hidden));
-  float *dxr = dx + r * hidden;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
-    float g = dyr[j] * weight[j];
-    dxr[j] = rstdR * (g - xr[j] * rstdR * meanGXhat);
+template <bool kLayer>
+void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                  NormRows x, const float *weight, NormRows dy, double eps,
+                  NormRowsOut dx, float *dweight, float *dbias,
+                  void *scratch) {
+  if (hidden <= 0)
+    return;
+  if (rows <= 0) { // no rows: zero parameter gradients
+    cudaMemsetAsync(dweight, 0, sizeof(float) * hidden, stream);
+    if (dbias)
+      cudaMemsetAsync(dbias, 0, sizeof(float) * hidden, stream);
+    return;
   }
+  // The partials' rows: normBackwardBlocks(rows) at most (the scratch);
+  // partialB's start keeps partialW's alignment when hidden % 4 == 0.
+  int64_t most = normBackwardBlocks(rows), blocks = most;
+  auto *partialW = static_cast<float *>(scratch);
+  float *partialB = dbias ? partialW + most * hidden : nullptr;
+  bool aligned = aligned16(x.data) && aligned16(dy.data) &&
+                 aligned16(weight) && (!dx.data || aligned16(dx.data)) &&
+                 aligned16(partialW) && (!partialB || aligned16(partialB));
+  NormShape shape = normShape(hidden, aligned);
+  withNormShape(shape, [&](auto vec, auto items) {
+    auto kernel =
+        normBackwardKernel<decltype(vec)::value, decltype(items)::value,
+                           kLayer>;
+    blocks = std::min(most, residentBlocks(kernel, shape.threads));
+    kernel<<<static_cast<unsigned>(blocks), shape.threads, 0, stream>>>(
+        rows, hidden, x, dy, weight, eps, dx, partialW, partialB);
+  });
+  dim3 grid(static_cast<unsigned>((hidden + detail::kWarp - 1) / detail::kWarp),
+            dbias ? 2 : 1);
+  normPartialTotalsKernel<<<grid, dim3(detail::kWarp, detail::kWarp), 0,
+                            stream>>>(blocks, hidden, partialW, partialB,
+                                      dweight, dbias);
 }
-
-unsigned rowBlocks(int64_t rows) { return static_cast<unsigned>(rows); }
 
 } // namespace
 
@@ -200,49 +574,36 @@ size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {
          static_cast<size_t>(std::max<int64_t>(hidden, 1));
 }
 
-void layerNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                      const float *x, const float *weight, const float *bias,
-                      double eps, float *y, float *mean, float *rstd) {
-  if (rows > 0)
-    layerNormForwardKernel<<<rowBlocks(rows), kNormThreads, 0, stream>>>(
-        hidden, x, weight, bias, eps, y, mean, rstd);
+size_t normBackwardScratchBytes(int64_t rows, int64_t hidden) {
+  return sizeof(float) * static_cast<size_t>(normBackwardBlocks(rows)) *
+         static_cast<size_t>(std::max<int64_t>(hidden, 1));
 }
 
-void layerNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                       const float *x, const float *weight, const float *mean,
-                       const float *rstd, const float *dy, float *dx,
-                       float *dweight, float *dbias, void *scratch) {
-  if (rows > 0 && dx)
-    layerNormBackwardKernel<<<rowBlocks(rows), kNormThreads, 0, stream>>>(
-        hidden, x, weight, mean, rstd, dy, dx);
-  if (dweight)
-    columnSums(stream, rows, hidden,
-               LayerNormWeightTerm{x, dy, mean, rstd, hidden}, dweight,
-               scratch);
-  if (dbias)
-    columnSums(stream, rows, hidden, DyTerm{dy, hidden}, dbias,
-               static_cast<char *>(scratch) +
-                   columnSumScratchBytes(rows, hidden));
+void layerNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                      NormRows x, const float *weight, const float *bias,
+                      double eps, NormRowsOut y) {
+  normForward<true>(stream, rows, hidden, x, weight, bias, eps, y);
 }
 
 void rmsNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                    const float *x, const float *weight, double eps, float *y,
-                    float *rstd) {
-  if (rows > 0)
-    rmsNormForwardKernel<<<rowBlocks(rows), kNormThreads, 0, stream>>>(
-        hidden, x, weight, eps, y, rstd);
+                    NormRows x, const float *weight, double eps,
+                    NormRowsOut y) {
+  normForward<false>(stream, rows, hidden, x, weight, nullptr, eps, y);
+}
+
+void layerNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
+                       NormRows x, const float *weight, NormRows dy,
+                       double eps, NormRowsOut dx, float *dweight,
+                       float *dbias, void *scratch) {
+  normBackward<true>(stream, rows, hidden, x, weight, dy, eps, dx, dweight,
+                     dbias, scratch);
 }
 
 void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
-                     const float *x, const float *weight, const float *rstd,
-                     const float *dy, float *dx, float *dweight,
-                     void *scratch) {
-  if (rows > 0 && dx)
-    rmsNormBackwardKernel<<<rowBlocks(rows), kNormThreads, 0, stream>>>(
-        hidden, x, weight, rstd, dy, dx);
-  if (dweight)
-    columnSums(stream, rows, hidden, RmsNormWeightTerm{x, dy, rstd, hidden},
-               dweight, scratch);
+                     NormRows x, const float *weight, NormRows dy, double eps,
+                     NormRowsOut dx, float *dweight, void *scratch) {
+  normBackward<false>(stream, rows, hidden, x, weight, dy, eps, dx, dweight,
+                      nullptr, scratch);
 }
 
 void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, const float *dy,
