@@ -9,6 +9,9 @@
 #        here besides tiny-gpt-bf16-nodrop{,-tp2}:
 #        gpt2-124m-bf16-mb32-nodropout{,-tp2}, with no dropout at all)
 #   OUT  where multi-gpu.txt and the logs (multi/) go
+#   LAYOUT_MODELS (environment) MODEL:ITERATIONS pairs to compare, default
+#        tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropout:8
+#   FAULT (environment) 0 skips the fault run
 # The cuda backend runs tensor parallelism across processes (its multi-rank
 # instructions through the host and NCCL); data and pipeline parallelism on
 # the GPU are still refused (runtime/src/cuda/Trainer.cpp), so only TP runs.
@@ -98,7 +101,7 @@ fi
 # the GPU).
 # The large model runs only with torchrun's variables (its multi-rank
 # instructions go through the host: slow).
-for pair in tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropout:${ITERS:-8}; do
+for pair in ${LAYOUT_MODELS-tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropout:${ITERS:-8}}; do
   model=${pair%%:*} iters=${pair##*:}
   one=$out/multi/$model.one-gpu.log
   CUDA_VISIBLE_DEVICES=0 train "$one" "$model.mtb" "$iters"
@@ -119,6 +122,7 @@ done
 
 # The fault run: rank 1 killed mid-run; rank 0 must exit within the
 # collective timeout (10 s) plus 10 s, naming the rank, call and step.
+[ "${FAULT:-1}" = 1 ] || exit 0
 port=$((port + 1))
 pids=()
 for r in 0 1; do
