@@ -18,10 +18,31 @@ size_t roundUp(size_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
-bool isGemm(Op op) {
-  return op == Op::Linear || op == Op::LinearGelu ||
-         op == Op::LinearGeluGrad || op == Op::LinearWeightGrad ||
-         op == Op::LinearWeightBiasGrad || op == Op::Matmul;
+/// Ops whose kernels read and write every operand and result in fp32 or
+/// bf16: the byte copies (reshape, split, concat: operand and result share
+/// a type) and Elementwise.cu's, Rope.cu's and Shape.cu's launchers.
+bool takesEitherType(Op op) {
+  switch (op) {
+  case Op::Reshape:
+  case Op::Split:
+  case Op::Concat:
+  case Op::Add:
+  case Op::Mul:
+  case Op::Dropout:
+  case Op::Gelu:
+  case Op::GeluGrad:
+  case Op::Silu:
+  case Op::SiluGrad:
+  case Op::Swiglu:
+  case Op::SwigluGrad:
+  case Op::Softmax:
+  case Op::SoftmaxGrad:
+  case Op::Rope:
+  case Op::Transpose:
+    return true;
+  default:
+    return false;
+  }
 }
 
 /// Values that must share one storage type: a byte copy's operand and
@@ -49,6 +70,8 @@ private:
 } // namespace
 
 bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
+  if (takesEitherType(inst.op))
+    return true;
   switch (inst.op) {
   case Op::Linear:
   case Op::LinearGelu:
@@ -58,10 +81,6 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return operand <= 1; // A and B; a bias stays fp32
   case Op::LinearGeluGrad:
     return operand <= 2; // dy, W and the pre-activation (D's type)
-  case Op::Reshape: // byte copies: operand and result share a type
-  case Op::Split:
-  case Op::Concat:
-    return true;
   case Op::LayerNorm: // x; the weight and bias stay fp32
   case Op::RmsNorm:
     return operand == 0;
@@ -75,21 +94,6 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::Attention:     // q, k, v: on the flash kernels only (the exact
   case Op::AttentionGrad: // ones are fp32); dy, q, k, v
     return flashAttention(attentionParams(*function_, inst, 0));
-  // Elementwise.cu, Rope.cu, Shape.cu: every operand fp32 or bf16.
-  case Op::Add:
-  case Op::Mul:
-  case Op::Dropout:
-  case Op::Gelu:
-  case Op::GeluGrad:
-  case Op::Silu:
-  case Op::SiluGrad:
-  case Op::Swiglu:
-  case Op::SwigluGrad:
-  case Op::Softmax:
-  case Op::SoftmaxGrad:
-  case Op::Rope:
-  case Op::Transpose:
-    return true;
   case Op::EmbeddingGrad: // dy; the table's gradient sums in fp32
     return operand == 0;
   case Op::Fused: // the generated kernels' type mask (format version 6)
@@ -99,27 +103,12 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   }
 }
 
-bool Executor::writesBf16(size_t position, const Instruction &inst,
-                          size_t result) const {
+bool Executor::writesBf16(const Instruction &inst, size_t result) const {
+  if (takesEitherType(inst.op))
+    return true;
   using Kind = GemmEpilogue::Kind;
   Kind kind;
   switch (inst.op) {
-  case Op::Reshape:
-  case Op::Split:
-  case Op::Concat:
-  case Op::Add:
-  case Op::Mul:
-  case Op::Dropout:
-  case Op::Gelu:
-  case Op::GeluGrad:
-  case Op::Silu:
-  case Op::SiluGrad:
-  case Op::Swiglu:
-  case Op::SwigluGrad:
-  case Op::Softmax:
-  case Op::SoftmaxGrad:
-  case Op::Rope:
-  case Op::Transpose:
   case Op::Embedding: // the rows gathered from the fp32 table
   case Op::Fill:
   case Op::CrossEntropyGrad: // dlogits: Loss.cu writes either type
@@ -150,7 +139,6 @@ bool Executor::writesBf16(size_t position, const Instruction &inst,
   default:
     return false;
   }
-  (void)position;
   LinearDims d = linearDims(*function_, inst);
   bool bias = inst.op != Op::LinearGeluGrad && inst.operands.size() == 3;
   bool biasGrad = inst.op == Op::LinearGeluGrad && inst.results.size() == 2;
@@ -180,7 +168,7 @@ void Executor::planBf16Values() {
     for (size_t i = 0; i < inst.results.size(); ++i) {
       int64_t r = inst.results[i];
       if (inst.op == Op::GetParameter || runsOnHost(inst) ||
-          (eligible[r] && !writesBf16(position, inst, i)))
+          (eligible[r] && !writesBf16(inst, i)))
         eligible[r] = false;
     }
     for (size_t i = 0; i < inst.operands.size(); ++i)

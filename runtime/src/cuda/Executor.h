@@ -221,8 +221,7 @@ private:
   /// OpDispatch.cpp picks its kernels by storageType.
   bool readsBf16(const Instruction &inst, size_t operand) const;
   /// Whether they can write result `result` in bf16.
-  bool writesBf16(size_t position, const Instruction &inst,
-                  size_t result) const;
+  bool writesBf16(const Instruction &inst, size_t result) const;
   /// The bf16 copies of a GEMM's operands; made here when `position` is
   /// their first GEMM.
   Bf16Operands bf16Operands(size_t position, const Instruction &inst);
