@@ -1,8 +1,9 @@
 // The CUDA backend of the pipeline schedule: stage executors, device values,
-// messages staged through the host.
+// messages on device buffers.
 #include "cuda/PipelineStages.h"
 
 #include "cuda/CudaCheck.h"
+#include "cuda/DeviceCollective.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
 
@@ -66,7 +67,10 @@ PipelineStages::PipelineStages(const Bundle &bundle,
       context_(&parameters.context()), rank_(&rank),
       pool_(std::make_unique<BufferPool>(
           "the pipeline activations, gradients and stash of bundle '" +
-          bundle.name() + "'")) {}
+          bundle.name() + "'")),
+      collective_(std::make_unique<DeviceCollective>(
+          context_->stream(), "the pipeline of bundle '" + bundle.name() +
+                                  "'")) {}
 
 PipelineStages::PipelineStages(PipelineStages &&) noexcept = default;
 PipelineStages::~PipelineStages() = default;
@@ -117,30 +121,37 @@ double PipelineStages::scalar(const DeviceTensor &tensor) const {
 DeviceTensor PipelineStages::receive(int peer, const TensorType &type,
                                      const comm::CallInfo &info) {
   DeviceTensor tensor(floatType(), type.shape, *pool_);
-  staging_.resize(tensor.bytes());
-  rank_->world().recv(staging_.data(), tensor.numElements(), floatType(), peer,
-                      info);
-  std::string what = "receiving the " + std::string(info.label);
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(tensor.data(), staging_.data(),
-                                  tensor.bytes(), cudaMemcpyHostToDevice,
-                                  context_->stream()),
-                  what);
-  // staging_ is reused by the next message.
-  context_->synchronize(what);
+  collective_->recv(rank_->world(), tensor.data(), tensor.numElements(),
+                    tensor.dtype(), peer, info);
   return tensor;
 }
 
 void PipelineStages::send(int peer, DeviceTensor tensor,
                           const comm::CallInfo &info) {
-  staging_.resize(tensor.bytes());
-  std::string what = "sending the " + std::string(info.label);
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), tensor.data(),
-                                  tensor.bytes(), cudaMemcpyDeviceToHost,
-                                  context_->stream()),
-                  what);
-  context_->synchronize(what);
-  rank_->world().sendAsync(staging_.data(), tensor.numElements(),
-                           tensor.dtype(), peer, info);
+  comm::Communicator &world = rank_->world();
+  collective_->sendAsync(world, tensor.data(), tensor.numElements(),
+                         tensor.dtype(), peer, info);
+  if (world.takesDeviceMemory())
+    inFlight_.push_back(std::move(tensor));
+}
+
+DeviceTensor PipelineStages::exchange(int peer, DeviceTensor tensor,
+                                      const TensorType &type,
+                                      const comm::CallInfo &sendInfo,
+                                      const comm::CallInfo &recvInfo) {
+  comm::Communicator &world = rank_->world();
+  if (!world.takesDeviceMemory() || tensor.shape() != type.shape) {
+    send(peer, std::move(tensor), sendInfo);
+    return receive(peer, type, recvInfo);
+  }
+  DeviceTensor received(floatType(), type.shape, *pool_);
+  std::string label =
+      std::string(sendInfo.label) + " / " + std::string(recvInfo.label);
+  collective_->sendRecv(world, tensor.data(), peer, received.data(), peer,
+                        tensor.numElements(), tensor.dtype(),
+                        comm::CallInfo{label, recvInfo.step});
+  // The stream waits for the exchange: `tensor` may go back to the pool.
+  return received;
 }
 
 PipelineRunner::PipelineRunner(const Bundle &bundle,

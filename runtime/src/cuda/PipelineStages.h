@@ -13,6 +13,7 @@
 
 namespace mtrt::cuda {
 
+class DeviceCollective;
 class Executor;
 class ParameterStore;
 
@@ -63,10 +64,16 @@ private:
 /// arena into pooled buffers and read from there by the next function
 /// (Executor::run's keepOutputs and device inputs).
 ///
-/// Messages: through the world communicator, staged through the host (a
-/// copy to the host, sendAsync, which copies; recv into the host, a copy to
-/// the device): the in-process communicator of the one-GPU checks takes
-/// host memory only, and an NCCL world stages host buffers itself.
+/// Messages: through the world communicator on device buffers
+/// (DeviceCollective): NCCL straight on the device pointers, ordered with
+/// the context's stream by events; the in-process communicator of the
+/// one-GPU checks staged through the host. NCCL runs one stream's calls in
+/// order, so a send waits there for its receiver: a send and the receive
+/// right after it from the same peer go as one sendRecv (Megatron-LM's
+/// send_forward_recv_backward), and the buffers of asynchronous sends are
+/// kept until the schedule's end (sendsDone), when the loss's all-reduce
+/// has passed them on the communicator's stream. Staged, the same pair is a
+/// sendAsync (which copies) and a recv, as on the host.
 class PipelineStages {
 public:
   using Tensor = DeviceTensor;
@@ -88,8 +95,11 @@ public:
   double scalar(const Tensor &tensor) const;
   Tensor receive(int peer, const TensorType &type, const comm::CallInfo &info);
   void send(int peer, Tensor tensor, const comm::CallInfo &info);
-  /// Staged sends are copies: nothing to wait for.
-  void sendsDone() {}
+  Tensor exchange(int peer, Tensor tensor, const TensorType &type,
+                  const comm::CallInfo &sendInfo,
+                  const comm::CallInfo &recvInfo);
+  /// Gives the sent buffers back to the pool.
+  void sendsDone() { inFlight_.clear(); }
 
 private:
   const Bundle *bundle_;
@@ -97,8 +107,9 @@ private:
   Context *context_;
   comm::RankContext *rank_;
   std::unique_ptr<BufferPool> pool_;
-  /// The host side of a message.
-  std::vector<unsigned char> staging_;
+  std::unique_ptr<DeviceCollective> collective_;
+  /// Sent straight through (NCCL), until sendsDone.
+  std::vector<DeviceTensor> inFlight_;
 };
 
 /// One rank of a pipeline bundle on the GPU (pipeline::ScheduleRunner's

@@ -41,6 +41,13 @@ public:
   double scalar(const Tensor &tensor) const;
   Tensor receive(int peer, const TensorType &type, const comm::CallInfo &info);
   void send(int peer, Tensor tensor, const comm::CallInfo &info);
+  /// The send, then the receive.
+  Tensor exchange(int peer, Tensor tensor, const TensorType &type,
+                  const comm::CallInfo &sendInfo,
+                  const comm::CallInfo &recvInfo) {
+    send(peer, std::move(tensor), sendInfo);
+    return receive(peer, type, recvInfo);
+  }
   /// sendAsync copies: nothing to wait for.
   void sendsDone() {}
 

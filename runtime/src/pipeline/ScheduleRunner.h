@@ -40,6 +40,11 @@ namespace mtrt::pipeline {
 ///   double scalar(const Tensor &);  // a loss
 ///   Tensor receive(int worldPeer, const TensorType &, const comm::CallInfo &);
 ///   void send(int worldPeer, Tensor, const comm::CallInfo &);  // async
+///   // A send and the receive right after it, with the same peer: the
+///   // send's semantics, or both at once (NCCL runs one stream's calls in
+///   // order: Megatron-LM's send_forward_recv_backward).
+///   Tensor exchange(int worldPeer, Tensor, const TensorType &,
+///                   const comm::CallInfo &send, const comm::CallInfo &recv);
 ///   void sendsDone();  // every send so far has reached its receiver
 /// (PipelineRunner.h: the host's; cuda/PipelineStages.h: the GPU's.)
 ///
@@ -168,7 +173,9 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
   double lossSum = 0;
   DType floatType = stages_.floatType();
   using Kind = PipelineStep::Kind;
-  for (const PipelineStep &step : pipeline_.ranks[pipelineRank_]) {
+  const std::vector<PipelineStep> &steps = pipeline_.ranks[pipelineRank_];
+  for (size_t position = 0; position < steps.size(); ++position) {
+    const PipelineStep &step = steps[position];
     Key key{step.stage, step.microBatch};
     Stage &stage = stageExecutors_.at(step.stage);
     const Function &forward = stage.forward->function();
@@ -177,6 +184,43 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
     auto info = [&](const std::string &text) {
       return comm::CallInfo{text, static_cast<int64_t>(dropoutStep)};
     };
+    // A send followed by a receive from the same peer: one exchange.
+    const PipelineStep *next =
+        position + 1 < steps.size() ? &steps[position + 1] : nullptr;
+    bool sends =
+        step.kind == Kind::SendActivation || step.kind == Kind::SendGradient;
+    if (sends && next && next->peer == step.peer &&
+        (next->kind == Kind::RecvActivation ||
+         next->kind == Kind::RecvGradient)) {
+      bool activation = step.kind == Kind::SendActivation;
+      auto &sent = activation ? outputs_ : inputGradients_;
+      auto found = sent.find(key);
+      Key nextKey{next->stage, next->microBatch};
+      bool receivesActivation = next->kind == Kind::RecvActivation;
+      Stage &nextStage = stageExecutors_.at(next->stage);
+      const Function &receiver = receivesActivation
+                                     ? nextStage.forward->function()
+                                     : nextStage.backward->function();
+      const TensorType &type =
+          receiver.values[receivesActivation ? receiver.inputs[0]
+                                             : receiver.inputs.back()];
+      uint64_t nextStep = firstStep + static_cast<uint64_t>(next->microBatch);
+      std::string sendLabel = label(activation ? "activation" : "gradient",
+                                    step.stage, step.microBatch);
+      std::string recvLabel =
+          receivesActivation
+              ? label("activation", next->stage - 1, next->microBatch)
+              : label("gradient", next->stage + 1, next->microBatch);
+      Tensor received = stages_.exchange(
+          peerWorldRank(step.peer), std::move(found->second), type,
+          info(sendLabel),
+          comm::CallInfo{recvLabel, static_cast<int64_t>(nextStep)});
+      sent.erase(found);
+      (receivesActivation ? inputs_ : outputGradients_)[nextKey] =
+          std::move(received);
+      ++position;
+      continue;
+    }
     switch (step.kind) {
     case Kind::RecvActivation:
       inputs_[key] = stages_.receive(
