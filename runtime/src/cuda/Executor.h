@@ -130,11 +130,20 @@ public:
   /// the run synchronizes, to enqueue a copy on the context's stream (the
   /// slot is the arena's, reused by the next run); run() then returns
   /// nothing.
+  ///
+  /// Without `wait` (only with `keepOutputs`), run() returns once the run
+  /// is enqueued on the context's stream: the host does not wait for the
+  /// device, the run is not profiled, and the fault word is neither cleared
+  /// nor read (the caller clears it before and reads it after a series of
+  /// such runs: a pipeline schedule, cuda/PipelineStages.h). Host inputs
+  /// must then stay unchanged until the stream has passed the run (pinned
+  /// memory; pageable memory makes the copy wait for the stream).
   using OutputSink =
       std::function<void(size_t output, const void *data, size_t bytes)>;
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
                                 uint64_t step, bool inputsOnDevice = false,
-                                const OutputSink &keepOutputs = nullptr);
+                                const OutputSink &keepOutputs = nullptr,
+                                bool wait = true);
 
   /// fp16 loss scaling: from the next run on, the backward pass's seed (the
   /// fill marked `loss_seed`) is its value times `scale`, as
@@ -342,15 +351,22 @@ private:
   double profiledWallMilliseconds_ = 0;
   /// Runs so far (the first is never timed nor captured).
   int64_t runs_ = 0;
-  /// CUDA graphs: the graph, which instructions it updates per step, the
-  /// inputs' slots it was captured with, the step its kernels hold.
-  StepGraph graph_;
+  /// CUDA graphs: one per set of bound input slots, up to kBoundGraphs (a
+  /// pipeline stage's backward reads each stash slot's buffers in place),
+  /// the least recently used replaced; each with the step its kernels hold
+  /// and the loss scale its loss-seed fill was captured or refreshed with
+  /// (the fill is a stepped instruction).
+  struct BoundGraph {
+    std::vector<void *> inputSlots;
+    StepGraph graph;
+    uint64_t step = 0;
+    double lossScale = 1.0;
+    int64_t lastRun = 0;
+  };
+  static constexpr size_t kBoundGraphs = 8;
+  std::vector<std::unique_ptr<BoundGraph>> graphs_;
+  /// Which instructions a graph updates per step.
   std::vector<bool> stepped_;
-  std::vector<void *> graphInputSlots_;
-  uint64_t graphStep_ = 0;
-  /// The loss scale the graph's loss-seed fill was captured or refreshed
-  /// with (the fill is a stepped instruction).
-  double graphLossScale_ = 1.0;
   /// Why there is no graph (graphObstacle, or the failure that turned it
   /// off); empty while graphs are on.
   std::string graphOff_;
