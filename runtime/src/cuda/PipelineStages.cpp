@@ -279,6 +279,20 @@ void PipelineStages::makeChannels(const Bundle &bundle) {
                     "the pipeline's message pair " + name + " of world rank " +
                         std::to_string(world.rank()) +
                         " is not a two-rank NCCL communicator");
+      // One message now: NCCL connects a pair at its first call, which
+      // waits on the host for the peer; here every rank meets its peers in
+      // the same order.
+      DeviceBuffer word(sizeof(float), "the pipeline's first message");
+      comm::CallInfo first{"the first message of " + name, -1};
+      if (mine == from)
+        collective_->sendAsync(*pair, word.data(), 1, DType::F32, 1, first);
+      else
+        collective_->recv(*pair, word.data(), 1, DType::F32, 0, first);
+      MTRT_CUDA_CHECK(cudaStreamSynchronize(
+                          static_cast<cudaStream_t>(pair->deviceStream())),
+                      "the first message of the pipeline's pair " + name);
+      context_->synchronize("the first message of the pipeline's pair " +
+                            name);
       channels_[{worldRank(from), worldRank(to)}] = std::move(pair);
     }
   }
