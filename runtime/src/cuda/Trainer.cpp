@@ -181,10 +181,13 @@ void Trainer::train(std::ostream &out) {
     evaluation = [this] { return evaluate(); };
   train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
                          iterate, evaluation, history_);
-  if (pipeline_) // every rank takes part; rank 0 prints
+  if (pipeline_) { // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
-  else
+    for (const Executor *executor : pipeline_->executors())
+      out << executor->graphSummary();
+  } else {
     out << trainStep_->profile() << trainStep_->graphSummary();
+  }
 }
 
 double Trainer::evaluate() {

@@ -92,6 +92,15 @@ public:
   std::string describeIdleFractions();
 
   Stages &stages() { return stages_; }
+  /// The rank's executors: each of its stages' forward, backward and eval.
+  std::vector<const typename Stages::Executor *> executors() const {
+    std::vector<const typename Stages::Executor *> all;
+    for (const auto &[index, stage] : stageExecutors_)
+      for (const auto *executor :
+           {stage.forward.get(), stage.backward.get(), stage.eval.get()})
+        all.push_back(executor);
+    return all;
+  }
 
 private:
   struct Stage {
