@@ -55,6 +55,11 @@ for precision in fp32 bf16; do
     -o "$b/$name-pp4-1f1b.mtb"
   "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
     --tensor-model-parallel-size=2 -o "$b/$name-tp2-pp2.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+    --data-parallel-size=2 -o "$b/$name-pp2-dp2.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+    --tensor-model-parallel-size=2 --data-parallel-size=2 \
+    -o "$b/$name-tp2-pp2-dp2.mtb"
 done
 l8=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --num-layers=8
   --untie-embeddings-and-output-weights --hidden-dropout=0

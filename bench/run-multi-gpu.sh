@@ -148,14 +148,18 @@ def read(path):
 a, ra = read(log)
 b, rb = read(ref)
 n = min(len(a), len(b))
-worst = max((abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n])), default=-1)
+diffs = [abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n])]
+worst = max(diffs, default=-1)
+at = diffs.index(worst) + 1 if diffs else 0
+first10 = max(diffs[:10], default=-1)
 def median(rates):
     return statistics.median(rates[2:]) if len(rates) > 2 else float("nan")
 per_gpu, one = median(ra) / gpus, median(rb)
 print(f"{name}: {n} iterations compared, largest relative loss difference "
-      f"{worst:.3g}; {per_gpu:,.0f} tokens/s per GPU vs {one:,.0f} on one GPU "
-      f"({per_gpu / one:.2f}); last loss {a[-1] if a else 'none'} "
-      f"(one GPU {b[-1] if b else 'none'})")
+      f"{worst:.3g} (iteration {at}; {first10:.3g} over the first 10); "
+      f"{per_gpu:,.0f} tokens/s per GPU vs {one:,.0f} on one GPU "
+      f"({per_gpu / one:.2f}); losses {' '.join(f'{x:.4f}' for x in a[:n])} "
+      f"vs one GPU {' '.join(f'{y:.4f}' for y in b[:n])}")
 EOF
 }
 for triple in ${PP_MODELS-tiny-gpt-l4-nodrop:20:1f1b,interleaved gpt2-124m-bf16-mb8-untied-nodropout:20:-,interleaved}; do

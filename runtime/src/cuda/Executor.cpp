@@ -31,9 +31,10 @@ bool isDeviceMemory(const void *data) {
 } // namespace
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
-                   ParameterStore &parameters, comm::RankContext *rank)
+                   ParameterStore &parameters, comm::RankContext *rank,
+                   Bf16Boundary bf16Boundary)
     : bundle_(bundle), parameters_(parameters), rank_(rank),
-      context_(parameters.context()) {
+      context_(parameters.context()), bf16Boundary_(std::move(bf16Boundary)) {
   function_ = &requireFunction(bundle, functionName);
   checkParameterStore(bundle, parameters, "cuda::Executor");
   const Function &fn = *function_;

@@ -88,8 +88,19 @@ public:
   /// through the host (RankOps.cpp): operands copied to the host, the host
   /// kernels and the rank's communicators, results copied back; correct,
   /// not fast (the in-process checks of tensor parallelism on one GPU).
+  ///
+  /// Mixed precision keeps function inputs and outputs in f32, except those
+  /// named in `bf16Boundary` (input and output indices): each of those may
+  /// be held in bf16 like the values inside (storageType says which), and
+  /// the caller converts at the boundary (a pipeline stage's stash,
+  /// cuda/PipelineStages.h). A value that is also another input or output
+  /// stays f32.
+  struct Bf16Boundary {
+    std::vector<size_t> inputs, outputs;
+  };
   Executor(const Bundle &bundle, std::string_view functionName,
-           ParameterStore &parameters, comm::RankContext *rank = nullptr);
+           ParameterStore &parameters, comm::RankContext *rank = nullptr,
+           Bf16Boundary bf16Boundary = {});
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -305,6 +316,7 @@ private:
   std::vector<size_t> scratchKeptUntil_;
   /// By value: held in bf16 in its slot (its first half; planBf16Values).
   std::vector<bool> bf16Value_;
+  Bf16Boundary bf16Boundary_;
   /// By value: the first and the last GEMM reading it (kNoPartner: none);
   /// its bf16 copy lives from one to the other.
   std::vector<size_t> bf16MadeAt_, bf16Until_;

@@ -6,6 +6,7 @@
 #include "cuda/DeviceCollective.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
+#include "cuda/kernels/Kernels.h"
 
 #include <cstring>
 
@@ -317,7 +318,37 @@ std::pair<comm::Communicator *, int> PipelineStages::channel(int peer,
 
 std::unique_ptr<Executor>
 PipelineStages::executor(const std::string &function) {
-  return std::make_unique<Executor>(*bundle_, function, *parameters_, rank_);
+  // Mixed precision: the stash (a forward's outputs but the first, its
+  // backward's inputs but the last) may be held in bf16 on either side.
+  Executor::Bf16Boundary boundary;
+  const auto &functions = bundle_->functions();
+  const PipelineStageInfo *forwardOf = nullptr;
+  for (const PipelineStageInfo &info : bundle_->pipeline()->stages) {
+    const Function &forward = functions[info.forward];
+    const Function &backward = functions[info.backward];
+    if (forward.name == function) {
+      for (size_t i = 1; i < forward.outputs.size(); ++i)
+        boundary.outputs.push_back(i);
+      forwardOf = &info;
+    }
+    if (backward.name == function)
+      for (size_t i = 0; i + 1 < backward.inputs.size(); ++i)
+        boundary.inputs.push_back(i);
+  }
+  auto made = std::make_unique<Executor>(*bundle_, function, *parameters_,
+                                         rank_, std::move(boundary));
+  executors_[function] = made.get();
+  if (forwardOf)
+    backwardOf_[made.get()] = functions[forwardOf->backward].name;
+  return made;
+}
+
+const Executor *PipelineStages::backwardOf(const Executor &forward) const {
+  auto name = backwardOf_.find(&forward);
+  if (name == backwardOf_.end())
+    return nullptr;
+  auto found = executors_.find(name->second);
+  return found == executors_.end() ? nullptr : found->second;
 }
 
 void *PipelineStages::slotBuffer(const Executor &executor, int64_t slot,
@@ -375,18 +406,46 @@ PipelineStages::run(Executor &executor,
   }
   std::vector<DeviceTensor> outputs;
   outputs.reserve(fn.outputs.size());
+  const Executor *backward = readsStash ? nullptr : backwardOf(executor);
   events_->recordBegin(stream);
   executor.run(
       bound, step, /*inputsOnDevice=*/readsStash,
       [&](size_t i, const void *data, size_t bytes) {
         int64_t v = fn.outputs[i];
-        // A forward's outputs but the first are its stash: in its slot.
-        if (!readsStash && i > 0)
-          outputs.emplace_back(executor.storageType(v), fn.values[v].shape,
-                               slotBuffer(executor, slot, i, bytes));
-        else
-          outputs.emplace_back(executor.storageType(v), fn.values[v].shape,
-                               *pool_);
+        DType from = executor.storageType(v);
+        std::string what = fn.name + ": keeping output " + std::to_string(i) +
+                           " on the device";
+        if (backward && i > 0) {
+          // A forward's outputs but the first are its stash: in its slot,
+          // of the type the backward reads it in.
+          const Function &reader = backward->function();
+          DType to = backward->storageType(reader.inputs[i - 1]);
+          int64_t count = fn.values[v].numElements;
+          outputs.emplace_back(
+              to, fn.values[v].shape,
+              slotBuffer(executor, slot, i,
+                         static_cast<size_t>(count) * dtypeSize(to)));
+          void *place = outputs.back().data();
+          if (from == to)
+            MTRT_CUDA_CHECK(cudaMemcpyAsync(place, data, bytes,
+                                            cudaMemcpyDeviceToDevice, stream),
+                            what);
+          else if (from == DType::F32 && to == DType::BF16)
+            roundToBf16(stream, count,
+                                 static_cast<const float *>(data),
+                                 static_cast<__nv_bfloat16 *>(place));
+          else if (from == DType::BF16 && to == DType::F32)
+            widenBf16(stream, count,
+                               static_cast<const __nv_bfloat16 *>(data),
+                               static_cast<float *>(place));
+          else
+            throw Error(MTRT_STATUS_INTERNAL,
+                        what + ": " + dtypeName(from) + " to " +
+                            dtypeName(to));
+          MTRT_CUDA_CHECK(cudaGetLastError(), what);
+          return;
+        }
+        outputs.emplace_back(from, fn.values[v].shape, *pool_);
         if (outputs.back().bytes() != bytes)
           throw Error(MTRT_STATUS_INTERNAL,
                       fn.name + ": output " + std::to_string(i) + " has " +
@@ -394,8 +453,7 @@ PipelineStages::run(Executor &executor,
                           std::to_string(outputs.back().bytes()));
         MTRT_CUDA_CHECK(cudaMemcpyAsync(outputs.back().data(), data, bytes,
                                         cudaMemcpyDeviceToDevice, stream),
-                        fn.name + ": keeping output " + std::to_string(i) +
-                            " on the device");
+                        what);
       },
       /*wait=*/false);
   events_->recordEnd(stream);

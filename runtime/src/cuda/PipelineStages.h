@@ -85,7 +85,10 @@ private:
 /// output, the same every iteration), and the backward binds them as its
 /// inputs (Executor::run's `inputsOnDevice`), its CUDA graph captured once
 /// per slot; the backward's other input (the output gradient or the loss
-/// seed) is copied into a slot buffer of its own.
+/// seed) is copied into a slot buffer of its own. In mixed precision each
+/// side holds the stash in bf16 where its kernels can (Executor's
+/// Bf16Boundary), and the copy into the slot converts to the backward's
+/// type.
 ///
 /// Messages, over NCCL (world.takesDeviceMemory()): one communicator per
 /// directed pair of neighbouring pipeline ranks (split from the world at
@@ -132,6 +135,8 @@ private:
   /// and the peer's rank in it.
   std::pair<comm::Communicator *, int> channel(int peer, bool sending);
   void makeChannels(const Bundle &bundle);
+  /// The backward executor of a forward one made here, or nullptr.
+  const Executor *backwardOf(const Executor &forward) const;
   /// The stash slot buffer (executor, slot, index) of `bytes`.
   void *slotBuffer(const Executor &executor, int64_t slot, size_t index,
                    size_t bytes);
@@ -147,6 +152,10 @@ private:
   std::map<std::tuple<const Executor *, int64_t, size_t>, DeviceBuffer>
       slotBuffers_;
   std::set<const void *> slotAddresses_;
+  /// The executors made here by function name, and each forward's
+  /// backward's name.
+  std::map<std::string, const Executor *> executors_;
+  std::map<const Executor *, std::string> backwardOf_;
   /// NCCL: the pair communicators by (sender, receiver) world rank.
   std::map<std::pair<int, int>, std::unique_ptr<comm::Communicator>>
       channels_;

@@ -183,8 +183,12 @@ void Trainer::train(std::ostream &out) {
                          iterate, evaluation, history_);
   if (pipeline_) { // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
-    for (const Executor *executor : pipeline_->executors())
+    for (const Executor *executor : pipeline_->executors()) {
       out << executor->graphSummary();
+      if (executor->mixedPrecision())
+        out << executor->function().name << ": "
+            << executor->bf16ValueCount() << " values held in bf16\n";
+    }
   } else {
     out << trainStep_->profile() << trainStep_->graphSummary();
   }
