@@ -34,6 +34,9 @@ for precision in fp32 bf16; do
     --attention-dropout=0 -o "$b/$name.mtb"
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 -o "$b/$name-tp2.mtb"
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/$name-tp2-sp.mtb"
 done
 # The generated kernels (--fuse-kernels: mt.fused groups compiled with
 # nvrtc into the bundle): their own test bundle and tiny-gpt with them.

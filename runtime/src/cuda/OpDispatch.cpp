@@ -109,7 +109,7 @@ void Executor::planGemmAccumulation() {
     const Instruction &inst = fn.instructions[position];
     if ((inst.op != Op::LinearWeightGrad &&
          inst.op != Op::LinearWeightBiasGrad) ||
-        runsOnHost(inst))
+        isRankInstruction(inst))
       continue;
     int64_t gradient = inst.results[0];
     if (uses[gradient] != 1 || heldInBf16(gradient))
@@ -236,8 +236,8 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
 
 void Executor::execute(size_t position, const Instruction &inst,
                        uint64_t step) {
-  if (runsOnHost(inst)) {
-    executeOnHost(position, inst, step);
+  if (isRankInstruction(inst)) {
+    executeRankInstruction(position, inst, step);
     return;
   }
   const Function &fn = *function_;
@@ -671,10 +671,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
     break;
   }
-#define MTRT_HOST_RUN_CASE(name) case Op::name:
-    MTRT_CUDA_HOST_RUN_OPS(MTRT_HOST_RUN_CASE)
-#undef MTRT_HOST_RUN_CASE
-    // Run by executeOnHost (RankOps.cpp).
+#define MTRT_RANK_CASE(name) case Op::name:
+    MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
+#undef MTRT_RANK_CASE
+    // Run by executeRankInstruction (RankOps.cpp).
     throw Error(MTRT_STATUS_INTERNAL, where(position) + ": " +
                                           opName(inst.op) +
                                           " reached the device dispatch");

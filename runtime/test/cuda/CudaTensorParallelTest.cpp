@@ -248,11 +248,13 @@ TEST(DeviceCollectiveTest, StagesTheInProcessCommunicatorsCalls) {
     }
 }
 
-/// Bundle pairs: (one rank, TP=2) and whether they are bf16.
+/// Bundle pairs: (one rank, TP=2) and whether they are bf16; `name` names
+/// the test.
 struct Pair {
   const char *one;
   const char *tp2;
   bool bf16;
+  const char *name;
 };
 
 class CudaTensorParallelTest : public ::testing::TestWithParam<Pair> {};
@@ -375,11 +377,18 @@ TEST_P(CudaTensorParallelTest, TrainingTwoInProcessRanksEqualsOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyGpt, CudaTensorParallelTest,
-    ::testing::Values(Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2", false},
-                      Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2",
-                           true}),
+    ::testing::Values(
+        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2", false, "Fp32"},
+        Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2", true, "Bf16"},
+        // Sequence parallelism (--sequence-parallel): the residual stream
+        // split along the sequence, all_gather and reduce_scatter along it
+        // (an inner axis: the ranks' blocks interleaved by strided copies).
+        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2-sp", false,
+             "SequenceParallelFp32"},
+        Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2-sp", true,
+             "SequenceParallelBf16"}),
     [](const ::testing::TestParamInfo<Pair> &info) {
-      return std::string(info.param.bf16 ? "Bf16" : "Fp32");
+      return std::string(info.param.name);
     });
 
 } // namespace
