@@ -41,9 +41,10 @@ gpus=$(nvidia-smi -L | wc -l)
 train() { # train LOG BUNDLE ITERS [flags...]: one process
   local log=$1 bundle=$2 iters=$3
   shift 3
-  "$dir/bin/megatron-train" "$dir/bundles/$bundle" --data-path "$corpus" \
-    --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 5 --log-interval 1 \
-    --eval-iters 0 --no-progress-bar --backend cuda "$@" >"$log" 2>&1
+  timeout "${RUN_LIMIT:-100}" "$dir/bin/megatron-train" \
+    "$dir/bundles/$bundle" --data-path "$corpus" --train-iters "$iters" \
+    --lr 6e-4 --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 \
+    --no-progress-bar --backend cuda "$@" >"$log" 2>&1
 }
 port=29500
 launch() { # launch NAME LAUNCHER N BUNDLE ITERS [flags...]: N processes

@@ -2,6 +2,7 @@
 // from the values table, scratch from the arena plan.
 #include "cuda/Executor.h"
 
+#include "comm/RankContext.h"
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
@@ -364,12 +365,19 @@ void Executor::execute(size_t position, const Instruction &inst,
          static_cast<float>(a.lossSeed ? a.value * lossScale_ : a.value));
     break;
   case Op::PositionIds: {
+    // Under sequence parallelism the ids are the rank's sequence tile: its
+    // positions start at the tile's offset in the global sequence.
     int64_t v = inst.results[0];
-    int64_t seq = shapeOf(v).back();
+    int64_t seq = shapeOf(v).back(), first = 0;
+    if (!a.splitAxes.empty() && rank_)
+      first = seq * gridGroupIndex(bundle_.gridShape(), rank_->coordinates(),
+                                   a.splitAxes.back());
     if (fn.values[v].dtype == DType::I64)
-      positionIds(stream, count(v), seq, static_cast<int64_t *>(slots_[v]));
+      positionIds(stream, count(v), seq, static_cast<int64_t *>(slots_[v]),
+                  first);
     else
-      positionIds(stream, count(v), seq, static_cast<int32_t *>(slots_[v]));
+      positionIds(stream, count(v), seq, static_cast<int32_t *>(slots_[v]),
+                  first);
     break;
   }
   case Op::Embedding: {

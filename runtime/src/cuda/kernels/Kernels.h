@@ -72,9 +72,11 @@ void fill(cudaStream_t stream, int64_t n, OutElements out, float value);
 void initNormal(cudaStream_t stream, int64_t n, float *out, double std,
                 uint64_t seed, uint64_t parameterId);
 
-/// ids[i] = i % seq.
+/// ids[i] = first + i % seq (`first`: the offset of a rank's sequence tile
+/// under sequence parallelism, else 0).
 template <typename Id>
-void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids);
+void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids,
+                 int64_t first = 0);
 
 //===----------------------------------------------------------------------===//
 // Embedding.cu
