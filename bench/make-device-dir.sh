@@ -75,5 +75,9 @@ if [ "${MULTI:-0}" = 1 ]; then
       --tensor-model-parallel-size=$tp \
       -o "$b/gpt2-124m-bf16-mb32-nodropout$suffix.mtb"
   done
+  "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+    --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
+    --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/gpt2-124m-bf16-mb32-nodropout-tp2-sp.mtb"
 fi
 du -sh "$dest"

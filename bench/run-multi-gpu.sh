@@ -7,7 +7,8 @@
 # Usage: bench/run-multi-gpu.sh DIR OUT
 #   DIR  bench/make-device-dir.sh's folder (MULTI=1 adds the bundles used
 #        here besides tiny-gpt-bf16-nodrop{,-tp2}:
-#        gpt2-124m-bf16-mb32-nodropout{,-tp2}, with no dropout at all)
+#        gpt2-124m-bf16-mb32-nodropout{,-tp2,-tp2-sp}, with no dropout at
+#        all; a MODEL-tp2-sp bundle, where there is one, runs too)
 #   OUT  where multi-gpu.txt and the logs (multi/) go
 #   LAYOUT_MODELS (environment) MODEL:ITERATIONS pairs to compare, default
 #        tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropout:20
@@ -125,11 +126,11 @@ for pair in ${LAYOUT_MODELS-tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropou
       "$model-tp2.mtb" "$iters" --in-process-ranks
     compare "$model TP2 in-process on one GPU" \
       "$out/multi/$model.tp2-one-gpu.log" "$one" 1
-    if [ -f "$dir/bundles/$model-tp2-sp.mtb" ]; then
-      launch "$model.tp2-sp" torchrun 2 "$model-tp2-sp.mtb" "$iters"
-      compare "$model TP2 + sequence parallelism, 2 processes on 2 GPUs" \
-        "$out/multi/$model.tp2-sp.rank0.log" "$one" 2
-    fi
+  fi
+  if [ -f "$dir/bundles/$model-tp2-sp.mtb" ]; then
+    launch "$model.tp2-sp" torchrun 2 "$model-tp2-sp.mtb" "$iters"
+    compare "$model TP2 + sequence parallelism, 2 processes on 2 GPUs" \
+      "$out/multi/$model.tp2-sp.rank0.log" "$one" 2
   fi
   for launcher in $launchers; do
     launch "$model.tp2-$launcher" $launcher 2 "$model-tp2.mtb" "$iters"
@@ -139,29 +140,40 @@ for pair in ${LAYOUT_MODELS-tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropou
 done
 
 # The fault run: rank 1 killed mid-run; rank 0 must exit within the
-# collective timeout (10 s) plus 10 s, naming the rank, call and step.
+# collective timeout (10 s) plus 10 s, naming the rank, call and step. The
+# ranks are started without a wrapper (`env` execs megatron-train), so that
+# the SIGKILL reaches the rank itself: session 4's run killed a `timeout`
+# wrapper instead and its megatron-train trained on. A background kill
+# ends rank 0 after 40 s if it hangs.
 [ "${FAULT:-1}" = 1 ] || exit 0
 port=$((port + 1))
 pids=()
 for r in 0 1; do
   env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$port timeout 45 "$dir/bin/megatron-train" \
+    MASTER_PORT=$port "$dir/bin/megatron-train" \
     "$dir/bundles/tiny-gpt-bf16-nodrop-tp2.mtb" --data-path "$corpus" \
     --train-iters 1000000 --lr 6e-4 --log-interval 100 --eval-iters 0 \
     --no-progress-bar --backend cuda --collective-timeout 10 \
     >"$out/multi/fault.rank$r.log" 2>&1 &
   pids+=($!)
 done
+(sleep 55 && kill -9 "${pids[0]}" 2>/dev/null) &
+guard=$!
 sleep 15
+alive=$(kill -0 "${pids[0]}" 2>/dev/null && kill -0 "${pids[1]}" 2>/dev/null &&
+  echo both || echo "not both")
 kill -9 "${pids[1]}"
 killed=$(date +%s.%N)
 wait "${pids[0]}"
 status=$?
 ended=$(date +%s.%N)
 wait "${pids[1]}" 2>/dev/null
+kill "$guard" 2>/dev/null
 {
-  echo "fault: rank 1 killed after 15 s; rank 0 exit $status after" \
-    "$(python3 -c "print(f'{$ended - $killed:.1f}')") s (limit 20 s)"
+  echo "fault: ranks alive at the kill: $alive; rank 1 (pid ${pids[1]}," \
+    "megatron-train itself) killed after 15 s; rank 0 exit $status after" \
+    "$(python3 -c "print(f'{$ended - $killed:.1f}')") s (limit 20 s;" \
+    "137: killed by the 40 s guard)"
   echo "fault: rank 0's last lines:"
-  tail -4 "$out/multi/fault.rank0.log" | cut -c1-400
+  tail -3 "$out/multi/fault.rank0.log" | cut -c1-600
 } >>"$report"

@@ -174,11 +174,8 @@ public:
     }
     if (!first)
       return;
-    if (deadline_)
-      deadline_->disarm(); // reported here
     if (options_.exitOnFailure) {
       // Said first, and the process ends even if the abort itself hangs.
-      std::fflush(stdout);
       std::fprintf(stderr,
                    "mtrt: %s; aborting the NCCL communicator and exiting\n",
                    message.c_str());
@@ -189,7 +186,10 @@ public:
                              "5 s; exiting without it\n");
         std::_Exit(1);
       }).detach();
+      std::fflush(stdout);
     }
+    if (deadline_)
+      deadline_->disarm(); // reported above; the 5 s guard ends the process
     if (comm_)
       (void)ncclLibrary().commAbort(comm_);
     if (options_.exitOnFailure)

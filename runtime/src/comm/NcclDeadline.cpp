@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <unistd.h>
+
 namespace mtrt::comm {
 
 namespace {
@@ -15,9 +17,14 @@ std::string secondsText(std::chrono::milliseconds duration) {
 } // namespace
 
 void NcclDeadline::exitProcess(const std::string &message) {
-  std::fflush(stdout);
-  std::fprintf(stderr, "mtrt: %s\n", message.c_str());
-  std::fflush(stderr);
+  // One write(2), no stdio lock: the main thread may hold one while blocked.
+  std::string line = "mtrt: " + message + "\n";
+  for (size_t done = 0; done < line.size();) {
+    ssize_t wrote = ::write(2, line.data() + done, line.size() - done);
+    if (wrote <= 0)
+      break;
+    done += static_cast<size_t>(wrote);
+  }
   std::_Exit(1);
 }
 
