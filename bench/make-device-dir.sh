@@ -19,7 +19,8 @@ cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
 # Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3 and ICU 72.
 cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
   /lib/x86_64-linux-gnu/libicudata.so.72 "$dest/fallback-lib/"
-cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" "$dest/bench/"
+cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" \
+  "$root/bench/run-multi-gpu.sh" "$dest/bench/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 b=$dest/bundles
 "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"
