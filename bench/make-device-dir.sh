@@ -19,7 +19,8 @@ cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
 # Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3 and ICU 72.
 cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
   /lib/x86_64-linux-gnu/libicudata.so.72 "$dest/fallback-lib/"
-cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" "$dest/bench/"
+cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" \
+  "$root/bench/run-multi-gpu.sh" "$dest/bench/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 b=$dest/bundles
 "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"
@@ -34,6 +35,9 @@ for precision in fp32 bf16; do
     --attention-dropout=0 -o "$b/$name.mtb"
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 -o "$b/$name-tp2.mtb"
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/$name-tp2-sp.mtb"
 done
 # CudaPipelineTest: tiny-gpt with 4 layers (PP=2: two stages of two layers,
 # or four virtual stages of one; PP=4: one layer a stage; TP=2 x PP=2), and
@@ -105,6 +109,10 @@ if [ "${MULTI:-0}" = 1 ]; then
       --tensor-model-parallel-size=$tp \
       -o "$b/gpt2-124m-bf16-mb32-nodropout$suffix.mtb"
   done
+  "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+    --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
+    --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/gpt2-124m-bf16-mb32-nodropout-tp2-sp.mtb"
   # PP=2 (1F1B and interleaved with 2 virtual stages, 4 micro-batches of 8)
   # and its one-rank twin: untied embeddings, no dropout.
   gpt2=("$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=8
