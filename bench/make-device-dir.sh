@@ -35,6 +35,10 @@ for precision in fp32 bf16; do
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 -o "$b/$name-tp2.mtb"
 done
+# CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
+# advance the micro-batch counter that keys it).
+"$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \
+  --attention-dropout=0 -o "$b/tiny-gpt-fp16-nodrop.mtb"
 # The generated kernels (--fuse-kernels: mt.fused groups compiled with
 # nvrtc into the bundle): their own test bundle and tiny-gpt with them.
 "$(dirname "$compile")/megatron-translate" --mlir-to-bundle \

@@ -60,6 +60,10 @@ MTRT_API void mtrt_session_options_initialize(mtrt_session_options_t *o) {
   o->adam_beta2 = 0.95;
   o->adam_eps = 1e-8;
   o->clip_grad = 1.0;
+  o->initial_loss_scale = 4294967296.0; // 2^32, megatron-train's defaults
+  o->min_loss_scale = 1.0;
+  o->loss_scale_window = 1000;
+  o->hysteresis = 2;
 }
 
 MTRT_API mtrt_status_t mtrt_session_create(

@@ -150,8 +150,14 @@ void Trainer::train(std::ostream &out) {
   std::function<double()> evaluation;
   if (evalStep_)
     evaluation = [this] { return evaluate(); };
+  train::LoopStart start = resume(log);
+  std::function<void(int64_t, int64_t)> save;
+  if (!options_.save.empty())
+    save = [&](int64_t iteration, int64_t consumed) {
+      saveCheckpoint(iteration, consumed, log);
+    };
   train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
-                         iterate, evaluation, history_);
+                         iterate, evaluation, history_, start, save);
   out << trainStep_->profile() << trainStep_->graphSummary();
 }
 
