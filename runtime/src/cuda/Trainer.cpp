@@ -21,7 +21,8 @@ namespace mtrt::cuda {
 Trainer::Trainer(const Bundle &bundle, std::string corpus,
                  std::string corpusName, const train::TrainerOptions &options,
                  const ContextOptions &device, comm::RankContext *rank)
-    : bundle_(bundle), options_(options), corpusName_(corpusName) {
+    : bundle_(bundle), options_(options), corpusName_(corpusName),
+      logs_(!rank || rank->rank() == 0) {
   if (options.floatType != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "the cuda backend trains in f32 only");
@@ -92,8 +93,13 @@ double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
 }
 
 void Trainer::train(std::ostream &out) {
-  train::TrainingLog log(out, options_.logJsonl, options_.progressBar,
-                         options_.trainIters, options_.logInterval);
+  // Ranks other than 0 log nowhere (as train::Trainer): one writer of
+  // --log-jsonl.
+  std::ostringstream discarded;
+  train::TrainingLog log(logs_ ? out : discarded,
+                         logs_ ? options_.logJsonl : "",
+                         logs_ && options_.progressBar, options_.trainIters,
+                         options_.logInterval);
   const ModelConfig &model = bundle_.model();
   int64_t globalBatch = host_->globalBatchSize();
   int64_t microBatches = host_->microBatchesPerIteration();

@@ -97,6 +97,8 @@ private:
   const Bundle &bundle_;
   train::TrainerOptions options_;
   std::string corpusName_;
+  /// Whether this rank writes the logs (rank 0, or the only one).
+  bool logs_ = true;
   std::unique_ptr<train::Trainer> host_;
   std::unique_ptr<Context> context_;
   std::unique_ptr<ParameterStore> parameters_;
