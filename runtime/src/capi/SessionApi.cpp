@@ -1,6 +1,8 @@
 // The C API of sessions: pointer and struct-size checks, then the Session.
 #include "capi/Handles.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 using mtrt::capi::checkNotNull;
@@ -9,11 +11,13 @@ using mtrt::makeStatus;
 
 namespace {
 
-/// The options struct of this header version; older callers' structs are
-/// refused (there are none yet), newer ones read up to this size.
-constexpr size_t kOptionsSize = sizeof(mtrt_session_options_t);
-/// The metrics struct of the first version, the smallest accepted.
-constexpr size_t kMetricsSize = sizeof(mtrt_step_metrics_t);
+/// The options struct of the first version (up to clip_grad), the smallest
+/// accepted: the fields a caller's struct lacks (the fp16 loss scaling's)
+/// take their defaults; newer ones are read up to this header's size.
+constexpr size_t kOptionsSize = offsetof(mtrt_session_options_t, loss_scale);
+/// The metrics struct of the first version (up to learning_rate), the
+/// smallest accepted; the library writes what the caller's size holds.
+constexpr size_t kMetricsSize = offsetof(mtrt_step_metrics_t, loss_scale);
 
 mtrt_status_t checkMetrics(const char *apiName,
                            const mtrt_step_metrics_t *metrics) {
@@ -82,7 +86,9 @@ MTRT_API mtrt_status_t mtrt_session_create(
                         "mtrt_session_options_initialize",
                         kApi, options->struct_size, kOptionsSize);
     mtrt_session_options_t copy;
-    std::memcpy(&copy, options, kOptionsSize);
+    mtrt_session_options_initialize(&copy);
+    std::memcpy(&copy, options, std::min(options->struct_size, sizeof(copy)));
+    copy.struct_size = sizeof(copy);
     auto handle = std::make_unique<mtrt_session_s>();
     handle->session = std::make_unique<mtrt::capi::Session>(
         bundle->bundle, copy,

@@ -8,6 +8,7 @@
 #include "c_test_support.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <threads.h>
 
@@ -179,6 +180,28 @@ static void fp16LossScaling(const char *path, mtrt_bundle_t fp32,
   mtrt_session_release(restored);
   mtrt_session_release(plain);
   mtrt_session_release(scaled);
+
+  /* A caller of the first version, whose structs end before the loss-scaling
+   * fields: they take their defaults (dynamic from 2^32), and its metrics
+   * struct gets the fields it has. */
+  mtrt_session_options_t first = trainingOptions();
+  first.struct_size = offsetof(mtrt_session_options_t, loss_scale);
+  first.initial_loss_scale = 1.0; /* past its struct: not read */
+  mtrt_session_t old = NULL;
+  MUST(mtrt_session_create(bundle, &first, &old));
+  setBatch(old, 0);
+  mtrt_step_metrics_t oldMetrics = newMetrics();
+  oldMetrics.struct_size = offsetof(mtrt_step_metrics_t, loss_scale);
+  oldMetrics.loss_scale = -1;
+  MUST(mtrt_session_train_step(old, &oldMetrics));
+  mtrt_step_metrics_t current = newMetrics();
+  MUST(mtrt_session_metrics(old, &current));
+  printf("fp16: first-version structs: loss scale 2^%d (the default), the "
+         "short metrics left past their size: %s\n",
+         (int)log2(current.loss_scale),
+         oldMetrics.loss_scale == -1 && oldMetrics.iteration == 1 ? "yes"
+                                                                 : "NO");
+  mtrt_session_release(old);
 
   mtrt_session_t refused = NULL;
   expectError("fp16: loss_scale on an fp32 bundle",
