@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,8 +119,22 @@ public:
   /// batches): the caller orders their writes before this context's stream
   /// and keeps them alive during the run. Their ids are then checked by the
   /// kernels (the fault word) instead of on the host.
+  ///
+  /// Without `inputsOnDevice`, each input is copied into its arena slot from
+  /// host memory or from this device's memory (cudaMemcpyDefault: a
+  /// pipeline stage's activation); ids in device memory are then checked by
+  /// the kernels too.
+  ///
+  /// With `keepOutputs`, the outputs stay on the device: it is called with
+  /// each output's index and its slot (its storage type's bytes), before
+  /// the run synchronizes, to enqueue a copy on the context's stream (the
+  /// slot is the arena's, reused by the next run); run() then returns
+  /// nothing.
+  using OutputSink =
+      std::function<void(size_t output, const void *data, size_t bytes)>;
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
-                                uint64_t step, bool inputsOnDevice = false);
+                                uint64_t step, bool inputsOnDevice = false,
+                                const OutputSink &keepOutputs = nullptr);
 
   /// fp16 loss scaling: from the next run on, the backward pass's seed (the
   /// fill marked `loss_seed`) is its value times `scale`, as

@@ -10,6 +10,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mtrt::comm {
@@ -22,6 +23,7 @@ class Executor;
 class GradientUnscaler;
 class Optimizer;
 class ParameterStore;
+class PipelineRunner;
 
 /// train::Trainer's loop with the step on the GPU: the same options, data
 /// order, micro-batches, optimizer semantics and logs, so that the same seed
@@ -49,8 +51,9 @@ public:
   /// With `rank` (prepared or not), trains one rank of a tensor-parallel
   /// grid: the host trainer initializes the rank's shards, the executors run
   /// its collectives through the rank's communicators, the gradient norm is
-  /// the world's. Grids with data or pipeline parallelism are refused
-  /// (UNIMPLEMENTED) for now.
+  /// the world's. A pipeline bundle runs its schedule (PipelineRunner,
+  /// cuda/PipelineStages.h) with its stages' activations on the device.
+  /// Grids with data parallelism are refused (UNIMPLEMENTED) for now.
   Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
           const train::TrainerOptions &options,
           const ContextOptions &device = {},
@@ -84,6 +87,10 @@ public:
   void uploadParametersFromHost();
 
 private:
+  /// The tokens and labels of the micro-batch at sample `first` (host
+  /// memory, valid until the next call).
+  std::pair<host::TensorView, host::TensorView>
+  readMicroBatch(data::SampleSource &data, int64_t first);
   /// --load, before the loop: restores the newest checkpoint of the
   /// directory (through the host trainer) onto the device; checks that
   /// --save would overwrite nothing. Returns where the loop starts.
@@ -103,6 +110,8 @@ private:
   std::unique_ptr<Context> context_;
   std::unique_ptr<ParameterStore> parameters_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
+  /// Pipeline bundles: runs the schedule instead of train_step.
+  std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;
   /// --fp16: the device side of the host trainer's loss scaler.
   std::unique_ptr<GradientUnscaler> unscaler_;
