@@ -10,16 +10,19 @@
 // [batch, positions, heads, D], or a piece of a larger tensor such as q, k
 // and v read in place from the qkv GEMM's [batch, positions, heads, 3D].
 //
-// Kernels (4 warps; warp w owns 16 rows of its block's 64):
+// Kernels (FlashShape: 4 warps over blocks of 64 rows, or 8 warps over 128
+// at head dimension 128 in the backward; warp w owns rows 16w .. 16w + 15
+// of its block; the walked tiles are 64 rows):
 // - forward: one block per (64 queries, query head, batch); out and the
 //   logsumexp of the scaled, masked scores (before dropout), as the host,
 //   and with dropout the keep decisions as bits for the gradient.
 // - backward: delta = rowsum(dout * out) first; then dq by query blocks (one
-//   block per 64 queries walks the keys) and dk, dv by key blocks (one block
-//   per 64 keys of a key/value head walks its group's query heads and the
-//   queries that see the keys). No atomics: every sum has a fixed order, so
-//   a run gives the same bits every time. The keep decisions come from the
-//   forward's bits (never recomputed).
+//   block per 64 or 128 queries walks the keys) and dk, dv by key blocks
+//   (one block per 64 or 128 keys of a key/value head walks its group's
+//   query heads and the queries that see the keys); with causal masks a
+//   warp skips the tiles it cannot see. No atomics: every sum has a fixed
+//   order, so a run gives the same bits every time. The keep decisions come
+//   from the forward's bits (never recomputed).
 //
 // Per-element work and occupancy are what bound these kernels
 // (bench/NOTES.md), so: positions are 32-bit; scores are scaled into base-2
@@ -66,31 +69,37 @@ constexpr int kPad = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-#ifndef MTRT_FLASH_WIDE_HEAD_DIM
-#define MTRT_FLASH_WIDE_HEAD_DIM 128
-#endif
-
 /// The kernels' shape at head dimension D. kWarps warps of 16 rows own a
 /// block's kRows rows (queries in the forward and the dq kernel, keys in
 /// the dk/dv kernel) and walk tiles of kTile rows of the other side.
-/// Narrow (up to head dimension 64): 4 warps, 64 rows, the walked tiles
-/// loaded through registers between two uses (3 blocks a multiprocessor at
-/// 64: 168 registers; 3 blocks ran the forward 20% and the backward 10%
-/// faster than 2, 4 spilled). Wide (128): 8 warps, 128 rows, and two
-/// stages of walked tiles: bf16 tiles are copied by cp.async into one
-/// stage while the other is used (no registers held for the copy). A
-/// block of 4 warps of 255 registers left one warp per scheduler of a
-/// multiprocessor at head dimension 128, with every load exposed.
-template <int D> struct FlashShape {
-  static constexpr bool kWide = D >= MTRT_FLASH_WIDE_HEAD_DIM;
-  static constexpr int kWarps = kWide ? 8 : 4;
+/// Narrow: 4 warps, 64 rows, the walked tiles loaded through registers
+/// between two uses (3 blocks a multiprocessor at head dimension 64: 168
+/// registers; 3 blocks ran the forward 20% and the backward 10% faster
+/// than 2, 4 spilled). Wide: 8 warps, 128 rows, bf16 tiles copied by
+/// cp.async (no registers held for the copy), with kStages == 2 into one
+/// stage while the other is used. A block of 4 warps at 255 registers left
+/// one warp per scheduler of a multiprocessor at head dimension 128.
+template <int D, bool Wide, int Stages = 1> struct FlashShape {
+  static constexpr int kD = D;
+  static constexpr bool kWide = Wide;
+  static constexpr int kWarps = Wide ? 8 : 4;
   static constexpr int kThreads = kWarps * kWarp;
   static constexpr int kRows = 16 * kWarps;
-  static constexpr int kStages = kWide ? 2 : 1;
-  /// Blocks per multiprocessor each kernel's register budget is cut for.
-  static constexpr int kForwardMinBlocks = D <= 64 ? 3 : 1;
-  static constexpr int kBackwardMinBlocks = kWide ? 1 : D <= 64 ? 3 : 1;
+  static constexpr int kStages = Stages;
+  /// Blocks per multiprocessor the register budget is cut for.
+  static constexpr int kMinBlocks = D <= 64 ? 3 : 1;
 };
+
+/// The forward's and the backward kernels' shapes. The backward is wide
+/// with two stages at head dimension 128 (its dq and dk/dv kernels hold
+/// 128 fp32 accumulators a thread: 4 warps a multiprocessor were one
+/// warp a scheduler). The forward stays narrow: the wide forward (8 warps,
+/// 128 queries, two stages) computed wrong dropout decisions for the first
+/// 16 keys of a tile with paired draws (bench/NOTES.md, attn128), and at one
+/// stage it was slower than the narrow one.
+template <int D> using ForwardShape = FlashShape<D, false, 1>;
+template <int D>
+using BackwardShape = FlashShape<D, D >= 128, D >= 128 ? 2 : 1>;
 
 struct FlashGeometry {
   int seqQ, seqK, headsQ, headsKv, group, keyBlocks;
@@ -396,20 +405,20 @@ template <int Pending> __device__ inline void waitCopies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
-/// Whether shape D copies tiles of T by cp.async: wide shapes, bf16.
-template <int D, typename T>
+/// Whether Shape copies tiles of T by cp.async: wide shapes, bf16.
+template <typename Shape, typename T>
 constexpr bool kCopiesAsync =
-    FlashShape<D>::kWide && std::is_same_v<T, __nv_bfloat16>;
+    Shape::kWide && std::is_same_v<T, __nv_bfloat16>;
 
 /// Rows [row0, row0 + Rows) of a tensor of T (D columns at `base`, `stride`
 /// apart; rows past `rows` zeros) into the bf16 shared tile [Rows][D +
 /// kPad]: by cp.async where kCopiesAsync (complete after commitCopies and
 /// waitCopies), else loaded into registers and stored (complete on return).
-template <int D, int Rows, typename T>
+template <typename Shape, int Rows, typename T>
 __device__ inline void fetchTile(__nv_bfloat16 *tile, const T *base,
                                  int64_t stride, int row0, int rows) {
-  constexpr int kThreads = FlashShape<D>::kThreads;
-  if constexpr (kCopiesAsync<D, T>) {
+  constexpr int D = Shape::kD, kThreads = Shape::kThreads;
+  if constexpr (kCopiesAsync<Shape, T>) {
     constexpr int kChunks = D / 8;
     constexpr int kPerThread = Rows * kChunks / kThreads;
     static_assert(kPerThread * kThreads == Rows * kChunks,
@@ -431,16 +440,17 @@ __device__ inline void fetchTile(__nv_bfloat16 *tile, const T *base,
 
 /// The same for two tensors (through registers: every load of both issued
 /// before the first store).
-template <int D, int Rows, typename T>
+template <typename Shape, int Rows, typename T>
 __device__ inline void fetchTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
                                   const T *baseA, int64_t strideA,
                                   const T *baseB, int64_t strideB, int row0,
                                   int rows) {
-  if constexpr (kCopiesAsync<D, T>) {
-    fetchTile<D, Rows>(tileA, baseA, strideA, row0, rows);
-    fetchTile<D, Rows>(tileB, baseB, strideB, row0, rows);
+  constexpr int D = Shape::kD;
+  if constexpr (kCopiesAsync<Shape, T>) {
+    fetchTile<Shape, Rows>(tileA, baseA, strideA, row0, rows);
+    fetchTile<Shape, Rows>(tileB, baseB, strideB, row0, rows);
   } else {
-    constexpr int kThreads = FlashShape<D>::kThreads;
+    constexpr int kThreads = Shape::kThreads;
     TileFetch<D, T, Rows, kThreads> a, b;
     a.load(baseA, strideA, row0, rows);
     b.load(baseB, strideB, row0, rows);
@@ -532,27 +542,26 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
 }
 
 template <int D> constexpr size_t forwardShared() {
-  using Shape = FlashShape<D>;
+  using Shape = ForwardShape<D>;
   return sizeof(__nv_bfloat16) * (Shape::kRows + 2 * Shape::kStages * kTile) *
          (D + kPad);
 }
 
 // Grid (query blocks, headsQ, batch). Shared: Q [kRows][D+8], then K and V
-// [64][D+8] per stage. With dropout and `mask`, also stores the keep
+// [64][D+8]. With dropout and `mask`, also stores the keep
 // decisions as mask words. out (geo.outputsBf16) and the bf16 outCopy may
 // be null.
 template <int D, typename In>
-__global__ void __launch_bounds__(FlashShape<D>::kThreads,
-                                  FlashShape<D>::kForwardMinBlocks)
+__global__ void __launch_bounds__(ForwardShape<D>::kThreads,
+                                  ForwardShape<D>::kMinBlocks)
     flashForwardKernel(FlashGeometry geo, const In *q, const In *k,
                        const In *v, void *out, __nv_bfloat16 *outCopy,
                        float *logsumexp, uint64_t *mask) {
-  using Shape = FlashShape<D>;
+  using Shape = ForwardShape<D>;
   constexpr int ld = D + kPad;
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
-  // Stage i: K at keyStage + 2 i kTile ld, V kTile ld after it.
-  __nv_bfloat16 *keyStage = qs + Shape::kRows * ld;
+  __nv_bfloat16 *keyStage = qs + Shape::kRows * ld; // K, then V
   int q0 = (gridDim.x - 1 - blockIdx.x) * Shape::kRows; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -562,7 +571,7 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
 
   // Q stays in shared memory: its fragments are loaded where used (registers
   // go to the accumulators).
-  fetchTile<D, Shape::kRows>(qs, q + geo.queryAt(geo.q, b, 0, h),
+  fetchTile<Shape, Shape::kRows>(qs, q + geo.queryAt(geo.q, b, 0, h),
                              geo.q.position, q0, geo.seqQ);
 
   int warpRow0 = q0 + warp * 16;
@@ -584,23 +593,14 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
   // are skipped).
   int keyEnd = geo.causal ? min(geo.seqK, q0 + Shape::kRows) : geo.seqK;
   int warpKeyEnd = geo.causal ? min(geo.seqK, warpRow0 + 16) : geo.seqK;
-  fetchTiles<D, kTile>(keyStage, keyStage + kTile * ld, kBase, geo.k.position,
+  fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase, geo.k.position,
                        vBase, geo.v.position, 0, geo.seqK);
   commitCopies();
-  for (int k0 = 0, tile = 0; k0 < keyEnd; k0 += kTile, ++tile) {
+  for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
     int next = k0 + kTile;
-    int stage = Shape::kStages == 2 ? tile & 1 : 0;
-    const __nv_bfloat16 *ks = keyStage + 2 * stage * kTile * ld;
-    const __nv_bfloat16 *vs = ks + kTile * ld;
-    if (Shape::kStages == 2 && next < keyEnd) {
-      __nv_bfloat16 *to = keyStage + 2 * (stage ^ 1) * kTile * ld;
-      fetchTiles<D, kTile>(to, to + kTile * ld, kBase, geo.k.position, vBase,
-                           geo.v.position, next, geo.seqK);
-      commitCopies();
-      waitCopies<1>();
-    } else {
-      waitCopies<0>();
-    }
+    static_assert(Shape::kStages == 1, "the forward walks one stage");
+    const __nv_bfloat16 *ks = keyStage, *vs = keyStage + kTile * ld;
+    waitCopies<0>();
     __syncthreads();
     if (k0 < warpKeyEnd) {
     float s[kTile / 8][4];
@@ -686,12 +686,10 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
     }
     if (next < keyEnd) {
       __syncthreads(); // every warp is done with the tiles refilled next
-      if (Shape::kStages == 1) {
-        fetchTiles<D, kTile>(keyStage, keyStage + kTile * ld, kBase,
-                             geo.k.position, vBase, geo.v.position, next,
-                             geo.seqK);
-        commitCopies();
-      }
+      fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase,
+                               geo.k.position, vBase, geo.v.position, next,
+                               geo.seqK);
+      commitCopies();
     }
   }
 #pragma unroll
@@ -741,7 +739,7 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
 }
 
 template <int D> constexpr size_t queryBackwardShared() {
-  using Shape = FlashShape<D>;
+  using Shape = BackwardShape<D>;
   return sizeof(__nv_bfloat16) *
          (2 * Shape::kRows + 2 * Shape::kStages * kTile) * (D + kPad);
 }
@@ -750,13 +748,13 @@ template <int D> constexpr size_t queryBackwardShared() {
 // then K and V [64][D+8] per stage. With dropout the keep decisions come
 // from `mask`.
 template <int D, typename In>
-__global__ void __launch_bounds__(FlashShape<D>::kThreads,
-                                  FlashShape<D>::kBackwardMinBlocks)
+__global__ void __launch_bounds__(BackwardShape<D>::kThreads,
+                                  BackwardShape<D>::kMinBlocks)
     flashQueryBackwardKernel(FlashGeometry geo, const In *q, const In *k,
                              const In *v, const float *logsumexp,
                              const float *delta, const uint64_t *mask,
                              const In *dout, void *dq) {
-  using Shape = FlashShape<D>;
+  using Shape = BackwardShape<D>;
   constexpr int ld = D + kPad;
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
@@ -770,7 +768,7 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
   const In *kBase = k + geo.keyAt(geo.k, b, 0, grp);
   const In *vBase = v + geo.keyAt(geo.v, b, 0, grp);
 
-  fetchTiles<D, Shape::kRows>(qs, dos, q + geo.queryAt(geo.q, b, 0, h),
+  fetchTiles<Shape, Shape::kRows>(qs, dos, q + geo.queryAt(geo.q, b, 0, h),
                               geo.q.position,
                               dout + geo.queryAt(geo.dout, b, 0, h),
                               geo.dout.position, q0, geo.seqQ);
@@ -797,7 +795,7 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
   // are skipped).
   int keyEnd = geo.causal ? min(geo.seqK, q0 + Shape::kRows) : geo.seqK;
   int warpKeyEnd = geo.causal ? min(geo.seqK, warpRow0 + 16) : geo.seqK;
-  fetchTiles<D, kTile>(keyStage, keyStage + kTile * ld, kBase, geo.k.position,
+  fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase, geo.k.position,
                        vBase, geo.v.position, 0, geo.seqK);
   commitCopies();
   for (int k0 = 0, tile = 0; k0 < keyEnd; k0 += kTile, ++tile) {
@@ -813,16 +811,14 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
       for (int r = 0; r < 2; ++r)
         if (maskRow[r])
           kept[r] = maskRow[r][k0 / kTile] >> (2 * t);
+    waitCopies<0>();
+    __syncthreads(); // as in the forward
     if (Shape::kStages == 2 && next < keyEnd) {
       __nv_bfloat16 *to = keyStage + 2 * (stage ^ 1) * kTile * ld;
-      fetchTiles<D, kTile>(to, to + kTile * ld, kBase, geo.k.position, vBase,
-                           geo.v.position, next, geo.seqK);
+      fetchTiles<Shape, kTile>(to, to + kTile * ld, kBase, geo.k.position,
+                               vBase, geo.v.position, next, geo.seqK);
       commitCopies();
-      waitCopies<1>();
-    } else {
-      waitCopies<0>();
     }
-    __syncthreads();
     if (active) {
     float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
@@ -874,14 +870,12 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
       }
     }
     }
-    if (next < keyEnd) {
+    if (Shape::kStages == 1 && next < keyEnd) {
       __syncthreads(); // every warp is done with the tiles refilled next
-      if (Shape::kStages == 1) {
-        fetchTiles<D, kTile>(keyStage, keyStage + kTile * ld, kBase,
-                             geo.k.position, vBase, geo.v.position, next,
-                             geo.seqK);
-        commitCopies();
-      }
+      fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase,
+                               geo.k.position, vBase, geo.v.position, next,
+                               geo.seqK);
+      commitCopies();
     }
   }
 #pragma unroll
@@ -959,18 +953,20 @@ template <int Words> struct QueryRowFetch {
     int64_t at = in ? geo.rowIndex(b, h, q0 + r) : 0;
     copyAsync<4>(to.lse + r, logsumexp + at, in);
     copyAsync<4>(to.delta + r, deltas + at, in);
+    if (!geo.hasDropout)
+      return; // the mask words are not read
 #pragma unroll
     for (int w = 0; w < Words; ++w) {
-      bool word = in && geo.hasDropout && keyBlock + w < geo.keyBlocks;
+      bool word = in && keyBlock + w < geo.keyBlocks;
       copyAsync<8>(to.mask + r * Words + w,
-                   word ? masks + at * geo.keyBlocks + keyBlock + w : masks,
+                   masks + (word ? at * geo.keyBlocks + keyBlock + w : 0),
                    word);
     }
   }
 };
 
 template <int D> constexpr size_t keyBackwardShared() {
-  using Shape = FlashShape<D>;
+  using Shape = BackwardShape<D>;
   return sizeof(__nv_bfloat16) *
              (2 * Shape::kRows + 2 * Shape::kStages * kTile) * (D + kPad) +
          Shape::kStages * QueryRows<Shape::kRows / kTile>::kBytes;
@@ -981,13 +977,13 @@ template <int D> constexpr size_t keyBackwardShared() {
 // dout [64][D+8], then per stage the query rows' mask words, logsumexp and
 // delta (QueryRows).
 template <int D, typename In>
-__global__ void __launch_bounds__(FlashShape<D>::kThreads,
-                                  FlashShape<D>::kBackwardMinBlocks)
+__global__ void __launch_bounds__(BackwardShape<D>::kThreads,
+                                  BackwardShape<D>::kMinBlocks)
     flashKeyBackwardKernel(FlashGeometry geo, const In *q, const In *k,
                            const In *v, const float *logsumexp,
                            const float *delta, const uint64_t *mask,
                            const In *dout, void *dk, void *dv) {
-  using Shape = FlashShape<D>;
+  using Shape = BackwardShape<D>;
   constexpr int ld = D + kPad;
   constexpr int kWords = Shape::kRows / kTile; // mask words a query row
   extern __shared__ __align__(16) unsigned char flashShared[];
@@ -1007,7 +1003,7 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
   int g = lane / 4, t = lane % 4;
   int warpKey0 = k0 + warp * 16;
 
-  fetchTiles<D, Shape::kRows>(ks, vs, k + geo.keyAt(geo.k, b, 0, grp),
+  fetchTiles<Shape, Shape::kRows>(ks, vs, k + geo.keyAt(geo.k, b, 0, grp),
                               geo.k.position,
                               v + geo.keyAt(geo.v, b, 0, grp),
                               geo.v.position, k0, geo.seqK);
@@ -1033,18 +1029,18 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
   QueryRowFetch<kWords> rowNext;
   auto fetchStep = [&](int step, int stage) {
     __nv_bfloat16 *to = queryStage + 2 * stage * kTile * ld;
-    fetchTiles<D, kTile>(to, to + kTile * ld,
+    fetchTiles<Shape, kTile>(to, to + kTile * ld,
                          q + geo.queryAt(geo.q, b, 0, headOf(step)),
                          geo.q.position,
                          dout + geo.queryAt(geo.dout, b, 0, headOf(step)),
                          geo.dout.position, firstQuery(step), geo.seqQ);
-    if constexpr (kCopiesAsync<D, In>)
+    if constexpr (kCopiesAsync<Shape, In>)
       QueryRowFetch<kWords>::copy(rowsOf(stage), geo, logsumexp, delta, mask,
                                   b, headOf(step), firstQuery(step),
                                   k0 / kTile);
   };
   fetchStep(0, 0);
-  if constexpr (!kCopiesAsync<D, In>) {
+  if constexpr (!kCopiesAsync<Shape, In>) {
     rowNext.load(geo, logsumexp, delta, mask, b, headOf(0), firstQuery(0),
                  k0 / kTile);
     rowNext.store(rowsOf(0));
@@ -1058,20 +1054,21 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
     const __nv_bfloat16 *dos = qs + kTile * ld;
     QueryRows<kWords> rowS = rowsOf(stage);
     const auto *maskHalves = reinterpret_cast<const uint32_t *>(rowS.mask);
-    if constexpr (!kCopiesAsync<D, In>)
-      if (more)
+    if constexpr (!kCopiesAsync<Shape, In>)
+      if (Shape::kStages == 1 && more)
         rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
                      firstQuery(step + 1), k0 / kTile);
+    waitCopies<0>();
+    __syncthreads(); // as in the forward
     if (Shape::kStages == 2 && more) {
       fetchStep(step + 1, stage ^ 1);
-      if constexpr (!kCopiesAsync<D, In>)
+      if constexpr (!kCopiesAsync<Shape, In>) {
+        rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
+                     firstQuery(step + 1), k0 / kTile);
         rowNext.store(rowsOf(stage ^ 1));
+      }
       commitCopies();
-      waitCopies<1>();
-    } else {
-      waitCopies<0>();
     }
-    __syncthreads();
     // Causal: skip the tiles whose queries all precede this warp's keys.
     if (!geo.causal || warpKey0 <= q0 + kTile - 1) {
       // S^T [keys][queries] and dP^T = V dout^T.
@@ -1151,14 +1148,12 @@ __global__ void __launch_bounds__(FlashShape<D>::kThreads,
         }
       }
     }
-    if (more) {
+    if (Shape::kStages == 1 && more) {
       __syncthreads(); // every warp is done with the stage refilled next
-      if (Shape::kStages == 1) {
-        fetchStep(step + 1, 0);
-        if constexpr (!kCopiesAsync<D, In>)
-          rowNext.store(rowsOf(0));
-        commitCopies();
-      }
+      fetchStep(step + 1, 0);
+      if constexpr (!kCopiesAsync<Shape, In>)
+        rowNext.store(rowsOf(0));
+      commitCopies();
     }
   }
 #pragma unroll
@@ -1198,7 +1193,7 @@ void forward(cudaStream_t stream, const AttentionParams &p,
              float *logsumexp, uint64_t *mask) {
   size_t bytes = forwardShared<D>();
   allowShared(flashForwardKernel<D, In>, bytes);
-  using Shape = FlashShape<D>;
+  using Shape = ForwardShape<D>;
   dim3 grid(blocks(p.seqQ, Shape::kRows), static_cast<unsigned>(p.headsQ),
             static_cast<unsigned>(p.batch));
   flashForwardKernel<D, In><<<grid, Shape::kThreads, bytes, stream>>>(
@@ -1211,7 +1206,7 @@ template <int D, typename In>
 void backward(cudaStream_t stream, const AttentionParams &p,
               const FlashTensors &io, const __nv_bfloat16 *out,
               const float *logsumexp, const uint64_t *mask, float *delta) {
-  using Shape = FlashShape<D>;
+  using Shape = BackwardShape<D>;
   FlashGeometry geo = makeGeometry(p, io);
   const auto *q = static_cast<const In *>(io.q);
   const auto *k = static_cast<const In *>(io.k);
