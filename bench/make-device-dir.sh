@@ -19,7 +19,8 @@ cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
 # Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3 and ICU 72.
 cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
   /lib/x86_64-linux-gnu/libicudata.so.72 "$dest/fallback-lib/"
-cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" "$dest/bench/"
+cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" \
+  "$root/bench/run-multi-gpu.sh" "$dest/bench/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 b=$dest/bundles
 "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"
@@ -34,6 +35,29 @@ for precision in fp32 bf16; do
     --attention-dropout=0 -o "$b/$name.mtb"
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 -o "$b/$name-tp2.mtb"
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/$name-tp2-sp.mtb"
+done
+# CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
+# advance the micro-batch counter that keys it).
+"$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \
+  --attention-dropout=0 -o "$b/tiny-gpt-fp16-nodrop.mtb"
+# CudaPipelineTest: tiny-gpt with 4 layers (PP=2: two stages of two layers,
+# or four virtual stages of one), untied embeddings (pipelines refuse tied
+# ones), no dropout, 4 micro-batches of 2; for one rank and for PP=2 under
+# the 1F1B and the interleaved schedule.
+for precision in fp32 bf16; do
+  name=tiny-gpt-l4-nodrop flags=--precision=fp32
+  [[ $precision == bf16 ]] && name=tiny-gpt-l4-bf16-nodrop flags=--bf16
+  pp=("$compile" "$root/models/tiny-gpt.yaml" $flags --num-layers=4
+    --untie-embeddings-and-output-weights --hidden-dropout=0
+    --attention-dropout=0 --micro-batch-size=2 --global-batch-size=8)
+  "${pp[@]}" -o "$b/$name.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+    -o "$b/$name-pp2-1f1b.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
+    --virtual-pipeline-model-parallel-size=2 -o "$b/$name-pp2-interleaved.mtb"
 done
 # The generated kernels (--fuse-kernels: mt.fused groups compiled with
 # nvrtc into the bundle): their own test bundle and tiny-gpt with them.
@@ -71,6 +95,20 @@ if [ "${MULTI:-0}" = 1 ]; then
       --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
       --tensor-model-parallel-size=$tp \
       -o "$b/gpt2-124m-bf16-mb32-nodropout$suffix.mtb"
+  done
+  "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+    --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
+    --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/gpt2-124m-bf16-mb32-nodropout-tp2-sp.mtb"
+  # PP=2 (1F1B, 4 micro-batches of 8) and its one-rank twin: untied
+  # embeddings, no dropout.
+  for pp in 1 2; do
+    suffix=; [ $pp = 2 ] && suffix=-pp2
+    "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=8 \
+      --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
+      --untie-embeddings-and-output-weights \
+      --pipeline-model-parallel-size=$pp \
+      -o "$b/gpt2-124m-bf16-mb8-untied-nodropout$suffix.mtb"
   done
 fi
 du -sh "$dest"

@@ -7,7 +7,7 @@
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
-#include "host/ThreadPool.h"
+#include "cuda/DeviceCollective.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +15,20 @@
 #include <cstring>
 
 namespace mtrt::cuda {
+
+namespace {
+/// Whether `data` is device memory (a pipeline stage's input), which the
+/// host cannot read.
+bool isDeviceMemory(const void *data) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice ||
+         attributes.type == cudaMemoryTypeManaged;
+}
+} // namespace
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
                    ParameterStore &parameters, comm::RankContext *rank)
@@ -96,8 +110,6 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   };
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
-    if (runsOnHost(inst)) // checks its ids itself (whole-vocabulary limits)
-      continue;
     auto add = [&](size_t operand, int64_t limit, const char *what,
                    const char *limitName, bool hasIgnore) {
       int64_t input = inputIndex(inst.operands[operand]);
@@ -109,9 +121,23 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     switch (inst.op) {
     case Op::Embedding:
     case Op::EmbeddingGrad:
-      add(1, embeddingDims(fn, inst).vocab, "id",
-          "the embedding table's vocabulary size", false);
+      if (isRankInstruction(inst)) // a vocabulary block: the whole's limit
+        add(1, embeddingDims(fn, inst).vocab * vocabBlock(position, inst).second,
+            "id", "the vocabulary size (all ranks' blocks)", false);
+      else
+        add(1, embeddingDims(fn, inst).vocab, "id",
+            "the embedding table's vocabulary size", false);
       break;
+    case Op::VocabPartials:
+    case Op::VocabCrossEntropyGrad: {
+      bool grad = inst.op == Op::VocabCrossEntropyGrad;
+      size_t logitsAt = grad ? 1 : 0;
+      add(logitsAt + 1,
+          fn.values[inst.operands[logitsAt]].shape.back() *
+              vocabBlock(position, inst).second,
+          "label", "the vocabulary size (all ranks' blocks)", grad);
+      break;
+    }
     case Op::CrossEntropy:
     case Op::CrossEntropyGrad: {
       CrossEntropyDims d = crossEntropyDims(fn, inst);
@@ -123,6 +149,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     }
   }
 
+  prepareRankInstructions();
   stepped_.assign(fn.instructions.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position)
     stepped_[position] = usesStep(fn.instructions[position]);
@@ -219,6 +246,8 @@ void Executor::checkInputIds(
   const Function &fn = *function_;
   for (const IdCheck &check : idChecks_) {
     const host::TensorView &view = inputs[check.input];
+    if (isDeviceMemory(view.data)) // the kernels check them (the fault word)
+      continue;
     int64_t value = fn.inputs[check.input];
     int64_t count = fn.values[value].numElements;
     const int64_t *ignore = check.hasIgnore ? &check.ignore : nullptr;
@@ -235,7 +264,7 @@ void Executor::checkInputIds(
 
 std::vector<host::Tensor>
 Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
-              bool inputsOnDevice) {
+              bool inputsOnDevice, const OutputSink &keepOutputs) {
   auto started = std::chrono::steady_clock::now();
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
@@ -262,7 +291,7 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
       slots_[v] = const_cast<void *>(inputs[i].data);
     } else if (bytes)
       MTRT_CUDA_CHECK(cudaMemcpyAsync(slots_[v], inputs[i].data, bytes,
-                                      cudaMemcpyHostToDevice, stream),
+                                      cudaMemcpyDefault, stream),
                       fn.name + ": uploading inputs[" + std::to_string(i) +
                           "]");
   }
@@ -277,7 +306,15 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
     executeAll(step, timed);
   }
   std::vector<host::Tensor> outputs;
+  for (size_t i = 0; keepOutputs && i < fn.outputs.size(); ++i) {
+    int64_t v = fn.outputs[i];
+    keepOutputs(i, slots_[v],
+                static_cast<size_t>(fn.values[v].numElements) *
+                    dtypeSize(storageType(v)));
+  }
   for (int64_t v : fn.outputs) {
+    if (keepOutputs)
+      break;
     host::Tensor out(storageType(v), fn.values[v].shape);
     if (out.buffer.size())
       MTRT_CUDA_CHECK(cudaMemcpyAsync(out.buffer.data(), slots_[v],
@@ -349,10 +386,10 @@ std::optional<std::string> Executor::graphObstacle() const {
         "synchronizing after each instruction (MTRT_CUDA_SYNC) is on");
   const Function &fn = *function_;
   for (size_t position = 0; position < fn.instructions.size(); ++position)
-    if (runsOnHost(fn.instructions[position]))
-      return where(position) + " runs on the host (" +
+    if (communicates(fn.instructions[position]))
+      return where(position) + " calls the rank's communicator (" +
              opName(fn.instructions[position].op) +
-             ": a multi-rank instruction)";
+             " over several ranks: not captured)";
   return std::nullopt;
 }
 

@@ -5,10 +5,12 @@
 #include "core/Bundle.h"
 #include "cuda/Context.h"
 #include "train/Trainer.h"
+#include "train/TrainingLoop.h"
 
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mtrt::comm {
@@ -21,6 +23,7 @@ class Executor;
 class GradientUnscaler;
 class Optimizer;
 class ParameterStore;
+class PipelineRunner;
 
 /// train::Trainer's loop with the step on the GPU: the same options, data
 /// order, micro-batches, optimizer semantics and logs, so that the same seed
@@ -34,6 +37,12 @@ class ParameterStore;
 /// uploaded, so both backends start from the same bits) and greedy sampling
 /// (on the CPU, after the trained parameters are copied back).
 ///
+/// Checkpoints (--save, --load; docs/Checkpoints.md) go through the host
+/// trainer too (cuda/TrainerCheckpoint.cpp): the device's parameters and
+/// AdamW moments are copied into its store and saved by the same code in
+/// the same format, and a loaded checkpoint is uploaded (the bf16 copies
+/// rounded again), so either backend resumes the other's checkpoints.
+///
 /// Thread-safety: none.
 class Trainer {
 public:
@@ -42,8 +51,9 @@ public:
   /// With `rank` (prepared or not), trains one rank of a tensor-parallel
   /// grid: the host trainer initializes the rank's shards, the executors run
   /// its collectives through the rank's communicators, the gradient norm is
-  /// the world's. Grids with data or pipeline parallelism are refused
-  /// (UNIMPLEMENTED) for now.
+  /// the world's. A pipeline bundle runs its schedule (PipelineRunner,
+  /// cuda/PipelineStages.h) with its stages' activations on the device.
+  /// Grids with data parallelism are refused (UNIMPLEMENTED) for now.
   Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
           const train::TrainerOptions &options,
           const ContextOptions &device = {},
@@ -77,16 +87,31 @@ public:
   void uploadParametersFromHost();
 
 private:
+  /// The tokens and labels of the micro-batch at sample `first` (host
+  /// memory, valid until the next call).
+  std::pair<host::TensorView, host::TensorView>
+  readMicroBatch(data::SampleSource &data, int64_t first);
+  /// --load, before the loop: restores the newest checkpoint of the
+  /// directory (through the host trainer) onto the device; checks that
+  /// --save would overwrite nothing. Returns where the loop starts.
+  train::LoopStart resume(train::TrainingLog &log);
+  /// --save: the state after `iteration`, which consumed `consumed` samples.
+  void saveCheckpoint(int64_t iteration, int64_t consumed,
+                      train::TrainingLog &log);
   double runMicroBatch(Executor &executor, data::SampleSource &data,
                        int64_t first, uint64_t step);
 
   const Bundle &bundle_;
   train::TrainerOptions options_;
   std::string corpusName_;
+  /// Whether this rank writes the logs (rank 0, or the only one).
+  bool logs_ = true;
   std::unique_ptr<train::Trainer> host_;
   std::unique_ptr<Context> context_;
   std::unique_ptr<ParameterStore> parameters_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
+  /// Pipeline bundles: runs the schedule instead of train_step.
+  std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;
   /// --fp16: the device side of the host trainer's loss scaler.
   std::unique_ptr<GradientUnscaler> unscaler_;
