@@ -603,86 +603,86 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
     waitCopies<0>();
     __syncthreads();
     if (k0 < warpKeyEnd) {
-    float s[kTile / 8][4];
+      float s[kTile / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (int n = 0; n < kTile / 8; ++n)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qf[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qf[4];
+        loadA(qf, qs, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
-        mma(s[n], qf, b0);
-        mma(s[n + 1], qf, b1);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+          mma(s[n], qf, b0);
+          mma(s[n + 1], qf, b1);
+        }
       }
-    }
-    if (geo.masked(warpRow0, k0))
-      maskScores(geo, s, rows, k0, t);
-    float blockMax[2] = {-INFINITY, -INFINITY};
+      if (geo.masked(warpRow0, k0))
+        maskScores(geo, s, rows, k0, t);
+      float blockMax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
+      for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        blockMax[e / 2] = fmaxf(blockMax[e / 2], s[n][e]);
-    float base[2], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float next = fmaxf(m[r], rowMax(blockMax[r]) * geo.scaleLog2);
-      base[r] = next == -INFINITY ? 0.f : next;
-      alpha[r] = fastExp2(m[r] - base[r]);
-      m[r] = next;
-      l[r] *= alpha[r];
-    }
-    uint32_t keep[2];
-    if (geo.hasDropout)
-      dropoutBits(geo, keep, drawRow, rowIndex, k0, t);
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -base[e / 2]));
-        l[e / 2] += p;
-        if (geo.hasDropout)
-          p = (keep[e / 2] >> (2 * n + (e & 1))) & 1 ? p * geo.dropoutScale
-                                                     : 0.f;
-        s[n][e] = p;
-      }
-    if (geo.hasDropout && mask) {
+        for (int e = 0; e < 4; ++e)
+          blockMax[e / 2] = fmaxf(blockMax[e / 2], s[n][e]);
+      float base[2], alpha[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        uint64_t word = 0;
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n)
-          word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
-        word <<= 2 * t;
-        word |= __shfl_xor_sync(0xffffffffu, word, 1);
-        word |= __shfl_xor_sync(0xffffffffu, word, 2);
-        if (t == 0 && rows[r] < geo.seqQ)
-          mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
+        float next = fmaxf(m[r], rowMax(blockMax[r]) * geo.scaleLog2);
+        base[r] = next == -INFINITY ? 0.f : next;
+        alpha[r] = fastExp2(m[r] - base[r]);
+        m[r] = next;
+        l[r] *= alpha[r];
       }
-    }
+      uint32_t keep[2];
+      if (geo.hasDropout)
+        dropoutBits(geo, keep, drawRow, rowIndex, k0, t);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
-    }
+      for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t pf[4];
-      accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
+        for (int e = 0; e < 4; ++e) {
+          float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -base[e / 2]));
+          l[e / 2] += p;
+          if (geo.hasDropout)
+            p = (keep[e / 2] >> (2 * n + (e & 1))) & 1 ? p * geo.dropoutScale
+                                                       : 0.f;
+          s[n][e] = p;
+        }
+      if (geo.hasDropout && mask) {
 #pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
-        mma(o[n], pf, b0);
-        mma(o[n + 1], pf, b1);
+        for (int r = 0; r < 2; ++r) {
+          uint64_t word = 0;
+#pragma unroll
+          for (int n = 0; n < kTile / 8; ++n)
+            word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
+          word <<= 2 * t;
+          word |= __shfl_xor_sync(0xffffffffu, word, 1);
+          word |= __shfl_xor_sync(0xffffffffu, word, 2);
+          if (t == 0 && rows[r] < geo.seqQ)
+            mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
+        }
       }
-    }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        uint32_t pf[4];
+        accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
+          mma(o[n], pf, b0);
+          mma(o[n + 1], pf, b1);
+        }
+      }
     }
     if (next < keyEnd) {
       __syncthreads(); // every warp is done with the tiles refilled next
@@ -820,55 +820,55 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
       commitCopies();
     }
     if (active) {
-    float s[kTile / 8][4], dp[kTile / 8][4];
+      float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
+      for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[n][e] = dp[n][e] = 0.f;
+        for (int e = 0; e < 4; ++e)
+          s[n][e] = dp[n][e] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qf[4], dof[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
-      loadA(dof, dos, ld, warp * 16, kk * 16, lane);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qf[4], dof[4];
+        loadA(qf, qs, ld, warp * 16, kk * 16, lane);
+        loadA(dof, dos, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
-        mma(s[n], qf, b0);
-        mma(s[n + 1], qf, b1);
-        loadB(b0, b1, vs, ld, n * 8, kk * 16, lane);
-        mma(dp[n], dof, b0);
-        mma(dp[n + 1], dof, b1);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+          mma(s[n], qf, b0);
+          mma(s[n + 1], qf, b1);
+          loadB(b0, b1, vs, ld, n * 8, kk * 16, lane);
+          mma(dp[n], dof, b0);
+          mma(dp[n + 1], dof, b1);
+        }
       }
-    }
-    if (geo.masked(warpRow0, k0))
-      maskScores(geo, s, rows, k0, t);
-    // dS = P (dP - delta), dP through the dropout; into s.
+      if (geo.masked(warpRow0, k0))
+        maskScores(geo, s, rows, k0, t);
+        // dS = P (dP - delta), dP through the dropout; into s.
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
+      for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -lse2[e / 2]));
-        float dprob = dp[n][e];
-        if (geo.hasDropout)
-          dprob = (kept[e / 2] >> (8 * n + (e & 1))) & 1
-                      ? dprob * geo.dropoutScale
-                      : 0.f;
-        s[n][e] = p * (dprob - dlt[e / 2]);
+        for (int e = 0; e < 4; ++e) {
+          float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -lse2[e / 2]));
+          float dprob = dp[n][e];
+          if (geo.hasDropout)
+            dprob = (kept[e / 2] >> (8 * n + (e & 1))) & 1
+                        ? dprob * geo.dropoutScale
+                        : 0.f;
+          s[n][e] = p * (dprob - dlt[e / 2]);
+        }
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        uint32_t af[4];
+        accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadBTransposed(b0, b1, ks, ld, kc * 16, n * 8, lane);
+          mma(acc[n], af, b0);
+          mma(acc[n + 1], af, b1);
+        }
       }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t af[4];
-      accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadBTransposed(b0, b1, ks, ld, kc * 16, n * 8, lane);
-        mma(acc[n], af, b0);
-        mma(acc[n + 1], af, b1);
-      }
-    }
     }
     if (Shape::kStages == 1 && next < keyEnd) {
       __syncthreads(); // every warp is done with the tiles refilled next
