@@ -236,6 +236,21 @@ void Executor::checkInputIds(
 std::vector<host::Tensor>
 Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
               bool inputsOnDevice) {
+  return runFunction(inputs, step, inputsOnDevice, nullptr);
+}
+
+std::vector<void *>
+Executor::runOnDevice(const std::vector<host::TensorView> &inputs,
+                      uint64_t step) {
+  std::vector<void *> outputs;
+  runFunction(inputs, step, true, &outputs);
+  return outputs;
+}
+
+std::vector<host::Tensor>
+Executor::runFunction(const std::vector<host::TensorView> &inputs,
+                      uint64_t step, bool inputsOnDevice,
+                      std::vector<void *> *deviceOutputs) {
   auto started = std::chrono::steady_clock::now();
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
@@ -278,6 +293,10 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
   }
   std::vector<host::Tensor> outputs;
   for (int64_t v : fn.outputs) {
+    if (deviceOutputs) {
+      deviceOutputs->push_back(slots_[v]);
+      continue;
+    }
     host::Tensor out(storageType(v), fn.values[v].shape);
     if (out.buffer.size())
       MTRT_CUDA_CHECK(cudaMemcpyAsync(out.buffer.data(), slots_[v],

@@ -121,6 +121,14 @@ public:
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
                                 uint64_t step, bool inputsOnDevice = false);
 
+  /// As run with `inputsOnDevice`, but the outputs stay on the device:
+  /// returns each output's device data (its storage type and shape as the
+  /// function declares), valid until this executor runs again. The
+  /// data-parallel gradient buffer (DataParallel.h) takes the reduced
+  /// gradients and the gathered parameters so, without a host copy.
+  std::vector<void *> runOnDevice(const std::vector<host::TensorView> &inputs,
+                                  uint64_t step);
+
   /// fp16 loss scaling: from the next run on, the backward pass's seed (the
   /// fill marked `loss_seed`) is its value times `scale`, as
   /// host::Executor::setLossScale. A launch argument: the fill is a stepped
@@ -233,6 +241,11 @@ private:
   void *slot(int64_t value) const { return slots_[value]; }
   void *scratch(size_t position) const;
   void checkInputIds(const std::vector<host::TensorView> &inputs) const;
+  /// run's and runOnDevice's body: with `deviceOutputs`, the outputs' device
+  /// data go there and nothing is copied to the host.
+  std::vector<host::Tensor>
+  runFunction(const std::vector<host::TensorView> &inputs, uint64_t step,
+              bool inputsOnDevice, std::vector<void *> *deviceOutputs);
   void execute(size_t position, const Instruction &inst, uint64_t step);
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.

@@ -17,6 +17,8 @@ class RankContext;
 
 namespace mtrt::cuda {
 
+class DataParallelBuffer;
+class DistributedOptimizer;
 class Executor;
 class GradientUnscaler;
 class Optimizer;
@@ -39,11 +41,14 @@ class Trainer {
 public:
   /// Throws Error as train::Trainer does, or UNAVAILABLE without a GPU.
   ///
-  /// With `rank` (prepared or not), trains one rank of a tensor-parallel
-  /// grid: the host trainer initializes the rank's shards, the executors run
-  /// its collectives through the rank's communicators, the gradient norm is
-  /// the world's. Grids with data or pipeline parallelism are refused
-  /// (UNIMPLEMENTED) for now.
+  /// With `rank` (prepared or not), trains one rank of a grid of tensor and
+  /// data parallelism: the host trainer initializes the rank's shards and
+  /// picks its samples, the executors run its collectives through the
+  /// rank's communicators, the gradient norm is the world's. With a
+  /// gradient_buffer, the gradients are reduced over the data-parallel
+  /// ranks once per iteration on the device (DataParallel.h), and with the
+  /// distributed optimizer AdamW steps the rank's shard of them. Pipeline
+  /// parallelism is refused (UNIMPLEMENTED) for now.
   Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
           const train::TrainerOptions &options,
           const ContextOptions &device = {},
@@ -77,6 +82,11 @@ public:
   void uploadParametersFromHost();
 
 private:
+  /// The first sample of micro-batch `microBatch` of an iteration (or an
+  /// evaluation) on this rank, from the iteration's first: data rank d
+  /// reads rows [d * b, (d + 1) * b) of each global micro-batch of b * dp
+  /// samples, as the host trainer.
+  int64_t sampleOffset(int64_t microBatch) const;
   double runMicroBatch(Executor &executor, data::SampleSource &data,
                        int64_t first, uint64_t step);
 
@@ -88,6 +98,10 @@ private:
   std::unique_ptr<ParameterStore> parameters_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
   std::unique_ptr<Optimizer> optimizer_;
+  /// With a gradient_buffer: the data-parallel reduction; with the
+  /// distributed optimizer, that optimizer instead of optimizer_.
+  std::unique_ptr<DataParallelBuffer> gradientBuffer_;
+  std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
   /// --fp16: the device side of the host trainer's loss scaler.
   std::unique_ptr<GradientUnscaler> unscaler_;
   int64_t skippedIterations_ = 0;

@@ -180,6 +180,12 @@ public:
   int64_t seqLength() const { return seqLength_; }
   int64_t microBatchesPerIteration() const { return microBatches_; }
   int64_t globalBatchSize() const { return globalBatch_; }
+  /// This rank's position along the data-parallel axis, and that axis'
+  /// size: micro-batch m of an iteration that starts at sample `consumed`
+  /// is samples consumed + (m * dataParallelSize() + dataRank()) *
+  /// microBatchSize() onwards.
+  int64_t dataRank() const { return dataRank_; }
+  int64_t dataParallelSize() const { return dataParallel_; }
   const host::LrSchedule &schedule() const;
   /// The bytes of AdamW's moments this rank holds: all of its parameters'
   /// (shards'), or with the distributed optimizer its 1/dp range of the
