@@ -11,10 +11,16 @@
 #   OUT  where multi-gpu.txt and the logs (multi/) go
 #   LAYOUT_MODELS (environment) MODEL:ITERATIONS pairs to compare, default
 #        tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropout:8
+#   DP_MODELS (environment) MODEL:ITERATIONS:GLOBAL_BATCH triples for the
+#        data-parallel runs (MODEL-dp2.mtb and MODEL-dp2-distopt.mtb against
+#        MODEL.mtb on one GPU at that global batch), default
+#        tiny-gpt-bf16-nodrop:20:8 gpt2-124m-bf16-mb32-nodropout:8:64
 #   FAULT (environment) 0 skips the fault run
-# The cuda backend runs tensor parallelism across processes (its multi-rank
-# instructions through the host and NCCL); data and pipeline parallelism on
-# the GPU are still refused (runtime/src/cuda/Trainer.cpp), so only TP runs.
+#   RANK_TIMEOUT (environment) seconds each launched process may run (300)
+# The cuda backend runs tensor and data parallelism across processes (its
+# multi-rank instructions through the host and NCCL; the data-parallel
+# gradient buffer on the device, runtime/src/cuda/DataParallel.h); pipeline
+# parallelism on the GPU is still refused (runtime/src/cuda/Trainer.cpp).
 set -u
 dir=$(cd "$1" && pwd)
 out=$2
@@ -55,7 +61,7 @@ launch() { # launch NAME LAUNCHER N BUNDLE ITERS [flags...]: N processes
         OMPI_COMM_WORLD_SIZE=$n)
     fi
     env "${vars[@]}" MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 300 "$dir/bin/megatron-train" "$dir/bundles/$bundle" \
+      timeout "${RANK_TIMEOUT:-300}" "$dir/bin/megatron-train" "$dir/bundles/$bundle" \
       --data-path "$corpus" --train-iters "$iters" --lr 6e-4 \
       --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 \
       --no-progress-bar --backend cuda "$@" \
@@ -66,11 +72,13 @@ launch() { # launch NAME LAUNCHER N BUNDLE ITERS [flags...]: N processes
   for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
   echo "$name: exit $status" >>"$report"
 }
-# Largest relative loss difference between two logs, and ms per iteration.
-compare() { # compare NAME LOG REFERENCE
+# Largest relative loss difference between two logs, and ms per iteration
+# (with TOKENS per iteration and GPUS, tokens/s per GPU too).
+compare() { # compare NAME LOG REFERENCE [TOKENS GPUS]
   python3 - "$@" >>"$report" <<'EOF'
 import re, statistics, sys
 name, log, ref = sys.argv[1:4]
+tokens, gpus = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (0, 1)
 def read(path):
     losses, times = [], []
     for line in open(path, errors="replace"):
@@ -85,8 +93,9 @@ b, _ = read(ref)
 n = min(len(a), len(b))
 worst = max((abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n])), default=-1)
 ms = statistics.median(ta[5:]) if len(ta) > 5 else float("nan")
+per_gpu = f", {tokens / gpus / (ms / 1000):.0f} tokens/s per GPU" if tokens else ""
 print(f"{name}: {n} iterations compared, largest relative loss difference "
-      f"{worst:.3g}, median {ms:.1f} ms/iteration, last loss "
+      f"{worst:.3g}, median {ms:.1f} ms/iteration{per_gpu}, last loss "
       f"{a[-1] if a else 'none'} (reference {b[-1] if b else 'none'})")
 EOF
 }
@@ -117,6 +126,25 @@ for pair in ${LAYOUT_MODELS-tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropou
     launch "$model.tp2-$launcher" $launcher 2 "$model-tp2.mtb" "$iters"
     compare "$model TP2, 2 processes on 2 GPUs ($launcher variables)" \
       "$out/multi/$model.tp2-$launcher.rank0.log" "$one"
+  done
+done
+
+# Data parallelism: DP=2, one process per GPU (torchrun's variables), with
+# and without the distributed optimizer, against one GPU at the same global
+# batch (there two micro-batches, here one per rank).
+for triple in ${DP_MODELS-tiny-gpt-bf16-nodrop:20:8 gpt2-124m-bf16-mb32-nodropout:8:64}; do
+  IFS=: read -r model iters batch <<<"$triple"
+  seq=128
+  [[ $model == gpt2* ]] && seq=1024
+  one=$out/multi/$model.one-gpu-gb$batch.log
+  CUDA_VISIBLE_DEVICES=0 train "$one" "$model.mtb" "$iters" \
+    --global-batch-size "$batch"
+  compare "$model on one GPU, global batch $batch" "$one" "$one" \
+    $((batch * seq)) 1
+  for variant in dp2 dp2-distopt; do
+    launch "$model.$variant" torchrun 2 "$model-$variant.mtb" "$iters"
+    compare "$model ${variant/dp2/DP2}, 2 processes on 2 GPUs" \
+      "$out/multi/$model.$variant.rank0.log" "$one" $((batch * seq)) 2
   done
 done
 

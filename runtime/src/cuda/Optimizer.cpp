@@ -47,6 +47,10 @@ Optimizer::Optimizer(ParameterStore &parameters,
                "the gradient norm's partial sums"),
       norm_(sizeof(double) * (rank ? std::max<size_t>(parameters.size(), 1) : 1),
             "the gradient norm") {
+  if (!parameters.hasOptimizerState())
+    throw Error(MTRT_STATUS_INTERNAL,
+                "cuda::Optimizer: the parameter store holds no AdamW moments "
+                "(the distributed optimizer's store)");
   // The multi-tensor AdamW's table: each parameter cut into chunks.
   std::vector<AdamWChunk> chunks;
   for (size_t i = 0; i < parameters.size(); ++i) {

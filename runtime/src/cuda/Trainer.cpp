@@ -30,8 +30,7 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
       (bundle.model().pipelineModelParallelSize > 1 || bundle.pipeline()))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle.name() +
-                    "' has pipeline parallelism "
-                    "(grid " +
+                    "' has pipeline parallelism (grid " +
                     shapeString(bundle.gridShape()) +
                     "); the cuda backend trains tensor- and data-parallel "
                     "grids only for now: use --backend host");
@@ -128,6 +127,15 @@ void Trainer::train(std::ostream &out) {
       << (context_->options().tf32 ? "with TF32" : "without TF32")
       << ", arena " << trainStep_->arenaBytes() / (1 << 20) << " MiB, seed "
       << options_.seed;
+    if (gradientBuffer_)
+      s << "; data-parallel gradient buffer of "
+        << bundle_.gradientBuffer().size << " elements reduced on the device"
+        << (distributedOptimizer_
+                ? ", distributed optimizer (AdamW state " +
+                      std::to_string(distributedOptimizer_->stateBytes() >>
+                                     20) +
+                      " MiB on this rank)"
+                : std::string());
     log.line(s.str());
   }
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
