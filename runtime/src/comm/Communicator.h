@@ -74,6 +74,16 @@ public:
   /// The world rank of each group rank, in group order.
   virtual const std::vector<int> &members() const = 0;
 
+  /// The CUDA stream (a cudaStream_t) this communicator orders its calls on,
+  /// for one that takes device memory (NCCL): a call returns once enqueued
+  /// there, and later work on that stream sees its result. nullptr for one
+  /// that takes host memory and completes each call before it returns (the
+  /// in-process communicator). cuda/DeviceCollective.h picks its path by it.
+  virtual void *deviceStream() const { return nullptr; }
+  /// Whether calls may be given device buffers without staging them on the
+  /// host (deviceStream() is set).
+  bool takesDeviceMemory() const { return deviceStream() != nullptr; }
+
   /// recv[i] = send[i] of every rank, combined with `op` in a fixed
   /// order (sums as the balanced rank tree of FixedOrderReduce.h).
   void allReduce(const void *send, void *recv, int64_t count, DType dtype,

@@ -77,6 +77,7 @@ public:
   const std::string &name() const override { return name_; }
   const std::vector<int> &members() const override { return members_; }
   void abort(std::string_view reason) override;
+  void *deviceStream() const override { return stream_; }
 
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }

@@ -12,6 +12,7 @@
 #include "comm/InProcessWorld.h"
 #include "comm/RankContext.h"
 #include "comm/RunRanks.h"
+#include "cuda/DeviceCollective.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/Trainer.h"
@@ -146,6 +147,105 @@ double cosine(const host::Tensor &a, const host::Tensor &b) {
     bb += y * y;
   }
   return aa == 0 && bb == 0 ? 1 : dot / std::sqrt(aa * bb);
+}
+
+/// Floats on the current device, copied from `values`.
+cuda::DeviceBuffer deviceFloats(const std::vector<float> &values) {
+  cuda::DeviceBuffer buffer(values.size() * sizeof(float), "test values");
+  EXPECT_EQ(cudaMemcpy(buffer.data(), values.data(),
+                       values.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return buffer;
+}
+
+std::vector<float> hostFloats(const cuda::DeviceBuffer &buffer, size_t n,
+                              cudaStream_t stream) {
+  std::vector<float> values(n);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(values.data(), buffer.data(), n * sizeof(float),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return values;
+}
+
+// DeviceCollective's staged path (the in-process communicator takes host
+// memory): every call on device buffers of two ranks, exact results, the
+// in-place forms included, ordered after work already on the stream.
+TEST(DeviceCollectiveTest, StagesTheInProcessCommunicatorsCalls) {
+  MTRT_REQUIRE_GPU();
+  const size_t n = 5;
+  comm::InProcessWorld world(2);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    ASSERT_FALSE(c.takesDeviceMemory());
+    cuda::Context context;
+    cuda::DeviceCollective collective(context.stream(), "DeviceCollectiveTest");
+    int r = c.rank();
+    std::vector<float> mine(2 * n);
+    for (size_t i = 0; i < mine.size(); ++i)
+      mine[i] = static_cast<float>(100 * r + i);
+    cuda::DeviceBuffer x = deviceFloats(std::vector<float>(2 * n, 0));
+    cuda::DeviceBuffer y = deviceFloats(std::vector<float>(2 * n, -1));
+    // Work already on the stream comes first: x is written there before
+    // the all-reduce reads it.
+    ASSERT_EQ(cudaMemcpyAsync(x.data(), mine.data(), n * sizeof(float),
+                              cudaMemcpyHostToDevice, context.stream()),
+              cudaSuccess);
+    comm::CallInfo info{"DeviceCollectiveTest", 3};
+    collective.allReduce(c, x.data(), y.data(), n, DType::F32,
+                         comm::ReduceOp::Sum, info);
+    std::vector<float> sum = hostFloats(y, n, context.stream());
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(sum[i], static_cast<float>(100 + 2 * i));
+    collective.allReduce(c, x.data(), x.data(), n, DType::F32,
+                         comm::ReduceOp::Max, info);
+    std::vector<float> max = hostFloats(x, n, context.stream());
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(max[i], static_cast<float>(100 + i));
+    // all_gather in place: rank r's block at r * n.
+    cuda::DeviceBuffer g = deviceFloats(mine);
+    collective.allGather(c, static_cast<float *>(g.data()) + r * n, g.data(),
+                         n, DType::F32, info);
+    std::vector<float> gathered = hostFloats(g, 2 * n, context.stream());
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(gathered[i], static_cast<float>(i));
+      EXPECT_EQ(gathered[n + i], static_cast<float>(100 + n + i));
+    }
+    // reduce_scatter: block r of the sum.
+    cuda::DeviceBuffer s = deviceFloats(mine);
+    collective.reduceScatter(c, s.data(), y.data(), n, DType::F32,
+                             comm::ReduceOp::Sum, info);
+    std::vector<float> scattered = hostFloats(y, n, context.stream());
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(scattered[i], static_cast<float>(100 + 2 * (r * n + i)));
+    cuda::DeviceBuffer b = deviceFloats(mine);
+    collective.broadcast(c, b.data(), 2 * n, DType::F32, 1, info);
+    std::vector<float> broadcast = hostFloats(b, 2 * n, context.stream());
+    for (size_t i = 0; i < 2 * n; ++i)
+      EXPECT_EQ(broadcast[i], static_cast<float>(100 + i));
+    cuda::DeviceBuffer e = deviceFloats(mine);
+    collective.sendRecv(c, e.data(), 1 - r, y.data(), 1 - r, n, DType::F32,
+                        info);
+    std::vector<float> exchanged = hostFloats(y, n, context.stream());
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(exchanged[i], static_cast<float>(100 * (1 - r) + i));
+    if (r == 0)
+      collective.send(c, e.data(), n, DType::F32, 1, info);
+    else
+      collective.recv(c, y.data(), n, DType::F32, 0, info);
+    if (r == 1) {
+      std::vector<float> received = hostFloats(y, n, context.stream());
+      for (size_t i = 0; i < n; ++i)
+        EXPECT_EQ(received[i], static_cast<float>(i));
+    }
+  });
+  for (auto &error : errors)
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception &e) {
+        ADD_FAILURE() << "a rank failed: " << e.what();
+      }
+    }
 }
 
 /// Bundle pairs: (one rank, TP=2) and whether they are bf16.

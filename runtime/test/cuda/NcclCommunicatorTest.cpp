@@ -6,6 +6,7 @@
 #include "CudaTestSupport.h"
 
 #include "comm/NcclCommunicator.h"
+#include "cuda/DeviceCollective.h"
 
 #include <cuda_runtime_api.h>
 
@@ -100,6 +101,49 @@ TEST_F(NcclCommunicatorTest, AWorldOfOneRunsEveryCallExactly) {
   world->allReduce(doubles.data(), doublesOut.data(), 3, ReduceOp::Sum, info);
   EXPECT_EQ(doublesOut, doubles);
   world->barrier(info);
+}
+
+// DeviceCollective passes NCCL the device buffers and orders the calls
+// between the caller's stream and the communicator's with events: the
+// copies before a call on the caller's stream are seen by it, and the copy
+// after it sees its result.
+TEST_F(NcclCommunicatorTest, DeviceCollectiveOrdersCallsOnTheCallersStream) {
+  EXPECT_TRUE(world->takesDeviceMemory());
+  EXPECT_EQ(world->deviceStream(), static_cast<void *>(world->stream()));
+  cudaStream_t mine = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking),
+            cudaSuccess);
+  {
+    cuda::DeviceCollective collective(mine, "NcclCommunicatorTest");
+    const size_t n = 1 << 20;
+    std::vector<float> x = ramp(n, 0.5f);
+    float *send = deviceCopy(std::vector<float>(n, 0));
+    float *recv = deviceCopy(std::vector<float>(n, 0));
+    std::vector<float> out(n, 0);
+    CallInfo info{"DeviceCollectiveTest", 1};
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_EQ(cudaMemcpyAsync(send, x.data(), n * sizeof(float),
+                                cudaMemcpyHostToDevice, mine),
+                cudaSuccess);
+      collective.allReduce(*world, send, recv, n, DType::F32, ReduceOp::Sum,
+                           info);
+      collective.allGather(*world, recv, recv, n, DType::F32, info);
+      ASSERT_EQ(cudaMemcpyAsync(out.data(), recv, n * sizeof(float),
+                                cudaMemcpyDeviceToHost, mine),
+                cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(mine), cudaSuccess);
+      EXPECT_EQ(out, x);
+      // Clear both for the next round: a stale result would show.
+      ASSERT_EQ(cudaMemsetAsync(recv, 0, n * sizeof(float), mine),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(send, 0, n * sizeof(float), mine),
+                cudaSuccess);
+      for (float &v : x)
+        v += 1.0f;
+    }
+  }
+  EXPECT_EQ(cudaStreamSynchronize(mine), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(mine), cudaSuccess);
 }
 
 TEST_F(NcclCommunicatorTest, SplitMakesANamedGroupOrNone) {

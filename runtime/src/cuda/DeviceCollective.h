@@ -1,0 +1,98 @@
+// Communicator calls over device buffers, in the order of a CUDA stream: the
+// one way the CUDA backend's instructions, optimizer and schedules reach a
+// comm::Communicator.
+#ifndef MTRT_SRC_CUDA_DEVICECOLLECTIVE_H
+#define MTRT_SRC_CUDA_DEVICECOLLECTIVE_H
+
+#include "comm/Communicator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mtrt::cuda {
+
+/// Runs comm::Communicator calls on device buffers as work of `stream`: each
+/// call sees every earlier piece of work on the stream, and later work on
+/// the stream sees its result. Buffers, counts, dtypes and the in-place rules
+/// are the Communicator's (comm/Communicator.h); `info` names the call in
+/// failures (a label and the training step).
+///
+/// Two paths, picked per call by the communicator:
+/// - takesDeviceMemory() (NCCL): straight through, no host copy and no
+///   synchronization. When the communicator's stream is not `stream`, an
+///   event on each side orders the two (the call waits for `stream`'s work,
+///   `stream` waits for the call). A hang or a dead peer is the
+///   communicator's watchdog's to report.
+/// - otherwise (the in-process communicator of the one-GPU checks): the send
+///   buffer is copied to the host after `stream`'s work, the call runs on
+///   host memory, and the result is copied back; the call returns once the
+///   result is on the device. Correct, not fast.
+///
+/// Thread-safety: one thread at a time (the rank's), as the Communicator.
+class DeviceCollective {
+public:
+  /// Calls ordered on `stream`, of the current CUDA device; `where` prefixes
+  /// the messages of failed CUDA calls ("train_step of bundle 'x'").
+  DeviceCollective(cudaStream_t stream, std::string where);
+  ~DeviceCollective();
+  DeviceCollective(const DeviceCollective &) = delete;
+  DeviceCollective &operator=(const DeviceCollective &) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+
+  /// recv[count] = send[count] combined over the group's ranks.
+  void allReduce(comm::Communicator &comm, const void *send, void *recv,
+                 int64_t count, DType dtype, comm::ReduceOp op,
+                 const comm::CallInfo &info);
+  /// recv[size * count]: rank r's send[count] at r * count.
+  void allGather(comm::Communicator &comm, const void *send, void *recv,
+                 int64_t count, DType dtype, const comm::CallInfo &info);
+  /// recv[count] = block rank() of send[size * count], combined over ranks.
+  void reduceScatter(comm::Communicator &comm, const void *send, void *recv,
+                     int64_t count, DType dtype, comm::ReduceOp op,
+                     const comm::CallInfo &info);
+  /// buffer[count] = root's buffer on every rank.
+  void broadcast(comm::Communicator &comm, void *buffer, int64_t count,
+                 DType dtype, int root, const comm::CallInfo &info);
+  /// buffer[count] to `peer`'s matching recv.
+  void send(comm::Communicator &comm, const void *buffer, int64_t count,
+            DType dtype, int peer, const comm::CallInfo &info);
+  /// buffer[count] from `peer`'s matching send.
+  void recv(comm::Communicator &comm, void *buffer, int64_t count, DType dtype,
+            int peer, const comm::CallInfo &info);
+  /// send to `sendPeer` and recv from `recvPeer` at once (a pipeline's or a
+  /// ring's exchange).
+  void sendRecv(comm::Communicator &comm, const void *sendBuffer, int sendPeer,
+                void *recvBuffer, int recvPeer, int64_t count, DType dtype,
+                const comm::CallInfo &info);
+
+private:
+  /// One call: its device buffers' bytes, and the communicator call on the
+  /// buffers it is given (device ones, or their host copies).
+  struct Buffers {
+    const void *send = nullptr;
+    size_t sendBytes = 0;
+    void *recv = nullptr;
+    size_t recvBytes = 0;
+    /// The call reads the recv buffer too (broadcast's one buffer).
+    bool recvIsInput = false;
+  };
+  template <typename Call>
+  void run(comm::Communicator &comm, const Buffers &buffers,
+           const comm::CallInfo &info, Call &&call);
+  std::string where(const comm::CallInfo &info) const;
+
+  cudaStream_t stream_;
+  std::string where_;
+  /// Orders `stream_` and a communicator's own stream (made on first use).
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  /// The host copies of the staged path.
+  std::vector<unsigned char> hostSend_, hostRecv_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_DEVICECOLLECTIVE_H
