@@ -17,6 +17,7 @@
 #include "host/ParameterStore.h"
 #include "train/Trainer.h"
 
+#include <cmath>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -271,6 +272,58 @@ TEST_P(CudaDataParallelTest, TrainingEqualsOneRankAndTheHost) {
             << " to one rank, " << vsHost << " to the host; final parameters "
             << parametersVsOne << " / " << parametersVsHost
             << "; replicas within " << device.replicaDifference << "\n";
+}
+
+// fp16 loss scaling under data parallelism (on an fp32 bundle: the device
+// computes in fp32 either way): the unscale runs over the reduced gradients
+// (the distributed optimizer's shard, or the all-reduced store), the
+// found-inf flag is all-reduced over the world. A dynamic scale of 2^16
+// (clean) trains as the host's grid and the one-rank run; a static scale of
+// 2^200 (an infinite seed in float) skips every iteration on every rank,
+// leaving the parameters as initialized, as on the host.
+TEST(CudaDataParallelFp16Test, LossScalingAgreesWithTheHostAndOneRank) {
+  MTRT_REQUIRE_GPU();
+  std::string onePath = bundleDirectory() + "/tiny-gpt-nodrop.mtb";
+  ASSERT_TRUE(fileExists(onePath)) << "missing " << onePath;
+  Bundle one = Bundle::load(onePath);
+  for (const char *name :
+       {"tiny-gpt-nodrop-dp2", "tiny-gpt-nodrop-dp2-distopt"}) {
+    std::string path = bundleDirectory() + "/" + name + ".mtb";
+    ASSERT_TRUE(fileExists(path)) << "missing " << path;
+    Bundle grid = Bundle::load(path);
+
+    train::TrainerOptions clean = trainingOptions();
+    clean.lossScaling = train::LossScalerOptions{};
+    clean.lossScaling->initialScale = 65536;
+    TrainingRun reference = oneRank(one, clean);
+    TrainingRun device = ranks(grid, clean, false);
+    TrainingRun host = ranks(grid, clean, true);
+    double vsOne = expectSameTraining(device, reference, 1e-5, 1e-4, name);
+    double vsHost = expectSameTraining(device, host, 1e-5, 1e-4, name);
+    for (size_t i = 0; i < device.history.size(); ++i) {
+      EXPECT_FALSE(device.history[i].skipped)
+          << name << ", iteration " << i + 1;
+      EXPECT_EQ(device.history[i].lossScale, 65536.0) << name;
+    }
+
+    train::TrainerOptions overflowing = trainingOptions();
+    overflowing.lossScaling = train::LossScalerOptions{};
+    overflowing.lossScaling->staticScale = std::ldexp(1.0, 200);
+    TrainingRun skipped = ranks(grid, overflowing, false);
+    TrainingRun hostSkipped = ranks(grid, overflowing, true);
+    ASSERT_EQ(skipped.history.size(), 5u) << name;
+    for (size_t i = 0; i < skipped.history.size(); ++i) {
+      EXPECT_TRUE(skipped.history[i].skipped)
+          << name << ": iteration " << i + 1 << " was not skipped";
+      EXPECT_EQ(skipped.history[i].skipped, hostSkipped.history[i].skipped);
+    }
+    EXPECT_EQ(parameterDifference(skipped, hostSkipped), 0.0)
+        << name << ": skipped iterations changed the parameters";
+    std::cout << "[ dp fp16  ] " << name
+              << ": scale 2^16, largest relative loss difference " << vsOne
+              << " to one rank, " << vsHost
+              << " to the host; scale 2^200: every iteration skipped\n";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
