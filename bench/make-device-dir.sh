@@ -47,6 +47,29 @@ for precision in fp32 bf16; do
       -o "$b/$name-dp2-tp2-distopt.mtb"
   fi
 done
+# CudaPipelineTest: tiny-gpt with 4 layers (PP=2: two stages of two layers,
+# or four virtual stages of one), untied embeddings (pipelines refuse tied
+# ones), no dropout, 4 micro-batches of 2; for one rank and for PP=2 under
+# the 1F1B and the interleaved schedule.
+for precision in fp32 bf16; do
+  name=tiny-gpt-l4-nodrop flags=--precision=fp32
+  [[ $precision == bf16 ]] && name=tiny-gpt-l4-bf16-nodrop flags=--bf16
+  pp=("$compile" "$root/models/tiny-gpt.yaml" $flags --num-layers=4
+    --untie-embeddings-and-output-weights --hidden-dropout=0
+    --attention-dropout=0 --micro-batch-size=2 --global-batch-size=8)
+  "${pp[@]}" -o "$b/$name.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+    -o "$b/$name-pp2-1f1b.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
+    --virtual-pipeline-model-parallel-size=2 -o "$b/$name-pp2-interleaved.mtb"
+  # CudaDataParallelTest: PP=2 x DP=2 (1F1B, 2 micro-batches of 2 per data
+  # rank), the distributed optimizer.
+  if [[ $precision == fp32 ]]; then
+    "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+      --data-parallel-size=2 --use-distributed-optimizer \
+      -o "$b/$name-pp2-dp2-distopt.mtb"
+  fi
+done
 # The generated kernels (--fuse-kernels: mt.fused groups compiled with
 # nvrtc into the bundle): their own test bundle and tiny-gpt with them.
 "$(dirname "$compile")/megatron-translate" --mlir-to-bundle \
@@ -91,6 +114,16 @@ if [ "${MULTI:-0}" = 1 ]; then
       --global-batch-size=64 --attention-dropout=0 --hidden-dropout=0 \
       --data-parallel-size=2 $distopt \
       -o "$b/gpt2-124m-bf16-mb32-nodropout$suffix.mtb"
+  done
+  # PP=2 (1F1B, 4 micro-batches of 8) and its one-rank twin: untied
+  # embeddings, no dropout.
+  for pp in 1 2; do
+    suffix=; [ $pp = 2 ] && suffix=-pp2
+    "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=8 \
+      --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
+      --untie-embeddings-and-output-weights \
+      --pipeline-model-parallel-size=$pp \
+      -o "$b/gpt2-124m-bf16-mb8-untied-nodropout$suffix.mtb"
   done
 fi
 du -sh "$dest"

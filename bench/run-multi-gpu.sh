@@ -17,10 +17,14 @@
 #        tiny-gpt-bf16-nodrop:20:8 gpt2-124m-bf16-mb32-nodropout:8:64
 #   FAULT (environment) 0 skips the fault run
 #   RANK_TIMEOUT (environment) seconds each launched process may run (300)
+#   PP_MODELS (environment) MODEL:ITERATIONS:SCHEDULES for PP=2, default
+#        tiny-gpt-l4-nodrop:20:1f1b,interleaved
+#        gpt2-124m-bf16-mb8-untied-nodropout:10:- (bundles MODEL.mtb and
+#        MODEL-pp2-SCHEDULE.mtb, or MODEL-pp2.mtb for "-")
 # The cuda backend runs tensor and data parallelism across processes (its
 # multi-rank instructions through the host and NCCL; the data-parallel
-# gradient buffer on the device, runtime/src/cuda/DataParallel.h); pipeline
-# parallelism on the GPU is still refused (runtime/src/cuda/Trainer.cpp).
+# gradient buffer on the device, runtime/src/cuda/DataParallel.h) and
+# pipeline parallelism (its messages through NCCL on device buffers).
 set -u
 dir=$(cd "$1" && pwd)
 out=$2
@@ -145,6 +149,25 @@ for triple in ${DP_MODELS-tiny-gpt-bf16-nodrop:20:8 gpt2-124m-bf16-mb32-nodropou
     launch "$model.$variant" torchrun 2 "$model-$variant.mtb" "$iters"
     compare "$model ${variant/dp2/DP2}, 2 processes on 2 GPUs" \
       "$out/multi/$model.$variant.rank0.log" "$one" $((batch * seq)) 2
+  done
+done
+
+# Pipeline parallelism (PP=2, one process per GPU) against one GPU; a
+# bundle make-device-dir.sh did not write is skipped.
+for triple in ${PP_MODELS-tiny-gpt-l4-nodrop:20:1f1b,interleaved gpt2-124m-bf16-mb8-untied-nodropout:10:-}; do
+  model=${triple%%:*} rest=${triple#*:}
+  iters=${rest%%:*} schedules=${rest#*:}
+  [ -f "$dir/bundles/$model.mtb" ] || continue
+  one=$out/multi/$model.one-gpu.log
+  CUDA_VISIBLE_DEVICES=0 train "$one" "$model.mtb" "$iters"
+  for schedule in ${schedules//,/ }; do
+    bundle=$model-pp2-$schedule.mtb
+    [ "$schedule" = - ] && bundle=$model-pp2.mtb
+    [ -f "$dir/bundles/$bundle" ] || continue
+    launch "${bundle%.mtb}" torchrun 2 "$bundle" "$iters"
+    compare "$bundle, 2 processes on 2 GPUs" \
+      "$out/multi/${bundle%.mtb}.rank0.log" "$one"
+    grep -h "idle fraction" "$out/multi/${bundle%.mtb}.rank0.log" >>"$report"
   done
 done
 

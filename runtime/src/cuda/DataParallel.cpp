@@ -81,15 +81,25 @@ void DataParallelBuffer::unpack(const float *from, bool values) {
   }
 }
 
+namespace {
+/// Runs `executor` on one device buffer and returns its one output's device
+/// data, left in the executor's arena until its next run.
+float *runInPlace(Executor &executor, int64_t count, const float *input) {
+  const void *output = nullptr;
+  executor.run({{DType::F32, {count}, input}}, 0, /*inputsOnDevice=*/true,
+               [&](size_t, const void *data, size_t) { output = data; });
+  return static_cast<float *>(const_cast<void *>(output));
+}
+} // namespace
+
 void DataParallelBuffer::reduceGradients() {
   pack(false, 0, layout_.size);
-  std::vector<void *> out =
-      reduce_->runOnDevice({{DType::F32, {layout_.size}, buffer_.data()}}, 0);
+  float *out = runInPlace(*reduce_, layout_.size, buffer_.as<float>());
   if (layout_.distributedOptimizer) {
-    reduced_ = static_cast<float *>(out[0]);
+    reduced_ = out;
     return;
   }
-  unpack(static_cast<const float *>(out[0]), false);
+  unpack(out, false);
 }
 
 void DataParallelBuffer::gatherParameters() {
@@ -100,9 +110,7 @@ void DataParallelBuffer::gatherParameters() {
                 "gathers parameters");
   int64_t begin = shard_.begin;
   pack(true, begin, begin + shard_.size);
-  std::vector<void *> out = gather_->runOnDevice(
-      {{DType::F32, {shard_.size}, buffer_.as<float>() + begin}}, 0);
-  unpack(static_cast<const float *>(out[0]), true);
+  unpack(runInPlace(*gather_, shard_.size, buffer_.as<float>() + begin), true);
   parameters_.refreshBf16Copies();
 }
 

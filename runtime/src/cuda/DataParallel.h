@@ -38,7 +38,8 @@ class ParameterStore;
 /// writes every parameter and its bf16 copy.
 ///
 /// Packing and unpacking are device-to-device copies on the context's
-/// stream; the reduced buffer is the executor's output, read in place.
+/// stream; the reduced buffer is the executor's output, read in place in
+/// its arena (Executor::run's keepOutputs).
 ///
 /// Thread-safety: none; the rank's thread drives it.
 class DataParallelBuffer {

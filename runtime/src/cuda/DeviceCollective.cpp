@@ -27,7 +27,8 @@ std::string DeviceCollective::where(const comm::CallInfo &info) const {
 
 template <typename Call>
 void DeviceCollective::run(comm::Communicator &comm, const Buffers &buffers,
-                           const comm::CallInfo &info, Call &&call) {
+                           const comm::CallInfo &info, Call &&call,
+                           bool awaited) {
   if (comm.takesDeviceMemory()) {
     auto theirs = static_cast<cudaStream_t>(comm.deviceStream());
     if (theirs != stream_) {
@@ -42,7 +43,7 @@ void DeviceCollective::run(comm::Communicator &comm, const Buffers &buffers,
       MTRT_CUDA_CHECK(cudaStreamWaitEvent(theirs, ready_, 0), where(info));
     }
     call(buffers.send, buffers.recv);
-    if (theirs != stream_) {
+    if (theirs != stream_ && awaited) {
       MTRT_CUDA_CHECK(cudaEventRecord(done_, theirs), where(info));
       MTRT_CUDA_CHECK(cudaStreamWaitEvent(stream_, done_, 0), where(info));
     }
@@ -129,6 +130,18 @@ void DeviceCollective::send(comm::Communicator &comm, const void *buffer,
                             const comm::CallInfo &info) {
   run(comm, {buffer, bytesOf(count, dtype), nullptr, 0, false}, info,
       [&](const void *s, void *) { comm.send(s, count, dtype, peer, info); });
+}
+
+void DeviceCollective::sendAsync(comm::Communicator &comm,
+                                 const void *buffer, int64_t count,
+                                 DType dtype, int peer,
+                                 const comm::CallInfo &info) {
+  run(
+      comm, {buffer, bytesOf(count, dtype), nullptr, 0, false}, info,
+      [&](const void *s, void *) {
+        comm.sendAsync(s, count, dtype, peer, info);
+      },
+      /*awaited=*/false);
 }
 
 void DeviceCollective::recv(comm::Communicator &comm, void *buffer,

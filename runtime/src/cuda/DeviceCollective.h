@@ -60,6 +60,15 @@ public:
   /// buffer[count] to `peer`'s matching recv.
   void send(comm::Communicator &comm, const void *buffer, int64_t count,
             DType dtype, int peer, const comm::CallInfo &info);
+  /// send() without waiting for the receiver (comm::Communicator::sendAsync:
+  /// a pipeline schedule's sends). Staged: the host copy is sent, which the
+  /// communicator copies, and `buffer` is free at once. Straight through:
+  /// enqueued on the communicator's stream after `stream`'s work, and
+  /// `stream` does not wait for it; `buffer` must stay unchanged until a
+  /// later call that the host waits for passes the communicator's stream
+  /// (e.g. a collective on host memory).
+  void sendAsync(comm::Communicator &comm, const void *buffer, int64_t count,
+                 DType dtype, int peer, const comm::CallInfo &info);
   /// buffer[count] from `peer`'s matching send.
   void recv(comm::Communicator &comm, void *buffer, int64_t count, DType dtype,
             int peer, const comm::CallInfo &info);
@@ -80,9 +89,10 @@ private:
     /// The call reads the recv buffer too (broadcast's one buffer).
     bool recvIsInput = false;
   };
+  /// `awaited`: `stream` waits for the call (all but sendAsync).
   template <typename Call>
   void run(comm::Communicator &comm, const Buffers &buffers,
-           const comm::CallInfo &info, Call &&call);
+           const comm::CallInfo &info, Call &&call, bool awaited = true);
   std::string where(const comm::CallInfo &info) const;
 
   cudaStream_t stream_;

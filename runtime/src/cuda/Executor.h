@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,16 +119,22 @@ public:
   /// batches): the caller orders their writes before this context's stream
   /// and keeps them alive during the run. Their ids are then checked by the
   /// kernels (the fault word) instead of on the host.
+  ///
+  /// Without `inputsOnDevice`, each input is copied into its arena slot from
+  /// host memory or from this device's memory (cudaMemcpyDefault: a
+  /// pipeline stage's activation); ids in device memory are then checked by
+  /// the kernels too.
+  ///
+  /// With `keepOutputs`, the outputs stay on the device: it is called with
+  /// each output's index and its slot (its storage type's bytes), before
+  /// the run synchronizes, to enqueue a copy on the context's stream (the
+  /// slot is the arena's, reused by the next run); run() then returns
+  /// nothing.
+  using OutputSink =
+      std::function<void(size_t output, const void *data, size_t bytes)>;
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
-                                uint64_t step, bool inputsOnDevice = false);
-
-  /// As run with `inputsOnDevice`, but the outputs stay on the device:
-  /// returns each output's device data (its storage type and shape as the
-  /// function declares), valid until this executor runs again. The
-  /// data-parallel gradient buffer (DataParallel.h) takes the reduced
-  /// gradients and the gathered parameters so, without a host copy.
-  std::vector<void *> runOnDevice(const std::vector<host::TensorView> &inputs,
-                                  uint64_t step);
+                                uint64_t step, bool inputsOnDevice = false,
+                                const OutputSink &keepOutputs = nullptr);
 
   /// fp16 loss scaling: from the next run on, the backward pass's seed (the
   /// fill marked `loss_seed`) is its value times `scale`, as
@@ -241,11 +248,6 @@ private:
   void *slot(int64_t value) const { return slots_[value]; }
   void *scratch(size_t position) const;
   void checkInputIds(const std::vector<host::TensorView> &inputs) const;
-  /// run's and runOnDevice's body: with `deviceOutputs`, the outputs' device
-  /// data go there and nothing is copied to the host.
-  std::vector<host::Tensor>
-  runFunction(const std::vector<host::TensorView> &inputs, uint64_t step,
-              bool inputsOnDevice, std::vector<void *> *deviceOutputs);
   void execute(size_t position, const Instruction &inst, uint64_t step);
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.

@@ -159,6 +159,8 @@ void ParameterStore::upload(const host::ParameterStore &from) {
   auto &source = const_cast<host::ParameterStore &>(from);
   int kinds = from.hasOptimizerState() ? kinds_ : 2;
   for (size_t i = 0; i < infos_.size(); ++i) {
+    if (!from.holds(i)) // another pipeline rank's: stays zero here
+      continue;
     size_t bytes = sizeof(float) * static_cast<size_t>(count(i));
     const host::Tensor *tensors[4] = {&source.value(i), &source.gradient(i),
                                       &source.expAvg(i), &source.expAvgSq(i)};
@@ -176,6 +178,8 @@ void ParameterStore::download(host::ParameterStore &to) const {
   checkPeer(to, "download");
   int kinds = to.hasOptimizerState() ? kinds_ : 2;
   for (size_t i = 0; i < infos_.size(); ++i) {
+    if (!to.holds(i)) // another pipeline rank's (empty there)
+      continue;
     size_t bytes = sizeof(float) * static_cast<size_t>(count(i));
     host::Tensor *tensors[4] = {&to.value(i), &to.gradient(i), &to.expAvg(i),
                                 &to.expAvgSq(i)};

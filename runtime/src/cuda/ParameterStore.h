@@ -103,7 +103,10 @@ public:
   /// Copies values, gradients and moments from / to a host store of the same
   /// bundle in f32 (upload then rounds the bf16 copies); the moments only
   /// when both stores hold them. Throws Error (INVALID_ARGUMENT) for another
-  /// bundle or float type.
+  /// bundle or float type. In a pipeline bundle, only the parameters the
+  /// host store holds (its pipeline rank's; host::ParameterStore::holds)
+  /// move; the others stay zero here (allocated but never read: the rank
+  /// runs only its stages' functions).
   void upload(const host::ParameterStore &from);
   void download(host::ParameterStore &to) const;
 

@@ -8,8 +8,9 @@
 #include "cuda/GradientUnscaler.h"
 #include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
-#include "data/SampleSource.h"
+#include "cuda/PipelineStages.h"
 #include "host/ParameterStore.h"
+#include "data/SampleSource.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 #include "train/TrainingLoop.h"
@@ -26,14 +27,6 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   if (options.floatType != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "the cuda backend trains in f32 only");
-  if (rank && bundle.hasModel() &&
-      (bundle.model().pipelineModelParallelSize > 1 || bundle.pipeline()))
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + bundle.name() +
-                    "' has pipeline parallelism (grid " +
-                    shapeString(bundle.gridShape()) +
-                    "); the cuda backend trains tensor- and data-parallel "
-                    "grids only for now: use --backend host");
   // The device first: without one, fail before the host's work.
   context_ = std::make_unique<Context>(device);
   // Every check, the schedule and the seeded initialization.
@@ -46,15 +39,23 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
       std::make_unique<ParameterStore>(bundle, *context_, !distributed);
   parameters_->upload(host_->parameters());
 
-  const Function *train = bundle.findFunction("train_step");
+  // A pipeline bundle runs its schedule (the host trainer checked that it
+  // has a rank); its first stage reads the tokens.
+  const Function *train =
+      bundle.pipeline()
+          ? &bundle.functions()[bundle.pipeline()->stages.front().forward]
+          : bundle.findFunction("train_step");
   idType_ = train->values[train->inputs[0]].dtype;
-  trainStep_ =
-      std::make_unique<Executor>(bundle, "train_step", *parameters_, rank);
+  if (bundle.pipeline())
+    pipeline_ = std::make_unique<PipelineRunner>(bundle, *parameters_, *rank);
+  else
+    trainStep_ =
+        std::make_unique<Executor>(bundle, "train_step", *parameters_, rank);
 
   // The host trainer's samples: the same data, splits and order.
   trainData_ = &host_->trainData();
   validData_ = host_->validData();
-  if (host_->canEvaluate())
+  if (host_->canEvaluate() && !pipeline_)
     evalStep_ =
         std::make_unique<Executor>(bundle, "eval_step", *parameters_, rank);
   int64_t seq = host_->seqLength();
@@ -88,8 +89,8 @@ int64_t Trainer::sampleOffset(int64_t microBatch) const {
          host_->microBatchSize();
 }
 
-double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
-                              int64_t first, uint64_t step) {
+std::pair<host::TensorView, host::TensorView>
+Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
   int64_t batch = host_->microBatchSize(), seq = host_->seqLength();
   for (int64_t b = 0; b < batch; ++b)
     data.read(first + b, tokens_.data() + b * seq, labels_.data() + b * seq);
@@ -103,7 +104,13 @@ double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
     inputs[0].data = tokens64_.data();
     inputs[1].data = labels64_.data();
   }
-  std::vector<host::Tensor> outputs = executor.run(inputs, step);
+  return {inputs[0], inputs[1]};
+}
+
+double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
+                              int64_t first, uint64_t step) {
+  auto [tokens, labels] = readMicroBatch(data, first);
+  std::vector<host::Tensor> outputs = executor.run({tokens, labels}, step);
   return static_cast<double>(outputs[0].data<float>()[0]);
 }
 
@@ -125,8 +132,11 @@ void Trainer::train(std::ostream &out) {
       << microBatches << " micro-batches of " << microBatch << ", on "
       << context_->description() << ", f32 GEMMs "
       << (context_->options().tf32 ? "with TF32" : "without TF32")
-      << ", arena " << trainStep_->arenaBytes() / (1 << 20) << " MiB, seed "
-      << options_.seed;
+      << (trainStep_ ? ", arena " +
+                           std::to_string(trainStep_->arenaBytes() >> 20) +
+                           " MiB"
+                     : ", pipeline schedule " + bundle_.pipeline()->schedule)
+      << ", seed " << options_.seed;
     if (gradientBuffer_)
       s << "; data-parallel gradient buffer of "
         << bundle_.gradientBuffer().size << " elements reduced on the device"
@@ -138,7 +148,8 @@ void Trainer::train(std::ostream &out) {
                 : std::string());
     log.line(s.str());
   }
-  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_)
+  if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
+      !pipeline_)
     log.line("note: the bundle has no eval_step; training without "
              "evaluation");
   train::LossScaler *scaler = host_->lossScaler();
@@ -150,10 +161,20 @@ void Trainer::train(std::ostream &out) {
 
   auto iterate = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients();
-    if (scaler)
+    if (scaler && pipeline_)
+      pipeline_->setLossScale(scaler->scale());
+    else if (scaler)
       trainStep_->setLossScale(scaler->scale());
     double lossSum = 0;
-    for (int64_t m = 0; m < microBatches; ++m)
+    if (pipeline_) {
+      lossSum = pipeline_->train(
+          [&](int64_t m) {
+            return readMicroBatch(*trainData_, consumed + sampleOffset(m));
+          },
+          microStep_);
+      microStep_ += static_cast<uint64_t>(microBatches);
+    }
+    for (int64_t m = 0; !pipeline_ && m < microBatches; ++m)
       lossSum += runMicroBatch(*trainStep_, *trainData_,
                                consumed + sampleOffset(m), microStep_++);
     // Megatron-LM's data-parallel reduction: once per iteration, after the
@@ -183,14 +204,26 @@ void Trainer::train(std::ostream &out) {
     return result;
   };
   std::function<double()> evaluation;
-  if (evalStep_)
+  if (evalStep_ || (pipeline_ && validData_))
     evaluation = [this] { return evaluate(); };
   train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
                          iterate, evaluation, history_);
-  out << trainStep_->profile() << trainStep_->graphSummary();
+  if (pipeline_) // every rank takes part; rank 0 prints
+    log.line(pipeline_->describeIdleFractions());
+  else
+    out << trainStep_->profile() << trainStep_->graphSummary();
 }
 
 double Trainer::evaluate() {
+  if (pipeline_ && validData_) {
+    int64_t batches = options_.evalIters * host_->microBatchesPerIteration();
+    double sum = pipeline_->evaluate(
+        [&](int64_t i) {
+          return readMicroBatch(*validData_, sampleOffset(i));
+        },
+        batches);
+    return sum / static_cast<double>(batches);
+  }
   if (!evalStep_)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "evaluation needs the bundle's eval_step, a validation split "

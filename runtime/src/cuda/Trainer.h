@@ -9,6 +9,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mtrt::comm {
@@ -23,6 +24,7 @@ class Executor;
 class GradientUnscaler;
 class Optimizer;
 class ParameterStore;
+class PipelineRunner;
 
 /// train::Trainer's loop with the step on the GPU: the same options, data
 /// order, micro-batches, optimizer semantics and logs, so that the same seed
@@ -47,8 +49,9 @@ public:
   /// rank's communicators, the gradient norm is the world's. With a
   /// gradient_buffer, the gradients are reduced over the data-parallel
   /// ranks once per iteration on the device (DataParallel.h), and with the
-  /// distributed optimizer AdamW steps the rank's shard of them. Pipeline
-  /// parallelism is refused (UNIMPLEMENTED) for now.
+  /// distributed optimizer AdamW steps the rank's shard of them. A pipeline
+  /// bundle runs its schedule (PipelineRunner, cuda/PipelineStages.h) with
+  /// its stages' activations on the device.
   Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
           const train::TrainerOptions &options,
           const ContextOptions &device = {},
@@ -87,6 +90,10 @@ private:
   /// reads rows [d * b, (d + 1) * b) of each global micro-batch of b * dp
   /// samples, as the host trainer.
   int64_t sampleOffset(int64_t microBatch) const;
+  /// The tokens and labels of the micro-batch at sample `first` (host
+  /// memory, valid until the next call).
+  std::pair<host::TensorView, host::TensorView>
+  readMicroBatch(data::SampleSource &data, int64_t first);
   double runMicroBatch(Executor &executor, data::SampleSource &data,
                        int64_t first, uint64_t step);
 
@@ -97,6 +104,8 @@ private:
   std::unique_ptr<Context> context_;
   std::unique_ptr<ParameterStore> parameters_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
+  /// Pipeline bundles: runs the schedule instead of train_step.
+  std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;
   /// With a gradient_buffer: the data-parallel reduction; with the
   /// distributed optimizer, that optimizer instead of optimizer_.

@@ -493,23 +493,8 @@ void Trainer::train(std::ostream &out) {
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
                   iterate, evaluation, history_,
                   LoopStart{startIteration_, startConsumed_}, save);
-  if (pipeline_) {
-    // Every rank takes part; rank 0 prints.
-    std::vector<double> measured = pipeline_->gatherIdleFractions();
-    const std::vector<double> &predicted =
-        bundle_.pipeline()->predictedIdleFraction;
-    std::ostringstream s;
-    s << "pipeline " << bundle_.pipeline()->schedule
-      << " idle fraction per pipeline rank, measured (predicted):";
-    for (size_t r = 0; r < measured.size(); ++r) {
-      s << " " << std::fixed;
-      s.precision(3);
-      s << measured[r];
-      if (r < predicted.size())
-        s << " (" << predicted[r] << ")";
-    }
-    log.line(s.str());
-  }
+  if (pipeline_) // every rank takes part; rank 0 prints
+    log.line(pipeline_->describeIdleFractions());
 }
 
 double Trainer::evaluate() {

@@ -1,5 +1,6 @@
 // Data parallelism on one GPU: tiny-gpt compiled for DP=2 (with and without
-// the distributed optimizer, fp32 and bf16) and for DP=2 x TP=2, each rank a
+// the distributed optimizer, fp32 and bf16), DP=2 x TP=2 and PP=2 x DP=2 (4
+// layers; not yet run on the GPU), each rank a
 // thread with its own context and stream on device 0, talking through the
 // in-process communicator. 5 iterations of cuda::Trainer against the
 // one-rank cuda::Trainer from the same seed and samples, and against the
@@ -67,6 +68,8 @@ std::string corpus() {
 void gather(const host::ParameterStore &store, std::vector<host::Tensor> &whole,
             double &worst) {
   for (size_t p = 0; p < store.size(); ++p) {
+    if (!store.holds(p)) // another pipeline rank's
+      continue;
     const Parameter &info = store.info(p);
     std::vector<int64_t> offsets = store.shardOffsets(p);
     const auto &local = info.localType.shape;
@@ -217,6 +220,8 @@ struct Layout {
   const char *ranks;
   bool bf16;
   bool distributed;
+  /// The global batch (a pipeline bundle's schedule fixes its micro-batches).
+  int64_t globalBatch = 16;
 };
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Layout> {};
@@ -232,12 +237,14 @@ TEST_P(CudaDataParallelTest, TrainingEqualsOneRankAndTheHost) {
         << "(megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
         << "--attention-dropout 0 --data-parallel-size 2 --micro-batch-size 4 "
         << "--global-batch-size 8 [--use-distributed-optimizer] "
-        << "[--tensor-model-parallel-size 2] [--bf16])";
+        << "[--tensor-model-parallel-size 2] [--bf16]; or the pipeline "
+        << "bundles' flags with --data-parallel-size 2)";
   Bundle one = Bundle::load(onePath);
   Bundle grid = Bundle::load(ranksPath);
   ASSERT_TRUE(grid.hasGradientBuffer());
   ASSERT_EQ(grid.gradientBuffer().distributedOptimizer, layout.distributed);
   train::TrainerOptions options = trainingOptions();
+  options.globalBatchSize = layout.globalBatch;
 
   TrainingRun reference = oneRank(one, options);
   TrainingRun device = ranks(grid, options, false);
@@ -328,18 +335,21 @@ TEST(CudaDataParallelFp16Test, LossScalingAgreesWithTheHostAndOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyGpt, CudaDataParallelTest,
-    ::testing::Values(Layout{"Fp32Dp2", "tiny-gpt-nodrop",
-                             "tiny-gpt-nodrop-dp2", false, false},
-                      Layout{"Fp32Dp2DistributedOptimizer", "tiny-gpt-nodrop",
-                             "tiny-gpt-nodrop-dp2-distopt", false, true},
-                      Layout{"Bf16Dp2", "tiny-gpt-bf16-nodrop",
-                             "tiny-gpt-bf16-nodrop-dp2", true, false},
-                      Layout{"Bf16Dp2DistributedOptimizer",
-                             "tiny-gpt-bf16-nodrop",
-                             "tiny-gpt-bf16-nodrop-dp2-distopt", true, true},
-                      Layout{"Fp32Dp2Tp2DistributedOptimizer",
-                             "tiny-gpt-nodrop",
-                             "tiny-gpt-nodrop-dp2-tp2-distopt", false, true}),
+    ::testing::Values(
+        Layout{"Fp32Dp2", "tiny-gpt-nodrop", "tiny-gpt-nodrop-dp2", false,
+               false},
+        Layout{"Fp32Dp2DistributedOptimizer", "tiny-gpt-nodrop",
+               "tiny-gpt-nodrop-dp2-distopt", false, true},
+        Layout{"Bf16Dp2", "tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-dp2",
+               true, false},
+        Layout{"Bf16Dp2DistributedOptimizer", "tiny-gpt-bf16-nodrop",
+               "tiny-gpt-bf16-nodrop-dp2-distopt", true, true},
+        Layout{"Fp32Dp2Tp2DistributedOptimizer", "tiny-gpt-nodrop",
+               "tiny-gpt-nodrop-dp2-tp2-distopt", false, true},
+        // 4 layers, untied embeddings (pipelines need them),
+        // 1F1B, two micro-batches of 2 per data rank.
+        Layout{"Fp32Pp2Dp2DistributedOptimizer", "tiny-gpt-l4-nodrop",
+               "tiny-gpt-l4-nodrop-pp2-dp2-distopt", false, true, 8}),
     [](const ::testing::TestParamInfo<Layout> &info) {
       return std::string(info.param.name);
     });

@@ -1,0 +1,371 @@
+// Runs a pipeline bundle's static schedule on one rank, over the executors of
+// one backend (host or CUDA): the schedule logic, written once.
+#ifndef MTRT_SRC_PIPELINE_SCHEDULERUNNER_H
+#define MTRT_SRC_PIPELINE_SCHEDULERUNNER_H
+
+#include "comm/Communicator.h"
+#include "comm/RankContext.h"
+#include "core/Bundle.h"
+#include "host/HostTensor.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mtrt::pipeline {
+
+/// One rank of a pipeline bundle (docs/Pipeline.md). The rank runs the
+/// virtual stages the schedule gives its pipeline coordinate, and exchanges
+/// messages with the ranks that share its data- and tensor-parallel
+/// coordinates: sends are asynchronous, receives block, in the schedule's
+/// order, which the compiler proved cannot deadlock. Gradients accumulate
+/// into the backend's parameter store as the backward passes run; the
+/// caller zeroes them and steps the optimizer.
+///
+/// `Stages` is the backend: where the stage functions run and where the
+/// activations, their gradients and the stash live. It provides
+///   using Tensor = ...;   // a value of a stage, movable
+///   using Executor = ...; // with const Function &function()
+///   DType floatType() const;  // the messages' and the loss seed's type
+///   std::unique_ptr<Executor> executor(const std::string &function);
+///   host::TensorView view(const Tensor &);  // data: host or device memory
+///   std::vector<Tensor> run(Executor &, const std::vector<host::TensorView> &,
+///                           uint64_t step);  // inputs: host or device views
+///   double scalar(const Tensor &);  // a loss
+///   Tensor receive(int worldPeer, const TensorType &, const comm::CallInfo &);
+///   void send(int worldPeer, Tensor, const comm::CallInfo &);  // async
+///   // A send and the receive right after it, with the same peer: the
+///   // send's semantics, or both at once (NCCL runs one stream's calls in
+///   // order: Megatron-LM's send_forward_recv_backward).
+///   Tensor exchange(int worldPeer, Tensor, const TensorType &,
+///                   const comm::CallInfo &send, const comm::CallInfo &recv);
+///   void sendsDone();  // every send so far has reached its receiver
+/// (PipelineRunner.h: the host's; cuda/PipelineStages.h: the GPU's.)
+///
+/// Thread-safety: the rank's thread only.
+template <typename Stages> class ScheduleRunner {
+public:
+  using Tensor = typename Stages::Tensor;
+  /// The rank's tokens and labels of micro-batch m of the current iteration
+  /// (or evaluation), valid until the next call (host memory).
+  using MicroBatchSource =
+      std::function<std::pair<host::TensorView, host::TensorView>(int64_t)>;
+
+  /// Prepares the executors of the rank's stages. Collective over the world
+  /// (it makes the pipeline group). Throws Error.
+  ScheduleRunner(const Bundle &bundle, Stages stages, comm::RankContext &rank);
+
+  /// Runs the schedule once: returns the sum of the micro-batches' losses,
+  /// the same on every rank. `firstStep` keys the dropout of micro-batch 0.
+  double train(const MicroBatchSource &source, uint64_t firstStep);
+  /// Runs the eval functions over `microBatches` micro-batches, one after
+  /// another through all stages; returns the sum of their losses on every
+  /// rank.
+  double evaluate(const MicroBatchSource &source, int64_t microBatches);
+
+  /// fp16 loss scaling: the last stage's loss gradient from the next train()
+  /// on, instead of 1.
+  void setLossScale(double scale) { lossScale_ = scale; }
+
+  /// The fraction of train()'s time this rank computed nothing, over all
+  /// calls so far.
+  double idleFraction() const {
+    return wallSeconds_ > 0 ? 1 - computeSeconds_ / wallSeconds_ : 0;
+  }
+  /// Every pipeline rank's idleFraction(), on every rank (a collective over
+  /// the world; data- and tensor-parallel replicas are averaged).
+  std::vector<double> gatherIdleFractions();
+  /// The log line of gatherIdleFractions() against the compiler's
+  /// prediction (a collective over the world, as it).
+  std::string describeIdleFractions();
+
+  Stages &stages() { return stages_; }
+
+private:
+  struct Stage {
+    const PipelineStageInfo *info = nullptr;
+    std::unique_ptr<typename Stages::Executor> forward, backward, eval;
+  };
+  using Key = std::pair<int64_t, int64_t>; // (stage, micro-batch)
+  using Clock = std::chrono::steady_clock;
+
+  static double since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  static std::string label(const char *what, int64_t stage,
+                           int64_t microBatch) {
+    return std::string(what) + " of stage " + std::to_string(stage) +
+           ", micro-batch " + std::to_string(microBatch);
+  }
+  int peerWorldRank(int64_t pipelineRank) const;
+  double lossOverRanks(double lossSum, const char *label);
+
+  // First: the tensors below return their memory to it.
+  Stages stages_;
+  const Bundle &bundle_;
+  const PipelineInfo &pipeline_;
+  comm::RankContext &rank_;
+  comm::Communicator *pipelineGroup_ = nullptr;
+  int64_t pipelineRank_ = 0;
+  int64_t lastStage_ = 0;
+  double lossScale_ = 1.0;
+  std::map<int64_t, Stage> stageExecutors_;
+
+  // Messages and stashes in flight during one schedule.
+  std::map<Key, Tensor> inputs_, outputGradients_, outputs_, inputGradients_;
+  std::map<Key, std::vector<Tensor>> stash_;
+
+  double computeSeconds_ = 0, wallSeconds_ = 0;
+};
+
+template <typename Stages>
+ScheduleRunner<Stages>::ScheduleRunner(const Bundle &bundle, Stages stages,
+                                       comm::RankContext &rank)
+    : stages_(std::move(stages)), bundle_(bundle),
+      pipeline_(*bundle.pipeline()), rank_(rank) {
+  pipelineRank_ = rank.coordinates()[pipeline_.axis];
+  lastStage_ = static_cast<int64_t>(pipeline_.stages.size()) - 1;
+  pipelineGroup_ = &rank.group({pipeline_.axis});
+  const auto &functions = bundle.functions();
+  for (const PipelineStageInfo &info : pipeline_.stages) {
+    if (info.rank != pipelineRank_)
+      continue;
+    Stage &stage = stageExecutors_[info.stage];
+    stage.info = &info;
+    stage.forward = stages_.executor(functions[info.forward].name);
+    stage.backward = stages_.executor(functions[info.backward].name);
+    stage.eval = stages_.executor(functions[info.eval].name);
+  }
+}
+
+template <typename Stages>
+int ScheduleRunner<Stages>::peerWorldRank(int64_t pipelineRank) const {
+  std::vector<int64_t> coordinates = rank_.coordinates();
+  coordinates[pipeline_.axis] = pipelineRank;
+  int64_t linear = 0;
+  for (size_t a = 0; a < coordinates.size(); ++a)
+    linear = linear * rank_.gridShape()[a] + coordinates[a];
+  return static_cast<int>(linear);
+}
+
+template <typename Stages>
+double ScheduleRunner<Stages>::lossOverRanks(double lossSum,
+                                             const char *label) {
+  // The loss is on the last stage's rank; every rank reports it.
+  double loss = pipelineRank_ == pipeline_.stages.back().rank ? lossSum : 0;
+  pipelineGroup_->allReduce<double>(&loss, &loss, 1, comm::ReduceOp::Sum,
+                                    comm::CallInfo{label, -1});
+  // Every rank has passed its sends' receivers by now.
+  stages_.sendsDone();
+  return loss;
+}
+
+template <typename Stages>
+double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
+                                     uint64_t firstStep) {
+  Clock::time_point start = Clock::now();
+  double lossSum = 0;
+  DType floatType = stages_.floatType();
+  using Kind = PipelineStep::Kind;
+  const std::vector<PipelineStep> &steps = pipeline_.ranks[pipelineRank_];
+  for (size_t position = 0; position < steps.size(); ++position) {
+    const PipelineStep &step = steps[position];
+    Key key{step.stage, step.microBatch};
+    Stage &stage = stageExecutors_.at(step.stage);
+    const Function &forward = stage.forward->function();
+    const Function &backward = stage.backward->function();
+    uint64_t dropoutStep = firstStep + static_cast<uint64_t>(step.microBatch);
+    auto info = [&](const std::string &text) {
+      return comm::CallInfo{text, static_cast<int64_t>(dropoutStep)};
+    };
+    // A send followed by a receive from the same peer: one exchange.
+    const PipelineStep *next =
+        position + 1 < steps.size() ? &steps[position + 1] : nullptr;
+    bool sends =
+        step.kind == Kind::SendActivation || step.kind == Kind::SendGradient;
+    if (sends && next && next->peer == step.peer &&
+        (next->kind == Kind::RecvActivation ||
+         next->kind == Kind::RecvGradient)) {
+      bool activation = step.kind == Kind::SendActivation;
+      auto &sent = activation ? outputs_ : inputGradients_;
+      auto found = sent.find(key);
+      Key nextKey{next->stage, next->microBatch};
+      bool receivesActivation = next->kind == Kind::RecvActivation;
+      Stage &nextStage = stageExecutors_.at(next->stage);
+      const Function &receiver = receivesActivation
+                                     ? nextStage.forward->function()
+                                     : nextStage.backward->function();
+      const TensorType &type =
+          receiver.values[receivesActivation ? receiver.inputs[0]
+                                             : receiver.inputs.back()];
+      uint64_t nextStep = firstStep + static_cast<uint64_t>(next->microBatch);
+      std::string sendLabel = label(activation ? "activation" : "gradient",
+                                    step.stage, step.microBatch);
+      std::string recvLabel =
+          receivesActivation
+              ? label("activation", next->stage - 1, next->microBatch)
+              : label("gradient", next->stage + 1, next->microBatch);
+      Tensor received = stages_.exchange(
+          peerWorldRank(step.peer), std::move(found->second), type,
+          info(sendLabel),
+          comm::CallInfo{recvLabel, static_cast<int64_t>(nextStep)});
+      sent.erase(found);
+      (receivesActivation ? inputs_ : outputGradients_)[nextKey] =
+          std::move(received);
+      ++position;
+      continue;
+    }
+    switch (step.kind) {
+    case Kind::RecvActivation:
+      inputs_[key] = stages_.receive(
+          peerWorldRank(step.peer), forward.values[forward.inputs[0]],
+          info(label("activation", step.stage - 1, step.microBatch)));
+      break;
+    case Kind::RecvGradient:
+      outputGradients_[key] = stages_.receive(
+          peerWorldRank(step.peer), backward.values[backward.inputs.back()],
+          info(label("gradient", step.stage + 1, step.microBatch)));
+      break;
+    case Kind::SendActivation: {
+      auto found = outputs_.find(key);
+      stages_.send(peerWorldRank(step.peer), std::move(found->second),
+                   info(label("activation", step.stage, step.microBatch)));
+      outputs_.erase(found);
+      break;
+    }
+    case Kind::SendGradient: {
+      auto found = inputGradients_.find(key);
+      stages_.send(peerWorldRank(step.peer), std::move(found->second),
+                   info(label("gradient", step.stage, step.microBatch)));
+      inputGradients_.erase(found);
+      break;
+    }
+    case Kind::Forward: {
+      std::vector<host::TensorView> inputs;
+      std::pair<host::TensorView, host::TensorView> batch;
+      if (step.stage == 0 || step.stage == lastStage_)
+        batch = source(step.microBatch);
+      inputs.push_back(step.stage == 0 ? batch.first
+                                       : stages_.view(inputs_.at(key)));
+      if (step.stage == lastStage_)
+        inputs.push_back(batch.second);
+      Clock::time_point begin = Clock::now();
+      std::vector<Tensor> outputs =
+          stages_.run(*stage.forward, inputs, dropoutStep);
+      computeSeconds_ += since(begin);
+      inputs_.erase(key);
+      if (step.stage == lastStage_)
+        lossSum += stages_.scalar(outputs[0]);
+      else
+        outputs_[key] = std::move(outputs[0]);
+      outputs.erase(outputs.begin());
+      stash_[key] = std::move(outputs);
+      break;
+    }
+    case Kind::Backward: {
+      std::vector<host::TensorView> inputs;
+      for (const Tensor &stashed : stash_.at(key))
+        inputs.push_back(stages_.view(stashed));
+      // The last stage's loss gradient is 1 (times fp16's loss scale): the
+      // optimizer divides the accumulated gradients by the micro-batches,
+      // as Megatron-LM does.
+      host::Tensor seed(floatType, {});
+      if (floatType == DType::F64)
+        seed.data<double>()[0] = lossScale_;
+      else
+        seed.data<float>()[0] = static_cast<float>(lossScale_);
+      inputs.push_back(step.stage == lastStage_
+                           ? host::TensorView{seed.dtype, seed.shape,
+                                              seed.buffer.data()}
+                           : stages_.view(outputGradients_.at(key)));
+      Clock::time_point begin = Clock::now();
+      std::vector<Tensor> outputs =
+          stages_.run(*stage.backward, inputs, dropoutStep);
+      computeSeconds_ += since(begin);
+      stash_.erase(key);
+      outputGradients_.erase(key);
+      if (step.stage > 0)
+        inputGradients_[key] = std::move(outputs[0]);
+      break;
+    }
+    }
+  }
+  double loss = lossOverRanks(lossSum, "pipeline loss");
+  wallSeconds_ += since(start);
+  return loss;
+}
+
+template <typename Stages>
+double ScheduleRunner<Stages>::evaluate(const MicroBatchSource &source,
+                                        int64_t microBatches) {
+  double lossSum = 0;
+  for (int64_t m = 0; m < microBatches; ++m) {
+    Tensor activation;
+    for (int64_t k = 0; k <= lastStage_; ++k) {
+      auto found = stageExecutors_.find(k);
+      if (found == stageExecutors_.end())
+        continue;
+      auto &eval = *found->second.eval;
+      const Function &function = eval.function();
+      int64_t previous = (k - 1) % pipeline_.size;
+      int64_t next = (k + 1) % pipeline_.size;
+      if (k > 0)
+        activation = stages_.receive(
+            peerWorldRank(previous), function.values[function.inputs[0]],
+            comm::CallInfo{label("eval activation", k - 1, m), 0});
+      std::pair<host::TensorView, host::TensorView> batch;
+      if (k == 0 || k == lastStage_)
+        batch = source(m);
+      std::vector<host::TensorView> inputs = {
+          k == 0 ? batch.first : stages_.view(activation)};
+      if (k == lastStage_)
+        inputs.push_back(batch.second);
+      std::vector<Tensor> outputs = stages_.run(eval, inputs, 0);
+      if (k == lastStage_)
+        lossSum += stages_.scalar(outputs[0]);
+      else
+        stages_.send(peerWorldRank(next), std::move(outputs[0]),
+                     comm::CallInfo{label("eval activation", k, m), 0});
+    }
+  }
+  return lossOverRanks(lossSum, "pipeline eval loss");
+}
+
+template <typename Stages>
+std::vector<double> ScheduleRunner<Stages>::gatherIdleFractions() {
+  std::vector<double> fractions(static_cast<size_t>(pipeline_.size), 0.0);
+  int64_t replicas = rank_.world().size() / pipeline_.size;
+  fractions[pipelineRank_] = idleFraction() / static_cast<double>(replicas);
+  rank_.world().allReduce<double>(fractions.data(), fractions.data(),
+                                  pipeline_.size, comm::ReduceOp::Sum,
+                                  comm::CallInfo{"pipeline idle fractions", -1});
+  return fractions;
+}
+
+template <typename Stages>
+std::string ScheduleRunner<Stages>::describeIdleFractions() {
+  std::vector<double> measured = gatherIdleFractions();
+  const std::vector<double> &predicted = pipeline_.predictedIdleFraction;
+  std::string line = "pipeline " + pipeline_.schedule +
+                     " idle fraction per pipeline rank, measured (predicted):";
+  char number[32];
+  for (size_t r = 0; r < measured.size(); ++r) {
+    std::snprintf(number, sizeof(number), " %.3f", measured[r]);
+    line += number;
+    if (r < predicted.size()) {
+      std::snprintf(number, sizeof(number), " (%.3f)", predicted[r]);
+      line += number;
+    }
+  }
+  return line;
+}
+
+} // namespace mtrt::pipeline
+
+#endif // MTRT_SRC_PIPELINE_SCHEDULERUNNER_H

@@ -1,0 +1,215 @@
+// Pipeline parallelism on the GPU: tiny-gpt (4 layers, untied embeddings, no
+// dropout, 4 micro-batches of 2 per iteration) compiled for PP=2 with the
+// 1F1B schedule and with the interleaved one (2 virtual stages per rank),
+// trained 5 iterations as two in-process ranks (threads, each with its own
+// CUDA context and stream on device 0, the activations and gradients kept
+// on the device and staged through the host to the in-process
+// communicator), against the same model compiled for one rank on the GPU and
+// against the host backend's PP=2 run of the same bundle: every iteration's
+// loss and gradient norm, and the evaluation loss after training.
+#include "CudaTestSupport.h"
+
+#include "comm/InProcessWorld.h"
+#include "comm/RankContext.h"
+#include "comm/RunRanks.h"
+#include "cuda/Trainer.h"
+#include "train/Trainer.h"
+
+#include <functional>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+struct TrainingRun {
+  std::vector<train::IterationRecord> history;
+  double evalLoss = 0;
+  std::string log;
+};
+
+train::TrainerOptions trainOptions() {
+  train::TrainerOptions options;
+  options.trainIters = 5;
+  options.lr = 1e-3;
+  options.lrWarmupIters = 2;
+  options.evalInterval = 5;
+  options.evalIters = 1;
+  options.progressBar = false;
+  options.seed = 1234;
+  options.clipGrad = 0.5; // small enough to clip: the world's norm matters
+  return options;
+}
+
+std::string corpus() {
+  std::string text;
+  for (int i = 0; text.size() < 40000; ++i)
+    text += "The quick brown fox " + std::to_string(i * 7919 % 101) +
+            " jumps over the lazy dog. ";
+  return text;
+}
+
+/// Runs `rankMain` on every rank of `bundle` as threads of an in-process
+/// world; fails the test with each rank's own error.
+void runInProcess(const Bundle &bundle,
+                  const std::function<void(comm::RankContext &)> &rankMain) {
+  comm::InProcessWorld world(static_cast<int>(bundle.rankCount()));
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, bundle.gridShape());
+    rankMain(rank);
+  });
+  for (auto &error : errors) {
+    if (!error)
+      continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << "a rank failed: " << e.what();
+    }
+  }
+}
+
+/// The bundle's PP ranks, on the GPU or on the host; rank 0's history (the
+/// others must report the same losses).
+TrainingRun pipelineRun(const Bundle &bundle, bool gpu) {
+  std::vector<TrainingRun> ranks(bundle.rankCount());
+  runInProcess(bundle, [&](comm::RankContext &rank) {
+    TrainingRun &run = ranks[static_cast<size_t>(rank.rank())];
+    std::ostringstream log;
+    if (gpu) {
+      cuda::Trainer trainer(bundle, corpus(), "corpus", trainOptions(), {},
+                            &rank);
+      trainer.train(log);
+      run.history = trainer.history();
+      run.evalLoss = trainer.evaluate();
+    } else {
+      train::Trainer trainer(bundle, corpus(), "corpus", trainOptions(),
+                             &rank);
+      trainer.train(log);
+      run.history = trainer.history();
+      run.evalLoss = trainer.evaluate();
+    }
+    run.log = log.str();
+  });
+  for (const TrainingRun &run : ranks) {
+    EXPECT_EQ(run.history.size(), ranks[0].history.size());
+    for (size_t i = 0; i < run.history.size() && i < ranks[0].history.size();
+         ++i)
+      EXPECT_EQ(run.history[i].loss, ranks[0].history[i].loss)
+          << "the ranks report different losses at iteration " << i + 1;
+    EXPECT_EQ(run.evalLoss, ranks[0].evalLoss);
+  }
+  return ranks[0];
+}
+
+double relative(double actual, double expected) {
+  return std::abs(actual - expected) / std::abs(expected);
+}
+
+struct Case {
+  const char *one;      // the one-rank bundle
+  const char *pipeline; // the same model for PP=2
+  bool bf16;
+};
+
+class CudaPipelineTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaPipelineTest, TwoInProcessStagesEqualOneRankAndHost) {
+  MTRT_REQUIRE_GPU();
+  const Case &c = GetParam();
+  std::string onePath = bundleDirectory() + "/" + c.one + ".mtb";
+  std::string ppPath = bundleDirectory() + "/" + c.pipeline + ".mtb";
+  for (const std::string &path : {onePath, ppPath})
+    ASSERT_TRUE(fileExists(path))
+        << "missing " << path << ": bench/make-device-dir.sh compiles it "
+        << "(megatron-compile models/tiny-gpt.yaml --num-layers 4 "
+        << "--untie-embeddings-and-output-weights --hidden-dropout 0 "
+        << "--attention-dropout 0 --micro-batch-size 2 --global-batch-size 8 "
+        << "[--bf16] [--pipeline-model-parallel-size 2 --pipeline-schedule "
+        << "1f1b|interleaved --virtual-pipeline-model-parallel-size 2])";
+  Bundle one = Bundle::load(onePath);
+  Bundle pp = Bundle::load(ppPath);
+  ASSERT_NE(pp.pipeline(), nullptr) << ppPath << " has no pipeline";
+  ASSERT_EQ(pp.pipeline()->size, 2);
+
+  TrainingRun reference;
+  {
+    cuda::Trainer trainer(one, corpus(), "corpus", trainOptions());
+    std::ostringstream log;
+    trainer.train(log);
+    reference.history = trainer.history();
+    reference.evalLoss = trainer.evaluate();
+  }
+  TrainingRun gpu = pipelineRun(pp, true);
+  TrainingRun onHost = pipelineRun(pp, false);
+  EXPECT_NE(gpu.log.find("idle fraction per pipeline rank"), std::string::npos)
+      << gpu.log;
+
+  // Against the one-rank GPU run: the same kernels over the same
+  // micro-batches. Against the host's PP run: fp32 to rounding; bf16 within
+  // mixed precision's error of the host's fp32.
+  double lossTolerance = c.bf16 ? 2e-2 : 1e-5;
+  double normTolerance = c.bf16 ? 5e-2 : 1e-4;
+  ASSERT_EQ(reference.history.size(), 5u);
+  ASSERT_EQ(gpu.history.size(), 5u);
+  ASSERT_EQ(onHost.history.size(), 5u);
+  double worstOne = 0, worstHost = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    double one = relative(gpu.history[i].loss, reference.history[i].loss);
+    double hostDifference = relative(gpu.history[i].loss, onHost.history[i].loss);
+    worstOne = std::max(worstOne, one);
+    worstHost = std::max(worstHost, hostDifference);
+    EXPECT_LE(one, lossTolerance)
+        << "iteration " << i + 1 << ": PP=2 " << gpu.history[i].loss
+        << ", one rank " << reference.history[i].loss;
+    EXPECT_LE(hostDifference, lossTolerance)
+        << "iteration " << i + 1 << ": GPU " << gpu.history[i].loss
+        << ", host " << onHost.history[i].loss;
+    EXPECT_LE(relative(gpu.history[i].gradNorm, reference.history[i].gradNorm),
+              normTolerance)
+        << "iteration " << i + 1 << ": grad norm PP=2 "
+        << gpu.history[i].gradNorm << ", one rank "
+        << reference.history[i].gradNorm;
+    EXPECT_LE(relative(gpu.history[i].gradNorm, onHost.history[i].gradNorm),
+              normTolerance)
+        << "iteration " << i + 1 << ": grad norm GPU "
+        << gpu.history[i].gradNorm << ", host " << onHost.history[i].gradNorm;
+  }
+  EXPECT_LE(relative(gpu.evalLoss, reference.evalLoss), lossTolerance)
+      << "eval loss: PP=2 " << gpu.evalLoss << ", one rank "
+      << reference.evalLoss;
+  EXPECT_LE(relative(gpu.evalLoss, onHost.evalLoss), lossTolerance)
+      << "eval loss: GPU " << gpu.evalLoss << ", host " << onHost.evalLoss;
+  std::cout << "[ pp2      ] " << c.pipeline << ", 5 iterations: loss "
+            << reference.history.front().loss << " -> "
+            << reference.history.back().loss << " (one rank, GPU) / "
+            << gpu.history.back().loss << " (PP=2, GPU) / "
+            << onHost.history.back().loss
+            << " (PP=2, host); largest relative loss difference " << worstOne
+            << " against one rank, " << worstHost
+            << " against the host; eval loss " << gpu.evalLoss << " vs "
+            << reference.evalLoss << " (one rank)\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyGpt, CudaPipelineTest,
+    ::testing::Values(
+        Case{"tiny-gpt-l4-nodrop", "tiny-gpt-l4-nodrop-pp2-1f1b", false},
+        Case{"tiny-gpt-l4-nodrop", "tiny-gpt-l4-nodrop-pp2-interleaved",
+             false},
+        Case{"tiny-gpt-l4-bf16-nodrop", "tiny-gpt-l4-bf16-nodrop-pp2-1f1b",
+             true},
+        Case{"tiny-gpt-l4-bf16-nodrop",
+             "tiny-gpt-l4-bf16-nodrop-pp2-interleaved", true}),
+    [](const ::testing::TestParamInfo<Case> &info) {
+      std::string name = info.param.bf16 ? "Bf16" : "Fp32";
+      return name + (std::string(info.param.pipeline).find("interleaved") !=
+                             std::string::npos
+                         ? "Interleaved"
+                         : "OneFOneB");
+    });
+
+} // namespace
