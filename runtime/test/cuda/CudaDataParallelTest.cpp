@@ -1,11 +1,10 @@
 // Data parallelism on one GPU: tiny-gpt compiled for DP=2 (with and without
 // the distributed optimizer, fp32 and bf16), DP=2 x TP=2 and PP=2 x DP=2 (4
-// layers; not yet run on the GPU), each rank a
-// thread with its own context and stream on device 0, talking through the
-// in-process communicator. 5 iterations of cuda::Trainer against the
-// one-rank cuda::Trainer from the same seed and samples, and against the
-// host backend's trainer on the same grid: losses, gradient norms (the
-// world's, clipping on), the replicas' parameters (the same on every data
+// layers), each rank a thread with its own context and stream on device 0,
+// talking through the in-process communicator. 5 iterations of cuda::Trainer
+// against the one-rank cuda::Trainer from the same seed and samples, and
+// against the host backend's trainer on the same grid: losses, gradient norms
+// (the world's, clipping on), the replicas' parameters (the same on every data
 // rank after the reduction or the gather) and the final parameters.
 // Dropout is off: the cuda backend does not draw masks over split tensors.
 #include "CudaTestSupport.h"
@@ -335,21 +334,22 @@ TEST(CudaDataParallelFp16Test, LossScalingAgreesWithTheHostAndOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyGpt, CudaDataParallelTest,
-    ::testing::Values(
-        Layout{"Fp32Dp2", "tiny-gpt-nodrop", "tiny-gpt-nodrop-dp2", false,
-               false},
-        Layout{"Fp32Dp2DistributedOptimizer", "tiny-gpt-nodrop",
-               "tiny-gpt-nodrop-dp2-distopt", false, true},
-        Layout{"Bf16Dp2", "tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-dp2",
-               true, false},
-        Layout{"Bf16Dp2DistributedOptimizer", "tiny-gpt-bf16-nodrop",
-               "tiny-gpt-bf16-nodrop-dp2-distopt", true, true},
-        Layout{"Fp32Dp2Tp2DistributedOptimizer", "tiny-gpt-nodrop",
-               "tiny-gpt-nodrop-dp2-tp2-distopt", false, true},
-        // 4 layers, untied embeddings (pipelines need them),
-        // 1F1B, two micro-batches of 2 per data rank.
-        Layout{"Fp32Pp2Dp2DistributedOptimizer", "tiny-gpt-l4-nodrop",
-               "tiny-gpt-l4-nodrop-pp2-dp2-distopt", false, true, 8}),
+    ::testing::Values(Layout{"Fp32Dp2", "tiny-gpt-nodrop",
+                             "tiny-gpt-nodrop-dp2", false, false},
+                      Layout{"Fp32Dp2DistributedOptimizer", "tiny-gpt-nodrop",
+                             "tiny-gpt-nodrop-dp2-distopt", false, true},
+                      Layout{"Bf16Dp2", "tiny-gpt-bf16-nodrop",
+                             "tiny-gpt-bf16-nodrop-dp2", true, false},
+                      Layout{"Bf16Dp2DistributedOptimizer",
+                             "tiny-gpt-bf16-nodrop",
+                             "tiny-gpt-bf16-nodrop-dp2-distopt", true, true},
+                      Layout{"Fp32Dp2Tp2DistributedOptimizer",
+                             "tiny-gpt-nodrop",
+                             "tiny-gpt-nodrop-dp2-tp2-distopt", false, true},
+                      // 4 layers, untied embeddings (pipelines need them),
+                      // 1F1B, two micro-batches of 2 per data rank.
+                      Layout{"Fp32Pp2Dp2", "tiny-gpt-l4-nodrop",
+                             "tiny-gpt-l4-nodrop-pp2-dp2", false, false, 8}),
     [](const ::testing::TestParamInfo<Layout> &info) {
       return std::string(info.param.name);
     });
