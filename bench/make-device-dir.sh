@@ -63,7 +63,8 @@ for precision in fp32 bf16; do
   "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
     --virtual-pipeline-model-parallel-size=2 -o "$b/$name-pp2-interleaved.mtb"
   # CudaDataParallelTest: PP=2 x DP=2 (1F1B, 2 micro-batches of 2 per data
-  # rank; the compiler has no distributed optimizer with pipelines yet).
+  # rank; pipeline bundles all-reduce data-parallel gradients in their
+  # backward functions, without a gradient buffer).
   if [[ $precision == fp32 ]]; then
     "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
       --data-parallel-size=2 -o "$b/$name-pp2-dp2.mtb"
