@@ -19,7 +19,8 @@ cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
 # Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3 and ICU 72.
 cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
   /lib/x86_64-linux-gnu/libicudata.so.72 "$dest/fallback-lib/"
-cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" "$dest/bench/"
+cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" \
+  "$root/bench/run-multi-gpu.sh" "$dest/bench/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 b=$dest/bundles
 "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"
@@ -36,6 +37,9 @@ for precision in fp32 bf16; do
     --attention-dropout=0 -o "$b/$name.mtb"
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 -o "$b/$name-tp2.mtb"
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/$name-tp2-sp.mtb"
   dp=(--hidden-dropout=0 --attention-dropout=0 --data-parallel-size=2
     --micro-batch-size=4 --global-batch-size=8)
   "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" -o "$b/$name-dp2.mtb"
@@ -108,6 +112,10 @@ if [ "${MULTI:-0}" = 1 ]; then
       --tensor-model-parallel-size=$tp \
       -o "$b/gpt2-124m-bf16-mb32-nodropout$suffix.mtb"
   done
+  "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+    --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
+    --tensor-model-parallel-size=2 --sequence-parallel \
+    -o "$b/gpt2-124m-bf16-mb32-nodropout-tp2-sp.mtb"
   for distopt in "" --use-distributed-optimizer; do
     suffix=-dp2; [ -n "$distopt" ] && suffix=-dp2-distopt
     "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \

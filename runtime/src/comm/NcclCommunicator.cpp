@@ -1,6 +1,7 @@
 // The NCCL communicator and its watchdog.
 #include "comm/NcclCommunicator.h"
 
+#include "comm/NcclDeadline.h"
 #include "comm/NcclLibrary.h"
 #include "core/Error.h"
 
@@ -92,15 +93,29 @@ ncclDataType_t ncclType(DType dtype) {
 
 } // namespace
 
+/// How long after a call's collective timeout the host-clock guard
+/// (NcclDeadline) ends a process whose watchdog has not reported it.
+constexpr std::chrono::seconds kDeadlineGrace{4};
+
 /// Watches the calls a rank has enqueued: each one's completion event, its
 /// deadline, and the communicator's asynchronous error. On a failure it
 /// aborts the communicator once and, with exitOnFailure, ends the process.
+/// With exitOnFailure, an NcclDeadline also times every call on the host
+/// clock alone, for when this thread or the rank's main thread is blocked
+/// in a CUDA call behind the stuck collective.
 class NcclWatchdog {
 public:
   NcclWatchdog(ncclComm_t comm, int device, std::string rankName,
                const NcclOptions &options)
       : comm_(comm), device_(device), rankName_(std::move(rankName)),
-        options_(options), thread_([this] { loop(); }) {}
+        options_(options),
+        deadline_(options.exitOnFailure
+                      ? std::make_unique<NcclDeadline>(
+                            rankName_, options.collectiveTimeout,
+                            std::chrono::duration_cast<
+                                std::chrono::milliseconds>(kDeadlineGrace))
+                      : nullptr),
+        thread_([this] { loop(); }) {}
 
   ~NcclWatchdog() {
     {
@@ -113,11 +128,23 @@ public:
       (void)cudaEventDestroy(p.event);
   }
 
-  /// Takes ownership of `event`, recorded after the call `what`.
-  void track(cudaEvent_t event, std::string what) {
+  /// Starts the host clock of the call `what` (before it is enqueued):
+  /// the ticket for track() or finish().
+  uint64_t begin(const std::string &what) {
+    return deadline_ ? deadline_->begin(what) : 0;
+  }
+  /// The call of `ticket` is over on the host (or failed and was reported).
+  void finish(uint64_t ticket) {
+    if (deadline_)
+      deadline_->end(ticket);
+  }
+
+  /// Takes ownership of `event`, recorded after the call `what` (begun as
+  /// `ticket`).
+  void track(cudaEvent_t event, std::string what, uint64_t ticket) {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(
-        {event, std::move(what), Clock::now() + options_.collectiveTimeout});
+    pending_.push_back({event, std::move(what),
+                        Clock::now() + options_.collectiveTimeout, ticket});
     wake_.notify_all();
   }
 
@@ -149,7 +176,6 @@ public:
       return;
     if (options_.exitOnFailure) {
       // Said first, and the process ends even if the abort itself hangs.
-      std::fflush(stdout);
       std::fprintf(stderr,
                    "mtrt: %s; aborting the NCCL communicator and exiting\n",
                    message.c_str());
@@ -160,7 +186,10 @@ public:
                              "5 s; exiting without it\n");
         std::_Exit(1);
       }).detach();
+      std::fflush(stdout);
     }
+    if (deadline_)
+      deadline_->disarm(); // reported above; the 5 s guard ends the process
     if (comm_)
       (void)ncclLibrary().commAbort(comm_);
     if (options_.exitOnFailure)
@@ -175,6 +204,8 @@ public:
   /// The rank's name in messages ("rank 5": its world rank).
   void rename(std::string rankName) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (deadline_)
+      deadline_->rename(rankName);
     rankName_ = std::move(rankName);
   }
   bool failed() const {
@@ -187,6 +218,7 @@ private:
     cudaEvent_t event;
     std::string what;
     Clock::time_point deadline;
+    uint64_t ticket;
   };
 
   void loop() {
@@ -199,6 +231,7 @@ private:
         cudaError_t state = cudaEventQuery(front.event);
         if (state == cudaSuccess) {
           (void)cudaEventDestroy(front.event);
+          finish(front.ticket);
           pending_.pop_front();
           continue;
         }
@@ -236,6 +269,7 @@ private:
   std::deque<Pending> pending_;
   std::string failure_;
   bool stop_ = false;
+  std::unique_ptr<NcclDeadline> deadline_;
   std::thread thread_;
 };
 
@@ -476,13 +510,15 @@ void NcclCommunicator::execute(const Call &call) {
                   (!sendBytes || isDeviceMemory(call.send)) &&
                   (!recvBytes || isDeviceMemory(call.recv));
   std::string what = call.describe(members_) + " on group " + name_;
+  // The host clock runs from here: enqueueing can block too.
+  uint64_t ticket = watchdog_->begin(what);
   cudaEvent_t done = nullptr;
   if (onDevice) {
     enqueue(call, call.send, call.recv);
     checkCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
               "cudaEventCreateWithFlags", rankName);
     checkCuda(cudaEventRecord(done, stream_), "cudaEventRecord", rankName);
-    watchdog_->track(done, what);
+    watchdog_->track(done, what, ticket);
     return;
   }
   // Host buffers (or a barrier): staged through device memory, then waited
@@ -509,8 +545,9 @@ void NcclCommunicator::execute(const Call &call) {
   checkCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
             "cudaEventCreateWithFlags", rankName);
   checkCuda(cudaEventRecord(done, stream_), "cudaEventRecord", rankName);
-  watchdog_->track(done, what);
+  watchdog_->track(done, what, ticket);
   watchdog_->wait(done);
+  watchdog_->finish(ticket);
 }
 
 std::unique_ptr<Communicator>

@@ -167,12 +167,12 @@ void Executor::planBf16Values() {
     const Instruction &inst = fn.instructions[position];
     for (size_t i = 0; i < inst.results.size(); ++i) {
       int64_t r = inst.results[i];
-      if (inst.op == Op::GetParameter || runsOnHost(inst) ||
+      if (inst.op == Op::GetParameter || isRankInstruction(inst) ||
           (eligible[r] && !writesBf16(inst, i)))
         eligible[r] = false;
     }
     for (size_t i = 0; i < inst.operands.size(); ++i)
-      if (runsOnHost(inst) || !readsBf16(inst, i))
+      if (isRankInstruction(inst) || !readsBf16(inst, i))
         eligible[inst.operands[i]] = false;
     switch (inst.op) {
     case Op::Reshape:

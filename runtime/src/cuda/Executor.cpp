@@ -7,7 +7,7 @@
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
-#include "host/ThreadPool.h"
+#include "cuda/DeviceCollective.h"
 
 #include <algorithm>
 #include <chrono>
@@ -110,8 +110,6 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   };
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
-    if (runsOnHost(inst)) // checks its ids itself (whole-vocabulary limits)
-      continue;
     auto add = [&](size_t operand, int64_t limit, const char *what,
                    const char *limitName, bool hasIgnore) {
       int64_t input = inputIndex(inst.operands[operand]);
@@ -123,9 +121,23 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     switch (inst.op) {
     case Op::Embedding:
     case Op::EmbeddingGrad:
-      add(1, embeddingDims(fn, inst).vocab, "id",
-          "the embedding table's vocabulary size", false);
+      if (isRankInstruction(inst)) // a vocabulary block: the whole's limit
+        add(1, embeddingDims(fn, inst).vocab * vocabBlock(position, inst).second,
+            "id", "the vocabulary size (all ranks' blocks)", false);
+      else
+        add(1, embeddingDims(fn, inst).vocab, "id",
+            "the embedding table's vocabulary size", false);
       break;
+    case Op::VocabPartials:
+    case Op::VocabCrossEntropyGrad: {
+      bool grad = inst.op == Op::VocabCrossEntropyGrad;
+      size_t logitsAt = grad ? 1 : 0;
+      add(logitsAt + 1,
+          fn.values[inst.operands[logitsAt]].shape.back() *
+              vocabBlock(position, inst).second,
+          "label", "the vocabulary size (all ranks' blocks)", grad);
+      break;
+    }
     case Op::CrossEntropy:
     case Op::CrossEntropyGrad: {
       CrossEntropyDims d = crossEntropyDims(fn, inst);
@@ -137,6 +149,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     }
   }
 
+  prepareRankInstructions();
   stepped_.assign(fn.instructions.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position)
     stepped_[position] = usesStep(fn.instructions[position]);
@@ -373,10 +386,10 @@ std::optional<std::string> Executor::graphObstacle() const {
         "synchronizing after each instruction (MTRT_CUDA_SYNC) is on");
   const Function &fn = *function_;
   for (size_t position = 0; position < fn.instructions.size(); ++position)
-    if (runsOnHost(fn.instructions[position]))
-      return where(position) + " runs on the host (" +
+    if (communicates(fn.instructions[position]))
+      return where(position) + " calls the rank's communicator (" +
              opName(fn.instructions[position].op) +
-             ": a multi-rank instruction)";
+             " over several ranks: not captured)";
   return std::nullopt;
 }
 

@@ -23,16 +23,12 @@
 namespace mtrt::comm {
 class RankContext;
 } // namespace mtrt::comm
-namespace mtrt::host {
-class ThreadPool;
-} // namespace mtrt::host
-
-/// The ops a CUDA executor always runs through the host (executeOnHost,
-/// RankOps.cpp): the multi-rank instructions. X(Name) for each Op::Name; the
-/// one list behind Executor::runsOnHost and the device dispatch's guard.
-/// (Embedding and its gradient over a vocabulary shard join them per
-/// instruction: runsOnHost.)
-#define MTRT_CUDA_HOST_RUN_OPS(X)                                              \
+/// The multi-rank instructions, which a CUDA executor runs in RankOps.cpp
+/// (executeRankInstruction): X(Name) for each Op::Name; the one list behind
+/// Executor::isRankInstruction and the device dispatch's guard. (Embedding
+/// and its gradient over a vocabulary shard join them per instruction:
+/// isRankInstruction.)
+#define MTRT_CUDA_RANK_OPS(X)                                                  \
   X(AllReduce)                                                                 \
   X(AllGather)                                                                 \
   X(ReduceScatter)                                                             \
@@ -45,6 +41,7 @@ class ThreadPool;
 
 namespace mtrt::cuda {
 
+class DeviceCollective;
 class ParameterStore;
 struct FlashLayout;
 
@@ -85,9 +82,11 @@ public:
   /// its RankContext (prepared for the bundle: RankContext::prepare) and a
   /// store holding its shards. Its multi-rank instructions (collectives,
   /// all_slice, bias_add, the vocabulary-parallel loss and embedding) run
-  /// through the host (RankOps.cpp): operands copied to the host, the host
-  /// kernels and the rank's communicators, results copied back; correct,
-  /// not fast (the in-process checks of tensor parallelism on one GPU).
+  /// on the device (RankOps.cpp): the collectives through DeviceCollective
+  /// on the rank's communicators (NCCL: in place on the arena; the
+  /// in-process communicator: staged through the host), the rest as
+  /// kernels. A function with collectives over several ranks runs without
+  /// a CUDA graph.
   Executor(const Bundle &bundle, std::string_view functionName,
            ParameterStore &parameters, comm::RankContext *rank = nullptr);
   ~Executor();
@@ -265,23 +264,44 @@ private:
   /// each replay. Every op whose dispatch passes `step` (or the loss scale)
   /// to a kernel must be here.
   bool usesStep(const Instruction &inst) const;
-  /// Whether `inst` runs through the host (a multi-rank instruction).
-  bool runsOnHost(const Instruction &inst) const;
-  /// Rejects (UNIMPLEMENTED) what neither the kernels nor executeOnHost
-  /// run: dropout and attention dropout over a split tensor (their masks
-  /// would need the global tile on the device).
+  /// Whether `inst` is a multi-rank instruction (RankOps.cpp).
+  bool isRankInstruction(const Instruction &inst) const;
+  /// Whether `inst` is a collective over a group of more than one rank: a
+  /// communicator call, which a CUDA graph does not capture.
+  bool communicates(const Instruction &inst) const;
+  /// The rank's block of the vocabulary of a vocabulary-split embedding or
+  /// cross-entropy instruction, and the number of blocks ({0, 1} if not
+  /// split).
+  std::pair<int64_t, int64_t> vocabBlock(size_t position,
+                                         const Instruction &inst) const;
+  /// Rejects (UNIMPLEMENTED) what the rank instructions do not run: dropout
+  /// and attention dropout over a split tensor (their masks would need the
+  /// global tile on the device).
   void checkRankInstructions() const;
-  /// Runs it there: operands to the host, host kernels or the rank's
-  /// communicator, results back to the device (RankOps.cpp).
-  void executeOnHost(size_t position, const Instruction &inst, uint64_t step);
+  /// Makes what the rank instructions need besides the arena: the
+  /// DeviceCollective on the context's stream and the staging of gathers
+  /// and scatters along an inner axis (rankStaging_).
+  void prepareRankInstructions();
+  /// Runs a multi-rank instruction on the device: collectives through
+  /// DeviceCollective (the rank's communicators), the rest as kernels.
+  void executeRankInstruction(size_t position, const Instruction &inst,
+                              uint64_t step);
+  /// all_reduce, all_gather, reduce_scatter and all_slice.
+  void executeCollective(size_t position, const Instruction &inst,
+                         uint64_t step);
 
   const Bundle &bundle_;
   const Function *function_ = nullptr;
   ParameterStore &parameters_;
   comm::RankContext *rank_ = nullptr;
-  /// The host kernels' pool for executeOnHost (one thread), made on first
-  /// use.
-  std::unique_ptr<host::ThreadPool> hostPool_;
+  /// The communicator calls of the rank instructions, on the context's
+  /// stream (multi-rank bundles only).
+  std::unique_ptr<DeviceCollective> collective_;
+  /// Device staging of the rank instructions: an all_gather's ranks' blocks
+  /// before they are interleaved along an inner axis, a reduce_scatter's
+  /// blocks made contiguous, vocab_cross_entropy_grad's shared factor. Not
+  /// in the compiler's memory plan (docs/Memory.md).
+  DeviceBuffer rankStaging_;
   Context &context_;
   bool bf16_ = false;
   double lossScale_ = 1.0;

@@ -2,6 +2,7 @@
 // from the values table, scratch from the arena plan.
 #include "cuda/Executor.h"
 
+#include "comm/RankContext.h"
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
@@ -109,7 +110,7 @@ void Executor::planGemmAccumulation() {
     const Instruction &inst = fn.instructions[position];
     if ((inst.op != Op::LinearWeightGrad &&
          inst.op != Op::LinearWeightBiasGrad) ||
-        runsOnHost(inst))
+        isRankInstruction(inst))
       continue;
     int64_t gradient = inst.results[0];
     if (uses[gradient] != 1 || heldInBf16(gradient))
@@ -236,8 +237,8 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
 
 void Executor::execute(size_t position, const Instruction &inst,
                        uint64_t step) {
-  if (runsOnHost(inst)) {
-    executeOnHost(position, inst, step);
+  if (isRankInstruction(inst)) {
+    executeRankInstruction(position, inst, step);
     return;
   }
   const Function &fn = *function_;
@@ -364,12 +365,19 @@ void Executor::execute(size_t position, const Instruction &inst,
          static_cast<float>(a.lossSeed ? a.value * lossScale_ : a.value));
     break;
   case Op::PositionIds: {
+    // Under sequence parallelism the ids are the rank's sequence tile: its
+    // positions start at the tile's offset in the global sequence.
     int64_t v = inst.results[0];
-    int64_t seq = shapeOf(v).back();
+    int64_t seq = shapeOf(v).back(), first = 0;
+    if (!a.splitAxes.empty() && rank_)
+      first = seq * gridGroupIndex(bundle_.gridShape(), rank_->coordinates(),
+                                   a.splitAxes.back());
     if (fn.values[v].dtype == DType::I64)
-      positionIds(stream, count(v), seq, static_cast<int64_t *>(slots_[v]));
+      positionIds(stream, count(v), seq, static_cast<int64_t *>(slots_[v]),
+                  first);
     else
-      positionIds(stream, count(v), seq, static_cast<int32_t *>(slots_[v]));
+      positionIds(stream, count(v), seq, static_cast<int32_t *>(slots_[v]),
+                  first);
     break;
   }
   case Op::Embedding: {
@@ -671,10 +679,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
     break;
   }
-#define MTRT_HOST_RUN_CASE(name) case Op::name:
-    MTRT_CUDA_HOST_RUN_OPS(MTRT_HOST_RUN_CASE)
-#undef MTRT_HOST_RUN_CASE
-    // Run by executeOnHost (RankOps.cpp).
+#define MTRT_RANK_CASE(name) case Op::name:
+    MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
+#undef MTRT_RANK_CASE
+    // Run by executeRankInstruction (RankOps.cpp).
     throw Error(MTRT_STATUS_INTERNAL, where(position) + ": " +
                                           opName(inst.op) +
                                           " reached the device dispatch");

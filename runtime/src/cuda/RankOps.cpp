@@ -1,29 +1,32 @@
-// The CUDA executor's multi-rank instructions, run through the host: the
-// collectives over the rank's communicators and all_slice
-// (host/RankCollective.h), bias_add, and the vocabulary-
-// parallel embedding and cross-entropy, on the host kernels. Operands are
-// copied to the host and results back, with a synchronization each: the
-// first correct version, for the in-process tensor-parallel checks on one
-// GPU; device kernels and NCCL on device buffers are the fast path to come.
+// The CUDA executor's multi-rank instructions, on the device: the
+// collectives through DeviceCollective over the rank's communicators (NCCL
+// takes the arena's buffers in place; the in-process communicator of the
+// one-GPU checks is staged through the host), all_slice and the gathers'
+// and scatters' interleaving as strided copies, bias_add, and Megatron-LM's
+// vocabulary-parallel embedding and cross-entropy as kernels
+// (kernels/Embedding.cu, kernels/VocabParallel.cu).
+//
+// Every value these instructions read or write is fp32 (or ids): the
+// bf16-values plan keeps their operands and results out of bf16
+// (Bf16Values.cpp), so the tensor-parallel sums are fp32 sums of the ranks'
+// fp32 partial products, as the host's.
 #include "cuda/Executor.h"
 
 #include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
+#include "cuda/DeviceCollective.h"
+#include "cuda/kernels/Kernels.h"
 #include "host/RankCollective.h"
-#include "host/ThreadPool.h"
-#include "host/kernels/Kernels.h"
-
-#include <cstring>
 
 namespace mtrt::cuda {
 
-bool Executor::runsOnHost(const Instruction &inst) const {
+bool Executor::isRankInstruction(const Instruction &inst) const {
   switch (inst.op) {
-#define MTRT_HOST_RUN_CASE(name) case Op::name:
-    MTRT_CUDA_HOST_RUN_OPS(MTRT_HOST_RUN_CASE)
-#undef MTRT_HOST_RUN_CASE
+#define MTRT_RANK_CASE(name) case Op::name:
+    MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
+#undef MTRT_RANK_CASE
     return true;
   case Op::Embedding:
   case Op::EmbeddingGrad:
@@ -31,6 +34,23 @@ bool Executor::runsOnHost(const Instruction &inst) const {
   default:
     return false;
   }
+}
+
+bool Executor::communicates(const Instruction &inst) const {
+  switch (inst.op) {
+  case Op::AllReduce:
+  case Op::AllGather:
+  case Op::ReduceScatter:
+    return gridGroupSize(bundle_.gridShape(), inst.attrs.gridAxes) > 1;
+  default:
+    return false;
+  }
+}
+
+std::pair<int64_t, int64_t>
+Executor::vocabBlock(size_t position, const Instruction &inst) const {
+  return host::vocabularyBlock(bundle_.gridShape(), rank_,
+                               inst.attrs.vocabShardAxes, where(position));
 }
 
 void Executor::checkRankInstructions() const {
@@ -53,145 +73,247 @@ void Executor::checkRankInstructions() const {
   }
 }
 
-void Executor::executeOnHost(size_t position, const Instruction &inst,
-                             uint64_t step) {
-  using namespace host;
+namespace {
+
+/// An operand of all_gather, reduce_scatter or all_slice as
+/// [outer, axisSize, inner] around the instruction's axis.
+struct AxisView {
+  int64_t outer = 1, axisSize = 1, inner = 1;
+};
+
+AxisView axisView(const std::vector<int64_t> &shape, int64_t axis) {
+  AxisView view;
+  for (int64_t d = 0; d < axis; ++d)
+    view.outer *= shape[d];
+  view.axisSize = shape[axis];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
+    view.inner *= shape[d];
+  return view;
+}
+
+} // namespace
+
+void Executor::prepareRankInstructions() {
+  const Function &fn = *function_;
+  size_t staging = 0;
+  bool any = false;
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (!isRankInstruction(inst))
+      continue;
+    any = true;
+    if (inst.op == Op::VocabCrossEntropyGrad)
+      staging = std::max(staging, kVocabCrossEntropyGradScratchBytes);
+    if (!communicates(inst) ||
+        (inst.op != Op::AllGather && inst.op != Op::ReduceScatter))
+      continue;
+    // Along the outermost axis the ranks' blocks are already contiguous.
+    if (axisView(fn.values[inst.operands[0]].shape, inst.attrs.axis).outer ==
+        1)
+      continue;
+    int64_t v = inst.op == Op::AllGather ? inst.results[0] : inst.operands[0];
+    staging = std::max(staging, sizeof(float) * static_cast<size_t>(
+                                                    fn.values[v].numElements));
+  }
+  if (!any)
+    return;
+  std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
+  collective_ = std::make_unique<DeviceCollective>(context_.stream(), what);
+  if (staging)
+    rankStaging_ = DeviceBuffer(staging, "the rank instructions' staging of " +
+                                             what);
+}
+
+void Executor::executeCollective(size_t position, const Instruction &inst,
+                                 uint64_t step) {
   const Function &fn = *function_;
   const Attributes &a = inst.attrs;
   cudaStream_t stream = context_.stream();
-  if (!hostPool_)
-    hostPool_ = std::make_unique<ThreadPool>(1);
-  ThreadPool &pool = *hostPool_;
-
-  auto bytesOf = [&](int64_t v) {
-    return static_cast<size_t>(fn.values[v].numElements) *
-           dtypeSize(storageType(v));
-  };
-  std::vector<std::vector<unsigned char>> operands(inst.operands.size());
-  for (size_t i = 0; i < inst.operands.size(); ++i) {
-    int64_t v = inst.operands[i];
-    operands[i].resize(bytesOf(v));
-    if (!operands[i].empty())
-      MTRT_CUDA_CHECK(cudaMemcpyAsync(operands[i].data(), slot(v),
-                                      operands[i].size(),
-                                      cudaMemcpyDeviceToHost, stream),
-                      where(position) + ": copying operand " +
-                          std::to_string(i) + " to the host");
+  int64_t x = inst.operands[0], y = inst.results[0];
+  for (int64_t v : {x, y})
+    if (storageType(v) != DType::F32)
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  where(position) + ": " + opName(inst.op) + " of " +
+                      dtypeName(storageType(v)) +
+                      " values; the cuda backend's collectives take f32");
+  const auto *in = static_cast<const float *>(slot(x));
+  auto *out = static_cast<float *>(slot(y));
+  int64_t inCount = fn.values[x].numElements;
+  int64_t outCount = fn.values[y].numElements;
+  int64_t group = gridGroupSize(bundle_.gridShape(), a.gridAxes);
+  if (group == 1) {
+    if (in != out && outCount > 0)
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(out, in, sizeof(float) * outCount,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      where(position));
+    return;
   }
-  std::vector<std::vector<unsigned char>> results(inst.results.size());
-  for (size_t i = 0; i < inst.results.size(); ++i)
-    results[i].resize(bytesOf(inst.results[i]));
-  context_.synchronize(where(position) + ": reading its operands");
+  if (!rank_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                where(position) + ": " + opName(inst.op) + " over " +
+                    std::to_string(group) +
+                    " ranks needs the bundle's ranks run together (a rank "
+                    "context: megatron-train --in-process-ranks or one "
+                    "process per rank)");
+  AxisView view = inst.op == Op::AllReduce
+                      ? AxisView{}
+                      : axisView(fn.values[x].shape, a.axis);
+  // Copies `rows` rows of `width` floats between pitched arrays.
+  auto copyRows = [&](float *to, int64_t toPitch, const float *from,
+                      int64_t fromPitch, int64_t width, int64_t rows) {
+    if (width > 0 && rows > 0)
+      MTRT_CUDA_CHECK(
+          cudaMemcpy2DAsync(to, sizeof(float) * toPitch, from,
+                            sizeof(float) * fromPitch, sizeof(float) * width,
+                            rows, cudaMemcpyDeviceToDevice, stream),
+          where(position));
+  };
+  if (inst.op == Op::AllSlice) {
+    int64_t index = gridGroupIndex(rank_->gridShape(), rank_->coordinates(),
+                                   a.gridAxes);
+    int64_t block = view.axisSize / group * view.inner;
+    copyRows(out, block, in + index * block, group * block, block, view.outer);
+    return;
+  }
+  comm::Communicator &comm = rank_->group(a.gridAxes);
+  std::string label = where(position);
+  comm::CallInfo info{label, static_cast<int64_t>(step)};
+  comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
+                          ? comm::ReduceOp::Max
+                          : comm::ReduceOp::Sum;
+  auto *staging = rankStaging_.as<float>();
+  switch (inst.op) {
+  case Op::AllReduce:
+    collective_->allReduce(comm, in, out, inCount, DType::F32, op, info);
+    break;
+  case Op::AllGather: {
+    // The ranks' blocks arrive one after another; along an inner axis they
+    // are interleaved into place.
+    if (view.outer == 1) {
+      collective_->allGather(comm, in, out, inCount, DType::F32, info);
+      break;
+    }
+    collective_->allGather(comm, in, staging, inCount, DType::F32, info);
+    int64_t block = view.axisSize * view.inner;
+    for (int64_t r = 0; r < group; ++r)
+      copyRows(out + r * block, group * block, staging + r * inCount, block,
+               block, view.outer);
+    break;
+  }
+  case Op::ReduceScatter: {
+    // Each rank's block of the axis, made contiguous, one after another.
+    if (view.outer == 1) {
+      collective_->reduceScatter(comm, in, out, outCount, DType::F32, op,
+                                 info);
+      break;
+    }
+    int64_t block = view.axisSize / group * view.inner;
+    for (int64_t r = 0; r < group; ++r)
+      copyRows(staging + r * outCount, block, in + r * block, group * block,
+               block, view.outer);
+    collective_->reduceScatter(comm, staging, out, outCount, DType::F32, op,
+                               info);
+    break;
+  }
+  default:
+    break;
+  }
+}
 
+void Executor::executeRankInstruction(size_t position, const Instruction &inst,
+                                      uint64_t step) {
+  const Function &fn = *function_;
+  const Attributes &a = inst.attrs;
+  cudaStream_t stream = context_.stream();
+  unsigned *fault = context_.fault();
+  unsigned tag = static_cast<unsigned>(position + 1);
   auto in = [&](size_t i) {
-    return reinterpret_cast<const float *>(operands[i].data());
+    return static_cast<const float *>(slot(inst.operands[i]));
   };
-  auto out = [&](size_t i) {
-    return reinterpret_cast<float *>(results[i].data());
-  };
+  auto out = [&](size_t i) { return static_cast<float *>(slot(inst.results[i])); };
   auto count = [&](int64_t v) { return fn.values[v].numElements; };
-  auto operandShape = [&](size_t i) -> const std::vector<int64_t> & {
-    return fn.values[inst.operands[i]].shape;
-  };
   auto withIds = [&](size_t operand, auto &&body) {
-    const void *data = operands[operand].data();
+    const void *data = slot(inst.operands[operand]);
     if (fn.values[inst.operands[operand]].dtype == DType::I64)
       body(static_cast<const int64_t *>(data));
     else
       body(static_cast<const int32_t *>(data));
-  };
-  auto vocabBlock = [&] {
-    return vocabularyBlock(bundle_.gridShape(), rank_, a.vocabShardAxes,
-                           where(position));
   };
 
   switch (inst.op) {
   case Op::AllReduce:
   case Op::AllGather:
   case Op::ReduceScatter:
-  case Op::AllSlice: {
-    std::vector<float> staging(static_cast<size_t>(
-        rankCollectiveStaging(fn, inst, bundle_.gridShape())));
-    runRankCollective<float>(pool, fn, inst, bundle_.gridShape(), rank_,
-                             comm::CallInfo{where(position),
-                                            static_cast<int64_t>(step)},
-                             in(0), out(0), staging.data());
-    break;
-  }
+  case Op::AllSlice:
+    executeCollective(position, inst, step);
+    return;
   case Op::BiasAdd: {
-    int64_t n = operandShape(0).back();
+    int64_t n = fn.values[inst.operands[0]].shape.back();
     int64_t total = count(inst.operands[0]);
-    biasAddForward<float>(pool, n ? total / n : 0, n, in(0), in(1), out(0));
+    if (out(0) != in(0) && total > 0)
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(out(0), in(0), sizeof(float) * total,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      where(position));
+    addBiasRows(stream, n ? total / n : 0, n, in(1), out(0));
     break;
   }
   case Op::VocabMax: {
-    int64_t vocab = operandShape(0).back();
-    vocabMax<float>(pool, count(inst.operands[0]) / vocab, vocab, in(0),
-                    out(0));
+    int64_t vocab = fn.values[inst.operands[0]].shape.back();
+    vocabMax(stream, count(inst.operands[0]) / vocab, vocab, in(0), out(0));
     break;
   }
   case Op::VocabPartials:
   case Op::VocabCrossEntropyGrad: {
     bool grad = inst.op == Op::VocabCrossEntropyGrad;
     size_t logitsAt = grad ? 1 : 0, labelsAt = logitsAt + 1;
-    int64_t vocab = operandShape(logitsAt).back();
+    int64_t vocab = fn.values[inst.operands[logitsAt]].shape.back();
     int64_t rows = count(inst.operands[logitsAt]) / vocab;
-    auto [block, blocks] = vocabBlock();
+    int64_t start = vocabBlock(position, inst).first * vocab;
     withIds(labelsAt, [&](auto *labels) {
-      checkIds(where(position), "label", labelsAt, inst.operands[labelsAt],
-               labels, rows, vocab * blocks,
-               "the vocabulary size (all ranks' blocks)",
-               grad ? &a.ignoreIndex : nullptr);
       if (grad)
-        vocabCrossEntropyGrad<float>(pool, rows, vocab, block * vocab, in(1),
-                                     labels, a.ignoreIndex,
-                                     toKernel(a.reduction), in(0), in(3), in(4),
-                                     out(0));
+        vocabCrossEntropyGrad(stream, rows, vocab, start, in(1), labels,
+                              a.ignoreIndex, toKernel(a.reduction), in(0),
+                              in(3), in(4), out(0), rankStaging_.data());
       else
-        vocabPartials<float>(pool, rows, vocab, block * vocab, in(0), labels,
-                             in(2), out(0));
+        vocabPartials(stream, rows, vocab, start, in(0), labels, in(2),
+                      out(0));
     });
     break;
   }
   case Op::VocabCrossEntropy: {
     int64_t rows = count(inst.operands[1]);
     withIds(1, [&](auto *labels) {
-      vocabCrossEntropy<float>(rows, in(0), labels, a.ignoreIndex,
-                               toKernel(a.reduction), out(0));
+      vocabCrossEntropy(stream, rows, in(0), labels, a.ignoreIndex,
+                        toKernel(a.reduction), out(0));
     });
     break;
   }
   case Op::Embedding:
   case Op::EmbeddingGrad: {
     EmbeddingDims d = embeddingDims(fn, inst);
-    auto [block, blocks] = vocabBlock();
+    auto [block, blocks] = vocabBlock(position, inst);
     withIds(1, [&](auto *ids) {
-      checkIds(where(position), "id", 1, inst.operands[1], ids, d.count,
-               d.vocab * blocks, "the vocabulary size (all ranks' blocks)",
-               nullptr);
       if (inst.op == Op::Embedding)
-        vocabEmbeddingForward<float>(pool, d.count, d.vocab, d.hidden,
-                                     block * d.vocab, in(0), ids, out(0));
+        vocabEmbeddingForward(stream, d.count, d.vocab, d.hidden,
+                              block * d.vocab, blocks * d.vocab, in(0), ids,
+                              OutElements(out(0)), fault, tag);
       else
-        vocabEmbeddingBackward<float>(pool, d.count, d.vocab, d.hidden,
-                                      block * d.vocab, ids, in(0), out(0));
+        vocabEmbeddingBackward(stream, d.count, d.vocab, d.hidden,
+                               block * d.vocab, blocks * d.vocab, ids,
+                               InElements(in(0)), out(0), scratch(position),
+                               fault, tag);
     });
     break;
   }
   default:
     throw Error(MTRT_STATUS_INTERNAL,
                 where(position) + ": " + opName(inst.op) +
-                    " does not run through the host");
+                    " is not a multi-rank instruction");
   }
-
-  for (size_t i = 0; i < inst.results.size(); ++i)
-    if (!results[i].empty())
-      MTRT_CUDA_CHECK(cudaMemcpyAsync(slot(inst.results[i]), results[i].data(),
-                                      results[i].size(),
-                                      cudaMemcpyHostToDevice, stream),
-                      where(position) + ": copying result " +
-                          std::to_string(i) + " to the device");
-  context_.synchronize(where(position) + ": writing its results");
+  cudaError_t launch = cudaGetLastError();
+  if (launch != cudaSuccess)
+    throwCudaError(launch, "launching the instruction's kernels",
+                   where(position));
 }
 
 } // namespace mtrt::cuda

@@ -1,9 +1,10 @@
 // Tensor parallelism on one GPU: tiny-gpt compiled for TP=2, run as two
 // in-process ranks (threads, each with its own CUDA context and stream on
-// device 0, talking through the in-process communicator, the multi-rank
-// instructions staged through the host), against the same model compiled
-// for one rank on the same GPU: one train_step's loss and every gradient
-// (gathered from the shards), fp32 and bf16. Both runs start from the same
+// device 0, talking through the in-process communicator: the multi-rank
+// instructions on the device, their collectives staged through the host by
+// DeviceCollective), against the same model compiled for one rank on the
+// same GPU: one train_step's loss and every gradient (gathered from the
+// shards), fp32 and bf16, with and without sequence parallelism. Both runs start from the same
 // parameters (the host store initializes each shard with its global
 // values). Dropout is off in these bundles: the cuda backend does not draw
 // masks over split tensors yet.
@@ -248,11 +249,13 @@ TEST(DeviceCollectiveTest, StagesTheInProcessCommunicatorsCalls) {
     }
 }
 
-/// Bundle pairs: (one rank, TP=2) and whether they are bf16.
+/// Bundle pairs: (one rank, TP=2) and whether they are bf16; `name` names
+/// the test.
 struct Pair {
   const char *one;
   const char *tp2;
   bool bf16;
+  const char *name;
 };
 
 class CudaTensorParallelTest : public ::testing::TestWithParam<Pair> {};
@@ -375,11 +378,18 @@ TEST_P(CudaTensorParallelTest, TrainingTwoInProcessRanksEqualsOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyGpt, CudaTensorParallelTest,
-    ::testing::Values(Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2", false},
-                      Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2",
-                           true}),
+    ::testing::Values(
+        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2", false, "Fp32"},
+        Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2", true, "Bf16"},
+        // Sequence parallelism (--sequence-parallel): the residual stream
+        // split along the sequence, all_gather and reduce_scatter along it
+        // (an inner axis: the ranks' blocks interleaved by strided copies).
+        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2-sp", false,
+             "SequenceParallelFp32"},
+        Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2-sp", true,
+             "SequenceParallelBf16"}),
     [](const ::testing::TestParamInfo<Pair> &info) {
-      return std::string(info.param.bf16 ? "Bf16" : "Fp32");
+      return std::string(info.param.name);
     });
 
 } // namespace

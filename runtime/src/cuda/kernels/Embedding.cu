@@ -9,19 +9,25 @@ namespace mtrt::cuda {
 
 namespace {
 
+// The table holds rows [start, start + vocab) of a vocabulary of `total`
+// ids (start 0 and total vocab unless the vocabulary is split over ranks):
+// ids of other ranks' rows give zeros, ids outside the vocabulary a fault.
 template <typename Id>
 __global__ void embeddingForwardKernel(int64_t count, int64_t vocab,
+                                       int64_t start, int64_t total,
                                        int64_t hidden, const float *table,
                                        const Id *ids, OutElements out,
                                        unsigned *fault, unsigned tag) {
   MTRT_GRID_STRIDE(e, count * hidden) {
     int64_t i = e / hidden, j = e % hidden;
     int64_t id = static_cast<int64_t>(ids[i]);
-    if (id < 0 || id >= vocab) {
+    if (id < 0 || id >= total) {
       detail::raiseFault(fault, tag);
       detail::store(out, e, 0.0f);
+    } else if (id < start || id >= start + vocab) {
+      detail::store(out, e, 0.0f);
     } else {
-      detail::store(out, e, table[id * hidden + j]);
+      detail::store(out, e, table[(id - start) * hidden + j]);
     }
   }
 }
@@ -36,7 +42,9 @@ __global__ void iotaKernel(int64_t count, int64_t *positions) {
 constexpr int kRunBatch = 8;
 
 // One block per sorted position; the block whose position starts a run of
-// equal ids adds the run's dout rows into the id's table row, in increasing
+// equal ids adds the run's dout rows into the id's table row (the table
+// holds rows [tableStart, tableStart + vocab) of `total`; other rows are
+// skipped, ids outside the vocabulary raise the fault), in increasing
 // position (the stable sort keeps that order), as the host does. Threads own
 // columns, so no two threads touch one element. Runs of frequent ids are
 // long (thousands of positions): the block finds the run's end together, and
@@ -44,6 +52,7 @@ constexpr int kRunBatch = 8;
 // per batch rather than once per row.
 template <typename Id>
 __global__ void __launch_bounds__(1024) embeddingRunSumKernel(int64_t count, int64_t vocab,
+                                      int64_t tableStart, int64_t total,
                                       int64_t hidden, const Id *sortedIds,
                                       const int64_t *positions,
                                       InElements dout, float *dtable,
@@ -53,11 +62,14 @@ __global__ void __launch_bounds__(1024) embeddingRunSumKernel(int64_t count, int
   Id id = sortedIds[start];
   if (start > 0 && sortedIds[start - 1] == id)
     return;
-  if (id < 0 || static_cast<int64_t>(id) >= vocab) {
+  if (id < 0 || static_cast<int64_t>(id) >= total) {
     if (threadIdx.x == 0)
       detail::raiseFault(fault, tag);
     return;
   }
+  if (static_cast<int64_t>(id) < tableStart ||
+      static_cast<int64_t>(id) >= tableStart + vocab)
+    return; // another rank's row
   // The run ends at the first position holding another id (ids are sorted).
   if (threadIdx.x == 0)
     runEnd = static_cast<unsigned long long>(count);
@@ -73,7 +85,7 @@ __global__ void __launch_bounds__(1024) embeddingRunSumKernel(int64_t count, int
       break;
   }
   int64_t end = static_cast<int64_t>(runEnd);
-  float *row = dtable + static_cast<int64_t>(id) * hidden;
+  float *row = dtable + (static_cast<int64_t>(id) - tableStart) * hidden;
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
     float sum = 0.0f;
     int64_t i = start;
@@ -131,13 +143,22 @@ SortScratch<Id> carveSortScratch(void *scratch, int64_t count) {
 } // namespace
 
 template <typename Id>
-void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
-                      int64_t hidden, const float *table, const Id *ids,
-                      OutElements out, unsigned *fault, unsigned tag) {
+void vocabEmbeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
+                           int64_t hidden, int64_t start, int64_t total,
+                           const float *table, const Id *ids, OutElements out,
+                           unsigned *fault, unsigned tag) {
   if (count * hidden > 0)
     embeddingForwardKernel<Id>
         <<<detail::blocksFor(count * hidden), detail::kThreads, 0, stream>>>(
-            count, vocab, hidden, table, ids, out, fault, tag);
+            count, vocab, start, total, hidden, table, ids, out, fault, tag);
+}
+
+template <typename Id>
+void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
+                      int64_t hidden, const float *table, const Id *ids,
+                      OutElements out, unsigned *fault, unsigned tag) {
+  vocabEmbeddingForward<Id>(stream, count, vocab, hidden, 0, vocab, table, ids,
+                            out, fault, tag);
 }
 
 size_t embeddingBackwardScratchBytes(int64_t count, bool wideIds) {
@@ -151,10 +172,10 @@ size_t embeddingBackwardScratchBytes(int64_t count, bool wideIds) {
 }
 
 template <typename Id>
-void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
-                       int64_t hidden, const Id *ids, InElements dout,
-                       float *dtable, void *scratch, unsigned *fault,
-                       unsigned tag) {
+void vocabEmbeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
+                            int64_t hidden, int64_t start, int64_t total,
+                            const Id *ids, InElements dout, float *dtable,
+                            void *scratch, unsigned *fault, unsigned tag) {
   if (vocab * hidden <= 0)
     return;
   if (cudaMemsetAsync(dtable, 0,
@@ -178,8 +199,17 @@ void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
       detail::kWarp, 1024));
   embeddingRunSumKernel<Id>
       <<<static_cast<unsigned>(count), threads, 0, stream>>>(
-          count, vocab, hidden, s.sortedIds, s.sortedPositions, dout, dtable,
-          fault, tag);
+          count, vocab, start, total, hidden, s.sortedIds, s.sortedPositions,
+          dout, dtable, fault, tag);
+}
+
+template <typename Id>
+void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
+                       int64_t hidden, const Id *ids, InElements dout,
+                       float *dtable, void *scratch, unsigned *fault,
+                       unsigned tag) {
+  vocabEmbeddingBackward<Id>(stream, count, vocab, hidden, 0, vocab, ids, dout,
+                             dtable, scratch, fault, tag);
 }
 
 #define MTRT_INSTANTIATE(Id)                                                   \
@@ -188,7 +218,13 @@ void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
                                      unsigned *, unsigned);                    \
   template void embeddingBackward<Id>(cudaStream_t, int64_t, int64_t,         \
                                       int64_t, const Id *, InElements,        \
-                                      float *, void *, unsigned *, unsigned);
+                                      float *, void *, unsigned *, unsigned);  \
+  template void vocabEmbeddingForward<Id>(                                     \
+      cudaStream_t, int64_t, int64_t, int64_t, int64_t, int64_t,               \
+      const float *, const Id *, OutElements, unsigned *, unsigned);           \
+  template void vocabEmbeddingBackward<Id>(                                    \
+      cudaStream_t, int64_t, int64_t, int64_t, int64_t, int64_t, const Id *,   \
+      InElements, float *, void *, unsigned *, unsigned);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

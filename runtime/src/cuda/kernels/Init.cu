@@ -20,8 +20,9 @@ __global__ void initNormalKernel(int64_t n, float *out, double std,
 }
 
 template <typename Id>
-__global__ void positionIdsKernel(int64_t n, int64_t seq, Id *ids) {
-  MTRT_GRID_STRIDE(i, n) ids[i] = static_cast<Id>(i % seq);
+__global__ void positionIdsKernel(int64_t n, int64_t seq, int64_t first,
+                                  Id *ids) {
+  MTRT_GRID_STRIDE(i, n) ids[i] = static_cast<Id>(first + i % seq);
 }
 
 } // namespace
@@ -40,14 +41,15 @@ void initNormal(cudaStream_t stream, int64_t n, float *out, double std,
 }
 
 template <typename Id>
-void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids) {
+void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids,
+                 int64_t first) {
   if (n > 0 && seq > 0)
-    positionIdsKernel<Id>
-        <<<detail::blocksFor(n), detail::kThreads, 0, stream>>>(n, seq, ids);
+    positionIdsKernel<Id><<<detail::blocksFor(n), detail::kThreads, 0, stream>>>(
+        n, seq, first, ids);
 }
 
 #define MTRT_INSTANTIATE(Id)                                                   \
-  template void positionIds<Id>(cudaStream_t, int64_t, int64_t, Id *);
+  template void positionIds<Id>(cudaStream_t, int64_t, int64_t, Id *, int64_t);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

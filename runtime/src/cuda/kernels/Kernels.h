@@ -72,9 +72,11 @@ void fill(cudaStream_t stream, int64_t n, OutElements out, float value);
 void initNormal(cudaStream_t stream, int64_t n, float *out, double std,
                 uint64_t seed, uint64_t parameterId);
 
-/// ids[i] = i % seq.
+/// ids[i] = first + i % seq (`first`: the offset of a rank's sequence tile
+/// under sequence parallelism, else 0).
 template <typename Id>
-void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids);
+void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids,
+                 int64_t first = 0);
 
 //===----------------------------------------------------------------------===//
 // Embedding.cu
@@ -100,6 +102,67 @@ void embeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
                        int64_t hidden, const Id *ids, InElements dout,
                        float *dtable, void *scratch, unsigned *fault,
                        unsigned tag);
+
+/// Megatron-LM's vocabulary-parallel lookup: the table holds rows
+/// [start, start + vocab) of a vocabulary of `total` ids; ids of other rows
+/// give zeros (an all-reduce over the vocabulary's ranks completes the
+/// lookup), ids outside [0, total) raise the fault.
+template <typename Id>
+void vocabEmbeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
+                           int64_t hidden, int64_t start, int64_t total,
+                           const float *table, const Id *ids, OutElements out,
+                           unsigned *fault, unsigned tag);
+
+/// embeddingBackward into the rows [start, start + vocab) of the table;
+/// positions whose id is another rank's row are skipped.
+template <typename Id>
+void vocabEmbeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
+                            int64_t hidden, int64_t start, int64_t total,
+                            const Id *ids, InElements dout, float *dtable,
+                            void *scratch, unsigned *fault, unsigned tag);
+
+//===----------------------------------------------------------------------===//
+// VocabParallel.cu: the vocabulary-parallel cross-entropy on one rank's
+// block of the vocabulary [start, start + vocab), as host/kernels'
+// vocabMax, vocabPartials, vocabCrossEntropy and vocabCrossEntropyGrad; the
+// all-reduces between them (max, then sum of the partials) are the
+// bundle's own instructions. Logits, statistics and gradients are fp32.
+//===----------------------------------------------------------------------===//
+
+/// max [rows] = each row's largest logit of the block.
+void vocabMax(cudaStream_t stream, int64_t rows, int64_t vocab,
+              const float *logits, float *max);
+
+/// partials [rows, 2] = (sum over the block of exp(logit - max[r]), in
+/// float per thread and merged in double; logits[label - start] - max[r]
+/// when the label is in the block, else 0).
+template <typename Id>
+void vocabPartials(cudaStream_t stream, int64_t rows, int64_t vocab,
+                   int64_t start, const float *logits, const Id *labels,
+                   const float *max, float *partials);
+
+/// The loss from the whole vocabulary's partials: per row log(sum) -
+/// target, 0 on ignored rows; [rows] for None, else the sum (Sum) or the
+/// mean over rows not ignored (Mean), accumulated in double by one block.
+template <typename Id>
+void vocabCrossEntropy(cudaStream_t stream, int64_t rows,
+                       const float *partials, const Id *labels,
+                       int64_t ignoreIndex, LossReduction reduction,
+                       float *loss);
+
+/// Bytes of vocabCrossEntropyGrad's scratch (the rows' shared factor).
+constexpr size_t kVocabCrossEntropyGradScratchBytes = sizeof(double);
+
+/// dlogits of the block = g_r * (exp(logit - max[r]) / sum_r - onehot), 0
+/// on ignored rows; g_r = dloss[r] (None), dloss[0] (Sum) or dloss[0] over
+/// the rows not ignored (Mean), that factor computed into `scratch` first.
+template <typename Id>
+void vocabCrossEntropyGrad(cudaStream_t stream, int64_t rows, int64_t vocab,
+                           int64_t start, const float *logits,
+                           const Id *labels, int64_t ignoreIndex,
+                           LossReduction reduction, const float *dloss,
+                           const float *max, const float *partials,
+                           float *dlogits, void *scratch);
 
 //===----------------------------------------------------------------------===//
 // Norms.cu: a row in registers, statistics in double as on the host
