@@ -51,6 +51,10 @@ for precision in fp32 bf16; do
       -o "$b/$name-dp2-tp2-distopt.mtb"
   fi
 done
+# CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
+# advance the micro-batch counter that keys it).
+"$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \
+  --attention-dropout=0 -o "$b/tiny-gpt-fp16-nodrop.mtb"
 # CudaPipelineTest: tiny-gpt with 4 layers (PP=2: two stages of two layers,
 # or four virtual stages of one), untied embeddings (pipelines refuse tied
 # ones), no dropout, 4 micro-batches of 2; for one rank and for PP=2 under

@@ -220,6 +220,9 @@ py::dict metricsDict(const mtrt_step_metrics_t &m) {
   d["loss"] = m.loss;
   d["grad_norm"] = m.grad_norm;
   d["learning_rate"] = m.learning_rate;
+  // fp16 bundles: the loss scale after the step, and whether it skipped.
+  d["loss_scale"] = m.loss_scale;
+  d["skipped"] = m.skipped != 0;
   return d;
 }
 

@@ -175,9 +175,6 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                           "train it without --in-process-ranks");
   if (!command.initFrom.empty())
     reject("--init-from");
-  if (command.backend == "cuda" &&
-      (!command.options.save.empty() || !command.options.load.empty()))
-    reject("--save and --load with --backend cuda");
   if (!command.saveWeights.empty())
     checkSaveWeightsPath(command.saveWeights);
   if (command.sampleTokens > 0)
@@ -356,11 +353,6 @@ int run(int argc, char **argv) {
   // --backend cuda: the GPU trainer is built on a host trainer (checks,
   // initialization, sampling), which the rest of this function sees.
   std::unique_ptr<GpuTrainer> gpu;
-  if (command.backend == "cuda" &&
-      (!command.options.save.empty() || !command.options.load.empty()))
-    throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
-                      "--save and --load with --backend cuda are not "
-                      "supported yet; train with --backend host");
   if (command.backend == "cuda")
     gpu = makeGpuTrainer(bundle, corpus, command);
   std::unique_ptr<Trainer> hostTrainer;

@@ -328,6 +328,21 @@ typedef struct mtrt_session_options_t {
   double adam_beta2;
   double adam_eps;
   double clip_grad;
+  /* fp16 loss scaling, for a bundle compiled with megatron-compile --fp16
+   * (precision fp16), as megatron-train --fp16 does it: the loss's gradient
+   * seed is multiplied by the scale, the gradients by its inverse before
+   * clipping, and a step with an inf or nan gradient element (on any rank)
+   * skips its update (mtrt_step_metrics_t.skipped). A static scale
+   * [--loss-scale] (default 0: dynamic), else dynamic from
+   * [--initial-loss-scale] (default 2^32), never below [--min-loss-scale]
+   * (default 1), doubling after [--loss-scale-window] (default 1000) clean
+   * steps, halving after [--hysteresis] (default 2) overflowing ones.
+   * Other bundles need no loss scaling: these fields keep their defaults. */
+  double loss_scale;
+  double initial_loss_scale;
+  double min_loss_scale;
+  int64_t loss_scale_window;
+  int64_t hysteresis;
 } mtrt_session_options_t;
 
 /* Sets every field of *options to its default (see the struct). */
@@ -348,7 +363,8 @@ typedef struct mtrt_session_s *mtrt_session_t;
  * INVALID_ARGUMENT: NULL arguments, struct_size smaller than the first
  *   version's, an option outside its range (named, with the range), a
  *   communicator whose world size is not the bundle's rank count, or one
- *   passed for a bundle of one rank.
+ *   passed for a bundle of one rank, or loss-scaling fields changed from
+ *   their defaults for a bundle that is not fp16.
  * FAILED_PRECONDITION: a bundle of several ranks without a communicator.
  * UNAVAILABLE: MTRT_BACKEND_CUDA in a library built without CUDA, or a
  *   device index the machine does not have.
@@ -414,6 +430,12 @@ typedef struct mtrt_step_metrics_t {
   double grad_norm;
   /* The learning rate the update used. */
   double learning_rate;
+  /* fp16 bundles: the loss scale after this step (0 for other bundles), and
+   * 1 when the step found an inf or nan gradient element and skipped its
+   * update (grad_norm is then NaN; parameters and moments are unchanged;
+   * the learning rate is the one the next update will use). */
+  double loss_scale;
+  int64_t skipped;
 } mtrt_step_metrics_t;
 
 /* Runs train_step (forward and backward) on the current batch, adding this
@@ -429,7 +451,10 @@ mtrt_session_accumulate(mtrt_session_t session, double *out_loss);
 /* One optimizer step over the accumulated micro-batches, as Megatron-LM's:
  * gradients averaged over them, global-norm clipping, AdamW with the
  * learning rate of the schedule; then the gradients are zeroed for the
- * next step. Fills *out_metrics (may be NULL).
+ * next step. Fills *out_metrics (may be NULL). With fp16 loss scaling the
+ * gradients are unscaled first, and a step that finds an inf or nan
+ * gradient element skips its update and returns MTRT_STATUS_OK with
+ * out_metrics->skipped = 1.
  * FAILED_PRECONDITION: nothing was accumulated since the last step.
  * ABORTED: the gradient norm is not finite (nothing is updated), or another
  *   rank failed.

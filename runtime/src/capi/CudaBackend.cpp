@@ -6,6 +6,7 @@
 #include "cuda/Context.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/Executor.h"
+#include "cuda/GradientUnscaler.h"
 #include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
 #include "host/ParameterStore.h"
@@ -62,6 +63,16 @@ public:
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   void zeroGradients() override { parameters_.zeroGradients(); }
+  void setLossScale(double scale) override {
+    trainStep_->setLossScale(scale);
+  }
+  void reduceGradients() override {}
+  bool unscaleAndCheckFinite(double factor, int64_t iteration) override {
+    // The device's unscale and overflow check, as cuda::Trainer's.
+    if (!unscaler_)
+      unscaler_ = std::make_unique<cuda::GradientUnscaler>(parameters_);
+    return unscaler_->unscaleAndCheckFinite(factor, iteration);
+  }
   train::OptimizerStepResult step(int64_t iteration,
                                   double gradScale) override {
     return optimizer_->step(iteration, gradScale);
@@ -105,6 +116,8 @@ private:
   cuda::ParameterStore parameters_;
   std::unique_ptr<cuda::Executor> trainStep_, evalStep_;
   std::unique_ptr<cuda::Optimizer> optimizer_;
+  /// fp16: made at the first unscale.
+  std::unique_ptr<cuda::GradientUnscaler> unscaler_;
   cuda::DeviceBuffer batch_[2];
   /// A parameter's storage was handed out (mtrt_session_parameter_view and
   /// the copies through it): runs refresh the bf16 copies first.

@@ -55,10 +55,21 @@ public:
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   void zeroGradients() override { parameters_.zeroGradients(pool_); }
-  train::OptimizerStepResult step(int64_t iteration,
-                                  double gradScale) override {
+  void setLossScale(double scale) override {
+    trainStep_->setLossScale(scale);
+  }
+  void reduceGradients() override {
     if (gradientBuffer_)
       gradientBuffer_->reduceGradients();
+  }
+  bool unscaleAndCheckFinite(double factor, int64_t iteration) override {
+    return distributedOptimizer_
+               ? distributedOptimizer_->unscaleAndCheckFinite(factor,
+                                                              iteration)
+               : optimizer_->unscaleAndCheckFinite(factor, iteration);
+  }
+  train::OptimizerStepResult step(int64_t iteration,
+                                  double gradScale) override {
     return distributedOptimizer_
                ? distributedOptimizer_->step(iteration, gradScale)
                : optimizer_->step(iteration, gradScale);

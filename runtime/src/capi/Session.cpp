@@ -4,6 +4,7 @@
 
 #include "host/ParameterStore.h"
 #include "train/Checkpoint.h"
+#include "train/TrainingLoop.h"
 
 #include <cmath>
 #include <cstring>
@@ -107,6 +108,58 @@ train::OptimizerConfig optimizerConfig(const mtrt_session_options_t &o) {
   return c;
 }
 
+/// fp16 bundles: megatron-train --fp16's loss scaler from the options'
+/// fields (its messages name them); other bundles: none, and the fields must
+/// keep their defaults.
+std::unique_ptr<train::LossScaler>
+lossScaler(const Bundle &bundle, const mtrt_session_options_t &o) {
+  mtrt_session_options_t defaults;
+  mtrt_session_options_initialize(&defaults);
+  bool changed = o.loss_scale != defaults.loss_scale ||
+                 o.initial_loss_scale != defaults.initial_loss_scale ||
+                 o.min_loss_scale != defaults.min_loss_scale ||
+                 o.loss_scale_window != defaults.loss_scale_window ||
+                 o.hysteresis != defaults.hysteresis;
+  std::string precision = bundle.hasModel() ? bundle.model().precision : "";
+  if (precision != "fp16") {
+    if (changed)
+      invalid("options.loss_scale, initial_loss_scale, min_loss_scale, "
+              "loss_scale_window and hysteresis apply to fp16 bundles only, "
+              "and bundle '" + bundle.name() + "' is compiled for precision " +
+              (precision.empty() ? std::string("fp32") : precision) +
+              " (no loss scaling): leave them at their defaults "
+              "(mtrt_session_options_initialize)");
+    return nullptr;
+  }
+  if (!(o.loss_scale >= 0) || !std::isfinite(o.loss_scale))
+    invalid("options.loss_scale: found " + str(o.loss_scale) +
+            ", expected 0 (dynamic loss scaling) or a static scale > 0");
+  train::LossScalerOptions scaling;
+  if (o.loss_scale > 0)
+    scaling.staticScale = o.loss_scale;
+  scaling.initialScale = o.initial_loss_scale;
+  scaling.minScale = o.min_loss_scale;
+  scaling.window = o.loss_scale_window;
+  scaling.hysteresis = o.hysteresis;
+  try {
+    return std::make_unique<train::LossScaler>(scaling);
+  } catch (const Error &e) {
+    // The scaler names megatron-train's flags: name the fields instead.
+    std::string message = e.what();
+    for (auto [flag, field] :
+         {std::pair<const char *, const char *>{"--loss-scale-window",
+                                                "options.loss_scale_window"},
+          {"--initial-loss-scale", "options.initial_loss_scale"},
+          {"--min-loss-scale", "options.min_loss_scale"},
+          {"--hysteresis", "options.hysteresis"},
+          {"--loss-scale", "options.loss_scale"}})
+      for (size_t at = message.find(flag); at != std::string::npos;
+           at = message.find(flag, at + std::strlen(field)))
+        message.replace(at, std::strlen(flag), field);
+    throw Error(e.code(), message);
+  }
+}
+
 std::vector<int64_t> shapeOf(const mtrt_tensor_t &t) {
   return std::vector<int64_t>(t.shape, t.shape + t.rank);
 }
@@ -174,6 +227,7 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
   backendOptions.optimizer = optimizerConfig(options);
   optimizer_ = backendOptions.optimizer;
   seed_ = options.seed;
+  lossScaler_ = lossScaler(b, options);
   if (options.threads < 0 || options.threads > 4096)
     invalid("options.threads: found " + std::to_string(options.threads) +
             ", expected 0 (one per core) to 4096");
@@ -260,6 +314,19 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
   }
   for (size_t i = 0; i < b.parameters().size(); ++i)
     parameterIndex_.emplace(b.parameters()[i].name, i);
+  if (lossScaler_) {
+    // megatron-train --fp16's check: the seed the scale multiplies.
+    bool seeded = false;
+    for (const Instruction &inst : train->instructions)
+      seeded |= inst.op == Op::Fill && inst.attrs.lossSeed;
+    if (!seeded)
+      invalid("bundle '" + b.name() +
+              "' is fp16, but its train_step has no fill marked loss_seed "
+              "(the loss's gradient, which loss scaling multiplies; bundles "
+              "before format version 5 lack it): recompile it with this "
+              "megatron-compile");
+    backend_->setLossScale(lossScaler_->scale());
+  }
 }
 
 Session::~Session() = default;
@@ -381,16 +448,35 @@ mtrt_step_metrics_t Session::apply() {
                 "no micro-batch was accumulated since the last optimizer "
                 "step: call mtrt_session_accumulate (or "
                 "mtrt_session_train_step) first");
-  train::OptimizerStepResult result = backend_->step(
-      iteration_ + 1, 1.0 / static_cast<double>(accumulated_));
-  ++iteration_;
+  int64_t iteration = iteration_ + 1;
+  backend_->reduceGradients();
+  // megatron-train's order (train::Trainer): unscale and check every
+  // gradient element, agree over the ranks, update the scale, skip the
+  // update on an overflow. Skipped steps move neither the schedule nor
+  // AdamW's step.
+  train::IterationResult result;
+  bool skip = false;
+  if (lossScaler_) {
+    bool found = backend_->unscaleAndCheckFinite(1.0 / lossScaler_->scale(),
+                                                 iteration);
+    skip = train::skipOnOverflow(*lossScaler_, found, iteration, skipped_,
+                                 optimizer_.schedule, result);
+  }
+  if (!skip)
+    result.step = backend_->step(iteration - skipped_,
+                                 1.0 / static_cast<double>(accumulated_));
+  iteration_ = iteration;
   metrics_ = {};
   metrics_.struct_size = sizeof(mtrt_step_metrics_t);
   metrics_.iteration = iteration_;
   metrics_.micro_batches = accumulated_;
   metrics_.loss = lossSum_ / static_cast<double>(accumulated_);
-  metrics_.grad_norm = result.gradNorm;
-  metrics_.learning_rate = result.learningRate;
+  metrics_.grad_norm = result.step.gradNorm;
+  metrics_.learning_rate = result.step.learningRate;
+  metrics_.loss_scale = result.lossScale;
+  metrics_.skipped = result.skipped ? 1 : 0;
+  if (lossScaler_)
+    backend_->setLossScale(lossScaler_->scale());
   accumulated_ = 0;
   lossSum_ = 0;
   backend_->zeroGradients();
@@ -477,9 +563,11 @@ void Session::saveCheckpoint(const std::string &directory) {
                           std::max<int64_t>(model.dataParallelSize, 1);
   state.seed = seed_;
   state.microStep = microStep_;
-  state.optimizerStep = iteration_;
+  state.optimizerStep = iteration_ - skipped_;
   state.optimizer = train::optimizerState(optimizer_);
-  state.lossScale = {{"kind", "none"}, {"scale", 1.0}};
+  state.lossScale = lossScaler_ ? lossScaler_->state()
+                                : nlohmann::json{{"kind", "none"},
+                                                 {"scale", 1.0}};
   state.dataPath = "(batches given through the C API)";
   state.globalBatchSize = microBatch_ *
                           std::max<int64_t>(model.dataParallelSize, 1) *
@@ -522,7 +610,21 @@ void Session::loadCheckpoint(const std::string &directory) {
       backend_->checkpointTensors(rank_ != nullptr);
   train::loadCheckpointTensors(manifest, tensors,
                                !rank_ || rank_->rank() == 0);
+  const train::CheckpointState &saved = manifest.state;
+  if (saved.optimizerStep < 0 || saved.optimizerStep > saved.iteration)
+    throw Error(MTRT_STATUS_DATA_LOSS,
+                "checkpoint '" + *found + "': optimizer_step is " +
+                    std::to_string(saved.optimizerStep) +
+                    ", expected the updates of its " +
+                    std::to_string(saved.iteration) +
+                    " iterations (0 to the iteration)");
   backend_->checkpointLoaded();
+  // fp16: the scaler's state, and the steps that skipped their update.
+  skipped_ = saved.iteration - saved.optimizerStep;
+  if (lossScaler_) {
+    lossScaler_->restore(saved.lossScale);
+    backend_->setLossScale(lossScaler_->scale());
+  }
   iteration_ = manifest.state.iteration;
   microStep_ = manifest.state.microStep;
   accumulated_ = 0;

@@ -7,6 +7,7 @@
 #include "comm/RankContext.h"
 #include "core/Bundle.h"
 #include "mtrt/mtrt.h"
+#include "train/LossScaler.h"
 
 #include <map>
 #include <memory>
@@ -82,6 +83,10 @@ private:
   uint64_t seed_ = 0;
   train::OptimizerConfig optimizer_;
   uint64_t microStep_ = 0;
+  /// fp16 bundles: megatron-train --fp16's loss scaler, and the steps that
+  /// skipped their update (AdamW and the schedule count the others).
+  std::unique_ptr<train::LossScaler> lossScaler_;
+  int64_t skipped_ = 0;
   int64_t accumulated_ = 0;
   double lossSum_ = 0;
   mtrt_step_metrics_t metrics_{};

@@ -1,6 +1,8 @@
 // The C API of sessions: pointer and struct-size checks, then the Session.
 #include "capi/Handles.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 using mtrt::capi::checkNotNull;
@@ -9,11 +11,13 @@ using mtrt::makeStatus;
 
 namespace {
 
-/// The options struct of this header version; older callers' structs are
-/// refused (there are none yet), newer ones read up to this size.
-constexpr size_t kOptionsSize = sizeof(mtrt_session_options_t);
-/// The metrics struct of the first version, the smallest accepted.
-constexpr size_t kMetricsSize = sizeof(mtrt_step_metrics_t);
+/// The options struct of the first version (up to clip_grad), the smallest
+/// accepted: the fields a caller's struct lacks (the fp16 loss scaling's)
+/// take their defaults; newer ones are read up to this header's size.
+constexpr size_t kOptionsSize = offsetof(mtrt_session_options_t, loss_scale);
+/// The metrics struct of the first version (up to learning_rate), the
+/// smallest accepted; the library writes what the caller's size holds.
+constexpr size_t kMetricsSize = offsetof(mtrt_step_metrics_t, loss_scale);
 
 mtrt_status_t checkMetrics(const char *apiName,
                            const mtrt_step_metrics_t *metrics) {
@@ -60,6 +64,10 @@ MTRT_API void mtrt_session_options_initialize(mtrt_session_options_t *o) {
   o->adam_beta2 = 0.95;
   o->adam_eps = 1e-8;
   o->clip_grad = 1.0;
+  o->initial_loss_scale = 4294967296.0; // 2^32, megatron-train's defaults
+  o->min_loss_scale = 1.0;
+  o->loss_scale_window = 1000;
+  o->hysteresis = 2;
 }
 
 MTRT_API mtrt_status_t mtrt_session_create(
@@ -78,7 +86,9 @@ MTRT_API mtrt_status_t mtrt_session_create(
                         "mtrt_session_options_initialize",
                         kApi, options->struct_size, kOptionsSize);
     mtrt_session_options_t copy;
-    std::memcpy(&copy, options, kOptionsSize);
+    mtrt_session_options_initialize(&copy);
+    std::memcpy(&copy, options, std::min(options->struct_size, sizeof(copy)));
+    copy.struct_size = sizeof(copy);
     auto handle = std::make_unique<mtrt_session_s>();
     handle->session = std::make_unique<mtrt::capi::Session>(
         bundle->bundle, copy,

@@ -46,6 +46,14 @@ public:
   /// `batch`; returns its loss. `step` keys the dropout masks.
   virtual double run(bool train, const BatchView &batch, uint64_t step) = 0;
   virtual void zeroGradients() = 0;
+  /// fp16: the loss scale train_step's loss seed is multiplied by.
+  virtual void setLossScale(double scale) = 0;
+  /// The data-parallel gradient reduction, once per step before the
+  /// unscale and the optimizer (nothing without a gradient buffer).
+  virtual void reduceGradients() = 0;
+  /// fp16: multiplies every gradient by `factor`; whether any element on
+  /// any rank is inf or nan (a collective over the ranks).
+  virtual bool unscaleAndCheckFinite(double factor, int64_t iteration) = 0;
   virtual train::OptimizerStepResult step(int64_t iteration,
                                           double gradScale) = 0;
 

@@ -8,6 +8,7 @@
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 #include "cuda/kernels/LossScale.h"
+#include "train/DistributedOptimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -161,6 +162,56 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
                     "uploading the AdamW chunk table");
   }
   context.synchronize("setting up the distributed optimizer");
+}
+
+namespace {
+/// The host optimizer's moment tensors, checked against the shard.
+std::pair<host::Tensor *, host::Tensor *>
+hostMoments(train::DistributedOptimizer &host, int64_t size, const char *what) {
+  host::Tensor *tensors[2] = {&host.expAvg(), &host.expAvgSq()};
+  for (host::Tensor *t : tensors)
+    if (t->dtype != DType::F32 || t->numElements() != size)
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  std::string("cuda::DistributedOptimizer::") + what +
+                      ": the host optimizer's moments are " +
+                      std::to_string(t->numElements()) + " " +
+                      dtypeName(t->dtype) + " elements, expected " +
+                      std::to_string(size) + " f32 (the same rank's shard)");
+  return {tensors[0], tensors[1]};
+}
+} // namespace
+
+void DistributedOptimizer::download(train::DistributedOptimizer &to) const {
+  int64_t size = buffer_.shard().size;
+  auto [expAvg, expAvgSq] = hostMoments(to, size, "download");
+  Context &context = parameters_.context();
+  size_t bytes = sizeof(float) * static_cast<size_t>(size);
+  const float *moments = moments_.as<float>();
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(expAvg->buffer.data(), moments, bytes,
+                                  cudaMemcpyDeviceToHost, context.stream()),
+                  "downloading the distributed optimizer's moments");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(expAvgSq->buffer.data(), moments + size,
+                                  bytes, cudaMemcpyDeviceToHost,
+                                  context.stream()),
+                  "downloading the distributed optimizer's moments");
+  context.synchronize("downloading the distributed optimizer's moments");
+}
+
+void DistributedOptimizer::upload(const train::DistributedOptimizer &from) {
+  int64_t size = buffer_.shard().size;
+  auto [expAvg, expAvgSq] = hostMoments(
+      const_cast<train::DistributedOptimizer &>(from), size, "upload");
+  Context &context = parameters_.context();
+  size_t bytes = sizeof(float) * static_cast<size_t>(size);
+  float *moments = moments_.as<float>();
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(moments, expAvg->buffer.data(), bytes,
+                                  cudaMemcpyHostToDevice, context.stream()),
+                  "uploading the distributed optimizer's moments");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(moments + size, expAvgSq->buffer.data(),
+                                  bytes, cudaMemcpyHostToDevice,
+                                  context.stream()),
+                  "uploading the distributed optimizer's moments");
+  context.synchronize("uploading the distributed optimizer's moments");
 }
 
 bool DistributedOptimizer::unscaleAndCheckFinite(double factor,

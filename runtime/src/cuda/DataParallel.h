@@ -17,6 +17,10 @@ namespace mtrt::comm {
 class RankContext;
 } // namespace mtrt::comm
 
+namespace mtrt::train {
+class DistributedOptimizer;
+} // namespace mtrt::train
+
 namespace mtrt::cuda {
 
 class Executor;
@@ -117,6 +121,11 @@ public:
 
   /// The bytes of AdamW's moments this rank holds.
   size_t stateBytes() const { return moments_.size(); }
+  /// Copies the moments to / from the host's distributed optimizer of the
+  /// same rank (whose tensors checkpoints save and load). Throws Error
+  /// (INVALID_ARGUMENT) when its shard has another size or type.
+  void download(train::DistributedOptimizer &to) const;
+  void upload(const train::DistributedOptimizer &from);
 
 private:
   ParameterStore &parameters_;

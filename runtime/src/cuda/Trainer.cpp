@@ -23,7 +23,8 @@ namespace mtrt::cuda {
 Trainer::Trainer(const Bundle &bundle, std::string corpus,
                  std::string corpusName, const train::TrainerOptions &options,
                  const ContextOptions &device, comm::RankContext *rank)
-    : bundle_(bundle), options_(options), corpusName_(corpusName) {
+    : bundle_(bundle), options_(options), corpusName_(corpusName),
+      logs_(!rank || rank->rank() == 0) {
   if (options.floatType != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "the cuda backend trains in f32 only");
@@ -115,8 +116,13 @@ double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
 }
 
 void Trainer::train(std::ostream &out) {
-  train::TrainingLog log(out, options_.logJsonl, options_.progressBar,
-                         options_.trainIters, options_.logInterval);
+  // Ranks other than 0 log nowhere (as train::Trainer): one writer of
+  // --log-jsonl.
+  std::ostringstream discarded;
+  train::TrainingLog log(logs_ ? out : discarded,
+                         logs_ ? options_.logJsonl : "",
+                         logs_ && options_.progressBar, options_.trainIters,
+                         options_.logInterval);
   const ModelConfig &model = bundle_.model();
   int64_t globalBatch = host_->globalBatchSize();
   int64_t microBatches = host_->microBatchesPerIteration();
@@ -206,8 +212,14 @@ void Trainer::train(std::ostream &out) {
   std::function<double()> evaluation;
   if (evalStep_ || (pipeline_ && validData_))
     evaluation = [this] { return evaluate(); };
+  train::LoopStart start = resume(log);
+  std::function<void(int64_t, int64_t)> save;
+  if (!options_.save.empty())
+    save = [&](int64_t iteration, int64_t consumed) {
+      saveCheckpoint(iteration, consumed, log);
+    };
   train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
-                         iterate, evaluation, history_);
+                         iterate, evaluation, history_, start, save);
   if (pipeline_) // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
   else

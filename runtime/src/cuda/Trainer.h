@@ -5,6 +5,7 @@
 #include "core/Bundle.h"
 #include "cuda/Context.h"
 #include "train/Trainer.h"
+#include "train/TrainingLoop.h"
 
 #include <iosfwd>
 #include <memory>
@@ -37,6 +38,12 @@ class PipelineRunner;
 /// for bf16 bundles, bf16: fp16 GEMM operands are not implemented), the seeded initial parameters (initialized on the CPU and
 /// uploaded, so both backends start from the same bits) and greedy sampling
 /// (on the CPU, after the trained parameters are copied back).
+///
+/// Checkpoints (--save, --load; docs/Checkpoints.md) go through the host
+/// trainer too (cuda/TrainerCheckpoint.cpp): the device's parameters and
+/// AdamW moments are copied into its store and saved by the same code in
+/// the same format, and a loaded checkpoint is uploaded (the bf16 copies
+/// rounded again), so either backend resumes the other's checkpoints.
 ///
 /// Thread-safety: none.
 class Trainer {
@@ -94,12 +101,21 @@ private:
   /// memory, valid until the next call).
   std::pair<host::TensorView, host::TensorView>
   readMicroBatch(data::SampleSource &data, int64_t first);
+  /// --load, before the loop: restores the newest checkpoint of the
+  /// directory (through the host trainer) onto the device; checks that
+  /// --save would overwrite nothing. Returns where the loop starts.
+  train::LoopStart resume(train::TrainingLog &log);
+  /// --save: the state after `iteration`, which consumed `consumed` samples.
+  void saveCheckpoint(int64_t iteration, int64_t consumed,
+                      train::TrainingLog &log);
   double runMicroBatch(Executor &executor, data::SampleSource &data,
                        int64_t first, uint64_t step);
 
   const Bundle &bundle_;
   train::TrainerOptions options_;
   std::string corpusName_;
+  /// Whether this rank writes the logs (rank 0, or the only one).
+  bool logs_ = true;
   std::unique_ptr<train::Trainer> host_;
   std::unique_ptr<Context> context_;
   std::unique_ptr<ParameterStore> parameters_;

@@ -477,22 +477,14 @@ void Trainer::train(std::ostream &out) {
   std::function<double()> evaluation;
   if (evalStep_ || (pipeline_ && validData_))
     evaluation = [this] { return evaluate(); };
-  if (!options_.load.empty())
-    loadCheckpoint(options_.load, log);
+  LoopStart start = prepareCheckpoints(log);
   std::function<void(int64_t, int64_t)> save;
-  if (!options_.save.empty()) {
-    checkSaveDirectory();
+  if (!options_.save.empty())
     save = [&](int64_t iteration, int64_t consumed) {
       saveCheckpoint(iteration, consumed, log);
     };
-  }
-  if (startIteration_ >= options_.trainIters)
-    log.line("the checkpoint is at iteration " +
-             std::to_string(startIteration_) + ", --train-iters is " +
-             std::to_string(options_.trainIters) + ": nothing to train");
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
-                  iterate, evaluation, history_,
-                  LoopStart{startIteration_, startConsumed_}, save);
+                  iterate, evaluation, history_, start, save);
   if (pipeline_) // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
 }

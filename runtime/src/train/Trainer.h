@@ -39,6 +39,7 @@ class DataParallelBuffer;
 class DistributedOptimizer;
 class Optimizer;
 class TrainingLog;
+struct LoopStart;
 
 /// Everything megatron-train's flags set; defaults are Megatron-LM's unless
 /// noted.
@@ -197,6 +198,10 @@ public:
   std::vector<CheckpointTensor> checkpointTensors();
   /// What a checkpoint after `iteration` records besides tensors.
   CheckpointState checkpointState(int64_t iteration, int64_t consumed) const;
+  /// Before the training loop: --load's checkpoint (loadCheckpoint), the
+  /// check that --save would overwrite none, and where the loop starts.
+  /// cuda::Trainer calls it too, then uploads the loaded state.
+  LoopStart prepareCheckpoints(TrainingLog &log);
   /// --load: restores the newest checkpoint of `dir`, if it holds one, and
   /// continues from its iteration; writes Megatron-LM's lines to `log`.
   /// Throws Error naming the file or the option that does not match.
@@ -211,6 +216,14 @@ public:
   /// the start of training (a checkpoint's included): the optimizer's
   /// update count is the iteration less these.
   int64_t skippedIterations() const { return skippedIterations_; }
+  /// For a trainer that runs the iterations itself on this one
+  /// (cuda::Trainer): its count, which checkpointState records.
+  void setSkippedIterations(int64_t skipped) { skippedIterations_ = skipped; }
+  /// The distributed optimizer (null without one): its moments are the
+  /// checkpoints' for the rank's range of the gradient buffer.
+  DistributedOptimizer *distributedOptimizer() {
+    return distributedOptimizer_.get();
+  }
 
 private:
   /// Reads microBatchSize() samples of `data` from `first` into the token

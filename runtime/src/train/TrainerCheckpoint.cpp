@@ -8,6 +8,7 @@
 #include "train/DistributedOptimizer.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
+#include "train/TrainingLoop.h"
 #include "train/Weights.h"
 
 #include <filesystem>
@@ -236,6 +237,18 @@ void Trainer::checkSaveDirectory() const {
                   "resume from it with --load " + options_.save +
                   ", move it away, or pass another --save directory");
   }
+}
+
+LoopStart Trainer::prepareCheckpoints(TrainingLog &log) {
+  if (!options_.load.empty())
+    loadCheckpoint(options_.load, log);
+  if (!options_.save.empty())
+    checkSaveDirectory();
+  if (startIteration_ >= options_.trainIters)
+    log.line("the checkpoint is at iteration " +
+             std::to_string(startIteration_) + ", --train-iters is " +
+             std::to_string(options_.trainIters) + ": nothing to train");
+  return LoopStart{startIteration_, startConsumed_};
 }
 
 void Trainer::saveCheckpoint(int64_t iteration, int64_t consumed,

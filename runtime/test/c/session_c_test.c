@@ -1,13 +1,14 @@
 /* Drives the whole C API from C on the host backend with the tiny GPT:
  * bundles, sessions, batches (copied and bound, i32 and i64), train_step,
  * accumulate/apply, eval_step, metrics, parameters (info, get, set, view),
- * checkpoints, and two in-process ranks of a tensor-parallel Llama against
- * one rank.
+ * checkpoints, two in-process ranks of a tensor-parallel Llama against
+ * one rank, and fp16 loss scaling.
  * Usage: mtrt-session-c-test GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS
- *        SCRATCH_DIR */
+ *        SCRATCH_DIR GPT-FP16.mtb */
 #include "c_test_support.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <threads.h>
 
@@ -97,10 +98,128 @@ static int runRank(void *argument) {
   return 0;
 }
 
+/* fp16 loss scaling (megatron-train --fp16's) on the fp16 tiny GPT without
+ * dropout (skipped steps advance the micro-batch counter that keys it). A
+ * dynamic scale from 2^130 (inf in float) overflows: those steps skip their
+ * update, and the scale halves until the gradients are finite. Scaling by a
+ * power of two is exact, so the first step that trains equals the first step
+ * of a session with the static scale 1 bit for bit, and so do the next. A
+ * checkpoint resumes the scaler's state. Loss-scaling options on an fp32
+ * bundle are refused. */
+static void fp16LossScaling(const char *path, mtrt_bundle_t fp32,
+                            const char *scratch) {
+  mtrt_bundle_t bundle = NULL;
+  MUST(mtrt_bundle_load(path, &bundle));
+  mtrt_session_options_t dynamic = trainingOptions();
+  dynamic.initial_loss_scale = ldexp(1.0, 130);
+  dynamic.loss_scale_window = 4;
+  mtrt_session_options_t unit = trainingOptions();
+  unit.loss_scale = 1.0;
+  mtrt_session_t scaled = NULL, plain = NULL;
+  MUST(mtrt_session_create(bundle, &dynamic, &scaled));
+  MUST(mtrt_session_create(bundle, &unit, &plain));
+
+  mtrt_step_metrics_t metrics = newMetrics();
+  int skipped = 0, nanNorms = 1;
+  setBatch(scaled, 0);
+  for (;;) {
+    MUST(mtrt_session_train_step(scaled, &metrics));
+    if (!metrics.skipped)
+      break;
+    ++skipped;
+    nanNorms &= isnan(metrics.grad_norm);
+    if (skipped == 40)
+      break;
+  }
+  printf("fp16: %d step(s) skipped from 2^130 (grad norm NaN: %s), the first "
+         "update at loss scale 2^%d\n",
+         skipped, nanNorms ? "yes" : "NO", (int)log2(metrics.loss_scale));
+  int same = 1;
+  mtrt_step_metrics_t expected = newMetrics();
+  setBatch(plain, 0);
+  MUST(mtrt_session_train_step(plain, &expected));
+  same &= metrics.loss == expected.loss &&
+          metrics.grad_norm == expected.grad_norm;
+  for (int step = 1; step < 4; ++step) {
+    setBatch(scaled, step);
+    setBatch(plain, step);
+    MUST(mtrt_session_train_step(scaled, &metrics));
+    MUST(mtrt_session_train_step(plain, &expected));
+    same &= !metrics.skipped && metrics.loss == expected.loss &&
+            metrics.grad_norm == expected.grad_norm &&
+            metrics.learning_rate == expected.learning_rate;
+  }
+  CHECK(expected.loss_scale == 1.0 && !expected.skipped);
+  printf("fp16: 4 updates equal the static scale 1's bit for bit: %s\n",
+         same ? "yes" : "NO");
+
+  /* Saved, then resumed in a fresh session: the same scales and losses. */
+  char directory[4096];
+  snprintf(directory, sizeof(directory), "%s/fp16-checkpoint", scratch);
+  MUST(mtrt_session_save_checkpoint(scaled, directory));
+  mtrt_session_t restored = NULL;
+  MUST(mtrt_session_create(bundle, &dynamic, &restored));
+  MUST(mtrt_session_load_checkpoint(restored, directory));
+  int resumed = 1;
+  mtrt_step_metrics_t again = newMetrics();
+  for (int step = 4; step < 10; ++step) {
+    setBatch(scaled, step);
+    setBatch(restored, step);
+    MUST(mtrt_session_train_step(scaled, &metrics));
+    MUST(mtrt_session_train_step(restored, &again));
+    resumed &= metrics.loss == again.loss &&
+               metrics.loss_scale == again.loss_scale &&
+               metrics.skipped == again.skipped &&
+               metrics.iteration == again.iteration &&
+               metrics.learning_rate == again.learning_rate;
+  }
+  printf("fp16: checkpoint resumed to iteration %lld at loss scale 2^%d: same "
+         "losses and scales: %s\n",
+         (long long)again.iteration, (int)log2(again.loss_scale),
+         resumed ? "yes" : "NO");
+  mtrt_session_release(restored);
+  mtrt_session_release(plain);
+  mtrt_session_release(scaled);
+
+  /* A caller of the first version, whose structs end before the loss-scaling
+   * fields: they take their defaults (dynamic from 2^32), and its metrics
+   * struct gets the fields it has. */
+  mtrt_session_options_t first = trainingOptions();
+  first.struct_size = offsetof(mtrt_session_options_t, loss_scale);
+  first.initial_loss_scale = 1.0; /* past its struct: not read */
+  mtrt_session_t old = NULL;
+  MUST(mtrt_session_create(bundle, &first, &old));
+  setBatch(old, 0);
+  mtrt_step_metrics_t oldMetrics = newMetrics();
+  oldMetrics.struct_size = offsetof(mtrt_step_metrics_t, loss_scale);
+  oldMetrics.loss_scale = -1;
+  MUST(mtrt_session_train_step(old, &oldMetrics));
+  mtrt_step_metrics_t current = newMetrics();
+  MUST(mtrt_session_metrics(old, &current));
+  printf("fp16: first-version structs: loss scale 2^%d (the default), the "
+         "short metrics left past their size: %s\n",
+         (int)log2(current.loss_scale),
+         oldMetrics.loss_scale == -1 && oldMetrics.iteration == 1 ? "yes"
+                                                                 : "NO");
+  mtrt_session_release(old);
+
+  mtrt_session_t refused = NULL;
+  expectError("fp16: loss_scale on an fp32 bundle",
+              mtrt_session_create(fp32, &unit, &refused),
+              MTRT_STATUS_INVALID_ARGUMENT);
+  mtrt_session_options_t bad = trainingOptions();
+  bad.min_loss_scale = 0;
+  expectError("fp16: min_loss_scale 0",
+              mtrt_session_create(bundle, &bad, &refused),
+              MTRT_STATUS_INVALID_ARGUMENT);
+  mtrt_bundle_release(bundle);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 6) {
+  if (argc != 7) {
     fprintf(stderr,
-            "usage: %s GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS SCRATCH_DIR\n",
+            "usage: %s GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS SCRATCH_DIR "
+            "GPT-FP16.mtb\n",
             argv[0]);
     return 2;
   }
@@ -332,6 +451,7 @@ int main(int argc, char **argv) {
   mtrt_session_release(one);
   mtrt_bundle_release(tp2);
   mtrt_bundle_release(llama);
+  fp16LossScaling(argv[6], bundle, argv[5]);
   mtrt_bundle_release(bundle);
   free(corpus);
   return finish("session_c_test");

@@ -2,8 +2,8 @@
 // batches give the host's losses (within 1e-5 over five steps); batches
 // bound in device memory, copied from it, and copied from host memory give
 // the same loss bit for bit; parameters read and written in device memory
-// and through views; a checkpoint moves between the backends. Skipped
-// without a GPU.
+// and through views; a checkpoint moves between the backends; fp16 loss
+// scaling follows a host session's. Skipped without a GPU.
 #include "CudaTestSupport.h"
 
 #include "mtrt/mtrt.h"
@@ -185,6 +185,60 @@ TEST_F(CudaSessionTest, ACheckpointMovesBetweenBackends) {
   double expected = step(device.get(), 2), actual = step(host.get(), 2);
   EXPECT_LE(std::abs(actual - expected), 1e-5 * std::abs(expected));
   std::filesystem::remove_all(directory);
+}
+
+// fp16 (tiny-gpt-fp16-nodrop.mtb, megatron-compile --fp16 without dropout):
+// the device's unscale, overflow check and skips follow a host session's
+// loss scaler from 2^130 (inf in float), with a window of 4 so that the
+// scale also grows: the same skipped steps and scales, losses within 1e-5.
+TEST_F(CudaSessionTest, Fp16LossScalingFollowsAHostSession) {
+  std::string path = bundleDirectory() + "/tiny-gpt-fp16-nodrop.mtb";
+  ASSERT_TRUE(fileExists(path))
+      << "missing " << path << ": compile models/tiny-gpt.yaml with --fp16 "
+      << "--hidden-dropout 0 --attention-dropout 0 (bench/make-device-dir.sh)";
+  mtrt_bundle_t fp16 = nullptr;
+  ASSERT_OK(mtrt_bundle_load(path.c_str(), &fp16));
+  auto create16 = [&](mtrt_backend_t backend) {
+    mtrt_session_options_t options;
+    mtrt_session_options_initialize(&options);
+    options.backend = backend;
+    options.lr = 1e-3;
+    options.initial_loss_scale = std::ldexp(1.0, 130);
+    options.loss_scale_window = 4;
+    mtrt_session_t session = nullptr;
+    mtrt_status_t status = mtrt_session_create(fp16, &options, &session);
+    EXPECT_EQ(status, nullptr) << mtrt_status_message(status);
+    mtrt_status_free(status);
+    return Session(session);
+  };
+  Session host = create16(MTRT_BACKEND_HOST),
+          device = create16(MTRT_BACKEND_CUDA);
+  ASSERT_TRUE(host && device);
+  int skipped = 0, trained = 0;
+  for (int k = 0; k < 30; ++k) {
+    mtrt_step_metrics_t m[2];
+    mtrt_session_t sessions[2] = {host.get(), device.get()};
+    for (int s = 0; s < 2; ++s) {
+      mtrt_tensor_t t = batchTensor(tokens[k % 5].data(), MTRT_BACKEND_HOST);
+      mtrt_tensor_t l = batchTensor(labels[k % 5].data(), MTRT_BACKEND_HOST);
+      ASSERT_OK(mtrt_session_set_batch(sessions[s], &t, &l, MTRT_BATCH_COPY));
+      m[s] = {};
+      m[s].struct_size = sizeof(m[s]);
+      ASSERT_OK(mtrt_session_train_step(sessions[s], &m[s]));
+    }
+    EXPECT_EQ(m[1].skipped, m[0].skipped) << "step " << k + 1;
+    EXPECT_EQ(m[1].loss_scale, m[0].loss_scale) << "step " << k + 1;
+    EXPECT_LE(std::abs(m[1].loss - m[0].loss), 1e-5 * std::abs(m[0].loss))
+        << "step " << k + 1;
+    EXPECT_EQ(std::isnan(m[1].grad_norm), m[0].skipped != 0);
+    skipped += m[0].skipped != 0;
+    trained += m[0].skipped == 0;
+  }
+  EXPECT_GE(skipped, 2);
+  EXPECT_GE(trained, 10);
+  host.reset();
+  device.reset();
+  mtrt_bundle_release(fp16);
 }
 
 } // namespace

@@ -3,9 +3,11 @@
 (checkpoint-crash.test).
 
 Usage: checkpoint-crash.py TRAIN CHECKPOINT BUNDLE CORPUS WORKDIR [--trials N]
+                           [--backend host|cuda]
 
 TRAIN and CHECKPOINT are megatron-train and megatron-checkpoint; BUNDLE is a
-bundle for several ranks (trained with --in-process-ranks). A base run saves
+bundle for several ranks (trained with --in-process-ranks on --backend, the
+host by default). A base run saves
 iteration 2; the uninterrupted reference resumes it and saves iteration 4.
 
 Crash trials: each resumes a copy of the base run with
@@ -39,6 +41,7 @@ def main():
     for name in ("train", "checkpoint", "bundle", "corpus", "workdir"):
         parser.add_argument(name)
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--backend", default="host")
     args = parser.parse_args()
     rng = random.Random(20261129)
     work = args.workdir
@@ -51,7 +54,7 @@ def main():
                    "--lr", "1e-3", "--lr-decay-iters", "8", "--log-interval",
                    "1", "--eval-interval", "0", "--no-progress-bar",
                    "--threads", "1", "--save", save_dir, "--save-interval",
-                   "2", "--load", save_dir]
+                   "2", "--load", save_dir, "--backend", args.backend]
         if jsonl:
             command += ["--log-jsonl", jsonl]
         env = dict(os.environ)
