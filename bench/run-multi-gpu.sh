@@ -189,7 +189,9 @@ done
 # ranks are started without a wrapper (`env` execs megatron-train), so that
 # the SIGKILL reaches the rank itself: session 4's run killed a `timeout`
 # wrapper instead and its megatron-train trained on. A background kill
-# ends rank 0 after 40 s if it hangs.
+# ends rank 0 after 40 s if it hangs. The ranks save every 500 iterations;
+# afterwards the newest checkpoint must load and train on (both ranks in
+# one process on GPU 0): the kill corrupted none.
 [ "${FAULT:-1}" = 1 ] || exit 0
 port=$((port + 1))
 pids=()
@@ -199,6 +201,7 @@ for r in 0 1; do
     "$dir/bundles/tiny-gpt-bf16-nodrop-tp2.mtb" --data-path "$corpus" \
     --train-iters 1000000 --lr 6e-4 --log-interval 100 --eval-iters 0 \
     --no-progress-bar --backend cuda --collective-timeout 10 \
+    --save "$out/multi/fault-ckpt" --save-interval 500 \
     >"$out/multi/fault.rank$r.log" 2>&1 &
   pids+=($!)
 done
@@ -222,3 +225,17 @@ kill "$guard" 2>/dev/null
   echo "fault: rank 0's last lines:"
   tail -3 "$out/multi/fault.rank0.log" | cut -c1-600
 } >>"$report"
+latest=$(cat "$out/multi/fault-ckpt/latest_checkpointed_iteration.txt" 2>/dev/null)
+if [ -n "$latest" ]; then
+  CUDA_VISIBLE_DEVICES=0 timeout 60 "$dir/bin/megatron-train" \
+    "$dir/bundles/tiny-gpt-bf16-nodrop-tp2.mtb" --data-path "$corpus" \
+    --train-iters $((latest + 20)) --lr 6e-4 --log-interval 10 \
+    --eval-iters 0 --no-progress-bar --backend cuda --in-process-ranks \
+    --load "$out/multi/fault-ckpt" >"$out/multi/fault.resume.log" 2>&1
+  echo "fault: resumed from the newest checkpoint (iteration $latest) on" \
+    "one GPU: exit $?; $(grep -c 'iteration ' "$out/multi/fault.resume.log")" \
+    "iterations logged" >>"$report"
+else
+  echo "fault: no checkpoint was written before the kill" >>"$report"
+fi
+rm -rf "$out/multi/fault-ckpt"

@@ -81,7 +81,7 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return operand <= 1; // A and B; a bias stays fp32
   case Op::LinearGeluGrad:
     return operand <= 2; // dy, W and the pre-activation (D's type)
-  case Op::LayerNorm: // x; the weight and bias stay fp32
+  case Op::LayerNorm:    // x; the weight and bias stay fp32
   case Op::RmsNorm:
     return operand == 0;
   case Op::LayerNormGrad: // dy and x; the weight stays fp32
@@ -98,6 +98,23 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return operand == 0;
   case Op::Fused: // the generated kernels' type mask (format version 6)
     return fusedKernels_ && fusedKernels_->takesBf16(operand);
+  // The multi-rank instructions (RankOps.cpp), where Megatron-LM keeps bf16:
+  // the tensor-parallel sums of activations and their gradients (NCCL's
+  // bf16; a max, the vocabulary-parallel loss's, stays fp32), the gathers,
+  // scatters and slices of sequence parallelism, bias_add's input (the bias
+  // stays fp32) and the vocabulary block's logits.
+  case Op::AllReduce:
+    return inst.attrs.collectiveReduction == CollectiveReduction::Sum;
+  case Op::AllGather:
+  case Op::ReduceScatter:
+  case Op::AllSlice:
+    return true;
+  case Op::BiasAdd:
+  case Op::VocabMax:
+  case Op::VocabPartials: // the logits; the labels and the max stay fp32
+    return operand == 0;
+  case Op::VocabCrossEntropyGrad: // the logits; dloss and the statistics
+    return operand == 1;          // stay fp32
   default:
     return false;
   }
@@ -111,8 +128,15 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   switch (inst.op) {
   case Op::Embedding: // the rows gathered from the fp32 table
   case Op::Fill:
-  case Op::CrossEntropyGrad: // dlogits: Loss.cu writes either type
+  case Op::CrossEntropyGrad:      // dlogits: Loss.cu writes either type
+  case Op::VocabCrossEntropyGrad: // the block's dlogits: VocabParallel.cu's
+  case Op::AllGather:             // the collectives: as their operand
+  case Op::ReduceScatter:
+  case Op::AllSlice:
+  case Op::BiasAdd: // Elementwise.cu's addBiasRows
     return true;
+  case Op::AllReduce:
+    return inst.attrs.collectiveReduction == CollectiveReduction::Sum;
   case Op::LayerNorm: // y
   case Op::RmsNorm:
     return true;
@@ -167,14 +191,19 @@ void Executor::planBf16Values() {
     const Instruction &inst = fn.instructions[position];
     for (size_t i = 0; i < inst.results.size(); ++i) {
       int64_t r = inst.results[i];
-      if (inst.op == Op::GetParameter || isRankInstruction(inst) ||
-          (eligible[r] && !writesBf16(inst, i)))
+      if (inst.op == Op::GetParameter || (eligible[r] && !writesBf16(inst, i)))
         eligible[r] = false;
     }
     for (size_t i = 0; i < inst.operands.size(); ++i)
-      if (isRankInstruction(inst) || !readsBf16(inst, i))
+      if (!readsBf16(inst, i))
         eligible[inst.operands[i]] = false;
     switch (inst.op) {
+    case Op::AllReduce: // a collective moves one element type
+    case Op::AllGather:
+    case Op::ReduceScatter:
+    case Op::AllSlice:
+      groups.join(inst.operands[0], inst.results[0]);
+      break;
     case Op::Reshape:
       groups.join(inst.operands[0], inst.results[0]);
       break;
@@ -192,7 +221,7 @@ void Executor::planBf16Values() {
     case Op::LinearGeluGrad:
       groups.join(inst.results[0], inst.operands[2]);
       break;
-    case Op::Attention: // the flash kernels take one input type (q, k, v,
+    case Op::Attention:     // the flash kernels take one input type (q, k, v,
     case Op::AttentionGrad: // dout) and one output type (dq, dk, dv)
       for (int64_t operand : inst.operands)
         groups.join(inst.operands[0], operand);

@@ -4,7 +4,43 @@
 
 #include "cuda/CudaCheck.h"
 
+#include <cstring>
+
 namespace mtrt::cuda {
+
+namespace {
+
+/// bf16 elements (their bits) as floats: exact.
+void widenBf16(const std::vector<unsigned char> &bf16,
+               std::vector<float> &wide) {
+  wide.resize(bf16.size() / sizeof(uint16_t));
+  for (size_t i = 0; i < wide.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, bf16.data() + i * sizeof(bits), sizeof(bits));
+    uint32_t word = static_cast<uint32_t>(bits) << 16;
+    std::memcpy(&wide[i], &word, sizeof(word));
+  }
+}
+
+/// Floats rounded to bf16 (nearest even, as __float2bfloat16_rn; a NaN stays
+/// a quiet NaN).
+void narrowToBf16(const std::vector<float> &wide,
+                  std::vector<unsigned char> &bf16) {
+  bf16.resize(wide.size() * sizeof(uint16_t));
+  for (size_t i = 0; i < wide.size(); ++i) {
+    uint32_t word;
+    std::memcpy(&word, &wide[i], sizeof(word));
+    uint16_t bits;
+    if ((word & 0x7fffffffu) > 0x7f800000u)
+      bits = static_cast<uint16_t>((word >> 16) | 0x0040u);
+    else
+      bits =
+          static_cast<uint16_t>((word + 0x7fffu + ((word >> 16) & 1u)) >> 16);
+    std::memcpy(bf16.data() + i * sizeof(bits), &bits, sizeof(bits));
+  }
+}
+
+} // namespace
 
 DeviceCollective::DeviceCollective(cudaStream_t stream, std::string where)
     : stream_(stream), where_(std::move(where)) {}
@@ -36,13 +72,14 @@ void DeviceCollective::run(comm::Communicator &comm, const Buffers &buffers,
         MTRT_CUDA_CHECK(
             cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming),
             where(info));
-        MTRT_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
-                        where(info));
+        MTRT_CUDA_CHECK(
+            cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
+            where(info));
       }
       MTRT_CUDA_CHECK(cudaEventRecord(ready_, stream_), where(info));
       MTRT_CUDA_CHECK(cudaStreamWaitEvent(theirs, ready_, 0), where(info));
     }
-    call(buffers.send, buffers.recv);
+    call(buffers.send, buffers.recv, buffers.dtype);
     if (theirs != stream_ && awaited) {
       MTRT_CUDA_CHECK(cudaEventRecord(done_, theirs), where(info));
       MTRT_CUDA_CHECK(cudaStreamWaitEvent(stream_, done_, 0), where(info));
@@ -50,7 +87,10 @@ void DeviceCollective::run(comm::Communicator &comm, const Buffers &buffers,
     return;
   }
   // Staged: the operands after the stream's work, the call on host copies,
-  // the result back before returning (the host copies are reused).
+  // the result back before returning (the host copies are reused). bf16
+  // elements are widened to fp32 for the call (the in-process communicator
+  // reduces fp32: a sum of bf16 values rounds once, at the end) and the
+  // result is rounded back to bf16.
   hostSend_.resize(buffers.sendBytes);
   hostRecv_.resize(buffers.recvBytes);
   if (buffers.sendBytes)
@@ -65,8 +105,16 @@ void DeviceCollective::run(comm::Communicator &comm, const Buffers &buffers,
                     where(info) + ": copying the buffer to the host");
   MTRT_CUDA_CHECK(cudaStreamSynchronize(stream_),
                   where(info) + ": waiting for the operands");
-  call(buffers.sendBytes ? hostSend_.data() : nullptr,
-       buffers.recvBytes ? hostRecv_.data() : nullptr);
+  if (buffers.dtype == DType::BF16) {
+    widenBf16(hostSend_, hostSendWide_);
+    widenBf16(hostRecv_, hostRecvWide_);
+    call(buffers.sendBytes ? hostSendWide_.data() : nullptr,
+         buffers.recvBytes ? hostRecvWide_.data() : nullptr, DType::F32);
+    narrowToBf16(hostRecvWide_, hostRecv_);
+  } else {
+    call(buffers.sendBytes ? hostSend_.data() : nullptr,
+         buffers.recvBytes ? hostRecv_.data() : nullptr, buffers.dtype);
+  }
   if (buffers.recvBytes) {
     MTRT_CUDA_CHECK(cudaMemcpyAsync(buffers.recv, hostRecv_.data(),
                                     buffers.recvBytes, cudaMemcpyHostToDevice,
@@ -88,9 +136,9 @@ void DeviceCollective::allReduce(comm::Communicator &comm, const void *send,
                                  comm::ReduceOp op,
                                  const comm::CallInfo &info) {
   size_t bytes = bytesOf(count, dtype);
-  run(comm, {send, bytes, recv, bytes, false}, info,
-      [&](const void *s, void *r) {
-        comm.allReduce(s, r, count, dtype, op, info);
+  run(comm, {send, bytes, recv, bytes, false, dtype}, info,
+      [&](const void *s, void *r, DType type) {
+        comm.allReduce(s, r, count, type, op, info);
       });
 }
 
@@ -98,48 +146,52 @@ void DeviceCollective::allGather(comm::Communicator &comm, const void *send,
                                  void *recv, int64_t count, DType dtype,
                                  const comm::CallInfo &info) {
   size_t bytes = bytesOf(count, dtype);
-  run(comm, {send, bytes, recv, bytes * static_cast<size_t>(comm.size()), false},
-      info, [&](const void *s, void *r) {
-        comm.allGather(s, r, count, dtype, info);
+  run(comm,
+      {send, bytes, recv, bytes * static_cast<size_t>(comm.size()), false,
+       dtype},
+      info, [&](const void *s, void *r, DType type) {
+        comm.allGather(s, r, count, type, info);
       });
 }
 
-void DeviceCollective::reduceScatter(comm::Communicator &comm,
-                                     const void *send, void *recv,
-                                     int64_t count, DType dtype,
+void DeviceCollective::reduceScatter(comm::Communicator &comm, const void *send,
+                                     void *recv, int64_t count, DType dtype,
                                      comm::ReduceOp op,
                                      const comm::CallInfo &info) {
   size_t bytes = bytesOf(count, dtype);
-  run(comm, {send, bytes * static_cast<size_t>(comm.size()), recv, bytes, false},
-      info, [&](const void *s, void *r) {
-        comm.reduceScatter(s, r, count, dtype, op, info);
+  run(comm,
+      {send, bytes * static_cast<size_t>(comm.size()), recv, bytes, false,
+       dtype},
+      info, [&](const void *s, void *r, DType type) {
+        comm.reduceScatter(s, r, count, type, op, info);
       });
 }
 
 void DeviceCollective::broadcast(comm::Communicator &comm, void *buffer,
                                  int64_t count, DType dtype, int root,
                                  const comm::CallInfo &info) {
-  run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), true}, info,
-      [&](const void *, void *r) {
-        comm.broadcast(r, count, dtype, root, info);
+  run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), true, dtype}, info,
+      [&](const void *, void *r, DType type) {
+        comm.broadcast(r, count, type, root, info);
       });
 }
 
 void DeviceCollective::send(comm::Communicator &comm, const void *buffer,
                             int64_t count, DType dtype, int peer,
                             const comm::CallInfo &info) {
-  run(comm, {buffer, bytesOf(count, dtype), nullptr, 0, false}, info,
-      [&](const void *s, void *) { comm.send(s, count, dtype, peer, info); });
+  run(comm, {buffer, bytesOf(count, dtype), nullptr, 0, false, dtype}, info,
+      [&](const void *s, void *, DType type) {
+        comm.send(s, count, type, peer, info);
+      });
 }
 
-void DeviceCollective::sendAsync(comm::Communicator &comm,
-                                 const void *buffer, int64_t count,
-                                 DType dtype, int peer,
+void DeviceCollective::sendAsync(comm::Communicator &comm, const void *buffer,
+                                 int64_t count, DType dtype, int peer,
                                  const comm::CallInfo &info) {
   run(
-      comm, {buffer, bytesOf(count, dtype), nullptr, 0, false}, info,
-      [&](const void *s, void *) {
-        comm.sendAsync(s, count, dtype, peer, info);
+      comm, {buffer, bytesOf(count, dtype), nullptr, 0, false, dtype}, info,
+      [&](const void *s, void *, DType type) {
+        comm.sendAsync(s, count, type, peer, info);
       },
       /*awaited=*/false);
 }
@@ -147,8 +199,10 @@ void DeviceCollective::sendAsync(comm::Communicator &comm,
 void DeviceCollective::recv(comm::Communicator &comm, void *buffer,
                             int64_t count, DType dtype, int peer,
                             const comm::CallInfo &info) {
-  run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), false}, info,
-      [&](const void *, void *r) { comm.recv(r, count, dtype, peer, info); });
+  run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), false, dtype}, info,
+      [&](const void *, void *r, DType type) {
+        comm.recv(r, count, type, peer, info);
+      });
 }
 
 void DeviceCollective::sendRecv(comm::Communicator &comm,
@@ -156,9 +210,9 @@ void DeviceCollective::sendRecv(comm::Communicator &comm,
                                 void *recvBuffer, int recvPeer, int64_t count,
                                 DType dtype, const comm::CallInfo &info) {
   size_t bytes = bytesOf(count, dtype);
-  run(comm, {sendBuffer, bytes, recvBuffer, bytes, false}, info,
-      [&](const void *s, void *r) {
-        comm.sendRecv(s, sendPeer, r, recvPeer, count, dtype, info);
+  run(comm, {sendBuffer, bytes, recvBuffer, bytes, false, dtype}, info,
+      [&](const void *s, void *r, DType type) {
+        comm.sendRecv(s, sendPeer, r, recvPeer, count, type, info);
       });
 }
 

@@ -29,7 +29,10 @@ namespace mtrt::cuda {
 /// - otherwise (the in-process communicator of the one-GPU checks): the send
 ///   buffer is copied to the host after `stream`'s work, the call runs on
 ///   host memory, and the result is copied back; the call returns once the
-///   result is on the device. Correct, not fast.
+///   result is on the device. bf16 buffers are widened to fp32 on the host
+///   for the call (the in-process communicator takes fp32) and its result
+///   rounded back to bf16 (nearest even): a sum rounds once. Correct, not
+///   fast.
 ///
 /// Thread-safety: one thread at a time (the rank's), as the Communicator.
 class DeviceCollective {
@@ -88,8 +91,12 @@ private:
     size_t recvBytes = 0;
     /// The call reads the recv buffer too (broadcast's one buffer).
     bool recvIsInput = false;
+    /// The elements' type: the staged path widens bf16 to fp32 for the call.
+    DType dtype = DType::F32;
   };
-  /// `awaited`: `stream` waits for the call (all but sendAsync).
+  /// `awaited`: `stream` waits for the call (all but sendAsync). `call(send,
+  /// recv, dtype)` runs the communicator call on the buffers given, of that
+  /// dtype.
   template <typename Call>
   void run(comm::Communicator &comm, const Buffers &buffers,
            const comm::CallInfo &info, Call &&call, bool awaited = true);
@@ -99,8 +106,9 @@ private:
   std::string where_;
   /// Orders `stream_` and a communicator's own stream (made on first use).
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
-  /// The host copies of the staged path.
+  /// The host copies of the staged path, and their fp32 widening for bf16.
   std::vector<unsigned char> hostSend_, hostRecv_;
+  std::vector<float> hostSendWide_, hostRecvWide_;
 };
 
 } // namespace mtrt::cuda

@@ -228,7 +228,8 @@ private:
   /// in bf16 (writesBf16) and every reader reads it so (readsBf16), and so
   /// is every value that must share its type (a reshape's, split's or
   /// concat's operands and results; a GeLU epilogue's result and auxiliary
-  /// matrix). Function inputs, outputs and parameters stay as declared.
+  /// matrix; a collective's operand and result). Function inputs, outputs
+  /// and parameters stay as declared.
   void planBf16Values();
   /// Whether the device kernels of `inst` read operand `operand` in bf16
   /// when it is held so (and in fp32 otherwise). Each op's dispatch in

@@ -6,10 +6,15 @@
 // vocabulary-parallel embedding and cross-entropy as kernels
 // (kernels/Embedding.cu, kernels/VocabParallel.cu).
 //
-// Every value these instructions read or write is fp32 (or ids): the
-// bf16-values plan keeps their operands and results out of bf16
-// (Bf16Values.cpp), so the tensor-parallel sums are fp32 sums of the ranks'
-// fp32 partial products, as the host's.
+// Under bf16, the bf16-values plan (Bf16Values.cpp) holds in bf16 what
+// Megatron-LM does: the tensor-parallel sums, gathers and scatters of
+// activations and their gradients (NCCL's bf16 reduction; the staged path
+// sums in fp32 and rounds once), bias_add's input and result, the
+// vocabulary block's logits and their gradient, the vocabulary-parallel
+// embedding's rows. The loss's max and sums, the biases, the parameters and
+// their gradients stay fp32. With fp32 bundles every value is fp32, and the
+// tensor-parallel sums are fp32 sums of the ranks' partial products, as the
+// host's.
 #include "cuda/Executor.h"
 
 #include "comm/RankContext.h"
@@ -108,20 +113,19 @@ void Executor::prepareRankInstructions() {
         (inst.op != Op::AllGather && inst.op != Op::ReduceScatter))
       continue;
     // Along the outermost axis the ranks' blocks are already contiguous.
-    if (axisView(fn.values[inst.operands[0]].shape, inst.attrs.axis).outer ==
-        1)
+    if (axisView(fn.values[inst.operands[0]].shape, inst.attrs.axis).outer == 1)
       continue;
     int64_t v = inst.op == Op::AllGather ? inst.results[0] : inst.operands[0];
-    staging = std::max(staging, sizeof(float) * static_cast<size_t>(
-                                                    fn.values[v].numElements));
+    staging = std::max(
+        staging, sizeof(float) * static_cast<size_t>(fn.values[v].numElements));
   }
   if (!any)
     return;
   std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
   collective_ = std::make_unique<DeviceCollective>(context_.stream(), what);
   if (staging)
-    rankStaging_ = DeviceBuffer(staging, "the rank instructions' staging of " +
-                                             what);
+    rankStaging_ =
+        DeviceBuffer(staging, "the rank instructions' staging of " + what);
 }
 
 void Executor::executeCollective(size_t position, const Instruction &inst,
@@ -130,20 +134,25 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   const Attributes &a = inst.attrs;
   cudaStream_t stream = context_.stream();
   int64_t x = inst.operands[0], y = inst.results[0];
-  for (int64_t v : {x, y})
-    if (storageType(v) != DType::F32)
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  where(position) + ": " + opName(inst.op) + " of " +
-                      dtypeName(storageType(v)) +
-                      " values; the cuda backend's collectives take f32");
-  const auto *in = static_cast<const float *>(slot(x));
-  auto *out = static_cast<float *>(slot(y));
+  // The plan gives a collective's operand and result one type
+  // (Bf16Values.cpp): fp32, or bf16 for the tensor-parallel sums, gathers
+  // and scatters of activations and their gradients.
+  DType type = storageType(x);
+  if (storageType(y) != type || (type != DType::F32 && type != DType::BF16))
+    throw Error(MTRT_STATUS_INTERNAL,
+                where(position) + ": " + opName(inst.op) + " from " +
+                    dtypeName(type) + " to " + dtypeName(storageType(y)) +
+                    "; the cuda backend's collectives take f32 or bf16 "
+                    "values of one type");
+  const size_t element = dtypeSize(type);
+  const auto *in = static_cast<const char *>(slot(x));
+  auto *out = static_cast<char *>(slot(y));
   int64_t inCount = fn.values[x].numElements;
   int64_t outCount = fn.values[y].numElements;
   int64_t group = gridGroupSize(bundle_.gridShape(), a.gridAxes);
   if (group == 1) {
     if (in != out && outCount > 0)
-      MTRT_CUDA_CHECK(cudaMemcpyAsync(out, in, sizeof(float) * outCount,
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(out, in, element * outCount,
                                       cudaMemcpyDeviceToDevice, stream),
                       where(position));
     return;
@@ -158,21 +167,23 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   AxisView view = inst.op == Op::AllReduce
                       ? AxisView{}
                       : axisView(fn.values[x].shape, a.axis);
-  // Copies `rows` rows of `width` floats between pitched arrays.
-  auto copyRows = [&](float *to, int64_t toPitch, const float *from,
+  // Copies `rows` rows of `width` elements between pitched arrays; the
+  // offsets and pitches are in elements.
+  auto copyRows = [&](char *to, int64_t toPitch, const char *from,
                       int64_t fromPitch, int64_t width, int64_t rows) {
     if (width > 0 && rows > 0)
-      MTRT_CUDA_CHECK(
-          cudaMemcpy2DAsync(to, sizeof(float) * toPitch, from,
-                            sizeof(float) * fromPitch, sizeof(float) * width,
-                            rows, cudaMemcpyDeviceToDevice, stream),
-          where(position));
+      MTRT_CUDA_CHECK(cudaMemcpy2DAsync(to, element * toPitch, from,
+                                        element * fromPitch, element * width,
+                                        rows, cudaMemcpyDeviceToDevice, stream),
+                      where(position));
   };
+  auto at = [&](auto *base, int64_t offset) { return base + element * offset; };
   if (inst.op == Op::AllSlice) {
-    int64_t index = gridGroupIndex(rank_->gridShape(), rank_->coordinates(),
-                                   a.gridAxes);
+    int64_t index =
+        gridGroupIndex(rank_->gridShape(), rank_->coordinates(), a.gridAxes);
     int64_t block = view.axisSize / group * view.inner;
-    copyRows(out, block, in + index * block, group * block, block, view.outer);
+    copyRows(out, block, at(in, index * block), group * block, block,
+             view.outer);
     return;
   }
   comm::Communicator &comm = rank_->group(a.gridAxes);
@@ -181,38 +192,36 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
                           ? comm::ReduceOp::Max
                           : comm::ReduceOp::Sum;
-  auto *staging = rankStaging_.as<float>();
+  auto *staging = static_cast<char *>(rankStaging_.data());
   switch (inst.op) {
   case Op::AllReduce:
-    collective_->allReduce(comm, in, out, inCount, DType::F32, op, info);
+    collective_->allReduce(comm, in, out, inCount, type, op, info);
     break;
   case Op::AllGather: {
     // The ranks' blocks arrive one after another; along an inner axis they
     // are interleaved into place.
     if (view.outer == 1) {
-      collective_->allGather(comm, in, out, inCount, DType::F32, info);
+      collective_->allGather(comm, in, out, inCount, type, info);
       break;
     }
-    collective_->allGather(comm, in, staging, inCount, DType::F32, info);
+    collective_->allGather(comm, in, staging, inCount, type, info);
     int64_t block = view.axisSize * view.inner;
     for (int64_t r = 0; r < group; ++r)
-      copyRows(out + r * block, group * block, staging + r * inCount, block,
-               block, view.outer);
+      copyRows(at(out, r * block), group * block, at(staging, r * inCount),
+               block, block, view.outer);
     break;
   }
   case Op::ReduceScatter: {
     // Each rank's block of the axis, made contiguous, one after another.
     if (view.outer == 1) {
-      collective_->reduceScatter(comm, in, out, outCount, DType::F32, op,
-                                 info);
+      collective_->reduceScatter(comm, in, out, outCount, type, op, info);
       break;
     }
     int64_t block = view.axisSize / group * view.inner;
     for (int64_t r = 0; r < group; ++r)
-      copyRows(staging + r * outCount, block, in + r * block, group * block,
-               block, view.outer);
-    collective_->reduceScatter(comm, staging, out, outCount, DType::F32, op,
-                               info);
+      copyRows(at(staging, r * outCount), block, at(in, r * block),
+               group * block, block, view.outer);
+    collective_->reduceScatter(comm, staging, out, outCount, type, op, info);
     break;
   }
   default:
@@ -230,7 +239,22 @@ void Executor::executeRankInstruction(size_t position, const Instruction &inst,
   auto in = [&](size_t i) {
     return static_cast<const float *>(slot(inst.operands[i]));
   };
-  auto out = [&](size_t i) { return static_cast<float *>(slot(inst.results[i])); };
+  auto out = [&](size_t i) {
+    return static_cast<float *>(slot(inst.results[i]));
+  };
+  // An operand or result the plan may hold in bf16 (Bf16Values.cpp).
+  auto inElements = [&](size_t i) {
+    const void *data = slot(inst.operands[i]);
+    return heldInBf16(inst.operands[i])
+               ? InElements(static_cast<const __nv_bfloat16 *>(data))
+               : InElements(static_cast<const float *>(data));
+  };
+  auto outElements = [&](size_t i) {
+    void *data = slot(inst.results[i]);
+    return heldInBf16(inst.results[i])
+               ? OutElements(static_cast<__nv_bfloat16 *>(data))
+               : OutElements(static_cast<float *>(data));
+  };
   auto count = [&](int64_t v) { return fn.values[v].numElements; };
   auto withIds = [&](size_t operand, auto &&body) {
     const void *data = slot(inst.operands[operand]);
@@ -247,19 +271,16 @@ void Executor::executeRankInstruction(size_t position, const Instruction &inst,
   case Op::AllSlice:
     executeCollective(position, inst, step);
     return;
-  case Op::BiasAdd: {
+  case Op::BiasAdd: { // y = x + bias per row, in place or not
     int64_t n = fn.values[inst.operands[0]].shape.back();
     int64_t total = count(inst.operands[0]);
-    if (out(0) != in(0) && total > 0)
-      MTRT_CUDA_CHECK(cudaMemcpyAsync(out(0), in(0), sizeof(float) * total,
-                                      cudaMemcpyDeviceToDevice, stream),
-                      where(position));
-    addBiasRows(stream, n ? total / n : 0, n, in(1), out(0));
+    biasAdd(stream, n ? total / n : 0, n, inElements(0), in(1), outElements(0));
     break;
   }
   case Op::VocabMax: {
     int64_t vocab = fn.values[inst.operands[0]].shape.back();
-    vocabMax(stream, count(inst.operands[0]) / vocab, vocab, in(0), out(0));
+    vocabMax(stream, count(inst.operands[0]) / vocab, vocab, inElements(0),
+             out(0));
     break;
   }
   case Op::VocabPartials:
@@ -271,11 +292,12 @@ void Executor::executeRankInstruction(size_t position, const Instruction &inst,
     int64_t start = vocabBlock(position, inst).first * vocab;
     withIds(labelsAt, [&](auto *labels) {
       if (grad)
-        vocabCrossEntropyGrad(stream, rows, vocab, start, in(1), labels,
+        vocabCrossEntropyGrad(stream, rows, vocab, start, inElements(1), labels,
                               a.ignoreIndex, toKernel(a.reduction), in(0),
-                              in(3), in(4), out(0), rankStaging_.data());
+                              in(3), in(4), outElements(0),
+                              rankStaging_.data());
       else
-        vocabPartials(stream, rows, vocab, start, in(0), labels, in(2),
+        vocabPartials(stream, rows, vocab, start, inElements(0), labels, in(2),
                       out(0));
     });
     break;
@@ -296,19 +318,18 @@ void Executor::executeRankInstruction(size_t position, const Instruction &inst,
       if (inst.op == Op::Embedding)
         vocabEmbeddingForward(stream, d.count, d.vocab, d.hidden,
                               block * d.vocab, blocks * d.vocab, in(0), ids,
-                              OutElements(out(0)), fault, tag);
+                              outElements(0), fault, tag);
       else
         vocabEmbeddingBackward(stream, d.count, d.vocab, d.hidden,
                                block * d.vocab, blocks * d.vocab, ids,
-                               InElements(in(0)), out(0), scratch(position),
-                               fault, tag);
+                               inElements(0), out(0), scratch(position), fault,
+                               tag);
     });
     break;
   }
   default:
-    throw Error(MTRT_STATUS_INTERNAL,
-                where(position) + ": " + opName(inst.op) +
-                    " is not a multi-rank instruction");
+    throw Error(MTRT_STATUS_INTERNAL, where(position) + ": " + opName(inst.op) +
+                                          " is not a multi-rank instruction");
   }
   cudaError_t launch = cudaGetLastError();
   if (launch != cudaSuccess)

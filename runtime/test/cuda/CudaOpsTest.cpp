@@ -305,6 +305,17 @@ TEST_F(CudaOpsTest, FlashAttentionHeadDim128InBf16) {
   c.check(kBf16, 9);
 }
 
+// Head dimension 128 (8 warps over 128 rows a block, two stages of walked
+// tiles): grouped-query heads, not causal, a key count whose last 128-key
+// block holds one 64-key mask word (260 keys: 5 words a row), dropout
+// without paired draws.
+TEST_F(CudaOpsTest, FlashAttentionHeadDim128GroupedQueryNonCausalInBf16) {
+  c.precision = "bf16";
+  attentionCase(c, {1, 70, 4, 128}, {1, 260, 2, 128}, {1, 260, 2, 128},
+                {{"causal", false}, {"dropout_p", 0.1}, {"seed", 12}});
+  c.check(kBf16, 4);
+}
+
 // GPT-2's head dimension with whole tiles: tiles below the causal diagonal
 // (no mask), key counts divisible by 4 (the lanes of a pair share their
 // dropout draws) and grouped-query heads, against the host's masks.
@@ -396,6 +407,18 @@ TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128) {
   c.bf16Values = 14;
   c.elidedCopies = 2;
   c.check(kBf16, 2);
+}
+
+// Head dimension 128 with bf16 values (the tiles copied by cp.async):
+// grouped-query heads, dropout with paired draws, causal over three
+// 128-query blocks (320 positions: the last one half full), two batches.
+TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128GroupedQuery) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 2, 320, 4, 2, 128,
+                     {{"causal", true}, {"dropout_p", 0.1}, {"seed", 10}});
+  c.bf16Values = 14;
+  c.elidedCopies = 2;
+  c.check(kBf16, 3);
 }
 
 // fp32 inputs (q is an output: q, k, v, dout and the split stay fp32) with

@@ -20,6 +20,7 @@
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
+#include <cstring>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -33,7 +34,49 @@ struct StepResult {
   double loss = 0;
   /// Per parameter, the global gradient (NaN where no rank wrote).
   std::vector<host::Tensor> gradients;
+  /// Rank 0's values held in bf16 (Executor::bf16ValueCount), and those of
+  /// them that a multi-rank instruction reads or writes.
+  size_t bf16Values = 0, rankBf16Values = 0;
 };
+
+/// The instructions the CUDA executor runs as multi-rank ones (RankOps.cpp).
+bool multiRank(const Instruction &inst) {
+  switch (inst.op) {
+  case Op::AllReduce:
+  case Op::AllGather:
+  case Op::ReduceScatter:
+  case Op::AllSlice:
+  case Op::BiasAdd:
+  case Op::VocabMax:
+  case Op::VocabPartials:
+  case Op::VocabCrossEntropy:
+  case Op::VocabCrossEntropyGrad:
+    return true;
+  case Op::Embedding:
+  case Op::EmbeddingGrad:
+    return !inst.attrs.vocabShardAxes.empty();
+  default:
+    return false;
+  }
+}
+
+/// How many of train_step's values that multi-rank instructions read or
+/// write `executor` holds in bf16.
+size_t rankValuesInBf16(const Bundle &bundle, const cuda::Executor &executor) {
+  const Function &fn = *bundle.findFunction("train_step");
+  std::vector<bool> touched(fn.values.size(), false);
+  for (const Instruction &inst : fn.instructions)
+    if (multiRank(inst)) {
+      for (int64_t v : inst.operands)
+        touched[v] = true;
+      for (int64_t v : inst.results)
+        touched[v] = true;
+    }
+  size_t count = 0;
+  for (size_t v = 0; v < touched.size(); ++v)
+    count += touched[v] && executor.heldInBf16(static_cast<int64_t>(v));
+  return count;
+}
 
 std::vector<host::Tensor> emptyGradients(const Bundle &bundle) {
   std::vector<host::Tensor> gradients;
@@ -121,6 +164,10 @@ StepResult inProcessRanks(const Bundle &bundle) {
     double loss = executor.run(inputs, 5)[0].data<float>()[0];
     std::lock_guard<std::mutex> lock(mutex);
     losses[static_cast<size_t>(c.rank())] = loss;
+    if (c.rank() == 0) {
+      result.bf16Values = executor.bf16ValueCount();
+      result.rankBf16Values = rankValuesInBf16(bundle, executor);
+    }
     for (size_t p = 0; p < store.size(); ++p)
       scatterShard(hostStore, p, store.gradientToHost(p), result.gradients[p]);
   });
@@ -249,13 +296,101 @@ TEST(DeviceCollectiveTest, StagesTheInProcessCommunicatorsCalls) {
     }
 }
 
+/// bf16 bits of `value` (small integers: exact) and back.
+uint16_t bf16Bits(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof(word));
+  return static_cast<uint16_t>(word >> 16);
+}
+
+float bf16Value(uint16_t bits) {
+  uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, sizeof(value));
+  return value;
+}
+
+// The staged path on bf16 buffers (the tensor-parallel collectives of a bf16
+// bundle): widened to fp32 for the in-process communicator and rounded back,
+// exact on these small integers; a sum that bf16 cannot hold rounds to
+// nearest even once.
+TEST(DeviceCollectiveTest, StagesBf16Buffers) {
+  MTRT_REQUIRE_GPU();
+  const size_t n = 4;
+  comm::InProcessWorld world(2);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    cuda::Context context;
+    cuda::DeviceCollective collective(context.stream(), "StagesBf16Buffers");
+    int r = c.rank();
+    std::vector<uint16_t> mine(2 * n);
+    for (size_t i = 0; i < mine.size(); ++i)
+      mine[i] = bf16Bits(static_cast<float>(10 * r + i));
+    // 256 + 1 (rank 0 + rank 1) is not a bf16: it rounds to 256 (even).
+    mine[0] = bf16Bits(r == 0 ? 256.0f : 1.0f);
+    auto upload = [&](const std::vector<uint16_t> &bits) {
+      cuda::DeviceBuffer buffer(bits.size() * sizeof(uint16_t), "bf16 values");
+      EXPECT_EQ(cudaMemcpy(buffer.data(), bits.data(),
+                           bits.size() * sizeof(uint16_t),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+      return buffer;
+    };
+    auto download = [&](const cuda::DeviceBuffer &buffer, size_t count) {
+      std::vector<uint16_t> bits(count);
+      EXPECT_EQ(cudaStreamSynchronize(context.stream()), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(bits.data(), buffer.data(),
+                           count * sizeof(uint16_t), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      std::vector<float> values;
+      for (uint16_t b : bits)
+        values.push_back(bf16Value(b));
+      return values;
+    };
+    comm::CallInfo info{"StagesBf16Buffers", 1};
+    cuda::DeviceBuffer x = upload(mine);
+    cuda::DeviceBuffer y = upload(std::vector<uint16_t>(2 * n, 0));
+    collective.allReduce(c, x.data(), y.data(), n, DType::BF16,
+                         comm::ReduceOp::Sum, info);
+    std::vector<float> sum = download(y, n);
+    EXPECT_EQ(sum[0], 256.0f);
+    for (size_t i = 1; i < n; ++i)
+      EXPECT_EQ(sum[i], static_cast<float>(10 + 2 * i));
+    cuda::DeviceBuffer g = upload(std::vector<uint16_t>(2 * n, 0));
+    collective.allGather(c, static_cast<uint16_t *>(x.data()) + 1, g.data(),
+                         n, DType::BF16, info);
+    std::vector<float> gathered = download(g, 2 * n);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(gathered[i], static_cast<float>(i + 1));
+      EXPECT_EQ(gathered[n + i], static_cast<float>(10 + i + 1));
+    }
+    collective.reduceScatter(c, x.data(), y.data(), n, DType::BF16,
+                             comm::ReduceOp::Sum, info);
+    std::vector<float> scattered = download(y, n);
+    for (size_t i = r == 0 ? 1 : 0; i < n; ++i)
+      EXPECT_EQ(scattered[i], static_cast<float>(10 + 2 * (r * n + i)));
+  });
+  for (auto &error : errors)
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception &e) {
+        ADD_FAILURE() << "a rank failed: " << e.what();
+      }
+    }
+}
+
 /// Bundle pairs: (one rank, TP=2) and whether they are bf16; `name` names
-/// the test.
+/// the test. `rankBf16Values`: how many values of the TP=2 train_step that
+/// multi-rank instructions read or write the bf16-values plan holds in bf16
+/// (Bf16Values.cpp): the all-reduces' (or reduce-scatters' and gathers')
+/// operands and results, bias_add's, the vocabulary block's logits and
+/// dlogits, the vocabulary-parallel embedding's rows.
 struct Pair {
   const char *one;
   const char *tp2;
   bool bf16;
   const char *name;
+  size_t rankBf16Values;
 };
 
 class CudaTensorParallelTest : public ::testing::TestWithParam<Pair> {};
@@ -276,6 +411,10 @@ TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
   StepResult reference = oneRank(one);
   StepResult ranks = inProcessRanks(tp2);
   ASSERT_EQ(reference.gradients.size(), ranks.gradients.size());
+  // The multi-rank instructions ran on bf16 values where the plan says so.
+  EXPECT_EQ(ranks.rankBf16Values, pair.rankBf16Values)
+      << "values of the multi-rank instructions held in bf16 ("
+      << ranks.bf16Values << " values in bf16 in all)";
   double lossTolerance = pair.bf16 ? 2e-2 : 1e-5;
   double lossDifference =
       std::abs(ranks.loss - reference.loss) / std::abs(reference.loss);
@@ -301,7 +440,9 @@ TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
             << ": loss " << ranks.loss << " vs " << reference.loss
             << " (relative " << lossDifference
             << "), largest relative gradient difference " << worstRelative
-            << ", smallest gradient cosine " << worstCosine << "\n";
+            << ", smallest gradient cosine " << worstCosine << "; "
+            << ranks.bf16Values << " values in bf16, "
+            << ranks.rankBf16Values << " of the multi-rank instructions\n";
 }
 
 // The training loop: 5 iterations of cuda::Trainer at TP=2 (two in-process
@@ -379,15 +520,23 @@ TEST_P(CudaTensorParallelTest, TrainingTwoInProcessRanksEqualsOneRank) {
 INSTANTIATE_TEST_SUITE_P(
     TinyGpt, CudaTensorParallelTest,
     ::testing::Values(
-        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2", false, "Fp32"},
-        Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2", true, "Bf16"},
+        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2", false, "Fp32", 0},
+        // Per layer: the two row-parallel outputs' all-reduces (operand and
+        // result) and bias_adds (result), the two all-reduces of dx in the
+        // backward; the embedding's rows and their all-reduce, the logits
+        // and dlogits, and dlogits' dx all-reduce: 2 * 10 + 6 = 26.
+        Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2", true, "Bf16",
+             26},
         // Sequence parallelism (--sequence-parallel): the residual stream
         // split along the sequence, all_gather and reduce_scatter along it
         // (an inner axis: the ranks' blocks interleaved by strided copies).
         Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2-sp", false,
-             "SequenceParallelFp32"},
+             "SequenceParallelFp32", 0},
+        // The forward's reduce-scatters and all-gathers, bias_add and the
+        // backward's reduce-scatters of dx in bf16; the backward's gathers of
+        // dy stay fp32 (bias_grad reads dy in fp32).
         Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2-sp", true,
-             "SequenceParallelBf16"}),
+             "SequenceParallelBf16", 36}),
     [](const ::testing::TestParamInfo<Pair> &info) {
       return std::string(info.param.name);
     });

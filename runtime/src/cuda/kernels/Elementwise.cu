@@ -181,6 +181,14 @@ __global__ void addBiasRowsKernel(int64_t rows, int64_t cols,
   MTRT_GRID_STRIDE(i, rows * cols) y[i] += bias[i % cols];
 }
 
+// Element i is read before it is written by the same thread: y may be x.
+__global__ void biasAddKernel(int64_t rows, int64_t cols, InElements x,
+                              const float *bias, OutElements y) {
+  MTRT_GRID_STRIDE(i, rows * cols) {
+    detail::store(y, i, detail::load(x, i) + bias[i % cols]);
+  }
+}
+
 constexpr int kSoftmaxThreads = 256;
 
 // One block per line: line l = (o, in) has its elements at
@@ -296,6 +304,13 @@ void addBiasRows(cudaStream_t stream, int64_t rows, int64_t cols,
   if (rows * cols > 0)
     addBiasRowsKernel<<<blocksFor(rows * cols), kThreads, 0, stream>>>(
         rows, cols, bias, y);
+}
+
+void biasAdd(cudaStream_t stream, int64_t rows, int64_t cols, InElements x,
+             const float *bias, OutElements y) {
+  if (rows * cols > 0)
+    biasAddKernel<<<blocksFor(rows * cols), kThreads, 0, stream>>>(rows, cols,
+                                                                   x, bias, y);
 }
 
 void softmaxForward(cudaStream_t stream, int64_t outer, int64_t axisSize,

@@ -10,16 +10,19 @@
 // [batch, positions, heads, D], or a piece of a larger tensor such as q, k
 // and v read in place from the qkv GEMM's [batch, positions, heads, 3D].
 //
-// Kernels (4 warps; warp w owns 16 rows of its block's 64):
+// Kernels (FlashShape: 4 warps over blocks of 64 rows, or 8 warps over 128
+// at head dimension 128 in the backward; warp w owns rows 16w .. 16w + 15
+// of its block; the walked tiles are 64 rows):
 // - forward: one block per (64 queries, query head, batch); out and the
 //   logsumexp of the scaled, masked scores (before dropout), as the host,
 //   and with dropout the keep decisions as bits for the gradient.
 // - backward: delta = rowsum(dout * out) first; then dq by query blocks (one
-//   block per 64 queries walks the keys) and dk, dv by key blocks (one block
-//   per 64 keys of a key/value head walks its group's query heads and the
-//   queries that see the keys). No atomics: every sum has a fixed order, so
-//   a run gives the same bits every time. The keep decisions come from the
-//   forward's bits (never recomputed).
+//   block per 64 or 128 queries walks the keys) and dk, dv by key blocks
+//   (one block per 64 or 128 keys of a key/value head walks its group's
+//   query heads and the queries that see the keys); with causal masks a
+//   warp skips the tiles it cannot see. No atomics: every sum has a fixed
+//   order, so a run gives the same bits every time. The keep decisions come
+//   from the forward's bits (never recomputed).
 //
 // Per-element work and occupancy are what bound these kernels
 // (bench/NOTES.md), so: positions are 32-bit; scores are scaled into base-2
@@ -61,18 +64,42 @@ namespace {
 
 using detail::kWarp;
 
-constexpr int kTile = 64;         // queries and keys per block
-constexpr int kFlashThreads = 128; // 4 warps of 16 rows
+constexpr int kTile = 64; // rows of a walked tile (keys, or queries)
 constexpr int kPad = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-/// Blocks per multiprocessor each kernel's register budget is cut for: 3
-/// (168 registers a thread) up to head dimension 64, 1 (255) above. At 64,
-/// 3 blocks ran the forward 20% and the backward 10% faster than 2 (255
-/// registers); 4 (128) spilled.
-template <int D> constexpr int kForwardMinBlocks = D <= 64 ? 3 : 1;
-template <int D> constexpr int kBackwardMinBlocks = D <= 64 ? 3 : 1;
+/// The kernels' shape at head dimension D. kWarps warps of 16 rows own a
+/// block's kRows rows (queries in the forward and the dq kernel, keys in
+/// the dk/dv kernel) and walk tiles of kTile rows of the other side.
+/// Narrow: 4 warps, 64 rows, the walked tiles loaded through registers
+/// between two uses (3 blocks a multiprocessor at head dimension 64: 168
+/// registers; 3 blocks ran the forward 20% and the backward 10% faster
+/// than 2, 4 spilled). Wide: 8 warps, 128 rows, bf16 tiles copied by
+/// cp.async (no registers held for the copy), with kStages == 2 into one
+/// stage while the other is used. A block of 4 warps at 255 registers left
+/// one warp per scheduler of a multiprocessor at head dimension 128.
+template <int D, bool Wide, int Stages = 1> struct FlashShape {
+  static constexpr int kD = D;
+  static constexpr bool kWide = Wide;
+  static constexpr int kWarps = Wide ? 8 : 4;
+  static constexpr int kThreads = kWarps * kWarp;
+  static constexpr int kRows = 16 * kWarps;
+  static constexpr int kStages = Stages;
+  /// Blocks per multiprocessor the register budget is cut for.
+  static constexpr int kMinBlocks = D <= 64 ? 3 : 1;
+};
+
+/// The forward's and the backward kernels' shapes. The backward is wide
+/// with two stages at head dimension 128 (its kernels need 240-255
+/// registers a thread, so one block a multiprocessor: 8 warps rather than
+/// 4, 11% faster at gpt-1.3b's shape). The forward stays narrow: the wide forward (8 warps,
+/// 128 queries, two stages) computed wrong dropout decisions for the first
+/// 16 keys of a tile with paired draws (bench/NOTES.md, attn128), and at one
+/// stage it was slower than the narrow one.
+template <int D> using ForwardShape = FlashShape<D, false, 1>;
+template <int D>
+using BackwardShape = FlashShape<D, D >= 128, D >= 128 ? 2 : 1>;
 
 struct FlashGeometry {
   int seqQ, seqK, headsQ, headsKv, group, keyBlocks;
@@ -121,9 +148,9 @@ struct FlashGeometry {
         seqK);
   }
   /// Whether a tile of keys [k0, k0 + 64) needs the causal or key-count
-  /// mask for queries [q0, q0 + 64).
-  __device__ bool masked(int q0, int k0) const {
-    return k0 + kTile > seqK || (causal && k0 + kTile - 1 > q0);
+  /// mask for a warp's queries [row0, row0 + 16).
+  __device__ bool masked(int row0, int k0) const {
+    return k0 + kTile > seqK || (causal && k0 + kTile - 1 > row0);
   }
 };
 
@@ -277,23 +304,26 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
   a[3] = packBf16(hi[2], hi[3]);
 }
 
-/// One thread's share of rows [row0, row0 + 64) of a [positions, stride]
+/// One thread's share of rows [row0, row0 + Rows) of a [positions, stride]
 /// tensor of T (D columns at `base`), held in registers between `load`
 /// (which issues every global load at once: one round trip of latency a
 /// tile) and `store` (which writes them, rounded to bf16 from fp32, into a
-/// bf16 shared tile [64][D + kPad]); rows past `rows` are zeros.
-template <int D, typename T> struct TileFetch;
+/// bf16 shared tile [Rows][D + kPad]); rows past `rows` are zeros.
+template <int D, typename T, int Rows, int Threads> struct TileFetch;
 
-template <int D> struct TileFetch<D, float> {
+template <int D, int Rows, int Threads>
+struct TileFetch<D, float, Rows, Threads> {
   static constexpr int kQuads = D / 4;
-  static constexpr int kPerThread = kTile * kQuads / kFlashThreads;
+  static constexpr int kPerThread = Rows * kQuads / Threads;
+  static_assert(kPerThread * Threads == Rows * kQuads,
+                "a tile's quads split evenly over the threads");
   float4 x[kPerThread];
 
   __device__ void load(const float *base, int64_t stride, int row0,
                        int rows) {
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
-      int c = threadIdx.x + u * kFlashThreads;
+      int c = threadIdx.x + u * Threads;
       int r = c / kQuads, col = (c % kQuads) * 4;
       x[u] = row0 + r < rows
                  ? __ldg(reinterpret_cast<const float4 *>(
@@ -304,7 +334,7 @@ template <int D> struct TileFetch<D, float> {
   __device__ void store(__nv_bfloat16 *tile) const {
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
-      int c = threadIdx.x + u * kFlashThreads;
+      int c = threadIdx.x + u * Threads;
       int r = c / kQuads, col = (c % kQuads) * 4;
       __nv_bfloat16 *to = tile + r * (D + kPad) + col;
       *reinterpret_cast<__nv_bfloat162 *>(to) =
@@ -317,10 +347,11 @@ template <int D> struct TileFetch<D, float> {
 
 /// bf16 in device memory: 16-byte chunks (8 elements) copied as they are
 /// (D + kPad elements a shared row keep every chunk 16-byte aligned).
-template <int D> struct TileFetch<D, __nv_bfloat16> {
+template <int D, int Rows, int Threads>
+struct TileFetch<D, __nv_bfloat16, Rows, Threads> {
   static constexpr int kChunks = D / 8;
-  static constexpr int kPerThread = kTile * kChunks / kFlashThreads;
-  static_assert(kPerThread * kFlashThreads == kTile * kChunks,
+  static constexpr int kPerThread = Rows * kChunks / Threads;
+  static_assert(kPerThread * Threads == Rows * kChunks,
                 "a tile's chunks split evenly over the threads");
   uint4 x[kPerThread];
 
@@ -328,7 +359,7 @@ template <int D> struct TileFetch<D, __nv_bfloat16> {
                        int rows) {
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
-      int c = threadIdx.x + u * kFlashThreads;
+      int c = threadIdx.x + u * Threads;
       int r = c / kChunks, col = (c % kChunks) * 8;
       x[u] = row0 + r < rows
                  ? __ldg(reinterpret_cast<const uint4 *>(
@@ -339,20 +370,93 @@ template <int D> struct TileFetch<D, __nv_bfloat16> {
   __device__ void store(__nv_bfloat16 *tile) const {
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
-      int c = threadIdx.x + u * kFlashThreads;
+      int c = threadIdx.x + u * Threads;
       int r = c / kChunks, col = (c % kChunks) * 8;
       *reinterpret_cast<uint4 *>(tile + r * (D + kPad) + col) = x[u];
     }
   }
 };
 
-/// Loads and stores a tile through registers at once.
-template <int D, typename T>
-__device__ inline void loadTile(__nv_bfloat16 *tile, const T *base,
-                                int64_t stride, int row0, int rows) {
-  TileFetch<D, T> fetch;
-  fetch.load(base, stride, row0, rows);
-  fetch.store(tile);
+/// cp.async: `bytes` (4, 8 or 16) from global `from` to shared `to`, or
+/// zeros when !valid (`from` is then not read).
+template <int Bytes>
+__device__ inline void copyAsync(void *to, const void *from, bool valid) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async sizes");
+  auto address = static_cast<uint32_t>(__cvta_generic_to_shared(to));
+  int size = valid ? Bytes : 0;
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 ::"r"(address), "l"(from), "r"(size)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                 ::"r"(address), "l"(from), "n"(Bytes), "r"(size)
+                 : "memory");
+}
+/// Closes this thread's group of cp.async copies (an empty group when it
+/// issued none).
+__device__ inline void commitCopies() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/// Waits until at most `Pending` of this thread's newest groups are in
+/// flight (the shared writes are then visible to the thread; a barrier
+/// makes them visible to the block).
+template <int Pending> __device__ inline void waitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+/// Whether Shape copies tiles of T by cp.async: wide shapes, bf16.
+template <typename Shape, typename T>
+constexpr bool kCopiesAsync =
+    Shape::kWide && std::is_same_v<T, __nv_bfloat16>;
+
+/// Rows [row0, row0 + Rows) of a tensor of T (D columns at `base`, `stride`
+/// apart; rows past `rows` zeros) into the bf16 shared tile [Rows][D +
+/// kPad]: by cp.async where kCopiesAsync (complete after commitCopies and
+/// waitCopies), else loaded into registers and stored (complete on return).
+template <typename Shape, int Rows, typename T>
+__device__ inline void fetchTile(__nv_bfloat16 *tile, const T *base,
+                                 int64_t stride, int row0, int rows) {
+  constexpr int D = Shape::kD, kThreads = Shape::kThreads;
+  if constexpr (kCopiesAsync<Shape, T>) {
+    constexpr int kChunks = D / 8;
+    constexpr int kPerThread = Rows * kChunks / kThreads;
+    static_assert(kPerThread * kThreads == Rows * kChunks,
+                  "a tile's chunks split evenly over the threads");
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      int c = threadIdx.x + u * kThreads;
+      int r = c / kChunks, col = (c % kChunks) * 8;
+      bool in = row0 + r < rows;
+      int64_t at = in ? static_cast<int64_t>(row0 + r) * stride + col : 0;
+      copyAsync<16>(tile + r * (D + kPad) + col, base + at, in);
+    }
+  } else {
+    TileFetch<D, T, Rows, kThreads> fetch;
+    fetch.load(base, stride, row0, rows);
+    fetch.store(tile);
+  }
+}
+
+/// The same for two tensors (through registers: every load of both issued
+/// before the first store).
+template <typename Shape, int Rows, typename T>
+__device__ inline void fetchTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
+                                  const T *baseA, int64_t strideA,
+                                  const T *baseB, int64_t strideB, int row0,
+                                  int rows) {
+  constexpr int D = Shape::kD;
+  if constexpr (kCopiesAsync<Shape, T>) {
+    fetchTile<Shape, Rows>(tileA, baseA, strideA, row0, rows);
+    fetchTile<Shape, Rows>(tileB, baseB, strideB, row0, rows);
+  } else {
+    constexpr int kThreads = Shape::kThreads;
+    TileFetch<D, T, Rows, kThreads> a, b;
+    a.load(baseA, strideA, row0, rows);
+    b.load(baseB, strideB, row0, rows);
+    a.store(tileA);
+    b.store(tileB);
+  }
 }
 
 /// 2^x by the multi-function unit (2^-inf = 0).
@@ -437,35 +541,28 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
                    << (2 * n + c);
 }
 
-/// Rows row0 .. row0 + 63 of two tensors into the bf16 tiles tileA and
-/// tileB (the next tiles of a walk).
-template <int D, typename T>
-__device__ inline void loadTiles(__nv_bfloat16 *tileA, __nv_bfloat16 *tileB,
-                                 const T *baseA, int64_t strideA,
-                                 const T *baseB, int64_t strideB, int row0,
-                                 int rows) {
-  loadTile<D>(tileA, baseA, strideA, row0, rows);
-  loadTile<D>(tileB, baseB, strideB, row0, rows);
-}
-
 template <int D> constexpr size_t forwardShared() {
-  return sizeof(__nv_bfloat16) * 3 * kTile * (D + kPad);
+  using Shape = ForwardShape<D>;
+  return sizeof(__nv_bfloat16) * (Shape::kRows + 2 * Shape::kStages * kTile) *
+         (D + kPad);
 }
 
-// Grid (query blocks, headsQ, batch). Shared: Q, K, V [64][D+8]. With
-// dropout and `mask`, also stores the keep decisions as mask words. out
-// (geo.outputsBf16) and the bf16 outCopy may be null.
+// Grid (query blocks, headsQ, batch). Shared: Q [kRows][D+8], then K and V
+// [64][D+8]. With dropout and `mask`, also stores the keep
+// decisions as mask words. out (geo.outputsBf16) and the bf16 outCopy may
+// be null.
 template <int D, typename In>
-__global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
+__global__ void __launch_bounds__(ForwardShape<D>::kThreads,
+                                  ForwardShape<D>::kMinBlocks)
     flashForwardKernel(FlashGeometry geo, const In *q, const In *k,
                        const In *v, void *out, __nv_bfloat16 *outCopy,
                        float *logsumexp, uint64_t *mask) {
+  using Shape = ForwardShape<D>;
+  constexpr int ld = D + kPad;
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
-  __nv_bfloat16 *ks = qs + kTile * (D + kPad);
-  __nv_bfloat16 *vs = ks + kTile * (D + kPad);
-  constexpr int ld = D + kPad;
-  int q0 = (gridDim.x - 1 - blockIdx.x) * kTile; // the longest rows first
+  __nv_bfloat16 *keyStage = qs + Shape::kRows * ld; // K, then V
+  int q0 = (gridDim.x - 1 - blockIdx.x) * Shape::kRows; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
@@ -474,10 +571,11 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
 
   // Q stays in shared memory: its fragments are loaded where used (registers
   // go to the accumulators).
-  loadTile<D>(qs, q + geo.queryAt(geo.q, b, 0, h), geo.q.position, q0,
-              geo.seqQ);
+  fetchTile<Shape, Shape::kRows>(qs, q + geo.queryAt(geo.q, b, 0, h),
+                             geo.q.position, q0, geo.seqQ);
 
-  int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  int warpRow0 = q0 + warp * 16;
+  int rows[2] = {warpRow0 + g, warpRow0 + g + 8};
   uint64_t rowIndex[2] = {0, 0}, drawRow = 0;
   if (geo.hasDropout) {
     rowIndex[0] = geo.probabilityRow(b, h, rows[0]);
@@ -491,97 +589,107 @@ __global__ void __launch_bounds__(kFlashThreads, kForwardMinBlocks<D>)
   for (int n = 0; n < D / 8; ++n)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
-  int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
-  loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position, 0,
-               geo.seqK);
-  __syncthreads();
+  // The block's keys, and this warp's (causal: the tiles past its last row
+  // are skipped).
+  int keyEnd = geo.causal ? min(geo.seqK, q0 + Shape::kRows) : geo.seqK;
+  int warpKeyEnd = geo.causal ? min(geo.seqK, warpRow0 + 16) : geo.seqK;
+  fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase, geo.k.position,
+                       vBase, geo.v.position, 0, geo.seqK);
+  commitCopies();
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
     int next = k0 + kTile;
-    float s[kTile / 8][4];
+    static_assert(Shape::kStages == 1, "the forward walks one stage");
+    const __nv_bfloat16 *ks = keyStage, *vs = keyStage + kTile * ld;
+    waitCopies<0>();
+    __syncthreads();
+    if (k0 < warpKeyEnd) {
+      float s[kTile / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (int n = 0; n < kTile / 8; ++n)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qf[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qf[4];
+        loadA(qf, qs, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
-        mma(s[n], qf, b0);
-        mma(s[n + 1], qf, b1);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+          mma(s[n], qf, b0);
+          mma(s[n + 1], qf, b1);
+        }
       }
-    }
-    if (geo.masked(q0, k0))
-      maskScores(geo, s, rows, k0, t);
-    float blockMax[2] = {-INFINITY, -INFINITY};
+      if (geo.masked(warpRow0, k0))
+        maskScores(geo, s, rows, k0, t);
+      float blockMax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
+      for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        blockMax[e / 2] = fmaxf(blockMax[e / 2], s[n][e]);
-    float base[2], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float next = fmaxf(m[r], rowMax(blockMax[r]) * geo.scaleLog2);
-      base[r] = next == -INFINITY ? 0.f : next;
-      alpha[r] = fastExp2(m[r] - base[r]);
-      m[r] = next;
-      l[r] *= alpha[r];
-    }
-    uint32_t keep[2];
-    if (geo.hasDropout)
-      dropoutBits(geo, keep, drawRow, rowIndex, k0, t);
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -base[e / 2]));
-        l[e / 2] += p;
-        if (geo.hasDropout)
-          p = (keep[e / 2] >> (2 * n + (e & 1))) & 1 ? p * geo.dropoutScale
-                                                     : 0.f;
-        s[n][e] = p;
-      }
-    if (geo.hasDropout && mask) {
+        for (int e = 0; e < 4; ++e)
+          blockMax[e / 2] = fmaxf(blockMax[e / 2], s[n][e]);
+      float base[2], alpha[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        uint64_t word = 0;
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n)
-          word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
-        word <<= 2 * t;
-        word |= __shfl_xor_sync(0xffffffffu, word, 1);
-        word |= __shfl_xor_sync(0xffffffffu, word, 2);
-        if (t == 0 && rows[r] < geo.seqQ)
-          mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
+        float next = fmaxf(m[r], rowMax(blockMax[r]) * geo.scaleLog2);
+        base[r] = next == -INFINITY ? 0.f : next;
+        alpha[r] = fastExp2(m[r] - base[r]);
+        m[r] = next;
+        l[r] *= alpha[r];
       }
-    }
+      uint32_t keep[2];
+      if (geo.hasDropout)
+        dropoutBits(geo, keep, drawRow, rowIndex, k0, t);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
-    }
+      for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t pf[4];
-      accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
+        for (int e = 0; e < 4; ++e) {
+          float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -base[e / 2]));
+          l[e / 2] += p;
+          if (geo.hasDropout)
+            p = (keep[e / 2] >> (2 * n + (e & 1))) & 1 ? p * geo.dropoutScale
+                                                       : 0.f;
+          s[n][e] = p;
+        }
+      if (geo.hasDropout && mask) {
 #pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
-        mma(o[n], pf, b0);
-        mma(o[n + 1], pf, b1);
+        for (int r = 0; r < 2; ++r) {
+          uint64_t word = 0;
+#pragma unroll
+          for (int n = 0; n < kTile / 8; ++n)
+            word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
+          word <<= 2 * t;
+          word |= __shfl_xor_sync(0xffffffffu, word, 1);
+          word |= __shfl_xor_sync(0xffffffffu, word, 2);
+          if (t == 0 && rows[r] < geo.seqQ)
+            mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        uint32_t pf[4];
+        accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
+          mma(o[n], pf, b0);
+          mma(o[n + 1], pf, b1);
+        }
       }
     }
     if (next < keyEnd) {
-      __syncthreads();
-      loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position,
-                   next, geo.seqK);
-      __syncthreads();
+      __syncthreads(); // every warp is done with the tiles refilled next
+      fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase,
+                               geo.k.position, vBase, geo.v.position, next,
+                               geo.seqK);
+      commitCopies();
     }
   }
 #pragma unroll
@@ -631,35 +739,41 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
 }
 
 template <int D> constexpr size_t queryBackwardShared() {
-  return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad);
+  using Shape = BackwardShape<D>;
+  return sizeof(__nv_bfloat16) *
+         (2 * Shape::kRows + 2 * Shape::kStages * kTile) * (D + kPad);
 }
 
-// dq. Grid (query blocks, headsQ, batch). Shared: Q, dout, K, V [64][D+8].
-// With dropout the keep decisions come from `mask`.
+// dq. Grid (query blocks, headsQ, batch). Shared: Q, dout [kRows][D+8],
+// then K and V [64][D+8] per stage. With dropout the keep decisions come
+// from `mask`.
 template <int D, typename In>
-__global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
+__global__ void __launch_bounds__(BackwardShape<D>::kThreads,
+                                  BackwardShape<D>::kMinBlocks)
     flashQueryBackwardKernel(FlashGeometry geo, const In *q, const In *k,
                              const In *v, const float *logsumexp,
                              const float *delta, const uint64_t *mask,
                              const In *dout, void *dq) {
+  using Shape = BackwardShape<D>;
+  constexpr int ld = D + kPad;
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
-  __nv_bfloat16 *dos = qs + kTile * (D + kPad);
-  __nv_bfloat16 *ks = dos + kTile * (D + kPad);
-  __nv_bfloat16 *vs = ks + kTile * (D + kPad);
-  constexpr int ld = D + kPad;
-  int q0 = (gridDim.x - 1 - blockIdx.x) * kTile; // the longest rows first
+  __nv_bfloat16 *dos = qs + Shape::kRows * ld;
+  // Stage i: K at keyStage + 2 i kTile ld, V kTile ld after it.
+  __nv_bfloat16 *keyStage = dos + Shape::kRows * ld;
+  int q0 = (gridDim.x - 1 - blockIdx.x) * Shape::kRows; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
   const In *kBase = k + geo.keyAt(geo.k, b, 0, grp);
   const In *vBase = v + geo.keyAt(geo.v, b, 0, grp);
 
-  loadTile<D>(qs, q + geo.queryAt(geo.q, b, 0, h), geo.q.position, q0,
-              geo.seqQ);
-  loadTile<D>(dos, dout + geo.queryAt(geo.dout, b, 0, h), geo.dout.position,
-              q0, geo.seqQ);
-  int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  fetchTiles<Shape, Shape::kRows>(qs, dos, q + geo.queryAt(geo.q, b, 0, h),
+                              geo.q.position,
+                              dout + geo.queryAt(geo.dout, b, 0, h),
+                              geo.dout.position, q0, geo.seqQ);
+  int warpRow0 = q0 + warp * 16;
+  int rows[2] = {warpRow0 + g, warpRow0 + g + 8};
   // lse2: the logsumexp in base-2 exponents.
   float lse2[2], dlt[2];
   const uint64_t *maskRow[2] = {nullptr, nullptr};
@@ -677,73 +791,91 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   for (int n = 0; n < D / 8; ++n)
     acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
-  int keyEnd = geo.causal ? min(geo.seqK, q0 + kTile) : geo.seqK;
-  loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position, 0,
-               geo.seqK);
-  __syncthreads();
-  for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
+  // The block's keys, and this warp's (causal: the tiles past its last row
+  // are skipped).
+  int keyEnd = geo.causal ? min(geo.seqK, q0 + Shape::kRows) : geo.seqK;
+  int warpKeyEnd = geo.causal ? min(geo.seqK, warpRow0 + 16) : geo.seqK;
+  fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase, geo.k.position,
+                       vBase, geo.v.position, 0, geo.seqK);
+  commitCopies();
+  for (int k0 = 0, tile = 0; k0 < keyEnd; k0 += kTile, ++tile) {
     int next = k0 + kTile;
+    int stage = Shape::kStages == 2 ? tile & 1 : 0;
+    const __nv_bfloat16 *ks = keyStage + 2 * stage * kTile * ld;
+    const __nv_bfloat16 *vs = ks + kTile * ld;
+    bool active = k0 < warpKeyEnd;
     // This lane's keep bits: bit 8n + c is key k0 + 8n + 2t + c.
     uint64_t kept[2] = {0, 0};
-    if (geo.hasDropout)
+    if (geo.hasDropout && active)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         if (maskRow[r])
           kept[r] = maskRow[r][k0 / kTile] >> (2 * t);
-    float s[kTile / 8][4], dp[kTile / 8][4];
+    waitCopies<0>();
+    __syncthreads(); // as in the forward
+    if (Shape::kStages == 2 && next < keyEnd) {
+      __nv_bfloat16 *to = keyStage + 2 * (stage ^ 1) * kTile * ld;
+      fetchTiles<Shape, kTile>(to, to + kTile * ld, kBase, geo.k.position,
+                               vBase, geo.v.position, next, geo.seqK);
+      commitCopies();
+    }
+    if (active) {
+      float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
+      for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[n][e] = dp[n][e] = 0.f;
+        for (int e = 0; e < 4; ++e)
+          s[n][e] = dp[n][e] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qf[4], dof[4];
-      loadA(qf, qs, ld, warp * 16, kk * 16, lane);
-      loadA(dof, dos, ld, warp * 16, kk * 16, lane);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qf[4], dof[4];
+        loadA(qf, qs, ld, warp * 16, kk * 16, lane);
+        loadA(dof, dos, ld, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int n = 0; n < kTile / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
-        mma(s[n], qf, b0);
-        mma(s[n + 1], qf, b1);
-        loadB(b0, b1, vs, ld, n * 8, kk * 16, lane);
-        mma(dp[n], dof, b0);
-        mma(dp[n + 1], dof, b1);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+          mma(s[n], qf, b0);
+          mma(s[n + 1], qf, b1);
+          loadB(b0, b1, vs, ld, n * 8, kk * 16, lane);
+          mma(dp[n], dof, b0);
+          mma(dp[n + 1], dof, b1);
+        }
+      }
+      if (geo.masked(warpRow0, k0))
+        maskScores(geo, s, rows, k0, t);
+        // dS = P (dP - delta), dP through the dropout; into s.
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -lse2[e / 2]));
+          float dprob = dp[n][e];
+          if (geo.hasDropout)
+            dprob = (kept[e / 2] >> (8 * n + (e & 1))) & 1
+                        ? dprob * geo.dropoutScale
+                        : 0.f;
+          s[n][e] = p * (dprob - dlt[e / 2]);
+        }
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        uint32_t af[4];
+        accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadBTransposed(b0, b1, ks, ld, kc * 16, n * 8, lane);
+          mma(acc[n], af, b0);
+          mma(acc[n + 1], af, b1);
+        }
       }
     }
-    if (geo.masked(q0, k0))
-      maskScores(geo, s, rows, k0, t);
-    // dS = P (dP - delta), dP through the dropout; into s.
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -lse2[e / 2]));
-        float dprob = dp[n][e];
-        if (geo.hasDropout)
-          dprob = (kept[e / 2] >> (8 * n + (e & 1))) & 1
-                      ? dprob * geo.dropoutScale
-                      : 0.f;
-        s[n][e] = p * (dprob - dlt[e / 2]);
-      }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t af[4];
-      accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b0[2], b1[2];
-        loadBTransposed(b0, b1, ks, ld, kc * 16, n * 8, lane);
-        mma(acc[n], af, b0);
-        mma(acc[n + 1], af, b1);
-      }
-    }
-    if (next < keyEnd) {
-      __syncthreads();
-      loadTiles<D>(ks, vs, kBase, geo.k.position, vBase, geo.v.position,
-                   next, geo.seqK);
-      __syncthreads();
+    if (Shape::kStages == 1 && next < keyEnd) {
+      __syncthreads(); // every warp is done with the tiles refilled next
+      fetchTiles<Shape, kTile>(keyStage, keyStage + kTile * ld, kBase,
+                               geo.k.position, vBase, geo.v.position, next,
+                               geo.seqK);
+      commitCopies();
     }
   }
 #pragma unroll
@@ -758,12 +890,32 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   }
 }
 
-/// The dk/dv kernel's per-query values of a query tile (thread r < 64
-/// holds query q0 + r's): logsumexp in base-2 exponents, delta, and the mask
-/// word of the block's keys.
-struct QueryRowFetch {
-  float lse2 = 0.f, delta = 0.f;
-  uint64_t mask = 0;
+/// Where the dk/dv kernel keeps a query tile's per-query values in shared
+/// memory (one stage): the mask words of the block's keys ([kTile][Words]),
+/// the logsumexp and delta ([kTile] each).
+template <int Words> struct QueryRows {
+  uint64_t *mask;
+  float *lse, *delta;
+  static constexpr size_t kBytes =
+      (Words * sizeof(uint64_t) + 2 * sizeof(float)) * kTile;
+
+  __device__ static QueryRows at(unsigned char *base) {
+    QueryRows rows;
+    rows.mask = reinterpret_cast<uint64_t *>(base);
+    rows.lse = reinterpret_cast<float *>(rows.mask + Words * kTile);
+    rows.delta = rows.lse + kTile;
+    return rows;
+  }
+};
+
+/// The per-query values of the query tile at q0 of head h (thread r < 64
+/// takes query q0 + r; zeros past seqQ, and for mask words past the row's
+/// keyBlocks) for the key blocks keyBlock .. keyBlock + Words - 1. `load`
+/// reads them into registers (the register path: `store` writes them to
+/// shared memory), `copy` by cp.async.
+template <int Words> struct QueryRowFetch {
+  float lse = 0.f, delta = 0.f;
+  uint64_t mask[Words] = {};
 
   __device__ void load(const FlashGeometry &geo, const float *logsumexp,
                        const float *deltas, const uint64_t *masks, int b,
@@ -771,56 +923,93 @@ struct QueryRowFetch {
     int r = threadIdx.x;
     bool in = r < kTile && q0 + r < geo.seqQ;
     int64_t at = geo.rowIndex(b, h, q0 + r);
-    lse2 = in ? logsumexp[at] * kLog2e : 0.f;
+    lse = in ? logsumexp[at] : 0.f;
     delta = in ? deltas[at] : 0.f;
-    mask = in && geo.hasDropout ? masks[at * geo.keyBlocks + keyBlock] : 0;
+#pragma unroll
+    for (int w = 0; w < Words; ++w)
+      mask[w] = in && geo.hasDropout && keyBlock + w < geo.keyBlocks
+                    ? masks[at * geo.keyBlocks + keyBlock + w]
+                    : 0;
   }
-  __device__ void store(float *lseS, float *deltaS, uint64_t *maskS) const {
+  __device__ void store(const QueryRows<Words> &to) const {
     int r = threadIdx.x;
     if (r < kTile) {
-      lseS[r] = lse2;
-      deltaS[r] = delta;
-      maskS[r] = mask;
+      to.lse[r] = lse;
+      to.delta[r] = delta;
+#pragma unroll
+      for (int w = 0; w < Words; ++w)
+        to.mask[r * Words + w] = mask[w];
+    }
+  }
+  __device__ static void copy(const QueryRows<Words> &to,
+                              const FlashGeometry &geo,
+                              const float *logsumexp, const float *deltas,
+                              const uint64_t *masks, int b, int h, int q0,
+                              int keyBlock) {
+    int r = threadIdx.x;
+    if (r >= kTile)
+      return;
+    bool in = q0 + r < geo.seqQ;
+    int64_t at = in ? geo.rowIndex(b, h, q0 + r) : 0;
+    copyAsync<4>(to.lse + r, logsumexp + at, in);
+    copyAsync<4>(to.delta + r, deltas + at, in);
+    if (!geo.hasDropout)
+      return; // the mask words are not read
+#pragma unroll
+    for (int w = 0; w < Words; ++w) {
+      bool word = in && keyBlock + w < geo.keyBlocks;
+      copyAsync<8>(to.mask + r * Words + w,
+                   masks + (word ? at * geo.keyBlocks + keyBlock + w : 0),
+                   word);
     }
   }
 };
 
 template <int D> constexpr size_t keyBackwardShared() {
-  return sizeof(__nv_bfloat16) * 4 * kTile * (D + kPad) +
-         (2 * sizeof(float) + sizeof(uint64_t)) * kTile;
+  using Shape = BackwardShape<D>;
+  return sizeof(__nv_bfloat16) *
+             (2 * Shape::kRows + 2 * Shape::kStages * kTile) * (D + kPad) +
+         Shape::kStages * QueryRows<Shape::kRows / kTile>::kBytes;
 }
 
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
-// of the block. Shared: K, V, Q, dout [64][D+8], the query rows'
-// logsumexp (base 2), delta and mask words.
+// of the block's kRows. Shared: K, V [kRows][D+8], then per stage Q and
+// dout [64][D+8], then per stage the query rows' mask words, logsumexp and
+// delta (QueryRows).
 template <int D, typename In>
-__global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
+__global__ void __launch_bounds__(BackwardShape<D>::kThreads,
+                                  BackwardShape<D>::kMinBlocks)
     flashKeyBackwardKernel(FlashGeometry geo, const In *q, const In *k,
                            const In *v, const float *logsumexp,
                            const float *delta, const uint64_t *mask,
                            const In *dout, void *dk, void *dv) {
+  using Shape = BackwardShape<D>;
+  constexpr int ld = D + kPad;
+  constexpr int kWords = Shape::kRows / kTile; // mask words a query row
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *ks = reinterpret_cast<__nv_bfloat16 *>(flashShared);
-  __nv_bfloat16 *vs = ks + kTile * (D + kPad);
-  __nv_bfloat16 *qs = vs + kTile * (D + kPad);
-  __nv_bfloat16 *dos = qs + kTile * (D + kPad);
-  auto *maskS = reinterpret_cast<uint64_t *>(dos + kTile * (D + kPad));
-  auto *lseS = reinterpret_cast<float *>(maskS + kTile);
-  float *deltaS = lseS + kTile;
-  constexpr int ld = D + kPad;
-  int k0 = blockIdx.x * kTile;
+  __nv_bfloat16 *vs = ks + Shape::kRows * ld;
+  // Stage i: Q at queryStage + 2 i kTile ld, dout kTile ld after it.
+  __nv_bfloat16 *queryStage = vs + Shape::kRows * ld;
+  auto *rowBase = reinterpret_cast<unsigned char *>(
+      queryStage + 2 * Shape::kStages * kTile * ld);
+  auto rowsOf = [&](int stage) {
+    return QueryRows<kWords>::at(rowBase +
+                                 stage * QueryRows<kWords>::kBytes);
+  };
+  int k0 = blockIdx.x * Shape::kRows;
   int grp = blockIdx.y, b = blockIdx.z;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
+  int warpKey0 = k0 + warp * 16;
 
-  loadTile<D>(ks, k + geo.keyAt(geo.k, b, 0, grp), geo.k.position, k0,
-              geo.seqK);
-  loadTile<D>(vs, v + geo.keyAt(geo.v, b, 0, grp), geo.v.position, k0,
-              geo.seqK);
+  fetchTiles<Shape, Shape::kRows>(ks, vs, k + geo.keyAt(geo.k, b, 0, grp),
+                              geo.k.position,
+                              v + geo.keyAt(geo.v, b, 0, grp),
+                              geo.v.position, k0, geo.seqK);
   // The keys of this lane's rows: bits `keyBit` and keyBit + 8 of the
-  // 32-bit half `keyHalf` of a query's mask word.
-  int keyHalf = warp / 2, keyBit = 16 * (warp % 2) + g;
-  const auto *maskHalves = reinterpret_cast<const uint32_t *>(maskS);
+  // 32-bit half `keyHalf` of a query's kWords mask words.
+  int keyHalf = warp / 4 * 2 + warp % 4 / 2, keyBit = 16 * (warp % 2) + g;
   float dkAcc[D / 8][4], dvAcc[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
@@ -836,25 +1025,52 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
   auto firstQuery = [&](int step) {
     return queryBegin + step % queryTiles * kTile;
   };
-  QueryRowFetch rowNext;
-  loadTile<D>(qs, q + geo.queryAt(geo.q, b, 0, headOf(0)), geo.q.position,
-              firstQuery(0), geo.seqQ);
-  loadTile<D>(dos, dout + geo.queryAt(geo.dout, b, 0, headOf(0)),
-              geo.dout.position, firstQuery(0), geo.seqQ);
-  rowNext.load(geo, logsumexp, delta, mask, b, headOf(0), firstQuery(0),
-               k0 / kTile);
-  rowNext.store(lseS, deltaS, maskS);
-  __syncthreads();
+  // Step `step`'s Q and dout tiles and query rows into stage `stage`.
+  QueryRowFetch<kWords> rowNext;
+  auto fetchStep = [&](int step, int stage) {
+    __nv_bfloat16 *to = queryStage + 2 * stage * kTile * ld;
+    fetchTiles<Shape, kTile>(to, to + kTile * ld,
+                         q + geo.queryAt(geo.q, b, 0, headOf(step)),
+                         geo.q.position,
+                         dout + geo.queryAt(geo.dout, b, 0, headOf(step)),
+                         geo.dout.position, firstQuery(step), geo.seqQ);
+    if constexpr (kCopiesAsync<Shape, In>)
+      QueryRowFetch<kWords>::copy(rowsOf(stage), geo, logsumexp, delta, mask,
+                                  b, headOf(step), firstQuery(step),
+                                  k0 / kTile);
+  };
+  fetchStep(0, 0);
+  if constexpr (!kCopiesAsync<Shape, In>) {
+    rowNext.load(geo, logsumexp, delta, mask, b, headOf(0), firstQuery(0),
+                 k0 / kTile);
+    rowNext.store(rowsOf(0));
+  }
+  commitCopies();
   for (int step = 0; step < steps; ++step) {
     int q0 = firstQuery(step);
     bool more = step + 1 < steps;
-    const In *qNextBase = q + geo.queryAt(geo.q, b, 0, headOf(step + 1));
-    const In *doNextBase =
-        dout + geo.queryAt(geo.dout, b, 0, headOf(step + 1));
-    if (more)
-      rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
-                   firstQuery(step + 1), k0 / kTile);
-    {
+    int stage = Shape::kStages == 2 ? step & 1 : 0;
+    const __nv_bfloat16 *qs = queryStage + 2 * stage * kTile * ld;
+    const __nv_bfloat16 *dos = qs + kTile * ld;
+    QueryRows<kWords> rowS = rowsOf(stage);
+    const auto *maskHalves = reinterpret_cast<const uint32_t *>(rowS.mask);
+    if constexpr (!kCopiesAsync<Shape, In>)
+      if (Shape::kStages == 1 && more)
+        rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
+                     firstQuery(step + 1), k0 / kTile);
+    waitCopies<0>();
+    __syncthreads(); // as in the forward
+    if (Shape::kStages == 2 && more) {
+      fetchStep(step + 1, stage ^ 1);
+      if constexpr (!kCopiesAsync<Shape, In>) {
+        rowNext.load(geo, logsumexp, delta, mask, b, headOf(step + 1),
+                     firstQuery(step + 1), k0 / kTile);
+        rowNext.store(rowsOf(stage ^ 1));
+      }
+      commitCopies();
+    }
+    // Causal: skip the tiles whose queries all precede this warp's keys.
+    if (!geo.causal || warpKey0 <= q0 + kTile - 1) {
       // S^T [keys][queries] and dP^T = V dout^T.
       float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
@@ -881,13 +1097,13 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
       // Only the causal diagonal needs a mask: queries past seqQ have zero
       // rows of Q and dout (their dS and P dout vanish), and keys past seqK
       // are never stored.
-      if (geo.causal && q0 < k0 + kTile) {
+      if (geo.causal && q0 < warpKey0 + 16) {
 #pragma unroll
         for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             int i = q0 + n * 8 + 2 * t + (e & 1);
-            int j = k0 + warp * 16 + g + 8 * (e / 2);
+            int j = warpKey0 + g + 8 * (e / 2);
             if (j > i)
               s[n][e] = -INFINITY;
           }
@@ -898,8 +1114,9 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           int col = n * 8 + 2 * t + c;
-          float lse = lseS[col], dlt = deltaS[col];
-          uint32_t word = geo.hasDropout ? maskHalves[2 * col + keyHalf] : 0u;
+          float lse = rowS.lse[col] * kLog2e, dlt = rowS.delta[col];
+          uint32_t word =
+              geo.hasDropout ? maskHalves[2 * kWords * col + keyHalf] : 0u;
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             int e = 2 * r + c;
@@ -931,17 +1148,17 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardMinBlocks<D>)
         }
       }
     }
-    if (more) {
-      __syncthreads();
-      loadTiles<D>(qs, dos, qNextBase, geo.q.position, doNextBase,
-                   geo.dout.position, firstQuery(step + 1), geo.seqQ);
-      rowNext.store(lseS, deltaS, maskS);
-      __syncthreads();
+    if (Shape::kStages == 1 && more) {
+      __syncthreads(); // every warp is done with the stage refilled next
+      fetchStep(step + 1, 0);
+      if constexpr (!kCopiesAsync<Shape, In>)
+        rowNext.store(rowsOf(0));
+      commitCopies();
     }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    int key = k0 + warp * 16 + g + 8 * r;
+    int key = warpKey0 + g + 8 * r;
     if (key >= geo.seqK)
       continue;
     int64_t dkRow = geo.keyAt(geo.dk, b, key, grp),
@@ -965,8 +1182,9 @@ template <typename Kernel> void allowShared(Kernel kernel, size_t bytes) {
                          static_cast<int>(bytes));
 }
 
-unsigned blocks(int64_t n) {
-  return static_cast<unsigned>((n + kTile - 1) / kTile);
+/// Blocks of `rows` rows over n.
+unsigned blocks(int64_t n, int rows) {
+  return static_cast<unsigned>((n + rows - 1) / rows);
 }
 
 template <int D, typename In>
@@ -975,9 +1193,10 @@ void forward(cudaStream_t stream, const AttentionParams &p,
              float *logsumexp, uint64_t *mask) {
   size_t bytes = forwardShared<D>();
   allowShared(flashForwardKernel<D, In>, bytes);
-  dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
+  using Shape = ForwardShape<D>;
+  dim3 grid(blocks(p.seqQ, Shape::kRows), static_cast<unsigned>(p.headsQ),
             static_cast<unsigned>(p.batch));
-  flashForwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+  flashForwardKernel<D, In><<<grid, Shape::kThreads, bytes, stream>>>(
       makeGeometry(p, io), static_cast<const In *>(io.q),
       static_cast<const In *>(io.k), static_cast<const In *>(io.v), io.out,
       outCopy, logsumexp, mask);
@@ -987,6 +1206,7 @@ template <int D, typename In>
 void backward(cudaStream_t stream, const AttentionParams &p,
               const FlashTensors &io, const __nv_bfloat16 *out,
               const float *logsumexp, const uint64_t *mask, float *delta) {
+  using Shape = BackwardShape<D>;
   FlashGeometry geo = makeGeometry(p, io);
   const auto *q = static_cast<const In *>(io.q);
   const auto *k = static_cast<const In *>(io.k);
@@ -1001,17 +1221,17 @@ void backward(cudaStream_t stream, const AttentionParams &p,
   if (io.dq) {
     size_t bytes = queryBackwardShared<D>();
     allowShared(flashQueryBackwardKernel<D, In>, bytes);
-    dim3 grid(blocks(p.seqQ), static_cast<unsigned>(p.headsQ),
+    dim3 grid(blocks(p.seqQ, Shape::kRows), static_cast<unsigned>(p.headsQ),
               static_cast<unsigned>(p.batch));
-    flashQueryBackwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+    flashQueryBackwardKernel<D, In><<<grid, Shape::kThreads, bytes, stream>>>(
         geo, q, k, v, logsumexp, delta, mask, dout, io.dq);
   }
   if (io.dk || io.dv) {
     size_t bytes = keyBackwardShared<D>();
     allowShared(flashKeyBackwardKernel<D, In>, bytes);
-    dim3 grid(blocks(p.seqK), static_cast<unsigned>(p.headsKv),
+    dim3 grid(blocks(p.seqK, Shape::kRows), static_cast<unsigned>(p.headsKv),
               static_cast<unsigned>(p.batch));
-    flashKeyBackwardKernel<D, In><<<grid, kFlashThreads, bytes, stream>>>(
+    flashKeyBackwardKernel<D, In><<<grid, Shape::kThreads, bytes, stream>>>(
         geo, q, k, v, logsumexp, delta, mask, dout, io.dk, io.dv);
   }
 }

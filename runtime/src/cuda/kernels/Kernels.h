@@ -126,19 +126,21 @@ void vocabEmbeddingBackward(cudaStream_t stream, int64_t count, int64_t vocab,
 // block of the vocabulary [start, start + vocab), as host/kernels'
 // vocabMax, vocabPartials, vocabCrossEntropy and vocabCrossEntropyGrad; the
 // all-reduces between them (max, then sum of the partials) are the
-// bundle's own instructions. Logits, statistics and gradients are fp32.
+// bundle's own instructions. The logits and their gradient are fp32 or
+// bf16 (the statistics are computed from the widened values); the
+// statistics, the loss and dloss are fp32.
 //===----------------------------------------------------------------------===//
 
 /// max [rows] = each row's largest logit of the block.
 void vocabMax(cudaStream_t stream, int64_t rows, int64_t vocab,
-              const float *logits, float *max);
+              InElements logits, float *max);
 
 /// partials [rows, 2] = (sum over the block of exp(logit - max[r]), in
 /// float per thread and merged in double; logits[label - start] - max[r]
 /// when the label is in the block, else 0).
 template <typename Id>
 void vocabPartials(cudaStream_t stream, int64_t rows, int64_t vocab,
-                   int64_t start, const float *logits, const Id *labels,
+                   int64_t start, InElements logits, const Id *labels,
                    const float *max, float *partials);
 
 /// The loss from the whole vocabulary's partials: per row log(sum) -
@@ -158,11 +160,11 @@ constexpr size_t kVocabCrossEntropyGradScratchBytes = sizeof(double);
 /// the rows not ignored (Mean), that factor computed into `scratch` first.
 template <typename Id>
 void vocabCrossEntropyGrad(cudaStream_t stream, int64_t rows, int64_t vocab,
-                           int64_t start, const float *logits,
+                           int64_t start, InElements logits,
                            const Id *labels, int64_t ignoreIndex,
                            LossReduction reduction, const float *dloss,
                            const float *max, const float *partials,
-                           float *dlogits, void *scratch);
+                           OutElements dlogits, void *scratch);
 
 //===----------------------------------------------------------------------===//
 // Norms.cu: a row in registers, statistics in double as on the host
@@ -352,6 +354,10 @@ void accumulateInto(cudaStream_t stream, int64_t n, const float *x, float *y);
 /// GEMM; used where cuBLASLt has no bias epilogue for a shape).
 void addBiasRows(cudaStream_t stream, int64_t rows, int64_t cols,
                  const float *bias, float *y);
+/// y[r, c] = x[r, c] + bias[c] for x, y [rows, cols] (bias_add: x and y fp32
+/// or bf16 each, the bias fp32; y may be x).
+void biasAdd(cudaStream_t stream, int64_t rows, int64_t cols, InElements x,
+             const float *bias, OutElements y);
 
 void softmaxForward(cudaStream_t stream, int64_t outer, int64_t axisSize,
                     int64_t inner, InElements x, OutElements y);
