@@ -229,7 +229,8 @@ latest=$(cat "$out/multi/fault-ckpt/latest_checkpointed_iteration.txt" 2>/dev/nu
 if [ -n "$latest" ]; then
   CUDA_VISIBLE_DEVICES=0 timeout 60 "$dir/bin/megatron-train" \
     "$dir/bundles/tiny-gpt-bf16-nodrop-tp2.mtb" --data-path "$corpus" \
-    --train-iters $((latest + 20)) --lr 6e-4 --log-interval 10 \
+    --train-iters $((latest + 20)) --lr-decay-iters 1000000 --lr 6e-4 \
+    --log-interval 10 \
     --eval-iters 0 --no-progress-bar --backend cuda --in-process-ranks \
     --load "$out/multi/fault-ckpt" >"$out/multi/fault.resume.log" 2>&1
   echo "fault: resumed from the newest checkpoint (iteration $latest) on" \
