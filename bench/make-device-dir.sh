@@ -27,7 +27,9 @@ b=$dest/bundles
 "$compile" "$root/models/tiny-llama.yaml" --precision=fp32 -o "$b/tiny-llama.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 -o "$b/tiny-gpt-bf16.mtb"
 "$compile" "$root/models/tiny-llama.yaml" --bf16 -o "$b/tiny-llama-bf16.mtb"
-# CudaTensorParallelTest: tiny-gpt without dropout, for one rank and TP=2.
+# CudaTensorParallelTest: tiny-gpt without dropout, for one rank and TP=2;
+# CudaDataParallelTest: for DP=2, with and without the distributed
+# optimizer, and DP=2 x TP=2.
 for precision in fp32 bf16; do
   name=tiny-gpt-nodrop flags=--precision=fp32
   [[ $precision == bf16 ]] && name=tiny-gpt-bf16-nodrop flags=--bf16
@@ -38,6 +40,16 @@ for precision in fp32 bf16; do
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
     -o "$b/$name-tp2-sp.mtb"
+  dp=(--hidden-dropout=0 --attention-dropout=0 --data-parallel-size=2
+    --micro-batch-size=4 --global-batch-size=8)
+  "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" -o "$b/$name-dp2.mtb"
+  "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" \
+    --use-distributed-optimizer -o "$b/$name-dp2-distopt.mtb"
+  if [[ $precision == fp32 ]]; then
+    "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" \
+      --tensor-model-parallel-size=2 --use-distributed-optimizer \
+      -o "$b/$name-dp2-tp2-distopt.mtb"
+  fi
 done
 # CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
 # advance the micro-batch counter that keys it).
@@ -104,7 +116,8 @@ done
   -o "$b/gpt2-124m-bf16-mb32-nodrop.mtb"
 # MULTI=1: bench/run-multi-gpu.sh's bundles (issue #11): gpt2-124m without
 # any dropout (dropout over split tensors is refused on the GPU), for one
-# rank and for TP=2.
+# rank and for TP=2; and for DP=2 (micro-batches of 32 per rank, global
+# batch 64), with and without the distributed optimizer.
 if [ "${MULTI:-0}" = 1 ]; then
   for tp in 1 2; do
     suffix=; [ $tp = 2 ] && suffix=-tp2
@@ -117,6 +130,13 @@ if [ "${MULTI:-0}" = 1 ]; then
     --global-batch-size=32 --attention-dropout=0 --hidden-dropout=0 \
     --tensor-model-parallel-size=2 --sequence-parallel \
     -o "$b/gpt2-124m-bf16-mb32-nodropout-tp2-sp.mtb"
+  for distopt in "" --use-distributed-optimizer; do
+    suffix=-dp2; [ -n "$distopt" ] && suffix=-dp2-distopt
+    "$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=32 \
+      --global-batch-size=64 --attention-dropout=0 --hidden-dropout=0 \
+      --data-parallel-size=2 $distopt \
+      -o "$b/gpt2-124m-bf16-mb32-nodropout$suffix.mtb"
+  done
   # PP=2 (1F1B and interleaved with 2 virtual stages, 4 micro-batches of 8)
   # and its one-rank twin: untied embeddings, no dropout.
   gpt2=("$compile" "$root/models/gpt2-124m.yaml" --bf16 --micro-batch-size=8

@@ -12,6 +12,10 @@
 #   OUT  where multi-gpu.txt and the logs (multi/) go
 #   LAYOUT_MODELS (environment) MODEL:ITERATIONS pairs to compare, default
 #        tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropout:20
+#   DP_MODELS (environment) MODEL:ITERATIONS:GLOBAL_BATCH triples for the
+#        data-parallel runs (MODEL-dp2.mtb and MODEL-dp2-distopt.mtb against
+#        MODEL.mtb on one GPU at that global batch), default
+#        tiny-gpt-bf16-nodrop:20:8 gpt2-124m-bf16-mb32-nodropout:12:64
 #   FAULT (environment) 0 skips the fault run
 #   RUN_LIMIT (environment) seconds each multi-process run may take (100)
 #   PP_MODELS (environment) MODEL:ITERATIONS:SCHEDULES for PP=2, default
@@ -19,11 +23,12 @@
 #        gpt2-124m-bf16-mb8-untied-nodropout:20:-,interleaved (bundles
 #        MODEL.mtb and MODEL-pp2-SCHEDULE.mtb, or MODEL-pp2.mtb for "-",
 #        the 1F1B one)
-# The cuda backend runs tensor (and sequence) parallelism across processes
-# (its multi-rank instructions on the device, the collectives through NCCL
-# on the arena's buffers: runtime/src/cuda/RankOps.cpp) and pipeline
-# parallelism (its messages through NCCL on device buffers); data
-# parallelism on the GPU is still refused (runtime/src/cuda/Trainer.cpp).
+# The cuda backend runs tensor (and sequence) and data parallelism across
+# processes (its multi-rank instructions on the device, the collectives
+# through NCCL on the arena's buffers: runtime/src/cuda/RankOps.cpp; the
+# data-parallel gradient buffer and the distributed optimizer on the device,
+# runtime/src/cuda/DataParallel.h) and pipeline parallelism (its messages
+# through NCCL on device buffers).
 # Each comparison prints the largest relative loss difference against one
 # GPU, ms per iteration, tokens/s per GPU and the speedup over one GPU (and
 # its efficiency: speedup / GPUs).
@@ -245,7 +250,8 @@ latest=$(cat "$out/multi/fault-ckpt/latest_checkpointed_iteration.txt" 2>/dev/nu
 if [ -n "$latest" ]; then
   CUDA_VISIBLE_DEVICES=0 timeout 60 "$dir/bin/megatron-train" \
     "$dir/bundles/tiny-gpt-bf16-nodrop-tp2.mtb" --data-path "$corpus" \
-    --train-iters $((latest + 20)) --lr 6e-4 --log-interval 10 \
+    --train-iters $((latest + 20)) --lr-decay-iters 1000000 --lr 6e-4 \
+    --log-interval 10 \
     --eval-iters 0 --no-progress-bar --backend cuda --in-process-ranks \
     --load "$out/multi/fault-ckpt" >"$out/multi/fault.resume.log" 2>&1
   echo "fault: resumed from the newest checkpoint (iteration $latest) on" \

@@ -8,10 +8,36 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <vector>
 
 namespace mtrt::cuda {
+
+AdamWScalars adamwScalars(const train::OptimizerConfig &config,
+                          int64_t iteration, double gradScale,
+                          double gradNorm) {
+  AdamWScalars s;
+  s.applyScale = gradScale != 1.0;
+  s.gradScale = s.applyScale ? static_cast<float>(gradScale) : 1.0f;
+  double coefficient = train::clipCoefficient(config, gradNorm);
+  if (coefficient < 1.0) {
+    s.applyClip = true;
+    s.clipCoefficient = static_cast<float>(coefficient);
+  }
+  // host::adamwStep's scalars, computed in double and rounded to float.
+  double lr = host::learningRate(config.schedule, iteration - 1);
+  double stepNumber = static_cast<double>(iteration);
+  double biasCorrection1 = 1.0 - std::pow(config.beta1, stepNumber);
+  double biasCorrection2 = 1.0 - std::pow(config.beta2, stepNumber);
+  s.beta1 = static_cast<float>(config.beta1);
+  s.beta2 = static_cast<float>(config.beta2);
+  s.oneMinusBeta1 = static_cast<float>(1.0 - config.beta1);
+  s.oneMinusBeta2 = static_cast<float>(1.0 - config.beta2);
+  s.stepSize = static_cast<float>(lr / biasCorrection1);
+  s.bias2Sqrt = static_cast<float>(std::sqrt(biasCorrection2));
+  s.eps = static_cast<float>(config.eps);
+  s.decay = static_cast<float>(1.0 - lr * config.weightDecay);
+  return s;
+}
 
 Optimizer::Optimizer(ParameterStore &parameters,
                      const train::OptimizerConfig &config,
@@ -21,13 +47,17 @@ Optimizer::Optimizer(ParameterStore &parameters,
                "the gradient norm's partial sums"),
       norm_(sizeof(double) * (rank ? std::max<size_t>(parameters.size(), 1) : 1),
             "the gradient norm") {
+  if (!parameters.hasOptimizerState())
+    throw Error(MTRT_STATUS_INTERNAL,
+                "cuda::Optimizer: the parameter store holds no AdamW moments "
+                "(the distributed optimizer's store)");
   // The multi-tensor AdamW's table: each parameter cut into chunks.
   std::vector<AdamWChunk> chunks;
   for (size_t i = 0; i < parameters.size(); ++i) {
     int64_t count = parameters.count(i), bf16 = parameters.bf16Offset(i);
     for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
       AdamWChunk chunk;
-      chunk.begin = parameters.offset(i) + at;
+      chunk.begin = chunk.stateBegin = parameters.offset(i) + at;
       chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + at;
       chunk.count = static_cast<int32_t>(
           std::min<int64_t>(kAdamWChunkElements, count - at));
@@ -56,8 +86,7 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
   // The host scales the gradients in place, then sums their squares; here
   // the scaled value is formed on the fly (same float product) and stored by
   // the AdamW kernel.
-  bool applyScale = gradScale != 1.0;
-  float scale = applyScale ? static_cast<float>(gradScale) : 1.0f;
+  float scale = gradScale != 1.0 ? static_cast<float>(gradScale) : 1.0f;
   double sumOfSquaresValue = 0;
   if (!rank_) {
     MTRT_CUDA_CHECK_LAUNCH(sumOfSquares(stream, parameters_.flatElements(),
@@ -100,39 +129,9 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
 
   train::OptimizerStepResult result;
   result.gradNorm = std::sqrt(sumOfSquaresValue);
-  if (!std::isfinite(result.gradNorm)) {
-    std::ostringstream message;
-    message << "iteration " << iteration << ": the gradient norm is "
-            << result.gradNorm
-            << " (training diverged); lower --lr, raise --lr-warmup-iters or "
-               "lower --clip-grad";
-    throw Error(MTRT_STATUS_ABORTED, message.str());
-  }
-  AdamWScalars s;
-  s.applyScale = applyScale;
-  s.gradScale = scale;
-  if (config_.clipGrad > 0) {
-    double coefficient = config_.clipGrad / (result.gradNorm + 1e-6);
-    if (coefficient < 1.0) {
-      s.applyClip = true;
-      s.clipCoefficient = static_cast<float>(coefficient);
-    }
-  }
+  train::checkGradNorm(result.gradNorm, iteration);
+  AdamWScalars s = adamwScalars(config_, iteration, gradScale, result.gradNorm);
   result.learningRate = host::learningRate(config_.schedule, iteration - 1);
-
-  // host::adamwStep's scalars, computed in double and rounded to float.
-  double lr = result.learningRate;
-  double stepNumber = static_cast<double>(iteration);
-  double biasCorrection1 = 1.0 - std::pow(config_.beta1, stepNumber);
-  double biasCorrection2 = 1.0 - std::pow(config_.beta2, stepNumber);
-  s.beta1 = static_cast<float>(config_.beta1);
-  s.beta2 = static_cast<float>(config_.beta2);
-  s.oneMinusBeta1 = static_cast<float>(1.0 - config_.beta1);
-  s.oneMinusBeta2 = static_cast<float>(1.0 - config_.beta2);
-  s.stepSize = static_cast<float>(lr / biasCorrection1);
-  s.bias2Sqrt = static_cast<float>(std::sqrt(biasCorrection2));
-  s.eps = static_cast<float>(config_.eps);
-  s.decay = static_cast<float>(1.0 - lr * config_.weightDecay);
   if (chunkCount_ > 0) // the flat arrays start at parameter 0
     MTRT_CUDA_CHECK_LAUNCH(
         adamwStepChunks(stream, chunkCount_, chunks_.as<AdamWChunk>(),

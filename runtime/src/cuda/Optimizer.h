@@ -4,6 +4,7 @@
 #define MTRT_SRC_CUDA_OPTIMIZER_H
 
 #include "cuda/Context.h"
+#include "cuda/kernels/Kernels.h"
 #include "train/Optimizer.h"
 
 #include <cstdint>
@@ -15,6 +16,13 @@ class RankContext;
 namespace mtrt::cuda {
 
 class ParameterStore;
+
+/// The AdamW kernel's scalars for update `iteration` (counting from 1):
+/// host::adamwStep's, computed in double and rounded to float; the
+/// gradient scaling by gradScale (when not 1) and the clipping coefficient
+/// of `gradNorm` (train::clipCoefficient, when below 1).
+AdamWScalars adamwScalars(const train::OptimizerConfig &config,
+                          int64_t iteration, double gradScale, double gradNorm);
 
 /// train::Optimizer's step over a cuda::ParameterStore, with the same
 /// configuration and results: the gradients are scaled by gradScale, their

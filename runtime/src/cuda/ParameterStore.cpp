@@ -40,8 +40,9 @@ std::vector<bool> ParameterStore::gemmReadParameters(const Bundle &bundle) {
   return read;
 }
 
-ParameterStore::ParameterStore(const Bundle &bundle, Context &context)
-    : context_(context) {
+ParameterStore::ParameterStore(const Bundle &bundle, Context &context,
+                               bool optimizerState)
+    : context_(context), kinds_(optimizerState ? 4 : 2) {
   const auto &parameters = bundle.parameters();
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Parameter &p = parameters[i];
@@ -58,10 +59,11 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context)
              kAlignElements;
     numElements_ += p.localType.numElements;
   }
-  size_t bytes = 4 * sizeof(float) * static_cast<size_t>(flat_);
-  buffer_ = DeviceBuffer(bytes, "the parameters, gradients and AdamW moments "
-                                "of bundle '" +
-                                    bundle.name() + "'");
+  size_t bytes = kinds_ * sizeof(float) * static_cast<size_t>(flat_);
+  buffer_ =
+      DeviceBuffer(bytes, std::string("the parameters, gradients") +
+                              (optimizerState ? " and AdamW moments" : "") +
+                              " of bundle '" + bundle.name() + "'");
   MTRT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0, bytes, context_.stream()),
                   "zeroing the parameter store");
 
@@ -109,10 +111,11 @@ void ParameterStore::initialize(uint64_t seed) {
                       "in a host::ParameterStore (with its coordinates) and "
                       "upload them");
   cudaStream_t stream = context_.stream();
-  MTRT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0,
-                                  4 * sizeof(float) * static_cast<size_t>(flat_),
-                                  stream),
-                  "zeroing the parameter store");
+  MTRT_CUDA_CHECK(
+      cudaMemsetAsync(buffer_.data(), 0,
+                      kinds_ * sizeof(float) * static_cast<size_t>(flat_),
+                      stream),
+      "zeroing the parameter store");
   for (size_t i = 0; i < infos_.size(); ++i) {
     const Parameter &p = *infos_[i];
     switch (p.init) {
@@ -154,13 +157,14 @@ void ParameterStore::checkPeer(const host::ParameterStore &other,
 void ParameterStore::upload(const host::ParameterStore &from) {
   checkPeer(from, "upload");
   auto &source = const_cast<host::ParameterStore &>(from);
+  int kinds = from.hasOptimizerState() ? kinds_ : 2;
   for (size_t i = 0; i < infos_.size(); ++i) {
     if (!from.holds(i)) // another pipeline rank's: stays zero here
       continue;
     size_t bytes = sizeof(float) * static_cast<size_t>(count(i));
     const host::Tensor *tensors[4] = {&source.value(i), &source.gradient(i),
                                       &source.expAvg(i), &source.expAvgSq(i)};
-    for (int kind = 0; kind < 4; ++kind)
+    for (int kind = 0; kind < kinds; ++kind)
       MTRT_CUDA_CHECK(cudaMemcpyAsync(at(kind, i), tensors[kind]->buffer.data(),
                                       bytes, cudaMemcpyHostToDevice,
                                       context_.stream()),
@@ -172,13 +176,14 @@ void ParameterStore::upload(const host::ParameterStore &from) {
 
 void ParameterStore::download(host::ParameterStore &to) const {
   checkPeer(to, "download");
+  int kinds = to.hasOptimizerState() ? kinds_ : 2;
   for (size_t i = 0; i < infos_.size(); ++i) {
     if (!to.holds(i)) // another pipeline rank's (empty there)
       continue;
     size_t bytes = sizeof(float) * static_cast<size_t>(count(i));
     host::Tensor *tensors[4] = {&to.value(i), &to.gradient(i), &to.expAvg(i),
                                 &to.expAvgSq(i)};
-    for (int kind = 0; kind < 4; ++kind)
+    for (int kind = 0; kind < kinds; ++kind)
       MTRT_CUDA_CHECK(cudaMemcpyAsync(tensors[kind]->buffer.data(), at(kind, i),
                                       bytes, cudaMemcpyDeviceToHost,
                                       context_.stream()),

@@ -19,7 +19,9 @@ class ParameterStore;
 namespace mtrt::cuda {
 
 /// The device twin of host::ParameterStore, in f32. Parameter i's value,
-/// gradient and moments live at the same offset of four flat arrays; every
+/// gradient and moments live at the same offset of four flat arrays (two
+/// without the optimizer state: the distributed optimizer, DataParallel.h,
+/// keeps the moments of its shard of the gradient buffer); every
 /// parameter starts on a 256-byte boundary and the padding between them is
 /// zero (so sums over a whole flat array, like the gradient norm, see only
 /// the parameters). Everything starts at zero.
@@ -38,7 +40,10 @@ class ParameterStore {
 public:
   /// Throws Error: UNIMPLEMENTED for bf16/f16 parameters (the cuda backend
   /// computes in f32 for now), or the failed allocation's error.
-  ParameterStore(const Bundle &bundle, Context &context);
+  /// Without `optimizerState`, expAvg and expAvgSq are null and hold no
+  /// memory.
+  ParameterStore(const Bundle &bundle, Context &context,
+                 bool optimizerState = true);
 
   size_t size() const { return infos_.size(); }
   const Parameter &info(size_t i) const { return *infos_[i]; }
@@ -48,8 +53,14 @@ public:
 
   float *value(size_t i) const { return at(0, i); }
   float *gradient(size_t i) const { return at(1, i); }
-  float *expAvg(size_t i) const { return at(2, i); }
-  float *expAvgSq(size_t i) const { return at(3, i); }
+  float *expAvg(size_t i) const {
+    return hasOptimizerState() ? at(2, i) : nullptr;
+  }
+  float *expAvgSq(size_t i) const {
+    return hasOptimizerState() ? at(3, i) : nullptr;
+  }
+  /// Whether expAvg and expAvgSq hold every parameter's moments.
+  bool hasOptimizerState() const { return kinds_ == 4; }
   /// Parameter i's persistent bf16 copy, or null when it has none.
   __nv_bfloat16 *bf16Value(size_t i) const {
     return bf16Offsets_[i] < 0 ? nullptr
@@ -90,11 +101,12 @@ public:
   void zeroGradients();
 
   /// Copies values, gradients and moments from / to a host store of the same
-  /// bundle in f32 (upload then rounds the bf16 copies). Throws Error
-  /// (INVALID_ARGUMENT) for another bundle or float type. In a pipeline
-  /// bundle, only the parameters the host store holds (its pipeline rank's;
-  /// host::ParameterStore::holds) move; the others stay zero here (allocated
-  /// but never read: the rank runs only its stages' functions).
+  /// bundle in f32 (upload then rounds the bf16 copies); the moments only
+  /// when both stores hold them. Throws Error (INVALID_ARGUMENT) for another
+  /// bundle or float type. In a pipeline bundle, only the parameters the
+  /// host store holds (its pipeline rank's; host::ParameterStore::holds)
+  /// move; the others stay zero here (allocated but never read: the rank
+  /// runs only its stages' functions).
   void upload(const host::ParameterStore &from);
   void download(host::ParameterStore &to) const;
 
@@ -114,6 +126,8 @@ private:
   std::vector<int64_t> offsets_;
   int64_t flat_ = 0;
   int64_t numElements_ = 0;
+  /// The flat arrays buffer_ holds: values, gradients (and the moments).
+  int kinds_ = 4;
   DeviceBuffer buffer_;
   std::vector<int64_t> bf16Offsets_;
   int64_t bf16Flat_ = 0;

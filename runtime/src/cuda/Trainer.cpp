@@ -3,6 +3,7 @@
 #include "cuda/Trainer.h"
 
 #include "comm/RankContext.h"
+#include "cuda/DataParallel.h"
 #include "cuda/Executor.h"
 #include "cuda/GradientUnscaler.h"
 #include "cuda/Optimizer.h"
@@ -27,20 +28,16 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   if (options.floatType != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "the cuda backend trains in f32 only");
-  if (rank && bundle.hasModel() &&
-      (bundle.model().dataParallelSize > 1 || bundle.hasGradientBuffer()))
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + bundle.name() + "' has data "
-                "parallelism (grid " + shapeString(bundle.gridShape()) +
-                    "); the cuda backend trains tensor- and "
-                    "pipeline-parallel grids only for now: use --backend "
-                    "host");
   // The device first: without one, fail before the host's work.
   context_ = std::make_unique<Context>(device);
   // Every check, the schedule and the seeded initialization.
   host_ = std::make_unique<train::Trainer>(bundle, std::move(corpus),
                                            corpusName, options, rank);
-  parameters_ = std::make_unique<ParameterStore>(bundle, *context_);
+  // The distributed optimizer keeps AdamW's moments for its shard only.
+  bool distributed = rank && bundle.hasGradientBuffer() &&
+                     bundle.gradientBuffer().distributedOptimizer;
+  parameters_ =
+      std::make_unique<ParameterStore>(bundle, *context_, !distributed);
   parameters_->upload(host_->parameters());
 
   // A pipeline bundle runs its schedule (the host trainer checked that it
@@ -71,8 +68,15 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   config.beta2 = options_.adamBeta2;
   config.eps = options_.adamEps;
   config.clipGrad = options_.clipGrad;
-  optimizer_ = std::make_unique<Optimizer>(*parameters_, config, rank);
-  if (host_->lossScaler())
+  if (rank && bundle.hasGradientBuffer())
+    gradientBuffer_ =
+        std::make_unique<DataParallelBuffer>(bundle, *parameters_, *rank);
+  if (distributed)
+    distributedOptimizer_ = std::make_unique<DistributedOptimizer>(
+        *parameters_, *gradientBuffer_, config, *rank);
+  else
+    optimizer_ = std::make_unique<Optimizer>(*parameters_, config, rank);
+  if (host_->lossScaler() && !distributed)
     unscaler_ = std::make_unique<GradientUnscaler>(*parameters_, rank);
   size_t tokens = static_cast<size_t>(host_->microBatchSize() * seq);
   tokens_.resize(tokens);
@@ -80,6 +84,11 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
 }
 
 Trainer::~Trainer() = default;
+
+int64_t Trainer::sampleOffset(int64_t microBatch) const {
+  return (microBatch * host_->dataParallelSize() + host_->dataRank()) *
+         host_->microBatchSize();
+}
 
 std::pair<host::TensorView, host::TensorView>
 Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
@@ -133,8 +142,16 @@ void Trainer::train(std::ostream &out) {
                            std::to_string(trainStep_->arenaBytes() >> 20) +
                            " MiB"
                      : ", pipeline schedule " + bundle_.pipeline()->schedule)
-      << ", seed "
-      << options_.seed;
+      << ", seed " << options_.seed;
+    if (gradientBuffer_)
+      s << "; data-parallel gradient buffer of "
+        << bundle_.gradientBuffer().size << " elements reduced on the device"
+        << (distributedOptimizer_
+                ? ", distributed optimizer (AdamW state " +
+                      std::to_string(distributedOptimizer_->stateBytes() >>
+                                     20) +
+                      " MiB on this rank)"
+                : std::string());
     log.line(s.str());
   }
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
@@ -158,28 +175,38 @@ void Trainer::train(std::ostream &out) {
     if (pipeline_) {
       lossSum = pipeline_->train(
           [&](int64_t m) {
-            return readMicroBatch(*trainData_, consumed + m * microBatch);
+            return readMicroBatch(*trainData_, consumed + sampleOffset(m));
           },
           microStep_);
       microStep_ += static_cast<uint64_t>(microBatches);
     }
     for (int64_t m = 0; !pipeline_ && m < microBatches; ++m)
       lossSum += runMicroBatch(*trainStep_, *trainData_,
-                               consumed + m * microBatch, microStep_++);
+                               consumed + sampleOffset(m), microStep_++);
+    // Megatron-LM's data-parallel reduction: once per iteration, after the
+    // micro-batches, before the unscale, clipping and the optimizer.
+    if (gradientBuffer_)
+      gradientBuffer_->reduceGradients();
     train::IterationResult result;
     result.loss = lossSum / static_cast<double>(microBatches);
     if (scaler) {
       // As train::Trainer: unscale, agree over the ranks, update, skip.
+      double inverse = 1.0 / scaler->scale();
       bool found =
-          unscaler_->unscaleAndCheckFinite(1.0 / scaler->scale(), iteration);
+          distributedOptimizer_
+              ? distributedOptimizer_->unscaleAndCheckFinite(inverse, iteration)
+              : unscaler_->unscaleAndCheckFinite(inverse, iteration);
       if (train::skipOnOverflow(*scaler, found, iteration, skippedIterations_,
                                 host_->schedule(), result))
         return result;
     }
     // The optimizer's update count (skipped iterations move neither the
     // schedule nor AdamW's step).
-    result.step = optimizer_->step(iteration - skippedIterations_,
-                                   1.0 / static_cast<double>(microBatches));
+    int64_t update = iteration - skippedIterations_;
+    double scale = 1.0 / static_cast<double>(microBatches);
+    result.step = distributedOptimizer_
+                      ? distributedOptimizer_->step(update, scale)
+                      : optimizer_->step(update, scale);
     return result;
   };
   std::function<double()> evaluation;
@@ -211,7 +238,7 @@ double Trainer::evaluate() {
     int64_t batches = options_.evalIters * host_->microBatchesPerIteration();
     double sum = pipeline_->evaluate(
         [&](int64_t i) {
-          return readMicroBatch(*validData_, i * host_->microBatchSize());
+          return readMicroBatch(*validData_, sampleOffset(i));
         },
         batches);
     return sum / static_cast<double>(batches);
@@ -223,8 +250,7 @@ double Trainer::evaluate() {
   int64_t batches = options_.evalIters * host_->microBatchesPerIteration();
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i)
-    sum += runMicroBatch(*evalStep_, *validData_,
-                         i * host_->microBatchSize(), 0);
+    sum += runMicroBatch(*evalStep_, *validData_, sampleOffset(i), 0);
   return sum / static_cast<double>(batches);
 }
 

@@ -19,6 +19,8 @@ class RankContext;
 
 namespace mtrt::cuda {
 
+class DataParallelBuffer;
+class DistributedOptimizer;
 class Executor;
 class GradientUnscaler;
 class Optimizer;
@@ -48,12 +50,15 @@ class Trainer {
 public:
   /// Throws Error as train::Trainer does, or UNAVAILABLE without a GPU.
   ///
-  /// With `rank` (prepared or not), trains one rank of a tensor-parallel
-  /// grid: the host trainer initializes the rank's shards, the executors run
-  /// its collectives through the rank's communicators, the gradient norm is
-  /// the world's. A pipeline bundle runs its schedule (PipelineRunner,
-  /// cuda/PipelineStages.h) with its stages' activations on the device.
-  /// Grids with data parallelism are refused (UNIMPLEMENTED) for now.
+  /// With `rank` (prepared or not), trains one rank of a grid of tensor and
+  /// data parallelism: the host trainer initializes the rank's shards and
+  /// picks its samples, the executors run its collectives through the
+  /// rank's communicators, the gradient norm is the world's. With a
+  /// gradient_buffer, the gradients are reduced over the data-parallel
+  /// ranks once per iteration on the device (DataParallel.h), and with the
+  /// distributed optimizer AdamW steps the rank's shard of them. A pipeline
+  /// bundle runs its schedule (PipelineRunner, cuda/PipelineStages.h) with
+  /// its stages' activations on the device.
   Trainer(const Bundle &bundle, std::string corpus, std::string corpusName,
           const train::TrainerOptions &options,
           const ContextOptions &device = {},
@@ -87,6 +92,11 @@ public:
   void uploadParametersFromHost();
 
 private:
+  /// The first sample of micro-batch `microBatch` of an iteration (or an
+  /// evaluation) on this rank, from the iteration's first: data rank d
+  /// reads rows [d * b, (d + 1) * b) of each global micro-batch of b * dp
+  /// samples, as the host trainer.
+  int64_t sampleOffset(int64_t microBatch) const;
   /// The tokens and labels of the micro-batch at sample `first` (host
   /// memory, valid until the next call).
   std::pair<host::TensorView, host::TensorView>
@@ -113,6 +123,10 @@ private:
   /// Pipeline bundles: runs the schedule instead of train_step.
   std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;
+  /// With a gradient_buffer: the data-parallel reduction; with the
+  /// distributed optimizer, that optimizer instead of optimizer_.
+  std::unique_ptr<DataParallelBuffer> gradientBuffer_;
+  std::unique_ptr<DistributedOptimizer> distributedOptimizer_;
   /// --fp16: the device side of the host trainer's loss scaler.
   std::unique_ptr<GradientUnscaler> unscaler_;
   int64_t skippedIterations_ = 0;

@@ -3,6 +3,7 @@
 // there is one format and one writer for both backends.
 #include "cuda/Trainer.h"
 
+#include "cuda/DataParallel.h"
 #include "cuda/ParameterStore.h"
 #include "train/TrainingLog.h"
 
@@ -17,6 +18,9 @@ train::LoopStart Trainer::resume(train::TrainingLog &log) {
     return start;
   // The loaded state onto the device; upload rounds the bf16 copies again.
   parameters_->upload(host_->parameters());
+  // The distributed optimizer's moments are its own, not the store's.
+  if (distributedOptimizer_)
+    distributedOptimizer_->upload(*host_->distributedOptimizer());
   skippedIterations_ = host_->skippedIterations();
   // The generator's position: the train_step micro-batches run before
   // (dropout keys on it), derived from the iteration as the host does.
@@ -30,6 +34,8 @@ void Trainer::saveCheckpoint(int64_t iteration, int64_t consumed,
   // Values and moments into the host store (one synchronization), and this
   // trainer's count of skipped iterations for the optimizer step it records.
   parameters_->download(host_->parameters());
+  if (distributedOptimizer_)
+    distributedOptimizer_->download(*host_->distributedOptimizer());
   host_->setSkippedIterations(skippedIterations_);
   host_->saveCheckpoint(iteration, consumed, log);
 }

@@ -11,6 +11,34 @@
 
 namespace mtrt::train {
 
+BufferShard bufferShard(const Bundle &bundle,
+                        const std::vector<int64_t> &coordinates) {
+  const GradientBuffer &layout = bundle.gradientBuffer();
+  BufferShard shard;
+  shard.size = layout.size;
+  if (!layout.distributedOptimizer)
+    return shard;
+  int64_t group = gridGroupSize(bundle.gridShape(), layout.gridAxes);
+  shard.size = layout.size / group;
+  shard.begin =
+      gridGroupIndex(bundle.gridShape(), coordinates, layout.gridAxes) *
+      shard.size;
+  int64_t shardEnd = shard.begin + shard.size;
+  for (size_t i = 0; i < layout.parameters.size(); ++i) {
+    size_t p = static_cast<size_t>(layout.parameters[i]);
+    // A pipeline rank steps only the parameters of its stages.
+    int64_t owner = bundle.parameters()[p].pipelineRank;
+    if (owner >= 0 && !coordinates.empty() && coordinates[0] != owner)
+      continue;
+    int64_t begin = layout.offsets[i];
+    int64_t end = begin + bundle.parameters()[p].localType.numElements;
+    int64_t from = std::max(begin, shard.begin), to = std::min(end, shardEnd);
+    if (from < to)
+      shard.pieces.push_back({p, from - shard.begin, from - begin, to - from});
+  }
+  return shard;
+}
+
 DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
                                        host::ParameterStore &parameters,
                                        host::ThreadPool &pool,
@@ -24,28 +52,12 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
                                              parameters, pool, &rank);
   DType dtype = parameters.floatType();
   buffer_ = host::Tensor(dtype, {layout_.size});
-  int64_t group = gridGroupSize(bundle.gridShape(), layout_.gridAxes);
-  shardSize_ =
-      layout_.distributedOptimizer ? layout_.size / group : layout_.size;
-  shardBegin_ = layout_.distributedOptimizer
-                    ? gridGroupIndex(bundle.gridShape(), rank.coordinates(),
-                                     layout_.gridAxes) *
-                          shardSize_
-                    : 0;
+  shard_ = bufferShard(bundle, rank.coordinates());
   if (!layout_.distributedOptimizer)
     return;
   gather_ = std::make_unique<host::Executor>(bundle, "gather_parameters",
                                              parameters, pool, &rank);
-  shard_ = host::Tensor(dtype, {shardSize_});
-  int64_t shardEnd = shardBegin_ + shardSize_;
-  for (size_t i = 0; i < layout_.parameters.size(); ++i) {
-    size_t p = static_cast<size_t>(layout_.parameters[i]);
-    int64_t begin = layout_.offsets[i];
-    int64_t end = begin + parameters.value(p).numElements();
-    int64_t from = std::max(begin, shardBegin_), to = std::min(end, shardEnd);
-    if (from < to)
-      pieces_.push_back({p, from - shardBegin_, from - begin, to - from});
-  }
+  reduced_ = host::Tensor(dtype, {shard_.size});
 }
 
 DataParallelBuffer::~DataParallelBuffer() = default;
@@ -94,7 +106,7 @@ void DataParallelBuffer::reduceGradients() {
   std::vector<host::Tensor> out =
       reduce_->run({{buffer_.dtype, buffer_.shape, buffer_.data<void>()}}, 0);
   if (layout_.distributedOptimizer) {
-    shard_ = std::move(out[0]);
+    reduced_ = std::move(out[0]);
     return;
   }
   if (f64)
@@ -105,15 +117,16 @@ void DataParallelBuffer::reduceGradients() {
 
 void DataParallelBuffer::gatherParameters() {
   bool f64 = parameters_.floatType() == DType::F64;
+  int64_t begin = shard_.begin, end = shard_.begin + shard_.size;
   if (f64)
-    pack<double>(true, shardBegin_, shardBegin_ + shardSize_);
+    pack<double>(true, begin, end);
   else
-    pack<float>(true, shardBegin_, shardBegin_ + shardSize_);
+    pack<float>(true, begin, end);
   std::vector<host::Tensor> out = gather_->run(
       {{buffer_.dtype,
-        {shardSize_},
+        {shard_.size},
         static_cast<const uint8_t *>(buffer_.buffer.data()) +
-            static_cast<size_t>(shardBegin_) * dtypeSize(buffer_.dtype)}},
+            static_cast<size_t>(begin) * dtypeSize(buffer_.dtype)}},
       0);
   if (f64)
     unpack<double>(out[0], true);

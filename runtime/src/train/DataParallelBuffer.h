@@ -22,6 +22,30 @@ class RankContext;
 
 namespace mtrt::train {
 
+/// Where a rank's range of the gradient buffer meets one parameter.
+struct BufferPiece {
+  size_t parameter = 0;
+  /// Elements from the start of the rank's range.
+  int64_t shardOffset = 0;
+  /// Elements from the start of the parameter's (flattened) shard.
+  int64_t parameterOffset = 0;
+  int64_t count = 0;
+};
+
+/// The distributed optimizer's range of `bundle`'s gradient buffer for the
+/// rank at `coordinates` (group rank r of the buffer's grid axes holds
+/// [r * size / group, (r + 1) * size / group)), and the pieces of the
+/// parameters it holds (a pipeline rank, those of its stages) in it, in the
+/// buffer's order. Without the distributed
+/// optimizer, the whole buffer. The host's and the cuda backend's buffers
+/// share it.
+struct BufferShard {
+  int64_t begin = 0, size = 0;
+  std::vector<BufferPiece> pieces;
+};
+BufferShard bufferShard(const Bundle &bundle,
+                        const std::vector<int64_t> &coordinates);
+
 /// The bundle's gradient_buffer (docs/BundleFormat.md) on one rank, as
 /// Megatron-LM's DistributedDataParallel keeps it: the parameters' (shards')
 /// gradients flattened into one buffer in the compiler's layout, reduced over
@@ -37,15 +61,7 @@ namespace mtrt::train {
 /// Thread-safety: none; the rank's thread drives it.
 class DataParallelBuffer {
 public:
-  /// Where the rank's range of the buffer meets one parameter.
-  struct Piece {
-    size_t parameter = 0;
-    /// Elements from the start of the rank's range.
-    int64_t shardOffset = 0;
-    /// Elements from the start of the parameter's (flattened) shard.
-    int64_t parameterOffset = 0;
-    int64_t count = 0;
-  };
+  using Piece = BufferPiece;
 
   /// `bundle` has a gradient buffer; everything must outlive this.
   DataParallelBuffer(const Bundle &bundle, host::ParameterStore &parameters,
@@ -62,11 +78,11 @@ public:
   void reduceGradients();
 
   /// The distributed optimizer's range of the buffer.
-  int64_t shardBegin() const { return shardBegin_; }
-  int64_t shardSize() const { return shardSize_; }
-  const std::vector<Piece> &pieces() const { return pieces_; }
+  int64_t shardBegin() const { return shard_.begin; }
+  int64_t shardSize() const { return shard_.size; }
+  const std::vector<Piece> &pieces() const { return shard_.pieces; }
   /// The summed gradients of the rank's range (after reduceGradients).
-  host::Tensor &shard() { return shard_; }
+  host::Tensor &shard() { return reduced_; }
 
   /// Packs the rank's range of the store's values, runs gather_parameters,
   /// and writes every parameter from the gathered buffer.
@@ -80,9 +96,8 @@ private:
   host::ParameterStore &parameters_;
   host::ThreadPool &pool_;
   std::unique_ptr<host::Executor> reduce_, gather_;
-  int64_t shardBegin_ = 0, shardSize_ = 0;
-  std::vector<Piece> pieces_;
-  host::Tensor buffer_, shard_;
+  BufferShard shard_;
+  host::Tensor buffer_, reduced_;
 };
 
 } // namespace mtrt::train

@@ -181,6 +181,12 @@ public:
   int64_t seqLength() const { return seqLength_; }
   int64_t microBatchesPerIteration() const { return microBatches_; }
   int64_t globalBatchSize() const { return globalBatch_; }
+  /// This rank's position along the data-parallel axis, and that axis'
+  /// size: micro-batch m of an iteration that starts at sample `consumed`
+  /// is samples consumed + (m * dataParallelSize() + dataRank()) *
+  /// microBatchSize() onwards.
+  int64_t dataRank() const { return dataRank_; }
+  int64_t dataParallelSize() const { return dataParallel_; }
   const host::LrSchedule &schedule() const;
   /// The bytes of AdamW's moments this rank holds: all of its parameters'
   /// (shards'), or with the distributed optimizer its 1/dp range of the
@@ -213,6 +219,11 @@ public:
   /// For a trainer that runs the iterations itself on this one
   /// (cuda::Trainer): its count, which checkpointState records.
   void setSkippedIterations(int64_t skipped) { skippedIterations_ = skipped; }
+  /// The distributed optimizer (null without one): its moments are the
+  /// checkpoints' for the rank's range of the gradient buffer.
+  DistributedOptimizer *distributedOptimizer() {
+    return distributedOptimizer_.get();
+  }
 
 private:
   /// Reads microBatchSize() samples of `data` from `first` into the token

@@ -440,11 +440,14 @@ struct AdamWScalars {
 };
 
 /// A piece of at most kAdamWChunkElements elements of one parameter for the
-/// multi-tensor AdamW: its first element in the store's flat fp32 arrays,
-/// the same element in the flat bf16 copies (-1: the parameter has none),
-/// its length and whether the parameter has weight decay.
+/// multi-tensor AdamW: its first element in the store's flat fp32 values,
+/// in the gradient and moment arrays (the store's, at the same offset; the
+/// distributed optimizer's shard, elsewhere), and in the flat bf16 copies
+/// (-1: the parameter has none), its length and whether the parameter has
+/// weight decay.
 struct AdamWChunk {
   int64_t begin = 0;
+  int64_t stateBegin = 0;
   int64_t bf16Begin = -1;
   int32_t count = 0;
   int32_t weightDecay = 0;
@@ -452,7 +455,8 @@ struct AdamWChunk {
 constexpr int64_t kAdamWChunkElements = 32768;
 
 /// AdamW over every parameter in one launch, one block per chunk (a device
-/// array of `chunkCount`). Per element: g = grad (* gradScale)
+/// array of `chunkCount`; param is indexed from a chunk's begin, grad and
+/// the moments from its stateBegin). Per element: g = grad (* gradScale)
 /// (* clipCoefficient), each product rounded to float as the host's
 /// in-place scaling does, written back to grad; then AdamW on param,
 /// expAvg, expAvgSq with host::adamwStep's order of operations; and the

@@ -21,19 +21,19 @@ __global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
   AdamWChunk chunk = chunks[blockIdx.x];
   float decay = chunk.weightDecay ? s.decay : 1.0f;
   for (int32_t j = threadIdx.x; j < chunk.count; j += blockDim.x) {
-    int64_t i = chunk.begin + j;
-    float g = grad[i];
+    int64_t i = chunk.begin + j, k = chunk.stateBegin + j;
+    float g = grad[k];
     if (s.applyScale)
       g = g * s.gradScale;
     if (s.applyClip)
       g = g * s.clipCoefficient;
     if (s.applyScale || s.applyClip)
-      grad[i] = g;
+      grad[k] = g;
     float p = param[i] * decay;
-    float m = s.beta1 * expAvg[i] + s.oneMinusBeta1 * g;
-    float v = s.beta2 * expAvgSq[i] + s.oneMinusBeta2 * g * g;
-    expAvg[i] = m;
-    expAvgSq[i] = v;
+    float m = s.beta1 * expAvg[k] + s.oneMinusBeta1 * g;
+    float v = s.beta2 * expAvgSq[k] + s.oneMinusBeta2 * g * g;
+    expAvg[k] = m;
+    expAvgSq[k] = v;
     p = p - s.stepSize * (m / (sqrtf(v) / s.bias2Sqrt + s.eps));
     param[i] = p;
     if (chunk.bf16Begin >= 0)

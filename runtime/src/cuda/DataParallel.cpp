@@ -1,0 +1,291 @@
+// The gradient buffer and the distributed optimizer on the device.
+#include "cuda/DataParallel.h"
+
+#include "comm/RankContext.h"
+#include "cuda/CudaCheck.h"
+#include "cuda/Executor.h"
+#include "cuda/Optimizer.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/kernels/Kernels.h"
+#include "cuda/kernels/LossScale.h"
+#include "train/DistributedOptimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace mtrt::cuda {
+
+DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
+                                       ParameterStore &parameters,
+                                       comm::RankContext &rank)
+    : layout_(bundle.gradientBuffer()), parameters_(parameters) {
+  if (!bundle.hasGradientBuffer())
+    throw Error(MTRT_STATUS_INTERNAL, "cuda::DataParallelBuffer: bundle '" +
+                                          bundle.name() +
+                                          "' has no gradient_buffer");
+  const Function *reduce = bundle.findFunction("reduce_gradients");
+  if (reduce->values[reduce->inputs[0]].dtype != DType::F32)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle.name() + "': the gradient buffer is " +
+                    dtypeName(reduce->values[reduce->inputs[0]].dtype) +
+                    "; the cuda backend reduces f32 gradients only");
+  reduce_ =
+      std::make_unique<Executor>(bundle, "reduce_gradients", parameters, &rank);
+  shard_ = train::bufferShard(bundle, rank.coordinates());
+  if (layout_.distributedOptimizer)
+    gather_ = std::make_unique<Executor>(bundle, "gather_parameters",
+                                         parameters, &rank);
+  size_t bytes = sizeof(float) * static_cast<size_t>(layout_.size);
+  buffer_ = DeviceBuffer(bytes, "the gradient buffer of bundle '" +
+                                    bundle.name() + "'");
+  // The padding is never written: zero once.
+  Context &context = parameters.context();
+  MTRT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0, bytes, context.stream()),
+                  "zeroing the gradient buffer");
+  context.synchronize("zeroing the gradient buffer");
+}
+
+DataParallelBuffer::~DataParallelBuffer() = default;
+
+void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end) {
+  cudaStream_t stream = parameters_.context().stream();
+  float *out = buffer_.as<float>();
+  for (size_t i = 0; i < layout_.parameters.size(); ++i) {
+    size_t p = static_cast<size_t>(layout_.parameters[i]);
+    int64_t first = layout_.offsets[i], last = first + parameters_.count(p);
+    int64_t lo = std::max(first, begin), hi = std::min(last, end);
+    if (lo >= hi)
+      continue;
+    const float *from = values ? parameters_.value(p) : parameters_.gradient(p);
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(out + lo, from + (lo - first),
+                        sizeof(float) * static_cast<size_t>(hi - lo),
+                        cudaMemcpyDeviceToDevice, stream),
+        std::string("packing the ") + (values ? "value" : "gradient") + " of " +
+            parameters_.info(p).name + " into the gradient buffer");
+  }
+}
+
+void DataParallelBuffer::unpack(const float *from, bool values) {
+  cudaStream_t stream = parameters_.context().stream();
+  for (size_t i = 0; i < layout_.parameters.size(); ++i) {
+    size_t p = static_cast<size_t>(layout_.parameters[i]);
+    float *to = values ? parameters_.value(p) : parameters_.gradient(p);
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(to, from + layout_.offsets[i],
+                        sizeof(float) *
+                            static_cast<size_t>(parameters_.count(p)),
+                        cudaMemcpyDeviceToDevice, stream),
+        std::string("unpacking the ") + (values ? "value" : "gradient") +
+            " of " + parameters_.info(p).name + " from the gradient buffer");
+  }
+}
+
+namespace {
+/// Runs `executor` on one device buffer and returns its one output's device
+/// data, left in the executor's arena until its next run.
+float *runInPlace(Executor &executor, int64_t count, const float *input) {
+  const void *output = nullptr;
+  executor.run({{DType::F32, {count}, input}}, 0, /*inputsOnDevice=*/true,
+               [&](size_t, const void *data, size_t) { output = data; });
+  return static_cast<float *>(const_cast<void *>(output));
+}
+} // namespace
+
+void DataParallelBuffer::reduceGradients() {
+  pack(false, 0, layout_.size);
+  float *out = runInPlace(*reduce_, layout_.size, buffer_.as<float>());
+  if (layout_.distributedOptimizer) {
+    reduced_ = out;
+    return;
+  }
+  unpack(out, false);
+}
+
+void DataParallelBuffer::gatherParameters() {
+  if (!gather_)
+    throw Error(MTRT_STATUS_INTERNAL,
+                "cuda::DataParallelBuffer::gatherParameters: the gradient "
+                "buffer is all-reduced; only the distributed optimizer "
+                "gathers parameters");
+  int64_t begin = shard_.begin;
+  pack(true, begin, begin + shard_.size);
+  unpack(runInPlace(*gather_, shard_.size, buffer_.as<float>() + begin), true);
+  parameters_.refreshBf16Copies();
+}
+
+DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
+                                           DataParallelBuffer &buffer,
+                                           const train::OptimizerConfig &config,
+                                           comm::RankContext &rank)
+    : parameters_(parameters), buffer_(buffer), config_(config), rank_(rank) {
+  if (!buffer.distributed())
+    throw Error(MTRT_STATUS_INTERNAL,
+                "cuda::DistributedOptimizer: the bundle's gradient buffer is "
+                "all-reduced, not sharded");
+  const train::BufferShard &shard = buffer.shard();
+  Context &context = parameters.context();
+  size_t bytes = 2 * sizeof(float) * static_cast<size_t>(shard.size);
+  moments_ = DeviceBuffer(bytes, "the distributed optimizer's AdamW moments");
+  MTRT_CUDA_CHECK(cudaMemsetAsync(moments_.data(), 0, bytes, context.stream()),
+                  "zeroing the distributed optimizer's moments");
+  // The multi-tensor AdamW's table: each piece cut into chunks, the value
+  // in the store, the gradient and moments in the shard.
+  std::vector<AdamWChunk> chunks;
+  for (const train::BufferPiece &piece : shard.pieces) {
+    int64_t bf16 = parameters.bf16Offset(piece.parameter);
+    for (int64_t at = 0; at < piece.count; at += kAdamWChunkElements) {
+      AdamWChunk chunk;
+      chunk.begin =
+          parameters.offset(piece.parameter) + piece.parameterOffset + at;
+      chunk.stateBegin = piece.shardOffset + at;
+      chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + piece.parameterOffset + at;
+      chunk.count = static_cast<int32_t>(
+          std::min<int64_t>(kAdamWChunkElements, piece.count - at));
+      chunk.weightDecay = parameters.info(piece.parameter).weightDecay ? 1 : 0;
+      chunks.push_back(chunk);
+    }
+  }
+  chunkCount_ = static_cast<int64_t>(chunks.size());
+  squares_ =
+      DeviceBuffer(sizeof(double) * std::max<size_t>(shard.pieces.size(), 1),
+                   "the distributed optimizer's sums of squares");
+  scratch_ = DeviceBuffer(sumOfSquaresScratchBytes(shard.size),
+                          "the gradient norm's partial sums");
+  found_ = DeviceBuffer(sizeof(int), "the loss scaling's found-inf flag");
+  if (!chunks.empty()) {
+    size_t tableBytes = sizeof(AdamWChunk) * chunks.size();
+    chunks_ = DeviceBuffer(tableBytes, "the AdamW chunk table");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(chunks_.data(), chunks.data(), tableBytes,
+                                    cudaMemcpyHostToDevice, context.stream()),
+                    "uploading the AdamW chunk table");
+  }
+  context.synchronize("setting up the distributed optimizer");
+}
+
+namespace {
+/// The host optimizer's moment tensors, checked against the shard.
+std::pair<host::Tensor *, host::Tensor *>
+hostMoments(train::DistributedOptimizer &host, int64_t size, const char *what) {
+  host::Tensor *tensors[2] = {&host.expAvg(), &host.expAvgSq()};
+  for (host::Tensor *t : tensors)
+    if (t->dtype != DType::F32 || t->numElements() != size)
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  std::string("cuda::DistributedOptimizer::") + what +
+                      ": the host optimizer's moments are " +
+                      std::to_string(t->numElements()) + " " +
+                      dtypeName(t->dtype) + " elements, expected " +
+                      std::to_string(size) + " f32 (the same rank's shard)");
+  return {tensors[0], tensors[1]};
+}
+} // namespace
+
+void DistributedOptimizer::download(train::DistributedOptimizer &to) const {
+  int64_t size = buffer_.shard().size;
+  auto [expAvg, expAvgSq] = hostMoments(to, size, "download");
+  Context &context = parameters_.context();
+  size_t bytes = sizeof(float) * static_cast<size_t>(size);
+  const float *moments = moments_.as<float>();
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(expAvg->buffer.data(), moments, bytes,
+                                  cudaMemcpyDeviceToHost, context.stream()),
+                  "downloading the distributed optimizer's moments");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(expAvgSq->buffer.data(), moments + size,
+                                  bytes, cudaMemcpyDeviceToHost,
+                                  context.stream()),
+                  "downloading the distributed optimizer's moments");
+  context.synchronize("downloading the distributed optimizer's moments");
+}
+
+void DistributedOptimizer::upload(const train::DistributedOptimizer &from) {
+  int64_t size = buffer_.shard().size;
+  auto [expAvg, expAvgSq] = hostMoments(
+      const_cast<train::DistributedOptimizer &>(from), size, "upload");
+  Context &context = parameters_.context();
+  size_t bytes = sizeof(float) * static_cast<size_t>(size);
+  float *moments = moments_.as<float>();
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(moments, expAvg->buffer.data(), bytes,
+                                  cudaMemcpyHostToDevice, context.stream()),
+                  "uploading the distributed optimizer's moments");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(moments + size, expAvgSq->buffer.data(),
+                                  bytes, cudaMemcpyHostToDevice,
+                                  context.stream()),
+                  "uploading the distributed optimizer's moments");
+  context.synchronize("uploading the distributed optimizer's moments");
+}
+
+bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
+                                                 int64_t iteration) {
+  Context &context = parameters_.context();
+  cudaStream_t stream = context.stream();
+  std::string what =
+      "loss scaling's unscale of iteration " + std::to_string(iteration);
+  MTRT_CUDA_CHECK(cudaMemsetAsync(found_.data(), 0, sizeof(int), stream), what);
+  MTRT_CUDA_CHECK_LAUNCH(cuda::unscaleAndCheckFinite(
+                             stream, buffer_.shard().size, buffer_.reduced(),
+                             static_cast<float>(factor), found_.as<int>()),
+                         what);
+  int found = 0;
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(&found, found_.data(), sizeof(int),
+                                  cudaMemcpyDeviceToHost, stream),
+                  what);
+  context.synchronize(what);
+  return train::foundOnAnyRank(found != 0, &rank_, iteration);
+}
+
+train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
+                                                      double gradScale) {
+  Context &context = parameters_.context();
+  cudaStream_t stream = context.stream();
+  std::string what =
+      "distributed optimizer step of iteration " + std::to_string(iteration);
+  const train::BufferShard &shard = buffer_.shard();
+  float *g = buffer_.reduced();
+
+  // train::DistributedOptimizer's norm: each piece's squares of the scaled
+  // gradient (formed on the fly, the same float product the AdamW kernel
+  // stores), those of replicas another rank counts dropped, summed in the
+  // pieces' order, all-reduced over the world.
+  float scale = gradScale != 1.0 ? static_cast<float>(gradScale) : 1.0f;
+  size_t count = shard.pieces.size();
+  for (size_t k = 0; k < count; ++k) {
+    const train::BufferPiece &piece = shard.pieces[k];
+    MTRT_CUDA_CHECK_LAUNCH(
+        sumOfSquares(stream, piece.count, g + piece.shardOffset, scale,
+                     squares_.as<double>() + k, scratch_.data()),
+        what);
+  }
+  std::vector<double> squares(count, 0.0);
+  if (count)
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(squares.data(), squares_.data(),
+                                    sizeof(double) * count,
+                                    cudaMemcpyDeviceToHost, stream),
+                    what);
+  context.synchronize(what);
+  double sum = 0;
+  for (size_t k = 0; k < count; ++k)
+    if (train::countsInNorm(parameters_.info(shard.pieces[k].parameter),
+                            rank_.coordinates(), buffer_.gridAxes()))
+      sum += squares[k];
+  std::string label = "gradient norm of iteration " + std::to_string(iteration);
+  rank_.world().allReduce<double>(&sum, &sum, 1, comm::ReduceOp::Sum,
+                                  comm::CallInfo{label, iteration});
+  train::OptimizerStepResult result;
+  result.gradNorm = std::sqrt(sum);
+  train::checkGradNorm(result.gradNorm, iteration);
+  AdamWScalars s = adamwScalars(config_, iteration, gradScale, result.gradNorm);
+  result.learningRate = host::learningRate(config_.schedule, iteration - 1);
+
+  float *expAvg = moments_.as<float>();
+  if (chunkCount_ > 0) // the store's flat values start at parameter 0
+    MTRT_CUDA_CHECK_LAUNCH(
+        adamwStepChunks(stream, chunkCount_, chunks_.as<AdamWChunk>(),
+                        parameters_.value(0), g, expAvg, expAvg + shard.size,
+                        parameters_.bf16Values(), s),
+        what + " (AdamW over " + std::to_string(count) +
+            " pieces of parameters)");
+  buffer_.gatherParameters();
+  return result;
+}
+
+} // namespace mtrt::cuda

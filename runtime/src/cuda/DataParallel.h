@@ -1,0 +1,147 @@
+// Data parallelism on the GPU: the bundle's gradient buffer in device memory,
+// its reduction and gather run by the CUDA executor, and Megatron-LM's
+// distributed optimizer (AdamW state sharded over the data-parallel ranks).
+#ifndef MTRT_SRC_CUDA_DATAPARALLEL_H
+#define MTRT_SRC_CUDA_DATAPARALLEL_H
+
+#include "core/Bundle.h"
+#include "cuda/Context.h"
+#include "train/DataParallelBuffer.h"
+#include "train/Optimizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
+namespace mtrt::train {
+class DistributedOptimizer;
+} // namespace mtrt::train
+
+namespace mtrt::cuda {
+
+class Executor;
+class ParameterStore;
+
+/// train::DataParallelBuffer on the device: the parameters' (shards')
+/// gradients packed into one device buffer in the compiler's layout
+/// (docs/BundleFormat.md, "Gradient reduction"; the padding stays zero),
+/// reduced over the data-parallel group by the bundle's reduce_gradients
+/// on a cuda::Executor (its collectives are the executor's multi-rank
+/// instructions), once per iteration after the micro-batches.
+///
+/// Without the distributed optimizer the all-reduced buffer is unpacked
+/// into the store's gradients (every data-parallel rank then holds the
+/// sum; cuda::Optimizer counts each replica once in the norm). With it,
+/// reduce_gradients reduce-scatters and shard() is the rank's range of the
+/// summed buffer (train::bufferShard); gatherParameters() packs the rank's
+/// updated range of the values, all-gathers it with gather_parameters and
+/// writes every parameter and its bf16 copy.
+///
+/// Packing and unpacking are device-to-device copies on the context's
+/// stream; the reduced buffer is the executor's output, read in place in
+/// its arena (Executor::run's keepOutputs).
+///
+/// Thread-safety: none; the rank's thread drives it.
+class DataParallelBuffer {
+public:
+  /// `bundle` has a gradient buffer; everything must outlive this.
+  DataParallelBuffer(const Bundle &bundle, ParameterStore &parameters,
+                     comm::RankContext &rank);
+  ~DataParallelBuffer();
+
+  bool distributed() const { return layout_.distributedOptimizer; }
+  /// The grid axes of the group that shares the buffer.
+  const std::vector<int64_t> &gridAxes() const { return layout_.gridAxes; }
+  /// The rank's range of the buffer (the whole buffer when not
+  /// distributed) and the parameters' pieces in it.
+  const train::BufferShard &shard() const { return shard_; }
+
+  /// Packs the store's gradients and runs reduce_gradients: the sum goes
+  /// back into the store's gradients, or with the distributed optimizer
+  /// into reduced().
+  void reduceGradients();
+  /// The summed gradients of the rank's range (device memory, shard().size
+  /// elements), after reduceGradients and until the next one.
+  float *reduced() const { return reduced_; }
+
+  /// Packs the rank's range of the store's values, runs gather_parameters,
+  /// and writes every parameter (and its bf16 copy) from the gathered
+  /// buffer.
+  void gatherParameters();
+
+private:
+  /// Copies the store's gradients (or values) that lie in [begin, end) of
+  /// the buffer into it.
+  void pack(bool values, int64_t begin, int64_t end);
+  /// Writes every parameter's gradient (or value) from a whole buffer.
+  void unpack(const float *from, bool values);
+
+  const GradientBuffer &layout_;
+  ParameterStore &parameters_;
+  std::unique_ptr<Executor> reduce_, gather_;
+  train::BufferShard shard_;
+  DeviceBuffer buffer_;
+  float *reduced_ = nullptr;
+};
+
+/// train::DistributedOptimizer on the device, after
+/// DataParallelBuffer::reduceGradients: AdamW's moments for the rank's range
+/// of the gradient buffer only (device memory, a 1/dp share, padded), and
+/// the step over just those elements:
+///
+///   norm = sqrt(sum over the world of each piece's squares of
+///     gradScale * g), the tensor-parallel replicas of unsplit parameters
+///     counted once (train::countsInNorm, the buffer's axes distinct);
+///   one launch (adamwStepChunks over the pieces' chunks) scales and clips
+///   the shard, updates the rank's elements of the values, their moments
+///   and bf16 copies; gather_parameters all-gathers every rank's range.
+///
+/// The formulas are cuda::Optimizer's (the host's), element by element, so
+/// parameters differ from the replicated optimizer's only through the
+/// norm's summation order. One synchronization per step (the norm).
+///
+/// Thread-safety: none; the rank's thread drives it.
+class DistributedOptimizer {
+public:
+  /// Everything must outlive the optimizer; `buffer` is distributed.
+  DistributedOptimizer(ParameterStore &parameters, DataParallelBuffer &buffer,
+                       const train::OptimizerConfig &config,
+                       comm::RankContext &rank);
+
+  /// As cuda::Optimizer::step, after buffer.reduceGradients().
+  train::OptimizerStepResult step(int64_t iteration, double gradScale);
+  /// fp16 loss scaling, before step(): the rank's shard of the reduced
+  /// buffer (the shards cover every gradient element once) *= `factor`;
+  /// whether any element on any rank is inf or nan (train::foundOnAnyRank).
+  bool unscaleAndCheckFinite(double factor, int64_t iteration);
+
+  /// The bytes of AdamW's moments this rank holds.
+  size_t stateBytes() const { return moments_.size(); }
+  /// Copies the moments to / from the host's distributed optimizer of the
+  /// same rank (whose tensors checkpoints save and load). Throws Error
+  /// (INVALID_ARGUMENT) when its shard has another size or type.
+  void download(train::DistributedOptimizer &to) const;
+  void upload(const train::DistributedOptimizer &from);
+
+private:
+  ParameterStore &parameters_;
+  DataParallelBuffer &buffer_;
+  train::OptimizerConfig config_;
+  comm::RankContext &rank_;
+  /// expAvg then expAvgSq, shard().size elements each.
+  DeviceBuffer moments_;
+  DeviceBuffer chunks_;
+  int64_t chunkCount_ = 0;
+  /// Per piece, its sum of squares; and sumOfSquares' scratch.
+  DeviceBuffer squares_, scratch_;
+  /// fp16's found-inf flag.
+  DeviceBuffer found_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_DATAPARALLEL_H
