@@ -31,10 +31,9 @@ bool isDeviceMemory(const void *data) {
 } // namespace
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
-                   ParameterStore &parameters, comm::RankContext *rank,
-                   Bf16Boundary bf16Boundary)
+                   ParameterStore &parameters, comm::RankContext *rank)
     : bundle_(bundle), parameters_(parameters), rank_(rank),
-      context_(parameters.context()), bf16Boundary_(std::move(bf16Boundary)) {
+      context_(parameters.context()) {
   function_ = &requireFunction(bundle, functionName);
   checkParameterStore(bundle, parameters, "cuda::Executor");
   const Function &fn = *function_;
@@ -214,13 +213,11 @@ std::string Executor::graphSummary() const {
   const std::string &name = function_->name;
   if (!graphOff_.empty())
     return name + ": no CUDA graph: " + graphOff_ + "\n";
-  if (graphs_.empty())
+  if (!graph_.captured())
     return name + ": no CUDA graph yet (captured at the second run)\n";
-  const StepGraph &graph = graphs_.front()->graph;
-  return name + ": CUDA graph of " + std::to_string(graph.nodeCount()) +
-         " nodes, " + std::to_string(graph.steppedKernelCount()) +
-         " kernels updated per step, " + std::to_string(graphs_.size()) +
-         " input binding(s), captured " +
+  return name + ": CUDA graph of " + std::to_string(graph_.nodeCount()) +
+         " nodes, " + std::to_string(graph_.steppedKernelCount()) +
+         " kernels updated per step, captured " +
          std::to_string(graphCaptures_) + " time(s), replayed in " +
          std::to_string(graphReplays_) + " of " + std::to_string(runs_) +
          " runs\n";
@@ -267,12 +264,7 @@ void Executor::checkInputIds(
 
 std::vector<host::Tensor>
 Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
-              bool inputsOnDevice, const OutputSink &keepOutputs,
-              bool wait) {
-  if (!wait && !keepOutputs)
-    throw Error(MTRT_STATUS_INTERNAL,
-                function_->name + ": a run that does not wait must keep its "
-                                  "outputs on the device");
+              bool inputsOnDevice, const OutputSink &keepOutputs) {
   auto started = std::chrono::steady_clock::now();
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
@@ -289,8 +281,7 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
         slots[v] = data;
     }
   } restore{slots_, {}};
-  if (wait)
-    context_.resetFault();
+  context_.resetFault();
   for (size_t i = 0; i < inputs.size(); ++i) {
     int64_t v = fn.inputs[i];
     size_t bytes = static_cast<size_t>(fn.values[v].numElements) *
@@ -305,7 +296,7 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
                           "]");
   }
   bool profiling = context_.options().profile;
-  bool timed = profiling && runs_ > 0 && wait;
+  bool timed = profiling && runs_ > 0;
   // Graphs from the second run: the first times GEMM algorithms (which
   // synchronizes) and loads kernels.
   if (graphOff_.empty() && context_.options().cudaGraphs && runs_ > 0) {
@@ -332,10 +323,6 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
                       fn.name + ": copying output value " + std::to_string(v) +
                           " to the host");
     outputs.push_back(std::move(out));
-  }
-  if (!wait) {
-    ++runs_;
-    return outputs;
   }
   context_.synchronize(fn.name + ": running " +
                        std::to_string(fn.instructions.size()) +
@@ -438,35 +425,20 @@ bool Executor::replayGraph(uint64_t step) {
     std::vector<void *> inputSlots;
     for (int64_t v : fn.inputs)
       inputSlots.push_back(slots_[v]);
-    BoundGraph *bound = nullptr;
-    for (auto &graph : graphs_)
-      if (graph->inputSlots == inputSlots)
-        bound = graph.get();
-    if (!bound) {
-      if (graphs_.size() < kBoundGraphs) {
-        graphs_.push_back(std::make_unique<BoundGraph>());
-        bound = graphs_.back().get();
-      } else {
-        for (auto &graph : graphs_)
-          if (!bound || graph->lastRun < bound->lastRun)
-            bound = graph.get();
-        bound->graph.reset();
-      }
-      bound->graph.capture(stream, fn.instructions.size(), stepped_, enqueue,
-                           what);
-      bound->inputSlots = inputSlots;
-      bound->step = step;
-      bound->lossScale = lossScale_;
+    if (!graph_.captured() || inputSlots != graphInputSlots_) {
+      graph_.capture(stream, fn.instructions.size(), stepped_, enqueue, what);
+      graphInputSlots_ = inputSlots;
+      graphStep_ = step;
+      graphLossScale_ = lossScale_;
       ++graphCaptures_;
-    } else if (step != bound->step || lossScale_ != bound->lossScale) {
-      bound->graph.refresh(stream, enqueue, what);
-      bound->step = step;
-      bound->lossScale = lossScale_;
+    } else if (step != graphStep_ || lossScale_ != graphLossScale_) {
+      graph_.refresh(stream, enqueue, what);
+      graphStep_ = step;
+      graphLossScale_ = lossScale_;
     }
-    bound->lastRun = runs_;
-    bound->graph.launch(stream, what);
+    graph_.launch(stream, what);
   } catch (const Error &e) {
-    graphs_.clear();
+    graph_.reset();
     graphOff_ = std::string("turned off after a failure: ") + e.what();
     std::fprintf(stderr,
                  "warning: %s runs without a CUDA graph from now on: %s\n",

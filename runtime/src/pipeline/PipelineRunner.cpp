@@ -4,8 +4,6 @@
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 
-#include <chrono>
-
 namespace mtrt::pipeline {
 
 HostStages::HostStages(const Bundle &bundle, host::ParameterStore &parameters,
@@ -21,14 +19,8 @@ HostStages::executor(const std::string &function) {
 
 std::vector<host::Tensor>
 HostStages::run(host::Executor &executor,
-                const std::vector<host::TensorView> &inputs, uint64_t step,
-                int64_t /*slot*/, bool /*readsStash*/) {
-  auto start = std::chrono::steady_clock::now();
-  std::vector<host::Tensor> outputs = executor.run(inputs, step);
-  computeSeconds_ += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
-  return outputs;
+                const std::vector<host::TensorView> &inputs, uint64_t step) {
+  return executor.run(inputs, step);
 }
 
 double HostStages::scalar(const host::Tensor &tensor) const {
