@@ -4,6 +4,7 @@
 #include "comm/NcclDeadline.h"
 #include "comm/NcclLibrary.h"
 #include "core/Error.h"
+#include "cuda/DeviceMemory.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -59,18 +60,6 @@ std::string settleNccl(const NcclLibrary &lib, ncclComm_t comm,
   if (result == ncclSuccess)
     return "";
   return ncclErrorText(lib, comm, result);
-}
-
-bool isDeviceMemory(const void *pointer) {
-  if (!pointer)
-    return false;
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice ||
-         attributes.type == cudaMemoryTypeManaged;
 }
 
 ncclDataType_t ncclType(DType dtype) {
@@ -507,8 +496,8 @@ void NcclCommunicator::execute(const Call &call) {
     return;
   }
   bool onDevice = call.kind != CallKind::Barrier &&
-                  (!sendBytes || isDeviceMemory(call.send)) &&
-                  (!recvBytes || isDeviceMemory(call.recv));
+                  (!sendBytes || cuda::isDeviceMemory(call.send)) &&
+                  (!recvBytes || cuda::isDeviceMemory(call.recv));
   std::string what = call.describe(members_) + " on group " + name_;
   // The host clock runs from here: enqueueing can block too.
   uint64_t ticket = watchdog_->begin(what);

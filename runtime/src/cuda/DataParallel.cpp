@@ -7,7 +7,6 @@
 #include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
-#include "cuda/kernels/LossScale.h"
 #include "train/DistributedOptimizer.h"
 
 #include <algorithm>
@@ -119,7 +118,8 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
                                            DataParallelBuffer &buffer,
                                            const train::OptimizerConfig &config,
                                            comm::RankContext &rank)
-    : parameters_(parameters), buffer_(buffer), config_(config), rank_(rank) {
+    : parameters_(parameters), buffer_(buffer), config_(config), rank_(rank),
+      unscaler_(parameters, &rank) {
   if (!buffer.distributed())
     throw Error(MTRT_STATUS_INTERNAL,
                 "cuda::DistributedOptimizer: the bundle's gradient buffer is "
@@ -153,7 +153,6 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
                    "the distributed optimizer's sums of squares");
   scratch_ = DeviceBuffer(sumOfSquaresScratchBytes(shard.size),
                           "the gradient norm's partial sums");
-  found_ = DeviceBuffer(sizeof(int), "the loss scaling's found-inf flag");
   if (!chunks.empty()) {
     size_t tableBytes = sizeof(AdamWChunk) * chunks.size();
     chunks_ = DeviceBuffer(tableBytes, "the AdamW chunk table");
@@ -216,21 +215,8 @@ void DistributedOptimizer::upload(const train::DistributedOptimizer &from) {
 
 bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
                                                  int64_t iteration) {
-  Context &context = parameters_.context();
-  cudaStream_t stream = context.stream();
-  std::string what =
-      "loss scaling's unscale of iteration " + std::to_string(iteration);
-  MTRT_CUDA_CHECK(cudaMemsetAsync(found_.data(), 0, sizeof(int), stream), what);
-  MTRT_CUDA_CHECK_LAUNCH(cuda::unscaleAndCheckFinite(
-                             stream, buffer_.shard().size, buffer_.reduced(),
-                             static_cast<float>(factor), found_.as<int>()),
-                         what);
-  int found = 0;
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(&found, found_.data(), sizeof(int),
-                                  cudaMemcpyDeviceToHost, stream),
-                  what);
-  context.synchronize(what);
-  return train::foundOnAnyRank(found != 0, &rank_, iteration);
+  return unscaler_.unscaleAndCheckFinite(
+      buffer_.reduced(), buffer_.shard().size, factor, iteration);
 }
 
 train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,

@@ -6,6 +6,7 @@
 
 #include "core/Bundle.h"
 #include "cuda/Context.h"
+#include "cuda/GradientUnscaler.h"
 #include "train/DataParallelBuffer.h"
 #include "train/Optimizer.h"
 
@@ -138,8 +139,8 @@ private:
   int64_t chunkCount_ = 0;
   /// Per piece, its sum of squares; and sumOfSquares' scratch.
   DeviceBuffer squares_, scratch_;
-  /// fp16's found-inf flag.
-  DeviceBuffer found_;
+  /// fp16's unscale and overflow check over the shard.
+  GradientUnscaler unscaler_;
 };
 
 } // namespace mtrt::cuda

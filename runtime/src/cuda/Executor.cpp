@@ -8,6 +8,7 @@
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 #include "cuda/DeviceCollective.h"
+#include "cuda/DeviceMemory.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,20 +16,6 @@
 #include <cstring>
 
 namespace mtrt::cuda {
-
-namespace {
-/// Whether `data` is device memory (a pipeline stage's input), which the
-/// host cannot read.
-bool isDeviceMemory(const void *data) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice ||
-         attributes.type == cudaMemoryTypeManaged;
-}
-} // namespace
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
                    ParameterStore &parameters, comm::RankContext *rank)

@@ -170,6 +170,9 @@ public:
   /// Runs replayed from the CUDA graph so far.
   int64_t graphReplays() const { return graphReplays_; }
 
+  /// Whether `inst` is a multi-rank instruction (RankOps.cpp).
+  static bool isRankInstruction(const Instruction &inst);
+
 private:
   /// A function input whose ids an instruction reads: checked on upload.
   struct IdCheck {
@@ -265,8 +268,6 @@ private:
   /// each replay. Every op whose dispatch passes `step` (or the loss scale)
   /// to a kernel must be here.
   bool usesStep(const Instruction &inst) const;
-  /// Whether `inst` is a multi-rank instruction (RankOps.cpp).
-  bool isRankInstruction(const Instruction &inst) const;
   /// Whether `inst` is a collective over a group of more than one rank: a
   /// communicator call, which a CUDA graph does not capture.
   bool communicates(const Instruction &inst) const;

@@ -17,6 +17,13 @@ GradientUnscaler::GradientUnscaler(ParameterStore &parameters,
 
 bool GradientUnscaler::unscaleAndCheckFinite(double factor,
                                              int64_t iteration) {
+  return unscaleAndCheckFinite(parameters_.gradients(),
+                               parameters_.flatElements(), factor, iteration);
+}
+
+bool GradientUnscaler::unscaleAndCheckFinite(float *gradients, int64_t count,
+                                             double factor,
+                                             int64_t iteration) {
   Context &context = parameters_.context();
   cudaStream_t stream = context.stream();
   std::string what =
@@ -24,8 +31,7 @@ bool GradientUnscaler::unscaleAndCheckFinite(double factor,
   MTRT_CUDA_CHECK(cudaMemsetAsync(found_.data(), 0, sizeof(int), stream),
                   what);
   MTRT_CUDA_CHECK_LAUNCH(
-      cuda::unscaleAndCheckFinite(stream, parameters_.flatElements(),
-                                  parameters_.gradients(),
+      cuda::unscaleAndCheckFinite(stream, count, gradients,
                                   static_cast<float>(factor),
                                   found_.as<int>()),
       what);

@@ -31,6 +31,11 @@ public:
   /// Returns whether any gradient element on any rank is inf or nan after
   /// the product. Throws Error naming `iteration` on a CUDA failure.
   bool unscaleAndCheckFinite(double factor, int64_t iteration);
+  /// The same over `count` gradients at `gradients` (device memory of the
+  /// store's context): the distributed optimizer's shard of the reduced
+  /// gradient buffer.
+  bool unscaleAndCheckFinite(float *gradients, int64_t count, double factor,
+                             int64_t iteration);
 
 private:
   ParameterStore &parameters_;

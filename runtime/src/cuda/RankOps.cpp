@@ -27,7 +27,7 @@
 
 namespace mtrt::cuda {
 
-bool Executor::isRankInstruction(const Instruction &inst) const {
+bool Executor::isRankInstruction(const Instruction &inst) {
   switch (inst.op) {
 #define MTRT_RANK_CASE(name) case Op::name:
     MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)

@@ -39,34 +39,13 @@ struct StepResult {
   size_t bf16Values = 0, rankBf16Values = 0;
 };
 
-/// The instructions the CUDA executor runs as multi-rank ones (RankOps.cpp).
-bool multiRank(const Instruction &inst) {
-  switch (inst.op) {
-  case Op::AllReduce:
-  case Op::AllGather:
-  case Op::ReduceScatter:
-  case Op::AllSlice:
-  case Op::BiasAdd:
-  case Op::VocabMax:
-  case Op::VocabPartials:
-  case Op::VocabCrossEntropy:
-  case Op::VocabCrossEntropyGrad:
-    return true;
-  case Op::Embedding:
-  case Op::EmbeddingGrad:
-    return !inst.attrs.vocabShardAxes.empty();
-  default:
-    return false;
-  }
-}
-
 /// How many of train_step's values that multi-rank instructions read or
 /// write `executor` holds in bf16.
 size_t rankValuesInBf16(const Bundle &bundle, const cuda::Executor &executor) {
   const Function &fn = *bundle.findFunction("train_step");
   std::vector<bool> touched(fn.values.size(), false);
   for (const Instruction &inst : fn.instructions)
-    if (multiRank(inst)) {
+    if (cuda::Executor::isRankInstruction(inst)) {
       for (int64_t v : inst.operands)
         touched[v] = true;
       for (int64_t v : inst.results)
