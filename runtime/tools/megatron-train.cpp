@@ -109,6 +109,8 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// MTRT_CUDA_SYNC=1 synchronizes after every instruction (to name a
 /// faulting kernel), MTRT_CUDA_PROFILE=1 prints train_step's time per op;
 /// MTRT_CUDA_GEMM_TUNE=0 keeps cuBLASLt's heuristic algorithm untimed,
+/// MTRT_CUDA_DETERMINISTIC_ATTENTION=1 sums flash attention's dq in a fixed
+/// order (ContextOptions::deterministicAttention),
 /// MTRT_CUDA_BF16_VALUES=0 holds every floating value in fp32 under bf16
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
@@ -125,6 +127,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.tf32 = enabled("MTRT_CUDA_TF32");
   device.syncEachInstruction = enabled("MTRT_CUDA_SYNC");
   device.profile = enabled("MTRT_CUDA_PROFILE");
+  device.deterministicAttention = enabled("MTRT_CUDA_DETERMINISTIC_ATTENTION");
   auto disabled = [](const char *name) {
     const char *value = std::getenv(name);
     return value && std::string(value) == "0";

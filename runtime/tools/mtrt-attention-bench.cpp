@@ -5,7 +5,9 @@
 // bf16 with q, k, v read from one packed [batch, seq, heads, 3 headDim]
 // tensor and dq, dk, dv written into another ("qkv": the GPT bundles' split
 // and concat elided, a row pitch of 3 headDim; shapes with as many key/value
-// heads as query heads).
+// heads as query heads). Where the backward sums dq by reductions (head
+// dimension 128, bf16), the bf16 lines are repeated with a deterministic dq
+// (FlashTensors::deterministic: the separate dq kernel), marked "-det".
 //
 //   mtrt-attention-bench [repeats]
 //
@@ -91,13 +93,16 @@ int main(int argc, char **argv) {
       {"gpt-1.3b", 8, 2048, 16, 16, 128},
       {"llama-gqa", 2, 4096, 32, 8, 128},
   };
-  std::printf("%-10s %5s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
+  std::printf("%-10s %8s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
   for (const Shape &shape : shapes)
     for (double dropout : {0.1, 0.0})
-      for (int mode : {0, 1, 2}) { // fp32, bf16, bf16 packed qkv
-      bool bf16 = mode > 0, packed = mode == 2;
+      for (int mode : {0, 1, 2, 3, 4}) { // fp32, bf16, qkv, bf16, qkv det.
+      bool bf16 = mode > 0, packed = mode == 2 || mode == 4;
+      bool deterministic = mode >= 3;
       if (packed && shape.headsKv != shape.headsQ)
+        continue;
+      if (deterministic && shape.headDim < 128)
         continue;
       mtrt::host::AttentionParams p;
       p.batch = shape.batch;
@@ -146,6 +151,7 @@ int main(int argc, char **argv) {
       io.dk = dk;
       io.dv = dv;
       io.inputsBf16 = io.outputsBf16 = bf16;
+      io.deterministic = deterministic;
       std::vector<void *> rounded; // the inputs in bf16
       if (bf16) {
         rounded = {deviceRandom<__nv_bfloat16>(qn, 1),
@@ -183,8 +189,11 @@ int main(int argc, char **argv) {
       });
       double forwardFlop = 4.0 * p.batch * p.headsQ * p.seqQ *
                            static_cast<double>(p.seqK) * p.headDim / 2;
-      std::printf("%-10s %5s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
-                  packed ? "qkv" : bf16 ? "bf16" : "fp32", dropout, forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
+      std::string ioName = packed ? "qkv" : bf16 ? "bf16" : "fp32";
+      if (deterministic)
+        ioName += "-det";
+      std::printf("%-10s %8s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
+                  ioName.c_str(), dropout, forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
                   2.5 * forwardFlop / backwardMs * 1e-9);
       std::fflush(stdout);
       for (void *buffer :

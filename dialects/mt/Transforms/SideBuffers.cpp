@@ -139,6 +139,16 @@ int64_t flashMaskBytes(const AttentionShape &p) {
   return 8 * p.rows() * ((p.seqK + kFlashTile - 1) / kFlashTile);
 }
 
+/// FlashAttention.cu flashAttentionBackwardScratchBytes: delta (a float
+/// per query row) and at head dimension 128 the fused backward's fp32 dq
+/// sums.
+int64_t flashBackwardScratchBytes(const AttentionShape &p) {
+  int64_t bytes = floats(p.rows());
+  if (p.headDim >= 128)
+    bytes += floats(p.rows() * p.headDim);
+  return bytes;
+}
+
 /// The values a GEMM reads as its two operands (both null for other ops).
 std::pair<Value, Value> gemmOperands(Operation *op) {
   if (readsGemmOperands(op))
@@ -259,11 +269,11 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
         bytes += flashSavedOutputBytes(p) + roundUp(flashMaskBytes(p));
     } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
       AttentionShape p = attentionShape(grad);
-      if (partner[i] >= 0) // the row sums of dO * O
-        bytes += floats(p.rows());
+      if (partner[i] >= 0) // the row sums of dO * O (and the dq sums)
+        bytes += flashBackwardScratchBytes(p);
       else if (runsFlash(p, options)) // the forward rerun here, then delta
         bytes += floats(p.rows()) + flashSavedOutputBytes(p) +
-                 roundUp(flashMaskBytes(p)) + floats(p.rows());
+                 roundUp(flashMaskBytes(p)) + flashBackwardScratchBytes(p);
       else // the logsumexp and delta
         bytes += floats(p.rows()) + floats(p.rows());
     } else if (auto rope = dyn_cast<RopeOp>(op)) {

@@ -38,6 +38,10 @@ struct ContextOptions {
   /// profiling or synchronizing after each instruction, and by functions
   /// with instructions that run on the host (multi-rank ones).
   bool cudaGraphs = true;
+  /// Flash attention's backward sums dq in a fixed order (bit-identical
+  /// runs); off: at head dimension 128 dq is summed by fp32 reductions in
+  /// the dk/dv kernel, faster, the last bits varying between runs.
+  bool deterministicAttention = false;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

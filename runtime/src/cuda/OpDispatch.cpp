@@ -337,6 +337,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     FlashTensors io;
     io.inputsBf16 = oneType(inst.operands);
     io.outputsBf16 = oneType(inst.results);
+    io.deterministic = context_.options().deterministicAttention;
     io.q = slots_[inst.operands[first]];
     io.k = slots_[inst.operands[first + 1]];
     io.v = slots_[inst.operands[first + 2]];

@@ -45,6 +45,8 @@ public:
   /// When set, the cuda executor must elide this many splits and concats
   /// (Executor::elidedCopyCount: flash attention in place).
   int64_t elidedCopies = -1;
+  /// ContextOptions::deterministicAttention for the cuda side.
+  bool deterministicAttention = false;
 
   /// The host tensor of the input defined by the last ids() or input().
   host::Tensor &lastInput() { return inputs_.back(); }
@@ -74,6 +76,7 @@ public:
 
     cuda::ContextOptions options;
     options.bf16Values = bf16Values >= 0;
+    options.deterministicAttention = deterministicAttention;
     cuda::Context context(options);
     cuda::ParameterStore deviceStore(bundle, context);
     deviceStore.upload(initial);
@@ -414,6 +417,31 @@ TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128) {
 // 128-query blocks (320 positions: the last one half full), two batches.
 TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128GroupedQuery) {
   c.precision = "bf16";
+  attentionLayerCase(c, 2, 320, 4, 2, 128,
+                     {{"causal", true}, {"dropout_p", 0.1}, {"seed", 10}});
+  c.bf16Values = 14;
+  c.elidedCopies = 2;
+  c.check(kBf16, 3);
+}
+
+// The fused backward at head dimension 128 (dq summed by fp32 reductions
+// from the dk/dv kernel): grouped-query heads, not causal (every key block
+// adds to every query tile), 198 positions (a ragged last 128-key block and
+// 64-query tile, dropout draws not paired).
+TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128NonCausal) {
+  c.precision = "bf16";
+  attentionLayerCase(c, 2, 198, 4, 2, 128,
+                     {{"causal", false}, {"dropout_p", 0.1}, {"seed", 13}});
+  c.bf16Values = 14;
+  c.elidedCopies = 2;
+  c.check(kBf16, 4);
+}
+
+// The same shape as ...HeadDim128GroupedQuery with a deterministic dq
+// (ContextOptions::deterministicAttention: the separate dq kernel).
+TEST_F(CudaOpsTest, FlashAttentionInBf16BetweenGemmsHeadDim128Deterministic) {
+  c.precision = "bf16";
+  c.deterministicAttention = true;
   attentionLayerCase(c, 2, 320, 4, 2, 128,
                      {{"causal", true}, {"dropout_p", 0.1}, {"seed", 10}});
   c.bf16Values = 14;

@@ -714,11 +714,13 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
   }
 }
 
-// delta[b, h, i] = dout_i . out_i, one warp per row.
+// delta[b, h, i] = dout_i . out_i, one warp per row; with dqSum (the fused
+// backward's fp32 dq accumulator, [batch, headsQ, seqQ, D]) also zeroes
+// the row's D sums.
 template <int D, typename In>
 __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
                                  const __nv_bfloat16 *out, const In *dout,
-                                 float *delta) {
+                                 float *delta, float *dqSum) {
   int64_t rows = batch * geo.headsQ * geo.seqQ;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
                 kWarp;
@@ -736,6 +738,9 @@ __global__ void flashDeltaKernel(FlashGeometry geo, int64_t batch,
   sum = detail::warpSum(sum);
   if (lane == 0)
     delta[row] = sum;
+  if (dqSum)
+    for (int d = lane; d < D; d += kWarp)
+      dqSum[row * D + d] = 0.f;
 }
 
 template <int D> constexpr size_t queryBackwardShared() {
@@ -965,25 +970,116 @@ template <int Words> struct QueryRowFetch {
   }
 };
 
-template <int D> constexpr size_t keyBackwardShared() {
+/// Row pitch of the fused backward's dS^T tile in shared memory ([kRows
+/// keys][kTile queries] bf16; the padding spreads ldmatrix's rows over the
+/// banks).
+constexpr int kScoresLd = kTile + kPad;
+
+template <int D, bool Dq> constexpr size_t keyBackwardShared() {
   using Shape = BackwardShape<D>;
   return sizeof(__nv_bfloat16) *
              (2 * Shape::kRows + 2 * Shape::kStages * kTile) * (D + kPad) +
-         Shape::kStages * QueryRows<Shape::kRows / kTile>::kBytes;
+         Shape::kStages * QueryRows<Shape::kRows / kTile>::kBytes +
+         (Dq ? 2 * sizeof(__nv_bfloat16) * Shape::kRows * kScoresLd : 0);
+}
+
+/// red.global.add.v2.f32 (sm_90): at[0] += x, at[1] += y, no result.
+__device__ inline void reduceAddPair(float *at, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at),
+               "f"(x), "f"(y)
+               : "memory");
+#else
+  atomicAdd(at, x);
+  atomicAdd(at + 1, y);
+#endif
+}
+
+/// The fused backward's share of dq from one query tile (the dk/dv kernel
+/// with Dq; every warp's rows of dS^T in `scoresT`, a barrier ago): warp w
+/// adds rows 16 (w % 4) .. + 15 of the tile's dS K over columns
+/// (w / 4) D / 2 .. + D / 2 into dqSum, K being the block's [kRows][D +
+/// kPad] tile at `ks`. Keys the warp's queries cannot see (causal) or past
+/// seqK add nothing and are skipped (so are the rows of dS^T the skipped
+/// warps of the dk/dv walk left unwritten).
+template <typename Shape>
+__device__ inline void addQueryGradient(const FlashGeometry &geo,
+                                        const __nv_bfloat16 *scoresT,
+                                        const __nv_bfloat16 *ks, float *dqSum,
+                                        int b, int h, int q0, int k0,
+                                        int warp, int lane) {
+  constexpr int D = Shape::kD, ld = D + kPad;
+  constexpr int kRowGroups = kTile / 16;
+  constexpr int kColumnGroups = Shape::kWarps / kRowGroups;
+  constexpr int kColumns = D / kColumnGroups;
+  static_assert(kColumnGroups * kRowGroups == Shape::kWarps &&
+                    kColumns % 16 == 0,
+                "the warps split a query tile's dq evenly");
+  int row0 = warp % kRowGroups * 16, col0 = warp / kRowGroups * kColumns;
+  int g = lane / 4, t = lane % 4;
+  int keyEnd = min(geo.seqK, k0 + Shape::kRows);
+  if (geo.causal)
+    keyEnd = min(keyEnd, q0 + row0 + 16);
+  int chunks = (keyEnd - k0 + 15) / 16;
+  if (keyEnd <= k0 || q0 + row0 >= geo.seqQ)
+    return;
+  float acc[kColumns / 8][4];
+#pragma unroll
+  for (int n = 0; n < kColumns / 8; ++n)
+    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  for (int c = 0; c < chunks; ++c) {
+    // The A fragment of dS (queries x keys) from dS^T by the transposing
+    // load: matrix i = lane / 8 is keys 16c + 8 (i / 2) .. +7, queries
+    // row0 + 8 (i % 2) .. +7.
+    uint32_t af[4];
+    loadMatricesTransposed(af, scoresT +
+                                   (c * 16 + lane % 8 + 8 * (lane / 16)) *
+                                       kScoresLd +
+                                   row0 + 8 * (lane / 8 % 2));
+#pragma unroll
+    for (int n = 0; n < kColumns / 8; n += 2) {
+      uint32_t b0[2], b1[2];
+      loadBTransposed(b0, b1, ks, ld, c * 16, col0 + n * 8, lane);
+      mma(acc[n], af, b0);
+      mma(acc[n + 1], af, b1);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int row = q0 + row0 + g + 8 * r;
+    if (row >= geo.seqQ)
+      continue;
+    float *at = dqSum + geo.rowIndex(b, h, row) * D + col0 + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kColumns / 8; ++n)
+      reduceAddPair(at + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
+  }
 }
 
 // dk, dv. Grid (key blocks, headsKv, batch); warp w owns keys 16w..16w+15
 // of the block's kRows. Shared: K, V [kRows][D+8], then per stage Q and
 // dout [64][D+8], then per stage the query rows' mask words, logsumexp and
-// delta (QueryRows).
-template <int D, typename In>
+// delta (QueryRows), then with Dq two buffers of dS^T [kRows][kScoresLd].
+//
+// With Dq (the fused backward) the block also adds its keys' share of dq,
+// dS K, into the fp32 sums dqSum ([batch, headsQ, seqQ, D], unscaled) by
+// vector reductions: each query tile's dS^T (bf16, as dk uses it) goes to
+// shared memory (buffer step % 2), and after the next step's barrier warp w
+// computes rows 16 (w % 4) .. +15 of that tile's dq over columns (w / 4)
+// D / 2 .. + D / 2 from it and the block's K (addQueryGradient; one
+// barrier a step, as without Dq). The order of the additions varies
+// between runs.
+template <int D, typename In, bool Dq>
 __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
                                   BackwardShape<D>::kMinBlocks)
     flashKeyBackwardKernel(FlashGeometry geo, const In *q, const In *k,
                            const In *v, const float *logsumexp,
                            const float *delta, const uint64_t *mask,
-                           const In *dout, void *dk, void *dv) {
+                           const In *dout, void *dk, void *dv,
+                           float *dqSum) {
   using Shape = BackwardShape<D>;
+  static_assert(!Dq || kCopiesAsync<Shape, In>,
+                "the fused backward is written for wide shapes, bf16 inputs");
   constexpr int ld = D + kPad;
   constexpr int kWords = Shape::kRows / kTile; // mask words a query row
   extern __shared__ __align__(16) unsigned char flashShared[];
@@ -996,6 +1092,11 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
   auto rowsOf = [&](int stage) {
     return QueryRows<kWords>::at(rowBase +
                                  stage * QueryRows<kWords>::kBytes);
+  };
+  auto *scoresBase = reinterpret_cast<__nv_bfloat16 *>(
+      rowBase + Shape::kStages * QueryRows<kWords>::kBytes);
+  auto scoresOf = [&](int step) {
+    return scoresBase + (step & 1) * Shape::kRows * kScoresLd;
   };
   int k0 = blockIdx.x * Shape::kRows;
   int grp = blockIdx.y, b = blockIdx.z;
@@ -1069,6 +1170,11 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
       }
       commitCopies();
     }
+    if constexpr (Dq)
+      if (step > 0)
+        addQueryGradient<Shape>(geo, scoresOf(step - 1), ks, dqSum, b,
+                                headOf(step - 1), firstQuery(step - 1), k0,
+                                warp, lane);
     // Causal: skip the tiles whose queries all precede this warp's keys.
     if (!geo.causal || warpKey0 <= q0 + kTile - 1) {
       // S^T [keys][queries] and dP^T = V dout^T.
@@ -1096,15 +1202,17 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
       }
       // Only the causal diagonal needs a mask: queries past seqQ have zero
       // rows of Q and dout (their dS and P dout vanish), and keys past seqK
-      // are never stored.
-      if (geo.causal && q0 < warpKey0 + 16) {
+      // are never stored; with Dq their dS is read (times zero rows of K),
+      // so it is masked to zero too (exp(-lse) may overflow).
+      if ((geo.causal && q0 < warpKey0 + 16) ||
+          (Dq && warpKey0 + 16 > geo.seqK)) {
 #pragma unroll
         for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             int i = q0 + n * 8 + 2 * t + (e & 1);
             int j = warpKey0 + g + 8 * (e / 2);
-            if (j > i)
+            if ((geo.causal && j > i) || j >= geo.seqK)
               s[n][e] = -INFINITY;
           }
       }
@@ -1146,6 +1254,16 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
           mma(dkAcc[n], sf, b0);
           mma(dkAcc[n + 1], sf, b1);
         }
+        if constexpr (Dq) {
+          // This warp's rows of dS^T: keys 16 warp + g (+ 8), queries
+          // 16 kc + 2t (+1, +8, +9), as the A fragment above holds them.
+          __nv_bfloat16 *row = scoresOf(step) + (warp * 16 + g) * kScoresLd +
+                               kc * 16 + 2 * t;
+          *reinterpret_cast<uint32_t *>(row) = sf[0];
+          *reinterpret_cast<uint32_t *>(row + 8 * kScoresLd) = sf[1];
+          *reinterpret_cast<uint32_t *>(row + 8) = sf[2];
+          *reinterpret_cast<uint32_t *>(row + 8 * kScoresLd + 8) = sf[3];
+        }
       }
     }
     if (Shape::kStages == 1 && more) {
@@ -1155,6 +1273,13 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
         rowNext.store(rowsOf(0));
       commitCopies();
     }
+  }
+  if constexpr (Dq) {
+    __syncthreads(); // the last tile's dS^T is complete
+    if (steps > 0)
+      addQueryGradient<Shape>(geo, scoresOf(steps - 1), ks, dqSum, b,
+                              headOf(steps - 1), firstQuery(steps - 1), k0,
+                              warp, lane);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1174,6 +1299,26 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
                         dvAcc[n][2 * r + 1]);
     }
   }
+}
+
+// dq = scale * dqSum (the fused backward's fp32 sums, [batch, headsQ, seqQ,
+// D]) into dq's layout and type, four elements a thread.
+template <int D>
+__global__ void flashQueryGradientKernel(FlashGeometry geo, int64_t batch,
+                                         const float *dqSum, void *dq) {
+  int64_t quads = batch * geo.headsQ * geo.seqQ * (D / 4);
+  int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (at >= quads)
+    return;
+  int64_t row = at / (D / 4);
+  int col = static_cast<int>(at % (D / 4)) * 4;
+  int i = static_cast<int>(row % geo.seqQ),
+      h = static_cast<int>(row / geo.seqQ % geo.headsQ),
+      b = static_cast<int>(row / (static_cast<int64_t>(geo.seqQ) * geo.headsQ));
+  float4 sum = reinterpret_cast<const float4 *>(dqSum)[at];
+  int64_t to = geo.queryAt(geo.dq, b, i, h) + col;
+  storeOutputPair(geo, dq, to, sum.x * geo.scale, sum.y * geo.scale);
+  storeOutputPair(geo, dq, to + 2, sum.z * geo.scale, sum.w * geo.scale);
 }
 
 template <typename Kernel> void allowShared(Kernel kernel, size_t bytes) {
@@ -1202,10 +1347,27 @@ void forward(cudaStream_t stream, const AttentionParams &p,
       outCopy, logsumexp, mask);
 }
 
+/// Whether the backward at head dimension D with inputs In runs fused (one
+/// dk/dv kernel adding dq by fp32 reductions): wide shapes with bf16
+/// inputs, unless the call asks for a deterministic dq.
+template <int D, typename In>
+bool fusedBackward(const FlashTensors &io) {
+  return kCopiesAsync<BackwardShape<D>, In> && io.dq && !io.deterministic;
+}
+
+/// Bytes of the backward's delta (one float a query row), rounded up so
+/// that the fused backward's dq sums after it are aligned.
+size_t deltaBytes(const AttentionParams &p) {
+  constexpr size_t kAlign = 256;
+  size_t bytes =
+      sizeof(float) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
 template <int D, typename In>
 void backward(cudaStream_t stream, const AttentionParams &p,
               const FlashTensors &io, const __nv_bfloat16 *out,
-              const float *logsumexp, const uint64_t *mask, float *delta) {
+              const float *logsumexp, const uint64_t *mask, void *scratch) {
   using Shape = BackwardShape<D>;
   FlashGeometry geo = makeGeometry(p, io);
   const auto *q = static_cast<const In *>(io.q);
@@ -1213,11 +1375,34 @@ void backward(cudaStream_t stream, const AttentionParams &p,
   const auto *v = static_cast<const In *>(io.v);
   const auto *dout = static_cast<const In *>(io.dout);
   int64_t rows = p.batch * p.headsQ * p.seqQ;
+  auto *delta = static_cast<float *>(scratch);
+  float *dqSum = nullptr;
+  if constexpr (kCopiesAsync<Shape, In>)
+    if (fusedBackward<D, In>(io))
+      dqSum = reinterpret_cast<float *>(static_cast<char *>(scratch) +
+                                        deltaBytes(p));
   constexpr int kDeltaThreads = 256;
   flashDeltaKernel<D, In>
       <<<static_cast<unsigned>((rows * kWarp + kDeltaThreads - 1) /
                                kDeltaThreads),
-         kDeltaThreads, 0, stream>>>(geo, p.batch, out, dout, delta);
+         kDeltaThreads, 0, stream>>>(geo, p.batch, out, dout, delta, dqSum);
+  if (dqSum) {
+    if constexpr (kCopiesAsync<Shape, In>) {
+      size_t bytes = keyBackwardShared<D, true>();
+      allowShared(flashKeyBackwardKernel<D, In, true>, bytes);
+      dim3 grid(blocks(p.seqK, Shape::kRows), static_cast<unsigned>(p.headsKv),
+                static_cast<unsigned>(p.batch));
+      flashKeyBackwardKernel<D, In, true>
+          <<<grid, Shape::kThreads, bytes, stream>>>(
+              geo, q, k, v, logsumexp, delta, mask, dout, io.dk, io.dv, dqSum);
+      constexpr int kThreads = 256;
+      int64_t quads = rows * (D / 4);
+      flashQueryGradientKernel<D>
+          <<<static_cast<unsigned>((quads + kThreads - 1) / kThreads),
+             kThreads, 0, stream>>>(geo, p.batch, dqSum, io.dq);
+    }
+    return;
+  }
   if (io.dq) {
     size_t bytes = queryBackwardShared<D>();
     allowShared(flashQueryBackwardKernel<D, In>, bytes);
@@ -1227,12 +1412,14 @@ void backward(cudaStream_t stream, const AttentionParams &p,
         geo, q, k, v, logsumexp, delta, mask, dout, io.dq);
   }
   if (io.dk || io.dv) {
-    size_t bytes = keyBackwardShared<D>();
-    allowShared(flashKeyBackwardKernel<D, In>, bytes);
+    size_t bytes = keyBackwardShared<D, false>();
+    allowShared(flashKeyBackwardKernel<D, In, false>, bytes);
     dim3 grid(blocks(p.seqK, Shape::kRows), static_cast<unsigned>(p.headsKv),
               static_cast<unsigned>(p.batch));
-    flashKeyBackwardKernel<D, In><<<grid, Shape::kThreads, bytes, stream>>>(
-        geo, q, k, v, logsumexp, delta, mask, dout, io.dk, io.dv);
+    flashKeyBackwardKernel<D, In, false>
+        <<<grid, Shape::kThreads, bytes, stream>>>(geo, q, k, v, logsumexp,
+                                                   delta, mask, dout, io.dk,
+                                                   io.dv, nullptr);
   }
 }
 
@@ -1325,8 +1512,11 @@ size_t flashAttentionSavedOutputBytes(const AttentionParams &params) {
 }
 
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params) {
-  return sizeof(float) *
-         static_cast<size_t>(params.batch * params.headsQ * params.seqQ);
+  size_t bytes = deltaBytes(params);
+  if (params.headDim >= 128) // the fused backward's fp32 dq sums
+    bytes += sizeof(float) * static_cast<size_t>(params.batch * params.headsQ *
+                                                 params.seqQ * params.headDim);
+  return bytes;
 }
 
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
@@ -1336,9 +1526,8 @@ void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,
   if (empty(params))
     return;
   withKernels(params, io, [&](auto d, auto in) {
-    backward<decltype(d)::value, decltype(in)>(
-        stream, params, io, out, logsumexp, mask,
-        static_cast<float *>(scratch));
+    backward<decltype(d)::value, decltype(in)>(stream, params, io, out,
+                                               logsumexp, mask, scratch);
   });
 }
 

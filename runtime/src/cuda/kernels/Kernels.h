@@ -284,6 +284,11 @@ struct FlashTensors {
   FlashLayout qLayout, kLayout, vLayout, doutLayout, outLayout, dqLayout,
       dkLayout, dvLayout;
   bool inputsBf16 = false, outputsBf16 = false;
+  /// The backward computes dq in a fixed order (a run gives the same bits
+  /// every time). Otherwise, at head dimension 128 with bf16 inputs, dq is
+  /// summed by fp32 reductions from the dk/dv kernel (one kernel instead of
+  /// two, the order of the additions varying between runs).
+  bool deterministic = false;
 };
 
 /// io.out and logsumexp [batch, headsQ, seqQ], as attentionForward; out
@@ -301,7 +306,9 @@ size_t flashAttentionMaskBytes(const AttentionParams &params);
 /// Bytes of the forward's output copy kept for the gradient (bf16).
 size_t flashAttentionSavedOutputBytes(const AttentionParams &params);
 
-/// Scratch of flashAttentionBackward: one float per query row.
+/// Scratch of flashAttentionBackward: one float per query row (delta),
+/// and at head dimension 128 the fused backward's fp32 dq sums (batch x
+/// headsQ x seqQ x 128 floats).
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params);
 
 /// io.dq, io.dk, io.dv (each may be null) from io.q, k, v, dout and the
