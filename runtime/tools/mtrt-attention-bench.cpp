@@ -9,7 +9,9 @@
 // dimension 128, bf16), the bf16 lines are repeated with a deterministic dq
 // (FlashTensors::deterministic: the separate dq kernel), marked "-det".
 //
-//   mtrt-attention-bench [repeats]
+//   mtrt-attention-bench [repeats] [shapes]
+//
+// `shapes`: the shapes to time, comma-separated names (default: all).
 //
 // Prints one line per shape and dropout: milliseconds per call (the median of
 // `repeats` timed calls after two warm-up calls) and TFLOP/s, counting the
@@ -21,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -83,10 +86,43 @@ template <typename Body> double medianMs(int repeats, Body &&body) {
   return times[times.size() / 2];
 }
 
+/// The packed dq, dk, dv ([batch, seq, heads, 3 headDim] bf16 at io.dq) of
+/// the backward as `io` asks, against those of the deterministic backward:
+/// prints the largest difference of each over its largest magnitude.
+void compareWithDeterministic(const mtrt::host::AttentionParams &p,
+                              const mtrt::cuda::FlashTensors &io,
+                              const __nv_bfloat16 *outCopy, const float *lse,
+                              const uint64_t *mask, void *scratch) {
+  size_t n = static_cast<size_t>(p.batch * p.seqQ * p.headsQ * 3 * p.headDim);
+  auto run = [&](bool deterministic) {
+    mtrt::cuda::FlashTensors call = io;
+    call.deterministic = deterministic;
+    mtrt::cuda::flashAttentionBackward(nullptr, p, call, outCopy, lse, mask,
+                                       scratch);
+    std::vector<__nv_bfloat16> host(n);
+    check(cudaMemcpy(host.data(), io.dq, n * sizeof(__nv_bfloat16),
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    return host;
+  };
+  std::vector<__nv_bfloat16> fused = run(false), reference = run(true);
+  double diff[3] = {0, 0, 0}, largest[3] = {0, 0, 0};
+  for (size_t i = 0; i < n; ++i) {
+    int part = static_cast<int>(i % (3 * p.headDim) / p.headDim);
+    double a = __bfloat162float(fused[i]), b = __bfloat162float(reference[i]);
+    diff[part] = std::max(diff[part], std::abs(a - b));
+    largest[part] = std::max(largest[part], std::abs(b));
+  }
+  std::printf("  vs deterministic: dq %.2e, dk %.2e, dv %.2e of the largest\n",
+              diff[0] / largest[0], diff[1] / largest[1],
+              diff[2] / largest[2]);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
+  std::string only = argc > 2 ? "," + std::string(argv[2]) + "," : "";
   const Shape shapes[] = {
       {"gpt2-124m", 32, 1024, 12, 12, 64},
       {"gpt2-350m", 32, 1024, 16, 16, 64},
@@ -96,6 +132,8 @@ int main(int argc, char **argv) {
   std::printf("%-10s %8s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
   for (const Shape &shape : shapes)
+    if (only.empty() ||
+        only.find("," + std::string(shape.name) + ",") != std::string::npos)
     for (double dropout : {0.1, 0.0})
       for (int mode : {0, 1, 2, 3, 4}) { // fp32, bf16, qkv, bf16, qkv det.
       bool bf16 = mode > 0, packed = mode == 2 || mode == 4;
@@ -196,6 +234,8 @@ int main(int argc, char **argv) {
                   ioName.c_str(), dropout, forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
                   2.5 * forwardFlop / backwardMs * 1e-9);
       std::fflush(stdout);
+      if (packed && !deterministic && shape.headDim >= 128)
+        compareWithDeterministic(p, io, outCopy, lse, maskWords, scratch);
       for (void *buffer :
            {static_cast<void *>(q), static_cast<void *>(k),
             static_cast<void *>(v), static_cast<void *>(dout),
