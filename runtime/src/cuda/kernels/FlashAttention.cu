@@ -20,9 +20,16 @@
 //   block per 64 or 128 queries walks the keys) and dk, dv by key blocks
 //   (one block per 64 or 128 keys of a key/value head walks its group's
 //   query heads and the queries that see the keys); with causal masks a
-//   warp skips the tiles it cannot see. No atomics: every sum has a fixed
-//   order, so a run gives the same bits every time. The keep decisions come
-//   from the forward's bits (never recomputed).
+//   warp skips the tiles it cannot see. Every sum has a fixed order, so a
+//   run gives the same bits every time. The keep decisions come from the
+//   forward's bits (never recomputed).
+// - fused backward (head dimension 128, bf16 inputs, unless the call asks
+//   for a deterministic dq): delta (zeroing fp32 dq sums), then the dk/dv
+//   kernel also adds each key block's share of dq, dS K, into the sums by
+//   fp32 reductions (5 products a tile instead of the two kernels' 7;
+//   dS^T goes through shared memory), then dq = scale * sums. dk and dv
+//   are bit-identical to the two-kernel backward's; dq's additions come in
+//   a varying order (its last bits vary between runs).
 //
 // Per-element work and occupancy are what bound these kernels
 // (bench/NOTES.md), so: positions are 32-bit; scores are scaled into base-2
@@ -983,19 +990,6 @@ template <int D, bool Dq> constexpr size_t keyBackwardShared() {
          (Dq ? 2 * sizeof(__nv_bfloat16) * Shape::kRows * kScoresLd : 0);
 }
 
-#ifndef ATTNBWD_V4
-#define ATTNBWD_V4 1
-#endif
-#ifndef ATTNBWD_UNROLL
-#define ATTNBWD_UNROLL 1
-#endif
-#ifndef ATTNBWD_ORDER
-#define ATTNBWD_ORDER 2
-#endif
-#ifndef ATTNBWD_ROWTILES
-#define ATTNBWD_ROWTILES 2
-#endif
-
 /// red.global.add.v2.f32 (sm_90): at[0] += x, at[1] += y, no result.
 __device__ inline void reduceAddPair(float *at, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1008,29 +1002,13 @@ __device__ inline void reduceAddPair(float *at, float x, float y) {
 #endif
 }
 
-/// red.global.add.v4.f32 (sm_90): at[0..3] += v, no result (at 16-byte
-/// aligned).
-__device__ inline void reduceAddQuad(float *at, float x, float y, float z,
-                                     float w) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n"
-               ::"l"(at), "f"(x), "f"(y), "f"(z), "f"(w)
-               : "memory");
-#else
-  atomicAdd(at, x);
-  atomicAdd(at + 1, y);
-  atomicAdd(at + 2, z);
-  atomicAdd(at + 3, w);
-#endif
-}
-
 /// The fused backward's share of dq from one query tile (the dk/dv kernel
-/// with Dq; every warp's rows of dS^T in `scoresT`, a barrier ago): the
-/// warps split the tile's 64 x D block of dS K into kRowTiles x 16 rows by
-/// the rest of D columns each and add theirs into dqSum, K being the
-/// block's [kRows][D + kPad] tile at `ks`. Keys the warp's queries cannot
-/// see (causal) or past seqK add nothing and are skipped (so are the rows
-/// of dS^T the skipped warps of the dk/dv walk left unwritten).
+/// with Dq; every warp's rows of dS^T in `scoresT`, a barrier ago): warp w
+/// adds rows 16 (w % 4) .. + 15 of the tile's dS K over columns
+/// (w / 4) D / 2 .. + D / 2 into dqSum, K being the block's [kRows][D +
+/// kPad] tile at `ks`. Keys the warp's queries cannot see (causal) or past
+/// seqK add nothing and are skipped (so are the rows of dS^T the skipped
+/// warps of the dk/dv walk left unwritten).
 template <typename Shape>
 __device__ inline void addQueryGradient(const FlashGeometry &geo,
                                         const __nv_bfloat16 *scoresT,
@@ -1038,93 +1016,50 @@ __device__ inline void addQueryGradient(const FlashGeometry &geo,
                                         int b, int h, int q0, int k0,
                                         int warp, int lane) {
   constexpr int D = Shape::kD, ld = D + kPad;
-  constexpr int kRowTiles = ATTNBWD_ROWTILES;
-  constexpr int kRowGroups = kTile / (16 * kRowTiles);
+  constexpr int kRowGroups = kTile / 16;
   constexpr int kColumnGroups = Shape::kWarps / kRowGroups;
   constexpr int kColumns = D / kColumnGroups;
-  constexpr int kChunks = Shape::kRows / 16;
   static_assert(kColumnGroups * kRowGroups == Shape::kWarps &&
                     kColumns % 16 == 0,
                 "the warps split a query tile's dq evenly");
-  int row0 = warp % kRowGroups * 16 * kRowTiles,
-      col0 = warp / kRowGroups * kColumns;
+  int row0 = warp % kRowGroups * 16, col0 = warp / kRowGroups * kColumns;
   int g = lane / 4, t = lane % 4;
   int keyEnd = min(geo.seqK, k0 + Shape::kRows);
   if (geo.causal)
-    keyEnd = min(keyEnd, q0 + row0 + 16 * kRowTiles);
+    keyEnd = min(keyEnd, q0 + row0 + 16);
   int chunks = (keyEnd - k0 + 15) / 16;
   if (keyEnd <= k0 || q0 + row0 >= geo.seqQ)
     return;
-  float acc[kRowTiles][kColumns / 8][4];
+  float acc[kColumns / 8][4];
 #pragma unroll
-  for (int rt = 0; rt < kRowTiles; ++rt)
-#pragma unroll
-    for (int n = 0; n < kColumns / 8; ++n)
-      acc[rt][n][0] = acc[rt][n][1] = acc[rt][n][2] = acc[rt][n][3] = 0.f;
-  auto chunk = [&](int c) {
-    // The A fragments of dS (queries x keys) from dS^T by the transposing
+  for (int n = 0; n < kColumns / 8; ++n)
+    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  for (int c = 0; c < chunks; ++c) {
+    // The A fragment of dS (queries x keys) from dS^T by the transposing
     // load: matrix i = lane / 8 is keys 16c + 8 (i / 2) .. +7, queries
-    // 8 (i % 2) .. +7 of the row tile.
-    uint32_t af[kRowTiles][4];
-#pragma unroll
-    for (int rt = 0; rt < kRowTiles; ++rt)
-      loadMatricesTransposed(af[rt],
-                             scoresT +
-                                 (c * 16 + lane % 8 + 8 * (lane / 16)) *
-                                     kScoresLd +
-                                 row0 + 16 * rt + 8 * (lane / 8 % 2));
+    // row0 + 8 (i % 2) .. +7.
+    uint32_t af[4];
+    loadMatricesTransposed(af, scoresT +
+                                   (c * 16 + lane % 8 + 8 * (lane / 16)) *
+                                       kScoresLd +
+                                   row0 + 8 * (lane / 8 % 2));
 #pragma unroll
     for (int n = 0; n < kColumns / 8; n += 2) {
       uint32_t b0[2], b1[2];
       loadBTransposed(b0, b1, ks, ld, c * 16, col0 + n * 8, lane);
-#pragma unroll
-      for (int rt = 0; rt < kRowTiles; ++rt) {
-        mma(acc[rt][n], af[rt], b0);
-        mma(acc[rt][n + 1], af[rt], b1);
-      }
+      mma(acc[n], af, b0);
+      mma(acc[n + 1], af, b1);
     }
-  };
-#if ATTNBWD_UNROLL
+  }
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c)
-    if (c < chunks)
-      chunk(c);
-#else
-  for (int c = 0; c < chunks; ++c)
-    chunk(c);
-#endif
+  for (int r = 0; r < 2; ++r) {
+    int row = q0 + row0 + g + 8 * r;
+    if (row >= geo.seqQ)
+      continue;
+    float *at = dqSum + geo.rowIndex(b, h, row) * D + col0 + 2 * t;
 #pragma unroll
-  for (int rt = 0; rt < kRowTiles; ++rt) {
-#if ATTNBWD_V4
-    // Lanes t and t ^ 1 swap halves: even t adds row g, columns 2t .. +3,
-    // odd t row g + 8, columns 2t - 2 .. +1 (four floats, one reduction).
-    bool odd = t & 1;
-    int row = q0 + row0 + 16 * rt + g + (odd ? 8 : 0);
-    float *at = dqSum + geo.rowIndex(b, h, row) * D + col0 + 2 * (t & 2);
-#pragma unroll
-    for (int n = 0; n < kColumns / 8; ++n) {
-      const float(&c)[4] = acc[rt][n];
-      float x = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1);
-      float y = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
-      if (row < geo.seqQ) {
-        if (odd)
-          reduceAddQuad(at + n * 8, x, y, c[2], c[3]);
-        else
-          reduceAddQuad(at + n * 8, c[0], c[1], x, y);
-      }
-    }
-#else
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      int row = q0 + row0 + 16 * rt + g + 8 * r;
-      if (row >= geo.seqQ)
-        continue;
-      float *at = dqSum + geo.rowIndex(b, h, row) * D + col0 + 2 * t;
-#pragma unroll
-      for (int n = 0; n < kColumns / 8; ++n)
-        reduceAddPair(at + n * 8, acc[rt][n][2 * r], acc[rt][n][2 * r + 1]);
-    }
-#endif
+    for (int n = 0; n < kColumns / 8; ++n)
+      reduceAddPair(at + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
   }
 }
 
@@ -1171,20 +1106,17 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
     return scoresBase + (step & 1) * Shape::kRows * kScoresLd;
   };
   int keyBlock = blockIdx.x, grp = blockIdx.y, b = blockIdx.z;
-#if ATTNBWD_ORDER
   if constexpr (Dq) {
-    int linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    // The longest blocks first (causal: the first key blocks see the most
+    // queries): block i of the launch order takes key block i / (headsKv
+    // batch) of every head, so that the last wave holds the shortest ones
+    // (3% faster at gpt-1.3b's shape than key blocks fastest).
     int pairs = gridDim.y * gridDim.z;
-    int group = ATTNBWD_ORDER == 1 ? pairs : 8;
-    int first = linear / (group * gridDim.x) * group;
-    int size = min(group, pairs - first);
-    int within = linear - first * gridDim.x;
-    keyBlock = within / size;
-    int pair = first + within % size;
-    grp = pair % gridDim.y;
-    b = pair / gridDim.y;
+    int linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    keyBlock = linear / pairs;
+    grp = linear % pairs % gridDim.y;
+    b = linear % pairs / gridDim.y;
   }
-#endif
   int k0 = keyBlock * Shape::kRows;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
