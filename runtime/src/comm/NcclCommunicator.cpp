@@ -572,8 +572,11 @@ NcclCommunicator::executeSplit(const Call &call) {
   lib.commUserRank(child, &childRank);
   std::vector<int> members(static_cast<size_t>(childSize));
   members[static_cast<size_t>(childRank)] = worldRank();
+  // Its own stream: calls on different groups do not wait for each other
+  // (a pipeline's message pairs, cuda/PipelineStages.h); device callers
+  // order each call with their stream by events (cuda/DeviceCollective.h).
   NcclOptions options = options_;
-  options.stream = stream_;
+  options.stream = nullptr;
   auto made = std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(child, true, {}, "", options));
   std::vector<int> gathered(static_cast<size_t>(childSize));
