@@ -20,9 +20,8 @@
 #   RUN_LIMIT (environment) seconds each multi-process run may take (100)
 #   PP_MODELS (environment) MODEL:ITERATIONS:SCHEDULES for PP=2, default
 #        tiny-gpt-l4-nodrop:20:1f1b,interleaved
-#        gpt2-124m-bf16-mb8-untied-nodropout:20:-,interleaved (bundles
-#        MODEL.mtb and MODEL-pp2-SCHEDULE.mtb, or MODEL-pp2.mtb for "-",
-#        the 1F1B one)
+#        gpt2-124m-bf16-mb8-untied-nodropout:10:- (bundles MODEL.mtb and
+#        MODEL-pp2-SCHEDULE.mtb, or MODEL-pp2.mtb for "-")
 # The cuda backend runs tensor (and sequence) and data parallelism across
 # processes (its multi-rank instructions on the device, the collectives
 # through NCCL on the arena's buffers: runtime/src/cuda/RankOps.cpp; the
@@ -151,57 +150,37 @@ for pair in ${LAYOUT_MODELS-tiny-gpt-bf16-nodrop:20 gpt2-124m-bf16-mb32-nodropou
   done
 done
 
-# Pipeline parallelism (PP=2, one process per GPU) against one GPU: the
-# largest relative loss difference over the iterations, the median
-# tokens/s per GPU from iteration 3 on (rank 0's log: the world's tokens/s,
-# over 2 GPUs) against the one-GPU run's, and the idle fractions against the
-# compiler's prediction. A bundle make-device-dir.sh did not write is
-# skipped. (Its variables are prefixed: the functions above use plain ones.)
-pp_compare() { # pp_compare NAME LOG REFERENCE GPUS
-  python3 - "$@" >>"$report" <<'EOF'
-import re, statistics, sys
-name, log, ref, gpus = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-def read(path):
-    losses, rates = [], []
-    for line in open(path, errors="replace"):
-        loss = re.search(r"lm loss: ([0-9.E+-]+)", line)
-        rate = re.search(r"tokens per second: ([0-9.]+)", line)
-        if loss:
-            losses.append(float(loss.group(1)))
-            rates.append(float(rate.group(1)) if rate else 0.0)
-    return losses, rates
-a, ra = read(log)
-b, rb = read(ref)
-n = min(len(a), len(b))
-diffs = [abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n])]
-worst = max(diffs, default=-1)
-at = diffs.index(worst) + 1 if diffs else 0
-first10 = max(diffs[:10], default=-1)
-def median(rates):
-    return statistics.median(rates[2:]) if len(rates) > 2 else float("nan")
-per_gpu, one = median(ra) / gpus, median(rb)
-print(f"{name}: {n} iterations compared, largest relative loss difference "
-      f"{worst:.3g} (iteration {at}; {first10:.3g} over the first 10); "
-      f"{per_gpu:,.0f} tokens/s per GPU vs {one:,.0f} on one GPU "
-      f"({per_gpu / one:.2f}); losses {' '.join(f'{x:.4f}' for x in a[:n])} "
-      f"vs one GPU {' '.join(f'{y:.4f}' for y in b[:n])}")
-EOF
-}
-for triple in ${PP_MODELS-tiny-gpt-l4-nodrop:20:1f1b,interleaved gpt2-124m-bf16-mb8-untied-nodropout:20:-,interleaved}; do
-  pp_model=${triple%%:*} rest=${triple#*:}
-  pp_iters=${rest%%:*} pp_schedules=${rest#*:}
-  [ -f "$dir/bundles/$pp_model.mtb" ] || continue
-  pp_one=$out/multi/$pp_model.one-gpu.log
-  CUDA_VISIBLE_DEVICES=0 train "$pp_one" "$pp_model.mtb" "$pp_iters"
-  for pp_schedule in ${pp_schedules//,/ }; do
-    pp_bundle=$pp_model-pp2-$pp_schedule.mtb
-    [ "$pp_schedule" = - ] && pp_bundle=$pp_model-pp2.mtb
-    [ -f "$dir/bundles/$pp_bundle" ] || continue
-    launch "${pp_bundle%.mtb}" torchrun 2 "$pp_bundle" "$pp_iters"
-    pp_compare "$pp_bundle, 2 processes on 2 GPUs" \
-      "$out/multi/${pp_bundle%.mtb}.rank0.log" "$pp_one" 2
-    grep -h "idle fraction" "$out/multi/${pp_bundle%.mtb}.rank0.log" \
-      >>"$report"
+# Data parallelism: DP=2, one process per GPU (torchrun's variables), with
+# and without the distributed optimizer, against one GPU at the same global
+# batch (there two micro-batches, here one per rank).
+for triple in ${DP_MODELS-tiny-gpt-bf16-nodrop:20:8 gpt2-124m-bf16-mb32-nodropout:12:64}; do
+  IFS=: read -r model iters batch <<<"$triple"
+  one=$out/multi/$model.one-gpu-gb$batch.log
+  CUDA_VISIBLE_DEVICES=0 train "$one" "$model.mtb" "$iters" \
+    --global-batch-size "$batch"
+  for variant in dp2 dp2-distopt; do
+    launch "$model.$variant" torchrun 2 "$model-$variant.mtb" "$iters"
+    compare "$model ${variant/dp2/DP2}, 2 processes on 2 GPUs" \
+      "$out/multi/$model.$variant.rank0.log" "$one" 2
+  done
+done
+
+# Pipeline parallelism (PP=2, one process per GPU) against one GPU; a
+# bundle make-device-dir.sh did not write is skipped.
+for triple in ${PP_MODELS-tiny-gpt-l4-nodrop:20:1f1b,interleaved gpt2-124m-bf16-mb8-untied-nodropout:10:-}; do
+  model=${triple%%:*} rest=${triple#*:}
+  iters=${rest%%:*} schedules=${rest#*:}
+  [ -f "$dir/bundles/$model.mtb" ] || continue
+  one=$out/multi/$model.one-gpu.log
+  CUDA_VISIBLE_DEVICES=0 train "$one" "$model.mtb" "$iters"
+  for schedule in ${schedules//,/ }; do
+    bundle=$model-pp2-$schedule.mtb
+    [ "$schedule" = - ] && bundle=$model-pp2.mtb
+    [ -f "$dir/bundles/$bundle" ] || continue
+    launch "${bundle%.mtb}" torchrun 2 "$bundle" "$iters"
+    compare "$bundle, 2 processes on 2 GPUs" \
+      "$out/multi/${bundle%.mtb}.rank0.log" "$one" 2
+    grep -h "idle fraction" "$out/multi/${bundle%.mtb}.rank0.log" >>"$report"
   done
 done
 
