@@ -4,6 +4,7 @@
 
 #include "cuda/CudaCheck.h"
 #include "cuda/DeviceCollective.h"
+#include "cuda/DeviceMemory.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
@@ -75,16 +76,6 @@ int64_t DeviceTensor::numElements() const {
 }
 
 namespace {
-
-bool isDeviceMemory(const void *data) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice ||
-         attributes.type == cudaMemoryTypeManaged;
-}
 
 size_t viewBytes(const host::TensorView &view) {
   int64_t count = 1;
