@@ -16,6 +16,8 @@
 #   SPIKE_CHECK=1  trains the one-GPU gpt2-124m reference (micro-batch 32)
 #        at this schedule and at 6e-4 after 5 warm-up steps, to show the
 #        spike the default avoids (on any number of GPUs)
+#   LAYOUTS  an extended regular expression: only the layouts whose label
+#        (the table's first column) matches it run (default: all)
 #   ONE_GPU_CHECKS=0  skips the one-GPU checks (in-process layouts of
 #        tiny-gpt against one rank; two processes sharing GPU 0)
 #   FAULT=0  skips the fault run
@@ -186,6 +188,7 @@ layout() {
 m=gpt2-124m-bf16-mb32-nodropout
 p=gpt2-124m-bf16-mb8-untied-nodropout
 while IFS='|' read -r label need launcher bundle ref batch; do
+  [[ $label =~ ${LAYOUTS:-.} ]] || continue
   layout "$label" "$need" "$launcher" "$bundle" "$ref" "$batch"
 done <<EOF
 TP2|2|mpirun|$m-tp2|$m|32
