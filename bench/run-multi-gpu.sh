@@ -50,6 +50,9 @@ export LD_LIBRARY_PATH="$dir/lib:$libdirs${LD_LIBRARY_PATH:-}:$dir/fallback-lib"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 rows=$out/multi/rows.tsv
 refs=$out/multi/references.tsv
+# The one-GPU references are trained once per run of this script (an
+# earlier run's, maybe at another schedule, must not stand in).
+rm -f "$out"/multi/one-gpu.*.log
 : >"$rows"
 : >"$refs"
 {
