@@ -13,9 +13,12 @@
 // Kernels (FlashShape: 4 warps over blocks of 64 rows, or 8 warps over 128
 // at head dimension 128 in the backward; warp w owns rows 16w .. 16w + 15
 // of its block; the walked tiles are 64 rows):
-// - forward: one block per (64 queries, query head, batch); out and the
-//   logsumexp of the scaled, masked scores (before dropout), as the host,
-//   and with dropout the keep decisions as bits for the gradient.
+// - forward: one block per (64 queries, query head, batch), or at head
+//   dimension 128 per 128 queries with 32 rows a warp
+//   (flashPairForwardKernel); out and the logsumexp of the scaled, masked
+//   scores (before dropout), as the host, and with dropout the keep
+//   decisions as bits for the gradient (at head dimension 128 drawn ahead
+//   by flashDropoutMaskKernel and read by the forward).
 // - backward: delta = rowsum(dout * out) first; then dq by query blocks (one
 //   block per 64 or 128 queries walks the keys) and dk, dv by key blocks
 //   (one block per 64 or 128 keys of a key/value head walks its group's
@@ -95,10 +98,8 @@ template <int D, bool Wide, int Stages = 1> struct FlashShape {
 /// The forward's and the backward kernels' shapes. The backward is wide
 /// with two stages at head dimension 128 (its kernels need 240-255
 /// registers a thread, so one block a multiprocessor: 8 warps rather than
-/// 4, 11% faster at gpt-1.3b's shape). The forward stays narrow: the wide forward (8 warps,
-/// 128 queries, two stages) computed wrong dropout decisions for the first
-/// 16 keys of a tile with paired draws (bench/NOTES.md, attn128), and at one
-/// stage it was slower than the narrow one.
+/// 4, 11% faster at gpt-1.3b's shape). The forward is narrow; at head
+/// dimension 128 flashPairForwardKernel (32 rows a warp) replaces it.
 template <int D> using ForwardShape = FlashShape<D, false, 1>;
 template <int D>
 using BackwardShape = FlashShape<D, D >= 128, D >= 128 ? 2 : 1>;
@@ -566,9 +567,12 @@ template <int D> struct PairForwardShape {
   static constexpr int kMinBlocks = 2;
 };
 
+/// Shared: Q [kRows][D + 8], K and V [64][D + 8] (bf16), then the block's
+/// rows' mask words of the tile (Draws::Stored).
 template <int D> constexpr size_t pairForwardShared() {
   return sizeof(__nv_bfloat16) * (PairForwardShape<D>::kRows + 2 * kTile) *
-         (D + kPad);
+             (D + kPad) +
+         sizeof(uint64_t) * PairForwardShape<D>::kRows;
 }
 
 /// How a forward kernel gets its dropout decisions: none (no dropout),
@@ -579,44 +583,41 @@ enum class Draws { None, Stored, Paired, Unpaired };
 
 /// The mask words of the forward (bit j % 64 of word maskWord(b, h, i,
 /// j / 64) is P[b, h, i, j]'s keep decision, random::attentionDropoutKeep),
-/// one thread a word, drawn ahead of the forward kernel: there the hashes
+/// drawn ahead of the forward kernel, one thread a word: there the hashes
 /// stretched every warp's chain of dependent work at 8 warps a
-/// multiprocessor; here they run at full occupancy. With causal masks the
-/// words of keys past every block of 128 rows holding the row are skipped
-/// (no kernel reads a decision there: such scores are masked).
-__global__ void flashDropoutMaskKernel(FlashGeometry geo, int64_t words,
-                                       uint64_t *mask) {
+/// multiprocessor; here they run at full occupancy. Grid (blocks of
+/// kMaskRows queries, headsQ, batch). With causal masks the words past
+/// each row's 32-row block are skipped (no kernel reads a decision there).
+constexpr int kMaskRows = 64;
+__global__ void __launch_bounds__(256)
+    flashDropoutMaskKernel(FlashGeometry geo, uint64_t *mask) {
   constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  int64_t word = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (word >= words)
-    return;
-  int kb = static_cast<int>(word % geo.keyBlocks);
-  int64_t row = word / geo.keyBlocks; // rowIndex(b, h, i)
-  int i = static_cast<int>(row % geo.seqQ),
-      h = static_cast<int>(row / geo.seqQ % geo.headsQ),
-      b = static_cast<int>(row / (static_cast<int64_t>(geo.seqQ) * geo.headsQ));
-  int k0 = kb * kTile;
-  if (geo.causal && k0 > (i | 127))
-    return;
-  uint64_t first = geo.probabilityRow(b, h, i) + k0, bits = 0;
-  if (geo.pairedDraws) {
-    uint64_t counter = geo.dropoutKey + (first / 4 + 1) * kGolden;
+  int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * kMaskRows;
+  int words = kMaskRows * geo.keyBlocks;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) {
+    int i = q0 + w / geo.keyBlocks, kb = w % geo.keyBlocks, k0 = kb * kTile;
+    if (i >= geo.seqQ || (geo.causal && k0 > (i | 31)))
+      continue;
+    uint64_t first = geo.probabilityRow(b, h, i) + k0, bits = 0;
+    if (geo.pairedDraws) {
+      uint64_t counter = geo.dropoutKey + (first / 4 + 1) * kGolden;
 #pragma unroll
-    for (int d = 0; d < kTile / 4; ++d) {
-      uint64_t draw = random::mix64(counter + d * kGolden);
+      for (int d = 0; d < kTile / 4; ++d) {
+        uint64_t draw = random::mix64(counter + d * kGolden);
 #pragma unroll
-      for (int lane = 0; lane < 4; ++lane)
-        bits |= static_cast<uint64_t>(((draw >> (16 * lane)) & 0xFFFFu) >=
-                                      geo.threshold16)
-                << (4 * d + lane);
+        for (int lane = 0; lane < 4; ++lane)
+          bits |= static_cast<uint64_t>(
+                      ((draw >> (16 * lane)) & 0xFFFFu) >= geo.threshold16)
+                  << (4 * d + lane);
+      }
+    } else {
+      for (int e = 0; e < kTile; ++e)
+        bits |= static_cast<uint64_t>(random::attentionDropoutKeep(
+                    geo.dropoutKey, first + e, geo.threshold16))
+                << e;
     }
-  } else {
-    for (int e = 0; e < kTile; ++e)
-      bits |= static_cast<uint64_t>(random::attentionDropoutKeep(
-                  geo.dropoutKey, first + e, geo.threshold16))
-              << e;
+    mask[geo.maskWord(b, h, i, kb)] = bits;
   }
-  mask[word] = bits;
 }
 
 /// keep's bits 2n, 2n + 1 for 8-key tile n of a 64-key tile (as
@@ -680,12 +681,14 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *ks = qs + Shape::kRows * ld, *vs = ks + kTile * ld;
+  auto *words = reinterpret_cast<uint64_t *>(vs + kTile * ld);
   int q0 = (gridDim.x - 1 - blockIdx.x) * Shape::kRows; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
   const In *kBase = k + geo.keyAt(geo.k, b, 0, grp);
   const In *vBase = v + geo.keyAt(geo.v, b, 0, grp);
+  static_assert(Shape::kThreads == Shape::kRows, "a thread copies a row's word");
 
   // Q and the first K in one group of copies.
   fetchTile<Shape, Shape::kRows>(qs, q + geo.queryAt(geo.q, b, 0, h),
@@ -746,6 +749,14 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
     waitCopies<0>();
     __syncthreads(); // K (and Q) in place; every warp done with the last V
     fetchTile<Shape, kTile>(vs, vBase, geo.v.position, k0, geo.seqK);
+    if constexpr (Mode == Draws::Stored) {
+      // The block's rows' mask words of this tile, with V (the rows of
+      // queries past seqQ read zeros).
+      int row = q0 + threadIdx.x;
+      bool in = row < geo.seqQ;
+      copyAsync<8>(words + threadIdx.x,
+                   mask + (in ? geo.maskWord(b, h, row, k0 / kTile) : 0), in);
+    }
     commitCopies();
     float s[2][kN][4];
     if (active) {
@@ -799,11 +810,7 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
         for (int i = 0; i < 2; ++i)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            int row = rows[i][r];
-            uint64_t word = row < geo.seqQ
-                                ? mask[geo.maskWord(b, h, row, k0 / kTile)]
-                                : 0;
-            word >>= 2 * t;
+            uint64_t word = words[warp * 32 + 16 * i + 8 * r + g] >> (2 * t);
             keep[i][r] = static_cast<uint32_t>(word);
             keepHigh[i][r] = static_cast<uint32_t>(word >> 32);
           }
@@ -1570,11 +1577,12 @@ unsigned blocks(int64_t n, int rows) {
 }
 
 /// Whether the forward runs flashPairForwardKernel (32 query rows a warp):
-/// at head dimension 128 (bench/NOTES.md, attnfwd), unless
+/// at head dimension 128 with bf16 inputs (bench/NOTES.md, attnfwd; with
+/// fp32 inputs it spills and the 16-row kernel is faster), unless
 /// MTRT_CUDA_FLASH_FORWARD=narrow asks for the 16-row kernel (timings).
-bool pairForwardAt(int64_t headDim) {
+bool pairForwardChosen() {
   static const char *choice = std::getenv("MTRT_CUDA_FLASH_FORWARD");
-  return headDim == 128 && !(choice && std::strcmp(choice, "narrow") == 0);
+  return !(choice && std::strcmp(choice, "narrow") == 0);
 }
 
 /// Whether the pair forward reads dropout decisions drawn ahead by
@@ -1605,18 +1613,16 @@ template <int D, typename In>
 void forward(cudaStream_t stream, const AttentionParams &p,
              const FlashTensors &io, __nv_bfloat16 *outCopy,
              float *logsumexp, uint64_t *mask) {
-  if constexpr (D == 128) {
-    if (pairForwardAt(D)) {
+  if constexpr (D == 128 && std::is_same_v<In, __nv_bfloat16>) {
+    if (pairForwardChosen()) {
       if (!(p.dropoutP > 0)) {
         pairForward<D, In, Draws::None>(stream, p, io, outCopy, logsumexp,
                                         mask);
       } else if (mask && dropoutDrawnAhead()) {
-        FlashGeometry geo = makeGeometry(p, io);
-        int64_t words = p.batch * p.headsQ * p.seqQ * geo.keyBlocks;
-        constexpr int kMaskThreads = 256;
-        flashDropoutMaskKernel<<<
-            static_cast<unsigned>((words + kMaskThreads - 1) / kMaskThreads),
-            kMaskThreads, 0, stream>>>(geo, words, mask);
+        dim3 grid(blocks(p.seqQ, kMaskRows), static_cast<unsigned>(p.headsQ),
+                  static_cast<unsigned>(p.batch));
+        flashDropoutMaskKernel<<<grid, 256, 0, stream>>>(makeGeometry(p, io),
+                                                         mask);
         pairForward<D, In, Draws::Stored>(stream, p, io, outCopy, logsumexp,
                                           mask);
       } else if (p.seqK % 4 == 0)
