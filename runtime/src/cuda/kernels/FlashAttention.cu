@@ -17,8 +17,7 @@
 //   dimension 128 per 128 queries with 32 rows a warp
 //   (flashPairForwardKernel); out and the logsumexp of the scaled, masked
 //   scores (before dropout), as the host, and with dropout the keep
-//   decisions as bits for the gradient (at head dimension 128 drawn ahead
-//   by flashDropoutMaskKernel and read by the forward).
+//   decisions as bits for the gradient.
 // - backward: delta = rowsum(dout * out) first; then dq by query blocks (one
 //   block per 64 or 128 queries walks the keys) and dk, dv by key blocks
 //   (one block per 64 or 128 keys of a key/value head walks its group's
@@ -561,64 +560,24 @@ template <int D> struct PairForwardShape {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * kWarp;
   static constexpr int kRows = 32 * kWarps;
-  /// Tiles of bf16 copied by cp.async (kCopiesAsync).
+  /// Tiles of bf16 copied by cp.async (kCopiesAsync; the kernel takes bf16
+  /// inputs only: with fp32 ones, 64 more registers a thread for a tile's
+  /// copy, it spilled and ran slower than the 16-row forward).
   static constexpr bool kWide = true;
   /// 2 blocks a multiprocessor: at most 255 registers a thread.
   static constexpr int kMinBlocks = 2;
 };
 
-/// Shared: Q [kRows][D + 8], K and V [64][D + 8] (bf16), then the block's
-/// rows' mask words of the tile (Draws::Stored).
+/// Shared: Q [kRows][D + 8], K and V [64][D + 8] (bf16).
 template <int D> constexpr size_t pairForwardShared() {
   return sizeof(__nv_bfloat16) * (PairForwardShape<D>::kRows + 2 * kTile) *
-             (D + kPad) +
-         sizeof(uint64_t) * PairForwardShape<D>::kRows;
+         (D + kPad);
 }
 
-/// How a forward kernel gets its dropout decisions: none (no dropout),
-/// stored (the mask words, drawn ahead by flashDropoutMaskKernel), paired
-/// (seqK % 4 == 0: a draw's four keys in one row, shared by two lanes) or
-/// unpaired (dropoutBits).
-enum class Draws { None, Stored, Paired, Unpaired };
-
-/// The mask words of the forward (bit j % 64 of word maskWord(b, h, i,
-/// j / 64) is P[b, h, i, j]'s keep decision, random::attentionDropoutKeep),
-/// drawn ahead of the forward kernel, one thread a word: there the hashes
-/// stretched every warp's chain of dependent work at 8 warps a
-/// multiprocessor; here they run at full occupancy. Grid (blocks of
-/// kMaskRows queries, headsQ, batch). With causal masks the words past
-/// each row's 32-row block are skipped (no kernel reads a decision there).
-constexpr int kMaskRows = 64;
-__global__ void __launch_bounds__(256)
-    flashDropoutMaskKernel(FlashGeometry geo, uint64_t *mask) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * kMaskRows;
-  int words = kMaskRows * geo.keyBlocks;
-  for (int w = threadIdx.x; w < words; w += blockDim.x) {
-    int i = q0 + w / geo.keyBlocks, kb = w % geo.keyBlocks, k0 = kb * kTile;
-    if (i >= geo.seqQ || (geo.causal && k0 > (i | 31)))
-      continue;
-    uint64_t first = geo.probabilityRow(b, h, i) + k0, bits = 0;
-    if (geo.pairedDraws) {
-      uint64_t counter = geo.dropoutKey + (first / 4 + 1) * kGolden;
-#pragma unroll
-      for (int d = 0; d < kTile / 4; ++d) {
-        uint64_t draw = random::mix64(counter + d * kGolden);
-#pragma unroll
-        for (int lane = 0; lane < 4; ++lane)
-          bits |= static_cast<uint64_t>(
-                      ((draw >> (16 * lane)) & 0xFFFFu) >= geo.threshold16)
-                  << (4 * d + lane);
-      }
-    } else {
-      for (int e = 0; e < kTile; ++e)
-        bits |= static_cast<uint64_t>(random::attentionDropoutKeep(
-                    geo.dropoutKey, first + e, geo.threshold16))
-                << e;
-    }
-    mask[geo.maskWord(b, h, i, kb)] = bits;
-  }
-}
+/// How a forward kernel draws its dropout decisions: none (no dropout),
+/// paired (seqK % 4 == 0: a draw's four keys in one row, shared by two
+/// lanes) or unpaired (dropoutBits).
+enum class Draws { None, Paired, Unpaired };
 
 /// keep's bits 2n, 2n + 1 for 8-key tile n of a 64-key tile (as
 /// dropoutBits) from this lane's paired draw n: `first` is the counter term
@@ -681,14 +640,13 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *ks = qs + Shape::kRows * ld, *vs = ks + kTile * ld;
-  auto *words = reinterpret_cast<uint64_t *>(vs + kTile * ld);
   int q0 = (gridDim.x - 1 - blockIdx.x) * Shape::kRows; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t = lane % 4;
   const In *kBase = k + geo.keyAt(geo.k, b, 0, grp);
   const In *vBase = v + geo.keyAt(geo.v, b, 0, grp);
-  static_assert(Shape::kThreads == Shape::kRows, "a thread copies a row's word");
+  static_assert(kCopiesAsync<Shape, In>, "bf16 tiles copied by cp.async");
 
   // Q and the first K in one group of copies.
   fetchTile<Shape, Shape::kRows>(qs, q + geo.queryAt(geo.q, b, 0, h),
@@ -734,9 +692,6 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
     bool active = k0 < warpKeyEnd;
     // keep[i][r]: bit 2n + c is key k0 + 8n + 2t + c of rows[i][r].
     uint32_t keep[2][2] = {{0u, 0u}, {0u, 0u}};
-    // Draws::Stored: keep[i][r] and keepHigh[i][r] hold the row's word
-    // shifted by 2t (bit 8n + c is key k0 + 8n + 2t + c; n >= 4 high).
-    uint32_t keepHigh[2][2] = {{0u, 0u}, {0u, 0u}};
     if constexpr (Mode == Draws::Unpaired) {
       if (active) {
 #pragma unroll
@@ -749,14 +704,6 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
     waitCopies<0>();
     __syncthreads(); // K (and Q) in place; every warp done with the last V
     fetchTile<Shape, kTile>(vs, vBase, geo.v.position, k0, geo.seqK);
-    if constexpr (Mode == Draws::Stored) {
-      // The block's rows' mask words of this tile, with V (the rows of
-      // queries past seqQ read zeros).
-      int row = q0 + threadIdx.x;
-      bool in = row < geo.seqQ;
-      copyAsync<8>(words + threadIdx.x,
-                   mask + (in ? geo.maskWord(b, h, row, k0 / kTile) : 0), in);
-    }
     commitCopies();
     float s[2][kN][4];
     if (active) {
@@ -793,28 +740,13 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
     }
     waitCopies<0>();
     __syncthreads(); // V in place; every warp done with K
-    // The next K: by cp.async now, or through registers once the scores are
-    // dead (fp32 inputs: a tile is 64 registers a thread).
-    constexpr bool kAsync = kCopiesAsync<Shape, In>;
-    bool more = k0 + kTile < keyEnd;
-    if (kAsync && more) {
+    // The next K, copied while this tile's probabilities and P V run.
+    if (k0 + kTile < keyEnd) {
       fetchTile<Shape, kTile>(ks, kBase, geo.k.position, k0 + kTile,
                               geo.seqK);
       commitCopies();
     }
     if (active) {
-      if constexpr (Mode == Draws::Stored) {
-        // This lane's keys 8n + 2t + c of each row: bit 8n + c of the
-        // row's word shifted by 2t, in 32-bit halves (keep[i][r] below).
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            uint64_t word = words[warp * 32 + 16 * i + 8 * r + g] >> (2 * t);
-            keep[i][r] = static_cast<uint32_t>(word);
-            keepHigh[i][r] = static_cast<uint32_t>(word >> 32);
-          }
-      }
       float base[2][2], alpha[2][2];
       bool grew = false;
 #pragma unroll
@@ -861,13 +793,7 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
             float p =
                 fastExp2(fmaf(s[i][n][e], geo.scaleLog2, -base[i][e / 2]));
             l[i][e / 2] += p;
-            if constexpr (Mode == Draws::Stored)
-              p = ((n < 4 ? keep[i][e / 2] : keepHigh[i][e / 2]) >>
-                   (8 * (n % 4) + (e & 1))) &
-                          1
-                      ? p
-                      : 0.f;
-            else if constexpr (kDropout)
+            if constexpr (kDropout)
               p = (keep[i][e / 2] >> (2 * n + (e & 1))) & 1 ? p : 0.f;
             s[i][n][e] = p;
           }
@@ -875,7 +801,7 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
         for (int kc = 0; kc < kTile / 16; ++kc)
           accumulatorToA(pf[i][kc], s[i][2 * kc], s[i][2 * kc + 1]);
       }
-      if constexpr (kDropout && Mode != Draws::Stored) {
+      if constexpr (kDropout) {
         if (mask) {
 #pragma unroll
           for (int i = 0; i < 2; ++i)
@@ -895,9 +821,6 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
           }
         }
     }
-    if (!kAsync && more)
-      fetchTile<Shape, kTile>(ks, kBase, geo.k.position, k0 + kTile,
-                              geo.seqK);
     drawCounter[0] += kTile / 4 * kGolden;
     drawCounter[1] += kTile / 4 * kGolden;
   }
@@ -1585,14 +1508,6 @@ bool pairForwardChosen() {
   return !(choice && std::strcmp(choice, "narrow") == 0);
 }
 
-/// Whether the pair forward reads dropout decisions drawn ahead by
-/// flashDropoutMaskKernel (when the mask is kept) rather than drawing them
-/// (MTRT_CUDA_FLASH_DROPOUT=inline, timings).
-bool dropoutDrawnAhead() {
-  static const char *choice = std::getenv("MTRT_CUDA_FLASH_DROPOUT");
-  return !(choice && std::strcmp(choice, "inline") == 0);
-}
-
 template <int D, typename In, Draws Mode>
 void pairForward(cudaStream_t stream, const AttentionParams &p,
                  const FlashTensors &io, __nv_bfloat16 *outCopy,
@@ -1618,13 +1533,6 @@ void forward(cudaStream_t stream, const AttentionParams &p,
       if (!(p.dropoutP > 0)) {
         pairForward<D, In, Draws::None>(stream, p, io, outCopy, logsumexp,
                                         mask);
-      } else if (mask && dropoutDrawnAhead()) {
-        dim3 grid(blocks(p.seqQ, kMaskRows), static_cast<unsigned>(p.headsQ),
-                  static_cast<unsigned>(p.batch));
-        flashDropoutMaskKernel<<<grid, 256, 0, stream>>>(makeGeometry(p, io),
-                                                         mask);
-        pairForward<D, In, Draws::Stored>(stream, p, io, outCopy, logsumexp,
-                                          mask);
       } else if (p.seqK % 4 == 0)
         pairForward<D, In, Draws::Paired>(stream, p, io, outCopy, logsumexp,
                                           mask);
