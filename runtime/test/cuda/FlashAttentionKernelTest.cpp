@@ -8,8 +8,9 @@
 // not, ragged tiles, q/k/v read in place from a packed qkv tensor, and a
 // tensor-parallel rank's global dropout positions.
 //
-// MTRT_CUDA_FLASH_FORWARD (FlashAttention.cu) picks the forward kernel at
-// head dimensions 64 and 128; run these tests once per kernel to check each.
+// MTRT_CUDA_FLASH_FORWARD=narrow (FlashAttention.cu) runs the 16-row forward
+// at head dimension 128 instead of the 32-row one; run these tests both
+// ways to check both.
 #include "CudaTestSupport.h"
 
 #include "cuda/kernels/Kernels.h"
