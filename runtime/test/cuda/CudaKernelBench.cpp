@@ -4,7 +4,7 @@
 // multi-tensor AdamW over gpt-1.3b's parameter count. Each prints its time
 // and its effective bandwidth (the bytes it must read and write over the
 // time). Disabled: they measure, they check nothing; run them with
-//   mtrt-cuda-tests --gtest_also_run_disabled_tests \
+//   mtrt-cuda-tests --gtest_also_run_disabled_tests
 //     --gtest_filter='CudaKernelBench.*'
 #include "CudaTestSupport.h"
 
