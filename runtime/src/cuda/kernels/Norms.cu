@@ -4,14 +4,14 @@
 // threads covers a row, each thread a fixed set of columns (vectors of 4
 // when the row and pointers allow), and one block reduction per row gives
 // the row sums in double (sum of x, of x squared, and in the backward of g
-// and g * x, g = dy * weight), from which the statistics and dx follow as
-// in the host's formulas. The backward's blocks (one wave: as many as the
+// and g * x, g = dy * weight), from which one thread computes the
+// statistics (as the host's formulas do) for the whole block; dx follows. The backward's blocks (one wave: as many as the
 // device runs at once, at most one per 8 rows and 1024) each take an equal
 // share of the rows and add up their columns' dweight and dbias terms in
 // registers; a second kernel sums the blocks' partials in double, in a fixed
 // order (the same bits on every run on one device).
 // Rows of 16-byte aligned vectors up to 4096 elements, small enough for
-// kNormStages copies in 48 KiB of shared memory (a backward's x and dy in
+// kNormStages copies in 96 KiB of shared memory (a backward's x and dy in
 // fp32: hidden 2048), are staged: each block keeps its parameters and works
 // through a share of the rows, copying the next rows into shared memory
 // (cp.async) while it reduces the current one, with 8 or 16 elements a
@@ -23,6 +23,7 @@
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <map>
+#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -187,34 +188,78 @@ __device__ inline void storeVector(NormRowsOut rows, int64_t at,
   }
 }
 
-/// Sums each of sums[0..kN) over the block, for every thread, in a fixed
-/// order (warp trees, then the warps in turn). `shared` holds
-/// 2 * kMaxNormWarps * kN doubles; calls alternate `parity`, so that one
-/// barrier per call keeps a call's writes from overtaking the previous
-/// call's reads.
+/// The lane's value index in warpSumScattered: lane bits 4 and 3 for four
+/// values, bit 4 for two.
+template <int kN> __device__ inline int scatteredIndex(int lane) {
+  if constexpr (kN == 4)
+    return ((lane >> 4) & 1) * 2 + ((lane >> 3) & 1);
+  else if constexpr (kN == 2)
+    return (lane >> 4) & 1;
+  else
+    return 0;
+}
+
+/// The warp's sum of s[scatteredIndex<kN>(lane)] (kN 1, 2 or 4), in a fixed
+/// order: a butterfly whose first levels halve the values each lane carries
+/// (each lane keeps half and adds its partner's half of the other), then a
+/// tree on the one left; 6 double shuffles for four values where a tree
+/// per value takes 20. Lanes with the same index get the same bits.
 template <int kN>
-__device__ inline void rowSums(double (&sums)[kN], double *shared,
-                               int parity) {
+__device__ inline double warpSumScattered(const double (&s)[kN]) {
+  constexpr unsigned kAll = 0xffffffffu;
+  int lane = threadIdx.x % detail::kWarp;
+  double v;
+  int offset = detail::kWarp / 2;
+  if constexpr (kN == 4) {
+    bool high = lane & 16;
+    double t0 = (high ? s[2] : s[0]) +
+                __shfl_xor_sync(kAll, high ? s[0] : s[2], 16);
+    double t1 = (high ? s[3] : s[1]) +
+                __shfl_xor_sync(kAll, high ? s[1] : s[3], 16);
+    bool odd = lane & 8;
+    v = (odd ? t1 : t0) + __shfl_xor_sync(kAll, odd ? t0 : t1, 8);
+    offset = 4;
+  } else if constexpr (kN == 2) {
+    bool high = lane & 16;
+    v = (high ? s[1] : s[0]) + __shfl_xor_sync(kAll, high ? s[0] : s[1], 16);
+    offset = 8;
+  } else {
+    v = s[0];
+  }
+  for (; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(kAll, v, offset);
+  return v;
+}
+
+/// A row's statistics from its per-thread sums: each of sums[0..kN) summed
+/// over the block in a fixed order (warpSumScattered, then the warps in
+/// turn), `finish` of the totals computed once (thread 0: the statistics'
+/// double divisions and square root once a row, not once a thread) and
+/// returned to every thread. `shared` holds kMaxNormWarps * kN doubles;
+/// two barriers a call keep each call's writes after the previous call's
+/// reads.
+template <int kN, typename Statistics, typename Finish>
+__device__ inline Statistics blockStatistics(const double (&sums)[kN],
+                                             double *shared,
+                                             Statistics *result,
+                                             Finish finish) {
   int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
   int warps = blockDim.x / detail::kWarp;
-  double *buffer = shared + parity * kMaxNormWarps * kN;
+  double v = warpSumScattered<kN>(sums);
+  if ((lane & (detail::kWarp / kN - 1)) == 0)
+    shared[warp * kN + scatteredIndex<kN>(lane)] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double totals[kN] = {};
+    for (int w = 0; w < warps; ++w) {
 #pragma unroll
-  for (int i = 0; i < kN; ++i)
-    sums[i] = detail::warpSum(sums[i]);
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i)
-      buffer[warp * kN + i] = sums[i];
+      for (int i = 0; i < kN; ++i)
+        totals[i] += shared[w * kN + i];
+    }
+    *result = finish(totals);
   }
   __syncthreads();
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-    sums[i] = 0;
-  for (int w = 0; w < warps; ++w) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i)
-      sums[i] += buffer[w * kN + i];
-  }
+  return *result;
 }
 
 /// The statistics of a row from its sums, as the host rounds them: mean
@@ -456,22 +501,25 @@ __global__ void __launch_bounds__(kMaxNormThreads)
     normForwardKernel(int64_t rows, int64_t hidden, NormRows x,
                       const float *weight, const float *bias, double eps,
                       NormRowsOut y) {
-  __shared__ double shared[2 * kMaxNormWarps * forwardSums<kLayer>()];
+  constexpr int kSums = forwardSums<kLayer>();
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ RowStatistics statistics;
   int64_t vectors = hidden / kVec;
   // The parameters first: their loads overlap the first row's.
   float w[kItems][kVec], b[kItems][kVec];
   loadParameters<kVec, kItems>(weight, vectors, w);
   loadParameters<kVec, kItems>(kLayer ? bias : nullptr, vectors, b);
-  int parity = 0;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, parity ^= 1) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float xv[kItems][kVec];
     loadRow<kVec, kItems>(x, r, vectors, xv);
     double sums[forwardSums<kLayer>()];
     forwardRowSums<kVec, kItems, kLayer>(xv, sums);
-    rowSums(sums, shared, parity);
-    forwardRowOutputs<kVec, kItems, kLayer>(
-        r, vectors, xv, w, b, bias != nullptr,
-        forwardStatistics<kLayer>(sums, hidden, eps), y);
+    RowStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return forwardStatistics<kLayer>(totals, hidden, eps);
+        });
+    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
+                                            bias != nullptr, s, y);
   }
 }
 
@@ -487,7 +535,8 @@ __global__ void __launch_bounds__(kMaxNormThreads)
   constexpr int kSums = backwardSums<kLayer>();
   // Two rows' loads in flight while a row reduces, when registers allow.
   constexpr bool kPrefetch = kVec * kItems <= 8;
-  __shared__ double shared[2 * kMaxNormWarps * kSums];
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ BackwardStatistics statistics;
   int64_t vectors = hidden / kVec;
   int64_t begin, end;
   blockRows(rows, begin, end);
@@ -500,18 +549,19 @@ __global__ void __launch_bounds__(kMaxNormThreads)
     loadRow<kVec, kItems>(x, begin, vectors, xv);
     loadRow<kVec, kItems>(dy, begin, vectors, dyv);
   }
-  int parity = 0;
-  for (int64_t r = begin; r < end; ++r, parity ^= 1) {
+  for (int64_t r = begin; r < end; ++r) {
     if (kPrefetch && r + 1 < end) {
       loadRow<kVec, kItems>(x, r + 1, vectors, xn);
       loadRow<kVec, kItems>(dy, r + 1, vectors, dyn);
     }
     double sums[kSums];
     backwardRowSums<kVec, kItems, kLayer>(xv, dyv, w, sums);
-    rowSums(sums, shared, parity);
-    backwardRowOutputs<kVec, kItems, kLayer>(
-        r, vectors, xv, dyv, w, backwardStatistics<kLayer>(sums, hidden, eps),
-        accW, accB, dx);
+    BackwardStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return backwardStatistics<kLayer>(totals, hidden, eps);
+        });
+    backwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, dyv, w, s, accW,
+                                             accB, dx);
     if constexpr (kPrefetch) {
 #pragma unroll
       for (int k = 0; k < kItems; ++k)
@@ -553,8 +603,10 @@ template <int kItems> constexpr int stagedForwardBlocks() {
 template <int kItems> constexpr int stagedBackwardBlocks() {
   return kItems == 2 ? 3 : 2;
 }
-/// Shared memory a block may take without opting in.
-constexpr int64_t kMaxStagedBytes = 48 * 1024;
+/// Dynamic shared memory of a staged block, at most (opted into past the
+/// default 48 KiB: allowStagedBytes): kNormStages rows of 4096 fp32
+/// elements, or of a backward's x and dy of 2048 fp32 elements each.
+constexpr int64_t kMaxStagedBytes = 96 * 1024;
 
 /// Starts copying `kBytes` (8 or 16) from global to shared memory; the
 /// copy lands at the waitStaged that covers its commitStaged group.
@@ -623,7 +675,9 @@ __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
                             const float *weight, const float *bias,
                             double eps, NormRowsOut y, int64_t rowBytes) {
   constexpr int kVec = 4;
-  __shared__ double shared[2 * kMaxNormWarps * forwardSums<kLayer>()];
+  constexpr int kSums = forwardSums<kLayer>();
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ RowStatistics statistics;
   extern __shared__ __align__(16) unsigned char staged[];
   int64_t vectors = hidden / kVec;
   int64_t begin, end;
@@ -637,8 +691,8 @@ __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
   float w[kItems][kVec], b[kItems][kVec];
   loadParameters<kVec, kItems>(weight, vectors, w);
   loadParameters<kVec, kItems>(kLayer ? bias : nullptr, vectors, b);
-  int parity = 0, slot = 0;
-  for (int64_t r = begin; r < end; ++r, parity ^= 1) {
+  int slot = 0;
+  for (int64_t r = begin; r < end; ++r) {
     int ahead = slot == 0 ? kNormStages - 1 : slot - 1;
     if (r + kNormStages - 1 < end)
       stageRow<kItems>(x, r + kNormStages - 1, vectors,
@@ -649,10 +703,12 @@ __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
     loadStaged<kItems>(staged + slot * rowBytes, x.bf16, vectors, xv);
     double sums[forwardSums<kLayer>()];
     forwardRowSums<kVec, kItems, kLayer>(xv, sums);
-    rowSums(sums, shared, parity);
-    forwardRowOutputs<kVec, kItems, kLayer>(
-        r, vectors, xv, w, b, bias != nullptr,
-        forwardStatistics<kLayer>(sums, hidden, eps), y);
+    RowStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return forwardStatistics<kLayer>(totals, hidden, eps);
+        });
+    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
+                                            bias != nullptr, s, y);
     slot = slot + 1 == kNormStages ? 0 : slot + 1;
   }
 }
@@ -668,7 +724,8 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
                              int64_t xBytes, int64_t stageBytes) {
   constexpr int kVec = 4;
   constexpr int kSums = backwardSums<kLayer>();
-  __shared__ double shared[2 * kMaxNormWarps * kSums];
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ BackwardStatistics statistics;
   extern __shared__ __align__(16) unsigned char staged[];
   int64_t vectors = hidden / kVec;
   int64_t begin, end;
@@ -686,8 +743,8 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
   }
   float w[kItems][kVec], accW[kItems][kVec] = {}, accB[kItems][kVec] = {};
   loadParameters<kVec, kItems>(weight, vectors, w);
-  int parity = 0, slot = 0;
-  for (int64_t r = begin; r < end; ++r, parity ^= 1) {
+  int slot = 0;
+  for (int64_t r = begin; r < end; ++r) {
     int ahead = slot == 0 ? kNormStages - 1 : slot - 1;
     if (r + kNormStages - 1 < end)
       stage(r + kNormStages - 1, ahead);
@@ -699,13 +756,15 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
     loadStaged<kItems>(row + xBytes, dy.bf16, vectors, dyv);
     double sums[kSums];
     backwardRowSums<kVec, kItems, kLayer>(xv, dyv, w, sums);
-    rowSums(sums, shared, parity);
+    BackwardStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return backwardStatistics<kLayer>(totals, hidden, eps);
+        });
     // Read again rather than kept across the reduction: fewer registers.
     loadStaged<kItems>(row, x.bf16, vectors, xv);
     loadStaged<kItems>(row + xBytes, dy.bf16, vectors, dyv);
-    backwardRowOutputs<kVec, kItems, kLayer>(
-        r, vectors, xv, dyv, w, backwardStatistics<kLayer>(sums, hidden, eps),
-        accW, accB, dx);
+    backwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, dyv, w, s, accW,
+                                             accB, dx);
     slot = slot + 1 == kNormStages ? 0 : slot + 1;
   }
   writePartials<kVec, kItems>(hidden, vectors, accW, accB, partialW,
@@ -801,6 +860,20 @@ int64_t residentBlocks(Kernel kernel, int threads, size_t sharedBytes = 0) {
   return blocks;
 }
 
+/// Lets `kernel` take up to kMaxStagedBytes of dynamic shared memory on the
+/// current device (once per thread, kernel and device; a failure shows at
+/// the launch).
+template <typename Kernel> void allowStagedBytes(Kernel kernel) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return;
+  thread_local std::set<std::pair<const void *, int>> allowed;
+  if (allowed.emplace(reinterpret_cast<const void *>(kernel), device).second)
+    (void)cudaFuncSetAttribute(kernel,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kMaxStagedBytes));
+}
+
 bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -854,6 +927,7 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
     auto sharedBytes = static_cast<size_t>(kNormStages * rowBytes);
     withStagedShape(shape, [&](auto items) {
       auto kernel = normForwardStagedKernel<decltype(items)::value, kLayer>;
+      allowStagedBytes(kernel);
       int64_t blocks = std::min(
           rows, residentBlocks(kernel, shape.threads, sharedBytes));
       kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
@@ -898,6 +972,7 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
     auto sharedBytes = static_cast<size_t>(kNormStages * stageBytes);
     withStagedShape(shape, [&](auto items) {
       auto kernel = normBackwardStagedKernel<decltype(items)::value, kLayer>;
+      allowStagedBytes(kernel);
       blocks = std::min(most,
                         residentBlocks(kernel, shape.threads, sharedBytes));
       kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
