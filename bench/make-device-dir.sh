@@ -138,4 +138,72 @@ if [ "${MULTI:-0}" = 1 ]; then
       -o "$b/gpt2-124m-bf16-mb8-untied-nodropout$suffix.mtb"
   done
 fi
+# MULTI=1, continued: the rest of bench/run-multi-gpu.sh's layouts (those
+# needing more GPUs than the machine has are listed, not run): gpt2-124m
+# TP4 (+ SP), PP2 interleaved, PP4 1F1B and interleaved, DP8 with the
+# distributed optimizer, TP2 x PP2 x DP2; gpt2-350m (16 heads; gpt2-124m's
+# 12 do not split 8 ways) for one rank and TP8. And the one-GPU checks'
+# tiny-gpt layouts (in-process ranks against one rank, fp32): TP4 with its
+# one-rank twin (the vocabulary padded to 512 in both), DP8 (micro-batches
+# of 1) with the distributed optimizer, PP4 1F1B and TP2 x PP2 x DP2 of the
+# 4-layer model.
+if [ "${MULTI:-0}" = 1 ]; then
+  g=("$compile" "$root/models/gpt2-124m.yaml" --bf16 --attention-dropout=0
+    --hidden-dropout=0)
+  m=$b/gpt2-124m-bf16-mb32-nodropout
+  "${g[@]}" --micro-batch-size=32 --global-batch-size=32 \
+    --tensor-model-parallel-size=4 -o "$m-tp4.mtb"
+  "${g[@]}" --micro-batch-size=32 --global-batch-size=32 \
+    --tensor-model-parallel-size=4 --sequence-parallel -o "$m-tp4-sp.mtb"
+  "${g[@]}" --micro-batch-size=32 --global-batch-size=256 \
+    --data-parallel-size=8 --use-distributed-optimizer -o "$m-dp8-distopt.mtb"
+  u=("${g[@]}" --micro-batch-size=8 --untie-embeddings-and-output-weights)
+  p=$b/gpt2-124m-bf16-mb8-untied-nodropout
+  "${u[@]}" --global-batch-size=32 --pipeline-model-parallel-size=2 \
+    --pipeline-schedule=interleaved --virtual-pipeline-model-parallel-size=2 \
+    -o "$p-pp2-interleaved.mtb"
+  "${u[@]}" --global-batch-size=32 --pipeline-model-parallel-size=4 \
+    --pipeline-schedule=1f1b -o "$p-pp4-1f1b.mtb"
+  "${u[@]}" --global-batch-size=32 --pipeline-model-parallel-size=4 \
+    --pipeline-schedule=interleaved --virtual-pipeline-model-parallel-size=3 \
+    -o "$p-pp4-interleaved.mtb"
+  "${u[@]}" --global-batch-size=64 --tensor-model-parallel-size=2 \
+    --pipeline-model-parallel-size=2 --data-parallel-size=2 \
+    -o "$p-tp2-pp2-dp2.mtb"
+  for tp in 1 8; do
+    suffix=; [ $tp = 8 ] && suffix=-tp8
+    "$compile" "$root/models/gpt2-350m.yaml" --bf16 --attention-dropout=0 \
+      --hidden-dropout=0 --micro-batch-size=32 --global-batch-size=32 \
+      --tensor-model-parallel-size=$tp \
+      -o "$b/gpt2-350m-bf16-mb32-nodropout$suffix.mtb"
+  done
+  t=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32
+    --hidden-dropout=0 --attention-dropout=0)
+  "${t[@]}" --make-vocab-size-divisible-by=512 -o "$b/tiny-gpt-nodrop-v512.mtb"
+  "${t[@]}" --tensor-model-parallel-size=4 -o "$b/tiny-gpt-nodrop-tp4.mtb"
+  "${t[@]}" --data-parallel-size=8 --micro-batch-size=1 \
+    --global-batch-size=8 --use-distributed-optimizer \
+    -o "$b/tiny-gpt-nodrop-dp8-distopt.mtb"
+  l=("${t[@]}" --num-layers=4 --untie-embeddings-and-output-weights
+    --micro-batch-size=2 --global-batch-size=8)
+  "${l[@]}" --pipeline-model-parallel-size=4 --pipeline-schedule=1f1b \
+    -o "$b/tiny-gpt-l4-nodrop-pp4-1f1b.mtb"
+  "${l[@]}" --tensor-model-parallel-size=2 --pipeline-model-parallel-size=2 \
+    --data-parallel-size=2 -o "$b/tiny-gpt-l4-nodrop-tp2-pp2-dp2.mtb"
+fi
+# OPENMPI=1: Debian's Open MPI launcher (openmpi-bin and the libraries
+# mpirun loads, about 23 MB) unpacked into DEST/openmpi, for
+# bench/run-multi-gpu.sh's mpirun rows on a machine without mpirun; it runs
+# from there with OPAL_PREFIX (the ranks themselves use no MPI library).
+if [ "${OPENMPI:-0}" = 1 ]; then
+  debs=$(mktemp -d)
+  (cd "$debs" && apt-get download openmpi-bin openmpi-common libopenmpi3 \
+    libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 \
+    libevent-2.1-7 libpmix2 libnuma1 libxnvctrl0 libmunge2 libpciaccess0 \
+    libxml2 libfabric1 libucx0 libibverbs1 librdmacm1 libpsm2-2 \
+    libpsm-infinipath1 libnl-3-200 libnl-route-3-200 >/dev/null)
+  mkdir -p "$dest/openmpi"
+  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$dest/openmpi"; done
+  rm -rf "$debs"
+fi
 du -sh "$dest"

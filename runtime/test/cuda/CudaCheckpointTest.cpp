@@ -174,16 +174,6 @@ Bundle bigram() {
                                bigramManifest(256, 16, 4, 16, 8).dump());
 }
 
-Bundle compiled(const std::string &name) {
-  std::string file = bundleDirectory() + "/" + name + ".mtb";
-  if (!fileExists(file))
-    throw Error(MTRT_STATUS_NOT_FOUND,
-                "missing " + file + ": compile it with megatron-compile "
-                "(runtime/test/cuda/README.md), or point "
-                "MTRT_CUDA_TEST_BUNDLES at a folder holding it");
-  return Bundle::load(file);
-}
-
 TEST_F(CudaCheckpointTest, Fp32ResumeIsBitIdentical) {
   expectBitIdenticalResume(bigram(), trainOptions());
 }
@@ -191,13 +181,13 @@ TEST_F(CudaCheckpointTest, Fp32ResumeIsBitIdentical) {
 // tiny-gpt has dropout: the resumed run's masks continue from the
 // checkpoint's micro-step.
 TEST_F(CudaCheckpointTest, TinyGptWithDropoutResumesBitIdentically) {
-  expectBitIdenticalResume(compiled("tiny-gpt"), trainOptions());
+  expectBitIdenticalResume(loadTestBundle("tiny-gpt"), trainOptions());
 }
 
 // bf16: the loaded fp32 masters are rounded into the GEMMs' bf16 copies
 // again; a stale copy would change the first resumed loss.
 TEST_F(CudaCheckpointTest, Bf16ResumeIsBitIdentical) {
-  expectBitIdenticalResume(compiled("tiny-gpt-bf16"), trainOptions());
+  expectBitIdenticalResume(loadTestBundle("tiny-gpt-bf16"), trainOptions());
 }
 
 // fp16: the loss scaler's scale and trackers and the count of skipped

@@ -229,21 +229,18 @@ struct Layout {
 
 class CudaDataParallelTest : public ::testing::TestWithParam<Layout> {};
 
+const char *const kHowToMake =
+    "megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
+    "--attention-dropout 0 --data-parallel-size 2 --micro-batch-size 4 "
+    "--global-batch-size 8 [--use-distributed-optimizer] "
+    "[--tensor-model-parallel-size 2] [--bf16]; or the pipeline bundles' "
+    "flags with --data-parallel-size 2";
+
 TEST_P(CudaDataParallelTest, TrainingEqualsOneRankAndTheHost) {
   MTRT_REQUIRE_GPU();
   const Layout &layout = GetParam();
-  std::string onePath = bundleDirectory() + "/" + layout.one + ".mtb";
-  std::string ranksPath = bundleDirectory() + "/" + layout.ranks + ".mtb";
-  for (const std::string &path : {onePath, ranksPath})
-    ASSERT_TRUE(fileExists(path))
-        << "missing " << path << ": bench/make-device-dir.sh compiles it "
-        << "(megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
-        << "--attention-dropout 0 --data-parallel-size 2 --micro-batch-size 4 "
-        << "--global-batch-size 8 [--use-distributed-optimizer] "
-        << "[--tensor-model-parallel-size 2] [--bf16]; or the pipeline "
-        << "bundles' flags with --data-parallel-size 2)";
-  Bundle one = Bundle::load(onePath);
-  Bundle grid = Bundle::load(ranksPath);
+  Bundle one = loadTestBundle(layout.one, kHowToMake);
+  Bundle grid = loadTestBundle(layout.ranks, kHowToMake);
   // A pipeline bundle has no gradient buffer: its stages' backward
   // functions all-reduce their gradients over the data-parallel group.
   if (!grid.pipeline()) {
@@ -297,14 +294,10 @@ TEST_P(CudaDataParallelTest, TrainingEqualsOneRankAndTheHost) {
 // leaving the parameters as initialized, as on the host.
 TEST(CudaDataParallelFp16Test, LossScalingAgreesWithTheHostAndOneRank) {
   MTRT_REQUIRE_GPU();
-  std::string onePath = bundleDirectory() + "/tiny-gpt-nodrop.mtb";
-  ASSERT_TRUE(fileExists(onePath)) << "missing " << onePath;
-  Bundle one = Bundle::load(onePath);
+  Bundle one = loadTestBundle("tiny-gpt-nodrop", kHowToMake);
   for (const char *name :
        {"tiny-gpt-nodrop-dp2", "tiny-gpt-nodrop-dp2-distopt"}) {
-    std::string path = bundleDirectory() + "/" + name + ".mtb";
-    ASSERT_TRUE(fileExists(path)) << "missing " << path;
-    Bundle grid = Bundle::load(path);
+    Bundle grid = loadTestBundle(name, kHowToMake);
 
     train::TrainerOptions clean = trainingOptions();
     clean.lossScaling = train::LossScalerOptions{};
@@ -347,9 +340,7 @@ TEST(CudaDataParallelFp16Test, LossScalingAgreesWithTheHostAndOneRank) {
 // the load would change them).
 TEST(CudaDataParallelCheckpointTest, DistributedOptimizerResumesExactly) {
   MTRT_REQUIRE_GPU();
-  std::string path = bundleDirectory() + "/tiny-gpt-nodrop-dp2-distopt.mtb";
-  ASSERT_TRUE(fileExists(path)) << "missing " << path;
-  Bundle grid = Bundle::load(path);
+  Bundle grid = loadTestBundle("tiny-gpt-nodrop-dp2-distopt", kHowToMake);
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() /
                  ("mtrt-dp-checkpoint-" + std::to_string(::getpid()));

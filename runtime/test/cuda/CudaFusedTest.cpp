@@ -23,15 +23,13 @@ using namespace mtrt::test;
 
 namespace {
 
+const char *const kHowToMake =
+    "write it with megatron-translate --mlir-to-bundle "
+    "runtime/test/cuda/data/fused-ops.mlir -o fused-ops.mtb";
+
 TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
   MTRT_REQUIRE_GPU();
-  std::string path = bundleDirectory() + "/fused-ops.mtb";
-  ASSERT_TRUE(fileExists(path))
-      << "missing " << path
-      << ": write it with megatron-translate --mlir-to-bundle "
-         "runtime/test/cuda/data/fused-ops.mlir -o "
-      << path;
-  Bundle bundle = Bundle::load(path);
+  Bundle bundle = loadTestBundle("fused-ops", kHowToMake);
   ASSERT_EQ(bundle.fusedKernels().names.size(), 4u);
   ASSERT_TRUE(bundle.fusedKernels().typeMask);
   host::ThreadPool pool(2);
@@ -106,8 +104,7 @@ Bundle bf16FusedBundle(const std::string &path, bool withoutPlans) {
 // value in bf16 (%t#1); planned by the runtime, three (%r#0, %t#0, %t#1).
 TEST(CudaFusedTest, GeneratedKernelsReadAndWriteBf16Values) {
   MTRT_REQUIRE_GPU();
-  std::string path = bundleDirectory() + "/fused-ops.mtb";
-  ASSERT_TRUE(fileExists(path)) << "missing " << path;
+  std::string path = testBundlePath("fused-ops", kHowToMake);
   for (bool withoutPlans : {false, true}) {
     Bundle bundle = bf16FusedBundle(path, withoutPlans);
     host::ThreadPool pool(2);

@@ -51,10 +51,7 @@ class CudaGraphTest : public ::testing::TestWithParam<const char *> {
 protected:
   void SetUp() override {
     MTRT_REQUIRE_GPU();
-    std::string path = bundleDirectory() + "/" + GetParam() + ".mtb";
-    ASSERT_TRUE(fileExists(path))
-        << "missing " << path << " (runtime/test/cuda/README.md)";
-    bundle = std::make_unique<Bundle>(Bundle::load(path));
+    bundle = std::make_unique<Bundle>(loadTestBundle(GetParam()));
     train = bundle->findFunction("train_step");
     ASSERT_NE(train, nullptr);
   }

@@ -42,16 +42,10 @@ class CudaModelTest : public ::testing::TestWithParam<const char *> {
 protected:
   void SetUp() override {
     MTRT_REQUIRE_GPU();
-    path = bundleDirectory() + "/" + GetParam() + ".mtb";
-    ASSERT_TRUE(fileExists(path))
-        << "missing " << path
-        << ": compile it with megatron-compile models/" << GetParam()
-        << ".yaml -o " << path << " (or point MTRT_CUDA_TEST_BUNDLES at a "
-        << "folder holding tiny-gpt.mtb and tiny-llama.mtb)";
-    bundle = std::make_unique<Bundle>(Bundle::load(path));
+    bundle = std::make_unique<Bundle>(loadTestBundle(
+        GetParam(), "megatron-compile models/<model>.yaml [--bf16]"));
     context = std::make_unique<cuda::Context>();
   }
-  std::string path;
   std::unique_ptr<Bundle> bundle;
   std::unique_ptr<cuda::Context> context;
 };

@@ -120,19 +120,15 @@ class CudaPipelineTest : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaPipelineTest, TwoInProcessStagesEqualOneRankAndHost) {
   MTRT_REQUIRE_GPU();
   const Case &c = GetParam();
-  std::string onePath = bundleDirectory() + "/" + c.one + ".mtb";
-  std::string ppPath = bundleDirectory() + "/" + c.pipeline + ".mtb";
-  for (const std::string &path : {onePath, ppPath})
-    ASSERT_TRUE(fileExists(path))
-        << "missing " << path << ": bench/make-device-dir.sh compiles it "
-        << "(megatron-compile models/tiny-gpt.yaml --num-layers 4 "
-        << "--untie-embeddings-and-output-weights --hidden-dropout 0 "
-        << "--attention-dropout 0 --micro-batch-size 2 --global-batch-size 8 "
-        << "[--bf16] [--pipeline-model-parallel-size 2 --pipeline-schedule "
-        << "1f1b|interleaved --virtual-pipeline-model-parallel-size 2])";
-  Bundle one = Bundle::load(onePath);
-  Bundle pp = Bundle::load(ppPath);
-  ASSERT_NE(pp.pipeline(), nullptr) << ppPath << " has no pipeline";
+  const char *howToMake =
+      "megatron-compile models/tiny-gpt.yaml --num-layers 4 "
+      "--untie-embeddings-and-output-weights --hidden-dropout 0 "
+      "--attention-dropout 0 --micro-batch-size 2 --global-batch-size 8 "
+      "[--bf16] [--pipeline-model-parallel-size 2 --pipeline-schedule "
+      "1f1b|interleaved --virtual-pipeline-model-parallel-size 2]";
+  Bundle one = loadTestBundle(c.one, howToMake);
+  Bundle pp = loadTestBundle(c.pipeline, howToMake);
+  ASSERT_NE(pp.pipeline(), nullptr) << c.pipeline << " has no pipeline";
   ASSERT_EQ(pp.pipeline()->size, 2);
 
   TrainingRun reference;

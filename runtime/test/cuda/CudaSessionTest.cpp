@@ -50,8 +50,7 @@ class CudaSessionTest : public ::testing::Test {
 protected:
   void SetUp() override {
     MTRT_REQUIRE_GPU();
-    std::string path = bundleDirectory() + "/tiny-gpt.mtb";
-    ASSERT_TRUE(fileExists(path)) << "missing " << path;
+    std::string path = testBundlePath("tiny-gpt");
     ASSERT_OK(mtrt_bundle_load(path.c_str(), &bundle));
     for (int k = 0; k < 5; ++k) {
       host::Tensor t = randomIds({8, 128}, 256, 10 + k);
@@ -192,10 +191,9 @@ TEST_F(CudaSessionTest, ACheckpointMovesBetweenBackends) {
 // loss scaler from 2^130 (inf in float), with a window of 4 so that the
 // scale also grows: the same skipped steps and scales, losses within 1e-5.
 TEST_F(CudaSessionTest, Fp16LossScalingFollowsAHostSession) {
-  std::string path = bundleDirectory() + "/tiny-gpt-fp16-nodrop.mtb";
-  ASSERT_TRUE(fileExists(path))
-      << "missing " << path << ": compile models/tiny-gpt.yaml with --fp16 "
-      << "--hidden-dropout 0 --attention-dropout 0 (bench/make-device-dir.sh)";
+  std::string path = testBundlePath(
+      "tiny-gpt-fp16-nodrop", "compile models/tiny-gpt.yaml with --fp16 "
+                              "--hidden-dropout 0 --attention-dropout 0");
   mtrt_bundle_t fp16 = nullptr;
   ASSERT_OK(mtrt_bundle_load(path.c_str(), &fp16));
   auto create16 = [&](mtrt_backend_t backend) {

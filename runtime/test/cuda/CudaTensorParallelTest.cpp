@@ -374,18 +374,16 @@ struct Pair {
 
 class CudaTensorParallelTest : public ::testing::TestWithParam<Pair> {};
 
+const char *const kHowToMake =
+    "megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
+    "--attention-dropout 0 [--bf16] [--tensor-model-parallel-size 2 "
+    "[--sequence-parallel]]";
+
 TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
   MTRT_REQUIRE_GPU();
   const Pair &pair = GetParam();
-  std::string onePath = bundleDirectory() + "/" + pair.one + ".mtb";
-  std::string tp2Path = bundleDirectory() + "/" + pair.tp2 + ".mtb";
-  for (const std::string &path : {onePath, tp2Path})
-    ASSERT_TRUE(fileExists(path))
-        << "missing " << path << ": bench/make-device-dir.sh compiles it "
-        << "(megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
-        << "--attention-dropout 0 [--bf16] [--tensor-model-parallel-size 2])";
-  Bundle one = Bundle::load(onePath);
-  Bundle tp2 = Bundle::load(tp2Path);
+  Bundle one = loadTestBundle(pair.one, kHowToMake);
+  Bundle tp2 = loadTestBundle(pair.tp2, kHowToMake);
   ASSERT_EQ(static_cast<int64_t>(tp2.rankCount()), 2);
   StepResult reference = oneRank(one);
   StepResult ranks = inProcessRanks(tp2);
@@ -430,12 +428,8 @@ TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
 TEST_P(CudaTensorParallelTest, TrainingTwoInProcessRanksEqualsOneRank) {
   MTRT_REQUIRE_GPU();
   const Pair &pair = GetParam();
-  std::string onePath = bundleDirectory() + "/" + pair.one + ".mtb";
-  std::string tp2Path = bundleDirectory() + "/" + pair.tp2 + ".mtb";
-  for (const std::string &path : {onePath, tp2Path})
-    ASSERT_TRUE(fileExists(path)) << "missing " << path;
-  Bundle one = Bundle::load(onePath);
-  Bundle tp2 = Bundle::load(tp2Path);
+  Bundle one = loadTestBundle(pair.one, kHowToMake);
+  Bundle tp2 = loadTestBundle(pair.tp2, kHowToMake);
   train::TrainerOptions options;
   options.trainIters = 5;
   options.lr = 1e-3;

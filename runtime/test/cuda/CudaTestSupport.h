@@ -3,6 +3,8 @@
 #ifndef MTRT_TEST_CUDA_CUDATESTSUPPORT_H
 #define MTRT_TEST_CUDA_CUDATESTSUPPORT_H
 
+#include "core/Bundle.h"
+#include "core/Error.h"
 #include "core/Random.h"
 #include "cuda/Context.h"
 #include "host/HostTensor.h"
@@ -135,6 +137,30 @@ inline std::string bundleDirectory() {
 
 inline bool fileExists(const std::string &path) {
   return std::ifstream(path).good();
+}
+
+/// The path of the compiled test bundle `name` (`name`.mtb in
+/// bundleDirectory()). A missing file throws, failing the test with the
+/// path, `howToMake` (the compile flags, where the test names them) and
+/// where the bundles come from.
+inline std::string testBundlePath(const std::string &name,
+                                  const std::string &howToMake = "") {
+  std::string path = bundleDirectory() + "/" + name + ".mtb";
+  if (!fileExists(path))
+    throw Error(MTRT_STATUS_NOT_FOUND,
+                "missing " + path + ": " +
+                    (howToMake.empty() ? "" : howToMake + "; ") +
+                    "bench/make-device-dir.sh compiles every test bundle "
+                    "(runtime/test/cuda/README.md), or point "
+                    "MTRT_CUDA_TEST_BUNDLES at a folder holding it");
+  return path;
+}
+
+/// The compiled test bundle `name`, loaded (testBundlePath's failure when
+/// it is missing).
+inline Bundle loadTestBundle(const std::string &name,
+                             const std::string &howToMake = "") {
+  return Bundle::load(testBundlePath(name, howToMake));
 }
 
 } // namespace mtrt::test
