@@ -56,9 +56,10 @@ done
 "$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \
   --attention-dropout=0 -o "$b/tiny-gpt-fp16-nodrop.mtb"
 # CudaPipelineTest: tiny-gpt with 4 layers (PP=2: two stages of two layers,
-# or four virtual stages of one), untied embeddings (pipelines refuse tied
-# ones), no dropout, 4 micro-batches of 2; for one rank and for PP=2 under
-# the 1F1B and the interleaved schedule.
+# or four virtual stages of one; PP=4: one layer a stage; TP=2 x PP=2), and
+# with 8 layers for PP=4 interleaved (eight virtual stages of one), untied
+# embeddings (pipelines refuse tied ones), no dropout, 4 micro-batches of 2;
+# each for one rank too.
 for precision in fp32 bf16; do
   name=tiny-gpt-l4-nodrop flags=--precision=fp32
   [[ $precision == bf16 ]] && name=tiny-gpt-l4-bf16-nodrop flags=--bf16
@@ -70,6 +71,10 @@ for precision in fp32 bf16; do
     -o "$b/$name-pp2-1f1b.mtb"
   "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
     --virtual-pipeline-model-parallel-size=2 -o "$b/$name-pp2-interleaved.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=4 --pipeline-schedule=1f1b \
+    -o "$b/$name-pp4-1f1b.mtb"
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+    --tensor-model-parallel-size=2 -o "$b/$name-tp2-pp2.mtb"
   # CudaDataParallelTest: PP=2 x DP=2 (1F1B, 2 micro-batches of 2 per data
   # rank; pipeline bundles all-reduce data-parallel gradients in their
   # backward functions, without a gradient buffer).
@@ -78,6 +83,13 @@ for precision in fp32 bf16; do
       --data-parallel-size=2 -o "$b/$name-pp2-dp2.mtb"
   fi
 done
+l8=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --num-layers=8
+  --untie-embeddings-and-output-weights --hidden-dropout=0
+  --attention-dropout=0 --micro-batch-size=2 --global-batch-size=8)
+"${l8[@]}" -o "$b/tiny-gpt-l8-nodrop.mtb"
+"${l8[@]}" --pipeline-model-parallel-size=4 --pipeline-schedule=interleaved \
+  --virtual-pipeline-model-parallel-size=2 \
+  -o "$b/tiny-gpt-l8-nodrop-pp4-interleaved.mtb"
 # The generated kernels (--fuse-kernels: mt.fused groups compiled with
 # nvrtc into the bundle): their own test bundle and tiny-gpt with them.
 "$(dirname "$compile")/megatron-translate" --mlir-to-bundle \

@@ -138,14 +138,28 @@ public:
   }
 
   /// Waits until `event` (tracked) has completed; throws the failure.
+  /// The watchdog's thread destroys a tracked event once it has completed,
+  /// under the mutex: the event is queried under it too, and only while it
+  /// is still pending (gone from pending_: completed). Querying a destroyed
+  /// event returned cudaErrorContextIsDestroyed now and then, and left it
+  /// as the runtime's last error for the next kernel launch to report.
   void wait(cudaEvent_t event) {
     for (;;) {
-      throwIfFailed();
-      cudaError_t state = cudaEventQuery(event);
-      if (state == cudaSuccess)
-        return;
-      if (state != cudaErrorNotReady)
-        checkCuda(state, "cudaEventQuery", rankName_);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!failure_.empty())
+          throw Error(MTRT_STATUS_ABORTED, failure_);
+        bool pending = false;
+        for (const Pending &p : pending_)
+          pending = pending || p.event == event;
+        if (!pending)
+          return;
+        cudaError_t state = cudaEventQuery(event);
+        if (state == cudaSuccess)
+          return;
+        if (state != cudaErrorNotReady)
+          checkCuda(state, "cudaEventQuery", rankName_);
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
@@ -572,8 +586,11 @@ NcclCommunicator::executeSplit(const Call &call) {
   lib.commUserRank(child, &childRank);
   std::vector<int> members(static_cast<size_t>(childSize));
   members[static_cast<size_t>(childRank)] = worldRank();
+  // Its own stream: calls on different groups do not wait for each other
+  // (a pipeline's message pairs, cuda/PipelineStages.h); device callers
+  // order each call with their stream by events (cuda/DeviceCollective.h).
   NcclOptions options = options_;
-  options.stream = stream_;
+  options.stream = nullptr;
   auto made = std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(child, true, {}, "", options));
   std::vector<int> gathered(static_cast<size_t>(childSize));

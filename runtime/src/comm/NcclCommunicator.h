@@ -43,7 +43,8 @@ struct NcclOptions {
 ///
 /// Ordering: a call is enqueued on the stream; when it returns, work later on
 /// that stream sees its result (device buffers) or the result is in place
-/// (host buffers, after a synchronization). The communicator is
+/// (host buffers, after a synchronization). A group split from it orders
+/// its calls on a stream of its own. The communicator is
 /// non-blocking (ncclConfig_t::blocking = 0): every NCCL call's
 /// ncclInProgress is polled to completion within the timeouts, so a peer
 /// that died cannot hang initialization or a call.

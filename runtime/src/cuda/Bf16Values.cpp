@@ -8,6 +8,7 @@
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace mtrt::cuda {
@@ -177,15 +178,28 @@ void Executor::planBf16Values() {
   if (!bf16_ || !context_.options().bf16Values)
     return;
   // Held in bf16 only when every producer writes and every reader reads it
-  // so; function inputs and outputs and parameters stay as declared.
+  // so; function inputs and outputs (but those of bf16Boundary_) and
+  // parameters stay as declared.
   std::vector<bool> eligible(fn.values.size(), false);
   for (const Instruction &inst : fn.instructions)
     for (int64_t r : inst.results)
       eligible[r] = isFloatingPoint(fn.values[r].dtype);
+  std::vector<int> boundary(fn.values.size(), 0); // 1: allowed, -1: not
+  auto mark = [&](const std::vector<int64_t> &values,
+                  const std::vector<size_t> &allowed) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      bool ok = std::find(allowed.begin(), allowed.end(), i) != allowed.end();
+      int &state = boundary[values[i]];
+      state = ok && state >= 0 ? 1 : -1;
+    }
+  };
+  mark(fn.inputs, bf16Boundary_.inputs);
+  mark(fn.outputs, bf16Boundary_.outputs);
   for (int64_t v : fn.inputs)
-    eligible[v] = false;
+    eligible[v] = boundary[v] > 0 && isFloatingPoint(fn.values[v].dtype);
   for (int64_t v : fn.outputs)
-    eligible[v] = false;
+    if (boundary[v] < 0)
+      eligible[v] = false;
   TypeGroups groups(fn.values.size());
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];

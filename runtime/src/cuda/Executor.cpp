@@ -18,9 +18,10 @@
 namespace mtrt::cuda {
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
-                   ParameterStore &parameters, comm::RankContext *rank)
+                   ParameterStore &parameters, comm::RankContext *rank,
+                   Bf16Boundary bf16Boundary)
     : bundle_(bundle), parameters_(parameters), rank_(rank),
-      context_(parameters.context()) {
+      context_(parameters.context()), bf16Boundary_(std::move(bf16Boundary)) {
   function_ = &requireFunction(bundle, functionName);
   checkParameterStore(bundle, parameters, "cuda::Executor");
   const Function &fn = *function_;
@@ -200,11 +201,13 @@ std::string Executor::graphSummary() const {
   const std::string &name = function_->name;
   if (!graphOff_.empty())
     return name + ": no CUDA graph: " + graphOff_ + "\n";
-  if (!graph_.captured())
+  if (graphs_.empty())
     return name + ": no CUDA graph yet (captured at the second run)\n";
-  return name + ": CUDA graph of " + std::to_string(graph_.nodeCount()) +
-         " nodes, " + std::to_string(graph_.steppedKernelCount()) +
-         " kernels updated per step, captured " +
+  const StepGraph &graph = graphs_.front()->graph;
+  return name + ": CUDA graph of " + std::to_string(graph.nodeCount()) +
+         " nodes, " + std::to_string(graph.steppedKernelCount()) +
+         " kernels updated per step, " + std::to_string(graphs_.size()) +
+         " input binding(s), captured " +
          std::to_string(graphCaptures_) + " time(s), replayed in " +
          std::to_string(graphReplays_) + " of " + std::to_string(runs_) +
          " runs\n";
@@ -251,7 +254,12 @@ void Executor::checkInputIds(
 
 std::vector<host::Tensor>
 Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
-              bool inputsOnDevice, const OutputSink &keepOutputs) {
+              bool inputsOnDevice, const OutputSink &keepOutputs,
+              bool wait) {
+  if (!wait && !keepOutputs)
+    throw Error(MTRT_STATUS_INTERNAL,
+                function_->name + ": a run that does not wait must keep its "
+                                  "outputs on the device");
   auto started = std::chrono::steady_clock::now();
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
@@ -268,7 +276,8 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
         slots[v] = data;
     }
   } restore{slots_, {}};
-  context_.resetFault();
+  if (wait)
+    context_.resetFault();
   for (size_t i = 0; i < inputs.size(); ++i) {
     int64_t v = fn.inputs[i];
     size_t bytes = static_cast<size_t>(fn.values[v].numElements) *
@@ -283,7 +292,7 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
                           "]");
   }
   bool profiling = context_.options().profile;
-  bool timed = profiling && runs_ > 0;
+  bool timed = profiling && runs_ > 0 && wait;
   // Graphs from the second run: the first times GEMM algorithms (which
   // synchronizes) and loads kernels.
   if (graphOff_.empty() && context_.options().cudaGraphs && runs_ > 0) {
@@ -310,6 +319,10 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
                       fn.name + ": copying output value " + std::to_string(v) +
                           " to the host");
     outputs.push_back(std::move(out));
+  }
+  if (!wait) {
+    ++runs_;
+    return outputs;
   }
   context_.synchronize(fn.name + ": running " +
                        std::to_string(fn.instructions.size()) +
@@ -412,20 +425,35 @@ bool Executor::replayGraph(uint64_t step) {
     std::vector<void *> inputSlots;
     for (int64_t v : fn.inputs)
       inputSlots.push_back(slots_[v]);
-    if (!graph_.captured() || inputSlots != graphInputSlots_) {
-      graph_.capture(stream, fn.instructions.size(), stepped_, enqueue, what);
-      graphInputSlots_ = inputSlots;
-      graphStep_ = step;
-      graphLossScale_ = lossScale_;
+    BoundGraph *bound = nullptr;
+    for (auto &graph : graphs_)
+      if (graph->inputSlots == inputSlots)
+        bound = graph.get();
+    if (!bound) {
+      if (graphs_.size() < kBoundGraphs) {
+        graphs_.push_back(std::make_unique<BoundGraph>());
+        bound = graphs_.back().get();
+      } else {
+        for (auto &graph : graphs_)
+          if (!bound || graph->lastRun < bound->lastRun)
+            bound = graph.get();
+        bound->graph.reset();
+      }
+      bound->graph.capture(stream, fn.instructions.size(), stepped_, enqueue,
+                           what);
+      bound->inputSlots = inputSlots;
+      bound->step = step;
+      bound->lossScale = lossScale_;
       ++graphCaptures_;
-    } else if (step != graphStep_ || lossScale_ != graphLossScale_) {
-      graph_.refresh(stream, enqueue, what);
-      graphStep_ = step;
-      graphLossScale_ = lossScale_;
+    } else if (step != bound->step || lossScale_ != bound->lossScale) {
+      bound->graph.refresh(stream, enqueue, what);
+      bound->step = step;
+      bound->lossScale = lossScale_;
     }
-    graph_.launch(stream, what);
+    bound->lastRun = runs_;
+    bound->graph.launch(stream, what);
   } catch (const Error &e) {
-    graph_.reset();
+    graphs_.clear();
     graphOff_ = std::string("turned off after a failure: ") + e.what();
     std::fprintf(stderr,
                  "warning: %s runs without a CUDA graph from now on: %s\n",

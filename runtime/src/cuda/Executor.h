@@ -87,8 +87,19 @@ public:
   /// in-process communicator: staged through the host), the rest as
   /// kernels. A function with collectives over several ranks runs without
   /// a CUDA graph.
+  ///
+  /// Mixed precision keeps function inputs and outputs in f32, except those
+  /// named in `bf16Boundary` (input and output indices): each of those may
+  /// be held in bf16 like the values inside (storageType says which), and
+  /// the caller converts at the boundary (a pipeline stage's stash,
+  /// cuda/PipelineStages.h). A value that is also another input or output
+  /// stays f32.
+  struct Bf16Boundary {
+    std::vector<size_t> inputs, outputs;
+  };
   Executor(const Bundle &bundle, std::string_view functionName,
-           ParameterStore &parameters, comm::RankContext *rank = nullptr);
+           ParameterStore &parameters, comm::RankContext *rank = nullptr,
+           Bf16Boundary bf16Boundary = {});
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -129,11 +140,20 @@ public:
   /// the run synchronizes, to enqueue a copy on the context's stream (the
   /// slot is the arena's, reused by the next run); run() then returns
   /// nothing.
+  ///
+  /// Without `wait` (only with `keepOutputs`), run() returns once the run
+  /// is enqueued on the context's stream: the host does not wait for the
+  /// device, the run is not profiled, and the fault word is neither cleared
+  /// nor read (the caller clears it before and reads it after a series of
+  /// such runs: a pipeline schedule, cuda/PipelineStages.h). Host inputs
+  /// must then stay unchanged until the stream has passed the run (pinned
+  /// memory; pageable memory makes the copy wait for the stream).
   using OutputSink =
       std::function<void(size_t output, const void *data, size_t bytes)>;
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
                                 uint64_t step, bool inputsOnDevice = false,
-                                const OutputSink &keepOutputs = nullptr);
+                                const OutputSink &keepOutputs = nullptr,
+                                bool wait = true);
 
   /// fp16 loss scaling: from the next run on, the backward pass's seed (the
   /// fill marked `loss_seed`) is its value times `scale`, as
@@ -318,6 +338,7 @@ private:
   std::vector<size_t> scratchKeptUntil_;
   /// By value: held in bf16 in its slot (its first half; planBf16Values).
   std::vector<bool> bf16Value_;
+  Bf16Boundary bf16Boundary_;
   /// By value: the first and the last GEMM reading it (kNoPartner: none);
   /// its bf16 copy lives from one to the other.
   std::vector<size_t> bf16MadeAt_, bf16Until_;
@@ -364,15 +385,22 @@ private:
   double profiledWallMilliseconds_ = 0;
   /// Runs so far (the first is never timed nor captured).
   int64_t runs_ = 0;
-  /// CUDA graphs: the graph, which instructions it updates per step, the
-  /// inputs' slots it was captured with, the step its kernels hold.
-  StepGraph graph_;
+  /// CUDA graphs: one per set of bound input slots, up to kBoundGraphs (a
+  /// pipeline stage's backward reads each stash slot's buffers in place),
+  /// the least recently used replaced; each with the step its kernels hold
+  /// and the loss scale its loss-seed fill was captured or refreshed with
+  /// (the fill is a stepped instruction).
+  struct BoundGraph {
+    std::vector<void *> inputSlots;
+    StepGraph graph;
+    uint64_t step = 0;
+    double lossScale = 1.0;
+    int64_t lastRun = 0;
+  };
+  static constexpr size_t kBoundGraphs = 8;
+  std::vector<std::unique_ptr<BoundGraph>> graphs_;
+  /// Which instructions a graph updates per step.
   std::vector<bool> stepped_;
-  std::vector<void *> graphInputSlots_;
-  uint64_t graphStep_ = 0;
-  /// The loss scale the graph's loss-seed fill was captured or refreshed
-  /// with (the fill is a stepped instruction).
-  double graphLossScale_ = 1.0;
   /// Why there is no graph (graphObstacle, or the failure that turned it
   /// off); empty while graphs are on.
   std::string graphOff_;

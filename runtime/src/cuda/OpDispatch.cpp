@@ -96,7 +96,8 @@ void Executor::planGemmAccumulation() {
   const Function &fn = *function_;
   gemmAccumulates_.assign(fn.instructions.size(), -1);
   accumulatedByGemm_.assign(fn.instructions.size(), false);
-  // Each value's readers: how many operand uses, and the last reader.
+  // Each value's uses (as an operand or a function output), and its last
+  // reader (kNoPartner: none).
   std::vector<int64_t> uses(fn.values.size(), 0);
   std::vector<size_t> reader(fn.values.size(), kNoPartner);
   for (size_t position = 0; position < fn.instructions.size(); ++position)
@@ -112,8 +113,12 @@ void Executor::planGemmAccumulation() {
          inst.op != Op::LinearWeightBiasGrad) ||
         isRankInstruction(inst))
       continue;
+    // Its one use must be an instruction's: a weight gradient that is only
+    // a function output has no reader (reader[] would index before the
+    // instructions; that read crashed one-rank tests now and then).
     int64_t gradient = inst.results[0];
-    if (uses[gradient] != 1 || heldInBf16(gradient))
+    if (uses[gradient] != 1 || reader[gradient] == kNoPartner ||
+        heldInBf16(gradient))
       continue;
     const Instruction &accumulate = fn.instructions[reader[gradient]];
     if (accumulate.op != Op::AccumulateGradient ||

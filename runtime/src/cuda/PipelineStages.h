@@ -8,7 +8,10 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace mtrt::cuda {
@@ -17,7 +20,7 @@ class DeviceCollective;
 class Executor;
 class ParameterStore;
 
-/// Device buffers of a pipeline rank's activations, gradients and stash,
+/// Device buffers of a pipeline rank's activations and gradients,
 /// reused from one micro-batch to the next (cudaMalloc and cudaFree
 /// synchronize the device). A buffer is handed out again only after the
 /// host has enqueued its last use on the context's one stream.
@@ -34,12 +37,15 @@ private:
 };
 
 /// A value of a pipeline stage in device memory, of its function's declared
-/// type (f32 or an integer type); its buffer goes back to its pool when it
-/// is destroyed.
+/// type (f32 or an integer type) or its storage type (bf16): its own buffer,
+/// which goes back to its pool when it is destroyed, or one it borrows (a
+/// stash slot's).
 class DeviceTensor {
 public:
   DeviceTensor() = default;
   DeviceTensor(DType dtype, std::vector<int64_t> shape, BufferPool &pool);
+  /// Borrows `data` (numElements * dtypeSize bytes), which outlives it.
+  DeviceTensor(DType dtype, std::vector<int64_t> shape, void *data);
   ~DeviceTensor();
   DeviceTensor(DeviceTensor &&other) noexcept;
   DeviceTensor &operator=(DeviceTensor &&other) noexcept;
@@ -47,38 +53,60 @@ public:
   DType dtype() const { return dtype_; }
   const std::vector<int64_t> &shape() const { return shape_; }
   int64_t numElements() const;
-  void *data() const { return buffer_.data(); }
-  size_t bytes() const { return buffer_.size(); }
+  void *data() const { return buffer_.data() ? buffer_.data() : borrowed_; }
+  size_t bytes() const {
+    return static_cast<size_t>(numElements()) * dtypeSize(dtype_);
+  }
 
 private:
+  void release();
+
   DType dtype_ = DType::F32;
   std::vector<int64_t> shape_;
   BufferPool *pool_ = nullptr;
   DeviceBuffer buffer_;
+  void *borrowed_ = nullptr;
 };
 
 /// pipeline::ScheduleRunner's backend on the GPU: the stage functions on
 /// cuda::Executors over one cuda::ParameterStore (their backward passes
 /// accumulate the gradients there), every activation, gradient and stashed
-/// value kept in device memory: an executor's outputs are copied from its
-/// arena into pooled buffers and read from there by the next function
-/// (Executor::run's keepOutputs and device inputs).
+/// value kept in device memory.
 ///
-/// Messages: through the world communicator on device buffers
-/// (DeviceCollective): NCCL straight on the device pointers, ordered with
-/// the context's stream by events; the in-process communicator of the
-/// one-GPU checks staged through the host. NCCL runs one stream's calls in
-/// order, so a send waits there for its receiver: a send and the receive
-/// right after it from the same peer go as one sendRecv (Megatron-LM's
-/// send_forward_recv_backward), and the buffers of asynchronous sends are
-/// kept until the schedule's end (sendsDone), when the loss's all-reduce
-/// has passed them on the communicator's stream. Staged, the same pair is a
-/// sendAsync (which copies) and a recv, as on the host.
+/// Nothing waits on the host but the schedule's end (the loss): each run is
+/// enqueued on the context's stream (Executor::run without `wait`), host
+/// inputs (tokens, labels, the loss seed) go through pinned staging
+/// buffers, and the compute time is measured by events around each run.
+/// The fault word (ids outside their table met by a kernel) is read once,
+/// at the schedule's end.
+///
+/// The stash stays in place: a forward's outputs but the first are copied
+/// from its arena into its stash slot's buffers (one per executor, slot and
+/// output, the same every iteration), and the backward binds them as its
+/// inputs (Executor::run's `inputsOnDevice`), its CUDA graph captured once
+/// per slot; the backward's other input (the output gradient or the loss
+/// seed) is copied into a slot buffer of its own. In mixed precision each
+/// side holds the stash in bf16 where its kernels can (Executor's
+/// Bf16Boundary), and the copy into the slot converts to the backward's
+/// type.
+///
+/// Messages, over NCCL (world.takesDeviceMemory()): one communicator per
+/// directed pair of neighbouring pipeline ranks (split from the world at
+/// construction), each on its own CUDA stream, on which the sender only
+/// sends and the receiver only receives, in the schedule's order: a send
+/// waits for its receiver only on its own stream, never in front of a
+/// receive, so every schedule the compiler proved deadlock-free (sends
+/// asynchronous, receives blocking) runs, interleaved and PP>2 included.
+/// The buffers of sends stay alive until the schedule's end (sendsDone),
+/// which waits for the senders' streams. The in-process communicator of the
+/// one-GPU checks is staged through the host (DeviceCollective): its sends
+/// copy, its receives block.
 class PipelineStages {
 public:
   using Tensor = DeviceTensor;
   using Executor = cuda::Executor;
 
+  /// Collective over the world (the NCCL pairs' splits). Throws Error.
   PipelineStages(const Bundle &bundle, ParameterStore &parameters,
                  comm::RankContext &rank);
   PipelineStages(PipelineStages &&) noexcept;
@@ -91,25 +119,51 @@ public:
   }
   std::vector<Tensor> run(Executor &executor,
                           const std::vector<host::TensorView> &inputs,
-                          uint64_t step);
+                          uint64_t step, int64_t slot, bool readsStash);
   double scalar(const Tensor &tensor) const;
   Tensor receive(int peer, const TensorType &type, const comm::CallInfo &info);
   void send(int peer, Tensor tensor, const comm::CallInfo &info);
-  Tensor exchange(int peer, Tensor tensor, const TensorType &type,
-                  const comm::CallInfo &sendInfo,
-                  const comm::CallInfo &recvInfo);
-  /// Gives the sent buffers back to the pool.
-  void sendsDone() { inFlight_.clear(); }
+  /// Waits for the sends, gives their buffers back to the pool, and reads
+  /// the fault word. Throws Error (OUT_OF_RANGE) for a fault.
+  void sendsDone();
+  double takeComputeSeconds();
 
 private:
+  class PinnedStaging;
+  class Events;
+  /// The communicator a message to (from) world rank `peer` goes through,
+  /// and the peer's rank in it.
+  std::pair<comm::Communicator *, int> channel(int peer, bool sending);
+  void makeChannels(const Bundle &bundle);
+  /// The backward executor of a forward one made here, or nullptr.
+  const Executor *backwardOf(const Executor &forward) const;
+  /// The stash slot buffer (executor, slot, index) of `bytes`.
+  void *slotBuffer(const Executor &executor, int64_t slot, size_t index,
+                   size_t bytes);
+
   const Bundle *bundle_;
   ParameterStore *parameters_;
   Context *context_;
   comm::RankContext *rank_;
   std::unique_ptr<BufferPool> pool_;
   std::unique_ptr<DeviceCollective> collective_;
+  std::unique_ptr<PinnedStaging> staging_;
+  /// Stash slot buffers by (executor, slot, index); their addresses.
+  std::map<std::tuple<const Executor *, int64_t, size_t>, DeviceBuffer>
+      slotBuffers_;
+  std::set<const void *> slotAddresses_;
+  /// The executors made here by function name, and each forward's
+  /// backward's name.
+  std::map<std::string, const Executor *> executors_;
+  std::map<const Executor *, std::string> backwardOf_;
+  /// NCCL: the pair communicators by (sender, receiver) world rank.
+  std::map<std::pair<int, int>, std::unique_ptr<comm::Communicator>>
+      channels_;
   /// Sent straight through (NCCL), until sendsDone.
   std::vector<DeviceTensor> inFlight_;
+  std::unique_ptr<Events> events_;
+  /// Whether a run since the last sendsDone cleared the fault word.
+  bool faultCleared_ = false;
 };
 
 /// One rank of a pipeline bundle on the GPU (pipeline::ScheduleRunner's

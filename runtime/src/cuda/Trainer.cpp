@@ -220,10 +220,17 @@ void Trainer::train(std::ostream &out) {
     };
   train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
                          iterate, evaluation, history_, start, save);
-  if (pipeline_) // every rank takes part; rank 0 prints
+  if (pipeline_) { // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
-  else
+    for (const Executor *executor : pipeline_->executors()) {
+      out << executor->graphSummary();
+      if (executor->mixedPrecision())
+        out << executor->function().name << ": "
+            << executor->bf16ValueCount() << " values held in bf16\n";
+    }
+  } else {
     out << trainStep_->profile() << trainStep_->graphSummary();
+  }
 }
 
 double Trainer::evaluate() {

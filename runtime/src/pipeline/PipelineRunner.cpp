@@ -4,6 +4,8 @@
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 
+#include <chrono>
+
 namespace mtrt::pipeline {
 
 HostStages::HostStages(const Bundle &bundle, host::ParameterStore &parameters,
@@ -19,8 +21,14 @@ HostStages::executor(const std::string &function) {
 
 std::vector<host::Tensor>
 HostStages::run(host::Executor &executor,
-                const std::vector<host::TensorView> &inputs, uint64_t step) {
-  return executor.run(inputs, step);
+                const std::vector<host::TensorView> &inputs, uint64_t step,
+                int64_t /*slot*/, bool /*readsStash*/) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<host::Tensor> outputs = executor.run(inputs, step);
+  computeSeconds_ += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+  return outputs;
 }
 
 double HostStages::scalar(const host::Tensor &tensor) const {

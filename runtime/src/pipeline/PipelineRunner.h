@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mtrt::host {
@@ -35,21 +36,18 @@ public:
   host::TensorView view(const Tensor &tensor) const {
     return {tensor.dtype, tensor.shape, tensor.buffer.data()};
   }
+  /// Runs the function (the host keeps no stash in place: `slot` and
+  /// `readsStash` are unused).
   std::vector<Tensor> run(Executor &executor,
                           const std::vector<host::TensorView> &inputs,
-                          uint64_t step);
+                          uint64_t step, int64_t slot, bool readsStash);
   double scalar(const Tensor &tensor) const;
   Tensor receive(int peer, const TensorType &type, const comm::CallInfo &info);
   void send(int peer, Tensor tensor, const comm::CallInfo &info);
-  /// The send, then the receive.
-  Tensor exchange(int peer, Tensor tensor, const TensorType &type,
-                  const comm::CallInfo &sendInfo,
-                  const comm::CallInfo &recvInfo) {
-    send(peer, std::move(tensor), sendInfo);
-    return receive(peer, type, recvInfo);
-  }
   /// sendAsync copies: nothing to wait for.
   void sendsDone() {}
+  /// The runs' wall time since the last call.
+  double takeComputeSeconds() { return std::exchange(computeSeconds_, 0.0); }
 
 private:
   const Bundle *bundle_;
@@ -57,6 +55,7 @@ private:
   host::ThreadPool *pool_;
   comm::RankContext *rank_;
   DType floatType_;
+  double computeSeconds_ = 0;
 };
 
 /// One rank of a pipeline bundle on the host (ScheduleRunner's contract).

@@ -28,6 +28,11 @@ namespace mtrt::pipeline {
 /// into the backend's parameter store as the backward passes run; the
 /// caller zeroes them and steps the optimizer.
 ///
+/// Each micro-batch in flight on a stage holds a stash slot from its
+/// forward to its backward: the smallest free one, the same every
+/// iteration, so that a backend can keep the stash in place (the GPU's
+/// backward reads the slot's buffers, its CUDA graph bound to them).
+///
 /// `Stages` is the backend: where the stage functions run and where the
 /// activations, their gradients and the stash live. It provides
 ///   using Tensor = ...;   // a value of a stage, movable
@@ -35,17 +40,18 @@ namespace mtrt::pipeline {
 ///   DType floatType() const;  // the messages' and the loss seed's type
 ///   std::unique_ptr<Executor> executor(const std::string &function);
 ///   host::TensorView view(const Tensor &);  // data: host or device memory
+///   // A stage function's run (inputs: host or device views, read before
+///   // the next run); `slot`: its micro-batch's stash slot; `readsStash`:
+///   // a backward, whose inputs but the last are a forward's outputs but
+///   // the first. May return before the values are computed (the GPU
+///   // enqueues): a Tensor is ready for every later call on it.
 ///   std::vector<Tensor> run(Executor &, const std::vector<host::TensorView> &,
-///                           uint64_t step);  // inputs: host or device views
-///   double scalar(const Tensor &);  // a loss
+///                           uint64_t step, int64_t slot, bool readsStash);
+///   double scalar(const Tensor &);  // a loss (waits for it)
 ///   Tensor receive(int worldPeer, const TensorType &, const comm::CallInfo &);
 ///   void send(int worldPeer, Tensor, const comm::CallInfo &);  // async
-///   // A send and the receive right after it, with the same peer: the
-///   // send's semantics, or both at once (NCCL runs one stream's calls in
-///   // order: Megatron-LM's send_forward_recv_backward).
-///   Tensor exchange(int worldPeer, Tensor, const TensorType &,
-///                   const comm::CallInfo &send, const comm::CallInfo &recv);
 ///   void sendsDone();  // every send so far has reached its receiver
+///   double takeComputeSeconds();  // runs' compute time since the last call
 /// (PipelineRunner.h: the host's; cuda/PipelineStages.h: the GPU's.)
 ///
 /// Thread-safety: the rank's thread only.
@@ -86,6 +92,15 @@ public:
   std::string describeIdleFractions();
 
   Stages &stages() { return stages_; }
+  /// The rank's executors: each of its stages' forward, backward and eval.
+  std::vector<const typename Stages::Executor *> executors() const {
+    std::vector<const typename Stages::Executor *> all;
+    for (const auto &[index, stage] : stageExecutors_)
+      for (const auto *executor :
+           {stage.forward.get(), stage.backward.get(), stage.eval.get()})
+        all.push_back(executor);
+    return all;
+  }
 
 private:
   struct Stage {
@@ -104,7 +119,9 @@ private:
            ", micro-batch " + std::to_string(microBatch);
   }
   int peerWorldRank(int64_t pipelineRank) const;
-  double lossOverRanks(double lossSum, const char *label);
+  double lossOverRanks(const char *label);
+  int64_t takeSlot(const Key &key);
+  int64_t releaseSlot(const Key &key);
 
   // First: the tensors below return their memory to it.
   Stages stages_;
@@ -120,6 +137,12 @@ private:
   // Messages and stashes in flight during one schedule.
   std::map<Key, Tensor> inputs_, outputGradients_, outputs_, inputGradients_;
   std::map<Key, std::vector<Tensor>> stash_;
+  /// The stash slot of each micro-batch in flight; per stage, which slots
+  /// are taken.
+  std::map<Key, int64_t> slotOf_;
+  std::map<int64_t, std::vector<bool>> slotsTaken_;
+  /// The last stage's losses of this schedule, read at its end.
+  std::vector<Tensor> losses_;
 
   double computeSeconds_ = 0, wallSeconds_ = 0;
 };
@@ -155,10 +178,13 @@ int ScheduleRunner<Stages>::peerWorldRank(int64_t pipelineRank) const {
 }
 
 template <typename Stages>
-double ScheduleRunner<Stages>::lossOverRanks(double lossSum,
-                                             const char *label) {
-  // The loss is on the last stage's rank; every rank reports it.
-  double loss = pipelineRank_ == pipeline_.stages.back().rank ? lossSum : 0;
+double ScheduleRunner<Stages>::lossOverRanks(const char *label) {
+  // The loss is on the last stage's rank; every rank reports it. Reading it
+  // is where the host waits for the rank's work.
+  double loss = 0;
+  for (const Tensor &micro : losses_)
+    loss += stages_.scalar(micro);
+  losses_.clear();
   pipelineGroup_->allReduce<double>(&loss, &loss, 1, comm::ReduceOp::Sum,
                                     comm::CallInfo{label, -1});
   // Every rank has passed its sends' receivers by now.
@@ -167,15 +193,35 @@ double ScheduleRunner<Stages>::lossOverRanks(double lossSum,
 }
 
 template <typename Stages>
+int64_t ScheduleRunner<Stages>::takeSlot(const Key &key) {
+  std::vector<bool> &taken = slotsTaken_[key.first];
+  size_t slot = 0;
+  while (slot < taken.size() && taken[slot])
+    ++slot;
+  if (slot == taken.size())
+    taken.push_back(false);
+  taken[slot] = true;
+  slotOf_[key] = static_cast<int64_t>(slot);
+  return static_cast<int64_t>(slot);
+}
+
+template <typename Stages>
+int64_t ScheduleRunner<Stages>::releaseSlot(const Key &key) {
+  auto found = slotOf_.find(key);
+  int64_t slot = found->second;
+  slotsTaken_[key.first][static_cast<size_t>(slot)] = false;
+  slotOf_.erase(found);
+  return slot;
+}
+
+template <typename Stages>
 double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                                      uint64_t firstStep) {
   Clock::time_point start = Clock::now();
-  double lossSum = 0;
   DType floatType = stages_.floatType();
   using Kind = PipelineStep::Kind;
   const std::vector<PipelineStep> &steps = pipeline_.ranks[pipelineRank_];
-  for (size_t position = 0; position < steps.size(); ++position) {
-    const PipelineStep &step = steps[position];
+  for (const PipelineStep &step : steps) {
     Key key{step.stage, step.microBatch};
     Stage &stage = stageExecutors_.at(step.stage);
     const Function &forward = stage.forward->function();
@@ -184,43 +230,6 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
     auto info = [&](const std::string &text) {
       return comm::CallInfo{text, static_cast<int64_t>(dropoutStep)};
     };
-    // A send followed by a receive from the same peer: one exchange.
-    const PipelineStep *next =
-        position + 1 < steps.size() ? &steps[position + 1] : nullptr;
-    bool sends =
-        step.kind == Kind::SendActivation || step.kind == Kind::SendGradient;
-    if (sends && next && next->peer == step.peer &&
-        (next->kind == Kind::RecvActivation ||
-         next->kind == Kind::RecvGradient)) {
-      bool activation = step.kind == Kind::SendActivation;
-      auto &sent = activation ? outputs_ : inputGradients_;
-      auto found = sent.find(key);
-      Key nextKey{next->stage, next->microBatch};
-      bool receivesActivation = next->kind == Kind::RecvActivation;
-      Stage &nextStage = stageExecutors_.at(next->stage);
-      const Function &receiver = receivesActivation
-                                     ? nextStage.forward->function()
-                                     : nextStage.backward->function();
-      const TensorType &type =
-          receiver.values[receivesActivation ? receiver.inputs[0]
-                                             : receiver.inputs.back()];
-      uint64_t nextStep = firstStep + static_cast<uint64_t>(next->microBatch);
-      std::string sendLabel = label(activation ? "activation" : "gradient",
-                                    step.stage, step.microBatch);
-      std::string recvLabel =
-          receivesActivation
-              ? label("activation", next->stage - 1, next->microBatch)
-              : label("gradient", next->stage + 1, next->microBatch);
-      Tensor received = stages_.exchange(
-          peerWorldRank(step.peer), std::move(found->second), type,
-          info(sendLabel),
-          comm::CallInfo{recvLabel, static_cast<int64_t>(nextStep)});
-      sent.erase(found);
-      (receivesActivation ? inputs_ : outputGradients_)[nextKey] =
-          std::move(received);
-      ++position;
-      continue;
-    }
     switch (step.kind) {
     case Kind::RecvActivation:
       inputs_[key] = stages_.receive(
@@ -255,13 +264,12 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                                        : stages_.view(inputs_.at(key)));
       if (step.stage == lastStage_)
         inputs.push_back(batch.second);
-      Clock::time_point begin = Clock::now();
       std::vector<Tensor> outputs =
-          stages_.run(*stage.forward, inputs, dropoutStep);
-      computeSeconds_ += since(begin);
+          stages_.run(*stage.forward, inputs, dropoutStep, takeSlot(key),
+                      /*readsStash=*/false);
       inputs_.erase(key);
       if (step.stage == lastStage_)
-        lossSum += stages_.scalar(outputs[0]);
+        losses_.push_back(std::move(outputs[0]));
       else
         outputs_[key] = std::move(outputs[0]);
       outputs.erase(outputs.begin());
@@ -284,10 +292,9 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                            ? host::TensorView{seed.dtype, seed.shape,
                                               seed.buffer.data()}
                            : stages_.view(outputGradients_.at(key)));
-      Clock::time_point begin = Clock::now();
       std::vector<Tensor> outputs =
-          stages_.run(*stage.backward, inputs, dropoutStep);
-      computeSeconds_ += since(begin);
+          stages_.run(*stage.backward, inputs, dropoutStep, releaseSlot(key),
+                      /*readsStash=*/true);
       stash_.erase(key);
       outputGradients_.erase(key);
       if (step.stage > 0)
@@ -296,7 +303,8 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
     }
     }
   }
-  double loss = lossOverRanks(lossSum, "pipeline loss");
+  double loss = lossOverRanks("pipeline loss");
+  computeSeconds_ += stages_.takeComputeSeconds();
   wallSeconds_ += since(start);
   return loss;
 }
@@ -304,7 +312,6 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
 template <typename Stages>
 double ScheduleRunner<Stages>::evaluate(const MicroBatchSource &source,
                                         int64_t microBatches) {
-  double lossSum = 0;
   for (int64_t m = 0; m < microBatches; ++m) {
     Tensor activation;
     for (int64_t k = 0; k <= lastStage_; ++k) {
@@ -326,15 +333,18 @@ double ScheduleRunner<Stages>::evaluate(const MicroBatchSource &source,
           k == 0 ? batch.first : stages_.view(activation)};
       if (k == lastStage_)
         inputs.push_back(batch.second);
-      std::vector<Tensor> outputs = stages_.run(eval, inputs, 0);
+      std::vector<Tensor> outputs =
+          stages_.run(eval, inputs, 0, /*slot=*/0, /*readsStash=*/false);
       if (k == lastStage_)
-        lossSum += stages_.scalar(outputs[0]);
+        losses_.push_back(std::move(outputs[0]));
       else
         stages_.send(peerWorldRank(next), std::move(outputs[0]),
                      comm::CallInfo{label("eval activation", k, m), 0});
     }
   }
-  return lossOverRanks(lossSum, "pipeline eval loss");
+  double loss = lossOverRanks("pipeline eval loss");
+  (void)stages_.takeComputeSeconds(); // not the training's
+  return loss;
 }
 
 template <typename Stages>
