@@ -635,11 +635,11 @@ TEST_F(CudaOpsTest, GemmOnlyIntermediatesAsBf16Results) {
 /// its dy is a linear's dx, and its dx is an output. With `bf16Chain`, x is
 /// itself a linear's result and dx feeds one more linear, so that under bf16
 /// the plan holds x, y, dy and dx in bf16 (else only y and dy). x has an
-/// offset of 3 (the mean); `rows` are not a multiple of the backward's
-/// blocks.
+/// offset of 3 (the mean); `rows` (even) are not a multiple of the
+/// backward's blocks.
 void normBetweenGemms(OpCase &c, bool rms, int64_t hidden, bool bf16Chain,
-                      bool bias = true) {
-  const int64_t rows = 100, out = 32, in = 64;
+                      bool bias = true, int64_t rows = 100) {
+  const int64_t out = 32, in = 64;
   std::vector<int64_t> shape = {2, rows / 2, hidden};
   int64_t x;
   if (bf16Chain) {
@@ -722,6 +722,30 @@ TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden4096InBf16) {
   c.check(kBf16);
 }
 
+// gpt-1.3b's norms (hidden 2048, x fp32 from the residual stream, y and dy
+// bf16) over more rows than the staged kernels have blocks, so that each
+// block cycles through its shared-memory stages several times.
+TEST_F(CudaOpsTest, LayerNormBetweenGemmsHidden2048OverManyRowsInBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, false, 2048, false, true, 9002);
+  c.check(kBf16);
+}
+
+// The same with x and dx in bf16 too (staged rows of two sizes).
+TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden2048OverManyRowsInBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, true, 2048, true, true, 4002);
+  c.check(kBf16);
+}
+
+// Staged rows of 16 elements a thread, the last warp's vectors partly past
+// the row's end.
+TEST_F(CudaOpsTest, LayerNormBetweenGemmsHidden3000InBf16) {
+  c.precision = "bf16";
+  normBetweenGemms(c, false, 3000, true, true, 602);
+  c.check(kBf16);
+}
+
 TEST_F(CudaOpsTest, NormsBetweenGemmsHidden768And4096InFp32) {
   normBetweenGemms(c, false, 768, true);
   normBetweenGemms(c, true, 4096, false);
@@ -760,6 +784,15 @@ TEST_F(CudaOpsTest, NormsOfOddAndWideRowsInFp32) {
 // More rows than the backward has blocks: blocks of 8 and 9 rows.
 TEST_F(CudaOpsTest, NormsOverManyRowsInFp32) {
   normsInFp32(c, 9001, 96);
+  c.check(kReduction);
+}
+
+// Hidden 2048 in fp32 over many rows: the backward's stages (x and dy in
+// fp32) fill the staged kernels' shared memory exactly; hidden 3000: a
+// staged forward, a backward in registers.
+TEST_F(CudaOpsTest, NormsOverManyRowsHidden2048And3000InFp32) {
+  normsInFp32(c, 3001, 2048);
+  normsInFp32(c, 101, 3000);
   c.check(kReduction);
 }
 
@@ -1104,7 +1137,7 @@ TEST_F(CudaOpsTest, TransposeSplitConcatAndReshape) {
 // intermediate values every writer and reader takes in bf16, so that the
 // plan holds them in bf16; inputs and outputs stay fp32, so each kernel
 // meets fp32 and bf16 operands and results. Shapes of 1005 elements: groups
-// of four and a tail.
+// of eight and a tail.
 TEST_F(CudaOpsTest, ElementwiseAndSoftmaxWithBf16Values) {
   c.precision = "bf16";
   std::vector<int64_t> shape = {3, 5, 67};

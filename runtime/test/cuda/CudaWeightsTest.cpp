@@ -166,6 +166,82 @@ TEST_F(CudaWeightsTest, MultiTensorAdamWEqualsTheHostsBitForBit) {
   }
 }
 
+// The multi-tensor AdamW moves four elements at a time where a chunk's
+// offsets allow and one at a time elsewhere (parameters of any length
+// follow each other in the flat arrays): both give the same bits. The same
+// state is stepped once through one chunk from offset 0 (groups of four and
+// a tail of 3) and once through chunks from offsets 0, 5 (one at a time)
+// and 400 (groups of four again), with and without the gradients' scaling.
+TEST_F(CudaWeightsTest, AdamWChunksAtAnyOffsetGiveTheSameBits) {
+  const int64_t n = 1003;
+  std::vector<float> start(4 * n);
+  for (size_t i = 0; i < start.size(); ++i)
+    start[i] = static_cast<float>(std::sin(0.37 * double(i) + 0.1) *
+                                  (i >= size_t(3 * n) ? 1e-3 : 1.0));
+  for (int64_t i = 3 * n; i < 4 * n; ++i) // the second moments: >= 0
+    start[i] = std::abs(start[i]);
+  auto run = [&](const std::vector<std::pair<int64_t, int64_t>> &pieces,
+                 bool scale) {
+    cuda::DeviceBuffer state(sizeof(float) * 4 * n, "AdamW state"),
+        copy(sizeof(__nv_bfloat16) * n, "bf16 copies"),
+        table(sizeof(cuda::AdamWChunk) * pieces.size(), "chunks");
+    MTRT_CUDA_CHECK(cudaMemcpy(state.data(), start.data(), state.size(),
+                               cudaMemcpyHostToDevice),
+                    "uploading");
+    std::vector<cuda::AdamWChunk> chunks;
+    for (auto [begin, count] : pieces) {
+      cuda::AdamWChunk chunk;
+      chunk.begin = chunk.stateBegin = chunk.bf16Begin = begin;
+      chunk.count = static_cast<int32_t>(count);
+      chunk.weightDecay = 1;
+      chunks.push_back(chunk);
+    }
+    MTRT_CUDA_CHECK(cudaMemcpy(table.data(), chunks.data(), table.size(),
+                               cudaMemcpyHostToDevice),
+                    "uploading");
+    cuda::AdamWScalars s;
+    s.decay = 0.999f;
+    s.beta1 = 0.9f;
+    s.beta2 = 0.95f;
+    s.oneMinusBeta1 = 0.1f;
+    s.oneMinusBeta2 = 0.05f;
+    s.stepSize = 1e-2f;
+    s.bias2Sqrt = 0.3f;
+    s.eps = 1e-8f;
+    s.applyScale = s.applyClip = scale;
+    s.gradScale = 0.5f;
+    s.clipCoefficient = 0.25f;
+    float *base = state.as<float>();
+    MTRT_CUDA_CHECK_LAUNCH(
+        cuda::adamwStepChunks(context->stream(),
+                              static_cast<int64_t>(chunks.size()),
+                              table.as<cuda::AdamWChunk>(), base, base + n,
+                              base + 2 * n, base + 3 * n,
+                              copy.as<__nv_bfloat16>(), s),
+        "AdamW");
+    context->synchronize("AdamW");
+    std::vector<float> out(4 * n);
+    MTRT_CUDA_CHECK(cudaMemcpy(out.data(), state.data(), state.size(),
+                               cudaMemcpyDeviceToHost),
+                    "downloading");
+    for (float v : bf16ToHost(copy.as<__nv_bfloat16>(), n))
+      out.push_back(v);
+    return out;
+  };
+  for (bool scale : {false, true}) {
+    std::vector<float> pieces = run({{0, 5}, {5, 395}, {400, n - 400}}, scale);
+    std::vector<float> one = run({{0, n}}, scale);
+    ASSERT_EQ(pieces.size(), one.size());
+    int64_t differ = 0, changed = 0;
+    for (size_t at = 0; at < one.size(); ++at) {
+      differ += std::memcmp(&pieces[at], &one[at], sizeof(float)) != 0;
+      changed += at < start.size() && one[at] != start[at];
+    }
+    EXPECT_EQ(differ, 0) << "scaled " << scale;
+    EXPECT_GT(changed, 2 * n) << "scaled " << scale;
+  }
+}
+
 // Under bf16 the parameters GEMMs read as an operand (w; not the bias b,
 // which the epilogue reads in fp32, nor the table t) have a bf16 copy that
 // follows upload (a checkpoint load's path), the optimizer and initialize.

@@ -29,35 +29,76 @@ template <int In, int Out> struct Storage {
   OutElements out[Out];
 };
 
+/// Elements 8o to 8o + 7 of `x` in 16-byte accesses (two in fp32, one in
+/// bf16): the pointer is 16-byte aligned (vectorizable()).
+__device__ inline void load8(InElements x, int64_t o, float (&out)[8]) {
+  if (x.bf16) {
+    uint4 raw = static_cast<const uint4 *>(x.data)[o];
+    unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = __uint_as_float(words[k] << 16);
+      out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+    return;
+  }
+  const auto *p = static_cast<const float4 *>(x.data) + 2 * o;
+  float4 lo = p[0], hi = p[1];
+  float values[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    out[e] = values[e];
+}
+
+/// Stores elements 8o to 8o + 7 of `y` as load8 reads them, rounded to
+/// nearest even in bf16.
+__device__ inline void store8(OutElements y, int64_t o, const float (&in)[8]) {
+  if (y.bf16) {
+    unsigned words[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      __nv_bfloat162 pair = __floats2bfloat162_rn(in[2 * k], in[2 * k + 1]);
+      words[k] = *reinterpret_cast<unsigned *>(&pair);
+    }
+    static_cast<uint4 *>(y.data)[o] =
+        make_uint4(words[0], words[1], words[2], words[3]);
+    return;
+  }
+  auto *p = static_cast<float4 *>(y.data) + 2 * o;
+  p[0] = make_float4(in[0], in[1], in[2], in[3]);
+  p[1] = make_float4(in[4], in[5], in[6], in[7]);
+}
+
 /// Runs `f(i, x, y)` on every element i: x[k] is operand k's element i, y[k]
-/// result k's. The first `quads` groups of four move in one access per
-/// operand (load4/store4), the rest one at a time; each element's arithmetic
-/// is the same either way.
+/// result k's. The first `octs` groups of eight move in 16-byte accesses
+/// (load8/store8: bf16 elements as well as fp32 ones move 16 bytes at a
+/// time), the rest one at a time; each element's arithmetic is the same
+/// either way.
 template <int In, int Out, typename F>
-__global__ void mapKernel(int64_t n, int64_t quads, Storage<In, Out> s, F f) {
-  MTRT_GRID_STRIDE(q, quads) {
-    float4 a[In], r[Out];
+__global__ void mapKernel(int64_t n, int64_t octs, Storage<In, Out> s, F f) {
+  MTRT_GRID_STRIDE(o, octs) {
+    float a[In][8], r[Out][8];
 #pragma unroll
     for (int k = 0; k < In; ++k)
-      a[k] = detail::load4(s.in[k], q);
+      load8(s.in[k], o, a[k]);
 #pragma unroll
-    for (int lane = 0; lane < 4; ++lane) {
+    for (int lane = 0; lane < 8; ++lane) {
       float x[In], y[Out];
 #pragma unroll
       for (int k = 0; k < In; ++k)
-        x[k] = reinterpret_cast<const float *>(&a[k])[lane];
-      f(4 * q + lane, x, y);
+        x[k] = a[k][lane];
+      f(8 * o + lane, x, y);
 #pragma unroll
       for (int k = 0; k < Out; ++k)
-        reinterpret_cast<float *>(&r[k])[lane] = y[k];
+        r[k][lane] = y[k];
     }
 #pragma unroll
     for (int k = 0; k < Out; ++k)
       if (s.out[k].data)
-        detail::store4(s.out[k], q, r[k]);
+        store8(s.out[k], o, r[k]);
   }
-  MTRT_GRID_STRIDE(t, n - 4 * quads) {
-    int64_t i = 4 * quads + t;
+  MTRT_GRID_STRIDE(t, n - 8 * octs) {
+    int64_t i = 8 * octs + t;
     float x[In], y[Out];
 #pragma unroll
     for (int k = 0; k < In; ++k)
@@ -79,9 +120,9 @@ void launchMap(cudaStream_t stream, int64_t n, Storage<In, Out> s, F f) {
     aligned = aligned && detail::vectorizable(x.data);
   for (const OutElements &y : s.out)
     aligned = aligned && detail::vectorizable(y.data);
-  int64_t quads = aligned ? n / 4 : 0;
-  mapKernel<<<blocksFor(std::max<int64_t>(quads, n - 4 * quads)), kThreads, 0,
-              stream>>>(n, quads, s, f);
+  int64_t octs = aligned ? n / 8 : 0;
+  mapKernel<<<blocksFor(std::max<int64_t>(octs, n - 8 * octs)), kThreads, 0,
+              stream>>>(n, octs, s, f);
 }
 
 struct GeluTanh {

@@ -13,9 +13,11 @@
 // Kernels (FlashShape: 4 warps over blocks of 64 rows, or 8 warps over 128
 // at head dimension 128 in the backward; warp w owns rows 16w .. 16w + 15
 // of its block; the walked tiles are 64 rows):
-// - forward: one block per (64 queries, query head, batch); out and the
-//   logsumexp of the scaled, masked scores (before dropout), as the host,
-//   and with dropout the keep decisions as bits for the gradient.
+// - forward: one block per (64 queries, query head, batch), or at head
+//   dimension 128 per 128 queries with 32 rows a warp
+//   (flashPairForwardKernel); out and the logsumexp of the scaled, masked
+//   scores (before dropout), as the host, and with dropout the keep
+//   decisions as bits for the gradient.
 // - backward: delta = rowsum(dout * out) first; then dq by query blocks (one
 //   block per 64 or 128 queries walks the keys) and dk, dv by key blocks
 //   (one block per 64 or 128 keys of a key/value head walks its group's
@@ -62,6 +64,8 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -100,10 +104,8 @@ template <int D, bool Wide, int Stages = 1> struct FlashShape {
 /// The forward's and the backward kernels' shapes. The backward is wide
 /// with two stages at head dimension 128 (its kernels need 240-255
 /// registers a thread, so one block a multiprocessor: 8 warps rather than
-/// 4, 11% faster at gpt-1.3b's shape). The forward stays narrow: the wide forward (8 warps,
-/// 128 queries, two stages) computed wrong dropout decisions for the first
-/// 16 keys of a tile with paired draws (bench/NOTES.md, attn128), and at one
-/// stage it was slower than the narrow one.
+/// 4, 11% faster at gpt-1.3b's shape). The forward is narrow; at head
+/// dimension 128 flashPairForwardKernel (32 rows a warp) replaces it.
 template <int D> using ForwardShape = FlashShape<D, false, 1>;
 template <int D>
 using BackwardShape = FlashShape<D, D >= 128, D >= 128 ? 2 : 1>;
@@ -546,6 +548,316 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
                        geo.dropoutKey, rowIndex[r] + k0 + n * 8 + 2 * t + c,
                        geo.threshold16))
                    << (2 * n + c);
+}
+
+/// The forward at head dimension 128: each warp owns 32 query rows, two
+/// 16-row m-tiles that share every K and V fragment (a 16-row warp loads
+/// each K/V fragment for 8 products, a 32-row one for 16), 4 warps over
+/// 128 queries a block. K and V have one buffer each, refilled in turn
+/// (FlashAttention-2's flow): a tile's V is copied while its scores are
+/// computed, the next K while its probabilities are. The softmax scale is
+/// folded into the base-2 exponent (one FFMA and one ex2 a probability),
+/// the output's rescale is skipped when no row maximum of the warp grew, P
+/// stays in registers as the A operand of P V, and dropout's 1 / (1 - p)
+/// goes into the final normalization. Paired dropout draws are made between
+/// the score products (one per m-tile after each 16 columns of the head),
+/// so that the integer pipe hashes while the tensor cores multiply.
+template <int D> struct PairForwardShape {
+  static constexpr int kD = D;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * kWarp;
+  static constexpr int kRows = 32 * kWarps;
+  /// Tiles of bf16 copied by cp.async (kCopiesAsync; the kernel takes bf16
+  /// inputs only: with fp32 ones, 64 more registers a thread for a tile's
+  /// copy, it spilled and ran slower than the 16-row forward).
+  static constexpr bool kWide = true;
+  /// 2 blocks a multiprocessor: at most 255 registers a thread.
+  static constexpr int kMinBlocks = 2;
+};
+
+/// Shared: Q [kRows][D + 8], K and V [64][D + 8] (bf16).
+template <int D> constexpr size_t pairForwardShared() {
+  return sizeof(__nv_bfloat16) * (PairForwardShape<D>::kRows + 2 * kTile) *
+         (D + kPad);
+}
+
+/// How a forward kernel draws its dropout decisions: none (no dropout),
+/// paired (seqK % 4 == 0: a draw's four keys in one row, shared by two
+/// lanes) or unpaired (dropoutBits).
+enum class Draws { None, Paired, Unpaired };
+
+/// keep's bits 2n, 2n + 1 for 8-key tile n of a 64-key tile (as
+/// dropoutBits) from this lane's paired draw n: `first` is the counter term
+/// of the lane's draw 0 of the tile, dropoutKey + ((drawRow + k0) / 4 +
+/// t / 2 + 1) golden; draw n adds 2n golden.
+__device__ inline void pairedKeepBits(const FlashGeometry &geo, uint64_t first,
+                                      int n, int t, uint32_t (&keep)[2]) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  uint64_t bits = random::mix64(first + 2ull * n * kGolden);
+  uint32_t lo = static_cast<uint32_t>(bits),
+           hi = static_cast<uint32_t>(bits >> 32);
+  bool odd = t & 1;
+  uint32_t own = odd ? hi : lo;
+  uint32_t other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
+  uint32_t top = odd ? other : own, bottom = odd ? own : other;
+  keep[0] |= static_cast<uint32_t>((top & 0xFFFFu) >= geo.threshold16)
+                 << (2 * n) |
+             static_cast<uint32_t>((top >> 16) >= geo.threshold16)
+                 << (2 * n + 1);
+  keep[1] |= static_cast<uint32_t>((bottom & 0xFFFFu) >= geo.threshold16)
+                 << (2 * n) |
+             static_cast<uint32_t>((bottom >> 16) >= geo.threshold16)
+                 << (2 * n + 1);
+}
+
+/// Stores the mask words of a 16-row m-tile's rows `rows` for the tile at
+/// k0 from this lane's keep bits (dropoutBits' layout), as the 16-row
+/// forward does.
+__device__ inline void storeMaskWords(const FlashGeometry &geo, uint64_t *mask,
+                                      const uint32_t (&keep)[2],
+                                      const int (&rows)[2], int b, int h,
+                                      int k0, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    uint64_t word = 0;
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+      word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
+    word <<= 2 * t;
+    word |= __shfl_xor_sync(0xffffffffu, word, 1);
+    word |= __shfl_xor_sync(0xffffffffu, word, 2);
+    if (t == 0 && rows[r] < geo.seqQ)
+      mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
+  }
+}
+
+// Grid (query blocks of 128, headsQ, batch). Shared: Q [128][D+8], K and V
+// [64][D+8]. Outputs as flashForwardKernel's; `Mode` is geo's draws.
+template <int D, typename In, Draws Mode>
+__global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
+                                  PairForwardShape<D>::kMinBlocks)
+    flashPairForwardKernel(FlashGeometry geo, const In *q, const In *k,
+                           const In *v, void *out, __nv_bfloat16 *outCopy,
+                           float *logsumexp, uint64_t *mask) {
+  using Shape = PairForwardShape<D>;
+  constexpr int ld = D + kPad;
+  constexpr int kN = kTile / 8; // 8-key accumulator tiles of a walked tile
+  constexpr bool kDropout = Mode != Draws::None;
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  extern __shared__ __align__(16) unsigned char flashShared[];
+  auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
+  __nv_bfloat16 *ks = qs + Shape::kRows * ld, *vs = ks + kTile * ld;
+  int q0 = (gridDim.x - 1 - blockIdx.x) * Shape::kRows; // longest rows first
+  int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
+  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int g = lane / 4, t = lane % 4;
+  const In *kBase = k + geo.keyAt(geo.k, b, 0, grp);
+  const In *vBase = v + geo.keyAt(geo.v, b, 0, grp);
+  static_assert(kCopiesAsync<Shape, In>, "bf16 tiles copied by cp.async");
+
+  // Q and the first K in one group of copies.
+  fetchTile<Shape, Shape::kRows>(qs, q + geo.queryAt(geo.q, b, 0, h),
+                                 geo.q.position, q0, geo.seqQ);
+  fetchTile<Shape, kTile>(ks, kBase, geo.k.position, 0, geo.seqK);
+  commitCopies();
+
+  int warpRow0 = q0 + warp * 32;
+  // This lane's rows: m-tile i, half r (rows g and g + 8).
+  int rows[2][2] = {{warpRow0 + g, warpRow0 + g + 8},
+                    {warpRow0 + 16 + g, warpRow0 + 24 + g}};
+  // Dropout: the probability rows of rows[i][0] (unpaired draws), or the
+  // counter terms of this lane's paired draws in the current tile (16
+  // draws a tile later).
+  uint64_t probRow[2] = {0, 0}, drawCounter[2] = {0, 0};
+  if constexpr (kDropout) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      probRow[i] = geo.probabilityRow(b, h, rows[i][0]);
+      uint64_t drawRow = t & 1 ? probRow[i] + 8ull * geo.seqK : probRow[i];
+      drawCounter[i] = geo.dropoutKey + (drawRow / 4 + t / 2 + 1) * kGolden;
+    }
+  }
+  // m: the running maxima of the scores in base-2 exponents.
+  float m[2][2], l[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[i][r] = -INFINITY;
+      l[i][r] = 0.f;
+    }
+  float o[2][D / 8][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      o[i][n][0] = o[i][n][1] = o[i][n][2] = o[i][n][3] = 0.f;
+
+  int keyEnd = geo.causal ? min(geo.seqK, q0 + Shape::kRows) : geo.seqK;
+  int warpKeyEnd = geo.causal ? min(geo.seqK, warpRow0 + 32) : geo.seqK;
+  for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
+    bool active = k0 < warpKeyEnd;
+    // keep[i][r]: bit 2n + c is key k0 + 8n + 2t + c of rows[i][r].
+    uint32_t keep[2][2] = {{0u, 0u}, {0u, 0u}};
+    if constexpr (Mode == Draws::Unpaired) {
+      if (active) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          uint64_t rowIndex[2] = {probRow[i], probRow[i] + 8ull * geo.seqK};
+          dropoutBits(geo, keep[i], 0, rowIndex, k0, t);
+        }
+      }
+    }
+    waitCopies<0>();
+    __syncthreads(); // K (and Q) in place; every warp done with the last V
+    fetchTile<Shape, kTile>(vs, vBase, geo.v.position, k0, geo.seqK);
+    commitCopies();
+    float s[2][kN][4];
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+          s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qf[2][4];
+        loadA(qf[0], qs, ld, warp * 32, kk * 16, lane);
+        loadA(qf[1], qs, ld, warp * 32 + 16, kk * 16, lane);
+#pragma unroll
+        for (int n = 0; n < kN; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadB(b0, b1, ks, ld, n * 8, kk * 16, lane);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            mma(s[i][n], qf[i], b0);
+            mma(s[i][n + 1], qf[i], b1);
+          }
+        }
+        // This lane's paired draws n for both m-tiles, spread over the
+        // D / 16 steps of the products.
+        if constexpr (Mode == Draws::Paired) {
+#pragma unroll
+          for (int n = kk * kN / (D / 16); n < (kk + 1) * kN / (D / 16); ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+              pairedKeepBits(geo, drawCounter[i], n, t, keep[i]);
+        }
+      }
+    }
+    waitCopies<0>();
+    __syncthreads(); // V in place; every warp done with K
+    // The next K, copied while this tile's probabilities and P V run.
+    if (k0 + kTile < keyEnd) {
+      fetchTile<Shape, kTile>(ks, kBase, geo.k.position, k0 + kTile,
+                              geo.seqK);
+      commitCopies();
+    }
+    if (active) {
+      float base[2][2], alpha[2][2];
+      bool grew = false;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (geo.masked(warpRow0 + 16 * i, k0))
+          maskScores(geo, s[i], rows[i], k0, t);
+        float blockMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            blockMax[e / 2] = fmaxf(blockMax[e / 2], s[i][n][e]);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float next = fmaxf(m[i][r], rowMax(blockMax[r]) * geo.scaleLog2);
+          base[i][r] = next == -INFINITY ? 0.f : next;
+          alpha[i][r] = fastExp2(m[i][r] - base[i][r]);
+          grew |= next != m[i][r];
+          m[i][r] = next;
+          l[i][r] *= alpha[i][r];
+        }
+      }
+      // Unless some row of the warp has a new maximum, every factor is 1.
+      if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+            o[i][n][0] *= alpha[i][0];
+            o[i][n][1] *= alpha[i][0];
+            o[i][n][2] *= alpha[i][1];
+            o[i][n][3] *= alpha[i][1];
+          }
+      }
+      // P (dropped probabilities zero) in bf16 as the A fragments of P V:
+      // pf[i][kc] covers keys 16 kc .. 16 kc + 15 of m-tile i.
+      uint32_t pf[2][kTile / 16][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float p =
+                fastExp2(fmaf(s[i][n][e], geo.scaleLog2, -base[i][e / 2]));
+            l[i][e / 2] += p;
+            if constexpr (kDropout)
+              p = (keep[i][e / 2] >> (2 * n + (e & 1))) & 1 ? p : 0.f;
+            s[i][n][e] = p;
+          }
+#pragma unroll
+        for (int kc = 0; kc < kTile / 16; ++kc)
+          accumulatorToA(pf[i][kc], s[i][2 * kc], s[i][2 * kc + 1]);
+      }
+      if constexpr (kDropout) {
+        if (mask) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+            storeMaskWords(geo, mask, keep[i], rows[i], b, h, k0, t);
+        }
+      }
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc)
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            mma(o[i][n], pf[i][kc], b0);
+            mma(o[i][n + 1], pf[i][kc], b1);
+          }
+        }
+    }
+    drawCounter[0] += kTile / 4 * kGolden;
+    drawCounter[1] += kTile / 4 * kGolden;
+  }
+  // Dropout's 1 / (1 - p) for the kept probabilities (none kept at p >= 1).
+  float keptScale = !kDropout                   ? 1.f
+                    : geo.threshold16 > 0xFFFFu ? 0.f
+                                                : geo.dropoutScale;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = rowSum(l[i][r]);
+      int row = rows[i][r];
+      if (row >= geo.seqQ)
+        continue;
+      float factor = sum > 0.f ? keptScale / sum : 0.f;
+      if (t == 0)
+        logsumexp[geo.rowIndex(b, h, row)] = (m[i][r] + log2f(sum)) * kLn2;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        float lo = o[i][n][2 * r] * factor, hi = o[i][n][2 * r + 1] * factor;
+        int col = n * 8 + 2 * t;
+        if (out)
+          storeOutputPair(geo, out, geo.queryAt(geo.out, b, row, h) + col, lo,
+                          hi);
+        if (outCopy)
+          storePair(outCopy + geo.queryAt(geo.saved, b, row, h) + col, lo,
+                    hi);
+      }
+    }
 }
 
 template <int D> constexpr size_t forwardShared() {
@@ -1350,10 +1662,49 @@ unsigned blocks(int64_t n, int rows) {
   return static_cast<unsigned>((n + rows - 1) / rows);
 }
 
+/// Whether the forward runs flashPairForwardKernel (32 query rows a warp):
+/// at head dimension 128 with bf16 inputs (bench/NOTES.md, attnfwd; with
+/// fp32 inputs it spills and the 16-row kernel is faster), unless
+/// MTRT_CUDA_FLASH_FORWARD=narrow asks for the 16-row kernel (timings).
+bool pairForwardChosen() {
+  static const char *choice = std::getenv("MTRT_CUDA_FLASH_FORWARD");
+  return !(choice && std::strcmp(choice, "narrow") == 0);
+}
+
+template <int D, typename In, Draws Mode>
+void pairForward(cudaStream_t stream, const AttentionParams &p,
+                 const FlashTensors &io, __nv_bfloat16 *outCopy,
+                 float *logsumexp, uint64_t *mask) {
+  using Shape = PairForwardShape<D>;
+  size_t bytes = pairForwardShared<D>();
+  allowShared(flashPairForwardKernel<D, In, Mode>, bytes);
+  dim3 grid(blocks(p.seqQ, Shape::kRows), static_cast<unsigned>(p.headsQ),
+            static_cast<unsigned>(p.batch));
+  flashPairForwardKernel<D, In, Mode>
+      <<<grid, Shape::kThreads, bytes, stream>>>(
+          makeGeometry(p, io), static_cast<const In *>(io.q),
+          static_cast<const In *>(io.k), static_cast<const In *>(io.v),
+          io.out, outCopy, logsumexp, mask);
+}
+
 template <int D, typename In>
 void forward(cudaStream_t stream, const AttentionParams &p,
              const FlashTensors &io, __nv_bfloat16 *outCopy,
              float *logsumexp, uint64_t *mask) {
+  if constexpr (D == 128 && std::is_same_v<In, __nv_bfloat16>) {
+    if (pairForwardChosen()) {
+      if (!(p.dropoutP > 0)) {
+        pairForward<D, In, Draws::None>(stream, p, io, outCopy, logsumexp,
+                                        mask);
+      } else if (p.seqK % 4 == 0)
+        pairForward<D, In, Draws::Paired>(stream, p, io, outCopy, logsumexp,
+                                          mask);
+      else
+        pairForward<D, In, Draws::Unpaired>(stream, p, io, outCopy,
+                                            logsumexp, mask);
+      return;
+    }
+  }
   size_t bytes = forwardShared<D>();
   allowShared(flashForwardKernel<D, In>, bytes);
   using Shape = ForwardShape<D>;

@@ -4,18 +4,26 @@
 // threads covers a row, each thread a fixed set of columns (vectors of 4
 // when the row and pointers allow), and one block reduction per row gives
 // the row sums in double (sum of x, of x squared, and in the backward of g
-// and g * x, g = dy * weight), from which the statistics and dx follow as
-// in the host's formulas. The backward's blocks (one wave: as many as the
+// and g * x, g = dy * weight), from which one thread computes the
+// statistics (as the host's formulas do) for the whole block; dx follows. The backward's blocks (one wave: as many as the
 // device runs at once, at most one per 8 rows and 1024) each take an equal
 // share of the rows and add up their columns' dweight and dbias terms in
 // registers; a second kernel sums the blocks' partials in double, in a fixed
 // order (the same bits on every run on one device).
+// Rows of 16-byte aligned vectors up to 4096 elements, small enough for
+// kNormStages copies in 96 KiB of shared memory (a backward's x and dy in
+// fp32: hidden 2048), are staged: each block keeps its parameters and works
+// through a share of the rows, copying the next rows into shared memory
+// (cp.async) while it reduces the current one, with 8 or 16 elements a
+// thread; others go through the registers' kernels, a row per block at a
+// time.
 // Activations are read and written as float or bf16 (NormRows); the math is
 // float, the sums double. Compiled without FMA contraction (CMakeLists.txt),
 // so each float product and sum rounds like the host's.
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <map>
+#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -180,34 +188,78 @@ __device__ inline void storeVector(NormRowsOut rows, int64_t at,
   }
 }
 
-/// Sums each of sums[0..kN) over the block, for every thread, in a fixed
-/// order (warp trees, then the warps in turn). `shared` holds
-/// 2 * kMaxNormWarps * kN doubles; calls alternate `parity`, so that one
-/// barrier per call keeps a call's writes from overtaking the previous
-/// call's reads.
+/// The lane's value index in warpSumScattered: lane bits 4 and 3 for four
+/// values, bit 4 for two.
+template <int kN> __device__ inline int scatteredIndex(int lane) {
+  if constexpr (kN == 4)
+    return ((lane >> 4) & 1) * 2 + ((lane >> 3) & 1);
+  else if constexpr (kN == 2)
+    return (lane >> 4) & 1;
+  else
+    return 0;
+}
+
+/// The warp's sum of s[scatteredIndex<kN>(lane)] (kN 1, 2 or 4), in a fixed
+/// order: a butterfly whose first levels halve the values each lane carries
+/// (each lane keeps half and adds its partner's half of the other), then a
+/// tree on the one left; 6 double shuffles for four values where a tree
+/// per value takes 20. Lanes with the same index get the same bits.
 template <int kN>
-__device__ inline void rowSums(double (&sums)[kN], double *shared,
-                               int parity) {
+__device__ inline double warpSumScattered(const double (&s)[kN]) {
+  constexpr unsigned kAll = 0xffffffffu;
+  int lane = threadIdx.x % detail::kWarp;
+  double v;
+  int offset = detail::kWarp / 2;
+  if constexpr (kN == 4) {
+    bool high = lane & 16;
+    double t0 = (high ? s[2] : s[0]) +
+                __shfl_xor_sync(kAll, high ? s[0] : s[2], 16);
+    double t1 = (high ? s[3] : s[1]) +
+                __shfl_xor_sync(kAll, high ? s[1] : s[3], 16);
+    bool odd = lane & 8;
+    v = (odd ? t1 : t0) + __shfl_xor_sync(kAll, odd ? t0 : t1, 8);
+    offset = 4;
+  } else if constexpr (kN == 2) {
+    bool high = lane & 16;
+    v = (high ? s[1] : s[0]) + __shfl_xor_sync(kAll, high ? s[0] : s[1], 16);
+    offset = 8;
+  } else {
+    v = s[0];
+  }
+  for (; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(kAll, v, offset);
+  return v;
+}
+
+/// A row's statistics from its per-thread sums: each of sums[0..kN) summed
+/// over the block in a fixed order (warpSumScattered, then the warps in
+/// turn), `finish` of the totals computed once (thread 0: the statistics'
+/// double divisions and square root once a row, not once a thread) and
+/// returned to every thread. `shared` holds kMaxNormWarps * kN doubles;
+/// two barriers a call keep each call's writes after the previous call's
+/// reads.
+template <int kN, typename Statistics, typename Finish>
+__device__ inline Statistics blockStatistics(const double (&sums)[kN],
+                                             double *shared,
+                                             Statistics *result,
+                                             Finish finish) {
   int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
   int warps = blockDim.x / detail::kWarp;
-  double *buffer = shared + parity * kMaxNormWarps * kN;
+  double v = warpSumScattered<kN>(sums);
+  if ((lane & (detail::kWarp / kN - 1)) == 0)
+    shared[warp * kN + scatteredIndex<kN>(lane)] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double totals[kN] = {};
+    for (int w = 0; w < warps; ++w) {
 #pragma unroll
-  for (int i = 0; i < kN; ++i)
-    sums[i] = detail::warpSum(sums[i]);
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i)
-      buffer[warp * kN + i] = sums[i];
+      for (int i = 0; i < kN; ++i)
+        totals[i] += shared[w * kN + i];
+    }
+    *result = finish(totals);
   }
   __syncthreads();
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-    sums[i] = 0;
-  for (int w = 0; w < warps; ++w) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i)
-      sums[i] += buffer[w * kN + i];
-  }
+  return *result;
 }
 
 /// The statistics of a row from its sums, as the host rounds them: mean
@@ -231,62 +283,95 @@ __device__ inline RowStatistics rmsStatistics(double squares, int64_t hidden,
   return {0.0f, static_cast<float>(1.0 / sqrt(meanSquare + eps))};
 }
 
-/// y = (x - mean) * rstd * weight (+ bias) for layer norm (kLayer), else
-/// x * rstd * weight; a block per row, rows strided by the grid. Thread t
-/// owns vectors t, t + blockDim.x, ... (kItems of them) of kVec elements.
-template <int kVec, int kItems, bool kLayer>
-__global__ void __launch_bounds__(kMaxNormThreads)
-    normForwardKernel(int64_t rows, int64_t hidden, NormRows x,
-                      const float *weight, const float *bias, double eps,
-                      NormRowsOut y) {
-  constexpr int kSums = kLayer ? 2 : 1;
-  __shared__ double shared[2 * kMaxNormWarps * kSums];
-  int64_t vectors = hidden / kVec;
-  // The parameters first: their loads overlap the first row's.
-  float w[kItems][kVec], b[kItems][kVec];
+//===----------------------------------------------------------------------===//
+// One row: its sums, statistics and outputs, shared by the kernels that
+// hold rows in registers and those that stage them in shared memory
+//===----------------------------------------------------------------------===//
+
+/// Thread t owns vectors t, t + blockDim.x, ... (kItems of them) of kVec
+/// elements of a row; vector k's index.
+__device__ inline int64_t ownedVector(int k) {
+  return threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+}
+
+/// This thread's vectors of row r of `rows` (zeros past the row's end).
+template <int kVec, int kItems>
+__device__ inline void loadRow(NormRows rows, int64_t r, int64_t vectors,
+                               float (&out)[kItems][kVec]) {
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    loadParameter<kVec>(weight, v * kVec, v < vectors, w[k]);
-    loadParameter<kVec>(bias, v * kVec, kLayer && bias && v < vectors, b[k]);
+    int64_t v = ownedVector(k);
+    loadVector<kVec>(rows, (r * vectors + v) * kVec, v < vectors, out[k]);
   }
-  int parity = 0;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, parity ^= 1) {
-    float xv[kItems][kVec];
-    double sums[kSums] = {};
+}
+
+/// This thread's parameters (zeros past the row's end or without `data`).
+template <int kVec, int kItems>
+__device__ inline void loadParameters(const float *data, int64_t vectors,
+                                      float (&out)[kItems][kVec]) {
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      loadVector<kVec>(x, (r * vectors + v) * kVec, v < vectors, xv[k]);
+  for (int k = 0; k < kItems; ++k) {
+    int64_t v = ownedVector(k);
+    loadParameter<kVec>(data, v * kVec, data && v < vectors, out[k]);
+  }
+}
+
+/// The forward's sums of this thread's elements: for layer norm sum x and
+/// sum x^2, for RMS norm sum x^2.
+template <bool kLayer> constexpr int forwardSums() { return kLayer ? 2 : 1; }
+
+template <int kVec, int kItems, bool kLayer>
+__device__ inline void forwardRowSums(const float (&xv)[kItems][kVec],
+                                      double (&sums)[forwardSums<kLayer>()]) {
+  constexpr int kSums = forwardSums<kLayer>();
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        double value = xv[k][e];
-        sums[kSums - 1] += value * value;
-        if constexpr (kLayer)
-          sums[0] += value;
+  for (int i = 0; i < kSums; ++i)
+    sums[i] = 0;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      double value = xv[k][e];
+      sums[kSums - 1] += value * value;
+      if constexpr (kLayer)
+        sums[0] += value;
+    }
+}
+
+template <bool kLayer>
+__device__ inline RowStatistics
+forwardStatistics(const double (&sums)[forwardSums<kLayer>()], int64_t hidden,
+                  double eps) {
+  constexpr int kSums = forwardSums<kLayer>();
+  return kLayer ? layerStatistics(sums[0], sums[kSums - 1], hidden, eps)
+                : rmsStatistics(sums[kSums - 1], hidden, eps);
+}
+
+/// Row r of y = (x - mean) * rstd * weight (+ bias) for layer norm
+/// (kLayer), else x * rstd * weight.
+template <int kVec, int kItems, bool kLayer>
+__device__ inline void forwardRowOutputs(int64_t r, int64_t vectors,
+                                         const float (&xv)[kItems][kVec],
+                                         const float (&w)[kItems][kVec],
+                                         const float (&b)[kItems][kVec],
+                                         bool hasBias, RowStatistics s,
+                                         NormRowsOut y) {
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    int64_t v = ownedVector(k);
+    if (v >= vectors)
+      continue;
+    float out[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      if constexpr (kLayer) {
+        float value = (xv[k][e] - s.mean) * s.rstd * w[k][e];
+        out[e] = hasBias ? value + b[k][e] : value;
+      } else {
+        out[e] = xv[k][e] * s.rstd * w[k][e];
       }
     }
-    rowSums(sums, shared, parity);
-    RowStatistics s = kLayer ? layerStatistics(sums[0], sums[kSums - 1],
-                                               hidden, eps)
-                             : rmsStatistics(sums[kSums - 1], hidden, eps);
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (v >= vectors)
-        continue;
-      float out[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        if constexpr (kLayer) {
-          float value = (xv[k][e] - s.mean) * s.rstd * w[k][e];
-          out[e] = bias ? value + b[k][e] : value;
-        } else {
-          out[e] = xv[k][e] * s.rstd * w[k][e];
-        }
-      }
-      storeVector<kVec>(y, (r * vectors + v) * kVec, out);
-    }
+    storeVector<kVec>(y, (r * vectors + v) * kVec, out);
   }
 }
 
@@ -294,113 +379,98 @@ __global__ void __launch_bounds__(kMaxNormThreads)
 /// sum x^2, sum g, sum g x; for RMS norm sum x^2, sum g x (g = dy * weight).
 template <bool kLayer> constexpr int backwardSums() { return kLayer ? 4 : 2; }
 
-/// dx from dy, x and weight, the statistics recomputed from x; block b
-/// takes rows [rows * b / blocks, rows * (b + 1) / blocks) and writes row b
-/// of partialW (and of partialB, for layer norm's bias, if not null): its
-/// rows' sums of dy * xhat (and of dy), each column added in row order.
 template <int kVec, int kItems, bool kLayer>
-__global__ void __launch_bounds__(kMaxNormThreads)
-    normBackwardKernel(int64_t rows, int64_t hidden, NormRows x, NormRows dy,
-                       const float *weight, double eps, NormRowsOut dx,
-                       float *partialW, float *partialB) {
-  constexpr int kSums = backwardSums<kLayer>();
-  // Two rows' loads in flight while a row reduces, when registers allow.
-  constexpr bool kPrefetch = kVec * kItems <= 8;
-  __shared__ double shared[2 * kMaxNormWarps * kSums];
-  int64_t vectors = hidden / kVec;
-  int64_t blocks = gridDim.x;
-  int64_t begin = rows * blockIdx.x / blocks;
-  int64_t end = rows * (blockIdx.x + 1) / blocks;
+__device__ inline void backwardRowSums(const float (&xv)[kItems][kVec],
+                                       const float (&dyv)[kItems][kVec],
+                                       const float (&w)[kItems][kVec],
+                                       double (&sums)[backwardSums<kLayer>()]) {
+#pragma unroll
+  for (int i = 0; i < backwardSums<kLayer>(); ++i)
+    sums[i] = 0;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      double value = xv[k][e];
+      double g = dyv[k][e] * w[k][e];
+      if constexpr (kLayer) {
+        sums[0] += value;
+        sums[1] += value * value;
+        sums[2] += g;
+        sums[3] += g * value;
+      } else {
+        sums[0] += value * value;
+        sums[1] += g * value;
+      }
+    }
+  }
+}
 
-  float w[kItems][kVec], accW[kItems][kVec], accB[kItems][kVec];
-  float xv[kItems][kVec], dyv[kItems][kVec];
-  float xn[kItems][kVec], dyn[kItems][kVec];
-  auto loadRow = [&](int64_t r, float(&xr)[kItems][kVec],
-                     float(&dyr)[kItems][kVec]) {
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      loadVector<kVec>(x, (r * vectors + v) * kVec, v < vectors, xr[k]);
-      loadVector<kVec>(dy, (r * vectors + v) * kVec, v < vectors, dyr[k]);
-    }
-  };
+/// A row's statistics for the backward, from its block-wide sums.
+struct BackwardStatistics {
+  RowStatistics s;
+  float meanG, meanGXhat;
+};
+
+template <bool kLayer>
+__device__ inline BackwardStatistics
+backwardStatistics(const double (&sums)[backwardSums<kLayer>()],
+                   int64_t hidden, double eps) {
+  double n = static_cast<double>(hidden);
+  BackwardStatistics b;
+  if constexpr (kLayer) {
+    b.s = layerStatistics(sums[0], sums[1], hidden, eps);
+    b.meanG = static_cast<float>(sums[2] / n);
+    b.meanGXhat = static_cast<float>(
+        static_cast<double>(b.s.rstd) *
+        (sums[3] - static_cast<double>(b.s.mean) * sums[2]) / n);
+  } else {
+    b.s = rmsStatistics(sums[0], hidden, eps);
+    b.meanG = 0.0f;
+    b.meanGXhat =
+        static_cast<float>(static_cast<double>(b.s.rstd) * sums[1] / n);
+  }
+  return b;
+}
+
+/// Row r of dx (if its data is not null), and its dweight and dbias terms
+/// added to this thread's column sums.
+template <int kVec, int kItems, bool kLayer>
+__device__ inline void
+backwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
+                   const float (&dyv)[kItems][kVec],
+                   const float (&w)[kItems][kVec], BackwardStatistics b,
+                   float (&accW)[kItems][kVec], float (&accB)[kItems][kVec],
+                   NormRowsOut dx) {
+  RowStatistics s = b.s;
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    loadParameter<kVec>(weight, v * kVec, v < vectors, w[k]);
+    float out[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e)
-      accW[k][e] = accB[k][e] = 0.0f;
+    for (int e = 0; e < kVec; ++e) {
+      float g = dyv[k][e] * w[k][e];
+      float xhat = kLayer ? (xv[k][e] - s.mean) * s.rstd : xv[k][e] * s.rstd;
+      out[e] = kLayer ? s.rstd * (g - b.meanG - xhat * b.meanGXhat)
+                      : s.rstd * (g - xhat * b.meanGXhat);
+      accW[k][e] += dyv[k][e] * xhat;
+      accB[k][e] += dyv[k][e];
+    }
+    int64_t v = ownedVector(k);
+    if (dx.data && v < vectors)
+      storeVector<kVec>(dx, (r * vectors + v) * kVec, out);
   }
-  if (begin < end)
-    loadRow(begin, xv, dyv);
-  int parity = 0;
-  for (int64_t r = begin; r < end; ++r, parity ^= 1) {
-    if (kPrefetch && r + 1 < end)
-      loadRow(r + 1, xn, dyn);
-    double sums[kSums] = {};
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        double value = xv[k][e];
-        double g = dyv[k][e] * w[k][e];
-        if constexpr (kLayer) {
-          sums[0] += value;
-          sums[1] += value * value;
-          sums[2] += g;
-          sums[3] += g * value;
-        } else {
-          sums[0] += value * value;
-          sums[1] += g * value;
-        }
-      }
-    }
-    rowSums(sums, shared, parity);
-    double n = static_cast<double>(hidden);
-    RowStatistics s;
-    float meanG = 0.0f, meanGXhat;
-    if constexpr (kLayer) {
-      s = layerStatistics(sums[0], sums[1], hidden, eps);
-      meanG = static_cast<float>(sums[2] / n);
-      meanGXhat = static_cast<float>(
-          static_cast<double>(s.rstd) *
-          (sums[3] - static_cast<double>(s.mean) * sums[2]) / n);
-    } else {
-      s = rmsStatistics(sums[0], hidden, eps);
-      meanGXhat = static_cast<float>(static_cast<double>(s.rstd) * sums[1] / n);
-    }
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      float out[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        float g = dyv[k][e] * w[k][e];
-        float xhat = kLayer ? (xv[k][e] - s.mean) * s.rstd : xv[k][e] * s.rstd;
-        out[e] = kLayer ? s.rstd * (g - meanG - xhat * meanGXhat)
-                        : s.rstd * (g - xhat * meanGXhat);
-        accW[k][e] += dyv[k][e] * xhat;
-        accB[k][e] += dyv[k][e];
-      }
-      int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (dx.data && v < vectors)
-        storeVector<kVec>(dx, (r * vectors + v) * kVec, out);
-    }
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int k = 0; k < kItems; ++k)
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          xv[k][e] = xn[k][e];
-          dyv[k][e] = dyn[k][e];
-        }
-    } else if (r + 1 < end) {
-      loadRow(r + 1, xv, dyv);
-    }
-  }
+}
+
+/// Writes this thread's column sums as row blockIdx.x of partialW (and of
+/// partialB, if not null).
+template <int kVec, int kItems>
+__device__ inline void writePartials(int64_t hidden, int64_t vectors,
+                                     const float (&accW)[kItems][kVec],
+                                     const float (&accB)[kItems][kVec],
+                                     float *partialW, float *partialB) {
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    int64_t v = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    int64_t v = ownedVector(k);
     if (v >= vectors)
       continue;
     int64_t at = blockIdx.x * hidden + v * kVec;
@@ -411,6 +481,294 @@ __global__ void __launch_bounds__(kMaxNormThreads)
         partialB[at + e] = accB[k][e];
     }
   }
+}
+
+/// The backward's share of rows for this block: [rows * b / blocks,
+/// rows * (b + 1) / blocks).
+__device__ inline void blockRows(int64_t rows, int64_t &begin, int64_t &end) {
+  int64_t blocks = gridDim.x;
+  begin = rows * blockIdx.x / blocks;
+  end = rows * (blockIdx.x + 1) / blocks;
+}
+
+//===----------------------------------------------------------------------===//
+// Rows in registers (any hidden size up to kMaxNormHidden, any alignment)
+//===----------------------------------------------------------------------===//
+
+/// The forward, a block per row, rows strided by the grid.
+template <int kVec, int kItems, bool kLayer>
+__global__ void __launch_bounds__(kMaxNormThreads)
+    normForwardKernel(int64_t rows, int64_t hidden, NormRows x,
+                      const float *weight, const float *bias, double eps,
+                      NormRowsOut y) {
+  constexpr int kSums = forwardSums<kLayer>();
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ RowStatistics statistics;
+  int64_t vectors = hidden / kVec;
+  // The parameters first: their loads overlap the first row's.
+  float w[kItems][kVec], b[kItems][kVec];
+  loadParameters<kVec, kItems>(weight, vectors, w);
+  loadParameters<kVec, kItems>(kLayer ? bias : nullptr, vectors, b);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float xv[kItems][kVec];
+    loadRow<kVec, kItems>(x, r, vectors, xv);
+    double sums[forwardSums<kLayer>()];
+    forwardRowSums<kVec, kItems, kLayer>(xv, sums);
+    RowStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return forwardStatistics<kLayer>(totals, hidden, eps);
+        });
+    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
+                                            bias != nullptr, s, y);
+  }
+}
+
+/// dx from dy, x and weight, the statistics recomputed from x; block b
+/// takes its share of the rows (blockRows) and writes row b of partialW
+/// (and of partialB, for layer norm's bias, if not null): its rows' sums of
+/// dy * xhat (and of dy), each column added in row order.
+template <int kVec, int kItems, bool kLayer>
+__global__ void __launch_bounds__(kMaxNormThreads)
+    normBackwardKernel(int64_t rows, int64_t hidden, NormRows x, NormRows dy,
+                       const float *weight, double eps, NormRowsOut dx,
+                       float *partialW, float *partialB) {
+  constexpr int kSums = backwardSums<kLayer>();
+  // Two rows' loads in flight while a row reduces, when registers allow.
+  constexpr bool kPrefetch = kVec * kItems <= 8;
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ BackwardStatistics statistics;
+  int64_t vectors = hidden / kVec;
+  int64_t begin, end;
+  blockRows(rows, begin, end);
+
+  float w[kItems][kVec], accW[kItems][kVec] = {}, accB[kItems][kVec] = {};
+  float xv[kItems][kVec], dyv[kItems][kVec];
+  float xn[kItems][kVec], dyn[kItems][kVec];
+  loadParameters<kVec, kItems>(weight, vectors, w);
+  if (begin < end) {
+    loadRow<kVec, kItems>(x, begin, vectors, xv);
+    loadRow<kVec, kItems>(dy, begin, vectors, dyv);
+  }
+  for (int64_t r = begin; r < end; ++r) {
+    if (kPrefetch && r + 1 < end) {
+      loadRow<kVec, kItems>(x, r + 1, vectors, xn);
+      loadRow<kVec, kItems>(dy, r + 1, vectors, dyn);
+    }
+    double sums[kSums];
+    backwardRowSums<kVec, kItems, kLayer>(xv, dyv, w, sums);
+    BackwardStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return backwardStatistics<kLayer>(totals, hidden, eps);
+        });
+    backwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, dyv, w, s, accW,
+                                             accB, dx);
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          xv[k][e] = xn[k][e];
+          dyv[k][e] = dyn[k][e];
+        }
+    } else if (r + 1 < end) {
+      loadRow<kVec, kItems>(x, r + 1, vectors, xv);
+      loadRow<kVec, kItems>(dy, r + 1, vectors, dyv);
+    }
+  }
+  writePartials<kVec, kItems>(hidden, vectors, accW, accB, partialW,
+                              partialB);
+}
+
+//===----------------------------------------------------------------------===//
+// Rows staged in shared memory (rows of 16-byte aligned vectors of 4 whose
+// kNormStages copies fit in kMaxStagedBytes): each thread copies its own
+// vectors of the next rows with cp.async while the block works on the
+// current one, so that rows - not registers - bound the bytes in flight,
+// and each block keeps its parameters for all its rows.
+//===----------------------------------------------------------------------===//
+
+/// Rows in shared memory per block: the one being worked on and the next
+/// kNormStages - 1 in flight.
+constexpr int kNormStages = 3;
+/// Threads of a staged block, at most: 8 or 16 elements a thread, so hidden
+/// sizes up to 4096.
+constexpr int kStagedThreads = 256;
+constexpr int64_t kMaxStagedHidden = 16 * kStagedThreads;
+/// Blocks per processor the staged kernels' registers must allow: with
+/// two vectors a thread (hidden <= 2048) the forward keeps 4 blocks of 256
+/// threads, the backward 3; with four, both 2.
+template <int kItems> constexpr int stagedForwardBlocks() {
+  return kItems == 2 ? 4 : 2;
+}
+template <int kItems> constexpr int stagedBackwardBlocks() {
+  return kItems == 2 ? 3 : 2;
+}
+/// Dynamic shared memory of a staged block, at most (opted into past the
+/// default 48 KiB: allowStagedBytes): kNormStages rows of 4096 fp32
+/// elements, or of a backward's x and dy of 2048 fp32 elements each.
+constexpr int64_t kMaxStagedBytes = 96 * 1024;
+
+/// Starts copying `kBytes` (8 or 16) from global to shared memory; the
+/// copy lands at the waitStaged that covers its commitStaged group.
+template <int kBytes>
+__device__ inline void copyAsync(void *to, const void *from) {
+  auto address = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address),
+                 "l"(from)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(address),
+                 "l"(from)
+                 : "memory");
+}
+
+/// Closes the group of copies started since the last one.
+__device__ inline void commitStaged() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/// Waits until at most kPending of this thread's groups are in flight.
+template <int kPending> __device__ inline void waitStaged() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+/// Starts copying this thread's vectors of row r of `rows` to `to` (at the
+/// same offsets: each thread later reads only what it copied itself, so no
+/// barrier is needed between the copy and the reads).
+template <int kItems>
+__device__ inline void stageRow(NormRows rows, int64_t r, int64_t vectors,
+                                unsigned char *to) {
+  int bytes = rows.bf16 ? 8 : 16;
+  const auto *from =
+      static_cast<const unsigned char *>(rows.data) + r * vectors * bytes;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    int64_t v = ownedVector(k);
+    if (v >= vectors)
+      continue;
+    if (rows.bf16)
+      copyAsync<8>(to + v * 8, from + v * 8);
+    else
+      copyAsync<16>(to + v * 16, from + v * 16);
+  }
+}
+
+/// This thread's vectors of a staged row.
+template <int kItems>
+__device__ inline void loadStaged(const unsigned char *row, bool bf16,
+                                  int64_t vectors, float (&out)[kItems][4]) {
+  loadRow<4, kItems>(NormRows{row, bf16}, 0, vectors, out);
+}
+
+/// Bytes of a staged row of `hidden` elements, rounded up to 16.
+int64_t stagedBytes(int64_t hidden, bool bf16) {
+  return (hidden * (bf16 ? 2 : 4) + 15) / 16 * 16;
+}
+
+/// The forward over the block's rows (blockRows), kNormStages of
+/// `rowBytes` (stagedBytes) in dynamic shared memory.
+template <int kItems, bool kLayer>
+__global__ void
+__launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
+    normForwardStagedKernel(int64_t rows, int64_t hidden, NormRows x,
+                            const float *weight, const float *bias,
+                            double eps, NormRowsOut y, int64_t rowBytes) {
+  constexpr int kVec = 4;
+  constexpr int kSums = forwardSums<kLayer>();
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ RowStatistics statistics;
+  extern __shared__ __align__(16) unsigned char staged[];
+  int64_t vectors = hidden / kVec;
+  int64_t begin, end;
+  blockRows(rows, begin, end);
+#pragma unroll
+  for (int s = 0; s < kNormStages - 1; ++s) {
+    if (begin + s < end)
+      stageRow<kItems>(x, begin + s, vectors, staged + s * rowBytes);
+    commitStaged();
+  }
+  float w[kItems][kVec], b[kItems][kVec];
+  loadParameters<kVec, kItems>(weight, vectors, w);
+  loadParameters<kVec, kItems>(kLayer ? bias : nullptr, vectors, b);
+  int slot = 0;
+  for (int64_t r = begin; r < end; ++r) {
+    int ahead = slot == 0 ? kNormStages - 1 : slot - 1;
+    if (r + kNormStages - 1 < end)
+      stageRow<kItems>(x, r + kNormStages - 1, vectors,
+                       staged + ahead * rowBytes);
+    commitStaged();
+    waitStaged<kNormStages - 1>();
+    float xv[kItems][kVec];
+    loadStaged<kItems>(staged + slot * rowBytes, x.bf16, vectors, xv);
+    double sums[forwardSums<kLayer>()];
+    forwardRowSums<kVec, kItems, kLayer>(xv, sums);
+    RowStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return forwardStatistics<kLayer>(totals, hidden, eps);
+        });
+    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
+                                            bias != nullptr, s, y);
+    slot = slot + 1 == kNormStages ? 0 : slot + 1;
+  }
+}
+
+/// normBackwardKernel with x's and dy's rows staged: a stage holds x's row
+/// (xBytes, stagedBytes) and then dy's, `stageBytes` in all.
+template <int kItems, bool kLayer>
+__global__ void
+__launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
+    normBackwardStagedKernel(int64_t rows, int64_t hidden, NormRows x,
+                             NormRows dy, const float *weight, double eps,
+                             NormRowsOut dx, float *partialW, float *partialB,
+                             int64_t xBytes, int64_t stageBytes) {
+  constexpr int kVec = 4;
+  constexpr int kSums = backwardSums<kLayer>();
+  __shared__ double shared[kMaxNormWarps * kSums];
+  __shared__ BackwardStatistics statistics;
+  extern __shared__ __align__(16) unsigned char staged[];
+  int64_t vectors = hidden / kVec;
+  int64_t begin, end;
+  blockRows(rows, begin, end);
+  auto stage = [&](int64_t r, int slot) {
+    unsigned char *to = staged + slot * stageBytes;
+    stageRow<kItems>(x, r, vectors, to);
+    stageRow<kItems>(dy, r, vectors, to + xBytes);
+  };
+#pragma unroll
+  for (int s = 0; s < kNormStages - 1; ++s) {
+    if (begin + s < end)
+      stage(begin + s, s);
+    commitStaged();
+  }
+  float w[kItems][kVec], accW[kItems][kVec] = {}, accB[kItems][kVec] = {};
+  loadParameters<kVec, kItems>(weight, vectors, w);
+  int slot = 0;
+  for (int64_t r = begin; r < end; ++r) {
+    int ahead = slot == 0 ? kNormStages - 1 : slot - 1;
+    if (r + kNormStages - 1 < end)
+      stage(r + kNormStages - 1, ahead);
+    commitStaged();
+    waitStaged<kNormStages - 1>();
+    const unsigned char *row = staged + slot * stageBytes;
+    float xv[kItems][kVec], dyv[kItems][kVec];
+    loadStaged<kItems>(row, x.bf16, vectors, xv);
+    loadStaged<kItems>(row + xBytes, dy.bf16, vectors, dyv);
+    double sums[kSums];
+    backwardRowSums<kVec, kItems, kLayer>(xv, dyv, w, sums);
+    BackwardStatistics s = blockStatistics(
+        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
+          return backwardStatistics<kLayer>(totals, hidden, eps);
+        });
+    // Read again rather than kept across the reduction: fewer registers.
+    loadStaged<kItems>(row, x.bf16, vectors, xv);
+    loadStaged<kItems>(row + xBytes, dy.bf16, vectors, dyv);
+    backwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, dyv, w, s, accW,
+                                             accB, dx);
+    slot = slot + 1 == kNormStages ? 0 : slot + 1;
+  }
+  writePartials<kVec, kItems>(hidden, vectors, accW, accB, partialW,
+                              partialB);
 }
 
 /// Column sums of the backward's partials: out[j] = float(sum over blocks,
@@ -458,27 +816,62 @@ NormShape normShape(int64_t hidden, bool aligned) {
   return {vec, 32 / vec, kMaxNormThreads}; // checked by the executor
 }
 
+/// The staged kernels' shape (hidden <= kMaxStagedHidden): vectors of 4,
+/// 8 elements a thread (two vectors: fewer threads, so a cheaper block
+/// reduction per row and more blocks per processor), 16 where
+/// kStagedThreads needs it.
+NormShape stagedShape(int64_t hidden) {
+  int elements = hidden <= 8 * kStagedThreads ? 8 : 16;
+  int64_t threads = (hidden + elements - 1) / elements;
+  threads = (threads + detail::kWarp - 1) / detail::kWarp * detail::kWarp;
+  return {4, elements / 4,
+          static_cast<int>(std::max<int64_t>(threads, detail::kWarp))};
+}
+
+/// Whether a norm's rows go through the staged kernels: vectors of 4
+/// 16-byte aligned, kNormStages rows of `stageBytes` in kMaxStagedBytes.
+bool usesStagedKernels(int64_t hidden, bool aligned, int64_t stageBytes) {
+  return aligned && hidden % 4 == 0 && hidden <= kMaxStagedHidden &&
+         kNormStages * stageBytes <= kMaxStagedBytes;
+}
+
 /// Blocks of `kernel` the current device runs at once with `threads`
-/// threads each (one wave: a backward's blocks take equal shares of the
-/// rows), asked once per thread, kernel, size and device; 1 << 30 if the
-/// device cannot say.
-template <typename Kernel> int64_t residentBlocks(Kernel kernel, int threads) {
+/// threads and `sharedBytes` of dynamic shared memory each (one wave: a
+/// backward's blocks take equal shares of the rows), asked once per thread,
+/// kernel, size and device; 1 << 30 if the device cannot say.
+template <typename Kernel>
+int64_t residentBlocks(Kernel kernel, int threads, size_t sharedBytes = 0) {
   int device = 0, processors = 0, perProcessor = 0;
   if (cudaGetDevice(&device) != cudaSuccess)
     return int64_t(1) << 30;
-  using Key = std::tuple<const void *, int, int>;
+  using Key = std::tuple<const void *, int, size_t, int>;
   thread_local std::map<Key, int64_t> known;
-  Key key{reinterpret_cast<const void *>(kernel), threads, device};
+  Key key{reinterpret_cast<const void *>(kernel), threads, sharedBytes,
+          device};
   if (auto found = known.find(key); found != known.end())
     return found->second;
   if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
                              device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perProcessor, kernel,
-                                                    threads, 0) != cudaSuccess)
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &perProcessor, kernel, threads, sharedBytes) != cudaSuccess)
     return int64_t(1) << 30;
   int64_t blocks = std::max<int64_t>(1, int64_t(processors) * perProcessor);
   known.emplace(key, blocks);
   return blocks;
+}
+
+/// Lets `kernel` take up to kMaxStagedBytes of dynamic shared memory on the
+/// current device (once per thread, kernel and device; a failure shows at
+/// the launch).
+template <typename Kernel> void allowStagedBytes(Kernel kernel) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return;
+  thread_local std::set<std::pair<const void *, int>> allowed;
+  if (allowed.emplace(reinterpret_cast<const void *>(kernel), device).second)
+    (void)cudaFuncSetAttribute(kernel,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kMaxStagedBytes));
 }
 
 bool aligned16(const void *p) {
@@ -513,6 +906,13 @@ template <typename Body> void withNormShape(NormShape shape, Body &&body) {
   }
 }
 
+/// Calls body(Int<items>) for a staged shape's instantiation.
+template <typename Body> void withStagedShape(NormShape shape, Body &&body) {
+  if (shape.items == 2)
+    return body(Int<2>());
+  return body(Int<4>());
+}
+
 template <bool kLayer>
 void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
                  const float *weight, const float *bias, double eps,
@@ -521,6 +921,20 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
     return;
   bool aligned = aligned16(x.data) && aligned16(weight) &&
                  (!bias || aligned16(bias)) && aligned16(y.data);
+  int64_t rowBytes = stagedBytes(hidden, x.bf16);
+  if (usesStagedKernels(hidden, aligned, rowBytes)) {
+    NormShape shape = stagedShape(hidden);
+    auto sharedBytes = static_cast<size_t>(kNormStages * rowBytes);
+    withStagedShape(shape, [&](auto items) {
+      auto kernel = normForwardStagedKernel<decltype(items)::value, kLayer>;
+      allowStagedBytes(kernel);
+      int64_t blocks = std::min(
+          rows, residentBlocks(kernel, shape.threads, sharedBytes));
+      kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
+               stream>>>(rows, hidden, x, weight, bias, eps, y, rowBytes);
+    });
+    return;
+  }
   NormShape shape = normShape(hidden, aligned);
   auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(1) << 30));
   withNormShape(shape, [&](auto vec, auto items) {
@@ -551,15 +965,31 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
   bool aligned = aligned16(x.data) && aligned16(dy.data) &&
                  aligned16(weight) && (!dx.data || aligned16(dx.data)) &&
                  aligned16(partialW) && (!partialB || aligned16(partialB));
-  NormShape shape = normShape(hidden, aligned);
-  withNormShape(shape, [&](auto vec, auto items) {
-    auto kernel =
-        normBackwardKernel<decltype(vec)::value, decltype(items)::value,
-                           kLayer>;
-    blocks = std::min(most, residentBlocks(kernel, shape.threads));
-    kernel<<<static_cast<unsigned>(blocks), shape.threads, 0, stream>>>(
-        rows, hidden, x, dy, weight, eps, dx, partialW, partialB);
-  });
+  int64_t xBytes = stagedBytes(hidden, x.bf16);
+  int64_t stageBytes = xBytes + stagedBytes(hidden, dy.bf16);
+  if (usesStagedKernels(hidden, aligned, stageBytes)) {
+    NormShape shape = stagedShape(hidden);
+    auto sharedBytes = static_cast<size_t>(kNormStages * stageBytes);
+    withStagedShape(shape, [&](auto items) {
+      auto kernel = normBackwardStagedKernel<decltype(items)::value, kLayer>;
+      allowStagedBytes(kernel);
+      blocks = std::min(most,
+                        residentBlocks(kernel, shape.threads, sharedBytes));
+      kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
+               stream>>>(rows, hidden, x, dy, weight, eps, dx, partialW,
+                         partialB, xBytes, stageBytes);
+    });
+  } else {
+    NormShape shape = normShape(hidden, aligned);
+    withNormShape(shape, [&](auto vec, auto items) {
+      auto kernel =
+          normBackwardKernel<decltype(vec)::value, decltype(items)::value,
+                             kLayer>;
+      blocks = std::min(most, residentBlocks(kernel, shape.threads));
+      kernel<<<static_cast<unsigned>(blocks), shape.threads, 0, stream>>>(
+          rows, hidden, x, dy, weight, eps, dx, partialW, partialB);
+    });
+  }
   dim3 grid(static_cast<unsigned>((hidden + detail::kWarp - 1) / detail::kWarp),
             dbias ? 2 : 1);
   normPartialTotalsKernel<<<grid, dim3(detail::kWarp, detail::kWarp), 0,

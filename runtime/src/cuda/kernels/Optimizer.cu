@@ -14,31 +14,87 @@ constexpr int64_t kMaxPartials = 1024;
 constexpr int64_t kElementsPerThread = 16;
 constexpr int kAdamWThreads = 512;
 
-// One block per chunk; its threads stride through the chunk (coalesced).
-__global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
-                                  float *grad, float *expAvg, float *expAvgSq,
-                                  __nv_bfloat16 *bf16, AdamWScalars s) {
-  AdamWChunk chunk = chunks[blockIdx.x];
-  float decay = chunk.weightDecay ? s.decay : 1.0f;
-  for (int32_t j = threadIdx.x; j < chunk.count; j += blockDim.x) {
-    int64_t i = chunk.begin + j, k = chunk.stateBegin + j;
-    float g = grad[k];
+/// AdamW on one element (with the gradient's scaling and clipping):
+/// host::adamwStep's order of operations.
+struct AdamWElement {
+  float p, g, m, v;
+  __device__ void step(const AdamWScalars &s, float decay) {
     if (s.applyScale)
       g = g * s.gradScale;
     if (s.applyClip)
       g = g * s.clipCoefficient;
-    if (s.applyScale || s.applyClip)
-      grad[k] = g;
-    float p = param[i] * decay;
-    float m = s.beta1 * expAvg[k] + s.oneMinusBeta1 * g;
-    float v = s.beta2 * expAvgSq[k] + s.oneMinusBeta2 * g * g;
-    expAvg[k] = m;
-    expAvgSq[k] = v;
+    p = p * decay;
+    m = s.beta1 * m + s.oneMinusBeta1 * g;
+    v = s.beta2 * v + s.oneMinusBeta2 * g * g;
     p = p - s.stepSize * (m / (sqrtf(v) / s.bias2Sqrt + s.eps));
-    param[i] = p;
-    if (chunk.bf16Begin >= 0)
-      bf16[chunk.bf16Begin + j] = __float2bfloat16_rn(p);
   }
+};
+
+// One block per chunk; its threads stride through the chunk (coalesced),
+// four elements at a time (16-byte accesses, 8 for the bf16 copy) where the
+// arrays (`vectorBases`) and the chunk's offsets allow.
+__global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
+                                  float *grad, float *expAvg, float *expAvgSq,
+                                  __nv_bfloat16 *bf16, AdamWScalars s,
+                                  bool vectorBases) {
+  AdamWChunk chunk = chunks[blockIdx.x];
+  float decay = chunk.weightDecay ? s.decay : 1.0f;
+  bool writeGrad = s.applyScale || s.applyClip;
+  bool hasCopy = chunk.bf16Begin >= 0;
+  int32_t quads = vectorBases && chunk.begin % 4 == 0 &&
+                          chunk.stateBegin % 4 == 0 &&
+                          (!hasCopy || chunk.bf16Begin % 4 == 0)
+                      ? chunk.count / 4
+                      : 0;
+  for (int32_t q = threadIdx.x; q < quads; q += blockDim.x) {
+    int64_t i = chunk.begin + 4 * int64_t(q), k = chunk.stateBegin + 4 * int64_t(q);
+    float4 p4 = *reinterpret_cast<const float4 *>(param + i);
+    float4 g4 = *reinterpret_cast<const float4 *>(grad + k);
+    float4 m4 = *reinterpret_cast<const float4 *>(expAvg + k);
+    float4 v4 = *reinterpret_cast<const float4 *>(expAvgSq + k);
+    AdamWElement e[4] = {{p4.x, g4.x, m4.x, v4.x},
+                         {p4.y, g4.y, m4.y, v4.y},
+                         {p4.z, g4.z, m4.z, v4.z},
+                         {p4.w, g4.w, m4.w, v4.w}};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      e[j].step(s, decay);
+    if (writeGrad)
+      *reinterpret_cast<float4 *>(grad + k) =
+          make_float4(e[0].g, e[1].g, e[2].g, e[3].g);
+    *reinterpret_cast<float4 *>(expAvg + k) =
+        make_float4(e[0].m, e[1].m, e[2].m, e[3].m);
+    *reinterpret_cast<float4 *>(expAvgSq + k) =
+        make_float4(e[0].v, e[1].v, e[2].v, e[3].v);
+    *reinterpret_cast<float4 *>(param + i) =
+        make_float4(e[0].p, e[1].p, e[2].p, e[3].p);
+    if (hasCopy) {
+      __nv_bfloat162 lo = __floats2bfloat162_rn(e[0].p, e[1].p);
+      __nv_bfloat162 hi = __floats2bfloat162_rn(e[2].p, e[3].p);
+      uint2 raw;
+      raw.x = *reinterpret_cast<unsigned *>(&lo);
+      raw.y = *reinterpret_cast<unsigned *>(&hi);
+      *reinterpret_cast<uint2 *>(bf16 + chunk.bf16Begin + 4 * int64_t(q)) =
+          raw;
+    }
+  }
+  for (int32_t j = 4 * quads + threadIdx.x; j < chunk.count;
+       j += blockDim.x) {
+    int64_t i = chunk.begin + j, k = chunk.stateBegin + j;
+    AdamWElement e{param[i], grad[k], expAvg[k], expAvgSq[k]};
+    e.step(s, decay);
+    if (writeGrad)
+      grad[k] = e.g;
+    expAvg[k] = e.m;
+    expAvgSq[k] = e.v;
+    param[i] = e.p;
+    if (hasCopy)
+      bf16[chunk.bf16Begin + j] = __float2bfloat16_rn(e.p);
+  }
+}
+
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 int64_t partialsFor(int64_t n) {
@@ -52,10 +108,26 @@ __global__ void sumOfSquaresPartialKernel(int64_t n, const float *x,
                                           float scale, double *partial) {
   __shared__ double shared[kReduceThreads / detail::kWarp];
   double sum = 0;
-  MTRT_GRID_STRIDE(i, n) {
-    float value = x[i] * scale;
+  auto add = [&](float element) {
+    float value = element * scale;
     sum += static_cast<double>(value) * value;
+  };
+  // Groups of four (16-byte loads, two in flight) where x is aligned, then
+  // the rest one at a time.
+  int64_t quads = reinterpret_cast<uintptr_t>(x) % 16 == 0 ? n / 4 : 0;
+  const auto *x4 = reinterpret_cast<const float4 *>(x);
+  int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; q + stride < quads; q += 2 * stride) {
+    float4 a = x4[q], b = x4[q + stride];
+    add(a.x), add(a.y), add(a.z), add(a.w);
+    add(b.x), add(b.y), add(b.z), add(b.w);
   }
+  if (q < quads) {
+    float4 a = x4[q];
+    add(a.x), add(a.y), add(a.z), add(a.w);
+  }
+  MTRT_GRID_STRIDE(t, n - 4 * quads) add(x[4 * quads + t]);
   sum = detail::blockSum(sum, shared);
   if (threadIdx.x == 0)
     partial[blockIdx.x] = sum;
@@ -82,7 +154,11 @@ void adamwStepChunks(cudaStream_t stream, int64_t chunkCount,
   if (chunkCount > 0)
     adamwChunksKernel<<<static_cast<unsigned>(chunkCount), kAdamWThreads, 0,
                         stream>>>(chunks, param, grad, expAvg, expAvgSq, bf16,
-                                  scalars);
+                                  scalars,
+                                  aligned16(param) && aligned16(grad) &&
+                                      aligned16(expAvg) &&
+                                      aligned16(expAvgSq) &&
+                                      (!bf16 || aligned16(bf16)));
 }
 
 size_t sumOfSquaresScratchBytes(int64_t n) {

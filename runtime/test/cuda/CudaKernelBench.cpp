@@ -1,0 +1,193 @@
+// Timings of the memory-bound kernels outside attention and the GEMMs at
+// the benchmark models' shapes (bench/NOTES.md): layer_norm and its
+// gradient, gelu and its gradient, and the optimizer's sum of squares and
+// multi-tensor AdamW over gpt-1.3b's parameter count. Each prints its time
+// and its effective bandwidth (the bytes it must read and write over the
+// time). Disabled: they measure, they check nothing; run them with
+//   mtrt-cuda-tests --gtest_also_run_disabled_tests
+//     --gtest_filter='CudaKernelBench.*'
+#include "CudaTestSupport.h"
+
+#include "cuda/CudaCheck.h"
+#include "cuda/kernels/Kernels.h"
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+class CudaKernelBench : public CudaTest {
+protected:
+  /// A device buffer of `bytes` filled with the byte 0x3c (fp32 and bf16
+  /// elements of about 0.0115: finite, no special cases).
+  cuda::DeviceBuffer buffer(size_t bytes) {
+    cuda::DeviceBuffer b(std::max<size_t>(bytes, 16), "a benchmark buffer");
+    MTRT_CUDA_CHECK(cudaMemset(b.data(), 0x3c, b.size()), "filling");
+    return b;
+  }
+
+  /// Median of the times of `repeats` launches of `body` after 3 warm-up
+  /// ones, printed with `bytes / time`.
+  void time(const std::string &what, double bytes,
+            const std::function<void()> &body, int repeats = 21) {
+    cudaStream_t stream = context->stream();
+    for (int i = 0; i < 3; ++i)
+      body();
+    std::vector<cudaEvent_t> events(repeats + 1);
+    for (cudaEvent_t &e : events)
+      MTRT_CUDA_CHECK(cudaEventCreate(&e), "creating events");
+    for (int i = 0; i < repeats; ++i) {
+      MTRT_CUDA_CHECK(cudaEventRecord(events[i], stream), "recording");
+      body();
+    }
+    MTRT_CUDA_CHECK(cudaEventRecord(events[repeats], stream), "recording");
+    MTRT_CUDA_CHECK(cudaGetLastError(), what);
+    context->synchronize(what);
+    std::vector<float> ms(repeats);
+    for (int i = 0; i < repeats; ++i)
+      MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[i], events[i + 1]),
+                      "timing");
+    for (cudaEvent_t &e : events)
+      cudaEventDestroy(e);
+    std::sort(ms.begin(), ms.end());
+    double median = ms[repeats / 2];
+    std::printf("bench: %-58s %8.4f ms %7.0f GB/s\n", what.c_str(), median,
+                bytes / (median * 1e-3) / 1e9);
+    std::fflush(stdout);
+  }
+};
+
+struct NormShape {
+  const char *model;
+  int64_t rows, hidden;
+};
+
+constexpr NormShape kNormShapes[] = {
+    {"gpt-1.3b", 8 * 2048, 2048},
+    {"gpt2-350m", 32 * 1024, 1024},
+    {"gpt2-124m", 32 * 1024, 768},
+};
+
+std::string label(const char *op, const NormShape &s, const char *types) {
+  return std::string(op) + " " + s.model + " [" + std::to_string(s.rows) +
+         " x " + std::to_string(s.hidden) + "] " + types;
+}
+
+TEST_F(CudaKernelBench, DISABLED_LayerNorm) {
+  for (const NormShape &s : kNormShapes) {
+    size_t n = static_cast<size_t>(s.rows * s.hidden);
+    cuda::DeviceBuffer x = buffer(4 * n), y = buffer(4 * n), dy = buffer(4 * n),
+                       dx = buffer(4 * n), w = buffer(4 * s.hidden),
+                       b = buffer(4 * s.hidden), dw = buffer(4 * s.hidden),
+                       db = buffer(4 * s.hidden),
+                       scratch =
+                           buffer(2 * cuda::normBackwardScratchBytes(s.rows,
+                                                                     s.hidden));
+    cudaStream_t stream = context->stream();
+    // The models' residual stream is fp32, the norms' y and dy bf16.
+    time(label("layer_norm", s, "x f32 -> y bf16"), 6.0 * n, [&] {
+      cuda::layerNormForward(stream, s.rows, s.hidden,
+                             {x.data(), false}, w.as<float>(), b.as<float>(),
+                             1e-5, {y.data(), true});
+    });
+    time(label("layer_norm", s, "x bf16 -> y bf16"), 4.0 * n, [&] {
+      cuda::layerNormForward(stream, s.rows, s.hidden,
+                             {x.data(), true}, w.as<float>(), b.as<float>(),
+                             1e-5, {y.data(), true});
+    });
+    time(label("layer_norm_grad", s, "x f32, dy bf16 -> dx f32"), 10.0 * n,
+         [&] {
+           cuda::layerNormBackward(stream, s.rows, s.hidden, {x.data(), false},
+                                   w.as<float>(), {dy.data(), true}, 1e-5,
+                                   {dx.data(), false}, dw.as<float>(),
+                                   db.as<float>(), scratch.data());
+         });
+    time(label("layer_norm_grad", s, "x bf16, dy bf16 -> dx bf16"), 6.0 * n,
+         [&] {
+           cuda::layerNormBackward(stream, s.rows, s.hidden, {x.data(), true},
+                                   w.as<float>(), {dy.data(), true}, 1e-5,
+                                   {dx.data(), true}, dw.as<float>(),
+                                   db.as<float>(), scratch.data());
+         });
+    time(label("layer_norm_grad", s, "x f32, dy f32 -> dx f32"), 12.0 * n,
+         [&] {
+           cuda::layerNormBackward(stream, s.rows, s.hidden, {x.data(), false},
+                                   w.as<float>(), {dy.data(), false}, 1e-5,
+                                   {dx.data(), false}, dw.as<float>(),
+                                   db.as<float>(), scratch.data());
+         });
+  }
+}
+
+TEST_F(CudaKernelBench, DISABLED_Gelu) {
+  // gpt-1.3b's MLP activations: 8 x 2048 tokens x 8192, bf16.
+  int64_t n = int64_t(8) * 2048 * 8192;
+  cuda::DeviceBuffer x = buffer(2 * n), dy = buffer(2 * n), y = buffer(2 * n);
+  cudaStream_t stream = context->stream();
+  const auto *xb = x.as<__nv_bfloat16>(), *dyb = dy.as<__nv_bfloat16>();
+  auto *yb = y.as<__nv_bfloat16>();
+  time("gelu gpt-1.3b [16384 x 8192] bf16 -> bf16", 4.0 * n, [&] {
+    cuda::geluForward(stream, n, xb, yb, host::GeluApproximation::Tanh);
+  });
+  time("gelu_grad gpt-1.3b [16384 x 8192] bf16, bf16 -> bf16", 6.0 * n, [&] {
+    cuda::geluBackward(stream, n, xb, dyb, yb, host::GeluApproximation::Tanh);
+  });
+}
+
+TEST_F(CudaKernelBench, DISABLED_Optimizer) {
+  // gpt-1.3b: 1,315,819,520 parameters, one flat array with a bf16 copy
+  // (the GEMMs' weights have one; the cost per element is the same).
+  int64_t n = 1315819520;
+  cuda::DeviceBuffer param = buffer(4 * n), grad = buffer(4 * n),
+                     m = buffer(4 * n), v = buffer(4 * n), bf16 = buffer(2 * n),
+                     norm = buffer(sizeof(double)),
+                     scratch = buffer(cuda::sumOfSquaresScratchBytes(n));
+  MTRT_CUDA_CHECK(cudaMemset(m.data(), 0, m.size()), "zeroing m");
+  MTRT_CUDA_CHECK(cudaMemset(v.data(), 0, v.size()), "zeroing v");
+  std::vector<cuda::AdamWChunk> chunks;
+  for (int64_t at = 0; at < n; at += cuda::kAdamWChunkElements) {
+    cuda::AdamWChunk c;
+    c.begin = c.stateBegin = c.bf16Begin = at;
+    c.count = static_cast<int32_t>(
+        std::min<int64_t>(cuda::kAdamWChunkElements, n - at));
+    c.weightDecay = 1;
+    chunks.push_back(c);
+  }
+  cuda::DeviceBuffer table(sizeof(cuda::AdamWChunk) * chunks.size(),
+                           "the chunk table");
+  MTRT_CUDA_CHECK(cudaMemcpy(table.data(), chunks.data(), table.size(),
+                             cudaMemcpyHostToDevice),
+                  "uploading the chunk table");
+  cudaStream_t stream = context->stream();
+  time("sum_of_squares gpt-1.3b [1315819520] f32", 4.0 * n, [&] {
+    cuda::sumOfSquares(stream, n, grad.as<float>(), 1.0f, norm.as<double>(),
+                       scratch.data());
+  });
+  cuda::AdamWScalars s;
+  s.decay = 0.99999f;
+  s.beta1 = 0.9f;
+  s.beta2 = 0.95f;
+  s.oneMinusBeta1 = 0.1f;
+  s.oneMinusBeta2 = 0.05f;
+  s.stepSize = 1e-4f;
+  s.bias2Sqrt = 0.5f;
+  s.eps = 1e-8f;
+  s.applyClip = true; // gpt-1.3b's gradient norms are above the clip (1.0)
+  s.clipCoefficient = 1.0f;
+  // Reads param, grad, m, v; writes param, grad (clipped), m, v, the bf16
+  // copy.
+  time("adamw gpt-1.3b [1315819520] f32 + bf16 copy, clipped", 34.0 * n,
+       [&] {
+         cuda::adamwStepChunks(stream, static_cast<int64_t>(chunks.size()),
+                               table.as<cuda::AdamWChunk>(), param.as<float>(),
+                               grad.as<float>(), m.as<float>(), v.as<float>(),
+                               bf16.as<__nv_bfloat16>(), s);
+       },
+       5);
+}
+
+} // namespace
