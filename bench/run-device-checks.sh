@@ -12,7 +12,8 @@
 #          machine may lack), bench/ (torch_gpt2.py, summarize.py) and
 #          corpus.txt; bench/make-device-dir.sh makes it
 #   OUT    where the logs go: summary.txt (the short version), tests.log,
-#          bench.log, profile.log
+#          bench.log, profile.log, and the timed runs' JSON lines
+#          (mtrt-MODEL.jsonl, torch.jsonl)
 #   CHECKS (environment) the parts to run, default
 #          "env tests tiny mtrt profile torch"
 #   MODELS (environment) default "gpt2-124m gpt2-350m gpt-1.3b"; the bundle
@@ -85,7 +86,9 @@ if want tiny; then
 fi
 
 # Runs megatron-train on MODEL's bundle for ITERS iterations, sampling the
-# device's memory in use; logs under /tmp/mtrt-MODEL.*.
+# device's memory in use; its log under /tmp/mtrt-MODEL.log, its
+# per-iteration JSON lines in OUT (kept when a timeout cuts the script
+# short, as PyTorch's torch.jsonl is).
 run_mtrt() {
   local model=$1 iters=$2 mb=${batch[$1]} variant=${3:-}
   local bundle=$dir/bundles/$model-bf16-mb$mb${variant:+-$variant}.mtb
@@ -97,7 +100,7 @@ run_mtrt() {
   timeout 150 "$dir/bin/megatron-train" "$bundle" --data-path "$corpus" \
     --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 5 --log-interval 1 \
     --eval-iters 0 --no-progress-bar --backend cuda \
-    --log-jsonl "/tmp/mtrt-$tag.jsonl" >"/tmp/mtrt-$tag.log" 2>&1
+    --log-jsonl "$out/mtrt-$tag.jsonl" >"/tmp/mtrt-$tag.log" 2>&1
   local status=$?
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
@@ -107,7 +110,7 @@ run_mtrt() {
 }
 
 : >"$out/bench.log"
-: >/tmp/torch.jsonl
+: >"$out/torch.jsonl"
 specs=()
 if want mtrt; then
   section "megatron-train --backend cuda, bf16 bundles"
@@ -118,7 +121,7 @@ if want mtrt; then
       tag=$model${variant:+-$variant}
       [ -f "$dir/bundles/$model-bf16-mb${batch[$model]}${variant:+-$variant}.mtb" ] || continue
       run_mtrt "$model" "$iters" "$variant"
-      specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16${variant:+ $variant}=/tmp/mtrt-$tag.jsonl:/tmp/mtrt-$tag.log:/tmp/peak-$tag.txt")
+      specs+=(--mtrt "$model,${batch[$model]},mtrt cuda bf16${variant:+ $variant}=$out/mtrt-$tag.jsonl:/tmp/mtrt-$tag.log:/tmp/peak-$tag.txt")
     done
   done
 fi
@@ -151,15 +154,15 @@ if want torch; then
       PYTHONUNBUFFERED=1 timeout 240 python3 "$dir/bench/torch_gpt2.py" \
         --model "$model" --micro-batch-size "${batch[$model]}" \
         --precision bf16 --tf32 1 --attention sdpa --compile "$compile" \
-        --steps "$steps" --warmup 5 >>/tmp/torch.jsonl 2>>"$out/bench.log"
+        --steps "$steps" --warmup 5 >>"$out/torch.jsonl" 2>>"$out/bench.log"
       echo "torch $model $variant: exit status $?" >>"$summary"
     done
   done
-  { echo "== torch"; cat /tmp/torch.jsonl; } >>"$out/bench.log"
+  { echo "== torch"; cat "$out/torch.jsonl"; } >>"$out/bench.log"
 fi
 
 section "throughput (tokens/s: median after 5 warm-up steps)"
-python3 "$dir/bench/summarize.py" "${specs[@]}" --torch /tmp/torch.jsonl \
+python3 "$dir/bench/summarize.py" "${specs[@]}" --torch "$out/torch.jsonl" \
   >>"$summary" 2>&1
 
 if [ "$tests" -ne 0 ]; then
