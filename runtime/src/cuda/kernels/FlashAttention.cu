@@ -503,6 +503,32 @@ __device__ inline void maskScores(const FlashGeometry &geo,
     }
 }
 
+/// keep's bits 2n, 2n + 1 for 8-key tile n of a 64-key tile (as
+/// dropoutBits) from this lane's paired draw n: `first` is the counter term
+/// of the lane's draw 0 of the tile, dropoutKey + ((drawRow + k0) / 4 +
+/// t / 2 + 1) golden; draw n adds 2n golden.
+__device__ inline void pairedKeepBits(const FlashGeometry &geo, uint64_t first,
+                                      int n, int t, uint32_t (&keep)[2]) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  uint64_t bits = random::mix64(first + 2ull * n * kGolden);
+  uint32_t lo = static_cast<uint32_t>(bits),
+           hi = static_cast<uint32_t>(bits >> 32);
+  // Keys 2t, 2t + 1 are lanes 2 (t & 1), +1 of this pair's draws: keep that
+  // half of the own draw, send the other half to the partner.
+  bool odd = t & 1;
+  uint32_t own = odd ? hi : lo;
+  uint32_t other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
+  uint32_t top = odd ? other : own, bottom = odd ? own : other;
+  keep[0] |= static_cast<uint32_t>((top & 0xFFFFu) >= geo.threshold16)
+                 << (2 * n) |
+             static_cast<uint32_t>((top >> 16) >= geo.threshold16)
+                 << (2 * n + 1);
+  keep[1] |= static_cast<uint32_t>((bottom & 0xFFFFu) >= geo.threshold16)
+                 << (2 * n) |
+             static_cast<uint32_t>((bottom >> 16) >= geo.threshold16)
+                 << (2 * n + 1);
+}
+
 /// The keep decisions of this lane's 32 probabilities of a 64-key tile at
 /// k0: bit 2n + c of keep[r] is key k0 + 8n + 2t + c of row r (g, g + 8).
 /// drawRow is probabilityRow of the row this lane draws for: rows[t & 1]
@@ -516,26 +542,9 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
     // This lane's draws: index (drawRow + k0) / 4 + t / 2 + 2n for tile n.
     uint64_t first =
         geo.dropoutKey + ((drawRow + k0) / 4 + t / 2 + 1) * kGolden;
-    bool odd = t & 1;
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-      uint64_t bits = random::mix64(first + 2ull * n * kGolden);
-      uint32_t lo = static_cast<uint32_t>(bits),
-               hi = static_cast<uint32_t>(bits >> 32);
-      // Keys 2t, 2t + 1 are lanes 2 (t & 1), +1 of this pair's draws: keep
-      // that half of the own draw, send the other half to the partner.
-      uint32_t own = odd ? hi : lo;
-      uint32_t other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
-      uint32_t top = odd ? other : own, bottom = odd ? own : other;
-      keep[0] |= static_cast<uint32_t>((top & 0xFFFFu) >= geo.threshold16)
-                     << (2 * n) |
-                 static_cast<uint32_t>((top >> 16) >= geo.threshold16)
-                     << (2 * n + 1);
-      keep[1] |= static_cast<uint32_t>((bottom & 0xFFFFu) >= geo.threshold16)
-                     << (2 * n) |
-                 static_cast<uint32_t>((bottom >> 16) >= geo.threshold16)
-                     << (2 * n + 1);
-    }
+    for (int n = 0; n < kTile / 8; ++n)
+      pairedKeepBits(geo, first, n, t, keep);
     return;
   }
 #pragma unroll
@@ -586,29 +595,6 @@ template <int D> constexpr size_t pairForwardShared() {
 /// lanes) or unpaired (dropoutBits).
 enum class Draws { None, Paired, Unpaired };
 
-/// keep's bits 2n, 2n + 1 for 8-key tile n of a 64-key tile (as
-/// dropoutBits) from this lane's paired draw n: `first` is the counter term
-/// of the lane's draw 0 of the tile, dropoutKey + ((drawRow + k0) / 4 +
-/// t / 2 + 1) golden; draw n adds 2n golden.
-__device__ inline void pairedKeepBits(const FlashGeometry &geo, uint64_t first,
-                                      int n, int t, uint32_t (&keep)[2]) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  uint64_t bits = random::mix64(first + 2ull * n * kGolden);
-  uint32_t lo = static_cast<uint32_t>(bits),
-           hi = static_cast<uint32_t>(bits >> 32);
-  bool odd = t & 1;
-  uint32_t own = odd ? hi : lo;
-  uint32_t other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
-  uint32_t top = odd ? other : own, bottom = odd ? own : other;
-  keep[0] |= static_cast<uint32_t>((top & 0xFFFFu) >= geo.threshold16)
-                 << (2 * n) |
-             static_cast<uint32_t>((top >> 16) >= geo.threshold16)
-                 << (2 * n + 1);
-  keep[1] |= static_cast<uint32_t>((bottom & 0xFFFFu) >= geo.threshold16)
-                 << (2 * n) |
-             static_cast<uint32_t>((bottom >> 16) >= geo.threshold16)
-                 << (2 * n + 1);
-}
 
 /// Stores the mask words of a 16-row m-tile's rows `rows` for the tile at
 /// k0 from this lane's keep bits (dropoutBits' layout), as the 16-row
