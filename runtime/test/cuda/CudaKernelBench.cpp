@@ -3,12 +3,15 @@
 // gradient, gelu and its gradient, and the optimizer's sum of squares and
 // multi-tensor AdamW over gpt-1.3b's parameter count. Each prints its time
 // and its effective bandwidth (the bytes it must read and write over the
-// time). Disabled: they measure, they check nothing; run them with
+// time). Also the cuBLASLt epilogue GEMMs of gpt2-124m's MLP against the
+// plain GEMM plus the kernels they replace, each printing its mean time and
+// TFLOP/s. Disabled: they measure, they check nothing; run them with
 //   mtrt-cuda-tests --gtest_also_run_disabled_tests
 //     --gtest_filter='CudaKernelBench.*'
 #include "CudaTestSupport.h"
 
 #include "cuda/CudaCheck.h"
+#include "cuda/Gemm.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <cstdio>
@@ -188,6 +191,131 @@ TEST_F(CudaKernelBench, DISABLED_Optimizer) {
                                bf16.as<__nv_bfloat16>(), s);
        },
        5);
+}
+
+/// The epilogue GEMMs of gpt2-124m's MLP at micro-batch 32 (rows 32768, hidden
+/// 768, ffn 3072) with bf16 operands, against the plain product followed by
+/// the kernels that do the epilogue's work, with an fp32 and a bf16 D.
+TEST_F(CudaKernelBench, DISABLED_EpilogueGemms) {
+  constexpr int64_t rows = 32768, hidden = 768, ffn = 3072;
+  using Kind = cuda::GemmEpilogue::Kind;
+  cudaStream_t stream = context->stream();
+  size_t big = sizeof(float) * rows * ffn;
+  cuda::DeviceBuffer x(2 * rows * ffn, "x"), w(2 * hidden * ffn, "w"),
+      c(big, "C"), aux(big, "aux"), bias(sizeof(float) * ffn, "bias"),
+      dbias(sizeof(float) * ffn, "bias gradient"),
+      grad(sizeof(float) * hidden * ffn, "weight gradient"),
+      scratch(cuda::columnSumScratchBytes(rows, ffn), "scratch");
+  for (const cuda::DeviceBuffer *buffer : {&x, &w, &c, &aux, &bias})
+    MTRT_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0, buffer->size(), stream),
+                    "zeroing");
+  cuda::Gemm gemm(stream, false, true);
+  cudaEvent_t start, stop;
+  MTRT_CUDA_CHECK(cudaEventCreate(&start), "events");
+  MTRT_CUDA_CHECK(cudaEventCreate(&stop), "events");
+  auto timeGemm = [&](const std::string &what, double flops, auto &&body) {
+    body(); // tunes
+    constexpr int kRuns = 20;
+    MTRT_CUDA_CHECK(cudaEventRecord(start, stream), what);
+    for (int i = 0; i < kRuns; ++i)
+      body();
+    MTRT_CUDA_CHECK(cudaEventRecord(stop, stream), what);
+    MTRT_CUDA_CHECK(cudaEventSynchronize(stop), what);
+    float ms = 0;
+    MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), what);
+    ms /= kRuns;
+    std::printf("[ gemm-bench ] %-58s %8.3f ms %7.1f TFLOP/s\n", what.c_str(),
+                ms, flops / (ms * 1e-3) / 1e12);
+  };
+  auto *xb = x.as<__nv_bfloat16>();
+  auto *wb = w.as<__nv_bfloat16>();
+  float *cf = c.as<float>(), *auxf = aux.as<float>();
+  const float *unusedA = cf, *unusedB = cf;
+  for (bool bf16D : {false, true}) {
+    cuda::Bf16Operands operands{xb, wb, bf16D};
+    std::string d = bf16D ? ", bf16 D" : ", fp32 D";
+    // Forward fc1: gelu(x W + b), the pre-activation kept.
+    double forward = 2.0 * rows * hidden * ffn;
+    cuda::GemmEpilogue gelu;
+    gelu.kind = Kind::GeluAux;
+    gelu.aux = auxf;
+    timeGemm("fc1 GELU_AUX_BIAS" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, false, cf,
+               bias.as<float>(), false, operands, gelu);
+    });
+    timeGemm("fc1 BIAS" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, false, cf,
+               bias.as<float>(), false, operands);
+    });
+    if (!bf16D)
+      timeGemm("fc1 BIAS + gelu kernel" + d, forward, [&] {
+        gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, false, auxf,
+                 bias.as<float>(), false, operands);
+        cuda::geluForward(stream, rows * ffn, auxf, cf,
+                          cuda::GeluApproximation::Tanh);
+      });
+    // fc1's input gradient through fc2: dh = (dy W2^T) * gelu'(pre), with
+    // the bias gradient.
+    cuda::GemmEpilogue dgelu;
+    dgelu.kind = Kind::GeluGrad;
+    dgelu.aux = auxf;
+    dgelu.biasGrad = dbias.as<float>();
+    dgelu.scratch = scratch.data();
+    timeGemm("fc2 dx DGELU_BGRAD" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, true, cf, nullptr,
+               false, operands, dgelu);
+    });
+    timeGemm("fc2 dx plain" + d, forward, [&] {
+      gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, true, cf, nullptr,
+               false, operands);
+    });
+    if (!bf16D)
+      timeGemm("fc2 dx plain + dgelu and bias-gradient kernels" + d, forward,
+               [&] {
+                 gemm.run(1, rows, ffn, hidden, unusedA, false, unusedB, true,
+                          cf, nullptr, false, operands);
+                 cuda::geluBackward(stream, rows * ffn, auxf, cf, cf,
+                                    cuda::GeluApproximation::Tanh);
+                 cuda::biasGrad(stream, rows, ffn, cf, dbias.as<float>(),
+                                scratch.data());
+               });
+  }
+  // fc1's weight gradient x^T dh [hidden, ffn] with the bias gradient
+  // (BGRADB), written and accumulated into an fp32 gradient; x [rows,
+  // hidden] and dh [rows, ffn] both from the buffer of rows * ffn.
+  cuda::Bf16Operands operands{xb, xb, false};
+  double weight = 2.0 * rows * hidden * ffn;
+  cuda::GemmEpilogue bgrad;
+  bgrad.kind = Kind::BiasGradB;
+  bgrad.biasGrad = dbias.as<float>();
+  bgrad.scratch = scratch.data();
+  timeGemm("fc1 dW BGRADB", weight, [&] {
+    gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+             grad.as<float>(), nullptr, false, operands, bgrad);
+  });
+  bgrad.tuningScratch = cf;
+  timeGemm("fc1 dW BGRADB accumulating", weight, [&] {
+    gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+             grad.as<float>(), nullptr, true, operands, bgrad);
+  });
+  cuda::GemmEpilogue plainAccumulate;
+  plainAccumulate.tuningScratch = cf;
+  timeGemm("fc1 dW plain accumulating", weight, [&] {
+    gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+             grad.as<float>(), nullptr, true, operands, plainAccumulate);
+  });
+  timeGemm("fc1 dW plain accumulating + bias-gradient kernel (fp32 dh)", weight,
+           [&] {
+             gemm.run(1, hidden, ffn, rows, unusedA, true, unusedB, false,
+                      grad.as<float>(), nullptr, true, operands,
+                      plainAccumulate);
+             cuda::biasGrad(stream, rows, ffn, cf, dbias.as<float>(),
+                            scratch.data());
+           });
+  for (const std::string &line : gemm.tuningChoices())
+    std::printf("[ gemm-bench ] tuned: %s\n", line.c_str());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
 }
 
 } // namespace
