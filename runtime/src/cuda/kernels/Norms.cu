@@ -347,6 +347,22 @@ forwardStatistics(const double (&sums)[forwardSums<kLayer>()], int64_t hidden,
                 : rmsStatistics(sums[kSums - 1], hidden, eps);
 }
 
+/// The statistics of the row whose elements this thread holds in xv: its
+/// sums reduced over the block (blockStatistics, through `shared`, which
+/// holds kMaxNormWarps * forwardSums<kLayer>() doubles, and `statistics`).
+template <int kVec, int kItems, bool kLayer>
+__device__ inline RowStatistics
+forwardRowStatistics(const float (&xv)[kItems][kVec], int64_t hidden,
+                     double eps, double *shared, RowStatistics *statistics) {
+  constexpr int kSums = forwardSums<kLayer>();
+  double sums[kSums];
+  forwardRowSums<kVec, kItems, kLayer>(xv, sums);
+  return blockStatistics(
+      sums, shared, statistics, [&](const double(&totals)[kSums]) {
+        return forwardStatistics<kLayer>(totals, hidden, eps);
+      });
+}
+
 /// Row r of y = (x - mean) * rstd * weight (+ bias) for layer norm
 /// (kLayer), else x * rstd * weight.
 template <int kVec, int kItems, bool kLayer>
@@ -433,6 +449,23 @@ backwardStatistics(const double (&sums)[backwardSums<kLayer>()],
   return b;
 }
 
+/// The backward's statistics of the row whose elements this thread holds
+/// in xv and dyv, reduced over the block as forwardRowStatistics does
+/// (`shared` holds kMaxNormWarps * backwardSums<kLayer>() doubles).
+template <int kVec, int kItems, bool kLayer>
+__device__ inline BackwardStatistics backwardRowStatistics(
+    const float (&xv)[kItems][kVec], const float (&dyv)[kItems][kVec],
+    const float (&w)[kItems][kVec], int64_t hidden, double eps, double *shared,
+    BackwardStatistics *statistics) {
+  constexpr int kSums = backwardSums<kLayer>();
+  double sums[kSums];
+  backwardRowSums<kVec, kItems, kLayer>(xv, dyv, w, sums);
+  return blockStatistics(
+      sums, shared, statistics, [&](const double(&totals)[kSums]) {
+        return backwardStatistics<kLayer>(totals, hidden, eps);
+      });
+}
+
 /// Row r of dx (if its data is not null), and its dweight and dbias terms
 /// added to this thread's column sums.
 template <int kVec, int kItems, bool kLayer>
@@ -512,12 +545,8 @@ __global__ void __launch_bounds__(kMaxNormThreads)
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float xv[kItems][kVec];
     loadRow<kVec, kItems>(x, r, vectors, xv);
-    double sums[forwardSums<kLayer>()];
-    forwardRowSums<kVec, kItems, kLayer>(xv, sums);
-    RowStatistics s = blockStatistics(
-        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
-          return forwardStatistics<kLayer>(totals, hidden, eps);
-        });
+    RowStatistics s = forwardRowStatistics<kVec, kItems, kLayer>(
+        xv, hidden, eps, shared, &statistics);
     forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
                                             bias != nullptr, s, y);
   }
@@ -554,12 +583,8 @@ __global__ void __launch_bounds__(kMaxNormThreads)
       loadRow<kVec, kItems>(x, r + 1, vectors, xn);
       loadRow<kVec, kItems>(dy, r + 1, vectors, dyn);
     }
-    double sums[kSums];
-    backwardRowSums<kVec, kItems, kLayer>(xv, dyv, w, sums);
-    BackwardStatistics s = blockStatistics(
-        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
-          return backwardStatistics<kLayer>(totals, hidden, eps);
-        });
+    BackwardStatistics s = backwardRowStatistics<kVec, kItems, kLayer>(
+        xv, dyv, w, hidden, eps, shared, &statistics);
     backwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, dyv, w, s, accW,
                                              accB, dx);
     if constexpr (kPrefetch) {
@@ -701,12 +726,8 @@ __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
     waitStaged<kNormStages - 1>();
     float xv[kItems][kVec];
     loadStaged<kItems>(staged + slot * rowBytes, x.bf16, vectors, xv);
-    double sums[forwardSums<kLayer>()];
-    forwardRowSums<kVec, kItems, kLayer>(xv, sums);
-    RowStatistics s = blockStatistics(
-        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
-          return forwardStatistics<kLayer>(totals, hidden, eps);
-        });
+    RowStatistics s = forwardRowStatistics<kVec, kItems, kLayer>(
+        xv, hidden, eps, shared, &statistics);
     forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
                                             bias != nullptr, s, y);
     slot = slot + 1 == kNormStages ? 0 : slot + 1;
@@ -754,12 +775,8 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
     float xv[kItems][kVec], dyv[kItems][kVec];
     loadStaged<kItems>(row, x.bf16, vectors, xv);
     loadStaged<kItems>(row + xBytes, dy.bf16, vectors, dyv);
-    double sums[kSums];
-    backwardRowSums<kVec, kItems, kLayer>(xv, dyv, w, sums);
-    BackwardStatistics s = blockStatistics(
-        sums, shared, &statistics, [&](const double(&totals)[kSums]) {
-          return backwardStatistics<kLayer>(totals, hidden, eps);
-        });
+    BackwardStatistics s = backwardRowStatistics<kVec, kItems, kLayer>(
+        xv, dyv, w, hidden, eps, shared, &statistics);
     // Read again rather than kept across the reduction: fewer registers.
     loadStaged<kItems>(row, x.bf16, vectors, xv);
     loadStaged<kItems>(row + xBytes, dy.bf16, vectors, dyv);
