@@ -315,7 +315,8 @@ public:
           double lr, double minLr, const std::string &decayStyle,
           int64_t warmupIters, int64_t decayIters, double warmupInit,
           double weightDecay, double beta1, double beta2, double eps,
-          double clipGrad) {
+          double clipGrad, double lossScale, double initialLossScale,
+          double minLossScale, int64_t lossScaleWindow, int64_t hysteresis) {
     Communicator *communicator =
         communicatorObject.is_none() ? nullptr
                                      : communicatorObject.cast<Communicator *>();
@@ -351,6 +352,11 @@ public:
     o.adam_beta2 = beta2;
     o.adam_eps = eps;
     o.clip_grad = clipGrad;
+    o.loss_scale = lossScale;
+    o.initial_loss_scale = initialLossScale;
+    o.min_loss_scale = minLossScale;
+    o.loss_scale_window = lossScaleWindow;
+    o.hysteresis = hysteresis;
     mtrt_session_t session = nullptr;
     callReleased([&] {
       return mtrt_session_create(bundle.handle.get(), &o, &session);
@@ -588,7 +594,7 @@ PYBIND11_MODULE(mtrt, m) {
       .def(py::init<const Bundle &, const std::string &, int, py::object,
                     int, bool, uint64_t, double, double, const std::string &,
                     int64_t, int64_t, double, double, double, double, double,
-                    double>(),
+                    double, double, double, double, int64_t, int64_t>(),
            py::arg("bundle"), py::kw_only(), py::arg("backend") = "host",
            py::arg("device") = 0, py::arg("communicator") = py::none(),
            py::arg("threads") = 0, py::arg("tf32") = false,
@@ -597,7 +603,11 @@ PYBIND11_MODULE(mtrt, m) {
            py::arg("lr_warmup_iters") = 0, py::arg("lr_decay_iters") = 0,
            py::arg("lr_warmup_init") = 0.0, py::arg("weight_decay") = 0.01,
            py::arg("adam_beta1") = 0.9, py::arg("adam_beta2") = 0.95,
-           py::arg("adam_eps") = 1e-8, py::arg("clip_grad") = 1.0)
+           py::arg("adam_eps") = 1e-8, py::arg("clip_grad") = 1.0,
+           py::arg("loss_scale") = 0.0,
+           py::arg("initial_loss_scale") = 4294967296.0,
+           py::arg("min_loss_scale") = 1.0,
+           py::arg("loss_scale_window") = 1000, py::arg("hysteresis") = 2)
       .def_property_readonly("batch_shape", &Session::batchShape)
       .def_property_readonly("batch_dtype", &Session::batchDtype)
       .def_property_readonly("cuda_stream", &Session::cudaStream)

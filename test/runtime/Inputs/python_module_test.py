@@ -1,10 +1,11 @@
 """The mtrt Python module over the C API on the host: errors as mtrt.Error,
 batches from NumPy (DLPack, copied or bound), from the buffer protocol and
 as int64, parameters out through DLPack without copies, get/set, metrics,
-checkpoints, and two in-process ranks on Python threads.
+checkpoints, two in-process ranks on Python threads, and fp16 loss scaling
+through the session's keyword arguments.
 
 Usage: python_module_test.py GPT.mtb LLAMA.mtb LLAMA-TP2.mtb LLAMA-DP2.mtb
-       CORPUS SCRATCH
+       CORPUS SCRATCH GPT-FP16.mtb
 """
 import array
 import sys
@@ -14,7 +15,8 @@ import numpy as np
 
 import mtrt
 
-gpt_path, llama_path, tp2_path, dp2_path, corpus_path, scratch = sys.argv[1:7]
+gpt_path, llama_path, tp2_path, dp2_path, corpus_path, scratch, fp16_path = \
+    sys.argv[1:8]
 corpus = np.frombuffer(open(corpus_path, "rb").read(), dtype=np.uint8)
 
 
@@ -169,4 +171,42 @@ one.set_batch(*full)
 resumed.set_batch(*full)
 print("its checkpoint resumed on one rank continues within 1e-5:",
       abs(resumed.train_step()["loss"] - one.train_step()["loss"]) <= 1e-5)
+
+# fp16 loss scaling from the keyword arguments (mtrt_session_options_t's
+# fields): the scale and skip of each step, as log2 of the scale.
+fp16 = mtrt.Bundle(fp16_path)
+
+
+def scaled_steps(steps, **options):
+    s = mtrt.Session(fp16, lr=1e-3, threads=2, **options)
+    out = []
+    for k in range(steps):
+        s.set_batch(*batch(k, s.batch_shape))
+        m = s.train_step()
+        out.append((int(np.log2(m["loss_scale"])), m["skipped"]))
+    return s, out
+
+
+print("fp16 defaults:", scaled_steps(2)[1])
+static, steps = scaled_steps(3, loss_scale=2.0**200)
+initial = mtrt.Session(fp16, lr=1e-3, threads=2)
+print("static loss_scale 2^200:", steps, "parameters as initialized:",
+      all(np.array_equal(np.from_dlpack(static.parameter(n)),
+                         np.from_dlpack(initial.parameter(n)))
+          for n in static.parameter_names()))
+print("dynamic from 2^130, window 2, hysteresis 1:",
+      scaled_steps(6, initial_loss_scale=2.0**130, loss_scale_window=2,
+                   hysteresis=1)[1])
+print("min_loss_scale 2^129:",
+      scaled_steps(3, initial_loss_scale=2.0**130, hysteresis=1,
+                   min_loss_scale=2.0**129)[1])
+try:
+    mtrt.Session(fp16, hysteresis=0)
+except mtrt.Error as e:
+    print("hysteresis 0:", e.code, str(e).split(": ")[2])
+try:
+    mtrt.Session(bundle, loss_scale_window=4)
+except mtrt.Error as e:
+    print("loss_scale_window on an fp32 bundle:", e.code,
+          "apply to fp16 bundles only" in str(e))
 print("python_module_test: done")
