@@ -16,6 +16,9 @@ import os
 import subprocess
 import sys
 
+from variant_runs import (compile_and_train, expect_same_losses,
+                          in_process_ranks)
+
 compile_tool, train_tool, root, model, work = sys.argv[1:6]
 extra = sys.argv[6:]
 toggle = "fuse-gemm-epilogues"
@@ -23,8 +26,7 @@ names = ("linear_gelu", "linear_gelu_grad", "linear_weight_bias_grad",
          "gelu", "gelu_grad", "bias_grad")
 if extra[:1] == ["--toggle"]:
     toggle, names, extra = extra[1], tuple(extra[2].split(",")), extra[3:]
-ranks = ["--in-process-ranks"] if any("parallel-size" in f for f in extra) \
-    else []
+ranks = in_process_ranks(extra)
 model_file = os.path.join(root, "models", model + ".yaml")
 logs, weights = [], []
 for fused in ("false", "true"):
@@ -39,21 +41,11 @@ for fused in ("false", "true"):
         for inst in function["instructions"])
     print(f"fused {fused}: " +
           " ".join(f"{name} {ops[name]}" for name in names))
-    subprocess.run([compile_tool, model_file, "-o", stem + ".mtb"] + flags,
-                   check=True)
-    subprocess.run(
-        [train_tool, stem + ".mtb", "--data-path",
-         os.path.join(root, "data", "corpus.txt"), "--train-iters", "3",
-         "--lr", "1e-3", "--eval-interval", "0", "--no-progress-bar",
-         "--log-jsonl", stem + ".jsonl"] +
-        (ranks or ["--save-weights", stem + ".safetensors"]), check=True,
-        stdout=subprocess.DEVNULL)
-    logs.append(stem + ".jsonl")
-    weights.append(stem + ".safetensors")
-sys.stdout.flush()
-subprocess.run([sys.executable,
-                os.path.join(os.path.dirname(__file__), "same-losses.py")] +
-               logs, check=True)
+    log, weight = compile_and_train(compile_tool, train_tool, root,
+                                    model_file, stem, flags, ranks)
+    logs.append(log)
+    weights.append(weight)
+expect_same_losses(logs)
 if not ranks:
     print("saved weights identical: " +
           str(filecmp.cmp(weights[0], weights[1], shallow=False)).lower())

@@ -13,10 +13,12 @@ import re
 import subprocess
 import sys
 
+from variant_runs import (compile_and_train, expect_same_losses,
+                          in_process_ranks)
+
 compile_tool, train_tool, root, model, work = sys.argv[1:6]
 extra = sys.argv[6:]
-ranks = ["--in-process-ranks"] if any("parallel-size" in f for f in extra) \
-    else []
+ranks = in_process_ranks(extra)
 policies = [
     ("none", ["--recompute-granularity", "none"]),
     ("selective", ["--recompute-granularity", "selective"]),
@@ -39,21 +41,11 @@ for index, (name, flags) in enumerate(policies):
         [compile_tool, model_file, "--report", "memory"] + flags,
         check=True, capture_output=True, text=True).stdout
     print(f"{name}: " + re.search(r"recomputed: \d+ ops", report).group(0))
-    subprocess.run([compile_tool, model_file, "-o", stem + ".mtb"] +
-                   flags, check=True)
-    subprocess.run(
-        [train_tool, stem + ".mtb", "--data-path",
-         os.path.join(root, "data", "corpus.txt"), "--train-iters", "3",
-         "--lr", "1e-3", "--eval-interval", "0", "--no-progress-bar",
-         "--log-jsonl", stem + ".jsonl"] +
-        (ranks or ["--save-weights", stem + ".safetensors"]), check=True,
-        stdout=subprocess.DEVNULL)
-    logs.append(stem + ".jsonl")
-    weights.append(stem + ".safetensors")
-sys.stdout.flush()
-subprocess.run([sys.executable,
-                os.path.join(os.path.dirname(__file__), "same-losses.py")] +
-               logs, check=True)
+    log, weight = compile_and_train(compile_tool, train_tool, root,
+                                    model_file, stem, flags, ranks)
+    logs.append(log)
+    weights.append(weight)
+expect_same_losses(logs)
 if ranks:  # megatron-train saves the weights of one-rank runs only
     sys.exit(0)
 same = sum(filecmp.cmp(weights[0], other, shallow=False)
