@@ -133,6 +133,18 @@ std::vector<int64_t> shardOffsets(const Parameter &parameter,
   return offsets;
 }
 
+int64_t shardElementIndex(const Parameter &parameter,
+                          const std::vector<int64_t> &offsets, int64_t local) {
+  const std::vector<int64_t> &shape = parameter.localType.shape;
+  int64_t index = 0, stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    index += (offsets[d] + local % shape[d]) * stride;
+    local /= shape[d];
+    stride *= parameter.type.shape[d];
+  }
+  return index;
+}
+
 //===----------------------------------------------------------------------===//
 // The container
 //===----------------------------------------------------------------------===//

@@ -285,6 +285,10 @@ int64_t gridGroupIndex(const std::vector<int64_t> &shape,
 std::vector<int64_t> shardOffsets(const Parameter &parameter,
                                   const std::vector<int64_t> &gridShape,
                                   const std::vector<int64_t> &coordinates);
+/// The global tensor's row-major index of element `local` (row-major) of
+/// the shard of `parameter` at `offsets` (shardOffsets).
+int64_t shardElementIndex(const Parameter &parameter,
+                          const std::vector<int64_t> &offsets, int64_t local);
 
 /// The manifest's `model` object.
 struct ModelConfig {

@@ -375,15 +375,9 @@ void saveWeights(const std::string &path, const Bundle &bundle,
     whole[i].resize(static_cast<size_t>(p.type.numElements));
     for (const host::ParameterStore *store : ranks) {
       std::vector<int64_t> offsets = store->shardOffsets(i);
-      const std::vector<int64_t> &local = p.localType.shape;
       const host::Tensor &value = store->value(i);
       for (int64_t e = 0; e < p.localType.numElements; ++e) {
-        int64_t rest = e, at = 0, stride = 1;
-        for (int64_t d = static_cast<int64_t>(local.size()) - 1; d >= 0; --d) {
-          at += (rest % local[d] + offsets[d]) * stride;
-          rest /= local[d];
-          stride *= p.type.shape[d];
-        }
+        int64_t at = shardElementIndex(p, offsets, e);
         whole[i][static_cast<size_t>(at)] =
             store->floatType() == DType::F32
                 ? value.data<float>()[e]

@@ -58,14 +58,6 @@ train::TrainerOptions trainingOptions() {
   return options;
 }
 
-std::string corpus() {
-  std::string text;
-  for (int i = 0; text.size() < 40000; ++i)
-    text += "The quick brown fox " + std::to_string(i * 7919 % 101) +
-            " jumps over the lazy dog. ";
-  return text;
-}
-
 /// Writes a rank's shards into the whole tensors (NaN: not yet written);
 /// copies of an element on several ranks update `worst`.
 void gather(const host::ParameterStore &store, std::vector<host::Tensor> &whole,
@@ -75,16 +67,10 @@ void gather(const host::ParameterStore &store, std::vector<host::Tensor> &whole,
       continue;
     const Parameter &info = store.info(p);
     std::vector<int64_t> offsets = store.shardOffsets(p);
-    const auto &local = info.localType.shape;
     const float *shard = store.value(p).data<float>();
     for (int64_t i = 0; i < info.localType.numElements; ++i) {
-      int64_t rest = i, index = 0, stride = 1;
-      for (size_t d = local.size(); d-- > 0;) {
-        index += (offsets[d] + rest % local[d]) * stride;
-        rest /= local[d];
-        stride *= info.type.shape[d];
-      }
-      float &slot = whole[p].data<float>()[index];
+      float &slot =
+          whole[p].data<float>()[shardElementIndex(info, offsets, i)];
       if (!std::isnan(slot))
         worst = std::max(worst, std::abs(double(slot) - shard[i]) /
                                     std::max(1e-6, std::abs(double(slot))));
@@ -105,7 +91,7 @@ std::vector<host::Tensor> nanParameters(const Bundle &bundle) {
 
 TrainingRun oneRank(const Bundle &bundle,
                     const train::TrainerOptions &options) {
-  cuda::Trainer trainer(bundle, corpus(), "corpus", options);
+  cuda::Trainer trainer(bundle, multiRankCorpus(), "corpus", options);
   std::ostringstream log;
   trainer.train(log);
   trainer.copyParametersToHost();
@@ -125,7 +111,7 @@ TrainingRun ranks(const Bundle &bundle, const train::TrainerOptions &options,
   std::mutex mutex;
   std::vector<std::vector<train::IterationRecord>> histories(
       bundle.rankCount());
-  std::string text = corpus();
+  std::string text = multiRankCorpus();
   comm::InProcessWorld world(static_cast<int>(bundle.rankCount()));
   auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
     comm::RankContext rank(c, bundle.gridShape());

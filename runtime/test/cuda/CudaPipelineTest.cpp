@@ -51,14 +51,6 @@ train::TrainerOptions trainOptions() {
   return options;
 }
 
-std::string corpus() {
-  std::string text;
-  for (int i = 0; text.size() < 40000; ++i)
-    text += "The quick brown fox " + std::to_string(i * 7919 % 101) +
-            " jumps over the lazy dog. ";
-  return text;
-}
-
 /// A layout's whole run may take this long (tiny-gpt takes seconds) before
 /// its world is aborted; a rank that then still does not return ends the
 /// process (the rest of the suite cannot run with it).
@@ -116,14 +108,14 @@ TrainingRun pipelineRun(const Bundle &bundle, bool gpu) {
     TrainingRun &run = ranks[static_cast<size_t>(rank.rank())];
     std::ostringstream log;
     if (gpu) {
-      cuda::Trainer trainer(bundle, corpus(), "corpus", trainOptions(), {},
-                            &rank);
+      cuda::Trainer trainer(bundle, multiRankCorpus(), "corpus", trainOptions(),
+                            {}, &rank);
       trainer.train(log);
       run.history = trainer.history();
       run.evalLoss = trainer.evaluate();
     } else {
-      train::Trainer trainer(bundle, corpus(), "corpus", trainOptions(),
-                             &rank);
+      train::Trainer trainer(bundle, multiRankCorpus(), "corpus",
+                             trainOptions(), &rank);
       trainer.train(log);
       run.history = trainer.history();
       run.evalLoss = trainer.evaluate();
@@ -173,7 +165,7 @@ TEST_P(CudaPipelineTest, InProcessRanksEqualOneRank) {
 
   TrainingRun reference;
   {
-    cuda::Trainer trainer(one, corpus(), "corpus", trainOptions());
+    cuda::Trainer trainer(one, multiRankCorpus(), "corpus", trainOptions());
     std::ostringstream log;
     trainer.train(log);
     reference.history = trainer.history();

@@ -75,14 +75,8 @@ void scatterShard(const host::ParameterStore &store, size_t p,
                   const host::Tensor &shard, host::Tensor &whole) {
   const Parameter &info = store.info(p);
   std::vector<int64_t> offsets = store.shardOffsets(p);
-  const auto &local = info.localType.shape;
   for (int64_t i = 0; i < info.localType.numElements; ++i) {
-    int64_t rest = i, index = 0, stride = 1;
-    for (size_t d = local.size(); d-- > 0;) {
-      index += (offsets[d] + rest % local[d]) * stride;
-      rest /= local[d];
-      stride *= info.type.shape[d];
-    }
+    int64_t index = shardElementIndex(info, offsets, i);
     float &slot = whole.data<float>()[index];
     float value = shard.data<float>()[i];
     EXPECT_TRUE(std::isnan(slot) || std::abs(slot - value) <=
@@ -438,10 +432,7 @@ TEST_P(CudaTensorParallelTest, TrainingTwoInProcessRanksEqualsOneRank) {
   options.progressBar = false;
   options.seed = 1234;
   options.clipGrad = 0.5; // small enough to clip: the world's norm matters
-  std::string corpus;
-  for (int i = 0; corpus.size() < 40000; ++i)
-    corpus += "The quick brown fox " + std::to_string(i * 7919 % 101) +
-              " jumps over the lazy dog. ";
+  std::string corpus = multiRankCorpus();
 
   std::vector<train::IterationRecord> reference;
   {

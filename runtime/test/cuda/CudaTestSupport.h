@@ -126,6 +126,16 @@ inline host::TensorView viewOf(const host::Tensor &t) {
   return {t.dtype, t.shape, t.buffer.data()};
 }
 
+/// The multi-rank tests' corpus (about 40 KB of numbered sentences), the
+/// same for every layout they compare.
+inline std::string multiRankCorpus() {
+  std::string text;
+  for (int i = 0; text.size() < 40000; ++i)
+    text += "The quick brown fox " + std::to_string(i * 7919 % 101) +
+            " jumps over the lazy dog. ";
+  return text;
+}
+
 /// Where the compiled test bundles are: $MTRT_CUDA_TEST_BUNDLES, else the
 /// build's bundles/ folder (runtime/test/cuda/README.md says how to make
 /// them).

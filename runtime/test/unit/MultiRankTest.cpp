@@ -189,15 +189,9 @@ Run runRanks(int64_t dp, int64_t tp,
     for (size_t p = 0; p < store.size(); ++p) {
       const Parameter &info = store.info(p);
       std::vector<int64_t> offsets = store.shardOffsets(p);
-      const auto &local = info.localType.shape;
       const float *shard = store.value(p).data<float>();
       for (int64_t i = 0; i < info.localType.numElements; ++i) {
-        int64_t rest = i, index = 0, stride = 1;
-        for (size_t d = local.size(); d-- > 0;) {
-          index += (offsets[d] + rest % local[d]) * stride;
-          rest /= local[d];
-          stride *= info.type.shape[d];
-        }
+        int64_t index = shardElementIndex(info, offsets, i);
         float &slot = run.parameters[p][static_cast<size_t>(index)];
         EXPECT_TRUE(std::isnan(slot) || slot == shard[i])
             << info.name << " replicas disagree at " << index;
@@ -293,17 +287,11 @@ void expectInitialShardsEqualOneRank(int64_t dp, int64_t tp) {
     for (size_t p = 0; p < store.size(); ++p) {
       const Parameter &info = store.info(p);
       std::vector<int64_t> offsets = store.shardOffsets(p);
-      const auto &local = info.localType.shape;
       ASSERT_EQ(store.value(p).numElements(), info.localType.numElements);
       const float *shard = store.value(p).data<float>();
       const float *global = whole.value(p).data<float>();
       for (int64_t i = 0; i < info.localType.numElements; ++i) {
-        int64_t rest = i, index = 0, stride = 1;
-        for (size_t d = local.size(); d-- > 0;) {
-          index += (offsets[d] + rest % local[d]) * stride;
-          rest /= local[d];
-          stride *= info.type.shape[d];
-        }
+        int64_t index = shardElementIndex(info, offsets, i);
         ASSERT_EQ(shard[i], global[index])
             << info.name << " on rank " << rank << " (coordinates "
             << shapeString(coordinates) << "), local element " << i;

@@ -313,6 +313,28 @@ __device__ inline void accumulatorToA(uint32_t (&a)[4], const float (&lo)[4],
   a[3] = packBf16(hi[2], hi[3]);
 }
 
+/// acc += S * tile for a warp's 16 rows: S is the 16 x kTile accumulator s
+/// (rounded to bf16 as the A operand), tile the bf16 shared [kTile][ld]
+/// tile whose first D columns are read (as B, transposed by ldmatrix).
+template <int D>
+__device__ inline void accumulateTimesTile(float (&acc)[D / 8][4],
+                                           const float (&s)[kTile / 8][4],
+                                           const __nv_bfloat16 *tile, int ld,
+                                           int lane) {
+#pragma unroll
+  for (int kc = 0; kc < kTile / 16; ++kc) {
+    uint32_t a[4];
+    accumulatorToA(a, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t b0[2], b1[2];
+      loadBTransposed(b0, b1, tile, ld, kc * 16, n * 8, lane);
+      mma(acc[n], a, b0);
+      mma(acc[n + 1], a, b1);
+    }
+  }
+}
+
 /// One thread's share of rows [row0, row0 + Rows) of a [positions, stride]
 /// tensor of T (D columns at `base`), held in registers between `load`
 /// (which issues every global load at once: one round trip of latency a
@@ -595,10 +617,9 @@ template <int D> constexpr size_t pairForwardShared() {
 /// lanes) or unpaired (dropoutBits).
 enum class Draws { None, Paired, Unpaired };
 
-
 /// Stores the mask words of a 16-row m-tile's rows `rows` for the tile at
-/// k0 from this lane's keep bits (dropoutBits' layout), as the 16-row
-/// forward does.
+/// k0 from this lane's keep bits (dropoutBits' layout); both forwards
+/// store through it.
 __device__ inline void storeMaskWords(const FlashGeometry &geo, uint64_t *mask,
                                       const uint32_t (&keep)[2],
                                       const int (&rows)[2], int b, int h,
@@ -955,20 +976,8 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
                                                        : 0.f;
           s[n][e] = p;
         }
-      if (geo.hasDropout && mask) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          uint64_t word = 0;
-#pragma unroll
-          for (int n = 0; n < kTile / 8; ++n)
-            word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
-          word <<= 2 * t;
-          word |= __shfl_xor_sync(0xffffffffu, word, 1);
-          word |= __shfl_xor_sync(0xffffffffu, word, 2);
-          if (t == 0 && rows[r] < geo.seqQ)
-            mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
-        }
-      }
+      if (geo.hasDropout && mask)
+        storeMaskWords(geo, mask, keep, rows, b, h, k0, t);
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         o[n][0] *= alpha[0];
@@ -976,18 +985,7 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
         o[n][2] *= alpha[1];
         o[n][3] *= alpha[1];
       }
-#pragma unroll
-      for (int kc = 0; kc < kTile / 16; ++kc) {
-        uint32_t pf[4];
-        accumulatorToA(pf, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
-          uint32_t b0[2], b1[2];
-          loadBTransposed(b0, b1, vs, ld, kc * 16, n * 8, lane);
-          mma(o[n], pf, b0);
-          mma(o[n + 1], pf, b1);
-        }
-      }
+      accumulateTimesTile<D>(o, s, vs, ld, lane);
     }
     if (next < keyEnd) {
       __syncthreads(); // every warp is done with the tiles refilled next
@@ -1167,18 +1165,7 @@ __global__ void __launch_bounds__(BackwardShape<D>::kThreads,
                         : 0.f;
           s[n][e] = p * (dprob - dlt[e / 2]);
         }
-#pragma unroll
-      for (int kc = 0; kc < kTile / 16; ++kc) {
-        uint32_t af[4];
-        accumulatorToA(af, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
-          uint32_t b0[2], b1[2];
-          loadBTransposed(b0, b1, ks, ld, kc * 16, n * 8, lane);
-          mma(acc[n], af, b0);
-          mma(acc[n + 1], af, b1);
-        }
-      }
+      accumulateTimesTile<D>(acc, s, ks, ld, lane);
     }
     if (Shape::kStages == 1 && next < keyEnd) {
       __syncthreads(); // every warp is done with the tiles refilled next
