@@ -265,8 +265,10 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     } else if (auto attention = dyn_cast<AttentionOp>(op)) {
       AttentionShape p = attentionShape(attention);
       bytes += floats(p.rows()); // the logsumexp
-      if (partner[i] >= 0) // the bf16 output and the dropout bits, for grad
-        bytes += flashSavedOutputBytes(p) + roundUp(flashMaskBytes(p));
+      if (partner[i] >= 0) // the bf16 output, for grad
+        bytes += flashSavedOutputBytes(p);
+      if (partner[i] >= 0 || runsFlash(p, options)) // the dropout bits
+        bytes += roundUp(flashMaskBytes(p));
     } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
       AttentionShape p = attentionShape(grad);
       if (partner[i] >= 0) // the row sums of dO * O (and the dq sums)

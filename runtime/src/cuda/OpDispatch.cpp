@@ -174,6 +174,9 @@ size_t Executor::scratchBytes(size_t position) const {
       return floats(p.batch * p.seqQ * p.headsQ) +
              roundUp(flashAttentionSavedOutputBytes(p)) +
              roundUp(flashAttentionMaskBytes(p));
+    if (flashAttention(p)) // the dropout mask the forward reads
+      return floats(p.batch * p.seqQ * p.headsQ) +
+             roundUp(flashAttentionMaskBytes(p));
     return floats(p.batch * p.seqQ * p.headsQ);
   }
   case Op::AttentionGrad: {
@@ -497,11 +500,9 @@ void Executor::execute(size_t position, const Instruction &inst,
       break;
     }
     __nv_bfloat16 *kept = nullptr;
-    uint64_t *mask = nullptr;
-    if (attentionPartner_[position] != kNoPartner) {
+    if (attentionPartner_[position] != kNoPartner)
       kept = carve.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
-      mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
-    }
+    uint64_t *mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
     FlashTensors io = flashTensors(0);
     io.out = slots_[inst.results[0]];
     io.outLayout = flashLayout(inst.results[0]);

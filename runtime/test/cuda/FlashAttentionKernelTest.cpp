@@ -1,7 +1,8 @@
 // The flash-attention forward kernels alone against the host's attention in
-// float64 on the same bf16-exact inputs: every dropout keep bit the forward
-// stores for the gradient equals core/Random.h's attentionDropoutKeep (the
-// host's mask) bit for bit, and out, the saved bf16 copy and logsumexp agree
+// float64 on the same bf16-exact inputs: every dropout keep bit of the mask
+// (drawn before the forward, which reads it, and kept for the gradient)
+// equals core/Random.h's attentionDropoutKeep (the host's mask) bit for
+// bit, and out, the saved bf16 copy and logsumexp agree
 // within the rounding of P to bf16. Shapes cover the classes the kernels
 // treat differently: paired dropout draws (seqK % 4 == 0) over several key
 // tiles and query blocks, unpaired draws, grouped-query heads, causal and

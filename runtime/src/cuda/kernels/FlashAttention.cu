@@ -16,8 +16,9 @@
 // - forward: one block per (64 queries, query head, batch), or at head
 //   dimension 128 per 128 queries with 32 rows a warp
 //   (flashPairForwardKernel); out and the logsumexp of the scaled, masked
-//   scores (before dropout), as the host, and with dropout the keep
-//   decisions as bits for the gradient.
+//   scores (before dropout), as the host. With dropout a kernel of its own
+//   first draws the keep decisions as bits (flashDropoutMaskKernel), which
+//   the forward reads and the gradient reuses.
 // - backward: delta = rowsum(dout * out) first; then dq by query blocks (one
 //   block per 64 or 128 queries walks the keys) and dk, dv by key blocks
 //   (one block per 64 or 128 keys of a key/value head walks its group's
@@ -41,9 +42,9 @@
 // blocks a multiprocessor at head dimension 64); a tile's global loads are
 // all in flight at once; and the dropout draws (core/Random.h's
 // attentionDropoutKeep: one 64-bit draw per four consecutive keys) are
-// shared by the two lanes that hold a draw's four keys: lane t draws keys
-// 4 (t / 2) .. +3 of an 8-key tile for row g (t even) or g + 8 (t odd), and
-// the pair swaps the halves the other one holds. Loading the next tiles
+// made by a kernel of their own (four threads a 64-bit mask word), so that
+// the kernels of the matrix products spend no registers or issue slots on
+// hashing (the forward reads a word per row and tile). Loading the next tiles
 // behind the computation (into registers, or by cp.async into shared
 // staging) was measured and gained nothing.
 //
@@ -58,6 +59,7 @@
 // transposing form for B = a [k][n] tile). Shared tiles are bf16
 // [rows][cols + 8]: the padding puts the eight 16-byte rows of a matrix in
 // different banks.
+#include "core/Error.h"
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
@@ -120,7 +122,6 @@ struct FlashGeometry {
   float scale;     // the softmax scale
   float scaleLog2; // scale * log2(e): scores to base-2 exponents
   bool hasDropout;
-  bool pairedDraws; // seqK % 4 == 0: a draw's four keys lie in one row
   uint64_t dropoutKey;
   uint32_t threshold16;
   float dropoutScale;
@@ -195,7 +196,6 @@ FlashGeometry makeGeometry(const AttentionParams &p, const FlashTensors &io) {
   g.scale = static_cast<float>(scale);
   g.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
   g.hasDropout = p.dropoutP > 0;
-  g.pairedDraws = p.seqK % 4 == 0;
   g.dropoutKey = random::streamKey(p.seed, p.step);
   g.threshold16 = random::dropoutThreshold16(p.dropoutP);
   g.dropoutScale =
@@ -525,60 +525,76 @@ __device__ inline void maskScores(const FlashGeometry &geo,
     }
 }
 
-/// keep's bits 2n, 2n + 1 for 8-key tile n of a 64-key tile (as
-/// dropoutBits) from this lane's paired draw n: `first` is the counter term
-/// of the lane's draw 0 of the tile, dropoutKey + ((drawRow + k0) / 4 +
-/// t / 2 + 1) golden; draw n adds 2n golden.
-__device__ inline void pairedKeepBits(const FlashGeometry &geo, uint64_t first,
-                                      int n, int t, uint32_t (&keep)[2]) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  uint64_t bits = random::mix64(first + 2ull * n * kGolden);
-  uint32_t lo = static_cast<uint32_t>(bits),
-           hi = static_cast<uint32_t>(bits >> 32);
-  // Keys 2t, 2t + 1 are lanes 2 (t & 1), +1 of this pair's draws: keep that
-  // half of the own draw, send the other half to the partner.
-  bool odd = t & 1;
-  uint32_t own = odd ? hi : lo;
-  uint32_t other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
-  uint32_t top = odd ? other : own, bottom = odd ? own : other;
-  keep[0] |= static_cast<uint32_t>((top & 0xFFFFu) >= geo.threshold16)
-                 << (2 * n) |
-             static_cast<uint32_t>((top >> 16) >= geo.threshold16)
-                 << (2 * n + 1);
-  keep[1] |= static_cast<uint32_t>((bottom & 0xFFFFu) >= geo.threshold16)
-                 << (2 * n) |
-             static_cast<uint32_t>((bottom >> 16) >= geo.threshold16)
-                 << (2 * n + 1);
+/// Threads of flashDropoutMaskKernel: four a row of a 64-row query block.
+constexpr int kMaskThreads = 4 * kTile;
+
+// Grid (query blocks of 64, headsQ, batch), kMaskThreads threads: for each
+// key block kb the block's rows see (causal: kb <= q0 / 64, the same for
+// all 64 rows; keys past seqK included), thread t draws bits 16 (t % 4) ..
+// +15 of query row i = q0 + t / 4's word rowIndex(b, h, i) * keyBlocks + kb:
+// bit j = attentionDropoutKeep(dropoutKey, probabilityRow(b, h, i) + 64 kb
+// + j), four draws of four bits when the row starts at a multiple of 4
+// (seqK % 4 == 0), else a draw a bit. The forwards read these words rather
+// than draw in the kernels that hold the matrix products (there the hashing
+// took a third of the forward at gpt-1.3b's shape: bench/NOTES.md), and
+// the backward reads them again.
+__global__ void __launch_bounds__(kMaskThreads)
+    flashDropoutMaskKernel(FlashGeometry geo, uint64_t *mask) {
+  int q0 = static_cast<int>(blockIdx.x) * kTile;
+  int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  int i = q0 + static_cast<int>(threadIdx.x) / 4;
+  int quarter = static_cast<int>(threadIdx.x) % 4;
+  bool in = i < geo.seqQ; // the others only join the shuffles
+  int row = in ? i : q0;
+  uint64_t first = geo.probabilityRow(b, h, row) + 16 * quarter;
+  bool aligned = (first & 3) == 0;
+  uint64_t *rowWords = mask + geo.maskWord(b, h, row, 0);
+  int blocksSeen =
+      geo.causal ? min(geo.keyBlocks, q0 / kTile + 1) : geo.keyBlocks;
+  for (int kb = 0; kb < blocksSeen; ++kb, first += kTile) {
+    uint32_t bits16 = 0;
+    if (aligned) {
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        uint64_t bits = random::bitsFromKey(geo.dropoutKey, (first >> 2) + n);
+#pragma unroll
+        for (unsigned lane = 0; lane < 4; ++lane)
+          bits16 |= static_cast<uint32_t>(
+                        random::dropoutLaneKeep(bits, lane, geo.threshold16))
+                    << (4 * n + lane);
+      }
+    } else {
+      for (int j = 0; j < 16; ++j)
+        bits16 |= static_cast<uint32_t>(random::attentionDropoutKeep(
+                      geo.dropoutKey, first + j, geo.threshold16))
+                  << j;
+    }
+    uint64_t word = static_cast<uint64_t>(bits16) << (16 * quarter);
+    word |= __shfl_xor_sync(0xffffffffu, word, 1);
+    word |= __shfl_xor_sync(0xffffffffu, word, 2);
+    if (in && quarter == 0)
+      rowWords[kb] = word;
+  }
 }
 
-/// The keep decisions of this lane's 32 probabilities of a 64-key tile at
-/// k0: bit 2n + c of keep[r] is key k0 + 8n + 2t + c of row r (g, g + 8).
-/// drawRow is probabilityRow of the row this lane draws for: rows[t & 1]
-/// with paired draws, else unused (rowIndex gives both rows).
-__device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2],
-                                   uint64_t drawRow, const uint64_t (&rowIndex)[2],
-                                   int k0, int t) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  keep[0] = keep[1] = 0;
-  if (geo.pairedDraws) {
-    // This lane's draws: index (drawRow + k0) / 4 + t / 2 + 2n for tile n.
-    uint64_t first =
-        geo.dropoutKey + ((drawRow + k0) / 4 + t / 2 + 1) * kGolden;
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-      pairedKeepBits(geo, first, n, t, keep);
-    return;
-  }
+/// The mask words of the tile at k0 for this lane's rows of a 16-row
+/// m-tile (rows g and g + 8); zero past seqQ.
+__device__ inline void loadMaskWords(const FlashGeometry &geo,
+                                     const uint64_t *mask, uint64_t (&words)[2],
+                                     const int (&rows)[2], int b, int h,
+                                     int k0) {
 #pragma unroll
   for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        keep[r] |= static_cast<uint32_t>(random::attentionDropoutKeep(
-                       geo.dropoutKey, rowIndex[r] + k0 + n * 8 + 2 * t + c,
-                       geo.threshold16))
-                   << (2 * n + c);
+    words[r] = rows[r] < geo.seqQ
+                   ? __ldg(mask + geo.maskWord(b, h, rows[r], k0 / kTile))
+                   : 0ull;
+}
+
+/// Whether loadMaskWords' words, each shifted right by 2t, keep element e
+/// of this lane's accumulator tile n (key k0 + 8n + 2t + (e & 1) of row
+/// e / 2).
+__device__ inline bool kept(const uint64_t (&shifted)[2], int n, int e) {
+  return (shifted[e / 2] >> (8 * n + (e & 1))) & 1;
 }
 
 /// The forward at head dimension 128: each warp owns 32 query rows, two
@@ -590,9 +606,9 @@ __device__ inline void dropoutBits(const FlashGeometry &geo, uint32_t (&keep)[2]
 /// folded into the base-2 exponent (one FFMA and one ex2 a probability),
 /// the output's rescale is skipped when no row maximum of the warp grew, P
 /// stays in registers as the A operand of P V, and dropout's 1 / (1 - p)
-/// goes into the final normalization. Paired dropout draws are made between
-/// the score products (one per m-tile after each 16 columns of the head),
-/// so that the integer pipe hashes while the tensor cores multiply.
+/// goes into the final normalization. A tile's mask words are copied into
+/// shared memory with its V, so that no registers hold them during the
+/// score products.
 template <int D> struct PairForwardShape {
   static constexpr int kD = D;
   static constexpr int kWarps = 4;
@@ -606,41 +622,17 @@ template <int D> struct PairForwardShape {
   static constexpr int kMinBlocks = 2;
 };
 
-/// Shared: Q [kRows][D + 8], K and V [64][D + 8] (bf16).
+/// Shared: Q [kRows][D + 8], K and V [64][D + 8] (bf16), then the mask
+/// words of the current tile, one a row.
 template <int D> constexpr size_t pairForwardShared() {
   return sizeof(__nv_bfloat16) * (PairForwardShape<D>::kRows + 2 * kTile) *
-         (D + kPad);
+             (D + kPad) +
+         sizeof(uint64_t) * PairForwardShape<D>::kRows;
 }
 
-/// How a forward kernel draws its dropout decisions: none (no dropout),
-/// paired (seqK % 4 == 0: a draw's four keys in one row, shared by two
-/// lanes) or unpaired (dropoutBits).
-enum class Draws { None, Paired, Unpaired };
-
-/// Stores the mask words of a 16-row m-tile's rows `rows` for the tile at
-/// k0 from this lane's keep bits (dropoutBits' layout); both forwards
-/// store through it.
-__device__ inline void storeMaskWords(const FlashGeometry &geo, uint64_t *mask,
-                                      const uint32_t (&keep)[2],
-                                      const int (&rows)[2], int b, int h,
-                                      int k0, int t) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    uint64_t word = 0;
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-      word |= static_cast<uint64_t>((keep[r] >> (2 * n)) & 3u) << (8 * n);
-    word <<= 2 * t;
-    word |= __shfl_xor_sync(0xffffffffu, word, 1);
-    word |= __shfl_xor_sync(0xffffffffu, word, 2);
-    if (t == 0 && rows[r] < geo.seqQ)
-      mask[geo.maskWord(b, h, rows[r], k0 / kTile)] = word;
-  }
-}
-
-// Grid (query blocks of 128, headsQ, batch). Shared: Q [128][D+8], K and V
-// [64][D+8]. Outputs as flashForwardKernel's; `Mode` is geo's draws.
-template <int D, typename In, Draws Mode>
+// Grid (query blocks of 128, headsQ, batch). Shared: pairForwardShared.
+// Outputs as flashForwardKernel's; `Dropout` is geo.hasDropout.
+template <int D, typename In, bool Dropout>
 __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
                                   PairForwardShape<D>::kMinBlocks)
     flashPairForwardKernel(FlashGeometry geo, const In *q, const In *k,
@@ -649,11 +641,12 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
   using Shape = PairForwardShape<D>;
   constexpr int ld = D + kPad;
   constexpr int kN = kTile / 8; // 8-key accumulator tiles of a walked tile
-  constexpr bool kDropout = Mode != Draws::None;
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
   extern __shared__ __align__(16) unsigned char flashShared[];
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(flashShared);
   __nv_bfloat16 *ks = qs + Shape::kRows * ld, *vs = ks + kTile * ld;
+  // The mask words of rows q0 .. q0 + 127 for the current tile.
+  auto *maskStage = reinterpret_cast<uint64_t *>(vs + kTile * ld);
+  static_assert(Shape::kThreads == Shape::kRows, "a thread copies a word");
   int q0 = (gridDim.x - 1 - blockIdx.x) * Shape::kRows; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, grp = h / geo.group;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -672,18 +665,6 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
   // This lane's rows: m-tile i, half r (rows g and g + 8).
   int rows[2][2] = {{warpRow0 + g, warpRow0 + g + 8},
                     {warpRow0 + 16 + g, warpRow0 + 24 + g}};
-  // Dropout: the probability rows of rows[i][0] (unpaired draws), or the
-  // counter terms of this lane's paired draws in the current tile (16
-  // draws a tile later).
-  uint64_t probRow[2] = {0, 0}, drawCounter[2] = {0, 0};
-  if constexpr (kDropout) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      probRow[i] = geo.probabilityRow(b, h, rows[i][0]);
-      uint64_t drawRow = t & 1 ? probRow[i] + 8ull * geo.seqK : probRow[i];
-      drawCounter[i] = geo.dropoutKey + (drawRow / 4 + t / 2 + 1) * kGolden;
-    }
-  }
   // m: the running maxima of the scores in base-2 exponents.
   float m[2][2], l[2][2];
 #pragma unroll
@@ -704,20 +685,15 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
   int warpKeyEnd = geo.causal ? min(geo.seqK, warpRow0 + 32) : geo.seqK;
   for (int k0 = 0; k0 < keyEnd; k0 += kTile) {
     bool active = k0 < warpKeyEnd;
-    // keep[i][r]: bit 2n + c is key k0 + 8n + 2t + c of rows[i][r].
-    uint32_t keep[2][2] = {{0u, 0u}, {0u, 0u}};
-    if constexpr (Mode == Draws::Unpaired) {
-      if (active) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          uint64_t rowIndex[2] = {probRow[i], probRow[i] + 8ull * geo.seqK};
-          dropoutBits(geo, keep[i], 0, rowIndex, k0, t);
-        }
-      }
-    }
     waitCopies<0>();
     __syncthreads(); // K (and Q) in place; every warp done with the last V
     fetchTile<Shape, kTile>(vs, vBase, geo.v.position, k0, geo.seqK);
+    if constexpr (Dropout) {
+      int row = q0 + static_cast<int>(threadIdx.x);
+      bool in = row < geo.seqQ;
+      copyAsync<8>(maskStage + threadIdx.x,
+                   mask + (in ? geo.maskWord(b, h, row, k0 / kTile) : 0), in);
+    }
     commitCopies();
     float s[2][kN][4];
     if (active) {
@@ -740,15 +716,6 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
             mma(s[i][n], qf[i], b0);
             mma(s[i][n + 1], qf[i], b1);
           }
-        }
-        // This lane's paired draws n for both m-tiles, spread over the
-        // D / 16 steps of the products.
-        if constexpr (Mode == Draws::Paired) {
-#pragma unroll
-          for (int n = kk * kN / (D / 16); n < (kk + 1) * kN / (D / 16); ++n)
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-              pairedKeepBits(geo, drawCounter[i], n, t, keep[i]);
         }
       }
     }
@@ -800,6 +767,11 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
       uint32_t pf[2][kTile / 16][4];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
+        uint64_t keep[2] = {0ull, 0ull};
+        if constexpr (Dropout) {
+          keep[0] = maskStage[warp * 32 + 16 * i + g] >> (2 * t);
+          keep[1] = maskStage[warp * 32 + 16 * i + g + 8] >> (2 * t);
+        }
 #pragma unroll
         for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -807,20 +779,13 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
             float p =
                 fastExp2(fmaf(s[i][n][e], geo.scaleLog2, -base[i][e / 2]));
             l[i][e / 2] += p;
-            if constexpr (kDropout)
-              p = (keep[i][e / 2] >> (2 * n + (e & 1))) & 1 ? p : 0.f;
+            if constexpr (Dropout)
+              p = kept(keep, n, e) ? p : 0.f;
             s[i][n][e] = p;
           }
 #pragma unroll
         for (int kc = 0; kc < kTile / 16; ++kc)
           accumulatorToA(pf[i][kc], s[i][2 * kc], s[i][2 * kc + 1]);
-      }
-      if constexpr (kDropout) {
-        if (mask) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-            storeMaskWords(geo, mask, keep[i], rows[i], b, h, k0, t);
-        }
       }
 #pragma unroll
       for (int kc = 0; kc < kTile / 16; ++kc)
@@ -835,11 +800,9 @@ __global__ void __launch_bounds__(PairForwardShape<D>::kThreads,
           }
         }
     }
-    drawCounter[0] += kTile / 4 * kGolden;
-    drawCounter[1] += kTile / 4 * kGolden;
   }
   // Dropout's 1 / (1 - p) for the kept probabilities (none kept at p >= 1).
-  float keptScale = !kDropout                   ? 1.f
+  float keptScale = !Dropout                    ? 1.f
                     : geo.threshold16 > 0xFFFFu ? 0.f
                                                 : geo.dropoutScale;
 #pragma unroll
@@ -874,8 +837,8 @@ template <int D> constexpr size_t forwardShared() {
 }
 
 // Grid (query blocks, headsQ, batch). Shared: Q [kRows][D+8], then K and V
-// [64][D+8]. With dropout and `mask`, also stores the keep
-// decisions as mask words. out (geo.outputsBf16) and the bf16 outCopy may
+// [64][D+8]. With dropout the keep decisions come from `mask`
+// (flashDropoutMaskKernel). out (geo.outputsBf16) and the bf16 outCopy may
 // be null.
 template <int D, typename In>
 __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
@@ -902,12 +865,6 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
 
   int warpRow0 = q0 + warp * 16;
   int rows[2] = {warpRow0 + g, warpRow0 + g + 8};
-  uint64_t rowIndex[2] = {0, 0}, drawRow = 0;
-  if (geo.hasDropout) {
-    rowIndex[0] = geo.probabilityRow(b, h, rows[0]);
-    rowIndex[1] = geo.probabilityRow(b, h, rows[1]);
-    drawRow = t & 1 ? rowIndex[1] : rowIndex[0];
-  }
   // m: the running maxima of the scores in base-2 exponents.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];
@@ -929,6 +886,10 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
     waitCopies<0>();
     __syncthreads();
     if (k0 < warpKeyEnd) {
+      // The tile's mask words, loaded while the scores are computed.
+      uint64_t keep[2] = {0ull, 0ull};
+      if (geo.hasDropout)
+        loadMaskWords(geo, mask, keep, rows, b, h, k0);
       float s[kTile / 8][4];
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n)
@@ -962,9 +923,8 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
         m[r] = next;
         l[r] *= alpha[r];
       }
-      uint32_t keep[2];
-      if (geo.hasDropout)
-        dropoutBits(geo, keep, drawRow, rowIndex, k0, t);
+      keep[0] >>= 2 * t;
+      keep[1] >>= 2 * t;
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
@@ -972,12 +932,9 @@ __global__ void __launch_bounds__(ForwardShape<D>::kThreads,
           float p = fastExp2(fmaf(s[n][e], geo.scaleLog2, -base[e / 2]));
           l[e / 2] += p;
           if (geo.hasDropout)
-            p = (keep[e / 2] >> (2 * n + (e & 1))) & 1 ? p * geo.dropoutScale
-                                                       : 0.f;
+            p = kept(keep, n, e) ? p * geo.dropoutScale : 0.f;
           s[n][e] = p;
         }
-      if (geo.hasDropout && mask)
-        storeMaskWords(geo, mask, keep, rows, b, h, k0, t);
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         o[n][0] *= alpha[0];
@@ -1644,16 +1601,16 @@ bool pairForwardChosen() {
   return !(choice && std::strcmp(choice, "narrow") == 0);
 }
 
-template <int D, typename In, Draws Mode>
+template <int D, typename In, bool Dropout>
 void pairForward(cudaStream_t stream, const AttentionParams &p,
                  const FlashTensors &io, __nv_bfloat16 *outCopy,
                  float *logsumexp, uint64_t *mask) {
   using Shape = PairForwardShape<D>;
   size_t bytes = pairForwardShared<D>();
-  allowShared(flashPairForwardKernel<D, In, Mode>, bytes);
+  allowShared(flashPairForwardKernel<D, In, Dropout>, bytes);
   dim3 grid(blocks(p.seqQ, Shape::kRows), static_cast<unsigned>(p.headsQ),
             static_cast<unsigned>(p.batch));
-  flashPairForwardKernel<D, In, Mode>
+  flashPairForwardKernel<D, In, Dropout>
       <<<grid, Shape::kThreads, bytes, stream>>>(
           makeGeometry(p, io), static_cast<const In *>(io.q),
           static_cast<const In *>(io.k), static_cast<const In *>(io.v),
@@ -1666,15 +1623,10 @@ void forward(cudaStream_t stream, const AttentionParams &p,
              float *logsumexp, uint64_t *mask) {
   if constexpr (D == 128 && std::is_same_v<In, __nv_bfloat16>) {
     if (pairForwardChosen()) {
-      if (!(p.dropoutP > 0)) {
-        pairForward<D, In, Draws::None>(stream, p, io, outCopy, logsumexp,
-                                        mask);
-      } else if (p.seqK % 4 == 0)
-        pairForward<D, In, Draws::Paired>(stream, p, io, outCopy, logsumexp,
-                                          mask);
+      if (p.dropoutP > 0)
+        pairForward<D, In, true>(stream, p, io, outCopy, logsumexp, mask);
       else
-        pairForward<D, In, Draws::Unpaired>(stream, p, io, outCopy,
-                                            logsumexp, mask);
+        pairForward<D, In, false>(stream, p, io, outCopy, logsumexp, mask);
       return;
     }
   }
@@ -1833,6 +1785,16 @@ void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
                            float *logsumexp, uint64_t *mask) {
   if (empty(params))
     return;
+  if (params.dropoutP > 0) {
+    if (!mask)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  "flashAttentionForward: dropout needs a mask of "
+                  "flashAttentionMaskBytes");
+    FlashGeometry geo = makeGeometry(params, io);
+    dim3 grid(blocks(params.seqQ, kTile), static_cast<unsigned>(params.headsQ),
+              static_cast<unsigned>(params.batch));
+    flashDropoutMaskKernel<<<grid, kMaskThreads, 0, stream>>>(geo, mask);
+  }
   withKernels(params, io, [&](auto d, auto in) {
     forward<decltype(d)::value, decltype(in)>(stream, params, io, outCopy,
                                                logsumexp, mask);

@@ -294,8 +294,9 @@ struct FlashTensors {
 /// io.out and logsumexp [batch, headsQ, seqQ], as attentionForward; out
 /// and outCopy (a second copy of out in bf16, of
 /// flashAttentionSavedOutputBytes, kept for the gradient) may be null. With
-/// dropout and a `mask` of flashAttentionMaskBytes, the keep decisions are
-/// stored there as bits, so that the gradient need not recompute them.
+/// dropout a `mask` of flashAttentionMaskBytes is required: the keep
+/// decisions are drawn into it as bits first, then the forward reads them,
+/// and the gradient reuses them.
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
                            const FlashTensors &io, __nv_bfloat16 *outCopy,
                            float *logsumexp, uint64_t *mask);
