@@ -92,37 +92,27 @@ TEST_F(CudaKernelBench, DISABLED_LayerNorm) {
                                                                      s.hidden));
     cudaStream_t stream = context->stream();
     // The models' residual stream is fp32, the norms' y and dy bf16.
-    time(label("layer_norm", s, "x f32 -> y bf16"), 6.0 * n, [&] {
-      cuda::layerNormForward(stream, s.rows, s.hidden,
-                             {x.data(), false}, w.as<float>(), b.as<float>(),
-                             1e-5, {y.data(), true});
-    });
-    time(label("layer_norm", s, "x bf16 -> y bf16"), 4.0 * n, [&] {
-      cuda::layerNormForward(stream, s.rows, s.hidden,
-                             {x.data(), true}, w.as<float>(), b.as<float>(),
-                             1e-5, {y.data(), true});
-    });
-    time(label("layer_norm_grad", s, "x f32, dy bf16 -> dx f32"), 10.0 * n,
-         [&] {
-           cuda::layerNormBackward(stream, s.rows, s.hidden, {x.data(), false},
-                                   w.as<float>(), {dy.data(), true}, 1e-5,
-                                   {dx.data(), false}, dw.as<float>(),
-                                   db.as<float>(), scratch.data());
-         });
-    time(label("layer_norm_grad", s, "x bf16, dy bf16 -> dx bf16"), 6.0 * n,
-         [&] {
-           cuda::layerNormBackward(stream, s.rows, s.hidden, {x.data(), true},
-                                   w.as<float>(), {dy.data(), true}, 1e-5,
-                                   {dx.data(), true}, dw.as<float>(),
-                                   db.as<float>(), scratch.data());
-         });
-    time(label("layer_norm_grad", s, "x f32, dy f32 -> dx f32"), 12.0 * n,
-         [&] {
-           cuda::layerNormBackward(stream, s.rows, s.hidden, {x.data(), false},
-                                   w.as<float>(), {dy.data(), false}, 1e-5,
-                                   {dx.data(), false}, dw.as<float>(),
-                                   db.as<float>(), scratch.data());
-         });
+    struct Types {
+      bool x, dy, out; // bf16 (else fp32): x, dy, and y or dx
+      double bytes;    // moved per element
+      const char *name;
+    };
+    for (Types t : {Types{false, false, true, 6, "x f32 -> y bf16"},
+                    Types{true, false, true, 4, "x bf16 -> y bf16"}})
+      time(label("layer_norm", s, t.name), t.bytes * n, [&] {
+        cuda::layerNormForward(stream, s.rows, s.hidden, {x.data(), t.x},
+                               w.as<float>(), b.as<float>(), 1e-5,
+                               {y.data(), t.out});
+      });
+    for (Types t : {Types{false, true, false, 10, "x f32, dy bf16 -> dx f32"},
+                    Types{true, true, true, 6, "x bf16, dy bf16 -> dx bf16"},
+                    Types{false, false, false, 12, "x f32, dy f32 -> dx f32"}})
+      time(label("layer_norm_grad", s, t.name), t.bytes * n, [&] {
+        cuda::layerNormBackward(stream, s.rows, s.hidden, {x.data(), t.x},
+                                w.as<float>(), {dy.data(), t.dy}, 1e-5,
+                                {dx.data(), t.out}, dw.as<float>(),
+                                db.as<float>(), scratch.data());
+      });
   }
 }
 

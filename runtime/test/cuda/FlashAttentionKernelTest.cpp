@@ -4,7 +4,8 @@
 // equals core/Random.h's attentionDropoutKeep (the host's mask) bit for
 // bit, and out, the saved bf16 copy and logsumexp agree
 // within the rounding of P to bf16. Shapes cover the classes the kernels
-// treat differently: paired dropout draws (seqK % 4 == 0) over several key
+// treat differently: paired dropout draws (seqK % 4 == 0: a draw's four keys
+// in one row, which the mask kernel draws four at a time) over several key
 // tiles and query blocks, unpaired draws, grouped-query heads, causal and
 // not, ragged tiles, q/k/v read in place from a packed qkv tensor, and a
 // tensor-parallel rank's global dropout positions.

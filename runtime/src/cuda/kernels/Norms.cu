@@ -686,6 +686,36 @@ __device__ inline void loadStaged(const unsigned char *row, bool bf16,
   loadRow<4, kItems>(NormRows{row, bf16}, 0, vectors, out);
 }
 
+/// Starts the copies of the block's first kNormStages - 1 rows of [begin,
+/// end): stage(r, slot) starts row r's copies into stage `slot`.
+template <typename Stage>
+__device__ inline void primeStages(int64_t begin, int64_t end, Stage stage) {
+#pragma unroll
+  for (int s = 0; s < kNormStages - 1; ++s) {
+    if (begin + s < end)
+      stage(begin + s, s);
+    commitStaged();
+  }
+}
+
+/// For each row r of [begin, end), after primeStages: starts the copies of
+/// row r + kNormStages - 1, waits for row r's, then process(r, slot) with
+/// row r in stage `slot`.
+template <typename Stage, typename Process>
+__device__ inline void forEachStagedRow(int64_t begin, int64_t end,
+                                        Stage stage, Process process) {
+  int slot = 0;
+  for (int64_t r = begin; r < end; ++r) {
+    int ahead = slot == 0 ? kNormStages - 1 : slot - 1;
+    if (r + kNormStages - 1 < end)
+      stage(r + kNormStages - 1, ahead);
+    commitStaged();
+    waitStaged<kNormStages - 1>();
+    process(r, slot);
+    slot = slot + 1 == kNormStages ? 0 : slot + 1;
+  }
+}
+
 /// Bytes of a staged row of `hidden` elements, rounded up to 16.
 int64_t stagedBytes(int64_t hidden, bool bf16) {
   return (hidden * (bf16 ? 2 : 4) + 15) / 16 * 16;
@@ -707,31 +737,21 @@ __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
   int64_t vectors = hidden / kVec;
   int64_t begin, end;
   blockRows(rows, begin, end);
-#pragma unroll
-  for (int s = 0; s < kNormStages - 1; ++s) {
-    if (begin + s < end)
-      stageRow<kItems>(x, begin + s, vectors, staged + s * rowBytes);
-    commitStaged();
-  }
+  auto stage = [&](int64_t r, int slot) {
+    stageRow<kItems>(x, r, vectors, staged + slot * rowBytes);
+  };
+  primeStages(begin, end, stage);
   float w[kItems][kVec], b[kItems][kVec];
   loadParameters<kVec, kItems>(weight, vectors, w);
   loadParameters<kVec, kItems>(kLayer ? bias : nullptr, vectors, b);
-  int slot = 0;
-  for (int64_t r = begin; r < end; ++r) {
-    int ahead = slot == 0 ? kNormStages - 1 : slot - 1;
-    if (r + kNormStages - 1 < end)
-      stageRow<kItems>(x, r + kNormStages - 1, vectors,
-                       staged + ahead * rowBytes);
-    commitStaged();
-    waitStaged<kNormStages - 1>();
+  forEachStagedRow(begin, end, stage, [&](int64_t r, int slot) {
     float xv[kItems][kVec];
     loadStaged<kItems>(staged + slot * rowBytes, x.bf16, vectors, xv);
     RowStatistics s = forwardRowStatistics<kVec, kItems, kLayer>(
         xv, hidden, eps, shared, &statistics);
     forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
                                             bias != nullptr, s, y);
-    slot = slot + 1 == kNormStages ? 0 : slot + 1;
-  }
+  });
 }
 
 /// normBackwardKernel with x's and dy's rows staged: a stage holds x's row
@@ -756,21 +776,10 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
     stageRow<kItems>(x, r, vectors, to);
     stageRow<kItems>(dy, r, vectors, to + xBytes);
   };
-#pragma unroll
-  for (int s = 0; s < kNormStages - 1; ++s) {
-    if (begin + s < end)
-      stage(begin + s, s);
-    commitStaged();
-  }
+  primeStages(begin, end, stage);
   float w[kItems][kVec], accW[kItems][kVec] = {}, accB[kItems][kVec] = {};
   loadParameters<kVec, kItems>(weight, vectors, w);
-  int slot = 0;
-  for (int64_t r = begin; r < end; ++r) {
-    int ahead = slot == 0 ? kNormStages - 1 : slot - 1;
-    if (r + kNormStages - 1 < end)
-      stage(r + kNormStages - 1, ahead);
-    commitStaged();
-    waitStaged<kNormStages - 1>();
+  forEachStagedRow(begin, end, stage, [&](int64_t r, int slot) {
     const unsigned char *row = staged + slot * stageBytes;
     float xv[kItems][kVec], dyv[kItems][kVec];
     loadStaged<kItems>(row, x.bf16, vectors, xv);
@@ -782,8 +791,7 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
     loadStaged<kItems>(row + xBytes, dy.bf16, vectors, dyv);
     backwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, dyv, w, s, accW,
                                              accB, dx);
-    slot = slot + 1 == kNormStages ? 0 : slot + 1;
-  }
+  });
   writePartials<kVec, kItems>(hidden, vectors, accW, accB, partialW,
                               partialB);
 }
