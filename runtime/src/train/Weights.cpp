@@ -374,6 +374,9 @@ void saveWeights(const std::string &path, const Bundle &bundle,
     const Parameter &p = parameters[i];
     whole[i].resize(static_cast<size_t>(p.type.numElements));
     for (const host::ParameterStore *store : ranks) {
+      // A pipeline rank holds only its stages' parameters.
+      if (!store->holds(i))
+        continue;
       std::vector<int64_t> offsets = store->shardOffsets(i);
       const host::Tensor &value = store->value(i);
       for (int64_t e = 0; e < p.localType.numElements; ++e) {
