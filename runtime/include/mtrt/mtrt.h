@@ -368,8 +368,8 @@ typedef struct mtrt_session_s *mtrt_session_t;
  * FAILED_PRECONDITION: a bundle of several ranks without a communicator.
  * UNAVAILABLE: MTRT_BACKEND_CUDA in a library built without CUDA, or a
  *   device index the machine does not have.
- * UNIMPLEMENTED: the CUDA backend with a bundle of several ranks, bf16 or
- *   f16 parameters.
+ * UNIMPLEMENTED: the CUDA backend with a bundle of several ranks (so also
+ *   a pipeline bundle), bf16 or f16 parameters.
  * NOT_FOUND: a bundle without train_step. */
 MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t mtrt_session_create(
     mtrt_bundle_t bundle, const mtrt_session_options_t *options,
@@ -441,7 +441,15 @@ typedef struct mtrt_step_metrics_t {
 /* Runs train_step (forward and backward) on the current batch, adding this
  * micro-batch's gradients to the accumulated ones; stores its loss in
  * *out_loss (may be NULL). A collective for a bundle of several ranks.
- * FAILED_PRECONDITION: no batch was set.
+ * A pipeline bundle's schedule interleaves its micro-batches' stages, so
+ * there this copies the batch and returns NaN as its loss; the schedule
+ * runs at mtrt_session_apply, over exactly the micro-batches it was
+ * compiled for (the global batch over micro-batch x data-parallel size),
+ * and the step's metrics give their mean loss. Every rank of the pipeline
+ * sets its data rank's micro-batches (the first stage reads the tokens,
+ * the last the labels).
+ * FAILED_PRECONDITION: no batch was set; a pipeline bundle's schedule has
+ *   all its micro-batches already.
  * OUT_OF_RANGE: a bound batch holds an id outside the vocabulary.
  * ABORTED: another rank failed (the message names it).
  * INTERNAL: a CUDA error, naming the instruction. */
@@ -455,7 +463,9 @@ mtrt_session_accumulate(mtrt_session_t session, double *out_loss);
  * gradients are unscaled first, and a step that finds an inf or nan
  * gradient element skips its update and returns MTRT_STATUS_OK with
  * out_metrics->skipped = 1.
- * FAILED_PRECONDITION: nothing was accumulated since the last step.
+ * FAILED_PRECONDITION: nothing was accumulated since the last step; for
+ *   a pipeline bundle, not the micro-batches its schedule takes (both
+ *   counts named).
  * ABORTED: the gradient norm is not finite (nothing is updated), or another
  *   rank failed.
  * INVALID_ARGUMENT: out_metrics->struct_size too small. */
@@ -468,7 +478,9 @@ MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t mtrt_session_train_step(
     mtrt_session_t session, mtrt_step_metrics_t *out_metrics);
 
 /* Runs eval_step (the loss, no gradients) on the current batch and stores
- * the loss in *out_loss. NOT_FOUND: the bundle has no eval_step.
+ * the loss in *out_loss; a pipeline bundle runs the batch through its
+ * stages' eval functions in order (a collective over the ranks).
+ * NOT_FOUND: the bundle has no eval_step.
  * Otherwise errors as mtrt_session_accumulate. */
 MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t
 mtrt_session_eval_step(mtrt_session_t session, double *out_loss);
@@ -492,7 +504,9 @@ MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t mtrt_session_parameter_name(
 
 /* The dtype and shape of this rank's part of parameter `name` (the whole
  * parameter on one rank), and where the session keeps it; data is NULL.
- * NOT_FOUND names the parameter and lists a few that exist. */
+ * NOT_FOUND names the parameter and lists a few that exist.
+ * FAILED_PRECONDITION: a pipeline bundle's parameter that another pipeline
+ * rank holds (named); the same for get, set and view. */
 MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t mtrt_session_parameter_info(
     mtrt_session_t session, const char *name, mtrt_tensor_t *out_info);
 

@@ -62,6 +62,10 @@ public:
         executor.run({batch.tokens, batch.labels}, step, batch.onDevice);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
+  double runSchedule(const std::vector<BatchView> &, uint64_t) override {
+    throw Error(MTRT_STATUS_INTERNAL,
+                "runSchedule: a CUDA session of a pipeline bundle");
+  }
   void zeroGradients() override { parameters_.zeroGradients(); }
   void setLossScale(double scale) override {
     trainStep_->setLossScale(scale);

@@ -6,6 +6,7 @@
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "pipeline/PipelineRunner.h"
 #include "train/DataParallelBuffer.h"
 #include "train/DistributedOptimizer.h"
 
@@ -25,8 +26,13 @@ public:
                     !distributed(bundle, rank)) {
     if (rank)
       rank->prepare(bundle);
-    trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
-                                                  parameters_, pool_, rank);
+    // A pipeline bundle has several ranks, so the session gave it one.
+    if (bundle.pipeline())
+      pipeline_ = std::make_unique<pipeline::PipelineRunner>(
+          bundle, parameters_, pool_, *rank);
+    else
+      trainStep_ = std::make_unique<host::Executor>(bundle, "train_step",
+                                                    parameters_, pool_, rank);
     if (bundle.findFunction("eval_step"))
       evalStep_ = std::make_unique<host::Executor>(bundle, "eval_step",
                                                    parameters_, pool_, rank);
@@ -46,17 +52,32 @@ public:
 
   mtrt_backend_t backend() const override { return MTRT_BACKEND_HOST; }
   int device() const override { return 0; }
-  bool hasEvalStep() const override { return evalStep_ != nullptr; }
+  bool hasEvalStep() const override { return evalStep_ || pipeline_; }
 
   double run(bool train, const BatchView &batch, uint64_t step) override {
+    if (pipeline_)
+      return pipeline_->evaluate(
+          [&](int64_t) { return std::pair(batch.tokens, batch.labels); }, 1);
     host::Executor &executor = train ? *trainStep_ : *evalStep_;
     std::vector<host::Tensor> outputs =
         executor.run({batch.tokens, batch.labels}, step);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
+  double runSchedule(const std::vector<BatchView> &batches,
+                     uint64_t firstStep) override {
+    return pipeline_->train(
+        [&](int64_t m) {
+          const BatchView &batch = batches[static_cast<size_t>(m)];
+          return std::pair(batch.tokens, batch.labels);
+        },
+        firstStep);
+  }
   void zeroGradients() override { parameters_.zeroGradients(pool_); }
   void setLossScale(double scale) override {
-    trainStep_->setLossScale(scale);
+    if (pipeline_)
+      pipeline_->setLossScale(scale);
+    else
+      trainStep_->setLossScale(scale);
   }
   void reduceGradients() override {
     if (gradientBuffer_)
@@ -103,6 +124,7 @@ private:
   host::ThreadPool pool_;
   host::ParameterStore parameters_;
   std::unique_ptr<host::Executor> trainStep_, evalStep_;
+  std::unique_ptr<pipeline::PipelineRunner> pipeline_;
   std::unique_ptr<train::DataParallelBuffer> gradientBuffer_;
   std::unique_ptr<train::Optimizer> optimizer_;
   std::unique_ptr<train::DistributedOptimizer> distributedOptimizer_;

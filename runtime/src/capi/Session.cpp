@@ -239,13 +239,6 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
   backendOptions.tf32 = options.tf32 != 0;
   backendOptions.seed = options.seed;
 
-  if (b.pipeline())
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + b.name() +
-                    "' is pipeline-parallel; sessions run bundles without "
-                    "pipeline stages for now: train it with megatron-train "
-                    "--in-process-ranks, or compile with "
-                    "--pipeline-model-parallel-size 1");
   int64_t ranks = b.rankCount();
   if (world) {
     if (ranks == 1)
@@ -268,16 +261,21 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
                     "process makes them)");
   }
 
-  const Function *train = b.findFunction("train_step");
+  // A pipeline bundle's first stage reads the tokens (its last the labels,
+  // of the same shape).
+  const Function *train =
+      b.pipeline() ? &b.functions()[b.pipeline()->stages.front().forward]
+                   : b.findFunction("train_step");
   if (!train)
     throw Error(MTRT_STATUS_NOT_FOUND,
                 "bundle '" + b.name() +
                     "' has no train_step; compile the model with "
                     "megatron-compile, which emits it");
   const TensorType &tokens = train->values[train->inputs[0]];
-  if (train->inputs.size() != 2 || tokens.shape.size() != 2)
-    invalid("bundle '" + b.name() +
-            "': train_step does not take (tokens, labels) of shape "
+  if ((!b.pipeline() && train->inputs.size() != 2) ||
+      tokens.shape.size() != 2)
+    invalid("bundle '" + b.name() + "': " + train->name +
+            " does not take (tokens, labels) of shape "
             "[micro_batch, seq_length]; recompile it with megatron-compile");
   microBatch_ = tokens.shape[0];
   seqLength_ = tokens.shape[1];
@@ -315,8 +313,9 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
   for (size_t i = 0; i < b.parameters().size(); ++i)
     parameterIndex_.emplace(b.parameters()[i].name, i);
   if (lossScaler_) {
-    // megatron-train --fp16's check: the seed the scale multiplies.
-    bool seeded = false;
+    // megatron-train --fp16's check: the seed the scale multiplies (pipeline
+    // stages take it as an input).
+    bool seeded = b.pipeline() != nullptr;
     for (const Instruction &inst : train->instructions)
       seeded |= inst.op == Op::Fill && inst.attrs.lossSeed;
     if (!seeded)
@@ -435,6 +434,28 @@ double Session::accumulate() {
   if (!batch_.set)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "no batch: call mtrt_session_set_batch first");
+  if (const PipelineInfo *pipeline = bundle_->pipeline()) {
+    // The schedule interleaves the micro-batches' stages: it runs at
+    // apply, over a copy of each micro-batch taken now.
+    if (accumulated_ == pipeline->microBatches)
+      throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                  "bundle '" + bundle_->name() +
+                      "''s pipeline schedule takes " +
+                      std::to_string(pipeline->microBatches) +
+                      " micro-batches per optimizer step, and " +
+                      std::to_string(accumulated_) +
+                      " are accumulated: call mtrt_session_apply first");
+    size_t bytes = static_cast<size_t>(microBatch_ * seqLength_) *
+                   dtypeSize(idType_);
+    std::vector<uint8_t> &tokens = pendingTokens_.emplace_back(bytes);
+    std::vector<uint8_t> &labels = pendingLabels_.emplace_back(bytes);
+    backend_->copy(tokens.data(), false, batch_.view.tokens.data,
+                   batch_.view.onDevice, bytes);
+    backend_->copy(labels.data(), false, batch_.view.labels.data,
+                   batch_.view.onDevice, bytes);
+    ++accumulated_;
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   double loss = backend_->run(true, batch_.view, microStep_);
   ++microStep_;
   ++accumulated_;
@@ -448,6 +469,29 @@ mtrt_step_metrics_t Session::apply() {
                 "no micro-batch was accumulated since the last optimizer "
                 "step: call mtrt_session_accumulate (or "
                 "mtrt_session_train_step) first");
+  if (const PipelineInfo *pipeline = bundle_->pipeline()) {
+    if (accumulated_ != pipeline->microBatches)
+      throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                  "bundle '" + bundle_->name() +
+                      "''s pipeline schedule takes " +
+                      std::to_string(pipeline->microBatches) +
+                      " micro-batches per optimizer step, and " +
+                      std::to_string(accumulated_) +
+                      " are accumulated: accumulate " +
+                      std::to_string(pipeline->microBatches -
+                                     accumulated_) +
+                      " more (or compile the bundle with the global batch "
+                      "you want)");
+    std::vector<BatchView> batches;
+    for (size_t m = 0; m < pendingTokens_.size(); ++m)
+      batches.push_back({{idType_, batchShape_, pendingTokens_[m].data()},
+                         {idType_, batchShape_, pendingLabels_[m].data()},
+                         false});
+    lossSum_ = backend_->runSchedule(batches, microStep_);
+    microStep_ += static_cast<uint64_t>(accumulated_);
+    pendingTokens_.clear();
+    pendingLabels_.clear();
+  }
   int64_t iteration = iteration_ + 1;
   backend_->reduceGradients();
   // megatron-train's order (train::Trainer): unscale and check every
@@ -515,7 +559,17 @@ size_t Session::parameterIndex(const std::string &name) const {
 }
 
 mtrt_tensor_t Session::parameterView(size_t i) {
-  const TensorType &type = bundle_->parameters()[i].localType;
+  const Parameter &parameter = bundle_->parameters()[i];
+  if (parameter.pipelineRank >= 0 &&
+      rank_->coordinates()[0] != parameter.pipelineRank)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "parameter '" + parameter.name +
+                    "' lives on pipeline rank " +
+                    std::to_string(parameter.pipelineRank) +
+                    " and this session is pipeline rank " +
+                    std::to_string(rank_->coordinates()[0]) +
+                    ": read it from that rank's session");
+  const TensorType &type = parameter.localType;
   mtrt_tensor_t view{};
   view.data = backend_->value(i);
   view.dtype = MTRT_DTYPE_F32;
@@ -627,6 +681,8 @@ void Session::loadCheckpoint(const std::string &directory) {
   }
   iteration_ = manifest.state.iteration;
   microStep_ = manifest.state.microStep;
+  pendingTokens_.clear();
+  pendingLabels_.clear();
   accumulated_ = 0;
   lossSum_ = 0;
   metrics_ = {};

@@ -89,6 +89,9 @@ private:
   int64_t skipped_ = 0;
   int64_t accumulated_ = 0;
   double lossSum_ = 0;
+  /// Pipeline bundles: the micro-batches accumulated since the last step,
+  /// which the schedule runs at apply (host memory, the bundle's id type).
+  std::vector<std::vector<uint8_t>> pendingTokens_, pendingLabels_;
   mtrt_step_metrics_t metrics_{};
 };
 

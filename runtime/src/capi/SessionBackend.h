@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace mtrt::comm {
 class RankContext;
@@ -43,8 +44,16 @@ public:
   virtual bool hasEvalStep() const = 0;
 
   /// Runs train_step (`train`, accumulating gradients) or eval_step on
-  /// `batch`; returns its loss. `step` keys the dropout masks.
+  /// `batch`; returns its loss. `step` keys the dropout masks. A pipeline
+  /// bundle evaluates `batch` through all its stages; it trains only by
+  /// runSchedule.
   virtual double run(bool train, const BatchView &batch, uint64_t step) = 0;
+  /// Pipeline bundles: runs the schedule once over the step's micro-batches
+  /// (host memory), accumulating this rank's gradients; returns the sum of
+  /// their losses, the same on every rank (a collective). `firstStep` keys
+  /// the dropout of batches[0], the next ones count on.
+  virtual double runSchedule(const std::vector<BatchView> &batches,
+                             uint64_t firstStep) = 0;
   virtual void zeroGradients() = 0;
   /// fp16: the loss scale train_step's loss seed is multiplied by.
   virtual void setLossScale(double scale) = 0;

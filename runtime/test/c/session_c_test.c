@@ -98,6 +98,45 @@ static int runRank(void *argument) {
   return 0;
 }
 
+/* Two pipeline ranks of the PP2 Llama, each on its own thread: one optimizer
+ * step over two micro-batches, whose schedule runs at apply. */
+typedef struct PipelineRun {
+  mtrt_bundle_t bundle;
+  mtrt_communicator_t communicator;
+  mtrt_step_metrics_t metrics;
+  double accumulatedLoss, evalLoss;
+  mtrt_status_t status, extra, foreign;
+} PipelineRun;
+
+static int runPipelineRank(void *argument) {
+  PipelineRun *run = argument;
+  mtrt_session_options_t options = trainingOptions();
+  options.communicator = run->communicator;
+  mtrt_session_t session = NULL;
+  run->status = mtrt_session_create(run->bundle, &options, &session);
+  if (run->status)
+    return 1;
+  for (int k = 0; k < 2 && !run->status; ++k) {
+    setBatch(session, k);
+    run->status = mtrt_session_accumulate(session, &run->accumulatedLoss);
+  }
+  /* A third micro-batch does not fit the compiled schedule. */
+  if (!run->status)
+    run->extra = mtrt_session_accumulate(session, NULL);
+  run->metrics = newMetrics();
+  if (!run->status)
+    run->status = mtrt_session_apply(session, &run->metrics);
+  setBatch(session, 0);
+  if (!run->status)
+    run->status = mtrt_session_eval_step(session, &run->evalLoss);
+  /* Rank 0 holds the first stage, not the final norm. */
+  mtrt_tensor_t info;
+  run->foreign = mtrt_session_parameter_info(session, "model.norm.weight",
+                                             &info);
+  mtrt_session_release(session);
+  return 0;
+}
+
 /* fp16 loss scaling (megatron-train --fp16's) on the fp16 tiny GPT without
  * dropout (skipped steps advance the micro-batch counter that keys it). A
  * dynamic scale from 2^130 (inf in float) overflows: those steps skip their
@@ -216,10 +255,10 @@ static void fp16LossScaling(const char *path, mtrt_bundle_t fp32,
 }
 
 int main(int argc, char **argv) {
-  if (argc != 7) {
+  if (argc != 8) {
     fprintf(stderr,
             "usage: %s GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS SCRATCH_DIR "
-            "GPT-FP16.mtb\n",
+            "GPT-FP16.mtb LLAMA-PP2.mtb\n",
             argv[0]);
     return 2;
   }
@@ -449,6 +488,65 @@ int main(int argc, char **argv) {
              ? "yes"
              : "NO");
   mtrt_session_release(one);
+
+  /* Two pipeline ranks equal one rank accumulating the same micro-batches:
+   * the same ops in the same order, so the same bits. */
+  mtrt_bundle_t pp2 = NULL;
+  MUST(mtrt_bundle_load(argv[7], &pp2));
+  MUST(mtrt_communicator_create_in_process(2, communicators));
+  PipelineRun pipelineRuns[2];
+  memset(pipelineRuns, 0, sizeof(pipelineRuns));
+  for (int r = 0; r < 2; ++r) {
+    pipelineRuns[r].bundle = pp2;
+    pipelineRuns[r].communicator = communicators[r];
+  }
+  for (int r = 0; r < 2; ++r)
+    CHECK(thrd_create(&threads[r], runPipelineRank, &pipelineRuns[r]) ==
+          thrd_success);
+  for (int r = 0; r < 2; ++r)
+    thrd_join(threads[r], NULL);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(pipelineRuns[r].status == NULL);
+    if (pipelineRuns[r].status)
+      fprintf(stderr, "pipeline rank %d: %s\n", r,
+              mtrt_status_message(pipelineRuns[r].status));
+    mtrt_status_free(pipelineRuns[r].status);
+    mtrt_communicator_release(communicators[r]);
+  }
+  MUST(mtrt_session_create(llama, &options, &one));
+  mtrt_step_metrics_t accumulated = newMetrics();
+  for (int k = 0; k < 2; ++k) {
+    setBatch(one, k);
+    MUST(mtrt_session_accumulate(one, NULL));
+  }
+  MUST(mtrt_session_apply(one, &accumulated));
+  setBatch(one, 0);
+  double oneEval = 0;
+  MUST(mtrt_session_eval_step(one, &oneEval));
+  mtrt_session_release(one);
+  int samePipeline = 1;
+  for (int r = 0; r < 2; ++r)
+    samePipeline &= pipelineRuns[r].metrics.loss == accumulated.loss &&
+                    pipelineRuns[r].metrics.grad_norm ==
+                        accumulated.grad_norm &&
+                    pipelineRuns[r].evalLoss == oneEval;
+  printf("pp2: %lld micro-batches, the loss of an accumulated one is NaN: "
+         "%s; loss, grad norm and the next eval loss equal one rank's "
+         "bit for bit: %s\n",
+         (long long)pipelineRuns[0].metrics.micro_batches,
+         isnan(pipelineRuns[0].accumulatedLoss) ? "yes" : "NO",
+         samePipeline ? "yes" : "NO");
+  printf("pp2: a third micro-batch: %s: %s\n",
+         mtrt_status_code_string(mtrt_status_code(pipelineRuns[0].extra)),
+         mtrt_status_message(pipelineRuns[0].extra));
+  printf("pp2: %s: %s\n",
+         mtrt_status_code_string(mtrt_status_code(pipelineRuns[0].foreign)),
+         mtrt_status_message(pipelineRuns[0].foreign));
+  for (int r = 0; r < 2; ++r) {
+    mtrt_status_free(pipelineRuns[r].extra);
+    mtrt_status_free(pipelineRuns[r].foreign);
+  }
+  mtrt_bundle_release(pp2);
   mtrt_bundle_release(tp2);
   mtrt_bundle_release(llama);
   fp16LossScaling(argv[6], bundle, argv[5]);
