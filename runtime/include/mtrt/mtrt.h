@@ -368,8 +368,7 @@ typedef struct mtrt_session_s *mtrt_session_t;
  * FAILED_PRECONDITION: a bundle of several ranks without a communicator.
  * UNAVAILABLE: MTRT_BACKEND_CUDA in a library built without CUDA, or a
  *   device index the machine does not have.
- * UNIMPLEMENTED: the CUDA backend with a bundle of several ranks (so also
- *   a pipeline bundle), bf16 or f16 parameters.
+ * UNIMPLEMENTED: the CUDA backend with bf16 or f16 parameters.
  * NOT_FOUND: a bundle without train_step. */
 MTRT_API MTRT_MUST_USE_RESULT mtrt_status_t mtrt_session_create(
     mtrt_bundle_t bundle, const mtrt_session_options_t *options,

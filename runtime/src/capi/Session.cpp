@@ -296,14 +296,9 @@ Session::Session(std::shared_ptr<const Bundle> bundle,
     backend_ = createHostBackend(b, backendOptions, rank_.get());
     break;
   case MTRT_BACKEND_CUDA:
-    if (ranks > 1)
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  "bundle '" + b.name() + "' is compiled for " +
-                      std::to_string(ranks) +
-                      " ranks; the cuda backend runs bundles of one rank "
-                      "for now: use MTRT_BACKEND_HOST, or compile for one "
-                      "rank");
-    backend_ = createCudaBackend(b, backendOptions);
+    if (world)
+      rank_ = std::make_unique<comm::RankContext>(*world, b.gridShape());
+    backend_ = createCudaBackend(b, backendOptions, rank_.get());
     break;
   default:
     invalid("options.backend: found " +
@@ -691,7 +686,8 @@ void Session::loadCheckpoint(const std::string &directory) {
 
 #if !MTRT_HAVE_CUDA
 std::unique_ptr<SessionBackend>
-createCudaBackend(const Bundle &, const SessionBackendOptions &) {
+createCudaBackend(const Bundle &, const SessionBackendOptions &,
+                  comm::RankContext *) {
   throw Error(MTRT_STATUS_UNAVAILABLE,
               "the CUDA backend is unavailable because the mtrt runtime was "
               "built without CUDA; reconfigure with -DMTRT_ENABLE_CUDA=ON");

@@ -106,10 +106,12 @@ std::unique_ptr<SessionBackend>
 createHostBackend(const Bundle &bundle, const SessionBackendOptions &options,
                   comm::RankContext *rank);
 
-/// The CUDA backend of one rank. Throws Error UNAVAILABLE when the library
-/// was built without CUDA or the device does not exist.
+/// The CUDA backend of one rank; `rank` (may be null) must outlive it.
+/// Throws Error UNAVAILABLE when the library was built without CUDA or the
+/// device does not exist.
 std::unique_ptr<SessionBackend>
-createCudaBackend(const Bundle &bundle, const SessionBackendOptions &options);
+createCudaBackend(const Bundle &bundle, const SessionBackendOptions &options,
+                  comm::RankContext *rank);
 
 } // namespace mtrt::capi
 

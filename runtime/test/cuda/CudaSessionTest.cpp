@@ -3,7 +3,9 @@
 // bound in device memory, copied from it, and copied from host memory give
 // the same loss bit for bit; parameters read and written in device memory
 // and through views; a checkpoint moves between the backends; fp16 loss
-// scaling follows a host session's. Skipped without a GPU.
+// scaling follows a host session's; sessions of several ranks (TP2, DP2
+// with the distributed optimizer, PP2) follow host sessions of the same
+// ranks. Skipped without a GPU.
 #include "CudaTestSupport.h"
 
 #include "mtrt/mtrt.h"
@@ -14,6 +16,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 using namespace mtrt;
@@ -238,5 +242,123 @@ TEST_F(CudaSessionTest, Fp16LossScalingFollowsAHostSession) {
   device.reset();
   mtrt_bundle_release(fp16);
 }
+
+// Sessions of several ranks (in-process communicators, every rank on GPU 0,
+// each on its own thread) follow host sessions of the same ranks: tensor
+// parallelism, data parallelism with the distributed optimizer, and a
+// pipeline (whose schedule runs at apply). Three steps of the same batches
+// (each data rank its own); losses within 1e-5, gradient norms within 1e-4.
+struct SeveralRanksCase {
+  const char *bundle;
+  int ranks, dataRanks, microBatches;
+};
+
+class CudaSessionRanksTest
+    : public ::testing::TestWithParam<SeveralRanksCase> {};
+
+TEST_P(CudaSessionRanksTest, FollowsHostSessions) {
+  MTRT_REQUIRE_GPU();
+  const SeveralRanksCase &c = GetParam();
+  std::string path = testBundlePath(c.bundle);
+  mtrt_bundle_t bundle = nullptr;
+  ASSERT_OK(mtrt_bundle_load(path.c_str(), &bundle));
+  constexpr int kSteps = 3;
+  // [backend][rank][step]: the step's metrics.
+  std::vector<std::vector<std::vector<mtrt_step_metrics_t>>> metrics(
+      2, std::vector<std::vector<mtrt_step_metrics_t>>(
+             c.ranks, std::vector<mtrt_step_metrics_t>(kSteps)));
+  for (int b = 0; b < 2; ++b) {
+    mtrt_backend_t backend = b ? MTRT_BACKEND_CUDA : MTRT_BACKEND_HOST;
+    std::vector<mtrt_communicator_t> communicators(c.ranks);
+    ASSERT_OK(mtrt_communicator_create_in_process(c.ranks,
+                                                  communicators.data()));
+    std::vector<std::string> errors(c.ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < c.ranks; ++r)
+      threads.emplace_back([&, r] {
+        mtrt_session_options_t options;
+        mtrt_session_options_initialize(&options);
+        options.backend = backend;
+        options.lr = 1e-3;
+        options.threads = 1;
+        options.communicator = communicators[r];
+        mtrt_session_t session = nullptr;
+        auto fail = [&](mtrt_status_t status) {
+          if (!status)
+            return false;
+          errors[r] = mtrt_status_message(status);
+          mtrt_status_free(status);
+          return true;
+        };
+        if (fail(mtrt_session_create(bundle, &options, &session)))
+          return;
+        int64_t rows = 0, columns = 0;
+        mtrt_dtype_t dtype;
+        if (fail(mtrt_session_batch_info(session, &rows, &columns, &dtype)))
+          return;
+        // The data-parallel case has one rank per data rank; the others
+        // have one data rank.
+        int dataRank = r % c.dataRanks;
+        for (int k = 0; k < kSteps; ++k) {
+          for (int m = 0; m < c.microBatches; ++m) {
+            int key = (k * c.microBatches + m) * c.dataRanks + dataRank;
+            host::Tensor t = randomIds({rows, columns}, 256, 100 + key);
+            host::Tensor l = randomIds({rows, columns}, 256, 200 + key);
+            mtrt_tensor_t tokens{}, labels{};
+            for (auto [view, tensor] :
+                 {std::pair{&tokens, &t}, std::pair{&labels, &l}}) {
+              view->data = tensor->data<int32_t>();
+              view->dtype = MTRT_DTYPE_I32;
+              view->backend = MTRT_BACKEND_HOST;
+              view->rank = 2;
+              view->shape[0] = rows;
+              view->shape[1] = columns;
+            }
+            if (fail(mtrt_session_set_batch(session, &tokens, &labels,
+                                            MTRT_BATCH_COPY)) ||
+                fail(mtrt_session_accumulate(session, nullptr)))
+              return;
+          }
+          mtrt_step_metrics_t &out = metrics[b][r][k];
+          out.struct_size = sizeof(out);
+          if (fail(mtrt_session_apply(session, &out)))
+            return;
+        }
+        mtrt_session_release(session);
+      });
+    for (std::thread &thread : threads)
+      thread.join();
+    for (int r = 0; r < c.ranks; ++r) {
+      EXPECT_EQ(errors[r], "") << (b ? "cuda" : "host") << " rank " << r;
+      mtrt_communicator_release(communicators[r]);
+    }
+  }
+  for (int r = 0; r < c.ranks; ++r)
+    for (int k = 0; k < kSteps; ++k) {
+      const mtrt_step_metrics_t &host = metrics[0][r][k],
+                                &device = metrics[1][r][k];
+      EXPECT_LE(std::abs(device.loss - host.loss), 1e-5 * std::abs(host.loss))
+          << "rank " << r << ", step " << k + 1;
+      EXPECT_LE(std::abs(device.grad_norm - host.grad_norm),
+                1e-4 * std::abs(host.grad_norm))
+          << "rank " << r << ", step " << k + 1;
+    }
+  mtrt_bundle_release(bundle);
+}
+
+// The bundles of CudaTensorParallelTest, CudaDataParallelTest and
+// CudaPipelineTest (bench/make-device-dir.sh).
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CudaSessionRanksTest,
+    ::testing::Values(SeveralRanksCase{"tiny-gpt-nodrop-tp2", 2, 1, 1},
+                      SeveralRanksCase{"tiny-gpt-nodrop-dp2-distopt", 2, 2, 1},
+                      SeveralRanksCase{"tiny-gpt-l4-nodrop-pp2-1f1b", 2, 1, 4}),
+    [](const ::testing::TestParamInfo<SeveralRanksCase> &info) {
+      std::string name = info.param.bundle;
+      for (char &ch : name)
+        if (ch == '-')
+          ch = '_';
+      return name;
+    });
 
 } // namespace
