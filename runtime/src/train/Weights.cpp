@@ -366,14 +366,17 @@ void saveWeights(const std::string &path, const Bundle &bundle,
               "than '" +
               bundle.name() + "'");
   const int64_t vocabSize = bundle.model().vocabSize;
-  // Each parameter's whole tensor, put together from the ranks' shards (the
-  // replicas of an unsplit one are equal; the last written stays).
+  // Each parameter's whole tensor, put together from the shards of the ranks
+  // that hold it (the replicas of an unsplit one, and the copies of a table
+  // tied across pipeline stages, are equal; the last written stays).
   std::vector<std::vector<float>> whole(parameters.size());
   std::vector<SafetensorsWriteTensor> tensors;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Parameter &p = parameters[i];
     whole[i].resize(static_cast<size_t>(p.type.numElements));
     for (const host::ParameterStore *store : ranks) {
+      if (!store->holds(i)) // another pipeline rank's
+        continue;
       std::vector<int64_t> offsets = store->shardOffsets(i);
       const host::Tensor &value = store->value(i);
       for (int64_t e = 0; e < p.localType.numElements; ++e) {
