@@ -58,8 +58,7 @@ done
 # CudaPipelineTest: tiny-gpt with 4 layers (PP=2: two stages of two layers,
 # or four virtual stages of one; PP=4: one layer a stage; TP=2 x PP=2), and
 # with 8 layers for PP=4 interleaved (eight virtual stages of one), untied
-# embeddings (pipelines refuse tied ones), no dropout, 4 micro-batches of 2;
-# each for one rank too.
+# embeddings, no dropout, 4 micro-batches of 2; each for one rank too.
 for precision in fp32 bf16; do
   name=tiny-gpt-l4-nodrop flags=--precision=fp32
   [[ $precision == bf16 ]] && name=tiny-gpt-l4-bf16-nodrop flags=--bf16
@@ -83,6 +82,20 @@ for precision in fp32 bf16; do
       --data-parallel-size=2 -o "$b/$name-pp2-dp2.mtb"
   fi
 done
+# CudaPipelineTest's tied cases: the same 4 layers with tiny-gpt's tied
+# embeddings (the table on the first and the last pipeline rank, its gradient
+# summed over the two), fp32.
+tied=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --num-layers=4
+  --hidden-dropout=0 --attention-dropout=0 --micro-batch-size=2
+  --global-batch-size=8)
+"${tied[@]}" -o "$b/tiny-gpt-l4-tied-nodrop.mtb"
+"${tied[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+  -o "$b/tiny-gpt-l4-tied-nodrop-pp2-1f1b.mtb"
+"${tied[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
+  --virtual-pipeline-model-parallel-size=2 \
+  -o "$b/tiny-gpt-l4-tied-nodrop-pp2-interleaved.mtb"
+"${tied[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+  --tensor-model-parallel-size=2 -o "$b/tiny-gpt-l4-tied-nodrop-tp2-pp2.mtb"
 l8=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --num-layers=8
   --untie-embeddings-and-output-weights --hidden-dropout=0
   --attention-dropout=0 --micro-batch-size=2 --global-batch-size=8)

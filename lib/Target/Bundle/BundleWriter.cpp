@@ -497,39 +497,30 @@ static Object writeModel(const CompileConfig &config) {
   };
 }
 
-/// Per parameter, the pipeline rank whose stages read it; fails for one
-/// read on several ranks.
-static FailureOr<llvm::StringMap<int64_t>>
+/// Per parameter, the pipeline ranks whose stages read it, in increasing
+/// order: one, or for a table tied across stages (GPT-2's word embeddings,
+/// read by the first stage's embedding and the last stage's output layer)
+/// each rank that holds a copy: its embedding group, over which the runtime
+/// sums its gradient every iteration (Megatron-LM's embedding group).
+static llvm::StringMap<SmallVector<int64_t, 2>>
 pipelineRanks(ModuleOp module, int64_t pipelineSize) {
-  llvm::StringMap<int64_t> ranks;
+  llvm::StringMap<SmallVector<int64_t, 2>> ranks;
   for (auto function : module.getOps<func::FuncOp>()) {
     auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
     if (!stage)
       continue;
     int64_t rank = stage.getInt() % pipelineSize;
-    auto claim = [&](StringRef name, Operation *at) -> LogicalResult {
-      auto [it, inserted] = ranks.try_emplace(name, rank);
-      if (inserted || it->second == rank)
-        return success();
-      return errorAt(at, "parameter " + name + " is read on pipeline ranks " +
-                             llvm::Twine(it->second) + " and " +
-                             llvm::Twine(rank) +
-                             "; each parameter lives on one pipeline rank "
-                             "(tied embeddings across stages are not "
-                             "supported: set "
-                             "untie_embeddings_and_output_weights true)");
+    auto claim = [&](StringRef name) {
+      SmallVector<int64_t, 2> &list = ranks[name];
+      auto at = llvm::lower_bound(list, rank);
+      if (at == list.end() || *at != rank)
+        list.insert(at, rank);
     };
     for (unsigned i = 0, e = function.getNumArguments(); i < e; ++i)
       if (auto name =
               function.getArgAttrOfType<FlatSymbolRefAttr>(i, "mt.parameter"))
-        if (failed(claim(name.getValue(), function)))
-          return failure();
-    WalkResult walk = function.walk([&](mt::GetParameterOp read) {
-      return failed(claim(read.getName(), read)) ? WalkResult::interrupt()
-                                                 : WalkResult::advance();
-    });
-    if (walk.wasInterrupted())
-      return failure();
+        claim(name.getValue());
+    function.walk([&](mt::GetParameterOp read) { claim(read.getName()); });
   }
   return ranks;
 }
@@ -541,14 +532,9 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
   int64_t pipelineSize =
       pipeline ? pipeline->getInteger("size").value_or(1) : 1;
   int64_t axisShift = pipeline ? 1 : 0;
-  llvm::StringMap<int64_t> pipelineRank;
-  if (pipeline) {
-    FailureOr<llvm::StringMap<int64_t>> ranks =
-        pipelineRanks(module, pipelineSize);
-    if (failed(ranks))
-      return failure();
-    pipelineRank = std::move(*ranks);
-  }
+  llvm::StringMap<SmallVector<int64_t, 2>> pipelineRank;
+  if (pipeline)
+    pipelineRank = pipelineRanks(module, pipelineSize);
   Array parameters;
   llvm::StringMap<int64_t> parameterIndex;
   for (auto parameter : module.getOps<mt::ParameterOp>()) {
@@ -578,7 +564,11 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
       auto it = pipelineRank.find(parameter.getSymName());
       if (it == pipelineRank.end())
         return errorAt(parameter, "no pipeline stage reads it");
-      entry["pipeline_rank"] = it->second;
+      // The first rank owns it (the gradient norm counts it there,
+      // checkpoints save it from there); the others hold copies.
+      entry["pipeline_rank"] = it->second.front();
+      if (it->second.size() > 1)
+        entry["pipeline_ranks"] = Array(ArrayRef<int64_t>(it->second));
     }
     parameterIndex[parameter.getSymName()] = parameters.size();
     parameters.push_back(std::move(entry));

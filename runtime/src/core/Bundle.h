@@ -223,8 +223,26 @@ struct Parameter {
   /// by the product of its axes' sizes. Equal to `type` without splits.
   TensorType localType;
   /// In a pipeline bundle, the pipeline rank (coordinate along the pipeline
-  /// axis) that holds it; the others hold none of it. -1 otherwise.
+  /// axis) that owns it: the gradient norm counts it there and checkpoints
+  /// save it from there. -1 otherwise.
   int64_t pipelineRank = -1;
+  /// In a pipeline bundle, every pipeline rank that holds a copy, in
+  /// increasing order, pipelineRank first: {pipelineRank}, or for a table
+  /// tied across stages (format version 7, `pipeline_ranks`) its embedding
+  /// group, over which its gradient is summed each iteration. Empty
+  /// otherwise.
+  std::vector<int64_t> pipelineRanks;
+
+  /// Whether the rank at pipeline coordinate `pipelineCoordinate` holds a
+  /// copy (always, outside a pipeline bundle).
+  bool heldOnPipelineRank(int64_t pipelineCoordinate) const {
+    if (pipelineRanks.empty())
+      return true;
+    for (int64_t r : pipelineRanks)
+      if (r == pipelineCoordinate)
+        return true;
+    return false;
+  }
 };
 
 /// One step of a pipeline rank's schedule (docs/BundleFormat.md,
@@ -357,7 +375,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 6;
+  static constexpr uint32_t kFormatVersion = 7;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -320,12 +320,53 @@ void ManifestReader::readParameters(const Json &json, const std::string &path,
     parameter.localType = parameter.type;
     if (const Json *split = optionalField(entry, "split_axes"))
       readSplitAxes(*split, member(at, "split_axes"), parameter);
-    if (const Json *rank = optionalField(entry, "pipeline_rank"))
+    if (const Json *rank = optionalField(entry, "pipeline_rank")) {
       parameter.pipelineRank =
           readInt(*rank, member(at, "pipeline_rank"), 0,
                   grid_.empty() ? 0 : grid_[0] - 1);
+      parameter.pipelineRanks = {parameter.pipelineRank};
+    }
+    if (const Json *ranks = optionalField(entry, "pipeline_ranks"))
+      readPipelineRanks(*ranks, member(at, "pipeline_ranks"), parameter);
     out.push_back(std::move(parameter));
   }
+}
+
+/// A parameter held on several pipeline ranks (format version 7): its
+/// embedding group, the owner (pipeline_rank) first.
+void ManifestReader::readPipelineRanks(const Json &json,
+                                       const std::string &path,
+                                       Parameter &parameter) {
+  if (version_ < 7)
+    fail(path, "pipeline_ranks in a version " + std::to_string(version_) +
+                   " manifest",
+         "none before format version 7 (the version is wrong or the "
+         "manifest was edited)");
+  if (parameter.pipelineRank < 0)
+    fail(path, "pipeline_ranks without pipeline_rank",
+         "pipeline_rank beside it: the pipeline rank that owns the "
+         "parameter, its first entry");
+  expectArray(json, path);
+  if (json.size() < 2)
+    fail(path, describe(json),
+         "at least two pipeline ranks (a parameter on one rank has "
+         "pipeline_rank only)");
+  std::vector<int64_t> ranks;
+  for (size_t i = 0; i < json.size(); ++i) {
+    int64_t rank =
+        readInt(json[i], index(path, i), 0, grid_.empty() ? 0 : grid_[0] - 1);
+    if (!ranks.empty() && rank <= ranks.back())
+      fail(index(path, i), std::to_string(rank),
+           "a pipeline rank above " + std::to_string(ranks.back()) +
+               " (the list is increasing)");
+    ranks.push_back(rank);
+  }
+  if (ranks.front() != parameter.pipelineRank)
+    fail(index(path, 0), std::to_string(ranks.front()),
+         "the parameter's pipeline_rank " +
+             std::to_string(parameter.pipelineRank) +
+             " (the owner comes first)");
+  parameter.pipelineRanks = std::move(ranks);
 }
 
 void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
@@ -881,6 +922,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
          std::to_string(Bundle::kOldestFormatVersion) + " to " +
              std::to_string(Bundle::kFormatVersion) +
              ", the version in the file's header");
+  version_ = version;
 
   Bundle bundle;
   bundle.name_ = name_;
@@ -918,6 +960,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
   }
   if (const Json *pipeline = optionalField(root, "pipeline"))
     readPipeline(*pipeline, "pipeline", bundle);
+  checkStageParameters(bundle);
   if (const Json *buffer = optionalField(root, "gradient_buffer")) {
     if (version < 2)
       fail("gradient_buffer", "a gradient_buffer in a version " +

@@ -283,4 +283,48 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
   bundle.hasPipeline_ = true;
 }
 
+void ManifestReader::checkStageParameters(const Bundle &bundle) {
+  const std::vector<Parameter> &parameters = bundle.parameters_;
+  if (!bundle.hasPipeline_) {
+    for (size_t p = 0; p < parameters.size(); ++p)
+      if (parameters[p].pipelineRanks.size() > 1)
+        fail(member(index("parameters", p), "pipeline_ranks"),
+             "pipeline ranks in a bundle without a pipeline section",
+             "pipeline_ranks only in a pipeline bundle");
+    return;
+  }
+  const PipelineInfo &pipeline = bundle.pipeline_;
+  for (size_t k = 0; k < pipeline.stages.size(); ++k) {
+    const PipelineStageInfo &stage = pipeline.stages[k];
+    std::string at = index("pipeline.stages", k);
+    for (auto [key, function] :
+         {std::pair<const char *, size_t>{"forward", stage.forward},
+          {"backward", stage.backward},
+          {"eval", stage.eval}}) {
+      const Function &f = bundle.functions_[function];
+      for (size_t i = 0; i < f.instructions.size(); ++i) {
+        const Instruction &inst = f.instructions[i];
+        if (inst.op != Op::GetParameter && inst.op != Op::AccumulateGradient)
+          continue;
+        const Parameter &p = parameters[inst.attrs.parameter];
+        if (p.heldOnPipelineRank(stage.rank))
+          continue;
+        std::string held;
+        for (int64_t r : p.pipelineRanks)
+          held += (held.empty() ? "" : ", ") + std::to_string(r);
+        fail(member(at, key),
+             "\"" + f.name + "\", whose instructions[" + std::to_string(i) +
+                 "] (" + opName(inst.op) + ") uses parameter " +
+                 std::to_string(inst.attrs.parameter) + " (" + p.name +
+                 ") of pipeline ranks [" + held + "]",
+             "stage functions that use only the parameters of their pipeline "
+             "rank " + std::to_string(stage.rank) +
+                 " (a parameter shared by several stages' ranks, like tied "
+                 "embeddings, lists them all in pipeline_ranks; recompile the "
+                 "bundle)");
+      }
+    }
+  }
+}
+
 } // namespace mtrt::bundle_detail

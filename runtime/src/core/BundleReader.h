@@ -101,6 +101,8 @@ private:
                           const Bundle &bundle, GradientBuffer &out);
   void readSplitAxes(const Json &json, const std::string &path,
                      Parameter &parameter);
+  void readPipelineRanks(const Json &json, const std::string &path,
+                         Parameter &parameter);
   std::vector<int64_t> readGridAxes(const Json &json, const std::string &path);
   void readFunction(const Json &json, const std::string &path, Function &out);
   void readInstruction(const Json &json, const std::string &path,
@@ -120,6 +122,9 @@ private:
                               const std::string &path);
   /// The `pipeline` section (BundlePipeline.cpp), after the functions.
   void readPipeline(const Json &json, const std::string &path, Bundle &bundle);
+  /// After the pipeline section (BundlePipeline.cpp): every stage function
+  /// reads and accumulates only parameters that its pipeline rank holds.
+  void checkStageParameters(const Bundle &bundle);
   /// Reads and checks `memory_plan` (core/MemoryPlan.cpp); needs the
   /// function's instructions, and definedAt_/freedAt_ from reading them.
   void readMemoryPlan(const Json &json, const std::string &path,
@@ -131,6 +136,8 @@ private:
   size_t kernelCount_ = 0;
   /// The manifest's grid; empty when it has none.
   std::vector<int64_t> grid_;
+  /// The manifest's format version.
+  int64_t version_ = 0;
 
   // Per function, while its instructions are read.
   static constexpr int64_t kUndefined = -2, kInput = -1;

@@ -500,6 +500,15 @@ void PipelineStages::sendsDone() {
                     "vocabulary");
 }
 
+void PipelineStages::allReduceGradient(comm::Communicator &group,
+                                       size_t parameter,
+                                       const comm::CallInfo &info) {
+  float *gradient = parameters_->gradient(parameter);
+  collective_->allReduce(group, gradient, gradient,
+                         parameters_->count(parameter), DType::F32,
+                         comm::ReduceOp::Sum, info);
+}
+
 double PipelineStages::takeComputeSeconds() { return events_->takeSeconds(); }
 
 PipelineRunner::PipelineRunner(const Bundle &bundle,

@@ -126,6 +126,9 @@ public:
   /// Waits for the sends, gives their buffers back to the pool, and reads
   /// the fault word. Throws Error (OUT_OF_RANGE) for a fault.
   void sendsDone();
+  /// Enqueued on the context's stream, after the backward passes.
+  void allReduceGradient(comm::Communicator &group, size_t parameter,
+                         const comm::CallInfo &info);
   double takeComputeSeconds();
 
 private:

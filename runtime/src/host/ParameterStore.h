@@ -45,11 +45,12 @@ public:
   /// The offset of parameter i's shard in the global tensor, per dimension.
   std::vector<int64_t> shardOffsets(size_t i) const;
   /// Whether this rank holds parameter i: always, but in a pipeline bundle,
-  /// where only the pipeline rank that runs its stages does (the others
-  /// have empty tensors for it).
+  /// where only the pipeline ranks that run its stages do (one, or for a
+  /// table tied across stages its embedding group; the others have empty
+  /// tensors for it).
   bool holds(size_t i) const {
-    int64_t owner = entries_[i].info->pipelineRank;
-    return owner < 0 || coordinates_.empty() || coordinates_[0] == owner;
+    return coordinates_.empty() ||
+           entries_[i].info->heldOnPipelineRank(coordinates_[0]);
   }
   /// The sum of the parameters' (shards') element counts.
   int64_t numElements() const { return numElements_; }

@@ -51,6 +51,15 @@ void HostStages::send(int peer, host::Tensor tensor,
                            floatType_, peer, info);
 }
 
+void HostStages::allReduceGradient(comm::Communicator &group,
+                                   size_t parameter,
+                                   const comm::CallInfo &info) {
+  host::Tensor &gradient = parameters_->gradient(parameter);
+  group.allReduce(gradient.buffer.data(), gradient.buffer.data(),
+                  gradient.numElements(), floatType_, comm::ReduceOp::Sum,
+                  info);
+}
+
 PipelineRunner::PipelineRunner(const Bundle &bundle,
                                host::ParameterStore &parameters,
                                host::ThreadPool &pool, comm::RankContext &rank)

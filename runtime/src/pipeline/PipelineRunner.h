@@ -46,6 +46,8 @@ public:
   void send(int peer, Tensor tensor, const comm::CallInfo &info);
   /// sendAsync copies: nothing to wait for.
   void sendsDone() {}
+  void allReduceGradient(comm::Communicator &group, size_t parameter,
+                         const comm::CallInfo &info);
   /// The runs' wall time since the last call.
   double takeComputeSeconds() { return std::exchange(computeSeconds_, 0.0); }
 

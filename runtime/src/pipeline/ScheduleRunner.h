@@ -8,10 +8,12 @@
 #include "core/Bundle.h"
 #include "host/HostTensor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +29,14 @@ namespace mtrt::pipeline {
 /// order, which the compiler proved cannot deadlock. Gradients accumulate
 /// into the backend's parameter store as the backward passes run; the
 /// caller zeroes them and steps the optimizer.
+///
+/// A parameter held on several pipeline ranks (a table tied across the
+/// first and last stage: Parameter::pipelineRanks) has a copy on each, and
+/// at the schedule's end, after the last backward pass and before the
+/// caller's data-parallel reduction and optimizer, its gradient is summed
+/// over its embedding group: the ranks of those pipeline coordinates with
+/// this rank's data- and tensor-parallel coordinates (Megatron-LM's
+/// embedding group all-reduce). Both copies then take the same step.
 ///
 /// Each micro-batch in flight on a stage holds a stash slot from its
 /// forward to its backward: the smallest free one, the same every
@@ -51,6 +61,9 @@ namespace mtrt::pipeline {
 ///   Tensor receive(int worldPeer, const TensorType &, const comm::CallInfo &);
 ///   void send(int worldPeer, Tensor, const comm::CallInfo &);  // async
 ///   void sendsDone();  // every send so far has reached its receiver
+///   // parameter's gradient = its sum over `group` (in place)
+///   void allReduceGradient(comm::Communicator &group, size_t parameter,
+///                          const comm::CallInfo &);
 ///   double takeComputeSeconds();  // runs' compute time since the last call
 /// (PipelineRunner.h: the host's; cuda/PipelineStages.h: the GPU's.)
 ///
@@ -64,7 +77,7 @@ public:
       std::function<std::pair<host::TensorView, host::TensorView>(int64_t)>;
 
   /// Prepares the executors of the rank's stages. Collective over the world
-  /// (it makes the pipeline group). Throws Error.
+  /// (it makes the pipeline group and the embedding groups). Throws Error.
   ScheduleRunner(const Bundle &bundle, Stages stages, comm::RankContext &rank);
 
   /// Runs the schedule once: returns the sum of the micro-batches' losses,
@@ -107,6 +120,14 @@ private:
     const PipelineStageInfo *info = nullptr;
     std::unique_ptr<typename Stages::Executor> forward, backward, eval;
   };
+  /// The parameters held on one set of pipeline ranks (tied across stages),
+  /// and the communicator of this rank's group of them (null when this
+  /// rank's pipeline coordinate is not in the set).
+  struct EmbeddingGroup {
+    std::vector<int64_t> pipelineRanks;
+    std::vector<size_t> parameters;
+    std::unique_ptr<comm::Communicator> communicator;
+  };
   using Key = std::pair<int64_t, int64_t>; // (stage, micro-batch)
   using Clock = std::chrono::steady_clock;
 
@@ -119,6 +140,9 @@ private:
            ", micro-batch " + std::to_string(microBatch);
   }
   int peerWorldRank(int64_t pipelineRank) const;
+  void makeEmbeddingGroups();
+  /// Sums the tied parameters' gradients over their embedding groups.
+  void reduceTiedGradients(uint64_t firstStep);
   double lossOverRanks(const char *label);
   int64_t takeSlot(const Key &key);
   int64_t releaseSlot(const Key &key);
@@ -133,6 +157,7 @@ private:
   int64_t lastStage_ = 0;
   double lossScale_ = 1.0;
   std::map<int64_t, Stage> stageExecutors_;
+  std::vector<EmbeddingGroup> embeddingGroups_;
 
   // Messages and stashes in flight during one schedule.
   std::map<Key, Tensor> inputs_, outputGradients_, outputs_, inputGradients_;
@@ -164,6 +189,50 @@ ScheduleRunner<Stages>::ScheduleRunner(const Bundle &bundle, Stages stages,
     stage.forward = stages_.executor(functions[info.forward].name);
     stage.backward = stages_.executor(functions[info.backward].name);
     stage.eval = stages_.executor(functions[info.eval].name);
+  }
+  makeEmbeddingGroups();
+}
+
+template <typename Stages>
+void ScheduleRunner<Stages>::makeEmbeddingGroups() {
+  const std::vector<Parameter> &parameters = bundle_.parameters();
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    const std::vector<int64_t> &ranks = parameters[p].pipelineRanks;
+    if (ranks.size() < 2)
+      continue;
+    auto found = std::find_if(
+        embeddingGroups_.begin(), embeddingGroups_.end(),
+        [&](const EmbeddingGroup &g) { return g.pipelineRanks == ranks; });
+    if (found == embeddingGroups_.end()) {
+      embeddingGroups_.push_back({ranks, {}, nullptr});
+      found = std::prev(embeddingGroups_.end());
+    }
+    found->parameters.push_back(p);
+  }
+  // One group per data- and tensor-parallel replica: its color is the world
+  // rank of the replica's pipeline rank 0.
+  for (EmbeddingGroup &group : embeddingGroups_) {
+    bool member = std::find(group.pipelineRanks.begin(),
+                            group.pipelineRanks.end(),
+                            pipelineRank_) != group.pipelineRanks.end();
+    group.communicator = rank_.world().split(
+        member ? peerWorldRank(0) : comm::Communicator::kNoColor,
+        static_cast<int>(pipelineRank_), "embedding",
+        comm::CallInfo{"the pipeline's embedding groups", -1});
+  }
+}
+
+template <typename Stages>
+void ScheduleRunner<Stages>::reduceTiedGradients(uint64_t firstStep) {
+  for (EmbeddingGroup &group : embeddingGroups_) {
+    if (!group.communicator)
+      continue;
+    for (size_t p : group.parameters)
+      stages_.allReduceGradient(
+          *group.communicator, p,
+          comm::CallInfo{"the gradient of " + bundle_.parameters()[p].name +
+                             " over the embedding group",
+                         static_cast<int64_t>(firstStep)});
   }
 }
 
@@ -303,6 +372,8 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
     }
     }
   }
+  // Megatron-LM's embedding group all-reduce, after the last backward pass.
+  reduceTiedGradients(firstStep);
   double loss = lossOverRanks("pipeline loss");
   computeSeconds_ += stages_.takeComputeSeconds();
   wallSeconds_ += since(start);

@@ -27,8 +27,8 @@ BufferShard bufferShard(const Bundle &bundle,
   for (size_t i = 0; i < layout.parameters.size(); ++i) {
     size_t p = static_cast<size_t>(layout.parameters[i]);
     // A pipeline rank steps only the parameters of its stages.
-    int64_t owner = bundle.parameters()[p].pipelineRank;
-    if (owner >= 0 && !coordinates.empty() && coordinates[0] != owner)
+    if (!coordinates.empty() &&
+        !bundle.parameters()[p].heldOnPipelineRank(coordinates[0]))
       continue;
     int64_t begin = layout.offsets[i];
     int64_t end = begin + bundle.parameters()[p].localType.numElements;

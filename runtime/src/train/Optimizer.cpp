@@ -42,8 +42,13 @@ bool countsInNorm(const Parameter &parameter,
   for (size_t axis = 0; axis < coordinates.size(); ++axis) {
     auto axisIs = [&](int64_t a) { return a == static_cast<int64_t>(axis); };
     bool splits = std::any_of(distinctAxes.begin(), distinctAxes.end(), axisIs);
-    // The pipeline axis (0) splits the parameters among its ranks.
-    splits |= axis == 0 && parameter.pipelineRank >= 0;
+    // The pipeline axis (0) splits the parameters among its ranks; a table
+    // tied across stages counts on its owner only.
+    if (axis == 0 && parameter.pipelineRank >= 0) {
+      if (coordinates[0] != parameter.pipelineRank)
+        return false;
+      continue;
+    }
     for (const auto &axes : parameter.splitAxes)
       splits |= std::any_of(axes.begin(), axes.end(), axisIs);
     if (!splits && coordinates[axis] != 0)

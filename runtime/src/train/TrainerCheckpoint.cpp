@@ -63,13 +63,19 @@ storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
                     std::string(dtypeName(store.floatType())));
   const std::vector<int64_t> &coordinates = store.coordinates();
   // One replica of each piece saves it: the rank at coordinate 0 of every
-  // grid axis that splits neither the parameter (a pipeline bundle's axis 0
-  // splits every parameter that one pipeline rank owns) nor, in
-  // `alsoSplitting`, the piece (the distributed optimizer's data axes).
+  // grid axis that splits neither the parameter nor, in `alsoSplitting`,
+  // the piece (the distributed optimizer's data axes). A pipeline bundle's
+  // axis 0 splits the parameters among their owners: a table tied across
+  // stages is saved by its owner (pipeline_rank) only.
   auto saves = [&](const Parameter &p,
                    const std::vector<int64_t> &alsoSplitting) {
     for (size_t axis = 0; severalRanks && axis < coordinates.size(); ++axis) {
-      bool splits = axis == 0 && p.pipelineRank >= 0;
+      if (axis == 0 && p.pipelineRank >= 0) {
+        if (coordinates[0] != p.pipelineRank)
+          return false;
+        continue;
+      }
+      bool splits = false;
       for (const auto &axes : p.splitAxes)
         for (int64_t a : axes)
           splits |= a == static_cast<int64_t>(axis);

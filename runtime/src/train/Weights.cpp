@@ -366,8 +366,9 @@ void saveWeights(const std::string &path, const Bundle &bundle,
               "than '" +
               bundle.name() + "'");
   const int64_t vocabSize = bundle.model().vocabSize;
-  // Each parameter's whole tensor, put together from the ranks' shards (the
-  // replicas of an unsplit one are equal; the last written stays).
+  // Each parameter's whole tensor, put together from the shards of the ranks
+  // that hold it (the replicas of an unsplit one, and the copies of a table
+  // tied across pipeline stages, are equal; the last written stays).
   std::vector<std::vector<float>> whole(parameters.size());
   std::vector<SafetensorsWriteTensor> tensors;
   for (size_t i = 0; i < parameters.size(); ++i) {

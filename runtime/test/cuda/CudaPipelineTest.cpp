@@ -1,5 +1,7 @@
-// Pipeline parallelism on the GPU: tiny-gpt (untied embeddings, no dropout,
-// 4 micro-batches of 2 per iteration) compiled for several pipeline layouts,
+// Pipeline parallelism on the GPU: tiny-gpt (untied embeddings, or tied ones
+// held by the first and the last pipeline rank and summed over them; no
+// dropout, 4 micro-batches of 2 per iteration) compiled for several pipeline
+// layouts,
 // trained 5 iterations as in-process ranks (threads, each with its own CUDA
 // context and stream on device 0, the activations and gradients kept on the
 // device and staged through the host to the in-process communicator),
@@ -7,7 +9,8 @@
 // layouts) against the host backend's run of the same bundle: every
 // iteration's loss and gradient norm, and the evaluation loss after
 // training. Layouts: PP=2 and PP=4 under 1F1B and interleaved (2 virtual
-// stages per rank), TP=2 x PP=2. A world that hangs is aborted after a
+// stages per rank), TP=2 x PP=2, and tied: PP=2 1F1B and interleaved, TP=2 x
+// PP=2. A world that hangs is aborted after a
 // deadline, so the test fails instead of stalling.
 #include "CudaTestSupport.h"
 
@@ -153,7 +156,7 @@ TEST_P(CudaPipelineTest, InProcessRanksEqualOneRank) {
   const Case &c = GetParam();
   const char *howToMake =
       "megatron-compile models/tiny-gpt.yaml --num-layers 4|8 "
-      "--untie-embeddings-and-output-weights --hidden-dropout 0 "
+      "[--untie-embeddings-and-output-weights] --hidden-dropout 0 "
       "--attention-dropout 0 --micro-batch-size 2 --global-batch-size 8 "
       "[--bf16] [--pipeline-model-parallel-size 2|4 --pipeline-schedule "
       "1f1b|interleaved --virtual-pipeline-model-parallel-size 2] "
@@ -254,7 +257,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Fp32Tp2Pp2", "tiny-gpt-l4-nodrop", "tiny-gpt-l4-nodrop-tp2-pp2",
              2, false, false},
         Case{"Bf16Tp2Pp2", "tiny-gpt-l4-bf16-nodrop",
-             "tiny-gpt-l4-bf16-nodrop-tp2-pp2", 2, true, false}),
+             "tiny-gpt-l4-bf16-nodrop-tp2-pp2", 2, true, false},
+        Case{"Fp32TiedPp2OneFOneB", "tiny-gpt-l4-tied-nodrop",
+             "tiny-gpt-l4-tied-nodrop-pp2-1f1b", 2, false, true},
+        Case{"Fp32TiedPp2Interleaved", "tiny-gpt-l4-tied-nodrop",
+             "tiny-gpt-l4-tied-nodrop-pp2-interleaved", 2, false, false},
+        Case{"Fp32TiedTp2Pp2", "tiny-gpt-l4-tied-nodrop",
+             "tiny-gpt-l4-tied-nodrop-tp2-pp2", 2, false, true}),
     [](const ::testing::TestParamInfo<Case> &info) {
       return std::string(info.param.name);
     });

@@ -194,4 +194,61 @@ TEST(BundleGridTest, BadCollectiveShapes) {
                      "expected [6] (the input's last dimension) for bias_add"});
 }
 
+// Format version 7: a parameter tied across pipeline stages lists every
+// pipeline rank that holds it (its embedding group), its owner first. Grid
+// [4, 1, 3]: 4 pipeline ranks; no pipeline section (the stage functions'
+// reads are checked against it in pipeline-bundle-errors.test).
+TEST(BundleGridTest, PipelineRanks) {
+  Json m = gridManifest();
+  m["version"] = 7;
+  m["grid"] = {{"shape", {4, 1, 3}}};
+  split(m) = {Json::array(), {2}};
+  for (Json &inst : m["functions"][0]["instructions"])
+    if (inst.contains("attrs") && inst["attrs"].contains("grid_axes"))
+      inst["attrs"]["grid_axes"] = {2};
+  for (Json &p : m["parameters"])
+    p["pipeline_rank"] = 0;
+  {
+    Bundle bundle = Bundle::parseManifest("g.mtb", m.dump());
+    const Parameter &w = bundle.parameters()[0];
+    EXPECT_EQ(w.pipelineRank, 0);
+    EXPECT_EQ(w.pipelineRanks, (std::vector<int64_t>{0}));
+    EXPECT_TRUE(w.heldOnPipelineRank(0));
+    EXPECT_FALSE(w.heldOnPipelineRank(3));
+  }
+  Json &w = m["parameters"][0];
+  w["pipeline_ranks"] = {0, 3};
+  expectRejected(m, {"parameters[0].pipeline_ranks: found pipeline ranks in "
+                     "a bundle without a pipeline section",
+                     "expected pipeline_ranks only in a pipeline bundle"});
+  w["pipeline_ranks"] = {0, 4};
+  expectRejected(m, {"parameters[0].pipeline_ranks[1]: found 4",
+                     "expected an integer in [0, 3]"});
+  w["pipeline_ranks"] = {0, 3, 3};
+  expectRejected(m, {"parameters[0].pipeline_ranks[2]: found 3",
+                     "expected a pipeline rank above 3 (the list is "
+                     "increasing)"});
+  w["pipeline_ranks"] = {0};
+  expectRejected(m, {"parameters[0].pipeline_ranks: found [0]",
+                     "expected at least two pipeline ranks (a parameter on "
+                     "one rank has pipeline_rank only)"});
+  w["pipeline_ranks"] = {1, 3};
+  expectRejected(m, {"parameters[0].pipeline_ranks[0]: found 1",
+                     "expected the parameter's pipeline_rank 0 (the owner "
+                     "comes first)"});
+  w["pipeline_ranks"] = "0,3";
+  expectRejected(m, {"parameters[0].pipeline_ranks: found a string \"0,3\"",
+                     "expected an array"});
+  w["pipeline_ranks"] = {0, 3};
+  w.erase("pipeline_rank");
+  expectRejected(m, {"parameters[0].pipeline_ranks: found pipeline_ranks "
+                     "without pipeline_rank",
+                     "expected pipeline_rank beside it"});
+  w["pipeline_rank"] = 0;
+  m["version"] = 6;
+  expectRejected(m, {"parameters[0].pipeline_ranks: found pipeline_ranks in a "
+                     "version 6 manifest",
+                     "expected none before format version 7"});
+}
+
 } // namespace

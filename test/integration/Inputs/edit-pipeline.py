@@ -11,6 +11,11 @@ Usage: edit-pipeline.py IN OUT EDIT
     swap-recvs        rank 1's first two receives of activations swapped
                       (micro-batches 1 and 0), a schedule the compiler
                       would refuse
+    untie-ranks       pipeline_ranks removed from every parameter: the
+                      last stage reads a table tied to the first stage's
+                      that its rank no longer holds
+    version-6         the manifest's and the header's version set to 6,
+                      before pipeline_ranks existed
 """
 import hashlib
 import json
@@ -44,6 +49,11 @@ def main():
         forwards = [i for i, s in enumerate(steps) if s["op"] == "forward"][:2]
         for i in forwards:
             steps[i]["micro_batch"] = 1 - steps[i]["micro_batch"]
+    elif edit == "untie-ranks":
+        for parameter in manifest["parameters"]:
+            parameter.pop("pipeline_ranks", None)
+    elif edit == "version-6":
+        manifest["version"] = version = 6
     else:
         sys.exit(__doc__)
     text = json.dumps(manifest).encode()
