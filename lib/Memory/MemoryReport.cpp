@@ -244,17 +244,19 @@ static void printPipelineMemoryReport(ModuleOp module,
                                           v, schedule.microBatches, r);
     TheoreticalMemory t = theoreticalMemory(config, policy, share);
     os << llvm::formatv("\npipeline rank {0}: stage{1} {2}; at most {3} "
-                        "stage forward passes in flight (Megatron-LM's "
-                        "count: {4:F2} micro-batches x {5} stage{6})\n",
+                        "stage forward pass{4} in flight (Megatron-LM's "
+                        "count: {5:F2} micro-batches x {6} stage{7})\n",
                         r, e.stages.size() > 1 ? "s" : "", stages,
-                        e.microBatchesInFlight, t.inFlight, v,
-                        v > 1 ? "s" : "");
+                        e.microBatchesInFlight,
+                        e.microBatchesInFlight == 1 ? "" : "es", t.inFlight,
+                        v, v > 1 ? "s" : "");
     printWeights(os, e, t, config);
     row(os, "arenas (forward + backward)", e.arenaBytes,
         "the rank's stage functions, each its own");
     row(os, "stash (most held at once)", e.stashBytes,
-        llvm::formatv("{0} stage forward passes' stash at most",
-                      e.microBatchesInFlight)
+        llvm::formatv("{0} stage forward pass{1}' stash at most",
+                      e.microBatchesInFlight,
+                      e.microBatchesInFlight == 1 ? "" : "es")
             .str());
     row(os, "activations (arenas + stash)", e.activationBytes,
         llvm::formatv("{0} (16-bit; layers x {1:F2} micro-batches in "
