@@ -28,9 +28,10 @@
 //   each pipeline rank r gets its own: its layers' and its stages' terms
 //   times the micro-batches it keeps in flight, k_r = min(m, p - r) under
 //   1F1B, m under GPipe, and under interleaving the chunks of its warm-up
-//   plus one, min(v m, 2 (p - r - 1) + (v - 1) p + 1), over v (Megatron-LM's
-//   p (1 + (p - 1) / (p v)) on rank 0). Full recomputation counts N per
-//   (virtual) stage.
+//   plus one, min(v m, 2 (p - r - 1) + (v - 1) p + 1) (v m when m = p), over
+//   v (Megatron-LM's p (1 + (p - 1) / (p v)) on rank 0;
+//   megatronForwardsInFlight). Full recomputation counts N per (virtual)
+//   stage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -65,21 +66,6 @@ struct RankShare {
   bool first = true, last = true;
   double inFlight = 1;
 };
-
-/// Megatron-LM's micro-batches in flight on pipeline rank r (see above).
-double inFlightMicroBatches(ScheduleKind kind, int64_t p, int64_t v,
-                            int64_t m, int64_t r) {
-  switch (kind) {
-  case ScheduleKind::GPipe:
-    return double(m);
-  case ScheduleKind::OneFOneB:
-    return double(std::min(m, p - r));
-  case ScheduleKind::Interleaved:
-    return double(std::min(v * m, 2 * (p - r - 1) + (v - 1) * p + 1)) /
-           double(v);
-  }
-  return 1;
-}
 
 TheoreticalMemory theoreticalMemory(const CompileConfig &config,
                                     const mt::RecomputePolicy &policy,
@@ -240,8 +226,10 @@ static void printPipelineMemoryReport(ModuleOp module,
                               stage.firstLayer + stage.numLayers - 1)
                     .str();
     }
-    share.inFlight = inFlightMicroBatches(schedule.kind, schedule.pipelineSize,
-                                          v, schedule.microBatches, r);
+    share.inFlight =
+        double(megatronForwardsInFlight(schedule.kind, schedule.pipelineSize,
+                                        v, schedule.microBatches, r)) /
+        double(v);
     TheoreticalMemory t = theoreticalMemory(config, policy, share);
     os << llvm::formatv("\npipeline rank {0}: stage{1} {2}; at most {3} "
                         "stage forward pass{4} in flight (Megatron-LM's "
