@@ -205,8 +205,8 @@ void AnnotateShardingsPass::runOnOperation() {
     // Under sequence parallelism pipeline stages exchange the residual
     // stream as each rank holds it, [b, s/t, h] (Megatron-LM's send of the
     // sequence-parallel shard): the input activation and the output's
-    // gradient, the output activation and the input's gradient. The only
-    // [b, s, h] values a stage passes besides parameters are these.
+    // gradient, the output activation and the input's gradient, a stage's
+    // only rank-3 arguments and results that are not parameters.
     const bool stage = function->hasAttr("mt.pipeline_stage");
     auto splitActivation = [&](RankedTensorType type,
                                SmallVector<SmallVector<int16_t>> &axes) {
