@@ -1,6 +1,7 @@
 //===- AutomaticRecompute.cpp - The least recompute that fits a budget ----===//
 
 #include "megatron/Memory/Memory.h"
+#include "megatron/Pipelines/PipelinePlan.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -12,10 +13,11 @@ using namespace megatron;
 llvm::Expected<mt::RecomputePolicy> megatron::chooseRecomputePolicy(
     ModuleOp module, const CompileConfig &config, int64_t budgetBytes,
     const std::function<LogicalResult(ModuleOp, const mt::RecomputePolicy &)>
-        &compile) {
+        &compile,
+    const PipelinePlan *plan) {
   // The total of one candidate, or nullopt when it does not compile.
   std::optional<mt::RecomputePolicy> best;
-  int64_t bestTotal = 0;
+  int64_t bestTotal = 0, bestRank = 0;
   auto evaluate =
       [&](const mt::RecomputePolicy &policy) -> llvm::Expected<int64_t> {
     OwningOpRef<ModuleOp> candidate = module.clone();
@@ -23,10 +25,29 @@ llvm::Expected<mt::RecomputePolicy> megatron::chooseRecomputePolicy(
       return llvm::createStringError(
           "--memory-budget: compiling with recompute " + policy.str() +
           " failed (see the diagnostics above)");
-    int64_t total = estimateMemory(*candidate, config).totalBytes();
+    // A pipeline's candidate fits when its fullest rank does: each rank
+    // holds its stages' arenas and the stash of the micro-batches its
+    // schedule keeps in flight.
+    int64_t total = 0, rank = 0;
+    if (plan) {
+      PipelinePlan stashed = *plan;
+      if (llvm::Error error = finishPipelinePlan(*candidate, stashed))
+        return std::move(error);
+      for (int64_t r = 0; r < stashed.schedule.pipelineSize; ++r) {
+        int64_t bytes = estimateMemory(*candidate, config, &stashed, r)
+                            .totalBytes();
+        if (bytes > total) {
+          total = bytes;
+          rank = r;
+        }
+      }
+    } else {
+      total = estimateMemory(*candidate, config).totalBytes();
+    }
     if (!best || total < bestTotal) {
       best = policy;
       bestTotal = total;
+      bestRank = rank;
     }
     return total;
   };
@@ -52,7 +73,13 @@ llvm::Expected<mt::RecomputePolicy> megatron::chooseRecomputePolicy(
     if (*ok)
       return policy;
   }
-  const int64_t layers = config.model.numLayers;
+  // Block and uniform count layers per (virtual) stage under pipelines.
+  int64_t layers = config.model.numLayers;
+  if (plan) {
+    layers = 0;
+    for (const PipelineStage &stage : plan->layout.stages)
+      layers = std::max(layers, stage.numLayers);
+  }
   auto block = [](int64_t n) {
     mt::RecomputePolicy policy;
     policy.granularity = RecomputeGranularity::Full;
@@ -89,9 +116,12 @@ llvm::Expected<mt::RecomputePolicy> megatron::chooseRecomputePolicy(
   }
   return llvm::createStringError(llvm::formatv(
       "--memory-budget: no recomputation fits {0} ({1} bytes) per rank; the "
-      "least memory reached is {2} ({3} bytes) with recompute {4}; raise the "
-      "budget, shrink --micro-batch-size, or split the model over more ranks "
-      "(--tensor-model-parallel-size)",
+      "least memory reached is {2} ({3} bytes{5}) with recompute {4}; raise "
+      "the budget, shrink --micro-batch-size, or split the model over more "
+      "ranks (--tensor-model-parallel-size{6})",
       formatBytes(double(budgetBytes)), budgetBytes,
-      formatBytes(double(bestTotal)), bestTotal, best ? best->str() : "none"));
+      formatBytes(double(bestTotal)), bestTotal, best ? best->str() : "none",
+      plan ? llvm::formatv(" on pipeline rank {0}", bestRank).str()
+           : std::string(),
+      plan ? ", --pipeline-model-parallel-size" : ""));
 }

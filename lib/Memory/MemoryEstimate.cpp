@@ -1,6 +1,7 @@
 //===- MemoryEstimate.cpp - One rank's bytes from the compiled module -----===//
 
 #include "megatron/Memory/Memory.h"
+#include "megatron/Pipelines/PipelinePlan.h"
 
 #include "mt/IR/MtLayerLocations.h"
 #include "mt/IR/MtOps.h"
@@ -16,6 +17,12 @@ using namespace megatron;
 
 static int64_t elements(Type type) {
   return cast<RankedTensorType>(type).getNumElements();
+}
+
+static int64_t bytesOf(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getNumElements() *
+         static_cast<int64_t>(tensor.getElementTypeBitWidth() / 8);
 }
 
 /// The FLOPs an op redoes when it is recomputed: multiply-adds count 2.
@@ -38,33 +45,27 @@ static double recomputeFlops(Operation *op) {
   return resultElements();
 }
 
-MemoryEstimate megatron::estimateMemory(ModuleOp module,
-                                        const CompileConfig &config) {
-  MemoryEstimate estimate;
-  estimate.savedBytesByLayer.assign(config.model.numLayers, 0);
-  // The plan the bundle writer writes (the CUDA backend's side buffers under
-  // the bundle's precision).
-  mt::SideBufferOptions storage;
-  storage.mixedPrecision = config.precision == Precision::BF16;
-  auto train = module.lookupSymbol<func::FuncOp>("train_step");
-  if (auto eval = module.lookupSymbol<func::FuncOp>("eval_step"))
-    estimate.evalArenaBytes = mt::planFunctionMemory(eval, storage).arenaBytes;
-  if (!train)
-    return estimate;
-
+/// Parameters, their bf16 copies, gradients and optimizer state of the
+/// parameters `train` reads; `eval` adds bf16 copies only.
+static void countWeights(ArrayRef<func::FuncOp> train,
+                         ArrayRef<func::FuncOp> eval,
+                         const CompileConfig &config,
+                         const mt::SideBufferOptions &storage,
+                         MemoryEstimate &estimate) {
   // The rank's parameters: partitioned steps read them as arguments with
   // local shapes; otherwise through get_parameter (a tied table once).
   llvm::StringSet<> seen;
-  Block &body = train.getBody().front();
-  for (BlockArgument argument : body.getArguments())
-    if (auto name = train.getArgAttrOfType<FlatSymbolRefAttr>(
-            argument.getArgNumber(), "mt.parameter"))
-      if (seen.insert(name.getValue()).second)
-        estimate.parameterElements += elements(argument.getType());
-  train.walk([&](mt::GetParameterOp read) {
-    if (seen.insert(read.getName()).second)
-      estimate.parameterElements += elements(read.getType());
-  });
+  for (func::FuncOp function : train) {
+    for (BlockArgument argument : function.getArguments())
+      if (auto name = function.getArgAttrOfType<FlatSymbolRefAttr>(
+              argument.getArgNumber(), "mt.parameter"))
+        if (seen.insert(name.getValue()).second)
+          estimate.parameterElements += elements(argument.getType());
+    function.walk([&](mt::GetParameterOp read) {
+      if (seen.insert(read.getName()).second)
+        estimate.parameterElements += elements(read.getType());
+    });
+  }
 
   // The runtime keeps fp32 weights (the master copy), fp32 gradients
   // and AdamW's two fp32 moments, the moments split over the data-parallel
@@ -85,9 +86,10 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
               estimate.bf16ParameterElements += elements(operand.getType());
       });
     };
-    countCopies(train);
-    if (auto eval = module.lookupSymbol<func::FuncOp>("eval_step"))
-      countCopies(eval);
+    for (func::FuncOp function : train)
+      countCopies(function);
+    for (func::FuncOp function : eval)
+      countCopies(function);
     estimate.bf16ParameterBytes = estimate.bf16ParameterElements * 2;
   }
   estimate.gradientBytes = n * 4;
@@ -96,21 +98,120 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
     optimizer = (optimizer + config.parallel.dataParallelSize - 1) /
                 config.parallel.dataParallelSize;
   estimate.optimizerBytes = optimizer;
+  estimate.workspaceBytes = kGemmWorkspaceBytes;
+}
 
-  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train, storage);
-  estimate.activationBytes = plan.arenaBytes;
-  estimate.peakSideBufferBytes = plan.peakSideBufferBytes;
-  estimate.peakInstruction = plan.peakAt;
-  estimate.numInstructions = plan.numInstructions;
-  estimate.inPlaceResults = plan.numInPlace;
-  for (Operation &op : body.without_terminator()) {
+static void countRecomputed(func::FuncOp function, MemoryEstimate &estimate) {
+  for (Operation &op : function.getBody().front().without_terminator()) {
     if (op.hasAttr(mt::kRecomputedAttrName)) {
       ++estimate.recomputedOps;
       estimate.recomputedFlops += recomputeFlops(&op);
     }
   }
-  estimate.workspaceBytes = kGemmWorkspaceBytes;
+}
 
+/// Adds `bytes` saved by the op that defines `value` (or of none) to its
+/// layer's figure, or to the figure outside the layers.
+static void addSaved(Operation *definingOp, int64_t bytes,
+                     const CompileConfig &config, MemoryEstimate &estimate) {
+  std::optional<mt::LayerTag> tag =
+      definingOp ? mt::getLayerTag(definingOp->getLoc()) : std::nullopt;
+  if (tag && tag->layer < config.model.numLayers)
+    estimate.savedBytesByLayer[tag->layer] += bytes;
+  else
+    estimate.savedOtherBytes += bytes;
+}
+
+/// A pipeline rank: its stages' functions each run in its own arena, and
+/// the stash of the micro-batches in flight lives besides.
+static MemoryEstimate estimatePipelineRank(ModuleOp module,
+                                           const CompileConfig &config,
+                                           const PipelinePlan &plan,
+                                           int64_t rank) {
+  MemoryEstimate estimate;
+  estimate.pipelineRank = rank;
+  estimate.savedBytesByLayer.assign(config.model.numLayers, 0);
+  mt::SideBufferOptions storage;
+  storage.mixedPrecision = config.precision == Precision::BF16;
+  SmallVector<func::FuncOp> train, forwards, eval;
+  for (int64_t k : plan.stagesOf(rank)) {
+    estimate.stages.push_back(k);
+    std::string name = ("train_step_stage" + llvm::Twine(k)).str();
+    auto forward = module.lookupSymbol<func::FuncOp>(name + "_forward");
+    auto backward = module.lookupSymbol<func::FuncOp>(name + "_backward");
+    if (forward && backward) {
+      train.append({forward, backward});
+      forwards.push_back(forward);
+    }
+    if (auto step = module.lookupSymbol<func::FuncOp>(
+            ("eval_step_stage" + llvm::Twine(k)).str()))
+      eval.push_back(step);
+  }
+  countWeights(train, eval, config, storage, estimate);
+  for (func::FuncOp function : train) {
+    mt::FunctionMemoryPlan arena = mt::planFunctionMemory(function, storage);
+    estimate.arenaBytes += arena.arenaBytes;
+    estimate.peakSideBufferBytes += arena.peakSideBufferBytes;
+    estimate.numInstructions += arena.numInstructions;
+    estimate.inPlaceResults += arena.numInPlace;
+    countRecomputed(function, estimate);
+  }
+  for (func::FuncOp function : eval)
+    estimate.evalArenaBytes +=
+        mt::planFunctionMemory(function, storage).arenaBytes;
+  // One micro-batch's stash by layer: the forward's results but the output.
+  for (func::FuncOp forward : forwards) {
+    auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
+    for (Value stashed : llvm::drop_begin(ret.getOperands()))
+      addSaved(stashed.getDefiningOp(), bytesOf(stashed.getType()), config,
+               estimate);
+  }
+  estimate.stashBytes = plan.peakStashBytes(rank);
+  int64_t held = 0, most = 0;
+  for (const ScheduleAction &a : plan.schedule.ranks[rank]) {
+    if (a.kind == ScheduleAction::Forward)
+      most = std::max(most, ++held);
+    else if (a.kind == ScheduleAction::Backward)
+      --held;
+  }
+  estimate.microBatchesInFlight = most;
+  estimate.activationBytes = estimate.arenaBytes + estimate.stashBytes;
+  return estimate;
+}
+
+MemoryEstimate megatron::estimateMemory(ModuleOp module,
+                                        const CompileConfig &config,
+                                        const PipelinePlan *pipeline,
+                                        int64_t pipelineRank) {
+  if (pipeline)
+    return estimatePipelineRank(module, config, *pipeline, pipelineRank);
+  MemoryEstimate estimate;
+  estimate.savedBytesByLayer.assign(config.model.numLayers, 0);
+  // The plan the bundle writer writes (the CUDA backend's side buffers under
+  // the bundle's precision).
+  mt::SideBufferOptions storage;
+  storage.mixedPrecision = config.precision == Precision::BF16;
+  auto train = module.lookupSymbol<func::FuncOp>("train_step");
+  auto eval = module.lookupSymbol<func::FuncOp>("eval_step");
+  if (eval)
+    estimate.evalArenaBytes = mt::planFunctionMemory(eval, storage).arenaBytes;
+  if (!train)
+    return estimate;
+  SmallVector<func::FuncOp> evals;
+  if (eval)
+    evals.push_back(eval);
+  countWeights({train}, evals, config, storage, estimate);
+
+  mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train, storage);
+  estimate.activationBytes = plan.arenaBytes;
+  estimate.arenaBytes = plan.arenaBytes;
+  estimate.peakSideBufferBytes = plan.peakSideBufferBytes;
+  estimate.peakInstruction = plan.peakAt;
+  estimate.numInstructions = plan.numInstructions;
+  estimate.inPlaceResults = plan.numInPlace;
+  countRecomputed(train, estimate);
+
+  Block &body = train.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   const mt::BufferPlan *loss = plan.lookup(ret.getOperand(0));
   int64_t lossAt = loss ? loss->definedAt : plan.numInstructions;
@@ -119,23 +220,14 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
         buffer.definedAt > lossAt || buffer.lastUse <= lossAt ||
         buffer.value == ret.getOperand(0) || !buffer.value.getDefiningOp())
       continue;
-    std::optional<mt::LayerTag> tag =
-        mt::getLayerTag(buffer.value.getDefiningOp()->getLoc());
-    if (tag && tag->layer < config.model.numLayers)
-      estimate.savedBytesByLayer[tag->layer] += buffer.bytes;
-    else
-      estimate.savedOtherBytes += buffer.bytes;
+    addSaved(buffer.value.getDefiningOp(), buffer.bytes, config, estimate);
   }
   // Side buffers kept across the loss: state saved for a gradient, bf16
   // copies of the operands of GEMMs on both sides.
   for (const mt::SideBufferPlan &side : plan.sideBuffers) {
     if (!side.op || side.position > lossAt || side.until <= lossAt)
       continue;
-    std::optional<mt::LayerTag> tag = mt::getLayerTag(side.op->getLoc());
-    if (tag && tag->layer < config.model.numLayers)
-      estimate.savedBytesByLayer[tag->layer] += side.bytes;
-    else
-      estimate.savedOtherBytes += side.bytes;
+    addSaved(side.op, side.bytes, config, estimate);
   }
   return estimate;
 }

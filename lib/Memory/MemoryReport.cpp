@@ -22,10 +22,21 @@
 //   and loss's inputs (4 s b h (1 + V/h)); with sequence parallelism
 //   everything divides by tp. Megatron-LM prints the activation figure only
 //   for selective recomputation with sequence parallelism.
+// - Pipelines: Megatron-LM's figure is the first stage's, which holds L/p
+//   layers of p micro-batches under 1F1B (the embedding terms times p too),
+//   and the interleaved schedule multiplies it by 1 + (p - 1) / (p v). Here
+//   each pipeline rank r gets its own: its layers' and its stages' terms
+//   times the micro-batches it keeps in flight, k_r = min(m, p - r) under
+//   1F1B, m under GPipe, and under interleaving the chunks of its warm-up
+//   plus one, min(v m, 2 (p - r - 1) + (v - 1) p + 1) (v m when m = p), over
+//   v (Megatron-LM's p (1 + (p - 1) / (p v)) on rank 0;
+//   megatronForwardsInFlight). Full recomputation counts N per (virtual)
+//   stage.
 //
 //===----------------------------------------------------------------------===//
 
 #include "megatron/Memory/Memory.h"
+#include "megatron/Pipelines/PipelinePlan.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -42,29 +53,44 @@ struct TheoreticalMemory {
   double weightsAndOptimizer = 0;
   double activations = 0;
   double perLayer = 0;
+  /// Micro-batches whose activations the rank holds (1 without pipelines).
+  double inFlight = 1;
+};
+
+/// What one rank runs of the model: its layers over `chunks` (virtual)
+/// stages, whether it embeds (first) and has the output layer (last), and
+/// the micro-batches its schedule keeps in flight.
+struct RankShare {
+  double layers = 0;
+  double chunks = 1;
+  bool first = true, last = true;
+  double inFlight = 1;
 };
 
 TheoreticalMemory theoreticalMemory(const CompileConfig &config,
-                                    const mt::RecomputePolicy &policy) {
+                                    const mt::RecomputePolicy &policy,
+                                    const RankShare &share) {
   const ModelConfig &m = config.model;
   const ParallelConfig &p = config.parallel;
   const double h = double(m.hiddenSize), a = double(m.numAttentionHeads);
   const double g = double(m.queryGroups()), f = double(m.ffnSize());
   const double q = double(m.numAttentionHeads * m.headDim());
-  const double L = double(m.numLayers), V = double(config.paddedVocabSize());
+  const double V = double(config.paddedVocabSize());
   const double s = double(m.seqLength), b = double(config.batch.microBatchSize);
   const double gated = m.activation == Activation::Swiglu ? 1.5 : 1.0;
   const double tp = double(p.tensorModelParallelSize);
-  const double pp = double(p.pipelineModelParallelSize);
   const double dp = double(p.dataParallelSize);
 
   TheoreticalMemory t;
-  double layers =
-      2 * L * h * h * ((1 + g / a) * q / h + (f / h) * gated + 2 / h) + 2 * h;
+  double layer = 2 * h * h * ((1 + g / a) * q / h + (f / h) * gated + 2 / h);
   double embedding = V * h;
-  t.parameters = (layers / pp + embedding) / tp;
-  if (m.untieEmbeddingsAndOutputWeights && pp == 1)
-    t.parameters += embedding / tp;
+  t.parameters = share.layers * layer;
+  if (share.first)
+    t.parameters += embedding;
+  if (share.last) // the final norm, and the output layer's own table
+    t.parameters +=
+        2 * h + (m.untieEmbeddingsAndOutputWeights ? embedding : 0);
+  t.parameters /= tp;
   t.bytesPerParameter = p.useDistributedOptimizer ? 6 + 12 / dp : 18;
   t.weightsAndOptimizer = t.parameters * t.bytesPerParameter;
 
@@ -72,30 +98,37 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   double scores = 5 * a * s * s * b;
   double checkpoint = 2 * s * b * h;
   double full = selective + scores;
-  double layersOnStage = L / pp;
+  // One micro-batch's activations on the rank, and what a recomputed group
+  // holds once while it reruns.
+  double perMicroBatch = 0, rerun = 0;
+  const double chunkLayers = share.layers / share.chunks;
   switch (policy.granularity) {
   case mt::RecomputeGranularity::None:
     t.perLayer = full;
-    t.activations = layersOnStage * full;
+    perMicroBatch = share.layers * full;
     break;
   case mt::RecomputeGranularity::Selective:
     t.perLayer = selective;
-    t.activations = layersOnStage * selective;
+    perMicroBatch = share.layers * selective;
     break;
   case mt::RecomputeGranularity::Full: {
-    double n = std::min(double(policy.numLayers), layersOnStage);
+    double n = std::min(double(policy.numLayers), chunkLayers);
     t.perLayer = checkpoint;
-    if (policy.method == mt::RecomputeMethod::Block)
-      t.activations = n * checkpoint + (layersOnStage - n) * full;
-    else // one checkpoint per group, and one group's layers while it reruns
-      t.activations = std::ceil(layersOnStage / n) * checkpoint + n * full;
+    if (policy.method == mt::RecomputeMethod::Block) {
+      perMicroBatch = share.chunks * (n * checkpoint + (chunkLayers - n) * full);
+    } else { // one checkpoint per group, and one group's layers while it reruns
+      perMicroBatch = share.chunks * std::ceil(chunkLayers / n) * checkpoint;
+      rerun = n * full;
+    }
     break;
   }
   }
-  t.activations += 8 * s * b * pp + s * b * h * pp;
-  if (pp == 1)
-    t.activations += 4 * s * b * h * (1 + V / h);
-  t.activations /= tp;
+  if (share.first) // the embedding's input and dropout mask
+    perMicroBatch += 8 * s * b + s * b * h;
+  if (share.last) // the output layer's and the loss's inputs
+    perMicroBatch += 4 * s * b * h * (1 + V / h);
+  t.inFlight = share.inFlight;
+  t.activations = (perMicroBatch * share.inFlight + rerun) / tp;
   t.perLayer /= tp;
   return t;
 }
@@ -108,23 +141,16 @@ void row(llvm::raw_ostream &os, llvm::StringRef what, int64_t bytes,
 
 } // namespace
 
-void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
-                                 const mt::RecomputePolicy &policy,
-                                 llvm::raw_ostream &os) {
-  MemoryEstimate e = estimateMemory(module, config);
-  TheoreticalMemory t = theoreticalMemory(config, policy);
-  const ParallelConfig &p = config.parallel;
-  const char *precision = config.precision == Precision::FP32   ? "fp32"
-                          : config.precision == Precision::BF16 ? "bf16"
-                                                                : "fp16";
+static const char *precisionName(const CompileConfig &config) {
+  return config.precision == Precision::FP32   ? "fp32"
+         : config.precision == Precision::BF16 ? "bf16"
+                                               : "fp16";
+}
 
-  os << "memory per rank: " << config.model.name << ", recompute "
-     << policy.str() << ", " << p.worldSize() << " rank(s) (tp "
-     << p.tensorModelParallelSize << ", pp " << p.pipelineModelParallelSize
-     << ", dp " << p.dataParallelSize
-     << (p.useDistributedOptimizer ? ", distributed optimizer" : "")
-     << "), micro-batch " << config.batch.microBatchSize << ", sequence "
-     << config.model.seqLength << ", precision " << precision << "\n";
+/// The rows from the parameters to "weights and optimizer".
+static void printWeights(llvm::raw_ostream &os, const MemoryEstimate &e,
+                         const TheoreticalMemory &t,
+                         const CompileConfig &config) {
   os << llvm::formatv("  {0,-34} {1,16} {2,12}  {3}\n", "", "bytes", "",
                       "Megatron-LM's formula");
   row(os,
@@ -144,8 +170,11 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
       llvm::formatv("{0} ({1:F2} B/parameter)",
                     formatBytes(t.weightsAndOptimizer), t.bytesPerParameter)
           .str());
-  row(os, "activations (train_step arena peak)", e.activationBytes,
-      formatBytes(t.activations) + " (16-bit activations)");
+}
+
+/// The rows from the side buffers to the total.
+static void printTotals(llvm::raw_ostream &os, const MemoryEstimate &e,
+                        const TheoreticalMemory &t) {
   row(os, "  of which side buffers at the peak", e.peakSideBufferBytes,
       "bf16 GEMM operands, saved kernel state, scratch");
   row(os, "workspace (cuBLASLt)", e.workspaceBytes);
@@ -154,6 +183,119 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
   row(os, "  with the CUDA context", e.totalBytes() + kMeasuredCudaContextBytes,
       formatBytes(double(kMeasuredCudaContextBytes)) +
           " measured on the H200: nvidia-smi's figure");
+}
+
+/// `--report memory` of a pipeline module: a table per pipeline rank.
+static void printPipelineMemoryReport(ModuleOp module,
+                                      const CompileConfig &config,
+                                      const mt::RecomputePolicy &policy,
+                                      const PipelinePlan &plan,
+                                      llvm::raw_ostream &os) {
+  const ParallelConfig &p = config.parallel;
+  const PipelineSchedule &schedule = plan.schedule;
+  const int64_t v = schedule.virtualSize;
+  os << "memory per pipeline rank: " << config.model.name << ", recompute "
+     << policy.str() << " (layers counted per stage), " << p.worldSize()
+     << " rank(s) (tp " << p.tensorModelParallelSize << ", pp "
+     << p.pipelineModelParallelSize << ", dp " << p.dataParallelSize
+     << "), micro-batch " << config.batch.microBatchSize << ", sequence "
+     << config.model.seqLength << ", precision " << precisionName(config)
+     << ", schedule " << scheduleKindName(schedule.kind) << " over "
+     << schedule.microBatches << " micro-batches"
+     << (v > 1 ? llvm::formatv(", {0} virtual stages per rank", v).str()
+               : std::string())
+     << "\n";
+  os << "each stage function runs in its own arena; a micro-batch's stash "
+        "(what the backward pass reads of the forward's values) is held "
+        "from its forward to its backward\n";
+  const int64_t lastStage = schedule.numStages() - 1;
+  for (int64_t r = 0; r < schedule.pipelineSize; ++r) {
+    MemoryEstimate e = estimateMemory(module, config, &plan, r);
+    RankShare share;
+    share.layers = 0;
+    share.chunks = double(v);
+    share.first = share.last = false;
+    std::string stages;
+    for (int64_t k : e.stages) {
+      const PipelineStage &stage = plan.layout.stages[k];
+      share.layers += double(stage.numLayers);
+      share.first |= k == 0;
+      share.last |= k == lastStage;
+      stages += llvm::formatv("{0}{1} (layers {2}-{3})",
+                              stages.empty() ? "" : ", ", k, stage.firstLayer,
+                              stage.firstLayer + stage.numLayers - 1)
+                    .str();
+    }
+    share.inFlight =
+        double(megatronForwardsInFlight(schedule.kind, schedule.pipelineSize,
+                                        v, schedule.microBatches, r)) /
+        double(v);
+    TheoreticalMemory t = theoreticalMemory(config, policy, share);
+    os << llvm::formatv("\npipeline rank {0}: stage{1} {2}; at most {3} "
+                        "stage forward pass{4} in flight (Megatron-LM's "
+                        "count: {5:F2} micro-batches x {6} stage{7})\n",
+                        r, e.stages.size() > 1 ? "s" : "", stages,
+                        e.microBatchesInFlight,
+                        e.microBatchesInFlight == 1 ? "" : "es", t.inFlight,
+                        v, v > 1 ? "s" : "");
+    printWeights(os, e, t, config);
+    row(os, "arenas (forward + backward)", e.arenaBytes,
+        "the rank's stage functions, each its own");
+    row(os, "stash (most held at once)", e.stashBytes,
+        llvm::formatv("{0} stage forward pass{1}' stash at most",
+                      e.microBatchesInFlight,
+                      e.microBatchesInFlight == 1 ? "" : "es")
+            .str());
+    row(os, "activations (arenas + stash)", e.activationBytes,
+        llvm::formatv("{0} (16-bit; layers x {1:F2} micro-batches in "
+                      "flight)",
+                      formatBytes(t.activations), t.inFlight)
+            .str());
+    printTotals(os, e, t);
+    row(os, "eval arenas (when evaluating)", e.evalArenaBytes);
+    os << "stashed per micro-batch, by layer:\n";
+    for (int64_t k : e.stages) {
+      const PipelineStage &stage = plan.layout.stages[k];
+      for (int64_t layer = stage.firstLayer;
+           layer < stage.firstLayer + stage.numLayers; ++layer)
+        row(os, llvm::formatv("layer {0}", layer).str(),
+            e.savedBytesByLayer[layer],
+            layer == plan.layout.stages[e.stages.front()].firstLayer
+                ? formatBytes(t.perLayer) + " per layer"
+                : "");
+    }
+    row(os, "stage inputs, embeddings, output layer", e.savedOtherBytes);
+    os << llvm::formatv("recomputed: {0} ops, {1:F2} GFLOP per micro-batch; "
+                        "{2} instructions, {3} results computed in place\n",
+                        e.recomputedOps, e.recomputedFlops / 1e9,
+                        e.numInstructions, e.inPlaceResults);
+  }
+}
+
+void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
+                                 const mt::RecomputePolicy &policy,
+                                 llvm::raw_ostream &os,
+                                 const PipelinePlan *plan) {
+  if (plan)
+    return printPipelineMemoryReport(module, config, policy, *plan, os);
+  MemoryEstimate e = estimateMemory(module, config);
+  RankShare share;
+  share.layers = double(config.model.numLayers);
+  TheoreticalMemory t = theoreticalMemory(config, policy, share);
+  const ParallelConfig &p = config.parallel;
+
+  os << "memory per rank: " << config.model.name << ", recompute "
+     << policy.str() << ", " << p.worldSize() << " rank(s) (tp "
+     << p.tensorModelParallelSize << ", pp " << p.pipelineModelParallelSize
+     << ", dp " << p.dataParallelSize
+     << (p.useDistributedOptimizer ? ", distributed optimizer" : "")
+     << "), micro-batch " << config.batch.microBatchSize << ", sequence "
+     << config.model.seqLength << ", precision " << precisionName(config)
+     << "\n";
+  printWeights(os, e, t, config);
+  row(os, "activations (train_step arena peak)", e.activationBytes,
+      formatBytes(t.activations) + " (16-bit activations)");
+  printTotals(os, e, t);
   row(os, "eval_step arena (when evaluating)", e.evalArenaBytes);
 
   os << "saved for the backward pass, by layer (live when the loss is "

@@ -96,6 +96,25 @@ ScheduleTimeline PipelinePlan::predict() const {
   return simulatePipelineSchedule(schedule, seconds);
 }
 
+int64_t PipelinePlan::peakStashBytes(int64_t rank) const {
+  int64_t held = 0, peak = 0;
+  for (const ScheduleAction &a : schedule.ranks[rank]) {
+    if (a.kind == ScheduleAction::Forward)
+      peak = std::max(peak, held += stashBytes[a.stage]);
+    else if (a.kind == ScheduleAction::Backward)
+      held -= stashBytes[a.stage];
+  }
+  return peak;
+}
+
+std::vector<int64_t> PipelinePlan::stagesOf(int64_t rank) const {
+  std::vector<int64_t> stages;
+  for (int64_t k = 0; k < schedule.numStages(); ++k)
+    if (schedule.rankOf(k) == rank)
+      stages.push_back(k);
+  return stages;
+}
+
 void PipelinePlan::printReport(llvm::raw_ostream &os) const {
   layout.print(os);
   const int64_t p = schedule.pipelineSize, v = schedule.virtualSize,
@@ -122,13 +141,7 @@ void PipelinePlan::printReport(llvm::raw_ostream &os) const {
 
   os << "\nstashed activations (forward done, backward pending), per rank:\n";
   for (int64_t r = 0; r < p; ++r) {
-    int64_t held = 0, peak = 0;
-    for (const ScheduleAction &a : schedule.ranks[r]) {
-      if (a.kind == ScheduleAction::Forward)
-        peak = std::max(peak, held += stashBytes[a.stage]);
-      else if (a.kind == ScheduleAction::Backward)
-        held -= stashBytes[a.stage];
-    }
+    int64_t peak = peakStashBytes(r);
     os << llvm::format("rank %lld: at most %lld micro-batches in flight%s, "
                        "peak %.3f MB\n",
                        (long long)r, (long long)timeline.peakStashed[r],

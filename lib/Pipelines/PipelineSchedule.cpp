@@ -487,6 +487,21 @@ double ScheduleTimeline::meanIdleFraction() const {
   return idleFraction.empty() ? 0 : sum / idleFraction.size();
 }
 
+int64_t megatron::megatronForwardsInFlight(ScheduleKind kind, int64_t p,
+                                           int64_t v, int64_t m, int64_t r) {
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    return m;
+  case ScheduleKind::OneFOneB:
+    return std::min(p - r, m);
+  case ScheduleKind::Interleaved:
+    if (m == p)
+      return v * m;
+    return std::min(2 * (p - r - 1) + (v - 1) * p + 1, v * m);
+  }
+  return m;
+}
+
 double megatron::analyticBubbleFraction(ScheduleKind kind, int64_t p,
                                         int64_t v, int64_t m) {
   double steps = kind == ScheduleKind::Interleaved ? double(v) * m : double(m);

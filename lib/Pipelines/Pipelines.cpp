@@ -28,6 +28,7 @@ void megatron::buildTrainingPipeline(mlir::OpPassManager &pm,
     recompute.granularity = options.recomputeGranularity;
     recompute.method = options.recomputeMethod;
     recompute.numLayers = options.recomputeNumLayers;
+    recompute.stages = options.pipelineStages;
     pm.addPass(mlir::mt::createRecomputePass(recompute));
   }
 }

@@ -76,6 +76,28 @@ TEST(PipelineScheduleTest, OneFOneBStashesAtMostPMicroBatches) {
     }
 }
 
+// The generated schedules keep Megatron-LM's count of forward passes in
+// flight on every rank (what --report memory sets beside its stash).
+TEST(PipelineScheduleTest, InFlightForwardsAreMegatronLMs) {
+  for (int64_t p : {2, 3, 4, 8})
+    for (int64_t m : {1, 2, 4, 8, 16})
+      for (auto [kind, v] :
+           {std::pair{ScheduleKind::GPipe, int64_t(1)},
+            std::pair{ScheduleKind::OneFOneB, int64_t(1)},
+            std::pair{ScheduleKind::Interleaved, int64_t(2)},
+            std::pair{ScheduleKind::Interleaved, int64_t(3)}}) {
+        if (kind == ScheduleKind::Interleaved && m % p != 0)
+          continue;
+        ScheduleTimeline timeline = simulatePipelineSchedule(
+            build(kind, p, v, m), std::vector<double>(p * v, 1.0));
+        for (int64_t r = 0; r < p; ++r)
+          EXPECT_EQ(timeline.peakStashed[r],
+                    megatronForwardsInFlight(kind, p, v, m, r))
+              << scheduleKindName(kind).str() << " p=" << p << " v=" << v
+              << " m=" << m << " r=" << r;
+      }
+}
+
 TEST(PipelineScheduleTest, RejectsWhatCannotRun) {
   auto message = [](llvm::Expected<PipelineSchedule> schedule) {
     return schedule ? std::string("<built>")

@@ -254,22 +254,11 @@ int main(int argc, char **argv) {
     if (report == ReportKind::Schedule && !pipelined)
       return fail("--report schedule needs pipeline parallelism: set "
                   "--pipeline-model-parallel-size to 2 or more");
-    if (parallel.sequenceParallel && pipelined)
-      return fail("sequence parallelism is not implemented with pipeline "
-                  "parallelism yet (pipeline_model_parallel_size " +
+    if (pipelined && parallel.useDistributedOptimizer)
+      return fail("the distributed optimizer is not implemented with "
+                  "pipeline parallelism yet (pipeline_model_parallel_size " +
                   std::to_string(plan.layout.pipelineSize) +
-                  "); compile without sequence_parallel or with "
-                  "pipeline_model_parallel_size 1 (docs/Parallelism.md)");
-    if (pipelined && (parallel.useDistributedOptimizer ||
-                      config->recompute.granularity !=
-                          RecomputeGranularity::None ||
-                      memoryBudget.getNumOccurrences() ||
-                      report == ReportKind::Memory))
-      return fail("the distributed optimizer, activation recomputation, "
-                  "--memory-budget and --report memory are not implemented "
-                  "with pipeline parallelism yet; compile with "
-                  "use_distributed_optimizer false and "
-                  "recompute_granularity none, or "
+                  "); compile with use_distributed_optimizer false or "
                   "pipeline_model_parallel_size 1 (docs/Pipeline.md)");
     // The pipelines, under one recomputation policy; --memory-budget runs
     // them once per candidate.
@@ -320,7 +309,8 @@ int main(int argc, char **argv) {
       if (!budget)
         return fail(toString(budget.takeError()));
       Expected<mlir::mt::RecomputePolicy> chosen =
-          chooseRecomputePolicy(*module, *config, *budget, compile);
+          chooseRecomputePolicy(*module, *config, *budget, compile,
+                                pipelined ? &plan : nullptr);
       if (!chosen)
         return fail(toString(chosen.takeError()));
       policy = *chosen;
@@ -347,7 +337,8 @@ int main(int argc, char **argv) {
     if (report == ReportKind::Collectives)
       mlir::mt::printCollectives(*module, os);
     if (report == ReportKind::Memory)
-      printMemoryReport(*module, *config, policy, os);
+      printMemoryReport(*module, *config, policy, os,
+                        pipelined ? &plan : nullptr);
     if (report == ReportKind::Schedule) {
       plan.printReport(os);
       if (!scheduleSvg.empty()) {

@@ -198,9 +198,23 @@ void AnnotateShardingsPass::runOnOperation() {
       ArrayRef<int64_t>{dataParallelSize, tensorParallelSize});
   grid = FlatSymbolRefAttr::get(gridOp.getSymNameAttr());
 
+  const bool sequenceShards = sequenceParallel && tensorParallelSize > 1;
   for (auto function : module.getOps<func::FuncOp>()) {
     if (function.isExternal())
       continue;
+    // Under sequence parallelism pipeline stages exchange the residual
+    // stream as each rank holds it, [b, s/t, h] (Megatron-LM's send of the
+    // sequence-parallel shard): the input activation and the output's
+    // gradient, the output activation and the input's gradient, a stage's
+    // only rank-3 arguments and results that are not parameters.
+    const bool stage = function->hasAttr("mt.pipeline_stage");
+    auto splitActivation = [&](RankedTensorType type,
+                               SmallVector<SmallVector<int16_t>> &axes) {
+      if (!sequenceShards || !stage || type.getRank() != 3)
+        return false;
+      axes[1].push_back(kTensorAxis);
+      return true;
+    };
     Block &body = function.getBody().front();
     builder.setInsertionPointToStart(&body);
     for (BlockArgument argument : body.getArguments()) {
@@ -208,6 +222,7 @@ void AnnotateShardingsPass::runOnOperation() {
       if (!type)
         continue;
       SmallVector<SmallVector<int16_t>> axes(type.getRank());
+      bool sequenceShard = false;
       if (auto parameter = function.getArgAttrOfType<FlatSymbolRefAttr>(
               argument.getArgNumber(), "mt.parameter")) {
         FailureOr<SmallVector<SmallVector<int16_t>>> parameterAxes =
@@ -217,21 +232,28 @@ void AnnotateShardingsPass::runOnOperation() {
           return signalPassFailure();
         axes = *parameterAxes;
         recordSplit(parameter, axes);
-      } else if (type.getRank() >= 1 && dataParallelSize > 1) {
+      } else {
         // Token and label batches: whole sequences on each data-parallel rank.
-        axes[0].push_back(kDataAxis);
+        if (type.getRank() >= 1 && dataParallelSize > 1)
+          axes[0].push_back(kDataAxis);
+        sequenceShard = splitActivation(type, axes);
       }
       Value annotated = annotate(builder, argument, axes, /*forUsers=*/true);
-      argument.replaceAllUsesExcept(annotated, annotated.getDefiningOp());
+      Operation *annotation = annotated.getDefiningOp();
+      // A sequence shard is what the argument holds, not what its users
+      // must read: a user that needs the whole sequence (the row-parallel
+      // layer's input gradient) gets it gathered.
+      if (sequenceShard)
+        annotated = annotate(builder, annotated, axes, /*forUsers=*/false);
+      argument.replaceAllUsesExcept(annotated, annotation);
     }
 
-    if (sequenceParallel && tensorParallelSize > 1)
+    if (sequenceShards)
       annotateSequenceShards(builder, function);
     // Learned position embeddings read positions made inside the step: they
     // follow the tokens' batch split, and under sequence parallelism the
     // residual stream's sequence split (each rank makes the positions of
     // its tile), so the position table's gradient sums local rows.
-    bool sequenceShards = sequenceParallel && tensorParallelSize > 1;
     if (dataParallelSize > 1 || sequenceShards)
       function.walk([&](PositionIdsOp positions) {
         builder.setInsertionPointAfter(positions);
@@ -261,10 +283,12 @@ void AnnotateShardingsPass::runOnOperation() {
         if (failed(parameterAxes))
           return signalPassFailure();
         axes = *parameterAxes;
-      } else if (type.getRank() >= 1 && dataParallelSize > 1) {
+      } else {
         // Per-token results (predict_step's logits) stay with their data
         // rank's part of the batch.
-        axes[0].push_back(kDataAxis);
+        if (type.getRank() >= 1 && dataParallelSize > 1)
+          axes[0].push_back(kDataAxis);
+        splitActivation(type, axes);
       }
       operand.set(annotate(builder, operand.get(), axes, /*forUsers=*/false));
     }

@@ -80,6 +80,13 @@ def RecomputePass : Pass<"mt-recompute", "::mlir::ModuleOp"> {
     - `granularity=full method=block num-layers=N`: the first N layers, each
       from its own input.
 
+    Layers count from the function's first layer, so with `stages=true`
+    (every differentiated pipeline stage `<function>_stage<k>` instead of
+    `<function>`) the policy applies per (virtual) stage, as Megatron-LM's
+    `--recompute-num-layers` does: block recomputes the first N layers of
+    each stage, uniform groups N layers within each stage. A stage's input
+    activation is the first layer's checkpoint.
+
     Clones carry the unit attribute `mt.recomputed` (it keeps CSE from merging
     them back). Dropout masks depend on the seed, the step and the position
     only, so a recomputed op gives the bits of the original.
@@ -102,7 +109,10 @@ def RecomputePass : Pass<"mt-recompute", "::mlir::ModuleOp"> {
     Option<"method", "method", "std::string", "\"uniform\"",
            "uniform or block (--recompute-method), for full">,
     Option<"numLayers", "num-layers", "int64_t", "1",
-           "Layers per group (uniform) or recomputed layers (block)">
+           "Layers per group (uniform) or recomputed layers (block)">,
+    Option<"stages", "stages", "bool", "false",
+           "Recompute each differentiated pipeline stage <function>_stage<k> "
+           "(layers counted per stage) instead of <function>">
   ];
   let statistics = [
     Statistic<"numRecomputed", "recomputed", "Number of cloned forward ops">
@@ -156,7 +166,12 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     - everything else (embeddings, norms, row-parallel biases): replicated;
     - token and label batches, and per-token results such as logits: split
       along the batch over the data-parallel axis; a gradient result is
-      sharded as its parameter; scalars (the loss) are replicated.
+      sharded as its parameter; scalars (the loss) are replicated;
+    - under sequence parallelism, a pipeline stage's (`mt.pipeline_stage`)
+      `[b, s, h]` arguments and results (the input activation, the output's
+      gradient, the output activation, the input's gradient): split along
+      the sequence over the tensor-parallel axis too, the shard the stages
+      exchange.
 
     Each `mt.parameter` gets `mt.split_axes`, the grid axes splitting each of
     its dimensions, which the bundle records (partitioning leaves only local

@@ -11,6 +11,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <limits>
+
 namespace mlir::mt {
 #define GEN_PASS_DEF_RECOMPUTEPASS
 #include "mt/Transforms/Passes.h.inc"
@@ -35,24 +37,28 @@ std::string RecomputePolicy::str() const {
 
 /// The recompute segment of a forward op under `policy`: ops of one segment
 /// are recomputed together from the values they read from outside it.
+/// Layers count from `firstLayer`, the function's first: a pipeline stage's
+/// policy is Megatron-LM's per-stage one.
 static std::optional<int64_t> segmentOf(Operation *op,
-                                        const RecomputePolicy &policy) {
+                                        const RecomputePolicy &policy,
+                                        int64_t firstLayer) {
   std::optional<LayerTag> tag = getLayerTag(op->getLoc());
   if (!tag)
     return std::nullopt;
+  const int64_t layer = tag->layer - firstLayer;
   switch (policy.granularity) {
   case RecomputeGranularity::None:
     return std::nullopt;
   case RecomputeGranularity::Selective:
     if (!tag->coreAttention)
       return std::nullopt;
-    return tag->layer;
+    return layer;
   case RecomputeGranularity::Full:
     if (policy.method == RecomputeMethod::Uniform)
-      return tag->layer / policy.numLayers;
-    if (tag->layer >= policy.numLayers)
+      return layer / policy.numLayers;
+    if (layer >= policy.numLayers)
       return std::nullopt;
-    return tag->layer;
+    return layer;
   }
   return std::nullopt;
 }
@@ -62,14 +68,16 @@ static std::optional<int64_t> segmentOf(Operation *op,
 /// segments are part of a layer; what the rest of the layer reads (the
 /// attention output, for the output projection) is recomputed too.
 static std::optional<int64_t> scopeOf(Operation *op,
-                                      const RecomputePolicy &policy) {
+                                      const RecomputePolicy &policy,
+                                      int64_t firstLayer) {
   std::optional<LayerTag> tag = getLayerTag(op->getLoc());
   if (!tag)
     return std::nullopt;
+  const int64_t layer = tag->layer - firstLayer;
   if (policy.granularity == RecomputeGranularity::Full &&
       policy.method == RecomputeMethod::Uniform)
-    return tag->layer / policy.numLayers;
-  return tag->layer;
+    return layer / policy.numLayers;
+  return layer;
 }
 
 FailureOr<int64_t> mt::recomputeActivations(func::FuncOp function,
@@ -109,6 +117,12 @@ FailureOr<int64_t> mt::recomputeActivations(func::FuncOp function,
            !isa<func::ReturnOp>(op);
   };
 
+  // A pipeline stage's layers start where its model part does.
+  int64_t firstLayer = std::numeric_limits<int64_t>::max();
+  for (Operation &op : body)
+    if (std::optional<LayerTag> tag = getLayerTag(op.getLoc()))
+      firstLayer = std::min(firstLayer, tag->layer);
+
   // Candidates per segment: forward ops with results, but not parameter
   // views (they cost no memory).
   llvm::MapVector<int64_t, SmallVector<Operation *>> segments;
@@ -117,7 +131,7 @@ FailureOr<int64_t> mt::recomputeActivations(func::FuncOp function,
       break;
     if (op.getNumResults() == 0 || isa<GetParameterOp>(op))
       continue;
-    if (std::optional<int64_t> s = segmentOf(&op, policy)) {
+    if (std::optional<int64_t> s = segmentOf(&op, policy, firstLayer)) {
       segments[*s].push_back(&op);
     }
   }
@@ -132,7 +146,7 @@ FailureOr<int64_t> mt::recomputeActivations(func::FuncOp function,
       bool checkpoint = llvm::any_of(op->getUsers(), [&](Operation *user) {
         if (!isForward(user))
           return false;
-        std::optional<int64_t> scope = scopeOf(user, policy);
+        std::optional<int64_t> scope = scopeOf(user, policy, firstLayer);
         return !scope || *scope != id;
       });
       if (!checkpoint)
@@ -212,16 +226,29 @@ struct RecomputePass : public mt::impl::RecomputePassBase<RecomputePass> {
       return signalPassFailure();
     }
     policy.numLayers = numLayers;
-    auto function = module.lookupSymbol<func::FuncOp>(functionName);
-    if (!function) {
+    SmallVector<func::FuncOp> functions;
+    if (stages) {
+      std::string prefix = functionName + "_stage";
+      for (auto function : module.getOps<func::FuncOp>())
+        if (function->hasAttr("mt.pipeline_stage") &&
+            function.getSymName().starts_with(prefix))
+          functions.push_back(function);
+    } else if (auto function =
+                   module.lookupSymbol<func::FuncOp>(functionName)) {
+      functions.push_back(function);
+    }
+    if (functions.empty()) {
       module.emitError() << "mt-recompute: no function named '"
-                         << functionName << "'; pass function=<name>";
+                         << functionName << (stages ? "_stage<k>" : "")
+                         << "'; pass function=<name>";
       return signalPassFailure();
     }
-    FailureOr<int64_t> count = recomputeActivations(function, policy);
-    if (failed(count))
-      return signalPassFailure();
-    numRecomputed += *count;
+    for (func::FuncOp function : functions) {
+      FailureOr<int64_t> count = recomputeActivations(function, policy);
+      if (failed(count))
+        return signalPassFailure();
+      numRecomputed += *count;
+    }
   }
 };
 

@@ -41,8 +41,9 @@ inline constexpr llvm::StringLiteral kRecomputedAttrName = "mt.recomputed";
 /// their locations (mt/IR/MtLayerLocations.h): selective recomputes each
 /// layer's core attention; full uniform recomputes every layer, checkpointing
 /// the input of each group of numLayers layers; full block recomputes the
-/// first numLayers layers, each from its own input. Returns the number of
-/// cloned ops, or failure with a diagnostic.
+/// first numLayers layers, each from its own input. Layers count from the
+/// function's first (a pipeline stage's, Megatron-LM's per-stage policy).
+/// Returns the number of cloned ops, or failure with a diagnostic.
 FailureOr<int64_t> recomputeActivations(func::FuncOp function,
                                         const RecomputePolicy &policy);
 

@@ -25,6 +25,8 @@
 
 namespace megatron {
 
+struct PipelinePlan;
+
 /// The cuBLASLt workspace every CUDA rank holds (runtime/src/cuda/Gemm.cpp).
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 
@@ -68,20 +70,39 @@ struct MemoryEstimate {
   int64_t recomputedOps = 0;
   double recomputedFlops = 0;
 
+  /// Pipelines: the pipeline rank (-1 without) and its virtual stages.
+  /// activationBytes is then `arenaBytes`, the arenas of the stages' forward
+  /// and backward functions (each executor holds its own), plus
+  /// `stashBytes`, the most stash the schedule keeps on the rank at once,
+  /// with at most `microBatchesInFlight` micro-batches (counted per stage)
+  /// forward done and backward pending; the saved bytes by layer are one
+  /// micro-batch's stash.
+  int64_t pipelineRank = -1;
+  llvm::SmallVector<int64_t> stages;
+  int64_t arenaBytes = 0;
+  int64_t stashBytes = 0;
+  int64_t microBatchesInFlight = 1;
+
   int64_t totalBytes() const {
     return parameterBytes + bf16ParameterBytes + gradientBytes +
            optimizerBytes + activationBytes + workspaceBytes;
   }
 };
 
+/// One rank's estimate; with `plan` (a pipeline module, the plan completed
+/// by finishPipelinePlan) pipeline rank `pipelineRank`'s.
 MemoryEstimate estimateMemory(mlir::ModuleOp module,
-                              const CompileConfig &config);
+                              const CompileConfig &config,
+                              const PipelinePlan *plan = nullptr,
+                              int64_t pipelineRank = 0);
 
-/// Prints `--report memory`: the estimate per rank, by layer, and
-/// Megatron-LM's theoretical figures for the same configuration.
+/// Prints `--report memory`: the estimate per rank (with `plan`, per
+/// pipeline rank), by layer, and Megatron-LM's theoretical figures for the
+/// same configuration.
 void printMemoryReport(mlir::ModuleOp module, const CompileConfig &config,
                        const mlir::mt::RecomputePolicy &policy,
-                       llvm::raw_ostream &os);
+                       llvm::raw_ostream &os,
+                       const PipelinePlan *plan = nullptr);
 
 /// "80GiB", "512 MiB", "1.5GB", "1000000": bytes. Errors name the text and
 /// the accepted forms.
@@ -90,12 +111,16 @@ llvm::Expected<int64_t> parseByteSize(llvm::StringRef text);
 /// Compiles the model-level `module` (a clone per candidate) under each
 /// recomputation policy, from the least recompute (none, selective, full
 /// block 1..L) to full uniform, and returns the first whose estimated total
-/// fits `budgetBytes`. `compile` runs the pipelines megatron-compile runs.
-/// Fails naming the best total it reached, with its policy, and the budget.
+/// fits `budgetBytes` on every rank. `compile` runs the pipelines
+/// megatron-compile runs. With `plan` (layout and schedule set), the layers
+/// count per stage and each pipeline rank's total counts the micro-batches
+/// its schedule keeps in flight. Fails naming the best total it reached
+/// (the largest rank's), with its policy, and the budget.
 llvm::Expected<mlir::mt::RecomputePolicy> chooseRecomputePolicy(
     mlir::ModuleOp module, const CompileConfig &config, int64_t budgetBytes,
     const std::function<mlir::LogicalResult(
-        mlir::ModuleOp, const mlir::mt::RecomputePolicy &)> &compile);
+        mlir::ModuleOp, const mlir::mt::RecomputePolicy &)> &compile,
+    const PipelinePlan *plan = nullptr);
 
 /// "1.50 GiB", "312.00 MiB", "512 B".
 std::string formatBytes(double bytes);

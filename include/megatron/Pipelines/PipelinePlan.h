@@ -9,6 +9,7 @@
 #ifndef MEGATRON_PIPELINES_PIPELINEPLAN_H
 #define MEGATRON_PIPELINES_PIPELINEPLAN_H
 
+#include "megatron/Frontend/ModelBuilder.h"
 #include "megatron/Pipelines/PipelineLayout.h"
 #include "megatron/Pipelines/PipelineSchedule.h"
 
@@ -34,6 +35,12 @@ struct PipelinePlan {
   void printReport(llvm::raw_ostream &os) const;
   /// The predicted timeline for the cost model's stage times.
   ScheduleTimeline predict() const;
+  /// The most stash bytes pipeline rank `rank` holds at once: its steps in
+  /// order, each forward adding its stage's stash, each backward freeing it
+  /// (as the runtime keeps them).
+  int64_t peakStashBytes(int64_t rank) const;
+  /// The virtual stages pipeline rank `rank` runs, in order.
+  std::vector<int64_t> stagesOf(int64_t rank) const;
 };
 
 /// Micro-batches per iteration: global / (micro-batch size x data parallel).

@@ -125,6 +125,14 @@ ScheduleTimeline simulatePipelineSchedule(const PipelineSchedule &schedule,
 double analyticBubbleFraction(ScheduleKind kind, int64_t p, int64_t v,
                               int64_t m);
 
+/// Megatron-LM's count of the forward passes rank r keeps in flight (forward
+/// done, backward pending; interleaved: counted per chunk): its warm-up
+/// forwards plus one, at most all of them. GPipe m; 1F1B min(p - r, m);
+/// interleaved 2 (p - r - 1) + (v - 1) p + 1, at most v m (all of them
+/// when m = p, where Megatron-LM warms up with every forward).
+int64_t megatronForwardsInFlight(ScheduleKind kind, int64_t p, int64_t v,
+                                 int64_t m, int64_t r);
+
 /// Each rank's steps as text, one compute step per column ("F1.3": forward
 /// of stage 1, micro-batch 3; "B..." backward; "." waiting), in the
 /// timeline's order.

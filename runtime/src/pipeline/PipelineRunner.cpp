@@ -67,4 +67,31 @@ PipelineRunner::PipelineRunner(const Bundle &bundle,
                                  HostStages(bundle, parameters, pool, rank),
                                  rank) {}
 
+std::string PipelineRunner::describeMemory() {
+  // Per pipeline rank: arenas, stash peak, eval arenas.
+  const int64_t size = pipeline_.size;
+  std::vector<double> figures(static_cast<size_t>(3 * size), 0.0);
+  double *own = &figures[static_cast<size_t>(3 * pipelineRank_)];
+  for (const auto &[index, stage] : stageExecutors_) {
+    own[0] += double(stage.forward->arenaBytes() +
+                     stage.backward->arenaBytes());
+    own[2] += double(stage.eval->arenaBytes());
+  }
+  own[1] = double(peakStashBytes());
+  rank_.world().allReduce<double>(
+      figures.data(), figures.data(), static_cast<int64_t>(figures.size()),
+      comm::ReduceOp::Max, comm::CallInfo{"pipeline memory", -1});
+  std::string line = "pipeline memory per pipeline rank (forward and "
+                     "backward arenas + most stash held; eval arenas):";
+  for (int64_t r = 0; r < size; ++r) {
+    const double *f = &figures[static_cast<size_t>(3 * r)];
+    line += " rank " + std::to_string(r) + ": " +
+            std::to_string(static_cast<int64_t>(f[0])) + " + " +
+            std::to_string(static_cast<int64_t>(f[1])) + " bytes, eval " +
+            std::to_string(static_cast<int64_t>(f[2])) + " bytes;";
+  }
+  line.pop_back();
+  return line;
+}
+
 } // namespace mtrt::pipeline

@@ -67,6 +67,14 @@ public:
   /// Collective over the world (it makes the pipeline group). Throws Error.
   PipelineRunner(const Bundle &bundle, host::ParameterStore &parameters,
                  host::ThreadPool &pool, comm::RankContext &rank);
+
+  /// The log line of every pipeline rank's memory for activations: the
+  /// arenas of its stages' forward and backward functions (each executor
+  /// holds its own), the most stash it held at once, and its eval
+  /// functions' arenas; the largest of the data- and tensor-parallel
+  /// replicas. What `megatron-compile --report memory` predicts per
+  /// pipeline rank. A collective over the world.
+  std::string describeMemory();
 };
 
 } // namespace mtrt::pipeline

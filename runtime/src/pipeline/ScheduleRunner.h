@@ -92,6 +92,10 @@ public:
   /// on, instead of 1.
   void setLossScale(double scale) { lossScale_ = scale; }
 
+  /// The most bytes of stash this rank held at once (forward done, backward
+  /// pending, over all its stages), over all train() calls so far.
+  int64_t peakStashBytes() const { return peakStashBytes_; }
+
   /// The fraction of train()'s time this rank computed nothing, over all
   /// calls so far.
   double idleFraction() const {
@@ -115,7 +119,7 @@ public:
     return all;
   }
 
-private:
+protected:
   struct Stage {
     const PipelineStageInfo *info = nullptr;
     std::unique_ptr<typename Stages::Executor> forward, backward, eval;
@@ -146,6 +150,7 @@ private:
   double lossOverRanks(const char *label);
   int64_t takeSlot(const Key &key);
   int64_t releaseSlot(const Key &key);
+  int64_t bytesOf(const std::vector<Tensor> &tensors);
 
   // First: the tensors below return their memory to it.
   Stages stages_;
@@ -170,6 +175,7 @@ private:
   std::vector<Tensor> losses_;
 
   double computeSeconds_ = 0, wallSeconds_ = 0;
+  int64_t stashBytes_ = 0, peakStashBytes_ = 0;
 };
 
 template <typename Stages>
@@ -284,6 +290,19 @@ int64_t ScheduleRunner<Stages>::releaseSlot(const Key &key) {
 }
 
 template <typename Stages>
+int64_t ScheduleRunner<Stages>::bytesOf(const std::vector<Tensor> &tensors) {
+  int64_t bytes = 0;
+  for (const Tensor &tensor : tensors) {
+    host::TensorView view = stages_.view(tensor);
+    int64_t elements = 1;
+    for (int64_t size : view.shape)
+      elements *= size;
+    bytes += elements * static_cast<int64_t>(dtypeSize(view.dtype));
+  }
+  return bytes;
+}
+
+template <typename Stages>
 double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                                      uint64_t firstStep) {
   Clock::time_point start = Clock::now();
@@ -342,6 +361,8 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       else
         outputs_[key] = std::move(outputs[0]);
       outputs.erase(outputs.begin());
+      stashBytes_ += bytesOf(outputs);
+      peakStashBytes_ = std::max(peakStashBytes_, stashBytes_);
       stash_[key] = std::move(outputs);
       break;
     }
@@ -364,6 +385,7 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       std::vector<Tensor> outputs =
           stages_.run(*stage.backward, inputs, dropoutStep, releaseSlot(key),
                       /*readsStash=*/true);
+      stashBytes_ -= bytesOf(stash_.at(key));
       stash_.erase(key);
       outputGradients_.erase(key);
       if (step.stage > 0)

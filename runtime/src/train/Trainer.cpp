@@ -485,8 +485,10 @@ void Trainer::train(std::ostream &out) {
     };
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
                   iterate, evaluation, history_, start, save);
-  if (pipeline_) // every rank takes part; rank 0 prints
+  if (pipeline_) { // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
+    log.line(pipeline_->describeMemory());
+  }
 }
 
 double Trainer::evaluate() {

@@ -2,7 +2,7 @@
 """Checks that the parameters a run on several ranks saved equal the one-rank
 run's (pipeline-equivalence.test).
 
-Usage: compare-checkpoints.py ONE_DIR RANKS_DIR
+Usage: compare-checkpoints.py ONE_DIR RANKS_DIR [--exact]
 
 Both are megatron-train --save directories. The latest iteration's
 checkpoint.json of each names, per tensor, the safetensors shards and their
@@ -10,7 +10,9 @@ slices of the global tensor; every "model/" tensor is assembled from its
 shards and compared: the norm of the difference must be within 1e-5 of the
 tensor's norm (relative error, so that Adam's sign-sensitive updates of
 elements whose gradient is near zero, which differ in the last bits between
-layouts, do not dominate). Prints what it compared; exits 1 on a mismatch.
+layouts, do not dominate). With --exact every element must be equal, bit for
+bit (runs that compute the same ops in the same order, such as a layout with
+and without recomputation). Prints what it compared; exits 1 on a mismatch.
 """
 import array
 import json
@@ -75,7 +77,15 @@ def tensors(directory):
 
 
 def main():
-    one, ranks = tensors(sys.argv[1]), tensors(sys.argv[2])
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    one, ranks = tensors(args[0]), tensors(args[1])
+    if "--exact" in sys.argv:
+        for name in sorted(one):
+            if one[name].tobytes() != ranks[name].tobytes():
+                sys.exit("%s differs (--exact)" % name)
+        print("%d parameters, %d elements: identical" %
+              (len(one), sum(len(t) for t in one.values())))
+        return
     if sorted(one) != sorted(ranks):
         sys.exit("the checkpoints hold different tensors: %s vs %s"
                  % (sorted(one), sorted(ranks)))
