@@ -260,15 +260,13 @@ int main(int argc, char **argv) {
                   std::to_string(plan.layout.pipelineSize) +
                   "); compile without sequence_parallel or with "
                   "pipeline_model_parallel_size 1 (docs/Parallelism.md)");
-    if (pipelined && (parallel.useDistributedOptimizer ||
-                      config->recompute.granularity !=
+    if (pipelined && (config->recompute.granularity !=
                           RecomputeGranularity::None ||
                       memoryBudget.getNumOccurrences() ||
                       report == ReportKind::Memory))
-      return fail("the distributed optimizer, activation recomputation, "
+      return fail("activation recomputation, "
                   "--memory-budget and --report memory are not implemented "
                   "with pipeline parallelism yet; compile with "
-                  "use_distributed_optimizer false and "
                   "recompute_granularity none, or "
                   "pipeline_model_parallel_size 1 (docs/Pipeline.md)");
     // The pipelines, under one recomputation policy; --memory-budget runs
@@ -298,7 +296,7 @@ int main(int argc, char **argv) {
         // One rank has nothing to shard the optimizer over: the plain
         // optimizer is the distributed one with a single shard.
         partition.distributedOptimizer = parallel.useDistributedOptimizer;
-        partition.pipelineStages = pipelined;
+        partition.pipelineSize = pipelined ? plan.layout.pipelineSize : 0;
         buildPartitionPipeline(pm, partition);
       }
       if (pipelined)
