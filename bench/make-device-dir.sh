@@ -75,11 +75,14 @@ for precision in fp32 bf16; do
   "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
     --tensor-model-parallel-size=2 -o "$b/$name-tp2-pp2.mtb"
   # CudaDataParallelTest: PP=2 x DP=2 (1F1B, 2 micro-batches of 2 per data
-  # rank; pipeline bundles all-reduce data-parallel gradients in their
-  # backward functions, without a gradient buffer).
+  # rank; each pipeline rank reduces its own gradient buffer once per
+  # iteration), with and without the distributed optimizer.
   if [[ $precision == fp32 ]]; then
     "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
       --data-parallel-size=2 -o "$b/$name-pp2-dp2.mtb"
+    "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+      --data-parallel-size=2 --use-distributed-optimizer \
+      -o "$b/$name-pp2-dp2-distopt.mtb"
   fi
 done
 # CudaPipelineTest's tied cases: the same 4 layers with tiny-gpt's tied

@@ -59,11 +59,10 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   // (each op partitions alone); CSE keeps one set, as Megatron-LM saves them.
   pm.addPass(mlir::createCSEPass());
   pm.addPass(mlir::mt::createCombineAllReducesPass());
-  if (!options.pipelineStages) {
-    mlir::mt::PlanGradientReductionPassOptions reduction;
-    reduction.distributedOptimizer = options.distributedOptimizer;
-    pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
-  }
+  mlir::mt::PlanGradientReductionPassOptions reduction;
+  reduction.distributedOptimizer = options.distributedOptimizer;
+  reduction.pipelineSize = options.pipelineSize;
+  pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
   // Last: nothing may change the collectives after they are proven to match.
   pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }

@@ -254,12 +254,6 @@ int main(int argc, char **argv) {
     if (report == ReportKind::Schedule && !pipelined)
       return fail("--report schedule needs pipeline parallelism: set "
                   "--pipeline-model-parallel-size to 2 or more");
-    if (pipelined && parallel.useDistributedOptimizer)
-      return fail("the distributed optimizer is not implemented with "
-                  "pipeline parallelism yet (pipeline_model_parallel_size " +
-                  std::to_string(plan.layout.pipelineSize) +
-                  "); compile with use_distributed_optimizer false or "
-                  "pipeline_model_parallel_size 1 (docs/Pipeline.md)");
     // The pipelines, under one recomputation policy; --memory-budget runs
     // them once per candidate.
     auto compile = [&](mlir::ModuleOp target,
@@ -287,7 +281,7 @@ int main(int argc, char **argv) {
         // One rank has nothing to shard the optimizer over: the plain
         // optimizer is the distributed one with a single shard.
         partition.distributedOptimizer = parallel.useDistributedOptimizer;
-        partition.pipelineStages = pipelined;
+        partition.pipelineSize = pipelined ? plan.layout.pipelineSize : 0;
         buildPartitionPipeline(pm, partition);
       }
       if (pipelined)

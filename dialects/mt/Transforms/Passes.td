@@ -247,6 +247,17 @@ def PlanGradientReductionPass
       all-gathers the updated parameter shards in the same layout
       (attribute `mt.parameter_buffer`).
 
+    With pipeline parallelism the module holds the stages of the training
+    step, `train_step_stage<k>` (functions with `mt.pipeline_stage`), not
+    `train_step`. Every stage's data-axis reductions are deferred, and each
+    pipeline rank (stage k runs on rank k % `pipeline-size`) gets a buffer
+    of its own: `@reduce_gradients_pp<r>` (and `@gather_parameters_pp<r>`)
+    with the attribute `mt.pipeline_rank = r`, holding the gradients of the
+    rank's stages (its virtual-stage chunks in order, each chunk's
+    parameters in reverse declaration order, as Megatron-LM's per-chunk
+    buffers lie), so each pipeline rank reduces once per iteration over
+    its data-parallel group, after its last backward pass.
+
     The runtime runs these functions once per iteration (docs/Parallelism.md).
     Without a grid, or with one data rank and no distributed optimizer, the
     module is unchanged.
@@ -270,7 +281,10 @@ def PlanGradientReductionPass
            "Reduce-scatter the gradients and all-gather the parameters "
            "(Megatron-LM's --use-distributed-optimizer)">,
     Option<"trainFunction", "train-function", "std::string",
-           "\"train_step\"", "The training step whose gradients are reduced">
+           "\"train_step\"", "The training step whose gradients are reduced">,
+    Option<"pipelineSize", "pipeline-size", "int64_t", "0",
+           "Pipeline ranks: stage k's gradients join rank k % size's buffer "
+           "(needed when the module holds pipeline stages)">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect",
                            "::mlir::func::FuncDialect"];

@@ -3,8 +3,9 @@
 // Megatron-LM reduces the data-parallel gradients once per iteration, after
 // the micro-batches have accumulated into one contiguous buffer, not once per
 // micro-batch. Partitioning leaves an all-reduce over the data axis on every
-// weight gradient of train_step; this pass moves those reductions out of the
-// step into functions of their own over the whole buffer.
+// weight gradient of train_step (or of each pipeline stage's
+// train_step_stage<k>); this pass moves those reductions out of the step into
+// functions of their own over the whole buffer (one buffer per pipeline rank).
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +15,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <numeric>
@@ -49,6 +51,14 @@ private:
   /// Returns the gradients' parameters, in result order.
   FailureOr<SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>>
   deferReductions(func::FuncOp function, shard::GridOp grid);
+
+  /// Emits @reduce_gradients (and with the distributed optimizer
+  /// @gather_parameters) over one buffer of `gradients`, in that order; a
+  /// pipeline rank's functions end in _pp<rank>.
+  LogicalResult emitBuffer(
+      ModuleOp module, shard::GridOp grid, Location loc,
+      ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
+      std::optional<int64_t> pipelineRank);
 };
 
 } // namespace
@@ -153,54 +163,57 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
   return gradients;
 }
 
-void PlanGradientReductionPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
-  if (grids.empty())
-    return; // One rank: nothing to reduce, nothing to shard.
-  shard::GridOp grid = grids.front();
-  int64_t dataRanks = grid.getShape()[kDataAxis];
-  if (dataRanks == 1 && !distributedOptimizer)
-    return;
-
-  auto step = module.lookupSymbol<func::FuncOp>(trainFunction);
-  if (!step) {
-    module.emitError() << "no function @" << trainFunction
-                       << " to plan the gradient reduction of; name the "
-                          "training step with train-function=";
-    return signalPassFailure();
-  }
-  auto gradients = deferReductions(step, grid);
-  if (failed(gradients))
-    return signalPassFailure();
-
-  // Megatron-LM's contiguous buffer holds the gradients in reverse order of
-  // the parameters, the order in which the backward pass produces them.
+/// The gradients of one buffer in Megatron-LM's order: a rank's model
+/// chunks (pipeline stages) in order, each chunk's parameters in reverse
+/// order of their declaration, the order in which the backward pass
+/// produces them. A parameter that several of the rank's stages read is
+/// held once, where its first stage puts it.
+static SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>
+bufferOrder(ModuleOp module,
+            ArrayRef<std::pair<int64_t, SmallVector<std::pair<
+                                            FlatSymbolRefAttr,
+                                            RankedTensorType>>>>
+                stages) {
   llvm::StringMap<int64_t> declared;
   for (auto [index, parameter] : llvm::enumerate(module.getOps<ParameterOp>()))
     declared[parameter.getSymName()] = index;
-  llvm::sort(*gradients, [&](const auto &a, const auto &b) {
-    return declared.lookup(a.first.getValue()) >
-           declared.lookup(b.first.getValue());
-  });
+  SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>> ordered;
+  llvm::StringSet<> held;
+  for (const auto &[stage, gradients] : stages) {
+    auto chunk = llvm::to_vector(gradients);
+    llvm::stable_sort(chunk, [&](const auto &a, const auto &b) {
+      return declared.lookup(a.first.getValue()) >
+             declared.lookup(b.first.getValue());
+    });
+    for (auto &gradient : chunk)
+      if (held.insert(gradient.first.getValue()).second)
+        ordered.push_back(gradient);
+  }
+  return ordered;
+}
+
+LogicalResult PlanGradientReductionPass::emitBuffer(
+    ModuleOp module, shard::GridOp grid, Location loc,
+    ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
+    std::optional<int64_t> pipelineRank) {
   Type elementType;
   int64_t elements = 0;
   SmallVector<int64_t> offsets;
-  for (auto &[parameter, type] : *gradients) {
+  for (auto &[parameter, type] : gradients) {
     offsets.push_back(elements);
-    if (elementType && type.getElementType() != elementType) {
-      step.emitError() << "the gradient of " << parameter << " is "
-                       << type.getElementType() << " but earlier ones are "
-                       << elementType
-                       << "; one gradient buffer holds one element type";
-      return signalPassFailure();
-    }
+    if (elementType && type.getElementType() != elementType)
+      return emitError(loc)
+             << "the gradient of " << parameter << " is "
+             << type.getElementType() << " but earlier ones are "
+             << elementType
+             << "; one gradient buffer holds one element type";
     elementType = type.getElementType();
     elements += type.getNumElements();
   }
-  if (gradients->empty())
-    return;
+  if (gradients.empty())
+    return success();
 
+  int64_t dataRanks = grid.getShape()[kDataAxis];
   int64_t padded = elements;
   if (distributedOptimizer) {
     int64_t multiple = std::lcm(dataRanks, kShardAlignment);
@@ -208,24 +221,30 @@ void PlanGradientReductionPass::runOnOperation() {
   }
   MLIRContext *context = &getContext();
   SmallVector<Attribute> layout = llvm::map_to_vector(
-      *gradients, [](const auto &g) -> Attribute { return g.first; });
+      gradients, [](const auto &g) -> Attribute { return g.first; });
   auto layoutAttr = ArrayAttr::get(context, layout);
   auto bufferType = RankedTensorType::get({padded}, elementType);
   auto shardType = RankedTensorType::get({padded / dataRanks}, elementType);
   auto gridRef = FlatSymbolRefAttr::get(grid.getSymNameAttr());
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
-  Location loc = step.getLoc();
   auto dataAxis = builder.getDenseI16ArrayAttr({kDataAxis});
   auto sum = shard::ReductionKindAttr::get(context, shard::ReductionKind::Sum);
+  // Each pipeline rank reduces its own buffer, over its data-parallel group.
+  std::string suffix =
+      pipelineRank ? ("_pp" + llvm::Twine(*pipelineRank)).str() : "";
 
   auto makeFunction = [&](StringRef name, RankedTensorType input,
                           RankedTensorType output, StringRef layoutName,
                           auto buildBody) {
     auto function = func::FuncOp::create(
-        builder, loc, name, builder.getFunctionType({input}, {output}));
+        builder, loc, (name + suffix).str(),
+        builder.getFunctionType({input}, {output}));
     function->setAttr(layoutName, layoutAttr);
     function->setAttr("mt.buffer_offsets",
                       builder.getDenseI64ArrayAttr(offsets));
+    if (pipelineRank)
+      function->setAttr("mt.pipeline_rank",
+                        builder.getI64IntegerAttr(*pipelineRank));
     Block *body = function.addEntryBlock();
     OpBuilder inner = OpBuilder::atBlockBegin(body);
     Value result = buildBody(inner, body->getArgument(0));
@@ -239,7 +258,7 @@ void PlanGradientReductionPass::runOnOperation() {
                                                      sum)
                        .getResult();
                  });
-    return;
+    return success();
   }
   // The distributed optimizer: each data rank receives the sum of its
   // shard of the buffer, updates those elements, and gathers the others.
@@ -257,4 +276,73 @@ void PlanGradientReductionPass::runOnOperation() {
                                                    b.getIndexAttr(0))
                      .getResult();
                });
+  return success();
+}
+
+void PlanGradientReductionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
+  if (grids.empty())
+    return; // One rank: nothing to reduce, nothing to shard.
+  shard::GridOp grid = grids.front();
+  int64_t dataRanks = grid.getShape()[kDataAxis];
+  if (dataRanks == 1 && !distributedOptimizer)
+    return;
+
+  using Gradients = SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>;
+  // The pipeline stages of the training step (train_step_stage<k>); the
+  // evaluation stages have no gradients.
+  SmallVector<std::pair<int64_t, func::FuncOp>> stages;
+  for (auto function : module.getOps<func::FuncOp>())
+    if (auto stage =
+            function->getAttrOfType<IntegerAttr>("mt.pipeline_stage"))
+      if (function.getSymName().starts_with(trainFunction + "_stage"))
+        stages.push_back({stage.getInt(), function});
+  if (stages.empty()) {
+    auto step = module.lookupSymbol<func::FuncOp>(trainFunction);
+    if (!step) {
+      module.emitError() << "no function @" << trainFunction
+                         << " to plan the gradient reduction of; name the "
+                            "training step with train-function=";
+      return signalPassFailure();
+    }
+    FailureOr<Gradients> gradients = deferReductions(step, grid);
+    if (failed(gradients))
+      return signalPassFailure();
+    std::pair<int64_t, Gradients> chunk = {0, std::move(*gradients)};
+    if (failed(emitBuffer(module, grid, step.getLoc(),
+                          bufferOrder(module, chunk), std::nullopt)))
+      return signalPassFailure();
+    return;
+  }
+
+  // Pipeline parallelism: stage k runs on pipeline rank k % P (Megatron-LM's
+  // interleaving), and each pipeline rank reduces the gradients of its
+  // stages in a buffer of its own, once per iteration.
+  if (pipelineSize < 1) {
+    stages.front().second.emitError()
+        << "the module holds pipeline stages (@"
+        << stages.front().second.getSymName()
+        << "); give the pipeline's size with pipeline-size= (found "
+        << static_cast<int64_t>(pipelineSize)
+        << ", expected 1 or more) so that each stage's "
+        << "gradients join its pipeline rank's buffer";
+    return signalPassFailure();
+  }
+  llvm::sort(stages, [](const auto &a, const auto &b) { return a.first < b.first; });
+  SmallVector<SmallVector<std::pair<int64_t, Gradients>>> perRank(pipelineSize);
+  for (auto &[stage, function] : stages) {
+    FailureOr<Gradients> gradients = deferReductions(function, grid);
+    if (failed(gradients))
+      return signalPassFailure();
+    perRank[stage % pipelineSize].push_back({stage, std::move(*gradients)});
+  }
+  for (auto [rank, chunks] : llvm::enumerate(perRank)) {
+    if (chunks.empty())
+      continue;
+    if (failed(emitBuffer(module, grid, stages.front().second.getLoc(),
+                          bufferOrder(module, chunks),
+                          static_cast<int64_t>(rank))))
+      return signalPassFailure();
+  }
 }

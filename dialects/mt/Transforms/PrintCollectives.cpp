@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 
@@ -38,10 +39,19 @@ static std::string shapeOf(RankedTensorType type) {
 /// updated parameters all-gathered (one shard in, the buffer out). The wire
 /// traffic of ring collectives per rank: 2 (n-1)/n of the buffer for an
 /// all-reduce, (n-1)/n for a reduce-scatter or an all-gather, so the
-/// distributed optimizer moves what the all-reduce moves.
+/// distributed optimizer moves what the all-reduce moves. Under pipeline
+/// parallelism each pipeline rank has such functions for its own buffer
+/// (reduce_gradients_pp<r>), holding its stages' gradients.
 static void printBufferPrediction(func::FuncOp function, int64_t dataRanks,
-                                  int64_t dataBytes, int64_t gradientBytes,
+                                  int64_t dataBytes,
+                                  const llvm::StringMap<int64_t> &gradientBytesOf,
                                   llvm::raw_ostream &os) {
+  auto layout = function->getAttrOfType<ArrayAttr>("mt.gradient_buffer");
+  if (!layout)
+    layout = function->getAttrOfType<ArrayAttr>("mt.parameter_buffer");
+  int64_t gradientBytes = 0;
+  for (auto parameter : layout.getAsRange<FlatSymbolRefAttr>())
+    gradientBytes += gradientBytesOf.lookup(parameter.getValue());
   auto buffer = cast<RankedTensorType>(
       function->hasAttr("mt.gradient_buffer")
           ? function.getFunctionType().getInput(0)
@@ -57,8 +67,11 @@ static void printBufferPrediction(func::FuncOp function, int64_t dataRanks,
                         return WalkResult::interrupt();
                       })
                       .wasInterrupted();
+  if (auto rank = function->getAttrOfType<IntegerAttr>("mt.pipeline_rank"))
+    os << "  pipeline rank " << rank.getInt()
+       << ": once per iteration, after its stages' last backward pass\n";
   os << "  data-parallel: " << dataBytes << " bytes (Megatron-LM's analysis: ";
-  if (name == "gather_parameters")
+  if (name.starts_with("gather_parameters"))
     os << "one all-gather of the rank's 1/" << dataRanks
        << " of the parameter buffer = " << bufferBytes / dataRanks
        << "; on a ring " << wire(1) << " per rank)\n";
@@ -111,14 +124,20 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
 
   // mt-plan-gradient-reduction moves the data-parallel gradient reduction
   // out of the step into functions run once per iteration.
-  bool reducesOnce = static_cast<bool>(
-      module.lookupSymbol<func::FuncOp>("reduce_gradients"));
-  int64_t stepGradientBytes = 0;
-  for (auto function : module.getOps<func::FuncOp>())
+  // Under pipeline parallelism each pipeline rank has its own
+  // (reduce_gradients_pp<r>).
+  int64_t buffers = 0;
+  llvm::StringMap<int64_t> gradientBytesOf;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    buffers += function->hasAttr("mt.gradient_buffer");
     for (unsigned i = 0; i < function.getNumResults(); ++i)
-      if (function.getResultAttr(i, "mt.gradient"))
-        stepGradientBytes +=
-            bytesOf(cast<RankedTensorType>(function.getResultTypes()[i]));
+      if (auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
+              i, "mt.gradient"))
+        gradientBytesOf.try_emplace(
+            parameter.getValue(),
+            bytesOf(cast<RankedTensorType>(function.getResultTypes()[i])));
+  }
+  bool reducesOnce = buffers > 0;
 
   for (auto function : module.getOps<func::FuncOp>()) {
     if (function.isExternal())
@@ -159,8 +178,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     int64_t tensorRanks = grid.size() > 1 ? grid[1] : 1;
     if (function->hasAttr("mt.gradient_buffer") ||
         function->hasAttr("mt.parameter_buffer")) {
-      printBufferPrediction(function, grid[0], dataBytes, stepGradientBytes,
-                            os);
+      printBufferPrediction(function, grid[0], dataBytes, gradientBytesOf, os);
       continue;
     }
     bool training = gradientBytes > 0;
@@ -206,9 +224,14 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
                : "")
        << " = " << predictedTensor << ")\n";
     if (training && reducesOnce) {
+      std::string reduce = "reduce_gradients";
+      if (auto stage =
+              function->getAttrOfType<IntegerAttr>("mt.pipeline_stage"))
+        reduce += "_pp" + std::to_string(stage.getInt() % buffers);
       os << "  data-parallel: " << dataBytes
          << " bytes (the loss; Megatron-LM reduces the gradients once per "
-            "iteration, after the micro-batches: reduce_gradients)\n";
+            "iteration, after the micro-batches: "
+         << reduce << ")\n";
       continue;
     }
     int64_t predictedData = grid[0] > 1 && training ? gradientBytes : 0;

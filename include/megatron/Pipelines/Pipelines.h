@@ -66,12 +66,12 @@ struct PartitionPipelineOptions
       llvm::cl::desc("Shard the optimizer over the data-parallel ranks "
                      "(reduce-scatter gradients, all-gather parameters)"),
       llvm::cl::init(false)};
-  Option<bool> pipelineStages{
-      *this, "pipeline-stages",
-      llvm::cl::desc("The module holds pipeline stages: their data-parallel "
-                     "gradient all-reduces stay in the backward functions "
-                     "(no once-per-iteration buffer yet, docs/Pipeline.md)"),
-      llvm::cl::init(false)};
+  Option<int64_t> pipelineSize{
+      *this, "pipeline-size",
+      llvm::cl::desc("Pipeline ranks when the module holds pipeline stages: "
+                     "each rank reduces its stages' gradients in a buffer of "
+                     "its own, once per iteration (docs/Pipeline.md)"),
+      llvm::cl::init(0)};
 };
 
 /// From the training pipeline's output to per-rank (SPMD) IR: parameters and

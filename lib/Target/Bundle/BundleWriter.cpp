@@ -439,14 +439,13 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
                                   {"memory_plan", std::move(memoryPlan)}});
 }
 
-/// The manifest's `gradient_buffer` (mt-plan-gradient-reduction): the
-/// layout of the buffer that @reduce_gradients reduces once per iteration.
-static FailureOr<std::optional<Object>>
-writeGradientBuffer(ModuleOp module,
-                    const llvm::StringMap<int64_t> &parameterIndex) {
-  auto reduce = module.lookupSymbol<func::FuncOp>("reduce_gradients");
-  if (!reduce)
-    return std::optional<Object>();
+/// One gradient buffer of the manifest (mt-plan-gradient-reduction): the
+/// layout of the buffer that `reduce` reduces once per iteration, over the
+/// data axis (behind the pipeline axis in a pipeline bundle).
+static FailureOr<Object>
+writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
+                    const llvm::StringMap<int64_t> &parameterIndex,
+                    int64_t axisShift) {
   auto layout = reduce->getAttrOfType<ArrayAttr>("mt.gradient_buffer");
   auto offsets = reduce->getAttrOfType<DenseI64ArrayAttr>("mt.buffer_offsets");
   auto type = dyn_cast<RankedTensorType>(
@@ -455,10 +454,11 @@ writeGradientBuffer(ModuleOp module,
           : Type());
   if (!layout || !offsets || !type || type.getRank() != 1 ||
       static_cast<int64_t>(layout.size()) != offsets.size())
-    return errorAt(reduce, "@reduce_gradients needs one rank-1 argument (the "
-                           "buffer) and the attributes mt.gradient_buffer and "
-                           "mt.buffer_offsets of equal length "
-                           "(mt-plan-gradient-reduction writes them)");
+    return errorAt(reduce, "@" + reduce.getSymName() +
+                               " needs one rank-1 argument (the buffer) and "
+                               "the attributes mt.gradient_buffer and "
+                               "mt.buffer_offsets of equal length "
+                               "(mt-plan-gradient-reduction writes them)");
   Array parameters;
   for (auto symbol : layout.getAsRange<FlatSymbolRefAttr>()) {
     auto it = parameterIndex.find(symbol.getValue());
@@ -466,13 +466,46 @@ writeGradientBuffer(ModuleOp module,
       return errorAt(reduce, "@" + symbol.getValue() + " is not a parameter");
     parameters.push_back(it->second);
   }
-  bool distributed = module.lookupSymbol<func::FuncOp>("gather_parameters");
-  return std::optional<Object>(
-      Object{{"parameters", std::move(parameters)},
-             {"offsets", Array(offsets.asArrayRef())},
-             {"size", type.getDimSize(0)},
-             {"grid_axes", Array{0}},
-             {"distributed_optimizer", distributed}});
+  bool distributed = module.lookupSymbol<func::FuncOp>(gather) != nullptr;
+  return Object{{"parameters", std::move(parameters)},
+                {"offsets", Array(offsets.asArrayRef())},
+                {"size", type.getDimSize(0)},
+                {"grid_axes", Array{axisShift}},
+                {"distributed_optimizer", distributed}};
+}
+
+/// A pipeline bundle's `gradient_buffers` (format version 7): per pipeline
+/// rank, the buffer of its stages' gradients and the names of the functions
+/// that reduce it (@reduce_gradients_pp<r>) and gather its parameters.
+static FailureOr<std::optional<Array>>
+writeGradientBuffers(ModuleOp module,
+                     const llvm::StringMap<int64_t> &parameterIndex,
+                     int64_t pipelineSize) {
+  Array buffers;
+  for (int64_t rank = 0; rank < pipelineSize; ++rank) {
+    std::string reduceName = "reduce_gradients_pp" + std::to_string(rank);
+    std::string gatherName = "gather_parameters_pp" + std::to_string(rank);
+    auto reduce = module.lookupSymbol<func::FuncOp>(reduceName);
+    if (!reduce) {
+      if (rank == 0)
+        return std::optional<Array>();
+      return errorAt(module, "no @" + reduceName + " beside @" +
+                                 "reduce_gradients_pp0; every pipeline rank "
+                                 "reduces a gradient buffer of its own "
+                                 "(mt-plan-gradient-reduction pipeline-size=" +
+                                 llvm::Twine(pipelineSize) + ")");
+    }
+    FailureOr<Object> buffer =
+        writeGradientBuffer(module, reduce, gatherName, parameterIndex, 1);
+    if (failed(buffer))
+      return failure();
+    (*buffer)["pipeline_rank"] = rank;
+    (*buffer)["reduce_function"] = reduceName;
+    if ((*buffer)["distributed_optimizer"].getAsBoolean().value_or(false))
+      (*buffer)["gather_function"] = gatherName;
+    buffers.push_back(std::move(*buffer));
+  }
+  return std::optional<Array>(std::move(buffers));
 }
 
 static Object writeModel(const CompileConfig &config) {
@@ -615,12 +648,21 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
   } else if (!grids.empty()) {
     root["grid"] = Object{{"shape", Array(grids.front().getShape())}};
   }
-  FailureOr<std::optional<Object>> gradientBuffer =
-      writeGradientBuffer(module, parameterIndex);
-  if (failed(gradientBuffer))
-    return failure();
-  if (*gradientBuffer)
-    root["gradient_buffer"] = std::move(**gradientBuffer);
+  if (pipeline) {
+    FailureOr<std::optional<Array>> buffers =
+        writeGradientBuffers(module, parameterIndex, pipelineSize);
+    if (failed(buffers))
+      return failure();
+    if (*buffers)
+      root["gradient_buffers"] = std::move(**buffers);
+  } else if (auto reduce =
+                 module.lookupSymbol<func::FuncOp>("reduce_gradients")) {
+    FailureOr<Object> buffer = writeGradientBuffer(
+        module, reduce, "gather_parameters", parameterIndex, 0);
+    if (failed(buffer))
+      return failure();
+    root["gradient_buffer"] = std::move(*buffer);
+  }
   // The fused kernels: compiled once here, stored in the payload.
   std::string payload;
   if (!kernels.empty()) {

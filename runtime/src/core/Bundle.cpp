@@ -85,6 +85,17 @@ const Function *Bundle::findFunction(std::string_view name) const {
   return nullptr;
 }
 
+const GradientBuffer &
+Bundle::gradientBuffer(const std::vector<int64_t> &coordinates) const {
+  static const GradientBuffer kNone;
+  if (gradientBuffers_.empty())
+    return kNone;
+  // The reader keeps a pipeline bundle's buffers one per rank, in order.
+  if (gradientBuffers_.front().pipelineRank < 0 || coordinates.empty())
+    return gradientBuffers_.front();
+  return gradientBuffers_.at(static_cast<size_t>(coordinates[0]));
+}
+
 int64_t Bundle::rankCount() const {
   return gridGroupSize(gridShape_, [&] {
     std::vector<int64_t> all(gridShape_.size());

@@ -357,6 +357,14 @@ struct GradientBuffer {
   /// [size] -> [size / group], gather_parameters: [size / group] -> [size])
   /// instead of all-reduce (reduce_gradients: [size] -> [size]).
   bool distributedOptimizer = false;
+  /// The functions that reduce the buffer and gather the parameters: those
+  /// above, or in a pipeline bundle's `gradient_buffers` (format version 7)
+  /// the pipeline rank's own (reduce_gradients_pp<r>, gather_parameters_pp<r>).
+  std::string reduceFunction = "reduce_gradients";
+  std::string gatherFunction = "gather_parameters";
+  /// The pipeline rank whose stages' gradients the buffer holds; -1 for the
+  /// one buffer of a bundle without a pipeline.
+  int64_t pipelineRank = -1;
 };
 
 namespace bundle_detail {
@@ -416,10 +424,18 @@ public:
   /// The number of ranks: the product of the grid's sizes, 1 without one.
   int64_t rankCount() const;
 
-  /// Whether the manifest has a `gradient_buffer`: the data-parallel
-  /// gradient reduction runs once per iteration, in reduce_gradients.
-  bool hasGradientBuffer() const { return gradientBuffer_.size > 0; }
-  const GradientBuffer &gradientBuffer() const { return gradientBuffer_; }
+  /// Whether the manifest has a `gradient_buffer` (or, in a pipeline
+  /// bundle, `gradient_buffers`): the data-parallel gradient reduction runs
+  /// once per iteration, in the buffer's reduce function.
+  bool hasGradientBuffer() const { return !gradientBuffers_.empty(); }
+  /// The buffer of the rank at `coordinates`: the bundle's one buffer, or
+  /// in a pipeline bundle that of its pipeline rank (coordinate 0).
+  const GradientBuffer &
+  gradientBuffer(const std::vector<int64_t> &coordinates = {}) const;
+  /// Every buffer: one, or one per pipeline rank in rank order.
+  const std::vector<GradientBuffer> &gradientBuffers() const {
+    return gradientBuffers_;
+  }
 
   /// The fused groups' kernels (empty names without any).
   const FusedKernels &fusedKernels() const { return fusedKernels_; }
@@ -444,7 +460,7 @@ private:
   std::vector<int64_t> gridShape_;
   bool hasPipeline_ = false;
   PipelineInfo pipeline_;
-  GradientBuffer gradientBuffer_;
+  std::vector<GradientBuffer> gradientBuffers_;
   FusedKernels fusedKernels_;
 };
 

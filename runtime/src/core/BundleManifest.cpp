@@ -967,10 +967,97 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
                                   std::to_string(version) + " manifest",
            "none before format version 2 (the version is wrong or the "
            "manifest was edited)");
-    readGradientBuffer(*buffer, "gradient_buffer", bundle,
-                       bundle.gradientBuffer_);
+    if (bundle.pipeline())
+      fail("gradient_buffer", "a gradient_buffer in a pipeline bundle",
+           "gradient_buffers, one per pipeline rank (format version 7; "
+           "recompile the bundle)");
+    GradientBuffer out;
+    readGradientBuffer(*buffer, "gradient_buffer", bundle, out);
+    bundle.gradientBuffers_.push_back(std::move(out));
+  }
+  if (const Json *buffers = optionalField(root, "gradient_buffers")) {
+    if (version < 7)
+      fail("gradient_buffers", "gradient_buffers in a version " +
+                                   std::to_string(version) + " manifest",
+           "none before format version 7 (the version is wrong or the "
+           "manifest was edited)");
+    if (!bundle.gradientBuffers_.empty())
+      fail("gradient_buffers", "both gradient_buffer and gradient_buffers",
+           "one of them: gradient_buffers in a pipeline bundle, "
+           "gradient_buffer otherwise");
+    readGradientBuffers(*buffers, "gradient_buffers", bundle);
   }
   return bundle;
+}
+
+void ManifestReader::readGradientBuffers(const Json &json,
+                                         const std::string &path,
+                                         Bundle &bundle) {
+  expectArray(json, path);
+  if (!bundle.pipeline())
+    fail(path, "gradient_buffers in a bundle without a pipeline section",
+         "a pipeline bundle (one buffer per pipeline rank); others have one "
+         "gradient_buffer");
+  int64_t ranks = bundle.pipeline()->size;
+  if (static_cast<int64_t>(json.size()) != ranks)
+    fail(path, std::to_string(json.size()) + " buffers",
+         std::to_string(ranks) + ", one per pipeline rank");
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  for (size_t r = 0; r < json.size(); ++r) {
+    std::string at = index(path, r);
+    expectObject(json[r], at);
+    // The pipeline rank and the function names; the rest is a
+    // gradient_buffer's.
+    Json layout = json[r];
+    GradientBuffer out;
+    out.pipelineRank =
+        readInt(field(layout, at, "pipeline_rank"), member(at, "pipeline_rank"),
+                static_cast<int64_t>(r), static_cast<int64_t>(r));
+    out.reduceFunction = readString(field(layout, at, "reduce_function"),
+                                    member(at, "reduce_function"));
+    layout.erase("pipeline_rank");
+    layout.erase("reduce_function");
+    bool distributed = layout.contains("distributed_optimizer") &&
+                       layout["distributed_optimizer"].is_boolean() &&
+                       layout["distributed_optimizer"].get<bool>();
+    if (const Json *gather = optionalField(layout, "gather_function")) {
+      if (!distributed)
+        fail(member(at, "gather_function"), gather->dump(),
+             "none: only the distributed optimizer gathers parameters");
+      out.gatherFunction = readString(*gather, member(at, "gather_function"));
+      layout.erase("gather_function");
+    } else if (distributed) {
+      field(layout, at, "gather_function");
+    }
+    readGradientBuffer(layout, at, bundle, out);
+    for (int64_t axis : out.gridAxes)
+      if (axis == 0)
+        fail(member(at, "grid_axes"), "axis 0 (the pipeline axis)",
+             "the data-parallel axis 1: a pipeline rank's buffer is reduced "
+             "over its data-parallel group only");
+    std::vector<bool> listed(parameters.size(), false);
+    for (size_t i = 0; i < out.parameters.size(); ++i) {
+      size_t p = static_cast<size_t>(out.parameters[i]);
+      listed[p] = true;
+      if (parameters[p].pipelineRank != out.pipelineRank)
+        fail(index(member(at, "parameters"), i),
+             "parameter " + std::to_string(p) + " ('" + parameters[p].name +
+                 "') of pipeline rank " +
+                 std::to_string(parameters[p].pipelineRank),
+             "a parameter of pipeline rank " + std::to_string(out.pipelineRank) +
+                 ": each pipeline rank's buffer holds its own stages' "
+                 "gradients");
+    }
+    for (size_t p = 0; p < parameters.size(); ++p)
+      if (parameters[p].pipelineRank == out.pipelineRank && !listed[p])
+        fail(member(at, "parameters"),
+             "no entry for parameter " + std::to_string(p) + " ('" +
+                 parameters[p].name + "') of pipeline rank " +
+                 std::to_string(out.pipelineRank),
+             "every parameter of the rank: its data-parallel gradient "
+             "reduction runs only in the buffer");
+    bundle.gradientBuffers_.push_back(std::move(out));
+  }
 }
 
 /// The buffer's layout, and the functions that reduce it (docs/BundleFormat.md,
@@ -1036,7 +1123,7 @@ void ManifestReader::readGradientBuffer(const Json &json,
   out.size = readInt(field(json, path, "size"), member(path, "size"), end,
                      kMaxElements);
   int64_t group = gridGroupSize(grid_, out.gridAxes);
-  if (out.distributedOptimizer) {
+  if (out.distributedOptimizer && out.pipelineRank < 0) {
     for (size_t p = 0; p < parameters.size(); ++p)
       if (!listed[p])
         fail(parametersAt, "no entry for parameter " + std::to_string(p) +
@@ -1052,12 +1139,12 @@ void ManifestReader::readGradientBuffer(const Json &json,
   // The functions that reduce the buffer and gather the parameters.
   TensorType buffer{{out.size}, dtype, out.size};
   TensorType shard{{out.size / group}, dtype, out.size / group};
-  auto check = [&](const char *name, const TensorType &in,
+  auto check = [&](const std::string &name, const TensorType &in,
                    const TensorType &result) {
     const Function *function = bundle.findFunction(name);
     if (!function)
-      fail("functions", std::string("no function \"") + name + "\"",
-           std::string(name) + ", which a gradient_buffer" +
+      fail("functions", "no function \"" + name + "\"",
+           name + ", which " + path +
                (out.distributedOptimizer ? " with distributed_optimizer" : "") +
                " needs");
     std::string signature;
@@ -1072,14 +1159,14 @@ void ManifestReader::readGradientBuffer(const Json &json,
       signature = std::to_string(function->inputs.size()) + " inputs and " +
                   std::to_string(function->outputs.size()) + " outputs";
     }
-    fail(std::string("functions.") + name, signature,
+    fail("functions." + name, signature,
          in.str() + " -> " + result.str() + " for the gradient buffer");
   };
   if (out.distributedOptimizer) {
-    check("reduce_gradients", buffer, shard);
-    check("gather_parameters", shard, buffer);
+    check(out.reduceFunction, buffer, shard);
+    check(out.gatherFunction, shard, buffer);
   } else {
-    check("reduce_gradients", buffer, buffer);
+    check(out.reduceFunction, buffer, buffer);
   }
 }
 

@@ -99,6 +99,10 @@ private:
                       std::vector<Parameter> &out);
   void readGradientBuffer(const Json &json, const std::string &path,
                           const Bundle &bundle, GradientBuffer &out);
+  /// A pipeline bundle's gradient_buffers (version 7): one per pipeline
+  /// rank, each holding exactly that rank's parameters.
+  void readGradientBuffers(const Json &json, const std::string &path,
+                           Bundle &bundle);
   void readSplitAxes(const Json &json, const std::string &path,
                      Parameter &parameter);
   void readPipelineRanks(const Json &json, const std::string &path,

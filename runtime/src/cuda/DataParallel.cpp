@@ -18,22 +18,23 @@ namespace mtrt::cuda {
 DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
                                        ParameterStore &parameters,
                                        comm::RankContext &rank)
-    : layout_(bundle.gradientBuffer()), parameters_(parameters) {
+    : layout_(bundle.gradientBuffer(rank.coordinates())),
+      parameters_(parameters) {
   if (!bundle.hasGradientBuffer())
     throw Error(MTRT_STATUS_INTERNAL, "cuda::DataParallelBuffer: bundle '" +
                                           bundle.name() +
                                           "' has no gradient_buffer");
-  const Function *reduce = bundle.findFunction("reduce_gradients");
+  const Function *reduce = bundle.findFunction(layout_.reduceFunction);
   if (reduce->values[reduce->inputs[0]].dtype != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle.name() + "': the gradient buffer is " +
                     dtypeName(reduce->values[reduce->inputs[0]].dtype) +
                     "; the cuda backend reduces f32 gradients only");
-  reduce_ =
-      std::make_unique<Executor>(bundle, "reduce_gradients", parameters, &rank);
+  reduce_ = std::make_unique<Executor>(bundle, layout_.reduceFunction,
+                                       parameters, &rank);
   shard_ = train::bufferShard(bundle, rank.coordinates());
   if (layout_.distributedOptimizer)
-    gather_ = std::make_unique<Executor>(bundle, "gather_parameters",
+    gather_ = std::make_unique<Executor>(bundle, layout_.gatherFunction,
                                          parameters, &rank);
   size_t bytes = sizeof(float) * static_cast<size_t>(layout_.size);
   buffer_ = DeviceBuffer(bytes, "the gradient buffer of bundle '" +

@@ -13,7 +13,7 @@ namespace mtrt::train {
 
 BufferShard bufferShard(const Bundle &bundle,
                         const std::vector<int64_t> &coordinates) {
-  const GradientBuffer &layout = bundle.gradientBuffer();
+  const GradientBuffer &layout = bundle.gradientBuffer(coordinates);
   BufferShard shard;
   shard.size = layout.size;
   if (!layout.distributedOptimizer)
@@ -43,19 +43,20 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
                                        host::ParameterStore &parameters,
                                        host::ThreadPool &pool,
                                        comm::RankContext &rank)
-    : layout_(bundle.gradientBuffer()), parameters_(parameters), pool_(pool) {
+    : layout_(bundle.gradientBuffer(rank.coordinates())),
+      parameters_(parameters), pool_(pool) {
   if (!bundle.hasGradientBuffer())
     throw Error(MTRT_STATUS_INTERNAL, "DataParallelBuffer: bundle '" +
                                           bundle.name() +
                                           "' has no gradient_buffer");
-  reduce_ = std::make_unique<host::Executor>(bundle, "reduce_gradients",
+  reduce_ = std::make_unique<host::Executor>(bundle, layout_.reduceFunction,
                                              parameters, pool, &rank);
   DType dtype = parameters.floatType();
   buffer_ = host::Tensor(dtype, {layout_.size});
   shard_ = bufferShard(bundle, rank.coordinates());
   if (!layout_.distributedOptimizer)
     return;
-  gather_ = std::make_unique<host::Executor>(bundle, "gather_parameters",
+  gather_ = std::make_unique<host::Executor>(bundle, layout_.gatherFunction,
                                              parameters, pool, &rank);
   reduced_ = host::Tensor(dtype, {shard_.size});
 }

@@ -256,7 +256,8 @@ private:
   /// Token ids must be below it (model.vocab_size).
   int64_t vocabSize_ = 0;
   OptimizerConfig optimizerConfig_;
-  /// With a gradient_buffer: the data-parallel reduction once per iteration.
+  /// With a gradient_buffer: the data-parallel reduction once per iteration
+  /// (a pipeline rank's, over its own stages' buffer).
   std::unique_ptr<DataParallelBuffer> gradientBuffer_;
   /// One of the two steps the optimizer: replicated, or distributed.
   std::unique_ptr<Optimizer> optimizer_;

@@ -1,6 +1,7 @@
 // Data parallelism on one GPU: tiny-gpt compiled for DP=2 (with and without
 // the distributed optimizer, fp32 and bf16), DP=2 x TP=2 and PP=2 x DP=2 (4
-// layers), each rank a thread with its own context and stream on device 0,
+// layers, with and without the distributed optimizer: each pipeline rank
+// reduces its own gradient buffer once per iteration), each rank a thread with its own context and stream on device 0,
 // talking through the in-process communicator. 5 iterations of cuda::Trainer
 // against the one-rank cuda::Trainer from the same seed and samples, and
 // against the host backend's trainer on the same grid: losses, gradient norms
@@ -227,12 +228,12 @@ TEST_P(CudaDataParallelTest, TrainingEqualsOneRankAndTheHost) {
   const Layout &layout = GetParam();
   Bundle one = loadTestBundle(layout.one, kHowToMake);
   Bundle grid = loadTestBundle(layout.ranks, kHowToMake);
-  // A pipeline bundle has no gradient buffer: its stages' backward
-  // functions all-reduce their gradients over the data-parallel group.
-  if (!grid.pipeline()) {
-    ASSERT_TRUE(grid.hasGradientBuffer());
-    ASSERT_EQ(grid.gradientBuffer().distributedOptimizer, layout.distributed);
-  }
+  // A pipeline bundle has one gradient buffer per pipeline rank.
+  ASSERT_TRUE(grid.hasGradientBuffer());
+  ASSERT_EQ(grid.gradientBuffers().size(),
+            grid.pipeline() ? static_cast<size_t>(grid.pipeline()->size) : 1u);
+  for (const GradientBuffer &buffer : grid.gradientBuffers())
+    ASSERT_EQ(buffer.distributedOptimizer, layout.distributed);
   train::TrainerOptions options = trainingOptions();
   options.globalBatchSize = layout.globalBatch;
 
@@ -380,7 +381,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // 4 layers, untied embeddings (pipelines need them),
                       // 1F1B, two micro-batches of 2 per data rank.
                       Layout{"Fp32Pp2Dp2", "tiny-gpt-l4-nodrop",
-                             "tiny-gpt-l4-nodrop-pp2-dp2", false, false, 8}),
+                             "tiny-gpt-l4-nodrop-pp2-dp2", false, false, 8},
+                      Layout{"Fp32Pp2Dp2DistributedOptimizer",
+                             "tiny-gpt-l4-nodrop",
+                             "tiny-gpt-l4-nodrop-pp2-dp2-distopt", false, true,
+                             8}),
     [](const ::testing::TestParamInfo<Layout> &info) {
       return std::string(info.param.name);
     });
