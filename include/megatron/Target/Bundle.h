@@ -38,7 +38,7 @@ mlir::LogicalResult writeBundle(mlir::ModuleOp module,
 void registerBundleTranslation();
 
 /// The version of docs/BundleFormat.md this writer produces.
-constexpr uint32_t kBundleFormatVersion = 6;
+constexpr uint32_t kBundleFormatVersion = 7;
 
 } // namespace megatron
 

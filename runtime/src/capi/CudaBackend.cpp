@@ -52,14 +52,15 @@ public:
   int device() const override { return context_.device(); }
   bool hasEvalStep() const override { return evalStep_ != nullptr; }
 
-  double run(bool train, const BatchView &batch, uint64_t step) override {
+  double run(bool train, const BatchView &batch,
+             const MicroBatchKey &key) override {
     cuda::Executor &executor = train ? *trainStep_ : *evalStep_;
     // The caller may have written parameters through a view since: the
     // GEMMs' bf16 copies follow the fp32 values.
     if (viewGiven_)
       parameters_.refreshBf16Copies();
     std::vector<host::Tensor> outputs =
-        executor.run({batch.tokens, batch.labels}, step, batch.onDevice);
+        executor.run({batch.tokens, batch.labels}, key, batch.onDevice);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   void zeroGradients() override { parameters_.zeroGradients(); }

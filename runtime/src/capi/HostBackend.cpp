@@ -48,10 +48,11 @@ public:
   int device() const override { return 0; }
   bool hasEvalStep() const override { return evalStep_ != nullptr; }
 
-  double run(bool train, const BatchView &batch, uint64_t step) override {
+  double run(bool train, const BatchView &batch,
+             const MicroBatchKey &key) override {
     host::Executor &executor = train ? *trainStep_ : *evalStep_;
     std::vector<host::Tensor> outputs =
-        executor.run({batch.tokens, batch.labels}, step);
+        executor.run({batch.tokens, batch.labels}, key);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   void zeroGradients() override { parameters_.zeroGradients(pool_); }

@@ -435,8 +435,13 @@ double Session::accumulate() {
   if (!batch_.set)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "no batch: call mtrt_session_set_batch first");
-  double loss = backend_->run(true, batch_.view, microStep_);
+  // This rank's rows of the global micro-batch that starts at the samples
+  // consumed so far (its data offset is the bundle's tile).
+  double loss =
+      backend_->run(true, batch_.view, {microStep_, consumedSamples_});
   ++microStep_;
+  consumedSamples_ += static_cast<uint64_t>(
+      microBatch_ * std::max<int64_t>(bundle_->model().dataParallelSize, 1));
   ++accumulated_;
   lossSum_ += loss;
   return loss;
@@ -492,7 +497,7 @@ double Session::evaluate() {
   if (!batch_.set)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "no batch: call mtrt_session_set_batch first");
-  return backend_->run(false, batch_.view, 0);
+  return backend_->run(false, batch_.view, {});
 }
 
 size_t Session::parameterIndex(const std::string &name) const {
@@ -559,8 +564,7 @@ void Session::saveCheckpoint(const std::string &directory) {
   const ModelConfig &model = b.model();
   train::CheckpointState state;
   state.iteration = iteration_;
-  state.consumedSamples = static_cast<int64_t>(microStep_) * microBatch_ *
-                          std::max<int64_t>(model.dataParallelSize, 1);
+  state.consumedSamples = static_cast<int64_t>(consumedSamples_);
   state.seed = seed_;
   state.microStep = microStep_;
   state.optimizerStep = iteration_ - skipped_;
@@ -627,6 +631,7 @@ void Session::loadCheckpoint(const std::string &directory) {
   }
   iteration_ = manifest.state.iteration;
   microStep_ = manifest.state.microStep;
+  consumedSamples_ = static_cast<uint64_t>(manifest.state.consumedSamples);
   accumulated_ = 0;
   lossSum_ = 0;
   metrics_ = {};

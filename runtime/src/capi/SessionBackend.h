@@ -4,6 +4,7 @@
 #define MTRT_SRC_CAPI_SESSIONBACKEND_H
 
 #include "core/Bundle.h"
+#include "core/MicroBatchKey.h"
 #include "host/HostTensor.h"
 #include "mtrt/mtrt.h"
 #include "train/Checkpoint.h"
@@ -43,8 +44,10 @@ public:
   virtual bool hasEvalStep() const = 0;
 
   /// Runs train_step (`train`, accumulating gradients) or eval_step on
-  /// `batch`; returns its loss. `step` keys the dropout masks.
-  virtual double run(bool train, const BatchView &batch, uint64_t step) = 0;
+  /// `batch`; returns its loss. `key`'s first sample keys the dropout
+  /// masks.
+  virtual double run(bool train, const BatchView &batch,
+                     const MicroBatchKey &key) = 0;
   virtual void zeroGradients() = 0;
   /// fp16: the loss scale train_step's loss seed is multiplied by.
   virtual void setLossScale(double scale) = 0;
