@@ -51,6 +51,20 @@ for precision in fp32 bf16; do
       -o "$b/$name-dp2-tp2-distopt.mtb"
   fi
 done
+# Dropout 0.1 over split tensors (masks keyed on the global samples):
+# CudaTensorParallelTest's TP=2 with and without sequence parallelism,
+# CudaDataParallelTest's DP=2 and DP=2 x TP=2 with sequence parallelism.
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 \
+  --tensor-model-parallel-size=2 -o "$b/tiny-gpt-tp2.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 \
+  --tensor-model-parallel-size=2 --sequence-parallel -o "$b/tiny-gpt-tp2-sp.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 \
+  --data-parallel-size=2 --micro-batch-size=4 --global-batch-size=8 \
+  -o "$b/tiny-gpt-dp2.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 \
+  --data-parallel-size=2 --micro-batch-size=4 --global-batch-size=8 \
+  --tensor-model-parallel-size=2 --sequence-parallel \
+  --use-distributed-optimizer -o "$b/tiny-gpt-dp2-tp2-sp-distopt.mtb"
 # CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
 # advance the micro-batch counter that keys it).
 "$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \
@@ -133,7 +147,7 @@ done
   --global-batch-size=32 --attention-dropout=0 \
   -o "$b/gpt2-124m-bf16-mb32-nodrop.mtb"
 # MULTI=1: bench/run-multi-gpu.sh's bundles (issue #11): gpt2-124m without
-# any dropout (dropout over split tensors is refused on the GPU), for one
+# any dropout (the layouts bench/NOTES.md measured), for one
 # rank and for TP=2; and for DP=2 (micro-batches of 32 per rank, global
 # batch 64), with and without the distributed optimizer.
 if [ "${MULTI:-0}" = 1 ]; then

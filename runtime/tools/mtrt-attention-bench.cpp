@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
       p.causal = true;
       p.dropoutP = dropout;
       p.seed = 7;
-      p.step = 3;
+      p.firstSample = 3;
       std::string reason = mtrt::cuda::flashAttentionUnsupportedReason(p);
       if (!reason.empty()) {
         std::printf("%s: %s\n", shape.name, reason.c_str());

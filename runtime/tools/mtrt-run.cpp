@@ -46,7 +46,7 @@ struct Options {
   uint64_t seed = 1234;
   std::string initFrom;
   std::string inputsPath;
-  uint64_t step = 0;
+  uint64_t firstSample = 0;
   std::optional<int64_t> intMax;
   bool summary = false;
   unsigned threads = 0;
@@ -100,10 +100,11 @@ const std::vector<Flag> &flags() {
        "random integer inputs are below N (default: the model's vocab_size, "
        "or 2 without a model section)",
        [](O &o, S f, S v) { o.intMax = mtrt::parseIntFlag(f, v, 1); }},
-      {"--step", "N",
-       "the training step that keys the dropout masks (default 0)",
+      {"--first-sample", "N",
+       "the consumed-sample index of the batch's row 0, which keys the "
+       "dropout masks (default 0)",
        [](O &o, S f, S v) {
-         o.step = static_cast<uint64_t>(mtrt::parseIntFlag(f, v, 0));
+         o.firstSample = static_cast<uint64_t>(mtrt::parseIntFlag(f, v, 0));
        }},
       {"--summary", nullptr,
        "print each output's sum, min and max instead of its values",
@@ -151,8 +152,8 @@ std::string usage() {
        "sum, min and max.\n\n"
        "--gradcheck runs train_step in float64, then compares each "
        "parameter's\naccumulated gradient with finite differences of the "
-       "loss at the same step\n(dropout masks depend only on the seed, the "
-       "step and the position), printing\nthe norm-wise relative error "
+       "loss with the same masks\n(dropout masks depend only on the seed, "
+       "the sample and the position), printing\nthe norm-wise relative error "
        "||analytic - numeric|| / ||numeric|| per parameter\nand exiting 1 "
        "when the largest is above --tolerance.\n\nflags:\n";
   s << mtrt::flagUsage(flags(), 22);
@@ -387,7 +388,7 @@ int runFunction(const mtrt::Bundle &bundle, const Options &o) {
   loadInitFrom(o, bundle, store);
   host::Executor executor(bundle, o.function, store, pool);
   std::vector<host::Tensor> inputs = makeInputs(bundle, executor, o);
-  printOutputs(executor.run(viewsOf(inputs), o.step), o.summary);
+  printOutputs(executor.run(viewsOf(inputs), {0, o.firstSample}), o.summary);
   return 0;
 }
 
@@ -410,7 +411,7 @@ int gradcheck(const mtrt::Bundle &bundle, const Options &o) {
   // so that the first run's buffers hold exactly its gradient.
   auto loss = [&]() {
     store.zeroGradients(pool);
-    std::vector<host::Tensor> outputs = executor.run(views, o.step);
+    std::vector<host::Tensor> outputs = executor.run(views, {0, o.firstSample});
     double l = outputs[0].data<double>()[0];
     if (!std::isfinite(l))
       throw Error(MTRT_STATUS_ABORTED,
@@ -426,9 +427,9 @@ int gradcheck(const mtrt::Bundle &bundle, const Options &o) {
   }
 
   double h = o.fdStep ? *o.fdStep : o.stencil == 5 ? 5e-4 : 1e-6;
-  std::printf("gradcheck: train_step of '%s' in float64 at step %" PRIu64
+  std::printf("gradcheck: train_step of '%s' in float64 at sample %" PRIu64
               ", seed %" PRIu64 ": loss %.17g; %s differences, h %g\n",
-              bundle.name().c_str(), o.step, o.seed, loss0,
+              bundle.name().c_str(), o.firstSample, o.seed, loss0,
               o.stencil == 5 ? "five-point" : "central", h);
   std::fflush(stdout);
 

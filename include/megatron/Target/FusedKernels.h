@@ -18,12 +18,12 @@
 
 namespace megatron {
 
-/// The kernels' launch contract (bundle format version 6), shared with the
+/// The kernels' launch contract (bundle format version 7), shared with the
 /// runtime (runtime/src/cuda/FusedKernels.cpp):
 ///
 ///   extern "C" __global__ void NAME(long long n, long long vectors,
-///       unsigned long long bf16, unsigned long long key0, ...,
-///       const void *in0, ..., void *out0, ...)
+///       unsigned long long bf16, mtrt::random::MaskTile tile,
+///       unsigned long long key0, ..., const void *in0, ..., void *out0, ...)
 ///
 /// over `n` elements of every operand (in0...) and result (out0...), all of
 /// one shape, in the group's operand and result order. Each is stored in
@@ -33,11 +33,16 @@ namespace megatron {
 /// even when stored). Threads take elements in a grid-stride loop: first
 /// `vectors` groups of four (one 16-byte or 8-byte access per pointer; 0
 /// unless every pointer is 16-byte aligned and vectors * 4 <= n), then the
-/// rest one by one. One key per dropout of the body with p > 0, in body
-/// order: random::streamKey(seed, step), the mask of element i drawn at
-/// index i exactly as runtime/src/core/Random.h, whose source the kernels
-/// include. Groups that differ only in their dropout seeds share one
-/// kernel. (Versions 3 to 5 had no `bf16` argument and f32 pointers.)
+/// rest one by one. A group with a dropout of p > 0 takes `tile` (by value:
+/// where its elements lie among the micro-batch's samples, the global tile
+/// of the host's GlobalTile) and one key per such dropout, in body order,
+/// random::seedKey(seed); element i is kept iff random::dropoutKeep(
+/// sampleKey(key, maskSample(tile, i)), maskPosition(tile, i), p), exactly
+/// as runtime/src/core/Random.h, whose source the kernels include; a group
+/// without one takes neither. Groups that differ only in their dropout
+/// seeds share one kernel. (Version 6 took random::streamKey(seed, step)
+/// keys and drew element i at index i; versions 3 to 5 had no `bf16`
+/// argument and f32 pointers.)
 constexpr unsigned kFusedKernelThreads = 256;
 /// The bits of the type mask: operands and results past them are fp32.
 constexpr size_t kFusedKernelTypeBits = 64;

@@ -4,8 +4,9 @@
 // computed in registers with the runtime's formulas:
 // host/kernels/Elementwise.cpp's, in f32, so that without FMA contraction
 // (nvrtc -fmad=false) add, mul and dropout give the host's bits and the
-// dropout masks are the runtime's. Each operand and result is stored in
-// fp32 or bf16 as the launch's type mask says (format version 6).
+// dropout masks are the runtime's (keyed on each element's sample and
+// position, format version 7). Each operand and result is stored in fp32 or
+// bf16 as the launch's type mask says (format version 6).
 //
 //===----------------------------------------------------------------------===//
 
@@ -96,6 +97,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     if (auto dropout = dyn_cast<mt::DropoutOp>(op))
       keys += dropout.getP().convertToDouble() != 0;
   os << "__device__ __forceinline__ void " << name << "_element(long long i";
+  if (keys)
+    os << ", const mtrt::random::MaskTile &tile";
   for (size_t k = 0; k < keys; ++k)
     os << ", unsigned long long key" << k;
   for (size_t i = 0; i < body.getNumArguments(); ++i)
@@ -103,6 +106,13 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   for (size_t i = 0; i < group.getNumResults(); ++i)
     os << ", float &y" << i;
   os << ") {\n";
+  // Every dropout of the group keys element i on the same sample and
+  // position, each with its own seed.
+  if (keys)
+    os << "  const unsigned long long sample = mtrt::random::maskSample(tile, "
+          "(unsigned long long)i);\n"
+       << "  const unsigned long long position = "
+          "mtrt::random::maskPosition(tile, (unsigned long long)i);\n";
   unsigned next = 0, key = 0;
   for (Operation &op : body.without_terminator()) {
     std::string result = llvm::formatv("v{0}", next++).str();
@@ -124,8 +134,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
               // The host's: kept iff uniformFloat(bits) >= float(p), scaled
               // by float(1 / (1 - p)).
               return llvm::formatv(
-                         "mtrt::random::dropoutKeep(key{0}, (unsigned long "
-                         "long)i, {1}) ? {2} * {3} : 0.0f",
+                         "mtrt::random::dropoutKeep(mtrt::random::sampleKey("
+                         "key{0}, sample), position, {1}) ? {2} * {3} : 0.0f",
                          key++, floatLiteral(static_cast<float>(p)), in(0),
                          floatLiteral(static_cast<float>(1.0 / (1.0 - p))))
                   .str();
@@ -147,6 +157,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   os << "extern \"C\" __global__ void __launch_bounds__("
      << kFusedKernelThreads << ")\n"
      << name << "(long long n, long long vectors, unsigned long long bf16";
+  if (keys)
+    os << ", const mtrt::random::MaskTile tile";
   for (size_t k = 0; k < keys; ++k)
     os << ", unsigned long long key" << k;
   for (size_t i = 0; i < inputs; ++i)
@@ -176,6 +188,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
   for (auto [offset, lane] : llvm::enumerate(kLanes)) {
     os << "    " << name << "_element(4 * v + " << offset;
+    if (keys)
+      os << ", tile";
     for (size_t k = 0; k < keys; ++k)
       os << ", key" << k;
     for (size_t i = 0; i < inputs; ++i)
@@ -192,6 +206,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   for (size_t i = 0; i < outputs; ++i)
     os << "    float y" << i << ";\n";
   os << "    " << name << "_element(i";
+  if (keys)
+    os << ", tile";
   for (size_t k = 0; k < keys; ++k)
     os << ", key" << k;
   for (size_t i = 0; i < inputs; ++i)

@@ -308,7 +308,8 @@ typedef struct mtrt_session_options_t {
   int tf32;
   /* Parameters are initialized as the bundle's parameter table says, from
    * this seed (default 1234, megatron-train's); dropout masks are keyed on
-   * the bundle's op seeds and the micro-batch counter. */
+   * the bundle's op seeds and the samples consumed (see
+   * mtrt_session_accumulate). */
   uint64_t seed;
   /* The optimizer, Megatron-LM's (megatron-train's flags in brackets):
    * learning rate [--lr] (default 1e-4), [--min-lr] (default 0), decay
@@ -440,6 +441,12 @@ typedef struct mtrt_step_metrics_t {
 /* Runs train_step (forward and backward) on the current batch, adding this
  * micro-batch's gradients to the accumulated ones; stores its loss in
  * *out_loss (may be NULL). A collective for a bundle of several ranks.
+ * Dropout masks are keyed on samples, as megatron-train's: the session
+ * counts the samples it has consumed (every accumulate consumes one global
+ * micro-batch, the batch's rows times the data-parallel size; a loaded
+ * checkpoint restores its consumed_samples), and row b of data rank d's
+ * batch is sample consumed + d * rows + b, so the batches megatron-train
+ * would read in that order get its masks.
  * A pipeline bundle's schedule interleaves its micro-batches' stages, so
  * there this copies the batch and returns NaN as its loss; the schedule
  * runs at mtrt_session_apply, over exactly the micro-batches it was

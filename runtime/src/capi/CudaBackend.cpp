@@ -91,7 +91,8 @@ public:
   int device() const override { return context_.device(); }
   bool hasEvalStep() const override { return evalStep_ || pipeline_; }
 
-  double run(bool train, const BatchView &batch, uint64_t step) override {
+  double run(bool train, const BatchView &batch,
+             const MicroBatchKey &key) override {
     // The caller may have written parameters through a view since: the
     // GEMMs' bf16 copies follow the fp32 values.
     if (viewGiven_)
@@ -104,11 +105,12 @@ public:
     }
     cuda::Executor &executor = train ? *trainStep_ : *evalStep_;
     std::vector<host::Tensor> outputs =
-        executor.run({batch.tokens, batch.labels}, step, batch.onDevice);
+        executor.run({batch.tokens, batch.labels}, key, batch.onDevice);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   double runSchedule(const std::vector<BatchView> &batches,
-                     uint64_t firstStep) override {
+                     const MicroBatchKey &first,
+                     uint64_t globalBatch) override {
     if (viewGiven_)
       parameters_.refreshBf16Copies();
     return pipeline_->train(
@@ -116,7 +118,7 @@ public:
           const BatchView &batch = batches[static_cast<size_t>(m)];
           return std::pair(batch.tokens, batch.labels);
         },
-        firstStep);
+        first, globalBatch);
   }
   void zeroGradients() override { parameters_.zeroGradients(); }
   void setLossScale(double scale) override {

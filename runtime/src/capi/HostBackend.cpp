@@ -54,23 +54,25 @@ public:
   int device() const override { return 0; }
   bool hasEvalStep() const override { return evalStep_ || pipeline_; }
 
-  double run(bool train, const BatchView &batch, uint64_t step) override {
+  double run(bool train, const BatchView &batch,
+             const MicroBatchKey &key) override {
     if (pipeline_)
       return pipeline_->evaluate(
           [&](int64_t) { return std::pair(batch.tokens, batch.labels); }, 1);
     host::Executor &executor = train ? *trainStep_ : *evalStep_;
     std::vector<host::Tensor> outputs =
-        executor.run({batch.tokens, batch.labels}, step);
+        executor.run({batch.tokens, batch.labels}, key);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   double runSchedule(const std::vector<BatchView> &batches,
-                     uint64_t firstStep) override {
+                     const MicroBatchKey &first,
+                     uint64_t globalBatch) override {
     return pipeline_->train(
         [&](int64_t m) {
           const BatchView &batch = batches[static_cast<size_t>(m)];
           return std::pair(batch.tokens, batch.labels);
         },
-        firstStep);
+        first, globalBatch);
   }
   void zeroGradients() override { parameters_.zeroGradients(pool_); }
   void setLossScale(double scale) override {

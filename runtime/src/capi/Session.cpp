@@ -451,8 +451,13 @@ double Session::accumulate() {
     ++accumulated_;
     return std::numeric_limits<double>::quiet_NaN();
   }
-  double loss = backend_->run(true, batch_.view, microStep_);
+  // This rank's rows of the global micro-batch that starts at the samples
+  // consumed so far (its data offset is the bundle's tile).
+  double loss =
+      backend_->run(true, batch_.view, {microStep_, consumedSamples_});
   ++microStep_;
+  consumedSamples_ += static_cast<uint64_t>(
+      microBatch_ * std::max<int64_t>(bundle_->model().dataParallelSize, 1));
   ++accumulated_;
   lossSum_ += loss;
   return loss;
@@ -482,8 +487,12 @@ mtrt_step_metrics_t Session::apply() {
       batches.push_back({{idType_, batchShape_, pendingTokens_[m].data()},
                          {idType_, batchShape_, pendingLabels_[m].data()},
                          false});
-    lossSum_ = backend_->runSchedule(batches, microStep_);
+    uint64_t globalBatch = static_cast<uint64_t>(
+        microBatch_ * std::max<int64_t>(bundle_->model().dataParallelSize, 1));
+    lossSum_ = backend_->runSchedule(batches, {microStep_, consumedSamples_},
+                                     globalBatch);
     microStep_ += static_cast<uint64_t>(accumulated_);
+    consumedSamples_ += static_cast<uint64_t>(accumulated_) * globalBatch;
     pendingTokens_.clear();
     pendingLabels_.clear();
   }
@@ -531,7 +540,7 @@ double Session::evaluate() {
   if (!batch_.set)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "no batch: call mtrt_session_set_batch first");
-  return backend_->run(false, batch_.view, 0);
+  return backend_->run(false, batch_.view, {});
 }
 
 size_t Session::parameterIndex(const std::string &name) const {
@@ -608,8 +617,7 @@ void Session::saveCheckpoint(const std::string &directory) {
   const ModelConfig &model = b.model();
   train::CheckpointState state;
   state.iteration = iteration_;
-  state.consumedSamples = static_cast<int64_t>(microStep_) * microBatch_ *
-                          std::max<int64_t>(model.dataParallelSize, 1);
+  state.consumedSamples = static_cast<int64_t>(consumedSamples_);
   state.seed = seed_;
   state.microStep = microStep_;
   state.optimizerStep = iteration_ - skipped_;
@@ -678,6 +686,7 @@ void Session::loadCheckpoint(const std::string &directory) {
   microStep_ = manifest.state.microStep;
   pendingTokens_.clear();
   pendingLabels_.clear();
+  consumedSamples_ = static_cast<uint64_t>(manifest.state.consumedSamples);
   accumulated_ = 0;
   lossSum_ = 0;
   metrics_ = {};

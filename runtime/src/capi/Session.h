@@ -77,12 +77,15 @@ private:
   /// Copied host batches, in the bundle's id type.
   std::vector<uint8_t> tokens_, labels_;
 
-  /// Optimizer steps taken; micro-batches run by train_step (keys dropout);
-  /// micro-batches accumulated since the last step and their losses' sum.
+  /// Optimizer steps taken; micro-batches run by train_step; the samples
+  /// they consumed over all data ranks (keys dropout: mtrt.h,
+  /// mtrt_session_accumulate); micro-batches accumulated since the last
+  /// step and their losses' sum.
   int64_t iteration_ = 0;
   uint64_t seed_ = 0;
   train::OptimizerConfig optimizer_;
   uint64_t microStep_ = 0;
+  uint64_t consumedSamples_ = 0;
   /// fp16 bundles: megatron-train --fp16's loss scaler, and the steps that
   /// skipped their update (AdamW and the schedule count the others).
   std::unique_ptr<train::LossScaler> lossScaler_;

@@ -4,6 +4,7 @@
 #define MTRT_SRC_CAPI_SESSIONBACKEND_H
 
 #include "core/Bundle.h"
+#include "core/MicroBatchKey.h"
 #include "host/HostTensor.h"
 #include "mtrt/mtrt.h"
 #include "train/Checkpoint.h"
@@ -44,16 +45,19 @@ public:
   virtual bool hasEvalStep() const = 0;
 
   /// Runs train_step (`train`, accumulating gradients) or eval_step on
-  /// `batch`; returns its loss. `step` keys the dropout masks. A pipeline
-  /// bundle evaluates `batch` through all its stages; it trains only by
-  /// runSchedule.
-  virtual double run(bool train, const BatchView &batch, uint64_t step) = 0;
+  /// `batch`; returns its loss. `key`'s first sample keys the dropout
+  /// masks. A pipeline bundle evaluates `batch` through all its stages; it
+  /// trains only by runSchedule.
+  virtual double run(bool train, const BatchView &batch,
+                     const MicroBatchKey &key) = 0;
   /// Pipeline bundles: runs the schedule once over the step's micro-batches
   /// (host memory), accumulating this rank's gradients; returns the sum of
-  /// their losses, the same on every rank (a collective). `firstStep` keys
-  /// the dropout of batches[0], the next ones count on.
+  /// their losses, the same on every rank (a collective). Micro-batch m is
+  /// keyed {first.step + m, first.firstSample + m * globalBatch}
+  /// (ScheduleRunner::train).
   virtual double runSchedule(const std::vector<BatchView> &batches,
-                             uint64_t firstStep) = 0;
+                             const MicroBatchKey &first,
+                             uint64_t globalBatch) = 0;
   virtual void zeroGradients() = 0;
   /// fp16: the loss scale train_step's loss seed is multiplied by.
   virtual void setLossScale(double scale) = 0;

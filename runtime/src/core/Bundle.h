@@ -339,6 +339,12 @@ struct FusedKernels {
   /// Format version 6: the kernels take a storage-type mask (each operand
   /// and result fp32 or bf16); versions 3 to 5: no mask, all fp32.
   bool typeMask = false;
+  /// Format version 7: the kernels key their dropout masks on the sample
+  /// (a random::MaskTile argument); before, on the micro-batch step, which
+  /// the runtime no longer draws (it refuses such a kernel's dropout).
+  bool sampleKeys = false;
+  /// The bundle's format version (for messages).
+  int64_t version = 0;
 };
 
 /// The manifest's `gradient_buffer` (format version 2): the contiguous

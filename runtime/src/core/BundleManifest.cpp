@@ -944,6 +944,8 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
            "none before format version 3");
     readFusedKernels(*kernels, "kernels", payload, bundle.fusedKernels_);
     bundle.fusedKernels_.typeMask = version >= 6;
+    bundle.fusedKernels_.sampleKeys = version >= 7;
+    bundle.fusedKernels_.version = version;
   }
   kernelCount_ = bundle.fusedKernels_.names.size();
 

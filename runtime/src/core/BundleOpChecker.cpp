@@ -1,6 +1,7 @@
 // Reads bundle files: the op table and the shape and element-type rules of
 // each instruction (docs/BundleFormat.md).
 #include "core/BundleReader.h"
+#include "core/Random.h"
 
 #include <algorithm>
 #include <set>
@@ -273,6 +274,15 @@ void OpChecker::checkGlobalTile(bool isResult, size_t tile) {
       if (!split[d].empty())
         fail(index(at, d), shapeString(split[d]),
              "[] (attention splits only batch and heads)");
+  // A mask tile describes a sample's slice in kMaskTileDims dimensions.
+  if (inst_.op == Op::Dropout && split.size() > random::kMaskTileDims + 1)
+    fail(at, std::to_string(split.size()) + " lists",
+         "a split dropout of at most " +
+             std::to_string(random::kMaskTileDims + 1) +
+             " dimensions (the samples and " +
+             std::to_string(random::kMaskTileDims) +
+             " more, core/Random.h's MaskTile); reshape the tensor to fewer "
+             "dimensions before the dropout");
 }
 
 /// all_reduce, all_gather, reduce_scatter, all_slice: x -> y, the axis

@@ -1,6 +1,10 @@
 // Kernel dimensions and parameters from bundle instructions (core/OpShapes.h).
 #include "core/OpShapes.h"
 
+#include "core/Error.h"
+
+#include <string>
+
 namespace mtrt {
 
 namespace {
@@ -122,7 +126,8 @@ SplitDims splitDims(const Function &fn, const Instruction &inst) {
 }
 
 host::AttentionParams attentionParams(const Function &fn,
-                                      const Instruction &inst, uint64_t step) {
+                                      const Instruction &inst,
+                                      uint64_t firstSample) {
   size_t first = inst.op == Op::AttentionGrad ? 1 : 0;
   const auto &q = shapeOf(fn, inst.operands[first]);
   const auto &k = shapeOf(fn, inst.operands[first + 1]);
@@ -140,8 +145,58 @@ host::AttentionParams attentionParams(const Function &fn,
   p.scale = a.scale.value_or(0.0);
   p.dropoutP = a.dropoutP;
   p.seed = static_cast<uint64_t>(a.seed);
-  p.step = step;
+  p.firstSample = firstSample;
   return p;
+}
+
+host::GlobalTile globalTile(const Function &fn, const Instruction &inst,
+                            int64_t value, const std::vector<int64_t> &grid,
+                            const std::vector<int64_t> &coordinates) {
+  host::GlobalTile tile;
+  tile.localShape = shapeOf(fn, value);
+  for (size_t d = 0; d < tile.localShape.size(); ++d) {
+    bool split = !inst.attrs.splitAxes.empty() && !coordinates.empty();
+    const std::vector<int64_t> none;
+    const std::vector<int64_t> &axes = split ? inst.attrs.splitAxes[d] : none;
+    tile.globalShape.push_back(tile.localShape[d] * gridGroupSize(grid, axes));
+    tile.offsets.push_back(split ? tile.localShape[d] *
+                                       gridGroupIndex(grid, coordinates, axes)
+                                 : 0);
+  }
+  return tile;
+}
+
+random::MaskTile dropoutMaskTile(const Function &fn, const Instruction &inst,
+                                 const std::vector<int64_t> &grid,
+                                 const std::vector<int64_t> &coordinates,
+                                 uint64_t firstSample) {
+  host::GlobalTile tile =
+      globalTile(fn, inst, inst.operands[0], grid, coordinates);
+  random::MaskTile mask;
+  if (!random::makeMaskTile(
+          tile.localShape.data(), tile.globalShape.data(), tile.offsets.data(),
+          static_cast<unsigned>(tile.localShape.size()), firstSample, mask))
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "dropout of a tensor of " +
+                    std::to_string(tile.localShape.size()) +
+                    " dimensions split across ranks: its mask tile has more "
+                    "than " +
+                    std::to_string(random::kMaskTileDims) +
+                    " split dimensions per sample");
+  return mask;
+}
+
+void setAttentionTile(host::AttentionParams &p, const Function &fn,
+                      const Instruction &inst, const std::vector<int64_t> &grid,
+                      const std::vector<int64_t> &coordinates) {
+  if (inst.attrs.splitAxes.empty() || coordinates.empty())
+    return;
+  size_t q = inst.op == Op::AttentionGrad ? 1 : 0;
+  host::GlobalTile tile =
+      globalTile(fn, inst, inst.operands[q], grid, coordinates);
+  p.batchOffset = tile.offsets[0];
+  p.headOffset = tile.offsets[2];
+  p.globalHeadsQ = tile.globalShape[2];
 }
 
 host::LossReduction toKernel(Reduction reduction) {

@@ -78,9 +78,35 @@ struct SplitDims {
 SplitDims splitDims(const Function &fn, const Instruction &inst);
 
 /// Attention, AttentionGrad: the shapes of q, k and v (operands 0-2, or 1-3
-/// after the gradient's dy) and the attributes; `step` keys the dropout.
+/// after the gradient's dy) and the attributes; the dropout is keyed on the
+/// samples from `firstSample` (the global micro-batch's row 0; a tile's
+/// offsets: setAttentionTile).
 host::AttentionParams attentionParams(const Function &fn,
-                                      const Instruction &inst, uint64_t step);
+                                      const Instruction &inst,
+                                      uint64_t firstSample);
+
+/// Where value `value` (an operand of a random op) lies in its global
+/// tensor, from the instruction's split_axes and the rank's grid
+/// coordinates (the whole value without split_axes).
+host::GlobalTile globalTile(const Function &fn, const Instruction &inst,
+                            int64_t value, const std::vector<int64_t> &grid,
+                            const std::vector<int64_t> &coordinates);
+
+/// The MaskTile (core/Random.h) of dropout instruction `inst` on the rank
+/// with grid coordinates `coordinates` (empty: one rank), in the run whose
+/// global micro-batch starts at sample `firstSample`: its operand's global
+/// tile, dimension 0 the samples.
+random::MaskTile dropoutMaskTile(const Function &fn, const Instruction &inst,
+                                 const std::vector<int64_t> &grid,
+                                 const std::vector<int64_t> &coordinates,
+                                 uint64_t firstSample);
+
+/// Attention's dropout over the global probabilities: sets `p`'s batch and
+/// head offsets from q's tile (q [batch, seq, heads, head_dim] may be split
+/// along batch and heads; operand 0, or 1 of AttentionGrad).
+void setAttentionTile(host::AttentionParams &p, const Function &fn,
+                      const Instruction &inst, const std::vector<int64_t> &grid,
+                      const std::vector<int64_t> &coordinates);
 
 host::LossReduction toKernel(Reduction reduction);
 host::GeluApproximation toKernel(GeluApproximate approximate);

@@ -1,10 +1,13 @@
-// A counter-based random generator: every value is a pure function of (seed, stream, index).
+// A counter-based random generator: every value is a pure function of (seed,
+// stream, index).
 //
 // Dropout masks and parameter initialization are functions of an element's
-// global position, never of a generator's state or of which thread or rank
-// draws them, so they do not change with the thread count or the parallel
-// layout. Header-only and usable from CUDA device code, so the CUDA backend
-// computes the same bits as the host.
+// global position (for a mask: the sample and the position within it),
+// never of a generator's state or of which thread, rank or micro-batch
+// draws them, so they do not change with the thread count, the parallel
+// layout or the split of a batch into micro-batches. Header-only and usable
+// from CUDA device code, so the CUDA backend computes the same bits as the
+// host.
 //
 // The exact formulas (all arithmetic on uint64_t, modulo 2^64):
 //
@@ -36,19 +39,38 @@
 // (rounded to float, such differences almost never show).
 //
 // Keys used by the runtime:
-//   dropout (mt.dropout): seed = the op's seed, stream = the training step,
-//     index = the element's row-major index in the op's tensor; an element
-//     is kept iff uniformFloat(randomBits(...)) >= float(p).
-//   attention dropout (mt.attention, attentionDropoutKeep): the same key
-//     (seed, step), index = the row-major index in the global probability
-//     tensor [B, Hq, S, Sk]; one draw serves four consecutive elements:
-//     element index is kept iff 16-bit lane (index % 4) of
-//     randomBits(seed, step, index / 4), i.e. bits >> (16 * (index % 4))
-//     & 0xFFFF, is >= dropoutThreshold16(p) = round(p * 65536). A quarter
-//     of the hashes of the per-element definition (attention's mask is the
-//     larger part of its dropout cost); p is quantized to 2^-16.
+//   dropout masks are keyed on the sample, never on the micro-batch that
+//   carries it: sample s is the consumed-sample index of the sample (its
+//   position in the order training reads the data: megatron-train's global
+//   micro-batch m of an iteration that starts at `consumed` holds samples
+//   consumed + m * microBatch * dataParallel + [0, microBatch *
+//   dataParallel), data rank d's rows from d * microBatch), so data
+//   parallelism, gradient accumulation and any split into micro-batches
+//   draw, for each sample, the masks one rank draws. The keyed tensor's
+//   first dimension is the micro-batch's samples; a sample's key is
+//     sampleKey(seed, s) = streamKey(seed, s)
+//                        = mix64(seedKey(seed) ^ s),
+//     seedKey(seed)      = mix64(seed ^ 0x6A09E667F3BCC909),
+//   with seed the op's seed, and `position` below counts row-major within
+//   the sample's slice of the global tensor (dimensions 1 onwards).
+//   dropout (mt.dropout): element (s, position) is kept iff
+//     uniformFloat(bitsFromKey(sampleKey(seed, s), position)) >= float(p).
+//     A rank's tile of the global tensor (MaskTile: the tile's first sample
+//     and its slice of each sample's dimensions) maps its element i to
+//     (s, position) with maskSample and maskPosition.
+//   attention dropout (mt.attention, attentionDropoutKeep): the
+//     probabilities [B, Hq, S, Sk], sample s = the micro-batch's first
+//     sample + global batch row b, position = (h * S + i) * Sk + j with h
+//     the global query head; one draw serves four consecutive positions of
+//     a sample: kept iff 16-bit lane (position % 4) of
+//     bitsFromKey(sampleKey(seed, s), position / 4), i.e. bits >> (16 *
+//     (position % 4)) & 0xFFFF, is >= dropoutThreshold16(p) = round(p *
+//     65536). A quarter of the hashes of the per-element definition
+//     (attention's mask is the larger part of its dropout cost); p is
+//     quantized to 2^-16.
 //   initialization: seed = the run's seed, stream = the parameter's id,
 //     index = the element's row-major index in the parameter's global shape.
+//   Evaluation has no dropout.
 #ifndef MTRT_SRC_CORE_RANDOM_H
 #define MTRT_SRC_CORE_RANDOM_H
 
@@ -93,6 +115,18 @@ MTRT_HOST_DEVICE inline uint64_t randomBits(uint64_t seed, uint64_t stream,
   return bitsFromKey(streamKey(seed, stream), index);
 }
 
+/// The part of streamKey that depends on the seed alone: streamKey(seed,
+/// stream) = mix64(seedKey(seed) ^ stream).
+MTRT_HOST_DEVICE inline uint64_t seedKey(uint64_t seed) {
+  return mix64(seed ^ 0x6A09E667F3BCC909ull);
+}
+
+/// The key of sample `sample`'s dropout masks of the op whose seed has key
+/// `seedKey`: streamKey(seed, sample).
+MTRT_HOST_DEVICE inline uint64_t sampleKey(uint64_t seedKey, uint64_t sample) {
+  return mix64(seedKey ^ sample);
+}
+
 /// The top 24 bits as a float in [0, 1).
 MTRT_HOST_DEVICE inline float uniformFloat(uint64_t bits) {
   return static_cast<float>(bits >> 40) * 0x1.0p-24f;
@@ -111,6 +145,104 @@ MTRT_HOST_DEVICE inline bool dropoutKeep(uint64_t key, uint64_t index,
   return uniformFloat(bitsFromKey(key, index)) >= p;
 }
 
+/// The most dimensions of a sample's slice that a MaskTile describes (after
+/// makeMaskTile merges the whole ones).
+constexpr unsigned kMaskTileDims = 4;
+
+/// Where a rank's tile of a dropout's tensor lies among the samples and
+/// positions that key the mask: its rows (dimension 0) are samples
+/// firstSample, firstSample + 1, ...; each holds sampleElements elements,
+/// row-major over `dims` dimensions, dimension d being [offset[d], offset[d]
+/// + local[d]) of global[d]. dims = 0: the tile holds whole samples, and
+/// element i is position i % sampleElements. Plain data, passed by value to
+/// the CUDA kernels.
+struct MaskTile {
+  uint64_t firstSample;
+  uint64_t sampleElements;
+  uint64_t dims;
+  uint64_t local[kMaskTileDims];
+  uint64_t global[kMaskTileDims];
+  uint64_t offset[kMaskTileDims];
+};
+
+/// The sample of the tile's element i (row-major in the tile).
+MTRT_HOST_DEVICE inline uint64_t maskSample(const MaskTile &tile, uint64_t i) {
+  return tile.firstSample + i / tile.sampleElements;
+}
+
+/// The position within its sample of the tile's element i: row-major in
+/// the sample's slice of the global tensor.
+MTRT_HOST_DEVICE inline uint64_t maskPosition(const MaskTile &tile,
+                                              uint64_t i) {
+  uint64_t local = i % tile.sampleElements;
+  if (tile.dims == 0)
+    return local;
+  uint64_t position = 0, stride = 1;
+  for (uint64_t d = tile.dims; d-- > 0;) {
+    position += (local % tile.local[d] + tile.offset[d]) * stride;
+    local /= tile.local[d];
+    stride *= tile.global[d];
+  }
+  return position;
+}
+
+/// Whether dropout with probability p keeps the tile's element i, for the
+/// op whose seed has key `seedKey` (see the file comment).
+MTRT_HOST_DEVICE inline bool
+dropoutTileKeep(uint64_t seedKey, const MaskTile &tile, uint64_t i, float p) {
+  return dropoutKeep(sampleKey(seedKey, maskSample(tile, i)),
+                     maskPosition(tile, i), p);
+}
+
+#if !defined(__CUDACC_RTC__)
+/// The MaskTile of a tile of `rank` dimensions (local shape, global shape,
+/// offsets; dimension 0 the samples) of the micro-batch whose global row 0
+/// is sample `firstSample`. Adjacent dimensions merge where the inner one
+/// is whole, and a whole slice needs none; returns false when more than
+/// kMaskTileDims remain (BundleOpChecker admits at most kMaskTileDims + 1
+/// dimensions, so the runtime's tiles always fit). A rank-0 tensor is one
+/// sample of one element.
+inline bool makeMaskTile(const int64_t *local, const int64_t *global,
+                         const int64_t *offsets, unsigned rank,
+                         uint64_t firstSample, MaskTile &tile) {
+  tile = MaskTile{};
+  tile.firstSample =
+      firstSample + (rank ? static_cast<uint64_t>(offsets[0]) : 0);
+  tile.sampleElements = 1;
+  uint64_t merged[3][kMaskTileDims + 1];
+  unsigned dims = 0;
+  for (unsigned d = 1; d < rank; ++d) {
+    uint64_t l = static_cast<uint64_t>(local[d]);
+    uint64_t g = static_cast<uint64_t>(global[d]);
+    uint64_t o = static_cast<uint64_t>(offsets[d]);
+    tile.sampleElements *= l;
+    if (dims > 0 && l == g) { // whole: extends the dimension before it
+      merged[0][dims - 1] *= g;
+      merged[1][dims - 1] *= g;
+      merged[2][dims - 1] *= g;
+      continue;
+    }
+    if (dims == kMaskTileDims + 1)
+      return false;
+    merged[0][dims] = l;
+    merged[1][dims] = g;
+    merged[2][dims] = o;
+    ++dims;
+  }
+  if (dims == 1 && merged[0][0] == merged[1][0])
+    dims = 0; // the whole slice: position = the element's index in it
+  if (dims > kMaskTileDims)
+    return false;
+  tile.dims = dims;
+  for (unsigned d = 0; d < dims; ++d) {
+    tile.local[d] = merged[0][d];
+    tile.global[d] = merged[1][d];
+    tile.offset[d] = merged[2][d];
+  }
+  return true;
+}
+#endif
+
 /// attentionDropoutKeep's threshold for dropout probability p: round(p *
 /// 65536), 0 for p <= 0, 65536 (nothing kept) for p >= 1.
 MTRT_HOST_DEVICE inline uint32_t dropoutThreshold16(double p) {
@@ -128,8 +260,9 @@ MTRT_HOST_DEVICE inline bool dropoutLaneKeep(uint64_t bits, unsigned lane,
   return ((bits >> (16 * lane)) & 0xFFFFu) >= threshold16;
 }
 
-/// Whether attention dropout keeps element `index` of the probability
-/// tensor (see the file comment): lane index % 4 of the draw index / 4.
+/// Whether attention dropout keeps position `index` of the sample whose
+/// key is `key` (sampleKey; see the file comment): lane index % 4 of the
+/// draw index / 4.
 MTRT_HOST_DEVICE inline bool attentionDropoutKeep(uint64_t key, uint64_t index,
                                                   uint32_t threshold16) {
   return dropoutLaneKeep(bitsFromKey(key, index >> 2),

@@ -87,7 +87,7 @@ namespace {
 /// data, left in the executor's arena until its next run.
 float *runInPlace(Executor &executor, int64_t count, const float *input) {
   const void *output = nullptr;
-  executor.run({{DType::F32, {count}, input}}, 0, /*inputsOnDevice=*/true,
+  executor.run({{DType::F32, {count}, input}}, {}, /*inputsOnDevice=*/true,
                [&](size_t, const void *data, size_t) { output = data; });
   return static_cast<float *>(const_cast<void *>(output));
 }

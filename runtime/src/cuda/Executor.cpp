@@ -34,7 +34,6 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
                     std::to_string(bundle.rankCount()) + " ranks (grid " +
                     shapeString(bundle.gridShape()) +
                     "); each rank's executor needs its RankContext");
-  checkRankInstructions();
 
   for (const Instruction &inst : fn.instructions)
     if (inst.op == Op::Fused && !fusedKernels_)
@@ -253,9 +252,9 @@ void Executor::checkInputIds(
 }
 
 std::vector<host::Tensor>
-Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
-              bool inputsOnDevice, const OutputSink &keepOutputs,
-              bool wait) {
+Executor::run(const std::vector<host::TensorView> &inputs,
+              const MicroBatchKey &key, bool inputsOnDevice,
+              const OutputSink &keepOutputs, bool wait) {
   if (!wait && !keepOutputs)
     throw Error(MTRT_STATUS_INTERNAL,
                 function_->name + ": a run that does not wait must keep its "
@@ -296,10 +295,10 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
   // Graphs from the second run: the first times GEMM algorithms (which
   // synchronizes) and loads kernels.
   if (graphOff_.empty() && context_.options().cudaGraphs && runs_ > 0) {
-    if (!replayGraph(step))
-      executeAll(step, timed);
+    if (!replayGraph(key))
+      executeAll(key, timed);
   } else {
-    executeAll(step, timed);
+    executeAll(key, timed);
   }
   std::vector<host::Tensor> outputs;
   for (size_t i = 0; keepOutputs && i < fn.outputs.size(); ++i) {
@@ -354,7 +353,7 @@ Executor::run(const std::vector<host::TensorView> &inputs, uint64_t step,
   return outputs;
 }
 
-void Executor::executeAll(uint64_t step, bool timed) {
+void Executor::executeAll(const MicroBatchKey &key, bool timed) {
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
   if (timed && events_.empty()) {
@@ -368,7 +367,7 @@ void Executor::executeAll(uint64_t step, bool timed) {
     if (timed)
       MTRT_CUDA_CHECK(cudaEventRecord(events_[position], stream),
                       where(position));
-    execute(position, fn.instructions[position], step);
+    execute(position, fn.instructions[position], key);
     if (context_.options().syncEachInstruction)
       context_.synchronize(where(position));
   }
@@ -412,12 +411,12 @@ bool Executor::usesStep(const Instruction &inst) const {
   }
 }
 
-bool Executor::replayGraph(uint64_t step) {
+bool Executor::replayGraph(const MicroBatchKey &key) {
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
   std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
   StepGraph::Enqueue enqueue = [&](size_t position) {
-    execute(position, fn.instructions[position], step);
+    execute(position, fn.instructions[position], key);
   };
   try {
     // The inputs as bound for this run (device batches bind their own
@@ -442,12 +441,12 @@ bool Executor::replayGraph(uint64_t step) {
       bound->graph.capture(stream, fn.instructions.size(), stepped_, enqueue,
                            what);
       bound->inputSlots = inputSlots;
-      bound->step = step;
+      bound->key = key;
       bound->lossScale = lossScale_;
       ++graphCaptures_;
-    } else if (step != bound->step || lossScale_ != bound->lossScale) {
+    } else if (key != bound->key || lossScale_ != bound->lossScale) {
       bound->graph.refresh(stream, enqueue, what);
-      bound->step = step;
+      bound->key = key;
       bound->lossScale = lossScale_;
     }
     bound->lastRun = runs_;

@@ -4,6 +4,7 @@
 #define MTRT_SRC_CUDA_EXECUTOR_H
 
 #include "core/Bundle.h"
+#include "core/MicroBatchKey.h"
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
 #include "cuda/FusedKernels.h"
@@ -119,7 +120,8 @@ public:
 
   /// Uploads `inputs` (one per function input, of its declared shape and
   /// storage type), runs the function, waits for it and returns copies of
-  /// its outputs. `step` keys the dropout masks. Throws Error:
+  /// its outputs. `key`'s first sample keys the dropout masks
+  /// (core/Random.h), its step names the collectives. Throws Error:
   /// INVALID_ARGUMENT for inputs of the wrong count, shape or type;
   /// OUT_OF_RANGE for ids outside the vocabulary; a CUDA or cuBLASLt error
   /// naming the instruction.
@@ -151,7 +153,8 @@ public:
   using OutputSink =
       std::function<void(size_t output, const void *data, size_t bytes)>;
   std::vector<host::Tensor> run(const std::vector<host::TensorView> &inputs,
-                                uint64_t step, bool inputsOnDevice = false,
+                                const MicroBatchKey &key,
+                                bool inputsOnDevice = false,
                                 const OutputSink &keepOutputs = nullptr,
                                 bool wait = true);
 
@@ -271,22 +274,23 @@ private:
   void *slot(int64_t value) const { return slots_[value]; }
   void *scratch(size_t position) const;
   void checkInputIds(const std::vector<host::TensorView> &inputs) const;
-  void execute(size_t position, const Instruction &inst, uint64_t step);
+  void execute(size_t position, const Instruction &inst,
+               const MicroBatchKey &key);
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.
-  void executeAll(uint64_t step, bool timed);
+  void executeAll(const MicroBatchKey &key, bool timed);
   /// Replays the step's graph (capturing it first, or again when the bound
-  /// inputs moved; else updating its stepped kernels to `step`). False, with
+  /// inputs moved; else updating its stepped kernels to `key`). False, with
   /// graphs off for this executor and the reason kept, when a capture or
   /// update fails: the caller then runs the instructions one by one.
-  bool replayGraph(uint64_t step);
+  bool replayGraph(const MicroBatchKey &key);
   /// Why this function runs without a CUDA graph (options, host-run
   /// instructions), or nullopt.
   std::optional<std::string> graphObstacle() const;
-  /// Whether `inst`'s kernels take the step (dropout keys) or fp16's loss
-  /// scale (the loss-seed fill): the instructions the graph updates before
-  /// each replay. Every op whose dispatch passes `step` (or the loss scale)
-  /// to a kernel must be here.
+  /// Whether `inst`'s kernels take the micro-batch's first sample (dropout
+  /// keys) or fp16's loss scale (the loss-seed fill): the instructions the
+  /// graph updates before each replay. Every op whose dispatch passes the
+  /// key (or the loss scale) to a kernel must be here.
   bool usesStep(const Instruction &inst) const;
   /// Whether `inst` is a collective over a group of more than one rank: a
   /// communicator call, which a CUDA graph does not capture.
@@ -296,10 +300,6 @@ private:
   /// split).
   std::pair<int64_t, int64_t> vocabBlock(size_t position,
                                          const Instruction &inst) const;
-  /// Rejects (UNIMPLEMENTED) what the rank instructions do not run: dropout
-  /// and attention dropout over a split tensor (their masks would need the
-  /// global tile on the device).
-  void checkRankInstructions() const;
   /// Makes what the rank instructions need besides the arena: the
   /// DeviceCollective on the context's stream and the staging of gathers
   /// and scatters along an inner axis (rankStaging_).
@@ -307,10 +307,10 @@ private:
   /// Runs a multi-rank instruction on the device: collectives through
   /// DeviceCollective (the rank's communicators), the rest as kernels.
   void executeRankInstruction(size_t position, const Instruction &inst,
-                              uint64_t step);
+                              const MicroBatchKey &key);
   /// all_reduce, all_gather, reduce_scatter and all_slice.
   void executeCollective(size_t position, const Instruction &inst,
-                         uint64_t step);
+                         const MicroBatchKey &key);
 
   const Bundle &bundle_;
   const Function *function_ = nullptr;
@@ -393,7 +393,7 @@ private:
   struct BoundGraph {
     std::vector<void *> inputSlots;
     StepGraph graph;
-    uint64_t step = 0;
+    MicroBatchKey key;
     double lossScale = 1.0;
     int64_t lastRun = 0;
   };

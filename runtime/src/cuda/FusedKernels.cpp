@@ -16,7 +16,9 @@ constexpr size_t kTypeBits = 64;
 } // namespace
 
 FusedKernelLibrary::FusedKernelLibrary(const Bundle &bundle)
-    : typeMask_(bundle.fusedKernels().typeMask) {
+    : typeMask_(bundle.fusedKernels().typeMask),
+      sampleKeys_(bundle.fusedKernels().sampleKeys),
+      version_(bundle.fusedKernels().version), bundleName_(bundle.name()) {
   const FusedKernels &kernels = bundle.fusedKernels();
   std::string what = "loading the " + std::to_string(kernels.names.size()) +
                      " fused kernels of bundle '" + bundle.name() + "'";
@@ -59,7 +61,8 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
                                 int64_t n,
                                 const std::vector<InElements> &operands,
                                 const std::vector<OutElements> &results,
-                                uint64_t step, const std::string &where) const {
+                                const random::MaskTile &tile,
+                                const std::string &where) const {
   if (n <= 0)
     return;
   // Groups of four only when every pointer allows 16-byte accesses; bit k
@@ -86,13 +89,23 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
     add(y.data, y.bf16);
   long long count = n;
   long long vectors = aligned ? n / 4 : 0;
-  // One stream key per dropout with p > 0, in body order (the host's
-  // random::streamKey(seed, step)).
+  // One seed key per dropout with p > 0, in body order, after the tile
+  // that maps elements to (sample, position).
   std::vector<unsigned long long> keys;
   for (const Instruction &op : inst.body)
     if (op.op == Op::Dropout && op.attrs.p != 0)
-      keys.push_back(random::streamKey(static_cast<uint64_t>(op.attrs.seed),
-                                       step));
+      keys.push_back(random::seedKey(static_cast<uint64_t>(op.attrs.seed)));
+  if (!keys.empty() && !sampleKeys_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                where + ": fused kernel " + std::to_string(inst.attrs.kernel) +
+                    " of bundle '" + bundleName_ + "' (format version " +
+                    std::to_string(version_) +
+                    ") keys its dropout masks on the micro-batch step, which "
+                    "this runtime no longer does (version 7 keys them on the "
+                    "sample); recompile the bundle with this "
+                    "megatron-compile, or compile it without "
+                    "--fuse-kernels");
+  random::MaskTile maskTile = tile;
   std::vector<const void *> pointers;
   for (const InElements &x : operands)
     pointers.push_back(x.data);
@@ -103,6 +116,8 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
   args.push_back(&vectors);
   if (typeMask_)
     args.push_back(&bf16);
+  if (!keys.empty())
+    args.push_back(&maskTile);
   for (unsigned long long &key : keys)
     args.push_back(&key);
   for (const void *&p : pointers)

@@ -1,4 +1,4 @@
-// The bundle's generated kernels (mt.fused groups, format versions 3 to 5),
+// The bundle's generated kernels (mt.fused groups, format versions 3 to 7),
 // loaded once from its cubin (or its PTX, JIT-compiled by the driver, on GPUs
 // the cubin does not run on) and launched per fused instruction.
 #ifndef MTRT_SRC_CUDA_FUSEDKERNELS_H
@@ -18,8 +18,10 @@ namespace mtrt::cuda {
 /// Loads the kernels through the CUDA runtime's library API
 /// (cudaLibraryLoadData, cudaLibraryGetKernel: no libcuda link). The launch
 /// contract is include/megatron/Target/FusedKernels.h's: (n, vectors,
-/// bf16 type mask, key per dropout, operands..., results...); kernels of
-/// format versions 3 to 5 take no mask and f32 storage only.
+/// bf16 type mask, the mask tile and a seed key per dropout when the group
+/// has dropout, operands..., results...); kernels of format versions 3 to
+/// 5 take no type mask and f32 storage only; the dropout of kernels before
+/// version 7 (keyed on the step) is refused.
 class FusedKernelLibrary {
 public:
   /// Throws Error naming the bundle when neither the cubin nor the PTX
@@ -39,17 +41,22 @@ public:
 
   /// Launches the kernel of fused instruction `inst` on `stream`:
   /// `operands` and `results` are its device elements (one shape of `n`
-  /// elements, each fp32 or, where takesBf16, bf16), `step` keys its
-  /// dropouts. `where` names the instruction for errors.
+  /// elements, each fp32 or, where takesBf16, bf16), `tile` keys its
+  /// dropouts (core/Random.h). `where` names the instruction for errors.
+  /// Throws Error (FAILED_PRECONDITION) for a dropout in a kernel of a
+  /// bundle before format version 7, whose masks are keyed on the step.
   void launch(cudaStream_t stream, const Instruction &inst, int64_t n,
               const std::vector<InElements> &operands,
-              const std::vector<OutElements> &results, uint64_t step,
-              const std::string &where) const;
+              const std::vector<OutElements> &results,
+              const random::MaskTile &tile, const std::string &where) const;
 
 private:
   cudaLibrary_t library_ = nullptr;
   std::vector<cudaKernel_t> kernels_;
   bool fromPtx_ = false;
+  bool sampleKeys_ = false;
+  int64_t version_ = 0;
+  std::string bundleName_;
   bool typeMask_ = false;
 };
 

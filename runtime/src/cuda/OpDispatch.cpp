@@ -32,6 +32,19 @@ private:
   size_t used_ = 0;
 };
 
+/// The mask tile of a fused group's dropouts: the first with p > 0 (the
+/// group's values share one shape and the reader admits no split_axes in a
+/// body), or an unused one.
+random::MaskTile fusedMaskTile(const Function &fn, const Instruction &inst,
+                               const std::vector<int64_t> &grid,
+                               const std::vector<int64_t> &coordinates,
+                               uint64_t firstSample) {
+  for (const Instruction &op : inst.body)
+    if (op.op == Op::Dropout && op.attrs.p != 0)
+      return dropoutMaskTile(fn, op, grid, coordinates, firstSample);
+  return random::MaskTile{};
+}
+
 } // namespace
 
 bool Executor::flashAttention(const AttentionParams &params) const {
@@ -244,9 +257,9 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
 }
 
 void Executor::execute(size_t position, const Instruction &inst,
-                       uint64_t step) {
+                       const MicroBatchKey &key) {
   if (isRankInstruction(inst)) {
-    executeRankInstruction(position, inst, step);
+    executeRankInstruction(position, inst, key);
     return;
   }
   const Function &fn = *function_;
@@ -255,6 +268,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   unsigned *fault = context_.fault();
   unsigned tag = static_cast<unsigned>(position + 1);
   Carver carve(scratch(position));
+  // Random ops key their masks on the rank's tile of the global tensor.
+  static const std::vector<int64_t> kOneRank;
+  const std::vector<int64_t> &coordinates =
+      rank_ ? rank_->coordinates() : kOneRank;
   auto in = [&](size_t i) {
     return static_cast<const float *>(slots_[inst.operands[i]]);
   };
@@ -493,7 +510,8 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Attention: {
-    AttentionParams p = attentionParams(fn, inst, step);
+    AttentionParams p = attentionParams(fn, inst, key.firstSample);
+    setAttentionTile(p, fn, inst, bundle_.gridShape(), coordinates);
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);
     if (!flashAttention(p)) {
       attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
@@ -511,7 +529,8 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp only.
-    AttentionParams p = attentionParams(fn, inst, step);
+    AttentionParams p = attentionParams(fn, inst, key.firstSample);
+    setAttentionTile(p, fn, inst, bundle_.gridShape(), coordinates);
     if (flashAttention(p)) {
       // The paired forward's kept scratch, else the forward rerun here.
       size_t forward = attentionPartner_[position];
@@ -578,8 +597,10 @@ void Executor::execute(size_t position, const Instruction &inst,
                    outElements(1));
     break;
   case Op::Dropout:
-    dropout(stream, count(inst.operands[0]), inElements(0), outElements(0),
-            a.p, static_cast<uint64_t>(a.seed), step);
+    dropout(stream, count(inst.operands[0]), inElements(0), outElements(0), a.p,
+            static_cast<uint64_t>(a.seed),
+            dropoutMaskTile(fn, inst, bundle_.gridShape(), coordinates,
+                            key.firstSample));
     break;
   case Op::Add:
     add(stream, count(inst.operands[0]), inElements(0), inElements(1),
@@ -593,7 +614,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     for (size_t i = 0; i < inst.results.size(); ++i)
       results.push_back(outElements(i));
     fusedKernels_->launch(stream, inst, count(inst.operands[0]), operands,
-                          results, step, where(position));
+                          results,
+                          fusedMaskTile(fn, inst, bundle_.gridShape(),
+                                        coordinates, key.firstSample),
+                          where(position));
     break;
   }
   case Op::Mul:

@@ -367,7 +367,7 @@ void *PipelineStages::slotBuffer(const Executor &executor, int64_t slot,
 std::vector<DeviceTensor>
 PipelineStages::run(Executor &executor,
                     const std::vector<host::TensorView> &inputs,
-                    uint64_t step, int64_t slot, bool readsStash) {
+                    const MicroBatchKey &key, int64_t slot, bool readsStash) {
   const Function &fn = executor.function();
   cudaStream_t stream = context_->stream();
   if (!faultCleared_) {
@@ -400,7 +400,7 @@ PipelineStages::run(Executor &executor,
   const Executor *backward = readsStash ? nullptr : backwardOf(executor);
   events_->recordBegin(stream);
   executor.run(
-      bound, step, /*inputsOnDevice=*/readsStash,
+      bound, key, /*inputsOnDevice=*/readsStash,
       [&](size_t i, const void *data, size_t bytes) {
         int64_t v = fn.outputs[i];
         DType from = executor.storageType(v);

@@ -119,7 +119,8 @@ public:
   }
   std::vector<Tensor> run(Executor &executor,
                           const std::vector<host::TensorView> &inputs,
-                          uint64_t step, int64_t slot, bool readsStash);
+                          const MicroBatchKey &key, int64_t slot,
+                          bool readsStash);
   double scalar(const Tensor &tensor) const;
   Tensor receive(int peer, const TensorType &type, const comm::CallInfo &info);
   void send(int peer, Tensor tensor, const comm::CallInfo &info);

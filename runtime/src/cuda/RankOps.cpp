@@ -58,26 +58,6 @@ Executor::vocabBlock(size_t position, const Instruction &inst) const {
                                inst.attrs.vocabShardAxes, where(position));
 }
 
-void Executor::checkRankInstructions() const {
-  const Function &fn = *function_;
-  if (bundle_.rankCount() <= 1)
-    return;
-  for (size_t position = 0; position < fn.instructions.size(); ++position) {
-    const Instruction &inst = fn.instructions[position];
-    double p = inst.op == Op::Dropout ? inst.attrs.p
-               : inst.op == Op::Attention || inst.op == Op::AttentionGrad
-                   ? inst.attrs.dropoutP
-                   : 0;
-    if (p > 0 && !inst.attrs.splitAxes.empty())
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  where(position) + ": " + opName(inst.op) +
-                      " with dropout over a tensor split across ranks is not "
-                      "run by the cuda backend yet (its masks need the "
-                      "global tile); compile with --hidden-dropout 0 "
-                      "--attention-dropout 0, or use the host backend");
-  }
-}
-
 namespace {
 
 /// An operand of all_gather, reduce_scatter or all_slice as
@@ -129,7 +109,7 @@ void Executor::prepareRankInstructions() {
 }
 
 void Executor::executeCollective(size_t position, const Instruction &inst,
-                                 uint64_t step) {
+                                 const MicroBatchKey &key) {
   const Function &fn = *function_;
   const Attributes &a = inst.attrs;
   cudaStream_t stream = context_.stream();
@@ -188,7 +168,7 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   }
   comm::Communicator &comm = rank_->group(a.gridAxes);
   std::string label = where(position);
-  comm::CallInfo info{label, static_cast<int64_t>(step)};
+  comm::CallInfo info{label, static_cast<int64_t>(key.step)};
   comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
                           ? comm::ReduceOp::Max
                           : comm::ReduceOp::Sum;
@@ -230,7 +210,7 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
 }
 
 void Executor::executeRankInstruction(size_t position, const Instruction &inst,
-                                      uint64_t step) {
+                                      const MicroBatchKey &key) {
   const Function &fn = *function_;
   const Attributes &a = inst.attrs;
   cudaStream_t stream = context_.stream();
@@ -269,7 +249,7 @@ void Executor::executeRankInstruction(size_t position, const Instruction &inst,
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice:
-    executeCollective(position, inst, step);
+    executeCollective(position, inst, key);
     return;
   case Op::BiasAdd: { // y = x + bias per row, in place or not
     int64_t n = fn.values[inst.operands[0]].shape.back();

@@ -109,9 +109,9 @@ Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
 }
 
 double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
-                              int64_t first, uint64_t step) {
+                              int64_t first, const MicroBatchKey &key) {
   auto [tokens, labels] = readMicroBatch(data, first);
-  std::vector<host::Tensor> outputs = executor.run({tokens, labels}, step);
+  std::vector<host::Tensor> outputs = executor.run({tokens, labels}, key);
   return static_cast<double>(outputs[0].data<float>()[0]);
 }
 
@@ -172,17 +172,23 @@ void Trainer::train(std::ostream &out) {
     else if (scaler)
       trainStep_->setLossScale(scaler->scale());
     double lossSum = 0;
+    // The masks are keyed on the samples: global micro-batch m starts at
+    // consumed + m * (its samples over the data ranks).
+    uint64_t globalBatch = static_cast<uint64_t>(host_->microBatchSize() *
+                                                 host_->dataParallelSize());
     if (pipeline_) {
       lossSum = pipeline_->train(
           [&](int64_t m) {
             return readMicroBatch(*trainData_, consumed + sampleOffset(m));
           },
-          microStep_);
+          {microStep_, static_cast<uint64_t>(consumed)}, globalBatch);
       microStep_ += static_cast<uint64_t>(microBatches);
     }
     for (int64_t m = 0; !pipeline_ && m < microBatches; ++m)
-      lossSum += runMicroBatch(*trainStep_, *trainData_,
-                               consumed + sampleOffset(m), microStep_++);
+      lossSum += runMicroBatch(
+          *trainStep_, *trainData_, consumed + sampleOffset(m),
+          {microStep_++, static_cast<uint64_t>(consumed) +
+                             static_cast<uint64_t>(m) * globalBatch});
     // Megatron-LM's data-parallel reduction: once per iteration, after the
     // micro-batches, before the unscale, clipping and the optimizer.
     if (gradientBuffer_)
@@ -250,7 +256,7 @@ double Trainer::evaluate() {
   int64_t batches = options_.evalIters * host_->microBatchesPerIteration();
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i)
-    sum += runMicroBatch(*evalStep_, *validData_, sampleOffset(i), 0);
+    sum += runMicroBatch(*evalStep_, *validData_, sampleOffset(i), {});
   return sum / static_cast<double>(batches);
 }
 

@@ -108,8 +108,10 @@ private:
   /// --save: the state after `iteration`, which consumed `consumed` samples.
   void saveCheckpoint(int64_t iteration, int64_t consumed,
                       train::TrainingLog &log);
+  /// Runs `executor` on the micro-batch of `data` at sample `first` (the
+  /// rank's rows of the global micro-batch `key`).
   double runMicroBatch(Executor &executor, data::SampleSource &data,
-                       int64_t first, uint64_t step);
+                       int64_t first, const MicroBatchKey &key);
 
   const Bundle &bundle_;
   train::TrainerOptions options_;

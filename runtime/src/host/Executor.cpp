@@ -112,7 +112,7 @@ void Executor::release(int64_t value) {
 }
 
 std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
-                                  uint64_t step) {
+                                  const MicroBatchKey &key) {
   const Function &fn = *function_;
   for (size_t v = 0; v < slots_.size(); ++v)
     release(static_cast<int64_t>(v));
@@ -126,9 +126,9 @@ std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
     if (floatType_ == DType::F32)
-      execute<float>(position, inst, step);
+      execute<float>(position, inst, key);
     else
-      execute<double>(position, inst, step);
+      execute<double>(position, inst, key);
     for (int64_t v : inst.free)
       release(v);
   }

@@ -3,6 +3,7 @@
 #define MTRT_SRC_HOST_EXECUTOR_H
 
 #include "core/Bundle.h"
+#include "core/MicroBatchKey.h"
 #include "host/HostTensor.h"
 
 #include <cstdint>
@@ -70,10 +71,12 @@ public:
 
   /// Runs the function once on `inputs` (one per function input, of its
   /// declared shape and storage type) and returns copies of its outputs.
-  /// `step` keys the dropout masks (micro-batches since the start of
-  /// training). Throws Error: INVALID_ARGUMENT for inputs of the wrong count,
-  /// shape or type; OUT_OF_RANGE for ids outside the vocabulary.
-  std::vector<Tensor> run(const std::vector<TensorView> &inputs, uint64_t step);
+  /// `key` says which micro-batch it is: its first sample keys the dropout
+  /// masks (core/Random.h), its step names the collectives. Throws Error:
+  /// INVALID_ARGUMENT for inputs of the wrong count, shape or type;
+  /// OUT_OF_RANGE for ids outside the vocabulary.
+  std::vector<Tensor> run(const std::vector<TensorView> &inputs,
+                          const MicroBatchKey &key);
 
   /// fp16 loss scaling: from the next run on, the backward pass's seed (the
   /// fill marked `loss_seed`, the loss's gradient) is its value times
@@ -101,7 +104,8 @@ private:
   std::string where(size_t position) const;
 
   template <typename T>
-  void execute(size_t position, const Instruction &inst, uint64_t step);
+  void execute(size_t position, const Instruction &inst,
+               const MicroBatchKey &key);
   template <typename T>
   void collective(size_t position, const Instruction &inst, uint64_t step);
 

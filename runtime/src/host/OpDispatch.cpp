@@ -35,23 +35,6 @@ void check(const std::string &where, const KernelStatus &status) {
     throw Error(MTRT_STATUS_OUT_OF_RANGE, where + ": " + status.message());
 }
 
-/// Where value `value` (an operand of a random op, or position_ids' result)
-/// lies in its global tensor, from the instruction's split_axes and the
-/// rank's grid coordinates.
-GlobalTile globalTile(const Function &fn, const Instruction &inst,
-                      int64_t value, const std::vector<int64_t> &grid,
-                      const std::vector<int64_t> &coordinates) {
-  GlobalTile tile;
-  tile.localShape = fn.values[value].shape;
-  for (size_t d = 0; d < tile.localShape.size(); ++d) {
-    const std::vector<int64_t> &axes = inst.attrs.splitAxes[d];
-    tile.globalShape.push_back(tile.localShape[d] * gridGroupSize(grid, axes));
-    tile.offsets.push_back(tile.localShape[d] *
-                           gridGroupIndex(grid, coordinates, axes));
-  }
-  return tile;
-}
-
 /// The rows' innermost dimension of a [rows..., columns] value (the
 /// sequence of [batch, sequence, hidden], which sequence parallelism
 /// splits), or 0 when the rows are one dimension: the parameter gradients
@@ -60,19 +43,11 @@ int64_t rowSequence(const std::vector<int64_t> &shape) {
   return shape.size() >= 3 ? shape[shape.size() - 2] : 0;
 }
 
-/// Attention's dropout over the global probabilities: q [batch, seq, heads,
-/// head_dim] may be split along batch and heads.
-void setGlobalHeads(AttentionParams &p, const GlobalTile &q) {
-  p.batchOffset = q.offsets[0];
-  p.headOffset = q.offsets[2];
-  p.globalHeadsQ = q.globalShape[2];
-}
-
 } // namespace
 
 template <typename T>
 void Executor::execute(size_t position, const Instruction &inst,
-                       uint64_t step) {
+                       const MicroBatchKey &key) {
   const Function &fn = *function_;
   const Attributes &a = inst.attrs;
   ThreadPool &pool = pool_;
@@ -109,7 +84,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   switch (inst.op) {
   case Op::Fused: // the group's ops one by one: the unfused run's bits
     for (const Instruction &op : inst.body)
-      execute<T>(position, op, step);
+      execute<T>(position, op, key);
     for (const Instruction &op : inst.body)
       for (int64_t v : op.results)
         if (fn.innerValue[v])
@@ -293,11 +268,9 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::Attention: {
-    AttentionParams p = attentionParams(fn, inst, step);
-    if (!a.splitAxes.empty())
-      setGlobalHeads(p,
-                     globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
-                                parameters_.coordinates()));
+    AttentionParams p = attentionParams(fn, inst, key.firstSample);
+    setAttentionTile(p, fn, inst, bundle_.gridShape(),
+                     parameters_.coordinates());
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     attentionForward<T>(pool, p, in(0), in(1), in(2), out(0), lse.as<T>());
@@ -305,11 +278,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::AttentionGrad: {
     // Operands dy, q, k, v; the forward is rerun for its logsumexp.
-    AttentionParams p = attentionParams(fn, inst, step);
-    if (!a.splitAxes.empty())
-      setGlobalHeads(p,
-                     globalTile(fn, inst, inst.operands[1], bundle_.gridShape(),
-                                parameters_.coordinates()));
+    AttentionParams p = attentionParams(fn, inst, key.firstSample);
+    setAttentionTile(p, fn, inst, bundle_.gridShape(),
+                     parameters_.coordinates());
     ScratchBuffer lse(
         *this, sizeof(T) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ));
     ScratchBuffer o(*this,
@@ -351,16 +322,11 @@ void Executor::execute(size_t position, const Instruction &inst,
                       out(0), out(1));
     break;
   case Op::Dropout:
-    if (a.splitAxes.empty()) {
-      dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
-                        static_cast<uint64_t>(a.seed), step);
-    } else {
-      GlobalTile tile =
-          globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
-                     parameters_.coordinates());
-      dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
-                        static_cast<uint64_t>(a.seed), step, &tile);
-    }
+    dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
+                      static_cast<uint64_t>(a.seed),
+                      dropoutMaskTile(fn, inst, bundle_.gridShape(),
+                                      parameters_.coordinates(),
+                                      key.firstSample));
     break;
   case Op::Add:
     addForward<T>(pool, count(inst.operands[0]), in(0), in(1), out(0));
@@ -442,7 +408,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice:
-    collective<T>(position, inst, step);
+    collective<T>(position, inst, key.step);
     break;
   case Op::BiasAdd: {
     int64_t n = operandShape(0).back();
@@ -509,7 +475,9 @@ void Executor::collective(size_t position, const Instruction &inst,
                        x, y, staging.as<T>());
 }
 
-template void Executor::execute<float>(size_t, const Instruction &, uint64_t);
-template void Executor::execute<double>(size_t, const Instruction &, uint64_t);
+template void Executor::execute<float>(size_t, const Instruction &,
+                                       const MicroBatchKey &);
+template void Executor::execute<double>(size_t, const Instruction &,
+                                        const MicroBatchKey &);
 
 } // namespace mtrt::host

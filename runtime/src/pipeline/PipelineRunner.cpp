@@ -19,12 +19,11 @@ HostStages::executor(const std::string &function) {
                                           *pool_, rank_);
 }
 
-std::vector<host::Tensor>
-HostStages::run(host::Executor &executor,
-                const std::vector<host::TensorView> &inputs, uint64_t step,
-                int64_t /*slot*/, bool /*readsStash*/) {
+std::vector<host::Tensor> HostStages::run(
+    host::Executor &executor, const std::vector<host::TensorView> &inputs,
+    const MicroBatchKey &key, int64_t /*slot*/, bool /*readsStash*/) {
   auto start = std::chrono::steady_clock::now();
-  std::vector<host::Tensor> outputs = executor.run(inputs, step);
+  std::vector<host::Tensor> outputs = executor.run(inputs, key);
   computeSeconds_ += std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();

@@ -6,6 +6,7 @@
 #include "comm/Communicator.h"
 #include "comm/RankContext.h"
 #include "core/Bundle.h"
+#include "core/MicroBatchKey.h"
 #include "host/HostTensor.h"
 
 #include <algorithm>
@@ -56,7 +57,8 @@ namespace mtrt::pipeline {
 ///   // the first. May return before the values are computed (the GPU
 ///   // enqueues): a Tensor is ready for every later call on it.
 ///   std::vector<Tensor> run(Executor &, const std::vector<host::TensorView> &,
-///                           uint64_t step, int64_t slot, bool readsStash);
+///                           const MicroBatchKey &, int64_t slot,
+///                           bool readsStash);
 ///   double scalar(const Tensor &);  // a loss (waits for it)
 ///   Tensor receive(int worldPeer, const TensorType &, const comm::CallInfo &);
 ///   void send(int worldPeer, Tensor, const comm::CallInfo &);  // async
@@ -81,8 +83,11 @@ public:
   ScheduleRunner(const Bundle &bundle, Stages stages, comm::RankContext &rank);
 
   /// Runs the schedule once: returns the sum of the micro-batches' losses,
-  /// the same on every rank. `firstStep` keys the dropout of micro-batch 0.
-  double train(const MicroBatchSource &source, uint64_t firstStep);
+  /// the same on every rank. Micro-batch m is {first.step + m,
+  /// first.firstSample + m * globalBatch}: its masks are keyed on its
+  /// samples (globalBatch: a micro-batch's samples over the data ranks).
+  double train(const MicroBatchSource &source, const MicroBatchKey &first,
+               uint64_t globalBatch);
   /// Runs the eval functions over `microBatches` micro-batches, one after
   /// another through all stages; returns the sum of their losses on every
   /// rank.
@@ -304,7 +309,8 @@ int64_t ScheduleRunner<Stages>::bytesOf(const std::vector<Tensor> &tensors) {
 
 template <typename Stages>
 double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
-                                     uint64_t firstStep) {
+                                     const MicroBatchKey &first,
+                                     uint64_t globalBatch) {
   Clock::time_point start = Clock::now();
   DType floatType = stages_.floatType();
   using Kind = PipelineStep::Kind;
@@ -314,9 +320,11 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
     Stage &stage = stageExecutors_.at(step.stage);
     const Function &forward = stage.forward->function();
     const Function &backward = stage.backward->function();
-    uint64_t dropoutStep = firstStep + static_cast<uint64_t>(step.microBatch);
+    uint64_t m = static_cast<uint64_t>(step.microBatch);
+    MicroBatchKey microBatch{first.step + m,
+                             first.firstSample + m * globalBatch};
     auto info = [&](const std::string &text) {
-      return comm::CallInfo{text, static_cast<int64_t>(dropoutStep)};
+      return comm::CallInfo{text, static_cast<int64_t>(microBatch.step)};
     };
     switch (step.kind) {
     case Kind::RecvActivation:
@@ -353,7 +361,7 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       if (step.stage == lastStage_)
         inputs.push_back(batch.second);
       std::vector<Tensor> outputs =
-          stages_.run(*stage.forward, inputs, dropoutStep, takeSlot(key),
+          stages_.run(*stage.forward, inputs, microBatch, takeSlot(key),
                       /*readsStash=*/false);
       inputs_.erase(key);
       if (step.stage == lastStage_)
@@ -383,7 +391,7 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                                               seed.buffer.data()}
                            : stages_.view(outputGradients_.at(key)));
       std::vector<Tensor> outputs =
-          stages_.run(*stage.backward, inputs, dropoutStep, releaseSlot(key),
+          stages_.run(*stage.backward, inputs, microBatch, releaseSlot(key),
                       /*readsStash=*/true);
       stashBytes_ -= bytesOf(stash_.at(key));
       stash_.erase(key);
@@ -427,7 +435,7 @@ double ScheduleRunner<Stages>::evaluate(const MicroBatchSource &source,
       if (k == lastStage_)
         inputs.push_back(batch.second);
       std::vector<Tensor> outputs =
-          stages_.run(eval, inputs, 0, /*slot=*/0, /*readsStash=*/false);
+          stages_.run(eval, inputs, {}, /*slot=*/0, /*readsStash=*/false);
       if (k == lastStage_)
         losses_.push_back(std::move(outputs[0]));
       else

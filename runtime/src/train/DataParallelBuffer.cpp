@@ -105,7 +105,7 @@ void DataParallelBuffer::reduceGradients() {
   else
     pack<float>(false, 0, layout_.size);
   std::vector<host::Tensor> out =
-      reduce_->run({{buffer_.dtype, buffer_.shape, buffer_.data<void>()}}, 0);
+      reduce_->run({{buffer_.dtype, buffer_.shape, buffer_.data<void>()}}, {});
   if (layout_.distributedOptimizer) {
     reduced_ = std::move(out[0]);
     return;
@@ -128,7 +128,7 @@ void DataParallelBuffer::gatherParameters() {
         {shard_.size},
         static_cast<const uint8_t *>(buffer_.buffer.data()) +
             static_cast<size_t>(begin) * dtypeSize(buffer_.dtype)}},
-      0);
+      {});
   if (f64)
     unpack<double>(out[0], true);
   else

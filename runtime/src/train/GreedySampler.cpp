@@ -46,7 +46,7 @@ std::vector<int32_t> GreedySampler::generate(std::vector<int32_t> text,
       std::copy(window32.begin(), window32.end(), window64.begin());
       input.data = window64.data();
     }
-    std::vector<host::Tensor> outputs = executor_.run({input}, 0);
+    std::vector<host::Tensor> outputs = executor_.run({input}, {});
     const host::Tensor &logits = outputs[0];
     int64_t row = (length - 1) * vocab;
     int64_t best = 0;

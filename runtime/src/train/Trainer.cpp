@@ -363,7 +363,7 @@ Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
 
 double Trainer::runMicroBatch(host::Executor &executor,
                               data::SampleSource &data, int64_t first,
-                              uint64_t step) {
+                              const MicroBatchKey &key) {
   for (int64_t b = 0; b < microBatch_; ++b)
     data.read(first + b, tokens_.data() + b * seqLength_,
               labels_.data() + b * seqLength_);
@@ -378,7 +378,7 @@ double Trainer::runMicroBatch(host::Executor &executor,
     inputs[0].data = tokens64.data();
     inputs[1].data = labels64.data();
   }
-  std::vector<host::Tensor> outputs = executor.run(inputs, step);
+  std::vector<host::Tensor> outputs = executor.run(inputs, key);
   const host::Tensor &loss = outputs[0];
   return loss.dtype == DType::F64 ? loss.data<double>()[0]
                                   : static_cast<double>(loss.data<float>()[0]);
@@ -431,21 +431,25 @@ void Trainer::train(std::ostream &out) {
         trainStep_->setLossScale(lossScaler_->scale());
     }
     double lossSum = 0;
+    // Global micro-batch m holds samples globalFirst(m) onwards; this data
+    // rank reads its rows, and the masks are keyed on the samples.
+    auto globalFirst = [&](int64_t m) {
+      return consumed + m * microBatch_ * dataParallel_;
+    };
     if (pipeline_) {
       lossSum = pipeline_->train(
           [&](int64_t m) {
             return readMicroBatch(*trainData_,
-                                  consumed + m * microBatch_ * dataParallel_ +
-                                      dataRank_ * microBatch_);
+                                  globalFirst(m) + dataRank_ * microBatch_);
           },
-          microStep_);
+          {microStep_, static_cast<uint64_t>(consumed)},
+          static_cast<uint64_t>(microBatch_ * dataParallel_));
       microStep_ += microBatches_;
     }
     for (int64_t m = 0; !pipeline_ && m < microBatches_; ++m)
-      lossSum += runMicroBatch(*trainStep_, *trainData_,
-                               consumed + m * microBatch_ * dataParallel_ +
-                                   dataRank_ * microBatch_,
-                               microStep_++);
+      lossSum += runMicroBatch(
+          *trainStep_, *trainData_, globalFirst(m) + dataRank_ * microBatch_,
+          {microStep_++, static_cast<uint64_t>(globalFirst(m))});
     // Megatron-LM's data-parallel reduction: once per iteration, after the
     // micro-batches, before clipping and the optimizer.
     if (gradientBuffer_)
@@ -511,7 +515,7 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < batches; ++i)
     sum += runMicroBatch(
         *evalStep_, *validData_,
-        i * microBatch_ * dataParallel_ + dataRank_ * microBatch_, 0);
+        i * microBatch_ * dataParallel_ + dataRank_ * microBatch_, {});
   return sum / static_cast<double>(batches);
 }
 

@@ -3,6 +3,7 @@
 #define MTRT_SRC_TRAIN_TRAINER_H
 
 #include "core/Bundle.h"
+#include "core/MicroBatchKey.h"
 #include "data/BlendedGptDataset.h"
 #include "data/Tokenizer.h"
 #include "host/HostTensor.h"
@@ -232,9 +233,10 @@ private:
   readMicroBatch(data::SampleSource &data, int64_t first);
   /// Fails before training if an iteration this run would save exists.
   void checkSaveDirectory() const;
-  /// Runs train_step on `count` consecutive samples of `data` from `first`.
+  /// Runs `executor` on the micro-batch of `data` at sample `first` (the
+  /// rank's rows of the global micro-batch `key`).
   double runMicroBatch(host::Executor &executor, data::SampleSource &data,
-                       int64_t first, uint64_t step);
+                       int64_t first, const MicroBatchKey &key);
 
   const Bundle &bundle_;
   TrainerOptions options_;

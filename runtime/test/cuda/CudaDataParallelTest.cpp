@@ -7,7 +7,10 @@
 // against the host backend's trainer on the same grid: losses, gradient norms
 // (the world's, clipping on), the replicas' parameters (the same on every data
 // rank after the reduction or the gather) and the final parameters.
-// Dropout is off: the cuda backend does not draw masks over split tensors.
+// The -nodrop bundles run without dropout; tiny-gpt's own (dropout 0.1)
+// draws its masks over each data rank's tile of the global micro-batch,
+// keyed on the global samples (core/Random.h), so the DP=2 run (micro-batch
+// 4) draws the masks of the one-rank run (micro-batch 8, tiny-gpt.yaml's).
 #include "CudaTestSupport.h"
 
 #include "comm/InProcessWorld.h"
@@ -217,8 +220,8 @@ struct Layout {
 class CudaDataParallelTest : public ::testing::TestWithParam<Layout> {};
 
 const char *const kHowToMake =
-    "megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
-    "--attention-dropout 0 --data-parallel-size 2 --micro-batch-size 4 "
+    "megatron-compile models/tiny-gpt.yaml [--hidden-dropout 0 "
+    "--attention-dropout 0] --data-parallel-size 2 --micro-batch-size 4 "
     "--global-batch-size 8 [--use-distributed-optimizer] "
     "[--tensor-model-parallel-size 2] [--bf16]; or the pipeline bundles' "
     "flags with --data-parallel-size 2";
@@ -366,26 +369,26 @@ TEST(CudaDataParallelCheckpointTest, DistributedOptimizerResumesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyGpt, CudaDataParallelTest,
-    ::testing::Values(Layout{"Fp32Dp2", "tiny-gpt-nodrop",
-                             "tiny-gpt-nodrop-dp2", false, false},
-                      Layout{"Fp32Dp2DistributedOptimizer", "tiny-gpt-nodrop",
-                             "tiny-gpt-nodrop-dp2-distopt", false, true},
-                      Layout{"Bf16Dp2", "tiny-gpt-bf16-nodrop",
-                             "tiny-gpt-bf16-nodrop-dp2", true, false},
-                      Layout{"Bf16Dp2DistributedOptimizer",
-                             "tiny-gpt-bf16-nodrop",
-                             "tiny-gpt-bf16-nodrop-dp2-distopt", true, true},
-                      Layout{"Fp32Dp2Tp2DistributedOptimizer",
-                             "tiny-gpt-nodrop",
-                             "tiny-gpt-nodrop-dp2-tp2-distopt", false, true},
-                      // 4 layers, untied embeddings (pipelines need them),
-                      // 1F1B, two micro-batches of 2 per data rank.
-                      Layout{"Fp32Pp2Dp2", "tiny-gpt-l4-nodrop",
-                             "tiny-gpt-l4-nodrop-pp2-dp2", false, false, 8},
-                      Layout{"Fp32Pp2Dp2DistributedOptimizer",
-                             "tiny-gpt-l4-nodrop",
-                             "tiny-gpt-l4-nodrop-pp2-dp2-distopt", false, true,
-                             8}),
+    ::testing::Values(
+        Layout{"Fp32Dp2", "tiny-gpt-nodrop", "tiny-gpt-nodrop-dp2", false,
+               false},
+        Layout{"Fp32Dp2DistributedOptimizer", "tiny-gpt-nodrop",
+               "tiny-gpt-nodrop-dp2-distopt", false, true},
+        Layout{"Bf16Dp2", "tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-dp2",
+               true, false},
+        Layout{"Bf16Dp2DistributedOptimizer", "tiny-gpt-bf16-nodrop",
+               "tiny-gpt-bf16-nodrop-dp2-distopt", true, true},
+        Layout{"Fp32Dp2Tp2DistributedOptimizer", "tiny-gpt-nodrop",
+               "tiny-gpt-nodrop-dp2-tp2-distopt", false, true},
+        // Dropout 0.1 over the data ranks' tiles, and over
+        // DP=2 x TP=2 with sequence parallelism.
+        Layout{"Fp32Dp2Dropout", "tiny-gpt", "tiny-gpt-dp2", false, false},
+        Layout{"Fp32Dp2Tp2SequenceParallelDropout", "tiny-gpt",
+               "tiny-gpt-dp2-tp2-sp-distopt", false, true},
+        // 4 layers, untied embeddings (pipelines need them),
+        // 1F1B, two micro-batches of 2 per data rank.
+        Layout{"Fp32Pp2Dp2", "tiny-gpt-l4-nodrop", "tiny-gpt-l4-nodrop-pp2-dp2",
+               false, false, 8}),
     [](const ::testing::TestParamInfo<Layout> &info) {
       return std::string(info.param.name);
     });

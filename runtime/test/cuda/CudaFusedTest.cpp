@@ -1,4 +1,4 @@
-// The generated kernels of mt.fused groups (format version 6) against the
+// The generated kernels of mt.fused groups (format version 7) against the
 // host backend, which runs each group's ops one by one: fused-ops.mtb
 // (runtime/test/cuda/data/fused-ops.mlir, written by megatron-translate)
 // holds every op a group may hold; in fp32 dropout, add and mul give the
@@ -32,6 +32,7 @@ TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
   Bundle bundle = loadTestBundle("fused-ops", kHowToMake);
   ASSERT_EQ(bundle.fusedKernels().names.size(), 4u);
   ASSERT_TRUE(bundle.fusedKernels().typeMask);
+  ASSERT_TRUE(bundle.fusedKernels().sampleKeys);
   host::ThreadPool pool(2);
   host::ParameterStore hostStore(bundle, DType::F32);
   cuda::Context context;
@@ -45,14 +46,14 @@ TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
   std::vector<host::TensorView> views;
   for (const host::Tensor &t : inputs)
     views.push_back(viewOf(t));
-  for (uint64_t step : {0, 11, 12}) {
-    std::vector<host::Tensor> expected = hostExecutor.run(views, step);
-    std::vector<host::Tensor> actual = deviceExecutor.run(views, step);
+  for (uint64_t first : {0, 11, 12}) {
+    std::vector<host::Tensor> expected = hostExecutor.run(views, {0, first});
+    std::vector<host::Tensor> actual = deviceExecutor.run(views, {0, first});
     ASSERT_EQ(actual.size(), 4u);
     int64_t zeros = 0;
     for (size_t i = 0; i < actual.size(); ++i) {
-      std::string what = "step " + std::to_string(step) + ", outputs[" +
-                         std::to_string(i) + "]";
+      std::string what = "first sample " + std::to_string(first) +
+                         ", outputs[" + std::to_string(i) + "]";
       ASSERT_EQ(actual[i].buffer.size(), expected[i].buffer.size()) << what;
       if (i == 3) { // SiLU and SwiGLU: expf against std::exp
         expectClose(actual[i], expected[i], 1e-5, what);
@@ -68,7 +69,7 @@ TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
     // Dropped elements exist (the masks are not all ones), about
     // 0.1 * 4099 * 2 + 0.625 * 4099 of them.
     EXPECT_GT(zeros, 2500);
-    std::cout << "[ parity   ] fused kernels, step " << step
+    std::cout << "[ parity   ] fused kernels, first sample " << first
               << ": dropout + add + mul bit-identical to the host (" << zeros
               << " dropped elements), silu + swiglu within "
               << relativeDifference(actual[3], expected[3]) << "\n";
@@ -120,19 +121,19 @@ TEST(CudaFusedTest, GeneratedKernelsReadAndWriteBf16Values) {
     std::vector<host::TensorView> views;
     for (const host::Tensor &t : inputs)
       views.push_back(viewOf(t));
-    for (uint64_t step : {0, 7}) {
-      std::vector<host::Tensor> expected = hostExecutor.run(views, step);
-      std::vector<host::Tensor> actual = deviceExecutor.run(views, step);
+    for (uint64_t first : {0, 7}) {
+      std::vector<host::Tensor> expected = hostExecutor.run(views, {0, first});
+      std::vector<host::Tensor> actual = deviceExecutor.run(views, {0, first});
       ASSERT_EQ(actual.size(), 2u);
       for (size_t i = 0; i < actual.size(); ++i)
         expectClose(actual[i], expected[i], 2e-2,
                     std::string(withoutPlans ? "runtime" : "compiler") +
-                        " plan, step " + std::to_string(step) +
+                        " plan, first sample " + std::to_string(first) +
                         ", outputs[" + std::to_string(i) + "]");
       std::cout << "[ parity   ] fused kernels in bf16 ("
                 << deviceExecutor.bf16ValueCount() << " values in bf16, "
-                << (withoutPlans ? "runtime" : "compiler") << " plan), step "
-                << step << ": within "
+                << (withoutPlans ? "runtime" : "compiler")
+                << " plan), first sample " << first << ": within "
                 << std::max(relativeDifference(actual[0], expected[0]),
                             relativeDifference(actual[1], expected[1]))
                 << "\n";

@@ -70,8 +70,9 @@ protected:
   const Function *train = nullptr;
 };
 
-// Steps out of order and repeated: the graph's kernels follow the step they
-// are given, not a count of runs.
+// Steps out of order and repeated (each keyed on samples from its step):
+// the graph's kernels follow the micro-batch they are given, not a count of
+// runs.
 constexpr uint64_t kSteps[] = {0, 1, 2, 3, 3, 7, 4, 5};
 constexpr int64_t kRuns = sizeof(kSteps) / sizeof(kSteps[0]);
 
@@ -81,8 +82,10 @@ TEST_P(CudaGraphTest, ReplayedStepsEqualTheStepsRunOneByOne) {
     std::vector<host::Tensor> inputs = batch(step);
     std::vector<host::TensorView> views = {viewOf(inputs[0]),
                                            viewOf(inputs[1])};
-    std::vector<host::Tensor> expected = plain.executor->run(views, step);
-    std::vector<host::Tensor> actual = graphed.executor->run(views, step);
+    std::vector<host::Tensor> expected =
+        plain.executor->run(views, {step, step});
+    std::vector<host::Tensor> actual =
+        graphed.executor->run(views, {step, step});
     ASSERT_EQ(actual.size(), expected.size());
     for (size_t i = 0; i < actual.size(); ++i)
       expectIdentical(actual[i], expected[i],
@@ -127,8 +130,10 @@ TEST_P(CudaGraphTest, DeviceBatchesInOtherBuffersAreCapturedAgain) {
     }
     // The copies done before either stream reads the buffers.
     MTRT_CUDA_CHECK(cudaDeviceSynchronize(), "uploading a test batch");
-    std::vector<host::Tensor> expected = plain.executor->run(views, step, true);
-    std::vector<host::Tensor> actual = graphed.executor->run(views, step, true);
+    std::vector<host::Tensor> expected =
+        plain.executor->run(views, {step, step}, true);
+    std::vector<host::Tensor> actual =
+        graphed.executor->run(views, {step, step}, true);
     for (size_t i = 0; i < actual.size(); ++i)
       expectIdentical(actual[i], expected[i],
                       "step " + std::to_string(step) + " output " +

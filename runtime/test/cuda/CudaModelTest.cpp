@@ -75,9 +75,10 @@ TEST_P(CudaModelTest, TrainStepLossAndEveryGradientMatchTheHost) {
   std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
   host::Executor hostExecutor(*bundle, "train_step", hostStore, pool);
   cuda::Executor deviceExecutor(*bundle, "train_step", deviceStore);
-  // Step 5 keys the dropout masks (tiny-gpt has dropout, tiny-llama none).
-  double expected = hostExecutor.run(inputs, 5)[0].data<float>()[0];
-  double actual = deviceExecutor.run(inputs, 5)[0].data<float>()[0];
+  // Samples from 5 key the dropout masks (tiny-gpt has dropout, tiny-llama
+  // none).
+  double expected = hostExecutor.run(inputs, {5, 5})[0].data<float>()[0];
+  double actual = deviceExecutor.run(inputs, {5, 5})[0].data<float>()[0];
   EXPECT_NEAR(actual, expected, 1e-5 * std::abs(expected));
   double worst = 0;
   for (size_t p = 0; p < hostStore.size(); ++p) {
@@ -207,8 +208,8 @@ TEST_P(CudaMixedPrecisionTest, TrainStepLossAndGradientsAgreeWithTheHost) {
   host::Executor hostExecutor(*bundle, "train_step", hostStore, pool);
   cuda::Executor deviceExecutor(*bundle, "train_step", deviceStore);
   EXPECT_TRUE(deviceExecutor.mixedPrecision());
-  double expected = hostExecutor.run(inputs, 5)[0].data<float>()[0];
-  double actual = deviceExecutor.run(inputs, 5)[0].data<float>()[0];
+  double expected = hostExecutor.run(inputs, {5, 5})[0].data<float>()[0];
+  double actual = deviceExecutor.run(inputs, {5, 5})[0].data<float>()[0];
   EXPECT_NEAR(actual, expected, 2e-2 * std::abs(expected));
   double worst = 1;
   for (size_t p = 0; p < hostStore.size(); ++p) {

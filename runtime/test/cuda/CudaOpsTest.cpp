@@ -53,10 +53,11 @@ public:
   void parameter(Json p) { parameters_.push_back(std::move(p)); }
 
   /// Runs the function on both backends (parameters seeded identically),
-  /// with dropout step `step`, and compares outputs and gradients within
+  /// its micro-batch starting at sample `firstSample` (dropout's key), and
+  /// compares outputs and gradients within
   /// `tolerance` (0: bit for bit). Without a GPU, runs the host side only
   /// (so the case itself is checked) and skips.
-  void check(double tolerance, uint64_t step = 11) {
+  void check(double tolerance, uint64_t firstSample = 11) {
     Json model = modelJson(256, 8, 4, 2, 2);
     model["precision"] = precision;
     Json manifest =
@@ -71,7 +72,8 @@ public:
     for (const host::Tensor &t : inputs_)
       views.push_back(viewOf(t));
     host::Executor hostExecutor(bundle, "op", hostStore, pool);
-    std::vector<host::Tensor> expected = hostExecutor.run(views, step);
+    std::vector<host::Tensor> expected =
+        hostExecutor.run(views, {0, firstSample});
     MTRT_REQUIRE_GPU();
 
     cuda::ContextOptions options;
@@ -81,7 +83,8 @@ public:
     cuda::ParameterStore deviceStore(bundle, context);
     deviceStore.upload(initial);
     cuda::Executor deviceExecutor(bundle, "op", deviceStore);
-    std::vector<host::Tensor> actual = deviceExecutor.run(views, step);
+    std::vector<host::Tensor> actual =
+        deviceExecutor.run(views, {0, firstSample});
     for (const std::string &line : context.gemm().epiloguesByKernel())
       std::printf("[ epilogue by kernels ] %s\n", line.c_str());
     for (const std::string &line : context.gemm().tuningChoices())
@@ -167,8 +170,8 @@ TEST_F(CudaOpsTest, AddMulAndFill) {
   c.check(0);
 }
 
-// Same seed, step and element indices: the same elements are dropped and
-// the kept ones scaled by the same float, so the results are identical.
+// Same seed, samples and positions: the same elements are dropped and the
+// kept ones scaled by the same float, so the results are identical.
 TEST_F(CudaOpsTest, DropoutMasksEqualTheHostsBitForBit) {
   std::vector<int64_t> shape = {3, 7, 129};
   int64_t x = c.input(shape);
@@ -1245,8 +1248,8 @@ TEST_F(CudaExecutorTest, BigramTrainStepMatchesTheHost) {
   std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
   host::Executor hostExecutor(bundle, "train_step", hostStore, pool);
   cuda::Executor deviceExecutor(bundle, "train_step", deviceStore);
-  host::Tensor expected = std::move(hostExecutor.run(inputs, 0)[0]);
-  host::Tensor actual = std::move(deviceExecutor.run(inputs, 0)[0]);
+  host::Tensor expected = std::move(hostExecutor.run(inputs, {})[0]);
+  host::Tensor actual = std::move(deviceExecutor.run(inputs, {})[0]);
   expectClose(actual, expected, 1e-6, "loss");
   for (size_t p = 0; p < hostStore.size(); ++p)
     expectClose(deviceStore.gradientToHost(p), hostStore.gradient(p), 1e-5,
@@ -1268,15 +1271,15 @@ TEST_F(CudaExecutorTest, TokenIdsOutsideTheVocabularyFailLikeTheHost) {
                                           {DType::I32, {B, S}, labels.data()}};
   std::string hostMessage, deviceMessage;
   try {
-    host::Executor(bundle, "train_step", hostStore, pool).run(inputs, 0);
+    host::Executor(bundle, "train_step", hostStore, pool).run(inputs, {});
   } catch (const Error &e) {
     hostMessage = e.what();
   }
   cuda::Executor deviceExecutor(bundle, "train_step", deviceStore);
-  expectError([&] { deviceExecutor.run(inputs, 0); }, MTRT_STATUS_OUT_OF_RANGE,
+  expectError([&] { deviceExecutor.run(inputs, {}); }, MTRT_STATUS_OUT_OF_RANGE,
               {"id 9 at element 4", "outside [0, 8)"});
   try {
-    deviceExecutor.run(inputs, 0);
+    deviceExecutor.run(inputs, {});
   } catch (const Error &e) {
     deviceMessage = e.what();
   }

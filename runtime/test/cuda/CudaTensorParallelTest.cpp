@@ -4,10 +4,13 @@
 // instructions on the device, their collectives staged through the host by
 // DeviceCollective), against the same model compiled for one rank on the
 // same GPU: one train_step's loss and every gradient (gathered from the
-// shards), fp32 and bf16, with and without sequence parallelism. Both runs start from the same
-// parameters (the host store initializes each shard with its global
-// values). Dropout is off in these bundles: the cuda backend does not draw
-// masks over split tensors yet.
+// shards), fp32 and bf16, with and without sequence parallelism. Both runs
+// start from the same parameters (the host store initializes each shard with
+// its global values). The -nodrop bundles run without dropout; tiny-gpt's own
+// (GPT-2's dropout 0.1) draws its masks over split tensors, attention's heads
+// and, with sequence parallelism, the hidden states' sequence tiles, keyed on
+// the global samples and positions (core/Random.h), so the TP=2 run draws
+// the one-rank run's masks.
 #include "CudaTestSupport.h"
 
 #include "comm/InProcessWorld.h"
@@ -109,7 +112,7 @@ StepResult oneRank(const Bundle &bundle) {
   host::Tensor tokens, labels;
   auto inputs = stepInputs(bundle, tokens, labels);
   StepResult result;
-  result.loss = executor.run(inputs, 5)[0].data<float>()[0];
+  result.loss = executor.run(inputs, {5, 5})[0].data<float>()[0];
   for (size_t p = 0; p < store.size(); ++p)
     result.gradients.push_back(store.gradientToHost(p));
   return result;
@@ -134,7 +137,7 @@ StepResult inProcessRanks(const Bundle &bundle) {
     cuda::Executor executor(bundle, "train_step", store, &rank);
     host::Tensor tokens, labels;
     auto inputs = stepInputs(bundle, tokens, labels);
-    double loss = executor.run(inputs, 5)[0].data<float>()[0];
+    double loss = executor.run(inputs, {5, 5})[0].data<float>()[0];
     std::lock_guard<std::mutex> lock(mutex);
     losses[static_cast<size_t>(c.rank())] = loss;
     if (c.rank() == 0) {
@@ -369,8 +372,8 @@ struct Pair {
 class CudaTensorParallelTest : public ::testing::TestWithParam<Pair> {};
 
 const char *const kHowToMake =
-    "megatron-compile models/tiny-gpt.yaml --hidden-dropout 0 "
-    "--attention-dropout 0 [--bf16] [--tensor-model-parallel-size 2 "
+    "megatron-compile models/tiny-gpt.yaml [--hidden-dropout 0 "
+    "--attention-dropout 0] [--bf16] [--tensor-model-parallel-size 2 "
     "[--sequence-parallel]]";
 
 TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
@@ -500,7 +503,13 @@ INSTANTIATE_TEST_SUITE_P(
         // backward's reduce-scatters of dx in bf16; the backward's gathers of
         // dy stay fp32 (bias_grad reads dy in fp32).
         Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2-sp", true,
-             "SequenceParallelBf16", 36}),
+             "SequenceParallelBf16", 36},
+        // Dropout 0.1 over split tensors: attention's probabilities split
+        // by heads, and with sequence parallelism the hidden dropouts'
+        // sequence tiles; the masks are the one-rank run's.
+        Pair{"tiny-gpt", "tiny-gpt-tp2", false, "DropoutFp32", 0},
+        Pair{"tiny-gpt", "tiny-gpt-tp2-sp", false,
+             "DropoutSequenceParallelFp32", 0}),
     [](const ::testing::TestParamInfo<Pair> &info) {
       return std::string(info.param.name);
     });

@@ -283,8 +283,8 @@ TEST_F(CudaWeightsTest, Bf16CopiesFollowEveryChangeOfTheMasters) {
   std::vector<host::TensorView> inputs = {viewOf(x), viewOf(dy)};
   host::Executor hostExecutor(bundle, "op", loaded, pool);
   cuda::Executor deviceExecutor(bundle, "op", store);
-  host::Tensor expected = std::move(hostExecutor.run(inputs, 0)[0]);
-  host::Tensor actual = std::move(deviceExecutor.run(inputs, 0)[0]);
+  host::Tensor expected = std::move(hostExecutor.run(inputs, {})[0]);
+  host::Tensor actual = std::move(deviceExecutor.run(inputs, {})[0]);
   expectClose(actual, expected, 2e-2, "linear over the loaded weights");
 }
 
@@ -307,8 +307,8 @@ void expectAccumulatedGradients(cuda::Context &context,
   cuda::Executor deviceExecutor(bundle, "op", deviceStore);
   EXPECT_EQ(deviceExecutor.gemmAccumulationCount(), 1u);
   for (int run = 0; run < 2; ++run) {
-    hostExecutor.run(inputs, 0);
-    deviceExecutor.run(inputs, 0);
+    hostExecutor.run(inputs, {});
+    deviceExecutor.run(inputs, {});
   }
   for (size_t p = 0; p < hostStore.size(); ++p)
     expectClose(deviceStore.gradientToHost(p), hostStore.gradient(p),

@@ -8,7 +8,7 @@
 // in one row, which the mask kernel draws four at a time) over several key
 // tiles and query blocks, unpaired draws, grouped-query heads, causal and
 // not, ragged tiles, q/k/v read in place from a packed qkv tensor, and a
-// tensor-parallel rank's global dropout positions.
+// data- and tensor-parallel rank's global samples and dropout positions.
 //
 // MTRT_CUDA_FLASH_FORWARD=narrow (FlashAttention.cu) runs the 16-row forward
 // at head dimension 128 instead of the 32-row one; run these tests both
@@ -36,7 +36,9 @@ struct FlashCase {
   /// q, k, v read in place from one [batch, seq, heads, 3 headDim] tensor
   /// (the GPT bundles' qkv GEMM result; headsQ == headsKv, seqQ == seqK).
   bool packed = false;
-  int64_t headOffset = 0, globalHeadsQ = 0;
+  /// A data- and tensor-parallel rank's tile: its batch rows and query
+  /// heads start at these offsets of the global micro-batch.
+  int64_t headOffset = 0, globalHeadsQ = 0, batchOffset = 0;
 };
 
 void check(cudaError_t error, const char *what) {
@@ -86,7 +88,8 @@ protected:
     p.causal = c.causal;
     p.dropoutP = c.dropout;
     p.seed = 17;
-    p.step = 5;
+    p.firstSample = 5;
+    p.batchOffset = c.batchOffset;
     p.headOffset = c.headOffset;
     p.globalHeadsQ = c.globalHeadsQ;
     ASSERT_EQ(cuda::flashAttentionUnsupportedReason(p), "");
@@ -162,16 +165,18 @@ protected:
       size_t words = maskBytes / sizeof(uint64_t);
       std::vector<uint64_t> bits = download<uint64_t>(mask, words);
       int64_t keyBlocks = words / rows;
-      uint64_t key = random::streamKey(p.seed, p.step);
       uint32_t threshold = random::dropoutThreshold16(p.dropoutP);
-      int64_t heads = c.globalHeadsQ ? c.globalHeadsQ : c.headsQ;
       int64_t wrong = 0, checked = 0;
       std::string first;
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t h = 0; h < c.headsQ; ++h)
           for (int64_t i = 0; i < c.seqQ; ++i) {
+            // Random.h's key: the global sample, the position within it.
+            uint64_t key = random::streamKey(
+                p.seed,
+                p.firstSample + static_cast<uint64_t>(b + c.batchOffset));
             uint64_t row = static_cast<uint64_t>(
-                ((b * heads + h + c.headOffset) * c.seqQ + i) * c.seqK);
+                ((h + c.headOffset) * c.seqQ + i) * c.seqK);
             int64_t seen = c.causal ? i + 1 : c.seqK;
             int64_t at = ((b * c.headsQ + h) * c.seqQ + i) * keyBlocks;
             for (int64_t j = 0; j < seen; ++j) {
@@ -237,12 +242,14 @@ TEST_F(FlashAttentionKernelTest, HeadDim128RaggedWithoutDropout) {
   run({2, 130, 130, 2, 2, 128, true, 0.0});
 }
 
-// Head dimension 64: paired draws, grouped-query heads, a tensor-parallel
-// rank's heads (the dropout positions count the global heads).
+// Head dimension 64: paired draws, grouped-query heads, a data- and
+// tensor-parallel rank's tile (its samples start at batch row 2 of the
+// global micro-batch, its dropout positions count the global heads).
 TEST_F(FlashAttentionKernelTest, HeadDim64PairedDrawsOnATensorParallelRank) {
   FlashCase c{2, 192, 192, 4, 2, 64, true, 0.1};
   c.headOffset = 4;
   c.globalHeadsQ = 8;
+  c.batchOffset = 2;
   run(c);
 }
 

@@ -73,11 +73,17 @@ TEST(BundleFusedTest, ReadsTheGroupAndItsKernels) {
   EXPECT_EQ(kernels.names, std::vector<std::string>{"mt_fused_0"});
   EXPECT_EQ(kernels.cubin, "CUBI");
   EXPECT_EQ(kernels.ptx, "PTX");
-  // Version 3 kernels take f32 storage only; version 6's a type mask.
+  // Version 3 kernels take f32 storage only; version 6's a type mask;
+  // version 7's key their dropout on the samples.
   EXPECT_FALSE(kernels.typeMask);
+  EXPECT_FALSE(kernels.sampleKeys);
   Json manifest = groupManifest(true);
   manifest["version"] = 6;
   EXPECT_TRUE(parse(manifest).fusedKernels().typeMask);
+  EXPECT_FALSE(parse(manifest).fusedKernels().sampleKeys);
+  manifest["version"] = 7;
+  EXPECT_TRUE(parse(manifest).fusedKernels().typeMask);
+  EXPECT_TRUE(parse(manifest).fusedKernels().sampleKeys);
 }
 
 TEST(BundleFusedTest, TheHostRunsTheGroupsOpsWithTheUnfusedBits) {
@@ -95,7 +101,7 @@ TEST(BundleFusedTest, TheHostRunsTheGroupsOpsWithTheUnfusedBits) {
     host::Executor executor(bundle, "step", store, pool);
     host::TensorView xs{DType::F32, {4, 16}, x.data()};
     host::TensorView rs{DType::F32, {4, 16}, r.data()};
-    std::vector<host::Tensor> result = executor.run({xs, rs}, 3);
+    std::vector<host::Tensor> result = executor.run({xs, rs}, {3, 3});
     const float *y = result[0].data<float>();
     outputs.emplace_back(y, y + 64);
   }

@@ -141,7 +141,7 @@ TEST(BundleMemoryPlanTest, TheHostExecutorRunsInThePlansArena) {
                                          ? size_t(768)
                                          : size_t(0));
     host::TensorView input{DType::F32, {4, 16}, x.data()};
-    std::vector<host::Tensor> result = executor.run({input}, 0);
+    std::vector<host::Tensor> result = executor.run({input}, {});
     const float *t = result[0].data<float>();
     outputs.emplace_back(t, t + 64);
   }

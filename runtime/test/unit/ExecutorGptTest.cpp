@@ -276,7 +276,7 @@ TEST(ExecutorGptTest, Float32MatchesFloat64) {
   double loss64 = lossOf(e64, t, l, B, S);
   double loss32 =
       e32.run({{DType::I32, {B, S}, t.data()}, {DType::I32, {B, S}, l.data()}},
-              3)[0]
+              {3, 3})[0]
           .data<float>()[0];
   EXPECT_NEAR(loss32, loss64, 1e-5 * loss64);
 }

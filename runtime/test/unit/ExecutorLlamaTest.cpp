@@ -161,7 +161,7 @@ TEST(ExecutorLlamaTest, DropoutMasksDependOnTheStepOnly) {
   auto loss = [&](uint64_t step) {
     return executor
         .run({{DType::I32, {B, S}, t.data()}, {DType::I32, {B, S}, l.data()}},
-             step)[0]
+             {step, step})[0]
         .data<double>()[0];
   };
   double first = loss(0);
@@ -173,7 +173,7 @@ TEST(ExecutorLlamaTest, DropoutMasksDependOnTheStepOnly) {
   EXPECT_EQ(
       serial
           .run({{DType::I32, {B, S}, t.data()}, {DType::I32, {B, S}, l.data()}},
-               0)[0]
+               {})[0]
           .data<double>()[0],
       first);
 }

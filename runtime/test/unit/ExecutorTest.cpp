@@ -110,7 +110,7 @@ protected:
 TEST_P(ExecutorTest, LossAndGradientsMatchAFloat64Reference) {
   Executor executor(bundle, "train_step", store, pool);
   store.zeroGradients(pool);
-  std::vector<Tensor> outputs = executor.run(inputs(), 0);
+  std::vector<Tensor> outputs = executor.run(inputs(), {});
   ASSERT_EQ(outputs.size(), 1u);
   EXPECT_EQ(outputs[0].dtype, GetParam());
   EXPECT_TRUE(outputs[0].shape.empty());
@@ -122,7 +122,7 @@ TEST_P(ExecutorTest, LossAndGradientsMatchAFloat64Reference) {
   expectClose(store.gradient(2), ref.db, tolerance(), 1, "db");
 
   // accumulate_gradient adds: a second micro-batch doubles the gradients.
-  executor.run(inputs(), 1);
+  executor.run(inputs(), {1, 1});
   expectClose(store.gradient(1), ref.dw, tolerance(), 2, "dW twice");
   expectClose(store.gradient(0), ref.dtable, tolerance(), 2, "dtable twice");
 }
@@ -131,9 +131,9 @@ TEST_P(ExecutorTest, EvalAndPredictShareTheParameters) {
   Executor train(bundle, "train_step", store, pool);
   Executor eval(bundle, "eval_step", store, pool);
   Executor predict(bundle, "predict_step", store, pool);
-  double loss = at(train.run(inputs(), 0)[0], 0);
-  EXPECT_EQ(at(eval.run(inputs(), 0)[0], 0), loss);
-  std::vector<Tensor> logits = predict.run({inputs()[0]}, 0);
+  double loss = at(train.run(inputs(), {})[0], 0);
+  EXPECT_EQ(at(eval.run(inputs(), {})[0], 0), loss);
+  std::vector<Tensor> logits = predict.run({inputs()[0]}, {});
   EXPECT_EQ(logits[0].shape, (std::vector<int64_t>{B, S, V}));
   // Row 0's logits are table[1] @ W + b.
   for (int64_t v = 0; v < V; ++v) {
@@ -170,7 +170,7 @@ TEST_F(ExecutorChecksTest, TokenIdsOutsideTheVocabularyAreNamed) {
       [&] {
         executor.run({{DType::I32, {B, S}, tokens.data()},
                       {DType::I32, {B, S}, labels.data()}},
-                     0);
+                     {});
       },
       MTRT_STATUS_OUT_OF_RANGE,
       {"train_step: instructions[3] (embedding)", "holds id 9 at element 4",
@@ -181,7 +181,7 @@ TEST_F(ExecutorChecksTest, TokenIdsOutsideTheVocabularyAreNamed) {
       [&] {
         executor.run({{DType::I32, {B, S}, tokens.data()},
                       {DType::I32, {B, S}, labels.data()}},
-                     0);
+                     {});
       },
       MTRT_STATUS_OUT_OF_RANGE,
       {"train_step: instructions[5] (cross_entropy)",
@@ -190,7 +190,7 @@ TEST_F(ExecutorChecksTest, TokenIdsOutsideTheVocabularyAreNamed) {
   labels[2] = -100;
   executor.run({{DType::I32, {B, S}, tokens.data()},
                 {DType::I32, {B, S}, labels.data()}},
-               0);
+               {});
 }
 
 TEST_F(ExecutorChecksTest, InputsMustMatchTheSignature) {
@@ -201,14 +201,14 @@ TEST_F(ExecutorChecksTest, InputsMustMatchTheSignature) {
       [&] {
         executor.run({{DType::I64, {B, S}, wide.data()},
                       {DType::I32, {B, S}, narrow.data()}},
-                     0);
+                     {});
       },
       MTRT_STATUS_INVALID_ARGUMENT,
       {"train_step: inputs[0] (value 0): found [2, 3] i64, expected [2, 3] "
        "i32"});
   expectError(
       [&] {
-        executor.run({{DType::I32, {B, S}, narrow.data()}}, 0);
+        executor.run({{DType::I32, {B, S}, narrow.data()}}, {});
       },
       MTRT_STATUS_INVALID_ARGUMENT, {"train_step: got 1 inputs, expected 2"});
   expectError([&] { Executor(bundle, "decode_step", store, pool); },
@@ -222,10 +222,10 @@ TEST_F(ExecutorChecksTest, FreedValuesAreReusedAcrossRuns) {
   std::vector<int32_t> tokens(B * S, 1);
   std::vector<TensorView> in = {{DType::I32, {B, S}, tokens.data()},
                                 {DType::I32, {B, S}, tokens.data()}};
-  executor.run(in, 0);
+  executor.run(in, {});
   size_t peak = executor.peakBytes();
   for (int i = 0; i < 3; ++i)
-    executor.run(in, 0);
+    executor.run(in, {});
   EXPECT_EQ(executor.peakBytes(), peak);
   // Frees matter: the peak is below the sum of every value's size.
   size_t total = 0;

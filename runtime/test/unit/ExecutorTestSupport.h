@@ -39,7 +39,7 @@ inline double lossOf(host::Executor &executor, std::vector<int32_t> &tokens,
   std::vector<host::Tensor> out =
       executor.run({{DType::I32, {batch, seq}, tokens.data()},
                     {DType::I32, {batch, seq}, labels.data()}},
-                   3);
+                   {3, 3});
   return out[0].data<double>()[0];
 }
 

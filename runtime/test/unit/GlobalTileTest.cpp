@@ -23,40 +23,124 @@ std::vector<float> ramp(int64_t n, float scale) {
   return x;
 }
 
-TEST(GlobalTileTest, DropoutTilesAreSlicesOfTheGlobalMask) {
+/// Random.h's dropout key written out: element `position` of sample
+/// `sample` is kept.
+bool keeps(uint64_t seed, uint64_t sample, uint64_t position, double p) {
+  uint64_t key = random::streamKey(seed, sample);
+  return random::uniformFloat(random::bitsFromKey(key, position)) >=
+         static_cast<float>(p);
+}
+
+random::MaskTile maskTile(std::vector<int64_t> local,
+                          std::vector<int64_t> global,
+                          std::vector<int64_t> offsets, uint64_t first) {
+  random::MaskTile tile;
+  EXPECT_TRUE(random::makeMaskTile(local.data(), global.data(), offsets.data(),
+                                   static_cast<unsigned>(local.size()), first,
+                                   tile));
+  return tile;
+}
+
+// x [4, 3, 6] of the micro-batch whose samples start at 20: each element
+// keyed on (sample 20 + b, position s * 6 + h). Tiles two ways along the
+// batch (data parallel) times three along the features (tensor parallel),
+// and along the batch and sequence (sequence parallel), draw the keys of
+// their elements.
+TEST(GlobalTileTest, DropoutTilesDrawTheirSamplesAndPositions) {
   ThreadPool pool(2);
   const std::vector<int64_t> global = {4, 3, 6};
-  std::vector<float> x = ramp(4 * 3 * 6, 0.5f), y(x.size());
-  dropoutForward<float>(pool, static_cast<int64_t>(x.size()), x.data(),
-                        y.data(), 0.3, 11, 5);
+  const double p = 0.3;
+  std::vector<float> x = ramp(4 * 3 * 6, 0.5f);
+  float scale = static_cast<float>(1.0 / (1.0 - p));
+  auto expected = [&](int64_t b, int64_t s, int64_t h) {
+    float v = x[(b * 3 + s) * 6 + h];
+    return keeps(11, 20 + b, s * 6 + h, p) ? v * scale : 0.0f;
+  };
   int64_t dropped = 0;
-  for (float v : y)
-    dropped += v == 0.0f;
+  for (int64_t b = 0; b < 4; ++b)
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t h = 0; h < 6; ++h)
+        dropped += expected(b, s, h) == 0.0f;
   ASSERT_GT(dropped, 0);
-  ASSERT_LT(dropped, static_cast<int64_t>(y.size()));
-  // Two ways along the batch (data parallel) times three along the features
-  // (tensor parallel): each tile of [2, 3, 2].
+  ASSERT_LT(dropped, 4 * 3 * 6);
+  struct Split {
+    std::vector<int64_t> local, offsets;
+  };
+  std::vector<Split> splits;
   for (int64_t d = 0; d < 2; ++d)
     for (int64_t t = 0; t < 3; ++t) {
-      GlobalTile tile{{2, 3, 2}, global, {2 * d, 0, 2 * t}};
-      std::vector<float> xt, yt(12);
-      for (int64_t b = 0; b < 2; ++b)
-        for (int64_t s = 0; s < 3; ++s)
-          for (int64_t h = 0; h < 2; ++h)
-            xt.push_back(x[((2 * d + b) * 3 + s) * 6 + 2 * t + h]);
-      dropoutForward<float>(pool, 12, xt.data(), yt.data(), 0.3, 11, 5, &tile);
-      std::vector<float> back(12);
-      dropoutBackward<float>(pool, 12, xt.data(), back.data(), 0.3, 11, 5,
-                             &tile);
-      for (int64_t b = 0; b < 2; ++b)
-        for (int64_t s = 0; s < 3; ++s)
-          for (int64_t h = 0; h < 2; ++h) {
-            int64_t local = (b * 3 + s) * 2 + h;
-            float expected = y[((2 * d + b) * 3 + s) * 6 + 2 * t + h];
-            EXPECT_EQ(yt[local], expected) << d << " " << t << " " << local;
-            EXPECT_EQ(back[local], expected);
-          }
+      splits.push_back({{2, 3, 2}, {2 * d, 0, 2 * t}});
+      splits.push_back({{2, 1, 6}, {2 * d, t, 0}});
     }
+  splits.push_back({{4, 3, 6}, {0, 0, 0}});
+  for (const Split &split : splits) {
+    const std::vector<int64_t> &l = split.local, &o = split.offsets;
+    random::MaskTile tile = maskTile(l, global, o, 20);
+    int64_t n = l[0] * l[1] * l[2];
+    std::vector<float> xt, yt(static_cast<size_t>(n)), back(yt.size());
+    for (int64_t b = 0; b < l[0]; ++b)
+      for (int64_t s = 0; s < l[1]; ++s)
+        for (int64_t h = 0; h < l[2]; ++h)
+          xt.push_back(x[((o[0] + b) * 3 + o[1] + s) * 6 + o[2] + h]);
+    dropoutForward<float>(pool, n, xt.data(), yt.data(), p, 11, tile);
+    dropoutBackward<float>(pool, n, xt.data(), back.data(), p, 11, tile);
+    for (int64_t b = 0; b < l[0]; ++b)
+      for (int64_t s = 0; s < l[1]; ++s)
+        for (int64_t h = 0; h < l[2]; ++h) {
+          int64_t local = (b * l[1] + s) * l[2] + h;
+          float want = expected(o[0] + b, o[1] + s, o[2] + h);
+          EXPECT_EQ(yt[local], want) << "tile at " << o[0] << ", " << o[1]
+                                     << ", " << o[2] << ": " << local;
+          EXPECT_EQ(back[local], want);
+        }
+  }
+}
+
+// The samples key the mask, not the micro-batch: eight samples from 40 as
+// one micro-batch of 8, two of 4 (from 40 and 44) or four of 2 give the
+// same masks.
+TEST(GlobalTileTest, MicroBatchSplitsDrawTheSameMasks) {
+  ThreadPool pool(2);
+  const int64_t perSample = 3 * 5;
+  std::vector<float> x = ramp(8 * perSample, 0.25f), whole(x.size());
+  dropoutForward<float>(pool, 8 * perSample, x.data(), whole.data(), 0.2, 4,
+                        maskTile({8, 3, 5}, {8, 3, 5}, {0, 0, 0}, 40));
+  for (int64_t batch : {4, 2}) {
+    std::vector<float> split(x.size());
+    for (int64_t m = 0; m < 8 / batch; ++m) {
+      int64_t at = m * batch * perSample;
+      dropoutForward<float>(pool, batch * perSample, x.data() + at,
+                            split.data() + at, 0.2, 4,
+                            maskTile({batch, 3, 5}, {batch, 3, 5}, {0, 0, 0},
+                                     40 + static_cast<uint64_t>(m * batch)));
+    }
+    EXPECT_EQ(split, whole) << "micro-batches of " << batch;
+  }
+}
+
+// makeMaskTile merges a whole inner dimension into the one before it, and
+// refuses more than kMaskTileDims split dimensions per sample.
+TEST(GlobalTileTest, MaskTilesMergeWholeDimensions) {
+  random::MaskTile whole = maskTile({2, 3, 4}, {4, 3, 4}, {2, 0, 0}, 10);
+  EXPECT_EQ(whole.firstSample, 12u);
+  EXPECT_EQ(whole.sampleElements, 12u);
+  EXPECT_EQ(whole.dims, 0u);
+  random::MaskTile sequence = maskTile({1, 2, 4}, {1, 6, 4}, {0, 2, 0}, 0);
+  ASSERT_EQ(sequence.dims, 1u);
+  EXPECT_EQ(sequence.local[0], 8u);
+  EXPECT_EQ(sequence.global[0], 24u);
+  EXPECT_EQ(sequence.offset[0], 8u);
+  // Sequence and features split: two dimensions; element 3 of the tile is
+  // sequence 2 + 1, feature 2 + 1 of [6, 4].
+  random::MaskTile both = maskTile({1, 2, 2}, {1, 6, 4}, {0, 2, 2}, 0);
+  EXPECT_EQ(both.dims, 2u);
+  EXPECT_EQ(random::maskPosition(both, 3), (2u + 1u) * 4u + 2u + 1u);
+  std::vector<int64_t> local = {1, 1, 2, 1, 2, 1, 2},
+                       global = {1, 2, 4, 2, 4, 2, 4},
+                       offsets = {0, 1, 2, 1, 2, 1, 2};
+  random::MaskTile tile;
+  EXPECT_FALSE(random::makeMaskTile(local.data(), global.data(), offsets.data(),
+                                    7, 0, tile));
 }
 
 TEST(GlobalTileTest, AttentionTilesDropTheGlobalProbabilities) {
@@ -70,7 +154,7 @@ TEST(GlobalTileTest, AttentionTilesDropTheGlobalProbabilities) {
   global.causal = true;
   global.dropoutP = 0.4;
   global.seed = 3;
-  global.step = 9;
+  global.firstSample = 9;
   auto size = [](int64_t b, int64_t s, int64_t h, int64_t d) {
     return b * s * h * d;
   };
@@ -81,35 +165,39 @@ TEST(GlobalTileTest, AttentionTilesDropTheGlobalProbabilities) {
   attentionForward<float>(pool, global, q.data(), k.data(), v.data(),
                           out.data(), lse.data());
   // Rank (d, t) of a [2, 2] grid: batch row d, query heads 2t..2t+1 and
-  // their key/value head t.
-  for (int64_t d = 0; d < 2; ++d)
-    for (int64_t t = 0; t < 2; ++t) {
-      AttentionParams p = global;
-      p.batch = 1;
-      p.headsQ = 2;
-      p.headsKv = 1;
-      p.batchOffset = d;
-      p.headOffset = 2 * t;
-      p.globalHeadsQ = 4;
-      std::vector<float> qt, kt, vt, ot(size(1, 5, 2, 3)), lt(10);
-      for (int64_t s = 0; s < 5; ++s) {
-        for (int64_t h = 0; h < 2; ++h)
-          for (int64_t e = 0; e < 3; ++e)
-            qt.push_back(q[((d * 5 + s) * 4 + 2 * t + h) * 3 + e]);
-        for (int64_t e = 0; e < 3; ++e) {
-          kt.push_back(k[((d * 5 + s) * 2 + t) * 3 + e]);
-          vt.push_back(v[((d * 5 + s) * 2 + t) * 3 + e]);
+  // their key/value head t. And as micro-batches of one sample each (no
+  // batch offset; the first sample moves instead): the same outputs.
+  for (bool microBatches : {false, true})
+    for (int64_t d = 0; d < 2; ++d)
+      for (int64_t t = 0; t < 2; ++t) {
+        AttentionParams p = global;
+        p.batch = 1;
+        p.headsQ = 2;
+        p.headsKv = 1;
+        p.batchOffset = microBatches ? 0 : d;
+        p.firstSample = microBatches ? 9 + static_cast<uint64_t>(d) : 9;
+        p.headOffset = 2 * t;
+        p.globalHeadsQ = 4;
+        std::vector<float> qt, kt, vt, ot(size(1, 5, 2, 3)), lt(10);
+        for (int64_t s = 0; s < 5; ++s) {
+          for (int64_t h = 0; h < 2; ++h)
+            for (int64_t e = 0; e < 3; ++e)
+              qt.push_back(q[((d * 5 + s) * 4 + 2 * t + h) * 3 + e]);
+          for (int64_t e = 0; e < 3; ++e) {
+            kt.push_back(k[((d * 5 + s) * 2 + t) * 3 + e]);
+            vt.push_back(v[((d * 5 + s) * 2 + t) * 3 + e]);
+          }
         }
+        attentionForward<float>(pool, p, qt.data(), kt.data(), vt.data(),
+                                ot.data(), lt.data());
+        for (int64_t s = 0; s < 5; ++s)
+          for (int64_t h = 0; h < 2; ++h)
+            for (int64_t e = 0; e < 3; ++e)
+              EXPECT_EQ(ot[(s * 2 + h) * 3 + e],
+                        out[((d * 5 + s) * 4 + 2 * t + h) * 3 + e])
+                  << "rank (" << d << ", " << t << ")"
+                  << (microBatches ? " as a micro-batch" : "");
       }
-      attentionForward<float>(pool, p, qt.data(), kt.data(), vt.data(),
-                              ot.data(), lt.data());
-      for (int64_t s = 0; s < 5; ++s)
-        for (int64_t h = 0; h < 2; ++h)
-          for (int64_t e = 0; e < 3; ++e)
-            EXPECT_EQ(ot[(s * 2 + h) * 3 + e],
-                      out[((d * 5 + s) * 4 + 2 * t + h) * 3 + e])
-                << "rank (" << d << ", " << t << ")";
-    }
 }
 
 // Grid [2, 2]: dropout of x [2, 3, 4] split along the batch over axis 0;
@@ -173,6 +261,22 @@ TEST(GlobalTileTest, BadSplitAxesAreRejected) {
   expectRejected(m, {"instructions[0].attrs.split_axes",
                      "no split_axes (dropout) in a bundle without a "
                      "top-level \"grid\""});
+}
+
+// A split dropout's mask tile has room for kMaskTileDims dimensions per
+// sample: a split tensor of six dimensions is refused.
+TEST(GlobalTileTest, SplitDropoutOfTooManyDimensionsIsRejected) {
+  FunctionBuilder f("f");
+  int64_t x = f.input({2, 1, 1, 1, 1, 4}, "f32");
+  f.output(f.op("dropout", {x}, {2, 1, 1, 1, 1, 4},
+                {{"p", 0.1},
+                 {"seed", 1},
+                 {"split_axes", Json::parse("[[0], [], [], [], [], [1]]")}}));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 2}}};
+  expectRejected(m, {"instructions[0].attrs.split_axes: found 6 lists",
+                     "a split dropout of at most 5 dimensions",
+                     "reshape the tensor to fewer dimensions"});
 }
 
 } // namespace

@@ -42,7 +42,7 @@ runHost(FunctionBuilder &f, const std::vector<std::vector<int64_t>> &shapes) {
   for (const host::Tensor &t : inputs)
     views.push_back({t.dtype, t.shape, t.buffer.data()});
   host::Executor executor(bundle, "op", store, pool);
-  return executor.run(views, 1);
+  return executor.run(views, {1, 1});
 }
 
 void expectSameBits(const host::Tensor &a, const host::Tensor &b,

@@ -47,7 +47,7 @@ TEST_P(AttentionGradient, MatchesFiniteDifferences) {
   p.scale = c.scale;
   p.dropoutP = c.dropoutP;
   p.seed = 17;
-  p.step = 3;
+  p.firstSample = 3;
   Vec q = randomVec(p.batch * p.seqQ * p.headsQ * p.headDim, 100);
   Vec k = randomVec(p.batch * p.seqK * p.headsKv * p.headDim, 101);
   Vec v = randomVec(p.batch * p.seqK * p.headsKv * p.headDimV, 102);

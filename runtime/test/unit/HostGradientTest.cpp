@@ -182,13 +182,15 @@ TEST(HostGradient, Swiglu) {
 
 TEST(HostGradient, Dropout) {
   Vec x = randomVec(80, 37);
+  // Eight samples of ten elements from sample 4.
+  mtrt::random::MaskTile tile{4, 10, 0, {}, {}, {}};
   Forward forward = [&] {
     Vec y(x.size());
-    dropoutForward<double>(pool(), x.size(), x.data(), y.data(), 0.25, 9, 4);
+    dropoutForward<double>(pool(), x.size(), x.data(), y.data(), 0.25, 9, tile);
     return y;
   };
   Vec u = randomVec(x.size(), 38), dx(x.size());
-  dropoutBackward<double>(pool(), x.size(), u.data(), dx.data(), 0.25, 9, 4);
+  dropoutBackward<double>(pool(), x.size(), u.data(), dx.data(), 0.25, 9, tile);
   expectGradientsMatch(forward, u, {{"dx", &x, dx}});
 }
 

@@ -223,7 +223,7 @@ TEST(HostKernels, AttentionMatchesExplicitLoops) {
   AttentionParams p;
   p.batch = 2, p.seqQ = 6, p.seqK = 6, p.headsQ = 4, p.headsKv = 2;
   p.headDim = 5, p.headDimV = 3;
-  p.seed = 5, p.step = 11;
+  p.seed = 5, p.firstSample = 11;
   Vec q = randomVec(p.batch * p.seqQ * p.headsQ * p.headDim, 20, -2, 2);
   Vec k = randomVec(p.batch * p.seqK * p.headsKv * p.headDim, 21, -2, 2);
   Vec v = randomVec(p.batch * p.seqK * p.headsKv * p.headDimV, 22);
@@ -237,7 +237,6 @@ TEST(HostKernels, AttentionMatchesExplicitLoops) {
                                out.data(), lse.data());
       Vec expected(out.size(), 0.0), expectedLse(lse.size());
       double scale = 1 / std::sqrt(5.0);
-      uint64_t key = mtrt::random::streamKey(5, 11);
       for (int b = 0; b < 2; ++b)
         for (int h = 0; h < 4; ++h)
           for (int i = 0; i < 6; ++i) {
@@ -254,7 +253,9 @@ TEST(HostKernels, AttentionMatchesExplicitLoops) {
             expectedLse[(b * 4 + h) * 6 + i] = std::log(sum);
             for (int j = 0; j < 6; ++j) {
               double prob = std::exp(scores[j]) / sum;
-              uint64_t index = ((b * 4 + h) * 6 + i) * 6 + j;
+              // Sample 11 + b's key; the position within the sample.
+              uint64_t key = mtrt::random::streamKey(5, 11 + b);
+              uint64_t index = (h * 6 + i) * 6 + j;
               if (dropout > 0)
                 prob = ((mtrt::random::bitsFromKey(key, index / 4) >>
                          (16 * (index % 4))) &

@@ -249,29 +249,59 @@ TEST(HostTrainingKernels, RandomBitsFollowTheDocumentedFormula) {
   EXPECT_LT(mtrt::random::uniformDouble(~0ull), 1.0);
 }
 
-TEST(HostTrainingKernels, DropoutMaskDependsOnSeedStepAndIndexOnly) {
-  const int64_t n = 200000;
+/// The mask tile of n / sampleElements whole samples from `firstSample`.
+mtrt::random::MaskTile wholeSamples(int64_t n, int64_t sampleElements,
+                                    uint64_t firstSample) {
+  std::vector<int64_t> shape = {n / sampleElements, sampleElements},
+                       offsets = {0, 0};
+  mtrt::random::MaskTile tile;
+  EXPECT_TRUE(mtrt::random::makeMaskTile(shape.data(), shape.data(),
+                                         offsets.data(), 2, firstSample, tile));
+  return tile;
+}
+
+TEST(HostTrainingKernels, DropoutMaskDependsOnSeedSampleAndPositionOnly) {
+  const int64_t n = 200000, sample = 1000;
   const double p = 0.3;
-  std::vector<float> x(n, 1.0f), a(n), b(n), c(n);
-  dropoutForward<float>(pool(), n, x.data(), a.data(), p, 42, 7);
+  std::vector<float> x(n, 1.0f), a(n), b(n), c(n), d(n);
+  dropoutForward<float>(pool(), n, x.data(), a.data(), p, 42,
+                        wholeSamples(n, sample, 7));
   ThreadPool serial(1);
-  dropoutForward<float>(serial, n, x.data(), b.data(), p, 42, 7);
-  dropoutForward<float>(pool(), n, x.data(), c.data(), p, 42, 8);
+  dropoutForward<float>(serial, n, x.data(), b.data(), p, 42,
+                        wholeSamples(n, sample, 7));
+  // Samples 8 onwards: the same masks, one sample later.
+  dropoutForward<float>(pool(), n, x.data(), c.data(), p, 42,
+                        wholeSamples(n, sample, 8));
+  dropoutForward<float>(pool(), n, x.data(), d.data(), p, 43,
+                        wholeSamples(n, sample, 7));
   EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(
+      std::memcmp(a.data() + sample, c.data(), (n - sample) * sizeof(float)),
+      0);
   int64_t kept = 0, differ = 0;
   float scale = static_cast<float>(1 / (1 - p));
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_TRUE(a[i] == 0.0f || a[i] == scale) << a[i];
     kept += a[i] != 0.0f;
-    differ += (a[i] != 0.0f) != (c[i] != 0.0f);
+    differ += (a[i] != 0.0f) != (d[i] != 0.0f);
   }
   // Binomial(n, 0.7): the standard deviation of the rate is about 0.001.
   EXPECT_NEAR(static_cast<double>(kept) / n, 1 - p, 0.005);
-  // Independent masks disagree on 2 p (1 - p) = 42% of the elements.
+  // Independent masks (another seed) disagree on 2 p (1 - p) = 42% of the
+  // elements.
   EXPECT_NEAR(static_cast<double>(differ) / n, 2 * p * (1 - p), 0.01);
+  // Element i of sample s is Random.h's formula written out.
+  for (int64_t i : {int64_t{0}, int64_t{999}, int64_t{1000}, n - 1}) {
+    uint64_t s = 7 + static_cast<uint64_t>(i / sample);
+    uint64_t position = static_cast<uint64_t>(i % sample);
+    bool keep = mtrt::random::uniformFloat(referenceBits(42, s, position)) >=
+                static_cast<float>(p);
+    EXPECT_EQ(a[i] != 0.0f, keep) << i;
+  }
   // The backward applies the same mask.
   std::vector<float> dx(n);
-  dropoutBackward<float>(pool(), n, x.data(), dx.data(), p, 42, 7);
+  dropoutBackward<float>(pool(), n, x.data(), dx.data(), p, 42,
+                         wholeSamples(n, sample, 7));
   EXPECT_EQ(std::memcmp(a.data(), dx.data(), n * sizeof(float)), 0);
 }
 
@@ -346,7 +376,7 @@ TEST(HostTrainingKernels, ResultsAreBitIdenticalWithOneAndTwoThreads) {
     AttentionParams p;
     p.batch = 2, p.seqQ = 32, p.seqK = 32, p.headsQ = 4, p.headsKv = 2;
     p.headDim = 12, p.headDimV = 12, p.causal = true, p.dropoutP = 0.1;
-    p.seed = 3, p.step = 2;
+    p.seed = 3, p.firstSample = 2;
     size_t qSize = 2 * 32 * 4 * 12, kSize = 2 * 32 * 2 * 12;
     const float *q = x.data(), *k = w.data(), *v = dy.data();
     std::vector<float> o(qSize), lse(2 * 4 * 32), dq(qSize), dk(kSize),

@@ -61,7 +61,7 @@ TEST(MultiRankExecutorTest, CollectivesMatchTheirDefinitions) {
     for (int64_t i = 0; i < 2; ++i)
       for (int64_t j = 0; j < 3; ++j)
         x[i * 3 + j] = input(c.rank(), i, j);
-    auto result = executor.run({{DType::F32, {2, 3}, x.data()}}, 0);
+    auto result = executor.run({{DType::F32, {2, 3}, x.data()}}, {});
     std::lock_guard<std::mutex> lock(mutex);
     outputs[c.rank()] = std::move(result);
   });
@@ -116,7 +116,7 @@ TEST(MultiRankExecutorTest, PositionIdsOfASequenceTileAreGlobal) {
     for (int64_t t = 0; t < 2; ++t) {
       host::ParameterStore store(bundle, DType::F32, {d, t});
       host::Executor executor(bundle, "f", store, pool);
-      auto out = executor.run({}, 0);
+      auto out = executor.run({}, {});
       ASSERT_EQ(out.size(), 1u);
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t i = 0; i < 4; ++i)

@@ -29,7 +29,7 @@ struct Geometry {
   bool causal;
   float scale;
   bool hasDropout;
-  uint64_t dropoutKey;
+  uint64_t seedKey, firstSample;
   uint32_t dropoutThreshold16;
   /// Global position of this call's tensor (tensor-parallel ranks).
   int64_t batchOffset, headOffset, globalHeadsQ;
@@ -51,16 +51,19 @@ struct Geometry {
   __device__ int64_t oOffset(int64_t b, int64_t i, int64_t h) const {
     return ((b * seqQ + i) * headsQ + h) * headDimV;
   }
-  /// The row-major index of P[b, h, i, 0] in the global [batch, headsQ,
-  /// seqQ, seqK].
-  __device__ uint64_t probabilityRow(int64_t b, int64_t h, int64_t i) const {
-    return static_cast<uint64_t>(
-        (((b + batchOffset) * globalHeadsQ + h + headOffset) * seqQ + i) *
-        seqK);
+  /// Where P[b, h, i, 0] keys its mask (host AttentionGeometry): its
+  /// global sample's key and its position in the sample.
+  struct MaskRow {
+    uint64_t key, position;
+  };
+  __device__ MaskRow probabilityRow(int64_t b, int64_t h, int64_t i) const {
+    uint64_t sample = firstSample + static_cast<uint64_t>(b + batchOffset);
+    return {random::sampleKey(seedKey, sample),
+            static_cast<uint64_t>(((h + headOffset) * seqQ + i) * seqK)};
   }
-  __device__ bool keep(uint64_t row, int64_t j) const {
+  __device__ bool keep(const MaskRow &row, int64_t j) const {
     return random::attentionDropoutKeep(
-        dropoutKey, row + static_cast<uint64_t>(j), dropoutThreshold16);
+        row.key, row.position + static_cast<uint64_t>(j), dropoutThreshold16);
   }
 };
 
@@ -79,7 +82,8 @@ Geometry makeGeometry(const AttentionParams &p) {
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   g.scale = static_cast<float>(scale);
   g.hasDropout = p.dropoutP > 0;
-  g.dropoutKey = random::streamKey(p.seed, p.step);
+  g.seedKey = random::seedKey(p.seed);
+  g.firstSample = p.firstSample;
   g.dropoutThreshold16 = random::dropoutThreshold16(p.dropoutP);
   g.batchOffset = p.batchOffset;
   g.headOffset = p.headOffset;
@@ -183,7 +187,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     logsumexp[row] = static_cast<float>(maxScore + log(sum));
   if (!out) // only the logsumexp was asked for (the backward's recompute)
     return;
-  uint64_t probabilityRow = geo.probabilityRow(b, h, i);
+  Geometry::MaskRow probabilityRow = geo.probabilityRow(b, h, i);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     double prob = probs[j] / sum;
     if (geo.hasDropout)
@@ -215,7 +219,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   int64_t row = (b * geo.headsQ + h) * geo.seqQ + i;
   float lse = logsumexp[row];
-  uint64_t probabilityRow = geo.probabilityRow(b, h, i);
+  Geometry::MaskRow probabilityRow = geo.probabilityRow(b, h, i);
 
   const float *qi = q + geo.qOffset(b, i, h);
   const float *doi = dout + geo.oOffset(b, i, h);

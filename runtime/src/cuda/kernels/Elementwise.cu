@@ -191,10 +191,12 @@ struct SwigluBackward { // gate, up, dy -> dgate, dup
 };
 
 struct Dropout {
-  uint64_t key;
+  uint64_t seedKey;
+  random::MaskTile tile;
   float threshold, scale;
   __device__ void operator()(int64_t i, const float *x, float *y) const {
-    bool keep = random::dropoutKeep(key, static_cast<uint64_t>(i), threshold);
+    bool keep = random::dropoutTileKeep(seedKey, tile, static_cast<uint64_t>(i),
+                                        threshold);
     y[0] = keep ? x[0] * scale : 0.0f;
   }
 };
@@ -314,13 +316,13 @@ void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
 }
 
 void dropout(cudaStream_t stream, int64_t n, InElements x, OutElements y,
-             double p, uint64_t seed, uint64_t step) {
+             double p, uint64_t seed, const random::MaskTile &tile) {
   if (p == 0) {
     launchMap(stream, n, Storage<1, 1>{{x}, {y}}, Copy{});
     return;
   }
   launchMap(stream, n, Storage<1, 1>{{x}, {y}},
-            Dropout{random::streamKey(seed, step), static_cast<float>(p),
+            Dropout{random::seedKey(seed), tile, static_cast<float>(p),
                     static_cast<float>(1.0 / (1.0 - p))});
 }
 

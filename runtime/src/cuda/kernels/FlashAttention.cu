@@ -122,10 +122,12 @@ struct FlashGeometry {
   float scale;     // the softmax scale
   float scaleLog2; // scale * log2(e): scores to base-2 exponents
   bool hasDropout;
-  uint64_t dropoutKey;
+  // The mask's keys: the op's seed, the micro-batch's first sample.
+  uint64_t seedKey, firstSample;
   uint32_t threshold16;
   float dropoutScale;
-  // The global position of this call's tensor (tensor-parallel ranks).
+  // The global position of this call's tensor (data- and tensor-parallel
+  // ranks).
   int64_t batchOffset, headOffset, globalHeadsQ;
   bool outputsBf16; // out, dq, dk, dv in bf16 (else fp32)
 
@@ -150,12 +152,17 @@ struct FlashGeometry {
   __device__ int64_t maskWord(int b, int h, int i, int kb) const {
     return rowIndex(b, h, i) * keyBlocks + kb;
   }
-  /// The index of P[b, h, i, 0] in the global [batch, headsQ, seqQ, seqK]
-  /// (host AttentionGeometry::probabilityRow).
-  __device__ uint64_t probabilityRow(int b, int h, int i) const {
+  /// The key of batch row b's sample (host AttentionGeometry::
+  /// probabilityRow).
+  __device__ uint64_t sampleKey(int b) const {
+    return random::sampleKey(
+        seedKey, firstSample + static_cast<uint64_t>(b + batchOffset));
+  }
+  /// The position of P[b, h, i, 0] in its sample's [headsQ, seqQ, seqK]
+  /// of the global tensor.
+  __device__ uint64_t probabilityRow(int h, int i) const {
     return static_cast<uint64_t>(
-        (((b + batchOffset) * globalHeadsQ + h + headOffset) * seqQ + i) *
-        seqK);
+        ((static_cast<int64_t>(h) + headOffset) * seqQ + i) * seqK);
   }
   /// Whether a tile of keys [k0, k0 + 64) needs the causal or key-count
   /// mask for a warp's queries [row0, row0 + 16).
@@ -196,7 +203,8 @@ FlashGeometry makeGeometry(const AttentionParams &p, const FlashTensors &io) {
   g.scale = static_cast<float>(scale);
   g.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
   g.hasDropout = p.dropoutP > 0;
-  g.dropoutKey = random::streamKey(p.seed, p.step);
+  g.seedKey = random::seedKey(p.seed);
+  g.firstSample = p.firstSample;
   g.threshold16 = random::dropoutThreshold16(p.dropoutP);
   g.dropoutScale =
       static_cast<float>(p.dropoutP > 0 ? 1.0 / (1.0 - p.dropoutP) : 1.0);
@@ -532,7 +540,7 @@ constexpr int kMaskThreads = 4 * kTile;
 // key block kb the block's rows see (causal: kb <= q0 / 64, the same for
 // all 64 rows; keys past seqK included), thread t draws bits 16 (t % 4) ..
 // +15 of query row i = q0 + t / 4's word rowIndex(b, h, i) * keyBlocks + kb:
-// bit j = attentionDropoutKeep(dropoutKey, probabilityRow(b, h, i) + 64 kb
+// bit j = attentionDropoutKeep(sampleKey(b), probabilityRow(h, i) + 64 kb
 // + j), four draws of four bits when the row starts at a multiple of 4
 // (seqK % 4 == 0), else a draw a bit. The forwards read these words rather
 // than draw in the kernels that hold the matrix products (there the hashing
@@ -546,7 +554,8 @@ __global__ void __launch_bounds__(kMaskThreads)
   int quarter = static_cast<int>(threadIdx.x) % 4;
   bool in = i < geo.seqQ; // the others only join the shuffles
   int row = in ? i : q0;
-  uint64_t first = geo.probabilityRow(b, h, row) + 16 * quarter;
+  uint64_t key = geo.sampleKey(b);
+  uint64_t first = geo.probabilityRow(h, row) + 16 * quarter;
   bool aligned = (first & 3) == 0;
   uint64_t *rowWords = mask + geo.maskWord(b, h, row, 0);
   int blocksSeen =
@@ -556,7 +565,7 @@ __global__ void __launch_bounds__(kMaskThreads)
     if (aligned) {
 #pragma unroll
       for (int n = 0; n < 4; ++n) {
-        uint64_t bits = random::bitsFromKey(geo.dropoutKey, (first >> 2) + n);
+        uint64_t bits = random::bitsFromKey(key, (first >> 2) + n);
 #pragma unroll
         for (unsigned lane = 0; lane < 4; ++lane)
           bits16 |= static_cast<uint32_t>(
@@ -566,7 +575,7 @@ __global__ void __launch_bounds__(kMaskThreads)
     } else {
       for (int j = 0; j < 16; ++j)
         bits16 |= static_cast<uint32_t>(random::attentionDropoutKeep(
-                      geo.dropoutKey, first + j, geo.threshold16))
+                      key, first + j, geo.threshold16))
                   << j;
     }
     uint64_t word = static_cast<uint64_t>(bits16) << (16 * quarter);

@@ -349,9 +349,10 @@ void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
 void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
                     InElements up, InElements dy, OutElements dgate,
                     OutElements dup);
-/// host::dropoutForward: the same keep decisions (seed, step, element index).
+/// host::dropoutForward: the same keep decisions (seed, and each element's
+/// sample and position from `tile`, core/Random.h).
 void dropout(cudaStream_t stream, int64_t n, InElements x, OutElements y,
-             double p, uint64_t seed, uint64_t step);
+             double p, uint64_t seed, const random::MaskTile &tile);
 void add(cudaStream_t stream, int64_t n, InElements a, InElements b,
          OutElements y);
 void mul(cudaStream_t stream, int64_t n, InElements a, InElements b,

@@ -15,7 +15,7 @@ struct AttentionGeometry {
   const AttentionParams &p;
   int64_t group;   // query heads per key/value head
   double scale;
-  uint64_t dropoutKey;
+  uint64_t seedKey;
   uint32_t dropoutThreshold16;
   double dropoutScale;
 
@@ -24,7 +24,7 @@ struct AttentionGeometry {
         scale(params.scale > 0
                   ? params.scale
                   : 1.0 / std::sqrt(static_cast<double>(params.headDim))),
-        dropoutKey(random::streamKey(params.seed, params.step)),
+        seedKey(random::seedKey(params.seed)),
         dropoutThreshold16(random::dropoutThreshold16(params.dropoutP)),
         dropoutScale(params.dropoutP > 0 ? 1.0 / (1.0 - params.dropoutP)
                                          : 1.0) {}
@@ -44,17 +44,19 @@ struct AttentionGeometry {
   int64_t oOffset(int64_t b, int64_t i, int64_t h) const {
     return ((b * p.seqQ + i) * p.headsQ + h) * p.headDimV;
   }
-  /// The row-major index of P[b, h, i, 0] in the global [batch, headsQ,
-  /// seqQ, seqK].
-  uint64_t probabilityRow(int64_t b, int64_t h, int64_t i) const {
-    int64_t heads = p.globalHeadsQ ? p.globalHeadsQ : p.headsQ;
-    return static_cast<uint64_t>(
-        (((b + p.batchOffset) * heads + h + p.headOffset) * p.seqQ + i) *
-        p.seqK);
+  /// Where P[b, h, i, 0] keys its mask: its global sample's key and its
+  /// position in the sample, ((global head) * seqQ + i) * seqK.
+  struct MaskRow {
+    uint64_t key, position;
+  };
+  MaskRow probabilityRow(int64_t b, int64_t h, int64_t i) const {
+    uint64_t sample = p.firstSample + static_cast<uint64_t>(b + p.batchOffset);
+    return {random::sampleKey(seedKey, sample),
+            static_cast<uint64_t>(((h + p.headOffset) * p.seqQ + i) * p.seqK)};
   }
-  bool keep(uint64_t row, int64_t j) const {
+  bool keep(const MaskRow &row, int64_t j) const {
     return random::attentionDropoutKeep(
-        dropoutKey, row + static_cast<uint64_t>(j), dropoutThreshold16);
+        row.key, row.position + static_cast<uint64_t>(j), dropoutThreshold16);
   }
 };
 
@@ -105,7 +107,8 @@ void attentionForward(ThreadPool &pool, const AttentionParams &params,
             sum += probs[j];
           }
           logsumexp[row] = static_cast<T>(maxScore + std::log(sum));
-          uint64_t probabilityRow = geo.probabilityRow(b, h, i);
+          AttentionGeometry::MaskRow probabilityRow =
+              geo.probabilityRow(b, h, i);
           for (int64_t j = 0; j < n; ++j) {
             double prob = probs[j] / sum;
             if (geo.hasDropout())
@@ -157,7 +160,8 @@ void attentionBackward(ThreadPool &pool, const AttentionParams &params,
             for (int64_t i = 0; i < params.seqQ; ++i) {
               int64_t n = geo.keysFor(i);
               int64_t row = (b * params.headsQ + h) * params.seqQ + i;
-              uint64_t probabilityRow = geo.probabilityRow(b, h, i);
+              AttentionGeometry::MaskRow probabilityRow =
+                  geo.probabilityRow(b, h, i);
               const T *qi = q + geo.qOffset(b, i, h);
               const T *doi = dout + geo.oOffset(b, i, h);
               scoreRow(geo, q, k, b, i, h, probs.data());

@@ -115,17 +115,17 @@ uint64_t GlobalTile::globalIndex(int64_t local) const {
 namespace {
 template <typename T>
 void applyDropout(ThreadPool &pool, int64_t n, const T *in, T *out, double p,
-                  uint64_t seed, uint64_t step, const GlobalTile *tile) {
+                  uint64_t seed, const random::MaskTile &tile) {
   if (p == 0) {
     forEachElement(pool, n, [&](int64_t i) { out[i] = in[i]; });
     return;
   }
-  uint64_t key = random::streamKey(seed, step);
+  uint64_t key = random::seedKey(seed);
   float threshold = static_cast<float>(p);
   T scale = static_cast<T>(1.0 / (1.0 - p));
   forEachElement(pool, n, [&](int64_t i) {
-    uint64_t at = tile ? tile->globalIndex(i) : static_cast<uint64_t>(i);
-    bool keep = random::dropoutKeep(key, at, threshold);
+    bool keep =
+        random::dropoutTileKeep(key, tile, static_cast<uint64_t>(i), threshold);
     out[i] = keep ? in[i] * scale : T(0);
   });
 }
@@ -133,15 +133,14 @@ void applyDropout(ThreadPool &pool, int64_t n, const T *in, T *out, double p,
 
 template <typename T>
 void dropoutForward(ThreadPool &pool, int64_t n, const T *x, T *y, double p,
-                    uint64_t seed, uint64_t step, const GlobalTile *tile) {
-  applyDropout(pool, n, x, y, p, seed, step, tile);
+                    uint64_t seed, const random::MaskTile &tile) {
+  applyDropout(pool, n, x, y, p, seed, tile);
 }
 
 template <typename T>
-void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx,
-                     double p, uint64_t seed, uint64_t step,
-                     const GlobalTile *tile) {
-  applyDropout(pool, n, dy, dx, p, seed, step, tile);
+void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx, double p,
+                     uint64_t seed, const random::MaskTile &tile) {
+  applyDropout(pool, n, dy, dx, p, seed, tile);
 }
 
 template <typename T>
@@ -239,14 +238,13 @@ void softmaxBackward(ThreadPool &pool, int64_t outer, int64_t axisSize,
                                 T *);                                          \
   template void swigluForward<T>(ThreadPool &, int64_t, const T *, const T *,  \
                                  T *);                                         \
-  template void swigluBackward<T>(ThreadPool &, int64_t, const T *,            \
-                                  const T *, const T *, T *, T *);             \
+  template void swigluBackward<T>(ThreadPool &, int64_t, const T *, const T *, \
+                                  const T *, T *, T *);                        \
   template void dropoutForward<T>(ThreadPool &, int64_t, const T *, T *,       \
-                                  double, uint64_t, uint64_t,                  \
-                                  const GlobalTile *);                         \
+                                  double, uint64_t, const random::MaskTile &); \
   template void dropoutBackward<T>(ThreadPool &, int64_t, const T *, T *,      \
-                                   double, uint64_t, uint64_t,                 \
-                                   const GlobalTile *);                        \
+                                   double, uint64_t,                           \
+                                   const random::MaskTile &);                  \
   template void addForward<T>(ThreadPool &, int64_t, const T *, const T *,     \
                               T *);                                            \
   template void accumulateInto<T>(ThreadPool &, int64_t, const T *, T *);      \

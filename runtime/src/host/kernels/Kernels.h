@@ -22,6 +22,8 @@
 #ifndef MTRT_SRC_HOST_KERNELS_KERNELS_H
 #define MTRT_SRC_HOST_KERNELS_KERNELS_H
 
+#include "core/Random.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -176,15 +178,16 @@ struct AttentionParams {
   bool causal = false;
   double scale = 0;
   /// Dropout on the probabilities P [batch, headsQ, seqQ, seqK]: element
-  /// ((b * headsQ + h) * seqQ + i) * seqK + j is kept iff
-  /// random::attentionDropoutKeep(streamKey(seed, step), that index,
-  /// dropoutThreshold16(p)) (one draw per four elements), and
+  /// (b, h, i, j) is kept iff random::attentionDropoutKeep(sampleKey(
+  /// seedKey(seed), firstSample + b), (h * seqQ + i) * seqK + j,
+  /// dropoutThreshold16(p)) (one draw per four positions of a sample), and
   /// kept values are scaled by 1 / (1 - p). p = 0 disables it. b and h
   /// count in the global tensor: a rank's batch rows and query heads start
-  /// at batchOffset and headOffset of globalHeadsQ (0: headsQ).
+  /// at batchOffset and headOffset of globalHeadsQ (0: headsQ); firstSample
+  /// is the sample of the global micro-batch's row 0 (core/Random.h).
   double dropoutP = 0;
   uint64_t seed = 0;
-  uint64_t step = 0;
+  uint64_t firstSample = 0;
   int64_t batchOffset = 0, headOffset = 0, globalHeadsQ = 0;
 };
 
@@ -272,19 +275,18 @@ struct GlobalTile {
 };
 
 /// Inverted dropout: y[i] = keep(i) ? x[i] * scale : 0 with keep(i) =
-/// random::dropoutKeep(streamKey(seed, step), g, float(p)) and scale =
-/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x. g is i,
-/// or with a `tile` (x is a rank's tile of a global tensor) the element's
-/// index in the global tensor, so the mask does not depend on the layout.
+/// random::dropoutTileKeep(seedKey(seed), tile, i, float(p)) and scale =
+/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x. The
+/// mask is keyed on each element's sample and position within it (`tile`:
+/// mtrt::dropoutMaskTile), so it does not depend on the layout or the
+/// micro-batch split.
 template <typename T>
 void dropoutForward(ThreadPool &pool, int64_t n, const T *x, T *y, double p,
-                    uint64_t seed, uint64_t step,
-                    const GlobalTile *tile = nullptr);
+                    uint64_t seed, const random::MaskTile &tile);
 /// dx = the same mask and scale applied to dy (the mask is regenerated).
 template <typename T>
-void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx,
-                     double p, uint64_t seed, uint64_t step,
-                     const GlobalTile *tile = nullptr);
+void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx, double p,
+                     uint64_t seed, const random::MaskTile &tile);
 
 /// y = a + b. The backward of add is the identity (da = db = dy).
 template <typename T>

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Trains tiny models under composed parallel layouts (pipeline x tensor x
+sequence x data parallelism, the distributed optimizer, recomputation) and
+compares each run with the one-rank run (composed-layouts.test).
+
+Usage: composed-layouts.py MEGATRON_COMPILE MEGATRON_TRAIN MODEL_DIR DATA
+                           WORK_DIR [LAYOUT ...]
+       composed-layouts.py --gpu-prepare MEGATRON_COMPILE MEGATRON_TRAIN
+                           MODEL_DIR DATA WORK_DIR [LAYOUT ...]
+       composed-layouts.py --gpu-compare WORK_DIR GPU_OUT [LAYOUT ...]
+
+The layouts are an all-pairs design over
+  PP {2, 4} x schedule {gpipe, 1f1b, interleaved} x TP {1, 2} x
+  SP {off, on} x DP {1, 2} x distributed optimizer {off, on} x
+  recompute {none, selective, full, automatic}
+with sequence parallelism only under TP 2 and at most 8 ranks: every pair
+of values that a layout of at most 8 ranks can hold appears in one layout
+at least (checked here, before anything runs), and the table goes on with
+layouts that cover the most new triples, to 24. The interleaved schedule
+runs 2 virtual stages per rank; full recomputation is uniform, one layer a
+group; automatic recomputation is --memory-budget halfway between the
+layout's largest per-rank total without recomputation and with selective
+recomputation, so the policy must recompute.
+
+Each layout trains two models of 8 layers: tiny-gpt (learned positions,
+tied embeddings, dropout 0.1) and tiny-llama (RMSNorm, RoPE, grouped-query
+attention, SwiGLU, untied), 10 iterations, float32, global batch 8, the
+micro-batch 2 (PP 2) or 1 (PP 4) per data rank. The reference is the
+one-rank run of the same global micro-batches (micro-batch x DP sequences),
+so dropout draws the same masks. Each run must agree with it:
+- every iteration's loss and gradient norm, and every evaluation loss,
+  within 1e-5 relative;
+- every saved tensor within 1e-5 relative in its own L2 norm.
+AdamW runs with eps 1e-6 (parallel-matrix.py says why).
+
+On the GPU, in three steps (the GPU machine has no compiler):
+--gpu-prepare compiles every layout with --bf16 into WORK_DIR/gpu, trains
+the host float32 references there, and writes WORK_DIR/gpu/runs.sh, which
+trains each bundle with --backend cuda, all its ranks sharing the GPU
+(`cd WORK_DIR/gpu && TRAIN=megatron-train DATA=corpus.txt OUT=dir bash
+runs.sh`, logs in OUT); --gpu-compare then checks those logs against the
+references within the bf16 tolerances the CUDA tests use against the host:
+losses within 2e-2 relative, gradient norms within 5e-2 (the weights are
+not compared).
+
+Prints one line per run with its largest relative differences and whether
+the saved weights are the reference's bits; exits 1 if any run differs.
+Naming layouts (e.g. pp2-1f1b-tp2-sp-dp2-distopt-selective) runs only
+those.
+"""
+import importlib.util
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+
+TOLERANCE = 1e-5
+BF16_LOSS, BF16_NORM = 2e-2, 5e-2
+
+# pp, schedule, tp, sp, dp, distributed optimizer, recompute.
+LAYOUTS = [
+    (2, "1f1b", 2, True, 2, True, "selective"),
+    (2, "gpipe", 1, False, 1, False, "none"),
+    (4, "interleaved", 1, False, 2, True, "full"),
+    (4, "interleaved", 2, True, 1, False, "auto"),
+    (4, "1f1b", 1, False, 1, False, "selective"),
+    (2, "gpipe", 2, True, 1, True, "full"),
+    (2, "gpipe", 1, False, 2, False, "auto"),
+    (2, "interleaved", 2, False, 2, True, "none"),
+    (4, "gpipe", 2, True, 1, False, "none"),
+    (2, "1f1b", 1, False, 1, False, "full"),
+    (2, "1f1b", 1, False, 1, True, "auto"),
+    (2, "gpipe", 1, False, 1, False, "selective"),
+    (2, "1f1b", 1, False, 1, False, "none"),
+    (2, "interleaved", 1, False, 1, False, "selective"),
+    (2, "interleaved", 2, True, 2, False, "full"),
+    (4, "gpipe", 2, False, 1, True, "selective"),
+    (2, "gpipe", 2, True, 2, True, "auto"),
+    (4, "1f1b", 1, False, 2, True, "none"),
+    (4, "1f1b", 2, True, 1, False, "full"),
+    (4, "interleaved", 2, True, 1, True, "selective"),
+    (4, "gpipe", 1, False, 2, False, "selective"),
+    (4, "interleaved", 1, False, 2, True, "auto"),
+    (2, "1f1b", 2, False, 2, False, "auto"),
+    (2, "1f1b", 2, True, 1, True, "none"),
+]
+FACTORS = {
+    "pp": (2, 4), "schedule": ("gpipe", "1f1b", "interleaved"),
+    "tp": (1, 2), "sp": (False, True), "dp": (1, 2),
+    "distopt": (False, True),
+    "recompute": ("none", "selective", "full", "auto"),
+}
+# Each model at 8 layers, made small enough for two cores.
+MODELS = {
+    "tiny-gpt": ["--num-layers", "8", "--seq-length", "64",
+                 "--max-position-embeddings", "64"],
+    "tiny-llama": ["--num-layers", "8", "--seq-length", "64"],
+}
+GLOBAL_BATCH = 8
+
+
+def load(name, file):
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(name,
+                                                  os.path.join(here, file))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+matrix = load("parallel_matrix", "parallel-matrix.py")
+
+
+def feasible(layout):
+    pp, _, tp, sp, dp, _, _ = layout
+    return (tp > 1 or not sp) and pp * tp * dp <= 8
+
+
+def check_design():
+    """Exits unless LAYOUTS are feasible, distinct and cover every pair of
+    values that some feasible layout holds."""
+    names = list(FACTORS)
+    every = [l for l in itertools.product(*FACTORS.values()) if feasible(l)]
+
+    def pairs(layout):
+        return {(a, layout[a], b, layout[b])
+                for a, b in itertools.combinations(range(len(names)), 2)}
+
+    needed = set().union(*(pairs(l) for l in every))
+    covered = set().union(*(pairs(l) for l in LAYOUTS))
+    bad = [l for l in LAYOUTS if not feasible(l)]
+    if bad or len(set(LAYOUTS)) != len(LAYOUTS) or needed - covered:
+        missing = sorted(needed - covered)[:5]
+        sys.exit("the layout table is not an all-pairs design: infeasible "
+                 "%s, %d duplicates, uncovered pairs %s"
+                 % (bad, len(LAYOUTS) - len(set(LAYOUTS)),
+                    [(names[a], x, names[b], y) for a, x, b, y in missing]))
+    return len(needed)
+
+
+def name_of(layout):
+    pp, schedule, tp, sp, dp, dist, recompute = layout
+    return "pp%d-%s-tp%d%s-dp%d%s-%s" % (pp, schedule, tp,
+                                         "-sp" if sp else "", dp,
+                                         "-distopt" if dist else "", recompute)
+
+
+def micro_batch(layout):
+    return 2 if layout[0] == 2 else 1
+
+
+def layout_flags(layout):
+    pp, schedule, tp, sp, dp, dist, _ = layout
+    flags = ["--pipeline-model-parallel-size", str(pp),
+             "--pipeline-schedule", schedule,
+             "--tensor-model-parallel-size", str(tp),
+             "--data-parallel-size", str(dp),
+             "--micro-batch-size", str(micro_batch(layout)),
+             "--global-batch-size", str(GLOBAL_BATCH)]
+    if schedule == "interleaved":
+        flags += ["--virtual-pipeline-model-parallel-size", "2"]
+    if sp:
+        flags.append("--sequence-parallel")
+    if dist:
+        flags.append("--use-distributed-optimizer")
+    return flags
+
+
+def largest_total(compiler, model, flags, work, name):
+    """The largest per-rank total of --report memory, in bytes."""
+    log = os.path.join(work, name + ".memory.txt")
+    matrix.run([compiler, model] + flags + ["--report", "memory"], log)
+    with open(log) as f:
+        totals = [int(m.group(1)) for m in
+                  re.finditer(r"^\s*total\s+(\d+)", f.read(), re.M)]
+    if not totals:
+        sys.exit("%s: --report memory printed no total" % log)
+    return max(totals)
+
+
+def recompute_flags(compiler, model, flags, work, name, recompute):
+    if recompute == "none":
+        return []
+    if recompute == "selective":
+        return ["--recompute-granularity", "selective"]
+    if recompute == "full":
+        return ["--recompute-granularity", "full", "--recompute-method",
+                "uniform", "--recompute-num-layers", "1"]
+    plain = largest_total(compiler, model, flags, work, name + "-none")
+    selective = largest_total(
+        compiler, model, flags + ["--recompute-granularity", "selective"],
+        work, name + "-selective")
+    if selective >= plain:
+        sys.exit("%s: selective recomputation saves nothing (%d >= %d "
+                 "bytes), so no budget forces it" % (name, selective, plain))
+    return ["--memory-budget", str((plain + selective) // 2)]
+
+
+def runs(chosen):
+    """(model name, model flags, layout, run name) of every run."""
+    for model_name, model_flags in MODELS.items():
+        for layout in chosen:
+            yield (model_name, model_flags, layout,
+                   "%s-%s" % (model_name, name_of(layout)))
+
+
+def reference(tools, model_dir, data, work, model_name, model_flags, layout,
+              cache):
+    """The one-rank run of the layout's global micro-batches (cached)."""
+    global_micro = micro_batch(layout) * layout[4]
+    key = (model_name, global_micro)
+    if key not in cache:
+        cache[key] = matrix.train(
+            tools, os.path.join(model_dir, model_name + ".yaml"), data, work,
+            "%s-one-mb%d" % (model_name, global_micro),
+            model_flags + ["--micro-batch-size", str(global_micro),
+                           "--global-batch-size", str(GLOBAL_BATCH)],
+            ranks=False)
+    return cache[key]
+
+
+def run_flags(compiler, model_dir, work, model_name, model_flags, layout,
+              name):
+    model = os.path.join(model_dir, model_name + ".yaml")
+    flags = model_flags + layout_flags(layout)
+    return model, flags + recompute_flags(compiler, model, flags, work, name,
+                                          layout[6])
+
+
+def check_host(tools, model_dir, data, work, chosen, pairs):
+    failures = count = bit_identical = 0
+    worst = [0.0, 0.0, 0.0]
+    cache = {}
+    for model_name, model_flags, layout, name in runs(chosen):
+        one_logs, one_weights = reference(tools, model_dir, data, work,
+                                          model_name, model_flags, layout,
+                                          cache)
+        model, flags = run_flags(tools[0], model_dir, work, model_name,
+                                 model_flags, layout, name)
+        logs, weights = matrix.train(tools, model, data, work, name, flags,
+                                     ranks=True)
+        count += 1
+        compared = matrix.compare_logs(one_logs, logs)
+        if compared is None:
+            print("%-56s FAIL: %d log records, the one-rank run has %d"
+                  % (name, len(logs), len(one_logs)))
+            failures += 1
+            continue
+        tensor_error, tensor = matrix.compare_weights(one_weights, weights)
+        differences = (compared[0], compared[1], tensor_error)
+        worst = [max(w, d) for w, d in zip(worst, differences)]
+        ok = max(differences) <= TOLERANCE
+        same = all(weights[t][1] == one_weights[t][1] for t in one_weights)
+        failures += not ok
+        bit_identical += same
+        print("%-56s %s: loss %.2g, grad norm %.2g, worst tensor %.2g (%s)%s"
+              % (name, "ok" if ok else "FAIL", differences[0],
+                 differences[1], tensor_error, tensor,
+                 ", bit-identical weights" if same else ""))
+    print("%d runs (%d layouts covering all %d pairs, 2 models), largest "
+          "relative differences: loss %.2g, grad norm %.2g, per-tensor "
+          "weights %.2g; %d bit-identical" % (count, len(chosen), pairs,
+                                             worst[0], worst[1], worst[2],
+                                             bit_identical), file=sys.stderr)
+    if failures:
+        sys.exit("%d of %d runs differ from the one-rank run"
+                 % (failures, count))
+    print("%d runs: losses, gradient norms and every saved tensor equal to "
+          "the one-rank run within %g relative" % (count, TOLERANCE))
+
+
+def gpu_prepare(tools, model_dir, data, work, chosen):
+    gpu = os.path.join(work, "gpu")
+    os.makedirs(gpu, exist_ok=True)
+    cache, lines = {}, []
+    for model_name, model_flags, layout, name in runs(chosen):
+        one_logs, _ = reference(tools, model_dir, data, work, model_name,
+                                model_flags, layout, cache)
+        with open(os.path.join(gpu, name + ".reference.jsonl"), "w") as f:
+            for record in one_logs:
+                f.write(json.dumps(record) + "\n")
+        model, flags = run_flags(tools[0], model_dir, work, model_name,
+                                 model_flags, layout, name)
+        matrix.run([tools[0], model] + flags +
+                   ["--bf16", "-o", os.path.join(gpu, name + ".mtb")],
+                   os.path.join(work, name + ".gpu-compile.log"))
+        lines.append(
+            '"$TRAIN" %s.mtb --backend cuda --in-process-ranks --data-path '
+            '"$DATA" %s --log-jsonl "$OUT/%s.jsonl" > "$OUT/%s.log" 2>&1 || '
+            'echo "%s: exit $?"' % (name, " ".join(matrix.TRAIN), name, name,
+                                    name))
+    with open(os.path.join(gpu, "runs.sh"), "w") as f:
+        f.write("# composed-layouts.py --gpu-prepare: every run on the GPU\n"
+                "set -u\n" + "\n".join(lines) + "\n")
+    print("%d GPU runs in %s/runs.sh" % (len(lines), gpu))
+
+
+def gpu_compare(work, out, chosen):
+    failures = count = 0
+    for _, _, _, name in runs(chosen):
+        count += 1
+        logs = []
+        path = os.path.join(out, name + ".jsonl")
+        if os.path.exists(path):
+            with open(path) as f:
+                logs = [json.loads(line) for line in f if line.strip()]
+        with open(os.path.join(work, "gpu", name + ".reference.jsonl")) as f:
+            one_logs = [json.loads(line) for line in f if line.strip()]
+        compared = matrix.compare_logs(one_logs, logs)
+        if compared is None:
+            print("%-56s FAIL: %d log records, the one-rank run has %d"
+                  % (name, len(logs), len(one_logs)))
+            failures += 1
+            continue
+        ok = compared[0] <= BF16_LOSS and compared[1] <= BF16_NORM
+        failures += not ok
+        print("%-56s %s: loss %.2g, grad norm %.2g (bf16 on the GPU against "
+              "the host's float32)" % (name, "ok" if ok else "FAIL",
+                                       compared[0], compared[1]))
+    if failures:
+        sys.exit("%d of %d GPU runs differ from the host beyond bf16's "
+                 "tolerance" % (failures, count))
+    print("%d GPU runs: bf16 losses and gradient norms within %g and %g of "
+          "the host's float32 one-rank run" % (count, BF16_LOSS, BF16_NORM))
+
+
+def main():
+    args = sys.argv[1:]
+    mode = args.pop(0) if args and args[0].startswith("--gpu-") else None
+    pairs = check_design()
+    if mode == "--gpu-compare":
+        if len(args) < 2:
+            sys.exit(__doc__)
+        chosen = [l for l in LAYOUTS if len(args) == 2 or
+                  name_of(l) in args[2:]]
+        return gpu_compare(args[0], args[1], chosen)
+    if len(args) < 5:
+        sys.exit(__doc__)
+    compiler, trainer, model_dir, data, work = args[:5]
+    chosen = [l for l in LAYOUTS if len(args) == 5 or name_of(l) in args[5:]]
+    os.makedirs(work, exist_ok=True)
+    if mode == "--gpu-prepare":
+        return gpu_prepare((compiler, trainer), model_dir, data, work, chosen)
+    if mode:
+        sys.exit(__doc__)
+    check_host((compiler, trainer), model_dir, data, work, chosen, pairs)
+
+
+if __name__ == "__main__":
+    main()
