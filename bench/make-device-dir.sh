@@ -66,7 +66,7 @@ done
   --tensor-model-parallel-size=2 --sequence-parallel \
   --use-distributed-optimizer -o "$b/tiny-gpt-dp2-tp2-sp-distopt.mtb"
 # CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
-# advance the micro-batch counter that keys it).
+# still consume the samples that key it).
 "$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \
   --attention-dropout=0 -o "$b/tiny-gpt-fp16-nodrop.mtb"
 # CudaPipelineTest: tiny-gpt with 4 layers (PP=2: two stages of two layers,

@@ -1041,7 +1041,9 @@ void ManifestReader::readGradientBuffers(const Json &json,
     for (size_t i = 0; i < out.parameters.size(); ++i) {
       size_t p = static_cast<size_t>(out.parameters[i]);
       listed[p] = true;
-      if (parameters[p].pipelineRank != out.pipelineRank)
+      // A table tied across stages is held, and reduced, on each rank of
+      // its embedding group.
+      if (!parameters[p].heldOnPipelineRank(out.pipelineRank))
         fail(index(member(at, "parameters"), i),
              "parameter " + std::to_string(p) + " ('" + parameters[p].name +
                  "') of pipeline rank " +
@@ -1051,7 +1053,7 @@ void ManifestReader::readGradientBuffers(const Json &json,
                  "gradients");
     }
     for (size_t p = 0; p < parameters.size(); ++p)
-      if (parameters[p].pipelineRank == out.pipelineRank && !listed[p])
+      if (parameters[p].heldOnPipelineRank(out.pipelineRank) && !listed[p])
         fail(member(at, "parameters"),
              "no entry for parameter " + std::to_string(p) + " ('" +
                  parameters[p].name + "') of pipeline rank " +

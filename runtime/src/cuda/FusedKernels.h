@@ -54,10 +54,10 @@ private:
   cudaLibrary_t library_ = nullptr;
   std::vector<cudaKernel_t> kernels_;
   bool fromPtx_ = false;
+  bool typeMask_ = false;
   bool sampleKeys_ = false;
   int64_t version_ = 0;
   std::string bundleName_;
-  bool typeMask_ = false;
 };
 
 } // namespace mtrt::cuda

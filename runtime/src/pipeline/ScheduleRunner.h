@@ -403,7 +403,7 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
     }
   }
   // Megatron-LM's embedding group all-reduce, after the last backward pass.
-  reduceTiedGradients(firstStep);
+  reduceTiedGradients(first.step);
   double loss = lossOverRanks("pipeline loss");
   computeSeconds_ += stages_.takeComputeSeconds();
   wallSeconds_ += since(start);
