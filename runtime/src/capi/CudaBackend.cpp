@@ -113,12 +113,7 @@ public:
                      uint64_t globalBatch) override {
     if (viewGiven_)
       parameters_.refreshBf16Copies();
-    return pipeline_->train(
-        [&](int64_t m) {
-          const BatchView &batch = batches[static_cast<size_t>(m)];
-          return std::pair(batch.tokens, batch.labels);
-        },
-        first, globalBatch);
+    return pipeline_->train(scheduleSource(batches), first, globalBatch);
   }
   void zeroGradients() override { parameters_.zeroGradients(); }
   void setLossScale(double scale) override {

@@ -67,12 +67,7 @@ public:
   double runSchedule(const std::vector<BatchView> &batches,
                      const MicroBatchKey &first,
                      uint64_t globalBatch) override {
-    return pipeline_->train(
-        [&](int64_t m) {
-          const BatchView &batch = batches[static_cast<size_t>(m)];
-          return std::pair(batch.tokens, batch.labels);
-        },
-        first, globalBatch);
+    return pipeline_->train(scheduleSource(batches), first, globalBatch);
   }
   void zeroGradients() override { parameters_.zeroGradients(pool_); }
   void setLossScale(double scale) override {

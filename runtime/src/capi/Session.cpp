@@ -425,6 +425,13 @@ void Session::setBatch(const mtrt_tensor_t &tokens,
   batch_ = std::move(next);
 }
 
+std::string Session::scheduleCount(const PipelineInfo &pipeline) const {
+  return "bundle '" + bundle_->name() + "''s pipeline schedule takes " +
+         std::to_string(pipeline.microBatches) +
+         " micro-batches per optimizer step, and " +
+         std::to_string(accumulated_) + " are accumulated: ";
+}
+
 double Session::accumulate() {
   if (!batch_.set)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
@@ -434,12 +441,7 @@ double Session::accumulate() {
     // apply, over a copy of each micro-batch taken now.
     if (accumulated_ == pipeline->microBatches)
       throw Error(MTRT_STATUS_FAILED_PRECONDITION,
-                  "bundle '" + bundle_->name() +
-                      "''s pipeline schedule takes " +
-                      std::to_string(pipeline->microBatches) +
-                      " micro-batches per optimizer step, and " +
-                      std::to_string(accumulated_) +
-                      " are accumulated: call mtrt_session_apply first");
+                  scheduleCount(*pipeline) + "call mtrt_session_apply first");
     size_t bytes = static_cast<size_t>(microBatch_ * seqLength_) *
                    dtypeSize(idType_);
     std::vector<uint8_t> &tokens = pendingTokens_.emplace_back(bytes);
@@ -472,12 +474,7 @@ mtrt_step_metrics_t Session::apply() {
   if (const PipelineInfo *pipeline = bundle_->pipeline()) {
     if (accumulated_ != pipeline->microBatches)
       throw Error(MTRT_STATUS_FAILED_PRECONDITION,
-                  "bundle '" + bundle_->name() +
-                      "''s pipeline schedule takes " +
-                      std::to_string(pipeline->microBatches) +
-                      " micro-batches per optimizer step, and " +
-                      std::to_string(accumulated_) +
-                      " are accumulated: accumulate " +
+                  scheduleCount(*pipeline) + "accumulate " +
                       std::to_string(pipeline->microBatches -
                                      accumulated_) +
                       " more (or compile the bundle with the global batch "

@@ -64,6 +64,9 @@ private:
   /// INVALID_ARGUMENT unless `tensor` lies in host memory or this session's
   /// device memory; returns whether it is device memory.
   bool checkMemory(const mtrt_tensor_t &tensor, const char *what) const;
+  /// "bundle 'b''s pipeline schedule takes M micro-batches per optimizer
+  /// step, and K are accumulated: ", the start of both count errors.
+  std::string scheduleCount(const PipelineInfo &pipeline) const;
 
   std::shared_ptr<const Bundle> bundle_;
   std::unique_ptr<comm::RankContext> rank_;

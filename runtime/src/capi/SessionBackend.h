@@ -11,7 +11,9 @@
 #include "train/Optimizer.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace mtrt::comm {
@@ -96,6 +98,16 @@ public:
   /// The CUDA stream everything runs on; nullptr on the host.
   virtual void *stream() = 0;
 };
+
+/// A pipeline schedule's source of micro-batch m's tokens and labels: the
+/// step's batches (host memory), which must outlive it.
+inline std::function<std::pair<host::TensorView, host::TensorView>(int64_t)>
+scheduleSource(const std::vector<BatchView> &batches) {
+  return [&batches](int64_t m) {
+    const BatchView &batch = batches[static_cast<size_t>(m)];
+    return std::pair(batch.tokens, batch.labels);
+  };
+}
 
 struct SessionBackendOptions {
   int device = 0;

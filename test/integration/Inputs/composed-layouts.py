@@ -248,6 +248,21 @@ def run_flags(compiler, model_dir, work, model_name, model_flags, layout,
                                           layout[6])
 
 
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def compare_or_report(name, one_logs, logs):
+    """matrix.compare_logs, printing the failure when the logs do not line
+    up (None then)."""
+    compared = matrix.compare_logs(one_logs, logs)
+    if compared is None:
+        print("%-56s FAIL: %d log records, the one-rank run has %d"
+              % (name, len(logs), len(one_logs)))
+    return compared
+
+
 def check_host(tools, model_dir, data, work, chosen, pairs):
     failures = count = bit_identical = 0
     worst = [0.0, 0.0, 0.0]
@@ -261,10 +276,8 @@ def check_host(tools, model_dir, data, work, chosen, pairs):
         logs, weights = matrix.train(tools, model, data, work, name, flags,
                                      ranks=True)
         count += 1
-        compared = matrix.compare_logs(one_logs, logs)
+        compared = compare_or_report(name, one_logs, logs)
         if compared is None:
-            print("%-56s FAIL: %d log records, the one-rank run has %d"
-                  % (name, len(logs), len(one_logs)))
             failures += 1
             continue
         tensor_error, tensor = matrix.compare_weights(one_weights, weights)
@@ -322,17 +335,12 @@ def gpu_compare(work, out, chosen):
     failures = count = 0
     for _, _, _, name in runs(chosen):
         count += 1
-        logs = []
         path = os.path.join(out, name + ".jsonl")
-        if os.path.exists(path):
-            with open(path) as f:
-                logs = [json.loads(line) for line in f if line.strip()]
-        with open(os.path.join(work, "gpu", name + ".reference.jsonl")) as f:
-            one_logs = [json.loads(line) for line in f if line.strip()]
-        compared = matrix.compare_logs(one_logs, logs)
+        logs = read_jsonl(path) if os.path.exists(path) else []
+        one_logs = read_jsonl(os.path.join(work, "gpu",
+                                           name + ".reference.jsonl"))
+        compared = compare_or_report(name, one_logs, logs)
         if compared is None:
-            print("%-56s FAIL: %d log records, the one-rank run has %d"
-                  % (name, len(logs), len(one_logs)))
             failures += 1
             continue
         ok = compared[0] <= BF16_LOSS and compared[1] <= BF16_NORM
