@@ -37,7 +37,6 @@ import importlib.util
 import json
 import os
 import struct
-import subprocess
 import sys
 
 TOLERANCE = 1e-6
@@ -46,25 +45,17 @@ TRAIN = ["--train-iters", "10", "--lr", "1e-3", "--adam-eps", "1e-6",
          "--eval-iters", "2", "--no-progress-bar"]
 
 
-def load_weights_reader():
+def load(name, file):
     here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location(
-        "compare_weights", os.path.join(here, "compare-weights.py"))
+    spec = importlib.util.spec_from_file_location(name,
+                                                  os.path.join(here, file))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.read
+    return module
 
 
-read_weights = load_weights_reader()
-
-
-def run(args, log):
-    with open(log, "w") as out:
-        result = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT)
-    if result.returncode != 0:
-        with open(log) as f:
-            sys.exit("%s failed (exit %d):\n%s"
-                     % (" ".join(args), result.returncode, f.read()[-2000:]))
+matrix = load("parallel_matrix", "parallel-matrix.py")
+run, read_weights = matrix.run, matrix.read_weights
 
 
 def train(tools, model, data, work, name, flags, ranks):
