@@ -417,6 +417,8 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
 OwningOpRef<ModuleOp> ModelBuilder::build() {
   OwningOpRef<ModuleOp> owned = ModuleOp::create(loc, model.name);
   module = *owned;
+  module->setAttr(mt::kModelAttrName,
+                  modelAttr(*builder.getContext(), config));
   builder.setInsertionPointToEnd(module.getBody());
   declareParameters();
   if (stages.size() > 1) {
@@ -432,6 +434,22 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   buildStep("eval_step", StepKind::Eval);
   buildStep("predict_step", StepKind::Predict);
   return owned;
+}
+
+mt::ModelAttr megatron::modelAttr(MLIRContext &context,
+                                  const CompileConfig &config) {
+  const ModelConfig &model = config.model;
+  StringRef precision = config.precision == Precision::BF16   ? "bf16"
+                        : config.precision == Precision::FP16 ? "fp16"
+                                                              : "fp32";
+  const ParallelConfig &parallel = config.parallel;
+  return mt::ModelAttr::get(
+      &context, model.name, model.numLayers, model.hiddenSize,
+      model.numAttentionHeads, model.queryGroups(), model.ffnSize(),
+      model.seqLength, model.vocabSize, config.paddedVocabSize(),
+      config.batch.microBatchSize, config.globalBatchSize(),
+      parallel.tensorModelParallelSize, parallel.pipelineModelParallelSize,
+      parallel.dataParallelSize, precision);
 }
 
 OwningOpRef<ModuleOp>

@@ -15,6 +15,7 @@
 #include "megatron/Target/Bundle.h"
 #include "mt/Transforms/Passes.h"
 
+#include "mlir/IR/AsmState.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -53,7 +54,10 @@ static cl::opt<EmitKind> emit(
     "emit", cl::desc("Print a stage of the compilation instead of a bundle"),
     cl::values(clEnumValN(EmitKind::Mlir, "mlir",
                           "the model-level (mt) IR: parameters, train_step, "
-                          "eval_step and predict_step"),
+                          "eval_step and predict_step, the model in the "
+                          "module attribute mt.model (docs/PassPipelines.md; "
+                          "--mlir-print-debuginfo keeps the layer locations "
+                          "recomputation needs)"),
                clEnumValN(EmitKind::Plan, "plan",
                           "the bundle's manifest (JSON): parameters and each "
                           "function's instruction stream")),
@@ -160,6 +164,8 @@ int main(int argc, char **argv) {
                                              : cl::ValueRequired,
         cl::cat(modelCategory)));
 
+  // --mlir-print-debuginfo and the other printing flags, for --emit mlir.
+  mlir::registerAsmPrinterCLOptions();
   cl::HideUnrelatedOptions({&compileCategory, &modelCategory});
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -346,11 +352,11 @@ int main(int argc, char **argv) {
       }
     }
     if (writesBundle)
-      return failed(writeBundle(*module, &*config, outputPath, pipeline)) ? 1
+      return failed(writeBundle(*module, outputPath, pipeline)) ? 1
                                                                           : 0;
     if (emit == EmitKind::Plan) {
       FailureOr<std::string> bundle =
-          serializeBundle(*module, &*config, pipeline);
+          serializeBundle(*module, pipeline);
       if (failed(bundle))
         return 1;
       // The manifest follows the 64-byte header; print it indented.

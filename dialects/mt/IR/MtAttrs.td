@@ -34,4 +34,70 @@ def Mt_LossReduction : I32EnumAttr<"LossReduction",
   let cppNamespace = "::mlir::mt";
 }
 
+class Mt_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Mt_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def Mt_ModelAttr : Mt_Attr<"Model", "model"> {
+  let summary = "The model, its batch, its parallel layout and its precision";
+  let description = [{
+    What a training program is for, beyond its ops: the module attribute
+    `mt.model` of a model-level module (`megatron-compile --emit mlir` writes
+    it) and of everything the pipelines make of it. The bundle writer records
+    it as the manifest's `model` section (docs/BundleFormat.md), which
+    megatron-train needs to feed and check batches; a module without it
+    still translates, to a bundle without a model section (kernel-level
+    tests), that megatron-train refuses.
+
+    The fields are Megatron-LM's names:
+    - `name`: the model's name, as the model file gives it;
+    - `num_layers`, `hidden_size`, `num_attention_heads`,
+      `num_query_groups` (equal to the heads without grouped-query
+      attention), `ffn_hidden_size`: the transformer's shape;
+    - `seq_length`: tokens per sample;
+    - `vocab_size` (the tokenizer's) and `padded_vocab_size` (the
+      embedding's rows, a multiple of `make_vocab_size_divisible_by` times
+      the tensor-parallel size);
+    - `micro_batch_size` (samples per rank and step), `global_batch_size`
+      (samples per iteration, a multiple of the micro-batch times the
+      data-parallel size);
+    - `tensor_model_parallel_size`, `pipeline_model_parallel_size`,
+      `data_parallel_size`: the layout the module is (or will be)
+      partitioned for; the bundle writer checks them against the
+      partitioned module's grid;
+    - `precision`: `"fp32"`, `"bf16"` or `"fp16"`.
+
+    Example:
+    ```mlir
+    module @"tiny-gpt" attributes {mt.model = #mt.model<name = "tiny-gpt",
+        num_layers = 2, hidden_size = 128, num_attention_heads = 4,
+        num_query_groups = 4, ffn_hidden_size = 512, seq_length = 128,
+        vocab_size = 256, padded_vocab_size = 256, micro_batch_size = 8,
+        global_batch_size = 8, tensor_model_parallel_size = 1,
+        pipeline_model_parallel_size = 1, data_parallel_size = 1,
+        precision = "fp32">} { ... }
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"the model's name">:$name,
+    "int64_t":$num_layers,
+    "int64_t":$hidden_size,
+    "int64_t":$num_attention_heads,
+    "int64_t":$num_query_groups,
+    "int64_t":$ffn_hidden_size,
+    "int64_t":$seq_length,
+    "int64_t":$vocab_size,
+    "int64_t":$padded_vocab_size,
+    "int64_t":$micro_batch_size,
+    "int64_t":$global_batch_size,
+    "int64_t":$tensor_model_parallel_size,
+    "int64_t":$pipeline_model_parallel_size,
+    "int64_t":$data_parallel_size,
+    StringRefParameter<"fp32, bf16 or fp16">:$precision
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // MT_ATTRS_TD

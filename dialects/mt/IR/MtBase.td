@@ -20,7 +20,12 @@ def Mt_Dialect : Dialect {
     Parameters are module-level symbols (`mt.parameter`) read inside functions
     with `mt.get_parameter`, so that differentiation, sharding and the
     optimizer can find every trainable tensor by name.
+
+    A module says what it trains in the attribute `mt.model`
+    (`#mt.model<...>`, below), which the bundle writer records.
   }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
 }
 
 class Mt_Op<string mnemonic, list<Trait> traits = []>

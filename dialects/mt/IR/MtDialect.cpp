@@ -4,16 +4,92 @@
 #include "mt/IR/MtOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace mlir::mt;
 
 #include "mt/IR/MtDialect.cpp.inc"
 #include "mt/IR/MtEnums.cpp.inc"
+#define GET_ATTRDEF_CLASSES
+#include "mt/IR/MtAttrDefs.cpp.inc"
 
 void MtDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "mt/IR/MtOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "mt/IR/MtAttrDefs.cpp.inc"
+      >();
+}
+
+// The same limits the runtime's manifest reader holds a model section to
+// (BundleManifest.cpp), so a module that verifies never makes a bundle the
+// runtime refuses.
+LogicalResult ModelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                StringRef name, int64_t numLayers,
+                                int64_t hiddenSize, int64_t numAttentionHeads,
+                                int64_t numQueryGroups, int64_t ffnHiddenSize,
+                                int64_t seqLength, int64_t vocabSize,
+                                int64_t paddedVocabSize, int64_t microBatchSize,
+                                int64_t globalBatchSize,
+                                int64_t tensorModelParallelSize,
+                                int64_t pipelineModelParallelSize,
+                                int64_t dataParallelSize, StringRef precision) {
+  if (name.empty())
+    return emitError() << "#mt.model: name is empty; give the model's name";
+  if (numLayers < 0)
+    return emitError() << "#mt.model: num_layers is " << numLayers
+                       << "; expected 0 or more";
+  std::pair<StringRef, int64_t> positive[] = {
+      {"hidden_size", hiddenSize},
+      {"num_attention_heads", numAttentionHeads},
+      {"num_query_groups", numQueryGroups},
+      {"ffn_hidden_size", ffnHiddenSize},
+      {"seq_length", seqLength},
+      {"vocab_size", vocabSize},
+      {"padded_vocab_size", paddedVocabSize},
+      {"micro_batch_size", microBatchSize},
+      {"global_batch_size", globalBatchSize},
+      {"tensor_model_parallel_size", tensorModelParallelSize},
+      {"pipeline_model_parallel_size", pipelineModelParallelSize},
+      {"data_parallel_size", dataParallelSize}};
+  for (auto [field, value] : positive)
+    if (value < 1)
+      return emitError() << "#mt.model: " << field << " is " << value
+                         << "; expected 1 or more";
+  if (paddedVocabSize < vocabSize)
+    return emitError() << "#mt.model: padded_vocab_size is " << paddedVocabSize
+                       << "; expected at least vocab_size (" << vocabSize
+                       << ")";
+  if (globalBatchSize % (microBatchSize * dataParallelSize) != 0)
+    return emitError() << "#mt.model: global_batch_size is " << globalBatchSize
+                       << "; expected a multiple of micro_batch_size * "
+                          "data_parallel_size ("
+                       << microBatchSize << " * " << dataParallelSize << ")";
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
+    return emitError() << "#mt.model: precision is \"" << precision
+                       << "\"; expected \"fp32\", \"bf16\" or \"fp16\"";
+  return success();
+}
+
+LogicalResult MtDialect::verifyOperationAttribute(Operation *op,
+                                                  NamedAttribute attribute) {
+  // The passes' own discardable attributes (mt.gradient, mt.recomputed,
+  // mt.pipeline_stage, ...) are checked where they are read.
+  if (attribute.getName() != kModelAttrName)
+    return success();
+  if (!isa<ModuleOp>(op))
+    return op->emitError() << "'" << kModelAttrName
+                           << "' belongs on the builtin module, not on '"
+                           << op->getName() << "'";
+  if (!isa<ModelAttr>(attribute.getValue()))
+    return op->emitError() << "'" << kModelAttrName
+                           << "' must be a #mt.model<...> attribute, not "
+                           << attribute.getValue();
+  return success();
 }

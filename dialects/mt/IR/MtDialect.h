@@ -10,4 +10,12 @@
 #include "mt/IR/MtDialect.h.inc"
 #include "mt/IR/MtEnums.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "mt/IR/MtAttrDefs.h.inc"
+
+namespace mlir::mt {
+/// The module attribute that says what a module trains (ModelAttr).
+inline constexpr llvm::StringLiteral kModelAttrName = "mt.model";
+} // namespace mlir::mt
+
 #endif // MT_IR_MTDIALECT_H

@@ -122,6 +122,14 @@ FailureOr<int64_t> mt::recomputeActivations(func::FuncOp function,
   for (Operation &op : body)
     if (std::optional<LayerTag> tag = getLayerTag(op.getLoc()))
       firstLayer = std::min(firstLayer, tag->layer);
+  if (firstLayer == std::numeric_limits<int64_t>::max() &&
+      policy.granularity != RecomputeGranularity::None)
+    return function.emitOpError()
+           << "has no op with a layer location (\"layers.<i>\", "
+              "mt/IR/MtLayerLocations.h), which recomputation segments by; "
+              "the front end writes them, but printed IR keeps them only "
+              "with --mlir-print-debuginfo (megatron-compile --emit mlir "
+              "--mlir-print-debuginfo)";
 
   // Candidates per segment: forward ops with results, but not parameter
   // views (they cost no memory).

@@ -4,6 +4,7 @@
 #define MEGATRON_FRONTEND_MODELBUILDER_H
 
 #include "megatron/Frontend/CompileConfig.h"
+#include "mt/IR/MtDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -31,12 +32,20 @@ namespace megatron {
 /// tokens and embeds them, the last takes the previous stage's activation
 /// and the labels and returns the loss, the others map an activation
 /// (B x S x hidden, f32) to the next. There is no predict_step.
+///
+/// The module carries `mt.model` (modelAttr): what it trains, which the
+/// bundle writer records.
 struct StageLayers {
   int64_t firstLayer = 0, numLayers = 0;
 };
 mlir::OwningOpRef<mlir::ModuleOp>
 buildModelModule(mlir::MLIRContext &context, const CompileConfig &config,
                  llvm::ArrayRef<StageLayers> stages = {});
+
+/// The `#mt.model` attribute of `config`: the model's shape, batch, layout
+/// and precision, as the bundle's model section records them.
+mlir::mt::ModelAttr modelAttr(mlir::MLIRContext &context,
+                              const CompileConfig &config);
 
 } // namespace megatron
 

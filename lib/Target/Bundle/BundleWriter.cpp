@@ -44,18 +44,6 @@ static FailureOr<StringRef> dtypeName(Operation *op, Type type) {
                                                                  << ")";
 }
 
-static StringRef precisionName(Precision precision) {
-  switch (precision) {
-  case Precision::FP32:
-    return "fp32";
-  case Precision::BF16:
-    return "bf16";
-  case Precision::FP16:
-    return "fp16";
-  }
-  llvm_unreachable("unknown precision");
-}
-
 namespace {
 
 /// The generated kernels of a bundle's mt.fused groups: one per distinct
@@ -508,26 +496,65 @@ writeGradientBuffers(ModuleOp module,
   return std::optional<Array>(std::move(buffers));
 }
 
-static Object writeModel(const CompileConfig &config) {
-  const ModelConfig &model = config.model;
+static Object writeModel(mt::ModelAttr model) {
   return Object{
-      {"name", model.name},
-      {"num_layers", model.numLayers},
-      {"hidden_size", model.hiddenSize},
-      {"num_attention_heads", model.numAttentionHeads},
-      {"num_query_groups", model.queryGroups()},
-      {"ffn_hidden_size", model.ffnSize()},
-      {"seq_length", model.seqLength},
-      {"vocab_size", model.vocabSize},
-      {"padded_vocab_size", config.paddedVocabSize()},
-      {"micro_batch_size", config.batch.microBatchSize},
-      {"global_batch_size", config.globalBatchSize()},
-      {"tensor_model_parallel_size", config.parallel.tensorModelParallelSize},
-      {"pipeline_model_parallel_size",
-       config.parallel.pipelineModelParallelSize},
-      {"data_parallel_size", config.parallel.dataParallelSize},
-      {"precision", precisionName(config.precision)},
+      {"name", model.getName()},
+      {"num_layers", model.getNumLayers()},
+      {"hidden_size", model.getHiddenSize()},
+      {"num_attention_heads", model.getNumAttentionHeads()},
+      {"num_query_groups", model.getNumQueryGroups()},
+      {"ffn_hidden_size", model.getFfnHiddenSize()},
+      {"seq_length", model.getSeqLength()},
+      {"vocab_size", model.getVocabSize()},
+      {"padded_vocab_size", model.getPaddedVocabSize()},
+      {"micro_batch_size", model.getMicroBatchSize()},
+      {"global_batch_size", model.getGlobalBatchSize()},
+      {"tensor_model_parallel_size", model.getTensorModelParallelSize()},
+      {"pipeline_model_parallel_size", model.getPipelineModelParallelSize()},
+      {"data_parallel_size", model.getDataParallelSize()},
+      {"precision", model.getPrecision()},
   };
+}
+
+/// Checks that the module is partitioned for the layout `mt.model` names:
+/// its grid holds data x tensor parallel ranks, and a pipeline plan is
+/// given exactly when it names pipeline parallelism.
+static LogicalResult checkLayout(ModuleOp module, mt::ModelAttr model,
+                                 ArrayRef<shard::GridOp> grids,
+                                 int64_t pipelineSize, bool hasPipeline) {
+  int64_t tp = model.getTensorModelParallelSize();
+  int64_t dp = model.getDataParallelSize();
+  int64_t ranks = 1;
+  if (!grids.empty()) {
+    shard::GridOp grid = grids.front();
+    for (int64_t size : grid.getShape())
+      ranks *= size;
+  }
+  if (ranks != tp * dp) {
+    std::string partitioned =
+        grids.empty() ? std::string("not partitioned")
+                      : "partitioned for " + std::to_string(ranks) + " ranks";
+    return module.emitError()
+           << "cannot be written to a bundle: its mt.model names "
+           << "tensor_model_parallel_size " << tp << " x data_parallel_size "
+           << dp << " (" << tp * dp << " ranks), but the module is "
+           << partitioned
+           << "; run megatron-partition-pipeline with tensor-parallel-size="
+           << tp << " data-parallel-size=" << dp
+           << ", or correct the attribute";
+  }
+  int64_t pp = model.getPipelineModelParallelSize();
+  if ((pp > 1) != hasPipeline || (hasPipeline && pp != pipelineSize)) {
+    std::string plan =
+        hasPipeline
+            ? "the pipeline plan has " + std::to_string(pipelineSize) + " ranks"
+            : std::string("no pipeline plan is given");
+    return module.emitError()
+           << "cannot be written to a bundle: its mt.model names "
+           << "pipeline_model_parallel_size " << pp << ", but " << plan
+           << "; pipeline bundles come from megatron-compile";
+  }
+  return success();
 }
 
 /// Per parameter, the pipeline ranks whose stages read it, in increasing
@@ -559,8 +586,9 @@ pipelineRanks(ModuleOp module, int64_t pipelineSize) {
 }
 
 FailureOr<std::string>
-megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
+megatron::serializeBundle(ModuleOp module,
                           const llvm::json::Object *pipeline) {
+  auto model = module->getAttrOfType<mt::ModelAttr>(mt::kModelAttrName);
   // A pipeline adds its axis before the partition's grid axes.
   int64_t pipelineSize =
       pipeline ? pipeline->getInteger("size").value_or(1) : 1;
@@ -610,7 +638,7 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
   Array functions;
   FusedKernelTable kernels;
   mt::SideBufferOptions sideBuffers;
-  sideBuffers.mixedPrecision = config && config->precision == Precision::BF16;
+  sideBuffers.mixedPrecision = model && model.getPrecision() == "bf16";
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
         FunctionWriter(function, parameterIndex, axisShift, kernels,
@@ -626,12 +654,15 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
               {"producer", "megatron-compile"},
               {"parameters", std::move(parameters)},
               {"functions", std::move(functions)}};
-  if (config)
-    root["model"] = writeModel(*config);
   // Several ranks: the one device grid the partitioned program runs on.
   auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
   if (grids.size() > 1)
     return errorAt(grids[1], "a bundle runs on one device grid");
+  if (model) {
+    if (failed(checkLayout(module, model, grids, pipelineSize, pipeline)))
+      return failure();
+    root["model"] = writeModel(model);
+  }
   if (pipeline) {
     // [pp, dp, tp]: Megatron-LM's rank order, tensor-parallel ranks
     // adjacent, pipeline ranks farthest apart.
@@ -709,11 +740,9 @@ megatron::serializeBundle(ModuleOp module, const CompileConfig *config,
   return bytes;
 }
 
-LogicalResult megatron::writeBundle(ModuleOp module,
-                                   const CompileConfig *config,
-                                   StringRef path,
+LogicalResult megatron::writeBundle(ModuleOp module, StringRef path,
                                    const llvm::json::Object *pipeline) {
-  FailureOr<std::string> bytes = serializeBundle(module, config, pipeline);
+  FailureOr<std::string> bytes = serializeBundle(module, pipeline);
   if (failed(bytes))
     return failure();
   if (llvm::Error error =
@@ -732,7 +761,7 @@ void megatron::registerBundleTranslation() {
       "writes a module that went through megatron-training-pipeline as a "
       "training bundle (docs/BundleFormat.md)",
       [](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
-        FailureOr<std::string> bytes = serializeBundle(module, nullptr);
+        FailureOr<std::string> bytes = serializeBundle(module);
         if (failed(bytes))
           return failure();
         os << *bytes;

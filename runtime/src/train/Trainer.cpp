@@ -125,9 +125,10 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
 
   if (!bundle.hasModel())
     invalid("bundle '" + bundle.name() +
-            "' has no model section (it was translated from IR, not compiled "
-            "from a model file); compile the model with megatron-compile to "
-            "train it");
+            "' has no model section (it was translated from IR without the "
+            "module attribute mt.model); compile the model with "
+            "megatron-compile, or start from its --emit mlir, which carries "
+            "the attribute (docs/PassPipelines.md)");
   const ModelConfig &model = bundle.model();
   if (bundle.rankCount() > 1 && !rank_)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,

@@ -1,9 +1,10 @@
 """Checks that training logs (megatron-train --log-jsonl) agree bit for bit.
 
 Usage: same-losses.py REFERENCE.jsonl OTHER.jsonl...
-Compares each iteration's loss and gradient norm, as the exact numbers the
-log holds (JSON keeps every digit of a double), and fails naming the file,
-the iteration and both values at the first difference.
+Compares each iteration's loss and gradient norm (and the evaluation loss),
+as the exact numbers the log holds (JSON keeps every digit of a double), and
+fails naming the file, the iteration and both values at the first
+difference.
 """
 import json
 import sys
@@ -24,10 +25,13 @@ def main():
             sys.exit(f"{path}: {len(other)} iterations, the reference has "
                      f"{len(reference)}")
         for ref, got in zip(reference, other):
-            for key in ("loss", "grad_norm"):
-                if ref[key] != got[key]:
+            # Training records hold the loss and norm, evaluation records
+            # the evaluation loss.
+            for key in ("loss", "grad_norm", "eval_loss"):
+                if ref.get(key) != got.get(key):
                     sys.exit(f"{path}: iteration {ref['iteration']}: {key} "
-                             f"{got[key]!r}, the reference has {ref[key]!r}")
+                             f"{got.get(key)!r}, the reference has "
+                             f"{ref.get(key)!r}")
     print(f"{len(sys.argv) - 2} runs equal the reference bit for bit: "
           f"{len(reference)} iterations of losses and gradient norms")
 
