@@ -6,6 +6,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 
@@ -31,6 +32,113 @@ static std::string shapeOf(RankedTensorType type) {
   llvm::interleave(type.getShape(), os, "x");
   os << (type.getRank() ? "x" : "") << type.getElementType();
   return text;
+}
+
+/// Parameters used on sequence shards under sequence parallelism: the
+/// norms, the row-parallel layers' biases (added after the reduce-scatter)
+/// and the learned position embeddings (looked up for the rank's
+/// positions); their gradients are all-reduced over the tensor axis, as
+/// Megatron-LM all-reduces its sequence_parallel parameters.
+static bool usedOnSequenceShards(StringRef name) {
+  return name.contains("layernorm.") || name.contains(".ln_") ||
+         name.starts_with("model.norm.") ||
+         name.starts_with("transformer.ln_f.") ||
+         name.ends_with("attn.c_proj.bias") ||
+         name.ends_with("mlp.c_proj.bias") || name.ends_with("o_proj.bias") ||
+         name.ends_with("down_proj.bias") || name == "transformer.wpe.weight";
+}
+
+/// The parameter of each transformer layer that counts layers.
+static bool isLayerNorm(StringRef name) {
+  return name.contains(".input_layernorm.weight") ||
+         name.contains(".ln_1.weight");
+}
+
+static int64_t argumentElements(func::FuncOp function, StringRef name) {
+  for (unsigned i = 0; i < function.getNumArguments(); ++i)
+    if (auto attr = function.getArgAttrOfType<StringAttr>(i, "mt.name"))
+      if (attr.getValue() == name)
+        if (auto type =
+                dyn_cast<RankedTensorType>(function.getArgument(i).getType()))
+          return type.getNumElements();
+  return 0;
+}
+
+/// The step a pipeline stage function belongs to: "train_step" of
+/// train_step_stage3_backward.
+static StringRef stepOf(func::FuncOp function) {
+  StringRef name = function.getSymName();
+  return name.take_front(name.find("_stage"));
+}
+
+/// What of the decoder one function computes, for Megatron-LM's
+/// tensor-parallel analysis. A pipeline stage function (mt.pipeline_stage)
+/// holds its stage's layers only; the first stage the embedding, the last
+/// the output layer and the loss; a forward or backward half
+/// (mt-split-forward-backward) one direction. Its activations are the
+/// micro-batch's, whatever the stage receives.
+struct StepShape {
+  std::optional<int64_t> stage;
+  int64_t layers = 0, tokens = 0, sequenceShardGradientBytes = 0;
+  bool forward = true, backward = false, embedding = true,
+       outputLayer = true, hasLoss = false;
+};
+
+static StepShape stepShape(ModuleOp module, func::FuncOp function) {
+  StepShape shape;
+  llvm::StringSet<> layerNorms;
+  auto note = [&](StringRef parameter) {
+    if (isLayerNorm(parameter))
+      layerNorms.insert(parameter);
+  };
+  for (unsigned i = 0; i < function.getNumArguments(); ++i)
+    if (auto p = function.getArgAttrOfType<FlatSymbolRefAttr>(i, "mt.parameter"))
+      note(p.getValue());
+  for (unsigned i = 0; i < function.getNumResults(); ++i)
+    if (auto p = function.getResultAttrOfType<FlatSymbolRefAttr>(
+            i, "mt.gradient")) {
+      note(p.getValue());
+      shape.backward = true;
+      if (usedOnSequenceShards(p.getValue()))
+        shape.sequenceShardGradientBytes +=
+            bytesOf(cast<RankedTensorType>(function.getResultTypes()[i]));
+    }
+  function.walk([&](GetParameterOp get) { note(get.getName()); });
+  shape.layers = layerNorms.size();
+  shape.hasLoss = argumentElements(function, "labels") > 0;
+  shape.tokens = argumentElements(function, "tokens");
+  if (!shape.tokens)
+    shape.tokens = argumentElements(function, "labels");
+  auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+  if (!stage) {
+    if (!shape.tokens && function.getNumArguments() > 0)
+      if (auto ids =
+              dyn_cast<RankedTensorType>(function.getArgument(0).getType()))
+        shape.tokens = ids.getNumElements();
+    return shape;
+  }
+  shape.stage = stage.getInt();
+  StringRef name = function.getSymName();
+  if (name.ends_with("_forward"))
+    shape.backward = false;
+  if (name.ends_with("_backward"))
+    shape.forward = false;
+  // The stage's neighbours in the same step: the last stage number, and the
+  // micro-batch's tokens where this stage receives an activation.
+  int64_t last = 0;
+  for (auto other : module.getOps<func::FuncOp>()) {
+    auto otherStage =
+        other->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+    if (!otherStage || stepOf(other) != stepOf(function))
+      continue;
+    last = std::max(last, otherStage.getInt());
+    if (!shape.tokens)
+      shape.tokens = argumentElements(other, "tokens");
+  }
+  shape.embedding = *shape.stage == 0;
+  shape.outputLayer = *shape.stage == last;
+  shape.hasLoss |= shape.outputLayer && stepOf(function) != "predict_step";
+  return shape;
 }
 
 /// The once-per-iteration functions of mt-plan-gradient-reduction beside
@@ -84,6 +192,96 @@ static void printBufferPrediction(func::FuncOp function, int64_t dataRanks,
        << "; on a ring " << wire(2) << " per rank)\n";
 }
 
+/// Megatron-LM's tensor-parallel volume of `shape`, in bytes: an all-reduce
+/// of the [b, s, h] activation for each attention and MLP block per
+/// direction, for the vocabulary-parallel embedding's forward pass and for
+/// the output layer's input gradient; the cross-entropy's three [b, s]
+/// values (row maximum, sum of exponentials, target logit) or the logits'
+/// all-gather. Under sequence parallelism each all-reduce is a
+/// reduce-scatter of [b, s, h] and an all-gather of [b, s/t, h], except at
+/// the ends, where the embedding's reduce-scatter and the output layer's
+/// all-gather (and their gradients, an all-gather and a reduce-scatter)
+/// pair with the layers'; the backward pass all-reduces the gradients of
+/// the parameters used on sequence shards.
+static int64_t predictTensorBytes(const StepShape &shape, int64_t hidden,
+                                  int64_t vocabulary, int64_t tensorRanks,
+                                  bool sequenceParallel) {
+  int64_t activation = shape.tokens * hidden * 4;
+  int64_t forward = shape.forward, backward = shape.backward;
+  int64_t scatters = forward * (2 * shape.layers + shape.embedding) +
+                     backward * (2 * shape.layers + shape.outputLayer);
+  int64_t gathers = forward * (2 * shape.layers + shape.outputLayer) +
+                    backward * (2 * shape.layers + shape.embedding);
+  int64_t bytes = scatters * activation;
+  if (sequenceParallel)
+    bytes += gathers * activation / tensorRanks +
+             backward * shape.sequenceShardGradientBytes;
+  if (shape.forward && shape.outputLayer)
+    bytes += shape.hasLoss ? 3 * shape.tokens * 4
+                           : shape.tokens * (vocabulary / tensorRanks) * 4;
+  return bytes;
+}
+
+static const char kSequenceShardGradients[] =
+    "the gradients of the parameters used on sequence shards (norms, "
+    "row-parallel biases, position embeddings)";
+
+/// The terms of predictTensorBytes for a whole step.
+static void printStepTerms(const StepShape &shape, bool sequenceParallel,
+                           llvm::raw_ostream &os) {
+  bool training = shape.backward;
+  os << ": " << (training ? 4 : 2)
+     << (sequenceParallel ? " reduce-scatters of [b, s, h] and all-gathers "
+                            "of [b, s/t, h] per layer, "
+                          : " all-reduces of [b, s, h] per layer, ")
+     << (training ? 2 : 1)
+     << (training ? " for the vocabulary-parallel embedding and output layer"
+                  : " for the vocabulary-parallel embedding")
+     << (shape.hasLoss ? ", 3 of [b, s] for the cross-entropy"
+                       : ", the all-gather of the [b, s, v/t] logits");
+  if (sequenceParallel && training)
+    os << ", " << kSequenceShardGradients;
+}
+
+/// The terms of predictTensorBytes for a pipeline stage function.
+static void printStageTerms(const StepShape &shape, bool sequenceParallel,
+                            llvm::raw_ostream &os) {
+  os << " of stage " << *shape.stage << " (" << shape.layers
+     << (shape.layers == 1 ? " layer" : " layers") << ", the micro-batch's "
+     << shape.tokens << " tokens): ";
+  SmallVector<std::string> terms;
+  int64_t perLayer = 2 * (shape.forward + shape.backward);
+  if (shape.layers)
+    terms.push_back(std::to_string(perLayer) +
+                    (sequenceParallel
+                         ? " reduce-scatters of [b, s, h] and all-gathers of "
+                           "[b, s/t, h] per layer"
+                         : " all-reduces of [b, s, h] per layer"));
+  if (shape.forward && shape.embedding)
+    terms.push_back(sequenceParallel ? "the embedding's reduce-scatter"
+                                     : "1 for the vocabulary-parallel "
+                                       "embedding");
+  if (shape.forward && shape.outputLayer) {
+    if (sequenceParallel)
+      terms.push_back("the all-gather before the output layer");
+    terms.push_back(shape.hasLoss ? "3 of [b, s] for the cross-entropy"
+                                  : "the all-gather of the [b, s, v/t] "
+                                    "logits");
+  }
+  if (shape.backward && shape.outputLayer)
+    terms.push_back(sequenceParallel
+                        ? "the reduce-scatter of the output layer's input "
+                          "gradient"
+                        : "1 for the output layer's input gradient");
+  if (shape.backward && shape.embedding && sequenceParallel)
+    terms.push_back("the all-gather before the embedding's gradient");
+  if (shape.backward && sequenceParallel)
+    terms.push_back(kSequenceShardGradients);
+  if (terms.empty())
+    terms.push_back("nothing");
+  llvm::interleave(terms, os, ", ");
+}
+
 void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
   auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
   if (grids.empty()) {
@@ -96,30 +294,14 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
      << " (data x tensor); bytes per rank and per call of each step\n";
 
   // Megatron-LM's prediction needs the decoder's shape, which the parameter
-  // declarations and the tokens give.
-  int64_t layers = 0, hidden = 0, vocabulary = 0, sequenceShardBytes = 0,
-          gradientBytes = 0;
+  // declarations give; each function's layers and tokens are its own.
+  int64_t hidden = 0, vocabulary = 0;
   for (auto parameter : module.getOps<ParameterOp>()) {
     StringRef name = parameter.getSymName();
     if (name == "transformer.wte.weight" || name == "model.embed_tokens.weight")
       vocabulary = parameter.getTensorType().getDimSize(0);
-    // Parameters used on sequence shards under sequence parallelism: the
-    // norms, the row-parallel layers' biases (added after the
-    // reduce-scatter) and the learned position embeddings (looked up for
-    // the rank's positions); their gradients are all-reduced over the tensor
-    // axis, as Megatron-LM all-reduces its sequence_parallel parameters.
-    if (name.contains("layernorm.") || name.contains(".ln_") ||
-        name.starts_with("model.norm.") ||
-        name.starts_with("transformer.ln_f.") ||
-        name.ends_with("attn.c_proj.bias") ||
-        name.ends_with("mlp.c_proj.bias") || name.ends_with("o_proj.bias") ||
-        name.ends_with("down_proj.bias") || name == "transformer.wpe.weight")
-      sequenceShardBytes += parameter.getTensorType().getNumElements() * 4;
-    if (name.contains(".input_layernorm.weight") ||
-        name.contains(".ln_1.weight")) {
-      ++layers;
+    if (isLayerNorm(name))
       hidden = parameter.getTensorType().getDimSize(0);
-    }
   }
 
   // mt-plan-gradient-reduction moves the data-parallel gradient reduction
@@ -143,11 +325,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     if (function.isExternal())
       continue;
     os << "\n" << function.getSymName() << ":\n";
-    int64_t tensorBytes = 0, dataBytes = 0, index = 0, tokens = 0;
-    if (function.getNumArguments() > 0)
-      if (auto ids = dyn_cast<RankedTensorType>(function.getArgument(0).getType()))
-        tokens = ids.getNumElements();
-    gradientBytes = 0;
+    int64_t tensorBytes = 0, dataBytes = 0, index = 0, gradientBytes = 0;
     for (unsigned i = 0; i < function.getNumResults(); ++i)
       if (function.getResultAttr(i, "mt.gradient"))
         gradientBytes +=
@@ -181,49 +359,25 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       printBufferPrediction(function, grid[0], dataBytes, gradientBytesOf, os);
       continue;
     }
+    StepShape shape = stepShape(module, function);
     bool training = gradientBytes > 0;
-    bool hasLoss = function.getNumArguments() > 1 &&
-                   function.getArgAttr(1, "mt.name") ==
-                       StringAttr::get(module.getContext(), "labels");
-    // Per layer, the attention and MLP blocks' all-reduces (twice in
-    // training); the vocabulary-parallel embedding's all-reduce (and the
-    // output layer's in the backward pass); the cross-entropy's row maximum,
-    // sum of exponentials and target logit, or the logits' all-gather of a
-    // step that returns them.
-    // Under sequence parallelism each of those all-reduces is a
-    // reduce-scatter of [b, s, h] and an all-gather of [b, s/t, h], and the
-    // gradients of the parameters used on sequence shards are all-reduced.
     bool sequenceParallel = false;
     function.walk([&](shard::ReduceScatterOp scatter) {
       sequenceParallel |= llvm::is_contained(scatter.getGridAxes(), kTensorAxis);
     });
-    int64_t activation = tokens * hidden * 4;
-    int64_t perAllReduce =
-        sequenceParallel ? activation + activation / tensorRanks : activation;
     int64_t predictedTensor =
-        tensorRanks > 1
-            ? ((training ? 4 : 2) * layers + (training ? 2 : 1)) *
-                      perAllReduce +
-                  (hasLoss ? 3 * tokens * 4
-                           : tokens * (vocabulary / tensorRanks) * 4) +
-                  (sequenceParallel && training ? sequenceShardBytes : 0)
-            : 0;
+        tensorRanks > 1 ? predictTensorBytes(shape, hidden, vocabulary,
+                                             tensorRanks, sequenceParallel)
+                        : 0;
     os << "  tensor-parallel: " << tensorBytes
-       << " bytes (Megatron-LM's analysis: " << (training ? 4 : 2)
-       << (sequenceParallel ? " reduce-scatters of [b, s, h] and all-gathers "
-                              "of [b, s/t, h] per layer, "
-                            : " all-reduces of [b, s, h] per layer, ")
-       << (training ? 2 : 1)
-       << (training ? " for the vocabulary-parallel embedding and output layer"
-                    : " for the vocabulary-parallel embedding")
-       << (hasLoss ? ", 3 of [b, s] for the cross-entropy"
-                   : ", the all-gather of the [b, s, v/t] logits")
-       << (sequenceParallel && training
-               ? ", the gradients of the parameters used on sequence shards "
-                 "(norms, row-parallel biases, position embeddings)"
-               : "")
-       << " = " << predictedTensor << ")\n";
-    if (training && reducesOnce) {
+       << " bytes (Megatron-LM's analysis";
+    if (shape.stage)
+      printStageTerms(shape, sequenceParallel, os);
+    else
+      printStepTerms(shape, sequenceParallel, os);
+    os << " = " << predictedTensor << ")\n";
+    bool deferred = shape.stage ? stepOf(function) == "train_step" : training;
+    if (deferred && reducesOnce) {
       std::string reduce = "reduce_gradients";
       if (auto stage =
               function->getAttrOfType<IntegerAttr>("mt.pipeline_stage"))

@@ -637,6 +637,8 @@ void Session::saveCheckpoint(const std::string &directory) {
   state.modelName = model.name;
   state.vocabSize = model.vocabSize;
   state.paddedVocabSize = model.paddedVocabSize;
+  state.numAttentionHeads = model.numAttentionHeads;
+  state.numQueryGroups = model.numQueryGroups;
   train::saveCheckpoint(directory, state, tensors,
                         rank_ ? &rank_->world() : nullptr);
 }
@@ -653,8 +655,12 @@ void Session::loadCheckpoint(const std::string &directory) {
                     " and no iter_NNNNNNN directory); write one with "
                     "mtrt_session_save_checkpoint or megatron-train --save");
   train::CheckpointManifest manifest = train::readCheckpointManifest(*found);
-  std::string differences = train::optimizerDifferences(
-      manifest.state.optimizer, train::optimizerState(optimizer_));
+  // Iteration 0 (megatron-checkpoint import-hf) has no schedule to continue.
+  std::string differences =
+      manifest.state.iteration > 0
+          ? train::optimizerDifferences(manifest.state.optimizer,
+                                        train::optimizerState(optimizer_))
+          : "";
   if (!differences.empty())
     invalid("checkpoint '" + *found +
             "': the optimizer's hyper-parameters differ: " + differences +

@@ -151,7 +151,9 @@ Json stateJson(const CheckpointState &s) {
         {"sha256", s.bundleSha256},
         {"model", s.modelName},
         {"vocab_size", s.vocabSize},
-        {"padded_vocab_size", s.paddedVocabSize}}},
+        {"padded_vocab_size", s.paddedVocabSize},
+        {"num_attention_heads", s.numAttentionHeads},
+        {"num_query_groups", s.numQueryGroups}}},
       {"random",
        {{"generator", "counter-based, keyed on (seed, micro_step, element)"},
         {"seed", s.seed},
@@ -253,6 +255,10 @@ CheckpointState readState(const ManifestReader &r, const Json &j) {
   s.modelName = r.string(bundle, "model", "bundle");
   s.vocabSize = r.integer(bundle, "vocab_size", "bundle");
   s.paddedVocabSize = r.integer(bundle, "padded_vocab_size", "bundle");
+  if (bundle.contains("num_attention_heads"))
+    s.numAttentionHeads = r.integer(bundle, "num_attention_heads", "bundle");
+  if (bundle.contains("num_query_groups"))
+    s.numQueryGroups = r.integer(bundle, "num_query_groups", "bundle");
   const Json &random = r.at(j, "random", "manifest");
   s.seed = static_cast<uint64_t>(r.integer(random, "seed", "random"));
   s.microStep = static_cast<uint64_t>(r.integer(random, "micro_step", "random"));

@@ -82,6 +82,10 @@ struct CheckpointState {
 
   std::string bundleName, bundleSha256, modelName;
   int64_t vocabSize = 0, paddedVocabSize = 0;
+  /// The attention's heads and key/value groups, which order GPT-2's fused
+  /// c_attn columns (export-hf restores Hugging Face's order with them); 0
+  /// in manifests written before they were recorded.
+  int64_t numAttentionHeads = 0, numQueryGroups = 0;
 };
 
 /// One file of a checkpoint and what the manifest records of it.

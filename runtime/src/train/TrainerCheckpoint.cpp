@@ -217,6 +217,8 @@ CheckpointState Trainer::checkpointState(int64_t iteration,
   state.modelName = model.name;
   state.vocabSize = model.vocabSize;
   state.paddedVocabSize = model.paddedVocabSize;
+  state.numAttentionHeads = model.numAttentionHeads;
+  state.numQueryGroups = model.numQueryGroups;
   return state;
 }
 
@@ -285,24 +287,18 @@ void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
   const CheckpointState &saved = manifest.state;
   CheckpointState current = checkpointState(saved.iteration, 0);
   std::string where = "--load: checkpoint '" + *found + "'";
-  if (saved.seed != current.seed)
+  // A checkpoint of iteration 0 (megatron-checkpoint import-hf) has no data
+  // order, dropout stream or schedule to continue: any run starts from it.
+  bool continues = saved.iteration > 0;
+  if (continues && saved.seed != current.seed)
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 where + " was trained with --seed " +
                     std::to_string(saved.seed) + ", this run has --seed " +
                     std::to_string(current.seed) +
                     " (the seed fixes the data order and dropout); pass "
                     "--seed " + std::to_string(saved.seed) + " to resume");
-  std::string differences;
-  for (auto [key, flag] : kHyperParameterFlags) {
-    const nlohmann::json *was =
-        saved.optimizer.contains(key) ? &saved.optimizer[key] : nullptr;
-    const nlohmann::json &now = current.optimizer[key];
-    if (!was || *was != now)
-      differences += std::string(differences.empty() ? "" : "; ") + key +
-                     " is " + (was ? was->dump() : "absent") +
-                     " in the checkpoint and " + now.dump() + " here (" +
-                     flag + ")";
-  }
+  std::string differences =
+      continues ? optimizerDifferences(saved.optimizer, current.optimizer) : "";
   if (!differences.empty())
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 where + ": the optimizer's hyper-parameters differ: " +

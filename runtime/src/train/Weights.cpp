@@ -67,31 +67,42 @@ struct Resolved {
   std::string name; // the name it was read as
 };
 
-/// GPT-2's fused c_attn: Hugging Face stores its columns as [q | k | v]; the
-/// bundle stores them per query group (the group's query heads, its key, its
-/// value), Megatron-LM's layout, so that a tensor-parallel column split gives
-/// each rank whole groups.
+/// For each column of the bundle's per-group layout, the column of Hugging
+/// Face's [q | k | v] it holds; the bundle's heads and groups must divide
+/// the parameter's columns.
+std::vector<int64_t> qkvColumnsFromHuggingFace(const Bundle &bundle,
+                                               const Parameter &p) {
+  const ModelConfig &model = bundle.model();
+  const int64_t columns = p.type.shape.empty() ? 0 : p.type.shape.back();
+  std::optional<std::vector<int64_t>> from = fusedQkvColumnsFromHuggingFace(
+      model.numAttentionHeads, model.numQueryGroups, columns);
+  if (!from)
+    invalid("parameter '" + p.name + "' of bundle '" + bundle.name() +
+            "' has " + std::to_string(columns) +
+            " columns, which is not (num_attention_heads + 2 * "
+            "num_query_groups) * head_dim for the bundle's " +
+            std::to_string(model.numAttentionHeads) + " heads and " +
+            std::to_string(model.numQueryGroups ? model.numQueryGroups
+                                                : model.numAttentionHeads) +
+            " query groups; recompile the bundle with megatron-compile");
+  return *from;
+}
+
+} // namespace
+
 bool isFusedQkv(std::string_view name) {
   return matchesLayer(name, "transformer.h.", ".attn.c_attn.weight") ||
          matchesLayer(name, "transformer.h.", ".attn.c_attn.bias");
 }
 
-/// For each column of the bundle's per-group layout, the column of Hugging
-/// Face's [q | k | v] it holds.
-std::vector<int64_t> qkvColumnsFromHuggingFace(const Bundle &bundle,
-                                               const Parameter &p) {
-  const ModelConfig &model = bundle.model();
-  const int64_t heads = model.numAttentionHeads;
-  const int64_t groups = model.numQueryGroups ? model.numQueryGroups : heads;
-  const int64_t columns = p.type.shape.empty() ? 0 : p.type.shape.back();
+std::optional<std::vector<int64_t>>
+fusedQkvColumnsFromHuggingFace(int64_t heads, int64_t groups,
+                               int64_t columns) {
+  if (groups == 0)
+    groups = heads;
   if (heads <= 0 || groups <= 0 || heads % groups != 0 ||
       columns % (heads + 2 * groups) != 0)
-    invalid("parameter '" + p.name + "' of bundle '" + bundle.name() +
-            "' has " + std::to_string(columns) +
-            " columns, which is not (num_attention_heads + 2 * "
-            "num_query_groups) * head_dim for the bundle's " +
-            std::to_string(heads) + " heads and " + std::to_string(groups) +
-            " query groups; recompile the bundle with megatron-compile");
+    return std::nullopt;
   const int64_t headDim = columns / (heads + 2 * groups);
   const int64_t perGroup = heads / groups;
   const int64_t groupWidth = (perGroup + 2) * headDim;
@@ -109,9 +120,6 @@ std::vector<int64_t> qkvColumnsFromHuggingFace(const Bundle &bundle,
   return from;
 }
 
-/// Reorders the columns (last dimension) of `values`: column c of the result
-/// is column from[c] of the input when `gather`, and the other way round
-/// otherwise.
 template <typename T>
 void permuteColumns(T *values, int64_t count,
                     const std::vector<int64_t> &from, bool gather) {
@@ -127,8 +135,10 @@ void permuteColumns(T *values, int64_t count,
     }
   }
 }
-
-} // namespace
+template void permuteColumns<float>(float *, int64_t,
+                                    const std::vector<int64_t> &, bool);
+template void permuteColumns<double>(double *, int64_t,
+                                     const std::vector<int64_t> &, bool);
 
 bool isVocabularyTable(std::string_view name) {
   return name == kEmbeddingNames[0] || name == kEmbeddingNames[1] ||

@@ -7,6 +7,8 @@
 #include "core/Safetensors.h"
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +36,28 @@ struct WeightsLoadReport {
 /// padded by the compiler to padded_vocab_size as Megatron-LM does:
 /// transformer.wte.weight, model.embed_tokens.weight and lm_head.weight.
 bool isVocabularyTable(std::string_view name);
+
+/// Whether `name` is GPT-2's fused transformer.h.N.attn.c_attn (weight or
+/// bias): Hugging Face stores its columns as [q | k | v]; bundles and
+/// checkpoints store them per query group (the group's query heads, its
+/// key, its value), Megatron-LM's layout, so that a tensor-parallel column
+/// split gives each rank whole groups.
+bool isFusedQkv(std::string_view name);
+
+/// For each of `columns` columns of the per-group layout of `heads` query
+/// heads in `groups` key/value groups (0: one per head), the column of
+/// Hugging Face's [q | k | v] it holds; nullopt when they do not divide
+/// `columns` as (heads + 2 * groups) * head_dim.
+std::optional<std::vector<int64_t>>
+fusedQkvColumnsFromHuggingFace(int64_t heads, int64_t groups, int64_t columns);
+
+/// Reorders the columns (last dimension) of the `count` row-major `values`:
+/// column c of the result is column from[c] of the input when `gather`
+/// (Hugging Face's to the per-group layout), and the other way round
+/// otherwise.
+template <typename T>
+void permuteColumns(T *values, int64_t count, const std::vector<int64_t> &from,
+                    bool gather);
 
 /// Whether `name` is one of the buffers Hugging Face saves with a model
 /// that are not parameters: GPT-2's transformer.h.N.attn.bias and

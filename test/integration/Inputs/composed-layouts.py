@@ -60,13 +60,16 @@ the saved weights are the reference's bits; exits 1 if any run differs.
 Naming layouts (e.g. pp2-1f1b-tp2-sp-dp2-distopt-selective) runs only
 those.
 """
-import importlib.util
 import itertools
 import json
 import os
-import re
-import subprocess
 import sys
+
+from layout_runs import (GLOBAL_BATCH, MODELS, matrix, micro_batch,
+                         model_difference, name_of, run_flags)
+
+# The GPU check's training flags: the last --lr wins.
+GPU_TRAIN = matrix.TRAIN + ["--lr", "1e-4"]
 
 TOLERANCE = 1e-5
 BF16_LOSS, BF16_NORM = 2e-2, 5e-2
@@ -104,41 +107,6 @@ FACTORS = {
     "distopt": (False, True),
     "recompute": ("none", "selective", "full", "auto"),
 }
-# Each model at 8 layers, made small enough for two cores.
-MODELS = {
-    "tiny-gpt": ["--num-layers", "8", "--seq-length", "64",
-                 "--max-position-embeddings", "64"],
-    "tiny-llama": ["--num-layers", "8", "--seq-length", "64"],
-}
-GLOBAL_BATCH = 8
-
-
-def load(name, file):
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location(name,
-                                                  os.path.join(here, file))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-matrix = load("parallel_matrix", "parallel-matrix.py")
-# The GPU check's training flags: the last --lr wins.
-GPU_TRAIN = matrix.TRAIN + ["--lr", "1e-4"]
-
-
-def model_difference(one, other):
-    """||one - other|| / ||one|| over every tensor of the model."""
-    if sorted(one) != sorted(other):
-        return float("inf")
-    norm = error = 0.0
-    for name in one:
-        x, y = one[name][2], other[name][2]
-        if one[name][0] != other[name][0]:
-            return float("inf")
-        norm += sum(a * a for a in x)
-        error += sum((a - b) ** 2 for a, b in zip(x, y))
-    return (error / max(norm, 1e-60)) ** 0.5
 
 
 def feasible(layout):
@@ -168,64 +136,6 @@ def check_design():
     return len(needed)
 
 
-def name_of(layout):
-    pp, schedule, tp, sp, dp, dist, recompute = layout
-    return "pp%d-%s-tp%d%s-dp%d%s-%s" % (pp, schedule, tp,
-                                         "-sp" if sp else "", dp,
-                                         "-distopt" if dist else "", recompute)
-
-
-def micro_batch(layout):
-    return 2 if layout[0] == 2 else 1
-
-
-def layout_flags(layout):
-    pp, schedule, tp, sp, dp, dist, _ = layout
-    flags = ["--pipeline-model-parallel-size", str(pp),
-             "--pipeline-schedule", schedule,
-             "--tensor-model-parallel-size", str(tp),
-             "--data-parallel-size", str(dp),
-             "--micro-batch-size", str(micro_batch(layout)),
-             "--global-batch-size", str(GLOBAL_BATCH)]
-    if schedule == "interleaved":
-        flags += ["--virtual-pipeline-model-parallel-size", "2"]
-    if sp:
-        flags.append("--sequence-parallel")
-    if dist:
-        flags.append("--use-distributed-optimizer")
-    return flags
-
-
-def largest_total(compiler, model, flags, work, name):
-    """The largest per-rank total of --report memory, in bytes."""
-    log = os.path.join(work, name + ".memory.txt")
-    matrix.run([compiler, model] + flags + ["--report", "memory"], log)
-    with open(log) as f:
-        totals = [int(m.group(1)) for m in
-                  re.finditer(r"^\s*total\s+(\d+)", f.read(), re.M)]
-    if not totals:
-        sys.exit("%s: --report memory printed no total" % log)
-    return max(totals)
-
-
-def recompute_flags(compiler, model, flags, work, name, recompute):
-    if recompute == "none":
-        return []
-    if recompute == "selective":
-        return ["--recompute-granularity", "selective"]
-    if recompute == "full":
-        return ["--recompute-granularity", "full", "--recompute-method",
-                "uniform", "--recompute-num-layers", "1"]
-    plain = largest_total(compiler, model, flags, work, name + "-none")
-    selective = largest_total(
-        compiler, model, flags + ["--recompute-granularity", "selective"],
-        work, name + "-selective")
-    if selective >= plain:
-        sys.exit("%s: selective recomputation saves nothing (%d >= %d "
-                 "bytes), so no budget forces it" % (name, selective, plain))
-    return ["--memory-budget", str((plain + selective) // 2)]
-
-
 def runs(chosen):
     """(model name, model flags, layout, run name) of every run."""
     for model_name, model_flags in MODELS.items():
@@ -248,14 +158,6 @@ def reference(tools, model_dir, data, work, model_name, model_flags, layout,
                            "--global-batch-size", str(GLOBAL_BATCH)],
             ranks=False, extra=extra)
     return cache[key]
-
-
-def run_flags(compiler, model_dir, work, model_name, model_flags, layout,
-              name):
-    model = os.path.join(model_dir, model_name + ".yaml")
-    flags = model_flags + layout_flags(layout)
-    return model, flags + recompute_flags(compiler, model, flags, work, name,
-                                          layout[6])
 
 
 def read_jsonl(path):
