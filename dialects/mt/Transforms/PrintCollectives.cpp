@@ -191,8 +191,11 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     // sum of exponentials and target logit, or the logits' all-gather of a
     // step that returns them.
     // Under sequence parallelism each of those all-reduces is a
-    // reduce-scatter of [b, s, h] and an all-gather of [b, s/t, h], and the
-    // gradients of the parameters used on sequence shards are all-reduced.
+    // reduce-scatter of [b, s, h] and an all-gather of [b, s/t, h], the
+    // gradients of the parameters used on sequence shards are all-reduced,
+    // and the backward pass gathers the inputs of the column-parallel layers
+    // (QKV, the MLP's first, the output layer) again for their weight
+    // gradients (mt-regather-in-backward).
     bool sequenceParallel = false;
     function.walk([&](shard::ReduceScatterOp scatter) {
       sequenceParallel |= llvm::is_contained(scatter.getGridAxes(), kTensorAxis);
@@ -206,7 +209,10 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
                       perAllReduce +
                   (hasLoss ? 3 * tokens * 4
                            : tokens * (vocabulary / tensorRanks) * 4) +
-                  (sequenceParallel && training ? sequenceShardBytes : 0)
+                  (sequenceParallel && training
+                       ? sequenceShardBytes + (2 * layers + (hasLoss ? 1 : 0)) *
+                                                  (activation / tensorRanks)
+                       : 0)
             : 0;
     os << "  tensor-parallel: " << tensorBytes
        << " bytes (Megatron-LM's analysis: " << (training ? 4 : 2)
@@ -220,7 +226,10 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
                    : ", the all-gather of the [b, s, v/t] logits")
        << (sequenceParallel && training
                ? ", the gradients of the parameters used on sequence shards "
-                 "(norms, row-parallel biases, position embeddings)"
+                 "(norms, row-parallel biases, position embeddings), the "
+                 "all-gathers of [b, s/t, h] repeated in the backward pass "
+                 "for the column-parallel layers' weight gradients (2 per "
+                 "layer, 1 for the output layer)"
                : "")
        << " = " << predictedTensor << ")\n";
     if (training && reducesOnce) {
