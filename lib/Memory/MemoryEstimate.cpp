@@ -122,8 +122,9 @@ static void addSaved(Operation *definingOp, int64_t bytes,
     estimate.savedOtherBytes += bytes;
 }
 
-/// A pipeline rank: its stages' functions each run in its own arena, and
-/// the stash of the micro-batches in flight lives besides.
+/// A pipeline rank: its stage functions (forward, backward, eval) run one at
+/// a time in one arena, as large as the largest of theirs; the stash of the
+/// micro-batches in flight lives besides.
 static MemoryEstimate estimatePipelineRank(ModuleOp module,
                                            const CompileConfig &config,
                                            const PipelinePlan &plan,
@@ -148,17 +149,21 @@ static MemoryEstimate estimatePipelineRank(ModuleOp module,
       eval.push_back(step);
   }
   countWeights(train, eval, config, storage, estimate);
+  auto share = [&](const mt::FunctionMemoryPlan &arena) {
+    if (arena.arenaBytes <= estimate.arenaBytes)
+      return;
+    estimate.arenaBytes = arena.arenaBytes;
+    estimate.peakSideBufferBytes = arena.peakSideBufferBytes;
+  };
   for (func::FuncOp function : train) {
     mt::FunctionMemoryPlan arena = mt::planFunctionMemory(function, storage);
-    estimate.arenaBytes += arena.arenaBytes;
-    estimate.peakSideBufferBytes += arena.peakSideBufferBytes;
+    share(arena);
     estimate.numInstructions += arena.numInstructions;
     estimate.inPlaceResults += arena.numInPlace;
     countRecomputed(function, estimate);
   }
   for (func::FuncOp function : eval)
-    estimate.evalArenaBytes +=
-        mt::planFunctionMemory(function, storage).arenaBytes;
+    share(mt::planFunctionMemory(function, storage));
   // One micro-batch's stash by layer: the forward's results but the output.
   for (func::FuncOp forward : forwards) {
     auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());

@@ -13,15 +13,31 @@
 //   embedding table V h (twice when untied); biases and learned positions are
 //   left out. The most loaded rank holds L/pp layers and the table, over tp.
 // - Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation
-//   in Large Transformer Models", Table 2, generalized to any ffn size): one
-//   layer saves s b h (18 + 4 f/h) bytes of 16-bit activations and 1-byte
-//   dropout masks, and 5 a s^2 b more for the attention scores, softmax and
-//   its dropout mask unless selective recomputation drops them; a layer
-//   under full recomputation keeps only its 16-bit input, 2 s b h. Add the
-//   embedding's input and dropout mask (8 s b + s b h) and the output layer's
-//   and loss's inputs (4 s b h (1 + V/h)); with sequence parallelism
-//   everything divides by tp. Megatron-LM prints the activation figure only
-//   for selective recomputation with sequence parallelism.
+//   in Large Transformer Models", Section 4.1 and Table 2), 16-bit
+//   activations and 1-byte dropout masks, in units of s b h bytes per layer,
+//   derived term by term as the paper derives GPT's 34 (layerTerms below):
+//   the two norms' inputs 4; the QKV projection's input 2; Q 2 and K, V
+//   2 g/a each (g key/value groups of a heads; rotary embeddings are applied
+//   to Q and K and keep nothing else); the output projection's input 2; the
+//   MLP's first linear's input 2; its activation's input and the second
+//   linear's input 4 f/h for GeLU, 6 f/h for SwiGLU (the first linear makes
+//   the gate and the up projection, 2 f, and the product, f, is the second
+//   linear's input); a 1-byte dropout mask after attention and after the MLP
+//   when hidden dropout is on, 2. GPT (g = a, f = 4h, dropout): 34;
+//   Llama-2-70B (g/a = 1/8, f = 3.5h, SwiGLU, no dropout): 33.5. Unless
+//   selective recomputation drops them, the attention core adds its softmax
+//   output 2 a s^2 b, and with attention dropout its mask and output,
+//   3 a s^2 b more. A layer under full recomputation keeps only its 16-bit
+//   input, 2 s b h. Add the embedding's input, 8 s b, and its dropout mask,
+//   s b h (with dropout), on the first stage, and the output layer's and the
+//   loss's inputs (4 s b h (1 + V/h)) on the last. Tensor parallelism
+//   divides Q, K, V, the projection's input, the MLP's inner terms, the
+//   attention core and the output layer's terms by tp; sequence parallelism
+//   divides the rest too (the norms', QKV and fc1 inputs, the masks, the
+//   embedding's terms, a full recomputation's checkpoint): Korthikanti et
+//   al.'s s b h (10 + 24/t + 5 a s/(h t)) and s b h (34 + 5 a s/h) / t for
+//   GPT. Megatron-LM prints the activation figure only for selective
+//   recomputation with sequence parallelism.
 // - Pipelines: Megatron-LM's figure is the first stage's, which holds L/p
 //   layers of p micro-batches under 1F1B (the embedding terms times p too),
 //   and the interleaved schedule multiplies it by 1 + (p - 1) / (p v). Here
@@ -67,6 +83,50 @@ struct RankShare {
   double inFlight = 1;
 };
 
+/// One term of a layer's activations, in s b h bytes; `split`: tensor
+/// parallelism splits it (over heads or the MLP's width) without sequence
+/// parallelism too.
+struct LayerTerm {
+  const char *name;
+  double sbh;
+  bool split;
+};
+
+/// Korthikanti et al.'s per-layer terms for `config`'s layer (the file
+/// comment derives them).
+llvm::SmallVector<LayerTerm> layerTerms(const ModelConfig &m) {
+  const double h = double(m.hiddenSize), a = double(m.numAttentionHeads);
+  const double g = double(m.queryGroups()), f = double(m.ffnSize());
+  bool gated = m.activation == Activation::Swiglu;
+  return {{"norm inputs", 4, false},
+          {"QKV input", 2, false},
+          {"Q", 2, true},
+          {"K, V", 4 * g / a, true},
+          {"projection input", 2, true},
+          {"fc1 input", 2, false},
+          {gated ? "SwiGLU input, fc2 input" : "GeLU input, fc2 input",
+           (gated ? 6 : 4) * f / h, true},
+          {"dropout masks", m.hiddenDropout > 0 ? 2.0 : 0.0, false}};
+}
+
+/// The attention core's a s^2 b bytes, which selective recomputation drops.
+int attentionScoreTerm(const ModelConfig &m) {
+  return m.attentionDropout > 0 ? 5 : 2;
+}
+
+/// "s b h (4 norm inputs + ...) = 34.00 s b h".
+std::string describeLayerTerms(const ModelConfig &m) {
+  std::string text = "s b h (";
+  double sum = 0;
+  for (const LayerTerm &term : layerTerms(m)) {
+    text += llvm::formatv("{0}{1} {2}", sum > 0 ? " + " : "",
+                          llvm::formatv("{0:F2}", term.sbh).str(), term.name)
+                .str();
+    sum += term.sbh;
+  }
+  return text + llvm::formatv(") = {0:F2} s b h", sum).str();
+}
+
 TheoreticalMemory theoreticalMemory(const CompileConfig &config,
                                     const mt::RecomputePolicy &policy,
                                     const RankShare &share) {
@@ -94,9 +154,16 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   t.bytesPerParameter = p.useDistributedOptimizer ? 6 + 12 / dp : 18;
   t.weightsAndOptimizer = t.parameters * t.bytesPerParameter;
 
-  double selective = s * b * h * (18 + 4 * f / h);
-  double scores = 5 * a * s * s * b;
-  double checkpoint = 2 * s * b * h;
+  // Per rank: tensor parallelism splits the attention heads and the MLP's
+  // width; sequence parallelism splits the rest too (Korthikanti et al.'s
+  // s b h (10 + 24/t + 5 a s / (h t)) for GPT without it, s b h (34 + 5 a s
+  // / h) / t with it).
+  const double replicated = p.sequenceParallel ? tp : 1;
+  double selective = 0;
+  for (const LayerTerm &term : layerTerms(m))
+    selective += term.sbh * s * b * h / (term.split ? tp : replicated);
+  double scores = attentionScoreTerm(m) * a * s * s * b / tp;
+  double checkpoint = 2 * s * b * h / replicated;
   double full = selective + scores;
   // One micro-batch's activations on the rank, and what a recomputed group
   // holds once while it reruns.
@@ -124,12 +191,12 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   }
   }
   if (share.first) // the embedding's input and dropout mask
-    perMicroBatch += 8 * s * b + s * b * h;
+    perMicroBatch +=
+        (8 * s * b + (m.hiddenDropout > 0 ? s * b * h : 0)) / replicated;
   if (share.last) // the output layer's and the loss's inputs
-    perMicroBatch += 4 * s * b * h * (1 + V / h);
+    perMicroBatch += 4 * s * b * h * (1 + V / h) / tp;
   t.inFlight = share.inFlight;
-  t.activations = (perMicroBatch * share.inFlight + rerun) / tp;
-  t.perLayer /= tp;
+  t.activations = perMicroBatch * share.inFlight + rerun;
   return t;
 }
 
@@ -185,6 +252,26 @@ static void printTotals(llvm::raw_ostream &os, const MemoryEstimate &e,
           " measured on the H200: nvidia-smi's figure");
 }
 
+/// The line that names the formula's per-layer terms.
+static void printLayerTerms(llvm::raw_ostream &os, const CompileConfig &config,
+                            const mt::RecomputePolicy &policy) {
+  os << "Megatron-LM's activations per layer and micro-batch (Korthikanti et "
+        "al. 2022, 16-bit, "
+     << (config.parallel.sequenceParallel ||
+                 config.parallel.tensorModelParallelSize == 1
+             ? "over tp"
+             : "Q, K, V, projection input, MLP inner terms and attention "
+               "core over tp")
+     << "): "
+     << describeLayerTerms(config.model);
+  if (policy.granularity == mt::RecomputeGranularity::None)
+    os << llvm::formatv(" + {0} a s^2 b (attention core)",
+                        attentionScoreTerm(config.model));
+  else if (policy.granularity == mt::RecomputeGranularity::Selective)
+    os << "; the attention core's a s^2 b terms are recomputed";
+  os << "\n";
+}
+
 /// `--report memory` of a pipeline module: a table per pipeline rank.
 static void printPipelineMemoryReport(ModuleOp module,
                                       const CompileConfig &config,
@@ -205,7 +292,9 @@ static void printPipelineMemoryReport(ModuleOp module,
      << (v > 1 ? llvm::formatv(", {0} virtual stages per rank", v).str()
                : std::string())
      << "\n";
-  os << "each stage function runs in its own arena; a micro-batch's stash "
+  printLayerTerms(os, config, policy);
+  os << "a rank's stage functions (forward, backward, eval) run one at a "
+        "time in one arena, the largest of theirs; a micro-batch's stash "
         "(what the backward pass reads of the forward's values) is held "
         "from its forward to its backward\n";
   const int64_t lastStage = schedule.numStages() - 1;
@@ -239,20 +328,19 @@ static void printPipelineMemoryReport(ModuleOp module,
                         e.microBatchesInFlight == 1 ? "" : "es", t.inFlight,
                         v, v > 1 ? "s" : "");
     printWeights(os, e, t, config);
-    row(os, "arenas (forward + backward)", e.arenaBytes,
-        "the rank's stage functions, each its own");
+    row(os, "arena (shared by its stages)", e.arenaBytes,
+        "the largest of its stage functions'");
     row(os, "stash (most held at once)", e.stashBytes,
         llvm::formatv("{0} stage forward pass{1}' stash at most",
                       e.microBatchesInFlight,
                       e.microBatchesInFlight == 1 ? "" : "es")
             .str());
-    row(os, "activations (arenas + stash)", e.activationBytes,
+    row(os, "activations (arena + stash)", e.activationBytes,
         llvm::formatv("{0} (16-bit; layers x {1:F2} micro-batches in "
                       "flight)",
                       formatBytes(t.activations), t.inFlight)
             .str());
     printTotals(os, e, t);
-    row(os, "eval arenas (when evaluating)", e.evalArenaBytes);
     os << "stashed per micro-batch, by layer:\n";
     for (int64_t k : e.stages) {
       const PipelineStage &stage = plan.layout.stages[k];
@@ -292,6 +380,7 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
      << "), micro-batch " << config.batch.microBatchSize << ", sequence "
      << config.model.seqLength << ", precision " << precisionName(config)
      << "\n";
+  printLayerTerms(os, config, policy);
   printWeights(os, e, t, config);
   row(os, "activations (train_step arena peak)", e.activationBytes,
       formatBytes(t.activations) + " (16-bit activations)");

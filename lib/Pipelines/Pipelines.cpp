@@ -63,6 +63,8 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   reduction.distributedOptimizer = options.distributedOptimizer;
   reduction.pipelineSize = options.pipelineSize;
   pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
+  // Sequence shards, not gathered tensors, live until the backward pass.
+  pm.addPass(mlir::mt::createRegatherInBackwardPass());
   // Last: nothing may change the collectives after they are proven to match.
   pm.addPass(mlir::mt::createVerifyCollectivesPass());
 }

@@ -31,6 +31,10 @@ void printCollectives(ModuleOp module, llvm::raw_ostream &os);
 /// scale.
 inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 
+/// The discardable unit attribute on the all-gathers mt-regather-in-backward
+/// clones into the backward pass; it keeps CSE from merging them back.
+inline constexpr llvm::StringLiteral kRegatheredAttrName = "mt.regathered";
+
 /// Appends the reverse-mode backward pass of `function` (one block) before
 /// its return: `seed` is the gradient of its first result (a value defined
 /// before the return, such as a fill of 1 or an argument). Every parameter

@@ -366,6 +366,43 @@ def SplitForwardBackwardPass
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
+def RegatherInBackwardPass
+    : Pass<"mt-regather-in-backward", "::mlir::ModuleOp"> {
+  let summary = "keeps sequence shards for the backward pass and all-gathers them there again";
+  let description = [{
+    Runs on partitioned differentiated steps (a pipeline stage with its
+    `output_gradient` or `loss_gradient` argument, or a step whose backward
+    pass starts at the fill marked `mt.loss_seed`), before
+    mt-split-forward-backward. Under sequence parallelism each
+    column-parallel linear reads its input all-gathered along the sequence,
+    and its weight gradient reads that gathered `[b, s, h]` tensor in the
+    backward pass. As Megatron-LM does, the backward pass instead reads a
+    clone of the forward all-gather, placed right before its first backward
+    reader, so that what lives from the forward to the backward pass (and
+    what a pipeline stage stashes) is the `[b, s/t, h]` shard: t times less
+    memory for one more all-gather per column-parallel layer. A gather copies,
+    so the results are bit-identical. Clones carry the unit attribute
+    `mt.regathered` (it keeps CSE from merging them back).
+
+    ```mlir
+    %g = shard.all_gather %x on @grid grid_axes = [1] gather_axis = 1
+    %y = mt.linear %g, %w transpose_weight
+    ... // backward
+    %dw = mt.linear_weight_grad %g, %dy transpose_weight
+    // becomes
+    %g = shard.all_gather %x on @grid grid_axes = [1] gather_axis = 1
+    %y = mt.linear %g, %w transpose_weight
+    ...
+    %g1 = shard.all_gather %x on @grid grid_axes = [1] gather_axis = 1 {mt.regathered}
+    %dw = mt.linear_weight_grad %g1, %dy transpose_weight
+    ```
+  }];
+  let statistics = [
+    Statistic<"numRegathered", "regathered", "Number of all-gathers repeated in the backward pass">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
 def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "proves that every rank issues the same collectives in the same order";
   let description = [{

@@ -213,14 +213,23 @@ static int64_t predictTensorBytes(const StepShape &shape, int64_t hidden,
   int64_t gathers = forward * (2 * shape.layers + shape.outputLayer) +
                     backward * (2 * shape.layers + shape.embedding);
   int64_t bytes = scatters * activation;
+  // Under sequence parallelism the backward pass gathers the inputs of the
+  // column-parallel layers (QKV, the MLP's first, the output layer) again
+  // for their weight gradients (mt-regather-in-backward).
+  int64_t regathers = backward * (2 * shape.layers + shape.outputLayer);
   if (sequenceParallel)
-    bytes += gathers * activation / tensorRanks +
+    bytes += (gathers + regathers) * activation / tensorRanks +
              backward * shape.sequenceShardGradientBytes;
   if (shape.forward && shape.outputLayer)
     bytes += shape.hasLoss ? 3 * shape.tokens * 4
                            : shape.tokens * (vocabulary / tensorRanks) * 4;
   return bytes;
 }
+
+static const char kRegathers[] =
+    "the all-gathers of [b, s/t, h] repeated in the backward pass for the "
+    "column-parallel layers' weight gradients (2 per layer, 1 for the output "
+    "layer)";
 
 static const char kSequenceShardGradients[] =
     "the gradients of the parameters used on sequence shards (norms, "
@@ -240,7 +249,7 @@ static void printStepTerms(const StepShape &shape, bool sequenceParallel,
      << (shape.hasLoss ? ", 3 of [b, s] for the cross-entropy"
                        : ", the all-gather of the [b, s, v/t] logits");
   if (sequenceParallel && training)
-    os << ", " << kSequenceShardGradients;
+    os << ", " << kSequenceShardGradients << ", " << kRegathers;
 }
 
 /// The terms of predictTensorBytes for a pipeline stage function.
@@ -275,8 +284,11 @@ static void printStageTerms(const StepShape &shape, bool sequenceParallel,
                         : "1 for the output layer's input gradient");
   if (shape.backward && shape.embedding && sequenceParallel)
     terms.push_back("the all-gather before the embedding's gradient");
-  if (shape.backward && sequenceParallel)
+  if (shape.backward && sequenceParallel) {
     terms.push_back(kSequenceShardGradients);
+    if (shape.layers || shape.outputLayer)
+      terms.push_back(kRegathers);
+  }
   if (terms.empty())
     terms.push_back("nothing");
   llvm::interleave(terms, os, ", ");

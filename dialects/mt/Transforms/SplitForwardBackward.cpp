@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mt/IR/MtOps.h"
+#include "mt/Transforms/BackwardPass.h"
 #include "mt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -65,23 +66,10 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
 
   // Backward: what depends on the seed, and what only the backward pass
   // reads (no forward result needs it).
-  DenseSet<Operation *> backward;
+  DenseSet<Operation *> backward = backwardOps(function, seed);
   SmallVector<Operation *> ops;
-  for (Operation &op : body.without_terminator()) {
+  for (Operation &op : body.without_terminator())
     ops.push_back(&op);
-    if (llvm::any_of(op.getOperands(), [&](Value operand) {
-          Operation *def = operand.getDefiningOp();
-          return operand == seed || (def && backward.contains(def));
-        }))
-      backward.insert(&op);
-  }
-  for (Operation *op : llvm::reverse(ops)) {
-    if (backward.contains(op) || op->use_empty())
-      continue;
-    if (llvm::all_of(op->getUsers(),
-                     [&](Operation *user) { return backward.contains(user); }))
-      backward.insert(op);
-  }
   if (ret.getOperand(0).getDefiningOp() &&
       backward.contains(ret.getOperand(0).getDefiningOp()))
     return function.emitOpError()

@@ -71,8 +71,9 @@ struct MemoryEstimate {
   double recomputedFlops = 0;
 
   /// Pipelines: the pipeline rank (-1 without) and its virtual stages.
-  /// activationBytes is then `arenaBytes`, the arenas of the stages' forward
-  /// and backward functions (each executor holds its own), plus
+  /// activationBytes is then `arenaBytes`, the arena the rank's stage
+  /// functions (forward, backward, eval) share, the largest of theirs
+  /// (which also holds eval: evalArenaBytes stays 0), plus
   /// `stashBytes`, the most stash the schedule keeps on the rank at once,
   /// with at most `microBatchesInFlight` micro-batches (counted per stage)
   /// forward done and backward pending; the saved bytes by layer are one

@@ -19,7 +19,7 @@ namespace mtrt::cuda {
 
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
                    ParameterStore &parameters, comm::RankContext *rank,
-                   Bf16Boundary bf16Boundary)
+                   Bf16Boundary bf16Boundary, SharedArena *sharedArena)
     : bundle_(bundle), parameters_(parameters), rank_(rank),
       context_(parameters.context()), bf16Boundary_(std::move(bf16Boundary)) {
   function_ = &requireFunction(bundle, functionName);
@@ -78,14 +78,13 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     aliasOf_.assign(fn.values.size(), -1);
   viewRegion_ = (plan_.bytes + kArenaAlignment - 1) / kArenaAlignment *
                 kArenaAlignment;
-  arena_ = DeviceBuffer(arenaBytes(), "the arena of " + fn.name +
-                                          " of bundle '" + bundle.name() + "'");
+  arena_ = ArenaMemory(arenaBytes(),
+                       "the arena of " + fn.name + " of bundle '" +
+                           bundle.name() + "'",
+                       sharedArena);
   slots_.assign(fn.values.size(), nullptr);
-  for (size_t v = 0; v < fn.values.size(); ++v)
-    slots_[v] = plan_.valueOffset[v] == ArenaPlan::kNone
-                    ? arena_.data()
-                    : static_cast<char *>(arena_.data()) + plan_.valueOffset[v];
-  bindAttentionViews(static_cast<char *>(arena_.data()) + viewRegion_);
+  if (!arena_.shared())
+    bindArena();
 
   // Ids that come straight from the caller are checked on the host, before
   // they reach a kernel, with the host executor's messages.
@@ -143,6 +142,16 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   if (context_.options().cudaGraphs)
     if (std::optional<std::string> obstacle = graphObstacle())
       graphOff_ = *obstacle;
+}
+
+void Executor::bindArena() {
+  auto *base = static_cast<char *>(arena_.allocate());
+  for (size_t v = 0; v < slots_.size(); ++v)
+    slots_[v] = plan_.valueOffset[v] == ArenaPlan::kNone
+                    ? base
+                    : base + plan_.valueOffset[v];
+  bindAttentionViews(base + viewRegion_);
+  arenaBound_ = true;
 }
 
 Executor::~Executor() {
@@ -262,6 +271,8 @@ Executor::run(const std::vector<host::TensorView> &inputs,
   auto started = std::chrono::steady_clock::now();
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
+  if (!arenaBound_)
+    bindArena();
   checkInputs(fn, inputs, [&](int64_t v) { return storageType(v); });
   if (!inputsOnDevice)
     checkInputIds(inputs);

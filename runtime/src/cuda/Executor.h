@@ -8,6 +8,7 @@
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
 #include "cuda/FusedKernels.h"
+#include "cuda/SharedArena.h"
 #include "cuda/StepGraph.h"
 #include "host/HostTensor.h"
 #include "host/kernels/Kernels.h"
@@ -98,9 +99,14 @@ public:
   struct Bf16Boundary {
     std::vector<size_t> inputs, outputs;
   };
+  ///
+  /// With `sharedArena` (which must outlive it), the function's arena is a
+  /// reservation in that arena, bound at the first run, instead of its own
+  /// (a pipeline rank's stage functions, cuda/PipelineStages.h).
   Executor(const Bundle &bundle, std::string_view functionName,
            ParameterStore &parameters, comm::RankContext *rank = nullptr,
-           Bf16Boundary bf16Boundary = {});
+           Bf16Boundary bf16Boundary = {},
+           SharedArena *sharedArena = nullptr);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -164,7 +170,8 @@ public:
   /// instruction of the CUDA graph, refreshed when the scale changes.
   void setLossScale(double scale) { lossScale_ = scale; }
 
-  /// The arena's size: every value and scratch byte of a run.
+  /// The arena's size (what it needs of a shared arena): every value and
+  /// scratch byte of a run.
   size_t arenaBytes() const { return viewRegion_ + viewBytes_; }
 
   /// Mixed precision: how many values are held in bf16
@@ -300,6 +307,8 @@ private:
   /// split).
   std::pair<int64_t, int64_t> vocabBlock(size_t position,
                                          const Instruction &inst) const;
+  /// Points the values' slots and the attention views into the arena.
+  void bindArena();
   /// Makes what the rank instructions need besides the arena: the
   /// DeviceCollective on the context's stream and the staging of gathers
   /// and scatters along an inner axis (rankStaging_).
@@ -371,7 +380,9 @@ private:
   /// The bundle's generated kernels, when the function has fused groups.
   std::unique_ptr<FusedKernelLibrary> fusedKernels_;
   ArenaPlan plan_;
-  DeviceBuffer arena_;
+  ArenaMemory arena_;
+  /// Whether slots_ point into the arena (a shared one: from the first run).
+  bool arenaBound_ = false;
   std::vector<void *> slots_;
   std::vector<IdCheck> idChecks_;
   /// Profiling: an event before each instruction and one after the last;

@@ -224,6 +224,9 @@ PipelineStages::PipelineStages(const Bundle &bundle,
       pool_(std::make_unique<BufferPool>(
           "the pipeline activations and gradients of bundle '" +
           bundle.name() + "'")),
+      arena_(std::make_unique<SharedArena>(
+          "the arena of the pipeline stages of bundle '" + bundle.name() +
+          "'")),
       collective_(std::make_unique<DeviceCollective>(
           context_->stream(),
           "the pipeline of bundle '" + bundle.name() + "'")),
@@ -327,7 +330,8 @@ PipelineStages::executor(const std::string &function) {
         boundary.inputs.push_back(i);
   }
   auto made = std::make_unique<Executor>(*bundle_, function, *parameters_,
-                                         rank_, std::move(boundary));
+                                         rank_, std::move(boundary),
+                                         arena_.get());
   executors_[function] = made.get();
   if (forwardOf)
     backwardOf_[made.get()] = functions[forwardOf->backward].name;

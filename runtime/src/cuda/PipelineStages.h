@@ -4,6 +4,7 @@
 #define MTRT_SRC_CUDA_PIPELINESTAGES_H
 
 #include "cuda/Context.h"
+#include "cuda/SharedArena.h"
 #include "pipeline/ScheduleRunner.h"
 
 #include <map>
@@ -90,6 +91,13 @@ private:
 /// Bf16Boundary), and the copy into the slot converts to the backward's
 /// type.
 ///
+/// The rank's stage functions (forward, backward, eval) run one after
+/// another on the context's stream, so they share one arena, as large as
+/// the largest of theirs (SharedArena): what crosses from one run to a
+/// later one (activations, gradients, the stash) lives in the pool's and
+/// the slots' buffers, outside it, and the copies out of a run's arena are
+/// enqueued before the next run writes there.
+///
 /// Messages, over NCCL (world.takesDeviceMemory()): one communicator per
 /// directed pair of neighbouring pipeline ranks (split from the world at
 /// construction), each on its own CUDA stream, on which the sender only
@@ -113,7 +121,10 @@ public:
   ~PipelineStages();
 
   DType floatType() const { return DType::F32; }
+  /// An executor of `function` in the rank's shared arena.
   std::unique_ptr<Executor> executor(const std::string &function);
+  /// The shared arena's bytes: the largest of its executors' arenas.
+  size_t arenaBytes() const { return arena_->bytes(); }
   host::TensorView view(const Tensor &tensor) const {
     return {tensor.dtype(), tensor.shape(), tensor.data()};
   }
@@ -150,6 +161,8 @@ private:
   Context *context_;
   comm::RankContext *rank_;
   std::unique_ptr<BufferPool> pool_;
+  /// A pointer: ScheduleRunner moves the backend, its executors keep this.
+  std::unique_ptr<SharedArena> arena_;
   std::unique_ptr<DeviceCollective> collective_;
   std::unique_ptr<PinnedStaging> staging_;
   /// Stash slot buffers by (executor, slot, index); their addresses.

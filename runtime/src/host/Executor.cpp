@@ -12,9 +12,27 @@
 
 namespace mtrt::host {
 
+void SharedArena::reserve(size_t bytes) {
+  if (bytes <= bytes_)
+    return;
+  if (buffer_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "SharedArena: an executor needs " + std::to_string(bytes) +
+                    " bytes after the arena was allocated with " +
+                    std::to_string(bytes_) +
+                    "; make every executor before the first run");
+  bytes_ = bytes;
+}
+
+void *SharedArena::data() {
+  if (!buffer_)
+    buffer_ = Buffer(bytes_);
+  return buffer_.data();
+}
+
 Executor::Executor(const Bundle &bundle, std::string_view functionName,
                    ParameterStore &parameters, ThreadPool &pool,
-                   comm::RankContext *rank)
+                   comm::RankContext *rank, SharedArena *sharedArena)
     : bundle_(bundle), parameters_(parameters), pool_(pool), rank_(rank),
       floatType_(parameters.floatType()) {
   function_ = &requireFunction(bundle, functionName);
@@ -26,8 +44,14 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     // f64 storage doubles every float value; doubled offsets keep disjoint
     // blocks disjoint, and ids fit in twice their declared bytes.
     arenaScale_ = floatType_ == DType::F64 ? 2 : 1;
-    arena_ = Buffer(static_cast<size_t>(plan->arenaBytes) * arenaScale_);
-    peakBytes_ = arena_.size();
+    arenaBytes_ = static_cast<size_t>(plan->arenaBytes) * arenaScale_;
+    if (sharedArena) {
+      sharedArena_ = sharedArena;
+      sharedArena_->reserve(arenaBytes_);
+    } else {
+      arena_ = Buffer(arenaBytes_);
+    }
+    peakBytes_ = arenaBytes_;
   }
   if (rank_ && rank_->gridShape() != bundle.gridShape())
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
@@ -75,7 +99,7 @@ Buffer Executor::takeBuffer(size_t bytes) {
     buffer = Buffer(bytes);
   }
   liveBytes_ += bytes;
-  peakBytes_ = std::max(peakBytes_, arena_.size() + liveBytes_);
+  peakBytes_ = std::max(peakBytes_, arenaBytes_ + liveBytes_);
   return buffer;
 }
 
@@ -87,14 +111,18 @@ void Executor::giveBuffer(Buffer buffer) {
   spare_.emplace(size, std::move(buffer));
 }
 
+char *Executor::arenaData() {
+  return static_cast<char *>(sharedArena_ ? sharedArena_->data()
+                                          : arena_.data());
+}
+
 void *Executor::allocate(int64_t value) {
   Slot &slot = slots_[value];
   // A fused group's inner values have no arena block (-1): they get a
   // buffer of their own while the group runs.
-  if (arena_ && function_->memoryPlan->offsets[value] >= 0) {
+  if (function_->memoryPlan && function_->memoryPlan->offsets[value] >= 0) {
     int64_t offset = function_->memoryPlan->offsets[value];
-    slot.data = static_cast<char *>(arena_.data()) +
-                static_cast<size_t>(offset) * arenaScale_;
+    slot.data = arenaData() + static_cast<size_t>(offset) * arenaScale_;
     return slot.data;
   }
   const TensorType &type = function_->values[value];

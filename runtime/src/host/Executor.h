@@ -22,6 +22,28 @@ namespace mtrt::host {
 class ParameterStore;
 class ThreadPool;
 
+/// One arena for executors that never run at the same time (a pipeline
+/// rank's stage functions, which its schedule runs one after another): as
+/// large as the largest of theirs, not their sum. Executors reserve their
+/// bytes when they are made; the arena is allocated at the first run. What
+/// one run leaves in it is the next run's garbage: executors copy their
+/// outputs out and read their inputs where the caller keeps them.
+///
+/// Thread-safety: the thread of its executors only.
+class SharedArena {
+public:
+  /// Room for `bytes` more. Throws Error (FAILED_PRECONDITION) after the
+  /// arena was allocated, if it is smaller.
+  void reserve(size_t bytes);
+  /// The arena (allocated at the first call).
+  void *data();
+  size_t bytes() const { return bytes_; }
+
+private:
+  Buffer buffer_;
+  size_t bytes_ = 0;
+};
+
 /// Executes a function's instruction stream in order, one kernel call per
 /// instruction (kernels parallelize internally over the ThreadPool).
 ///
@@ -58,9 +80,12 @@ public:
   /// bf16/f16 values, INVALID_ARGUMENT if the store is another bundle's or
   /// `rank`'s grid is not the bundle's, FAILED_PRECONDITION for a collective
   /// over several ranks without a `rank` (which must outlive the executor).
+  /// With `sharedArena` (which must outlive it), the function's values live
+  /// in that arena instead of one of its own.
   Executor(const Bundle &bundle, std::string_view functionName,
            ParameterStore &parameters, ThreadPool &pool,
-           comm::RankContext *rank = nullptr);
+           comm::RankContext *rank = nullptr,
+           SharedArena *sharedArena = nullptr);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -87,9 +112,9 @@ public:
   /// The most bytes of values (and kernel scratch) live at once, over all
   /// runs so far; with a memory plan, the arena's size plus the scratch.
   size_t peakBytes() const { return peakBytes_; }
-  /// The arena's bytes when the executor runs in the bundle's memory plan,
-  /// else 0.
-  size_t arenaBytes() const { return arena_.size(); }
+  /// The arena's bytes when the executor runs in the bundle's memory plan
+  /// (what it needs of a shared arena), else 0.
+  size_t arenaBytes() const { return arenaBytes_; }
 
 private:
   struct Slot {
@@ -98,6 +123,7 @@ private:
   };
 
   void *allocate(int64_t value);
+  char *arenaData();
   void release(int64_t value);
   Buffer takeBuffer(size_t bytes);
   void giveBuffer(Buffer buffer);
@@ -118,8 +144,11 @@ private:
   double lossScale_ = 1.0;
 
   std::vector<Slot> slots_;
-  /// The memory plan's arena and its offsets' scale (2 for f64 storage).
+  /// The memory plan's arena (its own, or the shared one) and its offsets'
+  /// scale (2 for f64 storage).
   Buffer arena_;
+  SharedArena *sharedArena_ = nullptr;
+  size_t arenaBytes_ = 0;
   size_t arenaScale_ = 1;
   std::multimap<size_t, Buffer> spare_;
   size_t liveBytes_ = 0;

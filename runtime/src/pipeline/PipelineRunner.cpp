@@ -11,12 +11,13 @@ namespace mtrt::pipeline {
 HostStages::HostStages(const Bundle &bundle, host::ParameterStore &parameters,
                        host::ThreadPool &pool, comm::RankContext &rank)
     : bundle_(&bundle), parameters_(&parameters), pool_(&pool), rank_(&rank),
-      floatType_(parameters.floatType()) {}
+      floatType_(parameters.floatType()),
+      arena_(std::make_unique<host::SharedArena>()) {}
 
 std::unique_ptr<host::Executor>
 HostStages::executor(const std::string &function) {
   return std::make_unique<host::Executor>(*bundle_, function, *parameters_,
-                                          *pool_, rank_);
+                                          *pool_, rank_, arena_.get());
 }
 
 std::vector<host::Tensor> HostStages::run(
@@ -67,27 +68,22 @@ PipelineRunner::PipelineRunner(const Bundle &bundle,
                                  rank) {}
 
 std::string PipelineRunner::describeMemory() {
-  // Per pipeline rank: arenas, stash peak, eval arenas.
+  // Per pipeline rank: the shared arena, the stash peak.
   const int64_t size = pipeline_.size;
-  std::vector<double> figures(static_cast<size_t>(3 * size), 0.0);
-  double *own = &figures[static_cast<size_t>(3 * pipelineRank_)];
-  for (const auto &[index, stage] : stageExecutors_) {
-    own[0] += double(stage.forward->arenaBytes() +
-                     stage.backward->arenaBytes());
-    own[2] += double(stage.eval->arenaBytes());
-  }
+  std::vector<double> figures(static_cast<size_t>(2 * size), 0.0);
+  double *own = &figures[static_cast<size_t>(2 * pipelineRank_)];
+  own[0] = double(stages_.arenaBytes());
   own[1] = double(peakStashBytes());
   rank_.world().allReduce<double>(
       figures.data(), figures.data(), static_cast<int64_t>(figures.size()),
       comm::ReduceOp::Max, comm::CallInfo{"pipeline memory", -1});
-  std::string line = "pipeline memory per pipeline rank (forward and "
-                     "backward arenas + most stash held; eval arenas):";
+  std::string line = "pipeline memory per pipeline rank (the arena its "
+                     "stage functions share + most stash held):";
   for (int64_t r = 0; r < size; ++r) {
-    const double *f = &figures[static_cast<size_t>(3 * r)];
+    const double *f = &figures[static_cast<size_t>(2 * r)];
     line += " rank " + std::to_string(r) + ": " +
             std::to_string(static_cast<int64_t>(f[0])) + " + " +
-            std::to_string(static_cast<int64_t>(f[1])) + " bytes, eval " +
-            std::to_string(static_cast<int64_t>(f[2])) + " bytes;";
+            std::to_string(static_cast<int64_t>(f[1])) + " bytes;";
   }
   line.pop_back();
   return line;

@@ -5,6 +5,7 @@
 #ifndef MTRT_SRC_PIPELINE_PIPELINERUNNER_H
 #define MTRT_SRC_PIPELINE_PIPELINERUNNER_H
 
+#include "host/Executor.h"
 #include "pipeline/ScheduleRunner.h"
 
 #include <memory>
@@ -12,17 +13,14 @@
 #include <utility>
 #include <vector>
 
-namespace mtrt::host {
-class Executor;
-class ParameterStore;
-class ThreadPool;
-} // namespace mtrt::host
-
 namespace mtrt::pipeline {
 
 /// ScheduleRunner's backend on the host: host executors over a
 /// host::ParameterStore, values in host tensors, messages through the
-/// world's sendAsync (which copies) and recv.
+/// world's sendAsync (which copies) and recv. The rank's stage functions
+/// (forward, backward, eval) run one at a time, so they share one arena, as
+/// large as the largest of theirs (host::SharedArena): their inputs, outputs
+/// and the stash are host tensors outside it.
 class HostStages {
 public:
   using Tensor = host::Tensor;
@@ -32,7 +30,10 @@ public:
              host::ThreadPool &pool, comm::RankContext &rank);
 
   DType floatType() const { return floatType_; }
+  /// An executor of `function` in the rank's shared arena.
   std::unique_ptr<Executor> executor(const std::string &function);
+  /// The shared arena's bytes: the largest of its executors' arenas.
+  size_t arenaBytes() const { return arena_->bytes(); }
   host::TensorView view(const Tensor &tensor) const {
     return {tensor.dtype, tensor.shape, tensor.buffer.data()};
   }
@@ -59,6 +60,8 @@ private:
   comm::RankContext *rank_;
   DType floatType_;
   double computeSeconds_ = 0;
+  /// A pointer: ScheduleRunner moves the backend, its executors keep this.
+  std::unique_ptr<host::SharedArena> arena_;
 };
 
 /// One rank of a pipeline bundle on the host (ScheduleRunner's contract).
@@ -70,11 +73,10 @@ public:
                  host::ThreadPool &pool, comm::RankContext &rank);
 
   /// The log line of every pipeline rank's memory for activations: the
-  /// arenas of its stages' forward and backward functions (each executor
-  /// holds its own), the most stash it held at once, and its eval
-  /// functions' arenas; the largest of the data- and tensor-parallel
-  /// replicas. What `megatron-compile --report memory` predicts per
-  /// pipeline rank. A collective over the world.
+  /// arena its stage functions share and the most stash it held at once;
+  /// the largest of the data- and tensor-parallel replicas. What
+  /// `megatron-compile --report memory` predicts per pipeline rank. A
+  /// collective over the world.
   std::string describeMemory();
 };
 

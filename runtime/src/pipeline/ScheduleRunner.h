@@ -49,7 +49,12 @@ namespace mtrt::pipeline {
 ///   using Tensor = ...;   // a value of a stage, movable
 ///   using Executor = ...; // with const Function &function()
 ///   DType floatType() const;  // the messages' and the loss seed's type
+///   // The rank's executors share one arena (the largest of theirs): the
+///   // runner makes them all (forward, backward, eval of each of its
+///   // stages) before the first run, runs one at a time, and keeps what
+///   // crosses runs (activations, gradients, the stash) in Tensors.
 ///   std::unique_ptr<Executor> executor(const std::string &function);
+///   size_t arenaBytes() const;  // the shared arena's size
 ///   host::TensorView view(const Tensor &);  // data: host or device memory
 ///   // A stage function's run (inputs: host or device views, read before
 ///   // the next run); `slot`: its micro-batch's stash slot; `readsStash`:

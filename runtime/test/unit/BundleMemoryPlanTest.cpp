@@ -5,7 +5,8 @@
 // a parameter view memory or misalign a block are rejected, naming the value
 // and the rule; side buffers (format version 3) are read and checked the same
 // way; the host executor runs in the plan's arena; a device backend takes the
-// plan's side-buffer blocks and refuses a plan that gives less than it needs.
+// plan's side-buffer blocks and refuses a plan that gives less than it needs;
+// executors share one arena, the largest of theirs.
 #include "BundleTestBuilder.h"
 #include "ExecutorTestSupport.h"
 
@@ -146,6 +147,51 @@ TEST(BundleMemoryPlanTest, TheHostExecutorRunsInThePlansArena) {
     outputs.emplace_back(t, t + 64);
   }
   EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+// Executors that never run at once (a pipeline rank's stage functions)
+// share one arena, the largest of theirs: two executors of the plan above
+// hold 768 bytes together, not 1536, and each run gives what an executor
+// with its own arena gives, whatever ran in the arena before it.
+TEST(BundleMemoryPlanTest, ExecutorsShareAnArena) {
+  Bundle bundle = Bundle::parseManifest("p.mtb", planManifest().dump());
+  host::ThreadPool pool(2);
+  host::ParameterStore store(bundle, DType::F32);
+  store.initialize(pool, 7);
+  std::vector<float> x(64), x2(64);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 0.01f * static_cast<float>(i) - 0.3f;
+    x2[i] = 0.5f - 0.02f * static_cast<float>(i);
+  }
+  host::TensorView input{DType::F32, {4, 16}, x.data()};
+  host::TensorView input2{DType::F32, {4, 16}, x2.data()};
+  auto values = [](const host::Tensor &t) {
+    return std::vector<float>(t.data<float>(), t.data<float>() + 64);
+  };
+  host::Executor alone(bundle, "step", store, pool);
+  std::vector<float> expected = values(alone.run({input}, {})[0]);
+  std::vector<float> expected2 = values(alone.run({input2}, {})[0]);
+
+  host::SharedArena arena;
+  host::Executor first(bundle, "step", store, pool, nullptr, &arena);
+  host::Executor second(bundle, "step", store, pool, nullptr, &arena);
+  EXPECT_EQ(arena.bytes(), size_t(768));
+  EXPECT_EQ(first.arenaBytes(), size_t(768));
+  EXPECT_EQ(values(first.run({input}, {})[0]), expected);
+  EXPECT_EQ(values(second.run({input2}, {})[0]), expected2);
+  EXPECT_EQ(values(first.run({input}, {})[0]), expected);
+
+  // Once allocated, the arena cannot grow under its executors.
+  try {
+    arena.reserve(1024);
+    FAIL() << "reserve after the first run did not throw";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), MTRT_STATUS_FAILED_PRECONDITION);
+    EXPECT_NE(std::string(e.what()).find(
+                  "needs 1024 bytes after the arena was allocated with 768"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The plan above with side buffers after the values: the linear's bf16

@@ -1,11 +1,11 @@
 """Checks a pipeline bundle's --report memory against the bundle it
 describes (megatron-compile --emit plan of the same flags), per pipeline
-rank: the arenas row is the sum of the arena_bytes of the rank's stages'
-forward and backward functions, the eval row its eval functions'; the stash
+rank: the arena row is the largest arena_bytes of the rank's stages'
+forward, backward and eval functions (they share one arena); the stash
 row is the most stash the rank's steps in the bundle's schedule hold at
 once (each forward adds the bytes of its function's outputs but the first,
 each backward frees them), and the forward passes in flight the most
-forwards whose backward is pending; activations = arenas + stash; the
+forwards whose backward is pending; activations = arena + stash; the
 weights and the total are the sums of their rows.
 
 Usage: pipeline-report-consistent.py REPORT PLAN.json
@@ -45,10 +45,8 @@ if len(tables) != pipeline["size"]:
 lines = []
 for rank, table in enumerate(tables):
     stages = [s for s in pipeline["stages"] if s["rank"] == rank]
-    arenas = sum(functions[s[part]]["memory_plan"]["arena_bytes"]
-                 for s in stages for part in ("forward", "backward"))
-    evals = sum(functions[s["eval"]]["memory_plan"]["arena_bytes"]
-                for s in stages)
+    arenas = max(functions[s[part]]["memory_plan"]["arena_bytes"]
+                 for s in stages for part in ("forward", "backward", "eval"))
     held = peak = passes = most = 0
     for step in pipeline["ranks"][rank]:
         if step["op"] == "forward":
@@ -62,13 +60,12 @@ for rank, table in enumerate(tables):
         re.search(r"\n  (parameters \(\d+, fp32\))", table).group(1),
         "gradients (fp32)", "optimizer state (Adam moments)"))
     checks = [
-        ("arenas", row(table, "arenas (forward + backward)") == arenas),
-        ("eval arenas", row(table, "eval arenas (when evaluating)") == evals),
+        ("arena", row(table, "arena (shared by its stages)") == arenas),
         ("stash", row(table, "stash (most held at once)") == peak),
         ("forward passes in flight",
          f"; at most {most} stage forward pass" in table),
-        ("activations = arenas + stash",
-         row(table, "activations (arenas + stash)") == arenas + peak),
+        ("activations = arena + stash",
+         row(table, "activations (arena + stash)") == arenas + peak),
         ("weights and optimizer = the sum of its rows",
          row(table, "weights and optimizer") == weights),
         ("total = the sum of its rows",

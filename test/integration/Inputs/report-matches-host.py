@@ -1,11 +1,11 @@
 """Checks that what the host backend holds equals what the compiler reported
 (report-matches-host.test): megatron-train's train_step arena against
 --report memory's activations, its optimizer state against the report's.
-For a pipeline bundle, per pipeline rank: the arenas of its stages' forward
-and backward functions, the most stash it held at once and its eval
-functions' arenas (megatron-train's "pipeline memory" line, the largest of
-each rank's tensor- and data-parallel replicas) against the rank's table,
-and rank 0's optimizer state against pipeline rank 0's.
+For a pipeline bundle, per pipeline rank: the arena its stage functions
+share and the most stash it held at once (megatron-train's "pipeline
+memory" line, the largest of each rank's tensor- and data-parallel
+replicas) against the rank's table, and rank 0's optimizer state against
+pipeline rank 0's.
 
 Usage: report-matches-host.py REPORT TRAIN_LOG
 """
@@ -40,23 +40,21 @@ if "memory per pipeline rank" not in report:
           f"state ({state} bytes) equal the report")
     sys.exit(0)
 
-held = re.findall(r"rank (\d+): (\d+) \+ (\d+) bytes, eval (\d+) bytes",
+held = re.findall(r"rank (\d+): (\d+) \+ (\d+) bytes",
                   re.search(r"pipeline memory per pipeline rank.*", log).group(0))
 tables = re.split(r"\npipeline rank \d+: ", report)[1:]
 if not held or len(held) != len(tables):
     sys.exit(f"{len(held)} ranks in the log, {len(tables)} in the report")
-for (rank, arenas, stash, evals), table in zip(held, tables):
-    expect(f"pipeline rank {rank}'s arenas",
-           row(table, "arenas (forward + backward)"), int(arenas))
+for (rank, arena, stash), table in zip(held, tables):
+    expect(f"pipeline rank {rank}'s shared arena",
+           row(table, "arena (shared by its stages)"), int(arena))
     expect(f"pipeline rank {rank}'s stash",
            row(table, "stash (most held at once)"), int(stash))
-    expect(f"pipeline rank {rank}'s eval arenas",
-           row(table, "eval arenas (when evaluating)"), int(evals))
-    expect(f"pipeline rank {rank}'s activations = arenas + stash",
-           row(table, "activations (arenas + stash)"), int(arenas) + int(stash))
+    expect(f"pipeline rank {rank}'s activations = arena + stash",
+           row(table, "activations (arena + stash)"), int(arena) + int(stash))
 expect("rank 0's optimizer state",
        row(tables[0], "optimizer state (Adam moments)"), state)
-print(f"recompute {policy}: per pipeline rank, the host's arenas, most stash "
-      f"held and eval arenas equal the report: " +
-      "; ".join(f"rank {r}: {a} + {s} bytes, eval {e}" for r, a, s, e in held) +
+print(f"recompute {policy}: per pipeline rank, the host's shared arena and "
+      f"most stash held equal the report: " +
+      "; ".join(f"rank {r}: {a} + {s} bytes" for r, a, s in held) +
       f"; rank 0's optimizer state {state} bytes too")
