@@ -322,12 +322,12 @@ TEST(HostKernels, RopeScalingsMatchHuggingFaceFormulas) {
   EXPECT_EQ(llama3[0], 1.0);
   EXPECT_NEAR(llama3[7], 1.0 / std::pow(base, 14.0 / 16) / factor, 1e-18);
 
-  RopeFrequencies llama3Attrs(base);
+  mtrt::RopeFrequencies llama3Attrs(base);
   llama3Attrs.factor = factor;
   llama3Attrs.lowFreqFactor = low;
   llama3Attrs.highFreqFactor = high;
   llama3Attrs.originalMaxPositions = original;
-  RopeFrequencies linearAttrs(base);
+  mtrt::RopeFrequencies linearAttrs(base);
   linearAttrs.factor = factor;
   for (auto [attrs, frequencies] :
        {std::pair{llama3Attrs, llama3}, std::pair{linearAttrs, linear}}) {
