@@ -1,16 +1,20 @@
 //===- HuggingFaceConfig.cpp - Reading a Hugging Face config.json ---------===//
 //
-// Maps GPT2Config and LlamaConfig onto Megatron-LM's arguments. Values go
-// through the same key setters as the YAML format, so a field is checked
-// exactly as the key it becomes. Fields this reader does not know are
-// ignored (config.json files carry tokenizer ids, generation settings and
-// more); settings that would change the model in a way it cannot represent
-// are rejected rather than silently dropped.
+// Maps GPT2Config, LlamaConfig and MistralConfig (as transformers 4 and 5
+// write them) onto Megatron-LM's arguments. Values go through the same key
+// setters as the YAML format, so a field is checked exactly as the key it
+// becomes. Every field is used, listed as irrelevant to training (token ids,
+// generation settings, the storage dtype), or refused: training silently a
+// model other than the one the file describes is the failure to avoid.
+// models/hf/README.md lists each family's fields and what is done with them.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ConfigKeys.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
@@ -23,6 +27,44 @@ using namespace megatron::config;
 
 namespace {
 
+/// The decoder-only families read here. Each has its own set of fields; a
+/// field of another family is as unknown as a misspelt one.
+enum class Family { Gpt2, Llama, Mistral, Qwen2, Qwen3 };
+
+/// Fields of every PretrainedConfig (transformers 4 and 5) that do not change
+/// the model a causal language model trains: bookkeeping, token ids (the
+/// tokenizer's business), inference switches, generation settings that
+/// transformers 4 wrote into config.json, and the checkpoint's storage dtype
+/// (training precision is --bf16 / --fp16).
+const StringLiteral kIrrelevantCommon[] = {
+    "_name_or_path", "_commit_hash", "_attn_implementation",
+    "_attn_implementation_autoset", "architectures", "transformers_version",
+    "torch_dtype", "dtype", "use_bfloat16", "finetuning_task", "id2label",
+    "label2id", "num_labels", "problem_type", "tokenizer_class", "prefix",
+    "task_specific_params", "bos_token_id", "eos_token_id", "pad_token_id",
+    "sep_token_id", "decoder_start_token_id", "use_cache", "return_dict",
+    "output_hidden_states", "output_attentions", "torchscript",
+    "tf_legacy_loss", "output_scores", "return_dict_in_generate", "is_decoder",
+    "tie_encoder_decoder", "cross_attention_hidden_size",
+    "chunk_size_feed_forward", "max_length", "min_length", "do_sample",
+    "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+    "bad_words_ids", "num_return_sequences", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values",
+    "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens"};
+
+/// Per family, fields of its config class that do not change the model.
+/// GPT-2's summary_* configure GPT2DoubleHeadsModel's classification head;
+/// reorder_and_upcast_attn only computes attention in fp32. Llama's
+/// pretraining_tp splits its matmuls into slices of the same product.
+const StringLiteral kIrrelevantGpt2[] = {
+    "summary_type", "summary_use_proj", "summary_activation",
+    "summary_proj_to_labels", "summary_first_dropout",
+    "reorder_and_upcast_attn"};
+const StringLiteral kIrrelevantLlama[] = {"pretraining_tp"};
+
 class HuggingFaceReader {
 public:
   HuggingFaceReader(StringRef contents, StringRef fileName,
@@ -33,18 +75,43 @@ public:
 
 private:
   Error readGpt2();
-  Error readLlama();
+  Error readLlamaFamily();
+  Error readRope();
+  Error readRopeDict(StringRef field, const json::Object &dict,
+                     bool transformers5);
+  Error readSlidingWindow();
+  Error readCommonChecks();
+  /// Refuses every field no reader consumed and no table lists as
+  /// irrelevant: an unknown field may change the model.
+  Error refuseUnknownFields() const;
 
-  /// "file:line:column" of the field's name in the text, or the file alone.
+  /// The offset of `"field":` in the text at or after `from`, or npos.
   /// llvm::json keeps no positions, so the field is found in the text; the
-  /// first `"field":` is the top-level one in every config.json seen.
-  std::string location(StringRef field) const;
+  /// first `"field":` is the top-level one in every config.json seen, and a
+  /// nested one is looked for after its parent.
+  size_t offsetOf(StringRef field, size_t from = 0) const;
+  /// "file:line:column" of the field's name in the text, or the file alone.
+  std::string location(StringRef field, size_t from = 0) const;
   Error fieldError(StringRef field, const Twine &message) const {
     return createStringError(inconvertibleErrorCode(),
                              location(field) + ": " + field + ": " + message);
   }
+  /// An error at `parent.sub` (a field of a nested object such as
+  /// rope_parameters), located at the parent when `sub` is missing.
+  Error subFieldError(StringRef parent, StringRef sub,
+                      const Twine &message) const {
+    size_t from = offsetOf(parent);
+    std::string where = offsetOf(sub, from) == StringRef::npos
+                            ? location(parent)
+                            : location(sub, from);
+    return createStringError(inconvertibleErrorCode(), where + ": " + parent +
+                                                           "." + sub + ": " +
+                                                           message);
+  }
   /// The field, or null when absent or JSON null (HF writes null for unset).
+  /// Marks it read: a field asked for is used or checked.
   const json::Value *get(StringRef field) const {
+    consumed.insert(field);
     const json::Value *value = object.get(field);
     return value && value->kind() != json::Value::Null ? value : nullptr;
   }
@@ -54,31 +121,55 @@ private:
   Expected<std::optional<bool>> getBool(StringRef field) const;
   Expected<std::optional<std::string>> getString(StringRef field) const;
   Error mustNotBe(StringRef field, bool unsupported, StringRef why) const;
+  /// A boolean field that changes the model when `bad`; absent is fine.
+  Error mustNotBeBool(StringRef field, bool bad, StringRef why) const;
 
   StringRef contents;
   StringRef fileName;
   const json::Object &object;
   CompileConfig config;
-  /// "GPT2Config" or "LlamaConfig", for messages.
+  Family family = Family::Gpt2;
+  /// "GPT2Config", "LlamaConfig", ..., for messages.
   StringRef configClass;
+  mutable StringSet<> consumed;
 };
 
 } // namespace
 
-std::string HuggingFaceReader::location(StringRef field) const {
+/// A number as people write it: 0.1, 500000, 1e-05.
+static std::string show(double value) {
+  return formatv("{0}", format("%g", value)).str();
+}
+
+static std::string show(const json::Value &value) {
+  std::string text = formatv("{0}", value).str();
+  if (text.size() > 80)
+    text = text.substr(0, 77) + "...";
+  return text;
+}
+
+size_t HuggingFaceReader::offsetOf(StringRef field, size_t from) const {
+  if (from == StringRef::npos)
+    from = 0;
   std::string quoted = ("\"" + field + "\"").str();
-  for (size_t at = contents.find(quoted); at != StringRef::npos;
+  for (size_t at = contents.find(quoted, from); at != StringRef::npos;
        at = contents.find(quoted, at + 1)) {
     StringRef after = contents.drop_front(at + quoted.size()).ltrim();
-    if (!after.starts_with(":"))
-      continue;
-    StringRef before = contents.take_front(at);
-    size_t line = before.count('\n') + 1;
-    size_t lineStart = before.rfind('\n');
-    size_t column = lineStart == StringRef::npos ? at + 1 : at - lineStart;
-    return (fileName + ":" + Twine(line) + ":" + Twine(column)).str();
+    if (after.starts_with(":"))
+      return at;
   }
-  return fileName.str();
+  return StringRef::npos;
+}
+
+std::string HuggingFaceReader::location(StringRef field, size_t from) const {
+  size_t at = offsetOf(field, from);
+  if (at == StringRef::npos)
+    return fileName.str();
+  StringRef before = contents.take_front(at);
+  size_t line = before.count('\n') + 1;
+  size_t lineStart = before.rfind('\n');
+  size_t column = lineStart == StringRef::npos ? at + 1 : at - lineStart;
+  return (fileName + ":" + Twine(line) + ":" + Twine(column)).str();
 }
 
 /// The value as a key setter reads it: numbers and booleans in their JSON
@@ -157,9 +248,72 @@ Error HuggingFaceReader::mustNotBe(StringRef field, bool unsupported,
     return Error::success();
   const json::Value *value = get(field);
   return fieldError(field, "unsupported value " +
-                               (value ? formatv("{0}", *value).str()
+                               (value ? show(*value)
                                       : std::string("(absent)")) +
                                ": " + why);
+}
+
+Error HuggingFaceReader::mustNotBeBool(StringRef field, bool bad,
+                                       StringRef why) const {
+  Expected<std::optional<bool>> flag = getBool(field);
+  if (!flag)
+    return flag.takeError();
+  return mustNotBe(field, *flag && **flag == bad, why);
+}
+
+Error HuggingFaceReader::readCommonChecks() {
+  // PretrainedConfig fields that would make a different model than a
+  // decoder-only causal LM with every head.
+  if (Error err = mustNotBeBool("is_encoder_decoder", true,
+                                "the models here are decoder-only; use a "
+                                "decoder-only config.json"))
+    return err;
+  if (Error err = mustNotBeBool("add_cross_attention", true,
+                                "the models here are decoder-only, without "
+                                "cross-attention; set it to false"))
+    return err;
+  if (const json::Value *pruned = get("pruned_heads")) {
+    const json::Object *heads = pruned->getAsObject();
+    if (Error err = mustNotBe("pruned_heads", !heads || !heads->empty(),
+                              "every layer here has all num_attention_heads "
+                              "heads; use the unpruned model's config.json"))
+      return err;
+  }
+  if (Error err = mustNotBe("quantization_config",
+                            get("quantization_config") != nullptr,
+                            "training here is in fp32, bf16 or fp16 on "
+                            "unquantized weights; use the unquantized "
+                            "model's config.json"))
+    return err;
+  return Error::success();
+}
+
+Error HuggingFaceReader::refuseUnknownFields() const {
+  StringSet<> irrelevant;
+  for (StringRef field : kIrrelevantCommon)
+    irrelevant.insert(field);
+  if (family == Family::Gpt2)
+    for (StringRef field : kIrrelevantGpt2)
+      irrelevant.insert(field);
+  if (family == Family::Llama)
+    for (StringRef field : kIrrelevantLlama)
+      irrelevant.insert(field);
+  // In the order of the text, so the first unknown field is the one named.
+  std::vector<std::pair<size_t, StringRef>> unknown;
+  for (const auto &entry : object) {
+    StringRef field = entry.first;
+    if (!consumed.contains(field) && !irrelevant.contains(field))
+      unknown.push_back({offsetOf(field), field});
+  }
+  if (unknown.empty())
+    return Error::success();
+  llvm::sort(unknown);
+  StringRef field = unknown.front().second;
+  return fieldError(field, "unknown " + configClass + " field (value " +
+                               show(*object.get(field)) +
+                               "): it may change the model, so it is refused "
+                               "rather than ignored; remove it if it does not "
+                               "(models/hf/README.md lists every field read)");
 }
 
 Error HuggingFaceReader::readGpt2() {
@@ -187,12 +341,24 @@ Error HuggingFaceReader::readGpt2() {
        {std::pair<StringRef, StringRef>{"n_inner", "ffn_hidden_size"},
         {"layer_norm_epsilon", "norm_epsilon"},
         {"initializer_range", "init_method_std"},
-        // Megatron-LM's hidden_dropout also covers the embeddings, so
-        // embd_pdrop has no key of its own; resid_pdrop is the one kept.
         {"resid_pdrop", "hidden_dropout"},
         {"attn_pdrop", "attention_dropout"}})
     if (Error err = map(field, key))
       return err;
+  // Megatron-LM's hidden_dropout also covers the embeddings: embd_pdrop has
+  // no key of its own and must agree with resid_pdrop.
+  if (const json::Value *embd = get("embd_pdrop")) {
+    std::optional<double> p = embd->getAsNumber();
+    if (!p)
+      return fieldError("embd_pdrop", expected("a number", show(*embd)));
+    if (*p != m.hiddenDropout)
+      return fieldError(
+          "embd_pdrop",
+          "unsupported value " + show(*embd) + ": the dropout after the "
+              "embeddings is hidden_dropout, which resid_pdrop sets to " +
+              show(m.hiddenDropout) +
+              "; set embd_pdrop and resid_pdrop alike");
+  }
 
   Expected<std::optional<std::string>> act = getString("activation_function");
   if (!act)
@@ -219,25 +385,17 @@ Error HuggingFaceReader::readGpt2() {
     return tie.takeError();
   m.untieEmbeddingsAndOutputWeights = *tie && !**tie;
 
-  for (StringRef field : {"scale_attn_by_inverse_layer_idx",
-                          "add_cross_attention", "scale_attn_weights"}) {
-    Expected<std::optional<bool>> flag = getBool(field);
-    if (!flag)
-      return flag.takeError();
-    bool unsupported =
-        field == "scale_attn_weights" ? (*flag && !**flag) : (*flag && **flag);
-    if (Error err = mustNotBe(field, unsupported,
-                              "the GPT-2 model here is Megatron-LM's: "
-                              "decoder-only, attention scaled by "
-                              "1/sqrt(head dim)"))
-      return err;
-  }
-  return Error::success();
+  StringRef why = "the GPT-2 model here is Megatron-LM's: attention scaled "
+                  "by 1/sqrt(head dim) in every layer";
+  if (Error err = mustNotBeBool("scale_attn_by_inverse_layer_idx", true, why))
+    return err;
+  return mustNotBeBool("scale_attn_weights", false, why);
 }
 
-Error HuggingFaceReader::readLlama() {
+Error HuggingFaceReader::readLlamaFamily() {
   // Llama as Megatron-LM trains it: RMSNorm, RoPE, SwiGLU, no biases,
-  // untied output layer, no dropout.
+  // untied output layer, no dropout. Mistral, Qwen2 and Qwen3 share it and
+  // differ in the fields below.
   ModelConfig &m = config.model;
   m.normalization = Normalization::RMSNorm;
   m.positionEmbeddingType = PositionEmbedding::Rope;
@@ -245,7 +403,7 @@ Error HuggingFaceReader::readLlama() {
   m.addBiasLinear = false;
   m.hiddenDropout = 0;
   m.attentionDropout = 0;
-  m.normEpsilon = 1e-6; // LlamaConfig's rms_norm_eps default
+  m.normEpsilon = 1e-6; // rms_norm_eps's default in each of these classes
 
   for (auto [field, key] :
        {std::pair<StringRef, StringRef>{"num_hidden_layers", "num_layers"},
@@ -260,11 +418,12 @@ Error HuggingFaceReader::readLlama() {
   for (auto [field, key] : {std::pair<StringRef, StringRef>{
                                 "num_key_value_heads", "num_query_groups"},
                             {"rms_norm_eps", "norm_epsilon"},
-                            {"rope_theta", "rotary_base"},
                             {"initializer_range", "init_method_std"},
                             {"attention_dropout", "attention_dropout"}})
     if (Error err = map(field, key))
       return err;
+  if (Error err = readRope())
+    return err;
 
   Expected<std::optional<bool>> tie = getBool("tie_word_embeddings");
   if (!tie)
@@ -275,40 +434,251 @@ Error HuggingFaceReader::readLlama() {
   if (!act)
     return act.takeError();
   if (Error err = mustNotBe("hidden_act", *act && **act != "silu",
-                            "LlamaConfig is read as SwiGLU, which needs "
-                            "hidden_act \"silu\""))
+                            (configClass + " is read as SwiGLU, which needs "
+                                           "hidden_act \"silu\"")
+                                .str()))
     return err;
 
-  Expected<std::optional<bool>> attentionBias = getBool("attention_bias");
-  if (!attentionBias)
-    return attentionBias.takeError();
-  Expected<std::optional<bool>> mlpBias = getBool("mlp_bias");
-  if (!mlpBias)
-    return mlpBias.takeError();
-  bool attnOn = *attentionBias && **attentionBias;
-  bool mlpOn = *mlpBias && **mlpBias;
-  if (attnOn != mlpOn)
+  // LlamaConfig has attention_bias and mlp_bias; Qwen3Config attention_bias
+  // only; MistralConfig and Qwen2Config neither.
+  bool hasAttentionBias = family == Family::Llama || family == Family::Qwen3;
+  bool hasMlpBias = family == Family::Llama;
+  bool attnOn = false, mlpOn = false;
+  if (hasAttentionBias) {
+    Expected<std::optional<bool>> attentionBias = getBool("attention_bias");
+    if (!attentionBias)
+      return attentionBias.takeError();
+    attnOn = *attentionBias && **attentionBias;
+  }
+  if (hasMlpBias) {
+    Expected<std::optional<bool>> mlpBias = getBool("mlp_bias");
+    if (!mlpBias)
+      return mlpBias.takeError();
+    mlpOn = *mlpBias && **mlpBias;
+  }
+  if (attnOn != mlpOn && !hasMlpBias)
+    return fieldError("attention_bias",
+                      "true: " + configClass +
+                          " has no mlp_bias, so this puts biases on the "
+                          "attention's projections only, and add_bias_linear "
+                          "puts them on every linear layer or on none; set it "
+                          "to false");
+  if (attnOn != mlpOn) {
     return fieldError(attnOn ? "attention_bias" : "mlp_bias",
                       "true while " +
                           Twine(attnOn ? "mlp_bias" : "attention_bias") +
                           " is false: add_bias_linear puts biases on every "
                           "linear layer or on none; set both alike");
+  }
   m.addBiasLinear = attnOn;
 
-  if (Error err = mustNotBe("rope_scaling", get("rope_scaling") != nullptr,
-                            "RoPE scaling is not supported; remove it to "
-                            "train with plain RoPE at rope_theta"))
-    return err;
-  if (const json::Value *headDim = get("head_dim")) {
-    std::optional<double> dim = headDim->getAsNumber();
-    int64_t implied = m.hiddenSize / m.numAttentionHeads;
-    if (Error err = mustNotBe("head_dim", !dim || *dim != double(implied),
-                              ("the head dimension here is hidden_size / "
-                               "num_attention_heads = " +
-                               Twine(implied))
-                                  .str()))
+  // Qwen2Config has no head_dim; Qwen3's is refused with its q/k norms.
+  if (family == Family::Qwen3)
+    get("head_dim");
+  if (family == Family::Llama || family == Family::Mistral) {
+    if (const json::Value *headDim = get("head_dim")) {
+      std::optional<double> dim = headDim->getAsNumber();
+      int64_t implied = m.hiddenSize / m.numAttentionHeads;
+      if (Error err = mustNotBe(
+              "head_dim", !dim || *dim != double(implied),
+              ("the head dimension here is hidden_size / "
+               "num_attention_heads = " +
+               Twine(m.hiddenSize) + " / " + Twine(m.numAttentionHeads) +
+               " = " + Twine(implied) +
+               "; an explicit head_dim of another size is not supported yet")
+                  .str()))
+        return err;
+    }
+  }
+  if (family != Family::Llama)
+    if (Error err = readSlidingWindow())
+      return err;
+  return Error::success();
+}
+
+Error HuggingFaceReader::readSlidingWindow() {
+  ModelConfig &m = config.model;
+  // Mistral applies sliding_window to every layer when set. Qwen2 and Qwen3
+  // only with use_sliding_window (to the layers from max_window_layers on),
+  // or to the layers layer_types marks "sliding_attention".
+  bool applies = family == Family::Mistral;
+  if (family != Family::Mistral) {
+    Expected<std::optional<bool>> use = getBool("use_sliding_window");
+    if (!use)
+      return use.takeError();
+    applies = *use && **use;
+    get("max_window_layers");
+    if (const json::Value *types = get("layer_types")) {
+      const json::Array *list = types->getAsArray();
+      if (!list)
+        return fieldError("layer_types", expected("a list", show(*types)));
+      for (const json::Value &type : *list) {
+        std::optional<StringRef> name = type.getAsString();
+        if (name == "sliding_attention")
+          applies = true;
+        else if (name != "full_attention")
+          return fieldError("layer_types",
+                            "unsupported layer type " + show(type) +
+                                "; supported: full_attention and "
+                                "sliding_attention");
+      }
+    }
+    if (Error err = mustNotBeBool("use_mrope", true,
+                                  "multimodal RoPE is Qwen2-VL's; the text "
+                                  "model here uses plain RoPE"))
       return err;
   }
+  const json::Value *window = get("sliding_window");
+  if (!window || !applies)
+    return Error::success();
+  std::optional<int64_t> size = window->getAsInteger();
+  if (!size || *size <= 0)
+    return fieldError("sliding_window",
+                      expected("a positive integer or null", show(*window)));
+  m.slidingWindow = *size;
+  config.keyOrigins["sliding_window"] = location("sliding_window");
+  return Error::success();
+}
+
+Error HuggingFaceReader::readRope() {
+  ModelConfig &m = config.model;
+  // transformers 4: rope_theta at the top, rope_scaling a dict or null.
+  // transformers 5: one rope_parameters dict with rope_theta and rope_type.
+  const json::Value *parameters = get("rope_parameters");
+  const json::Value *scaling = get("rope_scaling");
+  if (Error err = map("rope_theta", "rotary_base"))
+    return err;
+  double topTheta = m.rotaryBase;
+  bool hasTopTheta = get("rope_theta") != nullptr;
+
+  if (parameters) {
+    const json::Object *dict = parameters->getAsObject();
+    if (!dict)
+      return fieldError("rope_parameters",
+                        expected("an object", show(*parameters)));
+    if (scaling)
+      return fieldError("rope_scaling",
+                        "given with rope_parameters, which holds the scaling "
+                        "in transformers 5; keep rope_parameters alone");
+    if (Error err = readRopeDict("rope_parameters", *dict, true))
+      return err;
+    if (hasTopTheta && topTheta != m.rotaryBase)
+      return fieldError("rope_theta",
+                        show(topTheta) +
+                            " disagrees with rope_parameters.rope_theta " +
+                            show(m.rotaryBase) + "; keep one of them");
+    return Error::success();
+  }
+  if (!scaling)
+    return Error::success();
+  const json::Object *dict = scaling->getAsObject();
+  if (!dict)
+    return fieldError("rope_scaling", expected("an object or null",
+                                               show(*scaling)));
+  return readRopeDict("rope_scaling", *dict, false);
+}
+
+Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
+                                      bool transformers5) {
+  ModelConfig &m = config.model;
+  StringSet<> read;
+  auto number = [&](StringRef sub) -> Expected<std::optional<double>> {
+    read.insert(sub);
+    const json::Value *value = dict.get(sub);
+    if (!value || value->kind() == json::Value::Null)
+      return std::nullopt;
+    std::optional<double> n = value->getAsNumber();
+    if (!n || !std::isfinite(*n) || *n <= 0)
+      return subFieldError(field, sub,
+                           expected("a positive number", show(*value)));
+    return *n;
+  };
+
+  // transformers 4.36 and older spell rope_type "type".
+  StringRef typeKey = dict.get("rope_type") ? "rope_type" : "type";
+  read.insert(typeKey);
+  std::string type = "default";
+  if (const json::Value *value = dict.get(typeKey)) {
+    std::optional<StringRef> s = value->getAsString();
+    if (!s)
+      return subFieldError(field, typeKey, expected("a string", show(*value)));
+    type = s->str();
+  }
+  if (transformers5) {
+    Expected<std::optional<double>> theta = number("rope_theta");
+    if (!theta)
+      return theta.takeError();
+    if (*theta) {
+      m.rotaryBase = **theta;
+      config.keyOrigins["rotary_base"] =
+          location("rope_theta", offsetOf(field));
+    }
+  }
+
+  if (type == "linear" || type == "llama3") {
+    Expected<std::optional<double>> factor = number("factor");
+    if (!factor)
+      return factor.takeError();
+    if (!*factor)
+      return subFieldError(field, typeKey,
+                           "rope_type " + type + " needs a factor; add it");
+    m.ropeScalingFactor = **factor;
+    m.ropeScaling =
+        type == "linear" ? RopeScaling::Linear : RopeScaling::Llama3;
+  } else if (type != "default") {
+    return subFieldError(
+        field, typeKey,
+        "unsupported rope_type '" + type +
+            "'; supported: default, linear and llama3. Training with plain "
+            "RoPE would be a different model than the checkpoint's; use a "
+            "config.json without this scaling, or remove " +
+            field + " to train plain RoPE at rope_theta");
+  }
+  if (type == "llama3") {
+    double values[3] = {};
+    StringRef names[3] = {"low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"};
+    for (int i = 0; i < 3; ++i) {
+      Expected<std::optional<double>> value = number(names[i]);
+      if (!value)
+        return value.takeError();
+      if (!*value)
+        return subFieldError(field, names[i],
+                             "missing: rope_type llama3 needs factor, "
+                             "low_freq_factor, high_freq_factor and "
+                             "original_max_position_embeddings; add it");
+      values[i] = **value;
+    }
+    if (values[1] <= values[0])
+      return subFieldError(
+          field, "high_freq_factor",
+          show(values[1]) + " is not above low_freq_factor " +
+              show(values[0]) +
+              ": llama3 blends the wavelengths between "
+              "original_max_position_embeddings / high_freq_factor and / "
+              "low_freq_factor; make high_freq_factor the larger");
+    if (std::trunc(values[2]) != values[2] || values[2] > 1e15)
+      return subFieldError(field, names[2],
+                           expected("a positive integer",
+                                    show(*dict.get(names[2]))));
+    m.ropeLowFreqFactor = values[0];
+    m.ropeHighFreqFactor = values[1];
+    m.ropeOriginalMaxPositions = static_cast<int64_t>(values[2]);
+  }
+  // Anything else in the dict (yarn's beta_fast, a partial_rotary_factor,
+  // a llama3 field under linear) changes the rotation or is a mistake.
+  for (const auto &entry : dict) {
+    StringRef sub = entry.first;
+    if (read.contains(sub))
+      continue;
+    return subFieldError(field, sub,
+                         "unknown field (value " + show(entry.second) +
+                             ") for rope_type " + type +
+                             ": it may change the rotation, so it is "
+                             "refused rather than ignored; remove it");
+  }
+  if (m.ropeScaling != RopeScaling::None)
+    config.keyOrigins["rope_scaling"] = location(field);
   return Error::success();
 }
 
@@ -338,8 +708,8 @@ Expected<CompileConfig> HuggingFaceReader::read() {
   const json::Value *type = get("model_type");
   std::optional<StringRef> modelType =
       type ? type->getAsString() : std::nullopt;
-  StringRef supported = "supported: 'gpt2' (GPT2Config) and 'llama' "
-                        "(LlamaConfig)";
+  StringRef supported = "supported: 'gpt2' (GPT2Config), 'llama' "
+                        "(LlamaConfig) and 'mistral' (MistralConfig)";
   if (!modelType)
     return createStringError(
         inconvertibleErrorCode(),
@@ -349,15 +719,54 @@ Expected<CompileConfig> HuggingFaceReader::read() {
                     "config.json that can be read; ") +
             supported);
 
-  if (*modelType != "gpt2" && *modelType != "llama")
+  static const std::tuple<StringRef, Family, StringRef> kFamilies[] = {
+      {"gpt2", Family::Gpt2, "GPT2Config"},
+      {"llama", Family::Llama, "LlamaConfig"},
+      {"mistral", Family::Mistral, "MistralConfig"},
+      {"qwen2", Family::Qwen2, "Qwen2Config"},
+      {"qwen3", Family::Qwen3, "Qwen3Config"}};
+  const auto *known =
+      llvm::find_if(kFamilies, [&](const auto &f) {
+        return std::get<0>(f) == *modelType;
+      });
+  if (known == std::end(kFamilies))
     return fieldError("model_type", "unsupported model_type '" + *modelType +
                                         "'; " + supported);
-  bool isGpt2 = *modelType == "gpt2";
-  configClass = isGpt2 ? "GPT2Config" : "LlamaConfig";
-  Error err = isGpt2 ? readGpt2() : readLlama();
-  if (err)
+  family = std::get<1>(*known);
+  configClass = std::get<2>(*known);
+  if (Error err = family == Family::Gpt2 ? readGpt2() : readLlamaFamily())
+    return std::move(err);
+  if (Error err = readCommonChecks())
+    return std::move(err);
+  if (Error err = refuseUnknownFields())
     return std::move(err);
 
+  // Whole families whose layers the model builder cannot express yet; read
+  // in full first, so a config.json with an unknown field says so instead.
+  if (family == Family::Qwen2)
+    return fieldError("model_type",
+                      "unsupported model_type 'qwen2': Qwen2 and Qwen2.5 put "
+                      "biases on q_proj, k_proj and v_proj only, and "
+                      "add_bias_linear puts them on every linear layer or on "
+                      "none, so this model cannot be built yet; " +
+                          supported);
+  if (family == Family::Qwen3) {
+    std::string headDim;
+    const json::Value *dim = object.get("head_dim");
+    int64_t implied = config.model.hiddenSize / config.model.numAttentionHeads;
+    if (dim && dim->getAsNumber() && *dim->getAsNumber() != double(implied))
+      headDim = formatv(", and its head_dim {0} is not hidden_size / "
+                        "num_attention_heads = {1}",
+                        show(*dim), implied)
+                    .str();
+    return fieldError("model_type",
+                      "unsupported model_type 'qwen3': Qwen3 normalizes each "
+                      "head's queries and keys with RMSNorm (q_norm, k_norm), "
+                      "which the model here does not have yet" +
+                          headDim + "; " + supported);
+  }
+
+  config.model.fromHuggingFace = true;
   config.model.name = modelName(object, fileName, *modelType);
   config.sourcePath = fileName.str();
   return std::move(config);

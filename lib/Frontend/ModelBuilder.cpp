@@ -253,8 +253,22 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
   v = reshape(v, {batch, seq, groups, headDim});
   if (model.positionEmbeddingType == PositionEmbedding::Rope) {
     FloatAttr base = builder.getF64FloatAttr(model.rotaryBase);
-    q = mt::RopeOp::create(builder, loc, typeOf(q), q, base, IntegerAttr());
-    k = mt::RopeOp::create(builder, loc, typeOf(k), k, base, IntegerAttr());
+    FloatAttr factor, low, high;
+    IntegerAttr original;
+    if (model.ropeScaling != RopeScaling::None)
+      factor = builder.getF64FloatAttr(model.ropeScalingFactor);
+    if (model.ropeScaling == RopeScaling::Llama3) {
+      low = builder.getF64FloatAttr(model.ropeLowFreqFactor);
+      high = builder.getF64FloatAttr(model.ropeHighFreqFactor);
+      original = builder.getI64IntegerAttr(model.ropeOriginalMaxPositions);
+    }
+    auto rope = [&](Value x) -> Value {
+      return mt::RopeOp::create(builder, loc, typeOf(x), x, base,
+                                IntegerAttr(), UnitAttr(), factor, low, high,
+                                original);
+    };
+    q = rope(q);
+    k = rope(k);
   }
   double attentionDropout = training ? model.attentionDropout : 0.0;
   // Megatron-LM's core_attention module: what selective recomputation

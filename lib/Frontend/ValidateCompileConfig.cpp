@@ -356,6 +356,17 @@ Error Validator::checkModelShape() {
                     ": learned absolute position embeddings have one row per "
                     "position; raise max_position_embeddings to at least " +
                     show(m.seqLength) + " or lower seq_length");
+  // A window that covers the whole sequence attends exactly as full causal
+  // attention does; a shorter one would need sliding-window attention.
+  if (m.slidingWindow > 0 && m.seqLength > m.slidingWindow)
+    return fail({"seq_length", "sliding_window"},
+                "seq_length " + show(m.seqLength) +
+                    " exceeds sliding_window " + show(m.slidingWindow) +
+                    ": sliding-window attention is not implemented, and only "
+                    "a window that covers the whole sequence is the same "
+                    "model with full causal attention; train with "
+                    "--seq-length " +
+                    show(m.slidingWindow) + " or less");
   if (m.activation == Activation::Swiglu && m.openaiGelu)
     return fail({"openai_gelu", "activation", "swiglu"},
                 "openai_gelu selects the tanh form of GeLU, but activation is "

@@ -99,15 +99,56 @@ TEST(HuggingFaceConfigTest, LlamaMapsLikeMegatron) {
   EXPECT_FALSE(bare.model.untieEmbeddingsAndOutputWeights);
 }
 
+TEST(HuggingFaceConfigTest, RopeScalingOfBothTransformersForms) {
+  // Llama 3.1's rope_scaling (transformers 4) and the same values in
+  // rope_parameters (transformers 5) read alike.
+  llvm::Expected<CompileConfig> v4 =
+      loadCompileConfig(modelPath("hf/llama-3.2-1b-config.json"));
+  ASSERT_TRUE(bool(v4)) << message(v4.takeError());
+  llvm::Expected<CompileConfig> v5 =
+      loadCompileConfig(modelPath("hf/llama-3.2-1b-v5-config.json"));
+  ASSERT_TRUE(bool(v5)) << message(v5.takeError());
+  for (const ModelConfig *m : {&v4->model, &v5->model}) {
+    EXPECT_EQ(m->rotaryBase, 500000.0);
+    EXPECT_EQ(m->ropeScaling, RopeScaling::Llama3);
+    EXPECT_EQ(m->ropeScalingFactor, 32.0);
+    EXPECT_EQ(m->ropeLowFreqFactor, 1.0);
+    EXPECT_EQ(m->ropeHighFreqFactor, 4.0);
+    EXPECT_EQ(m->ropeOriginalMaxPositions, 8192);
+    EXPECT_FALSE(m->untieEmbeddingsAndOutputWeights);
+  }
+
+  // The legacy "type" spelling of transformers 4.36 and older, linear.
+  CompileConfig linear = parse(R"({"model_type": "llama",
+      "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+      "intermediate_size": 172, "vocab_size": 100,
+      "max_position_embeddings": 64, "rope_theta": 20000.0,
+      "rope_scaling": {"type": "linear", "factor": 2.0}})",
+                               "llama.json");
+  EXPECT_EQ(linear.model.rotaryBase, 20000.0);
+  EXPECT_EQ(linear.model.ropeScaling, RopeScaling::Linear);
+  EXPECT_EQ(linear.model.ropeScalingFactor, 2.0);
+
+  // Mistral's null sliding_window (v0.2 on) is no window at all.
+  CompileConfig mistral = parse(R"({"model_type": "mistral",
+      "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+      "intermediate_size": 172, "vocab_size": 100,
+      "max_position_embeddings": 64, "sliding_window": null})",
+                                "mistral.json");
+  EXPECT_EQ(mistral.model.slidingWindow, 0);
+  EXPECT_EQ(mistral.model.ropeScaling, RopeScaling::None);
+}
+
 TEST(HuggingFaceConfigTest, Errors) {
   const std::pair<StringRef, StringRef> cases[] = {
-      {"{\"model_type\": \"mistral\"}",
-       "hf.json:1:2: model_type: unsupported model_type 'mistral'; "
-       "supported: 'gpt2' (GPT2Config) and 'llama' (LlamaConfig)"},
+      {"{\"model_type\": \"gemma\"}",
+       "hf.json:1:2: model_type: unsupported model_type 'gemma'; "
+       "supported: 'gpt2' (GPT2Config), 'llama' (LlamaConfig) and 'mistral' "
+       "(MistralConfig)"},
       {"{\"n_layer\": 2}",
        "hf.json: no 'model_type' field, so this is not a Hugging Face "
-       "config.json that can be read; supported: 'gpt2' (GPT2Config) and "
-       "'llama' (LlamaConfig)"},
+       "config.json that can be read; supported: 'gpt2' (GPT2Config), "
+       "'llama' (LlamaConfig) and 'mistral' (MistralConfig)"},
       {"{\"model_type\": \"gpt2\", \"n_layer\": 2,\n \"n_embd\": 64}",
        "hf.json: required field 'n_head' is missing (it gives "
        "num_attention_heads); every GPT2Config config.json has it"},
@@ -127,9 +168,8 @@ TEST(HuggingFaceConfigTest, Errors) {
        "  \"intermediate_size\": 172, \"vocab_size\": 100,\n"
        "  \"max_position_embeddings\": 64,\n"
        "  \"rope_scaling\": {\"rope_type\": \"llama3\"}}",
-       "hf.json:5:3: rope_scaling: unsupported value "
-       "{\"rope_type\":\"llama3\"}: RoPE scaling is not supported; remove it "
-       "to train with plain RoPE at rope_theta"},
+       "hf.json:5:20: rope_scaling.rope_type: rope_type llama3 needs a "
+       "factor; add it"},
       {"{\"model_type\": \"llama\", \"num_hidden_layers\": 2,\n"
        "  \"hidden_size\": 64, \"num_attention_heads\": 4,\n"
        "  \"intermediate_size\": 172, \"vocab_size\": 100,\n"

@@ -13,6 +13,7 @@
 #include "megatron/Memory/Memory.h"
 #include "megatron/Pipelines/Pipelines.h"
 #include "megatron/Target/Bundle.h"
+#include "mt/IR/MtOps.h"
 #include "mt/Transforms/Passes.h"
 
 #include "mlir/IR/AsmState.h"
@@ -144,6 +145,30 @@ static int fail(const Twine &message) {
   return 1;
 }
 
+/// Hugging Face counts a config.json's parameters with the vocabulary as
+/// given; the table's total pads it as Megatron-LM does. A user comparing
+/// with the model card needs the first, memory planning the second.
+static void printHuggingFaceCount(const CompileConfig &config,
+                                  mlir::ModuleOp module, raw_ostream &os) {
+  int64_t total = 0;
+  for (mlir::mt::ParameterOp parameter :
+       module.getOps<mlir::mt::ParameterOp>())
+    total += parameter.getTensorType().getNumElements();
+  const ModelConfig &m = config.model;
+  int64_t padded = config.paddedVocabSize();
+  int64_t tables = m.untieEmbeddingsAndOutputWeights ? 2 : 1;
+  int64_t unpadded = total - (padded - m.vocabSize) * m.hiddenSize * tables;
+  os << formatv("Hugging Face's count: {0} parameters ({1:F2}M), the "
+                "vocabulary of {2} unpadded\n",
+                unpadded, unpadded / 1e6, m.vocabSize);
+  os << formatv("padded count: {0} parameters ({1:F2}M), the vocabulary padded "
+                "to {2} (a multiple of make_vocab_size_divisible_by {3} x "
+                "tensor_model_parallel_size {4})\n",
+                total, total / 1e6, padded,
+                m.makeVocabSizeDivisibleBy,
+                config.parallel.tensorModelParallelSize);
+}
+
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
 
@@ -247,8 +272,11 @@ int main(int argc, char **argv) {
 
   std::string text;
   llvm::raw_string_ostream os(text);
-  if (report == ReportKind::Params)
+  if (report == ReportKind::Params) {
     mlir::mt::printParameterTable(*module, os);
+    if (config->model.fromHuggingFace)
+      printHuggingFaceCount(*config, *module, os);
+  }
   if (emit == EmitKind::Mlir) {
     module->print(os);
     os << "\n";

@@ -6,6 +6,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::mt;
 
@@ -163,6 +165,28 @@ LogicalResult RopeOp::verify() {
     return emitOpError() << "rotary_dim (" << rotaryDim
                          << ") must be even and in (0, head_dim = " << headDim
                          << "]";
+  for (std::optional<APFloat> factor :
+       {getScalingFactor(), getLowFreqFactor(), getHighFreqFactor()})
+    if (factor && !(factor->convertToDouble() > 0.0 &&
+                    std::isfinite(factor->convertToDouble())))
+      return emitOpError() << "scaling factors must be finite and positive, "
+                              "got "
+                           << factor->convertToDouble();
+  int llama3 = bool(getLowFreqFactor()) + bool(getHighFreqFactor()) +
+               bool(getOriginalMaxPositions());
+  if (llama3 != 0 && (llama3 != 3 || !getScalingFactor()))
+    return emitOpError() << "llama3 scaling needs scaling_factor, "
+                            "low_freq_factor, high_freq_factor and "
+                            "original_max_positions together";
+  if (llama3 == 3 && (*getOriginalMaxPositions() <= 0 ||
+                      !(getHighFreqFactor()->convertToDouble() >
+                        getLowFreqFactor()->convertToDouble())))
+    return emitOpError() << "llama3 scaling needs high_freq_factor ("
+                         << getHighFreqFactor()->convertToDouble()
+                         << ") above low_freq_factor ("
+                         << getLowFreqFactor()->convertToDouble()
+                         << ") and a positive original_max_positions ("
+                         << *getOriginalMaxPositions() << ")";
   return success();
 }
 

@@ -276,12 +276,27 @@ def Mt_RopeOp : Mt_Op<"rope", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
     frequencies `base^(-2i/rotary_dim)`, the rest pass through. `inverse`
     rotates by the negative angle: it undoes the rotation and is its VJP.
 
+    Hugging Face's RoPE scalings rescale the inverse frequencies f:
+    `scaling_factor` alone divides every one ("linear"); with
+    `low_freq_factor`, `high_freq_factor` and `original_max_positions` it is
+    Llama 3.1's "llama3": by wavelength w = 2 pi / f, w < original / high
+    keeps f, w > original / low gives f / factor, and between them, with
+    s = (original / w - low) / (high - low), (1 - s) f / factor + s f.
+    The three llama3 attributes come together, with high above low.
+
     ```mlir
     %q2 = mt.rope %q base = 1.000000e+04 : tensor<4x512x8x32xf32>
+    %q3 = mt.rope %q base = 5.000000e+05 {scaling_factor = 8.0 : f64,
+        low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64,
+        original_max_positions = 8192 : i64} : tensor<4x512x8x32xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$input, F64Attr:$base,
-                       OptionalAttr<I64Attr>:$rotary_dim, UnitAttr:$inverse);
+                       OptionalAttr<I64Attr>:$rotary_dim, UnitAttr:$inverse,
+                       OptionalAttr<F64Attr>:$scaling_factor,
+                       OptionalAttr<F64Attr>:$low_freq_factor,
+                       OptionalAttr<F64Attr>:$high_freq_factor,
+                       OptionalAttr<I64Attr>:$original_max_positions);
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
     $input `base` `=` $base (`inverse` $inverse^)? attr-dict `:` type($input)

@@ -109,9 +109,11 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange dys,
 LogicalResult RopeOp::buildVJP(OpBuilder &builder, ValueRange dys,
                                SmallVectorImpl<Value> &grads) {
   // A rotation's transpose is the rotation by the negative angle.
-  grads.push_back(RopeOp::create(builder, getLoc(), getType(), dys[0],
-                                 getBaseAttr(), getRotaryDimAttr(),
-                                 unitIf(builder, !getInverse())));
+  grads.push_back(RopeOp::create(
+      builder, getLoc(), getType(), dys[0], getBaseAttr(), getRotaryDimAttr(),
+      unitIf(builder, !getInverse()), getScalingFactorAttr(),
+      getLowFreqFactorAttr(), getHighFreqFactorAttr(),
+      getOriginalMaxPositionsAttr()));
   return success();
 }
 

@@ -26,6 +26,10 @@ enum class PositionEmbedding { LearnedAbsolute, Rope };
 enum class Activation { Gelu, Swiglu };
 enum class Precision { FP32, BF16, FP16 };
 enum class RecomputeGranularity { None, Selective, Full };
+/// How RoPE's inverse frequencies are rescaled for a longer context, as
+/// Hugging Face's rope_type: none ("default"), all divided by a factor
+/// ("linear"), or Llama 3.1's blend by wavelength ("llama3").
+enum class RopeScaling { None, Linear, Llama3 };
 
 /// The transformer itself, with Megatron-LM's argument names.
 struct ModelConfig {
@@ -46,6 +50,23 @@ struct ModelConfig {
   double normEpsilon = 1e-5;
   PositionEmbedding positionEmbeddingType = PositionEmbedding::LearnedAbsolute;
   double rotaryBase = 10000.0;
+  RopeScaling ropeScaling = RopeScaling::None;
+  /// Linear and llama3: the inverse frequencies (llama3: the long-wavelength
+  /// ones) are divided by this factor.
+  double ropeScalingFactor = 1.0;
+  /// Llama3: wavelengths above original / low_freq_factor are divided by the
+  /// factor, those below original / high_freq_factor kept, those between
+  /// blended; original is the context length the model was trained at.
+  double ropeLowFreqFactor = 1.0;
+  double ropeHighFreqFactor = 4.0;
+  int64_t ropeOriginalMaxPositions = 8192;
+  /// Sliding-window attention's window (Mistral's, Qwen's sliding_window);
+  /// 0 means none. Only a window that covers seq_length is accepted, where
+  /// it is the same as full causal attention.
+  int64_t slidingWindow = 0;
+  /// Hugging Face's vocab_size and parameter count are unpadded; set when
+  /// the model was read from a config.json, for --report params.
+  bool fromHuggingFace = false;
   Activation activation = Activation::Gelu;
   bool openaiGelu = false;
   bool addBiasLinear = true;

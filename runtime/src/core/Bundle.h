@@ -129,6 +129,13 @@ struct Attributes {
   double dropoutP = 0;         // attention
   int64_t seed = 0;            // attention, dropout
   double base = 0;             // rope
+  /// rope's frequency scaling (core/RopeFrequencies.h): scaling_factor
+  /// alone is "linear"; with low_freq_factor, high_freq_factor and
+  /// original_max_positions, "llama3". Absent: 1 and 0s, unscaled.
+  double scalingFactor = 1.0;
+  double lowFreqFactor = 0;
+  double highFreqFactor = 0;
+  int64_t originalMaxPositions = 0;
   std::optional<int64_t> rotaryDim;
   bool inverse = false;
   GeluApproximate approximate = GeluApproximate::Erf;

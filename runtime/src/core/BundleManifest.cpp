@@ -430,6 +430,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.seed = readInt(*value, at);
       } else if (key == "rotary_dim") {
         out.rotaryDim = readInt(*value, at, 0);
+      } else if (key == "original_max_positions") {
+        out.originalMaxPositions = readInt(*value, at, 1);
       } else if (key == "kernel") {
         out.kernel = readInt(*value, at, 0); // bounded by readFusedBody
       } else if (key == "axis") {
@@ -462,6 +464,13 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         if (!(number > 0))
           fail(at, describe(*value), "a base > 0");
         out.base = number;
+      } else if (key == "scaling_factor" || key == "low_freq_factor" ||
+                 key == "high_freq_factor") {
+        if (!(number > 0) || !std::isfinite(number))
+          fail(at, describe(*value), "a finite factor > 0");
+        (key == "scaling_factor"  ? out.scalingFactor
+         : key == "low_freq_factor" ? out.lowFreqFactor
+                                    : out.highFreqFactor) = number;
       }
       break;
     }

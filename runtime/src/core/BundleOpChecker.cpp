@@ -86,7 +86,11 @@ const std::vector<OpInfo> &opTable() {
        1,
        {{"base", AttrKind::Number, true},
         {"rotary_dim", AttrKind::Int, false},
-        {"inverse", AttrKind::Bool, false}}},
+        {"inverse", AttrKind::Bool, false},
+        {"scaling_factor", AttrKind::Number, false},
+        {"low_freq_factor", AttrKind::Number, false},
+        {"high_freq_factor", AttrKind::Number, false},
+        {"original_max_positions", AttrKind::Int, false}}},
       {Op::Gelu, "gelu", 1, 1, 1, 1, {{"approximate", AttrKind::String, true}}},
       {Op::Silu, "silu", 1, 1, 1, 1, {}},
       {Op::Swiglu, "swiglu", 2, 2, 1, 1, {}},
@@ -471,6 +475,21 @@ void OpChecker::check() {
       fail(path_ + ".attrs.rotary_dim", std::to_string(rotary),
            "an even number of features <= the head dimension " +
                std::to_string(headDim));
+    // llama3 scaling takes its three attributes together, the high
+    // frequency factor above the low one, and the scaling factor with them.
+    bool anyLlama3 = a.lowFreqFactor > 0 || a.highFreqFactor > 0 ||
+                     a.originalMaxPositions > 0;
+    bool allLlama3 = a.lowFreqFactor > 0 && a.highFreqFactor > 0 &&
+                     a.originalMaxPositions > 0;
+    if (anyLlama3 && !allLlama3)
+      fail(path_ + ".attrs", "some of low_freq_factor, high_freq_factor and "
+                             "original_max_positions",
+           "all three (llama3 scaling) or none");
+    if (allLlama3 && !(a.highFreqFactor > a.lowFreqFactor))
+      fail(path_ + ".attrs.high_freq_factor",
+           std::to_string(a.highFreqFactor),
+           "a factor above low_freq_factor " +
+               std::to_string(a.lowFreqFactor));
     sameAs(true, 0, 0);
     break;
   }

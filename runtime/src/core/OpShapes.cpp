@@ -104,6 +104,15 @@ CrossEntropyDims crossEntropyDims(const Function &fn, const Instruction &inst) {
   return d;
 }
 
+RopeFrequencies ropeFrequencies(const Attributes &attrs) {
+  RopeFrequencies r(attrs.base);
+  r.factor = attrs.scalingFactor;
+  r.lowFreqFactor = attrs.lowFreqFactor;
+  r.highFreqFactor = attrs.highFreqFactor;
+  r.originalMaxPositions = static_cast<double>(attrs.originalMaxPositions);
+  return r;
+}
+
 RopeDims ropeDims(const Function &fn, const Instruction &inst) {
   const auto &x = shapeOf(fn, inst.operands[0]);
   RopeDims d;

@@ -67,6 +67,8 @@ struct RopeDims {
   int64_t batch = 0, seq = 0, heads = 0, headDim = 0, rotary = 0;
 };
 RopeDims ropeDims(const Function &fn, const Instruction &inst);
+/// Rope's base and frequency scaling, as the kernels take them.
+RopeFrequencies ropeFrequencies(const Attributes &attrs);
 
 /// Split, Concat: the whole value (operand 0 of a split, result 0 of a
 /// concat) as [outer, axis, inner], `inner` in elements.

@@ -567,8 +567,8 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::Rope: {
     RopeDims d = ropeDims(fn, inst);
-    rope(stream, d.batch, d.seq, d.heads, d.headDim, d.rotary, a.base,
-         a.inverse, inElements(0), outElements(0), carve.take<char>(0));
+    rope(stream, d.batch, d.seq, d.heads, d.headDim, d.rotary,
+         ropeFrequencies(a), a.inverse, inElements(0), outElements(0), carve.take<char>(0));
     break;
   }
   case Op::Gelu:

@@ -294,10 +294,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     RopeDims d = ropeDims(fn, inst);
     if (a.inverse)
       ropeBackward<T>(pool, d.batch, d.seq, d.heads, d.headDim, d.rotary,
-                      a.base, in(0), out(0));
+                      ropeFrequencies(a), in(0), out(0));
     else
-      ropeForward<T>(pool, d.batch, d.seq, d.heads, d.headDim, d.rotary, a.base,
-                     in(0), out(0));
+      ropeForward<T>(pool, d.batch, d.seq, d.heads, d.headDim, d.rotary,
+                     ropeFrequencies(a), in(0), out(0));
     break;
   }
   case Op::Gelu:

@@ -836,6 +836,25 @@ TEST_F(CudaOpsTest, RopeForwardAndInverseWithPartialRotation) {
   c.check(kElementwise);
 }
 
+// Hugging Face's linear and llama3 scalings, as the host computes them: with
+// base 100, head_dim 8 and original 64 the wavelengths (6.3, 20, 63, 199)
+// take all three llama3 branches.
+TEST_F(CudaOpsTest, RopeWithLinearAndLlama3Scaling) {
+  std::vector<int64_t> shape = {2, 6, 3, 8};
+  int64_t x = c.input(shape);
+  c.f.output(c.f.op("rope", {x}, shape,
+                    {{"base", 10000.0}, {"scaling_factor", 4.0}}));
+  Json llama3 = {{"base", 100.0},
+                 {"scaling_factor", 8.0},
+                 {"low_freq_factor", 1.0},
+                 {"high_freq_factor", 4.0},
+                 {"original_max_positions", 64}};
+  c.f.output(c.f.op("rope", {x}, shape, llama3));
+  llama3["inverse"] = true;
+  c.f.output(c.f.op("rope", {x}, shape, llama3));
+  c.check(kElementwise);
+}
+
 TEST_F(CudaOpsTest, EmbeddingAndItsGradientWithRepeatedIds) {
   for (DType dtype : {DType::I32, DType::I64}) {
     int64_t table = c.input({50, 12});

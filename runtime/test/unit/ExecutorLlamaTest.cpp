@@ -3,6 +3,8 @@
 // dropout masks by step.
 #include "ExecutorTestSupport.h"
 
+#include "core/OpShapes.h"
+
 using namespace mtrt;
 using namespace mtrt::host;
 using namespace mtrt::test;
@@ -40,7 +42,13 @@ Json llamaManifest() {
     p.push_back(f.op("get_parameter", {}, ps[i].shape, {{"parameter", i}}));
   }
   Json eps = {{"epsilon", 1e-6}}, tw = {{"transpose_weight", true}};
-  Json rope = {{"base", 10000.0}};
+  // The queries' rope with llama3 scaling: with head_dim 4 the wavelengths
+  // are 2 pi (blended, between 8 / 2 and 8 / 1) and 200 pi (divided).
+  Json rope = {{"base", 10000.0},
+               {"scaling_factor", 4.0},
+               {"low_freq_factor", 1.0},
+               {"high_freq_factor", 2.0},
+               {"original_max_positions", 8}};
   Json ropeK = {{"base", 10000.0}, {"rotary_dim", 2}};
   Json att = {{"causal", true}, {"scale", 0.3}};
   Json drop = {{"p", 0.25}, {"seed", 5}};
@@ -149,6 +157,49 @@ std::vector<int32_t> labels() { return {7, 1, 8, 2, 8, 1, 8, 2}; }
 
 TEST(ExecutorLlamaTest, GradientsMatchCentralDifferences) {
   checkGradients(llamaManifest(), "llama_step", B, S, tokens(), labels(), 0.4);
+}
+
+TEST(ExecutorLlamaTest, RopeScalingAttributesAreChecked) {
+  auto withRope = [](Json attrs) {
+    Json m = llamaManifest();
+    for (Json &inst : m["functions"][0]["instructions"])
+      if (inst["op"] == "rope")
+        inst["attrs"] = attrs;
+    return m;
+  };
+  auto expectRejected = [](const Json &m,
+                           std::initializer_list<std::string> parts) {
+    expectError([&] { Bundle::parseManifest("s.mtb", m.dump()); },
+                MTRT_STATUS_INVALID_ARGUMENT, parts);
+  };
+  expectRejected(withRope({{"base", 10000.0}, {"low_freq_factor", 1.0}}),
+                 {"attrs: found some of low_freq_factor, high_freq_factor and "
+                  "original_max_positions",
+                  "expected all three (llama3 scaling) or none"});
+  expectRejected(withRope({{"base", 10000.0},
+                           {"scaling_factor", 8.0},
+                           {"low_freq_factor", 4.0},
+                           {"high_freq_factor", 1.0},
+                           {"original_max_positions", 8192}}),
+                 {"attrs.high_freq_factor", "found 1.000000",
+                  "expected a factor above low_freq_factor 4.000000"});
+  expectRejected(withRope({{"base", 10000.0}, {"scaling_factor", 0.0}}),
+                 {"attrs.scaling_factor", "expected a finite factor > 0"});
+
+  // The manifest's queries' rope reaches the kernels as written.
+  Bundle bundle = Bundle::parseManifest("llama", llamaManifest().dump());
+  int ropes = 0;
+  for (const Instruction &inst : bundle.functions()[0].instructions) {
+    if (inst.op != Op::Rope || ropes++)
+      continue;
+    RopeFrequencies r = ropeFrequencies(inst.attrs);
+    EXPECT_EQ(r.base, 10000.0);
+    EXPECT_EQ(r.factor, 4.0);
+    EXPECT_EQ(r.lowFreqFactor, 1.0);
+    EXPECT_EQ(r.highFreqFactor, 2.0);
+    EXPECT_EQ(r.originalMaxPositions, 8.0);
+  }
+  EXPECT_GT(ropes, 1);
 }
 
 TEST(ExecutorLlamaTest, DropoutMasksDependOnTheStepOnly) {

@@ -298,6 +298,60 @@ TEST(HostKernels, RopeRotatesHalvesByPositionAngles) {
   expectNear(y, x, 1e-14);
 }
 
+/// Hugging Face's llama3 and linear RoPE scalings, computed here in float64
+/// the way transformers' _compute_llama3_parameters writes them (two
+/// torch.where over the wavelengths), against the host kernel.
+TEST(HostKernels, RopeScalingsMatchHuggingFaceFormulas) {
+  const int64_t batch = 1, seq = 9, heads = 2, dim = 16, rotary = 16;
+  const double base = 10000, factor = 8, low = 1, high = 4, original = 64;
+  const double pi = std::acos(-1.0);
+  // Wavelengths 2 pi base^(2i / 16): 6.3 (kept, below 64 / 4), 19.9 and 62.8
+  // (blended), 199 and up (divided, above 64 / 1): every branch is taken.
+  std::vector<double> llama3, linear;
+  for (int i = 0; i < rotary / 2; ++i) {
+    double f = 1.0 / std::pow(base, 2.0 * i / rotary);
+    double wavelength = 2 * pi / f;
+    double scaled = wavelength > original / low ? f / factor : f;
+    double smooth = (original / wavelength - low) / (high - low);
+    double smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+    bool medium = !(wavelength < original / high) &&
+                  !(wavelength > original / low);
+    llama3.push_back(medium ? smoothed : scaled);
+    linear.push_back(f / factor);
+  }
+  EXPECT_EQ(llama3[0], 1.0);
+  EXPECT_NEAR(llama3[7], 1.0 / std::pow(base, 14.0 / 16) / factor, 1e-18);
+
+  mtrt::RopeFrequencies llama3Attrs(base);
+  llama3Attrs.factor = factor;
+  llama3Attrs.lowFreqFactor = low;
+  llama3Attrs.highFreqFactor = high;
+  llama3Attrs.originalMaxPositions = original;
+  mtrt::RopeFrequencies linearAttrs(base);
+  linearAttrs.factor = factor;
+  for (auto [attrs, frequencies] :
+       {std::pair{llama3Attrs, llama3}, std::pair{linearAttrs, linear}}) {
+    Vec x = randomVec(batch * seq * heads * dim, 31), y(x.size());
+    ropeForward<double>(pool(), batch, seq, heads, dim, rotary, attrs,
+                        x.data(), y.data());
+    Vec expected(x.size());
+    for (int64_t row = 0; row < batch * seq * heads; ++row) {
+      double pos = static_cast<double>((row / heads) % seq);
+      const double *xr = &x[row * dim];
+      double *er = &expected[row * dim];
+      for (int i = 0; i < rotary / 2; ++i) {
+        double angle = pos * frequencies[i];
+        er[i] = xr[i] * std::cos(angle) - xr[i + 8] * std::sin(angle);
+        er[i + 8] = xr[i + 8] * std::cos(angle) + xr[i] * std::sin(angle);
+      }
+    }
+    expectNear(y, expected, 1e-14);
+    ropeBackward<double>(pool(), batch, seq, heads, dim, rotary, attrs,
+                         y.data(), y.data());
+    expectNear(y, x, 1e-14);
+  }
+}
+
 TEST(HostKernels, ActivationsMatchTheirFormulas) {
   Vec x = randomVec(200, 40, -6, 6), up = randomVec(200, 41);
   Vec erf(x.size()), tanhForm(x.size()), silu(x.size()), swiglu(x.size());

@@ -312,6 +312,30 @@ func.func @rope_rotary_dim(%x: tensor<2x8x4x8xf32>) {
 
 // -----
 
+func.func @rope_scaling_factor(%x: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{'mt.rope' op scaling factors must be finite and positive, got 0.000000e+00}}
+  %0 = mt.rope %x base = 1.0e+04 {scaling_factor = 0.0 : f64} : tensor<2x8x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_llama3_incomplete(%x: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{'mt.rope' op llama3 scaling needs scaling_factor, low_freq_factor, high_freq_factor and original_max_positions together}}
+  %0 = mt.rope %x base = 1.0e+04 {scaling_factor = 8.0 : f64, low_freq_factor = 1.0 : f64} : tensor<2x8x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_llama3_inverted(%x: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{'mt.rope' op llama3 scaling needs high_freq_factor (1.000000e+00) above low_freq_factor (4.000000e+00) and a positive original_max_positions (8192)}}
+  %0 = mt.rope %x base = 1.0e+04 {scaling_factor = 8.0 : f64, low_freq_factor = 4.0 : f64, high_freq_factor = 1.0 : f64, original_max_positions = 8192 : i64} : tensor<2x8x4x8xf32>
+  return
+}
+
+// -----
+
 func.func @dropout_p(%x: tensor<2x8xf32>) {
   // expected-error @+1 {{'mt.dropout' op p must be in [0, 1), got -1.000000e-01}}
   %0 = mt.dropout %x p = -0.1 seed = 0 : tensor<2x8xf32>

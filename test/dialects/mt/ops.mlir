@@ -73,6 +73,16 @@ func.func @rope(%x: tensor<2x8x4x8xf32>) -> (tensor<2x8x4x8xf32>, tensor<2x8x4x8
   return %0, %1 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
 }
 
+// Hugging Face's linear and llama3 scalings.
+// CHECK-LABEL: func.func @rope_scaled
+func.func @rope_scaled(%x: tensor<2x8x4x8xf32>) -> (tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>) {
+  // CHECK: mt.rope %{{.+}} base = 1.000000e+04 {scaling_factor = 2.000000e+00 : f64} : tensor<2x8x4x8xf32>
+  %0 = mt.rope %x base = 1.000000e+04 {scaling_factor = 2.0 : f64} : tensor<2x8x4x8xf32>
+  // CHECK: mt.rope %{{.+}} base = 5.000000e+05 inverse {high_freq_factor = 4.000000e+00 : f64, low_freq_factor = 1.000000e+00 : f64, original_max_positions = 8192 : i64, scaling_factor = 8.000000e+00 : f64} : tensor<2x8x4x8xf32>
+  %1 = mt.rope %x base = 5.000000e+05 inverse {scaling_factor = 8.0 : f64, low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64, original_max_positions = 8192 : i64} : tensor<2x8x4x8xf32>
+  return %0, %1 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @activations
 func.func @activations(%x: tensor<2x8x32xf16>, %y: tensor<2x8x32xf16>) -> (tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>) {
   // CHECK: mt.gelu %{{.+}} approximate = tanh : tensor<2x8x32xf16>

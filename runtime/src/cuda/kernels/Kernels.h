@@ -327,7 +327,8 @@ size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim);
 /// host::ropeForward (inverse false) or host::ropeBackward (inverse true).
 /// y may alias x when both have one storage type.
 void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
-          int64_t headDim, int64_t rotaryDim, double base, bool inverse,
+          int64_t headDim, int64_t rotaryDim,
+          const RopeFrequencies &frequencies, bool inverse,
           InElements x, OutElements y, void *scratch);
 
 //===----------------------------------------------------------------------===//

@@ -9,13 +9,13 @@ namespace mtrt::cuda {
 namespace {
 
 /// cosines[s * half + i], sines[s * half + i] for the angle
-/// s * base^(-2i / rotaryDim), as host ropeTables.
+/// s * ropeInverseFrequency(i), as host ropeTables.
 __global__ void ropeTableKernel(int64_t seq, int64_t half, int64_t rotaryDim,
-                                double base, float *cosines, float *sines) {
+                                RopeFrequencies frequencies, float *cosines,
+                                float *sines) {
   MTRT_GRID_STRIDE(e, seq * half) {
     int64_t s = e / half, i = e % half;
-    double inverseFrequency =
-        pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rotaryDim));
+    double inverseFrequency = ropeInverseFrequency(frequencies, i, rotaryDim);
     double angle = static_cast<double>(s) * inverseFrequency;
     cosines[e] = static_cast<float>(cos(angle));
     sines[e] = static_cast<float>(sin(angle));
@@ -55,7 +55,8 @@ size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim) {
 }
 
 void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
-          int64_t headDim, int64_t rotaryDim, double base, bool inverse,
+          int64_t headDim, int64_t rotaryDim,
+          const RopeFrequencies &frequencies, bool inverse,
           InElements x, OutElements y, void *scratch) {
   int64_t rows = batch * seq * heads;
   int64_t half = rotaryDim / 2;
@@ -65,7 +66,8 @@ void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
   float *sines = cosines + std::max<int64_t>(1, seq * half);
   if (half > 0)
     ropeTableKernel<<<detail::blocksFor(seq * half), detail::kThreads, 0,
-                      stream>>>(seq, half, rotaryDim, base, cosines, sines);
+                      stream>>>(seq, half, rotaryDim, frequencies, cosines,
+                                sines);
   int64_t work = rows * (half + (headDim - rotaryDim));
   if (work > 0)
     ropeKernel<<<detail::blocksFor(work), detail::kThreads, 0, stream>>>(

@@ -214,17 +214,17 @@ void attentionBackward(ThreadPool &pool, const AttentionParams &params,
 
 namespace {
 
-/// cos and sin of s * base^(-2i / rotaryDim) for s < seq, i < rotaryDim / 2,
-/// computed in double and rounded to T, as [seq][rotaryDim / 2].
+/// cos and sin of s * f_i for s < seq, i < rotaryDim / 2 (f_i the inverse
+/// frequency), computed in double and rounded to T, as [seq][rotaryDim / 2].
 template <typename T>
-void ropeTables(int64_t seq, int64_t rotaryDim, double base,
-                std::vector<T> &cosines, std::vector<T> &sines) {
+void ropeTables(int64_t seq, int64_t rotaryDim,
+                const RopeFrequencies &frequencies, std::vector<T> &cosines,
+                std::vector<T> &sines) {
   int64_t half = rotaryDim / 2;
   cosines.resize(static_cast<size_t>(seq * half));
   sines.resize(static_cast<size_t>(seq * half));
   for (int64_t i = 0; i < half; ++i) {
-    double inverseFrequency =
-        std::pow(base, -2.0 * static_cast<double>(i) / rotaryDim);
+    double inverseFrequency = ropeInverseFrequency(frequencies, i, rotaryDim);
     for (int64_t s = 0; s < seq; ++s) {
       double angle = static_cast<double>(s) * inverseFrequency;
       cosines[s * half + i] = static_cast<T>(std::cos(angle));
@@ -236,10 +236,11 @@ void ropeTables(int64_t seq, int64_t rotaryDim, double base,
 /// Rotates every head by +angle (direction = 1) or -angle (direction = -1).
 template <typename T>
 void rotate(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
-            int64_t headDim, int64_t rotaryDim, double base, const T *x, T *y,
+            int64_t headDim, int64_t rotaryDim,
+            const RopeFrequencies &frequencies, const T *x, T *y,
             T direction) {
   std::vector<T> cosines, sines;
-  ropeTables(seq, rotaryDim, base, cosines, sines);
+  ropeTables(seq, rotaryDim, frequencies, cosines, sines);
   int64_t half = rotaryDim / 2;
   pool.parallelFor(
       0, batch * seq * heads,
@@ -267,16 +268,18 @@ void rotate(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
 
 template <typename T>
 void ropeForward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
-                 int64_t headDim, int64_t rotaryDim, double base, const T *x,
-                 T *y) {
-  rotate(pool, batch, seq, heads, headDim, rotaryDim, base, x, y, T(1));
+                 int64_t headDim, int64_t rotaryDim,
+                 const RopeFrequencies &frequencies, const T *x, T *y) {
+  rotate(pool, batch, seq, heads, headDim, rotaryDim, frequencies, x, y,
+         T(1));
 }
 
 template <typename T>
 void ropeBackward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
-                  int64_t headDim, int64_t rotaryDim, double base, const T *dy,
-                  T *dx) {
-  rotate(pool, batch, seq, heads, headDim, rotaryDim, base, dy, dx, T(-1));
+                  int64_t headDim, int64_t rotaryDim,
+                  const RopeFrequencies &frequencies, const T *dy, T *dx) {
+  rotate(pool, batch, seq, heads, headDim, rotaryDim, frequencies, dy, dx,
+         T(-1));
 }
 
 #define MTRT_INSTANTIATE(T)                                                    \
@@ -287,9 +290,11 @@ void ropeBackward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
                                      const T *, const T *, const T *,          \
                                      const T *, const T *, T *, T *, T *);     \
   template void ropeForward<T>(ThreadPool &, int64_t, int64_t, int64_t,        \
-                               int64_t, int64_t, double, const T *, T *);      \
+                               int64_t, int64_t, const RopeFrequencies &,     \
+                               const T *, T *);                                \
   template void ropeBackward<T>(ThreadPool &, int64_t, int64_t, int64_t,       \
-                                int64_t, int64_t, double, const T *, T *);
+                                int64_t, int64_t, const RopeFrequencies &,     \
+                                const T *, T *);
 MTRT_INSTANTIATE_FLOAT_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

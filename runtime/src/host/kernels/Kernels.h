@@ -23,6 +23,7 @@
 #define MTRT_SRC_HOST_KERNELS_KERNELS_H
 
 #include "core/Random.h"
+#include "core/RopeFrequencies.h"
 
 #include <cstdint>
 #include <string>
@@ -214,20 +215,21 @@ void attentionBackward(ThreadPool &pool, const AttentionParams &params,
 
 /// Rotate-half RoPE on x [batch, seq, heads, headDim]: with half =
 /// rotaryDim / 2 and for i < half, (x[i], x[i + half]) is rotated by the angle
-/// s * base^(-2i / rotaryDim) at sequence position s:
+/// s * ropeInverseFrequency(frequencies, i, rotaryDim) at sequence position s
+/// (base^(-2i / rotaryDim) unscaled):
 ///   y[i] = x[i] cos - x[i + half] sin, y[i + half] = x[i + half] cos + x[i] sin.
 /// Features from rotaryDim on pass through. Angles, cos and sin in double.
 /// rotaryDim is even and at most headDim. y may alias x.
 template <typename T>
 void ropeForward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
-                 int64_t headDim, int64_t rotaryDim, double base, const T *x,
-                 T *y);
+                 int64_t headDim, int64_t rotaryDim,
+                 const RopeFrequencies &frequencies, const T *x, T *y);
 
 /// The rotation by the negative angle. dx may alias dy.
 template <typename T>
 void ropeBackward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
-                  int64_t headDim, int64_t rotaryDim, double base, const T *dy,
-                  T *dx);
+                  int64_t headDim, int64_t rotaryDim,
+                  const RopeFrequencies &frequencies, const T *dy, T *dx);
 
 //===----------------------------------------------------------------------===//
 // Elementwise ops and softmax (Elementwise.cpp), over n elements. Outputs
