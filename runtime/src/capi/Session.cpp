@@ -655,12 +655,11 @@ void Session::loadCheckpoint(const std::string &directory) {
                     " and no iter_NNNNNNN directory); write one with "
                     "mtrt_session_save_checkpoint or megatron-train --save");
   train::CheckpointManifest manifest = train::readCheckpointManifest(*found);
-  // Iteration 0 (megatron-checkpoint import-hf) has no schedule to continue.
   std::string differences =
-      manifest.state.iteration > 0
-          ? train::optimizerDifferences(manifest.state.optimizer,
-                                        train::optimizerState(optimizer_))
-          : "";
+      train::startsRun(manifest.state)
+          ? ""
+          : train::optimizerDifferences(manifest.state.optimizer,
+                                        train::optimizerState(optimizer_));
   if (!differences.empty())
     invalid("checkpoint '" + *found +
             "': the optimizer's hyper-parameters differ: " + differences +

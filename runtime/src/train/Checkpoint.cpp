@@ -280,6 +280,11 @@ std::string jsonText(const Json &j) { return j.dump(1, ' ') + "\n"; }
 
 } // namespace
 
+bool startsRun(const CheckpointState &state) {
+  return state.iteration == 0 && state.optimizerStep == 0 &&
+         !state.optimizer.contains("lr");
+}
+
 std::string iterationDirectoryName(int64_t iteration) {
   char name[32];
   std::snprintf(name, sizeof(name), "iter_%07lld",

@@ -142,6 +142,12 @@ nlohmann::json optimizerState(const OptimizerConfig &config);
 std::string optimizerDifferences(const nlohmann::json &saved,
                                  const nlohmann::json &current);
 
+/// Whether a checkpoint starts a run rather than continuing one: an import
+/// (megatron-checkpoint import-hf) is of iteration 0 and records no optimizer
+/// hyper-parameters; with no data order, dropout stream or schedule to
+/// continue, any seed and hyper-parameters may load it.
+bool startsRun(const CheckpointState &state);
+
 /// Saves `tensors` and `state` as `saveDir`/iter_NNNNNNN, collectively over
 /// `world` (nullptr: one rank), whose rank 0 leads: it creates
 /// iter_NNNNNNN.partial (removing one left by an interrupted save), every

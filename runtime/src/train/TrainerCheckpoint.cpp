@@ -287,9 +287,7 @@ void Trainer::loadCheckpoint(const std::string &dir, TrainingLog &log) {
   const CheckpointState &saved = manifest.state;
   CheckpointState current = checkpointState(saved.iteration, 0);
   std::string where = "--load: checkpoint '" + *found + "'";
-  // A checkpoint of iteration 0 (megatron-checkpoint import-hf) has no data
-  // order, dropout stream or schedule to continue: any run starts from it.
-  bool continues = saved.iteration > 0;
+  bool continues = !startsRun(saved);
   if (continues && saved.seed != current.seed)
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 where + " was trained with --seed " +
