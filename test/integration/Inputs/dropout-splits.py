@@ -33,28 +33,18 @@ comparisons can fail: the run without dropout has other losses than
 
 Prints one line per comparison; exits 1 if any fails.
 """
-import importlib.util
 import json
 import os
 import struct
 import sys
+
+from layout_runs import matrix
 
 TOLERANCE = 1e-6
 TRAIN = ["--train-iters", "10", "--lr", "1e-3", "--adam-eps", "1e-6",
          "--clip-grad", "0", "--log-interval", "1", "--eval-interval", "5",
          "--eval-iters", "2", "--no-progress-bar"]
 
-
-def load(name, file):
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location(name,
-                                                  os.path.join(here, file))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-matrix = load("parallel_matrix", "parallel-matrix.py")
 run, read_weights = matrix.run, matrix.read_weights
 
 
