@@ -213,13 +213,9 @@ void importHf(const std::string &input, const std::string &bundlePath,
   state.dataPath = "(imported from " + input + ")";
   state.globalBatchSize = std::max<int64_t>(model.globalBatchSize, 1);
   state.microBatchesPerIteration = 1;
-  state.bundleName = bundle.name();
-  state.bundleSha256 = bundle.sha256Hex();
-  state.modelName = model.name;
-  state.vocabSize = model.vocabSize;
+  recordBundle(state, bundle);
+  // Hugging Face's tensors hold the unpadded vocabulary.
   state.paddedVocabSize = model.vocabSize;
-  state.numAttentionHeads = model.numAttentionHeads;
-  state.numQueryGroups = model.numQueryGroups;
   std::string dir = saveCheckpoint(output, state, tensors, nullptr);
   std::cout << "imported " << report.parameters << " parameters from '"
             << input << "' to '" << dir << "' (iteration 0)\n";

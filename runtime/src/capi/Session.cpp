@@ -632,13 +632,7 @@ void Session::saveCheckpoint(const std::string &directory) {
       std::max<int64_t>(model.pipelineModelParallelSize, 1);
   state.dataParallelSize = std::max<int64_t>(model.dataParallelSize, 1);
   state.grid = b.gridShape();
-  state.bundleName = b.name();
-  state.bundleSha256 = b.sha256Hex();
-  state.modelName = model.name;
-  state.vocabSize = model.vocabSize;
-  state.paddedVocabSize = model.paddedVocabSize;
-  state.numAttentionHeads = model.numAttentionHeads;
-  state.numQueryGroups = model.numQueryGroups;
+  train::recordBundle(state, b);
   train::saveCheckpoint(directory, state, tensors,
                         rank_ ? &rank_->world() : nullptr);
 }

@@ -296,6 +296,17 @@ std::string iterationDirectoryName(int64_t iteration) {
 // Saving
 //===----------------------------------------------------------------------===//
 
+void recordBundle(CheckpointState &state, const Bundle &bundle) {
+  const ModelConfig &model = bundle.model();
+  state.bundleName = bundle.name();
+  state.bundleSha256 = bundle.sha256Hex();
+  state.modelName = model.name;
+  state.vocabSize = model.vocabSize;
+  state.paddedVocabSize = model.paddedVocabSize;
+  state.numAttentionHeads = model.numAttentionHeads;
+  state.numQueryGroups = model.numQueryGroups;
+}
+
 std::string saveCheckpoint(const std::string &saveDir,
                            const CheckpointState &state,
                            const std::vector<CheckpointTensor> &tensors,

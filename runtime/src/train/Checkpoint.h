@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+namespace mtrt {
+class Bundle;
+} // namespace mtrt
+
 namespace mtrt::comm {
 class Communicator;
 } // namespace mtrt::comm
@@ -87,6 +91,11 @@ struct CheckpointState {
   /// in manifests written before they were recorded.
   int64_t numAttentionHeads = 0, numQueryGroups = 0;
 };
+
+/// Records in `state` which bundle and model it belongs to: the bundle's
+/// name and SHA-256, the model's name, vocabulary (and padded size) and
+/// attention heads and key/value groups.
+void recordBundle(CheckpointState &state, const Bundle &bundle);
 
 /// One file of a checkpoint and what the manifest records of it.
 struct CheckpointFile {

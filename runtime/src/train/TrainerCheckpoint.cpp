@@ -212,13 +212,7 @@ CheckpointState Trainer::checkpointState(int64_t iteration,
   state.dataParallelSize = model.dataParallelSize;
   state.distributedOptimizer = distributedOptimizer_ != nullptr;
   state.grid = bundle_.gridShape();
-  state.bundleName = bundle_.name();
-  state.bundleSha256 = bundle_.sha256Hex();
-  state.modelName = model.name;
-  state.vocabSize = model.vocabSize;
-  state.paddedVocabSize = model.paddedVocabSize;
-  state.numAttentionHeads = model.numAttentionHeads;
-  state.numQueryGroups = model.numQueryGroups;
+  recordBundle(state, bundle_);
   return state;
 }
 
