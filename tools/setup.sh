@@ -9,7 +9,7 @@ packages=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
   clang-22 libclang-rt-22-dev
-  libicu-dev libpng-dev zlib1g-dev curl ca-certificates
+  libicu-dev libpcre2-dev libpng-dev zlib1g-dev curl ca-certificates
   pybind11-dev python3-dev libdlpack-dev python3-numpy
 )
 

@@ -32,12 +32,17 @@ const std::vector<Flag> &flags() {
                                 "(default text)",
        [](C &c, S, S v) { c.options.jsonKeys.push_back(v); }},
       {"--tokenizer-type", "TYPE",
-       "GPT2BPETokenizer or ByteTokenizer (required)",
+       "GPT2BPETokenizer, HuggingFaceTokenizer or ByteTokenizer "
+       "(required)",
        [](C &c, S, S v) { c.options.tokenizer.type = v; }},
       {"--vocab-file", "FILE", "GPT-2's encoder.json (GPT2BPETokenizer)",
        [](C &c, S, S v) { c.options.tokenizer.vocabFile = v; }},
       {"--merge-file", "FILE", "GPT-2's vocab.bpe (GPT2BPETokenizer)",
        [](C &c, S, S v) { c.options.tokenizer.mergeFile = v; }},
+      {"--tokenizer-model", "DIR",
+       "a Hugging Face model directory: its tokenizer.json and "
+       "tokenizer_config.json (HuggingFaceTokenizer)",
+       [](C &c, S, S v) { c.options.tokenizer.tokenizerModel = v; }},
       {"--append-eod", nullptr,
        "end every non-empty document with the tokenizer's end-of-document "
        "token",
@@ -106,7 +111,8 @@ PreprocessCommand parsePreprocessCommand(const std::vector<std::string> &args) {
   if (std::find(parsed.given.begin(), parsed.given.end(),
                 "--tokenizer-type") == parsed.given.end())
     invalid("--tokenizer-type is required: GPT2BPETokenizer (with "
-            "--vocab-file and --merge-file) or ByteTokenizer");
+            "--vocab-file and --merge-file), HuggingFaceTokenizer (with "
+            "--tokenizer-model) or ByteTokenizer");
   return command;
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/Error.h"
 #include "data/Gpt2BpeTokenizer.h"
+#include "data/HuggingFaceTokenizer.h"
 #include "train/ByteTokenizer.h"
 
 namespace mtrt::data {
@@ -35,6 +36,24 @@ public:
 } // namespace
 
 std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerOptions &options) {
+  if (options.type == "HuggingFaceTokenizer") {
+    if (options.tokenizerModel.empty())
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  "--tokenizer-type HuggingFaceTokenizer needs "
+                  "--tokenizer-model DIR, the model's directory with "
+                  "tokenizer.json and tokenizer_config.json");
+    if (!options.vocabFile.empty() || !options.mergeFile.empty())
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  "--vocab-file and --merge-file are for --tokenizer-type "
+                  "GPT2BPETokenizer; HuggingFaceTokenizer reads "
+                  "--tokenizer-model DIR");
+    return std::make_unique<HuggingFaceTokenizer>(options.tokenizerModel);
+  }
+  if (!options.tokenizerModel.empty())
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "--tokenizer-model is for --tokenizer-type "
+                "HuggingFaceTokenizer (found --tokenizer-type " +
+                    options.type + ")");
   if (options.type == "ByteTokenizer") {
     if (!options.vocabFile.empty() || !options.mergeFile.empty())
       throw Error(MTRT_STATUS_INVALID_ARGUMENT,
@@ -55,7 +74,8 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerOptions &options) {
   }
   throw Error(MTRT_STATUS_INVALID_ARGUMENT,
               "--tokenizer-type: found '" + options.type +
-                  "', expected GPT2BPETokenizer or ByteTokenizer");
+                  "', expected GPT2BPETokenizer, HuggingFaceTokenizer or "
+                  "ByteTokenizer");
 }
 
 } // namespace mtrt::data

@@ -1,6 +1,6 @@
 // The tokenizers of megatron-preprocess and megatron-train, behind one
-// interface: Megatron-LM's GPT2BPETokenizer and the byte-level tokenizer of
-// the tiny models.
+// interface: Megatron-LM's GPT2BPETokenizer and HuggingFaceTokenizer, and the
+// byte-level tokenizer of the tiny models.
 #ifndef MTRT_SRC_DATA_TOKENIZER_H
 #define MTRT_SRC_DATA_TOKENIZER_H
 
@@ -35,16 +35,19 @@ public:
 
 /// What selects and configures a tokenizer: Megatron-LM's flags.
 struct TokenizerOptions {
-  /// GPT2BPETokenizer or ByteTokenizer.
+  /// GPT2BPETokenizer, HuggingFaceTokenizer or ByteTokenizer.
   std::string type = "ByteTokenizer";
   /// --vocab-file, --merge-file: GPT-2's encoder.json (or vocab.json) and
   /// vocab.bpe (or merges.txt).
   std::string vocabFile, mergeFile;
+  /// --tokenizer-model: the directory of tokenizer.json and
+  /// tokenizer_config.json (HuggingFaceTokenizer).
+  std::string tokenizerModel;
 };
 
 /// Throws Error (INVALID_ARGUMENT) naming the flag for an unknown type or a
-/// file GPT2BPETokenizer lacks, (NOT_FOUND, DATA_LOSS) for files it cannot
-/// read.
+/// file the type lacks, (NOT_FOUND, DATA_LOSS) for files it cannot read,
+/// (UNIMPLEMENTED) for a tokenizer.json it does not implement.
 std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerOptions &options);
 
 } // namespace mtrt::data

@@ -45,13 +45,17 @@ const std::vector<Flag> &flags() {
        "(0.3 a 0.7 b) (required)",
        [](C &c, S, S v) { c.dataPath.push_back(v); }},
       {"--tokenizer-type", "TYPE",
-       "ByteTokenizer (default) or GPT2BPETokenizer: tokenizes a text "
-       "--data-path and the sample prompt",
+       "ByteTokenizer (default), GPT2BPETokenizer or HuggingFaceTokenizer: "
+       "tokenizes a text --data-path and the sample prompt",
        [](C &c, S, S v) { c.options.tokenizer.type = v; }},
       {"--vocab-file", "FILE", "GPT-2's encoder.json (GPT2BPETokenizer)",
        [](C &c, S, S v) { c.options.tokenizer.vocabFile = v; }},
       {"--merge-file", "FILE", "GPT-2's vocab.bpe (GPT2BPETokenizer)",
        [](C &c, S, S v) { c.options.tokenizer.mergeFile = v; }},
+      {"--tokenizer-model", "DIR",
+       "a Hugging Face model directory: its tokenizer.json and "
+       "tokenizer_config.json (HuggingFaceTokenizer)",
+       [](C &c, S, S v) { c.options.tokenizer.tokenizerModel = v; }},
       {"--micro-batch-size", "N",
        "samples per micro-batch; fixed when the bundle is compiled, so it "
        "must equal the bundle's",
