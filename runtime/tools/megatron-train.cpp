@@ -406,9 +406,18 @@ int run(int argc, char **argv) {
                         "bytes, needs a text --data-path)");
     std::string prompt = command.samplePrompt ? *command.samplePrompt
                                               : trainer.corpus().substr(0, 32);
-    std::string text = trainer.sample(prompt, command.sampleTokens);
-    std::cout << " greedy sample (" << command.sampleTokens << " tokens) after "
-              << command.options.trainIters << " iterations, prompt \""
+    mtrt::train::SamplingOptions sampling = command.sampling;
+    sampling.seed = command.options.seed;
+    std::string text = trainer.sample(prompt, command.sampleTokens, sampling);
+    std::ostringstream how;
+    if (sampling.topK == 1)
+      how << "greedy sample";
+    else
+      how << "sample (temperature " << sampling.temperature << ", top-k "
+          << sampling.topK << ")";
+    std::cout << " " << how.str() << " (" << command.sampleTokens
+              << " tokens) after " << command.options.trainIters
+              << " iterations, prompt \""
               << escapeForDisplay(prompt) << "\":\n"
               << escapeForDisplay(text) << "\n";
   }

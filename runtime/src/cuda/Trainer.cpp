@@ -268,9 +268,10 @@ void Trainer::uploadParametersFromHost() {
   parameters_->upload(host_->parameters());
 }
 
-std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
+std::string Trainer::sample(const std::string &prompt, int64_t tokens,
+                            const train::SamplingOptions &sampling) {
   copyParametersToHost();
-  return host_->sample(prompt, tokens);
+  return host_->sample(prompt, tokens, sampling);
 }
 
 } // namespace mtrt::cuda

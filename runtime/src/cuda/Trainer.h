@@ -73,9 +73,10 @@ public:
   /// validation split, as train::Trainer::evaluate.
   double evaluate();
 
-  /// A greedy continuation of `prompt`, computed on the CPU from the
-  /// current parameters.
-  std::string sample(const std::string &prompt, int64_t tokens);
+  /// `prompt` continued as train::Trainer::sample does, computed on the
+  /// CPU from the current parameters.
+  std::string sample(const std::string &prompt, int64_t tokens,
+                     const train::SamplingOptions &sampling = {});
 
   const std::vector<train::IterationRecord> &history() const {
     return history_;

@@ -197,8 +197,21 @@ const std::vector<Flag> &flags() {
          c.options.load = v;
        }},
       {"--sample-tokens", "N",
-       "after training, print a greedy continuation of N bytes (default 0)",
+       "after training, print a continuation of N tokens (default 0)",
        [](C &c, S f, S v) { c.sampleTokens = parseIntFlag(f, v, 0); }},
+      {"--temperature", "T",
+       "the sample's logits are divided by T > 0 (default 1)",
+       [](C &c, S f, S v) {
+         c.sampling.temperature = parseNumber(f, v);
+         if (!(c.sampling.temperature > 0))
+           invalid(f + ": found '" + v +
+                   "', expected a number > 0 (1 samples from the model's "
+                   "distribution; lower is closer to greedy)");
+       }},
+      {"--top-k", "K",
+       "the sample draws among the K most likely tokens: 1 is greedy (the "
+       "default), 0 the whole vocabulary",
+       [](C &c, S f, S v) { c.sampling.topK = parseIntFlag(f, v, 0); }},
       {"--sample-prompt", "TEXT",
        "the text to continue (default: the first 32 bytes of the corpus)",
        [](C &c, S, S v) { c.samplePrompt = v; }},

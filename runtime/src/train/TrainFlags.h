@@ -33,6 +33,8 @@ struct TrainCommand {
   std::string plotDir;
   TrainerOptions options;
   int64_t sampleTokens = 0;
+  /// --temperature, --top-k (the seed is --seed).
+  SamplingOptions sampling;
   /// Default: the first bytes of the corpus.
   std::optional<std::string> samplePrompt;
   /// --init-from: Hugging Face-named safetensors weights loaded after the

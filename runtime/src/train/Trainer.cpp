@@ -12,7 +12,7 @@
 #include "train/DataParallelBuffer.h"
 #include "train/DistributedOptimizer.h"
 #include "train/GptDataset.h"
-#include "train/GreedySampler.h"
+#include "train/TokenSampler.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 
@@ -520,7 +520,8 @@ double Trainer::evaluate() {
   return sum / static_cast<double>(batches);
 }
 
-std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
+std::string Trainer::sample(const std::string &prompt, int64_t tokens,
+                            const SamplingOptions &sampling) {
   if (rank_)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "sampling from a bundle of several ranks is not supported "
@@ -535,8 +536,8 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens) {
     predictStep_ = std::make_unique<host::Executor>(bundle_, "predict_step",
                                                     *parameters_, *pool_);
   }
-  GreedySampler sampler(*predictStep_,
-                        std::min(vocabSize_, tokenizer_->vocabSize()));
+  TokenSampler sampler(*predictStep_,
+                       std::min(vocabSize_, tokenizer_->vocabSize()), sampling);
   return tokenizer_->decode(
       sampler.generate(tokenizer_->encode(prompt), tokens));
 }

@@ -11,6 +11,7 @@
 #include "train/Checkpoint.h"
 #include "train/LossScaler.h"
 #include "train/Optimizer.h"
+#include "train/TokenSampler.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -158,8 +159,10 @@ public:
   /// validation split, always from its first samples, in order.
   double evaluate();
 
-  /// A greedy continuation of `prompt` by `tokens` bytes with predict_step.
-  std::string sample(const std::string &prompt, int64_t tokens);
+  /// `prompt` continued by `tokens` tokens with predict_step, drawn as
+  /// `sampling` says (TokenSampler), decoded.
+  std::string sample(const std::string &prompt, int64_t tokens,
+                     const SamplingOptions &sampling = {});
 
   /// Whether the bundle and the corpus allow evaluate() (an eval_step and a
   /// validation split of at least one sample).

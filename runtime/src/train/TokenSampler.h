@@ -1,0 +1,69 @@
+// Text generation with a bundle's predict_step: the next token drawn from the
+// logits with temperature and top-k (Megatron-LM's --temperature, --top-k),
+// greedy with top-k 1.
+#ifndef MTRT_SRC_TRAIN_TOKENSAMPLER_H
+#define MTRT_SRC_TRAIN_TOKENSAMPLER_H
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace mtrt::host {
+class Executor;
+} // namespace mtrt::host
+
+namespace mtrt::train {
+
+/// Megatron-LM's sampling flags.
+struct SamplingOptions {
+  /// --temperature: the logits are divided by it (> 0).
+  double temperature = 1.0;
+  /// --top-k: draw among the k most likely tokens; 1 is greedy, 0 the whole
+  /// vocabulary.
+  int64_t topK = 1;
+  /// The draws' generator is seeded with it (--seed).
+  uint64_t seed = 1234;
+};
+
+/// The next token's probabilities from `logits` (ids [0, logits.size())):
+/// softmax(logits / temperature), in float64, over the topK largest logits
+/// (all of them for topK 0 or topK >= size; ties keep the lower ids), zero
+/// elsewhere. topK 1 puts all of it on the argmax (the lowest id of ties).
+std::vector<double> nextTokenProbabilities(const std::vector<double> &logits,
+                                           double temperature, int64_t topK);
+
+/// The id whose cumulative probability (ids in order) first exceeds `u` in
+/// [0, 1); the last id of non-zero probability if rounding leaves none.
+int64_t drawToken(const std::vector<double> &probabilities, double u);
+
+/// Continues a token sequence with predict_step (tokens [B, S] -> logits
+/// [B, S, V]). Each new token: the last S tokens of the text so far (or the
+/// whole text, padded after its end with token 0, while it is shorter) go in
+/// row 0 of the batch (every row holds the same window), and a token is
+/// drawn from the logits at the last real position, over ids below
+/// `vocabLimit` (padded vocabulary entries are never chosen), by
+/// nextTokenProbabilities and drawToken with u from a 64-bit Mersenne
+/// Twister seeded with options.seed (53 bits per draw). Causal models do
+/// not see the padding.
+class TokenSampler {
+public:
+  /// Throws Error (INVALID_ARGUMENT) if the executor does not run a
+  /// function of predict_step's signature, or for a temperature <= 0 or a
+  /// negative top-k.
+  TokenSampler(host::Executor &predictStep, int64_t vocabLimit,
+               const SamplingOptions &options);
+
+  /// `prompt` followed by `count` generated tokens. Throws Error
+  /// (INVALID_ARGUMENT) for an empty prompt.
+  std::vector<int32_t> generate(std::vector<int32_t> prompt, int64_t count);
+
+private:
+  host::Executor &executor_;
+  int64_t vocabLimit_;
+  SamplingOptions options_;
+  std::mt19937_64 random_;
+};
+
+} // namespace mtrt::train
+
+#endif // MTRT_SRC_TRAIN_TOKENSAMPLER_H
