@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, compiles the bundled tiny GPT
-# (models/tiny-gpt.yaml) into a training bundle and trains it on the bundled
-# corpus (data/corpus.txt, public-domain text, one token per byte), then prints
-# a greedy sample. On a machine with an NVIDIA GPU (nvidia-smi finds one) and
-# the CUDA toolkit it builds the CUDA backend and trains on the GPU; otherwise
-# on the CPU. ITERS=N changes the length of the run.
+# (models/tiny-gpt.yaml, with the 2,022 tokens of the bundled BPE tokenizer
+# data/tokenizer and without dropout) into a training bundle and trains it on
+# the bundled corpus (data/corpus.txt, public-domain text) tokenized by that
+# tokenizer.json, then prints a sample drawn with temperature and top-k and
+# where the loss plot is. On a machine with an NVIDIA GPU (nvidia-smi finds
+# one) and the CUDA toolkit it builds the CUDA backend and trains on the GPU;
+# otherwise on the CPU. ITERS=N changes the length of the run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -24,18 +26,28 @@ if [[ $backend == cuda ]]; then
 else
   build=${BUILD_DIR:-$root/build}
   BUILD_DIR=$build "$root/tools/build.sh"
-  iters=${ITERS:-600}
+  iters=${ITERS:-700}
 fi
 
 bundle="$build/tiny-gpt.mtb"
+plots="$build/demo-plots"
+# The model's vocabulary is the tokenizer's; dropout only slows a model this
+# small on a corpus this small.
+model=("$root/models/tiny-gpt.yaml" --vocab-size 2022 --hidden-dropout 0
+  --attention-dropout 0)
 echo
 echo "== megatron-compile models/tiny-gpt.yaml -o $bundle"
-"$build/bin/megatron-compile" "$root/models/tiny-gpt.yaml" --report params
-"$build/bin/megatron-compile" "$root/models/tiny-gpt.yaml" -o "$bundle"
+"$build/bin/megatron-compile" "${model[@]}" --report params
+"$build/bin/megatron-compile" "${model[@]}" -o "$bundle"
 echo
 echo "== megatron-train: $iters iterations on data/corpus.txt (--backend $backend)"
+mkdir -p "$plots"
 "$build/bin/megatron-train" "$bundle" --backend "$backend" \
   --data-path "$root/data/corpus.txt" \
-  --train-iters "$iters" --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine \
-  --lr-warmup-iters 30 --log-interval 50 --eval-interval 200 --eval-iters 4 \
-  --seed 1234 --sample-tokens 200
+  --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$root/data/tokenizer" \
+  --train-iters "$iters" --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine \
+  --lr-warmup-iters 30 --log-interval 50 --eval-interval 350 --eval-iters 4 \
+  --seed 1234 --plot-dir "$plots" \
+  --sample-tokens 100 --sample-prompt "The" --temperature 0.6 --top-k 8
+echo
+echo "loss plot: $plots/loss.png"
