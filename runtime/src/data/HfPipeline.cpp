@@ -10,6 +10,9 @@
 #include <unicode/unistr.h>
 #include <unicode/utf8.h>
 
+#include <cctype>
+#include <cstdio>
+
 namespace mtrt::data {
 
 namespace {
@@ -587,8 +590,9 @@ std::string HfPipeline::decode(std::vector<std::string> tokens) const {
       for (const std::string &token : tokens) {
         unsigned value = 0;
         bool isByte = token.size() == 6 && token.rfind("<0x", 0) == 0 &&
-                      token[5] == '>' && std::isxdigit(token[3]) &&
-                      std::isxdigit(token[4]) &&
+                      token[5] == '>' &&
+                      std::isxdigit(static_cast<unsigned char>(token[3])) &&
+                      std::isxdigit(static_cast<unsigned char>(token[4])) &&
                       std::sscanf(token.c_str() + 3, "%2x", &value) == 1;
         if (isByte) {
           pending += static_cast<char>(value);
