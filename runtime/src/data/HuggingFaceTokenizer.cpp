@@ -7,7 +7,6 @@
 #include "data/HfPipeline.h"
 
 #include <nlohmann/json.hpp>
-#include <unicode/utf8.h>
 
 #include <cerrno>
 #include <cstring>
@@ -179,18 +178,7 @@ int64_t HuggingFaceTokenizer::vocabSize() const {
 int32_t HuggingFaceTokenizer::eod() const { return files_->eod; }
 
 std::vector<int32_t> HuggingFaceTokenizer::encode(std::string_view text) {
-  const auto *data = reinterpret_cast<const uint8_t *>(text.data());
-  auto length = static_cast<int32_t>(text.size());
-  for (int32_t at = 0; at < length;) {
-    int32_t start = at;
-    UChar32 c;
-    U8_NEXT(data, at, length, c);
-    if (c < 0)
-      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                  "invalid UTF-8 at byte " + std::to_string(start) +
-                      " of the text; HuggingFaceTokenizer reads UTF-8 text "
-                      "(convert the file, e.g. with iconv)");
-  }
+  requireUtf8(text, "HuggingFaceTokenizer");
   const Files &f = *files_;
   std::vector<int32_t> ids(f.pipeline->prefix());
   std::vector<Segment> raw, normalized;

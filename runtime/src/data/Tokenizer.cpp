@@ -7,6 +7,10 @@
 #include "data/HuggingFaceTokenizer.h"
 #include "train/ByteTokenizer.h"
 
+#include <unicode/utf8.h>
+
+#include <climits>
+
 namespace mtrt::data {
 
 namespace {
@@ -76,6 +80,26 @@ std::unique_ptr<Tokenizer> makeTokenizer(const TokenizerOptions &options) {
               "--tokenizer-type: found '" + options.type +
                   "', expected GPT2BPETokenizer, HuggingFaceTokenizer or "
                   "ByteTokenizer");
+}
+
+void requireUtf8(std::string_view text, std::string_view tokenizer) {
+  if (text.size() > static_cast<size_t>(INT32_MAX))
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "a text of " + std::to_string(text.size()) +
+                    " bytes is too long to tokenize at once (at most 2^31 - 1 "
+                    "bytes); split it into documents");
+  const auto *data = reinterpret_cast<const uint8_t *>(text.data());
+  auto length = static_cast<int32_t>(text.size());
+  for (int32_t at = 0; at < length;) {
+    int32_t start = at;
+    UChar32 c;
+    U8_NEXT(data, at, length, c);
+    if (c < 0)
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  "invalid UTF-8 at byte " + std::to_string(start) +
+                      " of the text; " + std::string(tokenizer) +
+                      " reads UTF-8 text (convert the file, e.g. with iconv)");
+  }
 }
 
 } // namespace mtrt::data

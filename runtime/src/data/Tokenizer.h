@@ -33,6 +33,11 @@ public:
   virtual std::unique_ptr<Tokenizer> clone() const = 0;
 };
 
+/// Throws Error (INVALID_ARGUMENT) when `text` is not valid UTF-8 (naming the
+/// byte) or too long for one encode call (2^31 - 1 bytes); `tokenizer` names
+/// the reader in the message.
+void requireUtf8(std::string_view text, std::string_view tokenizer);
+
 /// What selects and configures a tokenizer: Megatron-LM's flags.
 struct TokenizerOptions {
   /// GPT2BPETokenizer, HuggingFaceTokenizer or ByteTokenizer.
