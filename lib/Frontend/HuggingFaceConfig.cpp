@@ -1,7 +1,7 @@
 //===- HuggingFaceConfig.cpp - Reading a Hugging Face config.json ---------===//
 //
-// Maps GPT2Config, LlamaConfig and MistralConfig (as transformers 4 and 5
-// write them) onto Megatron-LM's arguments. Values go through the same key
+// Maps GPT2Config, LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config
+// (as transformers 4 and 5 write them) onto Megatron-LM's arguments. Values go through the same key
 // setters as the YAML format, so a field is checked exactly as the key it
 // becomes. Every field is used, listed as irrelevant to training (token ids,
 // generation settings, the storage dtype), or refused: training silently a
