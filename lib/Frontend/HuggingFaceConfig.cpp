@@ -1,11 +1,12 @@
 //===- HuggingFaceConfig.cpp - Reading a Hugging Face config.json ---------===//
 //
 // Maps GPT2Config, LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config
-// (as transformers 4 and 5 write them) onto Megatron-LM's arguments. Values go through the same key
-// setters as the YAML format, so a field is checked exactly as the key it
-// becomes. Every field is used, listed as irrelevant to training (token ids,
-// generation settings, the storage dtype), or refused: training silently a
-// model other than the one the file describes is the failure to avoid.
+// (as transformers 4 and 5 write them) onto Megatron-LM's arguments. Values
+// go through the same key setters as the YAML format, so a field is checked
+// exactly as the key it becomes. Every field is used, listed as irrelevant to
+// training (token ids, generation settings, the storage dtype), or refused:
+// training silently a model other than the one the file describes is the
+// failure to avoid.
 // models/hf/README.md lists each family's fields and what is done with them.
 //
 //===----------------------------------------------------------------------===//
@@ -637,9 +638,8 @@ Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
         field, typeKey,
         "unsupported rope_type '" + type +
             "'; supported: default, linear, llama3 and yarn. Training with "
-            "plain "
-            "RoPE would be a different model than the checkpoint's; use a "
-            "config.json without this scaling, or remove " +
+            "plain RoPE would be a different model than the checkpoint's; "
+            "use a config.json without this scaling, or remove " +
             field + " to train plain RoPE at rope_theta");
   }
   if (type == "llama3") {

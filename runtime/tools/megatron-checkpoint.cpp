@@ -31,13 +31,19 @@ constexpr uint64_t kDefaultMaxShardBytes = 5000000000ull;
 /// (KB, MB, GB) and binary ones (KiB, MiB, GiB).
 uint64_t parseShardSize(const std::string &flag, const std::string &text) {
   size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+  while (digits < text.size() &&
+         std::isdigit(static_cast<unsigned char>(text[digits])))
     ++digits;
   std::string unit = text.substr(digits);
   static const std::pair<const char *, uint64_t> units[] = {
-      {"", 1},          {"B", 1},          {"KB", 1000ull},
-      {"MB", 1000000ull}, {"GB", 1000000000ull}, {"KiB", 1024ull},
-      {"MiB", 1048576ull}, {"GiB", 1073741824ull}};
+      {"", 1},
+      {"B", 1},
+      {"KB", 1000ull},
+      {"MB", 1000000ull},
+      {"GB", 1000000000ull},
+      {"KiB", 1024ull},
+      {"MiB", 1048576ull},
+      {"GiB", 1073741824ull}};
   for (const auto &[name, scale] : units) {
     if (digits == 0 || digits > 12 || unit != name)
       continue;
@@ -46,8 +52,10 @@ uint64_t parseShardSize(const std::string &flag, const std::string &text) {
       return value;
   }
   throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-              flag + ": expected a positive size such as 5GB, 500MB, 2GiB "
-                     "or a number of bytes, got '" + text + "'");
+              flag +
+                  ": expected a positive size such as 5GB, 500MB, 2GiB "
+                  "or a number of bytes, got '" +
+                  text + "'");
 }
 
 struct Command {
@@ -99,7 +107,8 @@ std::string usage() {
          "       megatron-checkpoint import-hf FILE --bundle B.mtb -o DIR\n\n"
          "DIR is a --save directory or one of its iter_NNNNNNN directories.\n"
          "verify checks the manifest and every file's size and SHA-256;\n"
-         "export-hf writes the directory OUT that transformers' from_pretrained\n"
+         "export-hf writes the directory OUT that transformers' "
+         "from_pretrained\n"
          "loads: config.json (the model's family, sizes, rope and norms),\n"
          "generation_config.json, and the parameters, whole, with Hugging\n"
          "Face's names and layout (vocabulary tables cut to vocab_size rows,\n"
@@ -138,10 +147,10 @@ std::string iterationDirectory(const std::string &dir,
   for (const std::string &note : notes)
     std::cerr << note << "\n";
   if (!found)
-    throw Error(MTRT_STATUS_NOT_FOUND,
-                "'" + dir + "' holds no checkpoint (no " +
-                    std::string(kLatestCheckpointFile) +
-                    " and no iter_NNNNNNN directory)");
+    throw Error(MTRT_STATUS_NOT_FOUND, "'" + dir +
+                                           "' holds no checkpoint (no " +
+                                           std::string(kLatestCheckpointFile) +
+                                           " and no iter_NNNNNNN directory)");
   return *found;
 }
 
@@ -194,8 +203,7 @@ void writeJson(const std::filesystem::path &path, const nlohmann::json &j) {
   std::ofstream out(path);
   out << j.dump(2) << "\n";
   if (!out.flush())
-    throw Error(MTRT_STATUS_INTERNAL,
-                "cannot write '" + path.string() + "'");
+    throw Error(MTRT_STATUS_INTERNAL, "cannot write '" + path.string() + "'");
 }
 
 void exportHf(const CheckpointManifest &m, const std::string &output,
@@ -267,8 +275,8 @@ void exportHf(const CheckpointManifest &m, const std::string &output,
   for (const fs::directory_entry &old : fs::directory_iterator(dir)) {
     std::string name = old.path().filename().string();
     if (name == "model.safetensors.index.json" ||
-        (name.rfind("model", 0) == 0 &&
-         name.size() > 12 && name.substr(name.size() - 12) == ".safetensors"))
+        (name.rfind("model", 0) == 0 && name.size() > 12 &&
+         name.substr(name.size() - 12) == ".safetensors"))
       fs::remove(old.path());
   }
   const std::map<std::string, std::string> metadata = {
@@ -289,9 +297,10 @@ void exportHf(const CheckpointManifest &m, const std::string &output,
   writeJson(dir / "generation_config.json", huggingFaceGenerationConfig());
   std::cout << "exported " << tensors.size() << " tensors of iteration "
             << m.state.iteration << " from '" << m.directory << "' to '"
-            << output << "' (" << m.state.huggingFaceConfig.value("model_type", "")
-            << ", " << shards.size()
-            << (shards.size() == 1 ? " shard" : " shards") << ")\n";
+            << output << "' ("
+            << m.state.huggingFaceConfig.value("model_type", "") << ", "
+            << shards.size() << (shards.size() == 1 ? " shard" : " shards")
+            << ")\n";
 }
 
 /// Writes the Hugging Face file `input` as the checkpoint of iteration 0 in
@@ -335,8 +344,8 @@ void importHf(const std::string &input, const std::string &bundlePath,
   // Hugging Face's tensors hold the unpadded vocabulary.
   state.paddedVocabSize = model.vocabSize;
   std::string dir = saveCheckpoint(output, state, tensors, nullptr);
-  std::cout << "imported " << report.parameters << " parameters from '"
-            << input << "' to '" << dir << "' (iteration 0)\n";
+  std::cout << "imported " << report.parameters << " parameters from '" << input
+            << "' to '" << dir << "' (iteration 0)\n";
 }
 
 int run(int argc, char **argv) {
@@ -372,9 +381,8 @@ int run(int argc, char **argv) {
   if (p[0] == "verify") {
     verifyCheckpointFiles(manifest);
     std::cout << "checkpoint '" << dir << "': iteration "
-              << manifest.state.iteration << ", "
-              << layoutText(manifest.state) << ", "
-              << manifest.tensors.size() << " tensors in "
+              << manifest.state.iteration << ", " << layoutText(manifest.state)
+              << ", " << manifest.tensors.size() << " tensors in "
               << manifest.files.size()
               << " files: every size and SHA-256 matches the manifest\n";
     return 0;
@@ -384,8 +392,8 @@ int run(int argc, char **argv) {
                 "export-hf needs -o DIR: the directory to write");
   CheckpointState &state = manifest.state;
   if (command.numAttentionHeads) {
-    int64_t groups = state.numQueryGroups ? state.numQueryGroups
-                                          : state.numAttentionHeads;
+    int64_t groups =
+        state.numQueryGroups ? state.numQueryGroups : state.numAttentionHeads;
     if (state.numAttentionHeads > 0 &&
         (state.numAttentionHeads != *command.numAttentionHeads ||
          groups != command.numQueryGroups.value_or(*command.numAttentionHeads)))

@@ -21,9 +21,9 @@ using Json = nlohmann::json;
 
 /// The first instruction of `op` in the bundle's functions (fused bodies
 /// included), train_step's first so that dropout is seen where it is.
-const Instruction *findInstruction(const Bundle &bundle, Op op,
-                                   const std::function<bool(const Instruction &)>
-                                       &accept = nullptr) {
+const Instruction *findInstruction(
+    const Bundle &bundle, Op op,
+    const std::function<bool(const Instruction &)> &accept = nullptr) {
   std::function<const Instruction *(const std::vector<Instruction> &)> scan =
       [&](const std::vector<Instruction> &list) -> const Instruction * {
     for (const Instruction &inst : list) {
@@ -74,13 +74,16 @@ Json huggingFaceConfig(const Bundle &bundle) {
   std::map<std::string, const Parameter *> parameters;
   for (const Parameter &p : bundle.parameters())
     parameters[p.name] = &p;
-  auto has = [&](const std::string &name) { return parameters.count(name) > 0; };
+  auto has = [&](const std::string &name) {
+    return parameters.count(name) > 0;
+  };
   auto shape = [&](const std::string &name) -> const std::vector<int64_t> & {
     static const std::vector<int64_t> none;
     auto it = parameters.find(name);
     return it == parameters.end() ? none : it->second->type.shape;
   };
-  const int64_t groups = m.numQueryGroups ? m.numQueryGroups : m.numAttentionHeads;
+  const int64_t groups =
+      m.numQueryGroups ? m.numQueryGroups : m.numAttentionHeads;
   const Instruction *dropout = findInstruction(bundle, Op::Dropout);
   const Instruction *attention = findInstruction(bundle, Op::Attention);
   double hiddenDropout = dropout ? dropout->attrs.p : 0.0;
@@ -97,7 +100,8 @@ Json huggingFaceConfig(const Bundle &bundle) {
              "describes it; export-hf writes config.json for GPT-2, Llama, "
              "Qwen2 and Qwen3 models");
     const std::vector<int64_t> &fc = shape("transformer.h.0.mlp.c_fc.weight");
-    const std::vector<int64_t> &proj = shape("transformer.h.0.mlp.c_proj.weight");
+    const std::vector<int64_t> &proj =
+        shape("transformer.h.0.mlp.c_proj.weight");
     if (fc.size() != 2 || proj.size() != 2 || fc[1] != proj[0])
       refuse("the model's MLP is gated (SwiGLU), which GPT2Config cannot "
              "describe; export-hf writes config.json for GPT-2 with GeLU");
@@ -126,9 +130,8 @@ Json huggingFaceConfig(const Bundle &bundle) {
         {"torch_dtype", "float32"},
     };
     if (groups != m.numAttentionHeads)
-      refuse("the model groups its keys and values (" +
-             std::to_string(groups) + " groups of " +
-             std::to_string(m.numAttentionHeads) +
+      refuse("the model groups its keys and values (" + std::to_string(groups) +
+             " groups of " + std::to_string(m.numAttentionHeads) +
              " heads), which GPT2Config cannot describe");
     return config;
   }
@@ -211,8 +214,6 @@ Json huggingFaceConfig(const Bundle &bundle) {
   return config;
 }
 
-Json huggingFaceGenerationConfig() {
-  return {{"_from_model_config", true}};
-}
+Json huggingFaceGenerationConfig() { return {{"_from_model_config", true}}; }
 
 } // namespace mtrt::train
