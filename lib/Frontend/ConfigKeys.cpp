@@ -210,6 +210,13 @@ static const KeyDef kKeys[] = {
        return std::nullopt;
      },
      "num_query_groups"},
+    {{"kv_channels", "model",
+      "Channels of each attention head (Hugging Face's head_dim); 0 means "
+      "hidden_size / num_attention_heads.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.model.kvChannels);
+     }},
     {{"ffn_hidden_size", "model", "Width of the MLP's hidden layer.",
       K::Integer, "4 * hidden_size"},
      [](CompileConfig &c, StringRef v) {
@@ -306,6 +313,21 @@ static const KeyDef kKeys[] = {
        return std::nullopt;
      },
      "add_bias_linear"},
+    {{"add_qkv_bias", "model",
+      "Biases on the query, key and value projections alone (Qwen2's); "
+      "add_bias_linear puts them on every linear layer.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.model.addQkvBias);
+     }},
+    {{"qk_layernorm", "model",
+      "Each head's queries and keys normalized before RoPE, with the "
+      "model's normalization and weights of the head dimension (Qwen3's "
+      "q_norm and k_norm).",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.model.qkLayernorm);
+     }},
     {{"untie_embeddings_and_output_weights", "model",
       "A separate output layer instead of reusing the word embeddings.",
       K::Boolean, "false"},
@@ -551,6 +573,7 @@ static const std::pair<StringRef, StringRef> kSynonyms[] = {
     {"num_heads", "num_attention_heads"},
     {"num_key_value_heads", "num_query_groups"},
     {"n_kv_heads", "num_query_groups"},
+    {"head_dim", "kv_channels"},
     {"intermediate_size", "ffn_hidden_size"},
     {"n_inner", "ffn_hidden_size"},
     {"n_positions", "max_position_embeddings"},

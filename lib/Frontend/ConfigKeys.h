@@ -58,7 +58,8 @@ std::string flagName(llvm::StringRef key);
 /// "expected <what>, got '<value>'" (or "got nothing" for an empty value).
 std::string expected(llvm::StringRef what, llvm::StringRef value);
 
-/// A Hugging Face config.json: GPT2Config, LlamaConfig or MistralConfig.
+/// A Hugging Face config.json: GPT2Config, LlamaConfig, MistralConfig,
+/// Qwen2Config or Qwen3Config.
 llvm::Expected<CompileConfig> parseHuggingFaceConfig(llvm::StringRef contents,
                                                      llvm::StringRef fileName);
 

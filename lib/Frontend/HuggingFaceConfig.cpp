@@ -1,11 +1,12 @@
 //===- HuggingFaceConfig.cpp - Reading a Hugging Face config.json ---------===//
 //
-// Maps GPT2Config, LlamaConfig and MistralConfig (as transformers 4 and 5
-// write them) onto Megatron-LM's arguments. Values go through the same key
-// setters as the YAML format, so a field is checked exactly as the key it
-// becomes. Every field is used, listed as irrelevant to training (token ids,
-// generation settings, the storage dtype), or refused: training silently a
-// model other than the one the file describes is the failure to avoid.
+// Maps GPT2Config, LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config
+// (as transformers 4 and 5 write them) onto Megatron-LM's arguments. Values
+// go through the same key setters as the YAML format, so a field is checked
+// exactly as the key it becomes. Every field is used, listed as irrelevant to
+// training (token ids, generation settings, the storage dtype), or refused:
+// training silently a model other than the one the file describes is the
+// failure to avoid.
 // models/hf/README.md lists each family's fields and what is done with them.
 //
 //===----------------------------------------------------------------------===//
@@ -79,6 +80,10 @@ private:
   Error readRope();
   Error readRopeDict(StringRef field, const json::Object &dict,
                      bool transformers5);
+  /// rope_type yarn's fields, as transformers' _compute_yarn_parameters
+  /// reads them; marks each in `read`.
+  Error readYarn(StringRef field, const json::Object &dict, StringRef typeKey,
+                 StringSet<> &read);
   Error readSlidingWindow();
   Error readCommonChecks();
   /// Refuses every field no reader consumed and no table lists as
@@ -471,25 +476,25 @@ Error HuggingFaceReader::readLlamaFamily() {
                           "linear layer or on none; set both alike");
   }
   m.addBiasLinear = attnOn;
-
-  // Qwen2Config has no head_dim; Qwen3's is refused with its q/k norms.
-  if (family == Family::Qwen3)
-    get("head_dim");
-  if (family == Family::Llama || family == Family::Mistral) {
-    if (const json::Value *headDim = get("head_dim")) {
-      std::optional<double> dim = headDim->getAsNumber();
-      int64_t implied = m.hiddenSize / m.numAttentionHeads;
-      if (Error err = mustNotBe(
-              "head_dim", !dim || *dim != double(implied),
-              ("the head dimension here is hidden_size / "
-               "num_attention_heads = " +
-               Twine(m.hiddenSize) + " / " + Twine(m.numAttentionHeads) +
-               " = " + Twine(implied) +
-               "; an explicit head_dim of another size is not supported yet")
-                  .str()))
-        return err;
-    }
+  // Qwen2Attention puts biases on q_proj, k_proj and v_proj always, and on
+  // o_proj never: Megatron-LM's --add-qkv-bias.
+  if (family == Family::Qwen2) {
+    m.addQkvBias = true;
+    config.keyOrigins["add_qkv_bias"] = location("model_type");
   }
+  // Qwen3Attention normalizes each head's queries and keys (q_norm, k_norm,
+  // RMSNorm over head_dim with rms_norm_eps): Megatron-LM's --qk-layernorm.
+  if (family == Family::Qwen3) {
+    m.qkLayernorm = true;
+    config.keyOrigins["qk_layernorm"] = location("model_type");
+  }
+
+  // Qwen2Config has no head_dim; the others give it explicitly (Megatron-LM's
+  // --kv-channels), and transformers derives it as hidden_size /
+  // num_attention_heads when it is null.
+  if (family != Family::Qwen2)
+    if (Error err = map("head_dim", "kv_channels"))
+      return err;
   if (family != Family::Llama)
     if (Error err = readSlidingWindow())
       return err;
@@ -625,13 +630,16 @@ Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
     m.ropeScalingFactor = **factor;
     m.ropeScaling =
         type == "linear" ? RopeScaling::Linear : RopeScaling::Llama3;
+  } else if (type == "yarn") {
+    if (Error err = readYarn(field, dict, typeKey, read))
+      return err;
   } else if (type != "default") {
     return subFieldError(
         field, typeKey,
         "unsupported rope_type '" + type +
-            "'; supported: default, linear and llama3. Training with plain "
-            "RoPE would be a different model than the checkpoint's; use a "
-            "config.json without this scaling, or remove " +
+            "'; supported: default, linear, llama3 and yarn. Training with "
+            "plain RoPE would be a different model than the checkpoint's; "
+            "use a config.json without this scaling, or remove " +
             field + " to train plain RoPE at rope_theta");
   }
   if (type == "llama3") {
@@ -682,6 +690,80 @@ Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
   return Error::success();
 }
 
+/// YaRN's attention factor when attention_factor is not given, as
+/// transformers computes it: 0.1 m ln(s) + 1 for a scale s above 1.
+static double yarnMscale(double scale, double mscale = 1.0) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+Error HuggingFaceReader::readYarn(StringRef field, const json::Object &dict,
+                                  StringRef typeKey, StringSet<> &read) {
+  ModelConfig &m = config.model;
+  auto number = [&](StringRef sub) -> Expected<std::optional<double>> {
+    read.insert(sub);
+    const json::Value *value = dict.get(sub);
+    if (!value || value->kind() == json::Value::Null)
+      return std::nullopt;
+    std::optional<double> n = value->getAsNumber();
+    if (!n || !std::isfinite(*n) || *n <= 0)
+      return subFieldError(field, sub,
+                           expected("a positive number", show(*value)));
+    return *n;
+  };
+  double values[7] = {};
+  bool given[7] = {};
+  StringRef names[7] = {"factor",           "original_max_position_embeddings",
+                        "beta_fast",        "beta_slow",
+                        "attention_factor", "mscale",
+                        "mscale_all_dim"};
+  for (int i = 0; i < 7; ++i) {
+    Expected<std::optional<double>> value = number(names[i]);
+    if (!value)
+      return value.takeError();
+    given[i] = value->has_value();
+    values[i] = value->value_or(0.0);
+  }
+  if (!given[0])
+    return subFieldError(field, typeKey,
+                         "rope_type yarn needs a factor; add it");
+  m.ropeScaling = RopeScaling::Yarn;
+  m.ropeScalingFactor = values[0];
+  // transformers takes the context the model was trained at from
+  // max_position_embeddings when the dict does not give it.
+  double original = given[1] ? values[1] : double(m.maxPositions());
+  if (std::trunc(original) != original || original > 1e15)
+    return subFieldError(field, names[1],
+                         expected("a positive integer",
+                                  show(*dict.get(names[1]))));
+  m.ropeOriginalMaxPositions = static_cast<int64_t>(original);
+  m.ropeBetaFast = given[2] ? values[2] : 32.0;
+  m.ropeBetaSlow = given[3] ? values[3] : 1.0;
+  if (!(m.ropeBetaFast > m.ropeBetaSlow))
+    return subFieldError(
+        field, given[2] ? "beta_fast" : "beta_slow",
+        show(m.ropeBetaFast) + " (beta_fast) is not above beta_slow " +
+            show(m.ropeBetaSlow) +
+            ": yarn keeps the frequencies that turn more than beta_fast "
+            "times over the original context and divides those that turn "
+            "fewer than beta_slow times; make beta_fast the larger");
+  read.insert("truncate");
+  if (const json::Value *truncate = dict.get("truncate")) {
+    std::optional<bool> flag = truncate->getAsBoolean();
+    if (!flag)
+      return subFieldError(field, "truncate",
+                           expected("true or false", show(*truncate)));
+    m.ropeTruncate = *flag;
+  }
+  if (given[4])
+    m.ropeAttentionFactor = values[4];
+  else if (given[5] && given[6])
+    m.ropeAttentionFactor = yarnMscale(values[0], values[5]) /
+                            yarnMscale(values[0], values[6]);
+  else
+    m.ropeAttentionFactor = yarnMscale(values[0]);
+  return Error::success();
+}
+
 /// The model's name: HF's own record of it, else the directory a
 /// config.json sits in (the hub's layout), else the file's name.
 static std::string modelName(const json::Object &object, StringRef fileName,
@@ -709,7 +791,8 @@ Expected<CompileConfig> HuggingFaceReader::read() {
   std::optional<StringRef> modelType =
       type ? type->getAsString() : std::nullopt;
   StringRef supported = "supported: 'gpt2' (GPT2Config), 'llama' "
-                        "(LlamaConfig) and 'mistral' (MistralConfig)";
+                        "(LlamaConfig), 'mistral' (MistralConfig), 'qwen2' "
+                        "(Qwen2Config) and 'qwen3' (Qwen3Config)";
   if (!modelType)
     return createStringError(
         inconvertibleErrorCode(),
@@ -740,31 +823,6 @@ Expected<CompileConfig> HuggingFaceReader::read() {
     return std::move(err);
   if (Error err = refuseUnknownFields())
     return std::move(err);
-
-  // Whole families whose layers the model builder cannot express yet; read
-  // in full first, so a config.json with an unknown field says so instead.
-  if (family == Family::Qwen2)
-    return fieldError("model_type",
-                      "unsupported model_type 'qwen2': Qwen2 and Qwen2.5 put "
-                      "biases on q_proj, k_proj and v_proj only, and "
-                      "add_bias_linear puts them on every linear layer or on "
-                      "none, so this model cannot be built yet; " +
-                          supported);
-  if (family == Family::Qwen3) {
-    std::string headDim;
-    const json::Value *dim = object.get("head_dim");
-    int64_t implied = config.model.hiddenSize / config.model.numAttentionHeads;
-    if (dim && dim->getAsNumber() && *dim->getAsNumber() != double(implied))
-      headDim = formatv(", and its head_dim {0} is not hidden_size / "
-                        "num_attention_heads = {1}",
-                        show(*dim), implied)
-                    .str();
-    return fieldError("model_type",
-                      "unsupported model_type 'qwen3': Qwen3 normalizes each "
-                      "head's queries and keys with RMSNorm (q_norm, k_norm), "
-                      "which the model here does not have yet" +
-                          headDim + "; " + supported);
-  }
 
   config.model.fromHuggingFace = true;
   config.model.name = modelName(object, fileName, *modelType);

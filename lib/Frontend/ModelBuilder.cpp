@@ -57,6 +57,8 @@ private:
   Value getIf(bool present, StringRef name) { return present ? get(name) : Value(); }
   Value linear(Value x, StringRef weight, StringRef bias, bool transposeWeight);
   Value norm(Value x, StringRef weight, StringRef bias);
+  /// Qwen3's per-head q_norm / k_norm over [batch, seq, heads, head_dim].
+  Value headNorm(Value x, int64_t layer, StringRef which);
   Value dropout(Value x, double p);
   Value reshape(Value x, ArrayRef<int64_t> shape);
   Value attention(Value x, int64_t layer);
@@ -126,13 +128,26 @@ void ModelBuilder::declareParameters() {
   };
   // Weights are in x out for GPT-2's Conv1D, out x in for Llama's Linear.
   auto declareLinear = [&](const std::string &prefix, int64_t in, int64_t out,
-                           double weightStd) {
+                           double weightStd, bool withBias) {
     if (naming.gpt2)
       declare(prefix + ".weight", {in, out}, InitMethod::Normal, weightStd);
     else
       declare(prefix + ".weight", {out, in}, InitMethod::Normal, weightStd);
-    if (bias)
+    if (withBias)
       declare(prefix + ".bias", {out}, InitMethod::Zeros);
+  };
+  const bool qkvBias = model.qkvBias();
+  // Qwen3's q_norm and k_norm (Megatron-LM's qk_layernorm): one weight of
+  // the head dimension, shared by every head.
+  auto declareQkNorms = [&](int64_t i, StringRef attention) {
+    if (!model.qkLayernorm)
+      return;
+    for (StringRef which : {"q_norm", "k_norm"}) {
+      std::string prefix = naming.layer(i, (attention + "." + which).str());
+      declare(prefix + ".weight", {model.headDim()}, InitMethod::Ones);
+      if (layerNorm)
+        declare(prefix + ".bias", {model.headDim()}, InitMethod::Zeros);
+    }
   };
 
   if (naming.gpt2) {
@@ -142,12 +157,15 @@ void ModelBuilder::declareParameters() {
     for (int64_t i = 0; i < model.numLayers; ++i) {
       declareNorm(naming.layer(i, "ln_1"));
       declareLinear(naming.layer(i, "attn.c_attn"), hidden, qSize + 2 * kvSize,
-                    std);
-      declareLinear(naming.layer(i, "attn.c_proj"), qSize, hidden, outputStd);
+                    std, qkvBias);
+      declareQkNorms(i, "attn");
+      declareLinear(naming.layer(i, "attn.c_proj"), qSize, hidden, outputStd,
+                    bias);
       declareNorm(naming.layer(i, "ln_2"));
       declareLinear(naming.layer(i, "mlp.c_fc"), hidden, swiglu ? 2 * ffn : ffn,
-                    std);
-      declareLinear(naming.layer(i, "mlp.c_proj"), ffn, hidden, outputStd);
+                    std, bias);
+      declareLinear(naming.layer(i, "mlp.c_proj"), ffn, hidden, outputStd,
+                    bias);
     }
     declareNorm("transformer.ln_f");
   } else {
@@ -155,16 +173,21 @@ void ModelBuilder::declareParameters() {
             std);
     for (int64_t i = 0; i < model.numLayers; ++i) {
       declareNorm(naming.layer(i, "input_layernorm"));
-      declareLinear(naming.layer(i, "self_attn.q_proj"), hidden, qSize, std);
-      declareLinear(naming.layer(i, "self_attn.k_proj"), hidden, kvSize, std);
-      declareLinear(naming.layer(i, "self_attn.v_proj"), hidden, kvSize, std);
+      declareLinear(naming.layer(i, "self_attn.q_proj"), hidden, qSize, std,
+                    qkvBias);
+      declareLinear(naming.layer(i, "self_attn.k_proj"), hidden, kvSize, std,
+                    qkvBias);
+      declareLinear(naming.layer(i, "self_attn.v_proj"), hidden, kvSize, std,
+                    qkvBias);
+      declareQkNorms(i, "self_attn");
       declareLinear(naming.layer(i, "self_attn.o_proj"), qSize, hidden,
-                    outputStd);
+                    outputStd, bias);
       declareNorm(naming.layer(i, "post_attention_layernorm"));
       if (swiglu)
-        declareLinear(naming.layer(i, "mlp.gate_proj"), hidden, ffn, std);
-      declareLinear(naming.layer(i, "mlp.up_proj"), hidden, ffn, std);
-      declareLinear(naming.layer(i, "mlp.down_proj"), ffn, hidden, outputStd);
+        declareLinear(naming.layer(i, "mlp.gate_proj"), hidden, ffn, std, bias);
+      declareLinear(naming.layer(i, "mlp.up_proj"), hidden, ffn, std, bias);
+      declareLinear(naming.layer(i, "mlp.down_proj"), ffn, hidden, outputStd,
+                    bias);
     }
     declareNorm("model.norm");
   }
@@ -183,7 +206,9 @@ Value ModelBuilder::get(StringRef name) {
 Value ModelBuilder::linear(Value x, StringRef weight, StringRef bias,
                            bool transposeWeight) {
   Value w = get(weight);
-  Value b = model.addBiasLinear ? get(bias) : Value();
+  // Biases are where declareParameters put them: add_bias_linear's on every
+  // linear layer, add_qkv_bias's on q, k and v.
+  Value b = parameterTypes.count(bias) ? get(bias) : Value();
   RankedTensorType type = check(mt::inferLinearType(
       typeOf(x), typeOf(w), b ? typeOf(b) : RankedTensorType(),
       transposeWeight, emitter()));
@@ -197,6 +222,14 @@ Value ModelBuilder::norm(Value x, StringRef weight, StringRef bias) {
     return mt::RmsNormOp::create(builder, loc, typeOf(x), x, w, epsilon);
   Value b = get(bias);
   return mt::LayerNormOp::create(builder, loc, typeOf(x), x, w, b, epsilon);
+}
+
+Value ModelBuilder::headNorm(Value x, int64_t layer, StringRef which) {
+  if (!model.qkLayernorm)
+    return x;
+  std::string prefix =
+      naming.layer(layer, ((naming.gpt2 ? "attn." : "self_attn.") + which).str());
+  return norm(x, prefix + ".weight", prefix + ".bias");
 }
 
 Value ModelBuilder::dropout(Value x, double p) {
@@ -251,10 +284,13 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
   q = reshape(q, {batch, seq, heads, headDim});
   k = reshape(k, {batch, seq, groups, headDim});
   v = reshape(v, {batch, seq, groups, headDim});
+  q = headNorm(q, layer, "q_norm");
+  k = headNorm(k, layer, "k_norm");
   if (model.positionEmbeddingType == PositionEmbedding::Rope) {
     FloatAttr base = builder.getF64FloatAttr(model.rotaryBase);
-    FloatAttr factor, low, high;
+    FloatAttr factor, low, high, betaFast, betaSlow, attentionFactor;
     IntegerAttr original;
+    BoolAttr truncate;
     if (model.ropeScaling != RopeScaling::None)
       factor = builder.getF64FloatAttr(model.ropeScalingFactor);
     if (model.ropeScaling == RopeScaling::Llama3) {
@@ -262,10 +298,20 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
       high = builder.getF64FloatAttr(model.ropeHighFreqFactor);
       original = builder.getI64IntegerAttr(model.ropeOriginalMaxPositions);
     }
+    if (model.ropeScaling == RopeScaling::Yarn) {
+      original = builder.getI64IntegerAttr(model.ropeOriginalMaxPositions);
+      betaFast = builder.getF64FloatAttr(model.ropeBetaFast);
+      betaSlow = builder.getF64FloatAttr(model.ropeBetaSlow);
+      if (!model.ropeTruncate)
+        truncate = builder.getBoolAttr(false);
+    }
+    if (model.ropeAttentionFactor != 1.0)
+      attentionFactor = builder.getF64FloatAttr(model.ropeAttentionFactor);
     auto rope = [&](Value x) -> Value {
       return mt::RopeOp::create(builder, loc, typeOf(x), x, base,
                                 IntegerAttr(), UnitAttr(), factor, low, high,
-                                original);
+                                original, betaFast, betaSlow, truncate,
+                                attentionFactor);
     };
     q = rope(q);
     k = rope(k);

@@ -280,12 +280,13 @@ Error Validator::checkOverflow() {
   StringRef what = "the parameter count";
   int64_t kvWidth, attnWidth, queryWidth, attention, mlp, layer, total,
       embedding, positions;
-  if (Error err = multiply(m.queryGroups(), m.hiddenSize / m.numAttentionHeads,
-                           kvWidth, what, {"num_query_groups", "hidden_size"}))
+  if (Error err = multiply(m.queryGroups(), m.headDim(), kvWidth, what,
+                           {"num_query_groups", "hidden_size", "kv_channels"}))
     return err;
   if (Error err = multiply(2, kvWidth, attnWidth, what, sizeKeys))
     return err;
-  if (Error err = multiply(2, m.hiddenSize, queryWidth, what, sizeKeys))
+  if (Error err = multiply(2 * m.numAttentionHeads, m.headDim(), queryWidth,
+                           what, {"num_attention_heads", "kv_channels"}))
     return err;
   if (Error err = add(attnWidth, queryWidth, attnWidth, what, sizeKeys))
     return err;
@@ -317,7 +318,7 @@ Error Validator::checkOverflow() {
 
 Error Validator::checkModelShape() {
   int64_t hidden = m.hiddenSize, heads = m.numAttentionHeads;
-  if (hidden % heads != 0) {
+  if (m.kvChannels == 0 && hidden % heads != 0) {
     int64_t below = hidden / heads * heads;
     return fail({"hidden_size", "num_attention_heads"},
                 "hidden_size " + show(hidden) +
@@ -339,7 +340,14 @@ Error Validator::checkModelShape() {
                     "query heads; use a num_query_groups that divides " +
                     show(heads) + " (" + orList(divisorsOf(heads)) + ")");
   if (m.positionEmbeddingType == PositionEmbedding::Rope &&
-      m.headDim() % 2 != 0)
+      m.headDim() % 2 != 0) {
+    if (m.kvChannels)
+      return fail({"position_embedding_type", "kv_channels"},
+                  "position_embedding_type rope rotates pairs of channels, "
+                  "but kv_channels " +
+                      show(m.kvChannels) +
+                      " is odd; use an even kv_channels, or use "
+                      "learned_absolute positions");
     return fail(
         {"position_embedding_type", "hidden_size", "num_attention_heads"},
         "position_embedding_type rope rotates pairs of channels, but "
@@ -347,6 +355,7 @@ Error Validator::checkModelShape() {
             show(hidden) + " / " + show(heads) + " = " + show(m.headDim()) +
             " is odd; choose hidden_size and num_attention_heads so "
             "that it is even, or use learned_absolute positions");
+  }
   if (m.positionEmbeddingType == PositionEmbedding::LearnedAbsolute &&
       m.seqLength > m.maxPositions())
     return fail({"seq_length", "max_position_embeddings"},

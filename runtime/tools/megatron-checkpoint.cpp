@@ -1,16 +1,20 @@
 // megatron-checkpoint: checks a checkpoint of megatron-train --save, exports
-// its weights to one safetensors file with Hugging Face's names, and imports
-// such a file as a checkpoint that any layout loads.
+// it as a directory transformers' from_pretrained loads (config.json,
+// generation_config.json, safetensors shards), and imports a Hugging Face
+// safetensors file as a checkpoint that any layout loads.
 #include "core/Bundle.h"
 #include "core/CommandLine.h"
 #include "core/Safetensors.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 #include "train/Checkpoint.h"
+#include "train/HuggingFaceConfig.h"
 #include "train/Weights.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -20,19 +24,58 @@ namespace {
 using mtrt::Error;
 using namespace mtrt::train;
 
+/// transformers' default max_shard_size, "5GB".
+constexpr uint64_t kDefaultMaxShardBytes = 5000000000ull;
+
+/// "5GB", "500MB", "2GiB", "1000000": bytes, with transformers' decimal units
+/// (KB, MB, GB) and binary ones (KiB, MiB, GiB).
+uint64_t parseShardSize(const std::string &flag, const std::string &text) {
+  size_t digits = 0;
+  while (digits < text.size() &&
+         std::isdigit(static_cast<unsigned char>(text[digits])))
+    ++digits;
+  std::string unit = text.substr(digits);
+  static const std::pair<const char *, uint64_t> units[] = {
+      {"", 1},
+      {"B", 1},
+      {"KB", 1000ull},
+      {"MB", 1000000ull},
+      {"GB", 1000000000ull},
+      {"KiB", 1024ull},
+      {"MiB", 1048576ull},
+      {"GiB", 1073741824ull}};
+  for (const auto &[name, scale] : units) {
+    if (digits == 0 || digits > 12 || unit != name)
+      continue;
+    uint64_t value = std::stoull(text.substr(0, digits)) * scale;
+    if (value > 0)
+      return value;
+  }
+  throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+              flag +
+                  ": expected a positive size such as 5GB, 500MB, 2GiB "
+                  "or a number of bytes, got '" +
+                  text + "'");
+}
+
 struct Command {
   std::string output, bundle;
   std::optional<int64_t> iteration, numAttentionHeads, numQueryGroups;
+  uint64_t maxShardBytes = kDefaultMaxShardBytes;
   bool help = false;
 };
 
 const std::vector<mtrt::Flag<Command>> &flags() {
   using S = const std::string &;
   static const std::vector<mtrt::Flag<Command>> table = {
-      {"-o", "PATH",
-       "export-hf: the safetensors file to write; import-hf: the --save "
-       "directory to write",
+      {"-o", "DIR",
+       "export-hf: the directory to write (created; files of the same "
+       "names are replaced); import-hf: the --save directory to write",
        [](Command &c, S, S v) { c.output = v; }},
+      {"--max-shard-size", "SIZE",
+       "export-hf: the largest safetensors shard, as transformers' "
+       "max_shard_size (default 5GB); a larger tensor gets a shard alone",
+       [](Command &c, S f, S v) { c.maxShardBytes = parseShardSize(f, v); }},
       {"--bundle", "FILE",
        "import-hf: a one-rank bundle of the model (megatron-compile without "
        "parallel flags), which names and shapes the parameters",
@@ -60,16 +103,21 @@ const std::vector<mtrt::Flag<Command>> &flags() {
 
 std::string usage() {
   return "usage: megatron-checkpoint verify DIR [--iteration N]\n"
-         "       megatron-checkpoint export-hf DIR -o FILE [--iteration N]\n"
+         "       megatron-checkpoint export-hf DIR -o OUT [--iteration N]\n"
          "       megatron-checkpoint import-hf FILE --bundle B.mtb -o DIR\n\n"
          "DIR is a --save directory or one of its iter_NNNNNNN directories.\n"
          "verify checks the manifest and every file's size and SHA-256;\n"
-         "export-hf writes the parameters, whole, to one safetensors file with\n"
-         "Hugging Face's names and layout (vocabulary tables cut to vocab_size\n"
-         "rows, GPT-2's c_attn columns as [q | k | v]), which megatron-train\n"
-         "--init-from loads; import-hf writes such a file as the checkpoint of\n"
-         "iteration 0 in DIR, which megatron-train --load loads into any\n"
-         "layout.\n\nflags:\n" +
+         "export-hf writes the directory OUT that transformers' "
+         "from_pretrained\n"
+         "loads: config.json (the model's family, sizes, rope and norms),\n"
+         "generation_config.json, and the parameters, whole, with Hugging\n"
+         "Face's names and layout (vocabulary tables cut to vocab_size rows,\n"
+         "GPT-2's c_attn columns as [q | k | v]) in model.safetensors, or in\n"
+         "model-0000K-of-0000N.safetensors shards of at most --max-shard-size\n"
+         "with model.safetensors.index.json; megatron-train --init-from loads\n"
+         "a single model.safetensors. import-hf writes such a file as the\n"
+         "checkpoint of iteration 0 in DIR, which megatron-train --load loads\n"
+         "into any layout.\n\nflags:\n" +
          mtrt::flagUsage(flags(), 20);
 }
 
@@ -99,10 +147,10 @@ std::string iterationDirectory(const std::string &dir,
   for (const std::string &note : notes)
     std::cerr << note << "\n";
   if (!found)
-    throw Error(MTRT_STATUS_NOT_FOUND,
-                "'" + dir + "' holds no checkpoint (no " +
-                    std::string(kLatestCheckpointFile) +
-                    " and no iter_NNNNNNN directory)");
+    throw Error(MTRT_STATUS_NOT_FOUND, "'" + dir +
+                                           "' holds no checkpoint (no " +
+                                           std::string(kLatestCheckpointFile) +
+                                           " and no iter_NNNNNNN directory)");
   return *found;
 }
 
@@ -143,7 +191,34 @@ std::vector<int64_t> qkvColumns(const CheckpointManifest &m,
   return *from;
 }
 
-void exportHf(const CheckpointManifest &m, const std::string &output) {
+/// "model-00001-of-00003.safetensors", as transformers names its shards.
+std::string shardName(size_t index, size_t count) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors",
+                index + 1, count);
+  return name;
+}
+
+void writeJson(const std::filesystem::path &path, const nlohmann::json &j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out.flush())
+    throw Error(MTRT_STATUS_INTERNAL, "cannot write '" + path.string() + "'");
+}
+
+void exportHf(const CheckpointManifest &m, const std::string &output,
+              uint64_t maxShardBytes) {
+  namespace fs = std::filesystem;
+  if (m.state.huggingFaceConfig.is_null())
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "checkpoint '" + m.directory + "' records no config.json: " +
+                    (m.state.huggingFaceConfigProblem.empty()
+                         ? std::string("it was saved before checkpoints "
+                                       "recorded one; load it with "
+                                       "megatron-train --load and save it "
+                                       "again (--train-iters at its "
+                                       "iteration, --save)")
+                         : m.state.huggingFaceConfigProblem));
   const std::string prefix = "model/";
   std::vector<std::vector<float>> values;
   std::vector<mtrt::SafetensorsWriteTensor> tensors;
@@ -169,11 +244,63 @@ void exportHf(const CheckpointManifest &m, const std::string &output) {
   if (tensors.empty())
     throw Error(MTRT_STATUS_NOT_FOUND,
                 "checkpoint '" + m.directory + "' holds no model/ tensors");
-  mtrt::writeSafetensors(output, tensors,
-                         {{"format", "pt"}, {"producer", "megatron-checkpoint"}});
+
+  // Shards in name order, each up to maxShardBytes (a larger tensor alone),
+  // as transformers' save_pretrained splits them.
+  std::sort(tensors.begin(), tensors.end(),
+            [](const auto &a, const auto &b) { return a.name < b.name; });
+  std::vector<std::vector<mtrt::SafetensorsWriteTensor>> shards(1);
+  uint64_t shardBytes = 0, totalBytes = 0;
+  for (const mtrt::SafetensorsWriteTensor &t : tensors) {
+    uint64_t bytes = sizeof(float);
+    for (int64_t d : t.shape)
+      bytes *= static_cast<uint64_t>(d);
+    if (!shards.back().empty() && shardBytes + bytes > maxShardBytes) {
+      shards.emplace_back();
+      shardBytes = 0;
+    }
+    shards.back().push_back(t);
+    shardBytes += bytes;
+    totalBytes += bytes;
+  }
+
+  std::error_code error;
+  fs::create_directories(output, error);
+  if (error || !fs::is_directory(output))
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "-o: cannot make the directory '" + output + "'" +
+                    (error ? ": " + error.message() : std::string()));
+  const fs::path dir(output);
+  // Files a previous export left that this one would not replace.
+  for (const fs::directory_entry &old : fs::directory_iterator(dir)) {
+    std::string name = old.path().filename().string();
+    if (name == "model.safetensors.index.json" ||
+        (name.rfind("model", 0) == 0 && name.size() > 12 &&
+         name.substr(name.size() - 12) == ".safetensors"))
+      fs::remove(old.path());
+  }
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"producer", "megatron-checkpoint"}};
+  nlohmann::json weightMap = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    std::string file =
+        shards.size() == 1 ? "model.safetensors" : shardName(k, shards.size());
+    mtrt::writeSafetensors((dir / file).string(), shards[k], metadata);
+    for (const mtrt::SafetensorsWriteTensor &t : shards[k])
+      weightMap[t.name] = file;
+  }
+  if (shards.size() > 1)
+    writeJson(dir / "model.safetensors.index.json",
+              {{"metadata", {{"total_size", totalBytes}}},
+               {"weight_map", weightMap}});
+  writeJson(dir / "config.json", m.state.huggingFaceConfig);
+  writeJson(dir / "generation_config.json", huggingFaceGenerationConfig());
   std::cout << "exported " << tensors.size() << " tensors of iteration "
             << m.state.iteration << " from '" << m.directory << "' to '"
-            << output << "'\n";
+            << output << "' ("
+            << m.state.huggingFaceConfig.value("model_type", "") << ", "
+            << shards.size() << (shards.size() == 1 ? " shard" : " shards")
+            << ")\n";
 }
 
 /// Writes the Hugging Face file `input` as the checkpoint of iteration 0 in
@@ -217,8 +344,8 @@ void importHf(const std::string &input, const std::string &bundlePath,
   // Hugging Face's tensors hold the unpadded vocabulary.
   state.paddedVocabSize = model.vocabSize;
   std::string dir = saveCheckpoint(output, state, tensors, nullptr);
-  std::cout << "imported " << report.parameters << " parameters from '"
-            << input << "' to '" << dir << "' (iteration 0)\n";
+  std::cout << "imported " << report.parameters << " parameters from '" << input
+            << "' to '" << dir << "' (iteration 0)\n";
 }
 
 int run(int argc, char **argv) {
@@ -254,20 +381,19 @@ int run(int argc, char **argv) {
   if (p[0] == "verify") {
     verifyCheckpointFiles(manifest);
     std::cout << "checkpoint '" << dir << "': iteration "
-              << manifest.state.iteration << ", "
-              << layoutText(manifest.state) << ", "
-              << manifest.tensors.size() << " tensors in "
+              << manifest.state.iteration << ", " << layoutText(manifest.state)
+              << ", " << manifest.tensors.size() << " tensors in "
               << manifest.files.size()
               << " files: every size and SHA-256 matches the manifest\n";
     return 0;
   }
   if (command.output.empty())
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                "export-hf needs -o FILE: the safetensors file to write");
+                "export-hf needs -o DIR: the directory to write");
   CheckpointState &state = manifest.state;
   if (command.numAttentionHeads) {
-    int64_t groups = state.numQueryGroups ? state.numQueryGroups
-                                          : state.numAttentionHeads;
+    int64_t groups =
+        state.numQueryGroups ? state.numQueryGroups : state.numAttentionHeads;
     if (state.numAttentionHeads > 0 &&
         (state.numAttentionHeads != *command.numAttentionHeads ||
          groups != command.numQueryGroups.value_or(*command.numAttentionHeads)))
@@ -280,7 +406,7 @@ int run(int argc, char **argv) {
     state.numQueryGroups =
         command.numQueryGroups.value_or(*command.numAttentionHeads);
   }
-  exportHf(manifest, command.output);
+  exportHf(manifest, command.output, command.maxShardBytes);
   return 0;
 }
 

@@ -143,12 +143,13 @@ TEST(HuggingFaceConfigTest, Errors) {
   const std::pair<StringRef, StringRef> cases[] = {
       {"{\"model_type\": \"gemma\"}",
        "hf.json:1:2: model_type: unsupported model_type 'gemma'; "
-       "supported: 'gpt2' (GPT2Config), 'llama' (LlamaConfig) and 'mistral' "
-       "(MistralConfig)"},
+       "supported: 'gpt2' (GPT2Config), 'llama' (LlamaConfig), 'mistral' "
+       "(MistralConfig), 'qwen2' (Qwen2Config) and 'qwen3' (Qwen3Config)"},
       {"{\"n_layer\": 2}",
        "hf.json: no 'model_type' field, so this is not a Hugging Face "
        "config.json that can be read; supported: 'gpt2' (GPT2Config), "
-       "'llama' (LlamaConfig) and 'mistral' (MistralConfig)"},
+       "'llama' (LlamaConfig), 'mistral' (MistralConfig), 'qwen2' "
+       "(Qwen2Config) and 'qwen3' (Qwen3Config)"},
       {"{\"model_type\": \"gpt2\", \"n_layer\": 2,\n \"n_embd\": 64}",
        "hf.json: required field 'n_head' is missing (it gives "
        "num_attention_heads); every GPT2Config config.json has it"},

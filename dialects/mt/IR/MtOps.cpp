@@ -172,6 +172,34 @@ LogicalResult RopeOp::verify() {
       return emitOpError() << "scaling factors must be finite and positive, "
                               "got "
                            << factor->convertToDouble();
+  for (std::optional<APFloat> factor :
+       {getBetaFast(), getBetaSlow(), getAttentionFactor()})
+    if (factor && !(factor->convertToDouble() > 0.0 &&
+                    std::isfinite(factor->convertToDouble())))
+      return emitOpError() << "beta_fast, beta_slow and attention_factor "
+                              "must be finite and positive, got "
+                           << factor->convertToDouble();
+  int yarn = bool(getBetaFast()) + bool(getBetaSlow());
+  if (yarn != 0) {
+    if (yarn != 2 || !getScalingFactor() || !getOriginalMaxPositions() ||
+        getLowFreqFactor() || getHighFreqFactor())
+      return emitOpError() << "yarn scaling needs scaling_factor, "
+                              "original_max_positions, beta_fast and "
+                              "beta_slow together, without llama3's "
+                              "low_freq_factor and high_freq_factor";
+    if (*getOriginalMaxPositions() <= 0 ||
+        !(getBetaFast()->convertToDouble() > getBetaSlow()->convertToDouble()))
+      return emitOpError() << "yarn scaling needs beta_fast ("
+                           << getBetaFast()->convertToDouble()
+                           << ") above beta_slow ("
+                           << getBetaSlow()->convertToDouble()
+                           << ") and a positive original_max_positions ("
+                           << *getOriginalMaxPositions() << ")";
+    return success();
+  }
+  if (getTruncate())
+    return emitOpError() << "truncate belongs to yarn scaling; it needs "
+                            "beta_fast and beta_slow";
   int llama3 = bool(getLowFreqFactor()) + bool(getHighFreqFactor()) +
                bool(getOriginalMaxPositions());
   if (llama3 != 0 && (llama3 != 3 || !getScalingFactor()))

@@ -284,11 +284,25 @@ def Mt_RopeOp : Mt_Op<"rope", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
     s = (original / w - low) / (high - low), (1 - s) f / factor + s f.
     The three llama3 attributes come together, with high above low.
 
+    YaRN ("yarn"): with `beta_fast` and `beta_slow` (rotations), pairs whose
+    dimension lies below d(beta_fast) keep f, those above d(beta_slow) get
+    f / factor, and a linear ramp blends them between, where
+    d(r) = rotary_dim ln(original / (2 pi r)) / (2 ln base), floored and
+    ceiled unless `truncate` is false, clamped to [0, rotary_dim - 1], as
+    transformers' _compute_yarn_parameters. `attention_factor` multiplies the
+    rotated result (cos and sin alike, YaRN's mscale); any scaling may carry
+    it, and `inverse` multiplies by it too, as the transpose of a scaled
+    rotation.
+
     ```mlir
     %q2 = mt.rope %q base = 1.000000e+04 : tensor<4x512x8x32xf32>
     %q3 = mt.rope %q base = 5.000000e+05 {scaling_factor = 8.0 : f64,
         low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64,
         original_max_positions = 8192 : i64} : tensor<4x512x8x32xf32>
+    %q4 = mt.rope %q base = 1.000000e+04 {scaling_factor = 4.0 : f64,
+        original_max_positions = 4096 : i64, beta_fast = 32.0 : f64,
+        beta_slow = 1.0 : f64, attention_factor = 1.1386 : f64}
+        : tensor<4x512x8x32xf32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$input, F64Attr:$base,
@@ -296,7 +310,11 @@ def Mt_RopeOp : Mt_Op<"rope", [VJP, Pure, AllTypesMatch<["input", "result"]>]> {
                        OptionalAttr<F64Attr>:$scaling_factor,
                        OptionalAttr<F64Attr>:$low_freq_factor,
                        OptionalAttr<F64Attr>:$high_freq_factor,
-                       OptionalAttr<I64Attr>:$original_max_positions);
+                       OptionalAttr<I64Attr>:$original_max_positions,
+                       OptionalAttr<F64Attr>:$beta_fast,
+                       OptionalAttr<F64Attr>:$beta_slow,
+                       OptionalAttr<BoolAttr>:$truncate,
+                       OptionalAttr<F64Attr>:$attention_factor);
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
     $input `base` `=` $base (`inverse` $inverse^)? attr-dict `:` type($input)

@@ -108,12 +108,14 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &builder, ValueRange dys,
 
 LogicalResult RopeOp::buildVJP(OpBuilder &builder, ValueRange dys,
                                SmallVectorImpl<Value> &grads) {
-  // A rotation's transpose is the rotation by the negative angle.
+  // A rotation's transpose is the rotation by the negative angle; a scaled
+  // one's (attention_factor) is scaled alike.
   grads.push_back(RopeOp::create(
       builder, getLoc(), getType(), dys[0], getBaseAttr(), getRotaryDimAttr(),
       unitIf(builder, !getInverse()), getScalingFactorAttr(),
       getLowFreqFactorAttr(), getHighFreqFactorAttr(),
-      getOriginalMaxPositionsAttr()));
+      getOriginalMaxPositionsAttr(), getBetaFastAttr(), getBetaSlowAttr(),
+      getTruncateAttr(), getAttentionFactorAttr()));
   return success();
 }
 

@@ -28,8 +28,9 @@ enum class Precision { FP32, BF16, FP16 };
 enum class RecomputeGranularity { None, Selective, Full };
 /// How RoPE's inverse frequencies are rescaled for a longer context, as
 /// Hugging Face's rope_type: none ("default"), all divided by a factor
-/// ("linear"), or Llama 3.1's blend by wavelength ("llama3").
-enum class RopeScaling { None, Linear, Llama3 };
+/// ("linear"), Llama 3.1's blend by wavelength ("llama3"), or YaRN's ramp
+/// by dimension with an attention factor ("yarn").
+enum class RopeScaling { None, Linear, Llama3, Yarn };
 
 /// The transformer itself, with Megatron-LM's argument names.
 struct ModelConfig {
@@ -60,6 +61,25 @@ struct ModelConfig {
   double ropeLowFreqFactor = 1.0;
   double ropeHighFreqFactor = 4.0;
   int64_t ropeOriginalMaxPositions = 8192;
+  /// Yarn: the rotations that bound the ramp between kept (below
+  /// beta_fast's dimension) and divided (above beta_slow's) frequencies;
+  /// truncate floors and ceils those dimensions; the attention factor (the
+  /// mscale transformers computes) multiplies cos and sin. Yarn uses
+  /// ropeOriginalMaxPositions too.
+  double ropeBetaFast = 32.0;
+  double ropeBetaSlow = 1.0;
+  bool ropeTruncate = true;
+  double ropeAttentionFactor = 1.0;
+  /// Megatron-LM's --kv-channels (Hugging Face's head_dim): the width of
+  /// each head; 0 means hidden_size / num_attention_heads.
+  int64_t kvChannels = 0;
+  /// Megatron-LM's --add-qkv-bias: biases on the query, key and value
+  /// projections even when add_bias_linear is false (Qwen2's).
+  bool addQkvBias = false;
+  /// Megatron-LM's --qk-layernorm: each head's queries and keys normalized
+  /// (with the model's normalization, weights of head_dim) before RoPE, as
+  /// Qwen3's q_norm and k_norm.
+  bool qkLayernorm = false;
   /// Sliding-window attention's window (Mistral's, Qwen's sliding_window);
   /// 0 means none. Only a window that covers seq_length is accepted, where
   /// it is the same as full causal attention.
@@ -82,7 +102,11 @@ struct ModelConfig {
   int64_t maxPositions() const {
     return maxPositionEmbeddings ? maxPositionEmbeddings : seqLength;
   }
-  int64_t headDim() const { return hiddenSize / numAttentionHeads; }
+  int64_t headDim() const {
+    return kvChannels ? kvChannels : hiddenSize / numAttentionHeads;
+  }
+  /// Biases on q, k and v: add_bias_linear's or add_qkv_bias's.
+  bool qkvBias() const { return addBiasLinear || addQkvBias; }
 };
 
 /// Megatron-LM's parallel layout.

@@ -131,6 +131,9 @@ FailureOr<llvm::json::Value>
 FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
   if (isa<UnitAttr>(attr))
     return llvm::json::Value(true);
+  // Before IntegerAttr, of which BoolAttr is one (an i1, whose getInt is -1).
+  if (auto flag = dyn_cast<BoolAttr>(attr))
+    return llvm::json::Value(flag.getValue());
   if (auto integer = dyn_cast<IntegerAttr>(attr))
     return llvm::json::Value(integer.getInt());
   if (auto number = dyn_cast<FloatAttr>(attr))

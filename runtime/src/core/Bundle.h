@@ -136,6 +136,13 @@ struct Attributes {
   double lowFreqFactor = 0;
   double highFreqFactor = 0;
   int64_t originalMaxPositions = 0;
+  /// rope's "yarn" scaling: beta_fast and beta_slow with scaling_factor and
+  /// original_max_positions; truncate (true when absent) floors and ceils
+  /// the ramp's ends. attention_factor multiplies cos and sin.
+  double betaFast = 0;
+  double betaSlow = 0;
+  bool truncate = true;
+  double attentionFactor = 1.0;
   std::optional<int64_t> rotaryDim;
   bool inverse = false;
   GeluApproximate approximate = GeluApproximate::Erf;

@@ -412,6 +412,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.causal = flag;
       else if (key == "inverse")
         out.inverse = flag;
+      else if (key == "truncate")
+        out.truncate = flag;
       else if (key == "loss_seed")
         out.lossSeed = flag;
       break;
@@ -471,6 +473,13 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         (key == "scaling_factor"  ? out.scalingFactor
          : key == "low_freq_factor" ? out.lowFreqFactor
                                     : out.highFreqFactor) = number;
+      } else if (key == "beta_fast" || key == "beta_slow" ||
+                 key == "attention_factor") {
+        if (!(number > 0) || !std::isfinite(number))
+          fail(at, describe(*value), "a finite number > 0");
+        (key == "beta_fast"   ? out.betaFast
+         : key == "beta_slow" ? out.betaSlow
+                              : out.attentionFactor) = number;
       }
       break;
     }

@@ -90,7 +90,11 @@ const std::vector<OpInfo> &opTable() {
         {"scaling_factor", AttrKind::Number, false},
         {"low_freq_factor", AttrKind::Number, false},
         {"high_freq_factor", AttrKind::Number, false},
-        {"original_max_positions", AttrKind::Int, false}}},
+        {"original_max_positions", AttrKind::Int, false},
+        {"beta_fast", AttrKind::Number, false},
+        {"beta_slow", AttrKind::Number, false},
+        {"truncate", AttrKind::Bool, false},
+        {"attention_factor", AttrKind::Number, false}}},
       {Op::Gelu, "gelu", 1, 1, 1, 1, {{"approximate", AttrKind::String, true}}},
       {Op::Silu, "silu", 1, 1, 1, 1, {}},
       {Op::Swiglu, "swiglu", 2, 2, 1, 1, {}},
@@ -475,6 +479,23 @@ void OpChecker::check() {
       fail(path_ + ".attrs.rotary_dim", std::to_string(rotary),
            "an even number of features <= the head dimension " +
                std::to_string(headDim));
+    // yarn takes beta_fast above beta_slow, with original_max_positions
+    // and none of llama3's factors.
+    bool anyYarn = a.betaFast > 0 || a.betaSlow > 0;
+    if (anyYarn) {
+      if (!(a.betaFast > 0 && a.betaSlow > 0 && a.originalMaxPositions > 0 &&
+            a.lowFreqFactor == 0 && a.highFreqFactor == 0))
+        fail(path_ + ".attrs", "some of beta_fast, beta_slow and "
+                               "original_max_positions",
+             "all three (yarn scaling), without low_freq_factor and "
+             "high_freq_factor");
+      if (!(a.betaFast > a.betaSlow))
+        fail(path_ + ".attrs.beta_fast", std::to_string(a.betaFast),
+             "a number of rotations above beta_slow " +
+                 std::to_string(a.betaSlow));
+      sameAs(true, 0, 0);
+      break;
+    }
     // llama3 scaling takes its three attributes together, the high
     // frequency factor above the low one, and the scaling factor with them.
     bool anyLlama3 = a.lowFreqFactor > 0 || a.highFreqFactor > 0 ||

@@ -110,6 +110,10 @@ RopeFrequencies ropeFrequencies(const Attributes &attrs) {
   r.lowFreqFactor = attrs.lowFreqFactor;
   r.highFreqFactor = attrs.highFreqFactor;
   r.originalMaxPositions = static_cast<double>(attrs.originalMaxPositions);
+  r.betaFast = attrs.betaFast;
+  r.betaSlow = attrs.betaSlow;
+  r.truncate = attrs.truncate;
+  r.attentionFactor = attrs.attentionFactor;
   return r;
 }
 

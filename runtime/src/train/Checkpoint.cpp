@@ -1,5 +1,6 @@
 // Saving, finding, checking and loading sharded checkpoints.
 #include "train/Checkpoint.h"
+#include "train/HuggingFaceConfig.h"
 
 #include "comm/Communicator.h"
 #include "core/Bundle.h"
@@ -153,7 +154,9 @@ Json stateJson(const CheckpointState &s) {
         {"vocab_size", s.vocabSize},
         {"padded_vocab_size", s.paddedVocabSize},
         {"num_attention_heads", s.numAttentionHeads},
-        {"num_query_groups", s.numQueryGroups}}},
+        {"num_query_groups", s.numQueryGroups},
+        {"hugging_face_config", s.huggingFaceConfig},
+        {"hugging_face_config_problem", s.huggingFaceConfigProblem}}},
       {"random",
        {{"generator", "counter-based, keyed on (seed, micro_step, element)"},
         {"seed", s.seed},
@@ -259,6 +262,15 @@ CheckpointState readState(const ManifestReader &r, const Json &j) {
     s.numAttentionHeads = r.integer(bundle, "num_attention_heads", "bundle");
   if (bundle.contains("num_query_groups"))
     s.numQueryGroups = r.integer(bundle, "num_query_groups", "bundle");
+  if (bundle.contains("hugging_face_config")) {
+    s.huggingFaceConfig = bundle["hugging_face_config"];
+    if (!s.huggingFaceConfig.is_object() && !s.huggingFaceConfig.is_null())
+      r.fail("bundle.hugging_face_config", s.huggingFaceConfig.dump(),
+             "an object or null");
+  }
+  if (bundle.contains("hugging_face_config_problem"))
+    s.huggingFaceConfigProblem =
+        r.string(bundle, "hugging_face_config_problem", "bundle");
   const Json &random = r.at(j, "random", "manifest");
   s.seed = static_cast<uint64_t>(r.integer(random, "seed", "random"));
   s.microStep = static_cast<uint64_t>(r.integer(random, "micro_step", "random"));
@@ -305,6 +317,15 @@ void recordBundle(CheckpointState &state, const Bundle &bundle) {
   state.paddedVocabSize = model.paddedVocabSize;
   state.numAttentionHeads = model.numAttentionHeads;
   state.numQueryGroups = model.numQueryGroups;
+  // A model no transformers class describes still trains and saves; only
+  // export-hf needs the config, and says why there is none.
+  try {
+    state.huggingFaceConfig = huggingFaceConfig(bundle);
+    state.huggingFaceConfigProblem.clear();
+  } catch (const Error &e) {
+    state.huggingFaceConfig = nullptr;
+    state.huggingFaceConfigProblem = e.what();
+  }
 }
 
 std::string saveCheckpoint(const std::string &saveDir,

@@ -90,11 +90,17 @@ struct CheckpointState {
   /// c_attn columns (export-hf restores Hugging Face's order with them); 0
   /// in manifests written before they were recorded.
   int64_t numAttentionHeads = 0, numQueryGroups = 0;
+  /// transformers' config.json of the model (train/HuggingFaceConfig.h),
+  /// which export-hf writes; null in manifests written before it was
+  /// recorded, or when no transformers class describes the model, and then
+  /// huggingFaceConfigProblem says why.
+  nlohmann::json huggingFaceConfig;
+  std::string huggingFaceConfigProblem;
 };
 
 /// Records in `state` which bundle and model it belongs to: the bundle's
 /// name and SHA-256, the model's name, vocabulary (and padded size) and
-/// attention heads and key/value groups.
+/// attention heads and key/value groups, and transformers' config.json.
 void recordBundle(CheckpointState &state, const Bundle &bundle);
 
 /// One file of a checkpoint and what the manifest records of it.

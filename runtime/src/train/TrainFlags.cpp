@@ -453,8 +453,8 @@ std::string trainUsage() {
        "--tensor-model-parallel-size, ...)\nare fixed at compile time: pass "
        "them to megatron-compile.\n"
        "\n--init-from and --save-weights exchange weights with Hugging "
-       "Face's GPT-2\n(GPT2LMHeadModel, GPT2Model) and Llama "
-       "(LlamaForCausalLM) by parameter name.\n";
+       "Face's GPT-2\n(GPT2LMHeadModel, GPT2Model), Llama "
+       "(LlamaForCausalLM), Qwen2 and Qwen3 by parameter\nname.\n";
   return s.str();
 }
 

@@ -855,6 +855,23 @@ TEST_F(CudaOpsTest, RopeWithLinearAndLlama3Scaling) {
   c.check(kElementwise);
 }
 
+// YaRN's ramp (base 100, head_dim 8, original 64: the ramp from beta_fast 4
+// to beta_slow 0.5 covers pairs 1 to 3) and its attention factor, forward
+// and inverse, untruncated too, as the host computes them.
+TEST_F(CudaOpsTest, RopeWithYarnScaling) {
+  std::vector<int64_t> shape = {2, 6, 3, 8};
+  int64_t x = c.input(shape);
+  Json yarn = {{"base", 100.0},          {"scaling_factor", 4.0},
+               {"original_max_positions", 64}, {"beta_fast", 4.0},
+               {"beta_slow", 0.5},       {"attention_factor", 1.1386}};
+  c.f.output(c.f.op("rope", {x}, shape, yarn));
+  yarn["inverse"] = true;
+  c.f.output(c.f.op("rope", {x}, shape, yarn));
+  yarn["truncate"] = false;
+  c.f.output(c.f.op("rope", {x}, shape, yarn));
+  c.check(kElementwise);
+}
+
 TEST_F(CudaOpsTest, EmbeddingAndItsGradientWithRepeatedIds) {
   for (DType dtype : {DType::I32, DType::I64}) {
     int64_t table = c.input({50, 12});

@@ -352,6 +352,55 @@ TEST(HostKernels, RopeScalingsMatchHuggingFaceFormulas) {
   }
 }
 
+/// YaRN's inverse frequencies against those transformers 5.17 computed for
+/// hf-reference's yarn Llama (float32: head_dim 16, base 10000, factor 4,
+/// 64 original positions, beta_fast 4, beta_slow 0.5, truncated: pair 0
+/// kept, pairs 1 and 2 blended a third and two thirds, the rest divided),
+/// and the attention factor on the rotation: forward then backward
+/// multiplies by its square, the backward being the scaled rotation's
+/// transpose.
+TEST(HostKernels, RopeYarnMatchesTransformers) {
+  const double transformers[8] = {1,           0.237170815,    0.049999997,
+                                  0.00790569466, 0.00249999994, 0.000790569466,
+                                  0.000250000012, 7.90569466e-05};
+  mtrt::RopeFrequencies yarn(10000.0);
+  yarn.factor = 4;
+  yarn.originalMaxPositions = 64;
+  yarn.betaFast = 4;
+  yarn.betaSlow = 0.5;
+  yarn.attentionFactor = 0.1 * std::log(4.0) + 1;
+  for (int i = 0; i < 8; ++i)
+    EXPECT_NEAR(mtrt::ropeInverseFrequency(yarn, i, 16) / transformers[i], 1.0,
+                1e-7)
+        << "pair " << i;
+  // Without truncation the ramp runs from 0.81 to 2.62 instead of 0 to 3.
+  mtrt::RopeFrequencies exact = yarn;
+  exact.truncate = false;
+  double low = 16 * std::log(64 / (4 * 2 * std::acos(-1.0))) /
+               (2 * std::log(10000.0));
+  double high = 16 * std::log(64 / (0.5 * 2 * std::acos(-1.0))) /
+                (2 * std::log(10000.0));
+  double ramp = (1 - low) / (high - low);
+  double f1 = std::pow(10000.0, -2.0 / 16);
+  EXPECT_NEAR(mtrt::ropeInverseFrequency(exact, 1, 16),
+              f1 / 4 * ramp + f1 * (1 - ramp), 1e-15);
+  EXPECT_EQ(mtrt::ropeInverseFrequency(exact, 0, 16), 1.0);
+
+  const int64_t batch = 1, seq = 5, heads = 2, dim = 16;
+  Vec x = randomVec(batch * seq * heads * dim, 33), y(x.size());
+  ropeForward<double>(pool(), batch, seq, heads, dim, dim, yarn, x.data(),
+                      y.data());
+  // Position 0 is not rotated, only scaled.
+  for (int64_t e = 0; e < heads * dim; ++e)
+    EXPECT_NEAR(y[e], yarn.attentionFactor * x[e], 1e-15);
+  ropeBackward<double>(pool(), batch, seq, heads, dim, dim, yarn, y.data(),
+                       y.data());
+  Vec scaled(x);
+  for (double &v : scaled)
+    v *= yarn.attentionFactor * yarn.attentionFactor;
+  expectNear(y, scaled, 1e-14);
+}
+
 TEST(HostKernels, ActivationsMatchTheirFormulas) {
   Vec x = randomVec(200, 40, -6, 6), up = randomVec(200, 41);
   Vec erf(x.size()), tanhForm(x.size()), silu(x.size()), swiglu(x.size());

@@ -336,6 +336,38 @@ func.func @rope_llama3_inverted(%x: tensor<2x8x4x8xf32>) {
 
 // -----
 
+func.func @rope_yarn_incomplete(%x: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{'mt.rope' op yarn scaling needs scaling_factor, original_max_positions, beta_fast and beta_slow together, without llama3's low_freq_factor and high_freq_factor}}
+  %0 = mt.rope %x base = 1.0e+04 {scaling_factor = 4.0 : f64, beta_fast = 32.0 : f64, beta_slow = 1.0 : f64} : tensor<2x8x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_yarn_inverted(%x: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{'mt.rope' op yarn scaling needs beta_fast (1.000000e+00) above beta_slow (3.200000e+01) and a positive original_max_positions (4096)}}
+  %0 = mt.rope %x base = 1.0e+04 {scaling_factor = 4.0 : f64, original_max_positions = 4096 : i64, beta_fast = 1.0 : f64, beta_slow = 32.0 : f64} : tensor<2x8x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_attention_factor(%x: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{'mt.rope' op beta_fast, beta_slow and attention_factor must be finite and positive, got -1.000000e+00}}
+  %0 = mt.rope %x base = 1.0e+04 {attention_factor = -1.0 : f64} : tensor<2x8x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_truncate_alone(%x: tensor<2x8x4x8xf32>) {
+  // expected-error @+1 {{'mt.rope' op truncate belongs to yarn scaling; it needs beta_fast and beta_slow}}
+  %0 = mt.rope %x base = 1.0e+04 {truncate = false} : tensor<2x8x4x8xf32>
+  return
+}
+
+// -----
+
 func.func @dropout_p(%x: tensor<2x8xf32>) {
   // expected-error @+1 {{'mt.dropout' op p must be in [0, 1), got -1.000000e-01}}
   %0 = mt.dropout %x p = -0.1 seed = 0 : tensor<2x8xf32>

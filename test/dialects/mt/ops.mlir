@@ -83,6 +83,14 @@ func.func @rope_scaled(%x: tensor<2x8x4x8xf32>) -> (tensor<2x8x4x8xf32>, tensor<
   return %0, %1 : tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>
 }
 
+// YaRN: the ramp's rotations, truncate and the attention factor.
+// CHECK-LABEL: func.func @rope_yarn
+func.func @rope_yarn(%x: tensor<2x8x4x8xf32>) -> tensor<2x8x4x8xf32> {
+  // CHECK: mt.rope %{{.+}} base = 1.000000e+04 inverse {attention_factor = 1.100000e+00 : f64, beta_fast = 3.200000e+01 : f64, beta_slow = 1.000000e+00 : f64, original_max_positions = 4096 : i64, scaling_factor = 4.000000e+00 : f64, truncate = false} : tensor<2x8x4x8xf32>
+  %0 = mt.rope %x base = 1.000000e+04 inverse {scaling_factor = 4.0 : f64, original_max_positions = 4096 : i64, beta_fast = 32.0 : f64, beta_slow = 1.0 : f64, truncate = false, attention_factor = 1.1 : f64} : tensor<2x8x4x8xf32>
+  return %0 : tensor<2x8x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @activations
 func.func @activations(%x: tensor<2x8x32xf16>, %y: tensor<2x8x32xf16>) -> (tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>, tensor<2x8x32xf16>) {
   // CHECK: mt.gelu %{{.+}} approximate = tanh : tensor<2x8x32xf16>

@@ -9,7 +9,8 @@ namespace mtrt::cuda {
 namespace {
 
 /// cosines[s * half + i], sines[s * half + i] for the angle
-/// s * ropeInverseFrequency(i), as host ropeTables.
+/// s * ropeInverseFrequency(i), times the attention factor, as host
+/// ropeTables.
 __global__ void ropeTableKernel(int64_t seq, int64_t half, int64_t rotaryDim,
                                 RopeFrequencies frequencies, float *cosines,
                                 float *sines) {
@@ -17,8 +18,8 @@ __global__ void ropeTableKernel(int64_t seq, int64_t half, int64_t rotaryDim,
     int64_t s = e / half, i = e % half;
     double inverseFrequency = ropeInverseFrequency(frequencies, i, rotaryDim);
     double angle = static_cast<double>(s) * inverseFrequency;
-    cosines[e] = static_cast<float>(cos(angle));
-    sines[e] = static_cast<float>(sin(angle));
+    cosines[e] = static_cast<float>(frequencies.attentionFactor * cos(angle));
+    sines[e] = static_cast<float>(frequencies.attentionFactor * sin(angle));
   }
 }
 

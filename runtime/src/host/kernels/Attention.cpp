@@ -215,7 +215,8 @@ void attentionBackward(ThreadPool &pool, const AttentionParams &params,
 namespace {
 
 /// cos and sin of s * f_i for s < seq, i < rotaryDim / 2 (f_i the inverse
-/// frequency), computed in double and rounded to T, as [seq][rotaryDim / 2].
+/// frequency), times the attention factor, computed in double and rounded
+/// to T, as [seq][rotaryDim / 2].
 template <typename T>
 void ropeTables(int64_t seq, int64_t rotaryDim,
                 const RopeFrequencies &frequencies, std::vector<T> &cosines,
@@ -227,8 +228,10 @@ void ropeTables(int64_t seq, int64_t rotaryDim,
     double inverseFrequency = ropeInverseFrequency(frequencies, i, rotaryDim);
     for (int64_t s = 0; s < seq; ++s) {
       double angle = static_cast<double>(s) * inverseFrequency;
-      cosines[s * half + i] = static_cast<T>(std::cos(angle));
-      sines[s * half + i] = static_cast<T>(std::sin(angle));
+      cosines[s * half + i] =
+          static_cast<T>(frequencies.attentionFactor * std::cos(angle));
+      sines[s * half + i] =
+          static_cast<T>(frequencies.attentionFactor * std::sin(angle));
     }
   }
 }
