@@ -201,7 +201,7 @@ int main(int argc, char **argv) {
   // libLLVM.so registers code generation's hidden --stop-after
   // (TargetPassConfig), which this tool never runs; ours, made here rather
   // than as a global so that it registers after it, takes over the name.
-  StringMap<cl::Option *> &registered = cl::getRegisteredOptions();
+  auto registered = cl::getRegisteredOptions();
   if (auto it = registered.find("stop-after"); it != registered.end())
     it->second->removeArgument();
   cl::opt<PipelineBoundary> stopAfter(
