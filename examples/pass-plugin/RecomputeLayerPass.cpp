@@ -52,6 +52,7 @@ struct RecomputeLayerPass
           << "'; pass function=<name>";
       return signalPassFailure();
     }
+    const int64_t chosen = layer;
     // Untag every op of the other layers while the policy runs.
     SmallVector<std::pair<Operation *, mt::LayerAttr>> others;
     bool found = false;
@@ -59,7 +60,7 @@ struct RecomputeLayerPass
       mt::LayerAttr tag = mt::getLayer(op);
       if (!tag)
         return;
-      if (tag.getIndex() == layer) {
+      if (tag.getIndex() == chosen) {
         found = true;
         return;
       }
@@ -70,8 +71,8 @@ struct RecomputeLayerPass
       for (auto [op, tag] : others)
         op->setAttr(mt::kLayerAttrName, tag);
       function.emitError() << "example-recompute-layer: no op of layer "
-                           << layer << " (no op with mt.layer = #mt.layer<"
-                           << layer << ">); give a layer of the model";
+                           << chosen << " (no op with mt.layer = #mt.layer<"
+                           << chosen << ">); give a layer of the model";
       return signalPassFailure();
     }
     mt::RecomputePolicy policy;
