@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Dialect.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
 
@@ -35,19 +36,24 @@ inline void setLayer(Operation *op, LayerAttr layer) {
 }
 
 /// While alive, gives every op inserted through `builder` the layer `layer`
-/// (ops made out of a tagged op carry its tag; see setLayer).
-class LayerScope : public OpBuilder::Listener {
+/// (ops made out of a tagged op carry its tag; see setLayer). It wraps the
+/// builder's listener and forwards every notification to it, so it may
+/// scope a pattern rewriter too.
+class LayerScope : public RewriterBase::ForwardingListener {
 public:
   LayerScope(OpBuilder &builder, LayerAttr layer)
-      : builder(builder), layer(layer), previous(builder.getListener()) {
+      : ForwardingListener(builder.getListener()), builder(builder),
+        layer(layer), previous(builder.getListener()) {
     builder.setListener(this);
   }
   ~LayerScope() override { builder.setListener(previous); }
+  LayerScope(const LayerScope &) = delete;
+  LayerScope &operator=(const LayerScope &) = delete;
+
   void notifyOperationInserted(Operation *op,
                                OpBuilder::InsertPoint from) override {
     setLayer(op, layer);
-    if (previous)
-      previous->notifyOperationInserted(op, from);
+    ForwardingListener::notifyOperationInserted(op, from);
   }
 
 private:
@@ -55,6 +61,7 @@ private:
   LayerAttr layer;
   OpBuilder::Listener *previous;
 };
+
 } // namespace mlir::mt
 
 #endif // MT_IR_MTDIALECT_H
