@@ -5,7 +5,6 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Dialect.h"
-#include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
 
@@ -36,24 +35,19 @@ inline void setLayer(Operation *op, LayerAttr layer) {
 }
 
 /// While alive, gives every op inserted through `builder` the layer `layer`
-/// (ops made out of a tagged op carry its tag; see setLayer). It wraps the
-/// builder's listener and forwards every notification to it, so it may
-/// scope a pattern rewriter too.
-class LayerScope : public RewriterBase::ForwardingListener {
+/// (ops made out of a tagged op carry its tag; see setLayer).
+class LayerScope : public OpBuilder::Listener {
 public:
   LayerScope(OpBuilder &builder, LayerAttr layer)
-      : ForwardingListener(builder.getListener()), builder(builder),
-        layer(layer), previous(builder.getListener()) {
+      : builder(builder), layer(layer), previous(builder.getListener()) {
     builder.setListener(this);
   }
   ~LayerScope() override { builder.setListener(previous); }
-  LayerScope(const LayerScope &) = delete;
-  LayerScope &operator=(const LayerScope &) = delete;
-
   void notifyOperationInserted(Operation *op,
                                OpBuilder::InsertPoint from) override {
     setLayer(op, layer);
-    ForwardingListener::notifyOperationInserted(op, from);
+    if (previous)
+      previous->notifyOperationInserted(op, from);
   }
 
 private:
@@ -61,7 +55,6 @@ private:
   LayerAttr layer;
   OpBuilder::Listener *previous;
 };
-
 } // namespace mlir::mt
 
 #endif // MT_IR_MTDIALECT_H

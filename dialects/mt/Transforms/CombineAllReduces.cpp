@@ -36,7 +36,8 @@ struct SumBeforeAllReduce : public OpRewritePattern<AddOp> {
         lhs.getInput().getType() != add.getType() ||
         rhs.getInput().getType() != add.getType())
       return failure();
-    // The new ops stay in the add's layer.
+    // The new ops stay in the add's layer (a rewriter's listener is the
+    // driver's, so the layer is set by hand).
     LayerAttr layer = getLayer(add);
     auto sum = AddOp::create(rewriter, add.getLoc(), add.getType(),
                              lhs.getInput(), rhs.getInput());
