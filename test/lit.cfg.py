@@ -20,6 +20,12 @@ config.substitutions.append(("%megatron_src_root", config.megatron_src_root))
 config.substitutions.append(("%megatron_obj_root", config.megatron_obj_root))
 config.substitutions.append(("%megatron_lib_dir", config.megatron_lib_dir))
 config.substitutions.append(("%python", config.python_executable))
+# Drops the mt.layer attributes (#mt.layer) from printed IR, for checks
+# about something else: `megatron-opt ... | %drop-layers | FileCheck %s`.
+config.substitutions.append(
+    ("%drop-layers",
+     "sed -E -e 's/mt\\.layer = #mt\\.layer<[^>]*>(, )?//g' "
+     "-e 's/, \\}/}/g' -e 's/ \\{\\}//g'"))
 
 # GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them); tests
 # that need them say "REQUIRES: gpt2-tokenizer".

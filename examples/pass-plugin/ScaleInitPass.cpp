@@ -4,7 +4,8 @@
 // `example-scale-init{std=S}` sets the initialization std of every normally
 // initialized parameter to S, as a user scaling the init of a model would.
 // Loaded with `megatron-opt --load-pass-plugin=libScaleInitPlugin.so`, it runs
-// in a pipeline beside the project's own (docs/PassPipelines.md).
+// in a pipeline beside the project's own (docs/PassPipelines.md). The
+// plugin's other pass, example-recompute-layer, is in RecomputeLayerPass.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,7 +52,12 @@ struct ScaleInitPass
 
 } // namespace
 
+// RecomputeLayerPass.cpp, the plugin's other pass.
+void registerRecomputeLayerPass();
+
 extern "C" LLVM_ATTRIBUTE_WEAK PassPluginLibraryInfo mlirGetPassPluginInfo() {
-  return {MLIR_PLUGIN_API_VERSION, "ScaleInitPlugin", LLVM_VERSION_STRING,
-          [] { PassRegistration<ScaleInitPass>(); }};
+  return {MLIR_PLUGIN_API_VERSION, "ScaleInitPlugin", LLVM_VERSION_STRING, [] {
+            PassRegistration<ScaleInitPass>();
+            registerRecomputeLayerPass();
+          }};
 }

@@ -4,7 +4,7 @@
 
 #include "mt/IR/MtOps.h"
 #include "mt/IR/MtShapeRules.h"
-#include "mt/IR/MtLayerLocations.h"
+#include "mt/IR/MtDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -73,6 +73,13 @@ private:
     return *type;
   }
   mt::EmitErrorFn emitter() { return emitError; }
+  /// `"layers.<i>"` or `"layers.<i>.core_attention"`: debug information for
+  /// the reader, which no pass reads (the ops' mt.layer says the layer).
+  Location layerLocation(int64_t layer, bool coreAttention) {
+    return NameLoc::get(builder.getStringAttr(
+        llvm::Twine("layers.") + llvm::Twine(layer) +
+        (coreAttention ? ".core_attention" : "")));
+  }
   static RankedTensorType typeOf(Value v) {
     return cast<RankedTensorType>(v.getType());
   }
@@ -318,17 +325,23 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
   }
   double attentionDropout = training ? model.attentionDropout : 0.0;
   // Megatron-LM's core_attention module: what selective recomputation
-  // recomputes (mt/IR/MtLayerLocations.h).
+  // recomputes (#mt.layer<i, core_attention>). The name location is debug
+  // information for the reader only.
   Location layerLoc = loc;
-  loc = mt::getLayerLoc(builder.getContext(), layer, /*coreAttention=*/true);
-  RankedTensorType type = check(mt::inferAttentionType(
-      typeOf(q), typeOf(k), typeOf(v), /*causal=*/true, emitter()));
-  Value context = mt::AttentionOp::create(
-      builder, loc, type, q, k, v, /*causal=*/builder.getUnitAttr(),
-      /*scale=*/FloatAttr(),
-      builder.getF64FloatAttr(attentionDropout),
-      builder.getI64IntegerAttr(attentionDropout > 0.0 ? nextSeed++ : 0));
-  context = reshape(context, {batch, seq, heads * headDim});
+  loc = layerLocation(layer, /*coreAttention=*/true);
+  Value context;
+  {
+    mt::LayerScope coreAttention(
+        builder, mt::LayerAttr::get(builder.getContext(), layer,
+                                    /*coreAttention=*/true));
+    RankedTensorType type = check(mt::inferAttentionType(
+        typeOf(q), typeOf(k), typeOf(v), /*causal=*/true, emitter()));
+    context = mt::AttentionOp::create(
+        builder, loc, type, q, k, v, /*causal=*/builder.getUnitAttr(),
+        /*scale=*/FloatAttr(), builder.getF64FloatAttr(attentionDropout),
+        builder.getI64IntegerAttr(attentionDropout > 0.0 ? nextSeed++ : 0));
+    context = reshape(context, {batch, seq, heads * headDim});
+  }
   loc = layerLoc;
   StringRef out = naming.gpt2 ? "attn.c_proj" : "self_attn.o_proj";
   return linear(context, naming.layer(layer, (out + ".weight").str()),
@@ -433,8 +446,12 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
 
   Location stepLoc = loc;
   for (int64_t i = firstLayer; i < endLayer; ++i) {
-    // Recomputation finds a layer's ops by their location.
-    loc = mt::getLayerLoc(builder.getContext(), i, /*coreAttention=*/false);
+    // Recomputation and the memory report find a layer's ops by their
+    // mt.layer attribute; the location names the layer for the reader.
+    loc = layerLocation(i, /*coreAttention=*/false);
+    mt::LayerScope layerScope(
+        builder, mt::LayerAttr::get(builder.getContext(), i,
+                                    /*coreAttention=*/false));
     StringRef norm1 = naming.gpt2 ? "ln_1" : "input_layernorm";
     StringRef norm2 = naming.gpt2 ? "ln_2" : "post_attention_layernorm";
     Value x = norm(h, naming.layer(i, (norm1 + ".weight").str()),

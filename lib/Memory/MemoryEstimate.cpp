@@ -3,7 +3,7 @@
 #include "megatron/Memory/Memory.h"
 #include "megatron/Pipelines/PipelinePlan.h"
 
-#include "mt/IR/MtLayerLocations.h"
+#include "mt/IR/MtDialect.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
 #include "mt/Transforms/SideBuffers.h"
@@ -114,10 +114,9 @@ static void countRecomputed(func::FuncOp function, MemoryEstimate &estimate) {
 /// layer's figure, or to the figure outside the layers.
 static void addSaved(Operation *definingOp, int64_t bytes,
                      const CompileConfig &config, MemoryEstimate &estimate) {
-  std::optional<mt::LayerTag> tag =
-      definingOp ? mt::getLayerTag(definingOp->getLoc()) : std::nullopt;
-  if (tag && tag->layer < config.model.numLayers)
-    estimate.savedBytesByLayer[tag->layer] += bytes;
+  mt::LayerAttr tag = definingOp ? mt::getLayer(definingOp) : mt::LayerAttr();
+  if (tag && tag.getIndex() < config.model.numLayers)
+    estimate.savedBytesByLayer[tag.getIndex()] += bytes;
   else
     estimate.savedOtherBytes += bytes;
 }

@@ -54,6 +54,9 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   propagation.traversal = mlir::shard::TraversalOrder::Forward;
   functions.addPass(mlir::shard::createShardingPropagation(propagation));
   functions.addPass(mlir::shard::createPartition());
+  // Before CSE: reshardings of one value in the forward and the backward
+  // pass get the same layer, and merge as before.
+  functions.addPass(mlir::mt::createLayerReshardingsPass());
   pm.addPass(mlir::createCanonicalizerPass());
   // The backward pass's cross-entropy statistics repeat the forward pass's
   // (each op partitions alone); CSE keeps one set, as Megatron-LM saves them.
@@ -77,6 +80,49 @@ void megatron::buildFusionPipeline(mlir::OpPassManager &pm,
   // the groups hold only what stays elementwise.
   if (options.elementwiseKernels)
     pm.addPass(mlir::mt::createFuseElementwisePass());
+}
+
+llvm::StringRef megatron::getPipelineBoundaryName(PipelineBoundary boundary) {
+  switch (boundary) {
+  case PipelineBoundary::Training:
+    return "training";
+  case PipelineBoundary::Partition:
+    return "partition";
+  case PipelineBoundary::Fusion:
+    return "fusion";
+  }
+  return "fusion";
+}
+
+void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
+                                    const CompilePipelineOptions &options,
+                                    PipelineBoundary stopAfter) {
+  TrainingPipelineOptions training;
+  training.recomputeGranularity = options.recomputeGranularity;
+  training.recomputeMethod = options.recomputeMethod;
+  training.recomputeNumLayers = options.recomputeNumLayers;
+  training.pipelineStages = options.pipelineStages;
+  buildTrainingPipeline(pm, training);
+  if (stopAfter == PipelineBoundary::Training)
+    return;
+  // Tensor and data parallelism partition each pipeline stage.
+  if (options.tensorParallelSize * options.dataParallelSize > 1) {
+    PartitionPipelineOptions partition;
+    partition.tensorParallelSize = options.tensorParallelSize;
+    partition.dataParallelSize = options.dataParallelSize;
+    partition.sequenceParallel = options.sequenceParallel;
+    partition.distributedOptimizer = options.distributedOptimizer;
+    partition.pipelineSize = options.pipelineSize;
+    buildPartitionPipeline(pm, partition);
+  }
+  if (options.pipelineStages)
+    buildStageSplitPipeline(pm);
+  if (stopAfter == PipelineBoundary::Partition)
+    return;
+  FusionPipelineOptions fusion;
+  fusion.gemmEpilogues = options.gemmEpilogues;
+  fusion.elementwiseKernels = options.elementwiseKernels;
+  buildFusionPipeline(pm, fusion);
 }
 
 void megatron::registerPipelines() {

@@ -22,6 +22,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -56,9 +57,9 @@ static cl::opt<EmitKind> emit(
     cl::values(clEnumValN(EmitKind::Mlir, "mlir",
                           "the model-level (mt) IR: parameters, train_step, "
                           "eval_step and predict_step, the model in the "
-                          "module attribute mt.model (docs/PassPipelines.md; "
-                          "--mlir-print-debuginfo keeps the layer locations "
-                          "recomputation needs)"),
+                          "module attribute mt.model, each layer's ops "
+                          "tagged mt.layer (docs/PassPipelines.md); with "
+                          "--stop-after, the IR at a pipeline boundary"),
                clEnumValN(EmitKind::Plan, "plan",
                           "the bundle's manifest (JSON): parameters and each "
                           "function's instruction stream")),
@@ -119,6 +120,14 @@ static cl::opt<bool> fuseGemmEpilogues(
              "GEMMs (mt-fuse-gemm-epilogues; default on; "
              "--fuse-gemm-epilogues=false keeps them separate ops)"),
     cl::init(true), cl::cat(compileCategory));
+
+static cl::opt<bool> stripDebugInfo(
+    "strip-debuginfo",
+    cl::desc("Drop the front end's locations (\"layers.<i>\", ...) before "
+             "the pipelines: they are debug information, so the bundle, the "
+             "IR and the reports stay the same (a check; "
+             "test/Pipelines/strip-debuginfo.test)"),
+    cl::init(false), cl::cat(compileCategory));
 
 /// The model file's recomputation keys as mt-recompute's policy.
 static mlir::mt::RecomputePolicy recomputePolicy(const RecomputeConfig &r) {
@@ -189,6 +198,28 @@ int main(int argc, char **argv) {
                                              : cl::ValueRequired,
         cl::cat(modelCategory)));
 
+  // libLLVM.so registers code generation's hidden --stop-after
+  // (TargetPassConfig), which this tool never runs; ours, made here rather
+  // than as a global so that it registers after it, takes over the name.
+  auto registered = cl::getRegisteredOptions();
+  if (auto it = registered.find("stop-after"); it != registered.end())
+    it->second->removeArgument();
+  cl::opt<PipelineBoundary> stopAfter(
+      "stop-after",
+      cl::desc("With --emit mlir: run the pass pipelines up to this "
+               "boundary and write the IR there; megatron-opt runs the rest "
+               "(docs/PassPipelines.md)"),
+      cl::values(clEnumValN(PipelineBoundary::Training, "training",
+                            "after megatron-training-pipeline"),
+                 clEnumValN(PipelineBoundary::Partition, "partition",
+                            "after megatron-partition-pipeline (per-rank "
+                            "IR; the training pipeline's where the layout "
+                            "has one rank)"),
+                 clEnumValN(PipelineBoundary::Fusion, "fusion",
+                            "after megatron-fusion-pipeline: the IR the "
+                            "bundle is written from")),
+      cl::cat(compileCategory));
+
   // --mlir-print-debuginfo and the other printing flags, for --emit mlir.
   mlir::registerAsmPrinterCLOptions();
   cl::HideUnrelatedOptions({&compileCategory, &modelCategory});
@@ -197,6 +228,10 @@ int main(int argc, char **argv) {
       "megatron-compile: compiles a model file (YAML, or a Hugging Face "
       "config.json) for training\n");
 
+  const bool stops = stopAfter.getNumOccurrences() > 0;
+  if (stops && (emit != EmitKind::Mlir || report != ReportKind::None))
+    return fail("--stop-after writes the IR at a pipeline boundary: give it "
+                "with --emit mlir and without --report");
   bool writesBundle = emit == EmitKind::None && report == ReportKind::None;
   if (writesBundle && (outputPath.empty() || outputPath == "-"))
     return fail("give the bundle's file name with -o (e.g. -o model.mtb), or "
@@ -269,6 +304,12 @@ int main(int argc, char **argv) {
       buildModelModule(context, *config, stages);
   if (failed(mlir::verify(*module)))
     return fail("internal error: the model-level IR does not verify");
+  if (stripDebugInfo) {
+    mlir::PassManager strip(&context);
+    strip.addPass(mlir::createStripDebugInfoPass());
+    if (failed(strip.run(*module)))
+      return fail("internal error: --strip-debuginfo failed");
+  }
 
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -277,12 +318,12 @@ int main(int argc, char **argv) {
     if (config->model.fromHuggingFace)
       printHuggingFaceCount(*config, *module, os);
   }
-  if (emit == EmitKind::Mlir) {
+  if (emit == EmitKind::Mlir && !stops) {
     module->print(os);
     os << "\n";
   }
 
-  if (writesBundle || emit == EmitKind::Plan ||
+  if (writesBundle || stops || emit == EmitKind::Plan ||
       report == ReportKind::Collectives || report == ReportKind::Memory ||
       report == ReportKind::Schedule) {
     if (report == ReportKind::Schedule && !pipelined)
@@ -290,41 +331,37 @@ int main(int argc, char **argv) {
                   "--pipeline-model-parallel-size to 2 or more");
     // The pipelines, under one recomputation policy; --memory-budget runs
     // them once per candidate.
-    auto compile = [&](mlir::ModuleOp target,
-                       const mlir::mt::RecomputePolicy &policy) {
-      mlir::PassManager pm(&context);
-      TrainingPipelineOptions training;
-      training.recomputeGranularity =
+    auto compileUpTo = [&](mlir::ModuleOp target,
+                           const mlir::mt::RecomputePolicy &policy,
+                           PipelineBoundary boundary) {
+      CompilePipelineOptions options;
+      options.recomputeGranularity =
           policy.granularity == mlir::mt::RecomputeGranularity::None
               ? "none"
           : policy.granularity == mlir::mt::RecomputeGranularity::Selective
               ? "selective"
               : "full";
-      training.recomputeMethod =
+      options.recomputeMethod =
           policy.method == mlir::mt::RecomputeMethod::Block ? "block"
                                                             : "uniform";
-      training.recomputeNumLayers = policy.numLayers;
-      training.pipelineStages = pipelined;
-      buildTrainingPipeline(pm, training);
-      // Tensor and data parallelism partition each pipeline stage.
-      if (parallel.tensorModelParallelSize * parallel.dataParallelSize > 1) {
-        PartitionPipelineOptions partition;
-        partition.tensorParallelSize = parallel.tensorModelParallelSize;
-        partition.dataParallelSize = parallel.dataParallelSize;
-        partition.sequenceParallel = parallel.sequenceParallel;
-        // One rank has nothing to shard the optimizer over: the plain
-        // optimizer is the distributed one with a single shard.
-        partition.distributedOptimizer = parallel.useDistributedOptimizer;
-        partition.pipelineSize = pipelined ? plan.layout.pipelineSize : 0;
-        buildPartitionPipeline(pm, partition);
-      }
-      if (pipelined)
-        buildStageSplitPipeline(pm);
-      FusionPipelineOptions fusion;
-      fusion.gemmEpilogues = fuseGemmEpilogues;
-      fusion.elementwiseKernels = fuseKernels;
-      buildFusionPipeline(pm, fusion);
+      options.recomputeNumLayers = policy.numLayers;
+      options.pipelineStages = pipelined;
+      options.tensorParallelSize = parallel.tensorModelParallelSize;
+      options.dataParallelSize = parallel.dataParallelSize;
+      options.sequenceParallel = parallel.sequenceParallel;
+      // One rank has nothing to shard the optimizer over: the plain
+      // optimizer is the distributed one with a single shard.
+      options.distributedOptimizer = parallel.useDistributedOptimizer;
+      options.pipelineSize = pipelined ? plan.layout.pipelineSize : 0;
+      options.gemmEpilogues = fuseGemmEpilogues;
+      options.elementwiseKernels = fuseKernels;
+      mlir::PassManager pm(&context);
+      buildCompilePipeline(pm, options, boundary);
       return pm.run(target);
+    };
+    auto compile = [&](mlir::ModuleOp target,
+                       const mlir::mt::RecomputePolicy &policy) {
+      return compileUpTo(target, policy, PipelineBoundary::Fusion);
     };
     mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);
     if (memoryBudget.getNumOccurrences()) {
@@ -353,9 +390,15 @@ int main(int argc, char **argv) {
                                                             : "uniform";
       config->recompute.numLayers = policy.numLayers;
     }
-    if (failed(compile(*module, policy)))
+    if (failed(compileUpTo(*module, policy,
+                           stops ? stopAfter.getValue()
+                                 : PipelineBoundary::Fusion)))
       return fail("the training pipeline failed (see the diagnostics above)");
-    if (pipelined)
+    if (stops) {
+      module->print(os);
+      os << "\n";
+    }
+    if (pipelined && !stops)
       if (Error error = finishPipelinePlan(*module, plan))
         return fail(toString(std::move(error)));
     json::Object pipelineSection;

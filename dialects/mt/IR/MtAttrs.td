@@ -100,4 +100,43 @@ def Mt_ModelAttr : Mt_Attr<"Model", "model"> {
   let genVerifyDecl = 1;
 }
 
+def Mt_LayerAttr : Mt_Attr<"Layer", "layer"> {
+  let summary = "The transformer layer an op belongs to";
+  let description = [{
+    Which of the model's transformer layers an op computes, and whether it
+    is part of the layer's core attention (Megatron-LM's `core_attention`
+    module: the attention op and the reshape of its output). The front end
+    sets it as the discardable attribute `mt.layer` on every op of a layer
+    that reads a value (ops without operands, constants and parameter
+    reads, belong to no layer, so that CSE may share them); the passes that
+    make ops out of tagged ones (differentiation, partitioning, fusion,
+    recomputation) give them the tag of the op they come from.
+
+    Recomputation (`mt-recompute`) segments the forward pass by it: the
+    selective policy recomputes the core attention of each layer, the full
+    policy whole layers. The memory report sums saved activations per layer
+    by the tag of the op that saves them. Locations are debug information
+    only: stripping them (`--strip-debuginfo`) changes no bundle.
+
+    The dialect's verifier holds it to: a `#mt.layer` value, on an op inside
+    a function (not on a module or function), with a layer from 0 to the
+    module's `#mt.model` `num_layers` minus one when the module has one.
+
+    Example:
+    ```mlir
+    %y = mt.layer_norm %x, %w, %b {epsilon = 1.0e-05 : f64,
+        mt.layer = #mt.layer<0>} : ...
+    %a = mt.attention %q, %k, %v {causal,
+        mt.layer = #mt.layer<0, core_attention>} : ...
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$index,
+    DefaultValuedParameter<"bool", "false",
+                           "part of the layer's core attention">:$core_attention
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
 #endif // MT_ATTRS_TD

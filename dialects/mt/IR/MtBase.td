@@ -22,10 +22,15 @@ def Mt_Dialect : Dialect {
     optimizer can find every trainable tensor by name.
 
     A module says what it trains in the attribute `mt.model`
-    (`#mt.model<...>`, below), which the bundle writer records.
+    (`#mt.model<...>`, below), which the bundle writer records. Each op of a
+    transformer layer says which layer it belongs to in the attribute
+    `mt.layer` (`#mt.layer<...>`, below), which recomputation and the
+    memory report read; locations are debug information only.
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 class Mt_Op<string mnemonic, list<Trait> traits = []>

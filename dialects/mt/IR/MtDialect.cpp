@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -77,10 +78,69 @@ LogicalResult ModelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult LayerAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                int64_t index, bool coreAttention) {
+  if (index < 0)
+    return emitError() << "#mt.layer: the layer is " << index
+                       << "; expected 0 or more";
+  return success();
+}
+
+// `<i>` or `<i, core_attention>`.
+Attribute LayerAttr::parse(AsmParser &parser, Type) {
+  int64_t index = 0;
+  bool coreAttention = false;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseLess() || parser.parseInteger(index))
+    return {};
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("core_attention"))
+      return {};
+    coreAttention = true;
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<LayerAttr>(loc, parser.getContext(), index,
+                                      coreAttention);
+}
+
+void LayerAttr::print(AsmPrinter &printer) const {
+  printer << "<" << getIndex();
+  if (getCoreAttention())
+    printer << ", core_attention";
+  printer << ">";
+}
+
+/// mt.layer: a #mt.layer on an op of a function body, below the module's
+/// num_layers.
+static LogicalResult verifyLayerAttribute(Operation *op, Attribute value) {
+  auto layer = dyn_cast<LayerAttr>(value);
+  if (!layer)
+    return op->emitError() << "'" << kLayerAttrName
+                           << "' must be a #mt.layer<...> attribute, not "
+                           << value;
+  if (isa<ModuleOp>(op) || isa<FunctionOpInterface>(op))
+    return op->emitError() << "'" << kLayerAttrName
+                           << "' belongs on the ops of a layer, not on '"
+                           << op->getName() << "'";
+  auto module = op->getParentOfType<ModuleOp>();
+  auto model = module ? module->getAttrOfType<ModelAttr>(kModelAttrName)
+                      : ModelAttr();
+  if (model && layer.getIndex() >= model.getNumLayers())
+    return op->emitError() << "'" << kLayerAttrName << "' names layer "
+                           << layer.getIndex() << ", but the module's "
+                           << kModelAttrName << " has num_layers "
+                           << model.getNumLayers() << " (layers 0 to "
+                           << model.getNumLayers() - 1 << ")";
+  return success();
+}
+
 LogicalResult MtDialect::verifyOperationAttribute(Operation *op,
                                                   NamedAttribute attribute) {
   // The passes' own discardable attributes (mt.gradient, mt.recomputed,
   // mt.pipeline_stage, ...) are checked where they are read.
+  if (attribute.getName() == kLayerAttrName)
+    return verifyLayerAttribute(op, attribute.getValue());
   if (attribute.getName() != kModelAttrName)
     return success();
   if (!isa<ModuleOp>(op))
@@ -92,4 +152,27 @@ LogicalResult MtDialect::verifyOperationAttribute(Operation *op,
                            << "' must be a #mt.model<...> attribute, not "
                            << attribute.getValue();
   return success();
+}
+
+// A layer is a property of the ops that compute it: an argument or result of
+// a function is a value, and the ops around it say which layer it feeds.
+static LogicalResult verifyNoLayer(Operation *op, NamedAttribute attribute,
+                                   StringRef what, unsigned index) {
+  if (attribute.getName() != kLayerAttrName)
+    return success();
+  return op->emitError() << "'" << kLayerAttrName << "' belongs on ops, not on "
+                         << what << " " << index << " of '" << op->getName()
+                         << "'";
+}
+
+LogicalResult MtDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                  unsigned argIndex,
+                                                  NamedAttribute attribute) {
+  return verifyNoLayer(op, attribute, "argument", argIndex);
+}
+
+LogicalResult MtDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                     unsigned resultIndex,
+                                                     NamedAttribute attribute) {
+  return verifyNoLayer(op, attribute, "result", resultIndex);
 }

@@ -3,6 +3,7 @@
 #ifndef MT_IR_MTDIALECT_H
 #define MT_IR_MTDIALECT_H
 
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -16,6 +17,44 @@
 namespace mlir::mt {
 /// The module attribute that says what a module trains (ModelAttr).
 inline constexpr llvm::StringLiteral kModelAttrName = "mt.model";
+/// The op attribute that says which transformer layer an op belongs to
+/// (LayerAttr).
+inline constexpr llvm::StringLiteral kLayerAttrName = "mt.layer";
+
+/// The layer `op` belongs to, if it has one.
+inline LayerAttr getLayer(Operation *op) {
+  return op->getAttrOfType<LayerAttr>(kLayerAttrName);
+}
+
+/// Gives `op` the layer `layer` (none: leaves it untagged). Ops without
+/// operands (constants, parameter reads) belong to no layer: CSE may share
+/// them between layers.
+inline void setLayer(Operation *op, LayerAttr layer) {
+  if (layer && op->getNumOperands() > 0 && !op->hasAttr(kLayerAttrName))
+    op->setAttr(kLayerAttrName, layer);
+}
+
+/// While alive, gives every op inserted through `builder` the layer `layer`
+/// (ops made out of a tagged op carry its tag; see setLayer).
+class LayerScope : public OpBuilder::Listener {
+public:
+  LayerScope(OpBuilder &builder, LayerAttr layer)
+      : builder(builder), layer(layer), previous(builder.getListener()) {
+    builder.setListener(this);
+  }
+  ~LayerScope() override { builder.setListener(previous); }
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint from) override {
+    setLayer(op, layer);
+    if (previous)
+      previous->notifyOperationInserted(op, from);
+  }
+
+private:
+  OpBuilder &builder;
+  LayerAttr layer;
+  OpBuilder::Listener *previous;
+};
 } // namespace mlir::mt
 
 #endif // MT_IR_MTDIALECT_H

@@ -9,6 +9,8 @@
 
 #include "ShardingModelSupport.h"
 
+#include "mt/IR/MtDialect.h"
+
 using namespace mlir;
 using namespace mlir::mt;
 using namespace mlir::mt::sharding;
@@ -86,6 +88,8 @@ struct LinearWeightGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     return partitionSummingReductions(op, partitionedOperands,
                                       operandShardings, resultShardings,
                                       partitionMap, symbolTable, builder);
@@ -130,6 +134,8 @@ struct BiasGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     return partitionSummingReductions(op, partitionedOperands,
                                       operandShardings, resultShardings,
                                       partitionMap, symbolTable, builder);
@@ -173,6 +179,8 @@ struct NormGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     SmallVector<GridAxis> rowAxes;
     if (Sharding input = operandShardings[1]) {
       ArrayRef<shard::GridAxesAttr> split = input.getSplitAxes();
@@ -229,6 +237,8 @@ struct AttentionGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     return partitionAttention(op, partitionedOperands, operandShardings,
                               resultShardings, partitionMap, symbolTable,
                               builder);
@@ -276,6 +286,8 @@ struct EmbeddingGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     // Sequence parallelism leaves the output gradient split along the
     // sequence where the ids are whole: gather it first (the backward of
     // the embedding's reduce-scatter, as in Megatron-LM).
@@ -376,6 +388,8 @@ struct CrossEntropyGradModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     auto grad = cast<CrossEntropyGradOp>(op);
     int64_t rows = rankOf(grad.getLogits()) - 1;
     Value lossGrad;

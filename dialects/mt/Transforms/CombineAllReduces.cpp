@@ -1,5 +1,6 @@
 //===- CombineAllReduces.cpp - One all-reduce of a sum of partials --------===//
 
+#include "mt/IR/MtDialect.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/Passes.h"
 
@@ -35,11 +36,16 @@ struct SumBeforeAllReduce : public OpRewritePattern<AddOp> {
         lhs.getInput().getType() != add.getType() ||
         rhs.getInput().getType() != add.getType())
       return failure();
-    Value sum = AddOp::create(rewriter, add.getLoc(), add.getType(),
-                              lhs.getInput(), rhs.getInput());
-    rewriter.replaceOpWithNewOp<shard::AllReduceOp>(
-        add, add.getType(), lhs.getGridAttr(), lhs.getGridAxesAttr(), sum,
-        lhs.getReductionAttr());
+    // The new ops stay in the add's layer (a rewriter's listener is the
+    // driver's, so the layer is set by hand).
+    LayerAttr layer = getLayer(add);
+    auto sum = AddOp::create(rewriter, add.getLoc(), add.getType(),
+                             lhs.getInput(), rhs.getInput());
+    setLayer(sum, layer);
+    setLayer(rewriter.replaceOpWithNewOp<shard::AllReduceOp>(
+                 add, add.getType(), lhs.getGridAttr(), lhs.getGridAxesAttr(),
+                 sum, lhs.getReductionAttr()),
+             layer);
     rewriter.eraseOp(lhs);
     rewriter.eraseOp(rhs);
     ++combined;
@@ -66,9 +72,11 @@ struct ReduceScatterInsteadOfSlice
         reduce.getGridAxes() != slice.getGridAxes() ||
         reduce.getInput().getType() != reduce.getType())
       return failure();
-    rewriter.replaceOpWithNewOp<shard::ReduceScatterOp>(
-        slice, slice.getType(), slice.getGridAttr(), slice.getGridAxesAttr(),
-        reduce.getInput(), reduce.getReductionAttr(), slice.getSliceAxisAttr());
+    setLayer(rewriter.replaceOpWithNewOp<shard::ReduceScatterOp>(
+                 slice, slice.getType(), slice.getGridAttr(),
+                 slice.getGridAxesAttr(), reduce.getInput(),
+                 reduce.getReductionAttr(), slice.getSliceAxisAttr()),
+             getLayer(slice));
     rewriter.eraseOp(reduce);
     ++combined;
     return success();
@@ -95,12 +103,15 @@ struct SliceBeforeAllReduce : public OpRewritePattern<shard::AllSliceOp> {
           return llvm::is_contained(reduce.getGridAxes(), axis);
         }))
       return failure();
-    Value local = shard::AllSliceOp::create(
+    LayerAttr layer = getLayer(slice);
+    auto local = shard::AllSliceOp::create(
         rewriter, slice.getLoc(), slice.getType(), slice.getGridAttr(),
         slice.getGridAxesAttr(), reduce.getInput(), slice.getSliceAxisAttr());
-    rewriter.replaceOpWithNewOp<shard::AllReduceOp>(
-        slice, slice.getType(), reduce.getGridAttr(), reduce.getGridAxesAttr(),
-        local, reduce.getReductionAttr());
+    setLayer(local, layer);
+    setLayer(rewriter.replaceOpWithNewOp<shard::AllReduceOp>(
+                 slice, slice.getType(), reduce.getGridAttr(),
+                 reduce.getGridAxesAttr(), local, reduce.getReductionAttr()),
+             layer);
     rewriter.eraseOp(reduce);
     return success();
   }

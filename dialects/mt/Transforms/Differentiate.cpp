@@ -1,5 +1,6 @@
 //===- Differentiate.cpp - Reverse-mode autodiff of a step function -------===//
 
+#include "mt/IR/MtDialect.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/Passes.h"
 
@@ -39,6 +40,9 @@ public:
 
 private:
   Value sum(Value a, Value b) {
+    // In the layer of the gradient that arrives (it made `b`).
+    Operation *producer = b.getDefiningOp();
+    LayerScope layer(builder, producer ? getLayer(producer) : LayerAttr());
     return AddOp::create(builder, b.getLoc(), a.getType(), a, b);
   }
 
@@ -128,6 +132,8 @@ mlir::mt::appendBackwardPass(func::FuncOp function, Value seed,
       return op->emitOpError()
              << "lies between the parameters and the loss of @"
              << function.getSymName() << " but has no VJP rule";
+    // The backward ops of a layer's op belong to its layer.
+    LayerScope layer(builder, getLayer(op));
     SmallVector<Value> operandGradients;
     if (failed(differentiable.buildVJP(builder, resultGradients,
                                        operandGradients)))
@@ -145,6 +151,8 @@ mlir::mt::appendBackwardPass(func::FuncOp function, Value seed,
     Value gradient = gradients.parameters().lookup(name);
     if (!gradient)
       continue;
+    Operation *producer = gradient.getDefiningOp();
+    LayerScope layer(builder, producer ? getLayer(producer) : LayerAttr());
     AccumulateGradientOp::create(builder, gradient.getLoc(), name, gradient);
   }
   return llvm::map_to_vector(inputs,

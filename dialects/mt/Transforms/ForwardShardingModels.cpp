@@ -8,6 +8,8 @@
 
 #include "ShardingModelSupport.h"
 
+#include "mt/IR/MtDialect.h"
+
 using namespace mlir;
 using namespace mlir::mt;
 using namespace mlir::mt::sharding;
@@ -75,6 +77,8 @@ struct LinearModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     SmallVector<IteratorType> iterators = getLoopIteratorTypes(op);
     shard::ShardingArray assignment =
         shard::getGridAxisAssignmentForLoopIterators(
@@ -154,6 +158,8 @@ struct LastDimModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     // A norm needs its whole last dimension on every rank.
     if (!isa<BiasAddOp>(op) && !operandShardings.empty() &&
         operandShardings.front()) {
@@ -194,6 +200,8 @@ struct DropoutModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder);
@@ -227,6 +235,8 @@ struct PositionIdsModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     // Unannotated (no data parallelism): whole on every rank.
     if (resultShardings.empty() || !resultShardings[0]) {
       partitionMap.map(op->getResult(0), builder.clone(*op)->getResult(0));
@@ -264,6 +274,8 @@ struct AttentionModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     return partitionAttention(op, partitionedOperands, operandShardings,
                               resultShardings, partitionMap, symbolTable,
                               builder);
@@ -290,6 +302,8 @@ struct RopeModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     if (Sharding sharding = operandShardings.front()) {
       ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
       for (size_t dim : {1, 3})
@@ -333,6 +347,8 @@ struct AxisPiecesModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     int64_t axis = cast<Op>(op).getAxis();
     for (ArrayRef<Sharding> shardings : {operandShardings, resultShardings})
       for (Sharding sharding : shardings)
@@ -492,6 +508,8 @@ struct ReshapeModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder);
@@ -540,6 +558,8 @@ struct EmbeddingModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     SmallVector<GridAxis> vocabulary = axesOfDim(operandShardings[0], 0);
     if (vocabulary.empty()) {
       shard::partitionTriviallyShardableOperation(
@@ -621,6 +641,8 @@ struct CrossEntropyModel
                           IRMapping &partitionMap,
                           SymbolTableCollection &symbolTable,
                           OpBuilder &builder) const {
+    // What a layer's op becomes is in its layer.
+    LayerScope layer(builder, getLayer(op));
     auto loss = cast<CrossEntropyOp>(op);
     int64_t rows = rankOf(op->getOperand(1));
     Value result = op->getResult(0);

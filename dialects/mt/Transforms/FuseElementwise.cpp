@@ -1,5 +1,6 @@
 //===- FuseElementwise.cpp - Chains of elementwise ops into mt.fused ------===//
 
+#include "mt/IR/MtDialect.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/Passes.h"
 
@@ -130,6 +131,8 @@ struct FuseElementwisePass
     builder.setInsertionPointAfter(last);
     auto fused = FusedOp::create(builder, last->getLoc(),
                                  TypeRange(ValueRange(outputs)), inputs);
+    // A group is in the layer of its last op, as the kernel runs there.
+    setLayer(fused, getLayer(last));
     Block *body = builder.createBlock(&fused.getBody());
     IRMapping mapping;
     for (Value input : inputs)

@@ -22,13 +22,14 @@ using namespace mlir::mt;
 
 namespace {
 
-/// The fused op's location: both ops' (a layer's location survives).
+/// The fused op's location: both ops' (debug information).
 Location fusedLoc(Operation *first, Operation *second) {
   return FusedLoc::get(first->getContext(),
                        {first->getLoc(), second->getLoc()});
 }
 
-/// Copies the discardable attributes (such as `mt.recomputed`) of `from`.
+/// Copies the discardable attributes (`mt.layer`, `mt.recomputed`) of
+/// `from`.
 void copyMarks(Operation *from, Operation *to) {
   for (NamedAttribute attr : from->getDiscardableAttrs())
     to->setDiscardableAttr(attr.getName(), attr.getValue());

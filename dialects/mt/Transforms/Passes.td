@@ -68,8 +68,8 @@ def RecomputePass : Pass<"mt-recompute", "::mlir::ModuleOp"> {
     cloned into the backward pass right before their first backward use, and
     the backward pass reads the clones, so the activations the originals
     produced die at their last forward use. Layers are found by the ops'
-    locations, `"layers.<i>"` and `"layers.<i>.core_attention"`, which the
-    front end sets (`mt/IR/MtLayerLocations.h`). A segment's results that
+    attribute `mt.layer`, `#mt.layer<i>` and `#mt.layer<i, core_attention>`,
+    which the front end sets (locations play no part). A segment's results that
     forward ops of other segments read (a layer's output, the next layer's
     input) are its checkpoints: they are kept, not recomputed.
 
@@ -189,6 +189,35 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
            "Megatron-LM's sequence parallelism: the residual stream (every "
            "norm's input, the residual adds' operands) split along the "
            "sequence over the tensor-parallel axis">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
+def LayerReshardingsPass : Pass<"mt-layer-reshardings"> {
+  let summary = "gives the collectives shard-partition inserts the layer of what they reshard";
+  let description = [{
+    Runs right after upstream `shard-partition`. The partitioned ops of a
+    layer keep its `mt.layer` (the mt ops' sharding models build them in
+    their op's layer), but the reshardings that `shard-partition` inserts
+    between two ops (`shard.all_gather`, `shard.all_slice`,
+    `shard.all_reduce`, ...) are built by upstream code and carry no
+    attribute. Each untagged op of the shard dialect gets the layer of the
+    op that defines its first operand (without `core_attention`: a
+    resharding is not part of the attention core), in program order, so a
+    chain of reshardings takes the layer of the value it starts from. The
+    memory report counts what such an op saves for the backward pass in
+    that layer.
+
+    ```mlir
+    %h = mt.layer_norm %x, ... {mt.layer = #mt.layer<0>} : ...
+    %g = shard.all_gather %h on @grid grid_axes = [1] gather_axis = 1 : ...
+    // becomes
+    %g = shard.all_gather %h on @grid grid_axes = [1] gather_axis = 1
+        {mt.layer = #mt.layer<0>} : ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numTagged", "tagged", "Number of reshardings given a layer">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }

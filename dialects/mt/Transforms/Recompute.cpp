@@ -2,7 +2,7 @@
 
 #include "mt/Transforms/Recompute.h"
 
-#include "mt/IR/MtLayerLocations.h"
+#include "mt/IR/MtDialect.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/Passes.h"
 
@@ -42,15 +42,15 @@ std::string RecomputePolicy::str() const {
 static std::optional<int64_t> segmentOf(Operation *op,
                                         const RecomputePolicy &policy,
                                         int64_t firstLayer) {
-  std::optional<LayerTag> tag = getLayerTag(op->getLoc());
+  LayerAttr tag = getLayer(op);
   if (!tag)
     return std::nullopt;
-  const int64_t layer = tag->layer - firstLayer;
+  const int64_t layer = tag.getIndex() - firstLayer;
   switch (policy.granularity) {
   case RecomputeGranularity::None:
     return std::nullopt;
   case RecomputeGranularity::Selective:
-    if (!tag->coreAttention)
+    if (!tag.getCoreAttention())
       return std::nullopt;
     return layer;
   case RecomputeGranularity::Full:
@@ -70,10 +70,10 @@ static std::optional<int64_t> segmentOf(Operation *op,
 static std::optional<int64_t> scopeOf(Operation *op,
                                       const RecomputePolicy &policy,
                                       int64_t firstLayer) {
-  std::optional<LayerTag> tag = getLayerTag(op->getLoc());
+  LayerAttr tag = getLayer(op);
   if (!tag)
     return std::nullopt;
-  const int64_t layer = tag->layer - firstLayer;
+  const int64_t layer = tag.getIndex() - firstLayer;
   if (policy.granularity == RecomputeGranularity::Full &&
       policy.method == RecomputeMethod::Uniform)
     return layer / policy.numLayers;
@@ -120,16 +120,14 @@ FailureOr<int64_t> mt::recomputeActivations(func::FuncOp function,
   // A pipeline stage's layers start where its model part does.
   int64_t firstLayer = std::numeric_limits<int64_t>::max();
   for (Operation &op : body)
-    if (std::optional<LayerTag> tag = getLayerTag(op.getLoc()))
-      firstLayer = std::min(firstLayer, tag->layer);
+    if (LayerAttr tag = getLayer(&op))
+      firstLayer = std::min(firstLayer, tag.getIndex());
   if (firstLayer == std::numeric_limits<int64_t>::max() &&
       policy.granularity != RecomputeGranularity::None)
     return function.emitOpError()
-           << "has no op with a layer location (\"layers.<i>\", "
-              "mt/IR/MtLayerLocations.h), which recomputation segments by; "
-              "the front end writes them, but printed IR keeps them only "
-              "with --mlir-print-debuginfo (megatron-compile --emit mlir "
-              "--mlir-print-debuginfo)";
+           << "has no op with a layer attribute (" << kLayerAttrName
+           << " = #mt.layer<i>), which recomputation segments by; the front "
+              "end (megatron-compile --emit mlir) tags each layer's ops";
 
   // Candidates per segment: forward ops with results, but not parameter
   // views (they cost no memory).

@@ -38,7 +38,7 @@ inline constexpr llvm::StringLiteral kRecomputedAttrName = "mt.recomputed";
 
 /// Applies `policy` to `function`, whose backward pass follows the op that
 /// defines its returned loss (mt-differentiate's layout). Layers are found by
-/// their locations (mt/IR/MtLayerLocations.h): selective recomputes each
+/// the ops' `mt.layer` attributes (#mt.layer, mt/IR/MtDialect.h): selective recomputes each
 /// layer's core attention; full uniform recomputes every layer, checkpointing
 /// the input of each group of numLayers layers; full block recomputes the
 /// first numLayers layers, each from its own input. Layers count from the

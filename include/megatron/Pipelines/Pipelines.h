@@ -4,6 +4,9 @@
 #define MEGATRON_PIPELINES_PIPELINES_H
 
 #include "mlir/Pass/PassOptions.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
 
 namespace mlir {
 class OpPassManager;
@@ -110,6 +113,40 @@ struct FusionPipelineOptions
 /// runs the fused ops (the host as the ops they replace).
 void buildFusionPipeline(mlir::OpPassManager &pm,
                          const FusionPipelineOptions &options);
+
+/// The boundaries between the pipelines megatron-compile runs, where
+/// `megatron-compile --emit mlir --stop-after <boundary>` writes the IR.
+enum class PipelineBoundary { Training, Partition, Fusion };
+
+/// "training", "partition" or "fusion".
+llvm::StringRef getPipelineBoundaryName(PipelineBoundary boundary);
+
+/// megatron-compile's pipelines and their options, in the order they run:
+/// training; partition where the layout has more than one tensor- or
+/// data-parallel rank; for pipeline parallelism the stage split (part of
+/// the partition boundary); fusion. megatron-opt's named pipelines with the
+/// same options build the same passes (buildCompilePipeline calls the
+/// build functions above), so IR written at a boundary and run through the
+/// remaining pipelines with megatron-opt gives megatron-compile's module.
+struct CompilePipelineOptions {
+  std::string recomputeGranularity = "none";
+  std::string recomputeMethod = "uniform";
+  int64_t recomputeNumLayers = 1;
+  bool pipelineStages = false;
+  int64_t tensorParallelSize = 1;
+  int64_t dataParallelSize = 1;
+  bool sequenceParallel = false;
+  bool distributedOptimizer = false;
+  int64_t pipelineSize = 0;
+  bool gemmEpilogues = true;
+  bool elementwiseKernels = false;
+};
+
+/// Adds megatron-compile's pipelines to `pm`, up to and including the one
+/// that ends at `stopAfter`.
+void buildCompilePipeline(mlir::OpPassManager &pm,
+                          const CompilePipelineOptions &options,
+                          PipelineBoundary stopAfter = PipelineBoundary::Fusion);
 
 /// Registers the pipelines by name (megatron-training-pipeline,
 /// megatron-partition-pipeline, megatron-fusion-pipeline) for megatron-opt and

@@ -30,3 +30,14 @@ func.func @kept(%a: tensor<4xf32>, %b: tensor<4xf32>) -> (tensor<4xf32>, tensor<
   %s = mt.add %ra, %rb : tensor<4xf32>
   return %s, %ra : tensor<4xf32>, tensor<4xf32>
 }
+
+// The combined ops stay in the layer of the add they replace.
+// CHECK-LABEL: func.func @layer
+func.func @layer(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  // CHECK: %[[S:.+]] = mt.add %{{.+}}, %{{.+}} {mt.layer = #mt.layer<1>} : tensor<4xf32>
+  // CHECK: shard.all_reduce %[[S]] on @grid grid_axes = [1] {mt.layer = #mt.layer<1>}
+  %ra = shard.all_reduce %a on @grid grid_axes = [1] {mt.layer = #mt.layer<1>} : tensor<4xf32> -> tensor<4xf32>
+  %rb = shard.all_reduce %b on @grid grid_axes = [1] {mt.layer = #mt.layer<1>} : tensor<4xf32> -> tensor<4xf32>
+  %s = mt.add %ra, %rb {mt.layer = #mt.layer<1>} : tensor<4xf32>
+  return %s : tensor<4xf32>
+}

@@ -83,3 +83,16 @@ func.func @split_dropout(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<16xf3
   %r = mt.add %m, %a : tensor<16xf32>
   return %r : tensor<16xf32>
 }
+
+// -----
+
+// A group is in the layer of its last op; the ops inside keep theirs.
+// CHECK-LABEL: func.func @layer
+func.func @layer(%x: tensor<2x4x8xf32>, %res: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  // CHECK: mt.fused(%{{.+}}, %{{.+}}) {mt.layer = #mt.layer<2>}
+  // CHECK: mt.dropout {{.+}} {mt.layer = #mt.layer<2>}
+  // CHECK-NEXT: mt.add {{.+}} {mt.layer = #mt.layer<2>}
+  %d = mt.dropout %x p = 1.000000e-01 seed = 2 {mt.layer = #mt.layer<2>} : tensor<2x4x8xf32>
+  %s = mt.add %res, %d {mt.layer = #mt.layer<2>} : tensor<2x4x8xf32>
+  return %s : tensor<2x4x8xf32>
+}

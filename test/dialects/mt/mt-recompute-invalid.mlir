@@ -28,13 +28,14 @@ func.func @train_step(%loss: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// A step whose ops lost their layer locations (IR printed without
-// --mlir-print-debuginfo): nothing to segment by, so refused.
+// A step without mt.layer attributes (not from the front end): nothing to
+// segment by, so refused rather than left unrecomputed. Locations do not
+// count, even when they name a layer.
 mt.parameter @w : tensor<8x16xf32> init = normal std = 2.000000e-02
-// expected-error @+1 {{has no op with a layer location ("layers.<i>", mt/IR/MtLayerLocations.h), which recomputation segments by; the front end writes them, but printed IR keeps them only with --mlir-print-debuginfo (megatron-compile --emit mlir --mlir-print-debuginfo)}}
+// expected-error @+1 {{has no op with a layer attribute (mt.layer = #mt.layer<i>), which recomputation segments by; the front end (megatron-compile --emit mlir) tags each layer's ops}}
 func.func @train_step(%x: tensor<2x8xf32>, %labels: tensor<2xi32>) -> tensor<f32> {
   %w = mt.get_parameter @w : tensor<8x16xf32>
-  %y = mt.linear %x, %w : (tensor<2x8xf32>, tensor<8x16xf32>) -> tensor<2x16xf32>
+  %y = mt.linear %x, %w : (tensor<2x8xf32>, tensor<8x16xf32>) -> tensor<2x16xf32> loc("layers.0")
   %loss = mt.cross_entropy %y, %labels reduction = mean : (tensor<2x16xf32>, tensor<2xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }

@@ -1,11 +1,12 @@
-// RUN: megatron-opt %s -mt-differentiate -mt-recompute=granularity=none | FileCheck %s --check-prefix=NONE
-// RUN: megatron-opt %s -mt-differentiate -mt-recompute=granularity=selective | FileCheck %s --check-prefix=SELECTIVE
-// RUN: megatron-opt %s -mt-differentiate '-mt-recompute=granularity=full method=uniform num-layers=1' | FileCheck %s --check-prefix=UNIFORM1
-// RUN: megatron-opt %s -mt-differentiate '-mt-recompute=granularity=full method=uniform num-layers=2' | FileCheck %s --check-prefix=UNIFORM2
-// RUN: megatron-opt %s -mt-differentiate '-mt-recompute=granularity=full method=block num-layers=1' | FileCheck %s --check-prefix=BLOCK1
+// RUN: megatron-opt %s -mt-differentiate -mt-recompute=granularity=none | %drop-layers | FileCheck %s --check-prefix=NONE
+// RUN: megatron-opt %s -mt-differentiate -mt-recompute=granularity=selective | %drop-layers | FileCheck %s --check-prefix=SELECTIVE
+// RUN: megatron-opt %s -mt-differentiate '-mt-recompute=granularity=full method=uniform num-layers=1' | %drop-layers | FileCheck %s --check-prefix=UNIFORM1
+// RUN: megatron-opt %s -mt-differentiate '-mt-recompute=granularity=full method=uniform num-layers=2' | %drop-layers | FileCheck %s --check-prefix=UNIFORM2
+// RUN: megatron-opt %s -mt-differentiate '-mt-recompute=granularity=full method=block num-layers=1' | %drop-layers | FileCheck %s --check-prefix=BLOCK1
+// RUN: megatron-opt %s -mt-differentiate -mt-recompute=granularity=selective | FileCheck %s --check-prefix=LAYERS
 
 // Two toy layers (projection, attention core, GeLU, projection, residual
-// add) tagged by location as the front end tags them. Each policy's clones
+// add) tagged with mt.layer as the front end tags them. Each policy's clones
 // go right before the first backward op that reads what they recompute, and
 // the backward pass reads the clones instead of the saved activations.
 
@@ -14,6 +15,14 @@ mt.parameter @v0 : tensor<8x8xf32> init = normal std = 2.000000e-02
 mt.parameter @w1 : tensor<8x8xf32> init = normal std = 2.000000e-02
 mt.parameter @v1 : tensor<8x8xf32> init = normal std = 2.000000e-02
 mt.parameter @head : tensor<8x16xf32> init = normal std = 2.000000e-02
+
+// The clones keep their layer, and the backward ops are in the layer of the
+// op they differentiate.
+// LAYERS-LABEL: func.func @train_step
+// LAYERS: mt.attention_grad {{.+}} {mt.layer = #mt.layer<1, core_attention>}
+// LAYERS: mt.attention {{.+}} causal {mt.layer = #mt.layer<0, core_attention>, mt.recomputed}
+// LAYERS-NEXT: mt.reshape {{.+}} {mt.layer = #mt.layer<0, core_attention>, mt.recomputed}
+// LAYERS-NEXT: mt.gelu_grad {{.+}} {mt.layer = #mt.layer<0>}
 
 // NONE-LABEL: func.func @train_step
 // NONE-NOT: mt.recomputed
@@ -75,24 +84,24 @@ mt.parameter @head : tensor<8x16xf32> init = normal std = 2.000000e-02
 // BLOCK1-NOT: mt.recomputed
 // BLOCK1: return
 func.func @train_step(%x: tensor<2x4x8xf32>, %labels: tensor<2x4xi32>) -> tensor<f32> {
-  %w0 = mt.get_parameter @w0 : tensor<8x8xf32> loc("layers.0")
-  %a0 = mt.linear %x, %w0 : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32> loc("layers.0")
-  %q0 = mt.reshape %a0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32> loc("layers.0")
-  %c0 = mt.attention %q0, %q0, %q0 causal : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32> loc("layers.0.core_attention")
-  %r0 = mt.reshape %c0 : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32> loc("layers.0.core_attention")
-  %g0 = mt.gelu %r0 approximate = tanh : tensor<2x4x8xf32> loc("layers.0")
-  %v0 = mt.get_parameter @v0 : tensor<8x8xf32> loc("layers.0")
-  %o0 = mt.linear %g0, %v0 : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32> loc("layers.0")
-  %h0 = mt.add %x, %o0 : tensor<2x4x8xf32> loc("layers.0")
-  %w1 = mt.get_parameter @w1 : tensor<8x8xf32> loc("layers.1")
-  %a1 = mt.linear %h0, %w1 : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32> loc("layers.1")
-  %q1 = mt.reshape %a1 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32> loc("layers.1")
-  %c1 = mt.attention %q1, %q1, %q1 causal : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32> loc("layers.1.core_attention")
-  %r1 = mt.reshape %c1 : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32> loc("layers.1.core_attention")
-  %g1 = mt.gelu %r1 approximate = tanh : tensor<2x4x8xf32> loc("layers.1")
-  %v1 = mt.get_parameter @v1 : tensor<8x8xf32> loc("layers.1")
-  %o1 = mt.linear %g1, %v1 : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32> loc("layers.1")
-  %h1 = mt.add %h0, %o1 : tensor<2x4x8xf32> loc("layers.1")
+  %w0 = mt.get_parameter @w0 : tensor<8x8xf32>
+  %a0 = mt.linear %x, %w0 {mt.layer = #mt.layer<0>} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %q0 = mt.reshape %a0 {mt.layer = #mt.layer<0>} : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %c0 = mt.attention %q0, %q0, %q0 causal {mt.layer = #mt.layer<0, core_attention>} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
+  %r0 = mt.reshape %c0 {mt.layer = #mt.layer<0, core_attention>} : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
+  %g0 = mt.gelu %r0 approximate = tanh {mt.layer = #mt.layer<0>} : tensor<2x4x8xf32>
+  %v0 = mt.get_parameter @v0 : tensor<8x8xf32>
+  %o0 = mt.linear %g0, %v0 {mt.layer = #mt.layer<0>} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %h0 = mt.add %x, %o0 {mt.layer = #mt.layer<0>} : tensor<2x4x8xf32>
+  %w1 = mt.get_parameter @w1 : tensor<8x8xf32>
+  %a1 = mt.linear %h0, %w1 {mt.layer = #mt.layer<1>} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %q1 = mt.reshape %a1 {mt.layer = #mt.layer<1>} : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %c1 = mt.attention %q1, %q1, %q1 causal {mt.layer = #mt.layer<1, core_attention>} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
+  %r1 = mt.reshape %c1 {mt.layer = #mt.layer<1, core_attention>} : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
+  %g1 = mt.gelu %r1 approximate = tanh {mt.layer = #mt.layer<1>} : tensor<2x4x8xf32>
+  %v1 = mt.get_parameter @v1 : tensor<8x8xf32>
+  %o1 = mt.linear %g1, %v1 {mt.layer = #mt.layer<1>} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %h1 = mt.add %h0, %o1 {mt.layer = #mt.layer<1>} : tensor<2x4x8xf32>
   %head = mt.get_parameter @head : tensor<8x16xf32>
   %y = mt.linear %h1, %head : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
   %loss = mt.cross_entropy %y, %labels reduction = mean : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
