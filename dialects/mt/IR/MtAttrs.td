@@ -124,10 +124,10 @@ def Mt_LayerAttr : Mt_Attr<"Layer", "layer"> {
 
     Example:
     ```mlir
-    %y = mt.layer_norm %x, %w, %b {epsilon = 1.0e-05 : f64,
-        mt.layer = #mt.layer<0>} : ...
-    %a = mt.attention %q, %k, %v {causal,
-        mt.layer = #mt.layer<0, core_attention>} : ...
+    %y = mt.layer_norm %x, %w, %b epsilon = 1.000000e-05
+        {mt.layer = #mt.layer<0>} : ...
+    %a = mt.attention %q, %k, %v {mt.layer = #mt.layer<0, core_attention>}
+        : ...
     ```
   }];
   let parameters = (ins
