@@ -3,6 +3,7 @@
 #include "megatron/Pipelines/Pipelines.h"
 
 #include "mt/Transforms/Passes.h"
+#include "mt/Transforms/PrecisionPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/Transforms/Passes.h"
@@ -79,6 +80,10 @@ void megatron::buildFusionPipeline(mlir::OpPassManager &pm,
     pm.addPass(mlir::mt::createFuseElementwisePass());
 }
 
+void megatron::buildPrecisionPipeline(mlir::OpPassManager &pm) {
+  pm.addPass(mlir::mt::createMixedPrecisionPass());
+}
+
 void megatron::registerPipelines() {
   mlir::PassPipelineRegistration<TrainingPipelineOptions>(
       "megatron-training-pipeline",
@@ -92,4 +97,8 @@ void megatron::registerPipelines() {
       "megatron-fusion-pipeline",
       "Ops fused into the kernels that run them (last, per rank)",
       buildFusionPipeline);
+  mlir::PassPipelineRegistration<>(
+      "megatron-precision-pipeline",
+      "The types the precision in #mt.model stores (last, after fusion)",
+      buildPrecisionPipeline);
 }

@@ -50,7 +50,7 @@ static cl::opt<std::string> outputPath(
              "and --report print (default: standard output)"),
     cl::value_desc("file"), cl::cat(compileCategory));
 
-enum class EmitKind { None, Mlir, Plan };
+enum class EmitKind { None, Mlir, TrainedMlir, Plan };
 static cl::opt<EmitKind> emit(
     "emit", cl::desc("Print a stage of the compilation instead of a bundle"),
     cl::values(clEnumValN(EmitKind::Mlir, "mlir",
@@ -59,6 +59,11 @@ static cl::opt<EmitKind> emit(
                           "module attribute mt.model (docs/PassPipelines.md; "
                           "--mlir-print-debuginfo keeps the layer locations "
                           "recomputation needs)"),
+               clEnumValN(EmitKind::TrainedMlir, "trained-mlir",
+                          "the per-rank IR the bundle is written from, after "
+                          "every pipeline: differentiated, partitioned, "
+                          "fused and typed by the precision "
+                          "(docs/MixedPrecision.md)"),
                clEnumValN(EmitKind::Plan, "plan",
                           "the bundle's manifest (JSON): parameters and each "
                           "function's instruction stream")),
@@ -283,6 +288,7 @@ int main(int argc, char **argv) {
   }
 
   if (writesBundle || emit == EmitKind::Plan ||
+      emit == EmitKind::TrainedMlir ||
       report == ReportKind::Collectives || report == ReportKind::Memory ||
       report == ReportKind::Schedule) {
     if (report == ReportKind::Schedule && !pipelined)
@@ -324,6 +330,7 @@ int main(int argc, char **argv) {
       fusion.gemmEpilogues = fuseGemmEpilogues;
       fusion.elementwiseKernels = fuseKernels;
       buildFusionPipeline(pm, fusion);
+      buildPrecisionPipeline(pm);
       return pm.run(target);
     };
     mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);
@@ -362,6 +369,10 @@ int main(int argc, char **argv) {
     if (pipelined)
       pipelineSection = plan.toJSON();
     const json::Object *pipeline = pipelined ? &pipelineSection : nullptr;
+    if (emit == EmitKind::TrainedMlir) {
+      module->print(os);
+      os << "\n";
+    }
     if (report == ReportKind::Collectives)
       mlir::mt::printCollectives(*module, os);
     if (report == ReportKind::Memory)

@@ -114,6 +114,13 @@ void buildFusionPipeline(mlir::OpPassManager &pm,
 /// Registers the pipelines by name (megatron-training-pipeline,
 /// megatron-partition-pipeline, megatron-fusion-pipeline) for megatron-opt and
 /// lit.
+/// After the fusion pipeline, last: the precision #mt.model names made the
+/// program's types (mt-mixed-precision: bf16 activations and GEMM operands,
+/// f32 master weights, gradients, statistics and loss). Nothing is made
+/// after it, so no op meets a bf16 gradient it would accumulate.
+/// docs/MixedPrecision.md.
+void buildPrecisionPipeline(mlir::OpPassManager &pm);
+
 void registerPipelines();
 
 } // namespace megatron
