@@ -3,6 +3,8 @@
 #include "mt/IR/MtCastOp.h"
 #include "mt/IR/MtShapeRules.h"
 
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/OpImplementation.h"
 
 using namespace mlir;
