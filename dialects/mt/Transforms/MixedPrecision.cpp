@@ -74,11 +74,11 @@ bool isSumAllReduce(Operation *op) {
 /// Whether `op`'s kernel reads operand `index` in bf16.
 bool readsBf16(Operation *op, unsigned index) {
   StringRef name = op->getName().stripDialect();
-  if (isa<shard::ShardDialect>(op->getDialect()))
+  if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
     return isa<shard::AllGatherOp, shard::ReduceScatterOp, shard::AllSliceOp>(
                op) ||
            isSumAllReduce(op);
-  if (!isa<MtDialect>(op->getDialect()))
+  if (!isa_and_nonnull<MtDialect>(op->getDialect()))
     return false;
   if (takesEitherType(name))
     return true;
@@ -103,9 +103,9 @@ bool readsBf16(Operation *op, unsigned index) {
 /// Whether `op`'s kernel writes result `index` in bf16.
 bool writesBf16(Operation *op, unsigned index) {
   StringRef name = op->getName().stripDialect();
-  if (isa<shard::ShardDialect>(op->getDialect()))
+  if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
     return readsBf16(op, 0);
-  if (!isa<MtDialect>(op->getDialect()))
+  if (!isa_and_nonnull<MtDialect>(op->getDialect()))
     return false;
   if (takesEitherType(name))
     return true;
@@ -125,7 +125,7 @@ bool writesBf16(Operation *op, unsigned index) {
 /// Whether `op` holds its operands and results to one element type, so
 /// that they are typed together.
 bool typesTogether(Operation *op) {
-  if (isa<shard::ShardDialect>(op->getDialect()))
+  if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
     return true;
   return takesEitherType(op->getName().stripDialect());
 }
@@ -179,31 +179,6 @@ struct MixedPrecisionPass
       if (it != eligible.end())
         it->second = false;
     };
-    for (Operation &op : body) {
-      for (OpOperand &operand : op.getOpOperands())
-        if (isa<func::ReturnOp, FusedOp>(op) ||
-            !readsBf16(&op, operand.getOperandNumber()))
-          exclude(operand.get());
-      if (!typesTogether(&op))
-        continue;
-      SmallVector<Value> members;
-      for (Value value : llvm::concat<Value>(op.getOperands(), op.getResults()))
-        if (isa<RankedTensorType>(value.getType()) &&
-            isa<FloatType>(cast<RankedTensorType>(value.getType())
-                               .getElementType()))
-          members.push_back(value);
-      for (Value member : members) {
-        // A function argument (f32 by the function's signature) holds its
-        // whole group to f32.
-        if (!eligible.count(member)) {
-          groups.insert(member);
-          eligible[member] = false;
-        }
-        groups.unionSets(members.front(), member);
-      }
-    }
-    // Cross-op type ties the verifiers hold: cuBLASLt's GeLU auxiliary
-    // matrix has the result's type.
     auto tie = [&](ValueRange values) {
       Value first;
       for (Value value : values) {
@@ -219,6 +194,20 @@ struct MixedPrecisionPass
         groups.unionSets(first, value);
       }
     };
+    for (Operation &op : body) {
+      for (OpOperand &operand : op.getOpOperands())
+        if (isa<func::ReturnOp, FusedOp>(op) ||
+            !readsBf16(&op, operand.getOperandNumber()))
+          exclude(operand.get());
+      if (!typesTogether(&op))
+        continue;
+      SmallVector<Value> members(op.getOperands().begin(),
+                                 op.getOperands().end());
+      llvm::append_range(members, op.getResults());
+      tie(members);
+    }
+    // Cross-op type ties the verifiers hold: cuBLASLt's GeLU auxiliary
+    // matrix has the result's type.
     for (Operation &op : body) {
       // The flash kernels take one input type and one output type; bias_add
       // writes its input's type.

@@ -445,3 +445,27 @@ func.func @concat_result(%a: tensor<2x4xf32>, %b: tensor<2x4xf32>) {
   %0 = mt.concat %a, %b axis = 1 : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
   return
 }
+
+// -----
+
+func.func @cast_to_itself(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'mt.cast' op converts 'f32' to itself; remove the cast}}
+  %0 = mt.cast %x : tensor<2x16xf32> to tensor<2x16xf32>
+  return
+}
+
+// -----
+
+func.func @cast_f64(%x: tensor<2x16xf64>) {
+  // expected-error @+1 {{'mt.cast' op converts 'f64' to 'bf16'; a cast joins f32 with bf16 or f16}}
+  %0 = mt.cast %x : tensor<2x16xf64> to tensor<2x16xbf16>
+  return
+}
+
+// -----
+
+func.func @cast_shape(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'mt.cast' op requires the same shape for all operands and results}}
+  %0 = mt.cast %x : tensor<2x16xf32> to tensor<2x8xbf16>
+  return
+}
