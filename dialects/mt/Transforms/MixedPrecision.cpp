@@ -12,6 +12,7 @@
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/PrecisionPasses.h"
 
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
