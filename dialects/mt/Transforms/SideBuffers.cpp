@@ -9,6 +9,7 @@
 
 #include "mt/Transforms/SideBuffers.h"
 
+#include "mt/IR/MtCastOp.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
 
@@ -181,6 +182,9 @@ bool mt::readsGemmOperands(Operation *op) {
 }
 
 FlatSymbolRefAttr mt::parameterRead(Value value) {
+  // A master weight's mt.cast to bf16 reads the store's persistent copy.
+  if (auto cast = value.getDefiningOp<CastOp>())
+    value = cast.getInput();
   if (auto read = value.getDefiningOp<GetParameterOp>())
     return read.getNameAttr();
   auto argument = dyn_cast<BlockArgument>(value);
