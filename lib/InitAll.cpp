@@ -6,6 +6,7 @@
 
 #include "mt/IR/MtDialect.h"
 #include "mt/Transforms/Passes.h"
+#include "mt/Transforms/PrecisionPasses.h"
 #include "mt/Transforms/ShardingInterfaceImpl.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -41,6 +42,7 @@ void megatron::registerAllDialects(mlir::DialectRegistry &registry) {
 
 void megatron::registerAllPasses() {
   mlir::mt::registerMtPasses();
+  mlir::mt::registerMtPrecisionPasses();
   mlir::shard::registerShardPasses();
   mlir::func::registerFuncPasses();
   mlir::arith::registerArithPasses();

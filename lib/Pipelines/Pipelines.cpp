@@ -3,6 +3,7 @@
 #include "megatron/Pipelines/Pipelines.h"
 
 #include "mt/Transforms/Passes.h"
+#include "mt/Transforms/PrecisionPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/Transforms/Passes.h"
@@ -90,8 +91,10 @@ llvm::StringRef megatron::getPipelineBoundaryName(PipelineBoundary boundary) {
     return "partition";
   case PipelineBoundary::Fusion:
     return "fusion";
+  case PipelineBoundary::Precision:
+    return "precision";
   }
-  return "fusion";
+  return "precision";
 }
 
 void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
@@ -123,6 +126,13 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
   fusion.gemmEpilogues = options.gemmEpilogues;
   fusion.elementwiseKernels = options.elementwiseKernels;
   buildFusionPipeline(pm, fusion);
+  if (stopAfter == PipelineBoundary::Fusion)
+    return;
+  buildPrecisionPipeline(pm);
+}
+
+void megatron::buildPrecisionPipeline(mlir::OpPassManager &pm) {
+  pm.addPass(mlir::mt::createMixedPrecisionPass());
 }
 
 void megatron::registerPipelines() {
@@ -138,4 +148,8 @@ void megatron::registerPipelines() {
       "megatron-fusion-pipeline",
       "Ops fused into the kernels that run them (last, per rank)",
       buildFusionPipeline);
+  mlir::PassPipelineRegistration<>(
+      "megatron-precision-pipeline",
+      "The types the precision in #mt.model stores (last, after fusion)",
+      buildPrecisionPipeline);
 }

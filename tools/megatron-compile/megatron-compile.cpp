@@ -216,8 +216,11 @@ int main(int argc, char **argv) {
                             "IR; the training pipeline's where the layout "
                             "has one rank)"),
                  clEnumValN(PipelineBoundary::Fusion, "fusion",
-                            "after megatron-fusion-pipeline: the IR the "
-                            "bundle is written from")),
+                            "after megatron-fusion-pipeline"),
+                 clEnumValN(PipelineBoundary::Precision, "precision",
+                            "after megatron-precision-pipeline: the typed "
+                            "IR the bundle is written from "
+                            "(docs/MixedPrecision.md)")),
       cl::cat(compileCategory));
 
   // --mlir-print-debuginfo and the other printing flags, for --emit mlir.
@@ -361,7 +364,7 @@ int main(int argc, char **argv) {
     };
     auto compile = [&](mlir::ModuleOp target,
                        const mlir::mt::RecomputePolicy &policy) {
-      return compileUpTo(target, policy, PipelineBoundary::Fusion);
+      return compileUpTo(target, policy, PipelineBoundary::Precision);
     };
     mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);
     if (memoryBudget.getNumOccurrences()) {
@@ -392,7 +395,7 @@ int main(int argc, char **argv) {
     }
     if (failed(compileUpTo(*module, policy,
                            stops ? stopAfter.getValue()
-                                 : PipelineBoundary::Fusion)))
+                                 : PipelineBoundary::Precision)))
       return fail("the training pipeline failed (see the diagnostics above)");
     if (stops) {
       module->print(os);

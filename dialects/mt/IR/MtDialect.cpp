@@ -1,6 +1,7 @@
 //===- MtDialect.cpp - Registration of the mt dialect's ops and attributes ===//
 
 #include "mt/IR/MtDialect.h"
+#include "mt/IR/MtCastOp.h"
 #include "mt/IR/MtOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -22,6 +23,7 @@ void MtDialect::initialize() {
 #define GET_OP_LIST
 #include "mt/IR/MtOps.cpp.inc"
       >();
+  addOperations<CastOp>();
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "mt/IR/MtAttrDefs.cpp.inc"

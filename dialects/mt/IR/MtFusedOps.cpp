@@ -17,7 +17,7 @@ static LogicalResult expectFusedType(Operation *op, StringRef what, Type actual,
                                      FailureOr<RankedTensorType> expected) {
   if (failed(expected))
     return failure();
-  if (actual != *expected)
+  if (!matchesUpToPrecision(actual, *expected))
     return op->emitOpError() << what << " has type " << actual
                              << ", the fused linear layer gives " << *expected;
   return success();

@@ -11,7 +11,7 @@ static LogicalResult expectType(Operation *op, StringRef what, Type actual,
                                 FailureOr<RankedTensorType> expected) {
   if (failed(expected))
     return failure();
-  if (actual != *expected)
+  if (!matchesUpToPrecision(actual, *expected))
     return op->emitOpError() << what << " type " << actual
                              << " does not match the expected " << *expected;
   return success();
@@ -26,7 +26,7 @@ LogicalResult EmbeddingGradOp::verify() {
                          << getIds().getType() << " plus a hidden dimension";
   if (getType().getRank() != 2 ||
       getType().getDimSize(1) != grad.getShape().back() ||
-      getType().getElementType() != grad.getElementType())
+      !areMixablePrecisions(getType().getElementType(), grad.getElementType()))
     return emitOpError() << "result " << getType()
                          << " must be a vocabulary x " << grad.getShape().back()
                          << " table of " << grad.getElementType();

@@ -17,7 +17,7 @@ static LogicalResult verifyResultType(Operation *op, Type actual,
                                       FailureOr<RankedTensorType> expected) {
   if (failed(expected))
     return failure();
-  if (actual != *expected)
+  if (!matchesUpToPrecision(actual, *expected))
     return op->emitOpError() << "result type " << actual
                              << " does not match the expected " << *expected;
   return success();

@@ -8,15 +8,34 @@
 using namespace mlir;
 using namespace mlir::mt;
 
-/// All floating-point operands of an mt op share one element type: the model
-/// level has no implicit casts.
+bool mt::areMixablePrecisions(Type a, Type b) {
+  if (a == b)
+    return true;
+  auto narrow = [](Type t) { return t.isBF16() || t.isF16(); };
+  return (a.isF32() && narrow(b)) || (b.isF32() && narrow(a));
+}
+
+bool mt::matchesUpToPrecision(Type actual, Type expected) {
+  if (actual == expected)
+    return true;
+  auto a = dyn_cast<RankedTensorType>(actual);
+  auto e = dyn_cast<RankedTensorType>(expected);
+  return a && e && a.getShape() == e.getShape() &&
+         areMixablePrecisions(a.getElementType(), e.getElementType());
+}
+
+/// The floating-point operands of an mt op share one element type, or mix
+/// f32 with one 16-bit type (mixed precision): the model level has no
+/// other implicit casts.
 static LogicalResult verifySameElementType(ArrayRef<RankedTensorType> types,
                                            ArrayRef<StringRef> names,
                                            EmitErrorFn emitError) {
   for (auto [type, name] : llvm::zip(types.drop_front(), names.drop_front())) {
-    if (type && type.getElementType() != types.front().getElementType())
+    if (type && !areMixablePrecisions(type.getElementType(),
+                                      types.front().getElementType()))
       return emitError() << names.front() << " and " << name
-                         << " must share one element type, got "
+                         << " must share one element type (or mix f32 with "
+                            "bf16 or f16), got "
                          << types.front().getElementType() << " and "
                          << type.getElementType();
   }

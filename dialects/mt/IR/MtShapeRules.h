@@ -19,6 +19,16 @@ namespace mlir::mt {
 
 using EmitErrorFn = llvm::function_ref<InFlightDiagnostic()>;
 
+/// Whether two floating-point element types may meet in one op: equal, or
+/// one of them f32 and the other bf16 or f16 (mixed precision: a kernel
+/// computes in f32 and reads or writes each operand and result in its own
+/// type; `mt-mixed-precision` makes such ops). f64 never mixes.
+bool areMixablePrecisions(Type a, Type b);
+
+/// Whether `actual` is the shape rule's `expected` type, or the same shape
+/// with an element type mixable with the expected one.
+bool matchesUpToPrecision(Type actual, Type expected);
+
 /// Returns `axis` in [0, rank), accepting negative axes counted from the end.
 FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank,
                                  EmitErrorFn emitError);

@@ -9,6 +9,7 @@
 
 #include "mt/Transforms/SideBuffers.h"
 
+#include "mt/IR/MtCastOp.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
 
@@ -181,6 +182,9 @@ bool mt::readsGemmOperands(Operation *op) {
 }
 
 FlatSymbolRefAttr mt::parameterRead(Value value) {
+  // A master weight's mt.cast to bf16 reads the store's persistent copy.
+  if (auto cast = value.getDefiningOp<CastOp>())
+    value = cast.getInput();
   if (auto read = value.getDefiningOp<GetParameterOp>())
     return read.getNameAttr();
   auto argument = dyn_cast<BlockArgument>(value);
@@ -297,15 +301,18 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     if (kernel[i].bytes > 0)
       buffers[i].push_back(kernel[i]);
 
-  // Mixed precision: every value a GEMM reads gets one bf16 copy, made by
-  // its first GEMM and kept until its last; a parameter's is the store's
-  // (runtime/src/cuda/Bf16Values.cpp, planBf16Copies).
+  // Mixed precision: every f32 value a GEMM reads gets one bf16 copy, made
+  // by its first GEMM and kept until its last; a parameter's is the store's
+  // (runtime/src/cuda/Bf16Values.cpp, planBf16Copies). After
+  // mt-mixed-precision every GEMM operand is bf16 (an explicit mt.cast
+  // where it was f32), and none needs a copy.
   if (options.mixedPrecision) {
     DenseMap<Value, std::pair<int64_t, size_t>> copyAt; // instruction, index
     for (int64_t i = 0; i < n; ++i) {
       auto [a, b] = gemmOperands(stream[i]);
       for (Value v : {a, b}) {
-        if (!v || parameterRead(v))
+        if (!v || parameterRead(v) ||
+            !cast<RankedTensorType>(v.getType()).getElementType().isF32())
           continue;
         auto [it, first] = copyAt.try_emplace(v, i, buffers[i].size());
         if (first)

@@ -56,7 +56,8 @@ declareSideBuffers(ArrayRef<Operation *> stream,
                    const SideBufferOptions &options);
 
 /// The parameter `value` reads (a get_parameter's result, or a partitioned
-/// function's argument marked mt.parameter), or null.
+/// function's argument marked mt.parameter, or an mt.cast of either: the
+/// runtime's persistent bf16 copy), or null.
 FlatSymbolRefAttr parameterRead(Value value);
 
 /// Whether `op` is a GEMM whose operands A and B (its first two) get bf16

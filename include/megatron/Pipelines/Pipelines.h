@@ -116,15 +116,15 @@ void buildFusionPipeline(mlir::OpPassManager &pm,
 
 /// The boundaries between the pipelines megatron-compile runs, where
 /// `megatron-compile --emit mlir --stop-after <boundary>` writes the IR.
-enum class PipelineBoundary { Training, Partition, Fusion };
+enum class PipelineBoundary { Training, Partition, Fusion, Precision };
 
-/// "training", "partition" or "fusion".
+/// "training", "partition", "fusion" or "precision".
 llvm::StringRef getPipelineBoundaryName(PipelineBoundary boundary);
 
 /// megatron-compile's pipelines and their options, in the order they run:
 /// training; partition where the layout has more than one tensor- or
 /// data-parallel rank; for pipeline parallelism the stage split (part of
-/// the partition boundary); fusion. megatron-opt's named pipelines with the
+/// the partition boundary); fusion; precision. megatron-opt's named pipelines with the
 /// same options build the same passes (buildCompilePipeline calls the
 /// build functions above), so IR written at a boundary and run through the
 /// remaining pipelines with megatron-opt gives megatron-compile's module.
@@ -146,11 +146,18 @@ struct CompilePipelineOptions {
 /// that ends at `stopAfter`.
 void buildCompilePipeline(mlir::OpPassManager &pm,
                           const CompilePipelineOptions &options,
-                          PipelineBoundary stopAfter = PipelineBoundary::Fusion);
+                          PipelineBoundary stopAfter = PipelineBoundary::Precision);
+
+/// After the fusion pipeline, last: the precision #mt.model names made the
+/// program's types (mt-mixed-precision: bf16 activations and GEMM operands,
+/// f32 master weights, gradients, statistics and loss). Nothing is made
+/// after it, so no op meets a bf16 gradient it would accumulate.
+/// docs/MixedPrecision.md.
+void buildPrecisionPipeline(mlir::OpPassManager &pm);
 
 /// Registers the pipelines by name (megatron-training-pipeline,
-/// megatron-partition-pipeline, megatron-fusion-pipeline) for megatron-opt and
-/// lit.
+/// megatron-partition-pipeline, megatron-fusion-pipeline,
+/// megatron-precision-pipeline) for megatron-opt and lit.
 void registerPipelines();
 
 } // namespace megatron

@@ -97,10 +97,12 @@ enum class Op : uint8_t {
   LinearWeightBiasGrad,
   // A group of elementwise ops run as one generated kernel (version 3).
   Fused,
+  // An element type conversion of mixed precision (version 8).
+  Cast,
 };
 
 /// The number of ops (for tables indexed by Op).
-constexpr size_t kOpCount = static_cast<size_t>(Op::Fused) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::Cast) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
@@ -403,7 +405,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 7;
+  static constexpr uint32_t kFormatVersion = 8;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 
@@ -437,6 +439,11 @@ public:
   const ModelConfig &model() const { return model_; }
   const std::vector<Parameter> &parameters() const { return parameters_; }
   const std::vector<Function> &functions() const { return functions_; }
+  /// Format version 8 on: the values' dtypes say what a backend stores
+  /// (mixed precision is the compiler's mt-mixed-precision). Before, a
+  /// bf16 bundle declared every value f32 and the CUDA backend chose which
+  /// to hold in bf16 (cuda/Bf16Values.cpp).
+  bool typedPrecision() const { return typedPrecision_; }
   /// Whether the manifest has a `grid` (a bundle for several ranks).
   bool hasGrid() const { return !gridShape_.empty(); }
   /// The grid's sizes per axis ([dp, tp]); empty without a grid.
@@ -474,6 +481,7 @@ private:
   std::string producer_;
   std::string sha256_;
   bool hasModel_ = false;
+  bool typedPrecision_ = false;
   ModelConfig model_;
   std::vector<Parameter> parameters_;
   std::vector<Function> functions_;

@@ -944,6 +944,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
 
   Bundle bundle;
   bundle.name_ = name_;
+  bundle.typedPrecision_ = version >= 8;
   bundle.producer_ = readString(field(root, "", "producer"), "producer");
   if (const Json *model = optionalField(root, "model")) {
     readModel(*model, "model", bundle.model_);

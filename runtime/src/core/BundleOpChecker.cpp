@@ -27,6 +27,14 @@ const std::vector<AttrSpec> kVocabLossAttrs = {
     {"ignore_index", AttrKind::Int, false},
     {"vocab_shard_axes", AttrKind::IntArray, false}};
 
+/// The element types one op may mix (the mt dialect's areMixablePrecisions):
+/// equal, or f32 with bf16 or f16.
+bool mixablePrecisions(DType a, DType b) {
+  auto narrow = [](DType t) { return t == DType::BF16 || t == DType::F16; };
+  return a == b || (a == DType::F32 && narrow(b)) ||
+         (b == DType::F32 && narrow(a));
+}
+
 } // namespace
 
 const std::vector<OpInfo> &opTable() {
@@ -213,6 +221,7 @@ const std::vector<OpInfo> &opTable() {
        kVocabLossAttrs},
       {Op::Fused, "fused", 1, kMany, 1, kMany,
        {{"kernel", AttrKind::Int, true}}},
+      {Op::Cast, "cast", 1, 1, 1, 1, {}},
   };
   return table;
 }
@@ -525,6 +534,14 @@ void OpChecker::check() {
       normalizeAxis(a.axis, operand(0).rank());
     sameAs(true, 0, 0);
     break;
+  case Op::Cast: // f32 to or from a 16-bit type (checkOneElementType)
+    expectFloat(false, 0);
+    sameAs(true, 0, 0);
+    if (result(0).dtype == operand(0).dtype)
+      fail(where(true, 0), std::string("dtype ") + dtypeName(result(0).dtype),
+           std::string("another element type than the input's (a cast "
+                       "converts)"));
+    break;
   case Op::Fused: // one shape throughout; the body's ops are checked alone
     expectFloat(false, 0);
     for (size_t i = 1; i < inst_.operands.size(); ++i)
@@ -756,8 +773,9 @@ void OpChecker::check() {
 
 /// Every operand and result of an op that is not ids is floating-point, and
 /// all of them have one element type, except the loss of cross_entropy and
-/// its incoming gradient (f32 whatever the logits' type). The executor relies
-/// on this: it sizes and reads every non-id value as its float type.
+/// its incoming gradient (f32 whatever the logits' type), or mix f32 with
+/// one 16-bit type (mixed precision, version 8: each kernel reads and
+/// writes each value in its own type and computes in f32).
 void OpChecker::checkOneElementType() {
   bool haveFirst = false;
   DType first = DType::F32;
@@ -812,12 +830,13 @@ void OpChecker::checkOneElementType() {
       first = dtype;
       firstWhere = isResult ? "results[" : "operands[";
       firstWhere += std::to_string(i) + "]";
-    } else if (dtype != first) {
+    } else if (!mixablePrecisions(dtype, first)) {
       fail(where(isResult, i),
            std::string("dtype ") + dtypeName(dtype) + " (value " +
                std::to_string(valueIndex(isResult, i)) + ")",
            std::string(dtypeName(first)) + " like " + firstWhere +
-               " (an op has one element type)");
+               " (an op has one element type, or mixes f32 with bf16 or "
+               "f16)");
     }
   };
   for (size_t i = 0; i < inst_.operands.size(); ++i)

@@ -18,15 +18,17 @@ const Function &requireFunction(const Bundle &bundle, std::string_view name) {
   return *function;
 }
 
-void checkNoHalfValues(const Bundle &bundle, const Function &fn,
-                       const std::string &limit) {
+void checkNoF16Values(const Bundle &bundle, const Function &fn) {
   for (size_t v = 0; v < fn.values.size(); ++v) {
     DType dtype = fn.values[v].dtype;
-    if (dtype == DType::BF16 || dtype == DType::F16)
+    if (dtype == DType::F16)
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
                   "bundle '" + bundle.name() + "': " + fn.name + ".values[" +
-                      std::to_string(v) + "] is " + dtypeName(dtype) + "; " +
-                      limit + ": compile the model with precision fp32");
+                      std::to_string(v) +
+                      "] is f16; the backends store bf16 values (precision "
+                      "bf16) but no f16 ones (precision fp16 keeps the "
+                      "values f32 and scales the loss): recompile the model "
+                      "with megatron-compile");
   }
 }
 

@@ -34,10 +34,10 @@ void checkParameterStore(const Bundle &bundle, const Store &store,
                     bundle.name() + "'");
 }
 
-/// UNIMPLEMENTED for a bf16 or f16 value of `fn`; `limit` says what the
-/// backend computes in ("the host backend computes in f32 or f64 only").
-void checkNoHalfValues(const Bundle &bundle, const Function &fn,
-                       const std::string &limit);
+/// UNIMPLEMENTED for an f16 value of `fn`. bf16 values (mt-mixed-precision,
+/// format version 8) are stored as declared; fp16 training keeps the IR in
+/// f32 and scales the loss, so a bundle never declares f16.
+void checkNoF16Values(const Bundle &bundle, const Function &fn);
 
 /// "FN: instructions[I] (OP)", how messages name an instruction.
 std::string instructionWhere(const Function &fn, size_t position);

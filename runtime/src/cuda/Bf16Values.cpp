@@ -1,6 +1,8 @@
-// Mixed precision on the device: which values are held in bf16 (written so
-// by their producer, read so by every reader), and the bf16 copies of the
-// fp32 values that GEMMs read.
+// Mixed precision on the device: the kernels' table of which operands and
+// results they take in bf16; the values held in bf16, as the bundle
+// declares them (format version 8: the compiler's mt-mixed-precision typed
+// them from the same table) or, for older bf16 bundles, as chosen here;
+// and the bf16 copies of the fp32 values that GEMMs read.
 #include "cuda/Executor.h"
 
 #include "core/OpShapes.h"
@@ -40,6 +42,7 @@ bool takesEitherType(Op op) {
   case Op::SoftmaxGrad:
   case Op::Rope:
   case Op::Transpose:
+  case Op::Cast: // Precision.cu's roundToBf16 and widenBf16
     return true;
   default:
     return false;
@@ -172,9 +175,40 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
       bias, biasGrad);
 }
 
+void Executor::planTypedBf16Values() {
+  const Function &fn = *function_;
+  for (size_t v = 0; v < fn.values.size(); ++v)
+    bf16Value_[v] = fn.values[v].dtype == DType::BF16;
+  // A bundle that asks a kernel for a type it lacks is refused here rather
+  // than read as the wrong bytes.
+  auto refuse = [&](size_t position, const char *what, size_t index,
+                    int64_t v, const char *verb) {
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                where(position) + ": " + what + "[" + std::to_string(index) +
+                    "] (value " + std::to_string(v) +
+                    ") is bf16, which the CUDA kernels of " +
+                    opName(fn.instructions[position].op) + " " + verb +
+                    " in fp32 only; recompile the bundle with this "
+                    "release's megatron-compile");
+  };
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    for (size_t i = 0; i < inst.operands.size(); ++i)
+      if (bf16Value_[inst.operands[i]] && !readsBf16(inst, i))
+        refuse(position, "operands", i, inst.operands[i], "read");
+    for (size_t i = 0; i < inst.results.size(); ++i)
+      if (bf16Value_[inst.results[i]] && !writesBf16(inst, i))
+        refuse(position, "results", i, inst.results[i], "write");
+  }
+}
+
 void Executor::planBf16Values() {
   const Function &fn = *function_;
   bf16Value_.assign(fn.values.size(), false);
+  if (bundle_.typedPrecision()) {
+    planTypedBf16Values();
+    return;
+  }
   if (!bf16_ || !context_.options().bf16Values)
     return;
   // Held in bf16 only when every producer writes and every reader reads it

@@ -25,8 +25,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   function_ = &requireFunction(bundle, functionName);
   checkParameterStore(bundle, parameters, "cuda::Executor");
   const Function &fn = *function_;
-  checkNoHalfValues(bundle, fn,
-                    "the cuda backend computes in f32 only for now");
+  checkNoF16Values(bundle, fn);
   bf16_ = bundle.hasModel() && bundle.model().precision == "bf16";
   if (bundle.rankCount() > 1 && !rank_)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
@@ -66,9 +65,13 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       [&](int64_t v) -> size_t {
         if (parameterOf_[v] >= 0)
           return 0;
+        // Typed bundles: a value's declared size (bf16: 2 bytes). Older
+        // ones: F32's, which a value held in bf16 fills half of.
         DType declared = fn.values[v].dtype;
+        if (!bundle.typedPrecision() && isFloatingPoint(declared))
+          declared = DType::F32;
         return static_cast<size_t>(fn.values[v].numElements) *
-               dtypeSize(isFloatingPoint(declared) ? DType::F32 : declared);
+               dtypeSize(declared);
       },
       [&](size_t position) { return scratchBytes(position); },
       [&](size_t position) { return scratchKeptUntil_[position]; },

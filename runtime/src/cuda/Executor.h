@@ -256,14 +256,18 @@ private:
   void bindAttentionViews(char *region);
   /// The flash kernels' strides of value `v` (unset: packed).
   FlashLayout flashLayout(int64_t v) const;
-  /// Mixed precision (ContextOptions::bf16Values): the values held in bf16
-  /// in their slot (its first half). A value is, when its producer writes it
+  /// Mixed precision: the values held in bf16. From format version 8 the
+  /// bundle's types (planTypedBf16Values). Before (ContextOptions::
+  /// bf16Values), in their slot's first half: a value is, when its producer writes it
   /// in bf16 (writesBf16) and every reader reads it so (readsBf16), and so
   /// is every value that must share its type (a reshape's, split's or
   /// concat's operands and results; a GeLU epilogue's result and auxiliary
   /// matrix; a collective's operand and result). Function inputs, outputs
   /// and parameters stay as declared.
   void planBf16Values();
+  /// Format version 8: the values the bundle declares bf16, each checked
+  /// against its kernels (readsBf16, writesBf16).
+  void planTypedBf16Values();
   /// Whether the device kernels of `inst` read operand `operand` in bf16
   /// when it is held so (and in fp32 otherwise). Each op's dispatch in
   /// OpDispatch.cpp picks its kernels by storageType.

@@ -378,6 +378,22 @@ void Executor::execute(size_t position, const Instruction &inst,
     slots_[inst.results[0]] =
         parameters_.value(static_cast<size_t>(a.parameter));
     break;
+  case Op::Cast: { // mixed precision's conversions (format version 8)
+    int64_t x = inst.operands[0], y = inst.results[0];
+    if (!heldInBf16(y)) {
+      widenBf16(stream, count(y),
+                static_cast<const __nv_bfloat16 *>(slots_[x]),
+                static_cast<float *>(slots_[y]));
+    } else if (const __nv_bfloat16 *persistent = parameterBf16(x)) {
+      // A master weight's bf16 copy is the store's, rounded after each
+      // optimizer step: the same bits, without a rounding pass.
+      slots_[y] = const_cast<__nv_bfloat16 *>(persistent);
+    } else {
+      roundToBf16(stream, count(y), static_cast<const float *>(slots_[x]),
+                  static_cast<__nv_bfloat16 *>(slots_[y]));
+    }
+    break;
+  }
   case Op::AccumulateGradient: {
     if (accumulatedByGemm_[position]) // its GEMM added the product in
       break;

@@ -28,6 +28,10 @@ std::vector<bool> ParameterStore::gemmReadParameters(const Bundle &bundle) {
     for (const Instruction &inst : fn.instructions) {
       if (inst.op == Op::GetParameter)
         parameterOf[inst.results[0]] = inst.attrs.parameter;
+      // Format version 8: a GEMM reads a master weight through its cast
+      // to bf16, which is the persistent copy (OpDispatch.cpp, Op::Cast).
+      if (inst.op == Op::Cast)
+        parameterOf[inst.results[0]] = parameterOf[inst.operands[0]];
       if (!isGemm(inst.op))
         continue;
       for (size_t i = 0; i < 2 && i < inst.operands.size(); ++i) {

@@ -8,9 +8,50 @@
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace mtrt::host {
+
+namespace {
+
+/// x rounded to the nearest bf16, ties to even (as __float2bfloat16_rn):
+/// the 16 low bits go, with a carry when they are above half or exactly
+/// half with an odd bit 16. NaN stays NaN.
+float roundToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return x;
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  std::memcpy(&x, &bits, sizeof bits);
+  return x;
+}
+
+/// The same from f64 storage, without an intermediate f32 rounding: 8
+/// significant bits (fewer below bf16's smallest normal, 2^-126), to
+/// nearest even (the default rounding mode), beyond bf16's largest finite
+/// value infinity.
+double roundToBf16(double x) {
+  if (!std::isfinite(x) || x == 0)
+    return x;
+  int exponent;
+  std::frexp(x, &exponent);
+  int quantum = std::max(exponent - 8, -133); // the last kept bit
+  double rounded =
+      std::ldexp(std::nearbyint(std::ldexp(x, -quantum)), quantum);
+  constexpr double kMaxBf16 = 3.38953138925153547590470800371487866880e38;
+  return std::fabs(rounded) > kMaxBf16 ? std::copysign(INFINITY, x) : rounded;
+}
+
+template <typename T> void roundAll(T *data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    data[i] = static_cast<T>(roundToBf16(data[i]));
+}
+
+} // namespace
 
 void SharedArena::reserve(size_t bytes) {
   if (bytes <= bytes_)
@@ -37,13 +78,17 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       floatType_(parameters.floatType()) {
   function_ = &requireFunction(bundle, functionName);
   checkParameterStore(bundle, parameters, "Executor");
-  checkNoHalfValues(bundle, *function_,
-                    "the host backend computes in f32 or f64 only");
+  checkNoF16Values(bundle, *function_);
   slots_.resize(function_->values.size());
   if (const std::optional<MemoryPlan> &plan = function_->memoryPlan) {
-    // f64 storage doubles every float value; doubled offsets keep disjoint
-    // blocks disjoint, and ids fit in twice their declared bytes.
-    arenaScale_ = floatType_ == DType::F64 ? 2 : 1;
+    // Storage in the float type grows each float value by that type's size
+    // over its declared one; offsets scaled by the largest ratio keep
+    // disjoint blocks disjoint, and ids fit in their scaled bytes.
+    size_t smallest = 4;
+    for (const TensorType &type : function_->values)
+      if (type.dtype == DType::BF16)
+        smallest = 2;
+    arenaScale_ = std::max<size_t>(1, dtypeSize(floatType_) / smallest);
     arenaBytes_ = static_cast<size_t>(plan->arenaBytes) * arenaScale_;
     if (sharedArena) {
       sharedArena_ = sharedArena;
@@ -79,6 +124,18 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
 }
 
 Executor::~Executor() = default;
+
+void Executor::roundBf16Results(const Instruction &inst) {
+  for (int64_t v : inst.results) {
+    const TensorType &type = function_->values[v];
+    if (type.dtype != DType::BF16)
+      continue;
+    if (floatType_ == DType::F32)
+      roundAll(static_cast<float *>(slots_[v].data), type.numElements);
+    else
+      roundAll(static_cast<double *>(slots_[v].data), type.numElements);
+  }
+}
 
 DType Executor::storageType(int64_t v) const {
   DType dtype = function_->values[v].dtype;
@@ -157,6 +214,7 @@ std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
       execute<float>(position, inst, key);
     else
       execute<double>(position, inst, key);
+    roundBf16Results(inst);
     for (int64_t v : inst.free)
       release(v);
   }

@@ -77,7 +77,8 @@ public:
   /// Prepares `bundle`'s function `functionName`. The bundle, the store and
   /// the pool must outlive the executor. Throws Error: NOT_FOUND when the
   /// bundle has no such function (naming the ones it has), UNIMPLEMENTED for
-  /// bf16/f16 values, INVALID_ARGUMENT if the store is another bundle's or
+  /// f16 values (bf16 ones are stored in the float type and rounded where
+  /// they are written), INVALID_ARGUMENT if the store is another bundle's or
   /// `rank`'s grid is not the bundle's, FAILED_PRECONDITION for a collective
   /// over several ranks without a `rank` (which must outlive the executor).
   /// With `sharedArena` (which must outlive it), the function's values live
@@ -134,6 +135,10 @@ private:
                const MicroBatchKey &key);
   template <typename T>
   void collective(size_t position, const Instruction &inst, uint64_t step);
+  /// Rounds the results `inst` declares bf16 to nearest even, in place:
+  /// the host stores them in its float type, at the values bf16 holds
+  /// (mixed precision, docs/MixedPrecision.md).
+  void roundBf16Results(const Instruction &inst);
 
   const Bundle &bundle_;
   const Function *function_ = nullptr;
@@ -145,7 +150,8 @@ private:
 
   std::vector<Slot> slots_;
   /// The memory plan's arena (its own, or the shared one) and its offsets'
-  /// scale (2 for f64 storage).
+  /// scale: the float type's size over the smallest declared float size (2
+  /// for f64 storage of f32 values, 4 for f64 storage of bf16 ones).
   Buffer arena_;
   SharedArena *sharedArena_ = nullptr;
   size_t arenaBytes_ = 0;

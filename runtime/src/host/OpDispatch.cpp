@@ -83,12 +83,18 @@ void Executor::execute(size_t position, const Instruction &inst,
 
   switch (inst.op) {
   case Op::Fused: // the group's ops one by one: the unfused run's bits
-    for (const Instruction &op : inst.body)
+    for (const Instruction &op : inst.body) {
       execute<T>(position, op, key);
+      roundBf16Results(op);
+    }
     for (const Instruction &op : inst.body)
       for (int64_t v : op.results)
         if (fn.innerValue[v])
           release(v);
+    break;
+  case Op::Cast: // to bf16: rounded with every bf16 result (run's loop)
+    std::memcpy(allocate(inst.results[0]), in(0),
+                static_cast<size_t>(count(inst.results[0])) * sizeof(T));
     break;
   case Op::GetParameter: {
     Slot &slot = slots_[inst.results[0]];

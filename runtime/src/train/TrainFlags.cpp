@@ -63,8 +63,9 @@ const std::vector<Flag> &flags() {
          c.options.microBatchSize = parseIntFlag(f, v, 1);
        }},
       {"--bf16", nullptr,
-       "bf16 mixed precision: --backend cuda with a bundle compiled with "
-       "--bf16 (the host backend refuses it)",
+       "bf16 mixed precision, on a bundle compiled with --bf16: its types "
+       "say which values are bf16 (the host backend rounds them as the "
+       "GPU stores them)",
        [](C &c, S, S) { c.bf16 = true; }},
       {"--fp16", nullptr,
        "fp16 mixed precision with loss scaling, on a bundle compiled with "
@@ -362,12 +363,6 @@ bool dataPathIsIndexed(const std::vector<std::string> &dataPath) {
 void checkPrecisionFlags(const TrainCommand &command) {
   if (command.bf16 && command.fp16)
     invalid("--bf16 and --fp16 are both given; choose one");
-  if (command.bf16 && command.backend != "cuda")
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "--bf16: the " + command.backend +
-                    " backend trains in float32 only; bf16 mixed precision "
-                    "runs with --backend cuda on a bundle compiled with "
-                    "megatron-compile --bf16. Run without --bf16 here");
   if (!command.fp16)
     for (const char *flag : {"--loss-scale", "--initial-loss-scale",
                              "--min-loss-scale", "--loss-scale-window",

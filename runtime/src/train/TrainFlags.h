@@ -68,8 +68,7 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args);
 bool dataPathIsIndexed(const std::vector<std::string> &dataPath);
 
 /// The refusals megatron-train makes before loading anything: --bf16 with
-/// --fp16, --bf16 except on the cuda backend, the loss-scaling flags without
-/// --fp16.
+/// --fp16, the loss-scaling flags without --fp16.
 void checkPrecisionFlags(const TrainCommand &command);
 
 /// --bf16 needs a bundle compiled for bf16 (its model.precision); --fp16

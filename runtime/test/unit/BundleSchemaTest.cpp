@@ -99,12 +99,13 @@ TEST(BundleSchemaTest, BadDType) {
                      "found dtype i32 (value 9)",
                      "expected a floating-point type for cross_entropy_grad"});
   m = base();
-  // One element type per op.
+  // One element type per op, or f32 mixed with one 16-bit type (an f64
+  // bias of an f32 linear layer is neither).
   train(m)["values"][3]["dtype"] = "f64";
   m["parameters"][2]["dtype"] = "f64";
   expectRejected(m, {"instructions[4].operands[2]", "found dtype f64 (value 3)",
                      "expected f32 like operands[0] (an op has one element "
-                     "type)"});
+                     "type, or mixes f32 with bf16 or f16)"});
 }
 
 TEST(BundleSchemaTest, NegativeDimension) {

@@ -235,6 +235,68 @@ TEST_F(ExecutorChecksTest, FreedValuesAreReusedAcrossRuns) {
   EXPECT_LT(peak, total);
 }
 
+// Mixed precision (format version 8): the host stores a value declared bf16
+// in its float type and rounds it to nearest even where it is written, ties
+// to even, overflow to infinity; a cast to f32 is exact. Both float types
+// give the same values (f64 storage rounds without an f32 step).
+TEST(ExecutorTypesTest, Bf16ValuesAreRoundedToNearestEven) {
+  FunctionBuilder f("op");
+  int64_t x = f.input({8}, "f32");
+  int64_t narrow = f.op("cast", {x}, {8}, Json::object(), "bf16");
+  int64_t doubled = f.op("add", {narrow, narrow}, {8}, Json::object(), "bf16");
+  f.output(f.op("cast", {narrow}, {8}));
+  f.output(f.op("cast", {doubled}, {8}));
+  Json m = manifestJson(modelJson(V, H, S, B, B), Json::array(),
+                        Json::array({f.build()}));
+  m["version"] = 8;
+  Bundle bundle = Bundle::parseManifest("bf16", m.dump());
+  const double tie = 1 + std::ldexp(1.0, -8), oddTie = 1 + 3 * std::ldexp(1.0, -8);
+  const double above = tie + std::ldexp(1.0, -20);
+  const std::vector<double> inputs = {tie,   oddTie, above, -above,
+                                      0.1f,  -1.5,   0.0,   3.4e38};
+  const std::vector<double> rounded = {
+      1.0, 1 + std::ldexp(1.0, -6), 1 + std::ldexp(1.0, -7),
+      -(1 + std::ldexp(1.0, -7)), 0.10009765625, -1.5, 0.0, INFINITY};
+  for (DType floatType : {DType::F32, DType::F64}) {
+    ThreadPool pool(1);
+    ParameterStore store(bundle, floatType);
+    Executor executor(bundle, "op", store, pool);
+    std::vector<float> single(inputs.begin(), inputs.end());
+    std::vector<double> wide(single.begin(), single.end());
+    const void *data = floatType == DType::F32
+                           ? static_cast<const void *>(single.data())
+                           : static_cast<const void *>(wide.data());
+    std::vector<Tensor> out = executor.run({{floatType, {8}, data}}, {});
+    ASSERT_EQ(out.size(), 2u);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      auto at = [&](const Tensor &t) {
+        return floatType == DType::F32 ? double(t.data<float>()[i])
+                                       : t.data<double>()[i];
+      };
+      EXPECT_EQ(at(out[0]), rounded[i])
+          << dtypeName(floatType) << " storage, input " << inputs[i];
+      EXPECT_EQ(at(out[1]), 2 * rounded[i])
+          << dtypeName(floatType) << " storage, input " << inputs[i];
+    }
+  }
+}
+
+// A value declared f16 is refused: fp16 training keeps its values f32.
+TEST(ExecutorTypesTest, F16ValuesAreRefused) {
+  FunctionBuilder f("op");
+  int64_t x = f.input({8}, "f32");
+  f.output(f.op("cast", {f.op("cast", {x}, {8}, Json::object(), "f16")}, {8}));
+  Json m = manifestJson(modelJson(V, H, S, B, B), Json::array(),
+                        Json::array({f.build()}));
+  Bundle bundle = Bundle::parseManifest("half", m.dump());
+  ThreadPool pool(1);
+  ParameterStore store(bundle, DType::F32);
+  expectError([&] { Executor(bundle, "op", store, pool); },
+              MTRT_STATUS_UNIMPLEMENTED,
+              {"bundle 'half': op.values[1] is f16",
+               "recompile the model with megatron-compile"});
+}
+
 TEST(ExecutorTypesTest, HalfPrecisionIsRejectedOnTheHost) {
   Json m = bigramManifest(V, H, B, S);
   for (Json &f : m["functions"])

@@ -96,9 +96,9 @@ func.func @layer_norm_scalar(%x: tensor<f32>, %w: tensor<1xf32>) {
 
 // -----
 
-func.func @rms_norm_element_types(%x: tensor<2x16xbf16>, %w: tensor<16xf32>) {
-  // expected-error @+1 {{'mt.rms_norm' op input and weight must share one element type, got 'bf16' and 'f32'}}
-  %0 = mt.rms_norm %x, %w epsilon = 1.0e-06 : (tensor<2x16xbf16>, tensor<16xf32>) -> tensor<2x16xbf16>
+func.func @rms_norm_element_types(%x: tensor<2x16xbf16>, %w: tensor<16xf64>) {
+  // expected-error @+1 {{'mt.rms_norm' op input and weight must share one element type (or mix f32 with bf16 or f16), got 'bf16' and 'f64'}}
+  %0 = mt.rms_norm %x, %w epsilon = 1.0e-06 : (tensor<2x16xbf16>, tensor<16xf64>) -> tensor<2x16xbf16>
   return
 }
 
@@ -152,9 +152,9 @@ func.func @linear_bias(%x: tensor<2x16xf32>, %w: tensor<16x48xf32>, %b: tensor<1
 
 // -----
 
-func.func @linear_element_types(%x: tensor<2x16xf32>, %w: tensor<16x48xf32>, %b: tensor<48xf16>) {
-  // expected-error @+1 {{'mt.linear' op input and bias must share one element type, got 'f32' and 'f16'}}
-  %0 = mt.linear %x, %w, %b : (tensor<2x16xf32>, tensor<16x48xf32>, tensor<48xf16>) -> tensor<2x48xf32>
+func.func @linear_element_types(%x: tensor<2x16xbf16>, %w: tensor<16x48xbf16>, %b: tensor<48xf16>) {
+  // expected-error @+1 {{'mt.linear' op input and bias must share one element type (or mix f32 with bf16 or f16), got 'bf16' and 'f16'}}
+  %0 = mt.linear %x, %w, %b : (tensor<2x16xbf16>, tensor<16x48xbf16>, tensor<48xf16>) -> tensor<2x48xbf16>
   return
 }
 
@@ -201,7 +201,7 @@ func.func @matmul_contraction(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) {
 // -----
 
 func.func @matmul_element_types(%a: tensor<4x8xf32>, %b: tensor<8x4xf64>) {
-  // expected-error @+1 {{'mt.matmul' op lhs and rhs must share one element type, got 'f32' and 'f64'}}
+  // expected-error @+1 {{'mt.matmul' op lhs and rhs must share one element type (or mix f32 with bf16 or f16), got 'f32' and 'f64'}}
   %0 = mt.matmul %a, %b : (tensor<4x8xf32>, tensor<8x4xf64>) -> tensor<4x4xf32>
   return
 }
@@ -256,9 +256,9 @@ func.func @attention_causal_lengths(%q: tensor<2x4x4x8xf32>, %k: tensor<2x8x4x8x
 
 // -----
 
-func.func @attention_element_types(%q: tensor<2x8x4x8xbf16>, %k: tensor<2x8x4x8xf32>, %v: tensor<2x8x4x8xf32>) {
-  // expected-error @+1 {{'mt.attention' op query and key must share one element type, got 'bf16' and 'f32'}}
-  %0 = mt.attention %q, %k, %v : (tensor<2x8x4x8xbf16>, tensor<2x8x4x8xf32>, tensor<2x8x4x8xf32>) -> tensor<2x8x4x8xbf16>
+func.func @attention_element_types(%q: tensor<2x8x4x8xbf16>, %k: tensor<2x8x4x8xf64>, %v: tensor<2x8x4x8xf64>) {
+  // expected-error @+1 {{'mt.attention' op query and key must share one element type (or mix f32 with bf16 or f16), got 'bf16' and 'f64'}}
+  %0 = mt.attention %q, %k, %v : (tensor<2x8x4x8xbf16>, tensor<2x8x4x8xf64>, tensor<2x8x4x8xf64>) -> tensor<2x8x4x8xbf16>
   return
 }
 
@@ -475,5 +475,29 @@ func.func @concat_no_inputs() {
 func.func @concat_result(%a: tensor<2x4xf32>, %b: tensor<2x4xf32>) {
   // expected-error @+1 {{'mt.concat' op result type 'tensor<2x4xf32>' does not match the expected 'tensor<2x8xf32>'}}
   %0 = mt.concat %a, %b axis = 1 : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @cast_to_itself(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'mt.cast' op converts 'f32' to itself; remove the cast}}
+  %0 = mt.cast %x : tensor<2x16xf32> to tensor<2x16xf32>
+  return
+}
+
+// -----
+
+func.func @cast_f64(%x: tensor<2x16xf64>) {
+  // expected-error @+1 {{'mt.cast' op converts 'f64' to 'bf16'; a cast joins f32 with bf16 or f16}}
+  %0 = mt.cast %x : tensor<2x16xf64> to tensor<2x16xbf16>
+  return
+}
+
+// -----
+
+func.func @cast_shape(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'mt.cast' op requires the same shape for all operands and results}}
+  %0 = mt.cast %x : tensor<2x16xf32> to tensor<2x8xbf16>
   return
 }

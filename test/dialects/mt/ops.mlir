@@ -140,3 +140,21 @@ func.func @shapes(%x: tensor<2x8x48xf32>) -> (tensor<2x8x4x12xf32>, tensor<2x4x8
   %2 = mt.concat %q, %k, %v axis = -1 : tensor<2x8x32xf32>, tensor<2x8x8xf32>, tensor<2x8x8xf32> -> tensor<2x8x48xf32>
   return %0, %1, %2 : tensor<2x8x4x12xf32>, tensor<2x4x8x12xf32>, tensor<2x8x48xf32>
 }
+
+// Mixed precision (mt-mixed-precision): casts, and ops that mix f32 with
+// bf16 (a bf16 GEMM with an f32 bias; a norm's bf16 input with its f32
+// weight; a weight gradient's f32 result from bf16 operands).
+// CHECK-LABEL: func.func @mixed_precision
+func.func @mixed_precision(%x: tensor<2x16xbf16>, %w: tensor<16x48xf32>, %b: tensor<48xf32>, %g: tensor<16xf32>) -> (tensor<2x48xbf16>, tensor<2x16xbf16>, tensor<16x48xf32>, tensor<2x48xf32>) {
+  // CHECK: mt.cast %{{.+}} : tensor<16x48xf32> to tensor<16x48xbf16>
+  %w16 = mt.cast %w : tensor<16x48xf32> to tensor<16x48xbf16>
+  // CHECK: mt.linear %{{.+}}, %{{.+}}, %{{.+}} : (tensor<2x16xbf16>, tensor<16x48xbf16>, tensor<48xf32>) -> tensor<2x48xbf16>
+  %y = mt.linear %x, %w16, %b : (tensor<2x16xbf16>, tensor<16x48xbf16>, tensor<48xf32>) -> tensor<2x48xbf16>
+  // CHECK: mt.rms_norm %{{.+}}, %{{.+}} epsilon = {{.+}} : (tensor<2x16xbf16>, tensor<16xf32>) -> tensor<2x16xbf16>
+  %n = mt.rms_norm %x, %g epsilon = 1.0e-06 : (tensor<2x16xbf16>, tensor<16xf32>) -> tensor<2x16xbf16>
+  // CHECK: mt.linear_weight_grad %{{.+}}, %{{.+}} : (tensor<2x16xbf16>, tensor<2x48xbf16>) -> tensor<16x48xf32>
+  %dw = mt.linear_weight_grad %x, %y : (tensor<2x16xbf16>, tensor<2x48xbf16>) -> tensor<16x48xf32>
+  // CHECK: mt.cast %{{.+}} : tensor<2x48xbf16> to tensor<2x48xf32>
+  %y32 = mt.cast %y : tensor<2x48xbf16> to tensor<2x48xf32>
+  return %y, %n, %dw, %y32 : tensor<2x48xbf16>, tensor<2x16xbf16>, tensor<16x48xf32>, tensor<2x48xf32>
+}
