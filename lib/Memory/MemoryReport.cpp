@@ -69,6 +69,13 @@ struct TheoreticalMemory {
   double weightsAndOptimizer = 0;
   double activations = 0;
   double perLayer = 0;
+  /// The formula's per-layer terms that this project does not keep, by
+  /// name: the dropout masks (drawn again from the seed), the attention
+  /// scores' a s^2 b terms (the fused attention keeps its logsumexp
+  /// instead), and under selective recomputation the output projection's
+  /// input (the recomputed attention core writes it again; Megatron-LM
+  /// keeps it for the projection's weight gradient).
+  llvm::SmallVector<std::pair<const char *, double>> notKept;
   /// Micro-batches whose activations the rank holds (1 without pipelines).
   double inFlight = 1;
 };
@@ -127,6 +134,21 @@ std::string describeLayerTerms(const ModelConfig &m) {
   return text + llvm::formatv(") = {0:F2} s b h", sum).str();
 }
 
+/// The per-layer figure beside a layer's row: the formula's, and under
+/// selective recomputation also the terms this project keeps.
+std::string perLayerText(const TheoreticalMemory &t) {
+  std::string text = formatBytes(t.perLayer) + " per layer";
+  if (t.notKept.empty())
+    return text;
+  double kept = t.perLayer;
+  std::string names;
+  for (auto [name, bytes] : t.notKept) {
+    kept -= bytes;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return text + "; " + formatBytes(kept) + " without " + names;
+}
+
 TheoreticalMemory theoreticalMemory(const CompileConfig &config,
                                     const mt::RecomputePolicy &policy,
                                     const RankShare &share) {
@@ -168,14 +190,19 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   // One micro-batch's activations on the rank, and what a recomputed group
   // holds once while it reruns.
   double perMicroBatch = 0, rerun = 0;
+  if (m.hiddenDropout > 0 &&
+      policy.granularity != mt::RecomputeGranularity::Full)
+    t.notKept.push_back({"the dropout masks", 2 * s * b * h / replicated});
   const double chunkLayers = share.layers / share.chunks;
   switch (policy.granularity) {
   case mt::RecomputeGranularity::None:
     t.perLayer = full;
+    t.notKept.push_back({"the attention scores", scores});
     perMicroBatch = share.layers * full;
     break;
   case mt::RecomputeGranularity::Selective:
     t.perLayer = selective;
+    t.notKept.push_back({"the projection input", 2 * s * b * h / tp});
     perMicroBatch = share.layers * selective;
     break;
   case mt::RecomputeGranularity::Full: {
@@ -349,7 +376,7 @@ static void printPipelineMemoryReport(ModuleOp module,
         row(os, llvm::formatv("layer {0}", layer).str(),
             e.savedBytesByLayer[layer],
             layer == plan.layout.stages[e.stages.front()].firstLayer
-                ? formatBytes(t.perLayer) + " per layer"
+                ? perLayerText(t)
                 : "");
     }
     row(os, "stage inputs, embeddings, output layer", e.savedOtherBytes);
@@ -391,7 +418,7 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
         "computed):\n";
   for (auto [layer, bytes] : llvm::enumerate(e.savedBytesByLayer))
     row(os, llvm::formatv("layer {0}", layer).str(), bytes,
-        layer == 0 ? formatBytes(t.perLayer) + " per layer" : "");
+        layer == 0 ? perLayerText(t) : "");
   row(os, "embeddings and output layer", e.savedOtherBytes);
   os << llvm::formatv("recomputed: {0} ops, {1:F2} GFLOP per micro-batch; "
                       "the arena peaks at instruction {2} of {3}; {4} "

@@ -5,6 +5,9 @@
 // same table, cuda/Bf16Values.cpp). A value becomes bf16 when its writer
 // and all its readers take bf16 and so does every value that must share its
 // type; GEMMs then get explicit casts of the f32 operands that remain.
+// The values a pipeline stage sends or stashes are typed across the stage's
+// functions: both sides of a boundary hold one type, bf16 where the sender
+// writes bf16 and every reader reads it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,7 +20,11 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/EquivalenceClasses.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSwitch.h"
+
+#include <map>
+#include <optional>
 
 namespace mlir::mt {
 #define GEN_PASS_DEF_MIXEDPRECISIONPASS
@@ -72,20 +79,29 @@ bool isSumAllReduce(Operation *op) {
   return all && all.getReduction() != shard::ReductionKind::Max;
 }
 
-/// Whether `op`'s kernel reads operand `index` in bf16.
-bool readsBf16(Operation *op, unsigned index) {
-  StringRef name = op->getName().stripDialect();
+/// What every operand and result of `op` takes, where the op decides it as
+/// a whole: collectives move bf16 where their reduction is exact enough,
+/// ops of other dialects take f32, elementwise ops either type, attention
+/// what the flash kernels take. None for ops that decide per operand.
+std::optional<bool> wholeOpTakesBf16(Operation *op) {
   if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
     return isa<shard::AllGatherOp, shard::ReduceScatterOp, shard::AllSliceOp>(
                op) ||
            isSumAllReduce(op);
   if (!isa_and_nonnull<MtDialect>(op->getDialect()))
     return false;
-  if (takesEitherType(name))
+  if (takesEitherType(op->getName().stripDialect()))
     return true;
   if (isa<AttentionOp, AttentionGradOp>(op))
     return flashAttention(op);
-  return llvm::StringSwitch<bool>(name)
+  return std::nullopt;
+}
+
+/// Whether `op`'s kernel reads operand `index` in bf16.
+bool readsBf16(Operation *op, unsigned index) {
+  if (std::optional<bool> whole = wholeOpTakesBf16(op))
+    return *whole;
+  return llvm::StringSwitch<bool>(op->getName().stripDialect())
       // A and B; a bias stays f32.
       .Cases({"linear", "linear_gelu", "matmul", "linear_weight_grad",
               "linear_weight_bias_grad"},
@@ -103,16 +119,9 @@ bool readsBf16(Operation *op, unsigned index) {
 
 /// Whether `op`'s kernel writes result `index` in bf16.
 bool writesBf16(Operation *op, unsigned index) {
-  StringRef name = op->getName().stripDialect();
-  if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
-    return readsBf16(op, 0);
-  if (!isa_and_nonnull<MtDialect>(op->getDialect()))
-    return false;
-  if (takesEitherType(name))
-    return true;
-  if (isa<AttentionOp, AttentionGradOp>(op))
-    return flashAttention(op);
-  return llvm::StringSwitch<bool>(name)
+  if (std::optional<bool> whole = wholeOpTakesBf16(op))
+    return *whole;
+  return llvm::StringSwitch<bool>(op->getName().stripDialect())
       .Cases({"embedding", "fill", "cross_entropy_grad",
               "vocab_cross_entropy_grad", "bias_add", "layer_norm", "rms_norm",
               "linear", "linear_gelu"},
@@ -149,24 +158,133 @@ SmallVector<unsigned, 2> gemmOperands(Operation *op) {
   return {};
 }
 
+/// The pipeline's function boundaries that carry a value from one function
+/// to another: a return operand and the block argument that receives it.
+/// These hold one type on both sides, as Megatron-LM sends and stashes
+/// activations in the training precision.
+struct BoundaryLink {
+  OpOperand *returned;
+  BlockArgument received;
+};
+
+/// The links between pipeline stage functions (mt.pipeline_stage):
+///   - forward k's stash (results 1...) to backward k's leading arguments;
+///   - forward k's output to forward k+1's activation (its first argument);
+///   - backward k+1's input gradient to backward k's seed (the argument
+///     after the stash);
+///   - eval k's output to eval k+1's activation.
+SmallVector<BoundaryLink> pipelineLinks(ModuleOp module) {
+  std::map<int64_t, func::FuncOp> forwards, backwards, evals;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+    if (!stage || function.isExternal())
+      continue;
+    StringRef name = function.getSymName();
+    auto &byStage = name.ends_with("_forward")    ? forwards
+                    : name.ends_with("_backward") ? backwards
+                                                  : evals;
+    byStage[stage.getInt()] = function;
+  }
+  auto returnOf = [](func::FuncOp function) {
+    return cast<func::ReturnOp>(function.getBody().front().getTerminator());
+  };
+  SmallVector<BoundaryLink> links;
+  auto link = [&](func::FuncOp from, unsigned result, func::FuncOp to,
+                  unsigned argument) {
+    func::ReturnOp ret = returnOf(from);
+    if (result < ret.getNumOperands() && argument < to.getNumArguments())
+      links.push_back({&ret->getOpOperand(result), to.getArgument(argument)});
+  };
+  auto next = [](const std::map<int64_t, func::FuncOp> &byStage, int64_t k) {
+    auto found = byStage.find(k + 1);
+    return found == byStage.end() ? func::FuncOp() : found->second;
+  };
+  for (auto [k, forward] : forwards) {
+    auto backward = backwards.find(k);
+    if (backward == backwards.end())
+      continue;
+    unsigned stash = forward.getNumResults() - 1;
+    for (unsigned i = 0; i < stash; ++i)
+      link(forward, i + 1, backward->second, i);
+    func::FuncOp following = next(forwards, k);
+    func::FuncOp followingBackward = next(backwards, k);
+    if (following && followingBackward) {
+      link(forward, 0, following, 0);
+      link(followingBackward, 0, backward->second, stash);
+    }
+  }
+  for (auto [k, eval] : evals)
+    if (func::FuncOp following = next(evals, k))
+      link(eval, 0, following, 0);
+  return links;
+}
+
 struct MixedPrecisionPass
     : mt::impl::MixedPrecisionPassBase<MixedPrecisionPass> {
+  /// Whether each f32 value may become bf16 on its own account; a value
+  /// becomes bf16 when every member of its group may.
+  DenseMap<Value, bool> eligible;
+  llvm::EquivalenceClasses<Value> groups;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto model = module->getAttrOfType<ModelAttr>("mt.model");
     if (!model || model.getPrecision() != "bf16")
       return;
+    SmallVector<func::FuncOp> functions;
     for (auto function : module.getOps<func::FuncOp>())
       if (!function.isExternal())
-        typeFunction(function);
+        functions.push_back(function);
+    SmallVector<BoundaryLink> links = pipelineLinks(module);
+    // A linked argument takes what its sender writes; its readers decide
+    // like any value's.
+    llvm::SmallPtrSet<OpOperand *, 16> linkedReturns;
+    for (BoundaryLink link : links) {
+      linkedReturns.insert(link.returned);
+      if (isF32Tensor(link.received)) {
+        eligible[link.received] = true;
+        groups.insert(link.received);
+      }
+    }
+    for (func::FuncOp function : functions)
+      collectFunction(function, linkedReturns);
+    for (BoundaryLink link : links)
+      if (isF32Tensor(link.received))
+        tie({link.returned->get(), link.received});
+    Type bf16 = BFloat16Type::get(&getContext());
+    applyTypes(functions, bf16);
+    for (func::FuncOp function : functions)
+      insertGemmCasts(function, bf16);
   }
 
-  void typeFunction(func::FuncOp function) {
+  void exclude(Value value) {
+    auto it = eligible.find(value);
+    if (it != eligible.end())
+      it->second = false;
+  }
+
+  /// Holds `values` (the float tensors among them) to one type.
+  void tie(ValueRange values) {
+    Value first;
+    for (Value value : values) {
+      auto type = dyn_cast<RankedTensorType>(value.getType());
+      if (!type || !isa<FloatType>(type.getElementType()))
+        continue;
+      if (!eligible.count(value)) {
+        groups.insert(value);
+        eligible[value] = false;
+      }
+      if (!first)
+        first = value;
+      groups.unionSets(first, value);
+    }
+  }
+
+  void collectFunction(func::FuncOp function,
+                       const llvm::SmallPtrSetImpl<OpOperand *> &linkedReturns) {
     Block &body = function.getBody().front();
     // Candidates: f32 results of the function's ops (a group's inner
     // values stay as they are).
-    DenseMap<Value, bool> eligible;
-    llvm::EquivalenceClasses<Value> groups;
     for (Operation &op : body) {
       for (OpResult result : op.getResults())
         if (isF32Tensor(result)) {
@@ -175,31 +293,14 @@ struct MixedPrecisionPass
           groups.insert(result);
         }
     }
-    auto exclude = [&](Value value) {
-      auto it = eligible.find(value);
-      if (it != eligible.end())
-        it->second = false;
-    };
-    auto tie = [&](ValueRange values) {
-      Value first;
-      for (Value value : values) {
-        auto type = dyn_cast<RankedTensorType>(value.getType());
-        if (!type || !isa<FloatType>(type.getElementType()))
-          continue;
-        if (!eligible.count(value)) {
-          groups.insert(value);
-          eligible[value] = false;
-        }
-        if (!first)
-          first = value;
-        groups.unionSets(first, value);
-      }
-    };
     for (Operation &op : body) {
-      for (OpOperand &operand : op.getOpOperands())
+      for (OpOperand &operand : op.getOpOperands()) {
+        if (isa<func::ReturnOp>(op) && linkedReturns.contains(&operand))
+          continue;
         if (isa<func::ReturnOp, FusedOp>(op) ||
             !readsBf16(&op, operand.getOperandNumber()))
           exclude(operand.get());
+      }
       if (!typesTogether(&op))
         continue;
       SmallVector<Value> members(op.getOperands().begin(),
@@ -224,21 +325,35 @@ struct MixedPrecisionPass
         if (eligible.count(geluGrad->getOperand(2)))
           groups.unionSets(geluGrad->getResult(0), geluGrad->getOperand(2));
     }
+  }
+
+  /// Retypes each value whose whole group may be bf16, and the functions
+  /// whose arguments or results changed.
+  void applyTypes(ArrayRef<func::FuncOp> functions, Type bf16) {
     DenseMap<Value, bool> groupEligible;
     for (auto [value, ok] : eligible) {
       Value leader = groups.getLeaderValue(value);
       auto [it, inserted] = groupEligible.try_emplace(leader, true);
       it->second = it->second && ok;
     }
-    Type bf16 = BFloat16Type::get(function.getContext());
-    for (Operation &op : body)
-      for (OpResult result : op.getResults())
-        if (eligible.lookup(result) &&
-            groupEligible.lookup(groups.getLeaderValue(result))) {
-          result.setType(withElementType(result.getType(), bf16));
-          ++numBf16Values;
-        }
-    insertGemmCasts(function, bf16);
+    auto retype = [&](Value value) {
+      if (!eligible.lookup(value) ||
+          !groupEligible.lookup(groups.getLeaderValue(value)))
+        return;
+      value.setType(withElementType(value.getType(), bf16));
+      ++numBf16Values;
+    };
+    for (func::FuncOp function : functions) {
+      Block &body = function.getBody().front();
+      for (BlockArgument argument : body.getArguments())
+        retype(argument);
+      for (Operation &op : body)
+        for (OpResult result : op.getResults())
+          retype(result);
+      function.setType(FunctionType::get(
+          function.getContext(), body.getArgumentTypes(),
+          body.getTerminator()->getOperandTypes()));
+    }
   }
 
   /// Casts each f32 GEMM operand to bf16: a parameter (a master weight)

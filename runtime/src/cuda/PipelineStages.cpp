@@ -467,7 +467,12 @@ double PipelineStages::scalar(const DeviceTensor &tensor) const {
 
 DeviceTensor PipelineStages::receive(int peer, const TensorType &type,
                                      const comm::CallInfo &info) {
-  DeviceTensor tensor(floatType(), type.shape, *pool_);
+  // Typed bundles send what the stage functions declare (bf16 boundaries
+  // under mixed precision); older ones send the float type.
+  DType dtype = bundle_->typedPrecision() && isFloatingPoint(type.dtype)
+                    ? type.dtype
+                    : floatType();
+  DeviceTensor tensor(dtype, type.shape, *pool_);
   auto [comm, from] = channel(peer, /*sending=*/false);
   collective_->recv(*comm, tensor.data(), tensor.numElements(),
                     tensor.dtype(), from, info);
