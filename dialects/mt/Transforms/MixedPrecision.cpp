@@ -112,7 +112,8 @@ bool readsBf16(Operation *op, unsigned index) {
       .Case("cross_entropy", index == 0)      // the logits
       .Case("cross_entropy_grad", index == 1) // the logits; dloss stays f32
       .Case("embedding_grad", index == 0)     // dy; the table sums in f32
-      .Cases({"bias_add", "vocab_max", "vocab_partials"}, index == 0)
+      .Cases({"bias_add", "bias_grad", "vocab_max", "vocab_partials"},
+             index == 0) // bias_grad sums dy in f32
       .Case("vocab_cross_entropy_grad", index == 1)
       .Default(false);
 }
@@ -173,7 +174,11 @@ struct BoundaryLink {
 ///   - backward k+1's input gradient to backward k's seed (the argument
 ///     after the stash);
 ///   - eval k's output to eval k+1's activation.
-SmallVector<BoundaryLink> pipelineLinks(ModuleOp module) {
+/// `sameType` gets the pairs that hold one type without a link: forward k's
+/// output and backward k's seed (its gradient), which the runtime checks.
+SmallVector<BoundaryLink>
+pipelineLinks(ModuleOp module,
+              SmallVectorImpl<std::pair<Value, Value>> &sameType) {
   std::map<int64_t, func::FuncOp> forwards, backwards, evals;
   for (auto function : module.getOps<func::FuncOp>()) {
     auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
@@ -211,6 +216,9 @@ SmallVector<BoundaryLink> pipelineLinks(ModuleOp module) {
     if (following && followingBackward) {
       link(forward, 0, following, 0);
       link(followingBackward, 0, backward->second, stash);
+      if (stash < backward->second.getNumArguments())
+        sameType.push_back({returnOf(forward).getOperand(0),
+                            backward->second.getArgument(stash)});
     }
   }
   for (auto [k, eval] : evals)
@@ -235,7 +243,8 @@ struct MixedPrecisionPass
     for (auto function : module.getOps<func::FuncOp>())
       if (!function.isExternal())
         functions.push_back(function);
-    SmallVector<BoundaryLink> links = pipelineLinks(module);
+    SmallVector<std::pair<Value, Value>> sameType;
+    SmallVector<BoundaryLink> links = pipelineLinks(module, sameType);
     // A linked argument takes what its sender writes; its readers decide
     // like any value's.
     llvm::SmallPtrSet<OpOperand *, 16> linkedReturns;
@@ -251,6 +260,8 @@ struct MixedPrecisionPass
     for (BoundaryLink link : links)
       if (isF32Tensor(link.received))
         tie({link.returned->get(), link.received});
+    for (auto [first, second] : sameType)
+      tie({first, second});
     Type bf16 = BFloat16Type::get(&getContext());
     applyTypes(functions, bf16);
     for (func::FuncOp function : functions)

@@ -92,6 +92,7 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::RmsNormGrad:
     return operand <= 1;
   case Op::CrossEntropy: // the logits; the labels are ids
+  case Op::BiasGrad:     // dy; the sum is fp32
     return operand == 0;
   case Op::CrossEntropyGrad: // the logits; dloss stays fp32
     return operand == 1;

@@ -516,7 +516,8 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::BiasGrad: {
     LinearDims d = linearDims(fn, inst);
-    biasGrad(stream, d.rows, d.outSize, in(0), out(0), carve.take<char>(0));
+    NormRows dy{slots_[inst.operands[0]], heldInBf16(inst.operands[0])};
+    biasGrad(stream, d.rows, d.outSize, dy, out(0), carve.take<char>(0));
     break;
   }
   case Op::Matmul: {

@@ -218,10 +218,14 @@ void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
 /// Scratch of biasGrad's column sums of a [rows, hidden] input.
 size_t columnSumScratchBytes(int64_t rows, int64_t hidden);
 
-/// dbias [out] = sum over rows of dy [rows, out]; `scratch`:
-/// columnSumScratchBytes(rows, out).
-void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, const float *dy,
+/// dbias [out] = sum over rows of dy [rows, out] (float or bf16);
+/// `scratch`: columnSumScratchBytes(rows, out).
+void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
               float *dbias, void *scratch);
+inline void biasGrad(cudaStream_t stream, int64_t rows, int64_t out,
+                     const float *dy, float *dbias, void *scratch) {
+  biasGrad(stream, rows, out, NormRows{dy, false}, dbias, scratch);
+}
 
 //===----------------------------------------------------------------------===//
 // Attention.cu: the attention core (one block per query row, then one per

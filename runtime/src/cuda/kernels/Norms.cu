@@ -91,10 +91,14 @@ void columnSums(cudaStream_t stream, int64_t rows, int64_t hidden, Term term,
 }
 
 struct DyTerm {
-  const float *dy;
+  NormRows dy;
   int64_t hidden;
   __device__ float operator()(int64_t r, int64_t j) const {
-    return dy[r * hidden + j];
+    int64_t at = r * hidden + j;
+    return dy.bf16
+               ? __bfloat162float(
+                     static_cast<const __nv_bfloat16 *>(dy.data)[at])
+               : static_cast<const float *>(dy.data)[at];
   }
 };
 
@@ -1061,7 +1065,7 @@ void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                       nullptr, scratch);
 }
 
-void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, const float *dy,
+void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
               float *dbias, void *scratch) {
   columnSums(stream, rows, out, DyTerm{dy, out}, dbias, scratch);
 }
