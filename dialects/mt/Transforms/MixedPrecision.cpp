@@ -84,6 +84,10 @@ bool isSumAllReduce(Operation *op) {
 /// ops of other dialects take f32, elementwise ops either type, attention
 /// what the flash kernels take. None for ops that decide per operand.
 std::optional<bool> wholeOpTakesBf16(Operation *op) {
+  // The generated kernels load and store each operand and result in
+  // either type (the launch's type mask); the group holds one type.
+  if (isa<FusedOp>(op))
+    return true;
   if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
     return isa<shard::AllGatherOp, shard::ReduceScatterOp, shard::AllSliceOp>(
                op) ||
@@ -136,9 +140,22 @@ bool writesBf16(Operation *op, unsigned index) {
 /// Whether `op` holds its operands and results to one element type, so
 /// that they are typed together.
 bool typesTogether(Operation *op) {
-  if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
+  if (isa<FusedOp>(op) || isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
     return true;
   return takesEitherType(op->getName().stripDialect());
+}
+
+/// The block arguments and op results inside an mt.fused group.
+SmallVector<Value> groupInnerValues(Operation *op) {
+  SmallVector<Value> values;
+  auto group = dyn_cast<FusedOp>(op);
+  if (!group)
+    return values;
+  Block &body = group.getBody().front();
+  llvm::append_range(values, body.getArguments());
+  for (Operation &inner : body.without_terminator())
+    llvm::append_range(values, inner.getResults());
+  return values;
 }
 
 bool isF32Tensor(Value value) {
@@ -299,7 +316,7 @@ struct MixedPrecisionPass
     for (Operation &op : body) {
       for (OpResult result : op.getResults())
         if (isF32Tensor(result)) {
-          eligible[result] = !isa<FusedOp, GetParameterOp>(op) &&
+          eligible[result] = !isa<GetParameterOp>(op) &&
                              writesBf16(&op, result.getResultNumber());
           groups.insert(result);
         }
@@ -308,7 +325,7 @@ struct MixedPrecisionPass
       for (OpOperand &operand : op.getOpOperands()) {
         if (isa<func::ReturnOp>(op) && linkedReturns.contains(&operand))
           continue;
-        if (isa<func::ReturnOp, FusedOp>(op) ||
+        if (isa<func::ReturnOp>(op) ||
             !readsBf16(&op, operand.getOperandNumber()))
           exclude(operand.get());
       }
@@ -317,6 +334,13 @@ struct MixedPrecisionPass
       SmallVector<Value> members(op.getOperands().begin(),
                                  op.getOperands().end());
       llvm::append_range(members, op.getResults());
+      // A group's inner values have its type (its verifier): each rounds
+      // where the unfused op would, on the host and in the kernel.
+      for (Value inner : groupInnerValues(&op)) {
+        eligible[inner] = true;
+        groups.insert(inner);
+        members.push_back(inner);
+      }
       tie(members);
     }
     // Cross-op type ties the verifiers hold: cuBLASLt's GeLU auxiliary
@@ -358,9 +382,12 @@ struct MixedPrecisionPass
       Block &body = function.getBody().front();
       for (BlockArgument argument : body.getArguments())
         retype(argument);
-      for (Operation &op : body)
+      for (Operation &op : body) {
         for (OpResult result : op.getResults())
           retype(result);
+        for (Value inner : groupInnerValues(&op))
+          retype(inner);
+      }
       function.setType(FunctionType::get(
           function.getContext(), body.getArgumentTypes(),
           body.getTerminator()->getOperandTypes()));

@@ -49,6 +49,10 @@ std::string megatron::fusedKernelPrelude() {
       "    return (u >> 16) | 0x40u;\n"
       "  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
       "}\n"
+      // An inner value typed bf16 rounds where the unfused op stores it.
+      "__device__ __forceinline__ float mt_bf16(float f) {\n"
+      "  return mt_widen(mt_round(f));\n"
+      "}\n"
       "__device__ __forceinline__ float mt_load(const void *p, bool bf16, "
       "long long i) {\n"
       "  if (bf16)\n"
@@ -143,6 +147,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
             .Default([](Operation *) -> std::string {
               llvm_unreachable("mt.fused's verifier admits only these ops");
             });
+    if (cast<ShapedType>(op.getResult(0).getType()).getElementType().isBF16())
+      expression = "mt_bf16(" + expression + ")";
     os << "  const float " << result << " = " << expression << ";\n";
     names[op.getResult(0)] = result;
   }
