@@ -115,8 +115,8 @@ Gemm::Gemm(cudaStream_t stream, bool tf32, bool tuning)
 void *Gemm::ownWorkspace() {
   if (!workspace_)
     MTRT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes),
-                    "allocating the cuBLASLt workspace (a bundle before "
-                    "format version 9 leaves it out of its memory plan)");
+                    "allocating the cuBLASLt workspace (the bundle's memory "
+                    "plan leaves it out of its GEMMs' side buffers)");
   return workspace_;
 }
 

@@ -68,7 +68,7 @@ struct GemmEpilogue {
   void *scratch = nullptr;
   /// cuBLASLt's workspace: scratch::kGemmWorkspaceBytes (core/OpScratch.h)
   /// in the instruction's kernel block of the memory plan. Without it (a
-  /// bundle before format version 9, benches) the Gemm's own, allocated at
+  /// plan written before issue 21, benches) the Gemm's own, allocated at
   /// its first such run.
   void *workspace = nullptr;
   /// An accumulating product (C += A B) times its algorithm candidates

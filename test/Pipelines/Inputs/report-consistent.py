@@ -3,8 +3,8 @@ bundle it describes (megatron-compile --emit plan of the same flags): the
 activations row is train_step's arena in the bundle's memory plan, the eval
 row eval_step's, the side buffers at the peak fit in the arena (and none is
 a GEMM operand's copy: under bf16 the IR types the operands), the saved bytes by layer fit
-in it, every GEMM's side buffer holds cuBLASLt's 32 MiB workspace (format
-version 9: no workspace beside the arena), the bf16 weight copies are the
+in it, every GEMM's side buffer holds cuBLASLt's 32 MiB workspace (issue
+21: no workspace beside the arena), the bf16 weight copies are the
 parameters the bundle's GEMMs read (the runtime's rule), the weights (with
 those copies under bf16) and the total are the sums
 of their rows, and the device figure adds the measured CUDA
