@@ -11,8 +11,8 @@ and no slower than full uniform 1.
 "Reported arena": the report's activations (the train_step arena of the
 bundle's memory plan, values and side buffers). "Measured arena": the arena
 megatron-train allocated (its "arena N MiB" line). "Reported total": the
-report's total (weights, gradients, Adam moments, the arena, the cuBLASLt
-workspace). "Measured total": nvidia-smi's peak memory in use during the
+report's total (weights, gradients, Adam moments, the arena; cuBLASLt's
+workspace is in the arena's GEMM side buffers). "Measured total": nvidia-smi's peak memory in use during the
 run, minus what was in use before it and minus the CUDA context and
 libraries, measured as tiny-gpt's peak minus its own reported total.
 """

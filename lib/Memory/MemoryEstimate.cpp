@@ -98,7 +98,6 @@ static void countWeights(ArrayRef<func::FuncOp> train,
     optimizer = (optimizer + config.parallel.dataParallelSize - 1) /
                 config.parallel.dataParallelSize;
   estimate.optimizerBytes = optimizer;
-  estimate.workspaceBytes = kGemmWorkspaceBytes;
 }
 
 static void countRecomputed(func::FuncOp function, MemoryEstimate &estimate) {

@@ -270,8 +270,7 @@ static void printWeights(llvm::raw_ostream &os, const MemoryEstimate &e,
 static void printTotals(llvm::raw_ostream &os, const MemoryEstimate &e,
                         const TheoreticalMemory &t) {
   row(os, "  of which side buffers at the peak", e.peakSideBufferBytes,
-      "bf16 GEMM operands, saved kernel state, scratch");
-  row(os, "workspace (cuBLASLt)", e.workspaceBytes);
+      "saved kernel state, scratch, cuBLASLt's workspace");
   row(os, "total", e.totalBytes(),
       formatBytes(t.weightsAndOptimizer + t.activations));
   row(os, "  with the CUDA context", e.totalBytes() + kMeasuredCudaContextBytes,

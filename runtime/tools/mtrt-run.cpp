@@ -4,6 +4,7 @@
 #include "core/CommandLine.h"
 #include "core/Random.h"
 #include "core/Safetensors.h"
+#include "core/ScratchPlan.h"
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
@@ -52,6 +53,7 @@ struct Options {
   unsigned threads = 0;
 
   bool gradcheck = false;
+  bool checkCudaPlan = false;
   double tolerance = 1e-6;
   int64_t maxElements = 0; // 0: every element
   int stencil = 5;
@@ -117,6 +119,11 @@ const std::vector<Flag> &flags() {
        "check train_step's gradients against finite differences of its "
        "loss, in float64",
        [](O &o, S, S) { o.gradcheck = true; }},
+      {"--check-cuda-plan", nullptr,
+       "check, without a GPU, that every function's memory plan gives the "
+       "CUDA backend each block it needs (as its executor does at load "
+       "time), print one line per function and run nothing",
+       [](O &o, S, S) { o.checkCudaPlan = true; }},
       {"--tolerance", "T",
        "--gradcheck fails (exit 1) when a parameter's relative error is "
        "above T (default 1e-6)",
@@ -179,6 +186,8 @@ Options parseOptions(const std::vector<std::string> &args) {
                       std::to_string(positional.size()) + " arguments: '" +
                       positional[0] + "', '" + positional[1] + "'...");
   o.bundlePath = positional[0];
+  if (o.checkCudaPlan)
+    return o;
   if (o.gradcheck) {
     if (!o.function.empty() && o.function != "train_step")
       invalid("--gradcheck checks train_step; leave --function " + o.function +
@@ -483,6 +492,32 @@ int run(int argc, char **argv) {
     return 0;
   }
   mtrt::Bundle bundle = mtrt::Bundle::load(o.bundlePath);
+  if (o.checkCudaPlan) {
+    for (const mtrt::Function &fn : bundle.functions()) {
+      if (!fn.memoryPlan) {
+        std::cout << fn.name << ": no memory plan (backends lay out their "
+                                "own arena)\n";
+        continue;
+      }
+      bool workspace = false;
+      mtrt::checkCudaMemoryPlan(bundle, fn, workspace);
+      uint64_t blocks = 0;
+      for (uint64_t bytes :
+           mtrt::planScratch(fn,
+                             bundle.hasModel() &&
+                                 bundle.model().precision == "bf16",
+                             workspace)
+               .bytes)
+        blocks += bytes > 0;
+      std::cout << fn.name << ": the plan covers the CUDA backend ("
+                << fn.memoryPlan->arenaBytes << " bytes, " << blocks
+                << " kernel blocks, "
+                << (workspace ? "cuBLASLt's workspace in the GEMMs' blocks"
+                              : "no GEMM workspace in the plan")
+                << ")\n";
+    }
+    return 0;
+  }
   return o.gradcheck ? gradcheck(bundle, o) : runFunction(bundle, o);
 }
 

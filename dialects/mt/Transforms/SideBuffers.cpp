@@ -1,9 +1,11 @@
 //===- SideBuffers.cpp - The CUDA backend's blocks besides the values ------===//
 //
-// Mirrors runtime/src/cuda/OpDispatch.cpp (Executor::scratchBytes,
-// pairAttention, pairCrossEntropy), Bf16Values.cpp (planBf16Copies) and the kernels' scratch
-// sizes (runtime/src/cuda/kernels/*.cu, the *ScratchBytes functions); the
-// runtime checks at load time that each block here is at least what it needs.
+// Each op's sizes are runtime/src/core/OpScratch.h's, the one definition the
+// CUDA backend uses too (runtime/src/core/ScratchPlan.cpp); what is read off
+// the IR here (dimensions, which attention pairs with which gradient) is
+// what ScratchPlan reads off the bundle, and the runtime checks at load time
+// that each block here is at least what it needs (test/Target/Bundle/
+// cuda-plan-check.test runs that check on compiled bundles).
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,8 @@
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
 
+#include "core/OpScratch.h"
+
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
@@ -21,14 +25,12 @@
 
 using namespace mlir;
 using namespace mlir::mt;
+namespace scratch = mtrt::scratch;
+
+static_assert(scratch::kAlignment == kArenaAlignment,
+              "the plan's blocks are aligned as the scratch pieces are");
 
 namespace {
-
-int64_t roundUp(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
-int64_t floats(int64_t count) { return roundUp(4 * count); }
 
 RankedTensorType typeOf(Value value) {
   return cast<RankedTensorType>(value.getType());
@@ -45,57 +47,20 @@ int64_t rowsOf(Value value) {
   return last ? type.getNumElements() / last : 0;
 }
 
-/// The kernels' sizes (runtime/src/cuda/kernels).
-constexpr int64_t kNormRowsPerChunk = 64; // Norms.cu, bias gradients
-constexpr int64_t kNormMinRowsPerBlock = 8, kNormMaxBlocks = 1024; // norms
-constexpr int64_t kFlashTile = 64;        // FlashAttention.cu
-constexpr int64_t kFlashMaxSeq = (int64_t(1) << 31) - 2 * kFlashTile;
-
-int64_t columnSumBytes(int64_t rows, int64_t hidden) {
-  int64_t chunks =
-      std::max<int64_t>(1, (rows + kNormRowsPerChunk - 1) / kNormRowsPerChunk);
-  return 8 * chunks * std::max<int64_t>(hidden, 1);
-}
-
-/// Norms.cu normBackwardScratchBytes: a row of f32 partial sums per block
-/// of rows, per parameter gradient.
-int64_t normPartialBytes(int64_t rows, int64_t hidden) {
-  int64_t blocks = std::clamp<int64_t>(
-      (rows + kNormMinRowsPerBlock - 1) / kNormMinRowsPerBlock, 1,
-      kNormMaxBlocks);
-  return 4 * blocks * std::max<int64_t>(hidden, 1);
-}
-
-/// Embedding.cu: the ids, two int64 index arrays and CUB's radix sort of
-/// (id, index) pairs. CUB sizes its temporary storage at run time: the
-/// alternate keys and values, and digit histograms that grow with the
-/// device's grid (cub/device/dispatch/dispatch_radix_sort.cuh); bounded here
-/// by twice the pairs plus 4 MiB.
-int64_t embeddingBackwardBytes(int64_t count, bool wideIds) {
-  if (count <= 0)
-    return 0;
-  int64_t idBytes = wideIds ? 8 : 4;
-  return roundUp(idBytes * count) + 2 * roundUp(8 * count) +
-         roundUp(2 * (idBytes + 8) * count + (int64_t(4) << 20));
-}
-
-int64_t crossEntropyScratchBytes(int64_t rows) { return 8 * (rows + 1); }
-int64_t crossEntropySavedBytes(int64_t rows) { return 8 * rows; }
-
 /// runtime/src/core/OpShapes.cpp attentionParams: q, k, v are
 /// [batch, sequence, heads, head dimension].
 struct AttentionShape {
-  int64_t batch, seqQ, headsQ, headDim, seqK, headsKv, headDimV;
-  bool causal;
-  double scale, dropoutP;
+  scratch::AttentionShape dims;
+  double scale;
   int64_t seed;
 
-  int64_t rows() const { return batch * seqQ * headsQ; }
   bool operator==(const AttentionShape &o) const {
-    return batch == o.batch && seqQ == o.seqQ && headsQ == o.headsQ &&
-           headDim == o.headDim && seqK == o.seqK && headsKv == o.headsKv &&
-           headDimV == o.headDimV && causal == o.causal && scale == o.scale &&
-           dropoutP == o.dropoutP && seed == o.seed;
+    const scratch::AttentionShape &a = dims, &b = o.dims;
+    return a.batch == b.batch && a.seqQ == b.seqQ && a.headsQ == b.headsQ &&
+           a.headDim == b.headDim && a.seqK == b.seqK &&
+           a.headsKv == b.headsKv && a.headDimV == b.headDimV &&
+           a.causal == b.causal && a.dropoutP == b.dropoutP &&
+           scale == o.scale && seed == o.seed;
   }
 };
 
@@ -105,49 +70,24 @@ AttentionShape attentionShape(AttentionLike op) {
   ArrayRef<int64_t> k = typeOf(op.getKey()).getShape();
   ArrayRef<int64_t> v = typeOf(op.getValue()).getShape();
   std::optional<APFloat> scale = op.getScale();
-  return {q[0],
-          q[1],
-          q[2],
-          q[3],
-          k[1],
-          k[2],
-          v[3],
-          op.getCausal(),
-          scale ? scale->convertToDouble() : 0.0,
-          op.getDropoutP().convertToDouble(),
+  scratch::AttentionShape dims;
+  dims.batch = q[0];
+  dims.seqQ = q[1];
+  dims.headsQ = q[2];
+  dims.headDim = q[3];
+  dims.seqK = k[1];
+  dims.headsKv = k[2];
+  dims.headDimV = v[3];
+  dims.causal = op.getCausal();
+  dims.dropoutP = op.getDropoutP().convertToDouble();
+  return {dims, scale ? scale->convertToDouble() : 0.0,
           static_cast<int64_t>(op.getSeed())};
 }
 
-/// FlashAttention.cu flashAttentionUnsupportedReason: the flash kernels run
-/// under mixed precision for the shapes they take.
+/// The flash kernels run under mixed precision, for the shapes they take.
 bool runsFlash(const AttentionShape &p, const SideBufferOptions &options) {
-  return options.mixedPrecision && p.headDim == p.headDimV &&
-         (p.headDim == 16 || p.headDim == 32 || p.headDim == 64 ||
-          p.headDim == 128) &&
-         !(p.causal && p.seqQ != p.seqK) && p.batch <= 65535 &&
-         p.headsQ <= 65535 && p.seqQ <= kFlashMaxSeq && p.seqK <= kFlashMaxSeq;
-}
-
-/// FlashAttention.cu flashAttentionSavedOutputBytes: the output kept for
-/// the gradient, in bf16.
-int64_t flashSavedOutputBytes(const AttentionShape &p) {
-  return roundUp(2 * p.rows() * p.headDimV);
-}
-
-int64_t flashMaskBytes(const AttentionShape &p) {
-  if (p.dropoutP <= 0)
-    return 0;
-  return 8 * p.rows() * ((p.seqK + kFlashTile - 1) / kFlashTile);
-}
-
-/// FlashAttention.cu flashAttentionBackwardScratchBytes: delta (a float
-/// per query row) and at head dimension 128 the fused backward's fp32 dq
-/// sums.
-int64_t flashBackwardScratchBytes(const AttentionShape &p) {
-  int64_t bytes = floats(p.rows());
-  if (p.headDim >= 128)
-    bytes += floats(p.rows() * p.headDim);
-  return bytes;
+  return options.mixedPrecision &&
+         scratch::flashAttentionUnsupportedReason(p.dims).empty();
 }
 
 /// The values a GEMM reads as its two operands (both null for other ops).
@@ -248,52 +188,46 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     if (!op)
       continue;
     int64_t &bytes = kernel[i].bytes;
+    bool paired = partner[i] >= 0;
     if (isa<LayerNormGradOp, RmsNormGradOp>(op)) {
       Value x = op->getOperand(1);
-      int64_t rows = rowsOf(x), hidden = typeOf(x).getShape().back();
-      bytes += roundUp(normPartialBytes(rows, hidden) *
-                       (op->getNumResults() == 3 ? 2 : 1));
-    } else if (isa<LinearWeightBiasGradOp>(op) ||
-               (isa<LinearGeluGradOp>(op) && op->getNumResults() == 2)) {
-      // The bias gradient's column sums, in case cuBLASLt cannot do them.
-      auto [rows, columns] = biasGradDims(op);
-      bytes += roundUp(columnSumBytes(rows, columns));
-    } else if (auto biasGrad = dyn_cast<BiasGradOp>(op)) {
+      bytes += scratch::normGradOpBytes(rowsOf(x), typeOf(x).getShape().back(),
+                                        op->getNumResults() == 3);
+    } else if (readsGemmOperands(op)) {
+      // A bias-gradient epilogue's column sums (in case cuBLASLt cannot do
+      // them), then cuBLASLt's workspace.
+      uint64_t epilogue = 0;
+      if (isa<LinearWeightBiasGradOp>(op) ||
+          (isa<LinearGeluGradOp>(op) && op->getNumResults() == 2)) {
+        auto [rows, columns] = biasGradDims(op);
+        epilogue = scratch::biasGradOpBytes(rows, columns);
+      }
+      bytes += scratch::gemmOpBytes(epilogue);
+    } else if (isa<BiasGradOp>(op)) {
       Value dy = op->getOperand(0);
-      bytes += roundUp(
-          columnSumBytes(rowsOf(dy), typeOf(dy).getShape().back()));
+      bytes += scratch::biasGradOpBytes(rowsOf(dy), typeOf(dy).getShape().back());
     } else if (auto embeddingGrad = dyn_cast<EmbeddingGradOp>(op)) {
       Value ids = embeddingGrad.getIds();
-      bytes += roundUp(embeddingBackwardBytes(
-          elementsOf(ids), typeOf(ids).getElementType().isInteger(64)));
+      bytes += scratch::embeddingGradOpBytes(
+          elementsOf(ids), typeOf(ids).getElementType().isInteger(64));
     } else if (auto attention = dyn_cast<AttentionOp>(op)) {
       AttentionShape p = attentionShape(attention);
-      bytes += floats(p.rows()); // the logsumexp
-      if (partner[i] >= 0) // the bf16 output, for grad
-        bytes += flashSavedOutputBytes(p);
-      if (partner[i] >= 0 || runsFlash(p, options)) // the dropout bits
-        bytes += roundUp(flashMaskBytes(p));
+      bytes += scratch::attentionOpBytes(p.dims, runsFlash(p, options), paired);
     } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
       AttentionShape p = attentionShape(grad);
-      if (partner[i] >= 0) // the row sums of dO * O (and the dq sums)
-        bytes += flashBackwardScratchBytes(p);
-      else if (runsFlash(p, options)) // the forward rerun here, then delta
-        bytes += floats(p.rows()) + flashSavedOutputBytes(p) +
-                 roundUp(flashMaskBytes(p)) + flashBackwardScratchBytes(p);
-      else // the logsumexp and delta
-        bytes += floats(p.rows()) + floats(p.rows());
+      bytes +=
+          scratch::attentionGradOpBytes(p.dims, runsFlash(p, options), paired);
     } else if (auto rope = dyn_cast<RopeOp>(op)) {
       ArrayRef<int64_t> x = typeOf(rope.getInput()).getShape();
       int64_t rotary = rope.getRotaryDim() ? int64_t(*rope.getRotaryDim())
                                            : x[3];
-      bytes += roundUp(8 * std::max<int64_t>(1, x[1] * (rotary / 2)));
+      bytes += scratch::ropeOpBytes(x[1], rotary);
     } else if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
-      int64_t rows = elementsOf(loss.getLabels());
-      bytes += roundUp(crossEntropyScratchBytes(rows));
-      if (partner[i] >= 0) // the logsumexps, for the grad
-        bytes += roundUp(crossEntropySavedBytes(rows));
+      bytes += scratch::crossEntropyOpBytes(elementsOf(loss.getLabels()),
+                                            paired);
     } else if (auto lossGrad = dyn_cast<CrossEntropyGradOp>(op)) {
-      bytes += roundUp(crossEntropyScratchBytes(elementsOf(lossGrad.getLabels())));
+      bytes += scratch::crossEntropyOpBytes(elementsOf(lossGrad.getLabels()),
+                                            /*paired=*/false);
     }
   }
   SmallVector<SmallVector<SideBuffer, 1>> buffers(n);
@@ -316,7 +250,8 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
           continue;
         auto [it, first] = copyAt.try_emplace(v, i, buffers[i].size());
         if (first)
-          buffers[i].push_back({roundUp(2 * elementsOf(v)), i, v});
+          buffers[i].push_back(
+              {int64_t(scratch::roundUp(2 * elementsOf(v))), i, v});
         else
           buffers[it->second.first][it->second.second].until = i;
       }

@@ -27,9 +27,6 @@ namespace megatron {
 
 struct PipelinePlan;
 
-/// The cuBLASLt workspace every CUDA rank holds (runtime/src/cuda/Gemm.cpp).
-inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
-
 /// What a CUDA process holds besides its own buffers (the CUDA context, the
 /// loaded kernels, cuBLASLt's handles), which nothing here can derive:
 /// measured on the H200 (driver 580, CUDA 13) as tiny-gpt's peak in
@@ -51,15 +48,14 @@ struct MemoryEstimate {
   /// train_step's arena (the plan's peak: values and side buffers), the
   /// instruction where it peaks and the instruction count.
   int64_t activationBytes = 0;
-  /// Of the arena at its peak: the side buffers (bf16 GEMM operand copies,
-  /// kernel state saved for a gradient, kernel scratch).
+  /// Of the arena at its peak: the side buffers (kernel state saved for a
+  /// gradient, kernel scratch, cuBLASLt's workspace in a GEMM's block;
+  /// before format version 8, bf16 GEMM operand copies).
   int64_t peakSideBufferBytes = 0;
   int64_t peakInstruction = 0;
   int64_t numInstructions = 0;
   /// Results that take an operand's block in place.
   int64_t inPlaceResults = 0;
-  /// The cuBLASLt workspace (kernel scratch is a side buffer in the arena).
-  int64_t workspaceBytes = 0;
   /// eval_step's arena, held besides when a run evaluates.
   int64_t evalArenaBytes = 0;
   /// Saved for the backward pass (live when the loss is computed), by layer;
@@ -86,7 +82,7 @@ struct MemoryEstimate {
 
   int64_t totalBytes() const {
     return parameterBytes + bf16ParameterBytes + gradientBytes +
-           optimizerBytes + activationBytes + workspaceBytes;
+           optimizerBytes + activationBytes;
   }
 };
 

@@ -84,7 +84,8 @@ layOutPlannedArena(const Function &function,
                              std::to_string(block->until) + "]"
                        : std::string("has none there")) +
                 ". The compiler that wrote the bundle declares other side "
-                "buffers (dialects/mt/Transforms/SideBuffers.cpp) than this "
+                "buffers (dialects/mt/Transforms/SideBuffers.cpp, sizes from "
+                "core/OpScratch.h) than this "
                 "runtime uses: recompile the bundle with the megatron-compile "
                 "of this runtime's release");
       }

@@ -51,11 +51,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     if (inst.op == Op::Reshape &&
         storageType(inst.results[0]) == storageType(inst.operands[0]))
       aliasOf_[inst.results[0]] = inst.operands[0];
-  scratchKeptUntil_.resize(fn.instructions.size());
-  for (size_t position = 0; position < fn.instructions.size(); ++position)
-    scratchKeptUntil_[position] = position;
-  pairAttention();
-  pairCrossEntropy();
+  planKernelBlocks();
   planBf16Values();
   planAttentionViews();
   planBf16Copies();
@@ -74,7 +70,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
                dtypeSize(declared);
       },
       [&](size_t position) { return scratchBytes(position); },
-      [&](size_t position) { return scratchKeptUntil_[position]; },
+      [&](size_t position) { return kernelBlocks_.keptUntil[position]; },
       [&](int64_t v) { return aliasOf_[v]; },
       [&](size_t position) { return bf16CopiesMadeAt(position); });
   if (plan_.fromCompiler) // each value has its own block: reshapes copy

@@ -5,6 +5,7 @@
 
 #include "core/Bundle.h"
 #include "core/MicroBatchKey.h"
+#include "core/ScratchPlan.h"
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
 #include "cuda/FusedKernels.h"
@@ -216,14 +217,16 @@ private:
     int64_t ignore;
   };
 
-  size_t scratchBytes(size_t position) const;
-  /// Pairs each flash attention with its attention_grad (same q, k, v and
-  /// attributes): the forward's scratch (logsumexp, a copy of its output,
-  /// the dropout mask) is kept for the gradient, which then reruns nothing.
-  void pairAttention();
-  /// Pairs each cross_entropy with its cross_entropy_grad (same logits,
-  /// labels and attributes): the forward keeps the rows' logsumexps for it.
-  void pairCrossEntropy();
+  /// Instruction `position`'s kernel block (core/ScratchPlan.h).
+  size_t scratchBytes(size_t position) const {
+    return static_cast<size_t>(kernelBlocks_.bytes[position]);
+  }
+  /// Pairs each flash attention with its attention_grad (the forward keeps
+  /// its logsumexp, output copy and dropout mask for it, which then reruns
+  /// nothing) and each cross_entropy with its cross_entropy_grad (the rows'
+  /// logsumexps), and sizes every kernel block: core/ScratchPlan's
+  /// planScratch, the sizes the compiler's plan uses.
+  void planKernelBlocks();
   /// The values a GEMM instruction passes as A and B (-1, -1 for others).
   std::pair<int64_t, int64_t> gemmOperandValues(const Instruction &inst) const;
   /// Mixed precision: each value that GEMMs read gets one bf16 copy, made by
@@ -340,15 +343,13 @@ private:
   Context &context_;
   bool bf16_ = false;
   double lossScale_ = 1.0;
-  /// By instruction: the position of the paired attention_grad (for an
-  /// attention) or attention (for an attention_grad); kNoPartner if none.
-  static constexpr size_t kNoPartner = ~size_t(0);
-  std::vector<size_t> attentionPartner_;
-  /// Likewise for cross_entropy and cross_entropy_grad.
-  std::vector<size_t> lossPartner_;
-  /// By instruction: the later instruction after which its scratch is
-  /// released (itself when nothing is kept).
-  std::vector<size_t> scratchKeptUntil_;
+  /// Each instruction's kernel block, its pairing and how long it is kept
+  /// (planKernelBlocks).
+  static constexpr size_t kNoPartner = ScratchPlan::kNoPartner;
+  ScratchPlan kernelBlocks_;
+  /// Each GEMM's kernel block ends with cuBLASLt's workspace (the plan
+  /// holds it: planHoldsGemmWorkspace); otherwise the Gemm's own.
+  bool gemmWorkspaceInPlan_ = false;
   /// By value: held in bf16 in its slot (its first half; planBf16Values).
   std::vector<bool> bf16Value_;
   Bf16Boundary bf16Boundary_;

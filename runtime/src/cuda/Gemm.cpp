@@ -1,6 +1,7 @@
 // cuBLASLt plans for row-major products: the column-major view C^T = B^T A^T.
 #include "cuda/Gemm.h"
 
+#include "core/OpScratch.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/kernels/Kernels.h"
 
@@ -12,7 +13,7 @@ namespace mtrt::cuda {
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kWorkspaceBytes = size_t(scratch::kGemmWorkspaceBytes);
 
 /// The largest power of two, at most 256, that divides the address and, for
 /// batched products, the byte stride between matrices.
@@ -108,9 +109,15 @@ Gemm::Gemm(cudaStream_t stream, bool tf32, bool tuning)
   MTRT_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle");
   MTRT_CUDA_CHECK(cudaEventCreate(&start_), "creating the GEMM tuning events");
   MTRT_CUDA_CHECK(cudaEventCreate(&stop_), "creating the GEMM tuning events");
-  MTRT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes),
-                  "allocating the cuBLASLt workspace");
   workspaceBytes_ = kWorkspaceBytes;
+}
+
+void *Gemm::ownWorkspace() {
+  if (!workspace_)
+    MTRT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes),
+                    "allocating the cuBLASLt workspace (the bundle's memory "
+                    "plan leaves it out of its GEMMs' side buffers)");
+  return workspace_;
 }
 
 Gemm::~Gemm() {
@@ -517,9 +524,10 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   float *product =
       byKernel && epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
+  void *workspace = epilogue.workspace ? epilogue.workspace : ownWorkspace();
   auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
     return cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first, p.a,
-                          &beta, product, p.c, product, p.c, &algo, workspace_,
+                          &beta, product, p.c, product, p.c, &algo, workspace,
                           workspaceBytes_, stream_);
   };
   if (!p.candidates.empty()) {
@@ -541,7 +549,7 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
            [&](const cublasLtMatmulAlgo_t &algo) {
              return cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first,
                                    p.a, &zero, scratch, p.c, scratch, p.c,
-                                   &algo, workspace_, workspaceBytes_,
+                                   &algo, workspace, workspaceBytes_,
                                    stream_);
            });
     else

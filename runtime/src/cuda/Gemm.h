@@ -66,6 +66,11 @@ struct GemmEpilogue {
   /// For the kernels' bias gradient when cuBLASLt cannot:
   /// columnSumScratchBytes(rows, length) bytes (kernels/Kernels.h).
   void *scratch = nullptr;
+  /// cuBLASLt's workspace: scratch::kGemmWorkspaceBytes (core/OpScratch.h)
+  /// in the instruction's kernel block of the memory plan. Without it (a
+  /// plan written before issue 21, benches) the Gemm's own, allocated at
+  /// its first such run.
+  void *workspace = nullptr;
   /// An accumulating product (C += A B) times its algorithm candidates
   /// without accumulating, into these m * n floats (C's layout), so that C
   /// is added to once; without it, an accumulating product keeps the
@@ -102,7 +107,7 @@ class Gemm {
 public:
   static constexpr int kTuningCandidates = 8;
 
-  /// Creates the cuBLASLt handle and a workspace on the current device.
+  /// Creates the cuBLASLt handle on the current device.
   /// Throws Error naming the failed call.
   Gemm(cudaStream_t stream, bool tf32, bool tuning = true);
   ~Gemm();
@@ -177,6 +182,8 @@ private:
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   std::vector<std::string> tuningChoices_;
   cublasLtHandle_t handle_ = nullptr;
+  /// The workspace for runs that bring none (GemmEpilogue::workspace).
+  void *ownWorkspace();
   void *workspace_ = nullptr;
   size_t workspaceBytes_ = 0;
   std::map<Key, Plan> plans_;

@@ -48,61 +48,12 @@ random::MaskTile fusedMaskTile(const Function &fn, const Instruction &inst,
 } // namespace
 
 bool Executor::flashAttention(const AttentionParams &params) const {
-  return bf16_ && flashAttentionUnsupportedReason(params).empty();
+  return runsFlashAttention(params, bf16_);
 }
 
-void Executor::pairAttention() {
-  const Function &fn = *function_;
-  attentionPartner_.assign(fn.instructions.size(), kNoPartner);
-  auto same = [](const AttentionParams &a, const AttentionParams &b) {
-    return a.batch == b.batch && a.seqQ == b.seqQ && a.seqK == b.seqK &&
-           a.headsQ == b.headsQ && a.headsKv == b.headsKv &&
-           a.headDim == b.headDim && a.headDimV == b.headDimV &&
-           a.causal == b.causal && a.scale == b.scale &&
-           a.dropoutP == b.dropoutP && a.seed == b.seed;
-  };
-  for (size_t grad = 0; grad < fn.instructions.size(); ++grad) {
-    const Instruction &g = fn.instructions[grad];
-    if (g.op != Op::AttentionGrad)
-      continue;
-    AttentionParams p = attentionParams(fn, g, 0);
-    if (!flashAttention(p))
-      continue;
-    for (size_t forward = grad; forward-- > 0;) {
-      const Instruction &f = fn.instructions[forward];
-      if (f.op != Op::Attention || attentionPartner_[forward] != kNoPartner ||
-          f.operands[0] != g.operands[1] || f.operands[1] != g.operands[2] ||
-          f.operands[2] != g.operands[3] ||
-          !same(attentionParams(fn, f, 0), p))
-        continue;
-      attentionPartner_[forward] = grad;
-      attentionPartner_[grad] = forward;
-      scratchKeptUntil_[forward] = grad;
-      break;
-    }
-  }
-}
-
-void Executor::pairCrossEntropy() {
-  const Function &fn = *function_;
-  lossPartner_.assign(fn.instructions.size(), kNoPartner);
-  for (size_t grad = 0; grad < fn.instructions.size(); ++grad) {
-    const Instruction &g = fn.instructions[grad];
-    if (g.op != Op::CrossEntropyGrad)
-      continue;
-    for (size_t forward = grad; forward-- > 0;) {
-      const Instruction &f = fn.instructions[forward];
-      if (f.op != Op::CrossEntropy || lossPartner_[forward] != kNoPartner ||
-          f.operands[0] != g.operands[1] || f.operands[1] != g.operands[2] ||
-          f.attrs.ignoreIndex != g.attrs.ignoreIndex ||
-          f.attrs.reduction != g.attrs.reduction)
-        continue;
-      lossPartner_[forward] = grad;
-      lossPartner_[grad] = forward;
-      scratchKeptUntil_[forward] = grad;
-      break;
-    }
-  }
+void Executor::planKernelBlocks() {
+  gemmWorkspaceInPlan_ = planHoldsGemmWorkspace(*function_);
+  kernelBlocks_ = planScratch(*function_, bf16_, gemmWorkspaceInPlan_);
 }
 
 void Executor::planGemmAccumulation() {
@@ -149,76 +100,6 @@ size_t Executor::gemmAccumulationCount() const {
   for (int64_t parameter : gemmAccumulates_)
     count += parameter >= 0;
   return count;
-}
-
-size_t Executor::scratchBytes(size_t position) const {
-  const Function &fn = *function_;
-  const Instruction &inst = fn.instructions[position];
-  auto floats = [](int64_t n) {
-    return roundUp(sizeof(float) * static_cast<size_t>(n));
-  };
-  switch (inst.op) {
-  case Op::LinearWeightBiasGrad:
-  case Op::LinearGeluGrad: {
-    // A bias gradient: the kernels' scratch in case cuBLASLt cannot do it.
-    // (Mixed precision's bf16 copies are blocks of their own.)
-    if (inst.op == Op::LinearGeluGrad && inst.results.size() != 2)
-      return 0;
-    LinearDims d = linearDims(fn, inst);
-    return roundUp(columnSumScratchBytes(d.rows, d.outSize));
-  }
-  case Op::LayerNormGrad:
-  case Op::RmsNormGrad: { // the blocks' partial sums of dweight (and dbias)
-    auto [rows, hidden] = normDims(fn, inst);
-    return roundUp(normBackwardScratchBytes(rows, hidden) *
-                   (inst.results.size() == 3 ? 2 : 1));
-  }
-  case Op::BiasGrad: {
-    LinearDims d = linearDims(fn, inst);
-    return roundUp(columnSumScratchBytes(d.rows, d.outSize));
-  }
-  case Op::EmbeddingGrad:
-    return roundUp(embeddingBackwardScratchBytes(
-        embeddingDims(fn, inst).count,
-        fn.values[inst.operands[1]].dtype == DType::I64));
-  case Op::Attention: {
-    AttentionParams p = attentionParams(fn, inst, 0);
-    if (attentionPartner_[position] != kNoPartner) // kept for the gradient
-      return floats(p.batch * p.seqQ * p.headsQ) +
-             roundUp(flashAttentionSavedOutputBytes(p)) +
-             roundUp(flashAttentionMaskBytes(p));
-    if (flashAttention(p)) // the dropout mask the forward reads
-      return floats(p.batch * p.seqQ * p.headsQ) +
-             roundUp(flashAttentionMaskBytes(p));
-    return floats(p.batch * p.seqQ * p.headsQ);
-  }
-  case Op::AttentionGrad: {
-    AttentionParams p = attentionParams(fn, inst, 0);
-    if (attentionPartner_[position] != kNoPartner)
-      return roundUp(flashAttentionBackwardScratchBytes(p));
-    if (flashAttention(p)) // logsumexp, the forward's output, mask, delta
-      return floats(p.batch * p.seqQ * p.headsQ) +
-             roundUp(flashAttentionSavedOutputBytes(p)) +
-             roundUp(flashAttentionMaskBytes(p)) +
-             roundUp(flashAttentionBackwardScratchBytes(p));
-    return floats(p.batch * p.seqQ * p.headsQ) +
-           roundUp(attentionBackwardScratchBytes(p));
-  }
-  case Op::Rope: {
-    RopeDims d = ropeDims(fn, inst);
-    return roundUp(ropeScratchBytes(d.seq, d.rotary));
-  }
-  case Op::CrossEntropy:
-  case Op::CrossEntropyGrad: {
-    int64_t rows = crossEntropyDims(fn, inst).rows;
-    size_t bytes = roundUp(crossEntropyScratchBytes(rows));
-    if (inst.op == Op::CrossEntropy && lossPartner_[position] != kNoPartner)
-      bytes += roundUp(crossEntropySavedBytes(rows)); // kept for the grad
-    return bytes;
-  }
-  default:
-    return 0;
-  }
 }
 
 void Executor::checkShapes(size_t position, const Instruction &inst) const {
@@ -312,8 +193,12 @@ void Executor::execute(size_t position, const Instruction &inst,
                   bool transRhs, float *result, const float *bias,
                   GemmEpilogue epilogue = {}) {
     Bf16Operands bf16 = bf16Operands(position, inst);
-    // A bias gradient's scratch: the instruction's kernel block.
+    // A bias gradient's scratch: the instruction's kernel block, cuBLASLt's
+    // workspace after it (older plans: the Gemm's own).
     epilogue.scratch = scratch(position);
+    if (gemmWorkspaceInPlan_)
+      epilogue.workspace = static_cast<char *>(scratch(position)) +
+                           gemmWorkspaceOffset(fn, inst);
     // A weight gradient added into its parameter's gradient (beta = 1);
     // algorithms are timed into the result's own slot.
     bool accumulate = gemmAccumulates_[position] >= 0;
@@ -535,7 +420,7 @@ void Executor::execute(size_t position, const Instruction &inst,
       break;
     }
     __nv_bfloat16 *kept = nullptr;
-    if (attentionPartner_[position] != kNoPartner)
+    if (kernelBlocks_.attentionPartner[position] != kNoPartner)
       kept = carve.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
     uint64_t *mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
     FlashTensors io = flashTensors(0);
@@ -550,7 +435,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     setAttentionTile(p, fn, inst, bundle_.gridShape(), coordinates);
     if (flashAttention(p)) {
       // The paired forward's kept scratch, else the forward rerun here.
-      size_t forward = attentionPartner_[position];
+      size_t forward = kernelBlocks_.attentionPartner[position];
       Carver saved(forward != kNoPartner ? scratch(forward)
                                          : scratch(position));
       size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
@@ -660,7 +545,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     // The rows' logsumexps: after the forward's own scratch, kept for the
     // paired gradient.
     double *saved = nullptr;
-    size_t partner = lossPartner_[position];
+    size_t partner = kernelBlocks_.lossPartner[position];
     if (!grad && partner != kNoPartner)
       saved = carve.take<double>(crossEntropySavedBytes(d.rows));
     if (grad && partner != kNoPartner) {

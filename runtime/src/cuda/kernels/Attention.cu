@@ -3,6 +3,7 @@
 // for the forward and for dq, one block per key row for dk and dv. Scores of
 // a row live in shared memory; nothing of size seqQ x seqK goes to device
 // memory. Not flash attention yet: K and V rows are re-read per query row.
+#include "core/OpScratch.h"
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
@@ -406,8 +407,7 @@ void attentionForward(cudaStream_t stream, const AttentionParams &params,
 }
 
 size_t attentionBackwardScratchBytes(const AttentionParams &params) {
-  return sizeof(float) *
-         static_cast<size_t>(params.batch * params.headsQ * params.seqQ);
+  return mtrt::scratch::attentionBackwardScratchBytes(mtrt::scratch::attentionShapeOf(params));
 }
 
 void attentionBackward(cudaStream_t stream, const AttentionParams &params,

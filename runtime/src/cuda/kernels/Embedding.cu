@@ -1,6 +1,8 @@
 // Embedding lookup and its deterministic scatter-add backward: the rows
 // written and the gradient read in fp32 or bf16, the table and its gradient
 // in fp32.
+#include "core/Error.h"
+#include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -137,6 +139,20 @@ SortScratch<Id> carveSortScratch(void *scratch, int64_t count) {
   base += roundUp256(sizeof(int64_t) * static_cast<size_t>(count));
   s.temp = base;
   s.tempBytes = sortTempBytes<Id>(count);
+  // The plan bounds CUB's storage (core/OpScratch.h); a CUB that asks for
+  // more would write past the block.
+  uint64_t bound = mtrt::scratch::embeddingSortBoundBytes(
+      count, sizeof(Id) == sizeof(int64_t));
+  if (s.tempBytes > bound)
+    throw Error(MTRT_STATUS_INTERNAL,
+                "embedding_grad: CUB's radix sort of " +
+                    std::to_string(count) + " ids needs " +
+                    std::to_string(s.tempBytes) +
+                    " bytes of temporary storage, over the " +
+                    std::to_string(bound) +
+                    " the memory plan gives it (core/OpScratch.h, "
+                    "embeddingSortBoundBytes); raise the bound there and "
+                    "recompile the bundle");
   return s;
 }
 
@@ -162,13 +178,7 @@ void embeddingForward(cudaStream_t stream, int64_t count, int64_t vocab,
 }
 
 size_t embeddingBackwardScratchBytes(int64_t count, bool wideIds) {
-  if (count <= 0)
-    return 0;
-  size_t idBytes = wideIds ? sizeof(int64_t) : sizeof(int32_t);
-  return roundUp256(idBytes * static_cast<size_t>(count)) +
-         2 * roundUp256(sizeof(int64_t) * static_cast<size_t>(count)) +
-         roundUp256(wideIds ? sortTempBytes<int64_t>(count)
-                            : sortTempBytes<int32_t>(count));
+  return mtrt::scratch::embeddingGradOpBytes(count, wideIds);
 }
 
 template <typename Id>

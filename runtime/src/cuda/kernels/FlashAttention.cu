@@ -59,6 +59,7 @@
 // transposing form for B = a [k][n] tile). Shared tiles are bf16
 // [rows][cols + 8]: the padding puts the eight 16-byte rows of a matrix in
 // different banks.
+#include "core/OpScratch.h"
 #include "core/Error.h"
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
@@ -78,6 +79,8 @@ namespace {
 using detail::kWarp;
 
 constexpr int kTile = 64; // rows of a walked tile (keys, or queries)
+static_assert(kTile == mtrt::scratch::kFlashTile,
+              "core/OpScratch.h sizes the dropout bits by this tile");
 constexpr int kPad = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -1661,10 +1664,7 @@ bool fusedBackward(const FlashTensors &io) {
 /// Bytes of the backward's delta (one float a query row), rounded up so
 /// that the fused backward's dq sums after it are aligned.
 size_t deltaBytes(const AttentionParams &p) {
-  constexpr size_t kAlign = 256;
-  size_t bytes =
-      sizeof(float) * static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
-  return (bytes + kAlign - 1) / kAlign * kAlign;
+  return mtrt::scratch::flashAttentionDeltaBytes(mtrt::scratch::attentionShapeOf(p));
 }
 
 template <int D, typename In>
@@ -1766,27 +1766,7 @@ void withKernels(const AttentionParams &p, const FlashTensors &io,
 } // namespace
 
 std::string flashAttentionUnsupportedReason(const AttentionParams &p) {
-  if (p.headDim != p.headDimV)
-    return "the flash-attention kernels need equal query/key and value head "
-           "dimensions, found " +
-           std::to_string(p.headDim) + " and " + std::to_string(p.headDimV);
-  if (p.headDim != 16 && p.headDim != 32 && p.headDim != 64 &&
-      p.headDim != 128)
-    return "the flash-attention kernels take head dimensions 16, 32, 64 or "
-           "128, found " +
-           std::to_string(p.headDim);
-  if (p.causal && p.seqQ != p.seqK)
-    return "causal flash attention needs as many queries as keys, found " +
-           std::to_string(p.seqQ) + " and " + std::to_string(p.seqK);
-  if (p.batch > 65535 || p.headsQ > 65535)
-    return "the grid would exceed CUDA's limits (batch or heads over 65535)";
-  constexpr int64_t kMaxSeq = (int64_t(1) << 31) - 2 * kTile;
-  if (p.seqQ > kMaxSeq || p.seqK > kMaxSeq)
-    return "the flash-attention kernels index positions in 32 bits: "
-           "sequences up to " +
-           std::to_string(kMaxSeq) + ", found " + std::to_string(p.seqQ) +
-           " queries and " + std::to_string(p.seqK) + " keys";
-  return std::string();
+  return mtrt::scratch::flashAttentionUnsupportedReason(mtrt::scratch::attentionShapeOf(p));
 }
 
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
@@ -1811,25 +1791,15 @@ void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
 }
 
 size_t flashAttentionMaskBytes(const AttentionParams &params) {
-  if (params.dropoutP <= 0)
-    return 0;
-  return sizeof(uint64_t) *
-         static_cast<size_t>(params.batch * params.headsQ * params.seqQ *
-                             ((params.seqK + kTile - 1) / kTile));
+  return mtrt::scratch::flashAttentionMaskBytes(mtrt::scratch::attentionShapeOf(params));
 }
 
 size_t flashAttentionSavedOutputBytes(const AttentionParams &params) {
-  return sizeof(__nv_bfloat16) *
-         static_cast<size_t>(params.batch * params.headsQ * params.seqQ *
-                             params.headDimV);
+  return mtrt::scratch::flashAttentionSavedOutputBytes(mtrt::scratch::attentionShapeOf(params));
 }
 
 size_t flashAttentionBackwardScratchBytes(const AttentionParams &params) {
-  size_t bytes = deltaBytes(params);
-  if (params.headDim >= 128) // the fused backward's fp32 dq sums
-    bytes += sizeof(float) * static_cast<size_t>(params.batch * params.headsQ *
-                                                 params.seqQ * params.headDim);
-  return bytes;
+  return mtrt::scratch::flashAttentionBackwardScratchBytes(mtrt::scratch::attentionShapeOf(params));
 }
 
 void flashAttentionBackward(cudaStream_t stream, const AttentionParams &params,

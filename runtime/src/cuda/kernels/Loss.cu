@@ -3,6 +3,7 @@
 // of 8 elements (16-byte loads of bf16, two of float) with a running max and
 // sum of exponentials per thread in float, the threads' pairs merged in
 // double; the row's logsumexp is kept in double as on the host.
+#include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
 namespace mtrt::cuda {
@@ -298,11 +299,11 @@ bool chunkAligned(const void *p) {
 } // namespace
 
 size_t crossEntropyScratchBytes(int64_t rows) {
-  return sizeof(double) * static_cast<size_t>(rows + 1);
+  return mtrt::scratch::crossEntropyPartialBytes(rows);
 }
 
 size_t crossEntropySavedBytes(int64_t rows) {
-  return sizeof(double) * static_cast<size_t>(rows);
+  return mtrt::scratch::crossEntropySavedBytes(rows);
 }
 
 template <typename T, typename Id>

@@ -20,6 +20,7 @@
 // Activations are read and written as float or bf16 (NormRows); the math is
 // float, the sums double. Compiled without FMA contraction (CMakeLists.txt),
 // so each float product and sum rounds like the host's.
+#include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <map>
@@ -33,12 +34,11 @@ namespace {
 
 using detail::blockSum;
 
-/// Rows per partial sum of the column sums.
-constexpr int64_t kRowsPerChunk = 64;
+/// Rows per partial sum of the column sums (core/OpScratch.h sizes the
+/// scratch by them).
+constexpr int64_t kRowsPerChunk = mtrt::scratch::kColumnSumRowsPerChunk;
 
-int64_t chunksFor(int64_t rows) {
-  return std::max<int64_t>(1, (rows + kRowsPerChunk - 1) / kRowsPerChunk);
-}
+int64_t chunksFor(int64_t rows) { return mtrt::scratch::columnSumChunks(rows); }
 
 /// partial[c, j] = sum over rows of chunk c, in increasing order, of
 /// double(term(r, j)).
@@ -110,17 +110,14 @@ struct DyTerm {
 /// thread (kMaxNormHidden).
 constexpr int kMaxNormThreads = 512;
 constexpr int kMaxNormWarps = kMaxNormThreads / detail::kWarp;
-/// The backward's blocks: at least this many rows each, at most this many
-/// blocks (each writes one row of partial sums per parameter gradient).
-constexpr int64_t kNormMinRowsPerBlock = 8;
-constexpr int64_t kNormMaxBlocks = 1024;
 
 static_assert(kMaxNormHidden == int64_t(kMaxNormThreads) * 32,
               "kMaxNormHidden is 32 elements per thread");
 
+/// The backward's blocks (core/OpScratch.h: each writes one row of partial
+/// sums per parameter gradient).
 int64_t normBackwardBlocks(int64_t rows) {
-  int64_t blocks = (rows + kNormMinRowsPerBlock - 1) / kNormMinRowsPerBlock;
-  return std::max<int64_t>(1, std::min(blocks, kNormMaxBlocks));
+  return mtrt::scratch::normBackwardBlocks(rows);
 }
 
 /// out = the kVec elements of `rows` from element `at` (zeros when not
@@ -1029,13 +1026,11 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
 } // namespace
 
 size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {
-  return sizeof(double) * static_cast<size_t>(chunksFor(rows)) *
-         static_cast<size_t>(std::max<int64_t>(hidden, 1));
+  return mtrt::scratch::columnSumBytes(rows, hidden);
 }
 
 size_t normBackwardScratchBytes(int64_t rows, int64_t hidden) {
-  return sizeof(float) * static_cast<size_t>(normBackwardBlocks(rows)) *
-         static_cast<size_t>(std::max<int64_t>(hidden, 1));
+  return mtrt::scratch::normBackwardPartialBytes(rows, hidden);
 }
 
 void layerNormForward(cudaStream_t stream, int64_t rows, int64_t hidden,

@@ -2,6 +2,7 @@
 // angle table (computed in double, rounded to float). Compiled without FMA
 // contraction (CMakeLists.txt), so each rotation rounds like the host's.
 // x and y fp32 or bf16 each; the rotation is computed in fp32.
+#include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
 namespace mtrt::cuda {
@@ -51,8 +52,7 @@ __global__ void ropeKernel(int64_t rows, int64_t seq, int64_t heads,
 } // namespace
 
 size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim) {
-  return 2 * sizeof(float) *
-         static_cast<size_t>(std::max<int64_t>(1, seq * (rotaryDim / 2)));
+  return mtrt::scratch::ropeTableBytes(seq, rotaryDim);
 }
 
 void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,

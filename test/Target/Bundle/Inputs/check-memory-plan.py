@@ -4,7 +4,8 @@ no two live blocks sharing a byte unless the later one is a result computed
 in place of an operand that dies at its instruction (side buffers: live from
 their instruction through `until`, never shared), and the arena no larger
 than the blocks need. Prints per function the arena, the in-place results,
-the bytes reuse saves against one block per value, and the side buffers:
+the bytes reuse saves against one block per value and side buffer, and the
+side buffers:
 how many (of them bf16 copies of GEMM operands), and their largest block.
 
 Usage: check-memory-plan.py MANIFEST.json
@@ -93,6 +94,7 @@ for fn in manifest["functions"]:
                     if (side_until[u] if u in side_until
                         else end.get(u, n)) != i]
     total = sum(nbytes(values[v]) for v in range(count) if offsets[v] >= 0)
+    total += sum(entry[2] for entry in side)
     print(f"{fn['name']}: arena {plan['arena_bytes']} bytes, {in_place} "
           f"results in place, reuse saves {total - plan['arena_bytes']} of "
           f"{total} bytes; {len(side)} side buffers ({len(copied)} copies), "
