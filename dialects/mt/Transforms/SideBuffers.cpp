@@ -82,6 +82,14 @@ int64_t embeddingBackwardBytes(int64_t count, bool wideIds) {
 int64_t crossEntropyScratchBytes(int64_t rows) { return 8 * (rows + 1); }
 int64_t crossEntropySavedBytes(int64_t rows) { return 8 * rows; }
 
+/// linear_cross_entropy's chunk (runtime/src/core/OpShapes.h,
+/// linearCrossEntropyScratchBytes): one chunk's f32 logits, overwritten by
+/// their gradient, and its rows' statistics as cross_entropy's scratch.
+int64_t linearCrossEntropyChunkBytes(int64_t chunkRows, int64_t vocab) {
+  return roundUp(4 * chunkRows * vocab) +
+         roundUp(crossEntropyScratchBytes(chunkRows));
+}
+
 /// runtime/src/core/OpShapes.cpp attentionParams: q, k, v are
 /// [batch, sequence, heads, head dimension].
 struct AttentionShape {
@@ -292,6 +300,11 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
       bytes += roundUp(crossEntropyScratchBytes(rows));
       if (partner[i] >= 0) // the logsumexps, for the grad
         bytes += roundUp(crossEntropySavedBytes(rows));
+    } else if (auto fused = dyn_cast<LinearCrossEntropyOp>(op)) {
+      bytes += linearCrossEntropyChunkBytes(
+          fused.getChunkRows(), fused.getTransposeWeight()
+                                    ? typeOf(fused.getWeight()).getShape()[0]
+                                    : typeOf(fused.getWeight()).getShape()[1]);
     } else if (auto lossGrad = dyn_cast<CrossEntropyGradOp>(op)) {
       bytes += roundUp(crossEntropyScratchBytes(elementsOf(lossGrad.getLabels())));
     }
