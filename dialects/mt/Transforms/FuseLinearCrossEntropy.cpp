@@ -113,10 +113,11 @@ struct FuseLinearCrossEntropyPass
   using Base::Base;
 
   void runOnOperation() override {
-    if (chunkRows < 0 || chunkBytes < 1) {
+    int64_t rows = chunkRows, bytes = chunkBytes;
+    if (rows < 0 || bytes < 1) {
       getOperation().emitError()
-          << "mt-fuse-linear-cross-entropy: chunk-rows is " << chunkRows
-          << " and chunk-bytes " << chunkBytes
+          << "mt-fuse-linear-cross-entropy: chunk-rows is " << rows
+          << " and chunk-bytes " << bytes
           << "; expected chunk-rows >= 0 (0: from chunk-bytes) and "
              "chunk-bytes >= 1";
       return signalPassFailure();
