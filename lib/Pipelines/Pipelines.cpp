@@ -75,6 +75,13 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
 
 void megatron::buildFusionPipeline(mlir::OpPassManager &pm,
                                    const FusionPipelineOptions &options) {
+  // First: the output layer's data-gradient linear is not one the
+  // epilogues would take, but its ops must be whole when matched.
+  if (options.linearCrossEntropy) {
+    mlir::mt::FuseLinearCrossEntropyPassOptions loss;
+    loss.chunkRows = options.linearCrossEntropyChunkRows;
+    pm.addPass(mlir::mt::createFuseLinearCrossEntropyPass(loss));
+  }
   if (options.gemmEpilogues)
     pm.addPass(mlir::mt::createFuseGemmEpiloguesPass());
   // After the epilogues: the GeLU and gradients they take are gone, and
@@ -125,6 +132,8 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
   FusionPipelineOptions fusion;
   fusion.gemmEpilogues = options.gemmEpilogues;
   fusion.elementwiseKernels = options.elementwiseKernels;
+  fusion.linearCrossEntropy = options.linearCrossEntropy;
+  fusion.linearCrossEntropyChunkRows = options.linearCrossEntropyChunkRows;
   buildFusionPipeline(pm, fusion);
   if (stopAfter == PipelineBoundary::Fusion)
     return;

@@ -121,6 +121,20 @@ static cl::opt<bool> fuseGemmEpilogues(
              "--fuse-gemm-epilogues=false keeps them separate ops)"),
     cl::init(true), cl::cat(compileCategory));
 
+static cl::opt<bool> fuseLinearCrossEntropy(
+    "fuse-linear-cross-entropy",
+    cl::desc("Compute the output layer, its cross-entropy and their "
+             "gradients in chunks of tokens, never holding the whole "
+             "vocabulary's logits (mt-fuse-linear-cross-entropy; off by "
+             "default: the host backend runs it, the cuda backend not yet; "
+             "docs/Memory.md)"),
+    cl::init(false), cl::cat(compileCategory));
+static cl::opt<int64_t> linearCrossEntropyChunkRows(
+    "linear-cross-entropy-chunk-rows",
+    cl::desc("With --fuse-linear-cross-entropy: tokens per chunk (default "
+             "0: the most whose f32 logits fit in 256 MiB)"),
+    cl::init(0), cl::cat(compileCategory));
+
 static cl::opt<bool> stripDebugInfo(
     "strip-debuginfo",
     cl::desc("Drop the front end's locations (\"layers.<i>\", ...) before "
@@ -358,6 +372,8 @@ int main(int argc, char **argv) {
       options.pipelineSize = pipelined ? plan.layout.pipelineSize : 0;
       options.gemmEpilogues = fuseGemmEpilogues;
       options.elementwiseKernels = fuseKernels;
+      options.linearCrossEntropy = fuseLinearCrossEntropy;
+      options.linearCrossEntropyChunkRows = linearCrossEntropyChunkRows;
       mlir::PassManager pm(&context);
       buildCompilePipeline(pm, options, boundary);
       return pm.run(target);

@@ -75,3 +75,41 @@ LogicalResult LinearWeightBiasGradOp::verify() {
   return expectFusedType(*this, "bias_grad", getBiasGrad().getType(),
                          biasTypeOf(grad));
 }
+
+LogicalResult LinearCrossEntropyOp::verify() {
+  auto emitError = [&] { return emitOpError(); };
+  RankedTensorType input = getInput().getType(), weight = getWeight().getType();
+  FailureOr<RankedTensorType> logits = inferLinearType(
+      input, weight, RankedTensorType(), getTransposeWeight(), emitError);
+  if (failed(logits))
+    return failure();
+  if (getReduction() == LossReduction::None)
+    return emitOpError() << "takes reduction mean or sum, not none: its "
+                            "gradients are computed for one scalar loss "
+                            "gradient (keep mt.linear and mt.cross_entropy "
+                            "for per-token losses)";
+  if (failed(expectFusedType(*this, "loss", getLoss().getType(),
+                             inferCrossEntropyType(*logits,
+                                                   getLabels().getType(),
+                                                   getReduction(), emitError))))
+    return failure();
+  if (getChunkRows() < 1)
+    return emitOpError() << "chunk_rows is " << getChunkRows()
+                         << ", expected at least 1 (tokens per chunk)";
+  if (failed(expectFusedType(*this, "input_grad", getInputGrad().getType(),
+                             input)))
+    return failure();
+  return expectFusedType(*this, "weight_grad", getWeightGrad().getType(),
+                         weight);
+}
+
+LogicalResult ScaleOp::verify() {
+  if (getFactor().getType().getRank() != 0)
+    return emitOpError() << "factor has type " << getFactor().getType()
+                         << ", expected a scalar tensor<f32>";
+  if (!matchesUpToPrecision(getType(), getInput().getType()))
+    return emitOpError() << "result has type " << getType()
+                         << ", expected the input's shape "
+                         << getInput().getType();
+  return success();
+}

@@ -95,4 +95,66 @@ def Mt_LinearWeightBiasGradOp : Mt_Op<"linear_weight_bias_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Mt_LinearCrossEntropyOp : Mt_Op<"linear_cross_entropy", [Pure]> {
+  let summary = "the output layer and its cross-entropy, with their gradients, in chunks of tokens";
+  let description = [{
+    `loss = mt.cross_entropy(mt.linear(input, weight), labels)` together with
+    `input_grad` and `weight_grad`, the gradients of `loss` for a loss
+    gradient of one: the tokens are processed `chunk_rows` at a time, so
+    only one chunk's `chunk_rows x vocabulary` logits exist at once (a
+    scratch block of the memory plan), never the whole vocabulary's logits
+    and their gradient. Per chunk: the logits' GEMM, each row's maximum, sum
+    of exponentials and target logit (the loss), the chunk's logit gradient
+    `softmax - onehot(label)` (divided by the labelled tokens' count for
+    `mean`) in place of the logits, then the two gradient GEMMs:
+    `input_grad` rows of the chunk, and `weight_grad` accumulated over the
+    chunks. The gradients are linear in the loss gradient, so the backward
+    pass scales them by the actual seed (`mt.scale`) and no GEMM is
+    repeated. `reduction` is `mean` or `sum`; `transpose_weight` reads a
+    `vocabulary x hidden` weight (a tied embedding table or `lm_head`). The
+    pass `mt-fuse-linear-cross-entropy` forms it.
+
+    ```mlir
+    %loss, %dx, %dw = mt.linear_cross_entropy %h, %wte, %labels reduction = mean
+        chunk_rows = 2048 transpose_weight
+        : (tensor<8x1024x768xf32>, tensor<50304x768xf32>, tensor<8x1024xi32>)
+        -> (tensor<f32>, tensor<8x1024x768xf32>, tensor<50304x768xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Mt_IndexTensor:$labels,
+                       Mt_LossReduction:$reduction,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       I64Attr:$chunk_rows,
+                       UnitAttr:$transpose_weight);
+  let results = (outs RankedTensorOf<[F32]>:$loss, Mt_FloatTensor:$input_grad,
+                      Mt_FloatTensor:$weight_grad);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $labels `reduction` `=` $reduction
+    `chunk_rows` `=` $chunk_rows (`transpose_weight` $transpose_weight^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_ScaleOp : Mt_Op<"scale", [Pure]> {
+  let summary = "multiplies a tensor by a scalar tensor";
+  let description = [{
+    `result = input * factor` with `factor` an f32 scalar. The backward pass
+    of `mt.linear_cross_entropy` multiplies the gradients computed for a
+    loss gradient of one by the actual loss gradient (the seed, which fp16
+    training scales), so that the fused op can run in the forward pass.
+
+    ```mlir
+    %dx = mt.scale %dx1, %dloss : (tensor<8x1024x768xf32>, tensor<f32>) -> tensor<8x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, RankedTensorOf<[F32]>:$factor);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $factor attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MT_FUSED_OPS_TD

@@ -511,6 +511,63 @@ def FuseElementwisePass : Pass<"mt-fuse-elementwise", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
+def FuseLinearCrossEntropyPass
+    : Pass<"mt-fuse-linear-cross-entropy", "::mlir::ModuleOp"> {
+  let summary = "the output layer's linear, cross-entropy and their gradients "
+                "as one chunked op";
+  let description = [{
+    Runs on the per-rank IR, first in the fusion pipeline. In each function,
+    rewrites the output layer of a training step:
+
+    ```mlir
+    %logits = mt.linear %h, %w transpose_weight
+    %loss = mt.cross_entropy %logits, %labels reduction = mean
+    %dlogits = mt.cross_entropy_grad %seed, %logits, %labels reduction = mean
+    %dh = mt.linear %dlogits, %w
+    %dw = mt.linear_weight_grad %h, %dlogits transpose_weight
+    ```
+
+    into `mt.linear_cross_entropy` (MtFusedOps.td), placed where the logits
+    were computed, and two `mt.scale`s by the seed where the gradient was:
+
+    ```mlir
+    %loss, %dh1, %dw1 = mt.linear_cross_entropy %h, %w, %labels reduction = mean
+        chunk_rows = 1280 transpose_weight
+    %dh = mt.scale %dh1, %seed
+    %dw = mt.scale %dw1, %seed
+    ```
+
+    The whole-vocabulary logits and their gradient are gone: the fused op
+    holds one chunk's logits at a time, in a scratch block of the memory
+    plan (docs/Memory.md, "The loss without whole-vocabulary logits"). No
+    GEMM is added: the gradients are computed in the forward pass for a
+    loss gradient of one, and scaled by the seed in the backward pass. Tied
+    (the embedding table) and untied (`lm_head`) weights are alike here.
+
+    Only this exact shape is rewritten: the logits used by one cross_entropy
+    and its cross_entropy_grad, that gradient read only by the data and
+    weight gradients of the same linear (no bias), reduction mean or sum.
+    Evaluation (no gradient), per-token losses, the vocabulary-parallel
+    loss of tensor parallelism (vocab_* ops) and the last pipeline stage
+    split into forward and backward functions keep the unfused ops.
+
+    `chunk-rows` sets the tokens per chunk; 0 derives it from `chunk-bytes`:
+    the most rows, a multiple of 64 when more than 64, whose f32 logits fit
+    in `chunk-bytes`, and at most all the rows.
+  }];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+  let options = [
+    Option<"chunkRows", "chunk-rows", "int64_t", "0",
+           "Tokens per chunk (0: from chunk-bytes)">,
+    Option<"chunkBytes", "chunk-bytes", "int64_t", "268435456",
+           "The most bytes of one chunk's f32 logits (default 256 MiB)">,
+  ];
+  let statistics = [
+    Statistic<"numFused", "fused-losses",
+              "Output layers fused with their cross-entropy">,
+  ];
+}
+
 def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
   let summary = "fuses the tanh GeLU, its gradient and bias gradients into GEMMs";
   let description = [{

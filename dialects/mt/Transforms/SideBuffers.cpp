@@ -225,6 +225,11 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     } else if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
       bytes += scratch::crossEntropyOpBytes(elementsOf(loss.getLabels()),
                                             paired);
+    } else if (auto fused = dyn_cast<LinearCrossEntropyOp>(op)) {
+      bytes += scratch::linearCrossEntropyOpBytes(
+          fused.getChunkRows(), fused.getTransposeWeight()
+                                    ? typeOf(fused.getWeight()).getShape()[0]
+                                    : typeOf(fused.getWeight()).getShape()[1]);
     } else if (auto lossGrad = dyn_cast<CrossEntropyGradOp>(op)) {
       bytes += scratch::crossEntropyOpBytes(elementsOf(lossGrad.getLabels()),
                                             /*paired=*/false);

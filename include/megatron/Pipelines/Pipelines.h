@@ -104,10 +104,25 @@ struct FusionPipelineOptions
                      "bundle as one generated CUDA kernel "
                      "(mt-fuse-elementwise; needs nvrtc to write a bundle)"),
       llvm::cl::init(false)};
+  Option<bool> linearCrossEntropy{
+      *this, "linear-cross-entropy",
+      llvm::cl::desc("Fuse the output layer's linear, cross-entropy and "
+                     "their gradients into one op over chunks of tokens, "
+                     "without whole-vocabulary logits "
+                     "(mt-fuse-linear-cross-entropy; the host backend runs "
+                     "it, the cuda backend not yet)"),
+      llvm::cl::init(false)};
+  Option<int64_t> linearCrossEntropyChunkRows{
+      *this, "linear-cross-entropy-chunk-rows",
+      llvm::cl::desc("Tokens per chunk of the fused loss (0: the most whose "
+                     "f32 logits fit in 256 MiB)"),
+      llvm::cl::init(0)};
 };
 
 /// Last, on the per-rank functions a bundle is written from: ops fused into
-/// the kernels that run them (mt-fuse-gemm-epilogues: GEMMs with their
+/// the kernels that run them (with linearCrossEntropy first,
+/// mt-fuse-linear-cross-entropy: the output layer and its loss; then
+/// mt-fuse-gemm-epilogues: GEMMs with their
 /// epilogues; then, with elementwiseKernels, mt-fuse-elementwise: the
 /// elementwise chains left, each as one generated kernel). Every backend
 /// runs the fused ops (the host as the ops they replace).
@@ -140,6 +155,8 @@ struct CompilePipelineOptions {
   int64_t pipelineSize = 0;
   bool gemmEpilogues = true;
   bool elementwiseKernels = false;
+  bool linearCrossEntropy = false;
+  int64_t linearCrossEntropyChunkRows = 0;
 };
 
 /// Adds megatron-compile's pipelines to `pm`, up to and including the one

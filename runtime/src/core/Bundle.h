@@ -99,10 +99,14 @@ enum class Op : uint8_t {
   Fused,
   // An element type conversion of mixed precision (version 8).
   Cast,
+  // The output layer and its loss over chunks of tokens, and the seed's
+  // scaling of its gradients (docs/BundleFormat.md).
+  LinearCrossEntropy,
+  Scale,
 };
 
 /// The number of ops (for tables indexed by Op).
-constexpr size_t kOpCount = static_cast<size_t>(Op::Cast) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::Scale) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
@@ -152,6 +156,7 @@ struct Attributes {
   int64_t axis = 0;
   Reduction reduction = Reduction::Mean;
   int64_t ignoreIndex = -100;
+  int64_t chunkRows = 0; // linear_cross_entropy: tokens per chunk
   std::vector<int64_t> permutation;
   /// Collectives: the grid axes of the group, in the order that ranks the
   /// group (the first axis slowest). Their gather_axis, scatter_axis or

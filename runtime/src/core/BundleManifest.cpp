@@ -440,6 +440,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.axis = readInt(*value, at); // normalized by OpChecker
       } else if (key == "ignore_index") {
         out.ignoreIndex = readInt(*value, at);
+      } else if (key == "chunk_rows") {
+        out.chunkRows = readInt(*value, at, 1);
       } else if (key == "gather_axis" || key == "scatter_axis" ||
                  key == "slice_axis") {
         out.axis = readInt(*value, at); // normalized by OpChecker

@@ -222,6 +222,17 @@ const std::vector<OpInfo> &opTable() {
       {Op::Fused, "fused", 1, kMany, 1, kMany,
        {{"kernel", AttrKind::Int, true}}},
       {Op::Cast, "cast", 1, 1, 1, 1, {}},
+      {Op::LinearCrossEntropy,
+       "linear_cross_entropy",
+       3,
+       3,
+       3,
+       3,
+       {{"reduction", AttrKind::String, true},
+        {"ignore_index", AttrKind::Int, false},
+        {"chunk_rows", AttrKind::Int, true},
+        {"transpose_weight", AttrKind::Bool, false}}},
+      {Op::Scale, "scale", 2, 2, 1, 1, {}},
   };
   return table;
 }
@@ -567,6 +578,40 @@ void OpChecker::check() {
                                                : "a scalar for mean and sum");
     break;
   }
+  case Op::LinearCrossEntropy: {
+    // input [rows..., in], weight [in, vocab] ([vocab, in] with
+    // transpose_weight), labels [rows...] -> loss, input_grad, weight_grad.
+    expectFloat(false, 0);
+    expectMinRank(false, 0, 2);
+    expectFloat(false, 1);
+    expectRank(false, 1, 2);
+    expectIndex(false, 2);
+    const auto &x = operand(0).shape;
+    const auto &w = operand(1).shape;
+    int64_t in = x.back();
+    if ((a.transposeWeight ? w[1] : w[0]) != in)
+      failShape(false, 1,
+                std::string(a.transposeWeight ? "[vocab, " : "[") +
+                    std::to_string(in) +
+                    (a.transposeWeight ? "]" : ", vocab]") +
+                    " (the input's last dimension" +
+                    (a.transposeWeight ? ", transpose_weight" : "") + ")");
+    expectShape(false, 2, std::vector<int64_t>(x.begin(), x.end() - 1),
+                "the input's shape without its last dimension");
+    if (a.reduction == Reduction::None)
+      fail(path_ + ".attrs.reduction", "none", "mean or sum");
+    expectFloat(true, 0);
+    expectShape(true, 0, {}, "a scalar for mean and sum");
+    sameAs(true, 1, 0);
+    sameAs(true, 2, 1);
+    break;
+  }
+  case Op::Scale:
+    expectFloat(false, 0);
+    expectFloat(false, 1);
+    expectShape(false, 1, {}, "a scalar factor");
+    sameAs(true, 0, 0);
+    break;
   case Op::CrossEntropyGrad: {
     checkLoss(1, 2);
     expectFloat(false, 0);
@@ -790,6 +835,7 @@ void OpChecker::checkOneElementType() {
       return !isResult && i == 1;
     case Op::CrossEntropyGrad:
     case Op::VocabCrossEntropyGrad:
+    case Op::LinearCrossEntropy:
       return !isResult && i == 2;
     case Op::VocabPartials:
     case Op::VocabCrossEntropy:
@@ -810,6 +856,10 @@ void OpChecker::checkOneElementType() {
       return isResult || i == 0;
     case Op::VocabCrossEntropyGrad:
       return !isResult && (i == 0 || i == 3 || i == 4);
+    case Op::LinearCrossEntropy: // the loss
+      return isResult && i == 0;
+    case Op::Scale: // the factor (a seed)
+      return !isResult && i == 1;
     default:
       return false;
     }

@@ -238,6 +238,14 @@ inline uint64_t crossEntropyOpBytes(int64_t rows, bool paired) {
   return bytes;
 }
 
+/// linear_cross_entropy over chunks of `chunkRows` tokens: one chunk's f32
+/// logits, overwritten by their gradient, and its rows' cross-entropy
+/// partials.
+inline uint64_t linearCrossEntropyOpBytes(int64_t chunkRows, int64_t vocab) {
+  return roundUp(4 * uint64_t(chunkRows) * uint64_t(vocab)) +
+         roundUp(crossEntropyPartialBytes(chunkRows));
+}
+
 /// layer_norm_grad / rms_norm_grad over [rows, hidden]: partial sums for
 /// dweight and, with `dbias`, dbias.
 inline uint64_t normGradOpBytes(int64_t rows, int64_t hidden, bool dbias) {

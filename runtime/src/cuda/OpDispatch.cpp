@@ -612,6 +612,14 @@ void Executor::execute(size_t position, const Instruction &inst,
     }
     break;
   }
+  case Op::LinearCrossEntropy:
+  case Op::Scale:
+    // The fused loss runs on the host backend only for now (docs/Memory.md,
+    // "The loss without whole-vocabulary logits").
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                where(position) + ": " + opName(inst.op) +
+                    " is not run by the cuda backend yet; compile without "
+                    "--fuse-linear-cross-entropy");
 #define MTRT_RANK_CASE(name) case Op::name:
     MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
 #undef MTRT_RANK_CASE

@@ -410,6 +410,29 @@ void Executor::execute(size_t position, const Instruction &inst,
     });
     break;
   }
+  case Op::LinearCrossEntropy: {
+    // input [rows..., in], weight, labels [rows...]: one chunk's logits at
+    // a time in scratch, never the whole vocabulary's.
+    const std::vector<int64_t> &w = operandShape(1);
+    int64_t inSize = operandShape(0).back();
+    int64_t vocab = a.transposeWeight ? w[0] : w[1];
+    int64_t rows = count(inst.operands[2]);
+    int64_t chunk = std::min(a.chunkRows, std::max<int64_t>(rows, 1));
+    T *loss = out(0), *dx = out(1), *dweight = out(2);
+    ScratchBuffer logits(*this, static_cast<size_t>(chunk * vocab) * sizeof(T));
+    withIds(2, [&](auto *labels) {
+      checkIds(where(position), "label", 2, inst.operands[2], labels, rows,
+               vocab, "the weight's vocabulary size", &a.ignoreIndex);
+      linearCrossEntropy<T>(pool, rows, inSize, vocab, chunk, in(0), in(1),
+                            a.transposeWeight, labels, a.ignoreIndex,
+                            toKernel(a.reduction), logits.as<T>(), loss, dx,
+                            dweight);
+    });
+    break;
+  }
+  case Op::Scale:
+    scaleForward<T>(pool, count(inst.operands[0]), in(0), in(1)[0], out(0));
+    break;
   case Op::AllReduce:
   case Op::AllGather:
   case Op::ReduceScatter:

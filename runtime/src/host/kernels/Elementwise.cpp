@@ -144,6 +144,11 @@ void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx, double p,
 }
 
 template <typename T>
+void scaleForward(ThreadPool &pool, int64_t n, const T *x, T factor, T *y) {
+  forEachElement(pool, n, [&](int64_t i) { y[i] = x[i] * factor; });
+}
+
+template <typename T>
 void addForward(ThreadPool &pool, int64_t n, const T *a, const T *b, T *y) {
   forEachElement(pool, n, [&](int64_t i) { y[i] = a[i] + b[i]; });
 }
@@ -247,6 +252,7 @@ void softmaxBackward(ThreadPool &pool, int64_t outer, int64_t axisSize,
                                    const random::MaskTile &);                  \
   template void addForward<T>(ThreadPool &, int64_t, const T *, const T *,     \
                               T *);                                            \
+  template void scaleForward<T>(ThreadPool &, int64_t, const T *, T, T *);     \
   template void accumulateInto<T>(ThreadPool &, int64_t, const T *, T *);      \
   template void biasAddForward<T>(ThreadPool &, int64_t, int64_t, const T *,   \
                                   const T *, T *);                             \

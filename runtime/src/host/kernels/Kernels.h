@@ -291,6 +291,10 @@ void dropoutBackward(ThreadPool &pool, int64_t n, const T *dy, T *dx, double p,
                      uint64_t seed, const random::MaskTile &tile);
 
 /// y = a + b. The backward of add is the identity (da = db = dy).
+/// y = x * factor (mt.scale).
+template <typename T>
+void scaleForward(ThreadPool &pool, int64_t n, const T *x, T factor, T *y);
+
 template <typename T>
 void addForward(ThreadPool &pool, int64_t n, const T *a, const T *b, T *y);
 /// y[r, j] = x[r, j] + bias[j] for x [rows, n]. Its backward is the identity
@@ -356,6 +360,21 @@ KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
                                   const Id *labels, int64_t ignoreIndex,
                                   LossReduction reduction, const T *dloss,
                                   T *dlogits);
+
+/// The output layer and its loss over chunks of `chunkRows` tokens
+/// (mt.linear_cross_entropy): per chunk, logits = x_c @ op(W) into
+/// `scratch` [chunkRows, vocab], the rows' losses as crossEntropyForward,
+/// the logits' gradient in place as crossEntropyBackward for a loss
+/// gradient of one, then dx_c = dlogits @ op(W)^T and dweight (+)= the
+/// chunk's weight gradient (linearBackward). `loss` is reduced as
+/// crossEntropyForward's (mean or sum). Labels must be valid (checked by
+/// the caller).
+template <typename T, typename Id>
+void linearCrossEntropy(ThreadPool &pool, int64_t rows, int64_t in,
+                        int64_t vocab, int64_t chunkRows, const T *x,
+                        const T *weight, bool transposeWeight, const Id *labels,
+                        int64_t ignoreIndex, LossReduction reduction,
+                        T *scratch, T *loss, T *dx, T *dweight);
 
 //===----------------------------------------------------------------------===//
 // Vocabulary parallelism (VocabParallel.cpp): one rank's block of the

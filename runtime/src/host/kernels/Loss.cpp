@@ -140,13 +140,69 @@ KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
   return KernelStatus::success();
 }
 
+template <typename T, typename Id>
+void linearCrossEntropy(ThreadPool &pool, int64_t rows, int64_t in,
+                        int64_t vocab, int64_t chunkRows, const T *x,
+                        const T *weight, bool transposeWeight, const Id *labels,
+                        int64_t ignoreIndex, LossReduction reduction,
+                        T *scratch, T *loss, T *dx, T *dweight) {
+  // The loss gradient is one: g = 1 / count for mean, as
+  // crossEntropyBackward's dloss[0] / count with dloss[0] = 1.
+  int64_t count = countLabelled(rows, labels, ignoreIndex);
+  double g = 1.0;
+  if (reduction == LossReduction::Mean)
+    g = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
+  std::vector<double> rowLoss(static_cast<size_t>(rows), 0.0);
+  for (int64_t first = 0; first < rows; first += chunkRows) {
+    int64_t n = std::min(chunkRows, rows - first);
+    const T *xc = x + first * in;
+    const Id *lc = labels + first;
+    linearForward<T>(pool, n, in, vocab, xc, weight, transposeWeight, nullptr,
+                     scratch);
+    pool.parallelFor(
+        0, n,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            T *row = scratch + r * vocab;
+            int64_t label = static_cast<int64_t>(lc[r]);
+            if (label == ignoreIndex) {
+              std::fill(row, row + vocab, T(0));
+              continue;
+            }
+            RowStatistics s = rowStatistics(row, vocab);
+            rowLoss[first + r] =
+                std::log(s.sum) - static_cast<double>(static_cast<T>(
+                                      static_cast<double>(row[label]) - s.max));
+            for (int64_t v = 0; v < vocab; ++v) {
+              double prob =
+                  std::exp(static_cast<double>(row[v]) - s.max) / s.sum;
+              row[v] = static_cast<T>(g * (v == label ? prob - 1.0 : prob));
+            }
+          }
+        },
+        detail::rowGrain(vocab));
+    linearBackward<T>(pool, n, in, vocab, xc, weight, transposeWeight, scratch,
+                      dx + first * in, dweight, nullptr,
+                      /*accumulate=*/first > 0);
+  }
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    total += rowLoss[r];
+  if (reduction == LossReduction::Mean)
+    total = count > 0 ? total / static_cast<double>(count) : 0.0;
+  loss[0] = static_cast<T>(total);
+}
+
 #define MTRT_INSTANTIATE(T, Id)                                                \
   template KernelStatus crossEntropyForward<T, Id>(                            \
       ThreadPool &, int64_t, int64_t, const T *, const Id *, int64_t,          \
       LossReduction, T *);                                                     \
   template KernelStatus crossEntropyBackward<T, Id>(                           \
       ThreadPool &, int64_t, int64_t, const T *, const Id *, int64_t,          \
-      LossReduction, const T *, T *);
+      LossReduction, const T *, T *);                                          \
+  template void linearCrossEntropy<T, Id>(                                     \
+      ThreadPool &, int64_t, int64_t, int64_t, int64_t, const T *, const T *,  \
+      bool, const Id *, int64_t, LossReduction, T *, T *, T *, T *);
 MTRT_INSTANTIATE_FLOAT_AND_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

@@ -1,0 +1,58 @@
+"""Compiles MODEL with and without --fuse-linear-cross-entropy, counts the
+output layer's ops in each train_step, trains both bundles 3 iterations on
+the CPU and checks that each iteration's loss and gradient norm agree within
+a relative 1e-6 (linear-cross-entropy.test).
+
+Usage: linear-cross-entropy-runs.py MEGATRON_COMPILE MEGATRON_TRAIN
+                                    SOURCE_ROOT MODEL WORKDIR [COMPILE_FLAG...]
+"""
+import collections
+import json
+import os
+import subprocess
+import sys
+
+from variant_runs import compile_and_train, in_process_ranks
+
+TOLERANCE = 1e-6
+
+compile_tool, train_tool, root, model, work = sys.argv[1:6]
+extra = sys.argv[6:]
+ranks = in_process_ranks(extra)
+model_file = os.path.join(root, "models", model + ".yaml")
+names = ("linear_cross_entropy", "scale", "cross_entropy",
+         "cross_entropy_grad", "vocab_cross_entropy_grad")
+logs = []
+for fused in ("false", "true"):
+    stem = os.path.join(work, f"{model}-{len(extra)}-{fused}")
+    flags = [f"--fuse-linear-cross-entropy={fused}"] + extra
+    plan = json.loads(subprocess.run(
+        [compile_tool, model_file, "--emit", "plan"] + flags, check=True,
+        capture_output=True, text=True).stdout)
+    ops = collections.Counter(
+        inst["op"] for function in plan["functions"]
+        if function["name"] == "train_step"
+        for inst in function["instructions"])
+    print(f"fused {fused}: " +
+          " ".join(f"{name} {ops[name]}" for name in names))
+    log, _ = compile_and_train(compile_tool, train_tool, root, model_file,
+                               stem, flags, ranks)
+    with open(log) as f:
+        logs.append([json.loads(line) for line in f if line.strip()])
+
+reference, fused = logs
+if len(reference) != len(fused) or not reference:
+    sys.exit(f"{len(fused)} fused iterations, {len(reference)} unfused")
+worst = 0.0
+for ref, got in zip(reference, fused):
+    for key in ("loss", "grad_norm"):
+        a, b = ref[key], got[key]
+        difference = abs(a - b) / max(abs(a), 1e-30)
+        if difference > TOLERANCE:
+            sys.exit(f"iteration {ref['iteration']}: {key} {b!r} fused, "
+                     f"{a!r} unfused (relative difference {difference:.3g}, "
+                     f"more than {TOLERANCE})")
+        worst = max(worst, difference)
+print(f"{len(reference)} iterations of losses and gradient norms within "
+      f"{TOLERANCE} of the unfused run")
+print(f"bit for bit: {str(worst == 0.0).lower()}")
