@@ -11,7 +11,10 @@
 #      the largest candidate whose --report memory total fits the device,
 #      upwards while a run succeeds, else downwards until one does;
 #   4. bench/torch_step.py (torch.compile, fused AdamW, the fastest SDPA
-#      backend) at each MODELS shape, dropout 0 and 0.1, one process a model.
+#      backend) at each MODELS shape, dropout 0 and 0.1, one process a model;
+#   5. when time is left, torch_step.py --compile model (the whole model one
+#      graph) at the first MODELS shape, a check of its default regional
+#      compile.
 # Everything is written as it comes, so a run cut short by the call's limit
 # still leaves a table of what finished.
 #
@@ -123,4 +126,15 @@ for model in "${models[@]}"; do
     --dropout 0 0.1 >"$logs/torch-$model.jsonl" 2>"$logs/torch-$model.log"
   table
 done
+# A check of the regional compile (torch_step.py's default) against the
+# whole model as one graph, at the smallest shape, when time is left.
+model=${models[0]}
+if time_left; then
+  sampled "torch-check-$model" \
+    timeout $((limit + 60 - $(date +%s) + start)) python3 \
+    "$dir/bench/torch_step.py" "$dir/models/$model.yaml" --compile model \
+    --micro-batch-size "${base[$model]}" --dropout 0 0.1 \
+    >"$logs/torch-check-$model.jsonl" 2>"$logs/torch-check-$model.log"
+  table
+fi
 cat "$summary"

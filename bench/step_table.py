@@ -6,7 +6,8 @@ Usage: step_table.py DIR LOGS OUT
   DIR   the folder bench/make-step-dir.sh filled (bundles/NAME.memory.txt,
         models/*.yaml)
   LOGS  the runs: NAME.{jsonl,log,mem,before,status} for each bundle NAME =
-        MODEL-mbMB-dD (and tiny-gpt), torch-MODEL.jsonl (torch_step.py)
+        MODEL-mbMB-dD (and tiny-gpt), torch-MODEL.jsonl (torch_step.py),
+        torch-check-MODEL.jsonl (torch_step.py --compile model)
   OUT   where step-table.json and step-table.md go; the markdown is printed
 
 Ours: the step time is the median of megatron-train's elapsed_ms from
@@ -135,12 +136,16 @@ def main():
             row = ours(dir_, logs, name, context)
             ours_rows[(row["model"], row["micro_batch_size"],
                        row["dropout"])] = row
-    torch_rows = {}
+    torch_rows, checks = {}, []
     for entry in sorted(os.listdir(logs)):
         if entry.startswith("torch-") and entry.endswith(".jsonl"):
             for line in open(os.path.join(logs, entry)):
-                if line.startswith("{"):
-                    r = json.loads(line)
+                if not line.startswith("{"):
+                    continue
+                r = json.loads(line)
+                if entry.startswith("torch-check-"):
+                    checks.append(r)
+                else:
                     torch_rows[(r["model"], r["micro_batch_size"],
                                 r["dropout"])] = r
     compared, search = [], []
@@ -162,7 +167,8 @@ def main():
                 row["ours_peak_over_torch_reserved"] = round(
                     o["peak"] / t["max_memory_reserved"], 3)
         compared.append(row)
-    json.dump({"context_bytes": context, "rows": compared, "search": search},
+    json.dump({"context_bytes": context, "rows": compared, "search": search,
+               "torch_compile_checks": checks},
               open(os.path.join(out, "step-table.json"), "w"), indent=1)
 
     lines = [f"CUDA context (tiny-gpt's peak minus its reported total): "
@@ -195,6 +201,16 @@ def main():
                      o.get("tokens_per_second", "-"), percent(o.get("mfu")),
                      gib(o.get("peak")), gib(o["reported_total"])]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for c in checks:
+        regional = torch_rows.get((c["model"], c["micro_batch_size"],
+                                   c["dropout"]), {})
+        lines.append(
+            f"\ntorch.compile of the whole model as one graph, {c['model']} "
+            f"mb {c['micro_batch_size']} dropout {c['dropout']:g}: "
+            f"{c.get('ms_per_step', c.get('error'))} ms, reserved "
+            f"{gib(c.get('max_memory_reserved'))} GiB (the blocks compiled "
+            f"apart: {regional.get('ms_per_step', '-')} ms, "
+            f"{gib(regional.get('max_memory_reserved'))} GiB)")
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, "step-table.md"), "w").write(text)
     print(text)
