@@ -8,7 +8,7 @@
 #     attention dropout alike), bf16, --fuse-kernels, no recomputation:
 #     NAME = MODEL-mbMB-dD;
 #   - for each model of SEARCH, the micro-batches whose reported total lies
-#     between 115 and 145 GiB (the H200 holds about 140), and every fourth
+#     between 95 and 145 GiB (the H200 holds about 140), and every fourth
 #     from 60 GiB, dropout 0: the largest-micro-batch search's candidates,
 #     NAME = MODEL-mbMB-d0.
 #
@@ -62,8 +62,8 @@ for model in ${SEARCH:-gpt-1.3b llama-1.5b}; do
       --recompute-granularity none --micro-batch-size="$mb" \
       --global-batch-size="$mb" --hidden-dropout=0 --attention-dropout=0 \
       --report memory | awk '$1 == "total" {print $2}')
-    if ((total > 115 * gib && total < 145 * gib)) ||
-      ((total > 60 * gib && total <= 115 * gib && mb % 4 == 0)); then
+    if ((total > 95 * gib && total < 145 * gib)) ||
+      ((total > 60 * gib && total <= 95 * gib && mb % 4 == 0)); then
       [ -f "$b/$model-mb$mb-d0.mtb" ] || model_bundle "$model" "$mb" 0
     fi
   done

@@ -196,8 +196,10 @@ class Model(nn.Module):
         model's), and the final norm, output layer and loss as one more."""
         # One graph serves every block; the limit only guards against a
         # recompile per block falling back to eager unnoticed.
-        torch._dynamo.config.recompile_limit = max(
-            torch._dynamo.config.recompile_limit, 2 * len(self.blocks))
+        config = torch._dynamo.config
+        key = ("recompile_limit" if hasattr(config, "recompile_limit")
+               else "cache_size_limit")
+        setattr(config, key, max(getattr(config, key), 2 * len(self.blocks)))
         for block in self.blocks:
             block.compile()
         self.loss = torch.compile(self.loss)
