@@ -21,6 +21,8 @@ cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 
   /lib/x86_64-linux-gnu/libicudata.so.72 "$dest/fallback-lib/"
 cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" \
   "$root/bench/run-multi-gpu.sh" "$dest/bench/"
+mkdir -p "$dest/models"
+cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 b=$dest/bundles
 "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"

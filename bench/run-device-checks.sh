@@ -3,14 +3,16 @@
 # checked and measured by, in one call: the CUDA tests (parity with the host
 # backend, fp32 and bf16), megatron-train --backend cuda on tiny-gpt, and the
 # compiled step's throughput for gpt2-124m, gpt2-350m and gpt-1.3b beside
-# PyTorch (eager and torch.compile, bf16 autocast) at the same shapes.
+# PyTorch (bench/torch_step.py: eager and torch.compile, bf16 autocast) at
+# the same shapes.
 #
 # Usage: bench/run-device-checks.sh DIR OUT
 #   DIR    a folder holding bin/ (megatron-train, mtrt-cuda-tests from a
 #          runtime build with -DMTRT_ENABLE_CUDA=ON), lib/, bundles/ (see
 #          bench/NOTES.md), optionally fallback-lib/ (shared libraries the
-#          machine may lack), bench/ (torch_gpt2.py, summarize.py) and
-#          corpus.txt; bench/make-device-dir.sh makes it
+#          machine may lack), bench/ (torch_step.py, modelfile.py,
+#          summarize.py), models/ and corpus.txt; bench/make-device-dir.sh
+#          makes it
 #   OUT    where the logs go: summary.txt (the short version), tests.log,
 #          bench.log, profile.log, and the timed runs' JSON lines
 #          (mtrt-MODEL.jsonl, torch.jsonl)
@@ -27,7 +29,8 @@
 #          profile part profiles gpt2-124m's variants too
 #   ITERS  (environment) megatron-train iterations per timed run, default 15
 #          (10 for gpt-1.3b); the median skips the first 5
-#   TORCH  (environment) the PyTorch variants, default "eager compile"
+#   TORCH  (environment) the PyTorch variants (torch_step.py --compile),
+#          default "eager blocks"
 #   TORCH_MODELS (environment) the models PyTorch runs, default MODELS
 set -u
 checks=" ${CHECKS:-env tests tiny mtrt profile torch} "
@@ -144,17 +147,15 @@ if want profile; then
 fi
 
 if want torch; then
-  section "PyTorch at the same shapes (bf16 autocast, SDPA)"
+  section "PyTorch at the same shapes (bench/torch_step.py, the model file's dropout)"
   for model in ${TORCH_MODELS:-$models}; do
-    for variant in ${TORCH:-eager compile}; do
-      steps=20
-      [ "$model" = gpt-1.3b ] && steps=10
-      compile=0
-      [ "$variant" = compile ] && compile=1
-      PYTHONUNBUFFERED=1 timeout 240 python3 "$dir/bench/torch_gpt2.py" \
-        --model "$model" --micro-batch-size "${batch[$model]}" \
-        --precision bf16 --tf32 1 --attention sdpa --compile "$compile" \
-        --steps "$steps" --warmup 5 >>"$out/torch.jsonl" 2>>"$out/bench.log"
+    for variant in ${TORCH:-eager blocks}; do
+      dropout=$(python3 -c "import sys; sys.path.insert(0, '$dir/bench')
+import modelfile; print(modelfile.load('$dir/models/$model.yaml')['hidden_dropout'])")
+      PYTHONUNBUFFERED=1 timeout 240 python3 "$dir/bench/torch_step.py" \
+        "$dir/models/$model.yaml" --micro-batch-size "${batch[$model]}" \
+        --dropout "$dropout" --compile "$variant" \
+        >>"$out/torch.jsonl" 2>>"$out/bench.log"
       echo "torch $model $variant: exit status $?" >>"$summary"
     done
   done

@@ -31,13 +31,13 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
 # gpt-1.3b first: its ratio to torch.compile is the one issue 6 waits on.
-CUDA_VISIBLE_DEVICES=0 TORCH=compile CHECKS="env tests tiny mtrt torch" \
+CUDA_VISIBLE_DEVICES=0 TORCH=blocks CHECKS="env tests tiny mtrt torch" \
   TORCH_MODELS="gpt-1.3b gpt2-124m gpt2-350m" \
   timeout "${SINGLE_LIMIT:-420}" bash "$d/bench/run-device-checks.sh" "$d" "$r"
 status=$?
 # timeout ends the script, not a PyTorch run it started: end that too, so
 # it holds no GPU memory during what follows.
-pkill -f torch_gpt2.py && sleep 3
+pkill -f torch_step.py && sleep 3
 echo "single-GPU part: exit $status at $(elapsed) s" >>"$r/summary.txt"
 grep -E "^\[  FAILED|Segmentation|^\[  PASSED" "$r/tests.log" | head -20 \
   >>"$r/summary.txt"

@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """Prints the throughput table of bench/run-device-checks.sh: megatron-train's
---log-jsonl files and torch_gpt2.py's JSON lines, per model, with MFU as
-../shared/DESIGN.md defines it: (6N + 12 L h s) * tokens/s / 989 TFLOP/s,
-N = parameters without the position embeddings, and each run's ratio to
-torch.compile (bf16) of the same model and micro-batch.
+--log-jsonl files and torch_step.py's JSON lines, per model, with MFU as
+../shared/DESIGN.md defines it (modelfile.py), and each run's ratio to
+torch.compile of the same model and micro-batch.
 
   python3 bench/summarize.py --mtrt MODEL,MB,NAME=run.jsonl:run.log[:PEAK] \\
       ... --torch torch.jsonl
@@ -11,19 +10,19 @@ PEAK: a file holding the largest device memory in MiB seen during the run.
 """
 import argparse
 import json
-import re
+import os
 import statistics
+import sys
 
-# (layers, hidden, seq) of models/*.yaml.
-MODELS = {"gpt2-124m": (12, 768, 1024), "gpt2-350m": (24, 1024, 1024),
-          "gpt-1.3b": (24, 2048, 2048)}
-PEAK = 989e12
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import modelfile  # noqa: E402
+
+MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                      "models")
 
 
-def mfu(model, parameters, tokens_per_second):
-    layers, hidden, seq = MODELS[model]
-    n = parameters - seq * hidden  # without the position embeddings
-    return (6 * n + 12 * layers * hidden * seq) * tokens_per_second / PEAK
+def model_file(model):
+    return modelfile.load(os.path.join(MODELS, model + ".yaml"))
 
 
 def mtrt_row(spec, skip):
@@ -35,10 +34,8 @@ def mtrt_row(spec, skip):
     records = [r for r in records if "tokens_per_second" in r]
     timed = [r["tokens_per_second"] for r in records[skip:]] or \
         [r["tokens_per_second"] for r in records]
-    text = open(log).read()
-    match = re.search(r"\((\d+) parameters", text)
-    parameters = int(match.group(1)) if match else 0
     tps = statistics.median(timed)
+    m = model_file(model)
     peak = float("nan")
     if len(parts) > 2:
         try:
@@ -47,8 +44,8 @@ def mtrt_row(spec, skip):
             pass
     return {"model": model, "mb": int(mb), "name": name,
             "tokens_per_second": tps,
-            "ms_per_step": int(mb) * MODELS[model][2] / tps * 1e3,
-            "mfu": mfu(model, parameters, tps) if parameters else float("nan"),
+            "ms_per_step": int(mb) * m["seq_length"] / tps * 1e3,
+            "mfu": modelfile.mfu(m, tps),
             "peak": peak,
             "last_loss": records[-1]["loss"] if records else float("nan")}
 
@@ -57,7 +54,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mtrt", action="append", default=[],
                         help="MODEL,MB,NAME=JSONL:LOG[:PEAK] of a run")
-    parser.add_argument("--torch", default=None, help="torch_gpt2.py output")
+    parser.add_argument("--torch", default=None, help="torch_step.py output")
     parser.add_argument("--skip", type=int, default=5,
                         help="warm-up iterations left out of the median")
     args = parser.parse_args()
@@ -73,23 +70,23 @@ def main():
             if not line.startswith("{"):
                 continue
             r = json.loads(line)
-            model = r.get("model", "gpt2-124m")
-            name = (f"torch {'compile' if 'compile' in r['impl'] else 'eager'}"
-                    f", {r.get('precision', 'fp32')}, {r['attention']}"
-                    f"{', tf32' if r['tf32'] else ''}")
-            rows.append({"model": model, "mb": r["micro_batch_size"],
-                         "name": name,
+            if "error" in r:
+                print(f"torch {r['model']} dropout {r['dropout']}: "
+                      f"{r['error']}")
+                continue
+            rows.append({"model": r["model"], "mb": r["micro_batch_size"],
+                         "name": f"torch {r['compile']}, dropout "
+                                 f"{r['dropout']:g}, {r['sdpa']}",
                          "tokens_per_second": r["tokens_per_second"],
                          "ms_per_step": r["ms_per_step"],
-                         "mfu": mfu(model, r["parameters"],
-                                    r["tokens_per_second"]),
-                         "peak": r["peak_memory_gib"],
+                         "mfu": r["mfu"],
+                         "peak": r["max_memory_reserved"] / 2**30,
                          "last_loss": r["last_loss"]})
     print(f"{'model':10} {'mb':>3} {'run':34} {'tokens/s':>10} {'ms/step':>9} "
           f"{'MFU':>7} {'peak GiB':>8} {'/compile':>8}")
     for r in rows:
         ref = [x for x in rows if x["model"] == r["model"] and
-               x["mb"] == r["mb"] and x["name"].startswith("torch compile, bf16")]
+               x["mb"] == r["mb"] and x["name"].startswith("torch blocks")]
         ratio = (r["tokens_per_second"] / ref[0]["tokens_per_second"]
                  if ref else float("nan"))
         print(f"{r['model']:10} {r['mb']:3d} {r['name'][:34]:34} "

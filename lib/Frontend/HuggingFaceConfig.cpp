@@ -84,6 +84,12 @@ private:
   /// reads them; marks each in `read`.
   Error readYarn(StringRef field, const json::Object &dict, StringRef typeKey,
                  StringSet<> &read);
+  /// `field.sub` of `dict` (a rope dict) as a positive finite number, or
+  /// nullopt when absent or null; marks `sub` in `read`.
+  Expected<std::optional<double>> positiveNumber(StringRef field,
+                                                 const json::Object &dict,
+                                                 StringRef sub,
+                                                 StringSet<> &read) const;
   Error readSlidingWindow();
   Error readCommonChecks();
   /// Refuses every field no reader consumed and no table lists as
@@ -583,21 +589,24 @@ Error HuggingFaceReader::readRope() {
   return readRopeDict("rope_scaling", *dict, false);
 }
 
+Expected<std::optional<double>>
+HuggingFaceReader::positiveNumber(StringRef field, const json::Object &dict,
+                                  StringRef sub, StringSet<> &read) const {
+  read.insert(sub);
+  const json::Value *value = dict.get(sub);
+  if (!value || value->kind() == json::Value::Null)
+    return std::nullopt;
+  std::optional<double> n = value->getAsNumber();
+  if (!n || !std::isfinite(*n) || *n <= 0)
+    return subFieldError(field, sub,
+                         expected("a positive number", show(*value)));
+  return *n;
+}
+
 Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
                                       bool transformers5) {
   ModelConfig &m = config.model;
   StringSet<> read;
-  auto number = [&](StringRef sub) -> Expected<std::optional<double>> {
-    read.insert(sub);
-    const json::Value *value = dict.get(sub);
-    if (!value || value->kind() == json::Value::Null)
-      return std::nullopt;
-    std::optional<double> n = value->getAsNumber();
-    if (!n || !std::isfinite(*n) || *n <= 0)
-      return subFieldError(field, sub,
-                           expected("a positive number", show(*value)));
-    return *n;
-  };
 
   // transformers 4.36 and older spell rope_type "type".
   StringRef typeKey = dict.get("rope_type") ? "rope_type" : "type";
@@ -610,7 +619,8 @@ Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
     type = s->str();
   }
   if (transformers5) {
-    Expected<std::optional<double>> theta = number("rope_theta");
+    Expected<std::optional<double>> theta =
+        positiveNumber(field, dict, "rope_theta", read);
     if (!theta)
       return theta.takeError();
     if (*theta) {
@@ -621,7 +631,8 @@ Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
   }
 
   if (type == "linear" || type == "llama3") {
-    Expected<std::optional<double>> factor = number("factor");
+    Expected<std::optional<double>> factor =
+        positiveNumber(field, dict, "factor", read);
     if (!factor)
       return factor.takeError();
     if (!*factor)
@@ -647,7 +658,8 @@ Error HuggingFaceReader::readRopeDict(StringRef field, const json::Object &dict,
     StringRef names[3] = {"low_freq_factor", "high_freq_factor",
                           "original_max_position_embeddings"};
     for (int i = 0; i < 3; ++i) {
-      Expected<std::optional<double>> value = number(names[i]);
+      Expected<std::optional<double>> value =
+          positiveNumber(field, dict, names[i], read);
       if (!value)
         return value.takeError();
       if (!*value)
@@ -699,17 +711,6 @@ static double yarnMscale(double scale, double mscale = 1.0) {
 Error HuggingFaceReader::readYarn(StringRef field, const json::Object &dict,
                                   StringRef typeKey, StringSet<> &read) {
   ModelConfig &m = config.model;
-  auto number = [&](StringRef sub) -> Expected<std::optional<double>> {
-    read.insert(sub);
-    const json::Value *value = dict.get(sub);
-    if (!value || value->kind() == json::Value::Null)
-      return std::nullopt;
-    std::optional<double> n = value->getAsNumber();
-    if (!n || !std::isfinite(*n) || *n <= 0)
-      return subFieldError(field, sub,
-                           expected("a positive number", show(*value)));
-    return *n;
-  };
   double values[7] = {};
   bool given[7] = {};
   StringRef names[7] = {"factor",           "original_max_position_embeddings",
@@ -717,7 +718,8 @@ Error HuggingFaceReader::readYarn(StringRef field, const json::Object &dict,
                         "attention_factor", "mscale",
                         "mscale_all_dim"};
   for (int i = 0; i < 7; ++i) {
-    Expected<std::optional<double>> value = number(names[i]);
+    Expected<std::optional<double>> value =
+        positiveNumber(field, dict, names[i], read);
     if (!value)
       return value.takeError();
     given[i] = value->has_value();

@@ -107,25 +107,37 @@ llvm::StringRef megatron::getPipelineBoundaryName(PipelineBoundary boundary) {
 void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
                                     const CompilePipelineOptions &options,
                                     PipelineBoundary stopAfter) {
+  const ParallelConfig &parallel = options.parallel;
+  const mlir::mt::RecomputePolicy &recompute = options.recompute;
+  const bool pipelined = parallel.pipelineModelParallelSize > 1;
   TrainingPipelineOptions training;
-  training.recomputeGranularity = options.recomputeGranularity;
-  training.recomputeMethod = options.recomputeMethod;
-  training.recomputeNumLayers = options.recomputeNumLayers;
-  training.pipelineStages = options.pipelineStages;
+  training.recomputeGranularity =
+      recompute.granularity == mlir::mt::RecomputeGranularity::None ? "none"
+      : recompute.granularity == mlir::mt::RecomputeGranularity::Selective
+          ? "selective"
+          : "full";
+  training.recomputeMethod =
+      recompute.method == mlir::mt::RecomputeMethod::Block ? "block"
+                                                           : "uniform";
+  training.recomputeNumLayers = recompute.numLayers;
+  training.pipelineStages = pipelined;
   buildTrainingPipeline(pm, training);
   if (stopAfter == PipelineBoundary::Training)
     return;
   // Tensor and data parallelism partition each pipeline stage.
-  if (options.tensorParallelSize * options.dataParallelSize > 1) {
+  if (parallel.tensorModelParallelSize * parallel.dataParallelSize > 1) {
     PartitionPipelineOptions partition;
-    partition.tensorParallelSize = options.tensorParallelSize;
-    partition.dataParallelSize = options.dataParallelSize;
-    partition.sequenceParallel = options.sequenceParallel;
-    partition.distributedOptimizer = options.distributedOptimizer;
-    partition.pipelineSize = options.pipelineSize;
+    partition.tensorParallelSize = parallel.tensorModelParallelSize;
+    partition.dataParallelSize = parallel.dataParallelSize;
+    partition.sequenceParallel = parallel.sequenceParallel;
+    // One rank has nothing to shard the optimizer over: the plain
+    // optimizer is the distributed one with a single shard.
+    partition.distributedOptimizer = parallel.useDistributedOptimizer;
+    partition.pipelineSize =
+        pipelined ? parallel.pipelineModelParallelSize : 0;
     buildPartitionPipeline(pm, partition);
   }
-  if (options.pipelineStages)
+  if (pipelined)
     buildStageSplitPipeline(pm);
   if (stopAfter == PipelineBoundary::Partition)
     return;

@@ -32,6 +32,8 @@ TEST(CompileConfigTest, BundledModelsLoadAndValidate) {
       {"tiny-llama.yaml", 2, 128, 8, 2, 352, 128, 256, 8, Precision::FP32},
       {"llama-7b.yaml", 32, 4096, 32, 32, 11008, 4096, 32000, 1,
        Precision::BF16},
+      {"llama-1.5b.yaml", 16, 2048, 32, 8, 8192, 2048, 128256, 4,
+       Precision::BF16},
   };
   for (const Expect &e : models) {
     SCOPED_TRACE(e.file.str());

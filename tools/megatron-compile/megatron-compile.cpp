@@ -352,24 +352,8 @@ int main(int argc, char **argv) {
                            const mlir::mt::RecomputePolicy &policy,
                            PipelineBoundary boundary) {
       CompilePipelineOptions options;
-      options.recomputeGranularity =
-          policy.granularity == mlir::mt::RecomputeGranularity::None
-              ? "none"
-          : policy.granularity == mlir::mt::RecomputeGranularity::Selective
-              ? "selective"
-              : "full";
-      options.recomputeMethod =
-          policy.method == mlir::mt::RecomputeMethod::Block ? "block"
-                                                            : "uniform";
-      options.recomputeNumLayers = policy.numLayers;
-      options.pipelineStages = pipelined;
-      options.tensorParallelSize = parallel.tensorModelParallelSize;
-      options.dataParallelSize = parallel.dataParallelSize;
-      options.sequenceParallel = parallel.sequenceParallel;
-      // One rank has nothing to shard the optimizer over: the plain
-      // optimizer is the distributed one with a single shard.
-      options.distributedOptimizer = parallel.useDistributedOptimizer;
-      options.pipelineSize = pipelined ? plan.layout.pipelineSize : 0;
+      options.parallel = parallel;
+      options.recompute = policy;
       options.gemmEpilogues = fuseGemmEpilogues;
       options.elementwiseKernels = fuseKernels;
       options.linearCrossEntropy = fuseLinearCrossEntropy;

@@ -3,6 +3,9 @@
 #ifndef MEGATRON_PIPELINES_PIPELINES_H
 #define MEGATRON_PIPELINES_PIPELINES_H
 
+#include "megatron/Frontend/CompileConfig.h"
+#include "mt/Transforms/Recompute.h"
+
 #include "mlir/Pass/PassOptions.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -144,15 +147,14 @@ llvm::StringRef getPipelineBoundaryName(PipelineBoundary boundary);
 /// build functions above), so IR written at a boundary and run through the
 /// remaining pipelines with megatron-opt gives megatron-compile's module.
 struct CompilePipelineOptions {
-  std::string recomputeGranularity = "none";
-  std::string recomputeMethod = "uniform";
-  int64_t recomputeNumLayers = 1;
-  bool pipelineStages = false;
-  int64_t tensorParallelSize = 1;
-  int64_t dataParallelSize = 1;
-  bool sequenceParallel = false;
-  bool distributedOptimizer = false;
-  int64_t pipelineSize = 0;
+  /// The layout as the model file and the flags give it: the partition
+  /// pipeline runs for more than one tensor- or data-parallel rank, with its
+  /// sequence parallelism and distributed optimizer; pipeline parallelism
+  /// (pipeline_model_parallel_size > 1) differentiates and splits stages.
+  ParallelConfig parallel;
+  /// The recomputation policy: the model file's, or one that --memory-budget
+  /// tries.
+  mlir::mt::RecomputePolicy recompute;
   bool gemmEpilogues = true;
   bool elementwiseKernels = false;
   bool linearCrossEntropy = false;

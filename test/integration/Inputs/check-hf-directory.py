@@ -14,21 +14,9 @@ exits 1 on the first mismatch.
 """
 import json
 import os
-import re
-import struct
 import sys
 
-
-def tensors_of(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    body = data[8 + n:]
-    return {name: (t["dtype"], t["shape"],
-                   body[t["data_offsets"][0]:t["data_offsets"][1]])
-            for name, t in header.items()}
+from safetensors_file import read_tensors
 
 
 def fail(message):
@@ -52,7 +40,7 @@ def main():
     if shards == ["model.safetensors"]:
         if "model.safetensors.index.json" in files:
             fail("one shard, yet an index")
-        found = tensors_of(os.path.join(directory, shards[0]))
+        found = read_tensors(os.path.join(directory, shards[0]))
         where = {name: shards[0] for name in found}
     else:
         count = len(shards)
@@ -62,7 +50,7 @@ def main():
             fail("shards %s, expected %s" % (shards, expected))
         previous = ""
         for shard in shards:
-            tensors = tensors_of(os.path.join(directory, shard))
+            tensors = read_tensors(os.path.join(directory, shard))
             size = sum(len(t[2]) for t in tensors.values())
             if size > limit and len(tensors) > 1:
                 fail("%s holds %d bytes in %d tensors, over %d"
@@ -85,7 +73,7 @@ def main():
         print("%d shards, index of %d tensors, total_size %d: matches the shards"
               % (count, len(where), total))
     if len(sys.argv) == 4:
-        single = tensors_of(sys.argv[3])
+        single = read_tensors(sys.argv[3])
         if single != found:
             fail("the tensors differ from %s" % sys.argv[3])
         print("%d tensors: bit-identical to %s" % (len(found),

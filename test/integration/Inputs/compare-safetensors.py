@@ -11,29 +11,9 @@ that B lacks (a Hugging Face file's buffers and tied lm_head.weight), which
 are named. Prints what it compared; exits 1 on a mismatch.
 """
 import argparse
-import json
-import struct
 import sys
 
-
-def read(path, f64=False):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    body = data[8 + n:]
-    out = {}
-    for name, t in header.items():
-        b, e = t["data_offsets"]
-        raw = body[b:e]
-        if f64 and t["dtype"] == "F64":
-            values = struct.unpack("<%dd" % (len(raw) // 8), raw)
-            raw = struct.pack("<%df" % len(values), *values)
-        elif t["dtype"] != "F32":
-            sys.exit("%s: %s is %s, expected F32" % (path, name, t["dtype"]))
-        out[name] = (t["shape"], raw, struct.unpack("<%df" % (len(raw) // 4), raw))
-    return out
+from safetensors_file import read_float32
 
 
 def main():
@@ -43,7 +23,7 @@ def main():
     parser.add_argument("--tolerance", type=float, default=None)
     parser.add_argument("--as-float32", action="store_true")
     args = parser.parse_args()
-    a, b = read(args.a, args.as_float32), read(args.b)
+    a, b = read_float32(args.a, args.as_float32), read_float32(args.b)
     extra = sorted(set(a) - set(b)) if args.as_float32 else []
     for name in extra:
         del a[name]

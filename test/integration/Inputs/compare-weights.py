@@ -14,36 +14,17 @@ change of its update (the worst tensor is printed too). With --bitwise,
 every element must have the same bits. Prints what it compared and the largest
 difference; exits 1 on a mismatch.
 """
-import json
-import struct
 import sys
 
+from safetensors_file import read_float32
+
 TOLERANCE = 1e-5
-
-
-def read(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + length])
-    base = 8 + length
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if entry["dtype"] != "F32":
-            sys.exit("%s: %s is %s, expected F32" % (path, name, entry["dtype"]))
-        begin, end = entry["data_offsets"]
-        raw = data[base + begin:base + end]
-        tensors[name] = (entry["shape"], raw,
-                         struct.unpack("<%df" % (len(raw) // 4), raw))
-    return tensors
 
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     bitwise = "--bitwise" in sys.argv
-    one, ranks = read(args[0]), read(args[1])
+    one, ranks = read_float32(args[0]), read_float32(args[1])
     if sorted(one) != sorted(ranks):
         sys.exit("the files hold different tensors: %s vs %s"
                  % (sorted(one), sorted(ranks)))

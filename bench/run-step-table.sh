@@ -1,0 +1,140 @@
+#!/bin/bash
+# Runs on the GPU machine (through the device tool), in one call, the step
+# and memory comparison of issues 21 and 22, then writes the table
+# (bench/step_table.py):
+#   1. tiny-gpt, whose peak minus its reported total is the CUDA context;
+#   2. megatron-train --backend cuda on every bundle NAME = MODEL-mbMB-dD
+#      that bench/make-step-dir.sh compiled for MODELS, sampling nvidia-smi's
+#      memory in use every 100 ms;
+#   3. the largest micro-batch without recomputation, for each model with
+#      search candidates (MODEL-mbMB-d0 beyond MODELS' micro-batch): from
+#      the largest candidate whose --report memory total fits the device,
+#      upwards while a run succeeds, else downwards until one does;
+#   4. bench/torch_step.py (torch.compile, fused AdamW, the fastest SDPA
+#      backend) at each MODELS shape, dropout 0 and 0.1, one process a model;
+#   5. when time is left, torch_step.py --compile model (the whole model one
+#      graph) at the first MODELS shape, a check of its default regional
+#      compile.
+# Everything is written as it comes, so a run cut short by the call's limit
+# still leaves a table of what finished.
+#
+# Usage: bench/run-step-table.sh DIR OUT
+#   DIR  the folder bench/make-step-dir.sh filled
+#   OUT  gets step-table.md, step-table.json, summary.txt and logs.tgz (the
+#        runs' logs, JSON lines and memory samples)
+#   ITERS (environment) megatron-train iterations per timed run, default 10;
+#        the step time is the median from iteration 4 on
+#   MODELS (environment) as for bench/make-step-dir.sh
+#   LIMIT (environment) seconds after which no further run starts, default
+#        480; a PyTorch run is stopped 60 s after it
+set -u
+dir=$(cd "$1" && pwd)
+out=$2
+logs=/tmp/step-table-logs
+rm -rf "$logs"
+mkdir -p "$out" "$logs"
+start=$(date +%s)
+limit=${LIMIT:-480}
+time_left() { (($(date +%s) - start < limit)); }
+summary=$out/summary.txt
+libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+mkdir -p /tmp/fallback-lib
+tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}:/tmp/fallback-lib"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c 'import torch; print("torch", torch.__version__)'
+} >"$summary" 2>&1
+
+used() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1
+}
+# TAG COMMAND...: runs COMMAND, sampling the memory in use every 100 ms into
+# LOGS/TAG.mem; TAG.before holds what was in use before, TAG.status the exit
+# status.
+sampled() {
+  local tag=$1
+  shift
+  used >"$logs/$tag.before"
+  (while sleep 0.1; do used; done) >"$logs/$tag.mem" 2>/dev/null &
+  local sampler=$!
+  "$@"
+  local status=$?
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  echo "$status" >"$logs/$tag.status"
+  echo "$tag: exit status $status at $(($(date +%s) - start)) s" >>"$summary"
+  return $status
+}
+# NAME ITERS: megatron-train on bundles/NAME.mtb.
+train() {
+  sampled "$1" timeout 120 "$dir/bin/megatron-train" "$dir/bundles/$1.mtb" \
+    --data-path "$dir/corpus.txt" --train-iters "$2" --lr 1e-4 \
+    --log-interval 1 --eval-iters 0 --eval-interval 0 --no-progress-bar \
+    --backend cuda --log-jsonl "$logs/$1.jsonl" >"$logs/$1.log" 2>&1
+}
+table() {
+  python3 "$dir/bench/step_table.py" "$dir" "$logs" "$out" >>"$summary" 2>&1
+  tar -C "$logs" -czf "$out/logs.tgz" .
+}
+
+iters=${ITERS:-10}
+train tiny-gpt 5
+declare -A base
+models=()
+for pair in ${MODELS:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4}; do
+  models+=("${pair%%:*}")
+  base[${pair%%:*}]=${pair##*:}
+done
+for model in "${models[@]}"; do
+  for dropout in 0 0.1; do
+    time_left && train "$model-mb${base[$model]}-d$dropout" "$iters"
+  done
+done
+table
+
+# The search: step_table.py orders the candidates and picks the first, the
+# largest that its reported total, scaled by the measured/reported ratio of
+# the model's dropout-0 run above, says fits.
+for model in "${models[@]}"; do
+  plan=$(python3 "$dir/bench/step_table.py" "$dir" "$logs" --search-start \
+    "$model-mb${base[$model]}-d0")
+  mbs=($(echo "$plan" | head -1))
+  i=$(echo "$plan" | tail -1)
+  ((${#mbs[@]})) || continue
+  echo "$model search: candidates ${mbs[*]}, first ${mbs[$i]}" >>"$summary"
+  if time_left && train "$model-mb${mbs[$i]}-d0" 6; then
+    while ((i + 1 < ${#mbs[@]})) && time_left &&
+      train "$model-mb${mbs[$((i + 1))]}-d0" 6; do
+      i=$((i + 1))
+    done
+  else
+    while ((i > 0)) && time_left; do
+      i=$((i - 1))
+      train "$model-mb${mbs[$i]}-d0" 6 && break
+    done
+  fi
+done
+table
+
+for model in "${models[@]}"; do
+  time_left || break
+  sampled "torch-$model" timeout $((limit + 60 - $(date +%s) + start)) python3 "$dir/bench/torch_step.py" \
+    "$dir/models/$model.yaml" --micro-batch-size "${base[$model]}" \
+    --dropout 0 0.1 >"$logs/torch-$model.jsonl" 2>"$logs/torch-$model.log"
+  table
+done
+# A check of the regional compile (torch_step.py's default) against the
+# whole model as one graph, at the smallest shape, when time is left.
+model=${models[0]}
+if time_left; then
+  sampled "torch-check-$model" \
+    timeout $((limit + 60 - $(date +%s) + start)) python3 \
+    "$dir/bench/torch_step.py" "$dir/models/$model.yaml" --compile model \
+    --micro-batch-size "${base[$model]}" --dropout 0 0.1 \
+    >"$logs/torch-check-$model.jsonl" 2>"$logs/torch-check-$model.log"
+  table
+fi
+cat "$summary"
