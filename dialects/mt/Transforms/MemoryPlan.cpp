@@ -16,7 +16,7 @@ SmallVector<Value, 2> mt::instructionResults(Operation *op) {
   if (auto start = dyn_cast<CollectiveStartOp>(op))
     if (CollectiveWaitOp wait = start.getWait())
       return {wait.getResult()};
-  return llvm::to_vector<2>(op->getResults());
+  return SmallVector<Value, 2>(op->getResults().begin(), op->getResults().end());
 }
 
 bool mt::mayComputeInPlace(Operation *op) {

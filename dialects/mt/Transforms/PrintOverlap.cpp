@@ -182,7 +182,7 @@ struct PrintOverlapPass : mt::impl::PrintOverlapPassBase<PrintOverlapPass> {
     llvm::Expected<CostModel> model = CostModel::load(costModel);
     if (!model) {
       getOperation().emitError()
-          << "mt-print-overlap: " << llvm::toString(model.takeError());
+          << llvm::toString(model.takeError());
       return signalPassFailure();
     }
     printOverlap(getOperation(), *model, llvm::outs());

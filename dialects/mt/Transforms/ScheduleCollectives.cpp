@@ -48,8 +48,7 @@ struct ScheduleCollectivesPass
   void runOnOperation() override {
     llvm::Expected<CostModel> model = CostModel::load(costModel);
     if (!model) {
-      getOperation().emitError() << "mt-schedule-collectives: "
-                                 << llvm::toString(model.takeError());
+      getOperation().emitError() << llvm::toString(model.takeError());
       return signalPassFailure();
     }
     for (auto function : getOperation().getOps<func::FuncOp>())
