@@ -164,7 +164,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
           "{8,11:F1}  {9}\n",
           index, row.cost.kind, row.axes, row.cost.groupSize,
           row.cost.network ? "network" : "nvlink", row.cost.bytes, row.cost.us,
-          row.cost.us - row.exposed, row.exposed, describeBehind(row));
+          std::max(0.0, row.cost.us - row.exposed), row.exposed,
+          describeBehind(row));
     }
     os << llvm::formatv("  exposed communication: {0:F1} us of {1:F1} us "
                         "({2:F0}% hidden); computation {3:F1} us; step "
