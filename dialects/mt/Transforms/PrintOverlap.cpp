@@ -75,9 +75,11 @@ static std::string ranksOf(ModuleOp module, func::FuncOp function) {
   } else {
     os << "one rank";
   }
-  if (auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage"))
+  auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+  if (stage)
     os << ", pipeline stage " << stage.getInt();
-  os << " (" << ranks << (ranks == 1 ? " rank" : " ranks") << " alike)";
+  os << " (" << ranks << (ranks == 1 ? " rank" : " ranks")
+     << (stage ? " of the stage" : "") << " alike)";
   return text;
 }
 
@@ -91,6 +93,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
      << llvm::format("%.0f", model.network.bytesPerUs / 1e3) << " GB/s, "
      << llvm::format("%.0f", model.network.latencyUs) << " us; "
      << model.gpusPerNode << " GPUs a node)\n";
+  bool any = false;
   for (auto function : module.getOps<func::FuncOp>()) {
     if (function.isExternal())
       continue;
@@ -148,6 +151,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
     }
     if (rows.empty())
       continue;
+    any = true;
     os << "\n" << function.getSymName() << ": " << ranksOf(module, function)
        << "\n";
     os << llvm::formatv("  {0,-3} {1,-15} {2,-6} {3,5} {4,-7} {5,12} "
@@ -171,9 +175,15 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
                         "({2:F0}% hidden); computation {3:F1} us; step "
                         "{4:F1} us\n",
                         exposed, total,
-                        total > 0 ? 100.0 * (total - exposed) / total : 100.0,
+                        total > 0
+                            ? 100.0 * std::max(0.0, total - exposed) / total
+                            : 100.0,
                         compute, now);
   }
+  if (!any)
+    os << "no collectives in any function: nothing to overlap (a pipeline's "
+          "sends and receives are not IR yet; --report schedule shows "
+          "them)\n";
 }
 
 namespace {
