@@ -28,8 +28,9 @@ def Mt_CollectiveStartOp
     holds one `shard.all_reduce`, `shard.all_gather` or
     `shard.reduce_scatter` over the block's argument (the operand), and
     `mt.yield` returns its result. The collective may run from here until
-    the one `mt.collective_wait` on the future, in the same block, while
-    the ops between compute: its operand is read, and its result written,
+    the one `mt.collective_wait` on the future (the verifier holds it to
+    one use; the passes keep it in the start's block) while the ops between
+    compute: its operand is read, and its result written,
     until the wait (the memory plan keeps both buffers from the start to
     the wait).
 
