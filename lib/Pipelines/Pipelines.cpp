@@ -150,6 +150,19 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
   if (stopAfter == PipelineBoundary::Fusion)
     return;
   buildPrecisionPipeline(pm);
+  if (options.overlapCollectives) {
+    OverlapPipelineOptions overlap;
+    overlap.costModel = options.costModel;
+    buildOverlapPipeline(pm, overlap);
+  }
+}
+
+void megatron::buildOverlapPipeline(mlir::OpPassManager &pm,
+                                    const OverlapPipelineOptions &options) {
+  pm.addPass(mlir::mt::createSplitCollectivesPass());
+  mlir::mt::ScheduleCollectivesPassOptions schedule;
+  schedule.costModel = options.costModel;
+  pm.addPass(mlir::mt::createScheduleCollectivesPass(schedule));
 }
 
 void megatron::buildPrecisionPipeline(mlir::OpPassManager &pm) {
@@ -173,4 +186,9 @@ void megatron::registerPipelines() {
       "megatron-precision-pipeline",
       "The types the precision in #mt.model stores (last, after fusion)",
       buildPrecisionPipeline);
+  mlir::PassPipelineRegistration<OverlapPipelineOptions>(
+      "megatron-overlap-pipeline",
+      "Collectives split into starts and waits and placed by the cost model "
+      "(last, after precision)",
+      buildOverlapPipeline);
 }

@@ -14,6 +14,7 @@
 #include "megatron/Pipelines/Pipelines.h"
 #include "megatron/Target/Bundle.h"
 #include "mt/IR/MtOps.h"
+#include "mt/Transforms/CostModel.h"
 #include "mt/Transforms/Passes.h"
 
 #include "mlir/IR/AsmState.h"
@@ -65,7 +66,7 @@ static cl::opt<EmitKind> emit(
                           "function's instruction stream")),
     cl::init(EmitKind::None), cl::cat(compileCategory));
 
-enum class ReportKind { None, Params, Collectives, Memory, Schedule };
+enum class ReportKind { None, Params, Collectives, Memory, Schedule, Overlap };
 static cl::opt<ReportKind> report(
     "report", cl::desc("Print a table about the compiled model"),
     cl::values(clEnumValN(ReportKind::Params, "params",
@@ -79,8 +80,26 @@ static cl::opt<ReportKind> report(
                           "to Megatron-LM's theoretical memory"),
                clEnumValN(ReportKind::Schedule, "schedule",
                           "the pipeline layout, each rank's timeline, the "
-                          "predicted bubble and stashed activations")),
+                          "predicted bubble and stashed activations"),
+               clEnumValN(ReportKind::Overlap, "overlap",
+                          "per rank and step: each collective's predicted "
+                          "time, the part hidden behind computation and "
+                          "behind what, and the exposed total (implies "
+                          "--overlap-collectives)")),
     cl::init(ReportKind::None), cl::cat(compileCategory));
+
+static cl::opt<bool> overlapCollectives(
+    "overlap-collectives",
+    cl::desc("Split each collective into a start and a wait and place them "
+             "by the cost model so that computation hides them "
+             "(megatron-overlap-pipeline; default off; the runtime still "
+             "runs each collective where it starts, docs/Parallelism.md)"),
+    cl::init(false), cl::cat(compileCategory));
+static cl::opt<std::string> costModelPath(
+    "cost-model",
+    cl::desc("The cost model (JSON) of --overlap-collectives and --report "
+             "overlap (default: data/cost-model.json, built in)"),
+    cl::value_desc("file"), cl::cat(compileCategory));
 
 static cl::opt<bool> fuseKernels(
     "fuse-kernels",
@@ -342,7 +361,7 @@ int main(int argc, char **argv) {
 
   if (writesBundle || stops || emit == EmitKind::Plan ||
       report == ReportKind::Collectives || report == ReportKind::Memory ||
-      report == ReportKind::Schedule) {
+      report == ReportKind::Schedule || report == ReportKind::Overlap) {
     if (report == ReportKind::Schedule && !pipelined)
       return fail("--report schedule needs pipeline parallelism: set "
                   "--pipeline-model-parallel-size to 2 or more");
@@ -358,6 +377,9 @@ int main(int argc, char **argv) {
       options.elementwiseKernels = fuseKernels;
       options.linearCrossEntropy = fuseLinearCrossEntropy;
       options.linearCrossEntropyChunkRows = linearCrossEntropyChunkRows;
+      options.overlapCollectives =
+          overlapCollectives || report == ReportKind::Overlap;
+      options.costModel = costModelPath;
       mlir::PassManager pm(&context);
       buildCompilePipeline(pm, options, boundary);
       return pm.run(target);
@@ -410,6 +432,13 @@ int main(int argc, char **argv) {
     const json::Object *pipeline = pipelined ? &pipelineSection : nullptr;
     if (report == ReportKind::Collectives)
       mlir::mt::printCollectives(*module, os);
+    if (report == ReportKind::Overlap) {
+      Expected<mlir::mt::CostModel> costModel =
+          mlir::mt::CostModel::load(costModelPath);
+      if (!costModel)
+        return fail("--cost-model: " + toString(costModel.takeError()));
+      mlir::mt::printOverlap(*module, *costModel, os);
+    }
     if (report == ReportKind::Memory)
       printMemoryReport(*module, *config, policy, os,
                         pipelined ? &plan : nullptr);

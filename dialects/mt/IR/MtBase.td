@@ -28,6 +28,7 @@ def Mt_Dialect : Dialect {
     memory report read; locations are debug information only.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let useDefaultTypePrinterParser = 1;
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;

@@ -17,6 +17,8 @@ using namespace mlir::mt;
 #include "mt/IR/MtEnums.cpp.inc"
 #define GET_ATTRDEF_CLASSES
 #include "mt/IR/MtAttrDefs.cpp.inc"
+#define GET_TYPEDEF_CLASSES
+#include "mt/IR/MtTypes.cpp.inc"
 
 void MtDialect::initialize() {
   addOperations<
@@ -24,6 +26,10 @@ void MtDialect::initialize() {
 #include "mt/IR/MtOps.cpp.inc"
       >();
   addOperations<CastOp>();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "mt/IR/MtTypes.cpp.inc"
+      >();
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "mt/IR/MtAttrDefs.cpp.inc"

@@ -37,9 +37,10 @@ def Mt_FusedOp : Mt_Op<"fused", [IsolatedFromAbove, RecursiveMemoryEffects,
   let hasVerifier = 1;
 }
 
-def Mt_YieldOp : Mt_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
-  let summary = "the values that leave an mt.fused group";
-  let arguments = (ins Variadic<Mt_FloatTensor>:$values);
+def Mt_YieldOp : Mt_Op<"yield", [Pure, Terminator,
+                                 ParentOneOf<["FusedOp", "CollectiveStartOp"]>]> {
+  let summary = "the values that leave an mt.fused group or an mt.collective_start";
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
   let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
 }
 

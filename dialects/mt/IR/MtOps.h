@@ -10,6 +10,9 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mt/IR/MtDialect.h"
 
+#define GET_TYPEDEF_CLASSES
+#include "mt/IR/MtTypes.h.inc"
+
 #include "mt/IR/MtInterfaces.h.inc"
 
 #define GET_OP_CLASSES

@@ -650,5 +650,6 @@ def Mt_VocabCrossEntropyGradOp : Mt_Op<"vocab_cross_entropy_grad", [Pure]> {
 include "MtGradOps.td"
 include "MtFusedOps.td"
 include "MtGroupOps.td"
+include "MtAsyncOps.td"
 
 #endif // MT_OPS_TD

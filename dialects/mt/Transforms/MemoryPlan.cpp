@@ -12,6 +12,13 @@
 using namespace mlir;
 using namespace mlir::mt;
 
+SmallVector<Value, 2> mt::instructionResults(Operation *op) {
+  if (auto start = dyn_cast<CollectiveStartOp>(op))
+    if (CollectiveWaitOp wait = start.getWait())
+      return {wait.getResult()};
+  return SmallVector<Value, 2>(op->getResults().begin(), op->getResults().end());
+}
+
 bool mt::mayComputeInPlace(Operation *op) {
   return isa<AddOp, MulOp, GeluOp, GeluGradOp, SiluOp, SiluGradOp, SwigluOp,
              DropoutOp, BiasAddOp, ReshapeOp, FusedOp>(op);
@@ -120,15 +127,30 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
   }
   DenseMap<Operation *, int64_t> positionOf;
   SmallVector<Operation *> stream(position, nullptr);
+  // A split collective is one instruction at its start, which writes the
+  // wait's result; the wait is no instruction, but its start's operand is
+  // read until it: it lives to the next instruction at least.
+  DenseSet<Value> heldToWait;
   for (Operation &op : body.without_terminator()) {
+    if (auto wait = dyn_cast<CollectiveWaitOp>(op)) {
+      auto start = wait.getFuture().getDefiningOp<CollectiveStartOp>();
+      BufferPlan &input = plan.buffers[plan.bufferIndex.lookup(start.getInput())];
+      input.lastUse = std::max(input.lastUse, position);
+      heldToWait.insert(start.getInput());
+      continue;
+    }
     positionOf[&op] = position;
     stream.push_back(&op);
-    for (Value result : op.getResults())
+    for (Value result : instructionResults(&op))
       add(result, position, !isa<GetParameterOp>(op));
     for (Value operand : op.getOperands())
       plan.buffers[plan.bufferIndex.lookup(operand)].lastUse = position;
     ++position;
   }
+  DenseMap<int64_t, SmallVector<Value>> heldUntil;
+  for (Value value : heldToWait)
+    heldUntil[plan.buffers[plan.bufferIndex.lookup(value)].lastUse].push_back(
+        value);
   // Gradient results are read by accumulate_gradient instructions at the end.
   for (OpOperand &output : ret->getOpOperands())
     if (function.getResultAttr(output.getOperandNumber(), "mt.gradient"))
@@ -170,9 +192,11 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
   }
   bump(0);
   for (Operation &op : body.without_terminator()) {
+    if (isa<CollectiveWaitOp>(op))
+      continue;
     int64_t at = positionOf[&op];
     DenseSet<Value> taken;
-    for (auto [index, result] : llvm::enumerate(op.getResults())) {
+    for (auto [index, result] : llvm::enumerate(instructionResults(&op))) {
       BufferPlan &buffer = plan.buffers[plan.bufferIndex.lookup(result)];
       if (buffer.offset < 0)
         continue;
@@ -211,8 +235,10 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
     };
     for (Value operand : op.getOperands())
       releaseIfDead(operand);
-    for (Value result : op.getResults())
+    for (Value result : instructionResults(&op))
       releaseIfDead(result);
+    for (Value held : heldUntil.lookup(at))
+      releaseIfDead(held);
     for (int64_t index : sideEnds[at]) {
       const SideBufferPlan &ended = plan.sideBuffers[index];
       allocator.release(ended.offset, ended.bytes);

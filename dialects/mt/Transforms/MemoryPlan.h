@@ -32,6 +32,11 @@ inline constexpr int64_t kArenaAlignment = 256;
 /// results only for these ops (runtime/src/core/MemoryPlan.cpp).
 bool mayComputeInPlace(Operation *op);
 
+/// The values an op's instruction writes: a split collective's start
+/// (mt.collective_start) writes its wait's result, which the memory plan
+/// allocates at the start; the wait is no instruction.
+SmallVector<Value, 2> instructionResults(Operation *op);
+
 /// One value's place in the plan. Positions count the bundle's instructions:
 /// the parameter reads of a partitioned function's arguments first, then the
 /// body's ops, then one accumulate_gradient per gradient result.

@@ -25,6 +25,13 @@ void printParameterTable(ModuleOp module, llvm::raw_ostream &os);
 /// mt-print-collectives).
 void printCollectives(ModuleOp module, llvm::raw_ostream &os);
 
+struct CostModel;
+/// Writes each collective's predicted time, the part hidden behind
+/// computation and what hides it, per function of a scheduled `module` (see
+/// mt-print-overlap).
+void printOverlap(ModuleOp module, const CostModel &model,
+                  llvm::raw_ostream &os);
+
 /// The discardable unit attribute mt-differentiate puts on the fill of 1
 /// that seeds the backward pass (the loss's gradient); the bundle writes it
 /// as fill's `loss_seed`, and fp16 training multiplies that fill by the loss

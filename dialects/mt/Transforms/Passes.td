@@ -617,4 +617,85 @@ def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
+def SplitCollectivesPass : Pass<"mt-split-collectives", "::mlir::ModuleOp"> {
+  let summary = "splits each collective into an mt.collective_start and an mt.collective_wait";
+  let description = [{
+    Each `shard.all_reduce`, `shard.all_gather` and `shard.reduce_scatter`
+    in a function's body becomes an `mt.collective_start` holding it and an
+    `mt.collective_wait` right after, which returns its result: the program
+    computes the same values, and `mt-schedule-collectives` may now move the
+    start up and the wait down. Collectives inside other ops' regions and
+    other shard ops (`shard.all_slice`, which communicates nothing) stay as
+    they are.
+
+    ```mlir
+    %y = shard.all_reduce %x on @grid grid_axes = [1] : tensor<4x8xf32> -> tensor<4x8xf32>
+    // becomes
+    %f = mt.collective_start %x : tensor<4x8xf32> -> !mt.future<tensor<4x8xf32>> {
+    ^bb0(%a: tensor<4x8xf32>):
+      %r = shard.all_reduce %a on @grid grid_axes = [1] : tensor<4x8xf32> -> tensor<4x8xf32>
+      mt.yield %r : tensor<4x8xf32>
+    }
+    %y = mt.collective_wait %f : !mt.future<tensor<4x8xf32>>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numSplit", "split", "collectives split into a start and a wait">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
+def ScheduleCollectivesPass
+    : Pass<"mt-schedule-collectives", "::mlir::ModuleOp"> {
+  let summary = "moves collective starts up and waits down until the cost model says they are hidden";
+  let description = [{
+    Runs after `mt-split-collectives`. In each function, every
+    `mt.collective_start` moves up, past ops it does not depend on, until
+    the predicted time of the ops it passes covers the collective's
+    predicted time (docs/Parallelism.md, "Overlapped communication"); then
+    every `mt.collective_wait` moves down, before the first op that reads
+    its result, until the ops between start and wait cover it. No further:
+    a start moved up early keeps its result buffer longer, so the cost model
+    bounds the memory the overlap costs.
+
+    Starts keep their order among themselves and never pass another
+    collective, so every rank still issues the same collectives in the same
+    order (what `mt-verify-collectives` proved); waits keep their order too.
+    Each start gets `mt.predicted_us`, the collective's predicted time.
+
+    The cost model (`cost-model`, a JSON file; default: the repository's
+    data/cost-model.json, built in) holds the measured H200 throughputs of
+    GEMMs, attention and memory-bound kernels, and NCCL's bus bandwidth and
+    latency over NVLink (groups within a node) and over the network between
+    nodes.
+  }];
+  let options = [
+    Option<"costModel", "cost-model", "std::string", "\"\"",
+           "the cost model's JSON file (default: data/cost-model.json, built in)">
+  ];
+  let statistics = [
+    Statistic<"numScheduled", "scheduled", "collective starts and waits placed">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
+def PrintOverlapPass : Pass<"mt-print-overlap", "::mlir::ModuleOp"> {
+  let summary = "prints each collective's predicted time, how much of it is hidden and behind what";
+  let description = [{
+    For IR after `mt-schedule-collectives`: per function (a step, or a
+    pipeline stage's half of one, which every rank of its grid runs), one
+    row per collective in issue order with its kind, grid axes, group size,
+    link, bytes per rank, predicted time, the part hidden behind the
+    computation between its start and its wait, and the ops that hide it;
+    then the exposed total. Collectives that are not split are fully
+    exposed. What `megatron-compile --report overlap` prints. The IR is left
+    unchanged.
+  }];
+  let options = [
+    Option<"costModel", "cost-model", "std::string", "\"\"",
+           "the cost model's JSON file (default: data/cost-model.json, built in)">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
 #endif // MT_TRANSFORMS_PASSES_TD

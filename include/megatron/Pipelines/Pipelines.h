@@ -159,6 +159,10 @@ struct CompilePipelineOptions {
   bool elementwiseKernels = false;
   bool linearCrossEntropy = false;
   int64_t linearCrossEntropyChunkRows = 0;
+  /// After precision: the overlap pipeline (off by default,
+  /// docs/Parallelism.md "Overlapped communication").
+  bool overlapCollectives = false;
+  std::string costModel;
 };
 
 /// Adds megatron-compile's pipelines to `pm`, up to and including the one
@@ -174,9 +178,26 @@ void buildCompilePipeline(mlir::OpPassManager &pm,
 /// docs/MixedPrecision.md.
 void buildPrecisionPipeline(mlir::OpPassManager &pm);
 
+struct OverlapPipelineOptions
+    : public mlir::PassPipelineOptions<OverlapPipelineOptions> {
+  Option<std::string> costModel{
+      *this, "cost-model",
+      llvm::cl::desc("the cost model's JSON file (default: "
+                     "data/cost-model.json, built in)"),
+      llvm::cl::init("")};
+};
+
+/// After the precision pipeline, last, where the types are the stored
+/// ones: each collective split into a start and a wait
+/// (mt-split-collectives), placed by the cost model so that computation
+/// hides it (mt-schedule-collectives). docs/Parallelism.md, "Overlapped
+/// communication".
+void buildOverlapPipeline(mlir::OpPassManager &pm,
+                          const OverlapPipelineOptions &options);
+
 /// Registers the pipelines by name (megatron-training-pipeline,
 /// megatron-partition-pipeline, megatron-fusion-pipeline,
-/// megatron-precision-pipeline) for megatron-opt and lit.
+/// megatron-precision-pipeline, megatron-overlap-pipeline) for megatron-opt and lit.
 void registerPipelines();
 
 } // namespace megatron

@@ -351,8 +351,20 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
   kept.insert(ret.getOperands().begin(), ret.getOperands().end());
   // The last instruction that reads each value (its definition if none).
   DenseMap<Value, Operation *> lastUse;
+  // A split collective runs as one instruction at its start, writing its
+  // wait's result (mt::instructionResults); its operand is held until the
+  // wait, so it is freed after the instruction that follows the wait.
+  SmallVector<Value> heldToWait;
   for (Operation &op : body.without_terminator()) {
-    for (Value result : op.getResults())
+    if (auto wait = dyn_cast<mt::CollectiveWaitOp>(op)) {
+      heldToWait.push_back(
+          wait.getFuture().getDefiningOp<mt::CollectiveStartOp>().getInput());
+      continue;
+    }
+    for (Value held : heldToWait)
+      lastUse[held] = &op;
+    heldToWait.clear();
+    for (Value result : mt::instructionResults(&op))
       lastUse[result] = &op;
     for (Value operand : op.getOperands())
       lastUse[operand] = &op;
@@ -365,6 +377,9 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
       freedAt[op].push_back(value);
 
   for (Operation &op : body.without_terminator()) {
+    if (isa<mt::CollectiveWaitOp>(op))
+      continue;
+    auto start = dyn_cast<mt::CollectiveStartOp>(op);
     bool collective = isa<shard::AllReduceOp, shard::AllGatherOp,
                           shard::ReduceScatterOp, shard::AllSliceOp>(op);
     if (!collective &&
@@ -373,17 +388,20 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
              mt::MtDialect::getDialectNamespace()))
       return errorAt(&op, "the bundle's instructions are mt ops and the "
                           "shard collectives; lower or remove this op first");
-    Object instruction{{"op", op.getName().stripDialect()}};
+    // The runtime runs a split collective where it starts (docs/
+    // BundleFormat.md): the instruction is the collective itself.
+    Operation *written = start ? start.getCollective() : &op;
+    Object instruction{{"op", written->getName().stripDialect()}};
     Array operands, results, freed;
     for (Value operand : op.getOperands())
       operands.push_back(ids.lookup(operand));
-    for (Value result : op.getResults()) {
+    for (Value result : mt::instructionResults(&op)) {
       if (failed(addValue(result)))
         return failure();
       results.push_back(ids[result]);
     }
     auto group = dyn_cast<mt::FusedOp>(op);
-    FailureOr<Object> attrs = group ? Object() : writeAttributes(&op);
+    FailureOr<Object> attrs = group ? Object() : writeAttributes(written);
     if (failed(attrs))
       return failure();
     if (group) {
