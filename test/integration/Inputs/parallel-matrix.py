@@ -47,12 +47,13 @@ TRAIN = ["--train-iters", "10", "--lr", "1e-3", "--adam-eps", "1e-6",
 
 
 def load_weights_reader():
+    """safetensors_file.read_float32, beside this file."""
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location(
-        "compare_weights", os.path.join(here, "compare-weights.py"))
+        "safetensors_file", os.path.join(here, "safetensors_file.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.read
+    return module.read_float32
 
 
 read_weights = load_weights_reader()
