@@ -176,7 +176,8 @@ SmallVector<unsigned, 2> gemmOperands(Operation *op) {
 struct MixedPrecisionPass
     : mt::impl::MixedPrecisionPassBase<MixedPrecisionPass> {
   /// Whether each f32 value may become bf16 on its own account; a value
-  /// becomes bf16 when every member of its group may.
+  /// becomes bf16 when every member of its group may. Set afresh by each
+  /// run.
   DenseMap<Value, bool> eligible;
   llvm::EquivalenceClasses<Value> groups;
 
@@ -185,6 +186,9 @@ struct MixedPrecisionPass
     auto model = module->getAttrOfType<ModelAttr>("mt.model");
     if (!model || model.getPrecision() != "bf16")
       return;
+    // A pass instance may run again, on another module.
+    eligible.clear();
+    groups = llvm::EquivalenceClasses<Value>();
     SmallVector<func::FuncOp> functions;
     for (auto function : module.getOps<func::FuncOp>())
       if (!function.isExternal())
