@@ -134,8 +134,8 @@ std::string describeLayerTerms(const ModelConfig &m) {
   return text + llvm::formatv(") = {0:F2} s b h", sum).str();
 }
 
-/// The per-layer figure beside a layer's row: the formula's, and under
-/// selective recomputation also the terms this project keeps.
+/// The per-layer figure beside a layer's row: the formula's, and the
+/// formula's without the terms this project does not keep (naming them).
 std::string perLayerText(const TheoreticalMemory &t) {
   std::string text = formatBytes(t.perLayer) + " per layer";
   if (t.notKept.empty())
