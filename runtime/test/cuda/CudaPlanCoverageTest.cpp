@@ -73,6 +73,10 @@ const Function &trainStep(const Bundle &bundle) {
 
 // No GPU needed: the runtime's needs against the compiled plan.
 TEST(CudaPlanCoverageTest, TheCompiledPlanHoldsEveryBlockAndTheWorkspace) {
+  // The test bundles are compiled into the device folder
+  // (bench/make-device-dir.sh); without a GPU, cuda-plan-check.test checks
+  // the plans on the CPU.
+  MTRT_REQUIRE_GPU();
   Bundle bundle = loadTestBundle(kBundle, kHowToMake);
   for (const Function &fn : bundle.functions()) {
     bool workspace = false;
@@ -108,6 +112,10 @@ TEST(CudaPlanCoverageTest, TheCompiledPlanHoldsEveryBlockAndTheWorkspace) {
 // A plan from before the workspace was planned (no GEMM's block holds it)
 // still loads: the Gemm allocates its own.
 TEST(CudaPlanCoverageTest, APlanWithoutTheWorkspaceLeavesItToTheGemm) {
+  // The test bundles are compiled into the device folder
+  // (bench/make-device-dir.sh); without a GPU, cuda-plan-check.test checks
+  // the plans on the CPU.
+  MTRT_REQUIRE_GPU();
   Bundle bundle = editedBundle([](nlohmann::json &sides,
                                   const std::vector<std::string> &ops) {
     nlohmann::json kept = nlohmann::json::array();
