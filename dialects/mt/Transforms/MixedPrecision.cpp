@@ -5,8 +5,9 @@
 // same table, cuda/Bf16Values.cpp). A value becomes bf16 when its writer
 // and all its readers take bf16 and so does every value that must share its
 // type; GEMMs then get explicit casts of the f32 operands that remain.
-// Function arguments and results stay f32, so a pipeline stage's boundary
-// and stash too (docs/MixedPrecision.md, "Not yet").
+// The values a pipeline stage sends or stashes are typed across the stage's
+// functions: both sides of a boundary hold one type, bf16 where the sender
+// writes bf16 and every reader reads it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,8 +20,10 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/EquivalenceClasses.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSwitch.h"
 
+#include <map>
 #include <optional>
 
 namespace mlir::mt {
@@ -173,6 +176,74 @@ SmallVector<unsigned, 2> gemmOperands(Operation *op) {
   return {};
 }
 
+/// The pipeline's function boundaries that carry a value from one function
+/// to another: a return operand and the block argument that receives it.
+/// These hold one type on both sides, as Megatron-LM sends and stashes
+/// activations in the training precision.
+struct BoundaryLink {
+  OpOperand *returned;
+  BlockArgument received;
+};
+
+/// The links between pipeline stage functions (mt.pipeline_stage):
+///   - forward k's stash (results 1...) to backward k's leading arguments;
+///   - forward k's output to forward k+1's activation (its first argument);
+///   - backward k+1's input gradient to backward k's seed (the argument
+///     after the stash);
+///   - eval k's output to eval k+1's activation.
+/// `sameType` gets the pairs that hold one type without a link: forward k's
+/// output and backward k's seed (its gradient), which the runtime checks.
+SmallVector<BoundaryLink>
+pipelineLinks(ModuleOp module,
+              SmallVectorImpl<std::pair<Value, Value>> &sameType) {
+  std::map<int64_t, func::FuncOp> forwards, backwards, evals;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+    if (!stage || function.isExternal())
+      continue;
+    StringRef name = function.getSymName();
+    auto &byStage = name.ends_with("_forward")    ? forwards
+                    : name.ends_with("_backward") ? backwards
+                                                  : evals;
+    byStage[stage.getInt()] = function;
+  }
+  auto returnOf = [](func::FuncOp function) {
+    return cast<func::ReturnOp>(function.getBody().front().getTerminator());
+  };
+  SmallVector<BoundaryLink> links;
+  auto link = [&](func::FuncOp from, unsigned result, func::FuncOp to,
+                  unsigned argument) {
+    func::ReturnOp ret = returnOf(from);
+    if (result < ret.getNumOperands() && argument < to.getNumArguments())
+      links.push_back({&ret->getOpOperand(result), to.getArgument(argument)});
+  };
+  auto next = [](const std::map<int64_t, func::FuncOp> &byStage, int64_t k) {
+    auto found = byStage.find(k + 1);
+    return found == byStage.end() ? func::FuncOp() : found->second;
+  };
+  for (auto [k, forward] : forwards) {
+    auto backward = backwards.find(k);
+    if (backward == backwards.end())
+      continue;
+    unsigned stash = forward.getNumResults() - 1;
+    for (unsigned i = 0; i < stash; ++i)
+      link(forward, i + 1, backward->second, i);
+    func::FuncOp following = next(forwards, k);
+    func::FuncOp followingBackward = next(backwards, k);
+    if (following && followingBackward) {
+      link(forward, 0, following, 0);
+      link(followingBackward, 0, backward->second, stash);
+      if (stash < backward->second.getNumArguments())
+        sameType.push_back({returnOf(forward).getOperand(0),
+                            backward->second.getArgument(stash)});
+    }
+  }
+  for (auto [k, eval] : evals)
+    if (func::FuncOp following = next(evals, k))
+      link(eval, 0, following, 0);
+  return links;
+}
+
 struct MixedPrecisionPass
     : mt::impl::MixedPrecisionPassBase<MixedPrecisionPass> {
   /// Whether each f32 value may become bf16 on its own account; a value
@@ -193,8 +264,25 @@ struct MixedPrecisionPass
     for (auto function : module.getOps<func::FuncOp>())
       if (!function.isExternal())
         functions.push_back(function);
+    SmallVector<std::pair<Value, Value>> sameType;
+    SmallVector<BoundaryLink> links = pipelineLinks(module, sameType);
+    // A linked argument takes what its sender writes; its readers decide
+    // like any value's.
+    llvm::SmallPtrSet<OpOperand *, 16> linkedReturns;
+    for (BoundaryLink link : links) {
+      linkedReturns.insert(link.returned);
+      if (isF32Tensor(link.received)) {
+        eligible[link.received] = true;
+        groups.insert(link.received);
+      }
+    }
     for (func::FuncOp function : functions)
-      collectFunction(function);
+      collectFunction(function, linkedReturns);
+    for (BoundaryLink link : links)
+      if (isF32Tensor(link.received))
+        tie({link.returned->get(), link.received});
+    for (auto [first, second] : sameType)
+      tie({first, second});
     Type bf16 = BFloat16Type::get(&getContext());
     applyTypes(functions, bf16);
     for (func::FuncOp function : functions)
@@ -224,10 +312,11 @@ struct MixedPrecisionPass
     }
   }
 
-  void collectFunction(func::FuncOp function) {
+  void collectFunction(func::FuncOp function,
+                       const llvm::SmallPtrSetImpl<OpOperand *> &linkedReturns) {
     Block &body = function.getBody().front();
-    // Candidates: f32 results of the function's ops (an mt.fused group's
-    // inner values join below).
+    // Candidates: f32 results of the function's ops (a group's inner
+    // values stay as they are).
     for (Operation &op : body) {
       for (OpResult result : op.getResults())
         if (isF32Tensor(result)) {
@@ -238,6 +327,8 @@ struct MixedPrecisionPass
     }
     for (Operation &op : body) {
       for (OpOperand &operand : op.getOpOperands()) {
+        if (isa<func::ReturnOp>(op) && linkedReturns.contains(&operand))
+          continue;
         if (isa<func::ReturnOp>(op) ||
             !readsBf16(&op, operand.getOperandNumber()))
           exclude(operand.get());
@@ -275,8 +366,8 @@ struct MixedPrecisionPass
     }
   }
 
-  /// Retypes each value whose whole group may be bf16 (never a function's
-  /// argument or result).
+  /// Retypes each value whose whole group may be bf16, and the functions
+  /// whose arguments or results changed.
   void applyTypes(ArrayRef<func::FuncOp> functions, Type bf16) {
     DenseMap<Value, bool> groupEligible;
     for (auto [value, ok] : eligible) {
@@ -292,12 +383,18 @@ struct MixedPrecisionPass
       ++numBf16Values;
     };
     for (func::FuncOp function : functions) {
-      for (Operation &op : function.getBody().front()) {
+      Block &body = function.getBody().front();
+      for (BlockArgument argument : body.getArguments())
+        retype(argument);
+      for (Operation &op : body) {
         for (OpResult result : op.getResults())
           retype(result);
         for (Value inner : groupInnerValues(&op))
           retype(inner);
       }
+      function.setType(FunctionType::get(
+          function.getContext(), body.getArgumentTypes(),
+          body.getTerminator()->getOperandTypes()));
     }
   }
 

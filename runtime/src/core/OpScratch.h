@@ -273,10 +273,20 @@ inline uint64_t ropeOpBytes(int64_t seq, int64_t rotaryDim) {
   return roundUp(ropeTableBytes(seq, rotaryDim));
 }
 
+/// A GEMM whose result is bf16 and that adds a bias or writes a bias
+/// gradient: cuBLASLt takes that vector in the result's type, so the fp32
+/// bias is rounded into (or the gradient written in bf16 to) `columns` bf16
+/// elements of the GEMM's block, after the column sums, before the
+/// workspace; the gradient is then widened into its fp32 result.
+inline uint64_t gemmBf16VectorBytes(int64_t columns) {
+  return roundUp(2 * static_cast<uint64_t>(std::max<int64_t>(columns, 0)));
+}
+
 /// A GEMM instruction (linear, linear_gelu, linear_gelu_grad, matmul,
 /// linear_weight_grad, linear_weight_bias_grad): its epilogue's scratch
-/// (`epilogueBytes`: a bias gradient's column sums, else 0), then cuBLASLt's
-/// workspace at gemmWorkspaceOffset.
+/// (`epilogueBytes`: a bias gradient's column sums, biasGradOpBytes, then a
+/// bf16 result's vector, gemmBf16VectorBytes; each 0 without one), then
+/// cuBLASLt's workspace at gemmWorkspaceOffset.
 inline uint64_t gemmWorkspaceOffset(uint64_t epilogueBytes) {
   return roundUp(epilogueBytes);
 }

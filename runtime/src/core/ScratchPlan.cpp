@@ -85,13 +85,19 @@ bool isGemm(Op op) {
 
 /// A GEMM's bias-gradient epilogue: column sums in case cuBLASLt cannot do
 /// them (0 without one).
-uint64_t gemmEpilogueBytes(const Function &fn, const Instruction &inst) {
+uint64_t gemmColumnSumBytes(const Function &fn, const Instruction &inst) {
   bool biasGrad = inst.op == Op::LinearWeightBiasGrad ||
                   (inst.op == Op::LinearGeluGrad && inst.results.size() == 2);
   if (!biasGrad)
     return 0;
   LinearDims d = linearDims(fn, inst);
   return scratch::biasGradOpBytes(d.rows, d.outSize);
+}
+
+/// The column sums, then a bf16 result's bias (or bias gradient) vector.
+uint64_t gemmEpilogueBytes(const Function &fn, const Instruction &inst) {
+  return gemmColumnSumBytes(fn, inst) +
+         scratch::gemmBf16VectorBytes(gemmBf16VectorColumns(fn, inst));
 }
 
 uint64_t blockBytes(const Function &fn, const ScratchPlan &plan,
@@ -164,6 +170,22 @@ bool planHoldsGemmWorkspace(const Function &fn) {
 
 uint64_t gemmWorkspaceOffset(const Function &fn, const Instruction &inst) {
   return scratch::gemmWorkspaceOffset(gemmEpilogueBytes(fn, inst));
+}
+
+int64_t gemmBf16VectorColumns(const Function &fn, const Instruction &inst) {
+  if (!isGemm(inst.op) || inst.results.empty() ||
+      fn.values[inst.results[0]].dtype != DType::BF16)
+    return 0;
+  bool bias = (inst.op == Op::Linear || inst.op == Op::LinearGelu) &&
+              inst.operands.size() == 3;
+  bool biasGrad = inst.op == Op::LinearGeluGrad && inst.results.size() == 2;
+  if (!bias && !biasGrad)
+    return 0;
+  return fn.values[inst.results[0]].shape.back();
+}
+
+uint64_t gemmBf16VectorOffset(const Function &fn, const Instruction &inst) {
+  return gemmColumnSumBytes(fn, inst);
 }
 
 ScratchPlan planScratch(const Function &fn, bool mixedPrecision,

@@ -56,6 +56,12 @@ bool planHoldsGemmWorkspace(const Function &fn);
 /// Where cuBLASLt's workspace starts in GEMM instruction `inst`'s block.
 uint64_t gemmWorkspaceOffset(const Function &fn, const Instruction &inst);
 
+/// The length of the bf16 vector (scratch::gemmBf16VectorBytes) a GEMM with
+/// a declared bf16 result and a bias or a bias gradient keeps in its block,
+/// else 0; and where in the block it starts.
+int64_t gemmBf16VectorColumns(const Function &fn, const Instruction &inst);
+uint64_t gemmBf16VectorOffset(const Function &fn, const Instruction &inst);
+
 /// Checks `fn`'s memory plan against the CUDA backend's needs, as the CUDA
 /// executor does when it loads the bundle: every value's declared bytes and
 /// every kernel block of planScratch. Throws Error (FAILED_PRECONDITION)

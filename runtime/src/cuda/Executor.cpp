@@ -4,6 +4,7 @@
 
 #include "core/ExecutorChecks.h"
 #include "core/OpShapes.h"
+#include "core/ValueTrace.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -373,21 +375,105 @@ void Executor::executeAll(const MicroBatchKey &key, bool timed) {
     opMilliseconds_.assign(kOpCount, 0);
     opCounts_.assign(opMilliseconds_.size(), 0);
   }
+  ValueTrace *trace = ValueTrace::fromEnvironment();
+  if (trace && !trace->startRun(fn.name))
+    trace = nullptr;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     if (timed)
       MTRT_CUDA_CHECK(cudaEventRecord(events_[position], stream),
                       where(position));
     execute(position, fn.instructions[position], key);
-    if (context_.options().syncEachInstruction)
+    if (context_.options().syncEachInstruction || trace)
       context_.synchronize(where(position));
+    if (trace)
+      traceResults(*trace, position);
   }
   if (timed)
     MTRT_CUDA_CHECK(cudaEventRecord(events_.back(), stream),
                     fn.name + ": profiling");
 }
 
+void Executor::traceResults(ValueTrace &trace, size_t position) {
+  const Function &fn = *function_;
+  const Instruction &inst = fn.instructions[position];
+  auto read = [&](const void *data, size_t count, DType type) {
+    std::vector<float> values(count);
+    if (type == DType::BF16) {
+      std::vector<uint16_t> bits(count);
+      MTRT_CUDA_CHECK(cudaMemcpy(bits.data(), data, count * sizeof(uint16_t),
+                                 cudaMemcpyDeviceToHost),
+                      where(position) + ": tracing");
+      for (size_t e = 0; e < count; ++e) {
+        uint32_t wide = static_cast<uint32_t>(bits[e]) << 16;
+        std::memcpy(&values[e], &wide, sizeof wide);
+      }
+    } else {
+      MTRT_CUDA_CHECK(cudaMemcpy(values.data(), data, count * sizeof(float),
+                                 cudaMemcpyDeviceToHost),
+                      where(position) + ": tracing");
+    }
+    return values;
+  };
+  if (inst.op == Op::AccumulateGradient) { // the parameter's gradient so far
+    auto p = static_cast<size_t>(inst.attrs.parameter);
+    std::vector<float> values =
+        read(parameters_.gradient(p), parameters_.count(p), DType::F32);
+    trace.record(fn.name, position, opName(inst.op), 0, inst.operands[0],
+                 values.data(), static_cast<int64_t>(values.size()));
+    return;
+  }
+  auto absSum = [](const std::vector<float> &values) {
+    double sum = 0;
+    for (float x : values)
+      sum += std::fabs(x);
+    return sum;
+  };
+  // Values are written once: a live value whose bytes change before its
+  // last reader frees it was overwritten by another instruction.
+  if (position == 0)
+    traceLive_.assign(fn.values.size(), -1);
+  for (int64_t v : inst.free)
+    traceLive_[v] = -1;
+  for (size_t i = 0; i < inst.results.size(); ++i) {
+    int64_t v = inst.results[i];
+    DType type = storageType(v);
+    // A weight gradient its GEMM added into the parameter's has no slot;
+    // flash attention's views (split pieces, dq/dk/dv) live elsewhere.
+    if (!isFloatingPoint(type) || !slots_[v] ||
+        (i == 0 && gemmAccumulates_[position] >= 0))
+      continue;
+    auto count = static_cast<size_t>(fn.values[v].numElements);
+    std::vector<float> values = read(slots_[v], count, type);
+    trace.record(fn.name, position, opName(inst.op), i, v, values.data(),
+                 static_cast<int64_t>(count));
+    if (inst.op != Op::Split && inst.op != Op::AttentionGrad) {
+      traceLive_[v] = static_cast<int64_t>(position);
+      traceSums_.resize(fn.values.size());
+      traceSums_[v] = absSum(values);
+    }
+  }
+  for (size_t v = 0; v < traceLive_.size(); ++v) {
+    if (traceLive_[v] < 0 || traceLive_[v] == static_cast<int64_t>(position))
+      continue;
+    double now = absSum(read(slots_[v],
+                             static_cast<size_t>(fn.values[v].numElements),
+                             storageType(static_cast<int64_t>(v))));
+    if (now == traceSums_[v])
+      continue;
+    std::fprintf(stderr,
+                 "MTRT_VALUE_TRACE: %s: value %zu (written by instruction "
+                 "%lld) changed at instruction %zu (%s): abs sum %.9g -> "
+                 "%.9g\n",
+                 fn.name.c_str(), v, static_cast<long long>(traceLive_[v]),
+                 position, opName(inst.op), traceSums_[v], now);
+    traceSums_[v] = now;
+  }
+}
+
 std::optional<std::string> Executor::graphObstacle() const {
   const ContextOptions &options = context_.options();
+  if (ValueTrace::fromEnvironment())
+    return std::string("tracing values (MTRT_VALUE_TRACE) reads each result");
   if (options.profile)
     return std::string("profiling (MTRT_CUDA_PROFILE) times each instruction");
   if (options.syncEachInstruction)

@@ -23,6 +23,10 @@
 #include <string_view>
 #include <vector>
 
+namespace mtrt {
+class ValueTrace;
+} // namespace mtrt
+
 namespace mtrt::comm {
 class RankContext;
 } // namespace mtrt::comm
@@ -301,6 +305,13 @@ private:
   /// Why this function runs without a CUDA graph (options, host-run
   /// instructions), or nullopt.
   std::optional<std::string> graphObstacle() const;
+  /// Appends each floating result of instruction `position` to the value
+  /// trace (core/ValueTrace.h), its stream synchronized.
+  void traceResults(ValueTrace &trace, size_t position);
+  /// The trace's live values: the instruction that wrote each (-1: not
+  /// live), and the sum of its absolute values then.
+  std::vector<int64_t> traceLive_;
+  std::vector<double> traceSums_;
   /// Whether `inst`'s kernels take the micro-batch's first sample (dropout
   /// keys) or fp16's loss scale (the loss-seed fill): the instructions the
   /// graph updates before each replay. Every op whose dispatch passes the

@@ -26,11 +26,12 @@ struct Bf16Operands {
   const __nv_bfloat16 *a = nullptr, *b = nullptr;
   /// C (and a GeLU epilogue's auxiliary matrix, written by GeluAux and read
   /// by GeluGrad) is bf16, not fp32: for results that only GEMMs read, which
-  /// then take C as their bf16 operand with no rounding pass. C's buffer
-  /// keeps its fp32 size (m * n floats): cuBLASLt takes the bias vector in
-  /// D's type, so the fp32 bias is rounded into, and a bias gradient
-  /// written in bf16 to, the buffer's unused second half, then widened into
-  /// the fp32 bias gradient.
+  /// then take C as their bf16 operand with no rounding pass. cuBLASLt
+  /// takes the bias vector in D's type, so the fp32 bias is rounded into,
+  /// and a bias gradient written in bf16 to, a bf16 vector, then widened
+  /// into the fp32 bias gradient: GemmEpilogue::bf16Vector, or, where the
+  /// plan keeps C's fp32 size (m * n floats), the buffer's unused second
+  /// half.
   bool result = false;
   bool enabled() const { return a && b; }
 };
@@ -71,6 +72,11 @@ struct GemmEpilogue {
   /// plan written before issue 21, benches) the Gemm's own, allocated at
   /// its first such run.
   void *workspace = nullptr;
+  /// Where a bf16 result's bias vector (n bf16) goes: the instruction's
+  /// kernel block (scratch::gemmBf16VectorBytes, core/OpScratch.h). Null
+  /// for bundles whose plan keeps every value's fp32 size: then past the
+  /// bf16 C in C's buffer (Bf16Operands::result).
+  void *bf16Vector = nullptr;
   /// An accumulating product (C += A B) times its algorithm candidates
   /// without accumulating, into these m * n floats (C's layout), so that C
   /// is added to once; without it, an accumulating product keeps the

@@ -199,6 +199,11 @@ void Executor::execute(size_t position, const Instruction &inst,
     if (gemmWorkspaceInPlan_)
       epilogue.workspace = static_cast<char *>(scratch(position)) +
                            gemmWorkspaceOffset(fn, inst);
+    // A declared bf16 result's bytes are bf16-sized: its bias vector goes
+    // to the kernel block (older plans: past C in C's fp32-sized slot).
+    if (bundle_.typedPrecision() && gemmBf16VectorColumns(fn, inst) > 0)
+      epilogue.bf16Vector = static_cast<char *>(scratch(position)) +
+                            gemmBf16VectorOffset(fn, inst);
     // A weight gradient added into its parameter's gradient (beta = 1);
     // algorithms are timed into the result's own slot.
     bool accumulate = gemmAccumulates_[position] >= 0;

@@ -5,6 +5,7 @@
 #include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
 #include "core/MemoryPlan.h"
+#include "core/ValueTrace.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 
@@ -196,6 +197,37 @@ void Executor::release(int64_t value) {
   slot.data = nullptr;
 }
 
+void Executor::traceResults(ValueTrace &trace, size_t position,
+                            const Instruction &inst) const {
+  const Function &fn = *function_;
+  if (inst.op == Op::AccumulateGradient) { // the parameter's gradient so far
+    const Tensor &gradient =
+        parameters_.gradient(static_cast<size_t>(inst.attrs.parameter));
+    std::vector<float> values(gradient.numElements());
+    for (size_t e = 0; e < values.size(); ++e)
+      values[e] = floatType_ == DType::F32
+                      ? gradient.data<float>()[e]
+                      : static_cast<float>(gradient.data<double>()[e]);
+    trace.record(fn.name, position, opName(inst.op), 0, inst.operands[0],
+                 values.data(), static_cast<int64_t>(values.size()));
+    return;
+  }
+  for (size_t i = 0; i < inst.results.size(); ++i) {
+    int64_t v = inst.results[i];
+    if (!isFloatingPoint(fn.values[v].dtype) || !slots_[v].data)
+      continue;
+    int64_t count = fn.values[v].numElements;
+    std::vector<float> values(static_cast<size_t>(count));
+    for (int64_t e = 0; e < count; ++e)
+      values[e] = floatType_ == DType::F32
+                      ? static_cast<const float *>(slots_[v].data)[e]
+                      : static_cast<float>(
+                            static_cast<const double *>(slots_[v].data)[e]);
+    trace.record(fn.name, position, opName(inst.op), i, v, values.data(),
+                 count);
+  }
+}
+
 std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
                                   const MicroBatchKey &key) {
   const Function &fn = *function_;
@@ -208,6 +240,9 @@ std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
     slots_[v].data = const_cast<void *>(inputs[i].data);
   }
 
+  ValueTrace *trace = ValueTrace::fromEnvironment();
+  if (trace && !trace->startRun(fn.name))
+    trace = nullptr;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
     if (floatType_ == DType::F32)
@@ -215,6 +250,8 @@ std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
     else
       execute<double>(position, inst, key);
     roundBf16Results(inst);
+    if (trace)
+      traceResults(*trace, position, inst);
     for (int64_t v : inst.free)
       release(v);
   }

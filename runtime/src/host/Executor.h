@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+namespace mtrt {
+class ValueTrace;
+} // namespace mtrt
+
 namespace mtrt::comm {
 class RankContext;
 } // namespace mtrt::comm
@@ -139,6 +143,9 @@ private:
   /// the host stores them in its float type, at the values bf16 holds
   /// (mixed precision, docs/MixedPrecision.md).
   void roundBf16Results(const Instruction &inst);
+  /// Appends each floating result of `inst` to the value trace.
+  void traceResults(ValueTrace &trace, size_t position,
+                    const Instruction &inst) const;
 
   const Bundle &bundle_;
   const Function *function_ = nullptr;
