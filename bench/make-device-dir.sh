@@ -130,6 +130,12 @@ l8=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --num-layers=8
   -o "$b/tiny-gpt-fused.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 --fuse-kernels \
   -o "$b/tiny-gpt-bf16-fused.mtb"
+# CudaMixedPrecisionTest under full recomputation: 8 layers of sequence 64,
+# where a bf16 GEMM result's bias vector once landed on a live value.
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 --num-layers=8 \
+  --seq-length=64 --max-position-embeddings=64 --recompute-granularity=full \
+  --recompute-method=uniform --recompute-num-layers=1 \
+  -o "$b/tiny-gpt-bf16-l8-s64-full.mtb"
 for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   model=${pair%%:*} mb=${pair##*:}
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \
