@@ -978,7 +978,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
              std::to_string(Bundle::kFormatVersion) +
              ", the version in the file's header");
   version_ = version;
-  expectKnownKeys(root, "manifest",
+  expectKnownKeys(root, "",
                   {"format", "version", "producer", "model", "grid",
                    "parameters", "functions", "kernels", "gradient_buffer",
                    "gradient_buffers", "pipeline"},
@@ -1085,9 +1085,9 @@ void ManifestReader::readGradientBuffers(const Json &json,
                                     member(at, "reduce_function"));
     layout.erase("pipeline_rank");
     layout.erase("reduce_function");
-    bool distributed = layout.contains("distributed_optimizer") &&
-                       layout["distributed_optimizer"].is_boolean() &&
-                       layout["distributed_optimizer"].get<bool>();
+    bool distributed =
+        readBool(field(layout, at, "distributed_optimizer"),
+                 member(at, "distributed_optimizer"));
     if (const Json *gather = optionalField(layout, "gather_function")) {
       if (!distributed)
         fail(member(at, "gather_function"), gather->dump(),
