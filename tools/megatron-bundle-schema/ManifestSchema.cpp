@@ -148,13 +148,14 @@ static bool hasType(const json::Value &value, StringRef type) {
 
 void ManifestSchema::check(const json::Value &value,
                            const json::Object &schema, const std::string &path,
-                           std::vector<std::string> &errors, int64_t &objects,
-                           int64_t &keys) const {
+                           int64_t version, std::vector<std::string> &errors,
+                           int64_t &objects, int64_t &keys) const {
   auto fail = [&](const std::string &where, const Twine &message) {
     errors.push_back(where + ": " + message.str());
   };
   if (const json::Value *ref = schema.get("$ref"))
-    check(value, *resolve(*ref->getAsString()), path, errors, objects, keys);
+    check(value, *resolve(*ref->getAsString()), path, version, errors,
+          objects, keys);
   if (const json::Value *constant = schema.get("const"))
     if (value != *constant)
       fail(path, "found " + show(value) + ", expected " + show(*constant));
@@ -192,7 +193,8 @@ void ManifestSchema::check(const json::Value &value,
                        " items, expected at most " + Twine(*maxItems));
     if (const json::Object *items = schema.getObject("items"))
       for (size_t i = 0; i < array->size(); ++i)
-        check((*array)[i], *items, index(path, i), errors, objects, keys);
+        check((*array)[i], *items, index(path, i), version, errors, objects,
+              keys);
   }
   const json::Object *object = value.getAsObject();
   const json::Object *properties = schema.getObject("properties");
@@ -218,7 +220,13 @@ void ManifestSchema::check(const json::Value &value,
            "an unknown key, expected one of the schema's: " + known);
       continue;
     }
-    check(field, *property, member(path, name), errors, objects, keys);
+    std::optional<int64_t> since = property->getInteger("x-since-version");
+    if (since && *since > version)
+      fail(member(path, name), "a key of format version " + Twine(*since) +
+                                   " in a version " + Twine(version) +
+                                   " manifest");
+    check(field, *property, member(path, name), version, errors, objects,
+          keys);
   }
 }
 
@@ -227,7 +235,14 @@ ManifestSchema::validate(const json::Value &manifest, int64_t &objects,
                          int64_t &keys) const {
   std::vector<std::string> errors;
   objects = keys = 0;
-  check(manifest, *root.getAsObject(), "manifest", errors, objects, keys);
+  // Keys newer than the manifest's version are refused; a manifest without
+  // a version is refused for that, and checked as the newest.
+  const json::Object *top = manifest.getAsObject();
+  int64_t version = top && top->getInteger("version")
+                        ? *top->getInteger("version")
+                        : newestVersion();
+  check(manifest, *root.getAsObject(), "manifest", version, errors, objects,
+        keys);
   return errors;
 }
 

@@ -30,7 +30,8 @@ class ManifestSchema {
 public:
   static llvm::Expected<ManifestSchema> load(llvm::StringRef path);
 
-  /// Every violation of `manifest`, one message each ("PATH: problem").
+  /// Every violation of `manifest`, one message each ("PATH: problem"),
+  /// keys newer than its `version` included.
   /// `objects` and `keys` count what was checked.
   std::vector<std::string> validate(const llvm::json::Value &manifest,
                                     int64_t &objects, int64_t &keys) const;
@@ -49,9 +50,11 @@ private:
   llvm::Error checkSubset(const llvm::json::Object &schema,
                           const std::string &where, llvm::StringRef object);
   const llvm::json::Object *resolve(llvm::StringRef ref) const;
+  /// `version`: the manifest's format version, which bounds its keys'.
   void check(const llvm::json::Value &value, const llvm::json::Object &schema,
-             const std::string &path, std::vector<std::string> &errors,
-             int64_t &objects, int64_t &keys) const;
+             const std::string &path, int64_t version,
+             std::vector<std::string> &errors, int64_t &objects,
+             int64_t &keys) const;
   const llvm::json::Object &definition(llvm::StringRef name) const;
 
   llvm::json::Value root;
