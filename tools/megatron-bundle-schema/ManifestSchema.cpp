@@ -11,10 +11,11 @@ using namespace megatron::bundle_schema;
 /// The JSON Schema keywords this validator implements; annotations
 /// (description, x-since-version) are checked for form only.
 static const StringSet<> kKeywords = {
-    "$schema", "$id",      "$defs",    "$ref",       "title",
-    "description", "type", "const",    "enum",       "properties",
-    "required", "additionalProperties", "items",     "minItems",
-    "maxItems", "minimum", "maximum",  "minLength",  "x-since-version"};
+    "$schema", "$id",         "$defs",          "$ref",
+    "title",   "description", "type",           "const",
+    "enum",    "properties",  "required",       "additionalProperties",
+    "items",   "minItems",    "maxItems",       "minimum",
+    "maximum", "minLength",   "x-since-version"};
 
 static std::string member(const std::string &path, StringRef key) {
   return path + "." + key.str();
@@ -81,8 +82,7 @@ Error ManifestSchema::checkSubset(const json::Object &schema,
     if (keyword == "$ref") {
       StringRef ref = *value.getAsString();
       if (!ref.starts_with("#/$defs/") ||
-          !root.getAsObject()->getObject("$defs")->getObject(
-              ref.drop_front(8)))
+          !root.getAsObject()->getObject("$defs")->getObject(ref.drop_front(8)))
         return fail("\"$ref\": \"" + ref + "\" is not a #/$defs/ entry");
     }
     if (keyword == "additionalProperties" &&
@@ -139,23 +139,22 @@ static bool hasType(const json::Value &value, StringRef type) {
   if (type == "boolean")
     return value.getAsBoolean().has_value();
   if (type == "integer")
-    return value.getAsInteger().has_value() ||
-           value.getAsUINT64().has_value();
+    return value.getAsInteger().has_value() || value.getAsUINT64().has_value();
   if (type == "number")
     return value.getAsNumber().has_value();
   return false;
 }
 
-void ManifestSchema::check(const json::Value &value,
-                           const json::Object &schema, const std::string &path,
-                           int64_t version, std::vector<std::string> &errors,
-                           int64_t &objects, int64_t &keys) const {
+void ManifestSchema::check(const json::Value &value, const json::Object &schema,
+                           const std::string &path, int64_t version,
+                           std::vector<std::string> &errors, int64_t &objects,
+                           int64_t &keys) const {
   auto fail = [&](const std::string &where, const Twine &message) {
     errors.push_back(where + ": " + message.str());
   };
   if (const json::Value *ref = schema.get("$ref"))
-    check(value, *resolve(*ref->getAsString()), path, version, errors,
-          objects, keys);
+    check(value, *resolve(*ref->getAsString()), path, version, errors, objects,
+          keys);
   if (const json::Value *constant = schema.get("const"))
     if (value != *constant)
       fail(path, "found " + show(value) + ", expected " + show(*constant));
@@ -165,8 +164,8 @@ void ManifestSchema::check(const json::Value &value,
                      show(json::Value(json::Array(*choices))));
   if (std::optional<StringRef> type = schema.getString("type"))
     if (!hasType(value, *type)) {
-      fail(path, "found " + show(value) + ", expected a value of type " +
-                     *type);
+      fail(path,
+           "found " + show(value) + ", expected a value of type " + *type);
       return;
     }
   if (std::optional<double> minimum = schema.getNumber("minimum"))
@@ -225,14 +224,13 @@ void ManifestSchema::check(const json::Value &value,
       fail(member(path, name), "a key of format version " + Twine(*since) +
                                    " in a version " + Twine(version) +
                                    " manifest");
-    check(field, *property, member(path, name), version, errors, objects,
-          keys);
+    check(field, *property, member(path, name), version, errors, objects, keys);
   }
 }
 
-std::vector<std::string>
-ManifestSchema::validate(const json::Value &manifest, int64_t &objects,
-                         int64_t &keys) const {
+std::vector<std::string> ManifestSchema::validate(const json::Value &manifest,
+                                                  int64_t &objects,
+                                                  int64_t &keys) const {
   std::vector<std::string> errors;
   objects = keys = 0;
   // Keys newer than the manifest's version are refused; a manifest without

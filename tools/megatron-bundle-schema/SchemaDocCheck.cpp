@@ -101,9 +101,8 @@ megatron::bundle_schema::checkDocument(const ManifestSchema &schema,
       errors.push_back("the op \"" + op +
                        "\" is in the schema but in no op table of the page");
 
-  std::string title =
-      "# The bundle file format (version " +
-      std::to_string(schema.newestVersion()) + ")";
+  std::string title = "# The bundle file format (version " +
+                      std::to_string(schema.newestVersion()) + ")";
   if (!text.starts_with(title))
     errors.push_back("the page's title is not \"" + title +
                      "\", the schema's newest version");

@@ -25,8 +25,9 @@ static cl::opt<std::string> schemaPath(cl::Positional, cl::Required,
 static cl::list<std::string> inputs(cl::Positional,
                                     cl::desc("<bundle.mtb|manifest.json>..."));
 static cl::opt<std::string>
-    docPath("doc", cl::desc("check this page (docs/BundleFormat.md) against "
-                            "the schema"),
+    docPath("doc",
+            cl::desc("check this page (docs/BundleFormat.md) against "
+                     "the schema"),
             cl::value_desc("page.md"));
 
 /// The manifest text of `bytes`: a bundle's (after the 64-byte header of

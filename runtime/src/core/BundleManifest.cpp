@@ -599,7 +599,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
 void ManifestReader::readInstruction(const Json &json, const std::string &path,
                                      Function &function, size_t position) {
   expectObject(json, path);
-  expectKnownKeys(json, path, {"op", "operands", "results", "attrs", "free", "body"},
+  expectKnownKeys(json, path,
+                  {"op", "operands", "results", "attrs", "free", "body"},
                   "an instruction");
   const Json &opJson = field(json, path, "op");
   const OpInfo *info = nullptr;
@@ -833,10 +834,10 @@ void ManifestReader::readFusedKernels(const Json &json,
 void ManifestReader::readFunction(const Json &json, const std::string &path,
                                   Function &out) {
   expectObject(json, path);
-  expectKnownKeys(json, path,
-                  {"name", "inputs", "outputs", "values", "instructions",
-                   "memory_plan"},
-                  "a function");
+  expectKnownKeys(
+      json, path,
+      {"name", "inputs", "outputs", "values", "instructions", "memory_plan"},
+      "a function");
   out.name = readString(field(json, path, "name"), member(path, "name"));
   const Json &values = field(json, path, "values");
   expectArray(values, member(path, "values"));
@@ -1085,9 +1086,8 @@ void ManifestReader::readGradientBuffers(const Json &json,
                                     member(at, "reduce_function"));
     layout.erase("pipeline_rank");
     layout.erase("reduce_function");
-    bool distributed =
-        readBool(field(layout, at, "distributed_optimizer"),
-                 member(at, "distributed_optimizer"));
+    bool distributed = readBool(field(layout, at, "distributed_optimizer"),
+                                member(at, "distributed_optimizer"));
     if (const Json *gather = optionalField(layout, "gather_function")) {
       if (!distributed)
         fail(member(at, "gather_function"), gather->dump(),
@@ -1140,10 +1140,10 @@ void ManifestReader::readGradientBuffer(const Json &json,
   if (grid_.empty())
     fail(path, "a gradient buffer in a bundle without a grid",
          "a grid: the buffer is reduced over grid axes");
-  expectKnownKeys(json, path,
-                  {"parameters", "offsets", "size", "grid_axes",
-                   "distributed_optimizer"},
-                  "a gradient buffer");
+  expectKnownKeys(
+      json, path,
+      {"parameters", "offsets", "size", "grid_axes", "distributed_optimizer"},
+      "a gradient buffer");
   out.gridAxes = readGridAxes(field(json, path, "grid_axes"),
                               member(path, "grid_axes"));
   out.distributedOptimizer = readBool(field(json, path, "distributed_optimizer"),

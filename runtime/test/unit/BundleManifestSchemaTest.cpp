@@ -50,7 +50,8 @@ const Json &resolve(const Json &node) {
   auto ref = node.find("$ref");
   if (ref == node.end())
     return node;
-  std::string name = ref->get<std::string>().substr(std::string("#/$defs/").size());
+  std::string name =
+      ref->get<std::string>().substr(std::string("#/$defs/").size());
   return schema()["$defs"][name];
 }
 
@@ -75,8 +76,8 @@ struct Base {
 };
 
 Base loadBase(const std::string &file) {
-  Base base{file, readJson(std::string(MTRT_TEST_DATA_DIR) + "/manifests/" +
-                           file),
+  Base base{file,
+            readJson(std::string(MTRT_TEST_DATA_DIR) + "/manifests/" + file),
             ""};
   if (base.manifest.contains("kernels")) {
     size_t end = 0;
@@ -111,8 +112,8 @@ private:
     ++checks_;
     try {
       Bundle::parseManifest("schema.mtb", manifest.dump(), base_.payload);
-      ADD_FAILURE() << base_.name << ": the reader accepted " << what
-                    << " at " << path;
+      ADD_FAILURE() << base_.name << ": the reader accepted " << what << " at "
+                    << path;
     } catch (const Error &error) {
       std::string message = error.what();
       EXPECT_NE(message.find(path), std::string::npos)
@@ -207,16 +208,15 @@ private:
 
   static std::string definitionName(const Json &node) {
     auto ref = node.find("$ref");
-    return ref == node.end() ? "manifest"
-                             : ref->get<std::string>().substr(8);
+    return ref == node.end() ? "manifest" : ref->get<std::string>().substr(8);
   }
 
   const Base &base_;
   int64_t checks_ = 0;
 };
 
-const char *kBases[] = {"llama-fused-bf16-tp-sp-dp.json",
-                        "gpt-pp-tied-dp.json", "gpt-fused-tp.json"};
+const char *kBases[] = {"llama-fused-bf16-tp-sp-dp.json", "gpt-pp-tied-dp.json",
+                        "gpt-fused-tp.json"};
 
 TEST(BundleManifestSchemaTest, TheCompilersManifestsAreRead) {
   for (const char *file : kBases) {
