@@ -82,6 +82,7 @@ llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.megatron_tools_dir, config.llvm_tools_dir]
 tools = ["megatron-compile", "megatron-opt", "megatron-translate",
+         "megatron-bundle-schema",
          "mtrt-info", "mtrt-api-c-test", "mtrt-session-c-test",
          "mtrt-status-c-test", "mtrt-train-tiny", "not",
          "split-file",

@@ -66,6 +66,30 @@ void ManifestReader::expectArray(const Json &json, const std::string &path) {
          "an array");
 }
 
+void ManifestReader::expectKnownKeys(const Json &object,
+                                     const std::string &path,
+                                     std::initializer_list<const char *> known,
+                                     const char *what) {
+  if (!object.is_object())
+    return;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool listed = false;
+    for (const char *key : known)
+      listed |= it.key() == key;
+    if (listed)
+      continue;
+    std::string keys;
+    for (const char *key : known)
+      keys += std::string(keys.empty() ? "" : ", ") + key;
+    fail(member(path, it.key().c_str()), "a field \"" + it.key() + "\"",
+         std::string("only the fields of ") + what + " (" + keys +
+             ") of format version " + std::to_string(version_) +
+             " (docs/bundle-manifest.schema.json); a field this runtime does "
+             "not know comes from another compiler: recompile the bundle "
+             "with the megatron-compile of this runtime's release");
+  }
+}
+
 int64_t ManifestReader::readInt(const Json &json, const std::string &path,
                                 int64_t min, int64_t max) {
   if (!json.is_number_integer())
@@ -157,6 +181,14 @@ TensorType ManifestReader::readTensorType(const Json &object,
 void ManifestReader::readModel(const Json &json, const std::string &path,
                                ModelConfig &out) {
   expectObject(json, path);
+  expectKnownKeys(json, path,
+                  {"name", "num_layers", "hidden_size", "num_attention_heads",
+                   "num_query_groups", "ffn_hidden_size", "seq_length",
+                   "vocab_size", "padded_vocab_size", "micro_batch_size",
+                   "global_batch_size", "tensor_model_parallel_size",
+                   "pipeline_model_parallel_size", "data_parallel_size",
+                   "precision"},
+                  "the model section");
   out.name = readString(field(json, path, "name"), member(path, "name"));
   struct IntField {
     const char *key;
@@ -204,6 +236,7 @@ void ManifestReader::readModel(const Json &json, const std::string &path,
 void ManifestReader::readGrid(const Json &json, const std::string &path,
                               std::vector<int64_t> &out) {
   expectObject(json, path);
+  expectKnownKeys(json, path, {"shape"}, "the grid");
   std::string at = member(path, "shape");
   const Json &shape = field(json, path, "shape");
   expectArray(shape, at);
@@ -282,6 +315,10 @@ void ManifestReader::readParameters(const Json &json, const std::string &path,
     std::string at = index(path, i);
     const Json &entry = json[i];
     expectObject(entry, at);
+    expectKnownKeys(entry, at,
+                    {"name", "shape", "dtype", "init", "std", "weight_decay",
+                     "split_axes", "pipeline_rank", "pipeline_ranks"},
+                    "a parameter");
     Parameter parameter;
     parameter.name = readString(field(entry, at, "name"), member(at, "name"));
     if (parameter.name.empty())
@@ -562,14 +599,9 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
 void ManifestReader::readInstruction(const Json &json, const std::string &path,
                                      Function &function, size_t position) {
   expectObject(json, path);
-  for (auto it = json.begin(); it != json.end(); ++it) {
-    const std::string &key = it.key();
-    if (key != "op" && key != "operands" && key != "results" &&
-        key != "attrs" && key != "free" && key != "body")
-      fail(member(path, key.c_str()), "a field \"" + key + "\"",
-           "only \"op\", \"operands\", \"results\", \"attrs\" and "
-           "\"free\" (and \"body\" on fused)");
-  }
+  expectKnownKeys(json, path,
+                  {"op", "operands", "results", "attrs", "free", "body"},
+                  "an instruction");
   const Json &opJson = field(json, path, "op");
   const OpInfo *info = nullptr;
   if (opJson.is_string())
@@ -774,11 +806,8 @@ void ManifestReader::readFusedKernels(const Json &json,
                                       std::string_view payload,
                                       FusedKernels &out) {
   expectObject(json, path);
-  for (auto it = json.begin(); it != json.end(); ++it)
-    if (it.key() != "arch" && it.key() != "names" && it.key() != "cubin" &&
-        it.key() != "ptx" && it.key() != "source")
-      fail(member(path, it.key().c_str()), "a field \"" + it.key() + "\"",
-           "arch, names, cubin, ptx and source");
+  expectKnownKeys(json, path, {"arch", "names", "cubin", "ptx", "source"},
+                  "the kernels section");
   out.arch = readString(field(json, path, "arch"), member(path, "arch"));
   const Json &names = field(json, path, "names");
   expectArray(names, member(path, "names"));
@@ -788,6 +817,7 @@ void ManifestReader::readFusedKernels(const Json &json,
     std::string at = member(path, key);
     const Json &range = field(json, path, key);
     expectObject(range, at);
+    expectKnownKeys(range, at, {"offset", "size"}, "a payload range");
     int64_t size = static_cast<int64_t>(payload.size());
     int64_t offset =
         readInt(field(range, at, "offset"), member(at, "offset"), 0, size);
@@ -804,12 +834,18 @@ void ManifestReader::readFusedKernels(const Json &json,
 void ManifestReader::readFunction(const Json &json, const std::string &path,
                                   Function &out) {
   expectObject(json, path);
+  expectKnownKeys(
+      json, path,
+      {"name", "inputs", "outputs", "values", "instructions", "memory_plan"},
+      "a function");
   out.name = readString(field(json, path, "name"), member(path, "name"));
   const Json &values = field(json, path, "values");
   expectArray(values, member(path, "values"));
-  for (size_t i = 0; i < values.size(); ++i)
-    out.values.push_back(
-        readTensorType(values[i], index(member(path, "values"), i)));
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::string at = index(member(path, "values"), i);
+    expectKnownKeys(values[i], at, {"shape", "dtype"}, "a value");
+    out.values.push_back(readTensorType(values[i], at));
+  }
   int64_t count = static_cast<int64_t>(out.values.size());
 
   definedAt_.assign(count, kUndefined);
@@ -943,6 +979,11 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
              std::to_string(Bundle::kFormatVersion) +
              ", the version in the file's header");
   version_ = version;
+  expectKnownKeys(root, "",
+                  {"format", "version", "producer", "model", "grid",
+                   "parameters", "functions", "kernels", "gradient_buffer",
+                   "gradient_buffers", "pipeline"},
+                  "the manifest");
 
   Bundle bundle;
   bundle.name_ = name_;
@@ -1029,6 +1070,11 @@ void ManifestReader::readGradientBuffers(const Json &json,
   for (size_t r = 0; r < json.size(); ++r) {
     std::string at = index(path, r);
     expectObject(json[r], at);
+    expectKnownKeys(json[r], at,
+                    {"pipeline_rank", "reduce_function", "gather_function",
+                     "parameters", "offsets", "size", "grid_axes",
+                     "distributed_optimizer"},
+                    "a pipeline rank's gradient buffer");
     // The pipeline rank and the function names; the rest is a
     // gradient_buffer's.
     Json layout = json[r];
@@ -1040,9 +1086,8 @@ void ManifestReader::readGradientBuffers(const Json &json,
                                     member(at, "reduce_function"));
     layout.erase("pipeline_rank");
     layout.erase("reduce_function");
-    bool distributed = layout.contains("distributed_optimizer") &&
-                       layout["distributed_optimizer"].is_boolean() &&
-                       layout["distributed_optimizer"].get<bool>();
+    bool distributed = readBool(field(layout, at, "distributed_optimizer"),
+                                member(at, "distributed_optimizer"));
     if (const Json *gather = optionalField(layout, "gather_function")) {
       if (!distributed)
         fail(member(at, "gather_function"), gather->dump(),
@@ -1095,12 +1140,10 @@ void ManifestReader::readGradientBuffer(const Json &json,
   if (grid_.empty())
     fail(path, "a gradient buffer in a bundle without a grid",
          "a grid: the buffer is reduced over grid axes");
-  for (auto it = json.begin(); it != json.end(); ++it)
-    if (it.key() != "parameters" && it.key() != "offsets" &&
-        it.key() != "size" && it.key() != "grid_axes" &&
-        it.key() != "distributed_optimizer")
-      fail(member(path, it.key().c_str()), "a field \"" + it.key() + "\"",
-           "parameters, offsets, size, grid_axes and distributed_optimizer");
+  expectKnownKeys(
+      json, path,
+      {"parameters", "offsets", "size", "grid_axes", "distributed_optimizer"},
+      "a gradient buffer");
   out.gridAxes = readGridAxes(field(json, path, "grid_axes"),
                               member(path, "grid_axes"));
   out.distributedOptimizer = readBool(field(json, path, "distributed_optimizer"),

@@ -141,6 +141,11 @@ const std::pair<const char *, PipelineStep::Kind> kStepKinds[] = {
 void ManifestReader::readPipeline(const Json &json, const std::string &path,
                                   Bundle &bundle) {
   expectObject(json, path);
+  expectKnownKeys(json, path,
+                  {"axis", "size", "virtual_stages", "micro_batches",
+                   "schedule", "layout", "stages", "ranks",
+                   "predicted_idle_fraction"},
+                  "the pipeline section");
   PipelineInfo &out = bundle.pipeline_;
   if (grid_.size() != 3)
     fail(path, "a pipeline section with grid " + shapeString(grid_),
@@ -155,9 +160,22 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
                               member(path, "virtual_stages"), 1, 1 << 12);
   out.microBatches = readInt(field(json, path, "micro_batches"),
                              member(path, "micro_batches"), 1, 1 << 20);
-  out.schedule = readString(field(json, path, "schedule"),
-                            member(path, "schedule"));
-  out.layout = readString(field(json, path, "layout"), member(path, "layout"));
+  // For logs only, but closed like every enum of the schema, so that a new
+  // schedule is a format change the reader knows of.
+  auto readName = [&](const char *key,
+                      std::initializer_list<const char *> names) {
+    std::string at = member(path, key);
+    std::string text = readString(field(json, path, key), at);
+    std::string allowed;
+    for (const char *name : names) {
+      if (text == name)
+        return text;
+      allowed += std::string(allowed.empty() ? "" : ", ") + "\"" + name + "\"";
+    }
+    fail(at, "\"" + text + "\"", "one of " + allowed);
+  };
+  out.schedule = readName("schedule", {"gpipe", "1f1b", "interleaved"});
+  out.layout = readName("layout", {"cost-balanced", "explicit", "even"});
   const int64_t stages = out.size * out.virtualStages;
 
   auto functionIndex = [&](const Json &name, const std::string &at) {
@@ -177,6 +195,10 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     std::string at = index(stagesAt, k);
     const Json &entry = stageList[k];
     expectObject(entry, at);
+    expectKnownKeys(entry, at,
+                    {"stage", "rank", "first_layer", "num_layers", "forward",
+                     "backward", "eval"},
+                    "a pipeline stage");
     PipelineStageInfo stage;
     stage.stage = readInt(field(entry, at, "stage"), member(at, "stage"),
                           static_cast<int64_t>(k), static_cast<int64_t>(k));
@@ -237,6 +259,8 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
       std::string at = index(rankAt, i);
       const Json &entry = ranks[r][i];
       expectObject(entry, at);
+      expectKnownKeys(entry, at, {"op", "stage", "micro_batch", "peer"},
+                      "a pipeline step");
       std::string op = readString(field(entry, at, "op"), member(at, "op"));
       PipelineStep step;
       bool known = false;

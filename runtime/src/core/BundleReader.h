@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -81,6 +82,13 @@ private:
   const Json *optionalField(const Json &object, const char *key);
   void expectObject(const Json &json, const std::string &path);
   void expectArray(const Json &json, const std::string &path);
+  /// Refuses a key of `object` that is not in `known`: every object of the
+  /// manifest is closed (docs/bundle-manifest.schema.json), so a key this
+  /// runtime does not know is a bundle it cannot run as written. `what`
+  /// names the object in the message ("a parameter").
+  void expectKnownKeys(const Json &object, const std::string &path,
+                       std::initializer_list<const char *> known,
+                       const char *what);
   int64_t readInt(const Json &json, const std::string &path,
                   int64_t min = std::numeric_limits<int64_t>::min(),
                   int64_t max = std::numeric_limits<int64_t>::max());

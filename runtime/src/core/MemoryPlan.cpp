@@ -110,12 +110,9 @@ std::string range(uint64_t offset, uint64_t bytes) {
 void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
                                     Function &function) {
   expectObject(json, path);
-  for (auto it = json.begin(); it != json.end(); ++it)
-    if (it.key() != "alignment" && it.key() != "arena_bytes" &&
-        it.key() != "offsets" && it.key() != "side_buffers")
-      fail(member(path, it.key().c_str()), "a field \"" + it.key() + "\"",
-           "only \"alignment\", \"arena_bytes\", \"offsets\" and "
-           "\"side_buffers\"");
+  expectKnownKeys(json, path,
+                  {"alignment", "arena_bytes", "offsets", "side_buffers"},
+                  "a memory plan");
   MemoryPlan plan;
   std::string alignmentAt = member(path, "alignment");
   int64_t alignment =

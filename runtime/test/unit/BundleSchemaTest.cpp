@@ -175,9 +175,12 @@ TEST(BundleSchemaTest, Attributes) {
                      "expected a number"});
   m = base();
   inst(m, 3)["location"] = "model.py:3";
-  expectRejected(m, {"instructions[3].location",
-                     "expected only \"op\", \"operands\", \"results\", "
-                     "\"attrs\" and \"free\""});
+  expectRejected(m, {"instructions[3].location: found a field \"location\"",
+                     "expected only the fields of an instruction (op, "
+                     "operands, results, attrs, free, body) of format "
+                     "version 1",
+                     "recompile the bundle with the megatron-compile of this "
+                     "runtime's release"});
 }
 
 TEST(BundleSchemaTest, ShapesFollowTheOpRules) {
