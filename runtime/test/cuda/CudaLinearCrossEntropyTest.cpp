@@ -178,6 +178,7 @@ TEST_P(FusedBundleTest, TrainsOnTheGpuAsTheUnfusedBundle) {
   host::ThreadPool pool(0);
   host::ParameterStore initial(unfused, DType::F32);
   initial.initialize(pool, 1234);
+  initial.zeroGradients(pool);
   const Function *train = unfused.findFunction("train_step");
   std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
   host::Tensor tokens = randomIds(shape, 256, 3);
