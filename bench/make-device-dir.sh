@@ -136,6 +136,21 @@ l8=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --num-layers=8
   --seq-length=64 --max-position-embeddings=64 --recompute-granularity=full \
   --recompute-method=uniform --recompute-num-layers=1 \
   -o "$b/tiny-gpt-bf16-l8-s64-full.mtb"
+# The fused output layer and loss (--fuse-linear-cross-entropy, 300 tokens
+# a chunk: four chunks of tiny-gpt's 1024 tokens): CudaModelTest and
+# CudaMixedPrecisionTest against the host (tied and untied output layers),
+# CudaLinearCrossEntropyTest against the unfused tiny-gpt-[bf16-]nodrop.
+lce=(--fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=300)
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 "${lce[@]}" \
+  -o "$b/tiny-gpt-lce.mtb"
+"$compile" "$root/models/tiny-llama.yaml" --precision=fp32 "${lce[@]}" \
+  -o "$b/tiny-llama-lce.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 "${lce[@]}" \
+  -o "$b/tiny-gpt-bf16-lce.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 "${lce[@]}" \
+  --hidden-dropout=0 --attention-dropout=0 -o "$b/tiny-gpt-lce-nodrop.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 "${lce[@]}" \
+  --hidden-dropout=0 --attention-dropout=0 -o "$b/tiny-gpt-bf16-lce-nodrop.mtb"
 for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   model=${pair%%:*} mb=${pair##*:}
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \

@@ -238,12 +238,21 @@ inline uint64_t crossEntropyOpBytes(int64_t rows, bool paired) {
   return bytes;
 }
 
+/// linear_cross_entropy's statistics (f64, kernels/Loss.cu): a chunk's row
+/// losses, then the loss gradient's share of a row, the labelled rows'
+/// count and the running total of the losses over the chunks.
+inline uint64_t linearCrossEntropyStatisticsBytes(int64_t chunkRows) {
+  return 8 * uint64_t(chunkRows + 3);
+}
+
 /// linear_cross_entropy over chunks of `chunkRows` tokens: one chunk's f32
-/// logits, overwritten by their gradient, and its rows' cross-entropy
-/// partials.
+/// logits, overwritten by their gradient, its statistics, and cuBLASLt's
+/// workspace for the chunk's three GEMMs (the cuda backend's; the host
+/// leaves the block unused).
 inline uint64_t linearCrossEntropyOpBytes(int64_t chunkRows, int64_t vocab) {
   return roundUp(4 * uint64_t(chunkRows) * uint64_t(vocab)) +
-         roundUp(crossEntropyPartialBytes(chunkRows));
+         roundUp(linearCrossEntropyStatisticsBytes(chunkRows)) +
+         kGemmWorkspaceBytes;
 }
 
 /// layer_norm_grad / rms_norm_grad over [rows, hidden]: partial sums for

@@ -141,6 +141,13 @@ uint64_t blockBytes(const Function &fn, const ScratchPlan &plan,
         crossEntropyDims(fn, inst).rows,
         inst.op == Op::CrossEntropy &&
             plan.lossPartner[position] != ScratchPlan::kNoPartner);
+  case Op::LinearCrossEntropy: {
+    // The compiler's chunk (its attribute, not clamped to the rows), as
+    // SideBuffers.cpp sizes it.
+    const std::vector<int64_t> &w = fn.values[inst.operands[1]].shape;
+    return scratch::linearCrossEntropyOpBytes(
+        inst.attrs.chunkRows, inst.attrs.transposeWeight ? w[0] : w[1]);
+  }
   default:
     return 0;
   }

@@ -294,6 +294,10 @@ private:
   void checkInputIds(const std::vector<host::TensorView> &inputs) const;
   void execute(size_t position, const Instruction &inst,
                const MicroBatchKey &key);
+  /// linear_cross_entropy (OpDispatch.cpp): per chunk of tokens, the
+  /// logits' GEMM into the kernel block, the row kernel, the GEMMs of dx
+  /// and of the accumulated weight gradient.
+  void linearCrossEntropy(size_t position, const Instruction &inst);
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.
   void executeAll(const MicroBatchKey &key, bool timed);

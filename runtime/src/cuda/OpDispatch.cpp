@@ -3,6 +3,7 @@
 #include "cuda/Executor.h"
 
 #include "comm/RankContext.h"
+#include "core/OpScratch.h"
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
@@ -618,13 +619,12 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::LinearCrossEntropy:
-  case Op::Scale:
-    // The fused loss runs on the host backend only for now (docs/Memory.md,
-    // "The loss without whole-vocabulary logits").
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                where(position) + ": " + opName(inst.op) +
-                    " is not run by the cuda backend yet; compile without "
-                    "--fuse-linear-cross-entropy");
+    linearCrossEntropy(position, inst);
+    break;
+  case Op::Scale: // a gradient of the fused loss times the seed (a scalar)
+    scale(stream, count(inst.operands[0]), inElements(0), in(1),
+          outElements(0));
+    break;
 #define MTRT_RANK_CASE(name) case Op::name:
     MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
 #undef MTRT_RANK_CASE
@@ -637,6 +637,107 @@ void Executor::execute(size_t position, const Instruction &inst,
   if (launch != cudaSuccess)
     throwCudaError(launch, "launching the instruction's kernels",
                    where(position));
+}
+
+void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
+  // input [rows..., in], weight, labels [rows...] -> loss, dx, dweight, one
+  // chunk of tokens at a time (docs/Memory.md, "The loss without
+  // whole-vocabulary logits"): the chunk's logits in the kernel block, the
+  // row kernel's gradient in their place, then the chunk's rows of dx and
+  // its share of dweight.
+  const Function &fn = *function_;
+  const Attributes &a = inst.attrs;
+  cudaStream_t stream = context_.stream();
+  for (int64_t v : inst.operands)
+    if (heldInBf16(v))
+      throw Error(MTRT_STATUS_INTERNAL,
+                  where(position) +
+                      ": linear_cross_entropy reads its input and weight in "
+                      "fp32, but value " +
+                      std::to_string(v) +
+                      " is held in bf16; recompile the bundle with this "
+                      "megatron-compile");
+  for (int64_t v : inst.results)
+    if (heldInBf16(v))
+      throw Error(MTRT_STATUS_INTERNAL,
+                  where(position) +
+                      ": linear_cross_entropy writes its gradients in fp32, "
+                      "but value " +
+                      std::to_string(v) + " is held in bf16");
+  const std::vector<int64_t> &w = fn.values[inst.operands[1]].shape;
+  int64_t inSize = fn.values[inst.operands[0]].shape.back();
+  int64_t vocab = a.transposeWeight ? w[0] : w[1];
+  int64_t rows = fn.values[inst.operands[2]].numElements;
+  // The block holds the attribute's chunk (scratch::linearCrossEntropyOpBytes).
+  int64_t chunkRows = a.chunkRows;
+  if (chunkRows < 1)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                where(position) + ": linear_cross_entropy's chunk_rows is " +
+                    std::to_string(chunkRows) + "; it must be at least 1");
+  Carver carve(scratch(position));
+  auto *logits =
+      carve.take<float>(4 * static_cast<size_t>(chunkRows * vocab));
+  auto *rowLoss =
+      carve.take<double>(scratch::linearCrossEntropyStatisticsBytes(chunkRows));
+  double *state = rowLoss + chunkRows;
+  GemmEpilogue epilogue;
+  epilogue.workspace = carve.take<char>(scratch::kGemmWorkspaceBytes);
+  auto x = static_cast<const float *>(slots_[inst.operands[0]]);
+  auto weight = static_cast<const float *>(slots_[inst.operands[1]]);
+  auto loss = static_cast<float *>(slots_[inst.results[0]]);
+  auto dx = static_cast<float *>(slots_[inst.results[1]]);
+  auto dweight = static_cast<float *>(slots_[inst.results[2]]);
+  auto gemm = [&](int64_t m, int64_t n, int64_t k, const float *lhs,
+                  bool transLhs, const float *rhs, bool transRhs, float *result,
+                  bool accumulate) {
+    try {
+      context_.gemm().run(1, m, n, k, lhs, transLhs, rhs, transRhs, result,
+                          nullptr, accumulate, {}, epilogue);
+    } catch (const Error &e) {
+      throw Error(e.code(), where(position) + ": " + e.what());
+    }
+  };
+  auto launched = [&](const char *what) {
+    MTRT_CUDA_CHECK(cudaGetLastError(),
+                    where(position) + ": launching " + what);
+  };
+  auto run = [&](const auto *labels) {
+    linearCrossEntropyStart(stream, rows, labels, a.ignoreIndex,
+                            toKernel(a.reduction), state);
+    launched("linear_cross_entropy's label count");
+    if (rows == 0) // nothing to accumulate into: dweight is zero
+      MTRT_CUDA_CHECK(cudaMemsetAsync(dweight, 0,
+                                      sizeof(float) * static_cast<size_t>(
+                                                          inSize * vocab),
+                                      stream),
+                      where(position));
+    for (int64_t first = 0; first < rows; first += chunkRows) {
+      int64_t n = std::min(chunkRows, rows - first);
+      const float *xc = x + first * inSize;
+      // logits [n, vocab] = x_c @ op(W).
+      gemm(n, vocab, inSize, xc, false, weight, a.transposeWeight, logits,
+           false);
+      linearCrossEntropyChunk(stream, n, vocab, logits, labels + first,
+                              a.ignoreIndex, rowLoss, state, context_.fault(),
+                              static_cast<unsigned>(position + 1));
+      launched("linear_cross_entropy's row kernel");
+      // dx_c [n, in] = dlogits @ op(W)^T.
+      gemm(n, inSize, vocab, logits, false, weight, !a.transposeWeight,
+           dx + first * inSize, false);
+      // dweight (+)= x_c^T @ dlogits ([in, vocab]), or dlogits^T @ x_c
+      // ([vocab, in]) for a transposed (tied) weight.
+      if (a.transposeWeight)
+        gemm(vocab, inSize, n, logits, true, xc, false, dweight, first > 0);
+      else
+        gemm(inSize, vocab, n, xc, true, logits, false, dweight, first > 0);
+    }
+    linearCrossEntropyFinish(stream, state, toKernel(a.reduction), loss);
+    launched("linear_cross_entropy's loss");
+  };
+  if (fn.values[inst.operands[2]].dtype == DType::I64)
+    run(static_cast<const int64_t *>(slots_[inst.operands[2]]));
+  else
+    run(static_cast<const int32_t *>(slots_[inst.operands[2]]));
 }
 
 } // namespace mtrt::cuda

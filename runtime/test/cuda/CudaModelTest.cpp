@@ -1,5 +1,6 @@
 // The cuda backend against the host backend on compiled models (tiny-gpt and
-// tiny-llama from models/, compiled by megatron-compile): initialization,
+// tiny-llama from models/, compiled by megatron-compile; "-lce": with
+// --fuse-linear-cross-entropy, bench/make-device-dir.sh): initialization,
 // one train_step's loss and gradients, and training step by step from the
 // same seed.
 #include "CudaTestSupport.h"
@@ -165,7 +166,8 @@ TEST_P(CudaModelTest, TrainingMatchesTheHostStepByStep) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,
                          ::testing::Values("tiny-gpt", "tiny-llama",
-                                           "tiny-gpt-fused"),
+                                           "tiny-gpt-fused", "tiny-gpt-lce",
+                                           "tiny-llama-lce"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &ch : name)
@@ -271,7 +273,8 @@ TEST_P(CudaMixedPrecisionTest, FiveTrainingStepsAgreeWithTheHost) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaMixedPrecisionTest,
                          ::testing::Values("tiny-gpt-bf16", "tiny-llama-bf16",
                                            "tiny-gpt-bf16-fused",
-                                           "tiny-gpt-bf16-l8-s64-full"),
+                                           "tiny-gpt-bf16-l8-s64-full",
+                                           "tiny-gpt-bf16-lce"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &ch : name)

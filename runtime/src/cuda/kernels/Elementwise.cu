@@ -1,9 +1,10 @@
-// Elementwise kernels (gelu, silu, swiglu, dropout, add, mul, accumulate) and
-// softmax, forward and backward, with host/kernels/Elementwise.cpp's
-// formulas. Compiled without FMA contraction (CMakeLists.txt), so each
-// product and sum rounds like the host's. Operands and results are fp32 or
-// bf16 each (InElements, OutElements); the arithmetic is fp32 either way,
-// so fp32 storage gives the bits it always did.
+// Elementwise kernels (gelu, silu, swiglu, dropout, add, mul, scale,
+// accumulate) and softmax, forward and backward, with
+// host/kernels/Elementwise.cpp's formulas. Compiled without FMA contraction
+// (CMakeLists.txt), so each product and sum rounds like the host's.
+// Operands and results are fp32 or bf16 each (InElements, OutElements); the
+// arithmetic is fp32 either way, so fp32 storage gives the bits it always
+// did.
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
@@ -124,6 +125,14 @@ void launchMap(cudaStream_t stream, int64_t n, Storage<In, Out> s, F f) {
   mapKernel<<<blocksFor(std::max<int64_t>(octs, n - 8 * octs)), kThreads, 0,
               stream>>>(n, octs, s, f);
 }
+
+/// y = x * factor[0] (a device scalar: the loss gradient's seed).
+struct ScaleBy {
+  const float *factor;
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    y[0] = x[0] * *factor;
+  }
+};
 
 struct GeluTanh {
   __device__ void operator()(int64_t, const float *x, float *y) const {
@@ -334,6 +343,11 @@ void add(cudaStream_t stream, int64_t n, InElements a, InElements b,
 void mul(cudaStream_t stream, int64_t n, InElements a, InElements b,
          OutElements y) {
   launchMap(stream, n, Storage<2, 1>{{a, b}, {y}}, Mul{});
+}
+
+void scale(cudaStream_t stream, int64_t n, InElements x, const float *factor,
+           OutElements y) {
+  launchMap(stream, n, Storage<1, 1>{{x}, {y}}, ScaleBy{factor});
 }
 
 void accumulateInto(cudaStream_t stream, int64_t n, const float *x,

@@ -362,6 +362,9 @@ void add(cudaStream_t stream, int64_t n, InElements a, InElements b,
          OutElements y);
 void mul(cudaStream_t stream, int64_t n, InElements a, InElements b,
          OutElements y);
+/// y = x * factor[0], factor a device scalar (mt.scale).
+void scale(cudaStream_t stream, int64_t n, InElements x, const float *factor,
+           OutElements y);
 /// y += x, in fp32 (parameter gradients).
 void accumulateInto(cudaStream_t stream, int64_t n, const float *x, float *y);
 /// y[r, c] += bias[c] for y [rows, cols] (the host's bias add after its
@@ -421,6 +424,31 @@ void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
                           int64_t ignoreIndex, LossReduction reduction,
                           const float *dloss, G *dlogits, void *scratch,
                           const double *saved, unsigned *fault, unsigned tag);
+
+/// linear_cross_entropy (Executor: the chunks' GEMMs around these), its
+/// statistics in `state` (3 doubles after the chunk's row losses,
+/// scratch::linearCrossEntropyStatisticsBytes): Start counts the labelled
+/// rows of all `rows` tokens and sets each row's share of a loss gradient
+/// of one (1 / count for mean, 1 for sum) and the total to 0.
+template <typename Id>
+void linearCrossEntropyStart(cudaStream_t stream, int64_t rows,
+                             const Id *labels, int64_t ignoreIndex,
+                             LossReduction reduction, double *state);
+
+/// One chunk of `rows` tokens whose float logits [rows, vocab] are in
+/// `logits`: each row's loss (crossEntropyForward's arithmetic) into
+/// rowLoss and added to the state's total in a fixed order, and the logits
+/// overwritten by their gradient, share * (softmax - onehot), zeros for
+/// ignored rows; a label outside [0, vocab) raises `fault` with `tag`.
+template <typename Id>
+void linearCrossEntropyChunk(cudaStream_t stream, int64_t rows, int64_t vocab,
+                             float *logits, const Id *labels,
+                             int64_t ignoreIndex, double *rowLoss,
+                             double *state, unsigned *fault, unsigned tag);
+
+/// loss[0] = the state's total (over the labelled rows for mean), in float.
+void linearCrossEntropyFinish(cudaStream_t stream, const double *state,
+                              LossReduction reduction, float *loss);
 
 //===----------------------------------------------------------------------===//
 // Shape.cu

@@ -1,5 +1,6 @@
 // Softmax cross-entropy against integer labels, forward and backward, on
-// logits and gradients held in float or bf16. Each row is one block: chunks
+// logits and gradients held in float or bf16, and linear_cross_entropy's
+// per-chunk statistics and gradients (float logits in place). Each row is one block: chunks
 // of 8 elements (16-byte loads of bf16, two of float) with a running max and
 // sum of exponentials per thread in float, the threads' pairs merged in
 // double; the row's logsumexp is kept in double as on the host.
@@ -292,6 +293,114 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+/// linear_cross_entropy's state after a chunk's row losses: the share of
+/// the loss gradient (one) each labelled row gets, the labelled rows' count
+/// and the running total of the losses.
+struct FusedLossState {
+  double share;
+  double count;
+  double total;
+};
+
+/// One block: the state before the first chunk; share is 1 / count for
+/// mean (0 without a labelled row), 1 for sum, as the host's.
+template <typename Id>
+__global__ void linearCrossEntropyStartKernel(int64_t rows, const Id *labels,
+                                              int64_t ignoreIndex, bool mean,
+                                              FusedLossState *state) {
+  __shared__ double shared[kReduceThreads / detail::kWarp];
+  double count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    count += static_cast<int64_t>(labels[r]) != ignoreIndex ? 1.0 : 0.0;
+  count = detail::blockSum(count, shared);
+  if (threadIdx.x == 0) {
+    state->share = mean ? (count > 0 ? 1.0 / count : 0.0) : 1.0;
+    state->count = count;
+    state->total = 0;
+  }
+}
+
+/// One block a row of the chunk's float logits, in place: the row's loss
+/// into rowLoss[r] as crossEntropyRowsKernel computes it, then the row's
+/// gradient for a loss gradient of one, share * (softmax - onehot) as
+/// crossEntropyBackwardKernel computes it; zeros for ignored or bad labels.
+template <typename Id>
+__global__ void __launch_bounds__(kRowThreads)
+    linearCrossEntropyRowsKernel(int64_t vocab, float *logits,
+                                 const Id *labels, int64_t ignoreIndex,
+                                 bool vectorized, const FusedLossState *state,
+                                 double *rowLoss, unsigned *fault,
+                                 unsigned tag) {
+  int64_t r = blockIdx.x;
+  float *row = logits + r * vocab;
+  int64_t label = static_cast<int64_t>(labels[r]);
+  bool bad = label != ignoreIndex && (label < 0 || label >= vocab);
+  if (bad && threadIdx.x == 0)
+    detail::raiseFault(fault, tag);
+  double value = 0;
+  float g = 0, lseHigh = 0, lseLow = 0;
+  if (label != ignoreIndex && !bad) { // the same branch for the whole block
+    // Read before rowStatistics' barriers: no thread writes the row until
+    // every thread is past them.
+    float target = row[label];
+    RowStatistics s = rowStatistics(row, r, vocab, vectorized);
+    value = s.logSum -
+            static_cast<double>(static_cast<float>(
+                static_cast<double>(target) - s.max));
+    g = static_cast<float>(state->share);
+    double lse = s.logSumExp();
+    lseHigh = static_cast<float>(lse);
+    lseLow = static_cast<float>(lse - static_cast<double>(lseHigh));
+  } else {
+    label = -1; // no element is the label; g = 0 writes zeros
+  }
+  if (threadIdx.x == 0)
+    rowLoss[r] = value;
+  auto gradient = [&](float x, int64_t v) {
+    float p = g == 0 ? 0.0f : g * exp2Approx((x - lseHigh - lseLow) * kLog2e);
+    return v == label ? p - g : p;
+  };
+  // Each thread writes the elements it read.
+  RowSplit split = splitRow(r, vocab, vectorized);
+  for (int64_t v = threadIdx.x; v < split.head; v += blockDim.x)
+    row[v] = gradient(row[v], v);
+  for (int64_t v = split.body + threadIdx.x; v < vocab; v += blockDim.x)
+    row[v] = gradient(row[v], v);
+  int64_t stride = static_cast<int64_t>(blockDim.x) * kChunk;
+  for (int64_t v = split.head + threadIdx.x * kChunk; v < split.body;
+       v += stride) {
+    float a[kChunk];
+    loadChunk(row + v, a);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      a[i] = gradient(a[i], v + i);
+    storeChunk(row + v, a);
+  }
+}
+
+/// One block: state->total += the chunk's row losses (in double, in the
+/// block's fixed order).
+__global__ void linearCrossEntropyAddKernel(int64_t rows,
+                                            const double *rowLoss,
+                                            FusedLossState *state) {
+  __shared__ double shared[kReduceThreads / detail::kWarp];
+  double total = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    total += rowLoss[r];
+  total = detail::blockSum(total, shared);
+  if (threadIdx.x == 0)
+    state->total += total;
+}
+
+/// One thread: loss[0] = the total, over the labelled rows for mean.
+__global__ void linearCrossEntropyFinishKernel(const FusedLossState *state,
+                                               bool mean, float *loss) {
+  double total = state->total;
+  if (mean)
+    total = state->count > 0 ? total / state->count : 0.0;
+  loss[0] = static_cast<float>(total);
+}
+
 bool chunkAligned(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -343,6 +452,48 @@ void crossEntropyBackward(cudaStream_t stream, int64_t rows, int64_t vocab,
             chunkAligned(logits) && chunkAligned(dlogits),
             perRow ? dloss : nullptr, sharedGrad, saved, dlogits, fault, tag);
 }
+
+template <typename Id>
+void linearCrossEntropyStart(cudaStream_t stream, int64_t rows,
+                             const Id *labels, int64_t ignoreIndex,
+                             LossReduction reduction, double *state) {
+  linearCrossEntropyStartKernel<Id><<<1, kReduceThreads, 0, stream>>>(
+      rows, labels, ignoreIndex, reduction == LossReduction::Mean,
+      reinterpret_cast<FusedLossState *>(state));
+}
+
+template <typename Id>
+void linearCrossEntropyChunk(cudaStream_t stream, int64_t rows, int64_t vocab,
+                             float *logits, const Id *labels,
+                             int64_t ignoreIndex, double *rowLoss,
+                             double *state, unsigned *fault, unsigned tag) {
+  if (rows <= 0)
+    return;
+  auto *s = reinterpret_cast<FusedLossState *>(state);
+  linearCrossEntropyRowsKernel<Id>
+      <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+          vocab, logits, labels, ignoreIndex, chunkAligned(logits), s, rowLoss,
+          fault, tag);
+  linearCrossEntropyAddKernel<<<1, kReduceThreads, 0, stream>>>(rows, rowLoss,
+                                                                 s);
+}
+
+void linearCrossEntropyFinish(cudaStream_t stream, const double *state,
+                              LossReduction reduction, float *loss) {
+  linearCrossEntropyFinishKernel<<<1, 1, 0, stream>>>(
+      reinterpret_cast<const FusedLossState *>(state),
+      reduction == LossReduction::Mean, loss);
+}
+
+#define MTRT_INSTANTIATE_FUSED(Id)                                             \
+  template void linearCrossEntropyStart<Id>(cudaStream_t, int64_t, const Id *, \
+                                            int64_t, LossReduction, double *); \
+  template void linearCrossEntropyChunk<Id>(cudaStream_t, int64_t, int64_t,    \
+                                            float *, const Id *, int64_t,      \
+                                            double *, double *, unsigned *,    \
+                                            unsigned);
+MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE_FUSED)
+#undef MTRT_INSTANTIATE_FUSED
 
 #define MTRT_INSTANTIATE_BACKWARD(T, G, Id)                                    \
   template void crossEntropyBackward<T, G, Id>(                                \

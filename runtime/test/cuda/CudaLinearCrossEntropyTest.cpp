@@ -1,0 +1,276 @@
+// linear_cross_entropy and scale (megatron-compile
+// --fuse-linear-cross-entropy, docs/Memory.md) on the cuda backend: the op
+// against the host's on the same inputs (loss, dx, dweight; tied and untied
+// weights, chunks that do not divide the tokens, an odd vocabulary, ignored
+// labels), and tiny-gpt compiled with the fusion training on the GPU as the
+// unfused bundle does, in fp32 and bf16.
+#include "BundleTestBuilder.h"
+#include "CudaTestSupport.h"
+
+#include "cuda/Executor.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/Trainer.h"
+#include "host/Executor.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
+#include "train/Trainer.h"
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+using namespace mtrt;
+using namespace mtrt::test;
+
+namespace {
+
+struct FusedCase {
+  bool transposeWeight;
+  const char *reduction;
+  int64_t chunkRows;
+  DType labels;
+};
+
+std::string caseName(const FusedCase &c) {
+  return std::string(c.transposeWeight ? "tied" : "untied") + "_" +
+         c.reduction + "_chunk" + std::to_string(c.chunkRows) +
+         (c.labels == DType::I64 ? "_i64" : "_i32");
+}
+
+/// One function: x [2, 37, 24] (74 tokens), the weight ([24, 333], or
+/// [333, 24] transposed), labels with three ignored; the fused op's loss,
+/// dx and dweight, and dx scaled by a seed (mt.scale), all outputs. With
+/// `bf16`, x is a linear's result in a bf16 bundle (the GEMM before it in
+/// bf16; the fused op reads fp32).
+class LinearCrossEntropyOp : public ::testing::TestWithParam<FusedCase> {
+protected:
+  void check(bool bf16, double tolerance) {
+    const FusedCase c = GetParam();
+    const int64_t in = 24, vocab = 333;
+    const std::vector<int64_t> rows = {2, 37}, act = {2, 37, in};
+    FunctionBuilder f("op");
+    std::vector<host::Tensor> inputs;
+    auto input = [&](std::vector<int64_t> shape, double scale) {
+      int64_t v = f.input(shape, "f32");
+      inputs.push_back(randomTensor(shape, 200 + inputs.size(), scale));
+      return v;
+    };
+    int64_t x = bf16 ? input({2, 37, 16}, 1.0) : input(act, 1.0);
+    if (bf16) {
+      int64_t w0 = input({16, in}, 0.4);
+      x = f.op("linear", {x, w0}, act);
+    }
+    std::vector<int64_t> wShape =
+        c.transposeWeight ? std::vector<int64_t>{vocab, in}
+                          : std::vector<int64_t>{in, vocab};
+    int64_t w = input(wShape, 0.5);
+    int64_t labels = f.input(rows, c.labels == DType::I64 ? "i64" : "i32");
+    inputs.push_back(randomIds(rows, vocab, 31, c.labels));
+    for (int64_t r : {0, 17, 73}) {
+      if (c.labels == DType::I64)
+        inputs.back().data<int64_t>()[r] = -100;
+      else
+        inputs.back().data<int32_t>()[r] = -100;
+    }
+    int64_t seed = input({}, 1.0);
+    int64_t loss = f.value({}), dx = f.value(act), dw = f.value(wShape);
+    f.inst("linear_cross_entropy", {x, w, labels}, {loss, dx, dw},
+           {{"reduction", c.reduction},
+            {"ignore_index", -100},
+            {"chunk_rows", c.chunkRows},
+            {"transpose_weight", c.transposeWeight}});
+    f.output(loss);
+    f.output(dx);
+    f.output(dw);
+    f.output(f.op("scale", {dx, seed}, act));
+
+    Json model = modelJson(256, 8, 4, 2, 2);
+    model["precision"] = bf16 ? "bf16" : "fp32";
+    Json manifest =
+        manifestJson(model, Json::array(), Json::array({f.build()}));
+    Bundle bundle = Bundle::parseManifest("lce-test", manifest.dump());
+    host::ThreadPool pool(2);
+    host::ParameterStore hostStore(bundle, DType::F32);
+    std::vector<host::TensorView> views;
+    for (const host::Tensor &t : inputs)
+      views.push_back(viewOf(t));
+    host::Executor hostExecutor(bundle, "op", hostStore, pool);
+    std::vector<host::Tensor> expected = hostExecutor.run(views, {0, 0});
+    MTRT_REQUIRE_GPU();
+
+    cuda::ContextOptions options;
+    options.bf16Values = bf16;
+    cuda::Context context(options);
+    cuda::ParameterStore deviceStore(bundle, context);
+    cuda::Executor deviceExecutor(bundle, "op", deviceStore);
+    std::vector<host::Tensor> actual = deviceExecutor.run(views, {0, 0});
+    ASSERT_EQ(actual.size(), 4u);
+    const char *names[] = {"loss", "dx", "dweight", "scaled dx"};
+    double worst = 0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+      expectClose(actual[i], expected[i], tolerance, names[i]);
+      worst = std::max(worst, relativeDifference(actual[i], expected[i]));
+    }
+    // The loss is a real one (about log(333) for random logits), and the
+    // ignored rows' dx is zero.
+    EXPECT_GT(expected[0].data<float>()[0], 1.0f);
+    for (int64_t e = 0; e < in; ++e)
+      EXPECT_EQ(actual[1].data<float>()[17 * in + e], 0.0f);
+    std::cout << "[ parity   ] linear_cross_entropy " << caseName(c)
+              << (bf16 ? " in a bf16 bundle" : "") << ": loss host "
+              << expected[0].data<float>()[0] << " cuda "
+              << actual[0].data<float>()[0]
+              << ", largest relative difference " << worst << "\n";
+  }
+};
+
+TEST_P(LinearCrossEntropyOp, MatchesTheHostInFp32) { check(false, 1e-5); }
+
+// The linear before it in bf16 (so x differs by bf16 rounding): the fused
+// op reads the fp32 value the plan gives it.
+TEST_P(LinearCrossEntropyOp, MatchesTheHostInABf16Bundle) { check(true, 2e-2); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LinearCrossEntropyOp,
+    ::testing::Values(FusedCase{false, "mean", 16, DType::I32},
+                      FusedCase{true, "mean", 16, DType::I32},
+                      FusedCase{true, "sum", 30, DType::I64},
+                      FusedCase{false, "sum", 7, DType::I64},
+                      FusedCase{true, "mean", 128, DType::I32}),
+    [](const auto &info) { return caseName(info.param); });
+
+/// tiny-gpt (tied output layer, no dropout) compiled without and with
+/// --fuse-linear-cross-entropy (300 tokens a chunk: 1024 tokens in four
+/// chunks, the last of 124): on the GPU, one train_step's loss and every
+/// gradient, then training step by step.
+struct FusedBundles {
+  const char *unfused;
+  const char *fused;
+  double stepTolerance; // one step's loss (and fp32 gradients: 10x)
+  double lossTolerance; // the losses over the training run
+  bool bf16;            // gradients compared by cosine similarity
+};
+
+/// Cosine similarity of two tensors of one shape, in double.
+double cosineSimilarity(const host::Tensor &a, const host::Tensor &b) {
+  double dot = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < b.numElements(); ++i) {
+    double x = elementAt(a, i), y = elementAt(b, i);
+    dot += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  return aa > 0 && bb > 0 ? dot / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
+}
+
+class FusedBundleTest : public ::testing::TestWithParam<FusedBundles> {};
+
+TEST_P(FusedBundleTest, TrainsOnTheGpuAsTheUnfusedBundle) {
+  MTRT_REQUIRE_GPU();
+  const FusedBundles b = GetParam();
+  const char *howToMake = "megatron-compile models/tiny-gpt.yaml "
+                          "--hidden-dropout=0 --attention-dropout=0 "
+                          "[--bf16] [--fuse-linear-cross-entropy "
+                          "--linear-cross-entropy-chunk-rows=300]";
+  Bundle unfused = loadTestBundle(b.unfused, howToMake);
+  Bundle fused = loadTestBundle(b.fused, howToMake);
+
+  host::ThreadPool pool(0);
+  host::ParameterStore initial(unfused, DType::F32);
+  initial.initialize(pool, 1234);
+  initial.zeroGradients(pool);
+  const Function *train = unfused.findFunction("train_step");
+  std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
+  host::Tensor tokens = randomIds(shape, 256, 3);
+  host::Tensor labels = randomIds(shape, 256, 4);
+  std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
+  cuda::Context context;
+  cuda::ParameterStore unfusedStore(unfused, context);
+  cuda::ParameterStore fusedStore(fused, context);
+  unfusedStore.upload(initial);
+  fusedStore.upload(initial);
+  double expected, actual;
+  size_t unfusedArena, fusedArena;
+  {
+    cuda::Executor executor(unfused, "train_step", unfusedStore);
+    expected = executor.run(inputs, {5, 5})[0].data<float>()[0];
+    unfusedArena = executor.arenaBytes();
+  }
+  {
+    cuda::Executor executor(fused, "train_step", fusedStore);
+    actual = executor.run(inputs, {5, 5})[0].data<float>()[0];
+    fusedArena = executor.arenaBytes();
+  }
+  EXPECT_NEAR(actual, expected, b.stepTolerance * std::abs(expected));
+  double worst = 0;
+  ASSERT_EQ(fusedStore.size(), unfusedStore.size());
+  for (size_t p = 0; p < unfusedStore.size(); ++p) {
+    host::Tensor want = unfusedStore.gradientToHost(p);
+    host::Tensor got = fusedStore.gradientToHost(p);
+    worst = std::max(worst, relativeDifference(got, want));
+    if (b.bf16)
+      EXPECT_GE(cosineSimilarity(got, want), 0.999)
+          << "gradient of " << initial.info(p).name;
+    else
+      expectClose(got, want, 10 * b.stepTolerance,
+                  "gradient of " + initial.info(p).name);
+  }
+  std::cout << "[ parity   ] " << b.fused << " against " << b.unfused
+            << " on the GPU, one train_step: loss " << expected << " / "
+            << actual << ", largest relative gradient difference " << worst
+            << "; train_step arena " << unfusedArena << " -> " << fusedArena
+            << " bytes\n";
+
+  train::TrainerOptions options;
+  options.trainIters = 10;
+  options.lr = 1e-3;
+  options.lrWarmupIters = 2;
+  options.evalIters = 0;
+  options.progressBar = false;
+  options.seed = 1234;
+  std::string corpus = multiRankCorpus();
+  cuda::Trainer unfusedTrainer(unfused, corpus, "corpus", options);
+  cuda::Trainer fusedTrainer(fused, corpus, "corpus", options);
+  std::ostringstream unfusedLog, fusedLog;
+  unfusedTrainer.train(unfusedLog);
+  fusedTrainer.train(fusedLog);
+  const auto &want = unfusedTrainer.history();
+  const auto &got = fusedTrainer.history();
+  ASSERT_EQ(got.size(), want.size());
+  double worstLoss = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double loss = std::abs(got[i].loss - want[i].loss) / std::abs(want[i].loss);
+    worstLoss = std::max(worstLoss, loss);
+    EXPECT_LE(loss, b.lossTolerance) << "iteration " << i + 1 << ": unfused "
+                                     << want[i].loss << ", fused "
+                                     << got[i].loss;
+  }
+  // Training made progress (the check is not between two broken runs).
+  EXPECT_LT(want.back().loss, want.front().loss - 0.3);
+  std::cout << "[ parity   ] " << b.fused << ", " << want.size()
+            << " iterations: loss " << want.front().loss << " -> "
+            << want.back().loss << " (unfused) / " << got.back().loss
+            << " (fused); largest relative loss difference " << worstLoss
+            << "\n";
+}
+
+// fp32 without TF32: the same products, summed in other orders (dweight
+// over four chunks). bf16: the unfused output layer multiplies in bf16, the
+// fused one in fp32 (gradients: cosine similarity at least 0.999, as
+// CudaMixedPrecisionTest asks of the host and the GPU).
+INSTANTIATE_TEST_SUITE_P(
+    TinyGpt, FusedBundleTest,
+    ::testing::Values(FusedBundles{"tiny-gpt-nodrop", "tiny-gpt-lce-nodrop",
+                                   1e-5, 1e-4, false},
+                      FusedBundles{"tiny-gpt-bf16-nodrop",
+                                   "tiny-gpt-bf16-lce-nodrop", 2e-2, 2e-2,
+                                   true}),
+    [](const auto &info) {
+      std::string name = info.param.fused;
+      for (char &ch : name)
+        if (ch == '-')
+          ch = '_';
+      return name;
+    });
+
+} // namespace
