@@ -1,4 +1,4 @@
-//===- AttentionViews.cpp - Which splits and concats the flash kernels elide -===//
+//===- AttentionViews.cpp - Splits and concats the flash kernels elide ---===//
 //
 // The rule that the CUDA executor applied on its own before issue 21
 // (runtime/src/cuda/AttentionViews.cpp), now the compiler's: the memory
@@ -110,8 +110,7 @@ private:
     return members;
   }
 
-  void addGroup(Operation *copy, Value whole, ValueRange pieces,
-                int64_t axis) {
+  void addGroup(Operation *copy, Value whole, ValueRange pieces, int64_t axis) {
     ArrayRef<int64_t> shape = typeOf(whole).getShape();
     if (shape.size() != 4 || (axis != 2 && axis != 3) || !movable(whole) ||
         shape[3] % 8 != 0)

@@ -1,4 +1,4 @@
-//===- AttentionViews.h - Flash attention's pieces as views in the plan -*- C++ -*-===//
+//===- AttentionViews.h - Flash attention views in the plan -*- C++ -*-===//
 //
 // Under mixed precision the CUDA backend's flash kernels read q, k and v in
 // place in the qkv GEMM's result and write dq, dk and dv in place in the

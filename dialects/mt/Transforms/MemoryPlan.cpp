@@ -239,9 +239,8 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
           const BufferPlan &source =
               plan.buffers[plan.bufferIndex.lookup(operand)];
           if (source.offset >= 0 && source.lastUse == at &&
-              !groupOf.contains(operand) &&
-              source.bytes == buffer.bytes && !taken.contains(operand) &&
-              source.definedAt >= 0) {
+              !groupOf.contains(operand) && source.bytes == buffer.bytes &&
+              !taken.contains(operand) && source.definedAt >= 0) {
             buffer.offset = source.offset;
             buffer.inPlaceOf = operand;
             taken.insert(operand);

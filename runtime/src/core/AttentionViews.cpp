@@ -28,7 +28,8 @@ AttentionViewLayout readAttentionViews(const Function &fn,
       ++layout.views;
       whole[static_cast<size_t>(plan.viewOf[v])] = true;
     }
-  layout.groups = static_cast<size_t>(std::count(whole.begin(), whole.end(), true));
+  layout.groups =
+      static_cast<size_t>(std::count(whole.begin(), whole.end(), true));
   if (!layout.views)
     return layout;
 
@@ -80,8 +81,8 @@ AttentionViewLayout readAttentionViews(const Function &fn,
     auto [wholeV, axis, outer, inner] = splitDims(fn, inst);
     const auto &shape = fn.values[wholeV].shape;
     if (shape.size() != 4 || (axis != 2 && axis != 3) || shape[3] % 8 != 0)
-      refuse(position, "the whole is " + shapeString(shape) + ", split on axis " +
-                           std::to_string(axis) +
+      refuse(position, "the whole is " + shapeString(shape) +
+                           ", split on axis " + std::to_string(axis) +
                            "; the flash kernels take pieces on axis 2 or 3 "
                            "of a 4-D tensor whose last dimension is a "
                            "multiple of 8");
@@ -93,8 +94,8 @@ AttentionViewLayout readAttentionViews(const Function &fn,
                              " is not a view of the whole's group (value " +
                              std::to_string(group < 0 ? wholeValue : group) +
                              ")");
-      int64_t expected = plan.offsets[wholeV] +
-                         offset * static_cast<int64_t>(dtypeSize(type));
+      int64_t expected =
+          plan.offsets[wholeV] + offset * static_cast<int64_t>(dtypeSize(type));
       if (fn.values[p].dtype != type || offset % 8 != 0 ||
           plan.offsets[p] != expected || piece[p])
         refuse(position, "value " + std::to_string(p) + " is at offset " +
@@ -138,8 +139,10 @@ AttentionViewLayout readAttentionViews(const Function &fn,
         planValueBytes(fn.values[v]) != planValueBytes(fn.values[w]) ||
         fn.values[v].dtype != fn.values[w].dtype)
       throw Error(MTRT_STATUS_FAILED_PRECONDITION,
-                  "function " + fn.name + ": the bundle's memory plan makes "
-                      "value " + std::to_string(v) + " a view of value " +
+                  "function " + fn.name +
+                      ": the bundle's memory plan makes "
+                      "value " +
+                      std::to_string(v) + " a view of value " +
                       std::to_string(w) + " at byte " +
                       std::to_string(plan.viewOffset[v]) +
                       ", neither a piece of a split or concat the flash "

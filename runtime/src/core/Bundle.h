@@ -225,9 +225,7 @@ struct MemoryPlan {
   bool hasViews = false;
 
   /// The whole whose block holds value `v`, or -1.
-  int64_t wholeOf(size_t v) const {
-    return v < viewOf.size() ? viewOf[v] : -1;
-  }
+  int64_t wholeOf(size_t v) const { return v < viewOf.size() ? viewOf[v] : -1; }
 };
 
 struct Function {

@@ -157,8 +157,8 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
       if (plan.viewOf[v] >= 0 || v == whole)
         fail(index(at, 0), std::to_string(v),
              v == whole ? "a value other than its whole"
-                        : "each value a view once (value " +
-                              std::to_string(v) + " is a view before)");
+                        : "each value a view once (value " + std::to_string(v) +
+                              " is a view before)");
       for (int64_t member : {v, whole})
         if (!owned(member))
           fail(index(at, member == v ? 0 : 1), std::to_string(member),
@@ -175,14 +175,13 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
       isWhole[whole] = true;
     }
     for (size_t i = 0; i < views->size(); ++i) {
-      int64_t whole =
-          readInt((*views)[i][1], index(index(viewsAt, i), 1), 0,
-                  static_cast<int64_t>(count) - 1);
+      int64_t whole = readInt((*views)[i][1], index(index(viewsAt, i), 1), 0,
+                              static_cast<int64_t>(count) - 1);
       if (plan.viewOf[whole] >= 0)
         fail(index(index(viewsAt, i), 1), std::to_string(whole),
              "a whole that is no view itself (value " + std::to_string(whole) +
-                 " is a view of value " +
-                 std::to_string(plan.viewOf[whole]) + ")");
+                 " is a view of value " + std::to_string(plan.viewOf[whole]) +
+                 ")");
     }
   }
 
@@ -224,9 +223,10 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
     plan.offsets.push_back(offset);
   }
   for (size_t v = 0; v < count; ++v)
-    if (int64_t whole = plan.viewOf[v]; whole >= 0 &&
-        plan.offsets[v] != plan.offsets[whole] +
-                               static_cast<int64_t>(plan.viewOffset[v]))
+    if (int64_t whole = plan.viewOf[v];
+        whole >= 0 &&
+        plan.offsets[v] !=
+            plan.offsets[whole] + static_cast<int64_t>(plan.viewOffset[v]))
       fail(index(offsetsAt, v), std::to_string(plan.offsets[v]),
            "the offset of the whole (value " + std::to_string(whole) + ", " +
                std::to_string(plan.offsets[whole]) + ") plus the view's " +

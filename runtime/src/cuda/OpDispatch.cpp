@@ -595,7 +595,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Split:
   case Op::Concat: {
     if (elided_[position]) // flash attention reads or writes the pieces in
-      break; // place (planAttentionViews, memory_plan.views)
+      break;               // place (planAttentionViews, memory_plan.views)
     bool split = inst.op == Op::Split;
     auto [whole, axis, outer, innerElements] = splitDims(fn, inst);
     size_t inner =

@@ -183,10 +183,9 @@ void *Executor::allocate(int64_t value) {
   // reshape) shares the whole's block.
   const std::optional<MemoryPlan> &plan = function_->memoryPlan;
   int64_t whole = plan ? plan->wholeOf(static_cast<size_t>(value)) : -1;
-  bool piece = whole >= 0 &&
-               (plan->viewOffset[value] != 0 ||
-                planValueBytes(function_->values[value]) !=
-                    planValueBytes(function_->values[whole]));
+  bool piece = whole >= 0 && (plan->viewOffset[value] != 0 ||
+                              planValueBytes(function_->values[value]) !=
+                                  planValueBytes(function_->values[whole]));
   if (plan && plan->offsets[value] >= 0 && !piece) {
     int64_t offset = function_->memoryPlan->offsets[value];
     slot.data = arenaData() + static_cast<size_t>(offset) * arenaScale_;

@@ -197,14 +197,13 @@ TEST(CudaPlanCoverageTest, TheExecutorsArenaIsThePlanViewsIncluded) {
     cuda::Executor executor(bundle, fn.name, store);
     EXPECT_EQ(executor.arenaBytes(), fn.memoryPlan->arenaBytes) << fn.name;
     EXPECT_EQ(executor.elidedCopyCount(),
-              static_cast<size_t>(std::count(views.elided.begin(),
-                                             views.elided.end(), true)))
+              static_cast<size_t>(
+                  std::count(views.elided.begin(), views.elided.end(), true)))
         << fn.name;
     std::cout << "[ views    ] " << fn.name << ": arena "
               << executor.arenaBytes() << " bytes, plan "
               << fn.memoryPlan->arenaBytes << " bytes, " << views.views
-              << " views, " << executor.elidedCopyCount()
-              << " copies elided\n";
+              << " views, " << executor.elidedCopyCount() << " copies elided\n";
   }
 }
 

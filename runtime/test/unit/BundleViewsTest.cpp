@@ -139,9 +139,8 @@ TEST(BundleViewsTest, TheHostExecutorRunsInAPlanWithViews) {
     host::ParameterStore store(bundle, DType::F32);
     store.initialize(pool, 7);
     host::Executor executor(bundle, "step", store, pool);
-    EXPECT_EQ(executor.arenaBytes(), bundle.functions()[0].memoryPlan
-                                         ? size_t(768)
-                                         : size_t(0));
+    EXPECT_EQ(executor.arenaBytes(),
+              bundle.functions()[0].memoryPlan ? size_t(768) : size_t(0));
     host::TensorView input{DType::F32, {4, 16}, x.data()};
     std::vector<host::Tensor> result = executor.run({input}, {});
     const float *u = result[0].data<float>();
