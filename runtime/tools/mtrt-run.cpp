@@ -1,5 +1,6 @@
 // mtrt-run: runs one function of a bundle once and prints its outputs, or
 // checks train_step's gradients against finite differences in float64.
+#include "core/AttentionViews.h"
 #include "core/Bundle.h"
 #include "core/CommandLine.h"
 #include "core/Random.h"
@@ -509,11 +510,21 @@ int run(int argc, char **argv) {
                              workspace)
                .bytes)
         blocks += bytes > 0;
+      mtrt::AttentionViewLayout views = mtrt::readAttentionViews(
+          fn, bundle.hasModel() && bundle.model().precision == "bf16");
+      size_t elided = static_cast<size_t>(
+          std::count(views.elided.begin(), views.elided.end(), true));
       std::cout << fn.name << ": the plan covers the CUDA backend ("
                 << fn.memoryPlan->arenaBytes << " bytes, " << blocks
                 << " kernel blocks, "
                 << (workspace ? "cuBLASLt's workspace in the GEMMs' blocks"
                               : "no GEMM workspace in the plan")
+                << ", "
+                << (fn.memoryPlan->hasViews
+                        ? std::to_string(views.views) + " attention views in " +
+                              std::to_string(views.groups) + " groups, " +
+                              std::to_string(elided) + " copies elided"
+                        : std::string("attention views left to the backend"))
                 << ")\n";
     }
     return 0;

@@ -170,11 +170,38 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
     }
   int64_t sideLive = 0;
 
+  // Attention views: each group's block, its members' offsets in it, and
+  // the instruction after which it is released.
+  struct Group {
+    int64_t bytes = 0, offset = -1, last = 0;
+  };
+  SmallVector<Group> groups;
+  DenseMap<Value, std::pair<int64_t, int64_t>> groupOf; // group, offset
+  SmallVector<SmallVector<int64_t, 1>> groupEnds(position);
+
   // Inputs, outputs and gradients live to the end.
   for (BlockArgument argument : body.getArguments())
     plan.buffers[plan.bufferIndex.lookup(argument)].lastUse = position;
   for (Value output : ret.getOperands())
     plan.buffers[plan.bufferIndex.lookup(output)].lastUse = position;
+
+  for (const AttentionViewGroup &found :
+       findAttentionViews(function, options)) {
+    int64_t index = groups.size();
+    Group group;
+    group.bytes = valueBytes(found.whole);
+    groupOf[found.whole] = {index, 0};
+    group.last = plan.buffers[plan.bufferIndex.lookup(found.whole)].lastUse;
+    for (auto [member, byteOffset] : found.members) {
+      groupOf[member] = {index, byteOffset};
+      group.last = std::max(
+          group.last, plan.buffers[plan.bufferIndex.lookup(member)].lastUse);
+      plan.views.push_back({member, found.whole, byteOffset});
+    }
+    if (group.last < position) // else held to the end
+      groupEnds[group.last].push_back(index);
+    groups.push_back(group);
+  }
 
   // The simulated run.
   OffsetAllocator allocator;
@@ -200,13 +227,20 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
       BufferPlan &buffer = plan.buffers[plan.bufferIndex.lookup(result)];
       if (buffer.offset < 0)
         continue;
+      if (auto it = groupOf.find(result); it != groupOf.end()) {
+        Group &group = groups[it->second.first];
+        if (group.offset < 0)
+          group.offset = allocator.allocate(group.bytes);
+        buffer.offset = group.offset + it->second.second;
+        continue;
+      }
       if (index == 0 && mayComputeInPlace(&op))
         for (Value operand : op.getOperands()) {
           const BufferPlan &source =
               plan.buffers[plan.bufferIndex.lookup(operand)];
           if (source.offset >= 0 && source.lastUse == at &&
-              source.bytes == buffer.bytes && !taken.contains(operand) &&
-              source.definedAt >= 0) {
+              !groupOf.contains(operand) && source.bytes == buffer.bytes &&
+              !taken.contains(operand) && source.definedAt >= 0) {
             buffer.offset = source.offset;
             buffer.inPlaceOf = operand;
             taken.insert(operand);
@@ -229,7 +263,7 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
     auto releaseIfDead = [&](Value value) {
       const BufferPlan &buffer = plan.buffers[plan.bufferIndex.lookup(value)];
       if (buffer.offset < 0 || buffer.lastUse != at || taken.contains(value) ||
-          !released.insert(value).second)
+          groupOf.contains(value) || !released.insert(value).second)
         return;
       allocator.release(buffer.offset, buffer.bytes);
     };
@@ -244,6 +278,8 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
       allocator.release(ended.offset, ended.bytes);
       sideLive -= ended.bytes;
     }
+    for (int64_t index : groupEnds[at])
+      allocator.release(groups[index].offset, groups[index].bytes);
   }
   return plan;
 }

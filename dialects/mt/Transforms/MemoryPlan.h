@@ -12,6 +12,7 @@
 #ifndef MT_TRANSFORMS_MEMORYPLAN_H
 #define MT_TRANSFORMS_MEMORYPLAN_H
 
+#include "mt/Transforms/AttentionViews.h"
 #include "mt/Transforms/SideBuffers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -54,6 +55,15 @@ struct BufferPlan {
   Value inPlaceOf;
 };
 
+/// A value that lies inside another's block (an attention view,
+/// AttentionViews.h): `value` at `byteOffset` in the block of `whole`, which
+/// lives from the first member's definition through the members' last use.
+struct ViewPlan {
+  Value value;
+  Value whole;
+  int64_t byteOffset = 0;
+};
+
 /// One side buffer in the plan.
 struct SideBufferPlan {
   /// The instruction that makes it, and its op (null for the parameter
@@ -88,6 +98,8 @@ struct FunctionMemoryPlan {
   /// In instruction order (SideBuffers.h: per instruction its kernel block
   /// first, then its copies).
   SmallVector<SideBufferPlan> sideBuffers;
+  /// The attention views, group by group.
+  SmallVector<ViewPlan> views;
 
   const BufferPlan *lookup(Value value) const {
     auto it = bufferIndex.find(value);
@@ -99,8 +111,11 @@ struct FunctionMemoryPlan {
 /// for the whole run), then at each instruction its results (best fit, or in
 /// place where mayComputeInPlace allows) and its side buffers (best fit),
 /// then releases the values whose last use it is and the side buffers it
-/// reads last. Outputs and gradients stay to the end. `options`: how the
-/// device backend stores what it computes (the bundle's precision).
+/// reads last. Outputs and gradients stay to the end. An attention view
+/// group (findAttentionViews) is one block, the whole's, allocated when its
+/// first member is defined and released after its members' last use; its
+/// members neither compute in place nor lend their memory. `options`: how
+/// the device backend stores what it computes (the bundle's precision).
 FunctionMemoryPlan planFunctionMemory(func::FuncOp function,
                                       const SideBufferOptions &options);
 

@@ -133,6 +133,14 @@ bool mt::readsGemmOperands(Operation *op) {
                          LinearWeightGradOp, LinearWeightBiasGradOp>(op);
 }
 
+bool mt::runsFlashAttention(Operation *op, const SideBufferOptions &options) {
+  if (auto attention = dyn_cast_or_null<AttentionOp>(op))
+    return runsFlash(attentionShape(attention), options);
+  if (auto grad = dyn_cast_or_null<AttentionGradOp>(op))
+    return runsFlash(attentionShape(grad), options);
+  return false;
+}
+
 FlatSymbolRefAttr mt::parameterRead(Value value) {
   // A master weight's mt.cast to bf16 reads the store's persistent copy.
   if (auto cast = value.getDefiningOp<CastOp>())

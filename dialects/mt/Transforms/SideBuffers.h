@@ -67,6 +67,11 @@ FlatSymbolRefAttr parameterRead(Value value);
 /// (runtime/src/cuda/ParameterStore.h, gemmReadParameters).
 bool readsGemmOperands(Operation *op);
 
+/// Whether the CUDA backend runs `op` (an attention or attention_grad) with
+/// the flash kernels: under mixed precision, for the shapes they take
+/// (runtime/src/core/ScratchPlan.h, runsFlashAttention). False for other ops.
+bool runsFlashAttention(Operation *op, const SideBufferOptions &options);
+
 } // namespace mlir::mt
 
 #endif // MT_TRANSFORMS_SIDEBUFFERS_H

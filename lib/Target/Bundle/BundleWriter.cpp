@@ -302,7 +302,8 @@ FailureOr<Array> FunctionWriter::writeFusedBody(mt::FusedOp group) {
 
 /// The static arena (docs/BundleFormat.md, "Memory plan"): an offset per
 /// value, -1 for values without memory, and every side buffer:
-/// [instruction, offset, bytes, until, value it copies or -1].
+/// [instruction, offset, bytes, until, value it copies or -1]; the attention
+/// views: [value, whole, byte offset in the whole's block].
 Object FunctionWriter::writeMemoryPlan() {
   mt::FunctionMemoryPlan plan = mt::planFunctionMemory(function, sideBuffers);
   SmallVector<int64_t> offsets(values.size(), -1);
@@ -313,10 +314,17 @@ Object FunctionWriter::writeMemoryPlan() {
     side.push_back(Array{block.position, block.offset, block.bytes,
                          block.until,
                          block.copyOf ? ids.lookup(block.copyOf) : -1});
+  // Always written: a reader tells the compiler's decision (possibly no
+  // group) from a bundle written before views were planned.
+  Array views;
+  for (const mt::ViewPlan &view : plan.views)
+    views.push_back(
+        Array{ids.lookup(view.value), ids.lookup(view.whole), view.byteOffset});
   return Object{{"alignment", mt::kArenaAlignment},
                 {"arena_bytes", plan.arenaBytes},
                 {"offsets", Array(offsets)},
-                {"side_buffers", std::move(side)}};
+                {"side_buffers", std::move(side)},
+                {"views", std::move(views)}};
 }
 
 FailureOr<llvm::json::Value> FunctionWriter::write() {

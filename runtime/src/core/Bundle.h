@@ -214,6 +214,18 @@ struct MemoryPlan {
   /// when the plan has no `side_buffers` (bundles before format version 3).
   std::vector<SideBuffer> sideBuffers;
   bool hasSideBuffers = false;
+  /// Attention views (`views`, issue 21): by value, the whole whose block
+  /// holds it (-1: none) and its byte offset there. A whole and its views
+  /// are one block, the whole's, live while any of them is.
+  std::vector<int64_t> viewOf;
+  std::vector<uint64_t> viewOffset;
+  /// The plan has `views` (possibly empty): the compiler decided which
+  /// splits and concats the flash kernels elide. Without it (bundles
+  /// written before issue 21) the CUDA backend decides on its own.
+  bool hasViews = false;
+
+  /// The whole whose block holds value `v`, or -1.
+  int64_t wholeOf(size_t v) const { return v < viewOf.size() ? viewOf[v] : -1; }
 };
 
 struct Function {

@@ -111,7 +111,8 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
                                     Function &function) {
   expectObject(json, path);
   expectKnownKeys(json, path,
-                  {"alignment", "arena_bytes", "offsets", "side_buffers"},
+                  {"alignment", "arena_bytes", "offsets", "side_buffers",
+                   "views"},
                   "a memory plan");
   MemoryPlan plan;
   std::string alignmentAt = member(path, "alignment");
@@ -124,10 +125,66 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
       readInt(field(json, path, "arena_bytes"), member(path, "arena_bytes"), 0,
               int64_t(1) << 50));
 
+  size_t count = function.values.size();
+  // views: [value, whole, byte offset] (issue 21), read first: a view's
+  // offset is its whole's plus its byte offset, neither aligned nor a block
+  // of its own.
+  plan.viewOf.assign(count, -1);
+  plan.viewOffset.assign(count, 0);
+  std::string viewsAt = member(path, "views");
+  std::vector<bool> isWhole(count, false);
+  if (const Json *views = optionalField(json, "views")) {
+    expectArray(*views, viewsAt);
+    plan.hasViews = true;
+    auto owned = [&](int64_t v) {
+      return definedAt_[v] >= 0 && !isOutput_[v] && !parameterView_[v] &&
+             !function.innerValue[v];
+    };
+    for (size_t i = 0; i < views->size(); ++i) {
+      std::string at = index(viewsAt, i);
+      const Json &entry = (*views)[i];
+      expectArray(entry, at);
+      if (entry.size() != 3)
+        fail(at, std::to_string(entry.size()) + " numbers",
+             "[value, whole, byte offset]");
+      int64_t last = static_cast<int64_t>(count) - 1;
+      int64_t v = readInt(entry[0], index(at, 0), 0, last);
+      int64_t whole = readInt(entry[1], index(at, 1), 0, last);
+      int64_t byteOffset = readInt(entry[2], index(at, 2), 0);
+      if (plan.viewOf[v] >= 0 || v == whole)
+        fail(index(at, 0), std::to_string(v),
+             v == whole ? "a value other than its whole"
+                        : "each value a view once (value " + std::to_string(v) +
+                              " is a view before)");
+      for (int64_t member : {v, whole})
+        if (!owned(member))
+          fail(index(at, member == v ? 0 : 1), std::to_string(member),
+               "a value an instruction computes and the function frees "
+               "(no input, output, parameter view or fused group's inner "
+               "value is in a view group)");
+      uint64_t wholeBytes = planValueBytes(function.values[whole]);
+      if (static_cast<uint64_t>(byteOffset) >= wholeBytes)
+        fail(index(at, 2), std::to_string(byteOffset),
+             "an offset inside the whole's " + std::to_string(wholeBytes) +
+                 " bytes (value " + std::to_string(whole) + ")");
+      plan.viewOf[v] = whole;
+      plan.viewOffset[v] = static_cast<uint64_t>(byteOffset);
+      isWhole[whole] = true;
+    }
+    for (size_t i = 0; i < views->size(); ++i) {
+      int64_t whole = readInt((*views)[i][1], index(index(viewsAt, i), 1), 0,
+                              static_cast<int64_t>(count) - 1);
+      if (plan.viewOf[whole] >= 0)
+        fail(index(index(viewsAt, i), 1), std::to_string(whole),
+             "a whole that is no view itself (value " + std::to_string(whole) +
+                 " is a view of value " + std::to_string(plan.viewOf[whole]) +
+                 ")");
+    }
+  }
+
   const Json &offsets = field(json, path, "offsets");
   std::string offsetsAt = member(path, "offsets");
   expectArray(offsets, offsetsAt);
-  size_t count = function.values.size();
   if (offsets.size() != count)
     fail(offsetsAt, std::to_string(offsets.size()) + " offsets",
          "one per value (" + std::to_string(count) + ")");
@@ -146,7 +203,7 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
       fail(at, "-1",
            "an offset in the arena: value " + std::to_string(v) +
                " is not a parameter view or a fused group's inner value");
-    } else {
+    } else if (plan.viewOf[v] < 0) {
       uint64_t start = static_cast<uint64_t>(offset);
       uint64_t bytes = planValueBytes(function.values[v]);
       if (start % plan.alignment)
@@ -162,6 +219,15 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
     }
     plan.offsets.push_back(offset);
   }
+  for (size_t v = 0; v < count; ++v)
+    if (int64_t whole = plan.viewOf[v];
+        whole >= 0 &&
+        plan.offsets[v] !=
+            plan.offsets[whole] + static_cast<int64_t>(plan.viewOffset[v]))
+      fail(index(offsetsAt, v), std::to_string(plan.offsets[v]),
+           "the offset of the whole (value " + std::to_string(whole) + ", " +
+               std::to_string(plan.offsets[whole]) + ") plus the view's " +
+               std::to_string(plan.viewOffset[v]) + " bytes (views)");
 
   // side_buffers: [instruction, offset, bytes, until, copy of] in
   // instruction order, each instruction's kernel block (copy of -1) first.
@@ -239,7 +305,8 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
   auto describe = [&](int64_t owner) {
     std::string what;
     if (owner >= 0)
-      what = "value " + std::to_string(owner);
+      what = "value " + std::to_string(owner) +
+             (isWhole[owner] ? " (with its views)" : "");
     else if (sideOf(owner).copyOf < 0)
       what = "the kernel block of instructions[" +
              std::to_string(sideOf(owner).instruction) + "]";
@@ -271,13 +338,27 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
     if (it != live.end() && it->second.second == owner)
       live.erase(it);
   };
+  // A view group is its whole's block, placed when its first member is
+  // defined and erased when its last live member is freed.
+  std::vector<size_t> liveMembers(count, 0);
+  auto groupOf = [&](int64_t v) -> int64_t {
+    return plan.viewOf[v] >= 0 ? plan.viewOf[v] : isWhole[v] ? v : -1;
+  };
   auto insert = [&](int64_t v, const std::string &when) {
-    if (plan.offsets[v] >= 0 && bytesOf(v) > 0)
+    if (int64_t whole = groupOf(v); whole >= 0) {
+      if (liveMembers[whole]++ == 0)
+        placeBlock(whole, when);
+    } else if (plan.offsets[v] >= 0 && bytesOf(v) > 0) {
       placeBlock(v, when);
+    }
   };
   auto erase = [&](int64_t v) {
-    if (plan.offsets[v] >= 0 && bytesOf(v) > 0)
+    if (int64_t whole = groupOf(v); whole >= 0) {
+      if (liveMembers[whole] > 0 && --liveMembers[whole] == 0)
+        eraseBlock(whole);
+    } else if (plan.offsets[v] >= 0 && bytesOf(v) > 0) {
       eraseBlock(v);
+    }
   };
   // The side buffers that start and end at each instruction.
   std::vector<std::vector<int64_t>> sideStarts(instructionCount),
@@ -295,9 +376,10 @@ void ManifestReader::readMemoryPlan(const Json &json, const std::string &path,
     std::set<int64_t> taken;
     for (size_t i = 0; i < inst.results.size(); ++i) {
       int64_t r = inst.results[i];
-      if (i == 0 && mayComputeInPlace(inst.op) && plan.offsets[r] >= 0)
+      if (i == 0 && mayComputeInPlace(inst.op) && plan.offsets[r] >= 0 &&
+          groupOf(r) < 0)
         for (int64_t o : inst.operands)
-          if (plan.offsets[o] == plan.offsets[r] &&
+          if (groupOf(o) < 0 && plan.offsets[o] == plan.offsets[r] &&
               freedAt_[o] == static_cast<int64_t>(position) &&
               bytesOf(o) == bytesOf(r) && !taken.count(o)) {
             erase(o);

@@ -2,6 +2,7 @@
 // forwards with their gradients and each op's case of core/OpScratch.h.
 #include "core/ScratchPlan.h"
 
+#include "core/AttentionViews.h"
 #include "core/Error.h"
 #include "core/MemoryPlan.h"
 #include "core/OpShapes.h"
@@ -247,6 +248,7 @@ void checkCudaMemoryPlan(const Bundle &bundle, const Function &fn,
                     " has no memory plan with side buffers, or one that "
                     "holds less than a value's declared bytes; the CUDA "
                     "backend would lay out its own arena");
+  readAttentionViews(fn, mixedPrecision);
 }
 
 } // namespace mtrt

@@ -64,11 +64,12 @@ uint64_t gemmBf16VectorOffset(const Function &fn, const Instruction &inst);
 
 /// Checks `fn`'s memory plan against the CUDA backend's needs, as the CUDA
 /// executor does when it loads the bundle: every value's declared bytes and
-/// every kernel block of planScratch. Throws Error (FAILED_PRECONDITION)
-/// naming the instruction and both figures when the plan gives less, or
-/// when it has no side buffers; INVALID_ARGUMENT for a bundle before format
-/// version 8 (its bf16 storage is the CUDA backend's choice, not its types).
-/// Sets `gemmWorkspace` to planHoldsGemmWorkspace(fn).
+/// every kernel block of planScratch, and the attention views
+/// (readAttentionViews). Throws Error (FAILED_PRECONDITION) naming the
+/// instruction and both figures when the plan gives less, or when it has no
+/// side buffers, or views the flash kernels cannot run in; INVALID_ARGUMENT for
+/// a bundle before format version 8 (its bf16 storage is the CUDA backend's
+/// choice, not its types). Sets `gemmWorkspace` to planHoldsGemmWorkspace(fn).
 void checkCudaMemoryPlan(const Bundle &bundle, const Function &fn,
                          bool &gemmWorkspace);
 

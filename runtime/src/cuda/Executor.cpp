@@ -77,6 +77,15 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       [&](size_t position) { return bf16CopiesMadeAt(position); });
   if (plan_.fromCompiler) // each value has its own block: reshapes copy
     aliasOf_.assign(fn.values.size(), -1);
+  else if (viewsInPlan_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                fn.name + " of bundle '" + bundle.name() +
+                    "': its memory plan places attention views "
+                    "(memory_plan.views), and the CUDA backend cannot run "
+                    "in that plan (it lays out its own arena: a value is "
+                    "stored in more bytes than the plan gives it, or the "
+                    "plan has no side buffers); recompile the bundle with "
+                    "the megatron-compile of this runtime's release");
   viewRegion_ = (plan_.bytes + kArenaAlignment - 1) / kArenaAlignment *
                 kArenaAlignment;
   arena_ = ArenaMemory(arenaBytes(),

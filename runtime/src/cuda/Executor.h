@@ -256,6 +256,8 @@ private:
   /// pieces at their offsets (strides in viewStrides_), in one block of a
   /// region after the plan's arena, live from the first member's producer
   /// through the members' last reader. The split or concat is elided.
+  /// A bundle whose plan has `views` (issue 21) says which groups there
+  /// are, inside the plan (core/AttentionViews.h): no region then.
   /// Clears aliasOf_ for members and values aliasing them. After
   /// planBf16Values (members share a storage type), before the arena.
   void planAttentionViews();
@@ -395,8 +397,10 @@ private:
   /// By instruction: a split or concat that copies nothing (a view group's).
   std::vector<bool> elided_;
   /// The view region: its offset in the arena (the plan's bytes, aligned)
-  /// and size.
+  /// and size (0 when the bundle's plan places the views).
   size_t viewRegion_ = 0, viewBytes_ = 0;
+  /// The bundle's memory plan places view groups (issue 21).
+  bool viewsInPlan_ = false;
   /// The bundle's generated kernels, when the function has fused groups.
   std::unique_ptr<FusedKernelLibrary> fusedKernels_;
   ArenaPlan plan_;

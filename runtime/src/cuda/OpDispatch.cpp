@@ -583,10 +583,12 @@ void Executor::execute(size_t position, const Instruction &inst,
     });
     break;
   }
-  case Op::Reshape: // the result shares the operand's memory (aliasOf_)
+  case Op::Reshape:
+    // The result shares the operand's memory (aliasOf_), or the plan gives
+    // both one block (in place, or one view group): the bytes are there.
     if (aliasOf_[inst.results[0]] == inst.operands[0])
       slots_[inst.results[0]] = slots_[inst.operands[0]];
-    else
+    else if (slots_[inst.results[0]] != slots_[inst.operands[0]])
       copy(slots_[inst.results[0]], slots_[inst.operands[0]],
            bytesOf(inst.operands[0]));
     break;
@@ -599,7 +601,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Split:
   case Op::Concat: {
     if (elided_[position]) // flash attention reads or writes the pieces in
-      break;               // place (planAttentionViews)
+      break;               // place (planAttentionViews, memory_plan.views)
     bool split = inst.op == Op::Split;
     auto [whole, axis, outer, innerElements] = splitDims(fn, inst);
     size_t inner =

@@ -177,8 +177,17 @@ char *Executor::arenaData() {
 void *Executor::allocate(int64_t value) {
   Slot &slot = slots_[value];
   // A fused group's inner values have no arena block (-1): they get a
-  // buffer of their own while the group runs.
-  if (function_->memoryPlan && function_->memoryPlan->offsets[value] >= 0) {
+  // buffer of their own while the group runs. So do attention views that
+  // are pieces of their whole (a split's results, a concat's operands): the
+  // CUDA backend's flash kernels read them strided in the whole, the host's
+  // kernels read packed tensors. A view with its whole's bytes (through a
+  // reshape) shares the whole's block.
+  const std::optional<MemoryPlan> &plan = function_->memoryPlan;
+  int64_t whole = plan ? plan->wholeOf(static_cast<size_t>(value)) : -1;
+  bool piece = whole >= 0 && (plan->viewOffset[value] != 0 ||
+                              planValueBytes(function_->values[value]) !=
+                                  planValueBytes(function_->values[whole]));
+  if (plan && plan->offsets[value] >= 0 && !piece) {
     int64_t offset = function_->memoryPlan->offsets[value];
     slot.data = arenaData() + static_cast<size_t>(offset) * arenaScale_;
     return slot.data;

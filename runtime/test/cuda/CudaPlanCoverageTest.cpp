@@ -4,7 +4,9 @@
 // the compiler uses too) and cuBLASLt's workspace in each GEMM's block; the
 // executor refuses a plan that lacks a block, naming the instruction and
 // both figures; a plan from before the workspace was planned still loads
-// (the Gemm then brings its own).
+// (the Gemm then brings its own); flash attention's views are in the plan
+// too (`memory_plan.views`): the executor's arena is the plan's.
+#include "core/AttentionViews.h"
 #include "core/Bundle.h"
 #include "core/Error.h"
 #include "core/OpScratch.h"
@@ -19,9 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <iterator>
 #include <string>
 
@@ -177,6 +181,30 @@ TEST(CudaPlanCoverageTest, TheExecutorRefusesAPlanShortOfFlashState) {
   });
   expectRefused(bundle, "(attention): the cuda backend needs its kernel "
                         "block (scratch, saved state) of ");
+}
+
+// The plan places flash attention's views (issue 21): the executor elides
+// the splits and concats the bundle names, puts their pieces at the plan's
+// offsets and allocates no region beside the plan.
+TEST(CudaPlanCoverageTest, TheExecutorsArenaIsThePlanViewsIncluded) {
+  MTRT_REQUIRE_GPU();
+  Bundle bundle = loadTestBundle(kBundle, kHowToMake);
+  cuda::Context context;
+  cuda::ParameterStore store(bundle, context);
+  for (const Function &fn : bundle.functions()) {
+    AttentionViewLayout views = readAttentionViews(fn, true);
+    EXPECT_GT(views.views, 0u) << fn.name;
+    cuda::Executor executor(bundle, fn.name, store);
+    EXPECT_EQ(executor.arenaBytes(), fn.memoryPlan->arenaBytes) << fn.name;
+    EXPECT_EQ(executor.elidedCopyCount(),
+              static_cast<size_t>(
+                  std::count(views.elided.begin(), views.elided.end(), true)))
+        << fn.name;
+    std::cout << "[ views    ] " << fn.name << ": arena "
+              << executor.arenaBytes() << " bytes, plan "
+              << fn.memoryPlan->arenaBytes << " bytes, " << views.views
+              << " views, " << executor.elidedCopyCount() << " copies elided\n";
+  }
 }
 
 } // namespace

@@ -6,7 +6,10 @@ their instruction through `until`, never shared), and the arena no larger
 than the blocks need. Prints per function the arena, the in-place results,
 the bytes reuse saves against one block per value and side buffer, and the
 side buffers:
-how many (of them bf16 copies of GEMM operands), and their largest block.
+how many (of them bf16 copies of GEMM operands), and their largest block, and
+the attention views: values inside another's block (`views`), each group one
+block, the whole's, live from its first member's definition through its
+members' last use.
 
 Usage: check-memory-plan.py MANIFEST.json
 """
@@ -38,10 +41,23 @@ for fn in manifest["functions"]:
         for v in inst.get("free", []):
             end[v] = i
     n = len(fn["instructions"])
+    # Views: each inside its whole's block; the group is the whole's block,
+    # live over the union of its members' lives.
+    views = plan.get("views", [])
+    whole_of = {}
+    for v, whole, off in views:
+        assert v not in whole_of, (fn["name"], v)
+        whole_of[v] = whole
+    for v, whole, off in views:
+        assert whole not in whole_of, (fn["name"], whole)
+        assert 0 <= off < nbytes(values[whole]), (fn["name"], v)
+        assert offsets[v] == offsets[whole] + off, (fn["name"], v)
+        start[whole] = min(start[whole], start[v])
+        end[whole] = max(end.get(whole, n), end.get(v, n))
     side = plan.get("side_buffers", [])
     in_place, top = 0, 0
     for v in range(count):
-        if offsets[v] < 0:
+        if offsets[v] < 0 or v in whole_of:
             continue
         assert offsets[v] % plan["alignment"] == 0, (fn["name"], v)
         assert offsets[v] + nbytes(values[v]) <= plan["arena_bytes"], v
@@ -70,7 +86,7 @@ for fn in manifest["functions"]:
     assert plan["arena_bytes"] <= aligned_top, (plan["arena_bytes"], top)
     by_def = {}
     for v in range(count):
-        if offsets[v] >= 0 and nbytes(values[v]) > 0:
+        if offsets[v] >= 0 and nbytes(values[v]) > 0 and v not in whole_of:
             by_def.setdefault(start[v], []).append(v)
     live = []
     for i in range(-1, n):
@@ -93,9 +109,11 @@ for fn in manifest["functions"]:
             live = [u for u in live
                     if (side_until[u] if u in side_until
                         else end.get(u, n)) != i]
-    total = sum(nbytes(values[v]) for v in range(count) if offsets[v] >= 0)
+    total = sum(nbytes(values[v]) for v in range(count)
+                if offsets[v] >= 0 and v not in whole_of)
     total += sum(entry[2] for entry in side)
     print(f"{fn['name']}: arena {plan['arena_bytes']} bytes, {in_place} "
           f"results in place, reuse saves {total - plan['arena_bytes']} of "
           f"{total} bytes; {len(side)} side buffers ({len(copied)} copies), "
-          f"largest {max((e[2] for e in side), default=0)} bytes")
+          f"largest {max((e[2] for e in side), default=0)} bytes; "
+          f"{len(views)} views in {len(set(whole_of.values()))} groups")

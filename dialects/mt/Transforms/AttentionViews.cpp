@@ -1,0 +1,156 @@
+//===- AttentionViews.cpp - Splits and concats the flash kernels elide ---===//
+//
+// The rule that the CUDA executor applied on its own before issue 21
+// (runtime/src/cuda/AttentionViews.cpp), now the compiler's: the memory
+// plan places the groups, and the runtime reads them from the bundle.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mt/Transforms/AttentionViews.h"
+
+#include "mt/IR/MtOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseSet.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+
+namespace {
+
+RankedTensorType typeOf(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+int64_t elementBytes(Value value) {
+  return (typeOf(value).getElementType().getIntOrFloatBitWidth() + 7) / 8;
+}
+
+class ViewFinder {
+public:
+  ViewFinder(func::FuncOp function, const SideBufferOptions &options)
+      : options(options) {
+    for (BlockArgument argument : function.getArguments())
+      taken.insert(argument);
+    function.walk([&](func::ReturnOp ret) {
+      for (Value value : ret.getOperands())
+        taken.insert(value);
+    });
+    function.walk([&](GetParameterOp read) { taken.insert(read.getResult()); });
+  }
+
+  SmallVector<AttentionViewGroup> find(func::FuncOp function) {
+    for (Operation &op : function.getBody().front().without_terminator()) {
+      if (auto split = dyn_cast<SplitOp>(op)) {
+        if (llvm::all_of(split.getResults(),
+                         [&](Value v) { return readAsQkvOnly(v); }))
+          addGroup(&op, split.getInput(), split.getResults(), split.getAxis());
+      } else if (auto concat = dyn_cast<ConcatOp>(op)) {
+        if (gradientsOfOneFlashGrad(concat))
+          addGroup(&op, concat.getResult(), concat.getInputs(),
+                   concat.getAxis());
+      }
+    }
+    return std::move(groups);
+  }
+
+private:
+  bool flash(Operation *op) { return runsFlashAttention(op, options); }
+
+  /// Read only by flash kernels, as q, k or v.
+  bool readAsQkvOnly(Value v) {
+    if (v.use_empty())
+      return false;
+    for (OpOperand &use : v.getUses()) {
+      Operation *reader = use.getOwner();
+      if (!flash(reader))
+        return false;
+      unsigned first = isa<AttentionGradOp>(reader) ? 1 : 0;
+      unsigned at = use.getOperandNumber();
+      if (at < first || at > first + 2)
+        return false;
+    }
+    return true;
+  }
+
+  /// The concat reads exactly one flash attention_grad's results, each once,
+  /// and nothing else reads them.
+  bool gradientsOfOneFlashGrad(ConcatOp concat) {
+    auto grad = concat.getInputs().front().getDefiningOp<AttentionGradOp>();
+    if (!grad || !flash(grad) ||
+        concat.getInputs().size() != grad->getNumResults())
+      return false;
+    for (Value v : concat.getInputs())
+      if (v.getDefiningOp() != grad.getOperation() || !v.hasOneUse())
+        return false;
+    return true;
+  }
+
+  bool movable(Value v) const { return !taken.contains(v); }
+
+  /// The whole and the values holding its bytes through reshapes.
+  SmallVector<Value> sameBytes(Value whole) {
+    SmallVector<Value> members{whole}, stack{whole};
+    auto take = [&](Value v) {
+      if (!movable(v) ||
+          typeOf(v).getElementType() != typeOf(whole).getElementType() ||
+          llvm::is_contained(members, v))
+        return;
+      members.push_back(v);
+      stack.push_back(v);
+    };
+    while (!stack.empty()) {
+      Value v = stack.pop_back_val();
+      if (auto reshape = v.getDefiningOp<ReshapeOp>())
+        take(reshape.getInput());
+      for (Operation *reader : v.getUsers())
+        if (auto reshape = dyn_cast<ReshapeOp>(reader))
+          take(reshape.getResult());
+    }
+    return members;
+  }
+
+  void addGroup(Operation *copy, Value whole, ValueRange pieces, int64_t axis) {
+    ArrayRef<int64_t> shape = typeOf(whole).getShape();
+    if (shape.size() != 4 || (axis != 2 && axis != 3) || !movable(whole) ||
+        shape[3] % 8 != 0)
+      return;
+    int64_t inner = 1;
+    for (int64_t d : shape.drop_front(axis + 1))
+      inner *= d;
+    Type element = typeOf(whole).getElementType();
+    AttentionViewGroup group;
+    group.whole = whole;
+    group.copy = copy;
+    for (Value v : sameBytes(whole))
+      if (v != whole)
+        group.members.push_back({v, 0});
+    int64_t offset = 0;
+    for (Value piece : pieces) {
+      if (!movable(piece) || typeOf(piece).getElementType() != element ||
+          offset % 8 != 0 || llvm::count(pieces, piece) != 1)
+        return;
+      group.members.push_back({piece, offset * elementBytes(whole)});
+      offset += typeOf(piece).getShape()[axis] * inner;
+    }
+    taken.insert(whole);
+    for (auto [member, byteOffset] : group.members)
+      taken.insert(member);
+    groups.push_back(std::move(group));
+  }
+
+  const SideBufferOptions &options;
+  /// Pinned (arguments, returned values, parameter reads) or in a group.
+  DenseSet<Value> taken;
+  SmallVector<AttentionViewGroup> groups;
+};
+
+} // namespace
+
+SmallVector<AttentionViewGroup>
+mt::findAttentionViews(func::FuncOp function,
+                       const SideBufferOptions &options) {
+  if (!options.mixedPrecision)
+    return {};
+  return ViewFinder(function, options).find(function);
+}
