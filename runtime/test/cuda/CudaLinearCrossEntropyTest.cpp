@@ -179,6 +179,15 @@ TEST_P(FusedBundleTest, TrainsOnTheGpuAsTheUnfusedBundle) {
   host::ParameterStore initial(unfused, DType::F32);
   initial.initialize(pool, 1234);
   initial.zeroGradients(pool);
+  // A store uploads into its own bundle's: the fused bundle's, from the same
+  // seed, holds the same parameters.
+  host::ParameterStore initialFused(fused, DType::F32);
+  initialFused.initialize(pool, 1234);
+  initialFused.zeroGradients(pool);
+  ASSERT_EQ(initialFused.size(), initial.size());
+  for (size_t p = 0; p < initial.size(); ++p)
+    ASSERT_EQ(relativeDifference(initialFused.value(p), initial.value(p)), 0.0)
+        << initial.info(p).name;
   const Function *train = unfused.findFunction("train_step");
   std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
   host::Tensor tokens = randomIds(shape, 256, 3);
@@ -188,7 +197,7 @@ TEST_P(FusedBundleTest, TrainsOnTheGpuAsTheUnfusedBundle) {
   cuda::ParameterStore unfusedStore(unfused, context);
   cuda::ParameterStore fusedStore(fused, context);
   unfusedStore.upload(initial);
-  fusedStore.upload(initial);
+  fusedStore.upload(initialFused);
   double expected, actual;
   size_t unfusedArena, fusedArena;
   {
