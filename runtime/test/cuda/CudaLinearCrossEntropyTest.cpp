@@ -151,18 +151,6 @@ struct FusedBundles {
   bool bf16;            // gradients compared by cosine similarity
 };
 
-/// Cosine similarity of two tensors of one shape, in double.
-double cosineSimilarity(const host::Tensor &a, const host::Tensor &b) {
-  double dot = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < b.numElements(); ++i) {
-    double x = elementAt(a, i), y = elementAt(b, i);
-    dot += x * y;
-    aa += x * x;
-    bb += y * y;
-  }
-  return aa > 0 && bb > 0 ? dot / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
-}
-
 class FusedBundleTest : public ::testing::TestWithParam<FusedBundles> {};
 
 TEST_P(FusedBundleTest, TrainsOnTheGpuAsTheUnfusedBundle) {

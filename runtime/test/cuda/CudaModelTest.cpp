@@ -176,18 +176,6 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,
                            return name;
                          });
 
-/// Cosine similarity of two tensors of one shape, in double.
-double cosineSimilarity(const host::Tensor &a, const host::Tensor &b) {
-  double dot = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < b.numElements(); ++i) {
-    double x = elementAt(a, i), y = elementAt(b, i);
-    dot += x * y;
-    aa += x * x;
-    bb += y * y;
-  }
-  return aa > 0 && bb > 0 ? dot / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
-}
-
 // Mixed precision (bundles compiled with --bf16) against the host backend,
 // which runs the same typed bundle, rounding to bf16 where the IR stores
 // bf16 (format version 8; before, it computed in fp32): the bounds, loss

@@ -79,6 +79,18 @@ inline double relativeDifference(const host::Tensor &a, const host::Tensor &b) {
   return largest > 0 ? largestDifference / largest : largestDifference;
 }
 
+/// Cosine similarity of two tensors of one shape, in double.
+inline double cosineSimilarity(const host::Tensor &a, const host::Tensor &b) {
+  double dot = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < b.numElements(); ++i) {
+    double x = elementAt(a, i), y = elementAt(b, i);
+    dot += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  return aa > 0 && bb > 0 ? dot / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
+}
+
 /// Expects `actual` to have `expected`'s shape and type and to agree within
 /// `tolerance` relative to the largest magnitude of `expected`; NaN never
 /// passes.
