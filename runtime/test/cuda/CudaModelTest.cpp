@@ -6,11 +6,13 @@
 #include "CudaTestSupport.h"
 
 #include "cuda/Executor.h"
+#include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/Trainer.h"
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "train/Optimizer.h"
 #include "train/Trainer.h"
 
 #include <iostream>
@@ -92,6 +94,62 @@ TEST_P(CudaModelTest, TrainStepLossAndEveryGradientMatchTheHost) {
             << expected << " cuda " << actual << " (relative difference "
             << std::abs(actual - expected) / std::abs(expected)
             << "), largest relative gradient difference " << worst << "\n";
+}
+
+// One micro-batch per iteration: the gradients can stay in train_step's
+// arena (ParameterStore::GradientStorage::Arena, docs/Memory.md) instead of
+// the store's buffer. Both give the same gradients (the GEMM writes its
+// product instead of adding it to zero) and, after one AdamW step over
+// them, the same values.
+TEST_P(CudaModelTest, GradientsInTheArenaEqualTheStoresGradients) {
+  const Function *train = bundle->findFunction("train_step");
+  ASSERT_TRUE(cuda::ParameterStore::gradientsFitArena(*bundle, *train));
+  host::ThreadPool pool(0);
+  host::ParameterStore hostStore(*bundle, DType::F32);
+  hostStore.initialize(pool, 1234);
+  std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
+  host::Tensor tokens = randomIds(shape, 256, 3);
+  host::Tensor labels = randomIds(shape, 256, 4);
+  std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
+  train::OptimizerConfig config;
+  config.schedule.maxLr = 1e-3;
+  config.clipGrad = 1.0;
+  cuda::ParameterStore inStore(*bundle, *context);
+  cuda::ParameterStore inArena(*bundle, *context, true,
+                               cuda::ParameterStore::GradientStorage::Arena);
+  EXPECT_EQ(inArena.gradients(), nullptr);
+  inStore.upload(hostStore);
+  inArena.upload(hostStore);
+  cuda::Executor storeStep(*bundle, "train_step", inStore);
+  cuda::Executor arenaStep(*bundle, "train_step", inArena);
+  EXPECT_GT(storeStep.gemmAccumulationCount(), 0u);
+  EXPECT_EQ(arenaStep.gemmAccumulationCount(), 0u);
+  inArena.bindGradients(arenaStep.gradientSlots());
+  cuda::Optimizer storeOptimizer(inStore, config),
+      arenaOptimizer(inArena, config);
+  inStore.zeroGradients();
+  double storeLoss = storeStep.run(inputs, {5, 5})[0].data<float>()[0];
+  double arenaLoss = arenaStep.run(inputs, {5, 5})[0].data<float>()[0];
+  EXPECT_EQ(arenaLoss, storeLoss);
+  for (size_t p = 0; p < inStore.size(); ++p)
+    expectClose(inArena.gradientToHost(p), inStore.gradientToHost(p), 1e-6,
+                "gradient of " + inStore.info(p).name);
+  train::OptimizerStepResult storeStepResult = storeOptimizer.step(1, 1.0);
+  train::OptimizerStepResult arenaStepResult = arenaOptimizer.step(1, 1.0);
+  EXPECT_NEAR(arenaStepResult.gradNorm, storeStepResult.gradNorm,
+              1e-6 * storeStepResult.gradNorm);
+  double worst = 0;
+  for (size_t p = 0; p < inStore.size(); ++p) {
+    host::Tensor value = inArena.valueToHost(p);
+    worst = std::max(worst, relativeDifference(value, inStore.valueToHost(p)));
+    expectClose(value, inStore.valueToHost(p), 1e-6,
+                "value of " + inStore.info(p).name);
+  }
+  std::cout << "[ arena    ] " << GetParam() << ": gradient norm "
+            << storeStepResult.gradNorm << " (store) / "
+            << arenaStepResult.gradNorm
+            << " (arena), largest relative value difference " << worst
+            << "\n";
 }
 
 // The acceptance check of the backend: the same seed trains to the host's
