@@ -20,6 +20,8 @@
 #   MODELS    (environment) default
 #             "gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4"
 #   SEARCH    (environment) default "gpt-1.3b llama-1.5b"
+#   FLAGS     (environment) more megatron-compile flags for every model
+#             bundle and search candidate, e.g. --fuse-linear-cross-entropy
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$1 compile=$2 dest=$3
@@ -46,7 +48,7 @@ bundle() {
 bundle tiny-gpt "$root/models/tiny-gpt.yaml" --precision=fp32
 # MODEL MB DROPOUT: the bf16 bundle of bench/run-step-table.sh.
 model_bundle() {
-  bundle "$1-mb$2-d$3" "$root/models/$1.yaml" --bf16 --fuse-kernels \
+  bundle "$1-mb$2-d$3" "$root/models/$1.yaml" --bf16 --fuse-kernels ${FLAGS:-} \
     --recompute-granularity none --micro-batch-size="$2" \
     --global-batch-size="$2" --hidden-dropout="$3" --attention-dropout="$3"
 }
@@ -58,7 +60,7 @@ done
 gib=$((1 << 30))
 for model in ${SEARCH:-gpt-1.3b llama-1.5b}; do
   for mb in $(seq 2 64); do
-    total=$("$compile" "$root/models/$model.yaml" --bf16 \
+    total=$("$compile" "$root/models/$model.yaml" --bf16 ${FLAGS:-} \
       --recompute-granularity none --micro-batch-size="$mb" \
       --global-batch-size="$mb" --hidden-dropout=0 --attention-dropout=0 \
       --report memory | awk '$1 == "total" {print $2}')
