@@ -25,26 +25,18 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$1 compile=$2 dest=$3
+source "$root/bench/bundle-dir.sh"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/bundles" "$dest/bench" "$dest/models"
 cp "$bin/megatron-train" "$dest/bin/"
-# Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3, ICU 72 and
-# libpng 1.6; packed (ICU's data is 30 MB), run-step-table.sh unpacks them.
-tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" libcrypto.so.3 \
-  libicuuc.so.72 libicudata.so.72 libpng16.so.16
+# Packed (ICU's data is 30 MB); run-step-table.sh unpacks them.
+tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" "${fallback_libs[@]}"
 cp "$root/bench/run-step-table.sh" "$root/bench/step_table.py" \
   "$root/bench/torch_step.py" "$root/bench/modelfile.py" "$dest/bench/"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 
 b=$dest/bundles
-# NAME FLAGS...: a bundle and its report.
-bundle() {
-  local name=$1
-  shift
-  "$compile" "$@" -o "$b/$name.mtb"
-  "$compile" "$@" --report memory -o "$b/$name.memory.txt"
-}
 bundle tiny-gpt "$root/models/tiny-gpt.yaml" --precision=fp32
 # MODEL MB DROPOUT: the bf16 bundle of bench/run-step-table.sh.
 model_bundle() {
