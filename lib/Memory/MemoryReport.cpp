@@ -415,7 +415,10 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
   row(os, "activations (train_step arena peak)", e.activationBytes,
       formatBytes(t.activations) + " (16-bit activations)");
   printTotals(os, e, t);
-  row(os, "eval_step arena (when evaluating)", e.evalArenaBytes);
+  row(os, "eval_step arena (when evaluating)", e.evalArenaBytes,
+      e.evalArenaBytes > e.activationBytes
+          ? "shares train_step's, which it makes larger"
+          : "within train_step's (one arena for both)");
 
   os << "saved for the backward pass, by layer (live when the loss is "
         "computed):\n";

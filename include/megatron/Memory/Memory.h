@@ -20,6 +20,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -62,7 +63,8 @@ struct MemoryEstimate {
   int64_t numInstructions = 0;
   /// Results that take an operand's block in place.
   int64_t inPlaceResults = 0;
-  /// eval_step's arena, held besides when a run evaluates.
+  /// eval_step's arena. The CUDA trainer runs train_step and eval_step in
+  /// one arena, as large as the larger of theirs (totalBytes).
   int64_t evalArenaBytes = 0;
   /// Saved for the backward pass (live when the loss is computed), by layer;
   /// `savedOtherBytes` for values outside the layers (embeddings, the head).
@@ -88,7 +90,7 @@ struct MemoryEstimate {
 
   int64_t totalBytes() const {
     return parameterBytes + bf16ParameterBytes + gradientBytes +
-           optimizerBytes + activationBytes;
+           optimizerBytes + std::max(activationBytes, evalArenaBytes);
   }
 };
 

@@ -100,8 +100,13 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       [](const Instruction &inst) {
         return inst.op == Op::AccumulateGradient;
       });
-  if (accumulates && parameters.gradientsInArena())
-    (void)gradientSlots(); // throws unless the function can keep them
+  if (accumulates && parameters.gradientsInArena() &&
+      !ParameterStore::gradientsFitArena(bundle, fn))
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                fn.name + " of bundle '" + bundle.name() +
+                    "': its parameter store keeps no gradients (they live "
+                    "in the arena), but the function does not end with one "
+                    "f32 accumulate_gradient per parameter");
 
   // Ids that come straight from the caller are checked on the host, before
   // they reach a kernel, with the host executor's messages.
@@ -163,12 +168,15 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
 
 std::vector<float *> Executor::gradientSlots() const {
   const Function &fn = *function_;
-  if (!ParameterStore::gradientsFitArena(bundle_, fn) || arena_.shared())
+  if (!ParameterStore::gradientsFitArena(bundle_, fn))
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 fn.name + " of bundle '" + bundle_.name() +
-                    "' cannot keep the gradients in its arena (it needs its "
-                    "own arena and one f32 accumulate_gradient per "
-                    "parameter)");
+                    "' cannot keep the gradients in its arena (it needs one "
+                    "f32 accumulate_gradient per parameter)");
+  if (!arenaBound_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                fn.name + " of bundle '" + bundle_.name() +
+                    "': its shared arena is not allocated yet (bindArena)");
   std::vector<float *> slots(parameters_.size(), nullptr);
   for (const Instruction &inst : fn.instructions)
     if (inst.op == Op::AccumulateGradient)
@@ -178,6 +186,8 @@ std::vector<float *> Executor::gradientSlots() const {
 }
 
 void Executor::bindArena() {
+  if (arenaBound_)
+    return;
   auto *base = static_cast<char *>(arena_.allocate());
   for (size_t v = 0; v < slots_.size(); ++v)
     slots_[v] = plan_.valueOffset[v] == ArenaPlan::kNone

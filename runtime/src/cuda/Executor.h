@@ -194,6 +194,11 @@ public:
   /// gradient (planGemmAccumulation).
   size_t gemmAccumulationCount() const;
 
+  /// Allocates a shared arena (once all its executors are made) and points
+  /// the values' slots and the attention views into it, as the first run
+  /// would; an own arena is bound at construction. Idempotent.
+  void bindArena();
+
   /// For a store whose gradients live in the arena
   /// (ParameterStore::GradientStorage::Arena): each parameter's gradient
   /// after a run, the slot of its accumulate_gradient's operand, which the
@@ -341,8 +346,6 @@ private:
   /// split).
   std::pair<int64_t, int64_t> vocabBlock(size_t position,
                                          const Instruction &inst) const;
-  /// Points the values' slots and the attention views into the arena.
-  void bindArena();
   /// Makes what the rank instructions need besides the arena: the
   /// DeviceCollective on the context's stream and the staging of gathers
   /// and scatters along an inner axis (rankStaging_).

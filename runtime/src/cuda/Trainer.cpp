@@ -9,6 +9,7 @@
 #include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/PipelineStages.h"
+#include "cuda/SharedArena.h"
 #include "host/ParameterStore.h"
 #include "data/SampleSource.h"
 #include "train/Optimizer.h"
@@ -56,20 +57,31 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   parameters_->upload(host_->parameters());
 
   idType_ = train->values[train->inputs[0]].dtype;
-  if (bundle.pipeline())
-    pipeline_ = std::make_unique<PipelineRunner>(bundle, *parameters_, *rank);
-  else
-    trainStep_ =
-        std::make_unique<Executor>(bundle, "train_step", *parameters_, rank);
-  if (gradientsInArena_)
-    parameters_->bindGradients(trainStep_->gradientSlots());
-
   // The host trainer's samples: the same data, splits and order.
   trainData_ = &host_->trainData();
   validData_ = host_->validData();
-  if (host_->canEvaluate() && !pipeline_)
-    evalStep_ =
-        std::make_unique<Executor>(bundle, "eval_step", *parameters_, rank);
+  if (bundle.pipeline()) {
+    pipeline_ = std::make_unique<PipelineRunner>(bundle, *parameters_, *rank);
+  } else {
+    // train_step and eval_step never run at once: one arena, as large as
+    // the larger of theirs (docs/Memory.md). An evaluation comes after an
+    // optimizer step, which has read the gradients by then.
+    arena_ = std::make_unique<SharedArena>(
+        "the arena of train_step and eval_step of bundle '" + bundle.name() +
+        "'");
+    trainStep_ = std::make_unique<Executor>(bundle, "train_step", *parameters_,
+                                            rank, Executor::Bf16Boundary{},
+                                            arena_.get());
+    if (host_->canEvaluate())
+      evalStep_ = std::make_unique<Executor>(
+          bundle, "eval_step", *parameters_, rank, Executor::Bf16Boundary{},
+          arena_.get());
+    trainStep_->bindArena();
+    if (evalStep_)
+      evalStep_->bindArena();
+    if (gradientsInArena_)
+      parameters_->bindGradients(trainStep_->gradientSlots());
+  }
   int64_t seq = host_->seqLength();
 
   train::OptimizerConfig config;
@@ -149,8 +161,7 @@ void Trainer::train(std::ostream &out) {
       << microBatches << " micro-batches of " << microBatch << ", on "
       << context_->description() << ", f32 GEMMs "
       << (context_->options().tf32 ? "with TF32" : "without TF32")
-      << (trainStep_ ? ", arena " +
-                           std::to_string(trainStep_->arenaBytes() >> 20) +
+      << (trainStep_ ? ", arena " + std::to_string(arena_->bytes() >> 20) +
                            " MiB"
                      : ", pipeline schedule " + bundle_.pipeline()->schedule)
       << ", seed " << options_.seed;

@@ -26,6 +26,7 @@ class GradientUnscaler;
 class Optimizer;
 class ParameterStore;
 class PipelineRunner;
+class SharedArena;
 
 /// train::Trainer's loop with the step on the GPU: the same options, data
 /// order, micro-batches, optimizer semantics and logs, so that the same seed
@@ -127,6 +128,9 @@ private:
   /// iteration, one rank's step without a data-parallel gradient buffer,
   /// no pipeline, no loss scaling.
   bool gradientsInArena_ = false;
+  /// The one arena of train_step and eval_step (declared before them: it
+  /// outlives them).
+  std::unique_ptr<SharedArena> arena_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
   /// Pipeline bundles: runs the schedule instead of train_step.
   std::unique_ptr<PipelineRunner> pipeline_;

@@ -118,9 +118,9 @@ checks = [
      parameters + bf16_weights + gradients + optimizer),
     ("bf16 weight copies exactly under bf16, at most the parameters",
      (copies is not None) == bf16 and 2 * bf16_weights <= parameters),
-    ("total = the sum of its rows",
+    ("total = the sum of its rows, train_step and eval_step in one arena",
      row("total") == parameters + bf16_weights + gradients + optimizer +
-     activations),
+     max(activations, arena.get("eval_step", 0))),
     ("with the CUDA context = total + 535 MiB",
      row("  with the CUDA context") == row("total") + (535 << 20)),
 ]
