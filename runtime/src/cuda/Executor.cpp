@@ -95,11 +95,10 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   slots_.assign(fn.values.size(), nullptr);
   if (!arena_.shared())
     bindArena();
-  bool accumulates = std::any_of(
-      fn.instructions.begin(), fn.instructions.end(),
-      [](const Instruction &inst) {
-        return inst.op == Op::AccumulateGradient;
-      });
+  bool accumulates = std::any_of(fn.instructions.begin(), fn.instructions.end(),
+                                 [](const Instruction &inst) {
+                                   return inst.op == Op::AccumulateGradient;
+                                 });
   if (accumulates && parameters.gradientsInArena() &&
       !ParameterStore::gradientsFitArena(bundle, fn))
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,

@@ -359,8 +359,7 @@ bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
                                   bool transB, GemmEpilogue::Kind kind,
                                   bool bias, bool biasGrad,
                                   bool vectorPastResult) {
-  if (m <= 0 || n <= 0 || k <= 0 ||
-      (vectorPastResult && !bf16VectorFits(m, n)))
+  if (m <= 0 || n <= 0 || k <= 0 || (vectorPastResult && !bf16VectorFits(m, n)))
     return false;
   GemmEpilogue epilogue;
   epilogue.kind = kind;

@@ -43,7 +43,8 @@ Optimizer::Optimizer(ParameterStore &parameters,
                      const train::OptimizerConfig &config,
                      comm::RankContext *rank)
     : parameters_(parameters), config_(config), rank_(rank),
-      norm_(sizeof(double) * (rank ? std::max<size_t>(parameters.size(), 1) : 1),
+      norm_(sizeof(double) *
+                (rank ? std::max<size_t>(parameters.size(), 1) : 1),
             "the gradient norm") {
   if (!parameters.hasOptimizerState())
     throw Error(MTRT_STATUS_INTERNAL,
@@ -57,9 +58,9 @@ Optimizer::Optimizer(ParameterStore &parameters,
         throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                     "cuda::Optimizer: the gradients live in the arena and "
                     "are not bound yet (ParameterStore::bindGradients)");
-      gradientBase_ = gradientBase_ ? std::min(gradientBase_,
-                                               parameters.gradient(i))
-                                    : parameters.gradient(i);
+      gradientBase_ = gradientBase_
+                          ? std::min(gradientBase_, parameters.gradient(i))
+                          : parameters.gradient(i);
     }
   } else {
     gradientBase_ = parameters.gradients();
@@ -80,12 +81,12 @@ Optimizer::Optimizer(ParameterStore &parameters,
       chunks.push_back(chunk);
     }
   }
-  scratch_ = DeviceBuffer(
-      parameters.gradientsInArena()
-          ? sumOfSquaresOfChunksScratchBytes(
-                static_cast<int64_t>(chunks.size()))
-          : sumOfSquaresScratchBytes(parameters.flatElements()),
-      "the gradient norm's partial sums");
+  scratch_ =
+      DeviceBuffer(parameters.gradientsInArena()
+                       ? sumOfSquaresOfChunksScratchBytes(
+                             static_cast<int64_t>(chunks.size()))
+                       : sumOfSquaresScratchBytes(parameters.flatElements()),
+                   "the gradient norm's partial sums");
   chunkCount_ = static_cast<int64_t>(chunks.size());
   if (chunks.empty())
     return;

@@ -58,8 +58,7 @@ bool ParameterStore::gradientsFitArena(const Bundle &bundle,
     auto p = static_cast<size_t>(inst.attrs.parameter);
     const TensorType &gradient = train.values[inst.operands[0]];
     if (p >= accumulations.size() || gradient.dtype != DType::F32 ||
-        gradient.numElements !=
-            bundle.parameters()[p].localType.numElements)
+        gradient.numElements != bundle.parameters()[p].localType.numElements)
       return false;
     ++accumulations[p];
   }
@@ -92,11 +91,11 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context,
     numElements_ += p.localType.numElements;
   }
   size_t bytes = arrays_ * sizeof(float) * static_cast<size_t>(flat_);
-  buffer_ = DeviceBuffer(
-      bytes, std::string("the parameters") +
-                 (gradientsInArena_ ? "" : ", gradients") +
-                 (optimizerState ? " and AdamW moments" : "") +
-                 " of bundle '" + bundle.name() + "'");
+  buffer_ =
+      DeviceBuffer(bytes, std::string("the parameters") +
+                              (gradientsInArena_ ? "" : ", gradients") +
+                              (optimizerState ? " and AdamW moments" : "") +
+                              " of bundle '" + bundle.name() + "'");
   MTRT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0, bytes, context_.stream()),
                   "zeroing the parameter store");
 
@@ -175,10 +174,10 @@ void ParameterStore::bindGradients(std::vector<float *> slots) {
                 "cuda::ParameterStore::bindGradients: the store holds the "
                 "gradients itself (GradientStorage::Store)");
   if (slots.size() != infos_.size())
-    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                "cuda::ParameterStore::bindGradients: " +
-                    std::to_string(slots.size()) + " slots for " +
-                    std::to_string(infos_.size()) + " parameters");
+    throw Error(
+        MTRT_STATUS_INVALID_ARGUMENT,
+        "cuda::ParameterStore::bindGradients: " + std::to_string(slots.size()) +
+            " slots for " + std::to_string(infos_.size()) + " parameters");
   boundGradients_ = std::move(slots);
 }
 
@@ -214,10 +213,10 @@ void ParameterStore::upload(const host::ParameterStore &from) {
                                       &source.expAvg(i), &source.expAvgSq(i)};
     for (int kind = 0; kind < kinds; ++kind)
       if (holdsKind(kind))
-        MTRT_CUDA_CHECK(cudaMemcpyAsync(at(kind, i), tensors[kind]->buffer.data(),
-                                      bytes, cudaMemcpyHostToDevice,
-                                      context_.stream()),
-                      "uploading parameter " + infos_[i]->name);
+        MTRT_CUDA_CHECK(
+            cudaMemcpyAsync(at(kind, i), tensors[kind]->buffer.data(), bytes,
+                            cudaMemcpyHostToDevice, context_.stream()),
+            "uploading parameter " + infos_[i]->name);
   }
   refreshBf16Copies();
   context_.synchronize("uploading the parameters");

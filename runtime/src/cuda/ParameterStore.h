@@ -143,9 +143,9 @@ public:
   /// bundle in f32 (upload then rounds the bf16 copies); the moments only
   /// when both stores hold them. In GradientStorage::Arena, upload leaves
   /// the gradients (each step's results) and download copies them from
-  /// their slots once bound (zeros before). Throws Error (INVALID_ARGUMENT) for another
-  /// bundle or float type. In a pipeline bundle, only the parameters the
-  /// host store holds (its pipeline rank's; host::ParameterStore::holds)
+  /// their slots once bound (zeros before). Throws Error (INVALID_ARGUMENT) for
+  /// another bundle or float type. In a pipeline bundle, only the parameters
+  /// the host store holds (its pipeline rank's; host::ParameterStore::holds)
   /// move; the others stay zero here (allocated but never read: the rank
   /// runs only its stages' functions).
   void upload(const host::ParameterStore &from);

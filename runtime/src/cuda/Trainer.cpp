@@ -10,8 +10,8 @@
 #include "cuda/ParameterStore.h"
 #include "cuda/PipelineStages.h"
 #include "cuda/SharedArena.h"
-#include "host/ParameterStore.h"
 #include "data/SampleSource.h"
+#include "host/ParameterStore.h"
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 #include "train/TrainingLoop.h"
@@ -69,13 +69,13 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     arena_ = std::make_unique<SharedArena>(
         "the arena of train_step and eval_step of bundle '" + bundle.name() +
         "'");
-    trainStep_ = std::make_unique<Executor>(bundle, "train_step", *parameters_,
-                                            rank, Executor::Bf16Boundary{},
-                                            arena_.get());
+    trainStep_ =
+        std::make_unique<Executor>(bundle, "train_step", *parameters_, rank,
+                                   Executor::Bf16Boundary{}, arena_.get());
     if (host_->canEvaluate())
-      evalStep_ = std::make_unique<Executor>(
-          bundle, "eval_step", *parameters_, rank, Executor::Bf16Boundary{},
-          arena_.get());
+      evalStep_ =
+          std::make_unique<Executor>(bundle, "eval_step", *parameters_, rank,
+                                     Executor::Bf16Boundary{}, arena_.get());
     trainStep_->bindArena();
     if (evalStep_)
       evalStep_->bindArena();
@@ -161,15 +161,15 @@ void Trainer::train(std::ostream &out) {
       << microBatches << " micro-batches of " << microBatch << ", on "
       << context_->description() << ", f32 GEMMs "
       << (context_->options().tf32 ? "with TF32" : "without TF32")
-      << (trainStep_ ? ", arena " + std::to_string(arena_->bytes() >> 20) +
-                           " MiB"
-                     : ", pipeline schedule " + bundle_.pipeline()->schedule)
+      << (trainStep_
+              ? ", arena " + std::to_string(arena_->bytes() >> 20) + " MiB"
+              : ", pipeline schedule " + bundle_.pipeline()->schedule)
       << ", seed " << options_.seed;
-    s << (gradientsInArena_ ? ", gradients in the arena"
-                            : ", gradients in a buffer of " +
-                                  std::to_string(
-                                      (parameters_->flatElements() * 4) >> 20) +
-                                  " MiB");
+    s << (gradientsInArena_
+              ? ", gradients in the arena"
+              : ", gradients in a buffer of " +
+                    std::to_string((parameters_->flatElements() * 4) >> 20) +
+                    " MiB");
     if (gradientBuffer_)
       s << "; data-parallel gradient buffer of "
         << bundle_.gradientBuffer().size << " elements reduced on the device"

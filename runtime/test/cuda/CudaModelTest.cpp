@@ -153,12 +153,10 @@ TEST_P(CudaModelTest, GradientsInTheArenaEqualTheStoresGradients) {
               1e-12 * storeResult.gradNorm);
   for (size_t p = 0; p < inStore.size(); ++p) {
     host::Tensor a = inArena.valueToHost(p), b = inStore.valueToHost(p);
-    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()),
-              0)
+    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()), 0)
         << "value of " << inStore.info(p).name;
     a = inArena.gradientToHost(p), b = inStore.gradientToHost(p);
-    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()),
-              0)
+    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()), 0)
         << "scaled gradient of " << inStore.info(p).name;
   }
   std::cout << "[ arena    ] " << GetParam()

@@ -501,7 +501,8 @@ constexpr int64_t kAdamWChunkElements = 32768;
 
 /// AdamW over every parameter in one launch, one block per chunk (a device
 /// array of `chunkCount`; param is indexed from a chunk's begin, the
-/// moments from its stateBegin, grad from its gradBegin). Per element: g = grad (* gradScale)
+/// moments from its stateBegin, grad from its gradBegin). Per element: g = grad
+/// (* gradScale)
 /// (* clipCoefficient), each product rounded to float as the host's
 /// in-place scaling does, written back to grad; then AdamW on param,
 /// expAvg, expAvgSq with host::adamwStep's order of operations; and the
