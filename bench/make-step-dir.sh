@@ -5,7 +5,8 @@
 # the bundles with their --report memory tables:
 #   - tiny-gpt (fp32), the CUDA context's yardstick;
 #   - every model:micro-batch of MODELS with dropout 0 and 0.1 (hidden and
-#     attention dropout alike), bf16, --fuse-kernels, no recomputation:
+#     attention dropout alike), bf16, --fuse-kernels,
+#     --fuse-linear-cross-entropy, no recomputation:
 #     NAME = MODEL-mbMB-dD;
 #   - for each model of SEARCH, the micro-batches whose reported total lies
 #     between 95 and 145 GiB (the H200 holds about 140), and every fourth
@@ -21,7 +22,7 @@
 #             "gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4"
 #   SEARCH    (environment) default "gpt-1.3b llama-1.5b"
 #   FLAGS     (environment) more megatron-compile flags for every model
-#             bundle and search candidate, e.g. --fuse-linear-cross-entropy
+#             bundle and search candidate
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$1 compile=$2 dest=$3
@@ -40,7 +41,8 @@ b=$dest/bundles
 bundle tiny-gpt "$root/models/tiny-gpt.yaml" --precision=fp32
 # MODEL MB DROPOUT: the bf16 bundle of bench/run-step-table.sh.
 model_bundle() {
-  bundle "$1-mb$2-d$3" "$root/models/$1.yaml" --bf16 --fuse-kernels ${FLAGS:-} \
+  bundle "$1-mb$2-d$3" "$root/models/$1.yaml" --bf16 --fuse-kernels \
+    --fuse-linear-cross-entropy ${FLAGS:-} \
     --recompute-granularity none --micro-batch-size="$2" \
     --global-batch-size="$2" --hidden-dropout="$3" --attention-dropout="$3"
 }
@@ -52,7 +54,8 @@ done
 gib=$((1 << 30))
 for model in ${SEARCH:-gpt-1.3b llama-1.5b}; do
   for mb in $(seq 2 64); do
-    total=$("$compile" "$root/models/$model.yaml" --bf16 ${FLAGS:-} \
+    total=$("$compile" "$root/models/$model.yaml" --bf16 --fuse-kernels \
+      --fuse-linear-cross-entropy ${FLAGS:-} \
       --recompute-granularity none --micro-batch-size="$mb" \
       --global-batch-size="$mb" --hidden-dropout=0 --attention-dropout=0 \
       --report memory | awk '$1 == "total" {print $2}')
