@@ -147,6 +147,8 @@ lce=(--fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=300)
   -o "$b/tiny-llama-lce.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 "${lce[@]}" \
   -o "$b/tiny-gpt-bf16-lce.mtb"
+"$compile" "$root/models/tiny-llama.yaml" --bf16 "${lce[@]}" \
+  -o "$b/tiny-llama-bf16-lce.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 "${lce[@]}" \
   --hidden-dropout=0 --attention-dropout=0 -o "$b/tiny-gpt-lce-nodrop.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 "${lce[@]}" \

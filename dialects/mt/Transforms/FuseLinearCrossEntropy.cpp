@@ -96,13 +96,14 @@ std::optional<OutputLayer> matchOutputLayer(LinearOp linear) {
   return layer;
 }
 
-/// Tokens per chunk: `rows` when it fits in `chunkBytes` of f32 logits, else
-/// the most that fit, rounded down to a multiple of 64 when above 64.
+/// Tokens per chunk: `rows` when it fits in `chunkBytes` of logits of
+/// `logitBytes` each, else the most that fit, rounded down to a multiple of
+/// 64 when above 64.
 int64_t chooseChunkRows(int64_t rows, int64_t vocab, int64_t chunkRows,
-                        int64_t chunkBytes) {
+                        int64_t chunkBytes, int64_t logitBytes) {
   if (chunkRows > 0)
     return std::min(chunkRows, rows);
-  int64_t fit = std::max<int64_t>(1, chunkBytes / (4 * vocab));
+  int64_t fit = std::max<int64_t>(1, chunkBytes / (logitBytes * vocab));
   if (fit > 64)
     fit -= fit % 64;
   return std::min(fit, rows);
@@ -122,6 +123,10 @@ struct FuseLinearCrossEntropyPass
              "chunk-bytes >= 1";
       return signalPassFailure();
     }
+    // mt-mixed-precision, later, types the op as the unfused output layer:
+    // under bf16 its input, and so the chunk's logits, are bf16.
+    auto model = getOperation()->getAttrOfType<ModelAttr>(kModelAttrName);
+    logitBytes = model && model.getPrecision() == "bf16" ? 2 : 4;
     SmallVector<OutputLayer> layers;
     getOperation().walk([&](LinearOp linear) {
       if (std::optional<OutputLayer> layer = matchOutputLayer(linear))
@@ -136,7 +141,8 @@ struct FuseLinearCrossEntropyPass
     auto logits = cast<RankedTensorType>(linear.getType());
     int64_t vocab = logits.getShape().back();
     int64_t rows = logits.getNumElements() / std::max<int64_t>(1, vocab);
-    int64_t chunk = chooseChunkRows(rows, vocab, chunkRows, chunkBytes);
+    int64_t chunk =
+        chooseChunkRows(rows, vocab, chunkRows, chunkBytes, logitBytes);
 
     OpBuilder builder(linear);
     Location loc = FusedLoc::get(linear->getContext(),
@@ -171,6 +177,9 @@ struct FuseLinearCrossEntropyPass
     linear->erase();
     ++numFused;
   }
+
+  /// Bytes of one logit in the chunk: the training precision's.
+  int64_t logitBytes = 4;
 };
 
 } // namespace

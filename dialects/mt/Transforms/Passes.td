@@ -552,15 +552,17 @@ def FuseLinearCrossEntropyPass
     split into forward and backward functions keep the unfused ops.
 
     `chunk-rows` sets the tokens per chunk; 0 derives it from `chunk-bytes`:
-    the most rows, a multiple of 64 when more than 64, whose f32 logits fit
-    in `chunk-bytes`, and at most all the rows.
+    the most rows, a multiple of 64 when more than 64, whose logits fit in
+    `chunk-bytes`, and at most all the rows. The logits are bf16 under
+    `precision = "bf16"` (`mt-mixed-precision` types the op's input bf16,
+    and the chunk's logits have its type), else f32.
   }];
   let dependentDialects = ["::mlir::mt::MtDialect"];
   let options = [
     Option<"chunkRows", "chunk-rows", "int64_t", "0",
            "Tokens per chunk (0: from chunk-bytes)">,
     Option<"chunkBytes", "chunk-bytes", "int64_t", "268435456",
-           "The most bytes of one chunk's f32 logits (default 256 MiB)">,
+           "The most bytes of one chunk's logits (default 256 MiB)">,
   ];
   let statistics = [
     Statistic<"numFused", "fused-losses",

@@ -120,6 +120,10 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return operand == 0;
   case Op::VocabCrossEntropyGrad: // the logits; dloss and the statistics
     return operand == 1;          // stay fp32
+  case Op::LinearCrossEntropy: // x and W (one type); the labels are ids
+    return operand <= 1;
+  case Op::Scale: // the fused loss's gradient; the factor (a seed) stays fp32
+    return operand == 0;
   default:
     return false;
   }
@@ -139,6 +143,7 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::ReduceScatter:
   case Op::AllSlice:
   case Op::BiasAdd: // Elementwise.cu's addBiasRows
+  case Op::Scale:   // Elementwise.cu's scale
     return true;
   case Op::AllReduce:
     return inst.attrs.collectiveReduction == CollectiveReduction::Sum;
@@ -165,6 +170,20 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
       return false;
     kind = Kind::GeluGrad;
     break;
+  case Op::LinearCrossEntropy: {
+    // dx, a chunk's rows at a time (OpDispatch.cpp); the loss and the
+    // weight gradient stay fp32.
+    if (result != 1)
+      return false;
+    const std::vector<int64_t> &w = function_->values[inst.operands[1]].shape;
+    int64_t vocab = inst.attrs.transposeWeight ? w[0] : w[1];
+    int64_t in = function_->values[inst.operands[0]].shape.back();
+    int64_t rows = std::min(inst.attrs.chunkRows,
+                            function_->values[inst.operands[2]].numElements);
+    return context_.gemm().hasBf16ResultAlgorithm(
+        rows, in, vocab, false, !inst.attrs.transposeWeight, Kind::None,
+        false, false);
+  }
   default:
     return false;
   }
