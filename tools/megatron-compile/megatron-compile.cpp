@@ -145,8 +145,8 @@ static cl::opt<bool> fuseLinearCrossEntropy(
     cl::desc("Compute the output layer, its cross-entropy and their "
              "gradients in chunks of tokens, never holding the whole "
              "vocabulary's logits (mt-fuse-linear-cross-entropy; off by "
-             "default: both backends run it, but TP > 1 and pipeline "
-             "stages are not fused yet; docs/Memory.md)"),
+             "default: both backends run it, but the vocabulary-parallel "
+             "loss of TP > 1 is not fused yet; docs/Memory.md)"),
     cl::init(false), cl::cat(compileCategory));
 static cl::opt<int64_t> linearCrossEntropyChunkRows(
     "linear-cross-entropy-chunk-rows",
