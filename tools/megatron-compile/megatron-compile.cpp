@@ -18,6 +18,7 @@
 #include "mt/Transforms/Passes.h"
 
 #include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -296,6 +297,13 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);
+  // A pass's warnings reach the user (errors keep MLIR's own printing).
+  mlir::ScopedDiagnosticHandler warnings(&context, [](mlir::Diagnostic &d) {
+    if (d.getSeverity() != mlir::DiagnosticSeverity::Warning)
+      return mlir::failure();
+    WithColor::warning(errs(), "megatron-compile") << d.str() << "\n";
+    return mlir::success();
+  });
   const ParallelConfig &parallel = config->parallel;
   const bool pipelined = parallel.pipelineModelParallelSize > 1;
   PipelinePlan plan;

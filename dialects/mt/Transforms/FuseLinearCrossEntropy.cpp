@@ -271,6 +271,20 @@ struct FuseLinearCrossEntropyPass
       if (std::optional<SplitOutputLayer> layer =
               matchSplitOutputLayer(forward, backward))
         fuse(*layer);
+    // Tensor parallelism's vocabulary-parallel loss is not fused yet: say
+    // so once, rather than leave the flag silently without effect there.
+    Operation *vocabLoss = nullptr;
+    getOperation().walk([&](VocabCrossEntropyGradOp op) {
+      vocabLoss = op;
+      return WalkResult::interrupt();
+    });
+    if (vocabLoss)
+      vocabLoss->emitWarning()
+          << "mt-fuse-linear-cross-entropy: the vocabulary-parallel loss of "
+             "tensor parallelism (vocab_max, vocab_partials, "
+             "vocab_cross_entropy and its gradient) is not fused yet; its "
+             "output layer keeps each rank's logits of its vocabulary block "
+             "(docs/Memory.md, \"The loss without whole-vocabulary logits\")";
   }
 
   /// The fused op in place of `linear` and `loss` (its loss replaces

@@ -548,7 +548,8 @@ def FuseLinearCrossEntropyPass
     and its cross_entropy_grad, that gradient read only by the data and
     weight gradients of the same linear (no bias), reduction mean or sum.
     Evaluation (no gradient), per-token losses and the vocabulary-parallel
-    loss of tensor parallelism (vocab_* ops) keep the unfused ops.
+    loss of tensor parallelism (vocab_* ops) keep the unfused ops; the
+    last with a warning that says so.
 
     A pipeline's last stage, split into a forward and a backward function
     (mt-split-forward-backward), is matched across the two: the linear and
