@@ -86,6 +86,10 @@ for precision in fp32 bf16; do
     -o "$b/$name-pp2-1f1b.mtb"
   "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
     --virtual-pipeline-model-parallel-size=2 -o "$b/$name-pp2-interleaved.mtb"
+  # The fused output layer and loss on the last stage (100 tokens a chunk).
+  "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+    --fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=100 \
+    -o "$b/$name-pp2-1f1b-lce.mtb"
   "${pp[@]}" --pipeline-model-parallel-size=4 --pipeline-schedule=1f1b \
     -o "$b/$name-pp4-1f1b.mtb"
   "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
@@ -110,6 +114,9 @@ tied=("$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 --num-layers=4
 "${tied[@]}" -o "$b/tiny-gpt-l4-tied-nodrop.mtb"
 "${tied[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
   -o "$b/tiny-gpt-l4-tied-nodrop-pp2-1f1b.mtb"
+"${tied[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+  --fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=100 \
+  -o "$b/tiny-gpt-l4-tied-nodrop-pp2-1f1b-lce.mtb"
 "${tied[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
   --virtual-pipeline-model-parallel-size=2 \
   -o "$b/tiny-gpt-l4-tied-nodrop-pp2-interleaved.mtb"
@@ -147,6 +154,8 @@ lce=(--fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=300)
   -o "$b/tiny-llama-lce.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 "${lce[@]}" \
   -o "$b/tiny-gpt-bf16-lce.mtb"
+"$compile" "$root/models/tiny-llama.yaml" --bf16 "${lce[@]}" \
+  -o "$b/tiny-llama-bf16-lce.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 "${lce[@]}" \
   --hidden-dropout=0 --attention-dropout=0 -o "$b/tiny-gpt-lce-nodrop.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 "${lce[@]}" \

@@ -78,7 +78,8 @@ static void countWeights(ArrayRef<func::FuncOp> train,
     llvm::StringSet<> copied;
     auto countCopies = [&](func::FuncOp function) {
       function.walk([&](Operation *op) {
-        if (!mt::readsGemmOperands(op))
+        // The fused output layer's GEMMs read the same copy of its weight.
+        if (!mt::readsGemmOperands(op) && !isa<mt::LinearCrossEntropyOp>(op))
           return;
         for (Value operand : op->getOperands().take_front(2))
           if (FlatSymbolRefAttr name = mt::parameterRead(operand))

@@ -18,6 +18,7 @@
 #include "mt/Transforms/Passes.h"
 
 #include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -145,13 +146,13 @@ static cl::opt<bool> fuseLinearCrossEntropy(
     cl::desc("Compute the output layer, its cross-entropy and their "
              "gradients in chunks of tokens, never holding the whole "
              "vocabulary's logits (mt-fuse-linear-cross-entropy; off by "
-             "default: both backends run it, but TP > 1 and pipeline "
-             "stages are not fused yet; docs/Memory.md)"),
+             "default: both backends run it, but the vocabulary-parallel "
+             "loss of TP > 1 is not fused yet; docs/Memory.md)"),
     cl::init(false), cl::cat(compileCategory));
 static cl::opt<int64_t> linearCrossEntropyChunkRows(
     "linear-cross-entropy-chunk-rows",
     cl::desc("With --fuse-linear-cross-entropy: tokens per chunk (default "
-             "0: the most whose f32 logits fit in 256 MiB)"),
+             "0: the most whose logits, bf16 under --bf16, fit in 256 MiB)"),
     cl::init(0), cl::cat(compileCategory));
 
 static cl::opt<bool> stripDebugInfo(
@@ -296,6 +297,13 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);
+  // A pass's warnings reach the user (errors keep MLIR's own printing).
+  mlir::ScopedDiagnosticHandler warnings(&context, [](mlir::Diagnostic &d) {
+    if (d.getSeverity() != mlir::DiagnosticSeverity::Warning)
+      return mlir::failure();
+    WithColor::warning(errs(), "megatron-compile") << d.str() << "\n";
+    return mlir::success();
+  });
   const ParallelConfig &parallel = config->parallel;
   const bool pipelined = parallel.pipelineModelParallelSize > 1;
   PipelinePlan plan;

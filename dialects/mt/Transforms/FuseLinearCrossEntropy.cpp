@@ -5,14 +5,21 @@
 // GEMMs. The fused op runs where the logits were computed and yields the
 // gradients for a loss gradient of one; mt.scale ops multiply them by the
 // seed where cross_entropy_grad was, so the backward pass keeps its order.
+// On a pipeline's last stage, split into a forward and a backward function,
+// the fused op runs in the forward and the two gradients are stashed in
+// place of the logits for the backward's scales.
 //
 //===----------------------------------------------------------------------===//
 
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/Passes.h"
+#include "mt/Transforms/SideBuffers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/BitVector.h"
+
+#include <map>
 
 namespace mlir::mt {
 #define GEN_PASS_DEF_FUSELINEARCROSSENTROPYPASS
@@ -96,13 +103,140 @@ std::optional<OutputLayer> matchOutputLayer(LinearOp linear) {
   return layer;
 }
 
-/// Tokens per chunk: `rows` when it fits in `chunkBytes` of f32 logits, else
-/// the most that fit, rounded down to a multiple of 64 when above 64.
+/// The output layer of a pipeline's last stage after mt-split-forward-backward:
+/// the linear and cross_entropy in the forward function, which stashes the
+/// logits (and the labels and the linear's input) for the backward
+/// function's cross_entropy_grad and gradient GEMMs. Stash k is the
+/// forward's result k + 1 and the backward's argument k (docs/Pipeline.md).
+struct SplitOutputLayer {
+  func::FuncOp forward, backward;
+  LinearOp linear;
+  CrossEntropyOp loss;
+  unsigned logitsStash;
+  CrossEntropyGradOp lossGrad;
+  LinearOp inputGrad;
+  LinearWeightGradOp weightGrad;
+};
+
+/// The stash index of each value the forward returns after its output.
+DenseMap<Value, unsigned> stashIndices(func::FuncOp forward) {
+  DenseMap<Value, unsigned> stash;
+  Operation *ret = forward.getBody().front().getTerminator();
+  for (unsigned i = 1; i < ret->getNumOperands(); ++i)
+    stash.try_emplace(ret->getOperand(i), i - 1);
+  return stash;
+}
+
+/// Whether `backwardValue` is the backward's stash argument of
+/// `forwardValue`.
+bool isStashOf(Value backwardValue, Value forwardValue,
+               const DenseMap<Value, unsigned> &stash,
+               func::FuncOp backward) {
+  auto found = stash.find(forwardValue);
+  return found != stash.end() && found->second + 1 < backward.getNumArguments() &&
+         backwardValue == backward.getArgument(found->second);
+}
+
+/// The split output layer of `forward` and `backward` (one stage's), when it
+/// has exactly the shape the fused op stands for: matchOutputLayer's, with
+/// the logits, the labels and the linear's input reaching the backward
+/// through the stash only, and the backward's GEMMs reading the same
+/// parameter as the forward's.
+std::optional<SplitOutputLayer> matchSplitOutputLayer(func::FuncOp forward,
+                                                      func::FuncOp backward) {
+  DenseMap<Value, unsigned> stash = stashIndices(forward);
+  Operation *ret = forward.getBody().front().getTerminator();
+  for (LinearOp linear : forward.getOps<LinearOp>()) {
+    if (linear.getBias())
+      continue;
+    SplitOutputLayer layer{forward, backward, linear, {}, 0, {}, {}, {}};
+    bool stashed = false, other = false;
+    for (OpOperand &use : linear->getUses()) {
+      auto loss = dyn_cast<CrossEntropyOp>(use.getOwner());
+      if (loss && !layer.loss && loss.getLogits() == linear.getResult()) {
+        layer.loss = loss;
+      } else if (use.getOwner() == ret && use.getOperandNumber() > 0 &&
+                 !stashed) {
+        stashed = true;
+        layer.logitsStash = use.getOperandNumber() - 1;
+      } else {
+        other = true;
+      }
+    }
+    if (other || !stashed || !layer.loss ||
+        layer.loss.getReduction() == LossReduction::None ||
+        layer.logitsStash + 1 >= backward.getNumArguments() ||
+        !availableAt(layer.loss.getLabels(), linear))
+      continue;
+    FlatSymbolRefAttr parameter = parameterRead(linear.getWeight());
+    if (!parameter)
+      continue;
+    // The backward reads the logits once, in cross_entropy_grad.
+    Value logits = backward.getArgument(layer.logitsStash);
+    if (!logits.hasOneUse())
+      continue;
+    auto grad = dyn_cast<CrossEntropyGradOp>(*logits.getUsers().begin());
+    if (!grad || grad.getLogits() != logits ||
+        grad.getReduction() != layer.loss.getReduction() ||
+        grad.getIgnoreIndex() != layer.loss.getIgnoreIndex() ||
+        !isStashOf(grad.getLabels(), layer.loss.getLabels(), stash, backward))
+      continue;
+    layer.lossGrad = grad;
+    bool matched = true;
+    for (Operation *user : grad.getResult().getUsers()) {
+      if (auto data = dyn_cast<LinearOp>(user)) {
+        if (layer.inputGrad || data.getInput() != grad.getResult() ||
+            data.getBias() || parameterRead(data.getWeight()) != parameter ||
+            data.getTransposeWeight() == linear.getTransposeWeight())
+          matched = false;
+        layer.inputGrad = data;
+      } else if (auto weight = dyn_cast<LinearWeightGradOp>(user)) {
+        if (layer.weightGrad ||
+            !isStashOf(weight.getInput(), linear.getInput(), stash,
+                       backward) ||
+            weight.getOutputGrad() != grad.getResult() ||
+            weight.getTransposeWeight() != linear.getTransposeWeight())
+          matched = false;
+        layer.weightGrad = weight;
+      } else {
+        matched = false;
+      }
+    }
+    if (matched && layer.inputGrad && layer.weightGrad)
+      return layer;
+  }
+  return std::nullopt;
+}
+
+/// The forward and backward functions of each pipeline stage
+/// (mt.pipeline_stage, names ending in _forward and _backward).
+SmallVector<std::pair<func::FuncOp, func::FuncOp>>
+pipelineStagePairs(ModuleOp module) {
+  std::map<int64_t, std::pair<func::FuncOp, func::FuncOp>> byStage;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+    if (!stage || function.isExternal())
+      continue;
+    if (function.getSymName().ends_with("_forward"))
+      byStage[stage.getInt()].first = function;
+    else if (function.getSymName().ends_with("_backward"))
+      byStage[stage.getInt()].second = function;
+  }
+  SmallVector<std::pair<func::FuncOp, func::FuncOp>> pairs;
+  for (auto &[stage, pair] : byStage)
+    if (pair.first && pair.second)
+      pairs.push_back(pair);
+  return pairs;
+}
+
+/// Tokens per chunk: `rows` when it fits in `chunkBytes` of logits of
+/// `logitBytes` each, else the most that fit, rounded down to a multiple of
+/// 64 when above 64.
 int64_t chooseChunkRows(int64_t rows, int64_t vocab, int64_t chunkRows,
-                        int64_t chunkBytes) {
+                        int64_t chunkBytes, int64_t logitBytes) {
   if (chunkRows > 0)
     return std::min(chunkRows, rows);
-  int64_t fit = std::max<int64_t>(1, chunkBytes / (4 * vocab));
+  int64_t fit = std::max<int64_t>(1, chunkBytes / (logitBytes * vocab));
   if (fit > 64)
     fit -= fit % 64;
   return std::min(fit, rows);
@@ -122,6 +256,10 @@ struct FuseLinearCrossEntropyPass
              "chunk-bytes >= 1";
       return signalPassFailure();
     }
+    // mt-mixed-precision, later, types the op as the unfused output layer:
+    // under bf16 its input, and so the chunk's logits, are bf16.
+    auto model = getOperation()->getAttrOfType<ModelAttr>(kModelAttrName);
+    logitBytes = model && model.getPrecision() == "bf16" ? 2 : 4;
     SmallVector<OutputLayer> layers;
     getOperation().walk([&](LinearOp linear) {
       if (std::optional<OutputLayer> layer = matchOutputLayer(linear))
@@ -129,32 +267,57 @@ struct FuseLinearCrossEntropyPass
     });
     for (OutputLayer &layer : layers)
       fuse(layer);
+    for (auto [forward, backward] : pipelineStagePairs(getOperation()))
+      if (std::optional<SplitOutputLayer> layer =
+              matchSplitOutputLayer(forward, backward))
+        fuse(*layer);
+    // Tensor parallelism's vocabulary-parallel loss is not fused yet: say
+    // so once, rather than leave the flag silently without effect there.
+    Operation *vocabLoss = nullptr;
+    getOperation().walk([&](VocabCrossEntropyGradOp op) {
+      vocabLoss = op;
+      return WalkResult::interrupt();
+    });
+    if (vocabLoss)
+      vocabLoss->emitWarning()
+          << "mt-fuse-linear-cross-entropy: the vocabulary-parallel loss of "
+             "tensor parallelism (vocab_max, vocab_partials, "
+             "vocab_cross_entropy and its gradient) is not fused yet; its "
+             "output layer keeps each rank's logits of its vocabulary block "
+             "(docs/Memory.md, \"The loss without whole-vocabulary logits\")";
   }
 
-  void fuse(OutputLayer &layer) {
-    LinearOp linear = layer.linear;
+  /// The fused op in place of `linear` and `loss` (its loss replaces
+  /// theirs; the caller erases them).
+  LinearCrossEntropyOp formFusedOp(LinearOp linear, CrossEntropyOp loss) {
     auto logits = cast<RankedTensorType>(linear.getType());
     int64_t vocab = logits.getShape().back();
     int64_t rows = logits.getNumElements() / std::max<int64_t>(1, vocab);
-    int64_t chunk = chooseChunkRows(rows, vocab, chunkRows, chunkBytes);
-
+    int64_t chunk =
+        chooseChunkRows(rows, vocab, chunkRows, chunkBytes, logitBytes);
     OpBuilder builder(linear);
-    Location loc = FusedLoc::get(linear->getContext(),
-                                 {linear->getLoc(), layer.loss->getLoc()});
+    Location loc =
+        FusedLoc::get(linear->getContext(), {linear->getLoc(), loss->getLoc()});
     Value input = linear.getInput(), weight = linear.getWeight();
     auto fused = LinearCrossEntropyOp::create(
-        builder, loc, layer.loss.getType(), input.getType(), weight.getType(),
-        input, weight, layer.loss.getLabels(), layer.loss.getReductionAttr(),
-        layer.loss.getIgnoreIndexAttr(), builder.getI64IntegerAttr(chunk),
+        builder, loc, loss.getType(), input.getType(), weight.getType(), input,
+        weight, loss.getLabels(), loss.getReductionAttr(),
+        loss.getIgnoreIndexAttr(), builder.getI64IntegerAttr(chunk),
         linear.getTransposeWeightAttr());
     for (NamedAttribute attr : linear->getDiscardableAttrs())
       fused->setDiscardableAttr(attr.getName(), attr.getValue());
-    layer.loss.getResult().replaceAllUsesWith(fused.getLoss());
+    loss.getResult().replaceAllUsesWith(fused.getLoss());
+    return fused;
+  }
 
-    // The seed is the backward pass's; the scaled gradients take the place
-    // of cross_entropy_grad, before both of their old producers.
-    builder.setInsertionPoint(layer.lossGrad);
-    Value seed = layer.lossGrad.getLossGrad();
+  /// The gradients for a loss gradient of one (`unitInputGrad`,
+  /// `unitWeightGrad`) times the seed, in place of the backward's gradient
+  /// GEMMs, before cross_entropy_grad; erases the three.
+  void scaleBySeed(CrossEntropyGradOp lossGrad, LinearOp inputGrad,
+                   LinearWeightGradOp weightGrad, Value unitInputGrad,
+                   Value unitWeightGrad) {
+    OpBuilder builder(lossGrad);
+    Value seed = lossGrad.getLossGrad();
     auto scale = [&](Operation *old, Value unit) {
       auto scaled = ScaleOp::create(builder, old->getLoc(), unit.getType(),
                                     unit, seed);
@@ -162,15 +325,86 @@ struct FuseLinearCrossEntropyPass
         scaled->setDiscardableAttr(attr.getName(), attr.getValue());
       old->getResult(0).replaceAllUsesWith(scaled.getResult());
     };
-    scale(layer.inputGrad, fused.getInputGrad());
-    scale(layer.weightGrad, fused.getWeightGrad());
-    layer.inputGrad->erase();
-    layer.weightGrad->erase();
-    layer.lossGrad->erase();
+    scale(inputGrad, unitInputGrad);
+    scale(weightGrad, unitWeightGrad);
+    inputGrad->erase();
+    weightGrad->erase();
+    lossGrad->erase();
+  }
+
+  void fuse(OutputLayer &layer) {
+    LinearCrossEntropyOp fused = formFusedOp(layer.linear, layer.loss);
+    // The seed is the backward pass's; the scaled gradients take the place
+    // of cross_entropy_grad, before both of their old producers.
+    scaleBySeed(layer.lossGrad, layer.inputGrad, layer.weightGrad,
+                fused.getInputGrad(), fused.getWeightGrad());
     layer.loss->erase();
-    linear->erase();
+    layer.linear->erase();
     ++numFused;
   }
+
+  /// The split case: the forward stashes the unit gradients, dx in the
+  /// logits' slot and dW right after it, and the backward scales them; the
+  /// stashes left unread (the labels, the linear's input) are dropped.
+  void fuse(SplitOutputLayer &layer) {
+    LinearCrossEntropyOp fused = formFusedOp(layer.linear, layer.loss);
+    func::FuncOp forward = layer.forward, backward = layer.backward;
+    Operation *ret = forward.getBody().front().getTerminator();
+    unsigned slot = layer.logitsStash;
+    DictionaryAttr stashAttrs = forward.getResultAttrDict(slot + 1);
+    ret->setOperand(slot + 1, fused.getInputGrad());
+    ret->insertOperands(slot + 2, fused.getWeightGrad());
+    Type dxType = fused.getInputGrad().getType(),
+         dwType = fused.getWeightGrad().getType();
+    if (failed(forward.insertResult(slot + 2, dwType, stashAttrs)) ||
+        failed(backward.insertArgument(slot + 1, dwType,
+                                       backward.getArgAttrDict(slot),
+                                       backward.getArgument(slot).getLoc())))
+      return signalPassFailure();
+    BlockArgument dx = backward.getArgument(slot);
+    dx.setType(dxType);
+    layer.loss->erase();
+    layer.linear->erase();
+    scaleBySeed(layer.lossGrad, layer.inputGrad, layer.weightGrad, dx,
+                backward.getArgument(slot + 1));
+    syncFunctionTypes(forward, backward);
+    dropUnreadStashes(forward, backward);
+    ++numFused;
+  }
+
+  /// Sets both functions' types from their entry blocks and returns.
+  static void syncFunctionTypes(func::FuncOp forward, func::FuncOp backward) {
+    for (func::FuncOp function : {forward, backward}) {
+      Block &body = function.getBody().front();
+      function.setFunctionType(FunctionType::get(
+          function.getContext(), body.getArgumentTypes(),
+          body.getTerminator()->getOperandTypes()));
+    }
+  }
+
+  /// Removes each stash the backward no longer reads from both functions.
+  void dropUnreadStashes(func::FuncOp forward, func::FuncOp backward) {
+    Operation *ret = forward.getBody().front().getTerminator();
+    unsigned stashes = ret->getNumOperands() - 1;
+    llvm::BitVector results(ret->getNumOperands()), arguments(
+                                                        backward.getNumArguments());
+    for (unsigned k = 0; k < stashes && k + 1 < backward.getNumArguments(); ++k)
+      if (backward.getArgument(k).use_empty()) {
+        results.set(k + 1);
+        arguments.set(k);
+      }
+    if (arguments.none())
+      return;
+    for (int k = static_cast<int>(stashes); k >= 1; --k)
+      if (results.test(k))
+        ret->eraseOperand(k);
+    if (failed(forward.eraseResults(results)) ||
+        failed(backward.eraseArguments(arguments)))
+      return signalPassFailure();
+  }
+
+  /// Bytes of one logit in the chunk: the training precision's.
+  int64_t logitBytes = 4;
 };
 
 } // namespace

@@ -119,6 +119,9 @@ bool readsBf16(Operation *op, unsigned index) {
       .Cases({"bias_add", "bias_grad", "vocab_max", "vocab_partials"},
              index == 0) // bias_grad sums dy in f32
       .Case("vocab_cross_entropy_grad", index == 1)
+      // x and W, as the unfused output layer's GEMMs; the labels are ids.
+      .Case("linear_cross_entropy", index <= 1)
+      .Case("scale", index == 0) // the factor (a seed) stays f32
       .Default(false);
 }
 
@@ -134,6 +137,10 @@ bool writesBf16(Operation *op, unsigned index) {
       // dx; the weight and bias gradients stay f32.
       .Cases({"layer_norm_grad", "rms_norm_grad", "linear_gelu_grad"},
              index == 0)
+      // dx, as the unfused data-gradient GEMM; the loss and the weight
+      // gradient (summed over the chunks) stay f32.
+      .Case("linear_cross_entropy", index == 1)
+      .Case("scale", true) // Elementwise.cu's scale: either type
       .Default(false);
 }
 
@@ -171,7 +178,8 @@ RankedTensorType withElementType(Type type, Type element) {
 /// The operands of a GEMM that the tensor cores read in bf16.
 SmallVector<unsigned, 2> gemmOperands(Operation *op) {
   if (isa<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
-          LinearWeightGradOp, LinearWeightBiasGradOp>(op))
+          LinearWeightGradOp, LinearWeightBiasGradOp, LinearCrossEntropyOp>(
+          op))
     return {0, 1};
   return {};
 }
@@ -358,6 +366,10 @@ struct MixedPrecisionPass
       }
       if (auto biasAdd = dyn_cast<BiasAddOp>(op))
         tie({biasAdd.getInput(), biasAdd.getResult()});
+      // A fused loss's gradient and its scaled value (the seed stays f32):
+      // dx scaled in bf16, the weight gradient in f32.
+      if (auto scale = dyn_cast<ScaleOp>(op))
+        tie({scale.getInput(), scale.getResult()});
       if (auto gelu = dyn_cast<LinearGeluOp>(op))
         groups.unionSets(gelu->getResult(0), gelu->getResult(1));
       if (auto geluGrad = dyn_cast<LinearGeluGradOp>(op))

@@ -547,20 +547,33 @@ def FuseLinearCrossEntropyPass
     Only this exact shape is rewritten: the logits used by one cross_entropy
     and its cross_entropy_grad, that gradient read only by the data and
     weight gradients of the same linear (no bias), reduction mean or sum.
-    Evaluation (no gradient), per-token losses, the vocabulary-parallel
-    loss of tensor parallelism (vocab_* ops) and the last pipeline stage
-    split into forward and backward functions keep the unfused ops.
+    Evaluation (no gradient), per-token losses and the vocabulary-parallel
+    loss of tensor parallelism (vocab_* ops) keep the unfused ops; the
+    last with a warning that says so.
+
+    A pipeline's last stage, split into a forward and a backward function
+    (mt-split-forward-backward), is matched across the two: the linear and
+    cross_entropy in the forward, which stashes the logits (and the labels
+    and the linear's input), and cross_entropy_grad and the two gradient
+    GEMMs in the backward, reading the stash and the same parameter. The
+    fused op runs in the forward, which stashes the two gradients for a
+    loss gradient of one instead (dx in the logits' place, dW right after
+    it); the backward scales them by its seed. Stashes the backward no
+    longer reads (the labels, the linear's input) are dropped from both
+    functions.
 
     `chunk-rows` sets the tokens per chunk; 0 derives it from `chunk-bytes`:
-    the most rows, a multiple of 64 when more than 64, whose f32 logits fit
-    in `chunk-bytes`, and at most all the rows.
+    the most rows, a multiple of 64 when more than 64, whose logits fit in
+    `chunk-bytes`, and at most all the rows. The logits are bf16 under
+    `precision = "bf16"` (`mt-mixed-precision` types the op's input bf16,
+    and the chunk's logits have its type), else f32.
   }];
   let dependentDialects = ["::mlir::mt::MtDialect"];
   let options = [
     Option<"chunkRows", "chunk-rows", "int64_t", "0",
            "Tokens per chunk (0: from chunk-bytes)">,
     Option<"chunkBytes", "chunk-bytes", "int64_t", "268435456",
-           "The most bytes of one chunk's f32 logits (default 256 MiB)">,
+           "The most bytes of one chunk's logits (default 256 MiB)">,
   ];
   let statistics = [
     Statistic<"numFused", "fused-losses",

@@ -247,10 +247,12 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
       bytes += scratch::crossEntropyOpBytes(elementsOf(loss.getLabels()),
                                             paired);
     } else if (auto fused = dyn_cast<LinearCrossEntropyOp>(op)) {
+      RankedTensorType weight = typeOf(fused.getWeight());
       bytes += scratch::linearCrossEntropyOpBytes(
-          fused.getChunkRows(), fused.getTransposeWeight()
-                                    ? typeOf(fused.getWeight()).getShape()[0]
-                                    : typeOf(fused.getWeight()).getShape()[1]);
+          fused.getChunkRows(),
+          weight.getShape()[fused.getTransposeWeight() ? 0 : 1],
+          typeOf(fused.getInput()).getElementType().getIntOrFloatBitWidth() /
+              8);
     } else if (auto lossGrad = dyn_cast<CrossEntropyGradOp>(op)) {
       bytes += scratch::crossEntropyOpBytes(elementsOf(lossGrad.getLabels()),
                                             /*paired=*/false);

@@ -245,12 +245,14 @@ inline uint64_t linearCrossEntropyStatisticsBytes(int64_t chunkRows) {
   return 8 * uint64_t(chunkRows + 3);
 }
 
-/// linear_cross_entropy over chunks of `chunkRows` tokens: one chunk's f32
-/// logits, overwritten by their gradient, its statistics, and cuBLASLt's
+/// linear_cross_entropy over chunks of `chunkRows` tokens: one chunk's
+/// logits of `logitBytes` each (the op's input's type: 4 for f32, 2 for
+/// bf16), overwritten by their gradient, its statistics, and cuBLASLt's
 /// workspace for the chunk's three GEMMs (the cuda backend's; the host
 /// leaves the block unused).
-inline uint64_t linearCrossEntropyOpBytes(int64_t chunkRows, int64_t vocab) {
-  return roundUp(4 * uint64_t(chunkRows) * uint64_t(vocab)) +
+inline uint64_t linearCrossEntropyOpBytes(int64_t chunkRows, int64_t vocab,
+                                          uint64_t logitBytes) {
+  return roundUp(logitBytes * uint64_t(chunkRows) * uint64_t(vocab)) +
          roundUp(linearCrossEntropyStatisticsBytes(chunkRows)) +
          kGemmWorkspaceBytes;
 }

@@ -147,7 +147,8 @@ uint64_t blockBytes(const Function &fn, const ScratchPlan &plan,
     // SideBuffers.cpp sizes it.
     const std::vector<int64_t> &w = fn.values[inst.operands[1]].shape;
     return scratch::linearCrossEntropyOpBytes(
-        inst.attrs.chunkRows, inst.attrs.transposeWeight ? w[0] : w[1]);
+        inst.attrs.chunkRows, inst.attrs.transposeWeight ? w[0] : w[1],
+        dtypeSize(fn.values[inst.operands[0]].dtype));
   }
   default:
     return 0;

@@ -120,6 +120,12 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return operand == 0;
   case Op::VocabCrossEntropyGrad: // the logits; dloss and the statistics
     return operand == 1;          // stay fp32
+  case Op::LinearCrossEntropy: // x and W (one type); the labels are ids.
+    // Typed bundles only: an older bf16 bundle's W is an fp32 parameter,
+    // and the op reads both in one type.
+    return bundle_.typedPrecision() && operand <= 1;
+  case Op::Scale: // the fused loss's gradient; the factor (a seed) stays fp32
+    return operand == 0;
   default:
     return false;
   }
@@ -139,6 +145,7 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::ReduceScatter:
   case Op::AllSlice:
   case Op::BiasAdd: // Elementwise.cu's addBiasRows
+  case Op::Scale:   // Elementwise.cu's scale
     return true;
   case Op::AllReduce:
     return inst.attrs.collectiveReduction == CollectiveReduction::Sum;
@@ -165,6 +172,20 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
       return false;
     kind = Kind::GeluGrad;
     break;
+  case Op::LinearCrossEntropy: {
+    // dx, a chunk's rows at a time (OpDispatch.cpp), from bf16 operands
+    // (typed bundles); the loss and the weight gradient stay fp32.
+    if (result != 1 || !bundle_.typedPrecision())
+      return false;
+    const std::vector<int64_t> &w = function_->values[inst.operands[1]].shape;
+    int64_t vocab = inst.attrs.transposeWeight ? w[0] : w[1];
+    int64_t in = function_->values[inst.operands[0]].shape.back();
+    int64_t rows = std::min(inst.attrs.chunkRows,
+                            function_->values[inst.operands[2]].numElements);
+    return context_.gemm().hasBf16ResultAlgorithm(
+        rows, in, vocab, false, !inst.attrs.transposeWeight, Kind::None,
+        false, false);
+  }
   default:
     return false;
   }

@@ -457,14 +457,18 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   }
   bool bf16 = operands.enabled();
   bool bf16Result = bf16 && operands.result;
+  // The bias (or bias gradient) vector in D's type; a plain product has
+  // none (linear_cross_entropy's chunks).
+  bool vector = bias || (epilogue.biasGrad && (epilogue.kind == Kind::GeluGrad ||
+                                               biasGradOnly));
   if (operands.result &&
       (!bf16 || k == 0 || batch != 1 ||
-       (!epilogue.bf16Vector && !bf16VectorFits(m, n))))
+       (vector && !epilogue.bf16Vector && !bf16VectorFits(m, n))))
     throw Error(MTRT_STATUS_INTERNAL,
                 what + ": a bf16 result needs bf16 operands, k > 0, one "
                        "matrix and room for its bias vector");
   __nv_bfloat16 *bf16Vector = nullptr;
-  if (bf16Result)
+  if (bf16Result && vector)
     bf16Vector = static_cast<__nv_bfloat16 *>(
         epilogue.bf16Vector ? epilogue.bf16Vector
                             : reinterpret_cast<char *>(c) +

@@ -650,26 +650,30 @@ void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
   // chunk of tokens at a time (docs/Memory.md, "The loss without
   // whole-vocabulary logits"): the chunk's logits in the kernel block, the
   // row kernel's gradient in their place, then the chunk's rows of dx and
-  // its share of dweight.
+  // its share of dweight. Typed bf16 (docs/MixedPrecision.md), as the
+  // unfused output layer: x and W bf16, the GEMMs on the tensor cores with
+  // fp32 accumulation, the chunk's logits and their gradient bf16 (the
+  // input's type), dx bf16 as declared; the statistics, the loss and
+  // dweight (accumulated over the chunks) fp32.
   const Function &fn = *function_;
   const Attributes &a = inst.attrs;
   cudaStream_t stream = context_.stream();
-  for (int64_t v : inst.operands)
-    if (heldInBf16(v))
-      throw Error(MTRT_STATUS_INTERNAL,
-                  where(position) +
-                      ": linear_cross_entropy reads its input and weight in "
-                      "fp32, but value " +
-                      std::to_string(v) +
-                      " is held in bf16; recompile the bundle with this "
-                      "megatron-compile");
-  for (int64_t v : inst.results)
-    if (heldInBf16(v))
-      throw Error(MTRT_STATUS_INTERNAL,
-                  where(position) +
-                      ": linear_cross_entropy writes its gradients in fp32, "
-                      "but value " +
-                      std::to_string(v) + " is held in bf16");
+  bool bf16 = heldInBf16(inst.operands[0]);
+  auto refuse = [&](const std::string &what) {
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                where(position) + ": linear_cross_entropy " + what +
+                    "; recompile the bundle with this megatron-compile");
+  };
+  if (heldInBf16(inst.operands[1]) != bf16)
+    refuse(std::string("reads its input and weight in one type, but the "
+                       "input is ") +
+           (bf16 ? "bf16" : "fp32") + " and the weight " +
+           (bf16 ? "fp32" : "bf16"));
+  if (heldInBf16(inst.results[1]) && !bf16)
+    refuse("writes a bf16 input gradient from bf16 operands only, but its "
+           "input and weight are fp32");
+  if (heldInBf16(inst.results[0]) || heldInBf16(inst.results[2]))
+    refuse("writes its loss and weight gradient in fp32, but one is bf16");
   const std::vector<int64_t> &w = fn.values[inst.operands[1]].shape;
   int64_t inSize = fn.values[inst.operands[0]].shape.back();
   int64_t vocab = a.transposeWeight ? w[0] : w[1];
@@ -680,25 +684,38 @@ void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 where(position) + ": linear_cross_entropy's chunk_rows is " +
                     std::to_string(chunkRows) + "; it must be at least 1");
+  size_t element = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+  size_t dxElement = heldInBf16(inst.results[1]) ? sizeof(__nv_bfloat16)
+                                                 : sizeof(float);
   Carver carve(scratch(position));
   auto *logits =
-      carve.take<float>(4 * static_cast<size_t>(chunkRows * vocab));
+      carve.take<char>(element * static_cast<size_t>(chunkRows * vocab));
   auto *rowLoss =
       carve.take<double>(scratch::linearCrossEntropyStatisticsBytes(chunkRows));
   double *state = rowLoss + chunkRows;
   GemmEpilogue epilogue;
   epilogue.workspace = carve.take<char>(scratch::kGemmWorkspaceBytes);
-  auto x = static_cast<const float *>(slots_[inst.operands[0]]);
-  auto weight = static_cast<const float *>(slots_[inst.operands[1]]);
+  auto x = static_cast<const char *>(slots_[inst.operands[0]]);
+  auto *weight = slots_[inst.operands[1]];
   auto loss = static_cast<float *>(slots_[inst.results[0]]);
-  auto dx = static_cast<float *>(slots_[inst.results[1]]);
+  auto dx = static_cast<char *>(slots_[inst.results[1]]);
   auto dweight = static_cast<float *>(slots_[inst.results[2]]);
-  auto gemm = [&](int64_t m, int64_t n, int64_t k, const float *lhs,
-                  bool transLhs, const float *rhs, bool transRhs, float *result,
-                  bool accumulate) {
+  // C = op(A) op(B): fp32, or bf16 operands with fp32 accumulation and a C
+  // in bf16 (`bf16Result`) or fp32.
+  auto gemm = [&](int64_t m, int64_t n, int64_t k, const void *lhs,
+                  bool transLhs, const void *rhs, bool transRhs, void *result,
+                  bool bf16Result, bool accumulate) {
+    Bf16Operands operands;
+    if (bf16) {
+      operands.a = static_cast<const __nv_bfloat16 *>(lhs);
+      operands.b = static_cast<const __nv_bfloat16 *>(rhs);
+      operands.result = bf16Result;
+    }
     try {
-      context_.gemm().run(1, m, n, k, lhs, transLhs, rhs, transRhs, result,
-                          nullptr, accumulate, {}, epilogue);
+      context_.gemm().run(1, m, n, k, static_cast<const float *>(lhs),
+                          transLhs, static_cast<const float *>(rhs), transRhs,
+                          static_cast<float *>(result), nullptr, accumulate,
+                          operands, epilogue);
     } catch (const Error &e) {
       throw Error(e.code(), where(position) + ": " + e.what());
     }
@@ -719,23 +736,34 @@ void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
                       where(position));
     for (int64_t first = 0; first < rows; first += chunkRows) {
       int64_t n = std::min(chunkRows, rows - first);
-      const float *xc = x + first * inSize;
-      // logits [n, vocab] = x_c @ op(W).
+      const char *xc = x + static_cast<size_t>(first * inSize) * element;
+      // logits [n, vocab] = x_c @ op(W), in the input's type.
       gemm(n, vocab, inSize, xc, false, weight, a.transposeWeight, logits,
-           false);
-      linearCrossEntropyChunk(stream, n, vocab, logits, labels + first,
-                              a.ignoreIndex, rowLoss, state, context_.fault(),
-                              static_cast<unsigned>(position + 1));
-      launched("linear_cross_entropy's row kernel");
-      // dx_c [n, in] = dlogits @ op(W)^T.
-      gemm(n, inSize, vocab, logits, false, weight, !a.transposeWeight,
-           dx + first * inSize, false);
-      // dweight (+)= x_c^T @ dlogits ([in, vocab]), or dlogits^T @ x_c
-      // ([vocab, in]) for a transposed (tied) weight.
-      if (a.transposeWeight)
-        gemm(vocab, inSize, n, logits, true, xc, false, dweight, first > 0);
+           bf16, false);
+      if (bf16)
+        linearCrossEntropyChunk(
+            stream, n, vocab, reinterpret_cast<__nv_bfloat16 *>(logits),
+            labels + first, a.ignoreIndex, rowLoss, state, context_.fault(),
+            static_cast<unsigned>(position + 1));
       else
-        gemm(inSize, vocab, n, xc, true, logits, false, dweight, first > 0);
+        linearCrossEntropyChunk(stream, n, vocab,
+                                reinterpret_cast<float *>(logits),
+                                labels + first, a.ignoreIndex, rowLoss, state,
+                                context_.fault(),
+                                static_cast<unsigned>(position + 1));
+      launched("linear_cross_entropy's row kernel");
+      // dx_c [n, in] = dlogits @ op(W)^T, in dx's type.
+      gemm(n, inSize, vocab, logits, false, weight, !a.transposeWeight,
+           dx + static_cast<size_t>(first * inSize) * dxElement,
+           dxElement == sizeof(__nv_bfloat16), false);
+      // dweight (+)= x_c^T @ dlogits ([in, vocab]), or dlogits^T @ x_c
+      // ([vocab, in]) for a transposed (tied) weight; fp32.
+      if (a.transposeWeight)
+        gemm(vocab, inSize, n, logits, true, xc, false, dweight, false,
+             first > 0);
+      else
+        gemm(inSize, vocab, n, xc, true, logits, false, dweight, false,
+             first > 0);
     }
     linearCrossEntropyFinish(stream, state, toKernel(a.reduction), loss);
     launched("linear_cross_entropy's loss");

@@ -16,10 +16,13 @@ constexpr int64_t kAlignElements = 64;
 /// bf16 elements per 256 bytes, for the bf16 copies.
 constexpr int64_t kBf16AlignElements = 128;
 
+/// Ops whose first two operands are GEMM operands (linear_cross_entropy's
+/// chunked GEMMs read its weight, the second).
 bool isGemm(Op op) {
   return op == Op::Linear || op == Op::LinearGelu ||
          op == Op::LinearGeluGrad || op == Op::LinearWeightGrad ||
-         op == Op::LinearWeightBiasGrad || op == Op::Matmul;
+         op == Op::LinearWeightBiasGrad || op == Op::Matmul ||
+         op == Op::LinearCrossEntropy;
 }
 } // namespace
 

@@ -8,51 +8,13 @@
 #include "core/ValueTrace.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "host/kernels/Bf16Rounding.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 namespace mtrt::host {
-
-namespace {
-
-/// x rounded to the nearest bf16, ties to even (as __float2bfloat16_rn):
-/// the 16 low bits go, with a carry when they are above half or exactly
-/// half with an odd bit 16. NaN stays NaN.
-float roundToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return x;
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  bits &= 0xffff0000u;
-  std::memcpy(&x, &bits, sizeof bits);
-  return x;
-}
-
-/// The same from f64 storage, without an intermediate f32 rounding: 8
-/// significant bits (fewer below bf16's smallest normal, 2^-126), to
-/// nearest even (the default rounding mode), beyond bf16's largest finite
-/// value infinity.
-double roundToBf16(double x) {
-  if (!std::isfinite(x) || x == 0)
-    return x;
-  int exponent;
-  std::frexp(x, &exponent);
-  int quantum = std::max(exponent - 8, -133); // the last kept bit
-  double rounded =
-      std::ldexp(std::nearbyint(std::ldexp(x, -quantum)), quantum);
-  constexpr double kMaxBf16 = 3.38953138925153547590470800371487866880e38;
-  return std::fabs(rounded) > kMaxBf16 ? std::copysign(INFINITY, x) : rounded;
-}
-
-template <typename T> void roundAll(T *data, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    data[i] = static_cast<T>(roundToBf16(data[i]));
-}
-
-} // namespace
 
 void SharedArena::reserve(size_t bytes) {
   if (bytes <= bytes_)
@@ -132,9 +94,9 @@ void Executor::roundBf16Results(const Instruction &inst) {
     if (type.dtype != DType::BF16)
       continue;
     if (floatType_ == DType::F32)
-      roundAll(static_cast<float *>(slots_[v].data), type.numElements);
+      roundAllToBf16(static_cast<float *>(slots_[v].data), type.numElements);
     else
-      roundAll(static_cast<double *>(slots_[v].data), type.numElements);
+      roundAllToBf16(static_cast<double *>(slots_[v].data), type.numElements);
   }
 }
 

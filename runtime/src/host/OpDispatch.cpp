@@ -419,14 +419,17 @@ void Executor::execute(size_t position, const Instruction &inst,
     int64_t rows = count(inst.operands[2]);
     int64_t chunk = std::min(a.chunkRows, std::max<int64_t>(rows, 1));
     T *loss = out(0), *dx = out(1), *dweight = out(2);
+    // The chunk's logits have the input's type (OpScratch.h): the kernel
+    // rounds them, and their gradient, where the CUDA kernel stores bf16.
+    bool bf16Logits = fn.values[inst.operands[0]].dtype == DType::BF16;
     ScratchBuffer logits(*this, static_cast<size_t>(chunk * vocab) * sizeof(T));
     withIds(2, [&](auto *labels) {
       checkIds(where(position), "label", 2, inst.operands[2], labels, rows,
                vocab, "the weight's vocabulary size", &a.ignoreIndex);
       linearCrossEntropy<T>(pool, rows, inSize, vocab, chunk, in(0), in(1),
                             a.transposeWeight, labels, a.ignoreIndex,
-                            toKernel(a.reduction), logits.as<T>(), loss, dx,
-                            dweight);
+                            toKernel(a.reduction), bf16Logits, logits.as<T>(),
+                            loss, dx, dweight);
     });
     break;
   }

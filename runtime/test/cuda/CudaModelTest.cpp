@@ -333,7 +333,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaMixedPrecisionTest,
                          ::testing::Values("tiny-gpt-bf16", "tiny-llama-bf16",
                                            "tiny-gpt-bf16-fused",
                                            "tiny-gpt-bf16-l8-s64-full",
-                                           "tiny-gpt-bf16-lce"),
+                                           "tiny-gpt-bf16-lce",
+                                           "tiny-llama-bf16-lce"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &ch : name)

@@ -10,7 +10,9 @@
 // iteration's loss and gradient norm, and the evaluation loss after
 // training. Layouts: PP=2 and PP=4 under 1F1B and interleaved (2 virtual
 // stages per rank), TP=2 x PP=2, and tied: PP=2 1F1B and interleaved, TP=2 x
-// PP=2. A world that hangs is aborted after a
+// PP=2; PP=2 1F1B with the fused output layer and loss
+// (--fuse-linear-cross-entropy), untied, tied and bf16. A world that hangs
+// is aborted after a
 // deadline, so the test fails instead of stalling.
 #include "CudaTestSupport.h"
 
@@ -160,7 +162,8 @@ TEST_P(CudaPipelineTest, InProcessRanksEqualOneRank) {
       "--attention-dropout 0 --micro-batch-size 2 --global-batch-size 8 "
       "[--bf16] [--pipeline-model-parallel-size 2|4 --pipeline-schedule "
       "1f1b|interleaved --virtual-pipeline-model-parallel-size 2] "
-      "[--tensor-model-parallel-size 2]";
+      "[--tensor-model-parallel-size 2] [--fuse-linear-cross-entropy "
+      "--linear-cross-entropy-chunk-rows 100]";
   Bundle one = loadTestBundle(c.one, howToMake);
   Bundle pp = loadTestBundle(c.pipeline, howToMake);
   ASSERT_NE(pp.pipeline(), nullptr) << c.pipeline << " has no pipeline";
@@ -263,7 +266,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Fp32TiedPp2Interleaved", "tiny-gpt-l4-tied-nodrop",
              "tiny-gpt-l4-tied-nodrop-pp2-interleaved", 2, false, false},
         Case{"Fp32TiedTp2Pp2", "tiny-gpt-l4-tied-nodrop",
-             "tiny-gpt-l4-tied-nodrop-tp2-pp2", 2, false, true}),
+             "tiny-gpt-l4-tied-nodrop-tp2-pp2", 2, false, true},
+        // The fused output layer and loss on the last stage (its forward
+        // stashes the unit gradients for its backward), against the
+        // unfused one-rank run: untied, tied (the last stage's copy of the
+        // table) and typed bf16.
+        Case{"Fp32Pp2OneFOneBFusedLoss", "tiny-gpt-l4-nodrop",
+             "tiny-gpt-l4-nodrop-pp2-1f1b-lce", 2, false, true},
+        Case{"Fp32TiedPp2OneFOneBFusedLoss", "tiny-gpt-l4-tied-nodrop",
+             "tiny-gpt-l4-tied-nodrop-pp2-1f1b-lce", 2, false, true},
+        Case{"Bf16Pp2OneFOneBFusedLoss", "tiny-gpt-l4-bf16-nodrop",
+             "tiny-gpt-l4-bf16-nodrop-pp2-1f1b-lce", 2, true, true}),
     [](const ::testing::TestParamInfo<Case> &info) {
       return std::string(info.param.name);
     });

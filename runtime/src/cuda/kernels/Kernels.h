@@ -435,16 +435,17 @@ void linearCrossEntropyStart(cudaStream_t stream, int64_t rows,
                              const Id *labels, int64_t ignoreIndex,
                              LossReduction reduction, double *state);
 
-/// One chunk of `rows` tokens whose float logits [rows, vocab] are in
-/// `logits`: each row's loss (crossEntropyForward's arithmetic) into
-/// rowLoss and added to the state's total in a fixed order, and the logits
-/// overwritten by their gradient, share * (softmax - onehot), zeros for
-/// ignored rows; a label outside [0, vocab) raises `fault` with `tag`.
-template <typename Id>
+/// One chunk of `rows` tokens whose logits [rows, vocab] (float, or bf16
+/// for a bf16-typed op) are in `logits`: each row's loss
+/// (crossEntropyForward's arithmetic, in float and double) into rowLoss and
+/// added to the state's total in a fixed order, and the logits overwritten
+/// by their gradient in their own type, share * (softmax - onehot), zeros
+/// for ignored rows; a label outside [0, vocab) raises `fault` with `tag`.
+template <typename T, typename Id>
 void linearCrossEntropyChunk(cudaStream_t stream, int64_t rows, int64_t vocab,
-                             float *logits, const Id *labels,
-                             int64_t ignoreIndex, double *rowLoss,
-                             double *state, unsigned *fault, unsigned tag);
+                             T *logits, const Id *labels, int64_t ignoreIndex,
+                             double *rowLoss, double *state, unsigned *fault,
+                             unsigned tag);
 
 /// loss[0] = the state's total (over the labelled rows for mean), in float.
 void linearCrossEntropyFinish(cudaStream_t stream, const double *state,

@@ -1,9 +1,10 @@
 // Softmax cross-entropy against integer labels, forward and backward, on
 // logits and gradients held in float or bf16, and linear_cross_entropy's
-// per-chunk statistics and gradients (float logits in place). Each row is one block: chunks
-// of 8 elements (16-byte loads of bf16, two of float) with a running max and
-// sum of exponentials per thread in float, the threads' pairs merged in
-// double; the row's logsumexp is kept in double as on the host.
+// per-chunk statistics and gradients (in place of the chunk's logits, float
+// or bf16). Each row is one block: chunks of 8 elements (16-byte loads of
+// bf16, two of float) with a running max and sum of exponentials per thread
+// in float, the threads' pairs merged in double; the row's logsumexp is
+// kept in double as on the host.
 #include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
@@ -320,19 +321,19 @@ __global__ void linearCrossEntropyStartKernel(int64_t rows, const Id *labels,
   }
 }
 
-/// One block a row of the chunk's float logits, in place: the row's loss
-/// into rowLoss[r] as crossEntropyRowsKernel computes it, then the row's
-/// gradient for a loss gradient of one, share * (softmax - onehot) as
-/// crossEntropyBackwardKernel computes it; zeros for ignored or bad labels.
-template <typename Id>
+/// One block a row of the chunk's logits (float or bf16), in place: the
+/// row's loss into rowLoss[r] as crossEntropyRowsKernel computes it, then
+/// the row's gradient for a loss gradient of one, share * (softmax -
+/// onehot) as crossEntropyBackwardKernel computes it, in the logits' type;
+/// zeros for ignored or bad labels.
+template <typename T, typename Id>
 __global__ void __launch_bounds__(kRowThreads)
-    linearCrossEntropyRowsKernel(int64_t vocab, float *logits,
-                                 const Id *labels, int64_t ignoreIndex,
-                                 bool vectorized, const FusedLossState *state,
-                                 double *rowLoss, unsigned *fault,
-                                 unsigned tag) {
+    linearCrossEntropyRowsKernel(int64_t vocab, T *logits, const Id *labels,
+                                 int64_t ignoreIndex, bool vectorized,
+                                 const FusedLossState *state, double *rowLoss,
+                                 unsigned *fault, unsigned tag) {
   int64_t r = blockIdx.x;
-  float *row = logits + r * vocab;
+  T *row = logits + r * vocab;
   int64_t label = static_cast<int64_t>(labels[r]);
   bool bad = label != ignoreIndex && (label < 0 || label >= vocab);
   if (bad && threadIdx.x == 0)
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(kRowThreads)
   if (label != ignoreIndex && !bad) { // the same branch for the whole block
     // Read before rowStatistics' barriers: no thread writes the row until
     // every thread is past them.
-    float target = row[label];
+    float target = toFloat(row[label]);
     RowStatistics s = rowStatistics(row, r, vocab, vectorized);
     value = s.logSum -
             static_cast<double>(static_cast<float>(
@@ -363,9 +364,9 @@ __global__ void __launch_bounds__(kRowThreads)
   // Each thread writes the elements it read.
   RowSplit split = splitRow(r, vocab, vectorized);
   for (int64_t v = threadIdx.x; v < split.head; v += blockDim.x)
-    row[v] = gradient(row[v], v);
+    storeElement(row + v, gradient(toFloat(row[v]), v));
   for (int64_t v = split.body + threadIdx.x; v < vocab; v += blockDim.x)
-    row[v] = gradient(row[v], v);
+    storeElement(row + v, gradient(toFloat(row[v]), v));
   int64_t stride = static_cast<int64_t>(blockDim.x) * kChunk;
   for (int64_t v = split.head + threadIdx.x * kChunk; v < split.body;
        v += stride) {
@@ -462,15 +463,15 @@ void linearCrossEntropyStart(cudaStream_t stream, int64_t rows,
       reinterpret_cast<FusedLossState *>(state));
 }
 
-template <typename Id>
+template <typename T, typename Id>
 void linearCrossEntropyChunk(cudaStream_t stream, int64_t rows, int64_t vocab,
-                             float *logits, const Id *labels,
-                             int64_t ignoreIndex, double *rowLoss,
-                             double *state, unsigned *fault, unsigned tag) {
+                             T *logits, const Id *labels, int64_t ignoreIndex,
+                             double *rowLoss, double *state, unsigned *fault,
+                             unsigned tag) {
   if (rows <= 0)
     return;
   auto *s = reinterpret_cast<FusedLossState *>(state);
-  linearCrossEntropyRowsKernel<Id>
+  linearCrossEntropyRowsKernel<T, Id>
       <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
           vocab, logits, labels, ignoreIndex, chunkAligned(logits), s, rowLoss,
           fault, tag);
@@ -488,10 +489,12 @@ void linearCrossEntropyFinish(cudaStream_t stream, const double *state,
 #define MTRT_INSTANTIATE_FUSED(Id)                                             \
   template void linearCrossEntropyStart<Id>(cudaStream_t, int64_t, const Id *, \
                                             int64_t, LossReduction, double *); \
-  template void linearCrossEntropyChunk<Id>(cudaStream_t, int64_t, int64_t,    \
-                                            float *, const Id *, int64_t,      \
-                                            double *, double *, unsigned *,    \
-                                            unsigned);
+  template void linearCrossEntropyChunk<float, Id>(                            \
+      cudaStream_t, int64_t, int64_t, float *, const Id *, int64_t, double *,  \
+      double *, unsigned *, unsigned);                                         \
+  template void linearCrossEntropyChunk<__nv_bfloat16, Id>(                    \
+      cudaStream_t, int64_t, int64_t, __nv_bfloat16 *, const Id *, int64_t,    \
+      double *, double *, unsigned *, unsigned);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE_FUSED)
 #undef MTRT_INSTANTIATE_FUSED
 

@@ -368,13 +368,17 @@ KernelStatus crossEntropyBackward(ThreadPool &pool, int64_t rows,
 /// gradient of one, then dx_c = dlogits @ op(W)^T and dweight (+)= the
 /// chunk's weight gradient (linearBackward). `loss` is reduced as
 /// crossEntropyForward's (mean or sum). Labels must be valid (checked by
-/// the caller).
+/// the caller). With `bf16Logits` (an op typed bf16: x and W hold bf16
+/// values) the chunk's logits and their gradient are rounded to bf16 where
+/// the CUDA kernel stores them in bf16, after the GEMM and before the
+/// gradient GEMMs; the statistics and the loss stay in T.
 template <typename T, typename Id>
 void linearCrossEntropy(ThreadPool &pool, int64_t rows, int64_t in,
                         int64_t vocab, int64_t chunkRows, const T *x,
                         const T *weight, bool transposeWeight, const Id *labels,
                         int64_t ignoreIndex, LossReduction reduction,
-                        T *scratch, T *loss, T *dx, T *dweight);
+                        bool bf16Logits, T *scratch, T *loss, T *dx,
+                        T *dweight);
 
 //===----------------------------------------------------------------------===//
 // Vocabulary parallelism (VocabParallel.cpp): one rank's block of the

@@ -1,5 +1,6 @@
 // Softmax cross-entropy against integer labels, forward and backward, per row
 // as the vocabulary-parallel kernels compute it.
+#include "host/kernels/Bf16Rounding.h"
 #include "host/kernels/KernelSupport.h"
 
 #include <algorithm>
@@ -145,7 +146,8 @@ void linearCrossEntropy(ThreadPool &pool, int64_t rows, int64_t in,
                         int64_t vocab, int64_t chunkRows, const T *x,
                         const T *weight, bool transposeWeight, const Id *labels,
                         int64_t ignoreIndex, LossReduction reduction,
-                        T *scratch, T *loss, T *dx, T *dweight) {
+                        bool bf16Logits, T *scratch, T *loss, T *dx,
+                        T *dweight) {
   // The loss gradient is one: g = 1 / count for mean, as
   // crossEntropyBackward's dloss[0] / count with dloss[0] = 1.
   int64_t count = countLabelled(rows, labels, ignoreIndex);
@@ -169,6 +171,8 @@ void linearCrossEntropy(ThreadPool &pool, int64_t rows, int64_t in,
               std::fill(row, row + vocab, T(0));
               continue;
             }
+            if (bf16Logits) // stored in bf16 by the CUDA kernel's GEMM
+              roundAllToBf16(row, vocab);
             RowStatistics s = rowStatistics(row, vocab);
             rowLoss[first + r] =
                 std::log(s.sum) - static_cast<double>(static_cast<T>(
@@ -178,6 +182,8 @@ void linearCrossEntropy(ThreadPool &pool, int64_t rows, int64_t in,
                   std::exp(static_cast<double>(row[v]) - s.max) / s.sum;
               row[v] = static_cast<T>(g * (v == label ? prob - 1.0 : prob));
             }
+            if (bf16Logits) // the gradient GEMMs' bf16 operand
+              roundAllToBf16(row, vocab);
           }
         },
         detail::rowGrain(vocab));
@@ -202,7 +208,7 @@ void linearCrossEntropy(ThreadPool &pool, int64_t rows, int64_t in,
       LossReduction, const T *, T *);                                          \
   template void linearCrossEntropy<T, Id>(                                     \
       ThreadPool &, int64_t, int64_t, int64_t, int64_t, const T *, const T *,  \
-      bool, const Id *, int64_t, LossReduction, T *, T *, T *, T *);
+      bool, const Id *, int64_t, LossReduction, bool, T *, T *, T *, T *);
 MTRT_INSTANTIATE_FLOAT_AND_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 
