@@ -1311,7 +1311,7 @@ void ManifestReader::readGradientBuckets(const Json &json,
         std::string names;
         for (const std::string &name : training)
           names += (names.empty() ? "" : " or ") + name;
-        fail(member(readyAt, "function"), """ + bucket.readyFunction + """,
+        fail(member(readyAt, "function"), "\"" + bucket.readyFunction + "\"",
              names + ", a training function that accumulates into this "
                      "buffer");
       }

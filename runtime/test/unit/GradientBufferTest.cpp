@@ -111,8 +111,8 @@ TEST(GradientBufferTest, BadLayoutsAreRejected) {
   expectRejected(m, {"gradient_buffer: found a gradient buffer in a bundle "
                      "without a grid"});
   m = bufferManifest(false);
-  m["gradient_buffer"]["buckets"] = 1;
-  expectRejected(m, {"gradient_buffer.buckets: found a field \"buckets\""});
+  m["gradient_buffer"]["bucket_size"] = 1;
+  expectRejected(m, {"gradient_buffer.bucket_size: found a field \"bucket_size\""});
 }
 
 /// Rank r's gradient of parameter p, element i.
