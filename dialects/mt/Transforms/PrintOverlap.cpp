@@ -215,7 +215,29 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       now = std::max(now, row.end);
       llvm::erase(inFlight, index);
     };
+    // With buckets, each gradient is accumulated right after the op that
+    // makes it (the bundle's order), not by the return at the end.
+    DenseMap<Operation *, double> accumulateUs;
+    if (!startsAt.empty()) {
+      auto ret = cast<func::ReturnOp>(
+          function.getBody().front().getTerminator());
+      for (OpOperand &result : ret->getOpOperands()) {
+        Operation *producer = result.get().getDefiningOp();
+        if (!producer || !function.getResultAttr(result.getOperandNumber(),
+                                                 "mt.gradient"))
+          continue;
+        if (auto wait = dyn_cast<CollectiveWaitOp>(producer))
+          producer = wait.getFuture().getDefiningOp();
+        auto type = cast<RankedTensorType>(result.get().getType());
+        int64_t bytes = type.getNumElements() *
+                        type.getElementType().getIntOrFloatBitWidth() / 8;
+        accumulateUs[producer] +=
+            model.launchUs + double(bytes) / model.memoryBytesPerUs;
+      }
+    }
     for (Operation &op : function.getBody().front()) {
+      if (!startsAt.empty() && isa<func::ReturnOp>(op))
+        continue;
       if (auto start = dyn_cast<CollectiveStartOp>(op)) {
         size_t index = issue(start.getCollective());
         rowOf[start.getWait()] = index;
@@ -241,7 +263,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
           inFlight.push_back(index);
         }
       };
-      double us = model.opMicroseconds(&op);
+      double us = model.opMicroseconds(&op) + accumulateUs.lookup(&op);
       if (us <= 0) {
         issueBuckets();
         continue;
