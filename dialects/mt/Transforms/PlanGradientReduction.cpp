@@ -5,7 +5,9 @@
 // micro-batch. Partitioning leaves an all-reduce over the data axis on every
 // weight gradient of train_step (or of each pipeline stage's
 // train_step_stage<k>); this pass moves those reductions out of the step into
-// functions of their own over the whole buffer (one buffer per pipeline rank).
+// functions of their own over the whole buffer (one buffer per pipeline rank),
+// and with --overlap-grad-reduce over each bucket of it, which the runtime
+// reduces during the last micro-batch's backward pass.
 //
 //===----------------------------------------------------------------------===//
 

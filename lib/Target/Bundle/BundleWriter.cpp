@@ -496,9 +496,6 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
                                   {"memory_plan", std::move(memoryPlan)}});
 }
 
-/// One gradient buffer of the manifest (mt-plan-gradient-reduction): the
-/// layout of the buffer that `reduce` reduces once per iteration, over the
-/// data axis (behind the pipeline axis in a pipeline bundle).
 /// Where the written functions accumulate each parameter's gradient:
 /// per function, (parameter index, instruction index) pairs.
 using Accumulations =
@@ -578,6 +575,9 @@ writeBuckets(ModuleOp module, func::FuncOp reduce,
   return std::optional<Array>(std::move(written));
 }
 
+/// One gradient buffer of the manifest (mt-plan-gradient-reduction): the
+/// layout of the buffer that `reduce` reduces once per iteration, over the
+/// data axis (behind the pipeline axis in a pipeline bundle).
 static FailureOr<Object>
 writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
                     const llvm::StringMap<int64_t> &parameterIndex,
