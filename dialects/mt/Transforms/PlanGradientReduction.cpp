@@ -57,10 +57,10 @@ private:
   /// Emits @reduce_gradients (and with the distributed optimizer
   /// @gather_parameters) over one buffer of `gradients`, in that order; a
   /// pipeline rank's functions end in _pp<rank>.
-  LogicalResult emitBuffer(
-      ModuleOp module, shard::GridOp grid, Location loc,
-      ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
-      ArrayRef<size_t> chunkStarts, std::optional<int64_t> pipelineRank);
+  LogicalResult
+  emitBuffer(ModuleOp module, shard::GridOp grid, Location loc,
+             ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
+             ArrayRef<size_t> chunkStarts, std::optional<int64_t> pipelineRank);
 };
 
 } // namespace
@@ -173,13 +173,12 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
 /// `chunkStarts` receives the position in the result where each chunk's
 /// gradients begin (a bucket never spans two chunks, as Megatron-LM keeps a
 /// buffer per chunk).
-static SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>
-bufferOrder(ModuleOp module,
-            ArrayRef<std::pair<int64_t, SmallVector<std::pair<
-                                            FlatSymbolRefAttr,
-                                            RankedTensorType>>>>
-                stages,
-            SmallVectorImpl<size_t> &chunkStarts) {
+static SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>> bufferOrder(
+    ModuleOp module,
+    ArrayRef<std::pair<
+        int64_t, SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>>>
+        stages,
+    SmallVectorImpl<size_t> &chunkStarts) {
   llvm::StringMap<int64_t> declared;
   for (auto [index, parameter] : llvm::enumerate(module.getOps<ParameterOp>()))
     declared[parameter.getSymName()] = index;
@@ -287,8 +286,8 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
     SmallVector<size_t> starts = bucketStarts(sizes, chunkStarts, bucketSize);
     std::string reduceName = ("reduce_gradients" + suffix);
     for (auto [bucket, first] : llvm::enumerate(starts)) {
-      size_t end = bucket + 1 < starts.size() ? starts[bucket + 1]
-                                              : gradients.size();
+      size_t end =
+          bucket + 1 < starts.size() ? starts[bucket + 1] : gradients.size();
       int64_t begin = offsets[first];
       int64_t last = end < gradients.size() ? offsets[end] : padded;
       auto type = RankedTensorType::get({last - begin}, elementType);
@@ -308,9 +307,8 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
                           builder.getI64IntegerAttr(*pipelineRank));
       Block *body = function.addEntryBlock();
       OpBuilder inner = OpBuilder::atBlockBegin(body);
-      Value reduced = shard::AllReduceOp::create(inner, loc, type, gridRef,
-                                                 dataAxis,
-                                                 body->getArgument(0), sum);
+      Value reduced = shard::AllReduceOp::create(
+          inner, loc, type, gridRef, dataAxis, body->getArgument(0), sum);
       func::ReturnOp::create(inner, loc, reduced);
     }
   }
@@ -415,8 +413,8 @@ void PlanGradientReductionPass::runOnOperation() {
       continue;
     SmallVector<size_t> chunkStarts;
     auto ordered = bufferOrder(module, chunks, chunkStarts);
-    if (failed(emitBuffer(module, grid, stages.front().second.getLoc(),
-                          ordered, chunkStarts, static_cast<int64_t>(rank))))
+    if (failed(emitBuffer(module, grid, stages.front().second.getLoc(), ordered,
+                          chunkStarts, static_cast<int64_t>(rank))))
       return signalPassFailure();
   }
 }

@@ -370,8 +370,8 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     // micro-batch; together the buckets move what the buffer's function
     // would, which they replace at run time.
     if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of")) {
-      os << "  data-parallel: " << dataBytes
-         << " bytes (a gradient bucket of " << of.getValue()
+      os << "  data-parallel: " << dataBytes << " bytes (a gradient bucket of "
+         << of.getValue()
          << ", reduced during the last micro-batch's backward pass; the "
             "buckets replace "
          << of.getValue() << "'s reduction)\n";

@@ -219,12 +219,12 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
     // makes it (the bundle's order), not by the return at the end.
     DenseMap<Operation *, double> accumulateUs;
     if (!startsAt.empty()) {
-      auto ret = cast<func::ReturnOp>(
-          function.getBody().front().getTerminator());
+      auto ret =
+          cast<func::ReturnOp>(function.getBody().front().getTerminator());
       for (OpOperand &result : ret->getOpOperands()) {
         Operation *producer = result.get().getDefiningOp();
-        if (!producer || !function.getResultAttr(result.getOperandNumber(),
-                                                 "mt.gradient"))
+        if (!producer ||
+            !function.getResultAttr(result.getOperandNumber(), "mt.gradient"))
           continue;
         if (auto wait = dyn_cast<CollectiveWaitOp>(producer))
           producer = wait.getFuture().getDefiningOp();
@@ -304,10 +304,9 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
           row.bucket >= 0
               ? ("b" + llvm::Twine(row.bucket) + ":" + row.cost.kind).str()
               : row.cost.kind.str(),
-          row.axes, row.cost.groupSize,
-          row.cost.network ? "network" : "nvlink", row.cost.bytes, row.cost.us,
-          std::max(0.0, row.cost.us - row.exposed), row.exposed,
-          describeBehind(row));
+          row.axes, row.cost.groupSize, row.cost.network ? "network" : "nvlink",
+          row.cost.bytes, row.cost.us, std::max(0.0, row.cost.us - row.exposed),
+          row.exposed, describeBehind(row));
     }
     os << llvm::formatv("  exposed communication: {0:F1} us of {1:F1} us "
                         "({2:F0}% hidden); computation {3:F1} us; step "

@@ -320,7 +320,7 @@ Object FunctionWriter::writeMemoryPlan(ArrayRef<int64_t> written) {
   // The written stream has as many instructions as the plan's.
   auto at = [&](int64_t position) {
     return position < static_cast<int64_t>(written.size()) ? written[position]
-                                                            : position;
+                                                           : position;
   };
   Array side;
   for (const mt::SideBufferPlan &block : plan.sideBuffers)
@@ -410,8 +410,8 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
       continue;
     auto it = parameterIndex.find(parameter.getValue());
     if (it == parameterIndex.end())
-      return errorAt(function, "@" + parameter.getValue() +
-                                   " is not a parameter");
+      return errorAt(function,
+                     "@" + parameter.getValue() + " is not a parameter");
     accumulations.push_back({output.get(), it->second});
   }
   SmallVector<bool> accumulated(accumulations.size(), false);
@@ -498,8 +498,7 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
 
 /// Where the written functions accumulate each parameter's gradient:
 /// per function, (parameter index, instruction index) pairs.
-using Accumulations =
-    llvm::StringMap<SmallVector<std::pair<int64_t, int64_t>>>;
+using Accumulations = llvm::StringMap<SmallVector<std::pair<int64_t, int64_t>>>;
 
 /// The `buckets` of the gradient buffer that `reduce` reduces (format
 /// version 9, --overlap-grad-reduce): each bucket's slice of the buffer,
@@ -525,10 +524,10 @@ writeBuckets(ModuleOp module, func::FuncOp reduce,
   for (func::FuncOp bucket : buckets) {
     auto offset = bucket->getAttrOfType<IntegerAttr>("mt.bucket_offset");
     auto members = bucket->getAttrOfType<ArrayAttr>("mt.gradient_bucket");
-    auto type = bucket.getFunctionType().getNumInputs() == 1
-                    ? dyn_cast<RankedTensorType>(
-                          bucket.getFunctionType().getInput(0))
-                    : RankedTensorType();
+    auto type =
+        bucket.getFunctionType().getNumInputs() == 1
+            ? dyn_cast<RankedTensorType>(bucket.getFunctionType().getInput(0))
+            : RankedTensorType();
     if (!offset || !members || !type || type.getRank() != 1)
       return errorAt(bucket, "@" + bucket.getSymName() +
                                  " needs one rank-1 argument (the bucket) and "
@@ -567,11 +566,11 @@ writeBuckets(ModuleOp module, func::FuncOp reduce,
           Object{{"function", *function}, {"instruction", last}};
     written.push_back(std::move(entry));
   }
-  llvm::sort(written, [](const llvm::json::Value &a,
-                         const llvm::json::Value &b) {
-    return *a.getAsObject()->getInteger("offset") <
-           *b.getAsObject()->getInteger("offset");
-  });
+  llvm::sort(written,
+             [](const llvm::json::Value &a, const llvm::json::Value &b) {
+               return *a.getAsObject()->getInteger("offset") <
+                      *b.getAsObject()->getInteger("offset");
+             });
   return std::optional<Array>(std::move(written));
 }
 
@@ -856,9 +855,8 @@ megatron::serializeBundle(ModuleOp module,
     root["grid"] = Object{{"shape", Array(grids.front().getShape())}};
   }
   if (pipeline) {
-    FailureOr<std::optional<Array>> buffers =
-        writeGradientBuffers(module, parameterIndex, pipelineSize,
-                             accumulations, tiedAcrossRanks);
+    FailureOr<std::optional<Array>> buffers = writeGradientBuffers(
+        module, parameterIndex, pipelineSize, accumulations, tiedAcrossRanks);
     if (failed(buffers))
       return failure();
     if (*buffers)

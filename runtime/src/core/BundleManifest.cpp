@@ -1140,11 +1140,10 @@ void ManifestReader::readGradientBuffer(const Json &json,
   if (grid_.empty())
     fail(path, "a gradient buffer in a bundle without a grid",
          "a grid: the buffer is reduced over grid axes");
-  expectKnownKeys(
-      json, path,
-      {"parameters", "offsets", "size", "grid_axes", "distributed_optimizer",
-       "buckets"},
-      "a gradient buffer");
+  expectKnownKeys(json, path,
+                  {"parameters", "offsets", "size", "grid_axes",
+                   "distributed_optimizer", "buckets"},
+                  "a gradient buffer");
   out.gridAxes = readGridAxes(field(json, path, "grid_axes"),
                               member(path, "grid_axes"));
   out.distributedOptimizer = readBool(field(json, path, "distributed_optimizer"),
@@ -1254,8 +1253,7 @@ void ManifestReader::readGradientBuckets(const Json &json,
                                          const Bundle &bundle,
                                          GradientBuffer &out) {
   if (version_ < 9)
-    fail(path, "buckets in a version " + std::to_string(version_) +
-                   " manifest",
+    fail(path, "buckets in a version " + std::to_string(version_) + " manifest",
          "none before format version 9 (the version is wrong or the "
          "manifest was edited)");
   expectArray(json, path);
@@ -1281,8 +1279,8 @@ void ManifestReader::readGradientBuckets(const Json &json,
                     {"offset", "size", "reduce_function", "ready_after"},
                     "a gradient bucket");
     GradientBucket bucket;
-    bucket.offset = readInt(field(json[b], at, "offset"), member(at, "offset"),
-                            end, end);
+    bucket.offset =
+        readInt(field(json[b], at, "offset"), member(at, "offset"), end, end);
     bucket.size = readInt(field(json[b], at, "size"), member(at, "size"), 1,
                           out.size - bucket.offset);
     end = bucket.offset + bucket.size;

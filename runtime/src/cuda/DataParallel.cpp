@@ -34,8 +34,8 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
                                        parameters, &rank);
   shard_ = train::bufferShard(bundle, rank.coordinates());
   for (const GradientBucket &bucket : layout_.buckets)
-    buckets_.push_back(std::make_unique<Executor>(
-        bundle, bucket.reduceFunction, parameters, &rank));
+    buckets_.push_back(std::make_unique<Executor>(bundle, bucket.reduceFunction,
+                                                  parameters, &rank));
   bucketDone_.assign(buckets_.size(), false);
   if (layout_.distributedOptimizer)
     gather_ = std::make_unique<Executor>(bundle, layout_.gatherFunction,
@@ -108,12 +108,12 @@ void DataParallelBuffer::reduceBucket(size_t b) {
       {{DType::F32, {bucket.size}, slice}}, {}, /*inputsOnDevice=*/true,
       [&](size_t, const void *data, size_t) { output = data; },
       /*wait=*/false);
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(slice, output,
-                                  sizeof(float) *
-                                      static_cast<size_t>(bucket.size),
-                                  cudaMemcpyDeviceToDevice, stream),
-                  "copying the reduced gradient bucket " + std::to_string(b) +
-                      " into the gradient buffer");
+  MTRT_CUDA_CHECK(
+      cudaMemcpyAsync(slice, output,
+                      sizeof(float) * static_cast<size_t>(bucket.size),
+                      cudaMemcpyDeviceToDevice, stream),
+      "copying the reduced gradient bucket " + std::to_string(b) +
+          " into the gradient buffer");
   bucketDone_[b] = true;
 }
 

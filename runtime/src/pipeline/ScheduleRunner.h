@@ -412,10 +412,9 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                       step.microBatch + 1 == pipeline_.microBatches;
       if (observed) {
         const std::string &name = stage.backward->function().name;
-        stage.backward->setInstructionObserver(
-            [this, &name](size_t position) {
-              lastBackwardObserver_(name, position);
-            });
+        stage.backward->setInstructionObserver([this, &name](size_t position) {
+          lastBackwardObserver_(name, position);
+        });
       }
       std::vector<Tensor> outputs =
           stages_.run(*stage.backward, inputs, microBatch, releaseSlot(key),

@@ -2,14 +2,14 @@
 // the distributed optimizer, fp32 and bf16), DP=2 x TP=2 and PP=2 x DP=2 (4
 // layers, with and without the distributed optimizer: each pipeline rank
 // reduces its own gradient buffer once per iteration), and with gradient
-// buckets (--overlap-grad-reduce), each rank a thread with its own context and stream on device 0,
-// talking through the in-process communicator. 5 iterations of cuda::Trainer
-// against the one-rank cuda::Trainer from the same seed and samples, and
-// against the host backend's trainer on the same grid: losses, gradient norms
-// (the world's, clipping on), the replicas' parameters (the same on every data
-// rank after the reduction or the gather) and the final parameters.
-// The -nodrop bundles run without dropout; tiny-gpt's own (dropout 0.1)
-// draws its masks over each data rank's tile of the global micro-batch,
+// buckets (--overlap-grad-reduce), each rank a thread with its own context and
+// stream on device 0, talking through the in-process communicator. 5 iterations
+// of cuda::Trainer against the one-rank cuda::Trainer from the same seed and
+// samples, and against the host backend's trainer on the same grid: losses,
+// gradient norms (the world's, clipping on), the replicas' parameters (the same
+// on every data rank after the reduction or the gather) and the final
+// parameters. The -nodrop bundles run without dropout; tiny-gpt's own (dropout
+// 0.1) draws its masks over each data rank's tile of the global micro-batch,
 // keyed on the global samples (core/Random.h), so the DP=2 run (micro-batch
 // 4) draws the masks of the one-rank run (micro-batch 8, tiny-gpt.yaml's).
 #include "CudaTestSupport.h"
@@ -338,7 +338,8 @@ TEST(CudaDataParallelBucketTest, OverlapTrainsAsOneReduction) {
   MTRT_REQUIRE_GPU();
   const char *const howToMake =
       "the bundles of CudaDataParallelTest compiled with "
-      "--overlap-grad-reduce --ddp-bucket-size=40000 (bench/make-device-dir.sh)";
+      "--overlap-grad-reduce --ddp-bucket-size=40000 "
+      "(bench/make-device-dir.sh)";
   cuda::ContextOptions device;
   device.gemmTuning = false;
   device.deterministicAttention = true;

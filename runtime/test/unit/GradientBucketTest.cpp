@@ -40,7 +40,8 @@ Json bucketManifest(bool distributed) {
   int64_t gw = step.op("fill", {}, {4, 6}, {{"value", 1.0}});
   step.inst("accumulate_gradient", {gw}, {}, {{"parameter", 0}});
   step.output(step.op("fill", {}, {}, {{"value", 0.0}}));
-  Json functions = {step.build(), allReduceFunction("reduce_gradients_bucket0", 6),
+  Json functions = {step.build(),
+                    allReduceFunction("reduce_gradients_bucket0", 6),
                     allReduceFunction("reduce_gradients_bucket1", size - 6)};
   FunctionBuilder reduce("reduce_gradients");
   int64_t in = reduce.input({size}, "f32");
@@ -89,8 +90,7 @@ void expectRejected(const Json &manifest,
 
 TEST(GradientBucketTest, TheBucketsAreRead) {
   Bundle bundle = Bundle::parseManifest("g.mtb", bucketManifest(true).dump());
-  const std::vector<GradientBucket> &buckets =
-      bundle.gradientBuffer().buckets;
+  const std::vector<GradientBucket> &buckets = bundle.gradientBuffer().buckets;
   ASSERT_EQ(buckets.size(), 2u);
   EXPECT_EQ(buckets[0].offset, 0);
   EXPECT_EQ(buckets[0].size, 6);
@@ -147,7 +147,8 @@ TEST(GradientBucketTest, BadBucketsAreRefused) {
                      "found 5"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][0]["stream"] = 1;
-  expectRejected(m, {"gradient_buffer.buckets[0].stream: found a field \"stream\""});
+  expectRejected(
+      m, {"gradient_buffer.buckets[0].stream: found a field \"stream\""});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"] = Json::array();
   expectRejected(m, {"gradient_buffer.buckets: found [], expected at least "

@@ -112,7 +112,8 @@ TEST(GradientBufferTest, BadLayoutsAreRejected) {
                      "without a grid"});
   m = bufferManifest(false);
   m["gradient_buffer"]["bucket_size"] = 1;
-  expectRejected(m, {"gradient_buffer.bucket_size: found a field \"bucket_size\""});
+  expectRejected(
+      m, {"gradient_buffer.bucket_size: found a field \"bucket_size\""});
 }
 
 /// Rank r's gradient of parameter p, element i.
