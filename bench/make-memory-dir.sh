@@ -18,16 +18,15 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$1 compile=$2 dest=$3
+source "$root/bench/bundle-dir.sh"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/bundles" "$dest/fallback-lib" \
   "$dest/bench"
 cp "$build/bin/megatron-train" "$dest/bin/"
 cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
-# Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3, ICU 72 and
-# libpng 1.6.
-cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
-  /lib/x86_64-linux-gnu/libicudata.so.72 /lib/x86_64-linux-gnu/libpng16.so.16 \
-  "$dest/fallback-lib/"
+for lib in "${fallback_libs[@]}"; do
+  cp -L "/lib/x86_64-linux-gnu/$lib" "$dest/fallback-lib/"
+done
 cp "$root/bench/run-memory-checks.sh" "$root/bench/memory_table.py" \
   "$dest/bench/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
@@ -43,13 +42,6 @@ if [ -x "$build/bin/mtrt-cuda-tests" ]; then
 fi
 
 b=$dest/bundles
-# NAME FLAGS...: a bundle and its report.
-bundle() {
-  local name=$1
-  shift
-  "$compile" "$@" -o "$b/$name.mtb"
-  "$compile" "$@" --report memory -o "$b/$name.memory.txt"
-}
 bundle tiny-gpt "$root/models/tiny-gpt.yaml" --precision=fp32
 for pair in ${MODELS:-gpt2-350m:32 gpt-1.3b:8}; do
   model=${pair%%:*} mb=${pair##*:}

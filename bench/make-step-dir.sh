@@ -20,33 +20,27 @@
 #   MODELS    (environment) default
 #             "gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4"
 #   SEARCH    (environment) default "gpt-1.3b llama-1.5b"
+#   FLAGS     (environment) more megatron-compile flags for every model
+#             bundle and search candidate, e.g. --fuse-linear-cross-entropy
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$1 compile=$2 dest=$3
+source "$root/bench/bundle-dir.sh"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/bundles" "$dest/bench" "$dest/models"
 cp "$bin/megatron-train" "$dest/bin/"
-# Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3, ICU 72 and
-# libpng 1.6; packed (ICU's data is 30 MB), run-step-table.sh unpacks them.
-tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" libcrypto.so.3 \
-  libicuuc.so.72 libicudata.so.72 libpng16.so.16
+# Packed (ICU's data is 30 MB); run-step-table.sh unpacks them.
+tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" "${fallback_libs[@]}"
 cp "$root/bench/run-step-table.sh" "$root/bench/step_table.py" \
   "$root/bench/torch_step.py" "$root/bench/modelfile.py" "$dest/bench/"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 
 b=$dest/bundles
-# NAME FLAGS...: a bundle and its report.
-bundle() {
-  local name=$1
-  shift
-  "$compile" "$@" -o "$b/$name.mtb"
-  "$compile" "$@" --report memory -o "$b/$name.memory.txt"
-}
 bundle tiny-gpt "$root/models/tiny-gpt.yaml" --precision=fp32
 # MODEL MB DROPOUT: the bf16 bundle of bench/run-step-table.sh.
 model_bundle() {
-  bundle "$1-mb$2-d$3" "$root/models/$1.yaml" --bf16 --fuse-kernels \
+  bundle "$1-mb$2-d$3" "$root/models/$1.yaml" --bf16 --fuse-kernels ${FLAGS:-} \
     --recompute-granularity none --micro-batch-size="$2" \
     --global-batch-size="$2" --hidden-dropout="$3" --attention-dropout="$3"
 }
@@ -58,7 +52,7 @@ done
 gib=$((1 << 30))
 for model in ${SEARCH:-gpt-1.3b llama-1.5b}; do
   for mb in $(seq 2 64); do
-    total=$("$compile" "$root/models/$model.yaml" --bf16 \
+    total=$("$compile" "$root/models/$model.yaml" --bf16 ${FLAGS:-} \
       --recompute-granularity none --micro-batch-size="$mb" \
       --global-batch-size="$mb" --hidden-dropout=0 --attention-dropout=0 \
       --report memory | awk '$1 == "total" {print $2}')

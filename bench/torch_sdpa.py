@@ -12,11 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+# Issue 22's shapes: (name, batch, seq, query heads, key/value heads, head
+# dimension), as runtime/tools/mtrt-attention-bench.cpp lists them.
 SHAPES = [
     ("gpt2-124m", 32, 1024, 12, 12, 64),
-    ("gpt2-350m", 32, 1024, 16, 16, 64),
     ("gpt-1.3b", 8, 2048, 16, 16, 128),
-    ("llama-gqa", 2, 4096, 32, 8, 128),
+    ("s4096", 4, 4096, 32, 32, 128),
+    ("s8192", 2, 8192, 16, 16, 128),
+    ("gqa-4096", 4, 4096, 32, 8, 128),
 ]
 BACKENDS = {
     "default": None,

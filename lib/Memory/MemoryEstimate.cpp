@@ -182,6 +182,54 @@ static MemoryEstimate estimatePipelineRank(ModuleOp module,
   return estimate;
 }
 
+/// Whether the CUDA trainer keeps `train`'s gradients in its arena instead
+/// of a gradient buffer (runtime/src/cuda/Trainer.cpp, docs/Memory.md):
+/// one micro-batch per iteration, no data-parallel gradient buffer, no
+/// loss scaling, and exactly one f32 gradient result per parameter the
+/// step reads (a result `mt.gradient` of a partitioned step, or an
+/// mt.accumulate_gradient).
+static bool gradientsLiveInArena(ModuleOp module, func::FuncOp train,
+                                 const CompileConfig &config) {
+  if (config.globalBatchSize() !=
+          config.batch.microBatchSize * config.parallel.dataParallelSize ||
+      config.precision == Precision::FP16)
+    return false;
+  for (auto function : module.getOps<func::FuncOp>())
+    if (function->hasAttr("mt.gradient_buffer"))
+      return false;
+  llvm::StringMap<int> gradients;
+  for (unsigned i = 0, e = train.getNumResults(); i < e; ++i)
+    if (auto name =
+            train.getResultAttrOfType<FlatSymbolRefAttr>(i, "mt.gradient")) {
+      auto type = cast<RankedTensorType>(train.getResultTypes()[i]);
+      if (!type.getElementType().isF32())
+        return false;
+      ++gradients[name.getValue()];
+    }
+  WalkResult typed = train.walk([&](mt::AccumulateGradientOp op) {
+    if (!cast<RankedTensorType>(op.getGradient().getType())
+             .getElementType()
+             .isF32())
+      return WalkResult::interrupt();
+    ++gradients[op.getParameter()];
+    return WalkResult::advance();
+  });
+  if (typed.wasInterrupted())
+    return false;
+  llvm::StringSet<> read;
+  for (BlockArgument argument : train.getArguments())
+    if (auto name = train.getArgAttrOfType<FlatSymbolRefAttr>(
+            argument.getArgNumber(), "mt.parameter"))
+      read.insert(name.getValue());
+  train.walk([&](mt::GetParameterOp op) { read.insert(op.getName()); });
+  if (read.size() != gradients.size())
+    return false;
+  for (const auto &entry : read)
+    if (gradients.lookup(entry.getKey()) != 1)
+      return false;
+  return true;
+}
+
 MemoryEstimate megatron::estimateMemory(ModuleOp module,
                                         const CompileConfig &config,
                                         const PipelinePlan *pipeline,
@@ -204,6 +252,10 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
   if (eval)
     evals.push_back(eval);
   countWeights({train}, evals, config, storage, estimate);
+  if (gradientsLiveInArena(module, train, config)) {
+    estimate.gradientsInArena = true;
+    estimate.gradientBytes = 0;
+  }
 
   mt::FunctionMemoryPlan plan = mt::planFunctionMemory(train, storage);
   estimate.activationBytes = plan.arenaBytes;

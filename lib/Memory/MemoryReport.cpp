@@ -256,7 +256,11 @@ static void printWeights(llvm::raw_ostream &os, const MemoryEstimate &e,
         llvm::formatv("bf16 weight copies ({0})", e.bf16ParameterElements)
             .str(),
         e.bf16ParameterBytes, "the GEMMs' bf16 operands, kept by the optimizer");
-  row(os, "gradients (fp32)", e.gradientBytes);
+  if (e.gradientsInArena)
+    row(os, "gradients (fp32, in the arena)", e.gradientBytes,
+        "one micro-batch per iteration: the step's results, until AdamW");
+  else
+    row(os, "gradients (fp32)", e.gradientBytes);
   row(os, "optimizer state (Adam moments)", e.optimizerBytes);
   int64_t weights = e.parameterBytes + e.bf16ParameterBytes + e.gradientBytes +
                     e.optimizerBytes;

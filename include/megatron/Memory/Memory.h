@@ -41,7 +41,13 @@ struct MemoryEstimate {
   /// (runtime/src/cuda/ParameterStore.h), 2 bytes per element.
   int64_t bf16ParameterElements = 0;
   int64_t bf16ParameterBytes = 0;
+  /// fp32 gradients the runtime holds besides the arena: none when they
+  /// live in train_step's arena (`gradientsInArena`: one micro-batch per
+  /// iteration on one rank's step without a data-parallel gradient buffer
+  /// or loss scaling; the CUDA trainer's rule, docs/Memory.md), where the
+  /// plan already keeps them from their kernel to the step's end.
   int64_t gradientBytes = 0;
+  bool gradientsInArena = false;
   /// AdamW's two fp32 moments, divided by the data-parallel size under the
   /// distributed optimizer. The fp32 weights are the master copy.
   int64_t optimizerBytes = 0;

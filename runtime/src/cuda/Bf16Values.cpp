@@ -171,9 +171,10 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   LinearDims d = linearDims(*function_, inst);
   bool bias = inst.op != Op::LinearGeluGrad && inst.operands.size() == 3;
   bool biasGrad = inst.op == Op::LinearGeluGrad && inst.results.size() == 2;
+  // Typed plans give a bf16 result's bias vector bytes of its own.
   return context_.gemm().hasBf16ResultAlgorithm(
       d.rows, d.outSize, d.inSize, false, inst.attrs.transposeWeight, kind,
-      bias, biasGrad);
+      bias, biasGrad, !bundle_.typedPrecision());
 }
 
 void Executor::planTypedBf16Values() {

@@ -189,7 +189,7 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
       AdamWChunk chunk;
       chunk.begin =
           parameters.offset(piece.parameter) + piece.parameterOffset + at;
-      chunk.stateBegin = piece.shardOffset + at;
+      chunk.stateBegin = chunk.gradBegin = piece.shardOffset + at;
       chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + piece.parameterOffset + at;
       chunk.count = static_cast<int32_t>(
           std::min<int64_t>(kAdamWChunkElements, piece.count - at));

@@ -95,6 +95,13 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   slots_.assign(fn.values.size(), nullptr);
   if (!arena_.shared())
     bindArena();
+  bool accumulates = std::any_of(
+      fn.instructions.begin(), fn.instructions.end(),
+      [](const Instruction &inst) {
+        return inst.op == Op::AccumulateGradient;
+      });
+  if (accumulates && parameters.gradientsInArena())
+    (void)gradientSlots(); // throws unless the function can keep them
 
   // Ids that come straight from the caller are checked on the host, before
   // they reach a kernel, with the host executor's messages.
@@ -152,6 +159,22 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   if (context_.options().cudaGraphs)
     if (std::optional<std::string> obstacle = graphObstacle())
       graphOff_ = *obstacle;
+}
+
+std::vector<float *> Executor::gradientSlots() const {
+  const Function &fn = *function_;
+  if (!ParameterStore::gradientsFitArena(bundle_, fn) || arena_.shared())
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                fn.name + " of bundle '" + bundle_.name() +
+                    "' cannot keep the gradients in its arena (it needs its "
+                    "own arena and one f32 accumulate_gradient per "
+                    "parameter)");
+  std::vector<float *> slots(parameters_.size(), nullptr);
+  for (const Instruction &inst : fn.instructions)
+    if (inst.op == Op::AccumulateGradient)
+      slots[static_cast<size_t>(inst.attrs.parameter)] =
+          static_cast<float *>(slot(inst.operands[0]));
+  return slots;
 }
 
 void Executor::bindArena() {

@@ -62,7 +62,9 @@ struct FlashLayout;
 /// is allocated; runs allocate nothing. get_parameter binds the store's
 /// device value (no copy; GEMMs under bf16 read the store's bf16 copy);
 /// accumulate_gradient adds into its gradient, or its weight-gradient GEMM
-/// did (planGemmAccumulation).
+/// did (planGemmAccumulation); with the gradients in the arena
+/// (ParameterStore::GradientStorage::Arena) it does nothing: the gradient
+/// is its operand's slot (gradientSlots).
 /// Every floating value is f32 on the device; bf16 and f16 values are
 /// rejected. A bundle compiled with precision bf16 (the manifest's
 /// model.precision) runs in mixed precision: GEMMs and the attention core
@@ -200,6 +202,14 @@ public:
   /// How many weight-gradient GEMMs add straight into their parameter's
   /// gradient (planGemmAccumulation).
   size_t gemmAccumulationCount() const;
+
+  /// For a store whose gradients live in the arena
+  /// (ParameterStore::GradientStorage::Arena): each parameter's gradient
+  /// after a run, the slot of its accumulate_gradient's operand, which the
+  /// arena keeps until the next run (ParameterStore::bindGradients). Throws
+  /// Error (FAILED_PRECONDITION) unless the function fits
+  /// (ParameterStore::gradientsFitArena) and has its own arena.
+  std::vector<float *> gradientSlots() const;
 
   /// With ContextOptions::profile: milliseconds per op over the runs so
   /// far but the first (whose GEMM algorithm timing and kernel loading are

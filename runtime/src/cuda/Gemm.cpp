@@ -357,8 +357,10 @@ void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
 
 bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
                                   bool transB, GemmEpilogue::Kind kind,
-                                  bool bias, bool biasGrad) {
-  if (m <= 0 || n <= 0 || k <= 0 || !bf16VectorFits(m, n))
+                                  bool bias, bool biasGrad,
+                                  bool vectorPastResult) {
+  if (m <= 0 || n <= 0 || k <= 0 ||
+      (vectorPastResult && !bf16VectorFits(m, n)))
     return false;
   GemmEpilogue epilogue;
   epilogue.kind = kind;

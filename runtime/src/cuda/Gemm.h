@@ -133,10 +133,13 @@ public:
   /// Whether run() with bf16 operands and a bf16 result (operands.result)
   /// has a cuBLASLt algorithm with the epilogue for this shape at 256-byte
   /// aligned pointers (the arena's); when false such a run throws. `bias`
-  /// and `biasGrad` say whether those pointers will be given.
+  /// and `biasGrad` say whether those pointers will be given;
+  /// `vectorPastResult`, whether a bf16 bias vector goes past C in C's
+  /// fp32-sized slot (plans before format 8, which give it no bytes of its
+  /// own: GemmEpilogue::bf16Vector), so that it must fit there.
   bool hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
                               bool transB, GemmEpilogue::Kind kind, bool bias,
-                              bool biasGrad);
+                              bool biasGrad, bool vectorPastResult);
 
   /// One line per tuned key: the shape, the epilogue, the chosen candidate
   /// and its time against the heuristic's first.

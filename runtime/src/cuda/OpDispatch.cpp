@@ -61,6 +61,8 @@ void Executor::planGemmAccumulation() {
   const Function &fn = *function_;
   gemmAccumulates_.assign(fn.instructions.size(), -1);
   accumulatedByGemm_.assign(fn.instructions.size(), false);
+  if (parameters_.gradientsInArena()) // the gradients stay in their slots
+    return;
   // Each value's uses (as an operand or a function output), and its last
   // reader (kNoPartner: none).
   std::vector<int64_t> uses(fn.values.size(), 0);
@@ -287,6 +289,8 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::AccumulateGradient: {
     if (accumulatedByGemm_[position]) // its GEMM added the product in
+      break;
+    if (parameters_.gradientsInArena()) // the gradient is its operand's slot
       break;
     auto p = static_cast<size_t>(a.parameter);
     accumulateInto(stream, parameters_.count(p), in(0),

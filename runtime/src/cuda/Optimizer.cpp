@@ -43,21 +43,36 @@ Optimizer::Optimizer(ParameterStore &parameters,
                      const train::OptimizerConfig &config,
                      comm::RankContext *rank)
     : parameters_(parameters), config_(config), rank_(rank),
-      scratch_(sumOfSquaresScratchBytes(parameters.flatElements()),
-               "the gradient norm's partial sums"),
       norm_(sizeof(double) * (rank ? std::max<size_t>(parameters.size(), 1) : 1),
             "the gradient norm") {
   if (!parameters.hasOptimizerState())
     throw Error(MTRT_STATUS_INTERNAL,
                 "cuda::Optimizer: the parameter store holds no AdamW moments "
                 "(the distributed optimizer's store)");
+  // The gradients: the store's flat array, or slots in the train step's
+  // arena, counted from the lowest.
+  if (parameters.gradientsInArena()) {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (!parameters.gradient(i))
+        throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                    "cuda::Optimizer: the gradients live in the arena and "
+                    "are not bound yet (ParameterStore::bindGradients)");
+      gradientBase_ = gradientBase_ ? std::min(gradientBase_,
+                                               parameters.gradient(i))
+                                    : parameters.gradient(i);
+    }
+  } else {
+    gradientBase_ = parameters.gradients();
+  }
   // The multi-tensor AdamW's table: each parameter cut into chunks.
   std::vector<AdamWChunk> chunks;
   for (size_t i = 0; i < parameters.size(); ++i) {
     int64_t count = parameters.count(i), bf16 = parameters.bf16Offset(i);
+    int64_t gradient = parameters.gradient(i) - gradientBase_;
     for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
       AdamWChunk chunk;
       chunk.begin = chunk.stateBegin = parameters.offset(i) + at;
+      chunk.gradBegin = gradient + at;
       chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + at;
       chunk.count = static_cast<int32_t>(
           std::min<int64_t>(kAdamWChunkElements, count - at));
@@ -65,6 +80,12 @@ Optimizer::Optimizer(ParameterStore &parameters,
       chunks.push_back(chunk);
     }
   }
+  scratch_ = DeviceBuffer(
+      parameters.gradientsInArena()
+          ? sumOfSquaresOfChunksScratchBytes(
+                static_cast<int64_t>(chunks.size()))
+          : sumOfSquaresScratchBytes(parameters.flatElements()),
+      "the gradient norm's partial sums");
   chunkCount_ = static_cast<int64_t>(chunks.size());
   if (chunks.empty())
     return;
@@ -89,10 +110,17 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
   float scale = gradScale != 1.0 ? static_cast<float>(gradScale) : 1.0f;
   double sumOfSquaresValue = 0;
   if (!rank_) {
-    MTRT_CUDA_CHECK_LAUNCH(sumOfSquares(stream, parameters_.flatElements(),
-                                        parameters_.gradients(), scale,
-                                        norm_.as<double>(), scratch_.data()),
-                           what);
+    if (parameters_.gradientsInArena())
+      MTRT_CUDA_CHECK_LAUNCH(
+          sumOfSquaresOfChunks(stream, chunkCount_, chunks_.as<AdamWChunk>(),
+                               gradientBase_, scale, norm_.as<double>(),
+                               scratch_.data()),
+          what);
+    else
+      MTRT_CUDA_CHECK_LAUNCH(sumOfSquares(stream, parameters_.flatElements(),
+                                          parameters_.gradients(), scale,
+                                          norm_.as<double>(), scratch_.data()),
+                             what);
     MTRT_CUDA_CHECK(cudaMemcpyAsync(&sumOfSquaresValue, norm_.data(),
                                     sizeof(double), cudaMemcpyDeviceToHost,
                                     stream),
@@ -135,7 +163,7 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
   if (chunkCount_ > 0) // the flat arrays start at parameter 0
     MTRT_CUDA_CHECK_LAUNCH(
         adamwStepChunks(stream, chunkCount_, chunks_.as<AdamWChunk>(),
-                        parameters_.value(0), parameters_.gradients(),
+                        parameters_.value(0), gradientBase_,
                         parameters_.expAvg(0), parameters_.expAvgSq(0),
                         parameters_.bf16Values(), s),
         what + " (AdamW over " + std::to_string(parameters_.size()) +

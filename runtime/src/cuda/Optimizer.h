@@ -26,7 +26,9 @@ AdamWScalars adamwScalars(const train::OptimizerConfig &config,
 
 /// train::Optimizer's step over a cuda::ParameterStore, with the same
 /// configuration and results: the gradients are scaled by gradScale, their
-/// global norm is computed (in double, over one flat array), the clipping
+/// global norm is computed (in double, over one flat array, or per chunk
+/// when the gradients live in the train step's arena: they must be bound
+/// before the optimizer is made), the clipping
 /// coefficient applied, and AdamW updates values and moments with the same
 /// float arithmetic as host::adamwStep. One synchronization per step (the
 /// norm comes to the host for the clipping decision and the log); then one
@@ -53,6 +55,9 @@ private:
   comm::RankContext *rank_ = nullptr;
   DeviceBuffer scratch_;
   DeviceBuffer norm_;
+  /// Where the chunks' gradBegin counts from: the store's flat gradients,
+  /// or the lowest gradient slot in the train step's arena.
+  float *gradientBase_ = nullptr;
   /// The AdamWChunk table on the device.
   DeviceBuffer chunks_;
   int64_t chunkCount_ = 0;

@@ -6,6 +6,8 @@
 #include "cuda/kernels/Kernels.h"
 #include "host/ParameterStore.h"
 
+#include <cstring>
+
 namespace mtrt::cuda {
 
 namespace {
@@ -44,9 +46,35 @@ std::vector<bool> ParameterStore::gemmReadParameters(const Bundle &bundle) {
   return read;
 }
 
+bool ParameterStore::gradientsFitArena(const Bundle &bundle,
+                                       const Function &train) {
+  bool mixed = bundle.hasModel() && bundle.model().precision != "fp32";
+  if (mixed && !bundle.typedPrecision()) // the executor picks storage types
+    return false;
+  std::vector<int> accumulations(bundle.parameters().size(), 0);
+  for (const Instruction &inst : train.instructions) {
+    if (inst.op != Op::AccumulateGradient)
+      continue;
+    auto p = static_cast<size_t>(inst.attrs.parameter);
+    const TensorType &gradient = train.values[inst.operands[0]];
+    if (p >= accumulations.size() || gradient.dtype != DType::F32 ||
+        gradient.numElements !=
+            bundle.parameters()[p].localType.numElements)
+      return false;
+    ++accumulations[p];
+  }
+  for (int count : accumulations)
+    if (count != 1)
+      return false;
+  return true;
+}
+
 ParameterStore::ParameterStore(const Bundle &bundle, Context &context,
-                               bool optimizerState)
-    : context_(context), kinds_(optimizerState ? 4 : 2) {
+                               bool optimizerState, GradientStorage gradients)
+    : context_(context), optimizerState_(optimizerState),
+      gradientsInArena_(gradients == GradientStorage::Arena),
+      arrays_((optimizerState ? 4 : 2) -
+              (gradients == GradientStorage::Arena ? 1 : 0)) {
   const auto &parameters = bundle.parameters();
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Parameter &p = parameters[i];
@@ -63,11 +91,12 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context,
              kAlignElements;
     numElements_ += p.localType.numElements;
   }
-  size_t bytes = kinds_ * sizeof(float) * static_cast<size_t>(flat_);
-  buffer_ =
-      DeviceBuffer(bytes, std::string("the parameters, gradients") +
-                              (optimizerState ? " and AdamW moments" : "") +
-                              " of bundle '" + bundle.name() + "'");
+  size_t bytes = arrays_ * sizeof(float) * static_cast<size_t>(flat_);
+  buffer_ = DeviceBuffer(
+      bytes, std::string("the parameters") +
+                 (gradientsInArena_ ? "" : ", gradients") +
+                 (optimizerState ? " and AdamW moments" : "") +
+                 " of bundle '" + bundle.name() + "'");
   MTRT_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0, bytes, context_.stream()),
                   "zeroing the parameter store");
 
@@ -117,7 +146,7 @@ void ParameterStore::initialize(uint64_t seed) {
   cudaStream_t stream = context_.stream();
   MTRT_CUDA_CHECK(
       cudaMemsetAsync(buffer_.data(), 0,
-                      kinds_ * sizeof(float) * static_cast<size_t>(flat_),
+                      arrays_ * sizeof(float) * static_cast<size_t>(flat_),
                       stream),
       "zeroing the parameter store");
   for (size_t i = 0; i < infos_.size(); ++i) {
@@ -140,7 +169,22 @@ void ParameterStore::initialize(uint64_t seed) {
   refreshBf16Copies();
 }
 
+void ParameterStore::bindGradients(std::vector<float *> slots) {
+  if (!gradientsInArena_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                "cuda::ParameterStore::bindGradients: the store holds the "
+                "gradients itself (GradientStorage::Store)");
+  if (slots.size() != infos_.size())
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "cuda::ParameterStore::bindGradients: " +
+                    std::to_string(slots.size()) + " slots for " +
+                    std::to_string(infos_.size()) + " parameters");
+  boundGradients_ = std::move(slots);
+}
+
 void ParameterStore::zeroGradients() {
+  if (gradientsInArena_)
+    return;
   MTRT_CUDA_CHECK(cudaMemsetAsync(gradients(), 0,
                                   sizeof(float) * static_cast<size_t>(flat_),
                                   context_.stream()),
@@ -161,7 +205,7 @@ void ParameterStore::checkPeer(const host::ParameterStore &other,
 void ParameterStore::upload(const host::ParameterStore &from) {
   checkPeer(from, "upload");
   auto &source = const_cast<host::ParameterStore &>(from);
-  int kinds = from.hasOptimizerState() ? kinds_ : 2;
+  int kinds = from.hasOptimizerState() ? 4 : 2;
   for (size_t i = 0; i < infos_.size(); ++i) {
     if (!from.holds(i)) // another pipeline rank's: stays zero here
       continue;
@@ -169,7 +213,8 @@ void ParameterStore::upload(const host::ParameterStore &from) {
     const host::Tensor *tensors[4] = {&source.value(i), &source.gradient(i),
                                       &source.expAvg(i), &source.expAvgSq(i)};
     for (int kind = 0; kind < kinds; ++kind)
-      MTRT_CUDA_CHECK(cudaMemcpyAsync(at(kind, i), tensors[kind]->buffer.data(),
+      if (holdsKind(kind))
+        MTRT_CUDA_CHECK(cudaMemcpyAsync(at(kind, i), tensors[kind]->buffer.data(),
                                       bytes, cudaMemcpyHostToDevice,
                                       context_.stream()),
                       "uploading parameter " + infos_[i]->name);
@@ -180,18 +225,23 @@ void ParameterStore::upload(const host::ParameterStore &from) {
 
 void ParameterStore::download(host::ParameterStore &to) const {
   checkPeer(to, "download");
-  int kinds = to.hasOptimizerState() ? kinds_ : 2;
+  int kinds = to.hasOptimizerState() && hasOptimizerState() ? 4 : 2;
   for (size_t i = 0; i < infos_.size(); ++i) {
     if (!to.holds(i)) // another pipeline rank's (empty there)
       continue;
     size_t bytes = sizeof(float) * static_cast<size_t>(count(i));
     host::Tensor *tensors[4] = {&to.value(i), &to.gradient(i), &to.expAvg(i),
                                 &to.expAvgSq(i)};
-    for (int kind = 0; kind < kinds; ++kind)
-      MTRT_CUDA_CHECK(cudaMemcpyAsync(tensors[kind]->buffer.data(), at(kind, i),
-                                      bytes, cudaMemcpyDeviceToHost,
-                                      context_.stream()),
-                      "downloading parameter " + infos_[i]->name);
+    for (int kind = 0; kind < kinds; ++kind) {
+      const float *from = kind == kGradient ? gradient(i) : at(kind, i);
+      if (from)
+        MTRT_CUDA_CHECK(cudaMemcpyAsync(tensors[kind]->buffer.data(), from,
+                                        bytes, cudaMemcpyDeviceToHost,
+                                        context_.stream()),
+                        "downloading parameter " + infos_[i]->name);
+      else // gradients in the arena, not bound yet
+        std::memset(tensors[kind]->buffer.data(), 0, bytes);
+    }
   }
   context_.synchronize("downloading the parameters");
 }

@@ -36,22 +36,33 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   // The distributed optimizer keeps AdamW's moments for its shard only.
   bool distributed = rank && bundle.hasGradientBuffer() &&
                      bundle.gradientBuffer().distributedOptimizer;
-  parameters_ =
-      std::make_unique<ParameterStore>(bundle, *context_, !distributed);
-  parameters_->upload(host_->parameters());
-
   // A pipeline bundle runs its schedule (the host trainer checked that it
   // has a rank); its first stage reads the tokens.
   const Function *train =
       bundle.pipeline()
           ? &bundle.functions()[bundle.pipeline()->stages.front().forward]
           : bundle.findFunction("train_step");
+  // One micro-batch per iteration: the gradients are the train step's
+  // results, kept in its arena until the optimizer has read them
+  // (docs/Memory.md, "Gradients in the arena").
+  gradientsInArena_ = host_->microBatchesPerIteration() == 1 &&
+                      !bundle.pipeline() && !bundle.hasGradientBuffer() &&
+                      !host_->lossScaler() &&
+                      ParameterStore::gradientsFitArena(bundle, *train);
+  parameters_ = std::make_unique<ParameterStore>(
+      bundle, *context_, !distributed,
+      gradientsInArena_ ? ParameterStore::GradientStorage::Arena
+                        : ParameterStore::GradientStorage::Store);
+  parameters_->upload(host_->parameters());
+
   idType_ = train->values[train->inputs[0]].dtype;
   if (bundle.pipeline())
     pipeline_ = std::make_unique<PipelineRunner>(bundle, *parameters_, *rank);
   else
     trainStep_ =
         std::make_unique<Executor>(bundle, "train_step", *parameters_, rank);
+  if (gradientsInArena_)
+    parameters_->bindGradients(trainStep_->gradientSlots());
 
   // The host trainer's samples: the same data, splits and order.
   trainData_ = &host_->trainData();
@@ -148,6 +159,11 @@ void Trainer::train(std::ostream &out) {
                            " MiB"
                      : ", pipeline schedule " + bundle_.pipeline()->schedule)
       << ", seed " << options_.seed;
+    s << (gradientsInArena_ ? ", gradients in the arena"
+                            : ", gradients in a buffer of " +
+                                  std::to_string(
+                                      (parameters_->flatElements() * 4) >> 20) +
+                                  " MiB");
     if (gradientBuffer_)
       s << "; data-parallel gradient buffer of "
         << bundle_.gradientBuffer().size << " elements reduced on the device"

@@ -122,6 +122,11 @@ private:
   std::unique_ptr<train::Trainer> host_;
   std::unique_ptr<Context> context_;
   std::unique_ptr<ParameterStore> parameters_;
+  /// Whether the gradients live in train_step's arena
+  /// (ParameterStore::GradientStorage::Arena): one micro-batch per
+  /// iteration, one rank's step without a data-parallel gradient buffer,
+  /// no pipeline, no loss scaling.
+  bool gradientsInArena_ = false;
   std::unique_ptr<Executor> trainStep_, evalStep_;
   /// Pipeline bundles: runs the schedule instead of train_step.
   std::unique_ptr<PipelineRunner> pipeline_;

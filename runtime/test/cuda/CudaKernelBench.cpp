@@ -144,7 +144,7 @@ TEST_F(CudaKernelBench, DISABLED_Optimizer) {
   std::vector<cuda::AdamWChunk> chunks;
   for (int64_t at = 0; at < n; at += cuda::kAdamWChunkElements) {
     cuda::AdamWChunk c;
-    c.begin = c.stateBegin = c.bf16Begin = at;
+    c.begin = c.stateBegin = c.gradBegin = c.bf16Begin = at;
     c.count = static_cast<int32_t>(
         std::min<int64_t>(cuda::kAdamWChunkElements, n - at));
     c.weightDecay = 1;

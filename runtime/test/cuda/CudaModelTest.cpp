@@ -5,14 +5,18 @@
 // same seed.
 #include "CudaTestSupport.h"
 
+#include "cuda/CudaCheck.h"
 #include "cuda/Executor.h"
+#include "cuda/Optimizer.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/Trainer.h"
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "train/Optimizer.h"
 #include "train/Trainer.h"
 
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -92,6 +96,75 @@ TEST_P(CudaModelTest, TrainStepLossAndEveryGradientMatchTheHost) {
             << expected << " cuda " << actual << " (relative difference "
             << std::abs(actual - expected) / std::abs(expected)
             << "), largest relative gradient difference " << worst << "\n";
+}
+
+// One micro-batch per iteration: the gradients can stay in train_step's
+// arena (ParameterStore::GradientStorage::Arena, docs/Memory.md) instead of
+// the store's buffer. Both give the same gradients, to rounding (the GEMM
+// writes its product instead of adding it to zero, and cuBLASLt may pick
+// another algorithm for that); and AdamW reading them in the arena gives,
+// from the same gradients, the bits it gives reading the store's.
+TEST_P(CudaModelTest, GradientsInTheArenaEqualTheStoresGradients) {
+  const Function *train = bundle->findFunction("train_step");
+  ASSERT_TRUE(cuda::ParameterStore::gradientsFitArena(*bundle, *train));
+  host::ThreadPool pool(0);
+  host::ParameterStore hostStore(*bundle, DType::F32);
+  hostStore.initialize(pool, 1234);
+  std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
+  host::Tensor tokens = randomIds(shape, 256, 3);
+  host::Tensor labels = randomIds(shape, 256, 4);
+  std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
+  cuda::ParameterStore inStore(*bundle, *context);
+  cuda::ParameterStore inArena(*bundle, *context, true,
+                               cuda::ParameterStore::GradientStorage::Arena);
+  EXPECT_EQ(inArena.gradients(), nullptr);
+  inStore.upload(hostStore);
+  inArena.upload(hostStore);
+  cuda::Executor storeStep(*bundle, "train_step", inStore);
+  cuda::Executor arenaStep(*bundle, "train_step", inArena);
+  EXPECT_GT(storeStep.gemmAccumulationCount(), 0u);
+  EXPECT_EQ(arenaStep.gemmAccumulationCount(), 0u);
+  inArena.bindGradients(arenaStep.gradientSlots());
+  train::OptimizerConfig config;
+  config.schedule.maxLr = 1e-3;
+  config.clipGrad = 0; // the clip coefficient would round the norm's order
+  cuda::Optimizer storeOptimizer(inStore, config),
+      arenaOptimizer(inArena, config);
+  inStore.zeroGradients();
+  double storeLoss = storeStep.run(inputs, {5, 5})[0].data<float>()[0];
+  double arenaLoss = arenaStep.run(inputs, {5, 5})[0].data<float>()[0];
+  EXPECT_EQ(arenaLoss, storeLoss);
+  double worst = 0;
+  for (size_t p = 0; p < inStore.size(); ++p) {
+    host::Tensor gradient = inArena.gradientToHost(p);
+    worst = std::max(worst,
+                     relativeDifference(gradient, inStore.gradientToHost(p)));
+    expectClose(gradient, inStore.gradientToHost(p), 1e-6,
+                "gradient of " + inStore.info(p).name);
+    // The same gradients on both sides for the optimizer.
+    MTRT_CUDA_CHECK(cudaMemcpy(inStore.gradient(p), inArena.gradient(p),
+                               sizeof(float) * size_t(inStore.count(p)),
+                               cudaMemcpyDeviceToDevice),
+                    "copying a gradient");
+  }
+  train::OptimizerStepResult storeResult = storeOptimizer.step(1, 0.5);
+  train::OptimizerStepResult arenaResult = arenaOptimizer.step(1, 0.5);
+  EXPECT_NEAR(arenaResult.gradNorm, storeResult.gradNorm,
+              1e-12 * storeResult.gradNorm);
+  for (size_t p = 0; p < inStore.size(); ++p) {
+    host::Tensor a = inArena.valueToHost(p), b = inStore.valueToHost(p);
+    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()),
+              0)
+        << "value of " << inStore.info(p).name;
+    a = inArena.gradientToHost(p), b = inStore.gradientToHost(p);
+    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()),
+              0)
+        << "scaled gradient of " << inStore.info(p).name;
+  }
+  std::cout << "[ arena    ] " << GetParam()
+            << ": largest relative gradient difference " << worst
+            << ", gradient norm " << storeResult.gradNorm << " (store) / "
+            << arenaResult.gradNorm << " (arena)\n";
 }
 
 // The acceptance check of the backend: the same seed trains to the host's

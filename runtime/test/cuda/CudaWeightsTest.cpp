@@ -191,7 +191,7 @@ TEST_F(CudaWeightsTest, AdamWChunksAtAnyOffsetGiveTheSameBits) {
     std::vector<cuda::AdamWChunk> chunks;
     for (auto [begin, count] : pieces) {
       cuda::AdamWChunk chunk;
-      chunk.begin = chunk.stateBegin = chunk.bf16Begin = begin;
+      chunk.begin = chunk.stateBegin = chunk.gradBegin = chunk.bf16Begin = begin;
       chunk.count = static_cast<int32_t>(count);
       chunk.weightDecay = 1;
       chunks.push_back(chunk);

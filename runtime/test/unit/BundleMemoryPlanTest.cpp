@@ -41,14 +41,6 @@ Json planManifest() {
                       {function});
 }
 
-Json &plan(Json &m) { return m["functions"][0]["memory_plan"]; }
-
-void expectRejected(const Json &manifest,
-                    std::initializer_list<std::string> parts) {
-  expectError([&] { Bundle::parseManifest("p.mtb", manifest.dump()); },
-              MTRT_STATUS_INVALID_ARGUMENT, parts);
-}
-
 TEST(BundleMemoryPlanTest, AValidPlanIsRead) {
   Bundle bundle = Bundle::parseManifest("p.mtb", planManifest().dump());
   const std::optional<MemoryPlan> &p = bundle.functions()[0].memoryPlan;
@@ -67,61 +59,65 @@ TEST(BundleMemoryPlanTest, APlanIsOptional) {
 
 TEST(BundleMemoryPlanTest, BlocksStayInsideTheArena) {
   Json m = planManifest();
-  plan(m)["offsets"][4] = 768;
-  expectRejected(m, {"functions[0].memory_plan.offsets[4]",
-                     "found 768 (value 4, 256 bytes, ends at 1024)",
-                     "a block inside the arena of 768 bytes (arena_bytes)"});
+  firstMemoryPlan(m)["offsets"][4] = 768;
+  expectManifestRejected(
+      m, {"functions[0].memory_plan.offsets[4]",
+          "found 768 (value 4, 256 bytes, ends at 1024)",
+          "a block inside the arena of 768 bytes (arena_bytes)"});
 }
 
 TEST(BundleMemoryPlanTest, LiveValuesDoNotOverlap) {
   Json m = planManifest();
-  plan(m)["offsets"][2] = 0; // y on the input x, which lives to the end
-  plan(m)["offsets"][3] = 0;
-  expectRejected(m, {"functions[0].memory_plan.offsets[2]",
-                     "value 2 at [0, 256) overlaps value 0 at [0, 256), both "
-                     "live at instructions[1]",
-                     "disjoint memory for blocks live at the same time"});
+  firstMemoryPlan(m)["offsets"][2] =
+      0; // y on the input x, which lives to the end
+  firstMemoryPlan(m)["offsets"][3] = 0;
+  expectManifestRejected(
+      m, {"functions[0].memory_plan.offsets[2]",
+          "value 2 at [0, 256) overlaps value 0 at [0, 256), both "
+          "live at instructions[1]",
+          "disjoint memory for blocks live at the same time"});
 }
 
 TEST(BundleMemoryPlanTest, OnlyElementwiseOpsComputeInPlace) {
   Json m = planManifest();
   // add reads z, which dies there: in place is fine. linear may not write
   // over the operand it reads.
-  plan(m)["offsets"] = {0, -1, 256, 256, 256};
+  firstMemoryPlan(m)["offsets"] = {0, -1, 256, 256, 256};
   Bundle::parseManifest("p.mtb", m.dump());
   Json bad = planManifest();
   bad["functions"][0]["instructions"][2]["op"] = "linear";
   bad["functions"][0]["instructions"][2]["operands"] = {2, 1};
   bad["functions"][0]["instructions"][2].erase("attrs");
-  expectRejected(bad, {"functions[0].memory_plan.offsets[3]",
-                       "value 3 at [256, 512) overlaps value 2 at [256, 512)",
-                       "for ops that compute in place"});
+  expectManifestRejected(
+      bad, {"functions[0].memory_plan.offsets[3]",
+            "value 3 at [256, 512) overlaps value 2 at [256, 512)",
+            "for ops that compute in place"});
 }
 
 TEST(BundleMemoryPlanTest, ParameterViewsTakeNoMemory) {
   Json m = planManifest();
-  plan(m)["offsets"][1] = 512;
-  expectRejected(m, {"functions[0].memory_plan.offsets[1]", "found 512",
-                     "-1: value 1 is a parameter view"});
+  firstMemoryPlan(m)["offsets"][1] = 512;
+  expectManifestRejected(m, {"functions[0].memory_plan.offsets[1]", "found 512",
+                             "-1: value 1 is a parameter view"});
   Json n = planManifest();
-  plan(n)["offsets"][2] = -1;
-  expectRejected(n, {"functions[0].memory_plan.offsets[2]", "found -1",
-                     "value 2 is not a parameter view"});
+  firstMemoryPlan(n)["offsets"][2] = -1;
+  expectManifestRejected(n, {"functions[0].memory_plan.offsets[2]", "found -1",
+                             "value 2 is not a parameter view"});
 }
 
 TEST(BundleMemoryPlanTest, OffsetsAreAlignedAndOnePerValue) {
   Json m = planManifest();
-  plan(m)["offsets"][4] = 500;
-  expectRejected(m, {"functions[0].memory_plan.offsets[4]", "found 500",
-                     "a multiple of the alignment 256"});
+  firstMemoryPlan(m)["offsets"][4] = 500;
+  expectManifestRejected(m, {"functions[0].memory_plan.offsets[4]", "found 500",
+                             "a multiple of the alignment 256"});
   Json n = planManifest();
-  plan(n)["offsets"].erase(4);
-  expectRejected(n, {"functions[0].memory_plan.offsets", "found 4 offsets",
-                     "one per value (5)"});
+  firstMemoryPlan(n)["offsets"].erase(4);
+  expectManifestRejected(n, {"functions[0].memory_plan.offsets",
+                             "found 4 offsets", "one per value (5)"});
   Json a = planManifest();
-  plan(a)["alignment"] = 48;
-  expectRejected(a, {"functions[0].memory_plan.alignment", "found 48",
-                     "a power of two"});
+  firstMemoryPlan(a)["alignment"] = 48;
+  expectManifestRejected(
+      a, {"functions[0].memory_plan.alignment", "found 48", "a power of two"});
 }
 
 TEST(BundleMemoryPlanTest, TheHostExecutorRunsInThePlansArena) {
@@ -199,8 +195,9 @@ TEST(BundleMemoryPlanTest, ExecutorsShareAnArena) {
 // block (256 bytes at 1024); arena 1280.
 Json sideBufferManifest() {
   Json m = planManifest();
-  plan(m)["arena_bytes"] = 1280;
-  plan(m)["side_buffers"] = {{1, 768, 256, 3, 0}, {2, 1024, 256, 2, -1}};
+  firstMemoryPlan(m)["arena_bytes"] = 1280;
+  firstMemoryPlan(m)["side_buffers"] = {{1, 768, 256, 3, 0},
+                                        {2, 1024, 256, 2, -1}};
   return m;
 }
 
@@ -224,52 +221,54 @@ TEST(BundleMemoryPlanTest, SideBuffersAreRead) {
 TEST(BundleMemoryPlanTest, SideBuffersDoNotOverlapLiveBlocks) {
   // Over x (an input, live to the end).
   Json m = sideBufferManifest();
-  plan(m)["side_buffers"][1][1] = 0;
-  expectRejected(m, {"functions[0].memory_plan.side_buffers[1]",
-                     "the kernel block of instructions[2] at [0, 256) "
-                     "overlaps value 0 at [0, 256)",
-                     "both live at instructions[2]", "disjoint memory"});
+  firstMemoryPlan(m)["side_buffers"][1][1] = 0;
+  expectManifestRejected(m,
+                         {"functions[0].memory_plan.side_buffers[1]",
+                          "the kernel block of instructions[2] at [0, 256) "
+                          "overlaps value 0 at [0, 256)",
+                          "both live at instructions[2]", "disjoint memory"});
   // Over the copy of x, which lives through the add.
   Json n = sideBufferManifest();
-  plan(n)["side_buffers"][1][1] = 768;
-  expectRejected(n, {"functions[0].memory_plan.side_buffers[1]",
-                     "overlaps the copy of value 0 at [768, 1024)"});
+  firstMemoryPlan(n)["side_buffers"][1][1] = 768;
+  expectManifestRejected(n, {"functions[0].memory_plan.side_buffers[1]",
+                             "overlaps the copy of value 0 at [768, 1024)"});
   // A block released at the gelu leaves its memory to the add's.
   Json ok = sideBufferManifest();
-  plan(ok)["side_buffers"] = {{1, 768, 256, 2, 0}, {3, 768, 256, 3, -1}};
+  firstMemoryPlan(ok)["side_buffers"] = {{1, 768, 256, 2, 0},
+                                         {3, 768, 256, 3, -1}};
   EXPECT_NO_THROW(Bundle::parseManifest("p.mtb", ok.dump()));
 }
 
 TEST(BundleMemoryPlanTest, SideBuffersAreCheckedEntries) {
   Json m = sideBufferManifest();
-  plan(m)["side_buffers"][1] = {1, 1024, 256, 2, -1};
-  expectRejected(m, {"functions[0].memory_plan.side_buffers[1][0]",
-                     "found 1", "kernel block (copy of -1) first"});
+  firstMemoryPlan(m)["side_buffers"][1] = {1, 1024, 256, 2, -1};
+  expectManifestRejected(m, {"functions[0].memory_plan.side_buffers[1][0]",
+                             "found 1", "kernel block (copy of -1) first"});
   Json n = sideBufferManifest();
-  plan(n)["side_buffers"][0][3] = 0;
-  expectRejected(n, {"functions[0].memory_plan.side_buffers[0][3]",
-                     "found 0"});
+  firstMemoryPlan(n)["side_buffers"][0][3] = 0;
+  expectManifestRejected(
+      n, {"functions[0].memory_plan.side_buffers[0][3]", "found 0"});
   Json o = sideBufferManifest();
-  plan(o)["side_buffers"][1][1] = 1100;
-  expectRejected(o, {"functions[0].memory_plan.side_buffers[1][1]",
-                     "found 1100", "a multiple of the alignment 256"});
+  firstMemoryPlan(o)["side_buffers"][1][1] = 1100;
+  expectManifestRejected(o, {"functions[0].memory_plan.side_buffers[1][1]",
+                             "found 1100", "a multiple of the alignment 256"});
   Json q = sideBufferManifest();
-  plan(q)["side_buffers"][1][2] = 512;
-  expectRejected(q, {"functions[0].memory_plan.side_buffers[1][1]",
-                     "ends at 1536", "inside the arena of 1280 bytes"});
+  firstMemoryPlan(q)["side_buffers"][1][2] = 512;
+  expectManifestRejected(q, {"functions[0].memory_plan.side_buffers[1][1]",
+                             "ends at 1536", "inside the arena of 1280 bytes"});
   Json r = sideBufferManifest();
-  plan(r)["side_buffers"][1] = {2, 1024};
-  expectRejected(r, {"functions[0].memory_plan.side_buffers[1]",
-                     "found 2 numbers",
-                     "[instruction, offset, bytes, until, copy of]"});
+  firstMemoryPlan(r)["side_buffers"][1] = {2, 1024};
+  expectManifestRejected(r, {"functions[0].memory_plan.side_buffers[1]",
+                             "found 2 numbers",
+                             "[instruction, offset, bytes, until, copy of]"});
   Json t = sideBufferManifest();
-  plan(t)["side_buffers"][1] = {2, 1024, 256, 2, 0};
-  expectRejected(t, {"functions[0].memory_plan.side_buffers[1][4]",
-                     "found 0", "one copy per value"});
+  firstMemoryPlan(t)["side_buffers"][1] = {2, 1024, 256, 2, 0};
+  expectManifestRejected(t, {"functions[0].memory_plan.side_buffers[1][4]",
+                             "found 0", "one copy per value"});
   Json u = sideBufferManifest();
-  plan(u)["side_buffers"][1][4] = 5;
-  expectRejected(u, {"functions[0].memory_plan.side_buffers[1][4]",
-                     "found 5"});
+  firstMemoryPlan(u)["side_buffers"][1][4] = 5;
+  expectManifestRejected(
+      u, {"functions[0].memory_plan.side_buffers[1][4]", "found 5"});
 }
 
 TEST(BundleMemoryPlanTest, DeviceBackendsRunInThePlanWithItsSideBuffers) {

@@ -251,6 +251,20 @@ void expectError(Fn &&body, mtrt_status_code_t code,
   }
 }
 
+/// Expects the reader to refuse `manifest` (read as the bundle `name`) with
+/// INVALID_ARGUMENT and a message holding every one of `parts`.
+inline void expectManifestRejected(const Json &manifest,
+                                   std::initializer_list<std::string> parts,
+                                   const std::string &name = "m.mtb") {
+  expectError([&] { Bundle::parseManifest(name, manifest.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT, parts);
+}
+
+/// The memory plan of a manifest's first function.
+inline Json &firstMemoryPlan(Json &manifest) {
+  return manifest["functions"][0]["memory_plan"];
+}
+
 } // namespace mtrt::test
 
 #endif // MTRT_TEST_UNIT_BUNDLETESTBUILDER_H

@@ -46,14 +46,6 @@ Json viewManifest() {
                       {function});
 }
 
-Json &plan(Json &m) { return m["functions"][0]["memory_plan"]; }
-
-void expectRejected(const Json &manifest,
-                    std::initializer_list<std::string> parts) {
-  expectError([&] { Bundle::parseManifest("p.mtb", manifest.dump()); },
-              MTRT_STATUS_INVALID_ARGUMENT, parts);
-}
-
 TEST(BundleViewsTest, ViewsAreReadAndAdmitted) {
   Bundle bundle = Bundle::parseManifest("p.mtb", viewManifest().dump());
   const MemoryPlan &p = *bundle.functions()[0].memoryPlan;
@@ -63,9 +55,9 @@ TEST(BundleViewsTest, ViewsAreReadAndAdmitted) {
   EXPECT_EQ(p.wholeOf(2), -1);
   EXPECT_EQ(p.viewOffset[4], 32u);
   Json none = viewManifest();
-  plan(none)["views"] = Json::array();
-  plan(none)["arena_bytes"] = 1024;
-  plan(none)["offsets"] = {0, -1, 256, 512, 768, 256, 256};
+  firstMemoryPlan(none)["views"] = Json::array();
+  firstMemoryPlan(none)["arena_bytes"] = 1024;
+  firstMemoryPlan(none)["offsets"] = {0, -1, 256, 512, 768, 256, 256};
   Bundle empty = Bundle::parseManifest("p.mtb", none.dump());
   const MemoryPlan &q = *empty.functions()[0].memoryPlan;
   EXPECT_TRUE(q.hasViews);
@@ -74,56 +66,59 @@ TEST(BundleViewsTest, ViewsAreReadAndAdmitted) {
 
 TEST(BundleViewsTest, UndeclaredViewsAreRejected) {
   Json m = viewManifest();
-  plan(m).erase("views");
-  expectRejected(m, {"functions[0].memory_plan.offsets[4]", "found 288",
-                     "a multiple of the alignment 256"});
+  firstMemoryPlan(m).erase("views");
+  expectManifestRejected(m, {"functions[0].memory_plan.offsets[4]", "found 288",
+                             "a multiple of the alignment 256"});
   Json n = viewManifest();
-  plan(n)["views"] = {{4, 2, 32}};
-  expectRejected(n, {"functions[0].memory_plan.offsets[3]",
-                     "value 3 at [256, 384) overlaps value 2 (with its "
-                     "views) at [256, 512), both live at instructions[2]"});
+  firstMemoryPlan(n)["views"] = {{4, 2, 32}};
+  expectManifestRejected(
+      n, {"functions[0].memory_plan.offsets[3]",
+          "value 3 at [256, 384) overlaps value 2 (with its "
+          "views) at [256, 512), both live at instructions[2]"});
 }
 
 TEST(BundleViewsTest, AViewIsAtItsWholesOffsetPlusItsOwn) {
   Json m = viewManifest();
-  plan(m)["offsets"][4] = 320;
-  expectRejected(m, {"functions[0].memory_plan.offsets[4]", "found 320",
-                     "the offset of the whole (value 2, 256) plus the "
-                     "view's 32 bytes (views)"});
+  firstMemoryPlan(m)["offsets"][4] = 320;
+  expectManifestRejected(m, {"functions[0].memory_plan.offsets[4]", "found 320",
+                             "the offset of the whole (value 2, 256) plus the "
+                             "view's 32 bytes (views)"});
   Json n = viewManifest();
-  plan(n)["views"][1][2] = 256;
-  expectRejected(n, {"functions[0].memory_plan.views[1][2]", "found 256",
-                     "an offset inside the whole's 256 bytes (value 2)"});
+  firstMemoryPlan(n)["views"][1][2] = 256;
+  expectManifestRejected(n,
+                         {"functions[0].memory_plan.views[1][2]", "found 256",
+                          "an offset inside the whole's 256 bytes (value 2)"});
 }
 
 TEST(BundleViewsTest, ViewsAreCheckedEntries) {
   Json m = viewManifest();
-  plan(m)["views"][0] = {3, 3, 0};
-  expectRejected(m, {"functions[0].memory_plan.views[0][0]", "found 3",
-                     "a value other than its whole"});
+  firstMemoryPlan(m)["views"][0] = {3, 3, 0};
+  expectManifestRejected(m, {"functions[0].memory_plan.views[0][0]", "found 3",
+                             "a value other than its whole"});
   Json n = viewManifest();
-  plan(n)["views"][0] = {3, 0, 0}; // the input x
-  expectRejected(n, {"functions[0].memory_plan.views[0][1]", "found 0",
-                     "no input, output, parameter view"});
+  firstMemoryPlan(n)["views"][0] = {3, 0, 0}; // the input x
+  expectManifestRejected(n, {"functions[0].memory_plan.views[0][1]", "found 0",
+                             "no input, output, parameter view"});
   Json o = viewManifest();
-  plan(o)["views"] = {{3, 2, 0}, {4, 3, 0}};
-  expectRejected(o, {"functions[0].memory_plan.views[1][1]", "found 3",
-                     "a whole that is no view itself"});
+  firstMemoryPlan(o)["views"] = {{3, 2, 0}, {4, 3, 0}};
+  expectManifestRejected(o, {"functions[0].memory_plan.views[1][1]", "found 3",
+                             "a whole that is no view itself"});
   Json q = viewManifest();
-  plan(q)["views"].push_back({3, 2, 0});
-  expectRejected(q, {"functions[0].memory_plan.views[2][0]", "found 3",
-                     "each value a view once"});
+  firstMemoryPlan(q)["views"].push_back({3, 2, 0});
+  expectManifestRejected(q, {"functions[0].memory_plan.views[2][0]", "found 3",
+                             "each value a view once"});
 }
 
 TEST(BundleViewsTest, AGroupIsOneBlockWhileAnyMemberLives) {
   // t in place of a: a is a view, its block the group's, which b still
   // holds at the add.
   Json m = viewManifest();
-  plan(m)["offsets"][5] = 256;
-  plan(m)["offsets"][6] = 512;
-  expectRejected(m, {"functions[0].memory_plan.offsets[5]",
-                     "value 5 at [256, 384) overlaps value 2 (with its "
-                     "views) at [256, 512), both live at instructions[3]"});
+  firstMemoryPlan(m)["offsets"][5] = 256;
+  firstMemoryPlan(m)["offsets"][6] = 512;
+  expectManifestRejected(
+      m, {"functions[0].memory_plan.offsets[5]",
+          "value 5 at [256, 384) overlaps value 2 (with its "
+          "views) at [256, 512), both live at instructions[3]"});
 }
 
 TEST(BundleViewsTest, TheHostExecutorRunsInAPlanWithViews) {

@@ -82,12 +82,6 @@ Json bucketManifest(bool distributed) {
   return m;
 }
 
-void expectRejected(const Json &manifest,
-                    std::initializer_list<std::string> parts) {
-  expectError([&] { Bundle::parseManifest("g.mtb", manifest.dump()); },
-              MTRT_STATUS_INVALID_ARGUMENT, parts);
-}
-
 TEST(GradientBucketTest, TheBucketsAreRead) {
   Bundle bundle = Bundle::parseManifest("g.mtb", bucketManifest(true).dump());
   const std::vector<GradientBucket> &buckets = bundle.gradientBuffer().buckets;
@@ -110,48 +104,48 @@ TEST(GradientBucketTest, TheBucketsAreRead) {
 TEST(GradientBucketTest, BadBucketsAreRefused) {
   Json m = bucketManifest(false);
   m["version"] = 8;
-  expectRejected(m, {"gradient_buffer.buckets: found buckets in a version 8 "
+  expectManifestRejected(m, {"gradient_buffer.buckets: found buckets in a version 8 "
                      "manifest, expected none before format version 9"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][1]["offset"] = 7;
-  expectRejected(m, {"gradient_buffer.buckets[1].offset: found 7"});
+  expectManifestRejected(m, {"gradient_buffer.buckets[1].offset: found 7"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][0]["size"] = 5;
-  expectRejected(m, {"gradient_buffer.buckets[0].size: found 5, expected a "
+  expectManifestRejected(m, {"gradient_buffer.buckets[0].size: found 5, expected a "
                      "size that ends the bucket where a parameter's gradient "
                      "starts"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][1]["size"] = 20;
-  expectRejected(m, {"gradient_buffer.buckets[1].size: found 20, expected 24: "
+  expectManifestRejected(m, {"gradient_buffer.buckets[1].size: found 20, expected 24: "
                      "the last bucket ends where the buffer does"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][1]["reduce_function"] =
       "reduce_gradients_bucket0";
-  expectRejected(m, {"functions.reduce_gradients_bucket0: found [6] f32 -> "
+  expectManifestRejected(m, {"functions.reduce_gradients_bucket0: found [6] f32 -> "
                      "[6] f32, expected [24] f32 -> [24] f32"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][0]["ready_after"]["function"] =
       "reduce_gradients";
-  expectRejected(m, {"gradient_buffer.buckets[0].ready_after.function: found "
+  expectManifestRejected(m, {"gradient_buffer.buckets[0].ready_after.function: found "
                      "\"reduce_gradients\", expected train_step, a training "
                      "function that accumulates into this buffer"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][1]["ready_after"]["instruction"] = 2;
-  expectRejected(m, {"gradient_buffer.buckets[1].ready_after.instruction: "
+  expectManifestRejected(m, {"gradient_buffer.buckets[1].ready_after.instruction: "
                      "found 2 of train_step",
                      "parameter 0 ('w') is accumulated at instruction 3 of "
                      "train_step"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][1]["ready_after"]["instruction"] = 5;
-  expectRejected(m, {"gradient_buffer.buckets[1].ready_after.instruction: "
+  expectManifestRejected(m, {"gradient_buffer.buckets[1].ready_after.instruction: "
                      "found 5"});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"][0]["stream"] = 1;
-  expectRejected(
+  expectManifestRejected(
       m, {"gradient_buffer.buckets[0].stream: found a field \"stream\""});
   m = bucketManifest(false);
   m["gradient_buffer"]["buckets"] = Json::array();
-  expectRejected(m, {"gradient_buffer.buckets: found [], expected at least "
+  expectManifestRejected(m, {"gradient_buffer.buckets: found [], expected at least "
                      "one bucket"});
 }
 

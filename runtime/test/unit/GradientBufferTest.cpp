@@ -53,12 +53,6 @@ Json bufferManifest(bool distributed, int64_t size = 32) {
   return m;
 }
 
-void expectRejected(const Json &manifest,
-                    std::initializer_list<std::string> parts) {
-  expectError([&] { Bundle::parseManifest("g.mtb", manifest.dump()); },
-              MTRT_STATUS_INVALID_ARGUMENT, parts);
-}
-
 TEST(GradientBufferTest, TheLayoutIsRead) {
   Bundle bundle = Bundle::parseManifest("g.mtb", bufferManifest(true).dump());
   ASSERT_TRUE(bundle.hasGradientBuffer());
@@ -76,43 +70,50 @@ TEST(GradientBufferTest, TheLayoutIsRead) {
 TEST(GradientBufferTest, BadLayoutsAreRejected) {
   Json m = bufferManifest(true);
   m["version"] = 1;
-  expectRejected(m, {"gradient_buffer: found a gradient_buffer in a version 1 "
-                     "manifest"});
+  expectManifestRejected(
+      m, {"gradient_buffer: found a gradient_buffer in a version 1 "
+          "manifest"});
   m = bufferManifest(true);
   m["gradient_buffer"]["offsets"][1] = 8;
-  expectRejected(m, {"gradient_buffer.offsets[1]: found 8, expected 6, where "
-                     "the previous parameter's shard ends"});
+  expectManifestRejected(
+      m, {"gradient_buffer.offsets[1]: found 8, expected 6, where "
+          "the previous parameter's shard ends"});
   m = bufferManifest(true);
   m["gradient_buffer"]["parameters"] = {1, 1};
-  expectRejected(m, {"gradient_buffer.parameters[1]: found parameter 1 again"});
+  expectManifestRejected(
+      m, {"gradient_buffer.parameters[1]: found parameter 1 again"});
   m = bufferManifest(true);
   m["gradient_buffer"]["parameters"] = {1};
   m["gradient_buffer"]["offsets"] = {0};
-  expectRejected(m, {"found no entry for parameter 0 ('w')",
-                     "the distributed optimizer updates parameters"});
+  expectManifestRejected(m, {"found no entry for parameter 0 ('w')",
+                             "the distributed optimizer updates parameters"});
   m = bufferManifest(true);
   m["gradient_buffer"]["size"] = 29;
-  expectRejected(m, {"gradient_buffer.size: found 29, expected"});
+  expectManifestRejected(m, {"gradient_buffer.size: found 29, expected"});
   m = bufferManifest(true, 34);
   m["gradient_buffer"]["size"] = 33;
-  expectRejected(m, {"gradient_buffer.size: found 33, expected a multiple of "
-                     "the 2 ranks"});
+  expectManifestRejected(
+      m, {"gradient_buffer.size: found 33, expected a multiple of "
+          "the 2 ranks"});
   m = bufferManifest(true);
   m["functions"].erase(1);
-  expectRejected(m, {"functions: found no function \"gather_parameters\""});
+  expectManifestRejected(
+      m, {"functions: found no function \"gather_parameters\""});
   m = bufferManifest(false);
   m["gradient_buffer"]["size"] = 30;
-  expectRejected(m, {"functions.reduce_gradients: found [32] f32 -> [32] f32, "
-                     "expected [30] f32 -> [30] f32"});
+  expectManifestRejected(
+      m, {"functions.reduce_gradients: found [32] f32 -> [32] f32, "
+          "expected [30] f32 -> [30] f32"});
   m = bufferManifest(false);
   m.erase("grid");
   m["functions"] = Json::array();
   m["gradient_buffer"]["grid_axes"] = Json::array();
-  expectRejected(m, {"gradient_buffer: found a gradient buffer in a bundle "
-                     "without a grid"});
+  expectManifestRejected(
+      m, {"gradient_buffer: found a gradient buffer in a bundle "
+          "without a grid"});
   m = bufferManifest(false);
   m["gradient_buffer"]["bucket_size"] = 1;
-  expectRejected(
+  expectManifestRejected(
       m, {"gradient_buffer.bucket_size: found a field \"bucket_size\""});
 }
 

@@ -99,12 +99,6 @@ Json pipelineManifest(bool distributed, int64_t size0 = 32,
   return m;
 }
 
-void expectRejected(const Json &manifest,
-                    std::initializer_list<std::string> parts) {
-  expectError([&] { Bundle::parseManifest("p.mtb", manifest.dump()); },
-              MTRT_STATUS_INVALID_ARGUMENT, parts);
-}
-
 TEST(PipelineGradientBufferTest, EachPipelineRankHasItsBuffer) {
   for (bool distributed : {false, true}) {
     Bundle bundle = Bundle::parseManifest(
@@ -132,57 +126,68 @@ TEST(PipelineGradientBufferTest, EachPipelineRankHasItsBuffer) {
 TEST(PipelineGradientBufferTest, BadBuffersAreRejected) {
   Json m = pipelineManifest(true);
   m["version"] = 6;
-  expectRejected(m, {"gradient_buffers: found gradient_buffers in a version 6 "
-                     "manifest, expected none before format version 7"});
+  expectManifestRejected(
+      m, {"gradient_buffers: found gradient_buffers in a version 6 "
+          "manifest, expected none before format version 7"});
   m = pipelineManifest(true);
   m["gradient_buffer"] = m["gradient_buffers"][0];
-  expectRejected(m, {"gradient_buffer: found a gradient_buffer in a pipeline "
-                     "bundle, expected gradient_buffers, one per pipeline "
-                     "rank"});
+  expectManifestRejected(
+      m, {"gradient_buffer: found a gradient_buffer in a pipeline "
+          "bundle, expected gradient_buffers, one per pipeline "
+          "rank"});
   m = pipelineManifest(true);
   m["gradient_buffers"].erase(1);
-  expectRejected(m, {"gradient_buffers: found 1 buffers, expected 2, one per "
-                     "pipeline rank"});
+  expectManifestRejected(
+      m, {"gradient_buffers: found 1 buffers, expected 2, one per "
+          "pipeline rank"});
   m = pipelineManifest(true);
   std::swap(m["gradient_buffers"][0], m["gradient_buffers"][1]);
-  expectRejected(m, {"gradient_buffers[0].pipeline_rank: found 1"});
+  expectManifestRejected(m, {"gradient_buffers[0].pipeline_rank: found 1"});
   m = pipelineManifest(false, 36);
   m["gradient_buffers"][0]["parameters"] = {2, 1, 0};
   m["gradient_buffers"][0]["offsets"] = {0, 6, 12};
-  expectRejected(m, {"gradient_buffers[0].parameters[0]: found parameter 2 "
-                     "('v') of pipeline rank 1, expected a parameter of "
-                     "pipeline rank 0"});
+  expectManifestRejected(
+      m, {"gradient_buffers[0].parameters[0]: found parameter 2 "
+          "('v') of pipeline rank 1, expected a parameter of "
+          "pipeline rank 0"});
   m = pipelineManifest(false, 24);
   m["gradient_buffers"][0]["parameters"] = {0};
   m["gradient_buffers"][0]["offsets"] = {0};
-  expectRejected(m, {"gradient_buffers[0].parameters: found no entry for "
-                     "parameter 1 ('u') of pipeline rank 0, expected every "
-                     "parameter of the rank"});
+  expectManifestRejected(
+      m, {"gradient_buffers[0].parameters: found no entry for "
+          "parameter 1 ('u') of pipeline rank 0, expected every "
+          "parameter of the rank"});
   m = pipelineManifest(false);
   m["gradient_buffers"][1]["grid_axes"] = {0};
-  expectRejected(m, {"gradient_buffers[1].grid_axes: found axis 0 (the "
-                     "pipeline axis), expected the data-parallel axis 1"});
+  expectManifestRejected(m,
+                         {"gradient_buffers[1].grid_axes: found axis 0 (the "
+                          "pipeline axis), expected the data-parallel axis 1"});
   m = pipelineManifest(true);
   m["gradient_buffers"][1]["reduce_function"] = "reduce_gradients_pp9";
-  expectRejected(m, {"functions: found no function \"reduce_gradients_pp9\", "
-                     "expected reduce_gradients_pp9, which "
-                     "gradient_buffers[1] with distributed_optimizer needs"});
+  expectManifestRejected(
+      m, {"functions: found no function \"reduce_gradients_pp9\", "
+          "expected reduce_gradients_pp9, which "
+          "gradient_buffers[1] with distributed_optimizer needs"});
   m = pipelineManifest(true);
   m["gradient_buffers"][1]["reduce_function"] = "reduce_gradients_pp0";
-  expectRejected(m, {"functions.reduce_gradients_pp0: found [32] f32 -> [16] "
-                     "f32, expected [8] f32 -> [4] f32"});
+  expectManifestRejected(
+      m, {"functions.reduce_gradients_pp0: found [32] f32 -> [16] "
+          "f32, expected [8] f32 -> [4] f32"});
   m = pipelineManifest(true);
   m["gradient_buffers"][0].erase("gather_function");
-  expectRejected(m, {"gradient_buffers[0].gather_function: found nothing"});
+  expectManifestRejected(
+      m, {"gradient_buffers[0].gather_function: found nothing"});
   m = pipelineManifest(false);
   m["gradient_buffers"][0]["gather_function"] = "gather_parameters_pp0";
-  expectRejected(m, {"gradient_buffers[0].gather_function: found "
-                     "\"gather_parameters_pp0\", expected none: only the "
-                     "distributed optimizer gathers parameters"});
+  expectManifestRejected(m,
+                         {"gradient_buffers[0].gather_function: found "
+                          "\"gather_parameters_pp0\", expected none: only the "
+                          "distributed optimizer gathers parameters"});
   m = pipelineManifest(false);
   m.erase("pipeline");
-  expectRejected(m, {"gradient_buffers: found gradient_buffers in a bundle "
-                     "without a pipeline section"});
+  expectManifestRejected(
+      m, {"gradient_buffers: found gradient_buffers in a bundle "
+          "without a pipeline section"});
 }
 
 } // namespace

@@ -34,7 +34,9 @@ side = {fn["name"]: fn["memory_plan"]["side_buffers"]
 parameters = row(re.search(r"\n  (parameters \(\d+, fp32\))", text).group(1))
 copies = re.search(r"\n  (bf16 weight copies \(\d+\))", text)
 bf16_weights = row(copies.group(1)) if copies else 0
-gradients = row("gradients (fp32)")
+in_arena = "gradients (fp32, in the arena)" in text
+gradients = row("gradients (fp32, in the arena)" if in_arena
+                else "gradients (fp32)")
 optimizer = row("optimizer state (Adam moments)")
 activations = row("activations (train_step arena peak)")
 side_at_peak = row("  of which side buffers at the peak")
@@ -64,6 +66,23 @@ for fn in manifest["functions"]:
                         count *= d
                     read[parameter_of[v]] = count
 gemm_read_elements = sum(read.values())
+# The CUDA trainer's rule (runtime/src/cuda/Trainer.cpp,
+# ParameterStore::gradientsFitArena): the gradients live in train_step's
+# arena with one micro-batch per iteration, no data-parallel gradient
+# buffer, no loss scaling, and one f32 accumulate_gradient per parameter.
+model = manifest["model"]
+train = next(fn for fn in manifest["functions"] if fn["name"] == "train_step")
+accumulated = [0] * len(manifest["parameters"])
+f32_gradients = True
+for inst in train["instructions"]:
+    if inst["op"] == "accumulate_gradient":
+        accumulated[inst["attrs"]["parameter"]] += 1
+        f32_gradients &= train["values"][inst["operands"][0]]["dtype"] == "f32"
+fits_arena = (model["global_batch_size"] == model["micro_batch_size"] *
+              model["data_parallel_size"] and
+              "gradient_buffer" not in manifest and
+              model["precision"] != "fp16" and f32_gradients and
+              all(count == 1 for count in accumulated))
 copied = int(copies.group(1)[len("bf16 weight copies ("):-1]) if copies else 0
 
 checks = [
@@ -90,6 +109,10 @@ checks = [
          for fn in manifest["functions"]
          for position, inst in enumerate(fn["instructions"])
          if inst["op"] in GEMMS)),
+    ("gradients in the arena exactly where the runtime keeps them there",
+     in_arena == fits_arena),
+    ("gradients: none beside the arena, or every parameter's fp32",
+     gradients == (0 if in_arena else parameters)),
     ("weights and optimizer = the sum of its rows",
      row("weights and optimizer") ==
      parameters + bf16_weights + gradients + optimizer),
@@ -106,4 +129,5 @@ if failed:
     sys.exit("inconsistent report: " + "; ".join(failed))
 policy = re.search(r"recompute (.+?), \d+ rank", text).group(1)
 print(f"recompute {policy}: consistent ({len(checks)} checks), "
-      f"{len(side['train_step'])} side buffers")
+      f"{len(side['train_step'])} side buffers, gradients "
+      f"{'in the arena' if in_arena else 'in a buffer'}")

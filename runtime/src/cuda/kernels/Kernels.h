@@ -483,13 +483,16 @@ struct AdamWScalars {
 
 /// A piece of at most kAdamWChunkElements elements of one parameter for the
 /// multi-tensor AdamW: its first element in the store's flat fp32 values,
-/// in the gradient and moment arrays (the store's, at the same offset; the
-/// distributed optimizer's shard, elsewhere), and in the flat bf16 copies
-/// (-1: the parameter has none), its length and whether the parameter has
-/// weight decay.
+/// in the moment arrays (the store's, at the same offset; the distributed
+/// optimizer's shard, elsewhere), in the gradients (the store's flat array
+/// or the shard, at the moments' offset; or, with the gradients in the
+/// train step's arena, its slot there, counted from the lowest slot), and
+/// in the flat bf16 copies (-1: the parameter has none), its length and
+/// whether the parameter has weight decay.
 struct AdamWChunk {
   int64_t begin = 0;
   int64_t stateBegin = 0;
+  int64_t gradBegin = 0;
   int64_t bf16Begin = -1;
   int32_t count = 0;
   int32_t weightDecay = 0;
@@ -497,8 +500,8 @@ struct AdamWChunk {
 constexpr int64_t kAdamWChunkElements = 32768;
 
 /// AdamW over every parameter in one launch, one block per chunk (a device
-/// array of `chunkCount`; param is indexed from a chunk's begin, grad and
-/// the moments from its stateBegin). Per element: g = grad (* gradScale)
+/// array of `chunkCount`; param is indexed from a chunk's begin, the
+/// moments from its stateBegin, grad from its gradBegin). Per element: g = grad (* gradScale)
 /// (* clipCoefficient), each product rounded to float as the host's
 /// in-place scaling does, written back to grad; then AdamW on param,
 /// expAvg, expAvgSq with host::adamwStep's order of operations; and the
@@ -516,6 +519,17 @@ size_t sumOfSquaresScratchBytes(int64_t n);
 /// double over fixed blocks and then in block order.
 void sumOfSquares(cudaStream_t stream, int64_t n, const float *x, float scale,
                   double *out, void *scratch);
+
+/// Scratch of sumOfSquaresOfChunks.
+size_t sumOfSquaresOfChunksScratchBytes(int64_t chunkCount);
+
+/// *out (device) = sum over the chunks' gradients (grad from each chunk's
+/// gradBegin, `count` elements) of float(g * scale)^2, accumulated in
+/// double per chunk and then in chunk order: the gradient norm's square
+/// when the gradients are not one flat array.
+void sumOfSquaresOfChunks(cudaStream_t stream, int64_t chunkCount,
+                          const AdamWChunk *chunks, const float *grad,
+                          float scale, double *out, void *scratch);
 
 } // namespace mtrt::cuda
 

@@ -43,13 +43,15 @@ __global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
   bool hasCopy = chunk.bf16Begin >= 0;
   int32_t quads = vectorBases && chunk.begin % 4 == 0 &&
                           chunk.stateBegin % 4 == 0 &&
+                          chunk.gradBegin % 4 == 0 &&
                           (!hasCopy || chunk.bf16Begin % 4 == 0)
                       ? chunk.count / 4
                       : 0;
   for (int32_t q = threadIdx.x; q < quads; q += blockDim.x) {
     int64_t i = chunk.begin + 4 * int64_t(q), k = chunk.stateBegin + 4 * int64_t(q);
+    int64_t gi = chunk.gradBegin + 4 * int64_t(q);
     float4 p4 = *reinterpret_cast<const float4 *>(param + i);
-    float4 g4 = *reinterpret_cast<const float4 *>(grad + k);
+    float4 g4 = *reinterpret_cast<const float4 *>(grad + gi);
     float4 m4 = *reinterpret_cast<const float4 *>(expAvg + k);
     float4 v4 = *reinterpret_cast<const float4 *>(expAvgSq + k);
     AdamWElement e[4] = {{p4.x, g4.x, m4.x, v4.x},
@@ -60,7 +62,7 @@ __global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
     for (int j = 0; j < 4; ++j)
       e[j].step(s, decay);
     if (writeGrad)
-      *reinterpret_cast<float4 *>(grad + k) =
+      *reinterpret_cast<float4 *>(grad + gi) =
           make_float4(e[0].g, e[1].g, e[2].g, e[3].g);
     *reinterpret_cast<float4 *>(expAvg + k) =
         make_float4(e[0].m, e[1].m, e[2].m, e[3].m);
@@ -80,11 +82,12 @@ __global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
   }
   for (int32_t j = 4 * quads + threadIdx.x; j < chunk.count;
        j += blockDim.x) {
-    int64_t i = chunk.begin + j, k = chunk.stateBegin + j;
-    AdamWElement e{param[i], grad[k], expAvg[k], expAvgSq[k]};
+    int64_t i = chunk.begin + j, k = chunk.stateBegin + j,
+            gi = chunk.gradBegin + j;
+    AdamWElement e{param[i], grad[gi], expAvg[k], expAvgSq[k]};
     e.step(s, decay);
     if (writeGrad)
-      grad[k] = e.g;
+      grad[gi] = e.g;
     expAvg[k] = e.m;
     expAvgSq[k] = e.v;
     param[i] = e.p;
@@ -133,6 +136,22 @@ __global__ void sumOfSquaresPartialKernel(int64_t n, const float *x,
     partial[blockIdx.x] = sum;
 }
 
+// One block per chunk: its sum of squares into partial[chunk].
+__global__ void sumOfSquaresOfChunksKernel(const AdamWChunk *chunks,
+                                           const float *grad, float scale,
+                                           double *partial) {
+  __shared__ double shared[kReduceThreads / detail::kWarp];
+  AdamWChunk chunk = chunks[blockIdx.x];
+  double sum = 0;
+  for (int32_t j = threadIdx.x; j < chunk.count; j += blockDim.x) {
+    float value = grad[chunk.gradBegin + j] * scale;
+    sum += static_cast<double>(value) * value;
+  }
+  sum = detail::blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = sum;
+}
+
 __global__ void sumPartialsKernel(int64_t count, const double *partial,
                                   double *out) {
   __shared__ double shared[kMaxPartials / detail::kWarp];
@@ -145,6 +164,21 @@ __global__ void sumPartialsKernel(int64_t count, const double *partial,
 }
 
 } // namespace
+
+size_t sumOfSquaresOfChunksScratchBytes(int64_t chunkCount) {
+  return sizeof(double) * static_cast<size_t>(std::max<int64_t>(chunkCount, 1));
+}
+
+void sumOfSquaresOfChunks(cudaStream_t stream, int64_t chunkCount,
+                          const AdamWChunk *chunks, const float *grad,
+                          float scale, double *out, void *scratch) {
+  auto *partial = static_cast<double *>(scratch);
+  if (chunkCount > 0)
+    sumOfSquaresOfChunksKernel<<<static_cast<unsigned>(chunkCount),
+                                 kReduceThreads, 0, stream>>>(chunks, grad,
+                                                              scale, partial);
+  sumPartialsKernel<<<1, kMaxPartials, 0, stream>>>(chunkCount, partial, out);
+}
 
 void adamwStepChunks(cudaStream_t stream, int64_t chunkCount,
                      const AdamWChunk *chunks, float *param, float *grad,

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Issue 22's attention table in one call on the GPU machine: this project's
+# flash attention (mtrt-attention-bench) and PyTorch's SDPA backends
+# (torch_sdpa.py: cuDNN, FlashAttention-2, memory-efficient) at the same
+# shapes, then bench/attention_table.py's table.
+#
+# Usage: bench/run-attention-table.sh BIN OUT
+#   BIN  a folder holding mtrt-attention-bench (a build with CUDA)
+#   OUT  gets ours.txt, torch.txt and attention-table.md
+#   REPEATS (environment) timed calls per figure, default 10
+set -u
+bin=$(cd "$1" && pwd)
+out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+libdirs=$(find /usr/local /opt /usr/lib -name 'libcudart.so.13*' 2>/dev/null |
+  xargs -r -n1 dirname | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
+timeout 240 "$bin/mtrt-attention-bench" "${REPEATS:-10}" >"$out/ours.txt" 2>&1
+echo "mtrt-attention-bench: exit status $?" >>"$out/ours.txt"
+timeout 300 python3 "$here/torch_sdpa.py" --repeats "${REPEATS:-10}" \
+  --backends cudnn,flash >"$out/torch.txt" 2>&1
+echo "torch_sdpa.py: exit status $?" >>"$out/torch.txt"
+python3 "$here/attention_table.py" "$out/ours.txt" "$out/torch.txt" \
+  >"$out/attention-table.md"
+cat "$out/attention-table.md"
