@@ -51,6 +51,12 @@ for precision in fp32 bf16; do
     "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" \
       --tensor-model-parallel-size=2 --use-distributed-optimizer \
       -o "$b/$name-dp2-tp2-distopt.mtb"
+    # CudaDataParallelBucketTest: the same with gradient buckets.
+    buckets=(--overlap-grad-reduce --ddp-bucket-size=40000)
+    "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" "${buckets[@]}" \
+      -o "$b/$name-dp2-overlap.mtb"
+    "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" "${buckets[@]}" \
+      --use-distributed-optimizer -o "$b/$name-dp2-distopt-overlap.mtb"
   fi
 done
 # Dropout 0.1 over split tensors (masks keyed on the global samples):
@@ -103,6 +109,10 @@ for precision in fp32 bf16; do
     "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
       --data-parallel-size=2 --use-distributed-optimizer \
       -o "$b/$name-pp2-dp2-distopt.mtb"
+    # CudaDataParallelBucketTest: PP=2 x DP=2 with gradient buckets.
+    "${pp[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+      --data-parallel-size=2 --overlap-grad-reduce --ddp-bucket-size=40000 \
+      -o "$b/$name-pp2-dp2-overlap.mtb"
   fi
 done
 # CudaPipelineTest's tied cases: the same 4 layers with tiny-gpt's tied

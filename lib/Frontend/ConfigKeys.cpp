@@ -416,6 +416,29 @@ static const KeyDef kKeys[] = {
      [](CompileConfig &c, StringRef v) {
        return setBool(v, c.parallel.useDistributedOptimizer);
      }},
+    {{"overlap_grad_reduce", "parallel",
+      "Reduce the gradients in buckets during the last micro-batch's "
+      "backward pass, each as soon as its gradients are complete.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.parallel.overlapGradReduce);
+     }},
+    {{"ddp_bucket_size", "parallel",
+      "Least gradient elements per bucket under overlap_grad_reduce (all "
+      "buckets but the last).",
+      K::Integer, "max(40000000, 1000000 * data_parallel_size)"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       int64_t value;
+       if (Problem p = parseInteger(v, "a positive number of elements", value))
+         return p;
+       if (value <= 0)
+         return "ddp_bucket_size " + v.trim().str() +
+                " is not a positive number of elements: a bucket holds at "
+                "least one gradient; give one such as 40000000, or leave it "
+                "out for Megatron-LM's default";
+       c.parallel.ddpBucketSize = value;
+       return std::nullopt;
+     }},
 
     // batch
     {{"micro_batch_size", "batch", "Sequences per micro-batch per rank.",

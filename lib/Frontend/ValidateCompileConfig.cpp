@@ -70,6 +70,7 @@ private:
   Error checkOverflow();
   Error checkModelShape();
   Error checkTensorParallel();
+  Error checkGradientBuckets();
   Error checkPipeline();
   Error checkBatch();
   Error checkRecompute();
@@ -628,6 +629,26 @@ Error Validator::checkRecompute() {
   return Error::success();
 }
 
+/// Megatron-LM's --overlap-grad-reduce and --ddp-bucket-size need a
+/// data-parallel gradient reduction to overlap.
+Error Validator::checkGradientBuckets() {
+  if (p.overlapGradReduce && p.dataParallelSize == 1)
+    return fail({"overlap_grad_reduce", "data_parallel_size"},
+                "overlap_grad_reduce needs data_parallel_size > 1: it "
+                "overlaps the data-parallel gradient reduction with the "
+                "backward pass, and data_parallel_size 1 reduces nothing; "
+                "remove overlap_grad_reduce or set data_parallel_size to 2 "
+                "or more");
+  if (c.keyOrigins.count("ddp_bucket_size") && !p.overlapGradReduce)
+    return fail({"ddp_bucket_size", "overlap_grad_reduce"},
+                "ddp_bucket_size " + show(p.ddpBucketSize) +
+                    " sizes the buckets of overlap_grad_reduce, which is "
+                    "off (without it the gradients are reduced in one "
+                    "bucket after the backward pass, as in Megatron-LM); "
+                    "add overlap_grad_reduce or remove ddp_bucket_size");
+  return Error::success();
+}
+
 Error Validator::run() {
   if (Error err = checkRanges())
     return err;
@@ -636,6 +657,8 @@ Error Validator::run() {
   if (Error err = checkModelShape())
     return err;
   if (Error err = checkTensorParallel())
+    return err;
+  if (Error err = checkGradientBuckets())
     return err;
   if (Error err = checkPipeline())
     return err;

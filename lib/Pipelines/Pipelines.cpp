@@ -66,6 +66,7 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   mlir::mt::PlanGradientReductionPassOptions reduction;
   reduction.distributedOptimizer = options.distributedOptimizer;
   reduction.pipelineSize = options.pipelineSize;
+  reduction.bucketSize = options.gradientBucketSize;
   pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
   // Sequence shards, not gathered tensors, live until the backward pass.
   pm.addPass(mlir::mt::createRegatherInBackwardPass());
@@ -135,6 +136,8 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
     partition.distributedOptimizer = parallel.useDistributedOptimizer;
     partition.pipelineSize =
         pipelined ? parallel.pipelineModelParallelSize : 0;
+    partition.gradientBucketSize =
+        parallel.overlapGradReduce ? parallel.bucketElements() : 0;
     buildPartitionPipeline(pm, partition);
   }
   if (pipelined)

@@ -287,6 +287,19 @@ def PlanGradientReductionPass
     buffers lie), so each pipeline rank reduces once per iteration over
     its data-parallel group, after its last backward pass.
 
+    With `bucket-size` > 0 (Megatron-LM's `--overlap-grad-reduce`), each
+    buffer is also cut into buckets: from its start (the last parameters),
+    a bucket closes at the first parameter boundary where it holds at least
+    `bucket-size` elements, and at the end of each pipeline chunk; the last
+    bucket holds the padding. Bucket `i` of a buffer is reduced by
+    `@reduce_gradients_bucket<i>` (`_pp<r>` under pipelines;
+    `tensor<n> -> tensor<n>`, an all-reduce over the data axis also under
+    the distributed optimizer, so that each rank's optimizer range stays
+    the whole buffer's `1/dp`), marked `mt.bucket_of` (the buffer's reduce
+    function) and `mt.bucket_offset`. The runtime starts each bucket's
+    reduction once its gradients are complete in the last micro-batch
+    (docs/Parallelism.md, "Gradient buckets").
+
     The runtime runs these functions once per iteration (docs/Parallelism.md).
     Without a grid, or with one data rank and no distributed optimizer, the
     module is unchanged.
@@ -313,7 +326,13 @@ def PlanGradientReductionPass
            "\"train_step\"", "The training step whose gradients are reduced">,
     Option<"pipelineSize", "pipeline-size", "int64_t", "0",
            "Pipeline ranks: stage k's gradients join rank k % size's buffer "
-           "(needed when the module holds pipeline stages)">
+           "(needed when the module holds pipeline stages)">,
+    Option<"bucketSize", "bucket-size", "int64_t", "0",
+           "Megatron-LM's --overlap-grad-reduce with --ddp-bucket-size: split "
+           "each buffer into buckets of at least this many elements (the "
+           "last may be smaller), each reduced by a function of its own "
+           "during the last micro-batch's backward pass; 0: one reduction "
+           "of the whole buffer after it">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect",
                            "::mlir::func::FuncDialect"];

@@ -5,7 +5,9 @@
 // micro-batch. Partitioning leaves an all-reduce over the data axis on every
 // weight gradient of train_step (or of each pipeline stage's
 // train_step_stage<k>); this pass moves those reductions out of the step into
-// functions of their own over the whole buffer (one buffer per pipeline rank).
+// functions of their own over the whole buffer (one buffer per pipeline rank),
+// and with --overlap-grad-reduce over each bucket of it, which the runtime
+// reduces during the last micro-batch's backward pass.
 //
 //===----------------------------------------------------------------------===//
 
@@ -55,10 +57,10 @@ private:
   /// Emits @reduce_gradients (and with the distributed optimizer
   /// @gather_parameters) over one buffer of `gradients`, in that order; a
   /// pipeline rank's functions end in _pp<rank>.
-  LogicalResult emitBuffer(
-      ModuleOp module, shard::GridOp grid, Location loc,
-      ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
-      std::optional<int64_t> pipelineRank);
+  LogicalResult
+  emitBuffer(ModuleOp module, shard::GridOp grid, Location loc,
+             ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
+             ArrayRef<size_t> chunkStarts, std::optional<int64_t> pipelineRank);
 };
 
 } // namespace
@@ -168,18 +170,22 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
 /// order of their declaration, the order in which the backward pass
 /// produces them. A parameter that several of the rank's stages read is
 /// held once, where its first stage puts it.
-static SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>
-bufferOrder(ModuleOp module,
-            ArrayRef<std::pair<int64_t, SmallVector<std::pair<
-                                            FlatSymbolRefAttr,
-                                            RankedTensorType>>>>
-                stages) {
+/// `chunkStarts` receives the position in the result where each chunk's
+/// gradients begin (a bucket never spans two chunks, as Megatron-LM keeps a
+/// buffer per chunk).
+static SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>> bufferOrder(
+    ModuleOp module,
+    ArrayRef<std::pair<
+        int64_t, SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>>>
+        stages,
+    SmallVectorImpl<size_t> &chunkStarts) {
   llvm::StringMap<int64_t> declared;
   for (auto [index, parameter] : llvm::enumerate(module.getOps<ParameterOp>()))
     declared[parameter.getSymName()] = index;
   SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>> ordered;
   llvm::StringSet<> held;
   for (const auto &[stage, gradients] : stages) {
+    chunkStarts.push_back(ordered.size());
     auto chunk = llvm::to_vector(gradients);
     llvm::stable_sort(chunk, [&](const auto &a, const auto &b) {
       return declared.lookup(a.first.getValue()) >
@@ -192,10 +198,30 @@ bufferOrder(ModuleOp module,
   return ordered;
 }
 
+/// Megatron-LM's buckets over a buffer of gradients with `sizes` elements
+/// (in buffer order): a bucket closes at the first gradient boundary where
+/// it holds at least `bucketSize` elements, and before each chunk start.
+/// Returns the index of each bucket's first gradient.
+static SmallVector<size_t> bucketStarts(ArrayRef<int64_t> sizes,
+                                        ArrayRef<size_t> chunkStarts,
+                                        int64_t bucketSize) {
+  SmallVector<size_t> starts;
+  int64_t held = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (starts.empty() || held >= bucketSize ||
+        llvm::is_contained(chunkStarts, i)) {
+      starts.push_back(i);
+      held = 0;
+    }
+    held += sizes[i];
+  }
+  return starts;
+}
+
 LogicalResult PlanGradientReductionPass::emitBuffer(
     ModuleOp module, shard::GridOp grid, Location loc,
     ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
-    std::optional<int64_t> pipelineRank) {
+    ArrayRef<size_t> chunkStarts, std::optional<int64_t> pipelineRank) {
   Type elementType;
   int64_t elements = 0;
   SmallVector<int64_t> offsets;
@@ -250,6 +276,42 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
     Value result = buildBody(inner, body->getArgument(0));
     func::ReturnOp::create(inner, loc, result);
   };
+  // --overlap-grad-reduce: one all-reduce per bucket, over the bucket's
+  // slice of the buffer; the last bucket holds the padding, so the buckets
+  // tile the buffer and their sums are the whole reduction's, element by
+  // element (the same fixed order over the ranks).
+  if (bucketSize > 0) {
+    SmallVector<int64_t> sizes = llvm::map_to_vector(
+        gradients, [](const auto &g) { return g.second.getNumElements(); });
+    SmallVector<size_t> starts = bucketStarts(sizes, chunkStarts, bucketSize);
+    std::string reduceName = ("reduce_gradients" + suffix);
+    for (auto [bucket, first] : llvm::enumerate(starts)) {
+      size_t end =
+          bucket + 1 < starts.size() ? starts[bucket + 1] : gradients.size();
+      int64_t begin = offsets[first];
+      int64_t last = end < gradients.size() ? offsets[end] : padded;
+      auto type = RankedTensorType::get({last - begin}, elementType);
+      SmallVector<Attribute> members;
+      for (size_t i = first; i < end; ++i)
+        members.push_back(gradients[i].first);
+      auto function = func::FuncOp::create(
+          builder, loc,
+          ("reduce_gradients_bucket" + llvm::Twine(bucket) + suffix).str(),
+          builder.getFunctionType({type}, {type}));
+      function->setAttr("mt.bucket_of",
+                        FlatSymbolRefAttr::get(context, reduceName));
+      function->setAttr("mt.bucket_offset", builder.getI64IntegerAttr(begin));
+      function->setAttr("mt.gradient_bucket", ArrayAttr::get(context, members));
+      if (pipelineRank)
+        function->setAttr("mt.pipeline_rank",
+                          builder.getI64IntegerAttr(*pipelineRank));
+      Block *body = function.addEntryBlock();
+      OpBuilder inner = OpBuilder::atBlockBegin(body);
+      Value reduced = shard::AllReduceOp::create(
+          inner, loc, type, gridRef, dataAxis, body->getArgument(0), sum);
+      func::ReturnOp::create(inner, loc, reduced);
+    }
+  }
   if (!distributedOptimizer) {
     makeFunction("reduce_gradients", bufferType, bufferType,
                  "mt.gradient_buffer", [&](OpBuilder &b, Value buffer) {
@@ -281,6 +343,13 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
 
 void PlanGradientReductionPass::runOnOperation() {
   ModuleOp module = getOperation();
+  if (bucketSize < 0) {
+    module.emitError() << "bucket-size=" << static_cast<int64_t>(bucketSize)
+                       << " is negative; give the least elements of a "
+                          "gradient bucket (Megatron-LM's --ddp-bucket-size), "
+                          "or 0 for one reduction of the whole buffer";
+    return signalPassFailure();
+  }
   auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
   if (grids.empty())
     return; // One rank: nothing to reduce, nothing to shard.
@@ -310,8 +379,10 @@ void PlanGradientReductionPass::runOnOperation() {
     if (failed(gradients))
       return signalPassFailure();
     std::pair<int64_t, Gradients> chunk = {0, std::move(*gradients)};
-    if (failed(emitBuffer(module, grid, step.getLoc(),
-                          bufferOrder(module, chunk), std::nullopt)))
+    SmallVector<size_t> chunkStarts;
+    auto ordered = bufferOrder(module, chunk, chunkStarts);
+    if (failed(emitBuffer(module, grid, step.getLoc(), ordered, chunkStarts,
+                          std::nullopt)))
       return signalPassFailure();
     return;
   }
@@ -340,9 +411,10 @@ void PlanGradientReductionPass::runOnOperation() {
   for (auto [rank, chunks] : llvm::enumerate(perRank)) {
     if (chunks.empty())
       continue;
-    if (failed(emitBuffer(module, grid, stages.front().second.getLoc(),
-                          bufferOrder(module, chunks),
-                          static_cast<int64_t>(rank))))
+    SmallVector<size_t> chunkStarts;
+    auto ordered = bufferOrder(module, chunks, chunkStarts);
+    if (failed(emitBuffer(module, grid, stages.front().second.getLoc(), ordered,
+                          chunkStarts, static_cast<int64_t>(rank))))
       return signalPassFailure();
   }
 }

@@ -366,6 +366,17 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
         (axis == kTensorAxis ? tensorBytes : dataBytes) += bytes;
     });
     int64_t tensorRanks = grid.size() > 1 ? grid[1] : 1;
+    // --overlap-grad-reduce: a bucket of a buffer, reduced in the last
+    // micro-batch; together the buckets move what the buffer's function
+    // would, which they replace at run time.
+    if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of")) {
+      os << "  data-parallel: " << dataBytes << " bytes (a gradient bucket of "
+         << of.getValue()
+         << ", reduced during the last micro-batch's backward pass; the "
+            "buckets replace "
+         << of.getValue() << "'s reduction)\n";
+      continue;
+    }
     if (function->hasAttr("mt.gradient_buffer") ||
         function->hasAttr("mt.parameter_buffer")) {
       printBufferPrediction(function, grid[0], dataBytes, gradientBytesOf, os);

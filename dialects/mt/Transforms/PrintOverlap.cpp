@@ -6,7 +6,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -26,8 +28,73 @@ struct Row {
   double begin = 0, end = 0, exposed = 0;
   /// The compute ops that ran while it did: kind -> microseconds hidden.
   llvm::MapVector<StringRef, double> behind;
+  /// A gradient bucket's reduction: its index in its buffer, else -1.
+  int64_t bucket = -1;
+};
+
+/// A gradient bucket of --overlap-grad-reduce (mt-plan-gradient-reduction):
+/// its function's collective, and the gradients it waits for.
+struct Bucket {
+  int64_t index = 0;
+  Operation *collective = nullptr;
+  llvm::StringSet<> members;
 };
 } // namespace
+
+/// The gradient buckets of the module, by their buffer's reduce function.
+static SmallVector<Bucket> bucketsOf(ModuleOp module) {
+  SmallVector<Bucket> buckets;
+  llvm::StringMap<int64_t> counts;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of");
+    auto members = function->getAttrOfType<ArrayAttr>("mt.gradient_bucket");
+    if (!of || !members || function.isExternal())
+      continue;
+    Bucket bucket;
+    bucket.index = counts[of.getValue()]++;
+    function.walk([&](shard::AllReduceOp op) { bucket.collective = op; });
+    for (auto member : members.getAsRange<FlatSymbolRefAttr>())
+      bucket.members.insert(member.getValue());
+    if (bucket.collective)
+      buckets.push_back(std::move(bucket));
+  }
+  return buckets;
+}
+
+/// Per op of `function`, the buckets whose last gradient it makes: every
+/// member of the bucket is a gradient result of the function.
+static DenseMap<Operation *, SmallVector<size_t>>
+bucketStarts(func::FuncOp function, ArrayRef<Bucket> buckets,
+             llvm::DenseSet<size_t> &simulated) {
+  DenseMap<Operation *, SmallVector<size_t>> starts;
+  auto ret = cast<func::ReturnOp>(function.getBody().front().getTerminator());
+  llvm::StringMap<Operation *> producer;
+  for (OpOperand &result : ret->getOpOperands())
+    if (auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
+            result.getOperandNumber(), "mt.gradient"))
+      producer[parameter.getValue()] = result.get().getDefiningOp();
+  for (auto [index, bucket] : llvm::enumerate(buckets)) {
+    Operation *last = nullptr;
+    bool complete = true;
+    for (const auto &member : bucket.members) {
+      Operation *op = producer.lookup(member.getKey());
+      if (!op) {
+        complete = false;
+        break;
+      }
+      if (!last || last->isBeforeInBlock(op))
+        last = op;
+    }
+    if (!complete || !last)
+      continue;
+    // A split collective's result is written at its start.
+    if (auto wait = dyn_cast<CollectiveWaitOp>(last))
+      last = wait.getFuture().getDefiningOp();
+    starts[last].push_back(index);
+    simulated.insert(index);
+  }
+  return starts;
+}
 
 static std::string axesOf(Operation *collective) {
   std::string text;
@@ -94,9 +161,38 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
      << llvm::format("%.0f", model.network.latencyUs) << " us; "
      << model.gpusPerNode << " GPUs a node)\n";
   bool any = false;
-  for (auto function : module.getOps<func::FuncOp>()) {
+  SmallVector<Bucket> buckets = bucketsOf(module);
+  llvm::DenseSet<size_t> simulated;
+  llvm::StringSet<> bucketed;
+  for (auto function : module.getOps<func::FuncOp>())
+    if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of"))
+      bucketed.insert(of.getValue());
+  // The training functions first, so that the buckets they reduce are
+  // shown there; the bucket functions they cover are left out below.
+  SmallVector<func::FuncOp> functions;
+  for (auto function : module.getOps<func::FuncOp>())
+    if (!function->hasAttr("mt.bucket_of"))
+      functions.push_back(function);
+  for (auto function : module.getOps<func::FuncOp>())
+    if (function->hasAttr("mt.bucket_of"))
+      functions.push_back(function);
+  for (auto function : functions) {
     if (function.isExternal())
       continue;
+    // With buckets, the whole-buffer reduction does not run.
+    if (bucketed.contains(function.getSymName()))
+      continue;
+    if (function->hasAttr("mt.bucket_of")) {
+      bool shown = false;
+      for (auto [index, bucket] : llvm::enumerate(buckets))
+        if (simulated.contains(index) &&
+            bucket.collective->getParentOfType<func::FuncOp>() == function)
+          shown = true;
+      if (shown)
+        continue;
+    }
+    DenseMap<Operation *, SmallVector<size_t>> startsAt =
+        bucketStarts(function, buckets, simulated);
     // The simulated run: one compute stream, one communication stream that
     // runs collectives in issue order.
     double now = 0, commFree = 0, compute = 0;
@@ -119,7 +215,29 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       now = std::max(now, row.end);
       llvm::erase(inFlight, index);
     };
+    // With buckets, each gradient is accumulated right after the op that
+    // makes it (the bundle's order), not by the return at the end.
+    DenseMap<Operation *, double> accumulateUs;
+    if (!startsAt.empty()) {
+      auto ret =
+          cast<func::ReturnOp>(function.getBody().front().getTerminator());
+      for (OpOperand &result : ret->getOpOperands()) {
+        Operation *producer = result.get().getDefiningOp();
+        if (!producer ||
+            !function.getResultAttr(result.getOperandNumber(), "mt.gradient"))
+          continue;
+        if (auto wait = dyn_cast<CollectiveWaitOp>(producer))
+          producer = wait.getFuture().getDefiningOp();
+        auto type = cast<RankedTensorType>(result.get().getType());
+        int64_t bytes = type.getNumElements() *
+                        type.getElementType().getIntOrFloatBitWidth() / 8;
+        accumulateUs[producer] +=
+            model.launchUs + double(bytes) / model.memoryBytesPerUs;
+      }
+    }
     for (Operation &op : function.getBody().front()) {
+      if (!startsAt.empty() && isa<func::ReturnOp>(op))
+        continue;
       if (auto start = dyn_cast<CollectiveStartOp>(op)) {
         size_t index = issue(start.getCollective());
         rowOf[start.getWait()] = index;
@@ -135,9 +253,21 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
         finish(issue(&op));
         continue;
       }
-      double us = model.opMicroseconds(&op);
-      if (us <= 0)
+      // Megatron-LM's --overlap-grad-reduce: a bucket's reduction starts
+      // once its last gradient is made (in the last micro-batch) and is
+      // waited for at the step's end.
+      auto issueBuckets = [&] {
+        for (size_t b : startsAt.lookup(&op)) {
+          size_t index = issue(buckets[b].collective);
+          rows[index].bucket = buckets[b].index;
+          inFlight.push_back(index);
+        }
+      };
+      double us = model.opMicroseconds(&op) + accumulateUs.lookup(&op);
+      if (us <= 0) {
+        issueBuckets();
         continue;
+      }
       // The time of this op that overlaps each collective in flight.
       for (size_t index : inFlight) {
         Row &row = rows[index];
@@ -148,7 +278,11 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       }
       now += us;
       compute += us;
+      issueBuckets();
     }
+    for (size_t index : SmallVector<size_t>(inFlight))
+      if (rows[index].bucket >= 0)
+        finish(index);
     if (rows.empty())
       continue;
     any = true;
@@ -166,10 +300,13 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       os << llvm::formatv(
           "  {0,-3} {1,-15} {2,-6} {3,5} {4,-7} {5,12} {6,12:F1} {7,10:F1} "
           "{8,11:F1}  {9}\n",
-          index, row.cost.kind, row.axes, row.cost.groupSize,
-          row.cost.network ? "network" : "nvlink", row.cost.bytes, row.cost.us,
-          std::max(0.0, row.cost.us - row.exposed), row.exposed,
-          describeBehind(row));
+          index,
+          row.bucket >= 0
+              ? ("b" + llvm::Twine(row.bucket) + ":" + row.cost.kind).str()
+              : row.cost.kind.str(),
+          row.axes, row.cost.groupSize, row.cost.network ? "network" : "nvlink",
+          row.cost.bytes, row.cost.us, std::max(0.0, row.cost.us - row.exposed),
+          row.exposed, describeBehind(row));
     }
     os << llvm::formatv("  exposed communication: {0:F1} us of {1:F1} us "
                         "({2:F0}% hidden); computation {3:F1} us; step "

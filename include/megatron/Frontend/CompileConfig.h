@@ -14,6 +14,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -118,6 +119,13 @@ struct ParallelConfig {
   bool sequenceParallel = false;
   int64_t dataParallelSize = 1;
   bool useDistributedOptimizer = false;
+  /// Megatron-LM's --overlap-grad-reduce: the gradient buffer in buckets,
+  /// each reduced during the last micro-batch's backward pass as soon as
+  /// its gradients are complete (docs/Parallelism.md, "Gradient buckets").
+  bool overlapGradReduce = false;
+  /// Megatron-LM's --ddp-bucket-size: the least elements of a bucket (all
+  /// but the last); 0 means Megatron-LM's default, max(4e7, 1e6 * dp).
+  int64_t ddpBucketSize = 0;
   /// An explicit uneven pipeline split, as Megatron-LM's
   /// --decoder-first/last-pipeline-num-layers: the layers of the first and of
   /// the last stage; the other stages share the rest evenly. 0 means unset.
@@ -126,6 +134,13 @@ struct ParallelConfig {
   /// Megatron-LM's --num-layers-per-virtual-pipeline-stage, the other way to
   /// ask for interleaving; 0 means unset.
   int64_t numLayersPerVirtualPipelineStage = 0;
+
+  /// The bucket size the compiler uses under overlapGradReduce.
+  int64_t bucketElements() const {
+    if (ddpBucketSize > 0)
+      return ddpBucketSize;
+    return std::max<int64_t>(40000000, 1000000 * dataParallelSize);
+  }
 
   int64_t worldSize() const {
     return tensorModelParallelSize * pipelineModelParallelSize *

@@ -78,6 +78,13 @@ struct PartitionPipelineOptions
                      "each rank reduces its stages' gradients in a buffer of "
                      "its own, once per iteration (docs/Pipeline.md)"),
       llvm::cl::init(0)};
+  Option<int64_t> gradientBucketSize{
+      *this, "gradient-bucket-size",
+      llvm::cl::desc("Megatron-LM's --overlap-grad-reduce: gradient buckets "
+                     "of at least this many elements, each reduced during "
+                     "the last micro-batch's backward pass; 0: one "
+                     "reduction after it"),
+      llvm::cl::init(0)};
 };
 
 /// From the training pipeline's output to per-rank (SPMD) IR: parameters and

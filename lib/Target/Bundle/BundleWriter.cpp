@@ -86,12 +86,16 @@ public:
   /// (the pipeline axis).
   /// `sideBuffers`: how the device backend stores what it computes, for
   /// the memory plan's side buffers.
+  /// `accumulateEarly`: each accumulate_gradient right after the
+  /// instruction that makes the gradient, instead of at the end, so that
+  /// a gradient bucket can be reduced while the backward pass goes on.
   FunctionWriter(func::FuncOp function,
                  const llvm::StringMap<int64_t> &parameterIndex,
                  int64_t axisShift, FusedKernelTable &kernels,
-                 mt::SideBufferOptions sideBuffers)
+                 mt::SideBufferOptions sideBuffers, bool accumulateEarly)
       : function(function), parameterIndex(parameterIndex),
-        axisShift(axisShift), kernels(kernels), sideBuffers(sideBuffers) {}
+        axisShift(axisShift), kernels(kernels), sideBuffers(sideBuffers),
+        accumulateEarly(accumulateEarly) {}
 
   FailureOr<llvm::json::Value> write();
 
@@ -99,7 +103,10 @@ private:
   LogicalResult addValue(Value value);
   FailureOr<llvm::json::Value> convertAttribute(Operation *op, Attribute attr);
   FailureOr<Object> writeAttributes(Operation *op);
-  Object writeMemoryPlan();
+  /// `written`: by the position the memory plan gives an instruction
+  /// (mt::planFunctionMemory: accumulate_gradient at the end), its index
+  /// in the written stream.
+  Object writeMemoryPlan(ArrayRef<int64_t> written);
   FailureOr<Array> writeFusedBody(mt::FusedOp group);
 
   func::FuncOp function;
@@ -107,6 +114,7 @@ private:
   int64_t axisShift;
   FusedKernelTable &kernels;
   mt::SideBufferOptions sideBuffers;
+  bool accumulateEarly;
   DenseMap<Value, int64_t> ids;
   Array values;
 };
@@ -304,15 +312,20 @@ FailureOr<Array> FunctionWriter::writeFusedBody(mt::FusedOp group) {
 /// value, -1 for values without memory, and every side buffer:
 /// [instruction, offset, bytes, until, value it copies or -1]; the attention
 /// views: [value, whole, byte offset in the whole's block].
-Object FunctionWriter::writeMemoryPlan() {
+Object FunctionWriter::writeMemoryPlan(ArrayRef<int64_t> written) {
   mt::FunctionMemoryPlan plan = mt::planFunctionMemory(function, sideBuffers);
   SmallVector<int64_t> offsets(values.size(), -1);
   for (const mt::BufferPlan &buffer : plan.buffers)
     offsets[ids.lookup(buffer.value)] = buffer.offset;
+  // The written stream has as many instructions as the plan's.
+  auto at = [&](int64_t position) {
+    return position < static_cast<int64_t>(written.size()) ? written[position]
+                                                           : position;
+  };
   Array side;
   for (const mt::SideBufferPlan &block : plan.sideBuffers)
-    side.push_back(Array{block.position, block.offset, block.bytes,
-                         block.until,
+    side.push_back(Array{at(block.position), block.offset, block.bytes,
+                         at(block.until),
                          block.copyOf ? ids.lookup(block.copyOf) : -1});
   // Always written: a reader tells the compiler's decision (possibly no
   // group) from a bundle written before views were planned.
@@ -332,6 +345,8 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
     return errorAt(function, "a function in a bundle has one block");
   Block &body = function.getBody().front();
   Array inputs, outputs, instructions;
+  // By the memory plan's position of each instruction, where it is written.
+  SmallVector<int64_t> positions;
   // Partitioned steps read parameters as arguments and return gradients
   // (mt-parameters-to-arguments); the bundle keeps its calling convention:
   // get_parameter and accumulate_gradient instructions on the rank's shards.
@@ -348,6 +363,7 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
     if (it == parameterIndex.end())
       return errorAt(function, "@" + parameter.getValue() +
                                    " is not a parameter");
+    positions.push_back(instructions.size());
     instructions.push_back(Object{{"op", "get_parameter"},
                                   {"results", Array{ids[argument]}},
                                   {"attrs", Object{{"parameter", it->second}}}});
@@ -383,6 +399,35 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
   for (auto [value, op] : lastUse)
     if (!kept.contains(value))
       freedAt[op].push_back(value);
+
+  // The accumulate_gradient of each gradient result: after the
+  // instruction that writes the gradient (accumulateEarly), else at the end.
+  SmallVector<std::pair<Value, int64_t>> accumulations;
+  for (OpOperand &output : ret->getOpOperands()) {
+    auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
+        output.getOperandNumber(), "mt.gradient");
+    if (!parameter)
+      continue;
+    auto it = parameterIndex.find(parameter.getValue());
+    if (it == parameterIndex.end())
+      return errorAt(function,
+                     "@" + parameter.getValue() + " is not a parameter");
+    accumulations.push_back({output.get(), it->second});
+  }
+  SmallVector<bool> accumulated(accumulations.size(), false);
+  SmallVector<int64_t> accumulatedAt(accumulations.size(), 0);
+  auto accumulate = [&](ArrayRef<Value> results) {
+    for (auto [i, gradient] : llvm::enumerate(accumulations)) {
+      if (accumulated[i] || !llvm::is_contained(results, gradient.first))
+        continue;
+      accumulated[i] = true;
+      accumulatedAt[i] = instructions.size();
+      instructions.push_back(
+          Object{{"op", "accumulate_gradient"},
+                 {"operands", Array{ids.lookup(gradient.first)}},
+                 {"attrs", Object{{"parameter", gradient.second}}}});
+    }
+  };
 
   for (Operation &op : body.without_terminator()) {
     if (isa<mt::CollectiveWaitOp>(op))
@@ -430,25 +475,19 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
       instruction["attrs"] = std::move(*attrs);
     if (!freedIds.empty())
       instruction["free"] = Array(freedIds);
+    positions.push_back(instructions.size());
     instructions.push_back(std::move(instruction));
+    if (accumulateEarly)
+      accumulate(llvm::to_vector(mt::instructionResults(&op)));
   }
-  for (OpOperand &output : ret->getOpOperands()) {
-    auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
-        output.getOperandNumber(), "mt.gradient");
-    if (!parameter) {
+  for (OpOperand &output : ret->getOpOperands())
+    if (!function.getResultAttrOfType<FlatSymbolRefAttr>(
+            output.getOperandNumber(), "mt.gradient"))
       outputs.push_back(ids.lookup(output.get()));
-      continue;
-    }
-    auto it = parameterIndex.find(parameter.getValue());
-    if (it == parameterIndex.end())
-      return errorAt(function, "@" + parameter.getValue() +
-                                   " is not a parameter");
-    instructions.push_back(
-        Object{{"op", "accumulate_gradient"},
-               {"operands", Array{ids.lookup(output.get())}},
-               {"attrs", Object{{"parameter", it->second}}}});
-  }
-  Object memoryPlan = writeMemoryPlan();
+  accumulate(llvm::map_to_vector(accumulations,
+                                 [](const auto &g) { return g.first; }));
+  positions.append(accumulatedAt);
+  Object memoryPlan = writeMemoryPlan(positions);
   return llvm::json::Value(Object{{"name", function.getSymName()},
                                   {"inputs", std::move(inputs)},
                                   {"outputs", std::move(outputs)},
@@ -457,13 +496,92 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
                                   {"memory_plan", std::move(memoryPlan)}});
 }
 
+/// Where the written functions accumulate each parameter's gradient:
+/// per function, (parameter index, instruction index) pairs.
+using Accumulations = llvm::StringMap<SmallVector<std::pair<int64_t, int64_t>>>;
+
+/// The `buckets` of the gradient buffer that `reduce` reduces (format
+/// version 9, --overlap-grad-reduce): each bucket's slice of the buffer,
+/// its reduction function, and the instruction after which its gradients
+/// are complete in the last micro-batch (`ready_after`): the last
+/// accumulate_gradient of its parameters, when one function accumulates
+/// them all and nothing sums them after the schedule (a table tied across
+/// pipeline ranks is summed over its embedding group first); without it
+/// the runtime reduces the bucket after the step.
+static FailureOr<std::optional<Array>>
+writeBuckets(ModuleOp module, func::FuncOp reduce,
+             const llvm::StringMap<int64_t> &parameterIndex,
+             const Accumulations &accumulations,
+             const DenseSet<int64_t> &tiedAcrossRanks) {
+  SmallVector<func::FuncOp> buckets;
+  for (auto function : module.getOps<func::FuncOp>())
+    if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of"))
+      if (of.getValue() == reduce.getSymName())
+        buckets.push_back(function);
+  if (buckets.empty())
+    return std::optional<Array>();
+  Array written;
+  for (func::FuncOp bucket : buckets) {
+    auto offset = bucket->getAttrOfType<IntegerAttr>("mt.bucket_offset");
+    auto members = bucket->getAttrOfType<ArrayAttr>("mt.gradient_bucket");
+    auto type =
+        bucket.getFunctionType().getNumInputs() == 1
+            ? dyn_cast<RankedTensorType>(bucket.getFunctionType().getInput(0))
+            : RankedTensorType();
+    if (!offset || !members || !type || type.getRank() != 1)
+      return errorAt(bucket, "@" + bucket.getSymName() +
+                                 " needs one rank-1 argument (the bucket) and "
+                                 "the attributes mt.bucket_offset and "
+                                 "mt.gradient_bucket "
+                                 "(mt-plan-gradient-reduction writes them)");
+    Object entry{{"offset", offset.getInt()},
+                 {"size", type.getDimSize(0)},
+                 {"reduce_function", bucket.getSymName()}};
+    // The one function that accumulates every member, and where it last
+    // does.
+    std::optional<std::string> function;
+    int64_t last = -1;
+    bool ready = true;
+    for (auto member : members.getAsRange<FlatSymbolRefAttr>()) {
+      auto index = parameterIndex.find(member.getValue());
+      if (index == parameterIndex.end())
+        return errorAt(bucket, "@" + member.getValue() + " is not a parameter");
+      if (tiedAcrossRanks.contains(index->second))
+        ready = false;
+      int64_t found = 0;
+      for (const auto &[name, list] : accumulations)
+        for (auto [parameter, at] : list)
+          if (parameter == index->second) {
+            if (function && *function != name.str())
+              ready = false;
+            function = name.str();
+            last = std::max(last, at);
+            ++found;
+          }
+      if (found == 0)
+        ready = false;
+    }
+    if (ready && function)
+      entry["ready_after"] =
+          Object{{"function", *function}, {"instruction", last}};
+    written.push_back(std::move(entry));
+  }
+  llvm::sort(written,
+             [](const llvm::json::Value &a, const llvm::json::Value &b) {
+               return *a.getAsObject()->getInteger("offset") <
+                      *b.getAsObject()->getInteger("offset");
+             });
+  return std::optional<Array>(std::move(written));
+}
+
 /// One gradient buffer of the manifest (mt-plan-gradient-reduction): the
 /// layout of the buffer that `reduce` reduces once per iteration, over the
 /// data axis (behind the pipeline axis in a pipeline bundle).
 static FailureOr<Object>
 writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
                     const llvm::StringMap<int64_t> &parameterIndex,
-                    int64_t axisShift) {
+                    int64_t axisShift, const Accumulations &accumulations,
+                    const DenseSet<int64_t> &tiedAcrossRanks) {
   auto layout = reduce->getAttrOfType<ArrayAttr>("mt.gradient_buffer");
   auto offsets = reduce->getAttrOfType<DenseI64ArrayAttr>("mt.buffer_offsets");
   auto type = dyn_cast<RankedTensorType>(
@@ -485,11 +603,18 @@ writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
     parameters.push_back(it->second);
   }
   bool distributed = module.lookupSymbol<func::FuncOp>(gather) != nullptr;
-  return Object{{"parameters", std::move(parameters)},
+  Object buffer{{"parameters", std::move(parameters)},
                 {"offsets", Array(offsets.asArrayRef())},
                 {"size", type.getDimSize(0)},
                 {"grid_axes", Array{axisShift}},
                 {"distributed_optimizer", distributed}};
+  FailureOr<std::optional<Array>> buckets = writeBuckets(
+      module, reduce, parameterIndex, accumulations, tiedAcrossRanks);
+  if (failed(buckets))
+    return failure();
+  if (*buckets)
+    buffer["buckets"] = std::move(**buckets);
+  return buffer;
 }
 
 /// A pipeline bundle's `gradient_buffers` (format version 7): per pipeline
@@ -498,7 +623,8 @@ writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
 static FailureOr<std::optional<Array>>
 writeGradientBuffers(ModuleOp module,
                      const llvm::StringMap<int64_t> &parameterIndex,
-                     int64_t pipelineSize) {
+                     int64_t pipelineSize, const Accumulations &accumulations,
+                     const DenseSet<int64_t> &tiedAcrossRanks) {
   Array buffers;
   for (int64_t rank = 0; rank < pipelineSize; ++rank) {
     std::string reduceName = "reduce_gradients_pp" + std::to_string(rank);
@@ -514,7 +640,8 @@ writeGradientBuffers(ModuleOp module,
                                  llvm::Twine(pipelineSize) + ")");
     }
     FailureOr<Object> buffer =
-        writeGradientBuffer(module, reduce, gatherName, parameterIndex, 1);
+        writeGradientBuffer(module, reduce, gatherName, parameterIndex, 1,
+                            accumulations, tiedAcrossRanks);
     if (failed(buffer))
       return failure();
     (*buffer)["pipeline_rank"] = rank;
@@ -628,6 +755,7 @@ megatron::serializeBundle(ModuleOp module,
     pipelineRank = pipelineRanks(module, pipelineSize);
   Array parameters;
   llvm::StringMap<int64_t> parameterIndex;
+  DenseSet<int64_t> tiedAcrossRanks;
   for (auto parameter : module.getOps<mt::ParameterOp>()) {
     RankedTensorType type = parameter.getTensorType();
     FailureOr<StringRef> dtype = dtypeName(parameter, type.getElementType());
@@ -658,8 +786,10 @@ megatron::serializeBundle(ModuleOp module,
       // The first rank owns it (the gradient norm counts it there,
       // checkpoints save it from there); the others hold copies.
       entry["pipeline_rank"] = it->second.front();
-      if (it->second.size() > 1)
+      if (it->second.size() > 1) {
         entry["pipeline_ranks"] = Array(ArrayRef<int64_t>(it->second));
+        tiedAcrossRanks.insert(static_cast<int64_t>(parameters.size()));
+      }
     }
     parameterIndex[parameter.getSymName()] = parameters.size();
     parameters.push_back(std::move(entry));
@@ -669,13 +799,28 @@ megatron::serializeBundle(ModuleOp module,
   FusedKernelTable kernels;
   mt::SideBufferOptions sideBuffers;
   sideBuffers.mixedPrecision = model && model.getPrecision() == "bf16";
+  // With gradient buckets, the gradients are accumulated as they are made.
+  bool buckets = llvm::any_of(module.getOps<func::FuncOp>(), [](auto f) {
+    return f->hasAttr("mt.bucket_of");
+  });
+  Accumulations accumulations;
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
         FunctionWriter(function, parameterIndex, axisShift, kernels,
-                       sideBuffers)
+                       sideBuffers, buckets)
             .write();
     if (failed(written))
       return failure();
+    const Array *instructions =
+        written->getAsObject()->getArray("instructions");
+    for (auto [at, instruction] : llvm::enumerate(*instructions)) {
+      const Object *object = instruction.getAsObject();
+      if (object->getString("op") != "accumulate_gradient")
+        continue;
+      accumulations[function.getSymName()].push_back(
+          {*object->getObject("attrs")->getInteger("parameter"),
+           static_cast<int64_t>(at)});
+    }
     functions.push_back(std::move(*written));
   }
 
@@ -710,16 +855,17 @@ megatron::serializeBundle(ModuleOp module,
     root["grid"] = Object{{"shape", Array(grids.front().getShape())}};
   }
   if (pipeline) {
-    FailureOr<std::optional<Array>> buffers =
-        writeGradientBuffers(module, parameterIndex, pipelineSize);
+    FailureOr<std::optional<Array>> buffers = writeGradientBuffers(
+        module, parameterIndex, pipelineSize, accumulations, tiedAcrossRanks);
     if (failed(buffers))
       return failure();
     if (*buffers)
       root["gradient_buffers"] = std::move(**buffers);
   } else if (auto reduce =
                  module.lookupSymbol<func::FuncOp>("reduce_gradients")) {
-    FailureOr<Object> buffer = writeGradientBuffer(
-        module, reduce, "gather_parameters", parameterIndex, 0);
+    FailureOr<Object> buffer =
+        writeGradientBuffer(module, reduce, "gather_parameters", parameterIndex,
+                            0, accumulations, tiedAcrossRanks);
     if (failed(buffer))
       return failure();
     root["gradient_buffer"] = std::move(*buffer);

@@ -386,6 +386,21 @@ struct FusedKernels {
 /// parameters[i]'s (shard's) gradient, flattened, lies at elements
 /// [offsets[i], offsets[i] + its local element count); the rest, up to
 /// `size`, is padding (zero).
+/// One bucket of a gradient buffer (format version 9, Megatron-LM's
+/// --overlap-grad-reduce): elements [offset, offset + size) of the buffer,
+/// reduced by `reduceFunction` ([size] -> [size], an all-reduce over the
+/// buffer's group), in the last micro-batch of an iteration as soon as
+/// instruction `readyAfter` of function `readyFunction` has run (every
+/// gradient in the bucket is then accumulated), while the step goes on;
+/// with an empty `readyFunction`, after the step (a pipeline rank: after
+/// its schedule). The buckets tile the buffer in order.
+struct GradientBucket {
+  int64_t offset = 0, size = 0;
+  std::string reduceFunction;
+  std::string readyFunction;
+  int64_t readyAfter = -1;
+};
+
 struct GradientBuffer {
   std::vector<int64_t> parameters;
   std::vector<int64_t> offsets;
@@ -404,6 +419,11 @@ struct GradientBuffer {
   /// The pipeline rank whose stages' gradients the buffer holds; -1 for the
   /// one buffer of a bundle without a pipeline.
   int64_t pipelineRank = -1;
+  /// Empty: the buffer is reduced whole, by reduceFunction, after the last
+  /// micro-batch. Else the buckets replace that reduction (with the
+  /// distributed optimizer the rank then keeps its range of the reduced
+  /// buffer; gatherFunction is unchanged).
+  std::vector<GradientBucket> buckets;
 };
 
 namespace bundle_detail {
@@ -422,7 +442,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 8;
+  static constexpr uint32_t kFormatVersion = 9;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -1073,7 +1073,7 @@ void ManifestReader::readGradientBuffers(const Json &json,
     expectKnownKeys(json[r], at,
                     {"pipeline_rank", "reduce_function", "gather_function",
                      "parameters", "offsets", "size", "grid_axes",
-                     "distributed_optimizer"},
+                     "distributed_optimizer", "buckets"},
                     "a pipeline rank's gradient buffer");
     // The pipeline rank and the function names; the rest is a
     // gradient_buffer's.
@@ -1140,10 +1140,10 @@ void ManifestReader::readGradientBuffer(const Json &json,
   if (grid_.empty())
     fail(path, "a gradient buffer in a bundle without a grid",
          "a grid: the buffer is reduced over grid axes");
-  expectKnownKeys(
-      json, path,
-      {"parameters", "offsets", "size", "grid_axes", "distributed_optimizer"},
-      "a gradient buffer");
+  expectKnownKeys(json, path,
+                  {"parameters", "offsets", "size", "grid_axes",
+                   "distributed_optimizer", "buckets"},
+                  "a gradient buffer");
   out.gridAxes = readGridAxes(field(json, path, "grid_axes"),
                               member(path, "grid_axes"));
   out.distributedOptimizer = readBool(field(json, path, "distributed_optimizer"),
@@ -1235,6 +1235,128 @@ void ManifestReader::readGradientBuffer(const Json &json,
     check(out.gatherFunction, shard, buffer);
   } else {
     check(out.reduceFunction, buffer, buffer);
+  }
+  if (const Json *buckets = optionalField(json, "buckets")) {
+    readGradientBuckets(*buckets, member(path, "buckets"), bundle, out);
+    for (const GradientBucket &bucket : out.buckets) {
+      TensorType slice{{bucket.size}, dtype, bucket.size};
+      check(bucket.reduceFunction, slice, slice);
+    }
+  }
+}
+
+/// The buckets tile the buffer in order, cut at parameter boundaries, and a
+/// bucket starts only after every gradient in it is accumulated: a bucket
+/// reduced too early would leave the rest of its gradients out of the sum.
+void ManifestReader::readGradientBuckets(const Json &json,
+                                         const std::string &path,
+                                         const Bundle &bundle,
+                                         GradientBuffer &out) {
+  if (version_ < 9)
+    fail(path, "buckets in a version " + std::to_string(version_) + " manifest",
+         "none before format version 9 (the version is wrong or the "
+         "manifest was edited)");
+  expectArray(json, path);
+  if (json.empty())
+    fail(path, "[]", "at least one bucket, or no buckets key");
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  // The training functions whose accumulate_gradient instructions fill this
+  // buffer: train_step, or the backward functions of the pipeline rank's
+  // stages.
+  std::vector<std::string> training;
+  if (const PipelineInfo *pipeline = bundle.pipeline()) {
+    for (const PipelineStageInfo &stage : pipeline->stages)
+      if (stage.rank == out.pipelineRank)
+        training.push_back(bundle.functions()[stage.backward].name);
+  } else {
+    training.push_back("train_step");
+  }
+  int64_t end = 0;
+  for (size_t b = 0; b < json.size(); ++b) {
+    std::string at = index(path, b);
+    expectObject(json[b], at);
+    expectKnownKeys(json[b], at,
+                    {"offset", "size", "reduce_function", "ready_after"},
+                    "a gradient bucket");
+    GradientBucket bucket;
+    bucket.offset =
+        readInt(field(json[b], at, "offset"), member(at, "offset"), end, end);
+    bucket.size = readInt(field(json[b], at, "size"), member(at, "size"), 1,
+                          out.size - bucket.offset);
+    end = bucket.offset + bucket.size;
+    bool last = b + 1 == json.size();
+    if (last && end != out.size)
+      fail(member(at, "size"), std::to_string(bucket.size),
+           std::to_string(out.size - bucket.offset) +
+               ": the last bucket ends where the buffer does (its padding "
+               "included)");
+    if (!last && std::find(out.offsets.begin(), out.offsets.end(), end) ==
+                     out.offsets.end())
+      fail(member(at, "size"), std::to_string(bucket.size),
+           "a size that ends the bucket where a parameter's gradient "
+           "starts (buckets are cut at parameter boundaries)");
+    bucket.reduceFunction = readString(field(json[b], at, "reduce_function"),
+                                       member(at, "reduce_function"));
+    if (const Json *ready = optionalField(json[b], "ready_after")) {
+      std::string readyAt = member(at, "ready_after");
+      expectObject(*ready, readyAt);
+      expectKnownKeys(*ready, readyAt, {"function", "instruction"},
+                      "a bucket's ready_after");
+      bucket.readyFunction = readString(field(*ready, readyAt, "function"),
+                                        member(readyAt, "function"));
+      if (std::find(training.begin(), training.end(), bucket.readyFunction) ==
+          training.end()) {
+        std::string names;
+        for (const std::string &name : training)
+          names += (names.empty() ? "" : " or ") + name;
+        fail(member(readyAt, "function"), "\"" + bucket.readyFunction + "\"",
+             names + ", a training function that accumulates into this "
+                     "buffer");
+      }
+      const Function &function = *bundle.findFunction(bucket.readyFunction);
+      bucket.readyAfter = readInt(
+          field(*ready, readyAt, "instruction"), member(readyAt, "instruction"),
+          0, static_cast<int64_t>(function.instructions.size()) - 1);
+    }
+    // Every accumulation of a gradient in the bucket comes before the
+    // bucket starts, in the one function named.
+    for (size_t i = 0; i < out.parameters.size(); ++i) {
+      size_t p = static_cast<size_t>(out.parameters[i]);
+      int64_t first = out.offsets[i];
+      if (first < bucket.offset || first >= end)
+        continue;
+      if (first + parameters[p].localType.numElements > end)
+        fail(member(at, "size"), std::to_string(bucket.size),
+             "a bucket that holds the whole gradient of parameter " +
+                 std::to_string(p) + " ('" + parameters[p].name + "')");
+      if (bucket.readyFunction.empty())
+        continue;
+      if (parameters[p].pipelineRanks.size() > 1)
+        fail(member(at, "ready_after"),
+             "a start inside the schedule for a bucket that holds parameter " +
+                 std::to_string(p) + " ('" + parameters[p].name +
+                 "'), tied across pipeline ranks",
+             "no ready_after: the tied gradient is summed over its embedding "
+             "group after the schedule, before its data-parallel reduction");
+      for (const Function &function : bundle.functions())
+        for (size_t k = 0; k < function.instructions.size(); ++k) {
+          const Instruction &inst = function.instructions[k];
+          if (inst.op != Op::AccumulateGradient ||
+              inst.attrs.parameter != static_cast<int64_t>(p))
+            continue;
+          if (function.name != bucket.readyFunction ||
+              static_cast<int64_t>(k) > bucket.readyAfter)
+            fail(member(member(at, "ready_after"), "instruction"),
+                 std::to_string(bucket.readyAfter) + " of " +
+                     bucket.readyFunction,
+                 "a start after every accumulation of the bucket's "
+                 "gradients, but parameter " +
+                     std::to_string(p) + " ('" + parameters[p].name +
+                     "') is accumulated at instruction " + std::to_string(k) +
+                     " of " + function.name);
+        }
+    }
+    out.buckets.push_back(std::move(bucket));
   }
 }
 

@@ -109,6 +109,9 @@ private:
                           const Bundle &bundle, GradientBuffer &out);
   /// A pipeline bundle's gradient_buffers (version 7): one per pipeline
   /// rank, each holding exactly that rank's parameters.
+  /// The buffer's `buckets` (format version 9), after the rest of it.
+  void readGradientBuckets(const Json &json, const std::string &path,
+                           const Bundle &bundle, GradientBuffer &out);
   void readGradientBuffers(const Json &json, const std::string &path,
                            Bundle &bundle);
   void readSplitAxes(const Json &json, const std::string &path,

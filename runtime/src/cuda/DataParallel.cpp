@@ -33,6 +33,10 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
   reduce_ = std::make_unique<Executor>(bundle, layout_.reduceFunction,
                                        parameters, &rank);
   shard_ = train::bufferShard(bundle, rank.coordinates());
+  for (const GradientBucket &bucket : layout_.buckets)
+    buckets_.push_back(std::make_unique<Executor>(bundle, bucket.reduceFunction,
+                                                  parameters, &rank));
+  bucketDone_.assign(buckets_.size(), false);
   if (layout_.distributedOptimizer)
     gather_ = std::make_unique<Executor>(bundle, layout_.gatherFunction,
                                          parameters, &rank);
@@ -93,7 +97,52 @@ float *runInPlace(Executor &executor, int64_t count, const float *input) {
 }
 } // namespace
 
+void DataParallelBuffer::reduceBucket(size_t b) {
+  const GradientBucket &bucket = layout_.buckets[b];
+  cudaStream_t stream = parameters_.context().stream();
+  float *slice = buffer_.as<float>() + bucket.offset;
+  pack(false, bucket.offset, bucket.offset + bucket.size);
+  // Enqueued only: the step it runs inside checks its own faults.
+  const void *output = nullptr;
+  buckets_[b]->run(
+      {{DType::F32, {bucket.size}, slice}}, {}, /*inputsOnDevice=*/true,
+      [&](size_t, const void *data, size_t) { output = data; },
+      /*wait=*/false);
+  MTRT_CUDA_CHECK(
+      cudaMemcpyAsync(slice, output,
+                      sizeof(float) * static_cast<size_t>(bucket.size),
+                      cudaMemcpyDeviceToDevice, stream),
+      "copying the reduced gradient bucket " + std::to_string(b) +
+          " into the gradient buffer");
+  bucketDone_[b] = true;
+}
+
+void DataParallelBuffer::afterInstruction(const std::string &function,
+                                          size_t position) {
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const GradientBucket &bucket = layout_.buckets[b];
+    if (!bucketDone_[b] && bucket.readyFunction == function &&
+        bucket.readyAfter == static_cast<int64_t>(position))
+      reduceBucket(b);
+  }
+}
+
 void DataParallelBuffer::reduceGradients() {
+  if (bucketed()) {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (!bucketDone_[b])
+        reduceBucket(b);
+    bucketDone_.assign(buckets_.size(), false);
+    // Every element was all-reduced in place; the distributed optimizer
+    // reads its range there (gatherParameters packs over it only after the
+    // step's kernels, on the same stream).
+    if (layout_.distributedOptimizer) {
+      reduced_ = buffer_.as<float>() + shard_.begin;
+      return;
+    }
+    unpack(buffer_.as<float>(), false);
+    return;
+  }
   pack(false, 0, layout_.size);
   float *out = runInPlace(*reduce_, layout_.size, buffer_.as<float>());
   if (layout_.distributedOptimizer) {

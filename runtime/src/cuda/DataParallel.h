@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace mtrt::comm {
@@ -65,6 +66,15 @@ public:
   /// back into the store's gradients, or with the distributed optimizer
   /// into reduced().
   void reduceGradients();
+  /// Whether the buffer is reduced in buckets (--overlap-grad-reduce).
+  bool bucketed() const { return !layout_.buckets.empty(); }
+  /// As train::DataParallelBuffer::afterInstruction: in the last
+  /// micro-batch, enqueues the reduction of each bucket whose gradients
+  /// instruction `position` of `function` completes, on the context's
+  /// stream behind the step's work so far (the rest of the step follows
+  /// it there; a communication stream is the next step); reduceGradients
+  /// reduces the others and takes the result.
+  void afterInstruction(const std::string &function, size_t position);
   /// The summed gradients of the rank's range (device memory, shard().size
   /// elements), after reduceGradients and until the next one.
   float *reduced() const { return reduced_; }
@@ -80,10 +90,15 @@ private:
   void pack(bool values, int64_t begin, int64_t end);
   /// Writes every parameter's gradient (or value) from a whole buffer.
   void unpack(const float *from, bool values);
+  /// Packs bucket `b`'s gradients and reduces them in place in buffer_.
+  void reduceBucket(size_t b);
 
   const GradientBuffer &layout_;
   ParameterStore &parameters_;
   std::unique_ptr<Executor> reduce_, gather_;
+  /// One executor per bucket, and which have run this iteration.
+  std::vector<std::unique_ptr<Executor>> buckets_;
+  std::vector<bool> bucketDone_;
   train::BufferShard shard_;
   DeviceBuffer buffer_;
   float *reduced_ = nullptr;

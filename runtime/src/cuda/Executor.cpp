@@ -347,7 +347,8 @@ Executor::run(const std::vector<host::TensorView> &inputs,
   bool timed = profiling && runs_ > 0 && wait;
   // Graphs from the second run: the first times GEMM algorithms (which
   // synchronizes) and loads kernels.
-  if (graphOff_.empty() && context_.options().cudaGraphs && runs_ > 0) {
+  if (graphOff_.empty() && context_.options().cudaGraphs && runs_ > 0 &&
+      !observer_) {
     if (!replayGraph(key))
       executeAll(key, timed);
   } else {
@@ -428,6 +429,8 @@ void Executor::executeAll(const MicroBatchKey &key, bool timed) {
       context_.synchronize(where(position));
     if (trace)
       traceResults(*trace, position);
+    if (observer_)
+      observer_(position);
   }
   if (timed)
     MTRT_CUDA_CHECK(cudaEventRecord(events_.back(), stream),

@@ -177,6 +177,15 @@ public:
   /// instruction of the CUDA graph, refreshed when the scale changes.
   void setLossScale(double scale) { lossScale_ = scale; }
 
+  /// Called with each instruction's position once it is enqueued, until set
+  /// to nullptr (host::Executor::setInstructionObserver): the last
+  /// micro-batch's gradient buckets are enqueued there, on the same stream.
+  /// A run with an observer runs instruction by instruction, not as a CUDA
+  /// graph.
+  void setInstructionObserver(std::function<void(size_t)> observer) {
+    observer_ = std::move(observer);
+  }
+
   /// The arena's size (what it needs of a shared arena): every value and
   /// scratch byte of a run.
   size_t arenaBytes() const { return viewRegion_ + viewBytes_; }
@@ -452,6 +461,7 @@ private:
   /// Why there is no graph (graphObstacle, or the failure that turned it
   /// off); empty while graphs are on.
   std::string graphOff_;
+  std::function<void(size_t)> observer_;
   int64_t graphCaptures_ = 0, graphReplays_ = 0;
 };
 

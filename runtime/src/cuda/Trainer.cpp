@@ -94,6 +94,11 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   if (rank && bundle.hasGradientBuffer())
     gradientBuffer_ =
         std::make_unique<DataParallelBuffer>(bundle, *parameters_, *rank);
+  if (pipeline_ && gradientBuffer_ && gradientBuffer_->bucketed())
+    pipeline_->setLastBackwardObserver(
+        [this](const std::string &function, size_t position) {
+          gradientBuffer_->afterInstruction(function, position);
+        });
   if (distributed)
     distributedOptimizer_ = std::make_unique<DistributedOptimizer>(
         *parameters_, *gradientBuffer_, config, *rank);
@@ -211,11 +216,22 @@ void Trainer::train(std::ostream &out) {
           {microStep_, static_cast<uint64_t>(consumed)}, globalBatch);
       microStep_ += static_cast<uint64_t>(microBatches);
     }
-    for (int64_t m = 0; !pipeline_ && m < microBatches; ++m)
+    for (int64_t m = 0; !pipeline_ && m < microBatches; ++m) {
+      // --overlap-grad-reduce: the last micro-batch reduces each gradient
+      // bucket once its gradients are complete (train::Trainer's rule).
+      bool overlap = gradientBuffer_ && gradientBuffer_->bucketed() &&
+                     m + 1 == microBatches;
+      if (overlap)
+        trainStep_->setInstructionObserver([this](size_t position) {
+          gradientBuffer_->afterInstruction("train_step", position);
+        });
       lossSum += runMicroBatch(
           *trainStep_, *trainData_, consumed + sampleOffset(m),
           {microStep_++, static_cast<uint64_t>(consumed) +
                              static_cast<uint64_t>(m) * globalBatch});
+      if (overlap)
+        trainStep_->setInstructionObserver(nullptr);
+    }
     // Megatron-LM's data-parallel reduction: once per iteration, after the
     // micro-batches, before the unscale, clipping and the optimizer.
     if (gradientBuffer_)

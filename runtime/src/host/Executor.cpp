@@ -225,6 +225,8 @@ std::vector<Tensor> Executor::run(const std::vector<TensorView> &inputs,
       traceResults(*trace, position, inst);
     for (int64_t v : inst.free)
       release(v);
+    if (observer_)
+      observer_(position);
   }
 
   std::vector<Tensor> outputs;

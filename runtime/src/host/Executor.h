@@ -7,6 +7,7 @@
 #include "host/HostTensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -114,6 +115,13 @@ public:
   /// ones.
   void setLossScale(double scale) { lossScale_ = scale; }
 
+  /// Called with each instruction's position once it has run, until set
+  /// to nullptr: the last micro-batch's gradient buckets start there
+  /// (DataParallelBuffer::afterInstruction).
+  void setInstructionObserver(std::function<void(size_t)> observer) {
+    observer_ = std::move(observer);
+  }
+
   /// The most bytes of values (and kernel scratch) live at once, over all
   /// runs so far; with a memory plan, the arena's size plus the scratch.
   size_t peakBytes() const { return peakBytes_; }
@@ -154,6 +162,7 @@ private:
   comm::RankContext *rank_ = nullptr;
   DType floatType_;
   double lossScale_ = 1.0;
+  std::function<void(size_t)> observer_;
 
   std::vector<Slot> slots_;
   /// The memory plan's arena (its own, or the shared one) and its offsets'

@@ -102,6 +102,18 @@ public:
   /// on, instead of 1.
   void setLossScale(double scale) { lossScale_ = scale; }
 
+  /// Megatron-LM's --overlap-grad-reduce: from the next train() on, each
+  /// stage's backward function of the iteration's last micro-batch calls
+  /// `observer` with its name and each instruction's position once that
+  /// instruction has run (the executor's setInstructionObserver), so that
+  /// the gradient buckets complete there are reduced while the schedule
+  /// goes on. nullptr: none.
+  using InstructionObserver =
+      std::function<void(const std::string &function, size_t position)>;
+  void setLastBackwardObserver(InstructionObserver observer) {
+    lastBackwardObserver_ = std::move(observer);
+  }
+
   /// The most bytes of stash this rank held at once (forward done, backward
   /// pending, over all its stages), over all train() calls so far.
   int64_t peakStashBytes() const { return peakStashBytes_; }
@@ -171,6 +183,7 @@ protected:
   int64_t pipelineRank_ = 0;
   int64_t lastStage_ = 0;
   double lossScale_ = 1.0;
+  InstructionObserver lastBackwardObserver_;
   std::map<int64_t, Stage> stageExecutors_;
   std::vector<EmbeddingGroup> embeddingGroups_;
 
@@ -395,9 +408,19 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                            ? host::TensorView{seed.dtype, seed.shape,
                                               seed.buffer.data()}
                            : stages_.view(outputGradients_.at(key)));
+      bool observed = lastBackwardObserver_ &&
+                      step.microBatch + 1 == pipeline_.microBatches;
+      if (observed) {
+        const std::string &name = stage.backward->function().name;
+        stage.backward->setInstructionObserver([this, &name](size_t position) {
+          lastBackwardObserver_(name, position);
+        });
+      }
       std::vector<Tensor> outputs =
           stages_.run(*stage.backward, inputs, microBatch, releaseSlot(key),
                       /*readsStash=*/true);
+      if (observed)
+        stage.backward->setInstructionObserver(nullptr);
       stashBytes_ -= bytesOf(stash_.at(key));
       stash_.erase(key);
       outputGradients_.erase(key);

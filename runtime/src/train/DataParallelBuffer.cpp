@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace mtrt::train {
 
@@ -54,6 +55,10 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
   DType dtype = parameters.floatType();
   buffer_ = host::Tensor(dtype, {layout_.size});
   shard_ = bufferShard(bundle, rank.coordinates());
+  for (const GradientBucket &bucket : layout_.buckets)
+    buckets_.push_back(std::make_unique<host::Executor>(
+        bundle, bucket.reduceFunction, parameters, pool, &rank));
+  bucketDone_.assign(buckets_.size(), false);
   if (!layout_.distributedOptimizer)
     return;
   gather_ = std::make_unique<host::Executor>(bundle, layout_.gatherFunction,
@@ -98,8 +103,71 @@ void DataParallelBuffer::unpack(const host::Tensor &from, bool values) {
   }
 }
 
+void DataParallelBuffer::reduceBucket(size_t b) {
+  const GradientBucket &bucket = layout_.buckets[b];
+  bool f64 = parameters_.floatType() == DType::F64;
+  int64_t end = bucket.offset + bucket.size;
+  if (f64)
+    pack<double>(false, bucket.offset, end);
+  else
+    pack<float>(false, bucket.offset, end);
+  size_t bytes = dtypeSize(buffer_.dtype);
+  uint8_t *slice = static_cast<uint8_t *>(buffer_.buffer.data()) +
+                   static_cast<size_t>(bucket.offset) * bytes;
+  std::vector<host::Tensor> out =
+      buckets_[b]->run({{buffer_.dtype, {bucket.size}, slice}}, {});
+  std::memcpy(slice, out[0].buffer.data(),
+              static_cast<size_t>(bucket.size) * bytes);
+  bucketDone_[b] = true;
+}
+
+void DataParallelBuffer::afterInstruction(const std::string &function,
+                                          size_t position) {
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const GradientBucket &bucket = layout_.buckets[b];
+    if (!bucketDone_[b] && bucket.readyFunction == function &&
+        bucket.readyAfter == static_cast<int64_t>(position)) {
+      reduceBucket(b);
+      ++startedInStep_;
+    }
+  }
+}
+
+std::string DataParallelBuffer::describeBuckets() const {
+  int64_t count = static_cast<int64_t>(layout_.buckets.size());
+  return "gradient buckets (--overlap-grad-reduce): " + std::to_string(count) +
+         " over " + std::to_string(layout_.size) +
+         " elements; the last iteration reduced " +
+         std::to_string(lastStartedInStep_) +
+         " during the last micro-batch's backward pass and " +
+         std::to_string(count - lastStartedInStep_) + " after it";
+}
+
 void DataParallelBuffer::reduceGradients() {
   bool f64 = parameters_.floatType() == DType::F64;
+  if (bucketed()) {
+    // The buckets the last micro-batch did not start: those reduced after
+    // the step, in order.
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (!bucketDone_[b])
+        reduceBucket(b);
+    bucketDone_.assign(buckets_.size(), false);
+    lastStartedInStep_ = std::exchange(startedInStep_, 0);
+    if (layout_.distributedOptimizer) {
+      // Every element was all-reduced; the rank keeps its range.
+      size_t bytes = dtypeSize(buffer_.dtype);
+      std::memcpy(reduced_.buffer.data(),
+                  static_cast<const uint8_t *>(buffer_.buffer.data()) +
+                      static_cast<size_t>(shard_.begin) * bytes,
+                  static_cast<size_t>(shard_.size) * bytes);
+      return;
+    }
+    if (f64)
+      unpack<double>(buffer_, false);
+    else
+      unpack<float>(buffer_, false);
+    return;
+  }
   if (f64)
     pack<double>(false, 0, layout_.size);
   else

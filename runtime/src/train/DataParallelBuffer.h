@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace mtrt::host {
@@ -74,8 +75,21 @@ public:
 
   /// Packs the store's gradients, runs reduce_gradients. Without the
   /// distributed optimizer the sum goes back into the store's gradients;
-  /// with it, into shard().
+  /// with it, into shard(). With gradient buckets, reduces those the last
+  /// micro-batch has not started (afterInstruction) instead, and takes the
+  /// result from them.
   void reduceGradients();
+
+  /// Whether the buffer is reduced in buckets (--overlap-grad-reduce).
+  bool bucketed() const { return !layout_.buckets.empty(); }
+  /// In the last micro-batch of an iteration: instruction `position` of
+  /// `function` has run; starts the reduction of every bucket whose
+  /// gradients are then complete (GradientBucket::readyAfter). On the host
+  /// the reduction runs at once; the step then goes on.
+  void afterInstruction(const std::string &function, size_t position);
+  /// The log line of the buckets: how many, and how many the last
+  /// reduceGradients() found started inside the step.
+  std::string describeBuckets() const;
 
   /// The distributed optimizer's range of the buffer.
   int64_t shardBegin() const { return shard_.begin; }
@@ -91,11 +105,18 @@ public:
 private:
   template <typename T> void pack(bool values, int64_t begin, int64_t end);
   template <typename T> void unpack(const host::Tensor &from, bool values);
+  /// Packs bucket `b`'s gradients and reduces them in place in buffer_.
+  void reduceBucket(size_t b);
 
   const GradientBuffer &layout_;
   host::ParameterStore &parameters_;
   host::ThreadPool &pool_;
   std::unique_ptr<host::Executor> reduce_, gather_;
+  /// One executor per bucket, and which have run this iteration.
+  std::vector<std::unique_ptr<host::Executor>> buckets_;
+  std::vector<bool> bucketDone_;
+  /// Buckets started by afterInstruction this iteration, and in the last.
+  int64_t startedInStep_ = 0, lastStartedInStep_ = 0;
   BufferShard shard_;
   host::Tensor buffer_, reduced_;
 };

@@ -294,6 +294,11 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   if (rank_ && bundle.hasGradientBuffer())
     gradientBuffer_ = std::make_unique<DataParallelBuffer>(
         bundle, *parameters_, *pool_, *rank_);
+  if (pipeline_ && gradientBuffer_ && gradientBuffer_->bucketed())
+    pipeline_->setLastBackwardObserver(
+        [this](const std::string &function, size_t position) {
+          gradientBuffer_->afterInstruction(function, position);
+        });
   if (distributed)
     distributedOptimizer_ = std::make_unique<DistributedOptimizer>(
         *parameters_, *gradientBuffer_, *pool_, optimizer, *rank_);
@@ -447,10 +452,21 @@ void Trainer::train(std::ostream &out) {
           static_cast<uint64_t>(microBatch_ * dataParallel_));
       microStep_ += microBatches_;
     }
-    for (int64_t m = 0; !pipeline_ && m < microBatches_; ++m)
+    for (int64_t m = 0; !pipeline_ && m < microBatches_; ++m) {
+      // Megatron-LM's --overlap-grad-reduce: in the last micro-batch, each
+      // gradient bucket is reduced once its gradients are complete.
+      bool overlap = gradientBuffer_ && gradientBuffer_->bucketed() &&
+                     m + 1 == microBatches_;
+      if (overlap)
+        trainStep_->setInstructionObserver([this](size_t position) {
+          gradientBuffer_->afterInstruction("train_step", position);
+        });
       lossSum += runMicroBatch(
           *trainStep_, *trainData_, globalFirst(m) + dataRank_ * microBatch_,
           {microStep_++, static_cast<uint64_t>(globalFirst(m))});
+      if (overlap)
+        trainStep_->setInstructionObserver(nullptr);
+    }
     // Megatron-LM's data-parallel reduction: once per iteration, after the
     // micro-batches, before clipping and the optimizer.
     if (gradientBuffer_)
@@ -490,6 +506,8 @@ void Trainer::train(std::ostream &out) {
     };
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
                   iterate, evaluation, history_, start, save);
+  if (gradientBuffer_ && gradientBuffer_->bucketed())
+    log.line(gradientBuffer_->describeBuckets() + " (rank 0)");
   if (pipeline_) { // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
     log.line(pipeline_->describeMemory());

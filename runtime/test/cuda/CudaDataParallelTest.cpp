@@ -1,14 +1,15 @@
 // Data parallelism on one GPU: tiny-gpt compiled for DP=2 (with and without
 // the distributed optimizer, fp32 and bf16), DP=2 x TP=2 and PP=2 x DP=2 (4
 // layers, with and without the distributed optimizer: each pipeline rank
-// reduces its own gradient buffer once per iteration), each rank a thread with its own context and stream on device 0,
-// talking through the in-process communicator. 5 iterations of cuda::Trainer
-// against the one-rank cuda::Trainer from the same seed and samples, and
-// against the host backend's trainer on the same grid: losses, gradient norms
-// (the world's, clipping on), the replicas' parameters (the same on every data
-// rank after the reduction or the gather) and the final parameters.
-// The -nodrop bundles run without dropout; tiny-gpt's own (dropout 0.1)
-// draws its masks over each data rank's tile of the global micro-batch,
+// reduces its own gradient buffer once per iteration), and with gradient
+// buckets (--overlap-grad-reduce), each rank a thread with its own context and
+// stream on device 0, talking through the in-process communicator. 5 iterations
+// of cuda::Trainer against the one-rank cuda::Trainer from the same seed and
+// samples, and against the host backend's trainer on the same grid: losses,
+// gradient norms (the world's, clipping on), the replicas' parameters (the same
+// on every data rank after the reduction or the gather) and the final
+// parameters. The -nodrop bundles run without dropout; tiny-gpt's own (dropout
+// 0.1) draws its masks over each data rank's tile of the global micro-batch,
 // keyed on the global samples (core/Random.h), so the DP=2 run (micro-batch
 // 4) draws the masks of the one-rank run (micro-batch 8, tiny-gpt.yaml's).
 #include "CudaTestSupport.h"
@@ -320,6 +321,60 @@ TEST(CudaDataParallelFp16Test, LossScalingAgreesWithTheHostAndOneRank) {
               << ": scale 2^16, largest relative loss difference " << vsOne
               << " to one rank, " << vsHost
               << " to the host; scale 2^200: every iteration skipped\n";
+  }
+}
+
+// Megatron-LM's --overlap-grad-reduce on the GPU: the same layouts compiled
+// with gradient buckets (--ddp-bucket-size 40000: 7 buckets of tiny-gpt,
+// each reduced in the last micro-batch once its gradients are complete, on
+// the context's stream) train as the bundles that reduce the whole buffer
+// after the step: the same losses and gradient norms, and the same final
+// parameters, bit for bit (deterministic GEMM algorithms and attention, so
+// that the two runs compute the same bits; each element's sum over the
+// ranks is the same either way). DP=2 plain and with the distributed
+// optimizer, and PP=2 x DP=2 (each pipeline rank's buffer in buckets,
+// started in its last micro-batch's backward functions).
+TEST(CudaDataParallelBucketTest, OverlapTrainsAsOneReduction) {
+  MTRT_REQUIRE_GPU();
+  const char *const howToMake =
+      "the bundles of CudaDataParallelTest compiled with "
+      "--overlap-grad-reduce --ddp-bucket-size=40000 "
+      "(bench/make-device-dir.sh)";
+  cuda::ContextOptions device;
+  device.gemmTuning = false;
+  device.deterministicAttention = true;
+  struct Pair {
+    const char *plain, *overlap;
+    int64_t globalBatch;
+  };
+  for (const Pair &pair :
+       {Pair{"tiny-gpt-nodrop-dp2", "tiny-gpt-nodrop-dp2-overlap", 16},
+        Pair{"tiny-gpt-nodrop-dp2-distopt",
+             "tiny-gpt-nodrop-dp2-distopt-overlap", 16},
+        Pair{"tiny-gpt-l4-nodrop-pp2-dp2", "tiny-gpt-l4-nodrop-pp2-dp2-overlap",
+             8}}) {
+    Bundle plain = loadTestBundle(pair.plain, kHowToMake);
+    Bundle overlap = loadTestBundle(pair.overlap, howToMake);
+    for (const GradientBuffer &buffer : overlap.gradientBuffers())
+      ASSERT_GT(buffer.buckets.size(), 1u) << pair.overlap;
+    train::TrainerOptions options = trainingOptions();
+    options.globalBatchSize = pair.globalBatch;
+    TrainingRun off = ranks(plain, options, false, device);
+    TrainingRun on = ranks(overlap, options, false, device);
+    ASSERT_EQ(off.history.size(), 5u) << pair.plain;
+    ASSERT_EQ(on.history.size(), off.history.size()) << pair.overlap;
+    for (size_t i = 0; i < off.history.size(); ++i) {
+      EXPECT_EQ(on.history[i].loss, off.history[i].loss)
+          << pair.overlap << ", iteration " << i + 1;
+      EXPECT_EQ(on.history[i].gradNorm, off.history[i].gradNorm)
+          << pair.overlap << ", iteration " << i + 1;
+    }
+    double parameters = parameterDifference(on, off);
+    EXPECT_EQ(parameters, 0.0) << pair.overlap;
+    std::cout << "[ buckets  ] " << pair.overlap << ": loss "
+              << on.history.front().loss << " -> " << on.history.back().loss
+              << ", the same as " << pair.plain
+              << "; final parameters differ by " << parameters << "\n";
   }
 }
 

@@ -7,14 +7,16 @@
 // reader's op table has the schema's ops and attribute types.
 //
 // The manifests under data/manifests are megatron-compile's (format version
-// 8), the JSON between a bundle's header and payload:
+// 9), the JSON between a bundle's header and payload:
 //   llama-fused-bf16-tp-sp-dp.json: models/tiny-llama.yaml --num-layers 1
 //     --bf16 --fuse-kernels --tensor-model-parallel-size 2
 //     --sequence-parallel --data-parallel-size 2 --use-distributed-optimizer
-//     --global-batch-size 16
+//     --global-batch-size 16 --overlap-grad-reduce --ddp-bucket-size 20000
 //   gpt-pp-tied-dp.json: models/tiny-gpt.yaml
 //     --pipeline-model-parallel-size 2 --data-parallel-size 2
 //     --use-distributed-optimizer --global-batch-size 32
+//     --overlap-grad-reduce --ddp-bucket-size 20000 (gradient buckets, with
+//     and without ready_after)
 //   gpt-fused-tp.json: models/tiny-gpt.yaml --num-layers 1 --fuse-kernels
 //     --tensor-model-parallel-size 2 (a fused dropout: a body op's attrs)
 // Together they hold every key of the schema but the attributes that these

@@ -112,9 +112,9 @@ TEST(GradientBufferTest, BadLayoutsAreRejected) {
       m, {"gradient_buffer: found a gradient buffer in a bundle "
           "without a grid"});
   m = bufferManifest(false);
-  m["gradient_buffer"]["buckets"] = 1;
+  m["gradient_buffer"]["bucket_size"] = 1;
   expectManifestRejected(
-      m, {"gradient_buffer.buckets: found a field \"buckets\""});
+      m, {"gradient_buffer.bucket_size: found a field \"bucket_size\""});
 }
 
 /// Rank r's gradient of parameter p, element i.

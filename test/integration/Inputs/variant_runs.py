@@ -1,8 +1,8 @@
 """What fused-gemm-runs.py and recompute-runs.py share: compiling a variant
 of MODEL, training it 3 iterations on the CPU, and comparing the variants'
 logs with same-losses.py. A bundle for several ranks trains them as threads
-(--in-process-ranks) and saves no weights (megatron-train saves those of
-one-rank runs only).
+(--in-process-ranks) and saves its weights only when asked (megatron-train
+puts the ranks' shards together into whole tensors).
 """
 import os
 import subprocess
@@ -16,19 +16,20 @@ def in_process_ranks(flags):
 
 
 def compile_and_train(compile_tool, train_tool, root, model_file, stem, flags,
-                      ranks):
+                      ranks, save_weights=False):
     """Compiles `model_file` with `flags` to STEM.mtb and trains it, logging
-    to STEM.jsonl and (one rank) saving STEM.safetensors; returns both
-    paths."""
+    to STEM.jsonl and (one rank, or any with `save_weights`) saving
+    STEM.safetensors; returns both paths."""
     subprocess.run([compile_tool, model_file, "-o", stem + ".mtb"] + flags,
                    check=True)
+    saves = not ranks or save_weights
     subprocess.run(
         [train_tool, stem + ".mtb", "--data-path",
          os.path.join(root, "data", "corpus.txt"), "--train-iters", "3",
          "--lr", "1e-3", "--eval-interval", "0", "--no-progress-bar",
-         "--log-jsonl", stem + ".jsonl"] +
-        (ranks or ["--save-weights", stem + ".safetensors"]), check=True,
-        stdout=subprocess.DEVNULL)
+         "--log-jsonl", stem + ".jsonl"] + ranks +
+        (["--save-weights", stem + ".safetensors"] if saves else []),
+        check=True, stdout=subprocess.DEVNULL)
     return stem + ".jsonl", stem + ".safetensors"
 
 
