@@ -13,6 +13,7 @@
 #include "megatron/Target/FusedKernels.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -100,23 +101,20 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   for (Operation &op : body.without_terminator())
     if (auto dropout = dyn_cast<mt::DropoutOp>(op))
       keys += dropout.getP().convertToDouble() != 0;
-  os << "__device__ __forceinline__ void " << name << "_element(long long i";
+  // Every dropout of the group keys the element on the same sample and
+  // position, each with its own seed: the element function takes the
+  // position and, per dropout, its sample's key (sampleKey(key, sample)).
+  os << "__device__ __forceinline__ void " << name << "_element(";
+  llvm::ListSeparator comma;
   if (keys)
-    os << ", const mtrt::random::MaskTile &tile";
+    os << comma << "unsigned long long position";
   for (size_t k = 0; k < keys; ++k)
-    os << ", unsigned long long key" << k;
+    os << comma << "unsigned long long sampleKey" << k;
   for (size_t i = 0; i < body.getNumArguments(); ++i)
-    os << ", float x" << i;
+    os << comma << "float x" << i;
   for (size_t i = 0; i < group.getNumResults(); ++i)
-    os << ", float &y" << i;
+    os << comma << "float &y" << i;
   os << ") {\n";
-  // Every dropout of the group keys element i on the same sample and
-  // position, each with its own seed.
-  if (keys)
-    os << "  const unsigned long long sample = mtrt::random::maskSample(tile, "
-          "(unsigned long long)i);\n"
-       << "  const unsigned long long position = "
-          "mtrt::random::maskPosition(tile, (unsigned long long)i);\n";
   unsigned next = 0, key = 0;
   for (Operation &op : body.without_terminator()) {
     std::string result = llvm::formatv("v{0}", next++).str();
@@ -138,8 +136,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
               // The host's: kept iff uniformFloat(bits) >= float(p), scaled
               // by float(1 / (1 - p)).
               return llvm::formatv(
-                         "mtrt::random::dropoutKeep(mtrt::random::sampleKey("
-                         "key{0}, sample), position, {1}) ? {2} * {3} : 0.0f",
+                         "mtrt::random::dropoutKeep(sampleKey{0}, position, "
+                         "{1}) ? {2} * {3} : 0.0f",
                          key++, floatLiteral(static_cast<float>(p)), in(0),
                          floatLiteral(static_cast<float>(1.0 / (1.0 - p))))
                   .str();
@@ -182,6 +180,36 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     os << "  const bool bin" << i << " = " << bit(i) << ";\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "  const bool bout" << i << " = " << bit(inputs + i) << ";\n";
+  // The masks' sample and position of element `index`, and each dropout's
+  // sample key, as INDENT's declarations with names ending in SUFFIX.
+  auto emitMaskKeys = [&](StringRef indent, StringRef index, StringRef suffix) {
+    os << indent << "const unsigned long long sample" << suffix
+       << " = mtrt::random::maskSample(tile, " << index << ");\n"
+       << indent << "const unsigned long long position" << suffix
+       << " = mtrt::random::maskPosition(tile, " << index << ");\n";
+    for (size_t k = 0; k < keys; ++k)
+      os << indent << "const unsigned long long sampleKey" << k << suffix
+         << " = mtrt::random::sampleKey(key" << k << ", sample" << suffix
+         << ");\n";
+  };
+  // The element function's leading arguments: position, sample keys.
+  auto maskArguments = [&](StringRef position, StringRef suffix) {
+    std::string text;
+    if (!keys)
+      return text;
+    text = std::string(position) + ", ";
+    for (size_t k = 0; k < keys; ++k)
+      text += llvm::formatv("sampleKey{0}{1}, ", k, suffix).str();
+    return text;
+  };
+  // Mapping an element to its sample and position costs 64-bit divisions
+  // and the sample key a hash, more than the dropout's own hash: a group
+  // of four computes them once when its elements are four consecutive
+  // positions of one sample (the sample's elements and the tile's innermost
+  // extent multiples of 4), else per element.
+  if (keys)
+    os << "  const bool lanesContiguous = tile.sampleElements % 4 == 0 && "
+          "(tile.dims == 0 || tile.local[tile.dims - 1] % 4 == 0);\n";
   os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
      << "  const long long first = (long long)blockIdx.x * blockDim.x + "
         "threadIdx.x;\n"
@@ -191,18 +219,30 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
        << ", v);\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    float4 r" << i << ";\n";
+  if (keys)
+    emitMaskKeys("    ", "4ull * v", "");
   static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
   for (auto [offset, lane] : llvm::enumerate(kLanes)) {
-    os << "    " << name << "_element(4 * v + " << offset;
-    if (keys)
-      os << ", tile";
-    for (size_t k = 0; k < keys; ++k)
-      os << ", key" << k;
+    std::string arguments;
     for (size_t i = 0; i < inputs; ++i)
-      os << ", a" << i << "." << lane;
+      arguments += llvm::formatv("a{0}.{1}, ", i, lane).str();
     for (size_t i = 0; i < outputs; ++i)
-      os << ", r" << i << "." << lane;
-    os << ");\n";
+      arguments += llvm::formatv("r{0}.{1}, ", i, lane).str();
+    arguments.resize(arguments.size() - 2);
+    if (!keys) {
+      os << "    " << name << "_element(" << arguments << ");\n";
+      continue;
+    }
+    os << "    if (lanesContiguous) {\n"
+       << "      " << name << "_element("
+       << maskArguments(llvm::formatv("position + {0}", offset).str(), "")
+       << arguments << ");\n"
+       << "    } else {\n";
+    emitMaskKeys("      ", llvm::formatv("4ull * v + {0}", offset).str(),
+                 "Lane");
+    os << "      " << name << "_element(" << maskArguments("positionLane", "Lane")
+       << arguments << ");\n"
+       << "    }\n";
   }
   for (size_t i = 0; i < outputs; ++i)
     os << "    mt_store4(out" << i << ", bout" << i << ", v, r" << i
@@ -211,16 +251,16 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
      << "  for (long long i = 4 * vectors + first; i < n; i += stride) {\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    float y" << i << ";\n";
-  os << "    " << name << "_element(i";
   if (keys)
-    os << ", tile";
-  for (size_t k = 0; k < keys; ++k)
-    os << ", key" << k;
+    emitMaskKeys("    ", "(unsigned long long)i", "");
+  std::string arguments;
   for (size_t i = 0; i < inputs; ++i)
-    os << ", mt_load(in" << i << ", bin" << i << ", i)";
+    arguments += llvm::formatv("mt_load(in{0}, bin{0}, i), ", i).str();
   for (size_t i = 0; i < outputs; ++i)
-    os << ", y" << i;
-  os << ");\n";
+    arguments += llvm::formatv("y{0}, ", i).str();
+  arguments.resize(arguments.size() - 2);
+  os << "    " << name << "_element(" << maskArguments("position", "")
+     << arguments << ");\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    mt_store(out" << i << ", bout" << i << ", i, y" << i
        << ");\n";
