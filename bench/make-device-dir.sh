@@ -14,13 +14,15 @@ build=$1 compile=$2 dest=$3
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/bundles" "$dest/fallback-lib" \
   "$dest/bench"
-cp "$build/bin/megatron-train" "$build/bin/mtrt-cuda-tests" "$dest/bin/"
+cp "$build/bin/megatron-train" "$build/bin/mtrt-cuda-tests" \
+  "$build/bin/mtrt-attention-bench" "$dest/bin/"
 cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
 # Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3 and ICU 72.
 cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
   /lib/x86_64-linux-gnu/libicudata.so.72 "$dest/fallback-lib/"
 cp "$root"/bench/*.py "$root/bench/run-device-checks.sh" \
-  "$root/bench/run-multi-gpu.sh" "$dest/bench/"
+  "$root/bench/run-multi-gpu.sh" "$root/bench/run-attention-table.sh" \
+  "$dest/bench/"
 mkdir -p "$dest/models"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
