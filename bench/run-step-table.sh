@@ -12,7 +12,9 @@
 #      upwards while a run succeeds, else downwards until one does;
 #   4. bench/torch_step.py (torch.compile, fused AdamW, the fastest SDPA
 #      backend) at each MODELS shape, dropout 0 and 0.1, one process a model;
-#   5. when time is left, torch_step.py --compile model (the whole model one
+#   5. torch_step.py --llama hf (Hugging Face's LlamaForCausalLM) at each
+#      Llama shape, dropout 0;
+#   6. when time is left, torch_step.py --compile model (the whole model one
 #      graph) at the first MODELS shape, a check of its default regional
 #      compile.
 # Everything is written as it comes, so a run cut short by the call's limit
@@ -124,6 +126,17 @@ for model in "${models[@]}"; do
   sampled "torch-$model" timeout $((limit + 60 - $(date +%s) + start)) python3 "$dir/bench/torch_step.py" \
     "$dir/models/$model.yaml" --micro-batch-size "${base[$model]}" \
     --dropout 0 0.1 >"$logs/torch-$model.jsonl" 2>"$logs/torch-$model.log"
+  table
+done
+# Hugging Face's Llama (the second baseline of issue 22) at each Llama
+# shape, dropout 0.
+for model in "${models[@]}"; do
+  grep -q "position_embedding_type: rope" "$dir/models/$model.yaml" || continue
+  time_left || break
+  sampled "torch-hf-$model" timeout $((limit + 60 - $(date +%s) + start)) \
+    python3 "$dir/bench/torch_step.py" "$dir/models/$model.yaml" --llama hf \
+    --micro-batch-size "${base[$model]}" --dropout 0 \
+    >"$logs/torch-hf-$model.jsonl" 2>"$logs/torch-hf-$model.log"
   table
 done
 # A check of the regional compile (torch_step.py's default) against the

@@ -7,7 +7,8 @@ Usage: step_table.py DIR LOGS OUT
         models/*.yaml)
   LOGS  the runs: NAME.{jsonl,log,mem,before,status} for each bundle NAME =
         MODEL-mbMB-dD (and tiny-gpt), torch-MODEL.jsonl (torch_step.py),
-        torch-check-MODEL.jsonl (torch_step.py --compile model)
+        torch-check-MODEL.jsonl (torch_step.py --compile model),
+        torch-hf-MODEL.jsonl (torch_step.py --llama hf)
   OUT   where step-table.json and step-table.md go; the markdown is printed
 
 Ours: the step time is the median of megatron-train's elapsed_ms from
@@ -136,7 +137,7 @@ def main():
             row = ours(dir_, logs, name, context)
             ours_rows[(row["model"], row["micro_batch_size"],
                        row["dropout"])] = row
-    torch_rows, checks = {}, []
+    torch_rows, checks, hf_rows = {}, [], []
     for entry in sorted(os.listdir(logs)):
         if entry.startswith("torch-") and entry.endswith(".jsonl"):
             for line in open(os.path.join(logs, entry)):
@@ -145,6 +146,8 @@ def main():
                 r = json.loads(line)
                 if entry.startswith("torch-check-"):
                     checks.append(r)
+                elif entry.startswith("torch-hf-"):
+                    hf_rows.append(r)
                 else:
                     torch_rows[(r["model"], r["micro_batch_size"],
                                 r["dropout"])] = r
@@ -168,7 +171,7 @@ def main():
                     o["peak"] / t["max_memory_reserved"], 3)
         compared.append(row)
     json.dump({"context_bytes": context, "rows": compared, "search": search,
-               "torch_compile_checks": checks},
+               "torch_compile_checks": checks, "hugging_face_llama": hf_rows},
               open(os.path.join(out, "step-table.json"), "w"), indent=1)
 
     lines = [f"CUDA context (tiny-gpt's peak minus its reported total): "
@@ -211,6 +214,20 @@ def main():
             f"{gib(c.get('max_memory_reserved'))} GiB (the blocks compiled "
             f"apart: {regional.get('ms_per_step', '-')} ms, "
             f"{gib(regional.get('max_memory_reserved'))} GiB)")
+    for h in hf_rows:
+        o = ours_rows.get((h["model"], h["micro_batch_size"], h["dropout"]),
+                          {})
+        ratio = "-"
+        if "ms_per_step" in h and "ms_per_step" in o:
+            ratio = round(h["ms_per_step"] / o["ms_per_step"], 3)
+        lines.append(
+            f"\nHugging Face's LlamaForCausalLM under torch.compile (the "
+            f"second baseline), {h['model']} mb {h['micro_batch_size']} "
+            f"dropout {h['dropout']:g}: {h.get('ms_per_step', h.get('error'))} "
+            f"ms, MFU {percent(h.get('mfu'))}, reserved "
+            f"{gib(h.get('max_memory_reserved'))} GiB, SDPA "
+            f"{h.get('sdpa', '-')}; ours {o.get('ms_per_step', '-')} ms: "
+            f"ratio {ratio}")
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, "step-table.md"), "w").write(text)
     print(text)

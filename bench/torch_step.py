@@ -9,7 +9,14 @@ training step of a model file's model (models/*.yaml) on one GPU.
   RMSNorm, RoPE, grouped-query attention through SDPA, SwiGLU, no biases,
   untied output layer.
 
-Both: QKV and (for SwiGLU) gate/up as one GEMM each, bf16 autocast over fp32
+- Llama with --llama hf: Hugging Face's LlamaForCausalLM at the same shape
+  (transformers, attention through SDPA, its own RoPE, separate q/k/v and
+  gate/up GEMMs, keys and values repeated for grouped-query attention):
+  what most PyTorch users run, the second ratio of issue 22. It has no
+  hidden dropout (only LlamaConfig's attention_dropout, which --dropout
+  sets).
+
+Lean models: QKV and (for SwiGLU) gate/up as one GEMM each, bf16 autocast over fp32
 master weights (Megatron-LM's default), torch.compile (by default each
 block and the final norm + output layer + loss compiled apart, as torchtitan
 does: --compile model makes the whole model one graph, at several times the
@@ -205,6 +212,46 @@ class Model(nn.Module):
         self.loss = torch.compile(self.loss)
 
 
+class HfLlama(nn.Module):
+    """Hugging Face's LlamaForCausalLM at the model file's shape, with the
+    lean Model's interface: tokens (b, s + 1) in, mean cross-entropy out."""
+
+    def __init__(self, m, dropout):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+        config = LlamaConfig(
+            vocab_size=m["padded_vocab"], hidden_size=m["hidden_size"],
+            intermediate_size=m["ffn_hidden_size"],
+            num_hidden_layers=m["num_layers"],
+            num_attention_heads=m["num_attention_heads"],
+            num_key_value_heads=m["num_query_groups"],
+            head_dim=m["head_dim"], max_position_embeddings=m["seq_length"],
+            rms_norm_eps=m["norm_epsilon"], rope_theta=m["rotary_base"],
+            attention_dropout=dropout, tie_word_embeddings=False,
+            initializer_range=m["init_method_std"], use_cache=False,
+            attn_implementation="sdpa")
+        # Newer transformers keep the base in rope_parameters.
+        rope = getattr(config, "rope_parameters", None)
+        if isinstance(rope, dict):
+            rope["rope_theta"] = m["rotary_base"]
+        self.model = LlamaForCausalLM(config)
+
+    def forward(self, tokens):
+        inputs, labels = tokens[:, :-1], tokens[:, 1:]
+        logits = self.model(input_ids=inputs, use_cache=False).logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+    def compile_regions(self):
+        """Each decoder layer compiled on its own, as Model's blocks."""
+        layers = self.model.model.layers
+        config = torch._dynamo.config
+        key = ("recompile_limit" if hasattr(config, "recompile_limit")
+               else "cache_size_limit")
+        setattr(config, key, max(getattr(config, key), 2 * len(layers)))
+        for layer in layers:
+            layer.compile()
+
+
 def time_attention(m, b, dropout, iters=10):
     """Milliseconds of SDPA forward + backward at the model's shape, per
     usable (backend, enable_gqa) choice; a choice that fails is left out."""
@@ -255,7 +302,12 @@ def run(m, args, dropout):
     backend, native_gqa = choice.split("+")[0], choice.endswith("+gqa")
     use_backend(backend)
     torch.manual_seed(1234)
-    model = Model(m, dropout, native_gqa).cuda()
+    hf = args.llama == "hf"
+    if hf and not m["llama"]:
+        raise SystemExit(f"--llama hf: {m['name']} is not a Llama "
+                         "(position_embedding_type rope)")
+    model = (HfLlama(m, dropout) if hf else Model(m, dropout, native_gqa))
+    model = model.cuda()
     step_model = model
     if args.compile == "model":
         step_model = torch.compile(model)
@@ -293,7 +345,8 @@ def run(m, args, dropout):
     ms = statistics.median(start.elapsed_time(end) for start, end in events)
     tokens_per_second = b * s / (ms / 1e3)
     result = {
-        "impl": "torch-compile" if args.compile != "eager" else "torch-eager",
+        "impl": ("hf-llama-" if hf else "torch-") +
+                ("compile" if args.compile != "eager" else "eager"),
         "compile": args.compile,
         "model": m["name"], "micro_batch_size": b, "seq_length": s,
         "dropout": dropout, "torch": torch.__version__,
@@ -327,6 +380,9 @@ def main():
                              "compiled apart; model: the whole model as one "
                              "graph (several times the compile time); "
                              "eager: no compile, for reference")
+    parser.add_argument("--llama", default="lean", choices=["lean", "hf"],
+                        help="for a Llama model file: the lean model "
+                             "(default) or Hugging Face's LlamaForCausalLM")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
