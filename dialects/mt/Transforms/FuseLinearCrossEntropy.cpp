@@ -9,6 +9,16 @@
 // the fused op runs in the forward and the two gradients are stashed in
 // place of the logits for the backward's scales.
 //
+// Under tensor parallelism the output layer is split over the vocabulary
+// and its loss is the vocabulary-parallel one (vocab_max, all-reduce max,
+// vocab_partials, all-reduce sum, vocab_cross_entropy and its gradient):
+// the statistics need the whole vocabulary's maximum and sums before any
+// gradient exists, so the pass forms three chunked ops in place of the
+// three readers of the block's logits (mt.linear_vocab_max,
+// mt.linear_vocab_partials, mt.linear_vocab_cross_entropy_grad with the two
+// gradient GEMMs), each recomputing a chunk's logits, and leaves the
+// all-reduces between them as they are.
+//
 //===----------------------------------------------------------------------===//
 
 #include "mt/IR/MtOps.h"
@@ -16,6 +26,7 @@
 #include "mt/Transforms/SideBuffers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
 
@@ -100,6 +111,103 @@ std::optional<OutputLayer> matchOutputLayer(LinearOp linear) {
   }
   if (!layer.inputGrad || !layer.weightGrad)
     return std::nullopt;
+  return layer;
+}
+
+/// The vocabulary-parallel output layer: the linear of the rank's
+/// vocabulary block read only by vocab_max, vocab_partials and, in a
+/// training step, vocab_cross_entropy_grad, whose gradient only the data
+/// and weight GEMMs read.
+struct VocabOutputLayer {
+  LinearOp linear;
+  SmallVector<VocabMaxOp> maxima;
+  SmallVector<VocabPartialsOp> partials;
+  VocabCrossEntropyGradOp lossGrad; // none in evaluation
+  LinearOp inputGrad;
+  LinearWeightGradOp weightGrad;
+  /// The gradient op's input: the linear's, or (sequence parallelism,
+  /// mt-regather-in-backward) the same all-gather repeated in the backward
+  /// pass; and the op the gradient op is built before, where that input
+  /// exists.
+  Value gradInput;
+  Operation *gradAt = nullptr;
+};
+
+/// Whether `a` and `b` are the same all-gather of one value
+/// (mt-regather-in-backward's copy of a forward gather).
+bool sameGather(Value a, Value b) {
+  auto first = a.getDefiningOp<shard::AllGatherOp>();
+  auto second = b.getDefiningOp<shard::AllGatherOp>();
+  return first && second && first.getInput() == second.getInput() &&
+         first.getType() == second.getType() &&
+         first.getGridAttr() == second.getGridAttr() &&
+         first.getGridAxesAttr() == second.getGridAxesAttr() &&
+         first.getGatherAxisAttr() == second.getGatherAxisAttr();
+}
+
+std::optional<VocabOutputLayer> matchVocabOutputLayer(LinearOp linear) {
+  if (linear.getBias())
+    return std::nullopt;
+  VocabOutputLayer layer{linear, {}, {}, {}, {}, {}, {}, nullptr};
+  Value logits = linear.getResult();
+  for (OpOperand &use : logits.getUses()) {
+    Operation *user = use.getOwner();
+    if (user->getBlock() != linear->getBlock())
+      return std::nullopt;
+    if (auto max = dyn_cast<VocabMaxOp>(user)) {
+      layer.maxima.push_back(max);
+    } else if (auto partials = dyn_cast<VocabPartialsOp>(user);
+               partials && partials.getLogits() == logits &&
+               partials.getMax() != logits) {
+      layer.partials.push_back(partials);
+    } else if (auto grad = dyn_cast<VocabCrossEntropyGradOp>(user);
+               grad && !layer.lossGrad && use.getOperandNumber() == 1 &&
+               grad.getReduction() != LossReduction::None) {
+      layer.lossGrad = grad;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (layer.partials.empty())
+    return std::nullopt;
+  if (!layer.lossGrad)
+    return layer;
+  for (Operation *user : layer.lossGrad.getResult().getUsers()) {
+    if (auto data = dyn_cast<LinearOp>(user)) {
+      if (layer.inputGrad || data.getInput() != layer.lossGrad.getResult() ||
+          data.getBias() || data.getWeight() != linear.getWeight() ||
+          data.getTransposeWeight() == linear.getTransposeWeight())
+        return std::nullopt;
+      layer.inputGrad = data;
+    } else if (auto weight = dyn_cast<LinearWeightGradOp>(user)) {
+      if (layer.weightGrad ||
+          (weight.getInput() != linear.getInput() &&
+           !sameGather(weight.getInput(), linear.getInput())) ||
+          weight.getOutputGrad() != layer.lossGrad.getResult() ||
+          weight.getTransposeWeight() != linear.getTransposeWeight())
+        return std::nullopt;
+      layer.weightGrad = weight;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!layer.inputGrad || !layer.weightGrad)
+    return std::nullopt;
+  // The gradient op goes where the loss gradient was, or right after its
+  // input when that comes later (a regathered input); every reader of the
+  // two gradients must follow it.
+  layer.gradInput = layer.weightGrad.getInput();
+  layer.gradAt = layer.lossGrad;
+  Operation *definition = layer.gradInput.getDefiningOp();
+  if (definition && definition->getBlock() == linear->getBlock() &&
+      layer.gradAt->isBeforeInBlock(definition))
+    layer.gradAt = definition->getNextNode();
+  for (Operation *gradient :
+       {layer.inputGrad.getOperation(), layer.weightGrad.getOperation()})
+    for (Operation *user : gradient->getUsers())
+      if (user->getBlock() != linear->getBlock() ||
+          (user != layer.gradAt && !layer.gradAt->isBeforeInBlock(user)))
+        return std::nullopt;
   return layer;
 }
 
@@ -271,8 +379,16 @@ struct FuseLinearCrossEntropyPass
       if (std::optional<SplitOutputLayer> layer =
               matchSplitOutputLayer(forward, backward))
         fuse(*layer);
-    // Tensor parallelism's vocabulary-parallel loss is not fused yet: say
-    // so once, rather than leave the flag silently without effect there.
+    SmallVector<VocabOutputLayer> vocabLayers;
+    getOperation().walk([&](LinearOp linear) {
+      if (std::optional<VocabOutputLayer> layer = matchVocabOutputLayer(linear))
+        vocabLayers.push_back(std::move(*layer));
+    });
+    for (VocabOutputLayer &layer : vocabLayers)
+      fuse(layer);
+    // A vocabulary-parallel loss split between a pipeline stage's forward
+    // and backward functions is not fused yet: say so once, rather than
+    // leave the flag silently without effect there.
     Operation *vocabLoss = nullptr;
     getOperation().walk([&](VocabCrossEntropyGradOp op) {
       vocabLoss = op;
@@ -280,11 +396,71 @@ struct FuseLinearCrossEntropyPass
     });
     if (vocabLoss)
       vocabLoss->emitWarning()
-          << "mt-fuse-linear-cross-entropy: the vocabulary-parallel loss of "
-             "tensor parallelism (vocab_max, vocab_partials, "
-             "vocab_cross_entropy and its gradient) is not fused yet; its "
-             "output layer keeps each rank's logits of its vocabulary block "
-             "(docs/Memory.md, \"The loss without whole-vocabulary logits\")";
+          << "mt-fuse-linear-cross-entropy: the vocabulary-parallel loss "
+             "split between a pipeline stage's forward and backward functions "
+             "(tensor and pipeline parallelism together) is not fused yet; "
+             "its output layer keeps each rank's logits of its vocabulary "
+             "block (docs/Memory.md, \"The loss without whole-vocabulary "
+             "logits\")";
+  }
+
+  /// The vocabulary-parallel case: each reader of the block's logits
+  /// becomes its chunked op where it stands, so the all-reduces between
+  /// them keep their places; the backward's GEMMs leave with the gradient.
+  void fuse(VocabOutputLayer &layer) {
+    LinearOp linear = layer.linear;
+    auto logits = cast<RankedTensorType>(linear.getType());
+    int64_t vocab = logits.getShape().back();
+    int64_t rows = logits.getNumElements() / std::max<int64_t>(1, vocab);
+    IntegerAttr chunk = OpBuilder(linear).getI64IntegerAttr(
+        chooseChunkRows(rows, vocab, chunkRows, chunkBytes, logitBytes));
+    Value input = linear.getInput(), weight = linear.getWeight();
+    UnitAttr transpose = linear.getTransposeWeightAttr();
+    auto fusedLoc = [&](Operation *op) {
+      return FusedLoc::get(op->getContext(), {linear->getLoc(), op->getLoc()});
+    };
+    // The linear's attributes (its layer), then the replaced op's.
+    auto copyAttrs = [&](Operation *from, Operation *to) {
+      for (Operation *source : {linear.getOperation(), from})
+        for (NamedAttribute attr : source->getDiscardableAttrs())
+          to->setDiscardableAttr(attr.getName(), attr.getValue());
+    };
+    for (VocabMaxOp max : layer.maxima) {
+      OpBuilder builder(max);
+      auto fused =
+          LinearVocabMaxOp::create(builder, fusedLoc(max), max.getType(), input,
+                                   weight, chunk, transpose);
+      copyAttrs(max, fused);
+      max.getResult().replaceAllUsesWith(fused.getResult());
+      max->erase();
+    }
+    for (VocabPartialsOp partials : layer.partials) {
+      OpBuilder builder(partials);
+      auto fused = LinearVocabPartialsOp::create(
+          builder, fusedLoc(partials), partials.getType(), input, weight,
+          partials.getLabels(), partials.getMax(), chunk, transpose,
+          partials.getVocabShardAxesAttr());
+      copyAttrs(partials, fused);
+      partials.getResult().replaceAllUsesWith(fused.getResult());
+      partials->erase();
+    }
+    if (VocabCrossEntropyGradOp grad = layer.lossGrad) {
+      OpBuilder builder(layer.gradAt);
+      auto fused = LinearVocabCrossEntropyGradOp::create(
+          builder, fusedLoc(grad), layer.inputGrad.getType(),
+          layer.weightGrad.getType(), layer.gradInput, weight, grad.getLabels(),
+          grad.getMax(), grad.getPartials(), grad.getLossGrad(),
+          grad.getReductionAttr(), grad.getIgnoreIndexAttr(), chunk, transpose,
+          grad.getVocabShardAxesAttr());
+      copyAttrs(grad, fused);
+      layer.inputGrad.getResult().replaceAllUsesWith(fused.getInputGrad());
+      layer.weightGrad.getResult().replaceAllUsesWith(fused.getWeightGrad());
+      layer.inputGrad->erase();
+      layer.weightGrad->erase();
+      grad->erase();
+    }
+    linear->erase();
+    ++numFused;
   }
 
   /// The fused op in place of `linear` and `loss` (its loss replaces
