@@ -593,9 +593,12 @@ def FuseLinearCrossEntropyPass
     The collectives are untouched (they were verified before the fusion
     pipeline). The logits' GEMM runs three times instead of once: the
     price of never holding the block's logits. Evaluation's vocabulary
-    loss (no gradient) is rewritten too. A vocabulary-parallel loss split
-    between a pipeline stage's forward and backward functions is not
-    fused yet; the pass warns when one is left.
+    loss (no gradient) is rewritten too. Under sequence parallelism the
+    gradient op reads the input mt-regather-in-backward gathered again.
+    On a pipeline's last stage the statistics ops run in the forward
+    function and the gradient op in the backward, reading the stashed
+    input (or its stashed shard, gathered again) and the backward's read
+    of the same parameter; the logits' stash is dropped from both.
 
     A pipeline's last stage, split into a forward and a backward function
     (mt-split-forward-backward), is matched across the two: the linear and

@@ -1,5 +1,4 @@
-// RUN: megatron-opt %s -split-input-file '-mt-fuse-linear-cross-entropy=chunk-rows=3' 2>/dev/null | FileCheck %s
-// RUN: megatron-opt %s -split-input-file '-mt-fuse-linear-cross-entropy=chunk-rows=3' 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN
+// RUN: megatron-opt %s -split-input-file '-mt-fuse-linear-cross-entropy=chunk-rows=3' | FileCheck %s
 // RUN: megatron-opt %s -split-input-file '-mt-fuse-linear-cross-entropy=chunk-rows=3' | megatron-opt -split-input-file | FileCheck %s --check-prefix=ROUNDTRIP
 
 // The vocabulary-parallel output layer of TP2 as shard-partition and CSE
@@ -109,14 +108,11 @@ func.func @eval(%h: tensor<6x8xf32>, %w: tensor<16x8xf32>, %labels: tensor<6xi32
 
 // -----
 
-// Logits read by anything else (returned: a pipeline stage's stash, or
-// predictions), or a per-token loss gradient, keep the unfused ops; a
-// vocabulary-parallel loss gradient left unfused is warned about.
+// Logits read by anything else (returned, as predictions), or a per-token
+// loss gradient, keep the unfused ops.
 
 shard.grid @grid(shape = 2)
 
-// WARN: warning: mt-fuse-linear-cross-entropy: the vocabulary-parallel loss split between a pipeline stage's forward and backward functions (tensor and pipeline parallelism together) is not fused yet
-// WARN-NOT: warning
 // CHECK-LABEL: func.func @other_reader
 // CHECK: mt.linear
 // CHECK: mt.vocab_max
@@ -130,4 +126,63 @@ func.func @other_reader(%h: tensor<6x8xf32>, %w: tensor<16x8xf32>, %labels: tens
   %gp = shard.all_reduce %p on @grid grid_axes = [0] : tensor<6x2xf32> -> tensor<6x2xf32>
   %dlogits = mt.vocab_cross_entropy_grad %seed, %logits, %labels, %gm, %gp reduction = none {vocab_shard_axes = array<i64: 0>} : (tensor<6xf32>, tensor<6x16xf32>, tensor<6xi32>, tensor<6xf32>, tensor<6x2xf32>) -> tensor<6x16xf32>
   return %logits, %dlogits : tensor<6x16xf32>, tensor<6x16xf32>
+}
+
+// -----
+
+// TP2 on a pipeline's last stage after mt-split-forward-backward (tied
+// table, read transposed): the forward computes the block's logits and the
+// statistics and stashes the logits, the labels, the maxima, the partials
+// and the final norm's output; the backward computes the logits' gradient
+// and both gradient GEMMs. The forward's statistics become the chunked
+// ops, the backward's gradient the chunked gradient op reading the
+// stashed input and the backward's read of the parameter; the logits'
+// stash leaves both functions.
+
+shard.grid @grid(shape = 1x2)
+mt.parameter @wte : tensor<16x8xf32> init = normal std = 2.000000e-02
+
+// CHECK-LABEL: func.func @step_stage1_forward
+// CHECK-SAME: (%[[ACT:[^:]+]]: tensor<2x4x8xf32> {mt.name = "activation"}, %[[L:[^:]+]]: tensor<2x4xi32> {mt.name = "labels"})
+// CHECK-SAME: -> (tensor<f32>, tensor<2x4xi32> {mt.name = "stash"}, tensor<2x4xf32> {mt.name = "stash"}, tensor<2x4x2xf32> {mt.name = "stash"}, tensor<2x4x8xf32> {mt.name = "stash"})
+// CHECK: %[[W:.+]] = mt.get_parameter @wte
+// CHECK: %[[H:.+]] = mt.add %[[ACT]], %[[ACT]]
+// CHECK-NEXT: %[[M:.+]] = mt.linear_vocab_max %[[H]], %[[W]] chunk_rows = 3 transpose_weight
+// CHECK-NEXT: %[[GM:.+]] = shard.all_reduce %[[M]]
+// CHECK-NEXT: %[[P:.+]] = mt.linear_vocab_partials %[[H]], %[[W]], %[[L]], %[[GM]] chunk_rows = 3 transpose_weight {vocab_shard_axes = array<i64: 1>}
+// CHECK-NEXT: %[[GP:.+]] = shard.all_reduce %[[P]]
+// CHECK-NEXT: %[[LOSS:.+]] = mt.vocab_cross_entropy %[[GP]], %[[L]]
+// CHECK-NOT: mt.linear
+// CHECK: return %[[LOSS]], %[[L]], %[[GM]], %[[GP]], %[[H]] :
+
+// CHECK-LABEL: func.func @step_stage1_backward
+// CHECK-SAME: (%[[SL:[^:]+]]: tensor<2x4xi32> {mt.name = "stash"}, %[[SM:[^:]+]]: tensor<2x4xf32> {mt.name = "stash"}, %[[SP:[^:]+]]: tensor<2x4x2xf32> {mt.name = "stash"}, %[[SH:[^:]+]]: tensor<2x4x8xf32> {mt.name = "stash"}, %[[SEED:[^:]+]]: tensor<f32> {mt.name = "loss_gradient"})
+// CHECK: %[[BW:.+]] = mt.get_parameter @wte
+// CHECK-NEXT: %[[DH:.+]], %[[DW:.+]] = mt.linear_vocab_cross_entropy_grad %[[SH]], %[[BW]], %[[SL]], %[[SM]], %[[SP]], %[[SEED]] reduction = mean chunk_rows = 3 transpose_weight {vocab_shard_axes = array<i64: 1>}
+// CHECK-NEXT: %[[GDH:.+]] = shard.all_reduce %[[DH]]
+// CHECK-NOT: mt.linear
+// CHECK-NOT: mt.vocab_cross_entropy_grad
+// CHECK: return %[[GDH]], %[[DW]]
+func.func @step_stage1_forward(%act: tensor<2x4x8xf32> {mt.name = "activation"}, %labels: tensor<2x4xi32> {mt.name = "labels"})
+    -> (tensor<f32>, tensor<2x4x16xf32> {mt.name = "stash"}, tensor<2x4xi32> {mt.name = "stash"}, tensor<2x4xf32> {mt.name = "stash"}, tensor<2x4x2xf32> {mt.name = "stash"}, tensor<2x4x8xf32> {mt.name = "stash"})
+    attributes {mt.pipeline_stage = 1 : i64} {
+  %w = mt.get_parameter @wte : tensor<16x8xf32>
+  %h = mt.add %act, %act : tensor<2x4x8xf32>
+  %logits = mt.linear %h, %w transpose_weight : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+  %m = mt.vocab_max %logits : (tensor<2x4x16xf32>) -> tensor<2x4xf32>
+  %gm = shard.all_reduce %m on @grid grid_axes = [1] reduction = max : tensor<2x4xf32> -> tensor<2x4xf32>
+  %p = mt.vocab_partials %logits, %labels, %gm {vocab_shard_axes = array<i64: 1>} : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4xf32>) -> tensor<2x4x2xf32>
+  %gp = shard.all_reduce %p on @grid grid_axes = [1] : tensor<2x4x2xf32> -> tensor<2x4x2xf32>
+  %loss = mt.vocab_cross_entropy %gp, %labels reduction = mean : (tensor<2x4x2xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %loss, %logits, %labels, %gm, %gp, %h : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4xf32>, tensor<2x4x2xf32>, tensor<2x4x8xf32>
+}
+func.func @step_stage1_backward(%logits: tensor<2x4x16xf32> {mt.name = "stash"}, %labels: tensor<2x4xi32> {mt.name = "stash"}, %gm: tensor<2x4xf32> {mt.name = "stash"}, %gp: tensor<2x4x2xf32> {mt.name = "stash"}, %h: tensor<2x4x8xf32> {mt.name = "stash"}, %seed: tensor<f32> {mt.name = "loss_gradient"})
+    -> (tensor<2x4x8xf32> {mt.name = "input_gradient"}, tensor<16x8xf32>)
+    attributes {mt.pipeline_stage = 1 : i64} {
+  %w = mt.get_parameter @wte : tensor<16x8xf32>
+  %dlogits = mt.vocab_cross_entropy_grad %seed, %logits, %labels, %gm, %gp reduction = mean {vocab_shard_axes = array<i64: 1>} : (tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4xf32>, tensor<2x4x2xf32>) -> tensor<2x4x16xf32>
+  %dh = mt.linear %dlogits, %w : (tensor<2x4x16xf32>, tensor<16x8xf32>) -> tensor<2x4x8xf32>
+  %gdh = shard.all_reduce %dh on @grid grid_axes = [1] : tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  %dw = mt.linear_weight_grad %h, %dlogits transpose_weight : (tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> tensor<16x8xf32>
+  return %gdh, %dw : tensor<2x4x8xf32>, tensor<16x8xf32>
 }
