@@ -44,6 +44,14 @@ for precision in fp32 bf16; do
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
     -o "$b/$name-tp2-sp.mtb"
+  # The same with the fused loss (the vocabulary-parallel chunked ops).
+  lce=(--fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=300)
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 --tensor-model-parallel-size=2 "${lce[@]}" \
+    -o "$b/$name-tp2-lce.mtb"
+  "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
+    --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
+    "${lce[@]}" -o "$b/$name-tp2-sp-lce.mtb"
   dp=(--hidden-dropout=0 --attention-dropout=0 --data-parallel-size=2
     --micro-batch-size=4 --global-batch-size=8)
   "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" -o "$b/$name-dp2.mtb"

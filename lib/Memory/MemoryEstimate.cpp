@@ -79,7 +79,10 @@ static void countWeights(ArrayRef<func::FuncOp> train,
     auto countCopies = [&](func::FuncOp function) {
       function.walk([&](Operation *op) {
         // The fused output layer's GEMMs read the same copy of its weight.
-        if (!mt::readsGemmOperands(op) && !isa<mt::LinearCrossEntropyOp>(op))
+        if (!mt::readsGemmOperands(op) &&
+            !isa<mt::LinearCrossEntropyOp, mt::LinearVocabMaxOp,
+                 mt::LinearVocabPartialsOp, mt::LinearVocabCrossEntropyGradOp>(
+                op))
           return;
         for (Value operand : op->getOperands().take_front(2))
           if (FlatSymbolRefAttr name = mt::parameterRead(operand))

@@ -145,9 +145,9 @@ static cl::opt<bool> fuseLinearCrossEntropy(
     "fuse-linear-cross-entropy",
     cl::desc("Compute the output layer, its cross-entropy and their "
              "gradients in chunks of tokens, never holding the whole "
-             "vocabulary's logits (mt-fuse-linear-cross-entropy; off by "
-             "default: both backends run it, but the vocabulary-parallel "
-             "loss of TP > 1 is not fused yet; docs/Memory.md)"),
+             "vocabulary's logits, nor under tensor parallelism a "
+             "vocabulary block's (mt-fuse-linear-cross-entropy; off by "
+             "default; both backends run it; docs/Memory.md)"),
     cl::init(false), cl::cat(compileCategory));
 static cl::opt<int64_t> linearCrossEntropyChunkRows(
     "linear-cross-entropy-chunk-rows",

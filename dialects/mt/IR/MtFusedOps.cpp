@@ -103,6 +103,80 @@ LogicalResult LinearCrossEntropyOp::verify() {
                          weight);
 }
 
+/// The f32 type of one value per row of `logits` ([rows..., V] ->
+/// [rows...]), with `extra` appended when given.
+static RankedTensorType perRowType(RankedTensorType logits,
+                                   std::optional<int64_t> extra = {}) {
+  SmallVector<int64_t> shape(logits.getShape().drop_back());
+  if (extra)
+    shape.push_back(*extra);
+  return RankedTensorType::get(shape, Float32Type::get(logits.getContext()));
+}
+
+/// The vocabulary block's logits of a chunked vocabulary op, after checking
+/// its chunk.
+static FailureOr<RankedTensorType> vocabBlockLogits(Operation *op, Value input,
+                                                    Value weight,
+                                                    bool transpose,
+                                                    int64_t chunkRows) {
+  FailureOr<RankedTensorType> logits = inferLinearType(
+      cast<RankedTensorType>(input.getType()),
+      cast<RankedTensorType>(weight.getType()), RankedTensorType(), transpose,
+      [&] { return op->emitOpError(); });
+  if (failed(logits))
+    return failure();
+  if (chunkRows < 1)
+    return op->emitOpError() << "chunk_rows is " << chunkRows
+                             << ", expected at least 1 (tokens per chunk)";
+  return logits;
+}
+
+LogicalResult LinearVocabMaxOp::verify() {
+  FailureOr<RankedTensorType> logits = vocabBlockLogits(
+      *this, getInput(), getWeight(), getTransposeWeight(), getChunkRows());
+  if (failed(logits))
+    return failure();
+  return expectFusedType(*this, "result", getType(), perRowType(*logits));
+}
+
+LogicalResult LinearVocabPartialsOp::verify() {
+  FailureOr<RankedTensorType> logits = vocabBlockLogits(
+      *this, getInput(), getWeight(), getTransposeWeight(), getChunkRows());
+  if (failed(logits) ||
+      failed(inferCrossEntropyType(*logits, getLabels().getType(),
+                                   LossReduction::None,
+                                   [&] { return emitOpError(); })) ||
+      failed(expectFusedType(*this, "max", getMax().getType(),
+                             perRowType(*logits))))
+    return failure();
+  return expectFusedType(*this, "result", getType(), perRowType(*logits, 2));
+}
+
+LogicalResult LinearVocabCrossEntropyGradOp::verify() {
+  auto emitError = [&] { return emitOpError(); };
+  FailureOr<RankedTensorType> logits = vocabBlockLogits(
+      *this, getInput(), getWeight(), getTransposeWeight(), getChunkRows());
+  if (failed(logits))
+    return failure();
+  if (getReduction() == LossReduction::None)
+    return emitOpError() << "takes reduction mean or sum, not none (keep "
+                            "mt.vocab_cross_entropy_grad for per-token loss "
+                            "gradients)";
+  if (failed(
+          expectFusedType(*this, "loss_grad", getLossGrad().getType(),
+                          inferCrossEntropyType(*logits, getLabels().getType(),
+                                                getReduction(), emitError))) ||
+      failed(expectFusedType(*this, "max", getMax().getType(),
+                             perRowType(*logits))) ||
+      failed(expectFusedType(*this, "partials", getPartials().getType(),
+                             perRowType(*logits, 2))) ||
+      failed(expectFusedType(*this, "input_grad", getInputGrad().getType(),
+                             getInput().getType())))
+    return failure();
+  return expectFusedType(*this, "weight_grad", getWeightGrad().getType(),
+                         getWeight().getType());
+}
+
 LogicalResult ScaleOp::verify() {
   if (getFactor().getType().getRank() != 0)
     return emitOpError() << "factor has type " << getFactor().getType()

@@ -137,6 +137,111 @@ def Mt_LinearCrossEntropyOp : Mt_Op<"linear_cross_entropy", [Pure]> {
   let hasVerifier = 1;
 }
 
+// The vocabulary-parallel output layer in chunks of tokens: the three ops
+// stand for `mt.linear` followed by `mt.vocab_max`, `mt.vocab_partials` and
+// `mt.vocab_cross_entropy_grad` with the gradient's two GEMMs, and recompute
+// each chunk's logits of the rank's vocabulary block instead of keeping
+// them. The all-reduces between them (max of the maxima, sum of the
+// partials) stay the partitioned program's `shard.all_reduce`s.
+
+def Mt_LinearVocabMaxOp : Mt_Op<"linear_vocab_max", [Pure]> {
+  let summary = "each row's largest logit of a vocabulary block, in chunks of tokens";
+  let description = [{
+    `mt.vocab_max(mt.linear(input, weight))`: per chunk of `chunk_rows`
+    tokens, the chunk's logits of the rank's vocabulary block in a scratch
+    block (the input's type), then each row's maximum (f32). An all-reduce
+    with `max` over the vocabulary's grid axes makes it the whole
+    vocabulary's. `transpose_weight` reads a `vocabulary x hidden` weight.
+
+    ```mlir
+    %m = mt.linear_vocab_max %h, %wte chunk_rows = 512 transpose_weight
+        : (tensor<8x1024x768xf32>, tensor<25152x768xf32>) -> tensor<8x1024xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       I64Attr:$chunk_rows, UnitAttr:$transpose_weight);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `chunk_rows` `=` $chunk_rows
+    (`transpose_weight` $transpose_weight^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_LinearVocabPartialsOp : Mt_Op<"linear_vocab_partials", [Pure]> {
+  let summary = "each row's sum of exponentials and target logit over a vocabulary block, in chunks of tokens";
+  let description = [{
+    `mt.vocab_partials(mt.linear(input, weight), labels, max)` with the
+    logits recomputed `chunk_rows` tokens at a time: `[rows..., 2]`, the sum
+    of `exp(logit - max)` over the block and `logit[label] - max` when the
+    label falls in the block (else 0). `vocab_shard_axes` places the block
+    as on `mt.vocab_partials`; `max` is the whole vocabulary's (the
+    all-reduced `mt.linear_vocab_max`).
+
+    ```mlir
+    %p = mt.linear_vocab_partials %h, %wte, %labels, %m chunk_rows = 512
+        transpose_weight {vocab_shard_axes = array<i64: 1>}
+        : (tensor<8x1024x768xf32>, tensor<25152x768xf32>, tensor<8x1024xi32>,
+           tensor<8x1024xf32>) -> tensor<8x1024x2xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Mt_IndexTensor:$labels, RankedTensorOf<[F32]>:$max,
+                       I64Attr:$chunk_rows, UnitAttr:$transpose_weight,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_shard_axes);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $labels `,` $max `chunk_rows` `=` $chunk_rows
+    (`transpose_weight` $transpose_weight^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_LinearVocabCrossEntropyGradOp
+    : Mt_Op<"linear_vocab_cross_entropy_grad", [Pure]> {
+  let summary = "the vocabulary-parallel output layer's gradients, in chunks of tokens";
+  let description = [{
+    With `dlogits = mt.vocab_cross_entropy_grad(loss_grad, mt.linear(input,
+    weight), labels, max, partials)` on the rank's vocabulary block:
+    `input_grad = dlogits @ op(weight)^T` (the block's share, which the
+    partitioned program sums over the vocabulary's ranks as it sums the
+    unfused data gradient) and `weight_grad`, the block's weight gradient.
+    Per chunk of `chunk_rows` tokens: the chunk's logits recomputed in a
+    scratch block, their gradient in place, the chunk's rows of
+    `input_grad` and its share of `weight_grad` (accumulated over the
+    chunks in chunk order). `max` and `partials` are the whole vocabulary's
+    (all-reduced); `reduction` is `mean` or `sum`.
+
+    ```mlir
+    %dx, %dw = mt.linear_vocab_cross_entropy_grad %h, %wte, %labels, %m, %p, %dloss
+        reduction = mean chunk_rows = 512 transpose_weight
+        {vocab_shard_axes = array<i64: 1>}
+        : (tensor<8x1024x768xf32>, tensor<25152x768xf32>, tensor<8x1024xi32>,
+           tensor<8x1024xf32>, tensor<8x1024x2xf32>, tensor<f32>)
+        -> (tensor<8x1024x768xf32>, tensor<25152x768xf32>)
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Mt_IndexTensor:$labels, RankedTensorOf<[F32]>:$max,
+                       RankedTensorOf<[F32]>:$partials,
+                       RankedTensorOf<[F32]>:$loss_grad,
+                       Mt_LossReduction:$reduction,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       I64Attr:$chunk_rows, UnitAttr:$transpose_weight,
+                       OptionalAttr<DenseI64ArrayAttr>:$vocab_shard_axes);
+  let results = (outs Mt_FloatTensor:$input_grad,
+                      Mt_FloatTensor:$weight_grad);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $labels `,` $max `,` $partials `,` $loss_grad
+    `reduction` `=` $reduction `chunk_rows` `=` $chunk_rows
+    (`transpose_weight` $transpose_weight^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Mt_ScaleOp : Mt_Op<"scale", [Pure]> {
   let summary = "multiplies a tensor by a scalar tensor";
   let description = [{

@@ -9,6 +9,18 @@
 // the fused op runs in the forward and the two gradients are stashed in
 // place of the logits for the backward's scales.
 //
+// Under tensor parallelism the output layer is split over the vocabulary
+// and its loss is the vocabulary-parallel one (vocab_max, all-reduce max,
+// vocab_partials, all-reduce sum, vocab_cross_entropy and its gradient):
+// the statistics need the whole vocabulary's maximum and sums before any
+// gradient exists, so the pass forms three chunked ops in place of the
+// three readers of the block's logits (mt.linear_vocab_max,
+// mt.linear_vocab_partials, mt.linear_vocab_cross_entropy_grad with the two
+// gradient GEMMs), each recomputing a chunk's logits, and leaves the
+// all-reduces between them as they are; on a pipeline's last stage the
+// statistics ops stay in the forward and the gradient op in the backward,
+// and the logits' stash goes.
+//
 //===----------------------------------------------------------------------===//
 
 #include "mt/IR/MtOps.h"
@@ -16,6 +28,7 @@
 #include "mt/Transforms/SideBuffers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
 
@@ -99,6 +112,141 @@ std::optional<OutputLayer> matchOutputLayer(LinearOp linear) {
     }
   }
   if (!layer.inputGrad || !layer.weightGrad)
+    return std::nullopt;
+  return layer;
+}
+
+/// The vocabulary-parallel output layer: the linear of the rank's
+/// vocabulary block read only by vocab_max, vocab_partials and, in a
+/// training step, vocab_cross_entropy_grad, whose gradient only the data
+/// and weight GEMMs read. On a pipeline's last stage the linear and the
+/// statistics are in the forward function, which stashes the logits, and
+/// the gradient and its GEMMs in the backward function.
+struct VocabOutputLayer {
+  LinearOp linear;
+  SmallVector<VocabMaxOp> maxima;
+  SmallVector<VocabPartialsOp> partials;
+  VocabCrossEntropyGradOp lossGrad; // none in evaluation
+  LinearOp inputGrad;
+  LinearWeightGradOp weightGrad;
+  /// The gradient op's input and weight as its function sees them: the
+  /// linear's, a stash of its input and the backward's read of the same
+  /// parameter, or (sequence parallelism, mt-regather-in-backward) the
+  /// same all-gather repeated in the backward pass; and the op the
+  /// gradient op is built before, where those exist.
+  Value gradInput, gradWeight;
+  Operation *gradAt = nullptr;
+  /// Split: the two functions and the logits' stash slot.
+  func::FuncOp forward, backward;
+  std::optional<unsigned> logitsStash;
+};
+
+/// Whether `a` and `b` are the same all-gather of one value
+/// (mt-regather-in-backward's copy of a forward gather).
+bool sameGather(Value a, Value b) {
+  auto first = a.getDefiningOp<shard::AllGatherOp>();
+  auto second = b.getDefiningOp<shard::AllGatherOp>();
+  return first && second && first.getInput() == second.getInput() &&
+         first.getType() == second.getType() &&
+         first.getGridAttr() == second.getGridAttr() &&
+         first.getGridAxesAttr() == second.getGridAxesAttr() &&
+         first.getGatherAxisAttr() == second.getGatherAxisAttr();
+}
+
+/// Records `use` of the logits when it is vocab_max's or vocab_partials'.
+bool addStatistic(VocabOutputLayer &layer, OpOperand &use) {
+  Value logits = layer.linear.getResult();
+  if (auto max = dyn_cast<VocabMaxOp>(use.getOwner())) {
+    layer.maxima.push_back(max);
+    return true;
+  }
+  auto partials = dyn_cast<VocabPartialsOp>(use.getOwner());
+  if (!partials || partials.getLogits() != logits ||
+      partials.getMax() == logits)
+    return false;
+  layer.partials.push_back(partials);
+  return true;
+}
+
+/// Matches the readers of layer.lossGrad's result: the data gradient, a
+/// linear by `isWeight` the other way round, and the weight gradient of
+/// `isInput`; places the gradient op. False when they are not exactly
+/// those, or a reader of the gradients comes before the gradient op's
+/// inputs exist.
+bool matchVocabGradients(VocabOutputLayer &layer,
+                         function_ref<bool(Value)> isInput,
+                         function_ref<bool(Value)> isWeight) {
+  LinearOp linear = layer.linear;
+  Value dlogits = layer.lossGrad.getResult();
+  Block *block = layer.lossGrad->getBlock();
+  for (Operation *user : dlogits.getUsers()) {
+    if (auto data = dyn_cast<LinearOp>(user)) {
+      if (layer.inputGrad || data.getInput() != dlogits || data.getBias() ||
+          !isWeight(data.getWeight()) ||
+          data.getTransposeWeight() == linear.getTransposeWeight())
+        return false;
+      layer.inputGrad = data;
+    } else if (auto weight = dyn_cast<LinearWeightGradOp>(user)) {
+      if (layer.weightGrad || !isInput(weight.getInput()) ||
+          weight.getOutputGrad() != dlogits ||
+          weight.getTransposeWeight() != linear.getTransposeWeight())
+        return false;
+      layer.weightGrad = weight;
+    } else {
+      return false;
+    }
+  }
+  if (!layer.inputGrad || !layer.weightGrad)
+    return false;
+  // The gradient op goes where the loss gradient was, or right after its
+  // input or weight when those come later (a regathered input); every
+  // reader of the two gradients must follow it.
+  layer.gradInput = layer.weightGrad.getInput();
+  layer.gradWeight = layer.inputGrad.getWeight();
+  layer.gradAt = layer.lossGrad;
+  for (Value operand : {layer.gradInput, layer.gradWeight}) {
+    Operation *definition = operand.getDefiningOp();
+    if (!definition)
+      continue;
+    if (definition->getBlock() != block)
+      return false;
+    if (layer.gradAt->isBeforeInBlock(definition))
+      layer.gradAt = definition->getNextNode();
+  }
+  for (Operation *gradient :
+       {layer.inputGrad.getOperation(), layer.weightGrad.getOperation()})
+    for (Operation *user : gradient->getUsers())
+      if (user->getBlock() != block ||
+          (user != layer.gradAt && !layer.gradAt->isBeforeInBlock(user)))
+        return false;
+  return true;
+}
+
+std::optional<VocabOutputLayer> matchVocabOutputLayer(LinearOp linear) {
+  if (linear.getBias())
+    return std::nullopt;
+  VocabOutputLayer layer;
+  layer.linear = linear;
+  for (OpOperand &use : linear.getResult().getUses()) {
+    Operation *user = use.getOwner();
+    if (user->getBlock() != linear->getBlock())
+      return std::nullopt;
+    if (addStatistic(layer, use))
+      continue;
+    auto grad = dyn_cast<VocabCrossEntropyGradOp>(user);
+    if (!grad || layer.lossGrad || use.getOperandNumber() != 1 ||
+        grad.getReduction() == LossReduction::None)
+      return std::nullopt;
+    layer.lossGrad = grad;
+  }
+  if (layer.partials.empty())
+    return std::nullopt;
+  if (!layer.lossGrad)
+    return layer;
+  Value input = linear.getInput(), weight = linear.getWeight();
+  if (!matchVocabGradients(
+          layer, [&](Value v) { return v == input || sameGather(v, input); },
+          [&](Value v) { return v == weight; }))
     return std::nullopt;
   return layer;
 }
@@ -208,6 +356,68 @@ std::optional<SplitOutputLayer> matchSplitOutputLayer(func::FuncOp forward,
   return std::nullopt;
 }
 
+/// The split vocabulary-parallel output layer of `forward` and `backward`
+/// (one stage's): the linear and its statistics in the forward, which
+/// stashes the logits; in the backward, the stashed logits read only by
+/// vocab_cross_entropy_grad, whose gradient the data GEMM (the same
+/// parameter) and the weight gradient of the stashed input read.
+std::optional<VocabOutputLayer>
+matchSplitVocabOutputLayer(func::FuncOp forward, func::FuncOp backward) {
+  DenseMap<Value, unsigned> stash = stashIndices(forward);
+  Operation *ret = forward.getBody().front().getTerminator();
+  for (LinearOp linear : forward.getOps<LinearOp>()) {
+    if (linear.getBias())
+      continue;
+    VocabOutputLayer layer;
+    layer.linear = linear;
+    layer.forward = forward;
+    layer.backward = backward;
+    bool other = false;
+    for (OpOperand &use : linear->getUses()) {
+      if (addStatistic(layer, use))
+        continue;
+      if (use.getOwner() == ret && use.getOperandNumber() > 0 &&
+          !layer.logitsStash)
+        layer.logitsStash = use.getOperandNumber() - 1;
+      else
+        other = true;
+    }
+    FlatSymbolRefAttr parameter = parameterRead(linear.getWeight());
+    if (other || !layer.logitsStash || layer.partials.empty() || !parameter ||
+        *layer.logitsStash >= backward.getNumArguments())
+      continue;
+    Value logits = backward.getArgument(*layer.logitsStash);
+    if (!logits.hasOneUse())
+      continue;
+    auto grad = dyn_cast<VocabCrossEntropyGradOp>(*logits.getUsers().begin());
+    if (!grad || grad.getLogits() != logits ||
+        grad.getReduction() == LossReduction::None)
+      continue;
+    layer.lossGrad = grad;
+    // The input stashed, or (sequence parallelism) its shard stashed and
+    // gathered again in the backward as the forward gathered it.
+    Value input = linear.getInput();
+    auto isInput = [&](Value v) {
+      if (isStashOf(v, input, stash, backward))
+        return true;
+      auto gather = v.getDefiningOp<shard::AllGatherOp>();
+      auto forwardGather = input.getDefiningOp<shard::AllGatherOp>();
+      return gather && forwardGather &&
+             isStashOf(gather.getInput(), forwardGather.getInput(), stash,
+                       backward) &&
+             gather.getType() == forwardGather.getType() &&
+             gather.getGridAttr() == forwardGather.getGridAttr() &&
+             gather.getGridAxesAttr() == forwardGather.getGridAxesAttr() &&
+             gather.getGatherAxisAttr() == forwardGather.getGatherAxisAttr();
+    };
+    if (matchVocabGradients(layer, isInput, [&](Value v) {
+          return parameterRead(v) == parameter;
+        }))
+      return layer;
+  }
+  return std::nullopt;
+}
+
 /// The forward and backward functions of each pipeline stage
 /// (mt.pipeline_stage, names ending in _forward and _backward).
 SmallVector<std::pair<func::FuncOp, func::FuncOp>>
@@ -271,20 +481,88 @@ struct FuseLinearCrossEntropyPass
       if (std::optional<SplitOutputLayer> layer =
               matchSplitOutputLayer(forward, backward))
         fuse(*layer);
-    // Tensor parallelism's vocabulary-parallel loss is not fused yet: say
-    // so once, rather than leave the flag silently without effect there.
-    Operation *vocabLoss = nullptr;
-    getOperation().walk([&](VocabCrossEntropyGradOp op) {
-      vocabLoss = op;
-      return WalkResult::interrupt();
+    SmallVector<VocabOutputLayer> vocabLayers;
+    getOperation().walk([&](LinearOp linear) {
+      if (std::optional<VocabOutputLayer> layer = matchVocabOutputLayer(linear))
+        vocabLayers.push_back(std::move(*layer));
     });
-    if (vocabLoss)
-      vocabLoss->emitWarning()
-          << "mt-fuse-linear-cross-entropy: the vocabulary-parallel loss of "
-             "tensor parallelism (vocab_max, vocab_partials, "
-             "vocab_cross_entropy and its gradient) is not fused yet; its "
-             "output layer keeps each rank's logits of its vocabulary block "
-             "(docs/Memory.md, \"The loss without whole-vocabulary logits\")";
+    for (VocabOutputLayer &layer : vocabLayers)
+      fuse(layer);
+    for (auto [forward, backward] : pipelineStagePairs(getOperation()))
+      if (std::optional<VocabOutputLayer> layer =
+              matchSplitVocabOutputLayer(forward, backward))
+        fuse(*layer);
+  }
+
+  /// The vocabulary-parallel case: each reader of the block's logits
+  /// becomes its chunked op where it stands, so the all-reduces between
+  /// them keep their places; the backward's GEMMs leave with the gradient.
+  void fuse(VocabOutputLayer &layer) {
+    LinearOp linear = layer.linear;
+    auto logits = cast<RankedTensorType>(linear.getType());
+    int64_t vocab = logits.getShape().back();
+    int64_t rows = logits.getNumElements() / std::max<int64_t>(1, vocab);
+    IntegerAttr chunk = OpBuilder(linear).getI64IntegerAttr(
+        chooseChunkRows(rows, vocab, chunkRows, chunkBytes, logitBytes));
+    Value input = linear.getInput(), weight = linear.getWeight();
+    UnitAttr transpose = linear.getTransposeWeightAttr();
+    auto fusedLoc = [&](Operation *op) {
+      return FusedLoc::get(op->getContext(), {linear->getLoc(), op->getLoc()});
+    };
+    // The linear's attributes (its layer), then the replaced op's.
+    auto copyAttrs = [&](Operation *from, Operation *to) {
+      for (Operation *source : {linear.getOperation(), from})
+        for (NamedAttribute attr : source->getDiscardableAttrs())
+          to->setDiscardableAttr(attr.getName(), attr.getValue());
+    };
+    for (VocabMaxOp max : layer.maxima) {
+      OpBuilder builder(max);
+      auto fused =
+          LinearVocabMaxOp::create(builder, fusedLoc(max), max.getType(), input,
+                                   weight, chunk, transpose);
+      copyAttrs(max, fused);
+      max.getResult().replaceAllUsesWith(fused.getResult());
+      max->erase();
+    }
+    for (VocabPartialsOp partials : layer.partials) {
+      OpBuilder builder(partials);
+      auto fused = LinearVocabPartialsOp::create(
+          builder, fusedLoc(partials), partials.getType(), input, weight,
+          partials.getLabels(), partials.getMax(), chunk, transpose,
+          partials.getVocabShardAxesAttr());
+      copyAttrs(partials, fused);
+      partials.getResult().replaceAllUsesWith(fused.getResult());
+      partials->erase();
+    }
+    if (VocabCrossEntropyGradOp grad = layer.lossGrad) {
+      OpBuilder builder(layer.gradAt);
+      auto fused = LinearVocabCrossEntropyGradOp::create(
+          builder, fusedLoc(grad), layer.inputGrad.getType(),
+          layer.weightGrad.getType(), layer.gradInput, layer.gradWeight,
+          grad.getLabels(), grad.getMax(), grad.getPartials(),
+          grad.getLossGrad(), grad.getReductionAttr(),
+          grad.getIgnoreIndexAttr(), chunk, transpose,
+          grad.getVocabShardAxesAttr());
+      copyAttrs(grad, fused);
+      layer.inputGrad.getResult().replaceAllUsesWith(fused.getInputGrad());
+      layer.weightGrad.getResult().replaceAllUsesWith(fused.getWeightGrad());
+      layer.inputGrad->erase();
+      layer.weightGrad->erase();
+      grad->erase();
+    }
+    if (layer.logitsStash) {
+      // The stash slot of the logits, now unread by the backward, goes
+      // with the other unread stashes (the input stays stashed for the
+      // gradient op).
+      Operation *ret = layer.forward.getBody().front().getTerminator();
+      ret->setOperand(*layer.logitsStash + 1, input);
+      linear->erase();
+      syncFunctionTypes(layer.forward, layer.backward);
+      dropUnreadStashes(layer.forward, layer.backward);
+    } else {
+      linear->erase();
+    }
+    ++numFused;
   }
 
   /// The fused op in place of `linear` and `loss` (its loss replaces

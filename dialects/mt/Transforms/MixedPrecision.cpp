@@ -120,7 +120,9 @@ bool readsBf16(Operation *op, unsigned index) {
              index == 0) // bias_grad sums dy in f32
       .Case("vocab_cross_entropy_grad", index == 1)
       // x and W, as the unfused output layer's GEMMs; the labels are ids.
-      .Case("linear_cross_entropy", index <= 1)
+      .Cases({"linear_cross_entropy", "linear_vocab_max",
+              "linear_vocab_partials", "linear_vocab_cross_entropy_grad"},
+             index <= 1)
       .Case("scale", index == 0) // the factor (a seed) stays f32
       .Default(false);
 }
@@ -140,6 +142,8 @@ bool writesBf16(Operation *op, unsigned index) {
       // dx, as the unfused data-gradient GEMM; the loss and the weight
       // gradient (summed over the chunks) stay f32.
       .Case("linear_cross_entropy", index == 1)
+      // dx; the weight gradient stays f32.
+      .Case("linear_vocab_cross_entropy_grad", index == 0)
       .Case("scale", true) // Elementwise.cu's scale: either type
       .Default(false);
 }
@@ -178,8 +182,9 @@ RankedTensorType withElementType(Type type, Type element) {
 /// The operands of a GEMM that the tensor cores read in bf16.
 SmallVector<unsigned, 2> gemmOperands(Operation *op) {
   if (isa<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
-          LinearWeightGradOp, LinearWeightBiasGradOp, LinearCrossEntropyOp>(
-          op))
+          LinearWeightGradOp, LinearWeightBiasGradOp, LinearCrossEntropyOp,
+          LinearVocabMaxOp, LinearVocabPartialsOp,
+          LinearVocabCrossEntropyGradOp>(op))
     return {0, 1};
   return {};
 }

@@ -566,9 +566,39 @@ def FuseLinearCrossEntropyPass
     Only this exact shape is rewritten: the logits used by one cross_entropy
     and its cross_entropy_grad, that gradient read only by the data and
     weight gradients of the same linear (no bias), reduction mean or sum.
-    Evaluation (no gradient), per-token losses and the vocabulary-parallel
-    loss of tensor parallelism (vocab_* ops) keep the unfused ops; the
-    last with a warning that says so.
+    Evaluation (no gradient) and per-token losses keep the unfused ops.
+
+    Under tensor parallelism the output layer holds a block of the
+    vocabulary and its loss is the vocabulary-parallel one: the logits'
+    readers `mt.vocab_max`, `mt.vocab_partials` and (training)
+    `mt.vocab_cross_entropy_grad`, with all-reduces over the vocabulary's
+    grid axes between them. The gradient needs the whole vocabulary's
+    maximum and sums, known only after those all-reduces, so each reader
+    becomes a chunked op of its own where it stands, recomputing the
+    chunk's logits from the linear's input and weight:
+
+    ```mlir
+    %m0 = mt.linear_vocab_max %h, %w chunk_rows = 1280 transpose_weight
+    %m = shard.all_reduce %m0 on @grid grid_axes = [1] reduction = max
+    %p0 = mt.linear_vocab_partials %h, %w, %labels, %m chunk_rows = 1280
+        transpose_weight {vocab_shard_axes = array<i64: 1>}
+    %p = shard.all_reduce %p0 on @grid grid_axes = [1]
+    %loss = mt.vocab_cross_entropy %p, %labels reduction = mean
+    %dh0, %dw = mt.linear_vocab_cross_entropy_grad %h, %w, %labels, %m, %p,
+        %seed reduction = mean chunk_rows = 1280 transpose_weight
+        {vocab_shard_axes = array<i64: 1>}
+    %dh = shard.all_reduce %dh0 on @grid grid_axes = [1]
+    ```
+
+    The collectives are untouched (they were verified before the fusion
+    pipeline). The logits' GEMM runs three times instead of once: the
+    price of never holding the block's logits. Evaluation's vocabulary
+    loss (no gradient) is rewritten too. Under sequence parallelism the
+    gradient op reads the input mt-regather-in-backward gathered again.
+    On a pipeline's last stage the statistics ops run in the forward
+    function and the gradient op in the backward, reading the stashed
+    input (or its stashed shard, gathered again) and the backward's read
+    of the same parameter; the logits' stash is dropped from both.
 
     A pipeline's last stage, split into a forward and a backward function
     (mt-split-forward-backward), is matched across the two: the linear and

@@ -246,12 +246,16 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     } else if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
       bytes += scratch::crossEntropyOpBytes(elementsOf(loss.getLabels()),
                                             paired);
-    } else if (auto fused = dyn_cast<LinearCrossEntropyOp>(op)) {
-      RankedTensorType weight = typeOf(fused.getWeight());
+    } else if (isa<LinearCrossEntropyOp, LinearVocabMaxOp,
+                   LinearVocabPartialsOp, LinearVocabCrossEntropyGradOp>(op)) {
+      // The chunked output layers: one chunk's logits in the input's type
+      // (x and W are operands 0 and 1 of each).
+      RankedTensorType weight = typeOf(op->getOperand(1));
+      bool transpose = op->hasAttr("transpose_weight");
       bytes += scratch::linearCrossEntropyOpBytes(
-          fused.getChunkRows(),
-          weight.getShape()[fused.getTransposeWeight() ? 0 : 1],
-          typeOf(fused.getInput()).getElementType().getIntOrFloatBitWidth() /
+          cast<IntegerAttr>(op->getAttr("chunk_rows")).getInt(),
+          weight.getShape()[transpose ? 0 : 1],
+          typeOf(op->getOperand(0)).getElementType().getIntOrFloatBitWidth() /
               8);
     } else if (auto lossGrad = dyn_cast<CrossEntropyGradOp>(op)) {
       bytes += scratch::crossEntropyOpBytes(elementsOf(lossGrad.getLabels()),

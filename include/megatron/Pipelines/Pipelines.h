@@ -119,8 +119,8 @@ struct FusionPipelineOptions
       llvm::cl::desc("Fuse the output layer's linear, cross-entropy and "
                      "their gradients into one op over chunks of tokens, "
                      "without whole-vocabulary logits "
-                     "(mt-fuse-linear-cross-entropy; the host backend runs "
-                     "it, the cuda backend not yet)"),
+                     "(mt-fuse-linear-cross-entropy; both backends run "
+                     "it)"),
       llvm::cl::init(false)};
   Option<int64_t> linearCrossEntropyChunkRows{
       *this, "linear-cross-entropy-chunk-rows",

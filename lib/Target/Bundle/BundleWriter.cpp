@@ -255,8 +255,8 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
         attrs["seed"] = attention.getSeedAttr().getInt();
       })
       .Case<mt::CrossEntropyOp, mt::CrossEntropyGradOp, mt::VocabCrossEntropyOp,
-            mt::VocabCrossEntropyGradOp, mt::LinearCrossEntropyOp>(
-          [&](auto loss) {
+            mt::VocabCrossEntropyGradOp, mt::LinearCrossEntropyOp,
+            mt::LinearVocabCrossEntropyGradOp>([&](auto loss) {
         attrs["reduction"] = mt::stringifyLossReduction(loss.getReduction());
         attrs["ignore_index"] = loss.getIgnoreIndexAttr().getInt();
       });

@@ -103,10 +103,16 @@ enum class Op : uint8_t {
   // scaling of its gradients (docs/BundleFormat.md).
   LinearCrossEntropy,
   Scale,
+  // The vocabulary-parallel output layer over chunks of tokens
+  // (docs/BundleFormat.md).
+  LinearVocabMax,
+  LinearVocabPartials,
+  LinearVocabCrossEntropyGrad,
 };
 
 /// The number of ops (for tables indexed by Op).
-constexpr size_t kOpCount = static_cast<size_t>(Op::Scale) + 1;
+constexpr size_t kOpCount =
+    static_cast<size_t>(Op::LinearVocabCrossEntropyGrad) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);

@@ -233,6 +233,34 @@ const std::vector<OpInfo> &opTable() {
         {"chunk_rows", AttrKind::Int, true},
         {"transpose_weight", AttrKind::Bool, false}}},
       {Op::Scale, "scale", 2, 2, 1, 1, {}},
+      {Op::LinearVocabMax,
+       "linear_vocab_max",
+       2,
+       2,
+       1,
+       1,
+       {{"chunk_rows", AttrKind::Int, true},
+        {"transpose_weight", AttrKind::Bool, false}}},
+      {Op::LinearVocabPartials,
+       "linear_vocab_partials",
+       4,
+       4,
+       1,
+       1,
+       {{"chunk_rows", AttrKind::Int, true},
+        {"transpose_weight", AttrKind::Bool, false},
+        {"vocab_shard_axes", AttrKind::IntArray, false}}},
+      {Op::LinearVocabCrossEntropyGrad,
+       "linear_vocab_cross_entropy_grad",
+       6,
+       6,
+       2,
+       2,
+       {{"reduction", AttrKind::String, true},
+        {"ignore_index", AttrKind::Int, false},
+        {"chunk_rows", AttrKind::Int, true},
+        {"transpose_weight", AttrKind::Bool, false},
+        {"vocab_shard_axes", AttrKind::IntArray, false}}},
   };
   return table;
 }
@@ -271,6 +299,39 @@ std::vector<int64_t> OpChecker::attentionOutput(size_t q, size_t k, size_t v) {
                   ", " + std::to_string(ks[2]) +
                   ", head_dim_v] (the key's batch, sequence and heads)");
   return {qs[0], qs[1], qs[2], vs[3]};
+}
+
+/// The chunked output layers' input [rows..., in] and weight [in, vocab]
+/// ([vocab, in] with transpose_weight), and with `labels` their labels
+/// [rows...], operand 2; chunk_rows at least 1.
+void OpChecker::checkChunkedLinear(bool labels) {
+  expectFloat(false, 0);
+  expectMinRank(false, 0, 2);
+  expectFloat(false, 1);
+  expectRank(false, 1, 2);
+  const auto &x = operand(0).shape;
+  const auto &w = operand(1).shape;
+  bool transpose = inst_.attrs.transposeWeight;
+  int64_t in = x.back();
+  if ((transpose ? w[1] : w[0]) != in)
+    failShape(false, 1,
+              std::string(transpose ? "[vocab, " : "[") + std::to_string(in) +
+                  (transpose ? "]" : ", vocab]") +
+                  " (the input's last dimension" +
+                  (transpose ? ", transpose_weight" : "") + ")");
+  if (labels) {
+    expectIndex(false, 2);
+    expectShape(false, 2, rowsOfInput(),
+                "the input's shape without its last dimension");
+  }
+  if (inst_.attrs.chunkRows < 1)
+    fail(path_ + ".attrs.chunk_rows", std::to_string(inst_.attrs.chunkRows),
+         "at least 1 (tokens per chunk)");
+}
+
+std::vector<int64_t> OpChecker::rowsOfInput() {
+  const auto &x = operand(0).shape;
+  return std::vector<int64_t>(x.begin(), x.end() - 1);
 }
 
 void OpChecker::checkLoss(size_t logits, size_t labels) {
@@ -578,26 +639,39 @@ void OpChecker::check() {
                                                : "a scalar for mean and sum");
     break;
   }
+  case Op::LinearVocabMax:
+    checkChunkedLinear(false);
+    expectShape(true, 0, rowsOfInput(),
+                "the input's shape without its last dimension");
+    break;
+  case Op::LinearVocabPartials: {
+    checkChunkedLinear(true);
+    std::vector<int64_t> rows = rowsOfInput();
+    expectShape(false, 3, rows, "the labels' shape (one maximum per row)");
+    rows.push_back(2);
+    expectShape(true, 0, rows, "[rows..., 2] (sum of exponentials, target)");
+    break;
+  }
+  case Op::LinearVocabCrossEntropyGrad: {
+    // input, weight, labels, max, partials, loss_grad -> input_grad,
+    // weight_grad.
+    checkChunkedLinear(true);
+    std::vector<int64_t> rows = rowsOfInput();
+    expectShape(false, 3, rows, "the labels' shape (one maximum per row)");
+    rows.push_back(2);
+    expectShape(false, 4, rows, "[rows..., 2] (the partials)");
+    if (a.reduction == Reduction::None)
+      fail(path_ + ".attrs.reduction", "none", "mean or sum");
+    expectFloat(false, 5);
+    expectShape(false, 5, {}, "a scalar for mean and sum");
+    sameAs(true, 0, 0);
+    sameAs(true, 1, 1);
+    break;
+  }
   case Op::LinearCrossEntropy: {
     // input [rows..., in], weight [in, vocab] ([vocab, in] with
     // transpose_weight), labels [rows...] -> loss, input_grad, weight_grad.
-    expectFloat(false, 0);
-    expectMinRank(false, 0, 2);
-    expectFloat(false, 1);
-    expectRank(false, 1, 2);
-    expectIndex(false, 2);
-    const auto &x = operand(0).shape;
-    const auto &w = operand(1).shape;
-    int64_t in = x.back();
-    if ((a.transposeWeight ? w[1] : w[0]) != in)
-      failShape(false, 1,
-                std::string(a.transposeWeight ? "[vocab, " : "[") +
-                    std::to_string(in) +
-                    (a.transposeWeight ? "]" : ", vocab]") +
-                    " (the input's last dimension" +
-                    (a.transposeWeight ? ", transpose_weight" : "") + ")");
-    expectShape(false, 2, std::vector<int64_t>(x.begin(), x.end() - 1),
-                "the input's shape without its last dimension");
+    checkChunkedLinear(true);
     if (a.reduction == Reduction::None)
       fail(path_ + ".attrs.reduction", "none", "mean or sum");
     expectFloat(true, 0);
@@ -836,6 +910,8 @@ void OpChecker::checkOneElementType() {
     case Op::CrossEntropyGrad:
     case Op::VocabCrossEntropyGrad:
     case Op::LinearCrossEntropy:
+    case Op::LinearVocabPartials:
+    case Op::LinearVocabCrossEntropyGrad:
       return !isResult && i == 2;
     case Op::VocabPartials:
     case Op::VocabCrossEntropy:
@@ -858,6 +934,12 @@ void OpChecker::checkOneElementType() {
       return !isResult && (i == 0 || i == 3 || i == 4);
     case Op::LinearCrossEntropy: // the loss
       return isResult && i == 0;
+    case Op::LinearVocabMax:
+      return isResult;
+    case Op::LinearVocabPartials:
+      return isResult || i == 3;
+    case Op::LinearVocabCrossEntropyGrad: // max, partials, loss_grad
+      return !isResult && i >= 3;
     case Op::Scale: // the factor (a seed)
       return !isResult && i == 1;
     default:

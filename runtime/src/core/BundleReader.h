@@ -253,6 +253,8 @@ private:
   void checkCollective();
   void checkGlobalTile(bool isResult, size_t tile);
   void checkLoss(size_t logits, size_t labels);
+  void checkChunkedLinear(bool labels);
+  std::vector<int64_t> rowsOfInput();
   void checkOneElementType();
 
   ManifestReader &reader_;

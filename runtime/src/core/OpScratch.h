@@ -245,7 +245,11 @@ inline uint64_t linearCrossEntropyStatisticsBytes(int64_t chunkRows) {
   return 8 * uint64_t(chunkRows + 3);
 }
 
-/// linear_cross_entropy over chunks of `chunkRows` tokens: one chunk's
+/// linear_cross_entropy over chunks of `chunkRows` tokens, and the
+/// vocabulary-parallel output layer's linear_vocab_max,
+/// linear_vocab_partials and linear_vocab_cross_entropy_grad over the
+/// rank's block of `vocab` logits (their statistics: the gradient's shared
+/// factor, one f64): one chunk's
 /// logits of `logitBytes` each (the op's input's type: 4 for f32, 2 for
 /// bf16), overwritten by their gradient, its statistics, and cuBLASLt's
 /// workspace for the chunk's three GEMMs (the cuda backend's; the host

@@ -142,9 +142,12 @@ uint64_t blockBytes(const Function &fn, const ScratchPlan &plan,
         crossEntropyDims(fn, inst).rows,
         inst.op == Op::CrossEntropy &&
             plan.lossPartner[position] != ScratchPlan::kNoPartner);
-  case Op::LinearCrossEntropy: {
+  case Op::LinearCrossEntropy:
+  case Op::LinearVocabMax:
+  case Op::LinearVocabPartials:
+  case Op::LinearVocabCrossEntropyGrad: {
     // The compiler's chunk (its attribute, not clamped to the rows), as
-    // SideBuffers.cpp sizes it.
+    // SideBuffers.cpp sizes it; x and W are operands 0 and 1 of each.
     const std::vector<int64_t> &w = fn.values[inst.operands[1]].shape;
     return scratch::linearCrossEntropyOpBytes(
         inst.attrs.chunkRows, inst.attrs.transposeWeight ? w[0] : w[1],

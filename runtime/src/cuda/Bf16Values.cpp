@@ -121,6 +121,9 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::VocabCrossEntropyGrad: // the logits; dloss and the statistics
     return operand == 1;          // stay fp32
   case Op::LinearCrossEntropy: // x and W (one type); the labels are ids.
+  case Op::LinearVocabMax:     // (the statistics and the seed stay fp32)
+  case Op::LinearVocabPartials:
+  case Op::LinearVocabCrossEntropyGrad:
     // Typed bundles only: an older bf16 bundle's W is an fp32 parameter,
     // and the op reads both in one type.
     return bundle_.typedPrecision() && operand <= 1;
@@ -172,10 +175,12 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
       return false;
     kind = Kind::GeluGrad;
     break;
-  case Op::LinearCrossEntropy: {
+  case Op::LinearCrossEntropy:
+  case Op::LinearVocabCrossEntropyGrad: {
     // dx, a chunk's rows at a time (OpDispatch.cpp), from bf16 operands
     // (typed bundles); the loss and the weight gradient stay fp32.
-    if (result != 1 || !bundle_.typedPrecision())
+    size_t dx = inst.op == Op::LinearCrossEntropy ? 1 : 0;
+    if (result != dx || !bundle_.typedPrecision())
       return false;
     const std::vector<int64_t> &w = function_->values[inst.operands[1]].shape;
     int64_t vocab = inst.attrs.transposeWeight ? w[0] : w[1];

@@ -135,6 +135,16 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
         add(1, embeddingDims(fn, inst).vocab, "id",
             "the embedding table's vocabulary size", false);
       break;
+    case Op::LinearVocabPartials:
+    case Op::LinearVocabCrossEntropyGrad: {
+      const std::vector<int64_t> &w = fn.values[inst.operands[1]].shape;
+      add(2,
+          (inst.attrs.transposeWeight ? w[0] : w[1]) *
+              vocabBlock(position, inst).second,
+          "label", "the vocabulary size (all ranks' blocks)",
+          inst.op == Op::LinearVocabCrossEntropyGrad);
+      break;
+    }
     case Op::VocabPartials:
     case Op::VocabCrossEntropyGrad: {
       bool grad = inst.op == Op::VocabCrossEntropyGrad;

@@ -324,6 +324,10 @@ private:
   /// logits' GEMM into the kernel block, the row kernel, the GEMMs of dx
   /// and of the accumulated weight gradient.
   void linearCrossEntropy(size_t position, const Instruction &inst);
+  /// linear_vocab_max, linear_vocab_partials and
+  /// linear_vocab_cross_entropy_grad (OpDispatch.cpp): the
+  /// vocabulary-parallel output layer's chunks, in the op's kernel block.
+  void linearVocab(size_t position, const Instruction &inst);
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.
   void executeAll(const MicroBatchKey &key, bool timed);

@@ -627,6 +627,11 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LinearCrossEntropy:
     linearCrossEntropy(position, inst);
     break;
+  case Op::LinearVocabMax:
+  case Op::LinearVocabPartials:
+  case Op::LinearVocabCrossEntropyGrad:
+    linearVocab(position, inst);
+    break;
   case Op::Scale: // a gradient of the fused loss times the seed (a scalar)
     scale(stream, count(inst.operands[0]), inElements(0), in(1),
           outElements(0));
@@ -767,6 +772,159 @@ void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
     }
     linearCrossEntropyFinish(stream, state, toKernel(a.reduction), loss);
     launched("linear_cross_entropy's loss");
+  };
+  if (fn.values[inst.operands[2]].dtype == DType::I64)
+    run(static_cast<const int64_t *>(slots_[inst.operands[2]]));
+  else
+    run(static_cast<const int32_t *>(slots_[inst.operands[2]]));
+}
+
+void Executor::linearVocab(size_t position, const Instruction &inst) {
+  // The vocabulary-parallel output layer, one chunk of tokens at a time
+  // (docs/Memory.md, "The loss without whole-vocabulary logits"): the
+  // chunk's logits of the rank's block in the kernel block (the input's
+  // type), then VocabParallel.cu's row kernels on them; for the gradient,
+  // the logits' gradient in their place and the chunk's two GEMMs, as
+  // linearCrossEntropy's. Typed bf16 as the unfused layer: x, W, the
+  // chunk's logits and their gradient and dx bf16; the statistics and
+  // dweight fp32.
+  const Function &fn = *function_;
+  const Attributes &a = inst.attrs;
+  cudaStream_t stream = context_.stream();
+  const char *name = opName(inst.op);
+  bool bf16 = heldInBf16(inst.operands[0]);
+  bool grad = inst.op == Op::LinearVocabCrossEntropyGrad;
+  auto refuse = [&](const std::string &what) {
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                where(position) + ": " + name + " " + what +
+                    "; recompile the bundle with this megatron-compile");
+  };
+  if (heldInBf16(inst.operands[1]) != bf16)
+    refuse(std::string("reads its input and weight in one type, but the "
+                       "input is ") +
+           (bf16 ? "bf16" : "fp32") + " and the weight " +
+           (bf16 ? "fp32" : "bf16"));
+  if (grad && heldInBf16(inst.results[0]) && !bf16)
+    refuse("writes a bf16 input gradient from bf16 operands only, but its "
+           "input and weight are fp32");
+  if (grad && heldInBf16(inst.results[1]))
+    refuse("writes its weight gradient in fp32, but it is bf16");
+  const std::vector<int64_t> &w = fn.values[inst.operands[1]].shape;
+  int64_t inSize = fn.values[inst.operands[0]].shape.back();
+  int64_t vocab = a.transposeWeight ? w[0] : w[1];
+  int64_t rows =
+      fn.values[inst.operands[0]].numElements / std::max<int64_t>(inSize, 1);
+  // The block holds the attribute's chunk (scratch::linearCrossEntropyOpBytes).
+  int64_t chunkRows = a.chunkRows;
+  if (chunkRows < 1)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                where(position) + ": " + name + "'s chunk_rows is " +
+                    std::to_string(chunkRows) + "; it must be at least 1");
+  int64_t start = vocabBlock(position, inst).first * vocab;
+  size_t element = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+  Carver carve(scratch(position));
+  auto *logits =
+      carve.take<char>(element * static_cast<size_t>(chunkRows * vocab));
+  auto *factor =
+      carve.take<double>(scratch::linearCrossEntropyStatisticsBytes(chunkRows));
+  GemmEpilogue epilogue;
+  epilogue.workspace = carve.take<char>(scratch::kGemmWorkspaceBytes);
+  auto x = static_cast<const char *>(slots_[inst.operands[0]]);
+  auto *weight = slots_[inst.operands[1]];
+  auto gemm = [&](int64_t m, int64_t n, int64_t k, const void *lhs,
+                  bool transLhs, const void *rhs, bool transRhs, void *result,
+                  bool bf16Result, bool accumulate) {
+    Bf16Operands operands;
+    if (bf16) {
+      operands.a = static_cast<const __nv_bfloat16 *>(lhs);
+      operands.b = static_cast<const __nv_bfloat16 *>(rhs);
+      operands.result = bf16Result;
+    }
+    try {
+      context_.gemm().run(1, m, n, k, static_cast<const float *>(lhs), transLhs,
+                          static_cast<const float *>(rhs), transRhs,
+                          static_cast<float *>(result), nullptr, accumulate,
+                          operands, epilogue);
+    } catch (const Error &e) {
+      throw Error(e.code(), where(position) + ": " + e.what());
+    }
+  };
+  auto launched = [&](const char *what) {
+    MTRT_CUDA_CHECK(cudaGetLastError(),
+                    where(position) + ": launching " + name + "'s " + what);
+  };
+  InElements chunkIn =
+      bf16 ? InElements(reinterpret_cast<__nv_bfloat16 *>(logits))
+           : InElements(reinterpret_cast<float *>(logits));
+  OutElements chunkOut =
+      bf16 ? OutElements(reinterpret_cast<__nv_bfloat16 *>(logits))
+           : OutElements(reinterpret_cast<float *>(logits));
+  // logits [n, vocab] = x_c @ op(W), in the input's type.
+  auto chunkLogits = [&](int64_t first, int64_t n) {
+    gemm(n, vocab, inSize, x + static_cast<size_t>(first * inSize) * element,
+         false, weight, a.transposeWeight, logits, bf16, false);
+  };
+  if (inst.op == Op::LinearVocabMax) {
+    auto *max = static_cast<float *>(slots_[inst.results[0]]);
+    for (int64_t first = 0; first < rows; first += chunkRows) {
+      int64_t n = std::min(chunkRows, rows - first);
+      chunkLogits(first, n);
+      vocabMax(stream, n, vocab, chunkIn, max + first);
+      launched("row kernel");
+    }
+    return;
+  }
+  auto run = [&](const auto *labels) {
+    if (!grad) {
+      auto *max = static_cast<const float *>(slots_[inst.operands[3]]);
+      auto *partials = static_cast<float *>(slots_[inst.results[0]]);
+      for (int64_t first = 0; first < rows; first += chunkRows) {
+        int64_t n = std::min(chunkRows, rows - first);
+        chunkLogits(first, n);
+        vocabPartials(stream, n, vocab, start, chunkIn, labels + first,
+                      max + first, partials + 2 * first);
+        launched("row kernel");
+      }
+      return;
+    }
+    auto *max = static_cast<const float *>(slots_[inst.operands[3]]);
+    auto *partials = static_cast<const float *>(slots_[inst.operands[4]]);
+    auto *dloss = static_cast<const float *>(slots_[inst.operands[5]]);
+    size_t dxElement =
+        heldInBf16(inst.results[0]) ? sizeof(__nv_bfloat16) : sizeof(float);
+    auto dx = static_cast<char *>(slots_[inst.results[0]]);
+    auto dweight = static_cast<float *>(slots_[inst.results[1]]);
+    vocabCrossEntropyGradFactor(stream, rows, labels, a.ignoreIndex,
+                                toKernel(a.reduction), dloss, factor);
+    launched("loss gradient's factor");
+    if (rows == 0) // nothing to accumulate into: dweight is zero
+      MTRT_CUDA_CHECK(
+          cudaMemsetAsync(dweight, 0,
+                          sizeof(float) * static_cast<size_t>(inSize * vocab),
+                          stream),
+          where(position));
+    for (int64_t first = 0; first < rows; first += chunkRows) {
+      int64_t n = std::min(chunkRows, rows - first);
+      const char *xc = x + static_cast<size_t>(first * inSize) * element;
+      chunkLogits(first, n);
+      // The logits' gradient in their place (the input's type).
+      vocabCrossEntropyGradRows(stream, n, vocab, start, chunkIn,
+                                labels + first, a.ignoreIndex,
+                                toKernel(a.reduction), dloss, max + first,
+                                partials + 2 * first, factor, chunkOut);
+      launched("row kernel");
+      // dx_c [n, in] = dlogits @ op(W)^T, in dx's type.
+      gemm(n, inSize, vocab, logits, false, weight, !a.transposeWeight,
+           dx + static_cast<size_t>(first * inSize) * dxElement,
+           dxElement == sizeof(__nv_bfloat16), false);
+      // dweight (+)= x_c^T @ dlogits, or dlogits^T @ x_c transposed; fp32.
+      if (a.transposeWeight)
+        gemm(vocab, inSize, n, logits, true, xc, false, dweight, false,
+             first > 0);
+      else
+        gemm(inSize, vocab, n, xc, true, logits, false, dweight, false,
+             first > 0);
+    }
   };
   if (fn.values[inst.operands[2]].dtype == DType::I64)
     run(static_cast<const int64_t *>(slots_[inst.operands[2]]));

@@ -16,13 +16,14 @@ constexpr int64_t kAlignElements = 64;
 /// bf16 elements per 256 bytes, for the bf16 copies.
 constexpr int64_t kBf16AlignElements = 128;
 
-/// Ops whose first two operands are GEMM operands (linear_cross_entropy's
-/// chunked GEMMs read its weight, the second).
+/// Ops whose first two operands are GEMM operands (the chunked output
+/// layers' GEMMs read their weight, the second).
 bool isGemm(Op op) {
-  return op == Op::Linear || op == Op::LinearGelu ||
-         op == Op::LinearGeluGrad || op == Op::LinearWeightGrad ||
-         op == Op::LinearWeightBiasGrad || op == Op::Matmul ||
-         op == Op::LinearCrossEntropy;
+  return op == Op::Linear || op == Op::LinearGelu || op == Op::LinearGeluGrad ||
+         op == Op::LinearWeightGrad || op == Op::LinearWeightBiasGrad ||
+         op == Op::Matmul || op == Op::LinearCrossEntropy ||
+         op == Op::LinearVocabMax || op == Op::LinearVocabPartials ||
+         op == Op::LinearVocabCrossEntropyGrad;
 }
 } // namespace
 

@@ -433,6 +433,41 @@ void Executor::execute(size_t position, const Instruction &inst,
     });
     break;
   }
+  case Op::LinearVocabMax:
+  case Op::LinearVocabPartials:
+  case Op::LinearVocabCrossEntropyGrad: {
+    // input [rows..., in], weight, ...: the rank's vocabulary block's
+    // logits one chunk at a time in scratch (docs/Memory.md).
+    const std::vector<int64_t> &w = operandShape(1);
+    int64_t inSize = operandShape(0).back();
+    int64_t vocab = a.transposeWeight ? w[0] : w[1];
+    int64_t rows = count(inst.operands[0]) / std::max<int64_t>(inSize, 1);
+    int64_t chunk = std::min(a.chunkRows, std::max<int64_t>(rows, 1));
+    bool bf16Logits = fn.values[inst.operands[0]].dtype == DType::BF16;
+    ScratchBuffer logits(*this, static_cast<size_t>(chunk * vocab) * sizeof(T));
+    if (inst.op == Op::LinearVocabMax) {
+      linearVocabMax<T>(pool, rows, inSize, vocab, chunk, in(0), in(1),
+                        a.transposeWeight, bf16Logits, logits.as<T>(), out(0));
+      break;
+    }
+    auto [block, blocks] = vocabBlock();
+    bool grad = inst.op == Op::LinearVocabCrossEntropyGrad;
+    withIds(2, [&](auto *labels) {
+      checkIds(where(position), "label", 2, inst.operands[2], labels, rows,
+               vocab * blocks, "the vocabulary size (all ranks' blocks)",
+               grad ? &a.ignoreIndex : nullptr);
+      if (grad)
+        linearVocabCrossEntropyGrad<T>(
+            pool, rows, inSize, vocab, chunk, block * vocab, in(0), in(1),
+            a.transposeWeight, labels, a.ignoreIndex, toKernel(a.reduction),
+            in(5), in(3), in(4), bf16Logits, logits.as<T>(), out(0), out(1));
+      else
+        linearVocabPartials<T>(pool, rows, inSize, vocab, chunk, block * vocab,
+                               in(0), in(1), a.transposeWeight, labels, in(3),
+                               bf16Logits, logits.as<T>(), out(0));
+    });
+    break;
+  }
   case Op::Scale:
     scaleForward<T>(pool, count(inst.operands[0]), in(0), in(1)[0], out(0));
     break;

@@ -1,5 +1,7 @@
 // linear_cross_entropy and scale (megatron-compile
-// --fuse-linear-cross-entropy, docs/Memory.md) on the cuda backend: the op
+// --fuse-linear-cross-entropy, docs/Memory.md), and the vocabulary-parallel
+// linear_vocab_max, linear_vocab_partials and
+// linear_vocab_cross_entropy_grad, on the cuda backend: the op
 // against the host's on the same inputs (loss, dx, dweight; tied and untied
 // weights, chunks that do not divide the tokens, an odd vocabulary, ignored
 // labels; fp32, and typed bf16 as mt-mixed-precision types it), and tiny-gpt
@@ -175,6 +177,116 @@ TEST_P(LinearCrossEntropyOp, MatchesTheHostTypedBf16) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, LinearCrossEntropyOp,
+    ::testing::Values(FusedCase{false, "mean", 16, DType::I32},
+                      FusedCase{true, "mean", 16, DType::I32},
+                      FusedCase{true, "sum", 30, DType::I64},
+                      FusedCase{false, "sum", 7, DType::I64},
+                      FusedCase{true, "mean", 128, DType::I32}),
+    [](const auto &info) { return caseName(info.param); });
+
+/// The vocabulary-parallel output layer's chunked ops (megatron-compile
+/// --fuse-linear-cross-entropy under tensor parallelism) on one rank's
+/// whole vocabulary (their blocks across ranks: CudaTensorParallelTest's
+/// FusedLoss cases): linear_vocab_max, linear_vocab_partials from its
+/// maxima, vocab_cross_entropy and linear_vocab_cross_entropy_grad, all
+/// outputs, against the host's on the same inputs; fp32 and typed bf16.
+/// (Ignored labels: HostLinearVocabTest's gradient rows.)
+class LinearVocabOps : public ::testing::TestWithParam<FusedCase> {
+protected:
+  void check(bool typed, double tolerance) {
+    const char *activation = typed ? "bf16" : "f32";
+    const FusedCase c = GetParam();
+    const int64_t in = 24, vocab = 333;
+    const std::vector<int64_t> rows = {2, 37}, act = {2, 37, in};
+    FunctionBuilder f("op");
+    std::vector<host::Tensor> inputs;
+    auto input = [&](std::vector<int64_t> shape, double scale) {
+      int64_t v = f.input(shape, "f32");
+      inputs.push_back(randomTensor(shape, 300 + inputs.size(), scale));
+      return v;
+    };
+    int64_t x = input(act, 1.0);
+    std::vector<int64_t> wShape = c.transposeWeight
+                                      ? std::vector<int64_t>{vocab, in}
+                                      : std::vector<int64_t>{in, vocab};
+    int64_t w = input(wShape, 0.5);
+    if (typed) {
+      x = f.op("cast", {x}, act, Json::object(), "bf16");
+      w = f.op("cast", {w}, wShape, Json::object(), "bf16");
+    }
+    // No ignored labels: vocab_partials, fused or not, takes labels of the
+    // vocabulary only (the runtime checks them against it).
+    int64_t labels = f.input(rows, c.labels == DType::I64 ? "i64" : "i32");
+    inputs.push_back(randomIds(rows, vocab, 37, c.labels));
+    int64_t seed = input({}, 1.0);
+    Json chunk = {{"chunk_rows", c.chunkRows},
+                  {"transpose_weight", c.transposeWeight}};
+    int64_t max = f.op("linear_vocab_max", {x, w}, rows, chunk);
+    std::vector<int64_t> pairs = {2, 37, 2};
+    int64_t partials =
+        f.op("linear_vocab_partials", {x, w, labels, max}, pairs, chunk);
+    Json lossAttrs = {{"reduction", c.reduction}, {"ignore_index", -100}};
+    int64_t loss = f.op("vocab_cross_entropy", {partials, labels},
+                        std::vector<int64_t>{}, lossAttrs);
+    Json gradAttrs = chunk;
+    gradAttrs["reduction"] = c.reduction;
+    gradAttrs["ignore_index"] = -100;
+    int64_t dx = f.value(act, activation), dw = f.value(wShape);
+    f.inst("linear_vocab_cross_entropy_grad",
+           {x, w, labels, max, partials, seed}, {dx, dw}, gradAttrs);
+    f.output(max);
+    f.output(partials);
+    f.output(loss);
+    f.output(typed ? f.op("cast", {dx}, act) : dx);
+    f.output(dw);
+
+    Json model = modelJson(256, 8, 4, 2, 2);
+    model["precision"] = typed ? "bf16" : "fp32";
+    Json manifest =
+        manifestJson(model, Json::array(), Json::array({f.build()}));
+    if (typed)
+      manifest["version"] = 8;
+    Bundle bundle = Bundle::parseManifest("lvce-test", manifest.dump());
+    host::ThreadPool pool(2);
+    host::ParameterStore hostStore(bundle, DType::F32);
+    std::vector<host::TensorView> views;
+    for (const host::Tensor &t : inputs)
+      views.push_back(viewOf(t));
+    host::Executor hostExecutor(bundle, "op", hostStore, pool);
+    std::vector<host::Tensor> expected = hostExecutor.run(views, {0, 0});
+    MTRT_REQUIRE_GPU();
+
+    cuda::Context context;
+    cuda::ParameterStore deviceStore(bundle, context);
+    cuda::Executor deviceExecutor(bundle, "op", deviceStore);
+    std::vector<host::Tensor> actual = deviceExecutor.run(views, {0, 0});
+    ASSERT_EQ(actual.size(), 5u);
+    const char *names[] = {"max", "partials", "loss", "dx", "dweight"};
+    double worst = 0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+      expectClose(actual[i], expected[i], tolerance, names[i]);
+      worst = std::max(worst, relativeDifference(actual[i], expected[i]));
+      if (typed && i > 2) {
+        EXPECT_GE(cosineSimilarity(actual[i], expected[i]), 0.9999) << names[i];
+      }
+    }
+    EXPECT_GT(expected[2].data<float>()[0], 1.0f);
+    std::cout << "[ parity   ] linear_vocab_* " << caseName(c)
+              << (typed ? " typed bf16" : "") << ": loss host "
+              << expected[2].data<float>()[0] << " cuda "
+              << actual[2].data<float>()[0] << ", largest relative difference "
+              << worst << "\n";
+  }
+};
+
+TEST_P(LinearVocabOps, MatchesTheHostInFp32) { check(false, 1e-5); }
+
+// As LinearCrossEntropyOp's typed case: the chunk's logits and their
+// gradient bf16 on both backends.
+TEST_P(LinearVocabOps, MatchesTheHostTypedBf16) { check(true, 1e-2); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LinearVocabOps,
     ::testing::Values(FusedCase{false, "mean", 16, DType::I32},
                       FusedCase{true, "mean", 16, DType::I32},
                       FusedCase{true, "sum", 30, DType::I64},

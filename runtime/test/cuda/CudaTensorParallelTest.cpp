@@ -374,7 +374,8 @@ class CudaTensorParallelTest : public ::testing::TestWithParam<Pair> {};
 const char *const kHowToMake =
     "megatron-compile models/tiny-gpt.yaml [--hidden-dropout 0 "
     "--attention-dropout 0] [--bf16] [--tensor-model-parallel-size 2 "
-    "[--sequence-parallel]]";
+    "[--sequence-parallel]] [--fuse-linear-cross-entropy "
+    "--linear-cross-entropy-chunk-rows=300]";
 
 TEST_P(CudaTensorParallelTest, TwoInProcessRanksEqualOneRank) {
   MTRT_REQUIRE_GPU();
@@ -511,6 +512,17 @@ INSTANTIATE_TEST_SUITE_P(
         // Dropout 0.1 over split tensors: attention's probabilities split
         // by heads, and with sequence parallelism the hidden dropouts'
         // sequence tiles; the masks are the one-rank run's.
+        // The fused loss (--fuse-linear-cross-entropy, 300 tokens a chunk):
+        // the vocabulary-parallel output layer's chunked ops, with the
+        // all-reduces of the maxima and partials between them. bf16: the
+        // block's logits and dlogits are gone (the chunked ops are not
+        // multi-rank instructions), 26 - 2.
+        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2-lce", false,
+             "FusedLossFp32", 0},
+        Pair{"tiny-gpt-nodrop", "tiny-gpt-nodrop-tp2-sp-lce", false,
+             "FusedLossSequenceParallelFp32", 0},
+        Pair{"tiny-gpt-bf16-nodrop", "tiny-gpt-bf16-nodrop-tp2-lce", true,
+             "FusedLossBf16", 24},
         Pair{"tiny-gpt", "tiny-gpt-tp2", false, "DropoutFp32", 0},
         Pair{"tiny-gpt", "tiny-gpt-tp2-sp", false,
              "DropoutSequenceParallelFp32", 0}),

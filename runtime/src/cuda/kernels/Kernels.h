@@ -166,6 +166,23 @@ void vocabCrossEntropyGrad(cudaStream_t stream, int64_t rows, int64_t vocab,
                            const float *max, const float *partials,
                            OutElements dlogits, void *scratch);
 
+/// vocabCrossEntropyGrad in two steps, for the chunked output layer
+/// (linear_vocab_cross_entropy_grad): the factor the rows share, over all
+/// the rows (nothing for None), then a chunk's rows from it. `logits` and
+/// `dlogits` may be the same elements (each is read before it is written).
+template <typename Id>
+void vocabCrossEntropyGradFactor(cudaStream_t stream, int64_t rows,
+                                 const Id *labels, int64_t ignoreIndex,
+                                 LossReduction reduction, const float *dloss,
+                                 double *factor);
+template <typename Id>
+void vocabCrossEntropyGradRows(cudaStream_t stream, int64_t rows, int64_t vocab,
+                               int64_t start, InElements logits,
+                               const Id *labels, int64_t ignoreIndex,
+                               LossReduction reduction, const float *dloss,
+                               const float *max, const float *partials,
+                               const double *factor, OutElements dlogits);
+
 //===----------------------------------------------------------------------===//
 // Norms.cu: a row in registers, statistics in double as on the host
 //===----------------------------------------------------------------------===//

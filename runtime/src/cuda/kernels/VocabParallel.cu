@@ -147,6 +147,30 @@ void vocabCrossEntropy(cudaStream_t stream, int64_t rows, const float *partials,
 }
 
 template <typename Id>
+void vocabCrossEntropyGradFactor(cudaStream_t stream, int64_t rows,
+                                 const Id *labels, int64_t ignoreIndex,
+                                 LossReduction reduction, const float *dloss,
+                                 double *factor) {
+  if (rows > 0 && reduction != LossReduction::None)
+    vocabGradFactorKernel<Id><<<1, kLossThreads, 0, stream>>>(
+        rows, labels, ignoreIndex, reduction, dloss, factor);
+}
+
+template <typename Id>
+void vocabCrossEntropyGradRows(cudaStream_t stream, int64_t rows, int64_t vocab,
+                               int64_t start, InElements logits,
+                               const Id *labels, int64_t ignoreIndex,
+                               LossReduction reduction, const float *dloss,
+                               const float *max, const float *partials,
+                               const double *factor, OutElements dlogits) {
+  if (rows > 0 && vocab > 0)
+    vocabCrossEntropyGradKernel<Id>
+        <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            vocab, start, logits, labels, ignoreIndex, reduction, dloss, max,
+            partials, factor, dlogits);
+}
+
+template <typename Id>
 void vocabCrossEntropyGrad(cudaStream_t stream, int64_t rows, int64_t vocab,
                            int64_t start, InElements logits, const Id *labels,
                            int64_t ignoreIndex, LossReduction reduction,
@@ -156,13 +180,11 @@ void vocabCrossEntropyGrad(cudaStream_t stream, int64_t rows, int64_t vocab,
   if (rows <= 0 || vocab <= 0)
     return;
   auto *factor = static_cast<double *>(scratch);
-  if (reduction != LossReduction::None)
-    vocabGradFactorKernel<Id><<<1, kLossThreads, 0, stream>>>(
-        rows, labels, ignoreIndex, reduction, dloss, factor);
-  vocabCrossEntropyGradKernel<Id>
-      <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-          vocab, start, logits, labels, ignoreIndex, reduction, dloss, max,
-          partials, factor, dlogits);
+  vocabCrossEntropyGradFactor(stream, rows, labels, ignoreIndex, reduction,
+                              dloss, factor);
+  vocabCrossEntropyGradRows(stream, rows, vocab, start, logits, labels,
+                            ignoreIndex, reduction, dloss, max, partials,
+                            factor, dlogits);
 }
 
 #define MTRT_INSTANTIATE(Id)                                                   \
@@ -175,7 +197,14 @@ void vocabCrossEntropyGrad(cudaStream_t stream, int64_t rows, int64_t vocab,
   template void vocabCrossEntropyGrad<Id>(                                     \
       cudaStream_t, int64_t, int64_t, int64_t, InElements, const Id *,         \
       int64_t, LossReduction, const float *, const float *, const float *,     \
-      OutElements, void *);
+      OutElements, void *);                                                    \
+  template void vocabCrossEntropyGradFactor<Id>(                               \
+      cudaStream_t, int64_t, const Id *, int64_t, LossReduction,               \
+      const float *, double *);                                                \
+  template void vocabCrossEntropyGradRows<Id>(                                 \
+      cudaStream_t, int64_t, int64_t, int64_t, InElements, const Id *,         \
+      int64_t, LossReduction, const float *, const float *, const float *,     \
+      const double *, OutElements);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

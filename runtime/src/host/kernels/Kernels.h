@@ -428,6 +428,36 @@ void vocabCrossEntropyGrad(ThreadPool &pool, int64_t rows, int64_t vocab,
                            const T *dloss, const T *max, const T *partials,
                            T *dlogits);
 
+/// The vocabulary-parallel output layer over chunks of `chunkRows` tokens
+/// (mt.linear_vocab_*): per chunk, logits = x_c @ op(W) into `scratch`
+/// ([chunkRows, vocab], rounded to bf16 with `bf16Logits` where the CUDA
+/// kernel stores them in bf16), then vocabMax's, vocabPartials' or
+/// vocabCrossEntropyGrad's rows of the chunk; the gradient's shared factor
+/// is the whole op's (over all the rows), and the chunk's logit gradient
+/// (rounded to bf16 with `bf16Logits`) gives its rows of dx = dlogits @
+/// op(W)^T and its share of dweight, accumulated in chunk order.
+template <typename T>
+void linearVocabMax(ThreadPool &pool, int64_t rows, int64_t in, int64_t vocab,
+                    int64_t chunkRows, const T *x, const T *weight,
+                    bool transposeWeight, bool bf16Logits, T *scratch, T *max);
+
+template <typename T, typename Id>
+void linearVocabPartials(ThreadPool &pool, int64_t rows, int64_t in,
+                         int64_t vocab, int64_t chunkRows, int64_t start,
+                         const T *x, const T *weight, bool transposeWeight,
+                         const Id *labels, const T *max, bool bf16Logits,
+                         T *scratch, T *partials);
+
+template <typename T, typename Id>
+void linearVocabCrossEntropyGrad(ThreadPool &pool, int64_t rows, int64_t in,
+                                 int64_t vocab, int64_t chunkRows,
+                                 int64_t start, const T *x, const T *weight,
+                                 bool transposeWeight, const Id *labels,
+                                 int64_t ignoreIndex, LossReduction reduction,
+                                 const T *dloss, const T *max,
+                                 const T *partials, bool bf16Logits, T *scratch,
+                                 T *dx, T *dweight);
+
 //===----------------------------------------------------------------------===//
 // Shapes (Shape.cpp): copies.
 //===----------------------------------------------------------------------===//
