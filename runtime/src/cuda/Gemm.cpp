@@ -229,18 +229,26 @@ bool Gemm::tryPlan(const Key &key, Plan &p) {
     uint32_t alignments[3] = {static_cast<uint32_t>(alignB),
                               static_cast<uint32_t>(alignA),
                               static_cast<uint32_t>(alignC)};
-    cublasLtMatmulPreferenceAttributes_t attributes[5] = {
+    // A split-K algorithm may add its partial products in the output type
+    // (INPLACE, OUTPUT_TYPE): for a bf16 result that rounds each partial
+    // sum to bf16, where the host's emulation (docs/MixedPrecision.md)
+    // rounds the fp32 sum once. Bf16 results take only partial sums kept
+    // in the compute type (fp32).
+    uint32_t reductions = bf16Result ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                                     : CUBLASLT_REDUCTION_SCHEME_MASK;
+    cublasLtMatmulPreferenceAttributes_t attributes[6] = {
         CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    const void *values[5] = {&workspace, &alignments[0], &alignments[1],
-                             &alignments[2], &alignments[2]};
-    size_t sizes[5] = {sizeof(workspace), sizeof(uint32_t), sizeof(uint32_t),
-                       sizeof(uint32_t), sizeof(uint32_t)};
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK};
+    const void *values[6] = {&workspace,     &alignments[0], &alignments[1],
+                             &alignments[2], &alignments[2], &reductions};
+    size_t sizes[6] = {sizeof(workspace), sizeof(uint32_t), sizeof(uint32_t),
+                       sizeof(uint32_t),  sizeof(uint32_t), sizeof(uint32_t)};
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    for (int i = 0; i < 5 && status == CUBLAS_STATUS_SUCCESS; ++i)
+    for (int i = 0; i < 6 && status == CUBLAS_STATUS_SUCCESS; ++i)
       status = cublasLtMatmulPreferenceSetAttribute(preference, attributes[i],
                                                     values[i], sizes[i]);
     cublasLtMatmulHeuristicResult_t results[kTuningCandidates] = {};
