@@ -184,7 +184,7 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
                             function_->values[inst.operands[2]].numElements);
     return context_.gemm().hasBf16ResultAlgorithm(
         rows, in, vocab, false, !inst.attrs.transposeWeight, Kind::None,
-        false, false);
+        /*bias=*/false, /*biasGrad=*/false, /*vectorPastResult=*/false);
   }
   default:
     return false;
