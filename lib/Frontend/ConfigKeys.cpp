@@ -405,6 +405,29 @@ static const KeyDef kKeys[] = {
      [](CompileConfig &c, StringRef v) {
        return setBool(v, c.parallel.sequenceParallel);
      }},
+    {{"context_parallel_size", "parallel",
+      "Context-parallel ranks: every sequence is split over them, attention "
+      "included (ring attention, causal load balancing).",
+      K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.parallel.contextParallelSize);
+     }},
+    {{"cp_comm_type", "parallel",
+      "How attention exchanges keys and values over the context-parallel "
+      "ranks: p2p (a ring) or all_gather.",
+      K::Choice, "p2p"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       StringRef t = v.trim();
+       // Megatron-LM's other two choices, named so that the error says
+       // what is missing rather than that the value is unknown.
+       if (t.equals_insensitive("a2a") || t.equals_insensitive("a2a+p2p"))
+         return t.str() + " (Megatron-LM's all-to-all exchange) is not "
+                          "implemented; use p2p or all_gather";
+       return setChoice(v, c.parallel.cpCommType,
+                        {{"p2p", CpCommType::P2P},
+                         {"all_gather", CpCommType::AllGather},
+                         {"all-gather", CpCommType::AllGather}});
+     }},
     {{"data_parallel_size", "parallel", "Data-parallel replicas.", K::Integer,
       "1"},
      [](CompileConfig &c, StringRef v) {
@@ -617,6 +640,7 @@ static const std::pair<StringRef, StringRef> kSynonyms[] = {
     {"pp", "pipeline_model_parallel_size"},
     {"vpp", "virtual_pipeline_model_parallel_size"},
     {"dp", "data_parallel_size"},
+    {"cp", "context_parallel_size"},
     {"dtype", "precision"},
     {"torch_dtype", "precision"},
 };

@@ -70,6 +70,7 @@ private:
   Error checkOverflow();
   Error checkModelShape();
   Error checkTensorParallel();
+  Error checkContextParallel();
   Error checkGradientBuckets();
   Error checkPipeline();
   Error checkBatch();
@@ -166,6 +167,7 @@ Error Validator::checkRanges() {
        p.numLayersPerVirtualPipelineStage, false},
       {"decoder_last_pipeline_num_layers", p.decoderLastPipelineNumLayers,
        false},
+      {"context_parallel_size", p.contextParallelSize, true},
       {"data_parallel_size", p.dataParallelSize, true},
       {"micro_batch_size", c.batch.microBatchSize, true},
       {"global_batch_size", c.batch.globalBatchSize, false},
@@ -249,6 +251,9 @@ Error Validator::checkOverflow() {
           p.tensorModelParallelSize, p.pipelineModelParallelSize, ranks,
           "the world size",
           {"tensor_model_parallel_size", "pipeline_model_parallel_size"}))
+    return err;
+  if (Error err = multiply(ranks, p.contextParallelSize, ranks,
+                           "the world size", {"context_parallel_size"}))
     return err;
   if (Error err = multiply(ranks, p.dataParallelSize, world, "the world size",
                            {"data_parallel_size"}))
@@ -448,6 +453,69 @@ Error Validator::checkTensorParallel() {
                     "tensor-parallel ranks; use a seq_length that is a "
                     "multiple of " +
                     show(tp) + orFix);
+  return Error::success();
+}
+
+/// Megatron-LM's checks on --context-parallel-size, and the combinations this
+/// compiler refuses.
+Error Validator::checkContextParallel() {
+  int64_t cp = p.contextParallelSize, tp = p.tensorModelParallelSize;
+  StringRef cpKey = "context_parallel_size";
+  if (cp == 1) {
+    if (c.keyOrigins.count("cp_comm_type"))
+      return fail({"cp_comm_type", cpKey},
+                  "cp_comm_type chooses how attention exchanges keys and "
+                  "values over the context-parallel ranks, and "
+                  "context_parallel_size is 1 (nothing is exchanged); remove "
+                  "cp_comm_type or set context_parallel_size to 2 or more");
+    return Error::success();
+  }
+  // Causal load balancing cuts every sequence into 2 * cp chunks (rank i
+  // holds chunks i and 2cp-1-i), and sequence parallelism then splits each
+  // chunk over the tensor-parallel ranks.
+  int64_t multiple;
+  if (Error err =
+          multiply(2, cp, multiple, "the context-parallel chunks", {cpKey}))
+    return err;
+  bool withTensor = p.sequenceParallel && tp > 1;
+  if (withTensor)
+    if (Error err = multiply(multiple, tp, multiple,
+                             "the context- and sequence-parallel tiles",
+                             {cpKey, "tensor_model_parallel_size"}))
+      return err;
+  if (m.seqLength % multiple != 0) {
+    int64_t below = m.seqLength / multiple * multiple, above;
+    std::string examples = below > 0 ? show(below) : std::string();
+    if (!AddOverflow(below, multiple, above))
+      examples += (examples.empty() ? "" : " or ") + show(above);
+    std::string divisor = withTensor ? "2 * context_parallel_size " + show(cp) +
+                                           " * tensor_model_parallel_size " +
+                                           show(tp) + " = " + show(multiple)
+                                     : "2 * context_parallel_size " + show(cp) +
+                                           " = " + show(multiple);
+    std::string why =
+        withTensor
+            ? "causal load balancing cuts every sequence into 2 * "
+              "context_parallel_size chunks (rank i holds chunks i and "
+              "2 * context_parallel_size - 1 - i), and sequence_parallel "
+              "splits each chunk over the tensor-parallel ranks"
+            : "causal load balancing cuts every sequence into 2 * "
+              "context_parallel_size chunks (rank i holds chunks i and "
+              "2 * context_parallel_size - 1 - i)";
+    if (withTensor)
+      return fail({cpKey, "seq_length", "tensor_model_parallel_size",
+                   "sequence_parallel"},
+                  "seq_length " + show(m.seqLength) + " is not divisible by " +
+                      divisor + ": " + why +
+                      "; use a seq_length that is a multiple of " +
+                      show(multiple) + " (such as " + examples + ")");
+    return fail({cpKey, "seq_length"},
+                "seq_length " + show(m.seqLength) + " is not divisible by " +
+                    divisor + ": " + why +
+                    "; use a seq_length that is a multiple of " +
+                    show(multiple) + " (such as " + examples +
+                    ") or a context_parallel_size whose double divides it");
+  }
   return Error::success();
 }
 
@@ -657,6 +725,8 @@ Error Validator::run() {
   if (Error err = checkModelShape())
     return err;
   if (Error err = checkTensorParallel())
+    return err;
+  if (Error err = checkContextParallel())
     return err;
   if (Error err = checkGradientBuckets())
     return err;

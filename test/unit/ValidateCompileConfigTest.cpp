@@ -191,6 +191,59 @@ TEST(ValidateCompileConfigTest, GlobalBatch) {
             "<success>");
 }
 
+TEST(ValidateCompileConfigTest, ContextParallel) {
+  // Causal load balancing: 2 * cp chunks of every sequence.
+  EXPECT_EQ(validateSmall({{"context_parallel_size", "3"}}),
+            "command line (--context-parallel-size): seq_length 32 is not "
+            "divisible by 2 * context_parallel_size 3 = 6: causal load "
+            "balancing cuts every sequence into 2 * context_parallel_size "
+            "chunks (rank i holds chunks i and 2 * context_parallel_size - 1 "
+            "- i); use a seq_length that is a multiple of 6 (such as 30 or "
+            "36) or a context_parallel_size whose double divides it");
+  // Under sequence parallelism each chunk is split over the tensor ranks.
+  EXPECT_EQ(validateSmall({{"seq_length", "24"},
+                           {"context_parallel_size", "2"},
+                           {"tensor_model_parallel_size", "4"},
+                           {"sequence_parallel", "true"}}),
+            "command line (--context-parallel-size): seq_length 24 is not "
+            "divisible by 2 * context_parallel_size 2 * "
+            "tensor_model_parallel_size 4 = 16: causal load balancing cuts "
+            "every sequence into 2 * context_parallel_size chunks (rank i "
+            "holds chunks i and 2 * context_parallel_size - 1 - i), and "
+            "sequence_parallel splits each chunk over the tensor-parallel "
+            "ranks; use a seq_length that is a multiple of 16 (such as 16 or "
+            "32)");
+  EXPECT_EQ(validateSmall({{"cp_comm_type", "all_gather"}}),
+            "command line (--cp-comm-type): cp_comm_type chooses how "
+            "attention exchanges keys and values over the context-parallel "
+            "ranks, and context_parallel_size is 1 (nothing is exchanged); "
+            "remove cp_comm_type or set context_parallel_size to 2 or more");
+  EXPECT_EQ(validateSmall({{"cp_comm_type", "a2a"}}),
+            "override failed: cp_comm_type: a2a (Megatron-LM's all-to-all "
+            "exchange) is not implemented; use p2p or all_gather");
+  EXPECT_EQ(validateSmall({{"--cp-comm-type", "ring"}}),
+            "override failed: --cp-comm-type: expected p2p or all_gather, "
+            "got 'ring'");
+  EXPECT_EQ(validateSmall({{"context_parallel_size", "0"}}),
+            "override failed: context_parallel_size: expected a positive "
+            "integer, got '0'");
+  EXPECT_EQ(validateSmall({{"context_parallel_size", "4"},
+                           {"cp_comm_type", "all_gather"},
+                           {"tensor_model_parallel_size", "2"},
+                           {"sequence_parallel", "true"},
+                           {"data_parallel_size", "2"},
+                           {"pipeline_model_parallel_size", "2"}}),
+            "<success>");
+  CompileConfig config =
+      parse(std::string(kSmall) + "parallel:\n"
+                                  "  context_parallel_size: 2\n"
+                                  "  tensor_model_parallel_size: 2\n"
+                                  "  data_parallel_size: 2\n");
+  EXPECT_EQ(config.parallel.contextParallelSize, 2);
+  EXPECT_EQ(config.parallel.cpCommType, CpCommType::P2P);
+  EXPECT_EQ(config.parallel.worldSize(), 8);
+}
+
 TEST(ValidateCompileConfigTest, ModelShape) {
   EXPECT_EQ(validateSmall(
                 {{"hidden_size", "60"}, {"position_embedding_type", "rope"}}),

@@ -293,6 +293,19 @@ int main(int argc, char **argv) {
   // Validation errors already start with the file:line:column or the flag.
   if (Error error = validateCompileConfig(*config))
     return fail(toString(std::move(error)));
+  // The layout is checked above; its lowering is the rest of issue 24.
+  if (int64_t cp = config->parallel.contextParallelSize; cp > 1) {
+    auto origin = config->keyOrigins.find("context_parallel_size");
+    std::string where = origin != config->keyOrigins.end()
+                            ? origin->second + ": "
+                            : std::string();
+    return fail(where + "context_parallel_size " + Twine(cp) +
+                " is a valid layout, but the compiler does not split the "
+                "sequence over a context-parallel axis yet (issue 24: "
+                "ring attention over load-balanced chunks); compile with "
+                "context_parallel_size 1, or split the sequence with "
+                "sequence_parallel under tensor parallelism");
+  }
 
   mlir::DialectRegistry registry;
   registerAllDialects(registry);

@@ -651,5 +651,6 @@ include "MtGradOps.td"
 include "MtFusedOps.td"
 include "MtGroupOps.td"
 include "MtAsyncOps.td"
+include "MtContextParallelOps.td"
 
 #endif // MT_OPS_TD

@@ -32,6 +32,10 @@ enum class RecomputeGranularity { None, Selective, Full };
 /// ("linear"), Llama 3.1's blend by wavelength ("llama3"), or YaRN's ramp
 /// by dimension with an attention factor ("yarn").
 enum class RopeScaling { None, Linear, Llama3, Yarn };
+/// How attention exchanges keys and values over the context-parallel group,
+/// Megatron-LM's --cp-comm-type: a ring of point-to-point block exchanges
+/// (p2p) or one all-gather of the keys and values (all_gather).
+enum class CpCommType { P2P, AllGather };
 
 /// The transformer itself, with Megatron-LM's argument names.
 struct ModelConfig {
@@ -117,6 +121,11 @@ struct ParallelConfig {
   /// 0 means no interleaving.
   int64_t virtualPipelineModelParallelSize = 0;
   bool sequenceParallel = false;
+  /// Megatron-LM's --context-parallel-size: every activation's sequence is
+  /// split over this many ranks, attention included (docs/Parallelism.md,
+  /// "Context parallelism").
+  int64_t contextParallelSize = 1;
+  CpCommType cpCommType = CpCommType::P2P;
   int64_t dataParallelSize = 1;
   bool useDistributedOptimizer = false;
   /// Megatron-LM's --overlap-grad-reduce: the gradient buffer in buckets,
@@ -143,8 +152,8 @@ struct ParallelConfig {
   }
 
   int64_t worldSize() const {
-    return tensorModelParallelSize * pipelineModelParallelSize *
-           dataParallelSize;
+    return tensorModelParallelSize * contextParallelSize *
+           pipelineModelParallelSize * dataParallelSize;
   }
 };
 

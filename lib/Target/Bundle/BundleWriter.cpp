@@ -238,7 +238,8 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
     key.consume_front("mt.");
     // Grid axes count in the bundle's grid, which a pipeline extends in
     // front.
-    if (axisShift && (key == "vocab_shard_axes" || key == "split_axes"))
+    if (axisShift && (key == "vocab_shard_axes" || key == "split_axes" ||
+                      key == "context_axis"))
       *value = shiftGridAxes(std::move(*value), axisShift);
     attrs[key] = std::move(*value);
   }
@@ -250,7 +251,8 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
             attrs["approximate"] =
                 mt::stringifyGeluApproximation(gelu.getApproximate());
           })
-      .Case<mt::AttentionOp, mt::AttentionGradOp>([&](auto attention) {
+      .Case<mt::AttentionOp, mt::AttentionGradOp, mt::AttentionBlockOp,
+            mt::AttentionBlockGradOp>([&](auto attention) {
         attrs["dropout_p"] = attention.getDropoutP().convertToDouble();
         attrs["seed"] = attention.getSeedAttr().getInt();
       })

@@ -108,11 +108,16 @@ enum class Op : uint8_t {
   LinearVocabMax,
   LinearVocabPartials,
   LinearVocabCrossEntropyGrad,
+  // Ring attention's blocks under context parallelism (docs/BundleFormat.md,
+  // "Context parallelism").
+  AttentionBlock,
+  AttentionMerge,
+  AttentionDelta,
+  AttentionBlockGrad,
 };
 
 /// The number of ops (for tables indexed by Op).
-constexpr size_t kOpCount =
-    static_cast<size_t>(Op::LinearVocabCrossEntropyGrad) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::AttentionBlockGrad) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
@@ -163,6 +168,13 @@ struct Attributes {
   Reduction reduction = Reduction::Mean;
   int64_t ignoreIndex = -100;
   int64_t chunkRows = 0; // linear_cross_entropy: tokens per chunk
+  /// attention_block, attention_block_grad: the grid axis of the
+  /// context-parallel group and its size; the ring step whose keys the
+  /// block holds (those of rank (r - key_step) mod context_size), absent
+  /// when the keys are every rank's, gathered in rank order.
+  int64_t contextAxis = 0;
+  int64_t contextSize = 1;
+  std::optional<int64_t> keyStep;
   std::vector<int64_t> permutation;
   /// Collectives: the grid axes of the group, in the order that ranks the
   /// group (the first axis slowest). Their gather_axis, scatter_axis or

@@ -479,6 +479,12 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.ignoreIndex = readInt(*value, at);
       } else if (key == "chunk_rows") {
         out.chunkRows = readInt(*value, at, 1);
+      } else if (key == "context_axis") {
+        out.contextAxis = readInt(*value, at, 0);
+      } else if (key == "context_size") {
+        out.contextSize = readInt(*value, at, 1);
+      } else if (key == "key_step") {
+        out.keyStep = readInt(*value, at, 0);
       } else if (key == "gather_axis" || key == "scatter_axis" ||
                  key == "slice_axis") {
         out.axis = readInt(*value, at); // normalized by OpChecker

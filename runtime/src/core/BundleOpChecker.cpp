@@ -15,6 +15,15 @@ const std::vector<AttrSpec> kAttentionAttrs = {
     {"dropout_p", AttrKind::Number, false},
     {"seed", AttrKind::Int, false},
     {"split_axes", AttrKind::AxesList, false}};
+const std::vector<AttrSpec> kAttentionBlockAttrs = {
+    {"causal", AttrKind::Bool, false},
+    {"scale", AttrKind::Number, false},
+    {"dropout_p", AttrKind::Number, false},
+    {"seed", AttrKind::Int, false},
+    {"split_axes", AttrKind::AxesList, false},
+    {"context_axis", AttrKind::Int, true},
+    {"context_size", AttrKind::Int, true},
+    {"key_step", AttrKind::Int, false}};
 const std::vector<AttrSpec> kLossAttrs = {
     {"reduction", AttrKind::String, true},
     {"ignore_index", AttrKind::Int, false}};
@@ -261,6 +270,16 @@ const std::vector<OpInfo> &opTable() {
         {"chunk_rows", AttrKind::Int, true},
         {"transpose_weight", AttrKind::Bool, false},
         {"vocab_shard_axes", AttrKind::IntArray, false}}},
+      {Op::AttentionBlock, "attention_block", 3, 3, 2, 2, kAttentionBlockAttrs},
+      {Op::AttentionMerge, "attention_merge", 4, 4, 2, 2, {}},
+      {Op::AttentionDelta, "attention_delta", 2, 2, 1, 1, {}},
+      {Op::AttentionBlockGrad,
+       "attention_block_grad",
+       6,
+       6,
+       3,
+       3,
+       kAttentionBlockAttrs},
   };
   return table;
 }
@@ -289,7 +308,10 @@ std::vector<int64_t> OpChecker::attentionOutput(size_t q, size_t k, size_t v) {
     failShape(false, k,
               "a key/value head count that divides the query's " +
                   std::to_string(qs[2]) + " heads");
-  if (inst_.attrs.causal && qs[1] != ks[1])
+  // A context-parallel block masks by global position instead.
+  bool block =
+      inst_.op == Op::AttentionBlock || inst_.op == Op::AttentionBlockGrad;
+  if (inst_.attrs.causal && !block && qs[1] != ks[1])
     failShape(false, k,
               "the query's sequence length " + std::to_string(qs[1]) +
                   " (causal attention)");
@@ -414,6 +436,35 @@ void OpChecker::checkCollective() {
                   " divided by " + groupText);
 }
 
+/// The block's place in the context-parallel group: a grid axis of
+/// context_size ranks, a ring step in range, and key and query lengths that
+/// fit the load-balanced layout (two chunks per rank).
+void OpChecker::checkAttentionBlock(size_t q) {
+  const Attributes &a = inst_.attrs;
+  const std::vector<int64_t> &grid = reader_.grid_;
+  std::string at = path_ + ".attrs.context_axis";
+  if (a.contextAxis >= static_cast<int64_t>(grid.size()) ||
+      grid[a.contextAxis] != a.contextSize)
+    fail(at,
+         std::to_string(a.contextAxis) + " with context_size " +
+             std::to_string(a.contextSize),
+         "a grid axis of context_size ranks (grid " + shapeString(grid) + ")");
+  if (a.keyStep && *a.keyStep >= a.contextSize)
+    fail(path_ + ".attrs.key_step", std::to_string(*a.keyStep),
+         "a ring step in [0, " + std::to_string(a.contextSize) + ")");
+  expectRank(false, q, 4);
+  expectRank(false, q + 1, 4);
+  int64_t seq = operand(q).shape[1], keys = operand(q + 1).shape[1];
+  if (seq % 2 != 0)
+    failShape(false, q, "an even sequence (a rank's two chunks)");
+  int64_t expected = a.keyStep ? seq : seq * a.contextSize;
+  if (keys != expected)
+    failShape(false, q + 1,
+              "a sequence of " + std::to_string(expected) +
+                  (a.keyStep ? " (one rank's block)"
+                             : " (every rank's block, gathered)"));
+}
+
 void OpChecker::check() {
   const Attributes &a = inst_.attrs;
   const char *name = opName(inst_.op);
@@ -532,6 +583,44 @@ void OpChecker::check() {
     shape.push_back(n);
     expectFloat(true, 0);
     expectShape(true, 0, shape, "the batch dimensions, then m x n");
+    break;
+  }
+  case Op::AttentionBlock:
+  case Op::AttentionBlockGrad: {
+    bool grad = inst_.op == Op::AttentionBlockGrad;
+    size_t q = grad ? 1 : 0;
+    checkGlobalTile(false, q);
+    checkAttentionBlock(q);
+    std::vector<int64_t> out = attentionOutput(q, q + 1, q + 2);
+    const auto &qs = operand(q).shape;
+    std::vector<int64_t> rows = {qs[0], qs[2], qs[1]};
+    if (!grad) {
+      expectShape(true, 0, out, "[batch, seq_q, heads_q, head_dim_v]");
+      expectShape(true, 1, rows, "[batch, heads_q, seq_q] (the logsumexp)");
+      break;
+    }
+    expectShape(false, 0, out, "the block's output shape");
+    expectShape(false, 4, rows, "[batch, heads_q, seq_q] (the logsumexp)");
+    expectShape(false, 5, rows, "[batch, heads_q, seq_q] (the delta)");
+    for (size_t i = 0; i < 3; ++i)
+      sameAs(true, i, q + i);
+    break;
+  }
+  case Op::AttentionMerge:
+  case Op::AttentionDelta: {
+    expectRank(false, 0, 4);
+    const auto &o = operand(0).shape;
+    std::vector<int64_t> rows = {o[0], o[2], o[1]};
+    if (inst_.op == Op::AttentionDelta) {
+      sameAs(false, 1, 0);
+      expectShape(true, 0, rows, "[batch, heads, seq] (the output's rows)");
+      break;
+    }
+    expectShape(false, 1, rows, "[batch, heads, seq] (the output's rows)");
+    sameAs(false, 2, 0);
+    sameAs(false, 3, 1);
+    sameAs(true, 0, 0);
+    sameAs(true, 1, 1);
     break;
   }
   case Op::Attention:
@@ -942,6 +1031,14 @@ void OpChecker::checkOneElementType() {
       return !isResult && i >= 3;
     case Op::Scale: // the factor (a seed)
       return !isResult && i == 1;
+    case Op::AttentionBlock: // the logsumexp
+      return isResult && i == 1;
+    case Op::AttentionMerge:
+      return i == 1 || (!isResult && i == 3);
+    case Op::AttentionDelta:
+      return isResult;
+    case Op::AttentionBlockGrad: // the logsumexp and the delta
+      return !isResult && (i == 4 || i == 5);
     default:
       return false;
     }

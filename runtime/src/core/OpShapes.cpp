@@ -141,7 +141,8 @@ SplitDims splitDims(const Function &fn, const Instruction &inst) {
 host::AttentionParams attentionParams(const Function &fn,
                                       const Instruction &inst,
                                       uint64_t firstSample) {
-  size_t first = inst.op == Op::AttentionGrad ? 1 : 0;
+  size_t first =
+      inst.op == Op::AttentionGrad || inst.op == Op::AttentionBlockGrad ? 1 : 0;
   const auto &q = shapeOf(fn, inst.operands[first]);
   const auto &k = shapeOf(fn, inst.operands[first + 1]);
   const auto &v = shapeOf(fn, inst.operands[first + 2]);
@@ -204,7 +205,8 @@ void setAttentionTile(host::AttentionParams &p, const Function &fn,
                       const std::vector<int64_t> &coordinates) {
   if (inst.attrs.splitAxes.empty() || coordinates.empty())
     return;
-  size_t q = inst.op == Op::AttentionGrad ? 1 : 0;
+  size_t q =
+      inst.op == Op::AttentionGrad || inst.op == Op::AttentionBlockGrad ? 1 : 0;
   host::GlobalTile tile =
       globalTile(fn, inst, inst.operands[q], grid, coordinates);
   p.batchOffset = tile.offsets[0];

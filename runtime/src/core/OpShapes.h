@@ -79,10 +79,10 @@ struct SplitDims {
 };
 SplitDims splitDims(const Function &fn, const Instruction &inst);
 
-/// Attention, AttentionGrad: the shapes of q, k and v (operands 0-2, or 1-3
-/// after the gradient's dy) and the attributes; the dropout is keyed on the
-/// samples from `firstSample` (the global micro-batch's row 0; a tile's
-/// offsets: setAttentionTile).
+/// Attention, AttentionGrad, AttentionBlock, AttentionBlockGrad: the shapes
+/// of q, k and v (operands 0-2, or 1-3 after the gradient's dy) and the
+/// attributes; the dropout is keyed on the samples from `firstSample` (the
+/// global micro-batch's row 0; a tile's offsets: setAttentionTile).
 host::AttentionParams attentionParams(const Function &fn,
                                       const Instruction &inst,
                                       uint64_t firstSample);

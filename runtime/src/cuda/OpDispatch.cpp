@@ -110,6 +110,13 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
   auto shapeOf = [&](int64_t v) -> const std::vector<int64_t> & {
     return fn.values[v].shape;
   };
+  if (inst.op == Op::AttentionBlock || inst.op == Op::AttentionMerge ||
+      inst.op == Op::AttentionDelta || inst.op == Op::AttentionBlockGrad)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle_.name() + "': " + where(position) + ": " +
+                    opName(inst.op) +
+                    ": context parallelism is not implemented on CUDA yet "
+                    "(issue 24); run this bundle on the host backend");
   if (inst.op == Op::Attention || inst.op == Op::AttentionGrad) {
     AttentionParams p = attentionParams(fn, inst, 0);
     if (flashAttention(p))
@@ -636,6 +643,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     scale(stream, count(inst.operands[0]), inElements(0), in(1),
           outElements(0));
     break;
+  case Op::AttentionBlock: // refused by checkShapes
+  case Op::AttentionMerge:
+  case Op::AttentionDelta:
+  case Op::AttentionBlockGrad:
 #define MTRT_RANK_CASE(name) case Op::name:
     MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
 #undef MTRT_RANK_CASE

@@ -10,6 +10,7 @@
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mtrt::host {
@@ -294,6 +295,61 @@ void Executor::execute(size_t position, const Instruction &inst,
     attentionForward<T>(pool, p, in(1), in(2), in(3), o.as<T>(), lse.as<T>());
     attentionBackward<T>(pool, p, in(1), in(2), in(3), lse.as<T>(), in(0),
                          out(0), out(1), out(2));
+    break;
+  }
+  case Op::AttentionBlock:
+  case Op::AttentionBlockGrad: {
+    // Context parallelism: the queries' and the keys' global positions from
+    // the rank's place on the context axis (docs/Parallelism.md).
+    bool grad = inst.op == Op::AttentionBlockGrad;
+    AttentionParams p = attentionParams(fn, inst, key.firstSample);
+    setAttentionTile(p, fn, inst, bundle_.gridShape(),
+                     parameters_.coordinates());
+    const std::vector<int64_t> &coordinates = parameters_.coordinates();
+    int64_t cp = a.contextSize, seq = p.seqQ * cp;
+    int64_t rank = coordinates.empty() ? 0 : coordinates[a.contextAxis];
+    std::vector<int64_t> queries(static_cast<size_t>(p.seqQ));
+    std::vector<int64_t> keys(static_cast<size_t>(p.seqK));
+    contextParallelPositions(rank, cp, seq, queries.data());
+    if (a.keyStep)
+      contextParallelPositions((rank - *a.keyStep + cp) % cp, cp, seq,
+                               keys.data());
+    else
+      for (int64_t r = 0; r < cp; ++r)
+        contextParallelPositions(r, cp, seq, keys.data() + r * p.seqQ);
+    AttentionBlock block{queries.data(), keys.data(), seq};
+    if (!grad) {
+      attentionBlockForward<T>(pool, p, block, in(0), in(1), in(2), out(0),
+                               out(1));
+      break;
+    }
+    T *dq = out(0), *dk = out(1), *dv = out(2);
+    std::fill_n(dq, count(inst.results[0]), T(0));
+    std::fill_n(dk, count(inst.results[1]), T(0));
+    std::fill_n(dv, count(inst.results[2]), T(0));
+    attentionBlockBackward<T>(pool, p, block, in(1), in(2), in(3), in(4), in(5),
+                              in(0), dq, dk, dv);
+    break;
+  }
+  case Op::AttentionMerge:
+  case Op::AttentionDelta: {
+    // The rows of an output [batch, seq, heads, value_dim].
+    const std::vector<int64_t> &o = operandShape(0);
+    AttentionParams p;
+    p.batch = o[0];
+    p.seqQ = o[1];
+    p.headsQ = o[2];
+    p.headDimV = o[3];
+    if (inst.op == Op::AttentionDelta) {
+      attentionBackwardDelta<T>(pool, p, in(0), in(1), out(0));
+      break;
+    }
+    T *merged = out(0), *lse = out(1);
+    if (merged != in(0))
+      std::copy_n(in(0), count(inst.results[0]), merged);
+    if (lse != in(1))
+      std::copy_n(in(1), count(inst.results[1]), lse);
+    attentionMergeBlock<T>(pool, p, in(2), in(3), merged, lse);
     break;
   }
   case Op::Rope: {

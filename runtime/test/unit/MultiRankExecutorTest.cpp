@@ -9,7 +9,9 @@
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
+#include <cmath>
 #include <mutex>
+#include <optional>
 
 using namespace mtrt;
 using namespace mtrt::test;
@@ -129,6 +131,143 @@ TEST(MultiRankExecutorTest, PositionIdsOfASequenceTileAreGlobal) {
               MTRT_STATUS_INVALID_ARGUMENT,
               {"split_axes: found 1 lists",
                "one list per dimension of result 0 [2, 4]"});
+}
+
+// Context parallelism over grid [2]: each rank's queries (its two
+// load-balanced chunks of a sequence of 8) against its own block and the
+// other rank's (the ring's two steps), merged, and against both gathered;
+// the backward's query gradient summed over the two steps. Against the
+// whole sequence's attention kernels, with dropout keyed on global
+// positions.
+TEST(MultiRankExecutorTest, AttentionBlocksOfAContextParallelRank) {
+  constexpr int64_t batch = 1, seq = 8, local = 4, heads = 2, dim = 4;
+  const std::vector<int64_t> qShape = {batch, local, heads, dim};
+  const std::vector<int64_t> kShape = {batch, local, 1, dim};
+  const std::vector<int64_t> rows = {batch, heads, local};
+  FunctionBuilder f("f");
+  int64_t q = f.input(qShape, "f32"), kOwn = f.input(kShape, "f32"),
+          vOwn = f.input(kShape, "f32"), kOther = f.input(kShape, "f32"),
+          vOther = f.input(kShape, "f32"),
+          kAll = f.input({batch, seq, 1, dim}, "f32"),
+          vAll = f.input({batch, seq, 1, dim}, "f32"),
+          dout = f.input(qShape, "f32");
+  Json attrs = {{"causal", true},    {"dropout_p", 0.25}, {"seed", 11},
+                {"context_axis", 0}, {"context_size", 2}, {"key_step", 0}};
+  auto block = [&](int64_t k, int64_t v, std::optional<int64_t> step) {
+    Json a = attrs;
+    if (step)
+      a["key_step"] = *step;
+    else
+      a.erase("key_step");
+    int64_t o = f.value(qShape), l = f.value(rows);
+    f.inst("attention_block", {q, k, v}, {o, l}, a);
+    return std::make_pair(o, l);
+  };
+  auto [o0, l0] = block(kOwn, vOwn, 0);
+  auto [o1, l1] = block(kOther, vOther, 1);
+  int64_t o = f.value(qShape), l = f.value(rows);
+  f.inst("attention_merge", {o0, l0, o1, l1}, {o, l});
+  f.output(o);
+  f.output(l);
+  f.output(block(kAll, vAll, std::nullopt).first);
+  int64_t delta = f.value(rows);
+  f.inst("attention_delta", {o, dout}, {delta});
+  for (int64_t step : {0, 1}) {
+    int64_t dq = f.value(qShape), dk = f.value(kShape), dv = f.value(kShape);
+    Json a = attrs;
+    a["key_step"] = step;
+    f.inst("attention_block_grad",
+           {dout, q, step ? kOther : kOwn, step ? vOther : vOwn, l, delta},
+           {dq, dk, dv}, a);
+    f.output(dq);
+  }
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2}}};
+  Bundle bundle = Bundle::parseManifest("cp.mtb", m.dump());
+
+  // The whole sequence, and its attention by the one-rank kernels.
+  auto values = [](int64_t n, int64_t salt) {
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = std::sin(0.7f * i + salt);
+    return x;
+  };
+  std::vector<float> wq = values(seq * heads * dim, 1),
+                     wk = values(seq * dim, 2), wv = values(seq * dim, 3),
+                     wdout = values(seq * heads * dim, 4);
+  host::AttentionParams whole;
+  whole.batch = batch;
+  whole.seqQ = whole.seqK = seq;
+  whole.headsQ = heads;
+  whole.headsKv = 1;
+  whole.headDim = whole.headDimV = dim;
+  whole.causal = true;
+  whole.dropoutP = 0.25;
+  whole.seed = 11;
+  whole.firstSample = 5;
+  host::ThreadPool pool(1);
+  std::vector<float> wout(wq.size()), wlse(heads * seq), wdq(wq.size()),
+      wdk(wk.size()), wdv(wv.size());
+  host::attentionForward<float>(pool, whole, wq.data(), wk.data(), wv.data(),
+                                wout.data(), wlse.data());
+  host::attentionBackward<float>(pool, whole, wq.data(), wk.data(), wv.data(),
+                                 wlse.data(), wdout.data(), wdq.data(),
+                                 wdk.data(), wdv.data());
+  auto positions = [](int64_t rank) {
+    std::vector<int64_t> p(local);
+    host::contextParallelPositions(rank, 2, seq, p.data());
+    return p;
+  };
+  auto rowsOf = [](const std::vector<float> &x, int64_t width,
+                   const std::vector<int64_t> &at) {
+    std::vector<float> out;
+    for (int64_t pos : at)
+      out.insert(out.end(), x.begin() + pos * width,
+                 x.begin() + (pos + 1) * width);
+    return out;
+  };
+  std::vector<int64_t> both = positions(0);
+  for (int64_t pos : positions(1))
+    both.push_back(pos);
+  std::vector<float> kAllRows = rowsOf(wk, dim, both),
+                     vAllRows = rowsOf(wv, dim, both);
+  for (int64_t r = 0; r < 2; ++r) {
+    host::ParameterStore store(bundle, DType::F32, {r});
+    host::Executor executor(bundle, "f", store, pool);
+    std::vector<int64_t> mine = positions(r), theirs = positions(1 - r);
+    std::vector<float> rq = rowsOf(wq, heads * dim, mine),
+                       rk = rowsOf(wk, dim, mine), rv = rowsOf(wv, dim, mine),
+                       ok = rowsOf(wk, dim, theirs),
+                       ov = rowsOf(wv, dim, theirs),
+                       rdout = rowsOf(wdout, heads * dim, mine);
+    auto view = [](const std::vector<float> &x, std::vector<int64_t> shape) {
+      return host::TensorView{DType::F32, std::move(shape), x.data()};
+    };
+    std::vector<host::Tensor> out = executor.run(
+        {view(rq, qShape), view(rk, kShape), view(rv, kShape), view(ok, kShape),
+         view(ov, kShape), view(kAllRows, {batch, seq, 1, dim}),
+         view(vAllRows, {batch, seq, 1, dim}), view(rdout, qShape)},
+        {0, 5});
+    ASSERT_EQ(out.size(), 5u);
+    std::vector<float> expected = rowsOf(wout, heads * dim, mine);
+    std::vector<float> expectedDq = rowsOf(wdq, heads * dim, mine);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(out[0].data<float>()[i], expected[i], 1e-6) << r << " " << i;
+      EXPECT_NEAR(out[2].data<float>()[i], expected[i], 1e-6) << r << " " << i;
+      EXPECT_NEAR(out[3].data<float>()[i] + out[4].data<float>()[i],
+                  expectedDq[i], 1e-5)
+          << r << " " << i;
+    }
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < local; ++i)
+        EXPECT_NEAR(out[1].data<float>()[h * local + i],
+                    wlse[h * seq + mine[i]], 1e-6);
+  }
+  // The ring step names a rank of the group.
+  m["functions"][0]["instructions"][1]["attrs"]["key_step"] = 2;
+  expectError([&] { Bundle::parseManifest("cp.mtb", m.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"key_step: found 2", "a ring step in [0, 2)"});
 }
 
 TEST(MultiRankExecutorTest, ParameterShardsHoldTheirGlobalValues) {

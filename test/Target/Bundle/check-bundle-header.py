@@ -2,13 +2,16 @@
 """Checks a bundle's container (docs/BundleFormat.md) independently of the
 writer and prints a summary of its manifest for FileCheck.
 
-Usage: check-bundle-header.py BUNDLE
+Usage: check-bundle-header.py BUNDLE [--attrs OP]...
+
+--attrs OP also prints each instruction OP with its attributes (keys sorted).
 """
 import hashlib
 import json
 import struct
 import sys
 
+shown_ops = [sys.argv[i + 1] for i in range(2, len(sys.argv) - 1) if sys.argv[i] == "--attrs"]
 data = open(sys.argv[1], "rb").read()
 assert data[:8] == b"MTBUNDLE", f"magic {data[:8]!r}"
 version, flags, manifest_size, payload_size = struct.unpack("<IIQQ", data[8:32])
@@ -62,3 +65,6 @@ for function in manifest["functions"]:
         f"outputs {[values[o]['shape'] for o in function['outputs']]}"
         + (f", {collectives} collectives" if "grid" in manifest else "")
     )
+    for instruction in function["instructions"]:
+        if instruction["op"] in shown_ops:
+            print(f"{instruction['op']} {json.dumps(instruction.get('attrs', {}), sort_keys=True)}")

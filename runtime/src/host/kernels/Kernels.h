@@ -210,6 +210,68 @@ void attentionBackward(ThreadPool &pool, const AttentionParams &params,
                        T *dv);
 
 //===----------------------------------------------------------------------===//
+// Attention blocks of context parallelism (AttentionBlocks.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Where a block's queries and keys sit in the global sequence: ring
+/// attention computes a rank's queries against one rank's keys and values
+/// at a time, and under causal load balancing neither is a contiguous range
+/// (contextParallelPositions). A causal block masks key position > query
+/// position, so a block may see all, some or none of a row's keys. Dropout
+/// keys element (b, h, i, j) of the probabilities on its global place,
+/// ((h + headOffset) * globalSeq + queryPositions[i]) * globalSeq +
+/// keyPositions[j], as attentionForward keys the whole sequence's (where
+/// the positions are 0.. and globalSeq is seqQ == seqK).
+struct AttentionBlock {
+  const int64_t *queryPositions = nullptr; // [seqQ]
+  const int64_t *keyPositions = nullptr;   // [seqK]
+  int64_t globalSeq = 0;
+};
+
+/// The global positions of context-parallel rank `rank`'s `seq / size`
+/// positions of a `seq`-long sequence under causal load balancing
+/// (Megatron-LM's): the sequence is cut into 2 * size chunks and the rank
+/// holds chunks rank and 2 * size - 1 - rank, in that order.
+void contextParallelPositions(int64_t rank, int64_t size, int64_t seq,
+                              int64_t *positions);
+
+/// One block's attention on its own: out = dropout(softmax over the block's
+/// visible keys) v and its logsumexp [batch, headsQ, seqQ] (params.causal
+/// masks by the block's positions). A row that sees no key of the block
+/// gets out = 0 and logsumexp = -inf, which attentionMergeBlock ignores.
+template <typename T>
+void attentionBlockForward(ThreadPool &pool, const AttentionParams &params,
+                           const AttentionBlock &block, const T *q, const T *k,
+                           const T *v, T *out, T *logsumexp);
+
+/// The online softmax's merge of a block into the running result:
+/// lse' = log(exp(lse) + exp(blockLse)), out' = exp(lse - lse') out +
+/// exp(blockLse - lse') blockOut, in double. out is [batch, seqQ, headsQ,
+/// headDimV] and lse [batch, headsQ, seqQ], as attentionForward's; start
+/// from out = 0 and lse = -inf (or from the first block's).
+template <typename T>
+void attentionMergeBlock(ThreadPool &pool, const AttentionParams &params,
+                         const T *blockOut, const T *blockLogsumexp, T *out,
+                         T *logsumexp);
+
+/// delta [batch, headsQ, seqQ] = sum over the value dimension of dout * out:
+/// the softmax backward's row term, the same for every block of the row.
+template <typename T>
+void attentionBackwardDelta(ThreadPool &pool, const AttentionParams &params,
+                            const T *out, const T *dout, T *delta);
+
+/// Adds one block's gradients: with P = exp(scale q.k - logsumexp) (the
+/// whole row's logsumexp, so the block's probabilities are the global
+/// softmax's), dq += scale dS k, dk += scale dS^T q and dv += dropout(P)^T
+/// dout, dS = P (dP - delta). Each output may be null. dk and dv sum over
+/// the query heads of their group in increasing (head, query) order.
+template <typename T>
+void attentionBlockBackward(ThreadPool &pool, const AttentionParams &params,
+                            const AttentionBlock &block, const T *q, const T *k,
+                            const T *v, const T *logsumexp, const T *delta,
+                            const T *dout, T *dq, T *dk, T *dv);
+
+//===----------------------------------------------------------------------===//
 // Rotary position embedding (Attention.cpp)
 //===----------------------------------------------------------------------===//
 
