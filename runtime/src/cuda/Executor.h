@@ -320,6 +320,14 @@ private:
   void checkInputIds(const std::vector<host::TensorView> &inputs) const;
   void execute(size_t position, const Instruction &inst,
                const MicroBatchKey &key);
+  /// One GEMM of the chunked output layers (OpDispatch.cpp): C = op(A)
+  /// op(B) in fp32, or from bf16 operands (`bf16`) with fp32 accumulation
+  /// and C in bf16 (`bf16Result`) or fp32; an error names the instruction
+  /// at `position`.
+  void chunkGemm(size_t position, bool bf16, const GemmEpilogue &epilogue,
+                 int64_t m, int64_t n, int64_t k, const void *lhs,
+                 bool transLhs, const void *rhs, bool transRhs, void *result,
+                 bool bf16Result, bool accumulate);
   /// linear_cross_entropy (OpDispatch.cpp): per chunk of tokens, the
   /// logits' GEMM into the kernel block, the row kernel, the GEMMs of dx
   /// and of the accumulated weight gradient.

@@ -661,6 +661,27 @@ void Executor::execute(size_t position, const Instruction &inst,
                    where(position));
 }
 
+void Executor::chunkGemm(size_t position, bool bf16,
+                         const GemmEpilogue &epilogue, int64_t m, int64_t n,
+                         int64_t k, const void *lhs, bool transLhs,
+                         const void *rhs, bool transRhs, void *result,
+                         bool bf16Result, bool accumulate) {
+  Bf16Operands operands;
+  if (bf16) {
+    operands.a = static_cast<const __nv_bfloat16 *>(lhs);
+    operands.b = static_cast<const __nv_bfloat16 *>(rhs);
+    operands.result = bf16Result;
+  }
+  try {
+    context_.gemm().run(1, m, n, k, static_cast<const float *>(lhs), transLhs,
+                        static_cast<const float *>(rhs), transRhs,
+                        static_cast<float *>(result), nullptr, accumulate,
+                        operands, epilogue);
+  } catch (const Error &e) {
+    throw Error(e.code(), where(position) + ": " + e.what());
+  }
+}
+
 void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
   // input [rows..., in], weight, labels [rows...] -> loss, dx, dweight, one
   // chunk of tokens at a time (docs/Memory.md, "The loss without
@@ -721,20 +742,8 @@ void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
   auto gemm = [&](int64_t m, int64_t n, int64_t k, const void *lhs,
                   bool transLhs, const void *rhs, bool transRhs, void *result,
                   bool bf16Result, bool accumulate) {
-    Bf16Operands operands;
-    if (bf16) {
-      operands.a = static_cast<const __nv_bfloat16 *>(lhs);
-      operands.b = static_cast<const __nv_bfloat16 *>(rhs);
-      operands.result = bf16Result;
-    }
-    try {
-      context_.gemm().run(1, m, n, k, static_cast<const float *>(lhs),
-                          transLhs, static_cast<const float *>(rhs), transRhs,
-                          static_cast<float *>(result), nullptr, accumulate,
-                          operands, epilogue);
-    } catch (const Error &e) {
-      throw Error(e.code(), where(position) + ": " + e.what());
-    }
+    chunkGemm(position, bf16, epilogue, m, n, k, lhs, transLhs, rhs, transRhs,
+              result, bf16Result, accumulate);
   };
   auto launched = [&](const char *what) {
     MTRT_CUDA_CHECK(cudaGetLastError(),
@@ -845,20 +854,8 @@ void Executor::linearVocab(size_t position, const Instruction &inst) {
   auto gemm = [&](int64_t m, int64_t n, int64_t k, const void *lhs,
                   bool transLhs, const void *rhs, bool transRhs, void *result,
                   bool bf16Result, bool accumulate) {
-    Bf16Operands operands;
-    if (bf16) {
-      operands.a = static_cast<const __nv_bfloat16 *>(lhs);
-      operands.b = static_cast<const __nv_bfloat16 *>(rhs);
-      operands.result = bf16Result;
-    }
-    try {
-      context_.gemm().run(1, m, n, k, static_cast<const float *>(lhs), transLhs,
-                          static_cast<const float *>(rhs), transRhs,
-                          static_cast<float *>(result), nullptr, accumulate,
-                          operands, epilogue);
-    } catch (const Error &e) {
-      throw Error(e.code(), where(position) + ": " + e.what());
-    }
+    chunkGemm(position, bf16, epilogue, m, n, k, lhs, transLhs, rhs, transRhs,
+              result, bf16Result, accumulate);
   };
   auto launched = [&](const char *what) {
     MTRT_CUDA_CHECK(cudaGetLastError(),
