@@ -106,6 +106,16 @@ class GptBlock(nn.Module):
         return x + drop(y, p, self.training)
 
 
+def allow_recompiles(blocks):
+    """Raises dynamo's recompile limit to twice `blocks`: one graph serves
+    every block, and the limit only guards against a recompile per block
+    falling back to eager unnoticed."""
+    config = torch._dynamo.config
+    key = ("recompile_limit" if hasattr(config, "recompile_limit")
+           else "cache_size_limit")
+    setattr(config, key, max(getattr(config, key), 2 * blocks))
+
+
 def drop(x, p, training):
     """Dropout, left out of the graph entirely when it would keep all."""
     return F.dropout(x, p, True) if training and p > 0 else x
@@ -201,12 +211,7 @@ class Model(nn.Module):
         """torchtitan's way: each block compiled on its own (identical blocks
         share one graph, so compiling takes a layer's time, not the
         model's), and the final norm, output layer and loss as one more."""
-        # One graph serves every block; the limit only guards against a
-        # recompile per block falling back to eager unnoticed.
-        config = torch._dynamo.config
-        key = ("recompile_limit" if hasattr(config, "recompile_limit")
-               else "cache_size_limit")
-        setattr(config, key, max(getattr(config, key), 2 * len(self.blocks)))
+        allow_recompiles(len(self.blocks))
         for block in self.blocks:
             block.compile()
         self.loss = torch.compile(self.loss)
@@ -244,10 +249,7 @@ class HfLlama(nn.Module):
     def compile_regions(self):
         """Each decoder layer compiled on its own, as Model's blocks."""
         layers = self.model.model.layers
-        config = torch._dynamo.config
-        key = ("recompile_limit" if hasattr(config, "recompile_limit")
-               else "cache_size_limit")
-        setattr(config, key, max(getattr(config, key), 2 * len(layers)))
+        allow_recompiles(len(layers))
         for layer in layers:
             layer.compile()
 

@@ -328,6 +328,14 @@ private:
                  int64_t m, int64_t n, int64_t k, const void *lhs,
                  bool transLhs, const void *rhs, bool transRhs, void *result,
                  bool bf16Result, bool accumulate);
+  /// A chunk's two gradient GEMMs from its logits' gradient `dlogits`
+  /// ([n, vocab]): dx_c = dlogits @ op(W)^T (in bf16 when `dxBf16`) and
+  /// dweight (+)= the chunk's share (fp32; added when `accumulate`).
+  void chunkGradients(size_t position, bool bf16, const GemmEpilogue &epilogue,
+                      int64_t n, int64_t inSize, int64_t vocab,
+                      const void *dlogits, const void *weight,
+                      bool transposeWeight, const void *x, void *dx,
+                      bool dxBf16, float *dweight, bool accumulate);
   /// linear_cross_entropy (OpDispatch.cpp): per chunk of tokens, the
   /// logits' GEMM into the kernel block, the row kernel, the GEMMs of dx
   /// and of the accumulated weight gradient.

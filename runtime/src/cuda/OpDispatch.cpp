@@ -682,6 +682,25 @@ void Executor::chunkGemm(size_t position, bool bf16,
   }
 }
 
+void Executor::chunkGradients(size_t position, bool bf16,
+                              const GemmEpilogue &epilogue, int64_t n,
+                              int64_t inSize, int64_t vocab,
+                              const void *dlogits, const void *weight,
+                              bool transposeWeight, const void *x, void *dx,
+                              bool dxBf16, float *dweight, bool accumulate) {
+  // dx_c [n, in] = dlogits @ op(W)^T, in dx's type.
+  chunkGemm(position, bf16, epilogue, n, inSize, vocab, dlogits, false, weight,
+            !transposeWeight, dx, dxBf16, false);
+  // dweight (+)= x_c^T @ dlogits ([in, vocab]), or dlogits^T @ x_c
+  // ([vocab, in]) for a transposed (tied) weight; fp32.
+  if (transposeWeight)
+    chunkGemm(position, bf16, epilogue, vocab, inSize, n, dlogits, true, x,
+              false, dweight, false, accumulate);
+  else
+    chunkGemm(position, bf16, epilogue, inSize, vocab, n, x, true, dlogits,
+              false, dweight, false, accumulate);
+}
+
 void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
   // input [rows..., in], weight, labels [rows...] -> loss, dx, dweight, one
   // chunk of tokens at a time (docs/Memory.md, "The loss without
@@ -777,18 +796,10 @@ void Executor::linearCrossEntropy(size_t position, const Instruction &inst) {
                                 context_.fault(),
                                 static_cast<unsigned>(position + 1));
       launched("linear_cross_entropy's row kernel");
-      // dx_c [n, in] = dlogits @ op(W)^T, in dx's type.
-      gemm(n, inSize, vocab, logits, false, weight, !a.transposeWeight,
-           dx + static_cast<size_t>(first * inSize) * dxElement,
-           dxElement == sizeof(__nv_bfloat16), false);
-      // dweight (+)= x_c^T @ dlogits ([in, vocab]), or dlogits^T @ x_c
-      // ([vocab, in]) for a transposed (tied) weight; fp32.
-      if (a.transposeWeight)
-        gemm(vocab, inSize, n, logits, true, xc, false, dweight, false,
-             first > 0);
-      else
-        gemm(inSize, vocab, n, xc, true, logits, false, dweight, false,
-             first > 0);
+      chunkGradients(position, bf16, epilogue, n, inSize, vocab, logits,
+                     weight, a.transposeWeight, xc,
+                     dx + static_cast<size_t>(first * inSize) * dxElement,
+                     dxElement == sizeof(__nv_bfloat16), dweight, first > 0);
     }
     linearCrossEntropyFinish(stream, state, toKernel(a.reduction), loss);
     launched("linear_cross_entropy's loss");
@@ -921,17 +932,10 @@ void Executor::linearVocab(size_t position, const Instruction &inst) {
                                 toKernel(a.reduction), dloss, max + first,
                                 partials + 2 * first, factor, chunkOut);
       launched("row kernel");
-      // dx_c [n, in] = dlogits @ op(W)^T, in dx's type.
-      gemm(n, inSize, vocab, logits, false, weight, !a.transposeWeight,
-           dx + static_cast<size_t>(first * inSize) * dxElement,
-           dxElement == sizeof(__nv_bfloat16), false);
-      // dweight (+)= x_c^T @ dlogits, or dlogits^T @ x_c transposed; fp32.
-      if (a.transposeWeight)
-        gemm(vocab, inSize, n, logits, true, xc, false, dweight, false,
-             first > 0);
-      else
-        gemm(inSize, vocab, n, xc, true, logits, false, dweight, false,
-             first > 0);
+      chunkGradients(position, bf16, epilogue, n, inSize, vocab, logits,
+                     weight, a.transposeWeight, xc,
+                     dx + static_cast<size_t>(first * inSize) * dxElement,
+                     dxElement == sizeof(__nv_bfloat16), dweight, first > 0);
     }
   };
   if (fn.values[inst.operands[2]].dtype == DType::I64)
