@@ -37,12 +37,14 @@ namespace megatron {
 /// where its elements lie among the micro-batch's samples, the global tile
 /// of the host's GlobalTile) and one key per such dropout, in body order,
 /// random::seedKey(seed); element i is kept iff random::dropoutKeep(
-/// sampleKey(key, maskSample(tile, i)), maskPosition(tile, i), p), exactly
-/// as runtime/src/core/Random.h, whose source the kernels include; a group
-/// without one takes neither. Groups that differ only in their dropout
-/// seeds share one kernel. (Version 6 took random::streamKey(seed, step)
-/// keys and drew element i at index i; versions 3 to 5 had no `bf16`
-/// argument and f32 pointers.)
+/// sampleKey(key, maskSample(tile, i)), maskPosition(tile, i),
+/// dropoutThreshold16(p)), exactly as runtime/src/core/Random.h, whose
+/// source the kernels include (one draw per four aligned positions, hashed
+/// once for a group of four that is one draw's); a group without one takes
+/// neither. Groups that differ only in their dropout seeds share one
+/// kernel. (Versions 7 to 9 drew one hash per element; version 6 took
+/// random::streamKey(seed, step) keys and drew element i at index i;
+/// versions 3 to 5 had no `bf16` argument and f32 pointers.)
 constexpr unsigned kFusedKernelThreads = 256;
 /// The bits of the type mask: operands and results past them are fp32.
 constexpr size_t kFusedKernelTypeBits = 64;

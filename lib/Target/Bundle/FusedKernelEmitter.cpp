@@ -5,7 +5,7 @@
 // host/kernels/Elementwise.cpp's, in f32, so that without FMA contraction
 // (nvrtc -fmad=false) add, mul and dropout give the host's bits and the
 // dropout masks are the runtime's (keyed on each element's sample and
-// position, format version 7). Each operand and result is stored in fp32 or
+// position, format version 7; one draw per four positions, version 10). Each operand and result is stored in fp32 or
 // bf16 as the launch's type mask says (format version 6).
 //
 //===----------------------------------------------------------------------===//
@@ -20,6 +20,11 @@
 
 using namespace mlir;
 using namespace megatron;
+
+/// `value` as an exact CUDA double literal (hexadecimal).
+static std::string doubleLiteral(double value) {
+  return llvm::formatv("{0}", llvm::format("%a", value)).str();
+}
 
 /// `value` as an exact CUDA float literal (hexadecimal).
 static std::string floatLiteral(float value) {
@@ -103,13 +108,14 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
       keys += dropout.getP().convertToDouble() != 0;
   // Every dropout of the group keys the element on the same sample and
   // position, each with its own seed: the element function takes the
-  // position and, per dropout, its sample's key (sampleKey(key, sample)).
+  // position's lane (position % 4) and, per dropout, the draw that serves
+  // its four positions (bitsFromKey(sampleKey(key, sample), position / 4)).
   os << "__device__ __forceinline__ void " << name << "_element(";
   llvm::ListSeparator comma;
   if (keys)
-    os << comma << "unsigned long long position";
+    os << comma << "unsigned lane";
   for (size_t k = 0; k < keys; ++k)
-    os << comma << "unsigned long long sampleKey" << k;
+    os << comma << "unsigned long long bits" << k;
   for (size_t i = 0; i < body.getNumArguments(); ++i)
     os << comma << "float x" << i;
   for (size_t i = 0; i < group.getNumResults(); ++i)
@@ -133,12 +139,14 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
               double p = dropout.getP().convertToDouble();
               if (p == 0)
                 return in(0);
-              // The host's: kept iff uniformFloat(bits) >= float(p), scaled
-              // by float(1 / (1 - p)).
+              // The host's: kept iff the lane's 16 bits are >=
+              // dropoutThreshold16(p) (a constant nvrtc folds), scaled by
+              // float(1 / (1 - p)).
               return llvm::formatv(
-                         "mtrt::random::dropoutKeep(sampleKey{0}, position, "
-                         "{1}) ? {2} * {3} : 0.0f",
-                         key++, floatLiteral(static_cast<float>(p)), in(0),
+                         "mtrt::random::dropoutLaneKeep(bits{0}, lane, "
+                         "mtrt::random::dropoutThreshold16({1})) ? {2} * {3} "
+                         ": 0.0f",
+                         key++, doubleLiteral(p), in(0),
                          floatLiteral(static_cast<float>(1.0 / (1.0 - p))))
                   .str();
             })
@@ -180,36 +188,41 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     os << "  const bool bin" << i << " = " << bit(i) << ";\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "  const bool bout" << i << " = " << bit(inputs + i) << ";\n";
-  // The masks' sample and position of element `index`, and each dropout's
-  // sample key, as INDENT's declarations with names ending in SUFFIX.
-  auto emitMaskKeys = [&](StringRef indent, StringRef index, StringRef suffix) {
-    os << indent << "const unsigned long long sample" << suffix
-       << " = mtrt::random::maskSample(tile, " << index << ");\n"
-       << indent << "const unsigned long long position" << suffix
-       << " = mtrt::random::maskPosition(tile, " << index << ");\n";
+  // Each dropout's draw for element `index` (its sample and position from
+  // the tile, 32-bit division where everything fits), as INDENT's
+  // declarations: `lane`, bits0, bits1, ... with names ending in SUFFIX.
+  auto emitDraws = [&](StringRef indent, StringRef index, StringRef suffix) {
+    os << indent << "unsigned long long sample" << suffix << ", position"
+       << suffix << ";\n"
+       << indent << "mtrt::random::maskSamplePosition(tile, " << index
+       << ", fits32, sample" << suffix << ", position" << suffix << ");\n";
     for (size_t k = 0; k < keys; ++k)
-      os << indent << "const unsigned long long sampleKey" << k << suffix
-         << " = mtrt::random::sampleKey(key" << k << ", sample" << suffix
-         << ");\n";
+      os << indent << "const unsigned long long bits" << k << suffix
+         << " = mtrt::random::bitsFromKey(mtrt::random::sampleKey(key" << k
+         << ", sample" << suffix << "), position" << suffix << " >> 2);\n";
   };
-  // The element function's leading arguments: position, sample keys.
-  auto maskArguments = [&](StringRef position, StringRef suffix) {
+  // The element function's leading arguments: the lane, the draws.
+  auto drawArguments = [&](StringRef lane, StringRef suffix) {
     std::string text;
     if (!keys)
       return text;
-    text = std::string(position) + ", ";
+    text = std::string(lane) + ", ";
     for (size_t k = 0; k < keys; ++k)
-      text += llvm::formatv("sampleKey{0}{1}, ", k, suffix).str();
+      text += llvm::formatv("bits{0}{1}, ", k, suffix).str();
     return text;
   };
-  // Mapping an element to its sample and position costs 64-bit divisions
-  // and the sample key a hash, more than the dropout's own hash: a group
-  // of four computes them once when its elements are four consecutive
-  // positions of one sample (the sample's elements and the tile's innermost
-  // extent multiples of 4), else per element.
+  // Mapping an element to its sample and position costs divisions, and a
+  // draw two hashes: a group of four that is one aligned draw's four
+  // positions (position % 4 == 0, the sample's elements, the tile's
+  // innermost extent, global size and offset multiples of 4) computes
+  // them once, else each lane does.
   if (keys)
-    os << "  const bool lanesContiguous = tile.sampleElements % 4 == 0 && "
-          "(tile.dims == 0 || tile.local[tile.dims - 1] % 4 == 0);\n";
+    os << "  const bool fits32 = mtrt::random::maskTileFits32(tile, "
+          "(unsigned long long)n);\n"
+       << "  const bool lanesAligned = tile.sampleElements % 4 == 0 && "
+          "(tile.dims == 0 || (tile.local[tile.dims - 1] % 4 == 0 && "
+          "tile.global[tile.dims - 1] % 4 == 0 && "
+          "tile.offset[tile.dims - 1] % 4 == 0));\n";
   os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
      << "  const long long first = (long long)blockIdx.x * blockDim.x + "
         "threadIdx.x;\n"
@@ -219,30 +232,38 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
        << ", v);\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    float4 r" << i << ";\n";
-  if (keys)
-    emitMaskKeys("    ", "4ull * v", "");
   static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
-  for (auto [offset, lane] : llvm::enumerate(kLanes)) {
+  auto laneArguments = [&](StringRef lane) {
     std::string arguments;
     for (size_t i = 0; i < inputs; ++i)
       arguments += llvm::formatv("a{0}.{1}, ", i, lane).str();
     for (size_t i = 0; i < outputs; ++i)
       arguments += llvm::formatv("r{0}.{1}, ", i, lane).str();
     arguments.resize(arguments.size() - 2);
-    if (!keys) {
-      os << "    " << name << "_element(" << arguments << ");\n";
-      continue;
+    return arguments;
+  };
+  if (!keys) {
+    for (StringRef lane : kLanes)
+      os << "    " << name << "_element(" << laneArguments(lane) << ");\n";
+  } else {
+    os << "    if (lanesAligned) {\n";
+    emitDraws("      ", "4ull * v", "");
+    for (auto [offset, lane] : llvm::enumerate(kLanes))
+      os << "      " << name << "_element("
+         << drawArguments(llvm::formatv("{0}u", offset).str(), "")
+         << laneArguments(lane) << ");\n";
+    os << "    } else {\n";
+    for (auto [offset, lane] : llvm::enumerate(kLanes)) {
+      std::string suffix = llvm::formatv("_{0}", lane).str();
+      emitDraws("      ", llvm::formatv("4ull * v + {0}", offset).str(),
+                suffix);
+      os << "      " << name << "_element("
+         << drawArguments(
+                llvm::formatv("(unsigned)(position{0} & 3)", suffix).str(),
+                suffix)
+         << laneArguments(lane) << ");\n";
     }
-    os << "    if (lanesContiguous) {\n"
-       << "      " << name << "_element("
-       << maskArguments(llvm::formatv("position + {0}", offset).str(), "")
-       << arguments << ");\n"
-       << "    } else {\n";
-    emitMaskKeys("      ", llvm::formatv("4ull * v + {0}", offset).str(),
-                 "Lane");
-    os << "      " << name << "_element(" << maskArguments("positionLane", "Lane")
-       << arguments << ");\n"
-       << "    }\n";
+    os << "    }\n";
   }
   for (size_t i = 0; i < outputs; ++i)
     os << "    mt_store4(out" << i << ", bout" << i << ", v, r" << i
@@ -252,15 +273,15 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   for (size_t i = 0; i < outputs; ++i)
     os << "    float y" << i << ";\n";
   if (keys)
-    emitMaskKeys("    ", "(unsigned long long)i", "");
+    emitDraws("    ", "(unsigned long long)i", "");
   std::string arguments;
   for (size_t i = 0; i < inputs; ++i)
     arguments += llvm::formatv("mt_load(in{0}, bin{0}, i), ", i).str();
   for (size_t i = 0; i < outputs; ++i)
     arguments += llvm::formatv("y{0}, ", i).str();
   arguments.resize(arguments.size() - 2);
-  os << "    " << name << "_element(" << maskArguments("position", "")
-     << arguments << ");\n";
+  os << "    " << name << "_element("
+     << drawArguments("(unsigned)(position & 3)", "") << arguments << ");\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    mt_store(out" << i << ", bout" << i << ", i, y" << i
        << ");\n";

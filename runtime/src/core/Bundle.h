@@ -394,6 +394,10 @@ struct FusedKernels {
   /// (a random::MaskTile argument); before, on the micro-batch step, which
   /// the runtime no longer draws (it refuses such a kernel's dropout).
   bool sampleKeys = false;
+  /// Format version 10: one dropout draw serves four positions, as the
+  /// runtime draws them; versions 7 to 9 drew one per element (the runtime
+  /// refuses such a kernel's dropout).
+  bool fourPositionDraws = false;
   /// The bundle's format version (for messages).
   int64_t version = 0;
 };
@@ -460,7 +464,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 9;
+  static constexpr uint32_t kFormatVersion = 10;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -1013,6 +1013,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
     readFusedKernels(*kernels, "kernels", payload, bundle.fusedKernels_);
     bundle.fusedKernels_.typeMask = version >= 6;
     bundle.fusedKernels_.sampleKeys = version >= 7;
+    bundle.fusedKernels_.fourPositionDraws = version >= 10;
     bundle.fusedKernels_.version = version;
   }
   kernelCount_ = bundle.fusedKernels_.names.size();

@@ -53,21 +53,20 @@
 //     seedKey(seed)      = mix64(seed ^ 0x6A09E667F3BCC909),
 //   with seed the op's seed, and `position` below counts row-major within
 //   the sample's slice of the global tensor (dimensions 1 onwards).
-//   dropout (mt.dropout): element (s, position) is kept iff
-//     uniformFloat(bitsFromKey(sampleKey(seed, s), position)) >= float(p).
-//     A rank's tile of the global tensor (MaskTile: the tile's first sample
-//     and its slice of each sample's dimensions) maps its element i to
-//     (s, position) with maskSample and maskPosition.
-//   attention dropout (mt.attention, attentionDropoutKeep): the
-//     probabilities [B, Hq, S, Sk], sample s = the micro-batch's first
-//     sample + global batch row b, position = (h * S + i) * Sk + j with h
-//     the global query head; one draw serves four consecutive positions of
-//     a sample: kept iff 16-bit lane (position % 4) of
-//     bitsFromKey(sampleKey(seed, s), position / 4), i.e. bits >> (16 *
-//     (position % 4)) & 0xFFFF, is >= dropoutThreshold16(p) = round(p *
-//     65536). A quarter of the hashes of the per-element definition
-//     (attention's mask is the larger part of its dropout cost); p is
-//     quantized to 2^-16.
+//   dropout (mt.dropout, dropoutKeep): element (s, position) is kept
+//     iff 16-bit lane (position % 4) of bitsFromKey(sampleKey(seed, s),
+//     position / 4), i.e. bits >> (16 * (position % 4)) & 0xFFFF, is >=
+//     dropoutThreshold16(p) = round(p * 65536): one draw serves four
+//     consecutive positions of a sample (a quarter of the hashing of one
+//     draw per element, which made dropout the costliest elementwise work on
+//     the GPU), and p is quantized to 2^-16. A rank's tile of the global
+//     tensor (MaskTile: the tile's first sample and its slice of each
+//     sample's dimensions) maps its element i to (s, position) with
+//     maskSample and maskPosition.
+//   attention dropout (mt.attention): the same rule over the probabilities
+//     [B, Hq, S, Sk], sample s = the micro-batch's first sample + global
+//     batch row b, position = (h * S + i) * Sk + j with h the global query
+//     head.
 //   initialization: seed = the run's seed, stream = the parameter's id,
 //     index = the element's row-major index in the parameter's global shape.
 //   Evaluation has no dropout.
@@ -137,14 +136,6 @@ MTRT_HOST_DEVICE inline double uniformDouble(uint64_t bits) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
-/// Whether dropout with probability `p` keeps element `index` of the stream
-/// with key `key`: kept iff uniformFloat >= float(p), so elements are kept
-/// with probability 1 - p (to 2^-24).
-MTRT_HOST_DEVICE inline bool dropoutKeep(uint64_t key, uint64_t index,
-                                         float p) {
-  return uniformFloat(bitsFromKey(key, index)) >= p;
-}
-
 /// The most dimensions of a sample's slice that a MaskTile describes (after
 /// makeMaskTile merges the whole ones).
 constexpr unsigned kMaskTileDims = 4;
@@ -184,14 +175,6 @@ MTRT_HOST_DEVICE inline uint64_t maskPosition(const MaskTile &tile,
     stride *= tile.global[d];
   }
   return position;
-}
-
-/// Whether dropout with probability p keeps the tile's element i, for the
-/// op whose seed has key `seedKey` (see the file comment).
-MTRT_HOST_DEVICE inline bool
-dropoutTileKeep(uint64_t seedKey, const MaskTile &tile, uint64_t i, float p) {
-  return dropoutKeep(sampleKey(seedKey, maskSample(tile, i)),
-                     maskPosition(tile, i), p);
 }
 
 #if !defined(__CUDACC_RTC__)
@@ -243,8 +226,8 @@ inline bool makeMaskTile(const int64_t *local, const int64_t *global,
 }
 #endif
 
-/// attentionDropoutKeep's threshold for dropout probability p: round(p *
-/// 65536), 0 for p <= 0, 65536 (nothing kept) for p >= 1.
+/// dropoutKeep's threshold for dropout probability p: round(p * 65536), 0
+/// for p <= 0, 65536 (nothing kept) for p >= 1.
 MTRT_HOST_DEVICE inline uint32_t dropoutThreshold16(double p) {
   if (!(p > 0))
     return 0;
@@ -253,20 +236,79 @@ MTRT_HOST_DEVICE inline uint32_t dropoutThreshold16(double p) {
   return static_cast<uint32_t>(p * 65536.0 + 0.5);
 }
 
-/// Lane `lane` (0-3) of a four-element attention dropout draw `bits`: kept
-/// iff the lane's 16 bits are >= threshold16.
+/// Lane `lane` (0-3) of a four-position dropout draw `bits`: kept iff the
+/// lane's 16 bits are >= threshold16.
 MTRT_HOST_DEVICE inline bool dropoutLaneKeep(uint64_t bits, unsigned lane,
                                              uint32_t threshold16) {
   return ((bits >> (16 * lane)) & 0xFFFFu) >= threshold16;
 }
 
-/// Whether attention dropout keeps position `index` of the sample whose
-/// key is `key` (sampleKey; see the file comment): lane index % 4 of the
-/// draw index / 4.
-MTRT_HOST_DEVICE inline bool attentionDropoutKeep(uint64_t key, uint64_t index,
-                                                  uint32_t threshold16) {
-  return dropoutLaneKeep(bitsFromKey(key, index >> 2),
-                         static_cast<unsigned>(index & 3), threshold16);
+/// Whether dropout keeps position `position` of the sample whose key is
+/// `key` (sampleKey; see the file comment): lane position % 4 of the draw
+/// position / 4.
+MTRT_HOST_DEVICE inline bool dropoutKeep(uint64_t key, uint64_t position,
+                                         uint32_t threshold16) {
+  return dropoutLaneKeep(bitsFromKey(key, position >> 2),
+                         static_cast<unsigned>(position & 3), threshold16);
+}
+
+/// Whether dropout keeps the tile's element i, for the op whose seed has
+/// key `seedKey` (see the file comment); threshold16 =
+/// dropoutThreshold16(p).
+MTRT_HOST_DEVICE inline bool dropoutTileKeep(uint64_t seedKey,
+                                             const MaskTile &tile, uint64_t i,
+                                             uint32_t threshold16) {
+  return dropoutKeep(sampleKey(seedKey, maskSample(tile, i)),
+                     maskPosition(tile, i), threshold16);
+}
+
+/// Whether every element index below `n`, every sample's element count and
+/// every position of the tile fit in 32 bits, so that maskSamplePosition
+/// may divide in 32 bits.
+MTRT_HOST_DEVICE inline bool maskTileFits32(const MaskTile &tile, uint64_t n) {
+  const uint64_t limit = 0xFFFFFFFFull;
+  uint64_t positions = tile.sampleElements;
+  if (tile.dims != 0) {
+    positions = 1;
+    for (uint64_t d = 0; d < tile.dims; ++d) {
+      if (tile.global[d] > limit)
+        return false;
+      positions *= tile.global[d];
+      if (positions > limit)
+        return false;
+    }
+  }
+  return n <= limit && tile.sampleElements <= limit && positions <= limit;
+}
+
+/// maskSample and maskPosition of the tile's element i together; `fits32`
+/// (maskTileFits32 for an n above i) divides in 32 bits, which GPUs do many
+/// times faster than in 64, for the same integers.
+MTRT_HOST_DEVICE inline void maskSamplePosition(const MaskTile &tile,
+                                                uint64_t i, bool fits32,
+                                                uint64_t &sample,
+                                                uint64_t &position) {
+  if (!fits32) {
+    sample = maskSample(tile, i);
+    position = maskPosition(tile, i);
+    return;
+  }
+  const uint32_t elements = static_cast<uint32_t>(tile.sampleElements);
+  const uint32_t index = static_cast<uint32_t>(i);
+  sample = tile.firstSample + index / elements;
+  uint32_t local = index % elements;
+  if (tile.dims == 0) {
+    position = local;
+    return;
+  }
+  uint32_t at = 0, stride = 1;
+  for (uint64_t d = tile.dims; d-- > 0;) {
+    const uint32_t extent = static_cast<uint32_t>(tile.local[d]);
+    at += (local % extent + static_cast<uint32_t>(tile.offset[d])) * stride;
+    local /= extent;
+    stride *= static_cast<uint32_t>(tile.global[d]);
+  }
+  position = at;
 }
 
 /// A standard normal for element `index` of the stream with key `key`, by

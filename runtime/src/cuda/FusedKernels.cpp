@@ -18,6 +18,7 @@ constexpr size_t kTypeBits = 64;
 FusedKernelLibrary::FusedKernelLibrary(const Bundle &bundle)
     : typeMask_(bundle.fusedKernels().typeMask),
       sampleKeys_(bundle.fusedKernels().sampleKeys),
+      fourPositionDraws_(bundle.fusedKernels().fourPositionDraws),
       version_(bundle.fusedKernels().version), bundleName_(bundle.name()) {
   const FusedKernels &kernels = bundle.fusedKernels();
   std::string what = "loading the " + std::to_string(kernels.names.size()) +
@@ -105,6 +106,16 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
                     "sample); recompile the bundle with this "
                     "megatron-compile, or compile it without "
                     "--fuse-kernels");
+  if (!keys.empty() && !fourPositionDraws_)
+    throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                where + ": fused kernel " + std::to_string(inst.attrs.kernel) +
+                    " of bundle '" + bundleName_ + "' (format version " +
+                    std::to_string(version_) +
+                    ") draws one dropout hash per element, where this "
+                    "runtime draws one per four positions (version 10), so "
+                    "its masks would not be the host's; recompile the "
+                    "bundle with this megatron-compile, or compile it "
+                    "without --fuse-kernels");
   random::MaskTile maskTile = tile;
   std::vector<const void *> pointers;
   for (const InElements &x : operands)

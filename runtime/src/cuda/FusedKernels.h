@@ -56,6 +56,7 @@ private:
   bool fromPtx_ = false;
   bool typeMask_ = false;
   bool sampleKeys_ = false;
+  bool fourPositionDraws_ = false;
   int64_t version_ = 0;
   std::string bundleName_;
 };

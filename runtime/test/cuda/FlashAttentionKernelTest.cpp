@@ -1,7 +1,7 @@
 // The flash-attention forward kernels alone against the host's attention in
 // float64 on the same bf16-exact inputs: every dropout keep bit of the mask
 // (drawn before the forward, which reads it, and kept for the gradient)
-// equals core/Random.h's attentionDropoutKeep (the host's mask) bit for
+// equals core/Random.h's dropoutKeep (the host's mask) bit for
 // bit, and out, the saved bf16 copy and logsumexp agree
 // within the rounding of P to bf16. Shapes cover the classes the kernels
 // treat differently: paired dropout draws (seqK % 4 == 0: a draw's four keys
@@ -181,7 +181,7 @@ protected:
             int64_t at = ((b * c.headsQ + h) * c.seqQ + i) * keyBlocks;
             for (int64_t j = 0; j < seen; ++j) {
               bool expected =
-                  random::attentionDropoutKeep(key, row + j, threshold);
+                  random::dropoutKeep(key, row + j, threshold);
               bool actual = (bits[at + j / 64] >> (j % 64)) & 1;
               ++checked;
               if (expected != actual && wrong++ == 0)

@@ -27,8 +27,9 @@ std::vector<float> ramp(int64_t n, float scale) {
 /// `sample` is kept.
 bool keeps(uint64_t seed, uint64_t sample, uint64_t position, double p) {
   uint64_t key = random::streamKey(seed, sample);
-  return random::uniformFloat(random::bitsFromKey(key, position)) >=
-         static_cast<float>(p);
+  uint64_t bits = random::bitsFromKey(key, position / 4);
+  return ((bits >> (16 * (position % 4))) & 0xFFFF) >=
+         static_cast<uint64_t>(p * 65536 + 0.5);
 }
 
 random::MaskTile maskTile(std::vector<int64_t> local,
@@ -277,6 +278,41 @@ TEST(GlobalTileTest, SplitDropoutOfTooManyDimensionsIsRejected) {
   expectRejected(m, {"instructions[0].attrs.split_axes: found 6 lists",
                      "a split dropout of at most 5 dimensions",
                      "reshape the tensor to fewer dimensions"});
+}
+
+// The fused kernels' mapping of an element to its sample and position in
+// 32-bit arithmetic (maskSamplePosition with fits32) gives maskSample's and
+// maskPosition's integers, for whole samples and for tiles split along one
+// or two dimensions; maskTileFits32 says when it may.
+TEST(GlobalTileTest, MaskSamplePositionIn32BitsIsTheSame) {
+  struct Case {
+    std::vector<int64_t> local, global, offsets;
+  };
+  std::vector<Case> cases = {
+      {{3, 5, 8}, {3, 5, 8}, {0, 0, 0}},      // whole samples
+      {{3, 5, 4}, {3, 5, 8}, {0, 0, 4}},      // hidden split (TP)
+      {{2, 3, 8}, {4, 6, 8}, {2, 3, 0}},      // sequence split (SP)
+      {{2, 3, 2, 4}, {2, 6, 4, 12}, {0, 3, 2, 8}}, // two splits
+  };
+  for (const Case &c : cases) {
+    random::MaskTile tile = maskTile(c.local, c.global, c.offsets, 11);
+    uint64_t n = 1;
+    for (int64_t extent : c.local)
+      n *= static_cast<uint64_t>(extent);
+    ASSERT_TRUE(random::maskTileFits32(tile, n));
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t sample = 0, position = 0;
+      random::maskSamplePosition(tile, i, true, sample, position);
+      EXPECT_EQ(sample, random::maskSample(tile, i)) << i;
+      EXPECT_EQ(position, random::maskPosition(tile, i)) << i;
+    }
+  }
+  random::MaskTile big = maskTile({2, 1 << 20}, {2, 1 << 20}, {0, 0}, 0);
+  EXPECT_TRUE(random::maskTileFits32(big, 2u << 20));
+  EXPECT_FALSE(random::maskTileFits32(big, 1ull << 32));
+  random::MaskTile wide =
+      maskTile({1, 1 << 16, 4}, {1, 1 << 16, 1 << 16}, {0, 0, 8}, 0);
+  EXPECT_FALSE(random::maskTileFits32(wide, 1 << 18));
 }
 
 } // namespace

@@ -291,11 +291,14 @@ TEST(HostTrainingKernels, DropoutMaskDependsOnSeedSampleAndPositionOnly) {
   // elements.
   EXPECT_NEAR(static_cast<double>(differ) / n, 2 * p * (1 - p), 0.01);
   // Element i of sample s is Random.h's formula written out.
-  for (int64_t i : {int64_t{0}, int64_t{999}, int64_t{1000}, n - 1}) {
+  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{999},
+                    int64_t{1000}, int64_t{1002}, n - 1}) {
     uint64_t s = 7 + static_cast<uint64_t>(i / sample);
     uint64_t position = static_cast<uint64_t>(i % sample);
-    bool keep = mtrt::random::uniformFloat(referenceBits(42, s, position)) >=
-                static_cast<float>(p);
+    // One draw per four positions, 16 bits each, against round(p * 2^16).
+    uint64_t bits = referenceBits(42, s, position / 4);
+    bool keep = ((bits >> (16 * (position % 4))) & 0xFFFF) >=
+                static_cast<uint64_t>(p * 65536 + 0.5);
     EXPECT_EQ(a[i] != 0.0f, keep) << i;
   }
   // The backward applies the same mask.

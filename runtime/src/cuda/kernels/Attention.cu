@@ -63,7 +63,7 @@ struct Geometry {
             static_cast<uint64_t>(((h + headOffset) * seqQ + i) * seqK)};
   }
   __device__ bool keep(const MaskRow &row, int64_t j) const {
-    return random::attentionDropoutKeep(
+    return random::dropoutKeep(
         row.key, row.position + static_cast<uint64_t>(j), dropoutThreshold16);
   }
 };

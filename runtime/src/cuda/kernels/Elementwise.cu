@@ -202,10 +202,11 @@ struct SwigluBackward { // gate, up, dy -> dgate, dup
 struct Dropout {
   uint64_t seedKey;
   random::MaskTile tile;
-  float threshold, scale;
+  uint32_t threshold16;
+  float scale;
   __device__ void operator()(int64_t i, const float *x, float *y) const {
     bool keep = random::dropoutTileKeep(seedKey, tile, static_cast<uint64_t>(i),
-                                        threshold);
+                                        threshold16);
     y[0] = keep ? x[0] * scale : 0.0f;
   }
 };
@@ -331,7 +332,7 @@ void dropout(cudaStream_t stream, int64_t n, InElements x, OutElements y,
     return;
   }
   launchMap(stream, n, Storage<1, 1>{{x}, {y}},
-            Dropout{random::seedKey(seed), tile, static_cast<float>(p),
+            Dropout{random::seedKey(seed), tile, random::dropoutThreshold16(p),
                     static_cast<float>(1.0 / (1.0 - p))});
 }
 

@@ -41,7 +41,7 @@
 // read from shared memory where used (registers go to the accumulators, 3
 // blocks a multiprocessor at head dimension 64); a tile's global loads are
 // all in flight at once; and the dropout draws (core/Random.h's
-// attentionDropoutKeep: one 64-bit draw per four consecutive keys) are
+// dropoutKeep: one 64-bit draw per four consecutive keys) are
 // made by a kernel of their own (four threads a 64-bit mask word), so that
 // the kernels of the matrix products spend no registers or issue slots on
 // hashing (the forward reads a word per row and tile). Loading the next tiles
@@ -543,7 +543,7 @@ constexpr int kMaskThreads = 4 * kTile;
 // key block kb the block's rows see (causal: kb <= q0 / 64, the same for
 // all 64 rows; keys past seqK included), thread t draws bits 16 (t % 4) ..
 // +15 of query row i = q0 + t / 4's word rowIndex(b, h, i) * keyBlocks + kb:
-// bit j = attentionDropoutKeep(sampleKey(b), probabilityRow(h, i) + 64 kb
+// bit j = dropoutKeep(sampleKey(b), probabilityRow(h, i) + 64 kb
 // + j), four draws of four bits when the row starts at a multiple of 4
 // (seqK % 4 == 0), else a draw a bit. The forwards read these words rather
 // than draw in the kernels that hold the matrix products (there the hashing
@@ -577,7 +577,7 @@ __global__ void __launch_bounds__(kMaskThreads)
       }
     } else {
       for (int j = 0; j < 16; ++j)
-        bits16 |= static_cast<uint32_t>(random::attentionDropoutKeep(
+        bits16 |= static_cast<uint32_t>(random::dropoutKeep(
                       key, first + j, geo.threshold16))
                   << j;
     }

@@ -55,7 +55,7 @@ struct AttentionGeometry {
             static_cast<uint64_t>(((h + p.headOffset) * p.seqQ + i) * p.seqK)};
   }
   bool keep(const MaskRow &row, int64_t j) const {
-    return random::attentionDropoutKeep(
+    return random::dropoutKeep(
         row.key, row.position + static_cast<uint64_t>(j), dropoutThreshold16);
   }
 };

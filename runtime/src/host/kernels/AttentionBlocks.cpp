@@ -64,7 +64,7 @@ struct BlockGeometry {
                                   block.globalSeq)};
   }
   bool keep(const MaskRow &row, int64_t j) const {
-    return random::attentionDropoutKeep(
+    return random::dropoutKeep(
         row.key, row.position + static_cast<uint64_t>(block.keyPositions[j]),
         dropoutThreshold16);
   }

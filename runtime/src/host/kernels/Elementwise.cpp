@@ -121,7 +121,7 @@ void applyDropout(ThreadPool &pool, int64_t n, const T *in, T *out, double p,
     return;
   }
   uint64_t key = random::seedKey(seed);
-  float threshold = static_cast<float>(p);
+  uint32_t threshold = random::dropoutThreshold16(p);
   T scale = static_cast<T>(1.0 / (1.0 - p));
   forEachElement(pool, n, [&](int64_t i) {
     bool keep =

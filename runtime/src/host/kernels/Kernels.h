@@ -179,7 +179,7 @@ struct AttentionParams {
   bool causal = false;
   double scale = 0;
   /// Dropout on the probabilities P [batch, headsQ, seqQ, seqK]: element
-  /// (b, h, i, j) is kept iff random::attentionDropoutKeep(sampleKey(
+  /// (b, h, i, j) is kept iff random::dropoutKeep(sampleKey(
   /// seedKey(seed), firstSample + b), (h * seqQ + i) * seqK + j,
   /// dropoutThreshold16(p)) (one draw per four positions of a sample), and
   /// kept values are scaled by 1 / (1 - p). p = 0 disables it. b and h
@@ -339,8 +339,9 @@ struct GlobalTile {
 };
 
 /// Inverted dropout: y[i] = keep(i) ? x[i] * scale : 0 with keep(i) =
-/// random::dropoutTileKeep(seedKey(seed), tile, i, float(p)) and scale =
-/// T(1 / (1 - p)) computed in double; p in [0, 1). p = 0 copies x. The
+/// random::dropoutTileKeep(seedKey(seed), tile, i, dropoutThreshold16(p))
+/// and scale = T(1 / (1 - p)) computed in double; p in [0, 1). p = 0
+/// copies x. The
 /// mask is keyed on each element's sample and position within it (`tile`:
 /// mtrt::dropoutMaskTile), so it does not depend on the layout or the
 /// micro-batch split.
