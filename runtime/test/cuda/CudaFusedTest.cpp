@@ -91,14 +91,75 @@ Bundle bf16FusedBundle(const std::string &path, bool withoutPlans) {
   manifest["model"] = modelJson(256, 8, 4, 2, 2);
   manifest["model"]["precision"] = "bf16";
   // A version 7 manifest: the runtime chooses which values to hold in bf16
-  // (version 8 bundles declare them; CudaModelTest runs those).
+  // (version 8 bundles declare them; CudaModelTest runs those). Version 7
+  // kernels drew one dropout hash per element, which the runtime refuses
+  // (OlderDropoutKernelsAreRefused), so the dropouts become copies here.
   manifest["version"] = 7;
+  for (Json &function : manifest["functions"])
+    for (Json &inst : function["instructions"]) {
+      if (!inst.contains("body"))
+        continue;
+      for (Json &op : inst["body"])
+        if (op["op"] == "dropout")
+          op["attrs"]["p"] = 0.0;
+    }
   if (withoutPlans)
     for (Json &function : manifest["functions"])
       function.erase("memory_plan");
   return Bundle::parseManifest(
       "fused-ops-bf16", manifest.dump(),
       std::string_view(bytes).substr(Bundle::kHeaderSize + manifestLength));
+}
+
+// A version 7 to 9 bundle's kernels drew one dropout hash per element, the
+// runtime draws one per four positions (version 10): their dropout is
+// refused, naming the bundle's version and the fix; a version 10 manifest
+// around the same kernels runs.
+TEST(CudaFusedTest, OlderDropoutKernelsAreRefused) {
+  MTRT_REQUIRE_GPU();
+  std::string path = testBundlePath("fused-ops", kHowToMake);
+  std::ifstream file(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(file)),
+                    std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), Bundle::kHeaderSize);
+  uint64_t manifestLength = 0;
+  std::memcpy(&manifestLength, bytes.data() + 16, sizeof(manifestLength));
+  std::string manifestText = bytes.substr(Bundle::kHeaderSize, manifestLength);
+  std::string_view payload =
+      std::string_view(bytes).substr(Bundle::kHeaderSize + manifestLength);
+  std::vector<host::Tensor> inputs;
+  for (uint64_t seed : {1, 2, 3})
+    inputs.push_back(randomTensor({4099}, seed));
+  std::vector<host::TensorView> views;
+  for (const host::Tensor &t : inputs)
+    views.push_back(viewOf(t));
+  for (int version : {9, 10}) {
+    Json manifest = Json::parse(manifestText);
+    manifest["version"] = version;
+    Bundle bundle =
+        Bundle::parseManifest("fused-ops-v" + std::to_string(version),
+                              manifest.dump(), payload);
+    EXPECT_EQ(bundle.fusedKernels().fourPositionDraws, version >= 10);
+    cuda::Context context;
+    cuda::ParameterStore deviceStore(bundle, context);
+    cuda::Executor deviceExecutor(bundle, "fused_ops", deviceStore);
+    if (version >= 10) {
+      EXPECT_EQ(deviceExecutor.run(views, {0, 0}).size(), 4u);
+      continue;
+    }
+    try {
+      deviceExecutor.run(views, {0, 0});
+      ADD_FAILURE() << "a version 9 fused dropout ran";
+    } catch (const Error &error) {
+      std::string message = error.what();
+      EXPECT_NE(message.find("(format version 9) draws one dropout hash per "
+                             "element"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("recompile the bundle"), std::string::npos)
+          << message;
+    }
+  }
 }
 
 // fused_chain in a bf16 bundle: its kernels take fp32 inputs and bf16

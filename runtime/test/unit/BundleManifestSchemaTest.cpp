@@ -7,7 +7,7 @@
 // reader's op table has the schema's ops and attribute types.
 //
 // The manifests under data/manifests are megatron-compile's (format version
-// 9), the JSON between a bundle's header and payload:
+// 10), the JSON between a bundle's header and payload:
 //   llama-fused-bf16-tp-sp-dp.json: models/tiny-llama.yaml --num-layers 1
 //     --bf16 --fuse-kernels --tensor-model-parallel-size 2
 //     --sequence-parallel --data-parallel-size 2 --use-distributed-optimizer

@@ -75,8 +75,12 @@ __device__ inline void store8(OutElements y, int64_t o, const float (&in)[8]) {
 /// (load8/store8: bf16 elements as well as fp32 ones move 16 bytes at a
 /// time), the rest one at a time; each element's arithmetic is the same
 /// either way.
+/// `f` is a __grid_constant__: a functor that passes its members by
+/// reference (Dropout's mask tile) would otherwise have every thread copy
+/// it to local memory.
 template <int In, int Out, typename F>
-__global__ void mapKernel(int64_t n, int64_t octs, Storage<In, Out> s, F f) {
+__global__ void mapKernel(int64_t n, int64_t octs, Storage<In, Out> s,
+                          __grid_constant__ const F f) {
   MTRT_GRID_STRIDE(o, octs) {
     float a[In][8], r[Out][8];
 #pragma unroll
