@@ -5,8 +5,9 @@
 // host/kernels/Elementwise.cpp's, in f32, so that without FMA contraction
 // (nvrtc -fmad=false) add, mul and dropout give the host's bits and the
 // dropout masks are the runtime's (keyed on each element's sample and
-// position, format version 7; one draw per four positions, version 10). Each operand and result is stored in fp32 or
-// bf16 as the launch's type mask says (format version 6).
+// position, format version 7; one draw per four positions, version 10).
+// Each operand and result is stored in fp32 or bf16 as the launch's type
+// mask says (format version 6).
 //
 //===----------------------------------------------------------------------===//
 

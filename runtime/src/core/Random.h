@@ -58,10 +58,9 @@
 //     position / 4), i.e. bits >> (16 * (position % 4)) & 0xFFFF, is >=
 //     dropoutThreshold16(p) = round(p * 65536): one draw serves four
 //     consecutive positions of a sample (a quarter of the hashing of one
-//     draw per element, which made dropout the costliest elementwise work on
-//     the GPU), and p is quantized to 2^-16. A rank's tile of the global
-//     tensor (MaskTile: the tile's first sample and its slice of each
-//     sample's dimensions) maps its element i to (s, position) with
+//     draw per element), and p is quantized to 2^-16. A rank's tile of the
+//     global tensor (MaskTile: the tile's first sample and its slice of
+//     each sample's dimensions) maps its element i to (s, position) with
 //     maskSample and maskPosition.
 //   attention dropout (mt.attention): the same rule over the probabilities
 //     [B, Hq, S, Sk], sample s = the micro-batch's first sample + global
