@@ -199,6 +199,11 @@ static Object writeCollective(Operation *op, int64_t axisShift) {
       .Case([&](shard::AllSliceOp slice) {
         attrs["grid_axes"] = axes(slice.getGridAxes());
         attrs["slice_axis"] = slice.getSliceAxis().getSExtValue();
+      })
+      .Case([&](shard::ShiftOp shift) {
+        attrs["grid_axes"] = axes(shift.getGridAxes());
+        attrs["shift_axis"] = shift.getShiftAxis().getSExtValue() + axisShift;
+        attrs["offset"] = shift.getOffset();
       });
   return attrs;
 }
@@ -435,8 +440,15 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
     if (isa<mt::CollectiveWaitOp>(op))
       continue;
     auto start = dyn_cast<mt::CollectiveStartOp>(op);
-    bool collective = isa<shard::AllReduceOp, shard::AllGatherOp,
-                          shard::ReduceScatterOp, shard::AllSliceOp>(op);
+    bool collective =
+        isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
+            shard::AllSliceOp, shard::ShiftOp>(op);
+    // The bundle's shift is a rotation; without `rotate` upstream leaves the
+    // ranks at the end without a source, which no plan here may read.
+    if (auto shift = dyn_cast<shard::ShiftOp>(op); shift && !shift.getRotate())
+      return errorAt(&op, "a shard.shift without `rotate` has no bundle "
+                          "form (the ranks without a source would read "
+                          "undefined values); add `rotate`");
     if (!collective &&
         (op.getDialect() == nullptr ||
          op.getDialect()->getNamespace() !=

@@ -280,6 +280,15 @@ const std::vector<OpInfo> &opTable() {
        3,
        3,
        kAttentionBlockAttrs},
+      {Op::Shift,
+       "shift",
+       1,
+       1,
+       1,
+       1,
+       {{"grid_axes", AttrKind::IntArray, true},
+        {"shift_axis", AttrKind::Int, true},
+        {"offset", AttrKind::Int, true}}},
   };
   return table;
 }
@@ -434,6 +443,17 @@ void OpChecker::checkCollective() {
   expectShape(true, 0, shape,
               "the input's shape with axis " + std::to_string(axis) +
                   " divided by " + groupText);
+}
+
+/// shift: x -> y of the same shape, along a grid axis of its group.
+void OpChecker::checkShift() {
+  const Attributes &a = inst_.attrs;
+  expectFloat(false, 0);
+  if (!std::count(a.gridAxes.begin(), a.gridAxes.end(), a.shiftAxis))
+    fail(path_ + ".attrs.shift_axis", std::to_string(a.shiftAxis),
+         "one of the instruction's grid_axes " + shapeString(a.gridAxes) +
+             " (the ranks that pass the operand around)");
+  expectShape(true, 0, operand(0).shape, "the input's shape");
 }
 
 /// The block's place in the context-parallel group: a grid axis of
@@ -922,6 +942,9 @@ void OpChecker::check() {
   case Op::ReduceScatter:
   case Op::AllSlice:
     checkCollective();
+    break;
+  case Op::Shift:
+    checkShift();
     break;
   case Op::BiasAdd:
     expectFloat(false, 0);

@@ -531,6 +531,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice:
+  case Op::Shift:
     collective<T>(position, inst, key.step);
     break;
   case Op::BiasAdd: {

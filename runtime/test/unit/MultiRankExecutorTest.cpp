@@ -103,6 +103,72 @@ TEST(MultiRankExecutorTest, ACollectiveNeedsARankContext) {
                "no rank context", "--in-process-ranks"});
 }
 
+// The ring's exchange over grid [2, 3]: each rank's x [2, 3] passed along
+// axis 1 (three ranks) by offset 1 within the group [0, 1] (six ranks, so
+// the peers are 1 apart in the group's order), by -1 within the group [1],
+// and by 3 (once around: the rank's own). Rank (a, b) receives from
+// (a, (b - offset) mod 3).
+Json shiftManifest() {
+  FunctionBuilder f("f");
+  int64_t x = f.input({2, 3}, "f32");
+  f.output(f.op("shift", {x}, {2, 3},
+                {{"grid_axes", {0, 1}}, {"shift_axis", 1}, {"offset", 1}}));
+  f.output(f.op("shift", {x}, {2, 3},
+                {{"grid_axes", {1}}, {"shift_axis", 1}, {"offset", -1}}));
+  f.output(f.op("shift", {x}, {2, 3},
+                {{"grid_axes", {1}}, {"shift_axis", 1}, {"offset", 3}}));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 3}}};
+  return m;
+}
+
+TEST(MultiRankExecutorTest, ShiftRotatesAlongItsAxis) {
+  Bundle bundle = Bundle::parseManifest("s.mtb", shiftManifest().dump());
+  comm::InProcessWorld world(6);
+  std::mutex mutex;
+  std::vector<std::vector<host::Tensor>> outputs(6);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, bundle.gridShape());
+    rank.prepare(bundle);
+    host::ThreadPool pool(1);
+    host::ParameterStore store(bundle, DType::F32, rank.coordinates());
+    host::Executor executor(bundle, "f", store, pool, &rank);
+    std::vector<float> x(6);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        x[i * 3 + j] = input(c.rank(), i, j);
+    auto result = executor.run({{DType::F32, {2, 3}, x.data()}}, {});
+    std::lock_guard<std::mutex> lock(mutex);
+    outputs[c.rank()] = std::move(result);
+  });
+  for (auto &error : errors)
+    ASSERT_FALSE(error) << world.abortReason();
+  for (int64_t r = 0; r < 6; ++r) {
+    int64_t a = r / 3, b = r % 3;
+    ASSERT_EQ(outputs[r].size(), 3u);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        EXPECT_EQ(outputs[r][0].data<float>()[i * 3 + j],
+                  input(a * 3 + (b + 2) % 3, i, j))
+            << "rank " << r;
+        EXPECT_EQ(outputs[r][1].data<float>()[i * 3 + j],
+                  input(a * 3 + (b + 1) % 3, i, j))
+            << "rank " << r;
+        EXPECT_EQ(outputs[r][2].data<float>()[i * 3 + j], input(r, i, j))
+            << "rank " << r;
+      }
+  }
+}
+
+TEST(MultiRankExecutorTest, AShiftAlongAnAxisOutsideItsGroupIsRefused) {
+  Json m = shiftManifest();
+  m["functions"][0]["instructions"][1]["attrs"]["shift_axis"] = 0;
+  expectError([&] { Bundle::parseManifest("s.mtb", m.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"instructions[1].attrs.shift_axis: found 0",
+               "one of the instruction's grid_axes [1]"});
+}
+
 // Sequence parallelism: position_ids split [data, tensor] over grid [2, 2]
 // makes each rank's tile of the global [4, 8] positions: its 2 sequences'
 // positions 4 t .. 4 t + 3.
