@@ -67,6 +67,11 @@ struct PartitionPipelineOptions
                      "residual adds on sequence shards of the tensor-parallel "
                      "ranks"),
       llvm::cl::init(false)};
+  Option<int64_t> contextParallelSize{
+      *this, "context-parallel-size",
+      llvm::cl::desc("Ranks of the context-parallel grid axis (the grid is "
+                     "data x context x tensor above 1)"),
+      llvm::cl::init(1)};
   Option<bool> distributedOptimizer{
       *this, "distributed-optimizer",
       llvm::cl::desc("Shard the optimizer over the data-parallel ranks "
