@@ -305,6 +305,14 @@ void AnnotateShardingsPass::runOnOperation() {
 
     if (sequenceShards)
       annotateSequenceShards(builder, function);
+    // The attention's partition needs to know which sequence split is the
+    // load-balanced one (docs/Parallelism.md, "Context parallelism").
+    if (contextAxis >= 0)
+      function.walk([&](Operation *op) {
+        if (isa<AttentionOp, AttentionGradOp>(op))
+          op->setAttr(kContextAxisAttrName,
+                      builder.getI64IntegerAttr(contextAxis));
+      });
     // Learned position embeddings read positions made inside the step: they
     // follow the tokens' batch split, and under sequence parallelism the
     // residual stream's sequence split (each rank makes the positions of

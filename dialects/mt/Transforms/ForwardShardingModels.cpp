@@ -9,6 +9,7 @@
 #include "ShardingModelSupport.h"
 
 #include "mt/IR/MtDialect.h"
+#include "mt/Transforms/Passes.h"
 
 using namespace mlir;
 using namespace mlir::mt;
@@ -765,12 +766,136 @@ SmallVector<AffineMap> sharding::attentionIndexingMaps(MLIRContext *context) {
           map({d(0), d(3), d(2), d(5)}), map({d(0), d(1), d(2), d(5)})};
 }
 
-/// Causal masks and softmax need whole sequences and head dimensions.
+/// The grid axes splitting dimension `dim` of a tensor of `sharding`.
+static ArrayRef<int16_t> splitOf(Sharding sharding, size_t dim) {
+  if (!sharding || dim >= sharding.getSplitAxes().size())
+    return {};
+  return sharding.getSplitAxes()[dim].asArrayRef();
+}
+
+/// Context parallelism with the keys and values gathered (Megatron-LM's
+/// --cp-comm-type all_gather): every rank's keys and values in rank order,
+/// one block of the rank's queries against them. The backward recomputes
+/// the block's logsumexp, and the keys' and values' gradients, summed over
+/// the ranks whose queries saw them, are reduce-scattered back to their
+/// owners. Positions and the causal mask come from the load-balanced layout
+/// (docs/Parallelism.md, "Context parallelism").
+static LogicalResult
+partitionContextParallelAttention(Operation *op, int16_t contextAxis,
+                                  ArrayRef<Value> partitionedOperands,
+                                  ArrayRef<Sharding> operandShardings,
+                                  IRMapping &partitionMap,
+                                  SymbolTableCollection &symbolTable,
+                                  OpBuilder &builder) {
+  const bool grad = isa<AttentionGradOp>(op);
+  const unsigned q = grad ? 1 : 0;
+  Location loc = op->getLoc();
+  FlatSymbolRefAttr gridName = operandShardings[q].getGridAttr();
+  shard::GridOp grid = shard::getGrid(op, gridName, symbolTable);
+  int64_t cp = grid.getShape()[contextAxis];
+  auto gather = [&](Value local) -> Value {
+    auto type = cast<RankedTensorType>(local.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[1] *= cp;
+    return shard::AllGatherOp::create(
+        builder, loc, RankedTensorType::get(shape, type.getElementType()),
+        gridName.getValue(), ArrayRef<shard::GridAxis>{contextAxis}, local,
+        APInt(64, 1));
+  };
+  Value query = partitionedOperands[q];
+  Value key = gather(partitionedOperands[q + 1]);
+  Value value = gather(partitionedOperands[q + 2]);
+  auto queryType = cast<RankedTensorType>(query.getType());
+  auto valueType = cast<RankedTensorType>(partitionedOperands[q + 2].getType());
+  // [b, s, hq, dv] and the f32 logsumexp [b, hq, s].
+  auto outType = RankedTensorType::get(
+      {queryType.getDimSize(0), queryType.getDimSize(1),
+       queryType.getDimSize(2), valueType.getDimSize(3)},
+      queryType.getElementType());
+  auto statsType = RankedTensorType::get(
+      {queryType.getDimSize(0), queryType.getDimSize(2),
+       queryType.getDimSize(1)},
+      builder.getF32Type());
+  auto causal = op->getAttrOfType<UnitAttr>("causal");
+  auto scale = op->getAttrOfType<FloatAttr>("scale");
+  auto dropout = op->getAttrOfType<FloatAttr>("dropout_p");
+  auto seed = op->getAttrOfType<IntegerAttr>("seed");
+  if (!dropout)
+    dropout = builder.getF64FloatAttr(0.0);
+  if (!seed)
+    seed = builder.getI64IntegerAttr(0);
+  IntegerAttr axisAttr = builder.getI64IntegerAttr(contextAxis);
+  IntegerAttr sizeAttr = builder.getI64IntegerAttr(cp);
+  auto block = AttentionBlockOp::create(
+      builder, loc, outType, statsType, query, key, value, causal, scale,
+      dropout, seed, axisAttr, sizeAttr, /*key_step=*/IntegerAttr());
+  // The dropout's batch and head offsets, as on the whole op.
+  auto tile = [&](Operation *local) {
+    if (dropout.getValueAsDouble() <= 0)
+      return;
+    SmallVector<Attribute> dims;
+    for (size_t d = 0; d < 4; ++d)
+      dims.push_back(
+          DenseI16ArrayAttr::get(op->getContext(), splitOf(operandShardings[q], d)));
+    local->setAttr("mt.split_axes", ArrayAttr::get(op->getContext(), dims));
+  };
+  tile(block);
+  if (!grad) {
+    partitionMap.map(op->getResult(0), block.getResult());
+    return success();
+  }
+  Value outputGrad = partitionedOperands[0];
+  auto delta = AttentionDeltaOp::create(builder, loc, statsType,
+                                        block.getResult(), outputGrad);
+  auto blockGrad = AttentionBlockGradOp::create(
+      builder, loc, queryType, key.getType(), value.getType(), outputGrad,
+      query, key, value, block.getLogsumexp(), delta.getResult(), causal,
+      scale, dropout, seed, axisAttr, sizeAttr, /*key_step=*/IntegerAttr());
+  tile(blockGrad);
+  auto scatter = [&](Value gathered, Value like) -> Value {
+    return shard::ReduceScatterOp::create(
+        builder, loc, like.getType(), gridName.getValue(),
+        ArrayRef<shard::GridAxis>{contextAxis}, gathered,
+        shard::ReductionKind::Sum,
+        APInt(64, 1));
+  };
+  partitionMap.map(op->getResult(0), blockGrad.getQueryGrad());
+  partitionMap.map(op->getResult(1),
+                   scatter(blockGrad.getKeyGrad(), partitionedOperands[2]));
+  partitionMap.map(op->getResult(2),
+                   scatter(blockGrad.getValueGrad(), partitionedOperands[3]));
+  return success();
+}
+
+/// Causal masks and softmax need whole sequences and head dimensions, or
+/// under context parallelism the sequence split alike over one grid axis
+/// for every operand (the queries, keys and values of a rank's chunks).
 LogicalResult sharding::partitionAttention(
     Operation *op, ArrayRef<Value> partitionedOperands,
     ArrayRef<Sharding> operandShardings, ArrayRef<Sharding> resultShardings,
     IRMapping &partitionMap, SymbolTableCollection &symbolTable,
     OpBuilder &builder) {
+  ArrayRef<int16_t> sequence = splitOf(operandShardings[0], 1);
+  bool sameSequence = llvm::all_of(operandShardings, [&](Sharding sharding) {
+    return splitOf(sharding, 1) == sequence;
+  });
+  bool resultsAlike = llvm::all_of(resultShardings, [&](Sharding sharding) {
+    return splitOf(sharding, 1) == sequence;
+  });
+  // Only the axis mt-annotate-shardings made the context axis holds the
+  // load-balanced chunks whose positions attention_block assumes; another
+  // sequence split (a plain block of it) is refused below.
+  auto contextAxis = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+  if (contextAxis && sequence.size() == 1 &&
+      sequence.front() == contextAxis.getInt() && sameSequence &&
+      resultsAlike &&
+      llvm::all_of(operandShardings, [](Sharding sharding) {
+        return splitOf(sharding, 3).empty();
+      }))
+    return partitionContextParallelAttention(op, sequence.front(),
+                                             partitionedOperands,
+                                             operandShardings, partitionMap,
+                                             symbolTable, builder);
   for (Sharding sharding : operandShardings) {
     if (!sharding)
       continue;
@@ -779,7 +904,11 @@ LogicalResult sharding::partitionAttention(
       if (dim != 2 && !split[dim].empty())
         return op->emitOpError()
                << "can be partitioned along batch and heads only; dimension "
-               << dim << " is sharded";
+               << dim
+               << " is sharded (a sequence split alike for the queries, keys "
+                  "and values over the context axis that "
+                  "mt-annotate-shardings{context-parallel-size} marks, "
+               << kContextAxisAttrName << ", is context parallelism)";
   }
   shard::partitionTriviallyShardableOperation(
       *op, partitionedOperands, operandShardings, resultShardings,

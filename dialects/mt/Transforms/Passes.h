@@ -38,6 +38,13 @@ void printOverlap(ModuleOp module, const CostModel &model,
 /// scale.
 inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 
+/// The discardable i64 attribute mt-annotate-shardings puts on mt.attention
+/// and mt.attention_grad under context parallelism: the grid axis whose
+/// sequence split holds the load-balanced chunks (docs/Parallelism.md,
+/// "Context parallelism"), which the attention's partition turns into
+/// mt.attention_block over the gathered keys and values.
+inline constexpr llvm::StringLiteral kContextAxisAttrName = "mt.context_axis";
+
 /// The discardable unit attribute on the all-gathers mt-regather-in-backward
 /// clones into the backward pass; it keeps CSE from merging them back.
 inline constexpr llvm::StringLiteral kRegatheredAttrName = "mt.regathered";

@@ -1,0 +1,76 @@
+// RUN: megatron-opt %s -split-input-file -verify-diagnostics \
+// RUN:   --pass-pipeline='builtin.module(func.func(sharding-propagation,shard-partition))' | FileCheck %s
+
+// Context parallelism (docs/Parallelism.md, "Context parallelism"): the
+// attention core with the sequence of its queries, keys and values split
+// over the axis mt-annotate-shardings marks (mt.context_axis), here axis 0
+// of a cp x tp grid with the heads over axis 1, becomes one block of the
+// rank's queries against every rank's keys and values, gathered along the
+// sequence (cp_comm_type all_gather); the dropout's tile is recorded.
+
+shard.grid @grid(shape = 2x2)
+
+// CHECK-LABEL: func.func @attention_gathered
+// CHECK-SAME: %[[Q:.+]]: tensor<2x4x2x4xf32>, %[[K:.+]]: tensor<2x4x1x4xf32>, %[[V:.+]]: tensor<2x4x1x4xf32>
+func.func @attention_gathered(%q: tensor<2x8x4x4xf32>, %k: tensor<2x8x2x4xf32>, %v: tensor<2x8x2x4xf32>) -> tensor<2x8x4x4xf32> {
+  %split = shard.sharding @grid split_axes = [[], [0], [1]] : !shard.sharding
+  %qs = shard.shard %q to %split annotate_for_users : tensor<2x8x4x4xf32>
+  %ks = shard.shard %k to %split annotate_for_users : tensor<2x8x2x4xf32>
+  %vs = shard.shard %v to %split annotate_for_users : tensor<2x8x2x4xf32>
+  // CHECK: %[[KG:.+]] = shard.all_gather %[[K]] on @grid grid_axes = [0] gather_axis = 1 : tensor<2x4x1x4xf32> -> tensor<2x8x1x4xf32>
+  // CHECK: %[[VG:.+]] = shard.all_gather %[[V]] on @grid grid_axes = [0] gather_axis = 1 : tensor<2x4x1x4xf32> -> tensor<2x8x1x4xf32>
+  // CHECK: %[[O:.+]], %{{.+}} = mt.attention_block %[[Q]], %[[KG]], %[[VG]] causal {context_axis = 0 : i64, context_size = 2 : i64, dropout_p = 1.000000e-01 : f64, mt.split_axes = [array<i16>, array<i16: 0>, array<i16: 1>, array<i16>], seed = 7 : i64} : (tensor<2x4x2x4xf32>, tensor<2x8x1x4xf32>, tensor<2x8x1x4xf32>) -> (tensor<2x4x2x4xf32>, tensor<2x2x4xf32>)
+  // CHECK-NOT: shard.
+  // CHECK: return %[[O]]
+  %o = mt.attention %qs, %ks, %vs causal {dropout_p = 0.1 : f64, seed = 7 : i64, mt.context_axis = 0 : i64} : (tensor<2x8x4x4xf32>, tensor<2x8x2x4xf32>, tensor<2x8x2x4xf32>) -> tensor<2x8x4x4xf32>
+  %os = shard.shard %o to %split : tensor<2x8x4x4xf32>
+  return %os : tensor<2x8x4x4xf32>
+}
+
+// -----
+
+// The backward: the gathered keys and values, the block's logsumexp
+// recomputed, the delta, the block's gradients, and the keys' and values'
+// gradients (every rank's queries' terms) reduce-scattered back to their
+// owners along the sequence.
+
+shard.grid @grid(shape = 2)
+
+// CHECK-LABEL: func.func @attention_grad_gathered
+// CHECK-SAME: %[[DO:.+]]: tensor<1x4x2x4xf32>, %[[Q:.+]]: tensor<1x4x2x4xf32>, %[[K:.+]]: tensor<1x4x2x4xf32>, %[[V:.+]]: tensor<1x4x2x4xf32>
+func.func @attention_grad_gathered(%do: tensor<1x8x2x4xf32>, %q: tensor<1x8x2x4xf32>, %k: tensor<1x8x2x4xf32>, %v: tensor<1x8x2x4xf32>) -> (tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>) {
+  %split = shard.sharding @grid split_axes = [[], [0]] : !shard.sharding
+  %dos = shard.shard %do to %split annotate_for_users : tensor<1x8x2x4xf32>
+  %qs = shard.shard %q to %split annotate_for_users : tensor<1x8x2x4xf32>
+  %ks = shard.shard %k to %split annotate_for_users : tensor<1x8x2x4xf32>
+  %vs = shard.shard %v to %split annotate_for_users : tensor<1x8x2x4xf32>
+  // CHECK: %[[KG:.+]] = shard.all_gather %[[K]] on @grid grid_axes = [0] gather_axis = 1 : tensor<1x4x2x4xf32> -> tensor<1x8x2x4xf32>
+  // CHECK: %[[VG:.+]] = shard.all_gather %[[V]] on @grid grid_axes = [0] gather_axis = 1
+  // CHECK: %[[O:.+]], %[[L:.+]] = mt.attention_block %[[Q]], %[[KG]], %[[VG]] causal {context_axis = 0 : i64, context_size = 2 : i64
+  // CHECK: %[[D:.+]] = mt.attention_delta %[[O]], %[[DO]] : tensor<1x4x2x4xf32> -> tensor<1x2x4xf32>
+  // CHECK: %[[DQ:.+]], %[[DKG:.+]], %[[DVG:.+]] = mt.attention_block_grad %[[DO]], %[[Q]], %[[KG]], %[[VG]], %[[L]], %[[D]] causal {context_axis = 0 : i64, context_size = 2 : i64
+  // CHECK: %[[DK:.+]] = shard.reduce_scatter %[[DKG]] on @grid grid_axes = [0] scatter_axis = 1 : tensor<1x8x2x4xf32> -> tensor<1x4x2x4xf32>
+  // CHECK: %[[DV:.+]] = shard.reduce_scatter %[[DVG]] on @grid grid_axes = [0] scatter_axis = 1 : tensor<1x8x2x4xf32> -> tensor<1x4x2x4xf32>
+  // CHECK: return %[[DQ]], %[[DK]], %[[DV]]
+  %dq, %dk, %dv = mt.attention_grad %dos, %qs, %ks, %vs causal {mt.context_axis = 0 : i64} : (tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>) -> (tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>)
+  %dqs = shard.shard %dq to %split : tensor<1x8x2x4xf32>
+  %dks = shard.shard %dk to %split : tensor<1x8x2x4xf32>
+  %dvs = shard.shard %dv to %split : tensor<1x8x2x4xf32>
+  return %dqs, %dks, %dvs : tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>
+}
+
+// -----
+
+// A sequence split over another axis than the marked context axis is a
+// plain block of the sequence, not the load-balanced chunks: refused.
+
+shard.grid @grid(shape = 2x2)
+
+func.func @attention_other_axis(%q: tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32> {
+  %split = shard.sharding @grid split_axes = [[], [1]] : !shard.sharding
+  %qs = shard.shard %q to %split annotate_for_users : tensor<2x8x4x4xf32>
+  // expected-error @+1 {{'mt.attention' op can be partitioned along batch and heads only; dimension 1 is sharded (a sequence split alike for the queries, keys and values over the context axis that mt-annotate-shardings{context-parallel-size} marks, mt.context_axis, is context parallelism)}}
+  %o = mt.attention %qs, %qs, %qs causal {mt.context_axis = 0 : i64} : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32>
+  %os = shard.shard %o to %split : tensor<2x8x4x4xf32>
+  return %os : tensor<2x8x4x4xf32>
+}
