@@ -238,6 +238,13 @@ void AnnotateShardingsPass::runOnOperation() {
                        << ") must be positive";
     return signalPassFailure();
   }
+  if (cpCommType != "p2p" && cpCommType != "all_gather") {
+    module.emitError() << "mt-annotate-shardings: cp-comm-type '"
+                       << cpCommType
+                       << "' is not an exchange of keys and values here; use "
+                          "p2p (the ring) or all_gather";
+    return signalPassFailure();
+  }
   OpBuilder builder(module.getBodyRegion());
   SmallVector<int64_t> gridShape{dataParallelSize, tensorParallelSize};
   if (contextParallelSize > 1) {
@@ -309,9 +316,12 @@ void AnnotateShardingsPass::runOnOperation() {
     // load-balanced one (docs/Parallelism.md, "Context parallelism").
     if (contextAxis >= 0)
       function.walk([&](Operation *op) {
-        if (isa<AttentionOp, AttentionGradOp>(op))
+        if (isa<AttentionOp, AttentionGradOp>(op)) {
           op->setAttr(kContextAxisAttrName,
                       builder.getI64IntegerAttr(contextAxis));
+          op->setAttr(kContextExchangeAttrName,
+                      builder.getStringAttr(cpCommType));
+        }
       });
     // Learned position embeddings read positions made inside the step: they
     // follow the tokens' batch split, and under sequence parallelism the

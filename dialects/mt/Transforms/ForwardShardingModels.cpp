@@ -773,49 +773,60 @@ static ArrayRef<int16_t> splitOf(Sharding sharding, size_t dim) {
   return sharding.getSplitAxes()[dim].asArrayRef();
 }
 
-/// Context parallelism with the keys and values gathered (Megatron-LM's
-/// --cp-comm-type all_gather): every rank's keys and values in rank order,
-/// one block of the rank's queries against them. The backward recomputes
-/// the block's logsumexp, and the keys' and values' gradients, summed over
-/// the ranks whose queries saw them, are reduce-scattered back to their
-/// owners. Positions and the causal mask come from the load-balanced layout
-/// (docs/Parallelism.md, "Context parallelism").
-static LogicalResult
-partitionContextParallelAttention(Operation *op, int16_t contextAxis,
-                                  ArrayRef<Value> partitionedOperands,
-                                  ArrayRef<Sharding> operandShardings,
-                                  IRMapping &partitionMap,
-                                  SymbolTableCollection &symbolTable,
-                                  OpBuilder &builder) {
+/// Context parallelism (docs/Parallelism.md, "Context parallelism"): the
+/// rank's queries (its two load-balanced chunks) against every rank's keys
+/// and values, positions and the causal mask from the layout.
+///
+/// all_gather (Megatron-LM's --cp-comm-type all_gather): every rank's keys
+/// and values gathered in rank order, one block; the backward recomputes
+/// its logsumexp, and the keys' and values' gradients, summed over the
+/// ranks whose queries saw them, are reduce-scattered to their owners.
+///
+/// p2p (the ring): step s holds rank (r - s)'s keys and values, passed on
+/// by a shard.shift of one place per step, and merges its block into the
+/// running output and logsumexp. The backward recomputes the merged
+/// logsumexp the same way, then runs the steps again: dq sums on the rank,
+/// and the keys' and values' gradients travel with their block, each rank
+/// adding its term, and a last shift returns them to their owners.
+static LogicalResult partitionContextParallelAttention(
+    Operation *op, int16_t contextAxis, bool ring,
+    ArrayRef<Value> partitionedOperands, ArrayRef<Sharding> operandShardings,
+    IRMapping &partitionMap, SymbolTableCollection &symbolTable,
+    OpBuilder &builder) {
   const bool grad = isa<AttentionGradOp>(op);
   const unsigned q = grad ? 1 : 0;
   Location loc = op->getLoc();
-  FlatSymbolRefAttr gridName = operandShardings[q].getGridAttr();
-  shard::GridOp grid = shard::getGrid(op, gridName, symbolTable);
+  StringRef gridName = operandShardings[q].getGrid();
+  shard::GridOp grid = shard::getGrid(
+      op, FlatSymbolRefAttr::get(op->getContext(), gridName), symbolTable);
   int64_t cp = grid.getShape()[contextAxis];
+  ArrayRef<shard::GridAxis> axes(contextAxis);
   auto gather = [&](Value local) -> Value {
     auto type = cast<RankedTensorType>(local.getType());
     SmallVector<int64_t> shape(type.getShape());
     shape[1] *= cp;
     return shard::AllGatherOp::create(
         builder, loc, RankedTensorType::get(shape, type.getElementType()),
-        gridName.getValue(), ArrayRef<shard::GridAxis>{contextAxis}, local,
-        APInt(64, 1));
+        gridName, axes, local, APInt(64, 1));
+  };
+  auto shift = [&](Value local) -> Value {
+    return shard::ShiftOp::create(builder, loc, local.getType(), gridName,
+                                  axes, local, APInt(64, contextAxis),
+                                  /*offset=*/1, /*rotate=*/true);
   };
   Value query = partitionedOperands[q];
-  Value key = gather(partitionedOperands[q + 1]);
-  Value value = gather(partitionedOperands[q + 2]);
   auto queryType = cast<RankedTensorType>(query.getType());
-  auto valueType = cast<RankedTensorType>(partitionedOperands[q + 2].getType());
+  auto valueType =
+      cast<RankedTensorType>(partitionedOperands[q + 2].getType());
   // [b, s, hq, dv] and the f32 logsumexp [b, hq, s].
   auto outType = RankedTensorType::get(
       {queryType.getDimSize(0), queryType.getDimSize(1),
        queryType.getDimSize(2), valueType.getDimSize(3)},
       queryType.getElementType());
-  auto statsType = RankedTensorType::get(
-      {queryType.getDimSize(0), queryType.getDimSize(2),
-       queryType.getDimSize(1)},
-      builder.getF32Type());
+  auto statsType = RankedTensorType::get({queryType.getDimSize(0),
+                                          queryType.getDimSize(2),
+                                          queryType.getDimSize(1)},
+                                         builder.getF32Type());
   auto causal = op->getAttrOfType<UnitAttr>("causal");
   auto scale = op->getAttrOfType<FloatAttr>("scale");
   auto dropout = op->getAttrOfType<FloatAttr>("dropout_p");
@@ -826,44 +837,98 @@ partitionContextParallelAttention(Operation *op, int16_t contextAxis,
     seed = builder.getI64IntegerAttr(0);
   IntegerAttr axisAttr = builder.getI64IntegerAttr(contextAxis);
   IntegerAttr sizeAttr = builder.getI64IntegerAttr(cp);
-  auto block = AttentionBlockOp::create(
-      builder, loc, outType, statsType, query, key, value, causal, scale,
-      dropout, seed, axisAttr, sizeAttr, /*key_step=*/IntegerAttr());
   // The dropout's batch and head offsets, as on the whole op.
   auto tile = [&](Operation *local) {
     if (dropout.getValueAsDouble() <= 0)
       return;
     SmallVector<Attribute> dims;
     for (size_t d = 0; d < 4; ++d)
-      dims.push_back(
-          DenseI16ArrayAttr::get(op->getContext(), splitOf(operandShardings[q], d)));
+      dims.push_back(DenseI16ArrayAttr::get(op->getContext(),
+                                            splitOf(operandShardings[q], d)));
     local->setAttr("mt.split_axes", ArrayAttr::get(op->getContext(), dims));
   };
-  tile(block);
+
+  // The key and value blocks: one gathered, or one per ring step.
+  SmallVector<Value> keys, values;
+  SmallVector<IntegerAttr> steps;
+  if (ring) {
+    keys.push_back(partitionedOperands[q + 1]);
+    values.push_back(partitionedOperands[q + 2]);
+    for (int64_t step = 1; step < cp; ++step) {
+      keys.push_back(shift(keys.back()));
+      values.push_back(shift(values.back()));
+    }
+    for (int64_t step = 0; step < cp; ++step)
+      steps.push_back(builder.getI64IntegerAttr(step));
+  } else {
+    keys.push_back(gather(partitionedOperands[q + 1]));
+    values.push_back(gather(partitionedOperands[q + 2]));
+    steps.push_back(IntegerAttr());
+  }
+  // The forward, merged over the blocks (recomputed in the backward).
+  Value out, stats;
+  for (auto [key, value, step] : llvm::zip_equal(keys, values, steps)) {
+    auto block = AttentionBlockOp::create(builder, loc, outType, statsType,
+                                          query, key, value, causal, scale,
+                                          dropout, seed, axisAttr, sizeAttr,
+                                          step);
+    tile(block);
+    if (!out) {
+      out = block.getResult();
+      stats = block.getLogsumexp();
+      continue;
+    }
+    auto merge = AttentionMergeOp::create(builder, loc, outType, statsType,
+                                          out, stats, block.getResult(),
+                                          block.getLogsumexp());
+    out = merge.getResult();
+    stats = merge.getResultLogsumexp();
+  }
   if (!grad) {
-    partitionMap.map(op->getResult(0), block.getResult());
+    partitionMap.map(op->getResult(0), out);
     return success();
   }
   Value outputGrad = partitionedOperands[0];
-  auto delta = AttentionDeltaOp::create(builder, loc, statsType,
-                                        block.getResult(), outputGrad);
-  auto blockGrad = AttentionBlockGradOp::create(
-      builder, loc, queryType, key.getType(), value.getType(), outputGrad,
-      query, key, value, block.getLogsumexp(), delta.getResult(), causal,
-      scale, dropout, seed, axisAttr, sizeAttr, /*key_step=*/IntegerAttr());
-  tile(blockGrad);
-  auto scatter = [&](Value gathered, Value like) -> Value {
-    return shard::ReduceScatterOp::create(
-        builder, loc, like.getType(), gridName.getValue(),
-        ArrayRef<shard::GridAxis>{contextAxis}, gathered,
-        shard::ReductionKind::Sum,
-        APInt(64, 1));
-  };
-  partitionMap.map(op->getResult(0), blockGrad.getQueryGrad());
-  partitionMap.map(op->getResult(1),
-                   scatter(blockGrad.getKeyGrad(), partitionedOperands[2]));
-  partitionMap.map(op->getResult(2),
-                   scatter(blockGrad.getValueGrad(), partitionedOperands[3]));
+  Value delta =
+      AttentionDeltaOp::create(builder, loc, statsType, out, outputGrad);
+  Value queryGrad, keyGrad, valueGrad;
+  for (auto [key, value, step] : llvm::zip_equal(keys, values, steps)) {
+    auto blockGrad = AttentionBlockGradOp::create(
+        builder, loc, queryType, key.getType(), value.getType(), outputGrad,
+        query, key, value, stats, delta, causal, scale, dropout, seed,
+        axisAttr, sizeAttr, step);
+    tile(blockGrad);
+    if (!queryGrad) {
+      queryGrad = blockGrad.getQueryGrad();
+      keyGrad = blockGrad.getKeyGrad();
+      valueGrad = blockGrad.getValueGrad();
+      continue;
+    }
+    // The running block gradients move on with their block.
+    queryGrad = AddOp::create(builder, loc, queryGrad.getType(), queryGrad,
+                              blockGrad.getQueryGrad());
+    keyGrad = AddOp::create(builder, loc, keyGrad.getType(), shift(keyGrad),
+                            blockGrad.getKeyGrad());
+    valueGrad = AddOp::create(builder, loc, valueGrad.getType(),
+                              shift(valueGrad), blockGrad.getValueGrad());
+  }
+  if (ring) {
+    // Step cp - 1 holds rank (r + 1)'s block: one more place home.
+    keyGrad = shift(keyGrad);
+    valueGrad = shift(valueGrad);
+  } else {
+    auto scatter = [&](Value gathered, Value like) -> Value {
+      return shard::ReduceScatterOp::create(builder, loc, like.getType(),
+                                            gridName, axes, gathered,
+                                            shard::ReductionKind::Sum,
+                                            APInt(64, 1));
+    };
+    keyGrad = scatter(keyGrad, partitionedOperands[2]);
+    valueGrad = scatter(valueGrad, partitionedOperands[3]);
+  }
+  partitionMap.map(op->getResult(0), queryGrad);
+  partitionMap.map(op->getResult(1), keyGrad);
+  partitionMap.map(op->getResult(2), valueGrad);
   return success();
 }
 
@@ -886,13 +951,16 @@ LogicalResult sharding::partitionAttention(
   // load-balanced chunks whose positions attention_block assumes; another
   // sequence split (a plain block of it) is refused below.
   auto contextAxis = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+  // Megatron-LM's default exchange is the ring.
+  auto exchange = op->getAttrOfType<StringAttr>(kContextExchangeAttrName);
+  bool ring = !exchange || exchange.getValue() != "all_gather";
   if (contextAxis && sequence.size() == 1 &&
       sequence.front() == contextAxis.getInt() && sameSequence &&
       resultsAlike &&
       llvm::all_of(operandShardings, [](Sharding sharding) {
         return splitOf(sharding, 3).empty();
       }))
-    return partitionContextParallelAttention(op, sequence.front(),
+    return partitionContextParallelAttention(op, sequence.front(), ring,
                                              partitionedOperands,
                                              operandShardings, partitionMap,
                                              symbolTable, builder);

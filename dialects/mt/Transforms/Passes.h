@@ -44,6 +44,10 @@ inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 /// "Context parallelism"), which the attention's partition turns into
 /// mt.attention_block over the gathered keys and values.
 inline constexpr llvm::StringLiteral kContextAxisAttrName = "mt.context_axis";
+/// With it, the exchange of keys and values (Megatron-LM's --cp-comm-type):
+/// "p2p" (the ring of shard.shift, also when absent) or "all_gather".
+inline constexpr llvm::StringLiteral kContextExchangeAttrName =
+    "mt.cp_comm_type";
 
 /// The discardable unit attribute on the all-gathers mt-regather-in-backward
 /// clones into the backward pass; it keeps CSE from merging them back.

@@ -201,7 +201,11 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
            "Ranks of the context-parallel grid axis (Megatron-LM's "
            "--context-parallel-size): above 1 the grid is data x context x "
            "tensor and every token batch and activation is split along the "
-           "sequence over it">
+           "sequence over it">,
+    Option<"cpCommType", "cp-comm-type", "std::string", "\"p2p\"",
+           "How attention exchanges keys and values over the context axis "
+           "(Megatron-LM's --cp-comm-type): p2p (a ring of shard.shift) or "
+           "all_gather">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }

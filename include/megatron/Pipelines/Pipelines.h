@@ -72,6 +72,11 @@ struct PartitionPipelineOptions
       llvm::cl::desc("Ranks of the context-parallel grid axis (the grid is "
                      "data x context x tensor above 1)"),
       llvm::cl::init(1)};
+  Option<std::string> cpCommType{
+      *this, "cp-comm-type",
+      llvm::cl::desc("How attention exchanges keys and values over the "
+                     "context axis: p2p (the ring) or all_gather"),
+      llvm::cl::init("p2p")};
   Option<bool> distributedOptimizer{
       *this, "distributed-optimizer",
       llvm::cl::desc("Shard the optimizer over the data-parallel ranks "

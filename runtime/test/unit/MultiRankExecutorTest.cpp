@@ -365,3 +365,197 @@ TEST(MultiRankExecutorTest, ParameterShardsHoldTheirGlobalValues) {
 }
 
 } // namespace
+
+namespace {
+
+/// The program partitionAttention makes of mt.attention and
+/// mt.attention_grad under context parallelism (ForwardShardingModels.cpp,
+/// test/dialects/mt/sharding-partition-context.mlir), over grid [cp]:
+/// inputs q, k, v, dout of the rank's chunks; outputs out, dq, dk, dv.
+/// The ring: cp steps of shifted keys and values, merged; the gradients of
+/// keys and values move on with their block and a last shift takes them
+/// home. The gathered form: one block over every rank's keys, dk and dv
+/// reduce-scattered.
+Json contextParallelAttentionManifest(int64_t cp, bool ring,
+                                      const std::vector<int64_t> &qShape,
+                                      const std::vector<int64_t> &kShape) {
+  const std::vector<int64_t> rows = {qShape[0], qShape[2], qShape[1]};
+  std::vector<int64_t> gatheredShape = kShape;
+  gatheredShape[1] *= cp;
+  FunctionBuilder f("f");
+  int64_t q = f.input(qShape, "f32"), k = f.input(kShape, "f32"),
+          v = f.input(kShape, "f32"), dout = f.input(qShape, "f32");
+  Json attrs = {{"causal", true},
+                {"dropout_p", 0.1},
+                {"seed", 11},
+                {"context_axis", 0},
+                {"context_size", cp}};
+  Json ringAttrs = {{"grid_axes", {0}}, {"shift_axis", 0}, {"offset", 1}};
+  std::vector<int64_t> keys, values;
+  std::vector<std::optional<int64_t>> steps;
+  if (ring) {
+    keys.push_back(k);
+    values.push_back(v);
+    for (int64_t s = 0; s < cp; ++s) {
+      steps.push_back(s);
+      if (s > 0) {
+        keys.push_back(f.op("shift", {keys.back()}, kShape, ringAttrs));
+        values.push_back(f.op("shift", {values.back()}, kShape, ringAttrs));
+      }
+    }
+  } else {
+    Json gather = {{"grid_axes", {0}}, {"gather_axis", 1}};
+    keys.push_back(f.op("all_gather", {k}, gatheredShape, gather));
+    values.push_back(f.op("all_gather", {v}, gatheredShape, gather));
+    steps.push_back(std::nullopt);
+  }
+  auto withStep = [&](std::optional<int64_t> step) {
+    Json a = attrs;
+    if (step)
+      a["key_step"] = *step;
+    return a;
+  };
+  int64_t out = -1, lse = -1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int64_t o = f.value(qShape), l = f.value(rows);
+    f.inst("attention_block", {q, keys[i], values[i]}, {o, l},
+           withStep(steps[i]));
+    if (out < 0) {
+      out = o;
+      lse = l;
+      continue;
+    }
+    int64_t mo = f.value(qShape), ml = f.value(rows);
+    f.inst("attention_merge", {out, lse, o, l}, {mo, ml});
+    out = mo;
+    lse = ml;
+  }
+  int64_t delta = f.value(rows);
+  f.inst("attention_delta", {out, dout}, {delta});
+  int64_t dq = -1, dk = -1, dv = -1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<int64_t> blockShape = ring ? kShape : gatheredShape;
+    int64_t bq = f.value(qShape), bk = f.value(blockShape),
+            bv = f.value(blockShape);
+    f.inst("attention_block_grad", {dout, q, keys[i], values[i], lse, delta},
+           {bq, bk, bv}, withStep(steps[i]));
+    if (dq < 0) {
+      dq = bq;
+      dk = bk;
+      dv = bv;
+      continue;
+    }
+    dq = f.op("add", {dq, bq}, qShape);
+    dk = f.op("add", {f.op("shift", {dk}, kShape, ringAttrs), bk}, kShape);
+    dv = f.op("add", {f.op("shift", {dv}, kShape, ringAttrs), bv}, kShape);
+  }
+  if (ring) {
+    dk = f.op("shift", {dk}, kShape, ringAttrs);
+    dv = f.op("shift", {dv}, kShape, ringAttrs);
+  } else {
+    Json scatter = {{"grid_axes", {0}}, {"scatter_axis", 1},
+                    {"reduction", "sum"}};
+    dk = f.op("reduce_scatter", {dk}, kShape, scatter);
+    dv = f.op("reduce_scatter", {dv}, kShape, scatter);
+  }
+  for (int64_t r : {out, dq, dk, dv})
+    f.output(r);
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {cp}}};
+  return m;
+}
+
+} // namespace
+
+// Context parallelism's attention as the partition makes it, CP2 and CP4,
+// the ring and the gathered keys, grouped-query heads (2 and 1), causal,
+// dropout 0.1: every rank's out, dq, dk and dv against the rows of its
+// chunks of the whole sequence's attention and its gradients (float32,
+// within 1e-5).
+TEST(MultiRankExecutorTest, ContextParallelAttentionEqualsTheWholeSequence) {
+  constexpr int64_t batch = 1, heads = 2, dim = 4;
+  for (int64_t cp : {2, 4})
+    for (bool ring : {true, false}) {
+      SCOPED_TRACE("cp " + std::to_string(cp) + (ring ? " ring" : " gather"));
+      const int64_t seq = 8 * cp, local = seq / cp;
+      const std::vector<int64_t> qShape = {batch, local, heads, dim};
+      const std::vector<int64_t> kShape = {batch, local, 1, dim};
+      Bundle bundle = Bundle::parseManifest(
+          "cp.mtb",
+          contextParallelAttentionManifest(cp, ring, qShape, kShape).dump());
+      auto values = [](int64_t n, int64_t salt) {
+        std::vector<float> x(n);
+        for (int64_t i = 0; i < n; ++i)
+          x[i] = std::sin(0.37f * i + salt);
+        return x;
+      };
+      std::vector<float> wq = values(seq * heads * dim, 1),
+                         wk = values(seq * dim, 2), wv = values(seq * dim, 3),
+                         wdout = values(seq * heads * dim, 4);
+      host::AttentionParams whole;
+      whole.batch = batch;
+      whole.seqQ = whole.seqK = seq;
+      whole.headsQ = heads;
+      whole.headsKv = 1;
+      whole.headDim = whole.headDimV = dim;
+      whole.causal = true;
+      whole.dropoutP = 0.1;
+      whole.seed = 11;
+      whole.firstSample = 5;
+      host::ThreadPool wholePool(1);
+      std::vector<float> wout(wq.size()), wlse(heads * seq), wdq(wq.size()),
+          wdk(wk.size()), wdv(wv.size());
+      host::attentionForward<float>(wholePool, whole, wq.data(), wk.data(),
+                                    wv.data(), wout.data(), wlse.data());
+      host::attentionBackward<float>(wholePool, whole, wq.data(), wk.data(),
+                                     wv.data(), wlse.data(), wdout.data(),
+                                     wdq.data(), wdk.data(), wdv.data());
+      auto rowsOf = [](const std::vector<float> &x, int64_t width,
+                       const std::vector<int64_t> &at) {
+        std::vector<float> out;
+        for (int64_t pos : at)
+          out.insert(out.end(), x.begin() + pos * width,
+                     x.begin() + (pos + 1) * width);
+        return out;
+      };
+      comm::InProcessWorld world(static_cast<int>(cp));
+      std::mutex mutex;
+      std::vector<std::vector<host::Tensor>> outputs(cp);
+      auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+        comm::RankContext rank(c, bundle.gridShape());
+        rank.prepare(bundle);
+        host::ThreadPool pool(1);
+        host::ParameterStore store(bundle, DType::F32, rank.coordinates());
+        host::Executor executor(bundle, "f", store, pool, &rank);
+        std::vector<int64_t> mine(local);
+        host::contextParallelPositions(c.rank(), cp, seq, mine.data());
+        std::vector<float> rq = rowsOf(wq, heads * dim, mine),
+                           rk = rowsOf(wk, dim, mine),
+                           rv = rowsOf(wv, dim, mine),
+                           rdout = rowsOf(wdout, heads * dim, mine);
+        auto view = [](const std::vector<float> &x,
+                       std::vector<int64_t> shape) {
+          return host::TensorView{DType::F32, std::move(shape), x.data()};
+        };
+        auto result = executor.run({view(rq, qShape), view(rk, kShape),
+                                    view(rv, kShape), view(rdout, qShape)},
+                                   {0, 5});
+        std::lock_guard<std::mutex> lock(mutex);
+        outputs[c.rank()] = std::move(result);
+      });
+      for (auto &error : errors)
+        ASSERT_FALSE(error) << world.abortReason();
+      for (int64_t r = 0; r < cp; ++r) {
+        std::vector<int64_t> mine(local);
+        host::contextParallelPositions(r, cp, seq, mine.data());
+        ASSERT_EQ(outputs[r].size(), 4u);
+        const std::vector<float> expected[] = {
+            rowsOf(wout, heads * dim, mine), rowsOf(wdq, heads * dim, mine),
+            rowsOf(wdk, dim, mine), rowsOf(wdv, dim, mine)};
+        for (size_t o = 0; o < 4; ++o)
+          for (size_t i = 0; i < expected[o].size(); ++i)
+            EXPECT_NEAR(outputs[r][o].data<float>()[i], expected[o][i], 1e-5)
+                << "rank " << r << " output " << o << " element " << i;
+      }
+    }
+}

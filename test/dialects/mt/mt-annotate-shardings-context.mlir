@@ -3,6 +3,9 @@
 // RUN:   | FileCheck %s
 // RUN: not megatron-opt %s -split-input-file '-mt-annotate-shardings=context-parallel-size=0' 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=SIZE
+// RUN: megatron-opt %s -split-input-file \
+// RUN:   '-mt-annotate-shardings=context-parallel-size=2 cp-comm-type=all_gather' \
+// RUN:   | FileCheck %s --check-prefix=GATHER
 
 // Context parallelism (docs/Parallelism.md, "Context parallelism"): a
 // dp x cp x tp grid, the tensor axis fastest; token and label batches,
@@ -39,6 +42,22 @@ func.func @train_step(%tokens: tensor<4x16xi32>,
 func.func @stage(%x: tensor<4x16x8xf32>) -> tensor<4x16x8xf32> attributes {mt.pipeline_stage = 0 : i64} {
   // CHECK: shard.sharding @grid split_axes = {{\[\[}}0], [1, 2], []]
   return %x : tensor<4x16x8xf32>
+}
+
+// -----
+
+// The attention ops carry the context axis and the exchange (the ring,
+// Megatron-LM's default, or all_gather), which their partition reads.
+
+// CHECK-LABEL: func.func @marked
+// GATHER-LABEL: func.func @marked
+func.func @marked(%q: tensor<1x16x2x4xf32>, %do: tensor<1x16x2x4xf32>) -> tensor<1x16x2x4xf32> {
+  // CHECK: mt.attention {{.*}}causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "p2p"}
+  // CHECK: mt.attention_grad {{.*}}causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "p2p"}
+  // GATHER: mt.attention {{.*}}causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "all_gather"}
+  %o = mt.attention %q, %q, %q causal : (tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>) -> tensor<1x16x2x4xf32>
+  %dq, %dk, %dv = mt.attention_grad %do, %q, %q, %q causal : (tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>) -> (tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>)
+  return %o : tensor<1x16x2x4xf32>
 }
 
 // -----
