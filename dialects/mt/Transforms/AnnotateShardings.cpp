@@ -333,8 +333,12 @@ void AnnotateShardingsPass::runOnOperation() {
         SmallVector<SmallVector<int16_t>> axes(positions.getType().getRank());
         if (dataParallelSize > 1)
           axes[0].push_back(kDataAxis);
-        if (contextAxis >= 0 && axes.size() == 2)
+        if (contextAxis >= 0 && axes.size() == 2) {
           axes[1].push_back(contextAxis);
+          // The rank's positions are those of its load-balanced chunks.
+          positions->setAttr(kContextAxisAttrName,
+                             builder.getI64IntegerAttr(contextAxis));
+        }
         if (sequenceShards && axes.size() == 2)
           axes[1].push_back(tensorAxis);
         Value annotated =

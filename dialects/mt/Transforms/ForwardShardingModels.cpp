@@ -248,6 +248,23 @@ struct PositionIdsModel
         partitionMap, symbolTable, builder);
     if (!axesOfDim(resultShardings[0], 1).empty())
       recordGlobalTile(op, op->getResult(0), resultShardings[0], partitionMap);
+    // Context parallelism: the tile is a block of the load-balanced
+    // sequence, whose positions the bundle's position_ids maps through the
+    // layout (context_axis, context_size).
+    auto context = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+    Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
+    local->removeAttr(kContextAxisAttrName);
+    if (context && llvm::is_contained(axesOfDim(resultShardings[0], 1),
+                                      context.getInt())) {
+      shard::GridOp grid = shard::getGrid(
+          op, FlatSymbolRefAttr::get(op->getContext(),
+                                     resultShardings[0].getGrid()),
+          symbolTable);
+      local->setAttr(kContextAxisAttrName, context);
+      local->setAttr(kContextSizeAttrName,
+                     builder.getI64IntegerAttr(
+                         grid.getShape()[context.getInt()]));
+    }
     return success();
   }
 };

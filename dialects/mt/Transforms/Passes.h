@@ -44,6 +44,10 @@ inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 /// "Context parallelism"), which the attention's partition turns into
 /// mt.attention_block over the gathered keys and values.
 inline constexpr llvm::StringLiteral kContextAxisAttrName = "mt.context_axis";
+/// On a partitioned mt.position_ids with mt.context_axis: the size of that
+/// axis; the bundle writes both as position_ids' context_axis and
+/// context_size.
+inline constexpr llvm::StringLiteral kContextSizeAttrName = "mt.context_size";
 /// With it, the exchange of keys and values (Megatron-LM's --cp-comm-type):
 /// "p2p" (the ring of shard.shift, also when absent) or "all_gather".
 inline constexpr llvm::StringLiteral kContextExchangeAttrName =

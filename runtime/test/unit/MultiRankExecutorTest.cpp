@@ -199,6 +199,53 @@ TEST(MultiRankExecutorTest, PositionIdsOfASequenceTileAreGlobal) {
                "one list per dimension of result 0 [2, 4]"});
 }
 
+// Context parallelism over grid [2, 2, 2] (data, context, tensor) with
+// sequence parallelism: position_ids split [data, context + tensor] make
+// each rank's tile of the load-balanced sequence (context rank c holds
+// chunks c and 3 - c of 4), its tensor rank's half of those: the global
+// positions that host::contextParallelPositions gives the context rank.
+TEST(MultiRankExecutorTest, PositionIdsOfAContextParallelTileAreGlobal) {
+  FunctionBuilder f("f");
+  f.output(f.op("position_ids", {}, {2, 2},
+                {{"split_axes", {{0}, {1, 2}}},
+                 {"context_axis", 1},
+                 {"context_size", 2}},
+                "i32"));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 2, 2}}};
+  Bundle bundle = Bundle::parseManifest("p.mtb", m.dump());
+  host::ThreadPool pool(1);
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t t = 0; t < 2; ++t) {
+        host::ParameterStore store(bundle, DType::F32, {d, c, t});
+        host::Executor executor(bundle, "f", store, pool);
+        auto out = executor.run({}, {});
+        ASSERT_EQ(out.size(), 1u);
+        std::vector<int64_t> chunks(4);
+        host::contextParallelPositions(c, 2, 8, chunks.data());
+        for (int64_t b = 0; b < 2; ++b)
+          for (int64_t i = 0; i < 2; ++i)
+            EXPECT_EQ(out[0].data<int32_t>()[b * 2 + i], chunks[t * 2 + i])
+                << "rank (" << d << ", " << c << ", " << t << ") sequence "
+                << b;
+      }
+  // The layout names the grid's context axis, split along the sequence.
+  Json wrongSize = m;
+  wrongSize["functions"][0]["instructions"][0]["attrs"]["context_size"] = 4;
+  expectError([&] { Bundle::parseManifest("p.mtb", wrongSize.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"context_axis: found 1 with context_size 4",
+               "a grid axis of context_size ranks (grid [2, 2, 2])"});
+  Json notSplit = m;
+  notSplit["functions"][0]["instructions"][0]["attrs"]["split_axes"] = {
+      {0}, {2}};
+  expectError([&] { Bundle::parseManifest("p.mtb", notSplit.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"split_axes: found [2]",
+               "the sequence split over context_axis 1"});
+}
+
 // Context parallelism over grid [2]: each rank's queries (its two
 // load-balanced chunks of a sequence of 8) against its own block and the
 // other rank's (the ring's two steps), merged, and against both gathered;
