@@ -805,11 +805,19 @@ static ArrayRef<int16_t> splitOf(Sharding sharding, size_t dim) {
 /// logsumexp the same way, then runs the steps again: dq sums on the rank,
 /// and the keys' and values' gradients travel with their block, each rank
 /// adding its term, and a last shift returns them to their owners.
+///
+/// When propagation already gathered the keys and values (upstream
+/// replicates the key loop's operands against a split query loop, in rank
+/// order, which is the gathered block's order), the block takes them as
+/// they are, whatever the exchange, and the backward sums their gradients
+/// over the context axis as the results' shardings ask (all_reduce for a
+/// whole result, reduce_scatter for a split one).
 static LogicalResult partitionContextParallelAttention(
-    Operation *op, int16_t contextAxis, bool ring,
+    Operation *op, int16_t contextAxis, bool ring, bool keysGathered,
     ArrayRef<Value> partitionedOperands, ArrayRef<Sharding> operandShardings,
-    IRMapping &partitionMap, SymbolTableCollection &symbolTable,
-    OpBuilder &builder) {
+    ArrayRef<Sharding> resultShardings, IRMapping &partitionMap,
+    SymbolTableCollection &symbolTable, OpBuilder &builder) {
+  ring = ring && !keysGathered;
   const bool grad = isa<AttentionGradOp>(op);
   const unsigned q = grad ? 1 : 0;
   Location loc = op->getLoc();
@@ -877,6 +885,10 @@ static LogicalResult partitionContextParallelAttention(
     }
     for (int64_t step = 0; step < cp; ++step)
       steps.push_back(builder.getI64IntegerAttr(step));
+  } else if (keysGathered) {
+    keys.push_back(partitionedOperands[q + 1]);
+    values.push_back(partitionedOperands[q + 2]);
+    steps.push_back(IntegerAttr());
   } else {
     keys.push_back(gather(partitionedOperands[q + 1]));
     values.push_back(gather(partitionedOperands[q + 2]));
@@ -935,13 +947,26 @@ static LogicalResult partitionContextParallelAttention(
     valueGrad = shift(valueGrad);
   } else {
     auto scatter = [&](Value gathered, Value like) -> Value {
-      return shard::ReduceScatterOp::create(builder, loc, like.getType(),
-                                            gridName, axes, gathered,
+      auto type = cast<RankedTensorType>(gathered.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[1] /= cp;
+      Type local = like ? like.getType()
+                        : RankedTensorType::get(shape, type.getElementType());
+      return shard::ReduceScatterOp::create(builder, loc, local, gridName,
+                                            axes, gathered,
                                             shard::ReductionKind::Sum,
                                             APInt(64, 1));
     };
-    keyGrad = scatter(keyGrad, partitionedOperands[2]);
-    valueGrad = scatter(valueGrad, partitionedOperands[3]);
+    auto sum = [&](Value gathered, unsigned result) -> Value {
+      // A rank's queries saw every key: its term of the gradient is partial.
+      if (!keysGathered || !splitOf(resultShardings[result], 1).empty())
+        return scatter(gathered, keysGathered ? Value() : partitionedOperands[result + 1]);
+      return shard::AllReduceOp::create(builder, loc, gathered.getType(),
+                                        gridName, axes, gathered,
+                                        shard::ReductionKind::Sum);
+    };
+    keyGrad = sum(keyGrad, 1);
+    valueGrad = sum(valueGrad, 2);
   }
   partitionMap.map(op->getResult(0), queryGrad);
   partitionMap.map(op->getResult(1), keyGrad);
@@ -957,13 +982,25 @@ LogicalResult sharding::partitionAttention(
     ArrayRef<Sharding> operandShardings, ArrayRef<Sharding> resultShardings,
     IRMapping &partitionMap, SymbolTableCollection &symbolTable,
     OpBuilder &builder) {
-  ArrayRef<int16_t> sequence = splitOf(operandShardings[0], 1);
-  bool sameSequence = llvm::all_of(operandShardings, [&](Sharding sharding) {
-    return splitOf(sharding, 1) == sequence;
-  });
-  bool resultsAlike = llvm::all_of(resultShardings, [&](Sharding sharding) {
-    return splitOf(sharding, 1) == sequence;
-  });
+  // The queries (and the output's gradient, and dq, and the output) split
+  // over the context axis; the keys and values alike, or already gathered
+  // by propagation (and their gradients whole or split).
+  const bool grad = isa<AttentionGradOp>(op);
+  const unsigned q = grad ? 1 : 0;
+  ArrayRef<int16_t> sequence = splitOf(operandShardings[q], 1);
+  ArrayRef<int16_t> keySequence = splitOf(operandShardings[q + 1], 1);
+  bool keysGathered = keySequence.empty();
+  bool sameSequence =
+      (keysGathered || keySequence == sequence) &&
+      splitOf(operandShardings[q + 2], 1) == keySequence &&
+      (!grad || splitOf(operandShardings[0], 1) == sequence);
+  bool resultsAlike =
+      !resultShardings.empty() && splitOf(resultShardings[0], 1) == sequence;
+  if (grad)
+    for (unsigned r : {1u, 2u})
+      resultsAlike &= r < resultShardings.size() &&
+                      (splitOf(resultShardings[r], 1) == sequence ||
+                       (keysGathered && splitOf(resultShardings[r], 1).empty()));
   // Only the axis mt-annotate-shardings made the context axis holds the
   // load-balanced chunks whose positions attention_block assumes; another
   // sequence split (a plain block of it) is refused below.
@@ -977,10 +1014,9 @@ LogicalResult sharding::partitionAttention(
       llvm::all_of(operandShardings, [](Sharding sharding) {
         return splitOf(sharding, 3).empty();
       }))
-    return partitionContextParallelAttention(op, sequence.front(), ring,
-                                             partitionedOperands,
-                                             operandShardings, partitionMap,
-                                             symbolTable, builder);
+    return partitionContextParallelAttention(
+        op, sequence.front(), ring, keysGathered, partitionedOperands,
+        operandShardings, resultShardings, partitionMap, symbolTable, builder);
   for (Sharding sharding : operandShardings) {
     if (!sharding)
       continue;

@@ -423,9 +423,12 @@ namespace {
 /// keys and values move on with their block and a last shift takes them
 /// home. The gathered form: one block over every rank's keys, dk and dv
 /// reduce-scattered.
+/// `wholeGradients` (the gathered form only): dk and dv all-reduced whole,
+/// as when propagation gathered the keys and values.
 Json contextParallelAttentionManifest(int64_t cp, bool ring,
                                       const std::vector<int64_t> &qShape,
-                                      const std::vector<int64_t> &kShape) {
+                                      const std::vector<int64_t> &kShape,
+                                      bool wholeGradients = false) {
   const std::vector<int64_t> rows = {qShape[0], qShape[2], qShape[1]};
   std::vector<int64_t> gatheredShape = kShape;
   gatheredShape[1] *= cp;
@@ -502,8 +505,11 @@ Json contextParallelAttentionManifest(int64_t cp, bool ring,
   } else {
     Json scatter = {{"grid_axes", {0}}, {"scatter_axis", 1},
                     {"reduction", "sum"}};
-    dk = f.op("reduce_scatter", {dk}, kShape, scatter);
-    dv = f.op("reduce_scatter", {dv}, kShape, scatter);
+    Json sum = {{"grid_axes", {0}}, {"reduction", "sum"}};
+    dk = wholeGradients ? f.op("all_reduce", {dk}, gatheredShape, sum)
+                        : f.op("reduce_scatter", {dk}, kShape, scatter);
+    dv = wholeGradients ? f.op("all_reduce", {dv}, gatheredShape, sum)
+                        : f.op("reduce_scatter", {dv}, kShape, scatter);
   }
   for (int64_t r : {out, dq, dk, dv})
     f.output(r);
@@ -515,21 +521,28 @@ Json contextParallelAttentionManifest(int64_t cp, bool ring,
 } // namespace
 
 // Context parallelism's attention as the partition makes it, CP2 and CP4,
-// the ring and the gathered keys, grouped-query heads (2 and 1), causal,
+// the ring, the gathered keys and the keys gathered by propagation (dk and
+// dv all-reduced whole), grouped-query heads (2 and 1), causal,
 // dropout 0.1: every rank's out, dq, dk and dv against the rows of its
 // chunks of the whole sequence's attention and its gradients (float32,
 // within 1e-5).
 TEST(MultiRankExecutorTest, ContextParallelAttentionEqualsTheWholeSequence) {
   constexpr int64_t batch = 1, heads = 2, dim = 4;
   for (int64_t cp : {2, 4})
-    for (bool ring : {true, false}) {
-      SCOPED_TRACE("cp " + std::to_string(cp) + (ring ? " ring" : " gather"));
+    for (int mode : {0, 1, 2}) {
+      // The ring; the gathered keys with dk and dv reduce-scattered; with
+      // them all-reduced whole (the rows in rank order).
+      bool ring = mode == 0, wholeGradients = mode == 2;
+      SCOPED_TRACE("cp " + std::to_string(cp) + " mode " +
+                   std::to_string(mode));
       const int64_t seq = 8 * cp, local = seq / cp;
       const std::vector<int64_t> qShape = {batch, local, heads, dim};
       const std::vector<int64_t> kShape = {batch, local, 1, dim};
       Bundle bundle = Bundle::parseManifest(
           "cp.mtb",
-          contextParallelAttentionManifest(cp, ring, qShape, kShape).dump());
+          contextParallelAttentionManifest(cp, ring, qShape, kShape,
+                                           wholeGradients)
+              .dump());
       auto values = [](int64_t n, int64_t salt) {
         std::vector<float> x(n);
         for (int64_t i = 0; i < n; ++i)
@@ -596,13 +609,24 @@ TEST(MultiRankExecutorTest, ContextParallelAttentionEqualsTheWholeSequence) {
         std::vector<int64_t> mine(local);
         host::contextParallelPositions(r, cp, seq, mine.data());
         ASSERT_EQ(outputs[r].size(), 4u);
+        // Whole gradients hold every rank's rows, in rank order.
+        std::vector<int64_t> all;
+        for (int64_t owner = 0; owner < cp; ++owner) {
+          std::vector<int64_t> theirs(local);
+          host::contextParallelPositions(owner, cp, seq, theirs.data());
+          all.insert(all.end(), theirs.begin(), theirs.end());
+        }
+        const std::vector<int64_t> &keyRows = wholeGradients ? all : mine;
         const std::vector<float> expected[] = {
             rowsOf(wout, heads * dim, mine), rowsOf(wdq, heads * dim, mine),
-            rowsOf(wdk, dim, mine), rowsOf(wdv, dim, mine)};
+            rowsOf(wdk, dim, keyRows), rowsOf(wdv, dim, keyRows)};
         for (size_t o = 0; o < 4; ++o)
-          for (size_t i = 0; i < expected[o].size(); ++i)
+          for (size_t i = 0; i < expected[o].size(); ++i) {
+            ASSERT_EQ(outputs[r][o].numElements(),
+                      static_cast<int64_t>(expected[o].size()));
             EXPECT_NEAR(outputs[r][o].data<float>()[i], expected[o][i], 1e-5)
                 << "rank " << r << " output " << o << " element " << i;
+          }
       }
     }
 }

@@ -150,3 +150,40 @@ func.func @attention_grad_ring(%do: tensor<1x8x2x4xf32>, %q: tensor<1x8x2x4xf32>
   %dvs = shard.shard %dv to %split : tensor<1x8x2x4xf32>
   return %dqs, %dks, %dvs : tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>
 }
+
+// -----
+
+// In a model, propagation gathers the keys and values itself (upstream
+// replicates the key loop's operands against a split query loop, in rank
+// order): the block takes them as they are, whatever the exchange, and the
+// backward sums the keys' and values' gradients over the context axis for
+// their whole results (an all_reduce; a split result would take a
+// reduce_scatter).
+
+shard.grid @grid(shape = 1x2x1)
+
+// CHECK-LABEL: func.func @attention_keys_gathered
+// CHECK-SAME: %[[DO:.+]]: tensor<1x4x2x4xf32>, %[[Q:.+]]: tensor<1x4x2x4xf32>, %[[K:.+]]: tensor<1x8x2x4xf32>, %[[V:.+]]: tensor<1x8x2x4xf32>
+func.func @attention_keys_gathered(%do: tensor<1x8x2x4xf32>, %q: tensor<1x8x2x4xf32>, %k: tensor<1x8x2x4xf32>, %v: tensor<1x8x2x4xf32>) -> (tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>) {
+  %split = shard.sharding @grid split_axes = [[], [1]] : !shard.sharding
+  %whole = shard.sharding @grid split_axes = [[]] : !shard.sharding
+  %dos = shard.shard %do to %split annotate_for_users : tensor<1x8x2x4xf32>
+  %qs = shard.shard %q to %split annotate_for_users : tensor<1x8x2x4xf32>
+  %ks = shard.shard %k to %whole annotate_for_users : tensor<1x8x2x4xf32>
+  %vs = shard.shard %v to %whole annotate_for_users : tensor<1x8x2x4xf32>
+  // CHECK-NOT: shard.shift
+  // CHECK: %[[O:.+]], %{{.+}} = mt.attention_block %[[Q]], %[[K]], %[[V]] causal {context_axis = 1 : i64, context_size = 2 : i64} : (tensor<1x4x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>)
+  // CHECK: %[[B:.+]], %[[L:.+]] = mt.attention_block %[[Q]], %[[K]], %[[V]]
+  // CHECK: %[[D:.+]] = mt.attention_delta %[[B]], %[[DO]]
+  // CHECK: %[[DQ:.+]], %[[DKP:.+]], %[[DVP:.+]] = mt.attention_block_grad %[[DO]], %[[Q]], %[[K]], %[[V]], %[[L]], %[[D]]
+  // CHECK: %[[DK:.+]] = shard.all_reduce %[[DKP]] on @grid grid_axes = [1] : tensor<1x8x2x4xf32> -> tensor<1x8x2x4xf32>
+  // CHECK: %[[DV:.+]] = shard.all_reduce %[[DVP]] on @grid grid_axes = [1] : tensor<1x8x2x4xf32> -> tensor<1x8x2x4xf32>
+  // CHECK: return %[[O]], %[[DQ]], %[[DK]], %[[DV]]
+  %o = mt.attention %qs, %ks, %vs causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "p2p"} : (tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>) -> tensor<1x8x2x4xf32>
+  %dq, %dk, %dv = mt.attention_grad %dos, %qs, %ks, %vs causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "p2p"} : (tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>) -> (tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>)
+  %os = shard.shard %o to %split : tensor<1x8x2x4xf32>
+  %dqs = shard.shard %dq to %split : tensor<1x8x2x4xf32>
+  %dks = shard.shard %dk to %whole : tensor<1x8x2x4xf32>
+  %dvs = shard.shard %dv to %whole : tensor<1x8x2x4xf32>
+  return %os, %dqs, %dks, %dvs : tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>
+}
