@@ -46,6 +46,8 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   annotate.tensorParallelSize = options.tensorParallelSize;
   annotate.dataParallelSize = options.dataParallelSize;
   annotate.sequenceParallel = options.sequenceParallel;
+  annotate.contextParallelSize = options.contextParallelSize;
+  annotate.cpCommType = options.cpCommType;
   pm.addPass(mlir::mt::createAnnotateShardingsPass(annotate));
   mlir::OpPassManager &functions = pm.nest<mlir::func::FuncOp>();
   // Forward from the arguments: the batch split of the tokens reaches the

@@ -17,8 +17,10 @@ using namespace mlir::mt;
 
 namespace {
 
-/// The grid axes of Megatron-LM's layout.
-constexpr int16_t kDataAxis = 0, kTensorAxis = 1;
+/// The grid axes of Megatron-LM's layout: data x tensor, or under context
+/// parallelism data x context x tensor (Megatron-LM's order tp-cp-dp, the
+/// tensor axis fastest). The data axis is always first.
+constexpr int16_t kDataAxis = 0;
 
 /// A parameter's role in tensor parallelism, from its Hugging Face name.
 /// Vocabulary tables (the embedding and the output layer) are split by rows:
@@ -64,8 +66,16 @@ struct AnnotateShardingsPass
   /// values that norms read, and the operands of the residual adds that make
   /// them, through dropout) split along the sequence over the tensor axis.
   void annotateSequenceShards(OpBuilder &builder, func::FuncOp function);
+  /// Context parallelism: the sequence of a token batch or a stage's
+  /// activation split over the context axis, or failure with a diagnostic
+  /// for a sequence that does not cut into the load-balanced chunks.
+  LogicalResult splitSequence(Location loc, RankedTensorType type,
+                              SmallVector<SmallVector<int16_t>> &axes);
 
   FlatSymbolRefAttr grid;
+  int16_t tensorAxis = 1;
+  /// -1 without context parallelism.
+  int16_t contextAxis = -1;
 };
 
 } // namespace
@@ -93,7 +103,7 @@ AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
                         "multiple of it times the tensor-parallel size)";
       return failure();
     }
-    axes[0].push_back(kTensorAxis);
+    axes[0].push_back(tensorAxis);
     return axes;
   }
   int64_t dim = 0;
@@ -109,8 +119,37 @@ AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
                    << static_cast<int64_t>(tensorParallelSize);
     return failure();
   }
-  axes[dim].push_back(kTensorAxis);
+  axes[dim].push_back(tensorAxis);
   return axes;
+}
+
+LogicalResult
+AnnotateShardingsPass::splitSequence(Location loc, RankedTensorType type,
+                                     SmallVector<SmallVector<int16_t>> &axes) {
+  if (contextAxis < 0 || type.getRank() < 2)
+    return success();
+  // Causal load balancing cuts the sequence into 2 cp chunks (the runtime
+  // gives context rank i chunks i and 2 cp - 1 - i); under sequence
+  // parallelism each rank's two chunks split again over the tensor ranks.
+  int64_t sequence = type.getDimSize(1);
+  int64_t chunks = 2 * contextParallelSize;
+  int64_t multiple =
+      chunks * (sequenceParallel && tensorParallelSize > 1 ? tensorParallelSize
+                                                           : 1);
+  if (sequence % multiple != 0) {
+    emitError(loc) << "mt-annotate-shardings: the sequence length " << sequence
+                   << " is not divisible by " << multiple << " ("
+                   << chunks << " load-balanced chunks of context-parallel-size "
+                   << static_cast<int64_t>(contextParallelSize)
+                   << (multiple != chunks ? ", each split over the tensor "
+                                            "ranks under sequence parallelism"
+                                          : "")
+                   << "); use a sequence length that is a multiple of "
+                   << multiple;
+    return failure();
+  }
+  axes[1].push_back(contextAxis);
+  return success();
 }
 
 void AnnotateShardingsPass::recordSplit(FlatSymbolRefAttr parameter,
@@ -177,7 +216,9 @@ void AnnotateShardingsPass::annotateSequenceShards(OpBuilder &builder,
     SmallVector<SmallVector<int16_t>> axes(3);
     if (dataParallelSize > 1)
       axes[0].push_back(kDataAxis);
-    axes[1].push_back(kTensorAxis);
+    if (contextAxis >= 0)
+      axes[1].push_back(contextAxis);
+    axes[1].push_back(tensorAxis);
     builder.setInsertionPointAfterValue(value);
     Value annotated = annotate(builder, value, axes, /*forUsers=*/false);
     value.replaceAllUsesExcept(annotated, annotated.getDefiningOp());
@@ -186,16 +227,33 @@ void AnnotateShardingsPass::annotateSequenceShards(OpBuilder &builder,
 
 void AnnotateShardingsPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (tensorParallelSize < 1 || dataParallelSize < 1) {
+  if (tensorParallelSize < 1 || dataParallelSize < 1 ||
+      contextParallelSize < 1) {
     module.emitError() << "mt-annotate-shardings: tensor-parallel-size ("
-                       << static_cast<int64_t>(tensorParallelSize) << ") and data-parallel-size ("
-                       << static_cast<int64_t>(dataParallelSize) << ") must be positive";
+                       << static_cast<int64_t>(tensorParallelSize)
+                       << "), data-parallel-size ("
+                       << static_cast<int64_t>(dataParallelSize)
+                       << ") and context-parallel-size ("
+                       << static_cast<int64_t>(contextParallelSize)
+                       << ") must be positive";
+    return signalPassFailure();
+  }
+  if (cpCommType != "p2p" && cpCommType != "all_gather") {
+    module.emitError() << "mt-annotate-shardings: cp-comm-type '"
+                       << cpCommType
+                       << "' is not an exchange of keys and values here; use "
+                          "p2p (the ring) or all_gather";
     return signalPassFailure();
   }
   OpBuilder builder(module.getBodyRegion());
-  auto gridOp = shard::GridOp::create(
-      builder, module.getLoc(), "grid",
-      ArrayRef<int64_t>{dataParallelSize, tensorParallelSize});
+  SmallVector<int64_t> gridShape{dataParallelSize, tensorParallelSize};
+  if (contextParallelSize > 1) {
+    contextAxis = 1;
+    tensorAxis = 2;
+    gridShape = {dataParallelSize, contextParallelSize, tensorParallelSize};
+  }
+  auto gridOp =
+      shard::GridOp::create(builder, module.getLoc(), "grid", gridShape);
   grid = FlatSymbolRefAttr::get(gridOp.getSymNameAttr());
 
   const bool sequenceShards = sequenceParallel && tensorParallelSize > 1;
@@ -212,7 +270,7 @@ void AnnotateShardingsPass::runOnOperation() {
                                SmallVector<SmallVector<int16_t>> &axes) {
       if (!sequenceShards || !stage || type.getRank() != 3)
         return false;
-      axes[1].push_back(kTensorAxis);
+      axes[1].push_back(tensorAxis);
       return true;
     };
     Block &body = function.getBody().front();
@@ -233,9 +291,13 @@ void AnnotateShardingsPass::runOnOperation() {
         axes = *parameterAxes;
         recordSplit(parameter, axes);
       } else {
-        // Token and label batches: whole sequences on each data-parallel rank.
+        // Token and label batches: whole sequences on each data-parallel
+        // rank, under context parallelism split along the sequence (as is
+        // a pipeline stage's activation).
         if (type.getRank() >= 1 && dataParallelSize > 1)
           axes[0].push_back(kDataAxis);
+        if (failed(splitSequence(argument.getLoc(), type, axes)))
+          return signalPassFailure();
         sequenceShard = splitActivation(type, axes);
       }
       Value annotated = annotate(builder, argument, axes, /*forUsers=*/true);
@@ -250,18 +312,35 @@ void AnnotateShardingsPass::runOnOperation() {
 
     if (sequenceShards)
       annotateSequenceShards(builder, function);
+    // The attention's partition needs to know which sequence split is the
+    // load-balanced one (docs/Parallelism.md, "Context parallelism").
+    if (contextAxis >= 0)
+      function.walk([&](Operation *op) {
+        if (isa<AttentionOp, AttentionGradOp>(op)) {
+          op->setAttr(kContextAxisAttrName,
+                      builder.getI64IntegerAttr(contextAxis));
+          op->setAttr(kContextExchangeAttrName,
+                      builder.getStringAttr(cpCommType));
+        }
+      });
     // Learned position embeddings read positions made inside the step: they
     // follow the tokens' batch split, and under sequence parallelism the
     // residual stream's sequence split (each rank makes the positions of
     // its tile), so the position table's gradient sums local rows.
-    if (dataParallelSize > 1 || sequenceShards)
+    if (dataParallelSize > 1 || sequenceShards || contextAxis >= 0)
       function.walk([&](PositionIdsOp positions) {
         builder.setInsertionPointAfter(positions);
         SmallVector<SmallVector<int16_t>> axes(positions.getType().getRank());
         if (dataParallelSize > 1)
           axes[0].push_back(kDataAxis);
+        if (contextAxis >= 0 && axes.size() == 2) {
+          axes[1].push_back(contextAxis);
+          // The rank's positions are those of its load-balanced chunks.
+          positions->setAttr(kContextAxisAttrName,
+                             builder.getI64IntegerAttr(contextAxis));
+        }
         if (sequenceShards && axes.size() == 2)
-          axes[1].push_back(kTensorAxis);
+          axes[1].push_back(tensorAxis);
         Value annotated =
             annotate(builder, positions, axes, /*forUsers=*/false);
         positions.getResult().replaceAllUsesExcept(annotated,
@@ -285,9 +364,11 @@ void AnnotateShardingsPass::runOnOperation() {
         axes = *parameterAxes;
       } else {
         // Per-token results (predict_step's logits) stay with their data
-        // rank's part of the batch.
+        // rank's part of the batch, and their context rank's chunks.
         if (type.getRank() >= 1 && dataParallelSize > 1)
           axes[0].push_back(kDataAxis);
+        if (failed(splitSequence(ret.getLoc(), type, axes)))
+          return signalPassFailure();
         splitActivation(type, axes);
       }
       operand.set(annotate(builder, operand.get(), axes, /*forUsers=*/false));

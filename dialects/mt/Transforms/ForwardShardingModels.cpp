@@ -9,6 +9,7 @@
 #include "ShardingModelSupport.h"
 
 #include "mt/IR/MtDialect.h"
+#include "mt/Transforms/Passes.h"
 
 using namespace mlir;
 using namespace mlir::mt;
@@ -247,6 +248,23 @@ struct PositionIdsModel
         partitionMap, symbolTable, builder);
     if (!axesOfDim(resultShardings[0], 1).empty())
       recordGlobalTile(op, op->getResult(0), resultShardings[0], partitionMap);
+    // Context parallelism: the tile is a block of the load-balanced
+    // sequence, whose positions the bundle's position_ids maps through the
+    // layout (context_axis, context_size).
+    auto context = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+    Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
+    local->removeAttr(kContextAxisAttrName);
+    if (context && llvm::is_contained(axesOfDim(resultShardings[0], 1),
+                                      context.getInt())) {
+      shard::GridOp grid = shard::getGrid(
+          op, FlatSymbolRefAttr::get(op->getContext(),
+                                     resultShardings[0].getGrid()),
+          symbolTable);
+      local->setAttr(kContextAxisAttrName, context);
+      local->setAttr(kContextSizeAttrName,
+                     builder.getI64IntegerAttr(
+                         grid.getShape()[context.getInt()]));
+    }
     return success();
   }
 };
@@ -765,12 +783,240 @@ SmallVector<AffineMap> sharding::attentionIndexingMaps(MLIRContext *context) {
           map({d(0), d(3), d(2), d(5)}), map({d(0), d(1), d(2), d(5)})};
 }
 
-/// Causal masks and softmax need whole sequences and head dimensions.
+/// The grid axes splitting dimension `dim` of a tensor of `sharding`.
+static ArrayRef<int16_t> splitOf(Sharding sharding, size_t dim) {
+  if (!sharding || dim >= sharding.getSplitAxes().size())
+    return {};
+  return sharding.getSplitAxes()[dim].asArrayRef();
+}
+
+/// Context parallelism (docs/Parallelism.md, "Context parallelism"): the
+/// rank's queries (its two load-balanced chunks) against every rank's keys
+/// and values, positions and the causal mask from the layout.
+///
+/// all_gather (Megatron-LM's --cp-comm-type all_gather): every rank's keys
+/// and values gathered in rank order, one block; the backward recomputes
+/// its logsumexp, and the keys' and values' gradients, summed over the
+/// ranks whose queries saw them, are reduce-scattered to their owners.
+///
+/// p2p (the ring): step s holds rank (r - s)'s keys and values, passed on
+/// by a shard.shift of one place per step, and merges its block into the
+/// running output and logsumexp. The backward recomputes the merged
+/// logsumexp the same way, then runs the steps again: dq sums on the rank,
+/// and the keys' and values' gradients travel with their block, each rank
+/// adding its term, and a last shift returns them to their owners.
+///
+/// When propagation already gathered the keys and values (upstream
+/// replicates the key loop's operands against a split query loop, in rank
+/// order, which is the gathered block's order), the block takes them as
+/// they are, whatever the exchange, and the backward sums their gradients
+/// over the context axis as the results' shardings ask (all_reduce for a
+/// whole result, reduce_scatter for a split one).
+static LogicalResult partitionContextParallelAttention(
+    Operation *op, int16_t contextAxis, bool ring, bool keysGathered,
+    ArrayRef<Value> partitionedOperands, ArrayRef<Sharding> operandShardings,
+    ArrayRef<Sharding> resultShardings, IRMapping &partitionMap,
+    SymbolTableCollection &symbolTable, OpBuilder &builder) {
+  ring = ring && !keysGathered;
+  const bool grad = isa<AttentionGradOp>(op);
+  const unsigned q = grad ? 1 : 0;
+  Location loc = op->getLoc();
+  StringRef gridName = operandShardings[q].getGrid();
+  shard::GridOp grid = shard::getGrid(
+      op, FlatSymbolRefAttr::get(op->getContext(), gridName), symbolTable);
+  int64_t cp = grid.getShape()[contextAxis];
+  ArrayRef<shard::GridAxis> axes(contextAxis);
+  auto gather = [&](Value local) -> Value {
+    auto type = cast<RankedTensorType>(local.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[1] *= cp;
+    return shard::AllGatherOp::create(
+        builder, loc, RankedTensorType::get(shape, type.getElementType()),
+        gridName, axes, local, APInt(64, 1));
+  };
+  auto shift = [&](Value local) -> Value {
+    return shard::ShiftOp::create(builder, loc, local.getType(), gridName,
+                                  axes, local, APInt(64, contextAxis),
+                                  /*offset=*/1, /*rotate=*/true);
+  };
+  Value query = partitionedOperands[q];
+  auto queryType = cast<RankedTensorType>(query.getType());
+  auto valueType =
+      cast<RankedTensorType>(partitionedOperands[q + 2].getType());
+  // [b, s, hq, dv] and the f32 logsumexp [b, hq, s].
+  auto outType = RankedTensorType::get(
+      {queryType.getDimSize(0), queryType.getDimSize(1),
+       queryType.getDimSize(2), valueType.getDimSize(3)},
+      queryType.getElementType());
+  auto statsType = RankedTensorType::get({queryType.getDimSize(0),
+                                          queryType.getDimSize(2),
+                                          queryType.getDimSize(1)},
+                                         builder.getF32Type());
+  auto causal = op->getAttrOfType<UnitAttr>("causal");
+  auto scale = op->getAttrOfType<FloatAttr>("scale");
+  auto dropout = op->getAttrOfType<FloatAttr>("dropout_p");
+  auto seed = op->getAttrOfType<IntegerAttr>("seed");
+  if (!dropout)
+    dropout = builder.getF64FloatAttr(0.0);
+  if (!seed)
+    seed = builder.getI64IntegerAttr(0);
+  IntegerAttr axisAttr = builder.getI64IntegerAttr(contextAxis);
+  IntegerAttr sizeAttr = builder.getI64IntegerAttr(cp);
+  // The dropout's batch and head offsets, as on the whole op.
+  auto tile = [&](Operation *local) {
+    if (dropout.getValueAsDouble() <= 0)
+      return;
+    SmallVector<Attribute> dims;
+    for (size_t d = 0; d < 4; ++d)
+      dims.push_back(DenseI16ArrayAttr::get(op->getContext(),
+                                            splitOf(operandShardings[q], d)));
+    local->setAttr("mt.split_axes", ArrayAttr::get(op->getContext(), dims));
+  };
+
+  // The key and value blocks: one gathered, or one per ring step.
+  SmallVector<Value> keys, values;
+  SmallVector<IntegerAttr> steps;
+  if (ring) {
+    keys.push_back(partitionedOperands[q + 1]);
+    values.push_back(partitionedOperands[q + 2]);
+    for (int64_t step = 1; step < cp; ++step) {
+      keys.push_back(shift(keys.back()));
+      values.push_back(shift(values.back()));
+    }
+    for (int64_t step = 0; step < cp; ++step)
+      steps.push_back(builder.getI64IntegerAttr(step));
+  } else if (keysGathered) {
+    keys.push_back(partitionedOperands[q + 1]);
+    values.push_back(partitionedOperands[q + 2]);
+    steps.push_back(IntegerAttr());
+  } else {
+    keys.push_back(gather(partitionedOperands[q + 1]));
+    values.push_back(gather(partitionedOperands[q + 2]));
+    steps.push_back(IntegerAttr());
+  }
+  // The forward, merged over the blocks (recomputed in the backward).
+  Value out, stats;
+  for (auto [key, value, step] : llvm::zip_equal(keys, values, steps)) {
+    auto block = AttentionBlockOp::create(builder, loc, outType, statsType,
+                                          query, key, value, causal, scale,
+                                          dropout, seed, axisAttr, sizeAttr,
+                                          step);
+    tile(block);
+    if (!out) {
+      out = block.getResult();
+      stats = block.getLogsumexp();
+      continue;
+    }
+    auto merge = AttentionMergeOp::create(builder, loc, outType, statsType,
+                                          out, stats, block.getResult(),
+                                          block.getLogsumexp());
+    out = merge.getResult();
+    stats = merge.getResultLogsumexp();
+  }
+  if (!grad) {
+    partitionMap.map(op->getResult(0), out);
+    return success();
+  }
+  Value outputGrad = partitionedOperands[0];
+  Value delta =
+      AttentionDeltaOp::create(builder, loc, statsType, out, outputGrad);
+  Value queryGrad, keyGrad, valueGrad;
+  for (auto [key, value, step] : llvm::zip_equal(keys, values, steps)) {
+    auto blockGrad = AttentionBlockGradOp::create(
+        builder, loc, queryType, key.getType(), value.getType(), outputGrad,
+        query, key, value, stats, delta, causal, scale, dropout, seed,
+        axisAttr, sizeAttr, step);
+    tile(blockGrad);
+    if (!queryGrad) {
+      queryGrad = blockGrad.getQueryGrad();
+      keyGrad = blockGrad.getKeyGrad();
+      valueGrad = blockGrad.getValueGrad();
+      continue;
+    }
+    // The running block gradients move on with their block.
+    queryGrad = AddOp::create(builder, loc, queryGrad.getType(), queryGrad,
+                              blockGrad.getQueryGrad());
+    keyGrad = AddOp::create(builder, loc, keyGrad.getType(), shift(keyGrad),
+                            blockGrad.getKeyGrad());
+    valueGrad = AddOp::create(builder, loc, valueGrad.getType(),
+                              shift(valueGrad), blockGrad.getValueGrad());
+  }
+  if (ring) {
+    // Step cp - 1 holds rank (r + 1)'s block: one more place home.
+    keyGrad = shift(keyGrad);
+    valueGrad = shift(valueGrad);
+  } else {
+    auto scatter = [&](Value gathered, Value like) -> Value {
+      auto type = cast<RankedTensorType>(gathered.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[1] /= cp;
+      Type local = like ? like.getType()
+                        : RankedTensorType::get(shape, type.getElementType());
+      return shard::ReduceScatterOp::create(builder, loc, local, gridName,
+                                            axes, gathered,
+                                            shard::ReductionKind::Sum,
+                                            APInt(64, 1));
+    };
+    auto sum = [&](Value gathered, unsigned result) -> Value {
+      // A rank's queries saw every key: its term of the gradient is partial.
+      if (!keysGathered || !splitOf(resultShardings[result], 1).empty())
+        return scatter(gathered, keysGathered ? Value() : partitionedOperands[result + 1]);
+      return shard::AllReduceOp::create(builder, loc, gathered.getType(),
+                                        gridName, axes, gathered,
+                                        shard::ReductionKind::Sum);
+    };
+    keyGrad = sum(keyGrad, 1);
+    valueGrad = sum(valueGrad, 2);
+  }
+  partitionMap.map(op->getResult(0), queryGrad);
+  partitionMap.map(op->getResult(1), keyGrad);
+  partitionMap.map(op->getResult(2), valueGrad);
+  return success();
+}
+
+/// Causal masks and softmax need whole sequences and head dimensions, or
+/// under context parallelism the sequence split alike over one grid axis
+/// for every operand (the queries, keys and values of a rank's chunks).
 LogicalResult sharding::partitionAttention(
     Operation *op, ArrayRef<Value> partitionedOperands,
     ArrayRef<Sharding> operandShardings, ArrayRef<Sharding> resultShardings,
     IRMapping &partitionMap, SymbolTableCollection &symbolTable,
     OpBuilder &builder) {
+  // The queries (and the output's gradient, and dq, and the output) split
+  // over the context axis; the keys and values alike, or already gathered
+  // by propagation (and their gradients whole or split).
+  const bool grad = isa<AttentionGradOp>(op);
+  const unsigned q = grad ? 1 : 0;
+  ArrayRef<int16_t> sequence = splitOf(operandShardings[q], 1);
+  ArrayRef<int16_t> keySequence = splitOf(operandShardings[q + 1], 1);
+  bool keysGathered = keySequence.empty();
+  bool sameSequence =
+      (keysGathered || keySequence == sequence) &&
+      splitOf(operandShardings[q + 2], 1) == keySequence &&
+      (!grad || splitOf(operandShardings[0], 1) == sequence);
+  bool resultsAlike =
+      !resultShardings.empty() && splitOf(resultShardings[0], 1) == sequence;
+  if (grad)
+    for (unsigned r : {1u, 2u})
+      resultsAlike &= r < resultShardings.size() &&
+                      (splitOf(resultShardings[r], 1) == sequence ||
+                       (keysGathered && splitOf(resultShardings[r], 1).empty()));
+  // Only the axis mt-annotate-shardings made the context axis holds the
+  // load-balanced chunks whose positions attention_block assumes; another
+  // sequence split (a plain block of it) is refused below.
+  auto contextAxis = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+  // Megatron-LM's default exchange is the ring.
+  auto exchange = op->getAttrOfType<StringAttr>(kContextExchangeAttrName);
+  bool ring = !exchange || exchange.getValue() != "all_gather";
+  if (contextAxis && sequence.size() == 1 &&
+      sequence.front() == contextAxis.getInt() && sameSequence &&
+      resultsAlike &&
+      llvm::all_of(operandShardings, [](Sharding sharding) {
+        return splitOf(sharding, 3).empty();
+      }))
+    return partitionContextParallelAttention(
+        op, sequence.front(), ring, keysGathered, partitionedOperands,
+        operandShardings, resultShardings, partitionMap, symbolTable, builder);
   for (Sharding sharding : operandShardings) {
     if (!sharding)
       continue;
@@ -779,7 +1025,11 @@ LogicalResult sharding::partitionAttention(
       if (dim != 2 && !split[dim].empty())
         return op->emitOpError()
                << "can be partitioned along batch and heads only; dimension "
-               << dim << " is sharded";
+               << dim
+               << " is sharded (a sequence split alike for the queries, keys "
+                  "and values over the context axis that "
+                  "mt-annotate-shardings{context-parallel-size} marks, "
+               << kContextAxisAttrName << ", is context parallelism)";
   }
   shard::partitionTriviallyShardableOperation(
       *op, partitionedOperands, operandShardings, resultShardings,

@@ -38,6 +38,21 @@ void printOverlap(ModuleOp module, const CostModel &model,
 /// scale.
 inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 
+/// The discardable i64 attribute mt-annotate-shardings puts on mt.attention
+/// and mt.attention_grad under context parallelism: the grid axis whose
+/// sequence split holds the load-balanced chunks (docs/Parallelism.md,
+/// "Context parallelism"), which the attention's partition turns into
+/// mt.attention_block over the gathered keys and values.
+inline constexpr llvm::StringLiteral kContextAxisAttrName = "mt.context_axis";
+/// On a partitioned mt.position_ids with mt.context_axis: the size of that
+/// axis; the bundle writes both as position_ids' context_axis and
+/// context_size.
+inline constexpr llvm::StringLiteral kContextSizeAttrName = "mt.context_size";
+/// With it, the exchange of keys and values (Megatron-LM's --cp-comm-type):
+/// "p2p" (the ring of shard.shift, also when absent) or "all_gather".
+inline constexpr llvm::StringLiteral kContextExchangeAttrName =
+    "mt.cp_comm_type";
+
 /// The discardable unit attribute on the all-gathers mt-regather-in-backward
 /// clones into the backward pass; it keeps CSE from merging them back.
 inline constexpr llvm::StringLiteral kRegatheredAttrName = "mt.regathered";

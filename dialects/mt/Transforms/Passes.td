@@ -171,7 +171,15 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
       `[b, s, h]` arguments and results (the input activation, the output's
       gradient, the output activation, the input's gradient): split along
       the sequence over the tensor-parallel axis too, the shard the stages
-      exchange.
+      exchange;
+    - under context parallelism (`context-parallel-size` above 1) the grid is
+      `<data> x <context> x <tensor>`, and token and label batches, per-token
+      results, a stage's activations and `mt.position_ids` are split along
+      the sequence over the context axis (before the tensor axis under
+      sequence parallelism). The runtime feeds context rank `i` its
+      load-balanced chunks `i` and `2N-1-i`, so the IR's split is a plain
+      block split; a sequence not divisible by `2N` (`2N x tp` under
+      sequence parallelism) is refused.
 
     Each `mt.parameter` gets `mt.split_axes`, the grid axes splitting each of
     its dimensions, which the bundle records (partitioning leaves only local
@@ -188,7 +196,16 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     Option<"sequenceParallel", "sequence-parallel", "bool", "false",
            "Megatron-LM's sequence parallelism: the residual stream (every "
            "norm's input, the residual adds' operands) split along the "
-           "sequence over the tensor-parallel axis">
+           "sequence over the tensor-parallel axis">,
+    Option<"contextParallelSize", "context-parallel-size", "int64_t", "1",
+           "Ranks of the context-parallel grid axis (Megatron-LM's "
+           "--context-parallel-size): above 1 the grid is data x context x "
+           "tensor and every token batch and activation is split along the "
+           "sequence over it">,
+    Option<"cpCommType", "cp-comm-type", "std::string", "\"p2p\"",
+           "How attention exchanges keys and values over the context axis "
+           "(Megatron-LM's --cp-comm-type): p2p (a ring of shard.shift) or "
+           "all_gather">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }

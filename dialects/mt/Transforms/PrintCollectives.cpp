@@ -18,8 +18,16 @@ namespace mlir::mt {
 using namespace mlir;
 using namespace mlir::mt;
 
-/// The grid axes of Megatron-LM's layout (mt-annotate-shardings).
-static constexpr int16_t kDataAxis = 0, kTensorAxis = 1;
+/// The grid axes of Megatron-LM's layout (mt-annotate-shardings): data x
+/// tensor, or data x context x tensor under context parallelism (a grid of
+/// three axes, the tensor axis fastest).
+static constexpr int16_t kDataAxis = 0;
+static int16_t tensorAxisOf(ArrayRef<int64_t> grid) {
+  return grid.size() == 3 ? 2 : 1;
+}
+static int16_t contextAxisOf(ArrayRef<int64_t> grid) {
+  return grid.size() == 3 ? 1 : -1;
+}
 
 static int64_t bytesOf(RankedTensorType type) {
   return type.getNumElements() *
@@ -302,8 +310,15 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     return;
   }
   ArrayRef<int64_t> grid = grids.front().getShape();
-  os << "grid " << grid[0] << " x " << (grid.size() > 1 ? grid[1] : 1)
-     << " (data x tensor); bytes per rank and per call of each step\n";
+  const int16_t kTensorAxis = tensorAxisOf(grid);
+  const int16_t kContextAxis = contextAxisOf(grid);
+  if (kContextAxis >= 0)
+    os << "grid " << grid[0] << " x " << grid[1] << " x " << grid[2]
+       << " (data x context x tensor)";
+  else
+    os << "grid " << grid[0] << " x " << (grid.size() > 1 ? grid[1] : 1)
+       << " (data x tensor)";
+  os << "; bytes per rank and per call of each step\n";
 
   // Megatron-LM's prediction needs the decoder's shape, which the parameter
   // declarations give; each function's layers and tokens are its own.
@@ -337,7 +352,8 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     if (function.isExternal())
       continue;
     os << "\n" << function.getSymName() << ":\n";
-    int64_t tensorBytes = 0, dataBytes = 0, index = 0, gradientBytes = 0;
+    int64_t tensorBytes = 0, dataBytes = 0, contextBytes = 0, index = 0,
+            gradientBytes = 0;
     for (unsigned i = 0; i < function.getNumResults(); ++i)
       if (function.getResultAttr(i, "mt.gradient"))
         gradientBytes +=
@@ -347,7 +363,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       StringRef kind = op->getName().stripDialect();
       llvm::TypeSwitch<Operation *>(op)
           .Case<shard::AllReduceOp, shard::AllGatherOp,
-                shard::ReduceScatterOp, shard::AllSliceOp>(
+                shard::ReduceScatterOp, shard::AllSliceOp, shard::ShiftOp>(
               [&](auto collective) { axes = collective.getGridAxes(); })
           .Default([&](Operation *) { kind = ""; });
       if (kind.empty() || kind == "all_slice")
@@ -357,15 +373,26 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       std::string axisNames;
       for (int16_t axis : axes)
         axisNames += (axisNames.empty() ? "" : "+") +
-                     std::string(axis == kDataAxis ? "data" : "tensor");
+                     std::string(axis == kDataAxis      ? "data"
+                                 : axis == kContextAxis ? "context"
+                                                        : "tensor");
       os << llvm::format("  %3lld  %-14s %-12s %-18s %12lld\n",
                          static_cast<long long>(++index), kind.str().c_str(),
                          axisNames.c_str(), shapeOf(type).c_str(),
                          static_cast<long long>(bytes));
       for (int16_t axis : axes)
-        (axis == kTensorAxis ? tensorBytes : dataBytes) += bytes;
+        (axis == kTensorAxis    ? tensorBytes
+         : axis == kContextAxis ? contextBytes
+                                : dataBytes) += bytes;
     });
-    int64_t tensorRanks = grid.size() > 1 ? grid[1] : 1;
+    // The ring's exchanges (shard.shift) and the gathers of keys and values
+    // over the context axis: no Megatron-LM figure to set them against.
+    if (kContextAxis >= 0)
+      os << "  context-parallel: " << contextBytes
+         << " bytes (the collectives over the context axis, the ring's "
+            "shifts included)\n";
+    int64_t tensorRanks =
+        static_cast<int64_t>(grid.size()) > kTensorAxis ? grid[kTensorAxis] : 1;
     // --overlap-grad-reduce: a bucket of a buffer, reduced in the last
     // micro-batch; together the buckets move what the buffer's function
     // would, which they replace at run time.

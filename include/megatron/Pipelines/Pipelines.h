@@ -67,6 +67,16 @@ struct PartitionPipelineOptions
                      "residual adds on sequence shards of the tensor-parallel "
                      "ranks"),
       llvm::cl::init(false)};
+  Option<int64_t> contextParallelSize{
+      *this, "context-parallel-size",
+      llvm::cl::desc("Ranks of the context-parallel grid axis (the grid is "
+                     "data x context x tensor above 1)"),
+      llvm::cl::init(1)};
+  Option<std::string> cpCommType{
+      *this, "cp-comm-type",
+      llvm::cl::desc("How attention exchanges keys and values over the "
+                     "context axis: p2p (the ring) or all_gather"),
+      llvm::cl::init("p2p")};
   Option<bool> distributedOptimizer{
       *this, "distributed-optimizer",
       llvm::cl::desc("Shard the optimizer over the data-parallel ranks "

@@ -199,6 +199,11 @@ static Object writeCollective(Operation *op, int64_t axisShift) {
       .Case([&](shard::AllSliceOp slice) {
         attrs["grid_axes"] = axes(slice.getGridAxes());
         attrs["slice_axis"] = slice.getSliceAxis().getSExtValue();
+      })
+      .Case([&](shard::ShiftOp shift) {
+        attrs["grid_axes"] = axes(shift.getGridAxes());
+        attrs["shift_axis"] = shift.getShiftAxis().getSExtValue() + axisShift;
+        attrs["offset"] = shift.getOffset();
       });
   return attrs;
 }
@@ -223,9 +228,14 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
     // Discardable attributes (mt.recomputed) are notes for passes, except
     // a random op's tile (mt.split_axes), which keys its stream, and the
     // backward pass's seed mark (mt.loss_seed), which fp16 training scales.
+    // A partitioned position_ids' context layout (mt.context_axis and
+    // mt.context_size) maps its tile through the load-balanced chunks.
+    bool contextLayout = isa<mt::PositionIdsOp>(op) &&
+                         (named.getName() == mt::kContextAxisAttrName ||
+                          named.getName() == mt::kContextSizeAttrName);
     if (op->getDiscardableAttr(named.getName()) &&
         named.getName() != "mt.split_axes" &&
-        named.getName() != mt::kLossSeedAttrName)
+        named.getName() != mt::kLossSeedAttrName && !contextLayout)
       continue;
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
     if (failed(value))
@@ -435,8 +445,15 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
     if (isa<mt::CollectiveWaitOp>(op))
       continue;
     auto start = dyn_cast<mt::CollectiveStartOp>(op);
-    bool collective = isa<shard::AllReduceOp, shard::AllGatherOp,
-                          shard::ReduceScatterOp, shard::AllSliceOp>(op);
+    bool collective =
+        isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
+            shard::AllSliceOp, shard::ShiftOp>(op);
+    // The bundle's shift is a rotation; without `rotate` upstream leaves the
+    // ranks at the end without a source, which no plan here may read.
+    if (auto shift = dyn_cast<shard::ShiftOp>(op); shift && !shift.getRotate())
+      return errorAt(&op, "a shard.shift without `rotate` has no bundle "
+                          "form (the ranks without a source would read "
+                          "undefined values); add `rotate`");
     if (!collective &&
         (op.getDialect() == nullptr ||
          op.getDialect()->getNamespace() !=

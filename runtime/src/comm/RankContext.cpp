@@ -56,6 +56,7 @@ void RankContext::prepare(const Bundle &bundle) {
       case Op::AllReduce:
       case Op::AllGather:
       case Op::ReduceScatter:
+      case Op::Shift:
         group(inst.attrs.gridAxes);
         break;
       default:

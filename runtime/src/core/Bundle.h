@@ -114,10 +114,13 @@ enum class Op : uint8_t {
   AttentionMerge,
   AttentionDelta,
   AttentionBlockGrad,
+  // The ring's exchange: a rotation over one grid axis (docs/BundleFormat.md,
+  // "Context parallelism").
+  Shift,
 };
 
 /// The number of ops (for tables indexed by Op).
-constexpr size_t kOpCount = static_cast<size_t>(Op::AttentionBlockGrad) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::Shift) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
@@ -175,6 +178,11 @@ struct Attributes {
   int64_t contextAxis = 0;
   int64_t contextSize = 1;
   std::optional<int64_t> keyStep;
+  /// shift: the grid axis (one of grid_axes) along which the group's ranks
+  /// pass the operand, and by how many places: rank i of that axis sends to
+  /// (i + offset) mod n and receives from (i - offset) mod n.
+  int64_t shiftAxis = 0;
+  int64_t offset = 0;
   std::vector<int64_t> permutation;
   /// Collectives: the grid axes of the group, in the order that ranks the
   /// group (the first axis slowest). Their gather_axis, scatter_axis or

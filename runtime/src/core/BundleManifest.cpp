@@ -485,6 +485,10 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.contextSize = readInt(*value, at, 1);
       } else if (key == "key_step") {
         out.keyStep = readInt(*value, at, 0);
+      } else if (key == "shift_axis") {
+        out.shiftAxis = readInt(*value, at, 0); // one of grid_axes: OpChecker
+      } else if (key == "offset") {
+        out.offset = readInt(*value, at);
       } else if (key == "gather_axis" || key == "scatter_axis" ||
                  key == "slice_axis") {
         out.axis = readInt(*value, at); // normalized by OpChecker

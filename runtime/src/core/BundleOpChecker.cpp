@@ -75,7 +75,9 @@ const std::vector<OpInfo> &opTable() {
        0,
        1,
        1,
-       {{"split_axes", AttrKind::AxesList, false}}},
+       {{"split_axes", AttrKind::AxesList, false},
+        {"context_axis", AttrKind::Int, false},
+        {"context_size", AttrKind::Int, false}}},
       {Op::Embedding, "embedding", 2, 2, 1, 1, kVocabAxes},
       {Op::LayerNorm, "layer_norm", 2, 3, 1, 1, kEpsilon},
       {Op::RmsNorm, "rms_norm", 2, 2, 1, 1, kEpsilon},
@@ -280,6 +282,15 @@ const std::vector<OpInfo> &opTable() {
        3,
        3,
        kAttentionBlockAttrs},
+      {Op::Shift,
+       "shift",
+       1,
+       1,
+       1,
+       1,
+       {{"grid_axes", AttrKind::IntArray, true},
+        {"shift_axis", AttrKind::Int, true},
+        {"offset", AttrKind::Int, true}}},
   };
   return table;
 }
@@ -436,6 +447,43 @@ void OpChecker::checkCollective() {
                   " divided by " + groupText);
 }
 
+/// shift: x -> y of the same shape, along a grid axis of its group.
+void OpChecker::checkShift() {
+  const Attributes &a = inst_.attrs;
+  expectFloat(false, 0);
+  if (!std::count(a.gridAxes.begin(), a.gridAxes.end(), a.shiftAxis))
+    fail(path_ + ".attrs.shift_axis", std::to_string(a.shiftAxis),
+         "one of the instruction's grid_axes " + shapeString(a.gridAxes) +
+             " (the ranks that pass the operand around)");
+  expectShape(true, 0, operand(0).shape, "the input's shape");
+}
+
+/// position_ids under context parallelism: its sequence tile is a block of
+/// the load-balanced sequence (2 context_size chunks), split over the
+/// context axis, whose size the grid gives.
+void OpChecker::checkContextLayout() {
+  const Attributes &a = inst_.attrs;
+  const std::vector<int64_t> &grid = reader_.grid_;
+  if (a.contextAxis >= static_cast<int64_t>(grid.size()) ||
+      grid[a.contextAxis] != a.contextSize)
+    fail(path_ + ".attrs.context_axis",
+         std::to_string(a.contextAxis) + " with context_size " +
+             std::to_string(a.contextSize),
+         "a grid axis of context_size ranks (grid " + shapeString(grid) + ")");
+  const std::vector<int64_t> &sequenceAxes =
+      a.splitAxes.empty() ? std::vector<int64_t>() : a.splitAxes.back();
+  if (!std::count(sequenceAxes.begin(), sequenceAxes.end(), a.contextAxis))
+    fail(path_ + ".attrs.split_axes", shapeString(sequenceAxes),
+         "the sequence split over context_axis " +
+             std::to_string(a.contextAxis));
+  int64_t global = gridGroupSize(grid, sequenceAxes) *
+                   result(0).shape.back();
+  if (global % (2 * a.contextSize) != 0)
+    fail(path_ + ".attrs.context_size", std::to_string(a.contextSize),
+         "a global sequence (" + std::to_string(global) +
+             ") that divides into 2 context_size load-balanced chunks");
+}
+
 /// The block's place in the context-parallel group: a grid axis of
 /// context_size ranks, a ring step in range, and key and query lengths that
 /// fit the load-balanced layout (two chunks per rank).
@@ -496,6 +544,8 @@ void OpChecker::check() {
     expectIndex(true, 0);
     expectMinRank(true, 0, 1);
     checkGlobalTile(true, 0);
+    if (a.contextSize > 1)
+      checkContextLayout();
     break;
   case Op::Embedding: {
     expectFloat(false, 0);
@@ -922,6 +972,9 @@ void OpChecker::check() {
   case Op::ReduceScatter:
   case Op::AllSlice:
     checkCollective();
+    break;
+  case Op::Shift:
+    checkShift();
     break;
   case Op::BiasAdd:
     expectFloat(false, 0);

@@ -111,7 +111,9 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
     return fn.values[v].shape;
   };
   if (inst.op == Op::AttentionBlock || inst.op == Op::AttentionMerge ||
-      inst.op == Op::AttentionDelta || inst.op == Op::AttentionBlockGrad)
+      inst.op == Op::AttentionDelta || inst.op == Op::AttentionBlockGrad ||
+      inst.op == Op::Shift ||
+      (inst.op == Op::PositionIds && inst.attrs.contextSize > 1))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle_.name() + "': " + where(position) + ": " +
                     opName(inst.op) +
@@ -647,6 +649,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::AttentionMerge:
   case Op::AttentionDelta:
   case Op::AttentionBlockGrad:
+  case Op::Shift:
 #define MTRT_RANK_CASE(name) case Op::name:
     MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
 #undef MTRT_RANK_CASE

@@ -72,7 +72,8 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       const Instruction &inst = function_->instructions[position];
       bool isCollective =
           inst.op == Op::AllReduce || inst.op == Op::AllGather ||
-          inst.op == Op::ReduceScatter || inst.op == Op::AllSlice;
+          inst.op == Op::ReduceScatter || inst.op == Op::AllSlice ||
+          inst.op == Op::Shift;
       if (isCollective &&
           gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes) > 1)
         throw Error(MTRT_STATUS_FAILED_PRECONDITION,

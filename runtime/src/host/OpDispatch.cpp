@@ -115,21 +115,38 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::PositionIds: {
     // Under sequence parallelism the ids are the rank's sequence tile: its
     // positions start at the tile's offset in the global sequence.
+    // Under context parallelism (context_size > 1) the tile is a block of
+    // the load-balanced sequence (context rank r holds chunks r and
+    // 2 context_size - 1 - r, in that order), mapped back to the global
+    // positions.
     int64_t v = inst.results[0];
-    int64_t seq = shapeOf(v).back(), n = count(v), first = 0;
-    if (!a.splitAxes.empty())
-      first = globalTile(fn, inst, v, bundle_.gridShape(),
-                         parameters_.coordinates())
-                  .offsets.back();
+    int64_t seq = shapeOf(v).back(), n = count(v), first = 0, global = seq;
+    if (!a.splitAxes.empty()) {
+      host::GlobalTile tile = globalTile(fn, inst, v, bundle_.gridShape(),
+                                         parameters_.coordinates());
+      first = tile.offsets.back();
+      global = tile.globalShape.back();
+    }
+    std::vector<int64_t> positions(static_cast<size_t>(seq));
+    for (int64_t i = 0; i < seq; ++i)
+      positions[i] = first + i;
+    if (a.contextSize > 1) {
+      int64_t chunk = global / (2 * a.contextSize);
+      for (int64_t &p : positions) {
+        int64_t r = p / (2 * chunk), w = p % (2 * chunk);
+        p = w < chunk ? r * chunk + w
+                      : (2 * a.contextSize - 1 - r) * chunk + (w - chunk);
+      }
+    }
     void *data = allocate(v);
     if (fn.values[v].dtype == DType::I64) {
       auto *ids = static_cast<int64_t *>(data);
       for (int64_t i = 0; i < n; ++i)
-        ids[i] = first + i % seq;
+        ids[i] = positions[i % seq];
     } else {
       auto *ids = static_cast<int32_t *>(data);
       for (int64_t i = 0; i < n; ++i)
-        ids[i] = static_cast<int32_t>(first + i % seq);
+        ids[i] = static_cast<int32_t>(positions[i % seq]);
     }
     break;
   }
@@ -531,6 +548,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice:
+  case Op::Shift:
     collective<T>(position, inst, key.step);
     break;
   case Op::BiasAdd: {

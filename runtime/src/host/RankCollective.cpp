@@ -76,6 +76,25 @@ void runRankCollective(ThreadPool &pool, const Function &fn,
     return;
   }
   comm::Communicator &comm = rank->group(a.gridAxes);
+  if (inst.op == Op::Shift) {
+    // The group ranks its members by their coordinates along grid_axes, the
+    // first slowest: moving along shift_axis moves by its stride there.
+    int64_t stride = 1;
+    for (size_t i = a.gridAxes.size(); i-- > 0 && a.gridAxes[i] != a.shiftAxis;)
+      stride *= gridShape[a.gridAxes[i]];
+    int64_t n = gridShape[a.shiftAxis];
+    int64_t c = rank->coordinates()[a.shiftAxis];
+    int64_t index = comm.rank();
+    auto peer = [&](int64_t by) {
+      return static_cast<int>(index + (((c + by) % n + n) % n - c) * stride);
+    };
+    int to = peer(a.offset), from = peer(-a.offset);
+    if (to == index)
+      std::memcpy(y, x, sizeof(T) * static_cast<size_t>(outCount));
+    else
+      comm.sendRecv<T>(x, to, y, from, inCount, info);
+    return;
+  }
   comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
                           ? comm::ReduceOp::Max
                           : comm::ReduceOp::Sum;

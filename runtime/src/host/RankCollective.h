@@ -40,8 +40,8 @@ int64_t rankCollectiveStaging(const Function &fn, const Instruction &inst,
                               const std::vector<int64_t> &gridShape);
 
 /// Runs all_reduce, all_gather or reduce_scatter over the rank's group along
-/// the instruction's grid_axes, or all_slice (the rank's block of the axis),
-/// from `x` (the operand) into `y` (the result). Groups of one rank copy;
+/// the instruction's grid_axes, all_slice (the rank's block of the axis),
+/// or shift (a rotation along shift_axis by Communicator::sendRecv), from `x` (the operand) into `y` (the result). Groups of one rank copy;
 /// only they may run without a rank context. all_gather interleaves the
 /// ranks' blocks along the axis; reduce_scatter makes each rank's block of
 /// the axis contiguous first. `staging` holds rankCollectiveStaging

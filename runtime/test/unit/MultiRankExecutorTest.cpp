@@ -103,6 +103,72 @@ TEST(MultiRankExecutorTest, ACollectiveNeedsARankContext) {
                "no rank context", "--in-process-ranks"});
 }
 
+// The ring's exchange over grid [2, 3]: each rank's x [2, 3] passed along
+// axis 1 (three ranks) by offset 1 within the group [0, 1] (six ranks, so
+// the peers are 1 apart in the group's order), by -1 within the group [1],
+// and by 3 (once around: the rank's own). Rank (a, b) receives from
+// (a, (b - offset) mod 3).
+Json shiftManifest() {
+  FunctionBuilder f("f");
+  int64_t x = f.input({2, 3}, "f32");
+  f.output(f.op("shift", {x}, {2, 3},
+                {{"grid_axes", {0, 1}}, {"shift_axis", 1}, {"offset", 1}}));
+  f.output(f.op("shift", {x}, {2, 3},
+                {{"grid_axes", {1}}, {"shift_axis", 1}, {"offset", -1}}));
+  f.output(f.op("shift", {x}, {2, 3},
+                {{"grid_axes", {1}}, {"shift_axis", 1}, {"offset", 3}}));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 3}}};
+  return m;
+}
+
+TEST(MultiRankExecutorTest, ShiftRotatesAlongItsAxis) {
+  Bundle bundle = Bundle::parseManifest("s.mtb", shiftManifest().dump());
+  comm::InProcessWorld world(6);
+  std::mutex mutex;
+  std::vector<std::vector<host::Tensor>> outputs(6);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, bundle.gridShape());
+    rank.prepare(bundle);
+    host::ThreadPool pool(1);
+    host::ParameterStore store(bundle, DType::F32, rank.coordinates());
+    host::Executor executor(bundle, "f", store, pool, &rank);
+    std::vector<float> x(6);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        x[i * 3 + j] = input(c.rank(), i, j);
+    auto result = executor.run({{DType::F32, {2, 3}, x.data()}}, {});
+    std::lock_guard<std::mutex> lock(mutex);
+    outputs[c.rank()] = std::move(result);
+  });
+  for (auto &error : errors)
+    ASSERT_FALSE(error) << world.abortReason();
+  for (int64_t r = 0; r < 6; ++r) {
+    int64_t a = r / 3, b = r % 3;
+    ASSERT_EQ(outputs[r].size(), 3u);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        EXPECT_EQ(outputs[r][0].data<float>()[i * 3 + j],
+                  input(a * 3 + (b + 2) % 3, i, j))
+            << "rank " << r;
+        EXPECT_EQ(outputs[r][1].data<float>()[i * 3 + j],
+                  input(a * 3 + (b + 1) % 3, i, j))
+            << "rank " << r;
+        EXPECT_EQ(outputs[r][2].data<float>()[i * 3 + j], input(r, i, j))
+            << "rank " << r;
+      }
+  }
+}
+
+TEST(MultiRankExecutorTest, AShiftAlongAnAxisOutsideItsGroupIsRefused) {
+  Json m = shiftManifest();
+  m["functions"][0]["instructions"][1]["attrs"]["shift_axis"] = 0;
+  expectError([&] { Bundle::parseManifest("s.mtb", m.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"instructions[1].attrs.shift_axis: found 0",
+               "one of the instruction's grid_axes [1]"});
+}
+
 // Sequence parallelism: position_ids split [data, tensor] over grid [2, 2]
 // makes each rank's tile of the global [4, 8] positions: its 2 sequences'
 // positions 4 t .. 4 t + 3.
@@ -131,6 +197,53 @@ TEST(MultiRankExecutorTest, PositionIdsOfASequenceTileAreGlobal) {
               MTRT_STATUS_INVALID_ARGUMENT,
               {"split_axes: found 1 lists",
                "one list per dimension of result 0 [2, 4]"});
+}
+
+// Context parallelism over grid [2, 2, 2] (data, context, tensor) with
+// sequence parallelism: position_ids split [data, context + tensor] make
+// each rank's tile of the load-balanced sequence (context rank c holds
+// chunks c and 3 - c of 4), its tensor rank's half of those: the global
+// positions that host::contextParallelPositions gives the context rank.
+TEST(MultiRankExecutorTest, PositionIdsOfAContextParallelTileAreGlobal) {
+  FunctionBuilder f("f");
+  f.output(f.op("position_ids", {}, {2, 2},
+                {{"split_axes", {{0}, {1, 2}}},
+                 {"context_axis", 1},
+                 {"context_size", 2}},
+                "i32"));
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 2, 2}}};
+  Bundle bundle = Bundle::parseManifest("p.mtb", m.dump());
+  host::ThreadPool pool(1);
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t t = 0; t < 2; ++t) {
+        host::ParameterStore store(bundle, DType::F32, {d, c, t});
+        host::Executor executor(bundle, "f", store, pool);
+        auto out = executor.run({}, {});
+        ASSERT_EQ(out.size(), 1u);
+        std::vector<int64_t> chunks(4);
+        host::contextParallelPositions(c, 2, 8, chunks.data());
+        for (int64_t b = 0; b < 2; ++b)
+          for (int64_t i = 0; i < 2; ++i)
+            EXPECT_EQ(out[0].data<int32_t>()[b * 2 + i], chunks[t * 2 + i])
+                << "rank (" << d << ", " << c << ", " << t << ") sequence "
+                << b;
+      }
+  // The layout names the grid's context axis, split along the sequence.
+  Json wrongSize = m;
+  wrongSize["functions"][0]["instructions"][0]["attrs"]["context_size"] = 4;
+  expectError([&] { Bundle::parseManifest("p.mtb", wrongSize.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"context_axis: found 1 with context_size 4",
+               "a grid axis of context_size ranks (grid [2, 2, 2])"});
+  Json notSplit = m;
+  notSplit["functions"][0]["instructions"][0]["attrs"]["split_axes"] = {
+      {0}, {2}};
+  expectError([&] { Bundle::parseManifest("p.mtb", notSplit.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"split_axes: found [2]",
+               "the sequence split over context_axis 1"});
 }
 
 // Context parallelism over grid [2]: each rank's queries (its two
@@ -299,3 +412,221 @@ TEST(MultiRankExecutorTest, ParameterShardsHoldTheirGlobalValues) {
 }
 
 } // namespace
+
+namespace {
+
+/// The program partitionAttention makes of mt.attention and
+/// mt.attention_grad under context parallelism (ForwardShardingModels.cpp,
+/// test/dialects/mt/sharding-partition-context.mlir), over grid [cp]:
+/// inputs q, k, v, dout of the rank's chunks; outputs out, dq, dk, dv.
+/// The ring: cp steps of shifted keys and values, merged; the gradients of
+/// keys and values move on with their block and a last shift takes them
+/// home. The gathered form: one block over every rank's keys, dk and dv
+/// reduce-scattered.
+/// `wholeGradients` (the gathered form only): dk and dv all-reduced whole,
+/// as when propagation gathered the keys and values.
+Json contextParallelAttentionManifest(int64_t cp, bool ring,
+                                      const std::vector<int64_t> &qShape,
+                                      const std::vector<int64_t> &kShape,
+                                      bool wholeGradients = false) {
+  const std::vector<int64_t> rows = {qShape[0], qShape[2], qShape[1]};
+  std::vector<int64_t> gatheredShape = kShape;
+  gatheredShape[1] *= cp;
+  FunctionBuilder f("f");
+  int64_t q = f.input(qShape, "f32"), k = f.input(kShape, "f32"),
+          v = f.input(kShape, "f32"), dout = f.input(qShape, "f32");
+  Json attrs = {{"causal", true},
+                {"dropout_p", 0.1},
+                {"seed", 11},
+                {"context_axis", 0},
+                {"context_size", cp}};
+  Json ringAttrs = {{"grid_axes", {0}}, {"shift_axis", 0}, {"offset", 1}};
+  std::vector<int64_t> keys, values;
+  std::vector<std::optional<int64_t>> steps;
+  if (ring) {
+    keys.push_back(k);
+    values.push_back(v);
+    for (int64_t s = 0; s < cp; ++s) {
+      steps.push_back(s);
+      if (s > 0) {
+        keys.push_back(f.op("shift", {keys.back()}, kShape, ringAttrs));
+        values.push_back(f.op("shift", {values.back()}, kShape, ringAttrs));
+      }
+    }
+  } else {
+    Json gather = {{"grid_axes", {0}}, {"gather_axis", 1}};
+    keys.push_back(f.op("all_gather", {k}, gatheredShape, gather));
+    values.push_back(f.op("all_gather", {v}, gatheredShape, gather));
+    steps.push_back(std::nullopt);
+  }
+  auto withStep = [&](std::optional<int64_t> step) {
+    Json a = attrs;
+    if (step)
+      a["key_step"] = *step;
+    return a;
+  };
+  int64_t out = -1, lse = -1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int64_t o = f.value(qShape), l = f.value(rows);
+    f.inst("attention_block", {q, keys[i], values[i]}, {o, l},
+           withStep(steps[i]));
+    if (out < 0) {
+      out = o;
+      lse = l;
+      continue;
+    }
+    int64_t mo = f.value(qShape), ml = f.value(rows);
+    f.inst("attention_merge", {out, lse, o, l}, {mo, ml});
+    out = mo;
+    lse = ml;
+  }
+  int64_t delta = f.value(rows);
+  f.inst("attention_delta", {out, dout}, {delta});
+  int64_t dq = -1, dk = -1, dv = -1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<int64_t> blockShape = ring ? kShape : gatheredShape;
+    int64_t bq = f.value(qShape), bk = f.value(blockShape),
+            bv = f.value(blockShape);
+    f.inst("attention_block_grad", {dout, q, keys[i], values[i], lse, delta},
+           {bq, bk, bv}, withStep(steps[i]));
+    if (dq < 0) {
+      dq = bq;
+      dk = bk;
+      dv = bv;
+      continue;
+    }
+    dq = f.op("add", {dq, bq}, qShape);
+    dk = f.op("add", {f.op("shift", {dk}, kShape, ringAttrs), bk}, kShape);
+    dv = f.op("add", {f.op("shift", {dv}, kShape, ringAttrs), bv}, kShape);
+  }
+  if (ring) {
+    dk = f.op("shift", {dk}, kShape, ringAttrs);
+    dv = f.op("shift", {dv}, kShape, ringAttrs);
+  } else {
+    Json scatter = {{"grid_axes", {0}}, {"scatter_axis", 1},
+                    {"reduction", "sum"}};
+    Json sum = {{"grid_axes", {0}}, {"reduction", "sum"}};
+    dk = wholeGradients ? f.op("all_reduce", {dk}, gatheredShape, sum)
+                        : f.op("reduce_scatter", {dk}, kShape, scatter);
+    dv = wholeGradients ? f.op("all_reduce", {dv}, gatheredShape, sum)
+                        : f.op("reduce_scatter", {dv}, kShape, scatter);
+  }
+  for (int64_t r : {out, dq, dk, dv})
+    f.output(r);
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {cp}}};
+  return m;
+}
+
+} // namespace
+
+// Context parallelism's attention as the partition makes it, CP2 and CP4,
+// the ring, the gathered keys and the keys gathered by propagation (dk and
+// dv all-reduced whole), grouped-query heads (2 and 1), causal,
+// dropout 0.1: every rank's out, dq, dk and dv against the rows of its
+// chunks of the whole sequence's attention and its gradients (float32,
+// within 1e-5).
+TEST(MultiRankExecutorTest, ContextParallelAttentionEqualsTheWholeSequence) {
+  constexpr int64_t batch = 1, heads = 2, dim = 4;
+  for (int64_t cp : {2, 4})
+    for (int mode : {0, 1, 2}) {
+      // The ring; the gathered keys with dk and dv reduce-scattered; with
+      // them all-reduced whole (the rows in rank order).
+      bool ring = mode == 0, wholeGradients = mode == 2;
+      SCOPED_TRACE("cp " + std::to_string(cp) + " mode " +
+                   std::to_string(mode));
+      const int64_t seq = 8 * cp, local = seq / cp;
+      const std::vector<int64_t> qShape = {batch, local, heads, dim};
+      const std::vector<int64_t> kShape = {batch, local, 1, dim};
+      Bundle bundle = Bundle::parseManifest(
+          "cp.mtb",
+          contextParallelAttentionManifest(cp, ring, qShape, kShape,
+                                           wholeGradients)
+              .dump());
+      auto values = [](int64_t n, int64_t salt) {
+        std::vector<float> x(n);
+        for (int64_t i = 0; i < n; ++i)
+          x[i] = std::sin(0.37f * i + salt);
+        return x;
+      };
+      std::vector<float> wq = values(seq * heads * dim, 1),
+                         wk = values(seq * dim, 2), wv = values(seq * dim, 3),
+                         wdout = values(seq * heads * dim, 4);
+      host::AttentionParams whole;
+      whole.batch = batch;
+      whole.seqQ = whole.seqK = seq;
+      whole.headsQ = heads;
+      whole.headsKv = 1;
+      whole.headDim = whole.headDimV = dim;
+      whole.causal = true;
+      whole.dropoutP = 0.1;
+      whole.seed = 11;
+      whole.firstSample = 5;
+      host::ThreadPool wholePool(1);
+      std::vector<float> wout(wq.size()), wlse(heads * seq), wdq(wq.size()),
+          wdk(wk.size()), wdv(wv.size());
+      host::attentionForward<float>(wholePool, whole, wq.data(), wk.data(),
+                                    wv.data(), wout.data(), wlse.data());
+      host::attentionBackward<float>(wholePool, whole, wq.data(), wk.data(),
+                                     wv.data(), wlse.data(), wdout.data(),
+                                     wdq.data(), wdk.data(), wdv.data());
+      auto rowsOf = [](const std::vector<float> &x, int64_t width,
+                       const std::vector<int64_t> &at) {
+        std::vector<float> out;
+        for (int64_t pos : at)
+          out.insert(out.end(), x.begin() + pos * width,
+                     x.begin() + (pos + 1) * width);
+        return out;
+      };
+      comm::InProcessWorld world(static_cast<int>(cp));
+      std::mutex mutex;
+      std::vector<std::vector<host::Tensor>> outputs(cp);
+      auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+        comm::RankContext rank(c, bundle.gridShape());
+        rank.prepare(bundle);
+        host::ThreadPool pool(1);
+        host::ParameterStore store(bundle, DType::F32, rank.coordinates());
+        host::Executor executor(bundle, "f", store, pool, &rank);
+        std::vector<int64_t> mine(local);
+        host::contextParallelPositions(c.rank(), cp, seq, mine.data());
+        std::vector<float> rq = rowsOf(wq, heads * dim, mine),
+                           rk = rowsOf(wk, dim, mine),
+                           rv = rowsOf(wv, dim, mine),
+                           rdout = rowsOf(wdout, heads * dim, mine);
+        auto view = [](const std::vector<float> &x,
+                       std::vector<int64_t> shape) {
+          return host::TensorView{DType::F32, std::move(shape), x.data()};
+        };
+        auto result = executor.run({view(rq, qShape), view(rk, kShape),
+                                    view(rv, kShape), view(rdout, qShape)},
+                                   {0, 5});
+        std::lock_guard<std::mutex> lock(mutex);
+        outputs[c.rank()] = std::move(result);
+      });
+      for (auto &error : errors)
+        ASSERT_FALSE(error) << world.abortReason();
+      for (int64_t r = 0; r < cp; ++r) {
+        std::vector<int64_t> mine(local);
+        host::contextParallelPositions(r, cp, seq, mine.data());
+        ASSERT_EQ(outputs[r].size(), 4u);
+        // Whole gradients hold every rank's rows, in rank order.
+        std::vector<int64_t> all;
+        for (int64_t owner = 0; owner < cp; ++owner) {
+          std::vector<int64_t> theirs(local);
+          host::contextParallelPositions(owner, cp, seq, theirs.data());
+          all.insert(all.end(), theirs.begin(), theirs.end());
+        }
+        const std::vector<int64_t> &keyRows = wholeGradients ? all : mine;
+        const std::vector<float> expected[] = {
+            rowsOf(wout, heads * dim, mine), rowsOf(wdq, heads * dim, mine),
+            rowsOf(wdk, dim, keyRows), rowsOf(wdv, dim, keyRows)};
+        for (size_t o = 0; o < 4; ++o)
+          for (size_t i = 0; i < expected[o].size(); ++i) {
+            ASSERT_EQ(outputs[r][o].numElements(),
+                      static_cast<int64_t>(expected[o].size()));
+            EXPECT_NEAR(outputs[r][o].data<float>()[i], expected[o][i], 1e-5)
+                << "rank " << r << " output " << o << " element " << i;
+          }
+      }
+    }
+}

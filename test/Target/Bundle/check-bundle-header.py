@@ -58,7 +58,7 @@ for function in manifest["functions"]:
     groups = [[o["op"] for o in i["body"]] for i in function["instructions"] if i["op"] == "fused"]
     if groups:
         print(f"{function['name']} groups: " + ", ".join(sorted(set(f"{groups.count(g)} x {'+'.join(g)}" for g in groups))))
-    collectives = sum(ops.count(op) for op in ("all_reduce", "all_gather", "reduce_scatter"))
+    collectives = sum(ops.count(op) for op in ("all_reduce", "all_gather", "reduce_scatter", "shift"))
     print(
         f"{function['name']}: {len(values)} values, {len(ops)} instructions, "
         f"{ops.count('accumulate_gradient')} gradients, "

@@ -2,6 +2,6 @@
 
 // Grid sizes must be positive.
 
-// expected-error @below {{mt-annotate-shardings: tensor-parallel-size (0) and data-parallel-size (1) must be positive}}
+// expected-error @below {{mt-annotate-shardings: tensor-parallel-size (0), data-parallel-size (1) and context-parallel-size (1) must be positive}}
 module {
 }
