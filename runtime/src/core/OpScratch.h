@@ -184,12 +184,31 @@ inline uint64_t flashAttentionDeltaBytes(const AttentionShape &p) {
   return floats(p.rows());
 }
 
+/// The most workspace of its own a cuDNN fused-attention plan may take
+/// (cuda/CudnnAttention.h): the backward's block holds this much after its
+/// softmax sums and dq accumulator, the forward's none. The runtime takes
+/// cuDNN only for plans within these bounds (on the H200 with cuDNN 9,
+/// issue 22's shapes need none: bench/NOTES.md, session 16), and its own
+/// kernels otherwise.
+constexpr uint64_t kCudnnAttentionWorkspaceBytes = uint64_t(1) << 20;
+constexpr uint64_t kCudnnAttentionForwardWorkspaceBytes = 0;
+
+/// cuDNN's fused backward: the softmax sums (a float per query row), the
+/// fp32 dq accumulator, then its plan's workspace.
+inline uint64_t cudnnAttentionBackwardScratchBytes(const AttentionShape &p) {
+  return floats(p.rows()) + floats(p.rows() * p.headDim) +
+         kCudnnAttentionWorkspaceBytes;
+}
+
 /// The flash backward's scratch: delta and, at head dimension 128, the fused
-/// backward's fp32 dq sums.
+/// backward's fp32 dq sums; without dropout, where cuDNN may run it
+/// instead, at least cuDNN's.
 inline uint64_t flashAttentionBackwardScratchBytes(const AttentionShape &p) {
   uint64_t bytes = flashAttentionDeltaBytes(p);
   if (p.headDim >= 128)
     bytes += 4 * uint64_t(p.rows()) * uint64_t(p.headDim);
+  if (p.dropoutP <= 0)
+    bytes = std::max(bytes, cudnnAttentionBackwardScratchBytes(p));
   return bytes;
 }
 
