@@ -184,20 +184,29 @@ inline uint64_t flashAttentionDeltaBytes(const AttentionShape &p) {
   return floats(p.rows());
 }
 
-/// The most workspace of its own a cuDNN fused-attention plan may take
-/// (cuda/CudnnAttention.h): the backward's block holds this much after its
-/// softmax sums and dq accumulator, the forward's none. The runtime takes
-/// cuDNN only for plans within these bounds (on the H200 with cuDNN 9,
-/// issue 22's shapes need none: bench/NOTES.md, session 16), and its own
-/// kernels otherwise.
+/// The workspace of its own a cuDNN fused-attention plan may take
+/// (cuda/CudnnAttention.h), as the memory plan holds it. Measured on the
+/// H200 with cuDNN 9.19 (bench/NOTES.md, session 16): 256 bytes for the
+/// forward and for the backward of as many key/value heads as query heads,
+/// and with grouped-query heads one fp32 tensor of dK's or dV's shape over
+/// the query heads (their sums before the reduction over a group) plus 256
+/// bytes. The bounds leave room for other engines; the runtime takes cuDNN
+/// only for plans within them, and its own kernels otherwise.
+constexpr uint64_t kCudnnAttentionForwardWorkspaceBytes = uint64_t(64) << 10;
 constexpr uint64_t kCudnnAttentionWorkspaceBytes = uint64_t(1) << 20;
-constexpr uint64_t kCudnnAttentionForwardWorkspaceBytes = 0;
+
+inline uint64_t cudnnAttentionWorkspaceBoundBytes(const AttentionShape &p) {
+  uint64_t bytes = kCudnnAttentionWorkspaceBytes;
+  if (p.headsKv != p.headsQ)
+    bytes += floats(p.batch * p.headsQ * p.seqK * p.headDim);
+  return bytes;
+}
 
 /// cuDNN's fused backward: the softmax sums (a float per query row), the
 /// fp32 dq accumulator, then its plan's workspace.
 inline uint64_t cudnnAttentionBackwardScratchBytes(const AttentionShape &p) {
   return floats(p.rows()) + floats(p.rows() * p.headDim) +
-         kCudnnAttentionWorkspaceBytes;
+         cudnnAttentionWorkspaceBoundBytes(p);
 }
 
 /// The flash backward's scratch: delta and, at head dimension 128, the fused
@@ -221,7 +230,8 @@ inline uint64_t attentionBackwardScratchBytes(const AttentionShape &p) {
 
 /// attention: `flash` whether the flash kernels run it; `paired` whether a
 /// later flash attention_grad reads its state (logsumexp, bf16 output,
-/// dropout bits), which the block then keeps until that gradient.
+/// dropout bits), which the block then keeps until that gradient; without
+/// dropout, cuDNN's forward workspace after them.
 inline uint64_t attentionOpBytes(const AttentionShape &p, bool flash,
                                  bool paired) {
   uint64_t bytes = attentionLogsumexpBytes(p);
@@ -229,6 +239,9 @@ inline uint64_t attentionOpBytes(const AttentionShape &p, bool flash,
     bytes += roundUp(flashAttentionSavedOutputBytes(p));
   if (paired || flash)
     bytes += roundUp(flashAttentionMaskBytes(p));
+  // Without dropout cuDNN may run it: its plan's workspace, last.
+  if (flash && p.dropoutP <= 0)
+    bytes += kCudnnAttentionForwardWorkspaceBytes;
   return bytes;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -34,6 +35,13 @@ std::array<int64_t, 2> strides(FlashLayout layout, int64_t heads,
                                int64_t headDim) {
   return {layout.position ? layout.position : heads * headDim,
           layout.head ? layout.head : headDim};
+}
+
+/// The softmax scale: AttentionParams::scale, 0 meaning 1 / sqrt(headDim)
+/// (as the own kernels and the host take it).
+float softmaxScale(const AttentionParams &p) {
+  return static_cast<float>(
+      p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim)));
 }
 
 } // namespace
@@ -421,7 +429,7 @@ const CudnnAttention::Plan &CudnnAttention::plan(const AttentionParams &p,
   auto dq = strides(io.dqLayout, p.headsQ, p.headDim);
   auto dk = strides(io.dkLayout, p.headsKv, p.headDim);
   auto dv = strides(io.dvLayout, p.headsKv, p.headDim);
-  float scale = static_cast<float>(p.scale);
+  float scale = softmaxScale(p);
   uint32_t scaleBits;
   std::memcpy(&scaleBits, &scale, 4);
   std::vector<int64_t> key = {backward,  p.batch,   p.seqQ,    p.seqK,
@@ -644,12 +652,20 @@ void CudnnAttention::forward(cudaStream_t stream, const AttentionParams &p,
                     " bytes of workspace, the memory plan gives " +
                     std::to_string(workspaceBytes) +
                     " (core/OpScratch.h's kCudnnAttentionWorkspaceBytes)");
-  float scale = static_cast<float>(p.scale);
+  float scale = softmaxScale(p);
   float lowest = std::numeric_limits<float>::lowest();
-  execute(static_cast<cudnnHandle_t>(handle_), stream, made.plan,
-          {kQ, kK, kV, kO, kStats, kScale, kLowest},
-          {const_cast<void *>(io.q), const_cast<void *>(io.k),
-           const_cast<void *>(io.v), call.out, logsumexp, &scale, &lowest},
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
+  std::vector<void *> data = {const_cast<void *>(io.q),
+                              const_cast<void *>(io.k),
+                              const_cast<void *>(io.v),
+                              call.out,
+                              logsumexp,
+                              &scale};
+  if (p.causal) { // the mask's fill, a tensor of the graph only then
+    uids.push_back(kLowest);
+    data.push_back(&lowest);
+  }
+  execute(static_cast<cudnnHandle_t>(handle_), stream, made.plan, uids, data,
           workspace, what);
   if (io.out && outCopy) {
     // The packed copy: rows of headDim elements, either heads at one
@@ -715,16 +731,30 @@ void CudnnAttention::backward(cudaStream_t stream, const AttentionParams &p,
                   "cuDNN attention (" + what +
                       "): clearing dq's sums: " + cudaGetErrorString(error));
   }
-  float scale = static_cast<float>(p.scale);
+  float scale = softmaxScale(p);
   float lowest = std::numeric_limits<float>::lowest();
   float one = 1.0f;
-  execute(static_cast<cudnnHandle_t>(handle_), stream, made.plan,
-          {kQ, kK, kV, kO, kDout, kStats, kScale, kLowest, kOne, kDq, kDk, kDv,
-           kSoftmaxSum, kDqAccumulator},
-          {const_cast<void *>(io.q), const_cast<void *>(io.k),
-           const_cast<void *>(io.v), const_cast<__nv_bfloat16 *>(out),
-           const_cast<void *>(io.dout), const_cast<float *>(logsumexp), &scale,
-           &lowest, &one, io.dq, io.dk, io.dv, softmaxSum, accumulator},
+  std::vector<int64_t> uids = {
+      kQ,   kK,  kV,  kO,  kDout,       kStats,        kScale,
+      kOne, kDq, kDk, kDv, kSoftmaxSum, kDqAccumulator};
+  std::vector<void *> data = {const_cast<void *>(io.q),
+                              const_cast<void *>(io.k),
+                              const_cast<void *>(io.v),
+                              const_cast<__nv_bfloat16 *>(out),
+                              const_cast<void *>(io.dout),
+                              const_cast<float *>(logsumexp),
+                              &scale,
+                              &one,
+                              io.dq,
+                              io.dk,
+                              io.dv,
+                              softmaxSum,
+                              accumulator};
+  if (p.causal) {
+    uids.push_back(kLowest);
+    data.push_back(&lowest);
+  }
+  execute(static_cast<cudnnHandle_t>(handle_), stream, made.plan, uids, data,
           workspace, what);
 }
 

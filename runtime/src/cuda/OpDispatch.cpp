@@ -110,10 +110,12 @@ void Executor::planCudnnAttention() {
     if (why.empty() && grad) {
       size_t bytes = 0;
       why = cudnn->prepare(p, io, true, &bytes);
-      if (why.empty() && bytes > scratch::kCudnnAttentionWorkspaceBytes)
+      uint64_t bound = scratch::cudnnAttentionWorkspaceBoundBytes(
+          scratch::attentionShapeOf(p));
+      if (why.empty() && bytes > bound)
         why = "its backward plan needs " + std::to_string(bytes) +
               " bytes of workspace, over the memory plan's " +
-              std::to_string(scratch::kCudnnAttentionWorkspaceBytes);
+              std::to_string(bound);
     }
     cudnnAttention_[position] = why.empty();
     if (!why.empty() && cudnnDeclined_.empty())
@@ -518,8 +520,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     io.out = slots_[inst.results[0]];
     io.outLayout = flashLayout(inst.results[0]);
     if (cudnnAttention_[position])
-      context_.cudnnAttention()->forward(stream, p, io, kept, lse, nullptr,
-                                         0);
+      context_.cudnnAttention()->forward(
+          stream, p, io, kept, lse,
+          carve.take<char>(scratch::kCudnnAttentionForwardWorkspaceBytes),
+          scratch::kCudnnAttentionForwardWorkspaceBytes);
     else
       flashAttentionForward(stream, p, io, kept, lse, mask);
     break;
@@ -542,8 +546,13 @@ void Executor::execute(size_t position, const Instruction &inst,
       FlashTensors io = flashTensors(1);
       CudnnAttention *cudnn =
           cudnnAttention_[position] ? context_.cudnnAttention() : nullptr;
+      // The backward's scratch, free until the backward: cuDNN's forward
+      // workspace when it reruns the forward.
+      size_t backwardScratch =
+          scratch::roundUp(scratch::flashAttentionBackwardScratchBytes(
+              scratch::attentionShapeOf(p)));
       if (forward == kNoPartner && cudnn)
-        cudnn->forward(stream, p, io, o, lse, nullptr, 0);
+        cudnn->forward(stream, p, io, o, lse, delta, backwardScratch);
       else if (forward == kNoPartner)
         flashAttentionForward(stream, p, io, o, lse, mask);
       io.dout = slots_[inst.operands[0]];
@@ -555,9 +564,7 @@ void Executor::execute(size_t position, const Instruction &inst,
       io.dkLayout = flashLayout(inst.results[1]);
       io.dvLayout = flashLayout(inst.results[2]);
       if (cudnn)
-        cudnn->backward(stream, p, io, o, lse, delta,
-                        scratch::roundUp(scratch::flashAttentionBackwardScratchBytes(
-                            scratch::attentionShapeOf(p))));
+        cudnn->backward(stream, p, io, o, lse, delta, backwardScratch);
       else
         flashAttentionBackward(stream, p, io, o, lse,
                                flashAttentionMaskBytes(p) ? mask : nullptr,
