@@ -18,7 +18,7 @@ mkdir -p "$out"
 # The CUDA runtime, cuDNN and NVRTC (which cuDNN's runtime-compiled
 # attention engines load) where the machine has them.
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcudart.so.13*' -o \
-  -name 'libcudnn.so.9*' -o -name 'libnvrtc.so*' 2>/dev/null |
+  -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' 2>/dev/null |
   xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
 timeout 240 "$bin/mtrt-attention-bench" "${REPEATS:-10}" "${SHAPES:-}" \
