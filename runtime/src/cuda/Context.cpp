@@ -1,6 +1,7 @@
 // Device selection, the stream, cuBLASLt, cuDNN and device buffers.
 #include "cuda/Context.h"
 
+#include "core/Error.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/CudnnAttention.h"
 
@@ -97,8 +98,13 @@ CudnnAttention *Context::cudnnAttention() {
                       "(MTRT_CUDA_CUDNN_ATTENTION=0)";
     else
       cudnnMissing_ = cudnnAttentionUnavailableReason();
-    if (cudnnMissing_.empty())
-      cudnn_ = std::make_unique<CudnnAttention>();
+    if (cudnnMissing_.empty()) {
+      try {
+        cudnn_ = std::make_unique<CudnnAttention>();
+      } catch (const Error &e) { // the own kernels run instead
+        cudnnMissing_ = e.what();
+      }
+    }
   }
   return cudnn_.get();
 }
