@@ -452,7 +452,8 @@ const CudnnAttention::Plan &CudnnAttention::plan(const AttentionParams &p,
   auto made = std::make_unique<Plan>();
   // The graph in bf16 where a product reads it (the forward's P: cuDNN's
   // fused engines take matrix products of one input type); the backward's
-  // dS is tried in fp32 first (the form cuDNN documents), then in bf16.
+  // dS is tried in fp32 first (as cuDNN's own frontend builds it), then in
+  // bf16.
   for (bool dsInBf16 : {false, true}) {
     GraphBuilder g(static_cast<cudnnHandle_t>(handle_), what);
     // [batch, heads, positions, head dimension] over a FlashLayout, and its
