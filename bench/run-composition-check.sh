@@ -31,6 +31,7 @@ d=/tmp/check/d
 start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start)); }
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
   -o -name 'libnccl.so.2*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
   tr '\n' ':')
 export LD_LIBRARY_PATH="$d/lib:$libdirs:$d/fallback-lib"

@@ -45,8 +45,11 @@ done
 summary=$out/summary.txt
 corpus=$dir/corpus.txt
 
-# cuBLASLt and the CUDA runtime: the machine's toolkit or PyTorch's wheels.
+# cuBLASLt, the CUDA runtime, cuDNN and NVRTC (which cuDNN's attention
+# engines compile with): the machine's toolkit or PyTorch's wheels (cuDNN
+# 9.19, found before the system's 9.14).
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
   2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 # NCCL (loaded at run time by the NCCL communicator's tests): PyTorch's wheel.
 libdirs+=$(find /usr/local /opt -name 'libnccl.so.2*' 2>/dev/null |

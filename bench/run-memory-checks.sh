@@ -28,6 +28,7 @@ out=$2
 mkdir -p "$out"
 summary=$out/memory-summary.txt
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
   2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$dir/lib:$libdirs${LD_LIBRARY_PATH:-}:$dir/fallback-lib"
 {

@@ -44,6 +44,7 @@ limit=${RUN_LIMIT:-100}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
   -o -name 'libnccl.so.2*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
   tr '\n' ':')
 export LD_LIBRARY_PATH="$dir/lib:$libdirs${LD_LIBRARY_PATH:-}:$dir/fallback-lib"

@@ -43,6 +43,7 @@ grep -E "^\[  FAILED|Segmentation|^\[  PASSED" "$r/tests.log" | head -20 \
   >>"$r/summary.txt"
 
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
   -o -name 'libnccl.so.2*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
   tr '\n' ':')
 if [ "${PROFILE:-1}" = 1 ]; then

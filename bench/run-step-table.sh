@@ -40,6 +40,7 @@ limit=${LIMIT:-480}
 time_left() { (($(date +%s) - start < limit)); }
 summary=$out/summary.txt
 libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
   2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 mkdir -p /tmp/fallback-lib
 tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"

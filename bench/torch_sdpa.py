@@ -85,13 +85,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--backends", default="default,flash,cudnn,efficient")
+    parser.add_argument("--dropouts", default="0.1,0",
+                        help="comma-separated dropout probabilities")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, cudnn {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name()}")
     print(f"{'shape':10} {'backend':9} {'dropout':>7} {'fwd ms':>9} "
           f"{'fwd TF/s':>9} {'bwd ms':>9} {'bwd TF/s':>9}")
     for shape in SHAPES:
-        for dropout in (0.1, 0.0):
+        for dropout in [float(x) for x in args.dropouts.split(",")]:
             for name in args.backends.split(","):
                 try:
                     fwd, fwd_tf, bwd, bwd_tf = measure(

@@ -110,7 +110,9 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// faulting kernel), MTRT_CUDA_PROFILE=1 prints train_step's time per op;
 /// MTRT_CUDA_GEMM_TUNE=0 keeps cuBLASLt's heuristic algorithm untimed,
 /// MTRT_CUDA_DETERMINISTIC_ATTENTION=1 sums flash attention's dq in a fixed
-/// order (ContextOptions::deterministicAttention),
+/// order (ContextOptions::deterministicAttention; the own kernels then),
+/// MTRT_CUDA_CUDNN_ATTENTION=0 runs attention without dropout on the own
+/// flash kernels instead of cuDNN's (ContextOptions::cudnnAttention),
 /// MTRT_CUDA_BF16_VALUES=0 holds every floating value in fp32 under bf16
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
@@ -133,6 +135,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
     return value && std::string(value) == "0";
   };
   device.gemmTuning = !disabled("MTRT_CUDA_GEMM_TUNE");
+  device.cudnnAttention = !disabled("MTRT_CUDA_CUDNN_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");

@@ -8,16 +8,26 @@
 // heads as query heads). Where the backward sums dq by reductions (head
 // dimension 128, bf16), the bf16 lines are repeated with a deterministic dq
 // (FlashTensors::deterministic: the separate dq kernel), marked "-det".
+// Without dropout the same is timed through cuDNN's fused attention
+// (cuda/CudnnAttention.h), the path the executor takes there: "cudnn"
+// (separate bf16 q, k, v; the forward writes out and the logsumexp only, as
+// PyTorch's SDPA does) and "cudnn-qkv" (q, k, v and dq, dk, dv in place as
+// "qkv"; the forward also copies out for the gradient, as training runs
+// it), each first checked against the own kernels' results (the largest
+// difference over the largest magnitude of out, logsumexp, dq, dk, dv).
 //
-//   mtrt-attention-bench [repeats] [shapes]
+//   mtrt-attention-bench [repeats] [shapes] [ios] [dropouts]
 //
-// `shapes`: the shapes to time, comma-separated names (default: all).
+// `shapes`: the shapes to time, comma-separated names (default: all);
+// `ios`: the io names to time (fp32, bf16, qkv, bf16-det, qkv-det, cudnn,
+// cudnn-qkv; default: all); `dropouts`: 0.1, 0 or both (default).
 //
 // Prints one line per shape and dropout: milliseconds per call (the median of
 // `repeats` timed calls after two warm-up calls) and TFLOP/s, counting the
 // products of the visible (causal) half only: forward 4 b h s^2 d / 2,
 // backward 2.5 times that (FlashAttention's convention, so the figures
 // compare with PyTorch's bench/torch_sdpa.py).
+#include "cuda/CudnnAttention.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <cuda_runtime.h>
@@ -26,6 +36,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -114,139 +125,284 @@ void compareWithDeterministic(const mtrt::host::AttentionParams &p,
     largest[part] = std::max(largest[part], std::abs(b));
   }
   std::printf("  vs deterministic: dq %.2e, dk %.2e, dv %.2e of the largest\n",
-              diff[0] / largest[0], diff[1] / largest[1],
-              diff[2] / largest[2]);
+              diff[0] / largest[0], diff[1] / largest[1], diff[2] / largest[2]);
+}
+
+/// The largest |a - b| over the largest |b| of n device elements of T.
+template <typename T>
+double relativeDifference(const void *a, const void *b, size_t n) {
+  std::vector<T> x(n), y(n);
+  check(cudaMemcpy(x.data(), a, n * sizeof(T), cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
+  check(cudaMemcpy(y.data(), b, n * sizeof(T), cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
+  double diff = 0, largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double u = static_cast<float>(x[i]), w = static_cast<float>(y[i]);
+    diff = std::max(diff, std::abs(u - w));
+    largest = std::max(largest, std::abs(w));
+  }
+  return largest > 0 ? diff / largest : diff;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
   int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
-  std::string only = argc > 2 ? "," + std::string(argv[2]) + "," : "";
+  // A list given and not empty, between commas.
+  auto list = [&](int i) {
+    return argc > i && *argv[i] ? "," + std::string(argv[i]) + "," : "";
+  };
+  std::string only = list(2), ios = list(3), dropouts = list(4);
+  auto listed = [](const std::string &list, const std::string &name) {
+    return list.empty() || list.find("," + name + ",") != std::string::npos;
+  };
   // Issue 22's shapes (bench/torch_sdpa.py has the same list).
   const Shape shapes[] = {
-      {"gpt2-124m", 32, 1024, 12, 12, 64},
-      {"gpt-1.3b", 8, 2048, 16, 16, 128},
-      {"s4096", 4, 4096, 32, 32, 128},
-      {"s8192", 2, 8192, 16, 16, 128},
+      {"gpt2-124m", 32, 1024, 12, 12, 64}, {"gpt-1.3b", 8, 2048, 16, 16, 128},
+      {"s4096", 4, 4096, 32, 32, 128},     {"s8192", 2, 8192, 16, 16, 128},
       {"gqa-4096", 4, 4096, 32, 8, 128},
   };
   std::printf("%-10s %8s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
+  std::unique_ptr<mtrt::cuda::CudnnAttention> cudnn;
+  std::string cudnnMissing = mtrt::cuda::cudnnAttentionUnavailableReason();
+  if (cudnnMissing.empty())
+    cudnn = std::make_unique<mtrt::cuda::CudnnAttention>();
+  std::printf(
+      "cuDNN: %s\n",
+      cudnn ? ("version " +
+               std::to_string(mtrt::cuda::CudnnAttention::libraryVersion()))
+                  .c_str()
+            : cudnnMissing.c_str());
   for (const Shape &shape : shapes)
     if (only.empty() ||
         only.find("," + std::string(shape.name) + ",") != std::string::npos)
-    for (double dropout : {0.1, 0.0})
-      for (int mode : {0, 1, 2, 3, 4}) { // fp32, bf16, qkv, bf16, qkv det.
-      bool bf16 = mode > 0, packed = mode == 2 || mode == 4;
-      bool deterministic = mode >= 3;
-      if (packed && shape.headsKv != shape.headsQ)
-        continue;
-      if (deterministic && shape.headDim < 128)
-        continue;
-      mtrt::host::AttentionParams p;
-      p.batch = shape.batch;
-      p.seqQ = p.seqK = shape.seq;
-      p.headsQ = shape.headsQ;
-      p.headsKv = shape.headsKv;
-      p.headDim = p.headDimV = shape.headDim;
-      p.causal = true;
-      p.dropoutP = dropout;
-      p.seed = 7;
-      p.firstSample = 3;
-      std::string reason = mtrt::cuda::flashAttentionUnsupportedReason(p);
-      if (!reason.empty()) {
-        std::printf("%s: %s\n", shape.name, reason.c_str());
-        continue;
-      }
-      size_t qn = static_cast<size_t>(p.batch * p.seqQ * p.headsQ * p.headDim);
-      size_t kn = static_cast<size_t>(p.batch * p.seqK * p.headsKv * p.headDim);
-      size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
-      float *q = deviceRandom(qn, 1), *k = deviceRandom(kn, 2),
-            *v = deviceRandom(kn, 3), *dout = deviceRandom(qn, 4);
-      float *out, *lse, *dq, *dk, *dv;
-      __nv_bfloat16 *outCopy;
-      void *mask = nullptr, *scratch = nullptr;
-      check(cudaMalloc(&out, qn * sizeof(float)), "cudaMalloc");
-      check(cudaMalloc(&outCopy, mtrt::cuda::flashAttentionSavedOutputBytes(p)),
-            "cudaMalloc");
-      check(cudaMalloc(&dq, qn * sizeof(float)), "cudaMalloc");
-      check(cudaMalloc(&dk, kn * sizeof(float)), "cudaMalloc");
-      check(cudaMalloc(&dv, kn * sizeof(float)), "cudaMalloc");
-      check(cudaMalloc(&lse, rows * sizeof(float)), "cudaMalloc");
-      size_t maskBytes = mtrt::cuda::flashAttentionMaskBytes(p);
-      if (maskBytes)
-        check(cudaMalloc(&mask, maskBytes), "cudaMalloc");
-      check(cudaMalloc(&scratch,
-                       mtrt::cuda::flashAttentionBackwardScratchBytes(p)),
-            "cudaMalloc");
-      auto *maskWords = static_cast<uint64_t *>(mask);
-      mtrt::cuda::FlashTensors io;
-      io.q = q;
-      io.k = k;
-      io.v = v;
-      io.dout = dout;
-      io.out = out;
-      io.dq = dq;
-      io.dk = dk;
-      io.dv = dv;
-      io.inputsBf16 = io.outputsBf16 = bf16;
-      io.deterministic = deterministic;
-      std::vector<void *> rounded; // the inputs in bf16
-      if (bf16) {
-        rounded = {deviceRandom<__nv_bfloat16>(qn, 1),
-                   deviceRandom<__nv_bfloat16>(kn, 2),
-                   deviceRandom<__nv_bfloat16>(kn, 3),
-                   deviceRandom<__nv_bfloat16>(qn, 4)};
-        io.q = rounded[0];
-        io.k = rounded[1];
-        io.v = rounded[2];
-        io.dout = rounded[3];
-      }
-      if (packed) {
-        int64_t d = p.headDim;
-        auto *qkv = deviceRandom<__nv_bfloat16>(3 * qn, 1);
-        auto *dqkv = deviceRandom<__nv_bfloat16>(3 * qn, 5);
-        rounded.push_back(qkv);
-        rounded.push_back(dqkv);
-        io.q = qkv;
-        io.k = qkv + d;
-        io.v = qkv + 2 * d;
-        io.dq = dqkv;
-        io.dk = dqkv + d;
-        io.dv = dqkv + 2 * d;
-        mtrt::cuda::FlashLayout pitch{p.headsQ * 3 * d, 3 * d};
-        io.qLayout = io.kLayout = io.vLayout = pitch;
-        io.dqLayout = io.dkLayout = io.dvLayout = pitch;
-      }
-      double forwardMs = medianMs(repeats, [&] {
-        mtrt::cuda::flashAttentionForward(nullptr, p, io, outCopy, lse,
-                                          maskWords);
-      });
-      double backwardMs = medianMs(repeats, [&] {
-        mtrt::cuda::flashAttentionBackward(nullptr, p, io, outCopy, lse,
-                                           maskWords, scratch);
-      });
-      double forwardFlop = 4.0 * p.batch * p.headsQ * p.seqQ *
-                           static_cast<double>(p.seqK) * p.headDim / 2;
-      std::string ioName = packed ? "qkv" : bf16 ? "bf16" : "fp32";
-      if (deterministic)
-        ioName += "-det";
-      std::printf("%-10s %8s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
-                  ioName.c_str(), dropout, forwardMs, forwardFlop / forwardMs * 1e-9, backwardMs,
-                  2.5 * forwardFlop / backwardMs * 1e-9);
-      std::fflush(stdout);
-      if (packed && !deterministic && shape.headDim >= 128)
-        compareWithDeterministic(p, io, outCopy, lse, maskWords, scratch);
-      for (void *buffer :
-           {static_cast<void *>(q), static_cast<void *>(k),
-            static_cast<void *>(v), static_cast<void *>(dout),
-            static_cast<void *>(out), static_cast<void *>(outCopy),
-            static_cast<void *>(dq), static_cast<void *>(dk),
-            static_cast<void *>(dv), static_cast<void *>(lse), mask, scratch})
-        cudaFree(buffer);
-      for (void *buffer : rounded)
-        cudaFree(buffer);
-    }
+      for (double dropout : {0.1, 0.0})
+        // fp32, bf16, qkv, bf16 det., qkv det., cudnn, cudnn-qkv
+        for (int mode : {0, 1, 2, 3, 4, 5, 6}) {
+          bool bf16 = mode > 0, packed = mode == 2 || mode == 4 || mode == 6;
+          bool deterministic = mode == 3 || mode == 4;
+          bool viaCudnn = mode >= 5;
+          if (packed && shape.headsKv != shape.headsQ)
+            continue;
+          if (deterministic && shape.headDim < 128)
+            continue;
+          if (viaCudnn && (!cudnn || dropout > 0))
+            continue;
+          {
+            std::string name = packed ? "qkv" : bf16 ? "bf16" : "fp32";
+            if (viaCudnn)
+              name = packed ? "cudnn-qkv" : "cudnn";
+            else if (deterministic)
+              name += "-det";
+            if (!listed(ios, name) ||
+                !listed(dropouts, dropout > 0 ? "0.1" : "0"))
+              continue;
+          }
+          mtrt::host::AttentionParams p;
+          p.batch = shape.batch;
+          p.seqQ = p.seqK = shape.seq;
+          p.headsQ = shape.headsQ;
+          p.headsKv = shape.headsKv;
+          p.headDim = p.headDimV = shape.headDim;
+          p.causal = true;
+          p.dropoutP = dropout;
+          p.seed = 7;
+          p.firstSample = 3;
+          std::string reason = mtrt::cuda::flashAttentionUnsupportedReason(p);
+          if (!reason.empty()) {
+            std::printf("%s: %s\n", shape.name, reason.c_str());
+            continue;
+          }
+          size_t qn =
+              static_cast<size_t>(p.batch * p.seqQ * p.headsQ * p.headDim);
+          size_t kn =
+              static_cast<size_t>(p.batch * p.seqK * p.headsKv * p.headDim);
+          size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
+          float *q = deviceRandom(qn, 1), *k = deviceRandom(kn, 2),
+                *v = deviceRandom(kn, 3), *dout = deviceRandom(qn, 4);
+          float *out, *lse, *dq, *dk, *dv;
+          __nv_bfloat16 *outCopy;
+          void *mask = nullptr, *scratch = nullptr;
+          check(cudaMalloc(&out, qn * sizeof(float)), "cudaMalloc");
+          check(cudaMalloc(&outCopy,
+                           mtrt::cuda::flashAttentionSavedOutputBytes(p)),
+                "cudaMalloc");
+          check(cudaMalloc(&dq, qn * sizeof(float)), "cudaMalloc");
+          check(cudaMalloc(&dk, kn * sizeof(float)), "cudaMalloc");
+          check(cudaMalloc(&dv, kn * sizeof(float)), "cudaMalloc");
+          check(cudaMalloc(&lse, rows * sizeof(float)), "cudaMalloc");
+          size_t maskBytes = mtrt::cuda::flashAttentionMaskBytes(p);
+          if (maskBytes)
+            check(cudaMalloc(&mask, maskBytes), "cudaMalloc");
+          check(cudaMalloc(&scratch,
+                           mtrt::cuda::flashAttentionBackwardScratchBytes(p)),
+                "cudaMalloc");
+          auto *maskWords = static_cast<uint64_t *>(mask);
+          mtrt::cuda::FlashTensors io;
+          io.q = q;
+          io.k = k;
+          io.v = v;
+          io.dout = dout;
+          io.out = out;
+          io.dq = dq;
+          io.dk = dk;
+          io.dv = dv;
+          io.inputsBf16 = io.outputsBf16 = bf16;
+          io.deterministic = deterministic;
+          std::vector<void *> rounded; // the inputs in bf16
+          if (bf16) {
+            rounded = {deviceRandom<__nv_bfloat16>(qn, 1),
+                       deviceRandom<__nv_bfloat16>(kn, 2),
+                       deviceRandom<__nv_bfloat16>(kn, 3),
+                       deviceRandom<__nv_bfloat16>(qn, 4)};
+            io.q = rounded[0];
+            io.k = rounded[1];
+            io.v = rounded[2];
+            io.dout = rounded[3];
+          }
+          if (packed) {
+            int64_t d = p.headDim;
+            auto *qkv = deviceRandom<__nv_bfloat16>(3 * qn, 1);
+            auto *dqkv = deviceRandom<__nv_bfloat16>(3 * qn, 5);
+            rounded.push_back(qkv);
+            rounded.push_back(dqkv);
+            io.q = qkv;
+            io.k = qkv + d;
+            io.v = qkv + 2 * d;
+            io.dq = dqkv;
+            io.dk = dqkv + d;
+            io.dv = dqkv + 2 * d;
+            mtrt::cuda::FlashLayout pitch{p.headsQ * 3 * d, 3 * d};
+            io.qLayout = io.kLayout = io.vLayout = pitch;
+            io.dqLayout = io.dkLayout = io.dvLayout = pitch;
+          }
+          double forwardMs, backwardMs;
+          if (viaCudnn) {
+            size_t forwardWorkspace = 0, backwardWorkspace = 0;
+            std::string declined =
+                cudnn->prepare(p, io, false, &forwardWorkspace);
+            if (declined.empty())
+              declined = cudnn->prepare(p, io, true, &backwardWorkspace);
+            if (!declined.empty()) {
+              std::printf("%s: cuDNN declines: %s\n", shape.name,
+                          declined.c_str());
+              continue;
+            }
+            size_t scratchBytes =
+                mtrt::cuda::CudnnAttention::backwardScratchBytes(
+                    p, backwardWorkspace);
+            void *workspace = nullptr, *cudnnScratch = nullptr;
+            check(cudaMalloc(&workspace, std::max<size_t>(forwardWorkspace, 1)),
+                  "cudaMalloc");
+            check(cudaMalloc(&cudnnScratch, scratchBytes), "cudaMalloc");
+            std::printf("  cuDNN workspace: forward %zu, backward %zu bytes "
+                        "(scratch %zu)\n",
+                        forwardWorkspace, backwardWorkspace, scratchBytes);
+            __nv_bfloat16 *copy = packed ? outCopy : nullptr;
+            auto cudnnForward = [&] {
+              cudnn->forward(nullptr, p, io, copy, lse, workspace,
+                             forwardWorkspace);
+            };
+            auto cudnnBackward = [&] {
+              cudnn->backward(nullptr, p, io, outCopy, lse, cudnnScratch,
+                              scratchBytes);
+            };
+            // Against the own kernels: their out, logsumexp, dq, dk, dv.
+            {
+              size_t outN = qn, gradN = packed ? 3 * qn : qn;
+              size_t kGradN = packed ? 0 : kn;
+              std::vector<void *> own(5, nullptr);
+              check(cudaMalloc(&own[0], outN * 2), "cudaMalloc");
+              check(cudaMalloc(&own[1], rows * 4), "cudaMalloc");
+              check(cudaMalloc(&own[2], gradN * 2), "cudaMalloc");
+              check(cudaMalloc(&own[3], std::max<size_t>(kGradN, 1) * 2),
+                    "cudaMalloc");
+              check(cudaMalloc(&own[4], std::max<size_t>(kGradN, 1) * 2),
+                    "cudaMalloc");
+              mtrt::cuda::FlashTensors mine = io;
+              mine.out = own[0];
+              mine.outLayout = {};
+              if (packed) {
+                auto *base = static_cast<__nv_bfloat16 *>(own[2]);
+                mine.dq = base;
+                mine.dk = base + p.headDim;
+                mine.dv = base + 2 * p.headDim;
+              } else {
+                mine.dq = own[2];
+                mine.dk = own[3];
+                mine.dv = own[4];
+              }
+              mtrt::cuda::flashAttentionForward(nullptr, p, mine, outCopy,
+                                                static_cast<float *>(own[1]),
+                                                nullptr);
+              mtrt::cuda::flashAttentionBackward(nullptr, p, mine, outCopy,
+                                                 static_cast<float *>(own[1]),
+                                                 nullptr, scratch);
+              // cuDNN's: out into io.out (packed bf16 here), copy for the
+              // backward from the own kernels' (same values to rounding).
+              mtrt::cuda::FlashTensors theirs = io;
+              theirs.out = out;
+              theirs.outLayout = {};
+              cudnn->forward(nullptr, p, theirs, nullptr, lse, workspace,
+                             forwardWorkspace);
+              cudnn->backward(nullptr, p, io, outCopy, lse, cudnnScratch,
+                              scratchBytes);
+              check(cudaDeviceSynchronize(), "the comparison");
+              using B = __nv_bfloat16;
+              std::printf("  vs own: out %.2e, lse %.2e, ",
+                          relativeDifference<B>(out, own[0], outN),
+                          relativeDifference<float>(lse, own[1], rows));
+              if (packed)
+                std::printf("dq+dk+dv %.2e of the largest\n",
+                            relativeDifference<B>(io.dq, own[2], gradN));
+              else
+                std::printf("dq %.2e, dk %.2e, dv %.2e of the largest\n",
+                            relativeDifference<B>(io.dq, own[2], qn),
+                            relativeDifference<B>(io.dk, own[3], kn),
+                            relativeDifference<B>(io.dv, own[4], kn));
+              for (void *buffer : own)
+                cudaFree(buffer);
+            }
+            forwardMs = medianMs(repeats, cudnnForward);
+            backwardMs = medianMs(repeats, cudnnBackward);
+            cudaFree(workspace);
+            cudaFree(cudnnScratch);
+          } else {
+            forwardMs = medianMs(repeats, [&] {
+              mtrt::cuda::flashAttentionForward(nullptr, p, io, outCopy, lse,
+                                                maskWords);
+            });
+            backwardMs = medianMs(repeats, [&] {
+              mtrt::cuda::flashAttentionBackward(nullptr, p, io, outCopy, lse,
+                                                 maskWords, scratch);
+            });
+          }
+          double forwardFlop = 4.0 * p.batch * p.headsQ * p.seqQ *
+                               static_cast<double>(p.seqK) * p.headDim / 2;
+          std::string ioName = packed ? "qkv" : bf16 ? "bf16" : "fp32";
+          if (viaCudnn)
+            ioName = packed ? "cudnn-qkv" : "cudnn";
+          if (deterministic)
+            ioName += "-det";
+          std::printf("%-10s %8s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
+                      ioName.c_str(), dropout, forwardMs,
+                      forwardFlop / forwardMs * 1e-9, backwardMs,
+                      2.5 * forwardFlop / backwardMs * 1e-9);
+          std::fflush(stdout);
+          if (packed && !deterministic && shape.headDim >= 128)
+            compareWithDeterministic(p, io, outCopy, lse, maskWords, scratch);
+          for (void *buffer :
+               {static_cast<void *>(q), static_cast<void *>(k),
+                static_cast<void *>(v), static_cast<void *>(dout),
+                static_cast<void *>(out), static_cast<void *>(outCopy),
+                static_cast<void *>(dq), static_cast<void *>(dk),
+                static_cast<void *>(dv), static_cast<void *>(lse), mask,
+                scratch})
+            cudaFree(buffer);
+          for (void *buffer : rounded)
+            cudaFree(buffer);
+        }
   return 0;
 }

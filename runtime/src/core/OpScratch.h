@@ -184,12 +184,40 @@ inline uint64_t flashAttentionDeltaBytes(const AttentionShape &p) {
   return floats(p.rows());
 }
 
+/// The workspace of its own a cuDNN fused-attention plan may take
+/// (cuda/CudnnAttention.h), as the memory plan holds it. Measured on the
+/// H200 with cuDNN 9.19 (bench/NOTES.md, session 16): 256 bytes for the
+/// forward and for the backward of as many key/value heads as query heads,
+/// and with grouped-query heads one fp32 tensor of dK's or dV's shape over
+/// the query heads (their sums before the reduction over a group) plus 256
+/// bytes. The bounds leave room for other engines; the runtime takes cuDNN
+/// only for plans within them, and its own kernels otherwise.
+constexpr uint64_t kCudnnAttentionForwardWorkspaceBytes = uint64_t(64) << 10;
+constexpr uint64_t kCudnnAttentionWorkspaceBytes = uint64_t(1) << 20;
+
+inline uint64_t cudnnAttentionWorkspaceBoundBytes(const AttentionShape &p) {
+  uint64_t bytes = kCudnnAttentionWorkspaceBytes;
+  if (p.headsKv != p.headsQ)
+    bytes += floats(p.batch * p.headsQ * p.seqK * p.headDim);
+  return bytes;
+}
+
+/// cuDNN's fused backward: the softmax sums (a float per query row), the
+/// fp32 dq accumulator, then its plan's workspace.
+inline uint64_t cudnnAttentionBackwardScratchBytes(const AttentionShape &p) {
+  return floats(p.rows()) + floats(p.rows() * p.headDim) +
+         cudnnAttentionWorkspaceBoundBytes(p);
+}
+
 /// The flash backward's scratch: delta and, at head dimension 128, the fused
-/// backward's fp32 dq sums.
+/// backward's fp32 dq sums; without dropout, where cuDNN may run it
+/// instead, at least cuDNN's.
 inline uint64_t flashAttentionBackwardScratchBytes(const AttentionShape &p) {
   uint64_t bytes = flashAttentionDeltaBytes(p);
   if (p.headDim >= 128)
     bytes += 4 * uint64_t(p.rows()) * uint64_t(p.headDim);
+  if (p.dropoutP <= 0)
+    bytes = std::max(bytes, cudnnAttentionBackwardScratchBytes(p));
   return bytes;
 }
 
@@ -202,7 +230,8 @@ inline uint64_t attentionBackwardScratchBytes(const AttentionShape &p) {
 
 /// attention: `flash` whether the flash kernels run it; `paired` whether a
 /// later flash attention_grad reads its state (logsumexp, bf16 output,
-/// dropout bits), which the block then keeps until that gradient.
+/// dropout bits), which the block then keeps until that gradient; without
+/// dropout, cuDNN's forward workspace after them.
 inline uint64_t attentionOpBytes(const AttentionShape &p, bool flash,
                                  bool paired) {
   uint64_t bytes = attentionLogsumexpBytes(p);
@@ -210,6 +239,9 @@ inline uint64_t attentionOpBytes(const AttentionShape &p, bool flash,
     bytes += roundUp(flashAttentionSavedOutputBytes(p));
   if (paired || flash)
     bytes += roundUp(flashAttentionMaskBytes(p));
+  // Without dropout cuDNN may run it: its plan's workspace, last.
+  if (flash && p.dropoutP <= 0)
+    bytes += kCudnnAttentionForwardWorkspaceBytes;
   return bytes;
 }
 

@@ -1,7 +1,9 @@
-// Device selection, the stream, cuBLASLt and device buffers.
+// Device selection, the stream, cuBLASLt, cuDNN and device buffers.
 #include "cuda/Context.h"
 
+#include "core/Error.h"
 #include "cuda/CudaCheck.h"
+#include "cuda/CudnnAttention.h"
 
 #include <cstdio>
 
@@ -79,12 +81,32 @@ Context::Context(const ContextOptions &options) : options_(options) {
 }
 
 Context::~Context() {
+  cudnn_.reset();
   gemm_.reset();
   fault_ = DeviceBuffer();
   if (stream_) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+}
+
+CudnnAttention *Context::cudnnAttention() {
+  if (!cudnnTried_) {
+    cudnnTried_ = true;
+    if (!options_.cudnnAttention)
+      cudnnMissing_ = "ContextOptions::cudnnAttention is off "
+                      "(MTRT_CUDA_CUDNN_ATTENTION=0)";
+    else
+      cudnnMissing_ = cudnnAttentionUnavailableReason();
+    if (cudnnMissing_.empty()) {
+      try {
+        cudnn_ = std::make_unique<CudnnAttention>();
+      } catch (const Error &e) { // the own kernels run instead
+        cudnnMissing_ = e.what();
+      }
+    }
+  }
+  return cudnn_.get();
 }
 
 void Context::resetFault() {

@@ -12,6 +12,8 @@
 
 namespace mtrt::cuda {
 
+class CudnnAttention;
+
 struct ContextOptions {
   /// The CUDA device index.
   int device = 0;
@@ -42,6 +44,11 @@ struct ContextOptions {
   /// runs); off: at head dimension 128 dq is summed by fp32 reductions in
   /// the dk/dv kernel, faster, the last bits varying between runs.
   bool deterministicAttention = false;
+  /// Attention without dropout through cuDNN's fused attention where cuDNN
+  /// takes the shapes (cuda/CudnnAttention.h: about twice the own kernels'
+  /// speed on the H200); off (MTRT_CUDA_CUDNN_ATTENTION=0): the own flash
+  /// kernels everywhere.
+  bool cudnnAttention = true;
 };
 
 /// Device memory owned by one pointer; freed at destruction.
@@ -87,6 +94,11 @@ public:
   int device() const { return options_.device; }
   cudaStream_t stream() const { return stream_; }
   Gemm &gemm() { return *gemm_; }
+  /// cuDNN's fused attention on this device, made at the first call; null
+  /// when ContextOptions::cudnnAttention is off or cuDNN cannot be used
+  /// (cudnnAttentionMissing() says why).
+  CudnnAttention *cudnnAttention();
+  const std::string &cudnnAttentionMissing() const { return cudnnMissing_; }
   /// "NVIDIA H200 (device 0, compute capability 9.0, 132 SMs, 139.8 GiB)".
   const std::string &description() const { return description_; }
 
@@ -104,6 +116,9 @@ private:
   ContextOptions options_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<CudnnAttention> cudnn_;
+  bool cudnnTried_ = false;
+  std::string cudnnMissing_;
   DeviceBuffer fault_;
   std::string description_;
 };

@@ -56,6 +56,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   planKernelBlocks();
   planBf16Values();
   planAttentionViews();
+  planCudnnAttention();
   planBf16Copies();
   planGemmAccumulation();
   plan_ = planArena(

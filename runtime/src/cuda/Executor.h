@@ -199,6 +199,12 @@ public:
   /// (planAttentionViews).
   size_t elidedCopyCount() const;
 
+  /// How many attention and attention_grad instructions run through cuDNN's
+  /// fused attention (planCudnnAttention), and for the others without
+  /// dropout the first reason they do not ("" if none).
+  size_t cudnnAttentionCount() const;
+  const std::string &cudnnAttentionDeclined() const { return cudnnDeclined_; }
+
   /// How many weight-gradient GEMMs add straight into their parameter's
   /// gradient (planGemmAccumulation).
   size_t gemmAccumulationCount() const;
@@ -285,6 +291,16 @@ private:
   /// Clears aliasOf_ for members and values aliasing them. After
   /// planBf16Values (members share a storage type), before the arena.
   void planAttentionViews();
+  /// Which flash attention and attention_grad instructions run through
+  /// cuDNN (cudnnAttention_): without dropout, in bf16, where cuDNN builds
+  /// a plan (built here, before any launch or CUDA graph capture) within
+  /// the memory plan's workspace (core/OpScratch.h); an attention_grad's
+  /// flag covers its forward rerun too. After planAttentionViews (the
+  /// tensors' strides).
+  void planCudnnAttention();
+  /// The flash tensors' element types and strides of an attention (first
+  /// 0) or attention_grad (first 1); no pointers.
+  FlashTensors flashTensorLayout(const Instruction &inst, size_t first) const;
   /// Points the members' slots into the region at `region`.
   void bindAttentionViews(char *region);
   /// The flash kernels' strides of value `v` (unset: packed).
@@ -438,6 +454,9 @@ private:
   std::vector<std::array<int64_t, 2>> viewStrides_;
   /// By instruction: a split or concat that copies nothing (a view group's).
   std::vector<bool> elided_;
+  /// By instruction: flash attention through cuDNN (planCudnnAttention).
+  std::vector<bool> cudnnAttention_;
+  std::string cudnnDeclined_;
   /// The view region: its offset in the arena (the plan's bytes, aligned)
   /// and size (0 when the bundle's plan places the views).
   size_t viewRegion_ = 0, viewBytes_ = 0;

@@ -6,8 +6,11 @@
 #include "core/OpScratch.h"
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
+#include "cuda/CudnnAttention.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
+
+#include <algorithm>
 
 namespace mtrt::cuda {
 
@@ -50,6 +53,79 @@ random::MaskTile fusedMaskTile(const Function &fn, const Instruction &inst,
 
 bool Executor::flashAttention(const AttentionParams &params) const {
   return runsFlashAttention(params, bf16_);
+}
+
+FlashTensors Executor::flashTensorLayout(const Instruction &inst,
+                                         size_t first) const {
+  FlashTensors io;
+  io.inputsBf16 = heldInBf16(inst.operands[first]);
+  io.outputsBf16 = heldInBf16(inst.results[0]);
+  io.deterministic = context_.options().deterministicAttention;
+  io.qLayout = flashLayout(inst.operands[first]);
+  io.kLayout = flashLayout(inst.operands[first + 1]);
+  io.vLayout = flashLayout(inst.operands[first + 2]);
+  if (first == 0) {
+    io.outLayout = flashLayout(inst.results[0]);
+  } else {
+    io.doutLayout = flashLayout(inst.operands[0]);
+    io.dqLayout = flashLayout(inst.results[0]);
+    io.dkLayout = flashLayout(inst.results[1]);
+    io.dvLayout = flashLayout(inst.results[2]);
+  }
+  return io;
+}
+
+void Executor::planCudnnAttention() {
+  const Function &fn = *function_;
+  cudnnAttention_.assign(fn.instructions.size(), false);
+  cudnnDeclined_.clear();
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (inst.op != Op::Attention && inst.op != Op::AttentionGrad)
+      continue;
+    AttentionParams p = attentionParams(fn, inst, 0);
+    if (!flashAttention(p) || p.dropoutP > 0)
+      continue;
+    bool grad = inst.op == Op::AttentionGrad;
+    std::string why;
+    CudnnAttention *cudnn = context_.cudnnAttention();
+    if (!cudnn)
+      why = context_.cudnnAttentionMissing();
+    FlashTensors io = flashTensorLayout(inst, grad ? 1 : 0);
+    // The forward: the attention's, or the rerun of an unpaired gradient
+    // (into the packed copy only).
+    if (why.empty() &&
+        (!grad || kernelBlocks_.attentionPartner[position] == kNoPartner)) {
+      FlashTensors forward = io;
+      forward.outLayout = FlashLayout{};
+      if (!grad)
+        forward.outLayout = io.outLayout;
+      size_t bytes = 0;
+      why = cudnn->prepare(p, forward, false, &bytes);
+      if (why.empty() && bytes > scratch::kCudnnAttentionForwardWorkspaceBytes)
+        why = "its forward plan needs " + std::to_string(bytes) +
+              " bytes of workspace, over the memory plan's " +
+              std::to_string(scratch::kCudnnAttentionForwardWorkspaceBytes);
+    }
+    if (why.empty() && grad) {
+      size_t bytes = 0;
+      why = cudnn->prepare(p, io, true, &bytes);
+      uint64_t bound = scratch::cudnnAttentionWorkspaceBoundBytes(
+          scratch::attentionShapeOf(p));
+      if (why.empty() && bytes > bound)
+        why = "its backward plan needs " + std::to_string(bytes) +
+              " bytes of workspace, over the memory plan's " +
+              std::to_string(bound);
+    }
+    cudnnAttention_[position] = why.empty();
+    if (!why.empty() && cudnnDeclined_.empty())
+      cudnnDeclined_ = where(position) + ": " + why;
+  }
+}
+
+size_t Executor::cudnnAttentionCount() const {
+  return static_cast<size_t>(
+      std::count(cudnnAttention_.begin(), cudnnAttention_.end(), true));
 }
 
 void Executor::planKernelBlocks() {
@@ -445,7 +521,13 @@ void Executor::execute(size_t position, const Instruction &inst,
     FlashTensors io = flashTensors(0);
     io.out = slots_[inst.results[0]];
     io.outLayout = flashLayout(inst.results[0]);
-    flashAttentionForward(stream, p, io, kept, lse, mask);
+    if (cudnnAttention_[position])
+      context_.cudnnAttention()->forward(
+          stream, p, io, kept, lse,
+          carve.take<char>(scratch::kCudnnAttentionForwardWorkspaceBytes),
+          scratch::kCudnnAttentionForwardWorkspaceBytes);
+    else
+      flashAttentionForward(stream, p, io, kept, lse, mask);
     break;
   }
   case Op::AttentionGrad: {
@@ -464,7 +546,16 @@ void Executor::execute(size_t position, const Instruction &inst,
       void *delta = forward != kNoPartner ? carve.take<char>(0)
                                           : saved.take<char>(0);
       FlashTensors io = flashTensors(1);
-      if (forward == kNoPartner)
+      CudnnAttention *cudnn =
+          cudnnAttention_[position] ? context_.cudnnAttention() : nullptr;
+      // The backward's scratch, free until the backward: cuDNN's forward
+      // workspace when it reruns the forward.
+      size_t backwardScratch =
+          scratch::roundUp(scratch::flashAttentionBackwardScratchBytes(
+              scratch::attentionShapeOf(p)));
+      if (forward == kNoPartner && cudnn)
+        cudnn->forward(stream, p, io, o, lse, delta, backwardScratch);
+      else if (forward == kNoPartner)
         flashAttentionForward(stream, p, io, o, lse, mask);
       io.dout = slots_[inst.operands[0]];
       io.dq = slots_[inst.results[0]];
@@ -474,9 +565,12 @@ void Executor::execute(size_t position, const Instruction &inst,
       io.dqLayout = flashLayout(inst.results[0]);
       io.dkLayout = flashLayout(inst.results[1]);
       io.dvLayout = flashLayout(inst.results[2]);
-      flashAttentionBackward(stream, p, io, o, lse,
-                             flashAttentionMaskBytes(p) ? mask : nullptr,
-                             delta);
+      if (cudnn)
+        cudnn->backward(stream, p, io, o, lse, delta, backwardScratch);
+      else
+        flashAttentionBackward(stream, p, io, o, lse,
+                               flashAttentionMaskBytes(p) ? mask : nullptr,
+                               delta);
       break;
     }
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);

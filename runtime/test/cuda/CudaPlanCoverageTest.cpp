@@ -14,6 +14,8 @@
 #include "cuda/Context.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
+#include "host/ParameterStore.h"
+#include "host/ThreadPool.h"
 
 #include "CudaTestSupport.h"
 
@@ -207,6 +209,65 @@ TEST(CudaPlanCoverageTest, TheExecutorsArenaIsThePlanViewsIncluded) {
               << fn.memoryPlan->arenaBytes << " bytes, " << views.views
               << " views, " << executor.elidedCopyCount() << " copies elided\n";
   }
+}
+
+// Without dropout (tiny GPT in bf16, head dimension 64) attention and
+// attention_grad run through cuDNN's fused attention, inside the compiled
+// plan (its softmax sums, dq accumulator and workspace in attention_grad's
+// kernel block: no allocation beside the plan), and a step's loss and
+// gradients agree with the own kernels' (MTRT_CUDA_CUDNN_ATTENTION=0).
+TEST(CudaPlanCoverageTest, CudnnAttentionRunsInThePlanAsTheOwnKernels) {
+  MTRT_REQUIRE_GPU();
+  Bundle bundle = loadTestBundle(
+      "tiny-gpt-bf16-nodrop",
+      "megatron-compile models/tiny-gpt.yaml --bf16 --hidden-dropout=0 "
+      "--attention-dropout=0 -o tiny-gpt-bf16-nodrop.mtb");
+  const Function *train = bundle.findFunction("train_step");
+  ASSERT_NE(train, nullptr);
+  std::vector<int64_t> shape = train->values[train->inputs[0]].shape;
+  host::Tensor tokens = randomIds(shape, 256, 3),
+               labels = randomIds(shape, 256, 4);
+  std::vector<host::TensorView> inputs = {viewOf(tokens), viewOf(labels)};
+  host::ThreadPool pool(0);
+  host::ParameterStore initial(bundle, DType::F32);
+  initial.initialize(pool, 1234);
+  initial.zeroGradients(pool);
+  struct Step {
+    double loss = 0;
+    std::vector<host::Tensor> gradients;
+  };
+  auto step = [&](bool cudnnAttention, bool *used) {
+    cuda::ContextOptions options;
+    options.cudnnAttention = cudnnAttention;
+    cuda::Context context(options);
+    cuda::ParameterStore store(bundle, context);
+    store.upload(initial);
+    cuda::Executor executor(bundle, "train_step", store);
+    EXPECT_EQ(executor.arenaBytes(), train->memoryPlan->arenaBytes);
+    *used = executor.cudnnAttentionCount() > 0;
+    if (cudnnAttention && context.cudnnAttention()) {
+      EXPECT_GT(executor.cudnnAttentionCount(), 0u)
+          << executor.cudnnAttentionDeclined();
+      std::cout << "[ cuDNN    ] " << executor.cudnnAttentionCount()
+                << " attention instructions through cuDNN\n";
+    } else if (cudnnAttention) {
+      std::cout << "[ cuDNN    ] none: " << context.cudnnAttentionMissing()
+                << "\n";
+    }
+    Step result;
+    result.loss = executor.run(inputs, {5, 5})[0].data<float>()[0];
+    for (size_t p = 0; p < store.size(); ++p)
+      result.gradients.push_back(store.gradientToHost(p));
+    return result;
+  };
+  bool used = false, ownUsed = true;
+  Step viaCudnn = step(true, &used), own = step(false, &ownUsed);
+  EXPECT_FALSE(ownUsed);
+  EXPECT_NEAR(viaCudnn.loss, own.loss, 2e-3 * std::abs(own.loss));
+  for (size_t p = 0; p < own.gradients.size(); ++p)
+    EXPECT_LE(relativeDifference(viaCudnn.gradients[p], own.gradients[p]),
+              5e-2)
+        << "gradient " << p;
 }
 
 } // namespace
