@@ -215,7 +215,8 @@ TEST(CudaPlanCoverageTest, TheExecutorsArenaIsThePlanViewsIncluded) {
 // attention_grad run through cuDNN's fused attention, inside the compiled
 // plan (its softmax sums, dq accumulator and workspace in attention_grad's
 // kernel block: no allocation beside the plan), and a step's loss and
-// gradients agree with the own kernels' (MTRT_CUDA_CUDNN_ATTENTION=0).
+// gradients agree with the own kernels' (ContextOptions::cudnnAttention
+// off, the default).
 TEST(CudaPlanCoverageTest, CudnnAttentionRunsInThePlanAsTheOwnKernels) {
   MTRT_REQUIRE_GPU();
   Bundle bundle = loadTestBundle(
