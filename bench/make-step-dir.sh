@@ -20,7 +20,8 @@
 #   DEST      the folder to fill (emptied first)
 #   MODELS    (environment) default
 #             "gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4"
-#   SEARCH    (environment) default "gpt-1.3b llama-1.5b"
+#   SEARCH    (environment) default "gpt-1.3b llama-1.5b"; empty: none
+# The folder's models.txt records MODELS for bench/run-step-table.sh.
 #   FLAGS     (environment) more megatron-compile flags for every model
 #             bundle and search candidate
 set -euo pipefail
@@ -46,13 +47,15 @@ model_bundle() {
     --recompute-granularity none --micro-batch-size="$2" \
     --global-batch-size="$2" --hidden-dropout="$3" --attention-dropout="$3"
 }
-for pair in ${MODELS:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4}; do
+models=${MODELS:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4}
+echo "$models" >"$dest/models.txt"
+for pair in $models; do
   for dropout in 0 0.1; do
     model_bundle "${pair%%:*}" "${pair##*:}" "$dropout"
   done
 done
 gib=$((1 << 30))
-for model in ${SEARCH:-gpt-1.3b llama-1.5b}; do
+for model in ${SEARCH-gpt-1.3b llama-1.5b}; do
   for mb in $(seq 2 64); do
     total=$("$compile" "$root/models/$model.yaml" --bf16 --fuse-kernels \
       --fuse-linear-cross-entropy ${FLAGS:-} \

@@ -26,7 +26,8 @@
 #        runs' logs, JSON lines and memory samples)
 #   ITERS (environment) megatron-train iterations per timed run, default 10;
 #        the step time is the median from iteration 4 on
-#   MODELS (environment) as for bench/make-step-dir.sh
+#   MODELS (environment) default: the ones bench/make-step-dir.sh compiled
+#        (DIR/models.txt)
 #   LIMIT (environment) seconds after which no further run starts, default
 #        480; a PyTorch run is stopped 60 s after it
 set -u
@@ -87,7 +88,7 @@ iters=${ITERS:-10}
 train tiny-gpt 5
 declare -A base
 models=()
-for pair in ${MODELS:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8 llama-1.5b:4}; do
+for pair in ${MODELS:-$(cat "$dir/models.txt")}; do
   models+=("${pair%%:*}")
   base[${pair%%:*}]=${pair##*:}
 done
