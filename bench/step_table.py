@@ -134,6 +134,8 @@ def main():
     for entry in sorted(os.listdir(logs)):
         name = entry[:-len(".status")]
         if entry.endswith(".status") and NAME.match(name):
+            if not os.path.exists(os.path.join(bundles, name + ".memory.txt")):
+                continue  # a run of a bundle this folder does not hold
             row = ours(dir_, logs, name, context)
             ours_rows[(row["model"], row["micro_batch_size"],
                        row["dropout"])] = row
