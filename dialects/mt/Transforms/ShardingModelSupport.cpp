@@ -381,4 +381,23 @@ LogicalResult addAttentionShardingAnnotations(
   return success();
 }
 
+bool recordContextLayout(Operation *op, Sharding sharding, int64_t sequenceDim,
+                         IRMapping &partitionMap,
+                         SymbolTableCollection &symbolTable,
+                         OpBuilder &builder) {
+  auto context = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+  Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
+  local->removeAttr(kContextAxisAttrName);
+  SmallVector<GridAxis> sequence = axesOfDim(sharding, sequenceDim);
+  if (!context || sequence.empty() || sequence.front() != context.getInt())
+    return false;
+  shard::GridOp grid = shard::getGrid(
+      op, FlatSymbolRefAttr::get(op->getContext(), sharding.getGrid()),
+      symbolTable);
+  local->setAttr(kContextAxisAttrName, context);
+  local->setAttr(kContextSizeAttrName,
+                 builder.getI64IntegerAttr(grid.getShape()[context.getInt()]));
+  return true;
+}
+
 } // namespace mlir::mt::sharding

@@ -228,9 +228,11 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
     // Discardable attributes (mt.recomputed) are notes for passes, except
     // a random op's tile (mt.split_axes), which keys its stream, and the
     // backward pass's seed mark (mt.loss_seed), which fp16 training scales.
-    // A partitioned position_ids' context layout (mt.context_axis and
-    // mt.context_size) maps its tile through the load-balanced chunks.
-    bool contextLayout = isa<mt::PositionIdsOp>(op) &&
+    // A partitioned position_ids', rope's or dropout's context layout
+    // (mt.context_axis and mt.context_size) maps its tile through the
+    // load-balanced chunks.
+    bool contextLayout =
+        isa<mt::PositionIdsOp, mt::RopeOp, mt::DropoutOp>(op) &&
                          (named.getName() == mt::kContextAxisAttrName ||
                           named.getName() == mt::kContextSizeAttrName);
     if (op->getDiscardableAttr(named.getName()) &&
