@@ -695,8 +695,10 @@ static Object writeModel(mt::ModelAttr model) {
 }
 
 /// Checks that the module is partitioned for the layout `mt.model` names:
-/// its grid holds data x tensor parallel ranks, and a pipeline plan is
-/// given exactly when it names pipeline parallelism.
+/// its grid holds data x tensor parallel ranks (times the context-parallel
+/// ranks its context-parallel ops name: the trainer finds the axis on
+/// them), and a pipeline plan is given exactly when it names pipeline
+/// parallelism.
 static LogicalResult checkLayout(ModuleOp module, mt::ModelAttr model,
                                  ArrayRef<shard::GridOp> grids,
                                  int64_t pipelineSize, bool hasPipeline) {
@@ -708,6 +710,15 @@ static LogicalResult checkLayout(ModuleOp module, mt::ModelAttr model,
     for (int64_t size : grid.getShape())
       ranks *= size;
   }
+  int64_t cp = 1;
+  module.walk([&](Operation *op) {
+    if (auto block = dyn_cast<mt::AttentionBlockOp>(op))
+      cp = std::max<int64_t>(cp, block.getContextSize());
+    else if (auto size = op->getAttrOfType<IntegerAttr>(mt::kContextSizeAttrName))
+      cp = std::max<int64_t>(cp, size.getInt());
+  });
+  if (cp > 1 && ranks == tp * dp * cp)
+    ranks /= cp;
   if (ranks != tp * dp) {
     std::string partitioned =
         grids.empty() ? std::string("not partitioned")
