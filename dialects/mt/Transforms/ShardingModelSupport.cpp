@@ -187,7 +187,13 @@ FailureOr<Value> sumPartials(OpBuilder &builder, Operation *op, Value partial,
     for (int64_t dim = 0; dim < type.getRank() &&
                           dim < static_cast<int64_t>(split.size());
          ++dim) {
+      // The dimension's leading axes that the sum does not run over are
+      // the partial's own split of it (the sequence over the context axis,
+      // then the tensor axis under sequence parallelism): the trailing
+      // ones scatter.
       ArrayRef<GridAxis> dimAxes = split[dim].asArrayRef();
+      while (!dimAxes.empty() && !llvm::is_contained(axes, dimAxes.front()))
+        dimAxes = dimAxes.drop_front();
       if (dimAxes.empty() || !llvm::all_of(dimAxes, [&](GridAxis axis) {
             return llvm::is_contained(axes, axis);
           }))

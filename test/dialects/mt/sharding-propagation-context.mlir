@@ -95,3 +95,30 @@ func.func @ring_grad_in_a_chain(%do: tensor<1x8x2x4xf32>, %q: tensor<1x8x2x4xf32
   %dv2 = mt.add %dv, %dv : tensor<1x8x2x4xf32>
   return %dq, %dk2, %dv2 : tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>
 }
+
+// -----
+
+// Context x tensor parallelism with sequence parallelism: the ids hold the
+// rank's context chunks ([cp] on the sequence), the vocabulary-parallel
+// table's partial rows are summed over the tensor axis and scattered along
+// the sequence into the residual stream's [cp, tp] split (the partial's own
+// context split leads), not all-reduced whole.
+
+shard.grid @grid(shape = 1x2x2)
+
+// CHECK-LABEL: func.func @embedding_sequence_parallel
+// CHECK-SAME: %[[T:.+]]: tensor<8x4xf32>, %[[IDS:.+]]: tensor<2x8xi32>
+func.func @embedding_sequence_parallel(%table: tensor<16x4xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x4xf32> {
+  %vocab = shard.sharding @grid split_axes = [[2]] : !shard.sharding
+  %chunks = shard.sharding @grid split_axes = [[], [1]] : !shard.sharding
+  %stream = shard.sharding @grid split_axes = [[], [1, 2]] : !shard.sharding
+  %ts = shard.shard %table to %vocab annotate_for_users : tensor<16x4xf32>
+  %is = shard.shard %ids to %chunks annotate_for_users : tensor<2x16xi32>
+  // CHECK: %[[E:.+]] = mt.embedding %[[T]], %[[IDS]] {{.*}}-> tensor<2x8x4xf32>
+  // CHECK-NOT: shard.all_reduce
+  // CHECK: %[[S:.+]] = shard.reduce_scatter %[[E]] on @grid grid_axes = [2] scatter_axis = 1 : tensor<2x8x4xf32> -> tensor<2x4x4xf32>
+  // CHECK: return %[[S]]
+  %e = mt.embedding %ts, %is : (tensor<16x4xf32>, tensor<2x16xi32>) -> tensor<2x16x4xf32>
+  %es = shard.shard %e to %stream : tensor<2x16x4xf32>
+  return %es : tensor<2x16x4xf32>
+}
