@@ -127,12 +127,17 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
   buildTrainingPipeline(pm, training);
   if (stopAfter == PipelineBoundary::Training)
     return;
-  // Tensor and data parallelism partition each pipeline stage.
-  if (parallel.tensorModelParallelSize * parallel.dataParallelSize > 1) {
+  // Tensor, context and data parallelism partition each pipeline stage.
+  if (parallel.tensorModelParallelSize * parallel.dataParallelSize *
+          parallel.contextParallelSize >
+      1) {
     PartitionPipelineOptions partition;
     partition.tensorParallelSize = parallel.tensorModelParallelSize;
     partition.dataParallelSize = parallel.dataParallelSize;
     partition.sequenceParallel = parallel.sequenceParallel;
+    partition.contextParallelSize = parallel.contextParallelSize;
+    partition.cpCommType =
+        parallel.cpCommType == CpCommType::AllGather ? "all_gather" : "p2p";
     // One rank has nothing to shard the optimizer over: the plain
     // optimizer is the distributed one with a single shard.
     partition.distributedOptimizer = parallel.useDistributedOptimizer;

@@ -312,8 +312,9 @@ void AnnotateShardingsPass::runOnOperation() {
 
     if (sequenceShards)
       annotateSequenceShards(builder, function);
-    // The attention's partition needs to know which sequence split is the
-    // load-balanced one (docs/Parallelism.md, "Context parallelism").
+    // The attention's, rope's and dropout's partitions need to know which
+    // sequence split is the load-balanced one (docs/Parallelism.md, "Context
+    // parallelism").
     if (contextAxis >= 0)
       function.walk([&](Operation *op) {
         if (isa<AttentionOp, AttentionGradOp>(op)) {
@@ -322,6 +323,9 @@ void AnnotateShardingsPass::runOnOperation() {
           op->setAttr(kContextExchangeAttrName,
                       builder.getStringAttr(cpCommType));
         }
+        if (isa<RopeOp, DropoutOp>(op))
+          op->setAttr(kContextAxisAttrName,
+                      builder.getI64IntegerAttr(contextAxis));
       });
     // Learned position embeddings read positions made inside the step: they
     // follow the tokens' batch split, and under sequence parallelism the

@@ -231,6 +231,23 @@ struct AttentionGradModel
             forward[0], forward[1], forward[2]};
   }
 
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    return getAttentionShardingOption(op, operandShardings, resultShardings);
+  }
+
+  FailureOr<std::vector<Sharding>>
+  getShardingAnnotations(Operation *op,
+                         const shard::ShardingOption &option) const {
+    return getAttentionShardingAnnotations(op, option);
+  }
+
+  LogicalResult addShardingAnnotations(Operation *op, OpBuilder &builder,
+                                       const shard::ShardingOption &option) const {
+    return addAttentionShardingAnnotations(op, builder, option);
+  }
+
   LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
                           ArrayRef<Sharding> operandShardings,
                           ArrayRef<Sharding> resultShardings,

@@ -207,6 +207,15 @@ struct DropoutModel
         *op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder);
     recordGlobalTile(op, op->getOperand(0), operandShardings[0], partitionMap);
+    // Context parallelism: the rows are a block of the load-balanced
+    // sequence, whose mask positions the bundle maps through the layout.
+    if (rankOf(op->getOperand(0)) >= 2)
+      recordContextLayout(op, operandShardings[0], 1, partitionMap,
+                          symbolTable, builder);
+    else
+      partitionMap.lookup(op->getResult(0))
+          .getDefiningOp()
+          ->removeAttr(kContextAxisAttrName);
     return success();
   }
 };
@@ -286,6 +295,23 @@ struct AttentionModel
     return attentionIndexingMaps(op->getContext());
   }
 
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    return getAttentionShardingOption(op, operandShardings, resultShardings);
+  }
+
+  FailureOr<std::vector<Sharding>>
+  getShardingAnnotations(Operation *op,
+                         const shard::ShardingOption &option) const {
+    return getAttentionShardingAnnotations(op, option);
+  }
+
+  LogicalResult addShardingAnnotations(Operation *op, OpBuilder &builder,
+                                       const shard::ShardingOption &option) const {
+    return addAttentionShardingAnnotations(op, builder, option);
+  }
+
   LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
                           ArrayRef<Sharding> operandShardings,
                           ArrayRef<Sharding> resultShardings,
@@ -322,17 +348,34 @@ struct RopeModel
                           OpBuilder &builder) const {
     // What a layer's op becomes is in its layer.
     LayerScope layer(builder, getLayer(op));
-    if (Sharding sharding = operandShardings.front()) {
+    // Context parallelism: a sequence split over the marked axis (first) is
+    // a block of the load-balanced sequence, rotated by its global
+    // positions, which the bundle's rope maps through the layout
+    // (split_axes, context_axis, context_size) as position_ids does.
+    auto context = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+    Sharding sharding = operandShardings.front();
+    SmallVector<GridAxis> sequence = axesOfDim(sharding, 1);
+    bool contextSplit = context && !sequence.empty() &&
+                        sequence.front() == context.getInt();
+    if (sharding) {
       ArrayRef<shard::GridAxesAttr> split = sharding.getSplitAxes();
       for (size_t dim : {1, 3})
-        if (dim < split.size() && !split[dim].empty())
+        if (dim < split.size() && !split[dim].empty() &&
+            !(dim == 1 && contextSplit))
           return op->emitOpError()
                  << "can be partitioned along batch and heads only; dimension "
-                 << dim << " is sharded";
+                 << dim
+                 << " is sharded (a sequence split first over the context "
+                    "axis that mt-annotate-shardings{context-parallel-size} "
+                    "marks, "
+                 << kContextAxisAttrName << ", is context parallelism)";
     }
     shard::partitionTriviallyShardableOperation(
         *op, partitionedOperands, operandShardings, resultShardings,
         partitionMap, symbolTable, builder);
+    if (recordContextLayout(op, sharding, 1, partitionMap, symbolTable,
+                            builder))
+      recordGlobalTile(op, op->getOperand(0), sharding, partitionMap);
     return success();
   }
 };

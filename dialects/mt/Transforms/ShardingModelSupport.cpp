@@ -2,6 +2,8 @@
 
 #include "ShardingModelSupport.h"
 
+#include "mt/Transforms/Passes.h"
+
 #include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
@@ -185,7 +187,13 @@ FailureOr<Value> sumPartials(OpBuilder &builder, Operation *op, Value partial,
     for (int64_t dim = 0; dim < type.getRank() &&
                           dim < static_cast<int64_t>(split.size());
          ++dim) {
+      // The dimension's leading axes that the sum does not run over are
+      // the partial's own split of it (the sequence over the context axis,
+      // then the tensor axis under sequence parallelism): the trailing
+      // ones scatter.
       ArrayRef<GridAxis> dimAxes = split[dim].asArrayRef();
+      while (!dimAxes.empty() && !llvm::is_contained(axes, dimAxes.front()))
+        dimAxes = dimAxes.drop_front();
       if (dimAxes.empty() || !llvm::all_of(dimAxes, [&](GridAxis axis) {
             return llvm::is_contained(axes, axis);
           }))
@@ -248,6 +256,154 @@ void recordGlobalTile(Operation *op, Value keyed, Sharding sharding,
                        : DenseI16ArrayAttr::get(context, {}));
   Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
   local->setAttr("mt.split_axes", ArrayAttr::get(context, dims));
+}
+
+} // namespace mlir::mt::sharding
+
+namespace mlir::mt::sharding {
+
+/// Which of attention's tensors (operands, then results) run along the key
+/// loop in their sequence dimension: k and v, and in the backward their
+/// gradients.
+static SmallVector<bool> keySide(Operation *op) {
+  AffineExpr key = getAffineDimExpr(3, op->getContext());
+  SmallVector<bool> side;
+  for (AffineMap map : cast<shard::ShardingInterface>(op).getIndexingMaps())
+    side.push_back(map.getNumResults() > 1 && map.getResult(1) == key);
+  return side;
+}
+
+static std::optional<GridAxis> contextAxisOf(Operation *op) {
+  auto axis = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+  if (!axis)
+    return std::nullopt;
+  return static_cast<GridAxis>(axis.getInt());
+}
+
+static ArrayRef<GridAxis> sequenceSplitOf(Sharding sharding) {
+  if (!sharding || sharding.getSplitAxes().size() < 2)
+    return {};
+  return sharding.getSplitAxes()[1].asArrayRef();
+}
+
+static Sharding withSequenceSplit(Sharding sharding, ArrayRef<GridAxis> axes) {
+  MLIRContext *context = sharding.getGridAttr().getContext();
+  SmallVector<shard::GridAxesAttr> split(sharding.getSplitAxes());
+  if (split.size() < 2)
+    split.resize(2, shard::GridAxesAttr::get(context, {}));
+  split[1] = shard::GridAxesAttr::get(context, axes);
+  while (!split.empty() && split.back().asArrayRef().empty())
+    split.pop_back();
+  return Sharding::get(sharding.getGridAttr(), split);
+}
+
+FailureOr<shard::ShardingOption>
+getAttentionShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                           ArrayRef<Sharding> resultShardings) {
+  std::optional<GridAxis> axis = contextAxisOf(op);
+  if (!axis)
+    return shard::detail::defaultGetShardingOption(op, operandShardings,
+                                                   resultShardings);
+  // The keys' split along the context axis is not the key loop's: it is
+  // the same split of the sequence as the queries', taken out of upstream's
+  // reading and put back on the annotations.
+  SmallVector<bool> side = keySide(op);
+  Sharding keySplit;
+  auto strip = [&](Sharding sharding, size_t index) {
+    if (!side[index] || sequenceSplitOf(sharding) != ArrayRef<GridAxis>(*axis))
+      return sharding;
+    keySplit = sharding;
+    return withSequenceSplit(sharding, {});
+  };
+  SmallVector<Sharding, 4> operands, results;
+  for (auto [index, sharding] : llvm::enumerate(operandShardings))
+    operands.push_back(strip(sharding, index));
+  for (auto [index, sharding] : llvm::enumerate(resultShardings))
+    results.push_back(strip(sharding, operandShardings.size() + index));
+  FailureOr<shard::ShardingOption> option =
+      shard::detail::defaultGetShardingOption(op, operands, results);
+  if (failed(option) || !keySplit)
+    return option;
+  // Upstream marks the option empty when the last operand it reads has no
+  // split (the stripped values); the keys' split is one.
+  option->empty = false;
+  if (!option->grid)
+    option->grid = keySplit.getGridAttr();
+  if (option->shardingArray.size() < 2)
+    option->shardingArray.resize(2);
+  bool used = llvm::any_of(option->shardingArray, [&](ArrayRef<GridAxis> axes) {
+    return llvm::is_contained(axes, *axis);
+  });
+  // Keys split alone (propagation reaching the op from their side): the
+  // queries take the same split of the sequence.
+  if (option->shardingArray[1].empty() && !used)
+    option->shardingArray[1].push_back(*axis);
+  return option;
+}
+
+FailureOr<std::vector<Sharding>>
+getAttentionShardingAnnotations(Operation *op,
+                                const shard::ShardingOption &option) {
+  FailureOr<std::vector<Sharding>> shardings =
+      shard::detail::defaultGetShardingAnnotations(op, option);
+  std::optional<GridAxis> axis = contextAxisOf(op);
+  if (failed(shardings) || !axis || option.shardingArray.size() < 2 ||
+      option.shardingArray[1] != ArrayRef<GridAxis>(*axis))
+    return shardings;
+  SmallVector<bool> side = keySide(op);
+  size_t operands = op->getNumOperands();
+  for (size_t index = 0; index < shardings->size(); ++index) {
+    Sharding &sharding = (*shardings)[index];
+    if (!side[index] || !sharding || !sequenceSplitOf(sharding).empty())
+      continue;
+    // Keys and values the IR already holds whole (gathered) stay whole: the
+    // partition takes them as they are.
+    FailureOr<std::pair<bool, Sharding>> annotated =
+        index < operands ? shard::getSharding(op->getOpOperand(index))
+                         : shard::getSharding(op->getResult(index - operands));
+    if (succeeded(annotated) && annotated->second &&
+        sequenceSplitOf(annotated->second).empty())
+      continue;
+    sharding = withSequenceSplit(sharding, {*axis});
+  }
+  return shardings;
+}
+
+LogicalResult addAttentionShardingAnnotations(
+    Operation *op, OpBuilder &builder, const shard::ShardingOption &option) {
+  FailureOr<std::vector<Sharding>> shardings =
+      getAttentionShardingAnnotations(op, option);
+  if (failed(shardings))
+    return failure();
+  for (OpResult result : op->getResults())
+    shard::maybeInsertTargetShardingAnnotation(
+        (*shardings)[op->getNumOperands() + result.getResultNumber()], result,
+        builder);
+  for (OpOperand &operand : op->getOpOperands()) {
+    OpBuilder::InsertionGuard guard(builder);
+    shard::maybeInsertSourceShardingAnnotation(
+        (*shardings)[operand.getOperandNumber()], operand, builder);
+  }
+  return success();
+}
+
+bool recordContextLayout(Operation *op, Sharding sharding, int64_t sequenceDim,
+                         IRMapping &partitionMap,
+                         SymbolTableCollection &symbolTable,
+                         OpBuilder &builder) {
+  auto context = op->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+  Operation *local = partitionMap.lookup(op->getResult(0)).getDefiningOp();
+  local->removeAttr(kContextAxisAttrName);
+  SmallVector<GridAxis> sequence = axesOfDim(sharding, sequenceDim);
+  if (!context || sequence.empty() || sequence.front() != context.getInt())
+    return false;
+  shard::GridOp grid = shard::getGrid(
+      op, FlatSymbolRefAttr::get(op->getContext(), sharding.getGrid()),
+      symbolTable);
+  local->setAttr(kContextAxisAttrName, context);
+  local->setAttr(kContextSizeAttrName,
+                 builder.getI64IntegerAttr(grid.getShape()[context.getInt()]));
+  return true;
 }
 
 } // namespace mlir::mt::sharding

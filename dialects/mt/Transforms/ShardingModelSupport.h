@@ -112,6 +112,32 @@ FailureOr<int64_t> ranksAlong(Operation *op, Sharding sharding,
 /// attention_grad.
 SmallVector<IteratorType> attentionLoopIteratorTypes();
 SmallVector<AffineMap> attentionIndexingMaps(MLIRContext *context);
+/// Context parallelism's layout on a partitioned op that must know its
+/// rows' global positions (rope, dropout): when `op` is marked with
+/// mt.context_axis and dimension `sequenceDim` of `sharding` is split first
+/// over that axis, the local op gets mt.context_axis and mt.context_size
+/// (the bundle maps its tile through the load-balanced chunks); otherwise
+/// the mark is dropped. Returns whether the layout was recorded.
+bool recordContextLayout(Operation *op, Sharding sharding, int64_t sequenceDim,
+                         IRMapping &partitionMap,
+                         SymbolTableCollection &symbolTable,
+                         OpBuilder &builder);
+
+/// The sharding option of attention and its gradient. Under context
+/// parallelism (the op marked with mt.context_axis) the keys' and values'
+/// sequence (and their gradients') keeps its split over the context axis
+/// alongside the queries': upstream's default gives both to the one grid
+/// axis, a conflict it settles by replicating the key loop's operands,
+/// which would gather the keys and values before the attention whatever the
+/// exchange; the partition exchanges them itself (the ring or its gather).
+FailureOr<shard::ShardingOption>
+getAttentionShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                           ArrayRef<Sharding> resultShardings);
+FailureOr<std::vector<Sharding>>
+getAttentionShardingAnnotations(Operation *op,
+                                const shard::ShardingOption &option);
+LogicalResult addAttentionShardingAnnotations(
+    Operation *op, OpBuilder &builder, const shard::ShardingOption &option);
 /// The partition of attention and its gradient: local, after checking that
 /// only batch and heads are sharded.
 LogicalResult partitionAttention(Operation *op,

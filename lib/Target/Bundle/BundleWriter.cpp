@@ -228,9 +228,11 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
     // Discardable attributes (mt.recomputed) are notes for passes, except
     // a random op's tile (mt.split_axes), which keys its stream, and the
     // backward pass's seed mark (mt.loss_seed), which fp16 training scales.
-    // A partitioned position_ids' context layout (mt.context_axis and
-    // mt.context_size) maps its tile through the load-balanced chunks.
-    bool contextLayout = isa<mt::PositionIdsOp>(op) &&
+    // A partitioned position_ids', rope's or dropout's context layout
+    // (mt.context_axis and mt.context_size) maps its tile through the
+    // load-balanced chunks.
+    bool contextLayout =
+        isa<mt::PositionIdsOp, mt::RopeOp, mt::DropoutOp>(op) &&
                          (named.getName() == mt::kContextAxisAttrName ||
                           named.getName() == mt::kContextSizeAttrName);
     if (op->getDiscardableAttr(named.getName()) &&
@@ -693,8 +695,10 @@ static Object writeModel(mt::ModelAttr model) {
 }
 
 /// Checks that the module is partitioned for the layout `mt.model` names:
-/// its grid holds data x tensor parallel ranks, and a pipeline plan is
-/// given exactly when it names pipeline parallelism.
+/// its grid holds data x tensor parallel ranks (times the context-parallel
+/// ranks its context-parallel ops name: the trainer finds the axis on
+/// them), and a pipeline plan is given exactly when it names pipeline
+/// parallelism.
 static LogicalResult checkLayout(ModuleOp module, mt::ModelAttr model,
                                  ArrayRef<shard::GridOp> grids,
                                  int64_t pipelineSize, bool hasPipeline) {
@@ -706,6 +710,15 @@ static LogicalResult checkLayout(ModuleOp module, mt::ModelAttr model,
     for (int64_t size : grid.getShape())
       ranks *= size;
   }
+  int64_t cp = 1;
+  module.walk([&](Operation *op) {
+    if (auto block = dyn_cast<mt::AttentionBlockOp>(op))
+      cp = std::max<int64_t>(cp, block.getContextSize());
+    else if (auto size = op->getAttrOfType<IntegerAttr>(mt::kContextSizeAttrName))
+      cp = std::max<int64_t>(cp, size.getInt());
+  });
+  if (cp > 1 && ranks == tp * dp * cp)
+    ranks /= cp;
   if (ranks != tp * dp) {
     std::string partitioned =
         grids.empty() ? std::string("not partitioned")

@@ -113,6 +113,9 @@ const std::vector<OpInfo> &opTable() {
         {"beta_fast", AttrKind::Number, false},
         {"beta_slow", AttrKind::Number, false},
         {"truncate", AttrKind::Bool, false},
+        {"split_axes", AttrKind::AxesList, false},
+        {"context_axis", AttrKind::Int, false},
+        {"context_size", AttrKind::Int, false},
         {"attention_factor", AttrKind::Number, false}}},
       {Op::Gelu, "gelu", 1, 1, 1, 1, {{"approximate", AttrKind::String, true}}},
       {Op::Silu, "silu", 1, 1, 1, 1, {}},
@@ -125,7 +128,9 @@ const std::vector<OpInfo> &opTable() {
        1,
        {{"p", AttrKind::Number, true},
         {"seed", AttrKind::Int, true},
-        {"split_axes", AttrKind::AxesList, false}}},
+        {"split_axes", AttrKind::AxesList, false},
+        {"context_axis", AttrKind::Int, false},
+        {"context_size", AttrKind::Int, false}}},
       {Op::Add, "add", 2, 2, 1, 1, {}},
       {Op::Mul, "mul", 2, 2, 1, 1, {}},
       {Op::Softmax, "softmax", 1, 1, 1, 1, kAxis},
@@ -458,10 +463,12 @@ void OpChecker::checkShift() {
   expectShape(true, 0, operand(0).shape, "the input's shape");
 }
 
-/// position_ids under context parallelism: its sequence tile is a block of
+/// position_ids and rope under context parallelism: the sequence tile
+/// (dimension `sequenceDim` of the operand or result `tile`) is a block of
 /// the load-balanced sequence (2 context_size chunks), split over the
 /// context axis, whose size the grid gives.
-void OpChecker::checkContextLayout() {
+void OpChecker::checkContextLayout(bool isResult, size_t tile,
+                                   size_t sequenceDim) {
   const Attributes &a = inst_.attrs;
   const std::vector<int64_t> &grid = reader_.grid_;
   if (a.contextAxis >= static_cast<int64_t>(grid.size()) ||
@@ -470,14 +477,15 @@ void OpChecker::checkContextLayout() {
          std::to_string(a.contextAxis) + " with context_size " +
              std::to_string(a.contextSize),
          "a grid axis of context_size ranks (grid " + shapeString(grid) + ")");
+  const std::vector<int64_t> none;
   const std::vector<int64_t> &sequenceAxes =
-      a.splitAxes.empty() ? std::vector<int64_t>() : a.splitAxes.back();
+      sequenceDim < a.splitAxes.size() ? a.splitAxes[sequenceDim] : none;
   if (!std::count(sequenceAxes.begin(), sequenceAxes.end(), a.contextAxis))
     fail(path_ + ".attrs.split_axes", shapeString(sequenceAxes),
          "the sequence split over context_axis " +
              std::to_string(a.contextAxis));
   int64_t global = gridGroupSize(grid, sequenceAxes) *
-                   result(0).shape.back();
+                   type(isResult, tile).shape[sequenceDim];
   if (global % (2 * a.contextSize) != 0)
     fail(path_ + ".attrs.context_size", std::to_string(a.contextSize),
          "a global sequence (" + std::to_string(global) +
@@ -545,7 +553,7 @@ void OpChecker::check() {
     expectMinRank(true, 0, 1);
     checkGlobalTile(true, 0);
     if (a.contextSize > 1)
-      checkContextLayout();
+      checkContextLayout(true, 0, result(0).shape.size() - 1);
     break;
   case Op::Embedding: {
     expectFloat(false, 0);
@@ -699,6 +707,11 @@ void OpChecker::check() {
       fail(path_ + ".attrs.rotary_dim", std::to_string(rotary),
            "an even number of features <= the head dimension " +
                std::to_string(headDim));
+    // Under context parallelism the rows are rotated by their positions in
+    // the load-balanced sequence (docs/Parallelism.md).
+    checkGlobalTile(false, 0);
+    if (a.contextSize > 1)
+      checkContextLayout(false, 0, 1);
     // yarn takes beta_fast above beta_slow, with original_max_positions
     // and none of llama3's factors.
     bool anyYarn = a.betaFast > 0 || a.betaSlow > 0;
@@ -738,8 +751,15 @@ void OpChecker::check() {
   case Op::Silu:
   case Op::Dropout:
   case Op::Softmax:
-    if (inst_.op == Op::Dropout)
+    if (inst_.op == Op::Dropout) {
       checkGlobalTile(false, 0);
+      // Under context parallelism the mask is keyed on the rows' positions
+      // in the load-balanced sequence (dimension 1).
+      if (a.contextSize > 1) {
+        expectMinRank(false, 0, 2);
+        checkContextLayout(false, 0, 1);
+      }
+    }
     expectFloat(false, 0);
     if (inst_.op == Op::Softmax)
       normalizeAxis(a.axis, operand(0).rank());

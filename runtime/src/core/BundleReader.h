@@ -252,7 +252,7 @@ private:
   std::vector<int64_t> attentionOutput(size_t q, size_t k, size_t v);
   void checkCollective();
   void checkShift();
-  void checkContextLayout();
+  void checkContextLayout(bool isResult, size_t tile, size_t sequenceDim);
   void checkGlobalTile(bool isResult, size_t tile);
   void checkAttentionBlock(size_t query);
   void checkLoss(size_t logits, size_t labels);

@@ -189,7 +189,9 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
   if (inst.op == Op::AttentionBlock || inst.op == Op::AttentionMerge ||
       inst.op == Op::AttentionDelta || inst.op == Op::AttentionBlockGrad ||
       inst.op == Op::Shift ||
-      (inst.op == Op::PositionIds && inst.attrs.contextSize > 1))
+      ((inst.op == Op::PositionIds || inst.op == Op::Rope ||
+        inst.op == Op::Dropout) &&
+       inst.attrs.contextSize > 1))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle_.name() + "': " + where(position) + ": " +
                     opName(inst.op) +

@@ -44,6 +44,27 @@ int64_t rowSequence(const std::vector<int64_t> &shape) {
   return shape.size() >= 3 ? shape[shape.size() - 2] : 0;
 }
 
+/// The global positions of a tile of `count` rows from `first` of a
+/// sequence of `global`: without context parallelism (contextSize 1) the
+/// rows themselves; with it the tile is a block of the load-balanced
+/// sequence (context rank r holds chunks r and 2 contextSize - 1 - r, in
+/// that order), mapped back to the global positions.
+std::vector<int64_t> tilePositions(int64_t first, int64_t count,
+                                   int64_t global, int64_t contextSize) {
+  std::vector<int64_t> positions(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i)
+    positions[i] = first + i;
+  if (contextSize > 1) {
+    int64_t chunk = global / (2 * contextSize);
+    for (int64_t &p : positions) {
+      int64_t r = p / (2 * chunk), w = p % (2 * chunk);
+      p = w < chunk ? r * chunk + w
+                    : (2 * contextSize - 1 - r) * chunk + (w - chunk);
+    }
+  }
+  return positions;
+}
+
 } // namespace
 
 template <typename T>
@@ -127,17 +148,8 @@ void Executor::execute(size_t position, const Instruction &inst,
       first = tile.offsets.back();
       global = tile.globalShape.back();
     }
-    std::vector<int64_t> positions(static_cast<size_t>(seq));
-    for (int64_t i = 0; i < seq; ++i)
-      positions[i] = first + i;
-    if (a.contextSize > 1) {
-      int64_t chunk = global / (2 * a.contextSize);
-      for (int64_t &p : positions) {
-        int64_t r = p / (2 * chunk), w = p % (2 * chunk);
-        p = w < chunk ? r * chunk + w
-                      : (2 * a.contextSize - 1 - r) * chunk + (w - chunk);
-      }
-    }
+    std::vector<int64_t> positions =
+        tilePositions(first, seq, global, a.contextSize);
     void *data = allocate(v);
     if (fn.values[v].dtype == DType::I64) {
       auto *ids = static_cast<int64_t *>(data);
@@ -371,12 +383,23 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::Rope: {
     RopeDims d = ropeDims(fn, inst);
+    // Under context parallelism the rows are the rank's tile of the
+    // load-balanced sequence: rotated by their global positions.
+    std::vector<int64_t> positions;
+    if (a.contextSize > 1) {
+      host::GlobalTile tile =
+          globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
+                     parameters_.coordinates());
+      positions = tilePositions(tile.offsets[1], d.seq, tile.globalShape[1],
+                                a.contextSize);
+    }
+    const int64_t *rows = positions.empty() ? nullptr : positions.data();
     if (a.inverse)
       ropeBackward<T>(pool, d.batch, d.seq, d.heads, d.headDim, d.rotary,
-                      ropeFrequencies(a), in(0), out(0));
+                      ropeFrequencies(a), in(0), out(0), rows);
     else
       ropeForward<T>(pool, d.batch, d.seq, d.heads, d.headDim, d.rotary,
-                     ropeFrequencies(a), in(0), out(0));
+                     ropeFrequencies(a), in(0), out(0), rows);
     break;
   }
   case Op::Gelu:
@@ -400,13 +423,51 @@ void Executor::execute(size_t position, const Instruction &inst,
     swigluBackward<T>(pool, count(inst.operands[1]), in(1), in(2), in(0),
                       out(0), out(1));
     break;
-  case Op::Dropout:
-    dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
-                      static_cast<uint64_t>(a.seed),
-                      dropoutMaskTile(fn, inst, bundle_.gridShape(),
-                                      parameters_.coordinates(),
-                                      key.firstSample));
+  case Op::Dropout: {
+    random::MaskTile whole =
+        dropoutMaskTile(fn, inst, bundle_.gridShape(),
+                        parameters_.coordinates(), key.firstSample);
+    if (a.contextSize <= 1) {
+      dropoutForward<T>(pool, count(inst.operands[0]), in(0), out(0), a.p,
+                        static_cast<uint64_t>(a.seed), whole);
+      break;
+    }
+    // Context parallelism: the rows (dimension 1) are a block of the
+    // load-balanced sequence. Each sample's runs of rows that are
+    // consecutive in the global sequence are a tile of their own, at their
+    // global positions, so the mask equals the one-rank run's.
+    host::GlobalTile tile =
+        globalTile(fn, inst, inst.operands[0], bundle_.gridShape(),
+                   parameters_.coordinates());
+    const int64_t rows = tile.localShape[1];
+    std::vector<int64_t> positions = tilePositions(
+        tile.offsets[1], rows, tile.globalShape[1], a.contextSize);
+    int64_t inner = 1;
+    for (size_t d = 2; d < tile.localShape.size(); ++d)
+      inner *= tile.localShape[d];
+    const T *x = in(0);
+    T *y = out(0);
+    for (int64_t b = 0; b < tile.localShape[0]; ++b)
+      for (int64_t first = 0, last; first < rows; first = last) {
+        for (last = first + 1;
+             last < rows && positions[last] == positions[last - 1] + 1; ++last)
+          ;
+        std::vector<int64_t> local = tile.localShape, offsets = tile.offsets;
+        local[0] = 1;
+        local[1] = last - first;
+        offsets[0] += b;
+        offsets[1] = positions[first];
+        random::MaskTile run;
+        random::makeMaskTile(local.data(), tile.globalShape.data(),
+                             offsets.data(),
+                             static_cast<unsigned>(local.size()),
+                             key.firstSample, run);
+        int64_t at = (b * rows + first) * inner;
+        dropoutForward<T>(pool, (last - first) * inner, x + at, y + at, a.p,
+                          static_cast<uint64_t>(a.seed), run);
+      }
     break;
+  }
   case Op::Add:
     addForward<T>(pool, count(inst.operands[0]), in(0), in(1), out(0));
     break;

@@ -16,6 +16,7 @@
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <sstream>
@@ -191,7 +192,35 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
                     "it with megatron-compile (which emits train_step)");
   const TensorType &tokens = train->values[train->inputs[0]];
   microBatch_ = tokens.shape[0];
-  seqLength_ = tokens.shape[1];
+  localSeq_ = tokens.shape[1];
+  // Context parallelism: the bundle's context-parallel instructions name
+  // the grid axis (context_axis) whose ranks split every sequence into
+  // load-balanced chunks; the step's tokens are a rank's two chunks.
+  for (const Function &function : bundle.functions())
+    for (const Instruction &inst : function.instructions)
+      if (inst.attrs.contextSize > 1) {
+        if (contextSize_ > 1 && inst.attrs.contextSize != contextSize_)
+          invalid("bundle '" + bundle.name() + "': its context-parallel "
+                  "instructions name context_size " +
+                  std::to_string(contextSize_) + " and " +
+                  std::to_string(inst.attrs.contextSize) +
+                  "; recompile it");
+        contextSize_ = inst.attrs.contextSize;
+        if (runsRanks)
+          contextRank_ =
+              rank_->coordinates()[static_cast<size_t>(inst.attrs.contextAxis)];
+      }
+  if (contextSize_ > 1 && !runsRanks)
+    invalid("bundle '" + bundle.name() + "' is context-parallel over " +
+            std::to_string(contextSize_) +
+            " ranks; run it with megatron-train --in-process-ranks");
+  if (contextSize_ > 1 && bundle.pipeline())
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle.name() +
+                    "': context parallelism with pipeline parallelism is not "
+                    "run by the trainer yet (issue 24); compile with "
+                    "--pipeline-model-parallel-size 1");
+  seqLength_ = localSeq_ * contextSize_;
   if (options_.microBatchSize && options_.microBatchSize != microBatch_)
     invalid("--micro-batch-size: found " +
             std::to_string(options_.microBatchSize) + ", but bundle '" +
@@ -319,8 +348,10 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
               "format version 5 lack it): recompile it with this "
               "megatron-compile");
   }
-  tokens_.resize(static_cast<size_t>(microBatch_ * seqLength_));
+  tokens_.resize(static_cast<size_t>(microBatch_ * localSeq_));
   labels_.resize(tokens_.size());
+  sampleTokens_.resize(static_cast<size_t>(seqLength_));
+  sampleLabels_.resize(sampleTokens_.size());
   parameters_->initialize(*pool_, options_.seed);
 }
 
@@ -334,7 +365,7 @@ void Trainer::checkTokenIds(const std::vector<int32_t> &tokens,
       if ((*ids)[i] < 0 || (*ids)[i] >= vocabSize_)
         invalid("--data-path '" + corpusName_ + "': sample " +
                 std::to_string(firstSample +
-                               static_cast<int64_t>(i) / seqLength_) +
+                               static_cast<int64_t>(i) / localSeq_) +
                 " holds token id " + std::to_string((*ids)[i]) +
                 ", outside the model's vocabulary [0, " +
                 std::to_string(vocabSize_) +
@@ -351,13 +382,30 @@ size_t Trainer::optimizerStateBytes() const {
          (distributedOptimizer_ ? distributedOptimizer_->stateBytes() : 0);
 }
 
+void Trainer::readSamples(data::SampleSource &data, int64_t first) {
+  if (contextSize_ == 1) {
+    for (int64_t b = 0; b < microBatch_; ++b)
+      data.read(first + b, tokens_.data() + b * seqLength_,
+                labels_.data() + b * seqLength_);
+    return;
+  }
+  const int64_t chunk = seqLength_ / (2 * contextSize_);
+  const int64_t chunks[2] = {contextRank_, 2 * contextSize_ - 1 - contextRank_};
+  for (int64_t b = 0; b < microBatch_; ++b) {
+    data.read(first + b, sampleTokens_.data(), sampleLabels_.data());
+    for (int64_t half = 0; half < 2; ++half) {
+      int64_t from = chunks[half] * chunk, to = b * localSeq_ + half * chunk;
+      std::copy_n(sampleTokens_.data() + from, chunk, tokens_.data() + to);
+      std::copy_n(sampleLabels_.data() + from, chunk, labels_.data() + to);
+    }
+  }
+}
+
 std::pair<host::TensorView, host::TensorView>
 Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
-  for (int64_t b = 0; b < microBatch_; ++b)
-    data.read(first + b, tokens_.data() + b * seqLength_,
-              labels_.data() + b * seqLength_);
+  readSamples(data, first);
   checkTokenIds(tokens_, labels_, first);
-  std::vector<int64_t> shape = {microBatch_, seqLength_};
+  std::vector<int64_t> shape = {microBatch_, localSeq_};
   if (idType_ == DType::I64) {
     tokens64_.assign(tokens_.begin(), tokens_.end());
     labels64_.assign(labels_.begin(), labels_.end());
@@ -370,11 +418,9 @@ Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
 double Trainer::runMicroBatch(host::Executor &executor,
                               data::SampleSource &data, int64_t first,
                               const MicroBatchKey &key) {
-  for (int64_t b = 0; b < microBatch_; ++b)
-    data.read(first + b, tokens_.data() + b * seqLength_,
-              labels_.data() + b * seqLength_);
+  readSamples(data, first);
   checkTokenIds(tokens_, labels_, first);
-  std::vector<int64_t> shape = {microBatch_, seqLength_};
+  std::vector<int64_t> shape = {microBatch_, localSeq_};
   std::vector<host::TensorView> inputs = {{idType_, shape, tokens_.data()},
                                           {idType_, shape, labels_.data()}};
   std::vector<int64_t> tokens64, labels64;

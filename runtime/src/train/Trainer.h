@@ -240,6 +240,11 @@ private:
   /// rank's rows of the global micro-batch `key`).
   double runMicroBatch(host::Executor &executor, data::SampleSource &data,
                        int64_t first, const MicroBatchKey &key);
+  /// Reads the micro-batch's samples from `first` into tokens_ and labels_:
+  /// whole, or under context parallelism this rank's two load-balanced
+  /// chunks of each (chunks r and 2 cp - 1 - r of 2 cp, Megatron-LM's
+  /// get_batch_on_this_cp_rank).
+  void readSamples(data::SampleSource &data, int64_t first);
 
   const Bundle &bundle_;
   TrainerOptions options_;
@@ -248,7 +253,14 @@ private:
   int64_t dataRank_ = 0, dataParallel_ = 1;
   std::string corpus_;
   std::string corpusName_;
+  /// seqLength_ is the model's (a sample's); localSeq_ the step's tokens'
+  /// (seqLength_ / contextSize_ under context parallelism).
   int64_t microBatch_ = 0, seqLength_ = 0, microBatches_ = 0, globalBatch_ = 0;
+  int64_t localSeq_ = 0;
+  /// Context parallelism: the size of the grid's context axis (1 without)
+  /// and this rank's position along it.
+  int64_t contextSize_ = 1, contextRank_ = 0;
+  std::vector<int32_t> sampleTokens_, sampleLabels_;
   DType idType_ = DType::I32;
 
   std::unique_ptr<host::ThreadPool> pool_;

@@ -246,6 +246,156 @@ TEST(MultiRankExecutorTest, PositionIdsOfAContextParallelTileAreGlobal) {
                "the sequence split over context_axis 1"});
 }
 
+// Context parallelism's rotary embedding: on grid [2, 2] (data x context)
+// every rank's rope and inverse rope (its batch row, its two load-balanced
+// chunks of a sequence of 8) equal the rows of the whole sequence's
+// rotation at the chunks' global positions; the layout is checked against
+// the grid as position_ids' is.
+TEST(MultiRankExecutorTest, RopeOfAContextParallelTileUsesGlobalPositions) {
+  constexpr int64_t batch = 2, seq = 8, heads = 2, dim = 4;
+  const std::vector<int64_t> shape = {1, seq / 2, heads, dim};
+  Json attrs = {{"base", 10000.0},
+                {"split_axes", {{0}, {1}, Json::array(), Json::array()}},
+                {"context_axis", 1},
+                {"context_size", 2}};
+  FunctionBuilder f("f");
+  int64_t x = f.input(shape, "f32"), y = f.value(shape), back = f.value(shape);
+  f.inst("rope", {x}, {y}, attrs);
+  Json inverse = attrs;
+  inverse["inverse"] = true;
+  f.inst("rope", {x}, {back}, inverse);
+  f.output(y);
+  f.output(back);
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+  m["grid"] = {{"shape", {2, 2}}};
+  Bundle bundle = Bundle::parseManifest("rope.mtb", m.dump());
+
+  const int64_t width = heads * dim;
+  std::vector<float> whole(batch * seq * width);
+  for (size_t i = 0; i < whole.size(); ++i)
+    whole[i] = std::sin(0.37f * static_cast<float>(i) + 0.5f);
+  host::ThreadPool pool(1);
+  RopeFrequencies frequencies(10000.0);
+  std::vector<float> rotated(whole.size()), unrotated(whole.size());
+  host::ropeForward<float>(pool, batch, seq, heads, dim, dim, frequencies,
+                           whole.data(), rotated.data());
+  host::ropeBackward<float>(pool, batch, seq, heads, dim, dim, frequencies,
+                            whole.data(), unrotated.data());
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t c = 0; c < 2; ++c) {
+      std::vector<int64_t> positions(seq / 2);
+      host::contextParallelPositions(c, 2, seq, positions.data());
+      auto rows = [&](const std::vector<float> &from) {
+        std::vector<float> out;
+        for (int64_t p : positions)
+          out.insert(out.end(), from.begin() + (d * seq + p) * width,
+                     from.begin() + (d * seq + p + 1) * width);
+        return out;
+      };
+      std::vector<float> mine = rows(whole);
+      host::ParameterStore store(bundle, DType::F32, {d, c});
+      host::Executor executor(bundle, "f", store, pool);
+      std::vector<host::Tensor> out = executor.run(
+          {host::TensorView{DType::F32, shape, mine.data()}}, {});
+      ASSERT_EQ(out.size(), 2u);
+      std::vector<float> wantY = rows(rotated), wantBack = rows(unrotated);
+      for (size_t i = 0; i < wantY.size(); ++i) {
+        EXPECT_NEAR(out[0].data<float>()[i], wantY[i], 1e-6)
+            << "rank (" << d << ", " << c << ") element " << i;
+        EXPECT_NEAR(out[1].data<float>()[i], wantBack[i], 1e-6)
+            << "rank (" << d << ", " << c << ") element " << i;
+      }
+    }
+  Json wrongAxis = m;
+  wrongAxis["functions"][0]["instructions"][0]["attrs"]["context_axis"] = 0;
+  expectError([&] { Bundle::parseManifest("rope.mtb", wrongAxis.dump()); },
+              MTRT_STATUS_INVALID_ARGUMENT,
+              {"split_axes: found [1]",
+               "the sequence split over context_axis 0"});
+}
+
+// Context parallelism's dropout: on grid [2, 2, 2] (data x context x
+// tensor, the sequence split over context then tensor ranks as under
+// sequence parallelism) every rank's mask equals the rows of the one-rank
+// run's at the global positions of its tile of the load-balanced sequence
+// (keyed on global positions, four to a draw); CP4 on grid [4] too.
+TEST(MultiRankExecutorTest, DropoutOfAContextParallelTileIsTheOneRankMask) {
+  constexpr int64_t batch = 2, seq = 16, hidden = 6;
+  // sequenceRanks: the ranks the sequence is split over (its axes').
+  auto run = [&](std::vector<int64_t> grid, Json split, int64_t cp,
+                 int64_t contextAxis, int64_t sequenceRanks) {
+    int64_t ranks = 1;
+    for (int64_t g : grid)
+      ranks *= g;
+    FunctionBuilder whole("f");
+    whole.output(whole.op("dropout", {whole.input({batch, seq, hidden}, "f32")},
+                          {batch, seq, hidden}, {{"p", 0.5}, {"seed", 9}}));
+    Bundle one = Bundle::parseManifest(
+        "one.mtb", manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(),
+                                {whole.build()})
+                       .dump());
+    std::vector<float> x(batch * seq * hidden);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = 1.0f + 0.01f * static_cast<float>(i);
+    host::ThreadPool pool(1);
+    host::ParameterStore oneStore(one, DType::F32);
+    host::Executor oneExecutor(one, "f", oneStore, pool);
+    std::vector<host::Tensor> reference = oneExecutor.run(
+        {host::TensorView{DType::F32, {batch, seq, hidden}, x.data()}}, {});
+    ASSERT_EQ(reference.size(), 1u);
+    const float *wanted = reference[0].data<float>();
+    int64_t dropped = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      dropped += wanted[i] == 0.0f;
+    EXPECT_GT(dropped, 0);
+
+    int64_t batchSplit = grid.size() == 3 ? grid[0] : 1;
+    int64_t localBatch = batch / batchSplit, localSeq = seq / sequenceRanks;
+    std::vector<int64_t> shape = {localBatch, localSeq, hidden};
+    FunctionBuilder f("f");
+    f.output(f.op("dropout", {f.input(shape, "f32")}, shape,
+                  {{"p", 0.5},
+                   {"seed", 9},
+                   {"split_axes", split},
+                   {"context_axis", contextAxis},
+                   {"context_size", cp}}));
+    Json m = manifestJson(modelJson(8, 4, 3, 2, 2), Json::array(), {f.build()});
+    m["grid"] = {{"shape", grid}};
+    Bundle bundle = Bundle::parseManifest("cp.mtb", m.dump());
+    for (int64_t r = 0; r < ranks; ++r) {
+      std::vector<int64_t> coords(grid.size());
+      for (int64_t d = static_cast<int64_t>(grid.size()) - 1, left = r; d >= 0;
+           --d) {
+        coords[d] = left % grid[d];
+        left /= grid[d];
+      }
+      int64_t b0 = grid.size() == 3 ? coords[0] * localBatch : 0;
+      int64_t c = coords[contextAxis];
+      int64_t t = grid.size() == 3 ? coords[2] : 0;
+      std::vector<int64_t> chunkRows(seq / cp);
+      host::contextParallelPositions(c, cp, seq, chunkRows.data());
+      std::vector<float> mine, want;
+      for (int64_t b = 0; b < localBatch; ++b)
+        for (int64_t i = 0; i < localSeq; ++i) {
+          int64_t pos = chunkRows[t * localSeq + i];
+          size_t at = ((b0 + b) * seq + pos) * hidden;
+          mine.insert(mine.end(), x.begin() + at, x.begin() + at + hidden);
+          want.insert(want.end(), wanted + at, wanted + at + hidden);
+        }
+      host::ParameterStore store(bundle, DType::F32, coords);
+      host::Executor executor(bundle, "f", store, pool);
+      std::vector<host::Tensor> out =
+          executor.run({host::TensorView{DType::F32, shape, mine.data()}}, {});
+      ASSERT_EQ(out.size(), 1u);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(out[0].data<float>()[i], want[i])
+            << "rank " << r << " element " << i;
+    }
+  };
+  run({2, 2, 2}, {{0}, {1, 2}, Json::array()}, 2, 1, 4);
+  run({4}, {Json::array(), {0}, Json::array()}, 4, 0, 4);
+}
+
 // Context parallelism over grid [2]: each rank's queries (its two
 // load-balanced chunks of a sequence of 8) against its own block and the
 // other rank's (the ring's two steps), merged, and against both gathered;

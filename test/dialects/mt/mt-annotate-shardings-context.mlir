@@ -47,14 +47,19 @@ func.func @stage(%x: tensor<4x16x8xf32>) -> tensor<4x16x8xf32> attributes {mt.pi
 // -----
 
 // The attention ops carry the context axis and the exchange (the ring,
-// Megatron-LM's default, or all_gather), which their partition reads.
+// Megatron-LM's default, or all_gather), which their partition reads; rope
+// and dropout carry the axis (their rows' global positions).
 
 // CHECK-LABEL: func.func @marked
 // GATHER-LABEL: func.func @marked
 func.func @marked(%q: tensor<1x16x2x4xf32>, %do: tensor<1x16x2x4xf32>) -> tensor<1x16x2x4xf32> {
+  // CHECK: mt.rope {{.*}}{mt.context_axis = 1 : i64}
+  // CHECK: mt.dropout {{.*}}{mt.context_axis = 1 : i64}
   // CHECK: mt.attention {{.*}}causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "p2p"}
   // CHECK: mt.attention_grad {{.*}}causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "p2p"}
   // GATHER: mt.attention {{.*}}causal {mt.context_axis = 1 : i64, mt.cp_comm_type = "all_gather"}
+  %r = mt.rope %q base = 1.000000e+04 : tensor<1x16x2x4xf32>
+  %d = mt.dropout %r p = 1.000000e-01 seed = 1 : tensor<1x16x2x4xf32>
   %o = mt.attention %q, %q, %q causal : (tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>) -> tensor<1x16x2x4xf32>
   %dq, %dk, %dv = mt.attention_grad %do, %q, %q, %q causal : (tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>) -> (tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>, tensor<1x16x2x4xf32>)
   return %o : tensor<1x16x2x4xf32>

@@ -187,3 +187,20 @@ func.func @attention_keys_gathered(%do: tensor<1x8x2x4xf32>, %q: tensor<1x8x2x4x
   %dvs = shard.shard %dv to %whole : tensor<1x8x2x4xf32>
   return %os, %dqs, %dks, %dvs : tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>, tensor<1x8x2x4xf32>
 }
+
+// -----
+
+// mt.rope: a sequence split over another axis than the marked one (a plain
+// block of the sequence) is refused (the context-parallel rope:
+// test/Target/Bundle/context-parallel-layout.mlir).
+
+shard.grid @grid(shape = 2x2)
+
+func.func @rope_other_axis(%x: tensor<2x16x2x4xf32>) -> tensor<2x16x2x4xf32> {
+  %split = shard.sharding @grid split_axes = [[], [0]] : !shard.sharding
+  %xs = shard.shard %x to %split annotate_for_users : tensor<2x16x2x4xf32>
+  // expected-error @+1 {{'mt.rope' op can be partitioned along batch and heads only; dimension 1 is sharded (a sequence split first over the context axis that mt-annotate-shardings{context-parallel-size} marks, mt.context_axis, is context parallelism)}}
+  %y = mt.rope %xs base = 1.000000e+04 {mt.context_axis = 1 : i64} : tensor<2x16x2x4xf32>
+  %ys = shard.shard %y to %split : tensor<2x16x2x4xf32>
+  return %ys : tensor<2x16x2x4xf32>
+}

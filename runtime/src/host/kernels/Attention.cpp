@@ -214,20 +214,22 @@ void attentionBackward(ThreadPool &pool, const AttentionParams &params,
 
 namespace {
 
-/// cos and sin of s * f_i for s < seq, i < rotaryDim / 2 (f_i the inverse
-/// frequency), times the attention factor, computed in double and rounded
-/// to T, as [seq][rotaryDim / 2].
+/// cos and sin of p_s * f_i for s < seq, i < rotaryDim / 2 (f_i the inverse
+/// frequency, p_s = positions[s], or s without positions), times the
+/// attention factor, computed in double and rounded to T, as
+/// [seq][rotaryDim / 2].
 template <typename T>
 void ropeTables(int64_t seq, int64_t rotaryDim,
-                const RopeFrequencies &frequencies, std::vector<T> &cosines,
-                std::vector<T> &sines) {
+                const RopeFrequencies &frequencies, const int64_t *positions,
+                std::vector<T> &cosines, std::vector<T> &sines) {
   int64_t half = rotaryDim / 2;
   cosines.resize(static_cast<size_t>(seq * half));
   sines.resize(static_cast<size_t>(seq * half));
   for (int64_t i = 0; i < half; ++i) {
     double inverseFrequency = ropeInverseFrequency(frequencies, i, rotaryDim);
     for (int64_t s = 0; s < seq; ++s) {
-      double angle = static_cast<double>(s) * inverseFrequency;
+      double angle =
+          static_cast<double>(positions ? positions[s] : s) * inverseFrequency;
       cosines[s * half + i] =
           static_cast<T>(frequencies.attentionFactor * std::cos(angle));
       sines[s * half + i] =
@@ -241,9 +243,9 @@ template <typename T>
 void rotate(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
             int64_t headDim, int64_t rotaryDim,
             const RopeFrequencies &frequencies, const T *x, T *y,
-            T direction) {
+            T direction, const int64_t *positions) {
   std::vector<T> cosines, sines;
-  ropeTables(seq, rotaryDim, frequencies, cosines, sines);
+  ropeTables(seq, rotaryDim, frequencies, positions, cosines, sines);
   int64_t half = rotaryDim / 2;
   pool.parallelFor(
       0, batch * seq * heads,
@@ -272,17 +274,19 @@ void rotate(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
 template <typename T>
 void ropeForward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
                  int64_t headDim, int64_t rotaryDim,
-                 const RopeFrequencies &frequencies, const T *x, T *y) {
+                 const RopeFrequencies &frequencies, const T *x, T *y,
+                 const int64_t *positions) {
   rotate(pool, batch, seq, heads, headDim, rotaryDim, frequencies, x, y,
-         T(1));
+         T(1), positions);
 }
 
 template <typename T>
 void ropeBackward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
                   int64_t headDim, int64_t rotaryDim,
-                  const RopeFrequencies &frequencies, const T *dy, T *dx) {
+                  const RopeFrequencies &frequencies, const T *dy, T *dx,
+                  const int64_t *positions) {
   rotate(pool, batch, seq, heads, headDim, rotaryDim, frequencies, dy, dx,
-         T(-1));
+         T(-1), positions);
 }
 
 #define MTRT_INSTANTIATE(T)                                                    \
@@ -294,10 +298,10 @@ void ropeBackward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
                                      const T *, const T *, T *, T *, T *);     \
   template void ropeForward<T>(ThreadPool &, int64_t, int64_t, int64_t,        \
                                int64_t, int64_t, const RopeFrequencies &,     \
-                               const T *, T *);                                \
+                               const T *, T *, const int64_t *);               \
   template void ropeBackward<T>(ThreadPool &, int64_t, int64_t, int64_t,       \
                                 int64_t, int64_t, const RopeFrequencies &,     \
-                                const T *, T *);
+                                const T *, T *, const int64_t *);
 MTRT_INSTANTIATE_FLOAT_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

@@ -281,17 +281,21 @@ void attentionBlockBackward(ThreadPool &pool, const AttentionParams &params,
 /// (base^(-2i / rotaryDim) unscaled):
 ///   y[i] = x[i] cos - x[i + half] sin, y[i + half] = x[i + half] cos + x[i] sin.
 /// Features from rotaryDim on pass through. Angles, cos and sin in double.
-/// rotaryDim is even and at most headDim. y may alias x.
+/// rotaryDim is even and at most headDim. y may alias x. `positions` (seq
+/// entries), when given, are the rows' positions in place of s: a context
+/// rank's tile of the load-balanced sequence (contextParallelPositions).
 template <typename T>
 void ropeForward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
                  int64_t headDim, int64_t rotaryDim,
-                 const RopeFrequencies &frequencies, const T *x, T *y);
+                 const RopeFrequencies &frequencies, const T *x, T *y,
+                 const int64_t *positions = nullptr);
 
 /// The rotation by the negative angle. dx may alias dy.
 template <typename T>
 void ropeBackward(ThreadPool &pool, int64_t batch, int64_t seq, int64_t heads,
                   int64_t headDim, int64_t rotaryDim,
-                  const RopeFrequencies &frequencies, const T *dy, T *dx);
+                  const RopeFrequencies &frequencies, const T *dy, T *dx,
+                  const int64_t *positions = nullptr);
 
 //===----------------------------------------------------------------------===//
 // Elementwise ops and softmax (Elementwise.cpp), over n elements. Outputs
