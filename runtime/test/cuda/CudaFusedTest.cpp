@@ -76,18 +76,29 @@ TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
   }
 }
 
-/// fused-ops.mtb as a version 7 bf16 bundle: its manifest given a model
-/// with precision bf16, without its memory plans when `withoutPlans` (the
-/// runtime then plans the arena itself: no result in place of an operand).
-Bundle bf16FusedBundle(const std::string &path, bool withoutPlans) {
-  std::ifstream file(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(file)),
+/// A bundle file's manifest text and payload (parseManifest copies what it
+/// keeps).
+struct BundleFile {
+  std::string manifest, payload;
+};
+
+BundleFile readBundleFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)),
                     std::istreambuf_iterator<char>());
   EXPECT_GE(bytes.size(), Bundle::kHeaderSize);
   uint64_t manifestLength = 0;
   std::memcpy(&manifestLength, bytes.data() + 16, sizeof(manifestLength));
-  Json manifest =
-      Json::parse(bytes.substr(Bundle::kHeaderSize, manifestLength));
+  return {bytes.substr(Bundle::kHeaderSize, manifestLength),
+          bytes.substr(Bundle::kHeaderSize + manifestLength)};
+}
+
+/// fused-ops.mtb as a version 7 bf16 bundle: its manifest given a model
+/// with precision bf16, without its memory plans when `withoutPlans` (the
+/// runtime then plans the arena itself: no result in place of an operand).
+Bundle bf16FusedBundle(const std::string &path, bool withoutPlans) {
+  BundleFile file = readBundleFile(path);
+  Json manifest = Json::parse(file.manifest);
   manifest["model"] = modelJson(256, 8, 4, 2, 2);
   manifest["model"]["precision"] = "bf16";
   // A version 7 manifest: the runtime chooses which values to hold in bf16
@@ -98,9 +109,8 @@ Bundle bf16FusedBundle(const std::string &path, bool withoutPlans) {
   if (withoutPlans)
     for (Json &function : manifest["functions"])
       function.erase("memory_plan");
-  return Bundle::parseManifest(
-      "fused-ops-bf16", manifest.dump(),
-      std::string_view(bytes).substr(Bundle::kHeaderSize + manifestLength));
+  return Bundle::parseManifest("fused-ops-bf16", manifest.dump(),
+                               file.payload);
 }
 
 // A version 7 to 9 bundle's kernels drew one dropout hash per element, the
@@ -110,15 +120,7 @@ Bundle bf16FusedBundle(const std::string &path, bool withoutPlans) {
 TEST(CudaFusedTest, OlderDropoutKernelsAreRefused) {
   MTRT_REQUIRE_GPU();
   std::string path = testBundlePath("fused-ops", kHowToMake);
-  std::ifstream file(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(file)),
-                    std::istreambuf_iterator<char>());
-  ASSERT_GE(bytes.size(), Bundle::kHeaderSize);
-  uint64_t manifestLength = 0;
-  std::memcpy(&manifestLength, bytes.data() + 16, sizeof(manifestLength));
-  std::string manifestText = bytes.substr(Bundle::kHeaderSize, manifestLength);
-  std::string_view payload =
-      std::string_view(bytes).substr(Bundle::kHeaderSize + manifestLength);
+  BundleFile file = readBundleFile(path);
   std::vector<host::Tensor> inputs;
   for (uint64_t seed : {1, 2, 3})
     inputs.push_back(randomTensor({4099}, seed));
@@ -126,11 +128,11 @@ TEST(CudaFusedTest, OlderDropoutKernelsAreRefused) {
   for (const host::Tensor &t : inputs)
     views.push_back(viewOf(t));
   for (int version : {9, 10}) {
-    Json manifest = Json::parse(manifestText);
+    Json manifest = Json::parse(file.manifest);
     manifest["version"] = version;
     Bundle bundle =
         Bundle::parseManifest("fused-ops-v" + std::to_string(version),
-                              manifest.dump(), payload);
+                              manifest.dump(), file.payload);
     EXPECT_EQ(bundle.fusedKernels().fourPositionDraws, version >= 10);
     cuda::Context context;
     cuda::ParameterStore deviceStore(bundle, context);
