@@ -135,7 +135,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
     return value && std::string(value) == "0";
   };
   device.gemmTuning = !disabled("MTRT_CUDA_GEMM_TUNE");
-  device.cudnnAttention = enabled("MTRT_CUDA_CUDNN_ATTENTION");
+  device.cudnnAttention = !disabled("MTRT_CUDA_CUDNN_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");

@@ -95,7 +95,7 @@ CudnnAttention *Context::cudnnAttention() {
     cudnnTried_ = true;
     if (!options_.cudnnAttention)
       cudnnMissing_ = "ContextOptions::cudnnAttention is off "
-                      "(MTRT_CUDA_CUDNN_ATTENTION=1 turns it on)";
+                      "(MTRT_CUDA_CUDNN_ATTENTION=0 in megatron-train)";
     else
       cudnnMissing_ = cudnnAttentionUnavailableReason();
     if (cudnnMissing_.empty()) {

@@ -46,10 +46,9 @@ struct ContextOptions {
   bool deterministicAttention = false;
   /// Attention without dropout through cuDNN's fused attention where cuDNN
   /// takes the shapes (cuda/CudnnAttention.h: about twice the own kernels'
-  /// speed on the H200); off: the own flash kernels everywhere. Off by
-  /// default (MTRT_CUDA_CUDNN_ATTENTION=1 in megatron-train turns it on)
-  /// until its GPU parity tests have passed with the softmax scale's fix.
-  bool cudnnAttention = false;
+  /// speed on the H200); off (MTRT_CUDA_CUDNN_ATTENTION=0 in
+  /// megatron-train): the own flash kernels everywhere.
+  bool cudnnAttention = true;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

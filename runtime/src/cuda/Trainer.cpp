@@ -186,6 +186,11 @@ void Trainer::train(std::ostream &out) {
                 : std::string());
     log.line(s.str());
   }
+  if (trainStep_ && !trainStep_->cudnnAttentionDeclined().empty())
+    log.line("note: attention runs on the own flash kernels where cuDNN "
+             "declined (" + std::to_string(trainStep_->cudnnAttentionCount()) +
+             " instructions through cuDNN); the first: " +
+             trainStep_->cudnnAttentionDeclined());
   if (options_.evalInterval > 0 && options_.evalIters > 0 && !evalStep_ &&
       !pipeline_)
     log.line("note: the bundle has no eval_step; training without "

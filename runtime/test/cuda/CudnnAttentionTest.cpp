@@ -61,9 +61,7 @@ protected:
     test::CudaTest::SetUp();
     if (IsSkipped())
       return;
-    cuda::ContextOptions options; // cuDNN attention is opt-in
-    options.cudnnAttention = true;
-    context = std::make_unique<cuda::Context>(options);
+    context = std::make_unique<cuda::Context>(cuda::ContextOptions{});
     cudnn = context->cudnnAttention();
     if (!cudnn)
       GTEST_SKIP() << "no cuDNN attention: "
