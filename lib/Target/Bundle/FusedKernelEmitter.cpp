@@ -1,6 +1,6 @@
 //===- FusedKernelEmitter.cpp - CUDA C++ for mt.fused groups --------------===//
 //
-// One thread per element (groups of four where aligned), the group's ops
+// One thread per element (groups of eight where aligned), the group's ops
 // computed in registers with the runtime's formulas:
 // host/kernels/Elementwise.cpp's, in f32, so that without FMA contraction
 // (nvrtc -fmad=false) add, mul and dropout give the host's bits and the
@@ -89,6 +89,33 @@ std::string megatron::fusedKernelPrelude() {
       "                                 mt_round(x.z) | (mt_round(x.w) << 16));\n"
       "  else\n"
       "    ((float4 *)p)[v] = x;\n"
+      "}\n"
+      // Eight elements: one 16-byte access in bf16, two in fp32.
+      "__device__ __forceinline__ void mt_load8(const void *p, bool bf16, "
+      "long long o, float4 &lo, float4 &hi) {\n"
+      "  if (bf16) {\n"
+      "    const uint4 h = ((const uint4 *)p)[o];\n"
+      "    lo = make_float4(mt_widen(h.x & 0xffffu), mt_widen(h.x >> 16),\n"
+      "                     mt_widen(h.y & 0xffffu), mt_widen(h.y >> 16));\n"
+      "    hi = make_float4(mt_widen(h.z & 0xffffu), mt_widen(h.z >> 16),\n"
+      "                     mt_widen(h.w & 0xffffu), mt_widen(h.w >> 16));\n"
+      "    return;\n"
+      "  }\n"
+      "  lo = ((const float4 *)p)[2 * o];\n"
+      "  hi = ((const float4 *)p)[2 * o + 1];\n"
+      "}\n"
+      "__device__ __forceinline__ void mt_store8(void *p, bool bf16, long long "
+      "o, float4 lo, float4 hi) {\n"
+      "  if (bf16) {\n"
+      "    ((uint4 *)p)[o] = make_uint4(\n"
+      "        mt_round(lo.x) | (mt_round(lo.y) << 16),\n"
+      "        mt_round(lo.z) | (mt_round(lo.w) << 16),\n"
+      "        mt_round(hi.x) | (mt_round(hi.y) << 16),\n"
+      "        mt_round(hi.z) | (mt_round(hi.w) << 16));\n"
+      "    return;\n"
+      "  }\n"
+      "  ((float4 *)p)[2 * o] = lo;\n"
+      "  ((float4 *)p)[2 * o + 1] = hi;\n"
       "}\n";
   return text;
 }
@@ -220,60 +247,107 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   // positions (position % 4 == 0, the sample's elements, the tile's
   // innermost extent, global size and offset multiples of 4) computes
   // them once, else each lane does.
+  // A group of eight whose positions are two whole draws' (position % 8
+  // == 0: as for four, with 8) maps its first element and hashes each
+  // draw once; otherwise each half is a group of four as above.
   if (keys)
     os << "  const bool fits32 = mtrt::random::maskTileFits32(tile, "
-          "(unsigned long long)n);\n"
-       << "  const bool lanesAligned = tile.sampleElements % 4 == 0 && "
-          "(tile.dims == 0 || (tile.local[tile.dims - 1] % 4 == 0 && "
-          "tile.global[tile.dims - 1] % 4 == 0 && "
-          "tile.offset[tile.dims - 1] % 4 == 0));\n";
+          "(unsigned long long)n);\n";
+  auto alignedTo = [&](unsigned k) {
+    return llvm::formatv(
+               "tile.sampleElements % {0} == 0 && (tile.dims == 0 || "
+               "(tile.local[tile.dims - 1] % {0} == 0 && "
+               "tile.global[tile.dims - 1] % {0} == 0 && "
+               "tile.offset[tile.dims - 1] % {0} == 0))",
+               k)
+        .str();
+  };
+  if (keys)
+    os << "  const bool lanesAligned = " << alignedTo(4) << ";\n"
+       << "  const bool octetsAligned = " << alignedTo(8) << ";\n";
   os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
      << "  const long long first = (long long)blockIdx.x * blockDim.x + "
         "threadIdx.x;\n"
-     << "  for (long long v = first; v < vectors; v += stride) {\n";
+     << "  const long long octets = vectors / 2;\n"
+     << "  for (long long o = first; o < octets; o += stride) {\n";
   for (size_t i = 0; i < inputs; ++i)
-    os << "    const float4 a" << i << " = mt_load4(in" << i << ", bin" << i
-       << ", v);\n";
+    os << "    float4 a" << i << ", a" << i << "h;\n"
+       << "    mt_load8(in" << i << ", bin" << i << ", o, a" << i << ", a" << i
+       << "h);\n";
   for (size_t i = 0; i < outputs; ++i)
-    os << "    float4 r" << i << ";\n";
+    os << "    float4 r" << i << ", r" << i << "h;\n";
   static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
-  auto laneArguments = [&](StringRef lane) {
+  // The element function's value arguments for `lane` of half `half`
+  // ("" the first four elements, "h" the last four).
+  auto laneArguments = [&](StringRef lane, StringRef half) {
     std::string arguments;
     for (size_t i = 0; i < inputs; ++i)
-      arguments += llvm::formatv("a{0}.{1}, ", i, lane).str();
+      arguments += llvm::formatv("a{0}{1}.{2}, ", i, half, lane).str();
     for (size_t i = 0; i < outputs; ++i)
-      arguments += llvm::formatv("r{0}.{1}, ", i, lane).str();
+      arguments += llvm::formatv("r{0}{1}.{2}, ", i, half, lane).str();
     arguments.resize(arguments.size() - 2);
     return arguments;
   };
-  if (!keys) {
-    for (StringRef lane : kLanes)
-      os << "    " << name << "_element(" << laneArguments(lane) << ");\n";
-  } else {
-    os << "    if (lanesAligned) {\n";
-    emitDraws("      ", "4ull * v", "");
+  // A group of four, half `half` of the eight, starting at element `index`.
+  auto emitFour = [&](StringRef indent, StringRef index, StringRef half) {
+    if (!keys) {
+      for (StringRef lane : kLanes)
+        os << indent << name << "_element(" << laneArguments(lane, half)
+           << ");\n";
+      return;
+    }
+    os << indent << "if (lanesAligned) {\n";
+    std::string inner = (indent + "  ").str();
+    emitDraws(inner, index, "");
     for (auto [offset, lane] : llvm::enumerate(kLanes))
-      os << "      " << name << "_element("
+      os << inner << name << "_element("
          << drawArguments(llvm::formatv("{0}u", offset).str(), "")
-         << laneArguments(lane) << ");\n";
-    os << "    } else {\n";
+         << laneArguments(lane, half) << ");\n";
+    os << indent << "} else {\n";
     for (auto [offset, lane] : llvm::enumerate(kLanes)) {
       std::string suffix = llvm::formatv("_{0}", lane).str();
-      emitDraws("      ", llvm::formatv("4ull * v + {0}", offset).str(),
+      emitDraws(inner, llvm::formatv("{0} + {1}", index, offset).str(),
                 suffix);
-      os << "      " << name << "_element("
+      os << inner << name << "_element("
          << drawArguments(
                 llvm::formatv("(unsigned)(position{0} & 3)", suffix).str(),
                 suffix)
-         << laneArguments(lane) << ");\n";
+         << laneArguments(lane, half) << ");\n";
     }
+    os << indent << "}\n";
+  };
+  if (!keys) {
+    emitFour("    ", "8ull * o", "");
+    emitFour("    ", "8ull * o + 4", "h");
+  } else {
+    os << "    if (octetsAligned) {\n"
+       << "      unsigned long long sample, position;\n"
+       << "      mtrt::random::maskSamplePosition(tile, 8ull * o, fits32, "
+          "sample, position);\n";
+    for (size_t k = 0; k < keys; ++k)
+      os << "      const unsigned long long sampleKey" << k
+         << " = mtrt::random::sampleKey(key" << k << ", sample);\n"
+         << "      const unsigned long long bits" << k
+         << " = mtrt::random::bitsFromKey(sampleKey" << k
+         << ", position >> 2);\n"
+         << "      const unsigned long long bits" << k
+         << "h = mtrt::random::bitsFromKey(sampleKey" << k
+         << ", (position >> 2) + 1);\n";
+    for (StringRef half : {StringRef(""), StringRef("h")})
+      for (auto [offset, lane] : llvm::enumerate(kLanes))
+        os << "      " << name << "_element("
+           << drawArguments(llvm::formatv("{0}u", offset).str(), half)
+           << laneArguments(lane, half) << ");\n";
+    os << "    } else {\n";
+    emitFour("      ", "8ull * o", "");
+    emitFour("      ", "8ull * o + 4", "h");
     os << "    }\n";
   }
   for (size_t i = 0; i < outputs; ++i)
-    os << "    mt_store4(out" << i << ", bout" << i << ", v, r" << i
-       << ");\n";
+    os << "    mt_store8(out" << i << ", bout" << i << ", o, r" << i << ", r"
+       << i << "h);\n";
   os << "  }\n"
-     << "  for (long long i = 4 * vectors + first; i < n; i += stride) {\n";
+     << "  for (long long i = 8 * octets + first; i < n; i += stride) {\n";
   for (size_t i = 0; i < outputs; ++i)
     os << "    float y" << i << ";\n";
   if (keys)

@@ -133,7 +133,10 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
     args.push_back(&key);
   for (const void *&p : pointers)
     args.push_back(&p);
-  long long items = std::max<long long>(vectors, count - 4 * vectors);
+  // The kernels take groups of eight (vectors / 2 of them), then the rest
+  // one by one, in a grid-stride loop (so the groups of four that earlier
+  // compilers' kernels take run right with the same grid).
+  long long items = std::max<long long>(vectors / 2, count - 8 * (vectors / 2));
   long long blocks = std::clamp<long long>((items + kThreads - 1) / kThreads,
                                            1, 65535LL * 16);
   MTRT_CUDA_CHECK(
