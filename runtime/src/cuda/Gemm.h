@@ -111,7 +111,8 @@ struct GemmEpilogue {
 /// Thread-safety: one caller at a time (the cache is not locked).
 class Gemm {
 public:
-  static constexpr int kTuningCandidates = 8;
+  /// The best of 8 was often the 8th (bench/NOTES.md, session 17).
+  static constexpr int kTuningCandidates = 32;
 
   /// Creates the cuBLASLt handle on the current device.
   /// Throws Error naming the failed call.
