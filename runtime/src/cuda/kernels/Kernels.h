@@ -25,6 +25,7 @@
 #ifndef MTRT_SRC_CUDA_KERNELS_KERNELS_H
 #define MTRT_SRC_CUDA_KERNELS_KERNELS_H
 
+#include "core/Fp8.h"
 #include "host/kernels/Kernels.h"
 
 #include <cuda_bf16.h>
@@ -410,6 +411,17 @@ void roundToBf16(cudaStream_t stream, int64_t n, const float *x,
 /// y[i] = float(x[i]) (exact).
 void widenBf16(cudaStream_t stream, int64_t n, const __nv_bfloat16 *x,
                float *y);
+
+/// y[i] = the FP8 code of x[i] * scale[0] (scale: a device scalar, or
+/// nullptr for 1), rounded to nearest even and saturated by the GPU's
+/// conversion (`cvt.rn.satfinite`), which core/Fp8.h's fp8::encode is on
+/// the host.
+void castToFp8(cudaStream_t stream, int64_t n, InElements x, uint8_t *y,
+               fp8::Format format, const float *scale);
+
+/// y[i] = the value of FP8 code x[i] (exact; the GPU's conversion).
+void widenFp8(cudaStream_t stream, int64_t n, const uint8_t *x, float *y,
+              fp8::Format format);
 
 //===----------------------------------------------------------------------===//
 // Loss.cu: softmax cross-entropy, per-row logsumexp in double

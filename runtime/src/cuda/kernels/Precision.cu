@@ -1,7 +1,9 @@
-// Rounding fp32 tensors to bf16 for the mixed-precision GEMMs.
+// Rounding fp32 tensors to bf16 for the mixed-precision GEMMs, and to the
+// FP8 formats (issue 26) by the GPU's own conversions.
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 namespace mtrt::cuda {
 
@@ -30,7 +32,42 @@ __global__ void widenBf16Kernel(int64_t n, const __nv_bfloat16 *x, float *y) {
   MTRT_GRID_STRIDE(i, n) { y[i] = __bfloat162float(x[i]); }
 }
 
+__device__ inline __nv_fp8_interpretation_t interpretation(fp8::Format f) {
+  return f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
+}
+
+__global__ void castToFp8Kernel(int64_t n, InElements x, uint8_t *y,
+                                fp8::Format format, const float *scale) {
+  const float factor = scale ? *scale : 1.0f;
+  MTRT_GRID_STRIDE(i, n) {
+    y[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(
+        detail::load(x, i) * factor, __NV_SATFINITE, interpretation(format)));
+  }
+}
+
+__global__ void widenFp8Kernel(int64_t n, const uint8_t *x, float *y,
+                               fp8::Format format) {
+  MTRT_GRID_STRIDE(i, n) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw(
+        static_cast<__nv_fp8_storage_t>(x[i]), interpretation(format));
+    y[i] = __half2float(__half(h));
+  }
+}
+
 } // namespace
+
+void castToFp8(cudaStream_t stream, int64_t n, InElements x, uint8_t *y,
+               fp8::Format format, const float *scale) {
+  if (n > 0)
+    castToFp8Kernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y, format,
+                                                          scale);
+}
+
+void widenFp8(cudaStream_t stream, int64_t n, const uint8_t *x, float *y,
+              fp8::Format format) {
+  if (n > 0)
+    widenFp8Kernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y, format);
+}
 
 void widenBf16(cudaStream_t stream, int64_t n, const __nv_bfloat16 *x,
                float *y) {

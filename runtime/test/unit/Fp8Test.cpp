@@ -1,0 +1,142 @@
+// core/Fp8.h against a brute-force reference: every finite code's value in
+// double, the nearest to each input (ties to the even code), saturated at
+// the largest finite value. CudaFp8Test checks the same functions against
+// the GPU's conversions.
+#include "core/Fp8.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+using namespace mtrt;
+
+namespace {
+
+using fp8::Format;
+
+/// The reference encoder: the nearest finite code by value (ties: the even
+/// code), infinities the largest finite, NaN 0x7F.
+uint8_t referenceEncode(float x, Format format) {
+  if (std::isnan(x))
+    return 0x7F;
+  uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  double magnitude = std::fabs(static_cast<double>(x));
+  if (magnitude > fp8::maxFinite(format)) // saturated (infinities too)
+    return sign | fp8::layoutOf(format).maxFinite;
+  uint8_t best = 0;
+  double bestDistance = std::numeric_limits<double>::infinity();
+  for (int code = 0; code <= fp8::layoutOf(format).maxFinite; ++code) {
+    double value = fp8::decode(static_cast<uint8_t>(code), format);
+    double distance = std::fabs(value - magnitude);
+    if (distance < bestDistance ||
+        (distance == bestDistance && code % 2 == 0)) {
+      best = static_cast<uint8_t>(code);
+      bestDistance = distance;
+    }
+  }
+  return sign | best;
+}
+
+/// Inputs of every class: each code's value, the midpoints between
+/// neighbouring codes (exact ties) and their float neighbours, values past
+/// the largest finite, zeros, infinities, NaN, float subnormals, and random
+/// floats over 2^-30 .. 2^20 of both signs.
+std::vector<float> inputs(Format format) {
+  std::vector<float> xs;
+  int maxCode = fp8::layoutOf(format).maxFinite;
+  for (int code = 0; code <= maxCode; ++code) {
+    float value = fp8::decode(static_cast<uint8_t>(code), format);
+    float next = code < maxCode
+                     ? fp8::decode(static_cast<uint8_t>(code + 1), format)
+                     : 2 * value;
+    float middle = static_cast<float>((double(value) + double(next)) / 2);
+    for (float x : {value, middle, std::nextafter(middle, 0.0f),
+                    std::nextafter(middle, 1e30f)}) {
+      xs.push_back(x);
+      xs.push_back(-x);
+    }
+  }
+  for (float x : {0.0f, std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::denorm_min(),
+                  std::numeric_limits<float>::min(), 1e-30f, 3e5f}) {
+    xs.push_back(x);
+    xs.push_back(-x);
+  }
+  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  std::mt19937 random(26);
+  std::uniform_real_distribution<float> exponent(-30, 20);
+  for (int i = 0; i < 20000; ++i)
+    xs.push_back((i % 2 ? -1 : 1) * std::exp2(exponent(random)));
+  return xs;
+}
+
+class Fp8Test : public ::testing::TestWithParam<Format> {};
+
+TEST_P(Fp8Test, EncodeIsTheNearestCodeTiesToEvenSaturated) {
+  Format format = GetParam();
+  size_t checked = 0;
+  for (float x : inputs(format)) {
+    uint8_t expected = referenceEncode(x, format);
+    ASSERT_EQ(fp8::encode(x, format), expected)
+        << "x = " << x << " (" << std::hexfloat << x << std::defaultfloat
+        << ")";
+    ++checked;
+  }
+  EXPECT_GT(checked, 20000u);
+}
+
+TEST_P(Fp8Test, EveryFiniteCodeRoundTrips) {
+  Format format = GetParam();
+  for (int code = 0; code < 256; ++code) {
+    float value = fp8::decode(static_cast<uint8_t>(code), format);
+    if (std::isnan(value)) {
+      EXPECT_EQ(fp8::encode(value, format), 0x7F);
+      continue;
+    }
+    if (std::isinf(value)) { // E5M2's infinities saturate
+      EXPECT_EQ(fp8::encode(value, format),
+                (code & 0x80) | fp8::layoutOf(format).maxFinite);
+      continue;
+    }
+    EXPECT_EQ(fp8::encode(value, format), code) << "code " << code;
+  }
+}
+
+TEST(Fp8FormatTest, KnownValues) {
+  EXPECT_EQ(fp8::maxFinite(Format::E4M3), 448.0f);
+  EXPECT_EQ(fp8::maxFinite(Format::E5M2), 57344.0f);
+  EXPECT_EQ(fp8::decode(0x01, Format::E4M3), std::exp2(-9.0f));
+  EXPECT_EQ(fp8::decode(0x01, Format::E5M2), std::exp2(-16.0f));
+  EXPECT_EQ(fp8::decode(0x08, Format::E4M3), std::exp2(-6.0f));
+  EXPECT_EQ(fp8::decode(0x38, Format::E4M3), 1.0f);
+  EXPECT_EQ(fp8::decode(0x3C, Format::E5M2), 1.0f);
+  EXPECT_TRUE(std::isnan(fp8::decode(0x7F, Format::E4M3)));
+  EXPECT_TRUE(std::isnan(fp8::decode(0xFF, Format::E4M3)));
+  EXPECT_EQ(fp8::decode(0x7C, Format::E5M2),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(fp8::decode(0xFC, Format::E5M2),
+            -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(fp8::decode(0x7D, Format::E5M2)));
+  // Ties: 1 + 1/16 lies between 1 (0x38) and 1.125 (0x39): to 0x38;
+  // 1 + 3/16 between 1.125 and 1.25 (0x3A): to 0x3A.
+  EXPECT_EQ(fp8::encode(1.0625f, Format::E4M3), 0x38);
+  EXPECT_EQ(fp8::encode(1.1875f, Format::E4M3), 0x3A);
+  // Saturation and the signs of zeros.
+  EXPECT_EQ(fp8::encode(1e9f, Format::E4M3), 0x7E);
+  EXPECT_EQ(fp8::encode(-1e9f, Format::E5M2), 0xFB);
+  EXPECT_EQ(fp8::encode(-1e-9f, Format::E4M3), 0x80);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, Fp8Test,
+                         ::testing::Values(Format::E4M3, Format::E5M2),
+                         [](const auto &info) {
+                           return info.param == Format::E4M3 ? "E4M3"
+                                                             : "E5M2";
+                         });
+
+} // namespace
