@@ -3,11 +3,14 @@
 // every class: each code's value, the exact ties between neighbouring codes
 // and their float neighbours, values past the largest finite, zeros,
 // infinities, NaN, float subnormals and random floats; and a scale applied
-// before the rounding, as the FP8 casts of issue 26 apply theirs.
+// before the rounding, as the FP8 casts of issue 26 apply theirs. And
+// cuBLASLt's FP8 products (cuda::Fp8Gemm) against the host's sums of the
+// codes' values.
 #include "CudaTestSupport.h"
 
 #include "core/Fp8.h"
 #include "cuda/CudaCheck.h"
+#include "cuda/Fp8Gemm.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <cmath>
@@ -138,6 +141,106 @@ TEST_P(CudaFp8Test, DecodeIsTheDevicesConversion) {
     EXPECT_EQ(a, b) << "code " << c << ": host " << host << ", device "
                     << values[size_t(c)];
   }
+}
+
+/// y = x w^T through Fp8Gemm, x [m, k] and w [n, k] cast with per-tensor
+/// scales 448 / amax (E4M3) or 57344 / amax (E5M2), against the host's
+/// double sums of the same codes' values times the inverse scales: within
+/// bf16's rounding of the result.
+class CudaFp8GemmTest : public CudaTest {
+protected:
+  double product(int64_t m, int64_t n, int64_t k, Format xFormat,
+                 Format wFormat) {
+    std::mt19937 random(unsigned(m + n + k));
+    std::normal_distribution<float> normal;
+    std::vector<float> x(size_t(m * k)), w(size_t(n * k));
+    for (float &v : x)
+      v = normal(random);
+    for (float &v : w)
+      v = 0.02f * normal(random);
+    auto cast = [](const std::vector<float> &v, Format format, float &inverse) {
+      float amax = 0;
+      for (float e : v)
+        amax = std::max(amax, std::fabs(e));
+      float scale = fp8::maxFinite(format) / amax;
+      inverse = 1.0f / scale;
+      std::vector<uint8_t> codes(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        codes[i] = fp8::encode(v[i] * scale, format);
+      return codes;
+    };
+    float inverseX = 0, inverseW = 0;
+    std::vector<uint8_t> qx = cast(x, xFormat, inverseX),
+                         qw = cast(w, wFormat, inverseW);
+    std::vector<double> expected(size_t(m * n));
+    double largest = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t e = 0; e < k; ++e)
+          sum += double(fp8::decode(qx[size_t(i * k + e)], xFormat)) *
+                 double(fp8::decode(qw[size_t(j * k + e)], wFormat));
+        expected[size_t(i * n + j)] = sum * inverseX * inverseW;
+        largest = std::max(largest, std::fabs(sum * inverseX * inverseW));
+      }
+    cudaStream_t stream = context->stream();
+    cuda::DeviceBuffer dx(qx.size(), "x"), dw(qw.size(), "w"),
+        dy(size_t(m * n) * 2, "y"), scales(2 * sizeof(float), "scales");
+    float hostScales[2] = {inverseX, inverseW};
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(dx.data(), qx.data(), qx.size(),
+                                    cudaMemcpyHostToDevice, stream), "test");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(dw.data(), qw.data(), qw.size(),
+                                    cudaMemcpyHostToDevice, stream), "test");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(scales.data(), hostScales,
+                                    sizeof(hostScales),
+                                    cudaMemcpyHostToDevice, stream), "test");
+    cuda::Fp8Gemm gemm(stream);
+    gemm.run(m, n, k, static_cast<uint8_t *>(dx.data()), xFormat,
+             scales.as<float>(), static_cast<uint8_t *>(dw.data()), wFormat,
+             scales.as<float>() + 1, dy.as<__nv_bfloat16>());
+    std::vector<__nv_bfloat16> y(size_t(m * n));
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.data(), y.size() * 2,
+                                    cudaMemcpyDeviceToHost, stream), "test");
+    context->synchronize("test");
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i)
+      worst = std::max(worst, std::fabs(double(__bfloat162float(y[i])) -
+                                        expected[i]));
+    return worst / largest;
+  }
+};
+
+TEST_F(CudaFp8GemmTest, MatchesTheHostsSumsOfTheCodes) {
+  for (auto [xFormat, wFormat] : {std::pair{Format::E4M3, Format::E4M3},
+                                  std::pair{Format::E5M2, Format::E4M3},
+                                  std::pair{Format::E4M3, Format::E5M2}}) {
+    double difference = product(128, 256, 512, xFormat, wFormat);
+    EXPECT_LT(difference, 8e-3);
+    std::cout << "[ fp8 gemm ] " << (xFormat == Format::E4M3 ? "E4M3" : "E5M2")
+              << " x " << (wFormat == Format::E4M3 ? "E4M3" : "E5M2")
+              << " [128 x 512] @ [256 x 512]^T: largest difference "
+              << difference << " of the largest result\n";
+  }
+}
+
+TEST_F(CudaFp8GemmTest, RefusesWhatCublasLtCannotTake) {
+  cuda::DeviceBuffer buffer(1 << 16, "operands");
+  cuda::Fp8Gemm gemm(context->stream());
+  auto *codes = static_cast<uint8_t *>(buffer.data());
+  auto *scale = buffer.as<float>();
+  auto *y = buffer.as<__nv_bfloat16>();
+  auto expectRefusal = [&](int64_t k, Format x, Format w, const char *text) {
+    try {
+      gemm.run(16, 16, k, codes, x, scale, codes, w, scale, y);
+      ADD_FAILURE() << "no refusal for " << text;
+    } catch (const Error &e) {
+      EXPECT_EQ(e.code(), MTRT_STATUS_INVALID_ARGUMENT) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos)
+          << e.what();
+    }
+  };
+  expectRefusal(32, Format::E5M2, Format::E5M2, "both operands are E5M2");
+  expectRefusal(40, Format::E4M3, Format::E4M3, "k = 40 is not a multiple of 16");
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaFp8Test,

@@ -1,0 +1,166 @@
+#include "cuda/Fp8Gemm.h"
+
+#include "core/Error.h"
+#include "cuda/CudaCheck.h"
+
+#include <string>
+
+namespace mtrt::cuda {
+
+namespace {
+
+/// cuBLASLt's workspace for the FP8 products (its heuristic asks for up to
+/// 32 MiB on Hopper).
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+cudaDataType_t dataType(fp8::Format format) {
+  return format == fp8::Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+const char *formatName(fp8::Format format) {
+  return format == fp8::Format::E4M3 ? "E4M3" : "E5M2";
+}
+
+} // namespace
+
+Fp8Gemm::Fp8Gemm(cudaStream_t stream) : stream_(stream) {
+  MTRT_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle");
+  cudaError_t error = cudaMalloc(&workspace_, kWorkspaceBytes);
+  if (error != cudaSuccess) {
+    cublasLtDestroy(handle_);
+    throwCudaError(error, "cudaMalloc", "the FP8 GEMMs' workspace");
+  }
+}
+
+Fp8Gemm::~Fp8Gemm() {
+  for (auto &[key, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.d);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
+                             const float *scaleW, const std::string &what) {
+  auto found = plans_.find(key);
+  if (found != plans_.end())
+    return found->second;
+  auto [m, n, k, xFormat, wFormat] = key;
+  Plan p;
+  // Column-major: D [n, m] = op(A) op(B) with A = w ([k, n], transposed:
+  // [n, k]) and B = x ([k, m]); D is y [m, n] row-major.
+  MTRT_CUBLAS_CHECK(
+      cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+  cublasOperation_t transposed = CUBLAS_OP_T, plain = CUBLAS_OP_N;
+  MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                        p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transposed,
+                        sizeof(transposed)),
+                    what);
+  MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc,
+                                                   CUBLASLT_MATMUL_DESC_TRANSB,
+                                                   &plain, sizeof(plain)),
+                    what);
+  // The scale pointers before the heuristic, as it may choose by them.
+  MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                        p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scaleW,
+                        sizeof(scaleW)),
+                    what);
+  MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                        p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scaleX,
+                        sizeof(scaleX)),
+                    what);
+  int8_t fastAccumulation = 0;
+  MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                        p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                        &fastAccumulation, sizeof(fastAccumulation)),
+                    what);
+  auto wType = dataType(static_cast<fp8::Format>(wFormat));
+  auto xType = dataType(static_cast<fp8::Format>(xFormat));
+  MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, wType, k, n, k), what);
+  MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, xType, k, m, k), what);
+  MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_16BF, n, m, n),
+                    what);
+  cublasLtMatmulPreference_t preference = nullptr;
+  MTRT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference), what);
+  size_t workspace = kWorkspaceBytes;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+      sizeof(workspace));
+  cublasLtMatmulHeuristicResult_t result = {};
+  int count = 0;
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d,
+                                            p.d, preference, 1, &result,
+                                            &count);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || count == 0) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.d);
+    cublasLtMatmulDescDestroy(p.desc);
+    if (status != CUBLAS_STATUS_SUCCESS &&
+        status != CUBLAS_STATUS_NOT_SUPPORTED)
+      throwCublasError(status, "cublasLtMatmulAlgoGetHeuristic", what);
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                what + ": cuBLASLt has no algorithm for it (" +
+                    (status == CUBLAS_STATUS_SUCCESS
+                         ? std::string("none proposed")
+                         : cublasLtGetStatusName(status)) +
+                    ")");
+  }
+  p.algo = result.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
+                  fp8::Format xFormat, const float *scaleX, const uint8_t *w,
+                  fp8::Format wFormat, const float *scaleW,
+                  __nv_bfloat16 *y) {
+  std::string what = "FP8 GEMM [" + std::to_string(m) + " x " +
+                     std::to_string(k) + "] " + formatName(xFormat) + " @ [" +
+                     std::to_string(n) + " x " + std::to_string(k) + "]^T " +
+                     formatName(wFormat);
+  if (m <= 0 || n <= 0 || k <= 0)
+    return;
+  if (xFormat == fp8::Format::E5M2 && wFormat == fp8::Format::E5M2)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                what + ": both operands are E5M2, which cuBLASLt's FP8 "
+                       "products do not take; cast one of them to E4M3");
+  for (auto [name, value] :
+       {std::pair<const char *, int64_t>{"m", m}, {"n", n}, {"k", k}})
+    if (value % 16 != 0)
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  what + ": " + name + " = " + std::to_string(value) +
+                      " is not a multiple of 16, which cuBLASLt's FP8 "
+                      "products need; pad the dimension");
+  for (const void *pointer : {static_cast<const void *>(x),
+                              static_cast<const void *>(w),
+                              static_cast<const void *>(y)})
+    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
+      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                  what + ": an operand is not 16-byte aligned, which "
+                         "cuBLASLt's FP8 products need");
+  Plan &p = plan(Key{m, n, k, static_cast<int>(xFormat),
+                     static_cast<int>(wFormat)},
+                 scaleX, scaleW, what);
+  // The scales are attributes of the descriptor: set at every run (a
+  // cached plan may serve other tensors' scales).
+  MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                        p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scaleW,
+                        sizeof(scaleW)),
+                    what);
+  MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                        p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scaleX,
+                        sizeof(scaleX)),
+                    what);
+  const float one = 1.0f, zero = 0.0f;
+  MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b,
+                                   &zero, y, p.d, y, p.d, &p.algo, workspace_,
+                                   kWorkspaceBytes, stream_),
+                    what);
+}
+
+} // namespace mtrt::cuda

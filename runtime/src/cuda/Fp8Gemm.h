@@ -1,0 +1,65 @@
+// FP8 matrix products through cuBLASLt (issue 26): the linear layer's
+// y = x w^T with x and w in E4M3 or E5M2 (core/Fp8.h), their dequantizing
+// scales as device scalars, fp32 accumulation and a bf16 result.
+#ifndef MTRT_SRC_CUDA_FP8GEMM_H
+#define MTRT_SRC_CUDA_FP8GEMM_H
+
+#include "core/Fp8.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+namespace mtrt::cuda {
+
+/// y [m, n] (row-major bf16) = scaleX * scaleW * (x [m, k] @ w [n, k]^T),
+/// x and w row-major FP8 codes: both operands k-contiguous, the one layout
+/// cuBLASLt's FP8 products take ("TN" in its column-major terms), which is
+/// a linear layer's weight [out, in] as stored. scaleX and scaleW are device
+/// floats (the inverse of the scales the casts multiplied by); the products
+/// of the codes' values are summed in fp32 (no fast accumulation) and
+/// rounded once to bf16. E5M2 x E5M2 is refused (cuBLASLt has no such
+/// product), as are k, m or n not multiples of 16 and pointers not 16-byte
+/// aligned, each naming the value. Plans are built at the first product of
+/// a shape and cached; the heuristic's first algorithm runs.
+///
+/// Thread-safety: one caller at a time.
+class Fp8Gemm {
+public:
+  /// Throws Error naming the failed call.
+  explicit Fp8Gemm(cudaStream_t stream);
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm &) = delete;
+  Fp8Gemm &operator=(const Fp8Gemm &) = delete;
+
+  /// Enqueues the product on the stream. Throws Error (INVALID_ARGUMENT for
+  /// a shape, format pair or alignment cuBLASLt's FP8 products refuse,
+  /// UNIMPLEMENTED when it has no algorithm, INTERNAL for a failed call).
+  void run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
+           fp8::Format xFormat, const float *scaleX, const uint8_t *w,
+           fp8::Format wFormat, const float *scaleW, __nv_bfloat16 *y);
+
+private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int>;
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  Plan &plan(const Key &key, const float *scaleX, const float *scaleW,
+             const std::string &what);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void *workspace_ = nullptr;
+  std::map<Key, Plan> plans_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_FP8GEMM_H
