@@ -139,6 +139,60 @@ MTRT_FP8_HOST_DEVICE inline float maxFinite(Format format) {
   return decode(layoutOf(format).maxFinite, format);
 }
 
+//===----------------------------------------------------------------------===//
+// Delayed scaling (Transformer Engine's recipe, Megatron-LM's --fp8-margin,
+// --fp8-amax-history-len and --fp8-amax-compute-algo)
+//===----------------------------------------------------------------------===//
+
+/// Which amax of the history a scale is computed from.
+enum class AmaxAlgorithm : uint8_t { MostRecent, Max };
+
+/// Records `amax` as the newest of a history of `length` >= 1 amaxes
+/// (history[0] the newest): the others move one place older, the oldest
+/// drops out.
+MTRT_FP8_HOST_DEVICE inline void pushAmax(float *history, int length,
+                                          float amax) {
+  for (int i = length - 1; i > 0; --i)
+    history[i] = history[i - 1];
+  history[0] = amax;
+}
+
+/// The amax a scale is computed from: the newest, or the largest of the
+/// history (a NaN anywhere gives NaN, as a max over a tensor does).
+MTRT_FP8_HOST_DEVICE inline float historyAmax(const float *history,
+                                              int length,
+                                              AmaxAlgorithm algorithm) {
+  if (algorithm == AmaxAlgorithm::MostRecent)
+    return history[0];
+  float amax = history[0];
+  for (int i = 1; i < length; ++i) {
+    if (history[i] != history[i])
+      return history[i];
+    if (history[i] > amax)
+      amax = history[i];
+  }
+  return amax;
+}
+
+/// The next scale (what a cast multiplies by before rounding) from `amax`:
+/// maxFinite(format) / amax / 2^margin, in float (halved margin times,
+/// exactly); `previous` when amax is 0
+/// or not finite; the largest float when the quotient overflows (amax
+/// subnormal).
+MTRT_FP8_HOST_DEVICE inline float scaleFromAmax(float amax, float previous,
+                                                Format format, int margin) {
+  if (!(amax > 0.0f) || amax - amax != 0.0f)
+    return previous;
+  float scale = maxFinite(format) / amax;
+  for (int i = 0; i < margin; ++i)
+    scale *= 0.5f;
+  for (int i = 0; i > margin; --i)
+    scale *= 2.0f;
+  if (scale - scale != 0.0f)
+    return bitsFloat(0x7F7FFFFFu);
+  return scale;
+}
+
 } // namespace mtrt::fp8
 
 #endif // MTRT_CORE_FP8_H

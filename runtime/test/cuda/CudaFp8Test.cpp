@@ -108,6 +108,52 @@ TEST_P(CudaFp8Test, EncodeIsTheDevicesConversion) {
   }
 }
 
+TEST_P(CudaFp8Test, CastRecordsTheAmax) {
+  Format format = GetParam();
+  std::vector<float> xs;
+  for (float x : inputs(format))
+    if (std::isfinite(x))
+      xs.push_back(x);
+  float expected = 0;
+  for (float x : xs)
+    expected = std::max(expected, std::fabs(x));
+  cudaStream_t stream = context->stream();
+  cuda::DeviceBuffer in(xs.size() * sizeof(float), "test inputs"),
+      out(xs.size(), "test codes"), amax(sizeof(float), "test amax");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(in.data(), xs.data(),
+                                  xs.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream),
+                  "test");
+  MTRT_CUDA_CHECK(cudaMemsetAsync(amax.data(), 0, sizeof(float), stream),
+                  "test");
+  MTRT_CUDA_CHECK_LAUNCH(
+      cuda::castToFp8(stream, int64_t(xs.size()), in.as<float>(),
+                      static_cast<uint8_t *>(out.data()), format, nullptr,
+                      amax.as<float>()),
+      "test");
+  float found = 0;
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(&found, amax.data(), sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream),
+                  "test");
+  context->synchronize("test");
+  EXPECT_EQ(found, expected);
+  // A NaN among the values makes the amax NaN.
+  float nan = std::nanf("");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(in.data(), &nan, sizeof(float),
+                                  cudaMemcpyHostToDevice, stream),
+                  "test");
+  MTRT_CUDA_CHECK_LAUNCH(
+      cuda::castToFp8(stream, int64_t(xs.size()), in.as<float>(),
+                      static_cast<uint8_t *>(out.data()), format, nullptr,
+                      amax.as<float>()),
+      "test");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(&found, amax.data(), sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream),
+                  "test");
+  context->synchronize("test");
+  EXPECT_TRUE(std::isnan(found));
+}
+
 TEST_P(CudaFp8Test, DecodeIsTheDevicesConversion) {
   Format format = GetParam();
   std::vector<uint8_t> codes(256);

@@ -132,6 +132,40 @@ TEST(Fp8FormatTest, KnownValues) {
   EXPECT_EQ(fp8::encode(-1e-9f, Format::E4M3), 0x80);
 }
 
+TEST(Fp8ScalingTest, ScaleFromAmaxIsTransformerEnginesDelayedScaling) {
+  EXPECT_EQ(fp8::scaleFromAmax(2.0f, 7.0f, Format::E4M3, 0), 224.0f);
+  EXPECT_EQ(fp8::scaleFromAmax(2.0f, 7.0f, Format::E4M3, 1), 112.0f);
+  EXPECT_EQ(fp8::scaleFromAmax(2.0f, 7.0f, Format::E5M2, 0), 28672.0f);
+  EXPECT_EQ(fp8::scaleFromAmax(3.0f, 7.0f, Format::E4M3, 0), 448.0f / 3.0f);
+  // No information: the previous scale stays.
+  EXPECT_EQ(fp8::scaleFromAmax(0.0f, 7.0f, Format::E4M3, 0), 7.0f);
+  EXPECT_EQ(fp8::scaleFromAmax(std::numeric_limits<float>::infinity(), 7.0f,
+                               Format::E4M3, 0),
+            7.0f);
+  EXPECT_EQ(fp8::scaleFromAmax(std::nanf(""), 7.0f, Format::E4M3, 0), 7.0f);
+  // A subnormal amax: the quotient overflows to the largest float.
+  EXPECT_EQ(fp8::scaleFromAmax(std::numeric_limits<float>::denorm_min(), 7.0f,
+                               Format::E4M3, 0),
+            std::numeric_limits<float>::max());
+}
+
+TEST(Fp8ScalingTest, HistoryKeepsTheNewestFirst) {
+  float history[3] = {0, 0, 0};
+  for (float amax : {1.0f, 5.0f, 2.0f, 3.0f})
+    fp8::pushAmax(history, 3, amax);
+  EXPECT_EQ(history[0], 3.0f);
+  EXPECT_EQ(history[1], 2.0f);
+  EXPECT_EQ(history[2], 5.0f); // 1 dropped out
+  EXPECT_EQ(fp8::historyAmax(history, 3, fp8::AmaxAlgorithm::MostRecent),
+            3.0f);
+  EXPECT_EQ(fp8::historyAmax(history, 3, fp8::AmaxAlgorithm::Max), 5.0f);
+  history[2] = std::nanf("");
+  EXPECT_TRUE(std::isnan(fp8::historyAmax(history, 3, fp8::AmaxAlgorithm::Max)));
+  float one[1] = {4.0f};
+  fp8::pushAmax(one, 1, 6.0f);
+  EXPECT_EQ(one[0], 6.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, Fp8Test,
                          ::testing::Values(Format::E4M3, Format::E5M2),
                          [](const auto &info) {

@@ -415,9 +415,11 @@ void widenBf16(cudaStream_t stream, int64_t n, const __nv_bfloat16 *x,
 /// y[i] = the FP8 code of x[i] * scale[0] (scale: a device scalar, or
 /// nullptr for 1), rounded to nearest even and saturated by the GPU's
 /// conversion (`cvt.rn.satfinite`), which core/Fp8.h's fp8::encode is on
-/// the host.
+/// the host. With `amax` (a device float the caller set to 0, or an amax to
+/// add to), *amax = max(*amax, the largest |x[i]|) (NaN if any x[i] is):
+/// the delayed-scaling recipe's record of the tensor.
 void castToFp8(cudaStream_t stream, int64_t n, InElements x, uint8_t *y,
-               fp8::Format format, const float *scale);
+               fp8::Format format, const float *scale, float *amax = nullptr);
 
 /// y[i] = the value of FP8 code x[i] (exact; the GPU's conversion).
 void widenFp8(cudaStream_t stream, int64_t n, const uint8_t *x, float *y,

@@ -36,12 +36,24 @@ __device__ inline __nv_fp8_interpretation_t interpretation(fp8::Format f) {
   return f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
 }
 
+// With `amax`, each warp's largest |x| (as bits: for non-negative floats,
+// NaN above infinity above the finite values, their order as unsigned
+// integers) goes into *amax by one atomicMax.
 __global__ void castToFp8Kernel(int64_t n, InElements x, uint8_t *y,
-                                fp8::Format format, const float *scale) {
+                                fp8::Format format, const float *scale,
+                                float *amax) {
   const float factor = scale ? *scale : 1.0f;
+  unsigned largest = 0;
   MTRT_GRID_STRIDE(i, n) {
+    float value = detail::load(x, i);
+    largest = max(largest, __float_as_uint(fabsf(value)));
     y[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(
-        detail::load(x, i) * factor, __NV_SATFINITE, interpretation(format)));
+        value * factor, __NV_SATFINITE, interpretation(format)));
+  }
+  if (amax) {
+    largest = __reduce_max_sync(0xffffffffu, largest);
+    if (threadIdx.x % 32 == 0)
+      atomicMax(reinterpret_cast<unsigned *>(amax), largest);
   }
 }
 
@@ -57,10 +69,10 @@ __global__ void widenFp8Kernel(int64_t n, const uint8_t *x, float *y,
 } // namespace
 
 void castToFp8(cudaStream_t stream, int64_t n, InElements x, uint8_t *y,
-               fp8::Format format, const float *scale) {
+               fp8::Format format, const float *scale, float *amax) {
   if (n > 0)
     castToFp8Kernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y, format,
-                                                          scale);
+                                                          scale, amax);
 }
 
 void widenFp8(cudaStream_t stream, int64_t n, const uint8_t *x, float *y,
