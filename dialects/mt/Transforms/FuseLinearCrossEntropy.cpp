@@ -136,6 +136,11 @@ struct VocabOutputLayer {
   /// gradient op is built before, where those exist.
   Value gradInput, gradWeight;
   Operation *gradAt = nullptr;
+  /// A regathered input that comes after the loss gradient though its shard
+  /// exists before it: moved up to the gradient op rather than holding the
+  /// gradient op back past readers of the gradients (under context x
+  /// sequence parallelism the data gradient's all-reduce comes first).
+  Operation *hoistedGather = nullptr;
   /// Split: the two functions and the logits' stash slot.
   func::FuncOp forward, backward;
   std::optional<unsigned> logitsStash;
@@ -210,8 +215,15 @@ bool matchVocabGradients(VocabOutputLayer &layer,
       continue;
     if (definition->getBlock() != block)
       return false;
-    if (layer.gradAt->isBeforeInBlock(definition))
-      layer.gradAt = definition->getNextNode();
+    if (!layer.gradAt->isBeforeInBlock(definition))
+      continue;
+    auto gather = dyn_cast<shard::AllGatherOp>(definition);
+    if (operand == layer.gradInput && gather && gather->hasOneUse() &&
+        availableAt(gather.getInput(), layer.lossGrad)) {
+      layer.hoistedGather = gather;
+      continue;
+    }
+    layer.gradAt = definition->getNextNode();
   }
   for (Operation *gradient :
        {layer.inputGrad.getOperation(), layer.weightGrad.getOperation()})
@@ -535,6 +547,8 @@ struct FuseLinearCrossEntropyPass
       partials->erase();
     }
     if (VocabCrossEntropyGradOp grad = layer.lossGrad) {
+      if (layer.hoistedGather)
+        layer.hoistedGather->moveBefore(layer.gradAt);
       OpBuilder builder(layer.gradAt);
       auto fused = LinearVocabCrossEntropyGradOp::create(
           builder, fusedLoc(grad), layer.inputGrad.getType(),
