@@ -50,7 +50,8 @@
 //   stage.
 // - Context parallelism: each rank holds s/cp tokens of every sequence, so
 //   every activation term counts s/cp for s (Megatron-LM divides its
-//   activation figure by cp); the weights are as without it.
+//   activation figure by cp); the distributed optimizer shards over the
+//   data x context ranks, 6 + 12/(dp cp) bytes per parameter.
 //
 //===----------------------------------------------------------------------===//
 
@@ -167,7 +168,8 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
                b = double(config.batch.microBatchSize);
   const double gated = m.activation == Activation::Swiglu ? 1.5 : 1.0;
   const double tp = double(p.tensorModelParallelSize);
-  const double dp = double(p.dataParallelSize);
+  // The distributed optimizer shards over the data x context ranks.
+  const double dp = double(p.dataParallelSize * p.contextParallelSize);
 
   TheoreticalMemory t;
   double layer = 2 * h * h * ((1 + g / a) * q / h + (f / h) * gated + 2 / h);

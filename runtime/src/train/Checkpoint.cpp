@@ -118,10 +118,11 @@ std::vector<std::string> gridAxisNames(const CheckpointState &s) {
 }
 
 /// Megatron-LM's mp_rank_TT_PPP, with _dp_DDD for data-parallel ranks other
-/// than 0 (which hold pieces only with a distributed optimizer). Context
-/// ranks hold what their context rank 0 holds and write nothing.
+/// than 0 (which hold pieces only with a distributed optimizer), and
+/// _cp_CCC for context-parallel ranks other than 0 (which hold pieces only
+/// with a distributed optimizer sharded over the data x context ranks).
 std::string shardFileName(const CheckpointState &s, int64_t rank) {
-  int64_t tp = 0, pp = 0, dp = 0;
+  int64_t tp = 0, pp = 0, dp = 0, cp = 0;
   std::vector<std::string> names = gridAxisNames(s);
   if (!names.empty()) {
     std::vector<int64_t> c = gridCoordinates(s.grid, rank);
@@ -132,17 +133,21 @@ std::string shardFileName(const CheckpointState &s, int64_t rank) {
         dp = c[a];
       else if (names[a] == "tensor")
         tp = c[a];
+      else if (names[a] == "context")
+        cp = c[a];
     }
   }
-  char name[64];
-  if (dp == 0)
-    std::snprintf(name, sizeof(name), "mp_rank_%02lld_%03lld.safetensors",
-                  static_cast<long long>(tp), static_cast<long long>(pp));
-  else
-    std::snprintf(name, sizeof(name),
-                  "mp_rank_%02lld_%03lld_dp_%03lld.safetensors",
-                  static_cast<long long>(tp), static_cast<long long>(pp),
-                  static_cast<long long>(dp));
+  char name[96];
+  int used = std::snprintf(name, sizeof(name), "mp_rank_%02lld_%03lld",
+                           static_cast<long long>(tp),
+                           static_cast<long long>(pp));
+  if (dp != 0)
+    used += std::snprintf(name + used, sizeof(name) - used, "_dp_%03lld",
+                          static_cast<long long>(dp));
+  if (cp != 0)
+    used += std::snprintf(name + used, sizeof(name) - used, "_cp_%03lld",
+                          static_cast<long long>(cp));
+  std::snprintf(name + used, sizeof(name) - used, ".safetensors");
   return name;
 }
 
