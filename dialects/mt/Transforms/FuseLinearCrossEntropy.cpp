@@ -205,33 +205,40 @@ bool matchVocabGradients(VocabOutputLayer &layer,
     return false;
   // The gradient op goes where the loss gradient was, or right after its
   // input or weight when those come later (a regathered input); every
-  // reader of the two gradients must follow it.
+  // reader of the two gradients must follow it. When a reader comes first
+  // (context x sequence parallelism), a regathered input whose shard
+  // exists at the loss gradient moves up to the gradient op instead.
   layer.gradInput = layer.weightGrad.getInput();
   layer.gradWeight = layer.inputGrad.getWeight();
-  layer.gradAt = layer.lossGrad;
-  for (Value operand : {layer.gradInput, layer.gradWeight}) {
-    Operation *definition = operand.getDefiningOp();
-    if (!definition)
-      continue;
-    if (definition->getBlock() != block)
-      return false;
-    if (!layer.gradAt->isBeforeInBlock(definition))
-      continue;
-    auto gather = dyn_cast<shard::AllGatherOp>(definition);
-    if (operand == layer.gradInput && gather && gather->hasOneUse() &&
-        availableAt(gather.getInput(), layer.lossGrad)) {
-      layer.hoistedGather = gather;
-      continue;
-    }
-    layer.gradAt = definition->getNextNode();
-  }
-  for (Operation *gradient :
-       {layer.inputGrad.getOperation(), layer.weightGrad.getOperation()})
-    for (Operation *user : gradient->getUsers())
-      if (user->getBlock() != block ||
-          (user != layer.gradAt && !layer.gradAt->isBeforeInBlock(user)))
+  auto place = [&](bool hoist) {
+    layer.gradAt = layer.lossGrad;
+    layer.hoistedGather = nullptr;
+    for (Value operand : {layer.gradInput, layer.gradWeight}) {
+      Operation *definition = operand.getDefiningOp();
+      if (!definition)
+        continue;
+      if (definition->getBlock() != block)
         return false;
-  return true;
+      if (!layer.gradAt->isBeforeInBlock(definition))
+        continue;
+      auto gather = dyn_cast<shard::AllGatherOp>(definition);
+      if (hoist && operand == layer.gradInput && gather &&
+          gather->hasOneUse() &&
+          availableAt(gather.getInput(), layer.lossGrad)) {
+        layer.hoistedGather = gather;
+        continue;
+      }
+      layer.gradAt = definition->getNextNode();
+    }
+    for (Operation *gradient :
+         {layer.inputGrad.getOperation(), layer.weightGrad.getOperation()})
+      for (Operation *user : gradient->getUsers())
+        if (user->getBlock() != block ||
+            (user != layer.gradAt && !layer.gradAt->isBeforeInBlock(user)))
+          return false;
+    return true;
+  };
+  return place(/*hoist=*/false) || place(/*hoist=*/true);
 }
 
 std::optional<VocabOutputLayer> matchVocabOutputLayer(LinearOp linear) {
