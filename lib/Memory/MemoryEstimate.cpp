@@ -69,7 +69,7 @@ static void countWeights(ArrayRef<func::FuncOp> train,
 
   // The runtime keeps fp32 weights (the master copy), fp32 gradients
   // and AdamW's two fp32 moments, the moments split over the data-parallel
-  // ranks by the distributed optimizer. Under bf16, the parameters that
+  // (and context-parallel) ranks by the distributed optimizer. Under bf16, the parameters that
   // GEMMs read have a persistent bf16 copy besides (the other GEMM
   // operands' copies are side buffers in the arena).
   const int64_t n = estimate.parameterElements;
@@ -98,9 +98,12 @@ static void countWeights(ArrayRef<func::FuncOp> train,
   }
   estimate.gradientBytes = n * 4;
   int64_t optimizer = n * 8;
+  // The distributed optimizer shards over the data x context ranks
+  // (mt-plan-gradient-reduction's buffer, Megatron-LM's intra_dp_cp group).
+  int64_t shards = config.parallel.dataParallelSize *
+                   config.parallel.contextParallelSize;
   if (config.parallel.useDistributedOptimizer)
-    optimizer = (optimizer + config.parallel.dataParallelSize - 1) /
-                config.parallel.dataParallelSize;
+    optimizer = (optimizer + shards - 1) / shards;
   estimate.optimizerBytes = optimizer;
 }
 

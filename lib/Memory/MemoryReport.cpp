@@ -48,6 +48,10 @@
 //   v (Megatron-LM's p (1 + (p - 1) / (p v)) on rank 0;
 //   megatronForwardsInFlight). Full recomputation counts N per (virtual)
 //   stage.
+// - Context parallelism: each rank holds s/cp tokens of every sequence, so
+//   every activation term counts s/cp for s (Megatron-LM divides its
+//   activation figure by cp); the distributed optimizer shards over the
+//   data x context ranks, 6 + 12/(dp cp) bytes per parameter.
 //
 //===----------------------------------------------------------------------===//
 
@@ -158,10 +162,14 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   const double g = double(m.queryGroups()), f = double(m.ffnSize());
   const double q = double(m.numAttentionHeads * m.headDim());
   const double V = double(config.paddedVocabSize());
-  const double s = double(m.seqLength), b = double(config.batch.microBatchSize);
+  // Context parallelism gives each rank seq_length / cp tokens of every
+  // sequence (Megatron-LM divides its activation terms by cp alike).
+  const double s = double(m.seqLength) / double(p.contextParallelSize),
+               b = double(config.batch.microBatchSize);
   const double gated = m.activation == Activation::Swiglu ? 1.5 : 1.0;
   const double tp = double(p.tensorModelParallelSize);
-  const double dp = double(p.dataParallelSize);
+  // The distributed optimizer shards over the data x context ranks.
+  const double dp = double(p.dataParallelSize * p.contextParallelSize);
 
   TheoreticalMemory t;
   double layer = 2 * h * h * ((1 + g / a) * q / h + (f / h) * gated + 2 / h);
@@ -234,6 +242,27 @@ void row(llvm::raw_ostream &os, llvm::StringRef what, int64_t bytes,
 }
 
 } // namespace
+
+/// ", cp N (ring)" in a report's layout under context parallelism.
+static std::string contextText(const ParallelConfig &p) {
+  if (p.contextParallelSize == 1)
+    return "";
+  return llvm::formatv(", cp {0} ({1})", p.contextParallelSize,
+                       p.cpCommType == CpCommType::AllGather ? "all_gather"
+                                                             : "p2p")
+      .str();
+}
+
+/// " (N tokens a context rank)" after the sequence under context
+/// parallelism: what every activation term counts.
+static std::string sequenceShareText(const CompileConfig &config) {
+  int64_t cp = config.parallel.contextParallelSize;
+  if (cp == 1)
+    return "";
+  return llvm::formatv(" ({0} tokens a context rank)",
+                       config.model.seqLength / cp)
+      .str();
+}
 
 static const char *precisionName(const CompileConfig &config) {
   return config.precision == Precision::FP32   ? "fp32"
@@ -315,9 +344,9 @@ static void printPipelineMemoryReport(ModuleOp module,
      << policy.str() << " (layers counted per stage), " << p.worldSize()
      << " rank(s) (tp " << p.tensorModelParallelSize << ", pp "
      << p.pipelineModelParallelSize << ", dp " << p.dataParallelSize
-     << "), micro-batch " << config.batch.microBatchSize << ", sequence "
-     << config.model.seqLength << ", precision " << precisionName(config)
-     << ", schedule " << scheduleKindName(schedule.kind) << " over "
+     << contextText(p) << "), micro-batch " << config.batch.microBatchSize
+     << ", sequence " << config.model.seqLength << sequenceShareText(config)
+     << ", precision " << precisionName(config) << ", schedule " << scheduleKindName(schedule.kind) << " over "
      << schedule.microBatches << " micro-batches"
      << (v > 1 ? llvm::formatv(", {0} virtual stages per rank", v).str()
                : std::string())
@@ -405,11 +434,11 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
   os << "memory per rank: " << config.model.name << ", recompute "
      << policy.str() << ", " << p.worldSize() << " rank(s) (tp "
      << p.tensorModelParallelSize << ", pp " << p.pipelineModelParallelSize
-     << ", dp " << p.dataParallelSize
+     << ", dp " << p.dataParallelSize << contextText(p)
      << (p.useDistributedOptimizer ? ", distributed optimizer" : "")
      << "), micro-batch " << config.batch.microBatchSize << ", sequence "
-     << config.model.seqLength << ", precision " << precisionName(config)
-     << "\n";
+     << config.model.seqLength << sequenceShareText(config) << ", precision "
+     << precisionName(config) << "\n";
   printLayerTerms(os, config, policy);
   printWeights(os, e, t, config);
   row(os, "activations (train_step arena peak)", e.activationBytes,

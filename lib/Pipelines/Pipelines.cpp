@@ -68,6 +68,8 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   mlir::mt::PlanGradientReductionPassOptions reduction;
   reduction.distributedOptimizer = options.distributedOptimizer;
   reduction.pipelineSize = options.pipelineSize;
+  // mt-annotate-shardings' grid dp x cp x tp.
+  reduction.contextAxis = options.contextParallelSize > 1 ? 1 : -1;
   reduction.bucketSize = options.gradientBucketSize;
   pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
   // Sequence shards, not gathered tensors, live until the backward pass.

@@ -293,33 +293,6 @@ int main(int argc, char **argv) {
   // Validation errors already start with the file:line:column or the flag.
   if (Error error = validateCompileConfig(*config))
     return fail(toString(std::move(error)));
-  // The layout is checked above; two compositions are lowered but not run
-  // yet (issue 24, docs/Parallelism.md "Context parallelism").
-  if (int64_t cp = config->parallel.contextParallelSize; cp > 1) {
-    auto origin = config->keyOrigins.find("context_parallel_size");
-    std::string where = origin != config->keyOrigins.end()
-                            ? origin->second + ": "
-                            : std::string();
-    const ParallelConfig &parallel = config->parallel;
-    if (parallel.pipelineModelParallelSize > 1)
-      return fail(where + "context_parallel_size " + Twine(cp) +
-                  " with pipeline_model_parallel_size " +
-                  Twine(parallel.pipelineModelParallelSize) +
-                  " is a valid layout, but the trainer does not give a "
-                  "pipeline's stages their context chunks yet (issue 24); "
-                  "compile with pipeline_model_parallel_size 1 or "
-                  "context_parallel_size 1");
-    if (parallel.sequenceParallel && parallel.tensorModelParallelSize > 1 &&
-        config->model.positionEmbeddingType ==
-            PositionEmbedding::LearnedAbsolute)
-      return fail(where + "context_parallel_size " + Twine(cp) +
-                  " with sequence_parallel and learned_absolute position "
-                  "embeddings is a valid layout, but the positions' "
-                  "gradient would gather integer ids, which the runtime "
-                  "does not (issue 24); compile without sequence_parallel, "
-                  "or with rope position embeddings");
-  }
-
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);

@@ -10,6 +10,9 @@
 #include "ShardingModelSupport.h"
 
 #include "mt/IR/MtDialect.h"
+#include "mt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 using namespace mlir;
 using namespace mlir::mt;
@@ -262,6 +265,55 @@ struct AttentionGradModel
   }
 };
 
+/// Positions that shard-partition gathered (`shard.all_gather` of a local
+/// `mt.position_ids`) made again at the gathered layout: every rank can
+/// make any tile's positions, so nothing integer travels (the runtime
+/// gathers floating-point tensors only). The tile drops the gathered axes
+/// from its split (they are the split's last ones), and keeps its context
+/// layout while the sequence's split still starts on the context axis. Any
+/// other value is returned as it is.
+static Value remakeGatheredPositions(Value ids, OpBuilder &builder) {
+  // Upstream's resharding ends in a tensor.cast to the static type.
+  Value source = ids;
+  while (auto cast = source.getDefiningOp<tensor::CastOp>())
+    source = cast.getSource();
+  auto gather = source.getDefiningOp<shard::AllGatherOp>();
+  auto positions = gather ? gather.getInput().getDefiningOp<PositionIdsOp>()
+                          : PositionIdsOp();
+  if (!positions)
+    return ids;
+  int64_t dim = gather.getGatherAxis().getSExtValue();
+  auto split = positions->getAttrOfType<ArrayAttr>("mt.split_axes");
+  if (!split || dim >= static_cast<int64_t>(split.size()))
+    return ids;
+  SmallVector<Attribute> dims(split.begin(), split.end());
+  auto axes = dyn_cast<DenseI16ArrayAttr>(dims[dim]);
+  ArrayRef<GridAxis> gathered = gather.getGridAxes();
+  if (!axes || axes.size() < static_cast<int64_t>(gathered.size()) ||
+      axes.asArrayRef().take_back(gathered.size()) != gathered)
+    return ids;
+  ArrayRef<int16_t> kept = axes.asArrayRef().drop_back(gathered.size());
+  MLIRContext *context = builder.getContext();
+  dims[dim] = DenseI16ArrayAttr::get(context, kept);
+  auto remade = PositionIdsOp::create(
+      builder, gather.getLoc(), cast<RankedTensorType>(ids.getType()));
+  remade->setAttrs(positions->getAttrDictionary());
+  if (llvm::any_of(dims, [](Attribute d) {
+        return !cast<DenseI16ArrayAttr>(d).empty();
+      }))
+    remade->setAttr("mt.split_axes", ArrayAttr::get(context, dims));
+  else
+    remade->removeAttr("mt.split_axes");
+  auto contextAxis = positions->getAttrOfType<IntegerAttr>(kContextAxisAttrName);
+  auto sequence = cast<DenseI16ArrayAttr>(dims.back());
+  if (contextAxis &&
+      (sequence.empty() || sequence[0] != contextAxis.getInt())) {
+    remade->removeAttr(kContextAxisAttrName);
+    remade->removeAttr(kContextSizeAttrName);
+  }
+  return remade.getResult();
+}
+
 /// embedding_grad: loops (ids..., hidden, vocabulary); the positions are
 /// summed into the table's rows, so split ids give partial tables that are
 /// all-reduced.
@@ -309,6 +361,14 @@ struct EmbeddingGradModel
     // sequence where the ids are whole: gather it first (the backward of
     // the embedding's reduce-scatter, as in Megatron-LM).
     SmallVector<Value> operands(partitionedOperands);
+    // Upstream's clone reads the operands from partitionMap, so positions
+    // made again are mapped there (the ids' annotation for this user is
+    // its own value).
+    Value positions = remakeGatheredPositions(operands[1], builder);
+    if (positions != operands[1]) {
+      operands[1] = positions;
+      partitionMap.map(op->getOperand(1), positions);
+    }
     int64_t idRank = rankOf(op->getOperand(1));
     // Ids that reach here whole though their sharding splits them (position
     // ids, which every rank makes whole) are sliced to their shard.

@@ -136,6 +136,11 @@ struct VocabOutputLayer {
   /// gradient op is built before, where those exist.
   Value gradInput, gradWeight;
   Operation *gradAt = nullptr;
+  /// A regathered input that comes after the loss gradient though its shard
+  /// exists before it: moved up to the gradient op rather than holding the
+  /// gradient op back past readers of the gradients (under context x
+  /// sequence parallelism the data gradient's all-reduce comes first).
+  Operation *hoistedGather = nullptr;
   /// Split: the two functions and the logits' stash slot.
   func::FuncOp forward, backward;
   std::optional<unsigned> logitsStash;
@@ -200,26 +205,40 @@ bool matchVocabGradients(VocabOutputLayer &layer,
     return false;
   // The gradient op goes where the loss gradient was, or right after its
   // input or weight when those come later (a regathered input); every
-  // reader of the two gradients must follow it.
+  // reader of the two gradients must follow it. When a reader comes first
+  // (context x sequence parallelism), a regathered input whose shard
+  // exists at the loss gradient moves up to the gradient op instead.
   layer.gradInput = layer.weightGrad.getInput();
   layer.gradWeight = layer.inputGrad.getWeight();
-  layer.gradAt = layer.lossGrad;
-  for (Value operand : {layer.gradInput, layer.gradWeight}) {
-    Operation *definition = operand.getDefiningOp();
-    if (!definition)
-      continue;
-    if (definition->getBlock() != block)
-      return false;
-    if (layer.gradAt->isBeforeInBlock(definition))
-      layer.gradAt = definition->getNextNode();
-  }
-  for (Operation *gradient :
-       {layer.inputGrad.getOperation(), layer.weightGrad.getOperation()})
-    for (Operation *user : gradient->getUsers())
-      if (user->getBlock() != block ||
-          (user != layer.gradAt && !layer.gradAt->isBeforeInBlock(user)))
+  auto place = [&](bool hoist) {
+    layer.gradAt = layer.lossGrad;
+    layer.hoistedGather = nullptr;
+    for (Value operand : {layer.gradInput, layer.gradWeight}) {
+      Operation *definition = operand.getDefiningOp();
+      if (!definition)
+        continue;
+      if (definition->getBlock() != block)
         return false;
-  return true;
+      if (!layer.gradAt->isBeforeInBlock(definition))
+        continue;
+      auto gather = dyn_cast<shard::AllGatherOp>(definition);
+      if (hoist && operand == layer.gradInput && gather &&
+          gather->hasOneUse() &&
+          availableAt(gather.getInput(), layer.lossGrad)) {
+        layer.hoistedGather = gather;
+        continue;
+      }
+      layer.gradAt = definition->getNextNode();
+    }
+    for (Operation *gradient :
+         {layer.inputGrad.getOperation(), layer.weightGrad.getOperation()})
+      for (Operation *user : gradient->getUsers())
+        if (user->getBlock() != block ||
+            (user != layer.gradAt && !layer.gradAt->isBeforeInBlock(user)))
+          return false;
+    return true;
+  };
+  return place(/*hoist=*/false) || place(/*hoist=*/true);
 }
 
 std::optional<VocabOutputLayer> matchVocabOutputLayer(LinearOp linear) {
@@ -535,6 +554,8 @@ struct FuseLinearCrossEntropyPass
       partials->erase();
     }
     if (VocabCrossEntropyGradOp grad = layer.lossGrad) {
+      if (layer.hoistedGather)
+        layer.hoistedGather->moveBefore(layer.gradAt);
       OpBuilder builder(layer.gradAt);
       auto fused = LinearVocabCrossEntropyGradOp::create(
           builder, fusedLoc(grad), layer.inputGrad.getType(),

@@ -317,9 +317,16 @@ def PlanGradientReductionPass
     reduction once its gradients are complete in the last micro-batch
     (docs/Parallelism.md, "Gradient buckets").
 
+    With `context-axis` (context parallelism), a weight gradient sums the
+    rows of every data and context rank: the step's reductions over both
+    axes leave it, and the buffer is reduced (or reduce-scattered, the
+    optimizer sharded) over both, Megatron-LM's combined data x context
+    group (`intra_dp_cp`). An axis of one rank is left out, as partitioning
+    leaves it out of its reductions.
+
     The runtime runs these functions once per iteration (docs/Parallelism.md).
-    Without a grid, or with one data rank and no distributed optimizer, the
-    module is unchanged.
+    Without a grid, or with one data (and context) rank and no distributed
+    optimizer, the module is unchanged.
 
     ```mlir
     %dw = mt.linear_weight_grad %x, %dy : ...
@@ -349,7 +356,12 @@ def PlanGradientReductionPass
            "each buffer into buckets of at least this many elements (the "
            "last may be smaller), each reduced by a function of its own "
            "during the last micro-batch's backward pass; 0: one reduction "
-           "of the whole buffer after it">
+           "of the whole buffer after it">,
+    Option<"contextAxis", "context-axis", "int64_t", "-1",
+           "The grid axis of the context-parallel ranks (1 in "
+           "mt-annotate-shardings' dp x cp x tp grid), whose reduction the "
+           "buffer takes over with the data axis's (Megatron-LM's data x "
+           "context group); -1: none">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect",
                            "::mlir::func::FuncDialect"];

@@ -33,6 +33,35 @@ using namespace mlir::mt;
 /// The grid axis of the data-parallel ranks (mt-annotate-shardings).
 static constexpr int16_t kDataAxis = 0;
 
+/// The axes the buffer is reduced over: the data axis, and under context
+/// parallelism the context axis too (`contextAxis`, mt-annotate-shardings'
+/// axis 1), as Megatron-LM reduces and shards over its combined data x
+/// context group (intra_dp_cp): a weight gradient sums the rows of every
+/// data and context rank. Partitioning names no axis of one rank in its
+/// reductions, so neither does the buffer (the data axis when both are of
+/// one rank).
+static SmallVector<int16_t> bufferAxes(shard::GridOp grid,
+                                       int64_t contextAxis) {
+  ArrayRef<int64_t> shape = grid.getShape();
+  bool context = contextAxis > 0 &&
+                 contextAxis < static_cast<int64_t>(shape.size()) &&
+                 shape[contextAxis] > 1;
+  SmallVector<int16_t> axes;
+  if (shape[kDataAxis] > 1 || !context)
+    axes.push_back(kDataAxis);
+  if (context)
+    axes.push_back(static_cast<int16_t>(contextAxis));
+  return axes;
+}
+
+/// The ranks of `grid` along `axes`.
+static int64_t ranksAlong(shard::GridOp grid, ArrayRef<int16_t> axes) {
+  int64_t ranks = 1;
+  for (int16_t axis : axes)
+    ranks *= grid.getShape()[axis];
+  return ranks;
+}
+
 /// Megatron-LM pads the distributed optimizer's buffer so that every rank's
 /// shard has the same size and starts aligned (a multiple of 128 elements
 /// per rank, for the collectives' bandwidth).
@@ -71,14 +100,20 @@ private:
 /// partitioning puts after it (mt.add, and shard.all_slice along other
 /// axes: a tied vocabulary-parallel embedding's gradient adds the output
 /// layer's reduced gradient to a slice of the reduced table gradient).
-static FailureOr<Value> withoutDataReduction(OpBuilder &builder, Value value) {
+static FailureOr<Value> withoutDataReduction(OpBuilder &builder, Value value,
+                                             ArrayRef<int16_t> axes) {
   Operation *op = value.getDefiningOp();
   if (auto reduce = dyn_cast_if_present<shard::AllReduceOp>(op)) {
-    if (!llvm::is_contained(reduce.getGridAxes(), kDataAxis) ||
+    if (!llvm::all_of(axes,
+                      [&](int16_t axis) {
+                        return llvm::is_contained(reduce.getGridAxes(), axis);
+                      }) ||
         reduce.getReduction() != shard::ReductionKind::Sum)
       return failure();
-    SmallVector<int16_t> others = llvm::filter_to_vector(
-        reduce.getGridAxes(), [](int16_t axis) { return axis != kDataAxis; });
+    SmallVector<int16_t> others =
+        llvm::filter_to_vector(reduce.getGridAxes(), [&](int16_t axis) {
+          return !llvm::is_contained(axes, axis);
+        });
     if (others.empty())
       return reduce.getInput();
     return shard::AllReduceOp::create(
@@ -88,17 +123,20 @@ static FailureOr<Value> withoutDataReduction(OpBuilder &builder, Value value) {
         .getResult();
   }
   if (auto add = dyn_cast_if_present<AddOp>(op)) {
-    FailureOr<Value> lhs = withoutDataReduction(builder, add.getLhs());
-    FailureOr<Value> rhs = withoutDataReduction(builder, add.getRhs());
+    FailureOr<Value> lhs = withoutDataReduction(builder, add.getLhs(), axes);
+    FailureOr<Value> rhs = withoutDataReduction(builder, add.getRhs(), axes);
     if (failed(lhs) || failed(rhs))
       return failure();
     return AddOp::create(builder, add.getLoc(), add.getType(), *lhs, *rhs)
         .getResult();
   }
   if (auto slice = dyn_cast_if_present<shard::AllSliceOp>(op)) {
-    if (llvm::is_contained(slice.getGridAxes(), kDataAxis))
+    if (llvm::any_of(axes, [&](int16_t axis) {
+          return llvm::is_contained(slice.getGridAxes(), axis);
+        }))
       return failure();
-    FailureOr<Value> input = withoutDataReduction(builder, slice.getInput());
+    FailureOr<Value> input =
+        withoutDataReduction(builder, slice.getInput(), axes);
     if (failed(input))
       return failure();
     Operation *copy = builder.clone(*slice);
@@ -126,7 +164,8 @@ FailureOr<SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>>
 PlanGradientReductionPass::deferReductions(func::FuncOp function,
                                            shard::GridOp grid) {
   SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients;
-  int64_t dataRanks = grid.getShape()[kDataAxis];
+  SmallVector<int16_t> axes = bufferAxes(grid, contextAxis);
+  int64_t ranks = ranksAlong(grid, axes);
   auto ret = cast<func::ReturnOp>(function.getBody().front().getTerminator());
   for (OpOperand &result : ret->getOpOperands()) {
     auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
@@ -136,15 +175,25 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
     auto type = cast<RankedTensorType>(result.get().getType());
     gradients.push_back({parameter, type});
     OpBuilder builder(ret);
-    FailureOr<Value> local = withoutDataReduction(builder, result.get());
+    FailureOr<Value> local = withoutDataReduction(builder, result.get(), axes);
     if (failed(local)) {
-      if (dataRanks == 1)
+      if (ranks == 1)
         continue;
+      if (axes.size() > 1)
+        return function.emitError()
+               << "the gradient of " << parameter
+               << " is not summed over both the data-parallel and the "
+                  "context-parallel grid axes (axes 0 and "
+               << axes[1] << ", " << grid.getShape()[0] << " x "
+               << grid.getShape()[axes[1]]
+               << " ranks); every gradient of a context-parallel step must "
+                  "end in one shard.all_reduce over both (its rows are "
+                  "split over them), as shard-partition leaves them";
       return function.emitError()
              << "the gradient of " << parameter
              << " is not summed over the data-parallel grid axis (axis 0 of "
                 "size "
-             << dataRanks
+             << ranks
              << "); every gradient of a data-parallel step must end in one "
                 "shard.all_reduce over it, as shard-partition leaves them";
     }
@@ -239,7 +288,8 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
   if (gradients.empty())
     return success();
 
-  int64_t dataRanks = grid.getShape()[kDataAxis];
+  SmallVector<int16_t> axes = bufferAxes(grid, contextAxis);
+  int64_t dataRanks = ranksAlong(grid, axes);
   int64_t padded = elements;
   if (distributedOptimizer) {
     int64_t multiple = std::lcm(dataRanks, kShardAlignment);
@@ -253,7 +303,7 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
   auto shardType = RankedTensorType::get({padded / dataRanks}, elementType);
   auto gridRef = FlatSymbolRefAttr::get(grid.getSymNameAttr());
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
-  auto dataAxis = builder.getDenseI16ArrayAttr({kDataAxis});
+  auto dataAxis = builder.getDenseI16ArrayAttr(axes);
   auto sum = shard::ReductionKindAttr::get(context, shard::ReductionKind::Sum);
   // Each pipeline rank reduces its own buffer, over its data-parallel group.
   std::string suffix =
@@ -354,8 +404,8 @@ void PlanGradientReductionPass::runOnOperation() {
   if (grids.empty())
     return; // One rank: nothing to reduce, nothing to shard.
   shard::GridOp grid = grids.front();
-  int64_t dataRanks = grid.getShape()[kDataAxis];
-  if (dataRanks == 1 && !distributedOptimizer)
+  if (ranksAlong(grid, bufferAxes(grid, contextAxis)) == 1 &&
+      !distributedOptimizer)
     return;
 
   using Gradients = SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>;

@@ -157,9 +157,11 @@ static StepShape stepShape(ModuleOp module, func::FuncOp function) {
 /// all-reduce, (n-1)/n for a reduce-scatter or an all-gather, so the
 /// distributed optimizer moves what the all-reduce moves. Under pipeline
 /// parallelism each pipeline rank has such functions for its own buffer
-/// (reduce_gradients_pp<r>), holding its stages' gradients.
+/// (reduce_gradients_pp<r>), holding its stages' gradients. Under context
+/// parallelism the group is the data x context ranks (Megatron-LM's
+/// intra_dp_cp), `group` names it.
 static void printBufferPrediction(func::FuncOp function, int64_t dataRanks,
-                                  int64_t dataBytes,
+                                  int64_t dataBytes, StringRef group,
                                   const llvm::StringMap<int64_t> &gradientBytesOf,
                                   llvm::raw_ostream &os) {
   auto layout = function->getAttrOfType<ArrayAttr>("mt.gradient_buffer");
@@ -186,7 +188,8 @@ static void printBufferPrediction(func::FuncOp function, int64_t dataRanks,
   if (auto rank = function->getAttrOfType<IntegerAttr>("mt.pipeline_rank"))
     os << "  pipeline rank " << rank.getInt()
        << ": once per iteration, after its stages' last backward pass\n";
-  os << "  data-parallel: " << dataBytes << " bytes (Megatron-LM's analysis: ";
+  os << "  " << group << ": " << dataBytes
+     << " bytes (Megatron-LM's analysis: ";
   if (name.starts_with("gather_parameters"))
     os << "one all-gather of the rank's 1/" << dataRanks
        << " of the parameter buffer = " << bufferBytes / dataRanks
@@ -406,7 +409,29 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
     }
     if (function->hasAttr("mt.gradient_buffer") ||
         function->hasAttr("mt.parameter_buffer")) {
-      printBufferPrediction(function, grid[0], dataBytes, gradientBytesOf, os);
+      // The buffer's group: the data axis, or with the context axis the
+      // data x context ranks (mt-plan-gradient-reduction{context-axis}).
+      SmallVector<int16_t> groupAxes;
+      function.walk([&](Operation *op) {
+        if (auto all = dyn_cast<shard::AllReduceOp>(op))
+          groupAxes.assign(all.getGridAxes().begin(), all.getGridAxes().end());
+        else if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op))
+          groupAxes.assign(scatter.getGridAxes().begin(),
+                           scatter.getGridAxes().end());
+        else if (auto gather = dyn_cast<shard::AllGatherOp>(op))
+          groupAxes.assign(gather.getGridAxes().begin(),
+                           gather.getGridAxes().end());
+      });
+      bool withContext =
+          kContextAxis >= 0 && llvm::is_contained(groupAxes, kContextAxis);
+      int64_t groupRanks = 1;
+      for (int16_t axis : groupAxes)
+        groupRanks *= grid[axis];
+      printBufferPrediction(
+          function, withContext ? groupRanks : grid[0],
+          withContext ? contextBytes : dataBytes,
+          withContext ? "data x context-parallel" : "data-parallel",
+          gradientBytesOf, os);
       continue;
     }
     StepShape shape = stepShape(module, function);

@@ -624,10 +624,30 @@ writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
     parameters.push_back(it->second);
   }
   bool distributed = module.lookupSymbol<func::FuncOp>(gather) != nullptr;
+  // The group is the reduction's: the data axis, and under context
+  // parallelism the context axis too (Megatron-LM's data x context group).
+  Array gridAxes;
+  reduce.walk([&](Operation *op) {
+    ArrayRef<int16_t> axes;
+    if (auto all = dyn_cast<shard::AllReduceOp>(op))
+      axes = all.getGridAxes();
+    else if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op))
+      axes = scatter.getGridAxes();
+    else
+      return WalkResult::advance();
+    for (int16_t axis : axes)
+      gridAxes.push_back(axis + axisShift);
+    return WalkResult::interrupt();
+  });
+  if (gridAxes.empty())
+    return errorAt(reduce, "@" + reduce.getSymName() +
+                               " reduces its buffer by no shard.all_reduce "
+                               "or shard.reduce_scatter "
+                               "(mt-plan-gradient-reduction writes one)");
   Object buffer{{"parameters", std::move(parameters)},
                 {"offsets", Array(offsets.asArrayRef())},
                 {"size", type.getDimSize(0)},
-                {"grid_axes", Array{axisShift}},
+                {"grid_axes", std::move(gridAxes)},
                 {"distributed_optimizer", distributed}};
   FailureOr<std::optional<Array>> buckets = writeBuckets(
       module, reduce, parameterIndex, accumulations, tiedAcrossRanks);

@@ -147,9 +147,12 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
                    "predicted_idle_fraction"},
                   "the pipeline section");
   PipelineInfo &out = bundle.pipeline_;
-  if (grid_.size() != 3)
+  // The partition's grid (dp x tp, or dp x cp x tp under context
+  // parallelism) with the pipeline axis in front.
+  if (grid_.size() != 3 && grid_.size() != 4)
     fail(path, "a pipeline section with grid " + shapeString(grid_),
-         "a grid [pp, dp, tp] (the pipeline axis first)");
+         "a grid [pp, dp, tp], or [pp, dp, cp, tp] under context "
+         "parallelism (the pipeline axis first)");
   out.axis = readInt(field(json, path, "axis"), member(path, "axis"), 0, 0);
   out.size = readInt(field(json, path, "size"), member(path, "size"), 2,
                      grid_[0]);

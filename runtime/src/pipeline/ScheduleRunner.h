@@ -25,9 +25,12 @@ namespace mtrt::pipeline {
 
 /// One rank of a pipeline bundle (docs/Pipeline.md). The rank runs the
 /// virtual stages the schedule gives its pipeline coordinate, and exchanges
-/// messages with the ranks that share its data- and tensor-parallel
-/// coordinates: sends are asynchronous, receives block, in the schedule's
-/// order, which the compiler proved cannot deadlock. Gradients accumulate
+/// messages with the ranks that share its data-, context- and
+/// tensor-parallel coordinates: sends are asynchronous, receives block, in
+/// the schedule's order, which the compiler proved cannot deadlock. Under
+/// context parallelism the source gives the rank's load-balanced chunks of
+/// each sample (the trainer's readMicroBatch), to the first stage's tokens
+/// and the last stage's labels alike. Gradients accumulate
 /// into the backend's parameter store as the backward passes run; the
 /// caller zeroes them and steps the optimizer.
 ///

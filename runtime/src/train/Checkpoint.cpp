@@ -99,30 +99,55 @@ void writeDurably(const std::string &path, const std::string &what,
 // Names and JSON
 //===----------------------------------------------------------------------===//
 
-/// Megatron-LM's mp_rank_TT_PPP, with _dp_DDD for data-parallel ranks other
-/// than 0 (which hold pieces only with a distributed optimizer).
-std::string shardFileName(const std::vector<int64_t> &grid, int64_t rank) {
-  int64_t tp = 0, pp = 0, dp = 0;
-  if (grid.size() == 2) {
-    std::vector<int64_t> c = gridCoordinates(grid, rank);
-    dp = c[0];
-    tp = c[1];
-  } else if (grid.size() == 3) {
-    // A pipeline bundle's grid: [pp, dp, tp].
-    std::vector<int64_t> c = gridCoordinates(grid, rank);
-    pp = c[0];
-    dp = c[1];
-    tp = c[2];
+/// The names of the grid's axes: [dp, tp]; a pipeline's [pp, dp, tp];
+/// under context parallelism [dp, cp, tp], or [pp, dp, cp, tp] with a
+/// pipeline (the bundle's grids, docs/BundleFormat.md).
+std::vector<std::string> gridAxisNames(const CheckpointState &s) {
+  switch (s.grid.size()) {
+  case 2:
+    return {"data", "tensor"};
+  case 3:
+    if (s.pipelineModelParallelSize > 1)
+      return {"pipeline", "data", "tensor"};
+    return {"data", "context", "tensor"};
+  case 4:
+    return {"pipeline", "data", "context", "tensor"};
+  default:
+    return {};
   }
-  char name[64];
-  if (dp == 0)
-    std::snprintf(name, sizeof(name), "mp_rank_%02lld_%03lld.safetensors",
-                  static_cast<long long>(tp), static_cast<long long>(pp));
-  else
-    std::snprintf(name, sizeof(name),
-                  "mp_rank_%02lld_%03lld_dp_%03lld.safetensors",
-                  static_cast<long long>(tp), static_cast<long long>(pp),
-                  static_cast<long long>(dp));
+}
+
+/// Megatron-LM's mp_rank_TT_PPP, with _dp_DDD for data-parallel ranks other
+/// than 0 (which hold pieces only with a distributed optimizer), and
+/// _cp_CCC for context-parallel ranks other than 0 (which hold pieces only
+/// with a distributed optimizer sharded over the data x context ranks).
+std::string shardFileName(const CheckpointState &s, int64_t rank) {
+  int64_t tp = 0, pp = 0, dp = 0, cp = 0;
+  std::vector<std::string> names = gridAxisNames(s);
+  if (!names.empty()) {
+    std::vector<int64_t> c = gridCoordinates(s.grid, rank);
+    for (size_t a = 0; a < names.size(); ++a) {
+      if (names[a] == "pipeline")
+        pp = c[a];
+      else if (names[a] == "data")
+        dp = c[a];
+      else if (names[a] == "tensor")
+        tp = c[a];
+      else if (names[a] == "context")
+        cp = c[a];
+    }
+  }
+  char name[96];
+  int used = std::snprintf(name, sizeof(name), "mp_rank_%02lld_%03lld",
+                           static_cast<long long>(tp),
+                           static_cast<long long>(pp));
+  if (dp != 0)
+    used += std::snprintf(name + used, sizeof(name) - used, "_dp_%03lld",
+                          static_cast<long long>(dp));
+  if (cp != 0)
+    used += std::snprintf(name + used, sizeof(name) - used, "_cp_%03lld",
+                          static_cast<long long>(cp));
+  std::snprintf(name + used, sizeof(name) - used, ".safetensors");
   return name;
 }
 
@@ -143,10 +168,7 @@ Json stateJson(const CheckpointState &s) {
         {"data_parallel_size", s.dataParallelSize},
         {"use_distributed_optimizer", s.distributedOptimizer},
         {"grid", s.grid},
-        {"grid_axes", s.grid.size() == 3   ? Json::array({"pipeline", "data",
-                                                            "tensor"})
-                      : s.grid.size() == 2 ? Json::array({"data", "tensor"})
-                                           : Json::array()}}},
+        {"grid_axes", gridAxisNames(s)}}},
       {"bundle",
        {{"name", s.bundleName},
         {"sha256", s.bundleSha256},
@@ -392,7 +414,7 @@ std::string saveCheckpoint(const std::string &saveDir,
   // Per rank: [has a file, bytes, digest as 4 doubles' bits].
   double summary[6] = {0, 0, 0, 0, 0, 0};
   if (!mine.empty()) {
-    std::string file = join(partialDir, shardFileName(state.grid, rank));
+    std::string file = join(partialDir, shardFileName(state, rank));
     std::map<std::string, std::string> metadata = {
         {"format", "pt"},
         {"producer", "megatron-train"},
@@ -426,7 +448,7 @@ std::string saveCheckpoint(const std::string &saveDir,
       const double *s = &all[static_cast<size_t>(6 * r)];
       if (s[0] == 0)
         continue;
-      std::string fileName = shardFileName(state.grid, r);
+      std::string fileName = shardFileName(state, r);
       Sha256Digest digest;
       std::memcpy(digest.data(), &s[2], digest.size());
       files.push_back(

@@ -143,7 +143,8 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
       invalid("bundle '" + bundle.name() + "': its grid is " +
               shapeString(bundle.gridShape()) + " but the rank's is " +
               shapeString(rank_->gridShape()));
-    // A pipeline bundle's grid is [pp, dp, tp], the others' [dp, tp].
+    // A pipeline bundle's grid is [pp, dp, tp], the others' [dp, tp] (with
+    // the context axis before the tensor axis under context parallelism).
     size_t dataAxis = bundle.pipeline() ? 1 : 0;
     if (model.dataParallelSize > 1 &&
         bundle.gridShape()[dataAxis] != model.dataParallelSize)
@@ -195,7 +196,9 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   localSeq_ = tokens.shape[1];
   // Context parallelism: the bundle's context-parallel instructions name
   // the grid axis (context_axis) whose ranks split every sequence into
-  // load-balanced chunks; the step's tokens are a rank's two chunks.
+  // load-balanced chunks; the step's tokens are a rank's two chunks. A
+  // pipeline's first and last stages read them through readMicroBatch, as
+  // train_step does.
   for (const Function &function : bundle.functions())
     for (const Instruction &inst : function.instructions)
       if (inst.attrs.contextSize > 1) {
@@ -214,12 +217,6 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     invalid("bundle '" + bundle.name() + "' is context-parallel over " +
             std::to_string(contextSize_) +
             " ranks; run it with megatron-train --in-process-ranks");
-  if (contextSize_ > 1 && bundle.pipeline())
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + bundle.name() +
-                    "': context parallelism with pipeline parallelism is not "
-                    "run by the trainer yet (issue 24); compile with "
-                    "--pipeline-model-parallel-size 1");
   seqLength_ = localSeq_ * contextSize_;
   if (options_.microBatchSize && options_.microBatchSize != microBatch_)
     invalid("--micro-batch-size: found " +

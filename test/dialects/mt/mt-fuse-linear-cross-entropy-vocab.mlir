@@ -86,6 +86,40 @@ func.func @untied_sequence_parallel(%xs: tensor<4x8xf32>, %w: tensor<8x16xf32>, 
 
 // -----
 
+// Context x sequence parallelism leaves the data gradient whole over the
+// tensor ranks: its all-reduce comes right after it, before the regathered
+// input of the weight gradient. The gather, whose shard exists before the
+// loss gradient, moves up to the gradient op (rather than the gradient op
+// moving past the all-reduce, which reads its result).
+
+shard.grid @grid(shape = 2)
+
+// CHECK-LABEL: func.func @regathered_after_a_reader
+// CHECK: mt.vocab_cross_entropy %{{.+}} reduction = sum
+// CHECK: %[[X2:.+]] = shard.all_gather {{.+}} {mt.regathered}
+// CHECK-NEXT: %[[DX:.+]], %[[DW:.+]] = mt.linear_vocab_cross_entropy_grad %[[X2]], {{.+}} reduction = sum chunk_rows = 3 {vocab_shard_axes = array<i64: 0>}
+// CHECK-NEXT: %[[SUM:.+]] = shard.all_reduce %[[DX]]
+// CHECK-NOT: mt.linear
+// CHECK: return %{{.+}}, %[[SUM]], %[[DW]]
+func.func @regathered_after_a_reader(%xs: tensor<4x8xf32>, %w: tensor<8x16xf32>, %labels: tensor<8xi32>, %seed: tensor<f32>)
+    -> (tensor<f32>, tensor<8x8xf32>, tensor<8x16xf32>) {
+  %x = shard.all_gather %xs on @grid grid_axes = [0] gather_axis = 0 : tensor<4x8xf32> -> tensor<8x8xf32>
+  %logits = mt.linear %x, %w : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %m = mt.vocab_max %logits : (tensor<8x16xf32>) -> tensor<8xf32>
+  %gm = shard.all_reduce %m on @grid grid_axes = [0] reduction = max : tensor<8xf32> -> tensor<8xf32>
+  %p = mt.vocab_partials %logits, %labels, %gm {vocab_shard_axes = array<i64: 0>} : (tensor<8x16xf32>, tensor<8xi32>, tensor<8xf32>) -> tensor<8x2xf32>
+  %gp = shard.all_reduce %p on @grid grid_axes = [0] : tensor<8x2xf32> -> tensor<8x2xf32>
+  %loss = mt.vocab_cross_entropy %gp, %labels reduction = sum : (tensor<8x2xf32>, tensor<8xi32>) -> tensor<f32>
+  %dlogits = mt.vocab_cross_entropy_grad %seed, %logits, %labels, %gm, %gp reduction = sum {vocab_shard_axes = array<i64: 0>} : (tensor<f32>, tensor<8x16xf32>, tensor<8xi32>, tensor<8xf32>, tensor<8x2xf32>) -> tensor<8x16xf32>
+  %dx = mt.linear %dlogits, %w transpose_weight : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x8xf32>
+  %dxsum = shard.all_reduce %dx on @grid grid_axes = [0] : tensor<8x8xf32> -> tensor<8x8xf32>
+  %x2 = shard.all_gather %xs on @grid grid_axes = [0] gather_axis = 0 {mt.regathered} : tensor<4x8xf32> -> tensor<8x8xf32>
+  %dw = mt.linear_weight_grad %x2, %dlogits : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %loss, %dxsum, %dw : tensor<f32>, tensor<8x8xf32>, tensor<8x16xf32>
+}
+
+// -----
+
 // Evaluation's vocabulary-parallel loss (no gradient): the two statistics
 // ops are chunked too, so evaluation holds no block of logits either.
 
