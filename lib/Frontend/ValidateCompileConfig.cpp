@@ -742,8 +742,8 @@ Error Validator::run() {
 
 /// Megatron-LM's MoE arguments (docs/MoE.md): none is accepted without
 /// experts, and what this slice does not implement yet (expert
-/// parallelism, MoE under other layouts, 16-bit precision, full
-/// recomputation) is refused by name rather than compiled differently.
+/// parallelism, MoE under other layouts, 16-bit precision) is refused by
+/// name rather than compiled differently.
 Error Validator::checkMoe() {
   const MoeConfig &moe = c.moe;
   static constexpr StringRef kMoeKeys[] = {
@@ -842,9 +842,7 @@ Error Validator::checkMoe() {
       {"data_parallel_size", p.dataParallelSize > 1, show(p.dataParallelSize)},
       {"sequence_parallel", p.sequenceParallel, "true"},
       {"precision", c.precision != Precision::FP32,
-       c.precision == Precision::BF16 ? "bf16" : "fp16"},
-      {"recompute_granularity",
-       c.recompute.granularity == RecomputeGranularity::Full, "full"}};
+       c.precision == Precision::BF16 ? "bf16" : "fp16"}};
   for (const Layout &layout : layouts)
     if (layout.used)
       return fail({layout.key, "num_experts"},
