@@ -31,8 +31,8 @@ static LogicalResult verifyCoefficient(Operation *op, double coeff) {
 static LogicalResult verifyScalar(Operation *op, StringRef what,
                                   RankedTensorType type) {
   if (type.getRank() != 0)
-    return op->emitOpError() << what << " must be a scalar tensor<f32>, got "
-                             << type;
+    return op->emitOpError()
+           << what << " must be a scalar tensor<f32>, got " << type;
   return success();
 }
 
@@ -40,14 +40,14 @@ LogicalResult MoeRouteOp::verify() {
   auto emit = [&] { return emitOpError(); };
   FailureOr<RankedTensorType> probs =
       inferMoeRouteType(getLogits().getType(), getTopk(), emit);
-  if (failed(verifyMoeType(*this, "routing weights", getProbs().getType(),
-                           probs)))
+  if (failed(
+          verifyMoeType(*this, "routing weights", getProbs().getType(), probs)))
     return failure();
   if (getIndices().getType().getShape() != probs->getShape())
     return emitOpError() << "routing indices type " << getIndices().getType()
                          << " must have the weights' shape ["
-                         << probs->getDimSize(0) << ", "
-                         << probs->getDimSize(1) << "]";
+                         << probs->getDimSize(0) << ", " << probs->getDimSize(1)
+                         << "]";
   std::optional<APFloat> factor = getCapacityFactor();
   if (factor && !(factor->convertToDouble() > 0.0 &&
                   std::isfinite(factor->convertToDouble())))
@@ -95,11 +95,11 @@ LogicalResult MoeUnpermuteOp::verify() {
 }
 
 LogicalResult MoeGroupedLinearOp::verify() {
-  return verifyMoeType(*this, "result", getType(),
-                       inferMoeGroupedLinearType(
-                           getInput().getType(), getWeight().getType(),
-                           getIndices().getType(), getTransposeWeight(),
-                           [&] { return emitOpError(); }));
+  return verifyMoeType(
+      *this, "result", getType(),
+      inferMoeGroupedLinearType(getInput().getType(), getWeight().getType(),
+                                getIndices().getType(), getTransposeWeight(),
+                                [&] { return emitOpError(); }));
 }
 
 LogicalResult MoeRouteGradOp::verify() {
@@ -120,8 +120,7 @@ LogicalResult MoeAuxLossGradOp::verify() {
   if (failed(inferMoeRouteType(logits, getTopk(),
                                [&] { return emitOpError(); })) ||
       failed(verifyCoefficient(*this, getCoeff().convertToDouble())) ||
-      failed(verifyScalar(*this, "the loss gradient",
-                          getLossGrad().getType())))
+      failed(verifyScalar(*this, "the loss gradient", getLossGrad().getType())))
     return failure();
   return verifyMoeType(*this, "result", getType(), logits);
 }
@@ -130,8 +129,7 @@ LogicalResult MoeZLossGradOp::verify() {
   RankedTensorType logits = getLogits().getType();
   if (failed(inferMoeRouteType(logits, 1, [&] { return emitOpError(); })) ||
       failed(verifyCoefficient(*this, getCoeff().convertToDouble())) ||
-      failed(verifyScalar(*this, "the loss gradient",
-                          getLossGrad().getType())))
+      failed(verifyScalar(*this, "the loss gradient", getLossGrad().getType())))
     return failure();
   return verifyMoeType(*this, "result", getType(), logits);
 }
@@ -155,9 +153,9 @@ LogicalResult MoeGroupedLinearWeightGradOp::verify() {
     return emitOpError() << "result must be the expert weights, rank 3 with "
                             "at least one expert, got "
                          << weight;
-  return verifyMoeType(*this, "output gradient", getOutputGrad().getType(),
-                       inferMoeGroupedLinearType(
-                           getInput().getType(), weight, getIndices().getType(),
-                           getTransposeWeight(),
-                           [&] { return emitOpError(); }));
+  return verifyMoeType(
+      *this, "output gradient", getOutputGrad().getType(),
+      inferMoeGroupedLinearType(getInput().getType(), weight,
+                                getIndices().getType(), getTransposeWeight(),
+                                [&] { return emitOpError(); }));
 }

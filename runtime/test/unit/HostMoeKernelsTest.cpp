@@ -50,8 +50,8 @@ TEST(HostMoeKernelsTest, PermuteAndWeightedUnpermute) {
   std::vector<double> x = {1, 10, 2, 20, 3, 30, 4, 40};
   std::vector<double> rows(16, -7);
   moePermute<double>(pool(), 4, 2, 2, layout, x.data(), nullptr, rows.data());
-  EXPECT_EQ(rows, (std::vector<double>{1, 10, 2, 20, 4, 40, 2, 20, 3, 30, 1,
-                                       10, 3, 30, 0, 0}));
+  EXPECT_EQ(rows, (std::vector<double>{1, 10, 2, 20, 4, 40, 2, 20, 3, 30, 1, 10,
+                                       3, 30, 0, 0}));
   std::vector<double> probs = {0.75, 0.25, 0.5, 0.5, 0.875, 0.125, 1.0, 0.0};
   std::vector<double> y(8);
   moeUnpermute<double>(pool(), 4, 2, 2, layout, rows.data(), probs.data(),
@@ -63,8 +63,8 @@ TEST(HostMoeKernelsTest, PermuteAndWeightedUnpermute) {
   moeProbsGrad<double>(pool(), 4, 2, 2, layout, x.data(), rows.data(),
                        dprobs.data());
   // dot(x[t], x[t]) for kept slots, 0 for the dropped one.
-  EXPECT_EQ(dprobs, (std::vector<double>{101, 101, 404, 404, 909, 909, 1616,
-                                         0}));
+  EXPECT_EQ(dprobs,
+            (std::vector<double>{101, 101, 404, 404, 909, 909, 1616, 0}));
 }
 
 TEST(HostMoeKernelsTest, GroupedLinearIsEachRowsExpertsLinearLayer) {

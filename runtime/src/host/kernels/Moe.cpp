@@ -99,9 +99,9 @@ void moeRouteForward(ThreadPool &pool, const MoeRouter &r, const T *logits,
   if (!(r.capacityFactor > 0))
     return;
   // Megatron-LM's get_capacity over the tokens * topk assignments.
-  const int64_t capacity = static_cast<int64_t>(std::ceil(
-      static_cast<double>(r.tokens * k) / static_cast<double>(r.experts) *
-      r.capacityFactor));
+  const int64_t capacity = static_cast<int64_t>(
+      std::ceil(static_cast<double>(r.tokens * k) /
+                static_cast<double>(r.experts) * r.capacityFactor));
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(r.experts));
   for (int64_t s = 0; s < r.tokens * k; ++s)
     slots[indices[s]].push_back(s); // in token order
@@ -148,9 +148,9 @@ void moeRouteBackward(ThreadPool &pool, const MoeRouter &r, const T *logits,
             }
             double denom = sum + kSigmoidEpsilon;
             for (int64_t i = 0; i < k; ++i) {
-              double dsig =
-                  r.normalize ? g[i] / denom - weighted / (denom * denom)
-                              : g[i];
+              double dsig = r.normalize
+                                ? g[i] / denom - weighted / (denom * denom)
+                                : g[i];
               d[chosen[i]] = dsig * sig[i] * (1.0 - sig[i]);
             }
           } else if (r.normalize) {
@@ -298,8 +298,8 @@ template <typename T>
 void moeZLossBackward(ThreadPool &pool, int64_t tokens, int64_t experts,
                       double coeff, const T *logits, const T *dloss,
                       T *dlogits) {
-  const double c = static_cast<double>(dloss[0]) * coeff * 2.0 /
-                   static_cast<double>(tokens);
+  const double c =
+      static_cast<double>(dloss[0]) * coeff * 2.0 / static_cast<double>(tokens);
   pool.parallelFor(
       0, tokens,
       [&](int64_t begin, int64_t end) {
@@ -440,8 +440,7 @@ void moeGroupedLinear(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
 template <typename T>
 void moeGroupedLinearWeightGrad(ThreadPool &pool, int64_t in, int64_t out,
                                 const MoeLayout &layout, const T *x,
-                                const T *dy, bool transposeWeight,
-                                T *dweight) {
+                                const T *dy, bool transposeWeight, T *dweight) {
   const int64_t experts = static_cast<int64_t>(layout.offsets.size()) - 1;
   for (int64_t e = 0; e < experts; ++e) {
     int64_t first = layout.offsets[e], count = layout.offsets[e + 1] - first;
@@ -466,8 +465,8 @@ void moeGroupedLinearWeightGrad(ThreadPool &pool, int64_t in, int64_t out,
                                     T *);                                      \
   template void moeAuxLossForward<T>(ThreadPool &, const MoeRouter &, double,  \
                                      const T *, T *);                          \
-  template void moeAuxLossBackward<T>(ThreadPool &, const MoeRouter &,         \
-                                      double, const T *, const T *, T *);      \
+  template void moeAuxLossBackward<T>(ThreadPool &, const MoeRouter &, double, \
+                                      const T *, const T *, T *);              \
   template void moeZLossForward<T>(ThreadPool &, int64_t, int64_t, double,     \
                                    const T *, T *);                            \
   template void moeZLossBackward<T>(ThreadPool &, int64_t, int64_t, double,    \
