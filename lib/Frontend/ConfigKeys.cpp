@@ -99,6 +99,17 @@ static Problem setPositiveNumber(StringRef v, double &field) {
   return std::nullopt;
 }
 
+/// Loss coefficients and capacity factors: 0 turns the feature off.
+static Problem setNonNegativeNumber(StringRef v, double &field) {
+  double value;
+  if (Problem p = parseNumber(v, "a number >= 0", value))
+    return p;
+  if (!(value >= 0))
+    return expected("a number >= 0", v);
+  field = value;
+  return std::nullopt;
+}
+
 /// Dropout probabilities: 1 would drop everything.
 static Problem setProbability(StringRef v, double &field) {
   StringRef what = "a probability in [0, 1)";
@@ -352,6 +363,154 @@ static const KeyDef kKeys[] = {
        return setPositiveNumber(v, c.model.initMethodStd);
      }},
 
+    // model: mixture of experts (docs/MoE.md)
+    {{"num_experts", "model",
+      "Experts per MoE layer; 0 (unset) is a dense model.", K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.moe.numExperts);
+     }},
+    {{"moe_router_topk", "model", "Experts each token is routed to.",
+      K::Integer, "2"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.moe.routerTopk);
+     }},
+    {{"moe_router_score_function", "model",
+      "The router's scores: softmax or sigmoid (sigmoid renormalizes the "
+      "top-k weights when topk > 1).",
+      K::Choice, "softmax"},
+     [](CompileConfig &c, StringRef v) {
+       return setChoice(v, c.moe.scoreFunction,
+                        {{"softmax", MoeScoreFunction::Softmax},
+                         {"sigmoid", MoeScoreFunction::Sigmoid}});
+     }},
+    {{"moe_router_pre_softmax", "model",
+      "Softmax over all experts before the top-k, the top-k weights not "
+      "renormalized; false takes the softmax over the top-k logits "
+      "(normalized top-k).",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.moe.routerPreSoftmax);
+     }},
+    {{"moe_router_load_balancing_type", "model",
+      "The load-balancing loss: aux_loss (the switch loss, weighted by "
+      "moe_aux_loss_coeff) or none; sinkhorn, seq_aux_loss and "
+      "global_aux_loss are not implemented.",
+      K::Choice, "aux_loss"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       StringRef t = v.trim();
+       for (StringRef missing : {"sinkhorn", "seq_aux_loss", "global_aux_loss"})
+         if (t.equals_insensitive(missing))
+           return ("'" + t + "' is not implemented yet (issue 25); use "
+                   "aux_loss or none")
+               .str();
+       return setChoice(v, c.moe.loadBalancing,
+                        {{"aux_loss", MoeLoadBalancing::AuxLoss},
+                         {"none", MoeLoadBalancing::None}});
+     }},
+    {{"moe_aux_loss_coeff", "model",
+      "Weight of the load-balancing loss of each MoE layer; 0 for none.",
+      K::Number, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setNonNegativeNumber(v, c.moe.auxLossCoeff);
+     }},
+    {{"moe_z_loss_coeff", "model",
+      "Weight of the router z-loss of each MoE layer; 0 for none.", K::Number,
+      "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setNonNegativeNumber(v, c.moe.zLossCoeff);
+     }},
+    {{"moe_expert_capacity_factor", "model",
+      "Each expert keeps at most ceil(tokens * topk / experts * factor) "
+      "tokens and drops the rest; 0 (unset) is dropless.",
+      K::Number, "0"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       if (isNullText(v.trim())) {
+         c.moe.expertCapacityFactor = 0;
+         return std::nullopt;
+       }
+       return setNonNegativeNumber(v, c.moe.expertCapacityFactor);
+     }},
+    {{"moe_token_dropping", "model",
+      "Megatron-LM's --moe-token-dropping: true needs "
+      "moe_expert_capacity_factor, which alone turns dropping on.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       bool on;
+       if (Problem p = parseBool(v, on))
+         return p;
+       c.moe.tokenDropping = on;
+       return std::nullopt;
+     }},
+    {{"moe_token_drop_policy", "model",
+      "Which tokens an expert over its capacity keeps: probs (the highest "
+      "routing weights) or position (the first tokens).",
+      K::Choice, "probs"},
+     [](CompileConfig &c, StringRef v) {
+       return setChoice(v, c.moe.dropPolicy,
+                        {{"probs", MoeDropPolicy::Probs},
+                         {"position", MoeDropPolicy::Position}});
+     }},
+    {{"moe_pad_expert_input_to_capacity", "model",
+      "Pads each expert's tokens to its capacity; not implemented (the "
+      "experts run on their kept tokens only).",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.moe.padExpertInputToCapacity);
+     }},
+    {{"moe_shared_expert_intermediate_size", "model",
+      "Width of the shared expert's MLP, run on every token beside the "
+      "routed experts; 0 (unset) for none.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.moe.sharedExpertIntermediateSize);
+     }},
+    {{"moe_layer_freq", "model",
+      "Which layers are MoE layers: every N-th from layer 0 (an integer), or "
+      "a list of 0 and 1 per layer ([1, 0, 1, 0]).",
+      K::String, "1"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       StringRef t = v.trim();
+       StringRef what = "a positive integer or a list of 0 and 1 per layer, "
+                        "written out ([1, 0, 1, 0])";
+       if (!t.starts_with("[")) {
+         int64_t freq = 0;
+         if (setPositive(t, freq))
+           return expected(what, v);
+         c.moe.layerPattern.clear();
+         c.moe.layerFreq = freq;
+         return std::nullopt;
+       }
+       if (!t.ends_with("]"))
+         return expected(what, v);
+       SmallVector<StringRef> items;
+       t.drop_front().drop_back().split(items, ',', -1, false);
+       std::vector<int64_t> pattern;
+       for (StringRef item : items) {
+         StringRef bit = item.trim();
+         if (bit != "0" && bit != "1")
+           return expected(what, v);
+         pattern.push_back(bit == "1");
+       }
+       if (pattern.empty())
+         return expected("a list with one 0 or 1 per layer", v);
+       c.moe.layerPattern = std::move(pattern);
+       return std::nullopt;
+     }},
+    {{"moe_ffn_hidden_size", "model",
+      "Width of each expert's MLP; 0 (unset) means ffn_hidden_size.",
+      K::Integer, "ffn_hidden_size"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.moe.ffnHiddenSize);
+     }},
+    {{"moe_grouped_gemm", "model",
+      "Megatron-LM's --moe-grouped-gemm. The experts here are always one "
+      "grouped GEMM op (mt.moe_grouped_linear), which computes what "
+      "sequential experts would; either value compiles the same program.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.moe.groupedGemm);
+     }},
+
     // parallel
     {{"tensor_model_parallel_size", "parallel", "Tensor-parallel ranks.",
       K::Integer, "1"},
@@ -397,6 +556,12 @@ static const KeyDef kKeys[] = {
       K::Integer, "0"},
      [](CompileConfig &c, StringRef v) {
        return setOptionalPositive(v, c.parallel.decoderLastPipelineNumLayers);
+     }},
+    {{"expert_model_parallel_size", "parallel",
+      "Expert-parallel ranks (MoE); only 1 is implemented yet.", K::Integer,
+      "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.moe.expertModelParallelSize);
      }},
     {{"sequence_parallel", "parallel",
       "Shard activations outside attention and MLP along the sequence over "

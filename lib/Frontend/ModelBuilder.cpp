@@ -63,6 +63,11 @@ private:
   Value reshape(Value x, ArrayRef<int64_t> shape);
   Value attention(Value x, int64_t layer);
   Value mlp(Value x, int64_t layer);
+  /// The MoE layer in place of layer `layer`'s MLP (docs/MoE.md); a
+  /// training step collects its auxiliary losses in auxLosses.
+  Value moeMlp(Value x, int64_t layer);
+  /// Declares layer `layer`'s router, experts and shared expert.
+  void declareMoe(int64_t layer, double std, double outputStd);
 
   /// Shape rules cannot fail on a validated configuration; if one does, the
   /// builder has a bug.
@@ -99,6 +104,9 @@ private:
   /// consecutive seeds so every site draws its own stream.
   bool training = false;
   int64_t nextSeed = 0;
+  /// The training step's MoE auxiliary losses (load balancing and z-loss),
+  /// added to its loss.
+  SmallVector<Value> auxLosses;
 };
 
 } // namespace
@@ -169,6 +177,10 @@ void ModelBuilder::declareParameters() {
       declareLinear(naming.layer(i, "attn.c_proj"), qSize, hidden, outputStd,
                     bias);
       declareNorm(naming.layer(i, "ln_2"));
+      if (config.moe.isMoeLayer(i)) {
+        declareMoe(i, std, outputStd);
+        continue;
+      }
       declareLinear(naming.layer(i, "mlp.c_fc"), hidden, swiglu ? 2 * ffn : ffn,
                     std, bias);
       declareLinear(naming.layer(i, "mlp.c_proj"), ffn, hidden, outputStd,
@@ -190,6 +202,10 @@ void ModelBuilder::declareParameters() {
       declareLinear(naming.layer(i, "self_attn.o_proj"), qSize, hidden,
                     outputStd, bias);
       declareNorm(naming.layer(i, "post_attention_layernorm"));
+      if (config.moe.isMoeLayer(i)) {
+        declareMoe(i, std, outputStd);
+        continue;
+      }
       if (swiglu)
         declareLinear(naming.layer(i, "mlp.gate_proj"), hidden, ffn, std, bias);
       declareLinear(naming.layer(i, "mlp.up_proj"), hidden, ffn, std, bias);
@@ -200,6 +216,66 @@ void ModelBuilder::declareParameters() {
   }
   if (model.untieEmbeddingsAndOutputWeights)
     declare("lm_head.weight", {vocab, hidden}, InitMethod::Normal, std);
+}
+
+void ModelBuilder::declareMoe(int64_t i, double std, double outputStd) {
+  const MoeConfig &moe = config.moe;
+  const int64_t hidden = model.hiddenSize, experts = moe.numExperts;
+  const int64_t ffn = moe.ffnHiddenSize ? moe.ffnHiddenSize : model.ffnSize();
+  const bool swiglu = model.activation == Activation::Swiglu;
+  using mt::InitMethod;
+  // The router: Megatron-LM's init_method, no bias; in x out under GPT-2's
+  // names, out x in under Llama's, like every linear layer.
+  std::string gate = naming.layer(i, "mlp.gate.weight");
+  if (naming.gpt2)
+    declare(gate, {hidden, experts}, InitMethod::Normal, std);
+  else
+    declare(gate, {experts, hidden}, InitMethod::Normal, std);
+  // The experts as one tensor per projection, [E, out, in] (torch.nn.Linear
+  // stacked, as transformers' fused expert tensors) under Llama's names,
+  // [E, in, out] under GPT-2's; no biases (Megatron-LM's GroupedMLP).
+  auto declareExperts = [&](StringRef leaf, int64_t in, int64_t out,
+                            double weightStd) {
+    std::string name = naming.layer(i, ("mlp.experts." + leaf + ".weight").str());
+    if (naming.gpt2)
+      declare(name, {experts, in, out}, InitMethod::Normal, weightStd);
+    else
+      declare(name, {experts, out, in}, InitMethod::Normal, weightStd);
+  };
+  if (naming.gpt2) {
+    declareExperts("c_fc", hidden, swiglu ? 2 * ffn : ffn, std);
+    declareExperts("c_proj", ffn, hidden, outputStd);
+  } else {
+    if (swiglu)
+      declareExperts("gate_proj", hidden, ffn, std);
+    declareExperts("up_proj", hidden, ffn, std);
+    declareExperts("down_proj", ffn, hidden, outputStd);
+  }
+  const int64_t shared = moe.sharedExpertIntermediateSize;
+  if (!shared)
+    return;
+  // The shared expert: an ordinary MLP of its own width beside the experts,
+  // with the model's biases (Megatron-LM's SharedExpertMLP).
+  const bool bias = model.addBiasLinear;
+  auto declareLinear = [&](StringRef leaf, int64_t in, int64_t out,
+                           double weightStd) {
+    std::string prefix = naming.layer(i, ("mlp.shared_expert." + leaf).str());
+    if (naming.gpt2)
+      declare(prefix + ".weight", {in, out}, InitMethod::Normal, weightStd);
+    else
+      declare(prefix + ".weight", {out, in}, InitMethod::Normal, weightStd);
+    if (bias)
+      declare(prefix + ".bias", {out}, InitMethod::Zeros);
+  };
+  if (naming.gpt2) {
+    declareLinear("c_fc", hidden, swiglu ? 2 * shared : shared, std);
+    declareLinear("c_proj", shared, hidden, outputStd);
+  } else {
+    if (swiglu)
+      declareLinear("gate_proj", hidden, shared, std);
+    declareLinear("up_proj", hidden, shared, std);
+    declareLinear("down_proj", shared, hidden, outputStd);
+  }
 }
 
 Value ModelBuilder::get(StringRef name) {
@@ -383,9 +459,138 @@ Value ModelBuilder::mlp(Value x, int64_t layer) {
   return project(naming.gpt2 ? "c_proj" : "down_proj", hidden);
 }
 
+Value ModelBuilder::moeMlp(Value x, int64_t layer) {
+  const MoeConfig &moe = config.moe;
+  const bool swiglu = model.activation == Activation::Swiglu;
+  const bool transposeWeight = !naming.gpt2;
+  MLIRContext *context = builder.getContext();
+  ArrayRef<int64_t> bsh = typeOf(x).getShape();
+  const int64_t tokens = bsh[0] * bsh[1], hidden = bsh[2];
+  Value flat = reshape(x, {tokens, hidden});
+
+  // The router: logits, top-k and (training) the auxiliary losses.
+  Value logits = linear(flat, naming.layer(layer, "mlp.gate.weight"), "",
+                        transposeWeight);
+  auto score = mt::MoeScoreFunctionAttr::get(
+      context, moe.scoreFunction == MoeScoreFunction::Sigmoid
+                   ? mt::MoeScoreFunction::Sigmoid
+                   : mt::MoeScoreFunction::Softmax);
+  IntegerAttr topk = builder.getI64IntegerAttr(moe.routerTopk);
+  RankedTensorType probsType =
+      check(mt::inferMoeRouteType(typeOf(logits), moe.routerTopk, emitter()));
+  auto indicesType =
+      RankedTensorType::get(probsType.getShape(), builder.getI32Type());
+  FloatAttr capacity;
+  mt::MoeDropPolicyAttr dropPolicy;
+  if (moe.expertCapacityFactor > 0) {
+    capacity = builder.getF64FloatAttr(moe.expertCapacityFactor);
+    dropPolicy = mt::MoeDropPolicyAttr::get(
+        context, moe.dropPolicy == MoeDropPolicy::Position
+                     ? mt::MoeDropPolicy::Position
+                     : mt::MoeDropPolicy::Probs);
+  }
+  auto route = mt::MoeRouteOp::create(
+      builder, loc, probsType, indicesType, logits, topk, score,
+      moe.normalizeTopk() ? builder.getUnitAttr() : UnitAttr(), capacity,
+      dropPolicy);
+  Value probs = route.getProbs(), indices = route.getIndices();
+  auto lossType = RankedTensorType::get({}, builder.getF32Type());
+  if (training && moe.loadBalancing == MoeLoadBalancing::AuxLoss &&
+      moe.auxLossCoeff > 0)
+    auxLosses.push_back(mt::MoeAuxLossOp::create(
+        builder, loc, lossType, logits, topk, score,
+        builder.getF64FloatAttr(moe.auxLossCoeff)));
+  if (training && moe.zLossCoeff > 0)
+    auxLosses.push_back(mt::MoeZLossOp::create(
+        builder, loc, lossType, logits,
+        builder.getF64FloatAttr(moe.zLossCoeff)));
+
+  // The experts over the permuted copies of the tokens.
+  Value rows = mt::MoePermuteOp::create(
+      builder, loc,
+      check(mt::inferMoePermuteType(typeOf(flat), indicesType,
+                                    RankedTensorType(), emitter())),
+      flat, indices, Value());
+  auto grouped = [&](Value input, StringRef leaf) -> Value {
+    Value w = get(naming.layer(layer, ("mlp.experts." + leaf + ".weight").str()));
+    return mt::MoeGroupedLinearOp::create(
+        builder, loc,
+        check(mt::inferMoeGroupedLinearType(typeOf(input), typeOf(w),
+                                            indicesType, transposeWeight,
+                                            emitter())),
+        input, w, indices, transposeWeight ? builder.getUnitAttr() : UnitAttr());
+  };
+  Value hiddenRows;
+  if (swiglu) {
+    Value gate, up;
+    if (naming.gpt2) {
+      Value fused = grouped(rows, "c_fc");
+      ArrayRef<int64_t> shape = typeOf(fused).getShape();
+      auto half = RankedTensorType::get({shape[0], shape[1] / 2},
+                                        builder.getF32Type());
+      auto split = mt::SplitOp::create(builder, loc, TypeRange{half, half},
+                                       fused, builder.getI64IntegerAttr(1));
+      gate = split.getResult(0), up = split.getResult(1);
+    } else {
+      gate = grouped(rows, "gate_proj"), up = grouped(rows, "up_proj");
+    }
+    hiddenRows = mt::SwigluOp::create(builder, loc, typeOf(gate), gate, up);
+  } else {
+    Value up = grouped(rows, naming.gpt2 ? "c_fc" : "up_proj");
+    auto approximate = model.openaiGelu ? mt::GeluApproximation::Tanh
+                                        : mt::GeluApproximation::Erf;
+    hiddenRows = mt::GeluOp::create(
+        builder, loc, typeOf(up), up,
+        mt::GeluApproximationAttr::get(context, approximate));
+  }
+  Value expertRows = grouped(hiddenRows, naming.gpt2 ? "c_proj" : "down_proj");
+  Value y = mt::MoeUnpermuteOp::create(
+      builder, loc,
+      check(mt::inferMoeUnpermuteType(typeOf(expertRows), indicesType,
+                                      probsType, emitter())),
+      expertRows, indices, probs);
+
+  if (moe.sharedExpertIntermediateSize) {
+    // An ordinary MLP over every token, added to the routed experts'.
+    auto project = [&](StringRef leaf, Value input) {
+      std::string prefix =
+          naming.layer(layer, ("mlp.shared_expert." + leaf).str());
+      return linear(input, prefix + ".weight", prefix + ".bias",
+                    transposeWeight);
+    };
+    Value sharedHidden;
+    if (swiglu) {
+      Value gate, up;
+      if (naming.gpt2) {
+        Value fused = project("c_fc", flat);
+        ArrayRef<int64_t> shape = typeOf(fused).getShape();
+        auto half = RankedTensorType::get({shape[0], shape[1] / 2},
+                                          builder.getF32Type());
+        auto split = mt::SplitOp::create(builder, loc, TypeRange{half, half},
+                                         fused, builder.getI64IntegerAttr(1));
+        gate = split.getResult(0), up = split.getResult(1);
+      } else {
+        gate = project("gate_proj", flat), up = project("up_proj", flat);
+      }
+      sharedHidden = mt::SwigluOp::create(builder, loc, typeOf(gate), gate, up);
+    } else {
+      Value up = project(naming.gpt2 ? "c_fc" : "up_proj", flat);
+      auto approximate = model.openaiGelu ? mt::GeluApproximation::Tanh
+                                          : mt::GeluApproximation::Erf;
+      sharedHidden = mt::GeluOp::create(
+          builder, loc, typeOf(up), up,
+          mt::GeluApproximationAttr::get(context, approximate));
+    }
+    Value shared = project(naming.gpt2 ? "c_proj" : "down_proj", sharedHidden);
+    y = mt::AddOp::create(builder, loc, typeOf(y), y, shared);
+  }
+  return reshape(y, bsh);
+}
+
 void ModelBuilder::buildStep(StringRef name, StepKind kind,
                              std::optional<int64_t> stage) {
   training = kind == StepKind::Train;
+  auxLosses.clear();
   // Stages continue the dropout seeds of the stages before them, so every
   // site keeps the seed it has in the whole model.
   if (!stage || *stage == 0)
@@ -460,8 +665,9 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
                           dropout(attention(x, i), model.hiddenDropout));
     x = norm(h, naming.layer(i, (norm2 + ".weight").str()),
              naming.layer(i, (norm2 + ".bias").str()));
+    Value mlpOut = config.moe.isMoeLayer(i) ? moeMlp(x, i) : mlp(x, i);
     h = mt::AddOp::create(builder, loc, typeOf(h), h,
-                          dropout(mlp(x, i), model.hiddenDropout));
+                          dropout(mlpOut, model.hiddenDropout));
   }
   loc = stepLoc;
   if (!last) {
@@ -488,6 +694,11 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
       builder, loc, lossType, logits, function.getArgument(1),
       mt::LossReductionAttr::get(builder.getContext(), mt::LossReduction::Mean),
       builder.getI64IntegerAttr(-100));
+  // The MoE layers' auxiliary losses join the loss that is differentiated
+  // (Megatron-LM adds their gradients through MoEAuxLossAutoScaler); the
+  // training step's loss includes them, the eval step's does not.
+  for (Value aux : auxLosses)
+    loss = mt::AddOp::create(builder, loc, lossType, loss, aux);
   func::ReturnOp::create(builder, loc, loss);
 }
 

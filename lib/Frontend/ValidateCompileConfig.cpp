@@ -75,6 +75,7 @@ private:
   Error checkPipeline();
   Error checkBatch();
   Error checkRecompute();
+  Error checkMoe();
 
   /// a * b, or an error naming `what` and the keys to reduce.
   Error multiply(int64_t a, int64_t b, int64_t &out, StringRef what,
@@ -734,7 +735,123 @@ Error Validator::run() {
     return err;
   if (Error err = checkBatch())
     return err;
-  return checkRecompute();
+  if (Error err = checkRecompute())
+    return err;
+  return checkMoe();
+}
+
+/// Megatron-LM's MoE arguments (docs/MoE.md): none is accepted without
+/// experts, and what this slice does not implement yet (expert
+/// parallelism, MoE under other layouts, 16-bit precision) is refused by
+/// name rather than compiled differently.
+Error Validator::checkMoe() {
+  const MoeConfig &moe = c.moe;
+  static constexpr StringRef kMoeKeys[] = {
+      "moe_router_topk",
+      "moe_router_score_function",
+      "moe_router_pre_softmax",
+      "moe_router_load_balancing_type",
+      "moe_aux_loss_coeff",
+      "moe_z_loss_coeff",
+      "moe_expert_capacity_factor",
+      "moe_token_dropping",
+      "moe_token_drop_policy",
+      "moe_pad_expert_input_to_capacity",
+      "moe_shared_expert_intermediate_size",
+      "moe_layer_freq",
+      "moe_ffn_hidden_size",
+      "moe_grouped_gemm",
+      "expert_model_parallel_size"};
+  if (!moe.enabled()) {
+    for (StringRef key : kMoeKeys)
+      if (c.keyOrigins.count(key))
+        return fail({key}, key + " is set but num_experts is 0 (a dense "
+                                 "model); set num_experts to make MoE layers, "
+                                 "or remove " +
+                               key);
+    return Error::success();
+  }
+  if (moe.routerTopk > moe.numExperts)
+    return fail({"moe_router_topk", "num_experts"},
+                "moe_router_topk " + show(moe.routerTopk) +
+                    " must be at most num_experts " + show(moe.numExperts) +
+                    " (each token picks distinct experts); lower "
+                    "moe_router_topk or raise num_experts");
+  if (moe.routerPreSoftmax && moe.scoreFunction == MoeScoreFunction::Sigmoid)
+    return fail({"moe_router_pre_softmax", "moe_router_score_function"},
+                "moe_router_pre_softmax applies to the softmax score "
+                "function, not sigmoid; remove moe_router_pre_softmax or use "
+                "moe_router_score_function softmax");
+  if (moe.loadBalancing == MoeLoadBalancing::None && moe.auxLossCoeff > 0)
+    return fail({"moe_aux_loss_coeff", "moe_router_load_balancing_type"},
+                "moe_aux_loss_coeff " + show(moe.auxLossCoeff) +
+                    " has no loss to weigh under "
+                    "moe_router_load_balancing_type none; set it to 0 or use "
+                    "moe_router_load_balancing_type aux_loss");
+  bool capacity = moe.expertCapacityFactor > 0;
+  if (moe.tokenDropping && *moe.tokenDropping && !capacity)
+    return fail({"moe_token_dropping", "moe_expert_capacity_factor"},
+                "moe_token_dropping needs moe_expert_capacity_factor (each "
+                "expert's capacity, e.g. 1.0); set it, or remove "
+                "moe_token_dropping for dropless routing");
+  if (moe.tokenDropping && !*moe.tokenDropping && capacity)
+    return fail({"moe_token_dropping", "moe_expert_capacity_factor"},
+                "moe_token_dropping false contradicts "
+                "moe_expert_capacity_factor " +
+                    show(moe.expertCapacityFactor) +
+                    ", which drops tokens over capacity; remove one of them");
+  if (c.keyOrigins.count("moe_token_drop_policy") && !capacity)
+    return fail({"moe_token_drop_policy"},
+                "moe_token_drop_policy applies to capacity routing; set "
+                "moe_expert_capacity_factor or remove moe_token_drop_policy "
+                "(dropless routing drops nothing)");
+  if (moe.padExpertInputToCapacity)
+    return fail({"moe_pad_expert_input_to_capacity"},
+                "moe_pad_expert_input_to_capacity is not implemented yet "
+                "(issue 25): the experts run on their kept tokens only; "
+                "remove it");
+  if (!moe.layerPattern.empty()) {
+    if (static_cast<int64_t>(moe.layerPattern.size()) != m.numLayers)
+      return fail({"moe_layer_freq", "num_layers"},
+                  "moe_layer_freq lists " + show(int64_t(moe.layerPattern.size())) +
+                      " layers but the model has num_layers " +
+                      show(m.numLayers) + "; give one 0 or 1 per layer");
+    if (!llvm::is_contained(moe.layerPattern, 1))
+      return fail({"moe_layer_freq"},
+                  "moe_layer_freq selects no layer for experts; put a 1 "
+                  "where a layer is an MoE layer, or set num_experts 0");
+  }
+  if (moe.expertModelParallelSize > 1)
+    return fail({"expert_model_parallel_size"},
+                "expert_model_parallel_size " +
+                    show(moe.expertModelParallelSize) +
+                    " is not implemented yet (issue 25); compile MoE models "
+                    "with expert_model_parallel_size 1");
+  struct Layout {
+    StringRef key;
+    bool used;
+    std::string value;
+  };
+  const Layout layouts[] = {
+      {"tensor_model_parallel_size", p.tensorModelParallelSize > 1,
+       show(p.tensorModelParallelSize)},
+      {"pipeline_model_parallel_size", p.pipelineModelParallelSize > 1,
+       show(p.pipelineModelParallelSize)},
+      {"context_parallel_size", p.contextParallelSize > 1,
+       show(p.contextParallelSize)},
+      {"data_parallel_size", p.dataParallelSize > 1, show(p.dataParallelSize)},
+      {"sequence_parallel", p.sequenceParallel, "true"},
+      {"precision", c.precision != Precision::FP32,
+       c.precision == Precision::BF16 ? "bf16" : "fp16"}};
+  for (const Layout &layout : layouts)
+    if (layout.used)
+      return fail({layout.key, "num_experts"},
+                  "num_experts " + show(moe.numExperts) + " with " +
+                      layout.key.str() + " " + layout.value +
+                      " is not implemented yet (issue 25: MoE runs on one "
+                      "rank, in fp32, on the host); compile without " +
+                      layout.key.str() + " or with num_experts 0");
+  return Error::success();
 }
 
 Error megatron::validateCompileConfig(const CompileConfig &config) {

@@ -212,6 +212,31 @@ static void printHuggingFaceCount(const CompileConfig &config,
                 config.parallel.tensorModelParallelSize);
 }
 
+/// A mixture of experts runs each token through its top-k experts only:
+/// the active count takes of every expert tensor ([E, ...], named
+/// `*.mlp.experts.*`) topk of its E experts, as Megatron-LM and the model
+/// cards count active parameters (docs/MoE.md).
+static void printMoeActiveCount(const CompileConfig &config,
+                                mlir::ModuleOp module, raw_ostream &os) {
+  const MoeConfig &moe = config.moe;
+  int64_t total = 0, experts = 0;
+  for (mlir::mt::ParameterOp parameter :
+       module.getOps<mlir::mt::ParameterOp>()) {
+    int64_t count = parameter.getTensorType().getNumElements();
+    total += count;
+    if (parameter.getSymName().contains(".mlp.experts."))
+      experts += count;
+  }
+  int64_t inactive = experts / moe.numExperts * (moe.numExperts - moe.routerTopk);
+  int64_t active = total - inactive;
+  os << formatv("experts: {0} of the {1} parameters are routed experts; "
+                "each token runs {2} of {3}\n",
+                experts, total, moe.routerTopk, moe.numExperts);
+  os << formatv("active: {0} parameters per token ({1:F2}M) of {2} "
+                "({3:F2}M)\n",
+                active, active / 1e6, total, total / 1e6);
+}
+
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
 
@@ -293,6 +318,15 @@ int main(int argc, char **argv) {
   // Validation errors already start with the file:line:column or the flag.
   if (Error error = validateCompileConfig(*config))
     return fail(toString(std::move(error)));
+  // The memory report's Megatron-LM formula and the budget's search count
+  // dense MLPs (docs/MoE.md, what is left).
+  if (config->moe.enabled() &&
+      (report == ReportKind::Memory || memoryBudget.getNumOccurrences()))
+    return fail(Twine(report == ReportKind::Memory ? "--report memory"
+                                                   : "--memory-budget") +
+                " does not model mixture-of-experts layers yet (issue 25): "
+                "its estimates count dense MLPs; compile without it, or with "
+                "num_experts 0");
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);
@@ -360,6 +394,8 @@ int main(int argc, char **argv) {
     mlir::mt::printParameterTable(*module, os);
     if (config->model.fromHuggingFace)
       printHuggingFaceCount(*config, *module, os);
+    if (config->moe.enabled())
+      printMoeActiveCount(*config, *module, os);
   }
   if (emit == EmitKind::Mlir && !stops) {
     module->print(os);

@@ -25,6 +25,22 @@ def Mt_InitMethod : I32EnumAttr<"InitMethod",
   let cppNamespace = "::mlir::mt";
 }
 
+def Mt_MoeScoreFunction : I32EnumAttr<"MoeScoreFunction",
+    "how a mixture-of-experts router turns logits into scores", [
+      I32EnumAttrCase<"Softmax", 0, "softmax">,
+      I32EnumAttrCase<"Sigmoid", 1, "sigmoid">
+    ]> {
+  let cppNamespace = "::mlir::mt";
+}
+
+def Mt_MoeDropPolicy : I32EnumAttr<"MoeDropPolicy",
+    "which tokens an expert over its capacity keeps", [
+      I32EnumAttrCase<"Probs", 0, "probs">,
+      I32EnumAttrCase<"Position", 1, "position">
+    ]> {
+  let cppNamespace = "::mlir::mt";
+}
+
 def Mt_LossReduction : I32EnumAttr<"LossReduction",
     "how cross_entropy reduces per-token losses", [
       I32EnumAttrCase<"Mean", 0, "mean">,

@@ -652,5 +652,6 @@ include "MtFusedOps.td"
 include "MtGroupOps.td"
 include "MtAsyncOps.td"
 include "MtContextParallelOps.td"
+include "MtMoeOps.td"
 
 #endif // MT_OPS_TD

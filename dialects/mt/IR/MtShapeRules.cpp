@@ -282,3 +282,109 @@ LogicalResult mt::verifySplitTypes(RankedTensorType input,
                        << input.getDimSize(*dim);
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+FailureOr<RankedTensorType> mt::inferMoeRouteType(RankedTensorType logits,
+                                                  int64_t topk,
+                                                  EmitErrorFn emitError) {
+  if (logits.getRank() != 2)
+    return emitError() << "router logits must be rank 2 (tokens x experts), "
+                          "got "
+                       << logits;
+  int64_t experts = logits.getDimSize(1);
+  if (topk < 1 || topk > experts)
+    return emitError() << "topk " << topk << " must be in [1, " << experts
+                       << "] (the number of experts)";
+  return RankedTensorType::get({logits.getDimSize(0), topk},
+                               logits.getElementType());
+}
+
+LogicalResult mt::verifyMoeRouting(RankedTensorType indices,
+                                   RankedTensorType probs, int64_t tokens,
+                                   EmitErrorFn emitError) {
+  if (indices.getRank() != 2 ||
+      (tokens >= 0 && indices.getDimSize(0) != tokens))
+    return emitError() << "routing indices must be [" << tokens
+                       << ", topk] (one row per token), got " << indices;
+  if (probs && probs.getShape() != indices.getShape())
+    return emitError() << "routing weights must have the indices' shape ["
+                       << indices.getDimSize(0) << ", "
+                       << indices.getDimSize(1) << "], got " << probs;
+  return success();
+}
+
+FailureOr<RankedTensorType> mt::inferMoePermuteType(RankedTensorType input,
+                                                    RankedTensorType indices,
+                                                    RankedTensorType probs,
+                                                    EmitErrorFn emitError) {
+  if (failed(verifySameElementType({input, probs}, {"input", "probs"},
+                                   emitError)))
+    return failure();
+  if (input.getRank() != 2)
+    return emitError() << "tokens must be rank 2 (tokens x hidden), got "
+                       << input;
+  if (failed(verifyMoeRouting(indices, probs, input.getDimSize(0), emitError)))
+    return failure();
+  return RankedTensorType::get(
+      {input.getDimSize(0) * indices.getDimSize(1), input.getDimSize(1)},
+      input.getElementType());
+}
+
+FailureOr<RankedTensorType> mt::inferMoeUnpermuteType(RankedTensorType rows,
+                                                      RankedTensorType indices,
+                                                      RankedTensorType probs,
+                                                      EmitErrorFn emitError) {
+  if (failed(verifySameElementType({rows, probs}, {"rows", "probs"},
+                                   emitError)))
+    return failure();
+  if (rows.getRank() != 2)
+    return emitError() << "permuted rows must be rank 2 (tokens * topk x "
+                          "hidden), got "
+                       << rows;
+  if (failed(verifyMoeRouting(indices, probs, -1, emitError)))
+    return failure();
+  int64_t tokens = indices.getDimSize(0), topk = indices.getDimSize(1);
+  if (rows.getDimSize(0) != tokens * topk)
+    return emitError() << "permuted rows must number tokens * topk = "
+                       << tokens * topk << " (indices " << indices << "), got "
+                       << rows.getDimSize(0);
+  return RankedTensorType::get({tokens, rows.getDimSize(1)},
+                               rows.getElementType());
+}
+
+FailureOr<RankedTensorType>
+mt::inferMoeGroupedLinearType(RankedTensorType input, RankedTensorType weight,
+                              RankedTensorType indices, bool transposeWeight,
+                              EmitErrorFn emitError) {
+  if (failed(verifySameElementType({input, weight}, {"input", "weight"},
+                                   emitError)))
+    return failure();
+  if (input.getRank() != 2)
+    return emitError() << "permuted rows must be rank 2 (tokens * topk x in), "
+                          "got "
+                       << input;
+  if (weight.getRank() != 3)
+    return emitError() << "expert weights must be rank 3 ("
+                       << (transposeWeight ? "experts x out x in"
+                                           : "experts x in x out")
+                       << "), got " << weight;
+  if (failed(verifyMoeRouting(indices, RankedTensorType(), -1, emitError)))
+    return failure();
+  int64_t rows = indices.getDimSize(0) * indices.getDimSize(1);
+  if (input.getDimSize(0) != rows)
+    return emitError() << "permuted rows must number tokens * topk = " << rows
+                       << " (indices " << indices << "), got "
+                       << input.getDimSize(0);
+  int64_t in = weight.getDimSize(transposeWeight ? 2 : 1);
+  int64_t out = weight.getDimSize(transposeWeight ? 1 : 2);
+  if (input.getDimSize(1) != in)
+    return emitError() << "input's last dimension (" << input.getDimSize(1)
+                       << ") must equal the expert weights' input dimension ("
+                       << in << ") of " << weight
+                       << (transposeWeight ? " (transposed, experts x out x in)"
+                                           : " (experts x in x out)");
+  return RankedTensorType::get({rows, out}, input.getElementType());
+}

@@ -87,6 +87,37 @@ LogicalResult verifySplitTypes(RankedTensorType input,
                                ArrayRef<RankedTensorType> pieces, int64_t axis,
                                EmitErrorFn emitError);
 
+/// Mixture of experts (MtMoeOps.td). Router logits [T, E] with `topk` in
+/// [1, E] -> the routing weights [T, topk] (the logits' element type); the
+/// indices are the same shape in i32.
+FailureOr<RankedTensorType> inferMoeRouteType(RankedTensorType logits,
+                                              int64_t topk,
+                                              EmitErrorFn emitError);
+
+/// The routing indices [T, K] (i32) and, when given, weights [T, K] beside
+/// `tokens` tokens (-1: any count).
+LogicalResult verifyMoeRouting(RankedTensorType indices, RankedTensorType probs,
+                               int64_t tokens, EmitErrorFn emitError);
+
+/// input [T, H], indices [T, K] (probs [T, K] or null) -> [T * K, H].
+FailureOr<RankedTensorType> inferMoePermuteType(RankedTensorType input,
+                                                RankedTensorType indices,
+                                                RankedTensorType probs,
+                                                EmitErrorFn emitError);
+
+/// rows [T * K, H], indices [T, K] (probs [T, K] or null) -> [T, H].
+FailureOr<RankedTensorType> inferMoeUnpermuteType(RankedTensorType rows,
+                                                  RankedTensorType indices,
+                                                  RankedTensorType probs,
+                                                  EmitErrorFn emitError);
+
+/// input [T * K, in] times weight [E, in, out] ([E, out, in] transposed)
+/// grouped by indices [T, K] -> [T * K, out].
+FailureOr<RankedTensorType>
+inferMoeGroupedLinearType(RankedTensorType input, RankedTensorType weight,
+                          RankedTensorType indices, bool transposeWeight,
+                          EmitErrorFn emitError);
+
 } // namespace mlir::mt
 
 #endif // MT_IR_MTSHAPERULES_H

@@ -220,3 +220,80 @@ LogicalResult ConcatOp::buildVJP(OpBuilder &builder, ValueRange dys,
   llvm::append_range(grads, split.getResults());
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoeRouteOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                   SmallVectorImpl<Value> &grads) {
+  // The indices are integers; only the weights carry a gradient.
+  if (!dys[0]) {
+    grads.push_back(Value());
+    return success();
+  }
+  grads.push_back(MoeRouteGradOp::create(
+      builder, getLoc(), getLogits().getType(), dys[0], getLogits(),
+      getIndices(), getTopkAttr(), getScoreFunctionAttr(), getNormalizeAttr()));
+  return success();
+}
+
+LogicalResult MoeAuxLossOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                     SmallVectorImpl<Value> &grads) {
+  grads.push_back(MoeAuxLossGradOp::create(
+      builder, getLoc(), getLogits().getType(), dys[0], getLogits(),
+      getTopkAttr(), getScoreFunctionAttr(), getCoeffAttr()));
+  return success();
+}
+
+LogicalResult MoeZLossOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                   SmallVectorImpl<Value> &grads) {
+  grads.push_back(MoeZLossGradOp::create(builder, getLoc(),
+                                         getLogits().getType(), dys[0],
+                                         getLogits(), getCoeffAttr()));
+  return success();
+}
+
+LogicalResult MoePermuteOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                     SmallVectorImpl<Value> &grads) {
+  // Permutation and unpermutation with the same weights are each other's
+  // transpose.
+  Value drows = dys[0];
+  grads.push_back(MoeUnpermuteOp::create(builder, getLoc(),
+                                         getInput().getType(), drows,
+                                         getIndices(), getProbs()));
+  grads.push_back(Value());
+  if (getProbs())
+    grads.push_back(MoeProbsGradOp::create(builder, getLoc(),
+                                           getProbs().getType(), getInput(),
+                                           drows, getIndices()));
+  return success();
+}
+
+LogicalResult MoeUnpermuteOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                       SmallVectorImpl<Value> &grads) {
+  Value dy = dys[0];
+  grads.push_back(MoePermuteOp::create(builder, getLoc(), getRows().getType(),
+                                       dy, getIndices(), getProbs()));
+  grads.push_back(Value());
+  if (getProbs())
+    grads.push_back(MoeProbsGradOp::create(builder, getLoc(),
+                                           getProbs().getType(), dy, getRows(),
+                                           getIndices()));
+  return success();
+}
+
+LogicalResult MoeGroupedLinearOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                           SmallVectorImpl<Value> &grads) {
+  Value dy = dys[0];
+  bool transposed = getTransposeWeight();
+  // dx = dy @ W_e^T per group: the same weights read in the other layout.
+  grads.push_back(MoeGroupedLinearOp::create(
+      builder, getLoc(), getInput().getType(), dy, getWeight(), getIndices(),
+      unitIf(builder, !transposed)));
+  grads.push_back(MoeGroupedLinearWeightGradOp::create(
+      builder, getLoc(), getWeight().getType(), getInput(), dy, getIndices(),
+      unitIf(builder, transposed)));
+  grads.push_back(Value());
+  return success();
+}

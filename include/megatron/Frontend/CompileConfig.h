@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace megatron {
 
@@ -114,6 +116,62 @@ struct ModelConfig {
   bool qkvBias() const { return addBiasLinear || addQkvBias; }
 };
 
+/// How a mixture-of-experts router scores its experts, Megatron-LM's
+/// --moe-router-score-function.
+enum class MoeScoreFunction { Softmax, Sigmoid };
+/// Which tokens an expert over its capacity keeps, Megatron-LM's
+/// --moe-token-drop-policy: the highest routing weights, or the first tokens.
+enum class MoeDropPolicy { Probs, Position };
+/// Megatron-LM's --moe-router-load-balancing-type: the switch auxiliary loss
+/// or none (sinkhorn, seq_aux_loss and global_aux_loss are refused by name).
+enum class MoeLoadBalancing { AuxLoss, None };
+
+/// The mixture-of-experts layers (docs/MoE.md), with Megatron-LM's names.
+/// numExperts 0 is a dense model, and every other field must then be unset.
+struct MoeConfig {
+  int64_t numExperts = 0;
+  int64_t routerTopk = 2;
+  MoeScoreFunction scoreFunction = MoeScoreFunction::Softmax;
+  /// --moe-router-pre-softmax: the top-k of the softmax over all experts,
+  /// not renormalized (softmax only).
+  bool routerPreSoftmax = false;
+  MoeLoadBalancing loadBalancing = MoeLoadBalancing::AuxLoss;
+  double auxLossCoeff = 0.0;
+  double zLossCoeff = 0.0;
+  /// 0: dropless; else each expert keeps ceil(T * topk / E * factor) tokens.
+  double expertCapacityFactor = 0.0;
+  MoeDropPolicy dropPolicy = MoeDropPolicy::Probs;
+  /// --moe-token-dropping as given (unset: implied by the capacity factor).
+  std::optional<bool> tokenDropping;
+  bool padExpertInputToCapacity = false;
+  /// 0: no shared expert.
+  int64_t sharedExpertIntermediateSize = 0;
+  /// --moe-layer-freq: layer i is an MoE layer when i % layerFreq == 0, or,
+  /// when layerPattern is not empty, when layerPattern[i] is 1.
+  int64_t layerFreq = 1;
+  std::vector<int64_t> layerPattern;
+  /// 0 means ffn_hidden_size.
+  int64_t ffnHiddenSize = 0;
+  bool groupedGemm = false;
+  int64_t expertModelParallelSize = 1;
+
+  bool enabled() const { return numExperts > 0; }
+  bool isMoeLayer(int64_t layer) const {
+    if (!enabled())
+      return false;
+    if (!layerPattern.empty())
+      return layer < static_cast<int64_t>(layerPattern.size()) &&
+             layerPattern[layer] != 0;
+    return layer % layerFreq == 0;
+  }
+  /// The top-k weights renormalized: softmax unless pre-softmax; sigmoid
+  /// with more than one expert per token (Megatron-LM's rules).
+  bool normalizeTopk() const {
+    return scoreFunction == MoeScoreFunction::Softmax ? !routerPreSoftmax
+                                                      : routerTopk > 1;
+  }
+};
+
 /// Megatron-LM's parallel layout.
 struct ParallelConfig {
   int64_t tensorModelParallelSize = 1;
@@ -172,6 +230,7 @@ struct RecomputeConfig {
 
 struct CompileConfig {
   ModelConfig model;
+  MoeConfig moe;
   ParallelConfig parallel;
   BatchConfig batch;
   Precision precision = Precision::FP32;

@@ -273,7 +273,16 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
             mt::LinearVocabCrossEntropyGradOp>([&](auto loss) {
         attrs["reduction"] = mt::stringifyLossReduction(loss.getReduction());
         attrs["ignore_index"] = loss.getIgnoreIndexAttr().getInt();
+      })
+      .Case<mt::MoeRouteOp, mt::MoeRouteGradOp, mt::MoeAuxLossOp,
+            mt::MoeAuxLossGradOp>([&](auto router) {
+        attrs["score_function"] =
+            mt::stringifyMoeScoreFunction(router.getScoreFunction());
       });
+  // Capacity routing names its drop policy, the default included.
+  if (auto route = dyn_cast<mt::MoeRouteOp>(op); route && route.getCapacityFactor())
+    attrs["drop_policy"] = mt::stringifyMoeDropPolicy(
+        route.getDropPolicy().value_or(mt::MoeDropPolicy::Probs));
   return attrs;
 }
 

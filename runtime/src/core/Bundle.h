@@ -117,13 +117,32 @@ enum class Op : uint8_t {
   // The ring's exchange: a rotation over one grid axis (docs/BundleFormat.md,
   // "Context parallelism").
   Shift,
+  // The mixture-of-experts layer (docs/BundleFormat.md, "Mixture of
+  // experts"; docs/MoE.md).
+  MoeRoute,
+  MoeAuxLoss,
+  MoeZLoss,
+  MoePermute,
+  MoeUnpermute,
+  MoeGroupedLinear,
+  MoeRouteGrad,
+  MoeAuxLossGrad,
+  MoeZLossGrad,
+  MoeProbsGrad,
+  MoeGroupedLinearWeightGrad,
 };
 
 /// The number of ops (for tables indexed by Op).
-constexpr size_t kOpCount = static_cast<size_t>(Op::Shift) + 1;
+constexpr size_t kOpCount =
+    static_cast<size_t>(Op::MoeGroupedLinearWeightGrad) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
+
+/// Whether `op` is one of the mixture-of-experts layer's (moe_*).
+inline bool isMoeOp(Op op) {
+  return op >= Op::MoeRoute && op <= Op::MoeGroupedLinearWeightGrad;
+}
 
 enum class GeluApproximate : uint8_t { Erf, Tanh };
 enum class Reduction : uint8_t { Mean, Sum, None };
@@ -200,6 +219,17 @@ struct Attributes {
   std::vector<int64_t> vocabShardAxes;
   /// fused: the index of its kernel in the bundle's fused kernels.
   int64_t kernel = -1;
+  /// The mixture-of-experts router (moe_route, moe_aux_loss and their
+  /// grads): experts per token, sigmoid scores instead of softmax, the
+  /// top-k weights normalized; capacity routing (moe_route with a
+  /// capacity_factor) keeps each expert's highest weights, or with
+  /// dropByPosition its first tokens. coeff: the auxiliary losses'.
+  int64_t topk = 0;
+  bool sigmoid = false;
+  bool normalize = false;
+  std::optional<double> capacityFactor;
+  bool dropByPosition = false;
+  double coeff = 0;
 };
 
 struct Instruction {

@@ -453,6 +453,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.truncate = flag;
       else if (key == "loss_seed")
         out.lossSeed = flag;
+      else if (key == "normalize")
+        out.normalize = flag;
       break;
     }
     case AttrKind::Int: {
@@ -489,6 +491,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.shiftAxis = readInt(*value, at, 0); // one of grid_axes: OpChecker
       } else if (key == "offset") {
         out.offset = readInt(*value, at);
+      } else if (key == "topk") {
+        out.topk = readInt(*value, at, 1); // at most E: OpChecker
       } else if (key == "gather_axis" || key == "scatter_axis" ||
                  key == "slice_axis") {
         out.axis = readInt(*value, at); // normalized by OpChecker
@@ -529,6 +533,14 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         (key == "beta_fast"   ? out.betaFast
          : key == "beta_slow" ? out.betaSlow
                               : out.attentionFactor) = number;
+      } else if (key == "capacity_factor") {
+        if (!(number > 0))
+          fail(at, describe(*value), "a capacity factor > 0");
+        out.capacityFactor = number;
+      } else if (key == "coeff") {
+        if (!(number >= 0))
+          fail(at, describe(*value), "a loss coefficient >= 0");
+        out.coeff = number;
       }
       break;
     }
@@ -549,6 +561,16 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
           out.collectiveReduction = CollectiveReduction::Max;
         else
           fail(at, describe(*value), "\"sum\" or \"max\"");
+      } else if (key == "score_function") {
+        if (text == "softmax" || text == "sigmoid")
+          out.sigmoid = text == "sigmoid";
+        else
+          fail(at, describe(*value), "\"softmax\" or \"sigmoid\"");
+      } else if (key == "drop_policy") {
+        if (text == "probs" || text == "position")
+          out.dropByPosition = text == "position";
+        else
+          fail(at, describe(*value), "\"probs\" or \"position\"");
       } else if (key == "reduction") {
         if (text == "mean")
           out.reduction = Reduction::Mean;

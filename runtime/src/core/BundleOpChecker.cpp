@@ -31,6 +31,11 @@ const std::vector<AttrSpec> kEpsilon = {{"epsilon", AttrKind::Number, true}};
 const std::vector<AttrSpec> kAxis = {{"axis", AttrKind::Int, true}};
 const std::vector<AttrSpec> kVocabAxes = {
     {"vocab_shard_axes", AttrKind::IntArray, false}};
+const std::vector<AttrSpec> kMoeAuxLossAttrs = {
+    {"topk", AttrKind::Int, true},
+    {"score_function", AttrKind::String, true},
+    {"coeff", AttrKind::Number, true}};
+const std::vector<AttrSpec> kCoeff = {{"coeff", AttrKind::Number, true}};
 const std::vector<AttrSpec> kVocabLossAttrs = {
     {"reduction", AttrKind::String, true},
     {"ignore_index", AttrKind::Int, false},
@@ -296,6 +301,47 @@ const std::vector<OpInfo> &opTable() {
        {{"grid_axes", AttrKind::IntArray, true},
         {"shift_axis", AttrKind::Int, true},
         {"offset", AttrKind::Int, true}}},
+      {Op::MoeRoute,
+       "moe_route",
+       1,
+       1,
+       2,
+       2,
+       {{"topk", AttrKind::Int, true},
+        {"score_function", AttrKind::String, true},
+        {"normalize", AttrKind::Bool, false},
+        {"capacity_factor", AttrKind::Number, false},
+        {"drop_policy", AttrKind::String, false}}},
+      {Op::MoeAuxLoss, "moe_aux_loss", 1, 1, 1, 1, kMoeAuxLossAttrs},
+      {Op::MoeZLoss, "moe_z_loss", 1, 1, 1, 1, kCoeff},
+      {Op::MoePermute, "moe_permute", 2, 3, 1, 1, {}},
+      {Op::MoeUnpermute, "moe_unpermute", 2, 3, 1, 1, {}},
+      {Op::MoeGroupedLinear,
+       "moe_grouped_linear",
+       3,
+       3,
+       1,
+       1,
+       {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::MoeRouteGrad,
+       "moe_route_grad",
+       3,
+       3,
+       1,
+       1,
+       {{"topk", AttrKind::Int, true},
+        {"score_function", AttrKind::String, true},
+        {"normalize", AttrKind::Bool, false}}},
+      {Op::MoeAuxLossGrad, "moe_aux_loss_grad", 2, 2, 1, 1, kMoeAuxLossAttrs},
+      {Op::MoeZLossGrad, "moe_z_loss_grad", 2, 2, 1, 1, kCoeff},
+      {Op::MoeProbsGrad, "moe_probs_grad", 3, 3, 1, 1, {}},
+      {Op::MoeGroupedLinearWeightGrad,
+       "moe_grouped_linear_weight_grad",
+       3,
+       3,
+       1,
+       1,
+       {{"transpose_weight", AttrKind::Bool, false}}},
   };
   return table;
 }
@@ -519,6 +565,138 @@ void OpChecker::checkAttentionBlock(size_t q) {
               "a sequence of " + std::to_string(expected) +
                   (a.keyStep ? " (one rank's block)"
                              : " (every rank's block, gathered)"));
+}
+
+void OpChecker::checkMoe() {
+  const Attributes &a = inst_.attrs;
+  auto expectI32 = [&](bool isResult, size_t i) {
+    DType dtype = type(isResult, i).dtype;
+    if (dtype != DType::I32)
+      fail(where(isResult, i),
+           std::string("dtype ") + dtypeName(dtype) + " (value " +
+               std::to_string(valueIndex(isResult, i)) + ")",
+           std::string("i32 routing indices for ") + opName(inst_.op));
+  };
+  // Router logits [T, E] at operand `i`, with attrs.topk in [1, E] when
+  // `topk`.
+  auto logits = [&](size_t i, bool topk) {
+    expectFloat(false, i);
+    expectRank(false, i, 2);
+    int64_t experts = operand(i).shape[1];
+    if (topk && (a.topk < 1 || a.topk > experts))
+      fail(path_ + ".attrs.topk", std::to_string(a.topk),
+           "a top-k in [1, " + std::to_string(experts) +
+               "] (the logits' experts)");
+  };
+  // Routing indices [T, K] at operand `i` (T given, or -1 for any).
+  auto indices = [&](size_t i, int64_t tokens) {
+    expectI32(false, i);
+    expectRank(false, i, 2);
+    if (tokens >= 0 && operand(i).shape[0] != tokens)
+      failShape(false, i,
+                "[" + std::to_string(tokens) + ", topk] (one row per token)");
+    return operand(i).shape;
+  };
+  auto rowsOf = [&](const std::vector<int64_t> &routing) {
+    return routing[0] * routing[1];
+  };
+  const std::vector<int64_t> scalar;
+  switch (inst_.op) {
+  case Op::MoeRoute: {
+    logits(0, true);
+    std::vector<int64_t> shape = {operand(0).shape[0], a.topk};
+    expectFloat(true, 0);
+    expectShape(true, 0, shape, "[tokens, topk]");
+    expectI32(true, 1);
+    expectShape(true, 1, shape, "[tokens, topk]");
+    break;
+  }
+  case Op::MoeAuxLoss:
+  case Op::MoeZLoss:
+    logits(0, inst_.op == Op::MoeAuxLoss);
+    expectFloat(true, 0);
+    expectShape(true, 0, scalar, "a scalar loss");
+    break;
+  case Op::MoeAuxLossGrad:
+  case Op::MoeZLossGrad:
+    expectFloat(false, 0);
+    expectShape(false, 0, scalar, "a scalar loss gradient");
+    logits(1, inst_.op == Op::MoeAuxLossGrad);
+    expectShape(true, 0, operand(1).shape, "the logits' shape");
+    break;
+  case Op::MoeRouteGrad: {
+    logits(1, true);
+    std::vector<int64_t> routing = indices(2, operand(1).shape[0]);
+    if (routing[1] != a.topk)
+      failShape(false, 2, "[tokens, " + std::to_string(a.topk) + "] (topk)");
+    expectFloat(false, 0);
+    expectShape(false, 0, routing, "the indices' shape");
+    expectShape(true, 0, operand(1).shape, "the logits' shape");
+    break;
+  }
+  case Op::MoePermute:
+  case Op::MoeUnpermute: {
+    bool permute = inst_.op == Op::MoePermute;
+    expectFloat(false, 0);
+    expectRank(false, 0, 2);
+    std::vector<int64_t> routing =
+        indices(1, permute ? operand(0).shape[0] : -1);
+    if (!permute && operand(0).shape[0] != rowsOf(routing))
+      failShape(false, 0,
+                "[" + std::to_string(rowsOf(routing)) +
+                    ", hidden] (tokens * topk permuted rows)");
+    if (inst_.operands.size() == 3) {
+      expectFloat(false, 2);
+      expectShape(false, 2, routing, "the indices' shape (routing weights)");
+    }
+    int64_t hidden = operand(0).shape[1];
+    expectShape(true, 0,
+                permute ? std::vector<int64_t>{rowsOf(routing), hidden}
+                        : std::vector<int64_t>{routing[0], hidden},
+                permute ? "[tokens * topk, hidden]" : "[tokens, hidden]");
+    break;
+  }
+  case Op::MoeProbsGrad: {
+    expectFloat(false, 0);
+    expectRank(false, 0, 2);
+    std::vector<int64_t> routing = indices(2, operand(0).shape[0]);
+    expectFloat(false, 1);
+    expectShape(false, 1, {rowsOf(routing), operand(0).shape[1]},
+                "[tokens * topk, hidden] (permuted rows)");
+    expectShape(true, 0, routing, "the indices' shape");
+    break;
+  }
+  case Op::MoeGroupedLinear:
+  case Op::MoeGroupedLinearWeightGrad: {
+    bool forward = inst_.op == Op::MoeGroupedLinear;
+    bool transpose = a.transposeWeight;
+    std::vector<int64_t> routing = indices(2, -1);
+    expectFloat(false, 0);
+    expectShape(false, 0, {rowsOf(routing), operand(0).rank() == 2
+                                                ? operand(0).shape[1]
+                                                : -1},
+                "[tokens * topk, in] (permuted rows)");
+    expectFloat(false, 1);
+    expectRank(false, 1, forward ? 3 : 2);
+    const std::vector<int64_t> &w =
+        forward ? operand(1).shape : result(0).shape;
+    if (!forward && (result(0).rank() != 3 || w[0] < 1))
+      failShape(true, 0, "[experts, ...] with at least one expert");
+    int64_t in = transpose ? w[2] : w[1], out = transpose ? w[1] : w[2];
+    if (operand(0).shape[1] != in)
+      failShape(false, 0,
+                "[" + std::to_string(rowsOf(routing)) + ", " +
+                    std::to_string(in) + "] (the expert weights' input)");
+    std::vector<int64_t> rowsOut = {rowsOf(routing), out};
+    if (forward)
+      expectShape(true, 0, rowsOut, "[tokens * topk, out]");
+    else
+      expectShape(false, 1, rowsOut, "[tokens * topk, out] (the output gradient)");
+    break;
+  }
+  default:
+    break;
+  }
 }
 
 void OpChecker::check() {
@@ -996,6 +1174,19 @@ void OpChecker::check() {
   case Op::Shift:
     checkShift();
     break;
+  case Op::MoeRoute:
+  case Op::MoeAuxLoss:
+  case Op::MoeZLoss:
+  case Op::MoePermute:
+  case Op::MoeUnpermute:
+  case Op::MoeGroupedLinear:
+  case Op::MoeRouteGrad:
+  case Op::MoeAuxLossGrad:
+  case Op::MoeZLossGrad:
+  case Op::MoeProbsGrad:
+  case Op::MoeGroupedLinearWeightGrad:
+    checkMoe();
+    break;
   case Op::BiasAdd:
     expectFloat(false, 0);
     expectMinRank(false, 0, 1);
@@ -1078,6 +1269,16 @@ void OpChecker::checkOneElementType() {
     case Op::VocabPartials:
     case Op::VocabCrossEntropy:
       return !isResult && i == 1;
+    case Op::MoeRoute:
+      return isResult && i == 1;
+    case Op::MoePermute:
+    case Op::MoeUnpermute:
+      return !isResult && i == 1;
+    case Op::MoeGroupedLinear:
+    case Op::MoeRouteGrad:
+    case Op::MoeProbsGrad:
+    case Op::MoeGroupedLinearWeightGrad:
+      return !isResult && i == 2;
     default:
       return false;
     }
@@ -1112,6 +1313,12 @@ void OpChecker::checkOneElementType() {
       return isResult;
     case Op::AttentionBlockGrad: // the logsumexp and the delta
       return !isResult && (i == 4 || i == 5);
+    case Op::MoeAuxLoss: // the losses, as cross_entropy's
+    case Op::MoeZLoss:
+      return isResult;
+    case Op::MoeAuxLossGrad:
+    case Op::MoeZLossGrad:
+      return !isResult && i == 0;
     default:
       return false;
     }

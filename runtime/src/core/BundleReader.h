@@ -252,6 +252,9 @@ private:
   std::vector<int64_t> attentionOutput(size_t q, size_t k, size_t v);
   void checkCollective();
   void checkShift();
+  /// The mixture-of-experts ops (moe_*): routing indices [T, K] in i32,
+  /// router logits [T, E], permuted rows [T * K, ...].
+  void checkMoe();
   void checkContextLayout(bool isResult, size_t tile, size_t sequenceDim);
   void checkGlobalTile(bool isResult, size_t tile);
   void checkAttentionBlock(size_t query);

@@ -197,6 +197,12 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
                     opName(inst.op) +
                     ": context parallelism is not implemented on CUDA yet "
                     "(issue 24); run this bundle on the host backend");
+  if (isMoeOp(inst.op))
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle_.name() + "': " + where(position) + ": " +
+                    opName(inst.op) +
+                    ": the mixture-of-experts layer is not implemented on "
+                    "CUDA yet (issue 25); run this bundle on the host backend");
   if (inst.op == Op::Attention || inst.op == Op::AttentionGrad) {
     AttentionParams p = attentionParams(fn, inst, 0);
     if (flashAttention(p))
@@ -741,6 +747,17 @@ void Executor::execute(size_t position, const Instruction &inst,
     scale(stream, count(inst.operands[0]), inElements(0), in(1),
           outElements(0));
     break;
+  case Op::MoeRoute: // refused by checkShapes
+  case Op::MoeAuxLoss:
+  case Op::MoeZLoss:
+  case Op::MoePermute:
+  case Op::MoeUnpermute:
+  case Op::MoeGroupedLinear:
+  case Op::MoeRouteGrad:
+  case Op::MoeAuxLossGrad:
+  case Op::MoeZLossGrad:
+  case Op::MoeProbsGrad:
+  case Op::MoeGroupedLinearWeightGrad:
   case Op::AttentionBlock: // refused by checkShapes
   case Op::AttentionMerge:
   case Op::AttentionDelta:

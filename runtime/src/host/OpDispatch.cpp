@@ -605,6 +605,95 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Scale:
     scaleForward<T>(pool, count(inst.operands[0]), in(0), in(1)[0], out(0));
     break;
+  case Op::MoeRoute:
+  case Op::MoeRouteGrad:
+  case Op::MoeAuxLoss:
+  case Op::MoeAuxLossGrad: {
+    // Router logits [T, E]: operand 0 of the forward ops, 1 of the grads.
+    bool grad = inst.op == Op::MoeRouteGrad || inst.op == Op::MoeAuxLossGrad;
+    const std::vector<int64_t> &logits = operandShape(grad ? 1 : 0);
+    MoeRouter router;
+    router.tokens = logits[0];
+    router.experts = logits[1];
+    router.topk = a.topk;
+    router.sigmoid = a.sigmoid;
+    router.normalize = a.normalize;
+    router.capacityFactor = a.capacityFactor.value_or(0.0);
+    router.dropByPosition = a.dropByPosition;
+    if (inst.op == Op::MoeRoute)
+      moeRouteForward<T>(pool, router, in(0), out(0),
+                         static_cast<int32_t *>(allocate(inst.results[1])));
+    else if (inst.op == Op::MoeRouteGrad)
+      moeRouteBackward<T>(
+          pool, router, in(1),
+          static_cast<const int32_t *>(slots_[inst.operands[2]].data), in(0),
+          out(0));
+    else if (inst.op == Op::MoeAuxLoss)
+      moeAuxLossForward<T>(pool, router, a.coeff, in(0), out(0));
+    else
+      moeAuxLossBackward<T>(pool, router, a.coeff, in(1), in(0), out(0));
+    break;
+  }
+  case Op::MoeZLoss:
+  case Op::MoeZLossGrad: {
+    bool grad = inst.op == Op::MoeZLossGrad;
+    const std::vector<int64_t> &logits = operandShape(grad ? 1 : 0);
+    if (grad)
+      moeZLossBackward<T>(pool, logits[0], logits[1], a.coeff, in(1), in(0),
+                          out(0));
+    else
+      moeZLossForward<T>(pool, logits[0], logits[1], a.coeff, in(0), out(0));
+    break;
+  }
+  case Op::MoePermute:
+  case Op::MoeUnpermute:
+  case Op::MoeProbsGrad:
+  case Op::MoeGroupedLinear:
+  case Op::MoeGroupedLinearWeightGrad: {
+    // The routing indices [T, K]: operand 1 of the permutations, 2 of the
+    // rest. The grouped GEMMs bound them by their experts.
+    size_t at = inst.op == Op::MoePermute || inst.op == Op::MoeUnpermute ? 1 : 2;
+    const std::vector<int64_t> &routing = operandShape(at);
+    const int64_t tokens = routing[0], topk = routing[1];
+    int64_t experts = -1;
+    if (inst.op == Op::MoeGroupedLinear)
+      experts = operandShape(1)[0];
+    if (inst.op == Op::MoeGroupedLinearWeightGrad)
+      experts = shapeOf(inst.results[0])[0];
+    MoeLayout layout;
+    check(where(position),
+          moeLayout(tokens, topk, experts,
+                    static_cast<const int32_t *>(slots_[inst.operands[at]].data),
+                    layout));
+    const T *probs = inst.operands.size() == 3 && at == 1 ? in(2) : nullptr;
+    switch (inst.op) {
+    case Op::MoePermute:
+      moePermute<T>(pool, tokens, topk, operandShape(0)[1], layout, in(0),
+                    probs, out(0));
+      break;
+    case Op::MoeUnpermute:
+      moeUnpermute<T>(pool, tokens, topk, operandShape(0)[1], layout, in(0),
+                      probs, out(0));
+      break;
+    case Op::MoeProbsGrad:
+      moeProbsGrad<T>(pool, tokens, topk, operandShape(0)[1], layout, in(0),
+                      in(1), out(0));
+      break;
+    case Op::MoeGroupedLinear: {
+      const int64_t inSize = operandShape(0)[1];
+      const int64_t outSize = shapeOf(inst.results[0])[1];
+      moeGroupedLinear<T>(pool, tokens * topk, inSize, outSize, layout, in(0),
+                          in(1), a.transposeWeight, out(0));
+      break;
+    }
+    default: // MoeGroupedLinearWeightGrad
+      moeGroupedLinearWeightGrad<T>(pool, operandShape(0)[1],
+                                    operandShape(1)[1], layout, in(0), in(1),
+                                    a.transposeWeight, out(0));
+      break;
+    }
+    break;
+  }
   case Op::AllReduce:
   case Op::AllGather:
   case Op::ReduceScatter:

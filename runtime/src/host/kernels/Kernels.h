@@ -647,6 +647,102 @@ void initNormalShard(ThreadPool &pool, int rank, const int64_t *globalShape,
 template <typename T>
 void fill(ThreadPool &pool, int64_t n, T *out, T value);
 
+//===----------------------------------------------------------------------===//
+// Mixture of experts (Moe.cpp; docs/MoE.md)
+//===----------------------------------------------------------------------===//
+
+/// A router over `tokens` rows of `experts` logits choosing `topk`:
+/// softmax or sigmoid scores, the top-k weights normalized or not, and
+/// capacity routing (capacityFactor > 0; 0 is dropless) that keeps each
+/// expert's highest weights, or with dropByPosition its first tokens.
+struct MoeRouter {
+  int64_t tokens = 0, experts = 0, topk = 0;
+  bool sigmoid = false, normalize = false;
+  double capacityFactor = 0;
+  bool dropByPosition = false;
+};
+
+/// probs [tokens, topk] and indices [tokens, topk] (mt.moe_route): each
+/// token's top-k experts by logit (ties: the lower expert), their weights,
+/// and -1 and 0 where capacity dropped a slot.
+template <typename T>
+void moeRouteForward(ThreadPool &pool, const MoeRouter &router,
+                     const T *logits, T *probs, int32_t *indices);
+
+/// dlogits [tokens, experts] from dprobs [tokens, topk]; the top-k is
+/// recomputed from the logits, and slots with index -1 pass nothing.
+template <typename T>
+void moeRouteBackward(ThreadPool &pool, const MoeRouter &router,
+                      const T *logits, const int32_t *indices, const T *dprobs,
+                      T *dlogits);
+
+/// Megatron-LM's switch load-balancing loss (mt.moe_aux_loss), and its
+/// gradient times dloss[0].
+template <typename T>
+void moeAuxLossForward(ThreadPool &pool, const MoeRouter &router, double coeff,
+                       const T *logits, T *loss);
+template <typename T>
+void moeAuxLossBackward(ThreadPool &pool, const MoeRouter &router,
+                        double coeff, const T *logits, const T *dloss,
+                        T *dlogits);
+
+/// The z-loss coeff / T * sum_t logsumexp(logits[t])^2 (mt.moe_z_loss), and
+/// its gradient times dloss[0].
+template <typename T>
+void moeZLossForward(ThreadPool &pool, int64_t tokens, int64_t experts,
+                     double coeff, const T *logits, T *loss);
+template <typename T>
+void moeZLossBackward(ThreadPool &pool, int64_t tokens, int64_t experts,
+                      double coeff, const T *logits, const T *dloss,
+                      T *dlogits);
+
+/// Where the routing indices [tokens, topk] put each (token, slot) among the
+/// tokens * topk permuted rows: `position` (-1 for a dropped slot), and per
+/// expert below `experts` its first row (`offsets`, experts + 1 entries, the
+/// last the number of kept slots). `experts` < 0 takes one more than the
+/// largest index. Fails on an index below -1 or of `experts` or more.
+struct MoeLayout {
+  std::vector<int64_t> position;
+  std::vector<int64_t> offsets;
+};
+KernelStatus moeLayout(int64_t tokens, int64_t topk, int64_t experts,
+                       const int32_t *indices, MoeLayout &layout);
+
+/// rows [tokens * topk, hidden] = x[t] (times probs[t, k] when given) at
+/// position (t, k), zero rows after the kept ones (mt.moe_permute).
+template <typename T>
+void moePermute(ThreadPool &pool, int64_t tokens, int64_t topk, int64_t hidden,
+                const MoeLayout &layout, const T *x, const T *probs, T *rows);
+
+/// y [tokens, hidden] = sum over kept slots of (probs[t, k] or 1) times
+/// rows[position(t, k)] (mt.moe_unpermute).
+template <typename T>
+void moeUnpermute(ThreadPool &pool, int64_t tokens, int64_t topk,
+                  int64_t hidden, const MoeLayout &layout, const T *rows,
+                  const T *probs, T *y);
+
+/// dprobs [tokens, topk] = dot(x[t], rows[position(t, k)]), 0 when dropped
+/// (mt.moe_probs_grad).
+template <typename T>
+void moeProbsGrad(ThreadPool &pool, int64_t tokens, int64_t topk,
+                  int64_t hidden, const MoeLayout &layout, const T *x,
+                  const T *rows, T *dprobs);
+
+/// y [rows, out] = each expert's group of x [rows, in] times its weight
+/// ([experts, in, out], or [experts, out, in] with transposeWeight), zero
+/// rows after the groups (mt.moe_grouped_linear).
+template <typename T>
+void moeGroupedLinear(ThreadPool &pool, int64_t rows, int64_t in, int64_t out,
+                      const MoeLayout &layout, const T *x, const T *weight,
+                      bool transposeWeight, T *y);
+
+/// dweight = per expert x_e^T @ dy_e in the weight's layout, zero for an
+/// expert without rows (mt.moe_grouped_linear_weight_grad).
+template <typename T>
+void moeGroupedLinearWeightGrad(ThreadPool &pool, int64_t in, int64_t out,
+                                const MoeLayout &layout, const T *x,
+                                const T *dy, bool transposeWeight, T *dweight);
+
 } // namespace mtrt::host
 
 #endif // MTRT_SRC_HOST_KERNELS_KERNELS_H

@@ -1,0 +1,161 @@
+//===- MtMoeOps.cpp - Verifiers of the mixture-of-experts ops -------------===//
+
+#include "mt/IR/MtOps.h"
+#include "mt/IR/MtShapeRules.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::mt;
+
+/// Checks an op's declared type against the one its shape rule derives.
+static LogicalResult verifyMoeType(Operation *op, StringRef what, Type actual,
+                                   FailureOr<RankedTensorType> expected) {
+  if (failed(expected))
+    return failure();
+  if (!matchesUpToPrecision(actual, *expected))
+    return op->emitOpError() << what << " type " << actual
+                             << " does not match the expected " << *expected;
+  return success();
+}
+
+/// A loss coefficient: finite and not negative.
+static LogicalResult verifyCoefficient(Operation *op, double coeff) {
+  if (!std::isfinite(coeff) || coeff < 0.0)
+    return op->emitOpError()
+           << "coeff must be a finite number >= 0, got " << coeff;
+  return success();
+}
+
+/// A loss's scalar (or its incoming gradient's).
+static LogicalResult verifyScalar(Operation *op, StringRef what,
+                                  RankedTensorType type) {
+  if (type.getRank() != 0)
+    return op->emitOpError()
+           << what << " must be a scalar tensor<f32>, got " << type;
+  return success();
+}
+
+LogicalResult MoeRouteOp::verify() {
+  auto emit = [&] { return emitOpError(); };
+  FailureOr<RankedTensorType> probs =
+      inferMoeRouteType(getLogits().getType(), getTopk(), emit);
+  if (failed(
+          verifyMoeType(*this, "routing weights", getProbs().getType(), probs)))
+    return failure();
+  if (getIndices().getType().getShape() != probs->getShape())
+    return emitOpError() << "routing indices type " << getIndices().getType()
+                         << " must have the weights' shape ["
+                         << probs->getDimSize(0) << ", " << probs->getDimSize(1)
+                         << "]";
+  std::optional<APFloat> factor = getCapacityFactor();
+  if (factor && !(factor->convertToDouble() > 0.0 &&
+                  std::isfinite(factor->convertToDouble())))
+    return emitOpError() << "capacity_factor must be a finite number > 0, got "
+                         << factor->convertToDouble();
+  if (getDropPolicy() && !factor)
+    return emitOpError() << "drop_policy needs a capacity_factor: dropless "
+                            "routing drops nothing";
+  return success();
+}
+
+LogicalResult MoeAuxLossOp::verify() {
+  if (failed(inferMoeRouteType(getLogits().getType(), getTopk(),
+                               [&] { return emitOpError(); })) ||
+      failed(verifyCoefficient(*this, getCoeff().convertToDouble())))
+    return failure();
+  return verifyScalar(*this, "the loss", getType());
+}
+
+LogicalResult MoeZLossOp::verify() {
+  // The top-k does not matter to the z-loss; 1 is always in range.
+  if (failed(inferMoeRouteType(getLogits().getType(), 1,
+                               [&] { return emitOpError(); })) ||
+      failed(verifyCoefficient(*this, getCoeff().convertToDouble())))
+    return failure();
+  return verifyScalar(*this, "the loss", getType());
+}
+
+LogicalResult MoePermuteOp::verify() {
+  auto probs = getProbs() ? cast<RankedTensorType>(getProbs().getType())
+                          : RankedTensorType();
+  return verifyMoeType(*this, "result", getType(),
+                       inferMoePermuteType(getInput().getType(),
+                                           getIndices().getType(), probs,
+                                           [&] { return emitOpError(); }));
+}
+
+LogicalResult MoeUnpermuteOp::verify() {
+  auto probs = getProbs() ? cast<RankedTensorType>(getProbs().getType())
+                          : RankedTensorType();
+  return verifyMoeType(*this, "result", getType(),
+                       inferMoeUnpermuteType(getRows().getType(),
+                                             getIndices().getType(), probs,
+                                             [&] { return emitOpError(); }));
+}
+
+LogicalResult MoeGroupedLinearOp::verify() {
+  return verifyMoeType(
+      *this, "result", getType(),
+      inferMoeGroupedLinearType(getInput().getType(), getWeight().getType(),
+                                getIndices().getType(), getTransposeWeight(),
+                                [&] { return emitOpError(); }));
+}
+
+LogicalResult MoeRouteGradOp::verify() {
+  auto emit = [&] { return emitOpError(); };
+  RankedTensorType logits = getLogits().getType();
+  FailureOr<RankedTensorType> probs =
+      inferMoeRouteType(logits, getTopk(), emit);
+  if (failed(verifyMoeType(*this, "routing weights' gradient",
+                           getProbsGrad().getType(), probs)) ||
+      failed(verifyMoeRouting(getIndices().getType(), *probs,
+                              logits.getDimSize(0), emit)))
+    return failure();
+  return verifyMoeType(*this, "result", getType(), logits);
+}
+
+LogicalResult MoeAuxLossGradOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  if (failed(inferMoeRouteType(logits, getTopk(),
+                               [&] { return emitOpError(); })) ||
+      failed(verifyCoefficient(*this, getCoeff().convertToDouble())) ||
+      failed(verifyScalar(*this, "the loss gradient", getLossGrad().getType())))
+    return failure();
+  return verifyMoeType(*this, "result", getType(), logits);
+}
+
+LogicalResult MoeZLossGradOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  if (failed(inferMoeRouteType(logits, 1, [&] { return emitOpError(); })) ||
+      failed(verifyCoefficient(*this, getCoeff().convertToDouble())) ||
+      failed(verifyScalar(*this, "the loss gradient", getLossGrad().getType())))
+    return failure();
+  return verifyMoeType(*this, "result", getType(), logits);
+}
+
+LogicalResult MoeProbsGradOp::verify() {
+  auto emit = [&] { return emitOpError(); };
+  RankedTensorType indices = getIndices().getType();
+  if (failed(verifyMoeType(*this, "tokens", getTokens().getType(),
+                           inferMoeUnpermuteType(getRows().getType(), indices,
+                                                 RankedTensorType(), emit))))
+    return failure();
+  return verifyMoeType(
+      *this, "result", getType(),
+      RankedTensorType::get(indices.getShape(),
+                            getTokens().getType().getElementType()));
+}
+
+LogicalResult MoeGroupedLinearWeightGradOp::verify() {
+  RankedTensorType weight = getType();
+  if (weight.getRank() != 3 || weight.getDimSize(0) < 1)
+    return emitOpError() << "result must be the expert weights, rank 3 with "
+                            "at least one expert, got "
+                         << weight;
+  return verifyMoeType(
+      *this, "output gradient", getOutputGrad().getType(),
+      inferMoeGroupedLinearType(getInput().getType(), weight,
+                                getIndices().getType(), getTransposeWeight(),
+                                [&] { return emitOpError(); }));
+}
