@@ -72,6 +72,7 @@ private:
   Error checkTensorParallel();
   Error checkContextParallel();
   Error checkGradientBuckets();
+  Error checkTensorParallelOverlap();
   Error checkPipeline();
   Error checkBatch();
   Error checkRecompute();
@@ -717,6 +718,33 @@ Error Validator::checkGradientBuckets() {
   return Error::success();
 }
 
+/// Megatron-LM's --tp-comm-overlap overlaps the all-gathers and
+/// reduce-scatters of sequence parallelism with the GEMMs beside them (it
+/// asserts --sequence-parallel, as here).
+Error Validator::checkTensorParallelOverlap() {
+  if (!p.tpCommOverlap)
+    return Error::success();
+  if (p.tensorModelParallelSize == 1)
+    return fail({"tp_comm_overlap", "tensor_model_parallel_size"},
+                "tp_comm_overlap needs tensor_model_parallel_size > 1: it "
+                "overlaps the tensor-parallel all-gathers and "
+                "reduce-scatters with the GEMMs, and "
+                "tensor_model_parallel_size 1 has none; remove "
+                "tp_comm_overlap or set tensor_model_parallel_size to 2 or "
+                "more (with sequence_parallel)");
+  if (!p.sequenceParallel)
+    return fail({"tp_comm_overlap", "sequence_parallel"},
+                "tp_comm_overlap needs sequence_parallel (as in "
+                "Megatron-LM): it cuts the all-gather before each "
+                "column-parallel GEMM and the reduce-scatter after each "
+                "row-parallel GEMM, which tensor_model_parallel_size " +
+                    show(p.tensorModelParallelSize) +
+                    " without sequence_parallel does not have (it "
+                    "all-reduces); add sequence_parallel or remove "
+                    "tp_comm_overlap");
+  return Error::success();
+}
+
 Error Validator::run() {
   if (Error err = checkRanges())
     return err;
@@ -729,6 +757,8 @@ Error Validator::run() {
   if (Error err = checkContextParallel())
     return err;
   if (Error err = checkGradientBuckets())
+    return err;
+  if (Error err = checkTensorParallelOverlap())
     return err;
   if (Error err = checkPipeline())
     return err;
