@@ -73,6 +73,7 @@ private:
   Error checkContextParallel();
   Error checkGradientBuckets();
   Error checkTensorParallelOverlap();
+  Error checkParameterGather();
   Error checkPipeline();
   Error checkBatch();
   Error checkRecompute();
@@ -745,6 +746,30 @@ Error Validator::checkTensorParallelOverlap() {
   return Error::success();
 }
 
+/// Megatron-LM's --overlap-param-gather spreads the distributed optimizer's
+/// all-gather of updated parameters over the next forward pass, per bucket.
+Error Validator::checkParameterGather() {
+  if (!p.overlapParamGather)
+    return Error::success();
+  if (!p.useDistributedOptimizer)
+    return fail({"overlap_param_gather", "use_distributed_optimizer"},
+                "overlap_param_gather needs use_distributed_optimizer (as in "
+                "Megatron-LM): it overlaps the distributed optimizer's "
+                "all-gather of updated parameters with the next forward "
+                "pass, and without use_distributed_optimizer every rank "
+                "updates all of its parameters and gathers none; add "
+                "use_distributed_optimizer or remove overlap_param_gather");
+  return fail({"overlap_param_gather"},
+              "overlap_param_gather is not implemented yet: gathering each "
+              "gradient bucket's parameters before their first use needs "
+              "every rank to hold a 1/data_parallel_size shard of each "
+              "bucket, and the distributed optimizer here holds one range "
+              "of the whole buffer (docs/Parallelism.md, \"Overlapped "
+              "communication\"); remove overlap_param_gather (the "
+              "parameters are then gathered right after the optimizer "
+              "step)");
+}
+
 Error Validator::run() {
   if (Error err = checkRanges())
     return err;
@@ -759,6 +784,8 @@ Error Validator::run() {
   if (Error err = checkGradientBuckets())
     return err;
   if (Error err = checkTensorParallelOverlap())
+    return err;
+  if (Error err = checkParameterGather())
     return err;
   if (Error err = checkPipeline())
     return err;

@@ -115,6 +115,23 @@ TEST(ValidateCompileConfigTest, TensorParallelCommOverlap) {
             "<success>");
 }
 
+TEST(ValidateCompileConfigTest, ParameterGather) {
+  EXPECT_EQ(validateSmall({{"data_parallel_size", "2"},
+                           {"overlap_param_gather", ""}}),
+            "command line (--overlap-param-gather): overlap_param_gather "
+            "needs use_distributed_optimizer (as in Megatron-LM): it overlaps "
+            "the distributed optimizer's all-gather of updated parameters "
+            "with the next forward pass, and without "
+            "use_distributed_optimizer every rank updates all of its "
+            "parameters and gathers none; add use_distributed_optimizer or "
+            "remove overlap_param_gather");
+  EXPECT_NE(validateSmall({{"data_parallel_size", "2"},
+                           {"use_distributed_optimizer", ""},
+                           {"overlap_param_gather", ""}})
+                .find("overlap_param_gather is not implemented yet"),
+            std::string::npos);
+}
+
 TEST(ValidateCompileConfigTest, PipelineStages) {
   // Without interleaving the cost model splits 4 layers over 3 stages.
   EXPECT_EQ(validateSmall({{"pipeline_model_parallel_size", "3"}}),

@@ -140,6 +140,10 @@ struct ParallelConfig {
   /// row-parallel one in chunks pipelined against chunks of the GEMM
   /// (docs/Parallelism.md, "Tensor-parallel communication in chunks").
   bool tpCommOverlap = false;
+  /// Megatron-LM's --overlap-param-gather: checked (it needs the
+  /// distributed optimizer) and refused, not implemented yet
+  /// (docs/Parallelism.md, "Overlapped communication").
+  bool overlapParamGather = false;
   /// An explicit uneven pipeline split, as Megatron-LM's
   /// --decoder-first/last-pipeline-num-layers: the layers of the first and of
   /// the last stage; the other stages share the rest evenly. 0 means unset.
