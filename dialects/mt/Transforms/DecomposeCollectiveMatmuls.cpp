@@ -228,7 +228,7 @@ struct DecomposeCollectiveMatmulsPass
     layout.rows = local / layout.chunks;
     Location loc = gather.getLoc();
     OpBuilder builder(gather);
-    // The rank's rows are contiguous: split them along the axis.
+    // The rank's rows in chunks along the axis.
     SmallVector<Type> pieceTypes(layout.chunks,
                                  withDim(inputType, axis, layout.rows));
     auto split = SplitOp::create(builder, loc, pieceTypes, gather.getInput(),
