@@ -110,6 +110,7 @@ struct ChunkLayout {
         chunks, RankedTensorType::get({pre, group, rows * post}, element));
     auto split = SplitOp::create(builder, loc, pieceTypes, grouped,
                                  builder.getI64IntegerAttr(2));
+    split->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
     SmallVector<Value> pieces;
     for (Value piece : split.getResults())
       pieces.push_back(
@@ -136,6 +137,7 @@ struct ChunkLayout {
         builder, loc,
         RankedTensorType::get({pre, group, chunks * rows * post}, element),
         grouped, builder.getI64IntegerAttr(2));
+    joined->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
     return ReshapeOp::create(builder, loc, type, joined.getResult())
         .getResult();
   }
@@ -234,6 +236,7 @@ struct DecomposeCollectiveMatmulsPass
     auto split = SplitOp::create(builder, loc, pieceTypes, gather.getInput(),
                                  builder.getI64IntegerAttr(axis));
     copyDiscardable(gather, split);
+    split->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
     SmallVector<Value> gathered;
     for (auto [j, piece] : llvm::enumerate(split.getResults())) {
       Operation *chunk = builder.clone(*gather.getOperation());
@@ -405,6 +408,7 @@ struct DecomposeCollectiveMatmulsPass
     auto joined = ConcatOp::create(builder, loc, resultType, scattered,
                                    builder.getI64IntegerAttr(axis));
     copyDiscardable(scatter, joined);
+    joined->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
     scatter.getResult().replaceAllUsesWith(joined.getResult());
     scatter->erase();
     for (Operation *op : llvm::reverse(ordered))

@@ -61,6 +61,10 @@ inline constexpr llvm::StringLiteral kRegatheredAttrName = "mt.regathered";
 /// puts on chunk j of a tensor-parallel all-gather or reduce-scatter it
 /// decomposed (--tp-comm-overlap); --report overlap names the chunks by it.
 inline constexpr llvm::StringLiteral kCollectiveChunkAttrName = "mt.chunk";
+/// The discardable unit attribute on the mt.split and mt.concat ops that
+/// slice and join those chunks: copies the decomposition adds, which
+/// --report overlap counts apart.
+inline constexpr llvm::StringLiteral kChunkCopyAttrName = "mt.chunk_copy";
 
 /// Appends the reverse-mode backward pass of `function` (one block) before
 /// its return: `seed` is the gradient of its first result (a value defined

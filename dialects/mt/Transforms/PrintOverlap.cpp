@@ -197,7 +197,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
         bucketStarts(function, buckets, simulated);
     // The simulated run: one compute stream, one communication stream that
     // runs collectives in issue order.
-    double now = 0, commFree = 0, compute = 0;
+    double now = 0, commFree = 0, compute = 0, chunkCopies = 0;
     SmallVector<Row> rows;
     DenseMap<Operation *, size_t> rowOf;
     SmallVector<size_t> inFlight;
@@ -286,6 +286,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       }
       now += us;
       compute += us;
+      if (op.hasAttr(kChunkCopyAttrName))
+        chunkCopies += us;
       issueBuckets();
     }
     for (size_t index : SmallVector<size_t>(inFlight))
@@ -325,6 +327,10 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
                             ? 100.0 * std::max(0.0, total - exposed) / total
                             : 100.0,
                         compute, now);
+    if (chunkCopies > 0)
+      os << llvm::formatv("  of the computation, the slices and joins of "
+                          "--tp-comm-overlap's chunks: {0:F1} us\n",
+                          chunkCopies);
   }
   if (!any)
     os << "no collectives in any function: nothing to overlap (a pipeline's "

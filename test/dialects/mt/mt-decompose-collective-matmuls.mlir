@@ -7,22 +7,23 @@ shard.grid @grid(shape = 1x2)
 // chunk j]), the GEMM run per gathered chunk; its result is put back in
 // rank order (rank g's chunk j at rows g * 4 + j * 2), and so is the
 // gathered tensor for the weight gradient, which sums over the rows and is
-// not cut.
+// not cut. The chunks' collectives carry mt.chunk, the splits and concats
+// that slice and join them mt.chunk_copy (for --report overlap).
 // CHECK-LABEL: func.func @gather_gemm
 // CHECK-SAME: (%[[X:.+]]: tensor<2x4x8xf32>, %[[W:.+]]: tensor<8x16xf32>, %[[B:.+]]: tensor<16xf32>, %[[DY:.+]]: tensor<2x8x16xf32>)
 // CHECK-NOT: shard.all_gather %[[X]]
-// CHECK: %[[X0:.+]]:2 = mt.split %[[X]] axis = 1 {mt.layer_note} : tensor<2x4x8xf32> -> tensor<2x2x8xf32>, tensor<2x2x8xf32>
+// CHECK: %[[X0:.+]]:2 = mt.split %[[X]] axis = 1 {mt.chunk_copy, mt.layer_note} : tensor<2x4x8xf32> -> tensor<2x2x8xf32>, tensor<2x2x8xf32>
 // CHECK-NEXT: %[[G0:.+]] = shard.all_gather %[[X0]]#0 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 0, 2>, mt.layer_note} : tensor<2x2x8xf32> -> tensor<2x4x8xf32>
 // CHECK-NEXT: %[[G1:.+]] = shard.all_gather %[[X0]]#1 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 1, 2>, mt.layer_note} : tensor<2x2x8xf32> -> tensor<2x4x8xf32>
 // CHECK-NEXT: %[[Y0:.+]] = mt.linear %[[G0]], %[[W]], %[[B]] : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
 // CHECK-NEXT: %[[Y1:.+]] = mt.linear %[[G1]], %[[W]], %[[B]] : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
 // CHECK-NEXT: %[[R0:.+]] = mt.reshape %[[Y0]] : tensor<2x4x16xf32> -> tensor<2x2x32xf32>
 // CHECK-NEXT: %[[R1:.+]] = mt.reshape %[[Y1]] : tensor<2x4x16xf32> -> tensor<2x2x32xf32>
-// CHECK-NEXT: %[[C:.+]] = mt.concat %[[R0]], %[[R1]] axis = 2 : tensor<2x2x32xf32>, tensor<2x2x32xf32> -> tensor<2x2x64xf32>
+// CHECK-NEXT: %[[C:.+]] = mt.concat %[[R0]], %[[R1]] axis = 2 {mt.chunk_copy} : tensor<2x2x32xf32>, tensor<2x2x32xf32> -> tensor<2x2x64xf32>
 // CHECK-NEXT: %[[Y:.+]] = mt.reshape %[[C]] : tensor<2x2x64xf32> -> tensor<2x8x16xf32>
 // CHECK-NEXT: %[[S0:.+]] = mt.reshape %[[G0]] : tensor<2x4x8xf32> -> tensor<2x2x16xf32>
 // CHECK-NEXT: %[[S1:.+]] = mt.reshape %[[G1]] : tensor<2x4x8xf32> -> tensor<2x2x16xf32>
-// CHECK-NEXT: %[[SC:.+]] = mt.concat %[[S0]], %[[S1]] axis = 2 : tensor<2x2x16xf32>, tensor<2x2x16xf32> -> tensor<2x2x32xf32>
+// CHECK-NEXT: %[[SC:.+]] = mt.concat %[[S0]], %[[S1]] axis = 2 {mt.chunk_copy} : tensor<2x2x16xf32>, tensor<2x2x16xf32> -> tensor<2x2x32xf32>
 // CHECK-NEXT: %[[G:.+]] = mt.reshape %[[SC]] : tensor<2x2x32xf32> -> tensor<2x8x8xf32>
 // CHECK-NEXT: %[[DW:.+]] = mt.linear_weight_grad %[[G]], %[[DY]]
 // CHECK-NEXT: return %[[Y]], %[[DW]]
@@ -47,7 +48,7 @@ shard.grid @grid(shape = 1x2)
 // CHECK-NEXT: %[[G0:.+]] = shard.all_gather %[[D]]#0 {{.+}} {mt.chunk = array<i64: 0, 2>}
 // CHECK-NEXT: %[[G1:.+]] = shard.all_gather %[[D]]#1 {{.+}} {mt.chunk = array<i64: 1, 2>}
 // CHECK-NEXT: %[[HR:.+]] = mt.reshape %[[H]] : tensor<2x8x16xf32> -> tensor<2x2x64xf32>
-// CHECK-NEXT: %[[HS:.+]]:2 = mt.split %[[HR]] axis = 2 : tensor<2x2x64xf32> -> tensor<2x2x32xf32>, tensor<2x2x32xf32>
+// CHECK-NEXT: %[[HS:.+]]:2 = mt.split %[[HR]] axis = 2 {mt.chunk_copy} : tensor<2x2x64xf32> -> tensor<2x2x32xf32>, tensor<2x2x32xf32>
 // CHECK-NEXT: %[[H0:.+]] = mt.reshape %[[HS]]#0 : tensor<2x2x32xf32> -> tensor<2x4x16xf32>
 // CHECK-NEXT: %[[H1:.+]] = mt.reshape %[[HS]]#1 : tensor<2x2x32xf32> -> tensor<2x4x16xf32>
 // CHECK-NEXT: %[[DH0:.+]] = mt.linear_gelu_grad %[[G0]], %[[W]], %[[H0]] approximate = tanh transpose_weight : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
@@ -73,7 +74,7 @@ shard.grid @grid(shape = 1x2)
 // CHECK-LABEL: func.func @scatter_gemms
 // CHECK-SAME: (%[[A:.+]]: tensor<1x8x8xf32>, %[[B:.+]]: tensor<1x8x8xf32>, %[[W:.+]]: tensor<16x8xf32>, %[[V:.+]]: tensor<16x8xf32>)
 // CHECK: %[[AR:.+]] = mt.reshape %[[A]] : tensor<1x8x8xf32> -> tensor<1x2x32xf32>
-// CHECK-NEXT: %[[AS:.+]]:2 = mt.split %[[AR]] axis = 2 : tensor<1x2x32xf32> -> tensor<1x2x16xf32>, tensor<1x2x16xf32>
+// CHECK-NEXT: %[[AS:.+]]:2 = mt.split %[[AR]] axis = 2 {mt.chunk_copy} : tensor<1x2x32xf32> -> tensor<1x2x16xf32>, tensor<1x2x16xf32>
 // CHECK-NEXT: %[[A0:.+]] = mt.reshape %[[AS]]#0 : tensor<1x2x16xf32> -> tensor<1x4x8xf32>
 // CHECK-NEXT: %[[A1:.+]] = mt.reshape %[[AS]]#1 : tensor<1x2x16xf32> -> tensor<1x4x8xf32>
 // CHECK: %[[B0:.+]] = mt.reshape %{{.+}}#0 : tensor<1x2x16xf32> -> tensor<1x4x8xf32>
@@ -86,7 +87,7 @@ shard.grid @grid(shape = 1x2)
 // CHECK-NEXT: %[[Q1:.+]] = mt.linear %[[B1]], %[[V]] transpose_weight
 // CHECK-NEXT: %[[S1:.+]] = mt.add %[[P1]], %[[Q1]] : tensor<1x4x16xf32>
 // CHECK-NEXT: %[[R1:.+]] = shard.reduce_scatter %[[S1]] on @grid grid_axes = [1] scatter_axis = 1 {mt.chunk = array<i64: 1, 2>} : tensor<1x4x16xf32> -> tensor<1x2x16xf32>
-// CHECK-NEXT: %[[R:.+]] = mt.concat %[[R0]], %[[R1]] axis = 1 : tensor<1x2x16xf32>, tensor<1x2x16xf32> -> tensor<1x4x16xf32>
+// CHECK-NEXT: %[[R:.+]] = mt.concat %[[R0]], %[[R1]] axis = 1 {mt.chunk_copy} : tensor<1x2x16xf32>, tensor<1x2x16xf32> -> tensor<1x4x16xf32>
 // CHECK-NEXT: return %[[R]]
 // CHECK-NOT: mt.linear
 func.func @scatter_gemms(%a: tensor<1x8x8xf32>, %b: tensor<1x8x8xf32>, %w: tensor<16x8xf32>, %v: tensor<16x8xf32>) -> tensor<1x4x16xf32> {
