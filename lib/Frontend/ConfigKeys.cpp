@@ -604,6 +604,22 @@ static const KeyDef kKeys[] = {
      [](CompileConfig &c, StringRef v) {
        return setBool(v, c.parallel.useDistributedOptimizer);
      }},
+    {{"tp_comm_overlap", "parallel",
+      "Cut the all-gather before each column-parallel GEMM and the "
+      "reduce-scatter after each row-parallel GEMM into chunks pipelined "
+      "against chunks of the GEMM (needs sequence_parallel).",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.parallel.tpCommOverlap);
+     }},
+    {{"overlap_param_gather", "parallel",
+      "Megatron-LM's all-gather of updated parameters per bucket during the "
+      "next forward pass (needs use_distributed_optimizer; not implemented "
+      "yet, refused).",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.parallel.overlapParamGather);
+     }},
     {{"overlap_grad_reduce", "parallel",
       "Reduce the gradients in buckets during the last micro-batch's "
       "backward pass, each as soon as its gradients are complete.",

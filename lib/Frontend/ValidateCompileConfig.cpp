@@ -72,6 +72,8 @@ private:
   Error checkTensorParallel();
   Error checkContextParallel();
   Error checkGradientBuckets();
+  Error checkTensorParallelOverlap();
+  Error checkParameterGather();
   Error checkPipeline();
   Error checkBatch();
   Error checkRecompute();
@@ -718,6 +720,57 @@ Error Validator::checkGradientBuckets() {
   return Error::success();
 }
 
+/// Megatron-LM's --tp-comm-overlap overlaps the all-gathers and
+/// reduce-scatters of sequence parallelism with the GEMMs beside them (it
+/// asserts --sequence-parallel, as here).
+Error Validator::checkTensorParallelOverlap() {
+  if (!p.tpCommOverlap)
+    return Error::success();
+  if (p.tensorModelParallelSize == 1)
+    return fail({"tp_comm_overlap", "tensor_model_parallel_size"},
+                "tp_comm_overlap needs tensor_model_parallel_size > 1: it "
+                "overlaps the tensor-parallel all-gathers and "
+                "reduce-scatters with the GEMMs, and "
+                "tensor_model_parallel_size 1 has none; remove "
+                "tp_comm_overlap or set tensor_model_parallel_size to 2 or "
+                "more (with sequence_parallel)");
+  if (!p.sequenceParallel)
+    return fail({"tp_comm_overlap", "sequence_parallel"},
+                "tp_comm_overlap needs sequence_parallel (as in "
+                "Megatron-LM): it cuts the all-gather before each "
+                "column-parallel GEMM and the reduce-scatter after each "
+                "row-parallel GEMM, which tensor_model_parallel_size " +
+                    show(p.tensorModelParallelSize) +
+                    " without sequence_parallel does not have (it "
+                    "all-reduces); add sequence_parallel or remove "
+                    "tp_comm_overlap");
+  return Error::success();
+}
+
+/// Megatron-LM's --overlap-param-gather spreads the distributed optimizer's
+/// all-gather of updated parameters over the next forward pass, per bucket.
+Error Validator::checkParameterGather() {
+  if (!p.overlapParamGather)
+    return Error::success();
+  if (!p.useDistributedOptimizer)
+    return fail({"overlap_param_gather", "use_distributed_optimizer"},
+                "overlap_param_gather needs use_distributed_optimizer (as in "
+                "Megatron-LM): it overlaps the distributed optimizer's "
+                "all-gather of updated parameters with the next forward "
+                "pass, and without use_distributed_optimizer every rank "
+                "updates all of its parameters and gathers none; add "
+                "use_distributed_optimizer or remove overlap_param_gather");
+  return fail({"overlap_param_gather"},
+              "overlap_param_gather is not implemented yet: gathering each "
+              "gradient bucket's parameters before their first use needs "
+              "every rank to hold a 1/data_parallel_size shard of each "
+              "bucket, and the distributed optimizer here holds one range "
+              "of the whole buffer (docs/Parallelism.md, \"Overlapped "
+              "communication\"); remove overlap_param_gather (the "
+              "parameters are then gathered right after the optimizer "
+              "step)");
+}
+
 Error Validator::run() {
   if (Error err = checkRanges())
     return err;
@@ -730,6 +783,10 @@ Error Validator::run() {
   if (Error err = checkContextParallel())
     return err;
   if (Error err = checkGradientBuckets())
+    return err;
+  if (Error err = checkTensorParallelOverlap())
+    return err;
+  if (Error err = checkParameterGather())
     return err;
   if (Error err = checkPipeline())
     return err;

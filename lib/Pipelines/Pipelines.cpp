@@ -162,15 +162,21 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
   if (stopAfter == PipelineBoundary::Fusion)
     return;
   buildPrecisionPipeline(pm);
-  if (options.overlapCollectives) {
+  if (options.overlapCollectives || parallel.tpCommOverlap) {
     OverlapPipelineOptions overlap;
     overlap.costModel = options.costModel;
+    overlap.tpCommOverlap = parallel.tpCommOverlap;
     buildOverlapPipeline(pm, overlap);
   }
 }
 
 void megatron::buildOverlapPipeline(mlir::OpPassManager &pm,
                                     const OverlapPipelineOptions &options) {
+  if (options.tpCommOverlap) {
+    pm.addPass(mlir::mt::createDecomposeCollectiveMatmulsPass());
+    // The chunks are new collectives: every rank must still issue the same.
+    pm.addPass(mlir::mt::createVerifyCollectivesPass());
+  }
   pm.addPass(mlir::mt::createSplitCollectivesPass());
   mlir::mt::ScheduleCollectivesPassOptions schedule;
   schedule.costModel = options.costModel;

@@ -93,6 +93,45 @@ TEST(ValidateCompileConfigTest, SequenceParallel) {
             "<success>");
 }
 
+TEST(ValidateCompileConfigTest, TensorParallelCommOverlap) {
+  EXPECT_EQ(validateSmall({{"tp_comm_overlap", "true"}}),
+            "command line (--tp-comm-overlap): tp_comm_overlap needs "
+            "tensor_model_parallel_size > 1: it overlaps the tensor-parallel "
+            "all-gathers and reduce-scatters with the GEMMs, and "
+            "tensor_model_parallel_size 1 has none; remove tp_comm_overlap or "
+            "set tensor_model_parallel_size to 2 or more (with "
+            "sequence_parallel)");
+  EXPECT_EQ(validateSmall({{"tensor_model_parallel_size", "4"},
+                           {"tp_comm_overlap", ""}}),
+            "command line (--tp-comm-overlap): tp_comm_overlap needs "
+            "sequence_parallel (as in Megatron-LM): it cuts the all-gather "
+            "before each column-parallel GEMM and the reduce-scatter after "
+            "each row-parallel GEMM, which tensor_model_parallel_size 4 "
+            "without sequence_parallel does not have (it all-reduces); add "
+            "sequence_parallel or remove tp_comm_overlap");
+  EXPECT_EQ(validateSmall({{"tensor_model_parallel_size", "4"},
+                           {"sequence_parallel", ""},
+                           {"tp_comm_overlap", ""}}),
+            "<success>");
+}
+
+TEST(ValidateCompileConfigTest, ParameterGather) {
+  EXPECT_EQ(validateSmall({{"data_parallel_size", "2"},
+                           {"overlap_param_gather", ""}}),
+            "command line (--overlap-param-gather): overlap_param_gather "
+            "needs use_distributed_optimizer (as in Megatron-LM): it overlaps "
+            "the distributed optimizer's all-gather of updated parameters "
+            "with the next forward pass, and without "
+            "use_distributed_optimizer every rank updates all of its "
+            "parameters and gathers none; add use_distributed_optimizer or "
+            "remove overlap_param_gather");
+  EXPECT_NE(validateSmall({{"data_parallel_size", "2"},
+                           {"use_distributed_optimizer", ""},
+                           {"overlap_param_gather", ""}})
+                .find("overlap_param_gather is not implemented yet"),
+            std::string::npos);
+}
+
 TEST(ValidateCompileConfigTest, PipelineStages) {
   // Without interleaving the cost model splits 4 layers over 3 stages.
   EXPECT_EQ(validateSmall({{"pipeline_model_parallel_size", "3"}}),

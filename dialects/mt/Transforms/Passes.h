@@ -57,6 +57,15 @@ inline constexpr llvm::StringLiteral kContextExchangeAttrName =
 /// clones into the backward pass; it keeps CSE from merging them back.
 inline constexpr llvm::StringLiteral kRegatheredAttrName = "mt.regathered";
 
+/// The discardable `[j, chunks]` attribute mt-decompose-collective-matmuls
+/// puts on chunk j of a tensor-parallel all-gather or reduce-scatter it
+/// decomposed (--tp-comm-overlap); --report overlap names the chunks by it.
+inline constexpr llvm::StringLiteral kCollectiveChunkAttrName = "mt.chunk";
+/// The discardable unit attribute on the mt.split and mt.concat ops that
+/// slice and join those chunks: copies the decomposition adds, which
+/// --report overlap counts apart.
+inline constexpr llvm::StringLiteral kChunkCopyAttrName = "mt.chunk_copy";
+
 /// Appends the reverse-mode backward pass of `function` (one block) before
 /// its return: `seed` is the gradient of its first result (a value defined
 /// before the return, such as a fill of 1 or an argument). Every parameter

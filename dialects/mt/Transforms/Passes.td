@@ -708,6 +708,61 @@ def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }
 
+def DecomposeCollectiveMatmulsPass
+    : Pass<"mt-decompose-collective-matmuls", "::mlir::ModuleOp"> {
+  let summary = "cuts the all-gather before a GEMM and the reduce-scatter after one into chunks pipelined against chunks of the GEMM";
+  let description = [{
+    Megatron-LM's `--tp-comm-overlap` (collective-matmul decomposition, as
+    async tensor parallelism does), on per-rank IR under tensor and sequence
+    parallelism; runs before `mt-split-collectives`.
+
+    - A `shard.all_gather` along a row dimension (not the last) read by
+      GEMMs (`mt.linear`, `mt.linear_gelu` whose input it is): the rank's
+      rows are split into `chunks` chunks, each gathered alone (chunk j of
+      the whole is every rank's chunk j), and each GEMM runs once per
+      gathered chunk; its results, and the gathered tensor where another op
+      reads it, are put back together (`mt.reshape`, `mt.concat`).
+    - A `shard.reduce_scatter` along a row dimension of rows made by GEMMs
+      (`mt.linear`, and `mt.add` or `mt.cast` of such rows, each read once):
+      per chunk j, every rank's chunk j of the rows is computed from slices
+      of the GEMMs' inputs and reduce-scattered alone; the rank's chunks are
+      joined.
+
+    A GEMM computes each row alone and a reduce-scatter sums each element
+    alone, so every value is the undecomposed program's, bit for bit on the
+    host. The chunk count is the largest divisor of the rank's rows up to
+    `chunks`; a collective whose rows do not divide is left whole, and so is
+    one whose slices and joins would copy more than `max-copy-ratio` times
+    its whole tensor (the vocabulary-parallel output layer: its logits are
+    many times wider than its gathered input). Each chunk's collective
+    carries `mt.chunk = [j, chunks]`.
+
+    ```mlir
+    %g = shard.all_gather %x on @grid grid_axes = [1] gather_axis = 1 : tensor<2x8x16xf32> -> tensor<2x16x16xf32>
+    %y = mt.linear %g, %w : (tensor<2x16x16xf32>, tensor<16x32xf32>) -> tensor<2x16x32xf32>
+    // with chunks=2 becomes
+    %x0, %x1 = mt.split %x axis = 1 : tensor<2x8x16xf32> -> tensor<2x4x16xf32>, tensor<2x4x16xf32>
+    %g0 = shard.all_gather %x0 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 0, 2>} : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+    %g1 = shard.all_gather %x1 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 1, 2>} : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+    %y0 = mt.linear %g0, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+    %y1 = mt.linear %g1, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+    // %y: rank g's rows of chunk j at g * 8 + j * 4
+    ```
+  }];
+  let options = [
+    Option<"chunks", "chunks", "int64_t", "4",
+           "the most chunks per collective (Megatron-LM's num_splits)">,
+    Option<"maxCopyRatio", "max-copy-ratio", "double", "8.0",
+           "the most bytes the slices and joins may copy, as a multiple of the collective's whole tensor">
+  ];
+  let statistics = [
+    Statistic<"numGathers", "gathers", "all-gathers decomposed into chunks">,
+    Statistic<"numScatters", "scatters", "reduce-scatters decomposed into chunks">,
+    Statistic<"numGemmChunks", "gemms", "GEMMs run in chunks">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
+}
+
 def SplitCollectivesPass : Pass<"mt-split-collectives", "::mlir::ModuleOp"> {
   let summary = "splits each collective into an mt.collective_start and an mt.collective_wait";
   let description = [{

@@ -30,6 +30,8 @@ struct Row {
   llvm::MapVector<StringRef, double> behind;
   /// A gradient bucket's reduction: its index in its buffer, else -1.
   int64_t bucket = -1;
+  /// A chunk of --tp-comm-overlap: "c<j>/<chunks>", else empty.
+  std::string chunk;
 };
 
 /// A gradient bucket of --overlap-grad-reduce (mt-plan-gradient-reduction):
@@ -195,7 +197,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
         bucketStarts(function, buckets, simulated);
     // The simulated run: one compute stream, one communication stream that
     // runs collectives in issue order.
-    double now = 0, commFree = 0, compute = 0;
+    double now = 0, commFree = 0, compute = 0, chunkCopies = 0;
     SmallVector<Row> rows;
     DenseMap<Operation *, size_t> rowOf;
     SmallVector<size_t> inFlight;
@@ -203,6 +205,12 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       Row row;
       row.cost = model.collective(collective);
       row.axes = axesOf(collective);
+      if (auto chunk =
+              collective->getAttrOfType<DenseI64ArrayAttr>(
+                  kCollectiveChunkAttrName);
+          chunk && chunk.size() == 2)
+        row.chunk = ("c" + llvm::Twine(chunk[0]) + "/" + llvm::Twine(chunk[1]))
+                        .str();
       row.begin = std::max(now, commFree);
       row.end = row.begin + row.cost.us;
       commFree = row.end;
@@ -278,6 +286,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       }
       now += us;
       compute += us;
+      if (op.hasAttr(kChunkCopyAttrName))
+        chunkCopies += us;
       issueBuckets();
     }
     for (size_t index : SmallVector<size_t>(inFlight))
@@ -288,7 +298,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
     any = true;
     os << "\n" << function.getSymName() << ": " << ranksOf(module, function)
        << "\n";
-    os << llvm::formatv("  {0,-3} {1,-15} {2,-6} {3,5} {4,-7} {5,12} "
+    os << llvm::formatv("  {0,-3} {1,-19} {2,-6} {3,5} {4,-7} {5,12} "
                         "{6,12} {7,10} {8,11}  {9}\n",
                         "#", "collective", "axes", "ranks", "link", "bytes",
                         "predicted_us", "hidden_us", "exposed_us",
@@ -298,12 +308,13 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       total += row.cost.us;
       exposed += row.exposed;
       os << llvm::formatv(
-          "  {0,-3} {1,-15} {2,-6} {3,5} {4,-7} {5,12} {6,12:F1} {7,10:F1} "
+          "  {0,-3} {1,-19} {2,-6} {3,5} {4,-7} {5,12} {6,12:F1} {7,10:F1} "
           "{8,11:F1}  {9}\n",
           index,
           row.bucket >= 0
               ? ("b" + llvm::Twine(row.bucket) + ":" + row.cost.kind).str()
-              : row.cost.kind.str(),
+          : !row.chunk.empty() ? row.chunk + ":" + row.cost.kind.str()
+                               : row.cost.kind.str(),
           row.axes, row.cost.groupSize, row.cost.network ? "network" : "nvlink",
           row.cost.bytes, row.cost.us, std::max(0.0, row.cost.us - row.exposed),
           row.exposed, describeBehind(row));
@@ -316,6 +327,10 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
                             ? 100.0 * std::max(0.0, total - exposed) / total
                             : 100.0,
                         compute, now);
+    if (chunkCopies > 0)
+      os << llvm::formatv("  of the computation, the slices and joins of "
+                          "--tp-comm-overlap's chunks: {0:F1} us\n",
+                          chunkCopies);
   }
   if (!any)
     os << "no collectives in any function: nothing to overlap (a pipeline's "

@@ -193,6 +193,15 @@ struct ParallelConfig {
   /// Megatron-LM's --ddp-bucket-size: the least elements of a bucket (all
   /// but the last); 0 means Megatron-LM's default, max(4e7, 1e6 * dp).
   int64_t ddpBucketSize = 0;
+  /// Megatron-LM's --tp-comm-overlap (needs sequence parallelism): the
+  /// all-gather before a column-parallel GEMM and the reduce-scatter after a
+  /// row-parallel one in chunks pipelined against chunks of the GEMM
+  /// (docs/Parallelism.md, "Tensor-parallel communication in chunks").
+  bool tpCommOverlap = false;
+  /// Megatron-LM's --overlap-param-gather: checked (it needs the
+  /// distributed optimizer) and refused, not implemented yet
+  /// (docs/Parallelism.md, "Overlapped communication").
+  bool overlapParamGather = false;
   /// An explicit uneven pipeline split, as Megatron-LM's
   /// --decoder-first/last-pipeline-num-layers: the layers of the first and of
   /// the last stage; the other stages share the rest evenly. 0 means unset.

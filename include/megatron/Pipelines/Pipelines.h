@@ -178,6 +178,7 @@ struct CompilePipelineOptions {
   int64_t linearCrossEntropyChunkRows = 0;
   /// After precision: the overlap pipeline (off by default,
   /// docs/Parallelism.md "Overlapped communication").
+  /// Implied by parallel.tpCommOverlap, which adds the decomposition.
   bool overlapCollectives = false;
   std::string costModel;
 };
@@ -202,10 +203,20 @@ struct OverlapPipelineOptions
       llvm::cl::desc("the cost model's JSON file (default: "
                      "data/cost-model.json, built in)"),
       llvm::cl::init("")};
+  Option<bool> tpCommOverlap{
+      *this, "tp-comm-overlap",
+      llvm::cl::desc("Megatron-LM's --tp-comm-overlap: first the "
+                     "tensor-parallel all-gathers and reduce-scatters beside "
+                     "GEMMs in chunks (mt-decompose-collective-matmuls), "
+                     "proven again to match (mt-verify-collectives)"),
+      llvm::cl::init(false)};
 };
 
 /// After the precision pipeline, last, where the types are the stored
-/// ones: each collective split into a start and a wait
+/// ones: with tpCommOverlap, the tensor-parallel collectives beside GEMMs in
+/// chunks pipelined against chunks of the GEMMs
+/// (mt-decompose-collective-matmuls, then mt-verify-collectives again); each
+/// collective split into a start and a wait
 /// (mt-split-collectives), placed by the cost model so that computation
 /// hides it (mt-schedule-collectives). docs/Parallelism.md, "Overlapped
 /// communication".

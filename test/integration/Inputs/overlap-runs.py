@@ -3,7 +3,7 @@ collectives the overlap moved in the bundles' instruction streams (and, for
 --overlap-grad-reduce, how its gradient buckets lie), trains both bundles
 3 iterations on the CPU (in-process ranks) and compares their logs and saved
 weights bit for bit (overlap-bit-identical.test,
-overlap-grad-reduce-bit-identical.test).
+overlap-grad-reduce-bit-identical.test, overlap-every-flag-bit-identical.test).
 
 Usage: overlap-runs.py MEGATRON_COMPILE MEGATRON_TRAIN SOURCE_ROOT MODEL
                        WORKDIR [--overlap FLAG]... [COMPILE_FLAG...]
@@ -12,6 +12,7 @@ Each --overlap FLAG is given to the overlapped bundle only (default:
 --overlap-collectives); the COMPILE_FLAGs to both.
 """
 import filecmp
+from collections import Counter
 import json
 import os
 import subprocess
@@ -64,9 +65,16 @@ moved = sum(1 for key in after if before.get(key) != after[key])
 # A wait moved down is no instruction: it shows as operands held longer,
 # in the free lists and the memory plan.
 changed = functions_before != functions_after
-print(f"collectives: {len(before)}, the same kinds after: "
-      f"{str(same_count).lower()}, starts moved: {'yes' if moved else 'no'}, "
-      f"plan changed: {str(changed).lower()}")
+if same_count:
+    print(f"collectives: {len(before)}, the same kinds after: true, "
+          f"starts moved: {'yes' if moved else 'no'}, "
+          f"plan changed: {str(changed).lower()}")
+else:
+    # --tp-comm-overlap: all-gathers and reduce-scatters cut into chunks.
+    counts = [Counter(stream.values()) for stream in (before, after)]
+    print(f"collectives: {len(before)}, in chunks after: {len(after)} (" +
+          ", ".join(f"{kind} {counts[0][kind]} -> {counts[1][kind]}"
+                    for kind in COLLECTIVES) + ")")
 buffers = plans[1].get("gradient_buffers") or (
     [plans[1]["gradient_buffer"]] if "gradient_buffer" in plans[1] else [])
 buckets = [b for buffer in buffers for b in buffer.get("buckets", [])]
