@@ -10,14 +10,16 @@
 // flashDropoutMaskKernel draws (the host's mask), one 64-bit word per query
 // row and 64 keys.
 //
-// A block owns 128 queries of one (query head, batch) and walks the keys
-// in tiles of 128 (causal: those its queries see). Three warpgroups:
+// A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
+// (query head, batch) and walks the keys in tiles of 128 (causal: those
+// its queries see). Warpgroups:
 // - warpgroup 0, the producer: one thread issues the copies of Q (once)
 //   and of each K and V tile into two stages, each completing on its
 //   stage's "full" barrier (transaction bytes), and waits on the stage's
 //   "empty" barrier (an arrival from each consumer warp) before reusing it;
 //   it gives its registers up (setmaxnreg 24).
-// - warpgroups 1 and 2, the consumers (setmaxnreg 240), 64 queries each:
+// - warpgroups 1 and 2, the consumers (setmaxnreg 240; 160 with three),
+//   64 queries each:
 //   S = Q K^T by wgmma with both operands in shared memory (m64n128k16,
 //   K-major), the online softmax in registers (scores scaled into base-2
 //   exponents: one FFMA and one ex2 a probability, as the own kernel), P
@@ -25,10 +27,13 @@
 //   from registers, V as an MN-major B), then the stage released. By
 //   default FlashAttention-3's overlap within a warpgroup: tile n's S and
 //   tile n - 1's P V are issued together and the softmax of S runs while
-//   P V completes (MTRT_CUDA_HOPPER_OVERLAP=0: one tile at a time);
-//   MTRT_CUDA_HOPPER_PINGPONG=1 also makes the two consumer warpgroups take
-//   turns to issue their products (named barriers), FlashAttention-3's
-//   ping-pong, so that one's softmax hides behind the other's products.
+//   P V completes (MTRT_CUDA_HOPPER_OVERLAP=0: one tile at a time), and
+//   the consumer warpgroups take turns to issue their products (named
+//   barriers), FlashAttention-3's ping-pong, so that one's softmax hides
+//   behind another's products (MTRT_CUDA_HOPPER_PINGPONG=0: not). On the
+//   H200 (bench/NOTES.md, session 17) the overlap gained 3-5% over one tile
+//   at a time, the ping-pong up to 5% more at sequences 1024-2048 and
+//   nothing at 8192.
 //
 // Shared tiles are what the copy engine writes with 128-byte swizzling:
 // rows of 64 bf16 (128 bytes), a head dimension of 128 in two such column
@@ -63,13 +68,22 @@ namespace mtrt::cuda {
 
 namespace {
 
-constexpr int kBlockM = 128;  // queries of a block
 constexpr int kBlockN = 128;  // keys of a tile
 constexpr int kMaskKeys = 64; // keys of a dropout mask word
 constexpr int kStages = 2;
-constexpr int kConsumers = 2;                       // warpgroups
-constexpr int kThreads = 128 * (1 + kConsumers);   // with the producer
-constexpr int kConsumerWarps = 4 * kConsumers;
+
+/// The block's shape at head dimension D: consumer warpgroups of 64
+/// queries each, and the producer. Two at both head dimensions: three at
+/// 64 (FlashAttention-3's 192 queries, 160 registers a consumer thread;
+/// passes the tests) ran gpt2-124m's shape at 206 TFLOP/s against two's
+/// 213 (bench/NOTES.md, session 17: 1024 queries are 5.3 blocks of 192).
+template <int D> struct HopperShape {
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockM = 64 * kConsumers; // queries of a block
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
+};
 constexpr float kLn2 = 0.6931471805599453f;
 
 /// What the kernel reads of a call.
@@ -85,11 +99,8 @@ struct HopperGeometry {
   /// MTRT_CUDA_HOPPER_OVERLAP=0).
   bool overlap;
   /// The consumer warpgroups take turns to issue their products (with
-  /// overlap only; MTRT_CUDA_HOPPER_PINGPONG=1).
+  /// overlap only; MTRT_CUDA_HOPPER_PINGPONG=0 turns it off).
   bool pingpong;
-  /// The V descriptor's strides swapped (MTRT_CUDA_HOPPER_VDESC=swap): a
-  /// diagnostic of the MN-major layout, off by default.
-  bool swapV;
 
   __device__ int64_t rowIndex(int b, int h, int i) const {
     return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
@@ -110,7 +121,7 @@ template <int D> constexpr uint32_t tileBytes(int rows) {
 /// Shared memory: Q, then K and V of each stage, then the barriers (1024
 /// bytes of slack to align the start to a swizzle atom).
 template <int D> constexpr size_t sharedBytes() {
-  return 1024 + tileBytes<D>(kBlockM) +
+  return 1024 + tileBytes<D>(HopperShape<D>::kBlockM) +
          2 * kStages * static_cast<size_t>(tileBytes<D>(kBlockN)) + 128;
 }
 
@@ -305,23 +316,21 @@ __device__ inline uint64_t kMajor(uint32_t tile, int k) {
 }
 /// V's descriptor at keys 16k .. 16k + 15 (MN-major: 1024 bytes between
 /// groups of 8 keys, a chunk between 64 columns of the head dimension).
-__device__ inline uint64_t mnMajor(uint32_t tile, int k, bool swap) {
-  uint32_t at = tile + k * 16 * 128;
-  return swap ? descriptor(at, 1024, chunkBytes(kBlockN))
-              : descriptor(at, chunkBytes(kBlockN), 1024);
+__device__ inline uint64_t mnMajor(uint32_t tile, int k) {
+  return descriptor(tile + k * 16 * 128, chunkBytes(kBlockN), 1024);
 }
 
 /// O += P V for one tile: P's A fragments in registers, 8 steps of 16 keys.
 template <int D>
 __device__ inline void accumulatePV(float (&o)[D / 2],
                                     const uint32_t (&p)[kBlockN / 16][4],
-                                    uint32_t vTile, bool swap) {
+                                    uint32_t vTile) {
 #pragma unroll
   for (int k = 0; k < kBlockN / 16; ++k) {
     if constexpr (D == 128)
-      wgmmaRS128(o, p[k], mnMajor(vTile, k, swap), 1);
+      wgmmaRS128(o, p[k], mnMajor(vTile, k), 1);
     else
-      wgmmaRS64(o, p[k], mnMajor(vTile, k, swap), 1);
+      wgmmaRS64(o, p[k], mnMajor(vTile, k), 1);
   }
 }
 
@@ -350,17 +359,20 @@ struct Barriers {
       vEmpty[kStages];
 };
 
-// Grid (query blocks of 128, headsQ, batch), kThreads threads, shared
-// sharedBytes<D>(). Tensor maps: q over (D, headsQ, seqQ, batch), k and v
-// over (D, headsKv, seqK, batch), boxes of 64 columns x 128 positions.
+// Grid (query blocks of HopperShape<D>::kBlockM, headsQ, batch),
+// HopperShape<D>::kThreads threads, shared sharedBytes<D>(). Tensor maps: q
+// over (D, headsQ, seqQ, batch), boxes of 64 columns x kBlockM positions;
+// k and v over (D, headsKv, seqK, batch), boxes of 64 x 128.
 template <int D, bool Dropout>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap qMap,
                         const __grid_constant__ CUtensorMap kMap,
                         const __grid_constant__ CUtensorMap vMap,
                         HopperGeometry geo, void *out,
                         __nv_bfloat16 *outCopy, float *logsumexp,
                         const uint64_t *mask) {
+  using Shape = HopperShape<D>;
+  constexpr int kBlockM = Shape::kBlockM;
   extern __shared__ unsigned char hopperShared[];
   // Swizzled tiles start at a 1024-byte boundary.
   uint32_t base = (smem(hopperShared) + 1023) & ~1023u;
@@ -382,8 +394,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       barrierInit(smem(&bars->kFull[s]), 1);
       barrierInit(smem(&bars->vFull[s]), 1);
-      barrierInit(smem(&bars->kEmpty[s]), kConsumerWarps);
-      barrierInit(smem(&bars->vEmpty[s]), kConsumerWarps);
+      barrierInit(smem(&bars->kEmpty[s]), Shape::kConsumerWarps);
+      barrierInit(smem(&bars->vEmpty[s]), Shape::kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -410,7 +422,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
+      Shape::kConsumerRegisters));
   int consumer = warpgroup - 1;
   int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   int g = lane / 4, t = lane % 4;
@@ -442,8 +455,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // Issues O += P V of tile n (uncommitted).
   auto issueValues = [&](int n) {
-    accumulatePV<D>(o, p, vTiles + (n % kStages) * tileBytes<D>(kBlockN),
-                    geo.swapV);
+    accumulatePV<D>(o, p, vTiles + (n % kStages) * tileBytes<D>(kBlockN));
   };
   auto release = [&](uint64_t *bar) {
     __syncwarp();
@@ -561,21 +573,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     // and tile n - 1's P V are in flight together, and the softmax of S
     // runs while P V completes (its probabilities wait in s until P's
     // registers are free). Tile 0 first, alone. With geo.pingpong the
-    // two warpgroups take turns to issue their products (named barriers 1
-    // and 2; consumer 0 first), so that one's softmax runs while the
-    // other's products do; turns: tile 0, tiles 1 .. tiles - 1, the last
-    // P V.
+    // warpgroups take turns to issue their products (consumer c waits on
+    // named barrier 1 + c and passes to the next; consumer 0 first), so
+    // that one's softmax runs while another's products do; turns: tile 0,
+    // tiles 1 .. tiles - 1, the last P V.
     auto myTurn = [&] {
       if (geo.pingpong)
         asm volatile("bar.sync %0, 256;\n" ::"r"(1 + consumer) : "memory");
     };
-    // Consumer 0 waits as many turns as consumer 1 passes it: one before
-    // the first, none after the last.
+    // Consumer 0 waits as many turns as the last consumer passes it: one
+    // before the first, none after the last.
     auto passTurn = [&](bool last) {
-      if (geo.pingpong && !(last && consumer == 1))
-        asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - consumer) : "memory");
+      if (geo.pingpong && !(last && consumer == Shape::kConsumers - 1))
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(
+                         1 + (consumer + 1) % Shape::kConsumers)
+                     : "memory");
     };
-    if (geo.pingpong && consumer == 1)
+    if (geo.pingpong && consumer == Shape::kConsumers - 1)
       asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     {
       uint64_t words[2][2] = {};
@@ -708,10 +722,10 @@ FlashLayout resolve(FlashLayout layout, int64_t heads, int64_t headDim) {
 
 /// The tensor map of a bf16 tensor [batch][positions] of rows `layout`
 /// apart, `heads` heads of D columns: dimensions (D, heads, positions,
-/// batch), boxes of 64 columns x 128 positions, 128-byte swizzling, rows
-/// past the end read as zeros.
+/// batch), boxes of 64 columns x `rows` positions, 128-byte swizzling,
+/// rows past the end read as zeros.
 CUtensorMap tensorMap(const void *data, FlashLayout layout, int64_t heads,
-                      int64_t positions, int64_t batch, int64_t d) {
+                      int64_t positions, int64_t batch, int64_t d, int rows) {
   CUtensorMap map;
   std::memset(&map, 0, sizeof(map));
   cuuint64_t dims[4] = {static_cast<cuuint64_t>(d),
@@ -722,9 +736,8 @@ CUtensorMap tensorMap(const void *data, FlashLayout layout, int64_t heads,
       static_cast<cuuint64_t>(layout.head) * 2,
       static_cast<cuuint64_t>(layout.position) * 2,
       static_cast<cuuint64_t>(layout.position * positions) * 2};
-  cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(kBlockN), 1};
+  cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(rows), 1};
   cuuint32_t elementStrides[4] = {1, 1, 1, 1};
-  static_assert(kBlockM == kBlockN, "one box for Q, K and V");
   CUresult result = encodeTiled()(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void *>(data),
       dims, strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -741,19 +754,21 @@ template <int D, bool Dropout>
 void launch(cudaStream_t stream, const AttentionParams &p,
             const FlashTensors &io, const HopperGeometry &geo,
             __nv_bfloat16 *outCopy, float *logsumexp, const uint64_t *mask) {
+  using Shape = HopperShape<D>;
   CUtensorMap qMap = tensorMap(io.q, resolve(io.qLayout, p.headsQ, D),
-                               p.headsQ, p.seqQ, p.batch, D);
+                               p.headsQ, p.seqQ, p.batch, D, Shape::kBlockM);
   CUtensorMap kMap = tensorMap(io.k, resolve(io.kLayout, p.headsKv, D),
-                               p.headsKv, p.seqK, p.batch, D);
+                               p.headsKv, p.seqK, p.batch, D, kBlockN);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
-                               p.headsKv, p.seqK, p.batch, D);
+                               p.headsKv, p.seqK, p.batch, D, kBlockN);
   auto kernel = hopperForwardKernel<D, Dropout>;
   constexpr size_t bytes = sharedBytes<D>();
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(bytes));
-  dim3 grid(static_cast<unsigned>((p.seqQ + kBlockM - 1) / kBlockM),
+  dim3 grid(static_cast<unsigned>((p.seqQ + Shape::kBlockM - 1) /
+                                   Shape::kBlockM),
             static_cast<unsigned>(p.headsQ), static_cast<unsigned>(p.batch));
-  kernel<<<grid, kThreads, bytes, stream>>>(qMap, kMap, vMap, geo, io.out,
+  kernel<<<grid, Shape::kThreads, bytes, stream>>>(qMap, kMap, vMap, geo, io.out,
                                             outCopy, logsumexp, mask);
 }
 
@@ -852,12 +867,10 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
       : random::dropoutThreshold16(p.dropoutP) > 0xFFFFu
           ? 0.f
           : static_cast<float>(1.0 / (1.0 - p.dropoutP));
-  const char *vdesc = std::getenv("MTRT_CUDA_HOPPER_VDESC");
-  geo.swapV = vdesc && std::strcmp(vdesc, "swap") == 0;
   const char *overlap = std::getenv("MTRT_CUDA_HOPPER_OVERLAP");
   geo.overlap = !(overlap && std::strcmp(overlap, "0") == 0);
   const char *pingpong = std::getenv("MTRT_CUDA_HOPPER_PINGPONG");
-  geo.pingpong = pingpong && std::strcmp(pingpong, "1") == 0;
+  geo.pingpong = !(pingpong && std::strcmp(pingpong, "0") == 0);
   auto run = [&](auto d) {
     constexpr int D = decltype(d)::value;
     if (dropout)
