@@ -15,12 +15,20 @@
 // "qkv"; the forward also copies out for the gradient, as training runs
 // it), each first checked against the own kernels' results (the largest
 // difference over the largest magnitude of out, logsumexp, dq, dk, dv).
+// "hopper" and "hopper-qkv" (q, k, v separate or in place as "qkv") time
+// the Hopper forward (cuda/kernels/HopperAttention.h: wgmma, TMA, warp
+// specialization; forward only, with and without dropout), first checked
+// against the own forward's out and logsumexp (the largest difference over
+// the largest magnitude: within 1e-2 for out, both rounding P to bf16 at
+// different tiles, and 1e-5 for the logsumexp; a miss is printed as
+// MISMATCH and makes the exit status 1).
 //
 //   mtrt-attention-bench [repeats] [shapes] [ios] [dropouts]
 //
 // `shapes`: the shapes to time, comma-separated names (default: all);
 // `ios`: the io names to time (fp32, bf16, qkv, bf16-det, qkv-det, cudnn,
-// cudnn-qkv; default: all); `dropouts`: 0.1, 0 or both (default).
+// cudnn-qkv, hopper, hopper-qkv; default: all); `dropouts`: 0.1, 0 or both
+// (default).
 //
 // Prints one line per shape and dropout: milliseconds per call (the median of
 // `repeats` timed calls after two warm-up calls) and TFLOP/s, counting the
@@ -28,6 +36,7 @@
 // backward 2.5 times that (FlashAttention's convention, so the figures
 // compare with PyTorch's bench/torch_sdpa.py).
 #include "cuda/CudnnAttention.h"
+#include "cuda/kernels/HopperAttention.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <cuda_runtime.h>
@@ -163,8 +172,9 @@ int main(int argc, char **argv) {
       {"s4096", 4, 4096, 32, 32, 128},     {"s8192", 2, 8192, 16, 16, 128},
       {"gqa-4096", 4, 4096, 32, 8, 128},
   };
-  std::printf("%-10s %8s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
+  std::printf("%-10s %10s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
+  int mismatches = 0; // Hopper forwards outside their tolerance
   std::unique_ptr<mtrt::cuda::CudnnAttention> cudnn;
   std::string cudnnMissing = mtrt::cuda::cudnnAttentionUnavailableReason();
   if (cudnnMissing.empty())
@@ -179,11 +189,14 @@ int main(int argc, char **argv) {
     if (only.empty() ||
         only.find("," + std::string(shape.name) + ",") != std::string::npos)
       for (double dropout : {0.1, 0.0})
-        // fp32, bf16, qkv, bf16 det., qkv det., cudnn, cudnn-qkv
-        for (int mode : {0, 1, 2, 3, 4, 5, 6}) {
-          bool bf16 = mode > 0, packed = mode == 2 || mode == 4 || mode == 6;
+        // fp32, bf16, qkv, bf16 det., qkv det., cudnn, cudnn-qkv, hopper,
+        // hopper-qkv
+        for (int mode : {0, 1, 2, 3, 4, 5, 6, 7, 8}) {
+          bool bf16 = mode > 0,
+               packed = mode == 2 || mode == 4 || mode == 6 || mode == 8;
           bool deterministic = mode == 3 || mode == 4;
-          bool viaCudnn = mode >= 5;
+          bool viaCudnn = mode == 5 || mode == 6;
+          bool viaHopper = mode >= 7;
           if (packed && shape.headsKv != shape.headsQ)
             continue;
           if (deterministic && shape.headDim < 128)
@@ -194,6 +207,8 @@ int main(int argc, char **argv) {
             std::string name = packed ? "qkv" : bf16 ? "bf16" : "fp32";
             if (viaCudnn)
               name = packed ? "cudnn-qkv" : "cudnn";
+            else if (viaHopper)
+              name = packed ? "hopper-qkv" : "hopper";
             else if (deterministic)
               name += "-det";
             if (!listed(ios, name) ||
@@ -278,8 +293,41 @@ int main(int argc, char **argv) {
             io.qLayout = io.kLayout = io.vLayout = pitch;
             io.dqLayout = io.dkLayout = io.dvLayout = pitch;
           }
-          double forwardMs, backwardMs;
-          if (viaCudnn) {
+          double forwardMs, backwardMs = 0;
+          if (viaHopper) {
+            std::string declined =
+                mtrt::cuda::hopperAttentionUnsupportedReason(p, io);
+            if (!declined.empty()) {
+              std::printf("%s: %s\n", shape.name, declined.c_str());
+              continue;
+            }
+            // Against the own forward: its out (bf16) and logsumexp.
+            void *ownOut = nullptr, *ownLse = nullptr;
+            check(cudaMalloc(&ownOut, qn * 2), "cudaMalloc");
+            check(cudaMalloc(&ownLse, rows * 4), "cudaMalloc");
+            mtrt::cuda::FlashTensors mine = io;
+            mine.out = ownOut;
+            mtrt::cuda::flashAttentionForward(
+                nullptr, p, mine, nullptr, static_cast<float *>(ownLse),
+                maskWords);
+            mtrt::cuda::hopperAttentionForward(nullptr, p, io, outCopy, lse,
+                                               maskWords);
+            check(cudaDeviceSynchronize(), "the comparison");
+            double outDiff =
+                relativeDifference<__nv_bfloat16>(out, ownOut, qn);
+            double lseDiff = relativeDifference<float>(lse, ownLse, rows);
+            bool within = outDiff <= 1e-2 && lseDiff <= 1e-5;
+            mismatches += !within;
+            std::printf("  vs own: out %.2e, lse %.2e of the largest%s\n",
+                        outDiff, lseDiff,
+                        within ? "" : " MISMATCH (tolerance 1e-2, 1e-5)");
+            cudaFree(ownOut);
+            cudaFree(ownLse);
+            forwardMs = medianMs(repeats, [&] {
+              mtrt::cuda::hopperAttentionForward(nullptr, p, io, outCopy, lse,
+                                                 maskWords);
+            });
+          } else if (viaCudnn) {
             size_t forwardWorkspace = 0, backwardWorkspace = 0;
             std::string declined =
                 cudnn->prepare(p, io, false, &forwardWorkspace);
@@ -384,14 +432,21 @@ int main(int argc, char **argv) {
           std::string ioName = packed ? "qkv" : bf16 ? "bf16" : "fp32";
           if (viaCudnn)
             ioName = packed ? "cudnn-qkv" : "cudnn";
+          if (viaHopper)
+            ioName = packed ? "hopper-qkv" : "hopper";
           if (deterministic)
             ioName += "-det";
-          std::printf("%-10s %8s %7.1f %9.3f %9.1f %9.3f %9.1f\n", shape.name,
-                      ioName.c_str(), dropout, forwardMs,
-                      forwardFlop / forwardMs * 1e-9, backwardMs,
-                      2.5 * forwardFlop / backwardMs * 1e-9);
+          if (viaHopper) // forward only
+            std::printf("%-10s %10s %7.1f %9.3f %9.1f %9s %9s\n", shape.name,
+                        ioName.c_str(), dropout, forwardMs,
+                        forwardFlop / forwardMs * 1e-9, "-", "-");
+          else
+            std::printf("%-10s %10s %7.1f %9.3f %9.1f %9.3f %9.1f\n",
+                        shape.name, ioName.c_str(), dropout, forwardMs,
+                        forwardFlop / forwardMs * 1e-9, backwardMs,
+                        2.5 * forwardFlop / backwardMs * 1e-9);
           std::fflush(stdout);
-          if (packed && !deterministic && shape.headDim >= 128)
+          if (packed && !deterministic && !viaHopper && shape.headDim >= 128)
             compareWithDeterministic(p, io, outCopy, lse, maskWords, scratch);
           for (void *buffer :
                {static_cast<void *>(q), static_cast<void *>(k),
@@ -404,5 +459,5 @@ int main(int argc, char **argv) {
           for (void *buffer : rounded)
             cudaFree(buffer);
         }
-  return 0;
+  return mismatches ? 1 : 0;
 }

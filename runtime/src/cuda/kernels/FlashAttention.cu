@@ -62,6 +62,7 @@
 #include "core/OpScratch.h"
 #include "core/Error.h"
 #include "core/Random.h"
+#include "cuda/kernels/HopperAttention.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <cuda_bf16.h>
@@ -1779,15 +1780,22 @@ void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
       throw Error(MTRT_STATUS_INTERNAL,
                   "flashAttentionForward: dropout needs a mask of "
                   "flashAttentionMaskBytes");
-    FlashGeometry geo = makeGeometry(params, io);
-    dim3 grid(blocks(params.seqQ, kTile), static_cast<unsigned>(params.headsQ),
-              static_cast<unsigned>(params.batch));
-    flashDropoutMaskKernel<<<grid, kMaskThreads, 0, stream>>>(geo, mask);
+    flashAttentionDropoutMask(stream, params, mask);
   }
   withKernels(params, io, [&](auto d, auto in) {
     forward<decltype(d)::value, decltype(in)>(stream, params, io, outCopy,
                                                logsumexp, mask);
   });
+}
+
+void flashAttentionDropoutMask(cudaStream_t stream,
+                               const AttentionParams &params, uint64_t *mask) {
+  if (empty(params) || params.dropoutP <= 0)
+    return;
+  FlashGeometry geo = makeGeometry(params, FlashTensors());
+  dim3 grid(blocks(params.seqQ, kTile), static_cast<unsigned>(params.headsQ),
+            static_cast<unsigned>(params.batch));
+  flashDropoutMaskKernel<<<grid, kMaskThreads, 0, stream>>>(geo, mask);
 }
 
 size_t flashAttentionMaskBytes(const AttentionParams &params) {

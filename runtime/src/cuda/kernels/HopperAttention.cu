@@ -1,0 +1,887 @@
+// The Hopper forward of flash attention, in FlashAttention-3's manner:
+// warpgroup MMA (wgmma.mma_async, bf16 operands, fp32 accumulators), tiles
+// copied by the tensor copy engine (TMA, cp.async.bulk.tensor) completing
+// on mbarriers, and warp specialization. Compiled for sm_90a only (wgmma
+// and setmaxnreg are not in plain sm_90); hopperAttentionUnsupportedReason
+// names what it does not take. Outputs equal flashAttentionForward's
+// definitions (FlashAttention.cu): out (fp32 or bf16, FlashLayout strides),
+// the optional bf16 copy kept for the gradient, and the logsumexp of the
+// scaled, masked scores before dropout; dropout reads the keep bits that
+// flashDropoutMaskKernel draws (the host's mask), one 64-bit word per query
+// row and 64 keys.
+//
+// A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
+// (query head, batch) and walks the keys in tiles of 128 (causal: those
+// its queries see). Warpgroups:
+// - warpgroup 0, the producer: one thread issues the copies of Q (once)
+//   and of each K and V tile into two stages, each completing on its
+//   stage's "full" barrier (transaction bytes), and waits on the stage's
+//   "empty" barrier (an arrival from each consumer warp) before reusing it;
+//   it gives its registers up (setmaxnreg 24).
+// - warpgroups 1 and 2, the consumers (setmaxnreg 240; 160 with three),
+//   64 queries each:
+//   S = Q K^T by wgmma with both operands in shared memory (m64n128k16,
+//   K-major), the online softmax in registers (scores scaled into base-2
+//   exponents: one FFMA and one ex2 a probability, as the own kernel), P
+//   rounded to bf16 in registers as the A operand of O += P V (wgmma with A
+//   from registers, V as an MN-major B), then the stage released. By
+//   default FlashAttention-3's overlap within a warpgroup: tile n's S and
+//   tile n - 1's P V are issued together and the softmax of S runs while
+//   P V completes (MTRT_CUDA_HOPPER_OVERLAP=0: one tile at a time), and
+//   the consumer warpgroups take turns to issue their products (named
+//   barriers), FlashAttention-3's ping-pong, so that one's softmax hides
+//   behind another's products (MTRT_CUDA_HOPPER_PINGPONG=0: not). On the
+//   H200 (bench/NOTES.md, session 17) the overlap gained 3-5% over one tile
+//   at a time, the ping-pong up to 5% more at sequences 1024-2048 and
+//   nothing at 8192.
+//
+// Shared tiles are what the copy engine writes with 128-byte swizzling:
+// rows of 64 bf16 (128 bytes), a head dimension of 128 in two such column
+// chunks of [rows][64], each chunk 1024-byte aligned; 8 rows (1024 bytes)
+// are a swizzle atom. Matrix descriptors: K-major (Q, K) stride 1024 bytes
+// between 8-row groups, the k-th 16 columns at +32 k bytes within a chunk;
+// V (keys x head dimension, MN-major B of P V) 1024 bytes between groups of
+// 8 keys and a chunk's bytes between 64-column chunks, the k-th 16 keys at
+// +2048 k bytes.
+//
+// Fragments: a wgmma accumulator m64nN gives warp w of the warpgroup rows
+// 16w .. 16w + 15 and, for each 8 columns j, registers 4j .. 4j + 3 =
+// C[g][8j + 2t, +1], C[g + 8][8j + 2t, +1] (g = lane / 4, t = lane % 4):
+// mma.sync's C layout, so two neighbouring 8-key blocks of S, rounded to
+// bf16, are the A fragment of P V, as in the own kernel.
+#include "cuda/kernels/HopperAttention.h"
+
+#include "core/Error.h"
+#include "core/Random.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+namespace mtrt::cuda {
+
+namespace {
+
+constexpr int kBlockN = 128;  // keys of a tile
+constexpr int kMaskKeys = 64; // keys of a dropout mask word
+constexpr int kStages = 2;
+
+/// The block's shape at head dimension D: consumer warpgroups of 64
+/// queries each, and the producer. Two at both head dimensions: three at
+/// 64 (FlashAttention-3's 192 queries, 160 registers a consumer thread;
+/// passes the tests) ran gpt2-124m's shape at 206 TFLOP/s against two's
+/// 213 (bench/NOTES.md, session 17: 1024 queries are 5.3 blocks of 192).
+template <int D> struct HopperShape {
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockM = 64 * kConsumers; // queries of a block
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
+};
+constexpr float kLn2 = 0.6931471805599453f;
+
+/// What the kernel reads of a call.
+struct HopperGeometry {
+  int seqQ, seqK, headsQ, group, keyBlocks;
+  FlashLayout out, saved;
+  bool causal, outputsBf16;
+  float scaleLog2;  // the softmax scale times log2(e)
+  float keptScale;  // dropout's 1 / (1 - p) (0 when nothing is kept), or 1
+  bool hasDropout;
+  /// FlashAttention-3's overlap of S = Q K^T with the last tile's P V
+  /// within a warpgroup (else one tile at a time;
+  /// MTRT_CUDA_HOPPER_OVERLAP=0).
+  bool overlap;
+  /// The consumer warpgroups take turns to issue their products (with
+  /// overlap only; MTRT_CUDA_HOPPER_PINGPONG=0 turns it off).
+  bool pingpong;
+
+  __device__ int64_t rowIndex(int b, int h, int i) const {
+    return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
+  }
+  __device__ int64_t queryAt(const FlashLayout &layout, int b, int i,
+                             int h) const {
+    return (static_cast<int64_t>(b) * seqQ + i) * layout.position +
+           static_cast<int64_t>(h) * layout.head;
+  }
+};
+
+/// Bytes of a [rows][64] bf16 column chunk and of a [rows][D] tile.
+constexpr uint32_t chunkBytes(int rows) { return rows * 64 * 2; }
+template <int D> constexpr uint32_t tileBytes(int rows) {
+  return chunkBytes(rows) * (D / 64);
+}
+
+/// Shared memory: Q, then K and V of each stage, then the barriers (1024
+/// bytes of slack to align the start to a swizzle atom).
+template <int D> constexpr size_t sharedBytes() {
+  return 1024 + tileBytes<D>(HopperShape<D>::kBlockM) +
+         2 * kStages * static_cast<size_t>(tileBytes<D>(kBlockN)) + 128;
+}
+
+__device__ inline uint32_t smem(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+//===--------------------------------------------------------------------===//
+// mbarriers and the tensor copy engine
+//===--------------------------------------------------------------------===//
+
+__device__ inline void barrierInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+/// One arrival that also expects `bytes` of copies to complete on it.
+__device__ inline void barrierExpect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::
+                   "r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+__device__ inline void barrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+/// Waits until the phase of parity `parity` has completed.
+__device__ inline void barrierWait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n"
+               ".reg .pred done;\n"
+               "WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra WAIT;\n"
+               "}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+
+/// The box at (column, head, position, batch) of the 4-dimensional tensor
+/// map into shared `to`, completing on `bar`.
+__device__ inline void copyTile(uint32_t to, const CUtensorMap *map,
+                                uint32_t bar, int column, int head,
+                                int position, int batch) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
+               "mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+               "[%2];\n" ::"r"(to),
+               "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(column),
+               "r"(head), "r"(position), "r"(batch)
+               : "memory");
+}
+
+/// Rows [row0, row0 + Rows) of one head into a shared [Rows][D] tile (its
+/// 64-column chunks one after another).
+template <int D, int Rows>
+__device__ inline void copyRows(uint32_t to, const CUtensorMap *map,
+                                uint32_t bar, int head, int row0, int batch) {
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c)
+    copyTile(to + c * chunkBytes(Rows), map, bar, 64 * c, head, row0, batch);
+}
+
+//===--------------------------------------------------------------------===//
+// Warpgroup MMA
+//===--------------------------------------------------------------------===//
+
+/// A shared-memory matrix descriptor with 128-byte swizzling.
+__device__ inline uint64_t descriptor(uint32_t address, uint32_t leading,
+                                      uint32_t stride) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) |
+         static_cast<uint64_t>((leading & 0x3FFFF) >> 4) << 16 |
+         static_cast<uint64_t>((stride & 0x3FFFF) >> 4) << 32 |
+         static_cast<uint64_t>(1) << 62;
+}
+
+__device__ inline void wgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int Pending> __device__ inline void wgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending)
+               : "memory");
+}
+/// Keeps the compiler from moving accesses of accumulator registers across
+/// the asynchronous products' issue and wait.
+template <int N> __device__ inline void fenceRegisters(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+f"(d[i])::"memory");
+}
+/// The same for A fragments in registers (read by the products until they
+/// complete: their registers must not be reused before).
+template <int N>
+__device__ inline void fenceRegisters(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      asm volatile("" : "+r"(a[i][j])::"memory");
+}
+
+/// d (+)= A B, m64n128k16: A and B from shared memory (K-major both).
+__device__ inline void wgmmaSS128(float (&d)[64], uint64_t a, uint64_t b,
+                                 int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/// d (+)= A B, m64n128k16: A from registers (four bf16 pairs), B from
+/// shared memory, MN-major (transposed).
+__device__ inline void wgmmaRS128(float (&d)[64], const uint32_t (&a)[4],
+                                 uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+        "r"(accumulate));
+}
+
+/// d (+)= A B, m64n64k16: A from registers (four bf16 pairs), B from
+/// shared memory, MN-major (transposed).
+__device__ inline void wgmmaRS64(float (&d)[32], const uint32_t (&a)[4],
+                                 uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+        "r"(accumulate));
+}
+
+/// A shared K-major tile's descriptor at its k-th 16 columns: chunk k / 4,
+/// 32 bytes a step within its 128-byte rows.
+template <int Rows>
+__device__ inline uint64_t kMajor(uint32_t tile, int k) {
+  return descriptor(tile + (k / 4) * chunkBytes(Rows) + (k % 4) * 32, 16,
+                    1024);
+}
+/// V's descriptor at keys 16k .. 16k + 15 (MN-major: 1024 bytes between
+/// groups of 8 keys, a chunk between 64 columns of the head dimension).
+__device__ inline uint64_t mnMajor(uint32_t tile, int k) {
+  return descriptor(tile + k * 16 * 128, chunkBytes(kBlockN), 1024);
+}
+
+/// O += P V for one tile: P's A fragments in registers, 8 steps of 16 keys.
+template <int D>
+__device__ inline void accumulatePV(float (&o)[D / 2],
+                                    const uint32_t (&p)[kBlockN / 16][4],
+                                    uint32_t vTile) {
+#pragma unroll
+  for (int k = 0; k < kBlockN / 16; ++k) {
+    if constexpr (D == 128)
+      wgmmaRS128(o, p[k], mnMajor(vTile, k), 1);
+    else
+      wgmmaRS64(o, p[k], mnMajor(vTile, k), 1);
+  }
+}
+
+__device__ inline uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ inline float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ inline float quadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ inline float quadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/// The barriers in shared memory: Q's, and each stage's full and empty
+/// ones for K and for V.
+struct Barriers {
+  uint64_t q, kFull[kStages], vFull[kStages], kEmpty[kStages],
+      vEmpty[kStages];
+};
+
+// Grid (query blocks of HopperShape<D>::kBlockM, headsQ, batch),
+// HopperShape<D>::kThreads threads, shared sharedBytes<D>(). Tensor maps: q
+// over (D, headsQ, seqQ, batch), boxes of 64 columns x kBlockM positions;
+// k and v over (D, headsKv, seqK, batch), boxes of 64 x 128.
+template <int D, bool Dropout>
+__global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
+    hopperForwardKernel(const __grid_constant__ CUtensorMap qMap,
+                        const __grid_constant__ CUtensorMap kMap,
+                        const __grid_constant__ CUtensorMap vMap,
+                        HopperGeometry geo, void *out,
+                        __nv_bfloat16 *outCopy, float *logsumexp,
+                        const uint64_t *mask) {
+  using Shape = HopperShape<D>;
+  constexpr int kBlockM = Shape::kBlockM;
+  extern __shared__ unsigned char hopperShared[];
+  // Swizzled tiles start at a 1024-byte boundary.
+  uint32_t base = (smem(hopperShared) + 1023) & ~1023u;
+  unsigned char *generic = hopperShared + (base - smem(hopperShared));
+  uint32_t qTile = base;
+  uint32_t kTiles = qTile + tileBytes<D>(kBlockM);
+  uint32_t vTiles = kTiles + kStages * tileBytes<D>(kBlockN);
+  auto *bars = reinterpret_cast<Barriers *>(
+      generic + tileBytes<D>(kBlockM) + 2 * kStages * tileBytes<D>(kBlockN));
+
+  int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockM; // longest rows first
+  int h = blockIdx.y, b = blockIdx.z, kvHead = h / geo.group;
+  int keyEnd = geo.causal ? min(geo.seqK, q0 + kBlockM) : geo.seqK;
+  int tiles = (keyEnd + kBlockN - 1) / kBlockN;
+  int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    barrierInit(smem(&bars->q), 1);
+    for (int s = 0; s < kStages; ++s) {
+      barrierInit(smem(&bars->kFull[s]), 1);
+      barrierInit(smem(&bars->vFull[s]), 1);
+      barrierInit(smem(&bars->kEmpty[s]), Shape::kConsumerWarps);
+      barrierInit(smem(&bars->vEmpty[s]), Shape::kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    if (threadIdx.x == 0) {
+      barrierExpect(smem(&bars->q), tileBytes<D>(kBlockM));
+      copyRows<D, kBlockM>(qTile, &qMap, smem(&bars->q), h, q0, b);
+      for (int n = 0; n < tiles; ++n) {
+        int s = n % kStages;
+        uint32_t parity = ((n / kStages) & 1) ^ 1;
+        barrierWait(smem(&bars->kEmpty[s]), parity);
+        barrierExpect(smem(&bars->kFull[s]), tileBytes<D>(kBlockN));
+        copyRows<D, kBlockN>(kTiles + s * tileBytes<D>(kBlockN), &kMap,
+                             smem(&bars->kFull[s]), kvHead, n * kBlockN, b);
+        barrierWait(smem(&bars->vEmpty[s]), parity);
+        barrierExpect(smem(&bars->vFull[s]), tileBytes<D>(kBlockN));
+        copyRows<D, kBlockN>(vTiles + s * tileBytes<D>(kBlockN), &vMap,
+                             smem(&bars->vFull[s]), kvHead, n * kBlockN, b);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
+      Shape::kConsumerRegisters));
+  int consumer = warpgroup - 1;
+  int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  int g = lane / 4, t = lane % 4;
+  int warpRow0 = q0 + 64 * consumer + 16 * warp;
+  int rows[2] = {warpRow0 + g, warpRow0 + g + 8};
+  // m: the running maxima in base-2 exponents; l: the sums of
+  // probabilities (before dropout).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i)
+    o[i] = 0.f;
+  float s[kBlockN / 2];
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i)
+    s[i] = 0.f;
+  uint32_t p[kBlockN / 16][4];
+#pragma unroll
+  for (int k = 0; k < kBlockN / 16; ++k)
+    p[k][0] = p[k][1] = p[k][2] = p[k][3] = 0u;
+  uint32_t qA = qTile + 64 * consumer * 128; // this warpgroup's 64 rows
+
+  // Issues S = Q K^T of tile n (uncommitted).
+  auto issueScores = [&](int n) {
+    uint32_t kTile = kTiles + (n % kStages) * tileBytes<D>(kBlockN);
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+      wgmmaSS128(s, kMajor<kBlockM>(qA, k), kMajor<kBlockN>(kTile, k), k > 0);
+  };
+  // Issues O += P V of tile n (uncommitted).
+  auto issueValues = [&](int n) {
+    accumulatePV<D>(o, p, vTiles + (n % kStages) * tileBytes<D>(kBlockN));
+  };
+  auto release = [&](uint64_t *bar) {
+    __syncwarp();
+    if (lane == 0)
+      barrierArrive(smem(bar));
+  };
+  // This lane's mask words of tile n (rows g, g + 8; its two 64-key
+  // blocks), shifted right by 2t. Words a row never sees (causal: past its
+  // block of 64; past the last key) are not read.
+  auto maskWords = [&](int n, uint64_t (&words)[2][2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        int kb = n * kBlockN / kMaskKeys + half;
+        bool seen = rows[r] < geo.seqQ && kb < geo.keyBlocks &&
+                    (!geo.causal || kb <= rows[r] / kMaskKeys);
+        words[r][half] =
+            seen ? __ldg(mask + geo.rowIndex(b, h, rows[r]) * geo.keyBlocks +
+                         kb) >>
+                       (2 * t)
+                 : 0ull;
+      }
+  };
+  // The online softmax of tile n's scores: masks, the new maxima, alpha
+  // (the old sums' and outputs' factor), l, and the probabilities (dropped
+  // ones zero) in place of the scores.
+  auto softmax = [&](int n, const uint64_t (&words)[2][2],
+                     float (&alpha)[2]) {
+    int k0 = n * kBlockN;
+    if (k0 + kBlockN > geo.seqK ||
+        (geo.causal && k0 + kBlockN - 1 > warpRow0)) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) {
+        int j = k0 + (i / 4) * 8 + 2 * t + (i % 2);
+        if (j >= geo.seqK || (geo.causal && j > rows[(i / 2) % 2]))
+          s[i] = -INFINITY;
+      }
+    }
+    float tileMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i)
+      tileMax[(i / 2) % 2] = fmaxf(tileMax[(i / 2) % 2], s[i]);
+    float rowBase[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float next = fmaxf(m[r], quadMax(tileMax[r]) * geo.scaleLog2);
+      rowBase[r] = next == -INFINITY ? 0.f : next;
+      alpha[r] = fastExp2(m[r] - rowBase[r]);
+      m[r] = next;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) {
+      int r = (i / 2) % 2;
+      float x = fastExp2(fmaf(s[i], geo.scaleLog2, -rowBase[r]));
+      l[r] += x;
+      if constexpr (Dropout) {
+        int j = (i / 4) * 8 + (i % 2); // key within the tile, less 2t
+        if (!((words[r][j / 64] >> (j % 64)) & 1))
+          x = 0.f;
+      }
+      s[i] = x;
+    }
+  };
+  auto rescale = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i)
+      o[i] *= alpha[(i / 2) % 2];
+  };
+  // The probabilities in bf16 as the A fragments of P V.
+  auto pack = [&] {
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k) {
+      p[k][0] = packBf16(s[8 * k + 0], s[8 * k + 1]);
+      p[k][1] = packBf16(s[8 * k + 2], s[8 * k + 3]);
+      p[k][2] = packBf16(s[8 * k + 4], s[8 * k + 5]);
+      p[k][3] = packBf16(s[8 * k + 6], s[8 * k + 7]);
+    }
+  };
+
+  barrierWait(smem(&bars->q), 0);
+  if (!geo.overlap) {
+    // One tile at a time: S, the softmax, P V.
+    for (int n = 0; n < tiles; ++n) {
+      int st = n % kStages;
+      uint32_t parity = (n / kStages) & 1;
+      uint64_t words[2][2] = {};
+      if constexpr (Dropout)
+        maskWords(n, words);
+      barrierWait(smem(&bars->kFull[st]), parity);
+      wgmmaFence();
+      fenceRegisters(s);
+      issueScores(n);
+      wgmmaCommit();
+      wgmmaWait<0>();
+      fenceRegisters(s);
+      release(&bars->kEmpty[st]);
+      float alpha[2];
+      softmax(n, words, alpha);
+      rescale(alpha);
+      pack();
+      barrierWait(smem(&bars->vFull[st]), parity);
+      wgmmaFence();
+      fenceRegisters(o);
+      issueValues(n);
+      wgmmaCommit();
+      wgmmaWait<0>();
+      fenceRegisters(o);
+      fenceRegisters(p);
+      release(&bars->vEmpty[st]);
+    }
+  } else {
+    // FlashAttention-3's overlap within a warpgroup: tile n's S = Q K^T
+    // and tile n - 1's P V are in flight together, and the softmax of S
+    // runs while P V completes (its probabilities wait in s until P's
+    // registers are free). Tile 0 first, alone. With geo.pingpong the
+    // warpgroups take turns to issue their products (consumer c waits on
+    // named barrier 1 + c and passes to the next; consumer 0 first), so
+    // that one's softmax runs while another's products do; turns: tile 0,
+    // tiles 1 .. tiles - 1, the last P V.
+    auto myTurn = [&] {
+      if (geo.pingpong)
+        asm volatile("bar.sync %0, 256;\n" ::"r"(1 + consumer) : "memory");
+    };
+    // Consumer 0 waits as many turns as the last consumer passes it: one
+    // before the first, none after the last.
+    auto passTurn = [&](bool last) {
+      if (geo.pingpong && !(last && consumer == Shape::kConsumers - 1))
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(
+                         1 + (consumer + 1) % Shape::kConsumers)
+                     : "memory");
+    };
+    if (geo.pingpong && consumer == Shape::kConsumers - 1)
+      asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    {
+      uint64_t words[2][2] = {};
+      if constexpr (Dropout)
+        maskWords(0, words);
+      barrierWait(smem(&bars->kFull[0]), 0);
+      myTurn();
+      wgmmaFence();
+      fenceRegisters(s);
+      issueScores(0);
+      wgmmaCommit();
+      passTurn(false);
+      wgmmaWait<0>();
+      fenceRegisters(s);
+      release(&bars->kEmpty[0]);
+      float alpha[2];
+      softmax(0, words, alpha);
+      pack();
+    }
+    for (int n = 1; n < tiles; ++n) {
+      int st = n % kStages, prev = (n - 1) % kStages;
+      uint32_t parity = (n / kStages) & 1;
+      uint32_t prevParity = ((n - 1) / kStages) & 1;
+      uint64_t words[2][2] = {};
+      if constexpr (Dropout)
+        maskWords(n, words);
+      barrierWait(smem(&bars->kFull[st]), parity);
+      barrierWait(smem(&bars->vFull[prev]), prevParity);
+      myTurn();
+      wgmmaFence();
+      fenceRegisters(s);
+      fenceRegisters(o);
+      issueScores(n);
+      wgmmaCommit();
+      issueValues(n - 1);
+      wgmmaCommit();
+      passTurn(false);
+      wgmmaWait<1>(); // S done, P V may still run
+      fenceRegisters(s);
+      release(&bars->kEmpty[st]);
+      float alpha[2];
+      softmax(n, words, alpha);
+      wgmmaWait<0>();
+      fenceRegisters(o);
+      fenceRegisters(p);
+      release(&bars->vEmpty[prev]);
+      rescale(alpha);
+      pack();
+    }
+    {
+      int n = tiles - 1, st = n % kStages;
+      barrierWait(smem(&bars->vFull[st]), (n / kStages) & 1);
+      myTurn();
+      wgmmaFence();
+      fenceRegisters(o);
+      issueValues(n);
+      wgmmaCommit();
+      passTurn(true);
+      wgmmaWait<0>();
+      fenceRegisters(o);
+      fenceRegisters(p);
+      release(&bars->vEmpty[st]);
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = quadSum(l[r]);
+    int row = rows[r];
+    if (row >= geo.seqQ)
+      continue;
+    float factor = sum > 0.f ? geo.keptScale / sum : 0.f;
+    if (t == 0)
+      logsumexp[geo.rowIndex(b, h, row)] = (m[r] + log2f(sum)) * kLn2;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      float lo = o[4 * j + 2 * r] * factor, hi = o[4 * j + 2 * r + 1] * factor;
+      int col = 8 * j + 2 * t;
+      if (out) {
+        int64_t at = geo.queryAt(geo.out, b, row, h) + col;
+        if (geo.outputsBf16)
+          *reinterpret_cast<__nv_bfloat162 *>(
+              static_cast<__nv_bfloat16 *>(out) + at) =
+              __floats2bfloat162_rn(lo, hi);
+        else
+          *reinterpret_cast<float2 *>(static_cast<float *>(out) + at) =
+              make_float2(lo, hi);
+      }
+      if (outCopy)
+        *reinterpret_cast<__nv_bfloat162 *>(
+            outCopy + geo.queryAt(geo.saved, b, row, h) + col) =
+            __floats2bfloat162_rn(lo, hi);
+    }
+  }
+}
+
+//===--------------------------------------------------------------------===//
+// Host side
+//===--------------------------------------------------------------------===//
+
+using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType,
+                                 cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *,
+                                 const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                 CUtensorMapFloatOOBfill);
+
+/// The driver's cuTensorMapEncodeTiled, through the runtime's entry point
+/// (the runtime links no driver library), or null.
+EncodeTiled encodeTiled() {
+  static EncodeTiled fn = [] {
+    void *entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry,
+                                         12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return static_cast<EncodeTiled>(nullptr);
+    return reinterpret_cast<EncodeTiled>(entry);
+  }();
+  return fn;
+}
+
+/// `layout`, or the packed [batch, positions, heads, headDim] one.
+FlashLayout resolve(FlashLayout layout, int64_t heads, int64_t headDim) {
+  if (layout.position == 0 && layout.head == 0)
+    return {heads * headDim, headDim};
+  return layout;
+}
+
+/// The tensor map of a bf16 tensor [batch][positions] of rows `layout`
+/// apart, `heads` heads of D columns: dimensions (D, heads, positions,
+/// batch), boxes of 64 columns x `rows` positions, 128-byte swizzling,
+/// rows past the end read as zeros.
+CUtensorMap tensorMap(const void *data, FlashLayout layout, int64_t heads,
+                      int64_t positions, int64_t batch, int64_t d, int rows) {
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof(map));
+  cuuint64_t dims[4] = {static_cast<cuuint64_t>(d),
+                        static_cast<cuuint64_t>(heads),
+                        static_cast<cuuint64_t>(positions),
+                        static_cast<cuuint64_t>(batch)};
+  cuuint64_t strides[3] = {
+      static_cast<cuuint64_t>(layout.head) * 2,
+      static_cast<cuuint64_t>(layout.position) * 2,
+      static_cast<cuuint64_t>(layout.position * positions) * 2};
+  cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(rows), 1};
+  cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  CUresult result = encodeTiled()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void *>(data),
+      dims, strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    throw Error(MTRT_STATUS_INTERNAL,
+                "hopperAttentionForward: cuTensorMapEncodeTiled failed (" +
+                    std::to_string(static_cast<int>(result)) + ")");
+  return map;
+}
+
+template <int D, bool Dropout>
+void launch(cudaStream_t stream, const AttentionParams &p,
+            const FlashTensors &io, const HopperGeometry &geo,
+            __nv_bfloat16 *outCopy, float *logsumexp, const uint64_t *mask) {
+  using Shape = HopperShape<D>;
+  CUtensorMap qMap = tensorMap(io.q, resolve(io.qLayout, p.headsQ, D),
+                               p.headsQ, p.seqQ, p.batch, D, Shape::kBlockM);
+  CUtensorMap kMap = tensorMap(io.k, resolve(io.kLayout, p.headsKv, D),
+                               p.headsKv, p.seqK, p.batch, D, kBlockN);
+  CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
+                               p.headsKv, p.seqK, p.batch, D, kBlockN);
+  auto kernel = hopperForwardKernel<D, Dropout>;
+  constexpr size_t bytes = sharedBytes<D>();
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(bytes));
+  dim3 grid(static_cast<unsigned>((p.seqQ + Shape::kBlockM - 1) /
+                                   Shape::kBlockM),
+            static_cast<unsigned>(p.headsQ), static_cast<unsigned>(p.batch));
+  kernel<<<grid, Shape::kThreads, bytes, stream>>>(qMap, kMap, vMap, geo, io.out,
+                                            outCopy, logsumexp, mask);
+}
+
+/// Whether the current device is of compute capability 9.0 (what sm_90a
+/// code runs on), else why not.
+std::string deviceReason() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                             device) != cudaSuccess) {
+    cudaGetLastError();
+    return "the Hopper attention kernel found no CUDA device";
+  }
+  if (major != 9 || minor != 0)
+    return "the Hopper attention kernel is built for sm_90a (compute "
+           "capability 9.0), the device is " +
+           std::to_string(major) + "." + std::to_string(minor);
+  return std::string();
+}
+
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+} // namespace
+
+std::string hopperAttentionUnsupportedReason(const AttentionParams &p,
+                                             const FlashTensors &io) {
+  std::string reason = flashAttentionUnsupportedReason(p);
+  if (!reason.empty())
+    return reason;
+  if (p.headDim != 64 && p.headDim != 128)
+    return "the Hopper attention kernel takes head dimensions 64 and 128, "
+           "found " +
+           std::to_string(p.headDim);
+  if (!io.inputsBf16)
+    return "the Hopper attention kernel takes bf16 q, k and v (fp32 given)";
+  const FlashLayout layouts[3] = {resolve(io.qLayout, p.headsQ, p.headDim),
+                                  resolve(io.kLayout, p.headsKv, p.headDim),
+                                  resolve(io.vLayout, p.headsKv, p.headDim)};
+  const void *data[3] = {io.q, io.k, io.v};
+  const char *names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i)
+    if (layouts[i].position % 8 || layouts[i].head % 8 || !aligned16(data[i]))
+      return std::string("the Hopper attention kernel copies tiles by TMA, "
+                         "which needs 16-byte aligned rows: ") +
+             names[i] + "'s data or strides (position " +
+             std::to_string(layouts[i].position) + ", head " +
+             std::to_string(layouts[i].head) +
+             " elements) are not multiples of 8 elements";
+  if (!encodeTiled())
+    return "the Hopper attention kernel found no cuTensorMapEncodeTiled in "
+           "the CUDA driver";
+  static std::once_flag once;
+  static std::string device;
+  std::call_once(once, [] { device = deviceReason(); });
+  return device;
+}
+
+void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
+                            const FlashTensors &io, __nv_bfloat16 *outCopy,
+                            float *logsumexp, uint64_t *mask) {
+  if (p.batch <= 0 || p.seqQ <= 0 || p.headsQ <= 0 || p.seqK <= 0)
+    return;
+  std::string reason = hopperAttentionUnsupportedReason(p, io);
+  if (!reason.empty())
+    throw Error(MTRT_STATUS_INTERNAL, "hopperAttentionForward: " + reason);
+  bool dropout = p.dropoutP > 0;
+  if (dropout) {
+    if (!mask)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  "hopperAttentionForward: dropout needs a mask of "
+                  "flashAttentionMaskBytes");
+    flashAttentionDropoutMask(stream, p, mask);
+  }
+  HopperGeometry geo{};
+  geo.seqQ = static_cast<int>(p.seqQ);
+  geo.seqK = static_cast<int>(p.seqK);
+  geo.headsQ = static_cast<int>(p.headsQ);
+  geo.group = static_cast<int>(p.headsQ / p.headsKv);
+  geo.keyBlocks = static_cast<int>((p.seqK + kMaskKeys - 1) / kMaskKeys);
+  geo.out = resolve(io.outLayout, p.headsQ, p.headDim);
+  geo.saved = resolve(FlashLayout(), p.headsQ, p.headDim);
+  geo.causal = p.causal;
+  geo.outputsBf16 = io.outputsBf16;
+  double scale =
+      p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
+  geo.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
+  geo.hasDropout = dropout;
+  // As the own forward: 1 / (1 - p) for the kept probabilities, none kept
+  // at p >= 1.
+  geo.keptScale =
+      !dropout ? 1.f
+      : random::dropoutThreshold16(p.dropoutP) > 0xFFFFu
+          ? 0.f
+          : static_cast<float>(1.0 / (1.0 - p.dropoutP));
+  const char *overlap = std::getenv("MTRT_CUDA_HOPPER_OVERLAP");
+  geo.overlap = !(overlap && std::strcmp(overlap, "0") == 0);
+  const char *pingpong = std::getenv("MTRT_CUDA_HOPPER_PINGPONG");
+  geo.pingpong = !(pingpong && std::strcmp(pingpong, "0") == 0);
+  auto run = [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if (dropout)
+      launch<D, true>(stream, p, io, geo, outCopy, logsumexp, mask);
+    else
+      launch<D, false>(stream, p, io, geo, outCopy, logsumexp, mask);
+  };
+  if (p.headDim == 128)
+    run(std::integral_constant<int, 128>());
+  else
+    run(std::integral_constant<int, 64>());
+}
+
+} // namespace mtrt::cuda
