@@ -298,6 +298,12 @@ private:
   /// flag covers its forward rerun too. After planAttentionViews (the
   /// tensors' strides).
   void planCudnnAttention();
+  /// The flash forward (out, its kept copy, logsumexp, dropout bits) on
+  /// the Hopper kernels where ContextOptions::hopperAttention is on and
+  /// they take the call (kernels/HopperAttention.h), else the own ones.
+  void flashForward(cudaStream_t stream, const AttentionParams &p,
+                    const FlashTensors &io, __nv_bfloat16 *kept, float *lse,
+                    uint64_t *mask) const;
   /// The flash tensors' element types and strides of an attention (first
   /// 0) or attention_grad (first 1); no pointers.
   FlashTensors flashTensorLayout(const Instruction &inst, size_t first) const;

@@ -8,6 +8,7 @@
 #include "cuda/CudaCheck.h"
 #include "cuda/CudnnAttention.h"
 #include "cuda/ParameterStore.h"
+#include "cuda/kernels/HopperAttention.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <algorithm>
@@ -121,6 +122,16 @@ void Executor::planCudnnAttention() {
     if (!why.empty() && cudnnDeclined_.empty())
       cudnnDeclined_ = where(position) + ": " + why;
   }
+}
+
+void Executor::flashForward(cudaStream_t stream, const AttentionParams &p,
+                            const FlashTensors &io, __nv_bfloat16 *kept,
+                            float *lse, uint64_t *mask) const {
+  if (context_.options().hopperAttention &&
+      hopperAttentionUnsupportedReason(p, io).empty())
+    hopperAttentionForward(stream, p, io, kept, lse, mask);
+  else
+    flashAttentionForward(stream, p, io, kept, lse, mask);
 }
 
 size_t Executor::cudnnAttentionCount() const {
@@ -535,7 +546,7 @@ void Executor::execute(size_t position, const Instruction &inst,
           carve.take<char>(scratch::kCudnnAttentionForwardWorkspaceBytes),
           scratch::kCudnnAttentionForwardWorkspaceBytes);
     else
-      flashAttentionForward(stream, p, io, kept, lse, mask);
+      flashForward(stream, p, io, kept, lse, mask);
     break;
   }
   case Op::AttentionGrad: {
@@ -564,7 +575,7 @@ void Executor::execute(size_t position, const Instruction &inst,
       if (forward == kNoPartner && cudnn)
         cudnn->forward(stream, p, io, o, lse, delta, backwardScratch);
       else if (forward == kNoPartner)
-        flashAttentionForward(stream, p, io, o, lse, mask);
+        flashForward(stream, p, io, o, lse, mask);
       io.dout = slots_[inst.operands[0]];
       io.dq = slots_[inst.results[0]];
       io.dk = slots_[inst.results[1]];
