@@ -89,12 +89,19 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
       sizeof(workspace));
-  cublasLtMatmulHeuristicResult_t result = {};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int count = 0;
   if (status == CUBLAS_STATUS_SUCCESS)
     status = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d,
-                                            p.d, preference, 1, &result,
-                                            &count);
+                                            p.d, preference, kCandidates,
+                                            results, &count);
+  for (int i = 0; i < count; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS &&
+        results[i].workspaceSize <= kWorkspaceBytes)
+      p.algos.push_back(results[i].algo);
+  if (p.algos.empty())
+    count = 0;
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || count == 0) {
     cublasLtMatrixLayoutDestroy(p.a);
@@ -111,7 +118,6 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
                          : cublasLtGetStatusName(status)) +
                     ")");
   }
-  p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
 }
 
@@ -157,10 +163,21 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                         sizeof(scaleX)),
                     what);
   const float one = 1.0f, zero = 0.0f;
-  MTRT_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b,
-                                   &zero, y, p.d, y, p.d, &p.algo, workspace_,
-                                   kWorkspaceBytes, stream_),
-                    what);
+  cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+  while (!p.algos.empty()) {
+    status = cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y,
+                            p.d, y, p.d, &p.algos.front(), workspace_,
+                            kWorkspaceBytes, stream_);
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED)
+      break;
+    p.algos.erase(p.algos.begin());
+  }
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                what + ": cuBLASLt refused every algorithm its heuristic "
+                       "proposed (CUBLAS_STATUS_NOT_SUPPORTED)");
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throwCublasError(status, "cublasLtMatmul", what);
 }
 
 } // namespace mtrt::cuda

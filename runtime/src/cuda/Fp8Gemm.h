@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace mtrt::cuda {
 
@@ -26,7 +27,7 @@ namespace mtrt::cuda {
 /// rounded once to bf16. E5M2 x E5M2 is refused (cuBLASLt has no such
 /// product), as are k, m or n not multiples of 16 and pointers not 16-byte
 /// aligned, each naming the value. Plans are built at the first product of
-/// a shape and cached; the heuristic's first algorithm runs.
+/// a shape and cached; the heuristic's first algorithm that runs is kept.
 ///
 /// Thread-safety: one caller at a time.
 class Fp8Gemm {
@@ -49,7 +50,9 @@ private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
+    /// The heuristic's proposals, best first; run() drops those the
+    /// library then refuses for the call (CUBLAS_STATUS_NOT_SUPPORTED).
+    std::vector<cublasLtMatmulAlgo_t> algos;
   };
   Plan &plan(const Key &key, const float *scaleX, const float *scaleW,
              const std::string &what);
