@@ -187,7 +187,7 @@ void Trainer::train(std::ostream &out) {
     log.line(s.str());
   }
   if (trainStep_ && !trainStep_->cudnnAttentionDeclined().empty())
-    log.line("note: attention runs on the own flash kernels where cuDNN "
+    log.line("note: attention runs on the flash kernels where cuDNN "
              "declined (" + std::to_string(trainStep_->cudnnAttentionCount()) +
              " instructions through cuDNN); the first: " +
              trainStep_->cudnnAttentionDeclined());
