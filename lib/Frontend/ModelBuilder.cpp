@@ -63,6 +63,11 @@ private:
   Value reshape(Value x, ArrayRef<int64_t> shape);
   Value attention(Value x, int64_t layer);
   Value mlp(Value x, int64_t layer);
+  /// The MLP's activation of its input projections, `project(leaf)` each:
+  /// SwiGLU of gate_proj and up_proj (GPT-2's names: one c_fc whose last
+  /// dimension splits into [gate | up], as Megatron-LM's fused fc1), or
+  /// GeLU of up_proj (c_fc).
+  Value activatedProjections(llvm::function_ref<Value(StringRef)> project);
   /// The MoE layer in place of layer `layer`'s MLP (docs/MoE.md); a
   /// training step collects its auxiliary losses in auxLosses.
   Value moeMlp(Value x, int64_t layer);
@@ -424,44 +429,47 @@ Value ModelBuilder::attention(Value x, int64_t layer) {
                 naming.layer(layer, (out + ".bias").str()), transposeWeight);
 }
 
+Value ModelBuilder::activatedProjections(
+    llvm::function_ref<Value(StringRef)> project) {
+  if (model.activation != Activation::Swiglu) {
+    Value up = project(naming.gpt2 ? "c_fc" : "up_proj");
+    auto approximate = model.openaiGelu ? mt::GeluApproximation::Tanh
+                                        : mt::GeluApproximation::Erf;
+    return mt::GeluOp::create(
+        builder, loc, typeOf(up), up,
+        mt::GeluApproximationAttr::get(builder.getContext(), approximate));
+  }
+  Value gate, up;
+  if (naming.gpt2) {
+    // A fused c_fc yields [gate | up], as Megatron-LM's fused fc1.
+    Value fused = project("c_fc");
+    SmallVector<int64_t> shape(typeOf(fused).getShape());
+    int64_t last = static_cast<int64_t>(shape.size()) - 1;
+    shape[last] /= 2;
+    auto half = RankedTensorType::get(shape, builder.getF32Type());
+    auto split = mt::SplitOp::create(builder, loc, TypeRange{half, half},
+                                     fused, builder.getI64IntegerAttr(last));
+    gate = split.getResult(0), up = split.getResult(1);
+  } else {
+    gate = project("gate_proj"), up = project("up_proj");
+  }
+  return mt::SwigluOp::create(builder, loc, typeOf(gate), gate, up);
+}
+
 Value ModelBuilder::mlp(Value x, int64_t layer) {
-  const bool swiglu = model.activation == Activation::Swiglu;
   const bool transposeWeight = !naming.gpt2;
   auto project = [&](StringRef leaf, Value input) {
     return linear(input, naming.layer(layer, ("mlp." + leaf + ".weight").str()),
                   naming.layer(layer, ("mlp." + leaf + ".bias").str()),
                   transposeWeight);
   };
-  Value hidden;
-  if (swiglu) {
-    Value gate, up;
-    if (naming.gpt2) {
-      // A fused c_fc yields [gate | up], as Megatron-LM's fused fc1.
-      Value fused = project("c_fc", x);
-      ArrayRef<int64_t> shape = typeOf(fused).getShape();
-      auto half = RankedTensorType::get(
-          {shape[0], shape[1], shape[2] / 2}, builder.getF32Type());
-      auto split = mt::SplitOp::create(builder, loc, TypeRange{half, half},
-                                       fused, builder.getI64IntegerAttr(2));
-      gate = split.getResult(0), up = split.getResult(1);
-    } else {
-      gate = project("gate_proj", x), up = project("up_proj", x);
-    }
-    hidden = mt::SwigluOp::create(builder, loc, typeOf(gate), gate, up);
-  } else {
-    Value up = project(naming.gpt2 ? "c_fc" : "up_proj", x);
-    auto approximate = model.openaiGelu ? mt::GeluApproximation::Tanh
-                                        : mt::GeluApproximation::Erf;
-    hidden = mt::GeluOp::create(
-        builder, loc, typeOf(up), up,
-        mt::GeluApproximationAttr::get(builder.getContext(), approximate));
-  }
+  Value hidden =
+      activatedProjections([&](StringRef leaf) { return project(leaf, x); });
   return project(naming.gpt2 ? "c_proj" : "down_proj", hidden);
 }
 
 Value ModelBuilder::moeMlp(Value x, int64_t layer) {
   const MoeConfig &moe = config.moe;
-  const bool swiglu = model.activation == Activation::Swiglu;
   const bool transposeWeight = !naming.gpt2;
   MLIRContext *context = builder.getContext();
   ArrayRef<int64_t> bsh = typeOf(x).getShape();
@@ -520,29 +528,8 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
                                             emitter())),
         input, w, indices, transposeWeight ? builder.getUnitAttr() : UnitAttr());
   };
-  Value hiddenRows;
-  if (swiglu) {
-    Value gate, up;
-    if (naming.gpt2) {
-      Value fused = grouped(rows, "c_fc");
-      ArrayRef<int64_t> shape = typeOf(fused).getShape();
-      auto half = RankedTensorType::get({shape[0], shape[1] / 2},
-                                        builder.getF32Type());
-      auto split = mt::SplitOp::create(builder, loc, TypeRange{half, half},
-                                       fused, builder.getI64IntegerAttr(1));
-      gate = split.getResult(0), up = split.getResult(1);
-    } else {
-      gate = grouped(rows, "gate_proj"), up = grouped(rows, "up_proj");
-    }
-    hiddenRows = mt::SwigluOp::create(builder, loc, typeOf(gate), gate, up);
-  } else {
-    Value up = grouped(rows, naming.gpt2 ? "c_fc" : "up_proj");
-    auto approximate = model.openaiGelu ? mt::GeluApproximation::Tanh
-                                        : mt::GeluApproximation::Erf;
-    hiddenRows = mt::GeluOp::create(
-        builder, loc, typeOf(up), up,
-        mt::GeluApproximationAttr::get(context, approximate));
-  }
+  Value hiddenRows = activatedProjections(
+      [&](StringRef leaf) { return grouped(rows, leaf); });
   Value expertRows = grouped(hiddenRows, naming.gpt2 ? "c_proj" : "down_proj");
   Value y = mt::MoeUnpermuteOp::create(
       builder, loc,
@@ -558,29 +545,8 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
       return linear(input, prefix + ".weight", prefix + ".bias",
                     transposeWeight);
     };
-    Value sharedHidden;
-    if (swiglu) {
-      Value gate, up;
-      if (naming.gpt2) {
-        Value fused = project("c_fc", flat);
-        ArrayRef<int64_t> shape = typeOf(fused).getShape();
-        auto half = RankedTensorType::get({shape[0], shape[1] / 2},
-                                          builder.getF32Type());
-        auto split = mt::SplitOp::create(builder, loc, TypeRange{half, half},
-                                         fused, builder.getI64IntegerAttr(1));
-        gate = split.getResult(0), up = split.getResult(1);
-      } else {
-        gate = project("gate_proj", flat), up = project("up_proj", flat);
-      }
-      sharedHidden = mt::SwigluOp::create(builder, loc, typeOf(gate), gate, up);
-    } else {
-      Value up = project(naming.gpt2 ? "c_fc" : "up_proj", flat);
-      auto approximate = model.openaiGelu ? mt::GeluApproximation::Tanh
-                                          : mt::GeluApproximation::Erf;
-      sharedHidden = mt::GeluOp::create(
-          builder, loc, typeOf(up), up,
-          mt::GeluApproximationAttr::get(context, approximate));
-    }
+    Value sharedHidden = activatedProjections(
+        [&](StringRef leaf) { return project(leaf, flat); });
     Value shared = project(naming.gpt2 ? "c_proj" : "down_proj", sharedHidden);
     y = mt::AddOp::create(builder, loc, typeOf(y), y, shared);
   }
