@@ -7,6 +7,7 @@
 // cuBLASLt's FP8 products (cuda::Fp8Gemm) against the host's sums of the
 // codes' values.
 #include "CudaTestSupport.h"
+#include "Fp8TestInputs.h"
 
 #include "core/Fp8.h"
 #include "cuda/CudaCheck.h"
@@ -26,34 +27,10 @@ namespace {
 
 using fp8::Format;
 
+/// Fp8TestInputs.h's, with a NaN of each sign and 2^20 random values.
 std::vector<float> inputs(Format format) {
-  std::vector<float> xs;
-  int maxCode = fp8::layoutOf(format).maxFinite;
-  for (int code = 0; code <= maxCode; ++code) {
-    float value = fp8::decode(static_cast<uint8_t>(code), format);
-    float next = code < maxCode
-                     ? fp8::decode(static_cast<uint8_t>(code + 1), format)
-                     : 2 * value;
-    float middle = static_cast<float>((double(value) + double(next)) / 2);
-    for (float x : {value, middle, std::nextafter(middle, 0.0f),
-                    std::nextafter(middle, 1e30f)}) {
-      xs.push_back(x);
-      xs.push_back(-x);
-    }
-  }
-  for (float x : {0.0f, std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::max(),
-                  std::numeric_limits<float>::denorm_min(),
-                  std::numeric_limits<float>::min(), 1e-30f, 3e5f}) {
-    xs.push_back(x);
-    xs.push_back(-x);
-  }
-  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> xs = fp8TestInputs(format, 1 << 20);
   xs.push_back(-std::numeric_limits<float>::quiet_NaN());
-  std::mt19937 random(26);
-  std::uniform_real_distribution<float> exponent(-30, 20);
-  for (int i = 0; i < (1 << 20); ++i)
-    xs.push_back((i % 2 ? -1 : 1) * std::exp2(exponent(random)));
   return xs;
 }
 

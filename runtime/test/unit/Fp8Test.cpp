@@ -2,6 +2,7 @@
 // double, the nearest to each input (ties to the even code), saturated at
 // the largest finite value. CudaFp8Test checks the same functions against
 // the GPU's conversions.
+#include "Fp8TestInputs.h"
 #include "core/Fp8.h"
 
 #include "gtest/gtest.h"
@@ -9,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <vector>
 
 using namespace mtrt;
@@ -41,38 +41,8 @@ uint8_t referenceEncode(float x, Format format) {
   return sign | best;
 }
 
-/// Inputs of every class: each code's value, the midpoints between
-/// neighbouring codes (exact ties) and their float neighbours, values past
-/// the largest finite, zeros, infinities, NaN, float subnormals, and random
-/// floats over 2^-30 .. 2^20 of both signs.
 std::vector<float> inputs(Format format) {
-  std::vector<float> xs;
-  int maxCode = fp8::layoutOf(format).maxFinite;
-  for (int code = 0; code <= maxCode; ++code) {
-    float value = fp8::decode(static_cast<uint8_t>(code), format);
-    float next = code < maxCode
-                     ? fp8::decode(static_cast<uint8_t>(code + 1), format)
-                     : 2 * value;
-    float middle = static_cast<float>((double(value) + double(next)) / 2);
-    for (float x : {value, middle, std::nextafter(middle, 0.0f),
-                    std::nextafter(middle, 1e30f)}) {
-      xs.push_back(x);
-      xs.push_back(-x);
-    }
-  }
-  for (float x : {0.0f, std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::max(),
-                  std::numeric_limits<float>::denorm_min(),
-                  std::numeric_limits<float>::min(), 1e-30f, 3e5f}) {
-    xs.push_back(x);
-    xs.push_back(-x);
-  }
-  xs.push_back(std::numeric_limits<float>::quiet_NaN());
-  std::mt19937 random(26);
-  std::uniform_real_distribution<float> exponent(-30, 20);
-  for (int i = 0; i < 20000; ++i)
-    xs.push_back((i % 2 ? -1 : 1) * std::exp2(exponent(random)));
-  return xs;
+  return test::fp8TestInputs(format, 20000);
 }
 
 class Fp8Test : public ::testing::TestWithParam<Format> {};
