@@ -113,6 +113,17 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice:
+  case Op::Shift: // the ring's keys and values (and their gradients)
+    return true;
+  // Context parallelism's blocks (ContextParallelOps.cpp): q, k, v, the
+  // outputs and dout either type; the logsumexps and delta stay fp32.
+  case Op::AttentionBlock:
+    return operand <= 2;
+  case Op::AttentionBlockGrad:
+    return operand <= 3;
+  case Op::AttentionMerge:
+    return operand == 0 || operand == 2;
+  case Op::AttentionDelta:
     return true;
   case Op::BiasAdd:
   case Op::VocabMax:
@@ -147,6 +158,8 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::AllGather:             // the collectives: as their operand
   case Op::ReduceScatter:
   case Op::AllSlice:
+  case Op::Shift:
+  case Op::AttentionBlockGrad: // dq, dk, dv
   case Op::BiasAdd: // Elementwise.cu's addBiasRows
   case Op::Scale:   // Elementwise.cu's scale
     return true;
@@ -155,6 +168,9 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::LayerNorm: // y
   case Op::RmsNorm:
     return true;
+  case Op::AttentionBlock: // out; the logsumexp stays fp32
+  case Op::AttentionMerge:
+    return result == 0;
   case Op::LayerNormGrad: // dx; the parameter gradients stay fp32
   case Op::RmsNormGrad:
     return result == 0;
@@ -278,6 +294,7 @@ void Executor::planBf16Values() {
     case Op::AllGather:
     case Op::ReduceScatter:
     case Op::AllSlice:
+    case Op::Shift:
       groups.join(inst.operands[0], inst.results[0]);
       break;
     case Op::Reshape:

@@ -551,6 +551,8 @@ bool Executor::usesStep(const Instruction &inst) const {
     return inst.attrs.p != 0;
   case Op::Attention:
   case Op::AttentionGrad:
+  case Op::AttentionBlock:
+  case Op::AttentionBlockGrad:
     return attentionParams(*function_, inst, 0).dropoutP > 0;
   case Op::Fused:
     for (const Instruction &op : inst.body)

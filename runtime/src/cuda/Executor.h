@@ -44,7 +44,8 @@ class RankContext;
   X(VocabMax)                                                                  \
   X(VocabPartials)                                                             \
   X(VocabCrossEntropy)                                                         \
-  X(VocabCrossEntropyGrad)
+  X(VocabCrossEntropyGrad)                                                     \
+  X(Shift)
 
 namespace mtrt::cuda {
 
@@ -366,6 +367,14 @@ private:
   /// linear_vocab_cross_entropy_grad (OpDispatch.cpp): the
   /// vocabulary-parallel output layer's chunks, in the op's kernel block.
   void linearVocab(size_t position, const Instruction &inst);
+  /// Context parallelism's instructions (ContextParallelOps.cpp):
+  /// attention_block, attention_merge, attention_delta,
+  /// attention_block_grad, and position_ids, rope and dropout at global
+  /// positions (context_size > 1).
+  void executeContextParallel(size_t position, const Instruction &inst,
+                              const MicroBatchKey &key);
+  /// Whether `inst` is one of those (ContextParallelOps.cpp).
+  static bool isContextParallelInstruction(const Instruction &inst);
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.
   void executeAll(const MicroBatchKey &key, bool timed);
@@ -405,7 +414,7 @@ private:
   /// DeviceCollective (the rank's communicators), the rest as kernels.
   void executeRankInstruction(size_t position, const Instruction &inst,
                               const MicroBatchKey &key);
-  /// all_reduce, all_gather, reduce_scatter and all_slice.
+  /// all_reduce, all_gather, reduce_scatter, all_slice and shift.
   void executeCollective(size_t position, const Instruction &inst,
                          const MicroBatchKey &key);
 

@@ -8,6 +8,7 @@
 #include "cuda/CudaCheck.h"
 #include "cuda/CudnnAttention.h"
 #include "cuda/ParameterStore.h"
+#include "cuda/kernels/AttentionBlocks.h"
 #include "cuda/kernels/HopperAttention.h"
 #include "cuda/kernels/Kernels.h"
 
@@ -197,17 +198,29 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
   auto shapeOf = [&](int64_t v) -> const std::vector<int64_t> & {
     return fn.values[v].shape;
   };
-  if (inst.op == Op::AttentionBlock || inst.op == Op::AttentionMerge ||
-      inst.op == Op::AttentionDelta || inst.op == Op::AttentionBlockGrad ||
-      inst.op == Op::Shift ||
-      ((inst.op == Op::PositionIds || inst.op == Op::Rope ||
-        inst.op == Op::Dropout) &&
-       inst.attrs.contextSize > 1))
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + bundle_.name() + "': " + where(position) + ": " +
-                    opName(inst.op) +
-                    ": context parallelism is not implemented on CUDA yet "
-                    "(issue 24); run this bundle on the host backend");
+  if (inst.op == Op::AttentionBlock || inst.op == Op::AttentionBlockGrad) {
+    std::string reason = attentionBlockUnsupportedReason(
+        attentionParams(fn, inst, 0), context_.device());
+    if (!reason.empty())
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "bundle '" + bundle_.name() + "': " + where(position) +
+                      ": the cuda backend cannot run this attention block "
+                      "yet: " +
+                      reason);
+  }
+  // A fused group's kernel keys its dropout on one tile of the tensor; at
+  // global positions (context parallelism) the rows are two runs of the
+  // sequence, which only the unfused dropout draws.
+  if (inst.op == Op::Fused)
+    for (const Instruction &op : inst.body)
+      if (op.op == Op::Dropout && op.attrs.p != 0 && op.attrs.contextSize > 1)
+        throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                    "bundle '" + bundle_.name() + "': " + where(position) +
+                        ": a fused group's dropout at global positions "
+                        "(context_size " +
+                        std::to_string(op.attrs.contextSize) +
+                        ") is not implemented on CUDA yet (issue 24); "
+                        "compile the bundle without --fuse-kernels");
   if (isMoeOp(inst.op))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle_.name() + "': " + where(position) + ": " +
@@ -248,6 +261,10 @@ void Executor::execute(size_t position, const Instruction &inst,
                        const MicroBatchKey &key) {
   if (isRankInstruction(inst)) {
     executeRankInstruction(position, inst, key);
+    return;
+  }
+  if (isContextParallelInstruction(inst)) {
+    executeContextParallel(position, inst, key);
     return;
   }
   const Function &fn = *function_;
@@ -769,15 +786,15 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
-  case Op::AttentionBlock: // refused by checkShapes
+  case Op::AttentionBlock: // run by executeContextParallel
   case Op::AttentionMerge:
   case Op::AttentionDelta:
   case Op::AttentionBlockGrad:
-  case Op::Shift:
 #define MTRT_RANK_CASE(name) case Op::name:
     MTRT_CUDA_RANK_OPS(MTRT_RANK_CASE)
 #undef MTRT_RANK_CASE
-    // Run by executeRankInstruction (RankOps.cpp).
+    // Run by executeRankInstruction (RankOps.cpp) or executeContextParallel
+    // (ContextParallelOps.cpp).
     throw Error(MTRT_STATUS_INTERNAL, where(position) + ": " +
                                           opName(inst.op) +
                                           " reached the device dispatch");

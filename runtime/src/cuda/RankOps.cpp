@@ -1,8 +1,9 @@
 // The CUDA executor's multi-rank instructions, on the device: the
 // collectives through DeviceCollective over the rank's communicators (NCCL
 // takes the arena's buffers in place; the in-process communicator of the
-// one-GPU checks is staged through the host), all_slice and the gathers'
-// and scatters' interleaving as strided copies, bias_add, and Megatron-LM's
+// one-GPU checks is staged through the host), context parallelism's shift
+// (a send to the next rank and a receive from the previous at once),
+// all_slice and the gathers' and scatters' interleaving as strided copies, bias_add, and Megatron-LM's
 // vocabulary-parallel embedding and cross-entropy as kernels
 // (kernels/Embedding.cu, kernels/VocabParallel.cu).
 //
@@ -46,6 +47,7 @@ bool Executor::communicates(const Instruction &inst) const {
   case Op::AllReduce:
   case Op::AllGather:
   case Op::ReduceScatter:
+  case Op::Shift:
     return gridGroupSize(bundle_.gridShape(), inst.attrs.gridAxes) > 1;
   default:
     return false;
@@ -169,6 +171,34 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   comm::Communicator &comm = rank_->group(a.gridAxes);
   std::string label = where(position);
   comm::CallInfo info{label, static_cast<int64_t>(key.step)};
+  if (inst.op == Op::Shift) {
+    // Context parallelism's ring (the host's RankCollective.cpp): the rank
+    // `offset` places ahead along shift_axis receives this rank's operand,
+    // the one as far behind sends it hers. The group ranks its members by
+    // their coordinates along grid_axes, the first slowest: moving along
+    // shift_axis moves by its stride there.
+    const std::vector<int64_t> &grid = bundle_.gridShape();
+    int64_t stride = 1;
+    for (size_t i = a.gridAxes.size();
+         i-- > 0 && a.gridAxes[i] != a.shiftAxis;)
+      stride *= grid[static_cast<size_t>(a.gridAxes[i])];
+    int64_t n = grid[static_cast<size_t>(a.shiftAxis)];
+    int64_t c = rank_->coordinates()[static_cast<size_t>(a.shiftAxis)];
+    int64_t index = comm.rank();
+    auto peer = [&](int64_t by) {
+      return static_cast<int>(index + (((c + by) % n + n) % n - c) * stride);
+    };
+    int to = peer(a.offset), from = peer(-a.offset);
+    if (to == index) {
+      if (in != out && outCount > 0)
+        MTRT_CUDA_CHECK(cudaMemcpyAsync(out, in, element * outCount,
+                                        cudaMemcpyDeviceToDevice, stream),
+                        where(position));
+      return;
+    }
+    collective_->sendRecv(comm, in, to, out, from, inCount, type, info);
+    return;
+  }
   comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
                           ? comm::ReduceOp::Max
                           : comm::ReduceOp::Sum;
@@ -249,6 +279,7 @@ void Executor::executeRankInstruction(size_t position, const Instruction &inst,
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice:
+  case Op::Shift:
     executeCollective(position, inst, key);
     return;
   case Op::BiasAdd: { // y = x + bias per row, in place or not

@@ -57,6 +57,9 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
   parameters_->upload(host_->parameters());
 
   idType_ = train->values[train->inputs[0]].dtype;
+  // The step's tokens are the rank's chunks of each sample.
+  contextParallel_ =
+      train->values[train->inputs[0]].shape.back() != host_->seqLength();
   // The host trainer's samples: the same data, splits and order.
   trainData_ = &host_->trainData();
   validData_ = host_->validData();
@@ -120,6 +123,11 @@ int64_t Trainer::sampleOffset(int64_t microBatch) const {
 
 std::pair<host::TensorView, host::TensorView>
 Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
+  // Context parallelism: the rank's two load-balanced chunks of each sample
+  // (Megatron-LM's get_batch_on_this_cp_rank), read as the host trainer
+  // reads them.
+  if (contextParallel_)
+    return host_->readMicroBatch(data, first);
   int64_t batch = host_->microBatchSize(), seq = host_->seqLength();
   for (int64_t b = 0; b < batch; ++b)
     data.read(first + b, tokens_.data() + b * seq, labels_.data() + b * seq);

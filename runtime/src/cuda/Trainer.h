@@ -148,6 +148,9 @@ private:
   std::vector<int32_t> tokens_, labels_;
   std::vector<int64_t> tokens64_, labels64_;
   DType idType_ = DType::I32;
+  /// Context parallelism: the step reads the rank's chunks of each sample
+  /// (train::Trainer::readMicroBatch).
+  bool contextParallel_ = false;
   uint64_t microStep_ = 0;
 };
 

@@ -229,11 +229,14 @@ public:
     return distributedOptimizer_.get();
   }
 
-private:
   /// Reads microBatchSize() samples of `data` from `first` into the token
-  /// and label buffers; the views are valid until the next read.
+  /// and label buffers (under context parallelism the rank's two chunks of
+  /// each: readSamples); the views are valid until the next read. The
+  /// cuda::Trainer reads its micro-batches here too.
   std::pair<host::TensorView, host::TensorView>
   readMicroBatch(data::SampleSource &data, int64_t first);
+
+private:
   /// Fails before training if an iteration this run would save exists.
   void checkSaveDirectory() const;
   /// Runs `executor` on the micro-batch of `data` at sample `first` (the

@@ -20,9 +20,10 @@ __global__ void initNormalKernel(int64_t n, float *out, double std,
 }
 
 template <typename Id>
-__global__ void positionIdsKernel(int64_t n, int64_t seq, int64_t first,
+__global__ void positionIdsKernel(int64_t n, int64_t seq, ContextTile tile,
                                   Id *ids) {
-  MTRT_GRID_STRIDE(i, n) ids[i] = static_cast<Id>(first + i % seq);
+  MTRT_GRID_STRIDE(i, n)
+  ids[i] = static_cast<Id>(contextGlobalPosition(tile, i % seq));
 }
 
 } // namespace
@@ -42,14 +43,23 @@ void initNormal(cudaStream_t stream, int64_t n, float *out, double std,
 
 template <typename Id>
 void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids,
-                 int64_t first) {
+                 const ContextTile &tile) {
   if (n > 0 && seq > 0)
     positionIdsKernel<Id><<<detail::blocksFor(n), detail::kThreads, 0, stream>>>(
-        n, seq, first, ids);
+        n, seq, tile, ids);
+}
+
+template <typename Id>
+void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids,
+                 int64_t first) {
+  positionIds(stream, n, seq, ids, ContextTile{first, 0, 1});
 }
 
 #define MTRT_INSTANTIATE(Id)                                                   \
-  template void positionIds<Id>(cudaStream_t, int64_t, int64_t, Id *, int64_t);
+  template void positionIds<Id>(cudaStream_t, int64_t, int64_t, Id *,          \
+                                int64_t);                                      \
+  template void positionIds<Id>(cudaStream_t, int64_t, int64_t, Id *,          \
+                                const ContextTile &);
 MTRT_CUDA_INSTANTIATE_ID_TYPES(MTRT_INSTANTIATE)
 #undef MTRT_INSTANTIATE
 

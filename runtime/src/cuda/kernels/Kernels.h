@@ -25,6 +25,7 @@
 #ifndef MTRT_SRC_CUDA_KERNELS_KERNELS_H
 #define MTRT_SRC_CUDA_KERNELS_KERNELS_H
 
+#include "core/ContextLayout.h"
 #include "core/Fp8.h"
 #include "host/kernels/Kernels.h"
 
@@ -78,6 +79,12 @@ void initNormal(cudaStream_t stream, int64_t n, float *out, double std,
 template <typename Id>
 void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids,
                  int64_t first = 0);
+
+/// ids[i] = contextGlobalPosition(tile, i % seq): a tile of the
+/// load-balanced sequence under context parallelism (core/ContextLayout.h).
+template <typename Id>
+void positionIds(cudaStream_t stream, int64_t n, int64_t seq, Id *ids,
+                 const ContextTile &tile);
 
 //===----------------------------------------------------------------------===//
 // Embedding.cu
@@ -348,10 +355,14 @@ size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim);
 
 /// host::ropeForward (inverse false) or host::ropeBackward (inverse true).
 /// y may alias x when both have one storage type.
+/// `rows` places the seq rows in the global sequence (context parallelism:
+/// a tile of the load-balanced sequence, core/ContextLayout.h); the default
+/// is rows 0.. at positions 0...
 void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
           int64_t headDim, int64_t rotaryDim,
           const RopeFrequencies &frequencies, bool inverse,
-          InElements x, OutElements y, void *scratch);
+          InElements x, OutElements y, void *scratch,
+          const ContextTile &rows = {});
 
 //===----------------------------------------------------------------------===//
 // Elementwise.cu: n elements each, fp32 or bf16 storage per operand and

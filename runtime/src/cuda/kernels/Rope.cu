@@ -10,15 +10,17 @@ namespace mtrt::cuda {
 namespace {
 
 /// cosines[s * half + i], sines[s * half + i] for the angle
-/// s * ropeInverseFrequency(i), times the attention factor, as host
-/// ropeTables.
+/// position(s) * ropeInverseFrequency(i), times the attention factor, as
+/// host ropeTables (row s at its global position under context
+/// parallelism).
 __global__ void ropeTableKernel(int64_t seq, int64_t half, int64_t rotaryDim,
-                                RopeFrequencies frequencies, float *cosines,
-                                float *sines) {
+                                RopeFrequencies frequencies, ContextTile rows,
+                                float *cosines, float *sines) {
   MTRT_GRID_STRIDE(e, seq * half) {
     int64_t s = e / half, i = e % half;
     double inverseFrequency = ropeInverseFrequency(frequencies, i, rotaryDim);
-    double angle = static_cast<double>(s) * inverseFrequency;
+    double angle =
+        static_cast<double>(contextGlobalPosition(rows, s)) * inverseFrequency;
     cosines[e] = static_cast<float>(frequencies.attentionFactor * cos(angle));
     sines[e] = static_cast<float>(frequencies.attentionFactor * sin(angle));
   }
@@ -66,7 +68,8 @@ size_t ropeScratchBytes(int64_t seq, int64_t rotaryDim) {
 void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
           int64_t headDim, int64_t rotaryDim,
           const RopeFrequencies &frequencies, bool inverse,
-          InElements x, OutElements y, void *scratch) {
+          InElements x, OutElements y, void *scratch,
+          const ContextTile &positions) {
   int64_t rows = batch * seq * heads;
   int64_t half = rotaryDim / 2;
   if (rows <= 0 || headDim <= 0)
@@ -75,8 +78,8 @@ void rope(cudaStream_t stream, int64_t batch, int64_t seq, int64_t heads,
   float *sines = cosines + std::max<int64_t>(1, seq * half);
   if (half > 0)
     ropeTableKernel<<<detail::blocksFor(seq * half), detail::kThreads, 0,
-                      stream>>>(seq, half, rotaryDim, frequencies, cosines,
-                                sines);
+                      stream>>>(seq, half, rotaryDim, frequencies, positions,
+                                cosines, sines);
   int64_t work = rows * (half + (headDim - rotaryDim));
   float direction = inverse ? -1.0f : 1.0f;
   // Every element index (rows * headDim) and item below 2^32 - stride.
