@@ -26,9 +26,13 @@ if [[ ${1:-} == make ]]; then
   cp "$root/test/integration/Inputs/compare-ranks.py" "$dest/"
   cp "$0" "$dest/run-context-parallel.sh"
   compile=$build/bin/megatron-compile b=$dest/bundles
+  # The vocabulary is padded to a multiple of the flag times the tensor
+  # ranks: 512 for one rank and CP2, 256 x 2 under TP2, one model.
   common=(--seq-length 256 --hidden-dropout 0.1 --attention-dropout 0.1
-    --micro-batch-size 2 --global-batch-size 2
-    --make-vocab-size-divisible-by 256)
+    --micro-batch-size 2 --global-batch-size 2)
+  whole=(--make-vocab-size-divisible-by 512)
+  tp2=(--make-vocab-size-divisible-by 256 --tensor-model-parallel-size 2
+    --sequence-parallel)
   for model in llama gpt; do
     flags=("${common[@]}")
     [[ $model == gpt ]] && flags+=(--max-position-embeddings 256)
@@ -36,12 +40,11 @@ if [[ ${1:-} == make ]]; then
       name=tiny-$model-s256 p=(--precision=fp32)
       [[ $precision == bf16 ]] && name=$name-bf16 p=(--bf16)
       m=$root/models/tiny-$model.yaml
-      "$compile" "$m" "${flags[@]}" "${p[@]}" -o "$b/$name.mtb"
-      "$compile" "$m" "${flags[@]}" "${p[@]}" --context-parallel-size 2 \
-        -o "$b/$name-cp2.mtb"
-      "$compile" "$m" "${flags[@]}" "${p[@]}" --context-parallel-size 2 \
-        --tensor-model-parallel-size 2 --sequence-parallel \
-        -o "$b/$name-cp2-tp2-sp.mtb"
+      "$compile" "$m" "${flags[@]}" "${p[@]}" "${whole[@]}" -o "$b/$name.mtb"
+      "$compile" "$m" "${flags[@]}" "${p[@]}" "${whole[@]}" \
+        --context-parallel-size 2 -o "$b/$name-cp2.mtb"
+      "$compile" "$m" "${flags[@]}" "${p[@]}" "${tp2[@]}" \
+        --context-parallel-size 2 -o "$b/$name-cp2-tp2-sp.mtb"
     done
   done
   # CudaModelTest and CudaOpsTest (the rope, position and dropout kernels
@@ -69,14 +72,15 @@ timeout 95 "$here/bin/mtrt-cuda-tests" \
   --gtest_filter='*CudaAttentionBlockKernelTest.*:*CudaContextParallelTest.*' \
   > "$out/cp-tests.log" 2>&1
 echo "cp tests rc $?" >> "$out/summary.txt"
-b=tiny-llama-s256-bf16-cp2
-for backend in cuda host; do
-  timeout 12 "$here/bin/megatron-train" "$here/bundles/$b.mtb" \
-    --backend $backend --in-process-ranks --data-path "$here/corpus.txt" \
-    --train-iters 5 --lr 1e-3 --log-interval 1 --eval-interval 0 \
-    --no-progress-bar --log-jsonl "$out/$b-$backend.jsonl" --bf16 \
-    > "$out/$b-$backend.log" 2>&1
-  echo "train $b $backend rc $?" >> "$out/summary.txt"
+for b in tiny-llama-s256-bf16-cp2 tiny-gpt-s256-cp2-tp2-sp; do
+  for backend in cuda host; do
+    timeout 12 "$here/bin/megatron-train" "$here/bundles/$b.mtb" \
+      --backend $backend --in-process-ranks --data-path "$here/corpus.txt" \
+      --train-iters 5 --lr 1e-3 --log-interval 1 --eval-interval 0 \
+      --no-progress-bar --log-jsonl "$out/$b-$backend.jsonl" \
+      $([[ $b == *bf16* ]] && echo --bf16) > "$out/$b-$backend.log" 2>&1
+    echo "train $b $backend rc $?" >> "$out/summary.txt"
+  done
 done
 timeout 25 "$here/bin/mtrt-cuda-tests" \
   --gtest_filter='CudaOpsTest.*:Models/CudaModelTest.TrainStep*/tiny_gpt:Models/CudaModelTest.TrainStep*/tiny_llama:Models/CudaMixedPrecisionTest.TrainStep*/tiny_llama_bf16:DeviceCollectiveTest.*:TinyGpt/CudaTensorParallelTest.TwoInProcess*/DropoutSequenceParallelFp32' \

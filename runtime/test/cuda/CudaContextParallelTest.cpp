@@ -546,12 +546,16 @@ struct ModelCase {
   const char *name;
 };
 
+/// The vocabulary is padded to a multiple of make-vocab-size-divisible-by
+/// times the tensor ranks: 512 for one rank and CP2, 256 x 2 for CP2 x TP2,
+/// so that every bundle is one model (512 rows).
 const char *const kHowToMake =
     "megatron-compile models/tiny-{llama,gpt}.yaml --seq-length 256 "
     "[--max-position-embeddings 256] --hidden-dropout 0.1 "
     "--attention-dropout 0.1 --micro-batch-size 2 --global-batch-size 2 "
-    "--make-vocab-size-divisible-by 256 [--bf16] [--context-parallel-size 2 "
-    "[--tensor-model-parallel-size 2 --sequence-parallel]] "
+    "[--bf16] (--make-vocab-size-divisible-by 512 [--context-parallel-size "
+    "2] | --make-vocab-size-divisible-by 256 --context-parallel-size 2 "
+    "--tensor-model-parallel-size 2 --sequence-parallel) "
     "(bench/run-context-parallel.sh)";
 
 class CudaContextParallelTest : public ::testing::TestWithParam<ModelCase> {};
@@ -571,6 +575,9 @@ void compareSteps(const Bundle &bundle, const StepResult &actual,
   double worstRelative = 0, worstCosine = 1;
   for (size_t p = 0; p < reference.gradients.size(); ++p) {
     const std::string &name = bundle.parameters()[p].name;
+    // One model: the same shapes (a vocabulary padded otherwise differs).
+    ASSERT_EQ(actual.gradients[p].shape, reference.gradients[p].shape)
+        << "gradient of " << name << " vs " << against;
     for (int64_t i = 0; i < actual.gradients[p].numElements(); ++i)
       ASSERT_FALSE(std::isnan(actual.gradients[p].data<float>()[i]))
           << name << ": no rank wrote element " << i;
