@@ -47,6 +47,10 @@ if [[ ${1:-} == make ]]; then
         --context-parallel-size 2 -o "$b/$name-cp2-tp2-sp.mtb"
     done
   done
+  # CudaAttentionBlockLimitsTest: a head dimension over the block kernels'.
+  "$compile" "$root/models/tiny-llama.yaml" --seq-length 64 \
+    --micro-batch-size 1 --global-batch-size 1 --kv-channels 512 \
+    --context-parallel-size 2 -o "$b/tiny-llama-hd512-cp2.mtb"
   # CudaModelTest and CudaOpsTest (the rope, position and dropout kernels
   # this change touched) on the bundles they read.
   "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"
@@ -69,7 +73,7 @@ export MTRT_CUDA_TEST_BUNDLES=$here/bundles
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$out/gpu.txt" 2>&1
 # About 140 s in all (the device budget of the session that wrote this).
 timeout 95 "$here/bin/mtrt-cuda-tests" \
-  --gtest_filter='*CudaAttentionBlockKernelTest.*:*CudaContextParallelTest.*' \
+  --gtest_filter='*CudaAttentionBlock*:*CudaContextParallelTest.*' \
   > "$out/cp-tests.log" 2>&1
 echo "cp tests rc $?" >> "$out/summary.txt"
 for b in tiny-llama-s256-bf16-cp2 tiny-gpt-s256-cp2-tp2-sp; do

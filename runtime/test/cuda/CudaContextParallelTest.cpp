@@ -130,6 +130,18 @@ private:
   cuda::DeviceBuffer buffer_;
 };
 
+void rethrowRankErrors(const std::vector<std::exception_ptr> &errors) {
+  for (auto &error : errors) {
+    if (!error)
+      continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << "a rank failed: " << e.what();
+    }
+  }
+}
+
 std::vector<double> normals(size_t n, uint64_t seed, double scale) {
   std::vector<double> values(n);
   for (size_t i = 0; i < n; ++i)
@@ -385,6 +397,72 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
+// Shapes the block kernels cannot take are named with the numbers: a head
+// dimension over 256, a key block whose row of scores exceeds the device's
+// shared memory; the shapes of the tests (and the long-context layout's
+// 16384-key blocks) are taken.
+TEST(CudaAttentionBlockLimitsTest, UnsupportedShapesAreNamed) {
+  MTRT_REQUIRE_GPU();
+  host::AttentionParams p;
+  p.batch = 1;
+  p.seqQ = 128;
+  p.seqK = 128;
+  p.headsQ = 8;
+  p.headsKv = 2;
+  p.headDim = 16;
+  p.headDimV = 16;
+  p.causal = true;
+  EXPECT_EQ(cuda::attentionBlockUnsupportedReason(p, 0), "");
+  p.seqQ = p.seqK = 16384;
+  p.headDim = p.headDimV = 128;
+  EXPECT_EQ(cuda::attentionBlockUnsupportedReason(p, 0), "");
+  p.headDim = p.headDimV = 512;
+  EXPECT_NE(cuda::attentionBlockUnsupportedReason(p, 0).find(
+                "head dimensions 512 and 512 exceed the attention block "
+                "kernels' 256"),
+            std::string::npos);
+  p.headDim = p.headDimV = 128;
+  p.seqK = 65536;
+  std::string reason = cuda::attentionBlockUnsupportedReason(p, 0);
+  EXPECT_NE(reason.find("a block of 65536 keys needs 525312 bytes of shared "
+                        "memory per thread block"),
+            std::string::npos)
+      << reason;
+}
+
+// A bundle whose blocks the kernels cannot take is refused when its
+// executor is made, naming the instruction and the limit (tiny Llama with
+// --kv-channels 512 under CP2).
+TEST(CudaAttentionBlockLimitsTest, ABundleOverTheLimitIsRefusedAtLoad) {
+  MTRT_REQUIRE_GPU();
+  Bundle bundle = loadTestBundle(
+      "tiny-llama-hd512-cp2",
+      "megatron-compile models/tiny-llama.yaml --seq-length 64 "
+      "--micro-batch-size 1 --global-batch-size 1 --kv-channels 512 "
+      "--context-parallel-size 2");
+  comm::InProcessWorld world(static_cast<int>(bundle.rankCount()));
+  std::vector<std::string> messages(bundle.rankCount());
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, bundle.gridShape());
+    cuda::Context context;
+    cuda::ParameterStore store(bundle, context);
+    try {
+      cuda::Executor executor(bundle, "train_step", store, &rank);
+    } catch (const Error &e) {
+      EXPECT_EQ(e.code(), MTRT_STATUS_UNIMPLEMENTED);
+      messages[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  rethrowRankErrors(errors);
+  for (const std::string &message : messages) {
+    EXPECT_NE(message.find("the cuda backend cannot run this attention "
+                           "block yet: head dimensions 512 and 512 exceed "
+                           "the attention block kernels' 256"),
+              std::string::npos)
+        << "message: '" << message << "'";
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Compiled models on in-process ranks
 //===----------------------------------------------------------------------===//
@@ -462,18 +540,6 @@ StepResult oneRankOnHost(const Bundle &bundle, const GlobalBatch &batch) {
     result.gradients.push_back(std::move(copy));
   }
   return result;
-}
-
-void rethrowRankErrors(const std::vector<std::exception_ptr> &errors) {
-  for (auto &error : errors) {
-    if (!error)
-      continue;
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception &e) {
-      ADD_FAILURE() << "a rank failed: " << e.what();
-    }
-  }
 }
 
 /// One train_step on every rank of `bundle` (threads sharing the GPU), the
