@@ -51,9 +51,9 @@ class Trainer {
 public:
   /// Throws Error as train::Trainer does, or UNAVAILABLE without a GPU.
   ///
-  /// With `rank` (prepared or not), trains one rank of a grid of tensor and
-  /// data parallelism: the host trainer initializes the rank's shards and
-  /// picks its samples, the executors run its collectives through the
+  /// With `rank` (prepared or not), trains one rank of a grid of tensor,
+  /// context and data parallelism: the host trainer initializes the rank's
+  /// shards and picks its samples (a context rank's two chunks of each), the executors run its collectives through the
   /// rank's communicators, the gradient norm is the world's. With a
   /// gradient_buffer, the gradients are reduced over the data-parallel
   /// ranks once per iteration on the device (DataParallel.h), and with the
