@@ -39,8 +39,6 @@ static RankedTensorType asF32(RankedTensorType type) {
 }
 
 LogicalResult Fp8MetaOp::verify() {
-  if (!isa<ModuleOp>((*this)->getParentOp()))
-    return emitOpError() << "belongs at module level, beside the parameters";
   return verifyFormat(*this, getFormat());
 }
 

@@ -31,7 +31,7 @@ def Mt_Fp8MetaOp : Mt_Op<"fp8_meta", [Symbol]> {
     them. `mt.fp8_scale` reads the scale inside a function.
 
     ```mlir
-    mt.fp8_meta @transformer.h.0.attn.c_attn.weight.input : f8E4M3FN
+    mt.fp8_meta @transformer.h.0.attn.c_attn.weight.fp8_input : f8E4M3FN
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$format);
@@ -47,7 +47,7 @@ def Mt_Fp8ScaleOp : Mt_Op<"fp8_scale",
     `mt.fp8_update` of the meta (1 before any).
 
     ```mlir
-    %s = mt.fp8_scale @transformer.h.0.attn.c_attn.weight.input : tensor<f32>
+    %s = mt.fp8_scale @transformer.h.0.attn.c_attn.weight.fp8_input : tensor<f32>
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$meta);
@@ -167,7 +167,7 @@ def Mt_Fp8UpdateOp : Mt_Op<"fp8_update",
     ranks that share the tensor, as Megatron-LM's amax reduction group does.
 
     ```mlir
-    mt.fp8_update @transformer.h.0.attn.c_attn.weight.input, %amax : tensor<f32>
+    mt.fp8_update @transformer.h.0.attn.c_attn.weight.fp8_input, %amax : tensor<f32>
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$meta, Mt_ScalarF32:$amax);
