@@ -695,6 +695,93 @@ static const KeyDef kKeys[] = {
      },
      "precision"},
 
+    // fp8
+    {{"fp8_format", "fp8",
+      "FP8 GEMMs in the transformer layers: e4m3 for every operand, or "
+      "hybrid (e4m3 forward, e5m2 for the gradients); needs precision bf16.",
+      K::Choice, "none"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       if (isNullText(v.trim())) {
+         c.fp8.format = Fp8Format::None;
+         return std::nullopt;
+       }
+       return setChoice(v, c.fp8.format,
+                        {{"e4m3", Fp8Format::E4M3},
+                         {"hybrid", Fp8Format::Hybrid},
+                         {"none", Fp8Format::None}});
+     }},
+    {{"fp8_recipe", "fp8",
+      "How FP8 scales are chosen: delayed (from an amax history of earlier "
+      "steps) or tensorwise (from each tensor's own amax).",
+      K::Choice, "delayed"},
+     [](CompileConfig &c, StringRef v) {
+       return setChoice(v, c.fp8.recipe,
+                        {{"delayed", Fp8Recipe::Delayed},
+                         {"tensorwise", Fp8Recipe::Tensorwise}});
+     }},
+    {{"fp8_amax_history_len", "fp8",
+      "Delayed scaling: amaxes kept per tensor.", K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositive(v, c.fp8.amaxHistoryLen);
+     }},
+    {{"fp8_amax_compute_algo", "fp8",
+      "Delayed scaling: the amax a scale is computed from, most_recent or "
+      "max (of the history).",
+      K::Choice, "most_recent"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       std::string t = v.trim().lower();
+       if (t != "most_recent" && t != "max")
+         return expected("most_recent or max", v);
+       c.fp8.amaxComputeAlgo = t;
+       return std::nullopt;
+     }},
+    {{"fp8_margin", "fp8", "Scales are divided by 2^fp8_margin.", K::Integer,
+      "0"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       int64_t value;
+       if (Problem p = parseInteger(v, "a margin of 0 or more", value))
+         return p;
+       if (value < 0 || value > 64)
+         return "fp8_margin " + v.trim().str() +
+                " is outside 0 to 64: a scale is divided by 2^fp8_margin; "
+                "give 0 (Megatron-LM's default) or a small power";
+       c.fp8.margin = value;
+       return std::nullopt;
+     }},
+    {{"first_last_layers_bf16", "fp8",
+      "Keep bf16 GEMMs in the first num_layers_at_start_in_bf16 and the last "
+      "num_layers_at_end_in_bf16 transformer layers.",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.fp8.firstLastLayersBf16);
+     }},
+    {{"num_layers_at_start_in_bf16", "fp8",
+      "Under first_last_layers_bf16: leading layers kept in bf16.",
+      K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       int64_t value;
+       if (Problem p = parseInteger(v, "a number of layers", value))
+         return p;
+       if (value < 0)
+         return "num_layers_at_start_in_bf16 " + v.trim().str() +
+                " is negative: give 0 or more layers";
+       c.fp8.numLayersAtStartInBf16 = value;
+       return std::nullopt;
+     }},
+    {{"num_layers_at_end_in_bf16", "fp8",
+      "Under first_last_layers_bf16: trailing layers kept in bf16.",
+      K::Integer, "1"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       int64_t value;
+       if (Problem p = parseInteger(v, "a number of layers", value))
+         return p;
+       if (value < 0)
+         return "num_layers_at_end_in_bf16 " + v.trim().str() +
+                " is negative: give 0 or more layers";
+       c.fp8.numLayersAtEndInBf16 = value;
+       return std::nullopt;
+     }},
+
     // recompute
     {{"recompute_granularity", "recompute",
       "Activation recomputation: none, selective (attention core) or full "
@@ -757,7 +844,7 @@ ArrayRef<ConfigKeyInfo> megatron::getConfigKeys() {
 
 bool config::isMappingSection(StringRef name) {
   return name == "model" || name == "parallel" || name == "batch" ||
-         name == "recompute";
+         name == "recompute" || name == "fp8";
 }
 
 const KeyDef *config::findKey(StringRef key) {
@@ -847,7 +934,7 @@ std::string config::suggestKey(StringRef name, StringRef section) {
     consider(def.info.key);
   }
   if (section.empty())
-    for (StringRef s : {"model", "parallel", "batch", "recompute"})
+    for (StringRef s : {"model", "parallel", "batch", "fp8", "recompute"})
       consider(s);
   // A third of the name can be wrong: catches dropped or swapped words
   // ("tensor_parallel_size") without proposing unrelated keys.

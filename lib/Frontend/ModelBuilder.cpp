@@ -673,6 +673,9 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   module = *owned;
   module->setAttr(mt::kModelAttrName,
                   modelAttr(*builder.getContext(), config));
+  if (config.fp8.enabled())
+    module->setAttr(mt::kFp8AttrName,
+                    fp8RecipeAttr(*builder.getContext(), config.fp8));
   builder.setInsertionPointToEnd(module.getBody());
   declareParameters();
   if (stages.size() > 1) {
@@ -704,6 +707,17 @@ mt::ModelAttr megatron::modelAttr(MLIRContext &context,
       config.batch.microBatchSize, config.globalBatchSize(),
       parallel.tensorModelParallelSize, parallel.pipelineModelParallelSize,
       parallel.dataParallelSize, precision);
+}
+
+mt::Fp8RecipeAttr megatron::fp8RecipeAttr(MLIRContext &context,
+                                          const Fp8Config &fp8) {
+  bool keepEnds = fp8.firstLastLayersBf16;
+  return mt::Fp8RecipeAttr::get(
+      &context, fp8.format == Fp8Format::E4M3 ? "e4m3" : "hybrid",
+      fp8.recipe == Fp8Recipe::Delayed ? "delayed" : "tensorwise",
+      fp8.amaxHistoryLen, fp8.amaxComputeAlgo, fp8.margin,
+      keepEnds ? fp8.numLayersAtStartInBf16 : 0,
+      keepEnds ? fp8.numLayersAtEndInBf16 : 0);
 }
 
 OwningOpRef<ModuleOp>

@@ -78,6 +78,7 @@ private:
   Error checkBatch();
   Error checkRecompute();
   Error checkMoe();
+  Error checkFp8();
 
   /// a * b, or an error naming `what` and the keys to reduce.
   Error multiply(int64_t a, int64_t b, int64_t &out, StringRef what,
@@ -794,7 +795,69 @@ Error Validator::run() {
     return err;
   if (Error err = checkRecompute())
     return err;
+  if (Error err = checkFp8())
+    return err;
   return checkMoe();
+}
+
+/// Megatron-LM's FP8 arguments (docs/MixedPrecision.md, "FP8"): FP8 GEMMs
+/// inside bf16 training; a recipe key given without a format is an error
+/// rather than a setting nobody reads.
+Error Validator::checkFp8() {
+  const Fp8Config &f = c.fp8;
+  if (!f.enabled()) {
+    for (StringRef key :
+         {"fp8_recipe", "fp8_amax_history_len", "fp8_amax_compute_algo",
+          "fp8_margin", "first_last_layers_bf16",
+          "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"})
+      if (c.keyOrigins.count(key))
+        return fail({key}, key.str() + " is set but fp8_format is none, so "
+                                 "nothing reads it; add fp8_format e4m3 or "
+                                 "hybrid, or remove " + key.str());
+    return Error::success();
+  }
+  std::string format = f.format == Fp8Format::E4M3 ? "e4m3" : "hybrid";
+  if (c.precision != Precision::BF16)
+    return fail({"fp8_format", "precision"},
+                "fp8_format " + format + " needs precision bf16 (FP8 GEMMs "
+                "inside bf16 training, as Megatron-LM's --fp8-format with "
+                "--bf16); precision is " +
+                    (c.precision == Precision::FP16 ? "fp16" : "fp32") +
+                    "; add --bf16");
+  if (f.recipe == Fp8Recipe::Tensorwise)
+    for (StringRef key :
+         {"fp8_amax_history_len", "fp8_amax_compute_algo"})
+      if (c.keyOrigins.count(key))
+        return fail({key}, key.str() + " is delayed scaling's, but fp8_recipe is "
+                                 "tensorwise (each scale from the tensor's "
+                                 "own amax); remove " + key.str() +
+                                 " or use fp8_recipe delayed");
+  if (p.pipelineModelParallelSize > 1)
+    return fail({"fp8_format", "pipeline_model_parallel_size"},
+                "fp8_format " + format + " with pipeline_model_parallel_size " +
+                    show(p.pipelineModelParallelSize) +
+                    " is not implemented yet (issue 26: FP8 scaling state "
+                    "across pipeline stages); compile FP8 without pipeline "
+                    "parallelism");
+  if (!f.firstLastLayersBf16) {
+    for (StringRef key :
+         {"num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"})
+      if (c.keyOrigins.count(key))
+        return fail({key}, key.str() + " is set but first_last_layers_bf16 is "
+                                 "false; add first_last_layers_bf16 true or "
+                                 "remove " + key.str());
+  } else if (f.numLayersAtStartInBf16 + f.numLayersAtEndInBf16 >
+             m.numLayers) {
+    return fail({"num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
+                 "first_last_layers_bf16"},
+                "num_layers_at_start_in_bf16 " +
+                    show(f.numLayersAtStartInBf16) +
+                    " plus num_layers_at_end_in_bf16 " +
+                    show(f.numLayersAtEndInBf16) + " exceed num_layers " +
+                    show(m.numLayers) +
+                    "; keep at most num_layers layers in bf16");
+  }
+  return Error::success();
 }
 
 /// Megatron-LM's MoE arguments (docs/MoE.md): none is accepted without

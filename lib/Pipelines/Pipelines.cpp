@@ -185,6 +185,7 @@ void megatron::buildOverlapPipeline(mlir::OpPassManager &pm,
 
 void megatron::buildPrecisionPipeline(mlir::OpPassManager &pm) {
   pm.addPass(mlir::mt::createMixedPrecisionPass());
+  pm.addPass(mlir::mt::createFp8GemmsPass());
 }
 
 void megatron::registerPipelines() {

@@ -116,6 +116,43 @@ def Mt_ModelAttr : Mt_Attr<"Model", "model"> {
   let genVerifyDecl = 1;
 }
 
+def Mt_Fp8RecipeAttr : Mt_Attr<"Fp8Recipe", "fp8_recipe"> {
+  let summary = "How a module trains its transformer layers' GEMMs in FP8";
+  let description = [{
+    The module attribute `mt.fp8` of a module compiled with `--fp8-format`
+    (docs/MixedPrecision.md, "FP8"), read by `mt-fp8-gemms` and recorded by
+    the bundle writer. Megatron-LM's (Transformer Engine's) settings:
+    - `format`: `"e4m3"` (every GEMM operand E4M3) or `"hybrid"` (E4M3
+      forward, E5M2 for the output gradients the backward GEMMs read);
+    - `scaling`: `"delayed"` (each tensor's scale from an amax history of
+      earlier steps, kept in `mt.fp8_meta`s) or `"tensorwise"` (from the
+      tensor's own amax, just before its cast);
+    - `amax_history_len`, `amax_compute_algo` (`"max"` or `"most_recent"`):
+      delayed scaling's history;
+    - `margin`: scales are divided by 2^margin;
+    - `bf16_layers_at_start`, `bf16_layers_at_end`: transformer layers
+      whose GEMMs stay bf16 (`--first-last-layers-bf16`).
+
+    ```mlir
+    module attributes {mt.fp8 = #mt.fp8_recipe<format = "hybrid",
+        scaling = "delayed", amax_history_len = 1024,
+        amax_compute_algo = "max", margin = 0, bf16_layers_at_start = 0,
+        bf16_layers_at_end = 0>} { ... }
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"e4m3 or hybrid">:$format,
+    StringRefParameter<"delayed or tensorwise">:$scaling,
+    "int64_t":$amax_history_len,
+    StringRefParameter<"max or most_recent">:$amax_compute_algo,
+    "int64_t":$margin,
+    "int64_t":$bf16_layers_at_start,
+    "int64_t":$bf16_layers_at_end
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 def Mt_LayerAttr : Mt_Attr<"Layer", "layer"> {
   let summary = "The transformer layer an op belongs to";
   let description = [{

@@ -2,6 +2,7 @@
 
 #include "mt/IR/MtDialect.h"
 #include "mt/IR/MtCastOp.h"
+#include "mt/IR/MtFp8Ops.h"
 #include "mt/IR/MtOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -26,6 +27,10 @@ void MtDialect::initialize() {
 #include "mt/IR/MtOps.cpp.inc"
       >();
   addOperations<CastOp>();
+  addOperations<
+#define GET_OP_LIST
+#include "mt/IR/MtFp8Ops.cpp.inc"
+      >();
   addTypes<
 #define GET_TYPEDEF_LIST
 #include "mt/IR/MtTypes.cpp.inc"
@@ -95,6 +100,36 @@ LogicalResult LayerAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 // `<i>` or `<i, core_attention>`.
+LogicalResult
+Fp8RecipeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                      StringRef format, StringRef scaling,
+                      int64_t amaxHistoryLen, StringRef amaxComputeAlgo,
+                      int64_t margin, int64_t bf16LayersAtStart,
+                      int64_t bf16LayersAtEnd) {
+  if (format != "e4m3" && format != "hybrid")
+    return emitError() << "#mt.fp8_recipe: format is \"" << format
+                       << "\"; expected \"e4m3\" or \"hybrid\"";
+  if (scaling != "delayed" && scaling != "tensorwise")
+    return emitError() << "#mt.fp8_recipe: scaling is \"" << scaling
+                       << "\"; expected \"delayed\" or \"tensorwise\"";
+  if (amaxHistoryLen < 1)
+    return emitError() << "#mt.fp8_recipe: amax_history_len is "
+                       << amaxHistoryLen << "; expected 1 or more";
+  if (amaxComputeAlgo != "max" && amaxComputeAlgo != "most_recent")
+    return emitError() << "#mt.fp8_recipe: amax_compute_algo is \""
+                       << amaxComputeAlgo
+                       << "\"; expected \"max\" or \"most_recent\"";
+  if (margin < 0 || margin > 64)
+    return emitError() << "#mt.fp8_recipe: margin is " << margin
+                       << "; expected 0 to 64";
+  if (bf16LayersAtStart < 0 || bf16LayersAtEnd < 0)
+    return emitError() << "#mt.fp8_recipe: bf16 layers at the start and end "
+                          "are "
+                       << bf16LayersAtStart << " and " << bf16LayersAtEnd
+                       << "; expected 0 or more";
+  return success();
+}
+
 Attribute LayerAttr::parse(AsmParser &parser, Type) {
   int64_t index = 0;
   bool coreAttention = false;
@@ -149,6 +184,18 @@ LogicalResult MtDialect::verifyOperationAttribute(Operation *op,
   // mt.pipeline_stage, ...) are checked where they are read.
   if (attribute.getName() == kLayerAttrName)
     return verifyLayerAttribute(op, attribute.getValue());
+  if (attribute.getName() == kFp8AttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << kFp8AttrName
+                             << "' belongs on the builtin module, not on '"
+                             << op->getName() << "'";
+    if (!isa<Fp8RecipeAttr>(attribute.getValue()))
+      return op->emitError() << "'" << kFp8AttrName
+                             << "' must be a #mt.fp8_recipe<...> attribute, "
+                                "not "
+                             << attribute.getValue();
+    return success();
+  }
   if (attribute.getName() != kModelAttrName)
     return success();
   if (!isa<ModuleOp>(op))

@@ -17,6 +17,9 @@
 namespace mlir::mt {
 /// The module attribute that says what a module trains (ModelAttr).
 inline constexpr llvm::StringLiteral kModelAttrName = "mt.model";
+/// The module attribute that says how a module trains in FP8
+/// (Fp8RecipeAttr); absent without FP8.
+inline constexpr llvm::StringLiteral kFp8AttrName = "mt.fp8";
 /// The op attribute that says which transformer layer an op belongs to
 /// (LayerAttr).
 inline constexpr llvm::StringLiteral kLayerAttrName = "mt.layer";

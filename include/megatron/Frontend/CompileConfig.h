@@ -38,6 +38,13 @@ enum class RopeScaling { None, Linear, Llama3, Yarn };
 /// Megatron-LM's --cp-comm-type: a ring of point-to-point block exchanges
 /// (p2p) or one all-gather of the keys and values (all_gather).
 enum class CpCommType { P2P, AllGather };
+/// Megatron-LM's --fp8-format: off, e4m3 for every GEMM operand, or hybrid
+/// (e4m3 forward, e5m2 for the gradients the backward GEMMs read).
+enum class Fp8Format { None, E4M3, Hybrid };
+/// Megatron-LM's --fp8-recipe: delayed scaling (each tensor's scale from an
+/// amax history of earlier steps) or tensorwise (current scaling: the scale
+/// from the tensor's own amax, just before the cast).
+enum class Fp8Recipe { Delayed, Tensorwise };
 
 /// The transformer itself, with Megatron-LM's argument names.
 struct ModelConfig {
@@ -237,12 +244,33 @@ struct RecomputeConfig {
   int64_t numLayers = 1;
 };
 
+/// FP8 training (docs/MixedPrecision.md, "FP8"), with Megatron-LM's names
+/// and defaults.
+struct Fp8Config {
+  Fp8Format format = Fp8Format::None;
+  Fp8Recipe recipe = Fp8Recipe::Delayed;
+  /// Delayed scaling: amaxes kept per tensor, and which one a scale is
+  /// computed from ("max" of the history or the "most_recent").
+  int64_t amaxHistoryLen = 1;
+  std::string amaxComputeAlgo = "most_recent";
+  /// Scales are divided by 2^margin.
+  int64_t margin = 0;
+  /// --first-last-layers-bf16: the first numLayersAtStartInBf16 and the
+  /// last numLayersAtEndInBf16 transformer layers keep bf16 GEMMs.
+  bool firstLastLayersBf16 = false;
+  int64_t numLayersAtStartInBf16 = 1;
+  int64_t numLayersAtEndInBf16 = 1;
+
+  bool enabled() const { return format != Fp8Format::None; }
+};
+
 struct CompileConfig {
   ModelConfig model;
   MoeConfig moe;
   ParallelConfig parallel;
   BatchConfig batch;
   Precision precision = Precision::FP32;
+  Fp8Config fp8;
   RecomputeConfig recompute;
 
   /// The file this configuration was read from; empty when built in code.
@@ -297,7 +325,7 @@ enum class ConfigValueKind { Integer, Number, Boolean, String, Choice };
 /// Every key a model file or a flag may set, for help texts and flags.
 struct ConfigKeyInfo {
   llvm::StringRef key;
-  llvm::StringRef section; // "model", "parallel", "batch", "precision", "recompute"
+  llvm::StringRef section; // "model", "parallel", "batch", "precision", "fp8", "recompute"
   llvm::StringRef help;
   ConfigValueKind kind = ConfigValueKind::String;
   /// The default, as text ("1", "4 * hidden_size", "required").

@@ -47,6 +47,11 @@ buildModelModule(mlir::MLIRContext &context, const CompileConfig &config,
 mlir::mt::ModelAttr modelAttr(mlir::MLIRContext &context,
                               const CompileConfig &config);
 
+/// The `#mt.fp8_recipe` of an FP8 configuration (the module attribute
+/// `mt.fp8` that `mt-fp8-gemms` reads).
+mlir::mt::Fp8RecipeAttr fp8RecipeAttr(mlir::MLIRContext &context,
+                                      const Fp8Config &fp8);
+
 } // namespace megatron
 
 #endif // MEGATRON_FRONTEND_MODELBUILDER_H

@@ -807,6 +807,12 @@ FailureOr<std::string>
 megatron::serializeBundle(ModuleOp module,
                           const llvm::json::Object *pipeline) {
   auto model = module->getAttrOfType<mt::ModelAttr>(mt::kModelAttrName);
+  if (module->hasAttr(mt::kFp8AttrName))
+    return module.emitError()
+           << "cannot be written to a bundle: FP8 GEMMs (" << mt::kFp8AttrName
+           << ") have no bundle instructions and no runtime kernels yet "
+              "(issue 26); inspect the FP8 program with --emit mlir "
+              "--stop-after precision, or compile without --fp8-format";
   // A pipeline adds its axis before the partition's grid axes.
   int64_t pipelineSize =
       pipeline ? pipeline->getInteger("size").value_or(1) : 1;

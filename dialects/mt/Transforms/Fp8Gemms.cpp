@@ -1,0 +1,319 @@
+//===- Fp8Gemms.cpp - The transformer layers' GEMMs in FP8 ----------------===//
+//
+// With `mt.fp8` on the module (`--fp8-format`), the linear layers of the
+// transformer layers run on FP8 operands (docs/MixedPrecision.md, "FP8"):
+// each GEMM operand is quantized once (mt.fp8_quantize) with a scale that is
+// a value of the program: delayed scaling reads it from the operand's
+// mt.fp8_meta (mt.fp8_scale) and a training step records every amax at its
+// end (mt.fp8_update, after a max all-reduce over the grid); tensorwise
+// scaling computes it from the operand itself (mt.fp8_current_scale). The
+// output layer, the loss, attention, norms and GEMMs fused with epilogues
+// stay as mt-mixed-precision typed them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mt/IR/MtCastOp.h"
+#include "mt/IR/MtFp8Ops.h"
+#include "mt/IR/MtOps.h"
+#include "mt/Transforms/Passes.h"
+#include "mt/Transforms/PrecisionPasses.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_FP8GEMMSPASS
+#include "mt/Transforms/PrecisionPasses.h.inc"
+} // namespace mlir::mt
+
+using namespace mlir;
+using namespace mlir::mt;
+
+namespace {
+
+/// A GEMM operand in FP8: its codes and the scale they were made with.
+struct Quantized {
+  Value codes;
+  Value scale;
+};
+
+bool isBf16Tensor(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  return type && type.getElementType().isBF16();
+}
+
+/// The parameter a GEMM's weight operand reads: a function argument marked
+/// `mt.parameter`, or an mt.get_parameter, possibly through mt.cast.
+/// Empty for any other weight.
+StringRef parameterName(Value weight) {
+  if (auto cast = weight.getDefiningOp<CastOp>())
+    weight = cast.getInput();
+  if (auto read = weight.getDefiningOp<GetParameterOp>())
+    return read.getName();
+  auto argument = dyn_cast<BlockArgument>(weight);
+  if (!argument)
+    return "";
+  auto function = dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp());
+  if (!function)
+    return "";
+  auto name = function.getArgAttrOfType<FlatSymbolRefAttr>(
+      argument.getArgNumber(), "mt.parameter");
+  return name ? name.getValue() : "";
+}
+
+/// The f32 master weight behind a bf16 cast, which is quantized instead of
+/// its bf16 copy (one rounding).
+Value masterWeight(Value weight) {
+  if (auto cast = weight.getDefiningOp<CastOp>())
+    return cast.getInput();
+  return weight;
+}
+
+struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
+  Fp8RecipeAttr recipe;
+  ModelAttr model;
+  ModuleOp module;
+  /// The module's metas by name, in creation order.
+  llvm::StringMap<Fp8MetaOp> metas;
+
+  void runOnOperation() override {
+    module = getOperation();
+    recipe = module->getAttrOfType<Fp8RecipeAttr>(kFp8AttrName);
+    if (!recipe)
+      return;
+    model = module->getAttrOfType<ModelAttr>(kModelAttrName);
+    if (!model || model.getPrecision() != "bf16") {
+      module.emitError() << "'" << kFp8AttrName
+                         << "' needs a module of precision bf16 (FP8 GEMMs "
+                            "inside bf16 training); this one is "
+                         << (model ? model.getPrecision() : "without mt.model");
+      return signalPassFailure();
+    }
+    metas.clear();
+    for (auto meta : module.getOps<Fp8MetaOp>())
+      metas[meta.getSymName()] = meta;
+    for (auto function : llvm::to_vector(module.getOps<func::FuncOp>())) {
+      if (function.isExternal())
+        continue;
+      if (function->hasAttr("mt.pipeline_stage")) {
+        function.emitError()
+            << "FP8 GEMMs under pipeline parallelism are not implemented yet "
+               "(issue 26: the scaling state across stages); compile FP8 "
+               "without pipeline parallelism";
+        return signalPassFailure();
+      }
+      if (failed(rewriteFunction(function)))
+        return signalPassFailure();
+    }
+  }
+
+  bool delayed() const { return recipe.getScaling() == "delayed"; }
+
+  Type e4m3() { return Float8E4M3FNType::get(&getContext()); }
+  Type e5m2() { return Float8E5M2Type::get(&getContext()); }
+
+  /// Whether `op` belongs to a transformer layer whose GEMMs run in FP8.
+  bool inFp8Layer(Operation *op) {
+    LayerAttr layer = getLayer(op);
+    if (!layer)
+      return false;
+    int64_t index = layer.getIndex();
+    return index >= recipe.getBf16LayersAtStart() &&
+           index < model.getNumLayers() - recipe.getBf16LayersAtEnd();
+  }
+
+  Fp8MetaOp metaFor(StringRef name, Type format) {
+    Fp8MetaOp &meta = metas[name];
+    if (!meta) {
+      OpBuilder builder(module.getBodyRegion());
+      Block *body = module.getBody();
+      // After the parameters, in creation order.
+      builder.setInsertionPoint(body, body->begin());
+      for (Operation &op : *body)
+        if (isa<ParameterOp, Fp8MetaOp>(op))
+          builder.setInsertionPointAfter(&op);
+      meta = Fp8MetaOp::create(builder, module.getLoc(),
+                               builder.getStringAttr(name),
+                               TypeAttr::get(format));
+      ++numMetas;
+    }
+    return meta;
+  }
+
+  /// Quantizes `value` to `format` before `user`, with the meta `name`'s
+  /// scale (delayed) or its own amax's (tensorwise). The amax is recorded
+  /// in `amaxes` for the step's updates when `record`.
+  Quantized quantize(OpBuilder &builder, Operation *user, Value value,
+                     StringRef name, Type format, bool record,
+                     llvm::MapVector<Fp8MetaOp, Value> &amaxes) {
+    builder.setInsertionPoint(user);
+    Location loc = user->getLoc();
+    auto scalar = RankedTensorType::get({}, builder.getF32Type());
+    Value scale;
+    Fp8MetaOp meta;
+    if (delayed()) {
+      meta = metaFor(name, format);
+      scale = Fp8ScaleOp::create(builder, loc, scalar, meta.getSymName());
+    } else {
+      scale = Fp8CurrentScaleOp::create(builder, loc, scalar, value,
+                                        TypeAttr::get(format),
+                                        builder.getI64IntegerAttr(
+                                            recipe.getMargin()));
+    }
+    auto codes = RankedTensorType::get(
+        cast<RankedTensorType>(value.getType()).getShape(), format);
+    auto q = Fp8QuantizeOp::create(builder, loc, codes, scalar, value, scale);
+    ++numQuantizes;
+    if (meta && record && !amaxes.count(meta))
+      amaxes[meta] = q.getAmax();
+    return {q.getResult(), scale};
+  }
+
+  LogicalResult rewriteFunction(func::FuncOp function) {
+    Block &body = function.getBody().front();
+    bool training = function.getSymName() == "train_step";
+    // Values derived from the loss seed are gradients: a linear reading one
+    // is a data gradient (dx = dy W^T), whose dy is E5M2 under hybrid.
+    DenseSet<Value> gradients;
+    for (Operation &op : body) {
+      bool derived = op.hasAttr(kLossSeedAttrName) ||
+                     llvm::any_of(op.getOperands(), [&](Value v) {
+                       return gradients.contains(v);
+                     });
+      if (derived)
+        gradients.insert(op.result_begin(), op.result_end());
+    }
+    OpBuilder builder(function.getContext());
+    llvm::MapVector<Fp8MetaOp, Value> amaxes;
+    DenseMap<Value, Quantized> activations, weights;
+    bool hybrid = recipe.getFormat() == "hybrid";
+
+    // The linears first (forward and data gradient), so that each weight
+    // gradient finds both of its operands quantized.
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      auto linear = dyn_cast<LinearOp>(op);
+      if (!linear || !inFp8Layer(&op) || !isBf16Tensor(linear.getInput()) ||
+          !isBf16Tensor(linear.getWeight()) || !isBf16Tensor(linear))
+        continue;
+      StringRef parameter = parameterName(linear.getWeight());
+      if (parameter.empty())
+        continue;
+      bool dataGrad = gradients.contains(linear.getInput());
+      Value input = linear.getInput();
+      Quantized &x = activations[input];
+      if (!x.codes)
+        x = quantize(
+            builder, &op, input,
+            (parameter + (dataGrad ? ".fp8_output_grad" : ".fp8_input")).str(),
+            dataGrad && hybrid ? e5m2() : e4m3(), training, amaxes);
+      Value master = masterWeight(linear.getWeight());
+      Quantized &w = weights[master];
+      if (!w.codes)
+        w = quantize(builder, &op, master, (parameter + ".fp8_weight").str(),
+                     e4m3(), training, amaxes);
+      builder.setInsertionPoint(&op);
+      auto fp8 = Fp8LinearOp::create(builder, op.getLoc(), linear.getType(),
+                                     x.codes, x.scale, w.codes, w.scale,
+                                     linear.getBias(),
+                                     linear.getTransposeWeightAttr());
+      setLayer(fp8, getLayer(&op));
+      Value cast = linear.getWeight();
+      linear.replaceAllUsesWith(fp8.getResult());
+      op.erase();
+      if (auto castOp = cast.getDefiningOp<CastOp>(); castOp && castOp->use_empty())
+        castOp->erase();
+      ++numGemms;
+    }
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      auto plain = dyn_cast<LinearWeightGradOp>(op);
+      auto withBias = dyn_cast<LinearWeightBiasGradOp>(op);
+      if ((!plain && !withBias) || !inFp8Layer(&op))
+        continue;
+      auto x = activations.find(op.getOperand(0));
+      auto dy = activations.find(op.getOperand(1));
+      if (x == activations.end() || dy == activations.end())
+        continue;
+      builder.setInsertionPoint(&op);
+      auto weightGrad = RankedTensorType::get(
+          cast<RankedTensorType>(op.getResult(0).getType()).getShape(),
+          builder.getF32Type());
+      bool transpose = plain ? plain.getTransposeWeight()
+                             : withBias.getTransposeWeight();
+      auto fp8 = Fp8LinearWeightGradOp::create(
+          builder, op.getLoc(), weightGrad, x->second.codes, x->second.scale,
+          dy->second.codes, dy->second.scale, transpose);
+      setLayer(fp8, getLayer(&op));
+      op.getResult(0).replaceAllUsesWith(fp8.getResult());
+      if (withBias) {
+        // The bias gradient sums dy in f32, as the unfused op's epilogue.
+        auto biasGrad = BiasGradOp::create(builder, op.getLoc(),
+                                           withBias.getResult(1).getType(),
+                                           op.getOperand(1));
+        setLayer(biasGrad, getLayer(&op));
+        withBias.getResult(1).replaceAllUsesWith(biasGrad.getResult());
+      }
+      op.erase();
+      ++numGemms;
+    }
+    if (training && !amaxes.empty())
+      recordAmaxes(function, amaxes);
+    return success();
+  }
+
+  /// At the end of a training step: every amax, reduced (max) over the grid
+  /// in one all-reduce when there is one, updates its meta.
+  void recordAmaxes(func::FuncOp function,
+                    llvm::MapVector<Fp8MetaOp, Value> &amaxes) {
+    Operation *ret = function.getBody().front().getTerminator();
+    OpBuilder builder(ret);
+    Location loc = ret->getLoc();
+    SmallVector<Value> values;
+    for (auto &entry : amaxes)
+      values.push_back(entry.second);
+    shard::GridOp grid;
+    for (auto candidate : module.getOps<shard::GridOp>())
+      grid = candidate;
+    int64_t ranks = 1;
+    if (grid)
+      for (int64_t size : grid.getShape())
+        ranks *= size;
+    if (ranks > 1) {
+      auto one = RankedTensorType::get({1}, builder.getF32Type());
+      SmallVector<Value> rows;
+      for (Value amax : values)
+        rows.push_back(ReshapeOp::create(builder, loc, one, amax));
+      auto all = RankedTensorType::get({int64_t(rows.size())},
+                                       builder.getF32Type());
+      Value joined = rows.size() == 1
+                         ? rows.front()
+                         : ConcatOp::create(builder, loc, all, rows, 0)
+                               .getResult();
+      SmallVector<shard::GridAxis> axes;
+      for (int64_t axis = 0; axis < grid.getRank(); ++axis)
+        if (grid.getShape()[axis] > 1)
+          axes.push_back(static_cast<shard::GridAxis>(axis));
+      Value reduced = shard::AllReduceOp::create(builder, loc, joined,
+                                                 grid.getSymName(), axes,
+                                                 shard::ReductionKind::Max);
+      SmallVector<Value> parts;
+      if (rows.size() == 1) {
+        parts.push_back(reduced);
+      } else {
+        SmallVector<Type> partTypes(rows.size(), one);
+        llvm::append_range(
+            parts, SplitOp::create(builder, loc, partTypes, reduced, 0)
+                       .getResults());
+      }
+      auto scalar = RankedTensorType::get({}, builder.getF32Type());
+      for (auto [value, part] : llvm::zip(values, parts))
+        value = ReshapeOp::create(builder, loc, scalar, part);
+    }
+    for (auto [entry, amax] : llvm::zip(amaxes, values))
+      Fp8UpdateOp::create(builder, loc, entry.first.getSymName(), amax);
+  }
+};
+
+} // namespace
