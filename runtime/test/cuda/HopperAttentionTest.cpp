@@ -398,8 +398,9 @@ protected:
       EXPECT_EQ(cudaMalloc(&scratch, scratchBytes), cudaSuccess);
       // Garbage in the scratch: the backward must zero its dq sums.
       EXPECT_EQ(cudaMemset(scratch, 0x7f, scratchBytes), cudaSuccess);
-      if (maskBytes)
+      if (maskBytes) {
         EXPECT_EQ(cudaMalloc(&mask, maskBytes), cudaSuccess);
+      }
       EXPECT_EQ(cudaMalloc(&grads[0], qn * element), cudaSuccess);
       EXPECT_EQ(cudaMalloc(&grads[1], kn * element), cudaSuccess);
       EXPECT_EQ(cudaMalloc(&grads[2], kn * element), cudaSuccess);
