@@ -726,6 +726,12 @@ constexpr int kBackwardThreads = 384;
 /// What the backward kernel reads of a call.
 struct HopperBackwardGeometry {
   int seqQ, seqK, headsQ, group, keyBlocks;
+  int queryTiles; // tiles of 64 queries over seqQ (the bulk dq layout's)
+  /// dq's share leaves through shared memory by one bulk reduction a
+  /// consumer and step (cp.reduce.async.bulk .add.f32 of a 64 x 64 tile in
+  /// fragment order, bulkDqIndex) rather than by red.global.add.v2.f32
+  /// from the accumulators (MTRT_CUDA_HOPPER_DQ=red).
+  bool bulkDq;
   FlashLayout dk, dv;
   bool causal, outputsBf16;
   float scale;        // the softmax scale (dk's factor)
@@ -766,7 +772,10 @@ template <int D> struct BackwardSmem {
   /// Two dS^T buffers [128 keys][64 queries] (one 128-byte swizzled chunk).
   static constexpr uint32_t kScores = kQueries + kStages * kStageBytes;
   static constexpr uint32_t kScoresBytes = chunkBytes(kBackwardKeys);
-  static constexpr uint32_t kRows = kScores + 2 * kScoresBytes;
+  /// Each consumer's dq share in fragment order (64 x 64 floats).
+  static constexpr uint32_t kDq = kScores + 2 * kScoresBytes;
+  static constexpr uint32_t kDqBytes = 64 * 64 * 4;
+  static constexpr uint32_t kRows = kDq + 2 * kDqBytes;
   static constexpr uint32_t kBarriers = kRows + kStages * sizeof(BackwardRows);
   static constexpr size_t kTotal = 1024 + kBarriers + sizeof(BackwardBarriers);
 };
@@ -834,12 +843,24 @@ __device__ inline void reduceAddPair(float *at, float x, float y) {
                : "memory");
 }
 
+/// The bulk dq layout ([batch, headsQ, queryTiles, D / 64] tiles of 64 x
+/// 64 floats): within a tile, float ((w 8 + j) 32 + lane) 4 + e is the
+/// wgmma accumulator element dq[4j + e] of lane `lane` of warp w, i.e. row
+/// 16w + lane / 4 + 8 (e / 2), column 8j + 2 (lane % 4) + e % 2; so a
+/// consumer writes its share with one 16-byte store a lane per j.
+__host__ __device__ inline int64_t bulkDqIndex(int64_t tile, int row,
+                                               int column) {
+  int w = row / 16, g = row % 8, high = row % 16 / 8;
+  int j = column / 8, t = column % 8 / 2, low = column % 2;
+  return tile * 4096 + ((w * 8 + j) * 32 + 4 * g + t) * 4 + 2 * high + low;
+}
+
 // Grid (key blocks of 128, headsKv, batch) walked longest first (causal:
 // key block 0 sees every query), kBackwardThreads threads, shared
 // BackwardSmem<D>::kTotal. Tensor maps: q and dout over (D, headsQ, seqQ,
 // batch), boxes of 64 columns x 64 positions; k and v over (D, headsKv,
 // seqK, batch), boxes of 64 x 128.
-template <int D, bool Dropout>
+template <int D, bool Dropout, bool DqByKeys>
 __global__ void __launch_bounds__(kBackwardThreads, 1)
     hopperBackwardKernel(const __grid_constant__ CUtensorMap qMap,
                          const __grid_constant__ CUtensorMap kMap,
@@ -1093,53 +1114,101 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
         }
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if constexpr (DqByKeys)
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+    else
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
-    // dQ's share: dS (queries x the block's 128 keys) times K's columns
-    // [64 n, 64 n + 64).
-    // (At 128 the product is issued whether or not dq is asked for: under
-    // a condition ptxas spilled 300 bytes a thread.)
-    bool computesDq = D == 128 || (step & 1) == consumer;
-    bool addsDq = dqSum && computesDq;
-    int column0 = D == 128 ? 64 * consumer : 0;
-    float dq[32];
-    if (computesDq) {
+    // dQ's share, dS K: by columns, dS over the block's 128 keys times K's
+    // columns [column0, column0 + 64) (at 128 consumer c takes 64c, at 64
+    // the consumer of the step's parity all); by keys (DqByKeys), this
+    // consumer's dS over its own 64 keys times its K rows, in chunks of 64
+    // columns one after another (the consumers need not meet).
+    // (The product is issued whether or not dq is asked for: under a
+    // condition ptxas spilled 300 bytes a thread at 128.)
+    constexpr int kChunks = DqByKeys ? D / 64 : 1;
+    constexpr int kDqSteps = (DqByKeys ? 64 : kBackwardKeys) / 16;
+    uint32_t ownRows = DqByKeys ? 64 * consumer * 128 : 0;
+#pragma unroll 1
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      bool computesDq = DqByKeys || D == 128 || (step & 1) == consumer;
+      bool addsDq = dqSum && computesDq;
+      int column0 = DqByKeys ? 64 * chunk : D == 128 ? 64 * consumer : 0;
+      float dq[32];
+      if (computesDq) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i)
-        dq[i] = 0.f;
-      wgmmaFence();
-      fenceRegisters(dq);
+        for (int i = 0; i < 32; ++i)
+          dq[i] = 0.f;
+        wgmmaFence();
+        fenceRegisters(dq);
 #pragma unroll
-      for (int k = 0; k < kBackwardKeys / 16; ++k)
-        wgmmaSS64<1, 1>(
-            dq, mnMajorRows<kBackwardKeys>(scoresTile(step), k),
-            mnMajorRows<kBackwardKeys>(
-                kTile + (column0 / 64) * chunkBytes(kBackwardKeys), k),
-            k > 0);
-      wgmmaCommit();
-    }
-    wgmmaWait<0>();
-    fenceRegisters(dvAcc);
-    fenceRegisters(dkAcc);
-    fenceRegisters(pA);
-    fenceRegisters(dsA);
-    if (computesDq)
-      fenceRegisters(dq);
-    release(&bars->qEmpty[st]);
-    release(&bars->rowEmpty[st]);
-    if (addsDq) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        int row = q0 + 16 * warp + g + 8 * r;
-        if (row >= geo.seqQ)
-          continue;
-        float *at = dqSum + geo.rowIndex(b, h, row) * D + column0 + 2 * t;
+        for (int k = 0; k < kDqSteps; ++k)
+          wgmmaSS64<1, 1>(
+              dq, mnMajorRows<kBackwardKeys>(scoresTile(step) + ownRows, k),
+              mnMajorRows<kBackwardKeys>(
+                  kTile + (column0 / 64) * chunkBytes(kBackwardKeys) + ownRows,
+                  k),
+              k > 0);
+        wgmmaCommit();
+      }
+      wgmmaWait<0>();
+      fenceRegisters(dvAcc);
+      fenceRegisters(dkAcc);
+      fenceRegisters(pA);
+      fenceRegisters(dsA);
+      if (computesDq)
+        fenceRegisters(dq);
+      if (chunk == 0) {
+        release(&bars->qEmpty[st]);
+        release(&bars->rowEmpty[st]);
+      }
+      if (addsDq && geo.bulkDq) {
+        // Through this consumer's shared tile: wait until the last bulk
+        // reduction has read it, fill it, and one thread adds it into the
+        // tile's sums.
+        uint32_t dqTile = base + Smem::kDq + consumer * Smem::kDqBytes;
+        if (threadIdx.x % 128 == 0)
+          asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          reduceAddPair(at + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                           dqTile + ((warp * 8 + j) * 32 + lane) * 16),
+                       "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]),
+                       "f"(dq[4 * j + 3])
+                       : "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+        if (threadIdx.x % 128 == 0) {
+          int64_t tile = ((static_cast<int64_t>(b) * geo.headsQ + h) *
+                              geo.queryTiles +
+                          q0 / kBackwardQueries) *
+                             (D / 64) +
+                         column0 / 64;
+          asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group."
+                       "add.f32 [%0], [%1], %2;\n" ::"l"(dqSum + tile * 4096),
+                       "r"(dqTile), "n"(Smem::kDqBytes)
+                       : "memory");
+          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
+      } else if (addsDq) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          int row = q0 + 16 * warp + g + 8 * r;
+          if (row >= geo.seqQ)
+            continue;
+          float *at = dqSum + geo.rowIndex(b, h, row) * D + column0 + 2 * t;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            reduceAddPair(at + 8 * j, dq[4 * j + 2 * r],
+                          dq[4 * j + 2 * r + 1]);
+        }
       }
     }
   }
+  // The bulk reductions complete before the block ends.
+  if (geo.bulkDq && threadIdx.x % 128 == 0)
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
   // dK (times the scale) and dV: element 4j + 2r + c of this lane's
   // accumulators is key keys[r], column 8j + 2t + c.
@@ -1218,10 +1287,12 @@ __global__ void hopperDeltaKernel(int64_t rows, int seqQ, int headsQ,
 }
 
 // dq = scale * dqSum into dq's layout and type, two elements a thread.
+// With `bulk` the sums are in the bulk layout (bulkDqIndex), else
+// [batch, headsQ, seqQ, D].
 template <int D>
 __global__ void hopperQueryGradientKernel(int64_t rows, int seqQ, int headsQ,
                                           FlashLayout dqLayout, float scale,
-                                          bool outputsBf16,
+                                          bool outputsBf16, bool bulk,
                                           const float *dqSum, void *dq) {
   int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (at >= rows * (D / 2))
@@ -1231,7 +1302,17 @@ __global__ void hopperQueryGradientKernel(int64_t rows, int seqQ, int headsQ,
   int i = static_cast<int>(row % seqQ),
       h = static_cast<int>(row / seqQ % headsQ),
       b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
-  float2 sum = reinterpret_cast<const float2 *>(dqSum)[at];
+  float2 sum;
+  if (bulk) {
+    int64_t tiles = (seqQ + kBackwardQueries - 1) / kBackwardQueries;
+    int64_t tile = ((row / seqQ) * tiles + i / kBackwardQueries) * (D / 64) +
+                   col / 64;
+    // Columns col, col + 1 are neighbours in the fragment order too.
+    sum = *reinterpret_cast<const float2 *>(
+        dqSum + bulkDqIndex(tile, i % kBackwardQueries, col % 64));
+  } else {
+    sum = reinterpret_cast<const float2 *>(dqSum)[at];
+  }
   int64_t to = (static_cast<int64_t>(b) * seqQ + i) * dqLayout.position +
                static_cast<int64_t>(h) * dqLayout.head + col;
   if (outputsBf16)
@@ -1352,7 +1433,7 @@ bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <int D, bool Dropout>
+template <int D, bool Dropout, bool DqByKeys>
 void launchBackward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, const HopperBackwardGeometry &geo,
                     const float *logsumexp, const float *delta,
@@ -1367,7 +1448,7 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
-  auto kernel = hopperBackwardKernel<D, Dropout>;
+  auto kernel = hopperBackwardKernel<D, Dropout, DqByKeys>;
   constexpr size_t bytes = BackwardSmem<D>::kTotal;
   cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1520,6 +1601,14 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   geo.headsQ = static_cast<int>(p.headsQ);
   geo.group = static_cast<int>(p.headsQ / p.headsKv);
   geo.keyBlocks = static_cast<int>((p.seqK + kMaskKeys - 1) / kMaskKeys);
+  geo.queryTiles =
+      static_cast<int>((p.seqQ + kBackwardQueries - 1) / kBackwardQueries);
+  const char *dqPath = std::getenv("MTRT_CUDA_HOPPER_DQ");
+  geo.bulkDq = !(dqPath && std::strcmp(dqPath, "red") == 0);
+  // dQ's share by the consumers' own keys (no meeting between them; two
+  // bulk reductions a step at 64, four at 128) or by columns
+  // (MTRT_CUDA_HOPPER_DQ=columns, or red: by columns, by reductions).
+  bool byKeys = geo.bulkDq && !(dqPath && std::strcmp(dqPath, "columns") == 0);
   geo.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
   geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   geo.causal = p.causal;
@@ -1537,22 +1626,40 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   auto run = [&](auto d) {
     constexpr int D = decltype(d)::value;
     constexpr int kThreads = 256;
+    if (dqSum && geo.bulkDq) {
+      // The bulk layout's tiles, the last query tile's rows past seqQ too.
+      size_t bytes = sizeof(float) * static_cast<size_t>(p.batch * p.headsQ) *
+                     geo.queryTiles * kBackwardQueries * D;
+      cudaError_t zeroed = cudaMemsetAsync(dqSum, 0, bytes, stream);
+      if (zeroed != cudaSuccess)
+        throw Error(MTRT_STATUS_INTERNAL,
+                    std::string("hopperAttentionBackward: zeroing the dq "
+                                "sums: ") +
+                        cudaGetErrorString(zeroed));
+    }
     hopperDeltaKernel<D>
         <<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads),
            kThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, doutLayout, out,
-                                  dout, delta, dqSum);
-    if (dropout)
-      launchBackward<D, true>(stream, p, io, geo, logsumexp, delta, mask,
-                              dqSum);
+                                  dout, delta, geo.bulkDq ? nullptr : dqSum);
+    if (dropout && byKeys)
+      launchBackward<D, true, true>(stream, p, io, geo, logsumexp, delta,
+                                    mask, dqSum);
+    else if (dropout)
+      launchBackward<D, true, false>(stream, p, io, geo, logsumexp, delta,
+                                     mask, dqSum);
+    else if (byKeys)
+      launchBackward<D, false, true>(stream, p, io, geo, logsumexp, delta,
+                                     mask, dqSum);
     else
-      launchBackward<D, false>(stream, p, io, geo, logsumexp, delta, mask,
-                               dqSum);
+      launchBackward<D, false, false>(stream, p, io, geo, logsumexp, delta,
+                                      mask, dqSum);
     if (dqSum) {
       int64_t pairs = rows * (D / 2);
       hopperQueryGradientKernel<D>
           <<<static_cast<unsigned>((pairs + kThreads - 1) / kThreads),
              kThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, dqLayout,
-                                    geo.scale, io.outputsBf16, dqSum, io.dq);
+                                    geo.scale, io.outputsBf16, geo.bulkDq,
+                                    dqSum, io.dq);
     }
   };
   if (p.headDim == 128)
