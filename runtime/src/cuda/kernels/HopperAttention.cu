@@ -713,10 +713,16 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   dS K (A: dS^T as an MN-major operand, B: K MN-major), m64n64k16 over
 //   the 128 keys: at head dimension 128 consumer c takes columns 64c ..
 //   +63; at 64 the consumer of the step's parity takes all 64. Its fp32
-//   accumulators are added into dqSum ([batch, headsQ, seqQ, D], zeroed by
-//   the delta kernel) by red.global.add.v2.f32, so dq's additions come in
-//   a varying order (not deterministic: the executor runs the own kernels
-//   for the deterministic backward); a last kernel writes dq = scale dqSum.
+//   accumulators go to a shared 64 x 64 tile (fragment order: 16-byte
+//   stores, no bank conflicts) that one thread adds into dqSum (tiles of
+//   64 queries x 64 columns, zeroed first) by one bulk reduction
+//   (cp.reduce.async.bulk .add.f32); dq's additions come in a varying
+//   order (not deterministic: the executor runs the own kernels for the
+//   deterministic backward); a last kernel writes dq = scale dqSum.
+//   MTRT_CUDA_HOPPER_DQ=keys (each consumer its own keys' share, no
+//   barrier between them) and =red (red.global.add.v2.f32 from the
+//   accumulators into [batch, headsQ, seqQ, D] sums) were slower (session
+//   18) and stay for measurements.
 // dK (times the scale) and dV leave from the accumulators at the end.
 
 constexpr int kBackwardKeys = 128;   // keys of a block
@@ -730,7 +736,7 @@ struct HopperBackwardGeometry {
   /// dq's share leaves through shared memory by one bulk reduction a
   /// consumer and step (cp.reduce.async.bulk .add.f32 of a 64 x 64 tile in
   /// fragment order, bulkDqIndex) rather than by red.global.add.v2.f32
-  /// from the accumulators (MTRT_CUDA_HOPPER_DQ=red).
+  /// from the accumulators (MTRT_CUDA_HOPPER_DQ=red: up to 1.2x slower).
   bool bulkDq;
   FlashLayout dk, dv;
   bool causal, outputsBf16;
@@ -1605,10 +1611,12 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
       static_cast<int>((p.seqQ + kBackwardQueries - 1) / kBackwardQueries);
   const char *dqPath = std::getenv("MTRT_CUDA_HOPPER_DQ");
   geo.bulkDq = !(dqPath && std::strcmp(dqPath, "red") == 0);
-  // dQ's share by the consumers' own keys (no meeting between them; two
-  // bulk reductions a step at 64, four at 128) or by columns
-  // (MTRT_CUDA_HOPPER_DQ=columns, or red: by columns, by reductions).
-  bool byKeys = geo.bulkDq && !(dqPath && std::strcmp(dqPath, "columns") == 0);
+  // dQ's share by columns (the default), or by the consumers' own keys
+  // (MTRT_CUDA_HOPPER_DQ=keys: no barrier between the consumers, two bulk
+  // reductions a step at 64, four at 128; 0.76-0.95 of by columns on the
+  // H200, bench/NOTES.md session 18), or by columns through
+  // red.global.add.v2.f32 (MTRT_CUDA_HOPPER_DQ=red: 0.82-1.00).
+  bool byKeys = geo.bulkDq && dqPath && std::strcmp(dqPath, "keys") == 0;
   geo.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
   geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   geo.causal = p.causal;
