@@ -175,7 +175,7 @@ int main(int argc, char **argv) {
   };
   std::printf("%-10s %10s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
-  int mismatches = 0; // Hopper forwards outside their tolerance
+  int mismatches = 0; // Hopper results outside their tolerance
   std::unique_ptr<mtrt::cuda::CudnnAttention> cudnn;
   std::string cudnnMissing = mtrt::cuda::cudnnAttentionUnavailableReason();
   if (cudnnMissing.empty())
