@@ -8,7 +8,9 @@
 // the optional bf16 copy kept for the gradient, and the logsumexp of the
 // scaled, masked scores before dropout; dropout reads the keep bits that
 // flashDropoutMaskKernel draws (the host's mask), one 64-bit word per query
-// row and 64 keys.
+// row and 64 keys. The backward (hopperAttentionBackward, section "The
+// backward" below) gives flashAttentionBackward's dq, dk, dv from the same
+// saved state in the same manner.
 //
 // A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
 // (query head, batch) and walks the keys in tiles of 128 (causal: those
