@@ -8,10 +8,13 @@ times that), ours against cuDNN's and FlashAttention-2's, and the ratios
 ours / cuDNN (at least 1 is the goal; 0.9 with dropout). Ours is shown
 two ways: through cuDNN's fused attention (the faster of "cudnn" and
 "cudnn-qkv": the runtime's path without dropout, cuda/CudnnAttention.h)
-and on the own kernels (the faster of the two bf16 layouts, separate q, k,
-v: "bf16"; one packed qkv tensor: "qkv"; the deterministic backward
-apart). The ratios are those of the path the runtime takes: cuDNN's where
-it ran, else the own kernels'.
+on the Hopper kernels (the faster of "hopper" and "hopper-qkv":
+cuda/kernels/HopperAttention.h, wgmma and TMA, the runtime's path where
+cuDNN does not run) and on the own mma.sync kernels (the faster of the two
+bf16 layouts, separate q, k, v: "bf16"; one packed qkv tensor: "qkv"; the
+deterministic backward apart). The first ratios are those of the path the
+runtime takes: cuDNN's where it ran, else the Hopper kernels', else the
+own kernels'; the last two the Hopper kernels' alone.
 
 Usage: attention_table.py OURS.txt TORCH.txt > table.md
 """
@@ -49,10 +52,12 @@ def main():
         return fwd_tf, 3.5 * flop / ((fwd_ms + bwd_ms) * 1e9)
 
     print("| shape | dropout | ours cuDNN path fwd | ours cuDNN path fwd+bwd "
+          "| ours Hopper fwd | ours Hopper fwd+bwd "
           "| ours own kernel fwd | ours own kernel fwd+bwd | cuDNN fwd | cuDNN "
           "fwd+bwd | FA2 fwd | FA2 fwd+bwd | ours/cuDNN fwd | ours/cuDNN "
-          "fwd+bwd |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "fwd+bwd | Hopper/cuDNN fwd | Hopper/cuDNN fwd+bwd |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|---:|---:|")
     for shape, dropout in shapes:
         def best(ios):
             mine = [rates(ours[k]) for k in ours
@@ -60,8 +65,9 @@ def main():
             return max(mine, key=lambda r: r[1]) if mine else None
 
         via_cudnn = best(("cudnn", "cudnn-qkv"))
+        hopper = best(("hopper", "hopper-qkv"))
         own = best(("bf16", "qkv"))
-        taken = via_cudnn or own
+        taken = via_cudnn or hopper or own
         cudnn = torch.get((shape, "cudnn", dropout))
         flash = torch.get((shape, "flash", dropout))
         cudnn = rates(cudnn) if cudnn else None
@@ -70,13 +76,17 @@ def main():
         def show(pair, i):
             return f"{pair[i]:.0f}" if pair else "-"
 
-        def ratio(i):
-            return f"{taken[i] / cudnn[i]:.2f}" if taken and cudnn else "-"
+        def ratio(i, mine=None):
+            mine = mine or taken
+            return f"{mine[i] / cudnn[i]:.2f}" if mine and cudnn else "-"
 
         print(f"| {shape} | {dropout:.1f} | {show(via_cudnn, 0)} | "
-              f"{show(via_cudnn, 1)} | {show(own, 0)} | {show(own, 1)} | "
+              f"{show(via_cudnn, 1)} | {show(hopper, 0)} | {show(hopper, 1)} | "
+              f"{show(own, 0)} | {show(own, 1)} | "
               f"{show(cudnn, 0)} | {show(cudnn, 1)} | {show(flash, 0)} | "
-              f"{show(flash, 1)} | {ratio(0)} | {ratio(1)} |")
+              f"{show(flash, 1)} | {ratio(0)} | {ratio(1)} | "
+              f"{ratio(0, hopper) if hopper else '-'} | "
+              f"{ratio(1, hopper) if hopper else '-'} |")
 
 
 if __name__ == "__main__":

@@ -113,8 +113,8 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// order (ContextOptions::deterministicAttention; the own kernels then),
 /// MTRT_CUDA_CUDNN_ATTENTION=0 runs attention without dropout on the own
 /// flash kernels instead of cuDNN's (ContextOptions::cudnnAttention),
-/// MTRT_CUDA_HOPPER_ATTENTION=0 runs the flash forward on the own kernels
-/// instead of the Hopper ones (ContextOptions::hopperAttention),
+/// MTRT_CUDA_HOPPER_ATTENTION=0 runs the flash forward and backward on the
+/// own kernels instead of the Hopper ones (ContextOptions::hopperAttention),
 /// MTRT_CUDA_BF16_VALUES=0 holds every floating value in fp32 under bf16
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step

@@ -16,12 +16,13 @@
 // it), each first checked against the own kernels' results (the largest
 // difference over the largest magnitude of out, logsumexp, dq, dk, dv).
 // "hopper" and "hopper-qkv" (q, k, v separate or in place as "qkv") time
-// the Hopper forward (cuda/kernels/HopperAttention.h: wgmma, TMA, warp
-// specialization; forward only, with and without dropout), first checked
-// against the own forward's out and logsumexp (the largest difference over
-// the largest magnitude: within 1e-2 for out, both rounding P to bf16 at
-// different tiles, and 1e-5 for the logsumexp; a miss is printed as
-// MISMATCH and makes the exit status 1).
+// the Hopper forward and backward (cuda/kernels/HopperAttention.h: wgmma,
+// TMA, warp specialization; with and without dropout), first checked
+// against the own kernels: the forward's out and logsumexp (the largest
+// difference over the largest magnitude: within 1e-2 for out, both
+// rounding P to bf16 at different tiles, and 1e-5 for the logsumexp), the
+// backward's dq, dk, dv from the same forward state (within 2e-2); a miss
+// is printed as MISMATCH and makes the exit status 1.
 //
 //   mtrt-attention-bench [repeats] [shapes] [ios] [dropouts]
 //
@@ -174,7 +175,7 @@ int main(int argc, char **argv) {
   };
   std::printf("%-10s %10s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
-  int mismatches = 0; // Hopper forwards outside their tolerance
+  int mismatches = 0; // Hopper results outside their tolerance
   std::unique_ptr<mtrt::cuda::CudnnAttention> cudnn;
   std::string cudnnMissing = mtrt::cuda::cudnnAttentionUnavailableReason();
   if (cudnnMissing.empty())
@@ -327,6 +328,64 @@ int main(int argc, char **argv) {
               mtrt::cuda::hopperAttentionForward(nullptr, p, io, outCopy, lse,
                                                  maskWords);
             });
+            // The Hopper backward from the Hopper forward's copy, logsumexp
+            // and keep bits, against the own backward's dq, dk, dv from the
+            // same (2e-2 of the largest: both round P and dS to bf16 at the
+            // same points, dq's fp32 sums in a different order).
+            std::string backwardDeclined =
+                mtrt::cuda::hopperAttentionBackwardUnsupportedReason(p, io);
+            if (backwardDeclined.empty()) {
+              size_t gradN = packed ? 3 * qn : qn, kGradN = packed ? 0 : kn;
+              std::vector<void *> own(3, nullptr);
+              check(cudaMalloc(&own[0], gradN * 2), "cudaMalloc");
+              check(cudaMalloc(&own[1], std::max<size_t>(kGradN, 1) * 2),
+                    "cudaMalloc");
+              check(cudaMalloc(&own[2], std::max<size_t>(kGradN, 1) * 2),
+                    "cudaMalloc");
+              mtrt::cuda::FlashTensors mine = io;
+              if (packed) {
+                auto *base = static_cast<__nv_bfloat16 *>(own[0]);
+                mine.dq = base;
+                mine.dk = base + p.headDim;
+                mine.dv = base + 2 * p.headDim;
+              } else {
+                mine.dq = own[0];
+                mine.dk = own[1];
+                mine.dv = own[2];
+              }
+              mtrt::cuda::flashAttentionBackward(nullptr, p, mine, outCopy,
+                                                 lse, maskWords, scratch);
+              mtrt::cuda::hopperAttentionBackward(nullptr, p, io, outCopy, lse,
+                                                  maskWords, scratch);
+              check(cudaDeviceSynchronize(), "the backward comparison");
+              using B = __nv_bfloat16;
+              double worst;
+              if (packed) {
+                worst = relativeDifference<B>(io.dq, own[0], gradN);
+                std::printf("  backward vs own: dq+dk+dv %.2e of the largest",
+                            worst);
+              } else {
+                double dqDiff = relativeDifference<B>(io.dq, own[0], qn),
+                       dkDiff = relativeDifference<B>(io.dk, own[1], kn),
+                       dvDiff = relativeDifference<B>(io.dv, own[2], kn);
+                worst = std::max(dqDiff, std::max(dkDiff, dvDiff));
+                std::printf("  backward vs own: dq %.2e, dk %.2e, dv %.2e of "
+                            "the largest",
+                            dqDiff, dkDiff, dvDiff);
+              }
+              bool close = worst <= 2e-2;
+              mismatches += !close;
+              std::printf("%s\n", close ? "" : " MISMATCH (tolerance 2e-2)");
+              for (void *buffer : own)
+                cudaFree(buffer);
+              backwardMs = medianMs(repeats, [&] {
+                mtrt::cuda::hopperAttentionBackward(nullptr, p, io, outCopy,
+                                                    lse, maskWords, scratch);
+              });
+            } else {
+              std::printf("  the Hopper backward declines: %s\n",
+                          backwardDeclined.c_str());
+            }
           } else if (viaCudnn) {
             size_t forwardWorkspace = 0, backwardWorkspace = 0;
             std::string declined =
@@ -436,7 +495,7 @@ int main(int argc, char **argv) {
             ioName = packed ? "hopper-qkv" : "hopper";
           if (deterministic)
             ioName += "-det";
-          if (viaHopper) // forward only
+          if (viaHopper && backwardMs == 0) // forward only
             std::printf("%-10s %10s %7.1f %9.3f %9.1f %9s %9s\n", shape.name,
                         ioName.c_str(), dropout, forwardMs,
                         forwardFlop / forwardMs * 1e-9, "-", "-");

@@ -209,13 +209,16 @@ inline uint64_t cudnnAttentionBackwardScratchBytes(const AttentionShape &p) {
          cudnnAttentionWorkspaceBoundBytes(p);
 }
 
-/// The flash backward's scratch: delta and, at head dimension 128, the fused
-/// backward's fp32 dq sums; without dropout, where cuDNN may run it
-/// instead, at least cuDNN's.
+/// The flash backward's scratch: delta and, at head dimensions 64 and 128,
+/// fp32 dq sums (the fused backward's at 128, the Hopper backward's at
+/// both, over the query tiles of 64: kernels/HopperAttention.h); without
+/// dropout, where cuDNN may run it instead, at least cuDNN's.
 inline uint64_t flashAttentionBackwardScratchBytes(const AttentionShape &p) {
   uint64_t bytes = flashAttentionDeltaBytes(p);
-  if (p.headDim >= 128)
-    bytes += 4 * uint64_t(p.rows()) * uint64_t(p.headDim);
+  if (p.headDim >= 64)
+    bytes += 4 * uint64_t(p.batch * p.headsQ) *
+             uint64_t((p.seqQ + kFlashTile - 1) / kFlashTile * kFlashTile) *
+             uint64_t(p.headDim);
   if (p.dropoutP <= 0)
     bytes = std::max(bytes, cudnnAttentionBackwardScratchBytes(p));
   return bytes;

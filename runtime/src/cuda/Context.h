@@ -49,10 +49,11 @@ struct ContextOptions {
   /// speed on the H200); off (MTRT_CUDA_CUDNN_ATTENTION=0 in
   /// megatron-train): the own flash kernels everywhere.
   bool cudnnAttention = true;
-  /// Attention's forward, where cuDNN does not run it (dropout, ...), on
-  /// the Hopper kernels (kernels/HopperAttention.h: wgmma and TMA, 1.4-2.3x
-  /// the own forward on the H200) where they take the call; off
-  /// (MTRT_CUDA_HOPPER_ATTENTION=0 in megatron-train): the own forward.
+  /// Attention's forward and backward, where cuDNN does not run them
+  /// (dropout, ...), on the Hopper kernels (kernels/HopperAttention.h:
+  /// wgmma and TMA; the forward 1.4-2.3x the own one on the H200) where
+  /// they take the call (the backward: not the deterministic one); off
+  /// (MTRT_CUDA_HOPPER_ATTENTION=0 in megatron-train): the own kernels.
   bool hopperAttention = true;
 };
 

@@ -305,6 +305,14 @@ private:
   void flashForward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, __nv_bfloat16 *kept, float *lse,
                     uint64_t *mask) const;
+  /// The flash backward (dq, dk, dv from the forward's kept copy,
+  /// logsumexp and dropout bits) on the Hopper kernels under the same
+  /// switch where they take the call (not the deterministic backward),
+  /// else the own ones.
+  void flashBackward(cudaStream_t stream, const AttentionParams &p,
+                     const FlashTensors &io, const __nv_bfloat16 *kept,
+                     const float *lse, const uint64_t *mask,
+                     void *scratch) const;
   /// The flash tensors' element types and strides of an attention (first
   /// 0) or attention_grad (first 1); no pointers.
   FlashTensors flashTensorLayout(const Instruction &inst, size_t first) const;

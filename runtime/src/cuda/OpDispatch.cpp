@@ -135,6 +135,17 @@ void Executor::flashForward(cudaStream_t stream, const AttentionParams &p,
     flashAttentionForward(stream, p, io, kept, lse, mask);
 }
 
+void Executor::flashBackward(cudaStream_t stream, const AttentionParams &p,
+                             const FlashTensors &io,
+                             const __nv_bfloat16 *kept, const float *lse,
+                             const uint64_t *mask, void *scratch) const {
+  if (context_.options().hopperAttention &&
+      hopperAttentionBackwardUnsupportedReason(p, io).empty())
+    hopperAttentionBackward(stream, p, io, kept, lse, mask, scratch);
+  else
+    flashAttentionBackward(stream, p, io, kept, lse, mask, scratch);
+}
+
 size_t Executor::cudnnAttentionCount() const {
   return static_cast<size_t>(
       std::count(cudnnAttention_.begin(), cudnnAttention_.end(), true));
@@ -604,9 +615,8 @@ void Executor::execute(size_t position, const Instruction &inst,
       if (cudnn)
         cudnn->backward(stream, p, io, o, lse, delta, backwardScratch);
       else
-        flashAttentionBackward(stream, p, io, o, lse,
-                               flashAttentionMaskBytes(p) ? mask : nullptr,
-                               delta);
+        flashBackward(stream, p, io, o, lse,
+                      flashAttentionMaskBytes(p) ? mask : nullptr, delta);
       break;
     }
     float *lse = carve.take<float>(sizeof(float) * p.batch * p.headsQ * p.seqQ);

@@ -295,4 +295,231 @@ TEST(HopperAttentionReasonTest, NamesWhatItDoesNotTake) {
             "132 elements) are not multiples of 8 elements");
 }
 
+//===----------------------------------------------------------------------===//
+// The Hopper backward (hopperAttentionBackward): dq, dk, dv against the host's
+// attentionBackward in float64 (from the same bf16-exact q, k, v, dout and
+// the host's own forward) and against the own kernels' (the deterministic
+// two-kernel backward), each chain run from its own forward: the own
+// forward + own backward, the Hopper forward + Hopper backward. With dropout
+// both backwards read their forward's keep bits, which the forward test
+// above checks word for word against the own forward's; a kept element
+// read as dropped (or the reverse) moves a gradient by about a probability
+// times dout, far past the tolerances. Tolerances (of each gradient's
+// largest magnitude): 2e-2 against the host, as CudnnAttentionTest holds
+// cuDNN's backward (P and dS round to bf16 before their products); 1e-2
+// against the own kernels, which round at the same points.
+//===----------------------------------------------------------------------===//
+
+struct HopperBackwardCase {
+  int64_t batch, seqQ, seqK, headsQ, headsKv, headDim;
+  bool causal;
+  double dropout;
+  /// dq, dk, dv in bf16 (else fp32).
+  bool gradsBf16 = false;
+};
+
+/// The largest |actual - expected| over the largest |expected|.
+double relativeToLargest(const std::vector<double> &actual,
+                         const std::vector<double> &expected) {
+  double diff = 0, largest = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff = std::max(diff, std::abs(actual[i] - expected[i]));
+    largest = std::max(largest, std::abs(expected[i]));
+  }
+  return largest > 0 ? diff / largest : diff;
+}
+
+class HopperAttentionBackwardTest : public test::CudaTest {
+protected:
+  void run(const HopperBackwardCase &c) {
+    host::AttentionParams p;
+    p.batch = c.batch;
+    p.seqQ = c.seqQ;
+    p.seqK = c.seqK;
+    p.headsQ = c.headsQ;
+    p.headsKv = c.headsKv;
+    p.headDim = p.headDimV = c.headDim;
+    p.causal = c.causal;
+    p.dropoutP = c.dropout;
+    p.seed = 23;
+    p.firstSample = 9;
+    int64_t d = c.headDim;
+    size_t qn = static_cast<size_t>(c.batch * c.seqQ * c.headsQ * d);
+    size_t kn = static_cast<size_t>(c.batch * c.seqK * c.headsKv * d);
+    size_t rows = static_cast<size_t>(c.batch * c.headsQ * c.seqQ);
+    std::vector<double> q = bf16Values(qn, 11, 2.0),
+                        k = bf16Values(kn, 12, 2.0),
+                        v = bf16Values(kn, 13, 1.0),
+                        dout = bf16Values(qn, 14, 1.0);
+    std::vector<double> out(qn), lse(rows), dq(qn), dk(kn), dv(kn);
+    host::ThreadPool pool(2);
+    host::attentionForward<double>(pool, p, q.data(), k.data(), v.data(),
+                                   out.data(), lse.data());
+    host::attentionBackward<double>(pool, p, q.data(), k.data(), v.data(),
+                                    lse.data(), dout.data(), dq.data(),
+                                    dk.data(), dv.data());
+
+    auto toBf16 = [](const std::vector<double> &x) {
+      std::vector<__nv_bfloat16> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        y[i] = __float2bfloat16(static_cast<float>(x[i]));
+      return y;
+    };
+    std::vector<void *> inputs;
+    for (const std::vector<double> *x : {&q, &k, &v, &dout})
+      inputs.push_back(upload(toBf16(*x)));
+    cuda::FlashTensors io;
+    io.q = inputs[0];
+    io.k = inputs[1];
+    io.v = inputs[2];
+    io.dout = inputs[3];
+    io.inputsBf16 = true;
+    io.outputsBf16 = c.gradsBf16;
+    std::string reason = cuda::hopperAttentionBackwardUnsupportedReason(p, io);
+    if (!reason.empty()) {
+      for (void *buffer : inputs)
+        cudaFree(buffer);
+      GTEST_SKIP() << reason;
+    }
+
+    size_t maskBytes = cuda::flashAttentionMaskBytes(p);
+    size_t scratchBytes = cuda::flashAttentionBackwardScratchBytes(p);
+    size_t element = c.gradsBf16 ? 2 : 4;
+    struct Gradients {
+      std::vector<double> dq, dk, dv;
+    };
+    auto chain = [&](bool hopper) {
+      void *outBuffer = nullptr, *lseBuffer = nullptr, *copy = nullptr,
+           *mask = nullptr, *scratch = nullptr, *grads[3] = {};
+      EXPECT_EQ(cudaMalloc(&outBuffer, qn * 4), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&lseBuffer, rows * 4), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&copy, cuda::flashAttentionSavedOutputBytes(p)),
+                cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&scratch, scratchBytes), cudaSuccess);
+      // Garbage in the scratch: the backward must zero its dq sums.
+      EXPECT_EQ(cudaMemset(scratch, 0x7f, scratchBytes), cudaSuccess);
+      if (maskBytes) {
+        EXPECT_EQ(cudaMalloc(&mask, maskBytes), cudaSuccess);
+      }
+      EXPECT_EQ(cudaMalloc(&grads[0], qn * element), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&grads[1], kn * element), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&grads[2], kn * element), cudaSuccess);
+      cuda::FlashTensors call = io;
+      call.out = outBuffer;
+      call.outputsBf16 = false;
+      auto *copyBf16 = static_cast<__nv_bfloat16 *>(copy);
+      auto *lseFloat = static_cast<float *>(lseBuffer);
+      auto *words = static_cast<uint64_t *>(mask);
+      if (hopper)
+        cuda::hopperAttentionForward(nullptr, p, call, copyBf16, lseFloat,
+                                     words);
+      else
+        cuda::flashAttentionForward(nullptr, p, call, copyBf16, lseFloat,
+                                    words);
+      call.outputsBf16 = c.gradsBf16;
+      call.out = nullptr;
+      call.dq = grads[0];
+      call.dk = grads[1];
+      call.dv = grads[2];
+      if (hopper) {
+        cuda::hopperAttentionBackward(nullptr, p, call, copyBf16, lseFloat,
+                                      words, scratch);
+      } else {
+        call.deterministic = true;
+        cuda::flashAttentionBackward(nullptr, p, call, copyBf16, lseFloat,
+                                     words, scratch);
+      }
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess)
+          << (hopper ? "the Hopper chain" : "the own chain");
+      Gradients g;
+      auto read = [&](void *from, size_t n, std::vector<double> &to) {
+        if (c.gradsBf16)
+          for (__nv_bfloat16 x : download<__nv_bfloat16>(from, n))
+            to.push_back(__bfloat162float(x));
+        else
+          for (float x : download<float>(from, n))
+            to.push_back(x);
+      };
+      read(grads[0], qn, g.dq);
+      read(grads[1], kn, g.dk);
+      read(grads[2], kn, g.dv);
+      for (void *buffer :
+           {outBuffer, lseBuffer, copy, mask, scratch, grads[0], grads[1],
+            grads[2]})
+        cudaFree(buffer);
+      return g;
+    };
+    Gradients own = chain(false), mine = chain(true);
+    for (void *buffer : inputs)
+      cudaFree(buffer);
+
+    const char *names[3] = {"dq", "dk", "dv"};
+    const std::vector<double> *expected[3] = {&dq, &dk, &dv};
+    const std::vector<double> *owns[3] = {&own.dq, &own.dk, &own.dv};
+    const std::vector<double> *hoppers[3] = {&mine.dq, &mine.dk, &mine.dv};
+    double hostTolerance = c.gradsBf16 ? 2.5e-2 : 2e-2;
+    double ownTolerance = c.gradsBf16 ? 1.5e-2 : 1e-2;
+    for (int i = 0; i < 3; ++i) {
+      double vsHost = relativeToLargest(*hoppers[i], *expected[i]);
+      double ownVsHost = relativeToLargest(*owns[i], *expected[i]);
+      double vsOwn = relativeToLargest(*hoppers[i], *owns[i]);
+      EXPECT_LE(vsHost, hostTolerance) << names[i] << " against the host";
+      EXPECT_LE(vsOwn, ownTolerance) << names[i] << " against the own kernels";
+      std::printf("[ hopper backward ] %s: vs host %.3g (own kernels %.3g), "
+                  "vs own %.3g of the largest\n",
+                  names[i], vsHost, ownVsHost, vsOwn);
+    }
+  }
+};
+
+// gpt-1.3b's and the Llama's case: head dimension 128, causal, dropout;
+// 320 keys: two key blocks of 128 and a ragged third, query tiles of 64.
+TEST_F(HopperAttentionBackwardTest, HeadDim128CausalDropout) {
+  run({2, 320, 320, 3, 3, 128, true, 0.1});
+}
+
+// Grouped-query heads (4 query heads a key/value head), causal, no dropout.
+TEST_F(HopperAttentionBackwardTest, HeadDim128CausalGroupedQuery) {
+  run({1, 256, 256, 8, 2, 128, true, 0.0});
+}
+
+// Not causal, grouped-query heads, dropout, ragged queries (70) and keys
+// (260), gradients in bf16.
+TEST_F(HopperAttentionBackwardTest, HeadDim128GroupedQueryDropoutBf16) {
+  run({1, 70, 260, 4, 2, 128, false, 0.1, true});
+}
+
+// gpt2's case: head dimension 64, causal, dropout, ragged (200).
+TEST_F(HopperAttentionBackwardTest, HeadDim64CausalDropout) {
+  run({2, 200, 200, 4, 4, 64, true, 0.1});
+}
+
+// Head dimension 64, grouped-query heads, not causal, no dropout.
+TEST_F(HopperAttentionBackwardTest, HeadDim64GroupedQuery) {
+  run({2, 128, 192, 4, 2, 64, false, 0.0});
+}
+
+// Head dimension 64, causal grouped-query heads with dropout, bf16 grads.
+TEST_F(HopperAttentionBackwardTest, HeadDim64CausalGroupedQueryDropoutBf16) {
+  run({1, 384, 384, 6, 2, 64, true, 0.15, true});
+}
+
+// The deterministic backward is not taken (the own kernels give it).
+TEST(HopperAttentionReasonTest, BackwardDeclinesTheDeterministicDq) {
+  host::AttentionParams p;
+  p.batch = 1;
+  p.seqQ = p.seqK = 128;
+  p.headsQ = p.headsKv = 2;
+  p.headDim = p.headDimV = 128;
+  p.causal = true;
+  alignas(16) static __nv_bfloat16 data[8];
+  cuda::FlashTensors io;
+  io.q = io.k = io.v = io.dout = data;
+  io.inputsBf16 = true;
+  io.deterministic = true;
+  EXPECT_EQ(cuda::hopperAttentionBackwardUnsupportedReason(p, io),
+            "the Hopper backward adds dq by fp32 reductions in a varying "
+            "order; the deterministic backward runs the own kernels");
+}
+
 } // namespace

@@ -8,7 +8,9 @@
 // the optional bf16 copy kept for the gradient, and the logsumexp of the
 // scaled, masked scores before dropout; dropout reads the keep bits that
 // flashDropoutMaskKernel draws (the host's mask), one 64-bit word per query
-// row and 64 keys.
+// row and 64 keys. The backward (hopperAttentionBackward, section "The
+// backward" below) gives flashAttentionBackward's dq, dk, dv from the same
+// saved state in the same manner.
 //
 // A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
 // (query head, batch) and walks the keys in tiles of 128 (causal: those
@@ -52,6 +54,7 @@
 #include "cuda/kernels/HopperAttention.h"
 
 #include "core/Error.h"
+#include "core/OpScratch.h"
 #include "core/Random.h"
 
 #include <cuda.h>
@@ -687,6 +690,649 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 }
 
 //===--------------------------------------------------------------------===//
+// The backward
+//===--------------------------------------------------------------------===//
+//
+// FlashAttention-3's backward in the same manner as the forward: a block
+// owns kBackwardKeys = 128 keys of one key/value head (64 a consumer
+// warpgroup) and walks the query tiles of 64 that see them, over every
+// query head of its group (causal: the tiles from its first key on).
+// The producer warpgroup's thread 0 copies K and V once and each step's Q
+// and dout tiles into two stages by TMA; its warp 1 copies the step's
+// logsumexps, deltas and dropout mask words (the two words of the block's
+// keys for each of the 64 queries) by cp.async into the step's row stage,
+// completing on an mbarrier. Consumer warpgroup c, keys k0 + 64c .. +63,
+// per step (M = its 64 keys, N = the 64 queries):
+//   S^T = K_c Q^T and dP^T = V_c dout^T (wgmma, both operands in shared
+//   memory, K-major, m64n64k16), issued together;
+//   P^T = exp2(S^T scale log2(e) - lse log2(e)) (masked: causal, keys past
+//   seqK), rounded to bf16 with dropout applied (kept: P / (1 - p), else
+//   0) as the register A operand of dV += P^T dout (dout an MN-major B);
+//   dS^T = P^T (dP^T kept / (1 - p), else 0, less delta) as the register
+//   A operand of dK += dS^T Q, and stored (bf16, 128-byte swizzled) into
+//   the step's [128 keys][64 queries] dS^T buffer;
+//   after a named barrier over both consumers, dQ's share of the block,
+//   dS K (A: dS^T as an MN-major operand, B: K MN-major), m64n64k16 over
+//   the 128 keys: at head dimension 128 consumer c takes columns 64c ..
+//   +63; at 64 the consumer of the step's parity takes all 64. Its fp32
+//   accumulators go to a shared 64 x 64 tile (fragment order: 16-byte
+//   stores, no bank conflicts) that one thread adds into dqSum (tiles of
+//   64 queries x 64 columns, zeroed first) by one bulk reduction
+//   (cp.reduce.async.bulk .add.f32); dq's additions come in a varying
+//   order (not deterministic: the executor runs the own kernels for the
+//   deterministic backward); a last kernel writes dq = scale dqSum.
+//   MTRT_CUDA_HOPPER_DQ=keys (each consumer its own keys' share, no
+//   barrier between them) and =red (red.global.add.v2.f32 from the
+//   accumulators into [batch, headsQ, seqQ, D] sums) were slower (session
+//   18) and stay for measurements.
+// dK (times the scale) and dV leave from the accumulators at the end.
+
+constexpr int kBackwardKeys = 128;   // keys of a block
+constexpr int kBackwardQueries = 64; // queries of a walked tile
+constexpr int kBackwardThreads = 384;
+
+/// What the backward kernel reads of a call.
+struct HopperBackwardGeometry {
+  int seqQ, seqK, headsQ, group, keyBlocks;
+  int queryTiles; // tiles of 64 queries over seqQ (the bulk dq layout's)
+  /// dq's share leaves through shared memory by one bulk reduction a
+  /// consumer and step (cp.reduce.async.bulk .add.f32 of a 64 x 64 tile in
+  /// fragment order, bulkDqIndex) rather than by red.global.add.v2.f32
+  /// from the accumulators (MTRT_CUDA_HOPPER_DQ=red: up to 1.2x slower).
+  bool bulkDq;
+  FlashLayout dk, dv;
+  bool causal, outputsBf16;
+  float scale;        // the softmax scale (dk's factor)
+  float scaleLog2;    // the scale times log2(e)
+  float dropoutScale; // 1 / (1 - p) (1 without dropout)
+
+  __device__ int64_t rowIndex(int b, int h, int i) const {
+    return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
+  }
+  __device__ int64_t keyAt(const FlashLayout &layout, int b, int j,
+                           int g) const {
+    return (static_cast<int64_t>(b) * seqK + j) * layout.position +
+           static_cast<int64_t>(g) * layout.head;
+  }
+};
+
+/// A step's per-query values in shared memory (cp.async from warp 1 of the
+/// producer): natural-log logsumexps, deltas, and the mask words of the
+/// block's two 64-key blocks (zero where the mask kernel wrote none).
+struct BackwardRows {
+  float lse[kBackwardQueries];
+  float delta[kBackwardQueries];
+  uint64_t mask[kBackwardQueries][2];
+};
+
+struct BackwardBarriers {
+  uint64_t kv, qFull[kStages], qEmpty[kStages], rowFull[kStages],
+      rowEmpty[kStages];
+};
+
+/// Byte offsets of the backward's shared memory from its 1024-aligned base.
+template <int D> struct BackwardSmem {
+  static constexpr uint32_t kKeys = 0;
+  static constexpr uint32_t kValues = tileBytes<D>(kBackwardKeys);
+  /// Stage s: Q at kQueries + s kStageBytes, dout kStageBytes / 2 after.
+  static constexpr uint32_t kQueries = 2 * tileBytes<D>(kBackwardKeys);
+  static constexpr uint32_t kStageBytes = 2 * tileBytes<D>(kBackwardQueries);
+  /// Two dS^T buffers [128 keys][64 queries] (one 128-byte swizzled chunk).
+  static constexpr uint32_t kScores = kQueries + kStages * kStageBytes;
+  static constexpr uint32_t kScoresBytes = chunkBytes(kBackwardKeys);
+  /// Each consumer's dq share in fragment order (64 x 64 floats).
+  static constexpr uint32_t kDq = kScores + 2 * kScoresBytes;
+  static constexpr uint32_t kDqBytes = 64 * 64 * 4;
+  static constexpr uint32_t kRows = kDq + 2 * kDqBytes;
+  static constexpr uint32_t kBarriers = kRows + kStages * sizeof(BackwardRows);
+  static constexpr size_t kTotal = 1024 + kBarriers + sizeof(BackwardBarriers);
+};
+
+/// d (+)= A B, m64n64k16, both from shared memory; TransA / TransB 1: that
+/// operand is MN-major (transposed), else K-major.
+template <int TransA, int TransB>
+__device__ inline void wgmmaSS64(float (&d)[32], uint64_t a, uint64_t b,
+                                 int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate), "n"(TransA), "n"(TransB));
+}
+
+/// An MN-major operand's descriptor at K rows 16k .. 16k + 15 of a tile of
+/// `Rows` rows of 64-column chunks (1024 bytes between groups of 8 rows, a
+/// chunk between 64 MN columns): mnMajor for any row count.
+template <int Rows>
+__device__ inline uint64_t mnMajorRows(uint32_t tile, int k) {
+  return descriptor(tile + k * 16 * 128, chunkBytes(Rows), 1024);
+}
+
+/// acc += A B over 64 K rows of B (4 steps of 16): A from registers, B an
+/// MN-major [64][D] tile (dout or Q).
+template <int D>
+__device__ inline void accumulateRS(float (&acc)[D / 2],
+                                    const uint32_t (&a)[4][4], uint32_t tile) {
+#pragma unroll
+  for (int k = 0; k < kBackwardQueries / 16; ++k) {
+    if constexpr (D == 128)
+      wgmmaRS128(acc, a[k], mnMajorRows<kBackwardQueries>(tile, k), 1);
+    else
+      wgmmaRS64(acc, a[k], mnMajorRows<kBackwardQueries>(tile, k), 1);
+  }
+}
+
+__device__ inline void copyAsyncZeroFill(uint32_t to, const void *from,
+                                         int bytes, bool valid) {
+  if (bytes == 4)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to),
+                 "l"(from), "r"(valid ? 4 : 0)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(to),
+                 "l"(from), "r"(valid ? 8 : 0)
+                 : "memory");
+}
+
+/// red.global.add.v2.f32: at[0] += x, at[1] += y.
+__device__ inline void reduceAddPair(float *at, float x, float y) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at),
+               "f"(x), "f"(y)
+               : "memory");
+}
+
+/// The bulk dq layout ([batch, headsQ, queryTiles, D / 64] tiles of 64 x
+/// 64 floats): within a tile, float ((w 8 + j) 32 + lane) 4 + e is the
+/// wgmma accumulator element dq[4j + e] of lane `lane` of warp w, i.e. row
+/// 16w + lane / 4 + 8 (e / 2), column 8j + 2 (lane % 4) + e % 2; so a
+/// consumer writes its share with one 16-byte store a lane per j.
+__host__ __device__ inline int64_t bulkDqIndex(int64_t tile, int row,
+                                               int column) {
+  int w = row / 16, g = row % 8, high = row % 16 / 8;
+  int j = column / 8, t = column % 8 / 2, low = column % 2;
+  return tile * 4096 + ((w * 8 + j) * 32 + 4 * g + t) * 4 + 2 * high + low;
+}
+
+// Grid (key blocks of 128, headsKv, batch) walked longest first (causal:
+// key block 0 sees every query), kBackwardThreads threads, shared
+// BackwardSmem<D>::kTotal. Tensor maps: q and dout over (D, headsQ, seqQ,
+// batch), boxes of 64 columns x 64 positions; k and v over (D, headsKv,
+// seqK, batch), boxes of 64 x 128.
+template <int D, bool Dropout, bool DqByKeys>
+__global__ void __launch_bounds__(kBackwardThreads, 1)
+    hopperBackwardKernel(const __grid_constant__ CUtensorMap qMap,
+                         const __grid_constant__ CUtensorMap kMap,
+                         const __grid_constant__ CUtensorMap vMap,
+                         const __grid_constant__ CUtensorMap doutMap,
+                         HopperBackwardGeometry geo, const float *logsumexp,
+                         const float *delta, const uint64_t *mask,
+                         float *dqSum, void *dk, void *dv) {
+  using Smem = BackwardSmem<D>;
+  extern __shared__ unsigned char hopperShared[];
+  uint32_t base = (smem(hopperShared) + 1023) & ~1023u;
+  unsigned char *generic = hopperShared + (base - smem(hopperShared));
+  auto *bars = reinterpret_cast<BackwardBarriers *>(generic + Smem::kBarriers);
+  auto *rowStages = reinterpret_cast<BackwardRows *>(generic + Smem::kRows);
+  uint32_t kTile = base + Smem::kKeys, vTile = base + Smem::kValues;
+  auto queryTile = [&](int st) {
+    return base + Smem::kQueries + st * Smem::kStageBytes;
+  };
+  auto doutTile = [&](int st) {
+    return queryTile(st) + Smem::kStageBytes / 2;
+  };
+  auto scoresTile = [&](int step) {
+    return base + Smem::kScores + (step & 1) * Smem::kScoresBytes;
+  };
+
+  int pairs = gridDim.y * gridDim.z;
+  int linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  int keyBlock = linear / pairs, kvHead = linear % pairs % gridDim.y,
+      b = linear % pairs / gridDim.y;
+  int k0 = keyBlock * kBackwardKeys;
+  int queryBegin = geo.causal ? k0 : 0;
+  int queryTiles =
+      max(0, (geo.seqQ - queryBegin + kBackwardQueries - 1) / kBackwardQueries);
+  int steps = geo.group * queryTiles;
+  auto headOf = [&](int step) {
+    return kvHead * geo.group + step / queryTiles;
+  };
+  auto firstQuery = [&](int step) {
+    return queryBegin + step % queryTiles * kBackwardQueries;
+  };
+  int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    barrierInit(smem(&bars->kv), 1);
+    for (int s = 0; s < kStages; ++s) {
+      barrierInit(smem(&bars->qFull[s]), 1);
+      barrierInit(smem(&bars->qEmpty[s]), 8);
+      barrierInit(smem(&bars->rowFull[s]), 32);
+      barrierInit(smem(&bars->rowEmpty[s]), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) {
+      barrierExpect(smem(&bars->kv), 2 * tileBytes<D>(kBackwardKeys));
+      copyRows<D, kBackwardKeys>(kTile, &kMap, smem(&bars->kv), kvHead, k0,
+                                 b);
+      copyRows<D, kBackwardKeys>(vTile, &vMap, smem(&bars->kv), kvHead, k0,
+                                 b);
+      for (int step = 0; step < steps; ++step) {
+        int st = step % kStages;
+        uint32_t parity = ((step / kStages) & 1) ^ 1;
+        barrierWait(smem(&bars->qEmpty[st]), parity);
+        barrierExpect(smem(&bars->qFull[st]),
+                      2 * tileBytes<D>(kBackwardQueries));
+        copyRows<D, kBackwardQueries>(queryTile(st), &qMap,
+                                      smem(&bars->qFull[st]), headOf(step),
+                                      firstQuery(step), b);
+        copyRows<D, kBackwardQueries>(doutTile(st), &doutMap,
+                                      smem(&bars->qFull[st]), headOf(step),
+                                      firstQuery(step), b);
+      }
+    } else if (warp == 1) {
+      for (int step = 0; step < steps; ++step) {
+        int st = step % kStages;
+        uint32_t parity = ((step / kStages) & 1) ^ 1;
+        barrierWait(smem(&bars->rowEmpty[st]), parity);
+        BackwardRows *rowsTo = rowStages + st;
+        int h = headOf(step), q0 = firstQuery(step);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int r = lane + 32 * half, i = q0 + r;
+          bool in = i < geo.seqQ;
+          int64_t at = in ? geo.rowIndex(b, h, i) : 0;
+          copyAsyncZeroFill(smem(&rowsTo->lse[r]), logsumexp + at, 4, in);
+          copyAsyncZeroFill(smem(&rowsTo->delta[r]), delta + at, 4, in);
+          if constexpr (Dropout) {
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+              int kb = k0 / kMaskKeys + w;
+              bool seen = in && kb < geo.keyBlocks &&
+                          (!geo.causal || kb <= i / kMaskKeys);
+              copyAsyncZeroFill(smem(&rowsTo->mask[r][w]),
+                                mask + (seen ? at * geo.keyBlocks + kb : 0),
+                                8, seen);
+            }
+          }
+        }
+        asm volatile(
+            "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                smem(&bars->rowFull[st]))
+            : "memory");
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  int consumer = warpgroup - 1;
+  int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  int g = lane / 4, t = lane % 4;
+  int warpKey0 = k0 + 64 * consumer + 16 * warp;
+  int keys[2] = {warpKey0 + g, warpKey0 + g + 8};
+  // This lane's keys' bits in the consumer's mask word (its 64 keys are
+  // one word: key block k0 / 64 + consumer).
+  int keyBit = 16 * warp + g;
+  float dkAcc[D / 2], dvAcc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i)
+    dkAcc[i] = dvAcc[i] = 0.f;
+  uint32_t kA = kTile + 64 * consumer * 128; // this consumer's 64 keys
+  uint32_t vA = vTile + 64 * consumer * 128;
+  auto release = [&](uint64_t *bar) {
+    __syncwarp();
+    if (lane == 0)
+      barrierArrive(smem(bar));
+  };
+
+  barrierWait(smem(&bars->kv), 0);
+  for (int step = 0; step < steps; ++step) {
+    int st = step % kStages;
+    uint32_t parity = (step / kStages) & 1;
+    int h = headOf(step), q0 = firstQuery(step);
+    const BackwardRows &rowS = rowStages[st];
+    float s[32], dp[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      s[i] = dp[i] = 0.f;
+    barrierWait(smem(&bars->qFull[st]), parity);
+    wgmmaFence();
+    fenceRegisters(s);
+    fenceRegisters(dp);
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+      wgmmaSS64<0, 0>(s, kMajor<kBackwardKeys>(kA, k),
+                      kMajor<kBackwardQueries>(queryTile(st), k), k > 0);
+    wgmmaCommit();
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+      wgmmaSS64<0, 0>(dp, kMajor<kBackwardKeys>(vA, k),
+                      kMajor<kBackwardQueries>(doutTile(st), k), k > 0);
+    wgmmaCommit();
+    barrierWait(smem(&bars->rowFull[st]), parity);
+    wgmmaWait<1>();
+    fenceRegisters(s);
+
+    // P^T in place of S^T (element 4j + e: key keys[e / 2], query
+    // q0 + 8j + 2t + e % 2), and its dropped bf16 copy as A fragments.
+    bool masked = warpKey0 + 16 > geo.seqK ||
+                  (geo.causal && warpKey0 + 15 > q0);
+    uint32_t keepBits = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int col = 8 * j + 2 * t;
+      float2 lse2 = *reinterpret_cast<const float2 *>(&rowS.lse[col]);
+      float lseLog2[2] = {lse2.x * 1.4426950408889634f,
+                          lse2.y * 1.4426950408889634f};
+      uint64_t words[2] = {0, 0};
+      if constexpr (Dropout) {
+        words[0] = rowS.mask[col][consumer];
+        words[1] = rowS.mask[col + 1][consumer];
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int r = e / 2, c = e % 2;
+        float x = fastExp2(fmaf(s[4 * j + e], geo.scaleLog2, -lseLog2[c]));
+        if (masked && (keys[r] >= geo.seqK ||
+                       (geo.causal && keys[r] > q0 + col + c)))
+          x = 0.f;
+        s[4 * j + e] = x;
+        if constexpr (Dropout)
+          keepBits |= static_cast<uint32_t>((words[c] >> (keyBit + 8 * r)) & 1)
+                      << (4 * j + e);
+      }
+    }
+    auto dropped = [&](int i) {
+      if constexpr (Dropout)
+        return (keepBits >> i) & 1 ? s[i] * geo.dropoutScale : 0.f;
+      else
+        return s[i];
+    };
+    uint32_t pA[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        pA[k][x] = packBf16(dropped(8 * k + 2 * x), dropped(8 * k + 2 * x + 1));
+    wgmmaFence();
+    fenceRegisters(dvAcc);
+    fenceRegisters(pA);
+    accumulateRS<D>(dvAcc, pA, doutTile(st));
+    wgmmaCommit();
+
+    wgmmaWait<1>(); // dP^T done, dV may run on
+    fenceRegisters(dp);
+    // dS^T = P^T (dP^T kept / (1 - p) - delta).
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int col = 8 * j + 2 * t;
+      float2 delta2 = *reinterpret_cast<const float2 *>(&rowS.delta[col]);
+      float deltas[2] = {delta2.x, delta2.y};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int i = 4 * j + e;
+        float dprob = dp[i];
+        if constexpr (Dropout)
+          dprob = (keepBits >> i) & 1 ? dprob * geo.dropoutScale : 0.f;
+        dp[i] = s[i] * (dprob - deltas[e % 2]);
+      }
+    }
+    uint32_t dsA[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        dsA[k][x] = packBf16(dp[8 * k + 2 * x], dp[8 * k + 2 * x + 1]);
+    wgmmaFence();
+    fenceRegisters(dkAcc);
+    fenceRegisters(dsA);
+    accumulateRS<D>(dkAcc, dsA, queryTile(st));
+    wgmmaCommit();
+    // dS^T into the step's buffer, 128-byte swizzled: key row
+    // 64 consumer + 16 warp + g (+ 8), queries 16k + 2t (+1) (x = 0, 1) and
+    // 16k + 8 + 2t (x = 2, 3), i.e. 16-byte column group 2k + x / 2.
+    {
+      unsigned char *scores = generic + (scoresTile(step) - base);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          int row = 64 * consumer + 16 * warp + g + 8 * (x % 2);
+          int group = 2 * k + x / 2;
+          *reinterpret_cast<uint32_t *>(scores + row * 128 +
+                                        ((group ^ g) * 16) + 4 * t) =
+              dsA[k][x];
+        }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if constexpr (DqByKeys)
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+    else
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+
+    // dQ's share, dS K: by columns, dS over the block's 128 keys times K's
+    // columns [column0, column0 + 64) (at 128 consumer c takes 64c, at 64
+    // the consumer of the step's parity all); by keys (DqByKeys), this
+    // consumer's dS over its own 64 keys times its K rows, in chunks of 64
+    // columns one after another (the consumers need not meet).
+    // (The product is issued whether or not dq is asked for: under a
+    // condition ptxas spilled 300 bytes a thread at 128.)
+    constexpr int kChunks = DqByKeys ? D / 64 : 1;
+    constexpr int kDqSteps = (DqByKeys ? 64 : kBackwardKeys) / 16;
+    uint32_t ownRows = DqByKeys ? 64 * consumer * 128 : 0;
+#pragma unroll 1
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      bool computesDq = DqByKeys || D == 128 || (step & 1) == consumer;
+      bool addsDq = dqSum && computesDq;
+      int column0 = DqByKeys ? 64 * chunk : D == 128 ? 64 * consumer : 0;
+      float dq[32];
+      if (computesDq) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          dq[i] = 0.f;
+        wgmmaFence();
+        fenceRegisters(dq);
+#pragma unroll
+        for (int k = 0; k < kDqSteps; ++k)
+          wgmmaSS64<1, 1>(
+              dq, mnMajorRows<kBackwardKeys>(scoresTile(step) + ownRows, k),
+              mnMajorRows<kBackwardKeys>(
+                  kTile + (column0 / 64) * chunkBytes(kBackwardKeys) + ownRows,
+                  k),
+              k > 0);
+        wgmmaCommit();
+      }
+      wgmmaWait<0>();
+      fenceRegisters(dvAcc);
+      fenceRegisters(dkAcc);
+      fenceRegisters(pA);
+      fenceRegisters(dsA);
+      if (computesDq)
+        fenceRegisters(dq);
+      if (chunk == 0) {
+        release(&bars->qEmpty[st]);
+        release(&bars->rowEmpty[st]);
+      }
+      if (addsDq && geo.bulkDq) {
+        // Through this consumer's shared tile: wait until the last bulk
+        // reduction has read it, fill it, and one thread adds it into the
+        // tile's sums.
+        uint32_t dqTile = base + Smem::kDq + consumer * Smem::kDqBytes;
+        if (threadIdx.x % 128 == 0)
+          asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                           dqTile + ((warp * 8 + j) * 32 + lane) * 16),
+                       "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]),
+                       "f"(dq[4 * j + 3])
+                       : "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+        if (threadIdx.x % 128 == 0) {
+          int64_t tile = ((static_cast<int64_t>(b) * geo.headsQ + h) *
+                              geo.queryTiles +
+                          q0 / kBackwardQueries) *
+                             (D / 64) +
+                         column0 / 64;
+          asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group."
+                       "add.f32 [%0], [%1], %2;\n" ::"l"(dqSum + tile * 4096),
+                       "r"(dqTile), "n"(Smem::kDqBytes)
+                       : "memory");
+          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
+      } else if (addsDq) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          int row = q0 + 16 * warp + g + 8 * r;
+          if (row >= geo.seqQ)
+            continue;
+          float *at = dqSum + geo.rowIndex(b, h, row) * D + column0 + 2 * t;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            reduceAddPair(at + 8 * j, dq[4 * j + 2 * r],
+                          dq[4 * j + 2 * r + 1]);
+        }
+      }
+    }
+  }
+  // The bulk reductions complete before the block ends.
+  if (geo.bulkDq && threadIdx.x % 128 == 0)
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+
+  // dK (times the scale) and dV: element 4j + 2r + c of this lane's
+  // accumulators is key keys[r], column 8j + 2t + c.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int key = keys[r];
+    if (key >= geo.seqK)
+      continue;
+    int64_t dkRow = geo.keyAt(geo.dk, b, key, kvHead),
+            dvRow = geo.keyAt(geo.dv, b, key, kvHead);
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      int col = 8 * j + 2 * t;
+      float dk0 = dkAcc[4 * j + 2 * r] * geo.scale,
+            dk1 = dkAcc[4 * j + 2 * r + 1] * geo.scale;
+      float dv0 = dvAcc[4 * j + 2 * r], dv1 = dvAcc[4 * j + 2 * r + 1];
+      if (geo.outputsBf16) {
+        if (dk)
+          *reinterpret_cast<__nv_bfloat162 *>(
+              static_cast<__nv_bfloat16 *>(dk) + dkRow + col) =
+              __floats2bfloat162_rn(dk0, dk1);
+        if (dv)
+          *reinterpret_cast<__nv_bfloat162 *>(
+              static_cast<__nv_bfloat16 *>(dv) + dvRow + col) =
+              __floats2bfloat162_rn(dv0, dv1);
+      } else {
+        if (dk)
+          *reinterpret_cast<float2 *>(static_cast<float *>(dk) + dkRow + col) =
+              make_float2(dk0, dk1);
+        if (dv)
+          *reinterpret_cast<float2 *>(static_cast<float *>(dv) + dvRow + col) =
+              make_float2(dv0, dv1);
+      }
+    }
+  }
+}
+
+// delta[row] = dout_row . out_row (the forward's bf16 copy, packed), one
+// warp a row of [batch, headsQ, seqQ]; with dqSum also zeroes its D sums.
+template <int D>
+__global__ void hopperDeltaKernel(int64_t rows, int seqQ, int headsQ,
+                                  FlashLayout doutLayout,
+                                  const __nv_bfloat16 *out,
+                                  const __nv_bfloat16 *dout, float *delta,
+                                  float *dqSum) {
+  int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
+                32;
+  int lane = threadIdx.x % 32;
+  if (row >= rows)
+    return;
+  int i = static_cast<int>(row % seqQ),
+      h = static_cast<int>(row / seqQ % headsQ),
+      b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
+  const __nv_bfloat16 *outRow =
+      out + ((static_cast<int64_t>(b) * seqQ + i) * headsQ + h) * D;
+  const __nv_bfloat16 *doutRow =
+      dout + (static_cast<int64_t>(b) * seqQ + i) * doutLayout.position +
+      static_cast<int64_t>(h) * doutLayout.head;
+  float sum = 0.f;
+#pragma unroll
+  for (int d = 2 * lane; d < D; d += 64) {
+    float2 o = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162 *>(outRow + d));
+    float2 g = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162 *>(doutRow + d));
+    sum += o.x * g.x + o.y * g.y;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0)
+    delta[row] = sum;
+  if (dqSum)
+    for (int d = 2 * lane; d < D; d += 64)
+      *reinterpret_cast<float2 *>(dqSum + row * D + d) = make_float2(0.f, 0.f);
+}
+
+// dq = scale * dqSum into dq's layout and type, two elements a thread.
+// With `bulk` the sums are in the bulk layout (bulkDqIndex), else
+// [batch, headsQ, seqQ, D].
+template <int D>
+__global__ void hopperQueryGradientKernel(int64_t rows, int seqQ, int headsQ,
+                                          FlashLayout dqLayout, float scale,
+                                          bool outputsBf16, bool bulk,
+                                          const float *dqSum, void *dq) {
+  int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (at >= rows * (D / 2))
+    return;
+  int64_t row = at / (D / 2);
+  int col = static_cast<int>(at % (D / 2)) * 2;
+  int i = static_cast<int>(row % seqQ),
+      h = static_cast<int>(row / seqQ % headsQ),
+      b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
+  float2 sum;
+  if (bulk) {
+    int64_t tiles = (seqQ + kBackwardQueries - 1) / kBackwardQueries;
+    int64_t tile = ((row / seqQ) * tiles + i / kBackwardQueries) * (D / 64) +
+                   col / 64;
+    // Columns col, col + 1 are neighbours in the fragment order too.
+    sum = *reinterpret_cast<const float2 *>(
+        dqSum + bulkDqIndex(tile, i % kBackwardQueries, col % 64));
+  } else {
+    sum = reinterpret_cast<const float2 *>(dqSum)[at];
+  }
+  int64_t to = (static_cast<int64_t>(b) * seqQ + i) * dqLayout.position +
+               static_cast<int64_t>(h) * dqLayout.head + col;
+  if (outputsBf16)
+    *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(dq) +
+                                        to) =
+        __floats2bfloat162_rn(sum.x * scale, sum.y * scale);
+  else
+    *reinterpret_cast<float2 *>(static_cast<float *>(dq) + to) =
+        make_float2(sum.x * scale, sum.y * scale);
+}
+
+//===--------------------------------------------------------------------===//
 // Host side
 //===--------------------------------------------------------------------===//
 
@@ -745,7 +1391,7 @@ CUtensorMap tensorMap(const void *data, FlashLayout layout, int64_t heads,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS)
     throw Error(MTRT_STATUS_INTERNAL,
-                "hopperAttentionForward: cuTensorMapEncodeTiled failed (" +
+                "the Hopper attention kernels: cuTensorMapEncodeTiled failed (" +
                     std::to_string(static_cast<int>(result)) + ")");
   return map;
 }
@@ -793,6 +1439,39 @@ std::string deviceReason() {
 
 bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+template <int D, bool Dropout, bool DqByKeys>
+void launchBackward(cudaStream_t stream, const AttentionParams &p,
+                    const FlashTensors &io, const HopperBackwardGeometry &geo,
+                    const float *logsumexp, const float *delta,
+                    const uint64_t *mask, float *dqSum) {
+  CUtensorMap qMap =
+      tensorMap(io.q, resolve(io.qLayout, p.headsQ, D), p.headsQ, p.seqQ,
+                p.batch, D, kBackwardQueries);
+  CUtensorMap doutMap =
+      tensorMap(io.dout, resolve(io.doutLayout, p.headsQ, D), p.headsQ,
+                p.seqQ, p.batch, D, kBackwardQueries);
+  CUtensorMap kMap = tensorMap(io.k, resolve(io.kLayout, p.headsKv, D),
+                               p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
+  CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
+                               p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
+  auto kernel = hopperBackwardKernel<D, Dropout, DqByKeys>;
+  constexpr size_t bytes = BackwardSmem<D>::kTotal;
+  cudaError_t status = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(bytes));
+  if (status != cudaSuccess)
+    throw Error(MTRT_STATUS_INTERNAL,
+                std::string("hopperAttentionBackward: cudaFuncSetAttribute (") +
+                    std::to_string(bytes) + " bytes of shared memory): " +
+                    cudaGetErrorString(status));
+  dim3 grid(static_cast<unsigned>((p.seqK + kBackwardKeys - 1) /
+                                   kBackwardKeys),
+            static_cast<unsigned>(p.headsKv), static_cast<unsigned>(p.batch));
+  kernel<<<grid, kBackwardThreads, bytes, stream>>>(
+      qMap, kMap, vMap, doutMap, geo, logsumexp, delta, mask, dqSum, io.dk,
+      io.dv);
 }
 
 } // namespace
@@ -882,6 +1561,126 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
     run(std::integral_constant<int, 128>());
   else
     run(std::integral_constant<int, 64>());
+}
+
+std::string hopperAttentionBackwardUnsupportedReason(
+    const AttentionParams &p, const FlashTensors &io) {
+  if (io.deterministic)
+    return "the Hopper backward adds dq by fp32 reductions in a varying "
+           "order; the deterministic backward runs the own kernels";
+  std::string reason = hopperAttentionUnsupportedReason(p, io);
+  if (!reason.empty())
+    return reason;
+  FlashLayout dout = resolve(io.doutLayout, p.headsQ, p.headDim);
+  if (dout.position % 8 || dout.head % 8 || !aligned16(io.dout))
+    return "the Hopper attention kernel copies tiles by TMA, which needs "
+           "16-byte aligned rows: dout's data or strides (position " +
+           std::to_string(dout.position) + ", head " +
+           std::to_string(dout.head) +
+           " elements) are not multiples of 8 elements";
+  return std::string();
+}
+
+void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
+                             const FlashTensors &io, const __nv_bfloat16 *out,
+                             const float *logsumexp, const uint64_t *mask,
+                             void *scratch) {
+  if (p.batch <= 0 || p.seqQ <= 0 || p.headsQ <= 0 || p.seqK <= 0)
+    return;
+  std::string reason = hopperAttentionBackwardUnsupportedReason(p, io);
+  if (!reason.empty())
+    throw Error(MTRT_STATUS_INTERNAL, "hopperAttentionBackward: " + reason);
+  bool dropout = p.dropoutP > 0;
+  if (dropout && !mask)
+    throw Error(MTRT_STATUS_INTERNAL,
+                "hopperAttentionBackward: dropout needs the forward's mask "
+                "(of flashAttentionMaskBytes)");
+  int64_t rows = p.batch * p.headsQ * p.seqQ;
+  auto *delta = static_cast<float *>(scratch);
+  float *dqSum =
+      io.dq ? reinterpret_cast<float *>(
+                  static_cast<char *>(scratch) +
+                  scratch::flashAttentionDeltaBytes(
+                      scratch::attentionShapeOf(p)))
+            : nullptr;
+  HopperBackwardGeometry geo{};
+  geo.seqQ = static_cast<int>(p.seqQ);
+  geo.seqK = static_cast<int>(p.seqK);
+  geo.headsQ = static_cast<int>(p.headsQ);
+  geo.group = static_cast<int>(p.headsQ / p.headsKv);
+  geo.keyBlocks = static_cast<int>((p.seqK + kMaskKeys - 1) / kMaskKeys);
+  geo.queryTiles =
+      static_cast<int>((p.seqQ + kBackwardQueries - 1) / kBackwardQueries);
+  const char *dqPath = std::getenv("MTRT_CUDA_HOPPER_DQ");
+  geo.bulkDq = !(dqPath && std::strcmp(dqPath, "red") == 0);
+  // dQ's share by columns (the default), or by the consumers' own keys
+  // (MTRT_CUDA_HOPPER_DQ=keys: no barrier between the consumers, two bulk
+  // reductions a step at 64, four at 128; 0.76-0.95 of by columns on the
+  // H200, bench/NOTES.md session 18), or by columns through
+  // red.global.add.v2.f32 (MTRT_CUDA_HOPPER_DQ=red: 0.82-1.00).
+  bool byKeys = geo.bulkDq && dqPath && std::strcmp(dqPath, "keys") == 0;
+  geo.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
+  geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
+  geo.causal = p.causal;
+  geo.outputsBf16 = io.outputsBf16;
+  double scale =
+      p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
+  geo.scale = static_cast<float>(scale);
+  geo.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
+  // As the own backward (FlashAttention.cu's makeGeometry).
+  geo.dropoutScale =
+      static_cast<float>(dropout ? 1.0 / (1.0 - p.dropoutP) : 1.0);
+  FlashLayout doutLayout = resolve(io.doutLayout, p.headsQ, p.headDim);
+  FlashLayout dqLayout = resolve(io.dqLayout, p.headsQ, p.headDim);
+  const auto *dout = static_cast<const __nv_bfloat16 *>(io.dout);
+  auto run = [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    constexpr int kThreads = 256;
+    if (dqSum && geo.bulkDq) {
+      // The bulk layout's tiles, the last query tile's rows past seqQ too.
+      size_t bytes = sizeof(float) * static_cast<size_t>(p.batch * p.headsQ) *
+                     geo.queryTiles * kBackwardQueries * D;
+      cudaError_t zeroed = cudaMemsetAsync(dqSum, 0, bytes, stream);
+      if (zeroed != cudaSuccess)
+        throw Error(MTRT_STATUS_INTERNAL,
+                    std::string("hopperAttentionBackward: zeroing the dq "
+                                "sums: ") +
+                        cudaGetErrorString(zeroed));
+    }
+    hopperDeltaKernel<D>
+        <<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads),
+           kThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, doutLayout, out,
+                                  dout, delta, geo.bulkDq ? nullptr : dqSum);
+    if (dropout && byKeys)
+      launchBackward<D, true, true>(stream, p, io, geo, logsumexp, delta,
+                                    mask, dqSum);
+    else if (dropout)
+      launchBackward<D, true, false>(stream, p, io, geo, logsumexp, delta,
+                                     mask, dqSum);
+    else if (byKeys)
+      launchBackward<D, false, true>(stream, p, io, geo, logsumexp, delta,
+                                     mask, dqSum);
+    else
+      launchBackward<D, false, false>(stream, p, io, geo, logsumexp, delta,
+                                      mask, dqSum);
+    if (dqSum) {
+      int64_t pairs = rows * (D / 2);
+      hopperQueryGradientKernel<D>
+          <<<static_cast<unsigned>((pairs + kThreads - 1) / kThreads),
+             kThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, dqLayout,
+                                    geo.scale, io.outputsBf16, geo.bulkDq,
+                                    dqSum, io.dq);
+    }
+  };
+  if (p.headDim == 128)
+    run(std::integral_constant<int, 128>());
+  else
+    run(std::integral_constant<int, 64>());
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    throw Error(MTRT_STATUS_INTERNAL,
+                std::string("hopperAttentionBackward: a launch failed: ") +
+                    cudaGetErrorString(status));
 }
 
 } // namespace mtrt::cuda

@@ -1,6 +1,8 @@
-// The Hopper forward of flash attention (HopperAttention.cu, compiled for
-// sm_90a only): warpgroup MMA, TMA tile loads and warp specialization, the
-// same out, logsumexp and dropout keep bits as flashAttentionForward.
+// The Hopper forward and backward of flash attention (HopperAttention.cu,
+// compiled for sm_90a only): warpgroup MMA, TMA tile loads and warp
+// specialization, the same out, logsumexp and dropout keep bits as
+// flashAttentionForward, and the gradients of flashAttentionBackward (the
+// same keep bits read back).
 #ifndef MTRT_SRC_CUDA_KERNELS_HOPPERATTENTION_H
 #define MTRT_SRC_CUDA_KERNELS_HOPPERATTENTION_H
 
@@ -31,6 +33,24 @@ std::string hopperAttentionUnsupportedReason(const AttentionParams &params,
 void hopperAttentionForward(cudaStream_t stream, const AttentionParams &params,
                             const FlashTensors &io, __nv_bfloat16 *outCopy,
                             float *logsumexp, uint64_t *mask);
+
+/// Empty when hopperAttentionBackward takes this call on the current
+/// device, else why not: hopperAttentionUnsupportedReason's rules, dout's
+/// as q's (16-byte aligned rows), and no deterministic dq asked for
+/// (FlashTensors::deterministic: the Hopper backward adds dq by fp32
+/// reductions in a varying order; the own kernels give fixed bits).
+std::string hopperAttentionBackwardUnsupportedReason(const AttentionParams &params,
+                                                     const FlashTensors &io);
+
+/// io.dq, io.dk, io.dv (each may be null; fp32 or bf16 by io.outputsBf16)
+/// as flashAttentionBackward, from bf16 q, k, v, dout, the forward's bf16
+/// out copy (flashAttentionSavedOutputBytes), logsumexp and, with dropout,
+/// its mask (the keep bits drawn by the forward, read back). `scratch`:
+/// flashAttentionBackwardScratchBytes (delta, then the fp32 dq sums).
+void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &params,
+                             const FlashTensors &io, const __nv_bfloat16 *out,
+                             const float *logsumexp, const uint64_t *mask,
+                             void *scratch);
 
 } // namespace mtrt::cuda
 
