@@ -3,6 +3,7 @@
 #include "cuda/DeviceCollective.h"
 
 #include "cuda/CudaCheck.h"
+#include "cuda/PeerCollective.h"
 
 #include <cstring>
 
@@ -50,6 +51,21 @@ DeviceCollective::~DeviceCollective() {
     (void)cudaEventDestroy(ready_);
   if (done_)
     (void)cudaEventDestroy(done_);
+}
+
+bool DeviceCollective::runsOnDevice(const comm::Communicator &comm,
+                                    DType dtype) {
+  return comm.takesDeviceMemory() || PeerGroup::serves(comm, dtype);
+}
+
+PeerGroup *DeviceCollective::peer(const comm::Communicator &comm, DType dtype,
+                                  const comm::CallInfo &info) {
+  if (!PeerGroup::serves(comm, dtype))
+    return nullptr;
+  std::shared_ptr<PeerGroup> &group = peers_[comm.inProcessGroupId()];
+  if (!group)
+    group = PeerGroup::attach(comm, stream_, where(info));
+  return group.get();
 }
 
 std::string DeviceCollective::where(const comm::CallInfo &info) const {
@@ -135,6 +151,9 @@ void DeviceCollective::allReduce(comm::Communicator &comm, const void *send,
                                  void *recv, int64_t count, DType dtype,
                                  comm::ReduceOp op,
                                  const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->allReduce(stream_, comm.rank(), send, recv, count, dtype, op,
+                            where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm, {send, bytes, recv, bytes, false, dtype}, info,
       [&](const void *s, void *r, DType type) {
@@ -145,6 +164,9 @@ void DeviceCollective::allReduce(comm::Communicator &comm, const void *send,
 void DeviceCollective::allGather(comm::Communicator &comm, const void *send,
                                  void *recv, int64_t count, DType dtype,
                                  const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->allGather(stream_, comm.rank(), send, recv, count, dtype,
+                            where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes, recv, bytes * static_cast<size_t>(comm.size()), false,
@@ -158,6 +180,9 @@ void DeviceCollective::reduceScatter(comm::Communicator &comm, const void *send,
                                      void *recv, int64_t count, DType dtype,
                                      comm::ReduceOp op,
                                      const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->reduceScatter(stream_, comm.rank(), send, recv, count, dtype,
+                                op, where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes * static_cast<size_t>(comm.size()), recv, bytes, false,
@@ -170,6 +195,9 @@ void DeviceCollective::reduceScatter(comm::Communicator &comm, const void *send,
 void DeviceCollective::broadcast(comm::Communicator &comm, void *buffer,
                                  int64_t count, DType dtype, int root,
                                  const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->broadcast(stream_, comm.rank(), buffer, count, dtype, root,
+                            where(info));
   run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), true, dtype}, info,
       [&](const void *, void *r, DType type) {
         comm.broadcast(r, count, type, root, info);
