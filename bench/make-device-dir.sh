@@ -43,7 +43,7 @@ for precision in fp32 bf16; do
     --attention-dropout=0 --tensor-model-parallel-size=2 -o "$b/$name-tp2.mtb"
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
     --attention-dropout=0 --tensor-model-parallel-size=2 --sequence-parallel \
-    -o "$b/$name-gb32-tp2-sp.mtb"
+    -o "$b/$name-tp2-sp.mtb"
   # The same with the fused loss (the vocabulary-parallel chunked ops).
   lce=(--fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=300)
   "$compile" "$root/models/tiny-gpt.yaml" $flags --hidden-dropout=0 \
@@ -56,7 +56,7 @@ for precision in fp32 bf16; do
     --micro-batch-size=4 --global-batch-size=8)
   "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" -o "$b/$name-dp2.mtb"
   "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" \
-    --use-distributed-optimizer -o "$b/$name-gb32-dp2-distopt.mtb"
+    --use-distributed-optimizer -o "$b/$name-dp2-distopt.mtb"
   if [[ $precision == fp32 ]]; then
     "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" \
       --tensor-model-parallel-size=2 --use-distributed-optimizer \
@@ -66,7 +66,7 @@ for precision in fp32 bf16; do
     "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" "${buckets[@]}" \
       -o "$b/$name-dp2-overlap.mtb"
     "$compile" "$root/models/tiny-gpt.yaml" $flags "${dp[@]}" "${buckets[@]}" \
-      --use-distributed-optimizer -o "$b/$name-gb32-dp2-distopt-overlap.mtb"
+      --use-distributed-optimizer -o "$b/$name-dp2-distopt-overlap.mtb"
   fi
 done
 # Dropout 0.1 over split tensors (masks keyed on the global samples):

@@ -4,6 +4,7 @@
 
 #include "cuda/CudaCheck.h"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -37,6 +38,19 @@ unsigned long long signatureOf(unsigned kind, DType dtype, int64_t count,
 }
 
 } // namespace
+
+unsigned PeerGroup::timeoutSeconds() {
+  const char *text = std::getenv("MTRT_PEER_COLLECTIVE_TIMEOUT");
+  if (!text || !*text)
+    return 300;
+  char *end = nullptr;
+  unsigned long seconds = std::strtoul(text, &end, 10);
+  if (*end || seconds == 0 || seconds > 86400)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                std::string("MTRT_PEER_COLLECTIVE_TIMEOUT is '") + text +
+                    "'; it must be a whole number of seconds from 1 to 86400");
+  return static_cast<unsigned>(seconds);
+}
 
 bool PeerGroup::serves(const comm::Communicator &comm) {
   return comm.inProcessGroupId() != 0 && !comm.takesDeviceMemory() &&
@@ -104,8 +118,9 @@ void PeerGroup::checkLaunch(const std::string &what) const {
 void PeerGroup::barrier(cudaStream_t stream, int rank,
                         unsigned long long signature, const void *send,
                         void *recv) {
+  static const unsigned timeout = timeoutSeconds();
   peerBarrier(stream, slots_, rank, size_, signature, send, recv, id_,
-              kTimeoutSeconds);
+              timeout);
 }
 
 void PeerGroup::allReduce(cudaStream_t stream, int rank, const void *send,

@@ -41,14 +41,17 @@ namespace mtrt::cuda {
 /// everywhere in a graph). Every rank of the group must make the same
 /// calls in the same order (comm/Communicator.h's rule): each call's kind,
 /// type and count are checked on the device at its first barrier, and a
-/// mismatch, or a peer that does not arrive within kTimeoutSeconds, prints
+/// mismatch, or a peer that does not arrive within timeoutSeconds(), prints
 /// the group, rank and barrier and traps the kernel, failing the stream's
 /// work (as an NCCL call of a hung peer fails at its watchdog).
 ///
 /// Thread-safety: one call at a time per rank; the ranks call concurrently.
 class PeerGroup {
 public:
-  static constexpr unsigned kTimeoutSeconds = 300;
+  /// How long a rank waits at a barrier for its peers before trapping:
+  /// $MTRT_PEER_COLLECTIVE_TIMEOUT seconds (a positive integer), else 300.
+  /// Throws Error (INVALID_ARGUMENT) naming a value that is not one.
+  static unsigned timeoutSeconds();
 
   /// Whether `comm`'s group can run here: in-process ranks
   /// (Communicator::inProcessGroupId), at most kMaxPeerRanks, and a call
