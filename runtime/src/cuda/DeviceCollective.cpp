@@ -6,6 +6,7 @@
 #include "cuda/PeerCollective.h"
 
 #include <cstring>
+#include <utility>
 
 namespace mtrt::cuda {
 
@@ -66,6 +67,27 @@ PeerGroup *DeviceCollective::peer(const comm::Communicator &comm, DType dtype,
   if (!group)
     group = PeerGroup::attach(comm, stream_, where(info));
   return group.get();
+}
+
+bool DeviceCollective::captured(const comm::Communicator &comm,
+                                const comm::CallInfo &info) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MTRT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status), where(info));
+  if (status == cudaStreamCaptureStatusNone)
+    return false;
+  std::shared_ptr<PeerGroup> &group = peers_[comm.inProcessGroupId()];
+  for (CapturedCalls &calls : captured_)
+    if (calls.group == group) {
+      ++calls.count;
+      return true;
+    }
+  captured_.push_back({group, comm.rank(), 1});
+  return true;
+}
+
+std::vector<DeviceCollective::CapturedCalls>
+DeviceCollective::takeCapturedCalls() {
+  return std::exchange(captured_, {});
 }
 
 std::string DeviceCollective::where(const comm::CallInfo &info) const {
@@ -153,7 +175,7 @@ void DeviceCollective::allReduce(comm::Communicator &comm, const void *send,
                                  const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->allReduce(stream_, comm.rank(), send, recv, count, dtype, op,
-                            where(info));
+                            captured(comm, info), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm, {send, bytes, recv, bytes, false, dtype}, info,
       [&](const void *s, void *r, DType type) {
@@ -166,7 +188,7 @@ void DeviceCollective::allGather(comm::Communicator &comm, const void *send,
                                  const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->allGather(stream_, comm.rank(), send, recv, count, dtype,
-                            where(info));
+                            captured(comm, info), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes, recv, bytes * static_cast<size_t>(comm.size()), false,
@@ -182,7 +204,7 @@ void DeviceCollective::reduceScatter(comm::Communicator &comm, const void *send,
                                      const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->reduceScatter(stream_, comm.rank(), send, recv, count, dtype,
-                                op, where(info));
+                                op, captured(comm, info), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes * static_cast<size_t>(comm.size()), recv, bytes, false,
@@ -197,7 +219,7 @@ void DeviceCollective::broadcast(comm::Communicator &comm, void *buffer,
                                  const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->broadcast(stream_, comm.rank(), buffer, count, dtype, root,
-                            where(info));
+                            captured(comm, info), where(info));
   run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), true, dtype}, info,
       [&](const void *, void *r, DType type) {
         comm.broadcast(r, count, type, root, info);

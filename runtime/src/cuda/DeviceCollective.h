@@ -61,6 +61,16 @@ public:
   /// waiting: NCCL, or the in-process communicator through PeerGroup.
   static bool runsOnDevice(const comm::Communicator &comm, DType dtype);
 
+  /// PeerGroup calls captured in a CUDA graph on `stream` since the last
+  /// take, per group: the graph's launch must release them
+  /// (PeerGroup::post and await with `count`, then the launch).
+  struct CapturedCalls {
+    std::shared_ptr<PeerGroup> group;
+    int rank = 0;
+    uint64_t count = 0;
+  };
+  std::vector<CapturedCalls> takeCapturedCalls();
+
   /// recv[count] = send[count] combined over the group's ranks.
   void allReduce(comm::Communicator &comm, const void *send, void *recv,
                  int64_t count, DType dtype, comm::ReduceOp op,
@@ -120,6 +130,9 @@ private:
   /// null (attached at its first call).
   PeerGroup *peer(const comm::Communicator &comm, DType dtype,
                   const comm::CallInfo &info);
+  /// Whether `stream_` is being captured; counts a captured call of
+  /// `group` when it is.
+  bool captured(const comm::Communicator &comm, const comm::CallInfo &info);
 
   cudaStream_t stream_;
   std::string where_;
@@ -130,6 +143,7 @@ private:
   std::vector<float> hostSendWide_, hostRecvWide_;
   /// PeerGroup states by in-process group id.
   std::map<uint64_t, std::shared_ptr<PeerGroup>> peers_;
+  std::vector<CapturedCalls> captured_;
 };
 
 } // namespace mtrt::cuda

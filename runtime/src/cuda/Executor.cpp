@@ -634,8 +634,12 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
             bound = graph.get();
         bound->graph.reset();
       }
+      if (collective_)
+        collective_->takeCapturedCalls();
       bound->graph.capture(stream, fn.instructions.size(), stepped_, enqueue,
                            what, await);
+      if (collective_)
+        bound->peerCalls = collective_->takeCapturedCalls();
       bound->inputSlots = inputSlots;
       bound->key = key;
       bound->lossScale = lossScale_;
@@ -646,8 +650,17 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
       bound->lossScale = lossScale_;
     }
     bound->lastRun = runs_;
+    // The peers' host threads meet before the launch (PeerGroup): every
+    // call the graph holds is released, on every rank, before any of its
+    // barrier kernels can wait on the device.
+    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+      calls.group->post(calls.rank, calls.count);
+    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+      calls.group->await(calls.rank, what);
     bound->graph.launch(stream, what);
   } catch (const Error &e) {
+    if (collective_)
+      collective_->takeCapturedCalls();
     graphs_.clear();
     graphOff_ = std::string("turned off after a failure: ") + e.what();
     std::fprintf(stderr,

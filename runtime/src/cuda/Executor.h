@@ -8,6 +8,7 @@
 #include "core/ScratchPlan.h"
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
+#include "cuda/DeviceCollective.h"
 #include "cuda/FusedKernels.h"
 #include "cuda/SharedArena.h"
 #include "cuda/StepGraph.h"
@@ -543,6 +544,9 @@ private:
     MicroBatchKey key;
     double lossScale = 1.0;
     int64_t lastRun = 0;
+    /// The in-process groups' calls the graph holds, released at each
+    /// launch (PeerGroup::post, await).
+    std::vector<DeviceCollective::CapturedCalls> peerCalls;
   };
   static constexpr size_t kBoundGraphs = 8;
   std::vector<std::unique_ptr<BoundGraph>> graphs_;

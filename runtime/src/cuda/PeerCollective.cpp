@@ -4,6 +4,7 @@
 
 #include "cuda/CudaCheck.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -94,8 +95,9 @@ std::shared_ptr<PeerGroup> PeerGroup::attach(const comm::Communicator &comm,
                   what + ": allocating the device state of group " +
                       comm.name());
   auto *slots = static_cast<PeerSlots *>(memory);
+  MTRT_CUDA_CHECK(preloadPeerKernels(), what + ": loading the peer kernels");
   std::shared_ptr<PeerGroup> group(
-      new PeerGroup(id, comm.size(), device, slots));
+      new PeerGroup(id, comm.name(), comm.size(), device, slots));
   MTRT_CUDA_CHECK(cudaMemsetAsync(slots, 0, sizeof(PeerSlots), stream), what);
   MTRT_CUDA_CHECK(cudaStreamSynchronize(stream),
                   what + ": zeroing the device state of group " + comm.name());
@@ -115,6 +117,48 @@ void PeerGroup::checkLaunch(const std::string &what) const {
                    what);
 }
 
+void PeerGroup::post(int rank, uint64_t count) {
+  std::lock_guard<std::mutex> lock(hostMutex_);
+  awaiting_[rank] = next_[rank];
+  next_[rank] += count;
+  released_[rank] = next_[rank];
+  hostWake_.notify_all();
+}
+
+void PeerGroup::await(int rank, const std::string &what) {
+  std::unique_lock<std::mutex> lock(hostMutex_);
+  uint64_t call = awaiting_[rank];
+  auto behind = [&] {
+    for (int peer = 0; peer < size_; ++peer)
+      if (released_[peer] <= call)
+        return peer;
+    return -1;
+  };
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::seconds(timeoutSeconds());
+  while (behind() >= 0)
+    if (hostWake_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        behind() >= 0) {
+      int peer = behind();
+      throw Error(MTRT_STATUS_ABORTED,
+                  what + ": rank " + std::to_string(rank) +
+                      " of in-process group " + name_ + " waited " +
+                      std::to_string(timeoutSeconds()) +
+                      " s (MTRT_PEER_COLLECTIVE_TIMEOUT) for rank " +
+                      std::to_string(peer) + " to reach collective #" +
+                      std::to_string(call + 1) + " of the group; it has " +
+                      "released " + std::to_string(released_[peer]) +
+                      " (a rank that failed, or ranks whose calls differ)");
+    }
+}
+
+void PeerGroup::release(int rank, bool captured, const std::string &what) {
+  if (captured)
+    return;
+  post(rank, 1);
+  await(rank, what);
+}
+
 void PeerGroup::barrier(cudaStream_t stream, int rank,
                         unsigned long long signature, const void *send,
                         void *recv) {
@@ -125,7 +169,9 @@ void PeerGroup::barrier(cudaStream_t stream, int rank,
 
 void PeerGroup::allReduce(cudaStream_t stream, int rank, const void *send,
                           void *recv, int64_t count, DType dtype,
-                          comm::ReduceOp op, const std::string &what) {
+                          comm::ReduceOp op, bool captured,
+                          const std::string &what) {
+  release(rank, captured, what);
   PeerElement element = elementOf(dtype);
   size_t bytes = dtype == DType::BF16 ? 2 : 4;
   int64_t chunk = (count + size_ - 1) / size_;
@@ -143,7 +189,8 @@ void PeerGroup::allReduce(cudaStream_t stream, int rank, const void *send,
 
 void PeerGroup::allGather(cudaStream_t stream, int rank, const void *send,
                           void *recv, int64_t count, DType dtype,
-                          const std::string &what) {
+                          bool captured, const std::string &what) {
+  release(rank, captured, what);
   barrier(stream, rank, signatureOf(1, dtype, count), send, recv);
   peerGatherSends(stream, slots_, size_, elementOf(dtype), count, recv);
   barrier(stream, rank, 0, nullptr, nullptr);
@@ -152,7 +199,9 @@ void PeerGroup::allGather(cudaStream_t stream, int rank, const void *send,
 
 void PeerGroup::reduceScatter(cudaStream_t stream, int rank, const void *send,
                               void *recv, int64_t count, DType dtype,
-                              comm::ReduceOp op, const std::string &what) {
+                              comm::ReduceOp op, bool captured,
+                              const std::string &what) {
+  release(rank, captured, what);
   barrier(stream, rank, signatureOf(2, dtype, count), send, recv);
   peerReduce(stream, slots_, size_, elementOf(dtype),
              op == comm::ReduceOp::Max, rank * count, count, recv);
@@ -162,7 +211,8 @@ void PeerGroup::reduceScatter(cudaStream_t stream, int rank, const void *send,
 
 void PeerGroup::broadcast(cudaStream_t stream, int rank, void *buffer,
                           int64_t count, DType dtype, int root,
-                          const std::string &what) {
+                          bool captured, const std::string &what) {
+  release(rank, captured, what);
   barrier(stream, rank, signatureOf(3, dtype, count, root), nullptr, buffer);
   if (rank != root)
     peerCopyFrom(stream, slots_, root, elementOf(dtype), count, buffer);

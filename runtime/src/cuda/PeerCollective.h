@@ -9,9 +9,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace mtrt::cuda {
 
@@ -35,6 +38,18 @@ namespace mtrt::cuda {
 /// order (bf16: widened to fp32, summed, rounded once), and copied to the
 /// others, so every rank gets the bits the in-process communicator's
 /// staged call gives.
+///
+/// The ranks' host threads meet before each launch (post, await): a rank
+/// launches the barrier kernels of call k only once every rank of the group
+/// has released call k, i.e. launched it or is about to without waiting
+/// for anything. So every barrier kernel on the device completes by the
+/// device's progress alone, and a rank's host thread may block on the
+/// device (a cudaFree, a synchronization, CUDA's lazy loading of a kernel,
+/// which waits for the running kernels) without a peer spinning on the
+/// device for a barrier that thread has yet to launch. A CUDA graph
+/// releases all its calls at its launch (Executor::replayGraph: post
+/// with their count, await, launch); a capture launches nothing and waits
+/// for nothing (DeviceCollective counts the calls it captured).
 ///
 /// The barrier's counters live on the device, so a captured graph replays
 /// the calls as they are (the buffers' addresses must be the capture's, as
@@ -72,32 +87,56 @@ public:
   PeerGroup(const PeerGroup &) = delete;
   PeerGroup &operator=(const PeerGroup &) = delete;
 
+  /// Releases this rank's next `count` calls (they are launched next, or
+  /// captured in a graph launched next), then await() waits until every
+  /// rank of the group has released the first of them. Throws Error
+  /// (ABORTED) naming the group, the ranks and the call after
+  /// timeoutSeconds().
+  void post(int rank, uint64_t count);
+  void await(int rank, const std::string &what);
+
   /// comm::Communicator's calls with its buffers' rules (in place
   /// included), as work of `stream`; `rank` is the caller's group rank.
-  /// Failed launches throw Error naming `what`.
+  /// Unless `captured` (the stream is being captured in a CUDA graph), each
+  /// first posts and awaits its release. Failed launches throw Error
+  /// naming `what`.
   void allReduce(cudaStream_t stream, int rank, const void *send, void *recv,
-                 int64_t count, DType dtype, comm::ReduceOp op,
+                 int64_t count, DType dtype, comm::ReduceOp op, bool captured,
                  const std::string &what);
   void allGather(cudaStream_t stream, int rank, const void *send, void *recv,
-                 int64_t count, DType dtype, const std::string &what);
+                 int64_t count, DType dtype, bool captured,
+                 const std::string &what);
   void reduceScatter(cudaStream_t stream, int rank, const void *send,
                      void *recv, int64_t count, DType dtype,
-                     comm::ReduceOp op, const std::string &what);
+                     comm::ReduceOp op, bool captured,
+                     const std::string &what);
   void broadcast(cudaStream_t stream, int rank, void *buffer, int64_t count,
-                 DType dtype, int root, const std::string &what);
+                 DType dtype, int root, bool captured,
+                 const std::string &what);
 
 private:
-  PeerGroup(uint64_t id, int size, int device, PeerSlots *slots)
-      : id_(id), size_(size), device_(device), slots_(slots) {}
+  PeerGroup(uint64_t id, std::string name, int size, int device,
+            PeerSlots *slots)
+      : id_(id), name_(std::move(name)), size_(size), device_(device),
+        slots_(slots), released_(size, 0), next_(size, 0),
+        awaiting_(size, 0) {}
+  /// post(rank, 1) and await(rank) unless `captured`.
+  void release(int rank, bool captured, const std::string &what);
   /// A barrier; a nonzero `signature` publishes the call first.
   void barrier(cudaStream_t stream, int rank, unsigned long long signature,
                const void *send, void *recv);
   void checkLaunch(const std::string &what) const;
 
   uint64_t id_;
+  std::string name_;
   int size_;
   int device_;
   PeerSlots *slots_;
+  /// The host side: per rank, the calls it has released, the index of its
+  /// next call, and the call its await() waits for.
+  std::mutex hostMutex_;
+  std::condition_variable hostWake_;
+  std::vector<uint64_t> released_, next_, awaiting_;
 };
 
 } // namespace mtrt::cuda

@@ -259,6 +259,11 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
                          comm::ReduceOp::Sum, info);
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    // The captured call, released at each launch.
+    std::vector<cuda::DeviceCollective::CapturedCalls> calls =
+        collective.takeCapturedCalls();
+    ASSERT_EQ(calls.size(), 1u);
+    ASSERT_EQ(calls[0].count, 1u);
     for (int replay = 0; replay < 3; ++replay) {
       std::vector<std::vector<float>> inputs;
       for (int q = 0; q < ranks; ++q)
@@ -266,6 +271,8 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
       ASSERT_EQ(cudaMemcpyAsync(x.data(), inputs[r].data(), n * sizeof(float),
                                 cudaMemcpyHostToDevice, stream),
                 cudaSuccess);
+      calls[0].group->post(calls[0].rank, calls[0].count);
+      calls[0].group->await(calls[0].rank, "ReplaysFromACudaGraph");
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       expectSameBits(download(y.data(), n, DType::F32, stream),
                      hostReduce(inputs, DType::F32, comm::ReduceOp::Sum, 0, n),

@@ -200,6 +200,20 @@ size_t bytesOf(PeerElement element) {
 
 } // namespace
 
+cudaError_t preloadPeerKernels() {
+  cudaFuncAttributes attributes;
+  for (const void *kernel :
+       {reinterpret_cast<const void *>(&barrierKernel),
+        reinterpret_cast<const void *>(&reduceKernel<PeerElement::F32>),
+        reinterpret_cast<const void *>(&reduceKernel<PeerElement::BF16>),
+        reinterpret_cast<const void *>(&gatherChunksKernel),
+        reinterpret_cast<const void *>(&gatherSendsKernel),
+        reinterpret_cast<const void *>(&copyFromKernel)})
+    if (cudaError_t error = cudaFuncGetAttributes(&attributes, kernel))
+      return error;
+  return cudaSuccess;
+}
+
 void peerBarrier(cudaStream_t stream, PeerSlots *slots, int rank, int size,
                  unsigned long long signature, const void *send, void *recv,
                  unsigned long long group, unsigned timeoutSeconds) {

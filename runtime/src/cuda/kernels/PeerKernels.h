@@ -29,6 +29,12 @@ struct PeerSlots {
 /// The element types the kernels move: fp32, or bf16 reduced in fp32.
 enum class PeerElement { F32, BF16 };
 
+/// Loads every kernel below (CUDA loads kernels lazily, at their first
+/// launch, which may wait for the kernels running; a barrier spinning for
+/// a peer that is loading a kernel would never end). The first error, or
+/// cudaSuccess.
+cudaError_t preloadPeerKernels();
+
 /// Arrives at the group's next barrier and waits until every rank has: one
 /// thread, spinning on the ranks' phase counters (acquire/release at device
 /// scope, so everything the stream wrote before is visible to the peers'
