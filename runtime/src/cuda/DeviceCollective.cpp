@@ -44,8 +44,9 @@ void narrowToBf16(const std::vector<float> &wide,
 
 } // namespace
 
-DeviceCollective::DeviceCollective(cudaStream_t stream, std::string where)
-    : stream_(stream), where_(std::move(where)) {}
+DeviceCollective::DeviceCollective(cudaStream_t stream, std::string where,
+                                   bool peerKernels)
+    : stream_(stream), where_(std::move(where)), peerKernels_(peerKernels) {}
 
 DeviceCollective::~DeviceCollective() {
   if (ready_)
@@ -55,13 +56,14 @@ DeviceCollective::~DeviceCollective() {
 }
 
 bool DeviceCollective::runsOnDevice(const comm::Communicator &comm,
-                                    DType dtype) {
-  return comm.takesDeviceMemory() || PeerGroup::serves(comm, dtype);
+                                    DType dtype) const {
+  return comm.takesDeviceMemory() ||
+         (peerKernels_ && PeerGroup::serves(comm, dtype));
 }
 
 PeerGroup *DeviceCollective::peer(const comm::Communicator &comm, DType dtype,
                                   const comm::CallInfo &info) {
-  if (!PeerGroup::serves(comm, dtype))
+  if (!peerKernels_ || !PeerGroup::serves(comm, dtype))
     return nullptr;
   std::shared_ptr<PeerGroup> &group = peers_[comm.inProcessGroupId()];
   if (!group)

@@ -30,8 +30,9 @@ class PeerGroup;
 ///   event on each side orders the two (the call waits for `stream`'s work,
 ///   `stream` waits for the call). A hang or a dead peer is the
 ///   communicator's watchdog's to report.
-/// - the in-process communicator of the one-GPU checks, for all-reduce,
-///   all-gather, reduce-scatter and broadcast of fp32 or bf16 elements:
+/// - with `peerKernels`, the in-process communicator of the one-GPU checks,
+///   for all-reduce, all-gather, reduce-scatter and broadcast of fp32 or
+///   bf16 elements:
 ///   kernels on `stream` that read the peers' buffers (PeerGroup,
 ///   cuda/PeerCollective.h); the host does not wait, the same bits as the
 ///   staged path, and a CUDA graph may capture them.
@@ -49,17 +50,20 @@ class DeviceCollective {
 public:
   /// Calls ordered on `stream`, of the current CUDA device; `where` prefixes
   /// the messages of failed CUDA calls ("train_step of bundle 'x'").
-  DeviceCollective(cudaStream_t stream, std::string where);
+  /// `peerKernels`: the in-process communicator's collectives through
+  /// PeerGroup (ContextOptions::peerCollectives); off: staged.
+  DeviceCollective(cudaStream_t stream, std::string where,
+                   bool peerKernels = false);
   ~DeviceCollective();
   DeviceCollective(const DeviceCollective &) = delete;
   DeviceCollective &operator=(const DeviceCollective &) = delete;
 
   cudaStream_t stream() const { return stream_; }
 
-  /// Whether the collectives (all-reduce, all-gather, reduce-scatter) of
-  /// fp32 or bf16 elements over `comm` run on the device without the host
-  /// waiting: NCCL, or the in-process communicator through PeerGroup.
-  static bool runsOnDevice(const comm::Communicator &comm, DType dtype);
+  /// Whether this one's collectives (all-reduce, all-gather,
+  /// reduce-scatter) of `dtype` elements over `comm` run on the device
+  /// without the host waiting: NCCL, or PeerGroup's kernels.
+  bool runsOnDevice(const comm::Communicator &comm, DType dtype) const;
 
   /// PeerGroup calls captured in a CUDA graph on `stream` since the last
   /// take, per group: the graph's launch must release them
@@ -136,6 +140,7 @@ private:
 
   cudaStream_t stream_;
   std::string where_;
+  bool peerKernels_;
   /// Orders `stream_` and a communicator's own stream (made on first use).
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   /// The host copies of the staged path, and their fp32 widening for bf16.

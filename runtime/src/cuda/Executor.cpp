@@ -571,13 +571,19 @@ std::optional<std::string> Executor::graphObstacle() const {
   const Function &fn = *function_;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
-    if (!communicates(inst) ||
-        PeerGroup::serves(rank_->group(inst.attrs.gridAxes),
-                          storageType(inst.operands[0])))
+    if (!communicates(inst))
       continue;
-    return where(position) + " calls the rank's communicator (" +
-           opName(inst.op) +
-           " over several ranks through NCCL or the host: not captured)";
+    comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
+    if (!options.peerCollectives ||
+        !PeerGroup::serves(comm, storageType(inst.operands[0])))
+      return where(position) + " calls the rank's communicator (" +
+             opName(inst.op) +
+             " over several ranks through NCCL or the host: not captured)";
+    if (!PeerGroup::eagerModuleLoading())
+      return where(position) + ": " + opName(inst.op) +
+             " over in-process ranks is captured only with "
+             "CUDA_MODULE_LOADING=EAGER (its barrier kernels wait for the "
+             "peers', which a lazily loaded kernel could hold up)";
   }
   return std::nullopt;
 }

@@ -97,8 +97,11 @@ public:
   /// ranks on one GPU: PeerGroup's kernels; their other calls staged
   /// through the host), the rest as kernels.
   ///
-  /// The collectives over several ranks run on the executor's
-  /// communication stream: each starts there once the compute stream has
+  /// The collectives over several ranks that run on the device without the
+  /// host waiting (NCCL; PeerGroup with ContextOptions::peerCollectives)
+  /// run on the executor's communication stream (a staged call waits for
+  /// its result anyway, and stays on the compute stream): each starts there
+  /// once the compute stream has
   /// passed its instruction (an event), and the compute stream waits for it
   /// (another) only before the first later instruction that reads its
   /// result, frees its operand or result, or at the run's end

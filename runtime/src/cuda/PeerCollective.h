@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -22,51 +23,49 @@ namespace mtrt::cuda {
 /// ranks are threads of one process on one GPU, so every rank's buffers are
 /// in one address space).
 ///
-/// Each call is work of the caller's stream, like an NCCL call: the rank
-/// publishes its buffers and arrives at a barrier (PeerSlots: a phase
-/// counter per rank in device memory, one thread spinning), then kernels
-/// read the peers' buffers, then a barrier again before the rank's stream
-/// goes on, so no rank overwrites a buffer a peer still reads. The host
-/// never waits: the ranks' streams meet on the device.
+/// Each call is work of the caller's stream, like an NCCL call, and reads
+/// the peers' buffers in place:
 /// - all-reduce: rank r reduces chunk r (ceil(count / n) elements) of every
-///   rank's send into its recv, a barrier, then copies every other rank's
-///   chunk from that rank's recv; three barriers. In place is safe (no
-///   rank reads another's chunk r of its send while r writes it).
-/// - all-gather, reduce-scatter, broadcast: one pass after the first
-///   barrier, then the second.
-/// Each element is combined by one rank, in comm/FixedOrderReduce.h's
-/// order (bf16: widened to fp32, summed, rounded once), and copied to the
-/// others, so every rank gets the bits the in-process communicator's
-/// staged call gives.
+///   rank's send into its recv, then, once every rank has, copies every
+///   other rank's chunk from that rank's recv; in place is safe (no rank
+///   reads another's chunk r of its send while r writes it).
+/// - all-gather, reduce-scatter, broadcast: one pass.
+/// Each element is combined by one rank, in comm/FixedOrderReduce.h's order
+/// (bf16: widened to fp32, summed, rounded once), and copied to the others,
+/// so every rank gets the bits of the in-process communicator's staged call.
 ///
-/// The ranks' host threads meet before each launch (post, await): a rank
-/// launches the barrier kernels of call k only once every rank of the group
-/// has released call k, i.e. launched it or is about to without waiting
-/// for anything. So every barrier kernel on the device completes by the
-/// device's progress alone, and a rank's host thread may block on the
-/// device (a cudaFree, a synchronization, CUDA's lazy loading of a kernel,
-/// which waits for the running kernels) without a peer spinning on the
-/// device for a barrier that thread has yet to launch. A CUDA graph
-/// releases all its calls at its launch (Executor::replayGraph: post
-/// with their count, await, launch); a capture launches nothing and waits
-/// for nothing (DeviceCollective counts the calls it captured).
-///
-/// The barrier's counters live on the device, so a captured graph replays
-/// the calls as they are (the buffers' addresses must be the capture's, as
-/// everywhere in a graph). Every rank of the group must make the same
-/// calls in the same order (comm/Communicator.h's rule): each call's kind,
-/// type and count are checked on the device at its first barrier, and a
-/// mismatch, or a peer that does not arrive within timeoutSeconds(), prints
-/// the group, rank and barrier and traps the kernel, failing the stream's
-/// work (as an NCCL call of a hung peer fails at its watchdog).
+/// The ranks' host threads exchange their buffers (and check that the
+/// calls match: kind, type, count, root) at each call; no host thread waits
+/// for the device. The streams are ordered across ranks:
+/// - run eagerly, by events: each rank records one when its operands are
+///   ready (and, for an all-reduce, when its chunk is reduced, and when it
+///   is done reading), the threads exchange them, and each stream waits
+///   for the peers' before its kernel (and before going on). No kernel
+///   waits for another, so nothing here can hang on the device.
+/// - captured in a CUDA graph (which cannot wait for another graph's
+///   events), by barrier kernels: a thread spinning on the ranks' phase
+///   counters in device memory (PeerSlots), which a replay advances as it
+///   is. A spinning barrier completes only if the peers' streams reach
+///   theirs, so a graph's launch first releases its calls (post, await:
+///   every rank has launched, or is about to launch without waiting, the
+///   calls' barriers), and the kernels a peer launches meanwhile must not
+///   wait for the running kernels: CUDA's lazy loading of a kernel's
+///   module may, so graphs with these barriers need CUDA_MODULE_LOADING=
+///   EAGER (eagerModuleLoading(); cuda::Executor captures them only then).
+/// Every rank of the group must run a call the same way (all eagerly, or
+/// all captured); the exchange refuses a mix.
 ///
 /// Thread-safety: one call at a time per rank; the ranks call concurrently.
 class PeerGroup {
 public:
-  /// How long a rank waits at a barrier for its peers before trapping:
-  /// $MTRT_PEER_COLLECTIVE_TIMEOUT seconds (a positive integer), else 300.
-  /// Throws Error (INVALID_ARGUMENT) naming a value that is not one.
+  /// How long a rank waits for its peers (on the host at an exchange, on
+  /// the device at a barrier) before failing: $MTRT_PEER_COLLECTIVE_TIMEOUT
+  /// seconds (a positive integer), else 300. Throws Error
+  /// (INVALID_ARGUMENT) naming a value that is not one.
   static unsigned timeoutSeconds();
+  /// Whether CUDA loads every module when the context is made
+  /// (CUDA_MODULE_LOADING=EAGER, read before CUDA starts).
+  static bool eagerModuleLoading();
 
   /// Whether `comm`'s group can run here: in-process ranks
   /// (Communicator::inProcessGroupId), at most kMaxPeerRanks, and a call
@@ -87,19 +86,18 @@ public:
   PeerGroup(const PeerGroup &) = delete;
   PeerGroup &operator=(const PeerGroup &) = delete;
 
-  /// Releases this rank's next `count` calls (they are launched next, or
-  /// captured in a graph launched next), then await() waits until every
-  /// rank of the group has released the first of them. Throws Error
-  /// (ABORTED) naming the group, the ranks and the call after
-  /// timeoutSeconds().
+  /// A CUDA graph's launch: releases this rank's next `count` captured
+  /// calls, then await() waits until every rank of the group has released
+  /// the first of them. Throws Error (ABORTED) naming the group, the ranks
+  /// and the call after timeoutSeconds().
   void post(int rank, uint64_t count);
   void await(int rank, const std::string &what);
 
   /// comm::Communicator's calls with its buffers' rules (in place
-  /// included), as work of `stream`; `rank` is the caller's group rank.
-  /// Unless `captured` (the stream is being captured in a CUDA graph), each
-  /// first posts and awaits its release. Failed launches throw Error
-  /// naming `what`.
+  /// included), as work of `stream`; `rank` is the caller's group rank,
+  /// `captured` whether `stream` is being captured. Throws Error:
+  /// INVALID_ARGUMENT when the ranks' calls differ, ABORTED after
+  /// timeoutSeconds() without a peer, a failed CUDA call naming `what`.
   void allReduce(cudaStream_t stream, int rank, const void *send, void *recv,
                  int64_t count, DType dtype, comm::ReduceOp op, bool captured,
                  const std::string &what);
@@ -115,16 +113,31 @@ public:
                  const std::string &what);
 
 private:
+  /// What a rank posts at an exchange.
+  struct Post {
+    const void *send = nullptr;
+    void *recv = nullptr;
+    /// Eager calls: recorded on the rank's stream at this point.
+    cudaEvent_t event = nullptr;
+    unsigned long long signature = 0;
+    bool captured = false;
+  };
   PeerGroup(uint64_t id, std::string name, int size, int device,
-            PeerSlots *slots)
-      : id_(id), name_(std::move(name)), size_(size), device_(device),
-        slots_(slots), released_(size, 0), next_(size, 0),
-        awaiting_(size, 0) {}
-  /// post(rank, 1) and await(rank) unless `captured`.
-  void release(int rank, bool captured, const std::string &what);
-  /// A barrier; a nonzero `signature` publishes the call first.
-  void barrier(cudaStream_t stream, int rank, unsigned long long signature,
-               const void *send, void *recv);
+            PeerSlots *slots);
+  /// Posts this rank's next exchange and waits until every rank has posted
+  /// the same one; returns every rank's post. Checks that the signatures
+  /// and the captured flags agree.
+  std::vector<Post> exchange(int rank, const Post &mine,
+                             const std::string &what);
+  /// The pointers of posts.
+  static PeerPointers pointers(const std::vector<Post> &posts);
+  /// An eager call's ordering point `which` (0: operands ready, 1: chunk
+  /// reduced, 2: done): records this rank's event on `stream`, exchanges,
+  /// and makes `stream` wait for the peers' events. A captured call's: a
+  /// barrier kernel (the first also exchanges the buffers). Returns the
+  /// posts.
+  std::vector<Post> meet(cudaStream_t stream, int rank, int which,
+                         const Post &call, const std::string &what);
   void checkLaunch(const std::string &what) const;
 
   uint64_t id_;
@@ -132,10 +145,15 @@ private:
   int size_;
   int device_;
   PeerSlots *slots_;
-  /// The host side: per rank, the calls it has released, the index of its
-  /// next call, and the call its await() waits for.
+  /// The host side, under hostMutex_: per rank, its exchanges so far and
+  /// its last two posts (a rank is at most one exchange ahead of another),
+  /// its three events (made by its thread at its first eager call), and a
+  /// graph launch's releases (post, await).
   std::mutex hostMutex_;
   std::condition_variable hostWake_;
+  std::vector<uint64_t> exchanges_;
+  std::vector<std::array<Post, 2>> posts_;
+  std::vector<std::array<cudaEvent_t, 3>> events_;
   std::vector<uint64_t> released_, next_, awaiting_;
 };
 

@@ -22,6 +22,7 @@
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/DeviceCollective.h"
+#include "cuda/PeerCollective.h"
 #include "cuda/kernels/Kernels.h"
 #include "host/RankCollective.h"
 
@@ -107,7 +108,18 @@ void Executor::prepareRankInstructions() {
   if (!any)
     return;
   std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
-  if (anyCommunicates) {
+  // A communication stream where a collective runs on the device without
+  // the host waiting (NCCL, PeerGroup); a call staged through the host
+  // waits for its result anyway, and stays on the compute stream.
+  bool onDevice = false;
+  for (const Instruction &inst : fn.instructions)
+    if (communicates(inst) && rank_) {
+      const comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
+      onDevice = onDevice || comm.takesDeviceMemory() ||
+                 (context_.options().peerCollectives &&
+                  PeerGroup::serves(comm, storageType(inst.operands[0])));
+    }
+  if (anyCommunicates && onDevice) {
     MTRT_CUDA_CHECK(
         cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
         what + ": creating the communication stream");
@@ -124,14 +136,16 @@ void Executor::prepareRankInstructions() {
     }
   }
   collective_ = std::make_unique<DeviceCollective>(
-      commStream_ ? commStream_ : context_.stream(), what);
+      commStream_ ? commStream_ : context_.stream(), what,
+      context_.options().peerCollectives);
   if (staging)
     rankStaging_ =
         DeviceBuffer(staging, "the rank instructions' staging of " + what);
   if (collectiveStaging)
     collectiveStaging_ = DeviceBuffer(
         collectiveStaging, "the collectives' staging of " + what);
-  planCollectiveWaits();
+  if (commStream_)
+    planCollectiveWaits();
 }
 
 void Executor::planCollectiveWaits() {
@@ -177,7 +191,7 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   const Attributes &a = inst.attrs;
   // A collective over several ranks runs on the communication stream, after
   // the compute stream's work so far; awaitCollectives joins it back.
-  bool async = communicates(inst);
+  bool async = communicates(inst) && commStream_;
   cudaStream_t stream = async ? commStream_ : context_.stream();
   if (async) {
     MTRT_CUDA_CHECK(

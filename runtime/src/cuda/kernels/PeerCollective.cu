@@ -36,23 +36,14 @@ __device__ inline unsigned long long nowNanoseconds() {
   return now;
 }
 
-/// A peer's pointer, published before the barrier this kernel follows:
-/// read from L2 (another stream's kernel wrote it).
-template <typename T> __device__ inline T peerPointer(T const *slot) {
-  return reinterpret_cast<T>(__ldcg(reinterpret_cast<const long long *>(slot)));
-}
-
 __global__ void barrierKernel(PeerSlots *slots, int rank, int size,
-                              unsigned long long signature, const void *send,
-                              void *recv, unsigned long long group,
+                              unsigned long long signature,
+                              unsigned long long group,
                               unsigned timeoutSeconds) {
   if (threadIdx.x != 0 || blockIdx.x != 0)
     return;
-  if (signature) {
-    slots->send[rank] = send;
-    slots->recv[rank] = recv;
+  if (signature)
     slots->signature[rank] = signature;
-  }
   unsigned long long arrival = loadAcquire(&slots->phase[rank]) + 1;
   storeRelease(&slots->phase[rank], arrival);
   unsigned long long started = nowNanoseconds();
@@ -114,15 +105,12 @@ __device__ float treeSum(const float *values, int lo, int hi) {
 }
 
 template <PeerElement E>
-__global__ void reduceKernel(const PeerSlots *slots, int size, bool max,
+__global__ void reduceKernel(PeerPointers ranks, int size, bool max,
                              int64_t offset, int64_t count, void *out) {
-  const void *in[kMaxPeerRanks];
-  for (int r = 0; r < size; ++r)
-    in[r] = peerPointer(&slots->send[r]);
   MTRT_GRID_STRIDE(i, count) {
     float values[kMaxPeerRanks];
     for (int r = 0; r < size; ++r)
-      values[r] = loadPeer<E>(in[r], offset + i);
+      values[r] = loadPeer<E>(ranks.send[r], offset + i);
     float result;
     if (max) {
       result = values[0];
@@ -142,7 +130,7 @@ __device__ inline void copyWords(const Word *from, Word *to, int64_t i) {
   to[i] = __ldcg(from + i);
 }
 
-__global__ void gatherChunksKernel(const PeerSlots *slots, int rank, int size,
+__global__ void gatherChunksKernel(PeerPointers ranks, int rank, int size,
                                    size_t elementBytes, int64_t chunk,
                                    int64_t count, void *out) {
   // Element-wise over all ranks' chunks; the own chunk is skipped.
@@ -150,7 +138,7 @@ __global__ void gatherChunksKernel(const PeerSlots *slots, int rank, int size,
     int64_t owner = i / chunk;
     if (owner == rank)
       continue;
-    const void *from = peerPointer(&slots->recv[owner]);
+    const void *from = ranks.recv[owner];
     if (elementBytes == 4)
       copyWords(static_cast<const unsigned *>(from),
                 static_cast<unsigned *>(out), i);
@@ -160,13 +148,13 @@ __global__ void gatherChunksKernel(const PeerSlots *slots, int rank, int size,
   }
 }
 
-__global__ void gatherSendsKernel(const PeerSlots *slots, int size,
+__global__ void gatherSendsKernel(PeerPointers ranks, int size,
                                   size_t elementBytes, int64_t count,
                                   void *out) {
   int64_t total = count * size;
   MTRT_GRID_STRIDE(i, total) {
     int64_t owner = i / count, j = i % count;
-    const char *from = static_cast<const char *>(peerPointer(&slots->send[owner]));
+    const char *from = static_cast<const char *>(ranks.send[owner]);
     char *to = static_cast<char *>(out) + owner * count * elementBytes;
     if (from == to) // in place: the rank's own block
       continue;
@@ -179,9 +167,9 @@ __global__ void gatherSendsKernel(const PeerSlots *slots, int size,
   }
 }
 
-__global__ void copyFromKernel(const PeerSlots *slots, int root,
+__global__ void copyFromKernel(PeerPointers ranks, int root,
                                size_t elementBytes, int64_t count, void *out) {
-  const void *from = peerPointer(&slots->recv[root]);
+  const void *from = ranks.recv[root];
   if (from == out)
     return;
   MTRT_GRID_STRIDE(i, count) {
@@ -215,48 +203,48 @@ cudaError_t preloadPeerKernels() {
 }
 
 void peerBarrier(cudaStream_t stream, PeerSlots *slots, int rank, int size,
-                 unsigned long long signature, const void *send, void *recv,
-                 unsigned long long group, unsigned timeoutSeconds) {
-  barrierKernel<<<1, 32, 0, stream>>>(slots, rank, size, signature, send, recv,
-                                      group, timeoutSeconds);
+                 unsigned long long signature, unsigned long long group,
+                 unsigned timeoutSeconds) {
+  barrierKernel<<<1, 32, 0, stream>>>(slots, rank, size, signature, group,
+                                      timeoutSeconds);
 }
 
-void peerReduce(cudaStream_t stream, const PeerSlots *slots, int size,
+void peerReduce(cudaStream_t stream, const PeerPointers &ranks, int size,
                 PeerElement element, bool max, int64_t offset, int64_t count,
                 void *out) {
   if (count <= 0)
     return;
   if (element == PeerElement::F32)
     reduceKernel<PeerElement::F32><<<blocksFor(count), kThreads, 0, stream>>>(
-        slots, size, max, offset, count, out);
+        ranks, size, max, offset, count, out);
   else
     reduceKernel<PeerElement::BF16><<<blocksFor(count), kThreads, 0, stream>>>(
-        slots, size, max, offset, count, out);
+        ranks, size, max, offset, count, out);
 }
 
-void peerGatherChunks(cudaStream_t stream, const PeerSlots *slots, int rank,
-                      int size, PeerElement element, int64_t chunk,
+void peerGatherChunks(cudaStream_t stream, const PeerPointers &ranks,
+                      int rank, int size, PeerElement element, int64_t chunk,
                       int64_t count, void *out) {
   if (count <= 0 || size < 2)
     return;
   gatherChunksKernel<<<blocksFor(count), kThreads, 0, stream>>>(
-      slots, rank, size, bytesOf(element), chunk, count, out);
+      ranks, rank, size, bytesOf(element), chunk, count, out);
 }
 
-void peerGatherSends(cudaStream_t stream, const PeerSlots *slots, int size,
+void peerGatherSends(cudaStream_t stream, const PeerPointers &ranks, int size,
                      PeerElement element, int64_t count, void *out) {
   if (count <= 0)
     return;
   gatherSendsKernel<<<blocksFor(count * size), kThreads, 0, stream>>>(
-      slots, size, bytesOf(element), count, out);
+      ranks, size, bytesOf(element), count, out);
 }
 
-void peerCopyFrom(cudaStream_t stream, const PeerSlots *slots, int root,
+void peerCopyFrom(cudaStream_t stream, const PeerPointers &ranks, int root,
                   PeerElement element, int64_t count, void *out) {
   if (count <= 0)
     return;
   copyFromKernel<<<blocksFor(count), kThreads, 0, stream>>>(
-      slots, root, bytesOf(element), count, out);
+      ranks, root, bytesOf(element), count, out);
 }
 
 } // namespace mtrt::cuda
