@@ -91,12 +91,12 @@ std::shared_ptr<PeerGroup> PeerGroup::attach(const comm::Communicator &comm,
                     comm.name() +
                     " on the device is being captured in a CUDA graph; its "
                     "state must be made in an eager run first");
+  MTRT_CUDA_CHECK(preloadPeerKernels(), what + ": loading the peer kernels");
   void *memory = nullptr;
   MTRT_CUDA_CHECK(cudaMalloc(&memory, sizeof(PeerSlots)),
                   what + ": allocating the device state of group " +
                       comm.name());
   auto *slots = static_cast<PeerSlots *>(memory);
-  MTRT_CUDA_CHECK(preloadPeerKernels(), what + ": loading the peer kernels");
   std::shared_ptr<PeerGroup> group(
       new PeerGroup(id, comm.name(), comm.size(), device, slots));
   MTRT_CUDA_CHECK(cudaMemsetAsync(slots, 0, sizeof(PeerSlots), stream), what);

@@ -287,6 +287,33 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
   reportRankErrors(errors);
 }
 
+// Ranks whose calls differ (here the count) are refused on every rank,
+// naming both calls, before any kernel reads a peer's buffer.
+TEST(PeerGroupTest, RefusesCallsThatDiffer) {
+  MTRT_REQUIRE_GPU();
+  comm::InProcessWorld world(2);
+  std::vector<std::string> messages(2);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    cuda::Context context;
+    cuda::DeviceCollective collective(context.stream(), "RefusesCallsThatDiffer",
+                                      /*peerKernels=*/true);
+    size_t n = c.rank() == 0 ? 8 : 16;
+    cuda::DeviceBuffer x = upload(std::vector<float>(n, 1.0f), DType::F32);
+    try {
+      collective.allReduce(c, x.data(), x.data(), static_cast<int64_t>(n),
+                           DType::F32, comm::ReduceOp::Sum,
+                           {"RefusesCallsThatDiffer", 1});
+    } catch (const Error &e) {
+      EXPECT_EQ(e.code(), MTRT_STATUS_INVALID_ARGUMENT) << e.what();
+      messages[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  reportRankErrors(errors);
+  for (const std::string &message : messages)
+    EXPECT_NE(message.find("differs from rank"), std::string::npos)
+        << "'" << message << "'";
+}
+
 /// One layout trained with and without the overlap flags.
 struct OverlapLayout {
   const char *plain;
