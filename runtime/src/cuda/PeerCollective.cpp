@@ -132,8 +132,7 @@ bool PeerGroup::eagerModuleLoading() {
 void PeerGroup::checkLaunch(const std::string &what) const {
   cudaError_t launch = cudaGetLastError();
   if (launch != cudaSuccess)
-    throwCudaError(launch, "launching the in-process group's collective",
-                   what);
+    throwCudaError(launch, "launching the in-process group's collective", what);
 }
 
 void PeerGroup::post(int rank, uint64_t count) {
@@ -153,8 +152,8 @@ void PeerGroup::await(int rank, const std::string &what) {
         return peer;
     return -1;
   };
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::seconds(timeoutSeconds());
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds());
   while (behind() >= 0)
     if (hostWake_.wait_until(lock, deadline) == std::cv_status::timeout &&
         behind() >= 0) {
@@ -184,43 +183,41 @@ std::vector<PeerGroup::Post> PeerGroup::exchange(int rank, const Post &mine,
         return peer;
     return -1;
   };
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::seconds(timeoutSeconds());
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds());
   while (behind() >= 0)
     if (hostWake_.wait_until(lock, deadline) == std::cv_status::timeout &&
         behind() >= 0) {
       int peer = behind();
-      throw Error(MTRT_STATUS_ABORTED,
-                  what + ": rank " + std::to_string(rank) +
-                      " of in-process group " + name_ + " waited " +
-                      std::to_string(timeoutSeconds()) +
-                      " s (MTRT_PEER_COLLECTIVE_TIMEOUT) for rank " +
-                      std::to_string(peer) + " at exchange #" +
-                      std::to_string(n + 1) + " of the group; it is at #" +
-                      std::to_string(exchanges_[peer]) +
-                      " (a rank that failed, or ranks whose calls differ)");
+      throw Error(
+          MTRT_STATUS_ABORTED,
+          what + ": rank " + std::to_string(rank) + " of in-process group " +
+              name_ + " waited " + std::to_string(timeoutSeconds()) +
+              " s (MTRT_PEER_COLLECTIVE_TIMEOUT) for rank " +
+              std::to_string(peer) + " at exchange #" + std::to_string(n + 1) +
+              " of the group; it is at #" + std::to_string(exchanges_[peer]) +
+              " (a rank that failed, or ranks whose calls differ)");
     }
   std::vector<Post> all(static_cast<size_t>(size_));
   for (int peer = 0; peer < size_; ++peer)
     all[peer] = posts_[peer][n % 2];
   for (int peer = 0; peer < size_; ++peer) {
     if (all[peer].captured != mine.captured)
-      throw Error(MTRT_STATUS_FAILED_PRECONDITION,
-                  what + ": in-process group " + name_ + ": rank " +
-                      std::to_string(rank) +
-                      (mine.captured ? " captures" : " runs") +
-                      " its call in a CUDA graph while rank " +
-                      std::to_string(peer) +
-                      (mine.captured ? " runs it eagerly" : " captures it") +
-                      "; the ranks of a group must run their multi-rank "
-                      "functions alike");
+      throw Error(
+          MTRT_STATUS_FAILED_PRECONDITION,
+          what + ": in-process group " + name_ + ": rank " +
+              std::to_string(rank) + (mine.captured ? " captures" : " runs") +
+              " its call in a CUDA graph while rank " + std::to_string(peer) +
+              (mine.captured ? " runs it eagerly" : " captures it") +
+              "; the ranks of a group must run their multi-rank "
+              "functions alike");
     if (mine.signature && all[peer].signature != mine.signature)
       throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                   what + ": in-process group " + name_ + ": rank " +
                       std::to_string(peer) + "'s call (signature " +
                       std::to_string(all[peer].signature) +
-                      ") differs from rank " + std::to_string(rank) +
-                      "'s (" + std::to_string(mine.signature) +
+                      ") differs from rank " + std::to_string(rank) + "'s (" +
+                      std::to_string(mine.signature) +
                       "): kind, element type, count and root must match");
   }
   return all;
@@ -285,8 +282,8 @@ void PeerGroup::allReduce(cudaStream_t stream, int rank, const void *send,
 }
 
 void PeerGroup::allGather(cudaStream_t stream, int rank, const void *send,
-                          void *recv, int64_t count, DType dtype,
-                          bool captured, const std::string &what) {
+                          void *recv, int64_t count, DType dtype, bool captured,
+                          const std::string &what) {
   Post call{send, recv, nullptr, signatureOf(1, dtype, count), captured};
   PeerPointers ranks = pointers(meet(stream, rank, 0, call, what));
   peerGatherSends(stream, ranks, size_, elementOf(dtype), count, recv);
@@ -300,8 +297,8 @@ void PeerGroup::reduceScatter(cudaStream_t stream, int rank, const void *send,
                               const std::string &what) {
   Post call{send, recv, nullptr, signatureOf(2, dtype, count), captured};
   PeerPointers ranks = pointers(meet(stream, rank, 0, call, what));
-  peerReduce(stream, ranks, size_, elementOf(dtype),
-             op == comm::ReduceOp::Max, rank * count, count, recv);
+  peerReduce(stream, ranks, size_, elementOf(dtype), op == comm::ReduceOp::Max,
+             rank * count, count, recv);
   meet(stream, rank, 2, call, what);
   checkLaunch(what);
 }

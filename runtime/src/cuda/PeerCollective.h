@@ -105,12 +105,10 @@ public:
                  int64_t count, DType dtype, bool captured,
                  const std::string &what);
   void reduceScatter(cudaStream_t stream, int rank, const void *send,
-                     void *recv, int64_t count, DType dtype,
-                     comm::ReduceOp op, bool captured,
-                     const std::string &what);
+                     void *recv, int64_t count, DType dtype, comm::ReduceOp op,
+                     bool captured, const std::string &what);
   void broadcast(cudaStream_t stream, int rank, void *buffer, int64_t count,
-                 DType dtype, int root, bool captured,
-                 const std::string &what);
+                 DType dtype, int root, bool captured, const std::string &what);
 
 private:
   /// What a rank posts at an exchange.

@@ -96,9 +96,9 @@ std::vector<float> download(const void *data, size_t count, DType dtype,
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   size_t element = dtype == DType::BF16 ? 2 : 4;
   std::vector<unsigned char> bytes(count * element);
-  EXPECT_EQ(cudaMemcpy(bytes.data(), data, bytes.size(),
-                       cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  EXPECT_EQ(
+      cudaMemcpy(bytes.data(), data, bytes.size(), cudaMemcpyDeviceToHost),
+      cudaSuccess);
   std::vector<float> values(count);
   for (size_t i = 0; i < count; ++i) {
     if (dtype == DType::BF16) {
@@ -127,10 +127,9 @@ std::vector<float> hostReduce(const std::vector<std::vector<float>> &ranks,
   for (const auto &values : stored)
     in.push_back(values.data());
   std::vector<float> out(count);
-  comm::reduceInFixedOrder(DType::F32, op, in.data(),
-                           static_cast<int>(in.size()),
-                           static_cast<int64_t>(offset),
-                           static_cast<int64_t>(count), out.data());
+  comm::reduceInFixedOrder(
+      DType::F32, op, in.data(), static_cast<int>(in.size()),
+      static_cast<int64_t>(offset), static_cast<int64_t>(count), out.data());
   if (dtype == DType::BF16)
     for (float &x : out)
       x = fromBf16(toBf16(x));
@@ -176,21 +175,23 @@ TEST(PeerGroupTest, GivesTheHostsFixedOrderBits) {
       std::vector<std::vector<float>> heads;
       for (const auto &v : values)
         heads.emplace_back(v.begin(), v.begin() + n);
-      std::vector<float> sum = hostReduce(heads, dtype, comm::ReduceOp::Sum, 0, n);
-      std::vector<float> max = hostReduce(heads, dtype, comm::ReduceOp::Max, 0, n);
+      std::vector<float> sum =
+          hostReduce(heads, dtype, comm::ReduceOp::Sum, 0, n);
+      std::vector<float> max =
+          hostReduce(heads, dtype, comm::ReduceOp::Max, 0, n);
 
       cuda::DeviceBuffer x = upload(mine, dtype), y = upload(mine, dtype);
-      collective.allReduce(c, x.data(), y.data(), n, dtype,
-                           comm::ReduceOp::Sum, info);
+      collective.allReduce(c, x.data(), y.data(), n, dtype, comm::ReduceOp::Sum,
+                           info);
       expectSameBits(download(y.data(), n, dtype, stream), sum,
                      "all-reduce sum, rank " + std::to_string(r));
-      collective.allReduce(c, x.data(), x.data(), n, dtype,
-                           comm::ReduceOp::Sum, info);
+      collective.allReduce(c, x.data(), x.data(), n, dtype, comm::ReduceOp::Sum,
+                           info);
       expectSameBits(download(x.data(), n, dtype, stream), sum,
                      "all-reduce sum in place, rank " + std::to_string(r));
       cuda::DeviceBuffer m = upload(mine, dtype);
-      collective.allReduce(c, m.data(), m.data(), n, dtype,
-                           comm::ReduceOp::Max, info);
+      collective.allReduce(c, m.data(), m.data(), n, dtype, comm::ReduceOp::Max,
+                           info);
       expectSameBits(download(m.data(), n, dtype, stream), max,
                      "all-reduce max, rank " + std::to_string(r));
 
@@ -295,7 +296,8 @@ TEST(PeerGroupTest, RefusesCallsThatDiffer) {
   std::vector<std::string> messages(2);
   auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
     cuda::Context context;
-    cuda::DeviceCollective collective(context.stream(), "RefusesCallsThatDiffer",
+    cuda::DeviceCollective collective(context.stream(),
+                                      "RefusesCallsThatDiffer",
                                       /*peerKernels=*/true);
     size_t n = c.rank() == 0 ? 8 : 16;
     cuda::DeviceBuffer x = upload(std::vector<float>(n, 1.0f), DType::F32);
@@ -445,12 +447,11 @@ TEST_P(CudaOverlapTest, SameLossesWithAndWithoutOverlapAsCudaGraphs) {
     std::cout << "[ overlap  ] CUDA_MODULE_LOADING is not EAGER: the steps "
                  "ran without CUDA graphs\n";
   std::cout << "[ overlap  ] " << layout.name << ": losses "
-            << with.histories[0][0].loss << " -> "
-            << with.histories[0][2].loss
+            << with.histories[0][0].loss << " -> " << with.histories[0][2].loss
             << " equal with and without overlap on all "
             << with.histories.size()
-            << " ranks; largest relative difference to the host "
-            << worstHost << "\n";
+            << " ranks; largest relative difference to the host " << worstHost
+            << "\n";
   std::istringstream lines(with.log);
   for (std::string line; std::getline(lines, line);)
     if (line.find("CUDA graph") != std::string::npos)
@@ -461,20 +462,23 @@ INSTANTIATE_TEST_SUITE_P(
     TinyGpt, CudaOverlapTest,
     ::testing::Values(
         // TP2 + SP with --tp-comm-overlap --overlap-collectives.
-        OverlapLayout{"tiny-gpt-gb32-tp2-sp", "tiny-gpt-gb32-tp2-sp-overlap", false,
-                      false, "TP2+SP fp32"},
-        OverlapLayout{"tiny-gpt-bf16-gb32-tp2-sp", "tiny-gpt-bf16-gb32-tp2-sp-overlap",
-                      true, false, "TP2+SP bf16"},
+        OverlapLayout{"tiny-gpt-gb32-tp2-sp", "tiny-gpt-gb32-tp2-sp-overlap",
+                      false, false, "TP2+SP fp32"},
+        OverlapLayout{"tiny-gpt-bf16-gb32-tp2-sp",
+                      "tiny-gpt-bf16-gb32-tp2-sp-overlap", true, false,
+                      "TP2+SP bf16"},
         // DP2 with the distributed optimizer, --overlap-grad-reduce
         // --overlap-collectives.
-        OverlapLayout{"tiny-gpt-gb32-dp2-distopt", "tiny-gpt-gb32-dp2-distopt-overlap",
-                      false, false, "DP2 distopt fp32"},
+        OverlapLayout{"tiny-gpt-gb32-dp2-distopt",
+                      "tiny-gpt-gb32-dp2-distopt-overlap", false, false,
+                      "DP2 distopt fp32"},
         OverlapLayout{"tiny-gpt-bf16-gb32-dp2-distopt",
                       "tiny-gpt-bf16-gb32-dp2-distopt-overlap", true, false,
                       "DP2 distopt bf16"},
         // TP2 x PP2 x DP2 + SP, distributed optimizer, all three flags.
-        OverlapLayout{"tiny-gpt-gb32-tp2-pp2-dp2", "tiny-gpt-gb32-tp2-pp2-dp2-overlap",
-                      false, true, "TP2xPP2xDP2 fp32"},
+        OverlapLayout{"tiny-gpt-gb32-tp2-pp2-dp2",
+                      "tiny-gpt-gb32-tp2-pp2-dp2-overlap", false, true,
+                      "TP2xPP2xDP2 fp32"},
         OverlapLayout{"tiny-gpt-bf16-gb32-tp2-pp2-dp2",
                       "tiny-gpt-bf16-gb32-tp2-pp2-dp2-overlap", true, true,
                       "TP2xPP2xDP2 bf16"}),
@@ -502,8 +506,8 @@ bool isGemm(Op op) {
 // totals.
 TEST(CudaOverlapTimelineTest, CollectivesRunBesideGemms) {
   MTRT_REQUIRE_GPU();
-  Bundle bundle = loadTestBundle("gpt-h1024-bf16-tp2-sp-overlap",
-                                 kOverlapHowToMake);
+  Bundle bundle =
+      loadTestBundle("gpt-h1024-bf16-tp2-sp-overlap", kOverlapHowToMake);
   ASSERT_EQ(bundle.rankCount(), 2u);
   const Function &fn = *bundle.findFunction("train_step");
   std::vector<cuda::Executor::TimelineEntry> timeline;
@@ -554,8 +558,8 @@ TEST(CudaOverlapTimelineTest, CollectivesRunBesideGemms) {
       any += overlap;
       if (isGemm(op)) {
         gemm += overlap;
-        byGemm[std::string(opName(op)) + "#" +
-               std::to_string(work.position)] += overlap;
+        byGemm[std::string(opName(op)) + "#" + std::to_string(work.position)] +=
+            overlap;
       }
     }
     besideGemmMs += gemm;
@@ -573,8 +577,8 @@ TEST(CudaOverlapTimelineTest, CollectivesRunBesideGemms) {
     }
   }
   double stepMs = timeline.back().endMs;
-  std::cout << "[ timeline ] rank 0's train_step: " << stepMs * 1e3
-            << " us; " << collectives << " collectives on the communication "
+  std::cout << "[ timeline ] rank 0's train_step: " << stepMs * 1e3 << " us; "
+            << collectives << " collectives on the communication "
             << "stream, " << commMs * 1e3 << " us in all; " << overlapping
             << " of them overlap GEMMs, " << besideGemmMs * 1e3
             << " us beside GEMMs, " << besideAnyMs * 1e3

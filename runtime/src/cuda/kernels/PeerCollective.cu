@@ -13,8 +13,8 @@ namespace {
 using detail::blocksFor;
 using detail::kThreads;
 
-__device__ inline unsigned long long loadAcquire(
-    const unsigned long long *address) {
+__device__ inline unsigned long long
+loadAcquire(const unsigned long long *address) {
   unsigned long long value;
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
                : "=l"(value)
@@ -25,8 +25,7 @@ __device__ inline unsigned long long loadAcquire(
 
 __device__ inline void storeRelease(unsigned long long *address,
                                     unsigned long long value) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(address),
-               "l"(value)
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(address), "l"(value)
                : "memory");
 }
 
@@ -81,12 +80,14 @@ __device__ inline float loadPeer(const void *buffer, int64_t i) {
   if constexpr (E == PeerElement::F32)
     return __ldcg(static_cast<const float *>(buffer) + i);
   else {
-    unsigned short bits = __ldcg(static_cast<const unsigned short *>(buffer) + i);
+    unsigned short bits =
+        __ldcg(static_cast<const unsigned short *>(buffer) + i);
     return __uint_as_float(static_cast<unsigned>(bits) << 16);
   }
 }
 
-template <PeerElement E> __device__ inline void store(void *out, int64_t i, float x) {
+template <PeerElement E>
+__device__ inline void store(void *out, int64_t i, float x) {
   if constexpr (E == PeerElement::F32)
     static_cast<float *>(out)[i] = x;
   else
@@ -222,8 +223,8 @@ void peerReduce(cudaStream_t stream, const PeerPointers &ranks, int size,
         ranks, size, max, offset, count, out);
 }
 
-void peerGatherChunks(cudaStream_t stream, const PeerPointers &ranks,
-                      int rank, int size, PeerElement element, int64_t chunk,
+void peerGatherChunks(cudaStream_t stream, const PeerPointers &ranks, int rank,
+                      int size, PeerElement element, int64_t chunk,
                       int64_t count, void *out) {
   if (count <= 0 || size < 2)
     return;

@@ -64,8 +64,8 @@ void peerReduce(cudaStream_t stream, const PeerPointers &ranks, int size,
 
 /// All-reduce's second half: out[q c, min((q + 1) c, count)) = rank q's
 /// recv there, for every rank q but `rank` (whose chunk out already holds).
-void peerGatherChunks(cudaStream_t stream, const PeerPointers &ranks,
-                      int rank, int size, PeerElement element, int64_t chunk,
+void peerGatherChunks(cudaStream_t stream, const PeerPointers &ranks, int rank,
+                      int size, PeerElement element, int64_t chunk,
                       int64_t count, void *out);
 
 /// out[q count + i] = rank q's send[i] for every rank q whose send is not
