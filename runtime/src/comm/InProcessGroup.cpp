@@ -11,8 +11,7 @@ std::atomic<uint64_t> lastGroupId{0};
 
 InProcessGroup::InProcessGroup(std::string baseName, std::vector<int> ranks)
     : name(groupName(baseName, ranks)), id(++lastGroupId),
-      members(std::move(ranks)),
-      slots(members.size(), nullptr), splitResults(members.size()),
-      channels(members.size() * members.size()) {}
+      members(std::move(ranks)), slots(members.size(), nullptr),
+      splitResults(members.size()), channels(members.size() * members.size()) {}
 
 } // namespace mtrt::comm

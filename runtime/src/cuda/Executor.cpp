@@ -2,16 +2,16 @@
 // uploads, parameter binding, outputs.
 #include "cuda/Executor.h"
 
+#include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
 #include "core/OpShapes.h"
 #include "core/ValueTrace.h"
 #include "cuda/CudaCheck.h"
-#include "cuda/ParameterStore.h"
-#include "cuda/kernels/Kernels.h"
 #include "cuda/DeviceCollective.h"
 #include "cuda/DeviceMemory.h"
+#include "cuda/ParameterStore.h"
 #include "cuda/PeerCollective.h"
-#include "comm/RankContext.h"
+#include "cuda/kernels/Kernels.h"
 
 #include <algorithm>
 #include <chrono>

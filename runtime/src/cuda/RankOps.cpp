@@ -130,9 +130,8 @@ void Executor::prepareRankInstructions() {
         continue;
       for (cudaEvent_t *event :
            {&collectiveStart_[position], &collectiveDone_[position]})
-        MTRT_CUDA_CHECK(
-            cudaEventCreateWithFlags(event, cudaEventDisableTiming),
-            where(position) + ": creating the collective's events");
+        MTRT_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                        where(position) + ": creating the collective's events");
     }
   }
   collective_ = std::make_unique<DeviceCollective>(
@@ -142,8 +141,8 @@ void Executor::prepareRankInstructions() {
     rankStaging_ =
         DeviceBuffer(staging, "the rank instructions' staging of " + what);
   if (collectiveStaging)
-    collectiveStaging_ = DeviceBuffer(
-        collectiveStaging, "the collectives' staging of " + what);
+    collectiveStaging_ =
+        DeviceBuffer(collectiveStaging, "the collectives' staging of " + what);
   if (commStream_)
     planCollectiveWaits();
 }
@@ -164,8 +163,7 @@ void Executor::planCollectiveWaits() {
       auto lists = [&](const std::vector<int64_t> &values) {
         return std::find(values.begin(), values.end(), result) !=
                    values.end() ||
-               std::find(values.begin(), values.end(), operand) !=
-                   values.end();
+               std::find(values.begin(), values.end(), operand) != values.end();
       };
       bool reads = std::find(later.operands.begin(), later.operands.end(),
                              result) != later.operands.end();
@@ -180,9 +178,9 @@ void Executor::awaitCollectives(size_t position) {
   if (awaitedBefore_.empty())
     return;
   for (size_t start : awaitedBefore_[position])
-    MTRT_CUDA_CHECK(cudaStreamWaitEvent(context_.stream(),
-                                        collectiveDone_[start], 0),
-                    where(start) + ": waiting for the collective");
+    MTRT_CUDA_CHECK(
+        cudaStreamWaitEvent(context_.stream(), collectiveDone_[start], 0),
+        where(start) + ": waiting for the collective");
 }
 
 void Executor::executeCollective(size_t position, const Instruction &inst,
