@@ -83,6 +83,39 @@ done
   --data-parallel-size=2 --micro-batch-size=4 --global-batch-size=8 \
   --tensor-model-parallel-size=2 --sequence-parallel \
   --use-distributed-optimizer -o "$b/tiny-gpt-dp2-tp2-sp-distopt.mtb"
+# CudaOverlapTest (issue 23): tiny-gpt (dropout 0.1, 4 micro-batches of 8
+# per iteration) in three layouts, each without and with the overlap flags
+# that apply, fp32 and bf16: TP2 + SP (--tp-comm-overlap
+# --overlap-collectives), DP2 with the distributed optimizer
+# (--overlap-grad-reduce --overlap-collectives), TP2 x PP2 x DP2 + SP with
+# the distributed optimizer (all three); and a wider GPT (hidden 1024,
+# sequence 512) at TP2 + SP with --overlap-collectives for the timeline
+# (with --tp-comm-overlap its bf16 plan places the chunks' joins as views,
+# which the CUDA executor refuses).
+for precision in fp32 bf16; do
+  name=tiny-gpt flags=--precision=fp32
+  [[ $precision == bf16 ]] && name=tiny-gpt-bf16 flags=--bf16
+  o=("$compile" "$root/models/tiny-gpt.yaml" $flags --global-batch-size=32)
+  tpo=(--tp-comm-overlap --overlap-collectives)
+  dpo=(--overlap-grad-reduce --ddp-bucket-size=40000 --overlap-collectives)
+  tp=(--tensor-model-parallel-size=2 --sequence-parallel)
+  dp=(--data-parallel-size=2 --use-distributed-optimizer)
+  "${o[@]}" "${tp[@]}" -o "$b/$name-gb32-tp2-sp.mtb"
+  "${o[@]}" "${tp[@]}" "${tpo[@]}" -o "$b/$name-gb32-tp2-sp-overlap.mtb"
+  "${o[@]}" "${dp[@]}" -o "$b/$name-gb32-dp2-distopt.mtb"
+  "${o[@]}" "${dp[@]}" "${dpo[@]}" -o "$b/$name-gb32-dp2-distopt-overlap.mtb"
+  "${o[@]}" "${tp[@]}" "${dp[@]}" --pipeline-model-parallel-size=2 \
+    -o "$b/$name-gb32-tp2-pp2-dp2.mtb"
+  "${o[@]}" "${tp[@]}" "${dp[@]}" --pipeline-model-parallel-size=2 \
+    --tp-comm-overlap --overlap-grad-reduce --ddp-bucket-size=20000 \
+    --overlap-collectives -o "$b/$name-gb32-tp2-pp2-dp2-overlap.mtb"
+done
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 --hidden-size=1024 \
+  --num-attention-heads=16 --ffn-hidden-size=4096 --seq-length=512 \
+  --max-position-embeddings=512 --micro-batch-size=8 --global-batch-size=8 \
+  --hidden-dropout=0 --attention-dropout=0 --tensor-model-parallel-size=2 \
+  --sequence-parallel --overlap-collectives \
+  -o "$b/gpt-h1024-bf16-tp2-sp-overlap.mtb"
 # CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
 # still consume the samples that key it).
 "$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \

@@ -83,6 +83,12 @@ public:
   /// Whether calls may be given device buffers without staging them on the
   /// host (deviceStream() is set).
   bool takesDeviceMemory() const { return deviceStream() != nullptr; }
+  /// Nonzero when every rank of the group is a thread of this process (the
+  /// in-process communicator): the same id on each of the group's
+  /// communicators, and no other group of the process has it. Ranks sharing
+  /// an address space may read each other's buffers directly: on one GPU,
+  /// cuda/PeerCollective.h runs the group's collectives as kernels that do.
+  virtual uint64_t inProcessGroupId() const { return 0; }
 
   /// recv[i] = send[i] of every rank, combined with `op` in a fixed
   /// order (sums as the balanced rank tree of FixedOrderReduce.h).

@@ -72,6 +72,7 @@ int InProcessCommunicator::worldRank() const {
   return group_->members[member_];
 }
 const std::string &InProcessCommunicator::name() const { return group_->name; }
+uint64_t InProcessCommunicator::inProcessGroupId() const { return group_->id; }
 const std::vector<int> &InProcessCommunicator::members() const {
   return group_->members;
 }

@@ -29,6 +29,7 @@ public:
   int worldRank() const override;
   const std::string &name() const override;
   const std::vector<int> &members() const override;
+  uint64_t inProcessGroupId() const override;
   void abort(std::string_view reason) override;
 
 protected:

@@ -57,6 +57,8 @@ struct InProcessGroup {
 
   /// groupName(): "tp[0,1]".
   const std::string name;
+  /// Unique in the process, never 0 (Communicator::inProcessGroupId).
+  const uint64_t id;
   /// The world rank of each group rank.
   const std::vector<int> members;
 

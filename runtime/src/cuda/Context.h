@@ -55,6 +55,13 @@ struct ContextOptions {
   /// they take the call (the backward: not the deterministic one); off
   /// (MTRT_CUDA_HOPPER_ATTENTION=0 in megatron-train): the own kernels.
   bool hopperAttention = true;
+  /// In-process ranks sharing this GPU run their all-reduces, all-gathers,
+  /// reduce-scatters and broadcasts as kernels reading each other's buffers
+  /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
+  /// captured in CUDA graphs) instead of staging them through the host
+  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off until its device
+  /// checks have run (docs/Parallelism.md, "What runs").
+  bool peerCollectives = false;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

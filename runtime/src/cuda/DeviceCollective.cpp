@@ -3,8 +3,10 @@
 #include "cuda/DeviceCollective.h"
 
 #include "cuda/CudaCheck.h"
+#include "cuda/PeerCollective.h"
 
 #include <cstring>
+#include <utility>
 
 namespace mtrt::cuda {
 
@@ -42,14 +44,52 @@ void narrowToBf16(const std::vector<float> &wide,
 
 } // namespace
 
-DeviceCollective::DeviceCollective(cudaStream_t stream, std::string where)
-    : stream_(stream), where_(std::move(where)) {}
+DeviceCollective::DeviceCollective(cudaStream_t stream, std::string where,
+                                   bool peerKernels)
+    : stream_(stream), where_(std::move(where)), peerKernels_(peerKernels) {}
 
 DeviceCollective::~DeviceCollective() {
   if (ready_)
     (void)cudaEventDestroy(ready_);
   if (done_)
     (void)cudaEventDestroy(done_);
+}
+
+bool DeviceCollective::runsOnDevice(const comm::Communicator &comm,
+                                    DType dtype) const {
+  return comm.takesDeviceMemory() ||
+         (peerKernels_ && PeerGroup::serves(comm, dtype));
+}
+
+PeerGroup *DeviceCollective::peer(const comm::Communicator &comm, DType dtype,
+                                  const comm::CallInfo &info) {
+  if (!peerKernels_ || !PeerGroup::serves(comm, dtype))
+    return nullptr;
+  std::shared_ptr<PeerGroup> &group = peers_[comm.inProcessGroupId()];
+  if (!group)
+    group = PeerGroup::attach(comm, stream_, where(info));
+  return group.get();
+}
+
+bool DeviceCollective::captured(const comm::Communicator &comm,
+                                const comm::CallInfo &info) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MTRT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status), where(info));
+  if (status == cudaStreamCaptureStatusNone)
+    return false;
+  std::shared_ptr<PeerGroup> &group = peers_[comm.inProcessGroupId()];
+  for (CapturedCalls &calls : captured_)
+    if (calls.group == group) {
+      ++calls.count;
+      return true;
+    }
+  captured_.push_back({group, comm.rank(), 1});
+  return true;
+}
+
+std::vector<DeviceCollective::CapturedCalls>
+DeviceCollective::takeCapturedCalls() {
+  return std::exchange(captured_, {});
 }
 
 std::string DeviceCollective::where(const comm::CallInfo &info) const {
@@ -135,6 +175,9 @@ void DeviceCollective::allReduce(comm::Communicator &comm, const void *send,
                                  void *recv, int64_t count, DType dtype,
                                  comm::ReduceOp op,
                                  const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->allReduce(stream_, comm.rank(), send, recv, count, dtype, op,
+                            captured(comm, info), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm, {send, bytes, recv, bytes, false, dtype}, info,
       [&](const void *s, void *r, DType type) {
@@ -145,6 +188,9 @@ void DeviceCollective::allReduce(comm::Communicator &comm, const void *send,
 void DeviceCollective::allGather(comm::Communicator &comm, const void *send,
                                  void *recv, int64_t count, DType dtype,
                                  const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->allGather(stream_, comm.rank(), send, recv, count, dtype,
+                            captured(comm, info), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes, recv, bytes * static_cast<size_t>(comm.size()), false,
@@ -158,6 +204,9 @@ void DeviceCollective::reduceScatter(comm::Communicator &comm, const void *send,
                                      void *recv, int64_t count, DType dtype,
                                      comm::ReduceOp op,
                                      const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->reduceScatter(stream_, comm.rank(), send, recv, count, dtype,
+                                op, captured(comm, info), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes * static_cast<size_t>(comm.size()), recv, bytes, false,
@@ -170,6 +219,9 @@ void DeviceCollective::reduceScatter(comm::Communicator &comm, const void *send,
 void DeviceCollective::broadcast(comm::Communicator &comm, void *buffer,
                                  int64_t count, DType dtype, int root,
                                  const comm::CallInfo &info) {
+  if (PeerGroup *group = peer(comm, dtype, info))
+    return group->broadcast(stream_, comm.rank(), buffer, count, dtype, root,
+                            captured(comm, info), where(info));
   run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), true, dtype}, info,
       [&](const void *, void *r, DType type) {
         comm.broadcast(r, count, type, root, info);

@@ -9,10 +9,14 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace mtrt::cuda {
+
+class PeerGroup;
 
 /// Runs comm::Communicator calls on device buffers as work of `stream`: each
 /// call sees every earlier piece of work on the stream, and later work on
@@ -20,13 +24,20 @@ namespace mtrt::cuda {
 /// are the Communicator's (comm/Communicator.h); `info` names the call in
 /// failures (a label and the training step).
 ///
-/// Two paths, picked per call by the communicator:
+/// Three paths, picked per call by the communicator:
 /// - takesDeviceMemory() (NCCL): straight through, no host copy and no
 ///   synchronization. When the communicator's stream is not `stream`, an
 ///   event on each side orders the two (the call waits for `stream`'s work,
 ///   `stream` waits for the call). A hang or a dead peer is the
 ///   communicator's watchdog's to report.
-/// - otherwise (the in-process communicator of the one-GPU checks): the send
+/// - with `peerKernels`, the in-process communicator of the one-GPU checks,
+///   for all-reduce, all-gather, reduce-scatter and broadcast of fp32 or
+///   bf16 elements:
+///   kernels on `stream` that read the peers' buffers (PeerGroup,
+///   cuda/PeerCollective.h); the host does not wait, the same bits as the
+///   staged path, and a CUDA graph may capture them.
+/// - otherwise (the in-process communicator's point-to-point calls and
+///   other element types): the send
 ///   buffer is copied to the host after `stream`'s work, the call runs on
 ///   host memory, and the result is copied back; the call returns once the
 ///   result is on the device. bf16 buffers are widened to fp32 on the host
@@ -39,12 +50,30 @@ class DeviceCollective {
 public:
   /// Calls ordered on `stream`, of the current CUDA device; `where` prefixes
   /// the messages of failed CUDA calls ("train_step of bundle 'x'").
-  DeviceCollective(cudaStream_t stream, std::string where);
+  /// `peerKernels`: the in-process communicator's collectives through
+  /// PeerGroup (ContextOptions::peerCollectives); off: staged.
+  DeviceCollective(cudaStream_t stream, std::string where,
+                   bool peerKernels = false);
   ~DeviceCollective();
   DeviceCollective(const DeviceCollective &) = delete;
   DeviceCollective &operator=(const DeviceCollective &) = delete;
 
   cudaStream_t stream() const { return stream_; }
+
+  /// Whether this one's collectives (all-reduce, all-gather,
+  /// reduce-scatter) of `dtype` elements over `comm` run on the device
+  /// without the host waiting: NCCL, or PeerGroup's kernels.
+  bool runsOnDevice(const comm::Communicator &comm, DType dtype) const;
+
+  /// PeerGroup calls captured in a CUDA graph on `stream` since the last
+  /// take, per group: the graph's launch must release them
+  /// (PeerGroup::post and await with `count`, then the launch).
+  struct CapturedCalls {
+    std::shared_ptr<PeerGroup> group;
+    int rank = 0;
+    uint64_t count = 0;
+  };
+  std::vector<CapturedCalls> takeCapturedCalls();
 
   /// recv[count] = send[count] combined over the group's ranks.
   void allReduce(comm::Communicator &comm, const void *send, void *recv,
@@ -101,14 +130,25 @@ private:
   void run(comm::Communicator &comm, const Buffers &buffers,
            const comm::CallInfo &info, Call &&call, bool awaited = true);
   std::string where(const comm::CallInfo &info) const;
+  /// The in-process group of `comm` when PeerGroup serves the call, else
+  /// null (attached at its first call).
+  PeerGroup *peer(const comm::Communicator &comm, DType dtype,
+                  const comm::CallInfo &info);
+  /// Whether `stream_` is being captured; counts a captured call of
+  /// `group` when it is.
+  bool captured(const comm::Communicator &comm, const comm::CallInfo &info);
 
   cudaStream_t stream_;
   std::string where_;
+  bool peerKernels_;
   /// Orders `stream_` and a communicator's own stream (made on first use).
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   /// The host copies of the staged path, and their fp32 widening for bf16.
   std::vector<unsigned char> hostSend_, hostRecv_;
   std::vector<float> hostSendWide_, hostRecvWide_;
+  /// PeerGroup states by in-process group id.
+  std::map<uint64_t, std::shared_ptr<PeerGroup>> peers_;
+  std::vector<CapturedCalls> captured_;
 };
 
 } // namespace mtrt::cuda

@@ -2,14 +2,16 @@
 // uploads, parameter binding, outputs.
 #include "cuda/Executor.h"
 
+#include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
 #include "core/OpShapes.h"
 #include "core/ValueTrace.h"
 #include "cuda/CudaCheck.h"
-#include "cuda/ParameterStore.h"
-#include "cuda/kernels/Kernels.h"
 #include "cuda/DeviceCollective.h"
 #include "cuda/DeviceMemory.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/PeerCollective.h"
+#include "cuda/kernels/Kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -208,8 +210,13 @@ void Executor::bindArena() {
 }
 
 Executor::~Executor() {
-  for (cudaEvent_t event : events_)
-    cudaEventDestroy(event);
+  for (auto *events :
+       {&events_, &collectiveStart_, &collectiveDone_, &commBegin_, &commEnd_})
+    for (cudaEvent_t event : *events)
+      if (event)
+        cudaEventDestroy(event);
+  if (commStream_)
+    cudaStreamDestroy(commStream_);
 }
 
 std::string Executor::profile() const {
@@ -408,6 +415,21 @@ Executor::run(const std::vector<host::TensorView> &inputs,
       ++opCounts_[op];
     }
     ++profiledRuns_;
+    // The timeline: every interval from the run's first event.
+    timeline_.clear();
+    auto since = [&](cudaEvent_t event) {
+      float ms = 0;
+      MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_.front(), event),
+                      fn.name + ": profiling");
+      return static_cast<double>(ms);
+    };
+    for (size_t position = 0; position < fn.instructions.size(); ++position) {
+      timeline_.push_back({position, false, since(events_[position]),
+                           since(events_[position + 1])});
+      if (!commBegin_.empty() && commBegin_[position])
+        timeline_.push_back({position, true, since(commBegin_[position]),
+                             since(commEnd_[position])});
+    }
   }
   if (unsigned tag = context_.readFault())
     throw Error(MTRT_STATUS_OUT_OF_RANGE,
@@ -427,11 +449,22 @@ void Executor::executeAll(const MicroBatchKey &key, bool timed) {
       MTRT_CUDA_CHECK(cudaEventCreate(&event), "creating profiling events");
     opMilliseconds_.assign(kOpCount, 0);
     opCounts_.assign(opMilliseconds_.size(), 0);
+    if (commStream_) {
+      commBegin_.assign(fn.instructions.size(), nullptr);
+      commEnd_.assign(fn.instructions.size(), nullptr);
+      for (size_t position = 0; position < fn.instructions.size(); ++position)
+        if (communicates(fn.instructions[position]))
+          for (cudaEvent_t *event :
+               {&commBegin_[position], &commEnd_[position]})
+            MTRT_CUDA_CHECK(cudaEventCreate(event),
+                            "creating profiling events");
+    }
   }
   ValueTrace *trace = ValueTrace::fromEnvironment();
   if (trace && !trace->startRun(fn.name))
     trace = nullptr;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    awaitCollectives(position);
     if (timed)
       MTRT_CUDA_CHECK(cudaEventRecord(events_[position], stream),
                       where(position));
@@ -443,6 +476,7 @@ void Executor::executeAll(const MicroBatchKey &key, bool timed) {
     if (observer_)
       observer_(position);
   }
+  awaitCollectives(fn.instructions.size());
   if (timed)
     MTRT_CUDA_CHECK(cudaEventRecord(events_.back(), stream),
                     fn.name + ": profiling");
@@ -535,11 +569,22 @@ std::optional<std::string> Executor::graphObstacle() const {
     return std::string(
         "synchronizing after each instruction (MTRT_CUDA_SYNC) is on");
   const Function &fn = *function_;
-  for (size_t position = 0; position < fn.instructions.size(); ++position)
-    if (communicates(fn.instructions[position]))
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (!communicates(inst))
+      continue;
+    comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
+    if (!options.peerCollectives ||
+        !PeerGroup::serves(comm, storageType(inst.operands[0])))
       return where(position) + " calls the rank's communicator (" +
-             opName(fn.instructions[position].op) +
-             " over several ranks: not captured)";
+             opName(inst.op) +
+             " over several ranks through NCCL or the host: not captured)";
+    if (!PeerGroup::eagerModuleLoading())
+      return where(position) + ": " + opName(inst.op) +
+             " over in-process ranks is captured only with "
+             "CUDA_MODULE_LOADING=EAGER (its barrier kernels wait for the "
+             "peers', which a lazily loaded kernel could hold up)";
+  }
   return std::nullopt;
 }
 
@@ -571,6 +616,12 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
   StepGraph::Enqueue enqueue = [&](size_t position) {
     execute(position, fn.instructions[position], key);
   };
+  // The communication stream's joins, before each instruction and at the
+  // end (not in the stepped instructions' side captures: no collective is
+  // stepped).
+  StepGraph::Enqueue await = [&](size_t position) {
+    awaitCollectives(position);
+  };
   try {
     // The inputs as bound for this run (device batches bind their own
     // memory): a graph captured with others reads stale memory.
@@ -591,8 +642,12 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
             bound = graph.get();
         bound->graph.reset();
       }
+      if (collective_)
+        collective_->takeCapturedCalls();
       bound->graph.capture(stream, fn.instructions.size(), stepped_, enqueue,
-                           what);
+                           what, await);
+      if (collective_)
+        bound->peerCalls = collective_->takeCapturedCalls();
       bound->inputSlots = inputSlots;
       bound->key = key;
       bound->lossScale = lossScale_;
@@ -603,8 +658,17 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
       bound->lossScale = lossScale_;
     }
     bound->lastRun = runs_;
+    // The peers' host threads meet before the launch (PeerGroup): every
+    // call the graph holds is released, on every rank, before any of its
+    // barrier kernels can wait on the device.
+    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+      calls.group->post(calls.rank, calls.count);
+    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+      calls.group->await(calls.rank, what);
     bound->graph.launch(stream, what);
   } catch (const Error &e) {
+    if (collective_)
+      collective_->takeCapturedCalls();
     graphs_.clear();
     graphOff_ = std::string("turned off after a failure: ") + e.what();
     std::fprintf(stderr,

@@ -8,6 +8,7 @@
 #include "core/ScratchPlan.h"
 #include "cuda/ArenaPlan.h"
 #include "cuda/Context.h"
+#include "cuda/DeviceCollective.h"
 #include "cuda/FusedKernels.h"
 #include "cuda/SharedArena.h"
 #include "cuda/StepGraph.h"
@@ -93,10 +94,27 @@ public:
   /// store holding its shards. Its multi-rank instructions (collectives,
   /// all_slice, bias_add, the vocabulary-parallel loss and embedding) run
   /// on the device (RankOps.cpp): the collectives through DeviceCollective
-  /// on the rank's communicators (NCCL: in place on the arena; the
-  /// in-process communicator: staged through the host), the rest as
-  /// kernels. A function with collectives over several ranks runs without
-  /// a CUDA graph.
+  /// on the rank's communicators (NCCL: in place on the arena; in-process
+  /// ranks on one GPU: PeerGroup's kernels; their other calls staged
+  /// through the host), the rest as kernels.
+  ///
+  /// The collectives over several ranks that run on the device without the
+  /// host waiting (NCCL; PeerGroup with ContextOptions::peerCollectives)
+  /// run on the executor's communication stream (a staged call waits for
+  /// its result anyway, and stays on the compute stream): each starts there
+  /// once the compute stream has
+  /// passed its instruction (an event), and the compute stream waits for it
+  /// (another) only before the first later instruction that reads its
+  /// result, frees its operand or result, or at the run's end
+  /// (planCollectiveWaits). A collective the compiler split
+  /// (--overlap-collectives) therefore runs beside the instructions between
+  /// its start and its wait, as the bundle's memory plan allows
+  /// (docs/BundleFormat.md); an unsplit one is read at once. A function
+  /// whose collectives are all PeerGroup's is captured in a CUDA graph like
+  /// a one-rank function, the communication stream forked and joined inside
+  /// the capture; with NCCL it runs without one (NcclCommunicator's
+  /// watchdog records and queries an event per call, which a capture
+  /// cannot hold).
   ///
   /// Mixed precision keeps function inputs and outputs in f32, except those
   /// named in `bf16Boundary` (input and output indices): each of those may
@@ -235,6 +253,17 @@ public:
   std::string graphSummary() const;
   /// Runs replayed from the CUDA graph so far.
   int64_t graphReplays() const { return graphReplays_; }
+
+  /// With ContextOptions::profile, the last timed run's intervals: each
+  /// instruction on the compute stream, and each collective on the
+  /// communication stream (from when that stream started it to its end),
+  /// in milliseconds from the run's first instruction.
+  struct TimelineEntry {
+    size_t position;
+    bool communication;
+    double startMs, endMs;
+  };
+  const std::vector<TimelineEntry> &timeline() const { return timeline_; }
 
   /// Whether `inst` is a multi-rank instruction (RankOps.cpp).
   static bool isRankInstruction(const Instruction &inst);
@@ -407,7 +436,7 @@ private:
   /// key (or the loss scale) to a kernel must be here.
   bool usesStep(const Instruction &inst) const;
   /// Whether `inst` is a collective over a group of more than one rank: a
-  /// communicator call, which a CUDA graph does not capture.
+  /// communicator call, on the communication stream.
   bool communicates(const Instruction &inst) const;
   /// The rank's block of the vocabulary of a vocabulary-split embedding or
   /// cross-entropy instruction, and the number of blocks ({0, 1} if not
@@ -425,6 +454,14 @@ private:
   /// all_reduce, all_gather, reduce_scatter, all_slice and shift.
   void executeCollective(size_t position, const Instruction &inst,
                          const MicroBatchKey &key);
+  /// For each communicating collective at s, the position before which the
+  /// compute stream waits for it (awaitedBefore_): the first later
+  /// instruction that reads its result, or whose `free` lists its operand
+  /// or result (its memory may be written from there), else the end.
+  void planCollectiveWaits();
+  /// Makes the compute stream wait for the collectives awaited before
+  /// `position` (the instruction count: the run's end).
+  void awaitCollectives(size_t position);
 
   const Bundle &bundle_;
   const Function *function_ = nullptr;
@@ -433,11 +470,23 @@ private:
   /// The communicator calls of the rank instructions, on the context's
   /// stream (multi-rank bundles only).
   std::unique_ptr<DeviceCollective> collective_;
-  /// Device staging of the rank instructions: an all_gather's ranks' blocks
-  /// before they are interleaved along an inner axis, a reduce_scatter's
-  /// blocks made contiguous, vocab_cross_entropy_grad's shared factor. Not
+  /// Device staging of the rank instructions: vocab_cross_entropy_grad's
+  /// shared factor (compute stream), and apart from it (communication
+  /// stream) an all_gather's ranks' blocks before they are interleaved
+  /// along an inner axis, a reduce_scatter's blocks made contiguous. Not
   /// in the compiler's memory plan (docs/Memory.md).
-  DeviceBuffer rankStaging_;
+  DeviceBuffer rankStaging_, collectiveStaging_;
+  /// The communication stream (made when the function communicates), and
+  /// per instruction the events its collective starts after and ends with.
+  cudaStream_t commStream_ = nullptr;
+  std::vector<cudaEvent_t> collectiveStart_, collectiveDone_;
+  /// By position: the collectives the compute stream waits for before it
+  /// (the last entry: at the end).
+  std::vector<std::vector<size_t>> awaitedBefore_;
+  /// Profiling: each collective's begin and end on the communication
+  /// stream (timed events), and the last timed run's timeline.
+  std::vector<cudaEvent_t> commBegin_, commEnd_;
+  std::vector<TimelineEntry> timeline_;
   Context &context_;
   bool bf16_ = false;
   double lossScale_ = 1.0;
@@ -515,6 +564,9 @@ private:
     MicroBatchKey key;
     double lossScale = 1.0;
     int64_t lastRun = 0;
+    /// The in-process groups' calls the graph holds, released at each
+    /// launch (PeerGroup::post, await).
+    std::vector<DeviceCollective::CapturedCalls> peerCalls;
   };
   static constexpr size_t kBoundGraphs = 8;
   std::vector<std::unique_ptr<BoundGraph>> graphs_;

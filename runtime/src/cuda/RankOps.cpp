@@ -23,8 +23,11 @@
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/DeviceCollective.h"
+#include "cuda/PeerCollective.h"
 #include "cuda/kernels/Kernels.h"
 #include "host/RankCollective.h"
+
+#include <algorithm>
 
 namespace mtrt::cuda {
 
@@ -82,8 +85,8 @@ AxisView axisView(const std::vector<int64_t> &shape, int64_t axis) {
 
 void Executor::prepareRankInstructions() {
   const Function &fn = *function_;
-  size_t staging = 0;
-  bool any = false;
+  size_t staging = 0, collectiveStaging = 0;
+  bool any = false, anyCommunicates = false;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
     if (!isRankInstruction(inst))
@@ -91,30 +94,116 @@ void Executor::prepareRankInstructions() {
     any = true;
     if (inst.op == Op::VocabCrossEntropyGrad)
       staging = std::max(staging, kVocabCrossEntropyGradScratchBytes);
-    if (!communicates(inst) ||
-        (inst.op != Op::AllGather && inst.op != Op::ReduceScatter))
+    if (!communicates(inst))
+      continue;
+    anyCommunicates = true;
+    if (inst.op != Op::AllGather && inst.op != Op::ReduceScatter)
       continue;
     // Along the outermost axis the ranks' blocks are already contiguous.
     if (axisView(fn.values[inst.operands[0]].shape, inst.attrs.axis).outer == 1)
       continue;
     int64_t v = inst.op == Op::AllGather ? inst.results[0] : inst.operands[0];
-    staging = std::max(
-        staging, sizeof(float) * static_cast<size_t>(fn.values[v].numElements));
+    collectiveStaging =
+        std::max(collectiveStaging,
+                 sizeof(float) * static_cast<size_t>(fn.values[v].numElements));
   }
   if (!any)
     return;
   std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
-  collective_ = std::make_unique<DeviceCollective>(context_.stream(), what);
+  // A communication stream where a collective runs on the device without
+  // the host waiting (NCCL, PeerGroup); a call staged through the host
+  // waits for its result anyway, and stays on the compute stream.
+  bool onDevice = false;
+  for (const Instruction &inst : fn.instructions)
+    if (communicates(inst) && rank_) {
+      const comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
+      onDevice = onDevice || comm.takesDeviceMemory() ||
+                 (context_.options().peerCollectives &&
+                  PeerGroup::serves(comm, storageType(inst.operands[0])));
+    }
+  if (anyCommunicates && onDevice) {
+    MTRT_CUDA_CHECK(
+        cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
+        what + ": creating the communication stream");
+    collectiveStart_.assign(fn.instructions.size(), nullptr);
+    collectiveDone_.assign(fn.instructions.size(), nullptr);
+    for (size_t position = 0; position < fn.instructions.size(); ++position) {
+      if (!communicates(fn.instructions[position]))
+        continue;
+      for (cudaEvent_t *event :
+           {&collectiveStart_[position], &collectiveDone_[position]})
+        MTRT_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                        where(position) + ": creating the collective's events");
+    }
+  }
+  collective_ = std::make_unique<DeviceCollective>(
+      commStream_ ? commStream_ : context_.stream(), what,
+      context_.options().peerCollectives);
   if (staging)
     rankStaging_ =
         DeviceBuffer(staging, "the rank instructions' staging of " + what);
+  if (collectiveStaging)
+    collectiveStaging_ =
+        DeviceBuffer(collectiveStaging, "the collectives' staging of " + what);
+  if (commStream_)
+    planCollectiveWaits();
+}
+
+void Executor::planCollectiveWaits() {
+  const Function &fn = *function_;
+  size_t count = fn.instructions.size();
+  awaitedBefore_.assign(count + 1, {});
+  for (size_t start = 0; start < count; ++start) {
+    const Instruction &inst = fn.instructions[start];
+    if (!communicates(inst))
+      continue;
+    int64_t operand = inst.operands[0], result = inst.results[0];
+    size_t wait = count;
+    for (size_t position = start + 1; position < count && wait == count;
+         ++position) {
+      const Instruction &later = fn.instructions[position];
+      auto lists = [&](const std::vector<int64_t> &values) {
+        return std::find(values.begin(), values.end(), result) !=
+                   values.end() ||
+               std::find(values.begin(), values.end(), operand) != values.end();
+      };
+      bool reads = std::find(later.operands.begin(), later.operands.end(),
+                             result) != later.operands.end();
+      if (reads || lists(later.free))
+        wait = position;
+    }
+    awaitedBefore_[wait].push_back(start);
+  }
+}
+
+void Executor::awaitCollectives(size_t position) {
+  if (awaitedBefore_.empty())
+    return;
+  for (size_t start : awaitedBefore_[position])
+    MTRT_CUDA_CHECK(
+        cudaStreamWaitEvent(context_.stream(), collectiveDone_[start], 0),
+        where(start) + ": waiting for the collective");
 }
 
 void Executor::executeCollective(size_t position, const Instruction &inst,
                                  const MicroBatchKey &key) {
   const Function &fn = *function_;
   const Attributes &a = inst.attrs;
-  cudaStream_t stream = context_.stream();
+  // A collective over several ranks runs on the communication stream, after
+  // the compute stream's work so far; awaitCollectives joins it back.
+  bool async = communicates(inst) && commStream_;
+  cudaStream_t stream = async ? commStream_ : context_.stream();
+  if (async) {
+    MTRT_CUDA_CHECK(
+        cudaEventRecord(collectiveStart_[position], context_.stream()),
+        where(position));
+    MTRT_CUDA_CHECK(
+        cudaStreamWaitEvent(commStream_, collectiveStart_[position], 0),
+        where(position));
+    if (!commBegin_.empty())
+      MTRT_CUDA_CHECK(cudaEventRecord(commBegin_[position], commStream_),
+                      where(position) + ": profiling");
+  }
   int64_t x = inst.operands[0], y = inst.results[0];
   // The plan gives a collective's operand and result one type
   // (Bf16Values.cpp): fp32, or bf16 for the tensor-parallel sums, gathers
@@ -202,7 +291,7 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
                           ? comm::ReduceOp::Max
                           : comm::ReduceOp::Sum;
-  auto *staging = static_cast<char *>(rankStaging_.data());
+  auto *staging = static_cast<char *>(collectiveStaging_.data());
   switch (inst.op) {
   case Op::AllReduce:
     collective_->allReduce(comm, in, out, inCount, type, op, info);
@@ -237,6 +326,13 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   default:
     break;
   }
+  if (!async)
+    return;
+  if (!commEnd_.empty())
+    MTRT_CUDA_CHECK(cudaEventRecord(commEnd_[position], commStream_),
+                    where(position) + ": profiling");
+  MTRT_CUDA_CHECK(cudaEventRecord(collectiveDone_[position], commStream_),
+                  where(position));
 }
 
 void Executor::executeRankInstruction(size_t position, const Instruction &inst,

@@ -189,32 +189,38 @@ cudaGraph_t StepGraph::captureInto(cudaStream_t stream,
                                    const std::vector<bool> &stepped,
                                    const Enqueue &enqueue,
                                    std::vector<Segment> &segments,
-                                   const std::string &what) {
+                                   const std::string &what,
+                                   const Enqueue &before, size_t end) {
   // Thread-local mode: a call of this thread that cannot be captured (a
   // synchronization, a blocking copy) fails instead of breaking the graph.
   MTRT_CUDA_CHECK(
       cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
       what + ": beginning the capture");
-  std::vector<std::vector<cudaGraphNode_t>> before, after;
+  std::vector<std::vector<cudaGraphNode_t>> frontiersBefore, frontiersAfter;
   GraphOwner graph;
   {
     CaptureGuard guard(stream);
     for (size_t position : positions) {
+      if (before)
+        before(position);
       if (!stepped[position]) {
         enqueue(position);
         continue;
       }
-      before.push_back(captureFrontier(stream, what));
+      frontiersBefore.push_back(captureFrontier(stream, what));
       enqueue(position);
-      after.push_back(captureFrontier(stream, what));
+      frontiersAfter.push_back(captureFrontier(stream, what));
     }
+    if (before)
+      before(end);
     graph.graph = guard.end(what);
   }
   segments.clear();
   size_t k = 0;
   for (size_t position : positions)
     if (stepped[position]) {
-      segments.push_back({position, kernelsBetween(before[k], after[k], what)});
+      segments.push_back({position, kernelsBetween(frontiersBefore[k],
+                                                   frontiersAfter[k], what)});
       ++k;
     }
   return graph.release();
@@ -222,11 +228,13 @@ cudaGraph_t StepGraph::captureInto(cudaStream_t stream,
 
 void StepGraph::capture(cudaStream_t stream, size_t count,
                         const std::vector<bool> &stepped,
-                        const Enqueue &enqueue, const std::string &what) {
+                        const Enqueue &enqueue, const std::string &what,
+                        const Enqueue &before) {
   reset();
   std::vector<size_t> positions(count);
   std::iota(positions.begin(), positions.end(), size_t(0));
-  graph_ = captureInto(stream, positions, stepped, enqueue, segments_, what);
+  graph_ = captureInto(stream, positions, stepped, enqueue, segments_, what,
+                       before, count);
   stepped_ = stepped;
   for (const Segment &segment : segments_)
     steppedPositions_.push_back(segment.position);

@@ -43,10 +43,13 @@ public:
 
   /// Captures enqueue(0), ..., enqueue(count - 1) on `stream` (nothing
   /// runs) and instantiates the graph; `stepped[p]` marks the instructions
-  /// refresh() updates.
+  /// refresh() updates. `before`, if given, is called before each
+  /// enqueue(p) with p and once more with `count` at the end: the joins of
+  /// work forked onto other streams (an executor's communication stream),
+  /// kept out of the stepped instructions' nodes.
   void capture(cudaStream_t stream, size_t count,
                const std::vector<bool> &stepped, const Enqueue &enqueue,
-               const std::string &what);
+               const std::string &what, const Enqueue &before = nullptr);
   /// Recaptures the stepped instructions as enqueue gives them now and
   /// copies their kernels' arguments into the executable graph. Throws
   /// Error (INTERNAL) if an instruction no longer captures the same kernels.
@@ -75,7 +78,8 @@ private:
   static cudaGraph_t
   captureInto(cudaStream_t stream, const std::vector<size_t> &positions,
               const std::vector<bool> &stepped, const Enqueue &enqueue,
-              std::vector<Segment> &segments, const std::string &what);
+              std::vector<Segment> &segments, const std::string &what,
+              const Enqueue &before = nullptr, size_t end = 0);
 
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;

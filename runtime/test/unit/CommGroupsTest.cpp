@@ -316,3 +316,30 @@ TEST(CommStressTest, ThousandsOfSmallCallsInARow) {
 }
 
 } // namespace
+
+namespace {
+
+// Communicator::inProcessGroupId, which cuda::PeerGroup keys the group's
+// device state on: the same on every rank of a group, different between
+// groups (the world and each split), never 0.
+TEST(CommGroupsTest, InProcessGroupIdsNameTheGroup) {
+  InProcessWorld world(4);
+  std::vector<uint64_t> worldIds(4), pairIds(4);
+  runAll(world, [&](Communicator &c) {
+    CallInfo info{"ids", 0};
+    std::unique_ptr<Communicator> pair =
+        c.split(c.rank() / 2, c.rank(), "tp", info);
+    worldIds[c.rank()] = c.inProcessGroupId();
+    pairIds[c.rank()] = pair->inProcessGroupId();
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(worldIds[r], 0u);
+    EXPECT_EQ(worldIds[r], worldIds[0]);
+    EXPECT_NE(pairIds[r], worldIds[0]);
+  }
+  EXPECT_EQ(pairIds[0], pairIds[1]);
+  EXPECT_EQ(pairIds[2], pairIds[3]);
+  EXPECT_NE(pairIds[0], pairIds[2]);
+}
+
+} // namespace

@@ -1,0 +1,160 @@
+// Collectives of in-process ranks sharing one GPU, as kernels that read the
+// peers' buffers: asynchronous on the caller's stream, deterministic, and
+// capturable in CUDA graphs.
+#ifndef MTRT_SRC_CUDA_PEERCOLLECTIVE_H
+#define MTRT_SRC_CUDA_PEERCOLLECTIVE_H
+
+#include "comm/Communicator.h"
+#include "cuda/kernels/PeerKernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace mtrt::cuda {
+
+/// One in-process group's collectives on the device (the one-GPU checks'
+/// ranks are threads of one process on one GPU, so every rank's buffers are
+/// in one address space).
+///
+/// Each call is work of the caller's stream, like an NCCL call, and reads
+/// the peers' buffers in place:
+/// - all-reduce: rank r reduces chunk r (ceil(count / n) elements) of every
+///   rank's send into its recv, then, once every rank has, copies every
+///   other rank's chunk from that rank's recv; in place is safe (no rank
+///   reads another's chunk r of its send while r writes it).
+/// - all-gather, reduce-scatter, broadcast: one pass.
+/// Each element is combined by one rank, in comm/FixedOrderReduce.h's order
+/// (bf16: widened to fp32, summed, rounded once), and copied to the others,
+/// so every rank gets the bits of the in-process communicator's staged call.
+///
+/// The ranks' host threads exchange their buffers (and check that the
+/// calls match: kind, type, count, root) at each call; no host thread waits
+/// for the device. The streams are ordered across ranks:
+/// - run eagerly, by events: each rank records one when its operands are
+///   ready (and, for an all-reduce, when its chunk is reduced, and when it
+///   is done reading), the threads exchange them, and each stream waits
+///   for the peers' before its kernel (and before going on). No kernel
+///   waits for another, so nothing here can hang on the device.
+/// - captured in a CUDA graph (which cannot wait for another graph's
+///   events), by barrier kernels: a thread spinning on the ranks' phase
+///   counters in device memory (PeerSlots), which a replay advances as it
+///   is. A spinning barrier completes only if the peers' streams reach
+///   theirs, so a graph's launch first releases its calls (post, await:
+///   every rank has launched, or is about to launch without waiting, the
+///   calls' barriers), and the kernels a peer launches meanwhile must not
+///   wait for the running kernels: CUDA's lazy loading of a kernel's
+///   module may, so graphs with these barriers need CUDA_MODULE_LOADING=
+///   EAGER (eagerModuleLoading(); cuda::Executor captures them only then).
+/// Every rank of the group must run a call the same way (all eagerly, or
+/// all captured); the exchange refuses a mix.
+///
+/// Thread-safety: one call at a time per rank; the ranks call concurrently.
+class PeerGroup {
+public:
+  /// How long a rank waits for its peers (on the host at an exchange, on
+  /// the device at a barrier) before failing: $MTRT_PEER_COLLECTIVE_TIMEOUT
+  /// seconds (a positive integer), else 300. Throws Error
+  /// (INVALID_ARGUMENT) naming a value that is not one.
+  static unsigned timeoutSeconds();
+  /// Whether CUDA loads every module when the context is made
+  /// (CUDA_MODULE_LOADING=EAGER, read before CUDA starts).
+  static bool eagerModuleLoading();
+
+  /// Whether `comm`'s group can run here: in-process ranks
+  /// (Communicator::inProcessGroupId), at most kMaxPeerRanks, and a call
+  /// of fp32 or bf16 elements.
+  static bool serves(const comm::Communicator &comm, DType dtype);
+  static bool serves(const comm::Communicator &comm);
+
+  /// The group's state, made (zeroed, synchronously on `stream`) by the
+  /// first of its ranks to ask and shared by the others while any holds it.
+  /// Throws Error: FAILED_PRECONDITION when a rank's current CUDA device is
+  /// not the group's (in-process ranks share one GPU), or when `stream` is
+  /// being captured (the state is made at a function's first, eager run);
+  /// the failed CUDA call's error, naming `what`.
+  static std::shared_ptr<PeerGroup> attach(const comm::Communicator &comm,
+                                           cudaStream_t stream,
+                                           const std::string &what);
+  ~PeerGroup();
+  PeerGroup(const PeerGroup &) = delete;
+  PeerGroup &operator=(const PeerGroup &) = delete;
+
+  /// A CUDA graph's launch: releases this rank's next `count` captured
+  /// calls, then await() waits until every rank of the group has released
+  /// the first of them. Throws Error (ABORTED) naming the group, the ranks
+  /// and the call after timeoutSeconds().
+  void post(int rank, uint64_t count);
+  void await(int rank, const std::string &what);
+
+  /// comm::Communicator's calls with its buffers' rules (in place
+  /// included), as work of `stream`; `rank` is the caller's group rank,
+  /// `captured` whether `stream` is being captured. Throws Error:
+  /// INVALID_ARGUMENT when the ranks' calls differ, ABORTED after
+  /// timeoutSeconds() without a peer, a failed CUDA call naming `what`.
+  void allReduce(cudaStream_t stream, int rank, const void *send, void *recv,
+                 int64_t count, DType dtype, comm::ReduceOp op, bool captured,
+                 const std::string &what);
+  void allGather(cudaStream_t stream, int rank, const void *send, void *recv,
+                 int64_t count, DType dtype, bool captured,
+                 const std::string &what);
+  void reduceScatter(cudaStream_t stream, int rank, const void *send,
+                     void *recv, int64_t count, DType dtype, comm::ReduceOp op,
+                     bool captured, const std::string &what);
+  void broadcast(cudaStream_t stream, int rank, void *buffer, int64_t count,
+                 DType dtype, int root, bool captured, const std::string &what);
+
+private:
+  /// What a rank posts at an exchange.
+  struct Post {
+    const void *send = nullptr;
+    void *recv = nullptr;
+    /// Eager calls: recorded on the rank's stream at this point.
+    cudaEvent_t event = nullptr;
+    unsigned long long signature = 0;
+    bool captured = false;
+  };
+  PeerGroup(uint64_t id, std::string name, int size, int device,
+            PeerSlots *slots);
+  /// Posts this rank's next exchange and waits until every rank has posted
+  /// the same one; returns every rank's post. Checks that the signatures
+  /// and the captured flags agree.
+  std::vector<Post> exchange(int rank, const Post &mine,
+                             const std::string &what);
+  /// The pointers of posts.
+  static PeerPointers pointers(const std::vector<Post> &posts);
+  /// An eager call's ordering point `which` (0: operands ready, 1: chunk
+  /// reduced, 2: done): records this rank's event on `stream`, exchanges,
+  /// and makes `stream` wait for the peers' events. A captured call's: a
+  /// barrier kernel (the first also exchanges the buffers). Returns the
+  /// posts.
+  std::vector<Post> meet(cudaStream_t stream, int rank, int which,
+                         const Post &call, const std::string &what);
+  void checkLaunch(const std::string &what) const;
+
+  uint64_t id_;
+  std::string name_;
+  int size_;
+  int device_;
+  PeerSlots *slots_;
+  /// The host side, under hostMutex_: per rank, its exchanges so far and
+  /// its last two posts (a rank is at most one exchange ahead of another),
+  /// its three events (made by its thread at its first eager call), and a
+  /// graph launch's releases (post, await).
+  std::mutex hostMutex_;
+  std::condition_variable hostWake_;
+  std::vector<uint64_t> exchanges_;
+  std::vector<std::array<Post, 2>> posts_;
+  std::vector<std::array<cudaEvent_t, 3>> events_;
+  std::vector<uint64_t> released_, next_, awaiting_;
+};
+
+} // namespace mtrt::cuda
+
+#endif // MTRT_SRC_CUDA_PEERCOLLECTIVE_H
