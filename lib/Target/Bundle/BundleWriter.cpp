@@ -3,6 +3,7 @@
 #include "megatron/Target/Bundle.h"
 #include "megatron/Target/FusedKernels.h"
 
+#include "mt/IR/MtFp8Ops.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/MemoryPlan.h"
 #include "mt/Transforms/Passes.h"
@@ -40,6 +41,10 @@ static FailureOr<StringRef> dtypeName(Operation *op, Type type) {
     return StringRef("i32");
   if (type.isInteger(64))
     return StringRef("i64");
+  if (isa<Float8E4M3FNType>(type))
+    return StringRef("f8e4m3");
+  if (isa<Float8E5M2Type>(type))
+    return StringRef("f8e5m2");
   return errorAt(op, "its element type has no bundle dtype") << " (" << type
                                                                  << ")";
 }
@@ -89,13 +94,16 @@ public:
   /// `accumulateEarly`: each accumulate_gradient right after the
   /// instruction that makes the gradient, instead of at the end, so that
   /// a gradient bucket can be reduced while the backward pass goes on.
+  /// `metaIndex`: the FP8 metas (mt.fp8_meta) by name, as the manifest's
+  /// fp8 section lists them.
   FunctionWriter(func::FuncOp function,
                  const llvm::StringMap<int64_t> &parameterIndex,
-                 int64_t axisShift, FusedKernelTable &kernels,
-                 mt::SideBufferOptions sideBuffers, bool accumulateEarly)
+                 const llvm::StringMap<int64_t> &metaIndex, int64_t axisShift,
+                 FusedKernelTable &kernels, mt::SideBufferOptions sideBuffers,
+                 bool accumulateEarly)
       : function(function), parameterIndex(parameterIndex),
-        axisShift(axisShift), kernels(kernels), sideBuffers(sideBuffers),
-        accumulateEarly(accumulateEarly) {}
+        metaIndex(metaIndex), axisShift(axisShift), kernels(kernels),
+        sideBuffers(sideBuffers), accumulateEarly(accumulateEarly) {}
 
   FailureOr<llvm::json::Value> write();
 
@@ -111,6 +119,7 @@ private:
 
   func::FuncOp function;
   const llvm::StringMap<int64_t> &parameterIndex;
+  const llvm::StringMap<int64_t> &metaIndex;
   int64_t axisShift;
   FusedKernelTable &kernels;
   mt::SideBufferOptions sideBuffers;
@@ -161,6 +170,20 @@ FunctionWriter::convertAttribute(Operation *op, Attribute attr) {
       })));
     }
     return llvm::json::Value(std::move(out));
+  }
+  // An FP8 cast's format, by its dtype name.
+  if (auto format = dyn_cast<TypeAttr>(attr)) {
+    FailureOr<StringRef> name = dtypeName(op, format.getValue());
+    if (failed(name))
+      return failure();
+    return llvm::json::Value(*name);
+  }
+  if (auto symbol = dyn_cast<FlatSymbolRefAttr>(attr);
+      symbol && isa<mt::Fp8ScaleOp, mt::Fp8UpdateOp>(op)) {
+    auto it = metaIndex.find(symbol.getValue());
+    if (it == metaIndex.end())
+      return errorAt(op, "@" + symbol.getValue() + " is not an mt.fp8_meta");
+    return llvm::json::Value(it->second);
   }
   if (auto symbol = dyn_cast<FlatSymbolRefAttr>(attr)) {
     auto it = parameterIndex.find(symbol.getValue());
@@ -279,6 +302,8 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
         attrs["score_function"] =
             mt::stringifyMoeScoreFunction(router.getScoreFunction());
       });
+  if (auto scale = dyn_cast<mt::Fp8CurrentScaleOp>(op))
+    attrs["margin"] = scale.getMargin();
   // Capacity routing names its drop policy, the default included.
   if (auto route = dyn_cast<mt::MoeRouteOp>(op); route && route.getCapacityFactor())
     attrs["drop_policy"] = mt::stringifyMoeDropPolicy(
@@ -807,12 +832,6 @@ FailureOr<std::string>
 megatron::serializeBundle(ModuleOp module,
                           const llvm::json::Object *pipeline) {
   auto model = module->getAttrOfType<mt::ModelAttr>(mt::kModelAttrName);
-  if (module->hasAttr(mt::kFp8AttrName))
-    return module.emitError()
-           << "cannot be written to a bundle: FP8 GEMMs (" << mt::kFp8AttrName
-           << ") have no bundle instructions and no runtime kernels yet "
-              "(issue 26); inspect the FP8 program with --emit mlir "
-              "--stop-after precision, or compile without --fp8-format";
   // A pipeline adds its axis before the partition's grid axes.
   int64_t pipelineSize =
       pipeline ? pipeline->getInteger("size").value_or(1) : 1;
@@ -862,6 +881,17 @@ megatron::serializeBundle(ModuleOp module,
     parameters.push_back(std::move(entry));
   }
 
+  // The FP8 metas, by the index fp8_scale and fp8_update name.
+  llvm::StringMap<int64_t> metaIndex;
+  Array metas;
+  for (auto meta : module.getOps<mt::Fp8MetaOp>()) {
+    FailureOr<StringRef> format = dtypeName(meta, meta.getFormat());
+    if (failed(format))
+      return failure();
+    metaIndex[meta.getSymName()] = metas.size();
+    metas.push_back(Object{{"name", meta.getSymName()}, {"format", *format}});
+  }
+
   Array functions;
   FusedKernelTable kernels;
   mt::SideBufferOptions sideBuffers;
@@ -873,8 +903,8 @@ megatron::serializeBundle(ModuleOp module,
   Accumulations accumulations;
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
-        FunctionWriter(function, parameterIndex, axisShift, kernels,
-                       sideBuffers, buckets)
+        FunctionWriter(function, parameterIndex, metaIndex, axisShift,
+                       kernels, sideBuffers, buckets)
             .write();
     if (failed(written))
       return failure();
@@ -896,6 +926,13 @@ megatron::serializeBundle(ModuleOp module,
               {"producer", "megatron-compile"},
               {"parameters", std::move(parameters)},
               {"functions", std::move(functions)}};
+  if (auto recipe = module->getAttrOfType<mt::Fp8RecipeAttr>(mt::kFp8AttrName))
+    root["fp8"] = Object{{"format", recipe.getFormat()},
+                         {"scaling", recipe.getScaling()},
+                         {"amax_history_len", recipe.getAmaxHistoryLen()},
+                         {"amax_compute_algo", recipe.getAmaxComputeAlgo()},
+                         {"margin", recipe.getMargin()},
+                         {"metas", std::move(metas)}};
   // Several ranks: the one device grid the partitioned program runs on.
   auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
   if (grids.size() > 1)

@@ -200,6 +200,15 @@ mtrt_dtype_t toCDType(DType dtype) {
     return MTRT_DTYPE_I32;
   case DType::I64:
     return MTRT_DTYPE_I64;
+  case DType::F8E4M3:
+  case DType::F8E5M2:
+    // FP8 codes live only between an FP8 step's ops, never in its inputs
+    // or outputs (mt-fp8-gemms), which the C API exchanges.
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                std::string("a function input or output of dtype ") +
+                    dtypeName(dtype) +
+                    " (FP8 codes): the C API exchanges f32, f64, bf16, f16, "
+                    "i32 and i64 values");
   }
   return MTRT_DTYPE_F32;
 }

@@ -76,6 +76,10 @@ ncclDataType_t ncclType(DType dtype) {
     return ncclInt32;
   case DType::I64:
     return ncclInt64;
+  case DType::F8E4M3:
+    return ncclFloat8e4m3;
+  case DType::F8E5M2:
+    return ncclFloat8e5m2;
   }
   return ncclFloat32;
 }

@@ -52,7 +52,7 @@ const char *dtypeName(DType dtype) {
 
 bool isFloatingPoint(DType dtype) {
   return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 ||
-         dtype == DType::F16;
+         dtype == DType::F16 || isFp8(dtype);
 }
 
 size_t dtypeSize(DType dtype) {

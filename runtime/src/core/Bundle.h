@@ -17,7 +17,9 @@
 namespace mtrt {
 
 /// Element types of bundle values, by their manifest names.
-enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64 };
+/// F8E4M3 and F8E5M2 are FP8 codes (Hopper's e4m3fn and e5m2, format
+/// new within version 10: the GEMM operands of FP8 training, core/Fp8.h).
+enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64, F8E4M3, F8E5M2 };
 
 /// "f32", "i64", ...
 const char *dtypeName(DType dtype);
@@ -130,11 +132,18 @@ enum class Op : uint8_t {
   MoeZLossGrad,
   MoeProbsGrad,
   MoeGroupedLinearWeightGrad,
+  // FP8 GEMMs and their scaling state (docs/BundleFormat.md, "FP8", new
+  // within version 10).
+  Fp8Scale,
+  Fp8CurrentScale,
+  Fp8Quantize,
+  Fp8Linear,
+  Fp8LinearWeightGrad,
+  Fp8Update,
 };
 
 /// The number of ops (for tables indexed by Op).
-constexpr size_t kOpCount =
-    static_cast<size_t>(Op::MoeGroupedLinearWeightGrad) + 1;
+constexpr size_t kOpCount = static_cast<size_t>(Op::Fp8Update) + 1;
 
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
@@ -142,6 +151,16 @@ const char *opName(Op op);
 /// Whether `op` is one of the mixture-of-experts layer's (moe_*).
 inline bool isMoeOp(Op op) {
   return op >= Op::MoeRoute && op <= Op::MoeGroupedLinearWeightGrad;
+}
+
+/// Whether `op` is one of FP8 training's (fp8_*).
+inline bool isFp8Op(Op op) {
+  return op >= Op::Fp8Scale && op <= Op::Fp8Update;
+}
+
+/// Whether `dtype` holds FP8 codes.
+inline bool isFp8(DType dtype) {
+  return dtype == DType::F8E4M3 || dtype == DType::F8E5M2;
 }
 
 enum class GeluApproximate : uint8_t { Erf, Tanh };
@@ -230,6 +249,12 @@ struct Attributes {
   std::optional<double> capacityFactor;
   bool dropByPosition = false;
   double coeff = 0;
+  /// fp8_scale, fp8_update: the index of the meta in the bundle's fp8
+  /// section. fp8_current_scale: the format its scale is for, and the
+  /// margin (scales divided by 2^margin).
+  int64_t meta = -1;
+  DType fp8Format = DType::F8E4M3;
+  int64_t margin = 0;
 };
 
 struct Instruction {
@@ -486,6 +511,25 @@ struct GradientBuffer {
   std::vector<GradientBucket> buckets;
 };
 
+/// One tensor's delayed-scaling state (an mt.fp8_meta): the format its
+/// casts make; the runtime keeps its scale and amax history.
+struct Fp8Meta {
+  std::string name;
+  DType format = DType::F8E4M3;
+};
+
+/// The manifest's `fp8` section (new within format version 10): how the bundle's FP8
+/// GEMMs are scaled, and the metas its fp8_scale and fp8_update name.
+struct Fp8Settings {
+  /// "e4m3" or "hybrid"; "delayed" or "tensorwise".
+  std::string format, scaling;
+  int64_t amaxHistoryLen = 1;
+  /// "max" or "most_recent".
+  std::string amaxComputeAlgo = "most_recent";
+  int64_t margin = 0;
+  std::vector<Fp8Meta> metas;
+};
+
 namespace bundle_detail {
 class ManifestReader;
 } // namespace bundle_detail
@@ -541,6 +585,10 @@ public:
   /// bf16 bundle declared every value f32 and the CUDA backend chose which
   /// to hold in bf16 (cuda/Bf16Values.cpp).
   bool typedPrecision() const { return typedPrecision_; }
+  /// Whether the manifest has an `fp8` section (FP8 GEMMs).
+  bool hasFp8() const { return fp8_.has_value(); }
+  /// The `fp8` section; only when hasFp8().
+  const Fp8Settings &fp8() const { return *fp8_; }
   /// Whether the manifest has a `grid` (a bundle for several ranks).
   bool hasGrid() const { return !gridShape_.empty(); }
   /// The grid's sizes per axis ([dp, tp]); empty without a grid.
@@ -583,6 +631,7 @@ private:
   std::vector<Parameter> parameters_;
   std::vector<Function> functions_;
   std::vector<int64_t> gridShape_;
+  std::optional<Fp8Settings> fp8_;
   bool hasPipeline_ = false;
   PipelineInfo pipeline_;
   std::vector<GradientBuffer> gradientBuffers_;

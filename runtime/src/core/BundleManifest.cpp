@@ -165,7 +165,8 @@ DType ManifestReader::readDType(const Json &json, const std::string &path) {
         return entry.dtype;
   }
   fail(path, describe(json),
-       "one of \"f32\", \"f64\", \"bf16\", \"f16\", \"i32\", \"i64\"");
+       "one of \"f32\", \"f64\", \"bf16\", \"f16\", \"i32\", \"i64\", "
+       "\"f8e4m3\", \"f8e5m2\"");
 }
 
 TensorType ManifestReader::readTensorType(const Json &object,
@@ -176,6 +177,58 @@ TensorType ManifestReader::readTensorType(const Json &object,
                          &type.numElements);
   type.dtype = readDType(field(object, path, "dtype"), member(path, "dtype"));
   return type;
+}
+
+void ManifestReader::readFp8(const Json &json, const std::string &path,
+                             Fp8Settings &out) {
+  expectObject(json, path);
+  expectKnownKeys(json, path,
+                  {"format", "scaling", "amax_history_len",
+                   "amax_compute_algo", "margin", "metas"},
+                  "the fp8 section");
+  auto choice = [&](const char *key, std::initializer_list<const char *> ok,
+                    const char *expected) {
+    const Json &value = field(json, path, key);
+    std::string text = value.is_string() ? value.get<std::string>() : "";
+    for (const char *candidate : ok)
+      if (text == candidate)
+        return text;
+    fail(member(path, key), describe(value), expected);
+  };
+  out.format = choice("format", {"e4m3", "hybrid"}, "\"e4m3\" or \"hybrid\"");
+  out.scaling = choice("scaling", {"delayed", "tensorwise"},
+                       "\"delayed\" or \"tensorwise\"");
+  out.amaxComputeAlgo = choice("amax_compute_algo", {"max", "most_recent"},
+                               "\"max\" or \"most_recent\"");
+  out.amaxHistoryLen =
+      readInt(field(json, path, "amax_history_len"),
+              member(path, "amax_history_len"), 1);
+  if (out.amaxHistoryLen > (int64_t(1) << 20))
+    fail(member(path, "amax_history_len"), std::to_string(out.amaxHistoryLen),
+         "at most 2^20 amaxes");
+  out.margin = readInt(field(json, path, "margin"), member(path, "margin"), 0);
+  if (out.margin > 64)
+    fail(member(path, "margin"), std::to_string(out.margin),
+         "a margin from 0 to 64");
+  const Json &metas = field(json, path, "metas");
+  std::string metasAt = member(path, "metas");
+  expectArray(metas, metasAt);
+  std::set<std::string> names;
+  for (size_t i = 0; i < metas.size(); ++i) {
+    std::string at = index(metasAt, i);
+    expectObject(metas[i], at);
+    expectKnownKeys(metas[i], at, {"name", "format"}, "an FP8 meta");
+    Fp8Meta meta;
+    meta.name = readString(field(metas[i], at, "name"), member(at, "name"));
+    if (!names.insert(meta.name).second)
+      fail(member(at, "name"), "\"" + meta.name + "\"",
+           "a name no other meta has");
+    meta.format = readDType(field(metas[i], at, "format"), member(at, "format"));
+    if (!isFp8(meta.format))
+      fail(member(at, "format"), dtypeName(meta.format),
+           "\"f8e4m3\" or \"f8e5m2\"");
+    out.metas.push_back(std::move(meta));
+  }
 }
 
 void ManifestReader::readModel(const Json &json, const std::string &path,
@@ -491,6 +544,20 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.shiftAxis = readInt(*value, at, 0); // one of grid_axes: OpChecker
       } else if (key == "offset") {
         out.offset = readInt(*value, at);
+      } else if (key == "meta") {
+        int64_t count =
+            fp8_ ? static_cast<int64_t>(fp8_->metas.size()) : int64_t(0);
+        int64_t m = readInt(*value, at);
+        if (m < 0 || m >= count)
+          fail(at, std::to_string(m),
+               "an FP8 meta index in [0, " + std::to_string(count) +
+                   ") (the bundle's fp8 section has " +
+                   std::to_string(count) + " metas)");
+        out.meta = m;
+      } else if (key == "margin") {
+        out.margin = readInt(*value, at, 0);
+        if (out.margin > 64)
+          fail(at, std::to_string(out.margin), "a margin from 0 to 64");
       } else if (key == "topk") {
         out.topk = readInt(*value, at, 1); // at most E: OpChecker
       } else if (key == "gather_axis" || key == "scatter_axis" ||
@@ -561,6 +628,13 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
           out.collectiveReduction = CollectiveReduction::Max;
         else
           fail(at, describe(*value), "\"sum\" or \"max\"");
+      } else if (key == "format") {
+        if (text == "f8e4m3")
+          out.fp8Format = DType::F8E4M3;
+        else if (text == "f8e5m2")
+          out.fp8Format = DType::F8E5M2;
+        else
+          fail(at, describe(*value), "\"f8e4m3\" or \"f8e5m2\"");
       } else if (key == "score_function") {
         if (text == "softmax" || text == "sigmoid")
           out.sigmoid = text == "sigmoid";
@@ -1014,7 +1088,7 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
   expectKnownKeys(root, "",
                   {"format", "version", "producer", "model", "grid",
                    "parameters", "functions", "kernels", "gradient_buffer",
-                   "gradient_buffers", "pipeline"},
+                   "gradient_buffers", "pipeline", "fp8"},
                   "the manifest");
 
   Bundle bundle;
@@ -1031,6 +1105,11 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
   readParameters(field(root, "", "parameters"), "parameters",
                  bundle.parameters_);
   parameters_ = &bundle.parameters_;
+  if (const Json *fp8 = optionalField(root, "fp8")) {
+    bundle.fp8_.emplace();
+    readFp8(*fp8, "fp8", *bundle.fp8_);
+    fp8_ = &*bundle.fp8_;
+  }
   if (const Json *kernels = optionalField(root, "kernels")) {
     if (version < 3)
       fail("kernels", "a kernels section in a version " +

@@ -342,6 +342,30 @@ const std::vector<OpInfo> &opTable() {
        1,
        1,
        {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::Fp8Scale, "fp8_scale", 0, 0, 1, 1, {{"meta", AttrKind::Int, true}}},
+      {Op::Fp8CurrentScale,
+       "fp8_current_scale",
+       1,
+       1,
+       1,
+       1,
+       {{"format", AttrKind::String, true}, {"margin", AttrKind::Int, false}}},
+      {Op::Fp8Quantize, "fp8_quantize", 2, 2, 2, 2, {}},
+      {Op::Fp8Linear,
+       "fp8_linear",
+       4,
+       5,
+       1,
+       1,
+       {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::Fp8LinearWeightGrad,
+       "fp8_linear_weight_grad",
+       4,
+       4,
+       1,
+       1,
+       {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::Fp8Update, "fp8_update", 1, 1, 0, 0, {{"meta", AttrKind::Int, true}}},
   };
   return table;
 }
@@ -1187,6 +1211,14 @@ void OpChecker::check() {
   case Op::MoeGroupedLinearWeightGrad:
     checkMoe();
     break;
+  case Op::Fp8Scale:
+  case Op::Fp8CurrentScale:
+  case Op::Fp8Quantize:
+  case Op::Fp8Linear:
+  case Op::Fp8LinearWeightGrad:
+  case Op::Fp8Update:
+    checkFp8();
+    return; // their operands mix FP8 codes with f32 scales by design
   case Op::BiasAdd:
     expectFloat(false, 0);
     expectMinRank(false, 0, 1);
@@ -1241,6 +1273,108 @@ void OpChecker::check() {
   }
   (void)name;
   checkOneElementType();
+}
+
+/// The FP8 ops (docs/BundleFormat.md, "FP8"): codes in f8e4m3 or f8e5m2,
+/// scales and amaxes f32 scalars, GEMM results bf16 or f32.
+void OpChecker::checkFp8() {
+  const Attributes &a = inst_.attrs;
+  auto expectDType = [&](bool isResult, size_t i, bool ok,
+                         const std::string &expected) {
+    if (!ok)
+      fail(where(isResult, i),
+           std::string("dtype ") + dtypeName(type(isResult, i).dtype) +
+               " (value " + std::to_string(valueIndex(isResult, i)) + ")",
+           expected);
+  };
+  auto expectScalar = [&](bool isResult, size_t i, const std::string &what) {
+    expectDType(isResult, i, type(isResult, i).dtype == DType::F32,
+                "f32 (" + what + ")");
+    expectShape(isResult, i, {}, what + ", a scalar");
+  };
+  auto expectCodes = [&](bool isResult, size_t i) {
+    expectDType(isResult, i, isFp8(type(isResult, i).dtype),
+                "f8e4m3 or f8e5m2 (FP8 codes)");
+  };
+  auto expectSource = [&](bool isResult, size_t i) {
+    DType t = type(isResult, i).dtype;
+    expectDType(isResult, i, t == DType::F32 || t == DType::BF16,
+                "f32 or bf16 (what is cast to FP8)");
+  };
+  switch (inst_.op) {
+  case Op::Fp8Scale:
+    expectScalar(true, 0, "the meta's scale");
+    break;
+  case Op::Fp8Update:
+    expectScalar(false, 0, "the amax");
+    break;
+  case Op::Fp8CurrentScale:
+    expectSource(false, 0);
+    expectScalar(true, 0, "the scale");
+    break;
+  case Op::Fp8Quantize:
+    expectSource(false, 0);
+    expectScalar(false, 1, "the scale");
+    expectCodes(true, 0);
+    expectShape(true, 0, operand(0).shape, "the input's shape");
+    expectScalar(true, 1, "the amax");
+    break;
+  case Op::Fp8Linear: {
+    expectCodes(false, 0);
+    expectMinRank(false, 0, 1);
+    expectScalar(false, 1, "the input's scale");
+    expectCodes(false, 2);
+    expectRank(false, 2, 2);
+    expectScalar(false, 3, "the weight's scale");
+    if (operand(0).dtype == DType::F8E5M2 && operand(2).dtype == DType::F8E5M2)
+      fail(where(false, 2), "f8e5m2 (value " + std::to_string(valueIndex(false, 2)) + ")",
+           "f8e4m3 when the input is f8e5m2 (the tensor cores take at most "
+           "one E5M2 operand)");
+    int64_t in = operand(0).shape.back();
+    const auto &w = operand(2).shape;
+    int64_t wIn = a.transposeWeight ? w[1] : w[0];
+    int64_t out = a.transposeWeight ? w[0] : w[1];
+    if (wIn != in)
+      failShape(false, 2,
+                std::string(a.transposeWeight ? "[out, " : "[") +
+                    std::to_string(in) + (a.transposeWeight ? "]" : ", out]") +
+                    " (the input's last dimension)");
+    if (inst_.operands.size() == 5) {
+      expectDType(false, 4, operand(4).dtype == DType::F32, "f32 (the bias)");
+      expectShape(false, 4, {out}, "the weight's output size");
+    }
+    DType r = result(0).dtype;
+    expectDType(true, 0, r == DType::BF16 || r == DType::F32, "bf16 or f32");
+    std::vector<int64_t> shape = operand(0).shape;
+    shape.back() = out;
+    expectShape(true, 0, shape,
+                "the input's leading dimensions and the output size");
+    break;
+  }
+  case Op::Fp8LinearWeightGrad: {
+    expectCodes(false, 0);
+    expectMinRank(false, 0, 1);
+    expectScalar(false, 1, "the input's scale");
+    expectCodes(false, 2);
+    expectScalar(false, 3, "the output gradient's scale");
+    const auto &x = operand(0).shape;
+    std::vector<int64_t> dy = x;
+    dy.back() =
+        operand(2).rank() == operand(0).rank() ? operand(2).shape.back() : -1;
+    if (operand(2).shape != dy)
+      failShape(false, 2, "the input's leading dimensions, then out");
+    int64_t in = x.back(), out = dy.back();
+    expectDType(true, 0, result(0).dtype == DType::F32, "f32 (a weight gradient)");
+    expectShape(true, 0,
+                a.transposeWeight ? std::vector<int64_t>{out, in}
+                                  : std::vector<int64_t>{in, out},
+                a.transposeWeight ? "[out, in] with transpose_weight"
+                                  : "[in, out]");
+    break;
+  }
+  default:
+    break;
+  }
 }
 
 /// Every operand and result of an op that is not ids is floating-point, and

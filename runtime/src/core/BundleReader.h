@@ -25,6 +25,7 @@ struct DTypeName {
 inline constexpr DTypeName kDTypes[] = {
     {DType::F32, "f32", 4}, {DType::F64, "f64", 8}, {DType::BF16, "bf16", 2},
     {DType::F16, "f16", 2}, {DType::I32, "i32", 4}, {DType::I64, "i64", 8},
+    {DType::F8E4M3, "f8e4m3", 1}, {DType::F8E5M2, "f8e5m2", 1},
 };
 
 /// AxesList: one list of grid axes per dimension (split_axes).
@@ -101,6 +102,7 @@ private:
   TensorType readTensorType(const Json &object, const std::string &path);
 
   void readModel(const Json &json, const std::string &path, ModelConfig &out);
+  void readFp8(const Json &json, const std::string &path, Fp8Settings &out);
   void readGrid(const Json &json, const std::string &path,
                 std::vector<int64_t> &out);
   void readParameters(const Json &json, const std::string &path,
@@ -147,6 +149,8 @@ private:
 
   std::string name_;
   const std::vector<Parameter> *parameters_ = nullptr;
+  /// The fp8 section, once read (fp8_scale and fp8_update name its metas).
+  const Fp8Settings *fp8_ = nullptr;
   /// The number of fused kernels the manifest's `kernels` section lists.
   size_t kernelCount_ = 0;
   /// The manifest's grid; empty when it has none.
@@ -262,6 +266,7 @@ private:
   void checkChunkedLinear(bool labels);
   std::vector<int64_t> rowsOfInput();
   void checkOneElementType();
+  void checkFp8();
 
   ManifestReader &reader_;
   const Function &function_;

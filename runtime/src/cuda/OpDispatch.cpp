@@ -232,6 +232,13 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
                         std::to_string(op.attrs.contextSize) +
                         ") is not implemented on CUDA yet (issue 24); "
                         "compile the bundle without --fuse-kernels");
+  if (isFp8Op(inst.op))
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "bundle '" + bundle_.name() + "': " + where(position) + ": " +
+                    opName(inst.op) +
+                    ": FP8 GEMMs are not implemented on CUDA yet (issue 26); "
+                    "run this bundle on the host backend, or compile without "
+                    "--fp8-format");
   if (isMoeOp(inst.op))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle_.name() + "': " + where(position) + ": " +
@@ -796,6 +803,12 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
+  case Op::Fp8Scale: // refused by checkShapes
+  case Op::Fp8CurrentScale:
+  case Op::Fp8Quantize:
+  case Op::Fp8Linear:
+  case Op::Fp8LinearWeightGrad:
+  case Op::Fp8Update:
   case Op::AttentionBlock: // run by executeContextParallel
   case Op::AttentionMerge:
   case Op::AttentionDelta:

@@ -49,8 +49,8 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     // disjoint blocks disjoint, and ids fit in their scaled bytes.
     size_t smallest = 4;
     for (const TensorType &type : function_->values)
-      if (type.dtype == DType::BF16)
-        smallest = 2;
+      if (isFloatingPoint(type.dtype))
+        smallest = std::min(smallest, dtypeSize(type.dtype));
     arenaScale_ = std::max<size_t>(1, dtypeSize(floatType_) / smallest);
     arenaBytes_ = static_cast<size_t>(plan->arenaBytes) * arenaScale_;
     if (sharedArena) {

@@ -4,6 +4,7 @@
 
 #include "comm/RankContext.h"
 #include "core/ExecutorChecks.h"
+#include "core/Fp8State.h"
 #include "core/OpShapes.h"
 #include "host/ParameterStore.h"
 #include "host/RankCollective.h"
@@ -118,6 +119,52 @@ void Executor::execute(size_t position, const Instruction &inst,
     std::memcpy(allocate(inst.results[0]), in(0),
                 static_cast<size_t>(count(inst.results[0])) * sizeof(T));
     break;
+  case Op::Fp8Scale:
+    out(0)[0] = static_cast<T>(parameters_.fp8().scale(a.meta));
+    break;
+  case Op::Fp8Update:
+    parameters_.fp8().update(static_cast<size_t>(a.meta),
+                             static_cast<float>(in(0)[0]));
+    break;
+  case Op::Fp8CurrentScale: {
+    float amax = fp8Amax<T>(pool, count(inst.operands[0]), in(0));
+    out(0)[0] = static_cast<T>(fp8::scaleFromAmax(
+        amax, 1.0f, fp8FormatOf(a.fp8Format), static_cast<int>(a.margin)));
+    break;
+  }
+  case Op::Fp8Quantize: {
+    T *codes = out(0);
+    float amax = fp8Quantize<T>(
+        pool, count(inst.operands[0]), in(0), static_cast<float>(in(1)[0]),
+        fp8FormatOf(fn.values[inst.results[0]].dtype), codes);
+    out(1)[0] = static_cast<T>(amax);
+    break;
+  }
+  case Op::Fp8Linear: { // the codes' product, descaled, plus the bias
+    const std::vector<int64_t> &x = operandShape(0), &w = operandShape(2);
+    int64_t inSize = x.back(), outSize = a.transposeWeight ? w[0] : w[1];
+    int64_t rows = count(inst.operands[0]) / inSize;
+    T *y = out(0);
+    linearForward<T>(pool, rows, inSize, outSize, in(0), in(2),
+                     a.transposeWeight, nullptr, y);
+    float descale = (1.0f / static_cast<float>(in(1)[0])) *
+                    (1.0f / static_cast<float>(in(3)[0]));
+    fp8Descale<T>(pool, rows, outSize, descale,
+                  inst.operands.size() == 5 ? in(4) : nullptr, y);
+    break;
+  }
+  case Op::Fp8LinearWeightGrad: {
+    const std::vector<int64_t> &x = operandShape(0), &dy = operandShape(2);
+    int64_t inSize = x.back(), outSize = dy.back();
+    int64_t rows = count(inst.operands[0]) / inSize;
+    T *dw = out(0);
+    linearBackward<T>(pool, rows, inSize, outSize, in(0), nullptr,
+                      a.transposeWeight, in(2), nullptr, dw, nullptr, false);
+    float descale = (1.0f / static_cast<float>(in(1)[0])) *
+                    (1.0f / static_cast<float>(in(3)[0]));
+    fp8Descale<T>(pool, 1, inSize * outSize, descale, nullptr, dw);
+    break;
+  }
   case Op::GetParameter: {
     Slot &slot = slots_[inst.results[0]];
     slot.data =

@@ -4,6 +4,7 @@
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mtrt::host {
@@ -88,9 +89,17 @@ ParameterStore::ParameterStore(const Bundle &bundle, DType floatType,
     if (held)
       numElements_ += p.localType.numElements;
   }
+  if (bundle.hasFp8())
+    fp8_.emplace(bundle.fp8());
 }
 
 void ParameterStore::initialize(ThreadPool &pool, uint64_t seed) {
+  if (fp8_) {
+    std::fill(fp8_->mutableScales().begin(), fp8_->mutableScales().end(),
+              1.0f);
+    std::fill(fp8_->mutableHistories().begin(),
+              fp8_->mutableHistories().end(), 0.0f);
+  }
   for (size_t i = 0; i < entries_.size(); ++i) {
     Entry &e = entries_[i];
     if (!holds(i))

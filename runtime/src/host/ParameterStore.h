@@ -4,9 +4,11 @@
 #define MTRT_SRC_HOST_PARAMETERSTORE_H
 
 #include "core/Bundle.h"
+#include "core/Fp8State.h"
 #include "host/HostTensor.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace mtrt::host {
@@ -77,6 +79,13 @@ public:
   /// Zeroes every gradient buffer (before an iteration's micro-batches).
   void zeroGradients(ThreadPool &pool);
 
+  /// Whether the bundle trains GEMMs in FP8 with delayed scaling' state
+  /// (an fp8 section); fp8() is that state, which fp8_scale reads and
+  /// fp8_update advances. initialize() resets it (scales 1, histories 0).
+  bool hasFp8() const { return fp8_.has_value(); }
+  Fp8State &fp8() { return *fp8_; }
+  const Fp8State &fp8() const { return *fp8_; }
+
 private:
   struct Entry {
     const Parameter *info = nullptr;
@@ -87,6 +96,7 @@ private:
   std::vector<int64_t> gridShape_, coordinates_;
   int64_t numElements_ = 0;
   bool optimizerState_ = true;
+  std::optional<Fp8State> fp8_;
 };
 
 } // namespace mtrt::host

@@ -242,6 +242,15 @@ void Trainer::checkSaveDirectory() const {
 }
 
 LoopStart Trainer::prepareCheckpoints(TrainingLog &log) {
+  if (bundle_.hasFp8() && (!options_.load.empty() || !options_.save.empty()))
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                std::string(options_.load.empty() ? "--save" : "--load") +
+                    ": bundle '" + bundle_.name() +
+                    "' trains with FP8 GEMMs, whose scaling state (scales "
+                    "and amax histories) checkpoints do not hold yet (issue "
+                    "26), so a resumed run would not continue this one; "
+                    "train it without --save and --load, or compile without "
+                    "--fp8-format");
   if (!options_.load.empty())
     loadCheckpoint(options_.load, log);
   if (!options_.save.empty())

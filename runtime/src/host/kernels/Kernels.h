@@ -22,6 +22,7 @@
 #ifndef MTRT_SRC_HOST_KERNELS_KERNELS_H
 #define MTRT_SRC_HOST_KERNELS_KERNELS_H
 
+#include "core/Fp8.h"
 #include "core/Random.h"
 #include "core/RopeFrequencies.h"
 
@@ -742,6 +743,27 @@ template <typename T>
 void moeGroupedLinearWeightGrad(ThreadPool &pool, int64_t in, int64_t out,
                                 const MoeLayout &layout, const T *x,
                                 const T *dy, bool transposeWeight, T *dweight);
+
+//===----------------------------------------------------------------------===//
+// FP8 (Fp8.cpp; docs/MixedPrecision.md, "FP8")
+//===----------------------------------------------------------------------===//
+
+/// The largest magnitude of x[0, n), in float (NaN if any is NaN; 0 when
+/// n is 0): what a cast to FP8 records.
+template <typename T> float fp8Amax(ThreadPool &pool, int64_t n, const T *x);
+
+/// codes[i] = the value of x[i] * scale (in float) rounded to `format`
+/// (core/Fp8.h's encode: nearest, ties to even, saturated); returns
+/// fp8Amax of x. The codes are stored as their exact values.
+template <typename T>
+float fp8Quantize(ThreadPool &pool, int64_t n, const T *x, float scale,
+                  fp8::Format format, T *codes);
+
+/// y [rows, columns] = y * descale + bias (bias [columns] may be nullptr):
+/// an FP8 GEMM's product of codes back to the operands' scale.
+template <typename T>
+void fp8Descale(ThreadPool &pool, int64_t rows, int64_t columns,
+                float descale, const T *bias, T *y);
 
 } // namespace mtrt::host
 
