@@ -896,7 +896,6 @@ Error Validator::checkMoe() {
        show(p.pipelineModelParallelSize)},
       {"context_parallel_size", p.contextParallelSize > 1,
        show(p.contextParallelSize)},
-      {"data_parallel_size", p.dataParallelSize > 1, show(p.dataParallelSize)},
       {"sequence_parallel", p.sequenceParallel, "true"},
       {"precision", c.precision != Precision::FP32,
        c.precision == Precision::BF16 ? "bf16" : "fp16"}};
@@ -905,8 +904,9 @@ Error Validator::checkMoe() {
       return fail({layout.key, "num_experts"},
                   "num_experts " + show(moe.numExperts) + " with " +
                       layout.key.str() + " " + layout.value +
-                      " is not implemented yet (issue 25: MoE runs on one "
-                      "rank, in fp32, on the host); compile without " +
+                      " is not implemented yet (issue 25: MoE runs on "
+                      "data-parallel ranks, in fp32, on the host); compile "
+                      "without " +
                       layout.key.str() + " or with num_experts 0");
   return Error::success();
 }
