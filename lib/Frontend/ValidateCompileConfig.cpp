@@ -878,12 +878,38 @@ Error Validator::checkMoe() {
                   "moe_layer_freq selects no layer for experts; put a 1 "
                   "where a layer is an MoE layer, or set num_experts 0");
   }
-  if (moe.expertModelParallelSize > 1)
+  if (int64_t ep = moe.expertModelParallelSize; ep > 1) {
+    // Megatron-LM's expert-parallel ranks hold num_experts / ep experts
+    // each and are carved out of the data x context ranks: the dense
+    // weights are reduced over all of them, the experts' over the
+    // expert-data-parallel group of dp cp / ep ranks.
+    if (moe.numExperts % ep != 0)
+      return fail({"num_experts", "expert_model_parallel_size"},
+                  "num_experts " + show(moe.numExperts) +
+                      " is not divisible by expert_model_parallel_size " +
+                      show(ep) +
+                      ": each expert-parallel rank holds an equal share of "
+                      "the experts; use a num_experts that is a multiple of " +
+                      show(ep) + " or an expert_model_parallel_size that "
+                      "divides " + show(moe.numExperts));
+    int64_t ranks = p.dataParallelSize * p.contextParallelSize;
+    if (ranks % ep != 0)
+      return fail({"expert_model_parallel_size", "data_parallel_size"},
+                  "expert_model_parallel_size " + show(ep) +
+                      " does not divide data_parallel_size " +
+                      show(p.dataParallelSize) + " x context_parallel_size " +
+                      show(p.contextParallelSize) + " (= " + show(ranks) +
+                      " ranks): as in Megatron-LM, the expert-parallel ranks "
+                      "are data-parallel ranks; set data_parallel_size to a "
+                      "multiple of " + show(ep));
     return fail({"expert_model_parallel_size"},
-                "expert_model_parallel_size " +
-                    show(moe.expertModelParallelSize) +
-                    " is not implemented yet (issue 25); compile MoE models "
-                    "with expert_model_parallel_size 1");
+                "expert_model_parallel_size " + show(ep) +
+                    " is not implemented yet (issue 25: the all-to-all "
+                    "dispatch of tokens to their experts' ranks is "
+                    "missing); MoE layers run on data-parallel ranks with "
+                    "every expert on every rank: compile with "
+                    "expert_model_parallel_size 1");
+  }
   struct Layout {
     StringRef key;
     bool used;
