@@ -902,13 +902,25 @@ Error Validator::checkMoe() {
                       " ranks): as in Megatron-LM, the expert-parallel ranks "
                       "are data-parallel ranks; set data_parallel_size to a "
                       "multiple of " + show(ep));
-    return fail({"expert_model_parallel_size"},
-                "expert_model_parallel_size " + show(ep) +
-                    " is not implemented yet (issue 25: the all-to-all "
-                    "dispatch of tokens to their experts' ranks is "
-                    "missing); MoE layers run on data-parallel ranks with "
-                    "every expert on every rank: compile with "
-                    "expert_model_parallel_size 1");
+    // What is there: every data-parallel rank an expert-parallel rank.
+    if (ranks != ep || p.contextParallelSize > 1)
+      return fail({"expert_model_parallel_size", "data_parallel_size"},
+                  "expert_model_parallel_size " + show(ep) +
+                      " below data_parallel_size " +
+                      show(p.dataParallelSize) + " x context_parallel_size " +
+                      show(p.contextParallelSize) +
+                      " (an expert-data-parallel group of " +
+                      show(ranks / ep) +
+                      " ranks) is not implemented yet (issue 25); set "
+                      "expert_model_parallel_size to data_parallel_size "
+                      "without context parallelism");
+    if (p.useDistributedOptimizer)
+      return fail({"expert_model_parallel_size", "use_distributed_optimizer"},
+                  "expert_model_parallel_size " + show(ep) +
+                      " with use_distributed_optimizer is not implemented "
+                      "yet (issue 25: the experts' gradients stay out of "
+                      "the data-parallel buffer the distributed optimizer "
+                      "shards); remove one of them");
   }
   struct Layout {
     StringRef key;

@@ -769,6 +769,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
+  case Op::MoeDispatchRows:
+  case Op::MoeDispatchExperts:
+  case Op::MoeCombineRows:
+  case Op::AllToAll:
   case Op::AttentionBlock: // refused by checkShapes
   case Op::AttentionMerge:
   case Op::AttentionDelta:
