@@ -47,3 +47,11 @@ func.func @experts_width(%i: tensor<6x2xi32>) {
   %e = mt.moe_dispatch_experts %i num_experts = 4 expert_ranks = 2 : (tensor<6x2xi32>) -> tensor<24x2xi32>
   return
 }
+
+// -----
+
+func.func @element_types(%r: tensor<12x8xf32>, %i: tensor<6x2xi32>) {
+  // expected-error @+1 {{'mt.moe_dispatch_rows' op rows and blocks must have one element type}}
+  %b = mt.moe_dispatch_rows %r, %i num_experts = 4 expert_ranks = 2 : (tensor<12x8xf32>, tensor<6x2xi32>) -> tensor<24x8xf64>
+  return
+}
