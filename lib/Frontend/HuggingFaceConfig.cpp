@@ -1,7 +1,7 @@
 //===- HuggingFaceConfig.cpp - Reading a Hugging Face config.json ---------===//
 //
-// Maps GPT2Config, LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config
-// (as transformers 4 and 5 write them) onto Megatron-LM's arguments. Values
+// Maps GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
+// MixtralConfig and Qwen3MoeConfig (as transformers 4 and 5 write them) onto Megatron-LM's arguments. Values
 // go through the same key setters as the YAML format, so a field is checked
 // exactly as the key it becomes. Every field is used, listed as irrelevant to
 // training (token ids, generation settings, the storage dtype), or refused:
@@ -30,7 +30,7 @@ namespace {
 
 /// The decoder-only families read here. Each has its own set of fields; a
 /// field of another family is as unknown as a misspelt one.
-enum class Family { Gpt2, Llama, Mistral, Qwen2, Qwen3 };
+enum class Family { Gpt2, Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3Moe };
 
 /// Fields of every PretrainedConfig (transformers 4 and 5) that do not change
 /// the model a causal language model trains: bookkeeping, token ids (the
@@ -91,6 +91,8 @@ private:
                                                  StringRef sub,
                                                  StringSet<> &read) const;
   Error readSlidingWindow();
+  /// Mixtral's and Qwen3-MoE's experts and router (docs/MoE.md).
+  Error readExperts();
   Error readCommonChecks();
   /// Refuses every field no reader consumed and no table lists as
   /// irrelevant: an unknown field may change the model.
@@ -452,7 +454,9 @@ Error HuggingFaceReader::readLlamaFamily() {
 
   // LlamaConfig has attention_bias and mlp_bias; Qwen3Config attention_bias
   // only; MistralConfig and Qwen2Config neither.
-  bool hasAttentionBias = family == Family::Llama || family == Family::Qwen3;
+  bool hasAttentionBias = family == Family::Llama ||
+                          family == Family::Qwen3 ||
+                          family == Family::Qwen3Moe;
   bool hasMlpBias = family == Family::Llama;
   bool attnOn = false, mlpOn = false;
   if (hasAttentionBias) {
@@ -490,7 +494,7 @@ Error HuggingFaceReader::readLlamaFamily() {
   }
   // Qwen3Attention normalizes each head's queries and keys (q_norm, k_norm,
   // RMSNorm over head_dim with rms_norm_eps): Megatron-LM's --qk-layernorm.
-  if (family == Family::Qwen3) {
+  if (family == Family::Qwen3 || family == Family::Qwen3Moe) {
     m.qkLayernorm = true;
     config.keyOrigins["qk_layernorm"] = location("model_type");
   }
@@ -504,6 +508,97 @@ Error HuggingFaceReader::readLlamaFamily() {
   if (family != Family::Llama)
     if (Error err = readSlidingWindow())
       return err;
+  if (family == Family::Mixtral || family == Family::Qwen3Moe)
+    return readExperts();
+  return Error::success();
+}
+
+Error HuggingFaceReader::readExperts() {
+  // MixtralSparseMoeBlock and Qwen3MoeSparseMoeBlock: a bias-free router,
+  // the softmax over every expert, the top k, their weights renormalized
+  // (Mixtral always; Qwen3-MoE under norm_topk_prob), SwiGLU experts, no
+  // shared expert. Megatron-LM's softmax router takes the softmax over the
+  // chosen logits, which is the renormalized top k; pre-softmax without
+  // renormalization is Qwen3-MoE's norm_topk_prob false.
+  bool mixtral = family == Family::Mixtral;
+  // Qwen3MoeConfig names it num_experts in transformers 4 and
+  // num_local_experts (as Mixtral) in transformers 5.
+  StringRef expertsField =
+      mixtral || object.get("num_local_experts") ? "num_local_experts"
+                                                 : "num_experts";
+  if (Error err = map(expertsField, "num_experts", /*required=*/true))
+    return err;
+  if (Error err = map("num_experts_per_tok", "moe_router_topk",
+                      /*required=*/true))
+    return err;
+  if (mixtral) {
+    // Every Mixtral layer is an MoE layer of intermediate_size experts.
+    if (Error err = map("intermediate_size", "moe_ffn_hidden_size"))
+      return err;
+  } else {
+    if (Error err = map("moe_intermediate_size", "moe_ffn_hidden_size",
+                        /*required=*/true))
+      return err;
+    Expected<std::optional<bool>> norm = getBool("norm_topk_prob");
+    if (!norm)
+      return norm.takeError();
+    // Qwen3MoeConfig's default is false.
+    if (!(*norm && **norm)) {
+      config.moe.routerPreSoftmax = true;
+      config.keyOrigins["moe_router_pre_softmax"] = location("norm_topk_prob");
+    }
+    // Qwen3MoeDecoderLayer: layer i has experts unless it is listed in
+    // mlp_only_layers, and when (i + 1) % decoder_sparse_step == 0.
+    int64_t step = 1;
+    if (const json::Value *v = get("decoder_sparse_step")) {
+      std::optional<int64_t> n = v->getAsInteger();
+      if (!n || *n <= 0)
+        return fieldError("decoder_sparse_step",
+                          expected("a positive integer", show(*v)));
+      step = *n;
+    }
+    std::vector<int64_t> pattern(config.model.numLayers, 0);
+    for (int64_t i = 0; i < config.model.numLayers; ++i)
+      pattern[i] = (i + 1) % step == 0;
+    if (const json::Value *v = get("mlp_only_layers")) {
+      const json::Array *list = v->getAsArray();
+      if (!list)
+        return fieldError("mlp_only_layers", expected("a list", show(*v)));
+      for (const json::Value &item : *list) {
+        std::optional<int64_t> i = item.getAsInteger();
+        if (!i || *i < 0 || *i >= config.model.numLayers)
+          return fieldError("mlp_only_layers",
+                            "layer " + show(item) +
+                                " is not one of the model's num_hidden_layers "
+                                "layers (0 to " +
+                                show(config.model.numLayers - 1) + ")");
+        pattern[*i] = 0;
+      }
+    }
+    if (!llvm::all_of(pattern, [](int64_t bit) { return bit == 1; })) {
+      config.moe.layerPattern = pattern;
+      config.keyOrigins["moe_layer_freq"] = location("decoder_sparse_step");
+    }
+  }
+  // The auxiliary loss: transformers adds router_aux_loss_coef times its
+  // load_balancing_loss_func only with output_router_logits, and that loss
+  // is not Megatron-LM's (docs/MoE.md, "The losses"). Training with it off
+  // is the model the file describes; --moe-aux-loss-coeff adds Megatron-LM's.
+  get("router_aux_loss_coef");
+  if (Error err = mustNotBeBool(
+          "output_router_logits", true,
+          "transformers' load-balancing loss (over every layer's tokens at "
+          "once) is not Megatron-LM's per-layer loss; set it to false and "
+          "pass --moe-aux-loss-coeff for Megatron-LM's (docs/MoE.md)"))
+    return err;
+  if (const json::Value *jitter = get("router_jitter_noise")) {
+    std::optional<double> eps = jitter->getAsNumber();
+    if (!eps || *eps != 0)
+      return fieldError("router_jitter_noise",
+                        "unsupported value " + show(*jitter) +
+                            ": the router here takes no multiplicative "
+                            "jitter; set it to 0");
+  }
   return Error::success();
 }
 
@@ -512,8 +607,9 @@ Error HuggingFaceReader::readSlidingWindow() {
   // Mistral applies sliding_window to every layer when set. Qwen2 and Qwen3
   // only with use_sliding_window (to the layers from max_window_layers on),
   // or to the layers layer_types marks "sliding_attention".
-  bool applies = family == Family::Mistral;
-  if (family != Family::Mistral) {
+  // Mixtral's decoder layer is Mistral's.
+  bool applies = family == Family::Mistral || family == Family::Mixtral;
+  if (!applies) {
     Expected<std::optional<bool>> use = getBool("use_sliding_window");
     if (!use)
       return use.takeError();
@@ -794,7 +890,8 @@ Expected<CompileConfig> HuggingFaceReader::read() {
       type ? type->getAsString() : std::nullopt;
   StringRef supported = "supported: 'gpt2' (GPT2Config), 'llama' "
                         "(LlamaConfig), 'mistral' (MistralConfig), 'qwen2' "
-                        "(Qwen2Config) and 'qwen3' (Qwen3Config)";
+                        "(Qwen2Config), 'qwen3' (Qwen3Config), 'mixtral' "
+                        "(MixtralConfig) and 'qwen3_moe' (Qwen3MoeConfig)";
   if (!modelType)
     return createStringError(
         inconvertibleErrorCode(),
@@ -809,7 +906,9 @@ Expected<CompileConfig> HuggingFaceReader::read() {
       {"llama", Family::Llama, "LlamaConfig"},
       {"mistral", Family::Mistral, "MistralConfig"},
       {"qwen2", Family::Qwen2, "Qwen2Config"},
-      {"qwen3", Family::Qwen3, "Qwen3Config"}};
+      {"qwen3", Family::Qwen3, "Qwen3Config"},
+      {"mixtral", Family::Mixtral, "MixtralConfig"},
+      {"qwen3_moe", Family::Qwen3Moe, "Qwen3MoeConfig"}};
   const auto *known =
       llvm::find_if(kFamilies, [&](const auto &f) {
         return std::get<0>(f) == *modelType;

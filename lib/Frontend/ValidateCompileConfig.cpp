@@ -941,12 +941,50 @@ Error Validator::checkMoe() {
                   "moe_layer_freq selects no layer for experts; put a 1 "
                   "where a layer is an MoE layer, or set num_experts 0");
   }
-  if (moe.expertModelParallelSize > 1)
-    return fail({"expert_model_parallel_size"},
-                "expert_model_parallel_size " +
-                    show(moe.expertModelParallelSize) +
-                    " is not implemented yet (issue 25); compile MoE models "
-                    "with expert_model_parallel_size 1");
+  if (int64_t ep = moe.expertModelParallelSize; ep > 1) {
+    // Megatron-LM's expert-parallel ranks hold num_experts / ep experts
+    // each and are carved out of the data x context ranks: the dense
+    // weights are reduced over all of them, the experts' over the
+    // expert-data-parallel group of dp cp / ep ranks.
+    if (moe.numExperts % ep != 0)
+      return fail({"num_experts", "expert_model_parallel_size"},
+                  "num_experts " + show(moe.numExperts) +
+                      " is not divisible by expert_model_parallel_size " +
+                      show(ep) +
+                      ": each expert-parallel rank holds an equal share of "
+                      "the experts; use a num_experts that is a multiple of " +
+                      show(ep) + " or an expert_model_parallel_size that "
+                      "divides " + show(moe.numExperts));
+    int64_t ranks = p.dataParallelSize * p.contextParallelSize;
+    if (ranks % ep != 0)
+      return fail({"expert_model_parallel_size", "data_parallel_size"},
+                  "expert_model_parallel_size " + show(ep) +
+                      " does not divide data_parallel_size " +
+                      show(p.dataParallelSize) + " x context_parallel_size " +
+                      show(p.contextParallelSize) + " (= " + show(ranks) +
+                      " ranks): as in Megatron-LM, the expert-parallel ranks "
+                      "are data-parallel ranks; set data_parallel_size to a "
+                      "multiple of " + show(ep));
+    // What is there: every data-parallel rank an expert-parallel rank.
+    if (ranks != ep || p.contextParallelSize > 1)
+      return fail({"expert_model_parallel_size", "data_parallel_size"},
+                  "expert_model_parallel_size " + show(ep) +
+                      " below data_parallel_size " +
+                      show(p.dataParallelSize) + " x context_parallel_size " +
+                      show(p.contextParallelSize) +
+                      " (an expert-data-parallel group of " +
+                      show(ranks / ep) +
+                      " ranks) is not implemented yet (issue 25); set "
+                      "expert_model_parallel_size to data_parallel_size "
+                      "without context parallelism");
+    if (p.useDistributedOptimizer)
+      return fail({"expert_model_parallel_size", "use_distributed_optimizer"},
+                  "expert_model_parallel_size " + show(ep) +
+                      " with use_distributed_optimizer is not implemented "
+                      "yet (issue 25: the experts' gradients stay out of "
+                      "the data-parallel buffer the distributed optimizer "
+                      "shards); remove one of them");
+  }
   struct Layout {
     StringRef key;
     bool used;
@@ -959,7 +997,6 @@ Error Validator::checkMoe() {
        show(p.pipelineModelParallelSize)},
       {"context_parallel_size", p.contextParallelSize > 1,
        show(p.contextParallelSize)},
-      {"data_parallel_size", p.dataParallelSize > 1, show(p.dataParallelSize)},
       {"sequence_parallel", p.sequenceParallel, "true"},
       {"precision", c.precision != Precision::FP32,
        c.precision == Precision::BF16 ? "bf16" : "fp16"}};
@@ -968,8 +1005,9 @@ Error Validator::checkMoe() {
       return fail({layout.key, "num_experts"},
                   "num_experts " + show(moe.numExperts) + " with " +
                       layout.key.str() + " " + layout.value +
-                      " is not implemented yet (issue 25: MoE runs on one "
-                      "rank, in fp32, on the host); compile without " +
+                      " is not implemented yet (issue 25: MoE runs on "
+                      "data-parallel ranks, in fp32, on the host); compile "
+                      "without " +
                       layout.key.str() + " or with num_experts 0");
   return Error::success();
 }

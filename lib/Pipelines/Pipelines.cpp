@@ -48,6 +48,7 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   annotate.sequenceParallel = options.sequenceParallel;
   annotate.contextParallelSize = options.contextParallelSize;
   annotate.cpCommType = options.cpCommType;
+  annotate.expertParallelSize = options.expertParallelSize;
   pm.addPass(mlir::mt::createAnnotateShardingsPass(annotate));
   mlir::OpPassManager &functions = pm.nest<mlir::func::FuncOp>();
   // Forward from the arguments: the batch split of the tokens reaches the
@@ -138,6 +139,7 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
     partition.dataParallelSize = parallel.dataParallelSize;
     partition.sequenceParallel = parallel.sequenceParallel;
     partition.contextParallelSize = parallel.contextParallelSize;
+    partition.expertParallelSize = options.expertParallelSize;
     partition.cpCommType =
         parallel.cpCommType == CpCommType::AllGather ? "all_gather" : "p2p";
     // One rank has nothing to shard the optimizer over: the plain

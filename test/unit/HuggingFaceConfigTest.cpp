@@ -144,12 +144,14 @@ TEST(HuggingFaceConfigTest, Errors) {
       {"{\"model_type\": \"gemma\"}",
        "hf.json:1:2: model_type: unsupported model_type 'gemma'; "
        "supported: 'gpt2' (GPT2Config), 'llama' (LlamaConfig), 'mistral' "
-       "(MistralConfig), 'qwen2' (Qwen2Config) and 'qwen3' (Qwen3Config)"},
+       "(MistralConfig), 'qwen2' (Qwen2Config), 'qwen3' (Qwen3Config), "
+       "'mixtral' (MixtralConfig) and 'qwen3_moe' (Qwen3MoeConfig)"},
       {"{\"n_layer\": 2}",
        "hf.json: no 'model_type' field, so this is not a Hugging Face "
        "config.json that can be read; supported: 'gpt2' (GPT2Config), "
        "'llama' (LlamaConfig), 'mistral' (MistralConfig), 'qwen2' "
-       "(Qwen2Config) and 'qwen3' (Qwen3Config)"},
+       "(Qwen2Config), 'qwen3' (Qwen3Config), 'mixtral' (MixtralConfig) and "
+       "'qwen3_moe' (Qwen3MoeConfig)"},
       {"{\"model_type\": \"gpt2\", \"n_layer\": 2,\n \"n_embd\": 64}",
        "hf.json: required field 'n_head' is missing (it gives "
        "num_attention_heads); every GPT2Config config.json has it"},

@@ -416,6 +416,7 @@ int main(int argc, char **argv) {
       CompilePipelineOptions options;
       options.parallel = parallel;
       options.recompute = policy;
+      options.expertParallelSize = config->moe.expertModelParallelSize;
       options.gemmEpilogues = fuseGemmEpilogues;
       options.elementwiseKernels = fuseKernels;
       options.linearCrossEntropy = fuseLinearCrossEntropy;

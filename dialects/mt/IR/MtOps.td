@@ -653,5 +653,6 @@ include "MtGroupOps.td"
 include "MtAsyncOps.td"
 include "MtContextParallelOps.td"
 include "MtMoeOps.td"
+include "MtExpertParallelOps.td"
 
 #endif // MT_OPS_TD

@@ -123,6 +123,13 @@ AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
   return axes;
 }
 
+/// Expert parallelism: a routed expert tensor [E, ...] is split by experts
+/// over the data axis (the expert-parallel ranks are the data-parallel
+/// ones, Megatron-LM's layout with an expert-data-parallel group of one).
+static bool isRoutedExperts(StringRef name, RankedTensorType type) {
+  return name.contains(".mlp.experts.") && type.getRank() == 3;
+}
+
 LogicalResult
 AnnotateShardingsPass::splitSequence(Location loc, RankedTensorType type,
                                      SmallVector<SmallVector<int16_t>> &axes) {
@@ -238,6 +245,17 @@ void AnnotateShardingsPass::runOnOperation() {
                        << ") must be positive";
     return signalPassFailure();
   }
+  if (expertParallelSize > 1 && (expertParallelSize != dataParallelSize ||
+                                 contextParallelSize > 1)) {
+    module.emitError()
+        << "mt-annotate-shardings: expert-parallel-size "
+        << static_cast<int64_t>(expertParallelSize)
+        << " must equal data-parallel-size "
+        << static_cast<int64_t>(dataParallelSize)
+        << " without context parallelism (an expert-data-parallel group of "
+           "one rank); other layouts are not implemented yet (issue 25)";
+    return signalPassFailure();
+  }
   if (cpCommType != "p2p" && cpCommType != "all_gather") {
     module.emitError() << "mt-annotate-shardings: cp-comm-type '"
                        << cpCommType
@@ -289,6 +307,18 @@ void AnnotateShardingsPass::runOnOperation() {
         if (failed(parameterAxes))
           return signalPassFailure();
         axes = *parameterAxes;
+        if (expertParallelSize > 1 &&
+            isRoutedExperts(parameter.getValue(), type)) {
+          if (type.getDimSize(0) % expertParallelSize != 0) {
+            emitError(argument.getLoc())
+                << "mt-annotate-shardings: the " << type.getDimSize(0)
+                << " experts of " << parameter.getValue()
+                << " are not divisible by expert-parallel-size "
+                << static_cast<int64_t>(expertParallelSize);
+            return signalPassFailure();
+          }
+          axes[0].push_back(kDataAxis);
+        }
         recordSplit(parameter, axes);
       } else {
         // Token and label batches: whole sequences on each data-parallel
@@ -366,6 +396,9 @@ void AnnotateShardingsPass::runOnOperation() {
         if (failed(parameterAxes))
           return signalPassFailure();
         axes = *parameterAxes;
+        if (expertParallelSize > 1 &&
+            isRoutedExperts(parameter.getValue(), type))
+          axes[0].push_back(kDataAxis);
       } else {
         // Per-token results (predict_step's logits) stay with their data
         // rank's part of the batch, and their context rank's chunks.

@@ -205,7 +205,11 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     Option<"cpCommType", "cp-comm-type", "std::string", "\"p2p\"",
            "How attention exchanges keys and values over the context axis "
            "(Megatron-LM's --cp-comm-type): p2p (a ring of shard.shift) or "
-           "all_gather">
+           "all_gather">,
+    Option<"expertParallelSize", "expert-parallel-size", "int64_t", "1",
+           "Megatron-LM's --expert-model-parallel-size: above 1 the routed "
+           "experts' weights ([E, ...], `.mlp.experts.`) are split by "
+           "experts over the data axis, whose size it must equal here">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }

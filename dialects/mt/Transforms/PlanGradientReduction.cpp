@@ -160,6 +160,26 @@ static void eraseIfDead(Operation *op) {
     eraseIfDead(producer);
 }
 
+/// Whether the parameter's declaration (mt-annotate-shardings'
+/// mt.split_axes) splits it over the data axis (0): expert parallelism's
+/// routed experts.
+static bool splitsOverDataAxis(func::FuncOp function,
+                               FlatSymbolRefAttr parameter) {
+  auto module = function->getParentOfType<ModuleOp>();
+  Operation *declaration =
+      module ? SymbolTable::lookupSymbolIn(module, parameter) : nullptr;
+  auto dims = declaration
+                  ? declaration->getAttrOfType<ArrayAttr>("mt.split_axes")
+                  : ArrayAttr();
+  if (!dims)
+    return false;
+  for (Attribute dim : dims)
+    if (auto axes = dyn_cast<DenseI16ArrayAttr>(dim))
+      if (llvm::is_contained(axes.asArrayRef(), int16_t(0)))
+        return true;
+  return false;
+}
+
 FailureOr<SmallVector<std::pair<FlatSymbolRefAttr, RankedTensorType>>>
 PlanGradientReductionPass::deferReductions(func::FuncOp function,
                                            shard::GridOp grid) {
@@ -171,6 +191,11 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
     auto parameter = function.getResultAttrOfType<FlatSymbolRefAttr>(
         result.getOperandNumber(), "mt.gradient");
     if (!parameter)
+      continue;
+    // Expert parallelism splits the routed experts over the data axis: a
+    // rank's experts have whole gradients from every rank's tokens (the
+    // all-to-all dispatch), so they stay out of the data-parallel buffer.
+    if (splitsOverDataAxis(function, parameter))
       continue;
     auto type = cast<RankedTensorType>(result.get().getType());
     gradients.push_back({parameter, type});

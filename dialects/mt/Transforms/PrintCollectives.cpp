@@ -356,7 +356,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       continue;
     os << "\n" << function.getSymName() << ":\n";
     int64_t tensorBytes = 0, dataBytes = 0, contextBytes = 0, index = 0,
-            gradientBytes = 0;
+            gradientBytes = 0, expertBytes = 0, expertCalls = 0;
     for (unsigned i = 0; i < function.getNumResults(); ++i)
       if (function.getResultAttr(i, "mt.gradient"))
         gradientBytes +=
@@ -366,7 +366,8 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       StringRef kind = op->getName().stripDialect();
       llvm::TypeSwitch<Operation *>(op)
           .Case<shard::AllReduceOp, shard::AllGatherOp,
-                shard::ReduceScatterOp, shard::AllSliceOp, shard::ShiftOp>(
+                shard::ReduceScatterOp, shard::AllSliceOp, shard::ShiftOp,
+                shard::AllToAllOp>(
               [&](auto collective) { axes = collective.getGridAxes(); })
           .Default([&](Operation *) { kind = ""; });
       if (kind.empty() || kind == "all_slice")
@@ -383,11 +384,24 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
                          static_cast<long long>(++index), kind.str().c_str(),
                          axisNames.c_str(), shapeOf(type).c_str(),
                          static_cast<long long>(bytes));
+      // Expert parallelism's dispatch runs over the data axis (the
+      // expert-parallel ranks are the data-parallel ones) but is no
+      // gradient reduction: its own total.
+      if (isa<shard::AllToAllOp>(op)) {
+        expertBytes += bytes;
+        ++expertCalls;
+        return;
+      }
       for (int16_t axis : axes)
         (axis == kTensorAxis    ? tensorBytes
          : axis == kContextAxis ? contextBytes
                                 : dataBytes) += bytes;
     });
+    if (expertCalls)
+      os << "  expert-parallel: " << expertBytes << " bytes in "
+         << expertCalls
+         << " all_to_all (each grouped linear layer sends its rows to their "
+            "experts' ranks and back, its routing ahead of them)\n";
     // The ring's exchanges (shard.shift) and the gathers of keys and values
     // over the context axis: no Megatron-LM figure to set them against.
     if (kContextAxis >= 0)

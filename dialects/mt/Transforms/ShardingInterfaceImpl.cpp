@@ -1,7 +1,7 @@
 //===- ShardingInterfaceImpl.cpp - How mt ops are sharded -----------------===//
 //
-// The models themselves are in ForwardShardingModels.cpp and
-// BackwardShardingModels.cpp (docs/Parallelism.md has the table).
+// The models themselves are in ForwardShardingModels.cpp,
+// BackwardShardingModels.cpp and MoeShardingModels.cpp (docs/Parallelism.md has the table).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,5 +18,6 @@ void mt::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, MtDialect *) {
     sharding::attachForwardShardingModels(context);
     sharding::attachBackwardShardingModels(context);
+    sharding::attachMoeShardingModels(context);
   });
 }

@@ -150,6 +150,7 @@ LogicalResult partitionAttention(Operation *op,
 
 void attachForwardShardingModels(MLIRContext *context);
 void attachBackwardShardingModels(MLIRContext *context);
+void attachMoeShardingModels(MLIRContext *context);
 
 } // namespace mlir::mt::sharding
 

@@ -77,6 +77,12 @@ struct PartitionPipelineOptions
       llvm::cl::desc("How attention exchanges keys and values over the "
                      "context axis: p2p (the ring) or all_gather"),
       llvm::cl::init("p2p")};
+  Option<int64_t> expertParallelSize{
+      *this, "expert-parallel-size",
+      llvm::cl::desc("Megatron-LM's --expert-model-parallel-size: the routed "
+                     "experts split over the data axis (its size here), "
+                     "tokens dispatched to them by all-to-all"),
+      llvm::cl::init(1)};
   Option<bool> distributedOptimizer{
       *this, "distributed-optimizer",
       llvm::cl::desc("Shard the optimizer over the data-parallel ranks "
@@ -172,6 +178,9 @@ struct CompilePipelineOptions {
   /// The recomputation policy: the model file's, or one that --memory-budget
   /// tries.
   mlir::mt::RecomputePolicy recompute;
+  /// Megatron-LM's expert_model_parallel_size (a MoE key, not in
+  /// ParallelConfig): the routed experts split over the data axis.
+  int64_t expertParallelSize = 1;
   bool gemmEpilogues = true;
   bool elementwiseKernels = false;
   bool linearCrossEntropy = false;

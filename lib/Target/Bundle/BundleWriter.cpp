@@ -223,6 +223,11 @@ static Object writeCollective(Operation *op, int64_t axisShift) {
         attrs["grid_axes"] = axes(slice.getGridAxes());
         attrs["slice_axis"] = slice.getSliceAxis().getSExtValue();
       })
+      .Case([&](shard::AllToAllOp all) {
+        attrs["grid_axes"] = axes(all.getGridAxes());
+        attrs["split_axis"] = all.getSplitAxis().getSExtValue();
+        attrs["concat_axis"] = all.getConcatAxis().getSExtValue();
+      })
       .Case([&](shard::ShiftOp shift) {
         attrs["grid_axes"] = axes(shift.getGridAxes());
         attrs["shift_axis"] = shift.getShiftAxis().getSExtValue() + axisShift;
@@ -483,7 +488,7 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
     auto start = dyn_cast<mt::CollectiveStartOp>(op);
     bool collective =
         isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-            shard::AllSliceOp, shard::ShiftOp>(op);
+            shard::AllSliceOp, shard::ShiftOp, shard::AllToAllOp>(op);
     // The bundle's shift is a rotation; without `rotate` upstream leaves the
     // ranks at the end without a source, which no plan here may read.
     if (auto shift = dyn_cast<shard::ShiftOp>(op); shift && !shift.getRotate())

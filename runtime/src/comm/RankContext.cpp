@@ -57,6 +57,7 @@ void RankContext::prepare(const Bundle &bundle) {
       case Op::AllGather:
       case Op::ReduceScatter:
       case Op::Shift:
+      case Op::AllToAll:
         group(inst.attrs.gridAxes);
         break;
       default:

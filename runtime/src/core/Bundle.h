@@ -132,6 +132,13 @@ enum class Op : uint8_t {
   MoeZLossGrad,
   MoeProbsGrad,
   MoeGroupedLinearWeightGrad,
+  // Expert parallelism's dispatch (docs/BundleFormat.md, "Mixture of
+  // experts"): the rows' blocks per expert-parallel rank, exchanged by
+  // all_to_all.
+  MoeDispatchRows,
+  MoeDispatchExperts,
+  MoeCombineRows,
+  AllToAll,
   // FP8 GEMMs and their scaling state (docs/BundleFormat.md, "FP8", new
   // within version 10).
   Fp8Scale,
@@ -148,9 +155,10 @@ constexpr size_t kOpCount = static_cast<size_t>(Op::Fp8Update) + 1;
 /// The manifest name of `op` ("layer_norm_grad").
 const char *opName(Op op);
 
-/// Whether `op` is one of the mixture-of-experts layer's (moe_*).
+/// Whether `op` is one of the mixture-of-experts layer's (moe_*, and
+/// expert parallelism's all_to_all).
 inline bool isMoeOp(Op op) {
-  return op >= Op::MoeRoute && op <= Op::MoeGroupedLinearWeightGrad;
+  return op >= Op::MoeRoute && op <= Op::AllToAll;
 }
 
 /// Whether `op` is one of FP8 training's (fp8_*).
@@ -249,6 +257,14 @@ struct Attributes {
   std::optional<double> capacityFactor;
   bool dropByPosition = false;
   double coeff = 0;
+  /// Expert parallelism's dispatch: the experts of the layer and the ranks
+  /// they divide among (moe_dispatch_rows, moe_dispatch_experts,
+  /// moe_combine_rows).
+  int64_t numExperts = 0;
+  int64_t expertRanks = 0;
+  /// all_to_all: the axis its blocks are gathered along (split_axis is in
+  /// `axis`); both are 0 in the plans written here.
+  int64_t concatAxis = 0;
   /// fp8_scale, fp8_update: the index of the meta in the bundle's fp8
   /// section. fp8_current_scale: the format its scale is for, and the
   /// margin (scales divided by 2^margin).

@@ -560,8 +560,14 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
           fail(at, std::to_string(out.margin), "a margin from 0 to 64");
       } else if (key == "topk") {
         out.topk = readInt(*value, at, 1); // at most E: OpChecker
+      } else if (key == "concat_axis") {
+        out.concatAxis = readInt(*value, at);
+      } else if (key == "num_experts") {
+        out.numExperts = readInt(*value, at, 1);
+      } else if (key == "expert_ranks") {
+        out.expertRanks = readInt(*value, at, 1);
       } else if (key == "gather_axis" || key == "scatter_axis" ||
-                 key == "slice_axis") {
+                 key == "slice_axis" || key == "split_axis") {
         out.axis = readInt(*value, at); // normalized by OpChecker
       }
       break;

@@ -36,6 +36,8 @@ const std::vector<AttrSpec> kMoeAuxLossAttrs = {
     {"score_function", AttrKind::String, true},
     {"coeff", AttrKind::Number, true}};
 const std::vector<AttrSpec> kCoeff = {{"coeff", AttrKind::Number, true}};
+const std::vector<AttrSpec> kDispatchAttrs = {
+    {"num_experts", AttrKind::Int, true}, {"expert_ranks", AttrKind::Int, true}};
 const std::vector<AttrSpec> kVocabLossAttrs = {
     {"reduction", AttrKind::String, true},
     {"ignore_index", AttrKind::Int, false},
@@ -342,6 +344,19 @@ const std::vector<OpInfo> &opTable() {
        1,
        1,
        {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::MoeDispatchRows, "moe_dispatch_rows", 2, 2, 1, 1, kDispatchAttrs},
+      {Op::MoeDispatchExperts, "moe_dispatch_experts", 1, 1, 1, 1,
+       kDispatchAttrs},
+      {Op::MoeCombineRows, "moe_combine_rows", 2, 2, 1, 1, kDispatchAttrs},
+      {Op::AllToAll,
+       "all_to_all",
+       1,
+       1,
+       1,
+       1,
+       {{"grid_axes", AttrKind::IntArray, true},
+        {"split_axis", AttrKind::Int, true},
+        {"concat_axis", AttrKind::Int, true}}},
       {Op::Fp8Scale, "fp8_scale", 0, 0, 1, 1, {{"meta", AttrKind::Int, true}}},
       {Op::Fp8CurrentScale,
        "fp8_current_scale",
@@ -589,6 +604,41 @@ void OpChecker::checkAttentionBlock(size_t q) {
               "a sequence of " + std::to_string(expected) +
                   (a.keyStep ? " (one rank's block)"
                              : " (every rank's block, gathered)"));
+}
+
+/// moe_dispatch_rows ([T K, H], [T, K] -> [N T K, H]), moe_dispatch_experts
+/// ([T, K] -> [N T K, 1] i32), moe_combine_rows ([N T K, H], [T, K] ->
+/// [T K, H]): num_experts divides among expert_ranks N.
+void OpChecker::checkExpertDispatch() {
+  const Attributes &a = inst_.attrs;
+  if (a.expertRanks < 1 || a.numExperts < 1 ||
+      a.numExperts % a.expertRanks != 0)
+    fail(path_ + ".attrs.num_experts", std::to_string(a.numExperts),
+         "a positive multiple of expert_ranks " +
+             std::to_string(a.expertRanks));
+  bool experts = inst_.op == Op::MoeDispatchExperts;
+  size_t at = experts ? 0 : 1;
+  expectIndex(false, at);
+  expectRank(false, at, 2);
+  const std::vector<int64_t> &routing = operand(at).shape;
+  int64_t slots = routing[0] * routing[1];
+  int64_t blocks = a.expertRanks * slots;
+  if (experts) {
+    expectIndex(true, 0);
+    expectShape(true, 0, {blocks, 1},
+                "[expert_ranks * tokens * topk, 1] (one expert per row)");
+    return;
+  }
+  bool dispatch = inst_.op == Op::MoeDispatchRows;
+  expectFloat(false, 0);
+  expectRank(false, 0, 2);
+  int64_t width = operand(0).shape[1];
+  expectShape(false, 0, {dispatch ? slots : blocks, width},
+              dispatch ? "[tokens * topk, hidden] (permuted rows)"
+                       : "[expert_ranks * tokens * topk, hidden] (blocks)");
+  expectShape(true, 0, {dispatch ? blocks : slots, width},
+              dispatch ? "[expert_ranks * tokens * topk, hidden] (blocks)"
+                       : "[tokens * topk, hidden] (permuted rows)");
 }
 
 void OpChecker::checkMoe() {
@@ -1211,6 +1261,28 @@ void OpChecker::check() {
   case Op::MoeGroupedLinearWeightGrad:
     checkMoe();
     break;
+  case Op::MoeDispatchRows:
+  case Op::MoeDispatchExperts:
+  case Op::MoeCombineRows:
+    checkExpertDispatch();
+    break;
+  case Op::AllToAll: {
+    // Equal blocks along axis 0 to and from every rank of the group.
+    const Attributes &a = inst_.attrs;
+    int64_t group = gridGroupSize(reader_.grid_, a.gridAxes);
+    if (a.axis != 0 || a.concatAxis != 0)
+      fail(path_ + ".attrs.split_axis",
+           std::to_string(a.axis) + " and concat_axis " +
+               std::to_string(a.concatAxis),
+           "0 and 0 (blocks of rows, the expert dispatch's layout)");
+    expectMinRank(false, 0, 1);
+    if (operand(0).shape[0] % group != 0)
+      failShape(false, 0,
+                "a first dimension divisible by the group size " +
+                    std::to_string(group));
+    sameAs(true, 0, 0);
+    break;
+  }
   case Op::Fp8Scale:
   case Op::Fp8CurrentScale:
   case Op::Fp8Quantize:
@@ -1413,6 +1485,13 @@ void OpChecker::checkOneElementType() {
     case Op::MoeProbsGrad:
     case Op::MoeGroupedLinearWeightGrad:
       return !isResult && i == 2;
+    case Op::MoeDispatchRows:
+    case Op::MoeCombineRows:
+      return !isResult && i == 1;
+    case Op::MoeDispatchExperts:
+      return true;
+    case Op::AllToAll: // the routing of the expert dispatch
+      return type(isResult, i).dtype == DType::I32;
     default:
       return false;
     }

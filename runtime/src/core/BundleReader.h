@@ -259,6 +259,7 @@ private:
   /// The mixture-of-experts ops (moe_*): routing indices [T, K] in i32,
   /// router logits [T, E], permuted rows [T * K, ...].
   void checkMoe();
+  void checkExpertDispatch();
   void checkContextLayout(bool isResult, size_t tile, size_t sequenceDim);
   void checkGlobalTile(bool isResult, size_t tile);
   void checkAttentionBlock(size_t query);

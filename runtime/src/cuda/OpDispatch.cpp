@@ -803,6 +803,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
+  case Op::MoeDispatchRows:
+  case Op::MoeDispatchExperts:
+  case Op::MoeCombineRows:
+  case Op::AllToAll:
   case Op::Fp8Scale: // refused by checkShapes
   case Op::Fp8CurrentScale:
   case Op::Fp8Quantize:

@@ -73,7 +73,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
       bool isCollective =
           inst.op == Op::AllReduce || inst.op == Op::AllGather ||
           inst.op == Op::ReduceScatter || inst.op == Op::AllSlice ||
-          inst.op == Op::Shift;
+          inst.op == Op::Shift || inst.op == Op::AllToAll;
       if (isCollective &&
           gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes) > 1)
         throw Error(MTRT_STATUS_FAILED_PRECONDITION,

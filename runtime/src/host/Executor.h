@@ -147,6 +147,11 @@ private:
                const MicroBatchKey &key);
   template <typename T>
   void collective(size_t position, const Instruction &inst, uint64_t step);
+  /// all_to_all (expert parallelism's dispatch): block d of the operand to
+  /// rank d of the group, block s of the result from rank s, for the float
+  /// rows (T) and the i32 routing alike.
+  template <typename T>
+  void allToAll(size_t position, const Instruction &inst, uint64_t step);
   /// Rounds the results `inst` declares bf16 to nearest even, in place:
   /// the host stores them in its float type, at the values bf16 holds
   /// (mixed precision, docs/MixedPrecision.md).

@@ -748,6 +748,28 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::Shift:
     collective<T>(position, inst, key.step);
     break;
+  case Op::AllToAll:
+    allToAll<T>(position, inst, key.step);
+    break;
+  case Op::MoeDispatchRows:
+  case Op::MoeDispatchExperts:
+  case Op::MoeCombineRows: {
+    size_t at = inst.op == Op::MoeDispatchExperts ? 0 : 1;
+    const std::vector<int64_t> &routing = operandShape(at);
+    const int64_t slots = routing[0] * routing[1];
+    MoeLayout layout;
+    check(where(position),
+          moeLayout(routing[0], routing[1], a.numExperts,
+                    static_cast<const int32_t *>(slots_[inst.operands[at]].data),
+                    layout));
+    if (inst.op == Op::MoeDispatchExperts)
+      moeDispatchExperts(slots, a.expertRanks, layout,
+                         static_cast<int32_t *>(allocate(inst.results[0])));
+    else
+      moeDispatchBlocks<T>(slots, operandShape(0)[1], a.expertRanks, layout,
+                           inst.op == Op::MoeCombineRows, in(0), out(0));
+    break;
+  }
   case Op::BiasAdd: {
     int64_t n = operandShape(0).back();
     int64_t total = count(inst.operands[0]);
@@ -811,6 +833,39 @@ void Executor::collective(size_t position, const Instruction &inst,
                        comm::CallInfo{where(position),
                                       static_cast<int64_t>(step)},
                        x, y, staging.as<T>());
+}
+
+template <typename T>
+void Executor::allToAll(size_t position, const Instruction &inst,
+                        uint64_t step) {
+  const Function &fn = *function_;
+  const TensorType &type = fn.values[inst.operands[0]];
+  // The i32 routing travels as 4-byte f32 words: the exchange only moves
+  // bytes, and the communicators take floating types.
+  const bool ids = type.dtype == DType::I32;
+  const DType dtype = ids ? DType::F32 : comm::DTypeOf<T>::value;
+  const size_t element = ids ? sizeof(int32_t) : sizeof(T);
+  const char *x = static_cast<const char *>(slots_[inst.operands[0]].data);
+  char *y = static_cast<char *>(allocate(inst.results[0]));
+  const int64_t count = type.numElements;
+  const int64_t group = gridGroupSize(bundle_.gridShape(), inst.attrs.gridAxes);
+  if (group == 1) {
+    std::memcpy(y, x, element * static_cast<size_t>(count));
+    return;
+  }
+  comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
+  const int r = comm.rank(), n = comm.size();
+  const int64_t block = count / n;
+  const size_t bytes = element * static_cast<size_t>(block);
+  std::memcpy(y + r * bytes, x + r * bytes, bytes);
+  // Round k: to the rank k ahead, from the rank k behind (pairwise exchange;
+  // every pair meets in the same round, so no rank waits on another pair).
+  comm::CallInfo info{where(position), static_cast<int64_t>(step)};
+  for (int k = 1; k < n; ++k) {
+    int to = (r + k) % n, from = (r - k + n) % n;
+    comm.sendRecv(x + to * bytes, to, y + from * bytes, from, block, dtype,
+                  info);
+  }
 }
 
 template void Executor::execute<float>(size_t, const Instruction &,

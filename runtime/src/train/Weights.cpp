@@ -88,6 +88,75 @@ std::vector<int64_t> qkvColumnsFromHuggingFace(const Bundle &bundle,
   return *from;
 }
 
+/// Where a Hugging Face MoE tensor goes: the bundle's per-layer expert
+/// tensors are `[E, out, in]` (`model.layers.L.mlp.experts.gate_proj.weight`
+/// and up_proj, down_proj), the router `model.layers.L.mlp.gate.weight`. The
+/// hub stores each expert apart (Mixtral's
+/// `block_sparse_moe.experts.N.w1/w3/w2`, Qwen3-MoE's
+/// `mlp.experts.N.gate_proj/up_proj/down_proj`), and transformers 5 holds
+/// them fused in memory (`mlp.experts.gate_up_proj` `[E, 2 I, H]`, gate rows
+/// first, and `mlp.experts.down_proj` `[E, H, I]`).
+struct ExpertPiece {
+  std::string parameter; // the bundle's name
+  int64_t expert = -1;   // one expert's slice, or -1: every expert
+  /// For every expert: rows [rowBegin, rowBegin + rows) of the file's
+  /// per-expert matrix (fused gate_up_proj holds two parameters' rows).
+  int64_t rowBegin = 0;
+  bool fusedHalf = false;
+};
+
+std::optional<ExpertPiece> expertPiece(std::string_view name) {
+  auto consume = [](std::string_view &s, std::string_view prefix) {
+    if (s.substr(0, prefix.size()) != prefix)
+      return false;
+    s.remove_prefix(prefix.size());
+    return true;
+  };
+  auto number = [](std::string_view &s) -> std::optional<int64_t> {
+    size_t n = 0;
+    while (n < s.size() && std::isdigit(static_cast<unsigned char>(s[n])))
+      ++n;
+    if (n == 0 || n > 9)
+      return std::nullopt;
+    int64_t v = std::stoll(std::string(s.substr(0, n)));
+    s.remove_prefix(n);
+    return v;
+  };
+  std::string_view rest = name;
+  if (!consume(rest, "model.layers."))
+    return std::nullopt;
+  std::optional<int64_t> layer = number(rest);
+  if (!layer)
+    return std::nullopt;
+  std::string base = "model.layers." + std::to_string(*layer) + ".mlp.";
+  bool mixtral = consume(rest, ".block_sparse_moe.");
+  if (!mixtral && !consume(rest, ".mlp."))
+    return std::nullopt;
+  if (mixtral && rest == "gate.weight")
+    return ExpertPiece{base + "gate.weight", -1, 0, false};
+  if (!consume(rest, "experts."))
+    return std::nullopt;
+  if (!mixtral && rest == "gate_up_proj")
+    return ExpertPiece{base + "experts.gate_proj.weight", -1, 0, true};
+  if (!mixtral && rest == "down_proj")
+    return ExpertPiece{base + "experts.down_proj.weight", -1, 0, false};
+  std::optional<int64_t> expert = number(rest);
+  if (!expert || !consume(rest, "."))
+    return std::nullopt;
+  static constexpr std::pair<std::string_view, std::string_view> kMixtral[] = {
+      {"w1.weight", "gate_proj"}, {"w3.weight", "up_proj"},
+      {"w2.weight", "down_proj"}};
+  static constexpr std::pair<std::string_view, std::string_view> kQwen[] = {
+      {"gate_proj.weight", "gate_proj"}, {"up_proj.weight", "up_proj"},
+      {"down_proj.weight", "down_proj"}};
+  for (const auto &[leaf, projection] : mixtral ? kMixtral : kQwen)
+    if (rest == leaf)
+      return ExpertPiece{base + "experts." + std::string(projection) +
+                             ".weight",
+                         *expert, 0, false};
+  return std::nullopt;
+}
+
 } // namespace
 
 bool isFusedQkv(std::string_view name) {
@@ -209,10 +278,93 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
   };
 
   std::vector<const SafetensorsTensor *> source(parameters.size(), nullptr);
+  // Expert tensors stored apart or fused: each copy of rows of a file
+  // tensor into a parameter, checked as the whole tensors are.
+  struct ExpertCopy {
+    const SafetensorsTensor *tensor;
+    int64_t expert;   // -1: the tensor holds every expert
+    int64_t rowBegin; // first row of each expert's matrix in the tensor
+  };
+  std::vector<std::vector<ExpertCopy>> expertCopies(parameters.size());
+  std::vector<std::vector<const SafetensorsTensor *>> expertSlots(
+      parameters.size());
+  auto takeExpertPiece = [&](const SafetensorsTensor &t) {
+    std::optional<ExpertPiece> piece = expertPiece(t.name);
+    if (!piece)
+      return false;
+    auto it = byName.find(piece->parameter);
+    if (it == byName.end())
+      return false;
+    const Parameter &p = parameters[it->second];
+    const std::vector<int64_t> &want = p.type.shape;
+    std::string found = fileName + ": tensor '" + t.name + "' is " +
+                        shapeString(t.shape) + " but parameter '" + p.name +
+                        "' of " + bundleName + " is " + shapeString(want);
+    if (!isSafetensorsFloat(t.dtype))
+      invalid(fileName + ": tensor '" + t.name + "' is " +
+              safetensorsDTypeName(t.dtype) +
+              ", expected a floating-point type (F32, F64, BF16 or F16); "
+              "convert the weights to float before saving them");
+    if (source[it->second])
+      invalid(fileName + ": tensors '" + source[it->second]->name +
+              "' and '" + t.name + "' both hold parameter '" + p.name +
+              "'; keep one of them");
+    std::vector<int64_t> targets = {static_cast<int64_t>(it->second)};
+    if (piece->expert < 0 && want.size() == 2) {
+      // Mixtral's router: the same [E, h] tensor under another name.
+      if (t.shape != want)
+        invalid(found + "; compile the model with the weights' sizes");
+      expertCopies[it->second].push_back({&t, -1, 0});
+      return true;
+    }
+    if (want.size() != 3)
+      invalid(found + ": expected a parameter of experts [E, out, in]");
+    if (piece->expert >= 0) {
+      std::vector<int64_t> slice(want.begin() + 1, want.end());
+      if (t.shape != slice || piece->expert >= want[0])
+        invalid(found + ": expert " + std::to_string(piece->expert) +
+                " must be " + shapeString(slice) + " and below num_experts " +
+                std::to_string(want[0]) +
+                "; compile the model with the weights' sizes "
+                "(--num-experts, --moe-ffn-hidden-size, --hidden-size)");
+      auto &slots = expertSlots[it->second];
+      slots.resize(want[0], nullptr);
+      if (slots[piece->expert])
+        invalid(fileName + ": tensors '" + slots[piece->expert]->name +
+                "' and '" + t.name + "' both hold expert " +
+                std::to_string(piece->expert) + " of parameter '" + p.name +
+                "'; keep one of them");
+      slots[piece->expert] = &t;
+      expertCopies[it->second].push_back({&t, piece->expert, 0});
+      return true;
+    }
+    // Fused over experts: [E, out, in], or gate_up_proj [E, 2 out, in]
+    // holding gate_proj's rows and then up_proj's.
+    std::vector<int64_t> whole = want;
+    if (piece->fusedHalf) {
+      whole[1] *= 2;
+      std::string up = piece->parameter;
+      up.replace(up.rfind("gate_proj"), 9, "up_proj");
+      auto upIt = byName.find(up);
+      if (upIt == byName.end())
+        invalid(fileName + ": tensor '" + t.name + "' holds gate_proj and "
+                "up_proj, but " + bundleName + " has no '" + up + "'");
+      targets.push_back(static_cast<int64_t>(upIt->second));
+    }
+    if (t.shape != whole)
+      invalid(found + " (expected " + shapeString(whole) +
+              "); compile the model with the weights' sizes");
+    for (size_t k = 0; k < targets.size(); ++k)
+      expertCopies[targets[k]].push_back(
+          {&t, -1, static_cast<int64_t>(k) * want[1]});
+    return true;
+  };
   const SafetensorsTensor *tiedHead = nullptr;
   WeightsLoadReport report;
   for (const SafetensorsTensor &t : file.tensors()) {
     Resolved r = resolve(t.name);
+    if (r.kind == Resolved::None && takeExpertPiece(t))
+      continue;
     switch (r.kind) {
     case Resolved::None:
       invalid(fileName + ": tensor '" + t.name + "' (" + describe(t) +
@@ -277,9 +429,21 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
   }
 
   std::vector<std::string> missing;
-  for (size_t i = 0; i < parameters.size(); ++i)
-    if (!source[i])
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (source[i] && !expertCopies[i].empty())
+      invalid(fileName + ": tensors '" + source[i]->name + "' and '" +
+              expertCopies[i][0].tensor->name + "' both hold parameter '" +
+              parameters[i].name + "'; keep one of them");
+    if (source[i])
+      continue;
+    const std::vector<ExpertCopy> &copies = expertCopies[i];
+    bool whole = std::any_of(copies.begin(), copies.end(),
+                             [](const ExpertCopy &c) { return c.expert < 0; });
+    if (copies.empty() ||
+        (!whole && static_cast<int64_t>(copies.size()) !=
+                       parameters[i].type.shape[0]))
       missing.push_back(parameters[i].name);
+  }
   if (!missing.empty()) {
     std::ostringstream s;
     s << fileName << ": no tensor for parameter '" << missing[0] << "' "
@@ -339,6 +503,31 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
   for (size_t i = 0; i < parameters.size(); ++i) {
     host::Tensor &value = store.value(i);
     const int64_t count = value.numElements();
+    if (!expertCopies[i].empty()) {
+      // [E, rows, columns]: each copy fills one expert's matrix or every
+      // expert's, from rows [rowBegin, rowBegin + rows) of the file's.
+      const std::vector<int64_t> &shape = parameters[i].type.shape;
+      const int64_t matrix = shape.size() == 3 ? shape[1] * shape[2] : count;
+      for (const ExpertCopy &c : expertCopies[i]) {
+        std::vector<double> data(c.tensor->numElements);
+        file.convert(*c.tensor, data.data());
+        const int64_t experts = c.expert < 0 && shape.size() == 3 ? shape[0] : 1;
+        const int64_t fileMatrix =
+            c.expert < 0 ? c.tensor->numElements / experts : matrix;
+        for (int64_t e = 0; e < experts; ++e) {
+          const int64_t to = (c.expert < 0 ? e : c.expert) * matrix;
+          const int64_t from =
+              e * fileMatrix + c.rowBegin * (shape.size() == 3 ? shape[2] : 0);
+          for (int64_t k = 0; k < matrix; ++k) {
+            if (store.floatType() == DType::F64)
+              value.data<double>()[to + k] = data[from + k];
+            else
+              value.data<float>()[to + k] = static_cast<float>(data[from + k]);
+          }
+        }
+      }
+      continue;
+    }
     std::vector<int64_t> from;
     if (isFusedQkv(parameters[i].name))
       from = qkvColumnsFromHuggingFace(bundle, parameters[i]);

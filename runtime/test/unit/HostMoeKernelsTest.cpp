@@ -143,3 +143,32 @@ TEST(HostMoeKernelsTest, TopKTiesGoToTheLowerExpert) {
 }
 
 } // namespace
+
+namespace {
+
+// Expert parallelism's blocks: 3 tokens, top-2 of 4 experts over 2 ranks
+// (rank 0 experts 0-1, rank 1 experts 2-3): token 0 -> (0, 3), 1 -> (2, 1),
+// 2 -> (1, dropped). Permuted rows: expert 0 token 0, expert 1 tokens 1
+// and 2, expert 2 token 1, expert 3 token 0, then one zero row.
+const std::vector<int32_t> kSplitIndices = {0, 3, 2, 1, 1, -1};
+
+TEST(HostMoeKernelsTest, DispatchBlocksHoldEachRanksExpertsThenZeros) {
+  MoeLayout layout;
+  ASSERT_TRUE(moeLayout(3, 2, 4, kSplitIndices.data(), layout).ok());
+  const std::vector<float> rows = {10, 11, 12, 13, 14, 0};
+  std::vector<float> blocks(12, -1);
+  moeDispatchBlocks<float>(6, 1, 2, layout, /*combine=*/false, rows.data(),
+                           blocks.data());
+  EXPECT_EQ(blocks, (std::vector<float>{10, 11, 12, 0, 0, 0, //
+                                        13, 14, 0, 0, 0, 0}));
+  std::vector<int32_t> experts(12, 7);
+  moeDispatchExperts(6, 2, layout, experts.data());
+  EXPECT_EQ(experts, (std::vector<int32_t>{0, 1, 1, -1, -1, -1, //
+                                           0, 1, -1, -1, -1, -1}));
+  std::vector<float> back(6, -1);
+  moeDispatchBlocks<float>(6, 1, 2, layout, /*combine=*/true, blocks.data(),
+                           back.data());
+  EXPECT_EQ(back, rows);
+}
+
+} // namespace

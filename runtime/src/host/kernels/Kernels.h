@@ -744,6 +744,22 @@ void moeGroupedLinearWeightGrad(ThreadPool &pool, int64_t in, int64_t out,
                                 const MoeLayout &layout, const T *x,
                                 const T *dy, bool transposeWeight, T *dweight);
 
+/// Expert parallelism's blocks (mt.moe_dispatch_rows and
+/// mt.moe_combine_rows): N ranks hold experts/N experts each; `layout` is
+/// the routing's (moeLayout over every expert). Block d of `blocks` [N *
+/// tokens * topk, hidden] holds the permuted rows of rank d's experts, then
+/// zero rows. `combine` copies the blocks back into `rows` [tokens * topk,
+/// hidden] (zero rows after the kept ones) instead.
+template <typename T>
+void moeDispatchBlocks(int64_t slots, int64_t hidden, int64_t ranks,
+                       const MoeLayout &layout, bool combine, const T *from,
+                       T *to);
+
+/// Each block row's expert less its destination's first, -1 for the zero
+/// rows (mt.moe_dispatch_experts), [N * tokens * topk].
+void moeDispatchExperts(int64_t slots, int64_t ranks, const MoeLayout &layout,
+                        int32_t *experts);
+
 //===----------------------------------------------------------------------===//
 // FP8 (Fp8.cpp; docs/MixedPrecision.md, "FP8")
 //===----------------------------------------------------------------------===//

@@ -457,7 +457,48 @@ void moeGroupedLinearWeightGrad(ThreadPool &pool, int64_t in, int64_t out,
   }
 }
 
+template <typename T>
+void moeDispatchBlocks(int64_t slots, int64_t hidden, int64_t ranks,
+                       const MoeLayout &layout, bool combine, const T *from,
+                       T *to) {
+  const int64_t experts = static_cast<int64_t>(layout.offsets.size()) - 1;
+  const int64_t perRank = experts / ranks;
+  const int64_t kept = layout.offsets.back();
+  if (combine)
+    std::fill(to + kept * hidden, to + slots * hidden, T(0));
+  for (int64_t d = 0; d < ranks; ++d) {
+    int64_t first = layout.offsets[d * perRank];
+    int64_t count = layout.offsets[(d + 1) * perRank] - first;
+    const int64_t block = d * slots;
+    if (combine) {
+      std::copy(from + block * hidden, from + (block + count) * hidden,
+                to + first * hidden);
+    } else {
+      std::copy(from + first * hidden, from + (first + count) * hidden,
+                to + block * hidden);
+      std::fill(to + (block + count) * hidden, to + (block + slots) * hidden,
+                T(0));
+    }
+  }
+}
+
+void moeDispatchExperts(int64_t slots, int64_t ranks, const MoeLayout &layout,
+                        int32_t *experts) {
+  const int64_t all = static_cast<int64_t>(layout.offsets.size()) - 1;
+  const int64_t perRank = all / ranks;
+  std::fill(experts, experts + ranks * slots, int32_t(-1));
+  for (int64_t d = 0; d < ranks; ++d)
+    for (int64_t j = 0; j < perRank; ++j) {
+      int64_t e = d * perRank + j;
+      int64_t rows = layout.offsets[e + 1] - layout.offsets[e];
+      int64_t at = d * slots + layout.offsets[e] - layout.offsets[d * perRank];
+      std::fill(experts + at, experts + at + rows, static_cast<int32_t>(j));
+    }
+}
+
 #define MTRT_INSTANTIATE(T)                                                    \
+  template void moeDispatchBlocks<T>(int64_t, int64_t, int64_t,                \
+                                     const MoeLayout &, bool, const T *, T *); \
   template void moeRouteForward<T>(ThreadPool &, const MoeRouter &, const T *, \
                                    T *, int32_t *);                            \
   template void moeRouteBackward<T>(ThreadPool &, const MoeRouter &,           \

@@ -1,0 +1,392 @@
+//===- MoeShardingModels.cpp - How the MoE ops are sharded ----------------===//
+//
+// The MoE ops (docs/MoE.md) over tokens split between data-parallel ranks:
+// each rank routes, permutes and runs the experts on its own tokens, as
+// Megatron-LM's MoE layer does on a data-parallel rank. The permuted rows
+// `[T * K, h]` of a rank are its tokens' rows in expert order, so a split of
+// the tokens over N ranks is a split of the rows into blocks of `T K / N`,
+// and every op between permute and unpermute runs locally. The router's
+// losses are Megatron-LM's per rank: each rank's loss over its tokens, the
+// mean over the ranks (as the cross-entropy's mean of means), so that N
+// data-parallel ranks train as one rank accumulating N micro-batches.
+// Expert weights whole on every rank have their gradients summed over the
+// ranks' tokens (an all-reduce that mt-plan-gradient-reduction defers, as
+// for every weight). Under expert parallelism (mt-annotate-shardings
+// {expert-parallel-size=N}) they are split by experts over the data axis:
+// the grouped linear layers then send each row to its expert's rank and
+// back with shard.all_to_all (partitionExpertParallel), and an expert's
+// gradient is whole on its rank, from every rank's rows.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShardingModelSupport.h"
+
+#include "mt/IR/MtDialect.h"
+
+#include <type_traits>
+
+using namespace mlir;
+using namespace mlir::mt;
+using namespace mlir::mt::sharding;
+
+namespace {
+
+/// What dimension 0 of an operand or result is.
+enum class Dim0 {
+  Tokens, // T: the tokens (routing, logits, tokens)
+  Rows,   // T * K: the permuted rows, split with the tokens
+  Whole,  // never split: expert weights, a scalar loss or its gradient
+};
+
+/// How the token loop ends: in the result (local op), summed into a
+/// weight gradient (all-reduced), averaged into a loss (mean of the ranks'
+/// losses), or the gradient of such a loss (scaled alike).
+enum class TokenLoop { Parallel, Summed, MeanLoss, MeanLossGrad };
+
+template <typename Op>
+struct MoeTokenModel
+    : public shard::ShardingInterface::ExternalModel<MoeTokenModel<Op>, Op> {
+  static Dim0 operandDim0(Operation *op, unsigned i);
+  static Dim0 resultDim0(Operation *op, unsigned i);
+  static TokenLoop tokenLoop();
+  /// The operand (or, as -1 - i, result i) whose dimension 0 is the
+  /// experts of a grouped linear layer, which expert parallelism splits;
+  /// 0 for ops without one (operand 0 is never the experts).
+  static int expertValue() {
+    if constexpr (std::is_same_v<Op, MoeGroupedLinearOp>)
+      return 1;
+    if constexpr (std::is_same_v<Op, MoeGroupedLinearWeightGradOp>)
+      return -1;
+    return 0;
+  }
+  static bool isExpertDim(OpOperand *operand, OpResult result) {
+    int v = expertValue();
+    return v != 0 && (operand ? int(operand->getOperandNumber()) == v
+                              : -1 - int(result.getResultNumber()) == v);
+  }
+
+  static Dim0 dim0Of(Operation *op, OpOperand *operand, OpResult result) {
+    Value v = operand ? operand->get() : Value(result);
+    if (!isa<RankedTensorType>(v.getType()) || rankOf(v) == 0)
+      return Dim0::Whole;
+    return operand ? operandDim0(op, operand->getOperandNumber())
+                   : resultDim0(op, result.getResultNumber());
+  }
+
+  /// Loop 0 is the tokens, loop 1 (in grouped linear layers) the experts;
+  /// every other dimension of every operand and result has a loop of its
+  /// own, never split.
+  static int64_t firstOtherLoop() { return expertValue() ? 2 : 1; }
+  static int64_t loopCount(Operation *op) {
+    int64_t loops = firstOtherLoop();
+    auto others = [&](Value v, Dim0 dim0, bool experts) {
+      int64_t rank = rankOf(v);
+      return rank == 0 ? 0 : rank - (dim0 != Dim0::Whole || experts ? 1 : 0);
+    };
+    for (OpOperand &operand : op->getOpOperands())
+      loops += others(operand.get(), dim0Of(op, &operand, {}),
+                      isExpertDim(&operand, {}));
+    for (OpResult result : op->getResults())
+      loops += others(result, dim0Of(op, nullptr, result),
+                      isExpertDim(nullptr, result));
+    return loops;
+  }
+
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<IteratorType> types(loopCount(op), IteratorType::parallel);
+    if (tokenLoop() != TokenLoop::Parallel &&
+        tokenLoop() != TokenLoop::MeanLossGrad)
+      types[0] = IteratorType::reduction;
+    return types;
+  }
+
+  SmallVector<shard::ReductionKind>
+  getReductionLoopIteratorKinds(Operation *op) const {
+    if (tokenLoop() == TokenLoop::Parallel ||
+        tokenLoop() == TokenLoop::MeanLossGrad)
+      return {};
+    return {shard::ReductionKind::Sum};
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *context = op->getContext();
+    int64_t loops = loopCount(op), next = firstOtherLoop();
+    SmallVector<AffineMap> maps;
+    auto mapOf = [&](Value v, Dim0 dim0, bool experts) {
+      SmallVector<AffineExpr> exprs;
+      for (int64_t d = 0; d < rankOf(v); ++d)
+        exprs.push_back(getAffineDimExpr(
+            d == 0 && dim0 != Dim0::Whole ? 0
+            : d == 0 && experts           ? 1
+                                          : next++,
+            context));
+      maps.push_back(AffineMap::get(loops, 0, exprs, context));
+    };
+    for (OpOperand &operand : op->getOpOperands())
+      mapOf(operand.get(), dim0Of(op, &operand, {}),
+            isExpertDim(&operand, {}));
+    for (OpResult result : op->getResults())
+      mapOf(result, dim0Of(op, nullptr, result), isExpertDim(nullptr, result));
+    return maps;
+  }
+
+  /// The tokens split as the first token or row operand (or result) that is
+  /// annotated splits its dimension 0; nothing else is split.
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                    ArrayRef<Sharding> resultShardings) const {
+    FlatSymbolRefAttr grid;
+    SmallVector<GridAxis> tokenAxes, expertAxes;
+    bool found = false;
+    auto look = [&](Sharding sharding, Dim0 dim0, bool experts) {
+      if (!sharding)
+        return;
+      if (!grid)
+        grid = sharding.getGridAttr();
+      if (experts)
+        expertAxes = axesOfDim(sharding, 0);
+      if (found || dim0 == Dim0::Whole)
+        return;
+      tokenAxes = axesOfDim(sharding, 0);
+      found = true;
+    };
+    for (OpOperand &operand : op->getOpOperands())
+      look(operandShardings[operand.getOperandNumber()],
+           dim0Of(op, &operand, {}), isExpertDim(&operand, {}));
+    for (OpResult result : op->getResults())
+      look(resultShardings[result.getResultNumber()],
+           dim0Of(op, nullptr, result), isExpertDim(nullptr, result));
+    // Propagation runs forward: a weight gradient's own split (the
+    // gradient result's annotation, experts over the data axis under
+    // expert parallelism) is read from the IR, so that the gradient is made
+    // on the experts' ranks rather than summed whole and sliced.
+    if (expertValue() < 0 && !resultShardings[0]) {
+      FailureOr<std::pair<bool, Sharding>> annotated =
+          shard::getSharding(op->getResult(0));
+      if (succeeded(annotated) && annotated->second)
+        expertAxes = axesOfDim(annotated->second, 0);
+    }
+    if (!grid)
+      return shard::ShardingOption::makeEmpty();
+    shard::ShardingArray array(loopCount(op));
+    array[0].assign(tokenAxes.begin(), tokenAxes.end());
+    if (expertValue())
+      array[1].assign(expertAxes.begin(), expertAxes.end());
+    return shard::ShardingOption(array, grid);
+  }
+
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    LayerScope layer(builder, getLayer(op));
+    // The token split, read from the first operand with tokens or rows.
+    SmallVector<GridAxis> axes;
+    Sharding tokenSharding;
+    for (OpOperand &operand : op->getOpOperands())
+      if (dim0Of(op, &operand, {}) != Dim0::Whole &&
+          operandShardings[operand.getOperandNumber()]) {
+        tokenSharding = operandShardings[operand.getOperandNumber()];
+        axes = axesOfDim(tokenSharding, 0);
+        break;
+      }
+    if (expertValue()) {
+      Sharding experts = expertValue() > 0 ? operandShardings[expertValue()]
+                                           : resultShardings[0];
+      SmallVector<GridAxis> expertAxes =
+          experts ? axesOfDim(experts, 0) : SmallVector<GridAxis>();
+      if (!expertAxes.empty())
+        return partitionExpertParallel(op, partitionedOperands, tokenSharding,
+                                       axes, expertAxes, partitionMap,
+                                       symbolTable, builder);
+    }
+    if (tokenLoop() == TokenLoop::Summed)
+      return partitionSummingReductions(op, partitionedOperands,
+                                        operandShardings, resultShardings,
+                                        partitionMap, symbolTable, builder);
+    if (tokenLoop() == TokenLoop::Parallel || axes.empty()) {
+      shard::partitionTriviallyShardableOperation(
+          *op, partitionedOperands, operandShardings, resultShardings,
+          partitionMap, symbolTable, builder);
+      return success();
+    }
+    FailureOr<int64_t> ranks =
+        ranksAlong(op, tokenSharding, axes, symbolTable);
+    if (failed(ranks))
+      return failure();
+    Location loc = op->getLoc();
+    if (tokenLoop() == TokenLoop::MeanLoss) {
+      // Each rank's loss over its tokens; the mean over the ranks.
+      shard::partitionTriviallyShardableOperation(
+          *op, partitionedOperands, operandShardings, resultShardings,
+          partitionMap, symbolTable, builder);
+      Value local = partitionMap.lookup(op->getResult(0));
+      Value sum = shard::AllReduceOp::create(builder, loc, local,
+                                             tokenSharding.getGrid(), axes,
+                                             shard::ReductionKind::Sum);
+      Value scale = FillOp::create(builder, loc, local.getType(),
+                                   builder.getF64FloatAttr(1.0 / *ranks));
+      partitionMap.map(op->getResult(0),
+                       MulOp::create(builder, loc, local.getType(), sum, scale));
+      return success();
+    }
+    // The gradient of a mean over the ranks: each rank's loss weighs 1/N.
+    Type type = partitionedOperands[0].getType();
+    Value scale = FillOp::create(builder, loc, type,
+                                 builder.getF64FloatAttr(1.0 / *ranks));
+    Value lossGrad =
+        MulOp::create(builder, loc, type, partitionedOperands[0], scale);
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    partitionMap.lookup(op->getResult(0)).getDefiningOp()->setOperand(0,
+                                                                       lossGrad);
+    return success();
+  }
+
+  /// A grouped linear layer (or its weight gradient) whose experts are split
+  /// over the ranks that split the tokens: Megatron-LM's all-to-all token
+  /// dispatcher. Each rank's permuted rows go to their experts' ranks in one
+  /// block per rank (their experts sent ahead), are sorted by expert there,
+  /// meet the rank's experts, and the results return the same way. The
+  /// weight gradient of a rank's experts sums every rank's rows, so it needs
+  /// no reduction over the expert axis.
+  static LogicalResult partitionExpertParallel(
+      Operation *op, ArrayRef<Value> partitionedOperands, Sharding tokens,
+      ArrayRef<GridAxis> tokenAxes, ArrayRef<GridAxis> expertAxes,
+      IRMapping &partitionMap, SymbolTableCollection &symbolTable,
+      OpBuilder &builder) {
+    Location loc = op->getLoc();
+    if (!tokens || SmallVector<GridAxis>(tokenAxes) !=
+                       SmallVector<GridAxis>(expertAxes))
+      return op->emitOpError()
+             << "splits the experts over grid axes [" << expertAxes
+             << "] but the tokens over [" << tokenAxes
+             << "]; expert parallelism dispatches each rank's tokens over "
+                "the axes that split them, so both must be split alike";
+    FailureOr<int64_t> ranks =
+        ranksAlong(op, tokens, expertAxes, symbolTable);
+    if (failed(ranks))
+      return failure();
+    auto global = cast<RankedTensorType>(
+        expertValue() > 0 ? op->getOperand(expertValue()).getType()
+                          : op->getResult(0).getType());
+    int64_t experts = global.getDimSize(0);
+    FlatSymbolRefAttr grid = tokens.getGridAttr();
+    auto axesAttr = builder.getDenseI16ArrayAttr(expertAxes);
+    IntegerAttr zero = builder.getIndexAttr(0);
+    auto allToAll = [&](Value v) -> Value {
+      return shard::AllToAllOp::create(builder, loc, v.getType(), grid,
+                                       axesAttr, v, zero, zero);
+    };
+    Value indices = partitionedOperands[2];
+    auto indicesType = cast<RankedTensorType>(indices.getType());
+    int64_t slots = indicesType.getDimSize(0) * indicesType.getDimSize(1);
+    int64_t received = *ranks * slots;
+    auto expertsAttr = builder.getI64IntegerAttr(experts);
+    auto ranksAttr = builder.getI64IntegerAttr(*ranks);
+    // The destinations' experts first: the receivers' routing.
+    Value sentExperts = MoeDispatchExpertsOp::create(
+        builder, loc,
+        RankedTensorType::get({received, 1}, indicesType.getElementType()),
+        indices, expertsAttr, ranksAttr);
+    Value routing = allToAll(sentExperts);
+    auto dispatch = [&](Value rows) -> Value {
+      auto type = cast<RankedTensorType>(rows.getType());
+      auto blocks = RankedTensorType::get({received, type.getDimSize(1)},
+                                          type.getElementType());
+      Value sent = MoeDispatchRowsOp::create(builder, loc, blocks, rows,
+                                             indices, expertsAttr, ranksAttr);
+      // Sorted by the rank's experts, in (source rank, row) order.
+      return MoePermuteOp::create(builder, loc, blocks, allToAll(sent),
+                                  routing, Value());
+    };
+    auto local = cast<RankedTensorType>(
+        expertValue() > 0 ? partitionedOperands[expertValue()].getType()
+                          : RankedTensorType::get(
+                                [&] {
+                                  SmallVector<int64_t> shape(global.getShape());
+                                  shape[0] /= *ranks;
+                                  return shape;
+                                }(),
+                                global.getElementType()));
+    if (auto linear = dyn_cast<MoeGroupedLinearOp>(op)) {
+      Value input = dispatch(partitionedOperands[0]);
+      auto outType = cast<RankedTensorType>(op->getResult(0).getType());
+      auto sortedOut = RankedTensorType::get(
+          {received, outType.getDimSize(1)}, outType.getElementType());
+      Value out = MoeGroupedLinearOp::create(
+          builder, loc, sortedOut, input, partitionedOperands[1], routing,
+          linear.getTransposeWeightAttr());
+      Value back = MoeUnpermuteOp::create(builder, loc, sortedOut, out,
+                                          routing, Value());
+      auto rowsType = RankedTensorType::get({slots, outType.getDimSize(1)},
+                                            outType.getElementType());
+      partitionMap.map(op->getResult(0),
+                       MoeCombineRowsOp::create(builder, loc, rowsType,
+                                                allToAll(back), indices,
+                                                expertsAttr, ranksAttr));
+      return success();
+    }
+    auto grad = cast<MoeGroupedLinearWeightGradOp>(op);
+    partitionMap.map(op->getResult(0),
+                     MoeGroupedLinearWeightGradOp::create(
+                         builder, loc, local, dispatch(partitionedOperands[0]),
+                         dispatch(partitionedOperands[1]), routing,
+                         grad.getTransposeWeightAttr()));
+    return success();
+  }
+};
+
+// Which operands hold tokens, rows or neither; results likewise.
+#define MOE_MODEL(OP, LOOP, OPERANDS, RESULTS)                                 \
+  template <>                                                                  \
+  Dim0 MoeTokenModel<OP>::operandDim0(Operation *, unsigned i) {               \
+    static constexpr Dim0 dims[] = OPERANDS;                                   \
+    return i < std::size(dims) ? dims[i] : Dim0::Whole;                        \
+  }                                                                            \
+  template <>                                                                  \
+  Dim0 MoeTokenModel<OP>::resultDim0(Operation *, unsigned i) {                \
+    static constexpr Dim0 dims[] = RESULTS;                                    \
+    return i < std::size(dims) ? dims[i] : Dim0::Whole;                        \
+  }                                                                            \
+  template <> TokenLoop MoeTokenModel<OP>::tokenLoop() { return LOOP; }
+
+#define LIST(...) {__VA_ARGS__}
+constexpr Dim0 T = Dim0::Tokens, R = Dim0::Rows, W = Dim0::Whole;
+
+MOE_MODEL(MoeRouteOp, TokenLoop::Parallel, LIST(T), LIST(T, T))
+MOE_MODEL(MoeAuxLossOp, TokenLoop::MeanLoss, LIST(T), LIST(W))
+MOE_MODEL(MoeZLossOp, TokenLoop::MeanLoss, LIST(T), LIST(W))
+MOE_MODEL(MoePermuteOp, TokenLoop::Parallel, LIST(T, T, T), LIST(R))
+MOE_MODEL(MoeUnpermuteOp, TokenLoop::Parallel, LIST(R, T, T), LIST(T))
+MOE_MODEL(MoeGroupedLinearOp, TokenLoop::Parallel, LIST(R, W, T), LIST(R))
+MOE_MODEL(MoeRouteGradOp, TokenLoop::Parallel, LIST(T, T, T), LIST(T))
+MOE_MODEL(MoeAuxLossGradOp, TokenLoop::MeanLossGrad, LIST(W, T), LIST(T))
+MOE_MODEL(MoeZLossGradOp, TokenLoop::MeanLossGrad, LIST(W, T), LIST(T))
+MOE_MODEL(MoeProbsGradOp, TokenLoop::Parallel, LIST(T, R, T), LIST(T))
+MOE_MODEL(MoeGroupedLinearWeightGradOp, TokenLoop::Summed, LIST(R, R, T),
+          LIST(W))
+
+#undef LIST
+#undef MOE_MODEL
+
+} // namespace
+
+void sharding::attachMoeShardingModels(MLIRContext *context) {
+  MoeRouteOp::attachInterface<MoeTokenModel<MoeRouteOp>>(*context);
+  MoeAuxLossOp::attachInterface<MoeTokenModel<MoeAuxLossOp>>(*context);
+  MoeZLossOp::attachInterface<MoeTokenModel<MoeZLossOp>>(*context);
+  MoePermuteOp::attachInterface<MoeTokenModel<MoePermuteOp>>(*context);
+  MoeUnpermuteOp::attachInterface<MoeTokenModel<MoeUnpermuteOp>>(*context);
+  MoeGroupedLinearOp::attachInterface<MoeTokenModel<MoeGroupedLinearOp>>(
+      *context);
+  MoeRouteGradOp::attachInterface<MoeTokenModel<MoeRouteGradOp>>(*context);
+  MoeAuxLossGradOp::attachInterface<MoeTokenModel<MoeAuxLossGradOp>>(*context);
+  MoeZLossGradOp::attachInterface<MoeTokenModel<MoeZLossGradOp>>(*context);
+  MoeProbsGradOp::attachInterface<MoeTokenModel<MoeProbsGradOp>>(*context);
+  MoeGroupedLinearWeightGradOp::attachInterface<
+      MoeTokenModel<MoeGroupedLinearWeightGradOp>>(*context);
+}
