@@ -19,6 +19,10 @@
 //     and without ready_after)
 //   gpt-fused-tp.json: models/tiny-gpt.yaml --num-layers 1 --fuse-kernels
 //     --tensor-model-parallel-size 2 (a fused dropout: a body op's attrs)
+//   gpt-fp8-tp.json: models/tiny-gpt.yaml --bf16 --num-layers 1
+//     --fp8-format hybrid --fp8-amax-history-len 4
+//     --fp8-amax-compute-algo max --tensor-model-parallel-size 2 (the fp8
+//     section and its metas)
 // Together they hold every key of the schema but the attributes that these
 // models' ops lack (their types are checked against the op table instead).
 #include "BundleTestBuilder.h"
@@ -218,7 +222,7 @@ private:
 };
 
 const char *kBases[] = {"llama-fused-bf16-tp-sp-dp.json", "gpt-pp-tied-dp.json",
-                        "gpt-fused-tp.json"};
+                        "gpt-fused-tp.json", "gpt-fp8-tp.json"};
 
 TEST(BundleManifestSchemaTest, TheCompilersManifestsAreRead) {
   for (const char *file : kBases) {
