@@ -1,8 +1,9 @@
 // The delayed-scaling state of a bundle's FP8 metas (docs/BundleFormat.md,
 // "FP8"): per meta its scale and amax history, which fp8_scale reads and
 // fp8_update advances, as Transformer Engine's recipe does (core/Fp8.h).
-// Backend-independent: the host keeps it beside the parameters, and a
-// checkpoint saves it.
+// Backend-independent: the host keeps it beside the parameters. Checkpoints
+// do not hold it yet (megatron-train refuses --save and --load for FP8
+// bundles).
 #ifndef MTRT_SRC_CORE_FP8STATE_H
 #define MTRT_SRC_CORE_FP8STATE_H
 
@@ -51,7 +52,8 @@ public:
         static_cast<int>(settings_.margin));
   }
 
-  /// Every scale, then every history (meta-major): what a checkpoint saves.
+  /// Every scale, and every history (meta-major), as a checkpoint would
+  /// hold them.
   const std::vector<float> &scales() const { return scales_; }
   const std::vector<float> &histories() const { return histories_; }
   std::vector<float> &mutableScales() { return scales_; }
