@@ -64,6 +64,18 @@ static Problem setPositive(StringRef v, int64_t &field) {
   return std::nullopt;
 }
 
+/// A count of layers, 0 or more, for `key`'s messages.
+static Problem setLayerCount(StringRef v, StringRef key, int64_t &field) {
+  int64_t value;
+  if (Problem p = parseInteger(v, "a number of layers", value))
+    return p;
+  if (value < 0)
+    return key.str() + " " + v.trim().str() +
+           " is negative: give 0 or more layers";
+  field = value;
+  return std::nullopt;
+}
+
 /// For sizes where 0 (or null) means "derive it": num_query_groups,
 /// ffn_hidden_size, max_position_embeddings, global_batch_size and the like.
 static Problem setOptionalPositive(StringRef v, int64_t &field) {
@@ -758,28 +770,16 @@ static const KeyDef kKeys[] = {
     {{"num_layers_at_start_in_bf16", "fp8",
       "Under first_last_layers_bf16: leading layers kept in bf16.",
       K::Integer, "1"},
-     [](CompileConfig &c, StringRef v) -> Problem {
-       int64_t value;
-       if (Problem p = parseInteger(v, "a number of layers", value))
-         return p;
-       if (value < 0)
-         return "num_layers_at_start_in_bf16 " + v.trim().str() +
-                " is negative: give 0 or more layers";
-       c.fp8.numLayersAtStartInBf16 = value;
-       return std::nullopt;
+     [](CompileConfig &c, StringRef v) {
+       return setLayerCount(v, "num_layers_at_start_in_bf16",
+                            c.fp8.numLayersAtStartInBf16);
      }},
     {{"num_layers_at_end_in_bf16", "fp8",
       "Under first_last_layers_bf16: trailing layers kept in bf16.",
       K::Integer, "1"},
-     [](CompileConfig &c, StringRef v) -> Problem {
-       int64_t value;
-       if (Problem p = parseInteger(v, "a number of layers", value))
-         return p;
-       if (value < 0)
-         return "num_layers_at_end_in_bf16 " + v.trim().str() +
-                " is negative: give 0 or more layers";
-       c.fp8.numLayersAtEndInBf16 = value;
-       return std::nullopt;
+     [](CompileConfig &c, StringRef v) {
+       return setLayerCount(v, "num_layers_at_end_in_bf16",
+                            c.fp8.numLayersAtEndInBf16);
      }},
 
     // recompute
