@@ -10,6 +10,26 @@
 using namespace mlir;
 using namespace megatron;
 
+mt::RecomputePolicy
+megatron::recomputePolicyOf(const RecomputeConfig &recompute) {
+  mt::RecomputePolicy policy;
+  switch (recompute.granularity) {
+  case RecomputeGranularity::None:
+    policy.granularity = mt::RecomputeGranularity::None;
+    break;
+  case RecomputeGranularity::Selective:
+    policy.granularity = mt::RecomputeGranularity::Selective;
+    break;
+  case RecomputeGranularity::Full:
+    policy.granularity = mt::RecomputeGranularity::Full;
+    break;
+  }
+  policy.method = recompute.method == "block" ? mt::RecomputeMethod::Block
+                                              : mt::RecomputeMethod::Uniform;
+  policy.numLayers = recompute.numLayers;
+  return policy;
+}
+
 llvm::Expected<mt::RecomputePolicy> megatron::chooseRecomputePolicy(
     ModuleOp module, const CompileConfig &config, int64_t budgetBytes,
     const std::function<LogicalResult(ModuleOp, const mt::RecomputePolicy &)>

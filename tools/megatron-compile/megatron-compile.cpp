@@ -12,6 +12,7 @@
 #include "megatron/Pipelines/PipelinePlan.h"
 #include "megatron/Memory/Memory.h"
 #include "megatron/Pipelines/Pipelines.h"
+#include "megatron/Planner/Planner.h"
 #include "megatron/Target/Bundle.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/CostModel.h"
@@ -155,6 +156,123 @@ static cl::opt<int64_t> linearCrossEntropyChunkRows(
              "0: the most whose logits, bf16 under --bf16, fit in 256 MiB)"),
     cl::init(0), cl::cat(compileCategory));
 
+static cl::OptionCategory planCategory(
+    "Automatic layout (--auto-parallel; docs/Planner.md)");
+static cl::opt<bool> autoParallel(
+    "auto-parallel",
+    cl::desc("Choose the layout (tensor, pipeline and virtual stages, data, "
+             "sequence, context and expert parallelism, the distributed "
+             "optimizer, recomputation, micro-batch) for --num-gpus GPUs: "
+             "prints the fastest layouts that fit, with their flags; with "
+             "-o, writes the best one's bundle"),
+    cl::init(false), cl::cat(planCategory));
+static cl::opt<int64_t> numGpus("num-gpus",
+                                cl::desc("GPUs to plan for (--auto-parallel)"),
+                                cl::init(0), cl::cat(planCategory));
+static cl::opt<std::string> clusterPath(
+    "cluster",
+    cl::desc("A cluster file (JSON: num_gpus, gpus_per_node, memory_per_gpu, "
+             "peak_tflops, memory_bandwidth_GBps, intra_node and inter_node "
+             "bus_bandwidth_GBps and latency_us); the flags below override "
+             "it"),
+    cl::value_desc("file"), cl::cat(planCategory));
+static cl::opt<int64_t> gpusPerNode("gpus-per-node",
+                                    cl::desc("GPUs a node (default 8)"),
+                                    cl::init(0), cl::cat(planCategory));
+static cl::opt<std::string> gpuMemory(
+    "gpu-memory", cl::desc("Memory a GPU (default 141GB, the H200's)"),
+    cl::value_desc("bytes"), cl::cat(planCategory));
+static cl::opt<double> peakTflops(
+    "peak-tflops",
+    cl::desc("Dense bf16 TFLOP/s a GPU (default 989, the H200's): the MFU's "
+             "denominator; kernel times scale by it"),
+    cl::init(0), cl::cat(planCategory));
+static cl::opt<double> gpuMemoryBandwidth(
+    "gpu-memory-bandwidth",
+    cl::desc("HBM GB/s a GPU (default 4800); memory-bound times scale by it"),
+    cl::init(0), cl::cat(planCategory));
+static cl::opt<double> intraNodeBandwidth(
+    "intra-node-bandwidth",
+    cl::desc("NCCL bus bandwidth within a node, GB/s (default 360, NVLink)"),
+    cl::init(0), cl::cat(planCategory));
+static cl::opt<double> intraNodeLatency(
+    "intra-node-latency",
+    cl::desc("A collective's latency within a node, us (default 8)"),
+    cl::init(0), cl::cat(planCategory));
+static cl::opt<double> interNodeBandwidth(
+    "inter-node-bandwidth",
+    cl::desc("NCCL bus bandwidth between nodes, GB/s a GPU (default 45: "
+             "400 Gb/s at 90%)"),
+    cl::init(0), cl::cat(planCategory));
+static cl::opt<double> interNodeLatency(
+    "inter-node-latency",
+    cl::desc("A collective's latency between nodes, us (default 25)"),
+    cl::init(0), cl::cat(planCategory));
+static cl::opt<int64_t> planTop("plan-top",
+                                cl::desc("Layouts --auto-parallel prints "
+                                         "(default 5)"),
+                                cl::init(5), cl::cat(planCategory));
+
+/// The cluster of --auto-parallel: the file's, then the flags given.
+static Expected<ClusterSpec> clusterFromFlags() {
+  ClusterSpec cluster;
+  if (!clusterPath.empty()) {
+    auto buffer = MemoryBuffer::getFile(clusterPath);
+    if (!buffer)
+      return createStringError("--cluster: cannot read '" + clusterPath +
+                               "': " + buffer.getError().message());
+    Expected<ClusterSpec> parsed =
+        ClusterSpec::parse((*buffer)->getBuffer(), clusterPath);
+    if (!parsed)
+      return parsed.takeError();
+    cluster = *parsed;
+  }
+  auto positive = [](auto &flag, auto &out, const char *name) -> Error {
+    if (!flag.getNumOccurrences())
+      return Error::success();
+    if (!(flag > 0))
+      return createStringError(formatv("--{0} is {1}; expected a number "
+                                       "above 0",
+                                       name, flag.getValue()));
+    out = flag;
+    return Error::success();
+  };
+  double intraBandwidth = cluster.intraNode.bytesPerUs / 1e3,
+         interBandwidth = cluster.interNode.bytesPerUs / 1e3;
+  if (Error error = positive(numGpus, cluster.numGpus, "num-gpus"))
+    return std::move(error);
+  if (Error error =
+          positive(gpusPerNode, cluster.gpusPerNode, "gpus-per-node"))
+    return std::move(error);
+  if (Error error = positive(peakTflops, cluster.peakTflops, "peak-tflops"))
+    return std::move(error);
+  if (Error error = positive(gpuMemoryBandwidth, cluster.memoryBandwidthGBps,
+                             "gpu-memory-bandwidth"))
+    return std::move(error);
+  if (Error error = positive(intraNodeBandwidth, intraBandwidth,
+                             "intra-node-bandwidth"))
+    return std::move(error);
+  if (Error error = positive(intraNodeLatency, cluster.intraNode.latencyUs,
+                             "intra-node-latency"))
+    return std::move(error);
+  if (Error error = positive(interNodeBandwidth, interBandwidth,
+                             "inter-node-bandwidth"))
+    return std::move(error);
+  if (Error error = positive(interNodeLatency, cluster.interNode.latencyUs,
+                             "inter-node-latency"))
+    return std::move(error);
+  cluster.intraNode.bytesPerUs = intraBandwidth * 1e3;
+  cluster.interNode.bytesPerUs = interBandwidth * 1e3;
+  if (gpuMemory.getNumOccurrences()) {
+    Expected<int64_t> bytes = parseByteSize(gpuMemory);
+    if (!bytes)
+      return createStringError("--gpu-memory: " +
+                               toString(bytes.takeError()));
+    cluster.memoryBytes = *bytes;
+  }
+  return cluster;
+}
+
 static cl::opt<bool> stripDebugInfo(
     "strip-debuginfo",
     cl::desc("Drop the front end's locations (\"layers.<i>\", ...) before "
@@ -162,26 +280,6 @@ static cl::opt<bool> stripDebugInfo(
              "IR and the reports stay the same (a check; "
              "test/Pipelines/strip-debuginfo.test)"),
     cl::init(false), cl::cat(compileCategory));
-
-/// The model file's recomputation keys as mt-recompute's policy.
-static mlir::mt::RecomputePolicy recomputePolicy(const RecomputeConfig &r) {
-  mlir::mt::RecomputePolicy policy;
-  switch (r.granularity) {
-  case RecomputeGranularity::None:
-    policy.granularity = mlir::mt::RecomputeGranularity::None;
-    break;
-  case RecomputeGranularity::Selective:
-    policy.granularity = mlir::mt::RecomputeGranularity::Selective;
-    break;
-  case RecomputeGranularity::Full:
-    policy.granularity = mlir::mt::RecomputeGranularity::Full;
-    break;
-  }
-  policy.method = r.method == "block" ? mlir::mt::RecomputeMethod::Block
-                                      : mlir::mt::RecomputeMethod::Uniform;
-  policy.numLayers = r.numLayers;
-  return policy;
-}
 
 static int fail(const Twine &message) {
   WithColor::error(errs(), "megatron-compile") << message << "\n";
@@ -284,7 +382,7 @@ int main(int argc, char **argv) {
 
   // --mlir-print-debuginfo and the other printing flags, for --emit mlir.
   mlir::registerAsmPrinterCLOptions();
-  cl::HideUnrelatedOptions({&compileCategory, &modelCategory});
+  cl::HideUnrelatedOptions({&compileCategory, &planCategory, &modelCategory});
   cl::ParseCommandLineOptions(
       argc, argv,
       "megatron-compile: compiles a model file (YAML, or a Hugging Face "
@@ -295,6 +393,15 @@ int main(int argc, char **argv) {
     return fail("--stop-after writes the IR at a pipeline boundary: give it "
                 "with --emit mlir and without --report");
   bool writesBundle = emit == EmitKind::None && report == ReportKind::None;
+  if (autoParallel) {
+    if (emit != EmitKind::None || report != ReportKind::None ||
+        memoryBudget.getNumOccurrences())
+      return fail("--auto-parallel prints its own report and chooses the "
+                  "recomputation: give it without --emit, --report and "
+                  "--memory-budget (with -o it writes the best layout's "
+                  "bundle)");
+    writesBundle = !outputPath.empty() && outputPath != "-";
+  }
   if (writesBundle && (outputPath.empty() || outputPath == "-"))
     return fail("give the bundle's file name with -o (e.g. -o model.mtb), or "
                 "print a stage with --emit mlir|plan or --report params");
@@ -337,6 +444,26 @@ int main(int argc, char **argv) {
     WithColor::warning(errs(), "megatron-compile") << d.str() << "\n";
     return mlir::success();
   });
+  if (autoParallel) {
+    Expected<ClusterSpec> cluster = clusterFromFlags();
+    if (!cluster)
+      return fail(toString(cluster.takeError()));
+    Expected<mlir::mt::CostModel> costModel =
+        mlir::mt::CostModel::load(costModelPath);
+    if (!costModel)
+      return fail("--cost-model: " + toString(costModel.takeError()));
+    PlannerOptions options;
+    options.top = std::max<int64_t>(1, planTop);
+    Expected<PlanResult> plan =
+        planLayouts(context, *config, *cluster, *costModel, options);
+    if (!plan)
+      return fail(toString(plan.takeError()));
+    printPlan(*config, *cluster, *plan, outs());
+    if (!writesBundle)
+      return 0;
+    plan->best.front().layout.applyTo(*config);
+    outs() << "\nwriting #1's bundle to " << outputPath << "\n";
+  }
   const ParallelConfig &parallel = config->parallel;
   const bool pipelined = parallel.pipelineModelParallelSize > 1;
   PipelinePlan plan;
@@ -432,7 +559,7 @@ int main(int argc, char **argv) {
                        const mlir::mt::RecomputePolicy &policy) {
       return compileUpTo(target, policy, PipelineBoundary::Precision);
     };
-    mlir::mt::RecomputePolicy policy = recomputePolicy(config->recompute);
+    mlir::mt::RecomputePolicy policy = recomputePolicyOf(config->recompute);
     if (memoryBudget.getNumOccurrences()) {
       auto origin = config->keyOrigins.find("recompute_granularity");
       if (origin != config->keyOrigins.end() &&

@@ -139,13 +139,14 @@ double CostModel::opMicroseconds(Operation *op) const {
       rate = gemmFlopsPerUs.lookup("f32");
     return launchUs + std::max(flops / rate, memoryUs);
   }
-  if (isa<AttentionOp, AttentionGradOp>(op)) {
+  if (isa<AttentionOp, AttentionGradOp, AttentionBlockOp,
+          AttentionBlockGradOp>(op)) {
     // [b, s, heads, d]: QK^T and PV, half of them under the causal mask.
     double keys = 0;
     if (auto k = dyn_cast<RankedTensorType>(op->getOperand(1).getType()))
       keys = k.getRank() > 1 ? double(k.getShape()[1]) : 0;
     double flops = 2.0 * elementsOf(op->getOperand(0)) * keys;
-    bool backward = isa<AttentionGradOp>(op);
+    bool backward = isa<AttentionGradOp, AttentionBlockGradOp>(op);
     double rate =
         backward ? attentionBackwardFlopsPerUs : attentionForwardFlopsPerUs;
     return launchUs + std::max((backward ? 2.5 : 1.0) * flops / rate,
@@ -171,6 +172,14 @@ CollectiveCost CostModel::collective(Operation *op) const {
     axes = scatter.getGridAxes();
     gridName = scatter.getGridAttr();
     cost.bytes = bytesOf(scatter.getInput().getType());
+  } else if (auto exchange = dyn_cast<shard::AllToAllOp>(op)) {
+    axes = exchange.getGridAxes();
+    gridName = exchange.getGridAttr();
+    cost.bytes = bytesOf(exchange.getInput().getType());
+  } else if (auto shift = dyn_cast<shard::ShiftOp>(op)) {
+    axes = shift.getGridAxes();
+    gridName = shift.getGridAttr();
+    cost.bytes = bytesOf(shift.getInput().getType());
   } else {
     return cost;
   }
@@ -197,8 +206,11 @@ CollectiveCost CostModel::collective(Operation *op) const {
   const LinkCost &link = cost.network ? network : nvlink;
   double n = double(cost.groupSize);
   // Ring algorithms: an all-reduce moves 2 (n - 1) / n of its buffer over
-  // each link, a gather or scatter (n - 1) / n of the whole tensor.
-  double factor = cost.kind == "all_reduce" ? 2.0 * (n - 1) / n : (n - 1) / n;
+  // each link, a gather, scatter or all-to-all (n - 1) / n of the whole
+  // tensor; a shift sends the whole buffer to one neighbour.
+  double factor = cost.kind == "all_reduce" ? 2.0 * (n - 1) / n
+                  : cost.kind == "shift"    ? 1.0
+                                            : (n - 1) / n;
   cost.us = link.latencyUs + factor * double(cost.bytes) / link.bytesPerUs;
   return cost;
 }

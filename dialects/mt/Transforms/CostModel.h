@@ -25,7 +25,8 @@ struct LinkCost {
 
 /// One collective's prediction.
 struct CollectiveCost {
-  llvm::StringRef kind;      // all_reduce, all_gather or reduce_scatter
+  llvm::StringRef kind;      // all_reduce, all_gather, reduce_scatter,
+                             // all_to_all or shift
   int64_t groupSize = 1;     // ranks in the collective
   int64_t bytes = 0;         // the rank's payload (the larger side)
   bool network = false;      // between nodes (else NVLink)
@@ -51,7 +52,7 @@ struct CostModel {
   /// declarations).
   double opMicroseconds(Operation *op) const;
   /// The prediction for a shard collective (all_reduce, all_gather,
-  /// reduce_scatter), from its grid's shape and its axes.
+  /// reduce_scatter, all_to_all, shift), from its grid's shape and its axes.
   CollectiveCost collective(Operation *op) const;
 };
 

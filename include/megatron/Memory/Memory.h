@@ -113,6 +113,9 @@ void printMemoryReport(mlir::ModuleOp module, const CompileConfig &config,
 /// the accepted forms.
 llvm::Expected<int64_t> parseByteSize(llvm::StringRef text);
 
+/// The model file's recomputation keys as mt-recompute's policy.
+mlir::mt::RecomputePolicy recomputePolicyOf(const RecomputeConfig &recompute);
+
 /// Compiles the model-level `module` (a clone per candidate) under each
 /// recomputation policy, from the least recompute (none, selective, full
 /// block 1..L) to full uniform, and returns the first whose estimated total
