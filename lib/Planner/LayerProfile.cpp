@@ -24,7 +24,8 @@ using namespace megatron;
 using namespace megatron::planner;
 
 bool planner::compileModel(MLIRContext &context, const CompileConfig &config,
-                           CompiledModel &out, std::string &error) {
+                           const CompileFlags &flags, CompiledModel &out,
+                           std::string &error) {
   // The candidates' diagnostics are the planner's to report, not the user's.
   ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diagnostic) {
     if (diagnostic.getSeverity() == DiagnosticSeverity::Error &&
@@ -54,6 +55,10 @@ bool planner::compileModel(MLIRContext &context, const CompileConfig &config,
   options.parallel = config.parallel;
   options.recompute = recomputePolicyOf(config.recompute);
   options.expertParallelSize = config.moe.expertModelParallelSize;
+  options.gemmEpilogues = flags.gemmEpilogues;
+  options.elementwiseKernels = flags.elementwiseKernels;
+  options.linearCrossEntropy = flags.linearCrossEntropy;
+  options.linearCrossEntropyChunkRows = flags.linearCrossEntropyChunkRows;
   PassManager pm(&context);
   buildCompilePipeline(pm, options);
   if (failed(pm.run(*out.module))) {
@@ -82,6 +87,8 @@ mt::CostModel planner::clusterCostModel(const mt::CostModel &base,
   model.gpusPerNode = cluster.gpusPerNode;
   model.nvlink = cluster.intraNode;
   model.network = cluster.interNode;
+  // Measured kernel times are the H200's: another GPU's scale by its peak.
+  model.calibrationScale = 989.0 / cluster.peakTflops;
   return model;
 }
 
@@ -130,7 +137,8 @@ static Measured measure(ModuleOp module, const CompileConfig &config,
 }
 
 bool planner::profileLayers(MLIRContext &context, const CompileConfig &base,
-                            const Layout &layout, int64_t period,
+                            const CompileFlags &flags, const Layout &layout,
+                            int64_t period,
                             const mt::CostModel &costModel,
                             const ClusterSpec &cluster, StepProfile &out,
                             std::string &error) {
@@ -154,7 +162,7 @@ bool planner::profileLayers(MLIRContext &context, const CompileConfig &base,
       return false;
     }
     CompiledModel compiled;
-    if (!compileModel(context, config, compiled, error))
+    if (!compileModel(context, config, flags, compiled, error))
       return false;
     measured[layers - 1] =
         measure(*compiled.module, config, clusterCostModel(costModel, cluster));

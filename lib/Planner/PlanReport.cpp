@@ -34,6 +34,25 @@ static std::string describe(const Layout &l) {
   return text;
 }
 
+void megatron::printPrediction(const CompileConfig &config,
+                               const ClusterSpec &cluster,
+                               const Prediction &p, llvm::raw_ostream &os) {
+  os << llvm::formatv("predicted step: {0}, {1} GPUs, {2}\n",
+                      config.model.name,
+                      p.layout.tp * p.layout.pp * p.layout.cp * p.layout.dp,
+                      describe(p.layout));
+  os << llvm::formatv(
+      "  step {0:F2} ms = makespan {1:F2} ms (kernels {2:F2}, collectives "
+      "and sends {3:F2}, bubble {4:F2}) + data-parallel exposed {5:F2} + "
+      "optimizer {6:F2}\n",
+      p.step * 1e3, (p.compute + p.layerCommunication + p.bubble) * 1e3,
+      p.compute * 1e3, p.layerCommunication * 1e3, p.bubble * 1e3,
+      p.exposedDataParallel * 1e3, p.optimizer * 1e3);
+  os << llvm::formatv("  MFU {0:F1}%, memory {1} on the fullest rank (the "
+                      "bundle's plan, with the CUDA context)\n",
+                      p.mfu * 100, formatBytes(double(p.memoryBytes)));
+}
+
 void megatron::printPlan(const CompileConfig &base, const ClusterSpec &cluster,
                          const PlanResult &result, llvm::raw_ostream &os) {
   const ModelConfig &m = base.model;

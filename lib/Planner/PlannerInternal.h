@@ -24,7 +24,8 @@ struct CompiledModel {
 /// Compiles `config` (validated by the caller). On failure returns false
 /// with the diagnostics' first error in `error`.
 bool compileModel(mlir::MLIRContext &context, const CompileConfig &config,
-                  CompiledModel &out, std::string &error);
+                  const CompileFlags &flags, CompiledModel &out,
+                  std::string &error);
 
 /// What one micro-batch of a layout costs, split into a transformer layer
 /// (the difference of a two- and a one-layer compile of the same shapes and
@@ -53,7 +54,8 @@ struct StepProfile {
 /// MoE layers repeat every `period`), no pipeline, and the data-parallel
 /// ranks the expert-parallel split needs.
 bool profileLayers(mlir::MLIRContext &context, const CompileConfig &base,
-                   const Layout &layout, int64_t period,
+                   const CompileFlags &flags, const Layout &layout,
+                   int64_t period,
                    const mlir::mt::CostModel &costModel,
                    const ClusterSpec &cluster, StepProfile &out,
                    std::string &error);

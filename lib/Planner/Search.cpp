@@ -67,8 +67,10 @@ public:
         rawCostModel(costModel), options(options) {}
 
   llvm::Expected<PlanResult> run();
+  llvm::Expected<Prediction> predictOne(const Layout &layout);
 
 private:
+  llvm::Error prepare();
   std::vector<Layout> enumerate() const;
   std::optional<StepProfile> profile(const Layout &layout);
   const StepProfile *compiledProfile(const Layout &layout, int64_t microBatch);
@@ -185,8 +187,8 @@ const StepProfile *Planner::compiledProfile(const Layout &layout,
     StepProfile p;
     std::string error;
     result.layerCompiles += 2;
-    if (profileLayers(context, base, compiled, period, rawCostModel, cluster,
-                      p, error))
+    if (profileLayers(context, base, options.compile, compiled, period,
+                      rawCostModel, cluster, p, error))
       it->second = p;
     else
       refuse(error);
@@ -344,7 +346,7 @@ int64_t Planner::exactMemory(const Layout &layout, std::string &error) {
   layout.applyTo(config);
   CompiledModel compiled;
   ++result.wholeCompiles;
-  if (!compileModel(context, config, compiled, error))
+  if (!compileModel(context, config, options.compile, compiled, error))
     return -1;
   int64_t fullest = 0;
   if (compiled.pipelined) {
@@ -359,7 +361,7 @@ int64_t Planner::exactMemory(const Layout &layout, std::string &error) {
   return fullest + kMeasuredCudaContextBytes;
 }
 
-llvm::Expected<PlanResult> Planner::run() {
+llvm::Error Planner::prepare() {
   const ModelConfig &m = base.model;
   if (base.batch.globalBatchSize <= 0)
     return llvm::createStringError(
@@ -398,7 +400,37 @@ llvm::Expected<PlanResult> Planner::run() {
     flopsPerToken =
         6.0 * parameters + 12.0 * m.numLayers * m.hiddenSize * m.seqLength;
   }
+  return llvm::Error::success();
+}
 
+llvm::Expected<Prediction> Planner::predictOne(const Layout &layout) {
+  if (llvm::Error error = prepare())
+    return std::move(error);
+  CompileConfig config = base;
+  layout.applyTo(config);
+  if (llvm::Error invalid = validateCompileConfig(config))
+    return std::move(invalid);
+  std::string error;
+  std::optional<StepProfile> p = profile(layout);
+  if (!p)
+    return llvm::createStringError(
+        "--report step: the layout's layers do not compile: " +
+        (result.refusals.empty() ? std::string("?") : result.refusals.front()));
+  std::optional<Prediction> prediction = predict(layout, *p);
+  if (!prediction)
+    return llvm::createStringError(
+        "--report step: the pipeline schedule does not apply");
+  int64_t bytes = exactMemory(layout, error);
+  if (bytes < 0)
+    return llvm::createStringError("--report step: " + error);
+  prediction->memoryBytes = bytes;
+  prediction->memoryExact = true;
+  return *prediction;
+}
+
+llvm::Expected<PlanResult> Planner::run() {
+  if (llvm::Error error = prepare())
+    return std::move(error);
   std::vector<Layout> layouts = enumerate();
   result.layouts = static_cast<int64_t>(layouts.size());
   std::vector<Prediction> predicted;
@@ -535,4 +567,49 @@ llvm::Expected<PlanResult> megatron::planLayouts(
     return std::move(invalid);
   Planner planner(context, base, cluster, costModel, options);
   return planner.run();
+}
+
+llvm::Expected<Prediction>
+megatron::predictLayout(MLIRContext &context, const CompileConfig &config,
+                        const ClusterSpec &cluster,
+                        const mt::CostModel &costModel,
+                        const CompileFlags &flags) {
+  const ParallelConfig &p = config.parallel;
+  if (config.recompute.granularity == RecomputeGranularity::Full &&
+      (config.recompute.method != "uniform" || config.recompute.numLayers != 1))
+    return llvm::createStringError(
+        "--report step models full recomputation of every layer alone "
+        "(recompute_method uniform, recompute_num_layers 1), not "
+        "recompute_method " + config.recompute.method);
+  if (p.decoderFirstPipelineNumLayers || p.decoderLastPipelineNumLayers ||
+      p.numLayersPerVirtualPipelineStage)
+    return llvm::createStringError(
+        "--report step models even pipeline stages: remove "
+        "decoder_first/last_pipeline_num_layers and "
+        "num_layers_per_virtual_pipeline_stage");
+  if (p.tpCommOverlap || p.overlapParamGather)
+    return llvm::createStringError(
+        "--report step does not model tp_comm_overlap or "
+        "overlap_param_gather yet");
+  Layout layout;
+  layout.tp = p.tensorModelParallelSize;
+  layout.sequenceParallel = p.sequenceParallel;
+  layout.pp = p.pipelineModelParallelSize;
+  layout.vp = std::max<int64_t>(1, p.virtualPipelineModelParallelSize);
+  layout.cp = p.contextParallelSize;
+  layout.dp = p.dataParallelSize;
+  layout.ep = config.moe.expertModelParallelSize;
+  layout.distributedOptimizer = p.useDistributedOptimizer;
+  layout.recompute = config.recompute.granularity;
+  layout.microBatch = config.batch.microBatchSize;
+  ClusterSpec sized = cluster;
+  sized.numGpus = p.worldSize();
+  if (llvm::Error invalid = sized.validate())
+    return std::move(invalid);
+  CompileConfig base = config;
+  base.batch.globalBatchSize = config.globalBatchSize();
+  PlannerOptions options;
+  options.compile = flags;
+  Planner planner(context, base, sized, costModel, options);
+  return planner.predictOne(layout);
 }

@@ -133,7 +133,8 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   mtrt::cuda::ContextOptions device;
   device.tf32 = enabled("MTRT_CUDA_TF32");
   device.syncEachInstruction = enabled("MTRT_CUDA_SYNC");
-  device.profile = enabled("MTRT_CUDA_PROFILE");
+  device.profileInstructions = enabled("MTRT_CUDA_PROFILE_INSTRUCTIONS");
+  device.profile = enabled("MTRT_CUDA_PROFILE") || device.profileInstructions;
   device.deterministicAttention = enabled("MTRT_CUDA_DETERMINISTIC_ATTENTION");
   auto disabled = [](const char *name) {
     const char *value = std::getenv(name);

@@ -68,7 +68,15 @@ static cl::opt<EmitKind> emit(
                           "function's instruction stream")),
     cl::init(EmitKind::None), cl::cat(compileCategory));
 
-enum class ReportKind { None, Params, Collectives, Memory, Schedule, Overlap };
+enum class ReportKind {
+  None,
+  Params,
+  Collectives,
+  Memory,
+  Schedule,
+  Overlap,
+  Step
+};
 static cl::opt<ReportKind> report(
     "report", cl::desc("Print a table about the compiled model"),
     cl::values(clEnumValN(ReportKind::Params, "params",
@@ -87,7 +95,13 @@ static cl::opt<ReportKind> report(
                           "per rank and step: each collective's predicted "
                           "time, the part hidden behind computation and "
                           "behind what, and the exposed total (implies "
-                          "--overlap-collectives)")),
+                          "--overlap-collectives)"),
+               clEnumValN(ReportKind::Step, "step",
+                          "the planner's predicted step for this layout: "
+                          "kernels, collectives, bubble, data-parallel "
+                          "exposure, optimizer, MFU and memory "
+                          "(docs/Planner.md; cluster flags as "
+                          "--auto-parallel's)")),
     cl::init(ReportKind::None), cl::cat(compileCategory));
 
 static cl::opt<bool> overlapCollectives(
@@ -208,6 +222,13 @@ static cl::opt<double> interNodeLatency(
     "inter-node-latency",
     cl::desc("A collective's latency between nodes, us (default 25)"),
     cl::init(0), cl::cat(planCategory));
+static cl::opt<std::string> calibrationPath(
+    "calibration",
+    cl::desc("Kernel times measured on the GPU that the planner predicts "
+             "with (JSON written by bench/make-calibration.py; default: "
+             "data/calibration-h200.json, built in; 'none': the cost "
+             "model's throughputs alone)"),
+    cl::value_desc("file"), cl::cat(planCategory));
 static cl::opt<int64_t> planTop("plan-top",
                                 cl::desc("Layouts --auto-parallel prints "
                                          "(default 5)"),
@@ -271,6 +292,47 @@ static Expected<ClusterSpec> clusterFromFlags() {
     cluster.memoryBytes = *bytes;
   }
   return cluster;
+}
+
+/// The planner's cost model: --cost-model's figures with the calibration's
+/// measured kernel times.
+static Expected<mlir::mt::CostModel> plannerCostModel(raw_ostream &os) {
+  Expected<mlir::mt::CostModel> model =
+      mlir::mt::CostModel::load(costModelPath);
+  if (!model)
+    return createStringError("--cost-model: " + toString(model.takeError()));
+  if (calibrationPath == "none") {
+    os << "kernel times: the cost model's throughputs (--calibration none)\n";
+    return model;
+  }
+  if (calibrationPath.empty() && !mlir::mt::Calibration::hasBuiltin()) {
+    os << "kernel times: the cost model's throughputs (no calibration was "
+          "built in)\n";
+    return model;
+  }
+  Expected<mlir::mt::Calibration> calibration =
+      mlir::mt::Calibration::load(calibrationPath);
+  if (!calibration)
+    return createStringError("--calibration: " +
+                             toString(calibration.takeError()));
+  os << formatv("kernel times: measured on the {0} ({1} kernels, {2})\n",
+                calibration->deviceName, calibration->microseconds.size(),
+                calibrationPath.empty()
+                    ? std::string("data/calibration-h200.json")
+                    : calibrationPath.getValue());
+  model->calibration =
+      std::make_shared<mlir::mt::Calibration>(std::move(*calibration));
+  return model;
+}
+
+/// The pass options of the flags, for the planner's compiles.
+static CompileFlags compileFlags() {
+  CompileFlags flags;
+  flags.gemmEpilogues = fuseGemmEpilogues;
+  flags.elementwiseKernels = fuseKernels;
+  flags.linearCrossEntropy = fuseLinearCrossEntropy;
+  flags.linearCrossEntropyChunkRows = linearCrossEntropyChunkRows;
+  return flags;
 }
 
 static cl::opt<bool> stripDebugInfo(
@@ -448,11 +510,11 @@ int main(int argc, char **argv) {
     Expected<ClusterSpec> cluster = clusterFromFlags();
     if (!cluster)
       return fail(toString(cluster.takeError()));
-    Expected<mlir::mt::CostModel> costModel =
-        mlir::mt::CostModel::load(costModelPath);
+    Expected<mlir::mt::CostModel> costModel = plannerCostModel(outs());
     if (!costModel)
-      return fail("--cost-model: " + toString(costModel.takeError()));
+      return fail(toString(costModel.takeError()));
     PlannerOptions options;
+    options.compile = compileFlags();
     options.top = std::max<int64_t>(1, planTop);
     Expected<PlanResult> plan =
         planLayouts(context, *config, *cluster, *costModel, options);
@@ -463,6 +525,25 @@ int main(int argc, char **argv) {
       return 0;
     plan->best.front().layout.applyTo(*config);
     outs() << "\nwriting #1's bundle to " << outputPath << "\n";
+  }
+  // --report step's text, printed with the other reports below.
+  std::string stepReport;
+  if (report == ReportKind::Step) {
+    Expected<ClusterSpec> cluster = clusterFromFlags();
+    if (!cluster)
+      return fail(toString(cluster.takeError()));
+    std::string header;
+    raw_string_ostream headerStream(header);
+    Expected<mlir::mt::CostModel> costModel = plannerCostModel(headerStream);
+    if (!costModel)
+      return fail(toString(costModel.takeError()));
+    Expected<Prediction> prediction =
+        predictLayout(context, *config, *cluster, *costModel, compileFlags());
+    if (!prediction)
+      return fail(toString(prediction.takeError()));
+    raw_string_ostream step(stepReport);
+    step << header;
+    printPrediction(*config, *cluster, *prediction, step);
   }
   const ParallelConfig &parallel = config->parallel;
   const bool pipelined = parallel.pipelineModelParallelSize > 1;
@@ -517,6 +598,7 @@ int main(int argc, char **argv) {
 
   std::string text;
   llvm::raw_string_ostream os(text);
+  os << stepReport;
   if (report == ReportKind::Params) {
     mlir::mt::printParameterTable(*module, os);
     if (config->model.fromHuggingFace)

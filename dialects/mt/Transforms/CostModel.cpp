@@ -99,6 +99,161 @@ llvm::Expected<CostModel> CostModel::load(llvm::StringRef path) {
   return parse((*buffer)->getBuffer(), path);
 }
 
+namespace {
+/// "8x2048x2048xbf16": its element count and element type.
+struct ParsedType {
+  double elements = 1;
+  int64_t bytes = 0;
+  llvm::StringRef element;
+};
+ParsedType parseType(llvm::StringRef text) {
+  ParsedType parsed;
+  llvm::SmallVector<llvm::StringRef> parts;
+  text.split(parts, 'x');
+  parsed.element = parts.back();
+  for (llvm::StringRef dim : llvm::ArrayRef(parts).drop_back()) {
+    int64_t n = 0;
+    if (!dim.getAsInteger(10, n))
+      parsed.elements *= double(n);
+  }
+  int64_t width = parsed.element.starts_with("f8")    ? 1
+                  : parsed.element.ends_with("64")    ? 8
+                  : parsed.element.ends_with("16")    ? 2
+                  : parsed.element == "i1"            ? 1
+                                                      : 4;
+  parsed.bytes = static_cast<int64_t>(parsed.elements) * width;
+  return parsed;
+}
+std::vector<ParsedType> parseTypes(llvm::StringRef text) {
+  std::vector<ParsedType> out;
+  llvm::SmallVector<llvm::StringRef> parts;
+  text.trim().split(parts, ',', -1, false);
+  for (llvm::StringRef part : parts)
+    out.push_back(parseType(part.trim()));
+  return out;
+}
+bool isGemmName(llvm::StringRef op) {
+  return op == "linear" || op == "linear_gelu" || op == "linear_gelu_grad" ||
+         op == "linear_weight_grad" || op == "linear_weight_bias_grad" ||
+         op == "matmul";
+}
+bool isAttentionName(llvm::StringRef op) {
+  return op == "attention" || op == "attention_grad" ||
+         op == "attention_block" || op == "attention_block_grad";
+}
+/// FLOPs of a GEMM or attention op from its operands' and first result's
+/// element counts (and, for attention, the keys: dimension 1 of operand 1).
+double flopsOf(llvm::StringRef op, double a, double b, double c,
+               double keys) {
+  if (isGemmName(op))
+    return 2.0 * std::sqrt(a * b * c);
+  double flops = 2.0 * a * keys;
+  return op.ends_with("_grad") ? 2.5 * flops : flops;
+}
+} // namespace
+
+llvm::Expected<Calibration> Calibration::parse(llvm::StringRef json,
+                                               llvm::StringRef source) {
+  llvm::Expected<llvm::json::Value> value = llvm::json::parse(json);
+  if (!value)
+    return llvm::createStringError(source + ": " +
+                                   llvm::toString(value.takeError()));
+  const llvm::json::Object *root = value->getAsObject();
+  const llvm::json::Array *ops = root ? root->getArray("ops") : nullptr;
+  if (!ops || ops->empty())
+    return llvm::createStringError(
+        source + ": a calibration is an object with a non-empty 'ops' array "
+                 "(bench/make-calibration.py writes one)");
+  Calibration calibration;
+  if (std::optional<llvm::StringRef> name = root->getString("device"))
+    calibration.deviceName = name->str();
+  for (const llvm::json::Value &entry : *ops) {
+    const llvm::json::Object *op = entry.getAsObject();
+    std::optional<llvm::StringRef> name =
+        op ? op->getString("op") : std::nullopt;
+    std::optional<llvm::StringRef> operands =
+        op ? op->getString("operands") : std::nullopt;
+    std::optional<llvm::StringRef> results =
+        op ? op->getString("results") : std::nullopt;
+    std::optional<double> us = op ? op->getNumber("us") : std::nullopt;
+    if (!name || !operands || !results || !us || !(*us > 0))
+      return llvm::createStringError(llvm::formatv(
+          "{0}: ops[{1}] needs 'op', 'operands', 'results' (strings) and "
+          "'us' (above 0)",
+          source, &entry - &*ops->begin()));
+    calibration.microseconds[(*name + " " + *operands + " -> " + *results)
+                                 .str()] = *us;
+    std::vector<ParsedType> in = parseTypes(*operands),
+                            out = parseTypes(*results);
+    if ((isGemmName(*name) || isAttentionName(*name)) && in.size() >= 2 &&
+        !out.empty()) {
+      double keys = 0;
+      llvm::SmallVector<llvm::StringRef> dims;
+      operands->split(',').second.split(dims, 'x');
+      if (dims.size() > 2)
+        dims[1].getAsDouble(keys);
+      double flops = flopsOf(*name, in[0].elements, in[1].elements,
+                             out[0].elements, keys);
+      calibration.flopRates[(*name + " " + in[0].element).str()].push_back(
+          {flops, *us});
+      continue;
+    }
+    double bytes = 0;
+    for (const ParsedType &t : in)
+      bytes += double(t.bytes);
+    for (const ParsedType &t : out)
+      bytes += double(t.bytes);
+    Rate &rate = calibration.byteRates[*name];
+    rate.flops += bytes;
+    rate.us += *us;
+  }
+  for (auto &entry : calibration.flopRates)
+    llvm::sort(entry.second,
+               [](const Rate &a, const Rate &b) { return a.flops < b.flops; });
+  return calibration;
+}
+
+bool Calibration::hasBuiltin() { return kBuiltinCalibration[0] != 0; }
+
+llvm::Expected<Calibration> Calibration::load(llvm::StringRef path) {
+  if (path.empty())
+    return parse(kBuiltinCalibration, "data/calibration-h200.json (built in)");
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return llvm::createStringError("cannot read the calibration '" + path +
+                                   "': " + buffer.getError().message());
+  return parse((*buffer)->getBuffer(), path);
+}
+
+/// The op's key in a calibration: its name and its operand and result types
+/// as megatron-train prints them.
+static std::string calibrationKey(Operation *op) {
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << op->getName().stripDialect() << " ";
+  auto print = [&](TypeRange types) {
+    bool first = true;
+    for (Type type : types) {
+      if (!first)
+        os << ",";
+      first = false;
+      auto tensor = dyn_cast<RankedTensorType>(type);
+      if (!tensor) {
+        os << type;
+        continue;
+      }
+      for (int64_t d : tensor.getShape())
+        os << d << "x";
+      os << tensor.getElementType();
+    }
+  };
+  print(op->getOperandTypes());
+  os << " -> ";
+  print(op->getResultTypes());
+  return key;
+}
+
 static int64_t bytesOf(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor || !tensor.getElementType().isIntOrFloat())
@@ -121,6 +276,11 @@ double CostModel::opMicroseconds(Operation *op) const {
     bytes += bytesOf(operand.getType());
   for (Value result : op->getResults())
     bytes += bytesOf(result.getType());
+  if (calibration) {
+    std::optional<double> us = calibratedMicroseconds(op, double(bytes));
+    if (us)
+      return *us * calibrationScale;
+  }
   double memoryUs = double(bytes) / memoryBytesPerUs;
   // GEMMs: C = A x B with |A| |B| |C| = (M N K)^2 for the two operands and
   // the result of a linear layer, its data gradient or its weight gradient.
@@ -153,6 +313,51 @@ double CostModel::opMicroseconds(Operation *op) const {
                                memoryUs);
   }
   return launchUs + memoryUs;
+}
+
+std::optional<double> CostModel::calibratedMicroseconds(Operation *op,
+                                                        double bytes) const {
+  const Calibration &c = *calibration;
+  std::string key = calibrationKey(op);
+  auto exact = c.microseconds.find(key);
+  if (exact != c.microseconds.end())
+    return exact->second;
+  llvm::StringRef name = op->getName().stripDialect();
+  if ((isGemmName(name) || isAttentionName(name)) &&
+      op->getNumOperands() >= 2 && op->getNumResults() >= 1) {
+    auto a = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    if (!a)
+      return std::nullopt;
+    std::string element;
+    llvm::raw_string_ostream os(element);
+    os << a.getElementType();
+    auto rates = c.flopRates.find((name + " " + element).str());
+    if (rates == c.flopRates.end() || rates->second.empty())
+      return std::nullopt;
+    double keys = 0;
+    if (auto k = dyn_cast<RankedTensorType>(op->getOperand(1).getType()))
+      keys = k.getRank() > 1 ? double(k.getShape()[1]) : 0;
+    double flops =
+        flopsOf(name, elementsOf(op->getOperand(0)),
+                elementsOf(op->getOperand(1)), elementsOf(op->getResult(0)),
+                keys);
+    // The measured instruction nearest in FLOPs (on a log scale) gives the
+    // throughput.
+    const Calibration::Rate *nearest = nullptr;
+    double distance = 0;
+    for (const Calibration::Rate &rate : rates->second) {
+      double d = std::abs(std::log((rate.flops + 1) / (flops + 1)));
+      if (!nearest || d < distance) {
+        nearest = &rate;
+        distance = d;
+      }
+    }
+    return flops / (nearest->flops / nearest->us);
+  }
+  auto rate = c.byteRates.find(name);
+  if (rate == c.byteRates.end() || rate->second.us <= 0)
+    return std::nullopt;
+  return bytes / (rate->second.flops / rate->second.us);
 }
 
 CollectiveCost CostModel::collective(Operation *op) const {

@@ -13,7 +13,10 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
 
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace mlir::mt {
 
@@ -33,6 +36,35 @@ struct CollectiveCost {
   double us = 0;
 };
 
+/// Kernel times measured on a GPU (data/calibration-h200.json, written by
+/// bench/make-calibration.py from megatron-train's
+/// MTRT_CUDA_PROFILE_INSTRUCTIONS=1 lines; docs/Planner.md): an op whose
+/// name and operand and result types were measured takes the measured
+/// time; another GEMM or attention op takes its FLOPs at the throughput of
+/// the measured one of the same op and element type nearest in FLOPs, and
+/// another op its bytes at the bandwidth measured for its kind.
+struct Calibration {
+  std::string deviceName;
+  /// "linear 8x2048x2048xbf16,2048x6144xbf16 -> 8x2048x6144xbf16": us.
+  llvm::StringMap<double> microseconds;
+  struct Rate {
+    double flops = 0, us = 0;
+  };
+  /// By "op element-type" (e.g. "linear bf16"): each measured GEMM or
+  /// attention instruction's FLOPs and time, in FLOPs order.
+  llvm::StringMap<std::vector<Rate>> flopRates;
+  /// By op name: the measured instructions' bytes and time, summed.
+  llvm::StringMap<Rate> byteRates;
+
+  static llvm::Expected<Calibration> parse(llvm::StringRef json,
+                                           llvm::StringRef source);
+  /// `path`'s calibration, or the built-in data/calibration-h200.json if
+  /// empty.
+  static llvm::Expected<Calibration> load(llvm::StringRef path);
+  /// Whether the compiler was built with a data/calibration-h200.json.
+  static bool hasBuiltin();
+};
+
 struct CostModel {
   std::string deviceName;
   double launchUs = 0;
@@ -41,6 +73,10 @@ struct CostModel {
   double attentionForwardFlopsPerUs = 0, attentionBackwardFlopsPerUs = 0;
   int64_t gpusPerNode = 1;
   LinkCost nvlink, network;
+  /// Measured kernel times, when given (the planner's); scaled by
+  /// `calibrationScale` (the planned GPU's peak over the measured one's).
+  std::shared_ptr<const Calibration> calibration;
+  double calibrationScale = 1.0;
 
   /// Reads the JSON text of a cost model; errors name the key and the file.
   static llvm::Expected<CostModel> parse(llvm::StringRef json,
@@ -51,6 +87,10 @@ struct CostModel {
   /// The predicted time of one op on one rank (0 for views and
   /// declarations).
   double opMicroseconds(Operation *op) const;
+  /// The calibration's time for `op` (of `bytes` operands and results), or
+  /// nothing when it measured nothing like it.
+  std::optional<double> calibratedMicroseconds(Operation *op,
+                                               double bytes) const;
   /// The prediction for a shard collective (all_reduce, all_gather,
   /// reduce_scatter, all_to_all, shift), from its grid's shape and its axes.
   CollectiveCost collective(Operation *op) const;

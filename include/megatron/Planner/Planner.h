@@ -119,7 +119,17 @@ struct PlanResult {
   std::vector<std::string> refusals;
 };
 
+/// megatron-compile's pass options the layouts are compiled with (the
+/// bundle's: --fuse-kernels, --fuse-linear-cross-entropy, ...).
+struct CompileFlags {
+  bool gemmEpilogues = true;
+  bool elementwiseKernels = false;
+  bool linearCrossEntropy = false;
+  int64_t linearCrossEntropyChunkRows = 0;
+};
+
 struct PlannerOptions {
+  CompileFlags compile;
   int64_t top = 5;
   /// Whole-model compiles allowed before the search gives up finding
   /// `top` layouts that fit.
@@ -135,6 +145,20 @@ llvm::Expected<PlanResult> planLayouts(mlir::MLIRContext &context,
                                        const ClusterSpec &cluster,
                                        const mlir::mt::CostModel &costModel,
                                        const PlannerOptions &options = {});
+
+/// The planner's prediction for `config`'s own layout (`--report step`):
+/// its step, and its memory compiled whole. Fails when the compiler refuses
+/// the layout or the planner cannot model it (block recomputation, uneven
+/// pipeline stages).
+llvm::Expected<Prediction> predictLayout(mlir::MLIRContext &context,
+                                         const CompileConfig &config,
+                                         const ClusterSpec &cluster,
+                                         const mlir::mt::CostModel &costModel,
+                                         const CompileFlags &flags = {});
+
+/// Prints `--report step`.
+void printPrediction(const CompileConfig &config, const ClusterSpec &cluster,
+                     const Prediction &prediction, llvm::raw_ostream &os);
 
 /// The `--auto-parallel` report: the cluster, the top layouts with their
 /// predicted step, MFU, memory and flags, and why each other family lost.

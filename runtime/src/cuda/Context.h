@@ -27,6 +27,10 @@ struct ContextOptions {
   /// Time every instruction with CUDA events; executors then report the
   /// time per op (Executor::profile).
   bool profile = false;
+  /// With profile: also each instruction's time, by op and operand and
+  /// result types, as `calibration:` lines (Executor::profile; the
+  /// planner's calibration, docs/Planner.md).
+  bool profileInstructions = false;
   /// Time cuBLASLt's proposed algorithms at a GEMM's first run and keep the
   /// fastest (Gemm); off: the heuristic's first, deterministic.
   bool gemmTuning = true;

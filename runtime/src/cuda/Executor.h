@@ -246,6 +246,10 @@ public:
   /// not the step's), one line per op, slowest first, after the run's wall
   /// time on the host; empty otherwise.
   std::string profile() const;
+  /// With ContextOptions::profileInstructions: each distinct instruction's
+  /// (op, operand and result types) microseconds a run, as `calibration:`
+  /// lines (bench/make-calibration.py reads them).
+  std::string instructionProfile() const;
 
   /// With ContextOptions::cudaGraphs: how the runs went ("train_step: CUDA
   /// graph of N nodes, K kernels updated per step, replayed in R of T
@@ -547,6 +551,8 @@ private:
   std::vector<cudaEvent_t> events_;
   std::vector<double> opMilliseconds_;
   std::vector<int64_t> opCounts_;
+  /// By instruction position (ContextOptions::profileInstructions).
+  std::vector<double> instructionMilliseconds_;
   int64_t profiledRuns_ = 0;
   /// Host wall-clock milliseconds of the profiled runs (inputs up to outputs
   /// back).
