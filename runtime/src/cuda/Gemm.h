@@ -171,6 +171,10 @@ private:
     /// An accumulating product with a bias-gradient epilogue that cuBLASLt
     /// refused to run with beta = 1: written into the scratch, then added.
     bool accumulateRefused = false;
+    /// A bias-gradient product that timed faster as the plain product (this
+    /// plan, the same key without the epilogue) and the column-sum kernel
+    /// after it than with cuBLASLt's BGRADA/BGRADB epilogue.
+    const Plan *plain = nullptr;
   };
   /// Builds the plan for `key` into `plan`; false when cuBLASLt has no
   /// algorithm for it. Throws Error for a failed call.
@@ -178,13 +182,16 @@ private:
   /// After a plain product: the bias and the epilogue's work by kernels.
   void finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
                        bool transA, const float *b, bool transB, float *c,
-                       const float *bias, const GemmEpilogue &epilogue,
-                       const std::string &what);
+                       const float *bias, Bf16Operands operands,
+                       const GemmEpilogue &epilogue, const std::string &what);
   Plan &plan(const Key &key);
   /// Times the plan's candidates through `launch` (one product with the
   /// given algorithm) and keeps the fastest as p.algo.
   template <typename Launch>
   void tune(Plan &p, const std::string &what, Launch &&launch);
+  /// Milliseconds a run of `body` (which enqueues work on the stream),
+  /// over a few runs between CUDA events.
+  template <typename Body> float timeRuns(const std::string &what, Body &&body);
 
   cudaStream_t stream_;
   bool tf32_;
