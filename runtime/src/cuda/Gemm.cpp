@@ -339,8 +339,8 @@ void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
         MTRT_CUBLAS_CHECK(launch(candidates[i]), what);
       continue;
     }
-    float ms = timeRuns(
-        what, [&] { MTRT_CUBLAS_CHECK(launch(candidates[i]), what); });
+    float ms =
+        timeRuns(what, [&] { MTRT_CUBLAS_CHECK(launch(candidates[i]), what); });
     if (i == 0)
       first = ms;
     if (best < 0 || ms < best) {
@@ -624,9 +624,8 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     tuningChoices_.push_back(what + " " + epilogueName(wanted) + line);
   }
   cublasStatus_t status = p.accumulateRefused ? CUBLAS_STATUS_NOT_SUPPORTED
-                          : p.plain           ? launchPlan(*p.plain,
-                                                           p.plain->algo)
-                                              : launch(p.algo);
+                          : p.plain ? launchPlan(*p.plain, p.plain->algo)
+                                    : launch(p.algo);
   if (status != CUBLAS_STATUS_SUCCESS && accumulate && biasGradOnly &&
       !byKernel && epilogue.tuningScratch) {
     // cuBLASLt refused beta = 1 with the bias-gradient epilogue: the

@@ -437,7 +437,8 @@ TEST_F(CudaWeightsTest, TunedAccumulatingGemmAddsOnce) {
 /// fp32 operand pointers are null: the bias gradient reads the bf16 ones.
 TEST_F(CudaWeightsTest, TunedBiasGradientProductMatchesTheHost) {
   int64_t rows = 2048, in = 256, out = 384;
-  host::Tensor a = randomTensor({rows, in}, 7), b = randomTensor({rows, out}, 8);
+  host::Tensor a = randomTensor({rows, in}, 7),
+               b = randomTensor({rows, out}, 8);
   auto rounded = [](const host::Tensor &t) {
     std::vector<__nv_bfloat16> values(static_cast<size_t>(t.numElements()));
     for (int64_t i = 0; i < t.numElements(); ++i)
@@ -449,13 +450,14 @@ TEST_F(CudaWeightsTest, TunedBiasGradientProductMatchesTheHost) {
       db(sizeof(__nv_bfloat16) * hb.size(), "B"),
       dc(sizeof(float) * in * out, "C"), dbias(sizeof(float) * out, "bias"),
       scratch(cuda::columnSumScratchBytes(rows, out), "scratch");
-  MTRT_CUDA_CHECK(cudaMemcpy(da.data(), ha.data(), da.size(),
-                             cudaMemcpyHostToDevice),
-                  "uploading");
-  MTRT_CUDA_CHECK(cudaMemcpy(db.data(), hb.data(), db.size(),
-                             cudaMemcpyHostToDevice),
-                  "uploading");
-  host::Tensor cReference(DType::F32, {in, out}), biasReference(DType::F32, {out});
+  MTRT_CUDA_CHECK(
+      cudaMemcpy(da.data(), ha.data(), da.size(), cudaMemcpyHostToDevice),
+      "uploading");
+  MTRT_CUDA_CHECK(
+      cudaMemcpy(db.data(), hb.data(), db.size(), cudaMemcpyHostToDevice),
+      "uploading");
+  host::Tensor cReference(DType::F32, {in, out}),
+      biasReference(DType::F32, {out});
   for (int64_t j = 0; j < out; ++j) {
     double sum = 0;
     for (int64_t r = 0; r < rows; ++r)

@@ -371,9 +371,9 @@ __global__ void __launch_bounds__(kRowThreads)
     storeElement(row + v, gradient(toFloat(row[v]), v));
   int64_t stride = static_cast<int64_t>(blockDim.x) * kChunk;
   int64_t first = split.head + threadIdx.x * kChunk;
-  int64_t last =
-      first < split.body ? first + (split.body - 1 - first) / stride * stride
-                         : first - stride;
+  int64_t last = first < split.body
+                     ? first + (split.body - 1 - first) / stride * stride
+                     : first - stride;
   for (int64_t v = last; v >= first; v -= stride) {
     float a[kChunk];
     loadChunk(row + v, a);
