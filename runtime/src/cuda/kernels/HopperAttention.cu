@@ -1012,29 +1012,19 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i)
       s[i] = dp[i] = 0.f;
-    // Causal, every key of this consumer past every query of the step (the
-    // second consumer's 64 keys at the diagonal's first query tile): P^T
-    // and dS^T are zero, so the four products are skipped (they would add
-    // zeros), and the tensor cores are the other consumer's meanwhile. The
-    // zero dS^T still goes to the scores tile for dQ's share.
-    bool idle = geo.causal && k0 + 64 * consumer > q0 + kBackwardQueries - 1;
-    // (Fences and commits stay unconditional, empty groups when idle: with
-    // them under the condition ptxas serialized every wgmma, C7514.)
     barrierWait(smem(&bars->qFull[st]), parity);
     wgmmaFence();
     fenceRegisters(s);
     fenceRegisters(dp);
-    if (!idle)
 #pragma unroll
-      for (int k = 0; k < D / 16; ++k)
-        wgmmaSS64<0, 0>(s, kMajor<kBackwardKeys>(kA, k),
-                        kMajor<kBackwardQueries>(queryTile(st), k), k > 0);
+    for (int k = 0; k < D / 16; ++k)
+      wgmmaSS64<0, 0>(s, kMajor<kBackwardKeys>(kA, k),
+                      kMajor<kBackwardQueries>(queryTile(st), k), k > 0);
     wgmmaCommit();
-    if (!idle)
 #pragma unroll
-      for (int k = 0; k < D / 16; ++k)
-        wgmmaSS64<0, 0>(dp, kMajor<kBackwardKeys>(vA, k),
-                        kMajor<kBackwardQueries>(doutTile(st), k), k > 0);
+    for (int k = 0; k < D / 16; ++k)
+      wgmmaSS64<0, 0>(dp, kMajor<kBackwardKeys>(vA, k),
+                      kMajor<kBackwardQueries>(doutTile(st), k), k > 0);
     wgmmaCommit();
     barrierWait(smem(&bars->rowFull[st]), parity);
     wgmmaWait<1>();
@@ -1084,8 +1074,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     wgmmaFence();
     fenceRegisters(dvAcc);
     fenceRegisters(pA);
-    if (!idle)
-      accumulateRS<D>(dvAcc, pA, doutTile(st));
+    accumulateRS<D>(dvAcc, pA, doutTile(st));
     wgmmaCommit();
 
     wgmmaWait<1>(); // dP^T done, dV may run on
@@ -1114,8 +1103,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     wgmmaFence();
     fenceRegisters(dkAcc);
     fenceRegisters(dsA);
-    if (!idle)
-      accumulateRS<D>(dkAcc, dsA, queryTile(st));
+    accumulateRS<D>(dkAcc, dsA, queryTile(st));
     wgmmaCommit();
     // dS^T into the step's buffer, 128-byte swizzled: key row
     // 64 consumer + 16 warp + g (+ 8), queries 16k + 2t (+1) (x = 0, 1) and
