@@ -329,6 +329,7 @@ void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
   candidates.push_back(p.algo);
   candidates.insert(candidates.end(), p.candidates.begin(), p.candidates.end());
   p.candidates.clear();
+  constexpr int kRuns = 3;
   float best = -1, first = -1;
   size_t chosen = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -339,8 +340,13 @@ void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
         MTRT_CUBLAS_CHECK(launch(candidates[i]), what);
       continue;
     }
-    float ms =
-        timeRuns(what, [&] { MTRT_CUBLAS_CHECK(launch(candidates[i]), what); });
+    MTRT_CUDA_CHECK(cudaEventRecord(start_, stream_), what);
+    for (int run = 0; run < kRuns; ++run)
+      MTRT_CUBLAS_CHECK(launch(candidates[i]), what);
+    MTRT_CUDA_CHECK(cudaEventRecord(stop_, stream_), what);
+    MTRT_CUDA_CHECK(cudaEventSynchronize(stop_), what);
+    float ms = 0;
+    MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_), what);
     if (i == 0)
       first = ms;
     if (best < 0 || ms < best) {
@@ -353,21 +359,8 @@ void Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
   std::snprintf(line, sizeof(line),
                 ": candidate %zu of %zu, %.3f ms (the heuristic's first "
                 "%.3f ms)",
-                chosen + 1, candidates.size(), best, first);
+                chosen + 1, candidates.size(), best / kRuns, first / kRuns);
   tuningChoices_.push_back(what + line);
-}
-
-template <typename Body>
-float Gemm::timeRuns(const std::string &what, Body &&body) {
-  constexpr int kRuns = 3;
-  MTRT_CUDA_CHECK(cudaEventRecord(start_, stream_), what);
-  for (int run = 0; run < kRuns; ++run)
-    body();
-  MTRT_CUDA_CHECK(cudaEventRecord(stop_, stream_), what);
-  MTRT_CUDA_CHECK(cudaEventSynchronize(stop_), what);
-  float ms = 0;
-  MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_), what);
-  return ms / kRuns;
 }
 
 bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
@@ -555,15 +548,11 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
       byKernel && epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
   void *workspace = epilogue.workspace ? epilogue.workspace : ownWorkspace();
-  auto launchPlan = [&](const Plan &q, const cublasLtMatmulAlgo_t &algo) {
-    return cublasLtMatmul(handle_, q.desc, &alpha, second, q.b, first, q.a,
-                          &beta, product, q.c, product, q.c, &algo, workspace,
+  auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
+    return cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first, p.a,
+                          &beta, product, p.c, product, p.c, &algo, workspace,
                           workspaceBytes_, stream_);
   };
-  auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
-    return launchPlan(p, algo);
-  };
-  bool tuned = false;
   if (!p.candidates.empty()) {
     // Timed on this call's buffers: every candidate writes the same C (and
     // aux or bias gradient). An accumulating product would add up: it is
@@ -586,46 +575,13 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                                    &algo, workspace, workspaceBytes_,
                                    stream_);
            });
-    else {
+    else
       tune(p,
            what + " " + epilogueName(wanted) + (bf16Result ? ", bf16 C" : ""),
            launch);
-      tuned = true;
-    }
-  }
-  if (tuned && biasGradOnly && !byKernel && !bf16Result) {
-    // The bias gradient's epilogue against the plain product and the
-    // column-sum kernel after it (cuBLASLt's BGRADA/BGRADB ran at 0.84 of
-    // the plain product's speed at gpt-1.3b's shapes: bench/NOTES.md,
-    // session 19); the faster stays.
-    Key plainKey = key;
-    std::get<6>(plainKey) = CUBLASLT_EPILOGUE_DEFAULT;
-    Plan &plain = plan(plainKey);
-    auto launchPlain = [&](const cublasLtMatmulAlgo_t &algo) {
-      return launchPlan(plain, algo);
-    };
-    if (!plain.candidates.empty())
-      tune(plain, what + " DEFAULT", launchPlain);
-    float fused =
-        timeRuns(what, [&] { MTRT_CUBLAS_CHECK(launch(p.algo), what); });
-    float apart = timeRuns(what, [&] {
-      MTRT_CUBLAS_CHECK(launchPlain(plain.algo), what);
-      finishByKernels(m, n, k, a, transA, b, transB, c, bias, operands,
-                      epilogue, what);
-    });
-    if (apart < fused)
-      p.plain = &plain;
-    char line[160];
-    std::snprintf(line, sizeof(line),
-                  ": %s, %.3f ms (the plain product and the column-sum "
-                  "kernel %.3f ms, the epilogue %.3f ms)",
-                  apart < fused ? "apart" : "the epilogue",
-                  std::min(apart, fused), apart, fused);
-    tuningChoices_.push_back(what + " " + epilogueName(wanted) + line);
   }
   cublasStatus_t status = p.accumulateRefused ? CUBLAS_STATUS_NOT_SUPPORTED
-                          : p.plain ? launchPlan(*p.plain, p.plain->algo)
-                                    : launch(p.algo);
+                                               : launch(p.algo);
   if (status != CUBLAS_STATUS_SUCCESS && accumulate && biasGradOnly &&
       !byKernel && epilogue.tuningScratch) {
     // cuBLASLt refused beta = 1 with the bias-gradient epilogue: the
@@ -650,7 +606,7 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                                      epilogue.kind == Kind::BiasGradA ? m : n,
                                      bf16Vector, epilogue.biasGrad),
                            what);
-  if (byKernel || p.plain)
+  if (byKernel)
     finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, operands,
                     epilogue, what);
 }

@@ -171,10 +171,6 @@ private:
     /// An accumulating product with a bias-gradient epilogue that cuBLASLt
     /// refused to run with beta = 1: written into the scratch, then added.
     bool accumulateRefused = false;
-    /// A bias-gradient product that timed faster as the plain product (this
-    /// plan, the same key without the epilogue) and the column-sum kernel
-    /// after it than with cuBLASLt's BGRADA/BGRADB epilogue.
-    const Plan *plain = nullptr;
   };
   /// Builds the plan for `key` into `plan`; false when cuBLASLt has no
   /// algorithm for it. Throws Error for a failed call.
@@ -189,9 +185,6 @@ private:
   /// given algorithm) and keeps the fastest as p.algo.
   template <typename Launch>
   void tune(Plan &p, const std::string &what, Launch &&launch);
-  /// Milliseconds a run of `body` (which enqueues work on the stream),
-  /// over a few runs between CUDA events.
-  template <typename Body> float timeRuns(const std::string &what, Body &&body);
 
   cudaStream_t stream_;
   bool tf32_;

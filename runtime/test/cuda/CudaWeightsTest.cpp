@@ -429,12 +429,12 @@ TEST_F(CudaWeightsTest, TunedAccumulatingGemmAddsOnce) {
       << gemm.tuningChoices().back();
 }
 
-/// A tuned bias-gradient product with bf16 operands (a weight gradient's)
-/// times cuBLASLt's BGRADB epilogue against the plain product and the
-/// column-sum kernel, and keeps the faster: the first run (which times both)
-/// and the second (the choice) each give C = A^T B and the bias gradient,
-/// B's column sums, as the host's float64 sums of the bf16 operands. The
-/// fp32 operand pointers are null: the bias gradient reads the bf16 ones.
+/// A tuned bias-gradient product with bf16 operands (a weight gradient's):
+/// the first run (which times the algorithms) and the second (the choice)
+/// each give C = A^T B and the bias gradient, B's column sums, as the
+/// host's float64 sums of the bf16 operands. The fp32 operand pointers are
+/// null: the bias gradient reads the bf16 ones, in cuBLASLt's epilogue or,
+/// where cuBLASLt has no algorithm with it, in the column-sum kernel.
 TEST_F(CudaWeightsTest, TunedBiasGradientProductMatchesTheHost) {
   int64_t rows = 2048, in = 256, out = 384;
   host::Tensor a = randomTensor({rows, in}, 7),
@@ -496,11 +496,6 @@ TEST_F(CudaWeightsTest, TunedBiasGradientProductMatchesTheHost) {
     expectClose(bias, biasReference, 1e-5,
                 std::string("the bias gradient, ") + run);
   }
-  bool compared = false;
-  for (const std::string &choice : gemm.tuningChoices())
-    compared |= choice.find("column-sum kernel") != std::string::npos;
-  EXPECT_TRUE(compared) << "no tuning line compares the epilogue with the "
-                           "plain product and the column-sum kernel";
 }
 
 } // namespace
