@@ -34,7 +34,9 @@ Timing: --warmup steps (the compile included), then --steps steps, each
 between two CUDA events; the median is the step time. Memory: the peaks of
 the whole run, torch.cuda.max_memory_reserved (the caching allocator's
 segments, what the process holds on the device) and max_memory_allocated.
-MFU as modelfile.py (DESIGN.md) defines it.
+MFU as modelfile.py (DESIGN.md) defines it. --profile STEPS: after the
+timed steps, each kernel's device time a step over STEPS steps under
+torch.profiler, on stderr (beside megatron-train's MTRT_CUDA_PROFILE=1).
 
   python3 bench/torch_step.py models/gpt2-124m.yaml --micro-batch-size 32 \\
       --dropout 0 0.1
