@@ -34,7 +34,9 @@ Timing: --warmup steps (the compile included), then --steps steps, each
 between two CUDA events; the median is the step time. Memory: the peaks of
 the whole run, torch.cuda.max_memory_reserved (the caching allocator's
 segments, what the process holds on the device) and max_memory_allocated.
-MFU as modelfile.py (DESIGN.md) defines it.
+MFU as modelfile.py (DESIGN.md) defines it. --profile STEPS: after the
+timed steps, each kernel's device time a step over STEPS steps under
+torch.profiler, on stderr (beside megatron-train's MTRT_CUDA_PROFILE=1).
 
   python3 bench/torch_step.py models/gpt2-124m.yaml --micro-batch-size 32 \\
       --dropout 0 0.1
@@ -290,6 +292,26 @@ def time_attention(m, b, dropout, iters=10):
     return times
 
 
+def print_profile(step, steps, name, dropout):
+    """Prints to stderr the device time per step of each kernel over STEPS
+    profiled steps (torch.profiler), the largest first: where PyTorch's time
+    goes, beside megatron-train's MTRT_CUDA_PROFILE=1 table."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total / steps / 1e3, e.count // steps, e.key)
+            for e in prof.key_averages() if e.device_time_total > 0]
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"== profile {name} dropout {dropout}: {total:.2f} ms of kernels "
+          "a step (ms, launches a step, kernel)", file=sys.stderr)
+    for ms, count, key in rows[:40]:
+        print(f"{ms:9.3f} {count:5d}  {key[:150]}", file=sys.stderr)
+    sys.stderr.flush()
+
+
 def run(m, args, dropout):
     b = args.micro_batch_size or m["micro_batch_size"]
     s = m["seq_length"]
@@ -345,6 +367,8 @@ def run(m, args, dropout):
         end.record()
     torch.cuda.synchronize()
     ms = statistics.median(start.elapsed_time(end) for start, end in events)
+    if args.profile:
+        print_profile(step, args.profile, m["name"], dropout)
     tokens_per_second = b * s / (ms / 1e3)
     result = {
         "impl": ("hf-llama-" if hf else "torch-") +
@@ -387,6 +411,10 @@ def main():
                              "(default) or Hugging Face's LlamaForCausalLM")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="after the timed steps, print to stderr each "
+                             "kernel's device time a step over STEPS "
+                             "profiled steps (default 0: none)")
     args = parser.parse_args()
     m = modelfile.load(args.model_file)
     torch.backends.cuda.matmul.allow_tf32 = True

@@ -393,9 +393,14 @@ bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
 
 void Gemm::finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
                            bool transA, const float *b, bool transB, float *c,
-                           const float *bias, const GemmEpilogue &epilogue,
+                           const float *bias, Bf16Operands operands,
+                           const GemmEpilogue &epilogue,
                            const std::string &what) {
   using Kind = GemmEpilogue::Kind;
+  // The bias gradients sum an operand: bf16 when the product's are.
+  bool bf16 = operands.enabled();
+  NormRows lhs{bf16 ? static_cast<const void *>(operands.a) : a, bf16};
+  NormRows rhs{bf16 ? static_cast<const void *>(operands.b) : b, bf16};
   switch (epilogue.kind) {
   case Kind::None:
     if (bias)
@@ -423,14 +428,16 @@ void Gemm::finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
       throw Error(MTRT_STATUS_INTERNAL,
                   what + ": the bias gradient of A needs A stored [k, m]");
     MTRT_CUDA_CHECK_LAUNCH(
-        biasGrad(stream_, k, m, a, epilogue.biasGrad, epilogue.scratch), what);
+        biasGrad(stream_, k, m, lhs, epilogue.biasGrad, epilogue.scratch),
+        what);
     break;
   case Kind::BiasGradB:
     if (transB)
       throw Error(MTRT_STATUS_INTERNAL,
                   what + ": the bias gradient of B needs B stored [k, n]");
     MTRT_CUDA_CHECK_LAUNCH(
-        biasGrad(stream_, k, n, b, epilogue.biasGrad, epilogue.scratch), what);
+        biasGrad(stream_, k, n, rhs, epilogue.biasGrad, epilogue.scratch),
+        what);
     break;
   }
 }
@@ -459,8 +466,8 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                           sizeof(float) * static_cast<size_t>(batch * m * n),
                           stream_),
           what);
-    finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, epilogue,
-                    what);
+    finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, operands,
+                    epilogue, what);
     return;
   }
   bool bf16 = operands.enabled();
@@ -600,8 +607,8 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                                      bf16Vector, epilogue.biasGrad),
                            what);
   if (byKernel)
-    finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, epilogue,
-                    what);
+    finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, operands,
+                    epilogue, what);
 }
 
 } // namespace mtrt::cuda

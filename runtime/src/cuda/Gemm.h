@@ -178,8 +178,8 @@ private:
   /// After a plain product: the bias and the epilogue's work by kernels.
   void finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
                        bool transA, const float *b, bool transB, float *c,
-                       const float *bias, const GemmEpilogue &epilogue,
-                       const std::string &what);
+                       const float *bias, Bf16Operands operands,
+                       const GemmEpilogue &epilogue, const std::string &what);
   Plan &plan(const Key &key);
   /// Times the plan's candidates through `launch` (one product with the
   /// given algorithm) and keeps the fastest as p.algo.

@@ -429,4 +429,73 @@ TEST_F(CudaWeightsTest, TunedAccumulatingGemmAddsOnce) {
       << gemm.tuningChoices().back();
 }
 
+/// A tuned bias-gradient product with bf16 operands (a weight gradient's):
+/// the first run (which times the algorithms) and the second (the choice)
+/// each give C = A^T B and the bias gradient, B's column sums, as the
+/// host's float64 sums of the bf16 operands. The fp32 operand pointers are
+/// null: the bias gradient reads the bf16 ones, in cuBLASLt's epilogue or,
+/// where cuBLASLt has no algorithm with it, in the column-sum kernel.
+TEST_F(CudaWeightsTest, TunedBiasGradientProductMatchesTheHost) {
+  int64_t rows = 2048, in = 256, out = 384;
+  host::Tensor a = randomTensor({rows, in}, 7),
+               b = randomTensor({rows, out}, 8);
+  auto rounded = [](const host::Tensor &t) {
+    std::vector<__nv_bfloat16> values(static_cast<size_t>(t.numElements()));
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      values[i] = __float2bfloat16_rn(t.data<float>()[i]);
+    return values;
+  };
+  std::vector<__nv_bfloat16> ha = rounded(a), hb = rounded(b);
+  cuda::DeviceBuffer da(sizeof(__nv_bfloat16) * ha.size(), "A"),
+      db(sizeof(__nv_bfloat16) * hb.size(), "B"),
+      dc(sizeof(float) * in * out, "C"), dbias(sizeof(float) * out, "bias"),
+      scratch(cuda::columnSumScratchBytes(rows, out), "scratch");
+  MTRT_CUDA_CHECK(
+      cudaMemcpy(da.data(), ha.data(), da.size(), cudaMemcpyHostToDevice),
+      "uploading");
+  MTRT_CUDA_CHECK(
+      cudaMemcpy(db.data(), hb.data(), db.size(), cudaMemcpyHostToDevice),
+      "uploading");
+  host::Tensor cReference(DType::F32, {in, out}),
+      biasReference(DType::F32, {out});
+  for (int64_t j = 0; j < out; ++j) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      sum += __bfloat162float(hb[r * out + j]);
+    biasReference.data<float>()[j] = static_cast<float>(sum);
+    for (int64_t i = 0; i < in; ++i) {
+      double product = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        product += double(__bfloat162float(ha[r * in + i])) *
+                   __bfloat162float(hb[r * out + j]);
+      cReference.data<float>()[i * out + j] = static_cast<float>(product);
+    }
+  }
+  cuda::Gemm gemm(context->stream(), false, /*tuning=*/true);
+  cuda::Bf16Operands operands{da.as<__nv_bfloat16>(), db.as<__nv_bfloat16>(),
+                              false};
+  cuda::GemmEpilogue epilogue;
+  epilogue.kind = cuda::GemmEpilogue::Kind::BiasGradB;
+  epilogue.biasGrad = dbias.as<float>();
+  epilogue.scratch = scratch.data();
+  for (const char *run : {"the tuning run", "the second run"}) {
+    // NaN bytes: an output left unwritten fails.
+    MTRT_CUDA_CHECK(cudaMemset(dc.data(), 0xff, dc.size()), "clearing");
+    MTRT_CUDA_CHECK(cudaMemset(dbias.data(), 0xff, dbias.size()), "clearing");
+    gemm.run(1, in, out, rows, nullptr, true, nullptr, false, dc.as<float>(),
+             nullptr, false, operands, epilogue);
+    context->synchronize(run);
+    host::Tensor c(DType::F32, {in, out}), bias(DType::F32, {out});
+    MTRT_CUDA_CHECK(cudaMemcpy(c.buffer.data(), dc.data(), c.buffer.size(),
+                               cudaMemcpyDeviceToHost),
+                    "downloading");
+    MTRT_CUDA_CHECK(cudaMemcpy(bias.buffer.data(), dbias.data(),
+                               bias.buffer.size(), cudaMemcpyDeviceToHost),
+                    "downloading");
+    expectClose(c, cReference, 1e-5, std::string("A^T B, ") + run);
+    expectClose(bias, biasReference, 1e-5,
+                std::string("the bias gradient, ") + run);
+  }
+}
+
 } // namespace

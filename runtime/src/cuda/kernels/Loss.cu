@@ -361,15 +361,20 @@ __global__ void __launch_bounds__(kRowThreads)
     float p = g == 0 ? 0.0f : g * exp2Approx((x - lseHigh - lseLow) * kLog2e);
     return v == label ? p - g : p;
   };
-  // Each thread writes the elements it read.
+  // Each thread writes the elements it read. The body's chunks go last to
+  // first: rowStatistics read them first to last, so the row's end is the
+  // part still in L2.
   RowSplit split = splitRow(r, vocab, vectorized);
   for (int64_t v = threadIdx.x; v < split.head; v += blockDim.x)
     storeElement(row + v, gradient(toFloat(row[v]), v));
   for (int64_t v = split.body + threadIdx.x; v < vocab; v += blockDim.x)
     storeElement(row + v, gradient(toFloat(row[v]), v));
   int64_t stride = static_cast<int64_t>(blockDim.x) * kChunk;
-  for (int64_t v = split.head + threadIdx.x * kChunk; v < split.body;
-       v += stride) {
+  int64_t first = split.head + threadIdx.x * kChunk;
+  int64_t last = first < split.body
+                     ? first + (split.body - 1 - first) / stride * stride
+                     : first - stride;
+  for (int64_t v = last; v >= first; v -= stride) {
     float a[kChunk];
     loadChunk(row + v, a);
 #pragma unroll
