@@ -61,6 +61,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   planCudnnAttention();
   planBf16Copies();
   planGemmAccumulation();
+  reserveFp8Staging();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {

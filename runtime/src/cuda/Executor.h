@@ -409,6 +409,9 @@ private:
   /// fp8_current_scale, fp8_quantize, fp8_linear, fp8_linear_weight_grad,
   /// fp8_update.
   void executeFp8(size_t position, const Instruction &inst);
+  /// Sizes the Fp8Gemm's staging for this function's largest FP8 GEMM
+  /// (Fp8Ops.cpp), before any run is captured into a graph.
+  void reserveFp8Staging();
   /// Context parallelism's instructions (ContextParallelOps.cpp):
   /// attention_block, attention_merge, attention_delta,
   /// attention_block_grad, and position_ids, rope and dropout at global

@@ -39,6 +39,8 @@ Fp8Gemm::~Fp8Gemm() {
     cublasLtMatrixLayoutDestroy(p.d);
     cublasLtMatmulDescDestroy(p.desc);
   }
+  for (void *retired : retiredStaging_)
+    cudaFree(retired);
   cudaFree(staging_);
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
@@ -47,12 +49,13 @@ Fp8Gemm::~Fp8Gemm() {
 void *Fp8Gemm::staging(size_t bytes) {
   if (bytes <= stagingBytes_)
     return staging_;
-  MTRT_CUDA_CHECK(cudaFree(staging_), "freeing the FP8 GEMMs' staging");
-  staging_ = nullptr;
-  stagingBytes_ = 0;
-  MTRT_CUDA_CHECK(cudaMalloc(&staging_, bytes),
+  void *grown = nullptr;
+  MTRT_CUDA_CHECK(cudaMalloc(&grown, bytes),
                   "allocating " + std::to_string(bytes) +
                       " bytes of staging for the FP8 GEMMs' operands");
+  if (staging_)
+    retiredStaging_.push_back(staging_);
+  staging_ = grown;
   stagingBytes_ = bytes;
   return staging_;
 }

@@ -49,10 +49,11 @@ public:
 
   /// At least `bytes` of device memory (256-byte aligned) for the caller's
   /// operands of one product (the executor's transposed codes, inverse
-  /// scales and fp32 sums), kept and grown as needed: the contents are the
-  /// caller's until its next call. Growing frees the old buffer (cudaFree
-  /// waits for the device), so no call may grow it while a CUDA graph is
-  /// being captured; the executor's first, uncaptured, run sizes it.
+  /// scales and fp32 sums): the contents are the caller's until its next
+  /// call. A larger request allocates a new buffer and keeps the old one
+  /// until destruction (a captured CUDA graph may still address it); no
+  /// request may grow it while a graph is being captured, so the executor
+  /// reserves its functions' largest need when it is built.
   void *staging(size_t bytes);
 
 private:
@@ -73,6 +74,7 @@ private:
   void *workspace_ = nullptr;
   void *staging_ = nullptr;
   size_t stagingBytes_ = 0;
+  std::vector<void *> retiredStaging_;
   std::map<Key, Plan> plans_;
 };
 

@@ -17,7 +17,9 @@
 #include "core/OpShapes.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
-#include "cuda/kernels/Kernels.h"
+#include "cuda/kernels/Fp8Scaling.h"
+
+#include <algorithm>
 
 namespace mtrt::cuda {
 
@@ -32,7 +34,40 @@ size_t alignUp(size_t bytes) {
 constexpr size_t kInverseStride = kArenaAlignment / sizeof(float);
 constexpr size_t kInverseBytes = 2 * kArenaAlignment;
 
+/// The staging an FP8 GEMM instruction uses (executeFp8's layout): the
+/// inverse scales, then the transposed weight or operands, then the fp32
+/// product a bias is added to.
+size_t stagingBytes(const Function &fn, const Instruction &inst) {
+  const std::vector<int64_t> &x = fn.values[inst.operands[0]].shape;
+  int64_t in = x.back(), rows = fn.values[inst.operands[0]].numElements / in;
+  if (inst.op == Op::Fp8Linear) {
+    const std::vector<int64_t> &w = fn.values[inst.operands[2]].shape;
+    int64_t out = inst.attrs.transposeWeight ? w[0] : w[1];
+    size_t transposed = inst.attrs.transposeWeight
+                            ? 0
+                            : alignUp(static_cast<size_t>(in * out));
+    size_t sums = inst.operands.size() == 5
+                      ? alignUp(sizeof(float) * static_cast<size_t>(rows * out))
+                      : 0;
+    return kInverseBytes + transposed + sums;
+  }
+  if (inst.op == Op::Fp8LinearWeightGrad) {
+    int64_t out = fn.values[inst.operands[2]].shape.back();
+    return kInverseBytes + alignUp(static_cast<size_t>(rows * in)) +
+           alignUp(static_cast<size_t>(rows * out));
+  }
+  return 0;
+}
+
 } // namespace
+
+void Executor::reserveFp8Staging() {
+  size_t largest = 0;
+  for (const Instruction &inst : function_->instructions)
+    largest = std::max(largest, stagingBytes(*function_, inst));
+  if (largest > 0)
+    context_.fp8Gemm().staging(largest);
+}
 
 void Executor::executeFp8(size_t position, const Instruction &inst) {
   const Function &fn = *function_;
@@ -122,10 +157,7 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     bool yBf16 = heldInBf16(inst.results[0]);
     size_t transposed =
         a.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
-    size_t sums =
-        bias ? alignUp(sizeof(float) * static_cast<size_t>(rows * out)) : 0;
-    auto *staging =
-        static_cast<char *>(gemm.staging(kInverseBytes + transposed + sums));
+    auto *staging = static_cast<char *>(gemm.staging(stagingBytes(fn, inst)));
     auto *inverses = reinterpret_cast<float *>(staging);
     MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)), scalar(operand(3)), inverses, inverses + kInverseStride),
                            what);
@@ -157,8 +189,7 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     int64_t out = fn.values[inst.operands[2]].shape.back();
     int64_t rows = fn.values[inst.operands[0]].numElements / in;
     size_t xBytes = alignUp(static_cast<size_t>(rows * in));
-    auto *staging = static_cast<char *>(gemm.staging(
-        kInverseBytes + xBytes + alignUp(static_cast<size_t>(rows * out))));
+    auto *staging = static_cast<char *>(gemm.staging(stagingBytes(fn, inst)));
     auto *inverses = reinterpret_cast<float *>(staging);
     auto *xT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
     auto *dyT = xT + xBytes;

@@ -4,6 +4,7 @@
 // bits), delayed scaling's history update, the inverse scales the FP8 GEMMs
 // take, and the byte transpose that gives cuBLASLt its k-contiguous
 // operands.
+#include "cuda/kernels/Fp8Scaling.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
 namespace mtrt::cuda {
