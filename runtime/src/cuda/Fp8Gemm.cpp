@@ -160,12 +160,11 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                   what + ": " + name + " = " + std::to_string(value) +
                       " is not a multiple of 16, which cuBLASLt's FP8 "
                       "products need; pad the dimension");
-  for (auto [name, pointer] :
-       {std::pair<const char *, const void *>{"x", x},
-        {"w", w},
-        {"y", y},
-        {"x's scale", scaleX},
-        {"w's scale", scaleW}}) {
+  for (auto [name, pointer] : {std::pair<const char *, const void *>{"x", x},
+                               {"w", w},
+                               {"y", y},
+                               {"x's scale", scaleX},
+                               {"w's scale", scaleW}}) {
     auto offset = reinterpret_cast<uintptr_t>(pointer) % 16;
     // A scale 4 bytes past a 16-byte boundary made cublasLtMatmul refuse
     // every algorithm its heuristic proposed (CUBLAS_STATUS_NOT_SUPPORTED,
@@ -178,9 +177,9 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                       "products need each operand and scale 16-byte "
                       "aligned");
   }
-  Plan &p = plan(Key{m, n, k, static_cast<int>(xFormat),
-                     static_cast<int>(wFormat), yBf16},
-                 scaleX, scaleW, what);
+  Plan &p = plan(
+      Key{m, n, k, static_cast<int>(xFormat), static_cast<int>(wFormat), yBf16},
+      scaleX, scaleW, what);
   // The scales are attributes of the descriptor: set at every run (a
   // cached plan may serve other tensors' scales).
   MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(

@@ -18,13 +18,13 @@
 
 namespace mtrt::cuda {
 
-/// y [m, n] (row-major bf16 or fp32) = scaleX * scaleW * (x [m, k] @ w [n, k]^T),
-/// x and w row-major FP8 codes: both operands k-contiguous, the one layout
-/// cuBLASLt's FP8 products take ("TN" in its column-major terms), which is
-/// a linear layer's weight [out, in] as stored. scaleX and scaleW are device
-/// floats (the inverse of the scales the casts multiplied by); the products
-/// of the codes' values are summed in fp32 (no fast accumulation) and
-/// rounded once to the result's type. E5M2 x E5M2 is refused (cuBLASLt has
+/// y [m, n] (row-major bf16 or fp32) = scaleX * scaleW * (x [m, k] @
+/// w [n, k]^T), x and w row-major FP8 codes: both operands k-contiguous, the
+/// one layout cuBLASLt's FP8 products take ("TN" in its column-major
+/// terms), which is a linear layer's weight [out, in] as stored. scaleX and
+/// scaleW are device floats (the inverse of the scales the casts multiplied
+/// by); the products of the codes' values are summed in fp32 (no fast
+/// accumulation) and rounded once to the result's type. E5M2 x E5M2 is refused (cuBLASLt has
 /// no such product), as are k, m or n not multiples of 16 and operands or
 /// scales not 16-byte aligned (a scale 4 bytes past a boundary made
 /// cuBLASLt refuse every algorithm), each naming the value. Plans are built

@@ -43,9 +43,8 @@ size_t stagingBytes(const Function &fn, const Instruction &inst) {
   if (inst.op == Op::Fp8Linear) {
     const std::vector<int64_t> &w = fn.values[inst.operands[2]].shape;
     int64_t out = inst.attrs.transposeWeight ? w[0] : w[1];
-    size_t transposed = inst.attrs.transposeWeight
-                            ? 0
-                            : alignUp(static_cast<size_t>(in * out));
+    size_t transposed =
+        inst.attrs.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
     size_t sums = inst.operands.size() == 5
                       ? alignUp(sizeof(float) * static_cast<size_t>(rows * out))
                       : 0;
@@ -106,34 +105,32 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
 
   switch (inst.op) {
   case Op::Fp8Scale:
-    MTRT_CUDA_CHECK(cudaMemcpyAsync(result(0),
-                                    parameters_.fp8Scale(size_t(a.meta)),
-                                    sizeof(float), cudaMemcpyDeviceToDevice,
-                                    stream),
-                    what);
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(result(0), parameters_.fp8Scale(size_t(a.meta)),
+                        sizeof(float), cudaMemcpyDeviceToDevice, stream),
+        what);
     break;
   case Op::Fp8Update: {
     const Fp8Settings &settings = bundle_.fp8();
     MTRT_CUDA_CHECK_LAUNCH(
-        fp8UpdateMeta(stream, scalar(operand(0)),
-                      parameters_.fp8Scale(size_t(a.meta)),
-                      parameters_.fp8History(size_t(a.meta)),
-                      static_cast<int>(parameters_.fp8HistoryLength()),
-                      settings.amaxComputeAlgo == "max"
-                          ? fp8::AmaxAlgorithm::Max
-                          : fp8::AmaxAlgorithm::MostRecent,
-                      fp8FormatOf(settings.metas[size_t(a.meta)].format),
-                      static_cast<int>(settings.margin)),
+        fp8UpdateMeta(
+            stream, scalar(operand(0)), parameters_.fp8Scale(size_t(a.meta)),
+            parameters_.fp8History(size_t(a.meta)),
+            static_cast<int>(parameters_.fp8HistoryLength()),
+            settings.amaxComputeAlgo == "max" ? fp8::AmaxAlgorithm::Max
+                                              : fp8::AmaxAlgorithm::MostRecent,
+            fp8FormatOf(settings.metas[size_t(a.meta)].format),
+            static_cast<int>(settings.margin)),
         what);
     break;
   }
   case Op::Fp8CurrentScale: { // the amax, then the scale, in the result
     float *scale = scalar(result(0));
     zero(scale);
-    MTRT_CUDA_CHECK_LAUNCH(
-        fp8Amax(stream, fn.values[inst.operands[0]].numElements, source(0),
-                scale),
-        what);
+    MTRT_CUDA_CHECK_LAUNCH(fp8Amax(stream,
+                                   fn.values[inst.operands[0]].numElements,
+                                   source(0), scale),
+                           what);
     MTRT_CUDA_CHECK_LAUNCH(fp8ScaleFromAmax(stream, scale, scale,
                                             fp8FormatOf(a.fp8Format),
                                             static_cast<int>(a.margin)),
@@ -159,13 +156,14 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
         a.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
     auto *staging = static_cast<char *>(gemm.staging(stagingBytes(fn, inst)));
     auto *inverses = reinterpret_cast<float *>(staging);
-    MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)), scalar(operand(3)), inverses, inverses + kInverseStride),
+    MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
+                                            scalar(operand(3)), inverses,
+                                            inverses + kInverseStride),
                            what);
     const uint8_t *weight = codes(operand(2));
     if (!a.transposeWeight) { // [in, out] -> [out, in]
       auto *wT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
-      MTRT_CUDA_CHECK_LAUNCH(transposeBytes(stream, in, out, weight, wT),
-                             what);
+      MTRT_CUDA_CHECK_LAUNCH(transposeBytes(stream, in, out, weight, wT), what);
       weight = wT;
     }
     void *y = result(0);
@@ -193,19 +191,21 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     auto *inverses = reinterpret_cast<float *>(staging);
     auto *xT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
     auto *dyT = xT + xBytes;
-    MTRT_CUDA_CHECK_LAUNCH(transposeBytes(stream, rows, in, codes(operand(0)),
-                                          xT),
-                           what);
-    MTRT_CUDA_CHECK_LAUNCH(transposeBytes(stream, rows, out,
-                                          codes(operand(2)), dyT),
-                           what);
+    MTRT_CUDA_CHECK_LAUNCH(
+        transposeBytes(stream, rows, in, codes(operand(0)), xT), what);
+    MTRT_CUDA_CHECK_LAUNCH(
+        transposeBytes(stream, rows, out, codes(operand(2)), dyT), what);
     if (!a.transposeWeight) { // [in, out]: x^T [in, rows] @ dy^T [out, rows]^T
-      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)), scalar(operand(3)), inverses, inverses + kInverseStride),
+      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
+                                              scalar(operand(3)), inverses,
+                                              inverses + kInverseStride),
                              what);
       product(in, out, rows, xT, inst.operands[0], dyT, inst.operands[2],
               inverses, result(0), false);
     } else { // [out, in]: dy^T [out, rows] @ x^T [in, rows]^T
-      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(3)), scalar(operand(1)), inverses, inverses + kInverseStride),
+      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(3)),
+                                              scalar(operand(1)), inverses,
+                                              inverses + kInverseStride),
                              what);
       product(out, in, rows, dyT, inst.operands[2], xT, inst.operands[0],
               inverses, result(0), false);

@@ -245,12 +245,12 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
                     where(position));
     if (major * 10 + minor < 89)
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  "bundle '" + bundle_.name() + "': " + where(position) +
-                      ": " + opName(inst.op) +
+                  "bundle '" + bundle_.name() + "': " + where(position) + ": " +
+                      opName(inst.op) +
                       ": FP8 GEMMs need FP8 tensor cores (compute "
                       "capability 8.9 or later), and " +
-                      context_.description() + " has " +
-                      std::to_string(major) + "." + std::to_string(minor) +
+                      context_.description() + " has " + std::to_string(major) +
+                      "." + std::to_string(minor) +
                       "; compile without --fp8-format, or run on the host "
                       "backend");
   }

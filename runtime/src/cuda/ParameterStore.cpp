@@ -124,10 +124,9 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context,
   if (bundle.hasFp8()) {
     fp8Metas_ = bundle.fp8().metas.size();
     fp8HistoryLength_ = bundle.fp8().amaxHistoryLen;
-    fp8_ = DeviceBuffer(sizeof(float) * fp8Metas_ *
-                            static_cast<size_t>(1 + fp8HistoryLength_),
-                        "the FP8 scaling state of bundle '" + bundle.name() +
-                            "'");
+    fp8_ = DeviceBuffer(
+        sizeof(float) * fp8Metas_ * static_cast<size_t>(1 + fp8HistoryLength_),
+        "the FP8 scaling state of bundle '" + bundle.name() + "'");
     resetFp8();
   }
 }
@@ -253,11 +252,10 @@ void ParameterStore::upload(const host::ParameterStore &from) {
                                     sizeof(float) * state.scales().size(),
                                     cudaMemcpyHostToDevice, context_.stream()),
                     "uploading the FP8 scales");
-    MTRT_CUDA_CHECK(
-        cudaMemcpyAsync(fp8History(0), state.histories().data(),
-                        sizeof(float) * state.histories().size(),
-                        cudaMemcpyHostToDevice, context_.stream()),
-        "uploading the FP8 amax histories");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(fp8History(0), state.histories().data(),
+                                    sizeof(float) * state.histories().size(),
+                                    cudaMemcpyHostToDevice, context_.stream()),
+                    "uploading the FP8 amax histories");
   }
   context_.synchronize("uploading the parameters");
 }
@@ -288,11 +286,11 @@ void ParameterStore::download(host::ParameterStore &to) const {
                                     sizeof(float) * state.scales().size(),
                                     cudaMemcpyDeviceToHost, context_.stream()),
                     "downloading the FP8 scales");
-    MTRT_CUDA_CHECK(
-        cudaMemcpyAsync(state.mutableHistories().data(), fp8History(0),
-                        sizeof(float) * state.histories().size(),
-                        cudaMemcpyDeviceToHost, context_.stream()),
-        "downloading the FP8 amax histories");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(state.mutableHistories().data(),
+                                    fp8History(0),
+                                    sizeof(float) * state.histories().size(),
+                                    cudaMemcpyDeviceToHost, context_.stream()),
+                    "downloading the FP8 amax histories");
   }
   context_.synchronize("downloading the parameters");
 }

@@ -157,9 +157,7 @@ public:
   /// sets the scales to 1 and the histories to 0; upload and download move
   /// them with the host store's (so checkpoints hold them).
   bool hasFp8() const { return fp8Metas_ > 0; }
-  float *fp8Scale(size_t meta) const {
-    return fp8_.as<float>() + meta;
-  }
+  float *fp8Scale(size_t meta) const { return fp8_.as<float>() + meta; }
   float *fp8History(size_t meta) const {
     return fp8_.as<float>() + fp8Metas_ + meta * fp8HistoryLength_;
   }

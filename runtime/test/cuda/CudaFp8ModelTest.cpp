@@ -66,8 +66,8 @@ TEST_P(CudaFp8ModelTest, OneStepAgreesWithTheHostsEmulation) {
       << "loss host " << expected << ", cuda " << actual;
   double worst = 1;
   for (size_t p = 0; p < hostStore.size(); ++p) {
-    double cosine = cosineSimilarity(deviceStore.gradientToHost(p),
-                                     hostStore.gradient(p));
+    double cosine =
+        cosineSimilarity(deviceStore.gradientToHost(p), hostStore.gradient(p));
     worst = std::min(worst, cosine);
     EXPECT_GE(cosine, 0.99) << "gradient of " << hostStore.info(p).name;
   }
@@ -96,8 +96,8 @@ TEST_P(CudaFp8ModelTest, OneStepAgreesWithTheHostsEmulation) {
       EXPECT_EQ(d, h) << name << ": amax " << host.history(meta)[0]
                       << " (host), " << device.history(meta)[0] << " (cuda)";
     else
-      EXPECT_LE(relative, 1.0 / 128) << name << ": scale host " << h
-                                     << ", cuda " << d;
+      EXPECT_LE(relative, 1.0 / 128)
+          << name << ": scale host " << h << ", cuda " << d;
   }
   std::cout << "[ fp8      ] " << GetParam() << ": " << identical << " of "
             << host.size()

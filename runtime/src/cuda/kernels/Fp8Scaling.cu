@@ -82,14 +82,13 @@ void fp8ScaleFromAmax(cudaStream_t stream, const float *amax, float *scale,
 void fp8UpdateMeta(cudaStream_t stream, const float *amax, float *scale,
                    float *history, int length, fp8::AmaxAlgorithm algorithm,
                    fp8::Format format, int margin) {
-  updateMetaKernel<<<1, 1, 0, stream>>>(amax, scale, history, length,
-                                        algorithm, format, margin);
+  updateMetaKernel<<<1, 1, 0, stream>>>(amax, scale, history, length, algorithm,
+                                        format, margin);
 }
 
 void fp8InverseScales(cudaStream_t stream, const float *scaleX,
                       const float *scaleW, float *inverseX, float *inverseW) {
-  inverseScalesKernel<<<1, 1, 0, stream>>>(scaleX, scaleW, inverseX,
-                                           inverseW);
+  inverseScalesKernel<<<1, 1, 0, stream>>>(scaleX, scaleW, inverseX, inverseW);
 }
 
 void transposeBytes(cudaStream_t stream, int64_t rows, int64_t cols,
