@@ -36,8 +36,11 @@ constexpr size_t kInverseBytes = 2 * kArenaAlignment;
 
 /// The staging an FP8 GEMM instruction uses (executeFp8's layout): the
 /// inverse scales, then the transposed weight or operands, then the fp32
-/// product a bias is added to.
+/// product a bias is added to; 0 for every other instruction (whose
+/// operands, if any, are not read: get_parameter has none).
 size_t stagingBytes(const Function &fn, const Instruction &inst) {
+  if (inst.op != Op::Fp8Linear && inst.op != Op::Fp8LinearWeightGrad)
+    return 0;
   const std::vector<int64_t> &x = fn.values[inst.operands[0]].shape;
   int64_t in = x.back(), rows = fn.values[inst.operands[0]].numElements / in;
   if (inst.op == Op::Fp8Linear) {
@@ -50,12 +53,9 @@ size_t stagingBytes(const Function &fn, const Instruction &inst) {
                       : 0;
     return kInverseBytes + transposed + sums;
   }
-  if (inst.op == Op::Fp8LinearWeightGrad) {
-    int64_t out = fn.values[inst.operands[2]].shape.back();
-    return kInverseBytes + alignUp(static_cast<size_t>(rows * in)) +
-           alignUp(static_cast<size_t>(rows * out));
-  }
-  return 0;
+  int64_t out = fn.values[inst.operands[2]].shape.back();
+  return kInverseBytes + alignUp(static_cast<size_t>(rows * in)) +
+         alignUp(static_cast<size_t>(rows * out));
 }
 
 } // namespace
