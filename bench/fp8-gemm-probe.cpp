@@ -36,11 +36,11 @@ struct Variant {
   const char *name;
   cudaDataType_t xType = CUDA_R_8F_E4M3, wType = CUDA_R_8F_E4M3;
   cudaDataType_t cType = CUDA_R_16BF, dType = CUDA_R_16BF;
-  bool aliasC = true;  // C's pointer is D's
-  int scales = 1;      // 0: none; 1: 4 bytes apart; 2: separate allocations
-  int fastAccum = 0;   // -1: unset
+  bool aliasC = true; // C's pointer is D's
+  int scales = 1;     // 0: none; 1: 4 bytes apart; 2: separate allocations
+  int fastAccum = 0;  // -1: unset
   bool scalesBeforeHeuristic = true;
-  bool cNull = false;  // C's pointer null (beta 0)
+  bool cNull = false; // C's pointer null (beta 0)
 };
 
 } // namespace
@@ -57,7 +57,8 @@ int main() {
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
   // E4M3 0x38 = 1, 0x40 = 2, 0xB8 = -1; E5M2 0x3C = 1, 0x40 = 2, 0xBC = -1.
-  const uint8_t e4[4] = {0x00, 0x38, 0x40, 0xB8}, e5[4] = {0x00, 0x3C, 0x40, 0xBC};
+  const uint8_t e4[4] = {0x00, 0x38, 0x40, 0xB8},
+                e5[4] = {0x00, 0x3C, 0x40, 0xBC};
   const float val[4] = {0, 1, 2, -1};
   std::vector<uint8_t> x(m * k), w(n * k), x5(m * k), w5(n * k);
   std::vector<float> xv(m * k), wv(n * k);

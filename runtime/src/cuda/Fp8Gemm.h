@@ -24,9 +24,9 @@ namespace mtrt::cuda {
 /// terms), which is a linear layer's weight [out, in] as stored. scaleX and
 /// scaleW are device floats (the inverse of the scales the casts multiplied
 /// by); the products of the codes' values are summed in fp32 (no fast
-/// accumulation) and rounded once to the result's type. E5M2 x E5M2 is refused (cuBLASLt has
-/// no such product), as are k, m or n not multiples of 16 and operands or
-/// scales not 16-byte aligned (a scale 4 bytes past a boundary made
+/// accumulation) and rounded once to the result's type. E5M2 x E5M2 is refused
+/// (cuBLASLt has no such product), as are k, m or n not multiples of 16 and
+/// operands or scales not 16-byte aligned (a scale 4 bytes past a boundary made
 /// cuBLASLt refuse every algorithm), each naming the value. Plans are built
 /// at the first product of a shape and cached; the heuristic's first
 /// algorithm that runs is kept.
