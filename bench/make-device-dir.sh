@@ -213,6 +213,14 @@ lce=(--fuse-linear-cross-entropy --linear-cross-entropy-chunk-rows=300)
   --hidden-dropout=0 --attention-dropout=0 -o "$b/tiny-gpt-lce-nodrop.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 "${lce[@]}" \
   --hidden-dropout=0 --attention-dropout=0 -o "$b/tiny-gpt-bf16-lce-nodrop.mtb"
+# CudaFp8ModelTest: FP8 training against the host's emulation, hybrid with
+# delayed scaling and e4m3 with tensorwise scaling (issue 26).
+nodrop=(--hidden-dropout=0 --attention-dropout=0)
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 "${nodrop[@]}" \
+  --fp8-format hybrid -o "$b/tiny-gpt-fp8-hybrid.mtb"
+"$compile" "$root/models/tiny-gpt.yaml" --bf16 "${nodrop[@]}" \
+  --fp8-format e4m3 --fp8-recipe tensorwise \
+  -o "$b/tiny-gpt-fp8-e4m3-tensorwise.mtb"
 for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   model=${pair%%:*} mb=${pair##*:}
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \

@@ -1,9 +1,9 @@
 // The delayed-scaling state of a bundle's FP8 metas (docs/BundleFormat.md,
 // "FP8"): per meta its scale and amax history, which fp8_scale reads and
 // fp8_update advances, as Transformer Engine's recipe does (core/Fp8.h).
-// Backend-independent: the host keeps it beside the parameters. Checkpoints
-// do not hold it yet (megatron-train refuses --save and --load for FP8
-// bundles).
+// Backend-independent: the host keeps it beside the parameters (the CUDA
+// store keeps a device copy, moved with upload and download), and
+// checkpoints hold it (train/TrainerCheckpoint.cpp, docs/Checkpoints.md).
 #ifndef MTRT_SRC_CORE_FP8STATE_H
 #define MTRT_SRC_CORE_FP8STATE_H
 
@@ -29,6 +29,7 @@ public:
                    0.0f) {}
 
   size_t size() const { return scales_.size(); }
+  const Fp8Settings &settings() const { return settings_; }
   int64_t historyLength() const { return settings_.amaxHistoryLen; }
   float scale(size_t meta) const { return scales_[meta]; }
   /// Meta `meta`'s history, newest first.

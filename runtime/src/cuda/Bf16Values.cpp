@@ -140,6 +140,9 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return bundle_.typedPrecision() && operand <= 1;
   case Op::Scale: // the fused loss's gradient; the factor (a seed) stays fp32
     return operand == 0;
+  case Op::Fp8Quantize: // what is cast (a master weight stays fp32)
+  case Op::Fp8CurrentScale:
+    return operand == 0;
   default:
     return false;
   }
@@ -163,6 +166,8 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::BiasAdd: // Elementwise.cu's addBiasRows
   case Op::Scale:   // Elementwise.cu's scale
     return true;
+  case Op::Fp8Linear: // y (a weight gradient stays fp32)
+    return result == 0;
   case Op::AllReduce:
     return inst.attrs.collectiveReduction == CollectiveReduction::Sum;
   case Op::LayerNorm: // y

@@ -82,6 +82,7 @@ Context::Context(const ContextOptions &options) : options_(options) {
 
 Context::~Context() {
   cudnn_.reset();
+  fp8Gemm_.reset();
   gemm_.reset();
   fault_ = DeviceBuffer();
   if (stream_) {
@@ -121,6 +122,12 @@ unsigned Context::readFault() {
                   "reading the fault word");
   synchronize("reading the fault word");
   return value;
+}
+
+Fp8Gemm &Context::fp8Gemm() {
+  if (!fp8Gemm_)
+    fp8Gemm_ = std::make_unique<Fp8Gemm>(stream_);
+  return *fp8Gemm_;
 }
 
 void Context::synchronize(const std::string &what) {

@@ -3,6 +3,7 @@
 #ifndef MTRT_SRC_CUDA_CONTEXT_H
 #define MTRT_SRC_CUDA_CONTEXT_H
 
+#include "cuda/Fp8Gemm.h"
 #include "cuda/Gemm.h"
 
 #include <cuda_runtime_api.h>
@@ -111,6 +112,8 @@ public:
   int device() const { return options_.device; }
   cudaStream_t stream() const { return stream_; }
   Gemm &gemm() { return *gemm_; }
+  /// The FP8 GEMMs (Fp8Gemm.h), made at the first call.
+  Fp8Gemm &fp8Gemm();
   /// cuDNN's fused attention on this device, made at the first call; null
   /// when ContextOptions::cudnnAttention is off or cuDNN cannot be used
   /// (cudnnAttentionMissing() says why).
@@ -133,6 +136,7 @@ private:
   ContextOptions options_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<Fp8Gemm> fp8Gemm_;
   std::unique_ptr<CudnnAttention> cudnn_;
   bool cudnnTried_ = false;
   std::string cudnnMissing_;

@@ -62,6 +62,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   planCudnnAttention();
   planBf16Copies();
   planGemmAccumulation();
+  reserveFp8Staging();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
@@ -329,7 +330,7 @@ std::string Executor::graphSummary() const {
 
 DType Executor::storageType(int64_t v) const {
   DType dtype = function_->values[v].dtype;
-  if (!isFloatingPoint(dtype))
+  if (!isFloatingPoint(dtype) || isFp8(dtype))
     return dtype;
   bool bf16 = static_cast<size_t>(v) < bf16Value_.size() && bf16Value_[v];
   return bf16 ? DType::BF16 : DType::F32;
@@ -577,7 +578,7 @@ void Executor::traceResults(ValueTrace &trace, size_t position) {
     DType type = storageType(v);
     // A weight gradient its GEMM added into the parameter's has no slot;
     // flash attention's views (split pieces, dq/dk/dv) live elsewhere.
-    if (!isFloatingPoint(type) || !slots_[v] ||
+    if (!isFloatingPoint(type) || isFp8(type) || !slots_[v] ||
         (i == 0 && gemmAccumulates_[position] >= 0))
       continue;
     auto count = static_cast<size_t>(fn.values[v].numElements);

@@ -141,8 +141,9 @@ public:
   /// Whether GEMMs and attention take bf16 operands (precision bf16).
   bool mixedPrecision() const { return bf16_; }
   /// The storage type of value `v`: BF16 for a value held in bf16
-  /// (planBf16Values), else F32 for floating values, I32 or I64. Its slot
-  /// keeps the F32 size either way.
+  /// (planBf16Values), else F32 for floating values, I32 or I64; FP8 codes
+  /// (F8E4M3, F8E5M2) as declared. An older bundle's slot keeps the F32
+  /// size either way.
   DType storageType(int64_t v) const;
   /// Whether value `v` is held in bf16 (storageType BF16): its kernels then
   /// read or write `__nv_bfloat16`.
@@ -408,6 +409,13 @@ private:
   /// linear_vocab_cross_entropy_grad (OpDispatch.cpp): the
   /// vocabulary-parallel output layer's chunks, in the op's kernel block.
   void linearVocab(size_t position, const Instruction &inst);
+  /// FP8 training's instructions (Fp8Ops.cpp): fp8_scale,
+  /// fp8_current_scale, fp8_quantize, fp8_linear, fp8_linear_weight_grad,
+  /// fp8_update.
+  void executeFp8(size_t position, const Instruction &inst);
+  /// Sizes the Fp8Gemm's staging for this function's largest FP8 GEMM
+  /// (Fp8Ops.cpp), before any run is captured into a graph.
+  void reserveFp8Staging();
   /// Context parallelism's instructions (ContextParallelOps.cpp):
   /// attention_block, attention_merge, attention_delta,
   /// attention_block_grad, and position_ids, rope and dropout at global

@@ -39,8 +39,25 @@ Fp8Gemm::~Fp8Gemm() {
     cublasLtMatrixLayoutDestroy(p.d);
     cublasLtMatmulDescDestroy(p.desc);
   }
+  for (void *retired : retiredStaging_)
+    cudaFree(retired);
+  cudaFree(staging_);
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
+}
+
+void *Fp8Gemm::staging(size_t bytes) {
+  if (bytes <= stagingBytes_)
+    return staging_;
+  void *grown = nullptr;
+  MTRT_CUDA_CHECK(cudaMalloc(&grown, bytes),
+                  "allocating " + std::to_string(bytes) +
+                      " bytes of staging for the FP8 GEMMs' operands");
+  if (staging_)
+    retiredStaging_.push_back(staging_);
+  staging_ = grown;
+  stagingBytes_ = bytes;
+  return staging_;
 }
 
 Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
@@ -48,7 +65,7 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
   auto found = plans_.find(key);
   if (found != plans_.end())
     return found->second;
-  auto [m, n, k, xFormat, wFormat] = key;
+  auto [m, n, k, xFormat, wFormat, yBf16] = key;
   Plan p;
   // Column-major: D [n, m] = op(A) op(B) with A = w ([k, n], transposed:
   // [n, k]) and B = x ([k, m]); D is y [m, n] row-major.
@@ -81,7 +98,8 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
   auto xType = dataType(static_cast<fp8::Format>(xFormat));
   MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, wType, k, n, k), what);
   MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, xType, k, m, k), what);
-  MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_16BF, n, m, n),
+  MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+                        &p.d, yBf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, n),
                     what);
   cublasLtMatmulPreference_t preference = nullptr;
   MTRT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference), what);
@@ -123,12 +141,12 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
 
 void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                   fp8::Format xFormat, const float *scaleX, const uint8_t *w,
-                  fp8::Format wFormat, const float *scaleW,
-                  __nv_bfloat16 *y) {
+                  fp8::Format wFormat, const float *scaleW, void *y,
+                  bool yBf16) {
   std::string what = "FP8 GEMM [" + std::to_string(m) + " x " +
                      std::to_string(k) + "] " + formatName(xFormat) + " @ [" +
                      std::to_string(n) + " x " + std::to_string(k) + "]^T " +
-                     formatName(wFormat);
+                     formatName(wFormat) + " -> " + (yBf16 ? "bf16" : "fp32");
   if (m <= 0 || n <= 0 || k <= 0)
     return;
   if (xFormat == fp8::Format::E5M2 && wFormat == fp8::Format::E5M2)
@@ -142,16 +160,26 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                   what + ": " + name + " = " + std::to_string(value) +
                       " is not a multiple of 16, which cuBLASLt's FP8 "
                       "products need; pad the dimension");
-  for (const void *pointer : {static_cast<const void *>(x),
-                              static_cast<const void *>(w),
-                              static_cast<const void *>(y)})
-    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
+  for (auto [name, pointer] : {std::pair<const char *, const void *>{"x", x},
+                               {"w", w},
+                               {"y", y},
+                               {"x's scale", scaleX},
+                               {"w's scale", scaleW}}) {
+    auto offset = reinterpret_cast<uintptr_t>(pointer) % 16;
+    // A scale 4 bytes past a 16-byte boundary made cublasLtMatmul refuse
+    // every algorithm its heuristic proposed (CUBLAS_STATUS_NOT_SUPPORTED,
+    // on the H200 with cuBLASLt 13.1); aligned, the same product runs.
+    if (offset != 0)
       throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                  what + ": an operand is not 16-byte aligned, which "
-                         "cuBLASLt's FP8 products need");
-  Plan &p = plan(Key{m, n, k, static_cast<int>(xFormat),
-                     static_cast<int>(wFormat)},
-                 scaleX, scaleW, what);
+                  what + ": " + name + " is at an address " +
+                      std::to_string(offset) +
+                      " bytes past a 16-byte boundary; cuBLASLt's FP8 "
+                      "products need each operand and scale 16-byte "
+                      "aligned");
+  }
+  Plan &p = plan(
+      Key{m, n, k, static_cast<int>(xFormat), static_cast<int>(wFormat), yBf16},
+      scaleX, scaleW, what);
   // The scales are attributes of the descriptor: set at every run (a
   // cached plan may serve other tensors' scales).
   MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(

@@ -1,6 +1,6 @@
 // FP8 matrix products through cuBLASLt (issue 26): the linear layer's
 // y = x w^T with x and w in E4M3 or E5M2 (core/Fp8.h), their dequantizing
-// scales as device scalars, fp32 accumulation and a bf16 result.
+// scales as device scalars, fp32 accumulation and a bf16 or fp32 result.
 #ifndef MTRT_SRC_CUDA_FP8GEMM_H
 #define MTRT_SRC_CUDA_FP8GEMM_H
 
@@ -18,16 +18,18 @@
 
 namespace mtrt::cuda {
 
-/// y [m, n] (row-major bf16) = scaleX * scaleW * (x [m, k] @ w [n, k]^T),
-/// x and w row-major FP8 codes: both operands k-contiguous, the one layout
-/// cuBLASLt's FP8 products take ("TN" in its column-major terms), which is
-/// a linear layer's weight [out, in] as stored. scaleX and scaleW are device
-/// floats (the inverse of the scales the casts multiplied by); the products
-/// of the codes' values are summed in fp32 (no fast accumulation) and
-/// rounded once to bf16. E5M2 x E5M2 is refused (cuBLASLt has no such
-/// product), as are k, m or n not multiples of 16 and pointers not 16-byte
-/// aligned, each naming the value. Plans are built at the first product of
-/// a shape and cached; the heuristic's first algorithm that runs is kept.
+/// y [m, n] (row-major bf16 or fp32) = scaleX * scaleW * (x [m, k] @
+/// w [n, k]^T), x and w row-major FP8 codes: both operands k-contiguous, the
+/// one layout cuBLASLt's FP8 products take ("TN" in its column-major
+/// terms), which is a linear layer's weight [out, in] as stored. scaleX and
+/// scaleW are device floats (the inverse of the scales the casts multiplied
+/// by); the products of the codes' values are summed in fp32 (no fast
+/// accumulation) and rounded once to the result's type. E5M2 x E5M2 is refused
+/// (cuBLASLt has no such product), as are k, m or n not multiples of 16 and
+/// operands or scales not 16-byte aligned (a scale 4 bytes past a boundary made
+/// cuBLASLt refuse every algorithm), each naming the value. Plans are built
+/// at the first product of a shape and cached; the heuristic's first
+/// algorithm that runs is kept.
 ///
 /// Thread-safety: one caller at a time.
 class Fp8Gemm {
@@ -43,10 +45,20 @@ public:
   /// UNIMPLEMENTED when it has no algorithm, INTERNAL for a failed call).
   void run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
            fp8::Format xFormat, const float *scaleX, const uint8_t *w,
-           fp8::Format wFormat, const float *scaleW, __nv_bfloat16 *y);
+           fp8::Format wFormat, const float *scaleW, void *y, bool yBf16);
+
+  /// At least `bytes` of device memory (256-byte aligned) for the caller's
+  /// operands of one product (the executor's transposed codes, inverse
+  /// scales and fp32 sums): the contents are the caller's until its next
+  /// call. A larger request allocates a new buffer and keeps the old one
+  /// until destruction (a captured CUDA graph may still address it); no
+  /// request may grow it while a graph is being captured, so the executor
+  /// reserves its functions' largest need when it is built.
+  void *staging(size_t bytes);
 
 private:
-  using Key = std::tuple<int64_t, int64_t, int64_t, int, int>;
+  /// m, n, k, the formats of x and w, and whether y is bf16.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, bool>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -60,6 +72,9 @@ private:
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
+  void *staging_ = nullptr;
+  size_t stagingBytes_ = 0;
+  std::vector<void *> retiredStaging_;
   std::map<Key, Plan> plans_;
 };
 

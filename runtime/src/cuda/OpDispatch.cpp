@@ -232,13 +232,28 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
                         std::to_string(op.attrs.contextSize) +
                         ") is not implemented on CUDA yet (issue 24); "
                         "compile the bundle without --fuse-kernels");
-  if (isFp8Op(inst.op))
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + bundle_.name() + "': " + where(position) + ": " +
-                    opName(inst.op) +
-                    ": FP8 GEMMs are not implemented on CUDA yet (issue 26); "
-                    "run this bundle on the host backend, or compile without "
-                    "--fp8-format");
+  if (isFp8Op(inst.op)) {
+    // FP8 tensor cores: compute capability 8.9 (Ada) and later.
+    int major = 0, minor = 0;
+    MTRT_CUDA_CHECK(cudaDeviceGetAttribute(&major,
+                                           cudaDevAttrComputeCapabilityMajor,
+                                           context_.device()),
+                    where(position));
+    MTRT_CUDA_CHECK(cudaDeviceGetAttribute(&minor,
+                                           cudaDevAttrComputeCapabilityMinor,
+                                           context_.device()),
+                    where(position));
+    if (major * 10 + minor < 89)
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "bundle '" + bundle_.name() + "': " + where(position) + ": " +
+                      opName(inst.op) +
+                      ": FP8 GEMMs need FP8 tensor cores (compute "
+                      "capability 8.9 or later), and " +
+                      context_.description() + " has " + std::to_string(major) +
+                      "." + std::to_string(minor) +
+                      "; compile without --fp8-format, or run on the host "
+                      "backend");
+  }
   if (isMoeOp(inst.op))
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "bundle '" + bundle_.name() + "': " + where(position) + ": " +
@@ -788,6 +803,14 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LinearVocabCrossEntropyGrad:
     linearVocab(position, inst);
     break;
+  case Op::Fp8Scale:
+  case Op::Fp8CurrentScale:
+  case Op::Fp8Quantize:
+  case Op::Fp8Linear:
+  case Op::Fp8LinearWeightGrad:
+  case Op::Fp8Update:
+    executeFp8(position, inst);
+    break;
   case Op::Scale: // a gradient of the fused loss times the seed (a scalar)
     scale(stream, count(inst.operands[0]), inElements(0), in(1),
           outElements(0));
@@ -807,12 +830,6 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeDispatchExperts:
   case Op::MoeCombineRows:
   case Op::AllToAll:
-  case Op::Fp8Scale: // refused by checkShapes
-  case Op::Fp8CurrentScale:
-  case Op::Fp8Quantize:
-  case Op::Fp8Linear:
-  case Op::Fp8LinearWeightGrad:
-  case Op::Fp8Update:
   case Op::AttentionBlock: // run by executeContextParallel
   case Op::AttentionMerge:
   case Op::AttentionDelta:

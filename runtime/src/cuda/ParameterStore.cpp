@@ -121,6 +121,28 @@ ParameterStore::ParameterStore(const Bundle &bundle, Context &context,
         cudaMemsetAsync(bf16_.data(), 0, bf16Bytes, context_.stream()),
         "zeroing the parameters' bf16 copies");
   }
+  if (bundle.hasFp8()) {
+    fp8Metas_ = bundle.fp8().metas.size();
+    fp8HistoryLength_ = bundle.fp8().amaxHistoryLen;
+    fp8_ = DeviceBuffer(
+        sizeof(float) * fp8Metas_ * static_cast<size_t>(1 + fp8HistoryLength_),
+        "the FP8 scaling state of bundle '" + bundle.name() + "'");
+    resetFp8();
+  }
+}
+
+void ParameterStore::resetFp8() {
+  if (!hasFp8())
+    return;
+  cudaStream_t stream = context_.stream();
+  MTRT_CUDA_CHECK_LAUNCH(
+      fill(stream, static_cast<int64_t>(fp8Metas_), fp8Scale(0), 1.0f),
+      "setting the FP8 scales to 1");
+  MTRT_CUDA_CHECK(cudaMemsetAsync(fp8History(0), 0,
+                                  sizeof(float) * fp8Metas_ *
+                                      static_cast<size_t>(fp8HistoryLength_),
+                                  stream),
+                  "zeroing the FP8 amax histories");
 }
 
 void ParameterStore::refreshBf16Copies() {
@@ -170,6 +192,7 @@ void ParameterStore::initialize(uint64_t seed) {
     }
   }
   refreshBf16Copies();
+  resetFp8();
 }
 
 void ParameterStore::bindGradients(std::vector<float *> slots) {
@@ -223,6 +246,17 @@ void ParameterStore::upload(const host::ParameterStore &from) {
             "uploading parameter " + infos_[i]->name);
   }
   refreshBf16Copies();
+  if (hasFp8() && from.hasFp8()) {
+    const Fp8State &state = from.fp8();
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(fp8Scale(0), state.scales().data(),
+                                    sizeof(float) * state.scales().size(),
+                                    cudaMemcpyHostToDevice, context_.stream()),
+                    "uploading the FP8 scales");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(fp8History(0), state.histories().data(),
+                                    sizeof(float) * state.histories().size(),
+                                    cudaMemcpyHostToDevice, context_.stream()),
+                    "uploading the FP8 amax histories");
+  }
   context_.synchronize("uploading the parameters");
 }
 
@@ -245,6 +279,18 @@ void ParameterStore::download(host::ParameterStore &to) const {
       else // gradients in the arena, not bound yet
         std::memset(tensors[kind]->buffer.data(), 0, bytes);
     }
+  }
+  if (hasFp8() && to.hasFp8()) {
+    Fp8State &state = to.fp8();
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(state.mutableScales().data(), fp8Scale(0),
+                                    sizeof(float) * state.scales().size(),
+                                    cudaMemcpyDeviceToHost, context_.stream()),
+                    "downloading the FP8 scales");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(state.mutableHistories().data(),
+                                    fp8History(0),
+                                    sizeof(float) * state.histories().size(),
+                                    cudaMemcpyDeviceToHost, context_.stream()),
+                    "downloading the FP8 amax histories");
   }
   context_.synchronize("downloading the parameters");
 }

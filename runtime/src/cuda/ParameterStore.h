@@ -151,6 +151,18 @@ public:
   void upload(const host::ParameterStore &from);
   void download(host::ParameterStore &to) const;
 
+  /// FP8 training's delayed-scaling state (a bundle with an `fp8` section,
+  /// core/Fp8State.h): per meta its scale and amax history (newest first),
+  /// device floats that fp8_scale reads and fp8_update advances. initialize
+  /// sets the scales to 1 and the histories to 0; upload and download move
+  /// them with the host store's (so checkpoints hold them).
+  bool hasFp8() const { return fp8Metas_ > 0; }
+  float *fp8Scale(size_t meta) const { return fp8_.as<float>() + meta; }
+  float *fp8History(size_t meta) const {
+    return fp8_.as<float>() + fp8Metas_ + meta * fp8HistoryLength_;
+  }
+  int64_t fp8HistoryLength() const { return fp8HistoryLength_; }
+
   /// Parameter i's value or gradient, copied to the host.
   host::Tensor valueToHost(size_t i) const;
   host::Tensor gradientToHost(size_t i) const;
@@ -169,6 +181,7 @@ private:
     return buffer_.as<float>() + array * flat_ + offsets_[i];
   }
   host::Tensor toHost(const float *data, size_t i) const;
+  void resetFp8();
   void checkPeer(const host::ParameterStore &other, const char *what) const;
 
   Context &context_;
@@ -185,6 +198,10 @@ private:
   std::vector<int64_t> bf16Offsets_;
   int64_t bf16Flat_ = 0;
   DeviceBuffer bf16_;
+  /// The metas' scales, then their histories (meta-major).
+  size_t fp8Metas_ = 0;
+  int64_t fp8HistoryLength_ = 0;
+  DeviceBuffer fp8_;
 };
 
 } // namespace mtrt::cuda

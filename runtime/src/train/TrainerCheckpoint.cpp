@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 namespace mtrt::train {
 
@@ -149,6 +150,35 @@ storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
           tensors.push_back(std::move(t));
         }
   }
+  // FP8's delayed-scaling state, by meta name: "fp8/<meta>/scale" [1] and
+  // "fp8/<meta>/amax_history" [amax_history_len]. Every rank holds the same
+  // state (the step's amaxes are all-reduced before the updates), so the
+  // rank at coordinate 0 of every axis saves it and every rank loads it
+  // whole: a checkpoint reshards to any layout with the same metas.
+  if (store.hasFp8()) {
+    Fp8State &state = store.fp8();
+    bool first = true;
+    for (int64_t c : coordinates)
+      first = first && (!severalRanks || c == 0);
+    const Fp8Settings &settings = state.settings();
+    int64_t length = state.historyLength();
+    for (size_t meta = 0; meta < state.size(); ++meta) {
+      for (auto [suffix, data, count] :
+           {std::tuple<const char *, float *, int64_t>{
+                "/scale", state.mutableScales().data() + meta, 1},
+            {"/amax_history",
+             state.mutableHistories().data() + meta * size_t(length),
+             length}}) {
+        CheckpointTensor t;
+        t.name = "fp8/" + settings.metas[meta].name + suffix;
+        t.globalShape = {count};
+        t.slice = wholeTensor(t.globalShape);
+        t.data = data;
+        t.save = first;
+        tensors.push_back(std::move(t));
+      }
+    }
+  }
   return tensors;
 }
 
@@ -242,15 +272,6 @@ void Trainer::checkSaveDirectory() const {
 }
 
 LoopStart Trainer::prepareCheckpoints(TrainingLog &log) {
-  if (bundle_.hasFp8() && (!options_.load.empty() || !options_.save.empty()))
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                std::string(options_.load.empty() ? "--save" : "--load") +
-                    ": bundle '" + bundle_.name() +
-                    "' trains with FP8 GEMMs, whose scaling state (scales "
-                    "and amax histories) checkpoints do not hold yet (issue "
-                    "26), so a resumed run would not continue this one; "
-                    "train it without --save and --load, or compile without "
-                    "--fp8-format");
   if (!options_.load.empty())
     loadCheckpoint(options_.load, log);
   if (!options_.save.empty())

@@ -190,6 +190,14 @@ TEST_F(CudaCheckpointTest, Bf16ResumeIsBitIdentical) {
   expectBitIdenticalResume(loadTestBundle("tiny-gpt-bf16"), trainOptions());
 }
 
+// FP8 with delayed scaling: the scales and amax histories go through the
+// host store into the checkpoint and back onto the device; resumed with
+// fresh scales, the first resumed step would cast with scale 1.
+TEST_F(CudaCheckpointTest, Fp8ResumeKeepsTheScalingState) {
+  expectBitIdenticalResume(loadTestBundle("tiny-gpt-fp8-hybrid"),
+                           trainOptions());
+}
+
 // fp16: the loss scaler's scale and trackers and the count of skipped
 // iterations resume (the checkpoint's optimizer_step is the updates).
 TEST_F(CudaCheckpointTest, Fp16ResumeKeepsTheLossScaler) {

@@ -208,8 +208,9 @@ protected:
       }
     cudaStream_t stream = context->stream();
     cuda::DeviceBuffer dx(qx.size(), "x"), dw(qw.size(), "w"),
-        dy(size_t(m * n) * 2, "y"), scales(2 * sizeof(float), "scales");
-    float hostScales[2] = {inverseX, inverseW};
+        dy(size_t(m * n) * 2, "y"), scales(32, "scales");
+    // Each scale 16-byte aligned (Fp8Gemm refuses others).
+    float hostScales[8] = {inverseX, 0, 0, 0, inverseW, 0, 0, 0};
     MTRT_CUDA_CHECK(cudaMemcpyAsync(dx.data(), qx.data(), qx.size(),
                                     cudaMemcpyHostToDevice, stream), "test");
     MTRT_CUDA_CHECK(cudaMemcpyAsync(dw.data(), qw.data(), qw.size(),
@@ -220,7 +221,7 @@ protected:
     cuda::Fp8Gemm gemm(stream);
     gemm.run(m, n, k, static_cast<uint8_t *>(dx.data()), xFormat,
              scales.as<float>(), static_cast<uint8_t *>(dw.data()), wFormat,
-             scales.as<float>() + 1, dy.as<__nv_bfloat16>());
+             scales.as<float>() + 4, dy.data(), /*yBf16=*/true);
     std::vector<__nv_bfloat16> y(size_t(m * n));
     MTRT_CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.data(), y.size() * 2,
                                     cudaMemcpyDeviceToHost, stream), "test");
@@ -254,7 +255,7 @@ TEST_F(CudaFp8GemmTest, RefusesWhatCublasLtCannotTake) {
   auto *y = buffer.as<__nv_bfloat16>();
   auto expectRefusal = [&](int64_t k, Format x, Format w, const char *text) {
     try {
-      gemm.run(16, 16, k, codes, x, scale, codes, w, scale, y);
+      gemm.run(16, 16, k, codes, x, scale, codes, w, scale, y, true);
       ADD_FAILURE() << "no refusal for " << text;
     } catch (const Error &e) {
       EXPECT_EQ(e.code(), MTRT_STATUS_INVALID_ARGUMENT) << e.what();
@@ -264,6 +265,18 @@ TEST_F(CudaFp8GemmTest, RefusesWhatCublasLtCannotTake) {
   };
   expectRefusal(32, Format::E5M2, Format::E5M2, "both operands are E5M2");
   expectRefusal(40, Format::E4M3, Format::E4M3, "k = 40 is not a multiple of 16");
+  try {
+    gemm.run(16, 16, 32, codes, Format::E4M3, scale, codes, Format::E4M3,
+             scale + 1, y, true);
+    ADD_FAILURE() << "no refusal for a scale 4 bytes past a boundary";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), MTRT_STATUS_INVALID_ARGUMENT) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "w's scale is at an address 4 bytes past a 16-byte "
+                  "boundary"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaFp8Test,

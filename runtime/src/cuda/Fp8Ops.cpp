@@ -1,0 +1,221 @@
+// FP8 training's instructions on the device (issue 26, docs/MixedPrecision.md
+// "FP8"): the scales (a meta's, from the store's delayed-scaling state, or
+// the tensor's own), the casts with their amax, the linear layer's GEMMs on
+// the FP8 tensor cores (cuda::Fp8Gemm) and delayed scaling's update, with
+// the host emulation's arithmetic (core/Fp8.h).
+//
+// cuBLASLt's FP8 products on Hopper take both operands k-contiguous ("TN"),
+// so a weight stored [in, out] (a forward with transpose_weight false, or a
+// data gradient of an [out, in] weight) and both operands of a weight
+// gradient (k is the rows) are transposed first, into the Fp8Gemm's
+// staging, as are the inverse scales and, for a linear with a bias, the
+// fp32 product the bias is added to (rounded once to the result's type, as
+// the host rounds it).
+#include "cuda/Executor.h"
+
+#include "core/Fp8State.h"
+#include "core/OpShapes.h"
+#include "cuda/CudaCheck.h"
+#include "cuda/ParameterStore.h"
+#include "cuda/kernels/Fp8Scaling.h"
+
+#include <algorithm>
+
+namespace mtrt::cuda {
+
+namespace {
+
+size_t alignUp(size_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+/// The staging's first block: the two inverse scales, kInverseStride floats
+/// apart.
+constexpr size_t kInverseStride = kArenaAlignment / sizeof(float);
+constexpr size_t kInverseBytes = 2 * kArenaAlignment;
+
+/// The staging an FP8 GEMM instruction uses (executeFp8's layout): the
+/// inverse scales, then the transposed weight or operands, then the fp32
+/// product a bias is added to; 0 for every other instruction (whose
+/// operands, if any, are not read: get_parameter has none).
+size_t stagingBytes(const Function &fn, const Instruction &inst) {
+  if (inst.op != Op::Fp8Linear && inst.op != Op::Fp8LinearWeightGrad)
+    return 0;
+  const std::vector<int64_t> &x = fn.values[inst.operands[0]].shape;
+  int64_t in = x.back(), rows = fn.values[inst.operands[0]].numElements / in;
+  if (inst.op == Op::Fp8Linear) {
+    const std::vector<int64_t> &w = fn.values[inst.operands[2]].shape;
+    int64_t out = inst.attrs.transposeWeight ? w[0] : w[1];
+    size_t transposed =
+        inst.attrs.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
+    size_t sums = inst.operands.size() == 5
+                      ? alignUp(sizeof(float) * static_cast<size_t>(rows * out))
+                      : 0;
+    return kInverseBytes + transposed + sums;
+  }
+  int64_t out = fn.values[inst.operands[2]].shape.back();
+  return kInverseBytes + alignUp(static_cast<size_t>(rows * in)) +
+         alignUp(static_cast<size_t>(rows * out));
+}
+
+} // namespace
+
+void Executor::reserveFp8Staging() {
+  size_t largest = 0;
+  for (const Instruction &inst : function_->instructions)
+    largest = std::max(largest, stagingBytes(*function_, inst));
+  if (largest > 0)
+    context_.fp8Gemm().staging(largest);
+}
+
+void Executor::executeFp8(size_t position, const Instruction &inst) {
+  const Function &fn = *function_;
+  const Attributes &a = inst.attrs;
+  cudaStream_t stream = context_.stream();
+  std::string what = where(position);
+  auto operand = [&](size_t i) { return slots_[inst.operands[i]]; };
+  auto result = [&](size_t i) { return slots_[inst.results[i]]; };
+  auto scalar = [&](void *slot) { return static_cast<float *>(slot); };
+  auto codes = [&](void *slot) { return static_cast<uint8_t *>(slot); };
+  auto formatOf = [&](int64_t v) { return fp8FormatOf(fn.values[v].dtype); };
+  auto source = [&](size_t i) -> InElements {
+    if (heldInBf16(inst.operands[i]))
+      return static_cast<const __nv_bfloat16 *>(operand(i));
+    return static_cast<const float *>(operand(i));
+  };
+  auto zero = [&](void *amax) {
+    MTRT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream), what);
+  };
+  Fp8Gemm &gemm = context_.fp8Gemm();
+  // One product: first [m, k] @ second [n, k]^T (codes k-contiguous) with
+  // the inverse scales at inverses[0] and inverses[kInverseStride] (each in
+  // its own aligned block: cuBLASLt refuses a scale that is not 16-byte
+  // aligned), into y (bf16 or fp32).
+  auto product = [&](int64_t m, int64_t n, int64_t k, const uint8_t *first,
+                     int64_t firstValue, const uint8_t *second,
+                     int64_t secondValue, const float *inverses, void *y,
+                     bool yBf16) {
+    try {
+      gemm.run(m, n, k, first, formatOf(firstValue), inverses, second,
+               formatOf(secondValue), inverses + kInverseStride, y, yBf16);
+    } catch (const Error &e) {
+      throw Error(e.code(), what + ": " + e.what());
+    }
+  };
+
+  switch (inst.op) {
+  case Op::Fp8Scale:
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(result(0), parameters_.fp8Scale(size_t(a.meta)),
+                        sizeof(float), cudaMemcpyDeviceToDevice, stream),
+        what);
+    break;
+  case Op::Fp8Update: {
+    const Fp8Settings &settings = bundle_.fp8();
+    MTRT_CUDA_CHECK_LAUNCH(
+        fp8UpdateMeta(
+            stream, scalar(operand(0)), parameters_.fp8Scale(size_t(a.meta)),
+            parameters_.fp8History(size_t(a.meta)),
+            static_cast<int>(parameters_.fp8HistoryLength()),
+            settings.amaxComputeAlgo == "max" ? fp8::AmaxAlgorithm::Max
+                                              : fp8::AmaxAlgorithm::MostRecent,
+            fp8FormatOf(settings.metas[size_t(a.meta)].format),
+            static_cast<int>(settings.margin)),
+        what);
+    break;
+  }
+  case Op::Fp8CurrentScale: { // the amax, then the scale, in the result
+    float *scale = scalar(result(0));
+    zero(scale);
+    MTRT_CUDA_CHECK_LAUNCH(fp8Amax(stream,
+                                   fn.values[inst.operands[0]].numElements,
+                                   source(0), scale),
+                           what);
+    MTRT_CUDA_CHECK_LAUNCH(fp8ScaleFromAmax(stream, scale, scale,
+                                            fp8FormatOf(a.fp8Format),
+                                            static_cast<int>(a.margin)),
+                           what);
+    break;
+  }
+  case Op::Fp8Quantize:
+    zero(result(1));
+    MTRT_CUDA_CHECK_LAUNCH(
+        castToFp8(stream, fn.values[inst.operands[0]].numElements, source(0),
+                  codes(result(0)), formatOf(inst.results[0]),
+                  scalar(operand(1)), scalar(result(1))),
+        what);
+    break;
+  case Op::Fp8Linear: { // y = (x w) / (sx sw) + b
+    const std::vector<int64_t> &w = fn.values[inst.operands[2]].shape;
+    int64_t in = fn.values[inst.operands[0]].shape.back();
+    int64_t out = a.transposeWeight ? w[0] : w[1];
+    int64_t rows = fn.values[inst.operands[0]].numElements / in;
+    bool bias = inst.operands.size() == 5;
+    bool yBf16 = heldInBf16(inst.results[0]);
+    size_t transposed =
+        a.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
+    auto *staging = static_cast<char *>(gemm.staging(stagingBytes(fn, inst)));
+    auto *inverses = reinterpret_cast<float *>(staging);
+    MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
+                                            scalar(operand(3)), inverses,
+                                            inverses + kInverseStride),
+                           what);
+    const uint8_t *weight = codes(operand(2));
+    if (!a.transposeWeight) { // [in, out] -> [out, in]
+      auto *wT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
+      MTRT_CUDA_CHECK_LAUNCH(transposeBytes(stream, in, out, weight, wT), what);
+      weight = wT;
+    }
+    void *y = result(0);
+    if (bias)
+      y = staging + kInverseBytes + transposed;
+    product(rows, out, in, codes(operand(0)), inst.operands[0], weight,
+            inst.operands[2], inverses, y, yBf16 && !bias);
+    if (bias) {
+      OutElements into = static_cast<float *>(result(0));
+      if (yBf16)
+        into = static_cast<__nv_bfloat16 *>(result(0));
+      MTRT_CUDA_CHECK_LAUNCH(
+          biasAdd(stream, rows, out, static_cast<const float *>(y),
+                  static_cast<const float *>(operand(4)), into),
+          what);
+    }
+    break;
+  }
+  case Op::Fp8LinearWeightGrad: { // dw = x^T dy (or dy^T x), fp32
+    int64_t in = fn.values[inst.operands[0]].shape.back();
+    int64_t out = fn.values[inst.operands[2]].shape.back();
+    int64_t rows = fn.values[inst.operands[0]].numElements / in;
+    size_t xBytes = alignUp(static_cast<size_t>(rows * in));
+    auto *staging = static_cast<char *>(gemm.staging(stagingBytes(fn, inst)));
+    auto *inverses = reinterpret_cast<float *>(staging);
+    auto *xT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
+    auto *dyT = xT + xBytes;
+    MTRT_CUDA_CHECK_LAUNCH(
+        transposeBytes(stream, rows, in, codes(operand(0)), xT), what);
+    MTRT_CUDA_CHECK_LAUNCH(
+        transposeBytes(stream, rows, out, codes(operand(2)), dyT), what);
+    if (!a.transposeWeight) { // [in, out]: x^T [in, rows] @ dy^T [out, rows]^T
+      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
+                                              scalar(operand(3)), inverses,
+                                              inverses + kInverseStride),
+                             what);
+      product(in, out, rows, xT, inst.operands[0], dyT, inst.operands[2],
+              inverses, result(0), false);
+    } else { // [out, in]: dy^T [out, rows] @ x^T [in, rows]^T
+      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(3)),
+                                              scalar(operand(1)), inverses,
+                                              inverses + kInverseStride),
+                             what);
+      product(out, in, rows, dyT, inst.operands[2], xT, inst.operands[0],
+              inverses, result(0), false);
+    }
+    break;
+  }
+  default:
+    throw Error(MTRT_STATUS_INTERNAL,
+                what + ": " + opName(inst.op) + " is not an FP8 instruction");
+  }
+}
+
+} // namespace mtrt::cuda
