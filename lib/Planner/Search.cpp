@@ -82,7 +82,6 @@ private:
   /// does not compile (the reason in `error`).
   int64_t exactMemory(const Layout &layout, std::string &error);
   void refuse(const std::string &reason);
-  double modelFlopsPerToken() const;
 
   MLIRContext &context;
   const CompileConfig &base;
@@ -94,6 +93,9 @@ private:
   int64_t period = 1;
   std::map<ProfileKey, std::optional<StepProfile>> profiles;
   llvm::StringMap<bool> refusalSeen;
+  /// DESIGN.md's MFU numerator: 6 N + 12 L h s FLOPs a token, N the
+  /// parameters without the position embeddings (the active ones of a
+  /// mixture of experts).
   double flopsPerToken = 0;
 };
 
@@ -204,12 +206,6 @@ std::optional<StepProfile> Planner::profile(const Layout &layout) {
   if (!two)
     return std::nullopt;
   return profileForMicroBatch(*one, *two, layout.microBatch);
-}
-
-double Planner::modelFlopsPerToken() const {
-  // DESIGN.md's MFU: 6 N + 12 L h s FLOPs a token, N the parameters without
-  // the position embeddings (the active ones of a mixture of experts).
-  return flopsPerToken;
 }
 
 int64_t Planner::predictMemory(const Layout &l, const StepProfile &p,
@@ -335,7 +331,7 @@ std::optional<Prediction> Planner::predict(const Layout &l,
   out.optimizer = 30.0 * owned / costModel.memoryBytesPerUs * 1e-6;
   out.step = makespan + out.exposedDataParallel + out.optimizer;
   double tokens = double(base.batch.globalBatchSize) * base.model.seqLength;
-  out.mfu = modelFlopsPerToken() * tokens /
+  out.mfu = flopsPerToken * tokens /
             (out.step * cluster.peakTflops * 1e12 * cluster.numGpus);
   out.memoryBytes = predictMemory(l, p, layersOfRank / period);
   return out;
