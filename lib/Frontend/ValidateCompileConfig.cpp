@@ -993,8 +993,6 @@ Error Validator::checkMoe() {
   const Layout layouts[] = {
       {"tensor_model_parallel_size", p.tensorModelParallelSize > 1,
        show(p.tensorModelParallelSize)},
-      {"pipeline_model_parallel_size", p.pipelineModelParallelSize > 1,
-       show(p.pipelineModelParallelSize)},
       {"context_parallel_size", p.contextParallelSize > 1,
        show(p.contextParallelSize)},
       {"sequence_parallel", p.sequenceParallel, "true"},
