@@ -60,8 +60,7 @@ DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
     return function.emitOpError()
            << "is not a pipeline stage: it needs one block, an input and one "
               "result (its output activation or the loss), optionally "
-              "followed by a scalar result named "
-           << kAuxLossResultName;
+              "followed by a scalar result named aux_loss";
   Block &body = function.getBody().front();
   Type outputType = function.getResultTypes().front();
   bool lossStage = cast<RankedTensorType>(outputType).getRank() == 0;
