@@ -46,8 +46,8 @@ Role roleOf(StringRef name) {
       return Role::Column;
   for (StringRef row :
        {"self_attn.o_proj", "mlp.down_proj", "attn.c_proj", "mlp.c_proj",
-        "shared_expert.down_proj", "shared_expert.c_proj",
-        "experts.down_proj", "experts.c_proj"})
+        "shared_expert.down_proj", "shared_expert.c_proj", "experts.down_proj",
+        "experts.c_proj"})
     if (module.ends_with(row))
       // A row-parallel layer's bias is added after the reduction, whole.
       return weight ? Role::Row : Role::Replicated;

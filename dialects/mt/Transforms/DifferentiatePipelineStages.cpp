@@ -49,14 +49,13 @@ DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
   StringAttr nameKey = StringAttr::get(&getContext(), "mt.name");
   // A second result is the stage's MoE auxiliary losses (a scalar named
   // aux_loss), which the runtime adds to the loss.
-  bool auxLoss = function.getNumResults() == 2 &&
-                 function.getResultAttr(1, nameKey) ==
-                     StringAttr::get(&getContext(), kAuxLossResultName) &&
-                 cast<RankedTensorType>(function.getResultTypes()[1])
-                         .getRank() == 0;
+  bool auxLoss =
+      function.getNumResults() == 2 &&
+      function.getResultAttr(1, nameKey) ==
+          StringAttr::get(&getContext(), kAuxLossResultName) &&
+      cast<RankedTensorType>(function.getResultTypes()[1]).getRank() == 0;
   if (!function.getBody().hasOneBlock() ||
-      function.getNumResults() != 1 + auxLoss ||
-      function.getNumArguments() < 1)
+      function.getNumResults() != 1 + auxLoss || function.getNumArguments() < 1)
     return function.emitOpError()
            << "is not a pipeline stage: it needs one block, an input and one "
               "result (its output activation or the loss), optionally "

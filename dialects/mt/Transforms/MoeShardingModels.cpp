@@ -161,9 +161,8 @@ struct MoeTokenModel
     auto mapOf = [&](Value v, Dim0 dim0) {
       SmallVector<AffineExpr> exprs;
       for (int64_t d = 0; d < rankOf(v); ++d)
-        exprs.push_back(
-            getAffineDimExpr(d == 0 && dim0 != Dim0::Whole ? 0 : next++,
-                             context));
+        exprs.push_back(getAffineDimExpr(
+            d == 0 && dim0 != Dim0::Whole ? 0 : next++, context));
       maps.push_back(AffineMap::get(loops, 0, exprs, context));
     };
     for (OpOperand &operand : op->getOpOperands())
@@ -379,7 +378,8 @@ struct MoeTokenModel
       Value input = dispatch(partitionedOperands[0]);
       // The rank's shard of the out dimension (the expert-tensor-parallel
       // column split).
-      auto weightType = cast<RankedTensorType>(partitionedOperands[1].getType());
+      auto weightType =
+          cast<RankedTensorType>(partitionedOperands[1].getType());
       auto outType = RankedTensorType::get(
           {slots, weightType.getDimSize(linear.getTransposeWeight() ? 1 : 2)},
           weightType.getElementType());
@@ -390,15 +390,14 @@ struct MoeTokenModel
           linear.getTransposeWeightAttr());
       Value back = MoeUnpermuteOp::create(builder, loc, sortedOut, out,
                                           routing, Value());
-      Value rows = MoeCombineRowsOp::create(builder, loc, outType,
-                                            allToAll(back), indices,
-                                            expertsAttr, ranksAttr);
+      Value rows =
+          MoeCombineRowsOp::create(builder, loc, outType, allToAll(back),
+                                   indices, expertsAttr, ranksAttr);
       // A split in dimension (the row-parallel down projection) leaves
       // partial sums, reduced over its axes.
       if (!inAxes.empty())
         rows = shard::AllReduceOp::create(builder, loc, rows, grid.getValue(),
-                                          inAxes,
-                                          shard::ReductionKind::Sum);
+                                          inAxes, shard::ReductionKind::Sum);
       partitionMap.map(op->getResult(0), rows);
       return success();
     }

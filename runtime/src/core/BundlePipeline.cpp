@@ -224,9 +224,8 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     const Function &forward = bundle.functions_[stage.forward];
     const Function &backward = bundle.functions_[stage.backward];
     const size_t leading = stage.auxLoss ? 2 : 1;
-    if (stage.auxLoss &&
-        (forward.outputs.size() < 2 ||
-         !forward.values[forward.outputs[1]].shape.empty()))
+    if (stage.auxLoss && (forward.outputs.size() < 2 ||
+                          !forward.values[forward.outputs[1]].shape.empty()))
       fail(member(at, "aux_loss"), "true",
            "a scalar output 1 of \"" + forward.name +
                "\" (the stage's auxiliary losses)");

@@ -91,9 +91,10 @@ public:
   ScheduleRunner(const Bundle &bundle, Stages stages, comm::RankContext &rank);
 
   /// Runs the schedule once: returns the sum of the micro-batches' losses
-  /// (with every stage's MoE auxiliary losses), the same on every rank. Micro-batch m is {first.step + m,
-  /// first.firstSample + m * globalBatch}: its masks are keyed on its
-  /// samples (globalBatch: a micro-batch's samples over the data ranks).
+  /// (with every stage's MoE auxiliary losses), the same on every rank.
+  /// Micro-batch m is {first.step + m, first.firstSample + m * globalBatch}:
+  /// its masks are keyed on its samples (globalBatch: a micro-batch's samples
+  /// over the data ranks).
   double train(const MicroBatchSource &source, const MicroBatchKey &first,
                uint64_t globalBatch);
   /// Runs the eval functions over `microBatches` micro-batches, one after
