@@ -637,7 +637,24 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
   }
   loc = stepLoc;
   if (!last) {
-    func::ReturnOp::create(builder, loc, h);
+    // A training stage's MoE layers' auxiliary losses leave it as a second
+    // result, "aux_loss": the runtime adds it to the micro-batch's loss and
+    // seeds its gradient with 1, as Megatron-LM's MoEAuxLossAutoScaler does
+    // on the stage that computed it (docs/Pipeline.md).
+    if (auxLosses.empty()) {
+      func::ReturnOp::create(builder, loc, h);
+      return;
+    }
+    Value aux = auxLosses.front();
+    for (Value more : llvm::drop_begin(auxLosses))
+      aux = mt::AddOp::create(builder, loc, lossType, aux, more);
+    LogicalResult added = function.insertResult(
+        1, lossType,
+        builder.getDictionaryAttr(builder.getNamedAttr(
+            "mt.name", builder.getStringAttr("aux_loss"))));
+    assert(succeeded(added) && "a stage has one result to add after");
+    (void)added;
+    func::ReturnOp::create(builder, loc, ValueRange{h, aux});
     return;
   }
   StringRef finalNorm = naming.gpt2 ? "transformer.ln_f" : "model.norm";

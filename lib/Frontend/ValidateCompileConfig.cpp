@@ -991,13 +991,8 @@ Error Validator::checkMoe() {
     std::string value;
   };
   const Layout layouts[] = {
-      {"tensor_model_parallel_size", p.tensorModelParallelSize > 1,
-       show(p.tensorModelParallelSize)},
-      {"pipeline_model_parallel_size", p.pipelineModelParallelSize > 1,
-       show(p.pipelineModelParallelSize)},
       {"context_parallel_size", p.contextParallelSize > 1,
        show(p.contextParallelSize)},
-      {"sequence_parallel", p.sequenceParallel, "true"},
       {"precision", c.precision != Precision::FP32,
        c.precision == Precision::BF16 ? "bf16" : "fp16"}};
   for (const Layout &layout : layouts)

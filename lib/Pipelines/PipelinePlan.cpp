@@ -3,6 +3,8 @@
 #include "megatron/Frontend/ModelBuilder.h"
 #include "megatron/Pipelines/PipelinePlan.h"
 
+#include "mt/Transforms/Passes.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/Support/Format.h"
@@ -51,6 +53,7 @@ llvm::Error megatron::finishPipelinePlan(ModuleOp module, PipelinePlan &plan) {
   int64_t stages = plan.schedule.numStages();
   plan.signatures.assign(stages, {});
   plan.stashBytes.assign(stages, 0);
+  plan.auxLoss.assign(stages, false);
   for (int64_t k = 0; k < stages; ++k) {
     auto forward =
         module.lookupSymbol<func::FuncOp>(stageFunction(k, "_forward"));
@@ -63,7 +66,12 @@ llvm::Error megatron::finishPipelinePlan(ModuleOp module, PipelinePlan &plan) {
       plan.signatures[k].input = typeText(forward.getArgumentTypes().front());
     if (k + 1 < stages)
       plan.signatures[k].output = typeText(forward.getResultTypes().front());
-    for (Type stashed : llvm::drop_begin(forward.getResultTypes()))
+    auto name = forward.getNumResults() > 1
+                    ? forward.getResultAttrOfType<StringAttr>(1, "mt.name")
+                    : StringAttr();
+    plan.auxLoss[k] = name && name.getValue() == mt::kAuxLossResultName;
+    for (Type stashed :
+         forward.getResultTypes().drop_front(1 + plan.auxLoss[k]))
       plan.stashBytes[k] += bytesOf(stashed);
   }
   return verifyPipelineSchedule(plan.schedule, plan.signatures);
@@ -75,15 +83,20 @@ llvm::json::Object PipelinePlan::toJSON() const {
   pipeline["size"] = schedule.pipelineSize;
   pipeline["layout"] = layout.method;
   Array stageEntries;
-  for (const PipelineStage &stage : layout.stages)
-    stageEntries.push_back(Object{
+  for (const PipelineStage &stage : layout.stages) {
+    Object entry{
         {"stage", stage.index},
         {"rank", stage.rank},
         {"first_layer", stage.firstLayer},
         {"num_layers", stage.numLayers},
         {"forward", stageFunction(stage.index, "_forward")},
         {"backward", stageFunction(stage.index, "_backward")},
-        {"eval", ("eval_step_stage" + llvm::Twine(stage.index)).str()}});
+        {"eval", ("eval_step_stage" + llvm::Twine(stage.index)).str()}};
+    if (static_cast<size_t>(stage.index) < auxLoss.size() &&
+        auxLoss[stage.index])
+      entry["aux_loss"] = true;
+    stageEntries.push_back(std::move(entry));
+  }
   pipeline["stages"] = std::move(stageEntries);
   pipeline["predicted_idle_fraction"] = Array(predict().idleFraction);
   return pipeline;

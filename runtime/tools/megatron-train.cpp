@@ -189,8 +189,10 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                           "train it without --in-process-ranks");
   if (!command.initFrom.empty())
     reject("--init-from");
-  if (!command.saveWeights.empty())
+  if (!command.saveWeights.empty()) {
     checkSaveWeightsPath(command.saveWeights);
+    mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
+  }
   if (command.sampleTokens > 0)
     reject("--sample-tokens (pass --sample-tokens 0)");
   if (!command.plotDir.empty())
@@ -230,7 +232,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         c.barrier({"stores ready for --save-weights", -1});
         if (c.rank() == 0) {
           try {
-            mtrt::train::saveWeights(command.saveWeights, bundle, stores);
+            mtrt::train::saveWeights(command.saveWeights, bundle, stores,
+                                     command.saveWeightsExperts);
           } catch (const mtrt::Error &e) {
             rethrowFor("--save-weights", e);
           }
@@ -352,8 +355,10 @@ int run(int argc, char **argv) {
   }
   if (trainLaunchedRank(bundle, corpus, command))
     return 0;
-  if (!command.saveWeights.empty())
+  if (!command.saveWeights.empty()) {
     checkSaveWeightsPath(command.saveWeights);
+    mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
+  }
   // Opened (and its format checked) before the trainer is built, so that a
   // bad file fails fast; its tensors are checked against the bundle after.
   std::optional<mtrt::SafetensorsFile> weights;
@@ -398,7 +403,8 @@ int run(int argc, char **argv) {
     gpu->copyParametersToHost();
   if (!command.saveWeights.empty()) {
     try {
-      saveWeights(command.saveWeights, bundle, trainer.parameters());
+      saveWeights(command.saveWeights, bundle, trainer.parameters(),
+                  command.saveWeightsExperts);
     } catch (const mtrt::Error &e) {
       rethrowFor("--save-weights", e);
     }

@@ -33,13 +33,21 @@ Role roleOf(StringRef name) {
     return Role::Vocabulary;
   bool weight = name.ends_with(".weight"), bias = name.ends_with(".bias");
   StringRef module = name.drop_back(weight ? 7 : bias ? 5 : 0);
-  for (StringRef column : {"self_attn.q_proj", "self_attn.k_proj",
-                           "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj",
-                           "mlp.c_fc", "attn.c_attn"})
+  // MoE: the shared expert is an MLP of its own; the routed experts
+  // ([E, ...]) split their in or out dimension alike (Megatron-LM's
+  // expert-tensor-parallel group, the tensor-parallel group).
+  for (StringRef column :
+       {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.c_fc", "attn.c_attn",
+        "shared_expert.gate_proj", "shared_expert.up_proj",
+        "shared_expert.c_fc", "experts.gate_proj", "experts.up_proj",
+        "experts.c_fc"})
     if (module.ends_with(column))
       return Role::Column;
   for (StringRef row :
-       {"self_attn.o_proj", "mlp.down_proj", "attn.c_proj", "mlp.c_proj"})
+       {"self_attn.o_proj", "mlp.down_proj", "attn.c_proj", "mlp.c_proj",
+        "shared_expert.down_proj", "shared_expert.c_proj", "experts.down_proj",
+        "experts.c_proj"})
     if (module.ends_with(row))
       // A row-parallel layer's bias is added after the reduction, whole.
       return weight ? Role::Row : Role::Replicated;
@@ -107,10 +115,12 @@ AnnotateShardingsPass::splitAxes(Location loc, StringRef name,
     return axes;
   }
   int64_t dim = 0;
-  if (type.getRank() == 2) {
+  if (type.getRank() >= 2) {
     bool outputDim = role == Role::Column;
-    // The output dimension is 1 in in x out, 0 in out x in.
+    // The output dimension is 1 in in x out, 0 in out x in; routed experts
+    // ([E, out, in] or GPT-2's [E, in, out]) one further.
     dim = (outputDim == inByOut) ? 1 : 0;
+    dim += type.getRank() == 3;
   }
   if (type.getDimSize(dim) % tensorParallelSize != 0) {
     emitError(loc) << "mt-annotate-shardings: dimension " << dim << " of "

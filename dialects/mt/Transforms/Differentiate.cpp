@@ -93,7 +93,7 @@ LogicalResult DifferentiatePass::differentiate(func::FuncOp function) {
   // training's loss scale (docs/BundleFormat.md, `loss_seed`).
   seed.getDefiningOp()->setAttr(kLossSeedAttrName, builder.getUnitAttr());
   FailureOr<SmallVector<Value>> inputGradients =
-      appendBackwardPass(function, seed, {});
+      appendBackwardPass(function, {seed}, {});
   if (failed(inputGradients))
     return failure();
   numGradients += llvm::range_size(body.getOps<AccumulateGradientOp>());
@@ -101,19 +101,21 @@ LogicalResult DifferentiatePass::differentiate(func::FuncOp function) {
 }
 
 FailureOr<SmallVector<Value>>
-mlir::mt::appendBackwardPass(func::FuncOp function, Value seed,
+mlir::mt::appendBackwardPass(func::FuncOp function, ArrayRef<Value> seeds,
                              ArrayRef<Value> inputs) {
   Block &body = function.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   OpBuilder builder(ret);
   GradientMap gradients(builder);
   // Walk the forward ops backwards; the backward ops go before the return, so
-  // they are not revisited. Ops made for the seed are not forward ops.
+  // they are not revisited. Ops made for the seeds are not forward ops.
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())
-    if (&op != seed.getDefiningOp())
+    if (llvm::none_of(seeds,
+                      [&](Value seed) { return seed.getDefiningOp() == &op; }))
       forward.push_back(&op);
-  gradients.add(ret.getOperand(0), seed);
+  for (auto [result, seed] : llvm::zip(ret.getOperands(), seeds))
+    gradients.add(result, seed);
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGradients;
     bool reachesLoss = false;

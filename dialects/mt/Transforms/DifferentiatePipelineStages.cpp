@@ -2,7 +2,8 @@
 //
 // A pipeline stage's forward function gets the gradient of its output as an
 // argument and returns the gradient of its input activation, so the stages
-// chain their backward passes through the schedule's send/recv.
+// chain their backward passes through the schedule's send/recv. A stage's
+// MoE auxiliary losses (a second result, aux_loss) are seeded with 1.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,15 +46,23 @@ struct DifferentiatePipelineStagesPass
 
 LogicalResult
 DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
-  if (!function.getBody().hasOneBlock() || function.getNumResults() != 1 ||
-      function.getNumArguments() < 1)
+  StringAttr nameKey = StringAttr::get(&getContext(), "mt.name");
+  // A second result is the stage's MoE auxiliary losses (a scalar named
+  // aux_loss), which the runtime adds to the loss.
+  bool auxLoss =
+      function.getNumResults() == 2 &&
+      function.getResultAttr(1, nameKey) ==
+          StringAttr::get(&getContext(), kAuxLossResultName) &&
+      cast<RankedTensorType>(function.getResultTypes()[1]).getRank() == 0;
+  if (!function.getBody().hasOneBlock() ||
+      function.getNumResults() != 1 + auxLoss || function.getNumArguments() < 1)
     return function.emitOpError()
            << "is not a pipeline stage: it needs one block, an input and one "
-              "result (its output activation or the loss)";
+              "result (its output activation or the loss), optionally "
+              "followed by a scalar result named aux_loss";
   Block &body = function.getBody().front();
   Type outputType = function.getResultTypes().front();
   bool lossStage = cast<RankedTensorType>(outputType).getRank() == 0;
-  StringAttr nameKey = StringAttr::get(&getContext(), "mt.name");
   unsigned seedIndex = function.getNumArguments();
   if (failed(function.insertArgument(
           seedIndex, outputType,
@@ -72,8 +81,20 @@ DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
   SmallVector<Value> inputs;
   if (activationInput)
     inputs.push_back(input);
+  SmallVector<Value> seeds = {body.getArgument(seedIndex)};
+  if (auxLoss) {
+    // The auxiliary losses' gradient is the loss's, 1: a fill that the
+    // runtime scales as the loss's (fp16's loss scale).
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    OpBuilder builder(ret);
+    auto lossType = cast<RankedTensorType>(function.getResultTypes()[1]);
+    auto fill = FillOp::create(builder, ret.getLoc(), lossType,
+                               builder.getF64FloatAttr(1.0));
+    fill->setAttr(kLossSeedAttrName, builder.getUnitAttr());
+    seeds.push_back(fill);
+  }
   FailureOr<SmallVector<Value>> gradients =
-      appendBackwardPass(function, body.getArgument(seedIndex), inputs);
+      appendBackwardPass(function, seeds, inputs);
   if (failed(gradients))
     return failure();
   ++numStages;
@@ -85,14 +106,16 @@ DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
            << "its output does not depend on its input activation, so no "
               "gradient reaches the stage before it";
   auto ret = cast<func::ReturnOp>(body.getTerminator());
+  // After the forward results: the output and the auxiliary losses.
+  unsigned gradientIndex = function.getNumResults();
   if (failed(function.insertResult(
-          1, input.getType(),
+          gradientIndex, input.getType(),
           DictionaryAttr::get(&getContext(),
                               {NamedAttribute(nameKey,
                                               StringAttr::get(
                                                   &getContext(),
                                                   "input_gradient"))}))))
     return failure();
-  ret->insertOperands(1, inputGradient);
+  ret->insertOperands(gradientIndex, inputGradient);
   return success();
 }

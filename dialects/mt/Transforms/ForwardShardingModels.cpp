@@ -500,12 +500,19 @@ struct ReshapeModel
       int64_t begin = fromInput ? group.inBegin : group.outBegin;
       int64_t end = fromInput ? group.inEnd : group.outEnd;
       bool fine = end - begin == group.loops();
+      // The other side merges the group's dimensions into one.
+      bool mergedThere = fine && group.loops() > 1;
       for (int64_t dim = begin; dim < end; ++dim) {
         if (dim >= static_cast<int64_t>(split.size()) || split[dim].empty())
           continue;
         // A merged dimension's split lands on the group's leading loop.
         if (!fine && dim != begin)
           return failure();
+        // Only the leading dimension of dimensions merged on the other side
+        // keeps its split; the others are gathered first ([b, s, h] split
+        // along the sequence, read as [b s, h] tokens: the MoE layer's).
+        if (mergedThere && dim != begin)
+          continue;
         llvm::append_range(loops[group.loop + (dim - begin)],
                            split[dim].asArrayRef());
       }

@@ -15,7 +15,14 @@
 // {expert-parallel-size=N}) they are split by experts over the data axis:
 // the grouped linear layers then send each row to its expert's rank and
 // back with shard.all_to_all (partitionExpertParallel), and an expert's
-// gradient is whole on its rank, from every rank's rows.
+// gradient is whole on its rank, from every rank's rows. Under tensor
+// parallelism the experts' in and out dimensions split as a dense MLP's
+// (mt-annotate-shardings: gate and up by columns, down by rows, Megatron-LM's
+// expert-tensor-parallel group = the tensor-parallel group): the grouped
+// linear layers run on the rank's columns, the down projection's partial
+// sums are all-reduced over the tensor axis. Tokens never split over the
+// tensor axis: sequence parallelism's shards are gathered ahead of the
+// router, which routes the whole sequence on every tensor-parallel rank.
 //
 //===----------------------------------------------------------------------===//
 
@@ -73,27 +80,55 @@ struct MoeTokenModel
                    : resultDim0(op, result.getResultNumber());
   }
 
-  /// Loop 0 is the tokens, loop 1 (in grouped linear layers) the experts;
-  /// every other dimension of every operand and result has a loop of its
-  /// own, never split.
-  static int64_t firstOtherLoop() { return expertValue() ? 2 : 1; }
+  /// Loop 0 is the tokens; every other dimension of every operand and
+  /// result has a loop of its own, never split. A grouped linear layer (and
+  /// its weight gradient) has five: tokens, experts, in, out and the
+  /// routing's slots, so that its weight's in and out dimensions split as
+  /// a tensor-parallel layer's (Megatron-LM's expert-tensor-parallel group).
+  enum GroupedLoop : int64_t { kTokens, kExperts, kIn, kOut, kSlots };
+  static bool transposed(Operation *op) {
+    if (auto linear = dyn_cast<MoeGroupedLinearOp>(op))
+      return linear.getTransposeWeight();
+    if (auto grad = dyn_cast<MoeGroupedLinearWeightGradOp>(op))
+      return grad.getTransposeWeight();
+    return false;
+  }
+  /// The loops of a grouped op's operands and results, in order.
+  static SmallVector<SmallVector<int64_t>> groupedLoops(Operation *op) {
+    SmallVector<int64_t> weight =
+        transposed(op) ? SmallVector<int64_t>{kExperts, kOut, kIn}
+                       : SmallVector<int64_t>{kExperts, kIn, kOut};
+    SmallVector<int64_t> indices = {kTokens, kSlots};
+    if (isa<MoeGroupedLinearOp>(op))
+      return {{kTokens, kIn}, weight, indices, {kTokens, kOut}};
+    return {{kTokens, kIn}, {kTokens, kOut}, indices, weight};
+  }
+  /// The loop a grouped op sums over: in (the product), or the tokens (a
+  /// weight gradient).
+  static int64_t summedGroupedLoop() {
+    return expertValue() > 0 ? kIn : kTokens;
+  }
   static int64_t loopCount(Operation *op) {
-    int64_t loops = firstOtherLoop();
-    auto others = [&](Value v, Dim0 dim0, bool experts) {
+    if (expertValue())
+      return kSlots + 1;
+    int64_t loops = 1;
+    auto others = [&](Value v, Dim0 dim0) {
       int64_t rank = rankOf(v);
-      return rank == 0 ? 0 : rank - (dim0 != Dim0::Whole || experts ? 1 : 0);
+      return rank == 0 ? 0 : rank - (dim0 != Dim0::Whole ? 1 : 0);
     };
     for (OpOperand &operand : op->getOpOperands())
-      loops += others(operand.get(), dim0Of(op, &operand, {}),
-                      isExpertDim(&operand, {}));
+      loops += others(operand.get(), dim0Of(op, &operand, {}));
     for (OpResult result : op->getResults())
-      loops += others(result, dim0Of(op, nullptr, result),
-                      isExpertDim(nullptr, result));
+      loops += others(result, dim0Of(op, nullptr, result));
     return loops;
   }
 
   SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
     SmallVector<IteratorType> types(loopCount(op), IteratorType::parallel);
+    if (expertValue()) {
+      types[summedGroupedLoop()] = IteratorType::reduction;
+      return types;
+    }
     if (tokenLoop() != TokenLoop::Parallel &&
         tokenLoop() != TokenLoop::MeanLossGrad)
       types[0] = IteratorType::reduction;
@@ -102,6 +137,8 @@ struct MoeTokenModel
 
   SmallVector<shard::ReductionKind>
   getReductionLoopIteratorKinds(Operation *op) const {
+    if (expertValue())
+      return {shard::ReductionKind::Sum};
     if (tokenLoop() == TokenLoop::Parallel ||
         tokenLoop() == TokenLoop::MeanLossGrad)
       return {};
@@ -110,23 +147,28 @@ struct MoeTokenModel
 
   SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
     MLIRContext *context = op->getContext();
-    int64_t loops = loopCount(op), next = firstOtherLoop();
+    int64_t loops = loopCount(op), next = 1;
     SmallVector<AffineMap> maps;
-    auto mapOf = [&](Value v, Dim0 dim0, bool experts) {
+    if (expertValue()) {
+      for (ArrayRef<int64_t> dims : groupedLoops(op)) {
+        SmallVector<AffineExpr> exprs;
+        for (int64_t loop : dims)
+          exprs.push_back(getAffineDimExpr(loop, context));
+        maps.push_back(AffineMap::get(loops, 0, exprs, context));
+      }
+      return maps;
+    }
+    auto mapOf = [&](Value v, Dim0 dim0) {
       SmallVector<AffineExpr> exprs;
       for (int64_t d = 0; d < rankOf(v); ++d)
         exprs.push_back(getAffineDimExpr(
-            d == 0 && dim0 != Dim0::Whole ? 0
-            : d == 0 && experts           ? 1
-                                          : next++,
-            context));
+            d == 0 && dim0 != Dim0::Whole ? 0 : next++, context));
       maps.push_back(AffineMap::get(loops, 0, exprs, context));
     };
     for (OpOperand &operand : op->getOpOperands())
-      mapOf(operand.get(), dim0Of(op, &operand, {}),
-            isExpertDim(&operand, {}));
+      mapOf(operand.get(), dim0Of(op, &operand, {}));
     for (OpResult result : op->getResults())
-      mapOf(result, dim0Of(op, nullptr, result), isExpertDim(nullptr, result));
+      mapOf(result, dim0Of(op, nullptr, result));
     return maps;
   }
 
@@ -136,15 +178,21 @@ struct MoeTokenModel
   getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
                     ArrayRef<Sharding> resultShardings) const {
     FlatSymbolRefAttr grid;
-    SmallVector<GridAxis> tokenAxes, expertAxes;
+    SmallVector<GridAxis> tokenAxes;
+    // A grouped op's weight, per dimension: experts, and in and out.
+    SmallVector<SmallVector<GridAxis>, 3> weightAxes(3);
     bool found = false;
+    auto readWeight = [&](Sharding sharding) {
+      for (int64_t d = 0; d < 3; ++d)
+        weightAxes[d] = axesOfDim(sharding, d);
+    };
     auto look = [&](Sharding sharding, Dim0 dim0, bool experts) {
       if (!sharding)
         return;
       if (!grid)
         grid = sharding.getGridAttr();
       if (experts)
-        expertAxes = axesOfDim(sharding, 0);
+        readWeight(sharding);
       if (found || dim0 == Dim0::Whole)
         return;
       tokenAxes = axesOfDim(sharding, 0);
@@ -164,14 +212,26 @@ struct MoeTokenModel
       FailureOr<std::pair<bool, Sharding>> annotated =
           shard::getSharding(op->getResult(0));
       if (succeeded(annotated) && annotated->second)
-        expertAxes = axesOfDim(annotated->second, 0);
+        readWeight(annotated->second);
     }
     if (!grid)
       return shard::ShardingOption::makeEmpty();
+    // Tokens split over the data axis only: a sequence split over the
+    // tensor axis (sequence parallelism) is gathered ahead of the router,
+    // so that every tensor-parallel rank routes, and drops by capacity,
+    // the whole sequence's tokens as one rank does, and the experts'
+    // tensor-parallel shards see every token (Megatron-LM gathers the
+    // tokens over the expert-tensor-parallel group too, after routing).
+    llvm::erase_if(tokenAxes,
+                   [](GridAxis axis) { return axis != kDataGridAxis; });
     shard::ShardingArray array(loopCount(op));
     array[0].assign(tokenAxes.begin(), tokenAxes.end());
-    if (expertValue())
-      array[1].assign(expertAxes.begin(), expertAxes.end());
+    if (expertValue()) {
+      SmallVector<int64_t> weightLoops =
+          groupedLoops(op)[expertValue() > 0 ? 1 : 3];
+      for (auto [loop, axes] : llvm::zip_equal(weightLoops, weightAxes))
+        array[loop].assign(axes.begin(), axes.end());
+    }
     return shard::ShardingOption(array, grid);
   }
 
@@ -193,14 +253,22 @@ struct MoeTokenModel
         break;
       }
     if (expertValue()) {
-      Sharding experts = expertValue() > 0 ? operandShardings[expertValue()]
-                                           : resultShardings[0];
+      Sharding weight = expertValue() > 0 ? operandShardings[expertValue()]
+                                          : resultShardings[0];
       SmallVector<GridAxis> expertAxes =
-          experts ? axesOfDim(experts, 0) : SmallVector<GridAxis>();
+          weight ? axesOfDim(weight, 0) : SmallVector<GridAxis>();
       if (!expertAxes.empty())
-        return partitionExpertParallel(op, partitionedOperands, tokenSharding,
-                                       axes, expertAxes, partitionMap,
-                                       symbolTable, builder);
+        return partitionExpertParallel(
+            op, partitionedOperands, tokenSharding, axes, expertAxes,
+            weight ? axesOfDim(weight, transposed(op) ? 2 : 1)
+                   : SmallVector<GridAxis>(),
+            partitionMap, symbolTable, builder);
+      // The local product, its sum over split in dimensions (the
+      // row-parallel down projection) or a weight gradient's over split
+      // tokens.
+      return partitionSummingReductions(op, partitionedOperands,
+                                        operandShardings, resultShardings,
+                                        partitionMap, symbolTable, builder);
     }
     if (tokenLoop() == TokenLoop::Summed)
       return partitionSummingReductions(op, partitionedOperands,
@@ -256,8 +324,8 @@ struct MoeTokenModel
   static LogicalResult partitionExpertParallel(
       Operation *op, ArrayRef<Value> partitionedOperands, Sharding tokens,
       ArrayRef<GridAxis> tokenAxes, ArrayRef<GridAxis> expertAxes,
-      IRMapping &partitionMap, SymbolTableCollection &symbolTable,
-      OpBuilder &builder) {
+      ArrayRef<GridAxis> inAxes, IRMapping &partitionMap,
+      SymbolTableCollection &symbolTable, OpBuilder &builder) {
     Location loc = op->getLoc();
     if (!tokens || SmallVector<GridAxis>(tokenAxes) !=
                        SmallVector<GridAxis>(expertAxes))
@@ -303,18 +371,18 @@ struct MoeTokenModel
       return MoePermuteOp::create(builder, loc, blocks, allToAll(sent),
                                   routing, Value());
     };
-    auto local = cast<RankedTensorType>(
-        expertValue() > 0 ? partitionedOperands[expertValue()].getType()
-                          : RankedTensorType::get(
-                                [&] {
-                                  SmallVector<int64_t> shape(global.getShape());
-                                  shape[0] /= *ranks;
-                                  return shape;
-                                }(),
-                                global.getElementType()));
+    auto widthOf = [&](Value v) {
+      return cast<RankedTensorType>(v.getType()).getDimSize(1);
+    };
     if (auto linear = dyn_cast<MoeGroupedLinearOp>(op)) {
       Value input = dispatch(partitionedOperands[0]);
-      auto outType = cast<RankedTensorType>(op->getResult(0).getType());
+      // The rank's shard of the out dimension (the expert-tensor-parallel
+      // column split).
+      auto weightType =
+          cast<RankedTensorType>(partitionedOperands[1].getType());
+      auto outType = RankedTensorType::get(
+          {slots, weightType.getDimSize(linear.getTransposeWeight() ? 1 : 2)},
+          weightType.getElementType());
       auto sortedOut = RankedTensorType::get(
           {received, outType.getDimSize(1)}, outType.getElementType());
       Value out = MoeGroupedLinearOp::create(
@@ -322,15 +390,24 @@ struct MoeTokenModel
           linear.getTransposeWeightAttr());
       Value back = MoeUnpermuteOp::create(builder, loc, sortedOut, out,
                                           routing, Value());
-      auto rowsType = RankedTensorType::get({slots, outType.getDimSize(1)},
-                                            outType.getElementType());
-      partitionMap.map(op->getResult(0),
-                       MoeCombineRowsOp::create(builder, loc, rowsType,
-                                                allToAll(back), indices,
-                                                expertsAttr, ranksAttr));
+      Value rows =
+          MoeCombineRowsOp::create(builder, loc, outType, allToAll(back),
+                                   indices, expertsAttr, ranksAttr);
+      // A split in dimension (the row-parallel down projection) leaves
+      // partial sums, reduced over its axes.
+      if (!inAxes.empty())
+        rows = shard::AllReduceOp::create(builder, loc, rows, grid.getValue(),
+                                          inAxes, shard::ReductionKind::Sum);
+      partitionMap.map(op->getResult(0), rows);
       return success();
     }
     auto grad = cast<MoeGroupedLinearWeightGradOp>(op);
+    int64_t in = widthOf(partitionedOperands[0]),
+            out = widthOf(partitionedOperands[1]);
+    SmallVector<int64_t> shape = {experts / *ranks, in, out};
+    if (grad.getTransposeWeight())
+      std::swap(shape[1], shape[2]);
+    auto local = RankedTensorType::get(shape, global.getElementType());
     partitionMap.map(op->getResult(0),
                      MoeGroupedLinearWeightGradOp::create(
                          builder, loc, local, dispatch(partitionedOperands[0]),

@@ -38,6 +38,12 @@ void printOverlap(ModuleOp module, const CostModel &model,
 /// scale.
 inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 
+/// The `mt.name` of a pipeline stage's second result: the sum of its MoE
+/// layers' auxiliary losses, which the runtime adds to the micro-batch's
+/// loss and whose gradient is 1 (docs/Pipeline.md, "Mixture of experts").
+/// The model builder names the result so.
+inline constexpr llvm::StringLiteral kAuxLossResultName = "aux_loss";
+
 /// The discardable i64 attribute mt-annotate-shardings puts on mt.attention
 /// and mt.attention_grad under context parallelism: the grid axis whose
 /// sequence split holds the load-balanced chunks (docs/Parallelism.md,
@@ -67,13 +73,13 @@ inline constexpr llvm::StringLiteral kCollectiveChunkAttrName = "mt.chunk";
 inline constexpr llvm::StringLiteral kChunkCopyAttrName = "mt.chunk_copy";
 
 /// Appends the reverse-mode backward pass of `function` (one block) before
-/// its return: `seed` is the gradient of its first result (a value defined
+/// its return: `seeds[i]` is the gradient of its result i (a value defined
 /// before the return, such as a fill of 1 or an argument). Every parameter
 /// read on the way ends with one `mt.accumulate_gradient`, in declaration
 /// order. Returns the gradient reaching each of `inputs` (null where none
 /// does). Used by mt-differentiate and mt-differentiate-pipeline-stages.
 FailureOr<SmallVector<Value>> appendBackwardPass(func::FuncOp function,
-                                                 Value seed,
+                                                 ArrayRef<Value> seeds,
                                                  ArrayRef<Value> inputs);
 
 } // namespace mlir::mt

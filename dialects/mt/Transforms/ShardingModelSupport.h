@@ -25,6 +25,10 @@ using shard::GridAxis;
 using shard::Sharding;
 using utils::IteratorType;
 
+/// The data-parallel axis of mt-annotate-shardings' grids ([dp, tp],
+/// [dp, cp, tp]).
+inline constexpr GridAxis kDataGridAxis = 0;
+
 int64_t rankOf(Value value);
 
 /// The grid axes that shard loops of `op` whose index does not reach a

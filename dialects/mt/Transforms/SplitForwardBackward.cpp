@@ -70,10 +70,18 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
   SmallVector<Operation *> ops;
   for (Operation &op : body.without_terminator())
     ops.push_back(&op);
-  if (ret.getOperand(0).getDefiningOp() &&
-      backward.contains(ret.getOperand(0).getDefiningOp()))
-    return function.emitOpError()
-           << "returns an output that depends on its output's gradient";
+  // The forward's results: the output, and a stage's MoE auxiliary losses
+  // (aux_loss) after it; the rest are the backward's.
+  unsigned forwardCount = 1;
+  if (ret.getNumOperands() > 1)
+    if (auto name = function.getResultAttrOfType<StringAttr>(1, "mt.name"))
+      forwardCount += name.getValue() == kAuxLossResultName;
+  auto forwardOperands = ret.getOperands().take_front(forwardCount);
+  auto backwardOperands = ret.getOperands().drop_front(forwardCount);
+  for (Value output : forwardOperands)
+    if (output.getDefiningOp() && backward.contains(output.getDefiningOp()))
+      return function.emitOpError()
+             << "returns an output that depends on its output's gradient";
 
   // Forward values the backward pass reads: stashed, except parameters
   // (each function reads its own) and values without operands (cheaper to
@@ -118,7 +126,8 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
     forwardInputs.push_back(argument.getType());
     forwardArgAttrs.push_back(function.getArgAttrDict(argument.getArgNumber()));
   }
-  forwardResults.push_back(ret.getOperand(0).getType());
+  for (Value output : forwardOperands)
+    forwardResults.push_back(output.getType());
   for (Value value : stashed)
     forwardResults.push_back(value.getType());
   auto forward = func::FuncOp::create(
@@ -126,8 +135,9 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
       builder.getFunctionType(forwardInputs, forwardResults));
   copyStageAttr(forward);
   forward.setAllArgAttrs(forwardArgAttrs);
-  forward.setResultAttrs(0, function.getResultAttrDict(0));
-  for (unsigned i = 1; i < forwardResults.size(); ++i)
+  for (unsigned i = 0; i < forwardCount; ++i)
+    forward.setResultAttrs(i, function.getResultAttrDict(i));
+  for (unsigned i = forwardCount; i < forwardResults.size(); ++i)
     forward.setResultAttrs(i, nameAttr("stash"));
   {
     Block *block = forward.addEntryBlock();
@@ -140,7 +150,9 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
     for (Operation *op : ops)
       if (!backward.contains(op))
         inner.clone(*op, mapping);
-    SmallVector<Value> results = {mapping.lookup(ret.getOperand(0))};
+    SmallVector<Value> results;
+    for (Value output : forwardOperands)
+      results.push_back(mapping.lookup(output));
     for (Value value : stashed)
       results.push_back(mapping.lookup(value));
     func::ReturnOp::create(inner, ret.getLoc(), results);
@@ -167,14 +179,15 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
                                          argument.getArgNumber())
                                    : nameAttr("stash"));
   }
-  SmallVector<Type> backwardResults(llvm::drop_begin(ret.getOperandTypes()));
+  SmallVector<Type> backwardResults(backwardOperands.getTypes());
   auto backwardFunction = func::FuncOp::create(
       builder, function.getLoc(), (function.getSymName() + "_backward").str(),
       builder.getFunctionType(backwardInputs, backwardResults));
   copyStageAttr(backwardFunction);
   backwardFunction.setAllArgAttrs(backwardArgAttrs);
-  for (unsigned i = 1; i < ret.getNumOperands(); ++i)
-    backwardFunction.setResultAttrs(i - 1, function.getResultAttrDict(i));
+  for (unsigned i = forwardCount; i < ret.getNumOperands(); ++i)
+    backwardFunction.setResultAttrs(i - forwardCount,
+                                    function.getResultAttrDict(i));
   {
     Block *block = backwardFunction.addEntryBlock();
     IRMapping mapping;
@@ -188,7 +201,7 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
       if (backward.contains(op))
         inner.clone(*op, mapping);
     SmallVector<Value> results;
-    for (Value value : llvm::drop_begin(ret.getOperands()))
+    for (Value value : backwardOperands)
       results.push_back(mapping.lookupOrDefault(value));
     func::ReturnOp::create(inner, ret.getLoc(), results);
   }

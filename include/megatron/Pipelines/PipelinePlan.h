@@ -24,6 +24,9 @@ struct PipelinePlan {
   /// its forward pass stashes for its backward pass per micro-batch.
   std::vector<StageSignature> signatures;
   std::vector<int64_t> stashBytes;
+  /// Per virtual stage: whether its forward's second result is its MoE
+  /// layers' auxiliary losses (the bundle's `aux_loss`).
+  std::vector<bool> auxLoss;
 
   /// Stage layers for buildModelModule.
   std::vector<StageLayers> stageLayers() const;

@@ -397,6 +397,10 @@ struct PipelineStep {
 struct PipelineStageInfo {
   int64_t stage = 0, rank = 0, firstLayer = 0, numLayers = 0;
   size_t forward = 0, backward = 0, eval = 0;
+  /// The forward's output 1 is the stage's MoE auxiliary losses, a scalar
+  /// added to the micro-batch's loss (its gradient is the backward's fill
+  /// marked loss_seed); the stash follows it.
+  bool auxLoss = false;
 };
 
 /// The manifest's `pipeline` section.

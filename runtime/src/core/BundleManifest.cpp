@@ -1236,14 +1236,28 @@ void ManifestReader::readGradientBuffers(const Json &json,
                  ": each pipeline rank's buffer holds its own stages' "
                  "gradients");
     }
+    // A parameter split over the buffer's data axis (expert parallelism's
+    // experts) has whole gradients on its rank, reduced by nothing; the
+    // replicated optimizer steps it there.
+    auto splitOverBuffer = [&](const Parameter &parameter) {
+      for (const std::vector<int64_t> &axes : parameter.splitAxes)
+        for (int64_t axis : axes)
+          if (std::find(out.gridAxes.begin(), out.gridAxes.end(), axis) !=
+              out.gridAxes.end())
+            return true;
+      return false;
+    };
     for (size_t p = 0; p < parameters.size(); ++p)
-      if (parameters[p].heldOnPipelineRank(out.pipelineRank) && !listed[p])
+      if (parameters[p].heldOnPipelineRank(out.pipelineRank) && !listed[p] &&
+          (distributed || !splitOverBuffer(parameters[p])))
         fail(member(at, "parameters"),
              "no entry for parameter " + std::to_string(p) + " ('" +
                  parameters[p].name + "') of pipeline rank " +
                  std::to_string(out.pipelineRank),
-             "every parameter of the rank: its data-parallel gradient "
-             "reduction runs only in the buffer");
+             "every parameter of the rank but those split over the buffer's "
+             "grid axes (expert parallelism's experts, without the "
+             "distributed optimizer): its data-parallel gradient reduction "
+             "runs only in the buffer");
     bundle.gradientBuffers_.push_back(std::move(out));
   }
 }

@@ -200,7 +200,7 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     expectObject(entry, at);
     expectKnownKeys(entry, at,
                     {"stage", "rank", "first_layer", "num_layers", "forward",
-                     "backward", "eval"},
+                     "backward", "eval", "aux_loss"},
                     "a pipeline stage");
     PipelineStageInfo stage;
     stage.stage = readInt(field(entry, at, "stage"), member(at, "stage"),
@@ -216,20 +216,30 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     stage.backward = functionIndex(field(entry, at, "backward"),
                                    member(at, "backward"));
     stage.eval = functionIndex(field(entry, at, "eval"), member(at, "eval"));
-    // The forward's results after its output are the backward's leading
-    // inputs (the stash), then the output's gradient.
+    if (const Json *aux = optionalField(entry, "aux_loss"))
+      stage.auxLoss = readBool(*aux, member(at, "aux_loss"));
+    // The forward's results after its output (and its auxiliary losses)
+    // are the backward's leading inputs (the stash), then the output's
+    // gradient.
     const Function &forward = bundle.functions_[stage.forward];
     const Function &backward = bundle.functions_[stage.backward];
-    if (forward.outputs.size() != backward.inputs.size())
+    const size_t leading = stage.auxLoss ? 2 : 1;
+    if (stage.auxLoss && (forward.outputs.size() < 2 ||
+                          !forward.values[forward.outputs[1]].shape.empty()))
+      fail(member(at, "aux_loss"), "true",
+           "a scalar output 1 of \"" + forward.name +
+               "\" (the stage's auxiliary losses)");
+    if (forward.outputs.size() + 1 != backward.inputs.size() + leading)
       fail(member(at, "backward"),
            "\"" + backward.name + "\" with " +
                std::to_string(backward.inputs.size()) + " inputs",
-           std::to_string(forward.outputs.size()) +
-               ": the stash of \"" + forward.name +
-               "\" (its outputs after the first) and the output's gradient");
-    for (size_t i = 0; i < forward.outputs.size(); ++i) {
+           std::to_string(forward.outputs.size() + 1 - leading) +
+               ": the stash of \"" + forward.name + "\" (its outputs after " +
+               (stage.auxLoss ? "the first two" : "the first") +
+               ") and the output's gradient");
+    for (size_t i = 0; i + leading < forward.outputs.size() + 1; ++i) {
       const TensorType &sent =
-          forward.values[forward.outputs[i == 0 ? 0 : i]];
+          forward.values[forward.outputs[i == 0 ? 0 : i + leading - 1]];
       const TensorType &taken =
           backward.values[backward.inputs[i == 0 ? backward.inputs.size() - 1
                                                  : i - 1]];

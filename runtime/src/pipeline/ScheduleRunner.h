@@ -90,10 +90,11 @@ public:
   /// (it makes the pipeline group and the embedding groups). Throws Error.
   ScheduleRunner(const Bundle &bundle, Stages stages, comm::RankContext &rank);
 
-  /// Runs the schedule once: returns the sum of the micro-batches' losses,
-  /// the same on every rank. Micro-batch m is {first.step + m,
-  /// first.firstSample + m * globalBatch}: its masks are keyed on its
-  /// samples (globalBatch: a micro-batch's samples over the data ranks).
+  /// Runs the schedule once: returns the sum of the micro-batches' losses
+  /// (with every stage's MoE auxiliary losses), the same on every rank.
+  /// Micro-batch m is {first.step + m, first.firstSample + m * globalBatch}:
+  /// its masks are keyed on its samples (globalBatch: a micro-batch's samples
+  /// over the data ranks).
   double train(const MicroBatchSource &source, const MicroBatchKey &first,
                uint64_t globalBatch);
   /// Runs the eval functions over `microBatches` micro-batches, one after
@@ -197,7 +198,8 @@ protected:
   /// are taken.
   std::map<Key, int64_t> slotOf_;
   std::map<int64_t, std::vector<bool>> slotsTaken_;
-  /// The last stage's losses of this schedule, read at its end.
+  /// The last stage's losses of this schedule and the other stages'
+  /// auxiliary losses, read at its end.
   std::vector<Tensor> losses_;
 
   double computeSeconds_ = 0, wallSeconds_ = 0;
@@ -390,6 +392,12 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       else
         outputs_[key] = std::move(outputs[0]);
       outputs.erase(outputs.begin());
+      // A stage's MoE auxiliary losses join the micro-batch's loss (summed
+      // over the pipeline ranks at the schedule's end).
+      if (stage.info->auxLoss) {
+        losses_.push_back(std::move(outputs[0]));
+        outputs.erase(outputs.begin());
+      }
       stashBytes_ += bytesOf(outputs);
       peakStashBytes_ = std::max(peakStashBytes_, stashBytes_);
       stash_[key] = std::move(outputs);

@@ -178,6 +178,19 @@ const std::vector<Flag> &flags() {
            invalid(f + ": expected the path of a .safetensors file to write");
          c.saveWeights = v;
        }},
+      {"--save-weights-experts", "NAMES",
+       "with --save-weights: name a mixture-of-experts model's routed "
+       "experts as the bundle does (bundle: one [E, out, in] tensor per "
+       "projection, the default), or one tensor per expert as the hub "
+       "stores Mixtral (mixtral: block_sparse_moe.experts.N.w1/w3/w2) or "
+       "Qwen3-MoE (qwen3-moe: mlp.experts.N.gate_proj/up_proj/down_proj)",
+       [](C &c, S f, S v) {
+         std::optional<ExpertNames> names = parseExpertNames(v);
+         if (!names)
+           invalid(f + ": unknown value '" + v +
+                   "'; expected bundle, mixtral or qwen3-moe");
+         c.saveWeightsExperts = *names;
+       }},
       {"--save", "DIR",
        "save checkpoints to DIR/iter_NNNNNNN (every --save-interval "
        "iterations and at the end; docs/Checkpoints.md)",
@@ -421,6 +434,10 @@ TrainCommand parseTrainCommand(const std::vector<std::string> &args) {
             ".bin/.idx dataset written by megatron-preprocess");
   if (!given("--train-iters"))
     invalid("--train-iters is required: how many iterations to train");
+  if (given("--save-weights-experts") && command.saveWeights.empty())
+    invalid("--save-weights-experts needs --save-weights FILE: the file "
+            "whose experts it names; add it or remove "
+            "--save-weights-experts");
   if (given("--save-interval") && command.options.save.empty())
     invalid("--save-interval needs --save DIR: the directory to save the "
             "checkpoints to");

@@ -6,6 +6,7 @@
 // For the flag mechanism's editDistance, which callers of this header use.
 #include "core/CommandLine.h"
 #include "train/Trainer.h"
+#include "train/Weights.h"
 
 #include <cstdint>
 #include <optional>
@@ -43,6 +44,9 @@ struct TrainCommand {
   /// --save-weights: where the weights are written after training; empty
   /// when not given.
   std::string saveWeights;
+  /// --save-weights-experts: the names of a mixture-of-experts model's
+  /// routed experts in the --save-weights file (Weights.h, ExpertNames).
+  ExpertNames saveWeightsExperts = ExpertNames::Bundle;
   /// --backend: "host" (CPU) or "cuda" (GPU), where the step runs.
   std::string backend = "host";
   /// --in-process-ranks: run each rank of a bundle for several ranks as a

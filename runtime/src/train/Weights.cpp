@@ -545,14 +545,81 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
   return report;
 }
 
-void saveWeights(const std::string &path, const Bundle &bundle,
-                 const host::ParameterStore &store) {
-  checkStore("saveWeights", bundle, store);
-  saveWeights(path, bundle, std::vector<const host::ParameterStore *>{&store});
+std::optional<ExpertNames> parseExpertNames(std::string_view text) {
+  if (text == "bundle")
+    return ExpertNames::Bundle;
+  if (text == "mixtral")
+    return ExpertNames::Mixtral;
+  if (text == "qwen3-moe")
+    return ExpertNames::Qwen3Moe;
+  return std::nullopt;
 }
 
 void saveWeights(const std::string &path, const Bundle &bundle,
-                 const std::vector<const host::ParameterStore *> &ranks) {
+                 const host::ParameterStore &store, ExpertNames experts) {
+  checkStore("saveWeights", bundle, store);
+  saveWeights(path, bundle, std::vector<const host::ParameterStore *>{&store},
+              experts);
+}
+
+namespace {
+
+/// `name` ends with `suffix`; `stem` is what comes before it.
+bool splitSuffix(std::string_view name, std::string_view suffix,
+                 std::string_view &stem) {
+  if (name.size() < suffix.size() ||
+      name.substr(name.size() - suffix.size()) != suffix)
+    return false;
+  stem = name.substr(0, name.size() - suffix.size());
+  return true;
+}
+
+/// The hub's names for the per-expert slices of the bundle's routed expert
+/// tensor `name` (`model.layers.L.mlp.experts.P.weight`, `[E, out, in]`):
+/// the name of expert N is prefix + N + suffix; nullopt for other tensors.
+std::optional<std::pair<std::string, std::string>>
+hubExpertNames(std::string_view name, ExpertNames experts) {
+  static constexpr std::pair<std::string_view, std::string_view>
+      kMixtral[] = {{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}};
+  for (auto [projection, mixtral] : kMixtral) {
+    std::string_view layer;
+    std::string suffix = ".mlp.experts." + std::string(projection) + ".weight";
+    if (!splitSuffix(name, suffix, layer))
+      continue;
+    if (experts == ExpertNames::Mixtral)
+      return std::make_pair(std::string(layer) + ".block_sparse_moe.experts.",
+                            "." + std::string(mixtral) + ".weight");
+    return std::make_pair(std::string(layer) + ".mlp.experts.",
+                          "." + std::string(projection) + ".weight");
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+void checkExpertNames(const Bundle &bundle, ExpertNames experts) {
+  if (experts == ExpertNames::Bundle)
+    return;
+  for (const Parameter &p : bundle.parameters()) {
+    bool routed = p.name.find(".mlp.experts.") != std::string::npos &&
+                  p.type.shape.size() == 3;
+    if (routed && !hubExpertNames(p.name, experts))
+      invalid("--save-weights-experts: '" + p.name +
+              "' is not a Llama-named routed expert tensor "
+              "(model.layers.L.mlp.experts.{gate,up,down}_proj.weight), "
+              "which the hub's per-expert names are made from; save with "
+              "--save-weights-experts bundle");
+    if (experts == ExpertNames::Mixtral &&
+        p.name.find(".mlp.shared_expert.") != std::string::npos)
+      invalid("--save-weights-experts mixtral: '" + p.name +
+              "' is a shared expert, which Mixtral does not have; save "
+              "with --save-weights-experts qwen3-moe or bundle");
+  }
+}
+
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 const std::vector<const host::ParameterStore *> &ranks,
+                 ExpertNames experts) {
   if (static_cast<int64_t>(ranks.size()) != bundle.rankCount())
     invalid("saveWeights: " + std::to_string(ranks.size()) +
             " parameter stores for bundle '" + bundle.name() + "' of " +
@@ -570,6 +637,7 @@ void saveWeights(const std::string &path, const Bundle &bundle,
   // tied across pipeline stages, are equal; the last written stays).
   std::vector<std::vector<float>> whole(parameters.size());
   std::vector<SafetensorsWriteTensor> tensors;
+  checkExpertNames(bundle, experts);
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Parameter &p = parameters[i];
     whole[i].resize(static_cast<size_t>(p.type.numElements));
@@ -598,7 +666,27 @@ void saveWeights(const std::string &path, const Bundle &bundle,
       permuteColumns(whole[i].data(), p.type.numElements,
                      qkvColumnsFromHuggingFace(bundle, p), /*gather=*/false);
     t.data = whole[i].data();
-    tensors.push_back(std::move(t));
+    std::optional<std::pair<std::string, std::string>> hub =
+        experts == ExpertNames::Bundle ? std::nullopt
+                                       : hubExpertNames(p.name, experts);
+    if (!hub) {
+      std::string_view layer;
+      if (experts == ExpertNames::Mixtral &&
+          splitSuffix(p.name, ".mlp.gate.weight", layer))
+        t.name = std::string(layer) + ".block_sparse_moe.gate.weight";
+      tensors.push_back(std::move(t));
+      continue;
+    }
+    // One [out, in] tensor per expert, in expert order.
+    const int64_t count = p.type.shape[0];
+    const int64_t each = p.type.numElements / count;
+    for (int64_t e = 0; e < count; ++e) {
+      SafetensorsWriteTensor slice;
+      slice.name = hub->first + std::to_string(e) + hub->second;
+      slice.shape = {p.type.shape[1], p.type.shape[2]};
+      slice.data = whole[i].data() + e * each;
+      tensors.push_back(std::move(slice));
+    }
   }
   writeSafetensors(path, tensors,
                    {{"format", "pt"}, {"producer", "megatron-train"}});

@@ -90,6 +90,23 @@ bool isKnownBuffer(std::string_view name);
 WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
                               host::ParameterStore &store);
 
+/// How --save-weights names a mixture-of-experts model's routed experts
+/// (Llama names only): the bundle's per-layer tensors
+/// (`model.layers.L.mlp.experts.gate_proj.weight`, `[E, out, in]`), or one
+/// tensor per expert as the hub stores Mixtral
+/// (`model.layers.L.block_sparse_moe.experts.N.w1/w3/w2.weight`, the router
+/// `block_sparse_moe.gate.weight`) or Qwen3-MoE
+/// (`model.layers.L.mlp.experts.N.gate_proj/up_proj/down_proj.weight`).
+enum class ExpertNames { Bundle, Mixtral, Qwen3Moe };
+
+/// `--save-weights-experts`'s value, or nullopt.
+std::optional<ExpertNames> parseExpertNames(std::string_view text);
+
+/// Throws Error (INVALID_ARGUMENT) when `bundle`'s parameters cannot be
+/// written under `experts` (see saveWeights), naming the tensor and the fix;
+/// megatron-train checks it before training, saveWeights again.
+void checkExpertNames(const Bundle &bundle, ExpertNames experts);
+
 /// Writes every parameter of `store` (made for `bundle`) to a safetensors
 /// file at `path` under its own name, as F32, atomically, with metadata
 /// {"format": "pt", "producer": "megatron-train"}. Vocabulary tables are cut
@@ -98,13 +115,19 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
 /// same vocabulary. A tied output layer is not written, as Hugging Face's
 /// save_pretrained does. Throws Error as writeSafetensors does.
 void saveWeights(const std::string &path, const Bundle &bundle,
-                 const host::ParameterStore &store);
+                 const host::ParameterStore &store,
+                 ExpertNames experts = ExpertNames::Bundle);
 
 /// The same for a bundle of several ranks: `ranks` holds every rank's store
 /// (made for `bundle`, in world-rank order); each parameter is written whole,
-/// put together from the ranks' shards at their offsets.
+/// put together from the ranks' shards at their offsets. With `experts`
+/// other than Bundle, each routed expert tensor is written as one tensor
+/// per expert under the hub's names (a model without routed experts is
+/// written as with Bundle); a GPT-2-named expert tensor, or a shared expert
+/// under Mixtral's names (Mixtral has none), is refused naming it.
 void saveWeights(const std::string &path, const Bundle &bundle,
-                 const std::vector<const host::ParameterStore *> &ranks);
+                 const std::vector<const host::ParameterStore *> &ranks,
+                 ExpertNames experts = ExpertNames::Bundle);
 
 } // namespace mtrt::train
 

@@ -23,6 +23,10 @@
 //     --fp8-format hybrid --fp8-amax-history-len 4
 //     --fp8-amax-compute-algo max --tensor-model-parallel-size 2 (the fp8
 //     section and its metas)
+//   moe-pp-ep.json: models/tiny-moe.yaml --pipeline-model-parallel-size 2
+//     --data-parallel-size 2 --expert-model-parallel-size 2 --seq-length 32
+//     --micro-batch-size 1 --global-batch-size 4 (a stage's aux_loss, the
+//     MoE ops and all_to_all)
 // Together they hold every key of the schema but the attributes that these
 // models' ops lack (their types are checked against the op table instead).
 #include "BundleTestBuilder.h"
@@ -222,7 +226,8 @@ private:
 };
 
 const char *kBases[] = {"llama-fused-bf16-tp-sp-dp.json", "gpt-pp-tied-dp.json",
-                        "gpt-fused-tp.json", "gpt-fp8-tp.json"};
+                        "gpt-fused-tp.json", "gpt-fp8-tp.json",
+                        "moe-pp-ep.json"};
 
 TEST(BundleManifestSchemaTest, TheCompilersManifestsAreRead) {
   for (const char *file : kBases) {

@@ -60,9 +60,35 @@ func.func @train_step_stage1(%h: tensor<2x4x8xf32>, %labels: tensor<2x4xi32>) ->
 
 // -----
 
-// expected-error @+1 {{'func.func' op is not a pipeline stage: it needs one block, an input and one result (its output activation or the loss)}}
+// expected-error @+1 {{'func.func' op is not a pipeline stage: it needs one block, an input and one result (its output activation or the loss), optionally followed by a scalar result named aux_loss}}
 func.func @train_step_stage0(%h: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>) attributes {mt.pipeline_stage = 0 : i64} {
   return %h, %h : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+}
+
+// -----
+
+// A stage's MoE auxiliary losses (a second, scalar result named aux_loss):
+// their gradient is a fill of 1 marked loss_seed, and the input's gradient
+// comes after them.
+
+mt.parameter @router : tensor<4x8xf32> init = normal std = 2.000000e-02
+
+// CHECK-LABEL: func.func @train_step_stage1
+// CHECK-SAME: (%[[H:.+]]: tensor<8x8xf32>, %[[DOUT:.+]]: tensor<8x8xf32> {mt.name = "output_gradient"})
+// CHECK-SAME: -> (tensor<8x8xf32>, tensor<f32> {mt.name = "aux_loss"}, tensor<8x8xf32> {mt.name = "input_gradient"})
+func.func @train_step_stage1(%h: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<f32> {mt.name = "aux_loss"}) attributes {mt.pipeline_stage = 1 : i64} {
+  %router = mt.get_parameter @router : tensor<4x8xf32>
+  // CHECK: %[[LOGITS:.+]] = mt.linear %[[H]]
+  %logits = mt.linear %h, %router transpose_weight : (tensor<8x8xf32>, tensor<4x8xf32>) -> tensor<8x4xf32>
+  // CHECK: %[[Z:.+]] = mt.moe_z_loss %[[LOGITS]]
+  %z = mt.moe_z_loss %logits coeff = 1.000000e-03 : (tensor<8x4xf32>) -> tensor<f32>
+  // CHECK: %[[SEED:.+]] = mt.fill 1.000000e+00 {mt.loss_seed} : tensor<f32>
+  // CHECK: %[[DLOGITS:.+]] = mt.moe_z_loss_grad %[[SEED]], %[[LOGITS]]
+  // CHECK: mt.linear %[[DLOGITS]]
+  // CHECK: mt.linear_weight_grad
+  // CHECK: mt.accumulate_gradient @router
+  // CHECK: return %[[H]], %[[Z]], %{{.+}}
+  return %h, %z : tensor<8x8xf32>, tensor<f32>
 }
 
 // -----

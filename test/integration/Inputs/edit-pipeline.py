@@ -14,6 +14,8 @@ Usage: edit-pipeline.py IN OUT EDIT
     untie-ranks       pipeline_ranks removed from every parameter: the
                       last stage reads a table tied to the first stage's
                       that its rank no longer holds
+    aux-loss          stage 0 marked "aux_loss": true, whose forward's
+                      output 1 is a stash tensor, not a scalar loss
     version-6         the manifest's and the header's version set to 6,
                       before pipeline_ranks existed
 """
@@ -52,6 +54,8 @@ def main():
     elif edit == "untie-ranks":
         for parameter in manifest["parameters"]:
             parameter.pop("pipeline_ranks", None)
+    elif edit == "aux-loss":
+        pipeline["stages"][0]["aux_loss"] = True
     elif edit == "version-6":
         manifest["version"] = version = 6
     else:

@@ -20,6 +20,10 @@ Standard library only (the build machine has no numpy or torch).
       REFERENCE_DIR/after-step.safetensors (the hub's per-expert names),
       each tensor's relative L2 error and the largest element's; fails when
       a relative error is above TOLERANCE or a tensor is missing.
+  hf-moe-step.py compare-hub REFERENCE_DIR AFTER_STEP TOLERANCE
+      the same for the weights, AFTER_STEP written in the hub's per-expert
+      names (--save-weights-experts mixtral or qwen3-moe): every name of
+      after-step.safetensors and no other.
 """
 import json
 import math
@@ -147,7 +151,23 @@ def compare(reference_dir, log, after, tolerance):
     ok &= rel <= tolerance
     reference = stacked(read_safetensors(reference_dir +
                                          "/after-step.safetensors"))
-    ours = read_safetensors(after)
+    ok &= compare_tensors(reference, read_safetensors(after), tolerance)
+    print("ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def compare_hub(reference_dir, after, tolerance):
+    """AFTER in the hub's per-expert names (--save-weights-experts) against
+    the reference's after-step weights, name by name."""
+    ok = compare_tensors(read_safetensors(reference_dir +
+                                          "/after-step.safetensors"),
+                         read_safetensors(after), tolerance)
+    print("ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def compare_tensors(reference, ours, tolerance):
+    ok = True
     worst = 0.0
     for name in sorted(reference):
         shape, values = reference[name]
@@ -172,8 +192,7 @@ def compare(reference_dir, log, after, tolerance):
         ok = False
     print("weights after one AdamW step: %d tensors, largest relative L2 "
           "error %.2g" % (len(reference), worst))
-    print("ok" if ok else "FAILED")
-    return 0 if ok else 1
+    return ok
 
 
 def main():
@@ -183,6 +202,8 @@ def main():
     if len(sys.argv) in (4, 5) and sys.argv[1] == "fuse":
         fuse(*sys.argv[2:])
         return 0
+    if len(sys.argv) == 5 and sys.argv[1] == "compare-hub":
+        return compare_hub(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     if len(sys.argv) == 6 and sys.argv[1] == "compare":
         return compare(sys.argv[2], sys.argv[3], sys.argv[4],
                        float(sys.argv[5]))
