@@ -412,6 +412,19 @@ private:
                               const MicroBatchKey &key);
   /// Whether `inst` is one of those (ContextParallelOps.cpp).
   static bool isContextParallelInstruction(const Instruction &inst);
+  /// The mixture-of-experts instructions (MoeOps.cpp): the refusals by
+  /// name (expert parallelism, the kernels' limits), the scratch and host
+  /// buffer they share (sized once, outside the memory plan), and their
+  /// launches. A grouped GEMM reads its experts' row counts back to the
+  /// host (the stream synchronized), so that MoE functions run without a
+  /// CUDA graph (graphObstacle).
+  void checkMoe(size_t position, const Instruction &inst) const;
+  void prepareMoe();
+  void executeMoe(size_t position, const Instruction &inst);
+  /// A routing instruction's router, from its logits' shape.
+  host::MoeRouter moeRouter(const Instruction &inst) const;
+  /// The experts a layout instruction's indices may name.
+  int64_t moeLayoutExperts(const Instruction &inst) const;
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.
   void executeAll(const MicroBatchKey &key, bool timed);
@@ -476,6 +489,12 @@ private:
   /// along an inner axis, a reduce_scatter's blocks made contiguous. Not
   /// in the compiler's memory plan (docs/Memory.md).
   DeviceBuffer rankStaging_, collectiveStaging_;
+  /// The mixture-of-experts instructions' scratch (the routing's layout,
+  /// capacity marks, the aux loss's sums) and the experts' row offsets read
+  /// back by a grouped GEMM. Not in the compiler's memory plan
+  /// (docs/MoE.md).
+  DeviceBuffer moeScratch_;
+  std::vector<int32_t> moeOffsets_;
   /// The communication stream (made when the function communicates), and
   /// per instruction the events its collective starts after and ends with.
   cudaStream_t commStream_ = nullptr;
