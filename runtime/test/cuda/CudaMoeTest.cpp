@@ -128,7 +128,8 @@ TEST_P(CudaMoeTest, FiveTrainingStepsAgreeWithTheHost) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaMoeTest,
                          ::testing::Values("tiny-moe", "tiny-moe-drop",
-                                           "tiny-moe-drop-position-sigmoid"),
+                                           "tiny-moe-drop-position-sigmoid",
+                                           "tiny-moe-bf16"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &ch : name)
