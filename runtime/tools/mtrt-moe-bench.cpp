@@ -129,8 +129,8 @@ int main(int argc, char **argv) try {
   // with `readBack`, its offsets on the host.
   auto layout = [&](bool readBack) {
     moeLayout(stream, slots, experts, indices.as<int32_t>(),
-              offsets.as<int32_t>(), positions.as<int32_t>(), nullptr,
-              nullptr, 0);
+              offsets.as<int32_t>(), positions.as<int32_t>(), nullptr, nullptr,
+              0);
     launched("the layout kernel");
     if (!readBack)
       return;
@@ -155,13 +155,13 @@ int main(int argc, char **argv) try {
     groupedLinear(gemm, stream, groups, slots, hidden, ffn, rows.data,
                   gate.data, true, g.data, true);
     layout(true);
-    groupedLinear(gemm, stream, groups, slots, hidden, ffn, rows.data,
-                  up.data, true, u.data, true);
+    groupedLinear(gemm, stream, groups, slots, hidden, ffn, rows.data, up.data,
+                  true, u.data, true);
     swigluForward(stream, slots * ffn, bf16Of(g), bf16Of(u), bf16Of(act));
     launched("swiglu");
     layout(true);
-    groupedLinear(gemm, stream, groups, slots, ffn, hidden, act.data,
-                  down.data, true, o.data, true);
+    groupedLinear(gemm, stream, groups, slots, ffn, hidden, act.data, down.data,
+                  true, o.data, true);
     layout(false);
     moeUnpermute(stream, tokens, topk, hidden, positions.as<int32_t>(),
                  bf16Of(o), probs.as<float>(), bf16Of(y));
@@ -188,8 +188,8 @@ int main(int argc, char **argv) try {
     launched("swiglu's gradient");
     // gate and up: data gradients summed, weight gradients.
     layout(true);
-    groupedLinear(gemm, stream, groups, slots, ffn, hidden, dG.data,
-                  gate.data, false, dRows.data, true);
+    groupedLinear(gemm, stream, groups, slots, ffn, hidden, dG.data, gate.data,
+                  false, dRows.data, true);
     layout(true);
     groupedLinear(gemm, stream, groups, slots, ffn, hidden, dU.data, up.data,
                   false, dRowsUp.data, true);

@@ -48,9 +48,9 @@ void groupedLinear(Gemm &gemm, cudaStream_t stream, const ExpertGroups &groups,
   int64_t kept = groups.offsets[groups.experts];
   if (kept < rows)
     MTRT_CUDA_CHECK(
-        cudaMemsetAsync(yBytes + static_cast<size_t>(kept * out) * resultElement,
-                        0, static_cast<size_t>((rows - kept) * out) * resultElement,
-                        stream),
+        cudaMemsetAsync(
+            yBytes + static_cast<size_t>(kept * out) * resultElement, 0,
+            static_cast<size_t>((rows - kept) * out) * resultElement, stream),
         "zeroing the grouped GEMM's rows after the kept ones");
 }
 

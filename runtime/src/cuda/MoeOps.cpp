@@ -33,8 +33,8 @@ bool readsLayout(Op op) {
 }
 
 bool isRouterOp(Op op) {
-  return op == Op::MoeRoute || op == Op::MoeRouteGrad ||
-         op == Op::MoeAuxLoss || op == Op::MoeAuxLossGrad;
+  return op == Op::MoeRoute || op == Op::MoeRouteGrad || op == Op::MoeAuxLoss ||
+         op == Op::MoeAuxLossGrad;
 }
 
 } // namespace
@@ -90,8 +90,8 @@ void Executor::checkMoe(size_t position, const Instruction &inst) const {
       return;
     if (r.topk > kMoeMaxTopk)
       refuse("the cuda backend's routing kernels take a top-k of up to " +
-             std::to_string(kMoeMaxTopk) + ", found " +
-             std::to_string(r.topk) + "; run this model on the host backend");
+             std::to_string(kMoeMaxTopk) + ", found " + std::to_string(r.topk) +
+             "; run this model on the host backend");
     if (r.capacityFactor > 0 && r.experts > kMoeMaxExperts)
       refuse("capacity routing on the cuda backend takes up to " +
              std::to_string(kMoeMaxExperts) + " experts, found " +
@@ -131,8 +131,8 @@ void Executor::prepareMoe() {
          (inst.op == Op::MoeGroupedLinearWeightGrad &&
           heldInBf16(inst.results[0]))))
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  "bundle '" + bundle_.name() + "': " + where(position) +
-                      ": " + opName(inst.op) +
+                  "bundle '" + bundle_.name() + "': " + where(position) + ": " +
+                      opName(inst.op) +
                       " takes its two operands in one type and writes a "
                       "weight gradient in fp32; recompile the bundle with "
                       "this megatron-compile");
@@ -160,7 +160,9 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
   cudaStream_t stream = context_.stream();
   auto value = [&](size_t i) { return slots_[inst.operands[i]]; };
   auto in = [&](size_t i) { return static_cast<const float *>(value(i)); };
-  auto out = [&](size_t i) { return static_cast<float *>(slots_[inst.results[i]]); };
+  auto out = [&](size_t i) {
+    return static_cast<float *>(slots_[inst.results[i]]);
+  };
   auto inElements = [&](size_t i) -> InElements {
     if (heldInBf16(inst.operands[i]))
       return static_cast<const __nv_bfloat16 *>(value(i));
@@ -175,7 +177,8 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
     return fn.values[v].shape;
   };
   auto launched = [&](const char *what) {
-    MTRT_CUDA_CHECK(cudaGetLastError(), where(position) + ": launching " + what);
+    MTRT_CUDA_CHECK(cudaGetLastError(),
+                    where(position) + ": launching " + what);
   };
   void *scratch = moeScratch_.data();
 
@@ -188,8 +191,8 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
                       static_cast<int32_t *>(slots_[inst.results[1]]), scratch);
       break;
     case Op::MoeRouteGrad:
-      moeRouteBackward(stream, r, in(1),
-                       static_cast<const int32_t *>(value(2)), in(0), out(0));
+      moeRouteBackward(stream, r, in(1), static_cast<const int32_t *>(value(2)),
+                       in(0), out(0));
       break;
     case Op::MoeAuxLoss:
       moeAuxLossForward(stream, r, a.coeff, in(0), out(0), scratch);
@@ -243,11 +246,11 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
   }
 
   // The grouped GEMMs: each expert's row count, read back once.
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(moeOffsets_.data(), offsets,
-                                  sizeof(int32_t) *
-                                      static_cast<size_t>(experts + 1),
-                                  cudaMemcpyDeviceToHost, stream),
-                  where(position) + ": reading the experts' row counts");
+  MTRT_CUDA_CHECK(
+      cudaMemcpyAsync(moeOffsets_.data(), offsets,
+                      sizeof(int32_t) * static_cast<size_t>(experts + 1),
+                      cudaMemcpyDeviceToHost, stream),
+      where(position) + ": reading the experts' row counts");
   MTRT_CUDA_CHECK(cudaStreamSynchronize(stream),
                   where(position) + ": waiting for the experts' row counts");
   ExpertGroups groups;
@@ -263,8 +266,8 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
                     heldInBf16(inst.results[0]));
     else
       groupedLinearWeightGrad(context_.gemm(), stream, groups, inSize,
-                              shapeOf(inst.operands[1])[1], value(0),
-                              value(1), a.transposeWeight, out(0));
+                              shapeOf(inst.operands[1])[1], value(0), value(1),
+                              a.transposeWeight, out(0));
   } catch (const Error &e) {
     throw Error(e.code(), where(position) + ": " + e.what());
   }

@@ -77,10 +77,9 @@ __device__ void routeWeights(const MoeRouter &r, const float *row,
     weights[i] = exp(static_cast<double>(row[chosen[i]]) - max) / sum;
 }
 
-__global__ void layoutKernel(int64_t slots, int experts,
-                             const int32_t *indices, int32_t *offsets,
-                             int32_t *position, int32_t *slotAt,
-                             unsigned *fault, unsigned tag) {
+__global__ void layoutKernel(int64_t slots, int experts, const int32_t *indices,
+                             int32_t *offsets, int32_t *position,
+                             int32_t *slotAt, unsigned *fault, unsigned tag) {
   __shared__ int warpRows[kLayoutThreads / kWarp][kMoeMaxExperts];
   __shared__ int next[kMoeMaxExperts + 1];
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -186,8 +185,8 @@ __global__ void applyDropsKernel(int64_t slots, const int32_t *dropped,
 }
 
 __global__ void routeBackwardKernel(MoeRouter r, const float *logits,
-                                    const int32_t *indices,
-                                    const float *dprobs, float *dlogits) {
+                                    const int32_t *indices, const float *dprobs,
+                                    float *dlogits) {
   int32_t chosen[kMoeMaxTopk];
   double weights[kMoeMaxTopk], g[kMoeMaxTopk];
   const int64_t k = r.topk, e = r.experts;
@@ -282,8 +281,8 @@ __global__ void auxPerExpertKernel(MoeRouter r, const float *logits,
   const int64_t e = blockIdx.x;
   double sum = 0;
   for (int64_t t = threadIdx.x; t < r.tokens; t += blockDim.x)
-    sum += auxScore(r, logits[t * r.experts + e],
-                    r.sigmoid ? 0.0 : rowMax[t], rowSum[t]);
+    sum += auxScore(r, logits[t * r.experts + e], r.sigmoid ? 0.0 : rowMax[t],
+                    rowSum[t]);
   sum = detail::blockSum(sum, partial);
   if (threadIdx.x == 0)
     perExpert[e] = sum;
@@ -352,8 +351,8 @@ __global__ void zLossKernel(int64_t tokens, int64_t experts, double coeff,
 __global__ void zLossBackwardKernel(int64_t tokens, int64_t experts,
                                     double coeff, const float *logits,
                                     const float *dloss, float *dlogits) {
-  const double c = static_cast<double>(dloss[0]) * coeff * 2.0 /
-                   static_cast<double>(tokens);
+  const double c =
+      static_cast<double>(dloss[0]) * coeff * 2.0 / static_cast<double>(tokens);
   MTRT_GRID_STRIDE(t, tokens) {
     const float *row = logits + t * experts;
     double max, sum;
@@ -404,9 +403,9 @@ __global__ void probsGradKernel(int64_t slots, int64_t topk, int64_t hidden,
                                 InElements rows, float *dprobs) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
-  for (int64_t s = (static_cast<int64_t>(blockIdx.x) * blockDim.x +
-                    threadIdx.x) /
-                   kWarp;
+  for (int64_t s =
+           (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
+           kWarp;
        s < slots; s += warps) {
     int64_t p = position[s], t = s / topk;
     float dot = 0.0f;
@@ -421,9 +420,9 @@ __global__ void probsGradKernel(int64_t slots, int64_t topk, int64_t hidden,
 }
 
 int64_t capacityOf(const MoeRouter &r) {
-  return static_cast<int64_t>(
-      std::ceil(static_cast<double>(r.tokens * r.topk) /
-                static_cast<double>(r.experts) * r.capacityFactor));
+  return static_cast<int64_t>(std::ceil(static_cast<double>(r.tokens * r.topk) /
+                                        static_cast<double>(r.experts) *
+                                        r.capacityFactor));
 }
 
 double auxScale(const MoeRouter &r, double coeff) {
@@ -448,8 +447,8 @@ struct AuxScratch {
   }
 };
 
-void auxStatistics(cudaStream_t stream, const MoeRouter &r,
-                   const float *logits, const AuxScratch &s) {
+void auxStatistics(cudaStream_t stream, const MoeRouter &r, const float *logits,
+                   const AuxScratch &s) {
   zeroCountsKernel<<<1, kThreads, 0, stream>>>(r.experts, s.counts);
   auxCountsKernel<<<blocksFor(r.tokens, 128), 128, 0, stream>>>(
       r, logits, s.counts, s.rowMax, s.rowSum);
@@ -496,8 +495,8 @@ void moeRouteForward(cudaStream_t stream, const MoeRouter &r,
   moeLayout(stream, slots, r.experts, indices, offsets, position, slotAt,
             nullptr, 0);
   markDroppedKernel<<<blocksFor(slots), kThreads, 0, stream>>>(
-      slots, capacityOf(r), r.dropByPosition, indices, probs, offsets,
-      position, slotAt, dropped);
+      slots, capacityOf(r), r.dropByPosition, indices, probs, offsets, position,
+      slotAt, dropped);
   applyDropsKernel<<<blocksFor(slots), kThreads, 0, stream>>>(slots, dropped,
                                                               probs, indices);
 }
@@ -513,15 +512,15 @@ void moeAuxLossForward(cudaStream_t stream, const MoeRouter &r, double coeff,
                        const float *logits, float *loss, void *scratch) {
   AuxScratch s(r, scratch);
   auxStatistics(stream, r, logits, s);
-  auxPerExpertKernel<<<static_cast<unsigned>(r.experts), kThreads, 0,
-                       stream>>>(r, logits, s.rowMax, s.rowSum, s.perExpert);
-  auxLossKernel<<<1, 1, 0, stream>>>(r.experts, auxScale(r, coeff),
-                                     s.perExpert, s.counts, loss);
+  auxPerExpertKernel<<<static_cast<unsigned>(r.experts), kThreads, 0, stream>>>(
+      r, logits, s.rowMax, s.rowSum, s.perExpert);
+  auxLossKernel<<<1, 1, 0, stream>>>(r.experts, auxScale(r, coeff), s.perExpert,
+                                     s.counts, loss);
 }
 
 void moeAuxLossBackward(cudaStream_t stream, const MoeRouter &r, double coeff,
-                        const float *logits, const float *dloss,
-                        float *dlogits, void *scratch) {
+                        const float *logits, const float *dloss, float *dlogits,
+                        void *scratch) {
   AuxScratch s(r, scratch);
   auxStatistics(stream, r, logits, s);
   auxBackwardKernel<<<blocksFor(r.tokens, 128), 128, 0, stream>>>(
