@@ -1,7 +1,7 @@
 // The mixture-of-experts layer's CUDA kernels (Moe.cu): routing and its
 // auxiliary losses, the routing's layout, and token permutation. The device
 // twins of host/kernels/Moe.cpp, under the conventions of kernels/Kernels.h;
-// the experts' GEMMs are cuBLASLt's (cuda/MoeOps.cpp).
+// the experts' GEMMs are cuBLASLt's (cuda/MoeGemm.cpp).
 #ifndef MTRT_SRC_CUDA_KERNELS_MOEKERNELS_H
 #define MTRT_SRC_CUDA_KERNELS_MOEKERNELS_H
 
