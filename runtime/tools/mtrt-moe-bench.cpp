@@ -6,9 +6,10 @@
 // down [E, hidden, ffn], bf16 operands, fp32 accumulation and weight
 // gradients), the rows unpermuted and weighted; the backward: the
 // permutations' and the routing weights' gradients, the grouped data and
-// weight gradients, SwiGLU's, the router's. Each grouped GEMM reads its
-// experts' row offsets back to the host first, as the executor does
-// (cuda/MoeOps.cpp). bench/torch_moe.py times the same layer in PyTorch
+// weight gradients, SwiGLU's, the router's. The first grouped GEMM reads
+// the experts' row offsets back to the host and the others reuse them, as
+// the executor does within a run (cuda/MoeOps.cpp); the permutations
+// compute the layout each. bench/torch_moe.py times the same layer in PyTorch
 // (torch._grouped_mm).
 //
 //   mtrt-moe-bench [repeats] [tokens] [hidden] [ffn] [experts] [topk]
@@ -154,12 +155,10 @@ int main(int argc, char **argv) try {
     layout(true);
     groupedLinear(gemm, stream, groups, slots, hidden, ffn, rows.data,
                   gate.data, true, g.data, true);
-    layout(true);
     groupedLinear(gemm, stream, groups, slots, hidden, ffn, rows.data, up.data,
                   true, u.data, true);
     swigluForward(stream, slots * ffn, bf16Of(g), bf16Of(u), bf16Of(act));
     launched("swiglu");
-    layout(true);
     groupedLinear(gemm, stream, groups, slots, ffn, hidden, act.data, down.data,
                   true, o.data, true);
     layout(false);
@@ -177,29 +176,23 @@ int main(int argc, char **argv) try {
                  bf16Of(dy), bf16Of(o), dProbs.as<float>());
     launched("the unpermutation's gradient");
     // down: data and weight gradients.
-    layout(true);
     groupedLinear(gemm, stream, groups, slots, hidden, ffn, dRows.data,
                   down.data, false, dAct.data, true);
-    layout(true);
     groupedLinearWeightGrad(gemm, stream, groups, ffn, hidden, act.data,
                             dRows.data, true, dDown.as<float>());
     swigluBackward(stream, slots * ffn, bf16Of(g), bf16Of(u), bf16Of(dAct),
                    bf16Of(dG), bf16Of(dU));
     launched("swiglu's gradient");
     // gate and up: data gradients summed, weight gradients.
-    layout(true);
     groupedLinear(gemm, stream, groups, slots, ffn, hidden, dG.data, gate.data,
                   false, dRows.data, true);
-    layout(true);
     groupedLinear(gemm, stream, groups, slots, ffn, hidden, dU.data, up.data,
                   false, dRowsUp.data, true);
     add(stream, slots * hidden, bf16Of(dRows), bf16Of(dRowsUp),
         bf16Of(dRowsSum));
     launched("the sum of the rows' gradients");
-    layout(true);
     groupedLinearWeightGrad(gemm, stream, groups, hidden, ffn, rows.data,
                             dG.data, true, dGate.as<float>());
-    layout(true);
     groupedLinearWeightGrad(gemm, stream, groups, hidden, ffn, rows.data,
                             dU.data, true, dUp.as<float>());
     // The permutation's gradient; the router's.

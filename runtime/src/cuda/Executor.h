@@ -18,6 +18,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -494,7 +495,11 @@ private:
   /// back by a grouped GEMM. Not in the compiler's memory plan
   /// (docs/MoE.md).
   DeviceBuffer moeScratch_;
-  std::vector<int32_t> moeOffsets_;
+  /// By routing value and expert count: the offsets read back in run
+  /// moeOffsetsRun_ (a layer's GEMMs share one routing, written once per
+  /// run).
+  std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> moeOffsets_;
+  int64_t moeOffsetsRun_ = -1;
   /// The communication stream (made when the function communicates), and
   /// per instruction the events its collective starts after and ends with.
   cudaStream_t commStream_ = nullptr;

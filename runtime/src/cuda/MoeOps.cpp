@@ -151,7 +151,6 @@ void Executor::prepareMoe() {
   if (bytes)
     moeScratch_ = DeviceBuffer(bytes, fn.name + ": the mixture-of-experts "
                                                 "layer's scratch");
-  moeOffsets_.assign(static_cast<size_t>(kMoeMaxExperts + 1), 0);
 }
 
 void Executor::executeMoe(size_t position, const Instruction &inst) {
@@ -212,18 +211,32 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
     return;
   }
 
-  // The layout of the routing indices in the scratch.
   size_t at = routingOperand(inst.op);
   const std::vector<int64_t> &routing = shapeOf(inst.operands[at]);
   const int64_t tokens = routing[0], topk = routing[1];
   const int64_t experts = moeLayoutExperts(inst);
+  const int64_t indices = inst.operands[at];
+  bool grouped = inst.op == Op::MoeGroupedLinear ||
+                 inst.op == Op::MoeGroupedLinearWeightGrad;
+  // A grouped GEMM whose routing's offsets this run has read back (a
+  // layer's forward and backward GEMMs share one routing, which is written
+  // once per run) reuses them: one read-back per routing and run.
+  if (moeOffsetsRun_ != runs_) {
+    moeOffsets_.clear();
+    moeOffsetsRun_ = runs_;
+  }
+  std::vector<int32_t> &hostOffsets = moeOffsets_[{indices, experts}];
+  bool cached = grouped && !hostOffsets.empty();
+  // The layout of the routing indices in the scratch.
   auto *offsets = static_cast<int32_t *>(scratch);
   auto *positions = reinterpret_cast<int32_t *>(
       static_cast<char *>(scratch) + pieceBytes(4 * (kMoeMaxExperts + 1)));
-  moeLayout(stream, tokens * topk, experts,
-            static_cast<const int32_t *>(value(at)), offsets, positions,
-            nullptr, context_.fault(), static_cast<unsigned>(position + 1));
-  launched("the routing's layout kernel");
+  if (!cached) {
+    moeLayout(stream, tokens * topk, experts,
+              static_cast<const int32_t *>(value(at)), offsets, positions,
+              nullptr, context_.fault(), static_cast<unsigned>(position + 1));
+    launched("the routing's layout kernel");
+  }
   const float *probs = inst.operands.size() == 3 && at == 1 ? in(2) : nullptr;
   switch (inst.op) {
   case Op::MoePermute:
@@ -246,15 +259,18 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
   }
 
   // The grouped GEMMs: each expert's row count, read back once.
-  MTRT_CUDA_CHECK(
-      cudaMemcpyAsync(moeOffsets_.data(), offsets,
-                      sizeof(int32_t) * static_cast<size_t>(experts + 1),
-                      cudaMemcpyDeviceToHost, stream),
-      where(position) + ": reading the experts' row counts");
-  MTRT_CUDA_CHECK(cudaStreamSynchronize(stream),
-                  where(position) + ": waiting for the experts' row counts");
+  if (!cached) {
+    hostOffsets.resize(static_cast<size_t>(experts + 1));
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(hostOffsets.data(), offsets,
+                        sizeof(int32_t) * static_cast<size_t>(experts + 1),
+                        cudaMemcpyDeviceToHost, stream),
+        where(position) + ": reading the experts' row counts");
+    MTRT_CUDA_CHECK(cudaStreamSynchronize(stream),
+                    where(position) + ": waiting for the experts' row counts");
+  }
   ExpertGroups groups;
-  groups.offsets = moeOffsets_.data();
+  groups.offsets = hostOffsets.data();
   groups.experts = experts;
   groups.bf16 = heldInBf16(inst.operands[0]);
   const int64_t inSize = shapeOf(inst.operands[0])[1];

@@ -364,38 +364,77 @@ __global__ void zLossBackwardKernel(int64_t tokens, int64_t experts,
   }
 }
 
-__global__ void permuteKernel(int64_t slots, int64_t topk, int64_t hidden,
+/// W consecutive elements of a row (W = 4: one 16-byte fp32 or 8-byte bf16
+/// access, load4/store4), computed in float.
+template <int W> struct Lanes {
+  float v[W];
+};
+
+template <int W> __device__ Lanes<W> loadLanes(InElements x, int64_t q) {
+  Lanes<W> r;
+  if constexpr (W == 4) {
+    float4 f = detail::load4(x, q);
+    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
+  } else {
+    r.v[0] = detail::load(x, q);
+  }
+  return r;
+}
+
+template <int W>
+__device__ void storeLanes(OutElements y, int64_t q, const Lanes<W> &r) {
+  if constexpr (W == 4)
+    detail::store4(y, q, make_float4(r.v[0], r.v[1], r.v[2], r.v[3]));
+  else
+    detail::store(y, q, r.v[0]);
+}
+
+/// Over groups of W elements: `width` groups per row.
+template <int W>
+__global__ void permuteKernel(int64_t slots, int64_t topk, int64_t width,
                               int64_t experts, const int32_t *offsets,
                               const int32_t *position, InElements x,
                               const float *probs, OutElements rows) {
   const int64_t kept = offsets[experts];
-  MTRT_GRID_STRIDE(i, slots * hidden) {
-    int64_t s = i / hidden, h = i % hidden;
+  MTRT_GRID_STRIDE(i, slots * width) {
+    int64_t s = i / width, q = i % width;
     int64_t p = position[s];
     if (p >= 0) {
-      float v = detail::load(x, (s / topk) * hidden + h);
-      detail::store(rows, p * hidden + h, probs ? probs[s] * v : v);
+      Lanes<W> v = loadLanes<W>(x, (s / topk) * width + q);
+      if (probs)
+        for (int j = 0; j < W; ++j)
+          v.v[j] = probs[s] * v.v[j];
+      storeLanes<W>(rows, p * width + q, v);
     }
     if (s >= kept) // row s of the result is a zero row
-      detail::store(rows, s * hidden + h, 0.0f);
+      storeLanes<W>(rows, s * width + q, Lanes<W>{});
   }
 }
 
-__global__ void unpermuteKernel(int64_t tokens, int64_t topk, int64_t hidden,
+template <int W>
+__global__ void unpermuteKernel(int64_t tokens, int64_t topk, int64_t width,
                                 const int32_t *position, InElements rows,
                                 const float *probs, OutElements y) {
-  MTRT_GRID_STRIDE(i, tokens * hidden) {
-    int64_t t = i / hidden, h = i % hidden;
-    float sum = 0.0f;
+  MTRT_GRID_STRIDE(i, tokens * width) {
+    int64_t t = i / width, q = i % width;
+    Lanes<W> sum{};
     for (int64_t k = 0; k < topk; ++k) {
       int64_t p = position[t * topk + k];
       if (p < 0)
         continue;
-      float v = detail::load(rows, p * hidden + h);
-      sum += probs ? probs[t * topk + k] * v : v;
+      Lanes<W> v = loadLanes<W>(rows, p * width + q);
+      for (int j = 0; j < W; ++j)
+        sum.v[j] += probs ? probs[t * topk + k] * v.v[j] : v.v[j];
     }
-    detail::store(y, i, sum);
+    storeLanes<W>(y, i, sum);
   }
+}
+
+/// Whether rows of `hidden` elements of these tensors take 4-element
+/// accesses.
+bool fourLanes(int64_t hidden, const void *a, const void *b) {
+  return hidden % 4 == 0 && detail::vectorizable(a) &&
+         detail::vectorizable(b);
 }
 
 __global__ void probsGradKernel(int64_t slots, int64_t topk, int64_t hidden,
@@ -545,16 +584,25 @@ void moePermute(cudaStream_t stream, int64_t tokens, int64_t topk,
                 int64_t hidden, int64_t experts, const int32_t *offsets,
                 const int32_t *position, InElements x, const float *probs,
                 OutElements rows) {
-  int64_t n = tokens * topk * hidden;
-  permuteKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-      tokens * topk, topk, hidden, experts, offsets, position, x, probs, rows);
+  const int64_t slots = tokens * topk;
+  if (fourLanes(hidden, x.data, rows.data))
+    permuteKernel<4><<<blocksFor(slots * hidden / 4), kThreads, 0, stream>>>(
+        slots, topk, hidden / 4, experts, offsets, position, x, probs, rows);
+  else
+    permuteKernel<1><<<blocksFor(slots * hidden), kThreads, 0, stream>>>(
+        slots, topk, hidden, experts, offsets, position, x, probs, rows);
 }
 
 void moeUnpermute(cudaStream_t stream, int64_t tokens, int64_t topk,
                   int64_t hidden, const int32_t *position, InElements rows,
                   const float *probs, OutElements y) {
-  unpermuteKernel<<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
-      tokens, topk, hidden, position, rows, probs, y);
+  if (fourLanes(hidden, rows.data, y.data))
+    unpermuteKernel<4><<<blocksFor(tokens * hidden / 4), kThreads, 0,
+                         stream>>>(tokens, topk, hidden / 4, position, rows,
+                                   probs, y);
+  else
+    unpermuteKernel<1><<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
+        tokens, topk, hidden, position, rows, probs, y);
 }
 
 void moeProbsGrad(cudaStream_t stream, int64_t tokens, int64_t topk,
