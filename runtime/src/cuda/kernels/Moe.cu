@@ -366,9 +366,7 @@ __global__ void zLossBackwardKernel(int64_t tokens, int64_t experts,
 
 /// W consecutive elements of a row (W = 4: one 16-byte fp32 or 8-byte bf16
 /// access, load4/store4), computed in float.
-template <int W> struct Lanes {
-  float v[W];
-};
+template <int W> struct Lanes { float v[W]; };
 
 template <int W> __device__ Lanes<W> loadLanes(InElements x, int64_t q) {
   Lanes<W> r;
@@ -433,8 +431,7 @@ __global__ void unpermuteKernel(int64_t tokens, int64_t topk, int64_t width,
 /// Whether rows of `hidden` elements of these tensors take 4-element
 /// accesses.
 bool fourLanes(int64_t hidden, const void *a, const void *b) {
-  return hidden % 4 == 0 && detail::vectorizable(a) &&
-         detail::vectorizable(b);
+  return hidden % 4 == 0 && detail::vectorizable(a) && detail::vectorizable(b);
 }
 
 __global__ void probsGradKernel(int64_t slots, int64_t topk, int64_t hidden,
@@ -597,9 +594,8 @@ void moeUnpermute(cudaStream_t stream, int64_t tokens, int64_t topk,
                   int64_t hidden, const int32_t *position, InElements rows,
                   const float *probs, OutElements y) {
   if (fourLanes(hidden, rows.data, y.data))
-    unpermuteKernel<4><<<blocksFor(tokens * hidden / 4), kThreads, 0,
-                         stream>>>(tokens, topk, hidden / 4, position, rows,
-                                   probs, y);
+    unpermuteKernel<4><<<blocksFor(tokens * hidden / 4), kThreads, 0, stream>>>(
+        tokens, topk, hidden / 4, position, rows, probs, y);
   else
     unpermuteKernel<1><<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
         tokens, topk, hidden, position, rows, probs, y);
