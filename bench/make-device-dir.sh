@@ -15,7 +15,7 @@ rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/bundles" "$dest/fallback-lib" \
   "$dest/bench"
 cp "$build/bin/megatron-train" "$build/bin/mtrt-cuda-tests" \
-  "$build/bin/mtrt-attention-bench" "$dest/bin/"
+  "$build/bin/mtrt-attention-bench" "$build/bin/mtrt-moe-bench" "$dest/bin/"
 cp -L "$build"/lib/libmtrt.so* "$dest/lib/" 2>/dev/null || true
 # Debian 12 libraries the device image (Ubuntu) lacks: OpenSSL 3 and ICU 72.
 cp -L /lib/x86_64-linux-gnu/libcrypto.so.3 /lib/x86_64-linux-gnu/libicuuc.so.72 \
@@ -116,6 +116,14 @@ done
   --hidden-dropout=0 --attention-dropout=0 --tensor-model-parallel-size=2 \
   --sequence-parallel --overlap-collectives \
   -o "$b/gpt-h1024-bf16-tp2-sp-overlap.mtb"
+# CudaMoeTest (issue 25): tiny-moe dropless, with capacity dropping by
+# weight, and by position under sigmoid scores; and in bf16.
+moe=("$compile" "$root/models/tiny-moe.yaml" --precision=fp32)
+"${moe[@]}" -o "$b/tiny-moe.mtb"
+"${moe[@]}" --moe-expert-capacity-factor=1.0 -o "$b/tiny-moe-drop.mtb"
+"${moe[@]}" --moe-expert-capacity-factor=1.0 --moe-token-drop-policy=position \
+  --moe-router-score-function=sigmoid -o "$b/tiny-moe-drop-position-sigmoid.mtb"
+"$compile" "$root/models/tiny-moe.yaml" --bf16 -o "$b/tiny-moe-bf16.mtb"
 # CudaSessionTest: fp16 loss scaling in a session (no dropout: skipped steps
 # still consume the samples that key it).
 "$compile" "$root/models/tiny-gpt.yaml" --fp16 --hidden-dropout=0 \

@@ -993,15 +993,14 @@ Error Validator::checkMoe() {
   const Layout layouts[] = {
       {"context_parallel_size", p.contextParallelSize > 1,
        show(p.contextParallelSize)},
-      {"precision", c.precision != Precision::FP32,
-       c.precision == Precision::BF16 ? "bf16" : "fp16"}};
+      {"precision", c.precision == Precision::FP16, "fp16"}};
   for (const Layout &layout : layouts)
     if (layout.used)
       return fail({layout.key, "num_experts"},
                   "num_experts " + show(moe.numExperts) + " with " +
                       layout.key.str() + " " + layout.value +
-                      " is not implemented yet (issue 25: MoE runs on "
-                      "data-parallel ranks, in fp32, on the host); compile "
+                      " is not implemented yet (issue 25: MoE runs without "
+                      "context parallelism, in fp32 or bf16); compile "
                       "without " +
                       layout.key.str() + " or with num_experts 0");
   return Error::success();

@@ -124,6 +124,12 @@ bool readsBf16(Operation *op, unsigned index) {
               "linear_vocab_partials", "linear_vocab_cross_entropy_grad"},
              index <= 1)
       .Case("scale", index == 0) // the factor (a seed) stays f32
+      // The experts' rows and weights; the routing weights stay f32 (the
+      // router's type), the indices are ids.
+      .Cases({"moe_permute", "moe_unpermute"}, index == 0)
+      .Cases({"moe_grouped_linear", "moe_grouped_linear_weight_grad",
+              "moe_probs_grad"},
+             index <= 1)
       .Default(false);
 }
 
@@ -145,6 +151,9 @@ bool writesBf16(Operation *op, unsigned index) {
       // dx; the weight gradient stays f32.
       .Case("linear_vocab_cross_entropy_grad", index == 0)
       .Case("scale", true) // Elementwise.cu's scale: either type
+      // The permuted rows and the experts' outputs; the weight gradient
+      // stays f32.
+      .Cases({"moe_permute", "moe_unpermute", "moe_grouped_linear"}, true)
       .Default(false);
 }
 
@@ -181,6 +190,8 @@ RankedTensorType withElementType(Type type, Type element) {
 
 /// The operands of a GEMM that the tensor cores read in bf16.
 SmallVector<unsigned, 2> gemmOperands(Operation *op) {
+  if (isa<MoeGroupedLinearOp, MoeGroupedLinearWeightGradOp>(op))
+    return {0, 1};
   if (isa<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
           LinearWeightGradOp, LinearWeightBiasGradOp, LinearCrossEntropyOp,
           LinearVocabMaxOp, LinearVocabPartialsOp,

@@ -140,6 +140,16 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return bundle_.typedPrecision() && operand <= 1;
   case Op::Scale: // the fused loss's gradient; the factor (a seed) stays fp32
     return operand == 0;
+  // The mixture-of-experts layer (MoeOps.cpp): the tokens' rows and the
+  // experts' weights; the router, its weights and the indices stay fp32.
+  case Op::MoePermute:
+  case Op::MoeUnpermute:
+    return operand == 0;
+  case Op::MoeProbsGrad:
+  case Op::MoeGroupedLinear:
+  case Op::MoeGroupedLinearWeightGrad:
+    return operand <= 1;
+
   case Op::Fp8Quantize: // what is cast (a master weight stays fp32)
   case Op::Fp8CurrentScale:
     return operand == 0;
@@ -165,6 +175,9 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::AttentionBlockGrad: // dq, dk, dv
   case Op::BiasAdd: // Elementwise.cu's addBiasRows
   case Op::Scale:   // Elementwise.cu's scale
+  case Op::MoePermute: // the rows (Moe.cu) and the experts' outputs
+  case Op::MoeUnpermute:
+  case Op::MoeGroupedLinear:
     return true;
   case Op::Fp8Linear: // y (a weight gradient stays fp32)
     return result == 0;

@@ -172,6 +172,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   }
 
   prepareRankInstructions();
+  prepareMoe();
   stepped_.assign(fn.instructions.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position)
     stepped_[position] = usesStep(fn.instructions[position]);
@@ -621,6 +622,11 @@ std::optional<std::string> Executor::graphObstacle() const {
   const Function &fn = *function_;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     const Instruction &inst = fn.instructions[position];
+    if (inst.op == Op::MoeGroupedLinear ||
+        inst.op == Op::MoeGroupedLinearWeightGrad)
+      return where(position) +
+             " reads its experts' row counts back to the host (" +
+             opName(inst.op) + ")";
     if (!communicates(inst))
       continue;
     comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);

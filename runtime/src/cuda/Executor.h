@@ -18,6 +18,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -424,6 +425,19 @@ private:
                               const MicroBatchKey &key);
   /// Whether `inst` is one of those (ContextParallelOps.cpp).
   static bool isContextParallelInstruction(const Instruction &inst);
+  /// The mixture-of-experts instructions (MoeOps.cpp): the refusals by
+  /// name (expert parallelism, the kernels' limits), the scratch and host
+  /// buffer they share (sized once, outside the memory plan), and their
+  /// launches. A grouped GEMM reads its experts' row counts back to the
+  /// host (the stream synchronized), so that MoE functions run without a
+  /// CUDA graph (graphObstacle).
+  void checkMoe(size_t position, const Instruction &inst) const;
+  void prepareMoe();
+  void executeMoe(size_t position, const Instruction &inst);
+  /// A routing instruction's router, from its logits' shape.
+  host::MoeRouter moeRouter(const Instruction &inst) const;
+  /// The experts a layout instruction's indices may name.
+  int64_t moeLayoutExperts(const Instruction &inst) const;
   /// Enqueues every instruction, timed with the profiling events when
   /// `timed`.
   void executeAll(const MicroBatchKey &key, bool timed);
@@ -488,6 +502,16 @@ private:
   /// along an inner axis, a reduce_scatter's blocks made contiguous. Not
   /// in the compiler's memory plan (docs/Memory.md).
   DeviceBuffer rankStaging_, collectiveStaging_;
+  /// The mixture-of-experts instructions' scratch (the routing's layout,
+  /// capacity marks, the aux loss's sums) and the experts' row offsets read
+  /// back by a grouped GEMM. Not in the compiler's memory plan
+  /// (docs/MoE.md).
+  DeviceBuffer moeScratch_;
+  /// By routing value and expert count: the offsets read back in run
+  /// moeOffsetsRun_ (a layer's GEMMs share one routing, written once per
+  /// run).
+  std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> moeOffsets_;
+  int64_t moeOffsetsRun_ = -1;
   /// The communication stream (made when the function communicates), and
   /// per instruction the events its collective starts after and ends with.
   cudaStream_t commStream_ = nullptr;

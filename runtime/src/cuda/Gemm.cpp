@@ -565,7 +565,8 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     bool scratchFits =
         scratch && !bf16Result && !byKernel &&
         alignmentOf(scratch, batch, m * n, sizeof(float)) >= std::get<10>(key);
-    if (capture != cudaStreamCaptureStatusNone || (accumulate && !scratchFits))
+    if (capture != cudaStreamCaptureStatusNone || epilogue.untuned ||
+        (accumulate && !scratchFits))
       p.candidates.clear();
     else if (accumulate)
       tune(p, what + " " + epilogueName(wanted) + ", accumulating",

@@ -82,6 +82,10 @@ struct GemmEpilogue {
   /// is added to once; without it, an accumulating product keeps the
   /// heuristic's first.
   float *tuningScratch = nullptr;
+  /// A product whose shapes change from run to run (an expert's rows):
+  /// keeps the heuristic's first algorithm, as tuning each would cost more
+  /// than it saves.
+  bool untuned = false;
 };
 
 /// C[b] = op(A[b]) @ op(B[b]) (+ bias) (+ C[b] when accumulating) over

@@ -255,11 +255,7 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
                       "backend");
   }
   if (isMoeOp(inst.op))
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "bundle '" + bundle_.name() + "': " + where(position) + ": " +
-                    opName(inst.op) +
-                    ": the mixture-of-experts layer is not implemented on "
-                    "CUDA yet (issue 25); run this bundle on the host backend");
+    checkMoe(position, inst);
   if (inst.op == Op::Attention || inst.op == Op::AttentionGrad) {
     AttentionParams p = attentionParams(fn, inst, 0);
     if (flashAttention(p))
@@ -815,7 +811,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     scale(stream, count(inst.operands[0]), inElements(0), in(1),
           outElements(0));
     break;
-  case Op::MoeRoute: // refused by checkShapes
+  case Op::MoeRoute: // MoeOps.cpp
   case Op::MoeAuxLoss:
   case Op::MoeZLoss:
   case Op::MoePermute:
@@ -826,7 +822,9 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
-  case Op::MoeDispatchRows:
+    executeMoe(position, inst);
+    break;
+  case Op::MoeDispatchRows: // refused by checkShapes (checkMoe)
   case Op::MoeDispatchExperts:
   case Op::MoeCombineRows:
   case Op::AllToAll:

@@ -321,7 +321,9 @@ PipelineStages::executor(const std::string &function) {
     const Function &forward = functions[info.forward];
     const Function &backward = functions[info.backward];
     if (forward.name == function) {
-      for (size_t i = 1; i < forward.outputs.size(); ++i)
+      // The stash follows the activation and, on a stage with MoE layers,
+      // its auxiliary losses (`aux_loss`, a loss, not stash).
+      for (size_t i = info.auxLoss ? 2 : 1; i < forward.outputs.size(); ++i)
         boundary.outputs.push_back(i);
       forwardOf = &info;
     }
@@ -333,8 +335,10 @@ PipelineStages::executor(const std::string &function) {
                                          rank_, std::move(boundary),
                                          arena_.get());
   executors_[function] = made.get();
-  if (forwardOf)
+  if (forwardOf) {
     backwardOf_[made.get()] = functions[forwardOf->backward].name;
+    stashFirst_[made.get()] = forwardOf->auxLoss ? 2 : 1;
+  }
   return made;
 }
 
@@ -402,6 +406,8 @@ PipelineStages::run(Executor &executor,
   std::vector<DeviceTensor> outputs;
   outputs.reserve(fn.outputs.size());
   const Executor *backward = readsStash ? nullptr : backwardOf(executor);
+  auto first = stashFirst_.find(&executor);
+  size_t stashFirst = first == stashFirst_.end() ? 1 : first->second;
   events_->recordBegin(stream);
   executor.run(
       bound, key, /*inputsOnDevice=*/readsStash,
@@ -410,11 +416,11 @@ PipelineStages::run(Executor &executor,
         DType from = executor.storageType(v);
         std::string what = fn.name + ": keeping output " + std::to_string(i) +
                            " on the device";
-        if (backward && i > 0) {
-          // A forward's outputs but the first are its stash: in its slot,
-          // of the type the backward reads it in.
+        if (backward && i >= stashFirst) {
+          // A forward's outputs after its activation (and aux_loss) are
+          // its stash: in its slot, of the type the backward reads it in.
           const Function &reader = backward->function();
-          DType to = backward->storageType(reader.inputs[i - 1]);
+          DType to = backward->storageType(reader.inputs[i - stashFirst]);
           int64_t count = fn.values[v].numElements;
           outputs.emplace_back(
               to, fn.values[v].shape,

@@ -173,6 +173,8 @@ private:
   /// backward's name.
   std::map<std::string, const Executor *> executors_;
   std::map<const Executor *, std::string> backwardOf_;
+  /// A forward executor's first stash output: 1, or 2 after an aux_loss.
+  std::map<const Executor *, size_t> stashFirst_;
   /// NCCL: the pair communicators by (sender, receiver) world rank.
   std::map<std::pair<int, int>, std::unique_ptr<comm::Communicator>>
       channels_;
