@@ -78,9 +78,9 @@ static int64_t wholeRowsOf(Operation *gemm) {
 
 /// Marks a GEMM chunk with the rows of the GEMM it is a chunk of.
 static void markWholeRows(Operation *chunk, int64_t rows) {
-  chunk->setAttr(kWholeRowsAttrName,
-                 IntegerAttr::get(IntegerType::get(chunk->getContext(), 64),
-                                  rows));
+  chunk->setAttr(
+      kWholeRowsAttrName,
+      IntegerAttr::get(IntegerType::get(chunk->getContext(), 64), rows));
 }
 
 static int64_t bytesOf(Value value) {

@@ -13,8 +13,8 @@
 #include "comm/RunRanks.h"
 #include "core/Random.h"
 #include "cuda/DeviceCollective.h"
-#include "cuda/Gemm.h"
 #include "cuda/Executor.h"
+#include "cuda/Gemm.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/PeerCollective.h"
 #include "cuda/Trainer.h"
@@ -500,8 +500,8 @@ struct ChunkedGemm {
 
 /// C = A B (+ bias) over `rows` rows from `row` on, with the heuristic's
 /// algorithm (no tuning), taking the algorithm of `algorithmRows` rows.
-void runRows(cuda::Gemm &gemm, const ChunkedGemm &g, int64_t row,
-             int64_t rows, int64_t algorithmRows, const cuda::DeviceBuffer &a,
+void runRows(cuda::Gemm &gemm, const ChunkedGemm &g, int64_t row, int64_t rows,
+             int64_t algorithmRows, const cuda::DeviceBuffer &a,
              const cuda::DeviceBuffer &a16, const cuda::DeviceBuffer &b,
              const cuda::DeviceBuffer &b16, const cuda::DeviceBuffer &bias,
              cuda::DeviceBuffer &c) {
@@ -512,11 +512,10 @@ void runRows(cuda::Gemm &gemm, const ChunkedGemm &g, int64_t row,
     operands.b = b16.as<__nv_bfloat16>();
     operands.result = g.bf16Result;
   }
-  gemm.run(1, rows, g.n, g.k, a.as<float>() + row * g.k, false, b.as<float>(),
-           g.transB,
-           reinterpret_cast<float *>(c.as<char>() + row * g.n * cElement),
-           g.bias ? bias.as<float>() : nullptr, false, operands, {},
-           algorithmRows);
+  gemm.run(
+      1, rows, g.n, g.k, a.as<float>() + row * g.k, false, b.as<float>(),
+      g.transB, reinterpret_cast<float *>(c.as<char>() + row * g.n * cElement),
+      g.bias ? bias.as<float>() : nullptr, false, operands, {}, algorithmRows);
 }
 
 // --tp-comm-overlap runs a GEMM in row chunks (Attributes::wholeRows): each
@@ -542,12 +541,11 @@ TEST(CudaOverlapGemmTest, RowChunksTakeTheWholesAlgorithm) {
            ChunkedGemm{8192, 3072, 2048, false, true, true, false},
            ChunkedGemm{8192, 2048, 4096, true, false, true, false},
        }) {
-    std::string what = "[" + std::to_string(g.m) + " x " +
-                       std::to_string(g.k) + "] @ [" + std::to_string(g.k) +
-                       " x " + std::to_string(g.n) + "]" +
-                       (g.transB ? " (B transposed)" : "") +
-                       (g.bias ? " + bias" : "") + (g.bf16 ? " bf16" : " fp32") +
-                       (g.bf16Result ? ", bf16 C" : "");
+    std::string what =
+        "[" + std::to_string(g.m) + " x " + std::to_string(g.k) + "] @ [" +
+        std::to_string(g.k) + " x " + std::to_string(g.n) + "]" +
+        (g.transB ? " (B transposed)" : "") + (g.bias ? " + bias" : "") +
+        (g.bf16 ? " bf16" : " fp32") + (g.bf16Result ? ", bf16 C" : "");
     SCOPED_TRACE(what);
     std::vector<float> av = rankValues(1, static_cast<size_t>(g.m * g.k));
     std::vector<float> bv = rankValues(2, static_cast<size_t>(g.k * g.n));
@@ -590,8 +588,8 @@ bool isGemm(Op op) {
 
 // The timeline: train_step of a TP2 + SP bf16 GPT (hidden 1024, sequence
 // 512, micro-batch 8: GEMMs of tens of microseconds) with
-// --tp-comm-overlap --overlap-collectives, profiled on both ranks (CUDA events around every
-// instruction on the compute stream and every collective on the
+// --tp-comm-overlap --overlap-collectives, profiled on both ranks (CUDA events
+// around every instruction on the compute stream and every collective on the
 // communication stream). Rank 0's collectives run while GEMMs run: the test
 // prints each collective's interval and the GEMMs it overlaps, and the
 // totals.
