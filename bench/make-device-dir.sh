@@ -89,9 +89,8 @@ done
 # --overlap-collectives), DP2 with the distributed optimizer
 # (--overlap-grad-reduce --overlap-collectives), TP2 x PP2 x DP2 + SP with
 # the distributed optimizer (all three); and a wider GPT (hidden 1024,
-# sequence 512) at TP2 + SP with --overlap-collectives for the timeline
-# (with --tp-comm-overlap its bf16 plan places the chunks' joins as views,
-# which the CUDA executor refuses).
+# sequence 512) at TP2 + SP with --tp-comm-overlap --overlap-collectives
+# for the timeline.
 for precision in fp32 bf16; do
   name=tiny-gpt flags=--precision=fp32
   [[ $precision == bf16 ]] && name=tiny-gpt-bf16 flags=--bf16
@@ -114,7 +113,7 @@ done
   --num-attention-heads=16 --ffn-hidden-size=4096 --seq-length=512 \
   --max-position-embeddings=512 --micro-batch-size=8 --global-batch-size=8 \
   --hidden-dropout=0 --attention-dropout=0 --tensor-model-parallel-size=2 \
-  --sequence-parallel --overlap-collectives \
+  --sequence-parallel --tp-comm-overlap --overlap-collectives \
   -o "$b/gpt-h1024-bf16-tp2-sp-overlap.mtb"
 # CudaMoeTest (issue 25): tiny-moe dropless, with capacity dropping by
 # weight, and by position under sigmoid scores; and in bf16.

@@ -67,6 +67,22 @@ static int64_t chunkCount(int64_t rows, int64_t most) {
   return 1;
 }
 
+/// The rows whose cuBLASLt algorithm a GEMM takes: those of its result
+/// (every dimension but the last), or of the whole it is already a chunk of.
+static int64_t wholeRowsOf(Operation *gemm) {
+  if (auto rows = gemm->getAttrOfType<IntegerAttr>(kWholeRowsAttrName))
+    return rows.getInt();
+  auto type = cast<RankedTensorType>(gemm->getResult(0).getType());
+  return product(type.getShape().drop_back());
+}
+
+/// Marks a GEMM chunk with the rows of the GEMM it is a chunk of.
+static void markWholeRows(Operation *chunk, int64_t rows) {
+  chunk->setAttr(
+      kWholeRowsAttrName,
+      IntegerAttr::get(IntegerType::get(chunk->getContext(), 64), rows));
+}
+
 static int64_t bytesOf(Value value) {
   auto type = cast<RankedTensorType>(value.getType());
   return type.getNumElements() *
@@ -279,6 +295,7 @@ struct DecomposeCollectiveMatmulsPass
             result.setType(layout.chunkOfWhole(
                 cast<RankedTensorType>(result.getType())));
         }
+        markWholeRows(chunk, wholeRowsOf(gemm));
         for (unsigned r = 0; r < rowResults; ++r)
           results[r].push_back(chunk->getResult(r));
       }
@@ -396,6 +413,8 @@ struct DecomposeCollectiveMatmulsPass
         mapping.map(leaf, pieces[leaf][j]);
       for (Operation *op : ordered) {
         Operation *chunk = builder.clone(*op, mapping);
+        if (isa<LinearOp>(op))
+          markWholeRows(chunk, wholeRowsOf(op));
         chunk->getResult(0).setType(layout.chunkOfWhole(
             cast<RankedTensorType>(chunk->getResult(0).getType())));
         mapping.map(op->getResult(0), chunk->getResult(0));

@@ -71,6 +71,13 @@ inline constexpr llvm::StringLiteral kCollectiveChunkAttrName = "mt.chunk";
 /// slice and join those chunks: copies the decomposition adds, which
 /// --report overlap counts apart.
 inline constexpr llvm::StringLiteral kChunkCopyAttrName = "mt.chunk_copy";
+/// The discardable integer attribute on each GEMM chunk of those
+/// decompositions (mt.linear, mt.linear_gelu, mt.linear_gelu_grad): the rows
+/// of the GEMM it is a chunk of. The bundle writes it as the instruction's
+/// `whole_rows`; the CUDA backend runs the chunk with the whole's cuBLASLt
+/// algorithm, so that each row is summed as in the whole (docs/Parallelism.md,
+/// "Same bits on the GPU").
+inline constexpr llvm::StringLiteral kWholeRowsAttrName = "mt.whole_rows";
 
 /// Appends the reverse-mode backward pass of `function` (one block) before
 /// its return: `seeds[i]` is the gradient of its result i (a value defined

@@ -263,9 +263,11 @@ FailureOr<Object> FunctionWriter::writeAttributes(Operation *op) {
         isa<mt::PositionIdsOp, mt::RopeOp, mt::DropoutOp>(op) &&
                          (named.getName() == mt::kContextAxisAttrName ||
                           named.getName() == mt::kContextSizeAttrName);
+    // A GEMM chunk's rows of its whole (mt.whole_rows) pick its algorithm.
     if (op->getDiscardableAttr(named.getName()) &&
         named.getName() != "mt.split_axes" &&
-        named.getName() != mt::kLossSeedAttrName && !contextLayout)
+        named.getName() != mt::kLossSeedAttrName &&
+        named.getName() != mt::kWholeRowsAttrName && !contextLayout)
       continue;
     FailureOr<llvm::json::Value> value = convertAttribute(op, named.getValue());
     if (failed(value))

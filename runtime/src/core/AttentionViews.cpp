@@ -70,10 +70,15 @@ AttentionViewLayout readAttentionViews(const Function &fn,
     const std::vector<int64_t> &parts = split ? inst.results : inst.operands;
     int64_t wholeValue = split ? inst.operands[0] : inst.results[0];
     int64_t group = groupOf(wholeValue);
-    bool any = group >= 0;
+    // Elided where its pieces are views. One whose pieces have blocks of
+    // their own is a copy like any other, also where its whole holds a
+    // group's bytes: --tp-comm-overlap's join of the qkv GEMM's row chunks
+    // (written into the qkv group's block, which the flash kernels then
+    // read in place) and its slices of the concat of dq, dk and dv.
+    bool pieces = false;
     for (int64_t p : parts)
-      any = any || groupOf(p) >= 0;
-    if (!any)
+      pieces = pieces || plan.viewOf[p] >= 0;
+    if (!pieces)
       continue;
     if (!mixedPrecision)
       refuse(position, "the bundle is not bf16, and the fp32 kernels read "

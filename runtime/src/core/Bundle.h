@@ -217,6 +217,11 @@ struct Attributes {
   Reduction reduction = Reduction::Mean;
   int64_t ignoreIndex = -100;
   int64_t chunkRows = 0; // linear_cross_entropy: tokens per chunk
+  /// linear, linear_gelu, linear_gelu_grad: a --tp-comm-overlap chunk's
+  /// rows of the GEMM it is a chunk of (the CUDA backend runs it with the
+  /// whole's cuBLASLt algorithm, so that each row is summed as there); 0
+  /// for a GEMM of its own.
+  int64_t wholeRows = 0;
   /// attention_block, attention_block_grad: the grid axis of the
   /// context-parallel group and its size; the ring step whose keys the
   /// block holds (those of rank (r - key_step) mod context_size), absent

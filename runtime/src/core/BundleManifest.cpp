@@ -534,6 +534,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.ignoreIndex = readInt(*value, at);
       } else if (key == "chunk_rows") {
         out.chunkRows = readInt(*value, at, 1);
+      } else if (key == "whole_rows") {
+        out.wholeRows = readInt(*value, at, 1);
       } else if (key == "context_axis") {
         out.contextAxis = readInt(*value, at, 0);
       } else if (key == "context_size") {

@@ -94,7 +94,8 @@ const std::vector<OpInfo> &opTable() {
        3,
        1,
        1,
-       {{"transpose_weight", AttrKind::Bool, false}}},
+       {{"transpose_weight", AttrKind::Bool, false},
+        {"whole_rows", AttrKind::Int, false}}},
       {Op::Matmul,
        "matmul",
        2,
@@ -170,7 +171,8 @@ const std::vector<OpInfo> &opTable() {
        2,
        2,
        {{"approximate", AttrKind::String, true},
-        {"transpose_weight", AttrKind::Bool, false}}},
+        {"transpose_weight", AttrKind::Bool, false},
+        {"whole_rows", AttrKind::Int, false}}},
       {Op::LinearGeluGrad,
        "linear_gelu_grad",
        3,
@@ -178,7 +180,8 @@ const std::vector<OpInfo> &opTable() {
        1,
        2,
        {{"approximate", AttrKind::String, true},
-        {"transpose_weight", AttrKind::Bool, false}}},
+        {"transpose_weight", AttrKind::Bool, false},
+        {"whole_rows", AttrKind::Int, false}}},
       {Op::LinearWeightBiasGrad,
        "linear_weight_bias_grad",
        2,
@@ -869,6 +872,16 @@ void OpChecker::check() {
       if (inst_.results.size() == 2)
         expectShape(true, 1, {out}, "the GEMM's output size");
     }
+    // A --tp-comm-overlap chunk names the rows of its whole, a multiple of
+    // its own.
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < shape.size(); ++d)
+      rows *= shape[d];
+    int64_t whole = inst_.attrs.wholeRows;
+    if (whole != 0 && (whole < rows || (rows > 0 && whole % rows != 0)))
+      fail(path_ + ".attrs.whole_rows", std::to_string(whole),
+           "a multiple of the GEMM's " + std::to_string(rows) +
+               " rows (the rows of the GEMM it is a chunk of)");
     break;
   }
   case Op::Matmul: {

@@ -64,8 +64,9 @@ struct ContextOptions {
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
   /// captured in CUDA graphs) instead of staging them through the host
-  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off until its device
-  /// checks have run (docs/Parallelism.md, "What runs").
+  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default while a
+  /// pipeline layout replayed as CUDA graphs can hang (bench/NOTES.md,
+  /// session 19; docs/Parallelism.md, "In-process ranks on one GPU").
   bool peerCollectives = false;
 };
 

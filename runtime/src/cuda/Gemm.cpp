@@ -141,8 +141,9 @@ Gemm::~Gemm() {
 // first operand is our B, its second our A, and its (M, N, K) is (n, m, k).
 bool Gemm::tryPlan(const Key &key, Plan &p) {
   auto [batch, m, n, k, transA, transB, epilogueCode, accumulate, alignA,
-        alignB, alignC, bf16, bf16Result] = key;
+        alignB, alignC, bf16, bf16Result, algorithmRows] = key;
   (void)accumulate;
+  (void)algorithmRows;
   auto epilogue = static_cast<cublasLtEpilogue_t>(epilogueCode);
   std::string what = shapeText(batch, m, n, k, transA, transB);
   auto destroy = [&] {
@@ -297,8 +298,9 @@ Gemm::Plan &Gemm::plan(const Key &key) {
     Key plain = key;
     std::get<6>(plain) = CUBLASLT_EPILOGUE_DEFAULT;
     auto [batch, m, n, k, transA, transB, code, accumulate, alignA, alignB,
-          alignC, bf16, bf16Result] = key;
+          alignC, bf16, bf16Result, algorithmRows] = key;
     (void)code;
+    (void)algorithmRows;
     (void)accumulate;
     (void)bf16;
     std::string what = shapeText(batch, m, n, k, transA, transB);
@@ -320,6 +322,64 @@ Gemm::Plan &Gemm::plan(const Key &key) {
     epiloguesByKernel_.push_back(std::string(epilogueName(epilogue)) + " for " +
                                  what + " (" + refusal + ")");
   }
+  return plans_.emplace(key, p).first->second;
+}
+
+Gemm::Plan &Gemm::chunkPlan(const Key &key) {
+  auto found = plans_.find(key);
+  if (found != plans_.end())
+    return found->second;
+  Key own = key, whole = key;
+  std::get<13>(own) = 0;
+  std::get<13>(whole) = 0;
+  std::get<1>(whole) = std::get<13>(key);
+  auto [batch, m, n, k, transA, transB, code, accumulate, alignA, alignB,
+        alignC, bf16, bf16Result, wholeRows] = key;
+  (void)code;
+  (void)accumulate;
+  (void)alignA;
+  (void)alignB;
+  (void)alignC;
+  (void)bf16;
+  (void)bf16Result;
+  std::string what = shapeText(batch, m, n, k, transA, transB) +
+                     ", a chunk of " + std::to_string(wholeRows) + " rows";
+  auto unshared = [&](const std::string &why) -> Plan & {
+    algorithmsNotShared_.push_back(what + ": " + why);
+    Key alone = key;
+    std::get<13>(alone) = 0;
+    return plan(alone);
+  };
+  const Plan *wholePlan = nullptr;
+  try {
+    wholePlan = &plan(whole);
+  } catch (const Error &e) {
+    return unshared(std::string("the whole has no algorithm (") + e.what() +
+                    ")");
+  }
+  // The whole's epilogue: where kernels do it after the whole's plain
+  // product, they do it after the chunk's.
+  if (wholePlan->epilogueByKernel)
+    std::get<6>(own) = CUBLASLT_EPILOGUE_DEFAULT;
+  cublasLtMatmulAlgo_t algo = wholePlan->algo;
+  bool byKernel = wholePlan->epilogueByKernel;
+  Plan p;
+  if (!tryPlan(own, p))
+    return unshared("cuBLASLt has no algorithm for the chunk's epilogue");
+  p.candidates.clear();
+  p.epilogueByKernel = byKernel;
+  cublasLtMatmulHeuristicResult_t checked{};
+  cublasStatus_t status = cublasLtMatmulAlgoCheck(handle_, p.desc, p.b, p.a,
+                                                  p.c, p.c, &algo, &checked);
+  if (status == CUBLAS_STATUS_SUCCESS &&
+      checked.workspaceSize <= workspaceBytes_)
+    p.algo = algo;
+  else
+    algorithmsNotShared_.push_back(
+        what + ": cuBLASLt refuses the whole's algorithm for it (" +
+        (status == CUBLAS_STATUS_SUCCESS ? std::string("its workspace")
+                                         : cublasLtGetStatusName(status)) +
+        ")");
   return plans_.emplace(key, p).first->second;
 }
 
@@ -377,7 +437,7 @@ bool Gemm::hasBf16ResultAlgorithm(int64_t m, int64_t n, int64_t k, bool transA,
   if (kind != GemmEpilogue::Kind::None && wanted == CUBLASLT_EPILOGUE_DEFAULT)
     return false;
   Key key{1,     m,   n,   k,   transA, transB, static_cast<int>(wanted),
-          false, 256, 256, 256, true,   true};
+          false, 256, 256, 256, true,   true,   0};
   if (plans_.count(key))
     return true;
   Plan p;
@@ -445,7 +505,7 @@ void Gemm::finishByKernels(int64_t m, int64_t n, int64_t k, const float *a,
 void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
                bool transA, const float *b, bool transB, float *c,
                const float *bias, bool accumulate, Bf16Operands operands,
-               const GemmEpilogue &epilogue) {
+               const GemmEpilogue &epilogue, int64_t algorithmRows) {
   using Kind = GemmEpilogue::Kind;
   if (batch <= 0 || m <= 0 || n <= 0)
     return;
@@ -512,8 +572,9 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
           alignmentOf(c, batch, m * n,
                       bf16Result ? sizeof(__nv_bfloat16) : sizeof(float)),
           bf16,
-          bf16Result};
-  Plan &p = plan(key);
+          bf16Result,
+          algorithmRows > m && batch == 1 ? algorithmRows : 0};
+  Plan &p = std::get<13>(key) ? chunkPlan(key) : plan(key);
   // An erf GeLU has no cuBLASLt epilogue: kernels, as after a fallback.
   bool byKernel = p.epilogueByKernel || (epilogue.kind != Kind::None &&
                                          wanted == CUBLASLT_EPILOGUE_DEFAULT);
@@ -595,7 +656,7 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     GemmEpilogue written = epilogue;
     written.tuningScratch = nullptr;
     run(batch, m, n, k, a, transA, b, transB, epilogue.tuningScratch, bias,
-        false, operands, written);
+        false, operands, written, algorithmRows);
     MTRT_CUDA_CHECK_LAUNCH(
         accumulateInto(stream_, m * n, epilogue.tuningScratch, c), what);
     return;

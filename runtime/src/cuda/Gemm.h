@@ -112,6 +112,17 @@ struct GemmEpilogue {
 /// Without it, or while the stream is being captured into a CUDA graph, the
 /// heuristic's first is kept (deterministic).
 ///
+/// Row chunks (`algorithmRows`, --tp-comm-overlap's GEMM chunks:
+/// Attributes::wholeRows): a product of m rows cut out of one of
+/// `algorithmRows` rows runs with the whole shape's algorithm (its key's:
+/// the heuristic's first, or the tuned one where the whole ran here first),
+/// checked for the chunk by cublasLtMatmulAlgoCheck. The same kernel, tile
+/// and split-K sum each row of a chunk as they sum it in the whole, so
+/// with the heuristic's choices (no tuning) the chunks give the whole's
+/// bits; the chunk's own choice could differ (another tile or split-K for
+/// fewer rows). Where cuBLASLt refuses the whole's algorithm for the chunk,
+/// the chunk's own is used and algorithmsNotShared() says so.
+///
 /// Thread-safety: one caller at a time (the cache is not locked).
 class Gemm {
 public:
@@ -131,7 +142,7 @@ public:
   void run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
            bool transA, const float *b, bool transB, float *c,
            const float *bias, bool accumulate, Bf16Operands bf16 = {},
-           const GemmEpilogue &epilogue = {});
+           const GemmEpilogue &epilogue = {}, int64_t algorithmRows = 0);
 
   bool tf32() const { return tf32_; }
 
@@ -158,11 +169,18 @@ public:
     return epiloguesByKernel_;
   }
 
+  /// The row chunks that could not take their whole's algorithm (run()'s
+  /// `algorithmRows`), one line per shape: they ran with their own.
+  const std::vector<std::string> &algorithmsNotShared() const {
+    return algorithmsNotShared_;
+  }
+
 private:
   /// (batch, m, n, k, transA, transB, cuBLASLt epilogue, accumulate,
-  /// alignment of A, B and C in bytes, bf16 operands, bf16 result).
+  /// alignment of A, B and C in bytes, bf16 operands, bf16 result, the rows
+  /// whose algorithm it takes: 0 for its own).
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, int,
-                         bool, int, int, int, bool, bool>;
+                         bool, int, int, int, bool, bool, int64_t>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -185,6 +203,9 @@ private:
                        const float *bias, Bf16Operands operands,
                        const GemmEpilogue &epilogue, const std::string &what);
   Plan &plan(const Key &key);
+  /// The plan of a row chunk (std::get<13>(key) rows in its whole): its
+  /// descriptors with the whole shape's algorithm.
+  Plan &chunkPlan(const Key &key);
   /// Times the plan's candidates through `launch` (one product with the
   /// given algorithm) and keeps the fastest as p.algo.
   template <typename Launch>
@@ -202,6 +223,7 @@ private:
   size_t workspaceBytes_ = 0;
   std::map<Key, Plan> plans_;
   std::vector<std::string> epiloguesByKernel_;
+  std::vector<std::string> algorithmsNotShared_;
   /// Why the last tryPlan found no algorithm (the heuristic's status).
   std::string lastRefusal_;
 };

@@ -366,8 +366,10 @@ void Executor::execute(size_t position, const Instruction &inst,
           static_cast<size_t>(gemmAccumulates_[position]));
     }
     try {
+      // A --tp-comm-overlap chunk takes its whole's algorithm.
       context_.gemm().run(batch, m, n, k, lhs, transLhs, rhs, transRhs, result,
-                          bias, accumulate, bf16, epilogue);
+                          bias, accumulate, bf16, epilogue,
+                          inst.attrs.wholeRows);
     } catch (const Error &e) {
       throw Error(e.code(), where(position) + ": " + e.what());
     }

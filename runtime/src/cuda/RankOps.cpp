@@ -158,15 +158,18 @@ void Executor::planCollectiveWaits() {
     if (!communicates(inst))
       continue;
     int64_t operand = inst.operands[0], result = inst.results[0];
-    size_t wait = count;
+    auto lists = [&](const std::vector<int64_t> &values) {
+      return std::find(values.begin(), values.end(), result) != values.end() ||
+             std::find(values.begin(), values.end(), operand) != values.end();
+    };
+    // An unsplit collective's `free` ends its operand's life at the
+    // collective itself: the plan may give that memory to the next
+    // instruction's results, while this rank's kernel, or a peer's
+    // (PeerGroup reads the ranks' operands in place), still reads it.
+    size_t wait = lists(inst.free) ? start + 1 : count;
     for (size_t position = start + 1; position < count && wait == count;
          ++position) {
       const Instruction &later = fn.instructions[position];
-      auto lists = [&](const std::vector<int64_t> &values) {
-        return std::find(values.begin(), values.end(), result) !=
-                   values.end() ||
-               std::find(values.begin(), values.end(), operand) != values.end();
-      };
       bool reads = std::find(later.operands.begin(), later.operands.end(),
                              result) != later.operands.end();
       if (reads || lists(later.free))

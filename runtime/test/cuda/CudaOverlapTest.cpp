@@ -14,6 +14,7 @@
 #include "core/Random.h"
 #include "cuda/DeviceCollective.h"
 #include "cuda/Executor.h"
+#include "cuda/Gemm.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/PeerCollective.h"
 #include "cuda/Trainer.h"
@@ -413,12 +414,16 @@ TEST_P(CudaOverlapTest, SameLossesWithAndWithoutOverlapAsCudaGraphs) {
       EXPECT_EQ(a.loss, b.loss) << "rank " << r << ", iteration " << i + 1;
       EXPECT_EQ(a.gradNorm, b.gradNorm)
           << "rank " << r << ", iteration " << i + 1;
+      // Both runs against the host, so that a failure says which is off.
       double reference = host.histories[r][i].loss;
-      double relative = std::abs(b.loss - reference) / std::abs(reference);
-      worstHost = std::max(worstHost, relative);
-      EXPECT_LE(relative, layout.bf16 ? 2e-2 : 1e-5)
-          << "rank " << r << ", iteration " << i + 1 << ": GPU " << b.loss
-          << ", host " << reference;
+      for (const train::IterationRecord *run : {&a, &b}) {
+        double relative = std::abs(run->loss - reference) / std::abs(reference);
+        worstHost = std::max(worstHost, relative);
+        EXPECT_LE(relative, layout.bf16 ? 2e-2 : 1e-5)
+            << "rank " << r << ", iteration " << i + 1 << ", "
+            << (run == &a ? "without" : "with") << " overlap: GPU " << run->loss
+            << ", host " << reference;
+      }
     }
   }
   // Multi-rank step functions replayed as CUDA graphs: train_step, or each
@@ -491,6 +496,94 @@ INSTANTIATE_TEST_SUITE_P(
       return out;
     });
 
+/// One product shape of a GEMM cut into row chunks.
+struct ChunkedGemm {
+  int64_t m, n, k;
+  bool transB, bias, bf16, bf16Result;
+};
+
+/// C = A B (+ bias) over `rows` rows from `row` on, with the heuristic's
+/// algorithm (no tuning), taking the algorithm of `algorithmRows` rows.
+void runRows(cuda::Gemm &gemm, const ChunkedGemm &g, int64_t row, int64_t rows,
+             int64_t algorithmRows, const cuda::DeviceBuffer &a,
+             const cuda::DeviceBuffer &a16, const cuda::DeviceBuffer &b,
+             const cuda::DeviceBuffer &b16, const cuda::DeviceBuffer &bias,
+             cuda::DeviceBuffer &c) {
+  size_t cElement = g.bf16Result ? 2 : 4;
+  cuda::Bf16Operands operands;
+  if (g.bf16) {
+    operands.a = a16.as<__nv_bfloat16>() + row * g.k;
+    operands.b = b16.as<__nv_bfloat16>();
+    operands.result = g.bf16Result;
+  }
+  gemm.run(
+      1, rows, g.n, g.k, a.as<float>() + row * g.k, false, b.as<float>(),
+      g.transB, reinterpret_cast<float *>(c.as<char>() + row * g.n * cElement),
+      g.bias ? bias.as<float>() : nullptr, false, operands, {}, algorithmRows);
+}
+
+// --tp-comm-overlap runs a GEMM in row chunks (Attributes::wholeRows): each
+// chunk with its whole's cuBLASLt algorithm gives the whole's bits, row for
+// row, for the shapes of CudaOverlapTest's tiny GPT (M 1024, chunks of 256;
+// the forward with a bias, the backward's transposed weight, fp32 and bf16
+// operands, a bf16 result) and of a 1.3B-parameter layer at TP2 (M 8192,
+// chunks of 2048). The test also says where the chunks' own heuristic
+// choices would have differed (the bits that --tp-comm-overlap changed
+// before).
+TEST(CudaOverlapGemmTest, RowChunksTakeTheWholesAlgorithm) {
+  MTRT_REQUIRE_GPU();
+  cuda::Context context;
+  cudaStream_t stream = context.stream();
+  cuda::Gemm gemm(stream, /*tf32=*/false, /*tuning=*/false);
+  const int64_t chunks = 4;
+  for (const ChunkedGemm &g : {
+           ChunkedGemm{1024, 192, 128, false, true, false, false},
+           ChunkedGemm{1024, 128, 256, true, false, false, false},
+           ChunkedGemm{1024, 192, 128, false, true, true, false},
+           ChunkedGemm{1024, 128, 256, true, false, true, false},
+           ChunkedGemm{1024, 256, 128, true, false, true, true},
+           ChunkedGemm{8192, 3072, 2048, false, true, true, false},
+           ChunkedGemm{8192, 2048, 4096, true, false, true, false},
+       }) {
+    std::string what =
+        "[" + std::to_string(g.m) + " x " + std::to_string(g.k) + "] @ [" +
+        std::to_string(g.k) + " x " + std::to_string(g.n) + "]" +
+        (g.transB ? " (B transposed)" : "") + (g.bias ? " + bias" : "") +
+        (g.bf16 ? " bf16" : " fp32") + (g.bf16Result ? ", bf16 C" : "");
+    SCOPED_TRACE(what);
+    std::vector<float> av = rankValues(1, static_cast<size_t>(g.m * g.k));
+    std::vector<float> bv = rankValues(2, static_cast<size_t>(g.k * g.n));
+    std::vector<float> biasv = rankValues(3, static_cast<size_t>(g.n));
+    cuda::DeviceBuffer a = upload(av, DType::F32), b = upload(bv, DType::F32);
+    cuda::DeviceBuffer a16 = upload(av, DType::BF16);
+    cuda::DeviceBuffer b16 = upload(bv, DType::BF16);
+    cuda::DeviceBuffer bias = upload(biasv, DType::F32);
+    size_t count = static_cast<size_t>(g.m * g.n);
+    DType cType = g.bf16Result ? DType::BF16 : DType::F32;
+    cuda::DeviceBuffer whole(count * 4, "whole"), shared(count * 4, "shared"),
+        own(count * 4, "own");
+    int64_t rows = g.m / chunks;
+    runRows(gemm, g, 0, g.m, 0, a, a16, b, b16, bias, whole);
+    for (int64_t j = 0; j < chunks; ++j) {
+      runRows(gemm, g, j * rows, rows, g.m, a, a16, b, b16, bias, shared);
+      runRows(gemm, g, j * rows, rows, 0, a, a16, b, b16, bias, own);
+    }
+    std::vector<float> want = download(whole.data(), count, cType, stream);
+    expectSameBits(download(shared.data(), count, cType, stream), want,
+                   what + ", chunks with the whole's algorithm");
+    std::vector<float> alone = download(own.data(), count, cType, stream);
+    size_t differ = 0;
+    for (size_t i = 0; i < count; ++i)
+      differ += std::memcmp(&alone[i], &want[i], sizeof(float)) != 0;
+    std::cout << "[ gemm     ] " << what << ": chunks of " << rows
+              << " rows with the whole's algorithm give its bits; with "
+                 "their own, "
+              << differ << " of " << count << " elements differ\n";
+  }
+  for (const std::string &line : gemm.algorithmsNotShared())
+    ADD_FAILURE() << line;
+}
+
 /// Whether an op runs cuBLASLt GEMMs.
 bool isGemm(Op op) {
   std::string name = opName(op);
@@ -499,8 +592,8 @@ bool isGemm(Op op) {
 
 // The timeline: train_step of a TP2 + SP bf16 GPT (hidden 1024, sequence
 // 512, micro-batch 8: GEMMs of tens of microseconds) with
-// --overlap-collectives, profiled on both ranks (CUDA events around every
-// instruction on the compute stream and every collective on the
+// --tp-comm-overlap --overlap-collectives, profiled on both ranks (CUDA events
+// around every instruction on the compute stream and every collective on the
 // communication stream). Rank 0's collectives run while GEMMs run: the test
 // prints each collective's interval and the GEMMs it overlaps, and the
 // totals.

@@ -173,7 +173,12 @@ TEST(BundleSchemaTest, Attributes) {
   expectManifestRejected(m, {"instructions[4].attrs.bias",
                              "found an attribute \"bias\"",
                              "expected only the attributes of linear "
-                             "(transpose_weight)"});
+                             "(transpose_weight, whole_rows)"});
+  // A --tp-comm-overlap chunk's whole has a multiple of its rows.
+  m = base();
+  inst(m, 4)["attrs"] = {{"whole_rows", 3}};
+  expectManifestRejected(m, {"instructions[4].attrs.whole_rows", "found 3",
+                             "a multiple of the GEMM's"});
   m = base();
   inst(m, 6)["attrs"]["value"] = "one";
   expectManifestRejected(m, {"instructions[6].attrs.value",

@@ -8,15 +8,17 @@ shard.grid @grid(shape = 1x2)
 // rank order (rank g's chunk j at rows g * 4 + j * 2), and so is the
 // gathered tensor for the weight gradient, which sums over the rows and is
 // not cut. The chunks' collectives carry mt.chunk, the splits and concats
-// that slice and join them mt.chunk_copy (for --report overlap).
+// that slice and join them mt.chunk_copy (for --report overlap), and the
+// GEMM chunks mt.whole_rows, the rows of the GEMM they were cut from (the
+// CUDA backend runs them with its algorithm).
 // CHECK-LABEL: func.func @gather_gemm
 // CHECK-SAME: (%[[X:.+]]: tensor<2x4x8xf32>, %[[W:.+]]: tensor<8x16xf32>, %[[B:.+]]: tensor<16xf32>, %[[DY:.+]]: tensor<2x8x16xf32>)
 // CHECK-NOT: shard.all_gather %[[X]]
 // CHECK: %[[X0:.+]]:2 = mt.split %[[X]] axis = 1 {mt.chunk_copy, mt.layer_note} : tensor<2x4x8xf32> -> tensor<2x2x8xf32>, tensor<2x2x8xf32>
 // CHECK-NEXT: %[[G0:.+]] = shard.all_gather %[[X0]]#0 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 0, 2>, mt.layer_note} : tensor<2x2x8xf32> -> tensor<2x4x8xf32>
 // CHECK-NEXT: %[[G1:.+]] = shard.all_gather %[[X0]]#1 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 1, 2>, mt.layer_note} : tensor<2x2x8xf32> -> tensor<2x4x8xf32>
-// CHECK-NEXT: %[[Y0:.+]] = mt.linear %[[G0]], %[[W]], %[[B]] : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
-// CHECK-NEXT: %[[Y1:.+]] = mt.linear %[[G1]], %[[W]], %[[B]] : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
+// CHECK-NEXT: %[[Y0:.+]] = mt.linear %[[G0]], %[[W]], %[[B]] {mt.whole_rows = 16 : i64} : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
+// CHECK-NEXT: %[[Y1:.+]] = mt.linear %[[G1]], %[[W]], %[[B]] {mt.whole_rows = 16 : i64} : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
 // CHECK-NEXT: %[[R0:.+]] = mt.reshape %[[Y0]] : tensor<2x4x16xf32> -> tensor<2x2x32xf32>
 // CHECK-NEXT: %[[R1:.+]] = mt.reshape %[[Y1]] : tensor<2x4x16xf32> -> tensor<2x2x32xf32>
 // CHECK-NEXT: %[[C:.+]] = mt.concat %[[R0]], %[[R1]] axis = 2 {mt.chunk_copy} : tensor<2x2x32xf32>, tensor<2x2x32xf32> -> tensor<2x2x64xf32>
@@ -51,7 +53,7 @@ shard.grid @grid(shape = 1x2)
 // CHECK-NEXT: %[[HS:.+]]:2 = mt.split %[[HR]] axis = 2 {mt.chunk_copy} : tensor<2x2x64xf32> -> tensor<2x2x32xf32>, tensor<2x2x32xf32>
 // CHECK-NEXT: %[[H0:.+]] = mt.reshape %[[HS]]#0 : tensor<2x2x32xf32> -> tensor<2x4x16xf32>
 // CHECK-NEXT: %[[H1:.+]] = mt.reshape %[[HS]]#1 : tensor<2x2x32xf32> -> tensor<2x4x16xf32>
-// CHECK-NEXT: %[[DH0:.+]] = mt.linear_gelu_grad %[[G0]], %[[W]], %[[H0]] approximate = tanh transpose_weight : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+// CHECK-NEXT: %[[DH0:.+]] = mt.linear_gelu_grad %[[G0]], %[[W]], %[[H0]] approximate = tanh transpose_weight {mt.whole_rows = 16 : i64} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
 // CHECK-NEXT: %[[DH1:.+]] = mt.linear_gelu_grad %[[G1]], %[[W]], %[[H1]] approximate = tanh transpose_weight
 // CHECK: %[[DH:.+]] = mt.reshape %{{.+}} : tensor<2x2x64xf32> -> tensor<2x8x16xf32>
 // CHECK-NEXT: %[[DB:.+]] = mt.bias_grad %[[DH]] : tensor<2x8x16xf32> -> tensor<16xf32>
@@ -79,8 +81,8 @@ shard.grid @grid(shape = 1x2)
 // CHECK-NEXT: %[[A1:.+]] = mt.reshape %[[AS]]#1 : tensor<1x2x16xf32> -> tensor<1x4x8xf32>
 // CHECK: %[[B0:.+]] = mt.reshape %{{.+}}#0 : tensor<1x2x16xf32> -> tensor<1x4x8xf32>
 // CHECK-NEXT: %[[B1:.+]] = mt.reshape %{{.+}}#1 : tensor<1x2x16xf32> -> tensor<1x4x8xf32>
-// CHECK-NEXT: %[[P0:.+]] = mt.linear %[[A0]], %[[W]] transpose_weight : (tensor<1x4x8xf32>, tensor<16x8xf32>) -> tensor<1x4x16xf32>
-// CHECK-NEXT: %[[Q0:.+]] = mt.linear %[[B0]], %[[V]] transpose_weight : (tensor<1x4x8xf32>, tensor<16x8xf32>) -> tensor<1x4x16xf32>
+// CHECK-NEXT: %[[P0:.+]] = mt.linear %[[A0]], %[[W]] transpose_weight {mt.whole_rows = 8 : i64} : (tensor<1x4x8xf32>, tensor<16x8xf32>) -> tensor<1x4x16xf32>
+// CHECK-NEXT: %[[Q0:.+]] = mt.linear %[[B0]], %[[V]] transpose_weight {mt.whole_rows = 8 : i64} : (tensor<1x4x8xf32>, tensor<16x8xf32>) -> tensor<1x4x16xf32>
 // CHECK-NEXT: %[[S0:.+]] = mt.add %[[P0]], %[[Q0]] : tensor<1x4x16xf32>
 // CHECK-NEXT: %[[R0:.+]] = shard.reduce_scatter %[[S0]] on @grid grid_axes = [1] scatter_axis = 1 {mt.chunk = array<i64: 0, 2>} : tensor<1x4x16xf32> -> tensor<1x2x16xf32>
 // CHECK-NEXT: %[[P1:.+]] = mt.linear %[[A1]], %[[W]] transpose_weight
