@@ -35,7 +35,8 @@ static mtrt_session_options_t trainingOptions(void) {
 }
 
 static void setBatch(mtrt_session_t session, int k) {
-  static int32_t tokens[kMaxTokens], labels[kMaxTokens];
+  /* One buffer per thread: the ranks' threads set their batches at once. */
+  static _Thread_local int32_t tokens[kMaxTokens], labels[kMaxTokens];
   makeBatch(k, tokens, labels);
   mtrt_tensor_t t = hostTensor(tokens, MTRT_DTYPE_I32, batchRows, batchCols);
   mtrt_tensor_t l = hostTensor(labels, MTRT_DTYPE_I32, batchRows, batchCols);
