@@ -570,7 +570,9 @@ static const KeyDef kKeys[] = {
        return setOptionalPositive(v, c.parallel.decoderLastPipelineNumLayers);
      }},
     {{"expert_model_parallel_size", "parallel",
-      "Expert-parallel ranks (MoE); only 1 is implemented yet.", K::Integer,
+      "Expert-parallel ranks (MoE): the routed experts split over the "
+      "data-parallel ranks (docs/MoE.md).",
+      K::Integer,
       "1"},
      [](CompileConfig &c, StringRef v) {
        return setPositive(v, c.moe.expertModelParallelSize);

@@ -455,6 +455,18 @@ int main(int argc, char **argv) {
     return fail("--stop-after writes the IR at a pipeline boundary: give it "
                 "with --emit mlir and without --report");
   bool writesBundle = emit == EmitKind::None && report == ReportKind::None;
+  // The cluster's flags describe the machines the planner plans for; read
+  // by nothing else.
+  if (!autoParallel && report != ReportKind::Step)
+    for (cl::Option *flag : std::initializer_list<cl::Option *>{
+             &numGpus, &clusterPath, &gpusPerNode, &gpuMemory, &peakTflops,
+             &gpuMemoryBandwidth, &intraNodeBandwidth, &intraNodeLatency,
+             &interNodeBandwidth, &interNodeLatency, &calibrationPath,
+             &planTop})
+      if (flag->getNumOccurrences())
+        return fail("--" + flag->ArgStr + " describes the planner's cluster "
+                    "or output: give it with --auto-parallel or --report "
+                    "step");
   if (autoParallel) {
     if (emit != EmitKind::None || report != ReportKind::None ||
         memoryBudget.getNumOccurrences())
