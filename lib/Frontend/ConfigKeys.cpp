@@ -572,8 +572,7 @@ static const KeyDef kKeys[] = {
     {{"expert_model_parallel_size", "parallel",
       "Expert-parallel ranks (MoE): the routed experts split over the "
       "data-parallel ranks (docs/MoE.md).",
-      K::Integer,
-      "1"},
+      K::Integer, "1"},
      [](CompileConfig &c, StringRef v) {
        return setPositive(v, c.moe.expertModelParallelSize);
      }},
@@ -733,8 +732,8 @@ static const KeyDef kKeys[] = {
                         {{"delayed", Fp8Recipe::Delayed},
                          {"tensorwise", Fp8Recipe::Tensorwise}});
      }},
-    {{"fp8_amax_history_len", "fp8",
-      "Delayed scaling: amaxes kept per tensor.", K::Integer, "1"},
+    {{"fp8_amax_history_len", "fp8", "Delayed scaling: amaxes kept per tensor.",
+      K::Integer, "1"},
      [](CompileConfig &c, StringRef v) {
        return setPositive(v, c.fp8.amaxHistoryLen);
      }},
@@ -770,15 +769,15 @@ static const KeyDef kKeys[] = {
        return setBool(v, c.fp8.firstLastLayersBf16);
      }},
     {{"num_layers_at_start_in_bf16", "fp8",
-      "Under first_last_layers_bf16: leading layers kept in bf16.",
-      K::Integer, "1"},
+      "Under first_last_layers_bf16: leading layers kept in bf16.", K::Integer,
+      "1"},
      [](CompileConfig &c, StringRef v) {
        return setLayerCount(v, "num_layers_at_start_in_bf16",
                             c.fp8.numLayersAtStartInBf16);
      }},
     {{"num_layers_at_end_in_bf16", "fp8",
-      "Under first_last_layers_bf16: trailing layers kept in bf16.",
-      K::Integer, "1"},
+      "Under first_last_layers_bf16: trailing layers kept in bf16.", K::Integer,
+      "1"},
      [](CompileConfig &c, StringRef v) {
        return setLayerCount(v, "num_layers_at_end_in_bf16",
                             c.fp8.numLayersAtEndInBf16);

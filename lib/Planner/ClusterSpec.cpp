@@ -57,18 +57,18 @@ llvm::Expected<ClusterSpec> ClusterSpec::parse(llvm::StringRef json,
   if (!root)
     return llvm::createStringError(source + ": a cluster file is a JSON "
                                             "object (docs/Planner.md)");
-  static const char *const known[] = {
-      "description",   "num_gpus",          "gpus_per_node",
-      "memory_per_gpu", "peak_tflops",      "memory_bandwidth_GBps",
-      "intra_node",     "inter_node"};
+  static const char *const known[] = {"description",   "num_gpus",
+                                      "gpus_per_node", "memory_per_gpu",
+                                      "peak_tflops",   "memory_bandwidth_GBps",
+                                      "intra_node",    "inter_node"};
   for (const auto &entry : *root)
     if (!llvm::is_contained(known, entry.first.str()))
-      return llvm::createStringError(llvm::formatv(
-          "{0}: unknown key '{1}'; a cluster file has num_gpus, "
-          "gpus_per_node, memory_per_gpu, peak_tflops, "
-          "memory_bandwidth_GBps, intra_node and inter_node "
-          "(docs/Planner.md)",
-          source, entry.first.str()));
+      return llvm::createStringError(
+          llvm::formatv("{0}: unknown key '{1}'; a cluster file has num_gpus, "
+                        "gpus_per_node, memory_per_gpu, peak_tflops, "
+                        "memory_bandwidth_GBps, intra_node and inter_node "
+                        "(docs/Planner.md)",
+                        source, entry.first.str()));
   ClusterSpec spec;
   ClusterReader read{*root, source, {}};
   double gpus = 0, perNode = double(spec.gpusPerNode);
@@ -92,8 +92,8 @@ llvm::Expected<ClusterSpec> ClusterSpec::parse(llvm::StringRef json,
                    "(\"141GB\", \"80GiB\")");
     llvm::Expected<int64_t> bytes = parseByteSize(*text);
     if (!bytes)
-      return llvm::createStringError(source + ": memory_per_gpu: " +
-                                     llvm::toString(bytes.takeError()));
+      return llvm::createStringError(
+          source + ": memory_per_gpu: " + llvm::toString(bytes.takeError()));
     spec.memoryBytes = *bytes;
   }
   spec.numGpus = int64_t(gpus);

@@ -28,8 +28,7 @@ bool planner::compileModel(MLIRContext &context, const CompileConfig &config,
                            std::string &error) {
   // The candidates' diagnostics are the planner's to report, not the user's.
   ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diagnostic) {
-    if (diagnostic.getSeverity() == DiagnosticSeverity::Error &&
-        error.empty())
+    if (diagnostic.getSeverity() == DiagnosticSeverity::Error && error.empty())
       error = diagnostic.str();
     return success();
   });
@@ -138,8 +137,7 @@ static Measured measure(ModuleOp module, const CompileConfig &config,
 
 bool planner::profileLayers(MLIRContext &context, const CompileConfig &base,
                             const CompileFlags &flags, const Layout &layout,
-                            int64_t period,
-                            const mt::CostModel &costModel,
+                            int64_t period, const mt::CostModel &costModel,
                             const ClusterSpec &cluster, StepProfile &out,
                             std::string &error) {
   Measured measured[2];

@@ -27,18 +27,16 @@ static std::string describe(const Layout &l) {
   text += llvm::formatv(", cp {0}, dp {1}", l.cp, l.dp);
   if (l.ep > 1)
     text += llvm::formatv(", ep {0}", l.ep);
-  text += llvm::formatv(", mb {0}, recompute {1}{2}", l.microBatch,
-                        recomputeText(l.recompute),
-                        l.distributedOptimizer ? ", distributed optimizer"
-                                               : "");
+  text += llvm::formatv(
+      ", mb {0}, recompute {1}{2}", l.microBatch, recomputeText(l.recompute),
+      l.distributedOptimizer ? ", distributed optimizer" : "");
   return text;
 }
 
 void megatron::printPrediction(const CompileConfig &config,
-                               const ClusterSpec &cluster,
-                               const Prediction &p, llvm::raw_ostream &os) {
-  os << llvm::formatv("predicted step: {0}, {1} GPUs, {2}\n",
-                      config.model.name,
+                               const ClusterSpec &cluster, const Prediction &p,
+                               llvm::raw_ostream &os) {
+  os << llvm::formatv("predicted step: {0}, {1} GPUs, {2}\n", config.model.name,
                       p.layout.tp * p.layout.pp * p.layout.cp * p.layout.dp,
                       describe(p.layout));
   os << llvm::formatv(
@@ -70,8 +68,8 @@ void megatron::printPlan(const CompileConfig &base, const ClusterSpec &cluster,
         "fullest rank, with the CUDA context):\n";
   os << llvm::formatv("  {0,-3} {1,10} {2,6} {3,11} {4,9} {5,10} {6,10}  "
                       "{7}\n",
-                      "#", "step ms", "MFU", "memory", "bubble",
-                      "comm ms", "compute ms", "layout");
+                      "#", "step ms", "MFU", "memory", "bubble", "comm ms",
+                      "compute ms", "layout");
   int index = 1;
   for (const Prediction &p : result.best) {
     os << llvm::formatv(
@@ -103,8 +101,7 @@ void megatron::printPlan(const CompileConfig &base, const ClusterSpec &cluster,
     os << "\nrefused by the compiler (the first of each kind):\n";
     for (const std::string &reason : result.refusals) {
       llvm::StringRef line(reason);
-      os << "  " << line.take_until([](char c) { return c == '\n'; })
-         << "\n";
+      os << "  " << line.take_until([](char c) { return c == '\n'; }) << "\n";
     }
   }
 }

@@ -1,4 +1,5 @@
-//===- PlannerInternal.h - The planner's pieces, between its files -*- C++ -*-===//
+//===- PlannerInternal.h - The planner's pieces, between its files -*- C++
+//-*-===//
 
 #ifndef MEGATRON_PLANNER_PLANNERINTERNAL_H
 #define MEGATRON_PLANNER_PLANNERINTERNAL_H
@@ -55,16 +56,15 @@ struct StepProfile {
 /// ranks the expert-parallel split needs.
 bool profileLayers(mlir::MLIRContext &context, const CompileConfig &base,
                    const CompileFlags &flags, const Layout &layout,
-                   int64_t period,
-                   const mlir::mt::CostModel &costModel,
+                   int64_t period, const mlir::mt::CostModel &costModel,
                    const ClusterSpec &cluster, StepProfile &out,
                    std::string &error);
 
 /// A micro-batch of `microBatch` sequences from the profiles of one and of
 /// two: every figure grows linearly with the micro-batch (the GEMMs' rows,
 /// the activations); the launch costs and the parameters do not.
-StepProfile profileForMicroBatch(const StepProfile &one,
-                                 const StepProfile &two, int64_t microBatch);
+StepProfile profileForMicroBatch(const StepProfile &one, const StepProfile &two,
+                                 int64_t microBatch);
 
 /// The cost model with the cluster's GPU: kernel throughputs scaled by its
 /// peak, memory-bound times by its bandwidth, links and node size its own.

@@ -33,8 +33,9 @@ namespace {
 using ProfileKey = std::tuple<int64_t, bool, int64_t, int64_t, int, int64_t>;
 
 ProfileKey profileKey(const Layout &l, int64_t microBatch) {
-  return {l.tp, l.sequenceParallel, l.cp, l.ep, static_cast<int>(l.recompute),
-          microBatch};
+  return {
+      l.tp,      l.sequenceParallel, l.cp, l.ep, static_cast<int>(l.recompute),
+      microBatch};
 }
 
 std::vector<int64_t> divisorsOf(int64_t n) {
@@ -322,8 +323,7 @@ std::optional<Prediction> Planner::predict(const Layout &l,
     double lastBucket =
         reduce * std::min(1.0, double(base.parallel.bucketElements()) /
                                    std::max(1.0, parameters));
-    out.exposedDataParallel =
-        std::max(lastBucket, reduce - window) + gather;
+    out.exposedDataParallel = std::max(lastBucket, reduce - window) + gather;
   }
   // AdamW reads and writes each owned parameter's weight, gradient and two
   // moments (and writes its bf16 copy): about 30 bytes.
@@ -348,9 +348,8 @@ int64_t Planner::exactMemory(const Layout &layout, std::string &error) {
   if (compiled.pipelined) {
     for (int64_t r = 0; r < compiled.plan.schedule.pipelineSize; ++r)
       fullest = std::max(
-          fullest,
-          estimateMemory(*compiled.module, config, &compiled.plan, r)
-              .totalBytes());
+          fullest, estimateMemory(*compiled.module, config, &compiled.plan, r)
+                       .totalBytes());
   } else {
     fullest = estimateMemory(*compiled.module, config).totalBytes();
   }
@@ -370,10 +369,10 @@ llvm::Error Planner::prepare() {
           "layers differ one by one); give moe_layer_freq as a number");
     period = std::max<int64_t>(1, base.moe.layerFreq);
     if (m.numLayers % period != 0)
-      return llvm::createStringError(llvm::formatv(
-          "--auto-parallel: num_layers {0} is not a multiple of "
-          "moe_layer_freq {1}",
-          m.numLayers, period));
+      return llvm::createStringError(
+          llvm::formatv("--auto-parallel: num_layers {0} is not a multiple of "
+                        "moe_layer_freq {1}",
+                        m.numLayers, period));
   }
   {
     // The model's FLOPs a token, from its parameters at one rank.
@@ -524,25 +523,25 @@ llvm::Expected<PlanResult> Planner::run() {
     if (!verdict.fits) {
       verdict.best = leastMemory[name];
       verdict.reason = "memory";
-      verdict.detail = llvm::formatv(
-          "its least memory is {0} a GPU ({1}), over {2}",
-          formatBytes(double(verdict.best.memoryBytes)),
-          verdict.best.layout.flags(),
-          formatBytes(double(cluster.memoryBytes)));
+      verdict.detail =
+          llvm::formatv("its least memory is {0} a GPU ({1}), over {2}",
+                        formatBytes(double(verdict.best.memoryBytes)),
+                        verdict.best.layout.flags(),
+                        formatBytes(double(cluster.memoryBytes)));
     } else {
       const Prediction &b = verdict.best;
       double bubble = b.bubble - pick.bubble;
       double comm = (b.layerCommunication + b.exposedDataParallel) -
                     (pick.layerCommunication + pick.exposedDataParallel);
-      double compute = (b.compute + b.optimizer) - (pick.compute + pick.optimizer);
+      double compute =
+          (b.compute + b.optimizer) - (pick.compute + pick.optimizer);
       verdict.reason = bubble >= comm && bubble >= compute ? "bubble"
-                       : comm >= compute                  ? "communication"
-                                                          : "computation";
+                       : comm >= compute                   ? "communication"
+                                                           : "computation";
       verdict.detail = llvm::formatv(
           "{0:F1} ms slower: bubble {1:+F1} ms, communication {2:+F1} ms, "
           "computation {3:+F1} ms",
-          (b.step - pick.step) * 1e3, bubble * 1e3, comm * 1e3,
-          compute * 1e3);
+          (b.step - pick.step) * 1e3, bubble * 1e3, comm * 1e3, compute * 1e3);
     }
     result.families.push_back(verdict);
   }
@@ -576,7 +575,8 @@ megatron::predictLayout(MLIRContext &context, const CompileConfig &config,
     return llvm::createStringError(
         "--report step models full recomputation of every layer alone "
         "(recompute_method uniform, recompute_num_layers 1), not "
-        "recompute_method " + config.recompute.method);
+        "recompute_method " +
+        config.recompute.method);
   if (p.decoderFirstPipelineNumLayers || p.decoderLastPipelineNumLayers ||
       p.numLayersPerVirtualPipelineStage)
     return llvm::createStringError(

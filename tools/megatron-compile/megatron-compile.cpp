@@ -9,8 +9,8 @@
 #include "megatron/Frontend/CompileConfig.h"
 #include "megatron/Frontend/ModelBuilder.h"
 #include "megatron/InitAll.h"
-#include "megatron/Pipelines/PipelinePlan.h"
 #include "megatron/Memory/Memory.h"
+#include "megatron/Pipelines/PipelinePlan.h"
 #include "megatron/Pipelines/Pipelines.h"
 #include "megatron/Planner/Planner.h"
 #include "megatron/Target/Bundle.h"
@@ -170,8 +170,8 @@ static cl::opt<int64_t> linearCrossEntropyChunkRows(
              "0: the most whose logits, bf16 under --bf16, fit in 256 MiB)"),
     cl::init(0), cl::cat(compileCategory));
 
-static cl::OptionCategory planCategory(
-    "Automatic layout (--auto-parallel; docs/Planner.md)");
+static cl::OptionCategory
+    planCategory("Automatic layout (--auto-parallel; docs/Planner.md)");
 static cl::opt<bool> autoParallel(
     "auto-parallel",
     cl::desc("Choose the layout (tensor, pipeline and virtual stages, data, "
@@ -193,9 +193,10 @@ static cl::opt<std::string> clusterPath(
 static cl::opt<int64_t> gpusPerNode("gpus-per-node",
                                     cl::desc("GPUs a node (default 8)"),
                                     cl::init(0), cl::cat(planCategory));
-static cl::opt<std::string> gpuMemory(
-    "gpu-memory", cl::desc("Memory a GPU (default 141GB, the H200's)"),
-    cl::value_desc("bytes"), cl::cat(planCategory));
+static cl::opt<std::string>
+    gpuMemory("gpu-memory",
+              cl::desc("Memory a GPU (default 141GB, the H200's)"),
+              cl::value_desc("bytes"), cl::cat(planCategory));
 static cl::opt<double> peakTflops(
     "peak-tflops",
     cl::desc("Dense bf16 TFLOP/s a GPU (default 989, the H200's): the MFU's "
@@ -262,22 +263,21 @@ static Expected<ClusterSpec> clusterFromFlags() {
          interBandwidth = cluster.interNode.bytesPerUs / 1e3;
   if (Error error = positive(numGpus, cluster.numGpus, "num-gpus"))
     return std::move(error);
-  if (Error error =
-          positive(gpusPerNode, cluster.gpusPerNode, "gpus-per-node"))
+  if (Error error = positive(gpusPerNode, cluster.gpusPerNode, "gpus-per-node"))
     return std::move(error);
   if (Error error = positive(peakTflops, cluster.peakTflops, "peak-tflops"))
     return std::move(error);
   if (Error error = positive(gpuMemoryBandwidth, cluster.memoryBandwidthGBps,
                              "gpu-memory-bandwidth"))
     return std::move(error);
-  if (Error error = positive(intraNodeBandwidth, intraBandwidth,
-                             "intra-node-bandwidth"))
+  if (Error error =
+          positive(intraNodeBandwidth, intraBandwidth, "intra-node-bandwidth"))
     return std::move(error);
   if (Error error = positive(intraNodeLatency, cluster.intraNode.latencyUs,
                              "intra-node-latency"))
     return std::move(error);
-  if (Error error = positive(interNodeBandwidth, interBandwidth,
-                             "inter-node-bandwidth"))
+  if (Error error =
+          positive(interNodeBandwidth, interBandwidth, "inter-node-bandwidth"))
     return std::move(error);
   if (Error error = positive(interNodeLatency, cluster.interNode.latencyUs,
                              "inter-node-latency"))
@@ -287,8 +287,7 @@ static Expected<ClusterSpec> clusterFromFlags() {
   if (gpuMemory.getNumOccurrences()) {
     Expected<int64_t> bytes = parseByteSize(gpuMemory);
     if (!bytes)
-      return createStringError("--gpu-memory: " +
-                               toString(bytes.takeError()));
+      return createStringError("--gpu-memory: " + toString(bytes.takeError()));
     cluster.memoryBytes = *bytes;
   }
   return cluster;
@@ -464,7 +463,8 @@ int main(int argc, char **argv) {
              &interNodeBandwidth, &interNodeLatency, &calibrationPath,
              &planTop})
       if (flag->getNumOccurrences())
-        return fail("--" + flag->ArgStr + " describes the planner's cluster "
+        return fail("--" + flag->ArgStr +
+                    " describes the planner's cluster "
                     "or output: give it with --auto-parallel or --report "
                     "step");
   if (autoParallel) {

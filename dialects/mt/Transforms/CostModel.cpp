@@ -116,11 +116,11 @@ ParsedType parseType(llvm::StringRef text) {
     if (!dim.getAsInteger(10, n))
       parsed.elements *= double(n);
   }
-  int64_t width = parsed.element.starts_with("f8")    ? 1
-                  : parsed.element.ends_with("64")    ? 8
-                  : parsed.element.ends_with("16")    ? 2
-                  : parsed.element == "i1"            ? 1
-                                                      : 4;
+  int64_t width = parsed.element.starts_with("f8") ? 1
+                  : parsed.element.ends_with("64") ? 8
+                  : parsed.element.ends_with("16") ? 2
+                  : parsed.element == "i1"         ? 1
+                                                   : 4;
   parsed.bytes = static_cast<int64_t>(parsed.elements) * width;
   return parsed;
 }
@@ -143,8 +143,7 @@ bool isAttentionName(llvm::StringRef op) {
 }
 /// FLOPs of a GEMM or attention op from its operands' and first result's
 /// element counts (and, for attention, the keys: dimension 1 of operand 1).
-double flopsOf(llvm::StringRef op, double a, double b, double c,
-               double keys) {
+double flopsOf(llvm::StringRef op, double a, double b, double c, double keys) {
   if (isGemmName(op))
     return 2.0 * std::sqrt(a * b * c);
   double flops = 2.0 * a * keys;
@@ -181,8 +180,9 @@ llvm::Expected<Calibration> Calibration::parse(llvm::StringRef json,
           "{0}: ops[{1}] needs 'op', 'operands', 'results' (strings) and "
           "'us' (above 0)",
           source, &entry - &*ops->begin()));
-    calibration.microseconds[(*name + " " + *operands + " -> " + *results)
-                                 .str()] = *us;
+    calibration
+        .microseconds[(*name + " " + *operands + " -> " + *results).str()] =
+        *us;
     std::vector<ParsedType> in = parseTypes(*operands),
                             out = parseTypes(*results);
     if ((isGemmName(*name) || isAttentionName(*name)) && in.size() >= 2 &&
@@ -192,8 +192,8 @@ llvm::Expected<Calibration> Calibration::parse(llvm::StringRef json,
       operands->split(',').second.split(dims, 'x');
       if (dims.size() > 2)
         dims[1].getAsDouble(keys);
-      double flops = flopsOf(*name, in[0].elements, in[1].elements,
-                             out[0].elements, keys);
+      double flops =
+          flopsOf(*name, in[0].elements, in[1].elements, out[0].elements, keys);
       calibration.flopRates[(*name + " " + in[0].element).str()].push_back(
           {flops, *us});
       continue;
@@ -299,8 +299,8 @@ double CostModel::opMicroseconds(Operation *op) const {
       rate = gemmFlopsPerUs.lookup("f32");
     return launchUs + std::max(flops / rate, memoryUs);
   }
-  if (isa<AttentionOp, AttentionGradOp, AttentionBlockOp,
-          AttentionBlockGradOp>(op)) {
+  if (isa<AttentionOp, AttentionGradOp, AttentionBlockOp, AttentionBlockGradOp>(
+          op)) {
     // [b, s, heads, d]: QK^T and PV, half of them under the causal mask.
     double keys = 0;
     if (auto k = dyn_cast<RankedTensorType>(op->getOperand(1).getType()))
@@ -337,10 +337,9 @@ std::optional<double> CostModel::calibratedMicroseconds(Operation *op,
     double keys = 0;
     if (auto k = dyn_cast<RankedTensorType>(op->getOperand(1).getType()))
       keys = k.getRank() > 1 ? double(k.getShape()[1]) : 0;
-    double flops =
-        flopsOf(name, elementsOf(op->getOperand(0)),
-                elementsOf(op->getOperand(1)), elementsOf(op->getResult(0)),
-                keys);
+    double flops = flopsOf(name, elementsOf(op->getOperand(0)),
+                           elementsOf(op->getOperand(1)),
+                           elementsOf(op->getResult(0)), keys);
     // The measured instruction nearest in FLOPs (on a log scale) gives the
     // throughput.
     const Calibration::Rate *nearest = nullptr;

@@ -1,4 +1,5 @@
-//===- Planner.h - The compiler chooses the layout (--auto-parallel) -*- C++ -*-===//
+//===- Planner.h - The compiler chooses the layout (--auto-parallel) -*- C++
+//-*-===//
 //
 // `megatron-compile MODEL --auto-parallel --num-gpus N` searches the layouts
 // Megatron-LM's users choose by hand (tensor, pipeline with virtual stages,
@@ -110,11 +111,11 @@ struct PlanResult {
   /// Fastest first, every one compiled whole and within the memory.
   std::vector<Prediction> best;
   std::vector<FamilyVerdict> families;
-  int64_t layouts = 0;         // combinations enumerated
-  int64_t refused = 0;         // refused by the compiler's validation
-  int64_t overMemory = 0;      // over the memory (predicted or exact)
-  int64_t layerCompiles = 0;   // one- and two-layer compiles
-  int64_t wholeCompiles = 0;   // whole-model compiles of the fastest
+  int64_t layouts = 0;       // combinations enumerated
+  int64_t refused = 0;       // refused by the compiler's validation
+  int64_t overMemory = 0;    // over the memory (predicted or exact)
+  int64_t layerCompiles = 0; // one- and two-layer compiles
+  int64_t wholeCompiles = 0; // whole-model compiles of the fastest
   /// The first refusal's text per reason, for the report.
   std::vector<std::string> refusals;
 };
