@@ -30,8 +30,8 @@ void Layout::applyTo(CompileConfig &config) const {
   config.recompute.numLayers = 1;
 }
 
-static llvm::StringRef recomputeName(RecomputeGranularity granularity) {
-  switch (granularity) {
+llvm::StringRef Layout::recomputeName() const {
+  switch (recompute) {
   case RecomputeGranularity::None:
     return "none";
   case RecomputeGranularity::Selective:
@@ -57,8 +57,7 @@ std::string Layout::flags() const {
                         "--overlap-grad-reduce={1} --micro-batch-size {2} "
                         "--recompute-granularity {3}",
                         distributedOptimizer ? "true" : "false",
-                        dp > 1 ? "true" : "false", microBatch,
-                        recomputeName(recompute));
+                        dp > 1 ? "true" : "false", microBatch, recomputeName());
   return text;
 }
 

@@ -7,18 +7,6 @@
 
 using namespace megatron;
 
-static std::string recomputeText(RecomputeGranularity granularity) {
-  switch (granularity) {
-  case RecomputeGranularity::None:
-    return "none";
-  case RecomputeGranularity::Selective:
-    return "selective";
-  case RecomputeGranularity::Full:
-    return "full";
-  }
-  return "none";
-}
-
 static std::string describe(const Layout &l) {
   std::string text = llvm::formatv("tp {0}{1}, pp {2}", l.tp,
                                    l.sequenceParallel ? " + sp" : "", l.pp);
@@ -28,7 +16,7 @@ static std::string describe(const Layout &l) {
   if (l.ep > 1)
     text += llvm::formatv(", ep {0}", l.ep);
   text += llvm::formatv(
-      ", mb {0}, recompute {1}{2}", l.microBatch, recomputeText(l.recompute),
+      ", mb {0}, recompute {1}{2}", l.microBatch, l.recomputeName(),
       l.distributedOptimizer ? ", distributed optimizer" : "");
   return text;
 }

@@ -68,6 +68,8 @@ struct Layout {
 
   /// Sets the layout's keys in `config` (the model's and batch's stay).
   void applyTo(CompileConfig &config) const;
+  /// The recompute_granularity value: none, selective or full.
+  llvm::StringRef recomputeName() const;
   /// megatron-compile's flags that reproduce the layout.
   std::string flags() const;
   /// "tp2 pp4 cp1" and the like: the family rejected layouts are grouped by.
