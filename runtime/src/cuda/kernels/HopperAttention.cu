@@ -104,10 +104,6 @@ struct HopperGeometry {
   /// The consumer warpgroups take turns to issue their products (with
   /// overlap only; MTRT_CUDA_HOPPER_PINGPONG=0 turns it off).
   bool pingpong;
-  /// With dropout, a consumer loads tile n + 1's mask words while it works
-  /// on tile n, so that their global latency is not waited for in the
-  /// softmax (MTRT_CUDA_HOPPER_MASK_AHEAD=0: each tile's words at its start).
-  bool maskAhead;
 
   __device__ int64_t rowIndex(int b, int h, int i) const {
     return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
@@ -544,33 +540,15 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     }
   };
 
-  // words: the mask words of the tile in work; ahead: the next tile's, in
-  // flight (geo.maskAhead).
-  uint64_t words[2][2] = {}, ahead[2][2] = {};
-  if constexpr (Dropout)
-    if (geo.maskAhead)
-      maskWords(0, ahead);
-  // Makes `words` tile n's (n = 0, 1, ... in turn).
-  auto nextMaskWords = [&](int n) {
-    if (!geo.maskAhead) {
-      maskWords(n, words);
-      return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        words[r][half] = ahead[r][half];
-    maskWords(n + 1, ahead);
-  };
   barrierWait(smem(&bars->q), 0);
   if (!geo.overlap) {
     // One tile at a time: S, the softmax, P V.
     for (int n = 0; n < tiles; ++n) {
       int st = n % kStages;
       uint32_t parity = (n / kStages) & 1;
+      uint64_t words[2][2] = {};
       if constexpr (Dropout)
-        nextMaskWords(n);
+        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       wgmmaFence();
       fenceRegisters(s);
@@ -617,8 +595,9 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     if (geo.pingpong && consumer == Shape::kConsumers - 1)
       asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     {
+      uint64_t words[2][2] = {};
       if constexpr (Dropout)
-        nextMaskWords(0);
+        maskWords(0, words);
       barrierWait(smem(&bars->kFull[0]), 0);
       myTurn();
       wgmmaFence();
@@ -637,8 +616,9 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       int st = n % kStages, prev = (n - 1) % kStages;
       uint32_t parity = (n / kStages) & 1;
       uint32_t prevParity = ((n - 1) / kStages) & 1;
+      uint64_t words[2][2] = {};
       if constexpr (Dropout)
-        nextMaskWords(n);
+        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       barrierWait(smem(&bars->vFull[prev]), prevParity);
       myTurn();
@@ -1570,8 +1550,6 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   geo.overlap = !(overlap && std::strcmp(overlap, "0") == 0);
   const char *pingpong = std::getenv("MTRT_CUDA_HOPPER_PINGPONG");
   geo.pingpong = !(pingpong && std::strcmp(pingpong, "0") == 0);
-  const char *maskAhead = std::getenv("MTRT_CUDA_HOPPER_MASK_AHEAD");
-  geo.maskAhead = !(maskAhead && std::strcmp(maskAhead, "0") == 0);
   auto run = [&](auto d) {
     constexpr int D = decltype(d)::value;
     if (dropout)
