@@ -649,7 +649,7 @@ def FuseLinearCrossEntropyPass
     chunks whose logits fit, made even (the rows over the chunk count,
     rounded up to a multiple of 64 when the most rows that fit are more
     than 64: never past `chunk-bytes`). The default 1 GiB: on the H200 the
-    fused loss ran 12-14% faster than in chunks of 256 MiB at gpt2-124m,
+    fused loss ran 10-12% faster than in chunks of 256 MiB at gpt2-124m,
     gpt-1.3b and llama-1.5b (bench/NOTES.md, session 20). The logits are bf16 under
     `precision = "bf16"` (`mt-mixed-precision` types the op's input bf16,
     and the chunk's logits have its type), else f32.

@@ -1638,16 +1638,15 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   int device = 0, processors = 0;
   cudaError_t found = cudaGetDevice(&device);
   if (found == cudaSuccess)
-    found = cudaDeviceGetAttribute(&processors,
-                                   cudaDevAttrMultiProcessorCount, device);
+    found = cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
+                                   device);
   if (found != cudaSuccess)
     throw Error(MTRT_STATUS_INTERNAL,
                 std::string("hopperAttentionBackward: the device's "
                             "multiprocessor count: ") +
                     cudaGetErrorString(found));
-  geo.pairGroup = 2 * pairs > processors
-                      ? (processors + keyBlocks - 1) / keyBlocks
-                      : pairs;
+  geo.pairGroup =
+      2 * pairs > processors ? (processors + keyBlocks - 1) / keyBlocks : pairs;
   if (const char *group = std::getenv("MTRT_CUDA_HOPPER_PAIR_GROUP"))
     geo.pairGroup = std::atoi(group);
   if (geo.pairGroup <= 0 || geo.pairGroup > pairs)
