@@ -167,7 +167,8 @@ static cl::opt<bool> fuseLinearCrossEntropy(
 static cl::opt<int64_t> linearCrossEntropyChunkRows(
     "linear-cross-entropy-chunk-rows",
     cl::desc("With --fuse-linear-cross-entropy: tokens per chunk (default "
-             "0: the most whose logits, bf16 under --bf16, fit in 256 MiB)"),
+             "0: the fewest even chunks whose logits, bf16 under --bf16, "
+             "fit in 1 GiB)"),
     cl::init(0), cl::cat(compileCategory));
 
 static cl::OptionCategory

@@ -140,8 +140,8 @@ struct FusionPipelineOptions
       llvm::cl::init(false)};
   Option<int64_t> linearCrossEntropyChunkRows{
       *this, "linear-cross-entropy-chunk-rows",
-      llvm::cl::desc("Tokens per chunk of the fused loss (0: the most whose "
-                     "f32 logits fit in 256 MiB)"),
+      llvm::cl::desc("Tokens per chunk of the fused loss (0: the fewest "
+                     "even chunks whose logits fit in 1 GiB)"),
       llvm::cl::init(0)};
 };
 

@@ -2,6 +2,7 @@
 // RUN: megatron-opt %s '-mt-fuse-linear-cross-entropy=chunk-rows=3' | megatron-opt | FileCheck %s
 // RUN: megatron-opt %s -mt-fuse-linear-cross-entropy | FileCheck %s --check-prefix=BYTES
 // RUN: megatron-opt %s '-mt-fuse-linear-cross-entropy=chunk-bytes=4096' | FileCheck %s --check-prefix=SMALL
+// RUN: megatron-opt %s '-mt-fuse-linear-cross-entropy=chunk-bytes=5120' | FileCheck %s --check-prefix=EVEN
 // RUN: megatron-opt %s '-megatron-fusion-pipeline=linear-cross-entropy=true linear-cross-entropy-chunk-rows=3' | FileCheck %s --check-prefix=PIPELINE
 // RUN: megatron-opt %s -megatron-fusion-pipeline | FileCheck %s --check-prefix=OFF
 
@@ -75,15 +76,18 @@ func.func @other_reader(%h: tensor<6x8xf32>, %w: tensor<8x128xf32>, %labels: ten
   return %loss, %dh, %dw, %dlogits : tensor<f32>, tensor<6x8xf32>, tensor<8x128xf32>, tensor<6x128xf32>
 }
 
-// Without chunk-rows, a chunk is the most rows whose f32 logits fit in
-// chunk-bytes, at most all the rows (256 MiB: all 8 and 6 rows here;
-// 4 KiB: 4096 / (4 * 256) = 4 rows of @tied's vocabulary).
+// Without chunk-rows, a chunk is all the rows when their f32 logits fit
+// in chunk-bytes (1 GiB: all 8 and 6 rows here), else the fewest chunks
+// that fit, made even (4 KiB: 4096 / (4 * 256) = 4 rows of @tied's
+// vocabulary; 5 KiB: 5 rows fit, so two chunks of 4, not 5 and 3).
 // BYTES-LABEL: func.func @tied
 // BYTES: mt.linear_cross_entropy {{.*}} chunk_rows = 8 transpose_weight
 // BYTES-LABEL: func.func @untied_sum
 // BYTES: mt.linear_cross_entropy {{.*}} chunk_rows = 6 :
 // SMALL-LABEL: func.func @tied
 // SMALL: mt.linear_cross_entropy {{.*}} chunk_rows = 4 transpose_weight
+// EVEN-LABEL: func.func @tied
+// EVEN: mt.linear_cross_entropy {{.*}} chunk_rows = 4 transpose_weight
 
 // The fusion pipeline runs the pass only when asked.
 // PIPELINE-LABEL: func.func @tied

@@ -735,6 +735,13 @@ constexpr int kBackwardThreads = 384;
 struct HopperBackwardGeometry {
   int seqQ, seqK, headsQ, group, keyBlocks;
   int queryTiles; // tiles of 64 queries over seqQ (the bulk dq layout's)
+  /// The (batch, key/value head) pairs whose blocks run together: blocks
+  /// come in groups of pairGroup pairs (the last group may hold fewer), by
+  /// key block first within a group (the longest walks first under a
+  /// causal mask), so that the blocks running at one time share their
+  /// pairs' Q, dout and dq sums in L2 (hopperAttentionBackward says when;
+  /// MTRT_CUDA_HOPPER_PAIR_GROUP sets it, 0 for all pairs in one group).
+  int pairGroup;
   /// dq's share leaves through shared memory by one bulk reduction a
   /// consumer and step (cp.reduce.async.bulk .add.f32 of a 64 x 64 tile in
   /// fragment order, bulkDqIndex) rather than by red.global.add.v2.f32
@@ -896,8 +903,12 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 
   int pairs = gridDim.y * gridDim.z;
   int linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  int keyBlock = linear / pairs, kvHead = linear % pairs % gridDim.y,
-      b = linear % pairs / gridDim.y;
+  int group = linear / (geo.pairGroup * gridDim.x);
+  int inGroup = linear % (geo.pairGroup * gridDim.x);
+  int groupPairs = min(geo.pairGroup, pairs - group * geo.pairGroup);
+  int keyBlock = inGroup / groupPairs;
+  int pair = group * geo.pairGroup + inGroup % groupPairs;
+  int kvHead = pair % gridDim.y, b = pair / gridDim.y;
   int k0 = keyBlock * kBackwardKeys;
   int queryBegin = geo.causal ? k0 : 0;
   int queryTiles =
@@ -1611,6 +1622,35 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   geo.keyBlocks = static_cast<int>((p.seqK + kMaskKeys - 1) / kMaskKeys);
   geo.queryTiles =
       static_cast<int>((p.seqQ + kBackwardQueries - 1) / kBackwardQueries);
+  // Where one group of all pairs would run fewer than two blocks of a pair
+  // at a time (more pairs than half the multiprocessors), groups of the
+  // pairs whose key blocks fill the multiprocessors once; else one group,
+  // the longest walks of every pair first. On the H200 (bench/NOTES.md,
+  // session 20; dropout 0.1, ms) the groups took the backward from 4.50 to
+  // 3.81 at 4 x 32 heads x 4096, 1.31 to 1.20 at 8 x 16 x 2048 and 0.79 to
+  // 0.78 at 32 x 12 x 1024 (a pair's key blocks had run a wave apart, its
+  // Q, dout and dq sums leaving L2 between them), but from 3.39 to 3.52 at
+  // 2 x 16 x 8192, where one group already ran four blocks of a pair
+  // together and the longest walks of the last group ran last.
+  int pairs = static_cast<int>(p.batch * p.headsKv);
+  int keyBlocks =
+      static_cast<int>((p.seqK + kBackwardKeys - 1) / kBackwardKeys);
+  int device = 0, processors = 0;
+  cudaError_t found = cudaGetDevice(&device);
+  if (found == cudaSuccess)
+    found = cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
+                                   device);
+  if (found != cudaSuccess)
+    throw Error(MTRT_STATUS_INTERNAL,
+                std::string("hopperAttentionBackward: the device's "
+                            "multiprocessor count: ") +
+                    cudaGetErrorString(found));
+  geo.pairGroup =
+      2 * pairs > processors ? (processors + keyBlocks - 1) / keyBlocks : pairs;
+  if (const char *group = std::getenv("MTRT_CUDA_HOPPER_PAIR_GROUP"))
+    geo.pairGroup = std::atoi(group);
+  if (geo.pairGroup <= 0 || geo.pairGroup > pairs)
+    geo.pairGroup = pairs;
   const char *dqPath = std::getenv("MTRT_CUDA_HOPPER_DQ");
   geo.bulkDq = !(dqPath && std::strcmp(dqPath, "red") == 0);
   // dQ's share by columns (the default), or by the consumers' own keys
