@@ -34,6 +34,8 @@ Fp8Gemm::Fp8Gemm(cudaStream_t stream) : stream_(stream) {
 
 Fp8Gemm::~Fp8Gemm() {
   for (auto &[key, p] : plans_) {
+    if (!p.desc) // a bias epilogue without an algorithm
+      continue;
     cublasLtMatrixLayoutDestroy(p.a);
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.d);
@@ -60,12 +62,12 @@ void *Fp8Gemm::staging(size_t bytes) {
   return staging_;
 }
 
-Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
+Fp8Gemm::Plan *Fp8Gemm::plan(const Key &key, const float *scaleX,
                              const float *scaleW, const std::string &what) {
   auto found = plans_.find(key);
   if (found != plans_.end())
-    return found->second;
-  auto [m, n, k, xFormat, wFormat, yBf16] = key;
+    return found->second.algos.empty() ? nullptr : &found->second;
+  auto [m, n, k, xFormat, wFormat, yBf16, bias, fast] = key;
   Plan p;
   // Column-major: D [n, m] = op(A) op(B) with A = w ([k, n], transposed:
   // [n, k]) and B = x ([k, m]); D is y [m, n] row-major.
@@ -89,11 +91,23 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
                         p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scaleX,
                         sizeof(scaleX)),
                     what);
-  int8_t fastAccumulation = 0;
+  int8_t fastAccumulation = fast ? 1 : 0;
   MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
                         p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                         &fastAccumulation, sizeof(fastAccumulation)),
                     what);
+  if (bias) {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t biasType = CUDA_R_16BF;
+    MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                          p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                          sizeof(epilogue)),
+                      what);
+    MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                          p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                          &biasType, sizeof(biasType)),
+                      what);
+  }
   auto wType = dataType(static_cast<fp8::Format>(wFormat));
   auto xType = dataType(static_cast<fp8::Format>(xFormat));
   MTRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, wType, k, n, k), what);
@@ -129,6 +143,10 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
     if (status != CUBLAS_STATUS_SUCCESS &&
         status != CUBLAS_STATUS_NOT_SUPPORTED)
       throwCublasError(status, "cublasLtMatmulAlgoGetHeuristic", what);
+    if (bias) { // remembered: the caller adds the bias from now on
+      plans_.emplace(key, Plan{});
+      return nullptr;
+    }
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 what + ": cuBLASLt has no algorithm for it (" +
                     (status == CUBLAS_STATUS_SUCCESS
@@ -136,19 +154,26 @@ Fp8Gemm::Plan &Fp8Gemm::plan(const Key &key, const float *scaleX,
                          : cublasLtGetStatusName(status)) +
                     ")");
   }
-  return plans_.emplace(key, p).first->second;
+  return &plans_.emplace(key, p).first->second;
 }
 
-void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
+bool Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                   fp8::Format xFormat, const float *scaleX, const uint8_t *w,
                   fp8::Format wFormat, const float *scaleW, void *y,
-                  bool yBf16) {
+                  bool yBf16, const __nv_bfloat16 *bias,
+                  bool fastAccumulation) {
   std::string what = "FP8 GEMM [" + std::to_string(m) + " x " +
                      std::to_string(k) + "] " + formatName(xFormat) + " @ [" +
                      std::to_string(n) + " x " + std::to_string(k) + "]^T " +
-                     formatName(wFormat) + " -> " + (yBf16 ? "bf16" : "fp32");
+                     formatName(wFormat) + " -> " + (yBf16 ? "bf16" : "fp32") +
+                     (bias ? " + bias" : "");
   if (m <= 0 || n <= 0 || k <= 0)
-    return;
+    return true;
+  if (bias && !yBf16)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                what + ": a bias in the epilogue needs a bf16 result (its "
+                       "bf16 type is cuBLASLt's for a bf16 result); add it "
+                       "after an fp32 product");
   if (xFormat == fp8::Format::E5M2 && wFormat == fp8::Format::E5M2)
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 what + ": both operands are E5M2, which cuBLASLt's FP8 "
@@ -164,7 +189,8 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                                {"w", w},
                                {"y", y},
                                {"x's scale", scaleX},
-                               {"w's scale", scaleW}}) {
+                               {"w's scale", scaleW},
+                               {"the bias", bias ? bias : y}}) {
     auto offset = reinterpret_cast<uintptr_t>(pointer) % 16;
     // A scale 4 bytes past a 16-byte boundary made cublasLtMatmul refuse
     // every algorithm its heuristic proposed (CUBLAS_STATUS_NOT_SUPPORTED,
@@ -177,9 +203,18 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                       "products need each operand and scale 16-byte "
                       "aligned");
   }
-  Plan &p = plan(
-      Key{m, n, k, static_cast<int>(xFormat), static_cast<int>(wFormat), yBf16},
-      scaleX, scaleW, what);
+  Key key{m,
+          n,
+          k,
+          static_cast<int>(xFormat),
+          static_cast<int>(wFormat),
+          yBf16,
+          bias != nullptr,
+          fastAccumulation};
+  Plan *found = plan(key, scaleX, scaleW, what);
+  if (!found)
+    return false;
+  Plan &p = *found;
   // The scales are attributes of the descriptor: set at every run (a
   // cached plan may serve other tensors' scales).
   MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -190,6 +225,11 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                         p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scaleX,
                         sizeof(scaleX)),
                     what);
+  if (bias)
+    MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                          p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                          sizeof(bias)),
+                      what);
   const float one = 1.0f, zero = 0.0f;
   cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
   while (!p.algos.empty()) {
@@ -200,12 +240,15 @@ void Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
       break;
     p.algos.erase(p.algos.begin());
   }
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && bias)
+    return false; // p.algos is empty: the key's later products too
   if (status == CUBLAS_STATUS_NOT_SUPPORTED)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 what + ": cuBLASLt refused every algorithm its heuristic "
                        "proposed (CUBLAS_STATUS_NOT_SUPPORTED)");
   if (status != CUBLAS_STATUS_SUCCESS)
     throwCublasError(status, "cublasLtMatmul", what);
+  return true;
 }
 
 } // namespace mtrt::cuda
