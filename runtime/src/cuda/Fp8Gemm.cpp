@@ -3,7 +3,9 @@
 #include "core/Error.h"
 #include "cuda/CudaCheck.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 namespace mtrt::cuda {
 
@@ -23,12 +25,21 @@ const char *formatName(fp8::Format format) {
 
 } // namespace
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream) : stream_(stream) {
+Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool tuning)
+    : stream_(stream), tuning_(tuning) {
   MTRT_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle");
   cudaError_t error = cudaMalloc(&workspace_, kWorkspaceBytes);
+  if (error == cudaSuccess)
+    error = cudaEventCreate(&start_);
+  if (error == cudaSuccess)
+    error = cudaEventCreate(&stop_);
   if (error != cudaSuccess) {
+    if (start_)
+      cudaEventDestroy(start_);
+    cudaFree(workspace_);
     cublasLtDestroy(handle_);
-    throwCudaError(error, "cudaMalloc", "the FP8 GEMMs' workspace");
+    throwCudaError(error, "cudaMalloc / cudaEventCreate",
+                   "the FP8 GEMMs' workspace and tuning events");
   }
 }
 
@@ -45,7 +56,34 @@ Fp8Gemm::~Fp8Gemm() {
     cudaFree(retired);
   cudaFree(staging_);
   cudaFree(workspace_);
+  cudaEventDestroy(start_);
+  cudaEventDestroy(stop_);
   cublasLtDestroy(handle_);
+}
+
+template <typename Launch>
+void Fp8Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
+  p.timed = true;
+  constexpr int kRuns = 3;
+  std::vector<std::pair<float, cublasLtMatmulAlgo_t>> timed;
+  for (const cublasLtMatmulAlgo_t &algo : p.algos) {
+    // One run first (and the check that the library takes it here).
+    if (launch(algo) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    MTRT_CUDA_CHECK(cudaEventRecord(start_, stream_), what);
+    for (int run = 0; run < kRuns; ++run)
+      MTRT_CUBLAS_CHECK(launch(algo), what);
+    MTRT_CUDA_CHECK(cudaEventRecord(stop_, stream_), what);
+    MTRT_CUDA_CHECK(cudaEventSynchronize(stop_), what);
+    float ms = 0;
+    MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_), what);
+    timed.emplace_back(ms, algo);
+  }
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  p.algos.clear();
+  for (const auto &[ms, algo] : timed)
+    p.algos.push_back(algo);
 }
 
 void *Fp8Gemm::staging(size_t bytes) {
@@ -121,7 +159,8 @@ Fp8Gemm::Plan *Fp8Gemm::plan(const Key &key, const float *scaleX,
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
       sizeof(workspace));
-  constexpr int kCandidates = 8;
+  // As many as Gemm times (its best was often past the first 8).
+  constexpr int kCandidates = 32;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int count = 0;
   if (status == CUBLAS_STATUS_SUCCESS)
@@ -231,11 +270,21 @@ bool Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                           sizeof(bias)),
                       what);
   const float one = 1.0f, zero = 0.0f;
+  auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
+    return cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y,
+                          p.d, y, p.d, &algo, workspace_, kWorkspaceBytes,
+                          stream_);
+  };
+  if (tuning_ && !p.timed) {
+    // A stream being captured cannot be waited on: the heuristic's order.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MTRT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture), what);
+    if (capture == cudaStreamCaptureStatusNone)
+      tune(p, what, launch);
+  }
   cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
   while (!p.algos.empty()) {
-    status = cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y,
-                            p.d, y, p.d, &p.algos.front(), workspace_,
-                            kWorkspaceBytes, stream_);
+    status = launch(p.algos.front());
     if (status != CUBLAS_STATUS_NOT_SUPPORTED)
       break;
     p.algos.erase(p.algos.begin());

@@ -32,14 +32,16 @@ namespace mtrt::cuda {
 /// (cuBLASLt has no such product), as are k, m or n not multiples of 16 and
 /// operands or scales not 16-byte aligned (a scale 4 bytes past a boundary made
 /// cuBLASLt refuse every algorithm), each naming the value. Plans are built
-/// at the first product of a shape and cached; the heuristic's first
-/// algorithm that runs is kept.
+/// at the first product of a shape and cached. With `tuning` (Gemm's rule),
+/// the heuristic's proposals are timed at that first product, on its own
+/// buffers (unless the stream is being captured), and the fastest is kept;
+/// without it, the heuristic's first that runs (deterministic).
 ///
 /// Thread-safety: one caller at a time.
 class Fp8Gemm {
 public:
   /// Throws Error naming the failed call.
-  explicit Fp8Gemm(cudaStream_t stream);
+  explicit Fp8Gemm(cudaStream_t stream, bool tuning = true);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm &) = delete;
   Fp8Gemm &operator=(const Fp8Gemm &) = delete;
@@ -72,16 +74,23 @@ private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    /// The heuristic's proposals, best first; run() drops those the
-    /// library then refuses for the call (CUBLAS_STATUS_NOT_SUPPORTED).
+    /// The heuristic's proposals, best first (the fastest first once
+    /// timed); run() drops those the library then refuses for the call
+    /// (CUBLAS_STATUS_NOT_SUPPORTED).
     std::vector<cublasLtMatmulAlgo_t> algos;
+    bool timed = false;
   };
+  /// Orders p.algos by their time on this call's buffers (launch runs one).
+  template <typename Launch>
+  void tune(Plan &p, const std::string &what, Launch &&launch);
   /// The key's plan; nullptr for a bias epilogue cuBLASLt has no algorithm
   /// for (it throws for every other key without one).
   Plan *plan(const Key &key, const float *scaleX, const float *scaleW,
              const std::string &what);
 
   cudaStream_t stream_;
+  bool tuning_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
   void *staging_ = nullptr;
