@@ -112,7 +112,7 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
                      int64_t firstValue, const uint8_t *second,
                      int64_t secondValue, const float *inverses, void *y,
                      bool yBf16, const __nv_bfloat16 *bias = nullptr,
-                     bool fast = false) {
+                     bool fast = false) -> bool {
     try {
       return gemm.run(m, n, k, first, formatOf(firstValue), inverses, second,
                       formatOf(secondValue), inverses + kInverseStride, y,
