@@ -14,16 +14,18 @@ namespace {
 using detail::blocksFor;
 using detail::kThreads;
 
-// The largest |x| as bits, joined per warp and then with atomicMax: for
+// The largest |x| as bits, joined per block and then with one atomicMax
+// (the casts' rule, Precision.cu: one per warp serialized on the word): for
 // non-negative floats (NaN above infinity above the finite values) the
 // order of the bits is the order of the values.
 __global__ void amaxKernel(int64_t n, InElements x, float *amax) {
+  __shared__ unsigned warps[kThreads / 32];
   unsigned largest = 0;
   MTRT_GRID_STRIDE(i, n) {
     largest = max(largest, __float_as_uint(fabsf(detail::load(x, i))));
   }
-  largest = __reduce_max_sync(0xffffffffu, largest);
-  if (threadIdx.x % 32 == 0)
+  largest = detail::blockMax(largest, warps);
+  if (threadIdx.x == 0)
     atomicMax(reinterpret_cast<unsigned *>(amax), largest);
 }
 
@@ -114,7 +116,8 @@ __global__ void transposeBytesWide(int64_t rows, int64_t cols,
 
 void fp8Amax(cudaStream_t stream, int64_t n, InElements x, float *amax) {
   if (n > 0)
-    amaxKernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, amax);
+    amaxKernel<<<std::min(blocksFor(n), 2048u), kThreads, 0, stream>>>(n, x,
+                                                                    amax);
 }
 
 void fp8ScaleFromAmax(cudaStream_t stream, const float *amax, float *scale,

@@ -36,9 +36,28 @@ __device__ inline __nv_fp8_interpretation_t interpretation(fp8::Format f) {
   return f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
 }
 
-// With `amax`, each warp's largest |x| (as bits: for non-negative floats,
-// NaN above infinity above the finite values, their order as unsigned
-// integers) goes into *amax by one atomicMax.
+/// The casts' grids: at most this many blocks, looping over the rest, so
+/// that the amax costs one atomicMax per block. One per warp, on the same
+/// word from every block of a 134M-element cast, serialized in L2: the
+/// casts took 52 ms of gpt-1.3b's FP8 step that way (bench/NOTES.md,
+/// session 20).
+constexpr unsigned kCastBlocks = 2048;
+
+unsigned castBlocks(int64_t n) {
+  return std::min(blocksFor(n), kCastBlocks);
+}
+
+/// The block's largest `largest` into *amax by one atomicMax (as bits: for
+/// non-negative floats, NaN above infinity above the finite values, their
+/// order as unsigned integers). Every thread of the block calls it.
+__device__ void recordAmax(unsigned largest, float *amax) {
+  __shared__ unsigned warps[kThreads / 32];
+  largest = detail::blockMax(largest, warps);
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned *>(amax), largest);
+}
+
+// With `amax`, the largest |x| goes into *amax (recordAmax).
 __global__ void castToFp8Kernel(int64_t n, InElements x, uint8_t *y,
                                 fp8::Format format, const float *scale,
                                 float *amax) {
@@ -50,11 +69,8 @@ __global__ void castToFp8Kernel(int64_t n, InElements x, uint8_t *y,
     y[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(
         value * factor, __NV_SATFINITE, interpretation(format)));
   }
-  if (amax) {
-    largest = __reduce_max_sync(0xffffffffu, largest);
-    if (threadIdx.x % 32 == 0)
-      atomicMax(reinterpret_cast<unsigned *>(amax), largest);
-  }
+  if (amax)
+    recordAmax(largest, amax);
 }
 
 /// castToFp8Kernel eight elements a thread: one 16-byte load of bf16 (two
@@ -89,11 +105,8 @@ __global__ void castToFp8Vector(int64_t octets, InElements x, uint2 *y,
     }
     y[i] = make_uint2(packed[0], packed[1]);
   }
-  if (amax) {
-    largest = __reduce_max_sync(0xffffffffu, largest);
-    if (threadIdx.x % 32 == 0)
-      atomicMax(reinterpret_cast<unsigned *>(amax), largest);
-  }
+  if (amax)
+    recordAmax(largest, amax);
 }
 
 __global__ void widenFp8Kernel(int64_t n, const uint8_t *x, float *y,
@@ -117,11 +130,11 @@ void castToFp8(cudaStream_t stream, int64_t n, InElements x, uint8_t *y,
                       reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(y) % 8 == 0;
   if (vectorizable)
-    castToFp8Vector<<<blocksFor(n / 8), kThreads, 0, stream>>>(
+    castToFp8Vector<<<castBlocks(n / 8), kThreads, 0, stream>>>(
         n / 8, x, reinterpret_cast<uint2 *>(y), format, scale, amax);
   else
-    castToFp8Kernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y, format,
-                                                          scale, amax);
+    castToFp8Kernel<<<castBlocks(n), kThreads, 0, stream>>>(n, x, y, format,
+                                                           scale, amax);
 }
 
 void widenFp8(cudaStream_t stream, int64_t n, const uint8_t *x, float *y,
