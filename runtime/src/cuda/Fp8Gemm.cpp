@@ -79,8 +79,9 @@ void Fp8Gemm::tune(Plan &p, const std::string &what, Launch &&launch) {
     MTRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_), what);
     timed.emplace_back(ms, algo);
   }
-  std::stable_sort(timed.begin(), timed.end(),
-                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::stable_sort(
+      timed.begin(), timed.end(),
+      [](const auto &a, const auto &b) { return a.first < b.first; });
   p.algos.clear();
   for (const auto &[ms, algo] : timed)
     p.algos.push_back(algo);
@@ -137,10 +138,10 @@ Fp8Gemm::Plan *Fp8Gemm::plan(const Key &key, const float *scaleX,
   if (bias) {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t biasType = CUDA_R_16BF;
-    MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-                          p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                          sizeof(epilogue)),
-                      what);
+    MTRT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                       &epilogue, sizeof(epilogue)),
+        what);
     MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
                           p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                           &biasType, sizeof(biasType)),
@@ -198,9 +199,8 @@ Fp8Gemm::Plan *Fp8Gemm::plan(const Key &key, const float *scaleX,
 
 bool Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                   fp8::Format xFormat, const float *scaleX, const uint8_t *w,
-                  fp8::Format wFormat, const float *scaleW, void *y,
-                  bool yBf16, const __nv_bfloat16 *bias,
-                  bool fastAccumulation) {
+                  fp8::Format wFormat, const float *scaleW, void *y, bool yBf16,
+                  const __nv_bfloat16 *bias, bool fastAccumulation) {
   std::string what = "FP8 GEMM [" + std::to_string(m) + " x " +
                      std::to_string(k) + "] " + formatName(xFormat) + " @ [" +
                      std::to_string(n) + " x " + std::to_string(k) + "]^T " +
@@ -265,15 +265,14 @@ bool Fp8Gemm::run(int64_t m, int64_t n, int64_t k, const uint8_t *x,
                         sizeof(scaleX)),
                     what);
   if (bias)
-    MTRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-                          p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                          sizeof(bias)),
-                      what);
+    MTRT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(
+            p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+        what);
   const float one = 1.0f, zero = 0.0f;
   auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
-    return cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y,
-                          p.d, y, p.d, &algo, workspace_, kWorkspaceBytes,
-                          stream_);
+    return cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y, p.d,
+                          y, p.d, &algo, workspace_, kWorkspaceBytes, stream_);
   };
   if (tuning_ && !p.timed) {
     // A stream being captured cannot be waited on: the heuristic's order.

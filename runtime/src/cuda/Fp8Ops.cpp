@@ -194,12 +194,10 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     char *biasBlock = staging + kInverseBytes + transposed;
     if (yBf16) {
       auto *bf16Bias = reinterpret_cast<__nv_bfloat16 *>(biasBlock);
-      MTRT_CUDA_CHECK_LAUNCH(roundToBf16(stream, out, scalar(operand(4)),
-                                         bf16Bias),
-                             what);
+      MTRT_CUDA_CHECK_LAUNCH(
+          roundToBf16(stream, out, scalar(operand(4)), bf16Bias), what);
       if (product(rows, out, in, codes(operand(0)), inst.operands[0], weight,
-                  inst.operands[2], inverses, result(0), true, bf16Bias,
-                  fast))
+                  inst.operands[2], inverses, result(0), true, bf16Bias, fast))
         break;
     }
     // No epilogue for it: the fp32 product, then the bias by a kernel.
@@ -210,10 +208,10 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     OutElements into = static_cast<float *>(result(0));
     if (yBf16)
       into = static_cast<__nv_bfloat16 *>(result(0));
-    MTRT_CUDA_CHECK_LAUNCH(
-        biasAdd(stream, rows, out, sums,
-                static_cast<const float *>(operand(4)), into),
-        what);
+    MTRT_CUDA_CHECK_LAUNCH(biasAdd(stream, rows, out, sums,
+                                   static_cast<const float *>(operand(4)),
+                                   into),
+                           what);
     break;
   }
   case Op::Fp8LinearWeightGrad: { // dw = x^T dy (or dy^T x), fp32

@@ -113,9 +113,9 @@ TEST_P(CudaFp8ModelTest, OneStepAgreesWithTheHostsEmulation) {
       EXPECT_EQ(d, h) << name << ": amax " << host.history(meta)[0]
                       << " (host), " << device.history(meta)[0] << " (cuda)";
     else
-      EXPECT_LE(relative,
-                bundle->fp8().metas[meta].format == DType::F8E5M2 ? 1.0 / 8
-                                                                 : 1.0 / 128)
+      EXPECT_LE(relative, bundle->fp8().metas[meta].format == DType::F8E5M2
+                              ? 1.0 / 8
+                              : 1.0 / 128)
           << name << ": scale host " << h << ", cuda " << d;
   }
   std::cout << "[ fp8      ] " << GetParam() << ": " << identical << " of "

@@ -189,9 +189,8 @@ TEST_P(CudaFp8Test, VectorAndElementwiseCastsAgreeWithTheHost) {
   MTRT_CUDA_CHECK(cudaMemcpyAsync(f32.data(), values.data(), values.size() * 4,
                                   cudaMemcpyHostToDevice, stream),
                   "test");
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(bf16.data(), halves.data(),
-                                  halves.size() * 2, cudaMemcpyHostToDevice,
-                                  stream),
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(bf16.data(), halves.data(), halves.size() * 2,
+                                  cudaMemcpyHostToDevice, stream),
                   "test");
   MTRT_CUDA_CHECK(cudaMemcpyAsync(scalars.data(), &scale, 4,
                                   cudaMemcpyHostToDevice, stream),
@@ -209,19 +208,18 @@ TEST_P(CudaFp8Test, VectorAndElementwiseCastsAgreeWithTheHost) {
   for (const Case &c : cases) {
     float *amax = scalars.as<float>() + 4;
     MTRT_CUDA_CHECK(cudaMemsetAsync(amax, 0, 4, stream), "test");
-    MTRT_CUDA_CHECK_LAUNCH(
-        cuda::castToFp8(stream, int64_t(n), c.in,
-                        static_cast<uint8_t *>(codes.data()), format,
-                        scalars.as<float>(), amax),
-        "test");
+    MTRT_CUDA_CHECK_LAUNCH(cuda::castToFp8(stream, int64_t(n), c.in,
+                                           static_cast<uint8_t *>(codes.data()),
+                                           format, scalars.as<float>(), amax),
+                           "test");
     std::vector<uint8_t> device(n);
     float deviceAmax = 0;
     MTRT_CUDA_CHECK(cudaMemcpyAsync(device.data(), codes.data(), n,
                                     cudaMemcpyDeviceToHost, stream),
                     "test");
-    MTRT_CUDA_CHECK(cudaMemcpyAsync(&deviceAmax, amax, 4,
-                                    cudaMemcpyDeviceToHost, stream),
-                    "test");
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(&deviceAmax, amax, 4, cudaMemcpyDeviceToHost, stream),
+        "test");
     context->synchronize("test");
     size_t differing = 0;
     float hostAmax = 0;
@@ -322,7 +320,8 @@ protected:
         dy(size_t(m * n) * 2, "y"), scales(32, "scales"),
         db(size_t(n) * 2, "bias");
     MTRT_CUDA_CHECK(cudaMemcpyAsync(db.data(), bias.data(), bias.size() * 2,
-                                    cudaMemcpyHostToDevice, stream), "test");
+                                    cudaMemcpyHostToDevice, stream),
+                    "test");
     // Each scale 16-byte aligned (Fp8Gemm refuses others).
     float hostScales[8] = {inverseX, 0, 0, 0, inverseW, 0, 0, 0};
     MTRT_CUDA_CHECK(cudaMemcpyAsync(dx.data(), qx.data(), qx.size(),

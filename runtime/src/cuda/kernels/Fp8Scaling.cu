@@ -76,8 +76,8 @@ constexpr int kWideTile = 64;
 // a 16-byte chunk is wholly inside or outside the matrix. Rows of the
 // shared tile are 68 bytes apart, which spreads a thread's 16 reads of one
 // column over two banks rather than one.
-__global__ void transposeBytesWide(int64_t rows, int64_t cols,
-                                   const uint8_t *x, uint8_t *y) {
+__global__ void transposeBytesWide(int64_t rows, int64_t cols, const uint8_t *x,
+                                   uint8_t *y) {
   constexpr int kStride = kWideTile + 4;
   __shared__ __align__(16) uint8_t tile[kWideTile * kStride];
   int64_t r0 = int64_t(blockIdx.y) * kWideTile,
@@ -88,7 +88,8 @@ __global__ void transposeBytesWide(int64_t rows, int64_t cols,
     int64_t row = r0 + r, col = c0 + 16 * chunk;
     if (row < rows && col < cols) {
       uint4 v = *reinterpret_cast<const uint4 *>(x + row * cols + col);
-      auto *into = reinterpret_cast<unsigned *>(tile + r * kStride + 16 * chunk);
+      auto *into =
+          reinterpret_cast<unsigned *>(tile + r * kStride + 16 * chunk);
       into[0] = v.x;
       into[1] = v.y;
       into[2] = v.z;
@@ -117,7 +118,7 @@ __global__ void transposeBytesWide(int64_t rows, int64_t cols,
 void fp8Amax(cudaStream_t stream, int64_t n, InElements x, float *amax) {
   if (n > 0)
     amaxKernel<<<std::min(blocksFor(n), 2048u), kThreads, 0, stream>>>(n, x,
-                                                                    amax);
+                                                                       amax);
 }
 
 void fp8ScaleFromAmax(cudaStream_t stream, const float *amax, float *scale,

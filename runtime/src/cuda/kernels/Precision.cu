@@ -43,9 +43,7 @@ __device__ inline __nv_fp8_interpretation_t interpretation(fp8::Format f) {
 /// session 20).
 constexpr unsigned kCastBlocks = 2048;
 
-unsigned castBlocks(int64_t n) {
-  return std::min(blocksFor(n), kCastBlocks);
-}
+unsigned castBlocks(int64_t n) { return std::min(blocksFor(n), kCastBlocks); }
 
 /// The block's largest `largest` into *amax by one atomicMax (as bits: for
 /// non-negative floats, NaN above infinity above the finite values, their
@@ -134,7 +132,7 @@ void castToFp8(cudaStream_t stream, int64_t n, InElements x, uint8_t *y,
         n / 8, x, reinterpret_cast<uint2 *>(y), format, scale, amax);
   else
     castToFp8Kernel<<<castBlocks(n), kThreads, 0, stream>>>(n, x, y, format,
-                                                           scale, amax);
+                                                            scale, amax);
 }
 
 void widenFp8(cudaStream_t stream, int64_t n, const uint8_t *x, float *y,
