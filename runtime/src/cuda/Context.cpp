@@ -126,7 +126,7 @@ unsigned Context::readFault() {
 
 Fp8Gemm &Context::fp8Gemm() {
   if (!fp8Gemm_)
-    fp8Gemm_ = std::make_unique<Fp8Gemm>(stream_);
+    fp8Gemm_ = std::make_unique<Fp8Gemm>(stream_, gemm_->tuning());
   return *fp8Gemm_;
 }
 

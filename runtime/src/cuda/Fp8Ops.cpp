@@ -8,9 +8,14 @@
 // so a weight stored [in, out] (a forward with transpose_weight false, or a
 // data gradient of an [out, in] weight) and both operands of a weight
 // gradient (k is the rows) are transposed first, into the Fp8Gemm's
-// staging, as are the inverse scales and, for a linear with a bias, the
-// fp32 product the bias is added to (rounded once to the result's type, as
-// the host rounds it).
+// staging, as are the inverse scales. A linear's bias goes into cuBLASLt's
+// epilogue, rounded to bf16 first (its bias type for a bf16 result, and
+// what the bf16 GEMMs add: Gemm.cpp); where cuBLASLt has no algorithm for
+// that, the product is written in fp32 to the staging and the bias added
+// by a kernel, rounding once as the host does. Forward products (those
+// before train_step's loss seed, and all of eval_step's and predict_step's)
+// use the tensor cores' fast accumulation, as Transformer Engine's do; the
+// gradients' products sum in fp32.
 #include "cuda/Executor.h"
 
 #include "core/Fp8State.h"
@@ -35,9 +40,10 @@ constexpr size_t kInverseStride = kArenaAlignment / sizeof(float);
 constexpr size_t kInverseBytes = 2 * kArenaAlignment;
 
 /// The staging an FP8 GEMM instruction uses (executeFp8's layout): the
-/// inverse scales, then the transposed weight or operands, then the fp32
-/// product a bias is added to; 0 for every other instruction (whose
-/// operands, if any, are not read: get_parameter has none).
+/// inverse scales, then the transposed weight or operands, then the bf16
+/// bias and the fp32 product a bias is added to without the epilogue; 0 for
+/// every other instruction (whose operands, if any, are not read:
+/// get_parameter has none).
 size_t stagingBytes(const Function &fn, const Instruction &inst) {
   if (inst.op != Op::Fp8Linear && inst.op != Op::Fp8LinearWeightGrad)
     return 0;
@@ -48,14 +54,24 @@ size_t stagingBytes(const Function &fn, const Instruction &inst) {
     int64_t out = inst.attrs.transposeWeight ? w[0] : w[1];
     size_t transposed =
         inst.attrs.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
-    size_t sums = inst.operands.size() == 5
-                      ? alignUp(sizeof(float) * static_cast<size_t>(rows * out))
+    size_t bias = inst.operands.size() == 5
+                      ? alignUp(sizeof(__nv_bfloat16) * size_t(out)) +
+                            alignUp(sizeof(float) * size_t(rows * out))
                       : 0;
-    return kInverseBytes + transposed + sums;
+    return kInverseBytes + transposed + bias;
   }
   int64_t out = fn.values[inst.operands[2]].shape.back();
   return kInverseBytes + alignUp(static_cast<size_t>(rows * in)) +
          alignUp(static_cast<size_t>(rows * out));
+}
+
+/// Whether the instruction at `position` comes before the function's loss
+/// seed (or the function has none): a forward product.
+bool inForwardPass(const Function &fn, size_t position) {
+  for (size_t i = 0; i < position; ++i)
+    if (fn.instructions[i].op == Op::Fill && fn.instructions[i].attrs.lossSeed)
+      return false;
+  return true;
 }
 
 } // namespace
@@ -91,13 +107,16 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
   // the inverse scales at inverses[0] and inverses[kInverseStride] (each in
   // its own aligned block: cuBLASLt refuses a scale that is not 16-byte
   // aligned), into y (bf16 or fp32).
+  // With a bias, false when cuBLASLt has no epilogue for it (nothing ran).
   auto product = [&](int64_t m, int64_t n, int64_t k, const uint8_t *first,
                      int64_t firstValue, const uint8_t *second,
                      int64_t secondValue, const float *inverses, void *y,
-                     bool yBf16) {
+                     bool yBf16, const __nv_bfloat16 *bias = nullptr,
+                     bool fast = false) -> bool {
     try {
-      gemm.run(m, n, k, first, formatOf(firstValue), inverses, second,
-               formatOf(secondValue), inverses + kInverseStride, y, yBf16);
+      return gemm.run(m, n, k, first, formatOf(firstValue), inverses, second,
+                      formatOf(secondValue), inverses + kInverseStride, y,
+                      yBf16, bias, fast);
     } catch (const Error &e) {
       throw Error(e.code(), what + ": " + e.what());
     }
@@ -105,10 +124,10 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
 
   switch (inst.op) {
   case Op::Fp8Scale:
-    MTRT_CUDA_CHECK(
-        cudaMemcpyAsync(result(0), parameters_.fp8Scale(size_t(a.meta)),
-                        sizeof(float), cudaMemcpyDeviceToDevice, stream),
-        what);
+    // The store's scale itself, as get_parameter gives a parameter's value:
+    // fp8_update, the one writer, ends train_step, after every reader. A
+    // copy cost a graph node per meta (288 at gpt-1.3b, 1.2 ms a step).
+    slots_[inst.results[0]] = parameters_.fp8Scale(size_t(a.meta));
     break;
   case Op::Fp8Update: {
     const Fp8Settings &settings = bundle_.fp8();
@@ -166,20 +185,33 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
       MTRT_CUDA_CHECK_LAUNCH(transposeBytes(stream, in, out, weight, wT), what);
       weight = wT;
     }
-    void *y = result(0);
-    if (bias)
-      y = staging + kInverseBytes + transposed;
-    product(rows, out, in, codes(operand(0)), inst.operands[0], weight,
-            inst.operands[2], inverses, y, yBf16 && !bias);
-    if (bias) {
-      OutElements into = static_cast<float *>(result(0));
-      if (yBf16)
-        into = static_cast<__nv_bfloat16 *>(result(0));
-      MTRT_CUDA_CHECK_LAUNCH(
-          biasAdd(stream, rows, out, static_cast<const float *>(y),
-                  static_cast<const float *>(operand(4)), into),
-          what);
+    bool fast = inForwardPass(fn, position);
+    if (!bias) {
+      product(rows, out, in, codes(operand(0)), inst.operands[0], weight,
+              inst.operands[2], inverses, result(0), yBf16, nullptr, fast);
+      break;
     }
+    char *biasBlock = staging + kInverseBytes + transposed;
+    if (yBf16) {
+      auto *bf16Bias = reinterpret_cast<__nv_bfloat16 *>(biasBlock);
+      MTRT_CUDA_CHECK_LAUNCH(
+          roundToBf16(stream, out, scalar(operand(4)), bf16Bias), what);
+      if (product(rows, out, in, codes(operand(0)), inst.operands[0], weight,
+                  inst.operands[2], inverses, result(0), true, bf16Bias, fast))
+        break;
+    }
+    // No epilogue for it: the fp32 product, then the bias by a kernel.
+    auto *sums = reinterpret_cast<float *>(
+        biasBlock + alignUp(sizeof(__nv_bfloat16) * size_t(out)));
+    product(rows, out, in, codes(operand(0)), inst.operands[0], weight,
+            inst.operands[2], inverses, sums, false, nullptr, fast);
+    OutElements into = static_cast<float *>(result(0));
+    if (yBf16)
+      into = static_cast<__nv_bfloat16 *>(result(0));
+    MTRT_CUDA_CHECK_LAUNCH(biasAdd(stream, rows, out, sums,
+                                   static_cast<const float *>(operand(4)),
+                                   into),
+                           what);
     break;
   }
   case Op::Fp8LinearWeightGrad: { // dw = x^T dy (or dy^T x), fp32

@@ -159,6 +159,8 @@ public:
 
   /// One line per tuned key: the shape, the epilogue, the chosen candidate
   /// and its time against the heuristic's first.
+  /// Whether algorithms are timed (the constructor's `tuning`).
+  bool tuning() const { return tuning_; }
   const std::vector<std::string> &tuningChoices() const {
     return tuningChoices_;
   }

@@ -12,6 +12,7 @@
 #include "core/Fp8.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/Fp8Gemm.h"
+#include "cuda/kernels/Fp8Scaling.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <cmath>
@@ -166,14 +167,116 @@ TEST_P(CudaFp8Test, DecodeIsTheDevicesConversion) {
   }
 }
 
-/// y = x w^T through Fp8Gemm, x [m, k] and w [n, k] cast with per-tensor
-/// scales 448 / amax (E4M3) or 57344 / amax (E5M2), against the host's
-/// double sums of the same codes' values times the inverse scales: within
-/// bf16's rounding of the result.
+// The casts from bf16 and from fp32, eight elements a thread (a size that
+// is a multiple of 8, aligned) and one at a time (the same values 4 bytes
+// further on), against the host's encode of each value, with the amax.
+TEST_P(CudaFp8Test, VectorAndElementwiseCastsAgreeWithTheHost) {
+  Format format = GetParam();
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const size_t n = 4096 + 8;
+  std::vector<float> values(n + 1);
+  std::vector<__nv_bfloat16> halves(n + 1);
+  for (size_t i = 0; i < values.size(); ++i) {
+    halves[i] = __float2bfloat16_rn(normal(random));
+    values[i] = __bfloat162float(halves[i]);
+  }
+  const float scale = 3.0f;
+  cudaStream_t stream = context->stream();
+  cuda::DeviceBuffer f32(values.size() * 4, "fp32 inputs"),
+      bf16(halves.size() * 2, "bf16 inputs"), codes(n + 16, "codes"),
+      scalars(64, "scale and amax");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(f32.data(), values.data(), values.size() * 4,
+                                  cudaMemcpyHostToDevice, stream),
+                  "test");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(bf16.data(), halves.data(), halves.size() * 2,
+                                  cudaMemcpyHostToDevice, stream),
+                  "test");
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(scalars.data(), &scale, 4,
+                                  cudaMemcpyHostToDevice, stream),
+                  "test");
+  struct Case {
+    const char *name;
+    cuda::InElements in;
+    size_t first; // index of the first value cast
+  };
+  const Case cases[] = {
+      {"fp32, 8 a thread", f32.as<float>(), 0},
+      {"fp32, one a thread", f32.as<float>() + 1, 1},
+      {"bf16, 8 a thread", bf16.as<__nv_bfloat16>(), 0},
+      {"bf16, one a thread", bf16.as<__nv_bfloat16>() + 1, 1}};
+  for (const Case &c : cases) {
+    float *amax = scalars.as<float>() + 4;
+    MTRT_CUDA_CHECK(cudaMemsetAsync(amax, 0, 4, stream), "test");
+    MTRT_CUDA_CHECK_LAUNCH(cuda::castToFp8(stream, int64_t(n), c.in,
+                                           static_cast<uint8_t *>(codes.data()),
+                                           format, scalars.as<float>(), amax),
+                           "test");
+    std::vector<uint8_t> device(n);
+    float deviceAmax = 0;
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(device.data(), codes.data(), n,
+                                    cudaMemcpyDeviceToHost, stream),
+                    "test");
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(&deviceAmax, amax, 4, cudaMemcpyDeviceToHost, stream),
+        "test");
+    context->synchronize("test");
+    size_t differing = 0;
+    float hostAmax = 0;
+    for (size_t i = 0; i < n; ++i) {
+      float v = values[c.first + i];
+      hostAmax = std::max(hostAmax, std::fabs(v));
+      differing += fp8::encode(v * scale, format) != device[i];
+    }
+    EXPECT_EQ(differing, 0u) << c.name;
+    EXPECT_EQ(deviceAmax, hostAmax) << c.name;
+  }
+}
+
+// transposeBytes against the host's transpose: shapes that take the
+// 16-bytes-a-thread tiles (multiples of 16, partial tiles at the edges) and
+// one that takes the byte tiles.
+class CudaFp8TransposeTest : public CudaTest {};
+
+TEST_F(CudaFp8TransposeTest, MatchesTheHostsTranspose) {
+  cudaStream_t stream = context->stream();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 128},
+                            {80, 208},
+                            {16, 16},
+                            {33, 70}}) {
+    std::vector<uint8_t> x(size_t(rows * cols));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    cuda::DeviceBuffer in(x.size(), "bytes"), out(x.size(), "transposed");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(in.data(), x.data(), x.size(),
+                                    cudaMemcpyHostToDevice, stream),
+                    "test");
+    MTRT_CUDA_CHECK_LAUNCH(
+        cuda::transposeBytes(stream, rows, cols,
+                             static_cast<uint8_t *>(in.data()),
+                             static_cast<uint8_t *>(out.data())),
+        "test");
+    std::vector<uint8_t> y(x.size());
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(y.data(), out.data(), y.size(),
+                                    cudaMemcpyDeviceToHost, stream),
+                    "test");
+    context->synchronize("test");
+    size_t differing = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        differing += y[size_t(c * rows + r)] != x[size_t(r * cols + c)];
+    EXPECT_EQ(differing, 0u) << rows << " x " << cols;
+  }
+}
+
+/// y = x w^T (+ bias) through Fp8Gemm, x [m, k] and w [n, k] cast with
+/// per-tensor scales 448 / amax (E4M3) or 57344 / amax (E5M2), against the
+/// host's double sums of the same codes' values times the inverse scales
+/// (plus the bf16 bias): within bf16's rounding of the result.
 class CudaFp8GemmTest : public CudaTest {
 protected:
   double product(int64_t m, int64_t n, int64_t k, Format xFormat,
-                 Format wFormat) {
+                 Format wFormat, bool withBias = false, bool fast = false) {
     std::mt19937 random(unsigned(m + n + k));
     std::normal_distribution<float> normal;
     std::vector<float> x(size_t(m * k)), w(size_t(n * k));
@@ -195,6 +298,10 @@ protected:
     float inverseX = 0, inverseW = 0;
     std::vector<uint8_t> qx = cast(x, xFormat, inverseX),
                          qw = cast(w, wFormat, inverseW);
+    std::vector<__nv_bfloat16> bias(size_t(n), __float2bfloat16_rn(0.0f));
+    if (withBias)
+      for (auto &b : bias)
+        b = __float2bfloat16_rn(normal(random));
     std::vector<double> expected(size_t(m * n));
     double largest = 0;
     for (int64_t i = 0; i < m; ++i)
@@ -203,12 +310,18 @@ protected:
         for (int64_t e = 0; e < k; ++e)
           sum += double(fp8::decode(qx[size_t(i * k + e)], xFormat)) *
                  double(fp8::decode(qw[size_t(j * k + e)], wFormat));
-        expected[size_t(i * n + j)] = sum * inverseX * inverseW;
-        largest = std::max(largest, std::fabs(sum * inverseX * inverseW));
+        double y = sum * inverseX * inverseW +
+                   double(__bfloat162float(bias[size_t(j)]));
+        expected[size_t(i * n + j)] = y;
+        largest = std::max(largest, std::fabs(y));
       }
     cudaStream_t stream = context->stream();
     cuda::DeviceBuffer dx(qx.size(), "x"), dw(qw.size(), "w"),
-        dy(size_t(m * n) * 2, "y"), scales(32, "scales");
+        dy(size_t(m * n) * 2, "y"), scales(32, "scales"),
+        db(size_t(n) * 2, "bias");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(db.data(), bias.data(), bias.size() * 2,
+                                    cudaMemcpyHostToDevice, stream),
+                    "test");
     // Each scale 16-byte aligned (Fp8Gemm refuses others).
     float hostScales[8] = {inverseX, 0, 0, 0, inverseW, 0, 0, 0};
     MTRT_CUDA_CHECK(cudaMemcpyAsync(dx.data(), qx.data(), qx.size(),
@@ -219,9 +332,12 @@ protected:
                                     sizeof(hostScales),
                                     cudaMemcpyHostToDevice, stream), "test");
     cuda::Fp8Gemm gemm(stream);
-    gemm.run(m, n, k, static_cast<uint8_t *>(dx.data()), xFormat,
-             scales.as<float>(), static_cast<uint8_t *>(dw.data()), wFormat,
-             scales.as<float>() + 4, dy.data(), /*yBf16=*/true);
+    bool ran = gemm.run(m, n, k, static_cast<uint8_t *>(dx.data()), xFormat,
+                        scales.as<float>(), static_cast<uint8_t *>(dw.data()),
+                        wFormat, scales.as<float>() + 4, dy.data(),
+                        /*yBf16=*/true,
+                        withBias ? db.as<__nv_bfloat16>() : nullptr, fast);
+    EXPECT_TRUE(ran) << "cuBLASLt has no bias epilogue for it";
     std::vector<__nv_bfloat16> y(size_t(m * n));
     MTRT_CUDA_CHECK(cudaMemcpyAsync(y.data(), dy.data(), y.size() * 2,
                                     cudaMemcpyDeviceToHost, stream), "test");
@@ -244,6 +360,19 @@ TEST_F(CudaFp8GemmTest, MatchesTheHostsSumsOfTheCodes) {
               << " x " << (wFormat == Format::E4M3 ? "E4M3" : "E5M2")
               << " [128 x 512] @ [256 x 512]^T: largest difference "
               << difference << " of the largest result\n";
+  }
+}
+
+// The forward's product: fast accumulation and the bias in the epilogue.
+TEST_F(CudaFp8GemmTest, BiasEpilogueAndFastAccumulation) {
+  for (bool fast : {false, true}) {
+    double difference =
+        product(256, 384, 1024, Format::E4M3, Format::E4M3, true, fast);
+    EXPECT_LT(difference, 8e-3);
+    std::cout << "[ fp8 gemm ] E4M3 x E4M3 [256 x 1024] @ [384 x 1024]^T + "
+                 "bias, fast accumulation "
+              << (fast ? "on" : "off") << ": largest difference " << difference
+              << " of the largest result\n";
   }
 }
 

@@ -36,9 +36,26 @@ __device__ inline __nv_fp8_interpretation_t interpretation(fp8::Format f) {
   return f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
 }
 
-// With `amax`, each warp's largest |x| (as bits: for non-negative floats,
-// NaN above infinity above the finite values, their order as unsigned
-// integers) goes into *amax by one atomicMax.
+/// The casts' grids: at most this many blocks, looping over the rest, so
+/// that the amax costs one atomicMax per block. One per warp, on the same
+/// word from every block of a 134M-element cast, serialized in L2: the
+/// casts took 52 ms of gpt-1.3b's FP8 step that way (bench/NOTES.md,
+/// session 20).
+constexpr unsigned kCastBlocks = 2048;
+
+unsigned castBlocks(int64_t n) { return std::min(blocksFor(n), kCastBlocks); }
+
+/// The block's largest `largest` into *amax by one atomicMax (as bits: for
+/// non-negative floats, NaN above infinity above the finite values, their
+/// order as unsigned integers). Every thread of the block calls it.
+__device__ void recordAmax(unsigned largest, float *amax) {
+  __shared__ unsigned warps[kThreads / 32];
+  largest = detail::blockMax(largest, warps);
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned *>(amax), largest);
+}
+
+// With `amax`, the largest |x| goes into *amax (recordAmax).
 __global__ void castToFp8Kernel(int64_t n, InElements x, uint8_t *y,
                                 fp8::Format format, const float *scale,
                                 float *amax) {
@@ -50,11 +67,44 @@ __global__ void castToFp8Kernel(int64_t n, InElements x, uint8_t *y,
     y[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(
         value * factor, __NV_SATFINITE, interpretation(format)));
   }
-  if (amax) {
-    largest = __reduce_max_sync(0xffffffffu, largest);
-    if (threadIdx.x % 32 == 0)
-      atomicMax(reinterpret_cast<unsigned *>(amax), largest);
+  if (amax)
+    recordAmax(largest, amax);
+}
+
+/// castToFp8Kernel eight elements a thread: one 16-byte load of bf16 (two
+/// of fp32) and one 8-byte store of codes, each element converted as there.
+__global__ void castToFp8Vector(int64_t octets, InElements x, uint2 *y,
+                                fp8::Format format, const float *scale,
+                                float *amax) {
+  const float factor = scale ? *scale : 1.0f;
+  unsigned largest = 0;
+  MTRT_GRID_STRIDE(i, octets) {
+    float v[8];
+    if (x.bf16) {
+      uint4 raw = static_cast<const uint4 *>(x.data)[i];
+      unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+      for (int w = 0; w < 4; ++w) {
+        v[2 * w] = __uint_as_float(words[w] << 16);
+        v[2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
+      }
+    } else {
+      float4 lo = static_cast<const float4 *>(x.data)[2 * i];
+      float4 hi = static_cast<const float4 *>(x.data)[2 * i + 1];
+      float all[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      for (int e = 0; e < 8; ++e)
+        v[e] = all[e];
+    }
+    unsigned packed[2] = {0, 0};
+    for (int e = 0; e < 8; ++e) {
+      largest = max(largest, __float_as_uint(fabsf(v[e])));
+      unsigned code = __nv_cvt_float_to_fp8(v[e] * factor, __NV_SATFINITE,
+                                            interpretation(format));
+      packed[e / 4] |= code << (8 * (e % 4));
+    }
+    y[i] = make_uint2(packed[0], packed[1]);
   }
+  if (amax)
+    recordAmax(largest, amax);
 }
 
 __global__ void widenFp8Kernel(int64_t n, const uint8_t *x, float *y,
@@ -70,9 +120,19 @@ __global__ void widenFp8Kernel(int64_t n, const uint8_t *x, float *y,
 
 void castToFp8(cudaStream_t stream, int64_t n, InElements x, uint8_t *y,
                fp8::Format format, const float *scale, float *amax) {
-  if (n > 0)
-    castToFp8Kernel<<<blocksFor(n), kThreads, 0, stream>>>(n, x, y, format,
-                                                          scale, amax);
+  if (n <= 0)
+    return;
+  // Arena values are 256-byte aligned; a view or an odd size takes the
+  // element-wise kernel.
+  bool vectorizable = n % 8 == 0 &&
+                      reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(y) % 8 == 0;
+  if (vectorizable)
+    castToFp8Vector<<<castBlocks(n / 8), kThreads, 0, stream>>>(
+        n / 8, x, reinterpret_cast<uint2 *>(y), format, scale, amax);
+  else
+    castToFp8Kernel<<<castBlocks(n), kThreads, 0, stream>>>(n, x, y, format,
+                                                            scale, amax);
 }
 
 void widenFp8(cudaStream_t stream, int64_t n, const uint8_t *x, float *y,
