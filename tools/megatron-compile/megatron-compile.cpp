@@ -513,12 +513,6 @@ int main(int argc, char **argv) {
   // Validation errors already start with the file:line:column or the flag.
   if (Error error = validateCompileConfig(*config))
     return fail(toString(std::move(error)));
-  // The budget's search of recomputation policies has not been checked
-  // on MoE layers (docs/MoE.md, what is left); --report memory counts them.
-  if (config->moe.enabled() && memoryBudget.getNumOccurrences())
-    return fail("--memory-budget does not model mixture-of-experts layers "
-                "yet (issue 25); compile without it (--report memory "
-                "estimates an MoE model's memory), or with num_experts 0");
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);
