@@ -314,8 +314,18 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
   }
   ArrayRef<int64_t> grid = grids.front().getShape();
   const int16_t kTensorAxis = tensorAxisOf(grid);
-  const int16_t kContextAxis = contextAxisOf(grid);
-  if (kContextAxis >= 0)
+  // Expert parallelism over part of the data-parallel ranks: the second
+  // axis is the expert-parallel one (mt-annotate-shardings marks it), and
+  // with the first it makes the data-parallel ranks.
+  const auto expertAttr =
+      grids.front()->getAttrOfType<IntegerAttr>(kExpertAxisAttrName);
+  const int16_t kExpertAxis =
+      expertAttr ? static_cast<int16_t>(expertAttr.getInt()) : -1;
+  const int16_t kContextAxis = kExpertAxis >= 0 ? -1 : contextAxisOf(grid);
+  if (kExpertAxis >= 0)
+    os << "grid " << grid[0] << " x " << grid[1] << " x " << grid[2]
+       << " (expert-data x expert x tensor)";
+  else if (kContextAxis >= 0)
     os << "grid " << grid[0] << " x " << grid[1] << " x " << grid[2]
        << " (data x context x tensor)";
   else
@@ -379,6 +389,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
         axisNames += (axisNames.empty() ? "" : "+") +
                      std::string(axis == kDataAxis      ? "data"
                                  : axis == kContextAxis ? "context"
+                                 : axis == kExpertAxis  ? "expert"
                                                         : "tensor");
       os << llvm::format("  %3lld  %-14s %-12s %-18s %12lld\n",
                          static_cast<long long>(++index), kind.str().c_str(),
@@ -393,7 +404,8 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
         return;
       }
       for (int16_t axis : axes)
-        (axis == kTensorAxis    ? tensorBytes
+        if (axis != kExpertAxis || !llvm::is_contained(axes, kDataAxis))
+          (axis == kTensorAxis    ? tensorBytes
          : axis == kContextAxis ? contextBytes
                                 : dataBytes) += bytes;
     });
@@ -442,7 +454,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       for (int16_t axis : groupAxes)
         groupRanks *= grid[axis];
       printBufferPrediction(
-          function, withContext ? groupRanks : grid[0],
+          function, withContext || kExpertAxis >= 0 ? groupRanks : grid[0],
           withContext ? contextBytes : dataBytes,
           withContext ? "data x context-parallel" : "data-parallel",
           gradientBytesOf, os);
