@@ -975,13 +975,6 @@ Error Validator::checkMoe() {
                       " is not implemented yet (issue 25: the expert-"
                       "parallel ranks are data-parallel ranks here); "
                       "remove one of them");
-    if (p.useDistributedOptimizer)
-      return fail({"expert_model_parallel_size", "use_distributed_optimizer"},
-                  "expert_model_parallel_size " + show(ep) +
-                      " with use_distributed_optimizer is not implemented "
-                      "yet (issue 25: the experts' gradients stay out of "
-                      "the data-parallel buffer the distributed optimizer "
-                      "shards); remove one of them");
   }
   struct Layout {
     StringRef key;

@@ -149,6 +149,21 @@ static void countExperts(ArrayRef<func::FuncOp> train,
   }
 }
 
+/// Under expert parallelism the experts' gradients stay out of the
+/// gradient buffer, so the distributed optimizer keeps their moments whole
+/// (DistributedOptimizer's local parameters): only the rest is sharded.
+static void unshardExpertMoments(const CompileConfig &config,
+                                 MemoryEstimate &estimate) {
+  const ParallelConfig &p = config.parallel;
+  if (!p.useDistributedOptimizer || config.moe.expertModelParallelSize == 1)
+    return;
+  int64_t shards = p.dataParallelSize * p.contextParallelSize;
+  int64_t sharded =
+      (estimate.parameterElements - estimate.expertParameterElements) * 8;
+  estimate.optimizerBytes = (sharded + shards - 1) / shards +
+                            estimate.expertParameterElements * 8;
+}
+
 /// The all-to-all results of one micro-batch's forward and backward passes
 /// in `function` (expert parallelism's dispatch and combine buffers).
 static void countAllToAlls(func::FuncOp function, MemoryEstimate &estimate) {
@@ -212,6 +227,7 @@ static MemoryEstimate estimatePipelineRank(ModuleOp module,
   }
   countWeights(train, eval, config, storage, estimate);
   countExperts(train, estimate);
+  unshardExpertMoments(config, estimate);
   for (func::FuncOp function : train)
     countAllToAlls(function, estimate);
   auto share = [&](const mt::FunctionMemoryPlan &arena) {
@@ -320,6 +336,7 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
     evals.push_back(eval);
   countWeights({train}, evals, config, storage, estimate);
   countExperts({train}, estimate);
+  unshardExpertMoments(config, estimate);
   countAllToAlls(train, estimate);
   if (gradientsLiveInArena(module, train, config)) {
     estimate.gradientsInArena = true;

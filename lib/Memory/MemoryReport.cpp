@@ -421,9 +421,10 @@ static void printWeights(llvm::raw_ostream &os, const MemoryEstimate &e,
     row(os, "gradients (fp32)", e.gradientBytes);
   row(os, "optimizer state (Adam moments)", e.optimizerBytes);
   if (config.moe.enabled()) {
-    // The experts' moments are sharded with the rest by the distributed
-    // optimizer (which expert parallelism does not run with yet).
-    int64_t shards = config.parallel.useDistributedOptimizer
+    // The distributed optimizer shards the experts' moments with the rest,
+    // but under expert parallelism (out of the buffer) keeps them whole.
+    int64_t shards = config.parallel.useDistributedOptimizer &&
+                             config.moe.expertModelParallelSize == 1
                          ? config.parallel.dataParallelSize *
                                config.parallel.contextParallelSize
                          : 1;
