@@ -160,8 +160,8 @@ static void unshardExpertMoments(const CompileConfig &config,
   int64_t shards = p.dataParallelSize * p.contextParallelSize;
   int64_t sharded =
       (estimate.parameterElements - estimate.expertParameterElements) * 8;
-  estimate.optimizerBytes = (sharded + shards - 1) / shards +
-                            estimate.expertParameterElements * 8;
+  estimate.optimizerBytes =
+      (sharded + shards - 1) / shards + estimate.expertParameterElements * 8;
 }
 
 /// The all-to-all results of one micro-batch's forward and backward passes

@@ -17,9 +17,12 @@ using namespace mlir::mt;
 
 namespace {
 
-/// The grid axes of Megatron-LM's layout: data x tensor, or under context
+/// The grid axes of Megatron-LM's layout: data x tensor, under context
 /// parallelism data x context x tensor (Megatron-LM's order tp-cp-dp, the
-/// tensor axis fastest). The data axis is always first.
+/// tensor axis fastest), and under expert parallelism over part of the
+/// data-parallel ranks expert-data x expert x tensor (tp-ep-dp; the grid
+/// marks its expert axis, kExpertAxisAttrName). The data axis is always
+/// first, the tensor axis last.
 constexpr int16_t kDataAxis = 0;
 
 /// A parameter's role in tensor parallelism, from its Hugging Face name.
@@ -268,14 +271,12 @@ void AnnotateShardingsPass::runOnOperation() {
     return signalPassFailure();
   }
   if (expertParallelSize > 1 &&
-      (dataParallelSize % expertParallelSize != 0 ||
-       contextParallelSize > 1)) {
-    module.emitError()
-        << "mt-annotate-shardings: expert-parallel-size "
-        << static_cast<int64_t>(expertParallelSize)
-        << " must divide data-parallel-size "
-        << static_cast<int64_t>(dataParallelSize)
-        << ", without context parallelism (issue 25)";
+      (dataParallelSize % expertParallelSize != 0 || contextParallelSize > 1)) {
+    module.emitError() << "mt-annotate-shardings: expert-parallel-size "
+                       << static_cast<int64_t>(expertParallelSize)
+                       << " must divide data-parallel-size "
+                       << static_cast<int64_t>(dataParallelSize)
+                       << ", without context parallelism (issue 25)";
     return signalPassFailure();
   }
   if (cpCommType != "p2p" && cpCommType != "all_gather") {

@@ -12,10 +12,12 @@
 // Expert weights whole on every rank have their gradients summed over the
 // ranks' tokens (an all-reduce that mt-plan-gradient-reduction defers, as
 // for every weight). Under expert parallelism (mt-annotate-shardings
-// {expert-parallel-size=N}) they are split by experts over the data axis:
-// the grouped linear layers then send each row to its expert's rank and
-// back with shard.all_to_all (partitionExpertParallel), and an expert's
-// gradient is whole on its rank, from every rank's rows. Under tensor
+// {expert-parallel-size=N}) they are split by experts over the data axis,
+// or over N < dp ranks over the grid's expert axis: the grouped linear
+// layers then send each row to its expert's rank in its expert-parallel
+// group and back with shard.all_to_all (partitionExpertParallel), and an
+// expert's gradient sums its group's rows, all-reduced over the
+// expert-data-parallel axis where the tokens split over it too. Under tensor
 // parallelism the experts' in and out dimensions split as a dense MLP's
 // (mt-annotate-shardings: gate and up by columns, down by rows, Megatron-LM's
 // expert-tensor-parallel group = the tensor-parallel group): the grouped
@@ -225,8 +227,7 @@ struct MoeTokenModel
     // The tensor axis is the grid's last (mt-annotate-shardings); the
     // others split the data-parallel ranks (under expert parallelism over
     // part of them, the expert-data-parallel and expert-parallel axes).
-    auto gridOp = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
-        op, grid);
+    auto gridOp = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, grid);
     const GridAxis tensorAxis =
         gridOp ? static_cast<GridAxis>(gridOp.getRank() - 1) : GridAxis(-1);
     llvm::erase_if(tokenAxes, [&](GridAxis axis) {
@@ -429,9 +430,9 @@ struct MoeTokenModel
         dispatch(partitionedOperands[1]), routing,
         grad.getTransposeWeightAttr());
     if (!replicaAxes.empty())
-      weightGrad = shard::AllReduceOp::create(builder, loc, weightGrad,
-                                              grid.getValue(), replicaAxes,
-                                              shard::ReductionKind::Sum);
+      weightGrad =
+          shard::AllReduceOp::create(builder, loc, weightGrad, grid.getValue(),
+                                     replicaAxes, shard::ReductionKind::Sum);
     partitionMap.map(op->getResult(0), weightGrad);
     return success();
   }

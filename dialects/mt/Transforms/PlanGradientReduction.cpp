@@ -194,9 +194,11 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
         result.getOperandNumber(), "mt.gradient");
     if (!parameter)
       continue;
-    // Expert parallelism splits the routed experts over the data axis: a
-    // rank's experts have whole gradients from every rank's tokens (the
-    // all-to-all dispatch), so they stay out of the data-parallel buffer.
+    // Expert parallelism splits the routed experts over a buffer axis: a
+    // rank's experts have whole gradients from its expert-parallel group's
+    // tokens (the all-to-all dispatch), summed over the expert-data-parallel
+    // group in the step where there is one, so they stay out of the
+    // data-parallel buffer (the optimizer steps them whole on their ranks).
     if (splitsOverBufferAxes(function, parameter, axes))
       continue;
     auto type = cast<RankedTensorType>(result.get().getType());

@@ -406,8 +406,8 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       for (int16_t axis : axes)
         if (axis != kExpertAxis || !llvm::is_contained(axes, kDataAxis))
           (axis == kTensorAxis    ? tensorBytes
-         : axis == kContextAxis ? contextBytes
-                                : dataBytes) += bytes;
+           : axis == kContextAxis ? contextBytes
+                                  : dataBytes) += bytes;
     });
     if (expertCalls)
       os << "  expert-parallel: " << expertBytes << " bytes in "

@@ -1338,8 +1338,9 @@ void ManifestReader::readGradientBuffer(const Json &json,
     };
     for (size_t p = 0; p < parameters.size(); ++p)
       if (!listed[p] && !splitOverBuffer(parameters[p]))
-        fail(parametersAt, "no entry for parameter " + std::to_string(p) +
-                               " ('" + parameters[p].name + "')",
+        fail(parametersAt,
+             "no entry for parameter " + std::to_string(p) + " ('" +
+                 parameters[p].name + "')",
              "every parameter but those split over the buffer's grid axes "
              "(expert parallelism's experts): the distributed optimizer "
              "updates parameters through the buffer");

@@ -101,7 +101,9 @@ void writeDurably(const std::string &path, const std::string &what,
 
 /// The names of the grid's axes: [dp, tp]; a pipeline's [pp, dp, tp];
 /// under context parallelism [dp, cp, tp], or [pp, dp, cp, tp] with a
-/// pipeline (the bundle's grids, docs/BundleFormat.md).
+/// pipeline; under expert parallelism over part of the data-parallel ranks
+/// [edp, ep, tp] ("data", "expert", "tensor"), or with a pipeline
+/// [pp, edp, ep, tp] (the bundle's grids, docs/BundleFormat.md).
 std::vector<std::string> gridAxisNames(const CheckpointState &s) {
   const bool pipelined = s.pipelineModelParallelSize > 1;
   // Expert parallelism over part of the data-parallel ranks splits the

@@ -86,8 +86,9 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   // A parameter outside the buffer counts on one of its replicas.
   for (size_t i : local_)
     if (countsInNorm(parameters_.info(i), rank_.coordinates(), {}))
-      squares += host::sumOfSquares<T>(pool_, parameters_.gradient(i).numElements(),
-                                       parameters_.gradient(i).data<T>());
+      squares +=
+          host::sumOfSquares<T>(pool_, parameters_.gradient(i).numElements(),
+                                parameters_.gradient(i).data<T>());
   std::string label = "gradient norm of iteration " + std::to_string(iteration);
   rank_.world().allReduce<double>(&squares, &squares, 1, comm::ReduceOp::Sum,
                                   comm::CallInfo{label, iteration});
@@ -119,8 +120,9 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
         parameters_.info(i).weightDecay ? config_.weightDecay : 0;
     host::Tensor &value = parameters_.value(i);
     host::adamwStep<T>(pool_, value.numElements(), value.data<T>(),
-                       parameters_.gradient(i).data<T>(), localExpAvg_[k].data<T>(),
-                       localExpAvgSq_[k].data<T>(), adam);
+                       parameters_.gradient(i).data<T>(),
+                       localExpAvg_[k].data<T>(), localExpAvgSq_[k].data<T>(),
+                       adam);
   }
   buffer_.gatherParameters();
   return result;

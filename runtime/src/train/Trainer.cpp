@@ -147,21 +147,20 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
     // the context axis before the tensor axis under context parallelism;
     // under expert parallelism over part of the data-parallel ranks the
     // data axis is two, [edp, ep]).
-    std::vector<int64_t> dataAxes = gridDataAxes(
-        bundle.gridShape(), bundle.pipeline() != nullptr,
-        model.dataParallelSize);
+    std::vector<int64_t> dataAxes =
+        gridDataAxes(bundle.gridShape(), bundle.pipeline() != nullptr,
+                     model.dataParallelSize);
     int64_t dataRanks = gridGroupSize(bundle.gridShape(), dataAxes);
     if (model.dataParallelSize > 1 && dataRanks != model.dataParallelSize)
       invalid("bundle '" + bundle.name() + "': model.data_parallel_size is " +
               std::to_string(model.dataParallelSize) + " but the grid " +
               shapeString(bundle.gridShape()) + " has " +
-              std::to_string(dataRanks) +
-              " data-parallel ranks; recompile it");
+              std::to_string(dataRanks) + " data-parallel ranks; recompile it");
     dataParallel_ = model.dataParallelSize;
-    dataRank_ = dataParallel_ > 1 ? gridGroupIndex(bundle.gridShape(),
-                                                   rank_->coordinates(),
-                                                   dataAxes)
-                                  : 0;
+    dataRank_ =
+        dataParallel_ > 1
+            ? gridGroupIndex(bundle.gridShape(), rank_->coordinates(), dataAxes)
+            : 0;
   }
   if (!runsRanks &&
       (model.tensorModelParallelSize != 1 ||
