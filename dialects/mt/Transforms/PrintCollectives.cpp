@@ -366,7 +366,8 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       continue;
     os << "\n" << function.getSymName() << ":\n";
     int64_t tensorBytes = 0, dataBytes = 0, contextBytes = 0, index = 0,
-            gradientBytes = 0, expertBytes = 0, expertCalls = 0;
+            gradientBytes = 0, expertBytes = 0, expertCalls = 0,
+            expertDataBytes = 0;
     for (unsigned i = 0; i < function.getNumResults(); ++i)
       if (function.getResultAttr(i, "mt.gradient"))
         gradientBytes +=
@@ -403,6 +404,13 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
         ++expertCalls;
         return;
       }
+      // With an expert axis, a reduction over the data axis alone is an
+      // expert's gradient over its expert-data-parallel group (the
+      // buffer and the losses span both axes).
+      if (kExpertAxis >= 0 && axes.size() == 1 && axes[0] == kDataAxis) {
+        expertDataBytes += bytes;
+        return;
+      }
       for (int16_t axis : axes)
         if (axis != kExpertAxis || !llvm::is_contained(axes, kDataAxis))
           (axis == kTensorAxis    ? tensorBytes
@@ -414,6 +422,10 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
          << expertCalls
          << " all_to_all (each grouped linear layer sends its rows to their "
             "experts' ranks and back, its routing ahead of them)\n";
+    if (expertDataBytes)
+      os << "  expert-data-parallel: " << expertDataBytes
+         << " bytes (the experts' gradients, all-reduced over their "
+            "expert-data-parallel group in each micro-batch's step)\n";
     // The ring's exchanges (shard.shift) and the gathers of keys and values
     // over the context axis: no Megatron-LM figure to set them against.
     if (kContextAxis >= 0)
