@@ -9,6 +9,7 @@
 #include "mt/Transforms/SideBuffers.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -107,6 +108,74 @@ static void countWeights(ArrayRef<func::FuncOp> train,
   estimate.optimizerBytes = optimizer;
 }
 
+/// Whether `value` is one of an MoE layer's row values, `[T K, ...]` or a
+/// dispatched block of them: a result of the permutation, the grouped
+/// linear layers, the dispatch and combine ops, an all-to-all, or of an op
+/// that reads one (the experts' activation on the rows). The routing's
+/// per-token results and the unpermuted output are not rows.
+static bool isMoeRowValue(Value value, bool direct = false) {
+  Operation *op = value.getDefiningOp();
+  if (!op)
+    return false;
+  if (isa<shard::AllToAllOp, mt::MoePermuteOp, mt::MoeGroupedLinearOp,
+          mt::MoeDispatchRowsOp, mt::MoeCombineRowsOp>(op))
+    return true;
+  if (direct || op->getDialect() != op->getContext()->getLoadedDialect("mt") ||
+      isa<mt::MoeRouteOp, mt::MoeUnpermuteOp, mt::MoeAuxLossOp, mt::MoeZLossOp>(
+          op))
+    return false;
+  return llvm::any_of(op->getOperands(), [](Value operand) {
+    return isMoeRowValue(operand, /*direct=*/true);
+  });
+}
+
+/// The rank's routed-expert elements (mt-annotate-shardings' routed expert
+/// tensors, `*.mlp.experts.*`), read as countWeights reads the parameters.
+static void countExperts(ArrayRef<func::FuncOp> train,
+                         MemoryEstimate &estimate) {
+  llvm::StringSet<> seen;
+  auto count = [&](StringRef name, Type type) {
+    if (name.contains(".mlp.experts.") && seen.insert(name).second)
+      estimate.expertParameterElements += elements(type);
+  };
+  for (func::FuncOp function : train) {
+    for (BlockArgument argument : function.getArguments())
+      if (auto name = function.getArgAttrOfType<FlatSymbolRefAttr>(
+              argument.getArgNumber(), "mt.parameter"))
+        count(name.getValue(), argument.getType());
+    function.walk([&](mt::GetParameterOp read) {
+      count(read.getName(), read.getType());
+    });
+  }
+}
+
+/// Under expert parallelism the experts' gradients stay out of the
+/// gradient buffer, so the distributed optimizer keeps their moments whole
+/// (DistributedOptimizer's local parameters): only the rest is sharded.
+static void unshardExpertMoments(const CompileConfig &config,
+                                 MemoryEstimate &estimate) {
+  const ParallelConfig &p = config.parallel;
+  if (!p.useDistributedOptimizer || config.moe.expertModelParallelSize == 1)
+    return;
+  int64_t shards = p.dataParallelSize * p.contextParallelSize;
+  int64_t sharded =
+      (estimate.parameterElements - estimate.expertParameterElements) * 8;
+  estimate.optimizerBytes =
+      (sharded + shards - 1) / shards + estimate.expertParameterElements * 8;
+}
+
+/// The all-to-all results of one micro-batch's forward and backward passes
+/// in `function` (expert parallelism's dispatch and combine buffers).
+static void countAllToAlls(func::FuncOp function, MemoryEstimate &estimate) {
+  function.walk([&](shard::AllToAllOp op) {
+    int64_t bytes = bytesOf(op.getResult().getType());
+    ++estimate.allToAlls;
+    estimate.allToAllBytes += bytes;
+    estimate.largestAllToAllBytes =
+        std::max(estimate.largestAllToAllBytes, bytes);
+  });
+}
+
 static void countRecomputed(func::FuncOp function, MemoryEstimate &estimate) {
   for (Operation &op : function.getBody().front().without_terminator()) {
     if (op.hasAttr(mt::kRecomputedAttrName)) {
@@ -120,6 +189,9 @@ static void countRecomputed(func::FuncOp function, MemoryEstimate &estimate) {
 /// layer's figure, or to the figure outside the layers.
 static void addSaved(Operation *definingOp, int64_t bytes,
                      const CompileConfig &config, MemoryEstimate &estimate) {
+  if (definingOp && definingOp->getNumResults() &&
+      isMoeRowValue(definingOp->getResult(0)))
+    estimate.savedMoeRowBytes += bytes;
   mt::LayerAttr tag = definingOp ? mt::getLayer(definingOp) : mt::LayerAttr();
   if (tag && tag.getIndex() < config.model.numLayers)
     estimate.savedBytesByLayer[tag.getIndex()] += bytes;
@@ -154,6 +226,10 @@ static MemoryEstimate estimatePipelineRank(ModuleOp module,
       eval.push_back(step);
   }
   countWeights(train, eval, config, storage, estimate);
+  countExperts(train, estimate);
+  unshardExpertMoments(config, estimate);
+  for (func::FuncOp function : train)
+    countAllToAlls(function, estimate);
   auto share = [&](const mt::FunctionMemoryPlan &arena) {
     if (arena.arenaBytes <= estimate.arenaBytes)
       return;
@@ -259,6 +335,9 @@ MemoryEstimate megatron::estimateMemory(ModuleOp module,
   if (eval)
     evals.push_back(eval);
   countWeights({train}, evals, config, storage, estimate);
+  countExperts({train}, estimate);
+  unshardExpertMoments(config, estimate);
+  countAllToAlls(train, estimate);
   if (gradientsLiveInArena(module, train, config)) {
     estimate.gradientsInArena = true;
     estimate.gradientBytes = 0;

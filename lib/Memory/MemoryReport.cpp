@@ -52,6 +52,19 @@
 //   every activation term counts s/cp for s (Megatron-LM divides its
 //   activation figure by cp); the distributed optimizer shards over the
 //   data x context ranks, 6 + 12/(dp cp) bytes per parameter.
+// - Mixture of experts (docs/MoE.md): an MoE layer's MLP term is, as in
+//   Megatron-LM's formula, (f_e/h) E m for E routed experts of width f_e
+//   plus (f_s/h) m for a shared expert of width f_s; here the rank holds
+//   E/ep of the experts (expert parallelism) and the router's E h whole.
+//   Megatron-LM's activation formula has no MoE terms; derived here as the
+//   dense ones: an MoE layer keeps, in place of the MLP's inner terms, the
+//   router's fp32 logits and routing (4 E + 8 k)/h, the k permuted rows of
+//   each token 2 k (whole on every tensor-parallel rank: the experts' column
+//   shards read every token's rows), the experts' inner terms k 6 f_e/h
+//   (4 for GeLU, over tp) and the shared expert's 6 f_s/h (over tp); the
+//   all-to-all dispatcher sends a layer's k s b h rows there and back in the
+//   forward and again in the backward pass, 4 all-to-alls of 2 k s b h
+//   bytes per layer and micro-batch.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +82,15 @@ namespace {
 /// Megatron-LM's theoretical figures for `config` under `policy`, in bytes.
 struct TheoreticalMemory {
   double parameters = 0;
+  /// Of the parameters: the rank's routed experts.
+  double expertParameters = 0;
+  /// Per MoE layer and micro-batch: the activations, and the bytes its
+  /// all-to-alls move (forward and backward).
+  double perMoeLayer = 0;
+  double allToAllPerMoeLayer = 0;
+  double moeLayers = 0;
+  /// Of the activations: the MoE layers' permuted rows and experts' terms.
+  double moeRows = 0;
   double bytesPerParameter = 0;
   double weightsAndOptimizer = 0;
   double activations = 0;
@@ -89,6 +111,8 @@ struct TheoreticalMemory {
 /// the micro-batches its schedule keeps in flight.
 struct RankShare {
   double layers = 0;
+  /// Of `layers`, the MoE layers.
+  double moeLayers = 0;
   double chunks = 1;
   bool first = true, last = true;
   double inFlight = 1;
@@ -96,11 +120,13 @@ struct RankShare {
 
 /// One term of a layer's activations, in s b h bytes; `split`: tensor
 /// parallelism splits it (over heads or the MLP's width) without sequence
-/// parallelism too.
+/// parallelism too; `whole`: no layout splits it (an MoE layer's permuted
+/// rows, which every tensor-parallel rank holds).
 struct LayerTerm {
   const char *name;
   double sbh;
   bool split;
+  bool whole = false;
 };
 
 /// Korthikanti et al.'s per-layer terms for `config`'s layer (the file
@@ -120,16 +146,46 @@ llvm::SmallVector<LayerTerm> layerTerms(const ModelConfig &m) {
           {"dropout masks", m.hiddenDropout > 0 ? 2.0 : 0.0, false}};
 }
 
+/// An MoE layer's terms: the dense layer's up to the MLP's input, then the
+/// router's, the permuted rows' and the experts' (the file comment derives
+/// them).
+llvm::SmallVector<LayerTerm> moeLayerTerms(const CompileConfig &config) {
+  const ModelConfig &m = config.model;
+  const MoeConfig &moe = config.moe;
+  const double h = double(m.hiddenSize), k = double(moe.routerTopk);
+  const double e = double(moe.numExperts);
+  const double expertWidth =
+      double(moe.ffnHiddenSize ? moe.ffnHiddenSize : m.ffnSize());
+  const double sharedWidth = double(moe.sharedExpertIntermediateSize);
+  const bool gated = m.activation == Activation::Swiglu;
+  const double inner = gated ? 6 : 4;
+  llvm::SmallVector<LayerTerm> terms;
+  // The dense MLP's inner terms are the experts' here.
+  for (const LayerTerm &term : layerTerms(m))
+    if (!llvm::StringRef(term.name).ends_with("fc2 input"))
+      terms.push_back(term);
+  terms.push_back(
+      {"router logits, routing (fp32)", (4 * e + 8 * k) / h, false});
+  terms.push_back({"permuted rows", 2 * k, false, /*whole=*/true});
+  terms.push_back({gated ? "experts' SwiGLU input, fc2 input"
+                         : "experts' GeLU input, fc2 input",
+                   k * inner * expertWidth / h, true});
+  if (sharedWidth > 0)
+    terms.push_back(
+        {"shared expert's inner terms", inner * sharedWidth / h, true});
+  return terms;
+}
+
 /// The attention core's a s^2 b bytes, which selective recomputation drops.
 int attentionScoreTerm(const ModelConfig &m) {
   return m.attentionDropout > 0 ? 5 : 2;
 }
 
 /// "s b h (4 norm inputs + ...) = 34.00 s b h".
-std::string describeLayerTerms(const ModelConfig &m) {
+std::string describeLayerTerms(llvm::ArrayRef<LayerTerm> terms) {
   std::string text = "s b h (";
   double sum = 0;
-  for (const LayerTerm &term : layerTerms(m)) {
+  for (const LayerTerm &term : terms) {
     text += llvm::formatv("{0}{1} {2}", sum > 0 ? " + " : "",
                           llvm::formatv("{0:F2}", term.sbh).str(), term.name)
                 .str();
@@ -140,11 +196,12 @@ std::string describeLayerTerms(const ModelConfig &m) {
 
 /// The per-layer figure beside a layer's row: the formula's, and the
 /// formula's without the terms this project does not keep (naming them).
-std::string perLayerText(const TheoreticalMemory &t) {
-  std::string text = formatBytes(t.perLayer) + " per layer";
+std::string perLayerText(const TheoreticalMemory &t, bool moe = false) {
+  std::string text = moe ? formatBytes(t.perMoeLayer) + " per MoE layer"
+                         : formatBytes(t.perLayer) + " per layer";
   if (t.notKept.empty())
     return text;
-  double kept = t.perLayer;
+  double kept = moe ? t.perMoeLayer : t.perLayer;
   std::string names;
   for (auto [name, bytes] : t.notKept) {
     kept -= bytes;
@@ -172,15 +229,32 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   const double dp = double(p.dataParallelSize * p.contextParallelSize);
 
   TheoreticalMemory t;
-  double layer = 2 * h * h * ((1 + g / a) * q / h + (f / h) * gated + 2 / h);
+  const double denseLayers = share.layers - share.moeLayers;
+  double attentionAndNorms = 2 * h * h * ((1 + g / a) * q / h + 2 / h);
+  double mlp = 2 * h * h * (f / h) * gated;
   double embedding = V * h;
-  t.parameters = share.layers * layer;
+  t.parameters = share.layers * attentionAndNorms + denseLayers * mlp;
+  // An MoE layer's experts, E/ep of them on the rank, and its shared
+  // expert; the router's E h is whole on every tensor-parallel rank.
+  const MoeConfig &moe = config.moe;
+  double router = 0;
+  if (moe.enabled()) {
+    const double experts =
+        double(moe.numExperts) / double(moe.expertModelParallelSize);
+    const double expertWidth =
+        double(moe.ffnHiddenSize ? moe.ffnHiddenSize : m.ffnSize());
+    double routed = 2 * h * expertWidth * experts * gated;
+    double shared = 2 * h * double(moe.sharedExpertIntermediateSize) * gated;
+    t.expertParameters = share.moeLayers * routed / tp;
+    t.parameters += share.moeLayers * (routed + shared);
+    router = share.moeLayers * double(moe.numExperts) * h;
+  }
   if (share.first)
     t.parameters += embedding;
   if (share.last) // the final norm, and the output layer's own table
     t.parameters +=
         2 * h + (m.untieEmbeddingsAndOutputWeights ? embedding : 0);
-  t.parameters /= tp;
+  t.parameters = t.parameters / tp + router;
   t.bytesPerParameter = p.useDistributedOptimizer ? 6 + 12 / dp : 18;
   t.weightsAndOptimizer = t.parameters * t.bytesPerParameter;
 
@@ -189,12 +263,37 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   // s b h (10 + 24/t + 5 a s / (h t)) for GPT without it, s b h (34 + 5 a s
   // / h) / t with it).
   const double replicated = p.sequenceParallel ? tp : 1;
-  double selective = 0;
-  for (const LayerTerm &term : layerTerms(m))
-    selective += term.sbh * s * b * h / (term.split ? tp : replicated);
+  auto bytesOf = [&](llvm::ArrayRef<LayerTerm> terms) {
+    double bytes = 0;
+    for (const LayerTerm &term : terms)
+      bytes += term.sbh * s * b * h /
+               (term.whole   ? 1
+                : term.split ? tp
+                             : replicated);
+    return bytes;
+  };
+  double selective = bytesOf(layerTerms(m));
+  double selectiveMoe = moe.enabled() ? bytesOf(moeLayerTerms(config)) : 0;
   double scores = attentionScoreTerm(m) * a * s * s * b / tp;
   double checkpoint = 2 * s * b * h / replicated;
-  double full = selective + scores;
+  double full = selective + scores, fullMoe = selectiveMoe + scores;
+  // A layer's figure on average, for the recomputed groups of full
+  // recomputation.
+  double fullAverage =
+      share.layers > 0
+          ? (denseLayers * full + share.moeLayers * fullMoe) / share.layers
+          : full;
+  t.moeLayers = share.moeLayers;
+  if (moe.enabled()) {
+    llvm::SmallVector<LayerTerm> rows = llvm::filter_to_vector(
+        moeLayerTerms(config), [](const LayerTerm &term) {
+          llvm::StringRef name(term.name);
+          return name.starts_with("permuted") || name.starts_with("experts'");
+        });
+    t.moeRows = share.moeLayers * bytesOf(rows);
+  }
+  if (moe.enabled() && moe.expertModelParallelSize > 1)
+    t.allToAllPerMoeLayer = 4 * 2 * double(moe.routerTopk) * s * b * h;
   // One micro-batch's activations on the rank, and what a recomputed group
   // holds once while it reruns.
   double perMicroBatch = 0, rerun = 0;
@@ -205,22 +304,25 @@ TheoreticalMemory theoreticalMemory(const CompileConfig &config,
   switch (policy.granularity) {
   case mt::RecomputeGranularity::None:
     t.perLayer = full;
+    t.perMoeLayer = fullMoe;
     t.notKept.push_back({"the attention scores", scores});
-    perMicroBatch = share.layers * full;
+    perMicroBatch = denseLayers * full + share.moeLayers * fullMoe;
     break;
   case mt::RecomputeGranularity::Selective:
     t.perLayer = selective;
+    t.perMoeLayer = selectiveMoe;
     t.notKept.push_back({"the projection input", 2 * s * b * h / tp});
-    perMicroBatch = share.layers * selective;
+    perMicroBatch = denseLayers * selective + share.moeLayers * selectiveMoe;
     break;
   case mt::RecomputeGranularity::Full: {
     double n = std::min(double(policy.numLayers), chunkLayers);
-    t.perLayer = checkpoint;
+    t.perLayer = t.perMoeLayer = checkpoint;
     if (policy.method == mt::RecomputeMethod::Block) {
-      perMicroBatch = share.chunks * (n * checkpoint + (chunkLayers - n) * full);
+      perMicroBatch =
+          share.chunks * (n * checkpoint + (chunkLayers - n) * fullAverage);
     } else { // one checkpoint per group, and one group's layers while it reruns
       perMicroBatch = share.chunks * std::ceil(chunkLayers / n) * checkpoint;
-      rerun = n * full;
+      rerun = n * fullAverage;
     }
     break;
   }
@@ -242,6 +344,20 @@ void row(llvm::raw_ostream &os, llvm::StringRef what, int64_t bytes,
 }
 
 } // namespace
+
+/// ", ep N" in a report's layout under expert parallelism.
+static std::string expertText(const CompileConfig &config) {
+  int64_t ep = config.moe.expertModelParallelSize;
+  return ep > 1 ? llvm::formatv(", ep {0}", ep).str() : std::string();
+}
+
+/// The first MoE layer (numLayers when there is none).
+static int64_t firstMoeLayer(const CompileConfig &config) {
+  int64_t layer = 0;
+  while (layer < config.model.numLayers && !config.moe.isMoeLayer(layer))
+    ++layer;
+  return layer;
+}
 
 /// ", cp N (ring)" in a report's layout under context parallelism.
 static std::string contextText(const ParallelConfig &p) {
@@ -280,6 +396,19 @@ static void printWeights(llvm::raw_ostream &os, const MemoryEstimate &e,
       llvm::formatv("parameters ({0}, fp32)", e.parameterElements).str(),
       e.parameterBytes,
       llvm::formatv("{0:F0} parameters", t.parameters).str());
+  if (config.moe.enabled()) {
+    const MoeConfig &moe = config.moe;
+    row(os,
+        llvm::formatv("  of which routed experts ({0})",
+                      e.expertParameterElements)
+            .str(),
+        e.expertParameterElements * 4,
+        llvm::formatv(
+            "{0:F0}: {1} of {2} experts a layer{3}", t.expertParameters,
+            moe.numExperts / moe.expertModelParallelSize, moe.numExperts,
+            moe.expertModelParallelSize > 1 ? " (expert parallel)" : "")
+            .str());
+  }
   if (config.precision == Precision::BF16)
     row(os,
         llvm::formatv("bf16 weight copies ({0})", e.bf16ParameterElements)
@@ -291,11 +420,49 @@ static void printWeights(llvm::raw_ostream &os, const MemoryEstimate &e,
   else
     row(os, "gradients (fp32)", e.gradientBytes);
   row(os, "optimizer state (Adam moments)", e.optimizerBytes);
+  if (config.moe.enabled()) {
+    // The distributed optimizer shards the experts' moments with the rest,
+    // but under expert parallelism (out of the buffer) keeps them whole.
+    int64_t shards = config.parallel.useDistributedOptimizer &&
+                             config.moe.expertModelParallelSize == 1
+                         ? config.parallel.dataParallelSize *
+                               config.parallel.contextParallelSize
+                         : 1;
+    row(os, "  experts' gradients, moments",
+        (e.gradientsInArena ? 0 : e.expertParameterElements * 4) +
+            (e.expertParameterElements * 8 + shards - 1) / shards,
+        e.gradientsInArena ? "the moments (the gradients in the arena)"
+                           : "fp32 gradients and Adam's two moments");
+  }
   int64_t weights = e.parameterBytes + e.bf16ParameterBytes + e.gradientBytes +
                     e.optimizerBytes;
   row(os, "weights and optimizer", weights,
       llvm::formatv("{0} ({1:F2} B/parameter)",
                     formatBytes(t.weightsAndOptimizer), t.bytesPerParameter)
+          .str());
+}
+
+/// The MoE layers' rows of the activations: their permuted rows saved for
+/// the backward pass, and one micro-batch's all-to-all buffers.
+static void printMoeActivations(llvm::raw_ostream &os, const MemoryEstimate &e,
+                                const TheoreticalMemory &t,
+                                const CompileConfig &config) {
+  if (!config.moe.enabled())
+    return;
+  row(os, "  of which MoE rows saved", e.savedMoeRowBytes,
+      llvm::formatv("{0} (permuted rows, experts' terms of {1:F0} MoE "
+                    "layer{2})",
+                    formatBytes(t.moeRows), t.moeLayers,
+                    t.moeLayers == 1 ? "" : "s")
+          .str());
+  if (config.moe.expertModelParallelSize == 1)
+    return;
+  row(os, llvm::formatv("  all-to-all results ({0})", e.allToAlls).str(),
+      e.allToAllBytes,
+      llvm::formatv("a micro-batch, largest {0}; Megatron-LM's dispatcher {1} "
+                    "(4 x 2 k s b h a layer)",
+                    formatBytes(double(e.largestAllToAllBytes)),
+                    formatBytes(t.moeLayers * t.allToAllPerMoeLayer))
           .str());
 }
 
@@ -321,13 +488,15 @@ static void printLayerTerms(llvm::raw_ostream &os, const CompileConfig &config,
              ? "over tp"
              : "Q, K, V, projection input, MLP inner terms and attention "
                "core over tp")
-     << "): "
-     << describeLayerTerms(config.model);
+     << "): " << describeLayerTerms(layerTerms(config.model));
   if (policy.granularity == mt::RecomputeGranularity::None)
     os << llvm::formatv(" + {0} a s^2 b (attention core)",
                         attentionScoreTerm(config.model));
   else if (policy.granularity == mt::RecomputeGranularity::Selective)
     os << "; the attention core's a s^2 b terms are recomputed";
+  if (config.moe.enabled())
+    os << "; an MoE layer's (derived here: Megatron-LM's formula has none) "
+       << describeLayerTerms(moeLayerTerms(config));
   os << "\n";
 }
 
@@ -344,9 +513,10 @@ static void printPipelineMemoryReport(ModuleOp module,
      << policy.str() << " (layers counted per stage), " << p.worldSize()
      << " rank(s) (tp " << p.tensorModelParallelSize << ", pp "
      << p.pipelineModelParallelSize << ", dp " << p.dataParallelSize
-     << contextText(p) << "), micro-batch " << config.batch.microBatchSize
-     << ", sequence " << config.model.seqLength << sequenceShareText(config)
-     << ", precision " << precisionName(config) << ", schedule " << scheduleKindName(schedule.kind) << " over "
+     << contextText(p) << expertText(config) << "), micro-batch "
+     << config.batch.microBatchSize << ", sequence " << config.model.seqLength
+     << sequenceShareText(config) << ", precision " << precisionName(config)
+     << ", schedule " << scheduleKindName(schedule.kind) << " over "
      << schedule.microBatches << " micro-batches"
      << (v > 1 ? llvm::formatv(", {0} virtual stages per rank", v).str()
                : std::string())
@@ -367,6 +537,9 @@ static void printPipelineMemoryReport(ModuleOp module,
     for (int64_t k : e.stages) {
       const PipelineStage &stage = plan.layout.stages[k];
       share.layers += double(stage.numLayers);
+      for (int64_t layer = stage.firstLayer;
+           layer < stage.firstLayer + stage.numLayers; ++layer)
+        share.moeLayers += config.moe.isMoeLayer(layer) ? 1 : 0;
       share.first |= k == 0;
       share.last |= k == lastStage;
       stages += llvm::formatv("{0}{1} (layers {2}-{3})",
@@ -399,6 +572,7 @@ static void printPipelineMemoryReport(ModuleOp module,
                       "flight)",
                       formatBytes(t.activations), t.inFlight)
             .str());
+    printMoeActivations(os, e, t, config);
     printTotals(os, e, t);
     os << "stashed per micro-batch, by layer:\n";
     for (int64_t k : e.stages) {
@@ -408,7 +582,7 @@ static void printPipelineMemoryReport(ModuleOp module,
         row(os, llvm::formatv("layer {0}", layer).str(),
             e.savedBytesByLayer[layer],
             layer == plan.layout.stages[e.stages.front()].firstLayer
-                ? perLayerText(t)
+                ? perLayerText(t, config.moe.isMoeLayer(layer))
                 : "");
     }
     row(os, "stage inputs, embeddings, output layer", e.savedOtherBytes);
@@ -428,13 +602,15 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
   MemoryEstimate e = estimateMemory(module, config);
   RankShare share;
   share.layers = double(config.model.numLayers);
+  for (int64_t layer = 0; layer < config.model.numLayers; ++layer)
+    share.moeLayers += config.moe.isMoeLayer(layer) ? 1 : 0;
   TheoreticalMemory t = theoreticalMemory(config, policy, share);
   const ParallelConfig &p = config.parallel;
 
   os << "memory per rank: " << config.model.name << ", recompute "
      << policy.str() << ", " << p.worldSize() << " rank(s) (tp "
      << p.tensorModelParallelSize << ", pp " << p.pipelineModelParallelSize
-     << ", dp " << p.dataParallelSize << contextText(p)
+     << ", dp " << p.dataParallelSize << contextText(p) << expertText(config)
      << (p.useDistributedOptimizer ? ", distributed optimizer" : "")
      << "), micro-batch " << config.batch.microBatchSize << ", sequence "
      << config.model.seqLength << sequenceShareText(config) << ", precision "
@@ -443,6 +619,7 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
   printWeights(os, e, t, config);
   row(os, "activations (train_step arena peak)", e.activationBytes,
       formatBytes(t.activations) + " (16-bit activations)");
+  printMoeActivations(os, e, t, config);
   printTotals(os, e, t);
   row(os, "eval_step arena (when evaluating)", e.evalArenaBytes,
       e.evalArenaBytes > e.activationBytes
@@ -453,7 +630,11 @@ void megatron::printMemoryReport(ModuleOp module, const CompileConfig &config,
         "computed):\n";
   for (auto [layer, bytes] : llvm::enumerate(e.savedBytesByLayer))
     row(os, llvm::formatv("layer {0}", layer).str(), bytes,
-        layer == 0 ? perLayerText(t) : "");
+        layer == 0 ||
+                (config.moe.isMoeLayer(int64_t(layer)) &&
+                 !config.moe.isMoeLayer(0) && layer == firstMoeLayer(config))
+            ? perLayerText(t, config.moe.isMoeLayer(int64_t(layer)))
+            : "");
   row(os, "embeddings and output layer", e.savedOtherBytes);
   os << llvm::formatv("recomputed: {0} ops, {1:F2} GFLOP per micro-batch; "
                       "the arena peaks at instruction {2} of {3}; {4} "

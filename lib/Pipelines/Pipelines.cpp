@@ -69,8 +69,13 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   mlir::mt::PlanGradientReductionPassOptions reduction;
   reduction.distributedOptimizer = options.distributedOptimizer;
   reduction.pipelineSize = options.pipelineSize;
-  // mt-annotate-shardings' grid dp x cp x tp.
-  reduction.contextAxis = options.contextParallelSize > 1 ? 1 : -1;
+  // mt-annotate-shardings' grid dp x cp x tp, or under expert parallelism
+  // over part of the data-parallel ranks edp x ep x tp: the buffer reduces
+  // over both of the first axes.
+  bool expertAxis = options.expertParallelSize > 1 &&
+                    options.expertParallelSize < options.dataParallelSize;
+  reduction.contextAxis =
+      options.contextParallelSize > 1 || expertAxis ? 1 : -1;
   reduction.bucketSize = options.gradientBucketSize;
   pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
   // Sequence shards, not gathered tensors, live until the backward pass.

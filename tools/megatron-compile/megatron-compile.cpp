@@ -395,6 +395,20 @@ static void printMoeActiveCount(const CompileConfig &config,
   os << formatv("active: {0} parameters per token ({1:F2}M) of {2} "
                 "({3:F2}M)\n",
                 active, active / 1e6, total, total / 1e6);
+  // Megatron-LM's expert-parallel ranks are data-parallel ranks: the
+  // experts split over ep of them, each expert whole on an
+  // expert-data-parallel group of the rest.
+  if (int64_t ep = moe.expertModelParallelSize; ep > 1) {
+    int64_t ranks =
+        config.parallel.dataParallelSize * config.parallel.contextParallelSize;
+    int64_t perRank = total - experts + experts / ep;
+    os << formatv("expert parallel: {0} expert{1} on each of {2} "
+                  "expert-parallel ranks, {3} parameters a rank ({4} of them "
+                  "experts; tensor parallelism splits them further); "
+                  "expert-data-parallel groups of {5} rank(s)\n",
+                  moe.numExperts / ep, moe.numExperts / ep == 1 ? "" : "s", ep,
+                  perRank, experts / ep, ranks / ep);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -500,15 +514,6 @@ int main(int argc, char **argv) {
   // Validation errors already start with the file:line:column or the flag.
   if (Error error = validateCompileConfig(*config))
     return fail(toString(std::move(error)));
-  // The memory report's Megatron-LM formula and the budget's search count
-  // dense MLPs (docs/MoE.md, what is left).
-  if (config->moe.enabled() &&
-      (report == ReportKind::Memory || memoryBudget.getNumOccurrences()))
-    return fail(Twine(report == ReportKind::Memory ? "--report memory"
-                                                   : "--memory-budget") +
-                " does not model mixture-of-experts layers yet (issue 25): "
-                "its estimates count dense MLPs; compile without it, or with "
-                "num_experts 0");
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);

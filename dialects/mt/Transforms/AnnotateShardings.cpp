@@ -17,9 +17,12 @@ using namespace mlir::mt;
 
 namespace {
 
-/// The grid axes of Megatron-LM's layout: data x tensor, or under context
+/// The grid axes of Megatron-LM's layout: data x tensor, under context
 /// parallelism data x context x tensor (Megatron-LM's order tp-cp-dp, the
-/// tensor axis fastest). The data axis is always first.
+/// tensor axis fastest), and under expert parallelism over part of the
+/// data-parallel ranks expert-data x expert x tensor (tp-ep-dp; the grid
+/// marks its expert axis, kExpertAxisAttrName). The data axis is always
+/// first, the tensor axis last.
 constexpr int16_t kDataAxis = 0;
 
 /// A parameter's role in tensor parallelism, from its Hugging Face name.
@@ -84,6 +87,18 @@ struct AnnotateShardingsPass
   int16_t tensorAxis = 1;
   /// -1 without context parallelism.
   int16_t contextAxis = -1;
+  /// The axis the routed experts split over: the data axis when every
+  /// data-parallel rank is an expert-parallel rank, else the expert axis of
+  /// the grid edp x ep x tp (-1 without expert parallelism).
+  int16_t expertAxis = -1;
+
+  /// Splits dimension `dim` of `axes` over the data-parallel ranks: the
+  /// data axis, and the expert axis too where it divides them.
+  void splitOverData(SmallVector<SmallVector<int16_t>> &axes, size_t dim) {
+    axes[dim].push_back(kDataAxis);
+    if (expertAxis > kDataAxis)
+      axes[dim].push_back(expertAxis);
+  }
 };
 
 } // namespace
@@ -232,7 +247,7 @@ void AnnotateShardingsPass::annotateSequenceShards(OpBuilder &builder,
       continue;
     SmallVector<SmallVector<int16_t>> axes(3);
     if (dataParallelSize > 1)
-      axes[0].push_back(kDataAxis);
+      splitOverData(axes, 0);
     if (contextAxis >= 0)
       axes[1].push_back(contextAxis);
     axes[1].push_back(tensorAxis);
@@ -255,15 +270,13 @@ void AnnotateShardingsPass::runOnOperation() {
                        << ") must be positive";
     return signalPassFailure();
   }
-  if (expertParallelSize > 1 && (expertParallelSize != dataParallelSize ||
-                                 contextParallelSize > 1)) {
-    module.emitError()
-        << "mt-annotate-shardings: expert-parallel-size "
-        << static_cast<int64_t>(expertParallelSize)
-        << " must equal data-parallel-size "
-        << static_cast<int64_t>(dataParallelSize)
-        << " without context parallelism (an expert-data-parallel group of "
-           "one rank); other layouts are not implemented yet (issue 25)";
+  if (expertParallelSize > 1 &&
+      (dataParallelSize % expertParallelSize != 0 || contextParallelSize > 1)) {
+    module.emitError() << "mt-annotate-shardings: expert-parallel-size "
+                       << static_cast<int64_t>(expertParallelSize)
+                       << " must divide data-parallel-size "
+                       << static_cast<int64_t>(dataParallelSize)
+                       << ", without context parallelism (issue 25)";
     return signalPassFailure();
   }
   if (cpCommType != "p2p" && cpCommType != "all_gather") {
@@ -280,9 +293,22 @@ void AnnotateShardingsPass::runOnOperation() {
     tensorAxis = 2;
     gridShape = {dataParallelSize, contextParallelSize, tensorParallelSize};
   }
+  if (expertParallelSize > 1)
+    expertAxis = kDataAxis;
+  // Expert parallelism over part of the data-parallel ranks: Megatron-LM's
+  // expert-data-parallel ranks outside, the expert-parallel ones inside
+  // (its rank order tp-ep-dp), the tokens split over both.
+  if (expertParallelSize > 1 && expertParallelSize < dataParallelSize) {
+    expertAxis = 1;
+    tensorAxis = 2;
+    gridShape = {dataParallelSize / expertParallelSize, expertParallelSize,
+                 tensorParallelSize};
+  }
   auto gridOp =
       shard::GridOp::create(builder, module.getLoc(), "grid", gridShape);
   grid = FlatSymbolRefAttr::get(gridOp.getSymNameAttr());
+  if (expertAxis > kDataAxis)
+    gridOp->setAttr(kExpertAxisAttrName, builder.getI64IntegerAttr(expertAxis));
 
   const bool sequenceShards = sequenceParallel && tensorParallelSize > 1;
   for (auto function : module.getOps<func::FuncOp>()) {
@@ -327,7 +353,7 @@ void AnnotateShardingsPass::runOnOperation() {
                 << static_cast<int64_t>(expertParallelSize);
             return signalPassFailure();
           }
-          axes[0].push_back(kDataAxis);
+          axes[0].push_back(expertAxis);
         }
         recordSplit(parameter, axes);
       } else {
@@ -335,7 +361,7 @@ void AnnotateShardingsPass::runOnOperation() {
         // rank, under context parallelism split along the sequence (as is
         // a pipeline stage's activation).
         if (type.getRank() >= 1 && dataParallelSize > 1)
-          axes[0].push_back(kDataAxis);
+          splitOverData(axes, 0);
         if (failed(splitSequence(argument.getLoc(), type, axes)))
           return signalPassFailure();
         sequenceShard = splitActivation(type, axes);
@@ -376,7 +402,7 @@ void AnnotateShardingsPass::runOnOperation() {
         builder.setInsertionPointAfter(positions);
         SmallVector<SmallVector<int16_t>> axes(positions.getType().getRank());
         if (dataParallelSize > 1)
-          axes[0].push_back(kDataAxis);
+          splitOverData(axes, 0);
         if (contextAxis >= 0 && axes.size() == 2) {
           axes[1].push_back(contextAxis);
           // The rank's positions are those of its load-balanced chunks.
@@ -408,12 +434,12 @@ void AnnotateShardingsPass::runOnOperation() {
         axes = *parameterAxes;
         if (expertParallelSize > 1 &&
             isRoutedExperts(parameter.getValue(), type))
-          axes[0].push_back(kDataAxis);
+          axes[0].push_back(expertAxis);
       } else {
         // Per-token results (predict_step's logits) stay with their data
         // rank's part of the batch, and their context rank's chunks.
         if (type.getRank() >= 1 && dataParallelSize > 1)
-          axes[0].push_back(kDataAxis);
+          splitOverData(axes, 0);
         if (failed(splitSequence(ret.getLoc(), type, axes)))
           return signalPassFailure();
         splitActivation(type, axes);

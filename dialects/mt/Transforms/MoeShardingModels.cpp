@@ -12,10 +12,12 @@
 // Expert weights whole on every rank have their gradients summed over the
 // ranks' tokens (an all-reduce that mt-plan-gradient-reduction defers, as
 // for every weight). Under expert parallelism (mt-annotate-shardings
-// {expert-parallel-size=N}) they are split by experts over the data axis:
-// the grouped linear layers then send each row to its expert's rank and
-// back with shard.all_to_all (partitionExpertParallel), and an expert's
-// gradient is whole on its rank, from every rank's rows. Under tensor
+// {expert-parallel-size=N}) they are split by experts over the data axis,
+// or over N < dp ranks over the grid's expert axis: the grouped linear
+// layers then send each row to its expert's rank in its expert-parallel
+// group and back with shard.all_to_all (partitionExpertParallel), and an
+// expert's gradient sums its group's rows, all-reduced over the
+// expert-data-parallel axis where the tokens split over it too. Under tensor
 // parallelism the experts' in and out dimensions split as a dense MLP's
 // (mt-annotate-shardings: gate and up by columns, down by rows, Megatron-LM's
 // expert-tensor-parallel group = the tensor-parallel group): the grouped
@@ -222,8 +224,15 @@ struct MoeTokenModel
     // the whole sequence's tokens as one rank does, and the experts'
     // tensor-parallel shards see every token (Megatron-LM gathers the
     // tokens over the expert-tensor-parallel group too, after routing).
-    llvm::erase_if(tokenAxes,
-                   [](GridAxis axis) { return axis != kDataGridAxis; });
+    // The tensor axis is the grid's last (mt-annotate-shardings); the
+    // others split the data-parallel ranks (under expert parallelism over
+    // part of them, the expert-data-parallel and expert-parallel axes).
+    auto gridOp = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, grid);
+    const GridAxis tensorAxis =
+        gridOp ? static_cast<GridAxis>(gridOp.getRank() - 1) : GridAxis(-1);
+    llvm::erase_if(tokenAxes, [&](GridAxis axis) {
+      return axis == tensorAxis && axis != kDataGridAxis;
+    });
     shard::ShardingArray array(loopCount(op));
     array[0].assign(tokenAxes.begin(), tokenAxes.end());
     if (expertValue()) {
@@ -315,25 +324,33 @@ struct MoeTokenModel
   }
 
   /// A grouped linear layer (or its weight gradient) whose experts are split
-  /// over the ranks that split the tokens: Megatron-LM's all-to-all token
-  /// dispatcher. Each rank's permuted rows go to their experts' ranks in one
-  /// block per rank (their experts sent ahead), are sorted by expert there,
-  /// meet the rank's experts, and the results return the same way. The
-  /// weight gradient of a rank's experts sums every rank's rows, so it needs
-  /// no reduction over the expert axis.
+  /// over some of the axes that split the tokens: Megatron-LM's all-to-all
+  /// token dispatcher within each expert-parallel group. Each rank's
+  /// permuted rows go to their experts' ranks in one block per rank (their
+  /// experts sent ahead), are sorted by expert there, meet the rank's
+  /// experts, and the results return the same way. The weight gradient of
+  /// a rank's experts sums its group's rows, so it needs no reduction over
+  /// the expert axes; over the token axes that do not split the experts
+  /// (the expert-data-parallel group) it is summed as a replicated weight's.
   static LogicalResult partitionExpertParallel(
       Operation *op, ArrayRef<Value> partitionedOperands, Sharding tokens,
       ArrayRef<GridAxis> tokenAxes, ArrayRef<GridAxis> expertAxes,
       ArrayRef<GridAxis> inAxes, IRMapping &partitionMap,
       SymbolTableCollection &symbolTable, OpBuilder &builder) {
     Location loc = op->getLoc();
-    if (!tokens || SmallVector<GridAxis>(tokenAxes) !=
-                       SmallVector<GridAxis>(expertAxes))
+    if (!tokens || !llvm::all_of(expertAxes, [&](GridAxis axis) {
+          return llvm::is_contained(tokenAxes, axis);
+        }))
       return op->emitOpError()
              << "splits the experts over grid axes [" << expertAxes
              << "] but the tokens over [" << tokenAxes
              << "]; expert parallelism dispatches each rank's tokens over "
-                "the axes that split them, so both must be split alike";
+                "the axes that split the experts, which must split the "
+                "tokens too";
+    SmallVector<GridAxis> replicaAxes =
+        llvm::filter_to_vector(tokenAxes, [&](GridAxis axis) {
+          return !llvm::is_contained(expertAxes, axis);
+        });
     FailureOr<int64_t> ranks =
         ranksAlong(op, tokens, expertAxes, symbolTable);
     if (failed(ranks))
@@ -408,11 +425,15 @@ struct MoeTokenModel
     if (grad.getTransposeWeight())
       std::swap(shape[1], shape[2]);
     auto local = RankedTensorType::get(shape, global.getElementType());
-    partitionMap.map(op->getResult(0),
-                     MoeGroupedLinearWeightGradOp::create(
-                         builder, loc, local, dispatch(partitionedOperands[0]),
-                         dispatch(partitionedOperands[1]), routing,
-                         grad.getTransposeWeightAttr()));
+    Value weightGrad = MoeGroupedLinearWeightGradOp::create(
+        builder, loc, local, dispatch(partitionedOperands[0]),
+        dispatch(partitionedOperands[1]), routing,
+        grad.getTransposeWeightAttr());
+    if (!replicaAxes.empty())
+      weightGrad =
+          shard::AllReduceOp::create(builder, loc, weightGrad, grid.getValue(),
+                                     replicaAxes, shard::ReductionKind::Sum);
+    partitionMap.map(op->getResult(0), weightGrad);
     return success();
   }
 };

@@ -50,6 +50,10 @@ inline constexpr llvm::StringLiteral kAuxLossResultName = "aux_loss";
 /// "Context parallelism"), which the attention's partition turns into
 /// mt.attention_block over the gathered keys and values.
 inline constexpr llvm::StringLiteral kContextAxisAttrName = "mt.context_axis";
+/// On the grid (mt-annotate-shardings): the expert-parallel axis where
+/// expert parallelism splits part of the data-parallel ranks (the grid
+/// edp x ep x tp, docs/MoE.md).
+inline constexpr llvm::StringLiteral kExpertAxisAttrName = "mt.expert_axis";
 /// On a partitioned mt.position_ids with mt.context_axis: the size of that
 /// axis; the bundle writes both as position_ids' context_axis and
 /// context_size.

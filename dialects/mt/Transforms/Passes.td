@@ -209,7 +209,9 @@ def AnnotateShardingsPass : Pass<"mt-annotate-shardings", "::mlir::ModuleOp"> {
     Option<"expertParallelSize", "expert-parallel-size", "int64_t", "1",
            "Megatron-LM's --expert-model-parallel-size: above 1 the routed "
            "experts' weights ([E, ...], `.mlp.experts.`) are split by "
-           "experts over the data axis, whose size it must equal here">
+           "experts over the data axis where it equals data-parallel-size, "
+           "else over an expert axis: the grid is then (data-parallel-size "
+           "/ N) x N x tensor, the tokens split over both first axes">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect", "::mlir::shard::ShardDialect"];
 }

@@ -161,10 +161,11 @@ static void eraseIfDead(Operation *op) {
 }
 
 /// Whether the parameter's declaration (mt-annotate-shardings'
-/// mt.split_axes) splits it over the data axis (0): expert parallelism's
-/// routed experts.
-static bool splitsOverDataAxis(func::FuncOp function,
-                               FlatSymbolRefAttr parameter) {
+/// mt.split_axes) splits it over one of the buffer's `axes`: expert
+/// parallelism's routed experts.
+static bool splitsOverBufferAxes(func::FuncOp function,
+                                 FlatSymbolRefAttr parameter,
+                                 ArrayRef<int16_t> axes) {
   auto module = function->getParentOfType<ModuleOp>();
   Operation *declaration =
       module ? SymbolTable::lookupSymbolIn(module, parameter) : nullptr;
@@ -174,9 +175,10 @@ static bool splitsOverDataAxis(func::FuncOp function,
   if (!dims)
     return false;
   for (Attribute dim : dims)
-    if (auto axes = dyn_cast<DenseI16ArrayAttr>(dim))
-      if (llvm::is_contained(axes.asArrayRef(), int16_t(0)))
-        return true;
+    if (auto dimAxes = dyn_cast<DenseI16ArrayAttr>(dim))
+      for (int16_t axis : axes)
+        if (llvm::is_contained(dimAxes.asArrayRef(), axis))
+          return true;
   return false;
 }
 
@@ -192,10 +194,12 @@ PlanGradientReductionPass::deferReductions(func::FuncOp function,
         result.getOperandNumber(), "mt.gradient");
     if (!parameter)
       continue;
-    // Expert parallelism splits the routed experts over the data axis: a
-    // rank's experts have whole gradients from every rank's tokens (the
-    // all-to-all dispatch), so they stay out of the data-parallel buffer.
-    if (splitsOverDataAxis(function, parameter))
+    // Expert parallelism splits the routed experts over a buffer axis: a
+    // rank's experts have whole gradients from its expert-parallel group's
+    // tokens (the all-to-all dispatch), summed over the expert-data-parallel
+    // group in the step where there is one, so they stay out of the
+    // data-parallel buffer (the optimizer steps them whole on their ranks).
+    if (splitsOverBufferAxes(function, parameter, axes))
       continue;
     auto type = cast<RankedTensorType>(result.get().getType());
     gradients.push_back({parameter, type});

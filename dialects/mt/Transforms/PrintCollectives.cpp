@@ -314,8 +314,18 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
   }
   ArrayRef<int64_t> grid = grids.front().getShape();
   const int16_t kTensorAxis = tensorAxisOf(grid);
-  const int16_t kContextAxis = contextAxisOf(grid);
-  if (kContextAxis >= 0)
+  // Expert parallelism over part of the data-parallel ranks: the second
+  // axis is the expert-parallel one (mt-annotate-shardings marks it), and
+  // with the first it makes the data-parallel ranks.
+  const auto expertAttr =
+      grids.front()->getAttrOfType<IntegerAttr>(kExpertAxisAttrName);
+  const int16_t kExpertAxis =
+      expertAttr ? static_cast<int16_t>(expertAttr.getInt()) : -1;
+  const int16_t kContextAxis = kExpertAxis >= 0 ? -1 : contextAxisOf(grid);
+  if (kExpertAxis >= 0)
+    os << "grid " << grid[0] << " x " << grid[1] << " x " << grid[2]
+       << " (expert-data x expert x tensor)";
+  else if (kContextAxis >= 0)
     os << "grid " << grid[0] << " x " << grid[1] << " x " << grid[2]
        << " (data x context x tensor)";
   else
@@ -356,7 +366,8 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       continue;
     os << "\n" << function.getSymName() << ":\n";
     int64_t tensorBytes = 0, dataBytes = 0, contextBytes = 0, index = 0,
-            gradientBytes = 0, expertBytes = 0, expertCalls = 0;
+            gradientBytes = 0, expertBytes = 0, expertCalls = 0,
+            expertDataBytes = 0;
     for (unsigned i = 0; i < function.getNumResults(); ++i)
       if (function.getResultAttr(i, "mt.gradient"))
         gradientBytes +=
@@ -379,6 +390,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
         axisNames += (axisNames.empty() ? "" : "+") +
                      std::string(axis == kDataAxis      ? "data"
                                  : axis == kContextAxis ? "context"
+                                 : axis == kExpertAxis  ? "expert"
                                                         : "tensor");
       os << llvm::format("  %3lld  %-14s %-12s %-18s %12lld\n",
                          static_cast<long long>(++index), kind.str().c_str(),
@@ -392,16 +404,28 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
         ++expertCalls;
         return;
       }
+      // With an expert axis, a reduction over the data axis alone is an
+      // expert's gradient over its expert-data-parallel group (the
+      // buffer and the losses span both axes).
+      if (kExpertAxis >= 0 && axes.size() == 1 && axes[0] == kDataAxis) {
+        expertDataBytes += bytes;
+        return;
+      }
       for (int16_t axis : axes)
-        (axis == kTensorAxis    ? tensorBytes
-         : axis == kContextAxis ? contextBytes
-                                : dataBytes) += bytes;
+        if (axis != kExpertAxis || !llvm::is_contained(axes, kDataAxis))
+          (axis == kTensorAxis    ? tensorBytes
+           : axis == kContextAxis ? contextBytes
+                                  : dataBytes) += bytes;
     });
     if (expertCalls)
       os << "  expert-parallel: " << expertBytes << " bytes in "
          << expertCalls
          << " all_to_all (each grouped linear layer sends its rows to their "
             "experts' ranks and back, its routing ahead of them)\n";
+    if (expertDataBytes)
+      os << "  expert-data-parallel: " << expertDataBytes
+         << " bytes (the experts' gradients, all-reduced over their "
+            "expert-data-parallel group in each micro-batch's step)\n";
     // The ring's exchanges (shard.shift) and the gathers of keys and values
     // over the context axis: no Megatron-LM figure to set them against.
     if (kContextAxis >= 0)
@@ -442,7 +466,7 @@ void mt::printCollectives(ModuleOp module, llvm::raw_ostream &os) {
       for (int16_t axis : groupAxes)
         groupRanks *= grid[axis];
       printBufferPrediction(
-          function, withContext ? groupRanks : grid[0],
+          function, withContext || kExpertAxis >= 0 ? groupRanks : grid[0],
           withContext ? contextBytes : dataBytes,
           withContext ? "data x context-parallel" : "data-parallel",
           gradientBytesOf, os);

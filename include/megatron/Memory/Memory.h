@@ -74,6 +74,18 @@ struct MemoryEstimate {
   int64_t recomputedOps = 0;
   double recomputedFlops = 0;
 
+  /// Mixture of experts (docs/MoE.md): the rank's routed-expert elements
+  /// (of parameterElements: E / ep experts of each MoE layer, their
+  /// expert-tensor-parallel shard), the bytes saved for the backward pass
+  /// by the MoE layers' row values (permuted, dispatched and expert rows,
+  /// of savedBytesByLayer), and the all-to-all results of one micro-batch
+  /// under expert parallelism: their count, total and largest.
+  int64_t expertParameterElements = 0;
+  int64_t savedMoeRowBytes = 0;
+  int64_t allToAlls = 0;
+  int64_t allToAllBytes = 0;
+  int64_t largestAllToAllBytes = 0;
+
   /// Pipelines: the pipeline rank (-1 without) and its virtual stages.
   /// activationBytes is then `arenaBytes`, the arena the rank's stage
   /// functions (forward, backward, eval) share, the largest of theirs

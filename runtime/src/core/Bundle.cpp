@@ -133,6 +133,21 @@ int64_t gridGroupIndex(const std::vector<int64_t> &shape,
   return index;
 }
 
+std::vector<int64_t> gridDataAxes(const std::vector<int64_t> &shape,
+                                  bool pipelined, int64_t dataParallelSize) {
+  const int64_t data = pipelined ? 1 : 0;
+  if (static_cast<int64_t>(shape.size()) < data + 2)
+    return {};
+  if (shape[data] == dataParallelSize || shape.size() != size_t(data + 3))
+    return {data};
+  // Three axes after the pipeline's: data x context x tensor under context
+  // parallelism (the data axis holds every data-parallel rank), else
+  // expert-data-parallel x expert-parallel x tensor.
+  if (shape[data] * shape[data + 1] == dataParallelSize)
+    return {data, data + 1};
+  return {data};
+}
+
 std::vector<int64_t> shardOffsets(const Parameter &parameter,
                                   const std::vector<int64_t> &gridShape,
                                   const std::vector<int64_t> &coordinates) {

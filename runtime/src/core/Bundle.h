@@ -437,6 +437,13 @@ int64_t gridGroupSize(const std::vector<int64_t> &shape,
 int64_t gridGroupIndex(const std::vector<int64_t> &shape,
                        const std::vector<int64_t> &coordinates,
                        const std::vector<int64_t> &axes);
+/// The grid axes of the data-parallel ranks, the first slowest: the data
+/// axis after the pipeline axis (`pipelined`), and the next one too where
+/// the data axis alone is smaller than `dataParallelSize` (expert
+/// parallelism over part of the data-parallel ranks: the grid
+/// [edp, ep, tp], docs/MoE.md). Empty when the grid has no such axes.
+std::vector<int64_t> gridDataAxes(const std::vector<int64_t> &shape,
+                                  bool pipelined, int64_t dataParallelSize);
 /// Per dimension, the offset of the shard of `parameter` that the rank at
 /// `coordinates` holds in the global tensor.
 std::vector<int64_t> shardOffsets(const Parameter &parameter,

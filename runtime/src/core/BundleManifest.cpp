@@ -1240,7 +1240,7 @@ void ManifestReader::readGradientBuffers(const Json &json,
     }
     // A parameter split over the buffer's data axis (expert parallelism's
     // experts) has whole gradients on its rank, reduced by nothing; the
-    // replicated optimizer steps it there.
+    // optimizer (the distributed one too) steps it there whole.
     auto splitOverBuffer = [&](const Parameter &parameter) {
       for (const std::vector<int64_t> &axes : parameter.splitAxes)
         for (int64_t axis : axes)
@@ -1251,15 +1251,14 @@ void ManifestReader::readGradientBuffers(const Json &json,
     };
     for (size_t p = 0; p < parameters.size(); ++p)
       if (parameters[p].heldOnPipelineRank(out.pipelineRank) && !listed[p] &&
-          (distributed || !splitOverBuffer(parameters[p])))
+          !splitOverBuffer(parameters[p]))
         fail(member(at, "parameters"),
              "no entry for parameter " + std::to_string(p) + " ('" +
                  parameters[p].name + "') of pipeline rank " +
                  std::to_string(out.pipelineRank),
              "every parameter of the rank but those split over the buffer's "
-             "grid axes (expert parallelism's experts, without the "
-             "distributed optimizer): its data-parallel gradient reduction "
-             "runs only in the buffer");
+             "grid axes (expert parallelism's experts): its data-parallel "
+             "gradient reduction runs only in the buffer");
     bundle.gradientBuffers_.push_back(std::move(out));
   }
 }
@@ -1326,12 +1325,25 @@ void ManifestReader::readGradientBuffer(const Json &json,
                      kMaxElements);
   int64_t group = gridGroupSize(grid_, out.gridAxes);
   if (out.distributedOptimizer && out.pipelineRank < 0) {
+    // Expert parallelism's experts, split over the buffer's axes, are
+    // stepped whole on their ranks (DistributedOptimizer's local
+    // parameters).
+    auto splitOverBuffer = [&](const Parameter &parameter) {
+      for (const std::vector<int64_t> &axes : parameter.splitAxes)
+        for (int64_t axis : axes)
+          if (std::find(out.gridAxes.begin(), out.gridAxes.end(), axis) !=
+              out.gridAxes.end())
+            return true;
+      return false;
+    };
     for (size_t p = 0; p < parameters.size(); ++p)
-      if (!listed[p])
-        fail(parametersAt, "no entry for parameter " + std::to_string(p) +
-                               " ('" + parameters[p].name + "')",
-             "every parameter: the distributed optimizer updates parameters "
-             "through the buffer");
+      if (!listed[p] && !splitOverBuffer(parameters[p]))
+        fail(parametersAt,
+             "no entry for parameter " + std::to_string(p) + " ('" +
+                 parameters[p].name + "')",
+             "every parameter but those split over the buffer's grid axes "
+             "(expert parallelism's experts): the distributed optimizer "
+             "updates parameters through the buffer");
     if (out.size % group != 0)
       fail(member(path, "size"), std::to_string(out.size),
            "a multiple of the " + std::to_string(group) +

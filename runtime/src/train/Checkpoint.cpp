@@ -101,17 +101,25 @@ void writeDurably(const std::string &path, const std::string &what,
 
 /// The names of the grid's axes: [dp, tp]; a pipeline's [pp, dp, tp];
 /// under context parallelism [dp, cp, tp], or [pp, dp, cp, tp] with a
-/// pipeline (the bundle's grids, docs/BundleFormat.md).
+/// pipeline; under expert parallelism over part of the data-parallel ranks
+/// [edp, ep, tp] ("data", "expert", "tensor"), or with a pipeline
+/// [pp, edp, ep, tp] (the bundle's grids, docs/BundleFormat.md).
 std::vector<std::string> gridAxisNames(const CheckpointState &s) {
+  const bool pipelined = s.pipelineModelParallelSize > 1;
+  // Expert parallelism over part of the data-parallel ranks splits the
+  // data axis in two: [edp, ep] in place of [dp] (docs/MoE.md).
+  const bool expert =
+      gridDataAxes(s.grid, pipelined, s.dataParallelSize).size() == 2;
+  const char *second = expert ? "expert" : "context";
   switch (s.grid.size()) {
   case 2:
     return {"data", "tensor"};
   case 3:
-    if (s.pipelineModelParallelSize > 1)
+    if (pipelined)
       return {"pipeline", "data", "tensor"};
-    return {"data", "context", "tensor"};
+    return {"data", second, "tensor"};
   case 4:
-    return {"pipeline", "data", "context", "tensor"};
+    return {"pipeline", "data", second, "tensor"};
   default:
     return {};
   }
@@ -131,6 +139,8 @@ std::string shardFileName(const CheckpointState &s, int64_t rank) {
         pp = c[a];
       else if (names[a] == "data")
         dp = c[a];
+      else if (names[a] == "expert") // the data rank over [edp, ep]
+        dp = dp * s.grid[a] + c[a];
       else if (names[a] == "tensor")
         tp = c[a];
       else if (names[a] == "context")

@@ -72,6 +72,15 @@ public:
   bool distributed() const { return layout_.distributedOptimizer; }
   /// The grid axes of the group that shares the buffer.
   const std::vector<int64_t> &gridAxes() const { return layout_.gridAxes; }
+  /// Whether parameter `i`'s gradient is in the buffer (expert
+  /// parallelism's experts are not: their gradients are whole on the
+  /// rank's expert-parallel group).
+  bool contains(size_t i) const {
+    for (int64_t p : layout_.parameters)
+      if (p == static_cast<int64_t>(i))
+        return true;
+    return false;
+  }
 
   /// Packs the store's gradients, runs reduce_gradients. Without the
   /// distributed optimizer the sum goes back into the store's gradients;

@@ -27,6 +27,17 @@ DistributedOptimizer::DistributedOptimizer(host::ParameterStore &parameters,
     *t = host::Tensor(parameters.floatType(), {buffer.shardSize()});
     std::memset(t->buffer.data(), 0, t->buffer.size());
   }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!parameters.holds(i) || buffer.contains(i))
+      continue;
+    local_.push_back(i);
+    for (auto *moments : {&localExpAvg_, &localExpAvgSq_}) {
+      const host::Tensor &value = parameters.value(i);
+      moments->emplace_back(value.dtype, value.shape);
+      std::memset(moments->back().buffer.data(), 0,
+                  moments->back().buffer.size());
+    }
+  }
 }
 
 OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
@@ -38,13 +49,16 @@ OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
 
 bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
                                                  int64_t iteration) {
-  host::Tensor &shard = buffer_.shard();
-  bool found =
-      shard.dtype == DType::F64
-          ? host::scaleAndCheckFinite<double>(pool_, shard.numElements(),
-                                              shard.data<double>(), factor)
-          : host::scaleAndCheckFinite<float>(pool_, shard.numElements(),
-                                             shard.data<float>(), factor);
+  auto check = [&](host::Tensor &g) {
+    return g.dtype == DType::F64
+               ? host::scaleAndCheckFinite<double>(pool_, g.numElements(),
+                                                   g.data<double>(), factor)
+               : host::scaleAndCheckFinite<float>(pool_, g.numElements(),
+                                                  g.data<float>(), factor);
+  };
+  bool found = check(buffer_.shard());
+  for (size_t i : local_)
+    found |= check(parameters_.gradient(i));
   return foundOnAnyRank(found, &rank_, iteration);
 }
 
@@ -54,8 +68,12 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   host::Tensor &shard = buffer_.shard();
   T *g = shard.data<T>();
   int64_t n = shard.numElements();
-  if (gradScale != 1.0)
+  if (gradScale != 1.0) {
     host::scaleInPlace<T>(pool_, n, g, gradScale);
+    for (size_t i : local_)
+      host::scaleInPlace<T>(pool_, parameters_.gradient(i).numElements(),
+                            parameters_.gradient(i).data<T>(), gradScale);
+  }
 
   // The data-parallel ranks hold distinct ranges of the buffer; along the
   // other axes, replicas of a parameter that is not split count once.
@@ -65,6 +83,12 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
                      buffer_.gridAxes()))
       squares +=
           host::sumOfSquares<T>(pool_, piece.count, g + piece.shardOffset);
+  // A parameter outside the buffer counts on one of its replicas.
+  for (size_t i : local_)
+    if (countsInNorm(parameters_.info(i), rank_.coordinates(), {}))
+      squares +=
+          host::sumOfSquares<T>(pool_, parameters_.gradient(i).numElements(),
+                                parameters_.gradient(i).data<T>());
   std::string label = "gradient norm of iteration " + std::to_string(iteration);
   rank_.world().allReduce<double>(&squares, &squares, 1, comm::ReduceOp::Sum,
                                   comm::CallInfo{label, iteration});
@@ -72,8 +96,12 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   result.gradNorm = std::sqrt(squares);
   checkGradNorm(result.gradNorm, iteration);
   double coefficient = clipCoefficient(config_, result.gradNorm);
-  if (coefficient < 1.0)
+  if (coefficient < 1.0) {
     host::scaleInPlace<T>(pool_, n, g, coefficient);
+    for (size_t i : local_)
+      host::scaleInPlace<T>(pool_, parameters_.gradient(i).numElements(),
+                            parameters_.gradient(i).data<T>(), coefficient);
+  }
 
   host::AdamWParams adam = adamParams(config_, iteration);
   result.learningRate = adam.lr;
@@ -85,6 +113,16 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
                        g + piece.shardOffset,
                        expAvg_.data<T>() + piece.shardOffset,
                        expAvgSq_.data<T>() + piece.shardOffset, adam);
+  }
+  for (size_t k = 0; k < local_.size(); ++k) {
+    size_t i = local_[k];
+    adam.weightDecay =
+        parameters_.info(i).weightDecay ? config_.weightDecay : 0;
+    host::Tensor &value = parameters_.value(i);
+    host::adamwStep<T>(pool_, value.numElements(), value.data<T>(),
+                       parameters_.gradient(i).data<T>(),
+                       localExpAvg_[k].data<T>(), localExpAvgSq_[k].data<T>(),
+                       adam);
   }
   buffer_.gatherParameters();
   return result;

@@ -28,6 +28,12 @@ class DataParallelBuffer;
 ///
 /// The formulas are Optimizer's, element by element, so parameters differ
 /// from the replicated optimizer's only through the norm's summation order.
+/// Parameters the buffer leaves out (expert parallelism's experts, whose
+/// gradients are whole on every rank that holds them) are stepped whole
+/// from the store's gradients, with moments of their own: the rank's
+/// `localParameters()`. (Megatron-Core shards them over the
+/// expert-data-parallel group in a buffer of their own; here their moments
+/// are whole on each replica.)
 ///
 /// Thread-safety: none; the rank's thread drives it.
 class DistributedOptimizer {
@@ -49,9 +55,17 @@ public:
   /// save and restore them.
   host::Tensor &expAvg() { return expAvg_; }
   host::Tensor &expAvgSq() { return expAvgSq_; }
+  /// The parameters outside the buffer that the rank steps whole, and their
+  /// moments (by position in localParameters()).
+  const std::vector<size_t> &localParameters() const { return local_; }
+  host::Tensor &localExpAvg(size_t k) { return localExpAvg_[k]; }
+  host::Tensor &localExpAvgSq(size_t k) { return localExpAvgSq_[k]; }
   /// The bytes of AdamW's moments this rank holds.
   size_t stateBytes() const {
-    return expAvg_.buffer.size() + expAvgSq_.buffer.size();
+    size_t bytes = expAvg_.buffer.size() + expAvgSq_.buffer.size();
+    for (size_t k = 0; k < local_.size(); ++k)
+      bytes += localExpAvg_[k].buffer.size() + localExpAvgSq_[k].buffer.size();
+    return bytes;
   }
 
 private:
@@ -63,6 +77,8 @@ private:
   OptimizerConfig config_;
   comm::RankContext &rank_;
   host::Tensor expAvg_, expAvgSq_;
+  std::vector<size_t> local_;
+  std::vector<host::Tensor> localExpAvg_, localExpAvgSq_;
 };
 
 } // namespace mtrt::train

@@ -144,17 +144,23 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
               shapeString(bundle.gridShape()) + " but the rank's is " +
               shapeString(rank_->gridShape()));
     // A pipeline bundle's grid is [pp, dp, tp], the others' [dp, tp] (with
-    // the context axis before the tensor axis under context parallelism).
-    size_t dataAxis = bundle.pipeline() ? 1 : 0;
-    if (model.dataParallelSize > 1 &&
-        bundle.gridShape()[dataAxis] != model.dataParallelSize)
+    // the context axis before the tensor axis under context parallelism;
+    // under expert parallelism over part of the data-parallel ranks the
+    // data axis is two, [edp, ep]).
+    std::vector<int64_t> dataAxes =
+        gridDataAxes(bundle.gridShape(), bundle.pipeline() != nullptr,
+                     model.dataParallelSize);
+    int64_t dataRanks = gridGroupSize(bundle.gridShape(), dataAxes);
+    if (model.dataParallelSize > 1 && dataRanks != model.dataParallelSize)
       invalid("bundle '" + bundle.name() + "': model.data_parallel_size is " +
-              std::to_string(model.dataParallelSize) + " but the grid's axis " +
-              std::to_string(dataAxis) +
-              " (the data-parallel ranks) has size " +
-              std::to_string(bundle.gridShape()[dataAxis]) + "; recompile it");
+              std::to_string(model.dataParallelSize) + " but the grid " +
+              shapeString(bundle.gridShape()) + " has " +
+              std::to_string(dataRanks) + " data-parallel ranks; recompile it");
     dataParallel_ = model.dataParallelSize;
-    dataRank_ = dataParallel_ > 1 ? rank_->coordinates()[dataAxis] : 0;
+    dataRank_ =
+        dataParallel_ > 1
+            ? gridGroupIndex(bundle.gridShape(), rank_->coordinates(), dataAxes)
+            : 0;
   }
   if (!runsRanks &&
       (model.tensorModelParallelSize != 1 ||

@@ -142,6 +142,22 @@ storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
         tensors.push_back(std::move(t));
       }
     }
+    // Parameters outside the buffer (expert parallelism's experts): their
+    // moments whole on the rank, saved as the parameter is.
+    const std::vector<size_t> &local = distributed->localParameters();
+    for (size_t k = 0; k < local.size(); ++k) {
+      size_t i = local[k];
+      held[i] = true;
+      for (auto [prefix, tensor] :
+           {std::pair<const char *, host::Tensor *>{
+                "optimizer/exp_avg/", &distributed->localExpAvg(k)},
+            {"optimizer/exp_avg_sq/", &distributed->localExpAvgSq(k)}}) {
+        CheckpointTensor t = shards[i];
+        t.name = prefix + store.info(i).name;
+        t.data = tensor->data<float>();
+        tensors.push_back(std::move(t));
+      }
+    }
     for (size_t i = 0; i < held.size(); ++i)
       if (!held[i])
         for (const char *prefix : {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"}) {

@@ -81,6 +81,22 @@ TEST(BundleGridTest, GridHelpers) {
             (std::vector<int64_t>{0, 4}));
 }
 
+TEST(BundleGridTest, DataAxesSplitUnderExpertParallelismOnly) {
+  using Axes = std::vector<int64_t>;
+  // [dp, tp]; [dp, cp, tp] (the data axis holds every data-parallel rank);
+  // [dp / ep, ep, tp] (expert parallelism over part of them: both axes).
+  EXPECT_EQ(gridDataAxes({4, 2}, false, 4), Axes{0});
+  EXPECT_EQ(gridDataAxes({4, 2, 1}, false, 4), Axes{0});
+  EXPECT_EQ(gridDataAxes({1, 2, 1}, false, 1), Axes{0});
+  EXPECT_EQ(gridDataAxes({2, 2, 1}, false, 4), (Axes{0, 1}));
+  EXPECT_EQ(gridDataAxes({4, 2, 2}, false, 8), (Axes{0, 1}));
+  // Pipelines put their axis first.
+  EXPECT_EQ(gridDataAxes({2, 4, 1}, true, 4), Axes{1});
+  EXPECT_EQ(gridDataAxes({2, 4, 2, 1}, true, 4), Axes{1});
+  EXPECT_EQ(gridDataAxes({2, 2, 2, 1}, true, 4), (Axes{1, 2}));
+  EXPECT_EQ(gridDataAxes({}, false, 1), Axes{});
+}
+
 TEST(BundleGridTest, BadGrids) {
   Json m = gridManifest();
   m["grid"] = {{"shape", {2, 0}}};

@@ -127,6 +127,30 @@ TEST(HostMoeKernelsTest, CapacityKeepsTheHighestWeightsOrTheFirstTokens) {
   EXPECT_NEAR(probs[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-15);
 }
 
+TEST(HostMoeKernelsTest, CapacityTiesKeepTheEarlierToken) {
+  // Dropping by weight ranks an expert's slots by (weight, token position):
+  // 4 tokens with equal logits, top-1 of 2 experts, capacity 1 each. Every
+  // token prefers expert 0 (ties to the lower expert) with the same weight,
+  // so token 0 is kept, whatever order the tokens were scored in; with a
+  // logit 1e-9 higher, token 2 takes the place.
+  std::vector<double> logits = {1, 0, 1, 0, 1, 0, 1, 0};
+  MoeRouter router;
+  router.tokens = 4;
+  router.experts = 2;
+  router.topk = 1;
+  router.normalize = false;
+  router.capacityFactor = 0.5;
+  std::vector<double> probs(4);
+  std::vector<int32_t> indices(4);
+  moeRouteForward<double>(pool(), router, logits.data(), probs.data(),
+                          indices.data());
+  EXPECT_EQ(indices, (std::vector<int32_t>{0, -1, -1, -1}));
+  logits[4] = 1.0 + 1e-9;
+  moeRouteForward<double>(pool(), router, logits.data(), probs.data(),
+                          indices.data());
+  EXPECT_EQ(indices, (std::vector<int32_t>{-1, -1, 0, -1}));
+}
+
 TEST(HostMoeKernelsTest, TopKTiesGoToTheLowerExpert) {
   std::vector<double> logits = {0.5, 0.5, 0.5};
   MoeRouter router;
