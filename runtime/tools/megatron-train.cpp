@@ -119,9 +119,11 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
 /// without or with a CUDA graph (ContextOptions::cudaGraphs's default);
-/// MTRT_PEER_COLLECTIVES=1 runs --in-process-ranks' collectives as kernels
-/// reading the peers' buffers (ContextOptions::peerCollectives; with
-/// CUDA_MODULE_LOADING=EAGER their steps are captured as CUDA graphs).
+/// MTRT_PEER_COLLECTIVES=0 stages --in-process-ranks' collectives through
+/// the host instead of running them as kernels reading the peers' buffers
+/// (ContextOptions::peerCollectives, on by default; their steps are then
+/// captured as CUDA graphs, for which run() sets CUDA_MODULE_LOADING=EAGER
+/// and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they are set).
 std::unique_ptr<GpuTrainer>
 makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
                const mtrt::train::TrainCommand &c,
@@ -144,7 +146,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.cudnnAttention = !disabled("MTRT_CUDA_CUDNN_ATTENTION");
   device.hopperAttention = !disabled("MTRT_CUDA_HOPPER_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
-  device.peerCollectives = enabled("MTRT_PEER_COLLECTIVES");
+  device.peerCollectives = !disabled("MTRT_PEER_COLLECTIVES");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");
   device.device = deviceIndex;
@@ -350,6 +352,13 @@ int run(int argc, char **argv) {
     checkPrecisionMatchesBundle(command, command.bundlePath,
                                 bundle.model().precision);
   if (command.inProcessRanks) {
+    // Read when CUDA starts (the first trainer): PeerGroup's barrier
+    // kernels in CUDA graphs need every module loaded up front and the most
+    // hardware queues (cuda/PeerCollective.h). A value set stays.
+    if (command.backend == "cuda") {
+      setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+      setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+    }
     trainInProcessRanks(bundle, corpus, command);
     return 0;
   }

@@ -63,11 +63,10 @@ struct ContextOptions {
   /// In-process ranks sharing this GPU run their all-reduces, all-gathers,
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
-  /// captured in CUDA graphs) instead of staging them through the host
-  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default while a
-  /// pipeline layout replayed as CUDA graphs can hang (bench/NOTES.md,
-  /// session 19; docs/Parallelism.md, "In-process ranks on one GPU").
-  bool peerCollectives = false;
+  /// and CUDA_DEVICE_MAX_CONNECTIONS=32 captured in CUDA graphs) instead of
+  /// staging them through the host (off: MTRT_PEER_COLLECTIVES=0 in
+  /// megatron-train; docs/Parallelism.md, "In-process ranks on one GPU").
+  bool peerCollectives = true;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

@@ -171,14 +171,16 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     }
   }
 
+  // Known before the rank instructions are prepared: a function captured
+  // with PeerGroup's barriers gets no communication stream.
+  if (context_.options().cudaGraphs)
+    if (std::optional<std::string> obstacle = graphObstacle())
+      graphOff_ = *obstacle;
   prepareRankInstructions();
   prepareMoe();
   stepped_.assign(fn.instructions.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position)
     stepped_[position] = usesStep(fn.instructions[position]);
-  if (context_.options().cudaGraphs)
-    if (std::optional<std::string> obstacle = graphObstacle())
-      graphOff_ = *obstacle;
 }
 
 std::vector<float *> Executor::gradientSlots() const {
@@ -640,6 +642,16 @@ std::optional<std::string> Executor::graphObstacle() const {
              " over in-process ranks is captured only with "
              "CUDA_MODULE_LOADING=EAGER (its barrier kernels wait for the "
              "peers', which a lazily loaded kernel could hold up)";
+    int queues = PeerGroup::hardwareQueues();
+    if (queues < PeerGroup::kGraphHardwareQueues)
+      return where(position) + ": " + opName(inst.op) +
+             " over in-process ranks is captured only with "
+             "CUDA_DEVICE_MAX_CONNECTIONS=" +
+             std::to_string(PeerGroup::kGraphHardwareQueues) + " (it is " +
+             std::to_string(queues) +
+             "; its barrier kernels wait for the peers' graphs, which a "
+             "stream sharing a hardware queue with a spinning barrier could "
+             "hold up)";
   }
   return std::nullopt;
 }

@@ -112,8 +112,10 @@ public:
   /// its start and its wait, as the bundle's memory plan allows
   /// (docs/BundleFormat.md); an unsplit one is read at once. A function
   /// whose collectives are all PeerGroup's is captured in a CUDA graph like
-  /// a one-rank function, the communication stream forked and joined inside
-  /// the capture; with NCCL it runs without one (NcclCommunicator's
+  /// a one-rank function, its collectives then on the compute stream (no
+  /// communication stream: each rank's graph is one chain on one hardware
+  /// queue, which PeerGroup's barriers need); with NCCL it runs without
+  /// one (NcclCommunicator's
   /// watchdog records and queries an event per call, which a capture
   /// cannot hold).
   ///

@@ -129,6 +129,20 @@ bool PeerGroup::eagerModuleLoading() {
   return mode && std::string(mode) == "EAGER";
 }
 
+int PeerGroup::hardwareQueues() {
+  const char *text = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (!text || !*text)
+    return 8;
+  char *end = nullptr;
+  long queues = std::strtol(text, &end, 10);
+  if (*end || queues < 1 || queues > kGraphHardwareQueues)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                std::string("CUDA_DEVICE_MAX_CONNECTIONS is '") + text +
+                    "'; it must be a whole number from 1 to " +
+                    std::to_string(kGraphHardwareQueues));
+  return static_cast<int>(queues);
+}
+
 void PeerGroup::checkLaunch(const std::string &what) const {
   cudaError_t launch = cudaGetLastError();
   if (launch != cudaSuccess)

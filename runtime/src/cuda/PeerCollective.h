@@ -55,6 +55,19 @@ namespace mtrt::cuda {
 /// Every rank of the group must run a call the same way (all eagerly, or
 /// all captured); the exchange refuses a mix.
 ///
+/// A barrier completes only if the peers' work can start while it spins,
+/// and CUDA gives no such promise between streams that share a hardware
+/// work queue: the streams of a process take its CUDA_DEVICE_MAX_CONNECTIONS
+/// queues (8 by default) in turn, and a queue runs its work in the order it
+/// was enqueued, so a peer's graph enqueued behind this rank's kernels after
+/// a spinning barrier never starts (the TP2 x PP2 x DP2 hang of
+/// bench/NOTES.md, session 19: 8 ranks, 32 streams, 8 queues). An eager
+/// call cannot hang so, as it waits only for events its peers recorded
+/// before. Hence graphs with barriers only with the most queues,
+/// kGraphHardwareQueues, and each rank's graph one chain on the rank's one
+/// stream (cuda::Executor keeps such functions' collectives on the compute
+/// stream).
+///
 /// Thread-safety: one call at a time per rank; the ranks call concurrently.
 class PeerGroup {
 public:
@@ -66,6 +79,13 @@ public:
   /// Whether CUDA loads every module when the context is made
   /// (CUDA_MODULE_LOADING=EAGER, read before CUDA starts).
   static bool eagerModuleLoading();
+  /// The hardware work queues CUDA gives this process's streams:
+  /// $CUDA_DEVICE_MAX_CONNECTIONS (read before CUDA starts), else 8. Throws
+  /// Error (INVALID_ARGUMENT) naming a value that is not a whole number
+  /// from 1 to 32.
+  static int hardwareQueues();
+  /// The queues graphs with barrier kernels need: the most CUDA allows.
+  static constexpr int kGraphHardwareQueues = 32;
 
   /// Whether `comm`'s group can run here: in-process ranks
   /// (Communicator::inProcessGroupId), at most kMaxPeerRanks, and a call

@@ -112,7 +112,11 @@ void Executor::prepareRankInstructions() {
   std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
   // A communication stream where a collective runs on the device without
   // the host waiting (NCCL, PeerGroup); a call staged through the host
-  // waits for its result anyway, and stays on the compute stream.
+  // waits for its result anyway, and stays on the compute stream. So does
+  // every collective of a function captured with PeerGroup's barriers: the
+  // rank's graph is then one chain on its one stream, which takes one
+  // hardware queue (cuda/PeerCollective.h says why that matters).
+  bool barrierGraphs = context_.options().cudaGraphs && graphOff_.empty();
   bool onDevice = false;
   for (const Instruction &inst : fn.instructions)
     if (communicates(inst) && rank_) {
@@ -121,7 +125,7 @@ void Executor::prepareRankInstructions() {
                  (context_.options().peerCollectives &&
                   PeerGroup::serves(comm, storageType(inst.operands[0])));
     }
-  if (anyCommunicates && onDevice) {
+  if (anyCommunicates && onDevice && !barrierGraphs) {
     MTRT_CUDA_CHECK(
         cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
         what + ": creating the communication stream");
