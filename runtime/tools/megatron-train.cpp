@@ -123,7 +123,9 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// the host instead of running them as kernels reading the peers' buffers
 /// (ContextOptions::peerCollectives, on by default; their steps are then
 /// captured as CUDA graphs, for which run() sets CUDA_MODULE_LOADING=EAGER
-/// and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they are set).
+/// and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they are set);
+/// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
+/// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>
 makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
                const mtrt::train::TrainCommand &c,
@@ -147,6 +149,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.hopperAttention = !disabled("MTRT_CUDA_HOPPER_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
   device.peerCollectives = !disabled("MTRT_PEER_COLLECTIVES");
+  device.ncclGraphs = enabled("MTRT_CUDA_NCCL_GRAPHS");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");
   device.device = deviceIndex;

@@ -67,6 +67,11 @@ struct ContextOptions {
   /// staging them through the host (off: MTRT_PEER_COLLECTIVES=0 in
   /// megatron-train; docs/Parallelism.md, "In-process ranks on one GPU").
   bool peerCollectives = true;
+  /// A step function whose collectives go through NCCL is captured in a
+  /// CUDA graph like a one-rank one (NcclCommunicator captures its calls);
+  /// off: it runs without one (MTRT_CUDA_NCCL_GRAPHS=1 in megatron-train
+  /// turns it on). Off by default until several GPUs have run it.
+  bool ncclGraphs = false;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

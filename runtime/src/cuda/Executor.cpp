@@ -632,11 +632,19 @@ std::optional<std::string> Executor::graphObstacle() const {
     if (!communicates(inst))
       continue;
     comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
+    if (comm.takesDeviceMemory()) {
+      if (!options.ncclGraphs)
+        return where(position) + " calls NCCL (" + opName(inst.op) +
+               "), captured only with ContextOptions::ncclGraphs "
+               "(MTRT_CUDA_NCCL_GRAPHS=1), which several GPUs have not run "
+               "yet";
+      continue;
+    }
     if (!options.peerCollectives ||
         !PeerGroup::serves(comm, storageType(inst.operands[0])))
       return where(position) + " calls the rank's communicator (" +
              opName(inst.op) +
-             " over several ranks through NCCL or the host: not captured)";
+             " over several ranks staged through the host: not captured)";
     if (!PeerGroup::eagerModuleLoading())
       return where(position) + ": " + opName(inst.op) +
              " over in-process ranks is captured only with "

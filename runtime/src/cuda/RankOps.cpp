@@ -116,15 +116,18 @@ void Executor::prepareRankInstructions() {
   // every collective of a function captured with PeerGroup's barriers: the
   // rank's graph is then one chain on its one stream, which takes one
   // hardware queue (cuda/PeerCollective.h says why that matters).
-  bool barrierGraphs = context_.options().cudaGraphs && graphOff_.empty();
-  bool onDevice = false;
+  bool onDevice = false, peer = false;
   for (const Instruction &inst : fn.instructions)
     if (communicates(inst) && rank_) {
       const comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
-      onDevice = onDevice || comm.takesDeviceMemory() ||
-                 (context_.options().peerCollectives &&
-                  PeerGroup::serves(comm, storageType(inst.operands[0])));
+      bool served = !comm.takesDeviceMemory() &&
+                    context_.options().peerCollectives &&
+                    PeerGroup::serves(comm, storageType(inst.operands[0]));
+      peer = peer || served;
+      onDevice = onDevice || comm.takesDeviceMemory() || served;
     }
+  bool barrierGraphs =
+      peer && context_.options().cudaGraphs && graphOff_.empty();
   if (anyCommunicates && onDevice && !barrierGraphs) {
     MTRT_CUDA_CHECK(
         cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
