@@ -640,7 +640,7 @@ std::optional<std::string> Executor::graphObstacle() const {
                "yet";
       continue;
     }
-    if (!options.peerCollectives ||
+    if (!options.peerCollectives || inst.op == Op::Shift ||
         !PeerGroup::serves(comm, storageType(inst.operands[0])))
       return where(position) + " calls the rank's communicator (" +
              opName(inst.op) +

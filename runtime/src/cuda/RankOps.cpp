@@ -120,7 +120,8 @@ void Executor::prepareRankInstructions() {
   for (const Instruction &inst : fn.instructions)
     if (communicates(inst) && rank_) {
       const comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
-      bool served = !comm.takesDeviceMemory() &&
+      // PeerGroup runs the collectives; a shift (sendRecv) is staged.
+      bool served = !comm.takesDeviceMemory() && inst.op != Op::Shift &&
                     context_.options().peerCollectives &&
                     PeerGroup::serves(comm, storageType(inst.operands[0]));
       peer = peer || served;
