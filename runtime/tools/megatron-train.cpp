@@ -123,7 +123,7 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// the host instead of running them as kernels reading the peers' buffers
 /// (ContextOptions::peerCollectives, on by default; their steps are then
 /// captured as CUDA graphs, for which run() sets CUDA_MODULE_LOADING=EAGER
-/// and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they are set);
+/// unless it is set);
 /// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
 /// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>
@@ -356,12 +356,10 @@ int run(int argc, char **argv) {
                                 bundle.model().precision);
   if (command.inProcessRanks) {
     // Read when CUDA starts (the first trainer): PeerGroup's barrier
-    // kernels in CUDA graphs need every module loaded up front and the most
-    // hardware queues (cuda/PeerCollective.h). A value set stays.
-    if (command.backend == "cuda") {
+    // kernels in CUDA graphs need every module loaded up front
+    // (cuda/PeerCollective.h). A value set stays.
+    if (command.backend == "cuda")
       setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
-      setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
-    }
     trainInProcessRanks(bundle, corpus, command);
     return 0;
   }

@@ -63,7 +63,7 @@ struct ContextOptions {
   /// In-process ranks sharing this GPU run their all-reduces, all-gathers,
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
-  /// and CUDA_DEVICE_MAX_CONNECTIONS=32 captured in CUDA graphs) instead of
+  /// captured in CUDA graphs) instead of
   /// staging them through the host (off: MTRT_PEER_COLLECTIVES=0 in
   /// megatron-train; docs/Parallelism.md, "In-process ranks on one GPU").
   bool peerCollectives = true;

@@ -171,8 +171,6 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     }
   }
 
-  // Known before the rank instructions are prepared: a function captured
-  // with PeerGroup's barriers gets no communication stream.
   if (context_.options().cudaGraphs)
     if (std::optional<std::string> obstacle = graphObstacle())
       graphOff_ = *obstacle;
@@ -650,16 +648,14 @@ std::optional<std::string> Executor::graphObstacle() const {
              " over in-process ranks is captured only with "
              "CUDA_MODULE_LOADING=EAGER (its barrier kernels wait for the "
              "peers', which a lazily loaded kernel could hold up)";
-    int queues = PeerGroup::hardwareQueues();
-    if (queues < PeerGroup::kGraphHardwareQueues)
+    const comm::Communicator &connected =
+        rank_->group(comm::RankContext::connectedAxes(fn));
+    if (!PeerGroup::serves(connected))
       return where(position) + ": " + opName(inst.op) +
-             " over in-process ranks is captured only with "
-             "CUDA_DEVICE_MAX_CONNECTIONS=" +
-             std::to_string(PeerGroup::kGraphHardwareQueues) + " (it is " +
-             std::to_string(queues) +
-             "; its barrier kernels wait for the peers' graphs, which a "
-             "stream sharing a hardware queue with a spinning barrier could "
-             "hold up)";
+             " connects " + std::to_string(connected.size()) +
+             " in-process ranks through its function's collectives; CUDA "
+             "graphs launch together at most " +
+             std::to_string(kMaxPeerRanks);
   }
   return std::nullopt;
 }
@@ -735,12 +731,22 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
     }
     bound->lastRun = runs_;
     // The peers' host threads meet before the launch (PeerGroup): every
-    // call the graph holds is released, on every rank, before any of its
-    // barrier kernels can wait on the device.
-    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
-      calls.group->post(calls.rank, calls.count);
-    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
-      calls.group->await(calls.rank, what);
+    // rank the graph's barriers wait for, directly or through another
+    // group, is at its launch (the gate over the connected ranks), so each
+    // launches with nothing in between that could wait for the device.
+    if (!bound->peerCalls.empty()) {
+      if (!launchGate_) {
+        comm::Communicator &connected =
+            rank_->group(comm::RankContext::connectedAxes(fn));
+        launchGate_ = PeerGroup::attach(connected, stream, what);
+        gateRank_ = connected.rank();
+      }
+      for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+        calls.group->post(calls.rank, calls.count);
+      launchGate_->gate(gateRank_, what);
+      for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+        calls.group->await(calls.rank, what);
+    }
     bound->graph.launch(stream, what);
   } catch (const Error &e) {
     if (collective_)

@@ -46,27 +46,16 @@ namespace mtrt::cuda {
 ///   events), by barrier kernels: a thread spinning on the ranks' phase
 ///   counters in device memory (PeerSlots), which a replay advances as it
 ///   is. A spinning barrier completes only if the peers' streams reach
-///   theirs, so a graph's launch first releases its calls (post, await:
-///   every rank has launched, or is about to launch without waiting, the
-///   calls' barriers), and the kernels a peer launches meanwhile must not
+///   theirs, so a graph's launch first releases its calls (post), then
+///   passes the gate of every rank connected to it (gate(), on the group
+///   of its function's connected axes: every rank its barriers can wait
+///   for is at its launch, with nothing left that waits for the device),
+///   and the kernels a peer launches meanwhile must not
 ///   wait for the running kernels: CUDA's lazy loading of a kernel's
 ///   module may, so graphs with these barriers need CUDA_MODULE_LOADING=
 ///   EAGER (eagerModuleLoading(); cuda::Executor captures them only then).
 /// Every rank of the group must run a call the same way (all eagerly, or
 /// all captured); the exchange refuses a mix.
-///
-/// A barrier completes only if the peers' work can start while it spins,
-/// and CUDA gives no such promise between streams that share a hardware
-/// work queue: the streams of a process take its CUDA_DEVICE_MAX_CONNECTIONS
-/// queues (8 by default) in turn, and a queue runs its work in the order it
-/// was enqueued, so a peer's graph enqueued behind this rank's kernels after
-/// a spinning barrier never starts (the TP2 x PP2 x DP2 hang of
-/// bench/NOTES.md, session 19: 8 ranks, 32 streams, 8 queues). An eager
-/// call cannot hang so, as it waits only for events its peers recorded
-/// before. Hence graphs with barriers only with the most queues,
-/// kGraphHardwareQueues, and each rank's graph one chain on the rank's one
-/// stream (cuda::Executor keeps such functions' collectives on the compute
-/// stream).
 ///
 /// Thread-safety: one call at a time per rank; the ranks call concurrently.
 class PeerGroup {
@@ -79,13 +68,6 @@ public:
   /// Whether CUDA loads every module when the context is made
   /// (CUDA_MODULE_LOADING=EAGER, read before CUDA starts).
   static bool eagerModuleLoading();
-  /// The hardware work queues CUDA gives this process's streams:
-  /// $CUDA_DEVICE_MAX_CONNECTIONS (read before CUDA starts), else 8. Throws
-  /// Error (INVALID_ARGUMENT) naming a value that is not a whole number
-  /// from 1 to 32.
-  static int hardwareQueues();
-  /// The queues graphs with barrier kernels need: the most CUDA allows.
-  static constexpr int kGraphHardwareQueues = 32;
 
   /// Whether `comm`'s group can run here: in-process ranks
   /// (Communicator::inProcessGroupId), at most kMaxPeerRanks, and a call
@@ -112,6 +94,19 @@ public:
   /// and the call after timeoutSeconds().
   void post(int rank, uint64_t count);
   void await(int rank, const std::string &what);
+  /// A graph's launch gate: waits until every rank of this group has
+  /// reached its gate as often as this rank. The group is a launching
+  /// function's component (the ranks its collectives' groups connect): no
+  /// rank launches a graph with barriers before every rank those barriers
+  /// wait for, directly or through another group, is at its launch and
+  /// does nothing else before it. post() and await() alone let a rank
+  /// launch once its peers had posted, while a peer that had posted one
+  /// group still waited on the host for another, whose rank was blocked in
+  /// a CUDA call that waits for the device (an allocation, a free), which
+  /// waited for the first rank's spinning barrier: the DP2 x TP2 hang of
+  /// bench/NOTES.md, session 20. Throws Error (ABORTED) naming the group,
+  /// the ranks and the launch after timeoutSeconds().
+  void gate(int rank, const std::string &what);
 
   /// comm::Communicator's calls with its buffers' rules (in place
   /// included), as work of `stream`; `rank` is the caller's group rank,
@@ -173,6 +168,8 @@ private:
   std::vector<std::array<Post, 2>> posts_;
   std::vector<std::array<cudaEvent_t, 3>> events_;
   std::vector<uint64_t> released_, next_, awaiting_;
+  /// Per rank, the launch gates it has reached.
+  std::vector<uint64_t> gates_;
 };
 
 } // namespace mtrt::cuda

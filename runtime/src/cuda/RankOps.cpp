@@ -112,11 +112,8 @@ void Executor::prepareRankInstructions() {
   std::string what = fn.name + " of bundle '" + bundle_.name() + "'";
   // A communication stream where a collective runs on the device without
   // the host waiting (NCCL, PeerGroup); a call staged through the host
-  // waits for its result anyway, and stays on the compute stream. So does
-  // every collective of a function captured with PeerGroup's barriers: the
-  // rank's graph is then one chain on its one stream, which takes one
-  // hardware queue (cuda/PeerCollective.h says why that matters).
-  bool onDevice = false, peer = false;
+  // waits for its result anyway, and stays on the compute stream.
+  bool onDevice = false;
   for (const Instruction &inst : fn.instructions)
     if (communicates(inst) && rank_) {
       const comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
@@ -124,12 +121,9 @@ void Executor::prepareRankInstructions() {
       bool served = !comm.takesDeviceMemory() && inst.op != Op::Shift &&
                     context_.options().peerCollectives &&
                     PeerGroup::serves(comm, storageType(inst.operands[0]));
-      peer = peer || served;
       onDevice = onDevice || comm.takesDeviceMemory() || served;
     }
-  bool barrierGraphs =
-      peer && context_.options().cudaGraphs && graphOff_.empty();
-  if (anyCommunicates && onDevice && !barrierGraphs) {
+  if (anyCommunicates && onDevice) {
     MTRT_CUDA_CHECK(
         cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
         what + ": creating the communication stream");

@@ -290,42 +290,6 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
   reportRankErrors(errors);
 }
 
-// The hardware queues that graphs with barrier kernels need come from
-// CUDA_DEVICE_MAX_CONNECTIONS (CUDA's default 8 when unset); a value CUDA
-// would not take is refused, naming it. No GPU needed: only the variable
-// is read (the process's CUDA, if started, keeps what it read then).
-TEST(PeerGroupTest, ReadsTheHardwareQueuesFromTheEnvironment) {
-  const char *name = "CUDA_DEVICE_MAX_CONNECTIONS";
-  const char *set = std::getenv(name);
-  std::string saved = set ? set : "";
-  unsetenv(name);
-  EXPECT_EQ(cuda::PeerGroup::hardwareQueues(), 8);
-  setenv(name, "32", 1);
-  EXPECT_EQ(cuda::PeerGroup::hardwareQueues(),
-            cuda::PeerGroup::kGraphHardwareQueues);
-  setenv(name, "12", 1);
-  EXPECT_EQ(cuda::PeerGroup::hardwareQueues(), 12);
-  for (const char *bad : {"0", "33", "8x", "-1"}) {
-    setenv(name, bad, 1);
-    try {
-      cuda::PeerGroup::hardwareQueues();
-      ADD_FAILURE() << "'" << bad << "' was taken";
-    } catch (const Error &e) {
-      EXPECT_EQ(e.code(), MTRT_STATUS_INVALID_ARGUMENT);
-      EXPECT_NE(std::string(e.what()).find(std::string("CUDA_DEVICE_MAX_"
-                                                       "CONNECTIONS is '") +
-                                           bad + "'; it must be a whole "
-                                                 "number from 1 to 32"),
-                std::string::npos)
-          << e.what();
-    }
-  }
-  if (set)
-    setenv(name, saved.c_str(), 1);
-  else
-    unsetenv(name);
-}
-
 // Ranks whose calls differ (here the count) are refused on every rank,
 // naming both calls, before any kernel reads a peer's buffer.
 TEST(PeerGroupTest, RefusesCallsThatDiffer) {

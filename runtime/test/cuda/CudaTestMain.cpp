@@ -6,14 +6,9 @@
 #include "gtest/gtest.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 int main(int argc, char **argv) {
-  // Read when CUDA starts: the in-process ranks' CUDA graphs (PeerGroup's
-  // barrier kernels) need the most hardware queues (cuda/PeerCollective.h).
-  // A value set stays, so that a run can check the refusal.
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   if (argc == 2 && std::strcmp(argv[1], "--mtrt-device-check") == 0) {
     std::string reason = mtrt::test::noGpuReason();
     if (!reason.empty()) {
