@@ -651,8 +651,8 @@ std::optional<std::string> Executor::graphObstacle() const {
     const comm::Communicator &connected =
         rank_->group(comm::RankContext::connectedAxes(fn));
     if (!PeerGroup::serves(connected))
-      return where(position) + ": " + opName(inst.op) +
-             " connects " + std::to_string(connected.size()) +
+      return where(position) + ": " + opName(inst.op) + " connects " +
+             std::to_string(connected.size()) +
              " in-process ranks through its function's collectives; CUDA "
              "graphs launch together at most " +
              std::to_string(kMaxPeerRanks);

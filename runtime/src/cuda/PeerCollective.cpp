@@ -110,8 +110,7 @@ PeerGroup::PeerGroup(uint64_t id, std::string name, int size, int device,
                      PeerSlots *slots)
     : id_(id), name_(std::move(name)), size_(size), device_(device),
       slots_(slots), exchanges_(size, 0), posts_(size), events_(size),
-      released_(size, 0), next_(size, 0), awaiting_(size, 0),
-      gates_(size, 0) {
+      released_(size, 0), next_(size, 0), awaiting_(size, 0), gates_(size, 0) {
   for (auto &events : events_)
     events.fill(nullptr);
 }

@@ -185,8 +185,7 @@ TEST_F(NcclCommunicatorTest, CallsOnDeviceBuffersAreCapturedInACudaGraph) {
       ASSERT_EQ(cudaMemcpyAsync(send, x.data(), n * sizeof(float),
                                 cudaMemcpyHostToDevice, mine),
                 cudaSuccess);
-      ASSERT_EQ(cudaMemsetAsync(recv, 0, n * sizeof(float), mine),
-                cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(recv, 0, n * sizeof(float), mine), cudaSuccess);
       ASSERT_EQ(cudaGraphLaunch(exec, mine), cudaSuccess);
       ASSERT_EQ(cudaMemcpyAsync(out.data(), recv, n * sizeof(float),
                                 cudaMemcpyDeviceToHost, mine),
