@@ -120,8 +120,11 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
 /// without or with a CUDA graph (ContextOptions::cudaGraphs's default);
 /// MTRT_PEER_COLLECTIVES=1 runs --in-process-ranks' collectives as kernels
-/// reading the peers' buffers (ContextOptions::peerCollectives; with
-/// CUDA_MODULE_LOADING=EAGER their steps are captured as CUDA graphs).
+/// reading the peers' buffers (ContextOptions::peerCollectives; their steps
+/// are then captured as CUDA graphs, for which run() sets
+/// CUDA_MODULE_LOADING=EAGER unless it is set);
+/// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
+/// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>
 makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
                const mtrt::train::TrainCommand &c,
@@ -145,6 +148,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.hopperAttention = !disabled("MTRT_CUDA_HOPPER_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
   device.peerCollectives = enabled("MTRT_PEER_COLLECTIVES");
+  device.ncclGraphs = enabled("MTRT_CUDA_NCCL_GRAPHS");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");
   device.device = deviceIndex;
@@ -350,6 +354,12 @@ int run(int argc, char **argv) {
     checkPrecisionMatchesBundle(command, command.bundlePath,
                                 bundle.model().precision);
   if (command.inProcessRanks) {
+    // Read when CUDA starts (the first trainer): PeerGroup's barrier
+    // kernels in CUDA graphs need every module loaded up front
+    // (cuda/PeerCollective.h). A value set stays.
+    const char *peer = std::getenv("MTRT_PEER_COLLECTIVES");
+    if (command.backend == "cuda" && peer && std::string(peer) == "1")
+      setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
     trainInProcessRanks(bundle, corpus, command);
     return 0;
   }

@@ -517,6 +517,24 @@ void NcclCommunicator::execute(const Call &call) {
                   (!sendBytes || cuda::isDeviceMemory(call.send)) &&
                   (!recvBytes || cuda::isDeviceMemory(call.recv));
   std::string what = call.describe(members_) + " on group " + name_;
+  // A call captured in a CUDA graph (cuda::Executor's step functions) is
+  // enqueued into the graph only: the watchdog's event cannot be queried
+  // before the graph is launched, and a replay enqueues no call. The
+  // replays are the caller's to wait for; host buffers, which the host
+  // waits for, cannot be captured.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  checkCuda(cudaStreamIsCapturing(stream_, &capture), "cudaStreamIsCapturing",
+            rankName);
+  if (capture != cudaStreamCaptureStatusNone) {
+    if (!onDevice)
+      throw Error(MTRT_STATUS_FAILED_PRECONDITION,
+                  "rank " + std::to_string(worldRank()) + ": " + what +
+                      " is being captured in a CUDA graph on host buffers "
+                      "(or as a barrier), which the host waits for; capture "
+                      "calls on device buffers only");
+    enqueue(call, call.send, call.recv);
+    return;
+  }
   // The host clock runs from here: enqueueing can block too.
   uint64_t ticket = watchdog_->begin(what);
   cudaEvent_t done = nullptr;

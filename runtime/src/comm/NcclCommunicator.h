@@ -49,6 +49,11 @@ struct NcclOptions {
 /// ncclInProgress is polled to completion within the timeouts, so a peer
 /// that died cannot hang initialization or a call.
 ///
+/// CUDA graphs: a call on device buffers enqueued on a stream being
+/// captured is captured (NCCL 2.9 and later), and not watched: the
+/// watchdog tracks the calls it can query, and a replay of the graph is the
+/// replayer's to wait for. A captured call on host buffers is refused.
+///
 /// Reductions: NCCL's ring or tree order, the same bits on every rank but
 /// not the serial loop's (the in-process communicator's contract); the
 /// multi-rank checks compare within fp32 rounding.

@@ -1,6 +1,8 @@
 // The groups of a grid rank, split from the world communicator.
 #include "comm/RankContext.h"
 
+#include <set>
+
 #include <algorithm>
 
 namespace mtrt::comm {
@@ -50,7 +52,7 @@ Communicator &RankContext::group(const std::vector<int64_t> &axes) {
 }
 
 void RankContext::prepare(const Bundle &bundle) {
-  for (const Function &function : bundle.functions())
+  for (const Function &function : bundle.functions()) {
     for (const Instruction &inst : function.instructions)
       switch (inst.op) {
       case Op::AllReduce:
@@ -63,6 +65,27 @@ void RankContext::prepare(const Bundle &bundle) {
       default:
         break;
       }
+    std::vector<int64_t> connected = connectedAxes(function);
+    if (!connected.empty())
+      group(connected);
+  }
+}
+
+std::vector<int64_t> RankContext::connectedAxes(const Function &function) {
+  std::set<int64_t> axes;
+  for (const Instruction &inst : function.instructions)
+    switch (inst.op) {
+    case Op::AllReduce:
+    case Op::AllGather:
+    case Op::ReduceScatter:
+    case Op::Shift:
+    case Op::AllToAll:
+      axes.insert(inst.attrs.gridAxes.begin(), inst.attrs.gridAxes.end());
+      break;
+    default:
+      break;
+    }
+  return std::vector<int64_t>(axes.begin(), axes.end());
 }
 
 } // namespace mtrt::comm

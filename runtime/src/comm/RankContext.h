@@ -40,8 +40,15 @@ public:
   Communicator &group(const std::vector<int64_t> &axes);
 
   /// Creates, in the bundle's order, the groups of every collective of
-  /// every function, so that no split happens inside a run.
+  /// every function, and each function's connected group (below), so that
+  /// no split happens inside a run.
   void prepare(const Bundle &bundle);
+
+  /// The grid axes `function`'s multi-rank instructions move along, sorted:
+  /// the group along them holds every rank its collectives connect to this
+  /// one, directly or through each other (cuda::PeerGroup::gate's
+  /// component). Empty for a function without any.
+  static std::vector<int64_t> connectedAxes(const Function &function);
 
 private:
   Communicator &world_;

@@ -64,10 +64,15 @@ struct ContextOptions {
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
   /// captured in CUDA graphs) instead of staging them through the host
-  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default while a
-  /// pipeline layout replayed as CUDA graphs can hang (bench/NOTES.md,
-  /// session 19; docs/Parallelism.md, "In-process ranks on one GPU").
+  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default until the
+  /// multi-rank suites pass with it as CUDA graphs (bench/NOTES.md, session
+  /// 20; docs/Parallelism.md, "In-process ranks on one GPU").
   bool peerCollectives = false;
+  /// A step function whose collectives go through NCCL is captured in a
+  /// CUDA graph like a one-rank one (NcclCommunicator captures its calls);
+  /// off: it runs without one (MTRT_CUDA_NCCL_GRAPHS=1 in megatron-train
+  /// turns it on). Off by default until several GPUs have run it.
+  bool ncclGraphs = false;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

@@ -171,14 +171,14 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     }
   }
 
+  if (context_.options().cudaGraphs)
+    if (std::optional<std::string> obstacle = graphObstacle())
+      graphOff_ = *obstacle;
   prepareRankInstructions();
   prepareMoe();
   stepped_.assign(fn.instructions.size(), false);
   for (size_t position = 0; position < fn.instructions.size(); ++position)
     stepped_[position] = usesStep(fn.instructions[position]);
-  if (context_.options().cudaGraphs)
-    if (std::optional<std::string> obstacle = graphObstacle())
-      graphOff_ = *obstacle;
 }
 
 std::vector<float *> Executor::gradientSlots() const {
@@ -630,16 +630,32 @@ std::optional<std::string> Executor::graphObstacle() const {
     if (!communicates(inst))
       continue;
     comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
-    if (!options.peerCollectives ||
+    if (comm.takesDeviceMemory()) {
+      if (!options.ncclGraphs)
+        return where(position) + " calls NCCL (" + opName(inst.op) +
+               "), captured only with ContextOptions::ncclGraphs "
+               "(MTRT_CUDA_NCCL_GRAPHS=1), which several GPUs have not run "
+               "yet";
+      continue;
+    }
+    if (!options.peerCollectives || inst.op == Op::Shift ||
         !PeerGroup::serves(comm, storageType(inst.operands[0])))
       return where(position) + " calls the rank's communicator (" +
              opName(inst.op) +
-             " over several ranks through NCCL or the host: not captured)";
+             " over several ranks staged through the host: not captured)";
     if (!PeerGroup::eagerModuleLoading())
       return where(position) + ": " + opName(inst.op) +
              " over in-process ranks is captured only with "
              "CUDA_MODULE_LOADING=EAGER (its barrier kernels wait for the "
              "peers', which a lazily loaded kernel could hold up)";
+    const comm::Communicator &connected =
+        rank_->group(comm::RankContext::connectedAxes(fn));
+    if (!PeerGroup::serves(connected))
+      return where(position) + ": " + opName(inst.op) + " connects " +
+             std::to_string(connected.size()) +
+             " in-process ranks through its function's collectives; CUDA "
+             "graphs launch together at most " +
+             std::to_string(kMaxPeerRanks);
   }
   return std::nullopt;
 }
@@ -715,12 +731,22 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
     }
     bound->lastRun = runs_;
     // The peers' host threads meet before the launch (PeerGroup): every
-    // call the graph holds is released, on every rank, before any of its
-    // barrier kernels can wait on the device.
-    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
-      calls.group->post(calls.rank, calls.count);
-    for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
-      calls.group->await(calls.rank, what);
+    // rank the graph's barriers wait for, directly or through another
+    // group, is at its launch (the gate over the connected ranks), so each
+    // launches with nothing in between that could wait for the device.
+    if (!bound->peerCalls.empty()) {
+      if (!launchGate_) {
+        comm::Communicator &connected =
+            rank_->group(comm::RankContext::connectedAxes(fn));
+        launchGate_ = PeerGroup::attach(connected, stream, what);
+        gateRank_ = connected.rank();
+      }
+      for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+        calls.group->post(calls.rank, calls.count);
+      launchGate_->gate(gateRank_, what);
+      for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
+        calls.group->await(calls.rank, what);
+    }
     bound->graph.launch(stream, what);
   } catch (const Error &e) {
     if (collective_)

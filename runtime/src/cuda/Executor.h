@@ -113,9 +113,9 @@ public:
   /// (docs/BundleFormat.md); an unsplit one is read at once. A function
   /// whose collectives are all PeerGroup's is captured in a CUDA graph like
   /// a one-rank function, the communication stream forked and joined inside
-  /// the capture; with NCCL it runs without one (NcclCommunicator's
-  /// watchdog records and queries an event per call, which a capture
-  /// cannot hold).
+  /// the capture, and launched through PeerGroup's gate; with NCCL it runs
+  /// without one unless ContextOptions::ncclGraphs (NcclCommunicator then
+  /// enqueues the captured calls without its watchdog's events).
   ///
   /// Mixed precision keeps function inputs and outputs in f32, except those
   /// named in `bf16Boundary` (input and output indices): each of those may
@@ -607,6 +607,11 @@ private:
     std::vector<DeviceCollective::CapturedCalls> peerCalls;
   };
   static constexpr size_t kBoundGraphs = 8;
+  /// The launch gate of graphs holding PeerGroup calls: the group of the
+  /// ranks the function's collectives connect (attached at the first such
+  /// graph), and this rank in it.
+  std::shared_ptr<PeerGroup> launchGate_;
+  int gateRank_ = 0;
   std::vector<std::unique_ptr<BoundGraph>> graphs_;
   /// Which instructions a graph updates per step.
   std::vector<bool> stepped_;

@@ -110,7 +110,7 @@ PeerGroup::PeerGroup(uint64_t id, std::string name, int size, int device,
                      PeerSlots *slots)
     : id_(id), name_(std::move(name)), size_(size), device_(device),
       slots_(slots), exchanges_(size, 0), posts_(size), events_(size),
-      released_(size, 0), next_(size, 0), awaiting_(size, 0) {
+      released_(size, 0), next_(size, 0), awaiting_(size, 0), gates_(size, 0) {
   for (auto &events : events_)
     events.fill(nullptr);
 }
@@ -166,6 +166,34 @@ void PeerGroup::await(int rank, const std::string &what) {
                       std::to_string(peer) + " to launch captured call #" +
                       std::to_string(call + 1) + " of the group; it has " +
                       "launched " + std::to_string(released_[peer]) +
+                      " (a rank that failed, or ranks whose graphs differ)");
+    }
+}
+
+void PeerGroup::gate(int rank, const std::string &what) {
+  std::unique_lock<std::mutex> lock(hostMutex_);
+  uint64_t mine = ++gates_[rank];
+  hostWake_.notify_all();
+  auto behind = [&] {
+    for (int peer = 0; peer < size_; ++peer)
+      if (gates_[peer] < mine)
+        return peer;
+    return -1;
+  };
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds());
+  while (behind() >= 0)
+    if (hostWake_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        behind() >= 0) {
+      int peer = behind();
+      throw Error(MTRT_STATUS_ABORTED,
+                  what + ": rank " + std::to_string(rank) +
+                      " of in-process group " + name_ + " waited " +
+                      std::to_string(timeoutSeconds()) +
+                      " s (MTRT_PEER_COLLECTIVE_TIMEOUT) for rank " +
+                      std::to_string(peer) + " at CUDA graph launch #" +
+                      std::to_string(mine) + "; it is at #" +
+                      std::to_string(gates_[peer]) +
                       " (a rank that failed, or ranks whose graphs differ)");
     }
 }

@@ -46,9 +46,11 @@ namespace mtrt::cuda {
 ///   events), by barrier kernels: a thread spinning on the ranks' phase
 ///   counters in device memory (PeerSlots), which a replay advances as it
 ///   is. A spinning barrier completes only if the peers' streams reach
-///   theirs, so a graph's launch first releases its calls (post, await:
-///   every rank has launched, or is about to launch without waiting, the
-///   calls' barriers), and the kernels a peer launches meanwhile must not
+///   theirs, so a graph's launch first releases its calls (post), then
+///   passes the gate of every rank connected to it (gate(), on the group
+///   of its function's connected axes: every rank its barriers can wait
+///   for is at its launch, with nothing left that waits for the device),
+///   and the kernels a peer launches meanwhile must not
 ///   wait for the running kernels: CUDA's lazy loading of a kernel's
 ///   module may, so graphs with these barriers need CUDA_MODULE_LOADING=
 ///   EAGER (eagerModuleLoading(); cuda::Executor captures them only then).
@@ -92,6 +94,19 @@ public:
   /// and the call after timeoutSeconds().
   void post(int rank, uint64_t count);
   void await(int rank, const std::string &what);
+  /// A graph's launch gate: waits until every rank of this group has
+  /// reached its gate as often as this rank. The group is a launching
+  /// function's component (the ranks its collectives' groups connect): no
+  /// rank launches a graph with barriers before every rank those barriers
+  /// wait for, directly or through another group, is at its launch and
+  /// does nothing else before it. post() and await() alone let a rank
+  /// launch once its peers had posted, while a peer that had posted one
+  /// group still waited on the host for another, whose rank was blocked in
+  /// a CUDA call that waits for the device (an allocation, a free), which
+  /// waited for the first rank's spinning barrier: the DP2 x TP2 hang of
+  /// bench/NOTES.md, session 20. Throws Error (ABORTED) naming the group,
+  /// the ranks and the launch after timeoutSeconds().
+  void gate(int rank, const std::string &what);
 
   /// comm::Communicator's calls with its buffers' rules (in place
   /// included), as work of `stream`; `rank` is the caller's group rank,
@@ -153,6 +168,8 @@ private:
   std::vector<std::array<Post, 2>> posts_;
   std::vector<std::array<cudaEvent_t, 3>> events_;
   std::vector<uint64_t> released_, next_, awaiting_;
+  /// Per rank, the launch gates it has reached.
+  std::vector<uint64_t> gates_;
 };
 
 } // namespace mtrt::cuda

@@ -9,6 +9,7 @@
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mtrt::cuda {
@@ -84,13 +85,43 @@ size_t viewBytes(const host::TensorView &view) {
   return static_cast<size_t>(count) * dtypeSize(view.dtype);
 }
 
+/// The bytes of the largest input a pipeline's stage function takes from
+/// the host: token ids and labels (integers), the loss seed (a scalar).
+size_t largestHostInput(const Bundle &bundle) {
+  size_t largest = sizeof(double);
+  for (const Function &fn : bundle.functions())
+    for (int64_t v : fn.inputs) {
+      const TensorType &type = fn.values[static_cast<size_t>(v)];
+      if (!isFloatingPoint(type.dtype) || type.numElements == 1)
+        largest = std::max(largest, static_cast<size_t>(type.numElements) *
+                                        dtypeSize(type.dtype));
+    }
+  return largest;
+}
+
 } // namespace
 
 /// Pinned host copies of a run's host inputs, so that their uploads do not
 /// wait for the stream (a copy from pageable memory does): a ring of
 /// buffers, each reused once the stream has passed the run that read it.
+/// Every buffer is allocated when the ring is made, as large as the
+/// largest host input: cudaHostAlloc and cudaFreeHost wait for the whole
+/// device, and while another in-process rank's graph spins at a PeerGroup
+/// barrier for a rank that has not launched yet, such a call never
+/// returns (bench/NOTES.md, session 20: a pipeline stage's eval input grew
+/// a buffer that had held a loss seed).
 class PipelineStages::PinnedStaging {
 public:
+  explicit PinnedStaging(size_t entryBytes) {
+    for (Entry &entry : entries_) {
+      MTRT_CUDA_CHECK(
+          cudaHostAlloc(&entry.host, entryBytes, cudaHostAllocDefault),
+          "allocating " + std::to_string(entryBytes) +
+              " bytes of pinned memory for the pipeline's inputs");
+      entry.bytes = entryBytes;
+    }
+  }
+
   ~PinnedStaging() {
     for (Entry &entry : entries_) {
       if (entry.used)
@@ -230,7 +261,7 @@ PipelineStages::PipelineStages(const Bundle &bundle,
       collective_(std::make_unique<DeviceCollective>(
           context_->stream(),
           "the pipeline of bundle '" + bundle.name() + "'")),
-      staging_(std::make_unique<PinnedStaging>()),
+      staging_(std::make_unique<PinnedStaging>(largestHostInput(bundle))),
       events_(std::make_unique<Events>()) {
   makeChannels(bundle);
 }

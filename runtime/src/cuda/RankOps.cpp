@@ -117,9 +117,11 @@ void Executor::prepareRankInstructions() {
   for (const Instruction &inst : fn.instructions)
     if (communicates(inst) && rank_) {
       const comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
-      onDevice = onDevice || comm.takesDeviceMemory() ||
-                 (context_.options().peerCollectives &&
-                  PeerGroup::serves(comm, storageType(inst.operands[0])));
+      // PeerGroup runs the collectives; a shift (sendRecv) is staged.
+      bool served = !comm.takesDeviceMemory() && inst.op != Op::Shift &&
+                    context_.options().peerCollectives &&
+                    PeerGroup::serves(comm, storageType(inst.operands[0]));
+      onDevice = onDevice || comm.takesDeviceMemory() || served;
     }
   if (anyCommunicates && onDevice) {
     MTRT_CUDA_CHECK(

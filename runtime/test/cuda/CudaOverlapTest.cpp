@@ -22,6 +22,7 @@
 #include "host/ThreadPool.h"
 #include "train/Trainer.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>

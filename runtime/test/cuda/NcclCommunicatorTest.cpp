@@ -146,6 +146,67 @@ TEST_F(NcclCommunicatorTest, DeviceCollectiveOrdersCallsOnTheCallersStream) {
   EXPECT_EQ(cudaStreamDestroy(mine), cudaSuccess);
 }
 
+// Calls enqueued through DeviceCollective on a stream being captured are
+// captured (cuda::Executor's step functions with ContextOptions::ncclGraphs),
+// not watched, and replayed with the inputs of each launch; a call on host
+// buffers, which the host must wait for, is refused during a capture.
+TEST_F(NcclCommunicatorTest, CallsOnDeviceBuffersAreCapturedInACudaGraph) {
+  cudaStream_t mine = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking),
+            cudaSuccess);
+  {
+    cuda::DeviceCollective collective(mine, "NcclCommunicatorTest");
+    const size_t n = 4096;
+    float *send = deviceCopy(std::vector<float>(n, 0));
+    float *recv = deviceCopy(std::vector<float>(n, 0));
+    CallInfo info{"captured", 2};
+    ASSERT_EQ(cudaStreamBeginCapture(mine, cudaStreamCaptureModeThreadLocal),
+              cudaSuccess);
+    collective.allReduce(*world, send, recv, n, DType::F32, ReduceOp::Sum,
+                         info);
+    collective.allGather(*world, recv, recv, n, DType::F32, info);
+    std::vector<float> host(n, 1.0f);
+    try {
+      world->allReduce(host.data(), host.data(), n, ReduceOp::Sum, info);
+      ADD_FAILURE() << "a call on host buffers was captured";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.code(), MTRT_STATUS_FAILED_PRECONDITION);
+      EXPECT_NE(std::string(e.what()).find("capture calls on device buffers "
+                                           "only"),
+                std::string::npos)
+          << e.what();
+    }
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(mine, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    std::vector<float> x = ramp(n, -7.25f), out(n, 0);
+    for (int replay = 0; replay < 3; ++replay) {
+      ASSERT_EQ(cudaMemcpyAsync(send, x.data(), n * sizeof(float),
+                                cudaMemcpyHostToDevice, mine),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(recv, 0, n * sizeof(float), mine), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, mine), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(out.data(), recv, n * sizeof(float),
+                                cudaMemcpyDeviceToHost, mine),
+                cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(mine), cudaSuccess);
+      EXPECT_EQ(out, x) << "replay " << replay;
+      for (float &v : x)
+        v += 2.0f;
+    }
+    // A call after the capture is watched again, and completes.
+    std::vector<float> last = hostCopy(send, n);
+    ASSERT_EQ(cudaMemset(recv, 0, n * sizeof(float)), cudaSuccess);
+    world->allReduce(send, recv, n, ReduceOp::Sum, info);
+    EXPECT_EQ(hostCopy(recv, n), last);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  EXPECT_EQ(cudaStreamSynchronize(mine), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(mine), cudaSuccess);
+}
+
 TEST_F(NcclCommunicatorTest, SplitMakesANamedGroupOrNone) {
   CallInfo info{"split", -1};
   std::unique_ptr<Communicator> tp = world->split(0, 0, "tp", info);
