@@ -67,7 +67,7 @@ func.func @other_axis(%rows: tensor<16x6xf32>, %w: tensor<4x6x5xf32>, %i: tensor
   %rs = shard.shard %rows to %tokens annotate_for_users : tensor<16x6xf32>
   %ws = shard.shard %w to %experts annotate_for_users : tensor<4x6x5xf32>
   %is = shard.shard %i to %tokens annotate_for_users : tensor<8x2xi32>
-  // expected-error @+1 {{'mt.moe_grouped_linear' op splits the experts over grid axes [1] but the tokens over [0]; expert parallelism dispatches each rank's tokens over the axes that split them, so both must be split alike}}
+  // expected-error @+1 {{'mt.moe_grouped_linear' op splits the experts over grid axes [1] but the tokens over [0]; expert parallelism dispatches each rank's tokens over the axes that split the experts, which must split the tokens too}}
   %y = mt.moe_grouped_linear %rs, %ws, %is : (tensor<16x6xf32>, tensor<4x6x5xf32>, tensor<8x2xi32>) -> tensor<16x5xf32>
   %ys = shard.shard %y to %tokens : tensor<16x5xf32>
   return %ys : tensor<16x5xf32>
