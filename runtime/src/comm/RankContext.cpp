@@ -51,20 +51,25 @@ Communicator &RankContext::group(const std::vector<int64_t> &axes) {
   return result;
 }
 
+/// The instructions that call a group of the grid.
+static bool isCollective(Op op) {
+  switch (op) {
+  case Op::AllReduce:
+  case Op::AllGather:
+  case Op::ReduceScatter:
+  case Op::Shift:
+  case Op::AllToAll:
+    return true;
+  default:
+    return false;
+  }
+}
+
 void RankContext::prepare(const Bundle &bundle) {
   for (const Function &function : bundle.functions()) {
     for (const Instruction &inst : function.instructions)
-      switch (inst.op) {
-      case Op::AllReduce:
-      case Op::AllGather:
-      case Op::ReduceScatter:
-      case Op::Shift:
-      case Op::AllToAll:
+      if (isCollective(inst.op))
         group(inst.attrs.gridAxes);
-        break;
-      default:
-        break;
-      }
     std::vector<int64_t> connected = connectedAxes(function);
     if (!connected.empty())
       group(connected);
@@ -74,17 +79,8 @@ void RankContext::prepare(const Bundle &bundle) {
 std::vector<int64_t> RankContext::connectedAxes(const Function &function) {
   std::set<int64_t> axes;
   for (const Instruction &inst : function.instructions)
-    switch (inst.op) {
-    case Op::AllReduce:
-    case Op::AllGather:
-    case Op::ReduceScatter:
-    case Op::Shift:
-    case Op::AllToAll:
+    if (isCollective(inst.op))
       axes.insert(inst.attrs.gridAxes.begin(), inst.attrs.gridAxes.end());
-      break;
-    default:
-      break;
-    }
   return std::vector<int64_t>(axes.begin(), axes.end());
 }
 

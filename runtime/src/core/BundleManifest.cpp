@@ -1174,6 +1174,17 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
   return bundle;
 }
 
+/// Whether `parameter` is split over any of `axes` (expert parallelism's
+/// experts over a gradient buffer's data axes).
+static bool splitOverAxes(const Parameter &parameter,
+                          const std::vector<int64_t> &axes) {
+  for (const std::vector<int64_t> &split : parameter.splitAxes)
+    for (int64_t axis : split)
+      if (std::find(axes.begin(), axes.end(), axis) != axes.end())
+        return true;
+  return false;
+}
+
 void ManifestReader::readGradientBuffers(const Json &json,
                                          const std::string &path,
                                          Bundle &bundle) {
@@ -1241,17 +1252,9 @@ void ManifestReader::readGradientBuffers(const Json &json,
     // A parameter split over the buffer's data axis (expert parallelism's
     // experts) has whole gradients on its rank, reduced by nothing; the
     // optimizer (the distributed one too) steps it there whole.
-    auto splitOverBuffer = [&](const Parameter &parameter) {
-      for (const std::vector<int64_t> &axes : parameter.splitAxes)
-        for (int64_t axis : axes)
-          if (std::find(out.gridAxes.begin(), out.gridAxes.end(), axis) !=
-              out.gridAxes.end())
-            return true;
-      return false;
-    };
     for (size_t p = 0; p < parameters.size(); ++p)
       if (parameters[p].heldOnPipelineRank(out.pipelineRank) && !listed[p] &&
-          !splitOverBuffer(parameters[p]))
+          !splitOverAxes(parameters[p], out.gridAxes))
         fail(member(at, "parameters"),
              "no entry for parameter " + std::to_string(p) + " ('" +
                  parameters[p].name + "') of pipeline rank " +
@@ -1328,16 +1331,8 @@ void ManifestReader::readGradientBuffer(const Json &json,
     // Expert parallelism's experts, split over the buffer's axes, are
     // stepped whole on their ranks (DistributedOptimizer's local
     // parameters).
-    auto splitOverBuffer = [&](const Parameter &parameter) {
-      for (const std::vector<int64_t> &axes : parameter.splitAxes)
-        for (int64_t axis : axes)
-          if (std::find(out.gridAxes.begin(), out.gridAxes.end(), axis) !=
-              out.gridAxes.end())
-            return true;
-      return false;
-    };
     for (size_t p = 0; p < parameters.size(); ++p)
-      if (!listed[p] && !splitOverBuffer(parameters[p]))
+      if (!listed[p] && !splitOverAxes(parameters[p], out.gridAxes))
         fail(parametersAt,
              "no entry for parameter " + std::to_string(p) + " ('" +
                  parameters[p].name + "')",

@@ -152,22 +152,12 @@ void PeerGroup::await(int rank, const std::string &what) {
         return peer;
     return -1;
   };
-  auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds());
-  while (behind() >= 0)
-    if (hostWake_.wait_until(lock, deadline) == std::cv_status::timeout &&
-        behind() >= 0) {
-      int peer = behind();
-      throw Error(MTRT_STATUS_ABORTED,
-                  what + ": rank " + std::to_string(rank) +
-                      " of in-process group " + name_ + " waited " +
-                      std::to_string(timeoutSeconds()) +
-                      " s (MTRT_PEER_COLLECTIVE_TIMEOUT) for rank " +
-                      std::to_string(peer) + " to launch captured call #" +
-                      std::to_string(call + 1) + " of the group; it has " +
-                      "launched " + std::to_string(released_[peer]) +
-                      " (a rank that failed, or ranks whose graphs differ)");
-    }
+  waitForPeers(lock, rank, what, behind, [&](int peer) {
+    return "to launch captured call #" + std::to_string(call + 1) +
+           " of the group; it has launched " +
+           std::to_string(released_[peer]) +
+           " (a rank that failed, or ranks whose graphs differ)";
+  });
 }
 
 void PeerGroup::gate(int rank, const std::string &what) {
@@ -180,6 +170,17 @@ void PeerGroup::gate(int rank, const std::string &what) {
         return peer;
     return -1;
   };
+  waitForPeers(lock, rank, what, behind, [&](int peer) {
+    return "at CUDA graph launch #" + std::to_string(mine) + "; it is at #" +
+           std::to_string(gates_[peer]) +
+           " (a rank that failed, or ranks whose graphs differ)";
+  });
+}
+
+void PeerGroup::waitForPeers(std::unique_lock<std::mutex> &lock, int rank,
+                             const std::string &what,
+                             const std::function<int()> &behind,
+                             const std::function<std::string(int)> &late) {
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds());
   while (behind() >= 0)
@@ -191,10 +192,7 @@ void PeerGroup::gate(int rank, const std::string &what) {
                       " of in-process group " + name_ + " waited " +
                       std::to_string(timeoutSeconds()) +
                       " s (MTRT_PEER_COLLECTIVE_TIMEOUT) for rank " +
-                      std::to_string(peer) + " at CUDA graph launch #" +
-                      std::to_string(mine) + "; it is at #" +
-                      std::to_string(gates_[peer]) +
-                      " (a rank that failed, or ranks whose graphs differ)");
+                      std::to_string(peer) + " " + late(peer));
     }
 }
 
@@ -211,21 +209,11 @@ std::vector<PeerGroup::Post> PeerGroup::exchange(int rank, const Post &mine,
         return peer;
     return -1;
   };
-  auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds());
-  while (behind() >= 0)
-    if (hostWake_.wait_until(lock, deadline) == std::cv_status::timeout &&
-        behind() >= 0) {
-      int peer = behind();
-      throw Error(
-          MTRT_STATUS_ABORTED,
-          what + ": rank " + std::to_string(rank) + " of in-process group " +
-              name_ + " waited " + std::to_string(timeoutSeconds()) +
-              " s (MTRT_PEER_COLLECTIVE_TIMEOUT) for rank " +
-              std::to_string(peer) + " at exchange #" + std::to_string(n + 1) +
-              " of the group; it is at #" + std::to_string(exchanges_[peer]) +
-              " (a rank that failed, or ranks whose calls differ)");
-    }
+  waitForPeers(lock, rank, what, behind, [&](int peer) {
+    return "at exchange #" + std::to_string(n + 1) +
+           " of the group; it is at #" + std::to_string(exchanges_[peer]) +
+           " (a rank that failed, or ranks whose calls differ)";
+  });
   std::vector<Post> all(static_cast<size_t>(size_));
   for (int peer = 0; peer < size_; ++peer)
     all[peer] = posts_[peer][n % 2];

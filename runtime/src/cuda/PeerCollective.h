@@ -12,6 +12,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -142,6 +143,13 @@ private:
   /// and the captured flags agree.
   std::vector<Post> exchange(int rank, const Post &mine,
                              const std::string &what);
+  /// Waits on hostWake_ (under `lock`) until `behind()` names no rank
+  /// (-1); after timeoutSeconds() throws Error (ABORTED): `what`, this
+  /// rank and group, the timeout, then `late(peer)` for the rank behind.
+  void waitForPeers(std::unique_lock<std::mutex> &lock, int rank,
+                    const std::string &what,
+                    const std::function<int()> &behind,
+                    const std::function<std::string(int)> &late);
   /// The pointers of posts.
   static PeerPointers pointers(const std::vector<Post> &posts);
   /// An eager call's ordering point `which` (0: operands ready, 1: chunk
