@@ -154,8 +154,7 @@ void PeerGroup::await(int rank, const std::string &what) {
   };
   waitForPeers(lock, rank, what, behind, [&](int peer) {
     return "to launch captured call #" + std::to_string(call + 1) +
-           " of the group; it has launched " +
-           std::to_string(released_[peer]) +
+           " of the group; it has launched " + std::to_string(released_[peer]) +
            " (a rank that failed, or ranks whose graphs differ)";
   });
 }

@@ -147,8 +147,7 @@ private:
   /// (-1); after timeoutSeconds() throws Error (ABORTED): `what`, this
   /// rank and group, the timeout, then `late(peer)` for the rank behind.
   void waitForPeers(std::unique_lock<std::mutex> &lock, int rank,
-                    const std::string &what,
-                    const std::function<int()> &behind,
+                    const std::string &what, const std::function<int()> &behind,
                     const std::function<std::string(int)> &late);
   /// The pointers of posts.
   static PeerPointers pointers(const std::vector<Post> &posts);
