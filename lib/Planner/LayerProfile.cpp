@@ -109,16 +109,31 @@ static Measured measure(ModuleOp module, const CompileConfig &config,
                         const mt::CostModel &costModel) {
   Measured m;
   if (auto step = module.lookupSymbol<func::FuncOp>("train_step")) {
+    // Collectives in line with the kernels are exposed whole; the split
+    // ones of --tp-comm-overlap only where their wait finds them running.
+    mt::CommunicationTimeline timeline;
+    DenseMap<Operation *, double> endOf;
     for (Operation &op : step.getBody().front()) {
+      if (auto start = dyn_cast<mt::CollectiveStartOp>(op)) {
+        double us = costModel.collective(start.getCollective()).us;
+        endOf[start.getWait()] = timeline.issue(us).second;
+        continue;
+      }
+      if (isa<mt::CollectiveWaitOp>(op)) {
+        timeline.wait(endOf.lookup(&op));
+        continue;
+      }
       if (isCollective(&op)) {
-        m.communication += costModel.collective(&op).us;
+        timeline.wait(timeline.issue(costModel.collective(&op).us).second);
         continue;
       }
       double us = costModel.opMicroseconds(&op);
-      m.compute += us;
+      timeline.compute(us);
       if (isa<mt::EmbeddingOp, mt::EmbeddingGradOp, mt::PositionIdsOp>(op))
         m.firstCompute += us;
     }
+    m.compute = timeline.computeUs;
+    m.communication = timeline.exposedUs;
   }
   MemoryEstimate estimate = estimateMemory(module, config);
   m.parameters = estimate.parameterElements;

@@ -21,7 +21,7 @@ void Layout::applyTo(CompileConfig &config) const {
   // Buckets reduced during the last micro-batch's backward pass: the same
   // bits as without (docs/Parallelism.md), so always on with data parallel.
   p.overlapGradReduce = dp > 1;
-  p.tpCommOverlap = false;
+  p.tpCommOverlap = tpCommOverlap;
   p.overlapParamGather = false;
   config.moe.expertModelParallelSize = ep;
   config.batch.microBatchSize = microBatch;
@@ -51,6 +51,8 @@ std::string Layout::flags() const {
       "--virtual-pipeline-model-parallel-size {3} "
       "--context-parallel-size {4} --data-parallel-size {5}",
       tp, sequenceParallel ? "true" : "false", pp, vp > 1 ? vp : 0, cp, dp);
+  if (tpCommOverlap)
+    text += " --tp-comm-overlap";
   if (ep > 1)
     text += llvm::formatv(" --expert-model-parallel-size {0}", ep);
   text += llvm::formatv(" --use-distributed-optimizer={0} "

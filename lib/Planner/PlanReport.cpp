@@ -8,8 +8,9 @@
 using namespace megatron;
 
 static std::string describe(const Layout &l) {
-  std::string text = llvm::formatv("tp {0}{1}, pp {2}", l.tp,
-                                   l.sequenceParallel ? " + sp" : "", l.pp);
+  std::string text = llvm::formatv(
+      "tp {0}{1}{2}, pp {3}", l.tp, l.sequenceParallel ? " + sp" : "",
+      l.tpCommOverlap ? " (comm overlap)" : "", l.pp);
   if (l.vp > 1)
     text += llvm::formatv(" x {0} virtual", l.vp);
   text += llvm::formatv(", cp {0}, dp {1}", l.cp, l.dp);

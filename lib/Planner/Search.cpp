@@ -16,10 +16,13 @@
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ThreadPool.h"
+#include "llvm/Support/Threading.h"
 
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 
 using namespace mlir;
@@ -30,12 +33,17 @@ namespace {
 
 /// The profile's key: what changes a layer's program, and the micro-batch
 /// compiled (1 or 2; larger ones are extrapolated from those).
-using ProfileKey = std::tuple<int64_t, bool, int64_t, int64_t, int, int64_t>;
+using ProfileKey =
+    std::tuple<int64_t, bool, bool, int64_t, int64_t, int, int64_t>;
 
 ProfileKey profileKey(const Layout &l, int64_t microBatch) {
-  return {
-      l.tp,      l.sequenceParallel, l.cp, l.ep, static_cast<int>(l.recompute),
-      microBatch};
+  return {l.tp,
+          l.sequenceParallel,
+          l.tpCommOverlap,
+          l.cp,
+          l.ep,
+          static_cast<int>(l.recompute),
+          microBatch};
 }
 
 std::vector<int64_t> divisorsOf(int64_t n) {
@@ -75,6 +83,9 @@ private:
   std::vector<Layout> enumerate() const;
   std::optional<StepProfile> profile(const Layout &layout);
   const StepProfile *compiledProfile(const Layout &layout, int64_t microBatch);
+  /// Compiles the profiles `layouts` need on every core, each worker in an
+  /// MLIRContext of its own; compiledProfile then finds them.
+  void compileProfiles(const std::vector<Layout> &layouts);
   std::optional<Prediction> predict(const Layout &layout,
                                     const StepProfile &profile) const;
   int64_t predictMemory(const Layout &layout, const StepProfile &profile,
@@ -93,6 +104,9 @@ private:
   PlanResult result;
   int64_t period = 1;
   std::map<ProfileKey, std::optional<StepProfile>> profiles;
+  /// compileProfiles' failures, refused where the search first meets them
+  /// (so that the report is the same as compiling them one by one).
+  std::map<ProfileKey, std::string> profileErrors;
   llvm::StringMap<bool> refusalSeen;
   /// DESIGN.md's MFU numerator: 6 N + 12 L h s FLOPs a token, N the
   /// parameters without the position embeddings (the active ones of a
@@ -124,7 +138,9 @@ std::vector<Layout> Planner::enumerate() const {
                                                 RecomputeGranularity::Full};
   int64_t groups = m.numLayers / period;
   for (int64_t tp : powersOfTwoUpTo(std::min(n, cluster.gpusPerNode))) {
-    for (bool sp : {false, true}) {
+    // Without sequence parallelism; with it; with it and --tp-comm-overlap.
+    for (auto [sp, overlap] : {std::pair(false, false), std::pair(true, false),
+                               std::pair(true, true)}) {
       if (sp && tp == 1)
         continue;
       // Context parallelism for long sequences: chunks of 2 cp pieces of
@@ -160,6 +176,7 @@ std::vector<Layout> Planner::enumerate() const {
                     Layout l;
                     l.tp = tp;
                     l.sequenceParallel = sp;
+                    l.tpCommOverlap = overlap;
                     l.cp = cp;
                     l.pp = pp;
                     l.vp = vp;
@@ -181,9 +198,59 @@ std::vector<Layout> Planner::enumerate() const {
   return out;
 }
 
+void Planner::compileProfiles(const std::vector<Layout> &layouts) {
+  std::vector<std::pair<ProfileKey, Layout>> needed;
+  std::set<ProfileKey> seen;
+  for (const Layout &layout : layouts) {
+    CompileConfig config = base;
+    layout.applyTo(config);
+    if (llvm::Error invalid = validateCompileConfig(config)) {
+      llvm::consumeError(std::move(invalid));
+      continue;
+    }
+    for (int64_t microBatch : {int64_t(1), int64_t(2)}) {
+      if (microBatch > layout.microBatch)
+        break;
+      ProfileKey key = profileKey(layout, microBatch);
+      if (profiles.count(key) || !seen.insert(key).second)
+        continue;
+      Layout compiled = layout;
+      compiled.microBatch = microBatch;
+      needed.emplace_back(key, compiled);
+    }
+  }
+  std::vector<std::optional<StepProfile>> compiled(needed.size());
+  std::vector<std::string> errors(needed.size());
+  llvm::DefaultThreadPool pool(llvm::hardware_concurrency());
+  unsigned workers = pool.getMaxConcurrency();
+  const DialectRegistry &registry = context.getDialectRegistry();
+  for (unsigned worker = 0; worker < workers; ++worker)
+    pool.async([&, worker] {
+      MLIRContext local(registry, MLIRContext::Threading::DISABLED);
+      for (size_t i = worker; i < needed.size(); i += workers) {
+        StepProfile p;
+        if (profileLayers(local, base, options.compile, needed[i].second,
+                          period, rawCostModel, cluster, p, errors[i]))
+          compiled[i] = p;
+      }
+    });
+  pool.wait();
+  for (size_t i = 0; i < needed.size(); ++i) {
+    profiles[needed[i].first] = compiled[i];
+    if (!compiled[i])
+      profileErrors[needed[i].first] = errors[i];
+  }
+  result.layerCompiles += 2 * static_cast<int64_t>(needed.size());
+}
+
 const StepProfile *Planner::compiledProfile(const Layout &layout,
                                             int64_t microBatch) {
-  auto [it, inserted] = profiles.try_emplace(profileKey(layout, microBatch));
+  ProfileKey key = profileKey(layout, microBatch);
+  if (auto error = profileErrors.find(key); error != profileErrors.end()) {
+    refuse(error->second);
+    profileErrors.erase(error);
+  }
+  auto [it, inserted] = profiles.try_emplace(key);
   if (inserted) {
     Layout compiled = layout;
     compiled.microBatch = microBatch;
@@ -428,6 +495,7 @@ llvm::Expected<PlanResult> Planner::run() {
     return std::move(error);
   std::vector<Layout> layouts = enumerate();
   result.layouts = static_cast<int64_t>(layouts.size());
+  compileProfiles(layouts);
   std::vector<Prediction> predicted;
   std::map<std::string, FamilyVerdict> families;
   auto family = [&](const Layout &l) -> FamilyVerdict & {
@@ -583,13 +651,14 @@ megatron::predictLayout(MLIRContext &context, const CompileConfig &config,
         "--report step models even pipeline stages: remove "
         "decoder_first/last_pipeline_num_layers and "
         "num_layers_per_virtual_pipeline_stage");
-  if (p.tpCommOverlap || p.overlapParamGather)
+  if (p.overlapParamGather)
     return llvm::createStringError(
-        "--report step does not model tp_comm_overlap or "
-        "overlap_param_gather yet");
+        "--report step does not model overlap_param_gather (it is not "
+        "implemented)");
   Layout layout;
   layout.tp = p.tensorModelParallelSize;
   layout.sequenceParallel = p.sequenceParallel;
+  layout.tpCommOverlap = p.tpCommOverlap;
   layout.pp = p.pipelineModelParallelSize;
   layout.vp = std::max<int64_t>(1, p.virtualPipelineModelParallelSize);
   layout.cp = p.contextParallelSize;

@@ -77,6 +77,10 @@ struct AnnotateShardingsPass
   /// values that norms read, and the operands of the residual adds that make
   /// them, through dropout) split along the sequence over the tensor axis.
   void annotateSequenceShards(OpBuilder &builder, func::FuncOp function);
+  /// The split of a [batch, sequence, hidden] residual-stream value under
+  /// sequence parallelism: batch over data, sequence over context and
+  /// tensor.
+  SmallVector<SmallVector<int16_t>> sequenceShardAxes();
   /// Context parallelism: the sequence of a token batch or a stage's
   /// activation split over the context axis, or failure with a diagnostic
   /// for a sequence that does not cut into the load-balanced chunks.
@@ -245,16 +249,44 @@ void AnnotateShardingsPass::annotateSequenceShards(OpBuilder &builder,
     if (!type || type.getRank() != 3 || !done.insert(value).second ||
         isa<BlockArgument>(value))
       continue;
-    SmallVector<SmallVector<int16_t>> axes(3);
-    if (dataParallelSize > 1)
-      splitOverData(axes, 0);
-    if (contextAxis >= 0)
-      axes[1].push_back(contextAxis);
-    axes[1].push_back(tensorAxis);
     builder.setInsertionPointAfterValue(value);
-    Value annotated = annotate(builder, value, axes, /*forUsers=*/false);
+    Value annotated =
+        annotate(builder, value, sequenceShardAxes(), /*forUsers=*/false);
     value.replaceAllUsesExcept(annotated, annotated.getDefiningOp());
   }
+  // The norms' backward reads the residual stream's gradient on the same
+  // sequence shards. Forward propagation finds them alone without context
+  // parallelism; with it, the gradient (the row-parallel layers' data
+  // gradients, partial sums over the tensor axis) would stay split over
+  // the context axis only: all-reduced rather than reduce-scattered, the
+  // norm's backward run on the whole tensor-parallel sequence, and its
+  // forward input all-gathered for it. (Annotating without context
+  // parallelism too would reduce-scatter each partial sum before their
+  // add, one reduce-scatter more per block.)
+  if (contextAxis < 0)
+    return;
+  function.walk([&](Operation *op) {
+    if (!isa<LayerNormGradOp, RmsNormGradOp>(op))
+      return;
+    Value gradient = op->getOperand(0);
+    auto type = dyn_cast<RankedTensorType>(gradient.getType());
+    if (!type || type.getRank() != 3)
+      return;
+    builder.setInsertionPoint(op);
+    op->setOperand(0, annotate(builder, gradient, sequenceShardAxes(),
+                               /*forUsers=*/true));
+  });
+}
+
+SmallVector<SmallVector<int16_t>>
+AnnotateShardingsPass::sequenceShardAxes() {
+  SmallVector<SmallVector<int16_t>> axes(3);
+  if (dataParallelSize > 1)
+    splitOverData(axes, 0);
+  if (contextAxis >= 0)
+    axes[1].push_back(contextAxis);
+  axes[1].push_back(tensorAxis);
+  return axes;
 }
 
 void AnnotateShardingsPass::runOnOperation() {

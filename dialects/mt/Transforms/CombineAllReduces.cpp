@@ -8,6 +8,8 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include <type_traits>
+
 namespace mlir::mt {
 #define GEN_PASS_DEF_COMBINEALLREDUCESPASS
 #include "mt/Transforms/Passes.h.inc"
@@ -18,34 +20,40 @@ using namespace mlir::mt;
 
 namespace {
 
-/// add(all_reduce(a), all_reduce(b)) -> all_reduce(add(a, b)).
-struct SumBeforeAllReduce : public OpRewritePattern<AddOp> {
-  SumBeforeAllReduce(MLIRContext *context, llvm::Statistic &combined)
-      : OpRewritePattern(context), combined(combined) {}
+/// add(all_reduce(a), all_reduce(b)) -> all_reduce(add(a, b)), and the same
+/// for two reduce-scatters along one axis.
+template <typename Reduction>
+struct SumBeforeReduction : public OpRewritePattern<AddOp> {
+  SumBeforeReduction(MLIRContext *context, llvm::Statistic &combined)
+      : OpRewritePattern<AddOp>(context), combined(combined) {}
 
   LogicalResult matchAndRewrite(AddOp add,
                                 PatternRewriter &rewriter) const override {
-    auto lhs = add.getLhs().getDefiningOp<shard::AllReduceOp>();
-    auto rhs = add.getRhs().getDefiningOp<shard::AllReduceOp>();
+    auto lhs = add.getLhs().template getDefiningOp<Reduction>();
+    auto rhs = add.getRhs().template getDefiningOp<Reduction>();
     if (!lhs || !rhs || lhs == rhs || !lhs->hasOneUse() || !rhs->hasOneUse())
       return failure();
     if (lhs.getGrid() != rhs.getGrid() ||
         lhs.getGridAxes() != rhs.getGridAxes() ||
         lhs.getReduction() != shard::ReductionKind::Sum ||
         rhs.getReduction() != shard::ReductionKind::Sum ||
-        lhs.getInput().getType() != add.getType() ||
-        rhs.getInput().getType() != add.getType())
+        lhs.getInput().getType() != rhs.getInput().getType() ||
+        lhs.getType() != add.getType() || rhs.getType() != add.getType())
       return failure();
+    if constexpr (std::is_same_v<Reduction, shard::ReduceScatterOp>)
+      if (lhs.getScatterAxis() != rhs.getScatterAxis())
+        return failure();
     // The new ops stay in the add's layer (a rewriter's listener is the
     // driver's, so the layer is set by hand).
     LayerAttr layer = getLayer(add);
-    auto sum = AddOp::create(rewriter, add.getLoc(), add.getType(),
-                             lhs.getInput(), rhs.getInput());
+    Value lhsInput = lhs.getInput();
+    auto sum = AddOp::create(rewriter, add.getLoc(), lhsInput.getType(),
+                             lhsInput, rhs.getInput());
     setLayer(sum, layer);
-    setLayer(rewriter.replaceOpWithNewOp<shard::AllReduceOp>(
-                 add, add.getType(), lhs.getGridAttr(), lhs.getGridAxesAttr(),
-                 sum, lhs.getReductionAttr()),
-             layer);
+    Operation *reduced = rewriter.clone(*lhs);
+    reduced->setOperand(0, sum);
+    setLayer(reduced, layer);
+    rewriter.replaceOp(add, reduced->getResults());
     rewriter.eraseOp(lhs);
     rewriter.eraseOp(rhs);
     ++combined;
@@ -121,8 +129,9 @@ struct CombineAllReducesPass
     : public mt::impl::CombineAllReducesPassBase<CombineAllReducesPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<SumBeforeAllReduce, ReduceScatterInsteadOfSlice>(
-        &getContext(), numCombined);
+    patterns.add<SumBeforeReduction<shard::AllReduceOp>,
+                 SumBeforeReduction<shard::ReduceScatterOp>,
+                 ReduceScatterInsteadOfSlice>(&getContext(), numCombined);
     patterns.add<SliceBeforeAllReduce>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();

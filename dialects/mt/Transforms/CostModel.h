@@ -13,9 +13,11 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mlir::mt {
@@ -94,6 +96,43 @@ struct CostModel {
   /// The prediction for a shard collective (all_reduce, all_gather,
   /// reduce_scatter, all_to_all, shift), from its grid's shape and its axes.
   CollectiveCost collective(Operation *op) const;
+};
+
+/// One rank's run as --report overlap and the planner simulate it: one
+/// compute stream, and one communication stream that runs collectives in
+/// the order they are issued. A collective in line with the kernels is
+/// issued and waited for at once; a split one (mt.collective_start) is
+/// waited for where its mt.collective_wait is.
+struct CommunicationTimeline {
+  /// The compute stream's clock, in microseconds.
+  double now = 0;
+  double computeUs = 0;
+  /// Communication the compute stream waited for, and all of it.
+  double exposedUs = 0, communicationUs = 0;
+
+  /// Starts a collective of `us` once the compute stream is at `now` and
+  /// the communication stream is free; returns its [begin, end).
+  std::pair<double, double> issue(double us) {
+    double begin = std::max(now, communicationFree);
+    communicationFree = begin + us;
+    communicationUs += us;
+    return {begin, communicationFree};
+  }
+  /// The compute stream waits for a collective that ends at `end`; returns
+  /// the time it waited.
+  double wait(double end) {
+    double exposed = std::max(0.0, end - now);
+    exposedUs += exposed;
+    now = std::max(now, end);
+    return exposed;
+  }
+  void compute(double us) {
+    now += us;
+    computeUs += us;
+  }
+
+private:
+  double communicationFree = 0;
 };
 
 } // namespace mlir::mt

@@ -250,7 +250,7 @@ def CombineAllReducesPass : Pass<"mt-combine-all-reduces"> {
   let description = [{
     `mt.add(shard.all_reduce(a), shard.all_reduce(b))` over the same grid axes
     becomes `shard.all_reduce(mt.add(a, b))` when nothing else reads the two
-    all-reduces. After partitioning, the input gradient of a tensor-parallel
+    all-reduces, and the same for two reduce-scatters along one axis. After partitioning, the input gradient of a tensor-parallel
     block sums one partial product per column-parallel projection (q, k and v;
     gate and up); this leaves one all-reduce per block, as Megatron-LM issues.
     `shard.all_slice(shard.all_reduce(x))` over the same axes becomes

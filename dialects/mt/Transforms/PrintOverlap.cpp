@@ -12,6 +12,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <tuple>
+
 namespace mlir::mt {
 #define GEN_PASS_DEF_PRINTOVERLAPPASS
 #include "mt/Transforms/Passes.h.inc"
@@ -195,9 +197,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
     }
     DenseMap<Operation *, SmallVector<size_t>> startsAt =
         bucketStarts(function, buckets, simulated);
-    // The simulated run: one compute stream, one communication stream that
-    // runs collectives in issue order.
-    double now = 0, commFree = 0, compute = 0, chunkCopies = 0;
+    CommunicationTimeline timeline;
+    double chunkCopies = 0;
     SmallVector<Row> rows;
     DenseMap<Operation *, size_t> rowOf;
     SmallVector<size_t> inFlight;
@@ -211,16 +212,13 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
           chunk && chunk.size() == 2)
         row.chunk = ("c" + llvm::Twine(chunk[0]) + "/" + llvm::Twine(chunk[1]))
                         .str();
-      row.begin = std::max(now, commFree);
-      row.end = row.begin + row.cost.us;
-      commFree = row.end;
+      std::tie(row.begin, row.end) = timeline.issue(row.cost.us);
       rows.push_back(std::move(row));
       return rows.size() - 1;
     };
     auto finish = [&](size_t index) {
       Row &row = rows[index];
-      row.exposed = std::max(0.0, row.end - now);
-      now = std::max(now, row.end);
+      row.exposed = timeline.wait(row.end);
       llvm::erase(inFlight, index);
     };
     // With buckets, each gradient is accumulated right after the op that
@@ -279,13 +277,12 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       // The time of this op that overlaps each collective in flight.
       for (size_t index : inFlight) {
         Row &row = rows[index];
-        double overlap =
-            std::min(now + us, row.end) - std::max(now, row.begin);
+        double overlap = std::min(timeline.now + us, row.end) -
+                         std::max(timeline.now, row.begin);
         if (overlap > 0)
           row.behind[op.getName().stripDialect()] += overlap;
       }
-      now += us;
-      compute += us;
+      timeline.compute(us);
       if (op.hasAttr(kChunkCopyAttrName))
         chunkCopies += us;
       issueBuckets();
@@ -326,7 +323,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
                         total > 0
                             ? 100.0 * std::max(0.0, total - exposed) / total
                             : 100.0,
-                        compute, now);
+                        timeline.computeUs, timeline.now);
     if (chunkCopies > 0)
       os << llvm::formatv("  of the computation, the slices and joins of "
                           "--tp-comm-overlap's chunks: {0:F1} us\n",

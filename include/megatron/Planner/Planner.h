@@ -62,6 +62,8 @@ struct ClusterSpec {
 struct Layout {
   int64_t tp = 1, pp = 1, vp = 1, dp = 1, cp = 1, ep = 1;
   bool sequenceParallel = false;
+  /// Megatron-LM's --tp-comm-overlap (with sequence parallelism only).
+  bool tpCommOverlap = false;
   bool distributedOptimizer = false;
   RecomputeGranularity recompute = RecomputeGranularity::None;
   int64_t microBatch = 1;
