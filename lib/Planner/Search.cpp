@@ -16,6 +16,7 @@
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Parallel.h"
 #include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/Threading.h"
 
@@ -505,17 +506,25 @@ llvm::Expected<PlanResult> Planner::run() {
   };
   // The least memory each family reached, for its verdict.
   std::map<std::string, Prediction> leastMemory;
-  for (const Layout &layout : layouts) {
+  // The refusals in the layouts' order; then every prediction (a schedule
+  // simulation each, most of the search's time) on every core.
+  std::vector<std::optional<StepProfile>> layoutProfiles(layouts.size());
+  for (auto [index, layout] : llvm::enumerate(layouts)) {
     CompileConfig config = base;
     layout.applyTo(config);
     if (llvm::Error invalid = validateCompileConfig(config)) {
       refuse(llvm::toString(std::move(invalid)));
       continue;
     }
-    std::optional<StepProfile> p = profile(layout);
-    if (!p)
-      continue;
-    std::optional<Prediction> prediction = predict(layout, *p);
+    layoutProfiles[index] = profile(layout);
+  }
+  std::vector<std::optional<Prediction>> predictions(layouts.size());
+  llvm::parallelFor(0, layouts.size(), [&](size_t index) {
+    if (layoutProfiles[index])
+      predictions[index] = predict(layouts[index], *layoutProfiles[index]);
+  });
+  for (auto [index, layout] : llvm::enumerate(layouts)) {
+    std::optional<Prediction> &prediction = predictions[index];
     if (!prediction)
       continue;
     family(layout);
