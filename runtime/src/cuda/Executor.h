@@ -570,6 +570,11 @@ private:
          fp8TransposedGradAt_ = 0;
   std::vector<bool> fp8ReusesTransposedInput_, fp8TransposesCodes_,
       fp8GradTransposedByCast_;
+  /// The metas' inverse scales in the staging (fp8InverseTable): where,
+  /// and the FP8 GEMM that makes them each run (kNoPartner: none reads
+  /// them); by value: the meta an fp8_scale reads, or kNoPartner.
+  size_t fp8InverseTableAt_ = 0, fp8InverseTableMadeAt_ = kNoPartner;
+  std::vector<size_t> fp8MetaOfValue_;
   /// By instruction: the parameter whose gradient a weight-gradient GEMM
   /// adds its product into (planGemmAccumulation), or -1.
   std::vector<int64_t> gemmAccumulates_;

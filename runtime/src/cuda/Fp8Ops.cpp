@@ -120,9 +120,30 @@ void Executor::reserveFp8Staging() {
         transposedGrad,
         alignUp(size_t(fn.values[inst.operands[2]].numElements)));
   }
+  // The GEMMs whose two scales are metas' (delayed scaling) read their
+  // inverses from a table of every meta's, made once a run, by the first
+  // of them: the scales change only in the step's closing fp8_updates. A
+  // kernel per GEMM took 336 launches a step at llama-1.5b.
+  fp8MetaOfValue_.assign(fn.values.size(), kNoPartner);
+  fp8InverseTableMadeAt_ = kNoPartner;
+  for (size_t position = 0; position < count; ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (inst.op == Op::Fp8Scale)
+      fp8MetaOfValue_[inst.results[0]] = size_t(inst.attrs.meta);
+    bool gemm = inst.op == Op::Fp8Linear || inst.op == Op::Fp8LinearWeightGrad;
+    if (gemm && fp8InverseTableMadeAt_ == kNoPartner &&
+        fp8MetaOfValue_[inst.operands[1]] != kNoPartner &&
+        fp8MetaOfValue_[inst.operands[3]] != kNoPartner)
+      fp8InverseTableMadeAt_ = position;
+  }
+  size_t table = fp8InverseTableMadeAt_ == kNoPartner
+                     ? 0
+                     : alignUp(sizeof(float) * kFp8InverseTableStride *
+                               bundle_.fp8().metas.size());
   fp8TransposedInputAt_ = alignUp(blocks);
   fp8TransposedGradAt_ = fp8TransposedInputAt_ + transposedInput;
-  fp8StagingBytes_ = fp8TransposedGradAt_ + transposedGrad;
+  fp8InverseTableAt_ = fp8TransposedGradAt_ + transposedGrad;
+  fp8StagingBytes_ = fp8InverseTableAt_ + table;
   if (fp8StagingBytes_ > 0)
     context_.fp8Gemm().staging(fp8StagingBytes_);
   // A weight gradient whose input the previous one transposed (q, k and v
@@ -280,16 +301,46 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
   // With a bias, false when cuBLASLt has no epilogue for it (nothing ran).
   auto product = [&](int64_t m, int64_t n, int64_t k, const uint8_t *first,
                      int64_t firstValue, const uint8_t *second,
-                     int64_t secondValue, const float *inverses, void *y,
-                     bool yBf16, const __nv_bfloat16 *bias = nullptr,
+                     int64_t secondValue, const float *const *inverses,
+                     void *y, bool yBf16, const __nv_bfloat16 *bias = nullptr,
                      bool fast = false) -> bool {
     try {
-      return gemm.run(m, n, k, first, formatOf(firstValue), inverses, second,
-                      formatOf(secondValue), inverses + kInverseStride, y,
-                      yBf16, bias, fast);
+      return gemm.run(m, n, k, first, formatOf(firstValue), inverses[0],
+                      second, formatOf(secondValue), inverses[1], y, yBf16,
+                      bias, fast);
     } catch (const Error &e) {
       throw Error(e.code(), what + ": " + e.what());
     }
+  };
+
+  // The inverse scales of the product's first and second operands, whose
+  // scales are operands firstScale and secondScale: the step's table of
+  // the metas' inverses (made at its first reader), or computed into the
+  // staging's first block.
+  auto inversesOf = [&](size_t firstScale, size_t secondScale,
+                        const float *(&inverses)[2]) {
+    char *staging = static_cast<char *>(gemm.staging(fp8StagingBytes_));
+    size_t firstMeta = fp8MetaOfValue_[inst.operands[firstScale]],
+           secondMeta = fp8MetaOfValue_[inst.operands[secondScale]];
+    if (firstMeta != kNoPartner && secondMeta != kNoPartner) {
+      auto *table = reinterpret_cast<float *>(staging + fp8InverseTableAt_);
+      if (position == fp8InverseTableMadeAt_)
+        MTRT_CUDA_CHECK_LAUNCH(
+            fp8InverseTable(stream,
+                            static_cast<int64_t>(bundle_.fp8().metas.size()),
+                            parameters_.fp8Scale(0), table),
+            what);
+      inverses[0] = table + kFp8InverseTableStride * firstMeta;
+      inverses[1] = table + kFp8InverseTableStride * secondMeta;
+      return;
+    }
+    auto *block = reinterpret_cast<float *>(staging);
+    MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(firstScale)),
+                                            scalar(operand(secondScale)),
+                                            block, block + kInverseStride),
+                           what);
+    inverses[0] = block;
+    inverses[1] = block + kInverseStride;
   };
 
   switch (inst.op) {
@@ -392,11 +443,8 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     size_t transposed =
         a.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
     auto *staging = static_cast<char *>(gemm.staging(fp8StagingBytes_));
-    auto *inverses = reinterpret_cast<float *>(staging);
-    MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
-                                            scalar(operand(3)), inverses,
-                                            inverses + kInverseStride),
-                           what);
+    const float *inverses[2];
+    inversesOf(1, 3, inverses);
     const uint8_t *weight = codes(operand(2));
     if (!a.transposeWeight) { // [in, out] -> [out, in]
       auto *wT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
@@ -437,7 +485,7 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     int64_t out = fn.values[inst.operands[2]].shape.back();
     int64_t rows = fn.values[inst.operands[0]].numElements / in;
     auto *staging = static_cast<char *>(gemm.staging(fp8StagingBytes_));
-    auto *inverses = reinterpret_cast<float *>(staging);
+    const float *inverses[2];
     auto *xT = reinterpret_cast<uint8_t *>(staging + fp8TransposedInputAt_);
     if (!fp8ReusesTransposedInput_[position])
       MTRT_CUDA_CHECK_LAUNCH(
@@ -449,17 +497,11 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
       MTRT_CUDA_CHECK_LAUNCH(
           transposeBytes(stream, rows, out, codes(operand(2)), dyT), what);
     if (!a.transposeWeight) { // [in, out]: x^T [in, rows] @ dy^T [out, rows]^T
-      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
-                                              scalar(operand(3)), inverses,
-                                              inverses + kInverseStride),
-                             what);
+      inversesOf(1, 3, inverses);
       product(in, out, rows, xT, inst.operands[0], dyT, inst.operands[2],
               inverses, result(0), false);
     } else { // [out, in]: dy^T [out, rows] @ x^T [in, rows]^T
-      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(3)),
-                                              scalar(operand(1)), inverses,
-                                              inverses + kInverseStride),
-                             what);
+      inversesOf(3, 1, inverses);
       product(out, in, rows, dyT, inst.operands[2], xT, inst.operands[0],
               inverses, result(0), false);
     }

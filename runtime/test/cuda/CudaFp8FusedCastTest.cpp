@@ -7,7 +7,8 @@
 // also writes the transposed codes (castToFp8Transposed) against the cast
 // and transposeBytes. And the batched
 // fp8_update (fp8UpdateMetas, 300 metas: three launches) against the host's
-// delayed-scaling arithmetic (core/Fp8.h).
+// delayed-scaling arithmetic (core/Fp8.h), and the FP8 GEMMs' table of
+// inverse scales (fp8InverseTable).
 #include "CudaTestSupport.h"
 
 #include "core/Fp8.h"
@@ -335,6 +336,26 @@ TEST_F(CudaFp8UpdateTest, BatchedUpdatesAreTheHostsArithmetic) {
                         history.size() * 4),
             0)
       << "histories";
+  // The GEMMs' table of inverse scales from the updated scales.
+  cuda::DeviceBuffer table(metas * cuda::kFp8InverseTableStride * 4, "table");
+  MTRT_CUDA_CHECK_LAUNCH(cuda::fp8InverseTable(stream, metas,
+                                               dScale.as<float>(),
+                                               table.as<float>()),
+                         "test");
+  std::vector<float> inverses(size_t(metas) * cuda::kFp8InverseTableStride);
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(inverses.data(), table.data(),
+                                  inverses.size() * 4, cudaMemcpyDeviceToHost,
+                                  stream),
+                  "test");
+  context->synchronize("test");
+  size_t wrongInverses = 0;
+  for (int i = 0; i < metas; ++i) {
+    float expected = 1.0f / deviceScale[size_t(i)];
+    wrongInverses += std::memcmp(&expected,
+                                 &inverses[cuda::kFp8InverseTableStride * i],
+                                 4) != 0;
+  }
+  EXPECT_EQ(wrongInverses, 0u) << "inverse scales";
 }
 
 } // namespace

@@ -47,6 +47,13 @@ __global__ void updateMetasKernel(Fp8UpdateBatch batch, int length,
                          *batch.scale[i], batch.format[i], margin);
 }
 
+__global__ void inverseTableKernel(int64_t count, const float *scales,
+                                   float *table) {
+  MTRT_GRID_STRIDE(i, count) {
+    table[kFp8InverseTableStride * i] = 1.0f / scales[i];
+  }
+}
+
 __global__ void inverseScalesKernel(const float *scaleX, const float *scaleW,
                                     float *inverseX, float *inverseW) {
   *inverseX = 1.0f / *scaleX;
@@ -240,6 +247,13 @@ void fp8UpdateMetas(cudaStream_t stream, const Fp8UpdateBatch &batch,
   if (batch.count > 0)
     updateMetasKernel<<<1, kFp8UpdateBatch, 0, stream>>>(batch, length,
                                                          algorithm, margin);
+}
+
+void fp8InverseTable(cudaStream_t stream, int64_t count, const float *scales,
+                     float *table) {
+  if (count > 0)
+    inverseTableKernel<<<blocksFor(count), kThreads, 0, stream>>>(
+        count, scales, table);
 }
 
 void fp8InverseScales(cudaStream_t stream, const float *scaleX,

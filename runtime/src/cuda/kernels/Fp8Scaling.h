@@ -44,6 +44,16 @@ void fp8UpdateMetas(cudaStream_t stream, const Fp8UpdateBatch &batch,
 void fp8InverseScales(cudaStream_t stream, const float *scaleX,
                       const float *scaleW, float *inverseX, float *inverseW);
 
+/// Floats between two entries of fp8InverseTable's table: cuBLASLt takes
+/// only 16-byte aligned scale pointers.
+constexpr size_t kFp8InverseTableStride = 4;
+
+/// table[kFp8InverseTableStride * i] = 1 / scales[i] for i < count (as
+/// fp8InverseScales divides): the FP8 GEMMs' inverse scales of every meta
+/// at once. `table` is 16-byte aligned.
+void fp8InverseTable(cudaStream_t stream, int64_t count, const float *scales,
+                     float *table);
+
 /// castToFp8 of x [rows, cols] (codes, with the amax into *amax, which the
 /// caller zeroes) that also writes the codes transposed, [cols, rows]: an
 /// output gradient's cast for its data gradient and its weight gradient
