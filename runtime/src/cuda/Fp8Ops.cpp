@@ -105,8 +105,7 @@ void Executor::reserveFp8Staging() {
   for (size_t position = 0; position < count; ++position) {
     const Instruction &inst = fn.instructions[position];
     blocks = std::max(blocks, stagingBytes(fn, inst));
-    transposedInput =
-        std::max(transposedInput, transposedInputBytes(fn, inst));
+    transposedInput = std::max(transposedInput, transposedInputBytes(fn, inst));
     if (inst.op != Op::Fp8LinearWeightGrad)
       continue;
     size_t cast = definedAt[inst.operands[2]];
@@ -116,9 +115,9 @@ void Executor::reserveFp8Staging() {
     fp8TransposesCodes_[cast] = true;
     fp8GradTransposedByCast_[position] = true;
     pairEnd = position;
-    transposedGrad = std::max(
-        transposedGrad,
-        alignUp(size_t(fn.values[inst.operands[2]].numElements)));
+    transposedGrad =
+        std::max(transposedGrad,
+                 alignUp(size_t(fn.values[inst.operands[2]].numElements)));
   }
   // The GEMMs whose two scales are metas' (delayed scaling) read their
   // inverses from a table of every meta's, made once a run, by the first
@@ -190,8 +189,8 @@ void Executor::planFp8Casts() {
       }
       if (next.op == Op::GetParameter)
         continue;
-      auto meta = metaOfScale.find(
-          next.op == Op::Fp8Quantize ? next.operands[1] : -1);
+      auto meta =
+          metaOfScale.find(next.op == Op::Fp8Quantize ? next.operands[1] : -1);
       if (next.op == Op::Fp8Quantize &&
           next.operands[0] == producer.results[0] &&
           meta != metaOfScale.end()) {
@@ -248,14 +247,13 @@ void Executor::executeFusedFp8Cast(size_t position, const Instruction &inst) {
     NormFp8Out into{codes, scale, amax, format};
     auto *weight = static_cast<const float *>(slots_[inst.operands[1]]);
     if (inst.op == Op::LayerNorm)
-      MTRT_CUDA_CHECK_LAUNCH(
-          layerNormToFp8(stream, rows, hidden, x, weight,
-                         inst.operands.size() == 3
-                             ? static_cast<const float *>(
-                                   slots_[inst.operands[2]])
-                             : nullptr,
-                         inst.attrs.epsilon, y, into),
-          what);
+      MTRT_CUDA_CHECK_LAUNCH(layerNormToFp8(stream, rows, hidden, x, weight,
+                                            inst.operands.size() == 3
+                                                ? static_cast<const float *>(
+                                                      slots_[inst.operands[2]])
+                                                : nullptr,
+                                            inst.attrs.epsilon, y, into),
+                             what);
     else
       MTRT_CUDA_CHECK_LAUNCH(rmsNormToFp8(stream, rows, hidden, x, weight,
                                           inst.attrs.epsilon, y, into),
@@ -301,13 +299,12 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
   // With a bias, false when cuBLASLt has no epilogue for it (nothing ran).
   auto product = [&](int64_t m, int64_t n, int64_t k, const uint8_t *first,
                      int64_t firstValue, const uint8_t *second,
-                     int64_t secondValue, const float *const *inverses,
-                     void *y, bool yBf16, const __nv_bfloat16 *bias = nullptr,
+                     int64_t secondValue, const float *const *inverses, void *y,
+                     bool yBf16, const __nv_bfloat16 *bias = nullptr,
                      bool fast = false) -> bool {
     try {
-      return gemm.run(m, n, k, first, formatOf(firstValue), inverses[0],
-                      second, formatOf(secondValue), inverses[1], y, yBf16,
-                      bias, fast);
+      return gemm.run(m, n, k, first, formatOf(firstValue), inverses[0], second,
+                      formatOf(secondValue), inverses[1], y, yBf16, bias, fast);
     } catch (const Error &e) {
       throw Error(e.code(), what + ": " + e.what());
     }
@@ -336,8 +333,8 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     }
     auto *block = reinterpret_cast<float *>(staging);
     MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(firstScale)),
-                                            scalar(operand(secondScale)),
-                                            block, block + kInverseStride),
+                                            scalar(operand(secondScale)), block,
+                                            block + kInverseStride),
                            what);
     inverses[0] = block;
     inverses[1] = block + kInverseStride;
@@ -369,8 +366,8 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
           what);
       batch.count = 0;
     };
-    for (size_t p = position; p < fn.instructions.size() &&
-                              fn.instructions[p].op == Op::Fp8Update;
+    for (size_t p = position;
+         p < fn.instructions.size() && fn.instructions[p].op == Op::Fp8Update;
          ++p) {
       const Instruction &update = fn.instructions[p];
       auto meta = size_t(update.attrs.meta);
@@ -412,8 +409,7 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
       MTRT_CUDA_CHECK_LAUNCH(
           launched = castToFp8Transposed(
               stream, rows, cols, source(0), codes(result(0)), transposed,
-              formatOf(inst.results[0]), scalar(operand(1)),
-              scalar(result(1))),
+              formatOf(inst.results[0]), scalar(operand(1)), scalar(result(1))),
           what);
       if (launched)
         break;

@@ -41,13 +41,13 @@ protected:
       for (size_t i = 0; i < values.size(); ++i)
         halves[i] = __float2bfloat16_rn(values[i]);
       MTRT_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), halves.data(),
-                                      halves.size() * 2,
-                                      cudaMemcpyHostToDevice, stream),
+                                      halves.size() * 2, cudaMemcpyHostToDevice,
+                                      stream),
                       "test");
     } else {
       MTRT_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), values.data(),
-                                      values.size() * 4,
-                                      cudaMemcpyHostToDevice, stream),
+                                      values.size() * 4, cudaMemcpyHostToDevice,
+                                      stream),
                       "test");
     }
     context->synchronize("test");
@@ -70,12 +70,12 @@ protected:
     cudaStream_t stream = context->stream();
     std::vector<uint8_t> out(n);
     float largest = 0;
-    MTRT_CUDA_CHECK(cudaMemcpyAsync(out.data(), codes, n,
-                                    cudaMemcpyDeviceToHost, stream),
-                    "test");
-    MTRT_CUDA_CHECK(cudaMemcpyAsync(&largest, amax, 4, cudaMemcpyDeviceToHost,
-                                    stream),
-                    "test");
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(out.data(), codes, n, cudaMemcpyDeviceToHost, stream),
+        "test");
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(&largest, amax, 4, cudaMemcpyDeviceToHost, stream),
+        "test");
     context->synchronize("test");
     return {out, largest};
   }
@@ -131,18 +131,18 @@ TEST_P(CudaFp8FusedCastTest, SwigluToFp8IsSwigluThenTheCast) {
       float *amaxes = s.as<float>() + 16;
       MTRT_CUDA_CHECK_LAUNCH(cuda::swigluForward(stream, n, in(g), in(u), out),
                              "test");
-      MTRT_CUDA_CHECK_LAUNCH(
-          cuda::castToFp8(stream, n, yIn, plainCodes.as<uint8_t>(), format,
-                          s.as<float>(), amaxes),
-          "test");
+      MTRT_CUDA_CHECK_LAUNCH(cuda::castToFp8(stream, n, yIn,
+                                             plainCodes.as<uint8_t>(), format,
+                                             s.as<float>(), amaxes),
+                             "test");
       MTRT_CUDA_CHECK_LAUNCH(cuda::swigluToFp8(stream, n, in(g), in(u), bf16,
                                                fusedCodes.as<uint8_t>(), format,
                                                s.as<float>(), amaxes + 1),
                              "test");
       expectSame(download(plainCodes.data(), size_t(n), amaxes),
                  download(fusedCodes.data(), size_t(n), amaxes + 1),
-                 "swiglu of " + std::to_string(n) +
-                     (bf16 ? " bf16" : " fp32") + " elements");
+                 "swiglu of " + std::to_string(n) + (bf16 ? " bf16" : " fp32") +
+                     " elements");
     }
   }
 }
@@ -190,10 +190,10 @@ TEST_P(CudaFp8FusedCastTest, NormsToFp8AreTheNormsThenTheCast) {
                                                     fp8),
                                  "test");
         }
-        MTRT_CUDA_CHECK_LAUNCH(
-            cuda::castToFp8(stream, n, yIn, plainCodes.as<uint8_t>(), format,
-                            s.as<float>(), amaxes),
-            "test");
+        MTRT_CUDA_CHECK_LAUNCH(cuda::castToFp8(stream, n, yIn,
+                                               plainCodes.as<uint8_t>(), format,
+                                               s.as<float>(), amaxes),
+                               "test");
         expectSame(download(plainCodes.data(), size_t(n), amaxes),
                    download(fusedCodes.data(), size_t(n), amaxes + 1),
                    std::string(layer ? "layer" : "RMS") + " norm, hidden " +
@@ -209,9 +209,8 @@ TEST_P(CudaFp8FusedCastTest, NormsToFp8AreTheNormsThenTheCast) {
 TEST_P(CudaFp8FusedCastTest, TransposedCastIsTheCastThenTheTranspose) {
   Format format = GetParam();
   cudaStream_t stream = context->stream();
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{512, 384},
-                            {80, 208},
-                            {16, 16}}) {
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{512, 384}, {80, 208}, {16, 16}}) {
     for (bool bf16 : {true, false}) {
       const int64_t n = rows * cols;
       std::vector<float> x = randomValues(size_t(n), 2.0f, 6);
@@ -232,11 +231,11 @@ TEST_P(CudaFp8FusedCastTest, TransposedCastIsTheCastThenTheTranspose) {
                                                   plainT.as<uint8_t>()),
                              "test");
       bool launched = false;
-      MTRT_CUDA_CHECK_LAUNCH(
-          launched = cuda::castToFp8Transposed(
-              stream, rows, cols, in, fusedCodes.as<uint8_t>(),
-              fusedT.as<uint8_t>(), format, s.as<float>(), amaxes + 1),
-          "test");
+      MTRT_CUDA_CHECK_LAUNCH(launched = cuda::castToFp8Transposed(
+                                 stream, rows, cols, in,
+                                 fusedCodes.as<uint8_t>(), fusedT.as<uint8_t>(),
+                                 format, s.as<float>(), amaxes + 1),
+                             "test");
       ASSERT_TRUE(launched) << rows << " x " << cols;
       std::string what = std::to_string(rows) + " x " + std::to_string(cols) +
                          (bf16 ? " bf16" : " fp32");
@@ -257,8 +256,7 @@ TEST_P(CudaFp8FusedCastTest, TransposedCastIsTheCastThenTheTranspose) {
 INSTANTIATE_TEST_SUITE_P(Formats, CudaFp8FusedCastTest,
                          ::testing::Values(Format::E4M3, Format::E5M2),
                          [](const auto &info) {
-                           return info.param == Format::E4M3 ? "e4m3"
-                                                             : "e5m2";
+                           return info.param == Format::E4M3 ? "e4m3" : "e5m2";
                          });
 
 class CudaFp8UpdateTest : public CudaTest {};
@@ -272,8 +270,7 @@ TEST_F(CudaFp8UpdateTest, BatchedUpdatesAreTheHostsArithmetic) {
   const int metas = 300, length = 4, margin = 1;
   std::mt19937 random(11);
   std::uniform_real_distribution<float> uniform(0.0f, 30.0f);
-  std::vector<float> amax(metas), scale(metas),
-      history(size_t(metas) * length);
+  std::vector<float> amax(metas), scale(metas), history(size_t(metas) * length);
   for (int i = 0; i < metas; ++i) {
     amax[size_t(i)] = i % 17 == 0   ? 0.0f
                       : i % 19 == 0 ? std::numeric_limits<float>::infinity()
@@ -287,9 +284,8 @@ TEST_F(CudaFp8UpdateTest, BatchedUpdatesAreTheHostsArithmetic) {
   MTRT_CUDA_CHECK(cudaMemcpyAsync(dAmax.data(), amax.data(), amax.size() * 4,
                                   cudaMemcpyHostToDevice, stream),
                   "test");
-  MTRT_CUDA_CHECK(cudaMemcpyAsync(dScale.data(), scale.data(),
-                                  scale.size() * 4, cudaMemcpyHostToDevice,
-                                  stream),
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(dScale.data(), scale.data(), scale.size() * 4,
+                                  cudaMemcpyHostToDevice, stream),
                   "test");
   MTRT_CUDA_CHECK(cudaMemcpyAsync(dHistory.data(), history.data(),
                                   history.size() * 4, cudaMemcpyHostToDevice,
@@ -332,9 +328,8 @@ TEST_F(CudaFp8UpdateTest, BatchedUpdatesAreTheHostsArithmetic) {
     differing += std::memcmp(&expected, &deviceScale[size_t(i)], 4) != 0;
   }
   EXPECT_EQ(differing, 0u) << "scales";
-  EXPECT_EQ(std::memcmp(history.data(), deviceHistory.data(),
-                        history.size() * 4),
-            0)
+  EXPECT_EQ(
+      std::memcmp(history.data(), deviceHistory.data(), history.size() * 4), 0)
       << "histories";
   // The GEMMs' table of inverse scales from the updated scales.
   cuda::DeviceBuffer table(metas * cuda::kFp8InverseTableStride * 4, "table");
@@ -351,9 +346,9 @@ TEST_F(CudaFp8UpdateTest, BatchedUpdatesAreTheHostsArithmetic) {
   size_t wrongInverses = 0;
   for (int i = 0; i < metas; ++i) {
     float expected = 1.0f / deviceScale[size_t(i)];
-    wrongInverses += std::memcmp(&expected,
-                                 &inverses[cuda::kFp8InverseTableStride * i],
-                                 4) != 0;
+    wrongInverses +=
+        std::memcmp(&expected, &inverses[cuda::kFp8InverseTableStride * i],
+                    4) != 0;
   }
   EXPECT_EQ(wrongInverses, 0u) << "inverse scales";
 }

@@ -46,10 +46,10 @@ class CudaFp8ModelTest : public ::testing::TestWithParam<const char *> {
 protected:
   void SetUp() override {
     MTRT_REQUIRE_GPU();
-    bundle = std::make_unique<Bundle>(loadTestBundle(
-        GetParam(), "megatron-compile models/tiny-gpt.yaml (or "
-                    "tiny-llama.yaml) --bf16 --fp8-format ... "
-                    "--hidden-dropout=0 --attention-dropout=0"));
+    bundle = std::make_unique<Bundle>(
+        loadTestBundle(GetParam(), "megatron-compile models/tiny-gpt.yaml (or "
+                                   "tiny-llama.yaml) --bf16 --fp8-format ... "
+                                   "--hidden-dropout=0 --attention-dropout=0"));
     context = std::make_unique<cuda::Context>();
   }
   std::unique_ptr<Bundle> bundle;

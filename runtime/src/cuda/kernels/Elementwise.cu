@@ -214,8 +214,8 @@ __global__ void swigluToFp8Kernel(int64_t n, int64_t octs, InElements gate,
   auto code = [&](float g, float u) -> unsigned {
     float y[1], x[2] = {g, u};
     Swiglu{}(0, x, y);
-    float value = roundToBf16 ? __bfloat162float(__float2bfloat16_rn(y[0]))
-                              : y[0];
+    float value =
+        roundToBf16 ? __bfloat162float(__float2bfloat16_rn(y[0])) : y[0];
     largest = max(largest, __float_as_uint(fabsf(value)));
     return __nv_cvt_float_to_fp8(value * factor, __NV_SATFINITE, kind);
   };
@@ -231,8 +231,8 @@ __global__ void swigluToFp8Kernel(int64_t n, int64_t octs, InElements gate,
   }
   MTRT_GRID_STRIDE(t, n - 8 * octs) {
     int64_t i = 8 * octs + t;
-    codes[i] = static_cast<uint8_t>(
-        code(detail::load(gate, i), detail::load(up, i)));
+    codes[i] =
+        static_cast<uint8_t>(code(detail::load(gate, i), detail::load(up, i)));
   }
   largest = detail::blockMax(largest, warps);
   if (threadIdx.x == 0)
@@ -367,9 +367,9 @@ void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
   launchMap(stream, n, Storage<2, 1>{{gate, up}, {y}}, Swiglu{});
 }
 
-void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate,
-                 InElements up, bool roundToBf16, uint8_t *codes,
-                 fp8::Format format, const float *scale, float *amax) {
+void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate, InElements up,
+                 bool roundToBf16, uint8_t *codes, fp8::Format format,
+                 const float *scale, float *amax) {
   if (n <= 0)
     return;
   bool aligned = n % 8 == 0 && detail::vectorizable(gate.data) &&

@@ -224,8 +224,7 @@ bool castToFp8Transposed(cudaStream_t stream, int64_t rows, int64_t cols,
     return false;
   int64_t tiles = ((rows + kWideTile - 1) / kWideTile) *
                   ((cols + kWideTile - 1) / kWideTile);
-  auto blocks =
-      static_cast<unsigned>(std::min(tiles, kCastTransposedBlocks));
+  auto blocks = static_cast<unsigned>(std::min(tiles, kCastTransposedBlocks));
   castTransposedKernel<<<blocks, kThreads, 0, stream>>>(
       rows, cols, x, codes, transposed, format, scale, amax);
   return true;
@@ -252,8 +251,8 @@ void fp8UpdateMetas(cudaStream_t stream, const Fp8UpdateBatch &batch,
 void fp8InverseTable(cudaStream_t stream, int64_t count, const float *scales,
                      float *table) {
   if (count > 0)
-    inverseTableKernel<<<blocksFor(count), kThreads, 0, stream>>>(
-        count, scales, table);
+    inverseTableKernel<<<blocksFor(count), kThreads, 0, stream>>>(count, scales,
+                                                                  table);
 }
 
 void fp8InverseScales(cudaStream_t stream, const float *scaleX,

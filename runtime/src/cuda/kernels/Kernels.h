@@ -385,9 +385,9 @@ void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
 /// *amax = max(*amax, |y|) (the caller zeroes it) and codes[i] is
 /// y * *scale in `format`, saturated: the bits of the two kernels, without
 /// y's store and load.
-void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate,
-                 InElements up, bool roundToBf16, uint8_t *codes,
-                 fp8::Format format, const float *scale, float *amax);
+void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate, InElements up,
+                 bool roundToBf16, uint8_t *codes, fp8::Format format,
+                 const float *scale, float *amax);
 /// dgate and dup may be null.
 void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
                     InElements up, InElements dy, OutElements dgate,

@@ -25,8 +25,8 @@ struct NormFp8Out {
 void layerNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden,
                     NormRows x, const float *weight, const float *bias,
                     double eps, NormRowsOut y, NormFp8Out fp8);
-void rmsNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden,
-                  NormRows x, const float *weight, double eps, NormRowsOut y,
+void rmsNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
+                  const float *weight, double eps, NormRowsOut y,
                   NormFp8Out fp8);
 
 } // namespace mtrt::cuda

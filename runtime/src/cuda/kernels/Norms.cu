@@ -207,9 +207,9 @@ __device__ inline void storeCodes(bool bf16, NormFp8Out fp8, int64_t at,
   for (int e = 0; e < kVec; ++e) {
     float value = bf16 ? __bfloat162float(__float2bfloat16_rn(in[e])) : in[e];
     largest = max(largest, __float_as_uint(fabsf(value)));
-    packed |= unsigned(__nv_cvt_float_to_fp8(value * factor, __NV_SATFINITE,
-                                             kind))
-              << (8 * e);
+    packed |=
+        unsigned(__nv_cvt_float_to_fp8(value * factor, __NV_SATFINITE, kind))
+        << (8 * e);
   }
   if constexpr (kVec == 4)
     *reinterpret_cast<unsigned *>(fp8.codes + at) = packed;
@@ -406,13 +406,11 @@ forwardRowStatistics(const float (&xv)[kItems][kVec], int64_t hidden,
 /// Row r of y = (x - mean) * rstd * weight (+ bias) for layer norm
 /// (kLayer), else x * rstd * weight.
 template <int kVec, int kItems, bool kLayer>
-__device__ inline void forwardRowOutputs(int64_t r, int64_t vectors,
-                                         const float (&xv)[kItems][kVec],
-                                         const float (&w)[kItems][kVec],
-                                         const float (&b)[kItems][kVec],
-                                         bool hasBias, RowStatistics s,
-                                         NormRowsOut y, NormFp8Out fp8,
-                                         unsigned &largest) {
+__device__ inline void
+forwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
+                  const float (&w)[kItems][kVec],
+                  const float (&b)[kItems][kVec], bool hasBias, RowStatistics s,
+                  NormRowsOut y, NormFp8Out fp8, unsigned &largest) {
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     int64_t v = ownedVector(k);
@@ -592,9 +590,8 @@ __global__ void __launch_bounds__(kMaxNormThreads)
     loadRow<kVec, kItems>(x, r, vectors, xv);
     RowStatistics s = forwardRowStatistics<kVec, kItems, kLayer>(
         xv, hidden, eps, shared, &statistics);
-    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
-                                            bias != nullptr, s, y, fp8,
-                                            largest);
+    forwardRowOutputs<kVec, kItems, kLayer>(
+        r, vectors, xv, w, b, bias != nullptr, s, y, fp8, largest);
   }
   recordNormAmax(fp8, largest);
 }
@@ -771,12 +768,10 @@ int64_t stagedBytes(int64_t hidden, bool bf16) {
 /// The forward over the block's rows (blockRows), kNormStages of
 /// `rowBytes` (stagedBytes) in dynamic shared memory.
 template <int kItems, bool kLayer>
-__global__ void
-__launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
+__global__ void __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
     normForwardStagedKernel(int64_t rows, int64_t hidden, NormRows x,
-                            const float *weight, const float *bias,
-                            double eps, NormRowsOut y, NormFp8Out fp8,
-                            int64_t rowBytes) {
+                            const float *weight, const float *bias, double eps,
+                            NormRowsOut y, NormFp8Out fp8, int64_t rowBytes) {
   constexpr int kVec = 4;
   constexpr int kSums = forwardSums<kLayer>();
   __shared__ double shared[kMaxNormWarps * kSums];
@@ -798,9 +793,8 @@ __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
     loadStaged<kItems>(staged + slot * rowBytes, x.bf16, vectors, xv);
     RowStatistics s = forwardRowStatistics<kVec, kItems, kLayer>(
         xv, hidden, eps, shared, &statistics);
-    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
-                                            bias != nullptr, s, y, fp8,
-                                            largest);
+    forwardRowOutputs<kVec, kItems, kLayer>(
+        r, vectors, xv, w, b, bias != nullptr, s, y, fp8, largest);
   });
   recordNormAmax(fp8, largest);
 }
@@ -1007,8 +1001,7 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
       int64_t blocks = std::min(
           rows, residentBlocks(kernel, shape.threads, sharedBytes));
       kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
-               stream>>>(rows, hidden, x, weight, bias, eps, y, fp8,
-                         rowBytes);
+               stream>>>(rows, hidden, x, weight, bias, eps, y, fp8, rowBytes);
     });
     return;
   }
@@ -1016,8 +1009,8 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
   auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(1) << 30));
   withNormShape(shape, [&](auto vec, auto items) {
     normForwardKernel<decltype(vec)::value, decltype(items)::value, kLayer>
-        <<<grid, shape.threads, 0, stream>>>(rows, hidden, x, weight, bias,
-                                             eps, y, fp8);
+        <<<grid, shape.threads, 0, stream>>>(rows, hidden, x, weight, bias, eps,
+                                             y, fp8);
   });
 }
 
@@ -1110,8 +1103,8 @@ void layerNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden,
   normForward<true>(stream, rows, hidden, x, weight, bias, eps, y, fp8);
 }
 
-void rmsNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden,
-                  NormRows x, const float *weight, double eps, NormRowsOut y,
+void rmsNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
+                  const float *weight, double eps, NormRowsOut y,
                   NormFp8Out fp8) {
   normForward<false>(stream, rows, hidden, x, weight, nullptr, eps, y, fp8);
 }
