@@ -228,6 +228,8 @@ nodrop=(--hidden-dropout=0 --attention-dropout=0)
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 "${nodrop[@]}" \
   --fp8-format e4m3 --fp8-recipe tensorwise \
   -o "$b/tiny-gpt-fp8-e4m3-tensorwise.mtb"
+"$compile" "$root/models/tiny-llama.yaml" --bf16 "${nodrop[@]}" \
+  --fp8-format hybrid -o "$b/tiny-llama-fp8-hybrid.mtb"
 for pair in ${MICRO_BATCH:-gpt2-124m:32 gpt2-350m:32 gpt-1.3b:8}; do
   model=${pair%%:*} mb=${pair##*:}
   "$compile" "$root/models/$model.yaml" --bf16 --micro-batch-size="$mb" \

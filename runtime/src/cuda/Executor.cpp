@@ -62,6 +62,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   planCudnnAttention();
   planBf16Copies();
   planGemmAccumulation();
+  planFp8Casts();
   reserveFp8Staging();
   plan_ = planArena(
       fn,

@@ -415,8 +415,22 @@ private:
   /// fp8_update.
   void executeFp8(size_t position, const Instruction &inst);
   /// Sizes the Fp8Gemm's staging for this function's largest FP8 GEMM
-  /// (Fp8Ops.cpp), before any run is captured into a graph.
+  /// (Fp8Ops.cpp), before any run is captured into a graph, and plans the
+  /// transposed codes kept there (after planFp8Casts).
   void reserveFp8Staging();
+  /// Finds the producers that can write an fp8_quantize's codes themselves
+  /// (Fp8Ops.cpp): a swiglu, layer norm or RMS norm whose result only that
+  /// quantize reads, with
+  /// only views (get_parameter, fp8_scale) between them and a delayed
+  /// scale.
+  void planFp8Casts();
+  /// Whether the producer at `position` writes its fp8_quantize's codes
+  /// and amax this run (and the quantize does nothing): planned, and the
+  /// quantize's results do not overlap the producer's operands (which
+  /// may die at the producer, their memory then the quantize's).
+  bool fp8CastFused(size_t position) const;
+  /// The producer at `position` with its fp8_quantize's cast (Fp8Ops.cpp).
+  void executeFusedFp8Cast(size_t position, const Instruction &inst);
   /// Context parallelism's instructions (ContextParallelOps.cpp):
   /// attention_block, attention_merge, attention_delta,
   /// attention_block_grad, and position_ids, rope and dropout at global
@@ -541,6 +555,26 @@ private:
   std::vector<size_t> bf16MadeAt_, bf16Until_;
   /// By value: the parameter it is a view of (get_parameter), or -1.
   std::vector<int64_t> parameterOf_;
+  /// By producer (planFp8Casts): the fp8_quantize it casts for and the
+  /// meta whose scale that quantize reads, or kNoPartner.
+  std::vector<size_t> fp8CastOf_, fp8CastMeta_;
+  /// By fp8_quantize: the producer that may cast for it, or kNoPartner.
+  std::vector<size_t> fp8CastProducer_;
+  /// The FP8 GEMMs' staging (reserveFp8Staging): its bytes, and where a
+  /// weight gradient's transposed input and transposed output gradient go,
+  /// beyond every instruction's block. By instruction: a weight gradient
+  /// that reads the transposed input the previous one left there; an
+  /// output gradient's fp8_quantize that also writes its codes transposed,
+  /// and the weight gradient that reads them.
+  size_t fp8StagingBytes_ = 0, fp8TransposedInputAt_ = 0,
+         fp8TransposedGradAt_ = 0;
+  std::vector<bool> fp8ReusesTransposedInput_, fp8TransposesCodes_,
+      fp8GradTransposedByCast_;
+  /// The metas' inverse scales in the staging (fp8InverseTable): where,
+  /// and the FP8 GEMM that makes them each run (kNoPartner: none reads
+  /// them); by value: the meta an fp8_scale reads, or kNoPartner.
+  size_t fp8InverseTableAt_ = 0, fp8InverseTableMadeAt_ = kNoPartner;
+  std::vector<size_t> fp8MetaOfValue_;
   /// By instruction: the parameter whose gradient a weight-gradient GEMM
   /// adds its product into (planGemmAccumulation), or -1.
   std::vector<int64_t> gemmAccumulates_;

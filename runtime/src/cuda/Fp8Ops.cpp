@@ -20,11 +20,14 @@
 
 #include "core/Fp8State.h"
 #include "core/OpShapes.h"
+#include "core/ValueTrace.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Fp8Scaling.h"
+#include "cuda/kernels/NormFp8.h"
 
 #include <algorithm>
+#include <map>
 
 namespace mtrt::cuda {
 
@@ -40,10 +43,12 @@ constexpr size_t kInverseStride = kArenaAlignment / sizeof(float);
 constexpr size_t kInverseBytes = 2 * kArenaAlignment;
 
 /// The staging an FP8 GEMM instruction uses (executeFp8's layout): the
-/// inverse scales, then the transposed weight or operands, then the bf16
-/// bias and the fp32 product a bias is added to without the epilogue; 0 for
-/// every other instruction (whose operands, if any, are not read:
-/// get_parameter has none).
+/// inverse scales, then the transposed weight or output gradient, then the
+/// bf16 bias and the fp32 product a bias is added to without the epilogue;
+/// 0 for every other instruction (whose operands, if any, are not read:
+/// get_parameter has none). A weight gradient's transposed input lies
+/// beyond every instruction's block (transposedInputBytes), where the next
+/// weight gradient of the same input finds it.
 size_t stagingBytes(const Function &fn, const Instruction &inst) {
   if (inst.op != Op::Fp8Linear && inst.op != Op::Fp8LinearWeightGrad)
     return 0;
@@ -61,8 +66,15 @@ size_t stagingBytes(const Function &fn, const Instruction &inst) {
     return kInverseBytes + transposed + bias;
   }
   int64_t out = fn.values[inst.operands[2]].shape.back();
-  return kInverseBytes + alignUp(static_cast<size_t>(rows * in)) +
-         alignUp(static_cast<size_t>(rows * out));
+  return kInverseBytes + alignUp(static_cast<size_t>(rows * out));
+}
+
+/// A weight gradient's transposed input codes (x^T), 0 for other
+/// instructions.
+size_t transposedInputBytes(const Function &fn, const Instruction &inst) {
+  if (inst.op != Op::Fp8LinearWeightGrad)
+    return 0;
+  return alignUp(static_cast<size_t>(fn.values[inst.operands[0]].numElements));
 }
 
 /// Whether the instruction at `position` comes before the function's loss
@@ -77,11 +89,188 @@ bool inForwardPass(const Function &fn, size_t position) {
 } // namespace
 
 void Executor::reserveFp8Staging() {
-  size_t largest = 0;
-  for (const Instruction &inst : function_->instructions)
-    largest = std::max(largest, stagingBytes(*function_, inst));
-  if (largest > 0)
-    context_.fp8Gemm().staging(largest);
+  const Function &fn = *function_;
+  size_t count = fn.instructions.size();
+  // The output gradients whose casts also write their transposed codes
+  // (castToFp8Transposed) for the weight gradient after them: an
+  // fp8_quantize read by a weight gradient, no two such pairs overlapping
+  // (each is a cast, the data gradient and the weight gradient in a row).
+  fp8TransposesCodes_.assign(count, false);
+  fp8GradTransposedByCast_.assign(count, false);
+  std::vector<size_t> definedAt(fn.values.size(), kNoPartner);
+  for (size_t position = 0; position < count; ++position)
+    for (int64_t v : fn.instructions[position].results)
+      definedAt[v] = position;
+  size_t blocks = 0, transposedInput = 0, transposedGrad = 0, pairEnd = 0;
+  for (size_t position = 0; position < count; ++position) {
+    const Instruction &inst = fn.instructions[position];
+    blocks = std::max(blocks, stagingBytes(fn, inst));
+    transposedInput = std::max(transposedInput, transposedInputBytes(fn, inst));
+    if (inst.op != Op::Fp8LinearWeightGrad)
+      continue;
+    size_t cast = definedAt[inst.operands[2]];
+    if (cast == kNoPartner || fn.instructions[cast].op != Op::Fp8Quantize ||
+        fp8CastProducer_[cast] != kNoPartner || cast < pairEnd)
+      continue;
+    fp8TransposesCodes_[cast] = true;
+    fp8GradTransposedByCast_[position] = true;
+    pairEnd = position;
+    transposedGrad =
+        std::max(transposedGrad,
+                 alignUp(size_t(fn.values[inst.operands[2]].numElements)));
+  }
+  // The GEMMs whose two scales are metas' (delayed scaling) read their
+  // inverses from a table of every meta's, made once a run, by the first
+  // of them: the scales change only in the step's closing fp8_updates. A
+  // kernel per GEMM took 336 launches a step at llama-1.5b.
+  fp8MetaOfValue_.assign(fn.values.size(), kNoPartner);
+  fp8InverseTableMadeAt_ = kNoPartner;
+  for (size_t position = 0; position < count; ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (inst.op == Op::Fp8Scale)
+      fp8MetaOfValue_[inst.results[0]] = size_t(inst.attrs.meta);
+    bool gemm = inst.op == Op::Fp8Linear || inst.op == Op::Fp8LinearWeightGrad;
+    if (gemm && fp8InverseTableMadeAt_ == kNoPartner &&
+        fp8MetaOfValue_[inst.operands[1]] != kNoPartner &&
+        fp8MetaOfValue_[inst.operands[3]] != kNoPartner)
+      fp8InverseTableMadeAt_ = position;
+  }
+  size_t table = fp8InverseTableMadeAt_ == kNoPartner
+                     ? 0
+                     : alignUp(sizeof(float) * kFp8InverseTableStride *
+                               bundle_.fp8().metas.size());
+  fp8TransposedInputAt_ = alignUp(blocks);
+  fp8TransposedGradAt_ = fp8TransposedInputAt_ + transposedInput;
+  fp8InverseTableAt_ = fp8TransposedGradAt_ + transposedGrad;
+  fp8StagingBytes_ = fp8InverseTableAt_ + table;
+  if (fp8StagingBytes_ > 0)
+    context_.fp8Gemm().staging(fp8StagingBytes_);
+  // A weight gradient whose input the previous one transposed (q, k and v
+  // read one input, as do gate and up) reads that copy: nothing else
+  // writes there.
+  fp8ReusesTransposedInput_.assign(count, false);
+  int64_t transposedValue = -1;
+  for (size_t position = 0; position < count; ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (inst.op != Op::Fp8LinearWeightGrad)
+      continue;
+    fp8ReusesTransposedInput_[position] = inst.operands[0] == transposedValue;
+    transposedValue = inst.operands[0];
+  }
+}
+
+void Executor::planFp8Casts() {
+  const Function &fn = *function_;
+  size_t count = fn.instructions.size();
+  fp8CastOf_.assign(count, kNoPartner);
+  fp8CastMeta_.assign(count, kNoPartner);
+  fp8CastProducer_.assign(count, kNoPartner);
+  // A traced run reads every result after its instruction.
+  if (ValueTrace::fromEnvironment())
+    return;
+  std::vector<size_t> uses(fn.values.size(), 0);
+  for (const Instruction &inst : fn.instructions)
+    for (int64_t v : inst.operands)
+      ++uses[v];
+  for (int64_t v : fn.outputs)
+    ++uses[v];
+  for (size_t position = 0; position < count; ++position) {
+    const Instruction &producer = fn.instructions[position];
+    bool casts = producer.op == Op::Swiglu || producer.op == Op::RmsNorm ||
+                 producer.op == Op::LayerNorm;
+    if (!casts || uses[producer.results[0]] != 1)
+      continue;
+    std::map<int64_t, size_t> metaOfScale; // fp8_scale results on the way
+    for (size_t q = position + 1; q < count; ++q) {
+      const Instruction &next = fn.instructions[q];
+      if (next.op == Op::Fp8Scale) {
+        metaOfScale[next.results[0]] = size_t(next.attrs.meta);
+        continue;
+      }
+      if (next.op == Op::GetParameter)
+        continue;
+      auto meta =
+          metaOfScale.find(next.op == Op::Fp8Quantize ? next.operands[1] : -1);
+      if (next.op == Op::Fp8Quantize &&
+          next.operands[0] == producer.results[0] &&
+          meta != metaOfScale.end()) {
+        fp8CastOf_[position] = q;
+        fp8CastMeta_[position] = meta->second;
+        fp8CastProducer_[q] = position;
+      }
+      break;
+    }
+  }
+}
+
+bool Executor::fp8CastFused(size_t position) const {
+  size_t q = fp8CastOf_[position];
+  if (q == kNoPartner)
+    return false;
+  const Function &fn = *function_;
+  auto range = [&](int64_t v) {
+    auto *begin = static_cast<const char *>(slots_[v]);
+    return std::make_pair(begin, begin + fn.values[v].numElements *
+                                             dtypeSize(storageType(v)));
+  };
+  for (int64_t written : fn.instructions[q].results)
+    for (int64_t read : fn.instructions[position].operands) {
+      auto [a, b] = range(written);
+      auto [c, d] = range(read);
+      if (a < d && c < b)
+        return false;
+    }
+  return true;
+}
+
+void Executor::executeFusedFp8Cast(size_t position, const Instruction &inst) {
+  const Function &fn = *function_;
+  const Instruction &cast = fn.instructions[fp8CastOf_[position]];
+  cudaStream_t stream = context_.stream();
+  std::string what = where(position);
+  auto *amax = static_cast<float *>(slots_[cast.results[1]]);
+  auto *codes = static_cast<uint8_t *>(slots_[cast.results[0]]);
+  const float *scale = parameters_.fp8Scale(fp8CastMeta_[position]);
+  fp8::Format format = fp8FormatOf(fn.values[cast.results[0]].dtype);
+  auto in = [&](size_t i) -> InElements {
+    if (heldInBf16(inst.operands[i]))
+      return static_cast<const __nv_bfloat16 *>(slots_[inst.operands[i]]);
+    return static_cast<const float *>(slots_[inst.operands[i]]);
+  };
+  MTRT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream), what);
+  switch (inst.op) {
+  case Op::LayerNorm:
+  case Op::RmsNorm: {
+    auto [rows, hidden] = normDims(fn, inst);
+    NormRows x{slots_[inst.operands[0]], heldInBf16(inst.operands[0])};
+    NormRowsOut y{slots_[inst.results[0]], heldInBf16(inst.results[0])};
+    NormFp8Out into{codes, scale, amax, format};
+    auto *weight = static_cast<const float *>(slots_[inst.operands[1]]);
+    if (inst.op == Op::LayerNorm)
+      MTRT_CUDA_CHECK_LAUNCH(layerNormToFp8(stream, rows, hidden, x, weight,
+                                            inst.operands.size() == 3
+                                                ? static_cast<const float *>(
+                                                      slots_[inst.operands[2]])
+                                                : nullptr,
+                                            inst.attrs.epsilon, y, into),
+                             what);
+    else
+      MTRT_CUDA_CHECK_LAUNCH(rmsNormToFp8(stream, rows, hidden, x, weight,
+                                          inst.attrs.epsilon, y, into),
+                             what);
+    break;
+  }
+  case Op::Swiglu:
+    MTRT_CUDA_CHECK_LAUNCH(
+        swigluToFp8(stream, fn.values[inst.operands[0]].numElements, in(0),
+                    in(1), heldInBf16(inst.results[0]), codes, format, scale,
+                    amax),
+        what);
+    break;
+  default:
+    throw Error(MTRT_STATUS_INTERNAL,
+                what + ": " + opName(inst.op) + " does not cast to FP8");
+  }
 }
 
 void Executor::executeFp8(size_t position, const Instruction &inst) {
@@ -110,16 +299,45 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
   // With a bias, false when cuBLASLt has no epilogue for it (nothing ran).
   auto product = [&](int64_t m, int64_t n, int64_t k, const uint8_t *first,
                      int64_t firstValue, const uint8_t *second,
-                     int64_t secondValue, const float *inverses, void *y,
+                     int64_t secondValue, const float *const *inverses, void *y,
                      bool yBf16, const __nv_bfloat16 *bias = nullptr,
                      bool fast = false) -> bool {
     try {
-      return gemm.run(m, n, k, first, formatOf(firstValue), inverses, second,
-                      formatOf(secondValue), inverses + kInverseStride, y,
-                      yBf16, bias, fast);
+      return gemm.run(m, n, k, first, formatOf(firstValue), inverses[0], second,
+                      formatOf(secondValue), inverses[1], y, yBf16, bias, fast);
     } catch (const Error &e) {
       throw Error(e.code(), what + ": " + e.what());
     }
+  };
+
+  // The inverse scales of the product's first and second operands, whose
+  // scales are operands firstScale and secondScale: the step's table of
+  // the metas' inverses (made at its first reader), or computed into the
+  // staging's first block.
+  auto inversesOf = [&](size_t firstScale, size_t secondScale,
+                        const float *(&inverses)[2]) {
+    char *staging = static_cast<char *>(gemm.staging(fp8StagingBytes_));
+    size_t firstMeta = fp8MetaOfValue_[inst.operands[firstScale]],
+           secondMeta = fp8MetaOfValue_[inst.operands[secondScale]];
+    if (firstMeta != kNoPartner && secondMeta != kNoPartner) {
+      auto *table = reinterpret_cast<float *>(staging + fp8InverseTableAt_);
+      if (position == fp8InverseTableMadeAt_)
+        MTRT_CUDA_CHECK_LAUNCH(
+            fp8InverseTable(stream,
+                            static_cast<int64_t>(bundle_.fp8().metas.size()),
+                            parameters_.fp8Scale(0), table),
+            what);
+      inverses[0] = table + kFp8InverseTableStride * firstMeta;
+      inverses[1] = table + kFp8InverseTableStride * secondMeta;
+      return;
+    }
+    auto *block = reinterpret_cast<float *>(staging);
+    MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(firstScale)),
+                                            scalar(operand(secondScale)), block,
+                                            block + kInverseStride),
+                           what);
+    inverses[0] = block;
+    inverses[1] = block + kInverseStride;
   };
 
   switch (inst.op) {
@@ -130,17 +348,37 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     slots_[inst.results[0]] = parameters_.fp8Scale(size_t(a.meta));
     break;
   case Op::Fp8Update: {
+    // A run of fp8_updates (a training step ends with one per meta) goes
+    // in launches of kFp8UpdateBatch metas at its first instruction; their
+    // amaxes are all computed before it.
+    if (position > 0 && fn.instructions[position - 1].op == Op::Fp8Update)
+      break;
     const Fp8Settings &settings = bundle_.fp8();
-    MTRT_CUDA_CHECK_LAUNCH(
-        fp8UpdateMeta(
-            stream, scalar(operand(0)), parameters_.fp8Scale(size_t(a.meta)),
-            parameters_.fp8History(size_t(a.meta)),
-            static_cast<int>(parameters_.fp8HistoryLength()),
-            settings.amaxComputeAlgo == "max" ? fp8::AmaxAlgorithm::Max
-                                              : fp8::AmaxAlgorithm::MostRecent,
-            fp8FormatOf(settings.metas[size_t(a.meta)].format),
-            static_cast<int>(settings.margin)),
-        what);
+    auto algorithm = settings.amaxComputeAlgo == "max"
+                         ? fp8::AmaxAlgorithm::Max
+                         : fp8::AmaxAlgorithm::MostRecent;
+    Fp8UpdateBatch batch;
+    auto launch = [&] {
+      MTRT_CUDA_CHECK_LAUNCH(
+          fp8UpdateMetas(stream, batch,
+                         static_cast<int>(parameters_.fp8HistoryLength()),
+                         algorithm, static_cast<int>(settings.margin)),
+          what);
+      batch.count = 0;
+    };
+    for (size_t p = position;
+         p < fn.instructions.size() && fn.instructions[p].op == Op::Fp8Update;
+         ++p) {
+      const Instruction &update = fn.instructions[p];
+      auto meta = size_t(update.attrs.meta);
+      batch.amax[batch.count] = scalar(slots_[update.operands[0]]);
+      batch.scale[batch.count] = parameters_.fp8Scale(meta);
+      batch.history[batch.count] = parameters_.fp8History(meta);
+      batch.format[batch.count] = fp8FormatOf(settings.metas[meta].format);
+      if (++batch.count == kFp8UpdateBatch)
+        launch();
+    }
+    launch();
     break;
   }
   case Op::Fp8CurrentScale: { // the amax, then the scale, in the result
@@ -157,7 +395,34 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     break;
   }
   case Op::Fp8Quantize:
+    if (fp8CastProducer_[position] != kNoPartner &&
+        fp8CastFused(fp8CastProducer_[position]))
+      break; // its producer wrote the codes and the amax
     zero(result(1));
+    if (fp8TransposesCodes_[position]) { // [rows, cols] and [cols, rows]
+      int64_t cols = fn.values[inst.operands[0]].shape.back();
+      int64_t rows = fn.values[inst.operands[0]].numElements / cols;
+      auto *transposed = reinterpret_cast<uint8_t *>(
+          static_cast<char *>(gemm.staging(fp8StagingBytes_)) +
+          fp8TransposedGradAt_);
+      bool launched = false;
+      MTRT_CUDA_CHECK_LAUNCH(
+          launched = castToFp8Transposed(
+              stream, rows, cols, source(0), codes(result(0)), transposed,
+              formatOf(inst.results[0]), scalar(operand(1)), scalar(result(1))),
+          what);
+      if (launched)
+        break;
+      MTRT_CUDA_CHECK_LAUNCH(castToFp8(stream, rows * cols, source(0),
+                                       codes(result(0)),
+                                       formatOf(inst.results[0]),
+                                       scalar(operand(1)), scalar(result(1))),
+                             what);
+      MTRT_CUDA_CHECK_LAUNCH(
+          transposeBytes(stream, rows, cols, codes(result(0)), transposed),
+          what);
+      break;
+    }
     MTRT_CUDA_CHECK_LAUNCH(
         castToFp8(stream, fn.values[inst.operands[0]].numElements, source(0),
                   codes(result(0)), formatOf(inst.results[0]),
@@ -173,12 +438,9 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     bool yBf16 = heldInBf16(inst.results[0]);
     size_t transposed =
         a.transposeWeight ? 0 : alignUp(static_cast<size_t>(in * out));
-    auto *staging = static_cast<char *>(gemm.staging(stagingBytes(fn, inst)));
-    auto *inverses = reinterpret_cast<float *>(staging);
-    MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
-                                            scalar(operand(3)), inverses,
-                                            inverses + kInverseStride),
-                           what);
+    auto *staging = static_cast<char *>(gemm.staging(fp8StagingBytes_));
+    const float *inverses[2];
+    inversesOf(1, 3, inverses);
     const uint8_t *weight = codes(operand(2));
     if (!a.transposeWeight) { // [in, out] -> [out, in]
       auto *wT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
@@ -218,27 +480,24 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     int64_t in = fn.values[inst.operands[0]].shape.back();
     int64_t out = fn.values[inst.operands[2]].shape.back();
     int64_t rows = fn.values[inst.operands[0]].numElements / in;
-    size_t xBytes = alignUp(static_cast<size_t>(rows * in));
-    auto *staging = static_cast<char *>(gemm.staging(stagingBytes(fn, inst)));
-    auto *inverses = reinterpret_cast<float *>(staging);
-    auto *xT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
-    auto *dyT = xT + xBytes;
-    MTRT_CUDA_CHECK_LAUNCH(
-        transposeBytes(stream, rows, in, codes(operand(0)), xT), what);
-    MTRT_CUDA_CHECK_LAUNCH(
-        transposeBytes(stream, rows, out, codes(operand(2)), dyT), what);
+    auto *staging = static_cast<char *>(gemm.staging(fp8StagingBytes_));
+    const float *inverses[2];
+    auto *xT = reinterpret_cast<uint8_t *>(staging + fp8TransposedInputAt_);
+    if (!fp8ReusesTransposedInput_[position])
+      MTRT_CUDA_CHECK_LAUNCH(
+          transposeBytes(stream, rows, in, codes(operand(0)), xT), what);
+    auto *dyT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
+    if (fp8GradTransposedByCast_[position]) // by its cast (fp8_quantize)
+      dyT = reinterpret_cast<uint8_t *>(staging + fp8TransposedGradAt_);
+    else
+      MTRT_CUDA_CHECK_LAUNCH(
+          transposeBytes(stream, rows, out, codes(operand(2)), dyT), what);
     if (!a.transposeWeight) { // [in, out]: x^T [in, rows] @ dy^T [out, rows]^T
-      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(1)),
-                                              scalar(operand(3)), inverses,
-                                              inverses + kInverseStride),
-                             what);
+      inversesOf(1, 3, inverses);
       product(in, out, rows, xT, inst.operands[0], dyT, inst.operands[2],
               inverses, result(0), false);
     } else { // [out, in]: dy^T [out, rows] @ x^T [in, rows]^T
-      MTRT_CUDA_CHECK_LAUNCH(fp8InverseScales(stream, scalar(operand(3)),
-                                              scalar(operand(1)), inverses,
-                                              inverses + kInverseStride),
-                             what);
+      inversesOf(3, 1, inverses);
       product(out, in, rows, dyT, inst.operands[2], xT, inst.operands[0],
               inverses, result(0), false);
     }

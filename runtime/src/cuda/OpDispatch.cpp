@@ -488,6 +488,10 @@ void Executor::execute(size_t position, const Instruction &inst,
   }
   case Op::LayerNorm:
   case Op::RmsNorm: {
+    if (fp8CastFused(position)) {
+      executeFusedFp8Cast(position, inst);
+      break;
+    }
     auto [rows, hidden] = normDims(fn, inst);
     NormRows x{slots_[inst.operands[0]], heldInBf16(inst.operands[0])};
     NormRowsOut y{slots_[inst.results[0]], heldInBf16(inst.results[0])};
@@ -669,6 +673,10 @@ void Executor::execute(size_t position, const Instruction &inst,
                  inElements(0), outElements(0));
     break;
   case Op::Swiglu:
+    if (fp8CastFused(position)) {
+      executeFusedFp8Cast(position, inst);
+      break;
+    }
     swigluForward(stream, count(inst.operands[0]), inElements(0),
                   inElements(1), outElements(0));
     break;

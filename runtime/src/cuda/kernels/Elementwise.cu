@@ -8,6 +8,8 @@
 #include "core/Random.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
+#include <cuda_fp8.h>
+
 namespace mtrt::cuda {
 
 namespace {
@@ -194,6 +196,49 @@ struct Swiglu { // gate, up -> y
   }
 };
 
+/// The blocks of swigluToFp8 (castToFp8's cap, Precision.cu).
+constexpr int64_t kFp8CastBlocks = 2048;
+
+/// Swiglu{} of each element, rounded to bf16 when asked, then cast as
+/// castToFp8Vector casts (Precision.cu): the same conversion of y * scale,
+/// the same amax of |y| (as bits), one atomicMax a block.
+__global__ void swigluToFp8Kernel(int64_t n, int64_t octs, InElements gate,
+                                  InElements up, bool roundToBf16,
+                                  uint8_t *codes, fp8::Format format,
+                                  const float *scale, float *amax) {
+  __shared__ unsigned warps[kThreads / 32];
+  const float factor = *scale;
+  const __nv_fp8_interpretation_t kind =
+      format == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
+  unsigned largest = 0;
+  auto code = [&](float g, float u) -> unsigned {
+    float y[1], x[2] = {g, u};
+    Swiglu{}(0, x, y);
+    float value =
+        roundToBf16 ? __bfloat162float(__float2bfloat16_rn(y[0])) : y[0];
+    largest = max(largest, __float_as_uint(fabsf(value)));
+    return __nv_cvt_float_to_fp8(value * factor, __NV_SATFINITE, kind);
+  };
+  MTRT_GRID_STRIDE(o, octs) {
+    float g[8], u[8];
+    load8(gate, o, g);
+    load8(up, o, u);
+    unsigned packed[2] = {0, 0};
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      packed[e / 4] |= code(g[e], u[e]) << (8 * (e % 4));
+    reinterpret_cast<uint2 *>(codes)[o] = make_uint2(packed[0], packed[1]);
+  }
+  MTRT_GRID_STRIDE(t, n - 8 * octs) {
+    int64_t i = 8 * octs + t;
+    codes[i] =
+        static_cast<uint8_t>(code(detail::load(gate, i), detail::load(up, i)));
+  }
+  largest = detail::blockMax(largest, warps);
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned *>(amax), largest);
+}
+
 struct SwigluBackward { // gate, up, dy -> dgate, dup
   __device__ void operator()(int64_t, const float *x, float *y) const {
     float g = x[0], u = x[1], d = x[2];
@@ -320,6 +365,22 @@ void siluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
 void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
                    InElements up, OutElements y) {
   launchMap(stream, n, Storage<2, 1>{{gate, up}, {y}}, Swiglu{});
+}
+
+void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate, InElements up,
+                 bool roundToBf16, uint8_t *codes, fp8::Format format,
+                 const float *scale, float *amax) {
+  if (n <= 0)
+    return;
+  bool aligned = n % 8 == 0 && detail::vectorizable(gate.data) &&
+                 detail::vectorizable(up.data) &&
+                 reinterpret_cast<uintptr_t>(codes) % 8 == 0;
+  int64_t octs = aligned ? n / 8 : 0;
+  // At most kFp8CastBlocks blocks, as castToFp8: an atomicMax a block.
+  auto blocks = static_cast<unsigned>(std::min<int64_t>(
+      blocksFor(std::max<int64_t>(octs, n - 8 * octs)), kFp8CastBlocks));
+  swigluToFp8Kernel<<<blocks, kThreads, 0, stream>>>(
+      n, octs, gate, up, roundToBf16, codes, format, scale, amax);
 }
 
 void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,

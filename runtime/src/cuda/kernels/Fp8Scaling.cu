@@ -7,6 +7,8 @@
 #include "cuda/kernels/Fp8Scaling.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
+#include <cuda_fp8.h>
+
 namespace mtrt::cuda {
 
 namespace {
@@ -34,13 +36,22 @@ __global__ void scaleFromAmaxKernel(const float *amax, float *scale,
   *scale = fp8::scaleFromAmax(*amax, 1.0f, format, margin);
 }
 
-__global__ void updateMetaKernel(const float *amax, float *scale,
-                                 float *history, int length,
-                                 fp8::AmaxAlgorithm algorithm,
-                                 fp8::Format format, int margin) {
-  fp8::pushAmax(history, length, *amax);
-  *scale = fp8::scaleFromAmax(fp8::historyAmax(history, length, algorithm),
-                              *scale, format, margin);
+__global__ void updateMetasKernel(Fp8UpdateBatch batch, int length,
+                                  fp8::AmaxAlgorithm algorithm, int margin) {
+  int i = threadIdx.x;
+  if (i >= batch.count)
+    return;
+  fp8::pushAmax(batch.history[i], length, *batch.amax[i]);
+  *batch.scale[i] =
+      fp8::scaleFromAmax(fp8::historyAmax(batch.history[i], length, algorithm),
+                         *batch.scale[i], batch.format[i], margin);
+}
+
+__global__ void inverseTableKernel(int64_t count, const float *scales,
+                                   float *table) {
+  MTRT_GRID_STRIDE(i, count) {
+    table[kFp8InverseTableStride * i] = 1.0f / scales[i];
+  }
 }
 
 __global__ void inverseScalesKernel(const float *scaleX, const float *scaleW,
@@ -113,7 +124,111 @@ __global__ void transposeBytesWide(int64_t rows, int64_t cols, const uint8_t *x,
   }
 }
 
+/// castTransposedKernel's grid: at most this many blocks (castToFp8's cap,
+/// Precision.cu: one atomicMax a block).
+constexpr int64_t kCastTransposedBlocks = 2048;
+
+// castToFp8 with the codes' transpose: 64 x 64 tiles (a grid-stride loop
+// over them), 256 threads, each converting 16 elements of a row (the
+// conversion and the amax of castToFp8Vector) and storing their codes to
+// the row and to a shared tile, then writing 16 bytes of a column of the
+// tile as transposeBytesWide does. rows and cols are multiples of 16, the
+// pointers 16-byte aligned.
+__global__ void castTransposedKernel(int64_t rows, int64_t cols, InElements x,
+                                     uint8_t *codes, uint8_t *transposed,
+                                     fp8::Format format, const float *scale,
+                                     float *amax) {
+  constexpr int kStride = kWideTile + 4;
+  __shared__ __align__(16) uint8_t tile[kWideTile * kStride];
+  __shared__ unsigned warps[kThreads / 32];
+  const float factor = *scale;
+  const __nv_fp8_interpretation_t kind =
+      format == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
+  unsigned largest = 0;
+  int64_t tilesAcross = (cols + kWideTile - 1) / kWideTile;
+  int64_t tiles = tilesAcross * ((rows + kWideTile - 1) / kWideTile);
+  int t = threadIdx.x;
+  for (int64_t at = blockIdx.x; at < tiles; at += gridDim.x) {
+    int64_t r0 = at / tilesAcross * kWideTile,
+            c0 = at % tilesAcross * kWideTile;
+    {
+      int r = t / 4, chunk = t % 4;
+      int64_t row = r0 + r, col = c0 + 16 * chunk;
+      if (row < rows && col < cols) {
+        int64_t first = row * cols + col;
+        float v[16];
+        if (x.bf16) {
+          const auto *p = static_cast<const uint4 *>(x.data) + first / 8;
+          uint4 halves[2] = {p[0], p[1]};
+          for (int h = 0; h < 2; ++h) {
+            unsigned words[4] = {halves[h].x, halves[h].y, halves[h].z,
+                                 halves[h].w};
+            for (int w = 0; w < 4; ++w) {
+              v[8 * h + 2 * w] = __uint_as_float(words[w] << 16);
+              v[8 * h + 2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
+            }
+          }
+        } else {
+          for (int e = 0; e < 16; ++e)
+            v[e] = detail::load(x, first + e);
+        }
+        unsigned words[4] = {0, 0, 0, 0};
+        for (int e = 0; e < 16; ++e) {
+          largest = max(largest, __float_as_uint(fabsf(v[e])));
+          unsigned code =
+              __nv_cvt_float_to_fp8(v[e] * factor, __NV_SATFINITE, kind);
+          words[e / 4] |= code << (8 * (e % 4));
+        }
+        *reinterpret_cast<uint4 *>(codes + first) =
+            make_uint4(words[0], words[1], words[2], words[3]);
+        auto *into =
+            reinterpret_cast<unsigned *>(tile + r * kStride + 16 * chunk);
+        for (int w = 0; w < 4; ++w)
+          into[w] = words[w];
+      }
+    }
+    __syncthreads();
+    {
+      int c = t / 4, chunk = t % 4;
+      int64_t col = c0 + c, row = r0 + 16 * chunk;
+      if (col < cols && row < rows) {
+        unsigned words[4];
+        for (int w = 0; w < 4; ++w) {
+          unsigned word = 0;
+          for (int b = 0; b < 4; ++b)
+            word |= unsigned(tile[(16 * chunk + 4 * w + b) * kStride + c])
+                    << (8 * b);
+          words[w] = word;
+        }
+        *reinterpret_cast<uint4 *>(transposed + col * rows + row) =
+            make_uint4(words[0], words[1], words[2], words[3]);
+      }
+    }
+    __syncthreads();
+  }
+  largest = detail::blockMax(largest, warps);
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned *>(amax), largest);
+}
+
 } // namespace
+
+bool castToFp8Transposed(cudaStream_t stream, int64_t rows, int64_t cols,
+                         InElements x, uint8_t *codes, uint8_t *transposed,
+                         fp8::Format format, const float *scale, float *amax) {
+  auto aligned = [](const void *p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  };
+  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0 ||
+      !aligned(x.data) || !aligned(codes) || !aligned(transposed))
+    return false;
+  int64_t tiles = ((rows + kWideTile - 1) / kWideTile) *
+                  ((cols + kWideTile - 1) / kWideTile);
+  auto blocks = static_cast<unsigned>(std::min(tiles, kCastTransposedBlocks));
+  castTransposedKernel<<<blocks, kThreads, 0, stream>>>(
+      rows, cols, x, codes, transposed, format, scale, amax);
+  return true;
+}
 
 void fp8Amax(cudaStream_t stream, int64_t n, InElements x, float *amax) {
   if (n > 0)
@@ -126,11 +241,18 @@ void fp8ScaleFromAmax(cudaStream_t stream, const float *amax, float *scale,
   scaleFromAmaxKernel<<<1, 1, 0, stream>>>(amax, scale, format, margin);
 }
 
-void fp8UpdateMeta(cudaStream_t stream, const float *amax, float *scale,
-                   float *history, int length, fp8::AmaxAlgorithm algorithm,
-                   fp8::Format format, int margin) {
-  updateMetaKernel<<<1, 1, 0, stream>>>(amax, scale, history, length, algorithm,
-                                        format, margin);
+void fp8UpdateMetas(cudaStream_t stream, const Fp8UpdateBatch &batch,
+                    int length, fp8::AmaxAlgorithm algorithm, int margin) {
+  if (batch.count > 0)
+    updateMetasKernel<<<1, kFp8UpdateBatch, 0, stream>>>(batch, length,
+                                                         algorithm, margin);
+}
+
+void fp8InverseTable(cudaStream_t stream, int64_t count, const float *scales,
+                     float *table) {
+  if (count > 0)
+    inverseTableKernel<<<blocksFor(count), kThreads, 0, stream>>>(count, scales,
+                                                                  table);
 }
 
 void fp8InverseScales(cudaStream_t stream, const float *scaleX,

@@ -379,6 +379,15 @@ void siluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
                   OutElements dx);
 void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
                    InElements up, OutElements y);
+/// swigluForward and castToFp8 in one pass, for an fp8_quantize of the
+/// SwiGLU's result (the executor's fused FP8 casts, Fp8Ops.cpp): each y is
+/// rounded to bf16 when `roundToBf16` (as a result held in bf16 is), then
+/// *amax = max(*amax, |y|) (the caller zeroes it) and codes[i] is
+/// y * *scale in `format`, saturated: the bits of the two kernels, without
+/// y's store and load.
+void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate, InElements up,
+                 bool roundToBf16, uint8_t *codes, fp8::Format format,
+                 const float *scale, float *amax);
 /// dgate and dup may be null.
 void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
                     InElements up, InElements dy, OutElements dgate,

@@ -22,6 +22,9 @@
 // so each float product and sum rounds like the host's.
 #include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
+#include "cuda/kernels/NormFp8.h"
+
+#include <cuda_fp8.h>
 
 #include <map>
 #include <set>
@@ -187,6 +190,42 @@ __device__ inline void storeVector(NormRowsOut rows, int64_t at,
     else
       *p = in[0];
   }
+}
+
+/// The FP8 codes of kVec outputs at element `at`, as castToFp8 makes them
+/// from the stored outputs (Precision.cu): each rounded to bf16 first when
+/// the result is held in bf16, |value| into `largest` (as bits), the code
+/// of value * scale saturated.
+template <int kVec>
+__device__ inline void storeCodes(bool bf16, NormFp8Out fp8, int64_t at,
+                                  const float (&in)[kVec], unsigned &largest) {
+  const float factor = *fp8.scale;
+  const __nv_fp8_interpretation_t kind =
+      fp8.format == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
+  unsigned packed = 0;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    float value = bf16 ? __bfloat162float(__float2bfloat16_rn(in[e])) : in[e];
+    largest = max(largest, __float_as_uint(fabsf(value)));
+    packed |=
+        unsigned(__nv_cvt_float_to_fp8(value * factor, __NV_SATFINITE, kind))
+        << (8 * e);
+  }
+  if constexpr (kVec == 4)
+    *reinterpret_cast<unsigned *>(fp8.codes + at) = packed;
+  else
+    fp8.codes[at] = static_cast<uint8_t>(packed);
+}
+
+/// The block's largest |output| into *fp8.amax by one atomicMax, when the
+/// outputs are FP8 codes. Every thread of the block calls it.
+__device__ inline void recordNormAmax(NormFp8Out fp8, unsigned largest) {
+  if (!fp8.codes)
+    return;
+  __shared__ unsigned warps[kMaxNormWarps];
+  largest = detail::blockMax(largest, warps);
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned *>(fp8.amax), largest);
 }
 
 /// The lane's value index in warpSumScattered: lane bits 4 and 3 for four
@@ -367,12 +406,11 @@ forwardRowStatistics(const float (&xv)[kItems][kVec], int64_t hidden,
 /// Row r of y = (x - mean) * rstd * weight (+ bias) for layer norm
 /// (kLayer), else x * rstd * weight.
 template <int kVec, int kItems, bool kLayer>
-__device__ inline void forwardRowOutputs(int64_t r, int64_t vectors,
-                                         const float (&xv)[kItems][kVec],
-                                         const float (&w)[kItems][kVec],
-                                         const float (&b)[kItems][kVec],
-                                         bool hasBias, RowStatistics s,
-                                         NormRowsOut y) {
+__device__ inline void
+forwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
+                  const float (&w)[kItems][kVec],
+                  const float (&b)[kItems][kVec], bool hasBias, RowStatistics s,
+                  NormRowsOut y, NormFp8Out fp8, unsigned &largest) {
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     int64_t v = ownedVector(k);
@@ -388,7 +426,10 @@ __device__ inline void forwardRowOutputs(int64_t r, int64_t vectors,
         out[e] = xv[k][e] * s.rstd * w[k][e];
       }
     }
-    storeVector<kVec>(y, (r * vectors + v) * kVec, out);
+    if (fp8.codes)
+      storeCodes<kVec>(y.bf16, fp8, (r * vectors + v) * kVec, out, largest);
+    else
+      storeVector<kVec>(y, (r * vectors + v) * kVec, out);
   }
 }
 
@@ -534,7 +575,7 @@ template <int kVec, int kItems, bool kLayer>
 __global__ void __launch_bounds__(kMaxNormThreads)
     normForwardKernel(int64_t rows, int64_t hidden, NormRows x,
                       const float *weight, const float *bias, double eps,
-                      NormRowsOut y) {
+                      NormRowsOut y, NormFp8Out fp8) {
   constexpr int kSums = forwardSums<kLayer>();
   __shared__ double shared[kMaxNormWarps * kSums];
   __shared__ RowStatistics statistics;
@@ -543,14 +584,16 @@ __global__ void __launch_bounds__(kMaxNormThreads)
   float w[kItems][kVec], b[kItems][kVec];
   loadParameters<kVec, kItems>(weight, vectors, w);
   loadParameters<kVec, kItems>(kLayer ? bias : nullptr, vectors, b);
+  unsigned largest = 0;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float xv[kItems][kVec];
     loadRow<kVec, kItems>(x, r, vectors, xv);
     RowStatistics s = forwardRowStatistics<kVec, kItems, kLayer>(
         xv, hidden, eps, shared, &statistics);
-    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
-                                            bias != nullptr, s, y);
+    forwardRowOutputs<kVec, kItems, kLayer>(
+        r, vectors, xv, w, b, bias != nullptr, s, y, fp8, largest);
   }
+  recordNormAmax(fp8, largest);
 }
 
 /// dx from dy, x and weight, the statistics recomputed from x; block b
@@ -725,11 +768,10 @@ int64_t stagedBytes(int64_t hidden, bool bf16) {
 /// The forward over the block's rows (blockRows), kNormStages of
 /// `rowBytes` (stagedBytes) in dynamic shared memory.
 template <int kItems, bool kLayer>
-__global__ void
-__launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
+__global__ void __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
     normForwardStagedKernel(int64_t rows, int64_t hidden, NormRows x,
-                            const float *weight, const float *bias,
-                            double eps, NormRowsOut y, int64_t rowBytes) {
+                            const float *weight, const float *bias, double eps,
+                            NormRowsOut y, NormFp8Out fp8, int64_t rowBytes) {
   constexpr int kVec = 4;
   constexpr int kSums = forwardSums<kLayer>();
   __shared__ double shared[kMaxNormWarps * kSums];
@@ -745,14 +787,16 @@ __launch_bounds__(kStagedThreads, stagedForwardBlocks<kItems>())
   float w[kItems][kVec], b[kItems][kVec];
   loadParameters<kVec, kItems>(weight, vectors, w);
   loadParameters<kVec, kItems>(kLayer ? bias : nullptr, vectors, b);
+  unsigned largest = 0;
   forEachStagedRow(begin, end, stage, [&](int64_t r, int slot) {
     float xv[kItems][kVec];
     loadStaged<kItems>(staged + slot * rowBytes, x.bf16, vectors, xv);
     RowStatistics s = forwardRowStatistics<kVec, kItems, kLayer>(
         xv, hidden, eps, shared, &statistics);
-    forwardRowOutputs<kVec, kItems, kLayer>(r, vectors, xv, w, b,
-                                            bias != nullptr, s, y);
+    forwardRowOutputs<kVec, kItems, kLayer>(
+        r, vectors, xv, w, b, bias != nullptr, s, y, fp8, largest);
   });
+  recordNormAmax(fp8, largest);
 }
 
 /// normBackwardKernel with x's and dy's rows staged: a stage holds x's row
@@ -942,7 +986,7 @@ template <typename Body> void withStagedShape(NormShape shape, Body &&body) {
 template <bool kLayer>
 void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
                  const float *weight, const float *bias, double eps,
-                 NormRowsOut y) {
+                 NormRowsOut y, NormFp8Out fp8 = {}) {
   if (rows <= 0 || hidden <= 0)
     return;
   bool aligned = aligned16(x.data) && aligned16(weight) &&
@@ -957,7 +1001,7 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
       int64_t blocks = std::min(
           rows, residentBlocks(kernel, shape.threads, sharedBytes));
       kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
-               stream>>>(rows, hidden, x, weight, bias, eps, y, rowBytes);
+               stream>>>(rows, hidden, x, weight, bias, eps, y, fp8, rowBytes);
     });
     return;
   }
@@ -965,8 +1009,8 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
   auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(1) << 30));
   withNormShape(shape, [&](auto vec, auto items) {
     normForwardKernel<decltype(vec)::value, decltype(items)::value, kLayer>
-        <<<grid, shape.threads, 0, stream>>>(rows, hidden, x, weight, bias,
-                                             eps, y);
+        <<<grid, shape.threads, 0, stream>>>(rows, hidden, x, weight, bias, eps,
+                                             y, fp8);
   });
 }
 
@@ -1051,6 +1095,18 @@ void layerNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                        float *dbias, void *scratch) {
   normBackward<true>(stream, rows, hidden, x, weight, dy, eps, dx, dweight,
                      dbias, scratch);
+}
+
+void layerNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden,
+                    NormRows x, const float *weight, const float *bias,
+                    double eps, NormRowsOut y, NormFp8Out fp8) {
+  normForward<true>(stream, rows, hidden, x, weight, bias, eps, y, fp8);
+}
+
+void rmsNormToFp8(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
+                  const float *weight, double eps, NormRowsOut y,
+                  NormFp8Out fp8) {
+  normForward<false>(stream, rows, hidden, x, weight, nullptr, eps, y, fp8);
 }
 
 void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
