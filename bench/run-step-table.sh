@@ -30,6 +30,15 @@
 #        (DIR/models.txt)
 #   LIMIT (environment) seconds after which no further run starts, default
 #        480; a PyTorch run is stopped 60 s after it
+#   TORCH_FLAGS (environment) more torch_step.py flags for the PyTorch runs
+#        of step 4, e.g. "--steps 6 --warmup 2" (with the SDPA backend given,
+#        cudnn, cudnn+gqa at the Llama, a model's two runs took 40 s at
+#        gpt2-350m and 69 s at llama-1.5b, compile included: bench/NOTES.md,
+#        session 21)
+#   TORCH_CACHE (environment) torch.compile's caches (Inductor's and
+#        Triton's), default /tmp/torch-compile-cache: outside DIR, which the
+#        device tool replaces each call, so a second call on a machine still
+#        warm compiles from them
 set -u
 dir=$(cd "$1" && pwd)
 out=$2
@@ -46,6 +55,9 @@ libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
 mkdir -p /tmp/fallback-lib
 tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}:/tmp/fallback-lib"
+cache=${TORCH_CACHE:-/tmp/torch-compile-cache}
+export TORCHINDUCTOR_CACHE_DIR=$cache/inductor TRITON_CACHE_DIR=$cache/triton
+mkdir -p "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -127,7 +139,8 @@ for model in "${models[@]}"; do
   time_left || break
   sampled "torch-$model" timeout $((limit + 60 - $(date +%s) + start)) python3 "$dir/bench/torch_step.py" \
     "$dir/models/$model.yaml" --micro-batch-size "${base[$model]}" \
-    --dropout 0 0.1 >"$logs/torch-$model.jsonl" 2>"$logs/torch-$model.log"
+    --dropout 0 0.1 ${TORCH_FLAGS:-} >"$logs/torch-$model.jsonl" \
+    2>"$logs/torch-$model.log"
   table
 done
 # Hugging Face's Llama (the second baseline of issue 22) at each Llama
