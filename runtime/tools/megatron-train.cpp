@@ -119,10 +119,10 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
 /// without or with a CUDA graph (ContextOptions::cudaGraphs's default);
-/// MTRT_PEER_COLLECTIVES=1 runs --in-process-ranks' collectives as kernels
-/// reading the peers' buffers (ContextOptions::peerCollectives; their steps
-/// are then captured as CUDA graphs, for which run() sets
-/// CUDA_MODULE_LOADING=EAGER unless it is set);
+/// --in-process-ranks' collectives run as kernels reading the peers' buffers
+/// (ContextOptions::peerCollectives; their steps are captured as CUDA
+/// graphs, for which run() sets CUDA_MODULE_LOADING=EAGER unless it is
+/// set), or staged through the host with MTRT_PEER_COLLECTIVES=0;
 /// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
 /// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>
@@ -147,7 +147,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.cudnnAttention = !disabled("MTRT_CUDA_CUDNN_ATTENTION");
   device.hopperAttention = !disabled("MTRT_CUDA_HOPPER_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
-  device.peerCollectives = enabled("MTRT_PEER_COLLECTIVES");
+  device.peerCollectives = !disabled("MTRT_PEER_COLLECTIVES");
   device.ncclGraphs = enabled("MTRT_CUDA_NCCL_GRAPHS");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");
@@ -358,7 +358,7 @@ int run(int argc, char **argv) {
     // kernels in CUDA graphs need every module loaded up front
     // (cuda/PeerCollective.h). A value set stays.
     const char *peer = std::getenv("MTRT_PEER_COLLECTIVES");
-    if (command.backend == "cuda" && peer && std::string(peer) == "1")
+    if (command.backend == "cuda" && !(peer && std::string(peer) == "0"))
       setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
     trainInProcessRanks(bundle, corpus, command);
     return 0;
