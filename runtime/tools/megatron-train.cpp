@@ -357,9 +357,15 @@ int run(int argc, char **argv) {
     // Read when CUDA starts (the first trainer): PeerGroup's barrier
     // kernels in CUDA graphs need every module loaded up front
     // (cuda/PeerCollective.h). A value set stays.
+    // The ranks' streams and graph branches in as many hardware work
+    // queues as CUDA gives (8 by default): a queue shared by two ranks
+    // holds one rank's work behind the other's spinning barrier
+    // (docs/Parallelism.md, "In-process ranks on one GPU").
     const char *peer = std::getenv("MTRT_PEER_COLLECTIVES");
-    if (command.backend == "cuda" && !(peer && std::string(peer) == "0"))
+    if (command.backend == "cuda" && !(peer && std::string(peer) == "0")) {
       setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+      setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+    }
     trainInProcessRanks(bundle, corpus, command);
     return 0;
   }
