@@ -725,6 +725,13 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
                            what, await);
       if (collective_)
         bound->peerCalls = collective_->takeCapturedCalls();
+      // A graph's first launch uploads it, and may wait on the host while
+      // it does; past the gate below a peer's graph may already spin for
+      // this rank's barriers (bench/NOTES.md, session 21: a first launch
+      // waited 7.4 s until the peer's barrier trapped). Uploaded here, the
+      // gated launch only enqueues.
+      if (!bound->peerCalls.empty())
+        bound->graph.upload(stream, what);
       bound->inputSlots = inputSlots;
       bound->key = key;
       bound->lossScale = lossScale_;
