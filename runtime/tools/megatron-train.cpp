@@ -120,12 +120,12 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
 /// without or with a CUDA graph (ContextOptions::cudaGraphs's default);
 /// --in-process-ranks' collectives run as kernels reading the peers' buffers
-/// (ContextOptions::peerCollectives), ordered by events; MTRT_PEER_COLLECTIVES=1
-/// also captures the multi-rank steps as CUDA graphs (run() sets
-/// CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they
-/// are set; the graphs' barrier kernels stalled some pipeline evaluations on
-/// the H200, bench/NOTES.md session 21), and MTRT_PEER_COLLECTIVES=0 stages
-/// them through the host;
+/// (ContextOptions::peerCollectives), ordered by events;
+/// MTRT_PEER_COLLECTIVES=1 also captures the multi-rank steps as CUDA graphs
+/// (run() sets CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32
+/// unless they are set; the graphs' barrier kernels stalled some pipeline
+/// evaluations on the H200, bench/NOTES.md session 21), and
+/// MTRT_PEER_COLLECTIVES=0 stages them through the host;
 /// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
 /// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>

@@ -72,8 +72,7 @@ PeerGroup *DeviceCollective::peer(const comm::Communicator &comm, DType dtype,
 }
 
 bool DeviceCollective::captured(const comm::Communicator &comm,
-                                const comm::CallInfo &info,
-                                uint64_t barriers) {
+                                const comm::CallInfo &info, uint64_t barriers) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   MTRT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status), where(info));
   if (status == cudaStreamCaptureStatusNone)

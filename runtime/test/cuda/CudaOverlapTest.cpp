@@ -276,8 +276,7 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
       ASSERT_EQ(cudaMemcpyAsync(x.data(), inputs[r].data(), n * sizeof(float),
                                 cudaMemcpyHostToDevice, stream),
                 cudaSuccess);
-      calls[0].group->post(calls[0].rank, calls[0].count,
-                           calls[0].barriers);
+      calls[0].group->post(calls[0].rank, calls[0].count, calls[0].barriers);
       calls[0].group->await(calls[0].rank, "ReplaysFromACudaGraph");
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       expectSameBits(download(y.data(), n, DType::F32, stream),

@@ -3,9 +3,9 @@
 // device 0, talking through the in-process communicator: the multi-rank
 // instructions on the device, their collectives PeerGroup's kernels by
 // default, or staged through the host by DeviceCollective with
-// ContextOptions::peerCollectives off), against the same model compiled for one rank on the
-// same GPU: one train_step's loss and every gradient (gathered from the
-// shards), fp32 and bf16, with and without sequence parallelism. Both runs
+// ContextOptions::peerCollectives off), against the same model compiled for one
+// rank on the same GPU: one train_step's loss and every gradient (gathered from
+// the shards), fp32 and bf16, with and without sequence parallelism. Both runs
 // start from the same parameters (the host store initializes each shard with
 // its global values). The -nodrop bundles run without dropout; tiny-gpt's own
 // (GPT-2's dropout 0.1) draws its masks over split tensors, attention's heads
