@@ -119,13 +119,13 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
 /// without or with a CUDA graph (ContextOptions::cudaGraphs's default);
-/// --in-process-ranks' collectives run as kernels reading the peers' buffers
-/// (ContextOptions::peerCollectives), ordered by events;
-/// MTRT_PEER_COLLECTIVES=1 also captures the multi-rank steps as CUDA graphs
-/// (run() sets CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32
-/// unless they are set; the graphs' barrier kernels stalled some pipeline
-/// evaluations on the H200, bench/NOTES.md session 21), and
-/// MTRT_PEER_COLLECTIVES=0 stages them through the host;
+/// MTRT_PEER_COLLECTIVES=1 runs --in-process-ranks' collectives as kernels
+/// reading the peers' buffers (ContextOptions::peerCollectives) and
+/// captures the multi-rank steps as CUDA graphs (run() sets
+/// CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they
+/// are set; the graphs' barrier kernels stalled some pipeline evaluations
+/// on the H200, bench/NOTES.md session 21); by default they are staged
+/// through the host;
 /// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
 /// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>
@@ -150,7 +150,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.cudnnAttention = !disabled("MTRT_CUDA_CUDNN_ATTENTION");
   device.hopperAttention = !disabled("MTRT_CUDA_HOPPER_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
-  device.peerCollectives = !disabled("MTRT_PEER_COLLECTIVES");
+  device.peerCollectives = enabled("MTRT_PEER_COLLECTIVES");
   device.ncclGraphs = enabled("MTRT_CUDA_NCCL_GRAPHS");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");

@@ -64,10 +64,12 @@ struct ContextOptions {
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
   /// captured in CUDA graphs) instead of staging them through the host
-  /// (off: MTRT_PEER_COLLECTIVES=0 in megatron-train). The multi-rank
-  /// suites pass with it, as CUDA graphs and without (bench/NOTES.md,
-  /// session 21; docs/Parallelism.md, "In-process ranks on one GPU").
-  bool peerCollectives = true;
+  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default: as CUDA
+  /// graphs the pipeline's evaluations stalled on the H200, and the
+  /// tensor-parallel and pipeline suites have not run with it as graphs
+  /// (bench/NOTES.md, session 21; docs/Parallelism.md, "In-process ranks
+  /// on one GPU").
+  bool peerCollectives = false;
   /// A step function whose collectives go through NCCL is captured in a
   /// CUDA graph like a one-rank one (NcclCommunicator captures its calls);
   /// off: it runs without one (MTRT_CUDA_NCCL_GRAPHS=1 in megatron-train

@@ -433,11 +433,12 @@ TEST_P(CudaOverlapTest, SameLossesWithAndWithoutOverlapAsCudaGraphs) {
   // script that expects graphs (MTRT_CUDA_TEST_EXPECT_GRAPHS=1) fails then.
   bool graphs = cuda::PeerGroup::eagerModuleLoading();
   const char *expect = std::getenv("MTRT_CUDA_TEST_EXPECT_GRAPHS");
-  if (expect && std::string(expect) == "1")
+  if (expect && std::string(expect) == "1") {
     EXPECT_TRUE(graphs)
         << "MTRT_CUDA_TEST_EXPECT_GRAPHS=1, but CUDA_MODULE_LOADING is not "
            "EAGER, so the multi-rank steps cannot run as CUDA graphs; set "
            "CUDA_MODULE_LOADING=EAGER for this run";
+  }
   for (const std::string *log : {&without.log, &with.log}) {
     int graphed = 0;
     std::istringstream lines(*log);
