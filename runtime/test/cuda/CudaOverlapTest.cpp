@@ -269,6 +269,9 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
         collective.takeCapturedCalls();
     ASSERT_EQ(calls.size(), 1u);
     ASSERT_EQ(calls[0].count, 1u);
+    // An all-reduce meets its peers three times: operands ready, chunk
+    // reduced, done (MTRT_PEER_TRACE reports the phases so counted).
+    ASSERT_EQ(calls[0].barriers, 3u);
     for (int replay = 0; replay < 3; ++replay) {
       std::vector<std::vector<float>> inputs;
       for (int q = 0; q < ranks; ++q)
@@ -276,7 +279,9 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
       ASSERT_EQ(cudaMemcpyAsync(x.data(), inputs[r].data(), n * sizeof(float),
                                 cudaMemcpyHostToDevice, stream),
                 cudaSuccess);
-      calls[0].group->post(calls[0].rank, calls[0].count, calls[0].barriers);
+      EXPECT_EQ(calls[0].group->post(calls[0].rank, calls[0].count,
+                                     calls[0].barriers),
+                3u * (replay + 1));
       calls[0].group->await(calls[0].rank, "ReplaysFromACudaGraph");
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       expectSameBits(download(y.data(), n, DType::F32, stream),
