@@ -120,9 +120,12 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
 /// without or with a CUDA graph (ContextOptions::cudaGraphs's default);
 /// MTRT_PEER_COLLECTIVES=1 runs --in-process-ranks' collectives as kernels
-/// reading the peers' buffers (ContextOptions::peerCollectives; their steps
-/// are then captured as CUDA graphs, for which run() sets
-/// CUDA_MODULE_LOADING=EAGER unless it is set);
+/// reading the peers' buffers (ContextOptions::peerCollectives) and
+/// captures the multi-rank steps as CUDA graphs (run() sets
+/// CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they
+/// are set; the graphs' barrier kernels stalled some pipeline evaluations
+/// on the H200, bench/NOTES.md session 21); by default they are staged
+/// through the host;
 /// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
 /// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>
@@ -354,12 +357,18 @@ int run(int argc, char **argv) {
     checkPrecisionMatchesBundle(command, command.bundlePath,
                                 bundle.model().precision);
   if (command.inProcessRanks) {
-    // Read when CUDA starts (the first trainer): PeerGroup's barrier
-    // kernels in CUDA graphs need every module loaded up front
-    // (cuda/PeerCollective.h). A value set stays.
+    // Read when CUDA starts (the first trainer); a value set stays.
+    // PeerGroup's barrier kernels in CUDA graphs need every module loaded
+    // up front (cuda/PeerCollective.h), and the ranks' streams in as many
+    // hardware work queues as CUDA gives (8 by default), where a queue
+    // shared by two ranks may hold one rank's work behind the other's
+    // spinning barrier: the pipeline evaluations stalled less often with
+    // 32 (docs/Parallelism.md, "In-process ranks on one GPU").
     const char *peer = std::getenv("MTRT_PEER_COLLECTIVES");
-    if (command.backend == "cuda" && peer && std::string(peer) == "1")
+    if (command.backend == "cuda" && peer && std::string(peer) == "1") {
       setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+      setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+    }
     trainInProcessRanks(bundle, corpus, command);
     return 0;
   }

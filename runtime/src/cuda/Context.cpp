@@ -4,6 +4,7 @@
 #include "core/Error.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/CudnnAttention.h"
+#include "cuda/PeerCollective.h"
 
 #include <cstdio>
 
@@ -131,7 +132,9 @@ Fp8Gemm &Context::fp8Gemm() {
 }
 
 void Context::synchronize(const std::string &what) {
+  PeerGroup::trace("synchronizing: " + what);
   MTRT_CUDA_CHECK(cudaStreamSynchronize(stream_), what);
+  PeerGroup::trace("synchronized");
 }
 
 } // namespace mtrt::cuda

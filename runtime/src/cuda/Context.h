@@ -64,9 +64,11 @@ struct ContextOptions {
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
   /// captured in CUDA graphs) instead of staging them through the host
-  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default until the
-  /// multi-rank suites pass with it as CUDA graphs (bench/NOTES.md, session
-  /// 20; docs/Parallelism.md, "In-process ranks on one GPU").
+  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default: as CUDA
+  /// graphs the pipeline's evaluations stalled on the H200, and the
+  /// tensor-parallel and pipeline suites have not run with it as graphs
+  /// (bench/NOTES.md, session 21; docs/Parallelism.md, "In-process ranks
+  /// on one GPU").
   bool peerCollectives = false;
   /// A step function whose collectives go through NCCL is captured in a
   /// CUDA graph like a one-rank one (NcclCommunicator captures its calls);

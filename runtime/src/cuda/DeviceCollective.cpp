@@ -72,7 +72,7 @@ PeerGroup *DeviceCollective::peer(const comm::Communicator &comm, DType dtype,
 }
 
 bool DeviceCollective::captured(const comm::Communicator &comm,
-                                const comm::CallInfo &info) {
+                                const comm::CallInfo &info, uint64_t barriers) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   MTRT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status), where(info));
   if (status == cudaStreamCaptureStatusNone)
@@ -81,9 +81,10 @@ bool DeviceCollective::captured(const comm::Communicator &comm,
   for (CapturedCalls &calls : captured_)
     if (calls.group == group) {
       ++calls.count;
+      calls.barriers += barriers;
       return true;
     }
-  captured_.push_back({group, comm.rank(), 1});
+  captured_.push_back({group, comm.rank(), 1, barriers});
   return true;
 }
 
@@ -126,6 +127,17 @@ void DeviceCollective::run(comm::Communicator &comm, const Buffers &buffers,
     }
     return;
   }
+  bool tracing = PeerGroup::tracing();
+  if (tracing)
+    PeerGroup::trace("staged call begins: " + where(info));
+  struct TraceEnd {
+    bool on;
+    std::string what;
+    ~TraceEnd() {
+      if (on)
+        PeerGroup::trace("staged call ends: " + what);
+    }
+  } traceEnd{tracing, tracing ? where(info) : std::string()};
   // Staged: the operands after the stream's work, the call on host copies,
   // the result back before returning (the host copies are reused). bf16
   // elements are widened to fp32 for the call (the in-process communicator
@@ -177,7 +189,7 @@ void DeviceCollective::allReduce(comm::Communicator &comm, const void *send,
                                  const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->allReduce(stream_, comm.rank(), send, recv, count, dtype, op,
-                            captured(comm, info), where(info));
+                            captured(comm, info, 3), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm, {send, bytes, recv, bytes, false, dtype}, info,
       [&](const void *s, void *r, DType type) {
@@ -190,7 +202,7 @@ void DeviceCollective::allGather(comm::Communicator &comm, const void *send,
                                  const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->allGather(stream_, comm.rank(), send, recv, count, dtype,
-                            captured(comm, info), where(info));
+                            captured(comm, info, 2), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes, recv, bytes * static_cast<size_t>(comm.size()), false,
@@ -206,7 +218,7 @@ void DeviceCollective::reduceScatter(comm::Communicator &comm, const void *send,
                                      const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->reduceScatter(stream_, comm.rank(), send, recv, count, dtype,
-                                op, captured(comm, info), where(info));
+                                op, captured(comm, info, 2), where(info));
   size_t bytes = bytesOf(count, dtype);
   run(comm,
       {send, bytes * static_cast<size_t>(comm.size()), recv, bytes, false,
@@ -221,7 +233,7 @@ void DeviceCollective::broadcast(comm::Communicator &comm, void *buffer,
                                  const comm::CallInfo &info) {
   if (PeerGroup *group = peer(comm, dtype, info))
     return group->broadcast(stream_, comm.rank(), buffer, count, dtype, root,
-                            captured(comm, info), where(info));
+                            captured(comm, info, 2), where(info));
   run(comm, {nullptr, 0, buffer, bytesOf(count, dtype), true, dtype}, info,
       [&](const void *, void *r, DType type) {
         comm.broadcast(r, count, type, root, info);

@@ -72,6 +72,8 @@ public:
     std::shared_ptr<PeerGroup> group;
     int rank = 0;
     uint64_t count = 0;
+    /// The barrier kernels of those calls.
+    uint64_t barriers = 0;
   };
   std::vector<CapturedCalls> takeCapturedCalls();
 
@@ -136,7 +138,9 @@ private:
                   const comm::CallInfo &info);
   /// Whether `stream_` is being captured; counts a captured call of
   /// `group` when it is.
-  bool captured(const comm::Communicator &comm, const comm::CallInfo &info);
+  /// `barriers`: the call's barrier kernels (an all-reduce 3, others 2).
+  bool captured(const comm::Communicator &comm, const comm::CallInfo &info,
+                uint64_t barriers);
 
   cudaStream_t stream_;
   std::string where_;

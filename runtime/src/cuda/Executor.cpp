@@ -380,6 +380,8 @@ Executor::run(const std::vector<host::TensorView> &inputs,
   auto started = std::chrono::steady_clock::now();
   const Function &fn = *function_;
   cudaStream_t stream = context_.stream();
+  if (rank_)
+    PeerGroup::setTraceRank(rank_->world().rank());
   if (!arenaBound_)
     bindArena();
   checkInputs(fn, inputs, [&](int64_t v) { return storageType(v); });
@@ -419,6 +421,9 @@ Executor::run(const std::vector<host::TensorView> &inputs,
     if (!replayGraph(key))
       executeAll(key, timed);
   } else {
+    if (collective_ && PeerGroup::tracing())
+      PeerGroup::trace(fn.name + ": run " + std::to_string(runs_) +
+                       " without a graph");
     executeAll(key, timed);
   }
   std::vector<host::Tensor> outputs;
@@ -721,6 +726,13 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
                            what, await);
       if (collective_)
         bound->peerCalls = collective_->takeCapturedCalls();
+      // A graph's first launch uploads it, and may wait on the host while
+      // it does; past the gate below a peer's graph may already spin for
+      // this rank's barriers (bench/NOTES.md, session 21: a first launch
+      // waited 7.4 s until the peer's barrier trapped). Uploaded here, the
+      // gated launch only enqueues.
+      if (!bound->peerCalls.empty())
+        bound->graph.upload(stream, what);
       bound->inputSlots = inputSlots;
       bound->key = key;
       bound->lossScale = lossScale_;
@@ -742,13 +754,26 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
         launchGate_ = PeerGroup::attach(connected, stream, what);
         gateRank_ = connected.rank();
       }
-      for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
-        calls.group->post(calls.rank, calls.count);
+      std::string traced;
+      for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls) {
+        uint64_t phase =
+            calls.group->post(calls.rank, calls.count, calls.barriers);
+        if (PeerGroup::tracing())
+          traced += " group " + calls.group->name() + " (" +
+                    std::to_string(calls.group->id()) + ") rank " +
+                    std::to_string(calls.rank) + ": " +
+                    std::to_string(calls.count) + " calls, barriers to " +
+                    std::to_string(phase) + ";";
+      }
+      PeerGroup::trace(what + ": run " + std::to_string(runs_) +
+                       ": gate, then graph launch;" + traced);
       launchGate_->gate(gateRank_, what);
       for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
         calls.group->await(calls.rank, what);
     }
     bound->graph.launch(stream, what);
+    if (!bound->peerCalls.empty())
+      PeerGroup::trace(what + ": run " + std::to_string(runs_) + " launched");
   } catch (const Error &e) {
     if (collective_)
       collective_->takeCapturedCalls();

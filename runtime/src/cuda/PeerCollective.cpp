@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -110,7 +111,8 @@ PeerGroup::PeerGroup(uint64_t id, std::string name, int size, int device,
                      PeerSlots *slots)
     : id_(id), name_(std::move(name)), size_(size), device_(device),
       slots_(slots), exchanges_(size, 0), posts_(size), events_(size),
-      released_(size, 0), next_(size, 0), awaiting_(size, 0), gates_(size, 0) {
+      released_(size, 0), next_(size, 0), awaiting_(size, 0), gates_(size, 0),
+      launchedBarriers_(size, 0) {
   for (auto &events : events_)
     events.fill(nullptr);
 }
@@ -135,12 +137,39 @@ void PeerGroup::checkLaunch(const std::string &what) const {
     throwCudaError(launch, "launching the in-process group's collective", what);
 }
 
-void PeerGroup::post(int rank, uint64_t count) {
+uint64_t PeerGroup::post(int rank, uint64_t count, uint64_t barriers) {
   std::lock_guard<std::mutex> lock(hostMutex_);
   awaiting_[rank] = next_[rank];
   next_[rank] += count;
   released_[rank] = next_[rank];
+  launchedBarriers_[rank] += barriers;
   hostWake_.notify_all();
+  return launchedBarriers_[rank];
+}
+
+namespace {
+thread_local int traceRank = -1;
+} // namespace
+
+bool PeerGroup::tracing() {
+  static const bool on = [] {
+    const char *text = std::getenv("MTRT_PEER_TRACE");
+    return text && std::string(text) == "1";
+  }();
+  return on;
+}
+
+void PeerGroup::setTraceRank(int rank) { traceRank = rank; }
+
+void PeerGroup::trace(const std::string &line) {
+  if (!tracing())
+    return;
+  static const auto start = std::chrono::steady_clock::now();
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  std::fprintf(stderr, "peer trace %10.3f ms rank %d: %s\n", ms, traceRank,
+               line.c_str());
 }
 
 void PeerGroup::await(int rank, const std::string &what) {

@@ -69,6 +69,16 @@ public:
   /// Whether CUDA loads every module when the context is made
   /// (CUDA_MODULE_LOADING=EAGER, read before CUDA starts).
   static bool eagerModuleLoading();
+  /// Whether $MTRT_PEER_TRACE is 1: trace() then prints each graph launch
+  /// (its groups' expected barrier counts), each eager multi-rank run and
+  /// each staged call of in-process ranks, to find which rank stopped where
+  /// when a barrier times out.
+  static bool tracing();
+  /// Prints `line` to stderr with the milliseconds since the first trace
+  /// and the calling thread's rank (setTraceRank), when tracing().
+  static void trace(const std::string &line);
+  /// The world rank the calling thread runs (for trace()).
+  static void setTraceRank(int rank);
 
   /// Whether `comm`'s group can run here: in-process ranks
   /// (Communicator::inProcessGroupId), at most kMaxPeerRanks, and a call
@@ -93,7 +103,10 @@ public:
   /// calls, then await() waits until every rank of the group has released
   /// the first of them. Throws Error (ABORTED) naming the group, the ranks
   /// and the call after timeoutSeconds().
-  void post(int rank, uint64_t count);
+  /// `barriers`: the barrier kernels those calls hold; returns the
+  /// barriers this rank's launches have held so far (its phase once they
+  /// have run), for trace().
+  uint64_t post(int rank, uint64_t count, uint64_t barriers);
   void await(int rank, const std::string &what);
   /// A graph's launch gate: waits until every rank of this group has
   /// reached its gate as often as this rank. The group is a launching
@@ -108,6 +121,8 @@ public:
   /// bench/NOTES.md, session 20. Throws Error (ABORTED) naming the group,
   /// the ranks and the launch after timeoutSeconds().
   void gate(int rank, const std::string &what);
+  const std::string &name() const { return name_; }
+  uint64_t id() const { return id_; }
 
   /// comm::Communicator's calls with its buffers' rules (in place
   /// included), as work of `stream`; `rank` is the caller's group rank,
@@ -175,8 +190,9 @@ private:
   std::vector<std::array<Post, 2>> posts_;
   std::vector<std::array<cudaEvent_t, 3>> events_;
   std::vector<uint64_t> released_, next_, awaiting_;
-  /// Per rank, the launch gates it has reached.
-  std::vector<uint64_t> gates_;
+  /// Per rank, the launch gates it has reached, and the barriers its
+  /// launches hold.
+  std::vector<uint64_t> gates_, launchedBarriers_;
 };
 
 } // namespace mtrt::cuda

@@ -273,6 +273,11 @@ void StepGraph::refresh(cudaStream_t stream, const Enqueue &enqueue,
   }
 }
 
+void StepGraph::upload(cudaStream_t stream, const std::string &what) {
+  MTRT_CUDA_CHECK(cudaGraphUpload(exec_, stream),
+                  what + ": uploading its CUDA graph");
+}
+
 void StepGraph::launch(cudaStream_t stream, const std::string &what) {
   MTRT_CUDA_CHECK(cudaGraphLaunch(exec_, stream),
                   what + ": launching its CUDA graph");

@@ -57,6 +57,11 @@ public:
                const std::string &what);
   /// Enqueues one replay on `stream`.
   void launch(cudaStream_t stream, const std::string &what);
+  /// Uploads the executable graph on `stream` without running it, which
+  /// the first launch does otherwise (cudaGraphUpload): a launch that must
+  /// not wait on the host (PeerGroup's gated launches) is then only an
+  /// enqueue.
+  void upload(cudaStream_t stream, const std::string &what);
   /// Destroys the graph (captured() is false after).
   void reset();
 

@@ -269,6 +269,9 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
         collective.takeCapturedCalls();
     ASSERT_EQ(calls.size(), 1u);
     ASSERT_EQ(calls[0].count, 1u);
+    // An all-reduce meets its peers three times: operands ready, chunk
+    // reduced, done (MTRT_PEER_TRACE reports the phases so counted).
+    ASSERT_EQ(calls[0].barriers, 3u);
     for (int replay = 0; replay < 3; ++replay) {
       std::vector<std::vector<float>> inputs;
       for (int q = 0; q < ranks; ++q)
@@ -276,7 +279,9 @@ TEST(PeerGroupTest, ReplaysFromACudaGraph) {
       ASSERT_EQ(cudaMemcpyAsync(x.data(), inputs[r].data(), n * sizeof(float),
                                 cudaMemcpyHostToDevice, stream),
                 cudaSuccess);
-      calls[0].group->post(calls[0].rank, calls[0].count);
+      EXPECT_EQ(calls[0].group->post(calls[0].rank, calls[0].count,
+                                     calls[0].barriers),
+                3u * (replay + 1));
       calls[0].group->await(calls[0].rank, "ReplaysFromACudaGraph");
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       expectSameBits(download(y.data(), n, DType::F32, stream),
@@ -429,8 +434,16 @@ TEST_P(CudaOverlapTest, SameLossesWithAndWithoutOverlapAsCudaGraphs) {
   }
   // Multi-rank step functions replayed as CUDA graphs: train_step, or each
   // pipeline stage's forward and backward functions (rank 0's summaries);
-  // without eager module loading the summaries say why not.
+  // without eager module loading the summaries say why not, and a device
+  // script that expects graphs (MTRT_CUDA_TEST_EXPECT_GRAPHS=1) fails then.
   bool graphs = cuda::PeerGroup::eagerModuleLoading();
+  const char *expect = std::getenv("MTRT_CUDA_TEST_EXPECT_GRAPHS");
+  if (expect && std::string(expect) == "1") {
+    EXPECT_TRUE(graphs)
+        << "MTRT_CUDA_TEST_EXPECT_GRAPHS=1, but CUDA_MODULE_LOADING is not "
+           "EAGER, so the multi-rank steps cannot run as CUDA graphs; set "
+           "CUDA_MODULE_LOADING=EAGER for this run";
+  }
   for (const std::string *log : {&without.log, &with.log}) {
     int graphed = 0;
     std::istringstream lines(*log);
