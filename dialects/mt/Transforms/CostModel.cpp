@@ -5,6 +5,7 @@
 
 #include "mt/IR/MtOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -267,10 +268,39 @@ static double elementsOf(Value value) {
   return tensor ? double(tensor.getNumElements()) : 0.0;
 }
 
+double CostModel::gradientAccumulationMicroseconds(Value gradient) const {
+  Operation *producer = gradient.getDefiningOp();
+  auto type = dyn_cast<RankedTensorType>(gradient.getType());
+  if (isa_and_nonnull<LinearWeightGradOp, LinearWeightBiasGradOp>(producer) &&
+      cast<OpResult>(gradient).getResultNumber() == 0 && type &&
+      type.getElementType().isF32() && gradient.hasOneUse())
+    return 0;
+  return launchUs + double(bytesOf(gradient.getType())) / memoryBytesPerUs;
+}
+
 double CostModel::opMicroseconds(Operation *op) const {
   if (isa<GetParameterOp, ParameterOp, ReshapeOp, CollectiveWaitOp,
           CollectiveStartOp>(op))
     return 0;
+  // A function's end is no kernel; a train step's gradients are added into
+  // their sums there.
+  if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+    auto function = dyn_cast<func::FuncOp>(op->getParentOp());
+    double us = 0;
+    for (OpOperand &result : ret->getOpOperands())
+      if (function &&
+          function.getResultAttr(result.getOperandNumber(), "mt.gradient"))
+        us += gradientAccumulationMicroseconds(result.get());
+    return us;
+  }
+  if (auto accumulate = dyn_cast<AccumulateGradientOp>(op)) {
+    if (calibration) {
+      auto exact = calibration->microseconds.find(calibrationKey(op));
+      if (exact != calibration->microseconds.end())
+        return exact->second * calibrationScale;
+    }
+    return gradientAccumulationMicroseconds(accumulate.getGradient());
+  }
   int64_t bytes = 0;
   for (Value operand : op->getOperands())
     bytes += bytesOf(operand.getType());

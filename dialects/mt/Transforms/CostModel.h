@@ -89,6 +89,13 @@ struct CostModel {
   /// The predicted time of one op on one rank (0 for views and
   /// declarations).
   double opMicroseconds(Operation *op) const;
+  /// The runtime's addition of `gradient`, a train step's result, into its
+  /// fp32 sum over micro-batches: nothing for a weight gradient whose GEMM
+  /// accumulates into the sum itself (gradient accumulation fusion, as the
+  /// CUDA executor plans it: an fp32 result of linear_weight_grad or
+  /// linear_weight_bias_grad read only by the return), else one kernel that
+  /// reads the gradient.
+  double gradientAccumulationMicroseconds(Value gradient) const;
   /// The calibration's time for `op` (of `bytes` operands and results), or
   /// nothing when it measured nothing like it.
   std::optional<double> calibratedMicroseconds(Operation *op,

@@ -234,11 +234,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
           continue;
         if (auto wait = dyn_cast<CollectiveWaitOp>(producer))
           producer = wait.getFuture().getDefiningOp();
-        auto type = cast<RankedTensorType>(result.get().getType());
-        int64_t bytes = type.getNumElements() *
-                        type.getElementType().getIntOrFloatBitWidth() / 8;
         accumulateUs[producer] +=
-            model.launchUs + double(bytes) / model.memoryBytesPerUs;
+            model.gradientAccumulationMicroseconds(result.get());
       }
     }
     for (Operation &op : function.getBody().front()) {
