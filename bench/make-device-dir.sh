@@ -165,6 +165,21 @@ for precision in fp32 bf16; do
       -o "$b/$name-pp2-dp2-overlap.mtb"
   fi
 done
+# CudaPipelineTest's FP8 cases: the same 4 layers in bf16 with FP8 GEMMs
+# (hybrid, delayed scaling over 4 amaxes), PP=2 under 1F1B and interleaved,
+# TP=2 x PP=2, and one rank.
+fp8=("$compile" "$root/models/tiny-gpt.yaml" --bf16 --fp8-format=hybrid
+  --fp8-amax-history-len=4 --fp8-amax-compute-algo=max --num-layers=4
+  --untie-embeddings-and-output-weights --hidden-dropout=0
+  --attention-dropout=0 --micro-batch-size=2 --global-batch-size=8)
+"${fp8[@]}" -o "$b/tiny-gpt-l4-fp8-nodrop.mtb"
+"${fp8[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+  -o "$b/tiny-gpt-l4-fp8-nodrop-pp2-1f1b.mtb"
+"${fp8[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=interleaved \
+  --virtual-pipeline-model-parallel-size=2 \
+  -o "$b/tiny-gpt-l4-fp8-nodrop-pp2-interleaved.mtb"
+"${fp8[@]}" --pipeline-model-parallel-size=2 --pipeline-schedule=1f1b \
+  --tensor-model-parallel-size=2 -o "$b/tiny-gpt-l4-fp8-nodrop-tp2-pp2.mtb"
 # CudaPipelineTest's tied cases: the same 4 layers with tiny-gpt's tied
 # embeddings (the table on the first and the last pipeline rank, its gradient
 # summed over the two), fp32.

@@ -832,13 +832,6 @@ Error Validator::checkFp8() {
                                  "tensorwise (each scale from the tensor's "
                                  "own amax); remove " + key.str() +
                                  " or use fp8_recipe delayed");
-  if (p.pipelineModelParallelSize > 1)
-    return fail({"fp8_format", "pipeline_model_parallel_size"},
-                "fp8_format " + format + " with pipeline_model_parallel_size " +
-                    show(p.pipelineModelParallelSize) +
-                    " is not implemented yet (issue 26: FP8 scaling state "
-                    "across pipeline stages); compile FP8 without pipeline "
-                    "parallelism");
   if (!f.firstLastLayersBf16) {
     for (StringRef key :
          {"num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"})

@@ -10,6 +10,14 @@
 // output layer, the loss, attention, norms and GEMMs fused with epilogues
 // stay as mt-mixed-precision typed them.
 //
+// A pipeline stage's forward and backward functions are one training step
+// cut in two: the forward updates the metas it casts with (activations,
+// weights) at its end, the backward those of the output gradients, and the
+// backward casts a stashed activation, a recomputed one and a weight with
+// the scales its forward used, which the forward stashes beside its
+// activations. Each meta thus sees the updates, and each cast the scale, of
+// the same micro-batches in the same order as in one train_step.
+//
 //===----------------------------------------------------------------------===//
 
 #include "mt/IR/MtCastOp.h"
@@ -23,6 +31,8 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
+
+#include <map>
 
 namespace mlir::mt {
 #define GEN_PASS_DEF_FP8GEMMSPASS
@@ -95,19 +105,82 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
     metas.clear();
     for (auto meta : module.getOps<Fp8MetaOp>())
       metas[meta.getSymName()] = meta;
+    // A stage's backward after its forward, whose scales it reads.
+    std::map<int64_t, func::FuncOp> forwards, backwards;
     for (auto function : llvm::to_vector(module.getOps<func::FuncOp>())) {
       if (function.isExternal())
         continue;
-      if (function->hasAttr("mt.pipeline_stage")) {
-        function.emitError()
-            << "FP8 GEMMs under pipeline parallelism are not implemented yet "
-               "(issue 26: the scaling state across stages); compile FP8 "
-               "without pipeline parallelism";
-        return signalPassFailure();
+      auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
+      StringRef name = function.getSymName();
+      if (stage && name.ends_with("_forward")) {
+        forwards[stage.getInt()] = function;
+        continue;
       }
-      if (failed(rewriteFunction(function)))
+      if (stage && name.ends_with("_backward")) {
+        backwards[stage.getInt()] = function;
+        continue;
+      }
+      if (failed(rewriteFunction(function, /*training=*/name == "train_step")))
         return signalPassFailure();
     }
+    for (auto [stage, forward] : forwards) {
+      auto found = backwards.find(stage);
+      func::FuncOp backward =
+          found == backwards.end() ? func::FuncOp() : found->second;
+      if (!backward) {
+        forward.emitError() << "pipeline stage " << stage
+                            << " has a forward function but no backward";
+        return signalPassFailure();
+      }
+      StageScales scales{forward, backward, {}, {}};
+      if (failed(rewriteFunction(forward, /*training=*/true, &scales)) ||
+          failed(rewriteFunction(backward, /*training=*/true, &scales)))
+        return signalPassFailure();
+    }
+  }
+
+  /// A pipeline stage's pair of functions while they are rewritten: the
+  /// scale of each meta its forward cast with, and the backward's argument
+  /// that receives it (made when the backward first needs it).
+  struct StageScales {
+    func::FuncOp forward, backward;
+    llvm::StringMap<Value> forwardScales;
+    llvm::StringMap<Value> stashed;
+  };
+
+  /// The backward's argument holding the scale its forward cast meta
+  /// `name` with: a new result of the forward after its stash and a new
+  /// argument of the backward after its stash (before its seed), so that
+  /// the runtime stashes it with the micro-batch's activations. (The value
+  /// is the scale as the forward read it, before the forward's fp8_update
+  /// of the meta.)
+  FailureOr<Value> stashedScale(StageScales &stage, StringRef name) {
+    Value &argument = stage.stashed[name];
+    if (argument)
+      return argument;
+    Value scale = stage.forwardScales.lookup(name);
+    if (!scale)
+      return stage.backward.emitError()
+             << "the FP8 meta '" << name
+             << "' is cast with in this backward function but not in its "
+                "forward, so no scale of the micro-batch's forward pass is "
+                "stashed for it";
+    MLIRContext *context = &getContext();
+    auto stash = DictionaryAttr::get(
+        context, {NamedAttribute(StringAttr::get(context, "mt.name"),
+                                 StringAttr::get(context, "stash"))});
+    auto ret = cast<func::ReturnOp>(
+        stage.forward.getBody().front().getTerminator());
+    if (failed(stage.forward.insertResult(stage.forward.getNumResults(),
+                                          scale.getType(), stash)))
+      return failure();
+    ret->insertOperands(ret->getNumOperands(), scale);
+    unsigned seed = stage.backward.getNumArguments() - 1;
+    if (failed(stage.backward.insertArgument(seed, scale.getType(), stash,
+                                             stage.backward.getLoc())))
+      return failure();
+    argument = stage.backward.getArgument(seed);
+    return argument;
   }
 
   bool delayed() const { return recipe.getScaling() == "delayed"; }
@@ -144,20 +217,22 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
   }
 
   /// Quantizes `value` to `format` before `user`, with the meta `name`'s
-  /// scale (delayed) or its own amax's (tensorwise). The amax is recorded
-  /// in `amaxes` for the step's updates when `record`.
+  /// scale (delayed) or its own amax's (tensorwise), or with `given` (a
+  /// stashed scale, which records nothing). The amax is recorded in
+  /// `amaxes` for the step's updates when `record`.
   Quantized quantize(OpBuilder &builder, Operation *user, Value value,
                      StringRef name, Type format, bool record,
-                     llvm::MapVector<Fp8MetaOp, Value> &amaxes) {
+                     llvm::MapVector<Fp8MetaOp, Value> &amaxes,
+                     Value given = nullptr) {
     builder.setInsertionPoint(user);
     Location loc = user->getLoc();
     auto scalar = RankedTensorType::get({}, builder.getF32Type());
-    Value scale;
+    Value scale = given;
     Fp8MetaOp meta;
-    if (delayed()) {
+    if (!given && delayed()) {
       meta = metaFor(name, format);
       scale = Fp8ScaleOp::create(builder, loc, scalar, meta.getSymName());
-    } else {
+    } else if (!given) {
       scale = Fp8CurrentScaleOp::create(builder, loc, scalar, value,
                                         TypeAttr::get(format),
                                         builder.getI64IntegerAttr(
@@ -172,12 +247,19 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
     return {q.getResult(), scale};
   }
 
-  LogicalResult rewriteFunction(func::FuncOp function) {
+  /// Rewrites `function`'s GEMMs; a training step (`training`) records its
+  /// amaxes and updates its metas at its end. `stage`: the function is a
+  /// pipeline stage's forward or backward (its forward first).
+  LogicalResult rewriteFunction(func::FuncOp function, bool training,
+                                StageScales *stage = nullptr) {
     Block &body = function.getBody().front();
-    bool training = function.getSymName() == "train_step";
+    bool backward = stage && function == stage->backward;
     // Values derived from the loss seed are gradients: a linear reading one
-    // is a data gradient (dx = dy W^T), whose dy is E5M2 under hybrid.
+    // is a data gradient (dx = dy W^T), whose dy is E5M2 under hybrid. A
+    // stage's backward starts from its seed, its last argument.
     DenseSet<Value> gradients;
+    if (backward)
+      gradients.insert(body.getArguments().back());
     for (Operation &op : body) {
       bool derived = op.hasAttr(kLossSeedAttrName) ||
                      llvm::any_of(op.getOperands(), [&](Value v) {
@@ -190,6 +272,26 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
     llvm::MapVector<Fp8MetaOp, Value> amaxes;
     DenseMap<Value, Quantized> activations, weights;
     bool hybrid = recipe.getFormat() == "hybrid";
+    // The parameter of each output gradient a data gradient cast.
+    DenseMap<Value, StringRef> parameterOfGradient;
+    // A cast with the meta `name`. In a stage's backward the metas of
+    // activations and weights (`forwardMeta`) take the scale the forward
+    // cast with, and their amaxes are the forward's to record.
+    auto castFp8 = [&](Operation *user, Value value, std::string name,
+                       Type format, bool forwardMeta) -> FailureOr<Quantized> {
+      Value given;
+      if (backward && forwardMeta && delayed()) {
+        FailureOr<Value> scale = stashedScale(*stage, name);
+        if (failed(scale))
+          return failure();
+        given = *scale;
+      }
+      Quantized q = quantize(builder, user, value, name, format, training,
+                             amaxes, given);
+      if (stage && !backward && delayed())
+        stage->forwardScales.try_emplace(name, q.scale);
+      return q;
+    };
 
     // The linears first (forward and data gradient), so that each weight
     // gradient finds both of its operands quantized.
@@ -203,17 +305,28 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
         continue;
       bool dataGrad = gradients.contains(linear.getInput());
       Value input = linear.getInput();
-      Quantized &x = activations[input];
-      if (!x.codes)
-        x = quantize(
-            builder, &op, input,
+      if (dataGrad)
+        parameterOfGradient[input] = parameter;
+      if (!activations.count(input)) {
+        FailureOr<Quantized> x = castFp8(
+            &op, input,
             (parameter + (dataGrad ? ".fp8_output_grad" : ".fp8_input")).str(),
-            dataGrad && hybrid ? e5m2() : e4m3(), training, amaxes);
+            dataGrad && hybrid ? e5m2() : e4m3(), !dataGrad);
+        if (failed(x))
+          return failure();
+        activations[input] = *x;
+      }
+      Quantized x = activations[input];
       Value master = masterWeight(linear.getWeight());
-      Quantized &w = weights[master];
-      if (!w.codes)
-        w = quantize(builder, &op, master, (parameter + ".fp8_weight").str(),
-                     e4m3(), training, amaxes);
+      if (!weights.count(master)) {
+        FailureOr<Quantized> w =
+            castFp8(&op, master, (parameter + ".fp8_weight").str(), e4m3(),
+                    /*forwardMeta=*/true);
+        if (failed(w))
+          return failure();
+        weights[master] = *w;
+      }
+      Quantized w = weights[master];
       builder.setInsertionPoint(&op);
       auto fp8 = Fp8LinearOp::create(builder, op.getLoc(), linear.getType(),
                                      x.codes, x.scale, w.codes, w.scale,
@@ -232,7 +345,22 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
       auto withBias = dyn_cast<LinearWeightBiasGradOp>(op);
       if ((!plain && !withBias) || !inFp8Layer(&op))
         continue;
-      auto x = activations.find(op.getOperand(0));
+      // A stage's backward casts a stashed activation itself, with the
+      // forward's scale.
+      Value input = op.getOperand(0);
+      auto stashed = dyn_cast<BlockArgument>(input);
+      StringRef parameter = parameterOfGradient.lookup(op.getOperand(1));
+      if (backward && stashed && stashed.getOwner() == &body &&
+          !activations.count(input) && !parameter.empty() &&
+          isBf16Tensor(input)) {
+        FailureOr<Quantized> cast =
+            castFp8(&op, input, (parameter + ".fp8_input").str(), e4m3(),
+                    /*forwardMeta=*/true);
+        if (failed(cast))
+          return failure();
+        activations[input] = *cast;
+      }
+      auto x = activations.find(input);
       auto dy = activations.find(op.getOperand(1));
       if (x == activations.end() || dy == activations.end())
         continue;

@@ -811,7 +811,9 @@ static LogicalResult checkLayout(ModuleOp module, mt::ModelAttr model,
 /// order: one, or for a table tied across stages (GPT-2's word embeddings,
 /// read by the first stage's embedding and the last stage's output layer)
 /// each rank that holds a copy: its embedding group, over which the runtime
-/// sums its gradient every iteration (Megatron-LM's embedding group).
+/// sums its gradient every iteration (Megatron-LM's embedding group). Per
+/// FP8 meta, likewise, the ranks whose stages cast with it (one: a meta
+/// belongs to one layer's linear).
 static llvm::StringMap<SmallVector<int64_t, 2>>
 pipelineRanks(ModuleOp module, int64_t pipelineSize) {
   llvm::StringMap<SmallVector<int64_t, 2>> ranks;
@@ -831,6 +833,8 @@ pipelineRanks(ModuleOp module, int64_t pipelineSize) {
               function.getArgAttrOfType<FlatSymbolRefAttr>(i, "mt.parameter"))
         claim(name.getValue());
     function.walk([&](mt::GetParameterOp read) { claim(read.getName()); });
+    function.walk([&](mt::Fp8ScaleOp read) { claim(read.getMeta()); });
+    function.walk([&](mt::Fp8UpdateOp update) { claim(update.getMeta()); });
   }
   return ranks;
 }
@@ -895,8 +899,19 @@ megatron::serializeBundle(ModuleOp module,
     FailureOr<StringRef> format = dtypeName(meta, meta.getFormat());
     if (failed(format))
       return failure();
+    Object entry{{"name", meta.getSymName()}, {"format", *format}};
+    // A pipeline rank keeps the state of the metas its stages cast with;
+    // checkpoints save each from there.
+    if (pipeline) {
+      auto it = pipelineRank.find(meta.getSymName());
+      if (it == pipelineRank.end())
+        return errorAt(meta, "no pipeline stage casts with it");
+      if (it->second.size() > 1)
+        return errorAt(meta, "stages of several pipeline ranks cast with it");
+      entry["pipeline_rank"] = it->second.front();
+    }
     metaIndex[meta.getSymName()] = metas.size();
-    metas.push_back(Object{{"name", meta.getSymName()}, {"format", *format}});
+    metas.push_back(std::move(entry));
   }
 
   Array functions;

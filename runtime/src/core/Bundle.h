@@ -548,6 +548,9 @@ struct GradientBuffer {
 struct Fp8Meta {
   std::string name;
   DType format = DType::F8E4M3;
+  /// A pipeline bundle's: the pipeline rank whose stages cast with the
+  /// meta and update it (checkpoints save its state from there); -1 else.
+  int64_t pipelineRank = -1;
 };
 
 /// The manifest's `fp8` section (new within format version 10): how the bundle's FP8

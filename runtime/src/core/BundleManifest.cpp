@@ -217,7 +217,8 @@ void ManifestReader::readFp8(const Json &json, const std::string &path,
   for (size_t i = 0; i < metas.size(); ++i) {
     std::string at = index(metasAt, i);
     expectObject(metas[i], at);
-    expectKnownKeys(metas[i], at, {"name", "format"}, "an FP8 meta");
+    expectKnownKeys(metas[i], at, {"name", "format", "pipeline_rank"},
+                    "an FP8 meta");
     Fp8Meta meta;
     meta.name = readString(field(metas[i], at, "name"), member(at, "name"));
     if (!names.insert(meta.name).second)
@@ -227,6 +228,9 @@ void ManifestReader::readFp8(const Json &json, const std::string &path,
     if (!isFp8(meta.format))
       fail(member(at, "format"), dtypeName(meta.format),
            "\"f8e4m3\" or \"f8e5m2\"");
+    if (const Json *rank = optionalField(metas[i], "pipeline_rank"))
+      meta.pipelineRank = readInt(*rank, member(at, "pipeline_rank"), 0,
+                                  grid_.empty() ? 0 : grid_[0] - 1);
     out.metas.push_back(std::move(meta));
   }
 }

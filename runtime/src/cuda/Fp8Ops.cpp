@@ -342,9 +342,22 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
 
   switch (inst.op) {
   case Op::Fp8Scale:
-    // The store's scale itself, as get_parameter gives a parameter's value:
-    // fp8_update, the one writer, ends train_step, after every reader. A
-    // copy cost a graph node per meta (288 at gpt-1.3b, 1.2 ms a step).
+    // A function output is read after the closing fp8_updates rewrote the
+    // store's scale (a pipeline stage's forward returns the scales it cast
+    // with, stashed for its backward): a copy.
+    if (std::find(fn.outputs.begin(), fn.outputs.end(), inst.results[0]) !=
+        fn.outputs.end()) {
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(slots_[inst.results[0]],
+                                      parameters_.fp8Scale(size_t(a.meta)),
+                                      sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream),
+                      what);
+      break;
+    }
+    // Else the store's scale itself, as get_parameter gives a parameter's
+    // value: fp8_update, the one writer, ends train_step, after every
+    // reader. A copy cost a graph node per meta (288 at gpt-1.3b, 1.2 ms a
+    // step).
     slots_[inst.results[0]] = parameters_.fp8Scale(size_t(a.meta));
     break;
   case Op::Fp8Update: {

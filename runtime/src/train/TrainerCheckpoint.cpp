@@ -167,18 +167,23 @@ storeCheckpointTensors(host::ParameterStore &store, bool severalRanks,
         }
   }
   // FP8's delayed-scaling state, by meta name: "fp8/<meta>/scale" [1] and
-  // "fp8/<meta>/amax_history" [amax_history_len]. Every rank holds the same
-  // state (the step's amaxes are all-reduced before the updates), so the
-  // rank at coordinate 0 of every axis saves it and every rank loads it
-  // whole: a checkpoint reshards to any layout with the same metas.
+  // "fp8/<meta>/amax_history" [amax_history_len]. The ranks that cast with
+  // a meta hold the same state (the step's amaxes are all-reduced before
+  // the updates), so one of them saves it: the rank at coordinate 0 of
+  // every axis, but in a pipeline bundle the meta's pipeline rank on axis
+  // 0. Every rank loads every meta whole: a checkpoint reshards to any
+  // layout with the same metas.
   if (store.hasFp8()) {
     Fp8State &state = store.fp8();
-    bool first = true;
-    for (int64_t c : coordinates)
-      first = first && (!severalRanks || c == 0);
     const Fp8Settings &settings = state.settings();
     int64_t length = state.historyLength();
     for (size_t meta = 0; meta < state.size(); ++meta) {
+      bool first = true;
+      int64_t pipelineRank = settings.metas[meta].pipelineRank;
+      for (size_t axis = 0; severalRanks && axis < coordinates.size(); ++axis)
+        first = first && coordinates[axis] ==
+                             (axis == 0 && pipelineRank >= 0 ? pipelineRank
+                                                             : 0);
       for (auto [suffix, data, count] :
            {std::tuple<const char *, float *, int64_t>{
                 "/scale", state.mutableScales().data() + meta, 1},

@@ -11,9 +11,10 @@
 // training. Layouts: PP=2 and PP=4 under 1F1B and interleaved (2 virtual
 // stages per rank), TP=2 x PP=2, and tied: PP=2 1F1B and interleaved, TP=2 x
 // PP=2; PP=2 1F1B with the fused output layer and loss
-// (--fuse-linear-cross-entropy), untied, tied and bf16. A world that hangs
-// is aborted after a
-// deadline, so the test fails instead of stalling.
+// (--fuse-linear-cross-entropy), untied, tied and bf16; FP8 GEMMs (hybrid,
+// delayed scaling) under PP=2 1F1B and interleaved and TP=2 x PP=2. A world
+// that hangs is aborted after a deadline, so the test fails instead of
+// stalling.
 #include "CudaTestSupport.h"
 
 #include "comm/InProcessWorld.h"
@@ -160,7 +161,9 @@ TEST_P(CudaPipelineTest, InProcessRanksEqualOneRank) {
       "megatron-compile models/tiny-gpt.yaml --num-layers 4|8 "
       "[--untie-embeddings-and-output-weights] --hidden-dropout 0 "
       "--attention-dropout 0 --micro-batch-size 2 --global-batch-size 8 "
-      "[--bf16] [--pipeline-model-parallel-size 2|4 --pipeline-schedule "
+      "[--bf16 [--fp8-format hybrid --fp8-amax-history-len 4 "
+      "--fp8-amax-compute-algo max]] [--pipeline-model-parallel-size 2|4 "
+      "--pipeline-schedule "
       "1f1b|interleaved --virtual-pipeline-model-parallel-size 2] "
       "[--tensor-model-parallel-size 2] [--fuse-linear-cross-entropy "
       "--linear-cross-entropy-chunk-rows 100]";
@@ -251,6 +254,15 @@ INSTANTIATE_TEST_SUITE_P(
              "tiny-gpt-l4-bf16-nodrop-pp2-1f1b", 2, true, true},
         Case{"Bf16Pp2Interleaved", "tiny-gpt-l4-bf16-nodrop",
              "tiny-gpt-l4-bf16-nodrop-pp2-interleaved", 2, true, true},
+        // FP8 GEMMs (hybrid, delayed scaling): each stage's forward updates
+        // its activations' and weights' metas and stashes the scales it
+        // cast with for its backward.
+        Case{"Fp8Pp2OneFOneB", "tiny-gpt-l4-fp8-nodrop",
+             "tiny-gpt-l4-fp8-nodrop-pp2-1f1b", 2, true, true},
+        Case{"Fp8Pp2Interleaved", "tiny-gpt-l4-fp8-nodrop",
+             "tiny-gpt-l4-fp8-nodrop-pp2-interleaved", 2, true, false},
+        Case{"Fp8Tp2Pp2", "tiny-gpt-l4-fp8-nodrop",
+             "tiny-gpt-l4-fp8-nodrop-tp2-pp2", 2, true, false},
         Case{"Fp32Pp4OneFOneB", "tiny-gpt-l4-nodrop",
              "tiny-gpt-l4-nodrop-pp4-1f1b", 4, false, false},
         Case{"Fp32Pp4Interleaved", "tiny-gpt-l8-nodrop",

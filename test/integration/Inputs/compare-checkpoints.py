@@ -2,7 +2,7 @@
 """Checks that the parameters a run on several ranks saved equal the one-rank
 run's (pipeline-equivalence.test).
 
-Usage: compare-checkpoints.py ONE_DIR RANKS_DIR [--exact]
+Usage: compare-checkpoints.py ONE_DIR RANKS_DIR [--exact] [--prefix=P]
 
 Both are megatron-train --save directories. The latest iteration's
 checkpoint.json of each names, per tensor, the safetensors shards and their
@@ -12,7 +12,9 @@ tensor's norm (relative error, so that Adam's sign-sensitive updates of
 elements whose gradient is near zero, which differ in the last bits between
 layouts, do not dominate). With --exact every element must be equal, bit for
 bit (runs that compute the same ops in the same order, such as a layout with
-and without recomputation). Prints what it compared; exits 1 on a mismatch.
+and without recomputation). --prefix=fp8/ compares the tensors under that
+prefix instead of "model/" (FP8's scaling state). Prints what it compared;
+exits 1 on a mismatch.
 """
 import array
 import json
@@ -37,14 +39,14 @@ def read_safetensors(path):
     return header, data
 
 
-def tensors(directory):
+def tensors(directory, prefix):
     iteration = latest(directory)
     with open(os.path.join(iteration, "checkpoint.json")) as f:
         manifest = json.load(f)
     files = {}
     result = {}
     for name, entry in manifest["tensors"].items():
-        if not name.startswith("model/"):
+        if not name.startswith(prefix):
             continue
         shape = entry["global_shape"]
         size = 1
@@ -78,13 +80,16 @@ def tensors(directory):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    one, ranks = tensors(args[0]), tensors(args[1])
+    prefix = next((a.split("=", 1)[1] for a in sys.argv[1:]
+                   if a.startswith("--prefix=")), "model/")
+    noun = "parameters" if prefix == "model/" else "tensors"
+    one, ranks = tensors(args[0], prefix), tensors(args[1], prefix)
     if "--exact" in sys.argv:
         for name in sorted(one):
             if one[name].tobytes() != ranks[name].tobytes():
                 sys.exit("%s differs (--exact)" % name)
-        print("%d parameters, %d elements: identical" %
-              (len(one), sum(len(t) for t in one.values())))
+        print("%d %s, %d elements: identical" %
+              (len(one), noun, sum(len(t) for t in one.values())))
         return
     if sorted(one) != sorted(ranks):
         sys.exit("the checkpoints hold different tensors: %s vs %s"
@@ -99,8 +104,9 @@ def main():
         if difference > TOLERANCE:
             sys.exit("%s differs: relative error %.3g (norm %.6g) > %g"
                      % (name, difference, scale, TOLERANCE))
-    print("%d parameters, %d elements: equal within %g relative (largest "
-          "relative error %.3g)" % (len(one), elements, TOLERANCE, worst))
+    print("%d %s, %d elements: equal within %g relative (largest "
+          "relative error %.3g)" % (len(one), noun, elements, TOLERANCE,
+                                    worst))
 
 
 if __name__ == "__main__":
