@@ -64,6 +64,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   planGemmAccumulation();
   planFp8Casts();
   reserveFp8Staging();
+  planFp8Amaxes();
   plan_ = planArena(
       fn,
       [&](int64_t v) -> size_t {
@@ -210,6 +211,7 @@ void Executor::bindArena() {
                     ? base
                     : base + plan_.valueOffset[v];
   bindAttentionViews(base + viewRegion_);
+  bindFp8Amaxes();
   arenaBound_ = true;
 }
 

@@ -422,7 +422,8 @@ private:
   /// (Fp8Ops.cpp): a swiglu, layer norm or RMS norm whose result only that
   /// quantize reads, with
   /// only views (get_parameter, fp8_scale) between them and a delayed
-  /// scale.
+  /// scale; a swiglu_grad whose two gradients only such quantizes read, the
+  /// first so, the second later.
   void planFp8Casts();
   /// Whether the producer at `position` writes its fp8_quantize's codes
   /// and amax this run (and the quantize does nothing): planned, and the
@@ -431,6 +432,13 @@ private:
   bool fp8CastFused(size_t position) const;
   /// The producer at `position` with its fp8_quantize's cast (Fp8Ops.cpp).
   void executeFusedFp8Cast(size_t position, const Instruction &inst);
+  /// Gives every fp8_quantize's amax a float of fp8Amaxes_ (Fp8Ops.cpp),
+  /// zeroed by one memset a run, at the first instruction that casts
+  /// (after planFp8Casts).
+  void planFp8Amaxes();
+  /// Points the amaxes' slots into fp8Amaxes_, and the deferred codes'
+  /// into fp8DeferredCodesBuffer_ (bindArena).
+  void bindFp8Amaxes();
   /// Context parallelism's instructions (ContextParallelOps.cpp):
   /// attention_block, attention_merge, attention_delta,
   /// attention_block_grad, and position_ids, rope and dropout at global
@@ -556,25 +564,50 @@ private:
   /// By value: the parameter it is a view of (get_parameter), or -1.
   std::vector<int64_t> parameterOf_;
   /// By producer (planFp8Casts): the fp8_quantize it casts for and the
-  /// meta whose scale that quantize reads, or kNoPartner.
-  std::vector<size_t> fp8CastOf_, fp8CastMeta_;
+  /// meta whose scale that quantize reads, or kNoPartner; for a
+  /// swiglu_grad, the second gradient's fp8_quantize (later) and meta.
+  std::vector<size_t> fp8CastOf_, fp8CastMeta_, fp8SecondCastOf_,
+      fp8SecondCastMeta_;
+  /// The codes of a swiglu_grad's first and second casts: their slots
+  /// point into fp8DeferredCodesBuffer_[0] and [1], one swiglu_grad's at a
+  /// time (bindFp8Amaxes).
+  std::vector<int64_t> fp8DeferredCodes_[2];
+  DeviceBuffer fp8DeferredCodesBuffer_[2];
   /// By fp8_quantize: the producer that may cast for it, or kNoPartner.
   std::vector<size_t> fp8CastProducer_;
   /// The FP8 GEMMs' staging (reserveFp8Staging): its bytes, and where a
-  /// weight gradient's transposed input and transposed output gradient go,
-  /// beyond every instruction's block. By instruction: a weight gradient
-  /// that reads the transposed input the previous one left there; an
-  /// output gradient's fp8_quantize that also writes its codes transposed,
-  /// and the weight gradient that reads them.
+  /// weight gradient's transposed input and the regions of transposed
+  /// output gradients (each of fp8TransposedGradBytes_) go, beyond every
+  /// instruction's block. By instruction: a weight gradient that reads the
+  /// transposed input the previous one left there; the region an output
+  /// gradient's fp8_quantize (or the swiglu_grad fused with it) writes its
+  /// codes transposed to, and the region a weight gradient reads them from
+  /// (kNoPartner: none).
   size_t fp8StagingBytes_ = 0, fp8TransposedInputAt_ = 0,
-         fp8TransposedGradAt_ = 0;
-  std::vector<bool> fp8ReusesTransposedInput_, fp8TransposesCodes_,
-      fp8GradTransposedByCast_;
+         fp8TransposedGradAt_ = 0, fp8TransposedGradBytes_ = 0;
+  std::vector<bool> fp8ReusesTransposedInput_;
+  std::vector<size_t> fp8TransposedGradOf_, fp8GradTransposedIn_;
+  size_t transposedGradAt(size_t region) const {
+    return fp8TransposedGradAt_ + region * fp8TransposedGradBytes_;
+  }
   /// The metas' inverse scales in the staging (fp8InverseTable): where,
   /// and the FP8 GEMM that makes them each run (kNoPartner: none reads
   /// them); by value: the meta an fp8_scale reads, or kNoPartner.
   size_t fp8InverseTableAt_ = 0, fp8InverseTableMadeAt_ = kNoPartner;
   std::vector<size_t> fp8MetaOfValue_;
+  /// By value: where in the staging a weight's codes are kept transposed
+  /// by its cast (fp8_quantize) for the data gradients that read them
+  /// (fp8_linear without transpose_weight), from fp8KeptTransposesAt_;
+  /// kNoPartner: none.
+  size_t fp8KeptTransposesAt_ = 0;
+  std::vector<size_t> fp8KeptTransposeOf_;
+  /// Every fp8_quantize's amax (planFp8Amaxes): the values, their floats
+  /// in that order, and the instruction that zeroes them all each run
+  /// (kNoPartner: no cast). A memset a cast was 288 graph nodes a step at
+  /// llama-1.5b.
+  std::vector<int64_t> fp8AmaxValues_;
+  DeviceBuffer fp8Amaxes_;
+  size_t fp8AmaxesZeroedAt_ = kNoPartner;
   /// By instruction: the parameter whose gradient a weight-gradient GEMM
   /// adds its product into (planGemmAccumulation), or -1.
   std::vector<int64_t> gemmAccumulates_;

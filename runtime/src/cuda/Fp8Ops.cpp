@@ -8,7 +8,8 @@
 // so a weight stored [in, out] (a forward with transpose_weight false, or a
 // data gradient of an [out, in] weight) and both operands of a weight
 // gradient (k is the rows) are transposed first, into the Fp8Gemm's
-// staging, as are the inverse scales. A linear's bias goes into cuBLASLt's
+// staging, as are the inverse scales (a weight's and an output gradient's
+// transposes are written by their casts). A linear's bias goes into cuBLASLt's
 // epilogue, rounded to bf16 first (its bias type for a bf16 result, and
 // what the bf16 GEMMs add: Gemm.cpp); where cuBLASLt has no algorithm for
 // that, the product is written in fp32 to the staging and the bias added
@@ -91,17 +92,23 @@ bool inForwardPass(const Function &fn, size_t position) {
 void Executor::reserveFp8Staging() {
   const Function &fn = *function_;
   size_t count = fn.instructions.size();
-  // The output gradients whose casts also write their transposed codes
-  // (castToFp8Transposed) for the weight gradient after them: an
-  // fp8_quantize read by a weight gradient, no two such pairs overlapping
-  // (each is a cast, the data gradient and the weight gradient in a row).
-  fp8TransposesCodes_.assign(count, false);
-  fp8GradTransposedByCast_.assign(count, false);
+  // The output gradients whose casts (castToFp8Transposed, or a fused
+  // swiglu_grad's) also write their transposed codes for the weight
+  // gradient after them: an fp8_quantize read by a weight gradient, each
+  // in a region of the staging free from the cast (its producer, when
+  // fused: a swiglu_grad writes two gradients' codes at once) to the
+  // weight gradient; at most kTransposedGradRegions at once, the rest
+  // transposed by their weight gradients.
+  constexpr size_t kTransposedGradRegions = 2;
+  fp8TransposedGradOf_.assign(count, kNoPartner);
+  fp8GradTransposedIn_.assign(count, kNoPartner);
   std::vector<size_t> definedAt(fn.values.size(), kNoPartner);
   for (size_t position = 0; position < count; ++position)
     for (int64_t v : fn.instructions[position].results)
       definedAt[v] = position;
-  size_t blocks = 0, transposedInput = 0, transposedGrad = 0, pairEnd = 0;
+  size_t blocks = 0, transposedInput = 0;
+  fp8TransposedGradBytes_ = 0;
+  std::vector<size_t> regionBusyUntil;
   for (size_t position = 0; position < count; ++position) {
     const Instruction &inst = fn.instructions[position];
     blocks = std::max(blocks, stagingBytes(fn, inst));
@@ -110,15 +117,29 @@ void Executor::reserveFp8Staging() {
       continue;
     size_t cast = definedAt[inst.operands[2]];
     if (cast == kNoPartner || fn.instructions[cast].op != Op::Fp8Quantize ||
-        fp8CastProducer_[cast] != kNoPartner || cast < pairEnd)
+        fp8TransposedGradOf_[cast] != kNoPartner)
       continue;
-    fp8TransposesCodes_[cast] = true;
-    fp8GradTransposedByCast_[position] = true;
-    pairEnd = position;
-    transposedGrad =
-        std::max(transposedGrad,
+    size_t start = cast, producer = fp8CastProducer_[cast];
+    if (producer != kNoPartner) {
+      if (fn.instructions[producer].op != Op::SwigluGrad)
+        continue; // a norm's or SwiGLU's fused cast writes no transpose
+      start = producer;
+    }
+    size_t region = 0;
+    while (region < regionBusyUntil.size() && regionBusyUntil[region] >= start)
+      ++region;
+    if (region == kTransposedGradRegions)
+      continue;
+    if (region == regionBusyUntil.size())
+      regionBusyUntil.push_back(0);
+    regionBusyUntil[region] = position;
+    fp8TransposedGradOf_[cast] = region;
+    fp8GradTransposedIn_[position] = region;
+    fp8TransposedGradBytes_ =
+        std::max(fp8TransposedGradBytes_,
                  alignUp(size_t(fn.values[inst.operands[2]].numElements)));
   }
+  size_t transposedGrad = fp8TransposedGradBytes_ * regionBusyUntil.size();
   // The GEMMs whose two scales are metas' (delayed scaling) read their
   // inverses from a table of every meta's, made once a run, by the first
   // of them: the scales change only in the step's closing fp8_updates. A
@@ -139,10 +160,35 @@ void Executor::reserveFp8Staging() {
                      ? 0
                      : alignUp(sizeof(float) * kFp8InverseTableStride *
                                bundle_.fp8().metas.size());
+  // A weight's codes read by a data gradient (a product with the weight
+  // [out, in] not transposed, which cuBLASLt takes only as [in, out]) are
+  // written transposed by the weight's cast too, from the one read of its
+  // fp32 master, and kept until then: a transpose of the codes a data
+  // gradient (112 a step at llama-1.5b, 0.93 GB read and written) for
+  // their bytes of staging (Transformer Engine keeps the weights'
+  // "columnwise" copies too).
+  fp8KeptTransposeOf_.assign(fn.values.size(), kNoPartner);
+  size_t kept = 0;
+  for (size_t position = 0; position < count; ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (inst.op != Op::Fp8Linear || inst.attrs.transposeWeight)
+      continue;
+    int64_t weight = inst.operands[2];
+    size_t cast = definedAt[weight];
+    if (fp8KeptTransposeOf_[weight] != kNoPartner || cast == kNoPartner ||
+        fn.instructions[cast].op != Op::Fp8Quantize ||
+        fp8CastProducer_[cast] != kNoPartner ||
+        fp8TransposedGradOf_[cast] != kNoPartner ||
+        fn.values[weight].shape.size() != 2)
+      continue;
+    fp8KeptTransposeOf_[weight] = kept;
+    kept += alignUp(size_t(fn.values[weight].numElements));
+  }
   fp8TransposedInputAt_ = alignUp(blocks);
   fp8TransposedGradAt_ = fp8TransposedInputAt_ + transposedInput;
   fp8InverseTableAt_ = fp8TransposedGradAt_ + transposedGrad;
-  fp8StagingBytes_ = fp8InverseTableAt_ + table;
+  fp8KeptTransposesAt_ = fp8InverseTableAt_ + table;
+  fp8StagingBytes_ = fp8KeptTransposesAt_ + kept;
   if (fp8StagingBytes_ > 0)
     context_.fp8Gemm().staging(fp8StagingBytes_);
   // A weight gradient whose input the previous one transposed (q, k and v
@@ -164,23 +210,50 @@ void Executor::planFp8Casts() {
   size_t count = fn.instructions.size();
   fp8CastOf_.assign(count, kNoPartner);
   fp8CastMeta_.assign(count, kNoPartner);
+  fp8SecondCastOf_.assign(count, kNoPartner);
+  fp8SecondCastMeta_.assign(count, kNoPartner);
   fp8CastProducer_.assign(count, kNoPartner);
+  for (std::vector<int64_t> &values : fp8DeferredCodes_)
+    values.clear();
   // A traced run reads every result after its instruction.
   if (ValueTrace::fromEnvironment())
     return;
-  std::vector<size_t> uses(fn.values.size(), 0);
-  for (const Instruction &inst : fn.instructions)
-    for (int64_t v : inst.operands)
+  std::vector<size_t> uses(fn.values.size(), 0), lastRead(fn.values.size(), 0);
+  for (size_t position = 0; position < count; ++position)
+    for (int64_t v : fn.instructions[position].operands) {
       ++uses[v];
-  for (int64_t v : fn.outputs)
+      lastRead[v] = position;
+    }
+  for (int64_t v : fn.outputs) {
     ++uses[v];
+    lastRead[v] = count;
+  }
+  size_t deferredBusyUntil = 0;
   for (size_t position = 0; position < count; ++position) {
     const Instruction &producer = fn.instructions[position];
     bool casts = producer.op == Op::Swiglu || producer.op == Op::RmsNorm ||
-                 producer.op == Op::LayerNorm;
-    if (!casts || uses[producer.results[0]] != 1)
+                 producer.op == Op::LayerNorm || producer.op == Op::SwigluGrad;
+    if (!casts)
+      continue;
+    // The results cast (a norm's others, if any, are not): each read by
+    // its quantize only.
+    size_t castResults = producer.op == Op::SwigluGrad ? 2 : 1;
+    bool used = false;
+    for (size_t i = 0; i < castResults; ++i)
+      used = used || uses[producer.results[i]] != 1;
+    if (used)
       continue;
     std::map<int64_t, size_t> metaOfScale; // fp8_scale results on the way
+    // The quantize of `result` at q with a meta's scale: its meta.
+    auto castOf = [&](const Instruction &next, int64_t result) {
+      auto meta =
+          metaOfScale.find(next.op == Op::Fp8Quantize ? next.operands[1] : -1);
+      return next.op == Op::Fp8Quantize && next.operands[0] == result &&
+                     meta != metaOfScale.end()
+                 ? meta->second
+                 : kNoPartner;
+    };
+    size_t first = kNoPartner, firstMeta = kNoPartner;
     for (size_t q = position + 1; q < count; ++q) {
       const Instruction &next = fn.instructions[q];
       if (next.op == Op::Fp8Scale) {
@@ -189,17 +262,60 @@ void Executor::planFp8Casts() {
       }
       if (next.op == Op::GetParameter)
         continue;
-      auto meta =
-          metaOfScale.find(next.op == Op::Fp8Quantize ? next.operands[1] : -1);
-      if (next.op == Op::Fp8Quantize &&
-          next.operands[0] == producer.results[0] &&
-          meta != metaOfScale.end()) {
-        fp8CastOf_[position] = q;
-        fp8CastMeta_[position] = meta->second;
-        fp8CastProducer_[q] = position;
-      }
+      for (size_t i = 0; i < castResults; ++i)
+        if (castOf(next, producer.results[i]) != kNoPartner) {
+          first = q;
+          firstMeta = castOf(next, producer.results[i]);
+        }
       break;
     }
+    if (first == kNoPartner)
+      continue;
+    if (producer.op != Op::SwigluGrad) {
+      fp8CastOf_[position] = first;
+      fp8CastMeta_[position] = firstMeta;
+      fp8CastProducer_[first] = position;
+      continue;
+    }
+    // A swiglu_grad's two gradients: the one whose cast follows, and the
+    // other's, cast later (after the first's data and weight gradients).
+    // The fused kernel writes both codes into buffers of their own
+    // (fp8DeferredCodesBuffer_), which no other value's codes hold
+    // meanwhile: the second's arena slot may (the first's codes at
+    // llama-1.5b), and the first's may be a gradient's operand (dy, freed
+    // there: 3 of llama-1.5b's 16 layers).
+    const std::vector<int64_t> &shape = fn.values[producer.results[0]].shape;
+    int64_t cols = shape.empty() ? 0 : shape.back();
+    int64_t rows =
+        cols > 0 ? fn.values[producer.results[0]].numElements / cols : 0;
+    if (cols % 16 != 0 || rows % 16 != 0 || rows == 0 ||
+        position < deferredBusyUntil)
+      continue;
+    int64_t other = fn.instructions[first].operands[0] == producer.results[0]
+                        ? producer.results[1]
+                        : producer.results[0];
+    size_t second = kNoPartner, secondMeta = kNoPartner;
+    for (size_t q = first + 1; q < count && second == kNoPartner; ++q) {
+      const Instruction &next = fn.instructions[q];
+      if (next.op == Op::Fp8Scale)
+        metaOfScale[next.results[0]] = size_t(next.attrs.meta);
+      else if (castOf(next, other) != kNoPartner) {
+        second = q;
+        secondMeta = castOf(next, other);
+      }
+    }
+    if (second == kNoPartner)
+      continue;
+    int64_t codes[2] = {fn.instructions[first].results[0],
+                        fn.instructions[second].results[0]};
+    fp8CastOf_[position] = first;
+    fp8CastMeta_[position] = firstMeta;
+    fp8SecondCastOf_[position] = second;
+    fp8SecondCastMeta_[position] = secondMeta;
+    fp8CastProducer_[first] = fp8CastProducer_[second] = position;
+    for (int i = 0; i < 2; ++i)
+      fp8DeferredCodes_[i].push_back(codes[i]);
+    deferredBusyUntil = std::max(lastRead[codes[0]], lastRead[codes[1]]) + 1;
   }
 }
 
@@ -213,14 +329,65 @@ bool Executor::fp8CastFused(size_t position) const {
     return std::make_pair(begin, begin + fn.values[v].numElements *
                                              dtypeSize(storageType(v)));
   };
-  for (int64_t written : fn.instructions[q].results)
-    for (int64_t read : fn.instructions[position].operands) {
-      auto [a, b] = range(written);
-      auto [c, d] = range(read);
-      if (a < d && c < b)
-        return false;
-    }
+  const Instruction &producer = fn.instructions[position];
+  for (size_t cast : {q, fp8SecondCastOf_[position]}) {
+    if (cast == kNoPartner)
+      continue;
+    for (int64_t written : fn.instructions[cast].results)
+      for (int64_t read : producer.operands) {
+        auto [a, b] = range(written);
+        auto [c, d] = range(read);
+        if (a < d && c < b)
+          return false;
+        // swigluBackwardToFp8's 16-byte accesses (of the codes, not the
+        // amax).
+        if (producer.op == Op::SwigluGrad &&
+            ((written == fn.instructions[cast].results[0] &&
+              reinterpret_cast<uintptr_t>(a) % 16 != 0) ||
+             reinterpret_cast<uintptr_t>(c) % 16 != 0))
+          return false;
+      }
+  }
   return true;
+}
+
+void Executor::planFp8Amaxes() {
+  const Function &fn = *function_;
+  fp8AmaxValues_.clear();
+  fp8AmaxesZeroedAt_ = kNoPartner;
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    const Instruction &inst = fn.instructions[position];
+    if (inst.op != Op::Fp8Quantize)
+      continue;
+    fp8AmaxValues_.push_back(inst.results[1]);
+    // A fused producer comes before its quantize, and writes the amax when
+    // the pair is fused this run (fp8CastFused): zeroed before either.
+    size_t first = fp8CastProducer_[position] != kNoPartner
+                       ? fp8CastProducer_[position]
+                       : position;
+    fp8AmaxesZeroedAt_ = std::min(fp8AmaxesZeroedAt_, first);
+  }
+  if (!fp8AmaxValues_.empty())
+    fp8Amaxes_ = DeviceBuffer(sizeof(float) * fp8AmaxValues_.size(),
+                              "the FP8 casts' amaxes of " + fn.name);
+  for (int i = 0; i < 2; ++i) {
+    size_t deferred = 0;
+    for (int64_t codes : fp8DeferredCodes_[i])
+      deferred = std::max(deferred, size_t(fn.values[codes].numElements));
+    if (deferred > 0)
+      fp8DeferredCodesBuffer_[i] =
+          DeviceBuffer(deferred, "the FP8 codes a fused swiglu_grad writes "
+                                 "ahead of their casts in " +
+                                     fn.name);
+  }
+}
+
+void Executor::bindFp8Amaxes() {
+  for (size_t i = 0; i < fp8AmaxValues_.size(); ++i)
+    slots_[fp8AmaxValues_[i]] = fp8Amaxes_.as<float>() + i;
+  for (int i = 0; i < 2; ++i)
+    for (int64_t codes : fp8DeferredCodes_[i])
+      slots_[codes] = fp8DeferredCodesBuffer_[i].data();
 }
 
 void Executor::executeFusedFp8Cast(size_t position, const Instruction &inst) {
@@ -237,8 +404,7 @@ void Executor::executeFusedFp8Cast(size_t position, const Instruction &inst) {
       return static_cast<const __nv_bfloat16 *>(slots_[inst.operands[i]]);
     return static_cast<const float *>(slots_[inst.operands[i]]);
   };
-  MTRT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream), what);
-  switch (inst.op) {
+  switch (inst.op) { // the amax was zeroed at the run's first cast
   case Op::LayerNorm:
   case Op::RmsNorm: {
     auto [rows, hidden] = normDims(fn, inst);
@@ -267,6 +433,37 @@ void Executor::executeFusedFp8Cast(size_t position, const Instruction &inst) {
                     amax),
         what);
     break;
+  case Op::SwigluGrad: { // dy, gate, up -> dgate, dup: both cast
+    SwigluGradFp8 sinks[2];
+    for (auto [q, meta] :
+         {std::pair{fp8CastOf_[position], fp8CastMeta_[position]},
+          std::pair{fp8SecondCastOf_[position],
+                    fp8SecondCastMeta_[position]}}) {
+      const Instruction &quantize = fn.instructions[q];
+      size_t k = quantize.operands[0] == inst.results[0] ? 0 : 1;
+      SwigluGradFp8 &sink = sinks[k];
+      sink.codes = static_cast<uint8_t *>(slots_[quantize.results[0]]);
+      if (fp8TransposedGradOf_[q] != kNoPartner)
+        sink.transposed = reinterpret_cast<uint8_t *>(
+            static_cast<char *>(context_.fp8Gemm().staging(fp8StagingBytes_)) +
+            transposedGradAt(fp8TransposedGradOf_[q]));
+      sink.scale = parameters_.fp8Scale(meta);
+      sink.amax = static_cast<float *>(slots_[quantize.results[1]]);
+      sink.format = fp8FormatOf(fn.values[quantize.results[0]].dtype);
+      sink.roundToBf16 = heldInBf16(inst.results[k]);
+    }
+    int64_t cols = fn.values[inst.results[0]].shape.back();
+    int64_t rows = fn.values[inst.results[0]].numElements / cols;
+    bool launched = false;
+    MTRT_CUDA_CHECK_LAUNCH(launched = swigluBackwardToFp8(stream, rows, cols,
+                                                          in(1), in(2), in(0),
+                                                          sinks[0], sinks[1]),
+                           what);
+    if (!launched) // planFp8Casts and fp8CastFused check what it needs
+      throw Error(MTRT_STATUS_INTERNAL,
+                  what + ": swiglu_grad's fused FP8 casts were declined");
+    break;
+  }
   default:
     throw Error(MTRT_STATUS_INTERNAL,
                 what + ": " + opName(inst.op) + " does not cast to FP8");
@@ -411,13 +608,18 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     if (fp8CastProducer_[position] != kNoPartner &&
         fp8CastFused(fp8CastProducer_[position]))
       break; // its producer wrote the codes and the amax
-    zero(result(1));
-    if (fp8TransposesCodes_[position]) { // [rows, cols] and [cols, rows]
+    // The amax was zeroed at the run's first cast (planFp8Amaxes).
+    if (fp8TransposedGradOf_[position] != kNoPartner ||
+        fp8KeptTransposeOf_[inst.results[0]] != kNoPartner) {
+      // [rows, cols] and [cols, rows]: an output gradient's for the weight
+      // gradient after it, or a weight's kept for its data gradients.
       int64_t cols = fn.values[inst.operands[0]].shape.back();
       int64_t rows = fn.values[inst.operands[0]].numElements / cols;
       auto *transposed = reinterpret_cast<uint8_t *>(
           static_cast<char *>(gemm.staging(fp8StagingBytes_)) +
-          fp8TransposedGradAt_);
+          (fp8TransposedGradOf_[position] != kNoPartner
+               ? transposedGradAt(fp8TransposedGradOf_[position])
+               : fp8KeptTransposesAt_ + fp8KeptTransposeOf_[inst.results[0]]));
       bool launched = false;
       MTRT_CUDA_CHECK_LAUNCH(
           launched = castToFp8Transposed(
@@ -455,7 +657,12 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
     const float *inverses[2];
     inversesOf(1, 3, inverses);
     const uint8_t *weight = codes(operand(2));
-    if (!a.transposeWeight) { // [in, out] -> [out, in]
+    if (!a.transposeWeight &&
+        fp8KeptTransposeOf_[inst.operands[2]] != kNoPartner) // by its cast
+      weight =
+          reinterpret_cast<uint8_t *>(staging + fp8KeptTransposesAt_ +
+                                      fp8KeptTransposeOf_[inst.operands[2]]);
+    else if (!a.transposeWeight) { // [in, out] -> [out, in]
       auto *wT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
       MTRT_CUDA_CHECK_LAUNCH(transposeBytes(stream, in, out, weight, wT), what);
       weight = wT;
@@ -500,8 +707,9 @@ void Executor::executeFp8(size_t position, const Instruction &inst) {
       MTRT_CUDA_CHECK_LAUNCH(
           transposeBytes(stream, rows, in, codes(operand(0)), xT), what);
     auto *dyT = reinterpret_cast<uint8_t *>(staging + kInverseBytes);
-    if (fp8GradTransposedByCast_[position]) // by its cast (fp8_quantize)
-      dyT = reinterpret_cast<uint8_t *>(staging + fp8TransposedGradAt_);
+    if (fp8GradTransposedIn_[position] != kNoPartner) // by its cast
+      dyT = reinterpret_cast<uint8_t *>(
+          staging + transposedGradAt(fp8GradTransposedIn_[position]));
     else
       MTRT_CUDA_CHECK_LAUNCH(
           transposeBytes(stream, rows, out, codes(operand(2)), dyT), what);

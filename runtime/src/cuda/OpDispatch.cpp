@@ -288,6 +288,10 @@ void Executor::checkShapes(size_t position, const Instruction &inst) const {
 
 void Executor::execute(size_t position, const Instruction &inst,
                        const MicroBatchKey &key) {
+  if (position == fp8AmaxesZeroedAt_)
+    MTRT_CUDA_CHECK(cudaMemsetAsync(fp8Amaxes_.data(), 0, fp8Amaxes_.size(),
+                                    context_.stream()),
+                    where(position) + ": zeroing the FP8 casts' amaxes");
   if (isRankInstruction(inst)) {
     executeRankInstruction(position, inst, key);
     return;
@@ -681,6 +685,10 @@ void Executor::execute(size_t position, const Instruction &inst,
                   inElements(1), outElements(0));
     break;
   case Op::SwigluGrad:
+    if (fp8CastFused(position)) {
+      executeFusedFp8Cast(position, inst);
+      break;
+    }
     swigluBackward(stream, count(inst.operands[1]), inElements(1),
                    inElements(2), inElements(0), outElements(0),
                    outElements(1));

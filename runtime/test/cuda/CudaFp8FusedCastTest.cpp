@@ -5,7 +5,9 @@
 // on the vectorized and the element-wise paths (swiglu) and on the staged
 // and the registers' kernels (norms: hidden 2048 and 100); the cast that
 // also writes the transposed codes (castToFp8Transposed) against the cast
-// and transposeBytes. And the batched
+// and transposeBytes; SwiGLU's backward with both gradients' casts
+// (swigluBackwardToFp8) against swigluBackward and the casts. And the
+// batched
 // fp8_update (fp8UpdateMetas, 300 metas: three launches) against the host's
 // delayed-scaling arithmetic (core/Fp8.h), and the FP8 GEMMs' table of
 // inverse scales (fp8InverseTable).
@@ -251,6 +253,94 @@ TEST_P(CudaFp8FusedCastTest, TransposedCastIsTheCastThenTheTranspose) {
   EXPECT_FALSE(cuda::castToFp8Transposed(
       stream, 24, 20, buffer.as<float>(), buffer.as<uint8_t>() + 2048,
       buffer.as<uint8_t>() + 3072, format, s.as<float>(), s.as<float>() + 16));
+}
+
+// SwiGLU's backward with both gradients cast (swigluBackwardToFp8: the
+// executor's swiglu_grad fused with the gradients' fp8_quantizes) against
+// swigluBackward then castToFp8Transposed (dgate) and castToFp8 (dup,
+// whose transpose the fused kernel is asked not to write): codes,
+// transposed codes and amaxes bit for bit; the gradients held in bf16 and
+// in fp32, the inputs in bf16 and in fp32, whole and partial 64 x 64
+// tiles; a shape that is not a multiple of 16 is declined.
+TEST_P(CudaFp8FusedCastTest, SwigluGradToFp8IsSwigluGradThenTheCasts) {
+  Format format = GetParam();
+  cudaStream_t stream = context->stream();
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{512, 384}, {80, 208}, {16, 16}}) {
+    for (bool bf16 : {true, false}) {
+      const int64_t n = rows * cols;
+      std::vector<float> gate = randomValues(size_t(n), 2.0f, 7),
+                         up = randomValues(size_t(n), 1.0f, 8),
+                         dy = randomValues(size_t(n), 0.5f, 9);
+      cuda::DeviceBuffer g = upload(gate, bf16), u = upload(up, bf16),
+                         d = upload(dy, bf16), dgate(size_t(n) * 4, "dgate"),
+                         dup(size_t(n) * 4, "dup"), s = scalars();
+      std::vector<cuda::DeviceBuffer> codes;
+      for (int i = 0; i < 6; ++i)
+        codes.emplace_back(size_t(n), "codes");
+      auto in = [&](cuda::DeviceBuffer &b) -> cuda::InElements {
+        if (bf16)
+          return b.as<__nv_bfloat16>();
+        return b.as<float>();
+      };
+      auto out = [&](cuda::DeviceBuffer &b) -> cuda::OutElements {
+        if (bf16)
+          return b.as<__nv_bfloat16>();
+        return b.as<float>();
+      };
+      float *amaxes = s.as<float>() + 16;
+      MTRT_CUDA_CHECK(cudaMemsetAsync(amaxes, 0, 16, stream), "test");
+      MTRT_CUDA_CHECK_LAUNCH(cuda::swigluBackward(stream, n, in(g), in(u),
+                                                  in(d), out(dgate), out(dup)),
+                             "test");
+      bool launched = false;
+      MTRT_CUDA_CHECK_LAUNCH(launched = cuda::castToFp8Transposed(
+                                 stream, rows, cols, in(dgate),
+                                 codes[0].as<uint8_t>(), codes[1].as<uint8_t>(),
+                                 format, s.as<float>(), amaxes),
+                             "test");
+      ASSERT_TRUE(launched);
+      MTRT_CUDA_CHECK_LAUNCH(cuda::castToFp8(stream, n, in(dup),
+                                             codes[2].as<uint8_t>(), format,
+                                             s.as<float>(), amaxes + 1),
+                             "test");
+      cuda::SwigluGradFp8 fusedGate, fusedUp;
+      fusedGate.codes = codes[3].as<uint8_t>();
+      fusedGate.transposed = codes[4].as<uint8_t>();
+      fusedUp.codes = codes[5].as<uint8_t>();
+      for (auto [sink, amax] : {std::pair{&fusedGate, amaxes + 2},
+                                std::pair{&fusedUp, amaxes + 3}}) {
+        sink->scale = s.as<float>();
+        sink->amax = amax;
+        sink->format = format;
+        sink->roundToBf16 = bf16;
+      }
+      MTRT_CUDA_CHECK_LAUNCH(
+          launched = cuda::swigluBackwardToFp8(stream, rows, cols, in(g), in(u),
+                                               in(d), fusedGate, fusedUp),
+          "test");
+      ASSERT_TRUE(launched) << rows << " x " << cols;
+      std::string what = std::to_string(rows) + " x " + std::to_string(cols) +
+                         (bf16 ? " bf16" : " fp32");
+      expectSame(download(codes[0].data(), size_t(n), amaxes),
+                 download(codes[3].data(), size_t(n), amaxes + 2),
+                 what + ", dgate's codes");
+      expectSame(download(codes[1].data(), size_t(n), amaxes),
+                 download(codes[4].data(), size_t(n), amaxes + 2),
+                 what + ", dgate's transposed codes");
+      expectSame(download(codes[2].data(), size_t(n), amaxes + 1),
+                 download(codes[5].data(), size_t(n), amaxes + 3),
+                 what + ", dup's codes");
+    }
+  }
+  cuda::DeviceBuffer buffer(4096, "odd shape"), s = scalars();
+  cuda::SwigluGradFp8 sink;
+  sink.codes = buffer.as<uint8_t>() + 2048;
+  sink.scale = s.as<float>();
+  sink.amax = s.as<float>() + 16;
+  EXPECT_FALSE(cuda::swigluBackwardToFp8(stream, 24, 20, buffer.as<float>(),
+                                         buffer.as<float>(), buffer.as<float>(),
+                                         sink, sink));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaFp8FusedCastTest,

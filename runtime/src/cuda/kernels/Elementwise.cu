@@ -248,6 +248,120 @@ struct SwigluBackward { // gate, up, dy -> dgate, dup
   }
 };
 
+/// Elements first to first + 15 of x (16-byte accesses: first is a
+/// multiple of 16, the pointer 16-byte aligned).
+__device__ inline void load16(InElements x, int64_t first, float (&out)[16]) {
+  float half[8];
+  load8(x, first / 8, half);
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    out[e] = half[e];
+  load8(x, first / 8 + 1, half);
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    out[8 + e] = half[e];
+}
+
+/// The tile of swigluBackwardToFp8Kernel (castToFp8Transposed's,
+/// Fp8Scaling.cu): 64 x 64 elements, 16 a thread, rows of the shared tiles
+/// 68 bytes apart.
+constexpr int kFp8Tile = 64, kFp8TileStride = kFp8Tile + 4;
+
+/// SwigluBackward{} of 16 elements of a row, each gradient rounded to bf16
+/// when asked and cast as castToFp8Transposed casts (castTransposedKernel,
+/// Fp8Scaling.cu): y * scale converted with saturation, |y| into the
+/// largest as bits; the codes stored to the row and to the shared tiles.
+/// Over 64 x 64 tiles (a grid-stride loop), then each tile's columns
+/// written to the transposed codes (where asked) as castTransposedKernel
+/// writes them.
+__global__ void
+swigluBackwardToFp8Kernel(int64_t rows, int64_t cols, InElements gate,
+                          InElements up, InElements dy,
+                          __grid_constant__ const SwigluGradFp8 dgate,
+                          __grid_constant__ const SwigluGradFp8 dup) {
+  __shared__ __align__(16) uint8_t tiles[2][kFp8Tile * kFp8TileStride];
+  __shared__ unsigned warps[2][kThreads / 32];
+  const SwigluGradFp8 *sinks[2] = {&dgate, &dup};
+  const float factor[2] = {*dgate.scale, *dup.scale};
+  const __nv_fp8_interpretation_t kind[2] = {
+      dgate.format == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2,
+      dup.format == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2};
+  unsigned largest[2] = {0, 0};
+  int64_t tilesAcross = (cols + kFp8Tile - 1) / kFp8Tile;
+  int64_t count = tilesAcross * ((rows + kFp8Tile - 1) / kFp8Tile);
+  int t = threadIdx.x;
+  for (int64_t at = blockIdx.x; at < count; at += gridDim.x) {
+    int64_t r0 = at / tilesAcross * kFp8Tile, c0 = at % tilesAcross * kFp8Tile;
+    {
+      int r = t / 4, chunk = t % 4;
+      int64_t row = r0 + r, col = c0 + 16 * chunk;
+      if (row < rows && col < cols) {
+        int64_t first = row * cols + col;
+        float g[16], u[16], d[16];
+        load16(gate, first, g);
+        load16(up, first, u);
+        load16(dy, first, d);
+        unsigned words[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          float x[3] = {g[e], u[e], d[e]}, y[2];
+          SwigluBackward{}(0, x, y);
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            float value = sinks[k]->roundToBf16
+                              ? __bfloat162float(__float2bfloat16_rn(y[k]))
+                              : y[k];
+            largest[k] = max(largest[k], __float_as_uint(fabsf(value)));
+            unsigned code = __nv_cvt_float_to_fp8(value * factor[k],
+                                                  __NV_SATFINITE, kind[k]);
+            words[k][e / 4] |= code << (8 * (e % 4));
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          *reinterpret_cast<uint4 *>(sinks[k]->codes + first) =
+              make_uint4(words[k][0], words[k][1], words[k][2], words[k][3]);
+          auto *into = reinterpret_cast<unsigned *>(
+              tiles[k] + r * kFp8TileStride + 16 * chunk);
+          for (int w = 0; w < 4; ++w)
+            into[w] = words[k][w];
+        }
+      }
+    }
+    __syncthreads();
+    {
+      int c = t / 4, chunk = t % 4;
+      int64_t col = c0 + c, row = r0 + 16 * chunk;
+      if (col < cols && row < rows) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          if (!sinks[k]->transposed)
+            continue;
+          unsigned words[4];
+          for (int w = 0; w < 4; ++w) {
+            unsigned word = 0;
+            for (int b = 0; b < 4; ++b)
+              word |=
+                  unsigned(
+                      tiles[k][(16 * chunk + 4 * w + b) * kFp8TileStride + c])
+                  << (8 * b);
+            words[w] = word;
+          }
+          *reinterpret_cast<uint4 *>(sinks[k]->transposed + col * rows + row) =
+              make_uint4(words[0], words[1], words[2], words[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    unsigned block = detail::blockMax(largest[k], warps[k]);
+    if (threadIdx.x == 0)
+      atomicMax(reinterpret_cast<unsigned *>(sinks[k]->amax), block);
+  }
+}
+
 struct Dropout {
   uint64_t seedKey;
   random::MaskTile tile;
@@ -388,6 +502,25 @@ void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
                     OutElements dup) {
   launchMap(stream, n, Storage<3, 2>{{gate, up, dy}, {dgate, dup}},
             SwigluBackward{});
+}
+
+bool swigluBackwardToFp8(cudaStream_t stream, int64_t rows, int64_t cols,
+                         InElements gate, InElements up, InElements dy,
+                         const SwigluGradFp8 &dgate, const SwigluGradFp8 &dup) {
+  auto aligned = [](const void *p) { return detail::vectorizable(p); };
+  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0 ||
+      !aligned(gate.data) || !aligned(up.data) || !aligned(dy.data))
+    return false;
+  for (const SwigluGradFp8 *sink : {&dgate, &dup})
+    if (!aligned(sink->codes) || !aligned(sink->transposed))
+      return false;
+  int64_t tiles =
+      ((rows + kFp8Tile - 1) / kFp8Tile) * ((cols + kFp8Tile - 1) / kFp8Tile);
+  // At most kFp8CastBlocks blocks, as castToFp8: an atomicMax a block.
+  auto blocks = static_cast<unsigned>(std::min(tiles, kFp8CastBlocks));
+  swigluBackwardToFp8Kernel<<<blocks, kThreads, 0, stream>>>(
+      rows, cols, gate, up, dy, dgate, dup);
+  return true;
 }
 
 void dropout(cudaStream_t stream, int64_t n, InElements x, OutElements y,

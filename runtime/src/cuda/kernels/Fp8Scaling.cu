@@ -129,8 +129,9 @@ __global__ void transposeBytesWide(int64_t rows, int64_t cols, const uint8_t *x,
 constexpr int64_t kCastTransposedBlocks = 2048;
 
 // castToFp8 with the codes' transpose: 64 x 64 tiles (a grid-stride loop
-// over them), 256 threads, each converting 16 elements of a row (the
-// conversion and the amax of castToFp8Vector) and storing their codes to
+// over them), 256 threads, each converting 16 elements of a row (bf16 or
+// fp32, read 16 bytes at a time; the conversion and the amax of
+// castToFp8Vector) and storing their codes to
 // the row and to a shared tile, then writing 16 bytes of a column of the
 // tile as transposeBytesWide does. rows and cols are multiples of 16, the
 // pointers 16-byte aligned.
@@ -168,9 +169,15 @@ __global__ void castTransposedKernel(int64_t rows, int64_t cols, InElements x,
               v[8 * h + 2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
             }
           }
-        } else {
-          for (int e = 0; e < 16; ++e)
-            v[e] = detail::load(x, first + e);
+        } else { // 64 bytes, 16-byte aligned (first is a multiple of 16)
+          const auto *p = static_cast<const float4 *>(x.data) + first / 4;
+          for (int q = 0; q < 4; ++q) {
+            float4 f = p[q];
+            v[4 * q] = f.x;
+            v[4 * q + 1] = f.y;
+            v[4 * q + 2] = f.z;
+            v[4 * q + 3] = f.w;
+          }
         }
         unsigned words[4] = {0, 0, 0, 0};
         for (int e = 0; e < 16; ++e) {

@@ -57,7 +57,8 @@ void fp8InverseTable(cudaStream_t stream, int64_t count, const float *scales,
 /// castToFp8 of x [rows, cols] (codes, with the amax into *amax, which the
 /// caller zeroes) that also writes the codes transposed, [cols, rows]: an
 /// output gradient's cast for its data gradient and its weight gradient
-/// (k-contiguous both). False, with nothing launched, where rows and cols
+/// (k-contiguous both), a weight's for its forward product and its data
+/// gradient. False, with nothing launched, where rows and cols
 /// are not multiples of 16 or a pointer is not 16-byte aligned.
 bool castToFp8Transposed(cudaStream_t stream, int64_t rows, int64_t cols,
                          InElements x, uint8_t *codes, uint8_t *transposed,

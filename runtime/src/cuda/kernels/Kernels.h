@@ -392,6 +392,29 @@ void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate, InElements up,
 void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
                     InElements up, InElements dy, OutElements dgate,
                     OutElements dup);
+/// Where swigluBackwardToFp8 casts one of its gradients: the codes
+/// [rows, cols], their transpose [cols, rows] (null: not written), the
+/// scale and the amax (*amax = max(*amax, |y|); the caller zeroes it);
+/// the gradient rounded to bf16 first when `roundToBf16` (as a result held
+/// in bf16 is).
+struct SwigluGradFp8 {
+  uint8_t *codes = nullptr;
+  uint8_t *transposed = nullptr;
+  const float *scale = nullptr;
+  float *amax = nullptr;
+  fp8::Format format = fp8::Format::E5M2;
+  bool roundToBf16 = true;
+};
+/// swigluBackward of gate, up, dy [rows, cols] and the casts of dgate and
+/// dup to FP8 (castToFp8Transposed's, Fp8Scaling.h) in one pass, for the
+/// fp8_quantizes of the two gradients (the executor's fused FP8 casts,
+/// Fp8Ops.cpp): the bits of the three kernels, without the gradients'
+/// stores and loads (at llama-1.5b mb 4, 268 MB written and read a
+/// layer). False, with nothing launched, where rows or cols is not a
+/// multiple of 16 or a pointer is not 16-byte aligned.
+bool swigluBackwardToFp8(cudaStream_t stream, int64_t rows, int64_t cols,
+                         InElements gate, InElements up, InElements dy,
+                         const SwigluGradFp8 &dgate, const SwigluGradFp8 &dup);
 /// host::dropoutForward: the same keep decisions (seed, and each element's
 /// sample and position from `tile`, core/Random.h).
 void dropout(cudaStream_t stream, int64_t n, InElements x, OutElements y,
