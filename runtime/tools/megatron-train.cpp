@@ -119,13 +119,11 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
 /// without or with a CUDA graph (ContextOptions::cudaGraphs's default);
-/// MTRT_PEER_COLLECTIVES=1 runs --in-process-ranks' collectives as kernels
-/// reading the peers' buffers (ContextOptions::peerCollectives) and
-/// captures the multi-rank steps as CUDA graphs (run() sets
-/// CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 unless they
-/// are set; the graphs' barrier kernels stalled some pipeline evaluations
-/// on the H200, bench/NOTES.md session 21); by default they are staged
-/// through the host;
+/// --in-process-ranks' collectives run as kernels reading the peers'
+/// buffers (ContextOptions::peerCollectives) and the multi-rank steps as
+/// CUDA graphs (run() sets CUDA_MODULE_LOADING=EAGER and
+/// CUDA_DEVICE_MAX_CONNECTIONS=32 unless they are set); MTRT_PEER_COLLECTIVES=0
+/// stages the collectives through the host instead;
 /// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
 /// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
 std::unique_ptr<GpuTrainer>
@@ -150,7 +148,7 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.cudnnAttention = !disabled("MTRT_CUDA_CUDNN_ATTENTION");
   device.hopperAttention = !disabled("MTRT_CUDA_HOPPER_ATTENTION");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
-  device.peerCollectives = enabled("MTRT_PEER_COLLECTIVES");
+  device.peerCollectives = !disabled("MTRT_PEER_COLLECTIVES");
   device.ncclGraphs = enabled("MTRT_CUDA_NCCL_GRAPHS");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");
@@ -359,13 +357,13 @@ int run(int argc, char **argv) {
   if (command.inProcessRanks) {
     // Read when CUDA starts (the first trainer); a value set stays.
     // PeerGroup's barrier kernels in CUDA graphs need every module loaded
-    // up front (cuda/PeerCollective.h), and the ranks' streams in as many
-    // hardware work queues as CUDA gives (8 by default), where a queue
-    // shared by two ranks may hold one rank's work behind the other's
-    // spinning barrier: the pipeline evaluations stalled less often with
-    // 32 (docs/Parallelism.md, "In-process ranks on one GPU").
+    // up front and a hardware work queue for each of the ranks' streams
+    // (two a rank; CUDA gives 8 queues by default, 32 at most): otherwise
+    // the executors run those functions without graphs
+    // (cuda/PeerCollective.h; docs/Parallelism.md, "In-process ranks on
+    // one GPU").
     const char *peer = std::getenv("MTRT_PEER_COLLECTIVES");
-    if (command.backend == "cuda" && peer && std::string(peer) == "1") {
+    if (command.backend == "cuda" && !(peer && std::string(peer) == "0")) {
       setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
       setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
     }

@@ -13,15 +13,19 @@ namespace mtrt::cuda {
 DeviceBuffer::DeviceBuffer(size_t bytes, const std::string &what)
     : size_(bytes) {
   // Never 0 bytes, so that data() is a valid device pointer for empty
-  // tensors too.
+  // tensors too. cudaMalloc and cudaFree may wait for the device: not
+  // while an in-process rank's graph spins for a peer (PeerGroup::Setup).
+  PeerGroup::Setup setup;
   MTRT_CUDA_CHECK(cudaMalloc(&data_, bytes ? bytes : 256),
                   "allocating " + std::to_string(bytes) + " bytes for " +
                       what);
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (data_)
+  if (data_) {
+    PeerGroup::Setup setup;
     cudaFree(data_);
+  }
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
@@ -32,8 +36,10 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
 
 DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
   if (this != &other) {
-    if (data_)
+    if (data_) {
+      PeerGroup::Setup setup;
       cudaFree(data_);
+    }
     data_ = other.data_;
     size_ = other.size_;
     other.data_ = nullptr;
@@ -86,10 +92,22 @@ Context::~Context() {
   fp8Gemm_.reset();
   gemm_.reset();
   fault_ = DeviceBuffer();
+  if (commStream_) {
+    cudaStreamSynchronize(commStream_);
+    cudaStreamDestroy(commStream_);
+  }
   if (stream_) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+}
+
+cudaStream_t Context::communicationStream() {
+  if (!commStream_)
+    MTRT_CUDA_CHECK(
+        cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
+        "creating the communication stream");
+  return commStream_;
 }
 
 CudnnAttention *Context::cudnnAttention() {

@@ -64,12 +64,12 @@ struct ContextOptions {
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
   /// captured in CUDA graphs) instead of staging them through the host
-  /// (MTRT_PEER_COLLECTIVES=1 in megatron-train). Off by default: as CUDA
-  /// graphs the pipeline's evaluations stalled on the H200, and the
-  /// tensor-parallel and pipeline suites have not run with it as graphs
-  /// (bench/NOTES.md, session 21; docs/Parallelism.md, "In-process ranks
+  /// (off: MTRT_PEER_COLLECTIVES=0 in megatron-train). The executor waits
+  /// for each graph with barriers before queueing more work on its
+  /// stream, which kept the pipeline evaluations from stalling on the H200
+  /// (bench/NOTES.md, session 22; docs/Parallelism.md, "In-process ranks
   /// on one GPU").
-  bool peerCollectives = false;
+  bool peerCollectives = true;
   /// A step function whose collectives go through NCCL is captured in a
   /// CUDA graph like a one-rank one (NcclCommunicator captures its calls);
   /// off: it runs without one (MTRT_CUDA_NCCL_GRAPHS=1 in megatron-train
@@ -119,6 +119,14 @@ public:
   const ContextOptions &options() const { return options_; }
   int device() const { return options_.device; }
   cudaStream_t stream() const { return stream_; }
+  /// The stream where the collectives of this device's executors run
+  /// beside the computation (made at the first call): one per context, not
+  /// one per executor, so that in-process ranks sharing the GPU use few
+  /// streams (two each), each in a hardware work queue of its own
+  /// (CUDA_DEVICE_MAX_CONNECTIONS, 32 at most). An executor forks onto it
+  /// after the compute stream's work and joins it back before its run
+  /// ends, so executors that run one after another can share it.
+  cudaStream_t communicationStream();
   Gemm &gemm() { return *gemm_; }
   /// The FP8 GEMMs (Fp8Gemm.h), made at the first call.
   Fp8Gemm &fp8Gemm();
@@ -143,6 +151,7 @@ public:
 private:
   ContextOptions options_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t commStream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<Fp8Gemm> fp8Gemm_;
   std::unique_ptr<CudnnAttention> cudnn_;

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 namespace mtrt::cuda {
 
@@ -221,8 +222,6 @@ Executor::~Executor() {
     for (cudaEvent_t event : *events)
       if (event)
         cudaEventDestroy(event);
-  if (commStream_)
-    cudaStreamDestroy(commStream_);
 }
 
 std::string Executor::instructionProfile() const {
@@ -384,6 +383,12 @@ Executor::run(const std::vector<host::TensorView> &inputs,
   cudaStream_t stream = context_.stream();
   if (rank_)
     PeerGroup::setTraceRank(rank_->world().rank());
+  // The first run tunes the GEMMs (cuBLASLt loads its candidates' kernels
+  // then) and allocates: CUDA calls that may wait for the device, not while
+  // another rank's graph spins for a peer (PeerGroup::Setup).
+  std::optional<PeerGroup::Setup> firstRun;
+  if (runs_ == 0)
+    firstRun.emplace();
   if (!arenaBound_)
     bindArena();
   checkInputs(fn, inputs, [&](int64_t v) { return storageType(v); });
@@ -656,6 +661,19 @@ std::optional<std::string> Executor::graphObstacle() const {
              " over in-process ranks is captured only with "
              "CUDA_MODULE_LOADING=EAGER (its barrier kernels wait for the "
              "peers', which a lazily loaded kernel could hold up)";
+    // Each rank's compute and communication streams (Context) need a
+    // hardware queue of their own: in a shared one a rank's graph waits
+    // behind the barrier kernel another rank's graph spins in for it.
+    int ranks = rank_->world().size(), queues = PeerGroup::hardwareQueues();
+    if (2 * ranks > queues)
+      return where(position) + ": " + opName(inst.op) + " over " +
+             std::to_string(ranks) +
+             " in-process ranks: their streams (2 a rank) share CUDA's " +
+             std::to_string(queues) +
+             " hardware work queues, where a rank's graph can wait behind "
+             "another's barrier kernel spinning for it; set "
+             "CUDA_DEVICE_MAX_CONNECTIONS=32 (up to 16 ranks) before CUDA "
+             "starts";
     const comm::Communicator &connected =
         rank_->group(comm::RankContext::connectedAxes(fn));
     if (!PeerGroup::serves(connected))
@@ -702,6 +720,8 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
   StepGraph::Enqueue await = [&](size_t position) {
     awaitCollectives(position);
   };
+  bool barriers = false;
+  std::optional<PeerGroup::LaunchWindow> window;
   try {
     // The inputs as bound for this run (device batches bind their own
     // memory): a graph captured with others reads stale memory.
@@ -728,13 +748,18 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
                            what, await);
       if (collective_)
         bound->peerCalls = collective_->takeCapturedCalls();
-      // A graph's first launch uploads it, and may wait on the host while
-      // it does; past the gate below a peer's graph may already spin for
-      // this rank's barriers (bench/NOTES.md, session 21: a first launch
-      // waited 7.4 s until the peer's barrier trapped). Uploaded here, the
-      // gated launch only enqueues.
-      if (!bound->peerCalls.empty())
+      {
+        // Instantiating a graph, and its upload (which its first launch
+        // does otherwise), may wait for the device's work: not while a
+        // graph with barriers is in flight in this process, whose ranks
+        // may wait for the CUDA calls this one would hold up
+        // (bench/NOTES.md, session 21: a first launch waited 7.4 s until
+        // the peer's barrier trapped). Uploaded here, a launch only
+        // enqueues.
+        PeerGroup::Setup setup;
+        bound->graph.instantiate(what);
         bound->graph.upload(stream, what);
+      }
       bound->inputSlots = inputSlots;
       bound->key = key;
       bound->lossScale = lossScale_;
@@ -749,7 +774,8 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
     // rank the graph's barriers wait for, directly or through another
     // group, is at its launch (the gate over the connected ranks), so each
     // launches with nothing in between that could wait for the device.
-    if (!bound->peerCalls.empty()) {
+    barriers = !bound->peerCalls.empty();
+    if (barriers) {
       if (!launchGate_) {
         comm::Communicator &connected =
             rank_->group(comm::RankContext::connectedAxes(fn));
@@ -772,9 +798,10 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
       launchGate_->gate(gateRank_, what);
       for (const DeviceCollective::CapturedCalls &calls : bound->peerCalls)
         calls.group->await(calls.rank, what);
+      window.emplace();
     }
     bound->graph.launch(stream, what);
-    if (!bound->peerCalls.empty())
+    if (barriers)
       PeerGroup::trace(what + ": run " + std::to_string(runs_) + " launched");
   } catch (const Error &e) {
     if (collective_)
@@ -787,6 +814,19 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
     return false;
   }
   ++graphReplays_;
+  // Nothing is queued behind a graph with barriers while it runs. CUDA
+  // feeds the ranks' streams to the device through a few hardware work
+  // queues (CUDA_DEVICE_MAX_CONNECTIONS); work queued after a graph that
+  // spins for a peer (an output's copy, the pipeline's staged send, the
+  // next run's inputs) waits at the head of its queue for that graph, and
+  // holds up whatever another rank queued behind it, which that peer may
+  // be: the pipeline evaluations' stalls (bench/NOTES.md, sessions 21 and
+  // 22). Waiting here, every queued item can run once its own stream
+  // reaches it.
+  if (barriers)
+    context_.synchronize(what + ": the CUDA graph of run " +
+                         std::to_string(runs_) +
+                         " (its barriers wait for the peers' graphs)");
   return true;
 }
 

@@ -534,8 +534,9 @@ private:
   /// run).
   std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> moeOffsets_;
   int64_t moeOffsetsRun_ = -1;
-  /// The communication stream (made when the function communicates), and
-  /// per instruction the events its collective starts after and ends with.
+  /// The communication stream (the context's, when the function
+  /// communicates on the device), and per instruction the events its
+  /// collective starts after and ends with.
   cudaStream_t commStream_ = nullptr;
   std::vector<cudaEvent_t> collectiveStart_, collectiveDone_;
   /// By position: the collectives the compute stream waits for before it

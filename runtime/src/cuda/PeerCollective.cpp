@@ -92,6 +92,7 @@ std::shared_ptr<PeerGroup> PeerGroup::attach(const comm::Communicator &comm,
                     comm.name() +
                     " on the device is being captured in a CUDA graph; its "
                     "state must be made in an eager run first");
+  PeerGroup::Setup setup;
   MTRT_CUDA_CHECK(preloadPeerKernels(), what + ": loading the peer kernels");
   void *memory = nullptr;
   MTRT_CUDA_CHECK(cudaMalloc(&memory, sizeof(PeerSlots)),
@@ -122,13 +123,24 @@ PeerGroup::~PeerGroup() {
     for (cudaEvent_t event : events)
       if (event)
         (void)cudaEventDestroy(event);
-  if (slots_)
+  if (slots_) {
+    Setup setup;
     (void)cudaFree(slots_);
+  }
 }
 
 bool PeerGroup::eagerModuleLoading() {
   const char *mode = std::getenv("CUDA_MODULE_LOADING");
   return mode && std::string(mode) == "EAGER";
+}
+
+int PeerGroup::hardwareQueues() {
+  const char *text = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (!text || !*text)
+    return 8;
+  char *end = nullptr;
+  long queues = std::strtol(text, &end, 10);
+  return *end || queues < 1 || queues > 32 ? 8 : static_cast<int>(queues);
 }
 
 void PeerGroup::checkLaunch(const std::string &what) const {
@@ -149,7 +161,47 @@ uint64_t PeerGroup::post(int rank, uint64_t count, uint64_t barriers) {
 
 namespace {
 thread_local int traceRank = -1;
+
+/// The process's open launch windows and setups (PeerGroup::LaunchWindow).
+struct Windows {
+  std::mutex mutex;
+  std::condition_variable wake;
+  int open = 0, setups = 0;
+};
+
+Windows &windows() {
+  static Windows instance;
+  return instance;
+}
 } // namespace
+
+PeerGroup::LaunchWindow::LaunchWindow() {
+  Windows &w = windows();
+  std::unique_lock<std::mutex> lock(w.mutex);
+  w.wake.wait(lock, [&] { return w.setups == 0; });
+  ++w.open;
+}
+
+PeerGroup::LaunchWindow::~LaunchWindow() {
+  Windows &w = windows();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  --w.open;
+  w.wake.notify_all();
+}
+
+PeerGroup::Setup::Setup() {
+  Windows &w = windows();
+  std::unique_lock<std::mutex> lock(w.mutex);
+  w.wake.wait(lock, [&] { return w.open == 0; });
+  ++w.setups;
+}
+
+PeerGroup::Setup::~Setup() {
+  Windows &w = windows();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  --w.setups;
+  w.wake.notify_all();
+}
 
 bool PeerGroup::tracing() {
   static const bool on = [] {

@@ -69,6 +69,13 @@ public:
   /// Whether CUDA loads every module when the context is made
   /// (CUDA_MODULE_LOADING=EAGER, read before CUDA starts).
   static bool eagerModuleLoading();
+  /// CUDA's hardware work queues for this process's streams
+  /// (CUDA_DEVICE_MAX_CONNECTIONS, read before CUDA starts: 1 to 32, else
+  /// CUDA's default 8). A queue shared by two ranks' streams holds one
+  /// rank's graph behind the other's barrier kernel spinning for it (the
+  /// pipeline evaluations' stalls, bench/NOTES.md, sessions 21 and 22), so
+  /// graphs with barriers need a queue for each stream: two a rank.
+  static int hardwareQueues();
   /// Whether $MTRT_PEER_TRACE is 1: trace() then prints each graph launch
   /// (its groups' expected barrier counts), each eager multi-rank run and
   /// each staged call of in-process ranks, to find which rank stopped where
@@ -123,6 +130,36 @@ public:
   void gate(int rank, const std::string &what);
   const std::string &name() const { return name_; }
   uint64_t id() const { return id_; }
+
+  /// The process's CUDA graphs with barriers in flight, against the CUDA
+  /// calls that may wait for the device (bench/NOTES.md, sessions 21 and
+  /// 22). A rank holds a LaunchWindow from its gate until its graph has
+  /// finished (Executor::replayGraph waits for it); a Setup around such
+  /// calls: a function's first run (GEMM tuning, whose candidates cuBLASLt
+  /// loads then, and the first allocations), device allocations and frees
+  /// (DeviceBuffer), pinned host memory, and a graph's instantiation and
+  /// upload. While one waited for the device it held up the other ranks'
+  /// CUDA calls, a launch among them, and a peer's graph spun for that
+  /// launch: in session 22 three ranks' launches waited 4 s for a stage's
+  /// first backward run; in session 21 a first launch 7.4 s. Setups run
+  /// together, and so do windows (a window's peers, past the same gate,
+  /// must all launch); a Setup waits until no window is open, a window
+  /// until no Setup is held, neither for one that waits. A thread in a
+  /// window makes no other CUDA call.
+  class LaunchWindow {
+  public:
+    LaunchWindow();
+    ~LaunchWindow();
+    LaunchWindow(const LaunchWindow &) = delete;
+    LaunchWindow &operator=(const LaunchWindow &) = delete;
+  };
+  class Setup {
+  public:
+    Setup();
+    ~Setup();
+    Setup(const Setup &) = delete;
+    Setup &operator=(const Setup &) = delete;
+  };
 
   /// comm::Communicator's calls with its buffers' rules (in place
   /// included), as work of `stream`; `rank` is the caller's group rank,

@@ -7,6 +7,7 @@
 #include "cuda/DeviceMemory.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
+#include "cuda/PeerCollective.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <algorithm>
@@ -146,6 +147,7 @@ public:
           cudaEventCreateWithFlags(&entry.used, cudaEventDisableTiming),
           "creating a pipeline staging event");
     if (entry.bytes < bytes) {
+      PeerGroup::Setup setup;
       if (entry.host)
         MTRT_CUDA_CHECK(cudaFreeHost(entry.host),
                         "freeing a pipeline staging buffer");

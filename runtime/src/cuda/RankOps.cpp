@@ -124,9 +124,7 @@ void Executor::prepareRankInstructions() {
       onDevice = onDevice || comm.takesDeviceMemory() || served;
     }
   if (anyCommunicates && onDevice) {
-    MTRT_CUDA_CHECK(
-        cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
-        what + ": creating the communication stream");
+    commStream_ = context_.communicationStream();
     collectiveStart_.assign(fn.instructions.size(), nullptr);
     collectiveDone_.assign(fn.instructions.size(), nullptr);
     for (size_t position = 0; position < fn.instructions.size(); ++position) {

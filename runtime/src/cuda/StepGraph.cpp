@@ -240,6 +240,9 @@ void StepGraph::capture(cudaStream_t stream, size_t count,
     steppedPositions_.push_back(segment.position);
   MTRT_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodeCount_),
                   what + ": counting the graph's nodes");
+}
+
+void StepGraph::instantiate(const std::string &what) {
   MTRT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0),
                   what + ": instantiating the CUDA graph of " +
                       std::to_string(nodeCount_) + " nodes");

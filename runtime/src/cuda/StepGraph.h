@@ -42,7 +42,8 @@ public:
   StepGraph &operator=(const StepGraph &) = delete;
 
   /// Captures enqueue(0), ..., enqueue(count - 1) on `stream` (nothing
-  /// runs) and instantiates the graph; `stepped[p]` marks the instructions
+  /// runs; instantiate() makes it launchable); `stepped[p]` marks the
+  /// instructions
   /// refresh() updates. `before`, if given, is called before each
   /// enqueue(p) with p and once more with `count` at the end: the joins of
   /// work forked onto other streams (an executor's communication stream),
@@ -50,6 +51,8 @@ public:
   void capture(cudaStream_t stream, size_t count,
                const std::vector<bool> &stepped, const Enqueue &enqueue,
                const std::string &what, const Enqueue &before = nullptr);
+  /// Instantiates the captured graph (captured() is true after).
+  void instantiate(const std::string &what);
   /// Recaptures the stepped instructions as enqueue gives them now and
   /// copies their kernels' arguments into the executable graph. Throws
   /// Error (INTERNAL) if an instruction no longer captures the same kernels.

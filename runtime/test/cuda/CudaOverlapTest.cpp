@@ -22,12 +22,16 @@
 #include "host/ThreadPool.h"
 #include "train/Trainer.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 using namespace mtrt;
 using namespace mtrt::test;
@@ -321,6 +325,54 @@ TEST(PeerGroupTest, RefusesCallsThatDiffer) {
   for (const std::string &message : messages)
     EXPECT_NE(message.find("differs from rank"), std::string::npos)
         << "'" << message << "'";
+}
+
+// Graphs with barriers in flight and CUDA calls that may wait for the
+// device exclude each other (PeerGroup::LaunchWindow, PeerGroup::Setup):
+// a Setup waits for the open windows, a window opens beside another one
+// even while a Setup waits (its peers must launch), and waits for a held
+// Setup. Host threads only: no GPU needed.
+TEST(PeerGroupTest, SetupsWaitForLaunchWindowsAndWindowsForSetups) {
+  using namespace std::chrono_literals;
+  std::atomic<int> step{0};
+  std::atomic<bool> setupHeld{false}, secondWindowOpen{false};
+  std::optional<cuda::PeerGroup::LaunchWindow> first;
+  first.emplace();
+  std::thread setup([&] {
+    cuda::PeerGroup::Setup held;
+    setupHeld = true;
+    while (step < 2)
+      std::this_thread::sleep_for(1ms);
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(setupHeld) << "a Setup began while a launch window was open";
+  std::thread second([&] {
+    cuda::PeerGroup::LaunchWindow window;
+    secondWindowOpen = true;
+    while (step < 1)
+      std::this_thread::sleep_for(1ms);
+  });
+  for (int i = 0; i < 2000 && !secondWindowOpen; ++i)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(secondWindowOpen)
+      << "a launch window waited for a Setup that only waited";
+  first.reset();
+  step = 1;
+  second.join();
+  for (int i = 0; i < 2000 && !setupHeld; ++i)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(setupHeld) << "the Setup still waited with no window open";
+  std::atomic<bool> thirdWindowOpen{false};
+  std::thread third([&] {
+    cuda::PeerGroup::LaunchWindow window;
+    thirdWindowOpen = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(thirdWindowOpen) << "a launch window opened during a Setup";
+  step = 2;
+  setup.join();
+  third.join();
+  EXPECT_TRUE(thirdWindowOpen);
 }
 
 /// One layout trained with and without the overlap flags.

@@ -1,16 +1,16 @@
 // Tensor parallelism on one GPU: tiny-gpt compiled for TP=2, run as two
 // in-process ranks (threads, each with its own CUDA context and stream on
-// device 0, talking through the in-process communicator: the multi-rank
-// instructions on the device, their collectives staged through the host by
-// DeviceCollective), against the same model compiled for one rank on the
-// same GPU: one train_step's loss and every gradient (gathered from the
-// shards), fp32 and bf16, with and without sequence parallelism. Both runs
-// start from the same parameters (the host store initializes each shard with
-// its global values). The -nodrop bundles run without dropout; tiny-gpt's own
-// (GPT-2's dropout 0.1) draws its masks over split tensors, attention's heads
-// and, with sequence parallelism, the hidden states' sequence tiles, keyed on
-// the global samples and positions (core/Random.h), so the TP=2 run draws
-// the one-rank run's masks.
+// device 0: the multi-rank instructions on the device, their collectives
+// PeerGroup's kernels (ContextOptions::peerCollectives, on by default; as
+// CUDA graphs under CUDA_MODULE_LOADING=EAGER)), against the same model
+// compiled for one rank on the same GPU: one train_step's loss and every
+// gradient (gathered from the shards), fp32 and bf16, with and without sequence
+// parallelism. Both runs start from the same parameters (the host store
+// initializes each shard with its global values). The -nodrop bundles run
+// without dropout; tiny-gpt's own (GPT-2's dropout 0.1) draws its masks over
+// split tensors, attention's heads and, with sequence parallelism, the hidden
+// states' sequence tiles, keyed on the global samples and positions
+// (core/Random.h), so the TP=2 run draws the one-rank run's masks.
 #include "CudaTestSupport.h"
 
 #include "comm/InProcessWorld.h"
