@@ -814,15 +814,13 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
     return false;
   }
   ++graphReplays_;
-  // Nothing is queued behind a graph with barriers while it runs. CUDA
-  // feeds the ranks' streams to the device through a few hardware work
-  // queues (CUDA_DEVICE_MAX_CONNECTIONS); work queued after a graph that
-  // spins for a peer (an output's copy, the pipeline's staged send, the
-  // next run's inputs) waits at the head of its queue for that graph, and
-  // holds up whatever another rank queued behind it, which that peer may
-  // be: the pipeline evaluations' stalls (bench/NOTES.md, sessions 21 and
-  // 22). Waiting here, every queued item can run once its own stream
-  // reaches it.
+  // The launch window lasts until the graph has finished, and nothing is
+  // queued behind a graph with barriers while it runs: work queued after
+  // a graph that spins for a peer (an output's copy, the pipeline's staged
+  // send, the next run's inputs) waits at the head of its hardware work
+  // queue (CUDA_DEVICE_MAX_CONNECTIONS) for that graph, and where the
+  // queue is shared it holds up what another rank queued behind it
+  // (bench/NOTES.md, sessions 21 and 22).
   if (barriers)
     context_.synchronize(what + ": the CUDA graph of run " +
                          std::to_string(runs_) +
