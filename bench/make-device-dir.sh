@@ -165,6 +165,8 @@ for precision in fp32 bf16; do
       -o "$b/$name-pp2-dp2-overlap.mtb"
   fi
 done
+# CudaContextParallelTest and CudaAttentionBlockLimitsTest.
+"$root/bench/make-context-parallel-bundles.sh" "$compile" "$b"
 # CudaPipelineTest's FP8 cases: the same 4 layers in bf16 with FP8 GEMMs
 # (hybrid, delayed scaling over 4 amaxes), PP=2 under 1F1B and interleaved,
 # TP=2 x PP=2, and one rank.

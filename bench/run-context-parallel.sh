@@ -26,31 +26,7 @@ if [[ ${1:-} == make ]]; then
   cp "$root/test/integration/Inputs/compare-ranks.py" "$dest/"
   cp "$0" "$dest/run-context-parallel.sh"
   compile=$build/bin/megatron-compile b=$dest/bundles
-  # The vocabulary is padded to a multiple of the flag times the tensor
-  # ranks: 512 for one rank and CP2, 256 x 2 under TP2, one model.
-  common=(--seq-length 256 --hidden-dropout 0.1 --attention-dropout 0.1
-    --micro-batch-size 2 --global-batch-size 2)
-  whole=(--make-vocab-size-divisible-by 512)
-  tp2=(--make-vocab-size-divisible-by 256 --tensor-model-parallel-size 2
-    --sequence-parallel)
-  for model in llama gpt; do
-    flags=("${common[@]}")
-    [[ $model == gpt ]] && flags+=(--max-position-embeddings 256)
-    for precision in fp32 bf16; do
-      name=tiny-$model-s256 p=(--precision=fp32)
-      [[ $precision == bf16 ]] && name=$name-bf16 p=(--bf16)
-      m=$root/models/tiny-$model.yaml
-      "$compile" "$m" "${flags[@]}" "${p[@]}" "${whole[@]}" -o "$b/$name.mtb"
-      "$compile" "$m" "${flags[@]}" "${p[@]}" "${whole[@]}" \
-        --context-parallel-size 2 -o "$b/$name-cp2.mtb"
-      "$compile" "$m" "${flags[@]}" "${p[@]}" "${tp2[@]}" \
-        --context-parallel-size 2 -o "$b/$name-cp2-tp2-sp.mtb"
-    done
-  done
-  # CudaAttentionBlockLimitsTest: a head dimension over the block kernels'.
-  "$compile" "$root/models/tiny-llama.yaml" --seq-length 64 \
-    --micro-batch-size 1 --global-batch-size 1 --kv-channels 512 \
-    --context-parallel-size 2 -o "$b/tiny-llama-hd512-cp2.mtb"
+  "$here/make-context-parallel-bundles.sh" "$compile" "$b"
   # CudaModelTest and CudaOpsTest (the rope, position and dropout kernels
   # this change touched) on the bundles they read.
   "$compile" "$root/models/tiny-gpt.yaml" --precision=fp32 -o "$b/tiny-gpt.mtb"

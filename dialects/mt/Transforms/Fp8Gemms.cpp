@@ -132,7 +132,17 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
                             << " has a forward function but no backward";
         return signalPassFailure();
       }
-      StageScales scales{forward, backward, {}, {}};
+      // The backward's seed, the argument after its stash (parameters may
+      // follow it).
+      unsigned stash = forward.getNumResults() - 1;
+      if (stash >= backward.getNumArguments()) {
+        backward.emitError() << "takes " << backward.getNumArguments()
+                             << " arguments, fewer than the " << stash
+                             << " its forward stashes and its seed";
+        return signalPassFailure();
+      }
+      StageScales scales{forward, backward, backward.getArgument(stash), {},
+                         {}};
       if (failed(rewriteFunction(forward, /*training=*/true, &scales)) ||
           failed(rewriteFunction(backward, /*training=*/true, &scales)))
         return signalPassFailure();
@@ -144,6 +154,7 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
   /// that receives it (made when the backward first needs it).
   struct StageScales {
     func::FuncOp forward, backward;
+    BlockArgument seed;
     llvm::StringMap<Value> forwardScales;
     llvm::StringMap<Value> stashed;
   };
@@ -175,11 +186,11 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
                                           scale.getType(), stash)))
       return failure();
     ret->insertOperands(ret->getNumOperands(), scale);
-    unsigned seed = stage.backward.getNumArguments() - 1;
-    if (failed(stage.backward.insertArgument(seed, scale.getType(), stash,
+    unsigned at = stage.seed.getArgNumber();
+    if (failed(stage.backward.insertArgument(at, scale.getType(), stash,
                                              stage.backward.getLoc())))
       return failure();
-    argument = stage.backward.getArgument(seed);
+    argument = stage.backward.getArgument(at);
     return argument;
   }
 
@@ -256,10 +267,10 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
     bool backward = stage && function == stage->backward;
     // Values derived from the loss seed are gradients: a linear reading one
     // is a data gradient (dx = dy W^T), whose dy is E5M2 under hybrid. A
-    // stage's backward starts from its seed, its last argument.
+    // stage's backward starts from its seed.
     DenseSet<Value> gradients;
     if (backward)
-      gradients.insert(body.getArguments().back());
+      gradients.insert(stage->seed);
     for (Operation &op : body) {
       bool derived = op.hasAttr(kLossSeedAttrName) ||
                      llvm::any_of(op.getOperands(), [&](Value v) {
@@ -351,6 +362,7 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
       auto stashed = dyn_cast<BlockArgument>(input);
       StringRef parameter = parameterOfGradient.lookup(op.getOperand(1));
       if (backward && stashed && stashed.getOwner() == &body &&
+          stashed.getArgNumber() < stage->seed.getArgNumber() &&
           !activations.count(input) && !parameter.empty() &&
           isBf16Tensor(input)) {
         FailureOr<Quantized> cast =
