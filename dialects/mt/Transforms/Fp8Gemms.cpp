@@ -141,8 +141,8 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
                              << " its forward stashes and its seed";
         return signalPassFailure();
       }
-      StageScales scales{forward, backward, backward.getArgument(stash), {},
-                         {}};
+      StageScales scales{
+          forward, backward, backward.getArgument(stash), {}, {}};
       if (failed(rewriteFunction(forward, /*training=*/true, &scales)) ||
           failed(rewriteFunction(backward, /*training=*/true, &scales)))
         return signalPassFailure();
@@ -180,8 +180,8 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
     auto stash = DictionaryAttr::get(
         context, {NamedAttribute(StringAttr::get(context, "mt.name"),
                                  StringAttr::get(context, "stash"))});
-    auto ret = cast<func::ReturnOp>(
-        stage.forward.getBody().front().getTerminator());
+    auto ret =
+        cast<func::ReturnOp>(stage.forward.getBody().front().getTerminator());
     if (failed(stage.forward.insertResult(stage.forward.getNumResults(),
                                           scale.getType(), stash)))
       return failure();
