@@ -136,9 +136,10 @@ struct Fp8GemmsPass : mt::impl::Fp8GemmsPassBase<Fp8GemmsPass> {
       // follow it).
       unsigned stash = forward.getNumResults() - 1;
       if (stash >= backward.getNumArguments()) {
-        backward.emitError() << "takes " << backward.getNumArguments()
-                             << " arguments, fewer than the " << stash
-                             << " its forward stashes and its seed";
+        backward.emitError()
+            << "takes " << backward.getNumArguments()
+            << " arguments, but its forward stashes " << stash
+            << " values, which with its seed need " << stash + 1;
         return signalPassFailure();
       }
       StageScales scales{
