@@ -81,6 +81,29 @@ __global__ void transposeBytesKernel(int64_t rows, int64_t cols,
 }
 
 constexpr int kWideTile = 64;
+constexpr int kWideStride = kWideTile + 4;
+
+// The second half of a wide tile's transpose: thread t of 256 writes 16
+// bytes of column c0 + t / 4 of the staged tile (rows 68 bytes apart) as
+// 16 consecutive bytes of row c0 + t / 4 of y, the [cols, rows] transpose.
+__device__ void storeTransposedTile(const uint8_t *tile, int64_t r0,
+                                    int64_t c0, int64_t rows, int64_t cols,
+                                    uint8_t *y, int t) {
+  int c = t / 4, chunk = t % 4;
+  int64_t col = c0 + c, row = r0 + 16 * chunk;
+  if (col >= cols || row >= rows)
+    return;
+  unsigned words[4];
+  for (int w = 0; w < 4; ++w) {
+    unsigned word = 0;
+    for (int b = 0; b < 4; ++b)
+      word |= unsigned(tile[(16 * chunk + 4 * w + b) * kWideStride + c])
+              << (8 * b);
+    words[w] = word;
+  }
+  *reinterpret_cast<uint4 *>(y + col * rows + row) =
+      make_uint4(words[0], words[1], words[2], words[3]);
+}
 
 // A 64 x 64 tile per block of 256 threads, 16 bytes a thread each way:
 // rows and cols are multiples of 16 and both pointers 16-byte aligned, so
@@ -89,8 +112,7 @@ constexpr int kWideTile = 64;
 // column over two banks rather than one.
 __global__ void transposeBytesWide(int64_t rows, int64_t cols, const uint8_t *x,
                                    uint8_t *y) {
-  constexpr int kStride = kWideTile + 4;
-  __shared__ __align__(16) uint8_t tile[kWideTile * kStride];
+  __shared__ __align__(16) uint8_t tile[kWideTile * kWideStride];
   int64_t r0 = int64_t(blockIdx.y) * kWideTile,
           c0 = int64_t(blockIdx.x) * kWideTile;
   int t = threadIdx.x;
@@ -100,7 +122,7 @@ __global__ void transposeBytesWide(int64_t rows, int64_t cols, const uint8_t *x,
     if (row < rows && col < cols) {
       uint4 v = *reinterpret_cast<const uint4 *>(x + row * cols + col);
       auto *into =
-          reinterpret_cast<unsigned *>(tile + r * kStride + 16 * chunk);
+          reinterpret_cast<unsigned *>(tile + r * kWideStride + 16 * chunk);
       into[0] = v.x;
       into[1] = v.y;
       into[2] = v.z;
@@ -108,20 +130,7 @@ __global__ void transposeBytesWide(int64_t rows, int64_t cols, const uint8_t *x,
     }
   }
   __syncthreads();
-  int c = t / 4, chunk = t % 4;
-  int64_t col = c0 + c, row = r0 + 16 * chunk;
-  if (col < cols && row < rows) {
-    unsigned words[4];
-    for (int w = 0; w < 4; ++w) {
-      unsigned word = 0;
-      for (int b = 0; b < 4; ++b)
-        word |= unsigned(tile[(16 * chunk + 4 * w + b) * kStride + c])
-                << (8 * b);
-      words[w] = word;
-    }
-    *reinterpret_cast<uint4 *>(y + col * rows + row) =
-        make_uint4(words[0], words[1], words[2], words[3]);
-  }
+  storeTransposedTile(tile, r0, c0, rows, cols, y, t);
 }
 
 /// castTransposedKernel's grid: at most this many blocks (castToFp8's cap,
@@ -139,8 +148,7 @@ __global__ void castTransposedKernel(int64_t rows, int64_t cols, InElements x,
                                      uint8_t *codes, uint8_t *transposed,
                                      fp8::Format format, const float *scale,
                                      float *amax) {
-  constexpr int kStride = kWideTile + 4;
-  __shared__ __align__(16) uint8_t tile[kWideTile * kStride];
+  __shared__ __align__(16) uint8_t tile[kWideTile * kWideStride];
   __shared__ unsigned warps[kThreads / 32];
   const float factor = *scale;
   const __nv_fp8_interpretation_t kind =
@@ -189,28 +197,13 @@ __global__ void castTransposedKernel(int64_t rows, int64_t cols, InElements x,
         *reinterpret_cast<uint4 *>(codes + first) =
             make_uint4(words[0], words[1], words[2], words[3]);
         auto *into =
-            reinterpret_cast<unsigned *>(tile + r * kStride + 16 * chunk);
+            reinterpret_cast<unsigned *>(tile + r * kWideStride + 16 * chunk);
         for (int w = 0; w < 4; ++w)
           into[w] = words[w];
       }
     }
     __syncthreads();
-    {
-      int c = t / 4, chunk = t % 4;
-      int64_t col = c0 + c, row = r0 + 16 * chunk;
-      if (col < cols && row < rows) {
-        unsigned words[4];
-        for (int w = 0; w < 4; ++w) {
-          unsigned word = 0;
-          for (int b = 0; b < 4; ++b)
-            word |= unsigned(tile[(16 * chunk + 4 * w + b) * kStride + c])
-                    << (8 * b);
-          words[w] = word;
-        }
-        *reinterpret_cast<uint4 *>(transposed + col * rows + row) =
-            make_uint4(words[0], words[1], words[2], words[3]);
-      }
-    }
+    storeTransposedTile(tile, r0, c0, rows, cols, transposed, t);
     __syncthreads();
   }
   largest = detail::blockMax(largest, warps);
