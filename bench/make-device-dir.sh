@@ -87,8 +87,8 @@ done
 # per iteration) in three layouts, each without and with the overlap flags
 # that apply, fp32 and bf16: TP2 + SP (--tp-comm-overlap
 # --overlap-collectives), DP2 with the distributed optimizer
-# (--overlap-grad-reduce --overlap-collectives), TP2 x PP2 x DP2 + SP with
-# the distributed optimizer (all three); and a wider GPT (hidden 1024,
+# (--overlap-grad-reduce --overlap-param-gather --overlap-collectives),
+# TP2 x PP2 x DP2 + SP with the distributed optimizer (all four); and a wider GPT (hidden 1024,
 # sequence 512) at TP2 + SP with --tp-comm-overlap --overlap-collectives
 # for the timeline.
 for precision in fp32 bf16; do
@@ -96,7 +96,8 @@ for precision in fp32 bf16; do
   [[ $precision == bf16 ]] && name=tiny-gpt-bf16 flags=--bf16
   o=("$compile" "$root/models/tiny-gpt.yaml" $flags --global-batch-size=32)
   tpo=(--tp-comm-overlap --overlap-collectives)
-  dpo=(--overlap-grad-reduce --ddp-bucket-size=40000 --overlap-collectives)
+  dpo=(--overlap-grad-reduce --ddp-bucket-size=40000 --overlap-param-gather
+    --overlap-collectives)
   tp=(--tensor-model-parallel-size=2 --sequence-parallel)
   dp=(--data-parallel-size=2 --use-distributed-optimizer)
   "${o[@]}" "${tp[@]}" -o "$b/$name-gb32-tp2-sp.mtb"
@@ -107,7 +108,8 @@ for precision in fp32 bf16; do
     -o "$b/$name-gb32-tp2-pp2-dp2.mtb"
   "${o[@]}" "${tp[@]}" "${dp[@]}" --pipeline-model-parallel-size=2 \
     --tp-comm-overlap --overlap-grad-reduce --ddp-bucket-size=20000 \
-    --overlap-collectives -o "$b/$name-gb32-tp2-pp2-dp2-overlap.mtb"
+    --overlap-param-gather --overlap-collectives \
+    -o "$b/$name-gb32-tp2-pp2-dp2-overlap.mtb"
 done
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 --hidden-size=1024 \
   --num-attention-heads=16 --ffn-hidden-size=4096 --seq-length=512 \

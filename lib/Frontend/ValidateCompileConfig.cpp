@@ -761,15 +761,14 @@ Error Validator::checkParameterGather() {
                 "pass, and without use_distributed_optimizer every rank "
                 "updates all of its parameters and gathers none; add "
                 "use_distributed_optimizer or remove overlap_param_gather");
-  return fail({"overlap_param_gather"},
-              "overlap_param_gather is not implemented yet: gathering each "
-              "gradient bucket's parameters before their first use needs "
-              "every rank to hold a 1/data_parallel_size shard of each "
-              "bucket, and the distributed optimizer here holds one range "
-              "of the whole buffer (docs/Parallelism.md, \"Overlapped "
-              "communication\"); remove overlap_param_gather (the "
-              "parameters are then gathered right after the optimizer "
-              "step)");
+  if (!p.overlapGradReduce)
+    return fail({"overlap_param_gather", "overlap_grad_reduce"},
+                "overlap_param_gather needs overlap_grad_reduce (as in "
+                "Megatron-LM): the parameters are gathered per gradient "
+                "bucket, and without overlap_grad_reduce the buffer is one "
+                "reduction with no buckets; add overlap_grad_reduce or "
+                "remove overlap_param_gather");
+  return Error::success();
 }
 
 Error Validator::run() {

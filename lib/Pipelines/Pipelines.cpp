@@ -77,6 +77,7 @@ void megatron::buildPartitionPipeline(mlir::OpPassManager &pm,
   reduction.contextAxis =
       options.contextParallelSize > 1 || expertAxis ? 1 : -1;
   reduction.bucketSize = options.gradientBucketSize;
+  reduction.overlapParamGather = options.overlapParamGather;
   pm.addPass(mlir::mt::createPlanGradientReductionPass(reduction));
   // Sequence shards, not gathered tensors, live until the backward pass.
   pm.addPass(mlir::mt::createRegatherInBackwardPass());
@@ -154,6 +155,7 @@ void megatron::buildCompilePipeline(mlir::OpPassManager &pm,
         pipelined ? parallel.pipelineModelParallelSize : 0;
     partition.gradientBucketSize =
         parallel.overlapGradReduce ? parallel.bucketElements() : 0;
+    partition.overlapParamGather = parallel.overlapParamGather;
     buildPartitionPipeline(pm, partition);
   }
   if (pipelined)

@@ -18,11 +18,13 @@ void Layout::applyTo(CompileConfig &config) const {
   p.contextParallelSize = cp;
   p.dataParallelSize = dp;
   p.useDistributedOptimizer = distributedOptimizer;
-  // Buckets reduced during the last micro-batch's backward pass: the same
-  // bits as without (docs/Parallelism.md), so always on with data parallel.
+  // Buckets reduced during the last micro-batch's backward pass, and with
+  // the distributed optimizer gathered during the next forward pass: the
+  // same bits as without (docs/Parallelism.md), so always on with data
+  // parallel.
   p.overlapGradReduce = dp > 1;
   p.tpCommOverlap = tpCommOverlap;
-  p.overlapParamGather = false;
+  p.overlapParamGather = dp > 1 && distributedOptimizer;
   config.moe.expertModelParallelSize = ep;
   config.batch.microBatchSize = microBatch;
   config.recompute.granularity = recompute;
@@ -56,10 +58,13 @@ std::string Layout::flags() const {
   if (ep > 1)
     text += llvm::formatv(" --expert-model-parallel-size {0}", ep);
   text += llvm::formatv(" --use-distributed-optimizer={0} "
-                        "--overlap-grad-reduce={1} --micro-batch-size {2} "
-                        "--recompute-granularity {3}",
+                        "--overlap-grad-reduce={1}",
                         distributedOptimizer ? "true" : "false",
-                        dp > 1 ? "true" : "false", microBatch, recomputeName());
+                        dp > 1 ? "true" : "false");
+  if (dp > 1 && distributedOptimizer)
+    text += " --overlap-param-gather";
+  text += llvm::formatv(" --micro-batch-size {0} --recompute-granularity {1}",
+                        microBatch, recomputeName());
   return text;
 }
 

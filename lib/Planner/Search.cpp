@@ -386,12 +386,17 @@ std::optional<Prediction> Planner::predict(const Layout &l,
       reduce = linkSeconds(link, gradientBytes, 2 * (n - 1) / n);
     }
     // --overlap-grad-reduce: the buckets reduce during the last
-    // micro-batch's backward pass, except the last bucket.
-    double window = 2.0 / 3.0 * (busiestCompute + busiestComm) / micro;
-    double lastBucket =
-        reduce * std::min(1.0, double(base.parallel.bucketElements()) /
-                                   std::max(1.0, parameters));
-    out.exposedDataParallel = std::max(lastBucket, reduce - window) + gather;
+    // micro-batch's backward pass, except the last bucket; with the
+    // distributed optimizer, --overlap-param-gather gathers them during the
+    // next step's first forward pass, except the first bucket it reads.
+    // Both give the bits of the step without them (docs/Parallelism.md),
+    // so the layouts take them whenever data parallelism does.
+    double microStep = (busiestCompute + busiestComm) / micro;
+    double bucketShare = std::min(1.0, double(base.parallel.bucketElements()) /
+                                           std::max(1.0, parameters));
+    out.exposedDataParallel =
+        std::max(reduce * bucketShare, reduce - 2.0 / 3.0 * microStep) +
+        std::max(gather * bucketShare, gather - 1.0 / 3.0 * microStep);
   }
   // AdamW reads and writes each owned parameter's weight, gradient and two
   // moments (and writes its bf16 copy): about 30 bytes.
@@ -660,10 +665,6 @@ megatron::predictLayout(MLIRContext &context, const CompileConfig &config,
         "--report step models even pipeline stages: remove "
         "decoder_first/last_pipeline_num_layers and "
         "num_layers_per_virtual_pipeline_stage");
-  if (p.overlapParamGather)
-    return llvm::createStringError(
-        "--report step does not model overlap_param_gather (it is not "
-        "implemented)");
   Layout layout;
   layout.tp = p.tensorModelParallelSize;
   layout.sequenceParallel = p.sequenceParallel;

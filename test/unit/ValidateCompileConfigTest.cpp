@@ -125,11 +125,20 @@ TEST(ValidateCompileConfigTest, ParameterGather) {
             "use_distributed_optimizer every rank updates all of its "
             "parameters and gathers none; add use_distributed_optimizer or "
             "remove overlap_param_gather");
-  EXPECT_NE(validateSmall({{"data_parallel_size", "2"},
+  EXPECT_EQ(validateSmall({{"data_parallel_size", "2"},
                            {"use_distributed_optimizer", ""},
-                           {"overlap_param_gather", ""}})
-                .find("overlap_param_gather is not implemented yet"),
-            std::string::npos);
+                           {"overlap_param_gather", ""}}),
+            "command line (--overlap-param-gather): "
+            "overlap_param_gather needs overlap_grad_reduce (as in "
+            "Megatron-LM): the parameters are gathered per gradient bucket, "
+            "and without overlap_grad_reduce the buffer is one reduction "
+            "with no buckets; add overlap_grad_reduce or remove "
+            "overlap_param_gather");
+  EXPECT_EQ(validateSmall({{"data_parallel_size", "2"},
+                           {"use_distributed_optimizer", ""},
+                           {"overlap_grad_reduce", ""},
+                           {"overlap_param_gather", ""}}),
+            "<success>");
 }
 
 TEST(ValidateCompileConfigTest, PipelineStages) {

@@ -316,12 +316,20 @@ def PlanGradientReductionPass
     `bucket-size` elements, and at the end of each pipeline chunk; the last
     bucket holds the padding. Bucket `i` of a buffer is reduced by
     `@reduce_gradients_bucket<i>` (`_pp<r>` under pipelines;
-    `tensor<n> -> tensor<n>`, an all-reduce over the data axis also under
-    the distributed optimizer, so that each rank's optimizer range stays
-    the whole buffer's `1/dp`), marked `mt.bucket_of` (the buffer's reduce
-    function) and `mt.bucket_offset`. The runtime starts each bucket's
-    reduction once its gradients are complete in the last micro-batch
-    (docs/Parallelism.md, "Gradient buckets").
+    `tensor<n> -> tensor<n>`, an all-reduce over the data axis), marked
+    `mt.bucket_of` (the buffer's reduce function) and `mt.bucket_offset`.
+    The runtime starts each bucket's reduction once its gradients are
+    complete in the last micro-batch (docs/Parallelism.md, "Gradient
+    buckets"). Under the distributed optimizer the shards are per bucket,
+    as Megatron-LM's: each bucket is padded to a multiple of lcm(dp, 128),
+    reduce-scattered by its function (`tensor<n> -> tensor<n/dp>`) and
+    gathered by `@gather_parameters_bucket<i>` (`tensor<n/dp> -> tensor<n>`,
+    named by the reduce function's `mt.bucket_gather`); a rank's shard is
+    its `1/dp` of every bucket in bucket order, and `@reduce_gradients`
+    and `@gather_parameters` split, reduce-scatter (all-gather) and join
+    bucket by bucket. With `overlap-param-gather` the gathers are marked
+    `mt.overlap_param_gather`: the runtime runs each before the first use
+    of its parameters in the next step.
 
     With `context-axis` (context parallelism), a weight gradient sums the
     rows of every data and context rank: the step's reductions over both
@@ -363,6 +371,11 @@ def PlanGradientReductionPass
            "last may be smaller), each reduced by a function of its own "
            "during the last micro-batch's backward pass; 0: one reduction "
            "of the whole buffer after it">,
+    Option<"overlapParamGather", "overlap-param-gather", "bool", "false",
+           "Megatron-LM's --overlap-param-gather (needs distributed-optimizer "
+           "and bucket-size > 0): mark each bucket's parameter gather "
+           "(mt.overlap_param_gather) to run before the first use of its "
+           "parameters in the next step instead of after the optimizer">,
     Option<"contextAxis", "context-axis", "int64_t", "-1",
            "The grid axis of the context-parallel ranks (1 in "
            "mt-annotate-shardings' dp x cp x tp grid), whose reduction the "

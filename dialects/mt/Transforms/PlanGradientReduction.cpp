@@ -301,10 +301,7 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
     ArrayRef<std::pair<FlatSymbolRefAttr, RankedTensorType>> gradients,
     ArrayRef<size_t> chunkStarts, std::optional<int64_t> pipelineRank) {
   Type elementType;
-  int64_t elements = 0;
-  SmallVector<int64_t> offsets;
   for (auto &[parameter, type] : gradients) {
-    offsets.push_back(elements);
     if (elementType && type.getElementType() != elementType)
       return emitError(loc)
              << "the gradient of " << parameter << " is "
@@ -312,24 +309,48 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
              << elementType
              << "; one gradient buffer holds one element type";
     elementType = type.getElementType();
-    elements += type.getNumElements();
   }
   if (gradients.empty())
     return success();
 
   SmallVector<int16_t> axes = bufferAxes(grid, contextAxis);
   int64_t dataRanks = ranksAlong(grid, axes);
-  int64_t padded = elements;
-  if (distributedOptimizer) {
-    int64_t multiple = std::lcm(dataRanks, kShardAlignment);
-    padded = llvm::alignTo(elements, multiple);
+  // The distributed optimizer pads (Megatron-LM): the whole buffer, or with
+  // buckets each bucket, to a multiple of lcm(dp, 128), so that every rank's
+  // share of it has the same size and starts aligned.
+  int64_t multiple =
+      distributedOptimizer ? std::lcm(dataRanks, kShardAlignment) : 1;
+  SmallVector<int64_t> sizes = llvm::map_to_vector(
+      gradients, [](const auto &g) { return g.second.getNumElements(); });
+  SmallVector<size_t> starts;
+  if (bucketSize > 0)
+    starts = bucketStarts(sizes, chunkStarts, bucketSize);
+  // Each bucket's [offset, end) in the buffer, and each gradient's offset.
+  SmallVector<std::pair<int64_t, int64_t>> bucketRanges;
+  SmallVector<int64_t> offsets;
+  int64_t padded = 0;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    if (llvm::is_contained(starts, i) && i > 0 && distributedOptimizer)
+      padded = llvm::alignTo(padded, multiple);
+    offsets.push_back(padded);
+    padded += sizes[i];
+  }
+  padded = llvm::alignTo(padded, multiple);
+  for (auto [bucket, first] : llvm::enumerate(starts)) {
+    size_t end =
+        bucket + 1 < starts.size() ? starts[bucket + 1] : gradients.size();
+    bucketRanges.push_back(
+        {offsets[first], end < gradients.size() ? offsets[end] : padded});
   }
   MLIRContext *context = &getContext();
   SmallVector<Attribute> layout = llvm::map_to_vector(
       gradients, [](const auto &g) -> Attribute { return g.first; });
   auto layoutAttr = ArrayAttr::get(context, layout);
-  auto bufferType = RankedTensorType::get({padded}, elementType);
-  auto shardType = RankedTensorType::get({padded / dataRanks}, elementType);
+  auto vectorType = [&](int64_t n) {
+    return RankedTensorType::get({n}, elementType);
+  };
+  auto bufferType = vectorType(padded);
+  auto shardType = vectorType(padded / dataRanks);
   auto gridRef = FlatSymbolRefAttr::get(grid.getSymNameAttr());
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   auto dataAxis = builder.getDenseI16ArrayAttr(axes);
@@ -338,15 +359,11 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
   std::string suffix =
       pipelineRank ? ("_pp" + llvm::Twine(*pipelineRank)).str() : "";
 
-  auto makeFunction = [&](StringRef name, RankedTensorType input,
-                          RankedTensorType output, StringRef layoutName,
-                          auto buildBody) {
-    auto function = func::FuncOp::create(
-        builder, loc, (name + suffix).str(),
-        builder.getFunctionType({input}, {output}));
-    function->setAttr(layoutName, layoutAttr);
-    function->setAttr("mt.buffer_offsets",
-                      builder.getDenseI64ArrayAttr(offsets));
+  auto makeFunction = [&](const Twine &name, RankedTensorType input,
+                          RankedTensorType output, auto buildBody) {
+    auto function =
+        func::FuncOp::create(builder, loc, (name + suffix).str(),
+                             builder.getFunctionType({input}, {output}));
     if (pipelineRank)
       function->setAttr("mt.pipeline_rank",
                         builder.getI64IntegerAttr(*pipelineRank));
@@ -354,69 +371,111 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
     OpBuilder inner = OpBuilder::atBlockBegin(body);
     Value result = buildBody(inner, body->getArgument(0));
     func::ReturnOp::create(inner, loc, result);
+    return function;
   };
-  // --overlap-grad-reduce: one all-reduce per bucket, over the bucket's
-  // slice of the buffer; the last bucket holds the padding, so the buckets
-  // tile the buffer and their sums are the whole reduction's, element by
-  // element (the same fixed order over the ranks).
-  if (bucketSize > 0) {
-    SmallVector<int64_t> sizes = llvm::map_to_vector(
-        gradients, [](const auto &g) { return g.second.getNumElements(); });
-    SmallVector<size_t> starts = bucketStarts(sizes, chunkStarts, bucketSize);
-    std::string reduceName = ("reduce_gradients" + suffix);
-    for (auto [bucket, first] : llvm::enumerate(starts)) {
-      size_t end =
-          bucket + 1 < starts.size() ? starts[bucket + 1] : gradients.size();
-      int64_t begin = offsets[first];
-      int64_t last = end < gradients.size() ? offsets[end] : padded;
-      auto type = RankedTensorType::get({last - begin}, elementType);
-      SmallVector<Attribute> members;
-      for (size_t i = first; i < end; ++i)
-        members.push_back(gradients[i].first);
-      auto function = func::FuncOp::create(
-          builder, loc,
-          ("reduce_gradients_bucket" + llvm::Twine(bucket) + suffix).str(),
-          builder.getFunctionType({type}, {type}));
-      function->setAttr("mt.bucket_of",
-                        FlatSymbolRefAttr::get(context, reduceName));
-      function->setAttr("mt.bucket_offset", builder.getI64IntegerAttr(begin));
-      function->setAttr("mt.gradient_bucket", ArrayAttr::get(context, members));
-      if (pipelineRank)
-        function->setAttr("mt.pipeline_rank",
-                          builder.getI64IntegerAttr(*pipelineRank));
-      Block *body = function.addEntryBlock();
-      OpBuilder inner = OpBuilder::atBlockBegin(body);
-      Value reduced = shard::AllReduceOp::create(
-          inner, loc, type, gridRef, dataAxis, body->getArgument(0), sum);
-      func::ReturnOp::create(inner, loc, reduced);
-    }
+  auto reduceScatter = [&](OpBuilder &b, Value buffer) -> Value {
+    int64_t n = cast<RankedTensorType>(buffer.getType()).getDimSize(0);
+    return shard::ReduceScatterOp::create(b, loc, vectorType(n / dataRanks),
+                                          gridRef, dataAxis, buffer, sum,
+                                          b.getIndexAttr(0));
+  };
+  auto allGather = [&](OpBuilder &b, Value shard) -> Value {
+    int64_t n = cast<RankedTensorType>(shard.getType()).getDimSize(0);
+    return shard::AllGatherOp::create(b, loc, vectorType(n * dataRanks),
+                                      gridRef, dataAxis, shard,
+                                      b.getIndexAttr(0));
+  };
+  auto allReduce = [&](OpBuilder &b, Value buffer) -> Value {
+    return shard::AllReduceOp::create(b, loc, buffer.getType(), gridRef,
+                                      dataAxis, buffer, sum);
+  };
+  // Under the distributed optimizer with buckets, each rank holds a 1/dp of
+  // every bucket (Megatron-LM's per-bucket shards): the rank's shard is its
+  // part of each bucket in bucket order, and the whole buffer's functions
+  // reduce-scatter (all-gather) bucket by bucket.
+  bool perBucketShards = distributedOptimizer && !bucketRanges.empty();
+  auto bucketwise = [&](OpBuilder &b, Value input, bool inputIsShard,
+                        auto collective) -> Value {
+    SmallVector<Type> pieces;
+    for (auto [begin, end] : bucketRanges)
+      pieces.push_back(
+          vectorType(inputIsShard ? (end - begin) / dataRanks : end - begin));
+    auto split = SplitOp::create(b, loc, pieces, input, b.getI64IntegerAttr(0));
+    SmallVector<Value> done;
+    for (Value piece : split.getResults())
+      done.push_back(collective(b, piece));
+    int64_t total = 0;
+    for (Value v : done)
+      total += cast<RankedTensorType>(v.getType()).getDimSize(0);
+    return ConcatOp::create(b, loc, vectorType(total), done,
+                            b.getI64IntegerAttr(0));
+  };
+
+  // --overlap-grad-reduce: one function per bucket, over the bucket's
+  // slice of the buffer (the last bucket holds the padding, so the buckets
+  // tile the buffer): an all-reduce, or under the distributed optimizer a
+  // reduce-scatter (and a gather of the bucket's parameters). Each element
+  // is the same sum over the ranks in the same fixed order as in the whole
+  // buffer's reduction.
+  std::string reduceName = ("reduce_gradients" + suffix);
+  for (auto [bucket, range] : llvm::enumerate(bucketRanges)) {
+    auto [begin, end] = range;
+    size_t first = starts[bucket];
+    size_t last =
+        bucket + 1 < starts.size() ? starts[bucket + 1] : gradients.size();
+    SmallVector<Attribute> members;
+    for (size_t i = first; i < last; ++i)
+      members.push_back(gradients[i].first);
+    auto type = vectorType(end - begin);
+    auto function = makeFunction(
+        "reduce_gradients_bucket" + Twine(bucket), type,
+        perBucketShards ? vectorType((end - begin) / dataRanks) : type,
+        [&](OpBuilder &b, Value slice) {
+          return perBucketShards ? reduceScatter(b, slice) : allReduce(b, slice);
+        });
+    function->setAttr("mt.bucket_of",
+                      FlatSymbolRefAttr::get(context, reduceName));
+    function->setAttr("mt.bucket_offset", builder.getI64IntegerAttr(begin));
+    function->setAttr("mt.gradient_bucket", ArrayAttr::get(context, members));
+    if (!perBucketShards)
+      continue;
+    auto gather = makeFunction("gather_parameters_bucket" + Twine(bucket),
+                               vectorType((end - begin) / dataRanks), type,
+                               allGather);
+    function->setAttr("mt.bucket_gather",
+                      FlatSymbolRefAttr::get(gather.getSymNameAttr()));
+    if (overlapParamGather)
+      gather->setAttr("mt.overlap_param_gather", builder.getUnitAttr());
   }
+
+  auto markBuffer = [&](func::FuncOp function, StringRef layoutName) {
+    function->setAttr(layoutName, layoutAttr);
+    function->setAttr("mt.buffer_offsets",
+                      builder.getDenseI64ArrayAttr(offsets));
+  };
   if (!distributedOptimizer) {
-    makeFunction("reduce_gradients", bufferType, bufferType,
-                 "mt.gradient_buffer", [&](OpBuilder &b, Value buffer) {
-                   return shard::AllReduceOp::create(b, loc, bufferType,
-                                                     gridRef, dataAxis, buffer,
-                                                     sum)
-                       .getResult();
-                 });
+    markBuffer(makeFunction("reduce_gradients", bufferType, bufferType,
+                            allReduce),
+               "mt.gradient_buffer");
     return success();
   }
   // The distributed optimizer: each data rank receives the sum of its
   // shard of the buffer, updates those elements, and gathers the others.
-  makeFunction("reduce_gradients", bufferType, shardType, "mt.gradient_buffer",
-               [&](OpBuilder &b, Value buffer) {
-                 return shard::ReduceScatterOp::create(
-                            b, loc, shardType, gridRef, dataAxis, buffer, sum,
-                            b.getIndexAttr(0))
-                     .getResult();
-               });
-  makeFunction("gather_parameters", shardType, bufferType,
-               "mt.parameter_buffer", [&](OpBuilder &b, Value shard) {
-                 return shard::AllGatherOp::create(b, loc, bufferType, gridRef,
-                                                   dataAxis, shard,
-                                                   b.getIndexAttr(0))
-                     .getResult();
-               });
+  markBuffer(makeFunction("reduce_gradients", bufferType, shardType,
+                          [&](OpBuilder &b, Value buffer) {
+                            return perBucketShards
+                                       ? bucketwise(b, buffer, false,
+                                                    reduceScatter)
+                                       : reduceScatter(b, buffer);
+                          }),
+             "mt.gradient_buffer");
+  markBuffer(makeFunction("gather_parameters", shardType, bufferType,
+                          [&](OpBuilder &b, Value shard) {
+                            return perBucketShards
+                                       ? bucketwise(b, shard, true, allGather)
+                                       : allGather(b, shard);
+                          }),
+             "mt.parameter_buffer");
   return success();
 }
 
@@ -427,6 +486,15 @@ void PlanGradientReductionPass::runOnOperation() {
                        << " is negative; give the least elements of a "
                           "gradient bucket (Megatron-LM's --ddp-bucket-size), "
                           "or 0 for one reduction of the whole buffer";
+    return signalPassFailure();
+  }
+  if (overlapParamGather && (!distributedOptimizer || bucketSize == 0)) {
+    module.emitError()
+        << "overlap-param-gather gathers the distributed optimizer's "
+           "per-bucket parameter shards; it needs distributed-optimizer and "
+           "bucket-size > 0 (found distributed-optimizer="
+        << (distributedOptimizer ? "true" : "false")
+        << ", bucket-size=" << static_cast<int64_t>(bucketSize) << ")";
     return signalPassFailure();
   }
   auto grids = llvm::to_vector(module.getOps<shard::GridOp>());

@@ -205,9 +205,10 @@ struct ParallelConfig {
   /// row-parallel one in chunks pipelined against chunks of the GEMM
   /// (docs/Parallelism.md, "Tensor-parallel communication in chunks").
   bool tpCommOverlap = false;
-  /// Megatron-LM's --overlap-param-gather: checked (it needs the
-  /// distributed optimizer) and refused, not implemented yet
-  /// (docs/Parallelism.md, "Overlapped communication").
+  /// Megatron-LM's --overlap-param-gather (it needs the distributed
+  /// optimizer and overlapGradReduce): each bucket's parameters gathered
+  /// before the next step first reads them (docs/Parallelism.md, "Gradient
+  /// buckets").
   bool overlapParamGather = false;
   /// An explicit uneven pipeline split, as Megatron-LM's
   /// --decoder-first/last-pipeline-num-layers: the layers of the first and of

@@ -101,6 +101,13 @@ struct PartitionPipelineOptions
                      "the last micro-batch's backward pass; 0: one "
                      "reduction after it"),
       llvm::cl::init(0)};
+  Option<bool> overlapParamGather{
+      *this, "overlap-param-gather",
+      llvm::cl::desc("Megatron-LM's --overlap-param-gather: gather each "
+                     "bucket's updated parameters before their first use in "
+                     "the next step (needs distributed-optimizer and "
+                     "gradient-bucket-size > 0)"),
+      llvm::cl::init(false)};
 };
 
 /// From the training pipeline's output to per-rank (SPMD) IR: parameters and

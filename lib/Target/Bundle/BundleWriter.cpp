@@ -561,6 +561,10 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
 /// Where the written functions accumulate each parameter's gradient:
 /// per function, (parameter index, instruction index) pairs.
 using Accumulations = llvm::StringMap<SmallVector<std::pair<int64_t, int64_t>>>;
+/// Where train_step first reads each parameter (--overlap-param-gather):
+/// parameter index -> the first instruction with an operand that
+/// get_parameter made.
+using FirstReads = DenseMap<int64_t, int64_t>;
 
 /// The `buckets` of the gradient buffer that `reduce` reduces (format
 /// version 9, --overlap-grad-reduce): each bucket's slice of the buffer,
@@ -570,11 +574,19 @@ using Accumulations = llvm::StringMap<SmallVector<std::pair<int64_t, int64_t>>>;
 /// them all and nothing sums them after the schedule (a table tied across
 /// pipeline ranks is summed over its embedding group first); without it
 /// the runtime reduces the bucket after the step.
+///
+/// Under the distributed optimizer's per-bucket shards, each bucket names
+/// its parameter gather (`gather_function`, the reduce function's
+/// mt.bucket_gather), and with --overlap-param-gather (the gather marked
+/// mt.overlap_param_gather) where the next train_step first reads one of
+/// its parameters (`gather_before`; a pipeline rank gathers before its
+/// schedule).
 static FailureOr<std::optional<Array>>
 writeBuckets(ModuleOp module, func::FuncOp reduce,
              const llvm::StringMap<int64_t> &parameterIndex,
              const Accumulations &accumulations,
-             const DenseSet<int64_t> &tiedAcrossRanks) {
+             const DenseSet<int64_t> &tiedAcrossRanks,
+             const FirstReads &firstReads, bool &overlapParamGather) {
   SmallVector<func::FuncOp> buckets;
   for (auto function : module.getOps<func::FuncOp>())
     if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of"))
@@ -626,6 +638,28 @@ writeBuckets(ModuleOp module, func::FuncOp reduce,
     if (ready && function)
       entry["ready_after"] =
           Object{{"function", *function}, {"instruction", last}};
+    if (auto gather = bucket->getAttrOfType<FlatSymbolRefAttr>(
+            "mt.bucket_gather")) {
+      auto gatherFunction =
+          module.lookupSymbol<func::FuncOp>(gather.getValue());
+      if (!gatherFunction)
+        return errorAt(bucket, "mt.bucket_gather names @" +
+                                   gather.getValue() +
+                                   ", which is not a function");
+      entry["gather_function"] = gather.getValue();
+      if (gatherFunction->hasAttr("mt.overlap_param_gather")) {
+        overlapParamGather = true;
+        std::optional<int64_t> first;
+        for (auto member : members.getAsRange<FlatSymbolRefAttr>()) {
+          auto read = firstReads.find(parameterIndex.lookup(member.getValue()));
+          if (read != firstReads.end())
+            first = std::min(first.value_or(read->second), read->second);
+        }
+        if (first && !gatherFunction->hasAttr("mt.pipeline_rank"))
+          entry["gather_before"] =
+              Object{{"function", "train_step"}, {"instruction", *first}};
+      }
+    }
     written.push_back(std::move(entry));
   }
   llvm::sort(written,
@@ -643,7 +677,8 @@ static FailureOr<Object>
 writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
                     const llvm::StringMap<int64_t> &parameterIndex,
                     int64_t axisShift, const Accumulations &accumulations,
-                    const DenseSet<int64_t> &tiedAcrossRanks) {
+                    const DenseSet<int64_t> &tiedAcrossRanks,
+                    const FirstReads &firstReads) {
   auto layout = reduce->getAttrOfType<ArrayAttr>("mt.gradient_buffer");
   auto offsets = reduce->getAttrOfType<DenseI64ArrayAttr>("mt.buffer_offsets");
   auto type = dyn_cast<RankedTensorType>(
@@ -690,12 +725,16 @@ writeGradientBuffer(ModuleOp module, func::FuncOp reduce, StringRef gather,
                 {"size", type.getDimSize(0)},
                 {"grid_axes", std::move(gridAxes)},
                 {"distributed_optimizer", distributed}};
-  FailureOr<std::optional<Array>> buckets = writeBuckets(
-      module, reduce, parameterIndex, accumulations, tiedAcrossRanks);
+  bool overlapParamGather = false;
+  FailureOr<std::optional<Array>> buckets =
+      writeBuckets(module, reduce, parameterIndex, accumulations,
+                   tiedAcrossRanks, firstReads, overlapParamGather);
   if (failed(buckets))
     return failure();
   if (*buckets)
     buffer["buckets"] = std::move(**buckets);
+  if (overlapParamGather)
+    buffer["overlap_param_gather"] = true;
   return buffer;
 }
 
@@ -723,7 +762,7 @@ writeGradientBuffers(ModuleOp module,
     }
     FailureOr<Object> buffer =
         writeGradientBuffer(module, reduce, gatherName, parameterIndex, 1,
-                            accumulations, tiedAcrossRanks);
+                            accumulations, tiedAcrossRanks, FirstReads());
     if (failed(buffer))
       return failure();
     (*buffer)["pipeline_rank"] = rank;
@@ -923,6 +962,7 @@ megatron::serializeBundle(ModuleOp module,
     return f->hasAttr("mt.bucket_of");
   });
   Accumulations accumulations;
+  FirstReads firstReads;
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<llvm::json::Value> written =
         FunctionWriter(function, parameterIndex, metaIndex, axisShift,
@@ -932,8 +972,21 @@ megatron::serializeBundle(ModuleOp module,
       return failure();
     const Array *instructions =
         written->getAsObject()->getArray("instructions");
+    // train_step's values that get_parameter made, and their parameters.
+    DenseMap<int64_t, int64_t> parameterOf;
+    bool step = function.getSymName() == "train_step";
     for (auto [at, instruction] : llvm::enumerate(*instructions)) {
       const Object *object = instruction.getAsObject();
+      if (step && object->getString("op") == "get_parameter") {
+        parameterOf[*(*object->getArray("results"))[0].getAsInteger()] =
+            *object->getObject("attrs")->getInteger("parameter");
+        continue;
+      }
+      if (const Array *operands = object->getArray("operands"); operands && step)
+        for (const llvm::json::Value &operand : *operands)
+          if (auto read = parameterOf.find(*operand.getAsInteger());
+              read != parameterOf.end())
+            firstReads.try_emplace(read->second, static_cast<int64_t>(at));
       if (object->getString("op") != "accumulate_gradient")
         continue;
       accumulations[function.getSymName()].push_back(
@@ -991,7 +1044,7 @@ megatron::serializeBundle(ModuleOp module,
                  module.lookupSymbol<func::FuncOp>("reduce_gradients")) {
     FailureOr<Object> buffer =
         writeGradientBuffer(module, reduce, "gather_parameters", parameterIndex,
-                            0, accumulations, tiedAcrossRanks);
+                            0, accumulations, tiedAcrossRanks, firstReads);
     if (failed(buffer))
       return failure();
     root["gradient_buffer"] = std::move(*buffer);

@@ -511,11 +511,28 @@ struct FusedKernels {
 /// gradient in the bucket is then accumulated), while the step goes on;
 /// with an empty `readyFunction`, after the step (a pipeline rank: after
 /// its schedule). The buckets tile the buffer in order.
+///
+/// New within format version 10, under the distributed optimizer, with a
+/// `gatherFunction`: the shards are per bucket (Megatron-LM's), each bucket
+/// padded to a multiple of the group. `reduceFunction` reduce-scatters
+/// ([size] ->
+/// [size / group]: group rank r receives the bucket's elements
+/// [offset + r size / group, offset + (r + 1) size / group)) and
+/// `gatherFunction` all-gathers the bucket's updated parameters ([size /
+/// group] -> [size]); a rank's shard is its part of every bucket, in bucket
+/// order. With the buffer's overlapParamGather, the bucket's gather of the
+/// updated parameters runs in the next iteration's first micro-batch,
+/// before instruction `gatherBefore` of `gatherBeforeFunction` (the first
+/// that reads one of the bucket's parameters), or with none named before
+/// the step.
 struct GradientBucket {
   int64_t offset = 0, size = 0;
   std::string reduceFunction;
   std::string readyFunction;
   int64_t readyAfter = -1;
+  std::string gatherFunction;
+  std::string gatherBeforeFunction;
+  int64_t gatherBefore = -1;
 };
 
 struct GradientBuffer {
@@ -541,6 +558,15 @@ struct GradientBuffer {
   /// distributed optimizer the rank then keeps its range of the reduced
   /// buffer; gatherFunction is unchanged).
   std::vector<GradientBucket> buckets;
+  /// Whether the buckets hold the distributed optimizer's shards (their
+  /// gatherFunction is set).
+  bool bucketShards() const {
+    return !buckets.empty() && !buckets.front().gatherFunction.empty();
+  }
+  /// Megatron-LM's --overlap-param-gather: after the optimizer step each
+  /// bucket's parameters are gathered only before their first use
+  /// (GradientBucket::gatherBefore).
+  bool overlapParamGather = false;
 };
 
 /// One tensor's delayed-scaling state (an mt.fp8_meta): the format its

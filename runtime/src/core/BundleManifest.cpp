@@ -1180,6 +1180,16 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
 
 /// Whether `parameter` is split over any of `axes` (expert parallelism's
 /// experts over a gradient buffer's data axes).
+/// Whether a gradient buffer's manifest holds the distributed optimizer's
+/// per-bucket shards (buckets with a gather_function), whose buckets are
+/// padded apart.
+static bool hasBucketShards(const Json &buffer) {
+  auto buckets = buffer.find("buckets");
+  return buckets != buffer.end() && buckets->is_array() &&
+         !buckets->empty() && (*buckets)[0].is_object() &&
+         (*buckets)[0].contains("gather_function");
+}
+
 static bool splitOverAxes(const Parameter &parameter,
                           const std::vector<int64_t> &axes) {
   for (const std::vector<int64_t> &split : parameter.splitAxes)
@@ -1208,7 +1218,8 @@ void ManifestReader::readGradientBuffers(const Json &json,
     expectKnownKeys(json[r], at,
                     {"pipeline_rank", "reduce_function", "gather_function",
                      "parameters", "offsets", "size", "grid_axes",
-                     "distributed_optimizer", "buckets"},
+                     "distributed_optimizer", "buckets",
+                     "overlap_param_gather"},
                     "a pipeline rank's gradient buffer");
     // The pipeline rank and the function names; the rest is a
     // gradient_buffer's.
@@ -1282,7 +1293,7 @@ void ManifestReader::readGradientBuffer(const Json &json,
          "a grid: the buffer is reduced over grid axes");
   expectKnownKeys(json, path,
                   {"parameters", "offsets", "size", "grid_axes",
-                   "distributed_optimizer", "buckets"},
+                   "distributed_optimizer", "buckets", "overlap_param_gather"},
                   "a gradient buffer");
   out.gridAxes = readGridAxes(field(json, path, "grid_axes"),
                               member(path, "grid_axes"));
@@ -1301,6 +1312,7 @@ void ManifestReader::readGradientBuffer(const Json &json,
   std::vector<bool> listed(parameters.size(), false);
   int64_t end = 0;
   DType dtype = DType::F32;
+  std::vector<int64_t> gaps;
   for (size_t i = 0; i < list.size(); ++i) {
     int64_t p = readInt(list[i], index(parametersAt, i), 0,
                         static_cast<int64_t>(parameters.size()) - 1);
@@ -1317,12 +1329,16 @@ void ManifestReader::readGradientBuffer(const Json &json,
            std::string("one floating-point type for the whole buffer (") +
                dtypeName(dtype) + ")");
     int64_t offset = readInt(offsets[i], index(offsetsAt, i), 0);
-    if (offset != end)
+    // Per-bucket shards pad each bucket: a gap is checked with the buckets.
+    if (offset != end && !(offset > end && hasBucketShards(json)))
       fail(index(offsetsAt, i), std::to_string(offset),
            std::to_string(end) +
                ", where the previous parameter's shard ends (the buffer is "
-               "contiguous)");
-    end += local.numElements;
+               "contiguous; only the distributed optimizer's per-bucket "
+               "shards pad between buckets)");
+    if (offset > end)
+      gaps.push_back(offset);
+    end = offset + local.numElements;
     out.parameters.push_back(p);
     out.offsets.push_back(offset);
   }
@@ -1385,9 +1401,40 @@ void ManifestReader::readGradientBuffer(const Json &json,
     readGradientBuckets(*buckets, member(path, "buckets"), bundle, out);
     for (const GradientBucket &bucket : out.buckets) {
       TensorType slice{{bucket.size}, dtype, bucket.size};
-      check(bucket.reduceFunction, slice, slice);
+      if (!out.bucketShards()) {
+        check(bucket.reduceFunction, slice, slice);
+        continue;
+      }
+      if (bucket.size % group != 0)
+        fail(member(path, "buckets"),
+             "a bucket of " + std::to_string(bucket.size) + " elements",
+             "a multiple of the " + std::to_string(group) +
+                 " ranks that share each bucket's shards (the padded size)");
+      TensorType part{{bucket.size / group}, dtype, bucket.size / group};
+      check(bucket.reduceFunction, slice, part);
+      check(bucket.gatherFunction, part, slice);
     }
   }
+  // The padding between parameters is the end of a bucket.
+  for (int64_t gap : gaps)
+    if (std::none_of(out.buckets.begin(), out.buckets.end(),
+                     [&](const GradientBucket &b) { return b.offset == gap; }))
+      fail(member(path, "offsets"), "padding before offset " +
+                                        std::to_string(gap),
+           "padding only at the end of a bucket");
+  if (const Json *overlap = optionalField(json, "overlap_param_gather")) {
+    out.overlapParamGather =
+        readBool(*overlap, member(path, "overlap_param_gather"));
+    if (out.overlapParamGather && !out.bucketShards())
+      fail(member(path, "overlap_param_gather"), "true",
+           "false: the parameters are gathered per bucket only from the "
+           "distributed optimizer's per-bucket shards (buckets with a "
+           "gather_function)");
+  }
+  for (const GradientBucket &bucket : out.buckets)
+    if (bucket.gatherBefore >= 0 && !out.overlapParamGather)
+      fail(member(path, "buckets"), "a bucket with gather_before",
+           "none without overlap_param_gather");
 }
 
 /// The buckets tile the buffer in order, cut at parameter boundaries, and a
@@ -1421,7 +1468,8 @@ void ManifestReader::readGradientBuckets(const Json &json,
     std::string at = index(path, b);
     expectObject(json[b], at);
     expectKnownKeys(json[b], at,
-                    {"offset", "size", "reduce_function", "ready_after"},
+                    {"offset", "size", "reduce_function", "ready_after",
+                     "gather_function", "gather_before"},
                     "a gradient bucket");
     GradientBucket bucket;
     bucket.offset =
@@ -1442,6 +1490,21 @@ void ManifestReader::readGradientBuckets(const Json &json,
            "starts (buckets are cut at parameter boundaries)");
     bucket.reduceFunction = readString(field(json[b], at, "reduce_function"),
                                        member(at, "reduce_function"));
+    if (const Json *gather = optionalField(json[b], "gather_function")) {
+      if (!out.distributedOptimizer)
+        fail(member(at, "gather_function"), gather->dump(),
+             "none: only the distributed optimizer gathers parameters");
+      bucket.gatherFunction =
+          readString(*gather, member(at, "gather_function"));
+    }
+    if (b > 0 && bucket.gatherFunction.empty() !=
+                     out.buckets.front().gatherFunction.empty())
+      fail(member(at, "gather_function"),
+           bucket.gatherFunction.empty() ? "none" : bucket.gatherFunction,
+           "a gather_function on every bucket or on none");
+    if (const Json *before = optionalField(json[b], "gather_before"))
+      readGatherBefore(*before, member(at, "gather_before"), bundle, out,
+                       bucket);
     if (const Json *ready = optionalField(json[b], "ready_after")) {
       std::string readyAt = member(at, "ready_after");
       expectObject(*ready, readyAt);
@@ -1502,6 +1565,51 @@ void ManifestReader::readGradientBuckets(const Json &json,
         }
     }
     out.buckets.push_back(std::move(bucket));
+  }
+}
+
+void ManifestReader::readGatherBefore(const Json &json,
+                                      const std::string &path,
+                                      const Bundle &bundle,
+                                      const GradientBuffer &buffer,
+                                      GradientBucket &bucket) {
+  expectObject(json, path);
+  expectKnownKeys(json, path, {"function", "instruction"},
+                  "a bucket's gather_before");
+  if (bundle.pipeline())
+    fail(path, json.dump(),
+         "none in a pipeline bundle (its ranks gather every bucket before "
+         "their schedule)");
+  bucket.gatherBeforeFunction =
+      readString(field(json, path, "function"), member(path, "function"));
+  const Function *function = bundle.findFunction(bucket.gatherBeforeFunction);
+  if (bucket.gatherBeforeFunction != "train_step" || !function)
+    fail(member(path, "function"), "\"" + bucket.gatherBeforeFunction + "\"",
+         "train_step, the step that reads the parameters next");
+  bucket.gatherBefore =
+      readInt(field(json, path, "instruction"), member(path, "instruction"), 0,
+              static_cast<int64_t>(function->instructions.size()) - 1);
+  // The bucket's parameters, and the values that hold them.
+  std::vector<bool> inBucket(bundle.parameters().size(), false);
+  for (size_t i = 0; i < buffer.parameters.size(); ++i)
+    if (buffer.offsets[i] >= bucket.offset &&
+        buffer.offsets[i] < bucket.offset + bucket.size)
+      inBucket[static_cast<size_t>(buffer.parameters[i])] = true;
+  std::vector<bool> holds(function->values.size(), false);
+  for (size_t k = 0; k < function->instructions.size(); ++k) {
+    const Instruction &inst = function->instructions[k];
+    if (inst.op == Op::GetParameter &&
+        inBucket[static_cast<size_t>(inst.attrs.parameter)]) {
+      holds[static_cast<size_t>(inst.results[0])] = true;
+      continue;
+    }
+    for (int64_t v : inst.operands)
+      if (holds[static_cast<size_t>(v)] &&
+          static_cast<int64_t>(k) < bucket.gatherBefore)
+        fail(member(path, "instruction"), std::to_string(bucket.gatherBefore),
+             "at most " + std::to_string(k) + ": instruction " +
+                 std::to_string(k) + " of " + function->name +
+                 " reads a parameter of the bucket");
   }
 }
 

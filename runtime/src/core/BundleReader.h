@@ -114,6 +114,11 @@ private:
   /// The buffer's `buckets` (format version 9), after the rest of it.
   void readGradientBuckets(const Json &json, const std::string &path,
                            const Bundle &bundle, GradientBuffer &out);
+  /// A bucket's `gather_before` (--overlap-param-gather): no instruction
+  /// of the function before it reads one of the bucket's parameters.
+  void readGatherBefore(const Json &json, const std::string &path,
+                        const Bundle &bundle, const GradientBuffer &buffer,
+                        GradientBucket &bucket);
   void readGradientBuffers(const Json &json, const std::string &path,
                            Bundle &bundle);
   void readSplitAxes(const Json &json, const std::string &path,

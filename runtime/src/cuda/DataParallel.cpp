@@ -8,6 +8,7 @@
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 #include "train/DistributedOptimizer.h"
+#include "train/ExactSquareSum.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,9 +38,27 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
     buckets_.push_back(std::make_unique<Executor>(bundle, bucket.reduceFunction,
                                                   parameters, &rank));
   bucketDone_.assign(buckets_.size(), false);
-  if (layout_.distributedOptimizer)
+  if (layout_.distributedOptimizer) {
     gather_ = std::make_unique<Executor>(bundle, layout_.gatherFunction,
                                          parameters, &rank);
+    if (layout_.bucketShards())
+      for (const GradientBucket &bucket : layout_.buckets)
+        bucketGathers_.push_back(std::make_unique<Executor>(
+            bundle, bucket.gatherFunction, parameters, &rank));
+    gatherPending_.assign(bucketGathers_.size(), false);
+    // The rank's shard of the updated values, packed for the gathers (the
+    // padding stays zero), and with per-bucket shards of the summed
+    // gradients, which the buckets' reduce-scatters write part by part.
+    size_t shardBytes = sizeof(float) * static_cast<size_t>(shard_.size);
+    if (layout_.bucketShards())
+      shardGradients_ = DeviceBuffer(
+          shardBytes, "the distributed optimizer's shard of the gradients");
+    packedValues_ = DeviceBuffer(
+        shardBytes, "the distributed optimizer's shard of the values");
+    MTRT_CUDA_CHECK(cudaMemsetAsync(packedValues_.data(), 0, shardBytes,
+                                    parameters.context().stream()),
+                    "zeroing the packed values' padding");
+  }
   size_t bytes = sizeof(float) * static_cast<size_t>(layout_.size);
   buffer_ = DeviceBuffer(bytes, "the gradient buffer of bundle '" +
                                     bundle.name() + "'");
@@ -52,9 +71,9 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
 
 DataParallelBuffer::~DataParallelBuffer() = default;
 
-void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end) {
+void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end,
+                              float *out) {
   cudaStream_t stream = parameters_.context().stream();
-  float *out = buffer_.as<float>();
   for (size_t i = 0; i < layout_.parameters.size(); ++i) {
     size_t p = static_cast<size_t>(layout_.parameters[i]);
     int64_t first = layout_.offsets[i], last = first + parameters_.count(p);
@@ -63,7 +82,7 @@ void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end) {
       continue;
     const float *from = values ? parameters_.value(p) : parameters_.gradient(p);
     MTRT_CUDA_CHECK(
-        cudaMemcpyAsync(out + lo, from + (lo - first),
+        cudaMemcpyAsync(out + (lo - begin), from + (lo - first),
                         sizeof(float) * static_cast<size_t>(hi - lo),
                         cudaMemcpyDeviceToDevice, stream),
         std::string("packing the ") + (values ? "value" : "gradient") + " of " +
@@ -71,13 +90,16 @@ void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end) {
   }
 }
 
-void DataParallelBuffer::unpack(const float *from, bool values) {
+void DataParallelBuffer::unpack(const float *from, bool values, int64_t begin,
+                                int64_t end) {
   cudaStream_t stream = parameters_.context().stream();
   for (size_t i = 0; i < layout_.parameters.size(); ++i) {
+    if (layout_.offsets[i] < begin || layout_.offsets[i] >= end)
+      continue;
     size_t p = static_cast<size_t>(layout_.parameters[i]);
     float *to = values ? parameters_.value(p) : parameters_.gradient(p);
     MTRT_CUDA_CHECK(
-        cudaMemcpyAsync(to, from + layout_.offsets[i],
+        cudaMemcpyAsync(to, from + (layout_.offsets[i] - begin),
                         sizeof(float) *
                             static_cast<size_t>(parameters_.count(p)),
                         cudaMemcpyDeviceToDevice, stream),
@@ -101,16 +123,25 @@ void DataParallelBuffer::reduceBucket(size_t b) {
   const GradientBucket &bucket = layout_.buckets[b];
   cudaStream_t stream = parameters_.context().stream();
   float *slice = buffer_.as<float>() + bucket.offset;
-  pack(false, bucket.offset, bucket.offset + bucket.size);
+  pack(false, bucket.offset, bucket.offset + bucket.size, slice);
   // Enqueued only: the step it runs inside checks its own faults.
   const void *output = nullptr;
   buckets_[b]->run(
       {{DType::F32, {bucket.size}, slice}}, {}, /*inputsOnDevice=*/true,
       [&](size_t, const void *data, size_t) { output = data; },
       /*wait=*/false);
+  // Per-bucket shards: the rank's part of the bucket, at its place in the
+  // shard; else the whole bucket's sum, in place.
+  bool part = layout_.bucketShards();
+  const train::BufferShard::Segment &segment =
+      shard_.segments[part ? b : 0];
   MTRT_CUDA_CHECK(
-      cudaMemcpyAsync(slice, output,
-                      sizeof(float) * static_cast<size_t>(bucket.size),
+      cudaMemcpyAsync(part ? shardGradients_.as<float>() + segment.shardOffset
+                           : slice,
+                      output,
+                      sizeof(float) *
+                          static_cast<size_t>(part ? segment.size
+                                                   : bucket.size),
                       cudaMemcpyDeviceToDevice, stream),
       "copying the reduced gradient bucket " + std::to_string(b) +
           " into the gradient buffer");
@@ -133,35 +164,81 @@ void DataParallelBuffer::reduceGradients() {
       if (!bucketDone_[b])
         reduceBucket(b);
     bucketDone_.assign(buckets_.size(), false);
-    // Every element was all-reduced in place; the distributed optimizer
-    // reads its range there (gatherParameters packs over it only after the
-    // step's kernels, on the same stream).
-    if (layout_.distributedOptimizer) {
-      reduced_ = buffer_.as<float>() + shard_.begin;
+    if (layout_.bucketShards()) { // each bucket wrote the rank's part
+      reduced_ = shardGradients_.as<float>();
       return;
     }
-    unpack(buffer_.as<float>(), false);
+    // Every element was all-reduced in place; the distributed optimizer
+    // reads its range there.
+    if (layout_.distributedOptimizer) {
+      reduced_ = buffer_.as<float>() + shard_.segments[0].begin;
+      return;
+    }
+    unpack(buffer_.as<float>(), false, 0, layout_.size);
     return;
   }
-  pack(false, 0, layout_.size);
+  pack(false, 0, layout_.size, buffer_.as<float>());
   float *out = runInPlace(*reduce_, layout_.size, buffer_.as<float>());
   if (layout_.distributedOptimizer) {
     reduced_ = out;
     return;
   }
-  unpack(out, false);
+  unpack(out, false, 0, layout_.size);
 }
 
-void DataParallelBuffer::gatherParameters() {
+void DataParallelBuffer::gatherParameters(bool deferred) {
   if (!gather_)
     throw Error(MTRT_STATUS_INTERNAL,
                 "cuda::DataParallelBuffer::gatherParameters: the gradient "
                 "buffer is all-reduced; only the distributed optimizer "
                 "gathers parameters");
-  int64_t begin = shard_.begin;
-  pack(true, begin, begin + shard_.size);
-  unpack(runInPlace(*gather_, shard_.size, buffer_.as<float>() + begin), true);
+  // The rank's updated values, in the shard's layout.
+  for (const train::BufferShard::Segment &segment : shard_.segments)
+    pack(true, segment.begin, segment.begin + segment.size,
+         packedValues_.as<float>() + segment.shardOffset);
+  if (layout_.bucketShards()) {
+    gatherPending_.assign(bucketGathers_.size(), true);
+    if (!(deferred && layout_.overlapParamGather))
+      finishParameterGather();
+    return;
+  }
+  unpack(runInPlace(*gather_, shard_.size, packedValues_.as<float>()), true, 0,
+         layout_.size);
   parameters_.refreshBf16Copies();
+}
+
+void DataParallelBuffer::gatherBucket(size_t b) {
+  const GradientBucket &bucket = layout_.buckets[b];
+  const train::BufferShard::Segment &segment = shard_.segments[b];
+  int64_t end = bucket.offset + bucket.size;
+  unpack(runInPlace(*bucketGathers_[b], segment.size,
+                    packedValues_.as<float>() + segment.shardOffset),
+         true, bucket.offset, end);
+  for (size_t i = 0; i < layout_.parameters.size(); ++i)
+    if (layout_.offsets[i] >= bucket.offset && layout_.offsets[i] < end)
+      parameters_.refreshBf16Copy(static_cast<size_t>(layout_.parameters[i]));
+  gatherPending_[b] = false;
+}
+
+void DataParallelBuffer::beforeInstruction(const std::string &function,
+                                           size_t position) {
+  for (size_t b = 0; b < gatherPending_.size(); ++b) {
+    const GradientBucket &bucket = layout_.buckets[b];
+    if (gatherPending_[b] && bucket.gatherBeforeFunction == function &&
+        bucket.gatherBefore == static_cast<int64_t>(position))
+      gatherBucket(b);
+  }
+}
+
+void DataParallelBuffer::finishParameterGather() {
+  for (size_t b = 0; b < gatherPending_.size(); ++b)
+    if (gatherPending_[b])
+      gatherBucket(b);
+}
+
+bool DataParallelBuffer::parameterGatherPending() const {
+  return std::find(gatherPending_.begin(), gatherPending_.end(), true) !=
+         gatherPending_.end();
 }
 
 DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
@@ -198,11 +275,8 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
     }
   }
   chunkCount_ = static_cast<int64_t>(chunks.size());
-  squares_ =
-      DeviceBuffer(sizeof(double) * std::max<size_t>(shard.pieces.size(), 1),
-                   "the distributed optimizer's sums of squares");
-  scratch_ = DeviceBuffer(sumOfSquaresScratchBytes(shard.size),
-                          "the gradient norm's partial sums");
+  squares_ = DeviceBuffer(2 * sizeof(uint64_t) * kSquareHistogramBins,
+                          "the gradient norm's histogram of squares");
   if (!chunks.empty()) {
     size_t tableBytes = sizeof(AdamWChunk) * chunks.size();
     chunks_ = DeviceBuffer(tableBytes, "the AdamW chunk table");
@@ -270,7 +344,8 @@ bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
 }
 
 train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
-                                                      double gradScale) {
+                                                      double gradScale,
+                                                      bool deferGather) {
   Context &context = parameters_.context();
   cudaStream_t stream = context.stream();
   std::string what =
@@ -278,34 +353,38 @@ train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
   const train::BufferShard &shard = buffer_.shard();
   float *g = buffer_.reduced();
 
-  // train::DistributedOptimizer's norm: each piece's squares of the scaled
-  // gradient (formed on the fly, the same float product the AdamW kernel
-  // stores), those of replicas another rank counts dropped, summed in the
-  // pieces' order, all-reduced over the world.
+  // train::DistributedOptimizer's norm: the squares of the scaled gradient
+  // (formed on the fly, the same float product the AdamW kernel stores) of
+  // each piece whose replicas no other rank counts, summed exactly: a
+  // histogram by exponent on the device, an integer on the host, all-
+  // reduced over the world (train::ExactSquareSum).
   float scale = gradScale != 1.0 ? static_cast<float>(gradScale) : 1.0f;
   size_t count = shard.pieces.size();
+  size_t histogramBytes = squares_.size();
+  MTRT_CUDA_CHECK(cudaMemsetAsync(squares_.data(), 0, histogramBytes, stream),
+                  what);
   for (size_t k = 0; k < count; ++k) {
     const train::BufferPiece &piece = shard.pieces[k];
-    MTRT_CUDA_CHECK_LAUNCH(
-        sumOfSquares(stream, piece.count, g + piece.shardOffset, scale,
-                     squares_.as<double>() + k, scratch_.data()),
-        what);
+    if (!train::countsInNorm(parameters_.info(piece.parameter),
+                             rank_.coordinates(), buffer_.gridAxes()))
+      continue;
+    MTRT_CUDA_CHECK_LAUNCH(squareHistogram(stream, piece.count,
+                                           g + piece.shardOffset, scale,
+                                           squares_.as<uint64_t>()),
+                           what);
   }
-  std::vector<double> squares(count, 0.0);
-  if (count)
-    MTRT_CUDA_CHECK(cudaMemcpyAsync(squares.data(), squares_.data(),
-                                    sizeof(double) * count,
-                                    cudaMemcpyDeviceToHost, stream),
-                    what);
+  std::vector<uint64_t> histogram(histogramBytes / sizeof(uint64_t));
+  MTRT_CUDA_CHECK(cudaMemcpyAsync(histogram.data(), squares_.data(),
+                                  histogramBytes, cudaMemcpyDeviceToHost,
+                                  stream),
+                  what);
   context.synchronize(what);
-  double sum = 0;
-  for (size_t k = 0; k < count; ++k)
-    if (train::countsInNorm(parameters_.info(shard.pieces[k].parameter),
-                            rank_.coordinates(), buffer_.gridAxes()))
-      sum += squares[k];
+  train::ExactSquareSum squares(/*f64=*/false);
+  squares.addFloatHistogram(histogram.data());
   std::string label = "gradient norm of iteration " + std::to_string(iteration);
-  rank_.world().allReduce<double>(&sum, &sum, 1, comm::ReduceOp::Sum,
-                                  comm::CallInfo{label, iteration});
+  train::allReduceExact(squares, rank_.world(),
+                        comm::CallInfo{label, iteration});
+  double sum = squares.value();
   train::OptimizerStepResult result;
   result.gradNorm = std::sqrt(sum);
   train::checkGradNorm(result.gradNorm, iteration);
@@ -320,7 +399,7 @@ train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
                         parameters_.bf16Values(), s),
         what + " (AdamW over " + std::to_string(count) +
             " pieces of parameters)");
-  buffer_.gatherParameters();
+  buffer_.gatherParameters(deferGather);
   return result;
 }
 

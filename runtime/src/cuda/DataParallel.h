@@ -39,8 +39,9 @@ class ParameterStore;
 /// into the store's gradients (every data-parallel rank then holds the
 /// sum; cuda::Optimizer counts each replica once in the norm). With it,
 /// reduce_gradients reduce-scatters and shard() is the rank's range of the
-/// summed buffer (train::bufferShard); gatherParameters() packs the rank's
-/// updated range of the values, all-gathers it with gather_parameters and
+/// summed buffer (train::bufferShard: one range, or its part of every
+/// bucket); gatherParameters() packs the rank's updated shard of the
+/// values, all-gathers it with gather_parameters (or bucket by bucket) and
 /// writes every parameter and its bf16 copy.
 ///
 /// Packing and unpacking are device-to-device copies on the context's
@@ -79,19 +80,32 @@ public:
   /// elements), after reduceGradients and until the next one.
   float *reduced() const { return reduced_; }
 
-  /// Packs the rank's range of the store's values, runs gather_parameters,
+  /// Packs the rank's shard of the store's values, runs gather_parameters,
   /// and writes every parameter (and its bf16 copy) from the gathered
-  /// buffer.
-  void gatherParameters();
+  /// buffer; with per-bucket shards bucket by bucket, and with `deferred`
+  /// and the bundle's overlap_param_gather not yet (as
+  /// train::DataParallelBuffer::gatherParameters).
+  void gatherParameters(bool deferred = false);
+  /// As train::DataParallelBuffer's: the deferred gathers, enqueued on the
+  /// context's stream before instruction `position` of `function`, or all
+  /// that are left.
+  void beforeInstruction(const std::string &function, size_t position);
+  void finishParameterGather();
+  bool parameterGatherPending() const;
 
 private:
   /// Copies the store's gradients (or values) that lie in [begin, end) of
-  /// the buffer into it.
-  void pack(bool values, int64_t begin, int64_t end);
-  /// Writes every parameter's gradient (or value) from a whole buffer.
-  void unpack(const float *from, bool values);
-  /// Packs bucket `b`'s gradients and reduces them in place in buffer_.
+  /// the buffer to `out` (standing for element `begin`).
+  void pack(bool values, int64_t begin, int64_t end, float *out);
+  /// Writes the gradients (or values) of the parameters that start in
+  /// [begin, end) of the buffer from `from` (standing for element `begin`).
+  void unpack(const float *from, bool values, int64_t begin, int64_t end);
+  /// Packs bucket `b`'s gradients and reduces them: in place in buffer_,
+  /// or with per-bucket shards into the rank's part of shardGradients_.
   void reduceBucket(size_t b);
+  /// Gathers bucket `b`'s parameters from packedValues_ and writes them
+  /// and their bf16 copies.
+  void gatherBucket(size_t b);
 
   const GradientBuffer &layout_;
   ParameterStore &parameters_;
@@ -99,8 +113,12 @@ private:
   /// One executor per bucket, and which have run this iteration.
   std::vector<std::unique_ptr<Executor>> buckets_;
   std::vector<bool> bucketDone_;
+  /// Per-bucket shards: one gather executor per bucket, and which gathers
+  /// are deferred.
+  std::vector<std::unique_ptr<Executor>> bucketGathers_;
+  std::vector<bool> gatherPending_;
   train::BufferShard shard_;
-  DeviceBuffer buffer_;
+  DeviceBuffer buffer_, shardGradients_, packedValues_;
   float *reduced_ = nullptr;
 };
 
@@ -111,14 +129,15 @@ private:
 ///
 ///   norm = sqrt(sum over the world of each piece's squares of
 ///     gradScale * g), the tensor-parallel replicas of unsplit parameters
-///     counted once (train::countsInNorm, the buffer's axes distinct);
+///     counted once (train::countsInNorm, the buffer's axes distinct),
+///     summed exactly (train::ExactSquareSum: the host's norm, bit for bit);
 ///   one launch (adamwStepChunks over the pieces' chunks) scales and clips
 ///   the shard, updates the rank's elements of the values, their moments
 ///   and bf16 copies; gather_parameters all-gathers every rank's range.
 ///
 /// The formulas are cuda::Optimizer's (the host's), element by element, so
 /// parameters differ from the replicated optimizer's only through the
-/// norm's summation order. One synchronization per step (the norm).
+/// norm's summation. One synchronization per step (the norm).
 ///
 /// Thread-safety: none; the rank's thread drives it.
 class DistributedOptimizer {
@@ -128,8 +147,10 @@ public:
                        const train::OptimizerConfig &config,
                        comm::RankContext &rank);
 
-  /// As cuda::Optimizer::step, after buffer.reduceGradients().
-  train::OptimizerStepResult step(int64_t iteration, double gradScale);
+  /// As cuda::Optimizer::step, after buffer.reduceGradients(); with
+  /// `deferGather`, as train::DistributedOptimizer::step.
+  train::OptimizerStepResult step(int64_t iteration, double gradScale,
+                                  bool deferGather = false);
   /// fp16 loss scaling, before step(): the rank's shard of the reduced
   /// buffer (the shards cover every gradient element once) *= `factor`;
   /// whether any element on any rank is inf or nan (train::foundOnAnyRank).
@@ -152,8 +173,8 @@ private:
   DeviceBuffer moments_;
   DeviceBuffer chunks_;
   int64_t chunkCount_ = 0;
-  /// Per piece, its sum of squares; and sumOfSquares' scratch.
-  DeviceBuffer squares_, scratch_;
+  /// The norm's histogram of squares (squareHistogram).
+  DeviceBuffer squares_;
   /// fp16's unscale and overflow check over the shard.
   GradientUnscaler unscaler_;
 };

@@ -147,10 +147,14 @@ void ParameterStore::resetFp8() {
 
 void ParameterStore::refreshBf16Copies() {
   for (size_t i = 0; i < infos_.size(); ++i)
-    if (__nv_bfloat16 *copy = bf16Value(i))
-      MTRT_CUDA_CHECK_LAUNCH(
-          roundToBf16(context_.stream(), count(i), value(i), copy),
-          "rounding parameter " + infos_[i]->name + " to its bf16 copy");
+    refreshBf16Copy(i);
+}
+
+void ParameterStore::refreshBf16Copy(size_t i) {
+  if (__nv_bfloat16 *copy = bf16Value(i))
+    MTRT_CUDA_CHECK_LAUNCH(
+        roundToBf16(context_.stream(), count(i), value(i), copy),
+        "rounding parameter " + infos_[i]->name + " to its bf16 copy");
 }
 
 bool ParameterStore::overlapsValues(const void *data, size_t bytes) const {

@@ -109,6 +109,8 @@ public:
   int64_t bf16Elements() const { return bf16Flat_; }
   /// Rounds every bf16 copy from its fp32 master (enqueued on the stream).
   void refreshBf16Copies();
+  /// Rounds parameter i's bf16 copy, if it has one.
+  void refreshBf16Copy(size_t i);
   /// Whether [data, data + bytes) overlaps the fp32 values (a caller's
   /// write there must be followed by refreshBf16Copies).
   bool overlapsValues(const void *data, size_t bytes) const;

@@ -221,6 +221,10 @@ void Trainer::train(std::ostream &out) {
     // consumed + m * (its samples over the data ranks).
     uint64_t globalBatch = static_cast<uint64_t>(host_->microBatchSize() *
                                                  host_->dataParallelSize());
+    // --overlap-param-gather (train::Trainer's rule): a pipeline rank
+    // gathers the last step's deferred buckets before its schedule.
+    if (pipeline_ && gradientBuffer_)
+      gradientBuffer_->finishParameterGather();
     if (pipeline_) {
       lossSum = pipeline_->train(
           [&](int64_t m) {
@@ -234,16 +238,28 @@ void Trainer::train(std::ostream &out) {
       // bucket once its gradients are complete (train::Trainer's rule).
       bool overlap = gradientBuffer_ && gradientBuffer_->bucketed() &&
                      m + 1 == microBatches;
-      if (overlap)
-        trainStep_->setInstructionObserver([this](size_t position) {
-          gradientBuffer_->afterInstruction("train_step", position);
+      // --overlap-param-gather: the first micro-batch gathers each bucket
+      // of the last step's parameters before their first use.
+      bool gather = gradientBuffer_ && m == 0 &&
+                    gradientBuffer_->parameterGatherPending();
+      if (gather)
+        gradientBuffer_->beforeInstruction("train_step", 0);
+      if (overlap || gather)
+        trainStep_->setInstructionObserver([this, overlap,
+                                            gather](size_t position) {
+          if (gather)
+            gradientBuffer_->beforeInstruction("train_step", position + 1);
+          if (overlap)
+            gradientBuffer_->afterInstruction("train_step", position);
         });
       lossSum += runMicroBatch(
           *trainStep_, *trainData_, consumed + sampleOffset(m),
           {microStep_++, static_cast<uint64_t>(consumed) +
                              static_cast<uint64_t>(m) * globalBatch});
-      if (overlap)
+      if (overlap || gather)
         trainStep_->setInstructionObserver(nullptr);
+      if (gather) // buckets the step does not read
+        gradientBuffer_->finishParameterGather();
     }
     // Megatron-LM's data-parallel reduction: once per iteration, after the
     // micro-batches, before the unscale, clipping and the optimizer.
@@ -267,21 +283,33 @@ void Trainer::train(std::ostream &out) {
     int64_t update = iteration - skippedIterations_;
     double scale = 1.0 / static_cast<double>(microBatches);
     result.step = distributedOptimizer_
-                      ? distributedOptimizer_->step(update, scale)
+                      ? distributedOptimizer_->step(update, scale,
+                                                    /*deferGather=*/true)
                       : optimizer_->step(update, scale);
     return result;
   };
+  // Deferred parameter gathers finish before anything else reads the
+  // parameters.
+  auto finishGather = [this] {
+    if (gradientBuffer_)
+      gradientBuffer_->finishParameterGather();
+  };
   std::function<double()> evaluation;
   if (evalStep_ || (pipeline_ && validData_))
-    evaluation = [this] { return evaluate(); };
+    evaluation = [this, finishGather] {
+      finishGather();
+      return evaluate();
+    };
   train::LoopStart start = resume(log);
   std::function<void(int64_t, int64_t)> save;
   if (!options_.save.empty())
     save = [&](int64_t iteration, int64_t consumed) {
+      finishGather();
       saveCheckpoint(iteration, consumed, log);
     };
   train::runTrainingLoop(options_, log, globalBatch, globalBatch * seq,
                          iterate, evaluation, history_, start, save);
+  finishGather();
   if (pipeline_) { // every rank takes part; rank 0 prints
     log.line(pipeline_->describeIdleFractions());
     for (const Executor *executor : pipeline_->executors()) {

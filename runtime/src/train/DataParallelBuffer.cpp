@@ -16,26 +16,40 @@ BufferShard bufferShard(const Bundle &bundle,
                         const std::vector<int64_t> &coordinates) {
   const GradientBuffer &layout = bundle.gradientBuffer(coordinates);
   BufferShard shard;
-  shard.size = layout.size;
-  if (!layout.distributedOptimizer)
+  if (!layout.distributedOptimizer) {
+    shard.size = layout.size;
+    shard.segments.push_back({0, layout.size, 0});
     return shard;
+  }
   int64_t group = gridGroupSize(bundle.gridShape(), layout.gridAxes);
-  shard.size = layout.size / group;
-  shard.begin =
-      gridGroupIndex(bundle.gridShape(), coordinates, layout.gridAxes) *
-      shard.size;
-  int64_t shardEnd = shard.begin + shard.size;
-  for (size_t i = 0; i < layout.parameters.size(); ++i) {
-    size_t p = static_cast<size_t>(layout.parameters[i]);
-    // A pipeline rank steps only the parameters of its stages.
-    if (!coordinates.empty() &&
-        !bundle.parameters()[p].heldOnPipelineRank(coordinates[0]))
-      continue;
-    int64_t begin = layout.offsets[i];
-    int64_t end = begin + bundle.parameters()[p].localType.numElements;
-    int64_t from = std::max(begin, shard.begin), to = std::min(end, shardEnd);
-    if (from < to)
-      shard.pieces.push_back({p, from - shard.begin, from - begin, to - from});
+  int64_t rank =
+      gridGroupIndex(bundle.gridShape(), coordinates, layout.gridAxes);
+  if (layout.bucketShards()) {
+    for (const GradientBucket &bucket : layout.buckets) {
+      int64_t part = bucket.size / group;
+      shard.segments.push_back({bucket.offset + rank * part, part, shard.size});
+      shard.size += part;
+    }
+  } else {
+    shard.size = layout.size / group;
+    shard.segments.push_back({rank * shard.size, shard.size, 0});
+  }
+  for (const BufferShard::Segment &segment : shard.segments) {
+    int64_t segmentEnd = segment.begin + segment.size;
+    for (size_t i = 0; i < layout.parameters.size(); ++i) {
+      size_t p = static_cast<size_t>(layout.parameters[i]);
+      // A pipeline rank steps only the parameters of its stages.
+      if (!coordinates.empty() &&
+          !bundle.parameters()[p].heldOnPipelineRank(coordinates[0]))
+        continue;
+      int64_t begin = layout.offsets[i];
+      int64_t end = begin + bundle.parameters()[p].localType.numElements;
+      int64_t from = std::max(begin, segment.begin);
+      int64_t to = std::min(end, segmentEnd);
+      if (from < to)
+        shard.pieces.push_back({p, segment.shardOffset + from - segment.begin,
+                                from - begin, to - from});
+    }
   }
   return shard;
 }
@@ -63,16 +77,23 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
     return;
   gather_ = std::make_unique<host::Executor>(bundle, layout_.gatherFunction,
                                              parameters, pool, &rank);
+  if (layout_.bucketShards())
+    for (const GradientBucket &bucket : layout_.buckets)
+      bucketGathers_.push_back(std::make_unique<host::Executor>(
+          bundle, bucket.gatherFunction, parameters, pool, &rank));
+  gatherPending_.assign(bucketGathers_.size(), false);
   reduced_ = host::Tensor(dtype, {shard_.size});
+  packedValues_ = host::Tensor(dtype, {shard_.size});
 }
 
 DataParallelBuffer::~DataParallelBuffer() = default;
 
 /// Copies the store's gradients (or values) that lie in [begin, end) of the
-/// buffer into buffer_, and zeroes the padding there.
+/// buffer to `out` (which stands for element `begin`), and zeroes the
+/// padding there.
 template <typename T>
-void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end) {
-  T *out = buffer_.data<T>();
+void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end,
+                              T *out) {
   int64_t covered = begin;
   for (size_t i = 0; i < layout_.parameters.size(); ++i) {
     size_t p = static_cast<size_t>(layout_.parameters[i]);
@@ -82,12 +103,15 @@ void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end) {
     int64_t lo = std::max(first, begin), hi = std::min(last, end);
     if (lo >= hi)
       continue;
-    std::memcpy(out + lo, from.data<T>() + (lo - first),
+    if (lo > covered)
+      std::memset(out + (covered - begin), 0,
+                  static_cast<size_t>(lo - covered) * sizeof(T));
+    std::memcpy(out + (lo - begin), from.data<T>() + (lo - first),
                 static_cast<size_t>(hi - lo) * sizeof(T));
     covered = std::max(covered, hi);
   }
   if (covered < end)
-    std::memset(out + covered, 0,
+    std::memset(out + (covered - begin), 0,
                 static_cast<size_t>(end - covered) * sizeof(T));
 }
 
@@ -103,21 +127,45 @@ void DataParallelBuffer::unpack(const host::Tensor &from, bool values) {
   }
 }
 
+/// Writes the values of the parameters in buffer elements [begin, end) (a
+/// bucket: they lie whole in it) from `from`, which holds those elements.
+template <typename T>
+void DataParallelBuffer::unpackValues(const T *from, int64_t begin,
+                                      int64_t end) {
+  for (size_t i = 0; i < layout_.parameters.size(); ++i) {
+    int64_t first = layout_.offsets[i];
+    if (first < begin || first >= end)
+      continue;
+    host::Tensor &to = parameters_.value(static_cast<size_t>(
+        layout_.parameters[i]));
+    std::memcpy(to.data<T>(), from + (first - begin),
+                static_cast<size_t>(to.numElements()) * sizeof(T));
+  }
+}
+
 void DataParallelBuffer::reduceBucket(size_t b) {
   const GradientBucket &bucket = layout_.buckets[b];
   bool f64 = parameters_.floatType() == DType::F64;
   int64_t end = bucket.offset + bucket.size;
   if (f64)
-    pack<double>(false, bucket.offset, end);
+    pack<double>(false, bucket.offset, end,
+                 buffer_.data<double>() + bucket.offset);
   else
-    pack<float>(false, bucket.offset, end);
+    pack<float>(false, bucket.offset, end,
+                buffer_.data<float>() + bucket.offset);
   size_t bytes = dtypeSize(buffer_.dtype);
   uint8_t *slice = static_cast<uint8_t *>(buffer_.buffer.data()) +
                    static_cast<size_t>(bucket.offset) * bytes;
   std::vector<host::Tensor> out =
       buckets_[b]->run({{buffer_.dtype, {bucket.size}, slice}}, {});
-  std::memcpy(slice, out[0].buffer.data(),
-              static_cast<size_t>(bucket.size) * bytes);
+  // Per-bucket shards: the rank's part of the bucket, at its place in the
+  // shard; else the whole bucket's sum, in place.
+  uint8_t *to = layout_.bucketShards()
+                    ? static_cast<uint8_t *>(reduced_.buffer.data()) +
+                          static_cast<size_t>(shard_.segments[b].shardOffset) *
+                              bytes
+                    : slice;
+  std::memcpy(to, out[0].buffer.data(), out[0].buffer.size());
   bucketDone_[b] = true;
 }
 
@@ -153,12 +201,14 @@ void DataParallelBuffer::reduceGradients() {
         reduceBucket(b);
     bucketDone_.assign(buckets_.size(), false);
     lastStartedInStep_ = std::exchange(startedInStep_, 0);
+    if (layout_.bucketShards()) // each bucket wrote the rank's part
+      return;
     if (layout_.distributedOptimizer) {
       // Every element was all-reduced; the rank keeps its range.
       size_t bytes = dtypeSize(buffer_.dtype);
       std::memcpy(reduced_.buffer.data(),
                   static_cast<const uint8_t *>(buffer_.buffer.data()) +
-                      static_cast<size_t>(shard_.begin) * bytes,
+                      static_cast<size_t>(shard_.segments[0].begin) * bytes,
                   static_cast<size_t>(shard_.size) * bytes);
       return;
     }
@@ -169,9 +219,9 @@ void DataParallelBuffer::reduceGradients() {
     return;
   }
   if (f64)
-    pack<double>(false, 0, layout_.size);
+    pack<double>(false, 0, layout_.size, buffer_.data<double>());
   else
-    pack<float>(false, 0, layout_.size);
+    pack<float>(false, 0, layout_.size, buffer_.data<float>());
   std::vector<host::Tensor> out =
       reduce_->run({{buffer_.dtype, buffer_.shape, buffer_.data<void>()}}, {});
   if (layout_.distributedOptimizer) {
@@ -184,23 +234,69 @@ void DataParallelBuffer::reduceGradients() {
     unpack<float>(out[0], false);
 }
 
-void DataParallelBuffer::gatherParameters() {
+void DataParallelBuffer::gatherParameters(bool deferred) {
   bool f64 = parameters_.floatType() == DType::F64;
-  int64_t begin = shard_.begin, end = shard_.begin + shard_.size;
-  if (f64)
-    pack<double>(true, begin, end);
-  else
-    pack<float>(true, begin, end);
+  // The rank's updated values, in the shard's layout.
+  for (const BufferShard::Segment &segment : shard_.segments) {
+    int64_t end = segment.begin + segment.size;
+    if (f64)
+      pack<double>(true, segment.begin, end,
+                   packedValues_.data<double>() + segment.shardOffset);
+    else
+      pack<float>(true, segment.begin, end,
+                  packedValues_.data<float>() + segment.shardOffset);
+  }
+  if (layout_.bucketShards()) {
+    gatherPending_.assign(bucketGathers_.size(), true);
+    if (!(deferred && layout_.overlapParamGather))
+      finishParameterGather();
+    return;
+  }
   std::vector<host::Tensor> out = gather_->run(
-      {{buffer_.dtype,
-        {shard_.size},
-        static_cast<const uint8_t *>(buffer_.buffer.data()) +
-            static_cast<size_t>(begin) * dtypeSize(buffer_.dtype)}},
-      {});
+      {{packedValues_.dtype, {shard_.size}, packedValues_.data<void>()}}, {});
   if (f64)
     unpack<double>(out[0], true);
   else
     unpack<float>(out[0], true);
+}
+
+void DataParallelBuffer::gatherBucket(size_t b) {
+  const GradientBucket &bucket = layout_.buckets[b];
+  const BufferShard::Segment &segment = shard_.segments[b];
+  size_t bytes = dtypeSize(packedValues_.dtype);
+  std::vector<host::Tensor> out = bucketGathers_[b]->run(
+      {{packedValues_.dtype,
+        {segment.size},
+        static_cast<const uint8_t *>(packedValues_.buffer.data()) +
+            static_cast<size_t>(segment.shardOffset) * bytes}},
+      {});
+  int64_t end = bucket.offset + bucket.size;
+  if (parameters_.floatType() == DType::F64)
+    unpackValues<double>(out[0].data<double>(), bucket.offset, end);
+  else
+    unpackValues<float>(out[0].data<float>(), bucket.offset, end);
+  gatherPending_[b] = false;
+}
+
+void DataParallelBuffer::beforeInstruction(const std::string &function,
+                                           size_t position) {
+  for (size_t b = 0; b < gatherPending_.size(); ++b) {
+    const GradientBucket &bucket = layout_.buckets[b];
+    if (gatherPending_[b] && bucket.gatherBeforeFunction == function &&
+        bucket.gatherBefore == static_cast<int64_t>(position))
+      gatherBucket(b);
+  }
+}
+
+void DataParallelBuffer::finishParameterGather() {
+  for (size_t b = 0; b < gatherPending_.size(); ++b)
+    if (gatherPending_[b])
+      gatherBucket(b);
+}
+
+bool DataParallelBuffer::parameterGatherPending() const {
+  return std::find(gatherPending_.begin(), gatherPending_.end(), true) !=
+         gatherPending_.end();
 }
 
 } // namespace mtrt::train

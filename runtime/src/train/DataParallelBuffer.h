@@ -33,15 +33,22 @@ struct BufferPiece {
   int64_t count = 0;
 };
 
-/// The distributed optimizer's range of `bundle`'s gradient buffer for the
-/// rank at `coordinates` (group rank r of the buffer's grid axes holds
-/// [r * size / group, (r + 1) * size / group)), and the pieces of the
-/// parameters it holds (a pipeline rank, those of its stages) in it, in the
-/// buffer's order. Without the distributed
-/// optimizer, the whole buffer. The host's and the cuda backend's buffers
-/// share it.
+/// The distributed optimizer's shard of `bundle`'s gradient buffer for the
+/// rank at `coordinates`, and the pieces of the parameters it holds (a
+/// pipeline rank, those of its stages) in it, in the buffer's order. The
+/// shard is group rank r's 1/group of the buffer, [r * size / group,
+/// (r + 1) * size / group): one segment; or with per-bucket shards
+/// (GradientBuffer::bucketShards) its 1/group of every bucket, one segment
+/// per bucket, joined in bucket order. Without the distributed optimizer,
+/// the whole buffer. The host's and the cuda backend's buffers share it.
 struct BufferShard {
-  int64_t begin = 0, size = 0;
+  /// Elements [begin, begin + size) of the buffer are elements
+  /// [shardOffset, shardOffset + size) of the shard.
+  struct Segment {
+    int64_t begin = 0, size = 0, shardOffset = 0;
+  };
+  int64_t size = 0;
+  std::vector<Segment> segments;
   std::vector<BufferPiece> pieces;
 };
 BufferShard bufferShard(const Bundle &bundle,
@@ -54,10 +61,11 @@ BufferShard bufferShard(const Bundle &bundle,
 /// iteration, after the micro-batches have accumulated.
 ///
 /// With the distributed optimizer, reduce_gradients reduce-scatters: this
-/// rank receives the summed gradients of its range of the buffer,
-/// [shardBegin(), shardBegin() + shardSize()), which pieces() maps onto
-/// parameters; gatherParameters() then all-gathers every rank's updated
-/// range through the bundle's gather_parameters.
+/// rank receives the summed gradients of its shard of the buffer
+/// (shardSegments()), which pieces() maps onto parameters; gatherParameters()
+/// then all-gathers every rank's updated shard through the bundle's
+/// gather_parameters, or with per-bucket shards bucket by bucket (with
+/// --overlap-param-gather, deferred to the next step: beforeInstruction).
 ///
 /// Thread-safety: none; the rank's thread drives it.
 class DataParallelBuffer {
@@ -100,22 +108,45 @@ public:
   /// reduceGradients() found started inside the step.
   std::string describeBuckets() const;
 
-  /// The distributed optimizer's range of the buffer.
-  int64_t shardBegin() const { return shard_.begin; }
+  /// The parts of the buffer the distributed optimizer's shard holds.
+  const std::vector<BufferShard::Segment> &shardSegments() const {
+    return shard_.segments;
+  }
   int64_t shardSize() const { return shard_.size; }
   const std::vector<Piece> &pieces() const { return shard_.pieces; }
   /// The summed gradients of the rank's range (after reduceGradients).
   host::Tensor &shard() { return reduced_; }
 
-  /// Packs the rank's range of the store's values, runs gather_parameters,
-  /// and writes every parameter from the gathered buffer.
-  void gatherParameters();
+  /// Packs the rank's shard of the store's values, runs gather_parameters,
+  /// and writes every parameter from the gathered buffer. With
+  /// `deferred` and the bundle's overlap_param_gather, only packs: each
+  /// bucket is gathered by beforeInstruction in the next step's first
+  /// micro-batch, or by finishParameterGather.
+  void gatherParameters(bool deferred = false);
+  /// Whether gatherParameters(true) defers (--overlap-param-gather).
+  bool overlapsParameterGather() const { return layout_.overlapParamGather; }
+  /// In the first micro-batch after a deferred gather: instruction
+  /// `position` of `function` is next; gathers each bucket whose
+  /// parameters it reads first (GradientBucket::gatherBefore).
+  void beforeInstruction(const std::string &function, size_t position);
+  /// Gathers every bucket still deferred, in order (before anything else
+  /// reads the parameters: the rest of the step, evaluation, checkpoints).
+  void finishParameterGather();
+  /// Whether a deferred gather is pending.
+  bool parameterGatherPending() const;
 
 private:
-  template <typename T> void pack(bool values, int64_t begin, int64_t end);
+  template <typename T>
+  void pack(bool values, int64_t begin, int64_t end, T *out);
   template <typename T> void unpack(const host::Tensor &from, bool values);
-  /// Packs bucket `b`'s gradients and reduces them in place in buffer_.
+  template <typename T>
+  void unpackValues(const T *from, int64_t begin, int64_t end);
+  /// Packs bucket `b`'s gradients and reduces them: in place in buffer_,
+  /// or with per-bucket shards into the rank's segment of reduced_.
   void reduceBucket(size_t b);
+  /// Gathers bucket `b`'s parameters from buffer_ (packed by
+  /// gatherParameters) and writes them.
+  void gatherBucket(size_t b);
 
   const GradientBuffer &layout_;
   host::ParameterStore &parameters_;
@@ -124,10 +155,16 @@ private:
   /// One executor per bucket, and which have run this iteration.
   std::vector<std::unique_ptr<host::Executor>> buckets_;
   std::vector<bool> bucketDone_;
+  /// Per-bucket shards: one gather executor per bucket, and which gathers
+  /// the last optimizer step deferred.
+  std::vector<std::unique_ptr<host::Executor>> bucketGathers_;
+  std::vector<bool> gatherPending_;
   /// Buckets started by afterInstruction this iteration, and in the last.
   int64_t startedInStep_ = 0, lastStartedInStep_ = 0;
   BufferShard shard_;
-  host::Tensor buffer_, reduced_;
+  /// The buffer (gradients packed for the reduction); the rank's shard of
+  /// the summed gradients; its updated values, packed for the gather.
+  host::Tensor buffer_, reduced_, packedValues_;
 };
 
 } // namespace mtrt::train

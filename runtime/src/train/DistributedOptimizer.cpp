@@ -4,6 +4,7 @@
 #include "comm/RankContext.h"
 #include "host/ParameterStore.h"
 #include "train/DataParallelBuffer.h"
+#include "train/ExactSquareSum.h"
 
 #include <cmath>
 #include <cstring>
@@ -41,10 +42,11 @@ DistributedOptimizer::DistributedOptimizer(host::ParameterStore &parameters,
 }
 
 OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
-                                               double gradScale) {
+                                               double gradScale,
+                                               bool deferGather) {
   if (parameters_.floatType() == DType::F64)
-    return stepTyped<double>(iteration, gradScale);
-  return stepTyped<float>(iteration, gradScale);
+    return stepTyped<double>(iteration, gradScale, deferGather);
+  return stepTyped<float>(iteration, gradScale, deferGather);
 }
 
 bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
@@ -64,7 +66,8 @@ bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
 
 template <typename T>
 OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
-                                                    double gradScale) {
+                                                    double gradScale,
+                                                    bool deferGather) {
   host::Tensor &shard = buffer_.shard();
   T *g = shard.data<T>();
   int64_t n = shard.numElements();
@@ -75,25 +78,24 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
                             parameters_.gradient(i).data<T>(), gradScale);
   }
 
-  // The data-parallel ranks hold distinct ranges of the buffer; along the
-  // other axes, replicas of a parameter that is not split count once.
-  double squares = 0;
+  // The data-parallel ranks hold distinct parts of the buffer; along the
+  // other axes, replicas of a parameter that is not split count once. The
+  // sum is exact (ExactSquareSum), so the norm does not depend on where the
+  // shards cut the buffer (per-bucket shards or one range).
+  ExactSquareSum squares(parameters_.floatType() == DType::F64);
   for (const DataParallelBuffer::Piece &piece : buffer_.pieces())
     if (countsInNorm(parameters_.info(piece.parameter), rank_.coordinates(),
                      buffer_.gridAxes()))
-      squares +=
-          host::sumOfSquares<T>(pool_, piece.count, g + piece.shardOffset);
+      squares.addSquares(g + piece.shardOffset, piece.count);
   // A parameter outside the buffer counts on one of its replicas.
   for (size_t i : local_)
     if (countsInNorm(parameters_.info(i), rank_.coordinates(), {}))
-      squares +=
-          host::sumOfSquares<T>(pool_, parameters_.gradient(i).numElements(),
-                                parameters_.gradient(i).data<T>());
+      squares.addSquares(parameters_.gradient(i).data<T>(),
+                         parameters_.gradient(i).numElements());
   std::string label = "gradient norm of iteration " + std::to_string(iteration);
-  rank_.world().allReduce<double>(&squares, &squares, 1, comm::ReduceOp::Sum,
-                                  comm::CallInfo{label, iteration});
+  allReduceExact(squares, rank_.world(), comm::CallInfo{label, iteration});
   OptimizerStepResult result;
-  result.gradNorm = std::sqrt(squares);
+  result.gradNorm = std::sqrt(squares.value());
   checkGradNorm(result.gradNorm, iteration);
   double coefficient = clipCoefficient(config_, result.gradNorm);
   if (coefficient < 1.0) {
@@ -124,7 +126,7 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
                        localExpAvg_[k].data<T>(), localExpAvgSq_[k].data<T>(),
                        adam);
   }
-  buffer_.gatherParameters();
+  buffer_.gatherParameters(deferGather);
   return result;
 }
 

@@ -21,13 +21,16 @@ class DataParallelBuffer;
 ///
 ///   shard *= gradScale (1/micro-batches);
 ///   norm = sqrt(sum over the world of each rank's shard squares), the
-///     tensor-parallel replicas of unsplit parameters counted once;
+///     tensor-parallel replicas of unsplit parameters counted once, summed
+///     exactly (ExactSquareSum): the same norm whatever the shards;
 ///   shard *= the clip coefficient; AdamW on the rank's elements of each
 ///   parameter (the fp32 parameters are their own master weights);
-///   gather_parameters all-gathers every rank's updated range.
+///   gather_parameters all-gathers every rank's updated range (with
+///   --overlap-param-gather, per bucket before the next step reads it).
 ///
 /// The formulas are Optimizer's, element by element, so parameters differ
-/// from the replicated optimizer's only through the norm's summation order.
+/// from the replicated optimizer's only through the norm's summation (a
+/// float sum there, exact here).
 /// Parameters the buffer leaves out (expert parallelism's experts, whose
 /// gradients are whole on every rank that holds them) are stepped whole
 /// from the store's gradients, with moments of their own: the rank's
@@ -43,8 +46,12 @@ public:
                        DataParallelBuffer &buffer, host::ThreadPool &pool,
                        const OptimizerConfig &config, comm::RankContext &rank);
 
-  /// As Optimizer::step, after buffer.reduceGradients().
-  OptimizerStepResult step(int64_t iteration, double gradScale);
+  /// As Optimizer::step, after buffer.reduceGradients(). With
+  /// `deferGather`, the buffer's gather of the updated parameters is left to
+  /// the next step where the bundle overlaps it
+  /// (DataParallelBuffer::gatherParameters).
+  OptimizerStepResult step(int64_t iteration, double gradScale,
+                           bool deferGather = false);
   /// As Optimizer::unscaleAndCheckFinite, over the rank's shard of the
   /// reduced buffer (the shards cover every gradient element once).
   bool unscaleAndCheckFinite(double factor, int64_t iteration);
@@ -69,7 +76,8 @@ public:
   }
 
 private:
-  template <typename T> OptimizerStepResult stepTyped(int64_t, double);
+  template <typename T>
+  OptimizerStepResult stepTyped(int64_t, double, bool deferGather);
 
   host::ParameterStore &parameters_;
   DataParallelBuffer &buffer_;

@@ -491,6 +491,10 @@ void Trainer::train(std::ostream &out) {
     auto globalFirst = [&](int64_t m) {
       return consumed + m * microBatch_ * dataParallel_;
     };
+    // --overlap-param-gather: a pipeline rank gathers the last step's
+    // deferred buckets before its schedule.
+    if (pipeline_ && gradientBuffer_)
+      gradientBuffer_->finishParameterGather();
     if (pipeline_) {
       lossSum = pipeline_->train(
           [&](int64_t m) {
@@ -506,15 +510,27 @@ void Trainer::train(std::ostream &out) {
       // gradient bucket is reduced once its gradients are complete.
       bool overlap = gradientBuffer_ && gradientBuffer_->bucketed() &&
                      m + 1 == microBatches_;
-      if (overlap)
-        trainStep_->setInstructionObserver([this](size_t position) {
-          gradientBuffer_->afterInstruction("train_step", position);
+      // --overlap-param-gather: in the first micro-batch, each bucket of
+      // the last step's parameters is gathered before its first use.
+      bool gather = gradientBuffer_ && m == 0 &&
+                    gradientBuffer_->parameterGatherPending();
+      if (gather)
+        gradientBuffer_->beforeInstruction("train_step", 0);
+      if (overlap || gather)
+        trainStep_->setInstructionObserver([this, overlap,
+                                            gather](size_t position) {
+          if (gather)
+            gradientBuffer_->beforeInstruction("train_step", position + 1);
+          if (overlap)
+            gradientBuffer_->afterInstruction("train_step", position);
         });
       lossSum += runMicroBatch(
           *trainStep_, *trainData_, globalFirst(m) + dataRank_ * microBatch_,
           {microStep_++, static_cast<uint64_t>(globalFirst(m))});
-      if (overlap)
+      if (overlap || gather)
         trainStep_->setInstructionObserver(nullptr);
+      if (gather) // buckets the step does not read
+        gradientBuffer_->finishParameterGather();
     }
     // Megatron-LM's data-parallel reduction: once per iteration, after the
     // micro-batches, before clipping and the optimizer.
@@ -539,22 +555,35 @@ void Trainer::train(std::ostream &out) {
     // a successful update).
     int64_t update = iteration - skippedIterations_;
     double scale = 1.0 / static_cast<double>(microBatches_);
+    // With --overlap-param-gather the updated parameters are gathered in
+    // the next step (or by finishParameterGather, before anything else
+    // reads them).
     result.step = distributedOptimizer_
-                      ? distributedOptimizer_->step(update, scale)
+                      ? distributedOptimizer_->step(update, scale,
+                                                    /*deferGather=*/true)
                       : optimizer_->step(update, scale);
     return result;
   };
+  auto finishGather = [this] {
+    if (gradientBuffer_)
+      gradientBuffer_->finishParameterGather();
+  };
   std::function<double()> evaluation;
   if (evalStep_ || (pipeline_ && validData_))
-    evaluation = [this] { return evaluate(); };
+    evaluation = [this, finishGather] {
+      finishGather();
+      return evaluate();
+    };
   LoopStart start = prepareCheckpoints(log);
   std::function<void(int64_t, int64_t)> save;
   if (!options_.save.empty())
     save = [&](int64_t iteration, int64_t consumed) {
+      finishGather();
       saveCheckpoint(iteration, consumed, log);
     };
   runTrainingLoop(options_, log, globalBatch_, globalBatch_ * seqLength_,
                   iterate, evaluation, history_, start, save);
+  finishGather();
   if (gradientBuffer_ && gradientBuffer_->bucketed())
     log.line(gradientBuffer_->describeBuckets() + " (rank 0)");
   if (pipeline_) { // every rank takes part; rank 0 prints

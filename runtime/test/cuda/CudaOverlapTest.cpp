@@ -539,14 +539,14 @@ INSTANTIATE_TEST_SUITE_P(
                       "tiny-gpt-bf16-gb32-tp2-sp-overlap", true, false,
                       "TP2+SP bf16"},
         // DP2 with the distributed optimizer, --overlap-grad-reduce
-        // --overlap-collectives.
+        // --overlap-param-gather --overlap-collectives.
         OverlapLayout{"tiny-gpt-gb32-dp2-distopt",
                       "tiny-gpt-gb32-dp2-distopt-overlap", false, false,
                       "DP2 distopt fp32"},
         OverlapLayout{"tiny-gpt-bf16-gb32-dp2-distopt",
                       "tiny-gpt-bf16-gb32-dp2-distopt-overlap", true, false,
                       "DP2 distopt bf16"},
-        // TP2 x PP2 x DP2 + SP, distributed optimizer, all three flags.
+        // TP2 x PP2 x DP2 + SP, distributed optimizer, all four flags.
         OverlapLayout{"tiny-gpt-gb32-tp2-pp2-dp2",
                       "tiny-gpt-gb32-tp2-pp2-dp2-overlap", false, true,
                       "TP2xPP2xDP2 fp32"},

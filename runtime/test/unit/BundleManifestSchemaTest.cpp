@@ -12,11 +12,12 @@
 //     --bf16 --fuse-kernels --tensor-model-parallel-size 2
 //     --sequence-parallel --data-parallel-size 2 --use-distributed-optimizer
 //     --global-batch-size 16 --overlap-grad-reduce --ddp-bucket-size 20000
+//     --overlap-param-gather (per-bucket shards with gather_before)
 //   gpt-pp-tied-dp.json: models/tiny-gpt.yaml
 //     --pipeline-model-parallel-size 2 --data-parallel-size 2
 //     --use-distributed-optimizer --global-batch-size 32
-//     --overlap-grad-reduce --ddp-bucket-size 20000 (gradient buckets, with
-//     and without ready_after)
+//     --overlap-grad-reduce --ddp-bucket-size 20000 --overlap-param-gather
+//     (gradient buckets, with and without ready_after)
 //   gpt-fused-tp.json: models/tiny-gpt.yaml --num-layers 1 --fuse-kernels
 //     --tensor-model-parallel-size 2 (a fused dropout: a body op's attrs)
 //   gpt-fp8-tp.json: models/tiny-gpt.yaml --bf16 --num-layers 1

@@ -222,4 +222,206 @@ TEST(GradientBucketTest, BucketsReduceAsTheWholeBuffer) {
   }
 }
 
+// The distributed optimizer's per-bucket shards (--overlap-grad-reduce with
+// --use-distributed-optimizer) and --overlap-param-gather: b [6] in bucket 0
+// padded to 8, w [4, 6] in bucket 1 at 8; each bucket reduce-scattered and
+// gathered by functions of its own. train_step reads b at instruction 1
+// (after its get_parameter at 0) and w at instruction 3.
+Json shardedManifest() {
+  FunctionBuilder step("train_step");
+  step.input({2, 3});
+  step.input({2, 3});
+  int64_t b = step.op("get_parameter", {}, {6}, {{"parameter", 1}});
+  int64_t b2 = step.op("add", {b, b}, {6});
+  int64_t w = step.op("get_parameter", {}, {4, 6}, {{"parameter", 0}});
+  int64_t w2 = step.op("add", {w, w}, {4, 6});
+  step.inst("accumulate_gradient", {b2}, {}, {{"parameter", 1}});
+  step.inst("accumulate_gradient", {w2}, {}, {{"parameter", 0}});
+  step.output(step.op("fill", {}, {}, {{"value", 0.0}}));
+  auto scatter = [](const std::string &name, int64_t size) {
+    FunctionBuilder f(name);
+    int64_t in = f.input({size}, "f32");
+    f.output(f.op("reduce_scatter", {in}, {size / 2},
+                  {{"grid_axes", {0}}, {"scatter_axis", 0},
+                   {"reduction", "sum"}}));
+    return f.build();
+  };
+  auto gather = [](const std::string &name, int64_t size) {
+    FunctionBuilder f(name);
+    int64_t in = f.input({size / 2}, "f32");
+    f.output(f.op("all_gather", {in}, {size},
+                  {{"grid_axes", {0}}, {"gather_axis", 0}}));
+    return f.build();
+  };
+  Json functions = {step.build(),
+                    scatter("reduce_gradients_bucket0", 8),
+                    gather("gather_parameters_bucket0", 8),
+                    scatter("reduce_gradients_bucket1", 24),
+                    gather("gather_parameters_bucket1", 24),
+                    scatter("reduce_gradients", 32),
+                    gather("gather_parameters", 32)};
+  Json m = manifestJson(modelJson(8, 4, 3, 2, 2),
+                        {parameterJson("w", {4, 6}), parameterJson("b", {6})},
+                        functions);
+  m["version"] = 10;
+  m["grid"] = {{"shape", {2, 1}}};
+  m["gradient_buffer"] = {
+      {"parameters", {1, 0}},
+      {"offsets", {0, 8}},
+      {"size", 32},
+      {"grid_axes", {0}},
+      {"distributed_optimizer", true},
+      {"overlap_param_gather", true},
+      {"buckets",
+       {{{"offset", 0},
+         {"size", 8},
+         {"reduce_function", "reduce_gradients_bucket0"},
+         {"gather_function", "gather_parameters_bucket0"},
+         {"gather_before", {{"function", "train_step"}, {"instruction", 1}}}},
+        {{"offset", 8},
+         {"size", 24},
+         {"reduce_function", "reduce_gradients_bucket1"},
+         {"gather_function", "gather_parameters_bucket1"},
+         {"gather_before",
+          {{"function", "train_step"}, {"instruction", 3}}}}}}};
+  return m;
+}
+
+TEST(GradientBucketTest, PerBucketShardsAreRead) {
+  Bundle bundle = Bundle::parseManifest("s.mtb", shardedManifest().dump());
+  const GradientBuffer &buffer = bundle.gradientBuffer();
+  EXPECT_TRUE(buffer.bucketShards());
+  EXPECT_TRUE(buffer.overlapParamGather);
+  EXPECT_EQ(buffer.buckets[1].gatherFunction, "gather_parameters_bucket1");
+  EXPECT_EQ(buffer.buckets[1].gatherBeforeFunction, "train_step");
+  EXPECT_EQ(buffer.buckets[1].gatherBefore, 3);
+  // Rank 1 holds elements 4..8 of bucket 0 and 20..32 of bucket 1: b's
+  // last 2 elements (then padding) and w's last 12.
+  train::BufferShard shard = train::bufferShard(bundle, {1, 0});
+  ASSERT_EQ(shard.size, 16);
+  ASSERT_EQ(shard.segments.size(), 2u);
+  EXPECT_EQ(shard.segments[0].begin, 4);
+  EXPECT_EQ(shard.segments[1].begin, 20);
+  EXPECT_EQ(shard.segments[1].shardOffset, 4);
+  ASSERT_EQ(shard.pieces.size(), 2u);
+  EXPECT_EQ(shard.pieces[0].parameter, 1u);
+  EXPECT_EQ(shard.pieces[0].parameterOffset, 4);
+  EXPECT_EQ(shard.pieces[0].count, 2);
+  EXPECT_EQ(shard.pieces[1].parameter, 0u);
+  EXPECT_EQ(shard.pieces[1].shardOffset, 4);
+  EXPECT_EQ(shard.pieces[1].parameterOffset, 12);
+  EXPECT_EQ(shard.pieces[1].count, 12);
+}
+
+TEST(GradientBucketTest, BadPerBucketShardsAreRefused) {
+  Json m = shardedManifest();
+  m["gradient_buffer"]["buckets"][1]["gather_before"]["instruction"] = 4;
+  expectManifestRejected(
+      m, {"gradient_buffer.buckets[1].gather_before.instruction: found 4, "
+          "expected at most 3: instruction 3 of train_step reads a parameter "
+          "of the bucket"});
+  m = shardedManifest();
+  m["gradient_buffer"]["buckets"][1]["gather_before"]["function"] =
+      "reduce_gradients";
+  expectManifestRejected(
+      m, {"gradient_buffer.buckets[1].gather_before.function: found "
+          "\"reduce_gradients\", expected train_step"});
+  m = shardedManifest();
+  m["gradient_buffer"]["buckets"][1].erase("gather_function");
+  expectManifestRejected(
+      m, {"gradient_buffer.buckets[1].gather_function: found none, expected "
+          "a gather_function on every bucket or on none"});
+  m = shardedManifest();
+  m["gradient_buffer"]["buckets"][0]["gather_function"] =
+      "gather_parameters_bucket1";
+  expectManifestRejected(m, {"functions.gather_parameters_bucket1: found "
+                             "[12] f32 -> [24] f32, expected [4] f32 -> [8] "
+                             "f32"});
+  m = shardedManifest();
+  m["gradient_buffer"]["offsets"] = {0, 7};
+  m["gradient_buffer"]["buckets"][0]["size"] = 7;
+  m["gradient_buffer"]["buckets"][1]["offset"] = 7;
+  m["gradient_buffer"]["buckets"][1]["size"] = 25;
+  expectManifestRejected(m, {"a multiple of the 2 ranks"});
+  m = shardedManifest();
+  m["gradient_buffer"]["overlap_param_gather"] = false;
+  expectManifestRejected(m, {"found a bucket with gather_before, expected "
+                             "none without overlap_param_gather"});
+  m = shardedManifest();
+  m["gradient_buffer"]["offsets"] = {2, 8};
+  expectManifestRejected(m, {"gradient_buffer.offsets: found padding before "
+                             "offset 2, expected padding only at the end of "
+                             "a bucket"});
+}
+
+/// Rank r's value of parameter p, element i, after its optimizer step.
+float valueOf(int rank, size_t p, int64_t i) {
+  return static_cast<float>(rank * 10 + static_cast<int>(p)) +
+         static_cast<float>(i) / 8.0f;
+}
+
+// On two ranks: the buckets' reduce-scatters give each rank the whole
+// reduction's sums of its shard; the gathers deferred by gatherParameters
+// run before the instructions that read their parameters first (none
+// before) and write every rank's part of each parameter.
+TEST(GradientBucketTest, PerBucketShardsReduceAndGather) {
+  Bundle bundle = Bundle::parseManifest("s.mtb", shardedManifest().dump());
+  comm::InProcessWorld world(2);
+  std::mutex mutex;
+  std::vector<std::vector<float>> shards(2), values(2);
+  auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+    comm::RankContext rank(c, bundle.gridShape());
+    rank.prepare(bundle);
+    host::ThreadPool pool(1);
+    host::ParameterStore store(bundle, DType::F32, rank.coordinates(), false);
+    for (size_t p = 0; p < store.size(); ++p)
+      for (int64_t i = 0; i < store.gradient(p).numElements(); ++i)
+        store.gradient(p).data<float>()[i] = gradientOf(c.rank(), p, i);
+    train::DataParallelBuffer buffer(bundle, store, pool, rank);
+    for (size_t position = 0; position < 5; ++position)
+      buffer.afterInstruction("train_step", position);
+    buffer.reduceGradients();
+    const host::Tensor &shard = buffer.shard();
+    // Each rank's own part of the values is updated; the rest is stale
+    // until the gathers.
+    for (size_t p = 0; p < store.size(); ++p)
+      for (int64_t i = 0; i < store.value(p).numElements(); ++i)
+        store.value(p).data<float>()[i] = valueOf(c.rank(), p, i);
+    buffer.gatherParameters(/*deferred=*/true);
+    EXPECT_TRUE(buffer.parameterGatherPending());
+    buffer.beforeInstruction("train_step", 1); // bucket 0: b
+    bool wPending = buffer.parameterGatherPending();
+    buffer.beforeInstruction("train_step", 3); // bucket 1: w
+    EXPECT_TRUE(wPending);
+    EXPECT_FALSE(buffer.parameterGatherPending());
+    std::lock_guard<std::mutex> lock(mutex);
+    shards[c.rank()].assign(shard.data<float>(),
+                            shard.data<float>() + shard.numElements());
+    for (size_t p = 0; p < store.size(); ++p)
+      values[c.rank()].insert(values[c.rank()].end(),
+                              store.value(p).data<float>(),
+                              store.value(p).data<float>() +
+                                  store.value(p).numElements());
+  });
+  for (auto &error : errors)
+    if (error)
+      ADD_FAILURE() << world.abortReason();
+  // Rank 1's shard: b[4..6), 2 of padding, w[12..24).
+  std::vector<float> expected;
+  for (int64_t i = 4; i < 6; ++i)
+    expected.push_back(gradientOf(0, 1, i) + gradientOf(1, 1, i));
+  expected.insert(expected.end(), {0.0f, 0.0f});
+  for (int64_t i = 12; i < 24; ++i)
+    expected.push_back(gradientOf(0, 0, i) + gradientOf(1, 0, i));
+  EXPECT_EQ(shards[1], expected);
+  // Both ranks hold w (index 0) from rank 0's first half and rank 1's
+  // second, and b (index 1) likewise.
+  for (int k = 0; k < 2; ++k) {
+    for (int64_t i = 0; i < 24; ++i)
+      EXPECT_EQ(values[k][i], valueOf(i < 12 ? 0 : 1, 0, i)) << "w " << i;
+    for (int64_t i = 0; i < 6; ++i)
+      EXPECT_EQ(values[k][24 + i], valueOf(i < 4 ? 0 : 1, 1, i)) << "b " << i;
+  }
+}
+
 } // namespace

@@ -151,7 +151,7 @@ std::vector<RankResult> stepTwoRanks(const Bundle &bundle,
     train::DataParallelBuffer buffer(bundle, store, pool, rank);
     buffer.reduceGradients();
     RankResult result;
-    result.shardBegin = buffer.shardBegin();
+    result.shardBegin = buffer.shardSegments().front().begin;
     if (distributed) {
       const host::Tensor &shard = buffer.shard();
       result.shard.assign(shard.data<float>(),

@@ -4,14 +4,24 @@
 // RUN: megatron-opt %s -split-input-file \
 // RUN:   '-mt-plan-gradient-reduction=bucket-size=10 pipeline-size=2 distributed-optimizer=true' \
 // RUN:   | FileCheck %s --check-prefix=DIST
+// RUN: megatron-opt %s -split-input-file \
+// RUN:   '-mt-plan-gradient-reduction=bucket-size=10 pipeline-size=2 distributed-optimizer=true overlap-param-gather=true' \
+// RUN:   | FileCheck %s --check-prefix=GATHER
 
 // Megatron-LM's --overlap-grad-reduce with --ddp-bucket-size 10: the
 // buffer holds d (8), c (4), b (8), a (4) in reverse declaration order; a
 // bucket closes at the first parameter boundary where it holds at least
 // 10 elements: [d, c] (12), [b, a] (12). Each bucket's function all-reduces
-// its slice, also under the distributed optimizer (where the last bucket
-// holds the buffer's padding, up to lcm(2, 128) = 128), and the whole
-// buffer's functions stay.
+// its slice, and the whole buffer's functions stay.
+//
+// Under the distributed optimizer the shards are per bucket (Megatron-LM's):
+// each bucket is padded to lcm(2, 128) = 128 elements (b starts at 128),
+// reduce-scattered by its function and gathered by its
+// gather_parameters_bucket<i>; a rank's shard is its 64 elements of each
+// bucket, and the whole buffer's functions split, reduce-scatter
+// (all-gather) and join bucket by bucket. With overlap-param-gather the
+// bucket gathers are marked for the runtime to run before the next step's
+// first use.
 
 shard.grid @grid(shape = 2x1)
 mt.parameter @a : tensor<4xf32> init = zeros
@@ -40,15 +50,38 @@ func.func @train_step(%da: tensor<4xf32>, %db: tensor<8xf32>, %dc: tensor<4xf32>
 // CHECK-SAME: tensor<24xf32>) -> tensor<24xf32>
 
 // DIST-LABEL: func.func @reduce_gradients_bucket0
-// DIST-SAME: tensor<12xf32>) -> tensor<12xf32>
-// DIST-NEXT: shard.all_reduce
+// DIST-SAME: (%[[B0:.+]]: tensor<128xf32>) -> tensor<64xf32>
+// DIST-SAME: mt.bucket_gather = @gather_parameters_bucket0, mt.bucket_of = @reduce_gradients, mt.bucket_offset = 0 : i64, mt.gradient_bucket = [@d, @c]
+// DIST-NEXT: %[[S0:.+]] = shard.reduce_scatter %[[B0]] on @grid grid_axes = [0] scatter_axis = 0 : tensor<128xf32> -> tensor<64xf32>
+// DIST-NEXT: return %[[S0]]
+// DIST-LABEL: func.func @gather_parameters_bucket0
+// DIST-SAME: (%[[P0:.+]]: tensor<64xf32>) -> tensor<128xf32>
+// DIST-NOT: mt.overlap_param_gather
+// DIST-NEXT: %[[G0:.+]] = shard.all_gather %[[P0]] on @grid grid_axes = [0] gather_axis = 0 : tensor<64xf32> -> tensor<128xf32>
+// DIST-NEXT: return %[[G0]]
 // DIST-LABEL: func.func @reduce_gradients_bucket1
-// DIST-SAME: tensor<116xf32>) -> tensor<116xf32>
-// DIST-SAME: mt.bucket_offset = 12 : i64
-// DIST-NEXT: shard.all_reduce
-// DIST-LABEL: func.func @reduce_gradients(
 // DIST-SAME: tensor<128xf32>) -> tensor<64xf32>
-// DIST-LABEL: func.func @gather_parameters
+// DIST-SAME: mt.bucket_offset = 128 : i64, mt.gradient_bucket = [@b, @a]
+// DIST-LABEL: func.func @gather_parameters_bucket1
+// DIST-LABEL: func.func @reduce_gradients(
+// DIST-SAME: %[[BUF:.+]]: tensor<256xf32>) -> tensor<128xf32>
+// DIST-SAME: mt.buffer_offsets = array<i64: 0, 8, 128, 136>, mt.gradient_buffer = [@d, @c, @b, @a]
+// DIST-NEXT: %[[PARTS:.+]]:2 = mt.split %[[BUF]] axis = 0 : tensor<256xf32> -> tensor<128xf32>, tensor<128xf32>
+// DIST-NEXT: %[[R0:.+]] = shard.reduce_scatter %[[PARTS]]#0
+// DIST-NEXT: %[[R1:.+]] = shard.reduce_scatter %[[PARTS]]#1
+// DIST-NEXT: %[[JOINED:.+]] = mt.concat %[[R0]], %[[R1]] axis = 0 : tensor<64xf32>, tensor<64xf32> -> tensor<128xf32>
+// DIST-NEXT: return %[[JOINED]]
+// DIST-LABEL: func.func @gather_parameters(
+// DIST-SAME: tensor<128xf32>) -> tensor<256xf32>
+// DIST-NEXT: mt.split {{.+}} : tensor<128xf32> -> tensor<64xf32>, tensor<64xf32>
+// DIST-NEXT: shard.all_gather
+// DIST-NEXT: shard.all_gather
+// DIST-NEXT: mt.concat {{.+}} : tensor<128xf32>, tensor<128xf32> -> tensor<256xf32>
+
+// GATHER-LABEL: func.func @gather_parameters_bucket0
+// GATHER-SAME: mt.overlap_param_gather
+// GATHER-LABEL: func.func @gather_parameters_bucket1
+// GATHER-SAME: mt.overlap_param_gather
 
 // -----
 

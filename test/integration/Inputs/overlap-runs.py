@@ -43,10 +43,12 @@ for overlap in (False, True):
         capture_output=True, text=True).stdout)
     plans.append(plan)
     # Each collective's position among the step functions' instructions
-    # (a bucket's reduction is a function of its own; with buckets the
-    # accumulate_gradient instructions move up, between the others).
+    # (the gradient buffer's reductions and gathers are functions of their
+    # own, per bucket with buckets; with buckets the accumulate_gradient
+    # instructions move up, between the others).
     steps = [f for f in plan["functions"]
-             if not f["name"].startswith("reduce_gradients_bucket")]
+             if not f["name"].startswith(("reduce_gradients",
+                                          "gather_parameters"))]
     streams.append(({
         (function["name"], index): inst["op"]
         for function in steps
@@ -83,6 +85,20 @@ if buckets:
     inside = sum(1 for b in buckets if "ready_after" in b)
     print(f"gradient buckets: {len(buckets)} in {len(buffers)} buffers, "
           f"{inside} started inside the step, {len(buckets) - inside} after")
+    # The distributed optimizer's per-bucket shards, and with
+    # --overlap-param-gather where the next step gathers each bucket.
+    gathers = [b for b in buckets if "gather_function" in b]
+    overlapped = sum(1 for x in buffers if x.get("overlap_param_gather"))
+    if gathers:
+        line = f"per-bucket shards: {len(gathers)} buckets"
+        if overlapped:
+            before = [b["gather_before"]["instruction"] for b in gathers
+                      if "gather_before" in b]
+            line += (f"; gathered in the next step: {overlapped} buffers, "
+                     f"{len(before)} buckets before a train_step instruction")
+            if before:
+                line += f" (from {min(before)} to {max(before)})"
+        print(line)
 expect_same_losses(logs)
 print("saved weights identical: " +
       str(filecmp.cmp(weights[0], weights[1], shallow=False)).lower())

@@ -607,6 +607,18 @@ void sumOfSquaresOfChunks(cudaStream_t stream, int64_t chunkCount,
                           const AdamWChunk *chunks, const float *grad,
                           float scale, double *out, void *scratch);
 
+/// The bins of squareHistogram: a float's biased exponents 0 to 254, and
+/// 255 counting inf and nan.
+constexpr int kSquareHistogramBins = 256;
+
+/// Adds to `histogram` (device, kSquareHistogramBins (low, high) pairs of
+/// 64-bit words, a 128-bit integer each) the squared mantissas of
+/// float(x[i] * scale) by exponent, and in bin 255 the count of non-finite
+/// elements: train::ExactSquareSum::addFloatHistogram turns it into the
+/// exact sum of squares, whatever the order or the split.
+void squareHistogram(cudaStream_t stream, int64_t n, const float *x,
+                     float scale, uint64_t *histogram);
+
 } // namespace mtrt::cuda
 
 #endif // MTRT_SRC_CUDA_KERNELS_KERNELS_H

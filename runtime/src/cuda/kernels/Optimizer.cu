@@ -208,4 +208,76 @@ void sumOfSquares(cudaStream_t stream, int64_t n, const float *x, float scale,
   sumPartialsKernel<<<1, kMaxPartials, 0, stream>>>(blocks, partial, out);
 }
 
+namespace {
+
+constexpr int kHistogramThreads = 256;
+constexpr int kHistogramWarps = kHistogramThreads / 32;
+/// Elements per block and flush: a bin then holds at most 2^16 squared
+/// mantissas below 2^48, below 2^64.
+constexpr int64_t kHistogramTile = int64_t(1) << 16;
+
+/// Adds `value` to the 128-bit (low, high) pair at `at`.
+__device__ void atomicAdd128(unsigned long long *at, unsigned long long value) {
+  unsigned long long old = atomicAdd(at, value);
+  if (old + value < old)
+    atomicAdd(at + 1, 1ull);
+}
+
+/// Each block takes tiles of kHistogramTile elements; each warp adds the
+/// squared mantissas of float(x * scale) into its own shared bins (by
+/// biased exponent; bin 255 counts non-finite elements), and the block
+/// adds its bins to the global 128-bit ones after each tile. Integer sums:
+/// the result does not depend on the order.
+__global__ void __launch_bounds__(kHistogramThreads)
+    squareHistogramKernel(int64_t n, const float *__restrict__ x, float scale,
+                          unsigned long long *histogram) {
+  __shared__ unsigned long long bins[kHistogramWarps][kSquareHistogramBins];
+  unsigned long long *mine = bins[threadIdx.x / 32];
+  for (int64_t tile = blockIdx.x; tile * kHistogramTile < n;
+       tile += gridDim.x) {
+    for (int i = threadIdx.x; i < kHistogramWarps * kSquareHistogramBins;
+         i += kHistogramThreads)
+      bins[0][i] = 0;
+    __syncthreads();
+    int64_t begin = tile * kHistogramTile;
+    int64_t end = min(n, begin + kHistogramTile);
+    for (int64_t i = begin + threadIdx.x; i < end; i += kHistogramThreads) {
+      uint32_t bits = __float_as_uint(x[i] * scale);
+      uint32_t exponent = (bits >> 23) & 0xff;
+      unsigned long long mantissa = bits & 0x7fffff;
+      if (exponent == 0xff) {
+        atomicAdd(&mine[255], 1ull);
+        continue;
+      }
+      if (exponent == 0 && mantissa == 0)
+        continue;
+      if (exponent != 0)
+        mantissa |= 1ull << 23;
+      atomicAdd(&mine[exponent], mantissa * mantissa);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < kSquareHistogramBins; b += kHistogramThreads) {
+      // The warps' bins of one tile: at most 2^16 squares in all.
+      unsigned long long sum = 0;
+      for (int w = 0; w < kHistogramWarps; ++w)
+        sum += bins[w][b];
+      if (sum != 0)
+        atomicAdd128(histogram + 2 * b, sum);
+    }
+    __syncthreads();
+  }
+}
+
+} // namespace
+
+void squareHistogram(cudaStream_t stream, int64_t n, const float *x,
+                     float scale, uint64_t *histogram) {
+  if (n <= 0)
+    return;
+  int64_t tiles = (n + kHistogramTile - 1) / kHistogramTile;
+  unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, 1024));
+  squareHistogramKernel<<<blocks, kHistogramThreads, 0, stream>>>(
+      n, x, scale, reinterpret_cast<unsigned long long *>(histogram));
+}
+
 } // namespace mtrt::cuda
