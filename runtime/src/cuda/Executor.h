@@ -198,6 +198,12 @@ public:
   /// instruction of the CUDA graph, refreshed when the scale changes.
   void setLossScale(double scale) { lossScale_ = scale; }
 
+  /// Whether runs without an instruction observer replay a CUDA graph
+  /// (from the second run on; graphSummary() says why not otherwise).
+  bool graphsEligible() const {
+    return graphOff_.empty() && context_.options().cudaGraphs;
+  }
+
   /// Called with each instruction's position once it is enqueued, until set
   /// to nullptr (host::Executor::setInstructionObserver): the last
   /// micro-batch's gradient buckets are enqueued there, on the same stream.

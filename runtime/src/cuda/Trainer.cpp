@@ -239,9 +239,15 @@ void Trainer::train(std::ostream &out) {
       bool overlap = gradientBuffer_ && gradientBuffer_->bucketed() &&
                      m + 1 == microBatches;
       // --overlap-param-gather: the first micro-batch gathers each bucket
-      // of the last step's parameters before their first use.
+      // of the last step's parameters before their first use. A step that
+      // replays a CUDA graph cannot stop inside it: its gathers are enqueued
+      // before it (on the same stream), and the graph runs on.
       bool gather = gradientBuffer_ && m == 0 &&
                     gradientBuffer_->parameterGatherPending();
+      if (gather && trainStep_->graphsEligible()) {
+        gradientBuffer_->finishParameterGather();
+        gather = false;
+      }
       if (gather)
         gradientBuffer_->beforeInstruction("train_step", 0);
       if (overlap || gather)
