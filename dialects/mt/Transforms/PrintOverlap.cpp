@@ -32,15 +32,22 @@ struct Row {
   llvm::MapVector<StringRef, double> behind;
   /// A gradient bucket's reduction: its index in its buffer, else -1.
   int64_t bucket = -1;
+  /// --overlap-param-gather: the bucket whose parameters it gathers, else
+  /// -1.
+  int64_t gather = -1;
   /// A chunk of --tp-comm-overlap: "c<j>/<chunks>", else empty.
   std::string chunk;
 };
 
 /// A gradient bucket of --overlap-grad-reduce (mt-plan-gradient-reduction):
-/// its function's collective, and the gradients it waits for.
+/// its function's collective (an all-reduce, or the distributed
+/// optimizer's reduce-scatter), the gradients it waits for, and with
+/// --overlap-param-gather the all-gather of its parameters that the next
+/// step waits for where it first reads one.
 struct Bucket {
   int64_t index = 0;
   Operation *collective = nullptr;
+  Operation *gather = nullptr;
   llvm::StringSet<> members;
 };
 } // namespace
@@ -56,7 +63,18 @@ static SmallVector<Bucket> bucketsOf(ModuleOp module) {
       continue;
     Bucket bucket;
     bucket.index = counts[of.getValue()]++;
-    function.walk([&](shard::AllReduceOp op) { bucket.collective = op; });
+    function.walk([&](Operation *op) {
+      if (isa<shard::AllReduceOp, shard::ReduceScatterOp>(op))
+        bucket.collective = op;
+    });
+    if (auto gather =
+            function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_gather"))
+      if (auto gatherFunction =
+              module.lookupSymbol<func::FuncOp>(gather.getValue());
+          gatherFunction && !gatherFunction.isExternal() &&
+          gatherFunction->hasAttr("mt.overlap_param_gather"))
+        gatherFunction.walk(
+            [&](shard::AllGatherOp op) { bucket.gather = op; });
     for (auto member : members.getAsRange<FlatSymbolRefAttr>())
       bucket.members.insert(member.getValue());
     if (bucket.collective)
@@ -167,10 +185,28 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
   bool any = false;
   SmallVector<Bucket> buckets = bucketsOf(module);
   llvm::DenseSet<size_t> simulated;
-  llvm::StringSet<> bucketed;
+  llvm::StringSet<> bucketed, gathered;
   for (auto function : module.getOps<func::FuncOp>())
-    if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of"))
+    if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_of")) {
       bucketed.insert(of.getValue());
+      // Per-bucket shards: the buckets' gathers replace the whole buffer's.
+      if (auto reduce = module.lookupSymbol<func::FuncOp>(of.getValue()))
+        if (function->hasAttr("mt.bucket_gather"))
+          if (auto layout = reduce->getAttrOfType<ArrayAttr>(
+                  "mt.gradient_buffer")) {
+            for (auto candidate : module.getOps<func::FuncOp>())
+              if (candidate->getAttr("mt.parameter_buffer") == layout &&
+                  candidate->getAttr("mt.pipeline_rank") ==
+                      reduce->getAttr("mt.pipeline_rank"))
+                bucketed.insert(candidate.getSymName());
+          }
+    }
+  // --overlap-param-gather: train_step waits for each bucket's gather
+  // where it first reads the bucket's parameters.
+  for (const Bucket &bucket : buckets)
+    if (bucket.gather)
+      gathered.insert(
+          bucket.gather->getParentOfType<func::FuncOp>().getSymName());
   // The training functions first, so that the buckets they reduce are
   // shown there; the bucket functions they cover are left out below.
   SmallVector<func::FuncOp> functions;
@@ -183,8 +219,10 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
   for (auto function : functions) {
     if (function.isExternal())
       continue;
-    // With buckets, the whole-buffer reduction does not run.
-    if (bucketed.contains(function.getSymName()))
+    // With buckets, the whole-buffer reduction (and gather) does not run;
+    // the gathers train_step waits for are shown there.
+    if (bucketed.contains(function.getSymName()) ||
+        gathered.contains(function.getSymName()))
       continue;
     if (function->hasAttr("mt.bucket_of")) {
       bool shown = false;
@@ -238,9 +276,42 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
             model.gradientAccumulationMicroseconds(result.get());
       }
     }
+    // --overlap-param-gather: every bucket's gather is issued as the step
+    // starts, in the order the step first reads them, and each is waited
+    // for by the first op that reads one of its parameters.
+    DenseMap<Value, size_t> gatherOf;
+    if (function.getSymName() == "train_step" && !gathered.empty()) {
+      DenseMap<Value, size_t> bucketOfArgument;
+      for (BlockArgument argument : function.getArguments())
+        if (auto parameter = function.getArgAttrOfType<FlatSymbolRefAttr>(
+                argument.getArgNumber(), "mt.parameter"))
+          for (auto [b, bucket] : llvm::enumerate(buckets))
+            if (bucket.gather && bucket.members.contains(parameter.getValue()))
+              bucketOfArgument[argument] = b;
+      SmallVector<size_t> order;
+      for (Operation &op : function.getBody().front())
+        for (Value operand : op.getOperands())
+          if (auto b = bucketOfArgument.find(operand);
+              b != bucketOfArgument.end() && !llvm::is_contained(order, b->second))
+            order.push_back(b->second);
+      DenseMap<size_t, size_t> rowOfBucket;
+      for (size_t b : order) {
+        size_t index = issue(buckets[b].gather);
+        rows[index].gather = buckets[b].index;
+        inFlight.push_back(index);
+        rowOfBucket[b] = index;
+      }
+      for (auto [argument, b] : bucketOfArgument)
+        if (rowOfBucket.count(b))
+          gatherOf[argument] = rowOfBucket[b];
+    }
     for (Operation &op : function.getBody().front()) {
       if (!startsAt.empty() && isa<func::ReturnOp>(op))
         continue;
+      for (Value operand : op.getOperands())
+        if (auto row = gatherOf.find(operand); row != gatherOf.end())
+          if (llvm::is_contained(inFlight, row->second))
+            finish(row->second);
       if (auto start = dyn_cast<CollectiveStartOp>(op)) {
         size_t index = issue(start.getCollective());
         rowOf[start.getWait()] = index;
@@ -285,7 +356,7 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       issueBuckets();
     }
     for (size_t index : SmallVector<size_t>(inFlight))
-      if (rows[index].bucket >= 0)
+      if (rows[index].bucket >= 0 || rows[index].gather >= 0)
         finish(index);
     if (rows.empty())
       continue;
@@ -307,6 +378,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
           index,
           row.bucket >= 0
               ? ("b" + llvm::Twine(row.bucket) + ":" + row.cost.kind).str()
+          : row.gather >= 0
+              ? ("g" + llvm::Twine(row.gather) + ":" + row.cost.kind).str()
           : !row.chunk.empty() ? row.chunk + ":" + row.cost.kind.str()
                                : row.cost.kind.str(),
           row.axes, row.cost.groupSize, row.cost.network ? "network" : "nvlink",
