@@ -230,6 +230,14 @@ void DataParallelBuffer::beforeInstruction(const std::string &function,
   }
 }
 
+void DataParallelBuffer::beforeFunction(const Function &function) {
+  if (!parameterGatherPending())
+    return;
+  for (size_t b : train::bucketsReadBy(layout_, function))
+    if (gatherPending_[b])
+      gatherBucket(b);
+}
+
 void DataParallelBuffer::finishParameterGather() {
   for (size_t b = 0; b < gatherPending_.size(); ++b)
     if (gatherPending_[b])

@@ -90,6 +90,7 @@ public:
   /// context's stream before instruction `position` of `function`, or all
   /// that are left.
   void beforeInstruction(const std::string &function, size_t position);
+  void beforeFunction(const Function &function);
   void finishParameterGather();
   bool parameterGatherPending() const;
 

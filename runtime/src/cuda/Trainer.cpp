@@ -102,6 +102,12 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
         [this](const std::string &function, size_t position) {
           gradientBuffer_->afterInstruction(function, position);
         });
+  // --overlap-param-gather: each stage's first forward pass gathers the
+  // buckets it reads.
+  if (pipeline_ && gradientBuffer_)
+    pipeline_->setBeforeFirstForward([this](const Function &function) {
+      gradientBuffer_->beforeFunction(function);
+    });
   if (distributed)
     distributedOptimizer_ = std::make_unique<DistributedOptimizer>(
         *parameters_, *gradientBuffer_, config, *rank);
@@ -221,10 +227,6 @@ void Trainer::train(std::ostream &out) {
     // consumed + m * (its samples over the data ranks).
     uint64_t globalBatch = static_cast<uint64_t>(host_->microBatchSize() *
                                                  host_->dataParallelSize());
-    // --overlap-param-gather (train::Trainer's rule): a pipeline rank
-    // gathers the last step's deferred buckets before its schedule.
-    if (pipeline_ && gradientBuffer_)
-      gradientBuffer_->finishParameterGather();
     if (pipeline_) {
       lossSum = pipeline_->train(
           [&](int64_t m) {
@@ -232,6 +234,9 @@ void Trainer::train(std::ostream &out) {
           },
           {microStep_, static_cast<uint64_t>(consumed)}, globalBatch);
       microStep_ += static_cast<uint64_t>(microBatches);
+      // --overlap-param-gather: buckets no stage's forward read.
+      if (gradientBuffer_)
+        gradientBuffer_->finishParameterGather();
     }
     for (int64_t m = 0; !pipeline_ && m < microBatches; ++m) {
       // --overlap-grad-reduce: the last micro-batch reduces each gradient

@@ -118,6 +118,15 @@ public:
     lastBackwardObserver_ = std::move(observer);
   }
 
+  /// Megatron-LM's --overlap-param-gather: from the next train() on, called
+  /// with each stage's forward function before its first micro-batch runs
+  /// (so that the parameters it reads are gathered there, not before the
+  /// schedule). nullptr: none.
+  using FunctionHook = std::function<void(const Function &function)>;
+  void setBeforeFirstForward(FunctionHook hook) {
+    beforeFirstForward_ = std::move(hook);
+  }
+
   /// The most bytes of stash this rank held at once (forward done, backward
   /// pending, over all its stages), over all train() calls so far.
   int64_t peakStashBytes() const { return peakStashBytes_; }
@@ -188,6 +197,7 @@ protected:
   int64_t lastStage_ = 0;
   double lossScale_ = 1.0;
   InstructionObserver lastBackwardObserver_;
+  FunctionHook beforeFirstForward_;
   std::map<int64_t, Stage> stageExecutors_;
   std::vector<EmbeddingGroup> embeddingGroups_;
 
@@ -383,6 +393,8 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
                                        : stages_.view(inputs_.at(key)));
       if (step.stage == lastStage_)
         inputs.push_back(batch.second);
+      if (beforeFirstForward_ && step.microBatch == 0)
+        beforeFirstForward_(stage.forward->function());
       std::vector<Tensor> outputs =
           stages_.run(*stage.forward, inputs, microBatch, takeSlot(key),
                       /*readsStash=*/false);

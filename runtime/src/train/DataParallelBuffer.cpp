@@ -54,6 +54,29 @@ BufferShard bufferShard(const Bundle &bundle,
   return shard;
 }
 
+std::vector<size_t> bucketsReadBy(const GradientBuffer &layout,
+                                  const Function &function) {
+  std::vector<bool> read(layout.buckets.size(), false);
+  for (const Instruction &inst : function.instructions) {
+    if (inst.op != Op::GetParameter)
+      continue;
+    for (size_t i = 0; i < layout.parameters.size(); ++i) {
+      if (layout.parameters[i] != inst.attrs.parameter)
+        continue;
+      for (size_t b = 0; b < layout.buckets.size(); ++b)
+        if (layout.offsets[i] >= layout.buckets[b].offset &&
+            layout.offsets[i] <
+                layout.buckets[b].offset + layout.buckets[b].size)
+          read[b] = true;
+    }
+  }
+  std::vector<size_t> buckets;
+  for (size_t b = 0; b < read.size(); ++b)
+    if (read[b])
+      buckets.push_back(b);
+  return buckets;
+}
+
 DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
                                        host::ParameterStore &parameters,
                                        host::ThreadPool &pool,
@@ -286,6 +309,14 @@ void DataParallelBuffer::beforeInstruction(const std::string &function,
         bucket.gatherBefore == static_cast<int64_t>(position))
       gatherBucket(b);
   }
+}
+
+void DataParallelBuffer::beforeFunction(const Function &function) {
+  if (!parameterGatherPending())
+    return;
+  for (size_t b : bucketsReadBy(layout_, function))
+    if (gatherPending_[b])
+      gatherBucket(b);
 }
 
 void DataParallelBuffer::finishParameterGather() {

@@ -54,6 +54,12 @@ struct BufferShard {
 BufferShard bufferShard(const Bundle &bundle,
                         const std::vector<int64_t> &coordinates);
 
+/// The buckets of `layout` holding a parameter that `function` reads
+/// (get_parameter), in bucket order: a pipeline stage's forward function
+/// gathers those before its first micro-batch (--overlap-param-gather).
+std::vector<size_t> bucketsReadBy(const GradientBuffer &layout,
+                                  const Function &function);
+
 /// The bundle's gradient_buffer (docs/BundleFormat.md) on one rank, as
 /// Megatron-LM's DistributedDataParallel keeps it: the parameters' (shards')
 /// gradients flattened into one buffer in the compiler's layout, reduced over
@@ -129,6 +135,10 @@ public:
   /// `position` of `function` is next; gathers each bucket whose
   /// parameters it reads first (GradientBucket::gatherBefore).
   void beforeInstruction(const std::string &function, size_t position);
+  /// A pipeline stage's forward function is about to run its first
+  /// micro-batch after a deferred gather: gathers the buckets of the
+  /// parameters it reads (bucketsReadBy).
+  void beforeFunction(const Function &function);
   /// Gathers every bucket still deferred, in order (before anything else
   /// reads the parameters: the rest of the step, evaluation, checkpoints).
   void finishParameterGather();

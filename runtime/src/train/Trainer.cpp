@@ -331,6 +331,12 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
         [this](const std::string &function, size_t position) {
           gradientBuffer_->afterInstruction(function, position);
         });
+  // --overlap-param-gather: each stage's first forward pass gathers the
+  // buckets it reads.
+  if (pipeline_ && gradientBuffer_)
+    pipeline_->setBeforeFirstForward([this](const Function &function) {
+      gradientBuffer_->beforeFunction(function);
+    });
   if (distributed)
     distributedOptimizer_ = std::make_unique<DistributedOptimizer>(
         *parameters_, *gradientBuffer_, *pool_, optimizer, *rank_);
@@ -491,10 +497,6 @@ void Trainer::train(std::ostream &out) {
     auto globalFirst = [&](int64_t m) {
       return consumed + m * microBatch_ * dataParallel_;
     };
-    // --overlap-param-gather: a pipeline rank gathers the last step's
-    // deferred buckets before its schedule.
-    if (pipeline_ && gradientBuffer_)
-      gradientBuffer_->finishParameterGather();
     if (pipeline_) {
       lossSum = pipeline_->train(
           [&](int64_t m) {
@@ -504,6 +506,9 @@ void Trainer::train(std::ostream &out) {
           {microStep_, static_cast<uint64_t>(consumed)},
           static_cast<uint64_t>(microBatch_ * dataParallel_));
       microStep_ += microBatches_;
+      // --overlap-param-gather: buckets no stage's forward read.
+      if (gradientBuffer_)
+        gradientBuffer_->finishParameterGather();
     }
     for (int64_t m = 0; !pipeline_ && m < microBatches_; ++m) {
       // Megatron-LM's --overlap-grad-reduce: in the last micro-batch, each

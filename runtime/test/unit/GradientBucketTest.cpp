@@ -313,6 +313,18 @@ TEST(GradientBucketTest, PerBucketShardsAreRead) {
   EXPECT_EQ(shard.pieces[1].count, 12);
 }
 
+// A pipeline stage's forward function gathers the buckets it reads before
+// its first micro-batch: train_step here reads b (bucket 0) and w (1).
+TEST(GradientBucketTest, BucketsReadByAFunction) {
+  Bundle bundle = Bundle::parseManifest("s.mtb", shardedManifest().dump());
+  EXPECT_EQ(train::bucketsReadBy(bundle.gradientBuffer(),
+                                 *bundle.findFunction("train_step")),
+            (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(train::bucketsReadBy(bundle.gradientBuffer(),
+                                   *bundle.findFunction("reduce_gradients"))
+                  .empty());
+}
+
 TEST(GradientBucketTest, BadPerBucketShardsAreRefused) {
   Json m = shardedManifest();
   m["gradient_buffer"]["buckets"][1]["gather_before"]["instruction"] = 4;
