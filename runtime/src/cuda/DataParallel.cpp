@@ -34,10 +34,15 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
   reduce_ = std::make_unique<Executor>(bundle, layout_.reduceFunction,
                                        parameters, &rank);
   shard_ = train::bufferShard(bundle, rank.coordinates());
-  for (const GradientBucket &bucket : layout_.buckets)
+  // Each bucket's collective runs beside the rest of the backward pass;
+  // reduceGradients joins it before taking its result.
+  for (const GradientBucket &bucket : layout_.buckets) {
     buckets_.push_back(std::make_unique<Executor>(bundle, bucket.reduceFunction,
                                                   parameters, &rank));
+    buckets_.back()->setDeferredCollectiveJoin(true);
+  }
   bucketDone_.assign(buckets_.size(), false);
+  bucketOutputs_.assign(buckets_.size(), nullptr);
   if (layout_.distributedOptimizer) {
     gather_ = std::make_unique<Executor>(bundle, layout_.gatherFunction,
                                          parameters, &rank);
@@ -121,15 +126,22 @@ float *runInPlace(Executor &executor, int64_t count, const float *input) {
 
 void DataParallelBuffer::reduceBucket(size_t b) {
   const GradientBucket &bucket = layout_.buckets[b];
-  cudaStream_t stream = parameters_.context().stream();
   float *slice = buffer_.as<float>() + bucket.offset;
   pack(false, bucket.offset, bucket.offset + bucket.size, slice);
-  // Enqueued only: the step it runs inside checks its own faults.
+  // Enqueued only: the step it runs inside checks its own faults, and the
+  // collective runs on the communication stream until joinBucket.
   const void *output = nullptr;
   buckets_[b]->run(
       {{DType::F32, {bucket.size}, slice}}, {}, /*inputsOnDevice=*/true,
       [&](size_t, const void *data, size_t) { output = data; },
       /*wait=*/false);
+  bucketOutputs_[b] = output;
+  bucketDone_[b] = true;
+}
+
+void DataParallelBuffer::joinBucket(size_t b) {
+  const GradientBucket &bucket = layout_.buckets[b];
+  buckets_[b]->joinCollectives();
   // Per-bucket shards: the rank's part of the bucket, at its place in the
   // shard; else the whole bucket's sum, in place.
   bool part = layout_.bucketShards();
@@ -137,15 +149,15 @@ void DataParallelBuffer::reduceBucket(size_t b) {
       shard_.segments[part ? b : 0];
   MTRT_CUDA_CHECK(
       cudaMemcpyAsync(part ? shardGradients_.as<float>() + segment.shardOffset
-                           : slice,
-                      output,
+                           : buffer_.as<float>() + bucket.offset,
+                      bucketOutputs_[b],
                       sizeof(float) *
                           static_cast<size_t>(part ? segment.size
                                                    : bucket.size),
-                      cudaMemcpyDeviceToDevice, stream),
+                      cudaMemcpyDeviceToDevice,
+                      parameters_.context().stream()),
       "copying the reduced gradient bucket " + std::to_string(b) +
           " into the gradient buffer");
-  bucketDone_[b] = true;
 }
 
 void DataParallelBuffer::afterInstruction(const std::string &function,
@@ -163,6 +175,8 @@ void DataParallelBuffer::reduceGradients() {
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (!bucketDone_[b])
         reduceBucket(b);
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      joinBucket(b);
     bucketDone_.assign(buckets_.size(), false);
     if (layout_.bucketShards()) { // each bucket wrote the rank's part
       reduced_ = shardGradients_.as<float>();

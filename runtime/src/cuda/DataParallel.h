@@ -71,10 +71,11 @@ public:
   bool bucketed() const { return !layout_.buckets.empty(); }
   /// As train::DataParallelBuffer::afterInstruction: in the last
   /// micro-batch, enqueues the reduction of each bucket whose gradients
-  /// instruction `position` of `function` completes, on the context's
-  /// stream behind the step's work so far (the rest of the step follows
-  /// it there; a communication stream is the next step); reduceGradients
-  /// reduces the others and takes the result.
+  /// instruction `position` of `function` completes, behind the step's
+  /// work so far; its collective runs on the communication stream beside
+  /// the rest of the step (Executor::setDeferredCollectiveJoin).
+  /// reduceGradients reduces the others, joins them all and takes the
+  /// results.
   void afterInstruction(const std::string &function, size_t position);
   /// The summed gradients of the rank's range (device memory, shard().size
   /// elements), after reduceGradients and until the next one.
@@ -101,9 +102,13 @@ private:
   /// Writes the gradients (or values) of the parameters that start in
   /// [begin, end) of the buffer from `from` (standing for element `begin`).
   void unpack(const float *from, bool values, int64_t begin, int64_t end);
-  /// Packs bucket `b`'s gradients and reduces them: in place in buffer_,
-  /// or with per-bucket shards into the rank's part of shardGradients_.
+  /// Packs bucket `b`'s gradients and starts their reduction on the
+  /// communication stream (the compute stream goes on).
   void reduceBucket(size_t b);
+  /// Joins bucket `b`'s reduction and copies its result: in place in
+  /// buffer_, or with per-bucket shards into the rank's part of
+  /// shardGradients_.
+  void joinBucket(size_t b);
   /// Gathers bucket `b`'s parameters from packedValues_ and writes them
   /// and their bf16 copies.
   void gatherBucket(size_t b);
@@ -114,6 +119,8 @@ private:
   /// One executor per bucket, and which have run this iteration.
   std::vector<std::unique_ptr<Executor>> buckets_;
   std::vector<bool> bucketDone_;
+  /// Each bucket's result, in its executor's arena until its next run.
+  std::vector<const void *> bucketOutputs_;
   /// Per-bucket shards: one gather executor per bucket, and which gathers
   /// are deferred.
   std::vector<std::unique_ptr<Executor>> bucketGathers_;

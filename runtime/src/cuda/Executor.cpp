@@ -424,7 +424,7 @@ Executor::run(const std::vector<host::TensorView> &inputs,
   // Graphs from the second run: the first times GEMM algorithms (which
   // synchronizes) and loads kernels.
   if (graphOff_.empty() && context_.options().cudaGraphs && runs_ > 0 &&
-      !observer_) {
+      !observer_ && !deferJoin_) {
     if (!replayGraph(key))
       executeAll(key, timed);
   } else {
@@ -540,10 +540,15 @@ void Executor::executeAll(const MicroBatchKey &key, bool timed) {
     if (observer_)
       observer_(position);
   }
-  awaitCollectives(fn.instructions.size());
+  if (!deferJoin_)
+    awaitCollectives(fn.instructions.size());
   if (timed)
     MTRT_CUDA_CHECK(cudaEventRecord(events_.back(), stream),
                     fn.name + ": profiling");
+}
+
+void Executor::joinCollectives() {
+  awaitCollectives(function_->instructions.size());
 }
 
 void Executor::traceResults(ValueTrace &trace, size_t position) {

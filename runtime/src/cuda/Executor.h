@@ -198,10 +198,21 @@ public:
   /// instruction of the CUDA graph, refreshed when the scale changes.
   void setLossScale(double scale) { lossScale_ = scale; }
 
+  /// From the next run on, the run's end does not make the compute stream
+  /// wait for the collectives still running on the communication stream
+  /// (those whose results are outputs): joinCollectives() does, later, and
+  /// the outputs may be read only after it. The compute stream goes on
+  /// beside them (a gradient bucket's reduction beside the rest of the
+  /// backward pass). Such runs execute without a CUDA graph.
+  void setDeferredCollectiveJoin(bool defer) { deferJoin_ = defer; }
+  /// Makes the compute stream wait for the last run's collectives left
+  /// running by setDeferredCollectiveJoin.
+  void joinCollectives();
+
   /// Whether runs without an instruction observer replay a CUDA graph
   /// (from the second run on; graphSummary() says why not otherwise).
   bool graphsEligible() const {
-    return graphOff_.empty() && context_.options().cudaGraphs;
+    return graphOff_.empty() && context_.options().cudaGraphs && !deferJoin_;
   }
 
   /// Called with each instruction's position once it is enqueued, until set
@@ -692,6 +703,8 @@ private:
   /// Why there is no graph (graphObstacle, or the failure that turned it
   /// off); empty while graphs are on.
   std::string graphOff_;
+  /// setDeferredCollectiveJoin.
+  bool deferJoin_ = false;
   std::function<void(size_t)> observer_;
   int64_t graphCaptures_ = 0, graphReplays_ = 0;
 };
