@@ -47,10 +47,13 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
     gather_ = std::make_unique<Executor>(bundle, layout_.gatherFunction,
                                          parameters, &rank);
     if (layout_.bucketShards())
-      for (const GradientBucket &bucket : layout_.buckets)
+      for (const GradientBucket &bucket : layout_.buckets) {
         bucketGathers_.push_back(std::make_unique<Executor>(
             bundle, bucket.gatherFunction, parameters, &rank));
+        bucketGathers_.back()->setDeferredCollectiveJoin(true);
+      }
     gatherPending_.assign(bucketGathers_.size(), false);
+    gatherOutputs_.assign(bucketGathers_.size(), nullptr);
     // The rank's shard of the updated values, packed for the gathers (the
     // padding stays zero), and with per-bucket shards of the summed
     // gradients, which the buckets' reduce-scatters write part by part.
@@ -211,6 +214,21 @@ void DataParallelBuffer::gatherParameters(bool deferred) {
     pack(true, segment.begin, segment.begin + segment.size,
          packedValues_.as<float>() + segment.shardOffset);
   if (layout_.bucketShards()) {
+    // Every bucket's gather starts now on the communication stream; each
+    // is joined (and its parameters written) where the next step first
+    // reads them, or at once.
+    for (size_t b = 0; b < bucketGathers_.size(); ++b) {
+      const train::BufferShard::Segment &segment = shard_.segments[b];
+      const void *output = nullptr;
+      bucketGathers_[b]->run(
+          {{DType::F32,
+            {segment.size},
+            packedValues_.as<float>() + segment.shardOffset}},
+          {}, /*inputsOnDevice=*/true,
+          [&](size_t, const void *data, size_t) { output = data; },
+          /*wait=*/false);
+      gatherOutputs_[b] = output;
+    }
     gatherPending_.assign(bucketGathers_.size(), true);
     if (!(deferred && layout_.overlapParamGather))
       finishParameterGather();
@@ -223,11 +241,10 @@ void DataParallelBuffer::gatherParameters(bool deferred) {
 
 void DataParallelBuffer::gatherBucket(size_t b) {
   const GradientBucket &bucket = layout_.buckets[b];
-  const train::BufferShard::Segment &segment = shard_.segments[b];
   int64_t end = bucket.offset + bucket.size;
-  unpack(runInPlace(*bucketGathers_[b], segment.size,
-                    packedValues_.as<float>() + segment.shardOffset),
-         true, bucket.offset, end);
+  bucketGathers_[b]->joinCollectives();
+  unpack(static_cast<const float *>(gatherOutputs_[b]), true, bucket.offset,
+         end);
   for (size_t i = 0; i < layout_.parameters.size(); ++i)
     if (layout_.offsets[i] >= bucket.offset && layout_.offsets[i] < end)
       parameters_.refreshBf16Copy(static_cast<size_t>(layout_.parameters[i]));

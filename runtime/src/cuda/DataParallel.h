@@ -87,9 +87,11 @@ public:
   /// and the bundle's overlap_param_gather not yet (as
   /// train::DataParallelBuffer::gatherParameters).
   void gatherParameters(bool deferred = false);
-  /// As train::DataParallelBuffer's: the deferred gathers, enqueued on the
-  /// context's stream before instruction `position` of `function`, or all
-  /// that are left.
+  /// As train::DataParallelBuffer's. gatherParameters starts every
+  /// bucket's gather at once on the communication stream; these join
+  /// each (and write its parameters) before instruction `position` of
+  /// `function`, before a stage's forward function, or all that are left,
+  /// so that the gathers run beside the work before their first reader.
   void beforeInstruction(const std::string &function, size_t position);
   void beforeFunction(const Function &function);
   void finishParameterGather();
@@ -109,8 +111,9 @@ private:
   /// buffer_, or with per-bucket shards into the rank's part of
   /// shardGradients_.
   void joinBucket(size_t b);
-  /// Gathers bucket `b`'s parameters from packedValues_ and writes them
-  /// and their bf16 copies.
+  /// Joins bucket `b`'s gather (started by gatherParameters on the
+  /// communication stream) and writes its parameters and their bf16
+  /// copies.
   void gatherBucket(size_t b);
 
   const GradientBuffer &layout_;
@@ -125,6 +128,8 @@ private:
   /// are deferred.
   std::vector<std::unique_ptr<Executor>> bucketGathers_;
   std::vector<bool> gatherPending_;
+  /// Each gather's result, in its executor's arena until its next run.
+  std::vector<const void *> gatherOutputs_;
   train::BufferShard shard_;
   DeviceBuffer buffer_, shardGradients_, packedValues_;
   float *reduced_ = nullptr;
