@@ -431,7 +431,8 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
         "reduce_gradients_bucket" + Twine(bucket), type,
         perBucketShards ? vectorType((end - begin) / dataRanks) : type,
         [&](OpBuilder &b, Value slice) {
-          return perBucketShards ? reduceScatter(b, slice) : allReduce(b, slice);
+          return perBucketShards ? reduceScatter(b, slice)
+                                 : allReduce(b, slice);
         });
     function->setAttr("mt.bucket_of",
                       FlatSymbolRefAttr::get(context, reduceName));
@@ -439,9 +440,9 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
     function->setAttr("mt.gradient_bucket", ArrayAttr::get(context, members));
     if (!perBucketShards)
       continue;
-    auto gather = makeFunction("gather_parameters_bucket" + Twine(bucket),
-                               vectorType((end - begin) / dataRanks), type,
-                               allGather);
+    auto gather =
+        makeFunction("gather_parameters_bucket" + Twine(bucket),
+                     vectorType((end - begin) / dataRanks), type, allGather);
     function->setAttr("mt.bucket_gather",
                       FlatSymbolRefAttr::get(gather.getSymNameAttr()));
     if (overlapParamGather)
@@ -454,9 +455,9 @@ LogicalResult PlanGradientReductionPass::emitBuffer(
                       builder.getDenseI64ArrayAttr(offsets));
   };
   if (!distributedOptimizer) {
-    markBuffer(makeFunction("reduce_gradients", bufferType, bufferType,
-                            allReduce),
-               "mt.gradient_buffer");
+    markBuffer(
+        makeFunction("reduce_gradients", bufferType, bufferType, allReduce),
+        "mt.gradient_buffer");
     return success();
   }
   // The distributed optimizer: each data rank receives the sum of its

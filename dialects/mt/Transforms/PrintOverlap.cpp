@@ -73,8 +73,7 @@ static SmallVector<Bucket> bucketsOf(ModuleOp module) {
               module.lookupSymbol<func::FuncOp>(gather.getValue());
           gatherFunction && !gatherFunction.isExternal() &&
           gatherFunction->hasAttr("mt.overlap_param_gather"))
-        gatherFunction.walk(
-            [&](shard::AllGatherOp op) { bucket.gather = op; });
+        gatherFunction.walk([&](shard::AllGatherOp op) { bucket.gather = op; });
     for (auto member : members.getAsRange<FlatSymbolRefAttr>())
       bucket.members.insert(member.getValue());
     if (bucket.collective)
@@ -192,8 +191,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       // Per-bucket shards: the buckets' gathers replace the whole buffer's.
       if (auto reduce = module.lookupSymbol<func::FuncOp>(of.getValue()))
         if (function->hasAttr("mt.bucket_gather"))
-          if (auto layout = reduce->getAttrOfType<ArrayAttr>(
-                  "mt.gradient_buffer")) {
+          if (auto layout =
+                  reduce->getAttrOfType<ArrayAttr>("mt.gradient_buffer")) {
             for (auto candidate : module.getOps<func::FuncOp>())
               if (candidate->getAttr("mt.parameter_buffer") == layout &&
                   candidate->getAttr("mt.pipeline_rank") ==
@@ -292,7 +291,8 @@ void mt::printOverlap(ModuleOp module, const CostModel &model,
       for (Operation &op : function.getBody().front())
         for (Value operand : op.getOperands())
           if (auto b = bucketOfArgument.find(operand);
-              b != bucketOfArgument.end() && !llvm::is_contained(order, b->second))
+              b != bucketOfArgument.end() &&
+              !llvm::is_contained(order, b->second))
             order.push_back(b->second);
       DenseMap<size_t, size_t> rowOfBucket;
       for (size_t b : order) {

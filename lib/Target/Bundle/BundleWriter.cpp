@@ -638,13 +638,12 @@ writeBuckets(ModuleOp module, func::FuncOp reduce,
     if (ready && function)
       entry["ready_after"] =
           Object{{"function", *function}, {"instruction", last}};
-    if (auto gather = bucket->getAttrOfType<FlatSymbolRefAttr>(
-            "mt.bucket_gather")) {
+    if (auto gather =
+            bucket->getAttrOfType<FlatSymbolRefAttr>("mt.bucket_gather")) {
       auto gatherFunction =
           module.lookupSymbol<func::FuncOp>(gather.getValue());
       if (!gatherFunction)
-        return errorAt(bucket, "mt.bucket_gather names @" +
-                                   gather.getValue() +
+        return errorAt(bucket, "mt.bucket_gather names @" + gather.getValue() +
                                    ", which is not a function");
       entry["gather_function"] = gather.getValue();
       if (gatherFunction->hasAttr("mt.overlap_param_gather")) {
@@ -982,7 +981,8 @@ megatron::serializeBundle(ModuleOp module,
             *object->getObject("attrs")->getInteger("parameter");
         continue;
       }
-      if (const Array *operands = object->getArray("operands"); operands && step)
+      if (const Array *operands = object->getArray("operands");
+          operands && step)
         for (const llvm::json::Value &operand : *operands)
           if (auto read = parameterOf.find(*operand.getAsInteger());
               read != parameterOf.end())

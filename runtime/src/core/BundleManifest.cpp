@@ -1185,9 +1185,8 @@ Bundle ManifestReader::read(std::string_view text, std::string_view payload) {
 /// padded apart.
 static bool hasBucketShards(const Json &buffer) {
   auto buckets = buffer.find("buckets");
-  return buckets != buffer.end() && buckets->is_array() &&
-         !buckets->empty() && (*buckets)[0].is_object() &&
-         (*buckets)[0].contains("gather_function");
+  return buckets != buffer.end() && buckets->is_array() && !buckets->empty() &&
+         (*buckets)[0].is_object() && (*buckets)[0].contains("gather_function");
 }
 
 static bool splitOverAxes(const Parameter &parameter,
@@ -1419,8 +1418,8 @@ void ManifestReader::readGradientBuffer(const Json &json,
   for (int64_t gap : gaps)
     if (std::none_of(out.buckets.begin(), out.buckets.end(),
                      [&](const GradientBucket &b) { return b.offset == gap; }))
-      fail(member(path, "offsets"), "padding before offset " +
-                                        std::to_string(gap),
+      fail(member(path, "offsets"),
+           "padding before offset " + std::to_string(gap),
            "padding only at the end of a bucket");
   if (const Json *overlap = optionalField(json, "overlap_param_gather")) {
     out.overlapParamGather =
@@ -1568,8 +1567,7 @@ void ManifestReader::readGradientBuckets(const Json &json,
   }
 }
 
-void ManifestReader::readGatherBefore(const Json &json,
-                                      const std::string &path,
+void ManifestReader::readGatherBefore(const Json &json, const std::string &path,
                                       const Bundle &bundle,
                                       const GradientBuffer &buffer,
                                       GradientBucket &bucket) {

@@ -148,17 +148,14 @@ void DataParallelBuffer::joinBucket(size_t b) {
   // Per-bucket shards: the rank's part of the bucket, at its place in the
   // shard; else the whole bucket's sum, in place.
   bool part = layout_.bucketShards();
-  const train::BufferShard::Segment &segment =
-      shard_.segments[part ? b : 0];
+  const train::BufferShard::Segment &segment = shard_.segments[part ? b : 0];
   MTRT_CUDA_CHECK(
       cudaMemcpyAsync(part ? shardGradients_.as<float>() + segment.shardOffset
                            : buffer_.as<float>() + bucket.offset,
                       bucketOutputs_[b],
-                      sizeof(float) *
-                          static_cast<size_t>(part ? segment.size
-                                                   : bucket.size),
-                      cudaMemcpyDeviceToDevice,
-                      parameters_.context().stream()),
+                      sizeof(float) * static_cast<size_t>(part ? segment.size
+                                                               : bucket.size),
+                      cudaMemcpyDeviceToDevice, parameters_.context().stream()),
       "copying the reduced gradient bucket " + std::to_string(b) +
           " into the gradient buffer");
 }

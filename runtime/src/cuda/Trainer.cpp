@@ -256,13 +256,13 @@ void Trainer::train(std::ostream &out) {
       if (gather)
         gradientBuffer_->beforeInstruction("train_step", 0);
       if (overlap || gather)
-        trainStep_->setInstructionObserver([this, overlap,
-                                            gather](size_t position) {
-          if (gather)
-            gradientBuffer_->beforeInstruction("train_step", position + 1);
-          if (overlap)
-            gradientBuffer_->afterInstruction("train_step", position);
-        });
+        trainStep_->setInstructionObserver(
+            [this, overlap, gather](size_t position) {
+              if (gather)
+                gradientBuffer_->beforeInstruction("train_step", position + 1);
+              if (overlap)
+                gradientBuffer_->afterInstruction("train_step", position);
+            });
       lossSum += runMicroBatch(
           *trainStep_, *trainData_, consumed + sampleOffset(m),
           {microStep_++, static_cast<uint64_t>(consumed) +

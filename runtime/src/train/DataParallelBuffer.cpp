@@ -115,8 +115,7 @@ DataParallelBuffer::~DataParallelBuffer() = default;
 /// buffer to `out` (which stands for element `begin`), and zeroes the
 /// padding there.
 template <typename T>
-void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end,
-                              T *out) {
+void DataParallelBuffer::pack(bool values, int64_t begin, int64_t end, T *out) {
   int64_t covered = begin;
   for (size_t i = 0; i < layout_.parameters.size(); ++i) {
     size_t p = static_cast<size_t>(layout_.parameters[i]);
@@ -159,8 +158,8 @@ void DataParallelBuffer::unpackValues(const T *from, int64_t begin,
     int64_t first = layout_.offsets[i];
     if (first < begin || first >= end)
       continue;
-    host::Tensor &to = parameters_.value(static_cast<size_t>(
-        layout_.parameters[i]));
+    host::Tensor &to =
+        parameters_.value(static_cast<size_t>(layout_.parameters[i]));
     std::memcpy(to.data<T>(), from + (first - begin),
                 static_cast<size_t>(to.numElements()) * sizeof(T));
   }
@@ -183,11 +182,11 @@ void DataParallelBuffer::reduceBucket(size_t b) {
       buckets_[b]->run({{buffer_.dtype, {bucket.size}, slice}}, {});
   // Per-bucket shards: the rank's part of the bucket, at its place in the
   // shard; else the whole bucket's sum, in place.
-  uint8_t *to = layout_.bucketShards()
-                    ? static_cast<uint8_t *>(reduced_.buffer.data()) +
-                          static_cast<size_t>(shard_.segments[b].shardOffset) *
-                              bytes
-                    : slice;
+  uint8_t *to =
+      layout_.bucketShards()
+          ? static_cast<uint8_t *>(reduced_.buffer.data()) +
+                static_cast<size_t>(shard_.segments[b].shardOffset) * bytes
+          : slice;
   std::memcpy(to, out[0].buffer.data(), out[0].buffer.size());
   bucketDone_[b] = true;
 }

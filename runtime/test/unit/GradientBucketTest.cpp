@@ -241,9 +241,9 @@ Json shardedManifest() {
   auto scatter = [](const std::string &name, int64_t size) {
     FunctionBuilder f(name);
     int64_t in = f.input({size}, "f32");
-    f.output(f.op("reduce_scatter", {in}, {size / 2},
-                  {{"grid_axes", {0}}, {"scatter_axis", 0},
-                   {"reduction", "sum"}}));
+    f.output(
+        f.op("reduce_scatter", {in}, {size / 2},
+             {{"grid_axes", {0}}, {"scatter_axis", 0}, {"reduction", "sum"}}));
     return f.build();
   };
   auto gather = [](const std::string &name, int64_t size) {
@@ -410,10 +410,9 @@ TEST(GradientBucketTest, PerBucketShardsReduceAndGather) {
     shards[c.rank()].assign(shard.data<float>(),
                             shard.data<float>() + shard.numElements());
     for (size_t p = 0; p < store.size(); ++p)
-      values[c.rank()].insert(values[c.rank()].end(),
-                              store.value(p).data<float>(),
-                              store.value(p).data<float>() +
-                                  store.value(p).numElements());
+      values[c.rank()].insert(
+          values[c.rank()].end(), store.value(p).data<float>(),
+          store.value(p).data<float>() + store.value(p).numElements());
   });
   for (auto &error : errors)
     if (error)

@@ -256,7 +256,8 @@ __global__ void __launch_bounds__(kHistogramThreads)
       atomicAdd(&mine[exponent], mantissa * mantissa);
     }
     __syncthreads();
-    for (int b = threadIdx.x; b < kSquareHistogramBins; b += kHistogramThreads) {
+    for (int b = threadIdx.x; b < kSquareHistogramBins;
+         b += kHistogramThreads) {
       // The warps' bins of one tile: at most 2^16 squares in all.
       unsigned long long sum = 0;
       for (int w = 0; w < kHistogramWarps; ++w)
