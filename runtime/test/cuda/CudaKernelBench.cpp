@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 
 using namespace mtrt;
@@ -160,6 +161,35 @@ TEST_F(CudaKernelBench, DISABLED_Optimizer) {
     cuda::sumOfSquares(stream, n, grad.as<float>(), 1.0f, norm.as<double>(),
                        scratch.data());
   });
+  // The distributed optimizer's exact norm, with every gradient in one
+  // exponent's bin (the most contended case).
+  MTRT_CUDA_CHECK(cudaMemset(grad.data(), 0x3c, grad.size()),
+                  "filling the gradients");
+  cuda::DeviceBuffer histogram =
+      buffer(2 * sizeof(uint64_t) * cuda::kSquareHistogramBins);
+  time("square_histogram gpt-1.3b [1315819520] f32, one exponent", 4.0 * n,
+       [&] {
+         cuda::squareHistogram(stream, n, grad.as<float>(), 1.0f,
+                               histogram.as<uint64_t>());
+       });
+  // Gradient-like values: normal, spread over about 8 exponents.
+  std::vector<float> values(size_t(1) << 24);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (float &v : values)
+    v = normal(rng);
+  for (int64_t at = 0; at < n; at += int64_t(values.size()))
+    MTRT_CUDA_CHECK(
+        cudaMemcpy(grad.as<float>() + at, values.data(),
+                   sizeof(float) *
+                       std::min<int64_t>(int64_t(values.size()), n - at),
+                   cudaMemcpyHostToDevice),
+        "uploading gradient-like values");
+  time("square_histogram gpt-1.3b [1315819520] f32, normal values", 4.0 * n,
+       [&] {
+         cuda::squareHistogram(stream, n, grad.as<float>(), 1.0f,
+                               histogram.as<uint64_t>());
+       });
   cuda::AdamWScalars s;
   s.decay = 0.99999f;
   s.beta1 = 0.9f;

@@ -4,16 +4,20 @@
 #include "BundleTestBuilder.h"
 #include "CudaTestSupport.h"
 
+#include "cuda/CudaCheck.h"
 #include "cuda/Executor.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/kernels/Kernels.h"
 #include "host/Executor.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
+#include "train/ExactSquareSum.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 
 using namespace mtrt;
 using namespace mtrt::test;
@@ -1331,6 +1335,61 @@ TEST_F(CudaExecutorTest, RejectsAStoreOfAnotherBundle) {
               MTRT_STATUS_INVALID_ARGUMENT, {"another bundle"});
   expectError([&] { cuda::Executor(a, "no_such_step", store); },
               MTRT_STATUS_NOT_FOUND, {"no function 'no_such_step'"});
+}
+
+// The distributed optimizer's norm on the device (squareHistogram): the
+// squared mantissas of float(x * scale) by exponent, turned into the exact
+// sum on the host, equal the host's exact sum of the same products, bit
+// for bit, over many tiles, wide exponents and subnormals; an inf makes it
+// nan.
+TEST_F(CudaTest, SquareHistogramGivesTheHostsExactSum) {
+  int64_t n = (int64_t(1) << 16) * 37 + 12345;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-60, 30);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float &v : x)
+    v = std::ldexp(mantissa(rng), exponent(rng));
+  x[7] = std::numeric_limits<float>::denorm_min();
+  x[8] = 0.0f;
+  float scale = 0.125f * 3.0f;
+  std::vector<float> scaled(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    scaled[i] = x[i] * scale;
+  train::ExactSquareSum host(false);
+  host.addSquares(scaled.data(), n);
+
+  cudaStream_t stream = context->stream();
+  cuda::DeviceBuffer device(sizeof(float) * x.size(), "x");
+  size_t bins = 2 * sizeof(uint64_t) * cuda::kSquareHistogramBins;
+  cuda::DeviceBuffer histogram(bins, "the histogram");
+  auto deviceSum = [&]() {
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(device.data(), x.data(), device.size(),
+                                    cudaMemcpyHostToDevice, stream),
+                    "uploading x");
+    MTRT_CUDA_CHECK(cudaMemsetAsync(histogram.data(), 0, bins, stream),
+                    "zeroing the histogram");
+    // In two calls, as the optimizer adds piece by piece.
+    MTRT_CUDA_CHECK_LAUNCH(cuda::squareHistogram(stream, n / 3,
+                                                 device.as<float>(), scale,
+                                                 histogram.as<uint64_t>()),
+                           "squareHistogram");
+    MTRT_CUDA_CHECK_LAUNCH(
+        cuda::squareHistogram(stream, n - n / 3, device.as<float>() + n / 3,
+                              scale, histogram.as<uint64_t>()),
+        "squareHistogram");
+    std::vector<uint64_t> words(bins / sizeof(uint64_t));
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(words.data(), histogram.data(), bins,
+                                    cudaMemcpyDeviceToHost, stream),
+                    "downloading the histogram");
+    context->synchronize("the histogram");
+    train::ExactSquareSum sum(false);
+    sum.addFloatHistogram(words.data());
+    return sum.value();
+  };
+  EXPECT_EQ(deviceSum(), host.value());
+  x[n - 1] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(deviceSum()));
 }
 
 } // namespace

@@ -226,12 +226,18 @@ __device__ void atomicAdd128(unsigned long long *at, unsigned long long value) {
 /// Each block takes tiles of kHistogramTile elements; each warp adds the
 /// squared mantissas of float(x * scale) into its own shared bins (by
 /// biased exponent; bin 255 counts non-finite elements), and the block
-/// adds its bins to the global 128-bit ones after each tile. Integer sums:
-/// the result does not depend on the order.
+/// adds its bins to the global 128-bit ones after each tile. A warp round
+/// whose lanes all fall in one bin adds its squares first (a butterfly)
+/// and makes one atomic: 32 lanes' atomics to one shared word would
+/// serialize.
+/// Integer sums: the result does not depend on the order.
 __global__ void __launch_bounds__(kHistogramThreads)
     squareHistogramKernel(int64_t n, const float *__restrict__ x, float scale,
                           unsigned long long *histogram) {
   __shared__ unsigned long long bins[kHistogramWarps][kSquareHistogramBins];
+  constexpr unsigned kAll = 0xffffffffu;
+  constexpr uint32_t kNone = 256; // a lane with nothing to add
+  int lane = threadIdx.x % 32;
   unsigned long long *mine = bins[threadIdx.x / 32];
   for (int64_t tile = blockIdx.x; tile * kHistogramTile < n;
        tile += gridDim.x) {
@@ -241,29 +247,46 @@ __global__ void __launch_bounds__(kHistogramThreads)
     __syncthreads();
     int64_t begin = tile * kHistogramTile;
     int64_t end = min(n, begin + kHistogramTile);
-    for (int64_t i = begin + threadIdx.x; i < end; i += kHistogramThreads) {
-      uint32_t bits = __float_as_uint(x[i] * scale);
-      uint32_t exponent = (bits >> 23) & 0xff;
-      unsigned long long mantissa = bits & 0x7fffff;
-      if (exponent == 0xff) {
-        atomicAdd(&mine[255], 1ull);
-        continue;
+    // Every lane takes part in every round (the shuffles need the whole
+    // warp); lanes past the end add nothing.
+    for (int64_t base = begin + (threadIdx.x - lane); base < end;
+         base += kHistogramThreads) {
+      int64_t i = base + lane;
+      uint32_t bin = kNone;
+      unsigned long long square = 0;
+      if (i < end) {
+        uint32_t bits = __float_as_uint(x[i] * scale);
+        uint32_t exponent = (bits >> 23) & 0xff;
+        unsigned long long mantissa = bits & 0x7fffff;
+        if (exponent == 0xff) {
+          bin = 255;
+          square = 1;
+        } else if (exponent != 0 || mantissa != 0) {
+          if (exponent != 0)
+            mantissa |= 1ull << 23;
+          bin = exponent;
+          square = mantissa * mantissa;
+        }
       }
-      if (exponent == 0 && mantissa == 0)
-        continue;
-      if (exponent != 0)
-        mantissa |= 1ull << 23;
-      atomicAdd(&mine[exponent], mantissa * mantissa);
+      // A whole warp in one bin: a butterfly, then one atomic; else each
+      // lane adds its own (lanes of one bin serialize on it).
+      if (__all_sync(kAll, bin == __shfl_sync(kAll, bin, 0))) {
+        for (int offset = 16; offset > 0; offset /= 2)
+          square += __shfl_xor_sync(kAll, square, offset);
+        if (lane == 0 && bin != kNone)
+          atomicAdd(&mine[bin], square);
+      } else if (bin != kNone) {
+        atomicAdd(&mine[bin], square);
+      }
     }
     __syncthreads();
-    for (int b = threadIdx.x; b < kSquareHistogramBins;
-         b += kHistogramThreads) {
+    for (int b = threadIdx.x; b < kSquareHistogramBins; b += kHistogramThreads) {
       // The warps' bins of one tile: at most 2^16 squares in all.
-      unsigned long long sum = 0;
+      unsigned long long total = 0;
       for (int w = 0; w < kHistogramWarps; ++w)
-        sum += bins[w][b];
-      if (sum != 0)
-        atomicAdd128(histogram + 2 * b, sum);
+        total += bins[w][b];
+      if (total != 0)
+        atomicAdd128(histogram + 2 * b, total);
     }
     __syncthreads();
   }
