@@ -52,7 +52,8 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
             bundle, bucket.gatherFunction, parameters, &rank));
         bucketGathers_.back()->setDeferredCollectiveJoin(true);
       }
-    gatherPending_.assign(bucketGathers_.size(), false);
+    if (layout_.bucketShards())
+      deferred_ = train::DeferredGathers(layout_);
     gatherOutputs_.assign(bucketGathers_.size(), nullptr);
     // The rank's shard of the updated values, packed for the gathers (the
     // padding stays zero), and with per-bucket shards of the summed
@@ -226,7 +227,7 @@ void DataParallelBuffer::gatherParameters(bool deferred) {
           /*wait=*/false);
       gatherOutputs_[b] = output;
     }
-    gatherPending_.assign(bucketGathers_.size(), true);
+    deferred_.deferAll();
     if (!(deferred && layout_.overlapParamGather))
       finishParameterGather();
     return;
@@ -245,36 +246,22 @@ void DataParallelBuffer::gatherBucket(size_t b) {
   for (size_t i = 0; i < layout_.parameters.size(); ++i)
     if (layout_.offsets[i] >= bucket.offset && layout_.offsets[i] < end)
       parameters_.refreshBf16Copy(static_cast<size_t>(layout_.parameters[i]));
-  gatherPending_[b] = false;
 }
 
 void DataParallelBuffer::beforeInstruction(const std::string &function,
                                            size_t position) {
-  for (size_t b = 0; b < gatherPending_.size(); ++b) {
-    const GradientBucket &bucket = layout_.buckets[b];
-    if (gatherPending_[b] && bucket.gatherBeforeFunction == function &&
-        bucket.gatherBefore == static_cast<int64_t>(position))
-      gatherBucket(b);
-  }
+  for (size_t b : deferred_.takeBeforeInstruction(function, position))
+    gatherBucket(b);
 }
 
 void DataParallelBuffer::beforeFunction(const Function &function) {
-  if (!parameterGatherPending())
-    return;
-  for (size_t b : train::bucketsReadBy(layout_, function))
-    if (gatherPending_[b])
-      gatherBucket(b);
+  for (size_t b : deferred_.takeReadBy(function))
+    gatherBucket(b);
 }
 
 void DataParallelBuffer::finishParameterGather() {
-  for (size_t b = 0; b < gatherPending_.size(); ++b)
-    if (gatherPending_[b])
-      gatherBucket(b);
-}
-
-bool DataParallelBuffer::parameterGatherPending() const {
-  return std::find(gatherPending_.begin(), gatherPending_.end(), true) !=
-         gatherPending_.end();
+  for (size_t b : deferred_.takeAll())
+    gatherBucket(b);
 }
 
 DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,

@@ -95,7 +95,7 @@ public:
   void beforeInstruction(const std::string &function, size_t position);
   void beforeFunction(const Function &function);
   void finishParameterGather();
-  bool parameterGatherPending() const;
+  bool parameterGatherPending() const { return deferred_.any(); }
 
 private:
   /// Copies the store's gradients (or values) that lie in [begin, end) of
@@ -127,7 +127,7 @@ private:
   /// Per-bucket shards: one gather executor per bucket, and which gathers
   /// are deferred.
   std::vector<std::unique_ptr<Executor>> bucketGathers_;
-  std::vector<bool> gatherPending_;
+  train::DeferredGathers deferred_;
   /// Each gather's result, in its executor's arena until its next run.
   std::vector<const void *> gatherOutputs_;
   train::BufferShard shard_;

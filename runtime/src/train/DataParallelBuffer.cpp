@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <utility>
 
 namespace mtrt::train {
@@ -56,25 +57,67 @@ BufferShard bufferShard(const Bundle &bundle,
 
 std::vector<size_t> bucketsReadBy(const GradientBuffer &layout,
                                   const Function &function) {
+  // Each parameter's bucket, then the buckets of the parameters read.
+  std::map<int64_t, size_t> bucketOf;
+  for (size_t i = 0; i < layout.parameters.size(); ++i)
+    for (size_t b = 0; b < layout.buckets.size(); ++b)
+      if (layout.offsets[i] >= layout.buckets[b].offset &&
+          layout.offsets[i] < layout.buckets[b].offset + layout.buckets[b].size)
+        bucketOf[layout.parameters[i]] = b;
   std::vector<bool> read(layout.buckets.size(), false);
-  for (const Instruction &inst : function.instructions) {
-    if (inst.op != Op::GetParameter)
-      continue;
-    for (size_t i = 0; i < layout.parameters.size(); ++i) {
-      if (layout.parameters[i] != inst.attrs.parameter)
-        continue;
-      for (size_t b = 0; b < layout.buckets.size(); ++b)
-        if (layout.offsets[i] >= layout.buckets[b].offset &&
-            layout.offsets[i] <
-                layout.buckets[b].offset + layout.buckets[b].size)
-          read[b] = true;
+  for (const Instruction &inst : function.instructions)
+    if (inst.op == Op::GetParameter) {
+      auto it = bucketOf.find(inst.attrs.parameter);
+      if (it != bucketOf.end())
+        read[it->second] = true;
     }
-  }
   std::vector<size_t> buckets;
   for (size_t b = 0; b < read.size(); ++b)
     if (read[b])
       buckets.push_back(b);
   return buckets;
+}
+
+bool DeferredGathers::any() const {
+  return std::find(pending_.begin(), pending_.end(), true) != pending_.end();
+}
+
+std::vector<size_t> DeferredGathers::take(const std::vector<bool> &due) {
+  std::vector<size_t> taken;
+  for (size_t b = 0; b < pending_.size(); ++b)
+    if (pending_[b] && due[b]) {
+      pending_[b] = false;
+      taken.push_back(b);
+    }
+  return taken;
+}
+
+std::vector<size_t>
+DeferredGathers::takeBeforeInstruction(const std::string &function,
+                                       size_t position) {
+  std::vector<bool> due(pending_.size(), false);
+  for (size_t b = 0; b < due.size(); ++b) {
+    const GradientBucket &bucket = layout_->buckets[b];
+    due[b] = bucket.gatherBeforeFunction == function &&
+             bucket.gatherBefore == static_cast<int64_t>(position);
+  }
+  return take(due);
+}
+
+std::vector<size_t> DeferredGathers::takeReadBy(const Function &function) {
+  if (!any())
+    return {};
+  auto [it, added] = readBy_.try_emplace(&function);
+  if (added) {
+    it->second.assign(pending_.size(), false);
+    for (size_t b : bucketsReadBy(*layout_, function))
+      it->second[b] = true;
+  }
+  return take(it->second);
+}
+
+std::vector<size_t> DeferredGathers::takeAll() {
+  return take(std::vector<bool>(pending_.size(), true));
 }
 
 DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
@@ -104,7 +147,8 @@ DataParallelBuffer::DataParallelBuffer(const Bundle &bundle,
     for (const GradientBucket &bucket : layout_.buckets)
       bucketGathers_.push_back(std::make_unique<host::Executor>(
           bundle, bucket.gatherFunction, parameters, pool, &rank));
-  gatherPending_.assign(bucketGathers_.size(), false);
+  if (layout_.bucketShards())
+    deferred_ = DeferredGathers(layout_);
   reduced_ = host::Tensor(dtype, {shard_.size});
   packedValues_ = host::Tensor(dtype, {shard_.size});
 }
@@ -269,7 +313,7 @@ void DataParallelBuffer::gatherParameters(bool deferred) {
                   packedValues_.data<float>() + segment.shardOffset);
   }
   if (layout_.bucketShards()) {
-    gatherPending_.assign(bucketGathers_.size(), true);
+    deferred_.deferAll();
     if (!(deferred && layout_.overlapParamGather))
       finishParameterGather();
     return;
@@ -297,36 +341,22 @@ void DataParallelBuffer::gatherBucket(size_t b) {
     unpackValues<double>(out[0].data<double>(), bucket.offset, end);
   else
     unpackValues<float>(out[0].data<float>(), bucket.offset, end);
-  gatherPending_[b] = false;
 }
 
 void DataParallelBuffer::beforeInstruction(const std::string &function,
                                            size_t position) {
-  for (size_t b = 0; b < gatherPending_.size(); ++b) {
-    const GradientBucket &bucket = layout_.buckets[b];
-    if (gatherPending_[b] && bucket.gatherBeforeFunction == function &&
-        bucket.gatherBefore == static_cast<int64_t>(position))
-      gatherBucket(b);
-  }
+  for (size_t b : deferred_.takeBeforeInstruction(function, position))
+    gatherBucket(b);
 }
 
 void DataParallelBuffer::beforeFunction(const Function &function) {
-  if (!parameterGatherPending())
-    return;
-  for (size_t b : bucketsReadBy(layout_, function))
-    if (gatherPending_[b])
-      gatherBucket(b);
+  for (size_t b : deferred_.takeReadBy(function))
+    gatherBucket(b);
 }
 
 void DataParallelBuffer::finishParameterGather() {
-  for (size_t b = 0; b < gatherPending_.size(); ++b)
-    if (gatherPending_[b])
-      gatherBucket(b);
-}
-
-bool DataParallelBuffer::parameterGatherPending() const {
-  return std::find(gatherPending_.begin(), gatherPending_.end(), true) !=
-         gatherPending_.end();
+  for (size_t b : deferred_.takeAll())
+    gatherBucket(b);
 }
 
 } // namespace mtrt::train

@@ -7,6 +7,7 @@
 #include "host/HostTensor.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,36 @@ BufferShard bufferShard(const Bundle &bundle,
 /// gathers those before its first micro-batch (--overlap-param-gather).
 std::vector<size_t> bucketsReadBy(const GradientBuffer &layout,
                                   const Function &function);
+
+/// --overlap-param-gather's bookkeeping, shared by the host's and the cuda
+/// backend's buffers: which buckets' parameter gathers the last optimizer
+/// step deferred, and which of them are due where. Each take* returns the
+/// pending buckets due there, in bucket order, and clears them.
+class DeferredGathers {
+public:
+  /// Empty for a buffer without per-bucket shards.
+  DeferredGathers() = default;
+  explicit DeferredGathers(const GradientBuffer &layout) : layout_(&layout) {
+    pending_.assign(layout.buckets.size(), false);
+  }
+  /// Every bucket's gather is deferred.
+  void deferAll() { pending_.assign(pending_.size(), true); }
+  bool any() const;
+  /// Due before instruction `position` of `function` (gatherBefore).
+  std::vector<size_t> takeBeforeInstruction(const std::string &function,
+                                            size_t position);
+  /// Read by `function` (a pipeline stage's forward function).
+  std::vector<size_t> takeReadBy(const Function &function);
+  std::vector<size_t> takeAll();
+
+private:
+  std::vector<size_t> take(const std::vector<bool> &due);
+
+  const GradientBuffer *layout_ = nullptr;
+  std::vector<bool> pending_;
+  /// bucketsReadBy of each function asked about, as a mask.
+  std::map<const Function *, std::vector<bool>> readBy_;
+};
 
 /// The bundle's gradient_buffer (docs/BundleFormat.md) on one rank, as
 /// Megatron-LM's DistributedDataParallel keeps it: the parameters' (shards')
@@ -143,7 +174,7 @@ public:
   /// reads the parameters: the rest of the step, evaluation, checkpoints).
   void finishParameterGather();
   /// Whether a deferred gather is pending.
-  bool parameterGatherPending() const;
+  bool parameterGatherPending() const { return deferred_.any(); }
 
 private:
   template <typename T>
@@ -165,10 +196,10 @@ private:
   /// One executor per bucket, and which have run this iteration.
   std::vector<std::unique_ptr<host::Executor>> buckets_;
   std::vector<bool> bucketDone_;
-  /// Per-bucket shards: one gather executor per bucket, and which gathers
+  /// Per-bucket shards: one gather executor per bucket, and the gathers
   /// the last optimizer step deferred.
   std::vector<std::unique_ptr<host::Executor>> bucketGathers_;
-  std::vector<bool> gatherPending_;
+  DeferredGathers deferred_;
   /// Buckets started by afterInstruction this iteration, and in the last.
   int64_t startedInStep_ = 0, lastStartedInStep_ = 0;
   BufferShard shard_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace mtrt::train {
 
@@ -51,43 +52,40 @@ void ExactSquareSum::normalize() const {
   pendingAdds_ = 0;
 }
 
-void ExactSquareSum::addSquares(const float *x, int64_t n) {
+/// Adds the squares of IEEE values whose bits are `Bits`: a value is
+/// m * 2^(e - bias - mantissa bits) with m holding the implicit bit (e > 0),
+/// or m * 2^(1 - bias - mantissa bits) when subnormal, so its square in
+/// units of the smallest square is m^2 * 2^(2e - 2) (e > 0) or m^2.
+template <typename T> void ExactSquareSum::addSquaresOf(const T *x, int64_t n) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr int kMantissaBits = std::numeric_limits<T>::digits - 1;
+  constexpr Bits kMantissaMask = (Bits(1) << kMantissaBits) - 1;
+  constexpr Bits kExponentMask =
+      (Bits(1) << (8 * sizeof(T) - 1 - kMantissaBits)) - 1;
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
+    Bits bits;
     std::memcpy(&bits, &x[i], sizeof(bits));
-    uint32_t exponent = (bits >> 23) & 0xff;
-    uint64_t mantissa = bits & 0x7fffff;
-    if (exponent == 0xff) { // inf or nan: the norm is not finite
+    uint64_t exponent = (bits >> kMantissaBits) & kExponentMask;
+    uint64_t mantissa = bits & kMantissaMask;
+    if (exponent == kExponentMask) { // inf or nan: the norm is not finite
       nonFinite_ = true;
       continue;
     }
     if (mantissa == 0 && exponent == 0)
       continue;
     if (exponent != 0)
-      mantissa |= uint64_t(1) << 23;
-    addShifted(static_cast<unsigned __int128>(mantissa * mantissa),
+      mantissa |= uint64_t(1) << kMantissaBits;
+    addShifted(static_cast<unsigned __int128>(mantissa) * mantissa,
                exponent == 0 ? 0 : 2 * int64_t(exponent) - 2);
   }
 }
 
+void ExactSquareSum::addSquares(const float *x, int64_t n) {
+  addSquaresOf(x, n);
+}
+
 void ExactSquareSum::addSquares(const double *x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t bits;
-    std::memcpy(&bits, &x[i], sizeof(bits));
-    uint64_t exponent = (bits >> 52) & 0x7ff;
-    uint64_t mantissa = bits & ((uint64_t(1) << 52) - 1);
-    if (exponent == 0x7ff) {
-      nonFinite_ = true;
-      continue;
-    }
-    if (mantissa == 0 && exponent == 0)
-      continue;
-    if (exponent != 0)
-      mantissa |= uint64_t(1) << 52;
-    unsigned __int128 square =
-        static_cast<unsigned __int128>(mantissa) * mantissa;
-    addShifted(square, exponent == 0 ? 0 : 2 * int64_t(exponent) - 2);
-  }
+  addSquaresOf(x, n);
 }
 
 void ExactSquareSum::addFloatHistogram(const uint64_t *lowHigh) {
@@ -100,10 +98,6 @@ void ExactSquareSum::addFloatHistogram(const uint64_t *lowHigh) {
     if (value != 0)
       addShifted(value, e == 0 ? 0 : 2 * e - 2);
   }
-}
-
-void ExactSquareSum::add(const ExactSquareSum &other) {
-  addLimbs(other.limbs());
 }
 
 std::vector<double> ExactSquareSum::limbs() const {

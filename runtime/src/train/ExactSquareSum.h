@@ -45,8 +45,6 @@ public:
   /// 128-bit sum of the squared mantissas (with the implicit bit) of the
   /// elements with that exponent; at 255, the count of inf and nan.
   void addFloatHistogram(const uint64_t *lowHigh);
-  /// Adds another accumulator of the same type.
-  void add(const ExactSquareSum &other);
 
   /// The normalized limbs, least significant first, as doubles, and last
   /// 1 if an element was inf or nan (else 0).
@@ -59,6 +57,7 @@ public:
   bool isDouble() const { return f64_; }
 
 private:
+  template <typename T> void addSquaresOf(const T *x, int64_t n);
   /// Adds `value` * 2^shift (in units of the smallest square).
   void addShifted(unsigned __int128 value, int64_t shift);
   /// Propagates carries so that every word is below 2^32.
