@@ -328,6 +328,12 @@ int main(int argc, char **argv) {
               mtrt::cuda::hopperAttentionForward(nullptr, p, io, outCopy, lse,
                                                  maskWords);
             });
+            if (maskWords)
+              std::printf("  of which the dropout mask kernel: %.3f ms\n",
+                          medianMs(repeats, [&] {
+                            mtrt::cuda::flashAttentionDropoutMask(nullptr, p,
+                                                                  maskWords);
+                          }));
             // The Hopper backward from the Hopper forward's copy, logsumexp
             // and keep bits, against the own backward's dq, dk, dv from the
             // same (2e-2 of the largest: both round P and dS to bf16 at the

@@ -45,16 +45,25 @@ std::string megatron::fusedKernelPrelude() {
       "  return 1.0f / (1.0f + expf(-x));\n"
       "}\n"
       // Storage in fp32 or bf16, chosen per operand and result at launch:
-      // bf16 widens exactly and rounds to nearest even (the runtime's
-      // __float2bfloat16_rn; NaN stays NaN).
+      // bf16 widens exactly and rounds to nearest even in one instruction
+      // (cvt.rn.bf16.f32, as the runtime's __float2bfloat16_rn; NaN stays
+      // NaN), two values at a time where they are stored side by side.
+      // (Integer arithmetic rounding took 7 instructions a value, which
+      // made the kernels with dropout instruction-bound: bench/NOTES.md.)
       "__device__ __forceinline__ float mt_widen(unsigned h) {\n"
       "  return __uint_as_float(h << 16);\n"
       "}\n"
       "__device__ __forceinline__ unsigned mt_round(float f) {\n"
-      "  unsigned u = __float_as_uint(f);\n"
-      "  if ((u & 0x7fffffffu) > 0x7f800000u)\n"
-      "    return (u >> 16) | 0x40u;\n"
-      "  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+      "  unsigned short h;\n"
+      "  asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
+      "  return h;\n"
+      "}\n"
+      // Low and high bf16 halves of one word.
+      "__device__ __forceinline__ unsigned mt_round2(float lo, float hi) {\n"
+      "  unsigned w;\n"
+      "  asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(w) : \"f\"(hi), "
+      "\"f\"(lo));\n"
+      "  return w;\n"
       "}\n"
       // An inner value typed bf16 rounds where the unfused op stores it.
       "__device__ __forceinline__ float mt_bf16(float f) {\n"
@@ -85,8 +94,8 @@ std::string megatron::fusedKernelPrelude() {
       "__device__ __forceinline__ void mt_store4(void *p, bool bf16, long long "
       "v, float4 x) {\n"
       "  if (bf16)\n"
-      "    ((uint2 *)p)[v] = make_uint2(mt_round(x.x) | (mt_round(x.y) << 16),\n"
-      "                                 mt_round(x.z) | (mt_round(x.w) << 16));\n"
+      "    ((uint2 *)p)[v] = make_uint2(mt_round2(x.x, x.y), "
+      "mt_round2(x.z, x.w));\n"
       "  else\n"
       "    ((float4 *)p)[v] = x;\n"
       "}\n"
@@ -107,11 +116,10 @@ std::string megatron::fusedKernelPrelude() {
       "__device__ __forceinline__ void mt_store8(void *p, bool bf16, long long "
       "o, float4 lo, float4 hi) {\n"
       "  if (bf16) {\n"
-      "    ((uint4 *)p)[o] = make_uint4(\n"
-      "        mt_round(lo.x) | (mt_round(lo.y) << 16),\n"
-      "        mt_round(lo.z) | (mt_round(lo.w) << 16),\n"
-      "        mt_round(hi.x) | (mt_round(hi.y) << 16),\n"
-      "        mt_round(hi.z) | (mt_round(hi.w) << 16));\n"
+      "    ((uint4 *)p)[o] = make_uint4(mt_round2(lo.x, lo.y), "
+      "mt_round2(lo.z, lo.w),\n"
+      "                                 mt_round2(hi.x, hi.y), "
+      "mt_round2(hi.z, hi.w));\n"
       "    return;\n"
       "  }\n"
       "  ((float4 *)p)[2 * o] = lo;\n"

@@ -102,9 +102,13 @@ MTRT_HOST_DEVICE inline uint64_t streamKey(uint64_t seed, uint64_t stream) {
   return mix64(mix64(seed ^ 0x6A09E667F3BCC909ull) ^ stream);
 }
 
+/// What bitsFromKey's counter advances by from one index to the next
+/// (splitmix64's increment, the golden ratio's 64 bits).
+constexpr uint64_t kCounterStep = 0x9E3779B97F4A7C15ull;
+
 /// 64 random bits for element `index` of a stream whose key is `key`.
 MTRT_HOST_DEVICE inline uint64_t bitsFromKey(uint64_t key, uint64_t index) {
-  return mix64(key + (index + 1) * 0x9E3779B97F4A7C15ull);
+  return mix64(key + (index + 1) * kCounterStep);
 }
 
 /// 64 random bits for (seed, stream, index).
@@ -249,6 +253,58 @@ MTRT_HOST_DEVICE inline bool dropoutKeep(uint64_t key, uint64_t position,
                                          uint32_t threshold16) {
   return dropoutLaneKeep(bitsFromKey(key, position >> 2),
                          static_cast<unsigned>(position & 3), threshold16);
+}
+
+/// The four lanes of dropout draws compared at once (SIMD within a 32-bit
+/// register), for kernels that draw whole words of keep bits: lane f of a
+/// half-word is kept iff f >= threshold16, i.e. iff f + (65536 -
+/// threshold16) carries out of bit 15. The low 15 bits of each half-word
+/// and of that addend sum without crossing into the other half-word; the
+/// carry out of bit 15 is the majority of the two bit-15s and that sum's
+/// bit 15, and with the addend's bit 15 fixed the majority is an OR (addend
+/// >= 32768) or an AND. Equal to dropoutLaneKeep for every threshold16 in
+/// [0, 65536].
+struct DropoutLanes {
+  uint32_t addend15;  // (65536 - threshold16) & 0x7FFF in both half-words
+  bool orCarry;       // 65536 - threshold16 >= 32768
+  uint32_t all;       // 0x80008000 when everything is kept (threshold16 0)
+  uint32_t none;      // 0 when nothing is (threshold16 >= 65536), else ~0
+};
+
+MTRT_HOST_DEVICE inline DropoutLanes dropoutLanes(uint32_t threshold16) {
+  DropoutLanes lanes{};
+  uint32_t addend = threshold16 >= 65536 ? 0 : 65536 - threshold16;
+  lanes.addend15 = (addend & 0x7FFFu) * 0x00010001u;
+  lanes.orCarry = addend >= 32768;
+  lanes.all = threshold16 == 0 ? 0x80008000u : 0u;
+  lanes.none = threshold16 >= 65536 ? 0u : ~0u;
+  return lanes;
+}
+
+/// The keep bits of a 32-bit word's two lanes: bit 15 for the low
+/// half-word, bit 31 for the high one (the other bits zero).
+MTRT_HOST_DEVICE inline uint32_t dropoutKeepPair(uint32_t word,
+                                                 const DropoutLanes &lanes) {
+  uint32_t sum = (word & 0x7FFF7FFFu) + lanes.addend15;
+  uint32_t carry = lanes.orCarry ? (word | sum) : (word & sum);
+  return ((carry & 0x80008000u) | lanes.all) & lanes.none;
+}
+
+/// A draw's four keep bits spread for packing: lane 0 at bit 0, lane 1 at
+/// bit 16, lane 2 at bit 2, lane 3 at bit 18. Spread draws shifted left by
+/// 4 n (n < 4) do not overlap; dropoutGatherNibbles packs their OR into
+/// bits 4 n + lane.
+MTRT_HOST_DEVICE inline uint32_t dropoutKeepSpread(uint64_t bits,
+                                                   const DropoutLanes &lanes) {
+  uint32_t low = dropoutKeepPair(static_cast<uint32_t>(bits), lanes);
+  uint32_t high = dropoutKeepPair(static_cast<uint32_t>(bits >> 32), lanes);
+  return (low >> 15) | (high >> 13);
+}
+
+/// Bits 4 n + lane (16 in all) from the OR of up to four dropoutKeepSpread
+/// results, each shifted left by 4 n.
+MTRT_HOST_DEVICE inline uint32_t dropoutGatherNibbles(uint32_t spread) {
+  return (spread | (spread >> 15)) & 0xFFFFu;
 }
 
 /// Whether dropout keeps the tile's element i, for the op whose seed has

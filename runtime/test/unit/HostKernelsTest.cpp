@@ -272,6 +272,47 @@ TEST(HostKernels, AttentionMatchesExplicitLoops) {
     }
 }
 
+// The mask kernels' four-lane compare (random::dropoutKeepSpread, packed
+// by dropoutGatherNibbles) keeps exactly what dropoutLaneKeep keeps, at
+// every 16-bit threshold (0 and 65536 included) and for lanes at the
+// extremes and around the threshold.
+TEST(HostKernels, DropoutLaneWordsEqualTheLaneCompare) {
+  namespace random = mtrt::random;
+  std::mt19937_64 rng(7);
+  for (uint32_t threshold = 0; threshold <= 65536; ++threshold) {
+    random::DropoutLanes lanes = random::dropoutLanes(threshold);
+    auto lane = [&](int n) -> uint64_t {
+      switch (n % 8) {
+      case 0: return 0;
+      case 1: return 0xFFFF;
+      case 2: return threshold & 0xFFFF;
+      case 3: return (threshold - 1) & 0xFFFF;
+      case 4: return 0x8000;
+      case 5: return 0x7FFF;
+      default: return rng() & 0xFFFF;
+      }
+    };
+    for (int round = 0; round < 4; ++round) {
+      uint64_t draws[4];
+      uint32_t spread = 0, expected = 0;
+      for (int n = 0; n < 4; ++n) {
+        draws[n] = 0;
+        for (int l = 0; l < 4; ++l)
+          draws[n] |= lane(static_cast<int>(rng() % 8)) << (16 * l);
+        if (round == 0 && n == 0)
+          draws[n] = rng();
+        spread |= random::dropoutKeepSpread(draws[n], lanes) << (4 * n);
+        for (unsigned l = 0; l < 4; ++l)
+          expected |= uint32_t(random::dropoutLaneKeep(draws[n], l, threshold))
+                      << (4 * n + l);
+      }
+      ASSERT_EQ(random::dropoutGatherNibbles(spread), expected)
+          << "threshold " << threshold << ", draws " << std::hex << draws[0]
+          << " " << draws[1] << " " << draws[2] << " " << draws[3];
+    }
+  }
+}
+
 TEST(HostKernels, RopeRotatesHalvesByPositionAngles) {
   const int64_t batch = 2, seq = 4, heads = 3, dim = 10, rotary = 6;
   const double base = 500;
