@@ -148,6 +148,23 @@ struct GeluTanh {
   }
 };
 
+/// The tanh GeLU for results stored in bf16: 0.5 v (1 + tanh u) = v
+/// sigmoid(2 u), with the fast exponential and reciprocal (within about
+/// 2^-20 of the float formula, where bf16 keeps 2^-8), about half the
+/// instructions of tanhf, which made these kernels instruction-bound
+/// (bench/NOTES.md, session 24). fp32 results keep GeluTanh, the host's
+/// formula.
+__device__ inline float geluTanhSigmoid(float v) {
+  float u = float(kSqrt2OverPi) * (v + float(kGeluTanhCubic) * v * v * v);
+  return __frcp_rn(1.0f + __expf(-2.0f * u));
+}
+
+struct GeluTanhToBf16 {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    y[0] = x[0] * geluTanhSigmoid(x[0]);
+  }
+};
+
 struct GeluErf {
   __device__ void operator()(int64_t, const float *x, float *y) const {
     float v = x[0];
@@ -163,6 +180,18 @@ struct GeluTanhBackward { // x, dy -> dx
     float dinner = float(kSqrt2OverPi) * (1.0f + float(3 * kGeluTanhCubic) * v2);
     float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner;
     y[0] = x[1] * grad;
+  }
+};
+
+/// GeluTanhBackward for results stored in bf16, as GeluTanhToBf16: with s =
+/// sigmoid(2 u), 1 + t = 2 s and 1 - t^2 = 4 s (1 - s).
+struct GeluTanhBackwardToBf16 { // x, dy -> dx
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float v = x[0];
+    float s = geluTanhSigmoid(v);
+    float dinner =
+        float(kSqrt2OverPi) * (1.0f + float(3 * kGeluTanhCubic) * v * v);
+    y[0] = x[1] * (s + 2.0f * v * s * (1.0f - s) * dinner);
   }
 };
 
@@ -453,7 +482,9 @@ __global__ void softmaxBackwardKernel(int64_t axisSize, int64_t inner,
 
 void geluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y,
                  GeluApproximation approximation) {
-  if (approximation == GeluApproximation::Tanh)
+  if (approximation == GeluApproximation::Tanh && y.bf16)
+    launchMap(stream, n, Storage<1, 1>{{x}, {y}}, GeluTanhToBf16{});
+  else if (approximation == GeluApproximation::Tanh)
     launchMap(stream, n, Storage<1, 1>{{x}, {y}}, GeluTanh{});
   else
     launchMap(stream, n, Storage<1, 1>{{x}, {y}}, GeluErf{});
@@ -461,7 +492,10 @@ void geluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y,
 
 void geluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
                   OutElements dx, GeluApproximation approximation) {
-  if (approximation == GeluApproximation::Tanh)
+  if (approximation == GeluApproximation::Tanh && dx.bf16)
+    launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}},
+              GeluTanhBackwardToBf16{});
+  else if (approximation == GeluApproximation::Tanh)
     launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}}, GeluTanhBackward{});
   else
     launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}}, GeluErfBackward{});
