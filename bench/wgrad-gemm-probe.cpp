@@ -52,8 +52,8 @@ constexpr size_t kWorkspace = 32 << 20;
 /// (bf16), C of `cType`; the bias gradient, when asked, is the sum of the
 /// rows of the operand `biasOfB` names (B: [n], else A: [m]). Returns the
 /// best milliseconds over the heuristic's proposals and its index.
-double best(cublasLtHandle_t handle, cudaStream_t stream, int64_t m,
-            int64_t n, int64_t k, const void *a, const void *b, void *c,
+double best(cublasLtHandle_t handle, cudaStream_t stream, int64_t m, int64_t n,
+            int64_t k, const void *a, const void *b, void *c,
             cudaDataType_t cType, bool biasGrad, bool biasOfB, void *bias,
             void *workspace, int &index, int &proposals) {
   // Column-major view: C' [n, m] = B' [n, k] (B row-major [k, n]) times
@@ -71,11 +71,10 @@ double best(cublasLtHandle_t handle, cudaStream_t stream, int64_t m,
         biasOfB ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
     LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                       &epilogue, sizeof(epilogue)));
-    LT(cublasLtMatmulDescSetAttribute(
-        desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                      &bias, sizeof(bias)));
     cudaDataType_t biasType = cType;
-    LT(cublasLtMatmulDescSetAttribute(desc,
-                                      CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                       &biasType, sizeof(biasType)));
   }
   cublasLtMatrixLayout_t la, lb, lc;
@@ -100,8 +99,8 @@ double best(cublasLtHandle_t handle, cudaStream_t stream, int64_t m,
   index = -1;
   for (int i = 0; i < proposals; ++i) {
     auto run = [&] {
-      return cublasLtMatmul(handle, desc, &alpha, b, la, a, lb, &beta, c, lc,
-                            c, lc, &results[i].algo, workspace, kWorkspace,
+      return cublasLtMatmul(handle, desc, &alpha, b, la, a, lb, &beta, c, lc, c,
+                            lc, &results[i].algo, workspace, kWorkspace,
                             stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS)
@@ -137,11 +136,11 @@ int main() {
   // gpt2-350m (32 x 1024 tokens), gpt-1.3b (8 x 2048), llama-1.5b (4 x
   // 2048: qkv with 8 of 32 heads for keys and values, gate and up as one).
   const Shape shapes[] = {
-      {"350m-qkv", 32768, 1024, 3072},  {"350m-proj", 32768, 1024, 1024},
-      {"350m-fc1", 32768, 1024, 4096},  {"350m-fc2", 32768, 4096, 1024},
-      {"1.3b-qkv", 16384, 2048, 6144},  {"1.3b-proj", 16384, 2048, 2048},
-      {"1.3b-fc1", 16384, 2048, 8192},  {"1.3b-fc2", 16384, 8192, 2048},
-      {"llama-qkv", 8192, 2048, 3072},  {"llama-o", 8192, 2048, 2048},
+      {"350m-qkv", 32768, 1024, 3072},     {"350m-proj", 32768, 1024, 1024},
+      {"350m-fc1", 32768, 1024, 4096},     {"350m-fc2", 32768, 4096, 1024},
+      {"1.3b-qkv", 16384, 2048, 6144},     {"1.3b-proj", 16384, 2048, 2048},
+      {"1.3b-fc1", 16384, 2048, 8192},     {"1.3b-fc2", 16384, 8192, 2048},
+      {"llama-qkv", 8192, 2048, 3072},     {"llama-o", 8192, 2048, 2048},
       {"llama-gateup", 8192, 2048, 16384}, {"llama-down", 8192, 8192, 2048},
   };
   cublasLtHandle_t handle;
@@ -177,10 +176,10 @@ int main() {
                         torch ? "torch" : "ours", fp32 ? "fp32" : "bf16",
                         bg ? "yes" : "no", "-", "-", proposals);
           else
-            std::printf("%-13s %-6s %-5s %-5s %9.4f %8.1f %d of %d\n",
-                        s.name, torch ? "torch" : "ours",
-                        fp32 ? "fp32" : "bf16", bg ? "yes" : "no", ms,
-                        flops / ms / 1e9, index + 1, proposals);
+            std::printf("%-13s %-6s %-5s %-5s %9.4f %8.1f %d of %d\n", s.name,
+                        torch ? "torch" : "ours", fp32 ? "fp32" : "bf16",
+                        bg ? "yes" : "no", ms, flops / ms / 1e9, index + 1,
+                        proposals);
           std::fflush(stdout);
         }
   }

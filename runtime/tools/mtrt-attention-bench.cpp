@@ -22,7 +22,9 @@
 // difference over the largest magnitude: within 1e-2 for out, both
 // rounding P to bf16 at different tiles, and 1e-5 for the logsumexp), the
 // backward's dq, dk, dv from the same forward state (within 2e-2); a miss
-// is printed as MISMATCH and makes the exit status 1.
+// is printed as MISMATCH and makes the exit status 1. With dropout, the
+// Hopper lines are preceded by the time of the dropout mask kernel alone
+// ("of which the dropout mask kernel"), which the forward includes.
 //
 //   mtrt-attention-bench [repeats] [shapes] [ios] [dropouts]
 //

@@ -48,8 +48,9 @@ std::string megatron::fusedKernelPrelude() {
       // bf16 widens exactly and rounds to nearest even in one instruction
       // (cvt.rn.bf16.f32, as the runtime's __float2bfloat16_rn; NaN stays
       // NaN), two values at a time where they are stored side by side.
-      // (Integer arithmetic rounding took 7 instructions a value, which
-      // made the kernels with dropout instruction-bound: bench/NOTES.md.)
+      // (Rounding in integer arithmetic took 7 instructions a value, which
+      // made the kernels with dropout instruction-bound: bench/NOTES.md,
+      // session 24.)
       "__device__ __forceinline__ float mt_widen(unsigned h) {\n"
       "  return __uint_as_float(h << 16);\n"
       "}\n"

@@ -265,10 +265,10 @@ MTRT_HOST_DEVICE inline bool dropoutKeep(uint64_t key, uint64_t position,
 /// >= 32768) or an AND. Equal to dropoutLaneKeep for every threshold16 in
 /// [0, 65536].
 struct DropoutLanes {
-  uint32_t addend15;  // (65536 - threshold16) & 0x7FFF in both half-words
-  bool orCarry;       // 65536 - threshold16 >= 32768
-  uint32_t all;       // 0x80008000 when everything is kept (threshold16 0)
-  uint32_t none;      // 0 when nothing is (threshold16 >= 65536), else ~0
+  uint32_t addend15; // (65536 - threshold16) & 0x7FFF in both half-words
+  bool orCarry;      // 65536 - threshold16 >= 32768
+  uint32_t all;      // 0x80008000 when everything is kept (threshold16 0)
+  uint32_t none;     // 0 when nothing is (threshold16 >= 65536), else ~0
 };
 
 MTRT_HOST_DEVICE inline DropoutLanes dropoutLanes(uint32_t threshold16) {

@@ -281,16 +281,12 @@ TEST(HostKernels, DropoutLaneWordsEqualTheLaneCompare) {
   std::mt19937_64 rng(7);
   for (uint32_t threshold = 0; threshold <= 65536; ++threshold) {
     random::DropoutLanes lanes = random::dropoutLanes(threshold);
+    // The extremes and the threshold's neighbours, else a random lane.
+    const uint64_t edges[] = {
+        0,      0xFFFF, threshold & 0xFFFF, (threshold - 1) & 0xFFFF,
+        0x8000, 0x7FFF};
     auto lane = [&](int n) -> uint64_t {
-      switch (n % 8) {
-      case 0: return 0;
-      case 1: return 0xFFFF;
-      case 2: return threshold & 0xFFFF;
-      case 3: return (threshold - 1) & 0xFFFF;
-      case 4: return 0x8000;
-      case 5: return 0x7FFF;
-      default: return rng() & 0xFFFF;
-      }
+      return n < 6 ? edges[n] : rng() & 0xFFFF;
     };
     for (int round = 0; round < 4; ++round) {
       uint64_t draws[4];
