@@ -841,6 +841,202 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
                               partialB);
 }
 
+//===----------------------------------------------------------------------===//
+// Rows a warp each: bf16 rows of kPer * 256 elements (kPer <= 8 forward,
+// <= 4 backward: the models' hidden sizes 768, 1024, 2048), 16-byte
+// aligned. Lane l holds 16-byte vectors l, l + 32, ... of the row; the
+// row's double sums meet by shuffles alone (no shared memory, no barrier),
+// and every lane computes the statistics. The staged kernels spent about
+// 40 (forward) and 66 (backward) instructions an element on 64-bit
+// indexing, bounds tests and barriers (bench/NOTES.md, session 24).
+// The same per-element formulas; the row sums add in another order.
+//===----------------------------------------------------------------------===//
+
+constexpr int kWarpRowForwardThreads = 256;
+constexpr int kWarpRowBackwardThreads = 128;
+
+__device__ inline void unpackBf16x8(uint4 raw, float (&out)[8]) {
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+__device__ inline uint4 packBf16x8(const float (&in)[8]) {
+  unsigned words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+    words[i] = *reinterpret_cast<const unsigned *>(&pair);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+/// Eight floats of a parameter from element `at` (16-byte aligned).
+__device__ inline void loadParameter8(const float *data, int at,
+                                      float (&out)[8]) {
+  float4 lo = __ldg(reinterpret_cast<const float4 *>(data + at));
+  float4 hi = __ldg(reinterpret_cast<const float4 *>(data + at + 4));
+  out[0] = lo.x, out[1] = lo.y, out[2] = lo.z, out[3] = lo.w;
+  out[4] = hi.x, out[5] = hi.y, out[6] = hi.z, out[7] = hi.w;
+}
+
+/// The warp's sum of v in every lane: a butterfly, whose pairs every lane
+/// adds in the same order, so that all lanes hold the same bits.
+__device__ inline double warpAllSum(double v) {
+#pragma unroll
+  for (int offset = detail::kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <int kPer, bool kLayer>
+__global__ void __launch_bounds__(kWarpRowForwardThreads)
+    normForwardWarpKernel(int64_t rows, int hidden,
+                          const __nv_bfloat16 *x, const float *weight,
+                          const float *bias, double eps, __nv_bfloat16 *y) {
+  const int lane = threadIdx.x % detail::kWarp;
+  const int warpsPerBlock = blockDim.x / detail::kWarp;
+  const int64_t warps = int64_t(gridDim.x) * warpsPerBlock;
+  for (int64_t r = int64_t(blockIdx.x) * warpsPerBlock +
+                   threadIdx.x / detail::kWarp;
+       r < rows; r += warps) {
+    const auto *in = reinterpret_cast<const uint4 *>(x + r * hidden);
+    float xv[kPer][8];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      unpackBf16x8(in[lane + detail::kWarp * k], xv[k]);
+    double sum = 0, squares = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        double value = xv[k][e];
+        squares += value * value;
+        if constexpr (kLayer)
+          sum += value;
+      }
+    squares = warpAllSum(squares);
+    RowStatistics s;
+    if constexpr (kLayer)
+      s = layerStatistics(warpAllSum(sum), squares, hidden, eps);
+    else
+      s = rmsStatistics(squares, hidden, eps);
+    auto *out = reinterpret_cast<uint4 *>(y + r * hidden);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      int v = lane + detail::kWarp * k;
+      float w[8], b[8], o[8];
+      loadParameter8(weight, 8 * v, w);
+      if (kLayer && bias)
+        loadParameter8(bias, 8 * v, b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if constexpr (kLayer) {
+          float value = (xv[k][e] - s.mean) * s.rstd * w[e];
+          o[e] = bias ? value + b[e] : value;
+        } else {
+          o[e] = xv[k][e] * s.rstd * w[e];
+        }
+      }
+      out[v] = packBf16x8(o);
+    }
+  }
+}
+
+/// The backward a warp a row: block b takes its share of the rows
+/// (blockRows), its warps the rows in turn; each lane adds its columns'
+/// dweight and dbias terms in registers, and the block writes row b of
+/// partialW (and partialB) as the sum of its warps' in warp order.
+template <int kPer, bool kLayer>
+__global__ void __launch_bounds__(kWarpRowBackwardThreads)
+    normBackwardWarpKernel(int64_t rows, int hidden, const __nv_bfloat16 *x,
+                           const __nv_bfloat16 *dy, const float *weight,
+                           double eps, __nv_bfloat16 *dx, float *partialW,
+                           float *partialB) {
+  constexpr int kWarps = kWarpRowBackwardThreads / detail::kWarp;
+  constexpr int kSums = backwardSums<kLayer>();
+  __shared__ float combine[kWarps][kPer * 256];
+  const int lane = threadIdx.x % detail::kWarp;
+  const int warp = threadIdx.x / detail::kWarp;
+  int64_t begin, end;
+  blockRows(rows, begin, end);
+  float w[kPer][8], accW[kPer][8] = {}, accB[kPer][8] = {};
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+    loadParameter8(weight, 8 * (lane + detail::kWarp * k), w[k]);
+  for (int64_t r = begin + warp; r < end; r += kWarps) {
+    const auto *xin = reinterpret_cast<const uint4 *>(x + r * hidden);
+    const auto *dyin = reinterpret_cast<const uint4 *>(dy + r * hidden);
+    float xv[kPer][8], dyv[kPer][8];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      unpackBf16x8(xin[lane + detail::kWarp * k], xv[k]);
+      unpackBf16x8(dyin[lane + detail::kWarp * k], dyv[k]);
+    }
+    double sums[kSums] = {};
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        double value = xv[k][e];
+        double g = dyv[k][e] * w[k][e];
+        if constexpr (kLayer) {
+          sums[0] += value;
+          sums[1] += value * value;
+          sums[2] += g;
+          sums[3] += g * value;
+        } else {
+          sums[0] += value * value;
+          sums[1] += g * value;
+        }
+      }
+#pragma unroll
+    for (int i = 0; i < kSums; ++i)
+      sums[i] = warpAllSum(sums[i]);
+    BackwardStatistics b = backwardStatistics<kLayer>(sums, hidden, eps);
+    RowStatistics s = b.s;
+    auto *out = reinterpret_cast<uint4 *>(dx + r * hidden);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      float o[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float g = dyv[k][e] * w[k][e];
+        float xhat =
+            kLayer ? (xv[k][e] - s.mean) * s.rstd : xv[k][e] * s.rstd;
+        o[e] = kLayer ? s.rstd * (g - b.meanG - xhat * b.meanGXhat)
+                      : s.rstd * (g - xhat * b.meanGXhat);
+        accW[k][e] += dyv[k][e] * xhat;
+        accB[k][e] += dyv[k][e];
+      }
+      if (dx)
+        out[lane + detail::kWarp * k] = packBf16x8(o);
+    }
+  }
+  // The block's partial rows: its warps' column sums added in warp order.
+  for (int which = 0; which < (partialB ? 2 : 1); ++which) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        combine[warp][8 * (lane + detail::kWarp * k) + e] =
+            which ? accB[k][e] : accW[k][e];
+    __syncthreads();
+    float *partial = which ? partialB : partialW;
+    for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+      float total = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v)
+        total += combine[v][c];
+      partial[int64_t(blockIdx.x) * hidden + c] = total;
+    }
+    __syncthreads();
+  }
+}
+
 /// Column sums of the backward's partials: out[j] = float(sum over blocks,
 /// in order within each of 32 strided groups, then over the groups in
 /// order, of double(partial[b, j])). Block (32, 32), blockIdx.y picks
@@ -983,6 +1179,39 @@ template <typename Body> void withStagedShape(NormShape shape, Body &&body) {
   return body(Int<4>());
 }
 
+/// The widest rows the warp kernels take, in 16-byte vectors a lane.
+constexpr int kMaxWarpRowForwardVectors = 8;
+constexpr int kMaxWarpRowBackwardVectors = 4;
+
+/// hidden / 256 (a lane's 16-byte bf16 vectors) when the warp kernels take
+/// rows of `hidden`, else 0.
+int warpRowVectors(int64_t hidden, int most) {
+  if (hidden % 256 != 0 || hidden / 256 > most)
+    return 0;
+  int per = static_cast<int>(hidden / 256);
+  return per == 7 ? 0 : per; // not instantiated
+}
+
+/// Calls body(Int<vectors>) for warpRowVectors' result.
+template <typename Body> void withWarpRowVectors(int per, Body &&body) {
+  switch (per) {
+  case 1:
+    return body(Int<1>());
+  case 2:
+    return body(Int<2>());
+  case 3:
+    return body(Int<3>());
+  case 4:
+    return body(Int<4>());
+  case 5:
+    return body(Int<5>());
+  case 6:
+    return body(Int<6>());
+  default:
+    return body(Int<8>());
+  }
+}
+
 template <bool kLayer>
 void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
                  const float *weight, const float *bias, double eps,
@@ -991,6 +1220,22 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
     return;
   bool aligned = aligned16(x.data) && aligned16(weight) &&
                  (!bias || aligned16(bias)) && aligned16(y.data);
+  if (int per = warpRowVectors(hidden, kMaxWarpRowForwardVectors);
+      per && aligned && weight && x.bf16 && y.bf16 && !fp8.codes) {
+    withWarpRowVectors(per, [&](auto vectors) {
+      auto kernel = normForwardWarpKernel<decltype(vectors)::value, kLayer>;
+      constexpr int64_t kWarpsPerBlock =
+          kWarpRowForwardThreads / detail::kWarp;
+      int64_t blocks = std::min(
+          (rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
+          residentBlocks(kernel, kWarpRowForwardThreads));
+      kernel<<<static_cast<unsigned>(blocks), kWarpRowForwardThreads, 0,
+               stream>>>(rows, static_cast<int>(hidden),
+                         static_cast<const __nv_bfloat16 *>(x.data), weight,
+                         bias, eps, static_cast<__nv_bfloat16 *>(y.data));
+    });
+    return;
+  }
   int64_t rowBytes = stagedBytes(hidden, x.bf16);
   if (usesStagedKernels(hidden, aligned, rowBytes)) {
     NormShape shape = stagedShape(hidden);
@@ -1037,7 +1282,25 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                  aligned16(partialW) && (!partialB || aligned16(partialB));
   int64_t xBytes = stagedBytes(hidden, x.bf16);
   int64_t stageBytes = xBytes + stagedBytes(hidden, dy.bf16);
-  if (usesStagedKernels(hidden, aligned, stageBytes)) {
+  int per = warpRowVectors(hidden, kMaxWarpRowBackwardVectors);
+  if (per && aligned && weight && x.bf16 && dy.bf16 &&
+      (!dx.data || dx.bf16)) {
+    withWarpRowVectors(per, [&](auto vectors) {
+      if constexpr (decltype(vectors)::value <= kMaxWarpRowBackwardVectors) {
+        auto kernel =
+            normBackwardWarpKernel<decltype(vectors)::value, kLayer>;
+        blocks = std::min(most,
+                          residentBlocks(kernel, kWarpRowBackwardThreads));
+        kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, 0,
+                 stream>>>(rows, static_cast<int>(hidden),
+                           static_cast<const __nv_bfloat16 *>(x.data),
+                           static_cast<const __nv_bfloat16 *>(dy.data),
+                           weight, eps,
+                           static_cast<__nv_bfloat16 *>(dx.data), partialW,
+                           partialB);
+      }
+    });
+  } else if (usesStagedKernels(hidden, aligned, stageBytes)) {
     NormShape shape = stagedShape(hidden);
     auto sharedBytes = static_cast<size_t>(kNormStages * stageBytes);
     withStagedShape(shape, [&](auto items) {
