@@ -842,8 +842,8 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
 }
 
 //===----------------------------------------------------------------------===//
-// Rows a warp each: bf16 rows of kPer * 256 elements (kPer <= 8 forward,
-// <= 4 backward: the models' hidden sizes 768, 1024, 2048), 16-byte
+// Rows a warp each: bf16 rows of kPer * 256 elements (kPer <= 8: the
+// models' hidden sizes 768, 1024, 2048), 16-byte
 // aligned. Lane l holds 16-byte vectors l, l + 32, ... of the row; the
 // row's double sums meet by shuffles alone (no shared memory, no barrier),
 // and every lane computes the statistics. The staged kernels spent about
@@ -949,7 +949,10 @@ __global__ void __launch_bounds__(kWarpRowForwardThreads)
 /// The backward a warp a row: block b takes its share of the rows
 /// (blockRows), its warps the rows in turn; each lane adds its columns'
 /// dweight and dbias terms in registers, and the block writes row b of
-/// partialW (and partialB) as the sum of its warps' in warp order.
+/// partialW (and partialB) as the sum of its warps' in warp order. Rows of
+/// more than 4 vectors a lane (kReload) keep only those sums in registers:
+/// the weights and the row are read again (from L1) for the outputs rather
+/// than held across the reduction.
 template <int kPer, bool kLayer>
 __global__ void __launch_bounds__(kWarpRowBackwardThreads)
     normBackwardWarpKernel(int64_t rows, int hidden, const __nv_bfloat16 *x,
@@ -958,31 +961,41 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
                            float *partialB) {
   constexpr int kWarps = kWarpRowBackwardThreads / detail::kWarp;
   constexpr int kSums = backwardSums<kLayer>();
+  constexpr bool kReload = kPer > 4;
+  constexpr int kHeld = kReload ? 1 : kPer;
   __shared__ float combine[kWarps][kPer * 256];
   const int lane = threadIdx.x % detail::kWarp;
   const int warp = threadIdx.x / detail::kWarp;
   int64_t begin, end;
   blockRows(rows, begin, end);
-  float w[kPer][8], accW[kPer][8] = {}, accB[kPer][8] = {};
+  float w[kHeld][8], accW[kPer][8] = {}, accB[kLayer ? kPer : 1][8] = {};
+  if constexpr (!kReload)
 #pragma unroll
-  for (int k = 0; k < kPer; ++k)
-    loadParameter8(weight, 8 * (lane + detail::kWarp * k), w[k]);
+    for (int k = 0; k < kPer; ++k)
+      loadParameter8(weight, 8 * (lane + detail::kWarp * k), w[k]);
   for (int64_t r = begin + warp; r < end; r += kWarps) {
     const auto *xin = reinterpret_cast<const uint4 *>(x + r * hidden);
     const auto *dyin = reinterpret_cast<const uint4 *>(dy + r * hidden);
-    float xv[kPer][8], dyv[kPer][8];
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      unpackBf16x8(xin[lane + detail::kWarp * k], xv[k]);
-      unpackBf16x8(dyin[lane + detail::kWarp * k], dyv[k]);
-    }
+    float xv[kHeld][8], dyv[kHeld][8];
+    // Vector k's x, dy and weights into slot k % kHeld.
+    auto load = [&](int k, bool withRow) {
+      int at = k % kHeld, v = lane + detail::kWarp * k;
+      if (withRow) {
+        unpackBf16x8(xin[v], xv[at]);
+        unpackBf16x8(dyin[v], dyv[at]);
+      }
+      if constexpr (kReload)
+        loadParameter8(weight, 8 * v, w[0]);
+    };
     double sums[kSums] = {};
 #pragma unroll
-    for (int k = 0; k < kPer; ++k)
+    for (int k = 0; k < kPer; ++k) {
+      load(k, true);
+      int at = k % kHeld;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        double value = xv[k][e];
-        double g = dyv[k][e] * w[k][e];
+        double value = xv[at][e];
+        double g = dyv[at][e] * w[at][e];
         if constexpr (kLayer) {
           sums[0] += value;
           sums[1] += value * value;
@@ -993,6 +1006,7 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
           sums[1] += g * value;
         }
       }
+    }
 #pragma unroll
     for (int i = 0; i < kSums; ++i)
       sums[i] = warpAllSum(sums[i]);
@@ -1001,29 +1015,33 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
     auto *out = reinterpret_cast<uint4 *>(dx + r * hidden);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
+      if constexpr (kReload)
+        load(k, true);
+      int at = k % kHeld;
       float o[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        float g = dyv[k][e] * w[k][e];
+        float g = dyv[at][e] * w[at][e];
         float xhat =
-            kLayer ? (xv[k][e] - s.mean) * s.rstd : xv[k][e] * s.rstd;
+            kLayer ? (xv[at][e] - s.mean) * s.rstd : xv[at][e] * s.rstd;
         o[e] = kLayer ? s.rstd * (g - b.meanG - xhat * b.meanGXhat)
                       : s.rstd * (g - xhat * b.meanGXhat);
-        accW[k][e] += dyv[k][e] * xhat;
-        accB[k][e] += dyv[k][e];
+        accW[k][e] += dyv[at][e] * xhat;
+        if constexpr (kLayer)
+          accB[k][e] += dyv[at][e];
       }
       if (dx)
         out[lane + detail::kWarp * k] = packBf16x8(o);
     }
   }
   // The block's partial rows: its warps' column sums added in warp order.
-  for (int which = 0; which < (partialB ? 2 : 1); ++which) {
+  for (int which = 0; which < (kLayer && partialB ? 2 : 1); ++which) {
 #pragma unroll
     for (int k = 0; k < kPer; ++k)
 #pragma unroll
       for (int e = 0; e < 8; ++e)
         combine[warp][8 * (lane + detail::kWarp * k) + e] =
-            which ? accB[k][e] : accW[k][e];
+            which ? accB[kLayer ? k : 0][e] : accW[k][e];
     __syncthreads();
     float *partial = which ? partialB : partialW;
     for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
@@ -1181,7 +1199,7 @@ template <typename Body> void withStagedShape(NormShape shape, Body &&body) {
 
 /// The widest rows the warp kernels take, in 16-byte vectors a lane.
 constexpr int kMaxWarpRowForwardVectors = 8;
-constexpr int kMaxWarpRowBackwardVectors = 4;
+constexpr int kMaxWarpRowBackwardVectors = 8;
 
 /// hidden / 256 (a lane's 16-byte bf16 vectors) when the warp kernels take
 /// rows of `hidden`, else 0.
@@ -1286,19 +1304,14 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
   if (per && aligned && weight && x.bf16 && dy.bf16 &&
       (!dx.data || dx.bf16)) {
     withWarpRowVectors(per, [&](auto vectors) {
-      if constexpr (decltype(vectors)::value <= kMaxWarpRowBackwardVectors) {
-        auto kernel =
-            normBackwardWarpKernel<decltype(vectors)::value, kLayer>;
-        blocks = std::min(most,
-                          residentBlocks(kernel, kWarpRowBackwardThreads));
-        kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, 0,
-                 stream>>>(rows, static_cast<int>(hidden),
-                           static_cast<const __nv_bfloat16 *>(x.data),
-                           static_cast<const __nv_bfloat16 *>(dy.data),
-                           weight, eps,
-                           static_cast<__nv_bfloat16 *>(dx.data), partialW,
-                           partialB);
-      }
+      auto kernel = normBackwardWarpKernel<decltype(vectors)::value, kLayer>;
+      blocks = std::min(most, residentBlocks(kernel, kWarpRowBackwardThreads));
+      kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, 0,
+               stream>>>(rows, static_cast<int>(hidden),
+                         static_cast<const __nv_bfloat16 *>(x.data),
+                         static_cast<const __nv_bfloat16 *>(dy.data), weight,
+                         eps, static_cast<__nv_bfloat16 *>(dx.data), partialW,
+                         partialB);
     });
   } else if (usesStagedKernels(hidden, aligned, stageBytes)) {
     NormShape shape = stagedShape(hidden);
