@@ -5,11 +5,12 @@
 // when the row and pointers allow), and one block reduction per row gives
 // the row sums in double (sum of x, of x squared, and in the backward of g
 // and g * x, g = dy * weight), from which one thread computes the
-// statistics (as the host's formulas do) for the whole block; dx follows. The backward's blocks (one wave: as many as the
-// device runs at once, at most one per 8 rows and 1024) each take an equal
-// share of the rows and add up their columns' dweight and dbias terms in
-// registers; a second kernel sums the blocks' partials in double, in a fixed
-// order (the same bits on every run on one device).
+// statistics (as the host's formulas do) for the whole block; dx follows.
+// The backward's blocks (one wave: as many as the device runs at once, at
+// most one per 8 rows and 1024) each take an equal share of the rows and
+// add up their columns' dweight and dbias terms in registers; a second
+// kernel sums the blocks' partials in double, in a fixed order (the same
+// bits on every run on one device).
 // Rows of 16-byte aligned vectors up to 4096 elements, small enough for
 // kNormStages copies in 96 KiB of shared memory (a backward's x and dy in
 // fp32: hidden 2048), are staged: each block keeps its parameters and works
@@ -17,6 +18,9 @@
 // (cp.async) while it reduces the current one, with 8 or 16 elements a
 // thread; others go through the registers' kernels, a row per block at a
 // time.
+// bf16 rows of a multiple of 256 elements up to 2048 (the models' hidden
+// sizes), 16-byte aligned and without FP8 outputs, take neither: a warp
+// owns each row there (normForwardWarpKernel, normBackwardWarpKernel).
 // Activations are read and written as float or bf16 (NormRows); the math is
 // float, the sums double. Compiled without FMA contraction (CMakeLists.txt),
 // so each float product and sum rounds like the host's.
@@ -894,14 +898,14 @@ __device__ inline double warpAllSum(double v) {
 
 template <int kPer, bool kLayer>
 __global__ void __launch_bounds__(kWarpRowForwardThreads)
-    normForwardWarpKernel(int64_t rows, int hidden,
-                          const __nv_bfloat16 *x, const float *weight,
-                          const float *bias, double eps, __nv_bfloat16 *y) {
+    normForwardWarpKernel(int64_t rows, int hidden, const __nv_bfloat16 *x,
+                          const float *weight, const float *bias, double eps,
+                          __nv_bfloat16 *y) {
   const int lane = threadIdx.x % detail::kWarp;
   const int warpsPerBlock = blockDim.x / detail::kWarp;
   const int64_t warps = int64_t(gridDim.x) * warpsPerBlock;
-  for (int64_t r = int64_t(blockIdx.x) * warpsPerBlock +
-                   threadIdx.x / detail::kWarp;
+  for (int64_t r =
+           int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / detail::kWarp;
        r < rows; r += warps) {
     const auto *in = reinterpret_cast<const uint4 *>(x + r * hidden);
     float xv[kPer][8];
@@ -1242,11 +1246,9 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
       per && aligned && weight && x.bf16 && y.bf16 && !fp8.codes) {
     withWarpRowVectors(per, [&](auto vectors) {
       auto kernel = normForwardWarpKernel<decltype(vectors)::value, kLayer>;
-      constexpr int64_t kWarpsPerBlock =
-          kWarpRowForwardThreads / detail::kWarp;
-      int64_t blocks = std::min(
-          (rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
-          residentBlocks(kernel, kWarpRowForwardThreads));
+      constexpr int64_t kWarpsPerBlock = kWarpRowForwardThreads / detail::kWarp;
+      int64_t blocks = std::min((rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
+                                residentBlocks(kernel, kWarpRowForwardThreads));
       kernel<<<static_cast<unsigned>(blocks), kWarpRowForwardThreads, 0,
                stream>>>(rows, static_cast<int>(hidden),
                          static_cast<const __nv_bfloat16 *>(x.data), weight,
@@ -1301,8 +1303,7 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
   int64_t xBytes = stagedBytes(hidden, x.bf16);
   int64_t stageBytes = xBytes + stagedBytes(hidden, dy.bf16);
   int per = warpRowVectors(hidden, kMaxWarpRowBackwardVectors);
-  if (per && aligned && weight && x.bf16 && dy.bf16 &&
-      (!dx.data || dx.bf16)) {
+  if (per && aligned && weight && x.bf16 && dy.bf16 && (!dx.data || dx.bf16)) {
     withWarpRowVectors(per, [&](auto vectors) {
       auto kernel = normBackwardWarpKernel<decltype(vectors)::value, kLayer>;
       blocks = std::min(most, residentBlocks(kernel, kWarpRowBackwardThreads));
