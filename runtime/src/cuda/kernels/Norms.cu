@@ -847,10 +847,10 @@ __launch_bounds__(kStagedThreads, stagedBackwardBlocks<kItems>())
 
 //===----------------------------------------------------------------------===//
 // Rows a warp each: bf16 rows of kPer * 256 elements (kPer <= 8: the
-// models' hidden sizes 768, 1024, 2048), 16-byte
-// aligned. Lane l holds 16-byte vectors l, l + 32, ... of the row; the
-// row's double sums meet by shuffles alone (no shared memory, no barrier),
-// and every lane computes the statistics. The staged kernels spent about
+// models' hidden sizes 768, 1024, 2048), 16-byte aligned. Lane l holds
+// 16-byte vectors l, l + 32, ... of the row; the row's double sums meet by
+// shuffles alone (no shared memory, no barrier), and every lane computes
+// the statistics. The staged kernels spent about
 // 40 (forward) and 66 (backward) instructions an element on 64-bit
 // indexing, bounds tests and barriers (bench/NOTES.md, session 24).
 // The same per-element formulas; the row sums add in another order.
