@@ -9,6 +9,8 @@
 // Build (here) and run (on the GPU, CUBLASLT_LOG_LEVEL=5 for its trace):
 //   g++ -O1 -std=c++17 -I/usr/local/cuda/include bench/fp8-gemm-probe.cpp
 //       -o fp8-gemm-probe -L/usr/local/cuda/lib64 -lcublasLt -lcudart
+#include "probe-check.h"
+
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,15 +22,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      std::printf("CUDA %s at line %d\n", cudaGetErrorString(e_), __LINE__);   \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 
 namespace {
 

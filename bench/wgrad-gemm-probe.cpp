@@ -13,6 +13,8 @@
 // Build (here) and run (on the GPU):
 //   g++ -O2 -std=c++17 -I/usr/local/cuda/include bench/wgrad-gemm-probe.cpp
 //       -o wgrad-gemm-probe -L/usr/local/cuda/lib64 -lcublasLt -lcudart
+#include "probe-check.h"
+
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -30,15 +32,6 @@
       std::exit(1);                                                            \
     }                                                                          \
   } while (0)
-#define LT(x)                                                                  \
-  do {                                                                         \
-    cublasStatus_t s_ = (x);                                                   \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
-      std::printf("cuBLASLt status %d at line %d\n", int(s_), __LINE__);       \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
-
 namespace {
 
 struct Shape {

@@ -364,22 +364,27 @@ __device__ inline void loadParameters(const float *data, int64_t vectors,
 /// sum x^2, for RMS norm sum x^2.
 template <bool kLayer> constexpr int forwardSums() { return kLayer ? 2 : 1; }
 
+/// One element's terms of the forward's sums.
+template <bool kLayer>
+__device__ inline void addForwardTerms(float x,
+                                       double (&sums)[forwardSums<kLayer>()]) {
+  double value = x;
+  sums[forwardSums<kLayer>() - 1] += value * value;
+  if constexpr (kLayer)
+    sums[0] += value;
+}
+
 template <int kVec, int kItems, bool kLayer>
 __device__ inline void forwardRowSums(const float (&xv)[kItems][kVec],
                                       double (&sums)[forwardSums<kLayer>()]) {
-  constexpr int kSums = forwardSums<kLayer>();
 #pragma unroll
-  for (int i = 0; i < kSums; ++i)
+  for (int i = 0; i < forwardSums<kLayer>(); ++i)
     sums[i] = 0;
 #pragma unroll
   for (int k = 0; k < kItems; ++k)
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      double value = xv[k][e];
-      sums[kSums - 1] += value * value;
-      if constexpr (kLayer)
-        sums[0] += value;
-    }
+    for (int e = 0; e < kVec; ++e)
+      addForwardTerms<kLayer>(xv[k][e], sums);
 }
 
 template <bool kLayer>
@@ -407,8 +412,20 @@ forwardRowStatistics(const float (&xv)[kItems][kVec], int64_t hidden,
       });
 }
 
-/// Row r of y = (x - mean) * rstd * weight (+ bias) for layer norm
+/// One element of y = (x - mean) * rstd * weight (+ bias) for layer norm
 /// (kLayer), else x * rstd * weight.
+template <bool kLayer>
+__device__ inline float forwardOutput(float x, RowStatistics s, float w,
+                                      float b, bool hasBias) {
+  if constexpr (kLayer) {
+    float value = (x - s.mean) * s.rstd * w;
+    return hasBias ? value + b : value;
+  } else {
+    return x * s.rstd * w;
+  }
+}
+
+/// Row r of y (forwardOutput).
 template <int kVec, int kItems, bool kLayer>
 __device__ inline void
 forwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
@@ -422,14 +439,8 @@ forwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
       continue;
     float out[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      if constexpr (kLayer) {
-        float value = (xv[k][e] - s.mean) * s.rstd * w[k][e];
-        out[e] = hasBias ? value + b[k][e] : value;
-      } else {
-        out[e] = xv[k][e] * s.rstd * w[k][e];
-      }
-    }
+    for (int e = 0; e < kVec; ++e)
+      out[e] = forwardOutput<kLayer>(xv[k][e], s, w[k][e], b[k][e], hasBias);
     if (fp8.codes)
       storeCodes<kVec>(y.bf16, fp8, (r * vectors + v) * kVec, out, largest);
     else
@@ -441,6 +452,24 @@ forwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
 /// sum x^2, sum g, sum g x; for RMS norm sum x^2, sum g x (g = dy * weight).
 template <bool kLayer> constexpr int backwardSums() { return kLayer ? 4 : 2; }
 
+/// One element's terms of the backward's sums.
+template <bool kLayer>
+__device__ inline void
+addBackwardTerms(float x, float dy, float w,
+                 double (&sums)[backwardSums<kLayer>()]) {
+  double value = x;
+  double g = dy * w;
+  if constexpr (kLayer) {
+    sums[0] += value;
+    sums[1] += value * value;
+    sums[2] += g;
+    sums[3] += g * value;
+  } else {
+    sums[0] += value * value;
+    sums[1] += g * value;
+  }
+}
+
 template <int kVec, int kItems, bool kLayer>
 __device__ inline void backwardRowSums(const float (&xv)[kItems][kVec],
                                        const float (&dyv)[kItems][kVec],
@@ -450,22 +479,10 @@ __device__ inline void backwardRowSums(const float (&xv)[kItems][kVec],
   for (int i = 0; i < backwardSums<kLayer>(); ++i)
     sums[i] = 0;
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) {
+  for (int k = 0; k < kItems; ++k)
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      double value = xv[k][e];
-      double g = dyv[k][e] * w[k][e];
-      if constexpr (kLayer) {
-        sums[0] += value;
-        sums[1] += value * value;
-        sums[2] += g;
-        sums[3] += g * value;
-      } else {
-        sums[0] += value * value;
-        sums[1] += g * value;
-      }
-    }
-  }
+    for (int e = 0; e < kVec; ++e)
+      addBackwardTerms<kLayer>(xv[k][e], dyv[k][e], w[k][e], sums);
 }
 
 /// A row's statistics for the backward, from its block-wide sums.
@@ -512,8 +529,23 @@ __device__ inline BackwardStatistics backwardRowStatistics(
       });
 }
 
+/// One element of dx, its dweight term added to accW and its dbias term to
+/// accB.
+template <bool kLayer>
+__device__ inline float backwardOutput(float x, float dy, float w,
+                                       const BackwardStatistics &b, float &accW,
+                                       float &accB) {
+  RowStatistics s = b.s;
+  float g = dy * w;
+  float xhat = kLayer ? (x - s.mean) * s.rstd : x * s.rstd;
+  accW += dy * xhat;
+  accB += dy;
+  return kLayer ? s.rstd * (g - b.meanG - xhat * b.meanGXhat)
+                : s.rstd * (g - xhat * b.meanGXhat);
+}
+
 /// Row r of dx (if its data is not null), and its dweight and dbias terms
-/// added to this thread's column sums.
+/// added to this thread's column sums (backwardOutput).
 template <int kVec, int kItems, bool kLayer>
 __device__ inline void
 backwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
@@ -521,19 +553,13 @@ backwardRowOutputs(int64_t r, int64_t vectors, const float (&xv)[kItems][kVec],
                    const float (&w)[kItems][kVec], BackwardStatistics b,
                    float (&accW)[kItems][kVec], float (&accB)[kItems][kVec],
                    NormRowsOut dx) {
-  RowStatistics s = b.s;
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     float out[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      float g = dyv[k][e] * w[k][e];
-      float xhat = kLayer ? (xv[k][e] - s.mean) * s.rstd : xv[k][e] * s.rstd;
-      out[e] = kLayer ? s.rstd * (g - b.meanG - xhat * b.meanGXhat)
-                      : s.rstd * (g - xhat * b.meanGXhat);
-      accW[k][e] += dyv[k][e] * xhat;
-      accB[k][e] += dyv[k][e];
-    }
+    for (int e = 0; e < kVec; ++e)
+      out[e] = backwardOutput<kLayer>(xv[k][e], dyv[k][e], w[k][e], b,
+                                      accW[k][e], accB[k][e]);
     int64_t v = ownedVector(k);
     if (dx.data && v < vectors)
       storeVector<kVec>(dx, (r * vectors + v) * kVec, out);
@@ -912,39 +938,27 @@ __global__ void __launch_bounds__(kWarpRowForwardThreads)
 #pragma unroll
     for (int k = 0; k < kPer; ++k)
       unpackBf16x8(in[lane + detail::kWarp * k], xv[k]);
-    double sum = 0, squares = 0;
+    double sums[forwardSums<kLayer>()] = {};
 #pragma unroll
     for (int k = 0; k < kPer; ++k)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        double value = xv[k][e];
-        squares += value * value;
-        if constexpr (kLayer)
-          sum += value;
-      }
-    squares = warpAllSum(squares);
-    RowStatistics s;
-    if constexpr (kLayer)
-      s = layerStatistics(warpAllSum(sum), squares, hidden, eps);
-    else
-      s = rmsStatistics(squares, hidden, eps);
+      for (int e = 0; e < 8; ++e)
+        addForwardTerms<kLayer>(xv[k][e], sums);
+#pragma unroll
+    for (double &sum : sums)
+      sum = warpAllSum(sum);
+    RowStatistics s = forwardStatistics<kLayer>(sums, hidden, eps);
     auto *out = reinterpret_cast<uint4 *>(y + r * hidden);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       int v = lane + detail::kWarp * k;
-      float w[8], b[8], o[8];
+      float w[8], b[8] = {}, o[8];
       loadParameter8(weight, 8 * v, w);
       if (kLayer && bias)
         loadParameter8(bias, 8 * v, b);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        if constexpr (kLayer) {
-          float value = (xv[k][e] - s.mean) * s.rstd * w[e];
-          o[e] = bias ? value + b[e] : value;
-        } else {
-          o[e] = xv[k][e] * s.rstd * w[e];
-        }
-      }
+      for (int e = 0; e < 8; ++e)
+        o[e] = forwardOutput<kLayer>(xv[k][e], s, w[e], b[e], bias != nullptr);
       out[v] = packBf16x8(o);
     }
   }
@@ -972,7 +986,7 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
   const int warp = threadIdx.x / detail::kWarp;
   int64_t begin, end;
   blockRows(rows, begin, end);
-  float w[kHeld][8], accW[kPer][8] = {}, accB[kLayer ? kPer : 1][8] = {};
+  float w[kHeld][8], accW[kPer][8] = {}, accB[kPer][8] = {};
   if constexpr (!kReload)
 #pragma unroll
     for (int k = 0; k < kPer; ++k)
@@ -981,59 +995,38 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
     const auto *xin = reinterpret_cast<const uint4 *>(x + r * hidden);
     const auto *dyin = reinterpret_cast<const uint4 *>(dy + r * hidden);
     float xv[kHeld][8], dyv[kHeld][8];
-    // Vector k's x, dy and weights into slot k % kHeld.
-    auto load = [&](int k, bool withRow) {
+    // Vector k's x, dy (and with kReload its weights) into slot k % kHeld.
+    auto load = [&](int k) {
       int at = k % kHeld, v = lane + detail::kWarp * k;
-      if (withRow) {
-        unpackBf16x8(xin[v], xv[at]);
-        unpackBf16x8(dyin[v], dyv[at]);
-      }
+      unpackBf16x8(xin[v], xv[at]);
+      unpackBf16x8(dyin[v], dyv[at]);
       if constexpr (kReload)
         loadParameter8(weight, 8 * v, w[0]);
     };
     double sums[kSums] = {};
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
-      load(k, true);
+      load(k);
       int at = k % kHeld;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        double value = xv[at][e];
-        double g = dyv[at][e] * w[at][e];
-        if constexpr (kLayer) {
-          sums[0] += value;
-          sums[1] += value * value;
-          sums[2] += g;
-          sums[3] += g * value;
-        } else {
-          sums[0] += value * value;
-          sums[1] += g * value;
-        }
-      }
+      for (int e = 0; e < 8; ++e)
+        addBackwardTerms<kLayer>(xv[at][e], dyv[at][e], w[at][e], sums);
     }
 #pragma unroll
     for (int i = 0; i < kSums; ++i)
       sums[i] = warpAllSum(sums[i]);
     BackwardStatistics b = backwardStatistics<kLayer>(sums, hidden, eps);
-    RowStatistics s = b.s;
     auto *out = reinterpret_cast<uint4 *>(dx + r * hidden);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       if constexpr (kReload)
-        load(k, true);
+        load(k);
       int at = k % kHeld;
       float o[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float g = dyv[at][e] * w[at][e];
-        float xhat =
-            kLayer ? (xv[at][e] - s.mean) * s.rstd : xv[at][e] * s.rstd;
-        o[e] = kLayer ? s.rstd * (g - b.meanG - xhat * b.meanGXhat)
-                      : s.rstd * (g - xhat * b.meanGXhat);
-        accW[k][e] += dyv[at][e] * xhat;
-        if constexpr (kLayer)
-          accB[k][e] += dyv[at][e];
-      }
+      for (int e = 0; e < 8; ++e)
+        o[e] = backwardOutput<kLayer>(xv[at][e], dyv[at][e], w[at][e], b,
+                                      accW[k][e], accB[k][e]);
       if (dx)
         out[lane + detail::kWarp * k] = packBf16x8(o);
     }
@@ -1045,7 +1038,7 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
 #pragma unroll
       for (int e = 0; e < 8; ++e)
         combine[warp][8 * (lane + detail::kWarp * k) + e] =
-            which ? accB[kLayer ? k : 0][e] : accW[k][e];
+            which ? accB[k][e] : accW[k][e];
     __syncthreads();
     float *partial = which ? partialB : partialW;
     for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
@@ -1211,7 +1204,7 @@ int warpRowVectors(int64_t hidden, int most) {
   if (hidden % 256 != 0 || hidden / 256 > most)
     return 0;
   int per = static_cast<int>(hidden / 256);
-  return per == 7 ? 0 : per; // not instantiated
+  return per == 7 ? 0 : per; // 1792: not instantiated (withWarpRowVectors)
 }
 
 /// Calls body(Int<vectors>) for warpRowVectors' result.
