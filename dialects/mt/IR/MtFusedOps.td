@@ -48,8 +48,9 @@ def Mt_LinearGeluGradOp : Mt_Op<"linear_gelu_grad", [Pure]> {
     with a second result, `bias_grad = mt.bias_grad(input_grad)`: in the
     backward pass of `linear -> gelu -> linear`, the data gradient of the
     second linear layer with the GeLU gradient (and the first layer's bias
-    gradient) in its epilogue (cuBLASLt's `CUBLASLT_EPILOGUE_DGELU` and
-    `CUBLASLT_EPILOGUE_DGELU_BGRAD`).
+    gradient). The cuda backend runs the GEMM into `input_grad` and then one
+    kernel that applies the GeLU gradient in place and sums the bias
+    gradient's columns as it writes them.
 
     ```mlir
     %dh, %db = mt.linear_gelu_grad %dy, %w, %h approximate = tanh

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mt/IR/MtDialect.h"
 #include "mt/IR/MtOps.h"
 #include "mt/Transforms/Passes.h"
 
@@ -78,9 +79,8 @@ BiasGradOp biasGradOf(Value grad, Block *block) {
 /// bias_grad of the result as its second result.
 bool fuseLinearGeluGrad(GeluGradOp geluGrad, bool &withBiasGrad) {
   auto linear = geluGrad.getOutputGrad().getDefiningOp<LinearOp>();
-  if (!linear || linear.getBias() ||
-      geluGrad.getApproximate() != GeluApproximation::Tanh ||
-      !linear->hasOneUse() || linear->getBlock() != geluGrad->getBlock())
+  if (!linear || linear.getBias() || !linear->hasOneUse() ||
+      linear->getBlock() != geluGrad->getBlock())
     return false;
   BiasGradOp biasGrad = biasGradOf(geluGrad.getResult(), geluGrad->getBlock());
   withBiasGrad = static_cast<bool>(biasGrad);
@@ -135,13 +135,15 @@ struct FuseGemmEpiloguesPass
     : public mt::impl::FuseGemmEpiloguesPassBase<FuseGemmEpiloguesPass> {
   using Base::Base;
 
-  /// Forward first: the backward rewrites read the pre-activations it
-  /// leaves. Each walk collects before rewriting.
+  /// Each walk collects before rewriting.
   void fuseGelus(ModuleOp module) {
     SmallVector<GeluOp> gelus;
     module.walk([&](GeluOp op) { gelus.push_back(op); });
     for (GeluOp gelu : gelus)
       numLinearGelu += fuseLinearGelu(gelu);
+  }
+
+  void fuseGeluGrads(ModuleOp module) {
     SmallVector<GeluGradOp> geluGrads;
     module.walk([&](GeluGradOp op) { geluGrads.push_back(op); });
     for (GeluGradOp geluGrad : geluGrads) {
@@ -155,8 +157,13 @@ struct FuseGemmEpiloguesPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // Forward first: the backward rewrites read the pre-activations it
+    // leaves. Under FP8 the data-gradient GEMM stays a linear, which
+    // mt-fp8-gemms casts (it leaves fused GEMMs in bf16).
     if (geluEpilogues)
       fuseGelus(module);
+    if (!module->hasAttr(kFp8AttrName))
+      fuseGeluGrads(module);
     SmallVector<BiasGradOp> biasGrads;
     module.walk([&](BiasGradOp op) { biasGrads.push_back(op); });
     for (BiasGradOp biasGrad : biasGrads)

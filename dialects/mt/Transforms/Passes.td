@@ -683,7 +683,7 @@ def FuseLinearCrossEntropyPass
 }
 
 def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
-  let summary = "fuses the tanh GeLU, its gradient and bias gradients into GEMMs";
+  let summary = "fuses the GeLU's gradient and bias gradients (and optionally the tanh GeLU) into GEMMs";
   let description = [{
     Runs last, on the per-rank IR the bundle is written from. Rewrites, in
     every function:
@@ -691,24 +691,29 @@ def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
     - `mt.gelu approximate = tanh` of an `mt.linear` into `mt.linear_gelu`,
       whose second result (the pre-activation) replaces the linear's result
       everywhere (the backward pass's `mt.gelu_grad` reads it);
-    - `mt.gelu_grad approximate = tanh` whose output gradient is an
-      `mt.linear` without bias used only there (the next layer's data
-      gradient) into `mt.linear_gelu_grad`, taking in an `mt.bias_grad` of its
-      result as the second result;
+    - `mt.gelu_grad` whose output gradient is an `mt.linear` without bias
+      used only there (the next layer's data gradient) into
+      `mt.linear_gelu_grad`, taking in an `mt.bias_grad` of its result as the
+      second result (not under FP8, `mt.fp8` on the module: mt-fp8-gemms
+      casts the linear's operands, and leaves fused GEMMs in bf16);
     - an `mt.bias_grad` of the output gradient of an `mt.linear_weight_grad`
       into `mt.linear_weight_bias_grad`.
 
-    Each fused op means exactly the ops it replaces; the cuda backend runs it
-    as one cuBLASLt GEMM with the epilogue (GELU_AUX_BIAS, DGELU, DGELU_BGRAD,
-    BGRADA/BGRADB). Only the tanh GeLU is fused: cuBLASLt's GELU epilogues
-    evaluate the tanh approximation.
+    Each fused op means exactly the ops it replaces. The cuda backend runs
+    `mt.linear_gelu` and `mt.linear_weight_bias_grad` as one cuBLASLt GEMM
+    with the epilogue (GELU_AUX_BIAS, BGRADA/BGRADB), and
+    `mt.linear_gelu_grad` as a plain GEMM into its result followed by a
+    GeLU-gradient kernel that sums the bias gradient's columns as it writes
+    them: the bias gradient of the MLP's first layer, the widest, costs no
+    pass of its own and no epilogue (BGRAD costs 20-35% of the weight
+    gradient's GEMM; bench/NOTES.md, session 25).
 
-    The GeLU rewrites run only with `gelu-epilogues=true`: on the H200 with
-    cuBLASLt 13, GELU_AUX_BIAS and DGELU_BGRAD run at 160-270 TFLOP/s where
-    the plain GEMM runs at 700 (gpt2-124m's MLP: 0.57 and 0.99 ms against
-    0.22), far more than the separate GeLU kernels cost (bench/NOTES.md).
-    The bias-gradient epilogues cost about what a separate reduction does
-    and stay on.
+    The forward rewrite runs only with `gelu-epilogues=true`, and for the
+    tanh GeLU only (cuBLASLt's GELU epilogues evaluate the tanh
+    approximation): on the H200 with cuBLASLt 13, GELU_AUX_BIAS runs at
+    160-270 TFLOP/s where the plain GEMM runs at 700 (gpt2-124m's MLP: 0.57
+    ms against 0.22), far more than the separate GeLU kernel costs
+    (bench/NOTES.md).
 
     ```mlir
     %h = mt.linear %x, %w, %b : ...
@@ -719,7 +724,7 @@ def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"geluEpilogues", "gelu-epilogues", "bool", "false",
-           "also fuse the tanh GeLU and its gradient into GEMM epilogues">
+           "also fuse the forward tanh GeLU into its GEMM's epilogue">
   ];
   let statistics = [
     Statistic<"numLinearGelu", "linear-gelu", "linear + gelu fused">,

@@ -40,7 +40,7 @@ constexpr uint64_t kGemmWorkspaceBytes = uint64_t(32) << 20;
 
 // ---- Column sums (bias gradients) and norm gradients (kernels/Norms.cu) ----
 
-/// Rows per chunk of the column-sum kernels (a row of f64 partials each).
+/// Rows per chunk of the column-sum kernels (a row of f32 partials each).
 constexpr int64_t kColumnSumRowsPerChunk = 64;
 /// The norm backward's blocks: at least this many rows each, at most this
 /// many blocks (each writes one row of f32 partial sums per parameter).
@@ -57,9 +57,9 @@ inline int64_t normBackwardBlocks(int64_t rows) {
   return std::max<int64_t>(1, std::min(blocks, kNormMaxBlocks));
 }
 
-/// The f64 partial column sums of a [rows, hidden] bias gradient.
+/// The f32 partial column sums of a [rows, hidden] bias gradient.
 inline uint64_t columnSumBytes(int64_t rows, int64_t hidden) {
-  return 8 * uint64_t(columnSumChunks(rows)) *
+  return 4 * uint64_t(columnSumChunks(rows)) *
          uint64_t(std::max<int64_t>(hidden, 1));
 }
 

@@ -84,7 +84,7 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::LinearWeightBiasGrad:
     return operand <= 1; // A and B; a bias stays fp32
   case Op::LinearGeluGrad:
-    return operand <= 2; // dy, W and the pre-activation (D's type)
+    return operand <= 2; // dy, W and the pre-activation
   case Op::LayerNorm:    // x; the weight and bias stay fp32
   case Op::RmsNorm:
     return operand == 0;
@@ -204,10 +204,10 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::LinearGelu: // the result and the pre-activation
     kind = Kind::GeluAux;
     break;
-  case Op::LinearGeluGrad: // dx in bf16; the bias gradient stays fp32
-    if (result != 0)
+  case Op::LinearGeluGrad: // dx in bf16 (a plain GEMM, then the GeLU
+    if (result != 0)       // gradient in place); the bias gradient is fp32
       return false;
-    kind = Kind::GeluGrad;
+    kind = Kind::None;
     break;
   case Op::LinearCrossEntropy:
   case Op::LinearVocabCrossEntropyGrad: {
@@ -230,11 +230,10 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   }
   LinearDims d = linearDims(*function_, inst);
   bool bias = inst.op != Op::LinearGeluGrad && inst.operands.size() == 3;
-  bool biasGrad = inst.op == Op::LinearGeluGrad && inst.results.size() == 2;
   // Typed plans give a bf16 result's bias vector bytes of its own.
   return context_.gemm().hasBf16ResultAlgorithm(
       d.rows, d.outSize, d.inSize, false, inst.attrs.transposeWeight, kind,
-      bias, biasGrad, !bundle_.typedPrecision());
+      bias, /*biasGrad=*/false, !bundle_.typedPrecision());
 }
 
 void Executor::planTypedBf16Values() {
@@ -328,9 +327,6 @@ void Executor::planBf16Values() {
       break;
     case Op::LinearGelu: // cuBLASLt's auxiliary matrix has D's type
       groups.join(inst.results[0], inst.results[1]);
-      break;
-    case Op::LinearGeluGrad:
-      groups.join(inst.results[0], inst.operands[2]);
       break;
     case Op::Attention:     // the flash kernels take one input type (q, k, v,
     case Op::AttentionGrad: // dout) and one output type (dq, dk, dv)

@@ -541,14 +541,24 @@ void Executor::execute(size_t position, const Instruction &inst,
     break;
   }
   case Op::LinearGeluGrad: { // operands dy, W, the pre-activation
+    // The GEMM into the result, then the GeLU gradient in place, summing
+    // the bias gradient's columns as it writes them: cuBLASLt's DGELU and
+    // DGELU_BGRAD epilogues run the GEMM at a third of its speed, and
+    // BGRAD in the next weight gradient costs 20-35% of that GEMM
+    // (bench/NOTES.md, 2026-11-29 and session 24).
     auto [rows, inSize, outSize] = linearDims(fn, inst);
-    GemmEpilogue epilogue;
-    epilogue.kind = GemmEpilogue::Kind::GeluGrad;
-    epilogue.approximation = toKernel(a.approximate);
-    epilogue.aux = const_cast<float *>(in(2));
-    epilogue.biasGrad = inst.results.size() == 2 ? out(1) : nullptr;
     gemm(1, rows, outSize, inSize, in(0), false, in(1), a.transposeWeight,
-         out(0), nullptr, epilogue);
+         out(0), nullptr);
+    OutElements dx = outElements(0);
+    InElements dy =
+        dx.bf16 ? InElements(static_cast<const __nv_bfloat16 *>(dx.data))
+                : InElements(static_cast<const float *>(dx.data));
+    if (inst.results.size() == 2)
+      geluBackwardBiasGrad(stream, rows, outSize, inElements(2), dy, dx,
+                           toKernel(a.approximate), out(1), scratch(position));
+    else
+      geluBackward(stream, rows * outSize, inElements(2), dy, dx,
+                   toKernel(a.approximate));
     break;
   }
   case Op::LinearWeightGrad:

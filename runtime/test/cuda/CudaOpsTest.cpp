@@ -559,13 +559,16 @@ TEST_F(CudaOpsTest, LinearAndItsGradientsInBf16) {
 /// linear_weight_bias_grad in both weight layouts; an erf GeLU (kernels
 /// after the product) and an output size of 45 (cuBLASLt may have no
 /// epilogue algorithm for its alignment: kernels again) beside the sizes
-/// cuBLASLt takes.
-void fusedGemmCase(OpCase &c, int64_t out, const char *approximate) {
-  int64_t rows = 48, in = 40;
-  int64_t x = c.input({2, rows / 2, in}), w = c.input({in, out}),
+/// cuBLASLt takes. `batch` x `rows` / `batch` rows: 3 x 67 are seven chunks
+/// of linear_gelu_grad's column sums, the last of 9 rows.
+void fusedGemmCase(OpCase &c, int64_t out, const char *approximate,
+                   int64_t batch = 2, int64_t rows = 48) {
+  int64_t in = 40;
+  std::vector<int64_t> act = {batch, rows / batch, out};
+  int64_t x = c.input({batch, rows / batch, in}), w = c.input({in, out}),
           wt = c.input({out, in}), b = c.input({out}),
-          dz = c.input({2, rows / 2, in}), h = c.input({2, rows / 2, out}),
-          dy = c.input({2, rows / 2, out});
+          dz = c.input({batch, rows / batch, in}), h = c.input(act),
+          dy = c.input(act);
   Json gelu = {{"approximate", approximate}};
   Json geluT = {{"approximate", approximate}, {"transpose_weight", true}};
   auto results = [&](const char *op, std::vector<int64_t> operands,
@@ -577,7 +580,6 @@ void fusedGemmCase(OpCase &c, int64_t out, const char *approximate) {
     for (int64_t v : values)
       c.f.output(v);
   };
-  std::vector<int64_t> act = {2, rows / 2, out};
   results("linear_gelu", {x, w, b}, {act, act}, gelu);
   results("linear_gelu", {x, wt}, {act, act}, geluT);
   // The gradient's GEMM is linear(dz, weight): [.., in] to [.., out].
@@ -604,6 +606,17 @@ TEST_F(CudaOpsTest, FusedGemmEpiloguesTanhInBf16) {
   c.precision = "bf16";
   fusedGemmCase(c, 48, "tanh");
   c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, FusedGemmEpiloguesManyRowsInBf16) {
+  c.precision = "bf16";
+  fusedGemmCase(c, 64, "tanh", 3, 201);
+  c.check(kBf16);
+}
+
+TEST_F(CudaOpsTest, FusedGemmEpiloguesManyRowsErf) {
+  fusedGemmCase(c, 64, "erf", 3, 201);
+  c.check(kReduction);
 }
 
 TEST_F(CudaOpsTest, FusedGemmEpiloguesUnalignedOutputInBf16) {

@@ -40,17 +40,19 @@ func.func @mlp(%x: tensor<2x4x8xf32>, %w1: tensor<8x32xf32>, %b1: tensor<32xf32>
   return %z, %dx, %dw1, %db1, %dw2, %db2 : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8x32xf32>, tensor<32xf32>, tensor<32x8xf32>, tensor<8xf32>
 }
 
-// By default the GeLU and its gradient stay separate ops (their epilogues
-// are slower than the plain GEMM and a GeLU kernel); the bias gradients
-// still join their weight gradients.
+// By default the forward GeLU stays a separate op (its epilogue is slower
+// than the plain GEMM and a GeLU kernel); the backward's GeLU gradient and
+// the first layer's bias gradient still join the data-gradient GEMM (the
+// cuda backend runs it as a plain GEMM and a GeLU-gradient kernel that sums
+// the bias gradient as it writes), and the second layer's bias gradient its
+// weight gradient.
 // DEFAULT-LABEL: func.func @mlp
 // DEFAULT: %[[H:.+]] = mt.linear %arg0, %arg1, %arg2
 // DEFAULT: mt.gelu %[[H]] approximate = tanh
 // DEFAULT: mt.linear_weight_bias_grad
-// DEFAULT: %[[DY:.+]] = mt.linear %arg5, %arg3 transpose_weight
-// DEFAULT: %[[DH:.+]] = mt.gelu_grad %[[DY]], %[[H]] approximate = tanh
-// DEFAULT: mt.linear_weight_bias_grad %arg0, %[[DH]]
-// DEFAULT-NOT: mt.linear_gelu
+// DEFAULT: %[[DH:.+]], %[[DB1:.+]] = mt.linear_gelu_grad %arg5, %arg3, %[[H]] approximate = tanh transpose_weight
+// DEFAULT: mt.linear_weight_grad %arg0, %[[DH]]
+// DEFAULT-NOT: mt.linear_gelu {{.+}}
 // DEFAULT-NOT: mt.bias_grad
 // DEFAULT-LABEL: func.func @kept
 
@@ -68,7 +70,8 @@ func.func @mlp(%x: tensor<2x4x8xf32>, %w1: tensor<8x32xf32>, %b1: tensor<32xf32>
 // so does a GeLU gradient whose GEMM result is also read elsewhere, and a
 // bias gradient (here taken before its weight gradient, whose input is
 // defined in between) is fused at the earlier op only when the weight
-// gradient's input is available there.
+// gradient's input is available there. The erf GeLU's gradient is fused
+// (no epilogue runs it).
 
 // CHECK-LABEL: func.func @kept
 func.func @kept(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>,
@@ -104,4 +107,17 @@ func.func @transposed(%x: tensor<4x8xf32>, %w: tensor<16x8xf32>, %dz: tensor<4x1
   %db = mt.bias_grad %dz : tensor<4x16xf32> -> tensor<16xf32>
   %dw = mt.linear_weight_grad %x, %dz transpose_weight : (tensor<4x8xf32>, tensor<4x16xf32>) -> tensor<16x8xf32>
   return %y, %dw, %db : tensor<4x16xf32>, tensor<16x8xf32>, tensor<16xf32>
+}
+
+// CHECK-LABEL: func.func @erf_grad
+// DEFAULT-LABEL: func.func @erf_grad
+func.func @erf_grad(%h: tensor<4x16xf32>, %w: tensor<16x8xf32>, %dz: tensor<4x8xf32>)
+    -> (tensor<4x16xf32>, tensor<16xf32>) {
+  // CHECK: mt.linear_gelu_grad %arg2, %arg1, %arg0 approximate = erf transpose_weight
+  // CHECK-SAME: -> (tensor<4x16xf32>, tensor<16xf32>)
+  // DEFAULT: mt.linear_gelu_grad %arg2, %arg1, %arg0 approximate = erf transpose_weight
+  %dy = mt.linear %dz, %w transpose_weight : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+  %dh = mt.gelu_grad %dy, %h approximate = erf : tensor<4x16xf32>
+  %db = mt.bias_grad %dh : tensor<4x16xf32> -> tensor<16xf32>
+  return %dh, %db : tensor<4x16xf32>, tensor<16xf32>
 }

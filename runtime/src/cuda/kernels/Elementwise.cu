@@ -5,7 +5,9 @@
 // Operands and results are fp32 or bf16 each (InElements, OutElements); the
 // arithmetic is fp32 either way, so fp32 storage gives the bits it always
 // did.
+#include "core/OpScratch.h"
 #include "core/Random.h"
+#include "cuda/CudaCheck.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
 #include <cuda_fp8.h>
@@ -132,6 +134,181 @@ void launchMap(cudaStream_t stream, int64_t n, Storage<In, Out> s, F f) {
               stream>>>(n, octs, s, f);
 }
 
+/// `y`'s elements, to be read.
+inline InElements asInput(OutElements y) {
+  if (y.bf16)
+    return static_cast<const __nv_bfloat16 *>(y.data);
+  return static_cast<const float *>(y.data);
+}
+
+/// The value `y` holds once `value` is stored in it (bf16 rounds).
+__device__ inline float asStored(OutElements y, float value) {
+  return y.bf16 ? __bfloat162float(__float2bfloat16_rn(value)) : value;
+}
+
+/// Column sums (bias gradients) of [rows, cols] values, one definition on
+/// every path: a chunk's rows (kColumnSumRowsPerChunk) are kChunkGroups
+/// groups of kRowsPerGroup; each group's f32 sum in increasing row order,
+/// the chunk's partial[c, j] = the f32 sum of its groups' sums in order
+/// (from 0), and the totals partialRowTotalsKernel's f64 sums over the
+/// chunks. The same values give the same bits whether they are summed where
+/// they are written (mapColumnSums) or read back (biasGrad), by the vector
+/// kernel or the scalar one. (The kernel is bound by its arithmetic, not
+/// by memory or its last wave: bench/NOTES.md, session 25.)
+constexpr int64_t kRowsPerChunk = mtrt::scratch::kColumnSumRowsPerChunk;
+constexpr int kRowsPerGroup = 8;
+constexpr int kChunkGroups = static_cast<int>(kRowsPerChunk) / kRowsPerGroup;
+static_assert(kChunkGroups * kRowsPerGroup == kRowsPerChunk,
+              "a chunk is whole groups");
+/// Column octets of a mapColumnSumsKernel block (one warp a group).
+constexpr int kSumOctets = detail::kWarp;
+
+/// mapKernel's map of In operands to one result over [rows, 8 colOctets]
+/// elements, also summing the result's columns as stored. Block (32, 8):
+/// blockIdx.y is the chunk, threadIdx.y the group, and thread x takes
+/// column octet c = 32 blockIdx.x + x of the group's rows; the block then
+/// adds its groups' sums in order and writes partial[chunk, 8c + e]. A
+/// null result is summed but not written (biasGrad: the identity of its
+/// operand); the result may be an operand (in place): each element is read
+/// before it is written.
+template <int In, typename F>
+__global__ void __launch_bounds__(kSumOctets * kChunkGroups)
+    mapColumnSumsKernel(int64_t rows, int64_t colOctets, Storage<In, 1> s,
+                        __grid_constant__ const F f, float *partial) {
+  __shared__ float groupSums[kChunkGroups][kSumOctets * 8];
+  int64_t c = static_cast<int64_t>(blockIdx.x) * kSumOctets + threadIdx.x;
+  float sums[8] = {};
+  int64_t begin = blockIdx.y * kRowsPerChunk + threadIdx.y * kRowsPerGroup;
+  int64_t end = detail::imin(rows, begin + kRowsPerGroup);
+  // Row o's results into `sums` (and the result).
+  auto finish = [&](int64_t o, const float (&a)[In][8]) {
+    float r[8];
+#pragma unroll
+    for (int lane = 0; lane < 8; ++lane) {
+      float x[In], y[1];
+#pragma unroll
+      for (int k = 0; k < In; ++k)
+        x[k] = a[k][lane];
+      f(8 * o + lane, x, y);
+      r[lane] = y[0];
+      sums[lane] += asStored(s.out[0], y[0]);
+    }
+    if (s.out[0].data)
+      store8(s.out[0], o, r);
+  };
+  // Two rows at a time, their loads issued together.
+  if (c < colOctets) {
+    int64_t o = begin * colOctets + c, last = end * colOctets;
+    for (; o + colOctets < last; o += 2 * colOctets) {
+      float a[In][8], b[In][8];
+#pragma unroll
+      for (int k = 0; k < In; ++k) {
+        load8(s.in[k], o, a[k]);
+        load8(s.in[k], o + colOctets, b[k]);
+      }
+      finish(o, a);
+      finish(o + colOctets, b);
+    }
+    if (o < last) {
+      float a[In][8];
+#pragma unroll
+      for (int k = 0; k < In; ++k)
+        load8(s.in[k], o, a[k]);
+      finish(o, a);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    groupSums[threadIdx.y][8 * threadIdx.x + e] = sums[e];
+  __syncthreads();
+  // Thread t of the block adds column t's group sums.
+  int t = threadIdx.y * kSumOctets + threadIdx.x;
+  int64_t j = 8 * static_cast<int64_t>(blockIdx.x) * kSumOctets + t;
+  if (j >= 8 * colOctets)
+    return;
+  float total = 0;
+#pragma unroll
+  for (int g = 0; g < kChunkGroups; ++g)
+    total += groupSums[g][t];
+  partial[blockIdx.y * 8 * colOctets + j] = total;
+}
+
+/// The scalar kernel's partial sums of values already stored: thread j of
+/// block row `chunk` sums column j of the chunk's groups, as
+/// mapColumnSumsKernel does.
+__global__ void columnPartialsKernel(int64_t rows, int64_t cols, InElements x,
+                                     float *partial) {
+  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols)
+    return;
+  float total = 0;
+  for (int g = 0; g < kChunkGroups; ++g) {
+    int64_t begin = blockIdx.y * kRowsPerChunk + g * kRowsPerGroup;
+    int64_t end = detail::imin(rows, begin + kRowsPerGroup);
+    float sum = 0;
+    for (int64_t r = begin; r < end; ++r)
+      sum += detail::load(x, r * cols + j);
+    total += sum;
+  }
+  partial[blockIdx.y * cols + j] = total;
+}
+
+/// The totals of the chunks' partial rows into `sums`.
+void columnTotals(cudaStream_t stream, int64_t chunks, int64_t cols,
+                  const float *partial, float *sums) {
+  dim3 grid(static_cast<unsigned>((cols + detail::kWarp - 1) / detail::kWarp));
+  detail::partialRowTotalsKernel<float>
+      <<<grid, dim3(detail::kWarp, detail::kWarp), 0, stream>>>(
+          chunks, cols, partial, sums, nullptr, nullptr);
+}
+
+/// launchMap over [rows, cols] elements, and sums[j] = the sum over rows of
+/// the result's column j as stored: in the map's own pass where every
+/// pointer is 16-byte aligned and cols a multiple of 8, else the map and
+/// then the scalar kernel over its result. `scratch`:
+/// scratch::columnSumBytes(rows, cols).
+template <int In, typename F>
+void mapColumnSums(cudaStream_t stream, int64_t rows, int64_t cols,
+                   Storage<In, 1> s, F f, float *sums, void *scratch) {
+  if (cols <= 0)
+    return;
+  auto *partial = static_cast<float *>(scratch);
+  int64_t chunks = mtrt::scratch::columnSumChunks(rows);
+  if (rows <= 0) {
+    MTRT_CUDA_CHECK(cudaMemsetAsync(sums, 0, sizeof(float) * cols, stream),
+                    "column sums of no rows");
+    return;
+  }
+  bool aligned = detail::vectorizable(s.out[0].data);
+  for (const InElements &x : s.in)
+    aligned = aligned && detail::vectorizable(x.data);
+  if (aligned && cols % 8 == 0) {
+    int64_t colOctets = cols / 8;
+    mapColumnSumsKernel<In, F>
+        <<<dim3(
+               static_cast<unsigned>((colOctets + kSumOctets - 1) / kSumOctets),
+               static_cast<unsigned>(chunks)),
+           dim3(kSumOctets, kChunkGroups), 0, stream>>>(rows, colOctets, s, f,
+                                                        partial);
+  } else {
+    InElements stored = s.in[0];
+    if (s.out[0].data) {
+      launchMap(stream, rows * cols, s, f);
+      stored = asInput(s.out[0]);
+    }
+    auto columnBlocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+    columnPartialsKernel<<<dim3(columnBlocks, static_cast<unsigned>(chunks)),
+                           kThreads, 0, stream>>>(rows, cols, stored, partial);
+  }
+  columnTotals(stream, chunks, cols, partial, sums);
+}
+
+struct Identity {
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    y[0] = x[0];
+  }
+};
+
 /// y = x * factor[0] (a device scalar: the loss gradient's seed).
 struct ScaleBy {
   const float *factor;
@@ -149,14 +326,30 @@ struct GeluTanh {
 };
 
 /// The tanh GeLU for results stored in bf16: 0.5 v (1 + tanh u) = v
-/// sigmoid(2 u), with the fast exponential and reciprocal (within about
-/// 2^-20 of the float formula, where bf16 keeps 2^-8), about half the
-/// instructions of tanhf (the forward 8% faster at gpt2-350m's MLP;
-/// bench/NOTES.md, session 24). fp32 results keep GeluTanh, the host's
-/// formula.
+/// sigmoid(2 u), in a dozen instructions: the hardware's approximate
+/// exponential and reciprocal (ex2.approx.ftz, rcp.approx.ftz: relative
+/// errors near 2^-22, where bf16 keeps 2^-8; a flushed exponential is a
+/// sigmoid of exactly 1) and explicit fused multiply-adds (this file is
+/// compiled without contraction, for the fp32 formulas' host bits). fp32
+/// results keep GeluTanh, the host's formula. (With __expf and __frcp_rn,
+/// whose IEEE reciprocal takes a slow-path check, gelu_grad's kernel was
+/// bound by the multiprocessors, not memory: bench/NOTES.md, session 25.)
+__device__ inline float approxExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ inline float approxReciprocal(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr double kLog2E = 1.4426950408889634073599246810019;
 __device__ inline float geluTanhSigmoid(float v) {
-  float u = float(kSqrt2OverPi) * (v + float(kGeluTanhCubic) * v * v * v);
-  return __frcp_rn(1.0f + __expf(-2.0f * u));
+  // exp(-2 u) = 2^(-2 sqrt(2 / pi) log2(e) (v + 0.044715 v^3))
+  float inner = __fmaf_rn(float(kGeluTanhCubic) * v * v, v, v);
+  return approxReciprocal(
+      1.0f + approxExp2(float(-2 * kSqrt2OverPi * kLog2E) * inner));
 }
 
 struct GeluTanhToBf16 {
@@ -189,9 +382,11 @@ struct GeluTanhBackwardToBf16 { // x, dy -> dx
   __device__ void operator()(int64_t, const float *x, float *y) const {
     float v = x[0];
     float s = geluTanhSigmoid(v);
-    float dinner =
-        float(kSqrt2OverPi) * (1.0f + float(3 * kGeluTanhCubic) * v * v);
-    y[0] = x[1] * (s + 2.0f * v * s * (1.0f - s) * dinner);
+    // 2 dinner = 2 sqrt(2 / pi) (1 + 3 0.044715 v^2); s (1 - s).
+    float twiceDinner = __fmaf_rn(float(6 * kSqrt2OverPi * kGeluTanhCubic),
+                                  v * v, float(2 * kSqrt2OverPi));
+    float spread = __fmaf_rn(-s, s, s);
+    y[0] = x[1] * __fmaf_rn(v * spread, twiceDinner, s);
   }
 };
 
@@ -499,6 +694,33 @@ void geluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
     launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}}, GeluTanhBackward{});
   else
     launchMap(stream, n, Storage<2, 1>{{x, dy}, {dx}}, GeluErfBackward{});
+}
+
+void geluBackwardBiasGrad(cudaStream_t stream, int64_t rows, int64_t cols,
+                          InElements x, InElements dy, OutElements dx,
+                          GeluApproximation approximation, float *dbias,
+                          void *scratch) {
+  Storage<2, 1> s{{x, dy}, {dx}};
+  if (approximation == GeluApproximation::Tanh && dx.bf16)
+    mapColumnSums(stream, rows, cols, s, GeluTanhBackwardToBf16{}, dbias,
+                  scratch);
+  else if (approximation == GeluApproximation::Tanh)
+    mapColumnSums(stream, rows, cols, s, GeluTanhBackward{}, dbias, scratch);
+  else
+    mapColumnSums(stream, rows, cols, s, GeluErfBackward{}, dbias, scratch);
+}
+
+void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
+              float *dbias, void *scratch) {
+  InElements in = dy.bf16
+                      ? InElements(static_cast<const __nv_bfloat16 *>(dy.data))
+                      : InElements(static_cast<const float *>(dy.data));
+  mapColumnSums(stream, rows, out, Storage<1, 1>{{in}, {nullptr}}, Identity{},
+                dbias, scratch);
+}
+
+size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {
+  return mtrt::scratch::columnSumBytes(rows, hidden);
 }
 
 void siluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y) {

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 namespace mtrt::cuda::detail {
 
@@ -132,6 +134,56 @@ __device__ inline void store4(OutElements y, int64_t q, float4 v) {
   } else {
     static_cast<float4 *>(y.data)[q] = v;
   }
+}
+
+/// Blocks of `kernel` the current device runs at once with `threads`
+/// threads and `sharedBytes` of dynamic shared memory each (one wave: a
+/// backward's blocks take equal shares of the rows), asked once per thread,
+/// kernel, size and device; 1 << 30 if the device cannot say.
+template <typename Kernel>
+int64_t residentBlocks(Kernel kernel, int threads, size_t sharedBytes = 0) {
+  int device = 0, processors = 0, perProcessor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return int64_t(1) << 30;
+  using Key = std::tuple<const void *, int, size_t, int>;
+  thread_local std::map<Key, int64_t> known;
+  Key key{reinterpret_cast<const void *>(kernel), threads, sharedBytes, device};
+  if (auto found = known.find(key); found != known.end())
+    return found->second;
+  if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
+                             device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &perProcessor, kernel, threads, sharedBytes) != cudaSuccess)
+    return int64_t(1) << 30;
+  int64_t blocks = std::max<int64_t>(1, int64_t(processors) * perProcessor);
+  known.emplace(key, blocks);
+  return blocks;
+}
+
+/// Column sums of partial rows (f32 or f64): out0[j] = float(sum over p of
+/// double(partial0[p, j])), in order within each of 32 strided groups of
+/// rows, then over the groups in order; blockIdx.y = 1 does the same from
+/// partial1 into out1. Block (32, 32), grid (ceil(columns / 32), 1 or 2).
+template <typename Partial>
+__global__ void partialRowTotalsKernel(int64_t partialRows, int64_t columns,
+                                       const Partial *partial0, float *out0,
+                                       const Partial *partial1, float *out1) {
+  __shared__ double shared[kWarp][kWarp + 1];
+  const Partial *partial = blockIdx.y ? partial1 : partial0;
+  float *out = blockIdx.y ? out1 : out0;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * kWarp + threadIdx.x;
+  double sum = 0;
+  if (j < columns)
+    for (int64_t p = threadIdx.y; p < partialRows; p += kWarp)
+      sum += partial[p * columns + j];
+  shared[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= columns)
+    return;
+  double total = 0;
+  for (int y = 0; y < kWarp; ++y)
+    total += shared[y][threadIdx.x];
+  out[j] = static_cast<float>(total);
 }
 
 /// Whether a pointer allows load4/store4.

@@ -240,18 +240,6 @@ void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                      NormRows x, const float *weight, NormRows dy, double eps,
                      NormRowsOut dx, float *dweight, void *scratch);
 
-/// Scratch of biasGrad's column sums of a [rows, hidden] input.
-size_t columnSumScratchBytes(int64_t rows, int64_t hidden);
-
-/// dbias [out] = sum over rows of dy [rows, out] (float or bf16);
-/// `scratch`: columnSumScratchBytes(rows, out).
-void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
-              float *dbias, void *scratch);
-inline void biasGrad(cudaStream_t stream, int64_t rows, int64_t out,
-                     const float *dy, float *dbias, void *scratch) {
-  biasGrad(stream, rows, out, NormRows{dy, false}, dbias, scratch);
-}
-
 //===----------------------------------------------------------------------===//
 // Attention.cu: the attention core (one block per query row, then one per
 // key row for dk and dv; not flash yet) and rotary position embedding
@@ -374,6 +362,29 @@ void geluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y,
                  GeluApproximation approximation);
 void geluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
                   OutElements dx, GeluApproximation approximation);
+
+/// Scratch of biasGrad's column sums of a [rows, hidden] input.
+size_t columnSumScratchBytes(int64_t rows, int64_t hidden);
+
+/// dbias [out] = sum over rows of dy [rows, out] (float or bf16);
+/// `scratch`: columnSumScratchBytes(rows, out).
+void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
+              float *dbias, void *scratch);
+inline void biasGrad(cudaStream_t stream, int64_t rows, int64_t out,
+                     const float *dy, float *dbias, void *scratch) {
+  biasGrad(stream, rows, out, NormRows{dy, false}, dbias, scratch);
+}
+
+/// geluBackward over [rows, cols] elements, and dbias [cols] = the sum over
+/// rows of dx as stored (the bias gradient of the layer before the GeLU),
+/// summed as dx is written (where every pointer is 16-byte aligned and cols
+/// a multiple of 8), with the bits biasGrad gives for dx. `scratch`:
+/// columnSumScratchBytes(rows, cols).
+void geluBackwardBiasGrad(cudaStream_t stream, int64_t rows, int64_t cols,
+                          InElements x, InElements dy, OutElements dx,
+                          GeluApproximation approximation, float *dbias,
+                          void *scratch);
+
 void siluForward(cudaStream_t stream, int64_t n, InElements x, OutElements y);
 void siluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
                   OutElements dx);

@@ -41,74 +41,6 @@ namespace {
 
 using detail::blockSum;
 
-/// Rows per partial sum of the column sums (core/OpScratch.h sizes the
-/// scratch by them).
-constexpr int64_t kRowsPerChunk = mtrt::scratch::kColumnSumRowsPerChunk;
-
-int64_t chunksFor(int64_t rows) { return mtrt::scratch::columnSumChunks(rows); }
-
-/// partial[c, j] = sum over rows of chunk c, in increasing order, of
-/// double(term(r, j)).
-template <typename Term>
-__global__ void columnPartialsKernel(int64_t rows, int64_t hidden, Term term,
-                                     double *partial) {
-  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t chunk = blockIdx.y;
-  if (j >= hidden)
-    return;
-  int64_t begin = chunk * kRowsPerChunk;
-  int64_t end = detail::imin(rows, begin + kRowsPerChunk);
-  double sum = 0;
-  for (int64_t r = begin; r < end; ++r)
-    sum += static_cast<double>(term(r, j));
-  partial[chunk * hidden + j] = sum;
-}
-
-/// out[j] = float(sum over chunks, in order, of partial[c, j]).
-__global__ void columnTotalsKernel(int64_t chunks, int64_t hidden,
-                                   const double *partial, float *out) {
-  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= hidden)
-    return;
-  double sum = 0;
-  for (int64_t c = 0; c < chunks; ++c)
-    sum += partial[c * hidden + j];
-  out[j] = static_cast<float>(sum);
-}
-
-template <typename Term>
-void columnSums(cudaStream_t stream, int64_t rows, int64_t hidden, Term term,
-                float *out, void *scratch) {
-  if (hidden <= 0)
-    return;
-  int64_t chunks = chunksFor(rows);
-  auto *partial = static_cast<double *>(scratch);
-  unsigned columnBlocks =
-      static_cast<unsigned>((hidden + detail::kThreads - 1) / detail::kThreads);
-  if (rows > 0) {
-    columnPartialsKernel<<<dim3(columnBlocks, static_cast<unsigned>(chunks)),
-                           detail::kThreads, 0, stream>>>(rows, hidden, term,
-                                                          partial);
-  } else {
-    cudaMemsetAsync(partial, 0, sizeof(double) * hidden, stream);
-    chunks = 1;
-  }
-  columnTotalsKernel<<<columnBlocks, detail::kThreads, 0, stream>>>(
-      chunks, hidden, partial, out);
-}
-
-struct DyTerm {
-  NormRows dy;
-  int64_t hidden;
-  __device__ float operator()(int64_t r, int64_t j) const {
-    int64_t at = r * hidden + j;
-    return dy.bf16
-               ? __bfloat162float(
-                     static_cast<const __nv_bfloat16 *>(dy.data)[at])
-               : static_cast<const float *>(dy.data)[at];
-  }
-};
-
 //===----------------------------------------------------------------------===//
 // The norms
 //===----------------------------------------------------------------------===//
@@ -1052,32 +984,6 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
   }
 }
 
-/// Column sums of the backward's partials: out[j] = float(sum over blocks,
-/// in order within each of 32 strided groups, then over the groups in
-/// order, of double(partial[b, j])). Block (32, 32), blockIdx.y picks
-/// dweight (0) or dbias (1).
-__global__ void normPartialTotalsKernel(int64_t blocks, int64_t hidden,
-                                        const float *partialW,
-                                        const float *partialB, float *dweight,
-                                        float *dbias) {
-  __shared__ double shared[detail::kWarp][detail::kWarp + 1];
-  const float *partial = blockIdx.y ? partialB : partialW;
-  float *out = blockIdx.y ? dbias : dweight;
-  int64_t j = static_cast<int64_t>(blockIdx.x) * detail::kWarp + threadIdx.x;
-  double sum = 0;
-  if (j < hidden)
-    for (int64_t b = threadIdx.y; b < blocks; b += detail::kWarp)
-      sum += partial[b * hidden + j];
-  shared[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y != 0 || j >= hidden)
-    return;
-  double total = 0;
-  for (int y = 0; y < detail::kWarp; ++y)
-    total += shared[y][threadIdx.x];
-  out[j] = static_cast<float>(total);
-}
-
 /// A norm launch's shape: vector width (4 when the row and every pointer
 /// allow), vectors per thread, threads (a multiple of 32, at most
 /// kMaxNormThreads) with at most 4, 8, 16, then 32 elements per thread.
@@ -1114,31 +1020,6 @@ NormShape stagedShape(int64_t hidden) {
 bool usesStagedKernels(int64_t hidden, bool aligned, int64_t stageBytes) {
   return aligned && hidden % 4 == 0 && hidden <= kMaxStagedHidden &&
          kNormStages * stageBytes <= kMaxStagedBytes;
-}
-
-/// Blocks of `kernel` the current device runs at once with `threads`
-/// threads and `sharedBytes` of dynamic shared memory each (one wave: a
-/// backward's blocks take equal shares of the rows), asked once per thread,
-/// kernel, size and device; 1 << 30 if the device cannot say.
-template <typename Kernel>
-int64_t residentBlocks(Kernel kernel, int threads, size_t sharedBytes = 0) {
-  int device = 0, processors = 0, perProcessor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess)
-    return int64_t(1) << 30;
-  using Key = std::tuple<const void *, int, size_t, int>;
-  thread_local std::map<Key, int64_t> known;
-  Key key{reinterpret_cast<const void *>(kernel), threads, sharedBytes,
-          device};
-  if (auto found = known.find(key); found != known.end())
-    return found->second;
-  if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
-                             device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &perProcessor, kernel, threads, sharedBytes) != cudaSuccess)
-    return int64_t(1) << 30;
-  int64_t blocks = std::max<int64_t>(1, int64_t(processors) * perProcessor);
-  known.emplace(key, blocks);
-  return blocks;
 }
 
 /// Lets `kernel` take up to kMaxStagedBytes of dynamic shared memory on the
@@ -1240,8 +1121,9 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
     withWarpRowVectors(per, [&](auto vectors) {
       auto kernel = normForwardWarpKernel<decltype(vectors)::value, kLayer>;
       constexpr int64_t kWarpsPerBlock = kWarpRowForwardThreads / detail::kWarp;
-      int64_t blocks = std::min((rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
-                                residentBlocks(kernel, kWarpRowForwardThreads));
+      int64_t blocks =
+          std::min((rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
+                   detail::residentBlocks(kernel, kWarpRowForwardThreads));
       kernel<<<static_cast<unsigned>(blocks), kWarpRowForwardThreads, 0,
                stream>>>(rows, static_cast<int>(hidden),
                          static_cast<const __nv_bfloat16 *>(x.data), weight,
@@ -1257,7 +1139,7 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
       auto kernel = normForwardStagedKernel<decltype(items)::value, kLayer>;
       allowStagedBytes(kernel);
       int64_t blocks = std::min(
-          rows, residentBlocks(kernel, shape.threads, sharedBytes));
+          rows, detail::residentBlocks(kernel, shape.threads, sharedBytes));
       kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
                stream>>>(rows, hidden, x, weight, bias, eps, y, fp8, rowBytes);
     });
@@ -1299,7 +1181,8 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
   if (per && aligned && weight && x.bf16 && dy.bf16 && (!dx.data || dx.bf16)) {
     withWarpRowVectors(per, [&](auto vectors) {
       auto kernel = normBackwardWarpKernel<decltype(vectors)::value, kLayer>;
-      blocks = std::min(most, residentBlocks(kernel, kWarpRowBackwardThreads));
+      blocks = std::min(
+          most, detail::residentBlocks(kernel, kWarpRowBackwardThreads));
       kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, 0,
                stream>>>(rows, static_cast<int>(hidden),
                          static_cast<const __nv_bfloat16 *>(x.data),
@@ -1313,8 +1196,8 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
     withStagedShape(shape, [&](auto items) {
       auto kernel = normBackwardStagedKernel<decltype(items)::value, kLayer>;
       allowStagedBytes(kernel);
-      blocks = std::min(most,
-                        residentBlocks(kernel, shape.threads, sharedBytes));
+      blocks = std::min(
+          most, detail::residentBlocks(kernel, shape.threads, sharedBytes));
       kernel<<<static_cast<unsigned>(blocks), shape.threads, sharedBytes,
                stream>>>(rows, hidden, x, dy, weight, eps, dx, partialW,
                          partialB, xBytes, stageBytes);
@@ -1325,23 +1208,19 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
       auto kernel =
           normBackwardKernel<decltype(vec)::value, decltype(items)::value,
                              kLayer>;
-      blocks = std::min(most, residentBlocks(kernel, shape.threads));
+      blocks = std::min(most, detail::residentBlocks(kernel, shape.threads));
       kernel<<<static_cast<unsigned>(blocks), shape.threads, 0, stream>>>(
           rows, hidden, x, dy, weight, eps, dx, partialW, partialB);
     });
   }
   dim3 grid(static_cast<unsigned>((hidden + detail::kWarp - 1) / detail::kWarp),
             dbias ? 2 : 1);
-  normPartialTotalsKernel<<<grid, dim3(detail::kWarp, detail::kWarp), 0,
-                            stream>>>(blocks, hidden, partialW, partialB,
-                                      dweight, dbias);
+  detail::partialRowTotalsKernel<<<grid, dim3(detail::kWarp, detail::kWarp), 0,
+                                   stream>>>(blocks, hidden, partialW, dweight,
+                                             partialB, dbias);
 }
 
 } // namespace
-
-size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {
-  return mtrt::scratch::columnSumBytes(rows, hidden);
-}
 
 size_t normBackwardScratchBytes(int64_t rows, int64_t hidden) {
   return mtrt::scratch::normBackwardPartialBytes(rows, hidden);
@@ -1384,11 +1263,6 @@ void rmsNormBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                      NormRowsOut dx, float *dweight, void *scratch) {
   normBackward<false>(stream, rows, hidden, x, weight, dy, eps, dx, dweight,
                       nullptr, scratch);
-}
-
-void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
-              float *dbias, void *scratch) {
-  columnSums(stream, rows, out, DyTerm{dy, out}, dbias, scratch);
 }
 
 } // namespace mtrt::cuda
