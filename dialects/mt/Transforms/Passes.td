@@ -695,7 +695,10 @@ def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
       used only there (the next layer's data gradient) into
       `mt.linear_gelu_grad`, taking in an `mt.bias_grad` of its result as the
       second result (not under FP8, `mt.fp8` on the module: mt-fp8-gemms
-      casts the linear's operands, and leaves fused GEMMs in bf16);
+      casts the linear's operands, and leaves fused GEMMs in bf16; nor where
+      the output gradient is all-gathered, under sequence parallelism:
+      --tp-comm-overlap cuts that linear into chunks, which need no slices
+      of the pre-activation);
     - an `mt.bias_grad` of the output gradient of an `mt.linear_weight_grad`
       into `mt.linear_weight_bias_grad`.
 

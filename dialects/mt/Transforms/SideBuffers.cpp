@@ -114,16 +114,14 @@ std::pair<int64_t, int64_t> biasGradDims(Operation *op) {
   return {in ? elementsOf(op->getOperand(0)) / in : leading, out};
 }
 
-/// runtime/src/core/ScratchPlan.cpp gemmBf16VectorColumns: the bias (or
-/// bias-gradient) vector a GEMM with a bf16 result keeps in its block, in
-/// bf16 elements, else 0.
+/// runtime/src/core/ScratchPlan.cpp gemmBf16VectorColumns: the bias vector
+/// a GEMM with a bf16 result keeps in its block, in bf16 elements, else 0.
 int64_t bf16VectorColumns(Operation *op) {
   RankedTensorType result = typeOf(op->getResult(0));
   if (!result.getElementType().isBF16())
     return 0;
   bool bias = isa<LinearOp, LinearGeluOp>(op) && op->getNumOperands() == 3;
-  bool biasGrad = isa<LinearGeluGradOp>(op) && op->getNumResults() == 2;
-  return bias || biasGrad ? result.getShape().back() : 0;
+  return bias ? result.getShape().back() : 0;
 }
 
 } // namespace
@@ -214,8 +212,9 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
       bytes += scratch::normGradOpBytes(rowsOf(x), typeOf(x).getShape().back(),
                                         op->getNumResults() == 3);
     } else if (readsGemmOperands(op)) {
-      // A bias-gradient epilogue's column sums (in case cuBLASLt cannot do
-      // them), a bf16 result's bias vector, then cuBLASLt's workspace.
+      // A bias gradient's column sums (linear_gelu_grad's kernel, or a
+      // BGRAD epilogue's in case cuBLASLt cannot do them), a bf16 result's
+      // bias vector, then cuBLASLt's workspace.
       uint64_t epilogue = 0;
       if (isa<LinearWeightBiasGradOp>(op) ||
           (isa<LinearGeluGradOp>(op) && op->getNumResults() == 2)) {

@@ -84,8 +84,8 @@ bool isGemm(Op op) {
   }
 }
 
-/// A GEMM's bias-gradient epilogue: column sums in case cuBLASLt cannot do
-/// them (0 without one).
+/// A GEMM's bias gradient: the column sums of linear_gelu_grad's kernel, or
+/// of a BGRAD epilogue's in case cuBLASLt cannot do them (0 without one).
 uint64_t gemmColumnSumBytes(const Function &fn, const Instruction &inst) {
   bool biasGrad = inst.op == Op::LinearWeightBiasGrad ||
                   (inst.op == Op::LinearGeluGrad && inst.results.size() == 2);
@@ -95,7 +95,7 @@ uint64_t gemmColumnSumBytes(const Function &fn, const Instruction &inst) {
   return scratch::biasGradOpBytes(d.rows, d.outSize);
 }
 
-/// The column sums, then a bf16 result's bias (or bias gradient) vector.
+/// The column sums, then a bf16 result's bias vector.
 uint64_t gemmEpilogueBytes(const Function &fn, const Instruction &inst) {
   return gemmColumnSumBytes(fn, inst) +
          scratch::gemmBf16VectorBytes(gemmBf16VectorColumns(fn, inst));
@@ -190,8 +190,7 @@ int64_t gemmBf16VectorColumns(const Function &fn, const Instruction &inst) {
     return 0;
   bool bias = (inst.op == Op::Linear || inst.op == Op::LinearGelu) &&
               inst.operands.size() == 3;
-  bool biasGrad = inst.op == Op::LinearGeluGrad && inst.results.size() == 2;
-  if (!bias && !biasGrad)
+  if (!bias)
     return 0;
   return fn.values[inst.results[0]].shape.back();
 }

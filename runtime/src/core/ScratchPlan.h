@@ -57,8 +57,8 @@ bool planHoldsGemmWorkspace(const Function &fn);
 uint64_t gemmWorkspaceOffset(const Function &fn, const Instruction &inst);
 
 /// The length of the bf16 vector (scratch::gemmBf16VectorBytes) a GEMM with
-/// a declared bf16 result and a bias or a bias gradient keeps in its block,
-/// else 0; and where in the block it starts.
+/// a declared bf16 result and a bias keeps in its block (cuBLASLt's bias in
+/// D's type), else 0; and where in the block it starts.
 int64_t gemmBf16VectorColumns(const Function &fn, const Instruction &inst);
 uint64_t gemmBf16VectorOffset(const Function &fn, const Instruction &inst);
 

@@ -121,3 +121,24 @@ func.func @erf_grad(%h: tensor<4x16xf32>, %w: tensor<16x8xf32>, %dz: tensor<4x8x
   %db = mt.bias_grad %dh : tensor<4x16xf32> -> tensor<16xf32>
   return %dh, %db : tensor<4x16xf32>, tensor<16xf32>
 }
+
+// Under sequence parallelism the data-gradient GEMM reads an all-gathered
+// gradient: it stays a linear (--tp-comm-overlap cuts it into chunks
+// against the gather's), the GeLU gradient a separate op.
+
+shard.grid @grid(shape = 2)
+
+// CHECK-LABEL: func.func @gathered
+// DEFAULT-LABEL: func.func @gathered
+func.func @gathered(%h: tensor<4x16xf32>, %w: tensor<16x8xf32>, %dz: tensor<2x8xf32>)
+    -> (tensor<4x16xf32>, tensor<16xf32>) {
+  // DEFAULT: %[[G:.+]] = shard.all_gather
+  // DEFAULT-NEXT: %[[DY:.+]] = mt.linear %[[G]], %arg1 transpose_weight
+  // DEFAULT-NEXT: mt.gelu_grad %[[DY]], %arg0 approximate = tanh
+  // DEFAULT-NOT: mt.linear_gelu_grad
+  %g = shard.all_gather %dz on @grid grid_axes = [0] gather_axis = 0 : tensor<2x8xf32> -> tensor<4x8xf32>
+  %dy = mt.linear %g, %w transpose_weight : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+  %dh = mt.gelu_grad %dy, %h approximate = tanh : tensor<4x16xf32>
+  %db = mt.bias_grad %dh : tensor<4x16xf32> -> tensor<16xf32>
+  return %dh, %db : tensor<4x16xf32>, tensor<16xf32>
+}
