@@ -6,7 +6,8 @@ using namespace mlir;
 using namespace mlir::mt;
 
 bool mlir::mt::isFusibleElementwiseOp(Operation *op) {
-  // GeLU and its gradient stay with their GEMMs (cuBLASLt epilogues).
+  // GeLU and its gradient keep their own kernels (the runtime's bf16 forms,
+  // and linear_gelu_grad's column sums).
   if (isa<AddOp, MulOp, SiluOp, SwigluOp>(op))
     return true;
   // A dropout keyed on a rank's tile needs the tile's global position.
