@@ -24,14 +24,6 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      std::printf("CUDA %s at line %d\n", cudaGetErrorString(e_), __LINE__);   \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 namespace {
 
 struct Shape {

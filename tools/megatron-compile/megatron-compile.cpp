@@ -152,7 +152,9 @@ static cl::opt<std::string> memoryBudget(
 static cl::opt<bool> fuseGemmEpilogues(
     "fuse-gemm-epilogues",
     cl::desc("Fuse bias gradients into the linear layers' weight-gradient "
-             "GEMMs (mt-fuse-gemm-epilogues; default on; "
+             "GEMMs, and the GeLU's gradient and the first MLP layer's bias "
+             "gradient into the second layer's data-gradient GEMM "
+             "(mt-fuse-gemm-epilogues; default on; "
              "--fuse-gemm-epilogues=false keeps them separate ops)"),
     cl::init(true), cl::cat(compileCategory));
 

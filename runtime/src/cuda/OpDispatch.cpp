@@ -550,9 +550,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     gemm(1, rows, outSize, inSize, in(0), false, in(1), a.transposeWeight,
          out(0), nullptr);
     OutElements dx = outElements(0);
-    InElements dy =
-        dx.bf16 ? InElements(static_cast<const __nv_bfloat16 *>(dx.data))
-                : InElements(static_cast<const float *>(dx.data));
+    InElements dy(dx.data, dx.bf16); // the GEMM's result, read in place
     if (inst.results.size() == 2)
       geluBackwardBiasGrad(stream, rows, outSize, inElements(2), dy, dx,
                            toKernel(a.approximate), out(1), scratch(position));

@@ -134,13 +134,6 @@ void launchMap(cudaStream_t stream, int64_t n, Storage<In, Out> s, F f) {
               stream>>>(n, octs, s, f);
 }
 
-/// `y`'s elements, to be read.
-inline InElements asInput(OutElements y) {
-  if (y.bf16)
-    return static_cast<const __nv_bfloat16 *>(y.data);
-  return static_cast<const float *>(y.data);
-}
-
 /// The value `y` holds once `value` is stored in it (bf16 rounds).
 __device__ inline float asStored(OutElements y, float value) {
   return y.bf16 ? __bfloat162float(__float2bfloat16_rn(value)) : value;
@@ -294,7 +287,7 @@ void mapColumnSums(cudaStream_t stream, int64_t rows, int64_t cols,
     InElements stored = s.in[0];
     if (s.out[0].data) {
       launchMap(stream, rows * cols, s, f);
-      stored = asInput(s.out[0]);
+      stored = InElements(s.out[0].data, s.out[0].bf16);
     }
     auto columnBlocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
     columnPartialsKernel<<<dim3(columnBlocks, static_cast<unsigned>(chunks)),
@@ -712,11 +705,9 @@ void geluBackwardBiasGrad(cudaStream_t stream, int64_t rows, int64_t cols,
 
 void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
               float *dbias, void *scratch) {
-  InElements in = dy.bf16
-                      ? InElements(static_cast<const __nv_bfloat16 *>(dy.data))
-                      : InElements(static_cast<const float *>(dy.data));
-  mapColumnSums(stream, rows, out, Storage<1, 1>{{in}, {nullptr}}, Identity{},
-                dbias, scratch);
+  mapColumnSums(stream, rows, out,
+                Storage<1, 1>{{InElements(dy.data, dy.bf16)}, {nullptr}},
+                Identity{}, dbias, scratch);
 }
 
 size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {

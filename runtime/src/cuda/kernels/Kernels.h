@@ -50,6 +50,7 @@ struct InElements {
   bool bf16 = false;
   InElements(const float *p) : data(p) {}
   InElements(const __nv_bfloat16 *p) : data(p), bf16(true) {}
+  InElements(const void *p, bool isBf16) : data(p), bf16(isBf16) {}
 };
 
 /// Device elements a kernel writes: fp32, or bf16 (rounded to nearest even,
