@@ -47,8 +47,9 @@ echo "== megatron-preprocess: the paragraphs of data/corpus.txt as documents"
 mkdir -p "$data"
 python3 "$root/tools/paragraphs-to-jsonl.py" "$root/data/corpus.txt" \
   "$data/corpus.jsonl"
+# The demo's own files, remade from the repository's corpus each run.
 "$build/bin/megatron-preprocess" --input "$data/corpus.jsonl" \
-  --output-prefix "$data/corpus" "${tokenizer[@]}" --append-eod
+  --output-prefix "$data/corpus" "${tokenizer[@]}" --append-eod --force
 echo
 echo "== megatron-compile models/tiny-gpt.yaml -o $bundle"
 "$build/bin/megatron-compile" "${model[@]}" --report params
