@@ -201,13 +201,9 @@ bool planner::profileLayers(MLIRContext &context, const CompileConfig &base,
 }
 
 std::vector<int64_t> planner::profiledMicroBatches(const Layout &layout) {
-  if (layout.microBatch == 1)
-    return {1};
-  if (!layout.tpCommOverlap)
-    return {1, 2};
-  if (layout.microBatch == 2)
-    return {2};
-  return {2, 3};
+  if (layout.microBatch == 1 || layout.tpCommOverlap)
+    return {layout.microBatch};
+  return {1, 2};
 }
 
 StepProfile planner::profileForMicroBatch(const StepProfile &one,

@@ -60,10 +60,10 @@ bool profileLayers(mlir::MLIRContext &context, const CompileConfig &base,
                    const ClusterSpec &cluster, StepProfile &out,
                    std::string &error);
 
-/// The micro-batches whose profiles predict a layout's: 1 alone for 1; 1 and
-/// 2 to extrapolate from; under --tp-comm-overlap 2 alone for 2, else 2 and
-/// 3 (its chunks are whole samples from two samples on; one sample is
-/// chunked along the sequence with copies, another program).
+/// The micro-batches whose profiles predict a layout's: 1 and 2 to
+/// extrapolate from; its own alone for 1, and under --tp-comm-overlap,
+/// whose chunks depend on the micro-batch (whole samples where it divides,
+/// up to 4 of them; the sequence, with copies, where it does not).
 std::vector<int64_t> profiledMicroBatches(const Layout &layout);
 
 /// A micro-batch of `microBatch` sequences from the profiles of micro-batch
