@@ -138,20 +138,29 @@ private:
     for (int64_t d : shape.drop_front(axis + 1))
       inner *= d;
     Type element = typeOf(whole).getElementType();
+    SmallVector<std::pair<Value, int64_t>> placed;
+    int64_t offset = 0;
+    for (Value piece : pieces) {
+      if (!movable(piece) || typeOf(piece).getElementType() != element ||
+          offset % 8 != 0 || llvm::count(pieces, piece) != 1)
+        return;
+      placed.push_back({piece, offset * elementBytes(whole)});
+      offset += typeOf(piece).getShape()[axis] * inner;
+    }
+    addNewGroup(copy, whole, placed);
+  }
+
+  /// A group of its own for `whole`: the values holding its bytes through
+  /// reshapes at offset 0, then the pieces `placed`.
+  void addNewGroup(Operation *copy, Value whole,
+                   ArrayRef<std::pair<Value, int64_t>> placed) {
     ViewGroup group;
     group.whole = whole;
     group.copies.push_back(copy);
     for (Value v : sameBytes(whole))
       if (v != whole)
         group.members.push_back({v, 0});
-    int64_t offset = 0;
-    for (Value piece : pieces) {
-      if (!movable(piece) || typeOf(piece).getElementType() != element ||
-          offset % 8 != 0 || llvm::count(pieces, piece) != 1)
-        return;
-      group.members.push_back({piece, offset * elementBytes(whole)});
-      offset += typeOf(piece).getShape()[axis] * inner;
-    }
+    group.members.append(placed.begin(), placed.end());
     taken.insert(whole);
     for (auto [member, byteOffset] : group.members)
       taken.insert(member);
@@ -193,19 +202,8 @@ private:
       group.copies.push_back(copy);
       return;
     }
-    if (!movable(whole))
-      return;
-    ViewGroup group;
-    group.whole = whole;
-    group.copies.push_back(copy);
-    for (Value v : sameBytes(whole))
-      if (v != whole)
-        group.members.push_back({v, 0});
-    group.members.append(placed.begin(), placed.end());
-    taken.insert(whole);
-    for (auto [member, byteOffset] : group.members)
-      taken.insert(member);
-    groups.push_back(std::move(group));
+    if (movable(whole))
+      addNewGroup(copy, whole, placed);
   }
 
   const SideBufferOptions &options;
