@@ -710,6 +710,19 @@ void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
                 Identity{}, dbias, scratch);
 }
 
+void columnSumTotals(cudaStream_t stream, int64_t rows, int64_t cols,
+                     const float *partial, float *sums) {
+  if (cols <= 0)
+    return;
+  if (rows <= 0) {
+    MTRT_CUDA_CHECK(cudaMemsetAsync(sums, 0, sizeof(float) * cols, stream),
+                    "column sums of no rows");
+    return;
+  }
+  columnTotals(stream, mtrt::scratch::columnSumChunks(rows), cols, partial,
+               sums);
+}
+
 size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {
   return mtrt::scratch::columnSumBytes(rows, hidden);
 }
