@@ -370,3 +370,8 @@ if [ "${OPENMPI:-0}" = 1 ]; then
   rm -rf "$debs"
 fi
 du -sh "$dest"
+# SCALING=1: bench/run-scaling.sh's bundles and the compiler's predictions
+# for them (issue 29: bench/scaling-layouts.txt).
+if [ "${SCALING:-0}" = 1 ]; then
+  "$root/bench/compile-scaling-bundles.sh" "$compile" "$dest/scaling"
+fi

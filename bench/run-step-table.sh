@@ -30,6 +30,9 @@
 #        (DIR/models.txt)
 #   LIMIT (environment) seconds after which no further run starts, default
 #        480; a PyTorch run is stopped 60 s after it
+#   CLIP (environment) the global gradient-norm clipping of both sides
+#        (megatron-train --clip-grad, torch_step.py --clip-grad), default
+#        1.0, megatron-train's and Megatron-LM's; 0 turns it off on both
 #   TORCH_FLAGS (environment) more torch_step.py flags for the PyTorch runs
 #        of step 4, e.g. "--steps 6 --warmup 2" (with the SDPA backend given,
 #        cudnn, cudnn+gqa at the Llama, a model's two runs took 40 s at
@@ -89,7 +92,8 @@ train() {
   sampled "$1" timeout 120 "$dir/bin/megatron-train" "$dir/bundles/$1.mtb" \
     --data-path "$dir/corpus.txt" --train-iters "$2" --lr 1e-4 \
     --log-interval 1 --eval-iters 0 --eval-interval 0 --no-progress-bar \
-    --backend cuda --log-jsonl "$logs/$1.jsonl" >"$logs/$1.log" 2>&1
+    --clip-grad "$clip" --backend cuda --log-jsonl "$logs/$1.jsonl" \
+    >"$logs/$1.log" 2>&1
 }
 table() {
   python3 "$dir/bench/step_table.py" "$dir" "$logs" "$out" >>"$summary" 2>&1
@@ -97,6 +101,7 @@ table() {
 }
 
 iters=${ITERS:-10}
+clip=${CLIP:-1.0}
 train tiny-gpt 5
 declare -A base
 models=()
@@ -139,7 +144,8 @@ for model in "${models[@]}"; do
   time_left || break
   sampled "torch-$model" timeout $((limit + 60 - $(date +%s) + start)) python3 "$dir/bench/torch_step.py" \
     "$dir/models/$model.yaml" --micro-batch-size "${base[$model]}" \
-    --dropout 0 0.1 ${TORCH_FLAGS:-} >"$logs/torch-$model.jsonl" \
+    --dropout 0 0.1 --clip-grad "$clip" ${TORCH_FLAGS:-} \
+    >"$logs/torch-$model.jsonl" \
     2>"$logs/torch-$model.log"
   table
 done
@@ -150,7 +156,7 @@ for model in "${models[@]}"; do
   time_left || break
   sampled "torch-hf-$model" timeout $((limit + 60 - $(date +%s) + start)) \
     python3 "$dir/bench/torch_step.py" "$dir/models/$model.yaml" --llama hf \
-    --micro-batch-size "${base[$model]}" --dropout 0 \
+    --micro-batch-size "${base[$model]}" --dropout 0 --clip-grad "$clip" \
     >"$logs/torch-hf-$model.jsonl" 2>"$logs/torch-hf-$model.log"
   table
 done
@@ -161,7 +167,7 @@ if time_left; then
   sampled "torch-check-$model" \
     timeout $((limit + 60 - $(date +%s) + start)) python3 \
     "$dir/bench/torch_step.py" "$dir/models/$model.yaml" --compile model \
-    --micro-batch-size "${base[$model]}" --dropout 0 0.1 \
+    --micro-batch-size "${base[$model]}" --dropout 0 0.1 --clip-grad "$clip" \
     >"$logs/torch-check-$model.jsonl" 2>"$logs/torch-check-$model.log"
   table
 fi

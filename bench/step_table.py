@@ -176,8 +176,13 @@ def main():
                "torch_compile_checks": checks, "hugging_face_llama": hf_rows},
               open(os.path.join(out, "step-table.json"), "w"), indent=1)
 
+    clips = sorted({str(r["torch"].get("clip_grad", "none (before "
+                                         "torch_step.py --clip-grad)"))
+                    for r in compared if r["torch"]})
     lines = [f"CUDA context (tiny-gpt's peak minus its reported total): "
              f"{context / MIB:.0f} MiB", "",
+             f"Gradient clipping, torch's side (ours: megatron-train "
+             f"--clip-grad, the same value): {', '.join(clips) or '-'}", "",
              "| model | mb | dropout | ours ms | torch ms | ratio | ours "
              "tokens/s | ours MFU | torch MFU | ours peak GiB | reported GiB "
              "| torch reserved GiB | torch allocated GiB | torch SDPA |",

@@ -21,8 +21,12 @@ master weights (Megatron-LM's default), torch.compile (by default each
 block and the final norm + output layer + loss compiled apart, as torchtitan
 does: --compile model makes the whole model one graph, at several times the
 compile time), AdamW with fused=True (betas 0.9/0.95, weight decay 0.1 on
-matrices), no gradient clipping, TF32 for what stays in fp32. Dropout
-(--dropout, hidden and attention alike) replaces the model file's.
+matrices), TF32 for what stays in fp32. Dropout (--dropout, hidden and
+attention alike) replaces the model file's. Gradients are clipped to a
+global norm of --clip-grad (default 1.0, megatron-train's and Megatron-LM's
+default; 0: no clipping) by clip_grad_norm_ with foreach kernels, as
+nanoGPT and torchtitan do, so that both sides train the same way
+(bench/run-step-table.sh passes one value to both).
 
 Attention: --sdpa best (the default) times SDPA's forward and backward at
 the model's shape for every backend that takes it (cuDNN, FlashAttention-2,
@@ -347,10 +351,15 @@ def run(m, args, dropout):
     batches = [torch.randint(0, m["vocab_size"], (b, s + 1), device="cuda")
                for _ in range(4)]
 
+    parameters = list(model.parameters())
+
     def step(i):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_model(batches[i % len(batches)])
         loss.backward()
+        if args.clip_grad > 0:
+            torch.nn.utils.clip_grad_norm_(parameters, args.clip_grad,
+                                           foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss
@@ -375,7 +384,8 @@ def run(m, args, dropout):
                 ("compile" if args.compile != "eager" else "eager"),
         "compile": args.compile,
         "model": m["name"], "micro_batch_size": b, "seq_length": s,
-        "dropout": dropout, "torch": torch.__version__,
+        "dropout": dropout, "clip_grad": args.clip_grad,
+        "torch": torch.__version__,
         "device": torch.cuda.get_device_name(),
         "sdpa": choice, "sdpa_ms": times,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -409,6 +419,9 @@ def main():
     parser.add_argument("--llama", default="lean", choices=["lean", "hf"],
                         help="for a Llama model file: the lean model "
                              "(default) or Hugging Face's LlamaForCausalLM")
+    parser.add_argument("--clip-grad", type=float, default=1.0,
+                        help="clip the gradients to this global norm "
+                             "(default 1.0, megatron-train's; 0: none)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",

@@ -627,8 +627,8 @@ static const KeyDef kKeys[] = {
      }},
     {{"overlap_param_gather", "parallel",
       "Megatron-LM's all-gather of updated parameters per bucket during the "
-      "next forward pass (needs use_distributed_optimizer; not implemented "
-      "yet, refused).",
+      "next forward pass, each bucket before the step first reads it (needs "
+      "use_distributed_optimizer and overlap_grad_reduce).",
       K::Boolean, "false"},
      [](CompileConfig &c, StringRef v) {
        return setBool(v, c.parallel.overlapParamGather);

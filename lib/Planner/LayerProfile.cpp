@@ -200,10 +200,16 @@ bool planner::profileLayers(MLIRContext &context, const CompileConfig &base,
   return true;
 }
 
+std::vector<int64_t> planner::profiledMicroBatches(const Layout &layout) {
+  if (layout.microBatch == 1 || layout.tpCommOverlap)
+    return {layout.microBatch};
+  return {1, 2};
+}
+
 StepProfile planner::profileForMicroBatch(const StepProfile &one,
-                                          const StepProfile &two,
+                                          const StepProfile &two, int64_t first,
                                           int64_t microBatch) {
-  double k = double(microBatch - 1);
+  double k = double(microBatch - first);
   auto real = [&](double a, double b) { return a + k * (b - a); };
   auto bytes = [&](int64_t a, int64_t b) {
     return a + static_cast<int64_t>(k * double(b - a));

@@ -60,11 +60,18 @@ bool profileLayers(mlir::MLIRContext &context, const CompileConfig &base,
                    const ClusterSpec &cluster, StepProfile &out,
                    std::string &error);
 
-/// A micro-batch of `microBatch` sequences from the profiles of one and of
-/// two: every figure grows linearly with the micro-batch (the GEMMs' rows,
-/// the activations); the launch costs and the parameters do not.
+/// The micro-batches whose profiles predict a layout's: 1 and 2 to
+/// extrapolate from; its own alone for 1, and under --tp-comm-overlap,
+/// whose chunks depend on the micro-batch (whole samples where it divides,
+/// up to 4 of them; the sequence, with copies, where it does not).
+std::vector<int64_t> profiledMicroBatches(const Layout &layout);
+
+/// A micro-batch of `microBatch` sequences from the profiles of micro-batch
+/// `first` and `first + 1`: every figure grows linearly with the
+/// micro-batch (the GEMMs' rows, the activations); the launch costs and the
+/// parameters do not.
 StepProfile profileForMicroBatch(const StepProfile &one, const StepProfile &two,
-                                 int64_t microBatch);
+                                 int64_t first, int64_t microBatch);
 
 /// The cost model with the cluster's GPU: kernel throughputs scaled by its
 /// peak, memory-bound times by its bandwidth, links and node size its own.

@@ -209,9 +209,7 @@ void Planner::compileProfiles(const std::vector<Layout> &layouts) {
       llvm::consumeError(std::move(invalid));
       continue;
     }
-    for (int64_t microBatch : {int64_t(1), int64_t(2)}) {
-      if (microBatch > layout.microBatch)
-        break;
+    for (int64_t microBatch : profiledMicroBatches(layout)) {
       ProfileKey key = profileKey(layout, microBatch);
       if (profiles.count(key) || !seen.insert(key).second)
         continue;
@@ -268,13 +266,14 @@ const StepProfile *Planner::compiledProfile(const Layout &layout,
 }
 
 std::optional<StepProfile> Planner::profile(const Layout &layout) {
-  const StepProfile *one = compiledProfile(layout, 1);
-  if (!one || layout.microBatch == 1)
+  std::vector<int64_t> points = profiledMicroBatches(layout);
+  const StepProfile *one = compiledProfile(layout, points.front());
+  if (!one || points.size() == 1)
     return one ? std::optional<StepProfile>(*one) : std::nullopt;
-  const StepProfile *two = compiledProfile(layout, 2);
+  const StepProfile *two = compiledProfile(layout, points.back());
   if (!two)
     return std::nullopt;
-  return profileForMicroBatch(*one, *two, layout.microBatch);
+  return profileForMicroBatch(*one, *two, points.front(), layout.microBatch);
 }
 
 int64_t Planner::predictMemory(const Layout &l, const StepProfile &p,

@@ -521,7 +521,7 @@ int run(int argc, char **argv) {
                               : "no GEMM workspace in the plan")
                 << ", "
                 << (fn.memoryPlan->hasViews
-                        ? std::to_string(views.views) + " attention views in " +
+                        ? std::to_string(views.views) + " views in " +
                               std::to_string(views.groups) + " groups, " +
                               std::to_string(elided) + " copies elided"
                         : std::string("attention views left to the backend"))

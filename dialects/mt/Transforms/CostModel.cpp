@@ -2,6 +2,7 @@
 
 #include "mt/Transforms/CostModel.h"
 #include "mt/Transforms/CostModelData.h"
+#include "mt/Transforms/ViewGroups.h"
 
 #include "mt/IR/MtOps.h"
 
@@ -279,8 +280,10 @@ double CostModel::gradientAccumulationMicroseconds(Value gradient) const {
 }
 
 double CostModel::opMicroseconds(Operation *op) const {
+  // The memory plan makes a contiguous chunk copy's pieces views.
   if (isa<GetParameterOp, ParameterOp, ReshapeOp, CollectiveWaitOp,
-          CollectiveStartOp>(op))
+          CollectiveStartOp>(op) ||
+      isContiguousChunkCopy(op))
     return 0;
   // A function's end is no kernel; a train step's gradients are added into
   // their sums there.

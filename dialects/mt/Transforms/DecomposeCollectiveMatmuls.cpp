@@ -97,22 +97,55 @@ static void copyDiscardable(Operation *from, Operation *to) {
 }
 
 namespace {
-/// How a group of `group` ranks' rows lie along `axis`: the whole (gathered,
-/// or before the reduce-scatter) is `group` blocks, rank g's block its
-/// `chunks` chunks of `rows` rows. Chunk j of the whole is every rank's
-/// chunk j, rank-major: `[group * rows]` rows.
+/// How the chunks cut a group of `group` ranks' rows, which lie along the
+/// collective's `axis`: the whole (gathered, or before the reduce-scatter)
+/// is `group` blocks along it, one a rank.
+///
+/// - Along a leading axis (`cut` < `axis`: whole samples of the
+///   micro-batch): chunk j is the samples `j rows` to `(j + 1) rows` of the
+///   rank's rows and of the whole alike, each in the whole's order. Every
+///   chunk is a contiguous block of its tensor, so the memory plan makes the
+///   slices and joins views (mt-attention-views' contiguous groups), which
+///   copy nothing.
+/// - Along the collective's axis (`cut` == `axis`, where no leading axis
+///   divides): rank g's block is its `chunks` chunks of `rows` rows, and
+///   chunk j of the whole is every rank's chunk j, rank-major: `[group *
+///   rows]` rows, sliced and joined by copies.
 struct ChunkLayout {
-  int64_t axis = 0, group = 1, chunks = 1, rows = 0;
+  int64_t axis = 0, cut = 0, group = 1, chunks = 1, rows = 0;
 
-  /// The chunk-j type of a whole-sized `type` (the axis `group * rows`).
+  bool leading() const { return cut != axis; }
+
+  /// The chunk-j type of a whole-sized `type`.
   RankedTensorType chunkOfWhole(RankedTensorType type) const {
-    return withDim(type, axis, group * rows);
+    return leading() ? withDim(type, cut, rows)
+                     : withDim(type, axis, group * rows);
   }
 
-  /// Chunk j of every rank's rows of `whole`, for each j: `[pre, group,
-  /// chunks * rows * post]`, split along the last, each reshaped back.
+  /// The chunk-j type of a rank's `type` (the rows before the gather, or
+  /// after the reduce-scatter).
+  RankedTensorType chunkOfLocal(RankedTensorType type) const {
+    return withDim(type, cut, rows);
+  }
+
+  /// A rank's rows in its chunks (a split along `cut`).
+  SmallVector<Value> sliceLocal(OpBuilder &builder, Location loc,
+                                Value local) const {
+    auto type = cast<RankedTensorType>(local.getType());
+    SmallVector<Type> pieceTypes(chunks, chunkOfLocal(type));
+    auto split = SplitOp::create(builder, loc, pieceTypes, local,
+                                 builder.getI64IntegerAttr(cut));
+    split->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
+    return SmallVector<Value>(split.getResults());
+  }
+
+  /// Chunk j of the whole, for each j: along a leading axis a split; along
+  /// the collective's, every rank's rows of `whole` as `[pre, group, chunks
+  /// * rows * post]`, split along the last, each reshaped back.
   SmallVector<Value> sliceWhole(OpBuilder &builder, Location loc,
                                 Value whole) const {
+    if (leading())
+      return sliceLocal(builder, loc, whole);
     auto type = cast<RankedTensorType>(whole.getType());
     ArrayRef<int64_t> shape = type.getShape();
     int64_t pre = product(shape.take_front(axis));
@@ -135,9 +168,20 @@ struct ChunkLayout {
     return pieces;
   }
 
+  /// The rank's `type` from its chunks (a concat along `cut`).
+  Value joinLocal(OpBuilder &builder, Location loc, RankedTensorType type,
+                  ArrayRef<Value> pieces) const {
+    auto joined = ConcatOp::create(builder, loc, type, pieces,
+                                   builder.getI64IntegerAttr(cut));
+    joined->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
+    return joined.getResult();
+  }
+
   /// The inverse of sliceWhole: the whole of `type` from its chunks.
   Value joinWhole(OpBuilder &builder, Location loc, RankedTensorType type,
                   ArrayRef<Value> pieces) const {
+    if (leading())
+      return joinLocal(builder, loc, type, pieces);
     ArrayRef<int64_t> shape = type.getShape();
     int64_t pre = product(shape.take_front(axis));
     int64_t post = product(shape.drop_front(axis + 1));
@@ -156,6 +200,29 @@ struct ChunkLayout {
     joined->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
     return ReshapeOp::create(builder, loc, type, joined.getResult())
         .getResult();
+  }
+
+  /// The chunks of a collective along `axis` of a rank's `local` rows
+  /// (`whole` rows in all): whole samples where the first axis, before
+  /// `axis`, divides into 2 or more (up to `most`), else the rows along
+  /// `axis`; none (chunks 1) where neither divides.
+  static ChunkLayout choose(RankedTensorType local, int64_t axis, int64_t whole,
+                            int64_t most) {
+    ChunkLayout layout;
+    layout.axis = axis;
+    layout.group = whole / local.getDimSize(axis);
+    if (axis > 0) {
+      layout.chunks = chunkCount(local.getDimSize(0), most);
+      if (layout.chunks > 1) {
+        layout.cut = 0;
+        layout.rows = local.getDimSize(0) / layout.chunks;
+        return layout;
+      }
+    }
+    layout.cut = axis;
+    layout.chunks = chunkCount(local.getDimSize(axis), most);
+    layout.rows = local.getDimSize(axis) / layout.chunks;
+    return layout;
   }
 };
 
@@ -220,16 +287,14 @@ struct DecomposeCollectiveMatmulsPass
     if (gemms.empty() || axis >= inputType.getRank() - 1 ||
         gather->hasAttr(kCollectiveChunkAttrName))
       return;
-    int64_t local = inputType.getDimSize(axis);
-    ChunkLayout layout;
-    layout.axis = axis;
-    layout.group = wholeType.getDimSize(axis) / local;
-    layout.chunks = chunkCount(local, int64_t(chunks));
+    ChunkLayout layout = ChunkLayout::choose(
+        inputType, axis, wholeType.getDimSize(axis), int64_t(chunks));
     if (layout.chunks < 2)
       return;
     // What the chunks cost: the rank's rows split, the GEMMs' row-wise
     // results (and pre-activations) put together, and the gathered tensor
-    // for other readers.
+    // for other readers (views along a leading axis, where the memory plan
+    // can make them so; counted alike).
     int64_t copied = bytesOf(gather.getInput());
     for (Operation *gemm : gemms) {
       if (auto grad = dyn_cast<LinearGeluGradOp>(gemm))
@@ -243,18 +308,14 @@ struct DecomposeCollectiveMatmulsPass
       copied += bytesOf(whole);
     if (!worthCopying(copied, bytesOf(whole)))
       return;
-    layout.rows = local / layout.chunks;
     Location loc = gather.getLoc();
     OpBuilder builder(gather);
-    // The rank's rows in chunks along the axis.
-    SmallVector<Type> pieceTypes(layout.chunks,
-                                 withDim(inputType, axis, layout.rows));
-    auto split = SplitOp::create(builder, loc, pieceTypes, gather.getInput(),
-                                 builder.getI64IntegerAttr(axis));
-    copyDiscardable(gather, split);
-    split->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
+    // The rank's rows in chunks.
+    SmallVector<Value> pieces =
+        layout.sliceLocal(builder, loc, gather.getInput());
+    copyDiscardable(gather, pieces.front().getDefiningOp());
     SmallVector<Value> gathered;
-    for (auto [j, piece] : llvm::enumerate(split.getResults())) {
+    for (auto [j, piece] : llvm::enumerate(pieces)) {
       Operation *chunk = builder.clone(*gather.getOperation());
       chunk->setOperand(0, piece);
       chunk->getResult(0).setType(layout.chunkOfWhole(wholeType));
@@ -377,14 +438,10 @@ struct DecomposeCollectiveMatmulsPass
     for (Operation *op : chain)
       if (op->getBlock() != scatter->getBlock())
         return;
-    int64_t local = resultType.getDimSize(axis);
-    ChunkLayout layout;
-    layout.axis = axis;
-    layout.group = inputType.getDimSize(axis) / local;
-    layout.chunks = chunkCount(local, int64_t(chunks));
+    ChunkLayout layout = ChunkLayout::choose(
+        resultType, axis, inputType.getDimSize(axis), int64_t(chunks));
     if (layout.chunks < 2)
       return;
-    layout.rows = local / layout.chunks;
     // What the chunks cost: the GEMMs' inputs sliced, the rank's chunks
     // joined.
     int64_t copied = bytesOf(scatter.getResult());
@@ -420,15 +477,13 @@ struct DecomposeCollectiveMatmulsPass
         mapping.map(op->getResult(0), chunk->getResult(0));
       }
       Operation *chunk = builder.clone(*scatter.getOperation(), mapping);
-      chunk->getResult(0).setType(withDim(resultType, axis, layout.rows));
+      chunk->getResult(0).setType(layout.chunkOfLocal(resultType));
       markChunk(chunk, j, layout.chunks);
       scattered.push_back(chunk->getResult(0));
     }
-    auto joined = ConcatOp::create(builder, loc, resultType, scattered,
-                                   builder.getI64IntegerAttr(axis));
-    copyDiscardable(scatter, joined);
-    joined->setAttr(kChunkCopyAttrName, builder.getUnitAttr());
-    scatter.getResult().replaceAllUsesWith(joined.getResult());
+    Value joined = layout.joinLocal(builder, loc, resultType, scattered);
+    copyDiscardable(scatter, joined.getDefiningOp());
+    scatter.getResult().replaceAllUsesWith(joined);
     scatter->erase();
     for (Operation *op : llvm::reverse(ordered))
       op->erase();

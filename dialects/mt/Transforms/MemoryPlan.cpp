@@ -185,8 +185,7 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
   for (Value output : ret.getOperands())
     plan.buffers[plan.bufferIndex.lookup(output)].lastUse = position;
 
-  for (const AttentionViewGroup &found :
-       findAttentionViews(function, options)) {
+  for (const ViewGroup &found : findViewGroups(function, options)) {
     int64_t index = groups.size();
     Group group;
     group.bytes = valueBytes(found.whole);

@@ -12,8 +12,8 @@
 #ifndef MT_TRANSFORMS_MEMORYPLAN_H
 #define MT_TRANSFORMS_MEMORYPLAN_H
 
-#include "mt/Transforms/AttentionViews.h"
 #include "mt/Transforms/SideBuffers.h"
+#include "mt/Transforms/ViewGroups.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -112,7 +112,7 @@ struct FunctionMemoryPlan {
 /// place where mayComputeInPlace allows) and its side buffers (best fit),
 /// then releases the values whose last use it is and the side buffers it
 /// reads last. Outputs and gradients stay to the end. An attention view
-/// group (findAttentionViews) is one block, the whole's, allocated when its
+/// group (findViewGroups) is one block, the whole's, allocated when its
 /// first member is defined and released after its members' last use; its
 /// members neither compute in place nor lend their memory. `options`: how
 /// the device backend stores what it computes (the bundle's precision).

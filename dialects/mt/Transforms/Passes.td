@@ -797,17 +797,24 @@ def DecomposeCollectiveMatmulsPass
       rows are split into `chunks` chunks, each gathered alone (chunk j of
       the whole is every rank's chunk j), and each GEMM runs once per
       gathered chunk; its results, and the gathered tensor where another op
-      reads it, are put back together (`mt.reshape`, `mt.concat`).
+      reads it, are put back together (`mt.concat`).
     - A `shard.reduce_scatter` along a row dimension of rows made by GEMMs
       (`mt.linear`, and `mt.add` or `mt.cast` of such rows, each read once):
       per chunk j, every rank's chunk j of the rows is computed from slices
       of the GEMMs' inputs and reduce-scattered alone; the rank's chunks are
       joined.
 
-    A GEMM computes each row alone and a reduce-scatter sums each element
-    alone, so every value is the undecomposed program's, bit for bit on the
-    host. The chunk count is the largest divisor of the rank's rows up to
-    `chunks`; a collective whose rows do not divide is left whole, and so is
+    The chunks are whole samples (the first dimension, before the
+    collective's) where the first dimension has a divisor of 2 or more up
+    to `chunks`: each is then a contiguous block of every tensor it is cut
+    from or joined into, so that the memory plan makes those slices and
+    joins views (`mt.chunk_copy` along axis 0, findViewGroups). Otherwise
+    (one sample) they are rows of the collective's dimension, the largest
+    divisor up to `chunks`, and chunk j of the whole interleaves the ranks'
+    rows (slices and joins through `mt.reshape`, copies). A GEMM computes
+    each row alone and a reduce-scatter sums each element alone, so every
+    value is the undecomposed program's, bit for bit on the host. A
+    collective whose rows do not divide either way is left whole, and so is
     one whose slices and joins would copy more than `max-copy-ratio` times
     its whole tensor (the vocabulary-parallel output layer: its logits are
     many times wider than its gathered input). Each chunk's collective
@@ -817,12 +824,12 @@ def DecomposeCollectiveMatmulsPass
     %g = shard.all_gather %x on @grid grid_axes = [1] gather_axis = 1 : tensor<2x8x16xf32> -> tensor<2x16x16xf32>
     %y = mt.linear %g, %w : (tensor<2x16x16xf32>, tensor<16x32xf32>) -> tensor<2x16x32xf32>
     // with chunks=2 becomes
-    %x0, %x1 = mt.split %x axis = 1 : tensor<2x8x16xf32> -> tensor<2x4x16xf32>, tensor<2x4x16xf32>
-    %g0 = shard.all_gather %x0 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 0, 2>} : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
-    %g1 = shard.all_gather %x1 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 1, 2>} : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
-    %y0 = mt.linear %g0, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
-    %y1 = mt.linear %g1, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
-    // %y: rank g's rows of chunk j at g * 8 + j * 4
+    %x0, %x1 = mt.split %x axis = 0 : tensor<2x8x16xf32> -> tensor<1x8x16xf32>, tensor<1x8x16xf32>
+    %g0 = shard.all_gather %x0 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 0, 2>} : tensor<1x8x16xf32> -> tensor<1x16x16xf32>
+    %g1 = shard.all_gather %x1 on @grid grid_axes = [1] gather_axis = 1 {mt.chunk = array<i64: 1, 2>} : tensor<1x8x16xf32> -> tensor<1x16x16xf32>
+    %y0 = mt.linear %g0, %w : (tensor<1x16x16xf32>, tensor<16x32xf32>) -> tensor<1x16x32xf32>
+    %y1 = mt.linear %g1, %w : (tensor<1x16x16xf32>, tensor<16x32xf32>) -> tensor<1x16x32xf32>
+    %y = mt.concat %y0, %y1 axis = 0 : tensor<1x16x32xf32>, tensor<1x16x32xf32> -> tensor<2x16x32xf32>
     ```
   }];
   let options = [

@@ -80,17 +80,25 @@ AttentionViewLayout readAttentionViews(const Function &fn,
       pieces = pieces || plan.viewOf[p] >= 0;
     if (!pieces)
       continue;
-    if (!mixedPrecision)
-      refuse(position, "the bundle is not bf16, and the fp32 kernels read "
-                       "packed tensors only");
     auto [wholeV, axis, outer, inner] = splitDims(fn, inst);
     const auto &shape = fn.values[wholeV].shape;
-    if (shape.size() != 4 || (axis != 2 && axis != 3) || shape[3] % 8 != 0)
+    // Pieces that are contiguous blocks of the whole (only dimensions of 1
+    // before the axis: --tp-comm-overlap's chunks of whole samples) are
+    // packed tensors any op reads and writes; the others are the flash
+    // kernels' strided q, k, v and dq, dk, dv.
+    bool contiguous = outer == 1;
+    if (!contiguous && !mixedPrecision)
+      refuse(position, "the bundle is not bf16, and the fp32 kernels read "
+                       "packed tensors only");
+    if (!contiguous &&
+        (shape.size() != 4 || (axis != 2 && axis != 3) || shape[3] % 8 != 0))
       refuse(position, "the whole is " + shapeString(shape) +
                            ", split on axis " + std::to_string(axis) +
                            "; the flash kernels take pieces on axis 2 or 3 "
                            "of a 4-D tensor whose last dimension is a "
-                           "multiple of 8");
+                           "multiple of 8, and other pieces must be "
+                           "contiguous blocks of it (no dimension above 1 "
+                           "before the axis)");
     DType type = fn.values[wholeV].dtype;
     int64_t offset = 0;
     for (int64_t p : parts) {
@@ -101,15 +109,18 @@ AttentionViewLayout readAttentionViews(const Function &fn,
                              ")");
       int64_t expected =
           plan.offsets[wholeV] + offset * static_cast<int64_t>(dtypeSize(type));
-      if (fn.values[p].dtype != type || offset % 8 != 0 ||
+      if (fn.values[p].dtype != type || (!contiguous && offset % 8 != 0) ||
           plan.offsets[p] != expected || piece[p])
         refuse(position, "value " + std::to_string(p) + " is at offset " +
                              std::to_string(plan.offsets[p]) + ", expected " +
                              std::to_string(expected) +
                              " (its elements' place in the whole, a "
-                             "multiple of 8 elements, of the whole's type)");
+                             "multiple of 8 elements for the flash kernels, "
+                             "of the whole's type)");
       piece[p] = true;
       offset += fn.values[p].shape[axis] * inner;
+      if (contiguous)
+        continue;
       if (split) {
         for (auto [reader, operand] : readers[p]) {
           size_t first =

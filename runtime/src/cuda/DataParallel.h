@@ -145,8 +145,9 @@ private:
 ///     counted once (train::countsInNorm, the buffer's axes distinct),
 ///     summed exactly (train::ExactSquareSum: the host's norm, bit for bit);
 ///   one launch (adamwStepChunks over the pieces' chunks) scales and clips
-///   the shard, updates the rank's elements of the values, their moments
-///   and bf16 copies; gather_parameters all-gathers every rank's range.
+///   the shard's gradients as it reads them, updates the rank's elements of the
+///   values, their moments and bf16 copies; gather_parameters all-gathers every
+///   rank's range.
 ///
 /// The formulas are cuda::Optimizer's (the host's), element by element, so
 /// parameters differ from the replicated optimizer's only through the

@@ -33,8 +33,9 @@ AdamWScalars adamwScalars(const train::OptimizerConfig &config,
 /// float arithmetic as host::adamwStep. One synchronization per step (the
 /// norm comes to the host for the clipping decision and the log); then one
 /// launch (adamwStepChunks over a table of every parameter's chunks) scales
-/// and clips the gradients, updates values and moments and writes the
-/// parameters' bf16 copies.
+/// and clips each gradient as it reads it (the gradients stay as they
+/// were), updates values and moments and writes the parameters' bf16
+/// copies.
 class Optimizer {
 public:
   /// With `rank` (one rank of a tensor-parallel grid), the norm is the

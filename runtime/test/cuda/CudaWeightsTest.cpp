@@ -127,8 +127,9 @@ TEST(GemmReadParametersTest, OperandsOfGemmsReadStraightFromTheStore) {
 class CudaWeightsTest : public CudaTest {};
 
 // One launch over every parameter (three, one over several chunks, one
-// without weight decay) gives the host's values, moments and scaled,
-// clipped gradients bit for bit, step after step.
+// without weight decay) gives the host's values and moments bit for bit,
+// step after step (from the scaled, clipped gradients, which the device
+// does not write back: nothing reads them after the update).
 TEST_F(CudaWeightsTest, MultiTensorAdamWEqualsTheHostsBitForBit) {
   Bundle bundle = weightsBundle("fp32");
   host::ThreadPool pool(2);
@@ -157,8 +158,6 @@ TEST_F(CudaWeightsTest, MultiTensorAdamWEqualsTheHostsBitForBit) {
     for (size_t p = 0; p < hostStore.size(); ++p) {
       const std::string &name = hostStore.info(p).name;
       EXPECT_TRUE(sameBits(back.value(p), hostStore.value(p)))
-          << name << " at iteration " << iteration;
-      EXPECT_TRUE(sameBits(back.gradient(p), hostStore.gradient(p)))
           << name << " at iteration " << iteration;
       EXPECT_TRUE(sameBits(back.expAvg(p), hostStore.expAvg(p))) << name;
       EXPECT_TRUE(sameBits(back.expAvgSq(p), hostStore.expAvgSq(p))) << name;

@@ -597,12 +597,14 @@ constexpr int64_t kAdamWChunkElements = 32768;
 /// moments from its stateBegin, grad from its gradBegin). Per element: g = grad
 /// (* gradScale)
 /// (* clipCoefficient), each product rounded to float as the host's
-/// in-place scaling does, written back to grad; then AdamW on param,
+/// in-place scaling does (not written back: nothing reads a step's
+/// gradients after its update, and the store saved 4 bytes a parameter of
+/// the step's traffic); then AdamW on param,
 /// expAvg, expAvgSq with host::adamwStep's order of operations; and the
 /// new param rounded to bf16 into `bf16` (the store's copies) where the
 /// chunk has one.
 void adamwStepChunks(cudaStream_t stream, int64_t chunkCount,
-                     const AdamWChunk *chunks, float *param, float *grad,
+                     const AdamWChunk *chunks, float *param, const float *grad,
                      float *expAvg, float *expAvgSq, __nv_bfloat16 *bf16,
                      const AdamWScalars &scalars);
 

@@ -34,12 +34,11 @@ struct AdamWElement {
 // four elements at a time (16-byte accesses, 8 for the bf16 copy) where the
 // arrays (`vectorBases`) and the chunk's offsets allow.
 __global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
-                                  float *grad, float *expAvg, float *expAvgSq,
-                                  __nv_bfloat16 *bf16, AdamWScalars s,
-                                  bool vectorBases) {
+                                  const float *grad, float *expAvg,
+                                  float *expAvgSq, __nv_bfloat16 *bf16,
+                                  AdamWScalars s, bool vectorBases) {
   AdamWChunk chunk = chunks[blockIdx.x];
   float decay = chunk.weightDecay ? s.decay : 1.0f;
-  bool writeGrad = s.applyScale || s.applyClip;
   bool hasCopy = chunk.bf16Begin >= 0;
   int32_t quads = vectorBases && chunk.begin % 4 == 0 &&
                           chunk.stateBegin % 4 == 0 &&
@@ -61,9 +60,6 @@ __global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       e[j].step(s, decay);
-    if (writeGrad)
-      *reinterpret_cast<float4 *>(grad + gi) =
-          make_float4(e[0].g, e[1].g, e[2].g, e[3].g);
     *reinterpret_cast<float4 *>(expAvg + k) =
         make_float4(e[0].m, e[1].m, e[2].m, e[3].m);
     *reinterpret_cast<float4 *>(expAvgSq + k) =
@@ -86,8 +82,6 @@ __global__ void adamwChunksKernel(const AdamWChunk *chunks, float *param,
             gi = chunk.gradBegin + j;
     AdamWElement e{param[i], grad[gi], expAvg[k], expAvgSq[k]};
     e.step(s, decay);
-    if (writeGrad)
-      grad[gi] = e.g;
     expAvg[k] = e.m;
     expAvgSq[k] = e.v;
     param[i] = e.p;
@@ -181,7 +175,7 @@ void sumOfSquaresOfChunks(cudaStream_t stream, int64_t chunkCount,
 }
 
 void adamwStepChunks(cudaStream_t stream, int64_t chunkCount,
-                     const AdamWChunk *chunks, float *param, float *grad,
+                     const AdamWChunk *chunks, float *param, const float *grad,
                      float *expAvg, float *expAvgSq, __nv_bfloat16 *bf16,
                      const AdamWScalars &scalars) {
   // Blocks of a grid's x dimension: up to 2^31 - 1 chunks.

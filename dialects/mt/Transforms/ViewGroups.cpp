@@ -6,9 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mt/Transforms/AttentionViews.h"
+#include "mt/Transforms/ViewGroups.h"
 
 #include "mt/IR/MtOps.h"
+#include "mt/Transforms/Passes.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/DenseSet.h"
@@ -39,7 +40,23 @@ public:
     function.walk([&](GetParameterOp read) { taken.insert(read.getResult()); });
   }
 
-  SmallVector<AttentionViewGroup> find(func::FuncOp function) {
+  SmallVector<ViewGroup> find(func::FuncOp function) {
+    if (options.mixedPrecision)
+      findAttention(function);
+    for (Operation &op : function.getBody().front().without_terminator())
+      if (isContiguousChunkCopy(&op)) {
+        if (auto split = dyn_cast<SplitOp>(op))
+          addContiguous(&op, split.getInput(), split.getResults(),
+                        split.getAxis());
+        else if (auto concat = dyn_cast<ConcatOp>(op))
+          addContiguous(&op, concat.getResult(), concat.getInputs(),
+                        concat.getAxis());
+      }
+    return std::move(groups);
+  }
+
+private:
+  void findAttention(func::FuncOp function) {
     for (Operation &op : function.getBody().front().without_terminator()) {
       if (auto split = dyn_cast<SplitOp>(op)) {
         if (llvm::all_of(split.getResults(),
@@ -51,10 +68,8 @@ public:
                    concat.getAxis());
       }
     }
-    return std::move(groups);
   }
 
-private:
   bool flash(Operation *op) { return runsFlashAttention(op, options); }
 
   /// Read only by flash kernels, as q, k or v.
@@ -119,9 +134,9 @@ private:
     for (int64_t d : shape.drop_front(axis + 1))
       inner *= d;
     Type element = typeOf(whole).getElementType();
-    AttentionViewGroup group;
+    ViewGroup group;
     group.whole = whole;
-    group.copy = copy;
+    group.copies.push_back(copy);
     for (Value v : sameBytes(whole))
       if (v != whole)
         group.members.push_back({v, 0});
@@ -139,18 +154,83 @@ private:
     groups.push_back(std::move(group));
   }
 
+  /// A contiguous chunk copy's pieces of `whole`: a group of its own, or
+  /// more members of the group `whole` is already in.
+  void addContiguous(Operation *copy, Value whole, ValueRange pieces,
+                     int64_t axis) {
+    ArrayRef<int64_t> shape = typeOf(whole).getShape();
+    int64_t inner = 1;
+    for (int64_t d : shape.drop_front(axis + 1))
+      inner *= d;
+    Type element = typeOf(whole).getElementType();
+    SmallVector<std::pair<Value, int64_t>> placed;
+    int64_t offset = 0;
+    for (Value piece : pieces) {
+      if (!movable(piece) || typeOf(piece).getElementType() != element ||
+          llvm::count(pieces, piece) != 1)
+        return;
+      placed.push_back({piece, offset * elementBytes(whole)});
+      offset += typeOf(piece).getShape()[axis] * inner;
+    }
+    // Within a group already: the pieces at the whole's offset there.
+    for (ViewGroup &group : groups) {
+      int64_t base = -1;
+      if (group.whole == whole)
+        base = 0;
+      for (auto [member, byteOffset] : group.members)
+        if (member == whole)
+          base = byteOffset;
+      if (base < 0)
+        continue;
+      for (auto [piece, byteOffset] : placed) {
+        group.members.push_back({piece, base + byteOffset});
+        taken.insert(piece);
+      }
+      group.copies.push_back(copy);
+      return;
+    }
+    if (!movable(whole))
+      return;
+    ViewGroup group;
+    group.whole = whole;
+    group.copies.push_back(copy);
+    for (Value v : sameBytes(whole))
+      if (v != whole)
+        group.members.push_back({v, 0});
+    group.members.append(placed.begin(), placed.end());
+    taken.insert(whole);
+    for (auto [member, byteOffset] : group.members)
+      taken.insert(member);
+    groups.push_back(std::move(group));
+  }
+
   const SideBufferOptions &options;
   /// Pinned (arguments, returned values, parameter reads) or in a group.
   DenseSet<Value> taken;
-  SmallVector<AttentionViewGroup> groups;
+  SmallVector<ViewGroup> groups;
 };
 
 } // namespace
 
-SmallVector<AttentionViewGroup>
-mt::findAttentionViews(func::FuncOp function,
-                       const SideBufferOptions &options) {
-  if (!options.mixedPrecision)
-    return {};
+bool mt::isContiguousChunkCopy(Operation *op) {
+  if (!op->hasAttr(kChunkCopyAttrName))
+    return false;
+  Value whole;
+  int64_t axis = 0;
+  if (auto split = dyn_cast<SplitOp>(op)) {
+    whole = split.getInput();
+    axis = split.getAxis();
+  } else if (auto concat = dyn_cast<ConcatOp>(op)) {
+    whole = concat.getResult();
+    axis = concat.getAxis();
+  } else {
+    return false;
+  }
+  return llvm::all_of(typeOf(whole).getShape().take_front(axis),
+                      [](int64_t d) { return d == 1; });
+}
+
+SmallVector<ViewGroup> mt::findViewGroups(func::FuncOp function,
+                                          const SideBufferOptions &options) {
   return ViewFinder(function, options).find(function);
 }
