@@ -449,5 +449,25 @@ CollectiveCost CostModel::collective(Operation *op) const {
                   : cost.kind == "shift"    ? 1.0
                                             : (n - 1) / n;
   cost.us = link.latencyUs + factor * double(cost.bytes) / link.bytesPerUs;
+  // Along an inner axis (dimensions above 1 before it: the sequence of
+  // [b, s, h] under sequence parallelism), the ranks' blocks interleave:
+  // the runtime gathers into, or scatters from, a staging buffer and copies
+  // the rows into place (runtime/src/cuda/RankOps.cpp), reading and
+  // writing the whole tensor once more.
+  Value whole;
+  int64_t axis = 0;
+  if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
+    whole = gather.getResult();
+    axis = gather.getGatherAxis().getSExtValue();
+  } else if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op)) {
+    whole = scatter.getInput();
+    axis = scatter.getScatterAxis().getSExtValue();
+  }
+  if (whole) {
+    auto type = cast<RankedTensorType>(whole.getType());
+    if (llvm::any_of(type.getShape().take_front(axis),
+                     [](int64_t d) { return d != 1; }))
+      cost.us += 2.0 * double(cost.bytes) / memoryBytesPerUs;
+  }
   return cost;
 }

@@ -1,8 +1,10 @@
-//===- AttentionViews.cpp - Splits and concats the flash kernels elide ---===//
+//===- ViewGroups.cpp - Splits and concats the memory plan elides --------===//
 //
-// The rule that the CUDA executor applied on its own before issue 21
-// (runtime/src/cuda/AttentionViews.cpp), now the compiler's: the memory
-// plan places the groups, and the runtime reads them from the bundle.
+// The attention views are the rule the CUDA executor applied on its own
+// before issue 21 (runtime/src/cuda/AttentionViews.cpp), now the
+// compiler's; the contiguous views are --tp-comm-overlap's chunks of whole
+// samples. The memory plan places the groups, and the runtime reads them
+// from the bundle.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,11 +63,12 @@ private:
       if (auto split = dyn_cast<SplitOp>(op)) {
         if (llvm::all_of(split.getResults(),
                          [&](Value v) { return readAsQkvOnly(v); }))
-          addGroup(&op, split.getInput(), split.getResults(), split.getAxis());
+          addAttention(&op, split.getInput(), split.getResults(),
+                       split.getAxis());
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         if (gradientsOfOneFlashGrad(concat))
-          addGroup(&op, concat.getResult(), concat.getInputs(),
-                   concat.getAxis());
+          addAttention(&op, concat.getResult(), concat.getInputs(),
+                       concat.getAxis());
       }
     }
   }
@@ -125,7 +128,8 @@ private:
     return members;
   }
 
-  void addGroup(Operation *copy, Value whole, ValueRange pieces, int64_t axis) {
+  void addAttention(Operation *copy, Value whole, ValueRange pieces,
+                    int64_t axis) {
     ArrayRef<int64_t> shape = typeOf(whole).getShape();
     if (shape.size() != 4 || (axis != 2 && axis != 3) || !movable(whole) ||
         shape[3] % 8 != 0)
