@@ -195,6 +195,9 @@ void megatron::buildOverlapPipeline(mlir::OpPassManager &pm,
 void megatron::buildPrecisionPipeline(mlir::OpPassManager &pm) {
   pm.addPass(mlir::mt::createMixedPrecisionPass());
   pm.addPass(mlir::mt::createFp8GemmsPass());
+  // On the typed IR: a group's column sums stay f32 (only with the
+  // generated kernels, mt.elementwise_kernels).
+  pm.addPass(mlir::mt::createFuseColumnSumsPass());
 }
 
 void megatron::registerPipelines() {

@@ -20,6 +20,10 @@ inline constexpr llvm::StringLiteral kModelAttrName = "mt.model";
 /// The module attribute that says how a module trains in FP8
 /// (Fp8RecipeAttr); absent without FP8.
 inline constexpr llvm::StringLiteral kFp8AttrName = "mt.fp8";
+/// On the module once mt-fuse-elementwise ran: the bundle has generated
+/// kernels, so mt-fuse-column-sums may make groups (a unit attribute).
+inline constexpr llvm::StringLiteral kElementwiseKernelsAttrName =
+    "mt.elementwise_kernels";
 /// The op attribute that says which transformer layer an op belongs to
 /// (LayerAttr).
 inline constexpr llvm::StringLiteral kLayerAttrName = "mt.layer";

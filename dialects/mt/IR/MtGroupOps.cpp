@@ -16,6 +16,13 @@ bool mlir::mt::isFusibleElementwiseOp(Operation *op) {
   return false;
 }
 
+/// Whether `op` is a column sum of a group value: an mt.bias_grad whose
+/// result a group yields (its kernel sums the columns as it computes them).
+static bool isGroupColumnSum(Operation *op) {
+  return isa<BiasGradOp>(op) &&
+         op->getOperand(0).getParentBlock() == op->getBlock();
+}
+
 LogicalResult FusedOp::verify() {
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size())
@@ -24,30 +31,45 @@ LogicalResult FusedOp::verify() {
                          << " operands; expected one per operand";
   if (getOutputs().empty())
     return emitOpError() << "has no results; a group writes at least one";
-  Type type = getOutputs().front().getType();
-  for (auto [argument, input] : llvm::zip(body.getArguments(), getInputs()))
-    if (argument.getType() != input.getType() || input.getType() != type)
-      return emitOpError()
-             << "operand of type " << input.getType()
-             << " differs from its block argument or from the result type "
-             << type << "; every operand and result of a group has one type";
-  for (Type result : getResultTypes())
-    if (result != type)
-      return emitOpError() << "results of types " << type << " and " << result
-                           << "; every result of a group has one type";
   // mt.yield is the only terminator whose parent may be a group.
   auto yield = cast<YieldOp>(body.getTerminator());
   if (!llvm::equal(yield.getValues().getTypes(), getResultTypes()))
     return emitOpError() << "yields " << yield.getValues().size()
                          << " values whose types differ from its "
                          << getOutputs().size() << " results";
+  // The elementwise results share the group's type; a column sum's is the
+  // vector of its last dimension.
+  Type type;
+  for (auto [value, result] : llvm::zip(yield.getValues(), getOutputs()))
+    if (!value.getDefiningOp() || !isGroupColumnSum(value.getDefiningOp())) {
+      type = result.getType();
+      break;
+    }
+  if (!type)
+    return emitOpError() << "yields only column sums; a group writes at "
+                            "least one elementwise result";
+  for (auto [argument, input] : llvm::zip(body.getArguments(), getInputs()))
+    if (argument.getType() != input.getType() || input.getType() != type)
+      return emitOpError()
+             << "operand of type " << input.getType()
+             << " differs from its block argument or from the result type "
+             << type << "; every operand and result of a group has one type";
   // The fusible ops keep their operands' type, so every value inside has
-  // the group's type too.
-  for (Operation &op : body.without_terminator())
+  // the group's type too; a column sum is only yielded.
+  for (Operation &op : body.without_terminator()) {
+    if (isGroupColumnSum(&op)) {
+      if (!llvm::all_of(op.getUsers(),
+                        [](Operation *user) { return isa<YieldOp>(user); }))
+        return emitOpError() << "reads a column sum ('mt.bias_grad') "
+                                "inside the group; it can only be yielded";
+      continue;
+    }
     if (!isFusibleElementwiseOp(&op))
       return emitOpError() << "holds '" << op.getName()
                            << "', which is not an elementwise op a fused "
                               "kernel computes (add, mul, dropout without "
-                              "mt.split_axes, silu, swiglu)";
+                              "mt.split_axes, silu, swiglu) or a column sum "
+                              "of one (bias_grad)";
+  }
   return success();
 }

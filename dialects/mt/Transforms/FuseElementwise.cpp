@@ -85,7 +85,9 @@ struct Group {
 struct FuseElementwisePass
     : public mt::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
-    for (auto function : getOperation().getOps<func::FuncOp>())
+    ModuleOp module = getOperation();
+    module->setAttr(kElementwiseKernelsAttrName, UnitAttr::get(&getContext()));
+    for (auto function : module.getOps<func::FuncOp>())
       for (Block &block : function.getBody())
         fuseBlock(block);
   }

@@ -537,6 +537,51 @@ def VerifyCollectivesPass : Pass<"mt-verify-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
+def FuseColumnSumsPass : Pass<"mt-fuse-column-sums", "::mlir::ModuleOp"> {
+  let summary = "moves bias gradients into the generated kernels that write their operands";
+  let description = [{
+    Runs after the precision pipeline, on the typed IR the bundle is written
+    from, when the elementwise kernels are on (`megatron-compile
+    --fuse-kernels`: mt-fuse-elementwise marks the module
+    `mt.elementwise_kernels`). A bias gradient whose operand an `mt.fused` group
+    writes (the dropout gradient at dropout > 0), or a lone elementwise op
+    (the residual gradient at dropout 0), becomes a column sum of that group's
+    kernel: an `mt.bias_grad` inside the group, its result a result of the
+    group. The kernel sums the columns as it writes them, so the bias
+    gradient costs no pass of its own and no cuBLASLt BGRAD epilogue (20-37%
+    of the weight-gradient GEMM on the H200: bench/NOTES.md, session 24).
+
+    - `mt.linear_weight_bias_grad %x, %dy` becomes `mt.linear_weight_grad`
+      and the group's column sum of `%dy`;
+    - an `mt.bias_grad %dy` (FP8 leaves them, `mt-fp8-gemms`) joins the same
+      way;
+    - a lone elementwise op that writes `%dy` (the residual gradient's
+      `mt.add` at dropout 0, a dropout gradient) becomes a group of that op
+      and the sum.
+
+    Only where `%dy` is also read outside (it stays a result the kernel
+    stores, which a backend that cannot sum in the kernel sums afterwards),
+    in the same block, and the group keeps within 8 results.
+
+    ```mlir
+    %dy = mt.add %a, %b : tensor<8x128x128xbf16>
+    %dw, %db = mt.linear_weight_bias_grad %x, %dy : ...
+    // becomes
+    %dy, %db = mt.fused (%a, %b) : (...) -> (tensor<8x128x128xbf16>, tensor<128xf32>) {
+    ^bb0(%u: tensor<8x128x128xbf16>, %v: tensor<8x128x128xbf16>):
+      %s = mt.add %u, %v : tensor<8x128x128xbf16>
+      %c = mt.bias_grad %s : tensor<8x128x128xbf16> -> tensor<128xf32>
+      mt.yield %s, %c : tensor<8x128x128xbf16>, tensor<128xf32>
+    }
+    %dw = mt.linear_weight_grad %x, %dy : ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numSums", "column-sums", "bias gradients moved into kernels">
+  ];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
 def FuseElementwisePass : Pass<"mt-fuse-elementwise", "::mlir::ModuleOp"> {
   let summary = "groups chains of elementwise ops into mt.fused kernels";
   let description = [{

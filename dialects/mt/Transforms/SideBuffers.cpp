@@ -226,6 +226,14 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
     } else if (isa<BiasGradOp>(op)) {
       Value dy = op->getOperand(0);
       bytes += scratch::biasGradOpBytes(rowsOf(dy), typeOf(dy).getShape().back());
+    } else if (auto group = dyn_cast<FusedOp>(op)) {
+      // Each column sum's partial rows, one after another.
+      for (Operation &inner : group.getBody().front().without_terminator())
+        if (auto sum = dyn_cast<BiasGradOp>(inner)) {
+          Value dy = sum.getOutputGrad();
+          bytes += scratch::biasGradOpBytes(rowsOf(dy),
+                                            typeOf(dy).getShape().back());
+        }
     } else if (auto embeddingGrad = dyn_cast<EmbeddingGradOp>(op)) {
       Value ids = embeddingGrad.getIds();
       bytes += scratch::embeddingGradOpBytes(

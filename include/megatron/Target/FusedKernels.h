@@ -34,9 +34,9 @@ namespace megatron {
 /// vectors / 2 groups of eight (`vectors` is n / 4 when every pointer is
 /// 16-byte aligned, else 0; one 16-byte access per bf16 pointer, two per
 /// fp32 one), then the rest one by one (earlier compilers' kernels took
-/// `vectors` groups of four). A group with a dropout of p > 0 takes `tile` (by value:
-/// where its elements lie among the micro-batch's samples, the global tile
-/// of the host's GlobalTile) and one key per such dropout, in body order,
+/// `vectors` groups of four). A group with a dropout of p > 0 takes `tile` (by
+/// value: where its elements lie among the micro-batch's samples, the global
+/// tile of the host's GlobalTile) and one key per such dropout, in body order,
 /// random::seedKey(seed); element i is kept iff random::dropoutKeep(
 /// sampleKey(key, maskSample(tile, i)), maskPosition(tile, i),
 /// dropoutThreshold16(p)), exactly as runtime/src/core/Random.h, whose
@@ -48,6 +48,17 @@ namespace megatron {
 /// kernel. (Versions 7 to 9 drew one hash per element; version 6 took
 /// random::streamKey(seed, step) keys and drew element i at index i;
 /// versions 3 to 5 had no `bf16` argument and f32 pointers.)
+///
+/// A group with column sums (an mt.bias_grad of a stored result in its
+/// body, mt-fuse-column-sums) passes only its stored results, and has a
+/// second entry point NAME_sums(long long rows, long long colOctets, bf16,
+/// [tile, keys,] operands..., stored results..., float *partial0, ...)
+/// over [rows, 8 colOctets] elements with every pointer 16-byte aligned,
+/// block (32, 8): blockIdx.y a chunk of 64 rows, threadIdx.y a group of 8
+/// of them, thread x column octet 32 blockIdx.x + x. Each sum adds its
+/// result's values as stored, in f32 in row order within a group; the
+/// block adds its groups' sums in order into the chunk's partial row (the
+/// runtime's biasGrad definition: docs/BundleFormat.md, "Fused kernels").
 constexpr unsigned kFusedKernelThreads = 256;
 /// The bits of the type mask: operands and results past them are fp32.
 constexpr size_t kFusedKernelTypeBits = 64;

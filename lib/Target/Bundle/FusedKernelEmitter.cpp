@@ -13,6 +13,8 @@
 
 #include "megatron/Target/FusedKernels.h"
 
+#include "core/OpScratch.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -21,6 +23,9 @@
 
 using namespace mlir;
 using namespace megatron;
+
+static_assert(mtrt::scratch::kColumnSumRowsPerChunk == 64,
+              "the column-sum kernel's block is 8 groups of 8 rows");
 
 /// `value` as an exact CUDA double literal (hexadecimal).
 static std::string doubleLiteral(double value) {
@@ -136,6 +141,18 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   llvm::DenseMap<Value, std::string> names;
   for (auto [i, argument] : llvm::enumerate(body.getArguments()))
     names[argument] = llvm::formatv("x{0}", i).str();
+  // The results the kernel stores (elementwise), in result order, and its
+  // column sums: for each, the stored result it sums.
+  auto yield = cast<mt::YieldOp>(body.getTerminator());
+  SmallVector<Value> stored;
+  SmallVector<size_t> summed;
+  for (Value value : yield.getValues())
+    if (!isa_and_nonnull<mt::BiasGradOp>(value.getDefiningOp()))
+      stored.push_back(value);
+  for (Value value : yield.getValues())
+    if (auto sum = dyn_cast_or_null<mt::BiasGradOp>(value.getDefiningOp()))
+      summed.push_back(static_cast<size_t>(
+          llvm::find(stored, sum.getOutputGrad()) - stored.begin()));
 
   // The element function: the group's ops on one element's operands.
   // One stream key per dropout with p > 0, in body order.
@@ -155,11 +172,13 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     os << comma << "unsigned long long bits" << k;
   for (size_t i = 0; i < body.getNumArguments(); ++i)
     os << comma << "float x" << i;
-  for (size_t i = 0; i < group.getNumResults(); ++i)
+  for (size_t i = 0; i < stored.size(); ++i)
     os << comma << "float &y" << i;
   os << ") {\n";
   unsigned next = 0, key = 0;
   for (Operation &op : body.without_terminator()) {
+    if (isa<mt::BiasGradOp>(op)) // summed by the kernel (sums below)
+      continue;
     std::string result = llvm::formatv("v{0}", next++).str();
     auto in = [&](unsigned i) { return names.lookup(op.getOperand(i)); };
     std::string expression =
@@ -195,39 +214,45 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     os << "  const float " << result << " = " << expression << ";\n";
     names[op.getResult(0)] = result;
   }
-  auto yield = cast<mt::YieldOp>(body.getTerminator());
-  for (auto [i, value] : llvm::enumerate(yield.getValues()))
+  for (auto [i, value] : llvm::enumerate(stored))
     os << "  y" << i << " = " << names.lookup(value) << ";\n";
   os << "}\n\n";
 
   // The kernel: groups of four, then the remaining elements; each operand
-  // and result in the storage type its bit of `bf16` names.
-  size_t inputs = body.getNumArguments(), outputs = group.getNumResults();
-  os << "extern \"C\" __global__ void __launch_bounds__("
-     << kFusedKernelThreads << ")\n"
-     << name << "(long long n, long long vectors, unsigned long long bf16";
-  // __grid_constant__: the tile's functions take it by reference, which
-  // would otherwise copy the 112-byte parameter to local memory in every
-  // thread (more traffic than the elements' own).
-  if (keys)
-    os << ", __grid_constant__ const mtrt::random::MaskTile tile";
-  for (size_t k = 0; k < keys; ++k)
-    os << ", unsigned long long key" << k;
-  for (size_t i = 0; i < inputs; ++i)
-    os << ", const void *in" << i;
-  for (size_t i = 0; i < outputs; ++i)
-    os << ", void *out" << i;
-  os << ") {\n";
+  // and stored result in the storage type its bit of `bf16` names.
+  size_t inputs = body.getNumArguments(), outputs = stored.size();
+  // The signature: the flat kernel's (n, vectors) or the column-sum
+  // kernel's (rows, colOctets) and its partial rows, then the type mask,
+  // the mask tile and keys, the operands and the stored results.
+  auto emitSignature = [&](bool sums) {
+    os << "extern \"C\" __global__ void __launch_bounds__("
+       << kFusedKernelThreads << ")\n"
+       << name
+       << (sums ? "_sums(long long rows, long long colOctets"
+                : "(long long n, long long vectors")
+       << ", unsigned long long bf16";
+    // __grid_constant__: the tile's functions take it by reference, which
+    // would otherwise copy the 112-byte parameter to local memory in every
+    // thread (more traffic than the elements' own).
+    if (keys)
+      os << ", __grid_constant__ const mtrt::random::MaskTile tile";
+    for (size_t k = 0; k < keys; ++k)
+      os << ", unsigned long long key" << k;
+    for (size_t i = 0; i < inputs; ++i)
+      os << ", const void *in" << i;
+    for (size_t i = 0; i < outputs; ++i)
+      os << ", void *out" << i;
+    if (sums)
+      for (size_t s = 0; s < summed.size(); ++s)
+        os << ", float *partial" << s;
+    os << ") {\n";
+  };
   // Values past the mask's 64 bits stay fp32.
   auto bit = [](size_t k) -> std::string {
     if (k >= kFusedKernelTypeBits)
       return "false";
     return llvm::formatv("((bf16 >> {0}) & 1ull) != 0", k).str();
   };
-  for (size_t i = 0; i < inputs; ++i)
-    os << "  const bool bin" << i << " = " << bit(i) << ";\n";
-  for (size_t i = 0; i < outputs; ++i)
-    os << "  const bool bout" << i << " = " << bit(inputs + i) << ";\n";
   // Each dropout's draw for element `index` (its sample and position from
   // the tile, 32-bit division where everything fits), as INDENT's
   // declarations: `lane`, bits0, bits1, ... with names ending in SUFFIX.
@@ -259,9 +284,7 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   // A group of eight whose positions are two whole draws' (position % 8
   // == 0: as for four, with 8) maps its first element and hashes each
   // draw once; otherwise each half is a group of four as above.
-  if (keys)
-    os << "  const bool fits32 = mtrt::random::maskTileFits32(tile, "
-          "(unsigned long long)n);\n";
+
   auto alignedTo = [&](unsigned k) {
     return llvm::formatv(
                "tile.sampleElements % {0} == 0 && (tile.dims == 0 || "
@@ -271,90 +294,108 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
                k)
         .str();
   };
-  if (keys)
-    os << "  const bool lanesAligned = " << alignedTo(4) << ";\n"
+  // The storage types, and where the draws may be shared (over `n`
+  // elements).
+  auto emitPreamble = [&] {
+    for (size_t i = 0; i < inputs; ++i)
+      os << "  const bool bin" << i << " = " << bit(i) << ";\n";
+    for (size_t i = 0; i < outputs; ++i)
+      os << "  const bool bout" << i << " = " << bit(inputs + i) << ";\n";
+    if (!keys)
+      return;
+    os << "  const bool fits32 = mtrt::random::maskTileFits32(tile, "
+          "(unsigned long long)n);\n"
+       << "  const bool lanesAligned = " << alignedTo(4) << ";\n"
        << "  const bool octetsAligned = " << alignedTo(8) << ";\n";
+  };
+  static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
+  // Octet `o`: its loads, the element function on its eight elements
+  // (r0, r0h, ...: the stored results) and its stores.
+  auto emitOctet = [&] {
+    for (size_t i = 0; i < inputs; ++i)
+      os << "    float4 a" << i << ", a" << i << "h;\n"
+         << "    mt_load8(in" << i << ", bin" << i << ", o, a" << i << ", a"
+         << i << "h);\n";
+    for (size_t i = 0; i < outputs; ++i)
+      os << "    float4 r" << i << ", r" << i << "h;\n";
+    // The element function's value arguments for `lane` of half `half`
+    // ("" the first four elements, "h" the last four).
+    auto laneArguments = [&](StringRef lane, StringRef half) {
+      std::string arguments;
+      for (size_t i = 0; i < inputs; ++i)
+        arguments += llvm::formatv("a{0}{1}.{2}, ", i, half, lane).str();
+      for (size_t i = 0; i < outputs; ++i)
+        arguments += llvm::formatv("r{0}{1}.{2}, ", i, half, lane).str();
+      arguments.resize(arguments.size() - 2);
+      return arguments;
+    };
+    // A group of four, half `half` of the eight, starting at element `index`.
+    auto emitFour = [&](StringRef indent, StringRef index, StringRef half) {
+      if (!keys) {
+        for (StringRef lane : kLanes)
+          os << indent << name << "_element(" << laneArguments(lane, half)
+             << ");\n";
+        return;
+      }
+      os << indent << "if (lanesAligned) {\n";
+      std::string inner = (indent + "  ").str();
+      emitDraws(inner, index, "");
+      for (auto [offset, lane] : llvm::enumerate(kLanes))
+        os << inner << name << "_element("
+           << drawArguments(llvm::formatv("{0}u", offset).str(), "")
+           << laneArguments(lane, half) << ");\n";
+      os << indent << "} else {\n";
+      for (auto [offset, lane] : llvm::enumerate(kLanes)) {
+        std::string suffix = llvm::formatv("_{0}", lane).str();
+        emitDraws(inner, llvm::formatv("{0} + {1}", index, offset).str(),
+                  suffix);
+        os << inner << name << "_element("
+           << drawArguments(
+                  llvm::formatv("(unsigned)(position{0} & 3)", suffix).str(),
+                  suffix)
+           << laneArguments(lane, half) << ");\n";
+      }
+      os << indent << "}\n";
+    };
+    if (!keys) {
+      emitFour("    ", "8ull * o", "");
+      emitFour("    ", "8ull * o + 4", "h");
+    } else {
+      os << "    if (octetsAligned) {\n"
+         << "      unsigned long long sample, position;\n"
+         << "      mtrt::random::maskSamplePosition(tile, 8ull * o, fits32, "
+            "sample, position);\n";
+      for (size_t k = 0; k < keys; ++k)
+        os << "      const unsigned long long sampleKey" << k
+           << " = mtrt::random::sampleKey(key" << k << ", sample);\n"
+           << "      const unsigned long long bits" << k
+           << " = mtrt::random::bitsFromKey(sampleKey" << k
+           << ", position >> 2);\n"
+           << "      const unsigned long long bits" << k
+           << "h = mtrt::random::bitsFromKey(sampleKey" << k
+           << ", (position >> 2) + 1);\n";
+      for (StringRef half : {StringRef(""), StringRef("h")})
+        for (auto [offset, lane] : llvm::enumerate(kLanes))
+          os << "      " << name << "_element("
+             << drawArguments(llvm::formatv("{0}u", offset).str(), half)
+             << laneArguments(lane, half) << ");\n";
+      os << "    } else {\n";
+      emitFour("      ", "8ull * o", "");
+      emitFour("      ", "8ull * o + 4", "h");
+      os << "    }\n";
+    }
+    for (size_t i = 0; i < outputs; ++i)
+      os << "    mt_store8(out" << i << ", bout" << i << ", o, r" << i << ", r"
+         << i << "h);\n";
+  };
+  emitSignature(false);
+  emitPreamble();
   os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
      << "  const long long first = (long long)blockIdx.x * blockDim.x + "
         "threadIdx.x;\n"
      << "  const long long octets = vectors / 2;\n"
      << "  for (long long o = first; o < octets; o += stride) {\n";
-  for (size_t i = 0; i < inputs; ++i)
-    os << "    float4 a" << i << ", a" << i << "h;\n"
-       << "    mt_load8(in" << i << ", bin" << i << ", o, a" << i << ", a" << i
-       << "h);\n";
-  for (size_t i = 0; i < outputs; ++i)
-    os << "    float4 r" << i << ", r" << i << "h;\n";
-  static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
-  // The element function's value arguments for `lane` of half `half`
-  // ("" the first four elements, "h" the last four).
-  auto laneArguments = [&](StringRef lane, StringRef half) {
-    std::string arguments;
-    for (size_t i = 0; i < inputs; ++i)
-      arguments += llvm::formatv("a{0}{1}.{2}, ", i, half, lane).str();
-    for (size_t i = 0; i < outputs; ++i)
-      arguments += llvm::formatv("r{0}{1}.{2}, ", i, half, lane).str();
-    arguments.resize(arguments.size() - 2);
-    return arguments;
-  };
-  // A group of four, half `half` of the eight, starting at element `index`.
-  auto emitFour = [&](StringRef indent, StringRef index, StringRef half) {
-    if (!keys) {
-      for (StringRef lane : kLanes)
-        os << indent << name << "_element(" << laneArguments(lane, half)
-           << ");\n";
-      return;
-    }
-    os << indent << "if (lanesAligned) {\n";
-    std::string inner = (indent + "  ").str();
-    emitDraws(inner, index, "");
-    for (auto [offset, lane] : llvm::enumerate(kLanes))
-      os << inner << name << "_element("
-         << drawArguments(llvm::formatv("{0}u", offset).str(), "")
-         << laneArguments(lane, half) << ");\n";
-    os << indent << "} else {\n";
-    for (auto [offset, lane] : llvm::enumerate(kLanes)) {
-      std::string suffix = llvm::formatv("_{0}", lane).str();
-      emitDraws(inner, llvm::formatv("{0} + {1}", index, offset).str(),
-                suffix);
-      os << inner << name << "_element("
-         << drawArguments(
-                llvm::formatv("(unsigned)(position{0} & 3)", suffix).str(),
-                suffix)
-         << laneArguments(lane, half) << ");\n";
-    }
-    os << indent << "}\n";
-  };
-  if (!keys) {
-    emitFour("    ", "8ull * o", "");
-    emitFour("    ", "8ull * o + 4", "h");
-  } else {
-    os << "    if (octetsAligned) {\n"
-       << "      unsigned long long sample, position;\n"
-       << "      mtrt::random::maskSamplePosition(tile, 8ull * o, fits32, "
-          "sample, position);\n";
-    for (size_t k = 0; k < keys; ++k)
-      os << "      const unsigned long long sampleKey" << k
-         << " = mtrt::random::sampleKey(key" << k << ", sample);\n"
-         << "      const unsigned long long bits" << k
-         << " = mtrt::random::bitsFromKey(sampleKey" << k
-         << ", position >> 2);\n"
-         << "      const unsigned long long bits" << k
-         << "h = mtrt::random::bitsFromKey(sampleKey" << k
-         << ", (position >> 2) + 1);\n";
-    for (StringRef half : {StringRef(""), StringRef("h")})
-      for (auto [offset, lane] : llvm::enumerate(kLanes))
-        os << "      " << name << "_element("
-           << drawArguments(llvm::formatv("{0}u", offset).str(), half)
-           << laneArguments(lane, half) << ");\n";
-    os << "    } else {\n";
-    emitFour("      ", "8ull * o", "");
-    emitFour("      ", "8ull * o + 4", "h");
-    os << "    }\n";
-  }
-  for (size_t i = 0; i < outputs; ++i)
-    os << "    mt_store8(out" << i << ", bout" << i << ", o, r" << i << ", r"
-       << i << "h);\n";
+  emitOctet();
   os << "  }\n"
      << "  for (long long i = 8 * octets + first; i < n; i += stride) {\n";
   for (size_t i = 0; i < outputs; ++i)
@@ -373,5 +414,53 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     os << "    mt_store(out" << i << ", bout" << i << ", i, y" << i
        << ");\n";
   os << "  }\n}\n";
+  if (summed.empty())
+    return text;
+  // The column-sum kernel (FusedKernels.h): block (32, 8), blockIdx.y a
+  // chunk of mtrt::scratch::kColumnSumRowsPerChunk rows, threadIdx.y a group of
+  // 8 of them, thread x column octet 32 blockIdx.x + x; each sum adds its
+  // stored result's values as stored in f32 in row order, then the block adds
+  // its groups' sums in order into the chunk's partial row.
+  os << "\n";
+  emitSignature(true);
+  os << "  const long long n = rows * colOctets * 8;\n";
+  emitPreamble();
+  os << "  __shared__ float groupSums[" << summed.size() << "][8][256];\n"
+     << "  const long long c = (long long)blockIdx.x * 32 + threadIdx.x;\n"
+     << "  const long long begin = (long long)blockIdx.y * "
+     << mtrt::scratch::kColumnSumRowsPerChunk << " + threadIdx.y * 8;\n"
+     << "  const long long end = min(rows, begin + 8);\n";
+  for (size_t s = 0; s < summed.size(); ++s)
+    os << "  float sum" << s << "[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n";
+  os << "  if (c < colOctets)\n"
+     << "  for (long long o = begin * colOctets + c; o < end * colOctets; "
+        "o += colOctets) {\n";
+  emitOctet();
+  for (auto [s, k] : llvm::enumerate(summed))
+    for (auto [e, lane] : llvm::enumerate(kLanes))
+      for (StringRef half : {StringRef(""), StringRef("h")})
+        os << "    sum" << s << "[" << (half.empty() ? e : e + 4) << "] += bout"
+           << k << " ? mt_bf16(r" << k << half << "." << lane << ") : r" << k
+           << half << "." << lane << ";\n";
+  os << "  }\n";
+  for (size_t s = 0; s < summed.size(); ++s)
+    os << "  for (int e = 0; e < 8; ++e)\n"
+       << "    groupSums[" << s << "][threadIdx.y][8 * threadIdx.x + e] = sum"
+       << s << "[e];\n";
+  os << "  __syncthreads();\n"
+     << "  const int t = threadIdx.y * 32 + threadIdx.x;\n"
+     << "  const long long j = 256ll * blockIdx.x + t;\n"
+     << "  if (j >= 8 * colOctets)\n"
+     << "    return;\n";
+  for (size_t s = 0; s < summed.size(); ++s)
+    os << "  {\n"
+       << "    float total = 0;\n"
+       << "    for (int g = 0; g < 8; ++g)\n"
+       << "      total += groupSums[" << s << "][g][t];\n"
+       << "    partial" << s
+       << "[(long long)blockIdx.y * 8 * colOctets + j] "
+          "= total;\n"
+       << "  }\n";
+  os << "}\n";
   return text;
 }

@@ -78,6 +78,19 @@ std::string TensorType::str() const {
 
 const char *opName(Op op) { return opInfo(op).name; }
 
+std::vector<FusedColumnSum> fusedColumnSums(const Instruction &inst) {
+  std::vector<FusedColumnSum> sums;
+  auto indexOf = [&](int64_t value) {
+    return static_cast<size_t>(
+        std::find(inst.results.begin(), inst.results.end(), value) -
+        inst.results.begin());
+  };
+  for (const Instruction &op : inst.body)
+    if (op.op == Op::BiasGrad)
+      sums.push_back({indexOf(op.results[0]), indexOf(op.operands[0])});
+  return sums;
+}
+
 const Function *Bundle::findFunction(std::string_view name) const {
   for (const Function &function : functions_)
     if (function.name == name)

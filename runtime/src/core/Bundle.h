@@ -291,6 +291,18 @@ struct Instruction {
   std::vector<Instruction> body;
 };
 
+/// A fused group's column sum (docs/BundleFormat.md, "Fused kernels"): the
+/// bias_grad of its body that defines results[result], summing the stored
+/// results[summed].
+struct FusedColumnSum {
+  size_t result = 0;
+  size_t summed = 0;
+};
+
+/// The column sums of fused instruction `inst`, in body order (empty for
+/// other instructions).
+std::vector<FusedColumnSum> fusedColumnSums(const Instruction &inst);
+
 /// The compiler's static arena for one function (docs/BundleFormat.md,
 /// "Memory plan"), validated at load (core/MemoryPlan.h): every value with
 /// memory lies inside the arena, and no two values live at the same time

@@ -893,10 +893,17 @@ void ManifestReader::readFusedBody(const Json &json, const std::string &path,
     bool fusible = read.op == Op::Add || read.op == Op::Mul ||
                    read.op == Op::Silu || read.op == Op::Swiglu ||
                    (read.op == Op::Dropout && read.attrs.splitAxes.empty());
-    if (!fusible)
+    // A column sum (new within version 10) of a result the group stores.
+    bool columnSum = read.op == Op::BiasGrad &&
+                     std::find(inst.results.begin(), inst.results.end(),
+                               read.operands[0]) != inst.results.end() &&
+                     std::find(inst.results.begin(), inst.results.end(),
+                               read.results[0]) != inst.results.end();
+    if (!fusible && !columnSum)
       fail(member(at, "op"), std::string("\"") + opName(read.op) + "\"",
            "an elementwise op a fused kernel computes (add, mul, dropout "
-           "without split_axes, silu, swiglu)");
+           "without split_axes, silu, swiglu), or a bias_grad of a result "
+           "of the group into another (a column sum)");
     if (!read.free.empty())
       fail(member(at, "free"), "a free list",
            "none inside a group (the fused instruction frees its operands)");

@@ -118,6 +118,16 @@ uint64_t blockBytes(const Function &fn, const ScratchPlan &plan,
     LinearDims d = linearDims(fn, inst);
     return scratch::biasGradOpBytes(d.rows, d.outSize);
   }
+  case Op::Fused: { // each column sum's partial rows, one after another
+    uint64_t bytes = 0;
+    for (const FusedColumnSum &sum : fusedColumnSums(inst)) {
+      const TensorType &summed = fn.values[inst.results[sum.summed]];
+      int64_t cols = summed.shape.empty() ? 1 : summed.shape.back();
+      bytes +=
+          scratch::biasGradOpBytes(cols ? summed.numElements / cols : 0, cols);
+    }
+    return bytes;
+  }
   case Op::EmbeddingGrad:
     return scratch::embeddingGradOpBytes(
         embeddingDims(fn, inst).count,

@@ -195,7 +195,10 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::Attention: // out; dq, dk, dv: on the flash kernels only
   case Op::AttentionGrad:
     return flashAttention(attentionParams(*function_, inst, 0));
-  case Op::Fused:
+  case Op::Fused: // a column sum stays f32
+    for (const FusedColumnSum &sum : fusedColumnSums(inst))
+      if (sum.result == result)
+        return false;
     return fusedKernels_ &&
            fusedKernels_->takesBf16(inst.operands.size() + result);
   case Op::Linear:

@@ -2,6 +2,7 @@
 #include "cuda/FusedKernels.h"
 
 #include "core/Error.h"
+#include "core/OpScratch.h"
 #include "core/Random.h"
 #include "cuda/CudaCheck.h"
 
@@ -46,6 +47,14 @@ FusedKernelLibrary::FusedKernelLibrary(const Bundle &bundle)
     MTRT_CUDA_CHECK(cudaLibraryGetKernel(&kernel, library_, name.c_str()),
                     what + ": kernel " + name);
     kernels_.push_back(kernel);
+    // A group with column sums also has NAME_sums.
+    cudaKernel_t sums = nullptr;
+    if (cudaLibraryGetKernel(&sums, library_, (name + "_sums").c_str()) !=
+        cudaSuccess) {
+      cudaGetLastError(); // no column sums in this group
+      sums = nullptr;
+    }
+    sumKernels_.push_back(sums);
   }
 }
 
@@ -63,9 +72,21 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
                                 const std::vector<InElements> &operands,
                                 const std::vector<OutElements> &results,
                                 const random::MaskTile &tile,
-                                const std::string &where) const {
-  if (n <= 0)
+                                const std::string &where, int64_t cols,
+                                const std::vector<ColumnSum> &sums,
+                                void *scratch) const {
+  int64_t rows = cols > 0 ? n / cols : 0;
+  // Each sum's partial rows (core/OpScratch.h).
+  std::vector<float *> partials;
+  for (size_t s = 0; s < sums.size(); ++s)
+    partials.push_back(
+        reinterpret_cast<float *>(static_cast<char *>(scratch) +
+                                  s * scratch::biasGradOpBytes(rows, cols)));
+  if (n <= 0) {
+    for (size_t s = 0; s < sums.size(); ++s)
+      columnSumTotals(stream, 0, cols, partials[s], sums[s].out);
     return;
+  }
   // Groups of four only when every pointer allows 16-byte accesses; bit k
   // of the mask: value k (operands, then results) is bf16.
   bool aligned = true;
@@ -133,6 +154,27 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
     args.push_back(&key);
   for (const void *&p : pointers)
     args.push_back(&p);
+  auto kernel = static_cast<size_t>(inst.attrs.kernel);
+  if (!sums.empty() && sumKernels_[kernel] && typeMask_ && aligned &&
+      cols % 8 == 0) {
+    // The column-sum form: (rows, colOctets) instead of (n, vectors), the
+    // partial rows last; block (32, 8), a chunk of 64 rows a block row.
+    long long sumRows = rows, colOctets = cols / 8;
+    args[0] = &sumRows;
+    args[1] = &colOctets;
+    for (float *&partial : partials)
+      args.push_back(&partial);
+    dim3 grid(static_cast<unsigned>((colOctets + 31) / 32),
+              static_cast<unsigned>(scratch::columnSumChunks(rows)));
+    MTRT_CUDA_CHECK(
+        cudaLaunchKernel(reinterpret_cast<const void *>(sumKernels_[kernel]),
+                         grid, dim3(32, 8), args.data(), 0, stream),
+        where + ": fused kernel " + std::to_string(inst.attrs.kernel) +
+            " with column sums");
+    for (size_t s = 0; s < sums.size(); ++s)
+      columnSumTotals(stream, rows, cols, partials[s], sums[s].out);
+    return;
+  }
   // The kernels take groups of eight (vectors / 2 of them), then the rest
   // one by one, in a grid-stride loop (so the groups of four that earlier
   // compilers' kernels take run right with the same grid).
@@ -140,11 +182,16 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
   long long blocks = std::clamp<long long>((items + kThreads - 1) / kThreads,
                                            1, 65535LL * 16);
   MTRT_CUDA_CHECK(
-      cudaLaunchKernel(reinterpret_cast<const void *>(
-                           kernels_[static_cast<size_t>(inst.attrs.kernel)]),
+      cudaLaunchKernel(reinterpret_cast<const void *>(kernels_[kernel]),
                        dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
                        args.data(), 0, stream),
       where + ": fused kernel " + std::to_string(inst.attrs.kernel));
+  // Without the column-sum form: the sums of what the kernel stored.
+  for (size_t s = 0; s < sums.size(); ++s) {
+    const OutElements &stored = results[sums[s].summed];
+    biasGrad(stream, rows, cols, NormRows{stored.data, stored.bf16},
+             sums[s].out, partials[s]);
+  }
 }
 
 } // namespace mtrt::cuda

@@ -45,14 +45,30 @@ public:
   /// dropouts (core/Random.h). `where` names the instruction for errors.
   /// Throws Error (FAILED_PRECONDITION) for a dropout in a kernel of a
   /// bundle before format version 7, whose masks are keyed on the step.
+  /// With column sums (`sums`, fusedColumnSums: each results[summed]'s
+  /// column sums into `out`, f32), `results` are the stored results only
+  /// and the group's elements are [n / cols, cols]: where every pointer
+  /// is 16-byte aligned and cols a multiple of 8, the kernel's column-sum
+  /// form writes each sum's partial rows to `scratch` (one
+  /// scratch::biasGradOpBytes(rows, cols) block after another) and
+  /// columnSumTotals adds them up; else the kernel, then biasGrad of each
+  /// summed result (the same bits).
+  struct ColumnSum {
+    size_t summed = 0;
+    float *out = nullptr;
+  };
   void launch(cudaStream_t stream, const Instruction &inst, int64_t n,
               const std::vector<InElements> &operands,
               const std::vector<OutElements> &results,
-              const random::MaskTile &tile, const std::string &where) const;
+              const random::MaskTile &tile, const std::string &where,
+              int64_t cols = 0, const std::vector<ColumnSum> &sums = {},
+              void *scratch = nullptr) const;
 
 private:
   cudaLibrary_t library_ = nullptr;
   std::vector<cudaKernel_t> kernels_;
+  /// Each kernel's column-sum form (NAME_sums), null where it has none.
+  std::vector<cudaKernel_t> sumKernels_;
   bool fromPtx_ = false;
   bool typeMask_ = false;
   bool sampleKeys_ = false;

@@ -716,13 +716,26 @@ void Executor::execute(size_t position, const Instruction &inst,
     std::vector<OutElements> results;
     for (size_t i = 0; i < inst.operands.size(); ++i)
       operands.push_back(inElements(i));
+    // The stored results, and the column sums (f32 vectors) apart.
+    std::vector<FusedColumnSum> columnSums = fusedColumnSums(inst);
+    std::vector<size_t> storedIndex(inst.results.size());
     for (size_t i = 0; i < inst.results.size(); ++i)
-      results.push_back(outElements(i));
+      if (std::none_of(
+              columnSums.begin(), columnSums.end(),
+              [&](const FusedColumnSum &s) { return s.result == i; })) {
+        storedIndex[i] = results.size();
+        results.push_back(outElements(i));
+      }
+    std::vector<FusedKernelLibrary::ColumnSum> sums;
+    for (const FusedColumnSum &s : columnSums)
+      sums.push_back({storedIndex[s.summed], out(s.result)});
+    const std::vector<int64_t> &shape = shapeOf(inst.operands[0]);
     fusedKernels_->launch(stream, inst, count(inst.operands[0]), operands,
                           results,
                           fusedMaskTile(fn, inst, bundle_.gridShape(),
                                         coordinates, key.firstSample),
-                          where(position));
+                          where(position), shape.empty() ? 1 : shape.back(),
+                          sums, sums.empty() ? nullptr : scratch(position));
     break;
   }
   case Op::Mul:

@@ -853,6 +853,23 @@ TEST_F(CudaOpsTest, RopeForwardAndInverseWithPartialRotation) {
   c.check(kElementwise);
 }
 
+/// Rope between GEMMs in bf16, its input and results held in bf16 (the
+/// kernel in groups of eight): a partial rotation (16 of 32, half a
+/// group) with features passing through, and a whole one.
+TEST_F(CudaOpsTest, RopeBetweenGemmsInBf16) {
+  c.precision = "bf16";
+  std::vector<int64_t> flat = {2, 6, 96}, heads = {2, 6, 3, 32};
+  int64_t x = c.input({2, 6, 16}), w = c.input({16, 96}), w2 = c.input({96, 8});
+  int64_t q = c.f.op("reshape", {c.f.op("linear", {x, w}, flat)}, heads);
+  for (int64_t rotary : {16, 32}) {
+    int64_t r =
+        c.f.op("rope", {q}, heads, {{"base", 10000.0}, {"rotary_dim", rotary}});
+    c.f.output(c.f.op("linear", {c.f.op("reshape", {r}, flat), w2}, {2, 6, 8}));
+  }
+  c.bf16Values = 6; // the linear's result, the reshapes, the ropes
+  c.check(kBf16);
+}
+
 // Hugging Face's linear and llama3 scalings, as the host computes them: with
 // base 100, head_dim 8 and original 64 the wavelengths (6.3, 20, 63, 199)
 // take all three llama3 branches.

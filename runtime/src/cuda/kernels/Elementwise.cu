@@ -413,6 +413,21 @@ struct Swiglu { // gate, up -> y
   }
 };
 
+/// sigmoid(x) for results stored in bf16, with the approximate exponential
+/// and reciprocal as geluTanhSigmoid (sigmoid's IEEE division and expf
+/// made llama-1.5b's swiglu kernels run at half their memory traffic's
+/// speed: bench/NOTES.md, session 25).
+__device__ inline float approxSigmoid(float x) {
+  return approxReciprocal(1.0f + approxExp2(float(-kLog2E) * x));
+}
+
+struct SwigluToBf16 { // gate, up -> y
+  __device__ void operator()(int64_t, const float *x, float *y) const {
+    float g = x[0];
+    y[0] = g * approxSigmoid(g) * x[1];
+  }
+};
+
 /// The blocks of swigluToFp8 (castToFp8's cap, Precision.cu).
 constexpr int64_t kFp8CastBlocks = 2048;
 
@@ -430,7 +445,10 @@ __global__ void swigluToFp8Kernel(int64_t n, int64_t octs, InElements gate,
   unsigned largest = 0;
   auto code = [&](float g, float u) -> unsigned {
     float y[1], x[2] = {g, u};
-    Swiglu{}(0, x, y);
+    if (roundToBf16) // as swigluForward into bf16
+      SwigluToBf16{}(0, x, y);
+    else
+      Swiglu{}(0, x, y);
     float value =
         roundToBf16 ? __bfloat162float(__float2bfloat16_rn(y[0])) : y[0];
     largest = max(largest, __float_as_uint(fabsf(value)));
@@ -456,14 +474,19 @@ __global__ void swigluToFp8Kernel(int64_t n, int64_t octs, InElements gate,
     atomicMax(reinterpret_cast<unsigned *>(amax), largest);
 }
 
-struct SwigluBackward { // gate, up, dy -> dgate, dup
+/// SwigluBackward's formula, with approxSigmoid for results stored in
+/// bf16 (kToBf16) or the host's sigmoid.
+template <bool kToBf16> struct SwigluBackwardWith {
   __device__ void operator()(int64_t, const float *x, float *y) const {
     float g = x[0], u = x[1], d = x[2];
-    float s = sigmoid(g);
+    float s = kToBf16 ? approxSigmoid(g) : sigmoid(g);
     y[0] = d * u * (s * (1.0f + g * (1.0f - s)));
     y[1] = d * (g * s);
   }
 };
+// gate, up, dy -> dgate, dup; for both results stored in bf16.
+using SwigluBackward = SwigluBackwardWith<false>;
+using SwigluBackwardToBf16 = SwigluBackwardWith<true>;
 
 /// Elements first to first + 15 of x (16-byte accesses: first is a
 /// multiple of 16, the pointer 16-byte aligned).
@@ -504,6 +527,7 @@ swigluBackwardToFp8Kernel(int64_t rows, int64_t cols, InElements gate,
       dgate.format == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2,
       dup.format == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2};
   unsigned largest[2] = {0, 0};
+  const bool bothBf16 = dgate.roundToBf16 && dup.roundToBf16;
   int64_t tilesAcross = (cols + kFp8Tile - 1) / kFp8Tile;
   int64_t count = tilesAcross * ((rows + kFp8Tile - 1) / kFp8Tile);
   int t = threadIdx.x;
@@ -522,7 +546,10 @@ swigluBackwardToFp8Kernel(int64_t rows, int64_t cols, InElements gate,
 #pragma unroll
         for (int e = 0; e < 16; ++e) {
           float x[3] = {g[e], u[e], d[e]}, y[2];
-          SwigluBackward{}(0, x, y);
+          if (bothBf16) // as swigluBackward into bf16
+            SwigluBackwardToBf16{}(0, x, y);
+          else
+            SwigluBackward{}(0, x, y);
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
             float value = sinks[k]->roundToBf16
@@ -710,6 +737,19 @@ void biasGrad(cudaStream_t stream, int64_t rows, int64_t out, NormRows dy,
                 Identity{}, dbias, scratch);
 }
 
+void columnSumTotals(cudaStream_t stream, int64_t rows, int64_t cols,
+                     const float *partial, float *sums) {
+  if (cols <= 0)
+    return;
+  if (rows <= 0) {
+    MTRT_CUDA_CHECK(cudaMemsetAsync(sums, 0, sizeof(float) * cols, stream),
+                    "column sums of no rows");
+    return;
+  }
+  columnTotals(stream, mtrt::scratch::columnSumChunks(rows), cols, partial,
+               sums);
+}
+
 size_t columnSumScratchBytes(int64_t rows, int64_t hidden) {
   return mtrt::scratch::columnSumBytes(rows, hidden);
 }
@@ -725,7 +765,10 @@ void siluBackward(cudaStream_t stream, int64_t n, InElements x, InElements dy,
 
 void swigluForward(cudaStream_t stream, int64_t n, InElements gate,
                    InElements up, OutElements y) {
-  launchMap(stream, n, Storage<2, 1>{{gate, up}, {y}}, Swiglu{});
+  if (y.bf16)
+    launchMap(stream, n, Storage<2, 1>{{gate, up}, {y}}, SwigluToBf16{});
+  else
+    launchMap(stream, n, Storage<2, 1>{{gate, up}, {y}}, Swiglu{});
 }
 
 void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate, InElements up,
@@ -747,8 +790,12 @@ void swigluToFp8(cudaStream_t stream, int64_t n, InElements gate, InElements up,
 void swigluBackward(cudaStream_t stream, int64_t n, InElements gate,
                     InElements up, InElements dy, OutElements dgate,
                     OutElements dup) {
-  launchMap(stream, n, Storage<3, 2>{{gate, up, dy}, {dgate, dup}},
-            SwigluBackward{});
+  if (dgate.bf16 && dup.bf16)
+    launchMap(stream, n, Storage<3, 2>{{gate, up, dy}, {dgate, dup}},
+              SwigluBackwardToBf16{});
+  else
+    launchMap(stream, n, Storage<3, 2>{{gate, up, dy}, {dgate, dup}},
+              SwigluBackward{});
 }
 
 bool swigluBackwardToFp8(cudaStream_t stream, int64_t rows, int64_t cols,

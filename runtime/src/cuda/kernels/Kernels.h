@@ -376,6 +376,12 @@ inline void biasGrad(cudaStream_t stream, int64_t rows, int64_t out,
   biasGrad(stream, rows, out, NormRows{dy, false}, dbias, scratch);
 }
 
+/// sums [cols] = the totals of a column sum's partial rows over [rows,
+/// cols] values (the chunks' f32 rows at `partial`, as biasGrad leaves
+/// them: a generated kernel's column-sum form writes them alike).
+void columnSumTotals(cudaStream_t stream, int64_t rows, int64_t cols,
+                     const float *partial, float *sums);
+
 /// geluBackward over [rows, cols] elements, and dbias [cols] = the sum over
 /// rows of dx as stored (the bias gradient of the layer before the GeLU),
 /// summed as dx is written (where every pointer is 16-byte aligned and cols
