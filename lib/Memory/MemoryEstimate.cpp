@@ -32,7 +32,8 @@ static double recomputeFlops(Operation *op) {
     return op->getNumResults() ? double(elements(op->getResult(0).getType()))
                                : 0.0;
   };
-  if (isa<mt::LinearOp, mt::LinearGeluOp, mt::LinearGeluGradOp>(op)) {
+  if (isa<mt::LinearOp, mt::LinearGeluOp, mt::LinearGeluGradOp,
+          mt::LinearAddOp>(op)) {
     auto input = cast<RankedTensorType>(op->getOperand(0).getType());
     return 2.0 * resultElements() * double(input.getShape().back());
   }

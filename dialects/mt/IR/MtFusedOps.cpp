@@ -41,6 +41,22 @@ LogicalResult LinearGeluOp::verify() {
   return expectFusedType(*this, "output", getOutput().getType(), linear);
 }
 
+LogicalResult LinearAddOp::verify() {
+  RankedTensorType bias = getBias()
+                              ? cast<RankedTensorType>(getBias().getType())
+                              : RankedTensorType();
+  FailureOr<RankedTensorType> linear =
+      inferLinearType(getInput().getType(), getWeight().getType(), bias,
+                      getTransposeWeight(), [&] { return emitOpError(); });
+  if (failed(expectFusedType(*this, "addend", getAddend().getType(), linear)))
+    return failure();
+  if (getAddend().getType() != getResult().getType())
+    return emitOpError() << "addend has type " << getAddend().getType()
+                         << ", the result " << getResult().getType()
+                         << " (an add of one type)";
+  return expectFusedType(*this, "result", getResult().getType(), linear);
+}
+
 LogicalResult LinearGeluGradOp::verify() {
   FailureOr<RankedTensorType> linear = inferLinearType(
       getOutputGrad().getType(), getWeight().getType(), RankedTensorType(),

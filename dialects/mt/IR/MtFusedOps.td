@@ -2,7 +2,8 @@
 //
 // The ops `mt-fuse-gemm-epilogues` forms after differentiation: a linear layer
 // together with the elementwise work around it that cuBLASLt does in the
-// GEMM's epilogue (the tanh GeLU, its gradient and bias gradients). Each is
+// GEMM's epilogue (the tanh GeLU, its gradient, bias gradients, and an add of
+// the result to another tensor through the product's C operand). Each is
 // defined as the sequence of unfused ops it replaces, and the host backend
 // computes exactly that sequence.
 //
@@ -67,6 +68,35 @@ def Mt_LinearGeluGradOp : Mt_Op<"linear_gelu_grad", [Pure]> {
   let assemblyFormat = [{
     $output_grad `,` $weight `,` $pre_activation `approximate` `=`
     $approximate (`transpose_weight` $transpose_weight^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_LinearAddOp : Mt_Op<"linear_add", [Pure]> {
+  let summary = "a linear layer plus a tensor of its result's type";
+  let description = [{
+    `result = mt.add(mt.linear(input, weight[, bias]), addend)`: a residual
+    connection's sum (or one data gradient added to another) in the GEMM
+    that writes the linear layer. The cuda backend runs it as one cuBLASLt
+    product with beta = 1 and the addend as C (D = A B + bias + C, rounded
+    once into the result); the host backend computes the two ops it stands
+    for.
+
+    ```mlir
+    %y = mt.linear_add %x, %w, %residual, %b
+        : (tensor<8x1024x768xf32>, tensor<768x768xf32>,
+           tensor<8x1024x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Mt_FloatTensor:$addend,
+                       Optional<Mt_FloatTensor>:$bias,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $addend (`,` $bias^)?
+    (`transpose_weight` $transpose_weight^)? attr-dict `:`
     functional-type(operands, results)
   }];
   let hasVerifier = 1;

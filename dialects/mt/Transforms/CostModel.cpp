@@ -136,8 +136,8 @@ std::vector<ParsedType> parseTypes(llvm::StringRef text) {
 }
 bool isGemmName(llvm::StringRef op) {
   return op == "linear" || op == "linear_gelu" || op == "linear_gelu_grad" ||
-         op == "linear_weight_grad" || op == "linear_weight_bias_grad" ||
-         op == "matmul";
+         op == "linear_add" || op == "linear_weight_grad" ||
+         op == "linear_weight_bias_grad" || op == "matmul";
 }
 bool isAttentionName(llvm::StringRef op) {
   return op == "attention" || op == "attention_grad" ||
@@ -317,8 +317,8 @@ double CostModel::opMicroseconds(Operation *op) const {
   double memoryUs = double(bytes) / memoryBytesPerUs;
   // GEMMs: C = A x B with |A| |B| |C| = (M N K)^2 for the two operands and
   // the result of a linear layer, its data gradient or its weight gradient.
-  if (isa<LinearOp, LinearGeluOp, LinearGeluGradOp, LinearWeightGradOp,
-          LinearWeightBiasGradOp, MatmulOp>(op) &&
+  if (isa<LinearOp, LinearGeluOp, LinearGeluGradOp, LinearAddOp,
+          LinearWeightGradOp, LinearWeightBiasGradOp, MatmulOp>(op) &&
       op->getNumOperands() >= 2 && op->getNumResults() >= 1) {
     double flops = 2.0 * std::sqrt(elementsOf(op->getOperand(0)) *
                                    elementsOf(op->getOperand(1)) *

@@ -1,9 +1,9 @@
 //===- FuseGemmEpilogues.cpp - GeLU and bias gradients in GEMM epilogues --===//
 //
-// Forms mt.linear_gelu, mt.linear_gelu_grad and mt.linear_weight_bias_grad
-// (MtFusedOps.td) from the ops each one means. A walk in program order, one
-// rewrite per matched op; no pattern can undo another, so one sweep of each
-// kind reaches the fixed point.
+// Forms mt.linear_gelu, mt.linear_gelu_grad, mt.linear_weight_bias_grad and
+// mt.linear_add (MtFusedOps.td) from the ops each one means. A walk in program
+// order, one rewrite per matched op; no pattern can undo another, so one sweep
+// of each kind reaches the fixed point.
 //
 //===----------------------------------------------------------------------===//
 
@@ -137,6 +137,38 @@ bool fuseBiasGrad(BiasGradOp biasGrad) {
   return false;
 }
 
+/// add(linear(x, w[, b]), r) -> linear_add(x, w, r[, b]), built at the add,
+/// when the linear's result has no other use: r becomes the product's C.
+/// Of two linears (one data gradient added to another) the later one takes
+/// the sum, so that the earlier's result is ready as its C.
+bool fuseLinearAdd(AddOp add) {
+  LinearOp linear;
+  Value addend;
+  for (auto [mine, other] : {std::pair(add.getLhs(), add.getRhs()),
+                             std::pair(add.getRhs(), add.getLhs())}) {
+    auto candidate = mine.getDefiningOp<LinearOp>();
+    if (!candidate || !candidate->hasOneUse() ||
+        candidate->getBlock() != add->getBlock())
+      continue;
+    if (linear && linear->isBeforeInBlock(candidate) == false)
+      continue;
+    linear = candidate;
+    addend = other;
+  }
+  if (!linear)
+    return false;
+  OpBuilder builder(add);
+  auto fused =
+      LinearAddOp::create(builder, fusedLoc(linear, add), add.getType(),
+                          linear.getInput(), linear.getWeight(), addend,
+                          linear.getBias(), linear.getTransposeWeightAttr());
+  copyMarks(linear, fused);
+  add.getResult().replaceAllUsesWith(fused.getResult());
+  add->erase();
+  linear->erase();
+  return true;
+}
+
 struct FuseGemmEpiloguesPass
     : public mt::impl::FuseGemmEpiloguesPassBase<FuseGemmEpiloguesPass> {
   using Base::Base;
@@ -174,6 +206,14 @@ struct FuseGemmEpiloguesPass
     module.walk([&](BiasGradOp op) { biasGrads.push_back(op); });
     for (BiasGradOp biasGrad : biasGrads)
       numBiasGrad += fuseBiasGrad(biasGrad);
+    // Last, on the linears the other rewrites left; under FP8 the linears
+    // are mt-fp8-gemms' to cast.
+    if (!linearAdds || module->hasAttr(kFp8AttrName))
+      return;
+    SmallVector<AddOp> adds;
+    module.walk([&](AddOp op) { adds.push_back(op); });
+    for (AddOp add : adds)
+      numLinearAdd += fuseLinearAdd(add);
   }
 };
 

@@ -111,6 +111,7 @@ bool readsBf16(Operation *op, unsigned index) {
               "linear_weight_bias_grad"},
              index <= 1)
       .Case("linear_gelu_grad", index <= 2) // dy, W, the pre-activation
+      .Case("linear_add", index <= 2)       // A, B and C; a bias stays f32
       .Cases({"layer_norm", "rms_norm"}, index == 0) // the weights stay f32
       .Cases({"layer_norm_grad", "rms_norm_grad"}, index <= 1)
       .Case("cross_entropy", index == 0)      // the logits
@@ -140,7 +141,7 @@ bool writesBf16(Operation *op, unsigned index) {
   return llvm::StringSwitch<bool>(op->getName().stripDialect())
       .Cases({"embedding", "fill", "cross_entropy_grad",
               "vocab_cross_entropy_grad", "bias_add", "layer_norm", "rms_norm",
-              "linear", "linear_gelu"},
+              "linear", "linear_gelu", "linear_add"},
              true)
       // dx; the weight and bias gradients stay f32.
       .Cases({"layer_norm_grad", "rms_norm_grad", "linear_gelu_grad"},
@@ -192,7 +193,7 @@ RankedTensorType withElementType(Type type, Type element) {
 SmallVector<unsigned, 2> gemmOperands(Operation *op) {
   if (isa<MoeGroupedLinearOp, MoeGroupedLinearWeightGradOp>(op))
     return {0, 1};
-  if (isa<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
+  if (isa<LinearOp, LinearGeluOp, LinearGeluGradOp, LinearAddOp, MatmulOp,
           LinearWeightGradOp, LinearWeightBiasGradOp, LinearCrossEntropyOp,
           LinearVocabMaxOp, LinearVocabPartialsOp,
           LinearVocabCrossEntropyGradOp>(op))
@@ -382,6 +383,9 @@ struct MixedPrecisionPass
       }
       if (auto biasAdd = dyn_cast<BiasAddOp>(op))
         tie({biasAdd.getInput(), biasAdd.getResult()});
+      // cuBLASLt's C has D's type.
+      if (auto linearAdd = dyn_cast<LinearAddOp>(op))
+        tie({linearAdd.getAddend(), linearAdd.getResult()});
       // A fused loss's gradient and its scaled value (the seed stays f32):
       // dx scaled in bf16, the weight gradient in f32.
       if (auto scale = dyn_cast<ScaleOp>(op))

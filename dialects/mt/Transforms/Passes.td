@@ -745,11 +745,19 @@ def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
       --tp-comm-overlap cuts that linear into chunks, which need no slices
       of the pre-activation);
     - an `mt.bias_grad` of the output gradient of an `mt.linear_weight_grad`
-      into `mt.linear_weight_bias_grad`.
+      into `mt.linear_weight_bias_grad`;
+    - last, an `mt.add` of an `mt.linear` used only there into
+      `mt.linear_add` (with `linear-adds`, the default; not under FP8): the
+      residual connections after the attention's and the MLP's output
+      layers without dropout, and one data gradient added to another (a
+      Llama's q, k and v projections, its gate and up projections). Of two
+      linears, the later one takes the sum.
 
     Each fused op means exactly the ops it replaces. The cuda backend runs
     `mt.linear_gelu` and `mt.linear_weight_bias_grad` as one cuBLASLt GEMM
     with the epilogue (GELU_AUX_BIAS, BGRADA/BGRADB), and
+    `mt.linear_add` as one GEMM whose C is the addend (beta = 1: no add
+    kernel, which reads both tensors and writes a third), and
     `mt.linear_gelu_grad` as a plain GEMM into its result followed by a
     GeLU-gradient kernel that sums the bias gradient's columns as it writes
     them: the bias gradient of the MLP's first layer, the widest, costs no
@@ -772,14 +780,17 @@ def FuseGemmEpiloguesPass : Pass<"mt-fuse-gemm-epilogues", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"geluEpilogues", "gelu-epilogues", "bool", "false",
-           "also fuse the forward tanh GeLU into its GEMM's epilogue">
+           "also fuse the forward tanh GeLU into its GEMM's epilogue">,
+    Option<"linearAdds", "linear-adds", "bool", "true",
+           "fuse an add of a linear layer's result into its GEMM">
   ];
   let statistics = [
     Statistic<"numLinearGelu", "linear-gelu", "linear + gelu fused">,
     Statistic<"numLinearGeluGrad", "linear-gelu-grad",
               "linear data gradients + gelu_grad fused">,
     Statistic<"numBiasGrad", "bias-grad",
-              "bias_grad fused into a GEMM's epilogue">
+              "bias_grad fused into a GEMM's epilogue">,
+    Statistic<"numLinearAdd", "linear-add", "linear + add fused">
   ];
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }

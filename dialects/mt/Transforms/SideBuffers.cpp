@@ -120,15 +120,17 @@ int64_t bf16VectorColumns(Operation *op) {
   RankedTensorType result = typeOf(op->getResult(0));
   if (!result.getElementType().isBF16())
     return 0;
-  bool bias = isa<LinearOp, LinearGeluOp>(op) && op->getNumOperands() == 3;
+  bool bias = (isa<LinearOp, LinearGeluOp>(op) && op->getNumOperands() == 3) ||
+              (isa<LinearAddOp>(op) && op->getNumOperands() == 4);
   return bias ? result.getShape().back() : 0;
 }
 
 } // namespace
 
 bool mt::readsGemmOperands(Operation *op) {
-  return isa_and_nonnull<LinearOp, LinearGeluOp, LinearGeluGradOp, MatmulOp,
-                         LinearWeightGradOp, LinearWeightBiasGradOp>(op);
+  return isa_and_nonnull<LinearOp, LinearGeluOp, LinearGeluGradOp, LinearAddOp,
+                         MatmulOp, LinearWeightGradOp, LinearWeightBiasGradOp>(
+      op);
 }
 
 bool mt::runsFlashAttention(Operation *op, const SideBufferOptions &options) {

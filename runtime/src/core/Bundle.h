@@ -97,6 +97,7 @@ enum class Op : uint8_t {
   LinearGelu,
   LinearGeluGrad,
   LinearWeightBiasGrad,
+  LinearAdd,
   // A group of elementwise ops run as one generated kernel (version 3).
   Fused,
   // An element type conversion of mixed precision (version 8).

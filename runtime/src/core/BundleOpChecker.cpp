@@ -75,7 +75,8 @@ const std::vector<OpInfo> &opTable() {
        0,
        1,
        1,
-       {{"value", AttrKind::Number, true}, {"loss_seed", AttrKind::Bool, false}}},
+       {{"value", AttrKind::Number, true},
+        {"loss_seed", AttrKind::Bool, false}}},
       {Op::PositionIds,
        "position_ids",
        0,
@@ -164,6 +165,13 @@ const std::vector<OpInfo> &opTable() {
        1,
        {{"transpose_weight", AttrKind::Bool, false}}},
       {Op::BiasGrad, "bias_grad", 1, 1, 1, 1, {}},
+      {Op::LinearAdd,
+       "linear_add",
+       3,
+       4,
+       1,
+       1,
+       {{"transpose_weight", AttrKind::Bool, false}}},
       {Op::LinearGelu,
        "linear_gelu",
        2,
@@ -238,14 +246,14 @@ const std::vector<OpInfo> &opTable() {
       {Op::VocabMax, "vocab_max", 1, 1, 1, 1, {}},
       {Op::VocabPartials, "vocab_partials", 3, 3, 1, 1, kVocabAxes},
       {Op::VocabCrossEntropy, "vocab_cross_entropy", 2, 2, 1, 1, kLossAttrs},
-      {Op::VocabCrossEntropyGrad,
-       "vocab_cross_entropy_grad",
-       5,
-       5,
-       1,
-       1,
+      {Op::VocabCrossEntropyGrad, "vocab_cross_entropy_grad", 5, 5, 1, 1,
        kVocabLossAttrs},
-      {Op::Fused, "fused", 1, kMany, 1, kMany,
+      {Op::Fused,
+       "fused",
+       1,
+       kMany,
+       1,
+       kMany,
        {{"kernel", AttrKind::Int, true}}},
       {Op::Cast, "cast", 1, 1, 1, 1, {}},
       {Op::LinearCrossEntropy,
@@ -290,12 +298,7 @@ const std::vector<OpInfo> &opTable() {
       {Op::AttentionBlock, "attention_block", 3, 3, 2, 2, kAttentionBlockAttrs},
       {Op::AttentionMerge, "attention_merge", 4, 4, 2, 2, {}},
       {Op::AttentionDelta, "attention_delta", 2, 2, 1, 1, {}},
-      {Op::AttentionBlockGrad,
-       "attention_block_grad",
-       6,
-       6,
-       3,
-       3,
+      {Op::AttentionBlockGrad, "attention_block_grad", 6, 6, 3, 3,
        kAttentionBlockAttrs},
       {Op::Shift,
        "shift",
@@ -383,7 +386,13 @@ const std::vector<OpInfo> &opTable() {
        1,
        1,
        {{"transpose_weight", AttrKind::Bool, false}}},
-      {Op::Fp8Update, "fp8_update", 1, 1, 0, 0, {{"meta", AttrKind::Int, true}}},
+      {Op::Fp8Update,
+       "fp8_update",
+       1,
+       1,
+       0,
+       0,
+       {{"meta", AttrKind::Int, true}}},
   };
   return table;
 }
@@ -834,11 +843,14 @@ void OpChecker::check() {
   }
   case Op::Linear:
   case Op::LinearGelu:
-  case Op::LinearGeluGrad: {
+  case Op::LinearGeluGrad:
+  case Op::LinearAdd: {
     // The fused ops' GEMM is checked as mt.linear's (the gradient's operand
-    // 2 is the pre-activation, not a bias); each other result and the
-    // pre-activation have the GEMM's result shape.
+    // 2 is the pre-activation, linear_add's the addend, not a bias); each
+    // other result, the pre-activation and the addend have the GEMM's
+    // result shape.
     bool fusedGrad = inst_.op == Op::LinearGeluGrad;
+    size_t biasAt = inst_.op == Op::LinearAdd ? 3 : 2;
     expectFloat(false, 0);
     expectMinRank(false, 0, 1);
     expectFloat(false, 1);
@@ -853,9 +865,9 @@ void OpChecker::check() {
                     std::to_string(in) + (a.transposeWeight ? "]" : ", out]") +
                     " (the input's last dimension" +
                     (a.transposeWeight ? ", transpose_weight" : "") + ")");
-    if (inst_.operands.size() == 3 && !fusedGrad) {
-      expectFloat(false, 2);
-      expectShape(false, 2, {out}, "the weight's output size");
+    if (inst_.operands.size() == biasAt + 1 && !fusedGrad) {
+      expectFloat(false, biasAt);
+      expectShape(false, biasAt, {out}, "the weight's output size");
     }
     std::vector<int64_t> shape = operand(0).shape;
     shape.back() = out;
@@ -865,6 +877,10 @@ void OpChecker::check() {
     if (inst_.op == Op::LinearGelu) {
       expectFloat(true, 1);
       expectShape(true, 1, shape, "the GEMM's result shape");
+    }
+    if (inst_.op == Op::LinearAdd) {
+      expectShape(false, 2, shape, "the GEMM's result shape");
+      sameAs(true, 0, 2);
     }
     if (fusedGrad) {
       expectFloat(false, 2);

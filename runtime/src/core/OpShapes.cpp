@@ -48,7 +48,8 @@ LinearDims linearDims(const Function &fn, const Instruction &inst) {
   switch (inst.op) {
   case Op::Linear:
   case Op::LinearGelu:
-  case Op::LinearGeluGrad: {
+  case Op::LinearGeluGrad:
+  case Op::LinearAdd: {
     const auto &w = shapeOf(fn, inst.operands[1]);
     d.inSize = a.transposeWeight ? w[1] : w[0];
     d.outSize = a.transposeWeight ? w[0] : w[1];

@@ -75,6 +75,7 @@ bool isGemm(Op op) {
   case Op::Linear:
   case Op::LinearGelu:
   case Op::LinearGeluGrad:
+  case Op::LinearAdd:
   case Op::Matmul:
   case Op::LinearWeightGrad:
   case Op::LinearWeightBiasGrad:
@@ -198,8 +199,9 @@ int64_t gemmBf16VectorColumns(const Function &fn, const Instruction &inst) {
   if (!isGemm(inst.op) || inst.results.empty() ||
       fn.values[inst.results[0]].dtype != DType::BF16)
     return 0;
-  bool bias = (inst.op == Op::Linear || inst.op == Op::LinearGelu) &&
-              inst.operands.size() == 3;
+  bool bias = ((inst.op == Op::Linear || inst.op == Op::LinearGelu) &&
+               inst.operands.size() == 3) ||
+              (inst.op == Op::LinearAdd && inst.operands.size() == 4);
   if (!bias)
     return 0;
   return fn.values[inst.results[0]].shape.back();

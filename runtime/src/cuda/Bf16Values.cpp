@@ -85,6 +85,8 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
     return operand <= 1; // A and B; a bias stays fp32
   case Op::LinearGeluGrad:
     return operand <= 2; // dy, W and the pre-activation
+  case Op::LinearAdd:
+    return operand <= 2; // A, B and C; a bias stays fp32
   case Op::LayerNorm:    // x; the weight and bias stay fp32
   case Op::RmsNorm:
     return operand == 0;
@@ -202,6 +204,7 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
     return fusedKernels_ &&
            fusedKernels_->takesBf16(inst.operands.size() + result);
   case Op::Linear:
+  case Op::LinearAdd:
     kind = Kind::None;
     break;
   case Op::LinearGelu: // the result and the pre-activation
@@ -232,7 +235,9 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
     return false;
   }
   LinearDims d = linearDims(*function_, inst);
-  bool bias = inst.op != Op::LinearGeluGrad && inst.operands.size() == 3;
+  bool bias = inst.op == Op::LinearAdd
+                  ? inst.operands.size() == 4
+                  : inst.op != Op::LinearGeluGrad && inst.operands.size() == 3;
   // Typed plans give a bf16 result's bias vector bytes of its own.
   return context_.gemm().hasBf16ResultAlgorithm(
       d.rows, d.outSize, d.inSize, false, inst.attrs.transposeWeight, kind,
@@ -331,6 +336,9 @@ void Executor::planBf16Values() {
     case Op::LinearGelu: // cuBLASLt's auxiliary matrix has D's type
       groups.join(inst.results[0], inst.results[1]);
       break;
+    case Op::LinearAdd: // and so has C
+      groups.join(inst.results[0], inst.operands[2]);
+      break;
     case Op::Attention:     // the flash kernels take one input type (q, k, v,
     case Op::AttentionGrad: // dout) and one output type (dq, dk, dv)
       for (int64_t operand : inst.operands)
@@ -365,6 +373,7 @@ Executor::gemmOperandValues(const Instruction &inst) const {
   case Op::Linear:
   case Op::LinearGelu:
   case Op::LinearGeluGrad:
+  case Op::LinearAdd:
   case Op::Matmul:
     return {inst.operands[0], inst.operands[1]};
   case Op::LinearWeightGrad: // x^T dy, or dy^T x for a transposed weight

@@ -517,6 +517,26 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
     throw Error(MTRT_STATUS_INTERNAL,
                 what + ": epilogues are for single products, and only a bias "
                        "gradient's for accumulating ones");
+  if (epilogue.addend) {
+    if (epilogue.kind != Kind::None || batch != 1 || accumulate)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  what + ": an addend is for a single product without "
+                         "another epilogue, not accumulating");
+    GemmEpilogue plain = epilogue;
+    plain.addend = nullptr;
+    if (epilogue.addend == c) { // in place: an accumulating product
+      run(batch, m, n, k, a, transA, b, transB, c, bias, true, operands, plain,
+          algorithmRows);
+      return;
+    }
+    if (k == 0) { // the product is zero (and the bias): then the add
+      run(batch, m, n, k, a, transA, b, transB, c, bias, false, operands, plain,
+          algorithmRows);
+      addAddend(m * n, epilogue.addend, c,
+                operands.enabled() && operands.result, what);
+      return;
+    }
+  }
   if (k == 0) {
     // cuBLASLt rejects k = 0: the product is zero, then the epilogue.
     float *product = epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
@@ -559,21 +579,26 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   // formula). Bias gradients (fp32 sums) stay in the epilogue.
   cublasLtEpilogue_t wanted =
       cublasEpilogue(epilogue, bias != nullptr, /*geluEpilogue=*/bf16 || tf32_);
-  Key key{batch,
-          m,
-          n,
-          k,
-          transA,
-          transB,
-          static_cast<int>(wanted),
-          accumulate,
-          alignmentOf(first, batch, m * k, operandBytes),
-          alignmentOf(second, batch, k * n, operandBytes),
-          alignmentOf(c, batch, m * n,
-                      bf16Result ? sizeof(__nv_bfloat16) : sizeof(float)),
-          bf16,
-          bf16Result,
-          algorithmRows > m && batch == 1 ? algorithmRows : 0};
+  Key key{
+      batch,
+      m,
+      n,
+      k,
+      transA,
+      transB,
+      static_cast<int>(wanted),
+      accumulate,
+      alignmentOf(first, batch, m * k, operandBytes),
+      alignmentOf(second, batch, k * n, operandBytes),
+      std::min(alignmentOf(c, batch, m * n,
+                           bf16Result ? sizeof(__nv_bfloat16) : sizeof(float)),
+               epilogue.addend ? alignmentOf(epilogue.addend, batch, m * n,
+                                             bf16Result ? sizeof(__nv_bfloat16)
+                                                        : sizeof(float))
+                               : 256),
+      bf16,
+      bf16Result,
+      algorithmRows > m && batch == 1 ? algorithmRows : 0};
   Plan &p = std::get<13>(key) ? chunkPlan(key) : plan(key);
   // An erf GeLU has no cuBLASLt epilogue: kernels, as after a fallback.
   bool byKernel = p.epilogueByKernel || (epilogue.kind != Kind::None &&
@@ -607,11 +632,14 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   // A plain product followed by the GeLU's kernel goes to aux first.
   float *product =
       byKernel && epilogue.kind == Kind::GeluAux ? epilogue.aux : c;
-  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
+  float alpha = 1.0f, beta = accumulate || epilogue.addend ? 1.0f : 0.0f,
+        zero = 0.0f;
   void *workspace = epilogue.workspace ? epilogue.workspace : ownWorkspace();
+  // C: the product itself (beta = 0, or accumulating), or the addend.
+  const void *cInput = epilogue.addend ? epilogue.addend : product;
   auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
     return cublasLtMatmul(handle_, p.desc, &alpha, second, p.b, first, p.a,
-                          &beta, product, p.c, product, p.c, &algo, workspace,
+                          &beta, cInput, p.c, product, p.c, &algo, workspace,
                           workspaceBytes_, stream_);
   };
   if (!p.candidates.empty()) {
@@ -642,8 +670,23 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
            what + " " + epilogueName(wanted) + (bf16Result ? ", bf16 C" : ""),
            launch);
   }
-  cublasStatus_t status = p.accumulateRefused ? CUBLAS_STATUS_NOT_SUPPORTED
-                                               : launch(p.algo);
+  cublasStatus_t status =
+      p.accumulateRefused || (epilogue.addend && p.addendRefused)
+          ? CUBLAS_STATUS_NOT_SUPPORTED
+          : launch(p.algo);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && epilogue.addend) {
+    // cuBLASLt refused C apart from D: the product, then the add.
+    if (!p.addendRefused)
+      epiloguesByKernel_.push_back("an addend as C for " + what +
+                                   ": the product, then an add kernel");
+    p.addendRefused = true;
+    GemmEpilogue plain = epilogue;
+    plain.addend = nullptr;
+    run(batch, m, n, k, a, transA, b, transB, c, bias, false, operands, plain,
+        algorithmRows);
+    addAddend(m * n, epilogue.addend, c, bf16Result, what);
+    return;
+  }
   if (status != CUBLAS_STATUS_SUCCESS && accumulate && biasGradOnly &&
       !byKernel && epilogue.tuningScratch) {
     // cuBLASLt refused beta = 1 with the bias-gradient epilogue: the
@@ -671,6 +714,16 @@ void Gemm::run(int64_t batch, int64_t m, int64_t n, int64_t k, const float *a,
   if (byKernel)
     finishByKernels(batch * m, n, k, a, transA, b, transB, c, bias, operands,
                     epilogue, what);
+}
+
+void Gemm::addAddend(int64_t count, const void *addend, float *c, bool bf16,
+                     const std::string &what) {
+  InElements sum = bf16 ? InElements(reinterpret_cast<__nv_bfloat16 *>(c))
+                        : InElements(static_cast<const float *>(c));
+  InElements other(addend, bf16);
+  OutElements out =
+      bf16 ? OutElements(reinterpret_cast<__nv_bfloat16 *>(c)) : OutElements(c);
+  MTRT_CUDA_CHECK_LAUNCH(add(stream_, count, sum, other, out), what);
 }
 
 } // namespace mtrt::cuda

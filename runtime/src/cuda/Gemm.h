@@ -86,9 +86,15 @@ struct GemmEpilogue {
   /// keeps the heuristic's first algorithm, as tuning each would cost more
   /// than it saves.
   bool untuned = false;
+  /// linear_add's addend, m * n elements in C's type: cuBLASLt's C with
+  /// beta = 1, so that C = A B (+ bias) + addend, rounded once (a single
+  /// product without another epilogue; not accumulating). Where cuBLASLt
+  /// refuses it, the plain product and then an add kernel.
+  const void *addend = nullptr;
 };
 
-/// C[b] = op(A[b]) @ op(B[b]) (+ bias) (+ C[b] when accumulating) over
+/// C[b] = op(A[b]) @ op(B[b]) (+ bias) (+ C[b] when accumulating, or
+/// + GemmEpilogue::addend) over
 /// `batch` consecutive row-major matrices: op(A) [m, k] (A stored [m, k], or
 /// [k, m] with transA), op(B) [k, n] (B stored [k, n], or [n, k] with
 /// transB), C [m, n]; bias [n] is added to every row. Products accumulate in
@@ -195,7 +201,14 @@ private:
     /// An accumulating product with a bias-gradient epilogue that cuBLASLt
     /// refused to run with beta = 1: written into the scratch, then added.
     bool accumulateRefused = false;
+    /// cuBLASLt refused an addend as C (GemmEpilogue::addend): the plain
+    /// product, then an add kernel.
+    bool addendRefused = false;
   };
+  /// c[count] += addend[count], both bf16 or both fp32 (an addend
+  /// cuBLASLt did not take as C).
+  void addAddend(int64_t count, const void *addend, float *c, bool bf16,
+                 const std::string &what);
   /// Builds the plan for `key` into `plan`; false when cuBLASLt has no
   /// algorithm for it. Throws Error for a failed call.
   bool tryPlan(const Key &key, Plan &plan);

@@ -530,6 +530,20 @@ void Executor::execute(size_t position, const Instruction &inst,
          out(0), inst.operands.size() == 3 ? in(2) : nullptr);
     break;
   }
+  case Op::LinearAdd: { // x W (+ b) + addend: the addend is cuBLASLt's C
+    if (heldInBf16(inst.operands[2]) != heldInBf16(inst.results[0]))
+      throw Error(MTRT_STATUS_INTERNAL,
+                  where(position) +
+                      ": linear_add's addend and result are held in "
+                      "different types: Executor::planBf16Values must join "
+                      "them");
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
+    GemmEpilogue epilogue;
+    epilogue.addend = slots_[inst.operands[2]];
+    gemm(1, rows, outSize, inSize, in(0), false, in(1), a.transposeWeight,
+         out(0), inst.operands.size() == 4 ? in(3) : nullptr, epilogue);
+    break;
+  }
   case Op::LinearGelu: { // results: gelu(x W + b), and x W + b
     auto [rows, inSize, outSize] = linearDims(fn, inst);
     GemmEpilogue epilogue;

@@ -20,10 +20,10 @@ constexpr int64_t kBf16AlignElements = 128;
 /// layers' GEMMs read their weight, the second).
 bool isGemm(Op op) {
   return op == Op::Linear || op == Op::LinearGelu || op == Op::LinearGeluGrad ||
-         op == Op::LinearWeightGrad || op == Op::LinearWeightBiasGrad ||
-         op == Op::Matmul || op == Op::LinearCrossEntropy ||
-         op == Op::LinearVocabMax || op == Op::LinearVocabPartials ||
-         op == Op::LinearVocabCrossEntropyGrad;
+         op == Op::LinearAdd || op == Op::LinearWeightGrad ||
+         op == Op::LinearWeightBiasGrad || op == Op::Matmul ||
+         op == Op::LinearCrossEntropy || op == Op::LinearVocabMax ||
+         op == Op::LinearVocabPartials || op == Op::LinearVocabCrossEntropyGrad;
 }
 } // namespace
 

@@ -116,9 +116,9 @@ public:
   bool overlapsValues(const void *data, size_t bytes) const;
 
   /// The parameters that some GEMM of `bundle` (linear, linear_gelu,
-  /// linear_gelu_grad, matmul, the weight-gradient GEMMs) reads as operand A
-  /// or B straight from a get_parameter, in any function: those with a bf16
-  /// copy under mixed precision. The compiler's memory plan
+  /// linear_gelu_grad, linear_add, matmul, the weight-gradient GEMMs) reads as
+  /// operand A or B straight from a get_parameter, in any function: those with
+  /// a bf16 copy under mixed precision. The compiler's memory plan
   /// (dialects/mt/Transforms/SideBuffers.cpp) and report (lib/Memory) apply
   /// the same rule.
   static std::vector<bool> gemmReadParameters(const Bundle &bundle);

@@ -9,6 +9,7 @@
 #include "host/ParameterStore.h"
 #include "host/RankCollective.h"
 #include "host/ThreadPool.h"
+#include "host/kernels/Bf16Rounding.h"
 #include "host/kernels/Kernels.h"
 
 #include <algorithm>
@@ -311,6 +312,21 @@ void Executor::execute(size_t position, const Instruction &inst,
     linearBackward<T>(pool, rows, inSize, outSize, in(0), nullptr,
                       a.transposeWeight, in(1), nullptr, out(0), out(1), false,
                       rowSequence(operandShape(1)));
+    break;
+  }
+  case Op::LinearAdd: { // linear into the result, then the add in place
+    // The unfused linear's result had the add's type: a bf16 one is
+    // rounded before the add, as it was stored (the cuda backend rounds
+    // once, after cuBLASLt adds C: within the GEMMs' tolerance).
+    auto [rows, inSize, outSize] = linearDims(fn, inst);
+    T *y = out(0);
+    int64_t n = count(inst.results[0]);
+    linearForward<T>(pool, rows, inSize, outSize, in(0), in(1),
+                     a.transposeWeight,
+                     inst.operands.size() == 4 ? in(3) : nullptr, y);
+    if (fn.values[inst.results[0]].dtype == DType::BF16)
+      roundAllToBf16(y, n);
+    addForward<T>(pool, n, y, in(2), y);
     break;
   }
   case Op::LinearGelu: { // linear into the pre-activation, then gelu

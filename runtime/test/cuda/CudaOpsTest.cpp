@@ -625,6 +625,46 @@ TEST_F(CudaOpsTest, FusedGemmEpiloguesUnalignedOutputInBf16) {
   c.check(kBf16);
 }
 
+/// linear_add (an add of a linear's result, fused by mt-fuse-gemm-epilogues)
+/// against the host's linear and add: the addend as cuBLASLt's C, with and
+/// without a bias, with a transposed weight and an output size of 45.
+void linearAddCase(OpCase &c, int64_t out) {
+  int64_t in = 40;
+  std::vector<int64_t> act = {2, 24, out};
+  int64_t x = c.input({2, 24, in}), w = c.input({in, out}),
+          wt = c.input({out, in}), b = c.input({out}), r = c.input(act);
+  c.f.output(c.f.op("linear_add", {x, w, r, b}, act));
+  c.f.output(
+      c.f.op("linear_add", {x, wt, r}, act, {{"transpose_weight", true}}));
+}
+
+TEST_F(CudaOpsTest, LinearAdd) {
+  linearAddCase(c, 48);
+  c.check(kReduction);
+}
+
+TEST_F(CudaOpsTest, LinearAddUnalignedOutputInBf16) {
+  c.precision = "bf16";
+  linearAddCase(c, 45);
+  c.check(kBf16);
+}
+
+/// A residual stream in bf16 between GEMMs: r (a linear's result) is
+/// linear_add's addend, and its result is read by one more linear, so both
+/// are held in bf16 (cuBLASLt's C and D of one type).
+TEST_F(CudaOpsTest, LinearAddOfBf16Values) {
+  c.precision = "bf16";
+  int64_t in = 40, out = 32;
+  std::vector<int64_t> act = {2, 24, out};
+  int64_t x = c.input({2, 24, in}), w1 = c.input({in, out}),
+          w2 = c.input({in, out}), b2 = c.input({out}), w3 = c.input({out, in});
+  int64_t r = c.f.op("linear", {x, w1}, act);
+  int64_t y = c.f.op("linear_add", {x, w2, r, b2}, act);
+  c.f.output(c.f.op("linear", {y, w3}, {2, 24, in}));
+  c.bf16Values = 2; // r and y
+  c.check(kBf16);
+}
+
 /// A GeLU MLP and its gradients in bf16, its intermediate values read only
 /// by GEMMs: linear_gelu writes the activation and the pre-activation in
 /// bf16, linear_gelu_grad its result, and their readers take them as their

@@ -1,6 +1,6 @@
 // The host backend's GEMMs fused with their epilogues (linear_gelu,
-// linear_gelu_grad, linear_weight_bias_grad) against the ops each one
-// means, in one function from the same inputs: bit for bit.
+// linear_gelu_grad, linear_weight_bias_grad, linear_add) against the ops
+// each one means, in one function from the same inputs: bit for bit.
 #include "BundleTestBuilder.h"
 
 #include "core/Random.h"
@@ -98,8 +98,18 @@ void fusedBesideUnfused(bool transposed, const char *approximate) {
   int64_t dbias = f.op("bias_grad", {h}, {out});
   for (int64_t v : {fused[0], dw, fused[1], dbias})
     f.output(v);
+  // linear_add = add(linear(x, w[, b]), h), with and without the bias.
+  fused = pair("linear_add", {x, w, h, b}, {act}, linearAttrs);
+  int64_t sum =
+      f.op("add", {f.op("linear", {x, w, b}, act, linearAttrs), h}, act);
+  f.output(fused[0]);
+  f.output(sum);
+  fused = pair("linear_add", {x, w, h}, {act}, linearAttrs);
+  sum = f.op("add", {h, f.op("linear", {x, w}, act, linearAttrs)}, act);
+  f.output(fused[0]);
+  f.output(sum);
   std::vector<host::Tensor> outputs = runHost(f, shapes);
-  ASSERT_EQ(outputs.size(), 12u);
+  ASSERT_EQ(outputs.size(), 16u);
   for (size_t i = 0; i < outputs.size(); i += 2)
     expectSameBits(outputs[i], outputs[i + 1],
                    "outputs[" + std::to_string(i) + "]");

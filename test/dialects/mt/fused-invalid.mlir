@@ -31,3 +31,19 @@ func.func @linear_weight_bias_grad_rows(%x: tensor<4x8xf32>, %dy: tensor<2x16xf3
   %dw, %db = mt.linear_weight_bias_grad %x, %dy : (tensor<4x8xf32>, tensor<2x16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
   return
 }
+
+// -----
+
+func.func @linear_add_addend_shape(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %r: tensor<4x8xf32>) {
+  // expected-error @+1 {{'mt.linear_add' op addend has type 'tensor<4x8xf32>', the fused linear layer gives 'tensor<4x16xf32>'}}
+  %y = mt.linear_add %x, %w, %r : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x8xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_add_addend_type(%x: tensor<4x8xbf16>, %w: tensor<8x16xbf16>, %r: tensor<4x16xf32>) {
+  // expected-error @+1 {{'mt.linear_add' op addend has type 'tensor<4x16xf32>', the result 'tensor<4x16xbf16>' (an add of one type)}}
+  %y = mt.linear_add %x, %w, %r : (tensor<4x8xbf16>, tensor<8x16xbf16>, tensor<4x16xf32>) -> tensor<4x16xbf16>
+  return
+}

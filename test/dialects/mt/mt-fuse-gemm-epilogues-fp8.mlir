@@ -18,4 +18,15 @@ module attributes {mt.fp8 = #mt.fp8_recipe<format = "hybrid", scaling = "delayed
     %db = mt.bias_grad %dh : tensor<4x16xf32> -> tensor<16xf32>
     return %dh, %dw, %db : tensor<4x16xf32>, tensor<8x16xf32>, tensor<16xf32>
   }
+
+  // Nor does an add take an FP8 linear: mt-fp8-gemms casts the linear.
+  // CHECK-LABEL: func.func @residual
+  func.func @residual(%x: tensor<4x8xf32>, %h: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
+    // CHECK: %[[O:.+]] = mt.linear %arg1, %arg2
+    // CHECK-NEXT: mt.add %arg0, %[[O]]
+    // CHECK-NOT: mt.linear_add
+    %o = mt.linear %h, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+    %y = mt.add %x, %o : tensor<4x8xf32>
+    return %y : tensor<4x8xf32>
+  }
 }
