@@ -230,10 +230,11 @@ llvm::Expected<Calibration> Calibration::load(llvm::StringRef path) {
 
 /// The op's key in a calibration: its name and its operand and result types
 /// as megatron-train prints them.
-static std::string calibrationKey(Operation *op) {
+static std::string calibrationKey(llvm::StringRef name, TypeRange operands,
+                                  TypeRange results) {
   std::string key;
   llvm::raw_string_ostream os(key);
-  os << op->getName().stripDialect() << " ";
+  os << name << " ";
   auto print = [&](TypeRange types) {
     bool first = true;
     for (Type type : types) {
@@ -250,10 +251,15 @@ static std::string calibrationKey(Operation *op) {
       os << tensor.getElementType();
     }
   };
-  print(op->getOperandTypes());
+  print(operands);
   os << " -> ";
-  print(op->getResultTypes());
+  print(results);
   return key;
+}
+
+static std::string calibrationKey(Operation *op) {
+  return calibrationKey(op->getName().stripDialect(), op->getOperandTypes(),
+                        op->getResultTypes());
 }
 
 static int64_t bytesOf(Type type) {
@@ -356,6 +362,23 @@ std::optional<double> CostModel::calibratedMicroseconds(Operation *op,
   if (exact != c.microseconds.end())
     return exact->second;
   llvm::StringRef name = op->getName().stripDialect();
+  double addendUs = 0;
+  if (auto linearAdd = dyn_cast<LinearAddOp>(op)) {
+    // Profiles before the fusion have none: its linear's measurement (the
+    // same operands but the addend), and the addend read at the memory
+    // bandwidth.
+    SmallVector<Type> operands = {linearAdd.getInput().getType(),
+                                  linearAdd.getWeight().getType()};
+    if (Value bias = linearAdd.getBias())
+      operands.push_back(bias.getType());
+    addendUs =
+        double(bytesOf(linearAdd.getAddend().getType())) / memoryBytesPerUs;
+    auto linear = c.microseconds.find(
+        calibrationKey("linear", operands, op->getResultTypes()));
+    if (linear != c.microseconds.end())
+      return linear->second + addendUs;
+    name = "linear";
+  }
   if ((isGemmName(name) || isAttentionName(name)) &&
       op->getNumOperands() >= 2 && op->getNumResults() >= 1) {
     auto a = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
@@ -384,7 +407,7 @@ std::optional<double> CostModel::calibratedMicroseconds(Operation *op,
         distance = d;
       }
     }
-    return flops / (nearest->flops / nearest->us);
+    return flops / (nearest->flops / nearest->us) + addendUs;
   }
   auto rate = c.byteRates.find(name);
   if (rate == c.byteRates.end() || rate->second.us <= 0)

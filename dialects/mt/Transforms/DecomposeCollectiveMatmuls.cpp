@@ -398,21 +398,28 @@ struct DecomposeCollectiveMatmulsPass
   }
 
   /// The ops that make the rows of `value` from GEMMs: row GEMMs
-  /// (mt.linear's input, mt.linear_gelu's) and the row-wise ops above them
-  /// (mt.add, mt.cast), each read only on the way to `value`. Their inputs
-  /// that are not such ops are the leaves, sliced into chunks.
+  /// (mt.linear's input, mt.linear_gelu's; mt.linear_add's input, and its
+  /// addend, row-wise too) and the row-wise ops above them (mt.add,
+  /// mt.cast), each read only on the way to `value`. Their inputs that are
+  /// not such ops are the leaves, sliced into chunks.
   static bool collectRows(Value value, bool root,
                           SetVector<Operation *> &chain,
                           SetVector<Value> &leaves) {
     Operation *op = value.getDefiningOp();
     if (!op || (!root && !value.hasOneUse()) ||
-        !isa<LinearOp, AddOp, CastOp>(op) || op->getNumResults() != 1) {
+        !isa<LinearOp, LinearAddOp, AddOp, CastOp>(op) ||
+        op->getNumResults() != 1) {
       leaves.insert(value);
       return false;
     }
     chain.insert(op);
     if (isa<LinearOp>(op)) {
       leaves.insert(op->getOperand(0));
+      return true;
+    }
+    if (auto linearAdd = dyn_cast<LinearAddOp>(op)) {
+      leaves.insert(linearAdd.getInput());
+      collectRows(linearAdd.getAddend(), /*root=*/false, chain, leaves);
       return true;
     }
     bool gemm = false;
@@ -470,7 +477,7 @@ struct DecomposeCollectiveMatmulsPass
         mapping.map(leaf, pieces[leaf][j]);
       for (Operation *op : ordered) {
         Operation *chunk = builder.clone(*op, mapping);
-        if (isa<LinearOp>(op))
+        if (isa<LinearOp, LinearAddOp>(op))
           markWholeRows(chunk, wholeRowsOf(op));
         chunk->getResult(0).setType(layout.chunkOfWhole(
             cast<RankedTensorType>(chunk->getResult(0).getType())));
@@ -488,7 +495,7 @@ struct DecomposeCollectiveMatmulsPass
     for (Operation *op : llvm::reverse(ordered))
       op->erase();
     numGemmChunks += llvm::count_if(
-        ordered, [](Operation *op) { return isa<LinearOp>(op); });
+        ordered, [](Operation *op) { return isa<LinearOp, LinearAddOp>(op); });
     ++numScatters;
   }
 };
