@@ -153,6 +153,32 @@ func.func @scatter_samples(%a: tensor<2x8x8xf32>, %w: tensor<16x8xf32>) -> tenso
 
 shard.grid @grid(shape = 1x2)
 
+// The same with the sum fused (mt.linear_add: the later GEMM takes the
+// earlier's product as its addend): per chunk, both GEMMs on the chunk's
+// rows, the addend the chunk of the first.
+// CHECK-LABEL: func.func @scatter_linear_add
+// CHECK-SAME: (%[[A:.+]]: tensor<2x8x8xf32>, %[[B:.+]]: tensor<2x8x8xf32>, %[[W:.+]]: tensor<16x8xf32>, %[[V:.+]]: tensor<16x8xf32>)
+// CHECK-DAG: %[[AS:.+]]:2 = mt.split %[[A]] axis = 0 {mt.chunk_copy}
+// CHECK-DAG: %[[BS:.+]]:2 = mt.split %[[B]] axis = 0 {mt.chunk_copy}
+// CHECK: %[[P0:.+]] = mt.linear %[[AS]]#0, %[[W]] transpose_weight {mt.whole_rows = 16 : i64}
+// CHECK-NEXT: %[[S0:.+]] = mt.linear_add %[[BS]]#0, %[[V]], %[[P0]] transpose_weight {mt.whole_rows = 16 : i64} : (tensor<1x8x8xf32>, tensor<16x8xf32>, tensor<1x8x16xf32>) -> tensor<1x8x16xf32>
+// CHECK-NEXT: %[[R0:.+]] = shard.reduce_scatter %[[S0]] {{.+}} {mt.chunk = array<i64: 0, 2>}
+// CHECK-NEXT: %[[P1:.+]] = mt.linear %[[AS]]#1, %[[W]] transpose_weight
+// CHECK-NEXT: %[[S1:.+]] = mt.linear_add %[[BS]]#1, %[[V]], %[[P1]] transpose_weight
+// CHECK-NEXT: %[[R1:.+]] = shard.reduce_scatter %[[S1]] {{.+}} {mt.chunk = array<i64: 1, 2>}
+// CHECK-NEXT: %[[R:.+]] = mt.concat %[[R0]], %[[R1]] axis = 0 {mt.chunk_copy}
+// CHECK-NEXT: return %[[R]]
+func.func @scatter_linear_add(%a: tensor<2x8x8xf32>, %b: tensor<2x8x8xf32>, %w: tensor<16x8xf32>, %v: tensor<16x8xf32>) -> tensor<2x4x16xf32> {
+  %p = mt.linear %a, %w transpose_weight : (tensor<2x8x8xf32>, tensor<16x8xf32>) -> tensor<2x8x16xf32>
+  %s = mt.linear_add %b, %v, %p transpose_weight : (tensor<2x8x8xf32>, tensor<16x8xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %r = shard.reduce_scatter %s on @grid grid_axes = [1] scatter_axis = 1 : tensor<2x8x16xf32> -> tensor<2x4x16xf32>
+  return %r : tensor<2x4x16xf32>
+}
+
+// -----
+
+shard.grid @grid(shape = 1x2)
+
 // Left whole: an all-gather along the contracted (last) dimension; one read
 // by no GEMM; a reduce-scatter of rows no GEMM makes; a reduce-scatter
 // whose GEMM's product is also read elsewhere (computing it twice would
