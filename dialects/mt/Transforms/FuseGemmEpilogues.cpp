@@ -150,7 +150,7 @@ bool fuseLinearAdd(AddOp add) {
     if (!candidate || !candidate->hasOneUse() ||
         candidate->getBlock() != add->getBlock())
       continue;
-    if (linear && linear->isBeforeInBlock(candidate) == false)
+    if (linear && !linear->isBeforeInBlock(candidate))
       continue;
     linear = candidate;
     addend = other;
