@@ -810,7 +810,8 @@ def DecomposeCollectiveMatmulsPass
       gathered chunk; its results, and the gathered tensor where another op
       reads it, are put back together (`mt.concat`).
     - A `shard.reduce_scatter` along a row dimension of rows made by GEMMs
-      (`mt.linear`, and `mt.add` or `mt.cast` of such rows, each read once):
+      (`mt.linear`, `mt.linear_add` whose addend is such rows or a leaf,
+      and `mt.add` or `mt.cast` of such rows, each read once):
       per chunk j, every rank's chunk j of the rows is computed from slices
       of the GEMMs' inputs and reduce-scattered alone; the rank's chunks are
       joined.
