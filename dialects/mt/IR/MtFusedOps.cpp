@@ -28,13 +28,21 @@ static RankedTensorType biasTypeOf(RankedTensorType grad) {
   return RankedTensorType::get({grad.getShape().back()}, grad.getElementType());
 }
 
+/// The result type of a fused op's linear layer (inferLinearType), whose
+/// failure `op` reports.
+static FailureOr<RankedTensorType> fusedLinearType(Operation *op, Value input,
+                                                   Value weight, Value bias,
+                                                   bool transposeWeight) {
+  RankedTensorType biasType =
+      bias ? cast<RankedTensorType>(bias.getType()) : RankedTensorType();
+  return inferLinearType(cast<RankedTensorType>(input.getType()),
+                         cast<RankedTensorType>(weight.getType()), biasType,
+                         transposeWeight, [op] { return op->emitOpError(); });
+}
+
 LogicalResult LinearGeluOp::verify() {
-  RankedTensorType bias = getBias()
-                              ? cast<RankedTensorType>(getBias().getType())
-                              : RankedTensorType();
-  FailureOr<RankedTensorType> linear =
-      inferLinearType(getInput().getType(), getWeight().getType(), bias,
-                      getTransposeWeight(), [&] { return emitOpError(); });
+  FailureOr<RankedTensorType> linear = fusedLinearType(
+      *this, getInput(), getWeight(), getBias(), getTransposeWeight());
   if (failed(expectFusedType(*this, "pre_activation",
                              getPreActivation().getType(), linear)))
     return failure();
@@ -42,12 +50,8 @@ LogicalResult LinearGeluOp::verify() {
 }
 
 LogicalResult LinearAddOp::verify() {
-  RankedTensorType bias = getBias()
-                              ? cast<RankedTensorType>(getBias().getType())
-                              : RankedTensorType();
-  FailureOr<RankedTensorType> linear =
-      inferLinearType(getInput().getType(), getWeight().getType(), bias,
-                      getTransposeWeight(), [&] { return emitOpError(); });
+  FailureOr<RankedTensorType> linear = fusedLinearType(
+      *this, getInput(), getWeight(), getBias(), getTransposeWeight());
   if (failed(expectFusedType(*this, "addend", getAddend().getType(), linear)))
     return failure();
   if (getAddend().getType() != getResult().getType())
@@ -58,9 +62,8 @@ LogicalResult LinearAddOp::verify() {
 }
 
 LogicalResult LinearGeluGradOp::verify() {
-  FailureOr<RankedTensorType> linear = inferLinearType(
-      getOutputGrad().getType(), getWeight().getType(), RankedTensorType(),
-      getTransposeWeight(), [&] { return emitOpError(); });
+  FailureOr<RankedTensorType> linear = fusedLinearType(
+      *this, getOutputGrad(), getWeight(), Value(), getTransposeWeight());
   if (failed(expectFusedType(*this, "pre_activation",
                              getPreActivation().getType(), linear)) ||
       failed(expectFusedType(*this, "input_grad", getInputGrad().getType(),

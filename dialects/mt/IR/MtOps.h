@@ -23,6 +23,10 @@ namespace mlir::mt {
 /// operands and result share one type and that a generated kernel computes
 /// (add, mul, dropout without mt.split_axes, silu, swiglu).
 bool isFusibleElementwiseOp(Operation *op);
+
+/// The most operands, and the most results, of one mt.fused group: the
+/// generated kernel's parameters (mt-fuse-elementwise, mt-fuse-column-sums).
+inline constexpr size_t kMaxFusedGroupValues = 8;
 } // namespace mlir::mt
 
 #endif // MT_IR_MTOPS_H

@@ -24,9 +24,6 @@ using namespace mlir::mt;
 
 namespace {
 
-/// The most results of one group (FuseElementwise.cpp's kernel limit).
-constexpr unsigned kMaxGroupResults = 8;
-
 /// `op`, an elementwise op a kernel computes, as a group of that one op.
 FusedOp groupOfOne(Operation *op) {
   OpBuilder builder(op);
@@ -83,7 +80,7 @@ std::optional<std::pair<FusedOp, unsigned>> writerOf(Value dy,
       llvm::all_of(dy.getUsers(), [&](Operation *u) { return u == user; }))
     return std::nullopt;
   if (auto group = dyn_cast<FusedOp>(def)) {
-    if (group.getNumResults() >= kMaxGroupResults)
+    if (group.getNumResults() >= kMaxFusedGroupValues)
       return std::nullopt;
     return std::make_pair(group, cast<OpResult>(dy).getResultNumber());
   }

@@ -17,9 +17,6 @@ using namespace mlir::mt;
 
 namespace {
 
-/// The most operands and results of one group (kernel parameters).
-constexpr size_t kMaxGroupValues = 8;
-
 /// A group of ops in block order; it becomes one mt.fused at its last op.
 struct Group {
   SmallVector<Operation *> ops;
@@ -77,8 +74,8 @@ struct Group {
               (user->getBlock() != op->getBlock() ||
                !op->isBeforeInBlock(user)))
             return false;
-    return inputs(op).size() <= kMaxGroupValues &&
-           outputs(op).size() <= kMaxGroupValues;
+    return inputs(op).size() <= kMaxFusedGroupValues &&
+           outputs(op).size() <= kMaxFusedGroupValues;
   }
 };
 
