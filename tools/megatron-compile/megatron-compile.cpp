@@ -153,7 +153,9 @@ static cl::opt<bool> fuseGemmEpilogues(
     "fuse-gemm-epilogues",
     cl::desc("Fuse bias gradients into the linear layers' weight-gradient "
              "GEMMs, and the GeLU's gradient and the first MLP layer's bias "
-             "gradient into the second layer's data-gradient GEMM "
+             "gradient into the second layer's data-gradient GEMM, and an "
+             "add of a linear layer's result (a residual connection without "
+             "dropout, summed data gradients) into its GEMM as cuBLASLt's C "
              "(mt-fuse-gemm-epilogues; default on; "
              "--fuse-gemm-epilogues=false keeps them separate ops)"),
     cl::init(true), cl::cat(compileCategory));
