@@ -106,9 +106,18 @@ MTRT_HOST_DEVICE inline uint64_t streamKey(uint64_t seed, uint64_t stream) {
 /// (splitmix64's increment, the golden ratio's 64 bits).
 constexpr uint64_t kCounterStep = 0x9E3779B97F4A7C15ull;
 
+/// The splitmix64 state of element `index` of the stream whose key is
+/// `key`. It advances by kCounterStep from one index to the next, so loops
+/// over consecutive draws step it instead of multiplying:
+/// bitsFromKey(key, index + k) = mix64(drawCounter(key, index) + k *
+/// kCounterStep).
+MTRT_HOST_DEVICE inline uint64_t drawCounter(uint64_t key, uint64_t index) {
+  return key + (index + 1) * kCounterStep;
+}
+
 /// 64 random bits for element `index` of a stream whose key is `key`.
 MTRT_HOST_DEVICE inline uint64_t bitsFromKey(uint64_t key, uint64_t index) {
-  return mix64(key + (index + 1) * kCounterStep);
+  return mix64(drawCounter(key, index));
 }
 
 /// 64 random bits for (seed, stream, index).

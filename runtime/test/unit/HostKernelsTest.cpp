@@ -272,6 +272,23 @@ TEST(HostKernels, AttentionMatchesExplicitLoops) {
     }
 }
 
+// The kernels that draw consecutive positions step random::drawCounter by
+// kCounterStep instead of multiplying: the same bits as bitsFromKey, where
+// the counter wraps around 2^64 too.
+TEST(HostKernels, SteppedDrawCountersEqualBitsFromKey) {
+  namespace random = mtrt::random;
+  std::mt19937_64 rng(11);
+  for (uint64_t index : {uint64_t(0), uint64_t(1) << 20, ~uint64_t(0) - 3,
+                         uint64_t(rng())}) {
+    uint64_t key = rng();
+    uint64_t counter = random::drawCounter(key, index);
+    for (uint64_t k = 0; k < 8; ++k)
+      ASSERT_EQ(random::mix64(counter + k * random::kCounterStep),
+                random::bitsFromKey(key, index + k))
+          << "index " << index << " + " << k;
+  }
+}
+
 // The mask kernels' four-lane compare (random::dropoutKeepSpread, packed
 // by dropoutGatherNibbles) keeps exactly what dropoutLaneKeep keeps, at
 // every 16-bit threshold (0 and 65536 included) and for lanes at the
