@@ -278,8 +278,8 @@ TEST(HostKernels, AttentionMatchesExplicitLoops) {
 TEST(HostKernels, SteppedDrawCountersEqualBitsFromKey) {
   namespace random = mtrt::random;
   std::mt19937_64 rng(11);
-  for (uint64_t index : {uint64_t(0), uint64_t(1) << 20, ~uint64_t(0) - 3,
-                         uint64_t(rng())}) {
+  for (uint64_t index :
+       {uint64_t(0), uint64_t(1) << 20, ~uint64_t(0) - 3, uint64_t(rng())}) {
     uint64_t key = rng();
     uint64_t counter = random::drawCounter(key, index);
     for (uint64_t k = 0; k < 8; ++k)
