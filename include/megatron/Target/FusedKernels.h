@@ -31,10 +31,11 @@ namespace megatron {
 /// bit (operands + j) for result j; values past bit 63 are fp32. The
 /// arithmetic is f32 either way (bf16 widens exactly and rounds to nearest
 /// even when stored). Threads take elements in a grid-stride loop: first
-/// vectors / 2 groups of eight (`vectors` is n / 4 when every pointer is
-/// 16-byte aligned, else 0; one 16-byte access per bf16 pointer, two per
-/// fp32 one), then the rest one by one (earlier compilers' kernels took
-/// `vectors` groups of four). A group with a dropout of p > 0 takes `tile` (by
+/// pairs of the vectors / 2 groups of eight (`vectors` is n / 4 when every
+/// pointer is 16-byte aligned, else 0; one 16-byte access per bf16
+/// pointer, two per fp32 one), then the odd group, then the rest one by
+/// one (earlier compilers' kernels took groups of eight, or `vectors`
+/// groups of four, a thread). A group with a dropout of p > 0 takes `tile` (by
 /// value: where its elements lie among the micro-batch's samples, the global
 /// tile of the host's GlobalTile) and one key per such dropout, in body order,
 /// random::seedKey(seed); element i is kept iff random::dropoutKeep(
@@ -42,8 +43,9 @@ namespace megatron {
 /// dropoutThreshold16(p)), exactly as runtime/src/core/Random.h, whose
 /// source the kernels include (one draw per four aligned positions; a group
 /// of eight that is two draws' positions maps its first element and hashes
-/// each draw once, else each half maps and hashes as a group of four, or
-/// lane by lane); a group without one takes
+/// each draw once, a pair of them four draws' once for all four, else each
+/// half maps and hashes as a group of four, or lane by lane); a group
+/// without one takes
 /// neither. Groups that differ only in their dropout seeds share one
 /// kernel. (Versions 7 to 9 drew one hash per element; version 6 took
 /// random::streamKey(seed, step) keys and drew element i at index i;

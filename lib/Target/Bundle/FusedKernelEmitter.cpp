@@ -1,6 +1,7 @@
 //===- FusedKernelEmitter.cpp - CUDA C++ for mt.fused groups --------------===//
 //
-// One thread per element (groups of eight where aligned), the group's ops
+// One thread per element (pairs of groups of eight where aligned), the
+// group's ops
 // computed in registers with the runtime's formulas:
 // host/kernels/Elementwise.cpp's, in f32, so that without FMA contraction
 // (nvrtc -fmad=false) add, mul and dropout give the host's bits and the
@@ -283,7 +284,8 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   // them once, else each lane does.
   // A group of eight whose positions are two whole draws' (position % 8
   // == 0: as for four, with 8) maps its first element and hashes each
-  // draw once; otherwise each half is a group of four as above.
+  // draw once; otherwise each half is a group of four as above. A pair of
+  // such groups (16, four draws) maps and keys once for all four.
 
   auto alignedTo = [&](unsigned k) {
     return llvm::formatv(
@@ -309,93 +311,142 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
        << "  const bool octetsAligned = " << alignedTo(8) << ";\n";
   };
   static constexpr const char *kLanes[] = {"x", "y", "z", "w"};
-  // Octet `o`: its loads, the element function on its eight elements
-  // (r0, r0h, ...: the stored results) and its stores.
-  auto emitOctet = [&] {
+  // Octet `o`'s loads into a<i><sfx> (its first four elements) and
+  // a<i><sfx>h (its last four), and its results' registers r<i><sfx>, ...
+  auto emitOctetLoads = [&](StringRef o, StringRef sfx) {
     for (size_t i = 0; i < inputs; ++i)
-      os << "    float4 a" << i << ", a" << i << "h;\n"
-         << "    mt_load8(in" << i << ", bin" << i << ", o, a" << i << ", a"
-         << i << "h);\n";
+      os << "    float4 a" << i << sfx << ", a" << i << sfx << "h;\n"
+         << "    mt_load8(in" << i << ", bin" << i << ", " << o << ", a" << i
+         << sfx << ", a" << i << sfx << "h);\n";
     for (size_t i = 0; i < outputs; ++i)
-      os << "    float4 r" << i << ", r" << i << "h;\n";
-    // The element function's value arguments for `lane` of half `half`
-    // ("" the first four elements, "h" the last four).
-    auto laneArguments = [&](StringRef lane, StringRef half) {
-      std::string arguments;
-      for (size_t i = 0; i < inputs; ++i)
-        arguments += llvm::formatv("a{0}{1}.{2}, ", i, half, lane).str();
-      for (size_t i = 0; i < outputs; ++i)
-        arguments += llvm::formatv("r{0}{1}.{2}, ", i, half, lane).str();
-      arguments.resize(arguments.size() - 2);
-      return arguments;
-    };
-    // A group of four, half `half` of the eight, starting at element `index`.
-    auto emitFour = [&](StringRef indent, StringRef index, StringRef half) {
-      if (!keys) {
-        for (StringRef lane : kLanes)
-          os << indent << name << "_element(" << laneArguments(lane, half)
-             << ");\n";
-        return;
-      }
-      os << indent << "if (lanesAligned) {\n";
-      std::string inner = (indent + "  ").str();
-      emitDraws(inner, index, "");
-      for (auto [offset, lane] : llvm::enumerate(kLanes))
-        os << inner << name << "_element("
-           << drawArguments(llvm::formatv("{0}u", offset).str(), "")
-           << laneArguments(lane, half) << ");\n";
-      os << indent << "} else {\n";
-      for (auto [offset, lane] : llvm::enumerate(kLanes)) {
-        std::string suffix = llvm::formatv("_{0}", lane).str();
-        emitDraws(inner, llvm::formatv("{0} + {1}", index, offset).str(),
-                  suffix);
-        os << inner << name << "_element("
-           << drawArguments(
-                  llvm::formatv("(unsigned)(position{0} & 3)", suffix).str(),
-                  suffix)
-           << laneArguments(lane, half) << ");\n";
-      }
-      os << indent << "}\n";
-    };
+      os << "    float4 r" << i << sfx << ", r" << i << sfx << "h;\n";
+  };
+  auto emitOctetStores = [&](StringRef o, StringRef sfx) {
+    for (size_t i = 0; i < outputs; ++i)
+      os << "    mt_store8(out" << i << ", bout" << i << ", " << o << ", r" << i
+         << sfx << ", r" << i << sfx << "h);\n";
+  };
+  // The element function's value arguments for `lane` of the four
+  // registers' group `half` ("" the first four elements of octet "", "h"
+  // its last four, "p" and "ph" those of the pair's second octet).
+  auto laneArguments = [&](StringRef lane, StringRef half) {
+    std::string arguments;
+    for (size_t i = 0; i < inputs; ++i)
+      arguments += llvm::formatv("a{0}{1}.{2}, ", i, half, lane).str();
+    for (size_t i = 0; i < outputs; ++i)
+      arguments += llvm::formatv("r{0}{1}.{2}, ", i, half, lane).str();
+    arguments.resize(arguments.size() - 2);
+    return arguments;
+  };
+  // The element function on a group of four, registers `half`, starting at
+  // element `index`.
+  auto emitFour = [&](StringRef indent, StringRef index, StringRef half) {
     if (!keys) {
-      emitFour("    ", "8ull * o", "");
-      emitFour("    ", "8ull * o + 4", "h");
-    } else {
-      os << "    if (octetsAligned) {\n"
-         << "      unsigned long long sample, position;\n"
-         << "      mtrt::random::maskSamplePosition(tile, 8ull * o, fits32, "
-            "sample, position);\n";
-      for (size_t k = 0; k < keys; ++k)
-        os << "      const unsigned long long sampleKey" << k
-           << " = mtrt::random::sampleKey(key" << k << ", sample);\n"
-           << "      const unsigned long long bits" << k
-           << " = mtrt::random::bitsFromKey(sampleKey" << k
-           << ", position >> 2);\n"
-           << "      const unsigned long long bits" << k
-           << "h = mtrt::random::bitsFromKey(sampleKey" << k
-           << ", (position >> 2) + 1);\n";
-      for (StringRef half : {StringRef(""), StringRef("h")})
-        for (auto [offset, lane] : llvm::enumerate(kLanes))
-          os << "      " << name << "_element("
-             << drawArguments(llvm::formatv("{0}u", offset).str(), half)
-             << laneArguments(lane, half) << ");\n";
-      os << "    } else {\n";
-      emitFour("      ", "8ull * o", "");
-      emitFour("      ", "8ull * o + 4", "h");
-      os << "    }\n";
+      for (StringRef lane : kLanes)
+        os << indent << name << "_element(" << laneArguments(lane, half)
+           << ");\n";
+      return;
     }
-    for (size_t i = 0; i < outputs; ++i)
-      os << "    mt_store8(out" << i << ", bout" << i << ", o, r" << i << ", r"
-         << i << "h);\n";
+    os << indent << "if (lanesAligned) {\n";
+    std::string inner = (indent + "  ").str();
+    emitDraws(inner, index, "");
+    for (auto [offset, lane] : llvm::enumerate(kLanes))
+      os << inner << name << "_element("
+         << drawArguments(llvm::formatv("{0}u", offset).str(), "")
+         << laneArguments(lane, half) << ");\n";
+    os << indent << "} else {\n";
+    for (auto [offset, lane] : llvm::enumerate(kLanes)) {
+      std::string suffix = llvm::formatv("_{0}", lane).str();
+      emitDraws(inner, llvm::formatv("{0} + {1}", index, offset).str(), suffix);
+      os << inner << name << "_element("
+         << drawArguments(
+                llvm::formatv("(unsigned)(position{0} & 3)", suffix).str(),
+                suffix)
+         << laneArguments(lane, half) << ");\n";
+    }
+    os << indent << "}\n";
+  };
+  // `count` consecutive draws of each dropout from element `index` (a
+  // multiple of 4 draws' positions of one sample): the first element
+  // mapped once, each sample keyed once, the draws' counter stepped
+  // (random::drawCounter); draw d into bits<k><halves[d]>.
+  auto emitSteppedDraws = [&](StringRef indent, StringRef index,
+                              ArrayRef<StringRef> halves) {
+    os << indent << "unsigned long long sample, position;\n"
+       << indent << "mtrt::random::maskSamplePosition(tile, " << index
+       << ", fits32, sample, position);\n";
+    for (size_t k = 0; k < keys; ++k) {
+      os << indent << "const unsigned long long counter" << k
+         << " = mtrt::random::drawCounter(mtrt::random::sampleKey(key" << k
+         << ", sample), position >> 2);\n";
+      for (auto [d, half] : llvm::enumerate(halves))
+        os << indent << "const unsigned long long bits" << k << half
+           << " = mtrt::random::mix64(counter" << k << " + " << d
+           << "ull * mtrt::random::kCounterStep);\n";
+    }
+    for (StringRef half : halves)
+      for (auto [offset, lane] : llvm::enumerate(kLanes))
+        os << indent << name << "_element("
+           << drawArguments(llvm::formatv("{0}u", offset).str(), half)
+           << laneArguments(lane, half) << ");\n";
+  };
+  // The element function on octet `o` (loaded with suffix `sfx`): where
+  // its positions are two whole draws', mapped and keyed once, else as two
+  // groups of four.
+  auto emitOctetElements = [&](StringRef indent, StringRef o, StringRef sfx) {
+    std::string first = ("8ull * (" + o + ")").str();
+    std::string high = (sfx + "h").str();
+    if (!keys) {
+      emitFour(indent, first, sfx);
+      emitFour(indent, first + " + 4", high);
+      return;
+    }
+    std::string inner = (indent + "  ").str();
+    os << indent << "if (octetsAligned) {\n";
+    emitSteppedDraws(inner, first, {sfx, high});
+    os << indent << "} else {\n";
+    emitFour(inner, first, sfx);
+    emitFour(inner, first + " + 4", high);
+    os << indent << "}\n";
+  };
+  // Octet `o`: loads, elements, stores.
+  auto emitOctet = [&](StringRef o) {
+    emitOctetLoads(o, "");
+    emitOctetElements("    ", o, "");
+    emitOctetStores(o, "");
   };
   emitSignature(false);
   emitPreamble();
+  // Pairs of octets first: both octets' loads in flight before either is
+  // computed, and where the sixteen elements are four whole draws'
+  // positions (pairsAligned) one mapping and one sample key for all four
+  // draws. Then the odd octet, then the rest one by one.
+  if (keys)
+    os << "  const bool pairsAligned = " << alignedTo(16) << ";\n";
   os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
      << "  const long long first = (long long)blockIdx.x * blockDim.x + "
         "threadIdx.x;\n"
      << "  const long long octets = vectors / 2;\n"
-     << "  for (long long o = first; o < octets; o += stride) {\n";
-  emitOctet();
+     << "  for (long long q = first; q < octets / 2; q += stride) {\n";
+  emitOctetLoads("2 * q", "");
+  emitOctetLoads("2 * q + 1", "p");
+  if (!keys) {
+    emitOctetElements("    ", "2 * q", "");
+    emitOctetElements("    ", "2 * q + 1", "p");
+  } else {
+    os << "    if (pairsAligned) {\n";
+    emitSteppedDraws("      ", "16ull * q", {"", "h", "p", "ph"});
+    os << "    } else {\n";
+    emitOctetElements("      ", "2 * q", "");
+    emitOctetElements("      ", "2 * q + 1", "p");
+    os << "    }\n";
+  }
+  emitOctetStores("2 * q", "");
+  emitOctetStores("2 * q + 1", "p");
+  os << "  }\n"
+     << "  for (long long o = octets / 2 * 2 + first; o < octets; o += stride) "
+        "{\n";
+  emitOctet("o");
   os << "  }\n"
      << "  for (long long i = 8 * octets + first; i < n; i += stride) {\n";
   for (size_t i = 0; i < outputs; ++i)
@@ -435,7 +486,7 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   os << "  if (c < colOctets)\n"
      << "  for (long long o = begin * colOctets + c; o < end * colOctets; "
         "o += colOctets) {\n";
-  emitOctet();
+  emitOctet("o");
   for (auto [s, k] : llvm::enumerate(summed))
     for (auto [e, lane] : llvm::enumerate(kLanes))
       for (StringRef half : {StringRef(""), StringRef("h")})

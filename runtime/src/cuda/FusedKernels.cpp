@@ -175,10 +175,12 @@ void FusedKernelLibrary::launch(cudaStream_t stream, const Instruction &inst,
       columnSumTotals(stream, rows, cols, partials[s], sums[s].out);
     return;
   }
-  // The kernels take groups of eight (vectors / 2 of them), then the rest
-  // one by one, in a grid-stride loop (so the groups of four that earlier
-  // compilers' kernels take run right with the same grid).
-  long long items = std::max<long long>(vectors / 2, count - 8 * (vectors / 2));
+  // The kernels take pairs of groups of eight (vectors / 4 of them), the
+  // odd group, then the rest one by one, in a grid-stride loop (so the
+  // groups of eight or four that earlier compilers' kernels take run right
+  // with the same grid).
+  long long octets = vectors / 2;
+  long long items = std::max<long long>((octets + 1) / 2, count - 8 * octets);
   long long blocks = std::clamp<long long>((items + kThreads - 1) / kThreads,
                                            1, 65535LL * 16);
   MTRT_CUDA_CHECK(

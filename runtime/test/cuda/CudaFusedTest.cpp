@@ -30,7 +30,7 @@ const char *const kHowToMake =
 TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
   MTRT_REQUIRE_GPU();
   Bundle bundle = loadTestBundle("fused-ops", kHowToMake);
-  ASSERT_EQ(bundle.fusedKernels().names.size(), 5u);
+  ASSERT_EQ(bundle.fusedKernels().names.size(), 7u);
   ASSERT_TRUE(bundle.fusedKernels().typeMask);
   ASSERT_TRUE(bundle.fusedKernels().sampleKeys);
   host::ThreadPool pool(2);
@@ -73,6 +73,48 @@ TEST(CudaFusedTest, GeneratedKernelsMatchTheHost) {
               << ": dropout + add + mul bit-identical to the host (" << zeros
               << " dropped elements), silu + swiglu within "
               << relativeDifference(actual[3], expected[3]) << "\n";
+  }
+}
+
+// Tensors of whole samples (fused_rows): [6, 40, 24], whose pairs of groups
+// of eight are four draws' positions each (one mapping, one sample key, the
+// draws' counter stepped), and [5, 3, 8], whose pairs are not (groups of
+// eight of two draws each, an odd group last): the host's bits, with the
+// micro-batch's samples from 0 and from 5.
+TEST(CudaFusedTest, GeneratedKernelsOnWholeSamples) {
+  MTRT_REQUIRE_GPU();
+  Bundle bundle = loadTestBundle("fused-ops", kHowToMake);
+  host::ThreadPool pool(2);
+  host::ParameterStore hostStore(bundle, DType::F32);
+  cuda::Context context;
+  cuda::ParameterStore deviceStore(bundle, context);
+  host::Executor hostExecutor(bundle, "fused_rows", hostStore, pool);
+  cuda::Executor deviceExecutor(bundle, "fused_rows", deviceStore);
+  std::vector<host::Tensor> inputs;
+  inputs.push_back(randomTensor({6, 40, 24}, 1));
+  inputs.push_back(randomTensor({6, 40, 24}, 2));
+  inputs.push_back(randomTensor({5, 3, 8}, 3));
+  inputs.push_back(randomTensor({5, 3, 8}, 4));
+  std::vector<host::TensorView> views;
+  for (const host::Tensor &t : inputs)
+    views.push_back(viewOf(t));
+  for (uint64_t first : {0, 5}) {
+    std::vector<host::Tensor> expected = hostExecutor.run(views, {0, first});
+    std::vector<host::Tensor> actual = deviceExecutor.run(views, {0, first});
+    ASSERT_EQ(actual.size(), 2u);
+    for (size_t i = 0; i < actual.size(); ++i) {
+      std::string what = "first sample " + std::to_string(first) +
+                         ", outputs[" + std::to_string(i) + "]";
+      ASSERT_EQ(actual[i].buffer.size(), expected[i].buffer.size()) << what;
+      EXPECT_EQ(std::memcmp(actual[i].buffer.data(), expected[i].buffer.data(),
+                            actual[i].buffer.size()),
+                0)
+          << what << " differs from the host's bits";
+      int64_t zeros = 0;
+      for (int64_t e = 0; e < actual[i].numElements(); ++e)
+        zeros += elementAt(actual[i], e) == elementAt(inputs[2 * i + 1], e);
+      EXPECT_GT(zeros, 0) << what << ": no element dropped";
+    }
   }
 }
 

@@ -13,11 +13,16 @@
 #include "host/ThreadPool.h"
 #include "train/ExactSquareSum.h"
 
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 using namespace mtrt;
 using namespace mtrt::test;
@@ -780,6 +785,94 @@ TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden4096InBf16) {
   c.precision = "bf16";
   normBetweenGemms(c, true, 4096, true);
   c.check(kBf16);
+}
+
+// The warp-a-row norm backward keeps its column sums in shared memory
+// (normBackwardWarpSharedKernel) unless MTRT_CUDA_NORM_BACKWARD=registers:
+// both give dx bit for bit (the same terms in the same order), and dweight
+// and dbias within 1e-5 of the largest (the blocks, and so the rows each
+// block sums, differ with the kernels' occupancy). bf16 x and dy at the
+// models' hidden sizes, layer norm with a bias and RMS norm, 1000 rows.
+TEST_F(CudaOpsTest, NormBackwardColumnSumsInSharedMemoryKeepTheBits) {
+  MTRT_REQUIRE_GPU();
+  const int64_t rows = 1000;
+  for (int64_t hidden : {768, 1024, 2048})
+    for (bool layer : {true, false}) {
+      SCOPED_TRACE((layer ? "layer norm, hidden " : "RMS norm, hidden ") +
+                   std::to_string(hidden));
+      size_t n = static_cast<size_t>(rows * hidden);
+      std::mt19937 gen(static_cast<unsigned>(hidden) + layer);
+      std::uniform_real_distribution<float> uniform(-2.f, 2.f);
+      std::vector<__nv_bfloat16> x(n), dy(n);
+      for (size_t i = 0; i < n; ++i) {
+        x[i] = __float2bfloat16(uniform(gen) + 1.f);
+        dy[i] = __float2bfloat16(uniform(gen));
+      }
+      std::vector<float> weight(static_cast<size_t>(hidden));
+      for (float &w : weight)
+        w = uniform(gen);
+      void *xd = nullptr, *dyd = nullptr, *wd = nullptr, *dxd = nullptr,
+           *grads = nullptr, *scratch = nullptr;
+      size_t scratchBytes = 2 * cuda::normBackwardScratchBytes(rows, hidden);
+      ASSERT_EQ(cudaMalloc(&xd, 2 * n), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dyd, 2 * n), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&wd, 4 * hidden), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dxd, 2 * n), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&grads, 8 * hidden), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&scratch, scratchBytes), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(xd, x.data(), 2 * n, cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dyd, dy.data(), 2 * n, cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(wd, weight.data(), 4 * hidden, cudaMemcpyHostToDevice),
+          cudaSuccess);
+      auto *dweight = static_cast<float *>(grads);
+      float *dbias = layer ? dweight + hidden : nullptr;
+      struct Result {
+        std::vector<uint16_t> dx;
+        std::vector<float> grads;
+      };
+      auto backward = [&](bool registers) {
+        if (registers) {
+          EXPECT_EQ(setenv("MTRT_CUDA_NORM_BACKWARD", "registers", 1), 0);
+        }
+        if (layer)
+          cuda::layerNormBackward(nullptr, rows, hidden, {xd, true},
+                                  static_cast<float *>(wd), {dyd, true}, 1e-5,
+                                  {dxd, true}, dweight, dbias, scratch);
+        else
+          cuda::rmsNormBackward(nullptr, rows, hidden, {xd, true},
+                                static_cast<float *>(wd), {dyd, true}, 1e-6,
+                                {dxd, true}, dweight, scratch);
+        unsetenv("MTRT_CUDA_NORM_BACKWARD");
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        Result r{
+            std::vector<uint16_t>(n),
+            std::vector<float>(static_cast<size_t>((layer ? 2 : 1) * hidden))};
+        EXPECT_EQ(cudaMemcpy(r.dx.data(), dxd, 2 * n, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(r.grads.data(), grads, 4 * r.grads.size(),
+                             cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        return r;
+      };
+      Result shared = backward(false), held = backward(true);
+      for (void *buffer : {xd, dyd, wd, dxd, grads, scratch})
+        cudaFree(buffer);
+      int64_t wrongDx = 0;
+      for (size_t i = 0; i < n; ++i)
+        wrongDx += shared.dx[i] != held.dx[i];
+      EXPECT_EQ(wrongDx, 0) << "of " << n << " dx elements";
+      double largest = 0, diff = 0;
+      for (size_t i = 0; i < held.grads.size(); ++i) {
+        largest = std::max(largest, std::abs(double(held.grads[i])));
+        diff =
+            std::max(diff, std::abs(double(shared.grads[i]) - held.grads[i]));
+      }
+      EXPECT_GT(largest, 0.0);
+      EXPECT_LE(diff, 1e-5 * largest) << "dweight/dbias, largest " << largest;
+    }
 }
 
 // gpt-1.3b's norms (hidden 2048, x fp32 from the residual stream, y and dy

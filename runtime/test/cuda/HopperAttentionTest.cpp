@@ -3,8 +3,10 @@
 // own flash forward, on the same bf16-exact inputs: out, the saved bf16
 // copy and logsumexp within the tolerances FlashAttentionKernelTest holds
 // the own forward to, and the dropout keep bits equal to the own forward's
-// word for word (both drawn by its mask kernel; the host's mask, which
-// FlashAttentionKernelTest checks bit by bit). Shapes: head dimensions 128
+// word for word (the own forward's mask kernel draws the host's mask, which
+// FlashAttentionKernelTest checks bit by bit; the Hopper forward's producer
+// warps draw their own, or, with MTRT_CUDA_HOPPER_MASK=kernel, it runs the
+// mask kernel first). Shapes: head dimensions 128
 // and 64, causal and not, grouped-query heads, ragged query blocks and key
 // tiles, q/k/v in place in a packed qkv tensor, a data- and
 // tensor-parallel rank's dropout positions, fp32 and bf16 out. Skipped,
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -264,6 +267,20 @@ TEST_F(HopperAttentionTest, HeadDim64DropoutOnATensorParallelRank) {
 // Head dimension 64 in place, not causal, ragged, unpaired draws.
 TEST_F(HopperAttentionTest, HeadDim64InPlaceRaggedDropout) {
   run({1, 100, 100, 2, 2, 64, false, 0.2, true});
+}
+
+// Causal at head dimension 64 over four query blocks and up to four key
+// tiles: each of the producer's two mask stages fills twice.
+TEST_F(HopperAttentionTest, HeadDim64CausalDropoutOverFourTiles) {
+  run({2, 512, 512, 2, 2, 64, true, 0.1});
+}
+
+// The mask kernel's words read by the forward (MTRT_CUDA_HOPPER_MASK=
+// kernel), as before the producer drew them.
+TEST_F(HopperAttentionTest, HeadDim128CausalDropoutByTheMaskKernel) {
+  ASSERT_EQ(setenv("MTRT_CUDA_HOPPER_MASK", "kernel", 1), 0);
+  run({2, 320, 320, 3, 3, 128, true, 0.1, true});
+  unsetenv("MTRT_CUDA_HOPPER_MASK");
 }
 
 // What the kernel does not take is named before any device is asked (no

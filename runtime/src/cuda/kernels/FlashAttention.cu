@@ -59,9 +59,10 @@
 // transposing form for B = a [k][n] tile). Shared tiles are bf16
 // [rows][cols + 8]: the padding puts the eight 16-byte rows of a matrix in
 // different banks.
-#include "core/OpScratch.h"
 #include "core/Error.h"
+#include "core/OpScratch.h"
 #include "core/Random.h"
+#include "cuda/kernels/AttentionMask.cuh"
 #include "cuda/kernels/HopperAttention.h"
 #include "cuda/kernels/KernelSupport.cuh"
 
@@ -560,38 +561,15 @@ __global__ void __launch_bounds__(kMaskThreads)
   int row = in ? i : q0;
   uint64_t key = geo.sampleKey(b);
   uint64_t first = geo.probabilityRow(h, row) + 16 * quarter;
-  bool aligned = (first & 3) == 0;
   uint64_t *rowWords = mask + geo.maskWord(b, h, row, 0);
   int blocksSeen =
       geo.causal ? min(geo.keyBlocks, q0 / kTile + 1) : geo.keyBlocks;
-  // bitsFromKey(key, index) = mix64(key + (index + 1) * kCounterStep): the
-  // aligned draws step `counter` rather than multiply, and compare their
-  // four lanes at once (random::dropoutKeepSpread).
-  uint64_t counter = key + ((first >> 2) + 1) * random::kCounterStep;
   const random::DropoutLanes lanes = random::dropoutLanes(geo.threshold16);
-  for (int kb = 0; kb < blocksSeen;
-       ++kb, first += kTile, counter += (kTile / 4) * random::kCounterStep) {
-    uint32_t bits16 = 0;
-    if (aligned) {
-      uint32_t spread = 0;
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-        spread |= random::dropoutKeepSpread(
-                      random::mix64(counter + n * random::kCounterStep), lanes)
-                  << (4 * n);
-      bits16 = random::dropoutGatherNibbles(spread);
-    } else {
-      for (int j = 0; j < 16; ++j)
-        bits16 |= static_cast<uint32_t>(random::dropoutKeep(
-                      key, first + j, geo.threshold16))
-                  << j;
-    }
-    // Quarters 0 and 1 make the word's low half, 2 and 3 its high half.
-    uint32_t half = bits16 << (16 * (quarter & 1));
-    half |= __shfl_xor_sync(0xffffffffu, half, 1);
-    uint32_t other = __shfl_xor_sync(0xffffffffu, half, 2);
+  for (int kb = 0; kb < blocksSeen; ++kb, first += kTile) {
+    uint64_t word = quadMaskWord(
+        drawMaskBits16(key, first, geo.threshold16, lanes), quarter);
     if (in && quarter == 0)
-      rowWords[kb] = half | (static_cast<uint64_t>(other) << 32);
+      rowWords[kb] = word;
   }
 }
 

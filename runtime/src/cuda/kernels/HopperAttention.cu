@@ -6,11 +6,13 @@
 // names what it does not take. Outputs equal flashAttentionForward's
 // definitions (FlashAttention.cu): out (fp32 or bf16, FlashLayout strides),
 // the optional bf16 copy kept for the gradient, and the logsumexp of the
-// scaled, masked scores before dropout; dropout reads the keep bits that
-// flashDropoutMaskKernel draws (the host's mask), one 64-bit word per query
-// row and 64 keys. The backward (hopperAttentionBackward, section "The
-// backward" below) gives flashAttentionBackward's dq, dk, dv from the same
-// saved state in the same manner.
+// scaled, masked scores before dropout. Dropout's keep bits are the host's
+// mask, one 64-bit word per query row and 64 keys (AttentionMask.cuh): the
+// producer's idle warps draw them while the consumers compute, and write
+// them for the backward (MTRT_CUDA_HOPPER_MASK=kernel: read from the mask
+// flashDropoutMaskKernel draws first). The backward (hopperAttentionBackward,
+// section "The backward" below) gives flashAttentionBackward's dq, dk, dv from
+// the same saved state in the same manner.
 //
 // A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
 // (query head, batch) and walks the keys in tiles of 128 (causal: those
@@ -19,7 +21,9 @@
 //   and of each K and V tile into two stages, each completing on its
 //   stage's "full" barrier (transaction bytes), and waits on the stage's
 //   "empty" barrier (an arrival from each consumer warp) before reusing it;
-//   it gives its registers up (setmaxnreg 24).
+//   with dropout, warps 1-3 draw each key tile's mask words into a shared
+//   stage the same way (full and empty barriers, two stages). It gives its
+//   registers up (setmaxnreg 24; 56 when it draws, the consumers 224).
 // - warpgroups 1 and 2, the consumers (setmaxnreg 240; 160 with three),
 //   64 queries each:
 //   S = Q K^T by wgmma with both operands in shared memory (m64n128k16,
@@ -53,6 +57,8 @@
 // bf16, are the A fragment of P V, as in the own kernel.
 #include "cuda/kernels/HopperAttention.h"
 
+#include "cuda/kernels/AttentionMask.cuh"
+
 #include "core/Error.h"
 #include "core/OpScratch.h"
 #include "core/Random.h"
@@ -71,8 +77,7 @@ namespace mtrt::cuda {
 
 namespace {
 
-constexpr int kBlockN = 128;  // keys of a tile
-constexpr int kMaskKeys = 64; // keys of a dropout mask word
+constexpr int kBlockN = 128; // keys of a tile
 constexpr int kStages = 2;
 
 /// The block's shape at head dimension D: consumer warpgroups of 64
@@ -96,7 +101,8 @@ struct HopperGeometry {
   bool causal, outputsBf16;
   float scaleLog2;  // the softmax scale times log2(e)
   float keptScale;  // dropout's 1 / (1 - p) (0 when nothing is kept), or 1
-  bool hasDropout;
+  AttentionMaskKeys
+      maskKeys; // the draws of the mask words (DropoutMask::drawn)
   /// FlashAttention-3's overlap of S = Q K^T with the last tile's P V
   /// within a warpgroup (else one tile at a time;
   /// MTRT_CUDA_HOPPER_OVERLAP=0).
@@ -121,11 +127,29 @@ template <int D> constexpr uint32_t tileBytes(int rows) {
   return chunkBytes(rows) * (D / 64);
 }
 
-/// Shared memory: Q, then K and V of each stage, then the barriers (1024
-/// bytes of slack to align the start to a swizzle atom).
+/// How the forward takes dropout's keep bits: none (no dropout); read
+/// from the mask flashDropoutMaskKernel drew before it
+/// (MTRT_CUDA_HOPPER_MASK=kernel); or drawn by the producer warpgroup's
+/// idle warps while the consumers compute (the default), into a shared
+/// stage per key tile and into the mask the backward reads.
+enum class DropoutMask { none, read, drawn };
+
+/// The producer's threads that draw mask words (warps 1-3 of warpgroup 0;
+/// thread 0 issues the copies).
+constexpr int kMaskDrawers = 96;
+
+/// A key tile's mask words for the block's rows (two 64-key words a row).
+template <int D> struct MaskStage {
+  uint64_t words[HopperShape<D>::kBlockM][kBlockN / kMaskWordKeys];
+};
+
+/// Shared memory: Q, then K and V of each stage, then the barriers (128
+/// bytes), then the mask stages (1024 bytes of slack to align the start to
+/// a swizzle atom).
 template <int D> constexpr size_t sharedBytes() {
   return 1024 + tileBytes<D>(HopperShape<D>::kBlockM) +
-         2 * kStages * static_cast<size_t>(tileBytes<D>(kBlockN)) + 128;
+         2 * kStages * static_cast<size_t>(tileBytes<D>(kBlockN)) + 128 +
+         kStages * sizeof(MaskStage<D>);
 }
 
 __device__ inline uint32_t smem(const void *p) {
@@ -356,25 +380,31 @@ __device__ inline float quadSum(float x) {
 }
 
 /// The barriers in shared memory: Q's, and each stage's full and empty
-/// ones for K and for V.
+/// ones for K, for V and for the mask words.
 struct Barriers {
-  uint64_t q, kFull[kStages], vFull[kStages], kEmpty[kStages],
-      vEmpty[kStages];
+  uint64_t q, kFull[kStages], vFull[kStages], kEmpty[kStages], vEmpty[kStages],
+      maskFull[kStages], maskEmpty[kStages];
 };
+static_assert(sizeof(Barriers) <= 128, "sharedBytes reserves 128 bytes");
 
 // Grid (query blocks of HopperShape<D>::kBlockM, headsQ, batch),
 // HopperShape<D>::kThreads threads, shared sharedBytes<D>(). Tensor maps: q
 // over (D, headsQ, seqQ, batch), boxes of 64 columns x kBlockM positions;
 // k and v over (D, headsKv, seqK, batch), boxes of 64 x 128.
-template <int D, bool Dropout>
+template <int D, DropoutMask Mask>
 __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap qMap,
                         const __grid_constant__ CUtensorMap kMap,
                         const __grid_constant__ CUtensorMap vMap,
-                        HopperGeometry geo, void *out,
-                        __nv_bfloat16 *outCopy, float *logsumexp,
-                        const uint64_t *mask) {
+                        HopperGeometry geo, void *out, __nv_bfloat16 *outCopy,
+                        float *logsumexp, uint64_t *mask) {
   using Shape = HopperShape<D>;
+  constexpr bool Dropout = Mask != DropoutMask::none;
+  constexpr bool Draws = Mask == DropoutMask::drawn;
+  // The drawing producer keeps 56 registers (the hashes spilled at 40),
+  // the consumers 224: 56 x 128 + 224 x 256 <= 64 K.
+  constexpr int kProducerRegisters = Draws ? 56 : 24;
+  constexpr int kConsumerRegisters = Draws ? 224 : Shape::kConsumerRegisters;
   constexpr int kBlockM = Shape::kBlockM;
   extern __shared__ unsigned char hopperShared[];
   // Swizzled tiles start at a 1024-byte boundary.
@@ -385,6 +415,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
   uint32_t vTiles = kTiles + kStages * tileBytes<D>(kBlockN);
   auto *bars = reinterpret_cast<Barriers *>(
       generic + tileBytes<D>(kBlockM) + 2 * kStages * tileBytes<D>(kBlockN));
+  auto *maskStages = reinterpret_cast<MaskStage<D> *>(
+      reinterpret_cast<unsigned char *>(bars) + 128);
 
   int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockM; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, kvHead = h / geo.group;
@@ -399,13 +431,54 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       barrierInit(smem(&bars->vFull[s]), 1);
       barrierInit(smem(&bars->kEmpty[s]), Shape::kConsumerWarps);
       barrierInit(smem(&bars->vEmpty[s]), Shape::kConsumerWarps);
+      barrierInit(smem(&bars->maskFull[s]), kMaskDrawers);
+      barrierInit(smem(&bars->maskEmpty[s]), Shape::kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    asm volatile(
+        "setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    if constexpr (Draws) {
+      // Warps 1-3 draw tile n's mask words into stage n % kStages (once
+      // the consumers have read what it held) and into the backward's
+      // mask: 8 words a warp a turn, four lanes a word
+      // (AttentionMask.cuh), the same bits as flashDropoutMaskKernel's.
+      if (threadIdx.x >= 32) {
+        int drawer = threadIdx.x - 32, lane = drawer % 32, quarter = lane % 4;
+        const AttentionMaskKeys &keys = geo.maskKeys;
+        uint64_t key = keys.sampleKey(b);
+        const random::DropoutLanes lanes =
+            random::dropoutLanes(keys.threshold16);
+        constexpr int kWords = kBlockM * (kBlockN / kMaskWordKeys);
+        for (int n = 0; n < tiles; ++n) {
+          int st = n % kStages;
+          barrierWait(smem(&bars->maskEmpty[st]), ((n / kStages) & 1) ^ 1);
+          for (int w0 = 8 * (drawer / 32); w0 < kWords;
+               w0 += 8 * (kMaskDrawers / 32)) {
+            int word = w0 + lane / 4, r = word / 2, half = word % 2;
+            int i = q0 + r, kb = 2 * n + half;
+            bool seen =
+                i < geo.seqQ && maskWordSeen(i, kb, geo.keyBlocks, geo.causal);
+            uint32_t bits16 =
+                seen ? drawMaskBits16(key,
+                                      keys.probabilityRow(h, i) +
+                                          kMaskWordKeys * kb + 16 * quarter,
+                                      keys.threshold16, lanes)
+                     : 0u;
+            uint64_t value = quadMaskWord(bits16, quarter);
+            if (quarter == 0) {
+              maskStages[st].words[r][half] = value;
+              if (seen)
+                mask[geo.rowIndex(b, h, i) * geo.keyBlocks + kb] = value;
+            }
+          }
+          barrierArrive(smem(&bars->maskFull[st]));
+        }
+      }
+    }
     if (threadIdx.x == 0) {
       barrierExpect(smem(&bars->q), tileBytes<D>(kBlockM));
       copyRows<D, kBlockM>(qTile, &qMap, smem(&bars->q), h, q0, b);
@@ -425,8 +498,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
-      Shape::kConsumerRegisters));
+  asm volatile(
+      "setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
   int consumer = warpgroup - 1;
   int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   int g = lane / 4, t = lane % 4;
@@ -466,22 +539,34 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       barrierArrive(smem(bar));
   };
   // This lane's mask words of tile n (rows g, g + 8; its two 64-key
-  // blocks), shifted right by 2t. Words a row never sees (causal: past its
-  // block of 64; past the last key) are not read.
-  auto maskWords = [&](int n, uint64_t (&words)[2][2]) {
+  // blocks), shifted right by 2t: from the producer's stage (then released
+  // to it), or from the mask, where words a row never sees (causal: past
+  // its block of 64; past the last key) are not read.
+  auto maskWords = [&](int n, uint64_t(&words)[2][2]) {
+    if constexpr (Draws) {
+      int st = n % kStages;
+      barrierWait(smem(&bars->maskFull[st]), (n / kStages) & 1);
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        int kb = n * kBlockN / kMaskKeys + half;
-        bool seen = rows[r] < geo.seqQ && kb < geo.keyBlocks &&
-                    (!geo.causal || kb <= rows[r] / kMaskKeys);
-        words[r][half] =
-            seen ? __ldg(mask + geo.rowIndex(b, h, rows[r]) * geo.keyBlocks +
-                         kb) >>
-                       (2 * t)
-                 : 0ull;
-      }
+        for (int half = 0; half < 2; ++half)
+          words[r][half] = maskStages[st].words[rows[r] - q0][half] >> (2 * t);
+      release(&bars->maskEmpty[st]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int kb = n * kBlockN / kMaskWordKeys + half;
+          bool seen = rows[r] < geo.seqQ &&
+                      maskWordSeen(rows[r], kb, geo.keyBlocks, geo.causal);
+          words[r][half] =
+              seen ? __ldg(mask + geo.rowIndex(b, h, rows[r]) * geo.keyBlocks +
+                           kb) >>
+                         (2 * t)
+                   : 0ull;
+        }
+    }
   };
   // The online softmax of tile n's scores: masks, the new maxima, alpha
   // (the old sums' and outputs' factor), l, and the probabilities (dropped
@@ -547,13 +632,13 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       int st = n % kStages;
       uint32_t parity = (n / kStages) & 1;
       uint64_t words[2][2] = {};
-      if constexpr (Dropout)
-        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       wgmmaFence();
       fenceRegisters(s);
       issueScores(n);
       wgmmaCommit();
+      if constexpr (Dropout)
+        maskWords(n, words);
       wgmmaWait<0>();
       fenceRegisters(s);
       release(&bars->kEmpty[st]);
@@ -596,8 +681,6 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     {
       uint64_t words[2][2] = {};
-      if constexpr (Dropout)
-        maskWords(0, words);
       barrierWait(smem(&bars->kFull[0]), 0);
       myTurn();
       wgmmaFence();
@@ -605,6 +688,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       issueScores(0);
       wgmmaCommit();
       passTurn(false);
+      if constexpr (Dropout)
+        maskWords(0, words);
       wgmmaWait<0>();
       fenceRegisters(s);
       release(&bars->kEmpty[0]);
@@ -617,8 +702,6 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       uint32_t parity = (n / kStages) & 1;
       uint32_t prevParity = ((n - 1) / kStages) & 1;
       uint64_t words[2][2] = {};
-      if constexpr (Dropout)
-        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       barrierWait(smem(&bars->vFull[prev]), prevParity);
       myTurn();
@@ -630,6 +713,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       issueValues(n - 1);
       wgmmaCommit();
       passTurn(false);
+      if constexpr (Dropout)
+        maskWords(n, words);
       wgmmaWait<1>(); // S done, P V may still run
       fenceRegisters(s);
       release(&bars->kEmpty[st]);
@@ -934,8 +1019,11 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   }
   __syncthreads();
 
+  // The producer keeps 40 registers and the consumers 232 (40 x 128 + 232
+  // x 256 <= 64 K): at 24 the producer's row copies spilled 28-68 bytes in
+  // every instantiation (ptxas), now none without dropout.
   if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) {
       barrierExpect(smem(&bars->kv), 2 * tileBytes<D>(kBackwardKeys));
@@ -973,9 +1061,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           if constexpr (Dropout) {
 #pragma unroll
             for (int w = 0; w < 2; ++w) {
-              int kb = k0 / kMaskKeys + w;
-              bool seen = in && kb < geo.keyBlocks &&
-                          (!geo.causal || kb <= i / kMaskKeys);
+              int kb = k0 / kMaskWordKeys + w;
+              bool seen = in && maskWordSeen(i, kb, geo.keyBlocks, geo.causal);
               copyAsyncZeroFill(smem(&rowsTo->mask[r][w]),
                                 mask + (seen ? at * geo.keyBlocks + kb : 0),
                                 8, seen);
@@ -992,7 +1079,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   int consumer = warpgroup - 1;
   int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   int g = lane / 4, t = lane % 4;
@@ -1407,10 +1494,10 @@ CUtensorMap tensorMap(const void *data, FlashLayout layout, int64_t heads,
   return map;
 }
 
-template <int D, bool Dropout>
+template <int D, DropoutMask Mask>
 void launch(cudaStream_t stream, const AttentionParams &p,
             const FlashTensors &io, const HopperGeometry &geo,
-            __nv_bfloat16 *outCopy, float *logsumexp, const uint64_t *mask) {
+            __nv_bfloat16 *outCopy, float *logsumexp, uint64_t *mask) {
   using Shape = HopperShape<D>;
   CUtensorMap qMap = tensorMap(io.q, resolve(io.qLayout, p.headsQ, D),
                                p.headsQ, p.seqQ, p.batch, D, Shape::kBlockM);
@@ -1418,10 +1505,16 @@ void launch(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
-  auto kernel = hopperForwardKernel<D, Dropout>;
+  auto kernel = hopperForwardKernel<D, Mask>;
   constexpr size_t bytes = sharedBytes<D>();
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       static_cast<int>(bytes));
+  cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
+  if (status != cudaSuccess)
+    throw Error(MTRT_STATUS_INTERNAL,
+                std::string("hopperAttentionForward: cudaFuncSetAttribute (") +
+                    std::to_string(bytes) +
+                    " bytes of shared memory): " + cudaGetErrorString(status));
   dim3 grid(static_cast<unsigned>((p.seqQ + Shape::kBlockM - 1) /
                                    Shape::kBlockM),
             static_cast<unsigned>(p.headsQ), static_cast<unsigned>(p.batch));
@@ -1529,19 +1622,24 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   if (!reason.empty())
     throw Error(MTRT_STATUS_INTERNAL, "hopperAttentionForward: " + reason);
   bool dropout = p.dropoutP > 0;
-  if (dropout) {
-    if (!mask)
-      throw Error(MTRT_STATUS_INTERNAL,
-                  "hopperAttentionForward: dropout needs a mask of "
-                  "flashAttentionMaskBytes");
+  if (dropout && !mask)
+    throw Error(MTRT_STATUS_INTERNAL,
+                "hopperAttentionForward: dropout needs a mask of "
+                "flashAttentionMaskBytes");
+  const char *maskFrom = std::getenv("MTRT_CUDA_HOPPER_MASK");
+  DropoutMask how = !dropout ? DropoutMask::none
+                    : maskFrom && std::strcmp(maskFrom, "kernel") == 0
+                        ? DropoutMask::read
+                        : DropoutMask::drawn;
+  if (how == DropoutMask::read)
     flashAttentionDropoutMask(stream, p, mask);
-  }
   HopperGeometry geo{};
   geo.seqQ = static_cast<int>(p.seqQ);
   geo.seqK = static_cast<int>(p.seqK);
   geo.headsQ = static_cast<int>(p.headsQ);
   geo.group = static_cast<int>(p.headsQ / p.headsKv);
-  geo.keyBlocks = static_cast<int>((p.seqK + kMaskKeys - 1) / kMaskKeys);
+  geo.keyBlocks =
+      static_cast<int>((p.seqK + kMaskWordKeys - 1) / kMaskWordKeys);
   geo.out = resolve(io.outLayout, p.headsQ, p.headDim);
   geo.saved = resolve(FlashLayout(), p.headsQ, p.headDim);
   geo.causal = p.causal;
@@ -1549,7 +1647,7 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   double scale =
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   geo.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
-  geo.hasDropout = dropout;
+  geo.maskKeys = attentionMaskKeys(p);
   // As the own forward: 1 / (1 - p) for the kept probabilities, none kept
   // at p >= 1.
   geo.keptScale =
@@ -1563,10 +1661,15 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   geo.pingpong = !(pingpong && std::strcmp(pingpong, "0") == 0);
   auto run = [&](auto d) {
     constexpr int D = decltype(d)::value;
-    if (dropout)
-      launch<D, true>(stream, p, io, geo, outCopy, logsumexp, mask);
+    if (how == DropoutMask::drawn)
+      launch<D, DropoutMask::drawn>(stream, p, io, geo, outCopy, logsumexp,
+                                    mask);
+    else if (how == DropoutMask::read)
+      launch<D, DropoutMask::read>(stream, p, io, geo, outCopy, logsumexp,
+                                   mask);
     else
-      launch<D, false>(stream, p, io, geo, outCopy, logsumexp, mask);
+      launch<D, DropoutMask::none>(stream, p, io, geo, outCopy, logsumexp,
+                                   mask);
   };
   if (p.headDim == 128)
     run(std::integral_constant<int, 128>());
@@ -1619,7 +1722,8 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   geo.seqK = static_cast<int>(p.seqK);
   geo.headsQ = static_cast<int>(p.headsQ);
   geo.group = static_cast<int>(p.headsQ / p.headsKv);
-  geo.keyBlocks = static_cast<int>((p.seqK + kMaskKeys - 1) / kMaskKeys);
+  geo.keyBlocks =
+      static_cast<int>((p.seqK + kMaskWordKeys - 1) / kMaskWordKeys);
   geo.queryTiles =
       static_cast<int>((p.seqQ + kBackwardQueries - 1) / kBackwardQueries);
   // Where one group of all pairs would run fewer than two blocks of a pair

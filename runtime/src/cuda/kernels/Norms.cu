@@ -20,16 +20,21 @@
 // time.
 // bf16 rows of a multiple of 256 elements up to 2048 (the models' hidden
 // sizes), 16-byte aligned and without FP8 outputs, take neither: a warp
-// owns each row there (normForwardWarpKernel, normBackwardWarpKernel).
+// owns each row there (normForwardWarpKernel; normBackwardWarpSharedKernel,
+// whose column sums are in shared memory, or with MTRT_CUDA_NORM_BACKWARD=
+// registers normBackwardWarpKernel, whose are in registers).
 // Activations are read and written as float or bf16 (NormRows); the math is
 // float, the sums double. Compiled without FMA contraction (CMakeLists.txt),
 // so each float product and sum rounds like the host's.
+#include "core/Error.h"
 #include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
 #include "cuda/kernels/NormFp8.h"
 
 #include <cuda_fp8.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <tuple>
@@ -984,6 +989,123 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
   }
 }
 
+/// The backward a warp a row with the column sums in shared memory: as
+/// normBackwardWarpKernel (the same rows a warp, the same terms in the same
+/// order), but each warp's dweight and dbias sums live in shared memory
+/// ([warp][which][k][half][lane] float4s: a warp's accesses are
+/// contiguous), and a row waits across its reduction as its raw bf16
+/// vectors, all loads in flight at once. The register kernel held 16 sums
+/// a lane-vector: 255 registers at hidden 2048 (layer norm), two blocks a
+/// multiprocessor; this one about half (ptxas), so that more warps hide
+/// the loads.
+template <int kPer, bool kLayer>
+__global__ void __launch_bounds__(kWarpRowBackwardThreads)
+    normBackwardWarpSharedKernel(int64_t rows, int hidden,
+                                 const __nv_bfloat16 *x,
+                                 const __nv_bfloat16 *dy, const float *weight,
+                                 double eps, __nv_bfloat16 *dx, float *partialW,
+                                 float *partialB) {
+  constexpr int kWarps = kWarpRowBackwardThreads / detail::kWarp;
+  constexpr int kSums = backwardSums<kLayer>();
+  constexpr int kWhich = kLayer ? 2 : 1;
+  extern __shared__ float4 columnSums[];
+  const int lane = threadIdx.x % detail::kWarp;
+  const int warp = threadIdx.x / detail::kWarp;
+  auto sumsAt = [&](int w, int which, int k, int half, int l) -> float4 & {
+    return columnSums[(((w * kWhich + which) * kPer + k) * 2 + half) *
+                          detail::kWarp +
+                      l];
+  };
+#pragma unroll
+  for (int which = 0; which < kWhich; ++which)
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        sumsAt(warp, which, k, half, lane) = make_float4(0.f, 0.f, 0.f, 0.f);
+  int64_t begin, end;
+  blockRows(rows, begin, end);
+  for (int64_t r = begin + warp; r < end; r += kWarps) {
+    const auto *xin = reinterpret_cast<const uint4 *>(x + r * hidden);
+    const auto *dyin = reinterpret_cast<const uint4 *>(dy + r * hidden);
+    uint4 xRaw[kPer], dyRaw[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      xRaw[k] = xin[lane + detail::kWarp * k];
+      dyRaw[k] = dyin[lane + detail::kWarp * k];
+    }
+    double sums[kSums] = {};
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      float xv[8], dyv[8], w[8];
+      unpackBf16x8(xRaw[k], xv);
+      unpackBf16x8(dyRaw[k], dyv);
+      loadParameter8(weight, 8 * (lane + detail::kWarp * k), w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        addBackwardTerms<kLayer>(xv[e], dyv[e], w[e], sums);
+    }
+#pragma unroll
+    for (int i = 0; i < kSums; ++i)
+      sums[i] = warpAllSum(sums[i]);
+    BackwardStatistics b = backwardStatistics<kLayer>(sums, hidden, eps);
+    auto *out = reinterpret_cast<uint4 *>(dx + r * hidden);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      float xv[8], dyv[8], w[8], o[8], accW[8], accB[8] = {};
+      unpackBf16x8(xRaw[k], xv);
+      unpackBf16x8(dyRaw[k], dyv);
+      loadParameter8(weight, 8 * (lane + detail::kWarp * k), w);
+#pragma unroll
+      for (int which = 0; which < kWhich; ++which)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float4 held = sumsAt(warp, which, k, half, lane);
+          float *to = which ? accB : accW;
+          to[4 * half] = held.x, to[4 * half + 1] = held.y;
+          to[4 * half + 2] = held.z, to[4 * half + 3] = held.w;
+        }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        o[e] = backwardOutput<kLayer>(xv[e], dyv[e], w[e], b, accW[e], accB[e]);
+#pragma unroll
+      for (int which = 0; which < kWhich; ++which)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float *from = which ? accB : accW;
+          sumsAt(warp, which, k, half, lane) =
+              make_float4(from[4 * half], from[4 * half + 1],
+                          from[4 * half + 2], from[4 * half + 3]);
+        }
+      if (dx)
+        out[lane + detail::kWarp * k] = packBf16x8(o);
+    }
+  }
+  __syncthreads();
+  // The block's partial rows: its warps' column sums added in warp order.
+  const auto *sums = reinterpret_cast<const float *>(columnSums);
+  for (int which = 0; which < (kLayer && partialB ? 2 : 1); ++which) {
+    float *partial = which ? partialB : partialW;
+    for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+      int k = c / 256, l = (c % 256) / 8, e = c % 8;
+      float total = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v)
+        total += sums[4 * ((((v * kWhich + which) * kPer + k) * 2 + e / 4) *
+                               detail::kWarp +
+                           l) +
+                      e % 4];
+      partial[int64_t(blockIdx.x) * hidden + c] = total;
+    }
+  }
+}
+
+/// Shared bytes of normBackwardWarpSharedKernel<kPer, kLayer>.
+template <int kPer, bool kLayer> constexpr size_t warpSharedSumBytes() {
+  return size_t(kWarpRowBackwardThreads / detail::kWarp) * (kLayer ? 2 : 1) *
+         kPer * 2 * detail::kWarp * sizeof(float4);
+}
+
 /// A norm launch's shape: vector width (4 when the row and every pointer
 /// allow), vectors per thread, threads (a multiple of 32, at most
 /// kMaxNormThreads) with at most 4, 8, 16, then 32 elements per thread.
@@ -1154,6 +1276,14 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
   });
 }
 
+/// MTRT_CUDA_NORM_BACKWARD=registers: the warp-a-row backward keeps its
+/// column sums in registers (normBackwardWarpKernel), as before they moved
+/// to shared memory.
+bool normBackwardSumsInRegisters() {
+  const char *how = std::getenv("MTRT_CUDA_NORM_BACKWARD");
+  return how && std::strcmp(how, "registers") == 0;
+}
+
 template <bool kLayer>
 void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                   NormRows x, const float *weight, NormRows dy, double eps,
@@ -1178,7 +1308,31 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
   int64_t xBytes = stagedBytes(hidden, x.bf16);
   int64_t stageBytes = xBytes + stagedBytes(hidden, dy.bf16);
   int per = warpRowVectors(hidden, kMaxWarpRowBackwardVectors);
-  if (per && aligned && weight && x.bf16 && dy.bf16 && (!dx.data || dx.bf16)) {
+  bool warpRows =
+      per && aligned && weight && x.bf16 && dy.bf16 && (!dx.data || dx.bf16);
+  if (warpRows && !normBackwardSumsInRegisters()) {
+    withWarpRowVectors(per, [&](auto vectors) {
+      constexpr int kPer = decltype(vectors)::value;
+      auto kernel = normBackwardWarpSharedKernel<kPer, kLayer>;
+      constexpr size_t bytes = warpSharedSumBytes<kPer, kLayer>();
+      cudaError_t status = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(bytes));
+      if (status != cudaSuccess)
+        throw Error(MTRT_STATUS_INTERNAL,
+                    std::string("the norm backward: cudaFuncSetAttribute (") +
+                        std::to_string(bytes) + " bytes of shared memory): " +
+                        cudaGetErrorString(status));
+      blocks = std::min(
+          most, detail::residentBlocks(kernel, kWarpRowBackwardThreads, bytes));
+      kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, bytes,
+               stream>>>(rows, static_cast<int>(hidden),
+                         static_cast<const __nv_bfloat16 *>(x.data),
+                         static_cast<const __nv_bfloat16 *>(dy.data), weight,
+                         eps, static_cast<__nv_bfloat16 *>(dx.data), partialW,
+                         partialB);
+    });
+  } else if (warpRows) {
     withWarpRowVectors(per, [&](auto vectors) {
       auto kernel = normBackwardWarpKernel<decltype(vectors)::value, kLayer>;
       blocks = std::min(

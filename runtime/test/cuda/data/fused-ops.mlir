@@ -56,3 +56,24 @@ func.func @fused_chain(%a: tensor<4099xf32>, %b: tensor<4099xf32>, %c: tensor<40
   }
   return %r#1, %u : tensor<4099xf32>, tensor<4099xf32>
 }
+// Whole samples (CudaFusedTest.GeneratedKernelsOnWholeSamples): [6, 40, 24]
+// holds 960 elements a sample, so each pair of groups of eight is four
+// draws' positions of one sample (mapped and keyed once); [5, 3, 8] holds
+// 24, so its pairs fall back to groups of eight of two draws each, and its
+// 15 groups leave an odd one.
+func.func @fused_rows(%a: tensor<6x40x24xf32>, %b: tensor<6x40x24xf32>, %c: tensor<5x3x8xf32>, %d: tensor<5x3x8xf32>)
+    -> (tensor<6x40x24xf32>, tensor<5x3x8xf32>) {
+  %r = mt.fused (%a, %b) : (tensor<6x40x24xf32>, tensor<6x40x24xf32>) -> tensor<6x40x24xf32> {
+  ^bb0(%x: tensor<6x40x24xf32>, %y: tensor<6x40x24xf32>):
+    %e = mt.dropout %x p = 1.000000e-01 seed = 7 : tensor<6x40x24xf32>
+    %s = mt.add %y, %e : tensor<6x40x24xf32>
+    mt.yield %s : tensor<6x40x24xf32>
+  }
+  %t = mt.fused (%c, %d) : (tensor<5x3x8xf32>, tensor<5x3x8xf32>) -> tensor<5x3x8xf32> {
+  ^bb0(%x: tensor<5x3x8xf32>, %y: tensor<5x3x8xf32>):
+    %e = mt.dropout %x p = 3.000000e-01 seed = 9 : tensor<5x3x8xf32>
+    %s = mt.add %y, %e : tensor<5x3x8xf32>
+    mt.yield %s : tensor<5x3x8xf32>
+  }
+  return %r, %t : tensor<6x40x24xf32>, tensor<5x3x8xf32>
+}
