@@ -787,12 +787,13 @@ TEST_F(CudaOpsTest, RmsNormBetweenGemmsHidden4096InBf16) {
   c.check(kBf16);
 }
 
-// The warp-a-row norm backward keeps its column sums in shared memory
-// (normBackwardWarpSharedKernel) unless MTRT_CUDA_NORM_BACKWARD=registers:
-// both give dx bit for bit (the same terms in the same order), and dweight
-// and dbias within 1e-5 of the largest (the blocks, and so the rows each
-// block sums, differ with the kernels' occupancy). bf16 x and dy at the
-// models' hidden sizes, layer norm with a bias and RMS norm, 1000 rows.
+// The warp-a-row norm backward keeps its column sums in registers
+// (normBackwardWarpKernel) or with MTRT_CUDA_NORM_BACKWARD=shared in shared
+// memory (normBackwardWarpSharedKernel): both give dx bit for bit (the same
+// terms in the same order), and dweight and dbias within 1e-5 of the largest
+// (the blocks, and so the rows each block sums, differ with the kernels'
+// occupancy). bf16 x and dy at the models' hidden sizes, layer norm with a bias
+// and RMS norm, 1000 rows.
 TEST_F(CudaOpsTest, NormBackwardColumnSumsInSharedMemoryKeepTheBits) {
   MTRT_REQUIRE_GPU();
   const int64_t rows = 1000;
@@ -834,9 +835,9 @@ TEST_F(CudaOpsTest, NormBackwardColumnSumsInSharedMemoryKeepTheBits) {
         std::vector<float> grads;
       };
       auto backward = [&](bool registers) {
-        if (registers) {
-          EXPECT_EQ(setenv("MTRT_CUDA_NORM_BACKWARD", "registers", 1), 0);
-        }
+        EXPECT_EQ(setenv("MTRT_CUDA_NORM_BACKWARD",
+                         registers ? "registers" : "shared", 1),
+                  0);
         if (layer)
           cuda::layerNormBackward(nullptr, rows, hidden, {xd, true},
                                   static_cast<float *>(wd), {dyd, true}, 1e-5,

@@ -7,12 +7,13 @@
 // definitions (FlashAttention.cu): out (fp32 or bf16, FlashLayout strides),
 // the optional bf16 copy kept for the gradient, and the logsumexp of the
 // scaled, masked scores before dropout. Dropout's keep bits are the host's
-// mask, one 64-bit word per query row and 64 keys (AttentionMask.cuh): the
-// producer's idle warps draw them while the consumers compute, and write
-// them for the backward (MTRT_CUDA_HOPPER_MASK=kernel: read from the mask
-// flashDropoutMaskKernel draws first). The backward (hopperAttentionBackward,
-// section "The backward" below) gives flashAttentionBackward's dq, dk, dv from
-// the same saved state in the same manner.
+// mask, one 64-bit word per query row and 64 keys (AttentionMask.cuh), read
+// from the mask flashDropoutMaskKernel draws first, or with
+// MTRT_CUDA_HOPPER_MASK=producer drawn by the producer's idle warps while
+// the consumers compute (and written for the backward). The backward
+// (hopperAttentionBackward, section "The backward" below) gives
+// flashAttentionBackward's dq, dk, dv from the same saved state in the same
+// manner.
 //
 // A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
 // (query head, batch) and walks the keys in tiles of 128 (causal: those
@@ -128,11 +129,29 @@ template <int D> constexpr uint32_t tileBytes(int rows) {
 }
 
 /// How the forward takes dropout's keep bits: none (no dropout); read
-/// from the mask flashDropoutMaskKernel drew before it
-/// (MTRT_CUDA_HOPPER_MASK=kernel); or drawn by the producer warpgroup's
-/// idle warps while the consumers compute (the default), into a shared
-/// stage per key tile and into the mask the backward reads.
+/// from the mask flashDropoutMaskKernel drew before it; or drawn by the
+/// producer warpgroup's idle warps while the consumers compute, into a
+/// shared stage per key tile and into the mask the backward reads
+/// (dropoutMaskSource).
 enum class DropoutMask { none, read, drawn };
+
+/// Where the forward's keep bits come from with dropout:
+/// MTRT_CUDA_HOPPER_MASK=producer (drawn by the producer's warps) or
+/// =kernel (flashDropoutMaskKernel first, read by the consumers); unset, the
+/// mask kernel, until the H200 has measured the producer's draws
+/// (bench/NOTES.md, session 29).
+DropoutMask dropoutMaskSource() {
+  const char *source = std::getenv("MTRT_CUDA_HOPPER_MASK");
+  if (!source || std::strcmp(source, "kernel") == 0)
+    return DropoutMask::read;
+  if (std::strcmp(source, "producer") == 0)
+    return DropoutMask::drawn;
+  throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+              std::string("MTRT_CUDA_HOPPER_MASK=") + source +
+                  ": expected producer (the Hopper forward's producer warps "
+                  "draw the dropout mask) or kernel (the mask kernel draws "
+                  "it first)");
+}
 
 /// The producer's threads that draw mask words (warps 1-3 of warpgroup 0;
 /// thread 0 issues the copies).
@@ -1626,11 +1645,7 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
     throw Error(MTRT_STATUS_INTERNAL,
                 "hopperAttentionForward: dropout needs a mask of "
                 "flashAttentionMaskBytes");
-  const char *maskFrom = std::getenv("MTRT_CUDA_HOPPER_MASK");
-  DropoutMask how = !dropout ? DropoutMask::none
-                    : maskFrom && std::strcmp(maskFrom, "kernel") == 0
-                        ? DropoutMask::read
-                        : DropoutMask::drawn;
+  DropoutMask how = !dropout ? DropoutMask::none : dropoutMaskSource();
   if (how == DropoutMask::read)
     flashAttentionDropoutMask(stream, p, mask);
   HopperGeometry geo{};

@@ -20,9 +20,9 @@
 // time.
 // bf16 rows of a multiple of 256 elements up to 2048 (the models' hidden
 // sizes), 16-byte aligned and without FP8 outputs, take neither: a warp
-// owns each row there (normForwardWarpKernel; normBackwardWarpSharedKernel,
-// whose column sums are in shared memory, or with MTRT_CUDA_NORM_BACKWARD=
-// registers normBackwardWarpKernel, whose are in registers).
+// owns each row there (normForwardWarpKernel; normBackwardWarpKernel, whose
+// column sums are in registers, or with MTRT_CUDA_NORM_BACKWARD=shared
+// normBackwardWarpSharedKernel, whose are in shared memory).
 // Activations are read and written as float or bf16 (NormRows); the math is
 // float, the sums double. Compiled without FMA contraction (CMakeLists.txt),
 // so each float product and sum rounds like the host's.
@@ -1276,12 +1276,20 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
   });
 }
 
-/// MTRT_CUDA_NORM_BACKWARD=registers: the warp-a-row backward keeps its
-/// column sums in registers (normBackwardWarpKernel), as before they moved
-/// to shared memory.
+/// Where the warp-a-row backward keeps its column sums:
+/// MTRT_CUDA_NORM_BACKWARD=registers (normBackwardWarpKernel) or =shared
+/// (normBackwardWarpSharedKernel); unset, registers, until the H200 has
+/// measured the shared kernel (bench/NOTES.md, session 29).
 bool normBackwardSumsInRegisters() {
   const char *how = std::getenv("MTRT_CUDA_NORM_BACKWARD");
-  return how && std::strcmp(how, "registers") == 0;
+  if (!how || std::strcmp(how, "registers") == 0)
+    return true;
+  if (std::strcmp(how, "shared") == 0)
+    return false;
+  throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+              std::string("MTRT_CUDA_NORM_BACKWARD=") + how +
+                  ": expected registers or shared (where the norm backward "
+                  "keeps its column sums)");
 }
 
 template <bool kLayer>
