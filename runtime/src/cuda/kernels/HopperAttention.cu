@@ -102,8 +102,8 @@ struct HopperGeometry {
   bool causal, outputsBf16;
   float scaleLog2;  // the softmax scale times log2(e)
   float keptScale;  // dropout's 1 / (1 - p) (0 when nothing is kept), or 1
-  AttentionMaskKeys
-      maskKeys; // the draws of the mask words (DropoutMask::drawn)
+  /// The draws of the mask words (DropoutMask::drawn).
+  AttentionMaskKeys maskKeys;
   /// FlashAttention-3's overlap of S = Q K^T with the last tile's P V
   /// within a warpgroup (else one tile at a time;
   /// MTRT_CUDA_HOPPER_OVERLAP=0).
