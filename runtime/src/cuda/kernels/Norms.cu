@@ -1323,14 +1323,8 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
       constexpr int kPer = decltype(vectors)::value;
       auto kernel = normBackwardWarpSharedKernel<kPer, kLayer>;
       constexpr size_t bytes = warpSharedSumBytes<kPer, kLayer>();
-      cudaError_t status = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(bytes));
-      if (status != cudaSuccess)
-        throw Error(MTRT_STATUS_INTERNAL,
-                    std::string("the norm backward: cudaFuncSetAttribute (") +
-                        std::to_string(bytes) + " bytes of shared memory): " +
-                        cudaGetErrorString(status));
+      static_assert(bytes <= kMaxStagedBytes, "allowStagedBytes' limit");
+      allowStagedBytes(kernel);
       blocks = std::min(
           most, detail::residentBlocks(kernel, kWarpRowBackwardThreads, bytes));
       kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, bytes,
