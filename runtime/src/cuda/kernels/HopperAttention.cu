@@ -1158,10 +1158,18 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       float2 lse2 = *reinterpret_cast<const float2 *>(&rowS.lse[col]);
       float lseLog2[2] = {lse2.x * 1.4426950408889634f,
                           lse2.y * 1.4426950408889634f};
-      uint64_t words[2] = {0, 0};
+      // Both of this lane's keys (bits keyBit and keyBit + 8) lie in one
+      // 32-bit half of a word: that half, shifted once, holds them at bits
+      // 0 and 8.
+      uint32_t words[2] = {0, 0};
       if constexpr (Dropout) {
-        words[0] = rowS.mask[col][consumer];
-        words[1] = rowS.mask[col + 1][consumer];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          uint64_t word = rowS.mask[col + c][consumer];
+          uint32_t half = keyBit >= 32 ? static_cast<uint32_t>(word >> 32)
+                                       : static_cast<uint32_t>(word);
+          words[c] = half >> (keyBit % 32);
+        }
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -1172,8 +1180,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           x = 0.f;
         s[4 * j + e] = x;
         if constexpr (Dropout)
-          keepBits |= static_cast<uint32_t>((words[c] >> (keyBit + 8 * r)) & 1)
-                      << (4 * j + e);
+          keepBits |= ((words[c] >> (8 * r)) & 1u) << (4 * j + e);
       }
     }
     auto dropped = [&](int i) {
