@@ -38,6 +38,10 @@
 #        cudnn, cudnn+gqa at the Llama, a model's two runs took 40 s at
 #        gpt2-350m and 69 s at llama-1.5b, compile included: bench/NOTES.md,
 #        session 21)
+#   ALT_ENV (environment) variables, e.g. "MTRT_CUDA_HOPPER_MASK=kernel":
+#        megatron-train runs each dropout-0.1 bundle a second time with them
+#        set (logs NAME.alt.*, after all of ours' runs, before PyTorch's),
+#        and the table gives that step time beside ours
 #   TORCH_CACHE (environment) torch.compile's caches (Inductor's and
 #        Triton's), default /tmp/torch-compile-cache: outside DIR, which the
 #        device tool replaces each call, so a second call on a machine still
@@ -87,13 +91,16 @@ sampled() {
   echo "$tag: exit status $status at $(($(date +%s) - start)) s" >>"$summary"
   return $status
 }
-# NAME ITERS: megatron-train on bundles/NAME.mtb.
+# NAME ITERS [TAG [VAR=VALUE...]]: megatron-train on bundles/NAME.mtb with
+# the variables set, its logs under TAG (default NAME).
 train() {
-  sampled "$1" timeout 120 "$dir/bin/megatron-train" "$dir/bundles/$1.mtb" \
-    --data-path "$dir/corpus.txt" --train-iters "$2" --lr 1e-4 \
-    --log-interval 1 --eval-iters 0 --eval-interval 0 --no-progress-bar \
-    --clip-grad "$clip" --backend cuda --log-jsonl "$logs/$1.jsonl" \
-    >"$logs/$1.log" 2>&1
+  local name=$1 iters=$2 tag=${3:-$1}
+  shift $(($# < 3 ? $# : 3))
+  sampled "$tag" env "$@" timeout 120 "$dir/bin/megatron-train" \
+    "$dir/bundles/$name.mtb" --data-path "$dir/corpus.txt" \
+    --train-iters "$iters" --lr 1e-4 --log-interval 1 --eval-iters 0 \
+    --eval-interval 0 --no-progress-bar --clip-grad "$clip" --backend cuda \
+    --log-jsonl "$logs/$tag.jsonl" >"$logs/$tag.log" 2>&1
 }
 table() {
   python3 "$dir/bench/step_table.py" "$dir" "$logs" "$out" >>"$summary" 2>&1
@@ -114,6 +121,13 @@ for model in "${models[@]}"; do
     time_left && train "$model-mb${base[$model]}-d$dropout" "$iters"
   done
 done
+if [ -n "${ALT_ENV:-}" ]; then
+  echo "ALT_ENV: $ALT_ENV" >>"$summary"
+  for model in "${models[@]}"; do
+    name=$model-mb${base[$model]}-d0.1
+    time_left && train "$name" "$iters" "$name.alt" $ALT_ENV
+  done
+fi
 table
 
 # The search: step_table.py orders the candidates and picks the first, the

@@ -8,7 +8,8 @@ Usage: step_table.py DIR LOGS OUT
   LOGS  the runs: NAME.{jsonl,log,mem,before,status} for each bundle NAME =
         MODEL-mbMB-dD (and tiny-gpt), torch-MODEL.jsonl (torch_step.py),
         torch-check-MODEL.jsonl (torch_step.py --compile model),
-        torch-hf-MODEL.jsonl (torch_step.py --llama hf)
+        torch-hf-MODEL.jsonl (torch_step.py --llama hf), NAME.alt.* (the
+        runs under run-step-table.sh's ALT_ENV)
   OUT   where step-table.json and step-table.md go; the markdown is printed
 
 Ours: the step time is the median of megatron-train's elapsed_ms from
@@ -45,30 +46,32 @@ def reported_total(bundles, name):
     return int(re.search(r"\n  total\s+(\d+)", text).group(1))
 
 
-def peak_bytes(logs, name):
+def peak_bytes(logs, tag):
     """The largest memory in use during the run minus that before it."""
-    samples = [int(line) for line in open(os.path.join(logs, name + ".mem"))
+    samples = [int(line) for line in open(os.path.join(logs, tag + ".mem"))
                if line.strip().isdigit()]
-    before = int(open(os.path.join(logs, name + ".before")).read().strip())
+    before = int(open(os.path.join(logs, tag + ".before")).read().strip())
     return (max(samples) - before) * MIB if samples else None
 
 
-def ours(dir_, logs, name, context):
+def ours(dir_, logs, name, context, tag=None):
+    """Bundle NAME's run, logged under TAG (default NAME)."""
+    tag = tag or name
     model, mb, dropout = NAME.match(name).groups()
     m = modelfile.load(os.path.join(dir_, "models", model + ".yaml"))
-    status = int(open(os.path.join(logs, name + ".status")).read())
+    status = int(open(os.path.join(logs, tag + ".status")).read())
     row = {"model": model, "micro_batch_size": int(mb),
            "dropout": float(dropout), "exit_status": status,
            "reported_total": reported_total(os.path.join(dir_, "bundles"),
                                              name)}
     records = []
-    path = os.path.join(logs, name + ".jsonl")
+    path = os.path.join(logs, tag + ".jsonl")
     if os.path.exists(path):
         records = [json.loads(line) for line in open(path) if line.strip()]
     steps = [r["elapsed_ms"] for r in records if r["iteration"] >= 4] or \
         [r["elapsed_ms"] for r in records[1:]]
     if status != 0 or not steps:
-        log = open(os.path.join(logs, name + ".log")).read()
+        log = open(os.path.join(logs, tag + ".log")).read()
         lines = [line for line in log.splitlines() if line.strip()]
         row["error"] = ("out of memory" if re.search(
             r"out of memory|cudaErrorMemoryAllocation", log, re.I)
@@ -76,7 +79,7 @@ def ours(dir_, logs, name, context):
         return row
     ms = statistics.median(steps)
     tokens_per_second = int(mb) * m["seq_length"] / (ms / 1e3)
-    peak = peak_bytes(logs, name)
+    peak = peak_bytes(logs, tag)
     row.update({"ms_per_step": round(ms, 2),
                 "tokens_per_second": round(tokens_per_second, 1),
                 "mfu": round(modelfile.mfu(m, tokens_per_second), 4),
@@ -166,6 +169,9 @@ def main():
             continue
         row = {"model": key[0], "micro_batch_size": key[1],
                "dropout": key[2], "ours": o, "torch": t}
+        name = f"{key[0]}-mb{key[1]}-d{key[2]:g}"
+        if os.path.exists(os.path.join(logs, name + ".alt.status")):
+            row["ours_alt"] = ours(dir_, logs, name, context, name + ".alt")
         if o and t and "ms_per_step" in o and "ms_per_step" in t:
             row["ratio"] = round(t["ms_per_step"] / o["ms_per_step"], 3)
             if o.get("peak"):
@@ -188,6 +194,11 @@ def main():
              "| torch reserved GiB | torch allocated GiB | torch SDPA |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
              "---:|---|"]
+    alts = [r for r in compared if "ours_alt" in r]
+    if alts:
+        lines[-2] = lines[-2].replace("| ours ms |", "| ours ms | ours "
+                                      "ALT_ENV ms |")
+        lines[-1] = lines[-1].replace("|---|---:|", "|---|---:|---:|", 1)
     for r in compared:
         o, t = r["ours"] or {}, r["torch"] or {}
         cells = [r["model"], r["micro_batch_size"], f"{r['dropout']:g}",
@@ -198,6 +209,9 @@ def main():
                  gib(o.get("peak")), gib(o.get("reported_total")),
                  gib(t.get("max_memory_reserved")),
                  gib(t.get("max_memory_allocated")), t.get("sdpa", "-")]
+        if alts:
+            alt = r.get("ours_alt", {})
+            cells.insert(4, alt.get("ms_per_step", alt.get("error", "-")))
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     if search:
         lines += ["", "Largest micro-batch, ours, no recomputation, "
