@@ -11,6 +11,8 @@
 #   PROF_TGZ  a folder `prof` of step bundles NAME.mtb (bench/make-step-dir.sh's
 #             model_bundle flags), packed
 #   OUT       where the logs go
+#   PROFILE_UNTIL (environment) seconds after which no further profile
+#             starts, default 520
 set -u
 dtgz=$1 proftgz=$2 out=$3
 mkdir -p /tmp/d /tmp/p "$out"
@@ -40,7 +42,7 @@ for bundle in /tmp/p/prof/*.mtb; do
     env=(MTRT_CUDA_HOPPER_MASK=producer MTRT_CUDA_NORM_BACKWARD=shared)
     [ $variant = old ] &&
       env=(MTRT_CUDA_HOPPER_MASK=kernel MTRT_CUDA_NORM_BACKWARD=registers)
-    [ $(($(date +%s) - start)) -gt 520 ] && break 2
+    [ $(($(date +%s) - start)) -gt "${PROFILE_UNTIL:-520}" ] && break 2
     env "${env[@]}" MTRT_CUDA_PROFILE=1 timeout 60 "$d/bin/megatron-train" \
       "$bundle" --data-path "$d/corpus.txt" --train-iters 3 --lr 6e-4 \
       --log-interval 1 --eval-iters 0 --no-progress-bar --backend cuda \
