@@ -34,10 +34,13 @@ llvm::Error nvrtcError(nvrtcResult result, const llvm::Twine &what,
       (log.empty() ? std::string() : "\n" + log));
 }
 
-/// Compiles `source` for `arch` ("sm_90": a cubin; "compute_90": PTX) and
-/// returns the binary.
-llvm::Expected<std::string> compile(llvm::StringRef source,
-                                    const std::string &arch, bool cubin) {
+} // namespace
+
+llvm::Expected<CompiledKernels>
+megatron::compileFusedKernels(llvm::StringRef source) {
+  // One compilation for sm_90 gives both the cubin and the PTX it was
+  // made from (the PTX a compute_90 compilation gives, byte for byte): the
+  // front end and the optimizer run once.
   Program program;
   const char *headers[] = {detail::kRandomHeaderSource};
   const char *headerNames[] = {"core/Random.h"};
@@ -48,7 +51,9 @@ llvm::Expected<std::string> compile(llvm::StringRef source,
     return nvrtcError(result, "creating the program");
   // No FMA contraction: each product and sum rounds as on the host (the
   // runtime's own kernels are compiled the same way).
-  std::string archOption = "--gpu-architecture=" + arch;
+  CompiledKernels kernels;
+  kernels.arch = "sm_90";
+  std::string archOption = "--gpu-architecture=" + kernels.arch;
   const char *options[] = {archOption.c_str(), "--fmad=false", "--std=c++17"};
   nvrtcResult compiled = nvrtcCompileProgram(program.program, 3, options);
   size_t logSize = 0;
@@ -60,40 +65,19 @@ llvm::Expected<std::string> compile(llvm::StringRef source,
     log.resize(logSize - 1);
   }
   if (compiled != NVRTC_SUCCESS)
-    return nvrtcError(compiled, "compiling the fused kernels for " + arch,
-                      log);
+    return nvrtcError(compiled,
+                      "compiling the fused kernels for " + kernels.arch, log);
   size_t size = 0;
-  std::string binary;
-  if (cubin) {
-    if (nvrtcResult result = nvrtcGetCUBINSize(program.program, &size))
-      return nvrtcError(result, "nvrtcGetCUBINSize");
-    binary.resize(size);
-    if (nvrtcResult result = nvrtcGetCUBIN(program.program, binary.data()))
-      return nvrtcError(result, "nvrtcGetCUBIN");
-  } else {
-    if (nvrtcResult result = nvrtcGetPTXSize(program.program, &size))
-      return nvrtcError(result, "nvrtcGetPTXSize");
-    binary.resize(size);
-    if (nvrtcResult result = nvrtcGetPTX(program.program, binary.data()))
-      return nvrtcError(result, "nvrtcGetPTX");
-  }
-  return binary;
-}
-
-} // namespace
-
-llvm::Expected<CompiledKernels>
-megatron::compileFusedKernels(llvm::StringRef source) {
-  CompiledKernels kernels;
-  kernels.arch = "sm_90";
-  llvm::Expected<std::string> cubin = compile(source, "sm_90", true);
-  if (!cubin)
-    return cubin.takeError();
-  llvm::Expected<std::string> ptx = compile(source, "compute_90", false);
-  if (!ptx)
-    return ptx.takeError();
-  kernels.cubin = std::move(*cubin);
-  kernels.ptx = std::move(*ptx);
+  if (nvrtcResult result = nvrtcGetCUBINSize(program.program, &size))
+    return nvrtcError(result, "nvrtcGetCUBINSize");
+  kernels.cubin.resize(size);
+  if (nvrtcResult result = nvrtcGetCUBIN(program.program, kernels.cubin.data()))
+    return nvrtcError(result, "nvrtcGetCUBIN");
+  if (nvrtcResult result = nvrtcGetPTXSize(program.program, &size))
+    return nvrtcError(result, "nvrtcGetPTXSize");
+  kernels.ptx.resize(size);
+  if (nvrtcResult result = nvrtcGetPTX(program.program, kernels.ptx.data()))
+    return nvrtcError(result, "nvrtcGetPTX");
   return kernels;
 }
 
