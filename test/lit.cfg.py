@@ -67,6 +67,10 @@ if _mtrt_python:
 # GPU needed); tests of the kernels' bundles say "REQUIRES: nvrtc".
 if config.megatron_have_nvrtc:
     config.available_features.add("nvrtc")
+# The suite's fused-kernel compilations share one cache in the build tree
+# (lib/Target/Bundle/KernelCache.h), not the user's.
+config.environment["MEGATRON_KERNEL_CACHE"] = os.path.join(
+    config.megatron_obj_root, "test", "kernel-cache")
 
 if config.mtrt_cuda_enabled:
     config.available_features.add("mtrt-cuda")

@@ -122,7 +122,9 @@ static cl::opt<bool> fuseKernels(
     cl::desc("Group elementwise chains (dropout + residual add, ...) into "
              "generated CUDA kernels, compiled with nvrtc into the bundle "
              "for the cuda backend (mt-fuse-elementwise; the host runs the "
-             "groups' ops one by one)"),
+             "groups' ops one by one); compilations are kept in "
+             "MEGATRON_KERNEL_CACHE (default ~/.cache/megatron/"
+             "fused-kernels; 'off': none)"),
     cl::init(false), cl::cat(compileCategory));
 
 static cl::opt<std::string> pipelineSchedule(

@@ -2,6 +2,7 @@
 
 #include "megatron/Target/FusedKernels.h"
 
+#include "KernelCache.h"
 #include "RandomSource.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -39,8 +40,32 @@ llvm::Error nvrtcError(nvrtcResult result, const llvm::Twine &what,
 llvm::Expected<CompiledKernels>
 megatron::compileFusedKernels(llvm::StringRef source) {
   // One compilation for sm_90 gives both the cubin and the PTX it was
-  // made from (the PTX a compute_90 compilation gives, byte for byte): the
-  // front end and the optimizer run once.
+  // made from (the PTX a compute_90 compilation gives, byte for byte). No
+  // FMA contraction: each product and sum rounds as on the host (the
+  // runtime's own kernels are compiled the same way).
+  CompiledKernels kernels;
+  kernels.arch = "sm_90";
+  std::string archOption = "--gpu-architecture=" + kernels.arch;
+  const char *options[] = {archOption.c_str(), "--fmad=false", "--std=c++17"};
+
+  // An earlier compilation of the same source, options and nvrtc
+  // (KernelCache.h).
+  int major = 0, minor = 0;
+  if (nvrtcResult result = nvrtcVersion(&major, &minor))
+    return nvrtcError(result, "nvrtcVersion");
+  std::string version = std::to_string(major) + "." + std::to_string(minor);
+  std::optional<std::string> cache = kernel_cache::folder();
+  std::string key =
+      kernel_cache::key({version, options[0], options[1], options[2],
+                         detail::kRandomHeaderSource, source});
+  if (cache) {
+    if (std::optional<CompiledKernels> cached =
+            kernel_cache::read(*cache, key)) {
+      cached->arch = kernels.arch;
+      return std::move(*cached);
+    }
+  }
+
   Program program;
   const char *headers[] = {detail::kRandomHeaderSource};
   const char *headerNames[] = {"core/Random.h"};
@@ -49,12 +74,6 @@ megatron::compileFusedKernels(llvm::StringRef source) {
                                               "mt_fused_kernels.cu", 1,
                                               headers, headerNames))
     return nvrtcError(result, "creating the program");
-  // No FMA contraction: each product and sum rounds as on the host (the
-  // runtime's own kernels are compiled the same way).
-  CompiledKernels kernels;
-  kernels.arch = "sm_90";
-  std::string archOption = "--gpu-architecture=" + kernels.arch;
-  const char *options[] = {archOption.c_str(), "--fmad=false", "--std=c++17"};
   nvrtcResult compiled = nvrtcCompileProgram(program.program, 3, options);
   size_t logSize = 0;
   std::string log;
@@ -78,6 +97,8 @@ megatron::compileFusedKernels(llvm::StringRef source) {
   kernels.ptx.resize(size);
   if (nvrtcResult result = nvrtcGetPTX(program.program, kernels.ptx.data()))
     return nvrtcError(result, "nvrtcGetPTX");
+  if (cache)
+    kernel_cache::write(*cache, key, kernels);
   return kernels;
 }
 
