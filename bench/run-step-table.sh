@@ -38,7 +38,7 @@
 #        cudnn, cudnn+gqa at the Llama, a model's two runs took 40 s at
 #        gpt2-350m and 69 s at llama-1.5b, compile included: bench/NOTES.md,
 #        session 21)
-#   ALT_ENV (environment) variables, e.g. "MTRT_CUDA_HOPPER_MASK=kernel":
+#   ALT_ENV (environment) variables, e.g. "MTRT_CUDA_HOPPER_PINGPONG=0":
 #        megatron-train runs each dropout-0.1 bundle a second time with them
 #        set (logs NAME.alt.*, after all of ours' runs, before PyTorch's),
 #        and the table gives that step time beside ours

@@ -3,14 +3,12 @@
 // own flash forward, on the same bf16-exact inputs: out, the saved bf16
 // copy and logsumexp within the tolerances FlashAttentionKernelTest holds
 // the own forward to, and the dropout keep bits equal to the own forward's
-// word for word (the own forward's mask kernel draws the host's mask, which
-// FlashAttentionKernelTest checks bit by bit; with dropout each case runs
-// the Hopper forward twice: reading the mask kernel's words, and with
-// MTRT_CUDA_HOPPER_MASK=producer drawing its own in its producer warps).
-// Shapes: head dimensions 128 and 64, causal and not, grouped-query heads,
-// ragged query blocks and key tiles, q/k/v in place in a packed qkv tensor, a
-// data- and tensor-parallel rank's dropout positions, fp32 and bf16 out.
-// Skipped, with the reason, on devices other than compute capability 9.0.
+// word for word (both drawn by its mask kernel; the host's mask, which
+// FlashAttentionKernelTest checks bit by bit). Shapes: head dimensions 128
+// and 64, causal and not, grouped-query heads, ragged query blocks and key
+// tiles, q/k/v in place in a packed qkv tensor, a data- and
+// tensor-parallel rank's dropout positions, fp32 and bf16 out. Skipped,
+// with the reason, on devices other than compute capability 9.0.
 #include "CudaTestSupport.h"
 
 #include "cuda/kernels/HopperAttention.h"
@@ -24,7 +22,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -187,29 +184,10 @@ protected:
         cudaFree(buffer);
       return r;
     };
-    Results own = forward(false);
-    // With dropout, both sources of the keep bits (MTRT_CUDA_HOPPER_MASK):
-    // the producer's draws and the mask kernel's.
-    std::vector<Results> hoppers;
-    std::vector<std::string> sources = {"kernel"};
-    if (c.dropout > 0)
-      sources.push_back("producer");
-    for (const std::string &source : sources) {
-      EXPECT_EQ(setenv("MTRT_CUDA_HOPPER_MASK", source.c_str(), 1), 0);
-      hoppers.push_back(forward(true));
-      unsetenv("MTRT_CUDA_HOPPER_MASK");
-    }
+    Results own = forward(false), hopper = forward(true);
     for (void *buffer : buffers)
       cudaFree(buffer);
-    for (size_t i = 0; i < hoppers.size(); ++i) {
-      SCOPED_TRACE("MTRT_CUDA_HOPPER_MASK=" + sources[i]);
-      check(expectedOut, expectedLse, own, hoppers[i], c.outBf16);
-    }
-  }
 
-  void check(const std::vector<double> &expectedOut,
-             const std::vector<double> &expectedLse, const Results &own,
-             const Results &hopper, bool outBf16) {
     // The keep bits: the same words as the own forward's.
     int64_t wrongWords = 0;
     for (size_t i = 0; i < own.mask.size(); ++i)
@@ -230,7 +208,7 @@ protected:
     };
     // As FlashAttentionKernelTest: P rounds to bf16 before P V (a bf16 out
     // and the copy round again).
-    double outTolerance = (outBf16 ? 1.6e-2 : 8e-3) * largest;
+    double outTolerance = (c.outBf16 ? 1.6e-2 : 8e-3) * largest;
     double outHost = maxDiff(hopper.out, expectedOut, false);
     double copyHost = maxDiff(hopper.copy, expectedOut, false);
     double lseHost = maxDiff(hopper.lse, expectedLse, true);
@@ -289,44 +267,9 @@ TEST_F(HopperAttentionTest, HeadDim64InPlaceRaggedDropout) {
 }
 
 // Causal at head dimension 64 over four query blocks and up to four key
-// tiles: each of the producer's two mask stages fills twice.
+// tiles, so that each of the two K/V stages is reused.
 TEST_F(HopperAttentionTest, HeadDim64CausalDropoutOverFourTiles) {
   run({2, 512, 512, 2, 2, 64, true, 0.1});
-}
-
-// An unknown MTRT_CUDA_HOPPER_MASK is named with the values it takes
-// (before anything is launched).
-TEST_F(HopperAttentionTest, UnknownMaskSourceIsNamed) {
-  host::AttentionParams p;
-  p.batch = 1;
-  p.seqQ = p.seqK = 128;
-  p.headsQ = p.headsKv = 1;
-  p.headDim = p.headDimV = 64;
-  p.causal = true;
-  p.dropoutP = 0.1;
-  std::vector<__nv_bfloat16> zeros(128 * 64);
-  __nv_bfloat16 *qkv = upload(zeros);
-  cuda::FlashTensors io;
-  io.inputsBf16 = true;
-  io.q = io.k = io.v = qkv;
-  std::string reason = cuda::hopperAttentionUnsupportedReason(p, io);
-  if (!reason.empty()) {
-    cudaFree(qkv);
-    GTEST_SKIP() << reason;
-  }
-  ASSERT_EQ(setenv("MTRT_CUDA_HOPPER_MASK", "sometimes", 1), 0);
-  uint64_t word = 0;
-  try {
-    cuda::hopperAttentionForward(nullptr, p, io, nullptr, nullptr, &word);
-    ADD_FAILURE() << "no error for MTRT_CUDA_HOPPER_MASK=sometimes";
-  } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "MTRT_CUDA_HOPPER_MASK=sometimes: expected producer"),
-              std::string::npos)
-        << e.what();
-  }
-  unsetenv("MTRT_CUDA_HOPPER_MASK");
-  cudaFree(qkv);
 }
 
 // What the kernel does not take is named before any device is asked (no

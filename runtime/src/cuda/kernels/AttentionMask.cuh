@@ -1,14 +1,13 @@
-// Attention dropout's mask words, drawn the same way by every kernel that
-// draws them: the own kernels' mask kernel (flashDropoutMaskKernel,
-// FlashAttention.cu) and the Hopper forward's producer warps
-// (HopperAttention.cu). Bit j of word rowIndex(b, h, i) * keyBlocks + kb is
+// Attention dropout's mask words: how flashDropoutMaskKernel
+// (FlashAttention.cu) draws them and which words exist, the rule the kernels
+// that read the mask (the own and the Hopper attention, forward and
+// backward) follow too. Bit j of word rowIndex(b, h, i) * keyBlocks + kb is
 // dropoutKeep(sampleKey(b), probabilityRow(h, i) + 64 kb + j), the host's
 // keep decision for P[b, h, i, 64 kb + j] (core/Random.h).
 #ifndef MTRT_CUDA_KERNELS_ATTENTIONMASK_CUH
 #define MTRT_CUDA_KERNELS_ATTENTIONMASK_CUH
 
 #include "core/Random.h"
-#include "cuda/kernels/Kernels.h"
 
 #include <cstdint>
 
@@ -16,37 +15,6 @@ namespace mtrt::cuda {
 
 /// Keys of a mask word.
 constexpr int kMaskWordKeys = 64;
-
-/// What a kernel needs to key and place the draws of one call.
-struct AttentionMaskKeys {
-  uint64_t seedKey, firstSample;
-  int64_t batchOffset, headOffset, seqQ, seqK;
-  uint32_t threshold16;
-
-  /// The key of batch row b's sample (host AttentionGeometry::
-  /// probabilityRow).
-  __host__ __device__ uint64_t sampleKey(int b) const {
-    return random::sampleKey(
-        seedKey, firstSample + static_cast<uint64_t>(b + batchOffset));
-  }
-  /// The position of P[b, h, i, 0] in its sample's [headsQ, seqQ, seqK] of
-  /// the global tensor.
-  __host__ __device__ uint64_t probabilityRow(int h, int i) const {
-    return static_cast<uint64_t>(((h + headOffset) * seqQ + i) * seqK);
-  }
-};
-
-inline AttentionMaskKeys attentionMaskKeys(const AttentionParams &p) {
-  AttentionMaskKeys keys{};
-  keys.seedKey = random::seedKey(p.seed);
-  keys.firstSample = p.firstSample;
-  keys.batchOffset = p.batchOffset;
-  keys.headOffset = p.headOffset;
-  keys.seqQ = p.seqQ;
-  keys.seqK = p.seqK;
-  keys.threshold16 = random::dropoutThreshold16(p.dropoutP);
-  return keys;
-}
 
 /// Whether query row i (< seqQ) has a word at key block kb: the blocks
 /// that hold keys (kb < keyBlocks) and, causal, those its 64-row block

@@ -6,14 +6,14 @@
 // names what it does not take. Outputs equal flashAttentionForward's
 // definitions (FlashAttention.cu): out (fp32 or bf16, FlashLayout strides),
 // the optional bf16 copy kept for the gradient, and the logsumexp of the
-// scaled, masked scores before dropout. Dropout's keep bits are the host's
-// mask, one 64-bit word per query row and 64 keys (AttentionMask.cuh), read
-// from the mask flashDropoutMaskKernel draws first, or with
-// MTRT_CUDA_HOPPER_MASK=producer drawn by the producer's idle warps while
-// the consumers compute (and written for the backward). The backward
-// (hopperAttentionBackward, section "The backward" below) gives
-// flashAttentionBackward's dq, dk, dv from the same saved state in the same
-// manner.
+// scaled, masked scores before dropout; dropout reads the keep bits that
+// flashDropoutMaskKernel draws (the host's mask), one 64-bit word per query
+// row and 64 keys (AttentionMask.cuh). (Drawing them in the producer's idle
+// warps instead made the forward 1.6x slower at dropout 0.1: 96 threads
+// cannot keep up with the consumers; bench/NOTES.md, session 30.) The
+// backward (hopperAttentionBackward, section "The
+// backward" below) gives flashAttentionBackward's dq, dk, dv from the same
+// saved state in the same manner.
 //
 // A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
 // (query head, batch) and walks the keys in tiles of 128 (causal: those
@@ -22,9 +22,7 @@
 //   and of each K and V tile into two stages, each completing on its
 //   stage's "full" barrier (transaction bytes), and waits on the stage's
 //   "empty" barrier (an arrival from each consumer warp) before reusing it;
-//   with dropout, warps 1-3 draw each key tile's mask words into a shared
-//   stage the same way (full and empty barriers, two stages). It gives its
-//   registers up (setmaxnreg 24; 56 when it draws, the consumers 224).
+//   it gives its registers up (setmaxnreg 24).
 // - warpgroups 1 and 2, the consumers (setmaxnreg 240; 160 with three),
 //   64 queries each:
 //   S = Q K^T by wgmma with both operands in shared memory (m64n128k16,
@@ -102,8 +100,7 @@ struct HopperGeometry {
   bool causal, outputsBf16;
   float scaleLog2;  // the softmax scale times log2(e)
   float keptScale;  // dropout's 1 / (1 - p) (0 when nothing is kept), or 1
-  /// The draws of the mask words (DropoutMask::drawn).
-  AttentionMaskKeys maskKeys;
+  bool hasDropout;
   /// FlashAttention-3's overlap of S = Q K^T with the last tile's P V
   /// within a warpgroup (else one tile at a time;
   /// MTRT_CUDA_HOPPER_OVERLAP=0).
@@ -128,47 +125,11 @@ template <int D> constexpr uint32_t tileBytes(int rows) {
   return chunkBytes(rows) * (D / 64);
 }
 
-/// How the forward takes dropout's keep bits: none (no dropout); read
-/// from the mask flashDropoutMaskKernel drew before it; or drawn by the
-/// producer warpgroup's idle warps while the consumers compute, into a
-/// shared stage per key tile and into the mask the backward reads
-/// (dropoutMaskSource).
-enum class DropoutMask { none, read, drawn };
-
-/// Where the forward's keep bits come from with dropout:
-/// MTRT_CUDA_HOPPER_MASK=producer (drawn by the producer's warps) or
-/// =kernel (flashDropoutMaskKernel first, read by the consumers); unset, the
-/// mask kernel, until the H200 has measured the producer's draws
-/// (bench/NOTES.md, session 29).
-DropoutMask dropoutMaskSource() {
-  const char *source = std::getenv("MTRT_CUDA_HOPPER_MASK");
-  if (!source || std::strcmp(source, "kernel") == 0)
-    return DropoutMask::read;
-  if (std::strcmp(source, "producer") == 0)
-    return DropoutMask::drawn;
-  throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-              std::string("MTRT_CUDA_HOPPER_MASK=") + source +
-                  ": expected producer (the Hopper forward's producer warps "
-                  "draw the dropout mask) or kernel (the mask kernel draws "
-                  "it first)");
-}
-
-/// The producer's threads that draw mask words (warps 1-3 of warpgroup 0;
-/// thread 0 issues the copies).
-constexpr int kMaskDrawers = 96;
-
-/// A key tile's mask words for the block's rows (two 64-key words a row).
-template <int D> struct MaskStage {
-  uint64_t words[HopperShape<D>::kBlockM][kBlockN / kMaskWordKeys];
-};
-
-/// Shared memory: Q, then K and V of each stage, then the barriers (128
-/// bytes), then the mask stages (1024 bytes of slack to align the start to
-/// a swizzle atom).
+/// Shared memory: Q, then K and V of each stage, then the barriers (1024
+/// bytes of slack to align the start to a swizzle atom).
 template <int D> constexpr size_t sharedBytes() {
   return 1024 + tileBytes<D>(HopperShape<D>::kBlockM) +
-         2 * kStages * static_cast<size_t>(tileBytes<D>(kBlockN)) + 128 +
-         kStages * sizeof(MaskStage<D>);
+         2 * kStages * static_cast<size_t>(tileBytes<D>(kBlockN)) + 128;
 }
 
 __device__ inline uint32_t smem(const void *p) {
@@ -399,31 +360,23 @@ __device__ inline float quadSum(float x) {
 }
 
 /// The barriers in shared memory: Q's, and each stage's full and empty
-/// ones for K, for V and for the mask words.
+/// ones for K and for V.
 struct Barriers {
-  uint64_t q, kFull[kStages], vFull[kStages], kEmpty[kStages], vEmpty[kStages],
-      maskFull[kStages], maskEmpty[kStages];
+  uint64_t q, kFull[kStages], vFull[kStages], kEmpty[kStages], vEmpty[kStages];
 };
-static_assert(sizeof(Barriers) <= 128, "sharedBytes reserves 128 bytes");
 
 // Grid (query blocks of HopperShape<D>::kBlockM, headsQ, batch),
 // HopperShape<D>::kThreads threads, shared sharedBytes<D>(). Tensor maps: q
 // over (D, headsQ, seqQ, batch), boxes of 64 columns x kBlockM positions;
 // k and v over (D, headsKv, seqK, batch), boxes of 64 x 128.
-template <int D, DropoutMask Mask>
+template <int D, bool Dropout>
 __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap qMap,
                         const __grid_constant__ CUtensorMap kMap,
                         const __grid_constant__ CUtensorMap vMap,
                         HopperGeometry geo, void *out, __nv_bfloat16 *outCopy,
-                        float *logsumexp, uint64_t *mask) {
+                        float *logsumexp, const uint64_t *mask) {
   using Shape = HopperShape<D>;
-  constexpr bool Dropout = Mask != DropoutMask::none;
-  constexpr bool Draws = Mask == DropoutMask::drawn;
-  // The drawing producer keeps 56 registers (the hashes spilled at 40),
-  // the consumers 224: 56 x 128 + 224 x 256 <= 64 K.
-  constexpr int kProducerRegisters = Draws ? 56 : 24;
-  constexpr int kConsumerRegisters = Draws ? 224 : Shape::kConsumerRegisters;
   constexpr int kBlockM = Shape::kBlockM;
   extern __shared__ unsigned char hopperShared[];
   // Swizzled tiles start at a 1024-byte boundary.
@@ -434,8 +387,6 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
   uint32_t vTiles = kTiles + kStages * tileBytes<D>(kBlockN);
   auto *bars = reinterpret_cast<Barriers *>(
       generic + tileBytes<D>(kBlockM) + 2 * kStages * tileBytes<D>(kBlockN));
-  auto *maskStages = reinterpret_cast<MaskStage<D> *>(
-      reinterpret_cast<unsigned char *>(bars) + 128);
 
   int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockM; // longest rows first
   int h = blockIdx.y, b = blockIdx.z, kvHead = h / geo.group;
@@ -450,54 +401,13 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       barrierInit(smem(&bars->vFull[s]), 1);
       barrierInit(smem(&bars->kEmpty[s]), Shape::kConsumerWarps);
       barrierInit(smem(&bars->vEmpty[s]), Shape::kConsumerWarps);
-      barrierInit(smem(&bars->maskFull[s]), kMaskDrawers);
-      barrierInit(smem(&bars->maskEmpty[s]), Shape::kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    asm volatile(
-        "setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if constexpr (Draws) {
-      // Warps 1-3 draw tile n's mask words into stage n % kStages (once
-      // the consumers have read what it held) and into the backward's
-      // mask: 8 words a warp a turn, four lanes a word
-      // (AttentionMask.cuh), the same bits as flashDropoutMaskKernel's.
-      if (threadIdx.x >= 32) {
-        int drawer = threadIdx.x - 32, lane = drawer % 32, quarter = lane % 4;
-        const AttentionMaskKeys &keys = geo.maskKeys;
-        uint64_t key = keys.sampleKey(b);
-        const random::DropoutLanes lanes =
-            random::dropoutLanes(keys.threshold16);
-        constexpr int kWords = kBlockM * (kBlockN / kMaskWordKeys);
-        for (int n = 0; n < tiles; ++n) {
-          int st = n % kStages;
-          barrierWait(smem(&bars->maskEmpty[st]), ((n / kStages) & 1) ^ 1);
-          for (int w0 = 8 * (drawer / 32); w0 < kWords;
-               w0 += 8 * (kMaskDrawers / 32)) {
-            int word = w0 + lane / 4, r = word / 2, half = word % 2;
-            int i = q0 + r, kb = 2 * n + half;
-            bool seen =
-                i < geo.seqQ && maskWordSeen(i, kb, geo.keyBlocks, geo.causal);
-            uint32_t bits16 =
-                seen ? drawMaskBits16(key,
-                                      keys.probabilityRow(h, i) +
-                                          kMaskWordKeys * kb + 16 * quarter,
-                                      keys.threshold16, lanes)
-                     : 0u;
-            uint64_t value = quadMaskWord(bits16, quarter);
-            if (quarter == 0) {
-              maskStages[st].words[r][half] = value;
-              if (seen)
-                mask[geo.rowIndex(b, h, i) * geo.keyBlocks + kb] = value;
-            }
-          }
-          barrierArrive(smem(&bars->maskFull[st]));
-        }
-      }
-    }
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x == 0) {
       barrierExpect(smem(&bars->q), tileBytes<D>(kBlockM));
       copyRows<D, kBlockM>(qTile, &qMap, smem(&bars->q), h, q0, b);
@@ -518,7 +428,7 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
   }
 
   asm volatile(
-      "setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+      "setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Shape::kConsumerRegisters));
   int consumer = warpgroup - 1;
   int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   int g = lane / 4, t = lane % 4;
@@ -558,34 +468,22 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       barrierArrive(smem(bar));
   };
   // This lane's mask words of tile n (rows g, g + 8; its two 64-key
-  // blocks), shifted right by 2t: from the producer's stage (then released
-  // to it), or from the mask, where words a row never sees (causal: past
-  // its block of 64; past the last key) are not read.
+  // blocks), shifted right by 2t. Words a row never sees (causal: past its
+  // block of 64; past the last key) are not read.
   auto maskWords = [&](int n, uint64_t(&words)[2][2]) {
-    if constexpr (Draws) {
-      int st = n % kStages;
-      barrierWait(smem(&bars->maskFull[st]), (n / kStages) & 1);
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
-          words[r][half] = maskStages[st].words[rows[r] - q0][half] >> (2 * t);
-      release(&bars->maskEmpty[st]);
-    } else {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          int kb = n * kBlockN / kMaskWordKeys + half;
-          bool seen = rows[r] < geo.seqQ &&
-                      maskWordSeen(rows[r], kb, geo.keyBlocks, geo.causal);
-          words[r][half] =
-              seen ? __ldg(mask + geo.rowIndex(b, h, rows[r]) * geo.keyBlocks +
-                           kb) >>
-                         (2 * t)
-                   : 0ull;
-        }
-    }
+      for (int half = 0; half < 2; ++half) {
+        int kb = n * kBlockN / kMaskWordKeys + half;
+        bool seen = rows[r] < geo.seqQ &&
+                    maskWordSeen(rows[r], kb, geo.keyBlocks, geo.causal);
+        words[r][half] =
+            seen ? __ldg(mask + geo.rowIndex(b, h, rows[r]) * geo.keyBlocks +
+                         kb) >>
+                       (2 * t)
+                 : 0ull;
+      }
   };
   // The online softmax of tile n's scores: masks, the new maxima, alpha
   // (the old sums' and outputs' factor), l, and the probabilities (dropped
@@ -651,13 +549,13 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       int st = n % kStages;
       uint32_t parity = (n / kStages) & 1;
       uint64_t words[2][2] = {};
+      if constexpr (Dropout)
+        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       wgmmaFence();
       fenceRegisters(s);
       issueScores(n);
       wgmmaCommit();
-      if constexpr (Dropout)
-        maskWords(n, words);
       wgmmaWait<0>();
       fenceRegisters(s);
       release(&bars->kEmpty[st]);
@@ -700,6 +598,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     {
       uint64_t words[2][2] = {};
+      if constexpr (Dropout)
+        maskWords(0, words);
       barrierWait(smem(&bars->kFull[0]), 0);
       myTurn();
       wgmmaFence();
@@ -707,8 +607,6 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       issueScores(0);
       wgmmaCommit();
       passTurn(false);
-      if constexpr (Dropout)
-        maskWords(0, words);
       wgmmaWait<0>();
       fenceRegisters(s);
       release(&bars->kEmpty[0]);
@@ -721,6 +619,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       uint32_t parity = (n / kStages) & 1;
       uint32_t prevParity = ((n - 1) / kStages) & 1;
       uint64_t words[2][2] = {};
+      if constexpr (Dropout)
+        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       barrierWait(smem(&bars->vFull[prev]), prevParity);
       myTurn();
@@ -732,8 +632,6 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       issueValues(n - 1);
       wgmmaCommit();
       passTurn(false);
-      if constexpr (Dropout)
-        maskWords(n, words);
       wgmmaWait<1>(); // S done, P V may still run
       fenceRegisters(s);
       release(&bars->kEmpty[st]);
@@ -1520,10 +1418,10 @@ CUtensorMap tensorMap(const void *data, FlashLayout layout, int64_t heads,
   return map;
 }
 
-template <int D, DropoutMask Mask>
+template <int D, bool Dropout>
 void launch(cudaStream_t stream, const AttentionParams &p,
             const FlashTensors &io, const HopperGeometry &geo,
-            __nv_bfloat16 *outCopy, float *logsumexp, uint64_t *mask) {
+            __nv_bfloat16 *outCopy, float *logsumexp, const uint64_t *mask) {
   using Shape = HopperShape<D>;
   CUtensorMap qMap = tensorMap(io.q, resolve(io.qLayout, p.headsQ, D),
                                p.headsQ, p.seqQ, p.batch, D, Shape::kBlockM);
@@ -1531,7 +1429,7 @@ void launch(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
-  auto kernel = hopperForwardKernel<D, Mask>;
+  auto kernel = hopperForwardKernel<D, Dropout>;
   constexpr size_t bytes = sharedBytes<D>();
   cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1648,13 +1546,13 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   if (!reason.empty())
     throw Error(MTRT_STATUS_INTERNAL, "hopperAttentionForward: " + reason);
   bool dropout = p.dropoutP > 0;
-  if (dropout && !mask)
-    throw Error(MTRT_STATUS_INTERNAL,
-                "hopperAttentionForward: dropout needs a mask of "
-                "flashAttentionMaskBytes");
-  DropoutMask how = !dropout ? DropoutMask::none : dropoutMaskSource();
-  if (how == DropoutMask::read)
+  if (dropout) {
+    if (!mask)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  "hopperAttentionForward: dropout needs a mask of "
+                  "flashAttentionMaskBytes");
     flashAttentionDropoutMask(stream, p, mask);
+  }
   HopperGeometry geo{};
   geo.seqQ = static_cast<int>(p.seqQ);
   geo.seqK = static_cast<int>(p.seqK);
@@ -1669,7 +1567,7 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   double scale =
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   geo.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
-  geo.maskKeys = attentionMaskKeys(p);
+  geo.hasDropout = dropout;
   // As the own forward: 1 / (1 - p) for the kept probabilities, none kept
   // at p >= 1.
   geo.keptScale =
@@ -1683,15 +1581,10 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   geo.pingpong = !(pingpong && std::strcmp(pingpong, "0") == 0);
   auto run = [&](auto d) {
     constexpr int D = decltype(d)::value;
-    if (how == DropoutMask::drawn)
-      launch<D, DropoutMask::drawn>(stream, p, io, geo, outCopy, logsumexp,
-                                    mask);
-    else if (how == DropoutMask::read)
-      launch<D, DropoutMask::read>(stream, p, io, geo, outCopy, logsumexp,
-                                   mask);
+    if (dropout)
+      launch<D, true>(stream, p, io, geo, outCopy, logsumexp, mask);
     else
-      launch<D, DropoutMask::none>(stream, p, io, geo, outCopy, logsumexp,
-                                   mask);
+      launch<D, false>(stream, p, io, geo, outCopy, logsumexp, mask);
   };
   if (p.headDim == 128)
     run(std::integral_constant<int, 128>());

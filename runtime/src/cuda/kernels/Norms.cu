@@ -20,21 +20,17 @@
 // time.
 // bf16 rows of a multiple of 256 elements up to 2048 (the models' hidden
 // sizes), 16-byte aligned and without FP8 outputs, take neither: a warp
-// owns each row there (normForwardWarpKernel; normBackwardWarpKernel, whose
-// column sums are in registers, or with MTRT_CUDA_NORM_BACKWARD=shared
-// normBackwardWarpSharedKernel, whose are in shared memory).
+// owns each row there (normForwardWarpKernel, normBackwardWarpKernel; the
+// backward's column sums in shared memory).
 // Activations are read and written as float or bf16 (NormRows); the math is
 // float, the sums double. Compiled without FMA contraction (CMakeLists.txt),
 // so each float product and sum rounds like the host's.
-#include "core/Error.h"
 #include "core/OpScratch.h"
 #include "cuda/kernels/KernelSupport.cuh"
 #include "cuda/kernels/NormFp8.h"
 
 #include <cuda_fp8.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <set>
 #include <tuple>
@@ -902,109 +898,20 @@ __global__ void __launch_bounds__(kWarpRowForwardThreads)
 }
 
 /// The backward a warp a row: block b takes its share of the rows
-/// (blockRows), its warps the rows in turn; each lane adds its columns'
-/// dweight and dbias terms in registers, and the block writes row b of
-/// partialW (and partialB) as the sum of its warps' in warp order. Rows of
-/// more than 4 vectors a lane (kReload) keep only those sums in registers:
-/// the weights and the row are read again (from L1) for the outputs rather
-/// than held across the reduction.
+/// (blockRows), its warps the rows in turn. Each warp's dweight and dbias
+/// sums live in shared memory ([warp][which][k][half][lane] float4s: a
+/// warp's accesses are contiguous), and a row waits across its reduction as
+/// its raw bf16 vectors, all loads in flight at once; the block writes row b
+/// of partialW (and partialB) as the sum of its warps' in warp order. (Sums
+/// held in registers, 16 a lane-vector, took 255 registers at hidden 2048
+/// and two blocks a multiprocessor: 5.19 against 4.06 ms a step at gpt-1.3b,
+/// bench/NOTES.md, session 30.)
 template <int kPer, bool kLayer>
 __global__ void __launch_bounds__(kWarpRowBackwardThreads)
     normBackwardWarpKernel(int64_t rows, int hidden, const __nv_bfloat16 *x,
                            const __nv_bfloat16 *dy, const float *weight,
                            double eps, __nv_bfloat16 *dx, float *partialW,
                            float *partialB) {
-  constexpr int kWarps = kWarpRowBackwardThreads / detail::kWarp;
-  constexpr int kSums = backwardSums<kLayer>();
-  constexpr bool kReload = kPer > 4;
-  constexpr int kHeld = kReload ? 1 : kPer;
-  __shared__ float combine[kWarps][kPer * 256];
-  const int lane = threadIdx.x % detail::kWarp;
-  const int warp = threadIdx.x / detail::kWarp;
-  int64_t begin, end;
-  blockRows(rows, begin, end);
-  float w[kHeld][8], accW[kPer][8] = {}, accB[kPer][8] = {};
-  if constexpr (!kReload)
-#pragma unroll
-    for (int k = 0; k < kPer; ++k)
-      loadParameter8(weight, 8 * (lane + detail::kWarp * k), w[k]);
-  for (int64_t r = begin + warp; r < end; r += kWarps) {
-    const auto *xin = reinterpret_cast<const uint4 *>(x + r * hidden);
-    const auto *dyin = reinterpret_cast<const uint4 *>(dy + r * hidden);
-    float xv[kHeld][8], dyv[kHeld][8];
-    // Vector k's x, dy (and with kReload its weights) into slot k % kHeld.
-    auto load = [&](int k) {
-      int at = k % kHeld, v = lane + detail::kWarp * k;
-      unpackBf16x8(xin[v], xv[at]);
-      unpackBf16x8(dyin[v], dyv[at]);
-      if constexpr (kReload)
-        loadParameter8(weight, 8 * v, w[0]);
-    };
-    double sums[kSums] = {};
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      load(k);
-      int at = k % kHeld;
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        addBackwardTerms<kLayer>(xv[at][e], dyv[at][e], w[at][e], sums);
-    }
-#pragma unroll
-    for (int i = 0; i < kSums; ++i)
-      sums[i] = warpAllSum(sums[i]);
-    BackwardStatistics b = backwardStatistics<kLayer>(sums, hidden, eps);
-    auto *out = reinterpret_cast<uint4 *>(dx + r * hidden);
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      if constexpr (kReload)
-        load(k);
-      int at = k % kHeld;
-      float o[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        o[e] = backwardOutput<kLayer>(xv[at][e], dyv[at][e], w[at][e], b,
-                                      accW[k][e], accB[k][e]);
-      if (dx)
-        out[lane + detail::kWarp * k] = packBf16x8(o);
-    }
-  }
-  // The block's partial rows: its warps' column sums added in warp order.
-  for (int which = 0; which < (kLayer && partialB ? 2 : 1); ++which) {
-#pragma unroll
-    for (int k = 0; k < kPer; ++k)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        combine[warp][8 * (lane + detail::kWarp * k) + e] =
-            which ? accB[k][e] : accW[k][e];
-    __syncthreads();
-    float *partial = which ? partialB : partialW;
-    for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
-      float total = 0.0f;
-#pragma unroll
-      for (int v = 0; v < kWarps; ++v)
-        total += combine[v][c];
-      partial[int64_t(blockIdx.x) * hidden + c] = total;
-    }
-    __syncthreads();
-  }
-}
-
-/// The backward a warp a row with the column sums in shared memory: as
-/// normBackwardWarpKernel (the same rows a warp, the same terms in the same
-/// order), but each warp's dweight and dbias sums live in shared memory
-/// ([warp][which][k][half][lane] float4s: a warp's accesses are
-/// contiguous), and a row waits across its reduction as its raw bf16
-/// vectors, all loads in flight at once. The register kernel held 16 sums
-/// a lane-vector: 255 registers at hidden 2048 (layer norm), two blocks a
-/// multiprocessor; this one about half (ptxas), so that more warps hide
-/// the loads.
-template <int kPer, bool kLayer>
-__global__ void __launch_bounds__(kWarpRowBackwardThreads)
-    normBackwardWarpSharedKernel(int64_t rows, int hidden,
-                                 const __nv_bfloat16 *x,
-                                 const __nv_bfloat16 *dy, const float *weight,
-                                 double eps, __nv_bfloat16 *dx, float *partialW,
-                                 float *partialB) {
   constexpr int kWarps = kWarpRowBackwardThreads / detail::kWarp;
   constexpr int kSums = backwardSums<kLayer>();
   constexpr int kWhich = kLayer ? 2 : 1;
@@ -1100,7 +1007,7 @@ __global__ void __launch_bounds__(kWarpRowBackwardThreads)
   }
 }
 
-/// Shared bytes of normBackwardWarpSharedKernel<kPer, kLayer>.
+/// Shared bytes of normBackwardWarpKernel<kPer, kLayer>.
 template <int kPer, bool kLayer> constexpr size_t warpSharedSumBytes() {
   return size_t(kWarpRowBackwardThreads / detail::kWarp) * (kLayer ? 2 : 1) *
          kPer * 2 * detail::kWarp * sizeof(float4);
@@ -1276,22 +1183,6 @@ void normForward(cudaStream_t stream, int64_t rows, int64_t hidden, NormRows x,
   });
 }
 
-/// Where the warp-a-row backward keeps its column sums:
-/// MTRT_CUDA_NORM_BACKWARD=registers (normBackwardWarpKernel) or =shared
-/// (normBackwardWarpSharedKernel); unset, registers, until the H200 has
-/// measured the shared kernel (bench/NOTES.md, session 29).
-bool normBackwardSumsInRegisters() {
-  const char *how = std::getenv("MTRT_CUDA_NORM_BACKWARD");
-  if (!how || std::strcmp(how, "registers") == 0)
-    return true;
-  if (std::strcmp(how, "shared") == 0)
-    return false;
-  throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-              std::string("MTRT_CUDA_NORM_BACKWARD=") + how +
-                  ": expected registers or shared (where the norm backward "
-                  "keeps its column sums)");
-}
-
 template <bool kLayer>
 void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
                   NormRows x, const float *weight, NormRows dy, double eps,
@@ -1318,28 +1209,16 @@ void normBackward(cudaStream_t stream, int64_t rows, int64_t hidden,
   int per = warpRowVectors(hidden, kMaxWarpRowBackwardVectors);
   bool warpRows =
       per && aligned && weight && x.bf16 && dy.bf16 && (!dx.data || dx.bf16);
-  if (warpRows && !normBackwardSumsInRegisters()) {
+  if (warpRows) {
     withWarpRowVectors(per, [&](auto vectors) {
       constexpr int kPer = decltype(vectors)::value;
-      auto kernel = normBackwardWarpSharedKernel<kPer, kLayer>;
+      auto kernel = normBackwardWarpKernel<kPer, kLayer>;
       constexpr size_t bytes = warpSharedSumBytes<kPer, kLayer>();
       static_assert(bytes <= kMaxStagedBytes, "allowStagedBytes' limit");
       allowStagedBytes(kernel);
       blocks = std::min(
           most, detail::residentBlocks(kernel, kWarpRowBackwardThreads, bytes));
       kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, bytes,
-               stream>>>(rows, static_cast<int>(hidden),
-                         static_cast<const __nv_bfloat16 *>(x.data),
-                         static_cast<const __nv_bfloat16 *>(dy.data), weight,
-                         eps, static_cast<__nv_bfloat16 *>(dx.data), partialW,
-                         partialB);
-    });
-  } else if (warpRows) {
-    withWarpRowVectors(per, [&](auto vectors) {
-      auto kernel = normBackwardWarpKernel<decltype(vectors)::value, kLayer>;
-      blocks = std::min(
-          most, detail::residentBlocks(kernel, kWarpRowBackwardThreads));
-      kernel<<<static_cast<unsigned>(blocks), kWarpRowBackwardThreads, 0,
                stream>>>(rows, static_cast<int>(hidden),
                          static_cast<const __nv_bfloat16 *>(x.data),
                          static_cast<const __nv_bfloat16 *>(dy.data), weight,
