@@ -11,9 +11,9 @@
 // row and 64 keys (AttentionMask.cuh). (Drawing them in the producer's idle
 // warps instead made the forward 1.6x slower at dropout 0.1: 96 threads
 // cannot keep up with the consumers; bench/NOTES.md, session 30.) The
-// backward (hopperAttentionBackward, section "The
-// backward" below) gives flashAttentionBackward's dq, dk, dv from the same
-// saved state in the same manner.
+// backward (hopperAttentionBackward, section "The backward" below) gives
+// flashAttentionBackward's dq, dk, dv from the same saved state in the same
+// manner.
 //
 // A block owns 64 queries a consumer warpgroup (HopperShape: 128) of one
 // (query head, batch) and walks the keys in tiles of 128 (causal: those
