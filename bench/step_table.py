@@ -185,20 +185,19 @@ def main():
     clips = sorted({str(r["torch"].get("clip_grad", "none (before "
                                          "torch_step.py --clip-grad)"))
                     for r in compared if r["torch"]})
+    # An "ours ALT_ENV ms" column where run-step-table.sh's ALT_ENV ran.
+    alts = any("ours_alt" in r for r in compared)
+    header = (["model", "mb", "dropout", "ours ms"] +
+              (["ours ALT_ENV ms"] if alts else []) +
+              ["torch ms", "ratio", "ours tokens/s", "ours MFU", "torch MFU",
+               "ours peak GiB", "reported GiB", "torch reserved GiB",
+               "torch allocated GiB", "torch SDPA"])
+    aligns = ["---"] + ["---:"] * (len(header) - 2) + ["---"]
     lines = [f"CUDA context (tiny-gpt's peak minus its reported total): "
              f"{context / MIB:.0f} MiB", "",
              f"Gradient clipping, torch's side (ours: megatron-train "
              f"--clip-grad, the same value): {', '.join(clips) or '-'}", "",
-             "| model | mb | dropout | ours ms | torch ms | ratio | ours "
-             "tokens/s | ours MFU | torch MFU | ours peak GiB | reported GiB "
-             "| torch reserved GiB | torch allocated GiB | torch SDPA |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-             "---:|---|"]
-    alts = [r for r in compared if "ours_alt" in r]
-    if alts:
-        lines[-2] = lines[-2].replace("| ours ms |", "| ours ms | ours "
-                                      "ALT_ENV ms |")
-        lines[-1] = lines[-1].replace("|---|---:|", "|---|---:|---:|", 1)
+             "| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|"]
     for r in compared:
         o, t = r["ours"] or {}, r["torch"] or {}
         cells = [r["model"], r["micro_batch_size"], f"{r['dropout']:g}",

@@ -26,8 +26,7 @@ PLANTED_PTX = b"// planted ptx\0"
 
 def entries(folder):
     return sorted(os.path.join(folder, name) for name in os.listdir(folder)
-                  if name.startswith("llvmcache-") and
-                  name != "llvmcache.timestamp")
+                  if name.startswith("llvmcache-"))
 
 
 def well_formed(data):

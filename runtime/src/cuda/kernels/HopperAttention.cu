@@ -100,7 +100,6 @@ struct HopperGeometry {
   bool causal, outputsBf16;
   float scaleLog2;  // the softmax scale times log2(e)
   float keptScale;  // dropout's 1 / (1 - p) (0 when nothing is kept), or 1
-  bool hasDropout;
   /// FlashAttention-3's overlap of S = Q K^T with the last tile's P V
   /// within a warpgroup (else one tile at a time;
   /// MTRT_CUDA_HOPPER_OVERLAP=0).
@@ -364,6 +363,7 @@ __device__ inline float quadSum(float x) {
 struct Barriers {
   uint64_t q, kFull[kStages], vFull[kStages], kEmpty[kStages], vEmpty[kStages];
 };
+static_assert(sizeof(Barriers) <= 128, "sharedBytes reserves 128 bytes");
 
 // Grid (query blocks of HopperShape<D>::kBlockM, headsQ, batch),
 // HopperShape<D>::kThreads threads, shared sharedBytes<D>(). Tensor maps: q
@@ -549,13 +549,13 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       int st = n % kStages;
       uint32_t parity = (n / kStages) & 1;
       uint64_t words[2][2] = {};
-      if constexpr (Dropout)
-        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       wgmmaFence();
       fenceRegisters(s);
       issueScores(n);
       wgmmaCommit();
+      if constexpr (Dropout)
+        maskWords(n, words);
       wgmmaWait<0>();
       fenceRegisters(s);
       release(&bars->kEmpty[st]);
@@ -598,8 +598,6 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     {
       uint64_t words[2][2] = {};
-      if constexpr (Dropout)
-        maskWords(0, words);
       barrierWait(smem(&bars->kFull[0]), 0);
       myTurn();
       wgmmaFence();
@@ -607,6 +605,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       issueScores(0);
       wgmmaCommit();
       passTurn(false);
+      if constexpr (Dropout)
+        maskWords(0, words);
       wgmmaWait<0>();
       fenceRegisters(s);
       release(&bars->kEmpty[0]);
@@ -619,8 +619,6 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       uint32_t parity = (n / kStages) & 1;
       uint32_t prevParity = ((n - 1) / kStages) & 1;
       uint64_t words[2][2] = {};
-      if constexpr (Dropout)
-        maskWords(n, words);
       barrierWait(smem(&bars->kFull[st]), parity);
       barrierWait(smem(&bars->vFull[prev]), prevParity);
       myTurn();
@@ -632,6 +630,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
       issueValues(n - 1);
       wgmmaCommit();
       passTurn(false);
+      if constexpr (Dropout)
+        maskWords(n, words);
       wgmmaWait<1>(); // S done, P V may still run
       fenceRegisters(s);
       release(&bars->kEmpty[st]);
@@ -1567,7 +1567,6 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   double scale =
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   geo.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
-  geo.hasDropout = dropout;
   // As the own forward: 1 / (1 - p) for the kept probabilities, none kept
   // at p >= 1.
   geo.keptScale =
