@@ -115,8 +115,6 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// flash kernels instead of cuDNN's (ContextOptions::cudnnAttention),
 /// MTRT_CUDA_HOPPER_ATTENTION=0 runs the flash forward and backward on the
 /// own kernels instead of the Hopper ones (ContextOptions::hopperAttention),
-/// MTRT_CUDA_MASK_AHEAD=1 draws attention dropout masks ahead on a stream
-/// of the lowest priority (ContextOptions::attentionMaskAhead),
 /// MTRT_CUDA_BF16_VALUES=0 holds every floating value in fp32 under bf16
 /// mixed precision (by default activations whose producer and readers all
 /// take bf16 are held in bf16) and MTRT_CUDA_GRAPHS=0 or 1 runs the step
@@ -149,7 +147,6 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.gemmTuning = !disabled("MTRT_CUDA_GEMM_TUNE");
   device.cudnnAttention = !disabled("MTRT_CUDA_CUDNN_ATTENTION");
   device.hopperAttention = !disabled("MTRT_CUDA_HOPPER_ATTENTION");
-  device.attentionMaskAhead = enabled("MTRT_CUDA_MASK_AHEAD");
   device.bf16Values = !disabled("MTRT_CUDA_BF16_VALUES");
   device.peerCollectives = !disabled("MTRT_PEER_COLLECTIVES");
   device.ncclGraphs = enabled("MTRT_CUDA_NCCL_GRAPHS");

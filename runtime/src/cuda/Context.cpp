@@ -80,16 +80,8 @@ Context::Context(const ContextOptions &options) : options_(options) {
                  std::to_string(prop.minor) + ", " +
                  std::to_string(prop.multiProcessorCount) + " SMs, " + memory +
                  ")";
-  // Drawing masks ahead, the computation outranks the draws: the block
-  // scheduler places the mask stream's blocks only where the compute
-  // stream's pending blocks leave room.
-  int least = 0, greatest = 0;
-  if (options.attentionMaskAhead)
-    MTRT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest),
-                    "reading the stream priorities");
-  MTRT_CUDA_CHECK(
-      cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest),
-      "creating the CUDA stream");
+  MTRT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                  "creating the CUDA stream");
   gemm_ = std::make_unique<Gemm>(stream_, options.tf32, options.gemmTuning);
   fault_ = DeviceBuffer(sizeof(unsigned), "the kernels' fault word");
   resetFault();
@@ -100,11 +92,10 @@ Context::~Context() {
   fp8Gemm_.reset();
   gemm_.reset();
   fault_ = DeviceBuffer();
-  for (cudaStream_t side : {commStream_, maskStream_})
-    if (side) {
-      cudaStreamSynchronize(side);
-      cudaStreamDestroy(side);
-    }
+  if (commStream_) {
+    cudaStreamSynchronize(commStream_);
+    cudaStreamDestroy(commStream_);
+  }
   if (stream_) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
@@ -112,27 +103,11 @@ Context::~Context() {
 }
 
 cudaStream_t Context::communicationStream() {
-  if (!commStream_) {
-    int priority = 0; // the compute stream's
-    MTRT_CUDA_CHECK(cudaStreamGetPriority(stream_, &priority),
-                    "reading the CUDA stream's priority");
-    MTRT_CUDA_CHECK(cudaStreamCreateWithPriority(
-                        &commStream_, cudaStreamNonBlocking, priority),
-                    "creating the communication stream");
-  }
+  if (!commStream_)
+    MTRT_CUDA_CHECK(
+        cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
+        "creating the communication stream");
   return commStream_;
-}
-
-cudaStream_t Context::maskStream() {
-  if (!maskStream_) {
-    int least = 0, greatest = 0;
-    MTRT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest),
-                    "reading the stream priorities");
-    MTRT_CUDA_CHECK(cudaStreamCreateWithPriority(&maskStream_,
-                                                 cudaStreamNonBlocking, least),
-                    "creating the attention masks' stream");
-  }
-  return maskStream_;
 }
 
 CudnnAttention *Context::cudnnAttention() {

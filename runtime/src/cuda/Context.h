@@ -60,15 +60,6 @@ struct ContextOptions {
   /// they take the call (the backward: not the deterministic one); off
   /// (MTRT_CUDA_HOPPER_ATTENTION=0 in megatron-train): the own kernels.
   bool hopperAttention = true;
-  /// Attention dropout masks drawn ahead: each flash attention with
-  /// dropout whose gradient is in the same function draws its keep bits on
-  /// a stream of the lowest priority from just after the previous such
-  /// attention (the first: from the function's start), into a buffer of
-  /// its own outside the memory plan, so that the draws fill the
-  /// multiprocessors the other kernels leave free; the compute stream then
-  /// runs at the highest priority (MTRT_CUDA_MASK_AHEAD=1 in
-  /// megatron-train). Off: each forward draws its mask right before it.
-  bool attentionMaskAhead = false;
   /// In-process ranks sharing this GPU run their all-reduces, all-gathers,
   /// reduce-scatters and broadcasts as kernels reading each other's buffers
   /// (cuda::PeerGroup: asynchronous, and with CUDA_MODULE_LOADING=EAGER
@@ -136,9 +127,6 @@ public:
   /// after the compute stream's work and joins it back before its run
   /// ends, so executors that run one after another can share it.
   cudaStream_t communicationStream();
-  /// The stream of the lowest priority that draws attention masks ahead
-  /// (ContextOptions::attentionMaskAhead), made at the first call.
-  cudaStream_t maskStream();
   Gemm &gemm() { return *gemm_; }
   /// The FP8 GEMMs (Fp8Gemm.h), made at the first call.
   Fp8Gemm &fp8Gemm();
@@ -164,7 +152,6 @@ private:
   ContextOptions options_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t commStream_ = nullptr;
-  cudaStream_t maskStream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<Fp8Gemm> fp8Gemm_;
   std::unique_ptr<CudnnAttention> cudnn_;

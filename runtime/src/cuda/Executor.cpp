@@ -11,7 +11,6 @@
 #include "cuda/DeviceMemory.h"
 #include "cuda/ParameterStore.h"
 #include "cuda/PeerCollective.h"
-#include "cuda/kernels/HopperAttention.h"
 #include "cuda/kernels/Kernels.h"
 
 #include <algorithm>
@@ -62,7 +61,6 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
   planBf16Values();
   planAttentionViews();
   planCudnnAttention();
-  planMasksAhead();
   planBf16Copies();
   planGemmAccumulation();
   planFp8Casts();
@@ -219,13 +217,11 @@ void Executor::bindArena() {
 }
 
 Executor::~Executor() {
-  for (auto *events : {&events_, &collectiveStart_, &collectiveDone_,
-                       &commBegin_, &commEnd_, &maskDrawn_})
+  for (auto *events :
+       {&events_, &collectiveStart_, &collectiveDone_, &commBegin_, &commEnd_})
     for (cudaEvent_t event : *events)
       if (event)
         cudaEventDestroy(event);
-  if (maskFork_)
-    cudaEventDestroy(maskFork_);
 }
 
 std::string Executor::instructionProfile() const {
@@ -423,11 +419,6 @@ Executor::run(const std::vector<host::TensorView> &inputs,
                       fn.name + ": uploading inputs[" + std::to_string(i) +
                           "]");
   }
-  // The masks drawn ahead read the micro-batch's first sample when they
-  // run (graphs replay them unchanged).
-  if (maskFirstSample_.data())
-    storeMaskFirstSample(stream, maskFirstSample_.as<uint64_t>(),
-                         key.firstSample);
   bool profiling = context_.options().profile;
   bool timed = profiling && runs_ > 0 && wait;
   // Graphs from the second run: the first times GEMM algorithms (which
@@ -537,7 +528,7 @@ void Executor::executeAll(const MicroBatchKey &key, bool timed) {
   if (trace && !trace->startRun(fn.name))
     trace = nullptr;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
-    beforeInstruction(position);
+    awaitCollectives(position);
     if (timed)
       MTRT_CUDA_CHECK(cudaEventRecord(events_[position], stream),
                       where(position));
@@ -728,12 +719,11 @@ bool Executor::replayGraph(const MicroBatchKey &key) {
   StepGraph::Enqueue enqueue = [&](size_t position) {
     execute(position, fn.instructions[position], key);
   };
-  // The communication stream's joins and the masks drawn ahead, before
-  // each instruction and at the end (not in the stepped instructions' side
-  // captures: no collective is stepped, and the draws read their first
-  // sample from device memory).
+  // The communication stream's joins, before each instruction and at the
+  // end (not in the stepped instructions' side captures: no collective is
+  // stepped).
   StepGraph::Enqueue await = [&](size_t position) {
-    beforeInstruction(position);
+    awaitCollectives(position);
   };
   bool barriers = false;
   std::optional<PeerGroup::LaunchWindow> window;

@@ -241,8 +241,6 @@ public:
   /// fused attention (planCudnnAttention), and for the others without
   /// dropout the first reason they do not ("" if none).
   size_t cudnnAttentionCount() const;
-  /// How many attentions draw their dropout masks ahead (planMasksAhead).
-  size_t masksDrawnAhead() const { return maskAheadBuffers_.size(); }
   const std::string &cudnnAttentionDeclined() const { return cudnnDeclined_; }
 
   /// How many weight-gradient GEMMs add straight into their parameter's
@@ -353,24 +351,12 @@ private:
   /// flag covers its forward rerun too. After planAttentionViews (the
   /// tensors' strides).
   void planCudnnAttention();
-  /// Which attentions draw their dropout masks ahead, from where
-  /// (ContextOptions::attentionMaskAhead; MasksAhead.cpp): flash
-  /// attentions with dropout on the own kernels whose gradient is in this
-  /// function, each from just after the previous one (the first from the
-  /// start). Each gets a mask buffer of its own. After planCudnnAttention.
-  void planMasksAhead();
-  /// Before instruction `position` (the instruction count: the run's
-  /// end): the masks drawn from here, on the mask stream after the compute
-  /// stream's work so far, and the compute stream's wait for the mask of
-  /// the attention at `position`. Also collectives' joins
-  /// (awaitCollectives).
-  void beforeInstruction(size_t position);
   /// The flash forward (out, its kept copy, logsumexp, dropout bits) on
   /// the Hopper kernels where ContextOptions::hopperAttention is on and
   /// they take the call (kernels/HopperAttention.h), else the own ones.
   void flashForward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, __nv_bfloat16 *kept, float *lse,
-                    uint64_t *mask, bool maskDrawn = false) const;
+                    uint64_t *mask) const;
   /// The flash backward (dq, dk, dv from the forward's kept copy,
   /// logsumexp and dropout bits) on the Hopper kernels under the same
   /// switch where they take the call (not the deterministic backward),
@@ -663,18 +649,6 @@ private:
   std::vector<bool> elided_;
   /// By instruction: flash attention through cuDNN (planCudnnAttention).
   std::vector<bool> cudnnAttention_;
-  /// Masks drawn ahead (planMasksAhead). By instruction: the attentions
-  /// whose masks are drawn before it; an attention's mask buffer (null:
-  /// its forward draws into its kernel block) and the event its draw ends
-  /// with. The micro-batch's first sample is read by the draws from
-  /// maskFirstSample_ (device memory, stored before each run), so that
-  /// graphs replay them unchanged.
-  std::vector<std::vector<size_t>> masksDrawnBefore_;
-  std::vector<uint64_t *> maskAhead_;
-  std::vector<DeviceBuffer> maskAheadBuffers_;
-  std::vector<cudaEvent_t> maskDrawn_;
-  cudaEvent_t maskFork_ = nullptr;
-  DeviceBuffer maskFirstSample_;
   std::string cudnnDeclined_;
   /// The view region: its offset in the arena (the plan's bytes, aligned)
   /// and size (0 when the bundle's plan places the views).

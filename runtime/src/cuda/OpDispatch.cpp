@@ -127,12 +127,12 @@ void Executor::planCudnnAttention() {
 
 void Executor::flashForward(cudaStream_t stream, const AttentionParams &p,
                             const FlashTensors &io, __nv_bfloat16 *kept,
-                            float *lse, uint64_t *mask, bool maskDrawn) const {
+                            float *lse, uint64_t *mask) const {
   if (context_.options().hopperAttention &&
       hopperAttentionUnsupportedReason(p, io).empty())
-    hopperAttentionForward(stream, p, io, kept, lse, mask, maskDrawn);
+    hopperAttentionForward(stream, p, io, kept, lse, mask);
   else
-    flashAttentionForward(stream, p, io, kept, lse, mask, maskDrawn);
+    flashAttentionForward(stream, p, io, kept, lse, mask);
 }
 
 void Executor::flashBackward(cudaStream_t stream, const AttentionParams &p,
@@ -623,8 +623,6 @@ void Executor::execute(size_t position, const Instruction &inst,
           stream, p, io, kept, lse,
           carve.take<char>(scratch::kCudnnAttentionForwardWorkspaceBytes),
           scratch::kCudnnAttentionForwardWorkspaceBytes);
-    else if (maskAhead_[position])
-      flashForward(stream, p, io, kept, lse, maskAhead_[position], true);
     else
       flashForward(stream, p, io, kept, lse, mask);
     break;
@@ -642,8 +640,6 @@ void Executor::execute(size_t position, const Instruction &inst,
       float *lse = saved.take<float>(sizeof(float) * rows);
       auto *o = saved.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
       uint64_t *mask = saved.take<uint64_t>(flashAttentionMaskBytes(p));
-      if (forward != kNoPartner && maskAhead_[forward])
-        mask = maskAhead_[forward];
       void *delta = forward != kNoPartner ? carve.take<char>(0)
                                           : saved.take<char>(0);
       FlashTensors io = flashTensors(1);

@@ -243,11 +243,7 @@ void StepGraph::capture(cudaStream_t stream, size_t count,
 }
 
 void StepGraph::instantiate(const std::string &what) {
-  // Each kernel node runs at the priority of the stream that captured it
-  // (the attention masks drawn ahead below the computation), not at the
-  // launch stream's.
-  MTRT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_,
-                                       cudaGraphInstantiateFlagUseNodePriority),
+  MTRT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0),
                   what + ": instantiating the CUDA graph of " +
                       std::to_string(nodeCount_) + " nodes");
 }

@@ -1,8 +1,7 @@
 // CUDA graphs (ContextOptions::cudaGraphs): the step replayed from its graph
 // gives the bits of the step run instruction by instruction, with dropout on
 // (the graph's dropout keys updated per step), over several steps, with
-// inputs copied in or bound in place from device memory, and with the
-// attention masks drawn ahead on a stream of their own.
+// inputs copied in or bound in place from device memory.
 #include "CudaTestSupport.h"
 
 #include "cuda/CudaCheck.h"
@@ -20,10 +19,9 @@ namespace {
 /// One executor of train_step on its own context and parameters, with or
 /// without graphs; the same seed gives both the same parameters.
 struct Runner {
-  Runner(const Bundle &bundle, bool graphs, bool masksAhead = false) {
+  Runner(const Bundle &bundle, bool graphs) {
     cuda::ContextOptions options;
     options.cudaGraphs = graphs;
-    options.attentionMaskAhead = masksAhead;
     // The heuristic's GEMM algorithms: timing could pick different ones in
     // the two contexts, and their sums round differently.
     options.gemmTuning = false;
@@ -104,39 +102,6 @@ TEST_P(CudaGraphTest, ReplayedStepsEqualTheStepsRunOneByOne) {
       << graphed.executor->graphSummary();
   std::cout << "[ graphs   ] " << GetParam() << ": "
             << graphed.executor->graphSummary();
-}
-
-// Attention masks drawn ahead on the low-priority stream
-// (ContextOptions::attentionMaskAhead), graphed: the bits of the step run
-// one by one with each forward drawing its own mask, steps out of order.
-TEST_P(CudaGraphTest, MasksDrawnAheadGiveTheSameBits) {
-  Runner plain(*bundle, false), ahead(*bundle, true, true);
-  for (uint64_t step : kSteps) {
-    std::vector<host::Tensor> inputs = batch(step);
-    std::vector<host::TensorView> views = {viewOf(inputs[0]),
-                                           viewOf(inputs[1])};
-    std::vector<host::Tensor> expected =
-        plain.executor->run(views, {step, step});
-    std::vector<host::Tensor> actual = ahead.executor->run(views, {step, step});
-    ASSERT_EQ(actual.size(), expected.size());
-    for (size_t i = 0; i < actual.size(); ++i)
-      expectIdentical(actual[i], expected[i],
-                      "step " + std::to_string(step) + " output " +
-                          std::to_string(i));
-  }
-  for (size_t p = 0; p < plain.store->size(); ++p)
-    expectIdentical(ahead.store->gradientToHost(p),
-                    plain.store->gradientToHost(p),
-                    "gradient of " + plain.store->info(p).name);
-  EXPECT_EQ(ahead.executor->graphReplays(), kRuns - 1)
-      << ahead.executor->graphSummary();
-  // The bf16 bundles run attention on the flash kernels, with dropout: one
-  // mask a layer drawn ahead. In fp32 the reference kernels draw their own.
-  bool bf16 = std::string(GetParam()).find("bf16") != std::string::npos;
-  if (bf16)
-    EXPECT_GT(ahead.executor->masksDrawnAhead(), 0u);
-  else
-    EXPECT_EQ(ahead.executor->masksDrawnAhead(), 0u);
 }
 
 // Batches bound from device memory (the C API's GPU batches, a pipeline

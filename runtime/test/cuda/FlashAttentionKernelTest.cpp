@@ -15,7 +15,6 @@
 // ways to check both.
 #include "CudaTestSupport.h"
 
-#include "cuda/kernels/HopperAttention.h"
 #include "cuda/kernels/Kernels.h"
 #include "host/ThreadPool.h"
 #include "host/kernels/Kernels.h"
@@ -23,7 +22,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -264,79 +262,6 @@ TEST_F(FlashAttentionKernelTest, HeadDim64InPlaceRaggedUnpaired) {
 // Head dimension 32 (the 16-row kernel) with paired draws.
 TEST_F(FlashAttentionKernelTest, HeadDim32PairedDraws) {
   run({1, 128, 128, 2, 1, 32, true, 0.1});
-}
-
-/// The mask as the runtime draws it ahead (Executor::beforeInstruction):
-/// its first sample read from device memory, each block 8 key blocks of
-/// its rows. Every word a row sees holds the host's keep bits; the others
-/// stay untouched.
-void checkMaskDrawnAhead(int64_t seq, bool causal) {
-  host::AttentionParams p;
-  p.batch = 2;
-  p.seqQ = p.seqK = seq;
-  p.headsQ = 3;
-  p.headsKv = 3;
-  p.headDim = p.headDimV = 64;
-  p.causal = causal;
-  p.dropoutP = 0.1;
-  p.seed = 17;
-  p.firstSample = 0; // the device's value counts
-  constexpr uint64_t kFirstSample = 9;
-  size_t maskBytes = cuda::flashAttentionMaskBytes(p);
-  uint64_t *mask = nullptr, *firstSample = nullptr;
-  check(cudaMalloc(&mask, maskBytes), "cudaMalloc");
-  check(cudaMemset(mask, 0xA5, maskBytes), "cudaMemset");
-  check(cudaMalloc(&firstSample, sizeof(uint64_t)), "cudaMalloc");
-  cuda::storeMaskFirstSample(nullptr, firstSample, kFirstSample);
-  cuda::flashAttentionDropoutMask(nullptr, p, mask, firstSample);
-  check(cudaGetLastError(), "the mask kernel's launch");
-  check(cudaDeviceSynchronize(), "the mask kernel");
-  size_t words = maskBytes / sizeof(uint64_t);
-  std::vector<uint64_t> bits = download<uint64_t>(mask, words);
-  cudaFree(mask);
-  cudaFree(firstSample);
-  int64_t keyBlocks = (seq + 63) / 64;
-  ASSERT_EQ(static_cast<int64_t>(words), p.batch * p.headsQ * seq * keyBlocks);
-  uint32_t threshold = random::dropoutThreshold16(p.dropoutP);
-  int64_t wrong = 0, untouched = 0;
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t h = 0; h < p.headsQ; ++h)
-      for (int64_t i = 0; i < seq; ++i) {
-        uint64_t key = random::streamKey(p.seed, kFirstSample + b);
-        uint64_t row = static_cast<uint64_t>((h * seq + i) * seq);
-        int64_t at = ((b * p.headsQ + h) * seq + i) * keyBlocks;
-        for (int64_t kb = 0; kb < keyBlocks; ++kb) {
-          if (causal && kb > i / 64) {
-            untouched += bits[at + kb] == 0xA5A5A5A5A5A5A5A5ull;
-            continue;
-          }
-          uint64_t expected = 0;
-          for (int64_t j = 64 * kb; j < std::min(seq, 64 * kb + 64); ++j)
-            expected |= static_cast<uint64_t>(
-                            random::dropoutKeep(key, row + j, threshold))
-                        << (j % 64);
-          // Bits past the last key are drawn too: compare the keys'.
-          uint64_t keys =
-              seq - 64 * kb >= 64 ? ~0ull : (1ull << (seq - 64 * kb)) - 1;
-          wrong += (bits[at + kb] & keys) != expected;
-        }
-      }
-  EXPECT_EQ(wrong, 0) << "mask words differ from the host's";
-  int64_t unseen = 0;
-  for (int64_t i = 0; causal && i < seq; ++i)
-    unseen += keyBlocks - 1 - i / 64;
-  EXPECT_EQ(untouched, unseen * p.batch * p.headsQ)
-      << "words no row sees were written";
-}
-
-// 18 key blocks (three chunks, the last ragged), paired draws, causal.
-TEST_F(FlashAttentionKernelTest, MaskDrawnAheadCausal) {
-  checkMaskDrawnAhead(1100, true);
-}
-
-// 17 key blocks, unpaired draws (1026 keys), every row sees them all.
-TEST_F(FlashAttentionKernelTest, MaskDrawnAheadUnpairedFull) {
-  checkMaskDrawnAhead(1026, false);
 }
 
 } // namespace

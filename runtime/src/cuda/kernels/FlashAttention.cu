@@ -551,34 +551,21 @@ constexpr int kMaskThreads = 4 * kTile;
 // than draw in the kernels that hold the matrix products (there the hashing
 // took a third of the forward at gpt-1.3b's shape: bench/NOTES.md), and
 // the backward reads them again.
-//
-// With `chunk` > 0 a block draws key blocks [c chunk, (c + 1) chunk) of its
-// rows only, c = blockIdx.x % chunks (short blocks, for draws beside other
-// kernels); `firstSample`, when set, replaces geo.firstSample.
 __global__ void __launch_bounds__(kMaskThreads)
-    flashDropoutMaskKernel(FlashGeometry geo, uint64_t *mask,
-                           const uint64_t *firstSample, int chunk) {
-  if (firstSample)
-    geo.firstSample = *firstSample;
-  int chunks = chunk > 0 ? (geo.keyBlocks + chunk - 1) / chunk : 1;
-  int q0 = static_cast<int>(blockIdx.x) / chunks * kTile;
-  int firstBlock =
-      chunk > 0 ? static_cast<int>(blockIdx.x) % chunks * chunk : 0;
+    flashDropoutMaskKernel(FlashGeometry geo, uint64_t *mask) {
+  int q0 = static_cast<int>(blockIdx.x) * kTile;
   int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   int i = q0 + static_cast<int>(threadIdx.x) / 4;
   int quarter = static_cast<int>(threadIdx.x) % 4;
   bool in = i < geo.seqQ; // the others only join the shuffles
   int row = in ? i : q0;
   uint64_t key = geo.sampleKey(b);
-  uint64_t first = geo.probabilityRow(h, row) + 16 * quarter +
-                   static_cast<uint64_t>(firstBlock) * kTile;
+  uint64_t first = geo.probabilityRow(h, row) + 16 * quarter;
   uint64_t *rowWords = mask + geo.maskWord(b, h, row, 0);
   int blocksSeen =
       geo.causal ? min(geo.keyBlocks, q0 / kTile + 1) : geo.keyBlocks;
-  if (chunk > 0)
-    blocksSeen = min(blocksSeen, firstBlock + chunk);
   const random::DropoutLanes lanes = random::dropoutLanes(geo.threshold16);
-  for (int kb = firstBlock; kb < blocksSeen; ++kb, first += kTile) {
+  for (int kb = 0; kb < blocksSeen; ++kb, first += kTile) {
     uint64_t word = quadMaskWord(
         drawMaskBits16(key, first, geo.threshold16, lanes), quarter);
     if (in && quarter == 0)
@@ -1768,7 +1755,7 @@ std::string flashAttentionUnsupportedReason(const AttentionParams &p) {
 
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
                            const FlashTensors &io, __nv_bfloat16 *outCopy,
-                           float *logsumexp, uint64_t *mask, bool maskDrawn) {
+                           float *logsumexp, uint64_t *mask) {
   if (empty(params))
     return;
   if (params.dropoutP > 0) {
@@ -1776,8 +1763,7 @@ void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
       throw Error(MTRT_STATUS_INTERNAL,
                   "flashAttentionForward: dropout needs a mask of "
                   "flashAttentionMaskBytes");
-    if (!maskDrawn)
-      flashAttentionDropoutMask(stream, params, mask);
+    flashAttentionDropoutMask(stream, params, mask);
   }
   withKernels(params, io, [&](auto d, auto in) {
     forward<decltype(d)::value, decltype(in)>(stream, params, io, outCopy,
@@ -1786,30 +1772,13 @@ void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
 }
 
 void flashAttentionDropoutMask(cudaStream_t stream,
-                               const AttentionParams &params, uint64_t *mask,
-                               const uint64_t *firstSample) {
+                               const AttentionParams &params, uint64_t *mask) {
   if (empty(params) || params.dropoutP <= 0)
     return;
   FlashGeometry geo = makeGeometry(params, FlashTensors());
-  // Drawn ahead (beside the compute stream's kernels), a block draws 8 key
-  // blocks of its rows at most, so that it leaves its multiprocessor soon.
-  int chunk = firstSample ? 8 : 0;
-  int chunks = chunk ? (geo.keyBlocks + chunk - 1) / chunk : 1;
-  dim3 grid(static_cast<unsigned>(blocks(params.seqQ, kTile) * chunks),
-            static_cast<unsigned>(params.headsQ),
+  dim3 grid(blocks(params.seqQ, kTile), static_cast<unsigned>(params.headsQ),
             static_cast<unsigned>(params.batch));
-  flashDropoutMaskKernel<<<grid, kMaskThreads, 0, stream>>>(geo, mask,
-                                                            firstSample, chunk);
-}
-
-namespace {
-__global__ void storeFirstSampleKernel(uint64_t *at, uint64_t value) {
-  *at = value;
-}
-} // namespace
-
-void storeMaskFirstSample(cudaStream_t stream, uint64_t *at, uint64_t value) {
-  storeFirstSampleKernel<<<1, 1, 0, stream>>>(at, value);
+  flashDropoutMaskKernel<<<grid, kMaskThreads, 0, stream>>>(geo, mask);
 }
 
 size_t flashAttentionMaskBytes(const AttentionParams &params) {

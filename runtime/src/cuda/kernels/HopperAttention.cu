@@ -708,9 +708,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   S^T = K_c Q^T and dP^T = V_c dout^T (wgmma, both operands in shared
 //   memory, K-major, m64n64k16), issued together;
 //   P^T = exp2(S^T scale log2(e) - lse log2(e)) (masked: causal, keys past
-//   seqK), rounded to bf16 with dropout applied (kept: P, else 0; dV's
-//   sums are scaled by 1 / (1 - p) when stored) as the register A operand
-//   of dV += P^T dout (dout an MN-major B);
+//   seqK), rounded to bf16 with dropout applied (kept: P / (1 - p), else
+//   0) as the register A operand of dV += P^T dout (dout an MN-major B);
 //   dS^T = P^T (dP^T kept / (1 - p), else 0, less delta) as the register
 //   A operand of dK += dS^T Q, and stored (bf16, 128-byte swizzled) into
 //   the step's [128 keys][64 queries] dS^T buffer;
@@ -1082,11 +1081,9 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           keepBits |= ((words[c] >> (8 * r)) & 1u) << (4 * j + e);
       }
     }
-    // Kept probabilities unscaled: dV's sums take 1 / (1 - p) once, when
-    // they are stored.
     auto dropped = [&](int i) {
       if constexpr (Dropout)
-        return (keepBits >> i) & 1 ? s[i] : 0.f;
+        return (keepBits >> i) & 1 ? s[i] * geo.dropoutScale : 0.f;
       else
         return s[i];
     };
@@ -1113,13 +1110,10 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int i = 4 * j + e;
-        float delta = deltas[e % 2];
+        float dprob = dp[i];
         if constexpr (Dropout)
-          dp[i] = s[i] * ((keepBits >> i) & 1
-                              ? fmaf(dp[i], geo.dropoutScale, -delta)
-                              : -delta);
-        else
-          dp[i] = s[i] * (dp[i] - delta);
+          dprob = (keepBits >> i) & 1 ? dprob * geo.dropoutScale : 0.f;
+        dp[i] = s[i] * (dprob - deltas[e % 2]);
       }
     }
     uint32_t dsA[4][4];
@@ -1260,8 +1254,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       int col = 8 * j + 2 * t;
       float dk0 = dkAcc[4 * j + 2 * r] * geo.scale,
             dk1 = dkAcc[4 * j + 2 * r + 1] * geo.scale;
-      float dv0 = dvAcc[4 * j + 2 * r] * geo.dropoutScale,
-            dv1 = dvAcc[4 * j + 2 * r + 1] * geo.dropoutScale;
+      float dv0 = dvAcc[4 * j + 2 * r], dv1 = dvAcc[4 * j + 2 * r + 1];
       if (geo.outputsBf16) {
         if (dk)
           *reinterpret_cast<__nv_bfloat162 *>(
@@ -1546,7 +1539,7 @@ std::string hopperAttentionUnsupportedReason(const AttentionParams &p,
 
 void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
                             const FlashTensors &io, __nv_bfloat16 *outCopy,
-                            float *logsumexp, uint64_t *mask, bool maskDrawn) {
+                            float *logsumexp, uint64_t *mask) {
   if (p.batch <= 0 || p.seqQ <= 0 || p.headsQ <= 0 || p.seqK <= 0)
     return;
   std::string reason = hopperAttentionUnsupportedReason(p, io);
@@ -1558,8 +1551,7 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
       throw Error(MTRT_STATUS_INTERNAL,
                   "hopperAttentionForward: dropout needs a mask of "
                   "flashAttentionMaskBytes");
-    if (!maskDrawn)
-      flashAttentionDropoutMask(stream, p, mask);
+    flashAttentionDropoutMask(stream, p, mask);
   }
   HopperGeometry geo{};
   geo.seqQ = static_cast<int>(p.seqQ);

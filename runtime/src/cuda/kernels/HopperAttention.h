@@ -14,20 +14,9 @@ namespace mtrt::cuda {
 
 /// Draws the dropout keep bits flashAttentionForward draws first (params'
 /// dropoutP > 0) into `mask` (of flashAttentionMaskBytes), for another
-/// forward that reads the same decisions (FlashAttention.cu). With
-/// `firstSample` (device memory) the micro-batch's first sample is read
-/// from there when the kernel runs instead of taken from params: a kernel
-/// captured in a CUDA graph then draws each run's mask unchanged. Such
-/// draws run beside other kernels (Executor::beforeInstruction): each block
-/// draws 8 words of its rows at most, so that it leaves its multiprocessor
-/// soon.
+/// forward that reads the same decisions (FlashAttention.cu).
 void flashAttentionDropoutMask(cudaStream_t stream,
-                               const AttentionParams &params, uint64_t *mask,
-                               const uint64_t *firstSample = nullptr);
-
-/// Stores `value` at `at` (device memory) on the stream: the first sample
-/// flashAttentionDropoutMask reads there.
-void storeMaskFirstSample(cudaStream_t stream, uint64_t *at, uint64_t value);
+                               const AttentionParams &params, uint64_t *mask);
 
 /// Empty when hopperAttentionForward takes this call on the current device,
 /// else why not: flashAttentionUnsupportedReason's rules, then head
@@ -39,13 +28,11 @@ std::string hopperAttentionUnsupportedReason(const AttentionParams &params,
 
 /// io.out and logsumexp as flashAttentionForward (out and outCopy may be
 /// null); with dropout the keep bits are drawn into `mask` (of
-/// flashAttentionMaskBytes) by the own forward's mask kernel first (unless
-/// `maskDrawn`: drawn already), so that the gradient and the host read the
-/// same decisions.
+/// flashAttentionMaskBytes) by the own forward's mask kernel first, so that
+/// the gradient and the host read the same decisions.
 void hopperAttentionForward(cudaStream_t stream, const AttentionParams &params,
                             const FlashTensors &io, __nv_bfloat16 *outCopy,
-                            float *logsumexp, uint64_t *mask,
-                            bool maskDrawn = false);
+                            float *logsumexp, uint64_t *mask);
 
 /// Empty when hopperAttentionBackward takes this call on the current
 /// device, else why not: hopperAttentionUnsupportedReason's rules, dout's

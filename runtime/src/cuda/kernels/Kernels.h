@@ -313,13 +313,11 @@ struct FlashTensors {
 /// and outCopy (a second copy of out in bf16, of
 /// flashAttentionSavedOutputBytes, kept for the gradient) may be null. With
 /// dropout a `mask` of flashAttentionMaskBytes is required: the keep
-/// decisions are drawn into it as bits first (unless `maskDrawn`: drawn
-/// already by flashAttentionDropoutMask), then the forward reads them, and
-/// the gradient reuses them.
+/// decisions are drawn into it as bits first, then the forward reads them,
+/// and the gradient reuses them.
 void flashAttentionForward(cudaStream_t stream, const AttentionParams &params,
                            const FlashTensors &io, __nv_bfloat16 *outCopy,
-                           float *logsumexp, uint64_t *mask,
-                           bool maskDrawn = false);
+                           float *logsumexp, uint64_t *mask);
 
 /// Bytes of the forward's dropout mask: 0 without dropout.
 size_t flashAttentionMaskBytes(const AttentionParams &params);
