@@ -30,19 +30,17 @@ namespace megatron {
 /// fp32, or in bf16 when its bit of `bf16` is set: bit i for operand i,
 /// bit (operands + j) for result j; values past bit 63 are fp32. The
 /// arithmetic is f32 either way (bf16 widens exactly and rounds to nearest
-/// even when stored). The mask of the group's declared types (what typed
-/// bundles store) runs NAME_declared, the body below with the types as
-/// constants; any other runs NAME_any, element by element. Threads take
-/// elements in a grid-stride loop: first pairs of the vectors / 2 groups of
-/// eight (`vectors` is n / 4 when every pointer is 16-byte aligned, else 0; one
-/// 16-byte access per bf16 pointer, two per fp32 one), then the odd group, then
-/// the rest one by one (earlier compilers' kernels took groups of eight, or
-/// `vectors` groups of four, a thread). A group with a dropout of p > 0 takes
-/// `tile` (by value: where its elements lie among the micro-batch's samples,
-/// the global tile of the host's GlobalTile) and one key per such dropout, in
-/// body order, random::seedKey(seed); element i is kept iff
-/// random::dropoutKeep( sampleKey(key, maskSample(tile, i)), maskPosition(tile,
-/// i), dropoutThreshold16(p)), exactly as runtime/src/core/Random.h, whose
+/// even when stored). Threads take elements in a grid-stride loop: first
+/// pairs of the vectors / 2 groups of eight (`vectors` is n / 4 when every
+/// pointer is 16-byte aligned, else 0; one 16-byte access per bf16
+/// pointer, two per fp32 one), then the odd group, then the rest one by
+/// one (earlier compilers' kernels took groups of eight, or `vectors`
+/// groups of four, a thread). A group with a dropout of p > 0 takes `tile` (by
+/// value: where its elements lie among the micro-batch's samples, the global
+/// tile of the host's GlobalTile) and one key per such dropout, in body order,
+/// random::seedKey(seed); element i is kept iff random::dropoutKeep(
+/// sampleKey(key, maskSample(tile, i)), maskPosition(tile, i),
+/// dropoutThreshold16(p)), exactly as runtime/src/core/Random.h, whose
 /// source the kernels include (one draw per four aligned positions; a group
 /// of eight that is two draws' positions maps its first element and hashes
 /// each draw once, a pair of them four draws' once for all four, else each

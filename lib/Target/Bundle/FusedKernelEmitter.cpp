@@ -222,91 +222,37 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   // The kernel: groups of four, then the remaining elements; each operand
   // and stored result in the storage type its bit of `bf16` names.
   size_t inputs = body.getNumArguments(), outputs = stored.size();
-  // The storage types the group declares (bit i operand i, bit inputs + j
-  // stored result j, as the type mask): typed bundles store every value so,
-  // and each kernel's body is compiled once for them with constant types,
-  // once for any mask (older plans hold values in bf16 by the runtime's
-  // choice).
-  uint64_t declared = 0;
-  auto isBf16 = [](Value value) {
-    return cast<ShapedType>(value.getType()).getElementType().isBF16();
-  };
-  for (size_t i = 0; i < inputs && i < kFusedKernelTypeBits; ++i)
-    if (isBf16(body.getArgument(i)))
-      declared |= uint64_t(1) << i;
-  for (size_t j = 0; j < outputs && inputs + j < kFusedKernelTypeBits; ++j)
-    if (isBf16(stored[j]))
-      declared |= uint64_t(1) << (inputs + j);
-  // The parameters: the flat kernel's (n, vectors) or the column-sum
+  // The signature: the flat kernel's (n, vectors) or the column-sum
   // kernel's (rows, colOctets) and its partial rows, then the type mask,
   // the mask tile and keys, the operands and the stored results.
-  auto parameters = [&](bool sums) {
-    SmallVector<std::pair<std::string, std::string>> list;
-    list.push_back({"long long ", sums ? "rows" : "n"});
-    list.push_back({"long long ", sums ? "colOctets" : "vectors"});
-    list.push_back({"unsigned long long ", "bf16"});
+  auto emitSignature = [&](bool sums) {
+    os << "extern \"C\" __global__ void __launch_bounds__("
+       << kFusedKernelThreads << ")\n"
+       << name
+       << (sums ? "_sums(long long rows, long long colOctets"
+                : "(long long n, long long vectors")
+       << ", unsigned long long bf16";
+    // __grid_constant__: the tile's functions take it by reference, which
+    // would otherwise copy the 112-byte parameter to local memory in every
+    // thread (more traffic than the elements' own).
     if (keys)
-      list.push_back({"const mtrt::random::MaskTile ", "tile"});
+      os << ", __grid_constant__ const mtrt::random::MaskTile tile";
     for (size_t k = 0; k < keys; ++k)
-      list.push_back({"unsigned long long ", llvm::formatv("key{0}", k)});
+      os << ", unsigned long long key" << k;
     for (size_t i = 0; i < inputs; ++i)
-      list.push_back({"const void *", llvm::formatv("in{0}", i)});
+      os << ", const void *in" << i;
     for (size_t i = 0; i < outputs; ++i)
-      list.push_back({"void *", llvm::formatv("out{0}", i)});
+      os << ", void *out" << i;
     if (sums)
       for (size_t s = 0; s < summed.size(); ++s)
-        list.push_back({"float *", llvm::formatv("partial{0}", s)});
-    return list;
-  };
-  // A body of the kernel: `declaredTypes`, the storage types are the
-  // declared ones (constants the compiler folds), else `bf16`'s bits.
-  auto emitSignature = [&](bool sums, bool declaredTypes) {
-    os << "__device__ __forceinline__ void " << name << (sums ? "_sums" : "")
-       << (declaredTypes ? "_declared" : "_any") << "(";
-    llvm::ListSeparator comma;
-    // The tile by reference: the entry's __grid_constant__ parameter, not
-    // a copy of its 112 bytes in every thread's local memory.
-    for (auto &[type, parameter] : parameters(sums))
-      os << comma << type << (parameter == "tile" ? "&" : "") << parameter;
-    if (sums) // the entry's shared memory
-      os << comma << "float (*groupSums)[8][256]";
-    os << ") {\n"
-       << "  constexpr bool kDeclaredTypes = "
-       << (declaredTypes ? "true" : "false") << ";\n";
-  };
-  // The kernel: its body for the declared types where `bf16` names them.
-  auto emitEntry = [&](bool sums) {
-    os << "\nextern \"C\" __global__ void __launch_bounds__("
-       << kFusedKernelThreads << ")\n"
-       << name << (sums ? "_sums" : "") << "(";
-    llvm::ListSeparator comma, argument;
-    std::string arguments;
-    for (auto &[type, parameter] : parameters(sums)) {
-      os << comma << (parameter == "tile" ? "__grid_constant__ " : "") << type
-         << parameter;
-      StringRef separator = argument;
-      arguments += (separator + parameter).str();
-    }
+        os << ", float *partial" << s;
     os << ") {\n";
-    if (sums) {
-      os << "  __shared__ float groupSums[" << summed.size() << "][8][256];\n";
-      arguments += ", groupSums";
-    }
-    os << "  if (bf16 == " << llvm::formatv("{0:x}", declared) << "ull)\n"
-       << "    " << name << (sums ? "_sums" : "") << "_declared(" << arguments
-       << ");\n"
-       << "  else\n"
-       << "    " << name << (sums ? "_sums" : "") << "_any(" << arguments
-       << ");\n"
-       << "}\n";
   };
   // Values past the mask's 64 bits stay fp32.
-  auto bit = [&](size_t k) -> std::string {
+  auto bit = [](size_t k) -> std::string {
     if (k >= kFusedKernelTypeBits)
       return "false";
-    return llvm::formatv("kDeclaredTypes ? {0} : ((bf16 >> {1}) & 1ull) != 0",
-                         (declared >> k) & 1 ? "true" : "false", k)
-        .str();
+    return llvm::formatv("((bf16 >> {0}) & 1ull) != 0", k).str();
   };
   // Each dropout's draw for element `index` (its sample and position from
   // the tile, 32-bit division where everything fits), as INDENT's
@@ -469,25 +415,7 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
     emitOctetElements("    ", o, "");
     emitOctetStores(o, "");
   };
-  // The body of the loop over single elements `i`, and its end.
-  auto emitElementLoop = [&] {
-    for (size_t i = 0; i < outputs; ++i)
-      os << "    float y" << i << ";\n";
-    if (keys)
-      emitDraws("    ", "(unsigned long long)i", "");
-    std::string arguments;
-    for (size_t i = 0; i < inputs; ++i)
-      arguments += llvm::formatv("mt_load(in{0}, bin{0}, i), ", i).str();
-    for (size_t i = 0; i < outputs; ++i)
-      arguments += llvm::formatv("y{0}, ", i).str();
-    arguments.resize(arguments.size() - 2);
-    os << "    " << name << "_element("
-       << drawArguments("(unsigned)(position & 3)", "") << arguments << ");\n";
-    for (size_t i = 0; i < outputs; ++i)
-      os << "    mt_store(out" << i << ", bout" << i << ", i, y" << i << ");\n";
-    os << "  }\n";
-  };
-  emitSignature(false, true);
+  emitSignature(false);
   emitPreamble();
   // Pairs of octets first: both octets' loads in flight before either is
   // computed, and where the sixteen elements are four whole draws'
@@ -521,18 +449,22 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   emitOctet("o");
   os << "  }\n"
      << "  for (long long i = 8 * octets + first; i < n; i += stride) {\n";
-  emitElementLoop();
-  os << "}\n";
-  // Any other storage types (a plan that holds values in bf16 by the
-  // runtime's choice): every element by itself.
-  emitSignature(false, false);
-  emitPreamble();
-  os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
-     << "  for (long long i = (long long)blockIdx.x * blockDim.x + "
-        "threadIdx.x; i < n; i += stride) {\n";
-  emitElementLoop();
-  os << "}\n";
-  emitEntry(false);
+  for (size_t i = 0; i < outputs; ++i)
+    os << "    float y" << i << ";\n";
+  if (keys)
+    emitDraws("    ", "(unsigned long long)i", "");
+  std::string arguments;
+  for (size_t i = 0; i < inputs; ++i)
+    arguments += llvm::formatv("mt_load(in{0}, bin{0}, i), ", i).str();
+  for (size_t i = 0; i < outputs; ++i)
+    arguments += llvm::formatv("y{0}, ", i).str();
+  arguments.resize(arguments.size() - 2);
+  os << "    " << name << "_element("
+     << drawArguments("(unsigned)(position & 3)", "") << arguments << ");\n";
+  for (size_t i = 0; i < outputs; ++i)
+    os << "    mt_store(out" << i << ", bout" << i << ", i, y" << i
+       << ");\n";
+  os << "  }\n}\n";
   if (summed.empty())
     return text;
   // The column-sum kernel (FusedKernels.h): block (32, 8), blockIdx.y a
@@ -540,48 +472,46 @@ std::string megatron::emitFusedKernel(mt::FusedOp group, StringRef name) {
   // 8 of them, thread x column octet 32 blockIdx.x + x; each sum adds its
   // stored result's values as stored in f32 in row order, then the block adds
   // its groups' sums in order into the chunk's partial row.
-  for (bool declaredTypes : {true, false}) {
-    os << "\n";
-    emitSignature(true, declaredTypes);
-    os << "  const long long n = rows * colOctets * 8;\n";
-    emitPreamble();
-    os << "  const long long c = (long long)blockIdx.x * 32 + threadIdx.x;\n"
-       << "  const long long begin = (long long)blockIdx.y * "
-       << mtrt::scratch::kColumnSumRowsPerChunk << " + threadIdx.y * 8;\n"
-       << "  const long long end = min(rows, begin + 8);\n";
-    for (size_t s = 0; s < summed.size(); ++s)
-      os << "  float sum" << s << "[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n";
-    os << "  if (c < colOctets)\n"
-       << "  for (long long o = begin * colOctets + c; o < end * colOctets; "
-          "o += colOctets) {\n";
-    emitOctet("o");
-    for (auto [s, k] : llvm::enumerate(summed))
-      for (auto [e, lane] : llvm::enumerate(kLanes))
-        for (StringRef half : {StringRef(""), StringRef("h")})
-          os << "    sum" << s << "[" << (half.empty() ? e : e + 4)
-             << "] += bout" << k << " ? mt_bf16(r" << k << half << "." << lane
-             << ") : r" << k << half << "." << lane << ";\n";
-    os << "  }\n";
-    for (size_t s = 0; s < summed.size(); ++s)
-      os << "  for (int e = 0; e < 8; ++e)\n"
-         << "    groupSums[" << s << "][threadIdx.y][8 * threadIdx.x + e] = sum"
-         << s << "[e];\n";
-    os << "  __syncthreads();\n"
-       << "  const int t = threadIdx.y * 32 + threadIdx.x;\n"
-       << "  const long long j = 256ll * blockIdx.x + t;\n"
-       << "  if (j >= 8 * colOctets)\n"
-       << "    return;\n";
-    for (size_t s = 0; s < summed.size(); ++s)
-      os << "  {\n"
-         << "    float total = 0;\n"
-         << "    for (int g = 0; g < 8; ++g)\n"
-         << "      total += groupSums[" << s << "][g][t];\n"
-         << "    partial" << s
-         << "[(long long)blockIdx.y * 8 * colOctets + j] "
-            "= total;\n"
-         << "  }\n";
-    os << "}\n";
-  }
-  emitEntry(true);
+  os << "\n";
+  emitSignature(true);
+  os << "  const long long n = rows * colOctets * 8;\n";
+  emitPreamble();
+  os << "  __shared__ float groupSums[" << summed.size() << "][8][256];\n"
+     << "  const long long c = (long long)blockIdx.x * 32 + threadIdx.x;\n"
+     << "  const long long begin = (long long)blockIdx.y * "
+     << mtrt::scratch::kColumnSumRowsPerChunk << " + threadIdx.y * 8;\n"
+     << "  const long long end = min(rows, begin + 8);\n";
+  for (size_t s = 0; s < summed.size(); ++s)
+    os << "  float sum" << s << "[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n";
+  os << "  if (c < colOctets)\n"
+     << "  for (long long o = begin * colOctets + c; o < end * colOctets; "
+        "o += colOctets) {\n";
+  emitOctet("o");
+  for (auto [s, k] : llvm::enumerate(summed))
+    for (auto [e, lane] : llvm::enumerate(kLanes))
+      for (StringRef half : {StringRef(""), StringRef("h")})
+        os << "    sum" << s << "[" << (half.empty() ? e : e + 4) << "] += bout"
+           << k << " ? mt_bf16(r" << k << half << "." << lane << ") : r" << k
+           << half << "." << lane << ";\n";
+  os << "  }\n";
+  for (size_t s = 0; s < summed.size(); ++s)
+    os << "  for (int e = 0; e < 8; ++e)\n"
+       << "    groupSums[" << s << "][threadIdx.y][8 * threadIdx.x + e] = sum"
+       << s << "[e];\n";
+  os << "  __syncthreads();\n"
+     << "  const int t = threadIdx.y * 32 + threadIdx.x;\n"
+     << "  const long long j = 256ll * blockIdx.x + t;\n"
+     << "  if (j >= 8 * colOctets)\n"
+     << "    return;\n";
+  for (size_t s = 0; s < summed.size(); ++s)
+    os << "  {\n"
+       << "    float total = 0;\n"
+       << "    for (int g = 0; g < 8; ++g)\n"
+       << "      total += groupSums[" << s << "][g][t];\n"
+       << "    partial" << s
+       << "[(long long)blockIdx.y * 8 * colOctets + j] "
+          "= total;\n"
+       << "  }\n";
+  os << "}\n";
   return text;
 }
