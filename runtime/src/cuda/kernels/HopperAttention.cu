@@ -66,6 +66,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -1649,7 +1650,13 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   // 0.78 at 32 x 12 x 1024 (a pair's key blocks had run a wave apart, its
   // Q, dout and dq sums leaving L2 between them), but from 3.39 to 3.52 at
   // 2 x 16 x 8192, where one group already ran four blocks of a pair
-  // together and the longest walks of the last group ran last.
+  // together and the longest walks of the last group ran last. Where a
+  // pair has 16 key blocks or fewer, a group holds 16 pairs at least: in
+  // gpt-1.3b's step (8 x 16 x 2048, 16 key blocks a pair) 16 pairs took
+  // the backward from 37.0-38.4 to 34.9 ms a step on the H100 (8: 36.4,
+  // 12: 37.1, 24: 36.7, 32: 35.6; session 31), where filling the
+  // multiprocessors once gave 9; at 1024 (8 key blocks) once is 17 pairs
+  // already, and 4096 (32) has not been measured with more than 5.
   int pairs = static_cast<int>(p.batch * p.headsKv);
   int keyBlocks =
       static_cast<int>((p.seqK + kBackwardKeys - 1) / kBackwardKeys);
@@ -1663,8 +1670,11 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
                 std::string("hopperAttentionBackward: the device's "
                             "multiprocessor count: ") +
                     cudaGetErrorString(found));
-  geo.pairGroup =
-      2 * pairs > processors ? (processors + keyBlocks - 1) / keyBlocks : pairs;
+  constexpr int kMinPairGroup = 16, kMinPairGroupKeyBlocks = 16;
+  int fill = (processors + keyBlocks - 1) / keyBlocks;
+  if (keyBlocks <= kMinPairGroupKeyBlocks)
+    fill = std::max(fill, kMinPairGroup);
+  geo.pairGroup = 2 * pairs > processors ? fill : pairs;
   if (const char *group = std::getenv("MTRT_CUDA_HOPPER_PAIR_GROUP"))
     geo.pairGroup = std::atoi(group);
   if (geo.pairGroup <= 0 || geo.pairGroup > pairs)
