@@ -34,8 +34,9 @@
 // (default).
 //
 // Prints one line per shape and dropout: milliseconds per call (the median of
-// `repeats` timed calls after two warm-up calls) and TFLOP/s, counting the
-// products of the visible (causal) half only: forward 4 b h s^2 d / 2,
+// `repeats` timed calls after two warm-up calls; with MTRT_BENCH_FLUSH_L2=1
+// each from a cold L2, twice its size written before it) and TFLOP/s, counting
+// the products of the visible (causal) half only: forward 4 b h s^2 d / 2,
 // backward 2.5 times that (FlashAttention's convention, so the figures
 // compare with PyTorch's bench/torch_sdpa.py).
 #include "cuda/CudnnAttention.h"
@@ -86,14 +87,41 @@ template <typename T = float> T *deviceRandom(size_t n, unsigned seed) {
   return device;
 }
 
+/// With MTRT_BENCH_FLUSH_L2=1, a buffer of twice the L2 cache that
+/// medianMs writes before each timed call, so that the call starts from a
+/// cold L2 as in a training step (where other kernels ran before it);
+/// null otherwise.
+void *l2Flush(size_t &bytes) {
+  static void *buffer = nullptr;
+  static size_t size = 0;
+  static bool asked = [] {
+    const char *flush = std::getenv("MTRT_BENCH_FLUSH_L2");
+    return flush && std::string(flush) == "1";
+  }();
+  if (asked && !buffer) {
+    int device = 0, l2 = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device),
+          "the L2 cache's size");
+    size = 2 * static_cast<size_t>(l2);
+    check(cudaMalloc(&buffer, size), "cudaMalloc (the L2 flush)");
+  }
+  bytes = size;
+  return buffer;
+}
+
 template <typename Body> double medianMs(int repeats, Body &&body) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   for (int i = 0; i < 2; ++i)
     body();
+  size_t flushBytes = 0;
+  void *flush = l2Flush(flushBytes);
   std::vector<float> times;
   for (int i = 0; i < repeats; ++i) {
+    if (flush)
+      check(cudaMemset(flush, i & 0xFF, flushBytes), "the L2 flush");
     check(cudaEventRecord(start), "cudaEventRecord");
     body();
     check(cudaEventRecord(stop), "cudaEventRecord");
