@@ -188,7 +188,9 @@ protected:
     for (void *buffer : buffers)
       cudaFree(buffer);
 
-    // The keep bits: the same words as the own forward's.
+    // The keep bits: the same words as the own forward's. Both forwards call
+    // the one mask kernel, each into its own zeroed buffer, so this checks
+    // that the Hopper forward draws every word it and the backward read.
     int64_t wrongWords = 0;
     for (size_t i = 0; i < own.mask.size(); ++i)
       wrongWords += own.mask[i] != hopper.mask[i];
