@@ -67,9 +67,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <string>
 
@@ -1503,6 +1506,83 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
       io.dv);
 }
 
+/// MTRT_CUDA_HOPPER_TIMING=1: the backward's four parts (zeroing the dq
+/// sums, the delta kernel, the main kernel, dq's conversion) timed by
+/// events outside stream capture, the means of every 48 calls printed to
+/// stderr; a diagnostic, to compare the kernels in a step with the same
+/// kernels in mtrt-attention-bench. Calls read their events only once the
+/// GPU has passed them (cudaEventQuery), so the stream is never waited on.
+class BackwardTimer {
+public:
+  static BackwardTimer *get(cudaStream_t stream) {
+    static const bool asked = [] {
+      const char *timing = std::getenv("MTRT_CUDA_HOPPER_TIMING");
+      return timing && std::strcmp(timing, "1") == 0;
+    }();
+    if (!asked)
+      return nullptr;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone)
+      return nullptr;
+    static BackwardTimer timer;
+    return &timer;
+  }
+
+  /// Records mark `part` (0 before the zeroing, 1-4 after each part) of the
+  /// current call.
+  void mark(cudaStream_t stream, int part) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (part == 0) {
+      harvest();
+      pending_.emplace_back();
+      for (cudaEvent_t &event : pending_.back())
+        if (cudaEventCreate(&event) != cudaSuccess)
+          event = nullptr;
+    }
+    if (!pending_.empty() && pending_.back()[part])
+      cudaEventRecord(pending_.back()[part], stream);
+  }
+
+private:
+  using Marks = std::array<cudaEvent_t, 5>;
+
+  void harvest() {
+    while (!pending_.empty() && pending_.front()[4] &&
+           cudaEventQuery(pending_.front()[4]) == cudaSuccess) {
+      Marks &marks = pending_.front();
+      for (int part = 0; part < 4; ++part) {
+        float ms = 0;
+        if (marks[part] && marks[part + 1] &&
+            cudaEventElapsedTime(&ms, marks[part], marks[part + 1]) ==
+                cudaSuccess)
+          sums_[part] += ms;
+      }
+      for (cudaEvent_t event : marks)
+        if (event)
+          cudaEventDestroy(event);
+      pending_.pop_front();
+      if (++calls_ == kReport) {
+        std::fprintf(stderr,
+                     "hopper backward, mean of %d calls (us): zero dq %.1f, "
+                     "delta %.1f, main %.1f, dq %.1f\n",
+                     kReport, 1000 * sums_[0] / kReport,
+                     1000 * sums_[1] / kReport, 1000 * sums_[2] / kReport,
+                     1000 * sums_[3] / kReport);
+        sums_ = {};
+        calls_ = 0;
+      }
+    }
+    cudaGetLastError(); // cudaErrorNotReady is not an error here
+  }
+
+  static constexpr int kReport = 48;
+  std::mutex mutex_;
+  std::deque<Marks> pending_;
+  std::array<double, 4> sums_{};
+  int calls_ = 0;
+};
+
 } // namespace
 
 std::string hopperAttentionUnsupportedReason(const AttentionParams &p,
@@ -1701,9 +1781,15 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   FlashLayout doutLayout = resolve(io.doutLayout, p.headsQ, p.headDim);
   FlashLayout dqLayout = resolve(io.dqLayout, p.headsQ, p.headDim);
   const auto *dout = static_cast<const __nv_bfloat16 *>(io.dout);
+  BackwardTimer *timer = BackwardTimer::get(stream);
+  auto mark = [&](int part) {
+    if (timer)
+      timer->mark(stream, part);
+  };
   auto run = [&](auto d) {
     constexpr int D = decltype(d)::value;
     constexpr int kThreads = 256;
+    mark(0);
     if (dqSum && geo.bulkDq) {
       // The bulk layout's tiles, the last query tile's rows past seqQ too.
       size_t bytes = sizeof(float) * static_cast<size_t>(p.batch * p.headsQ) *
@@ -1715,10 +1801,12 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
                                 "sums: ") +
                         cudaGetErrorString(zeroed));
     }
+    mark(1);
     hopperDeltaKernel<D>
         <<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads),
            kThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, doutLayout, out,
                                   dout, delta, geo.bulkDq ? nullptr : dqSum);
+    mark(2);
     if (dropout && byKeys)
       launchBackward<D, true, true>(stream, p, io, geo, logsumexp, delta,
                                     mask, dqSum);
@@ -1731,6 +1819,7 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     else
       launchBackward<D, false, false>(stream, p, io, geo, logsumexp, delta,
                                       mask, dqSum);
+    mark(3);
     if (dqSum) {
       int64_t pairs = rows * (D / 2);
       hopperQueryGradientKernel<D>
@@ -1739,6 +1828,7 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
                                     geo.scale, io.outputsBf16, geo.bulkDq,
                                     dqSum, io.dq);
     }
+    mark(4);
   };
   if (p.headDim == 128)
     run(std::integral_constant<int, 128>());
