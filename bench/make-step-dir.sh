@@ -31,10 +31,15 @@ source "$root/bench/bundle-dir.sh"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/bundles" "$dest/bench" "$dest/models"
 cp "$bin/megatron-train" "$dest/bin/"
+# bench/run-backward-gap.sh's too, where BIN has it.
+if [ -x "$bin/mtrt-attention-bench" ]; then
+  cp "$bin/mtrt-attention-bench" "$dest/bin/"
+fi
 # Packed (ICU's data is 30 MB); run-step-table.sh unpacks them.
 tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" "${fallback_libs[@]}"
 cp "$root/bench/run-step-table.sh" "$root/bench/step_table.py" \
-  "$root/bench/torch_step.py" "$root/bench/modelfile.py" "$dest/bench/"
+  "$root/bench/torch_step.py" "$root/bench/modelfile.py" \
+  "$root/bench/run-backward-gap.sh" "$root/bench/torch_sdpa.py" "$dest/bench/"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 

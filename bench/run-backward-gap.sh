@@ -1,0 +1,137 @@
+#!/bin/bash
+# Why the Hopper attention backward with dropout runs slower in a training
+# step than alone (bench/NOTES.md, session 31: 1.57 ms an instruction in
+# gpt-1.3b's step against 1.29 ms in mtrt-attention-bench on one H100), in
+# one call of the device tool (about 300 s). On the GPU machine:
+#   1. the step's per-op profile (MTRT_CUDA_PROFILE=1) of gpt-1.3b mb 8 at
+#      dropout 0.1, twice, the second with MTRT_CUDA_HOPPER_TIMING=1 (the
+#      backward's four kernels timed apart: zeroing dq's sums, delta, the
+#      main kernel, dq's conversion), and the step under CUDA graphs;
+#   2. mtrt-attention-bench's Hopper path (q, k, v in place, dropout 0.1)
+#      at every shape, with a warm L2 and from a cold one
+#      (MTRT_BENCH_FLUSH_L2=1), and its four kernels at gpt-1.3b's shape;
+#   3. PyTorch's cuDNN SDPA alone at the same shapes (bench/torch_sdpa.py)
+#      and torch.compile's step at the same model (bench/torch_step.py);
+#   4. SM clock and power sampled by nvidia-smi every 20 ms during each of
+#      1-3 (the median of the samples above 250 W), since a step of
+#      products at the 700 W cap may clock lower than a kernel alone;
+#   5. when ncu is there and may read the counters, the main kernel in the
+#      step and alone at unlocked clocks and an uncleared L2 (duration,
+#      cycles, L2 hit rate, DRAM bytes, stalls).
+# The summary (summary.txt) is written as it comes; a call cut short
+# leaves what finished.
+#
+# Usage: bench/run-backward-gap.sh DIR OUT
+#   DIR  a folder of bench/make-step-dir.sh (MODELS including gpt-1.3b:8)
+#        whose bin/ also holds mtrt-attention-bench (make-step-dir.sh copies
+#        it when BIN has one)
+#   OUT  gets summary.txt, profile.log and, with ncu, ncu-step.csv and
+#        ncu-bench.csv
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=$(cd "$1" && pwd)
+out=$2
+mkdir -p "$out" /tmp/fallback-lib
+tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
+libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
+  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
+  -o -name 'libcudart.so.13*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
+  tr '\n' ':')
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}:/tmp/fallback-lib"
+bin=$dir/bin
+bundle=$dir/bundles/gpt-1.3b-mb8-d0.1.mtb
+summary=$out/summary.txt
+start=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit \
+  --format=csv,noheader >"$summary"
+elapsed() { echo "  ($(($(date +%s) - start)) s)" >>"$summary"; }
+
+# clocked LOG COMMAND...: runs COMMAND into LOG, sampling the SM clock and
+# the power draw; appends the busy samples' median clock to the summary.
+clocked() {
+  local log=$1
+  shift
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits \
+    -lms 20 >/tmp/clocks.txt &
+  local sampler=$!
+  "$@" >"$log" 2>&1
+  kill $sampler
+  wait $sampler 2>/dev/null
+  sort -n -t, -k1 /tmp/clocks.txt | awk -F, '$2 > 250 { c[++n] = $1; p += $2 }
+    END { if (n) printf "  SM clock over the %d samples above 250 W: median %s, min %s, max %s MHz; their power %.0f W\n", n, c[int(n / 2) + 1], c[1], c[n], p / n
+          else print "  no sample above 250 W" }' >>"$summary"
+}
+train() { # ITERATIONS [megatron-train flags]
+  local iterations=$1
+  shift
+  timeout 120 "$bin/megatron-train" "$bundle" --data-path "$dir/corpus.txt" \
+    --train-iters "$iterations" --lr 1e-4 --log-interval 1 --eval-iters 0 \
+    --eval-interval 0 --no-progress-bar --clip-grad 1.0 --backend cuda "$@"
+}
+
+echo "1. gpt-1.3b mb 8 d0.1, per-op profile:" >>"$summary"
+clocked "$out/profile.log" env MTRT_CUDA_PROFILE=1 \
+  bash -c "$(declare -f train); bin=$bin bundle=$bundle dir=$dir; train 4"
+grep -E '^\s+(attention_grad|attention|train_step) ' "$out/profile.log" \
+  >>"$summary"
+echo "   with MTRT_CUDA_HOPPER_TIMING=1:" >>"$summary"
+clocked /tmp/timed.log env MTRT_CUDA_PROFILE=1 MTRT_CUDA_HOPPER_TIMING=1 \
+  bash -c "$(declare -f train); bin=$bin bundle=$bundle dir=$dir; train 4"
+grep -E '^\s+attention_grad |hopper backward, mean' /tmp/timed.log |
+  tail -2 >>"$summary"
+echo "   under CUDA graphs, 8 iterations:" >>"$summary"
+clocked /tmp/graphs.log \
+  bash -c "$(declare -f train); bin=$bin bundle=$bundle dir=$dir; train 8"
+grep -E "iteration +[5-8]/" /tmp/graphs.log | sed 's/^/  /' >>"$summary"
+elapsed
+
+for flush in 0 1; do
+  echo "2. mtrt-attention-bench hopper-qkv 0.1, MTRT_BENCH_FLUSH_L2=$flush:" \
+    >>"$summary"
+  clocked /tmp/bench.log env MTRT_BENCH_FLUSH_L2=$flush timeout 90 \
+    "$bin/mtrt-attention-bench" 10 "" hopper-qkv 0.1
+  grep -E "^(gpt|s4096|s8192|gqa)" /tmp/bench.log >>"$summary"
+  # 48 calls make one report of the timer.
+  MTRT_CUDA_HOPPER_TIMING=1 MTRT_BENCH_FLUSH_L2=$flush timeout 60 \
+    "$bin/mtrt-attention-bench" 60 gpt-1.3b hopper-qkv 0.1 2>&1 |
+    grep "hopper backward, mean" | head -1 >>"$summary"
+done
+elapsed
+
+echo "3. PyTorch's cuDNN SDPA alone:" >>"$summary"
+clocked /tmp/sdpa.log timeout 120 python3 "$root/bench/torch_sdpa.py" \
+  --backends cudnn --dropouts 0.1,0
+grep -E "cudnn" /tmp/sdpa.log >>"$summary"
+echo "   torch.compile's step, gpt-1.3b mb 8 d0.1:" >>"$summary"
+clocked /tmp/torch-step.log timeout 150 python3 "$dir/bench/torch_step.py" \
+  "$dir/models/gpt-1.3b.yaml" --micro-batch-size 8 --dropout 0.1 \
+  --clip-grad 1.0 --steps 6 --warmup 2
+tail -3 /tmp/torch-step.log | sed 's/^/  /' >>"$summary"
+elapsed
+
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu \
+  /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+if [ -n "$ncu" ]; then
+  metrics=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
+  metrics+=,gpc__cycles_elapsed.max,lts__t_sector_hit_rate.pct
+  metrics+=,dram__bytes_read.sum,dram__bytes_write.sum
+  metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics+=,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct
+  metrics+=,smsp__warp_issue_stalled_barrier_per_warp_active.pct
+  metrics+=,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct
+  flags=(--kernel-name regex:hopperBackwardKernel --clock-control none
+    --cache-control none --metrics "$metrics" --csv)
+  echo "5. ncu ($ncu), the main kernel in the step, then alone:" >>"$summary"
+  MTRT_CUDA_PROFILE=1 timeout 150 "$ncu" "${flags[@]}" --launch-skip 30 \
+    --launch-count 2 bash -c \
+    "$(declare -f train); bin=$bin bundle=$bundle dir=$dir; train 3" \
+    >"$out/ncu-step.csv" 2>/tmp/ncu-step.err
+  tail -2 /tmp/ncu-step.err >>"$summary"
+  timeout 100 "$ncu" "${flags[@]}" --launch-skip 4 --launch-count 2 \
+    "$bin/mtrt-attention-bench" 3 gpt-1.3b hopper-qkv 0.1 \
+    >"$out/ncu-bench.csv" 2>/tmp/ncu-bench.err
+  tail -2 /tmp/ncu-bench.err >>"$summary"
+  elapsed
+fi
+echo "done" >>"$summary"
+cat "$summary"
