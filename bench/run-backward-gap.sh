@@ -11,7 +11,8 @@
 #      at every shape, with a warm L2 and from a cold one
 #      (MTRT_BENCH_FLUSH_L2=1), and its four kernels at gpt-1.3b's shape;
 #   3. PyTorch's cuDNN SDPA alone at the same shapes (bench/torch_sdpa.py)
-#      and torch.compile's step at the same model (bench/torch_step.py);
+#      and torch.compile's step at the same model (bench/torch_step.py)
+#      with its attention kernels' time a step (--profile 2);
 #   4. SM clock and power sampled by nvidia-smi every 20 ms during each of
 #      1-3 (the median of the samples above 250 W), since a step of
 #      products at the 700 W cap may clock lower than a kernel alone;
@@ -105,8 +106,13 @@ grep -E "cudnn" /tmp/sdpa.log >>"$summary"
 echo "   torch.compile's step, gpt-1.3b mb 8 d0.1:" >>"$summary"
 clocked /tmp/torch-step.log timeout 150 python3 "$dir/bench/torch_step.py" \
   "$dir/models/gpt-1.3b.yaml" --micro-batch-size 8 --dropout 0.1 \
-  --clip-grad 1.0 --steps 6 --warmup 2
-tail -3 /tmp/torch-step.log | sed 's/^/  /' >>"$summary"
+  --clip-grad 1.0 --steps 6 --warmup 2 --profile 2
+grep -E '^\{|== profile' /tmp/torch-step.log | cut -c1-400 | sed 's/^/  /' \
+  >>"$summary"
+# Its attention kernels a step (cuDNN's forward and backward, the dO.O and
+# dq conversions beside them).
+grep -i -E 'cudnn|flash|fmha|attention|sdpa' /tmp/torch-step.log |
+  grep -v '^\{' | head -8 | cut -c1-160 | sed 's/^/  /' >>"$summary"
 elapsed
 
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu \
