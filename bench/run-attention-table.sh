@@ -8,8 +8,11 @@
 #   BIN  a folder holding mtrt-attention-bench (a build with CUDA)
 #   OUT  gets ours.txt, torch.txt and attention-table.md
 #   REPEATS (environment) timed calls per figure, default 10
-#   SHAPES, IOS, DROPOUTS (environment) mtrt-attention-bench's filters
-#     (default: all); DROPOUTS also torch_sdpa.py's (default 0.1,0)
+#   SHAPES (environment) the shapes of both, comma-separated (default:
+#     issue 22's five, gpt2-124m,gpt-1.3b,s4096,s8192,gqa-4096; both tools
+#     also have gpt2-350m and llama-1.5b)
+#   IOS, DROPOUTS (environment) mtrt-attention-bench's filters (default:
+#     all); DROPOUTS also torch_sdpa.py's (default 0.1,0)
 set -u
 bin=$(cd "$1" && pwd)
 out=$2
@@ -21,11 +24,13 @@ libdirs=$(find /usr/local /opt /usr/lib -name 'libcudart.so.13*' -o \
   -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' 2>/dev/null |
   xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
-timeout 240 "$bin/mtrt-attention-bench" "${REPEATS:-10}" "${SHAPES:-}" \
+shapes=${SHAPES:-gpt2-124m,gpt-1.3b,s4096,s8192,gqa-4096}
+timeout 240 "$bin/mtrt-attention-bench" "${REPEATS:-10}" "$shapes" \
   "${IOS:-}" "${DROPOUTS:-}" >"$out/ours.txt" 2>&1
 echo "mtrt-attention-bench: exit status $?" >>"$out/ours.txt"
 timeout 300 python3 "$here/torch_sdpa.py" --repeats "${REPEATS:-10}" \
-  --backends cudnn,flash --dropouts "${DROPOUTS:-0.1,0}" >"$out/torch.txt" 2>&1
+  --backends cudnn,flash --dropouts "${DROPOUTS:-0.1,0}" --shapes "$shapes" \
+  >"$out/torch.txt" 2>&1
 echo "torch_sdpa.py: exit status $?" >>"$out/torch.txt"
 python3 "$here/attention_table.py" "$out/ours.txt" "$out/torch.txt" \
   >"$out/attention-table.md"

@@ -91,7 +91,7 @@ for flush in 0 1; do
     >>"$summary"
   clocked /tmp/bench.log env MTRT_BENCH_FLUSH_L2=$flush timeout 90 \
     "$bin/mtrt-attention-bench" 10 "" hopper-qkv 0.1
-  grep -E "^(gpt|s4096|s8192|gqa)" /tmp/bench.log >>"$summary"
+  grep -E "^(gpt|s4096|s8192|gqa|llama)" /tmp/bench.log >>"$summary"
   # 48 calls make one report of the timer.
   MTRT_CUDA_HOPPER_TIMING=1 MTRT_BENCH_FLUSH_L2=$flush timeout 60 \
     "$bin/mtrt-attention-bench" 60 gpt-1.3b hopper-qkv 0.1 2>&1 |
@@ -100,8 +100,8 @@ done
 elapsed
 
 echo "3. PyTorch's cuDNN SDPA alone:" >>"$summary"
-clocked /tmp/sdpa.log timeout 120 python3 "$root/bench/torch_sdpa.py" \
-  --backends cudnn --dropouts 0.1,0
+clocked /tmp/sdpa.log timeout 150 python3 "$root/bench/torch_sdpa.py" \
+  --backends cudnn --dropouts 0.1,0 --shapes all
 grep -E "cudnn" /tmp/sdpa.log >>"$summary"
 echo "   torch.compile's step, gpt-1.3b mb 8 d0.1:" >>"$summary"
 clocked /tmp/torch-step.log timeout 150 python3 "$dir/bench/torch_step.py" \

@@ -12,15 +12,19 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# Issue 22's shapes: (name, batch, seq, query heads, key/value heads, head
-# dimension), as runtime/tools/mtrt-attention-bench.cpp lists them.
+# Issue 22's shapes, then the step table's other two models': (name, batch,
+# seq, query heads, key/value heads, head dimension), as
+# runtime/tools/mtrt-attention-bench.cpp lists them.
 SHAPES = [
     ("gpt2-124m", 32, 1024, 12, 12, 64),
     ("gpt-1.3b", 8, 2048, 16, 16, 128),
     ("s4096", 4, 4096, 32, 32, 128),
     ("s8192", 2, 8192, 16, 16, 128),
     ("gqa-4096", 4, 4096, 32, 8, 128),
+    ("gpt2-350m", 32, 1024, 16, 16, 64),
+    ("llama-1.5b", 4, 2048, 32, 8, 64),
 ]
+ISSUE_22_SHAPES = "gpt2-124m,gpt-1.3b,s4096,s8192,gqa-4096"
 BACKENDS = {
     "default": None,
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -87,12 +91,18 @@ def main():
     parser.add_argument("--backends", default="default,flash,cudnn,efficient")
     parser.add_argument("--dropouts", default="0.1,0",
                         help="comma-separated dropout probabilities")
+    parser.add_argument("--shapes", default=ISSUE_22_SHAPES,
+                        help="comma-separated shape names, or 'all' "
+                             "(default: issue 22's five)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, cudnn {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name()}")
     print(f"{'shape':10} {'backend':9} {'dropout':>7} {'fwd ms':>9} "
           f"{'fwd TF/s':>9} {'bwd ms':>9} {'bwd TF/s':>9}")
+    names = args.shapes.split(",")
     for shape in SHAPES:
+        if args.shapes != "all" and shape[0] not in names:
+            continue
         for dropout in [float(x) for x in args.dropouts.split(",")]:
             for name in args.backends.split(","):
                 try:

@@ -1,15 +1,15 @@
 // mtrt-attention-bench: times the CUDA backend's flash-attention kernels
 // alone (forward as training runs it: out, the saved copy, logsumexp and
-// dropout bits; backward: delta, dq, dk, dv) at issue 22's shapes,
-// with q, k, v, dout and out, dq, dk, dv in fp32 and in bf16 ("io"), and in
-// bf16 with q, k, v read from one packed [batch, seq, heads, 3 headDim]
-// tensor and dq, dk, dv written into another ("qkv": the GPT bundles' split
-// and concat elided, a row pitch of 3 headDim; shapes with as many key/value
-// heads as query heads). Where the backward sums dq by reductions (head
-// dimension 128, bf16), the bf16 lines are repeated with a deterministic dq
-// (FlashTensors::deterministic: the separate dq kernel), marked "-det".
-// Without dropout the same is timed through cuDNN's fused attention
-// (cuda/CudnnAttention.h), the path the executor takes there: "cudnn"
+// dropout bits; backward: delta, dq, dk, dv) at issue 22's shapes and the step
+// table's gpt2-350m and llama-1.5b, with q, k, v, dout and out, dq, dk, dv in
+// fp32 and in bf16 ("io"), and in bf16 with q, k, v read from one packed
+// [batch, seq, heads, 3 headDim] tensor and dq, dk, dv written into another
+// ("qkv": the GPT bundles' split and concat elided, a row pitch of 3 headDim;
+// shapes with as many key/value heads as query heads). Where the backward sums
+// dq by reductions (head dimension 128, bf16), the bf16 lines are repeated with
+// a deterministic dq (FlashTensors::deterministic: the separate dq kernel),
+// marked "-det". Without dropout the same is timed through cuDNN's fused
+// attention (cuda/CudnnAttention.h), the path the executor takes there: "cudnn"
 // (separate bf16 q, k, v; the forward writes out and the logsumexp only, as
 // PyTorch's SDPA does) and "cudnn-qkv" (q, k, v and dq, dk, dv in place as
 // "qkv"; the forward also copies out for the gradient, as training runs
@@ -197,11 +197,13 @@ int main(int argc, char **argv) {
   auto listed = [](const std::string &list, const std::string &name) {
     return list.empty() || list.find("," + name + ",") != std::string::npos;
   };
-  // Issue 22's shapes (bench/torch_sdpa.py has the same list).
+  // Issue 22's shapes, then the step table's other two models' (bench/
+  // torch_sdpa.py has the same list).
   const Shape shapes[] = {
       {"gpt2-124m", 32, 1024, 12, 12, 64}, {"gpt-1.3b", 8, 2048, 16, 16, 128},
       {"s4096", 4, 4096, 32, 32, 128},     {"s8192", 2, 8192, 16, 16, 128},
-      {"gqa-4096", 4, 4096, 32, 8, 128},
+      {"gqa-4096", 4, 4096, 32, 8, 128},   {"gpt2-350m", 32, 1024, 16, 16, 64},
+      {"llama-1.5b", 4, 2048, 32, 8, 64},
   };
   std::printf("%-10s %10s %7s %9s %9s %9s %9s\n", "shape", "io", "dropout",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
