@@ -502,14 +502,19 @@ int run(int argc, char **argv) {
       }
       bool workspace = false;
       mtrt::checkCudaMemoryPlan(bundle, fn, workspace);
+      mtrt::ScratchPlan scratch = mtrt::planScratch(
+          fn, bundle.hasModel() && bundle.model().precision == "bf16",
+          workspace);
       uint64_t blocks = 0;
-      for (uint64_t bytes :
-           mtrt::planScratch(fn,
-                             bundle.hasModel() &&
-                                 bundle.model().precision == "bf16",
-                             workspace)
-               .bytes)
+      for (uint64_t bytes : scratch.bytes)
         blocks += bytes > 0;
+      size_t paired = 0, held = 0;
+      for (size_t i = 0; i < fn.instructions.size(); ++i)
+        if (fn.instructions[i].op == mtrt::Op::Attention &&
+            scratch.attentionPartner[i] != mtrt::ScratchPlan::kNoPartner) {
+          ++paired;
+          held += scratch.outputHeld[i];
+        }
       mtrt::AttentionViewLayout views = mtrt::readAttentionViews(
           fn, bundle.hasModel() && bundle.model().precision == "bf16");
       size_t elided = static_cast<size_t>(
@@ -525,7 +530,8 @@ int run(int argc, char **argv) {
                               std::to_string(views.groups) + " groups, " +
                               std::to_string(elided) + " copies elided"
                         : std::string("attention views left to the backend"))
-                << ")\n";
+                << ", " << held << " of " << paired
+                << " attention outputs held for their gradients)\n";
     }
     return 0;
   }

@@ -7,6 +7,8 @@
 #include "core/MemoryPlan.h"
 #include "core/OpShapes.h"
 
+#include <utility>
+
 namespace mtrt {
 
 scratch::AttentionShape attentionScratchShape(const host::AttentionParams &p) {
@@ -68,6 +70,56 @@ void pair(const Function &fn, bool mixedPrecision, ScratchPlan &plan) {
       }
     }
   }
+}
+
+/// The bytes value `v` takes in `fn`'s memory plan: its block, or for an
+/// attention view its group's whole block (the views interleave there);
+/// {0, 0} for a value without memory.
+std::pair<uint64_t, uint64_t> planBytes(const Function &fn, int64_t v) {
+  const MemoryPlan &plan = *fn.memoryPlan;
+  int64_t whole = plan.wholeOf(static_cast<size_t>(v));
+  auto at = static_cast<size_t>(whole >= 0 ? whole : v);
+  if (at >= plan.offsets.size() || plan.offsets[at] < 0)
+    return {0, 0};
+  auto begin = static_cast<uint64_t>(plan.offsets[at]);
+  return {begin, begin + planValueBytes(fn.values[at])};
+}
+
+/// ScratchPlan::outputHeld of the attention at `forward` and its gradient
+/// at `grad`.
+bool outputHeldThrough(const Function &fn, size_t forward, size_t grad) {
+  if (!fn.memoryPlan || !fn.memoryPlan->hasSideBuffers ||
+      fn.instructions[forward].results.empty())
+    return false;
+  int64_t out = fn.instructions[forward].results[0];
+  if (fn.memoryPlan->wholeOf(static_cast<size_t>(out)) >= 0)
+    return false;
+  std::pair<uint64_t, uint64_t> held = planBytes(fn, out);
+  auto overlaps = [&](std::pair<uint64_t, uint64_t> bytes) {
+    return bytes.first < held.second && held.first < bytes.second;
+  };
+  if (held.first == held.second)
+    return false;
+  for (size_t position = forward + 1; position <= grad; ++position) {
+    const Instruction &inst = fn.instructions[position];
+    for (int64_t result : inst.results) {
+      std::pair<uint64_t, uint64_t> bytes = planBytes(fn, result);
+      if (!overlaps(bytes))
+        continue;
+      // A reshape in place of the output's own bytes leaves them as they
+      // are (the backend copies nothing onto itself).
+      bool reshapedInPlace = inst.op == Op::Reshape && bytes == held &&
+                             !inst.operands.empty() &&
+                             planBytes(fn, inst.operands[0]) == held;
+      if (!reshapedInPlace)
+        return false;
+    }
+  }
+  for (const MemoryPlan::SideBuffer &side : fn.memoryPlan->sideBuffers)
+    if (side.instruction > forward && side.instruction <= grad &&
+        overlaps({side.offset, side.offset + side.bytes}))
+      return false;
+  return true;
 }
 
 bool isGemm(Op op) {
@@ -221,6 +273,12 @@ ScratchPlan planScratch(const Function &fn, bool mixedPrecision,
   for (size_t position = 0; position < n; ++position)
     plan.keptUntil[position] = position;
   pair(fn, mixedPrecision, plan);
+  plan.outputHeld.assign(n, false);
+  for (size_t position = 0; position < n; ++position)
+    if (fn.instructions[position].op == Op::Attention &&
+        plan.attentionPartner[position] != ScratchPlan::kNoPartner)
+      plan.outputHeld[position] =
+          outputHeldThrough(fn, position, plan.attentionPartner[position]);
   plan.bytes.resize(n);
   for (size_t position = 0; position < n; ++position)
     plan.bytes[position] =

@@ -36,6 +36,14 @@ struct ScratchPlan {
   /// instruction that reads it (itself, or the partner gradient).
   std::vector<uint64_t> bytes;
   std::vector<size_t> keptUntil;
+  /// By instruction: a paired attention whose output the compiler's memory
+  /// plan leaves as the forward wrote it through its gradient (nothing made
+  /// from the forward through the gradient, a result or a side buffer,
+  /// overlaps the output's bytes, but a reshape of those bytes in place).
+  /// Where the backend runs in that plan, the gradient reads the output
+  /// there and the forward writes no copy of it (the copy's bytes in its
+  /// block stay unused).
+  std::vector<bool> outputHeld;
 };
 
 /// The kernel blocks of `fn` on the CUDA backend; `mixedPrecision`: the

@@ -13,6 +13,8 @@
 #include "cuda/kernels/Kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace mtrt::cuda {
 
@@ -122,6 +124,24 @@ void Executor::planCudnnAttention() {
     cudnnAttention_[position] = why.empty();
     if (!why.empty() && cudnnDeclined_.empty())
       cudnnDeclined_ = where(position) + ": " + why;
+  }
+}
+
+void Executor::planHeldAttentionOutputs() {
+  const Function &fn = *function_;
+  outputReadInPlace_.assign(fn.instructions.size(), false);
+  // MTRT_CUDA_ATTENTION_OUTPUT_COPY=1: every paired forward writes the
+  // copy, as before the plan was read for it (a switch for comparisons).
+  const char *copy = std::getenv("MTRT_CUDA_ATTENTION_OUTPUT_COPY");
+  if (!plan_.fromCompiler || (copy && std::strcmp(copy, "1") == 0))
+    return;
+  for (size_t position = 0; position < fn.instructions.size(); ++position) {
+    if (!kernelBlocks_.outputHeld[position])
+      continue;
+    int64_t out = fn.instructions[position].results[0];
+    FlashLayout layout = flashLayout(out);
+    outputReadInPlace_[position] =
+        heldInBf16(out) && layout.position == 0 && layout.head == 0;
   }
 }
 
@@ -614,6 +634,8 @@ void Executor::execute(size_t position, const Instruction &inst,
     __nv_bfloat16 *kept = nullptr;
     if (kernelBlocks_.attentionPartner[position] != kNoPartner)
       kept = carve.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
+    if (outputReadInPlace_[position]) // the gradient reads the output itself
+      kept = nullptr;
     uint64_t *mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
     FlashTensors io = flashTensors(0);
     io.out = slots_[inst.results[0]];
@@ -639,6 +661,9 @@ void Executor::execute(size_t position, const Instruction &inst,
       size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
       float *lse = saved.take<float>(sizeof(float) * rows);
       auto *o = saved.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
+      if (forward != kNoPartner && outputReadInPlace_[forward])
+        o = static_cast<__nv_bfloat16 *>(
+            slots_[fn.instructions[forward].results[0]]);
       uint64_t *mask = saved.take<uint64_t>(flashAttentionMaskBytes(p));
       void *delta = forward != kNoPartner ? carve.take<char>(0)
                                           : saved.take<char>(0);
