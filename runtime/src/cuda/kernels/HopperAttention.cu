@@ -1512,6 +1512,7 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
 /// stderr; a diagnostic, to compare the kernels in a step with the same
 /// kernels in mtrt-attention-bench. Calls read their events only once the
 /// GPU has passed them (cudaEventQuery), so the stream is never waited on.
+/// One timer a process: for processes that drive one GPU.
 class BackwardTimer {
 public:
   static BackwardTimer *get(cudaStream_t stream) {
