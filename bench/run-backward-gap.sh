@@ -2,7 +2,8 @@
 # Why the Hopper attention backward with dropout runs slower in a training
 # step than alone (bench/NOTES.md, session 31: 1.57 ms an instruction in
 # gpt-1.3b's step against 1.29 ms in mtrt-attention-bench on one H100), in
-# one call of the device tool (about 300 s). On the GPU machine:
+# one call of the device tool (170 s on an H100, bench/NOTES.md session 32).
+# On the GPU machine:
 #   1. the step's per-op profile (MTRT_CUDA_PROFILE=1) of gpt-1.3b mb 8 at
 #      dropout 0.1, twice, the second with MTRT_CUDA_HOPPER_TIMING=1 (the
 #      backward's four kernels timed apart: zeroing dq's sums, delta, the
@@ -14,8 +15,9 @@
 #      and torch.compile's step at the same model (bench/torch_step.py)
 #      with its attention kernels' time a step (--profile 2);
 #   4. SM clock and power sampled by nvidia-smi every 20 ms during each of
-#      1-3 (the median of the samples above 250 W), since a step of
-#      products at the 700 W cap may clock lower than a kernel alone;
+#      1-3 (the median clock of the busier half of the samples, by power:
+#      the bench alone idles between calls), since a step of products at
+#      the 700 W cap clocks lower than a kernel alone;
 #   5. when ncu is there and may read the counters, the main kernel in the
 #      step and alone at unlocked clocks and an uncleared L2 (duration,
 #      cycles, L2 hit rate, DRAM bytes, stalls).
@@ -48,7 +50,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit \
 elapsed() { echo "  ($(($(date +%s) - start)) s)" >>"$summary"; }
 
 # clocked LOG COMMAND...: runs COMMAND into LOG, sampling the SM clock and
-# the power draw; appends the busy samples' median clock to the summary.
+# the power draw; appends the median clock of the busier half of the
+# samples to the summary.
 clocked() {
   local log=$1
   shift
@@ -58,9 +61,12 @@ clocked() {
   "$@" >"$log" 2>&1
   kill $sampler
   wait $sampler 2>/dev/null
-  sort -n -t, -k1 /tmp/clocks.txt | awk -F, '$2 > 250 { c[++n] = $1; p += $2 }
-    END { if (n) printf "  SM clock over the %d samples above 250 W: median %s, min %s, max %s MHz; their power %.0f W\n", n, c[int(n / 2) + 1], c[1], c[n], p / n
-          else print "  no sample above 250 W" }' >>"$summary"
+  local samples
+  samples=$(grep -c , /tmp/clocks.txt)
+  sort -g -r -t, -k2 /tmp/clocks.txt | head -n $(((samples + 1) / 2)) |
+    sort -n -t, -k1 | awk -F, '{ c[++n] = $1; p += $2 }
+    END { if (n) printf "  SM clock over the busier %d of the samples: median %s, min %s, max %s MHz; their power %.0f W\n", n, c[int(n / 2) + 1], c[1], c[n], p / n
+          else print "  no clock sample" }' >>"$summary"
 }
 train() { # ITERATIONS [megatron-train flags]
   local iterations=$1
@@ -137,6 +143,10 @@ if [ -n "$ncu" ]; then
     "$bin/mtrt-attention-bench" 3 gpt-1.3b hopper-qkv 0.1 \
     >"$out/ncu-bench.csv" 2>/tmp/ncu-bench.err
   tail -2 /tmp/ncu-bench.err >>"$summary"
+  # Each profiled launch's duration, cycles and clock, step first.
+  grep -h -E 'gpu__time_duration.sum|gpc__cycles_elapsed.max|sm__cycles_elapsed.avg.per_second' \
+    "$out/ncu-step.csv" "$out/ncu-bench.csv" |
+    awk -F'","' '{ print "  " $(NF - 2) " " $NF }' | tr -d '"' >>"$summary"
   elapsed
 fi
 echo "done" >>"$summary"
