@@ -6,11 +6,12 @@
 # On the GPU machine:
 #   1. the step's per-op profile (MTRT_CUDA_PROFILE=1) of gpt-1.3b mb 8 at
 #      dropout 0.1, twice, the second with MTRT_CUDA_HOPPER_TIMING=1 (the
-#      backward's four kernels timed apart: zeroing dq's sums, delta, the
-#      main kernel, dq's conversion), and the step under CUDA graphs;
+#      backward's three kernels timed apart: delta with the zeroing of dq's
+#      sums, the main kernel, dq's conversion), and the step under CUDA
+#      graphs;
 #   2. mtrt-attention-bench's Hopper path (q, k, v in place, dropout 0.1)
 #      at every shape, with a warm L2 and from a cold one
-#      (MTRT_BENCH_FLUSH_L2=1), and its four kernels at gpt-1.3b's shape;
+#      (MTRT_BENCH_FLUSH_L2=1), and its three kernels at gpt-1.3b's shape;
 #   3. PyTorch's cuDNN SDPA alone at the same shapes (bench/torch_sdpa.py)
 #      and torch.compile's step at the same model (bench/torch_step.py)
 #      with its attention kernels' time a step (--profile 2);

@@ -42,6 +42,9 @@
 #        megatron-train runs each dropout-0.1 bundle a second time with them
 #        set (logs NAME.alt.*, after all of ours' runs, before PyTorch's),
 #        and the table gives that step time beside ours
+#   ALT_BIN (environment) another megatron-train (another build) for those
+#        second runs, with or without ALT_ENV
+#   SEARCH (environment) 0 skips step 3
 #   TORCH_CACHE (environment) torch.compile's caches (Inductor's and
 #        Triton's), default /tmp/torch-compile-cache: outside DIR, which the
 #        device tool replaces each call, so a second call on a machine still
@@ -96,7 +99,7 @@ sampled() {
 train() {
   local name=$1 iters=$2 tag=${3:-$1}
   shift $(($# < 3 ? $# : 3))
-  sampled "$tag" env "$@" timeout 120 "$dir/bin/megatron-train" \
+  sampled "$tag" env "$@" timeout 120 "${train_bin:-$dir/bin/megatron-train}" \
     "$dir/bundles/$name.mtb" --data-path "$dir/corpus.txt" \
     --train-iters "$iters" --lr 1e-4 --log-interval 1 --eval-iters 0 \
     --eval-interval 0 --no-progress-bar --clip-grad "$clip" --backend cuda \
@@ -121,11 +124,12 @@ for model in "${models[@]}"; do
     time_left && train "$model-mb${base[$model]}-d$dropout" "$iters"
   done
 done
-if [ -n "${ALT_ENV:-}" ]; then
-  echo "ALT_ENV: $ALT_ENV" >>"$summary"
+if [ -n "${ALT_ENV:-}${ALT_BIN:-}" ]; then
+  echo "ALT_ENV: ${ALT_ENV:-}; ALT_BIN: ${ALT_BIN:-}" >>"$summary"
   for model in "${models[@]}"; do
     name=$model-mb${base[$model]}-d0.1
-    time_left && train "$name" "$iters" "$name.alt" $ALT_ENV
+    time_left && train_bin=${ALT_BIN:-} train "$name" "$iters" "$name.alt" \
+      ${ALT_ENV:-}
   done
 fi
 table
@@ -134,6 +138,7 @@ table
 # largest that its reported total, scaled by the measured/reported ratio of
 # the model's dropout-0 run above, says fits.
 for model in "${models[@]}"; do
+  [ "${SEARCH:-1}" = 0 ] && break
   plan=$(python3 "$dir/bench/step_table.py" "$dir" "$logs" --search-start \
     "$model-mb${base[$model]}-d0")
   mbs=($(echo "$plan" | head -1))

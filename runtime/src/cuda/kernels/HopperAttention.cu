@@ -1280,54 +1280,129 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   }
 }
 
-// delta[row] = dout_row . out_row (the forward's bf16 copy, packed), one
-// warp a row of [batch, headsQ, seqQ]; with dqSum also zeroes its D sums.
-template <int D>
-__global__ void hopperDeltaKernel(int64_t rows, int seqQ, int headsQ,
-                                  FlashLayout doutLayout,
-                                  const __nv_bfloat16 *out,
-                                  const __nv_bfloat16 *dout, float *delta,
-                                  float *dqSum) {
-  int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
-                32;
-  int lane = threadIdx.x % 32;
-  if (row >= rows)
-    return;
-  int i = static_cast<int>(row % seqQ),
-      h = static_cast<int>(row / seqQ % headsQ),
-      b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
-  const __nv_bfloat16 *outRow =
-      out + ((static_cast<int64_t>(b) * seqQ + i) * headsQ + h) * D;
-  const __nv_bfloat16 *doutRow =
-      dout + (static_cast<int64_t>(b) * seqQ + i) * doutLayout.position +
-      static_cast<int64_t>(h) * doutLayout.head;
+/// The threads of the backward's side kernels (delta, dq's conversion).
+constexpr int kSideThreads = 256;
+
+/// The sum of the products of two octets of bf16 (one 16-byte load each).
+__device__ inline float dotOctet(uint4 a, uint4 b) {
+  const auto *x = reinterpret_cast<const __nv_bfloat162 *>(&a);
+  const auto *y = reinterpret_cast<const __nv_bfloat162 *>(&b);
   float sum = 0.f;
 #pragma unroll
-  for (int d = 2 * lane; d < D; d += 64) {
-    float2 o = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162 *>(outRow + d));
-    float2 g = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162 *>(doutRow + d));
-    sum += o.x * g.x + o.y * g.y;
+  for (int i = 0; i < 4; ++i) {
+    float2 u = __bfloat1622float2(x[i]), v = __bfloat1622float2(y[i]);
+    sum = fmaf(u.x, v.x, sum);
+    sum = fmaf(u.y, v.y, sum);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0)
-    delta[row] = sum;
-  if (dqSum)
-    for (int d = 2 * lane; d < D; d += 64)
-      *reinterpret_cast<float2 *>(dqSum + row * D + d) = make_float2(0.f, 0.f);
+  return sum;
 }
 
-// dq = scale * dqSum into dq's layout and type, two elements a thread.
-// With `bulk` the sums are in the bulk layout (bulkDqIndex), else
-// [batch, headsQ, seqQ, D].
+// For one query tile (64 queries) of one (query head, batch):
+// delta[row] = dout_row . out_row (the forward's bf16 copy, packed), and the
+// tile's dq sums zeroed (with `bulk` the tile's D / 64 bulk tiles, rows past
+// seqQ too; else its rows of [batch, headsQ, seqQ, D]). A row's D / 8
+// octets go to as many neighbouring lanes (16-byte loads), summed by
+// shuffles; the zeros are 16-byte stores. Grid (query tiles, headsQ,
+// batch), kSideThreads threads. (One warp a row with 4-byte loads, and the
+// zeroing by cudaMemsetAsync before it, took 45 + 65 us at gpt-1.3b's shape
+// on the H100, about twice their bytes' time: bench/NOTES.md, session 33.)
 template <int D>
-__global__ void hopperQueryGradientKernel(int64_t rows, int seqQ, int headsQ,
-                                          FlashLayout dqLayout, float scale,
-                                          bool outputsBf16, bool bulk,
-                                          const float *dqSum, void *dq) {
+__global__ void __launch_bounds__(kSideThreads)
+    hopperDeltaKernel(int seqQ, int queryTiles, FlashLayout doutLayout,
+                      const __nv_bfloat16 *out, const __nv_bfloat16 *dout,
+                      float *delta, float *dqSum, bool bulk) {
+  constexpr int kOctets = D / 8; // a row's octets, one a lane
+  constexpr int kChunks = kBackwardQueries * kOctets;
+  static_assert(kChunks % kSideThreads == 0 && 32 % kOctets == 0,
+                "every lane of a warp takes part in each round of shuffles");
+  int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, headsQ = gridDim.y;
+  int q0 = tile * kBackwardQueries;
+  int64_t headRow = (static_cast<int64_t>(b) * headsQ + h) * seqQ;
+#pragma unroll
+  for (int c = threadIdx.x; c < kChunks; c += kSideThreads) {
+    int r = c / kOctets, part = c % kOctets, i = q0 + r;
+    float sum = 0.f;
+    if (i < seqQ) {
+      uint4 o = *reinterpret_cast<const uint4 *>(
+          out + ((static_cast<int64_t>(b) * seqQ + i) * headsQ + h) * D +
+          8 * part);
+      uint4 g = *reinterpret_cast<const uint4 *>(
+          dout + (static_cast<int64_t>(b) * seqQ + i) * doutLayout.position +
+          static_cast<int64_t>(h) * doutLayout.head + 8 * part);
+      sum = dotOctet(o, g);
+    }
+#pragma unroll
+    for (int offset = kOctets / 2; offset > 0; offset /= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (part == 0 && i < seqQ)
+      delta[headRow + i] = sum;
+  }
+  if (!dqSum)
+    return;
+  float4 *zeros;
+  int count; // float4s
+  if (bulk) {
+    zeros = reinterpret_cast<float4 *>(
+        dqSum + ((static_cast<int64_t>(b) * headsQ + h) * queryTiles + tile) *
+                    (D / 64) * 4096);
+    count = kBackwardQueries * D / 4;
+  } else {
+    zeros = reinterpret_cast<float4 *>(dqSum + (headRow + q0) * D);
+    count = min(kBackwardQueries, seqQ - q0) * D / 4;
+  }
+  for (int at = threadIdx.x; at < count; at += kSideThreads)
+    zeros[at] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// dq = scale * dqSum into dq's layout and type, from the bulk layout: one
+// 64 x 64 tile a block, a thread reading four sums of the fragment order by
+// one 16-byte load (rows 16w + g and 16w + g + 8, columns 8j + 2t and
+// 8j + 2t + 1 of bulkDqIndex) and writing two pairs. Grid (query tiles x
+// D / 64, headsQ, batch), kSideThreads threads. (Two elements a thread in
+// dq's order read the sums 8 bytes of every 16: 116 us at gpt-1.3b's
+// shape on the H100, 2.5 times its bytes' time; session 33.)
+template <int D>
+__global__ void __launch_bounds__(kSideThreads)
+    hopperQueryGradientKernel(int seqQ, int queryTiles, FlashLayout dqLayout,
+                              float scale, bool outputsBf16, const float *dqSum,
+                              void *dq) {
+  int h = blockIdx.y, b = blockIdx.z, headsQ = gridDim.y;
+  int queryTile = blockIdx.x / (D / 64), chunk = blockIdx.x % (D / 64);
+  int64_t tile =
+      ((static_cast<int64_t>(b) * headsQ + h) * queryTiles + queryTile) *
+          (D / 64) +
+      chunk;
+  const auto *sums = reinterpret_cast<const float4 *>(dqSum + tile * 4096);
+#pragma unroll
+  for (int f = threadIdx.x; f < 1024; f += kSideThreads) {
+    float4 s = sums[f];
+    int w = f / 256, j = f / 32 % 8, g = f % 32 / 4, t = f % 4;
+    int col = 64 * chunk + 8 * j + 2 * t;
+#pragma unroll
+    for (int high = 0; high < 2; ++high) {
+      int i = queryTile * kBackwardQueries + 16 * w + g + 8 * high;
+      if (i >= seqQ)
+        continue;
+      float x = (high ? s.z : s.x) * scale, y = (high ? s.w : s.y) * scale;
+      int64_t to = (static_cast<int64_t>(b) * seqQ + i) * dqLayout.position +
+                   static_cast<int64_t>(h) * dqLayout.head + col;
+      if (outputsBf16)
+        *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(dq) +
+                                            to) = __floats2bfloat162_rn(x, y);
+      else
+        *reinterpret_cast<float2 *>(static_cast<float *>(dq) + to) =
+            make_float2(x, y);
+    }
+  }
+}
+
+// The same from [batch, headsQ, seqQ, D] sums (MTRT_CUDA_HOPPER_DQ=red),
+// two elements a thread.
+template <int D>
+__global__ void hopperQueryGradientRowsKernel(int64_t rows, int seqQ,
+                                              int headsQ, FlashLayout dqLayout,
+                                              float scale, bool outputsBf16,
+                                              const float *dqSum, void *dq) {
   int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (at >= rows * (D / 2))
     return;
@@ -1336,17 +1411,7 @@ __global__ void hopperQueryGradientKernel(int64_t rows, int seqQ, int headsQ,
   int i = static_cast<int>(row % seqQ),
       h = static_cast<int>(row / seqQ % headsQ),
       b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
-  float2 sum;
-  if (bulk) {
-    int64_t tiles = (seqQ + kBackwardQueries - 1) / kBackwardQueries;
-    int64_t tile = ((row / seqQ) * tiles + i / kBackwardQueries) * (D / 64) +
-                   col / 64;
-    // Columns col, col + 1 are neighbours in the fragment order too.
-    sum = *reinterpret_cast<const float2 *>(
-        dqSum + bulkDqIndex(tile, i % kBackwardQueries, col % 64));
-  } else {
-    sum = reinterpret_cast<const float2 *>(dqSum)[at];
-  }
+  float2 sum = reinterpret_cast<const float2 *>(dqSum)[at];
   int64_t to = (static_cast<int64_t>(b) * seqQ + i) * dqLayout.position +
                static_cast<int64_t>(h) * dqLayout.head + col;
   if (outputsBf16)
@@ -1506,8 +1571,8 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
       io.dv);
 }
 
-/// MTRT_CUDA_HOPPER_TIMING=1: the backward's four parts (zeroing the dq
-/// sums, the delta kernel, the main kernel, dq's conversion) timed by
+/// MTRT_CUDA_HOPPER_TIMING=1: the backward's three kernels (delta with the
+/// zeroing of dq's sums, the main kernel, dq's conversion) timed by
 /// events outside stream capture, the means of every 48 calls printed to
 /// stderr; a diagnostic, to compare the kernels in a step with the same
 /// kernels in mtrt-attention-bench. Calls read their events only once the
@@ -1530,8 +1595,8 @@ public:
     return &timer;
   }
 
-  /// Records mark `part` (0 before the zeroing, 1-4 after each part) of the
-  /// current call.
+  /// Records mark `part` (0 before the delta kernel, 1-3 after each kernel)
+  /// of the current call.
   void mark(cudaStream_t stream, int part) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (part == 0) {
@@ -1546,15 +1611,15 @@ public:
   }
 
 private:
-  using Marks = std::array<cudaEvent_t, 5>;
+  using Marks = std::array<cudaEvent_t, 4>;
 
   void harvest() {
     // (A call whose last event could not be made is dropped untimed.)
     while (!pending_.empty() &&
-           (!pending_.front()[4] ||
-            cudaEventQuery(pending_.front()[4]) == cudaSuccess)) {
+           (!pending_.front()[3] ||
+            cudaEventQuery(pending_.front()[3]) == cudaSuccess)) {
       Marks &marks = pending_.front();
-      for (int part = 0; part < 4; ++part) {
+      for (int part = 0; part < 3; ++part) {
         float ms = 0;
         if (marks[part] && marks[part + 1] &&
             cudaEventElapsedTime(&ms, marks[part], marks[part + 1]) ==
@@ -1567,11 +1632,10 @@ private:
       pending_.pop_front();
       if (++calls_ == kReport) {
         std::fprintf(stderr,
-                     "hopper backward, mean of %d calls (us): zero dq %.1f, "
-                     "delta %.1f, main %.1f, dq %.1f\n",
+                     "hopper backward, mean of %d calls (us): delta and "
+                     "zeroing %.1f, main %.1f, dq %.1f\n",
                      kReport, 1000 * sums_[0] / kReport,
-                     1000 * sums_[1] / kReport, 1000 * sums_[2] / kReport,
-                     1000 * sums_[3] / kReport);
+                     1000 * sums_[1] / kReport, 1000 * sums_[2] / kReport);
         sums_ = {};
         calls_ = 0;
       }
@@ -1581,7 +1645,7 @@ private:
   static constexpr int kReport = 48;
   std::mutex mutex_;
   std::deque<Marks> pending_;
-  std::array<double, 4> sums_{};
+  std::array<double, 3> sums_{};
   int calls_ = 0;
 };
 
@@ -1790,25 +1854,13 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   };
   auto run = [&](auto d) {
     constexpr int D = decltype(d)::value;
-    constexpr int kThreads = 256;
+    dim3 tiles(static_cast<unsigned>(geo.queryTiles),
+               static_cast<unsigned>(p.headsQ), static_cast<unsigned>(p.batch));
     mark(0);
-    if (dqSum && geo.bulkDq) {
-      // The bulk layout's tiles, the last query tile's rows past seqQ too.
-      size_t bytes = sizeof(float) * static_cast<size_t>(p.batch * p.headsQ) *
-                     geo.queryTiles * kBackwardQueries * D;
-      cudaError_t zeroed = cudaMemsetAsync(dqSum, 0, bytes, stream);
-      if (zeroed != cudaSuccess)
-        throw Error(MTRT_STATUS_INTERNAL,
-                    std::string("hopperAttentionBackward: zeroing the dq "
-                                "sums: ") +
-                        cudaGetErrorString(zeroed));
-    }
+    hopperDeltaKernel<D><<<tiles, kSideThreads, 0, stream>>>(
+        geo.seqQ, geo.queryTiles, doutLayout, out, dout, delta, dqSum,
+        geo.bulkDq);
     mark(1);
-    hopperDeltaKernel<D>
-        <<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads),
-           kThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, doutLayout, out,
-                                  dout, delta, geo.bulkDq ? nullptr : dqSum);
-    mark(2);
     if (dropout && byKeys)
       launchBackward<D, true, true>(stream, p, io, geo, logsumexp, delta,
                                     mask, dqSum);
@@ -1821,16 +1873,23 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     else
       launchBackward<D, false, false>(stream, p, io, geo, logsumexp, delta,
                                       mask, dqSum);
-    mark(3);
-    if (dqSum) {
+    mark(2);
+    if (dqSum && geo.bulkDq) {
+      dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
+                  static_cast<unsigned>(p.headsQ),
+                  static_cast<unsigned>(p.batch));
+      hopperQueryGradientKernel<D><<<chunks, kSideThreads, 0, stream>>>(
+          geo.seqQ, geo.queryTiles, dqLayout, geo.scale, io.outputsBf16, dqSum,
+          io.dq);
+    } else if (dqSum) {
       int64_t pairs = rows * (D / 2);
-      hopperQueryGradientKernel<D>
-          <<<static_cast<unsigned>((pairs + kThreads - 1) / kThreads),
-             kThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, dqLayout,
-                                    geo.scale, io.outputsBf16, geo.bulkDq,
-                                    dqSum, io.dq);
+      hopperQueryGradientRowsKernel<D>
+          <<<static_cast<unsigned>((pairs + kSideThreads - 1) / kSideThreads),
+             kSideThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, dqLayout,
+                                        geo.scale, io.outputsBf16, dqSum,
+                                        io.dq);
     }
-    mark(4);
+    mark(3);
   };
   if (p.headDim == 128)
     run(std::integral_constant<int, 128>());
