@@ -717,7 +717,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   dS^T = P^T (dP^T kept / (1 - p), else 0, less delta) as the register
 //   A operand of dK += dS^T Q, and stored (bf16, 128-byte swizzled) into
 //   the step's [128 keys][64 queries] dS^T buffer;
-//   after a named barrier over both consumers, dQ's share of the block,
+//   in the next step (the late dQ; MTRT_CUDA_HOPPER_LATE_DQ=0: this step,
+//   after a named barrier over both consumers), dQ's share of the block,
 //   dS K (A: dS^T as an MN-major operand, B: K MN-major), m64n64k16 over
 //   the 128 keys: at head dimension 128 consumer c takes columns 64c ..
 //   +63; at 64 the consumer of the step's parity takes all 64. Its fp32
@@ -727,10 +728,11 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   (cp.reduce.async.bulk .add.f32); dq's additions come in a varying
 //   order (not deterministic: the executor runs the own kernels for the
 //   deterministic backward); a last kernel writes dq = scale dqSum.
-//   MTRT_CUDA_HOPPER_DQ=keys (each consumer its own keys' share, no
-//   barrier between them) and =red (red.global.add.v2.f32 from the
-//   accumulators into [batch, headsQ, seqQ, D] sums) were slower (session
-//   18) and stay for measurements.
+//   MTRT_CUDA_HOPPER_DQ=red (red.global.add.v2.f32 from the accumulators
+//   into [batch, headsQ, seqQ, D] sums) was slower (session 18) and stays
+//   for measurements. (Each consumer its own keys' share, no barrier
+//   between them, was 0.76-0.95 of by columns on the H200, session 18, and
+//   took gpt-1.3b's step from 37 to 42 ms, session 31: gone.)
 // dK (times the scale) and dV leave from the accumulators at the end.
 
 constexpr int kBackwardKeys = 128;   // keys of a block
@@ -881,15 +883,15 @@ __host__ __device__ inline int64_t bulkDqIndex(int64_t tile, int row,
 // BackwardSmem<D>::kTotal. Tensor maps: q and dout over (D, headsQ, seqQ,
 // batch), boxes of 64 columns x 64 positions; k and v over (D, headsKv,
 // seqK, batch), boxes of 64 x 128.
-template <int D, bool Dropout, bool DqByKeys>
+template <int D, bool Dropout, bool LateDq>
 __global__ void __launch_bounds__(kBackwardThreads, 1)
     hopperBackwardKernel(const __grid_constant__ CUtensorMap qMap,
                          const __grid_constant__ CUtensorMap kMap,
                          const __grid_constant__ CUtensorMap vMap,
                          const __grid_constant__ CUtensorMap doutMap,
                          HopperBackwardGeometry geo, const float *logsumexp,
-                         const float *delta, const uint64_t *mask,
-                         float *dqSum, void *dk, void *dv) {
+                         const float *delta, const uint64_t *mask, float *dqSum,
+                         void *dk, void *dv) {
   using Smem = BackwardSmem<D>;
   extern __shared__ unsigned char hopperShared[];
   uint32_t base = (smem(hopperShared) + 1023) & ~1023u;
@@ -1021,13 +1023,27 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       barrierArrive(smem(bar));
   };
 
+  // Named barriers of the late dQ (LateDq), each of 256 threads: one
+  // consumer's 128 arrive, the other's 128 wait. kStored + 2 p + c: consumer
+  // c has stored its dS^T half into buffer p; kRead + 2 p + c: consumer c's
+  // dQ product has read buffer p. (1: both consumers, the order in step;
+  // 2 + c: consumer c's own warps.)
+  constexpr int kStored = 4, kRead = 8;
+  int other = 1 - consumer;
+
   barrierWait(smem(&bars->kv), 0);
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < steps + (LateDq ? 1 : 0); ++step) {
+    // This step's products (all but the late dQ's extra last step), and
+    // the step whose dQ it takes: the previous one with LateDq.
+    bool walks = step < steps;
+    int dqStep = LateDq ? step - 1 : step;
     int st = step % kStages;
     uint32_t parity = (step / kStages) & 1;
-    int h = headOf(step), q0 = firstQuery(step);
-    const BackwardRows &rowS = rowStages[st];
-    float s[32], dp[32];
+    uint32_t pA[4][4], dsA[4][4];
+    if (walks) {
+      int q0 = firstQuery(step);
+      const BackwardRows &rowS = rowStages[st];
+      float s[32], dp[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i)
       s[i] = dp[i] = 0.f;
@@ -1091,7 +1107,6 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       else
         return s[i];
     };
-    uint32_t pA[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
@@ -1120,7 +1135,6 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
         dp[i] = s[i] * (dprob - deltas[e % 2]);
       }
     }
-    uint32_t dsA[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
@@ -1133,7 +1147,12 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     wgmmaCommit();
     // dS^T into the step's buffer, 128-byte swizzled: key row
     // 64 consumer + 16 warp + g (+ 8), queries 16k + 2t (+1) (x = 0, 1) and
-    // 16k + 8 + 2t (x = 2, 3), i.e. 16-byte column group 2k + x / 2.
+    // 16k + 8 + 2t (x = 2, 3), i.e. 16-byte column group 2k + x / 2. With
+    // LateDq, once the other consumer's dQ of two steps back has read it.
+    if constexpr (LateDq)
+      if (step >= 2)
+        asm volatile("bar.sync %0, 256;\n" ::"r"(kRead + 2 * (step & 1) + other)
+                     : "memory");
     {
       unsigned char *scores = generic + (scoresTile(step) - base);
 #pragma unroll
@@ -1148,27 +1167,37 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
         }
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    if constexpr (DqByKeys)
+    if constexpr (LateDq) {
       asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
-    else
+      asm volatile(
+          "bar.arrive %0, 256;\n" ::"r"(kStored + 2 * (step & 1) + consumer)
+          : "memory");
+    } else {
       asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    }
+    } // walks
 
-    // dQ's share, dS K: by columns, dS over the block's 128 keys times K's
+    // dQ's share of dqStep, dS K: dS over the block's 128 keys times K's
     // columns [column0, column0 + 64) (at 128 consumer c takes 64c, at 64
-    // the consumer of the step's parity all); by keys (DqByKeys), this
-    // consumer's dS over its own 64 keys times its K rows, in chunks of 64
-    // columns one after another (the consumers need not meet).
-    // (The product is issued whether or not dq is asked for: under a
-    // condition ptxas spilled 300 bytes a thread at 128.)
-    constexpr int kChunks = DqByKeys ? D / 64 : 1;
-    constexpr int kDqSteps = (DqByKeys ? 64 : kBackwardKeys) / 16;
-    uint32_t ownRows = DqByKeys ? 64 * consumer * 128 : 0;
-#pragma unroll 1
-    for (int chunk = 0; chunk < kChunks; ++chunk) {
-      bool computesDq = DqByKeys || D == 128 || (step & 1) == consumer;
-      bool addsDq = dqSum && computesDq;
-      int column0 = DqByKeys ? 64 * chunk : D == 128 ? 64 * consumer : 0;
+    // the consumer of the step's parity all). With LateDq it is the
+    // previous step's, once the other consumer has stored its half of that
+    // dS^T: the consumers then meet only a step apart, and one's softmax
+    // may run beside the other's products (FlashAttention-3's ping-pong,
+    // which the forward schedules by barriers, here left to the warp
+    // schedulers). (The product is issued whether or not dq is asked for:
+    // under a condition ptxas spilled 300 bytes a thread at 128.)
+    {
+      // (At 128 even the late dQ's first step, of no step, reads a buffer
+      // and adds nothing.)
+      bool computesDq = D == 128 || (dqStep >= 0 && (dqStep & 1) == consumer);
+      bool addsDq = dqSum && computesDq && dqStep >= 0;
+      int column0 = D == 128 ? 64 * consumer : 0;
       float dq[32];
+      if constexpr (LateDq)
+        if (dqStep >= 0)
+          asm volatile(
+              "bar.sync %0, 256;\n" ::"r"(kStored + 2 * (dqStep & 1) + other)
+              : "memory");
       if (computesDq) {
 #pragma unroll
         for (int i = 0; i < 32; ++i)
@@ -1176,26 +1205,34 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
         wgmmaFence();
         fenceRegisters(dq);
 #pragma unroll
-        for (int k = 0; k < kDqSteps; ++k)
+        for (int k = 0; k < kBackwardKeys / 16; ++k)
           wgmmaSS64<1, 1>(
-              dq, mnMajorRows<kBackwardKeys>(scoresTile(step) + ownRows, k),
+              dq, mnMajorRows<kBackwardKeys>(scoresTile(dqStep), k),
               mnMajorRows<kBackwardKeys>(
-                  kTile + (column0 / 64) * chunkBytes(kBackwardKeys) + ownRows,
-                  k),
+                  kTile + (column0 / 64) * chunkBytes(kBackwardKeys), k),
               k > 0);
         wgmmaCommit();
       }
       wgmmaWait<0>();
       fenceRegisters(dvAcc);
       fenceRegisters(dkAcc);
-      fenceRegisters(pA);
-      fenceRegisters(dsA);
-      if (computesDq)
-        fenceRegisters(dq);
-      if (chunk == 0) {
+      if (walks) {
+        fenceRegisters(pA);
+        fenceRegisters(dsA);
         release(&bars->qEmpty[st]);
         release(&bars->rowEmpty[st]);
       }
+      if (computesDq)
+        fenceRegisters(dq);
+      // This consumer has read buffer dqStep & 1; the other stores into it
+      // again at dqStep + 2 (no arrival that no one waits for).
+      if constexpr (LateDq)
+        if (dqStep >= 0 && dqStep + 2 < steps)
+          asm volatile(
+              "bar.arrive %0, 256;\n" ::"r"(kRead + 2 * (dqStep & 1) + consumer)
+              : "memory");
+      int h = addsDq ? headOf(dqStep) : 0;
+      int q0 = addsDq ? firstQuery(dqStep) : 0;
       if (addsDq && geo.bulkDq) {
         // Through this consumer's shared tile: wait until the last bulk
         // reduction has read it, fill it, and one thread adds it into the
@@ -1538,7 +1575,7 @@ bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <int D, bool Dropout, bool DqByKeys>
+template <int D, bool Dropout, bool LateDq>
 void launchBackward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, const HopperBackwardGeometry &geo,
                     const float *logsumexp, const float *delta,
@@ -1553,7 +1590,7 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
-  auto kernel = hopperBackwardKernel<D, Dropout, DqByKeys>;
+  auto kernel = hopperBackwardKernel<D, Dropout, LateDq>;
   constexpr size_t bytes = BackwardSmem<D>::kTotal;
   cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1827,12 +1864,12 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     geo.pairGroup = pairs;
   const char *dqPath = std::getenv("MTRT_CUDA_HOPPER_DQ");
   geo.bulkDq = !(dqPath && std::strcmp(dqPath, "red") == 0);
-  // dQ's share by columns (the default), or by the consumers' own keys
-  // (MTRT_CUDA_HOPPER_DQ=keys: no barrier between the consumers, two bulk
-  // reductions a step at 64, four at 128; 0.76-0.95 of by columns on the
-  // H200, bench/NOTES.md session 18), or by columns through
-  // red.global.add.v2.f32 (MTRT_CUDA_HOPPER_DQ=red: 0.82-1.00).
-  bool byKeys = geo.bulkDq && dqPath && std::strcmp(dqPath, "keys") == 0;
+  // dQ's share through the bulk reductions (the default), or through
+  // red.global.add.v2.f32 (MTRT_CUDA_HOPPER_DQ=red: 0.82-1.00 of it on the
+  // H200, bench/NOTES.md session 18); a step late (the default), or in its
+  // step (MTRT_CUDA_HOPPER_LATE_DQ=0).
+  const char *lateDqText = std::getenv("MTRT_CUDA_HOPPER_LATE_DQ");
+  bool lateDq = !(lateDqText && std::strcmp(lateDqText, "0") == 0);
   geo.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
   geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   geo.causal = p.causal;
@@ -1861,13 +1898,13 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
         geo.seqQ, geo.queryTiles, doutLayout, out, dout, delta, dqSum,
         geo.bulkDq);
     mark(1);
-    if (dropout && byKeys)
+    if (dropout && lateDq)
       launchBackward<D, true, true>(stream, p, io, geo, logsumexp, delta,
                                     mask, dqSum);
     else if (dropout)
       launchBackward<D, true, false>(stream, p, io, geo, logsumexp, delta,
                                      mask, dqSum);
-    else if (byKeys)
+    else if (lateDq)
       launchBackward<D, false, true>(stream, p, io, geo, logsumexp, delta,
                                      mask, dqSum);
     else
