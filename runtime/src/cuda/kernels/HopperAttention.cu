@@ -1045,136 +1045,137 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       const BackwardRows &rowS = rowStages[st];
       float s[32], dp[32];
 #pragma unroll
-    for (int i = 0; i < 32; ++i)
-      s[i] = dp[i] = 0.f;
-    barrierWait(smem(&bars->qFull[st]), parity);
-    wgmmaFence();
-    fenceRegisters(s);
-    fenceRegisters(dp);
+      for (int i = 0; i < 32; ++i)
+        s[i] = dp[i] = 0.f;
+      barrierWait(smem(&bars->qFull[st]), parity);
+      wgmmaFence();
+      fenceRegisters(s);
+      fenceRegisters(dp);
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k)
-      wgmmaSS64<0, 0>(s, kMajor<kBackwardKeys>(kA, k),
-                      kMajor<kBackwardQueries>(queryTile(st), k), k > 0);
-    wgmmaCommit();
+      for (int k = 0; k < D / 16; ++k)
+        wgmmaSS64<0, 0>(s, kMajor<kBackwardKeys>(kA, k),
+                        kMajor<kBackwardQueries>(queryTile(st), k), k > 0);
+      wgmmaCommit();
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k)
-      wgmmaSS64<0, 0>(dp, kMajor<kBackwardKeys>(vA, k),
-                      kMajor<kBackwardQueries>(doutTile(st), k), k > 0);
-    wgmmaCommit();
-    barrierWait(smem(&bars->rowFull[st]), parity);
-    wgmmaWait<1>();
-    fenceRegisters(s);
+      for (int k = 0; k < D / 16; ++k)
+        wgmmaSS64<0, 0>(dp, kMajor<kBackwardKeys>(vA, k),
+                        kMajor<kBackwardQueries>(doutTile(st), k), k > 0);
+      wgmmaCommit();
+      barrierWait(smem(&bars->rowFull[st]), parity);
+      wgmmaWait<1>();
+      fenceRegisters(s);
 
-    // P^T in place of S^T (element 4j + e: key keys[e / 2], query
-    // q0 + 8j + 2t + e % 2), and its dropped bf16 copy as A fragments.
-    bool masked = warpKey0 + 16 > geo.seqK ||
-                  (geo.causal && warpKey0 + 15 > q0);
-    uint32_t keepBits = 0;
+      // P^T in place of S^T (element 4j + e: key keys[e / 2], query
+      // q0 + 8j + 2t + e % 2), and its dropped bf16 copy as A fragments.
+      bool masked =
+          warpKey0 + 16 > geo.seqK || (geo.causal && warpKey0 + 15 > q0);
+      uint32_t keepBits = 0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      int col = 8 * j + 2 * t;
-      float2 lse2 = *reinterpret_cast<const float2 *>(&rowS.lse[col]);
-      float lseLog2[2] = {lse2.x * 1.4426950408889634f,
-                          lse2.y * 1.4426950408889634f};
-      // Both of this lane's keys (bits keyBit and keyBit + 8) lie in one
-      // 32-bit half of a word: that half, shifted once, holds them at bits
-      // 0 and 8.
-      uint32_t words[2] = {0, 0};
-      if constexpr (Dropout) {
+      for (int j = 0; j < 8; ++j) {
+        int col = 8 * j + 2 * t;
+        float2 lse2 = *reinterpret_cast<const float2 *>(&rowS.lse[col]);
+        float lseLog2[2] = {lse2.x * 1.4426950408889634f,
+                            lse2.y * 1.4426950408889634f};
+        // Both of this lane's keys (bits keyBit and keyBit + 8) lie in one
+        // 32-bit half of a word: that half, shifted once, holds them at bits
+        // 0 and 8.
+        uint32_t words[2] = {0, 0};
+        if constexpr (Dropout) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          uint64_t word = rowS.mask[col + c][consumer];
-          uint32_t half = keyBit >= 32 ? static_cast<uint32_t>(word >> 32)
-                                       : static_cast<uint32_t>(word);
-          words[c] = half >> (keyBit % 32);
+          for (int c = 0; c < 2; ++c) {
+            uint64_t word = rowS.mask[col + c][consumer];
+            uint32_t half = keyBit >= 32 ? static_cast<uint32_t>(word >> 32)
+                                         : static_cast<uint32_t>(word);
+            words[c] = half >> (keyBit % 32);
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int r = e / 2, c = e % 2;
+          float x = fastExp2(fmaf(s[4 * j + e], geo.scaleLog2, -lseLog2[c]));
+          if (masked &&
+              (keys[r] >= geo.seqK || (geo.causal && keys[r] > q0 + col + c)))
+            x = 0.f;
+          s[4 * j + e] = x;
+          if constexpr (Dropout)
+            keepBits |= ((words[c] >> (8 * r)) & 1u) << (4 * j + e);
         }
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int r = e / 2, c = e % 2;
-        float x = fastExp2(fmaf(s[4 * j + e], geo.scaleLog2, -lseLog2[c]));
-        if (masked && (keys[r] >= geo.seqK ||
-                       (geo.causal && keys[r] > q0 + col + c)))
-          x = 0.f;
-        s[4 * j + e] = x;
+      auto dropped = [&](int i) {
         if constexpr (Dropout)
-          keepBits |= ((words[c] >> (8 * r)) & 1u) << (4 * j + e);
-      }
-    }
-    auto dropped = [&](int i) {
-      if constexpr (Dropout)
-        return (keepBits >> i) & 1 ? s[i] * geo.dropoutScale : 0.f;
-      else
-        return s[i];
-    };
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        pA[k][x] = packBf16(dropped(8 * k + 2 * x), dropped(8 * k + 2 * x + 1));
-    wgmmaFence();
-    fenceRegisters(dvAcc);
-    fenceRegisters(pA);
-    accumulateRS<D>(dvAcc, pA, doutTile(st));
-    wgmmaCommit();
-
-    wgmmaWait<1>(); // dP^T done, dV may run on
-    fenceRegisters(dp);
-    // dS^T = P^T (dP^T kept / (1 - p) - delta).
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      int col = 8 * j + 2 * t;
-      float2 delta2 = *reinterpret_cast<const float2 *>(&rowS.delta[col]);
-      float deltas[2] = {delta2.x, delta2.y};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int i = 4 * j + e;
-        float dprob = dp[i];
-        if constexpr (Dropout)
-          dprob = (keepBits >> i) & 1 ? dprob * geo.dropoutScale : 0.f;
-        dp[i] = s[i] * (dprob - deltas[e % 2]);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        dsA[k][x] = packBf16(dp[8 * k + 2 * x], dp[8 * k + 2 * x + 1]);
-    wgmmaFence();
-    fenceRegisters(dkAcc);
-    fenceRegisters(dsA);
-    accumulateRS<D>(dkAcc, dsA, queryTile(st));
-    wgmmaCommit();
-    // dS^T into the step's buffer, 128-byte swizzled: key row
-    // 64 consumer + 16 warp + g (+ 8), queries 16k + 2t (+1) (x = 0, 1) and
-    // 16k + 8 + 2t (x = 2, 3), i.e. 16-byte column group 2k + x / 2. With
-    // LateDq, once the other consumer's dQ of two steps back has read it.
-    if constexpr (LateDq)
-      if (step >= 2)
-        asm volatile("bar.sync %0, 256;\n" ::"r"(kRead + 2 * (step & 1) + other)
-                     : "memory");
-    {
-      unsigned char *scores = generic + (scoresTile(step) - base);
+          return (keepBits >> i) & 1 ? s[i] * geo.dropoutScale : 0.f;
+        else
+          return s[i];
+      };
 #pragma unroll
       for (int k = 0; k < 4; ++k)
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          int row = 64 * consumer + 16 * warp + g + 8 * (x % 2);
-          int group = 2 * k + x / 2;
-          *reinterpret_cast<uint32_t *>(scores + row * 128 +
-                                        ((group ^ g) * 16) + 4 * t) =
-              dsA[k][x];
+        for (int x = 0; x < 4; ++x)
+          pA[k][x] =
+              packBf16(dropped(8 * k + 2 * x), dropped(8 * k + 2 * x + 1));
+      wgmmaFence();
+      fenceRegisters(dvAcc);
+      fenceRegisters(pA);
+      accumulateRS<D>(dvAcc, pA, doutTile(st));
+      wgmmaCommit();
+
+      wgmmaWait<1>(); // dP^T done, dV may run on
+      fenceRegisters(dp);
+      // dS^T = P^T (dP^T kept / (1 - p) - delta).
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        int col = 8 * j + 2 * t;
+        float2 delta2 = *reinterpret_cast<const float2 *>(&rowS.delta[col]);
+        float deltas[2] = {delta2.x, delta2.y};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int i = 4 * j + e;
+          float dprob = dp[i];
+          if constexpr (Dropout)
+            dprob = (keepBits >> i) & 1 ? dprob * geo.dropoutScale : 0.f;
+          dp[i] = s[i] * (dprob - deltas[e % 2]);
         }
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    if constexpr (LateDq) {
-      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
-      asm volatile(
-          "bar.arrive %0, 256;\n" ::"r"(kStored + 2 * (step & 1) + consumer)
-          : "memory");
-    } else {
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    }
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          dsA[k][x] = packBf16(dp[8 * k + 2 * x], dp[8 * k + 2 * x + 1]);
+      wgmmaFence();
+      fenceRegisters(dkAcc);
+      fenceRegisters(dsA);
+      accumulateRS<D>(dkAcc, dsA, queryTile(st));
+      wgmmaCommit();
+      // dS^T into the step's buffer, 128-byte swizzled: key row
+      // 64 consumer + 16 warp + g (+ 8), queries 16k + 2t (+1) (x = 0, 1) and
+      // 16k + 8 + 2t (x = 2, 3), i.e. 16-byte column group 2k + x / 2. With
+      // LateDq, once the other consumer's dQ of two steps back has read it.
+      if constexpr (LateDq)
+        if (step >= 2)
+          asm volatile(
+              "bar.sync %0, 256;\n" ::"r"(kRead + 2 * (step & 1) + other)
+              : "memory");
+      {
+        unsigned char *scores = generic + (scoresTile(step) - base);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            int row = 64 * consumer + 16 * warp + g + 8 * (x % 2);
+            int group = 2 * k + x / 2;
+            *reinterpret_cast<uint32_t *>(
+                scores + row * 128 + ((group ^ g) * 16) + 4 * t) = dsA[k][x];
+          }
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      if constexpr (LateDq) {
+        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+        asm volatile(
+            "bar.arrive %0, 256;\n" ::"r"(kStored + 2 * (step & 1) + consumer)
+            : "memory");
+      } else {
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      }
     } // walks
 
     // dQ's share of dqStep, dS K: dS over the block's 128 keys times K's
