@@ -338,4 +338,56 @@ TEST_F(CudaKernelBench, DISABLED_EpilogueGemms) {
   cudaEventDestroy(stop);
 }
 
+// The weight gradient of the attention's qkv projection with its bias
+// gradient, at gpt-1.3b's and gpt2-350m's shapes (bf16 operands, fp32
+// gradients accumulated): the bias gradient in cuBLASLt's epilogue (BGRADA,
+// as the executor runs linear_weight_bias_grad) against the plain GEMM and
+// the column-sum kernel over the bf16 dy.
+TEST_F(CudaKernelBench, DISABLED_QkvBiasGradient) {
+  using Kind = cuda::GemmEpilogue::Kind;
+  struct QkvShape {
+    const char *model;
+    int64_t rows, hidden;
+  };
+  for (QkvShape shape : {QkvShape{"gpt-1.3b", 8 * 2048, 2048},
+                         QkvShape{"gpt2-350m", 32 * 1024, 1024}}) {
+    int64_t rows = shape.rows, in = shape.hidden, out = 3 * shape.hidden;
+    cudaStream_t stream = context->stream();
+    cuda::DeviceBuffer dy = buffer(2 * rows * out), x = buffer(2 * rows * in),
+                       grad = buffer(sizeof(float) * out * in),
+                       tuning = buffer(sizeof(float) * out * in),
+                       dbias = buffer(sizeof(float) * out),
+                       scratch = buffer(cuda::columnSumScratchBytes(rows, out));
+    cuda::Gemm gemm(stream, false, true);
+    cuda::Bf16Operands operands{dy.as<__nv_bfloat16>(),
+                                x.as<__nv_bfloat16>(), false};
+    const float *unused = grad.as<float>();
+    std::string name = std::string(shape.model) + " qkv dW [" +
+                       std::to_string(out) + " x " + std::to_string(in) +
+                       "] over " + std::to_string(rows) + " rows";
+    double bytes = 2.0 * rows * (in + out) + 8.0 * out * in;
+    cuda::GemmEpilogue bgrad;
+    bgrad.kind = Kind::BiasGradA;
+    bgrad.biasGrad = dbias.as<float>();
+    bgrad.tuningScratch = tuning.as<float>();
+    time(name + ", BGRADA", bytes, [&] {
+      gemm.run(1, out, in, rows, unused, true, unused, false, grad.as<float>(),
+               nullptr, true, operands, bgrad);
+    });
+    cuda::GemmEpilogue plain;
+    plain.tuningScratch = tuning.as<float>();
+    time(name + ", plain", bytes, [&] {
+      gemm.run(1, out, in, rows, unused, true, unused, false, grad.as<float>(),
+               nullptr, true, operands, plain);
+    });
+    time(name + ", column sums of bf16 dy", 2.0 * rows * out, [&] {
+      cuda::biasGrad(stream, rows, out,
+                     cuda::NormRows{dy.data(), /*bf16=*/true},
+                     dbias.as<float>(), scratch.data());
+    });
+    for (const std::string &line : gemm.tuningChoices())
+      std::printf("[ gemm-bench ] tuned: %s\n", line.c_str());
+  }
+}
+
 } // namespace
