@@ -596,9 +596,17 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LinearWeightGrad:
   case Op::LinearWeightBiasGrad: {
     auto [rows, inSize, outSize] = linearDims(fn, inst);
-    // The bias gradient sums dy's rows: the operand dy is in the GEMM.
+    // The bias gradient sums dy's rows (operand 1): in the GEMM's epilogue,
+    // or (MTRT_CUDA_BIAS_GRAD_KERNEL=1, a measurement) by the column-sum
+    // kernel after the plain GEMM, its sums in the kernel block's first
+    // bytes as the epilogue's fallback has them.
+    static const bool sumsByKernel = [] {
+      const char *text = std::getenv("MTRT_CUDA_BIAS_GRAD_KERNEL");
+      return text && std::strcmp(text, "1") == 0;
+    }();
     GemmEpilogue epilogue;
-    if (inst.op == Op::LinearWeightBiasGrad) {
+    bool columnSums = inst.op == Op::LinearWeightBiasGrad && sumsByKernel;
+    if (inst.op == Op::LinearWeightBiasGrad && !columnSums) {
       epilogue.kind = a.transposeWeight ? GemmEpilogue::Kind::BiasGradA
                                         : GemmEpilogue::Kind::BiasGradB;
       epilogue.biasGrad = out(1);
@@ -609,6 +617,10 @@ void Executor::execute(size_t position, const Instruction &inst,
     else // dW [out, in] = dy^T @ x
       gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0), nullptr,
            epilogue);
+    if (columnSums)
+      biasGrad(stream, rows, outSize,
+               NormRows{slots_[inst.operands[1]], heldInBf16(inst.operands[1])},
+               out(1), scratch(position));
     break;
   }
   case Op::BiasGrad: {
