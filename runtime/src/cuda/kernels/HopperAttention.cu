@@ -755,6 +755,11 @@ struct HopperBackwardGeometry {
   /// fragment order, bulkDqIndex) rather than by red.global.add.v2.f32
   /// from the accumulators (MTRT_CUDA_HOPPER_DQ=red: up to 1.2x slower).
   bool bulkDq;
+  /// With the late dQ, the second consumer starts its first step once the
+  /// first has issued that step's dV product (MTRT_CUDA_HOPPER_STAGGER=1, a
+  /// measurement): half a step apart from the start, where the consumers
+  /// otherwise start together.
+  bool stagger;
   FlashLayout dk, dv;
   bool causal, outputsBf16;
   float scale;        // the softmax scale (dk's factor)
@@ -1027,8 +1032,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   // consumer's 128 arrive, the other's 128 wait. kStored + 2 p + c: consumer
   // c has stored its dS^T half into buffer p; kRead + 2 p + c: consumer c's
   // dQ product has read buffer p. (1: both consumers, the order in step;
-  // 2 + c: consumer c's own warps.)
-  constexpr int kStored = 4, kRead = 8;
+  // 2 + c: consumer c's own warps; kStagger: HopperBackwardGeometry::stagger.)
+  constexpr int kStored = 4, kRead = 8, kStagger = 12;
   int other = 1 - consumer;
 
   barrierWait(smem(&bars->kv), 0);
@@ -1047,6 +1052,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
       for (int i = 0; i < 32; ++i)
         s[i] = dp[i] = 0.f;
+      if (LateDq && geo.stagger && step == 0 && consumer == 1)
+        asm volatile("bar.sync %0, 256;\n" ::"r"(kStagger) : "memory");
       barrierWait(smem(&bars->qFull[st]), parity);
       wgmmaFence();
       fenceRegisters(s);
@@ -1118,6 +1125,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       fenceRegisters(pA);
       accumulateRS<D>(dvAcc, pA, doutTile(st));
       wgmmaCommit();
+      if (LateDq && geo.stagger && step == 0 && consumer == 0)
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(kStagger) : "memory");
 
       wgmmaWait<1>(); // dP^T done, dV may run on
       fenceRegisters(dp);
@@ -1871,6 +1880,8 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   // step (MTRT_CUDA_HOPPER_LATE_DQ=0).
   const char *lateDqText = std::getenv("MTRT_CUDA_HOPPER_LATE_DQ");
   bool lateDq = !(lateDqText && std::strcmp(lateDqText, "0") == 0);
+  const char *staggerText = std::getenv("MTRT_CUDA_HOPPER_STAGGER");
+  geo.stagger = staggerText && std::strcmp(staggerText, "1") == 0;
   geo.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
   geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   geo.causal = p.causal;
