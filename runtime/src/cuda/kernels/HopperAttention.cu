@@ -717,8 +717,9 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   dS^T = P^T (dP^T kept / (1 - p), else 0, less delta) as the register
 //   A operand of dK += dS^T Q, and stored (bf16, 128-byte swizzled) into
 //   the step's [128 keys][64 queries] dS^T buffer;
-//   in the next step (the late dQ; MTRT_CUDA_HOPPER_LATE_DQ=0: this step,
-//   after a named barrier over both consumers), dQ's share of the block,
+//   after a named barrier over both consumers (or, with
+//   MTRT_CUDA_HOPPER_LATE_DQ=1, in the next step: the late dQ), dQ's share
+//   of the block,
 //   dS K (A: dS^T as an MN-major operand, B: K MN-major), m64n64k16 over
 //   the 128 keys: at head dimension 128 consumer c takes columns 64c ..
 //   +63; at 64 the consumer of the step's parity takes all 64. Its fp32
@@ -1401,6 +1402,48 @@ __global__ void __launch_bounds__(kSideThreads)
     zeros[at] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
+// The same, one warp a row of [batch, headsQ, seqQ] with 4-byte loads,
+// zeroing the row's sums of [batch, headsQ, seqQ, D] where dqSum is given
+// (the bulk layout's sums are zeroed by cudaMemsetAsync before it): the
+// side kernels as they were before session 33 (the default until the new
+// ones are measured; MTRT_CUDA_HOPPER_SIDE_KERNELS=1 takes the new ones).
+template <int D>
+__global__ void
+hopperDeltaRowsKernel(int64_t rows, int seqQ, int headsQ,
+                      FlashLayout doutLayout, const __nv_bfloat16 *out,
+                      const __nv_bfloat16 *dout, float *delta, float *dqSum) {
+  int64_t row =
+      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= rows)
+    return;
+  int i = static_cast<int>(row % seqQ),
+      h = static_cast<int>(row / seqQ % headsQ),
+      b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
+  const __nv_bfloat16 *outRow =
+      out + ((static_cast<int64_t>(b) * seqQ + i) * headsQ + h) * D;
+  const __nv_bfloat16 *doutRow =
+      dout + (static_cast<int64_t>(b) * seqQ + i) * doutLayout.position +
+      static_cast<int64_t>(h) * doutLayout.head;
+  float sum = 0.f;
+#pragma unroll
+  for (int d = 2 * lane; d < D; d += 64) {
+    float2 o = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162 *>(outRow + d));
+    float2 g = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162 *>(doutRow + d));
+    sum += o.x * g.x + o.y * g.y;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0)
+    delta[row] = sum;
+  if (dqSum)
+    for (int d = 2 * lane; d < D; d += 64)
+      *reinterpret_cast<float2 *>(dqSum + row * D + d) = make_float2(0.f, 0.f);
+}
+
 // dq = scale * dqSum into dq's layout and type, from the bulk layout: one
 // 64 x 64 tile a block, a thread reading four sums of the fragment order by
 // one 16-byte load (rows 16w + g and 16w + g + 8, columns 8j + 2t and
@@ -1443,13 +1486,16 @@ __global__ void __launch_bounds__(kSideThreads)
   }
 }
 
-// The same from [batch, headsQ, seqQ, D] sums (MTRT_CUDA_HOPPER_DQ=red),
-// two elements a thread.
+// The same two elements a thread in dq's order, from [batch, headsQ, seqQ,
+// D] sums (MTRT_CUDA_HOPPER_DQ=red) or, with `bulk`, from the bulk layout
+// (8 bytes read of every 16: the conversion before session 33, the default
+// until the new one is measured).
 template <int D>
 __global__ void hopperQueryGradientRowsKernel(int64_t rows, int seqQ,
                                               int headsQ, FlashLayout dqLayout,
                                               float scale, bool outputsBf16,
-                                              const float *dqSum, void *dq) {
+                                              bool bulk, const float *dqSum,
+                                              void *dq) {
   int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (at >= rows * (D / 2))
     return;
@@ -1458,7 +1504,17 @@ __global__ void hopperQueryGradientRowsKernel(int64_t rows, int seqQ,
   int i = static_cast<int>(row % seqQ),
       h = static_cast<int>(row / seqQ % headsQ),
       b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
-  float2 sum = reinterpret_cast<const float2 *>(dqSum)[at];
+  float2 sum;
+  if (bulk) {
+    int64_t tiles = (seqQ + kBackwardQueries - 1) / kBackwardQueries;
+    int64_t tile =
+        ((row / seqQ) * tiles + i / kBackwardQueries) * (D / 64) + col / 64;
+    // Columns col, col + 1 are neighbours in the fragment order too.
+    sum = *reinterpret_cast<const float2 *>(
+        dqSum + bulkDqIndex(tile, i % kBackwardQueries, col % 64));
+  } else {
+    sum = reinterpret_cast<const float2 *>(dqSum)[at];
+  }
   int64_t to = (static_cast<int64_t>(b) * seqQ + i) * dqLayout.position +
                static_cast<int64_t>(h) * dqLayout.head + col;
   if (outputsBf16)
@@ -1876,12 +1932,17 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   geo.bulkDq = !(dqPath && std::strcmp(dqPath, "red") == 0);
   // dQ's share through the bulk reductions (the default), or through
   // red.global.add.v2.f32 (MTRT_CUDA_HOPPER_DQ=red: 0.82-1.00 of it on the
-  // H200, bench/NOTES.md session 18); a step late (the default), or in its
-  // step (MTRT_CUDA_HOPPER_LATE_DQ=0).
-  const char *lateDqText = std::getenv("MTRT_CUDA_HOPPER_LATE_DQ");
-  bool lateDq = !(lateDqText && std::strcmp(lateDqText, "0") == 0);
-  const char *staggerText = std::getenv("MTRT_CUDA_HOPPER_STAGGER");
-  geo.stagger = staggerText && std::strcmp(staggerText, "1") == 0;
+  // H200, bench/NOTES.md session 18); in its step (the default), or a step
+  // late (MTRT_CUDA_HOPPER_LATE_DQ=1, not yet measured on a GPU). The side
+  // kernels of session 33 (delta with the zeroing, dq's conversion by
+  // tiles) with MTRT_CUDA_HOPPER_SIDE_KERNELS=1, not yet measured either.
+  auto switchedOn = [](const char *name) {
+    const char *text = std::getenv(name);
+    return text && std::strcmp(text, "1") == 0;
+  };
+  bool lateDq = switchedOn("MTRT_CUDA_HOPPER_LATE_DQ");
+  bool sideKernels = switchedOn("MTRT_CUDA_HOPPER_SIDE_KERNELS");
+  geo.stagger = switchedOn("MTRT_CUDA_HOPPER_STAGGER");
   geo.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
   geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   geo.causal = p.causal;
@@ -1906,9 +1967,29 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     dim3 tiles(static_cast<unsigned>(geo.queryTiles),
                static_cast<unsigned>(p.headsQ), static_cast<unsigned>(p.batch));
     mark(0);
-    hopperDeltaKernel<D><<<tiles, kSideThreads, 0, stream>>>(
-        geo.seqQ, geo.queryTiles, doutLayout, out, dout, delta, dqSum,
-        geo.bulkDq);
+    if (sideKernels) {
+      hopperDeltaKernel<D><<<tiles, kSideThreads, 0, stream>>>(
+          geo.seqQ, geo.queryTiles, doutLayout, out, dout, delta, dqSum,
+          geo.bulkDq);
+    } else {
+      if (dqSum && geo.bulkDq) {
+        // The bulk layout's tiles, the last query tile's rows past seqQ too.
+        size_t bytes = sizeof(float) * static_cast<size_t>(p.batch * p.headsQ) *
+                       geo.queryTiles * kBackwardQueries * D;
+        cudaError_t zeroed = cudaMemsetAsync(dqSum, 0, bytes, stream);
+        if (zeroed != cudaSuccess)
+          throw Error(MTRT_STATUS_INTERNAL,
+                      std::string("hopperAttentionBackward: zeroing the dq "
+                                  "sums: ") +
+                          cudaGetErrorString(zeroed));
+      }
+      hopperDeltaRowsKernel<D>
+          <<<static_cast<unsigned>((rows * 32 + kSideThreads - 1) /
+                                   kSideThreads),
+             kSideThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, doutLayout,
+                                        out, dout, delta,
+                                        geo.bulkDq ? nullptr : dqSum);
+    }
     mark(1);
     if (dropout && lateDq)
       launchBackward<D, true, true>(stream, p, io, geo, logsumexp, delta,
@@ -1923,7 +2004,7 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
       launchBackward<D, false, false>(stream, p, io, geo, logsumexp, delta,
                                       mask, dqSum);
     mark(2);
-    if (dqSum && geo.bulkDq) {
+    if (dqSum && geo.bulkDq && sideKernels) {
       dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
                   static_cast<unsigned>(p.headsQ),
                   static_cast<unsigned>(p.batch));
@@ -1935,8 +2016,8 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
       hopperQueryGradientRowsKernel<D>
           <<<static_cast<unsigned>((pairs + kSideThreads - 1) / kSideThreads),
              kSideThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, dqLayout,
-                                        geo.scale, io.outputsBf16, dqSum,
-                                        io.dq);
+                                        geo.scale, io.outputsBf16, geo.bulkDq,
+                                        dqSum, io.dq);
     }
     mark(3);
   };
