@@ -31,15 +31,27 @@ source "$root/bench/bundle-dir.sh"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/bundles" "$dest/bench" "$dest/models"
 cp "$bin/megatron-train" "$dest/bin/"
-# bench/run-backward-gap.sh's too, where BIN has it.
-if [ -x "$bin/mtrt-attention-bench" ]; then
-  cp "$bin/mtrt-attention-bench" "$dest/bin/"
+# bench/run-backward-gap.sh's and bench/run-hopper-switches.sh's too, where
+# BIN has them (the GPU tests with libmtrt beside them in lib/).
+for tool in mtrt-attention-bench mtrt-cuda-tests; do
+  if [ -x "$bin/$tool" ]; then
+    cp "$bin/$tool" "$dest/bin/"
+  fi
+done
+if [ -x "$bin/mtrt-cuda-tests" ]; then
+  mkdir -p "$dest/lib"
+  cp -L "$bin"/../lib/libmtrt.so* "$dest/lib/"
+fi
+# Without their symbols: the folder travels within the device tool's 64 MiB.
+if command -v strip >/dev/null; then
+  strip "$dest"/bin/* "$dest"/lib/* 2>/dev/null || true
 fi
 # Packed (ICU's data is 30 MB); run-step-table.sh unpacks them.
 tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" "${fallback_libs[@]}"
 cp "$root/bench/run-step-table.sh" "$root/bench/step_table.py" \
   "$root/bench/torch_step.py" "$root/bench/modelfile.py" \
-  "$root/bench/run-backward-gap.sh" "$root/bench/torch_sdpa.py" "$dest/bench/"
+  "$root/bench/run-backward-gap.sh" "$root/bench/torch_sdpa.py" \
+  "$root/bench/run-hopper-switches.sh" "$dest/bench/"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 
