@@ -1351,9 +1351,10 @@ __device__ inline float dotOctet(uint4 a, uint4 b) {
 // seqQ too; else its rows of [batch, headsQ, seqQ, D]). A row's D / 8
 // octets go to as many neighbouring lanes (16-byte loads), summed by
 // shuffles; the zeros are 16-byte stores. Grid (query tiles, headsQ,
-// batch), kSideThreads threads. (One warp a row with 4-byte loads, and the
-// zeroing by cudaMemsetAsync before it, took 45 + 65 us at gpt-1.3b's shape
-// on the H100, about twice their bytes' time: bench/NOTES.md, session 33.)
+// batch), kSideThreads threads. (hopperDeltaRowsKernel, one warp a row
+// with 4-byte loads, took 65 us at gpt-1.3b's shape on the H100, about twice
+// its bytes' time, after 45 us of cudaMemsetAsync: bench/NOTES.md, session
+// 32.)
 template <int D>
 __global__ void __launch_bounds__(kSideThreads)
     hopperDeltaKernel(int seqQ, int queryTiles, FlashLayout doutLayout,
@@ -1449,8 +1450,9 @@ hopperDeltaRowsKernel(int64_t rows, int seqQ, int headsQ,
 // one 16-byte load (rows 16w + g and 16w + g + 8, columns 8j + 2t and
 // 8j + 2t + 1 of bulkDqIndex) and writing two pairs. Grid (query tiles x
 // D / 64, headsQ, batch), kSideThreads threads. (Two elements a thread in
-// dq's order read the sums 8 bytes of every 16: 116 us at gpt-1.3b's
-// shape on the H100, 2.5 times its bytes' time; session 33.)
+// dq's order, hopperQueryGradientRowsKernel, read the sums 8 bytes of every
+// 16: 116 us at gpt-1.3b's shape on the H100, 2.5 times its bytes' time;
+// session 32.)
 template <int D>
 __global__ void __launch_bounds__(kSideThreads)
     hopperQueryGradientKernel(int seqQ, int queryTiles, FlashLayout dqLayout,
