@@ -9,7 +9,7 @@ Usage: step_table.py DIR LOGS OUT
         MODEL-mbMB-dD (and tiny-gpt), torch-MODEL.jsonl (torch_step.py),
         torch-check-MODEL.jsonl (torch_step.py --compile model),
         torch-hf-MODEL.jsonl (torch_step.py --llama hf), NAME.alt.* (the
-        runs under run-step-table.sh's ALT_ENV)
+        runs under run-step-table.sh's ALT_ENV or ALT_BIN)
   OUT   where step-table.json and step-table.md go; the markdown is printed
 
 Ours: the step time is the median of megatron-train's elapsed_ms from
@@ -185,10 +185,11 @@ def main():
     clips = sorted({str(r["torch"].get("clip_grad", "none (before "
                                          "torch_step.py --clip-grad)"))
                     for r in compared if r["torch"]})
-    # An "ours ALT_ENV ms" column where run-step-table.sh's ALT_ENV ran.
+    # An "ours ALT ms" column where run-step-table.sh's ALT_ENV or ALT_BIN
+    # ran.
     alts = any("ours_alt" in r for r in compared)
     header = (["model", "mb", "dropout", "ours ms"] +
-              (["ours ALT_ENV ms"] if alts else []) +
+              (["ours ALT ms"] if alts else []) +
               ["torch ms", "ratio", "ours tokens/s", "ours MFU", "torch MFU",
                "ours peak GiB", "reported GiB", "torch reserved GiB",
                "torch allocated GiB", "torch SDPA"])
