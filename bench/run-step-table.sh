@@ -44,7 +44,8 @@
 #        and the table gives that step time beside ours
 #   ALT_BIN (environment) another megatron-train (another build) for those
 #        second runs, with or without ALT_ENV
-#   SEARCH (environment) 0 skips step 3
+#   SEARCH_RUNS (environment) 0 skips step 3 (the search of bundles that
+#        make-step-dir.sh's SEARCH compiled)
 #   TORCH_CACHE (environment) torch.compile's caches (Inductor's and
 #        Triton's), default /tmp/torch-compile-cache: outside DIR, which the
 #        device tool replaces each call, so a second call on a machine still
@@ -138,7 +139,7 @@ table
 # largest that its reported total, scaled by the measured/reported ratio of
 # the model's dropout-0 run above, says fits.
 for model in "${models[@]}"; do
-  [ "${SEARCH:-1}" = 0 ] && break
+  [ "${SEARCH_RUNS:-1}" = 0 ] && break
   plan=$(python3 "$dir/bench/step_table.py" "$dir" "$logs" --search-start \
     "$model-mb${base[$model]}-d0")
   mbs=($(echo "$plan" | head -1))
