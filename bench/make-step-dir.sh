@@ -31,7 +31,7 @@ source "$root/bench/bundle-dir.sh"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/bundles" "$dest/bench" "$dest/models"
 cp "$bin/megatron-train" "$dest/bin/"
-# bench/run-backward-gap.sh's and bench/run-hopper-switches.sh's too, where
+# bench/run-backward-gap.sh's and bench/run-hopper-check.sh's too, where
 # BIN has them (the GPU tests with libmtrt beside them in lib/).
 for tool in mtrt-attention-bench mtrt-cuda-tests; do
   if [ -x "$bin/$tool" ]; then
@@ -51,7 +51,7 @@ tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" "${fallback_libs[@]}
 cp "$root/bench/run-step-table.sh" "$root/bench/step_table.py" \
   "$root/bench/torch_step.py" "$root/bench/modelfile.py" \
   "$root/bench/run-backward-gap.sh" "$root/bench/torch_sdpa.py" \
-  "$root/bench/run-hopper-switches.sh" "$dest/bench/"
+  "$root/bench/run-hopper-check.sh" "$dest/bench/"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 

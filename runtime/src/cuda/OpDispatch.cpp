@@ -596,28 +596,19 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::LinearWeightGrad:
   case Op::LinearWeightBiasGrad: {
     auto [rows, inSize, outSize] = linearDims(fn, inst);
-    // The bias gradient sums dy's rows (operand 1): in the GEMM's epilogue,
-    // or (MTRT_CUDA_BIAS_GRAD_KERNEL=1, a measurement) by the column-sum
-    // kernel after the plain GEMM, its sums in the kernel block's first
-    // bytes as the epilogue's fallback has them.
-    static const bool sumsByKernel = [] {
-      const char *text = std::getenv("MTRT_CUDA_BIAS_GRAD_KERNEL");
-      return text && std::strcmp(text, "1") == 0;
-    }();
-    GemmEpilogue epilogue;
-    bool columnSums = inst.op == Op::LinearWeightBiasGrad && sumsByKernel;
-    if (inst.op == Op::LinearWeightBiasGrad && !columnSums) {
-      epilogue.kind = a.transposeWeight ? GemmEpilogue::Kind::BiasGradA
-                                        : GemmEpilogue::Kind::BiasGradB;
-      epilogue.biasGrad = out(1);
-    }
+    // The bias gradient sums dy's rows (operand 1) by the column-sum kernel
+    // after the plain GEMM, its sums in the kernel block's first bytes.
+    // (cuBLASLt's BGRAD epilogue made the GEMM slower than the plain GEMM
+    // and the sums together: on the H200, 0.545 against 0.460 + 0.060 ms at
+    // gpt-1.3b's qkv, 0.305 against 0.230 + 0.062 at gpt2-350m's;
+    // bench/NOTES.md, session 34.)
     if (!a.transposeWeight) // dW [in, out] = x^T @ dy
-      gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0), nullptr,
-           epilogue);
+      gemm(1, inSize, outSize, rows, in(0), true, in(1), false, out(0),
+           nullptr);
     else // dW [out, in] = dy^T @ x
-      gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0), nullptr,
-           epilogue);
-    if (columnSums)
+      gemm(1, outSize, inSize, rows, in(1), true, in(0), false, out(0),
+           nullptr);
+    if (inst.op == Op::LinearWeightBiasGrad)
       biasGrad(stream, rows, outSize,
                NormRows{slots_[inst.operands[1]], heldInBf16(inst.operands[1])},
                out(1), scratch(position));

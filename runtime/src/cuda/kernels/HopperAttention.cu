@@ -717,9 +717,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   dS^T = P^T (dP^T kept / (1 - p), else 0, less delta) as the register
 //   A operand of dK += dS^T Q, and stored (bf16, 128-byte swizzled) into
 //   the step's [128 keys][64 queries] dS^T buffer;
-//   after a named barrier over both consumers (or, with
-//   MTRT_CUDA_HOPPER_LATE_DQ=1, in the next step: the late dQ), dQ's share
-//   of the block,
+//   after a named barrier over both consumers (head dimension 128) or in
+//   the next step (64: the late dQ, LateDq), dQ's share of the block,
 //   dS K (A: dS^T as an MN-major operand, B: K MN-major), m64n64k16 over
 //   the 128 keys: at head dimension 128 consumer c takes columns 64c ..
 //   +63; at 64 the consumer of the step's parity takes all 64. Its fp32
@@ -729,11 +728,11 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   (cp.reduce.async.bulk .add.f32); dq's additions come in a varying
 //   order (not deterministic: the executor runs the own kernels for the
 //   deterministic backward); a last kernel writes dq = scale dqSum.
-//   MTRT_CUDA_HOPPER_DQ=red (red.global.add.v2.f32 from the accumulators
-//   into [batch, headsQ, seqQ, D] sums) was slower (session 18) and stays
-//   for measurements. (Each consumer its own keys' share, no barrier
-//   between them, was 0.76-0.95 of by columns on the H200, session 18, and
-//   took gpt-1.3b's step from 37 to 42 ms, session 31: gone.)
+//   (red.global.add.v2.f32 from the accumulators into [batch, headsQ,
+//   seqQ, D] sums was up to 1.2x slower, session 18; each consumer its own
+//   keys' share, no barrier between them, 0.76-0.95 of by columns on the
+//   H200, session 18, and took gpt-1.3b's step from 37 to 42 ms, session
+//   31: both gone.)
 // dK (times the scale) and dV leave from the accumulators at the end.
 
 constexpr int kBackwardKeys = 128;   // keys of a block
@@ -751,16 +750,6 @@ struct HopperBackwardGeometry {
   /// pairs' Q, dout and dq sums in L2 (hopperAttentionBackward says when;
   /// MTRT_CUDA_HOPPER_PAIR_GROUP sets it, 0 for all pairs in one group).
   int pairGroup;
-  /// dq's share leaves through shared memory by one bulk reduction a
-  /// consumer and step (cp.reduce.async.bulk .add.f32 of a 64 x 64 tile in
-  /// fragment order, bulkDqIndex) rather than by red.global.add.v2.f32
-  /// from the accumulators (MTRT_CUDA_HOPPER_DQ=red: up to 1.2x slower).
-  bool bulkDq;
-  /// With the late dQ, the second consumer starts its first step once the
-  /// first has issued that step's dV product (MTRT_CUDA_HOPPER_STAGGER=1, a
-  /// measurement): half a step apart from the start, where the consumers
-  /// otherwise start together.
-  bool stagger;
   FlashLayout dk, dv;
   bool causal, outputsBf16;
   float scale;        // the softmax scale (dk's factor)
@@ -865,24 +854,11 @@ __device__ inline void copyAsyncZeroFill(uint32_t to, const void *from,
                  : "memory");
 }
 
-/// red.global.add.v2.f32: at[0] += x, at[1] += y.
-__device__ inline void reduceAddPair(float *at, float x, float y) {
-  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at),
-               "f"(x), "f"(y)
-               : "memory");
-}
-
-/// The bulk dq layout ([batch, headsQ, queryTiles, D / 64] tiles of 64 x
-/// 64 floats): within a tile, float ((w 8 + j) 32 + lane) 4 + e is the
-/// wgmma accumulator element dq[4j + e] of lane `lane` of warp w, i.e. row
-/// 16w + lane / 4 + 8 (e / 2), column 8j + 2 (lane % 4) + e % 2; so a
-/// consumer writes its share with one 16-byte store a lane per j.
-__host__ __device__ inline int64_t bulkDqIndex(int64_t tile, int row,
-                                               int column) {
-  int w = row / 16, g = row % 8, high = row % 16 / 8;
-  int j = column / 8, t = column % 8 / 2, low = column % 2;
-  return tile * 4096 + ((w * 8 + j) * 32 + 4 * g + t) * 4 + 2 * high + low;
-}
+// The bulk dq layout, dqSum ([batch, headsQ, queryTiles, D / 64] tiles of
+// 64 x 64 floats): within a tile, float ((w 8 + j) 32 + lane) 4 + e is the
+// wgmma accumulator element dq[4j + e] of lane `lane` of warp w, i.e. row
+// 16w + lane / 4 + 8 (e / 2), column 8j + 2 (lane % 4) + e % 2; so a
+// consumer writes its share with one 16-byte store a lane per j.
 
 // Grid (key blocks of 128, headsKv, batch) walked longest first (causal:
 // key block 0 sees every query), kBackwardThreads threads, shared
@@ -1033,8 +1009,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   // consumer's 128 arrive, the other's 128 wait. kStored + 2 p + c: consumer
   // c has stored its dS^T half into buffer p; kRead + 2 p + c: consumer c's
   // dQ product has read buffer p. (1: both consumers, the order in step;
-  // 2 + c: consumer c's own warps; kStagger: HopperBackwardGeometry::stagger.)
-  constexpr int kStored = 4, kRead = 8, kStagger = 12;
+  // 2 + c: consumer c's own warps.)
+  constexpr int kStored = 4, kRead = 8;
   int other = 1 - consumer;
 
   barrierWait(smem(&bars->kv), 0);
@@ -1053,8 +1029,6 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
       for (int i = 0; i < 32; ++i)
         s[i] = dp[i] = 0.f;
-      if (LateDq && geo.stagger && step == 0 && consumer == 1)
-        asm volatile("bar.sync %0, 256;\n" ::"r"(kStagger) : "memory");
       barrierWait(smem(&bars->qFull[st]), parity);
       wgmmaFence();
       fenceRegisters(s);
@@ -1126,8 +1100,6 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       fenceRegisters(pA);
       accumulateRS<D>(dvAcc, pA, doutTile(st));
       wgmmaCommit();
-      if (LateDq && geo.stagger && step == 0 && consumer == 0)
-        asm volatile("bar.arrive %0, 256;\n" ::"r"(kStagger) : "memory");
 
       wgmmaWait<1>(); // dP^T done, dV may run on
       fenceRegisters(dp);
@@ -1244,7 +1216,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
               : "memory");
       int h = addsDq ? headOf(dqStep) : 0;
       int q0 = addsDq ? firstQuery(dqStep) : 0;
-      if (addsDq && geo.bulkDq) {
+      if (addsDq) {
         // Through this consumer's shared tile: wait until the last bulk
         // reduction has read it, fill it, and one thread adds it into the
         // tile's sums.
@@ -1273,23 +1245,11 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
                        : "memory");
           asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
         }
-      } else if (addsDq) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          int row = q0 + 16 * warp + g + 8 * r;
-          if (row >= geo.seqQ)
-            continue;
-          float *at = dqSum + geo.rowIndex(b, h, row) * D + column0 + 2 * t;
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            reduceAddPair(at + 8 * j, dq[4 * j + 2 * r],
-                          dq[4 * j + 2 * r + 1]);
-        }
       }
     }
   }
   // The bulk reductions complete before the block ends.
-  if (geo.bulkDq && threadIdx.x % 128 == 0)
+  if (threadIdx.x % 128 == 0)
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
   // dK (times the scale) and dV: element 4j + 2r + c of this lane's
@@ -1347,19 +1307,17 @@ __device__ inline float dotOctet(uint4 a, uint4 b) {
 
 // For one query tile (64 queries) of one (query head, batch):
 // delta[row] = dout_row . out_row (the forward's bf16 copy, packed), and the
-// tile's dq sums zeroed (with `bulk` the tile's D / 64 bulk tiles, rows past
-// seqQ too; else its rows of [batch, headsQ, seqQ, D]). A row's D / 8
-// octets go to as many neighbouring lanes (16-byte loads), summed by
+// tile's D / 64 bulk tiles of dq sums zeroed (rows past seqQ too). A row's
+// D / 8 octets go to as many neighbouring lanes (16-byte loads), summed by
 // shuffles; the zeros are 16-byte stores. Grid (query tiles, headsQ,
-// batch), kSideThreads threads. (hopperDeltaRowsKernel, one warp a row
-// with 4-byte loads, took 65 us at gpt-1.3b's shape on the H100, about twice
-// its bytes' time, after 45 us of cudaMemsetAsync: bench/NOTES.md, session
-// 32.)
+// batch), kSideThreads threads. (One warp a row with 4-byte loads after a
+// cudaMemsetAsync of the sums took 97 us at gpt-1.3b's shape on the H200,
+// this kernel 74: bench/NOTES.md, session 34.)
 template <int D>
 __global__ void __launch_bounds__(kSideThreads)
     hopperDeltaKernel(int seqQ, int queryTiles, FlashLayout doutLayout,
                       const __nv_bfloat16 *out, const __nv_bfloat16 *dout,
-                      float *delta, float *dqSum, bool bulk) {
+                      float *delta, float *dqSum) {
   constexpr int kOctets = D / 8; // a row's octets, one a lane
   constexpr int kChunks = kBackwardQueries * kOctets;
   static_assert(kChunks % kSideThreads == 0 && 32 % kOctets == 0,
@@ -1388,71 +1346,21 @@ __global__ void __launch_bounds__(kSideThreads)
   }
   if (!dqSum)
     return;
-  float4 *zeros;
-  int count; // float4s
-  if (bulk) {
-    zeros = reinterpret_cast<float4 *>(
-        dqSum + ((static_cast<int64_t>(b) * headsQ + h) * queryTiles + tile) *
-                    (D / 64) * 4096);
-    count = kBackwardQueries * D / 4;
-  } else {
-    zeros = reinterpret_cast<float4 *>(dqSum + (headRow + q0) * D);
-    count = min(kBackwardQueries, seqQ - q0) * D / 4;
-  }
+  auto *zeros = reinterpret_cast<float4 *>(
+      dqSum + ((static_cast<int64_t>(b) * headsQ + h) * queryTiles + tile) *
+                  (D / 64) * 4096);
+  constexpr int count = kBackwardQueries * D / 4; // float4s
   for (int at = threadIdx.x; at < count; at += kSideThreads)
     zeros[at] = make_float4(0.f, 0.f, 0.f, 0.f);
-}
-
-// The same, one warp a row of [batch, headsQ, seqQ] with 4-byte loads,
-// zeroing the row's sums of [batch, headsQ, seqQ, D] where dqSum is given
-// (the bulk layout's sums are zeroed by cudaMemsetAsync before it): the
-// side kernels as they were before session 33 (the default until the new
-// ones are measured; MTRT_CUDA_HOPPER_SIDE_KERNELS=1 takes the new ones).
-template <int D>
-__global__ void
-hopperDeltaRowsKernel(int64_t rows, int seqQ, int headsQ,
-                      FlashLayout doutLayout, const __nv_bfloat16 *out,
-                      const __nv_bfloat16 *dout, float *delta, float *dqSum) {
-  int64_t row =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= rows)
-    return;
-  int i = static_cast<int>(row % seqQ),
-      h = static_cast<int>(row / seqQ % headsQ),
-      b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
-  const __nv_bfloat16 *outRow =
-      out + ((static_cast<int64_t>(b) * seqQ + i) * headsQ + h) * D;
-  const __nv_bfloat16 *doutRow =
-      dout + (static_cast<int64_t>(b) * seqQ + i) * doutLayout.position +
-      static_cast<int64_t>(h) * doutLayout.head;
-  float sum = 0.f;
-#pragma unroll
-  for (int d = 2 * lane; d < D; d += 64) {
-    float2 o = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162 *>(outRow + d));
-    float2 g = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162 *>(doutRow + d));
-    sum += o.x * g.x + o.y * g.y;
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0)
-    delta[row] = sum;
-  if (dqSum)
-    for (int d = 2 * lane; d < D; d += 64)
-      *reinterpret_cast<float2 *>(dqSum + row * D + d) = make_float2(0.f, 0.f);
 }
 
 // dq = scale * dqSum into dq's layout and type, from the bulk layout: one
 // 64 x 64 tile a block, a thread reading four sums of the fragment order by
 // one 16-byte load (rows 16w + g and 16w + g + 8, columns 8j + 2t and
-// 8j + 2t + 1 of bulkDqIndex) and writing two pairs. Grid (query tiles x
-// D / 64, headsQ, batch), kSideThreads threads. (Two elements a thread in
-// dq's order, hopperQueryGradientRowsKernel, read the sums 8 bytes of every
-// 16: 116 us at gpt-1.3b's shape on the H100, 2.5 times its bytes' time;
-// session 32.)
+// 8j + 2t + 1 of the bulk layout) and writing two pairs. Grid (query tiles
+// x D / 64, headsQ, batch), kSideThreads threads. (Two elements a thread in
+// dq's order read the sums 8 bytes of every 16: 115 us at gpt-1.3b's shape
+// on the H200, this kernel 86; bench/NOTES.md, session 34.)
 template <int D>
 __global__ void __launch_bounds__(kSideThreads)
     hopperQueryGradientKernel(int seqQ, int queryTiles, FlashLayout dqLayout,
@@ -1486,46 +1394,6 @@ __global__ void __launch_bounds__(kSideThreads)
             make_float2(x, y);
     }
   }
-}
-
-// The same two elements a thread in dq's order, from [batch, headsQ, seqQ,
-// D] sums (MTRT_CUDA_HOPPER_DQ=red) or, with `bulk`, from the bulk layout
-// (8 bytes read of every 16: the conversion before session 33, the default
-// until the new one is measured).
-template <int D>
-__global__ void hopperQueryGradientRowsKernel(int64_t rows, int seqQ,
-                                              int headsQ, FlashLayout dqLayout,
-                                              float scale, bool outputsBf16,
-                                              bool bulk, const float *dqSum,
-                                              void *dq) {
-  int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (at >= rows * (D / 2))
-    return;
-  int64_t row = at / (D / 2);
-  int col = static_cast<int>(at % (D / 2)) * 2;
-  int i = static_cast<int>(row % seqQ),
-      h = static_cast<int>(row / seqQ % headsQ),
-      b = static_cast<int>(row / (static_cast<int64_t>(seqQ) * headsQ));
-  float2 sum;
-  if (bulk) {
-    int64_t tiles = (seqQ + kBackwardQueries - 1) / kBackwardQueries;
-    int64_t tile =
-        ((row / seqQ) * tiles + i / kBackwardQueries) * (D / 64) + col / 64;
-    // Columns col, col + 1 are neighbours in the fragment order too.
-    sum = *reinterpret_cast<const float2 *>(
-        dqSum + bulkDqIndex(tile, i % kBackwardQueries, col % 64));
-  } else {
-    sum = reinterpret_cast<const float2 *>(dqSum)[at];
-  }
-  int64_t to = (static_cast<int64_t>(b) * seqQ + i) * dqLayout.position +
-               static_cast<int64_t>(h) * dqLayout.head + col;
-  if (outputsBf16)
-    *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(dq) +
-                                        to) =
-        __floats2bfloat162_rn(sum.x * scale, sum.y * scale);
-  else
-    *reinterpret_cast<float2 *>(static_cast<float *>(dq) + to) =
-        make_float2(sum.x * scale, sum.y * scale);
 }
 
 //===--------------------------------------------------------------------===//
@@ -1875,7 +1743,6 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     throw Error(MTRT_STATUS_INTERNAL,
                 "hopperAttentionBackward: dropout needs the forward's mask "
                 "(of flashAttentionMaskBytes)");
-  int64_t rows = p.batch * p.headsQ * p.seqQ;
   auto *delta = static_cast<float *>(scratch);
   float *dqSum =
       io.dq ? reinterpret_cast<float *>(
@@ -1930,21 +1797,6 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     geo.pairGroup = std::atoi(group);
   if (geo.pairGroup <= 0 || geo.pairGroup > pairs)
     geo.pairGroup = pairs;
-  const char *dqPath = std::getenv("MTRT_CUDA_HOPPER_DQ");
-  geo.bulkDq = !(dqPath && std::strcmp(dqPath, "red") == 0);
-  // dQ's share through the bulk reductions (the default), or through
-  // red.global.add.v2.f32 (MTRT_CUDA_HOPPER_DQ=red: 0.82-1.00 of it on the
-  // H200, bench/NOTES.md session 18); in its step (the default), or a step
-  // late (MTRT_CUDA_HOPPER_LATE_DQ=1, not yet measured on a GPU). The side
-  // kernels of session 33 (delta with the zeroing, dq's conversion by
-  // tiles) with MTRT_CUDA_HOPPER_SIDE_KERNELS=1, not yet measured either.
-  auto switchedOn = [](const char *name) {
-    const char *text = std::getenv(name);
-    return text && std::strcmp(text, "1") == 0;
-  };
-  bool lateDq = switchedOn("MTRT_CUDA_HOPPER_LATE_DQ");
-  bool sideKernels = switchedOn("MTRT_CUDA_HOPPER_SIDE_KERNELS");
-  geo.stagger = switchedOn("MTRT_CUDA_HOPPER_STAGGER");
   geo.dk = resolve(io.dkLayout, p.headsKv, p.headDim);
   geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   geo.causal = p.causal;
@@ -1969,57 +1821,29 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     dim3 tiles(static_cast<unsigned>(geo.queryTiles),
                static_cast<unsigned>(p.headsQ), static_cast<unsigned>(p.batch));
     mark(0);
-    if (sideKernels) {
-      hopperDeltaKernel<D><<<tiles, kSideThreads, 0, stream>>>(
-          geo.seqQ, geo.queryTiles, doutLayout, out, dout, delta, dqSum,
-          geo.bulkDq);
-    } else {
-      if (dqSum && geo.bulkDq) {
-        // The bulk layout's tiles, the last query tile's rows past seqQ too.
-        size_t bytes = sizeof(float) * static_cast<size_t>(p.batch * p.headsQ) *
-                       geo.queryTiles * kBackwardQueries * D;
-        cudaError_t zeroed = cudaMemsetAsync(dqSum, 0, bytes, stream);
-        if (zeroed != cudaSuccess)
-          throw Error(MTRT_STATUS_INTERNAL,
-                      std::string("hopperAttentionBackward: zeroing the dq "
-                                  "sums: ") +
-                          cudaGetErrorString(zeroed));
-      }
-      hopperDeltaRowsKernel<D>
-          <<<static_cast<unsigned>((rows * 32 + kSideThreads - 1) /
-                                   kSideThreads),
-             kSideThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, doutLayout,
-                                        out, dout, delta,
-                                        geo.bulkDq ? nullptr : dqSum);
-    }
+    hopperDeltaKernel<D><<<tiles, kSideThreads, 0, stream>>>(
+        geo.seqQ, geo.queryTiles, doutLayout, out, dout, delta, dqSum);
     mark(1);
-    if (dropout && lateDq)
-      launchBackward<D, true, true>(stream, p, io, geo, logsumexp, delta,
-                                    mask, dqSum);
-    else if (dropout)
-      launchBackward<D, true, false>(stream, p, io, geo, logsumexp, delta,
-                                     mask, dqSum);
-    else if (lateDq)
-      launchBackward<D, false, true>(stream, p, io, geo, logsumexp, delta,
-                                     mask, dqSum);
+    // dQ's product a step late at head dimension 64 (on the H200 the
+    // backward took 0.853 -> 0.781 ms at gpt2-124m's shape with dropout 0.1,
+    // 1.133 -> 1.036 at gpt2-350m's, 0.734 -> 0.623 and 0.978 -> 0.825
+    // without); in its step at 128, where the late one made the main kernel
+    // 5% slower (998 -> 1048 us at gpt-1.3b's; bench/NOTES.md, session 34).
+    constexpr bool kLateDq = D == 64;
+    if (dropout)
+      launchBackward<D, true, kLateDq>(stream, p, io, geo, logsumexp, delta,
+                                       mask, dqSum);
     else
-      launchBackward<D, false, false>(stream, p, io, geo, logsumexp, delta,
-                                      mask, dqSum);
+      launchBackward<D, false, kLateDq>(stream, p, io, geo, logsumexp, delta,
+                                        mask, dqSum);
     mark(2);
-    if (dqSum && geo.bulkDq && sideKernels) {
+    if (dqSum) {
       dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
                   static_cast<unsigned>(p.headsQ),
                   static_cast<unsigned>(p.batch));
       hopperQueryGradientKernel<D><<<chunks, kSideThreads, 0, stream>>>(
           geo.seqQ, geo.queryTiles, dqLayout, geo.scale, io.outputsBf16, dqSum,
           io.dq);
-    } else if (dqSum) {
-      int64_t pairs = rows * (D / 2);
-      hopperQueryGradientRowsKernel<D>
-          <<<static_cast<unsigned>((pairs + kSideThreads - 1) / kSideThreads),
-             kSideThreads, 0, stream>>>(rows, geo.seqQ, geo.headsQ, dqLayout,
-                                        geo.scale, io.outputsBf16, geo.bulkDq,
-                                        dqSum, io.dq);
     }
     mark(3);
   };

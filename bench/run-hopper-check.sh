@@ -1,0 +1,48 @@
+#!/bin/bash
+# The Hopper attention kernels and the step's GEMM paths on the GPU, in about
+# 60 s of one device call (bench/NOTES.md, session 34):
+#   1. the GPU tests of attention and of the ops (HopperAttention*,
+#      FlashAttention*, CudnnAttention*, CudaOpsTest.*);
+#   2. mtrt-attention-bench on the Hopper kernels from a packed qkv at the
+#      step table's shapes, dropout 0.1 and 0, with MTRT_CUDA_HOPPER_TIMING=1
+#      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart).
+#
+# Usage: bench/run-hopper-check.sh DIR OUT
+#   DIR  a folder of bench/make-step-dir.sh, from a build with
+#        mtrt-cuda-tests (bin/ and lib/)
+#   OUT  gets hopper-check.txt
+set -u
+dir=$(cd "$1" && pwd)
+out=$2
+mkdir -p "$out"
+start=$(date +%s)
+elapsed() { echo $(($(date +%s) - start)); }
+libdirs=$(find /usr/local /opt /usr/lib -name 'libcudart.so.13*' -o \
+  -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' -o -name 'libnccl.so.2' \
+  -o -name 'libcublasLt.so.13*' 2>/dev/null |
+  xargs -r -n1 dirname | sort -u | tr '\n' ':')
+mkdir -p /tmp/fallback-lib
+tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
+export LD_LIBRARY_PATH="$libdirs$dir/lib:/tmp/fallback-lib:${LD_LIBRARY_PATH:-}"
+report=$out/hopper-check.txt
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv >"$report"
+
+# 1.
+timeout 150 "$dir/bin/mtrt-cuda-tests" \
+  --gtest_filter='HopperAttention*:FlashAttention*:CudnnAttention*:CudaOpsTest.*' \
+  >/tmp/tests.log 2>&1
+echo "tests: exit status $? at $(elapsed) s" >>"$report"
+grep -E "^\[  FAILED|^\[  PASSED|^\[==========\]" /tmp/tests.log >>"$report"
+grep -B3 -A12 "^\[  FAILED" /tmp/tests.log | head -60 >>"$report"
+
+# 2.
+for shape in gpt-1.3b gpt2-350m; do
+  echo "$shape, dropout 0.1: $(MTRT_CUDA_HOPPER_TIMING=1 timeout 40 \
+    "$dir/bin/mtrt-attention-bench" 50 $shape hopper-qkv 0.1 2>&1 |
+    grep "hopper backward, mean" | head -1)" >>"$report"
+done
+timeout 60 "$dir/bin/mtrt-attention-bench" 10 \
+  gpt-1.3b,gpt2-350m,gpt2-124m,llama-1.5b hopper-qkv 0.1,0 2>&1 |
+  grep -E "^(shape|gpt|llama)|mismatch|outside|rror" >>"$report"
+echo "done at $(elapsed) s" >>"$report"
+cat "$report"
