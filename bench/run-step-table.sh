@@ -78,14 +78,18 @@ mkdir -p "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
 used() {
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1
 }
-# TAG COMMAND...: runs COMMAND, sampling the memory in use every 100 ms into
-# LOGS/TAG.mem; TAG.before holds what was in use before, TAG.status the exit
-# status.
+# The memory in use (MiB), the SM clock (MHz) and the power drawn (W).
+state() {
+  nvidia-smi --query-gpu=memory.used,clocks.sm,power.draw \
+    --format=csv,noheader,nounits | head -1
+}
+# TAG COMMAND...: runs COMMAND, sampling state every 100 ms into LOGS/TAG.mem;
+# TAG.before holds the memory in use before, TAG.status the exit status.
 sampled() {
   local tag=$1
   shift
   used >"$logs/$tag.before"
-  (while sleep 0.1; do used; done) >"$logs/$tag.mem" 2>/dev/null &
+  (while sleep 0.1; do state; done) >"$logs/$tag.mem" 2>/dev/null &
   local sampler=$!
   "$@"
   local status=$?

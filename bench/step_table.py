@@ -18,7 +18,9 @@ run, minus what was in use before it and minus the CUDA context (tiny-gpt's
 peak minus its own reported total); "reported" is --report memory's total.
 PyTorch: torch_step.py's figures (median step between CUDA events,
 max_memory_reserved, max_memory_allocated). MFU as modelfile.py defines it.
-ratio = torch.compile's step time / ours (above 1: ours is faster).
+ratio = torch.compile's step time / ours (above 1: ours is faster). SM MHz:
+the median SM clock (and power) over the busier half of a run's samples by
+power; torch_step.py's one process runs both dropouts (and compiles).
 
 --search-start prints the largest micro-batch search's candidates for MODEL
 (the bundles MODEL-mbN-d0 with N > MB), ascending, on one line, and on the
@@ -46,12 +48,39 @@ def reported_total(bundles, name):
     return int(re.search(r"\n  total\s+(\d+)", text).group(1))
 
 
+def samples(logs, tag):
+    """The run's samples: (MiB in use, SM MHz or None, W or None) each
+    (run-step-table.sh's state; older logs hold the memory alone)."""
+    rows = []
+    for line in open(os.path.join(logs, tag + ".mem")):
+        fields = [f.strip() for f in line.split(",")]
+        if not fields[0].isdigit():
+            continue
+        try:
+            mhz, watts = float(fields[1]), float(fields[2])
+        except (IndexError, ValueError):
+            mhz = watts = None
+        rows.append((int(fields[0]), mhz, watts))
+    return rows
+
+
 def peak_bytes(logs, tag):
     """The largest memory in use during the run minus that before it."""
-    samples = [int(line) for line in open(os.path.join(logs, tag + ".mem"))
-               if line.strip().isdigit()]
+    memory = [m for m, _, _ in samples(logs, tag)]
     before = int(open(os.path.join(logs, tag + ".before")).read().strip())
-    return (max(samples) - before) * MIB if samples else None
+    return (max(memory) - before) * MIB if memory else None
+
+
+def clock(logs, tag):
+    """The median SM clock and power over the busier half of the run's
+    samples by power (its steps, not its start-up), as "MHz (W)"."""
+    busy = sorted((w, mhz) for _, mhz, w in samples(logs, tag)
+                  if w is not None)
+    busy = busy[len(busy) // 2:]
+    if not busy:
+        return "-"
+    return (f"{statistics.median(m for _, m in busy):.0f} "
+            f"({statistics.median(w for w, _ in busy):.0f} W)")
 
 
 def ours(dir_, logs, name, context, tag=None):
@@ -84,6 +113,7 @@ def ours(dir_, logs, name, context, tag=None):
                 "tokens_per_second": round(tokens_per_second, 1),
                 "mfu": round(modelfile.mfu(m, tokens_per_second), 4),
                 "peak": peak - context if peak is not None else None,
+                "sm_clock": clock(logs, tag),
                 "last_loss": records[-1]["loss"]})
     if row["peak"]:
         row["reported_over_measured"] = round(
@@ -170,6 +200,10 @@ def main():
         row = {"model": key[0], "micro_batch_size": key[1],
                "dropout": key[2], "ours": o, "torch": t}
         name = f"{key[0]}-mb{key[1]}-d{key[2]:g}"
+        # torch_step.py runs both dropouts in one process: one clock.
+        if t and os.path.exists(os.path.join(logs, f"torch-{key[0]}.mem")):
+            t = row["torch"] = dict(t, sm_clock=clock(logs,
+                                                      f"torch-{key[0]}"))
         if os.path.exists(os.path.join(logs, name + ".alt.status")):
             row["ours_alt"] = ours(dir_, logs, name, context, name + ".alt")
         if o and t and "ms_per_step" in o and "ms_per_step" in t:
@@ -192,8 +226,9 @@ def main():
               (["ours ALT ms"] if alts else []) +
               ["torch ms", "ratio", "ours tokens/s", "ours MFU", "torch MFU",
                "ours peak GiB", "reported GiB", "torch reserved GiB",
-               "torch allocated GiB", "torch SDPA"])
-    aligns = ["---"] + ["---:"] * (len(header) - 2) + ["---"]
+               "torch allocated GiB", "torch SDPA", "ours SM MHz",
+               "torch SM MHz"])
+    aligns = ["---"] + ["---:"] * (len(header) - 4) + ["---"] * 3
     lines = [f"CUDA context (tiny-gpt's peak minus its reported total): "
              f"{context / MIB:.0f} MiB", "",
              f"Gradient clipping, torch's side (ours: megatron-train "
@@ -208,7 +243,8 @@ def main():
                  percent(o.get("mfu")), percent(t.get("mfu")),
                  gib(o.get("peak")), gib(o.get("reported_total")),
                  gib(t.get("max_memory_reserved")),
-                 gib(t.get("max_memory_allocated")), t.get("sdpa", "-")]
+                 gib(t.get("max_memory_allocated")), t.get("sdpa", "-"),
+                 o.get("sm_clock", "-"), t.get("sm_clock", "-")]
         if alts:
             alt = r.get("ours_alt", {})
             cells.insert(4, alt.get("ms_per_step", alt.get("error", "-")))
