@@ -13,15 +13,11 @@
 #ifndef MTRT_SRC_CORE_EXP2POLYNOMIAL_H
 #define MTRT_SRC_CORE_EXP2POLYNOMIAL_H
 
+#include "core/Fp8.h"
+#include "core/HostDevice.h"
+
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-
-#if defined(__CUDACC__)
-#define MTRT_HOST_DEVICE __host__ __device__
-#else
-#define MTRT_HOST_DEVICE
-#endif
 
 namespace mtrt {
 
@@ -38,22 +34,11 @@ MTRT_HOST_DEVICE inline float exp2Polynomial(float x) {
   p = fmaf(p, f, 0x1.ec06dap-3f);
   p = fmaf(p, f, 0x1.62e0dcp-1f);
   p = fmaf(p, f, 0x1.ffffe8p-1f);
-#if defined(__CUDA_ARCH__)
-  uint32_t n = __float_as_uint(shifted), bits = __float_as_uint(p);
-#else
-  uint32_t n, bits;
-  std::memcpy(&n, &shifted, sizeof n);
-  std::memcpy(&bits, &p, sizeof bits);
-#endif
   // n's bits in the sum's mantissa: shifted by 23 they add n to p's
   // exponent (the sum's own exponent bits shift out).
-  bits += n << 23;
-  float result;
-#if defined(__CUDA_ARCH__)
-  result = __uint_as_float(bits);
-#else
-  std::memcpy(&result, &bits, sizeof result);
-#endif
+  // (Fp8.h's bit casts: intrinsics on the device, memcpy on the host.)
+  float result =
+      fp8::bitsFloat(fp8::floatBits(p) + (fp8::floatBits(shifted) << 23));
   return x < -126.f ? 0.f : result;
 }
 

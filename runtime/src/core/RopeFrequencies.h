@@ -4,14 +4,10 @@
 #ifndef MTRT_SRC_CORE_ROPEFREQUENCIES_H
 #define MTRT_SRC_CORE_ROPEFREQUENCIES_H
 
+#include "core/HostDevice.h"
+
 #include <cmath>
 #include <cstdint>
-
-#if defined(__CUDACC__)
-#define MTRT_HOST_DEVICE __host__ __device__
-#else
-#define MTRT_HOST_DEVICE
-#endif
 
 namespace mtrt {
 

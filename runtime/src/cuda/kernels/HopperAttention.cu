@@ -1709,12 +1709,12 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   // 34, not yet measured on a GPU: off by default.
   int fmaExps = 0;
   if (const char *text = std::getenv("MTRT_CUDA_HOPPER_EXP2_FMA")) {
-    fmaExps = std::atoi(text);
     if (std::strcmp(text, "0") && std::strcmp(text, "2") &&
         std::strcmp(text, "4"))
       throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                   std::string("MTRT_CUDA_HOPPER_EXP2_FMA is '") + text +
                       "'; it takes 0, 2 or 4 (of every 8 probabilities)");
+    fmaExps = text[0] - '0';
   }
   auto run = [&](auto d, auto exps) {
     constexpr int D = decltype(d)::value, FmaExps = decltype(exps)::value;
