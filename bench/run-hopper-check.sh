@@ -1,12 +1,11 @@
 #!/bin/bash
 # The Hopper attention kernels and the step's GEMM paths on the GPU, in about
-# 90 s of one device call (bench/NOTES.md, session 34):
+# 60 s of one device call (bench/NOTES.md, session 34):
 #   1. the GPU tests of attention and of the ops (HopperAttention*,
 #      FlashAttention*, CudnnAttention*, CudaOpsTest.*);
 #   2. mtrt-attention-bench on the Hopper kernels from a packed qkv at the
 #      step table's shapes, dropout 0.1 and 0, with MTRT_CUDA_HOPPER_TIMING=1
-#      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart);
-#   3. the same at head dimension 64 with MTRT_CUDA_HOPPER_EXP2_FMA=2 and 4.
+#      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart).
 #
 # Usage: bench/run-hopper-check.sh DIR OUT
 #   DIR  a folder of bench/make-step-dir.sh, from a build with
@@ -45,13 +44,5 @@ done
 timeout 60 "$dir/bin/mtrt-attention-bench" 10 \
   gpt-1.3b,gpt2-350m,gpt2-124m,llama-1.5b hopper-qkv 0.1,0 2>&1 |
   grep -E "^(shape|gpt|llama)|mismatch|outside|rror" >>"$report"
-# 3. The forward's exponentials on the FMA units (MTRT_CUDA_HOPPER_EXP2_FMA)
-# at the head dimension 64 shapes, dropout 0.1 and 0.
-for fma in 2 4; do
-  echo "MTRT_CUDA_HOPPER_EXP2_FMA=$fma:" >>"$report"
-  MTRT_CUDA_HOPPER_EXP2_FMA=$fma timeout 60 "$dir/bin/mtrt-attention-bench" \
-    10 gpt2-350m,gpt2-124m,llama-1.5b hopper-qkv 0.1,0 2>&1 |
-    grep -E "^(gpt|llama)|mismatch|outside|rror" >>"$report"
-done
 echo "done at $(elapsed) s" >>"$report"
 cat "$report"

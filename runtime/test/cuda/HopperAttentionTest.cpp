@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -39,9 +38,6 @@ struct HopperCase {
   /// out in bf16 (else fp32).
   bool outBf16 = false;
   int64_t headOffset = 0, globalHeadsQ = 0, batchOffset = 0;
-  /// MTRT_CUDA_HOPPER_EXP2_FMA for the Hopper forward ("" leaves it unset):
-  /// probabilities from exp2Polynomial.
-  const char *exp2Fma = "";
 };
 
 template <typename T> T *upload(const std::vector<T> &values) {
@@ -163,15 +159,12 @@ protected:
       auto *copyBf16 = static_cast<__nv_bfloat16 *>(copy);
       auto *lseFloat = static_cast<float *>(lse);
       auto *words = static_cast<uint64_t *>(mask);
-      if (hopper && *c.exp2Fma)
-        setenv("MTRT_CUDA_HOPPER_EXP2_FMA", c.exp2Fma, /*overwrite=*/1);
       if (hopper)
         cuda::hopperAttentionForward(nullptr, p, call, copyBf16, lseFloat,
                                      words);
       else
         cuda::flashAttentionForward(nullptr, p, call, copyBf16, lseFloat,
                                     words);
-      unsetenv("MTRT_CUDA_HOPPER_EXP2_FMA");
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess)
           << (hopper ? "the Hopper forward" : "the own forward");
       Results r;
@@ -279,17 +272,6 @@ TEST_F(HopperAttentionTest, HeadDim64InPlaceRaggedDropout) {
 // tiles, so that each of the two K/V stages is reused.
 TEST_F(HopperAttentionTest, HeadDim64CausalDropoutOverFourTiles) {
   run({2, 512, 512, 2, 2, 64, true, 0.1});
-}
-
-// Half (4 of every 8) and a quarter of the probabilities from the FMA
-// units' exponential at head dimension 64, with and without dropout.
-TEST_F(HopperAttentionTest, HeadDim64ExponentialsOnTheFmaUnits) {
-  HopperCase c{2, 512, 512, 2, 2, 64, true, 0.1};
-  c.exp2Fma = "4";
-  run(c);
-  HopperCase plain{1, 130, 130, 2, 2, 64, false, 0.0};
-  plain.exp2Fma = "2";
-  run(plain);
 }
 
 // What the kernel does not take is named before any device is asked (no

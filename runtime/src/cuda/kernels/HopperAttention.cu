@@ -59,7 +59,6 @@
 #include "cuda/kernels/AttentionMask.cuh"
 
 #include "core/Error.h"
-#include "core/Exp2Polynomial.h"
 #include "core/OpScratch.h"
 #include "core/Random.h"
 
@@ -373,10 +372,8 @@ static_assert(sizeof(Barriers) <= 128, "sharedBytes reserves 128 bytes");
 // Grid (query blocks of HopperShape<D>::kBlockM, headsQ, batch),
 // HopperShape<D>::kThreads threads, shared sharedBytes<D>(). Tensor maps: q
 // over (D, headsQ, seqQ, batch), boxes of 64 columns x kBlockM positions;
-// k and v over (D, headsKv, seqK, batch), boxes of 64 x 128. FmaExps of
-// every 8 of a thread's probabilities come from exp2Polynomial (the FMA
-// units), the others from ex2.approx (the special function units).
-template <int D, bool Dropout, int FmaExps>
+// k and v over (D, headsKv, seqK, batch), boxes of 64 x 128.
+template <int D, bool Dropout>
 __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap qMap,
                         const __grid_constant__ CUtensorMap kMap,
@@ -523,8 +520,7 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
       int r = (i / 2) % 2;
-      float exponent = fmaf(s[i], geo.scaleLog2, -rowBase[r]);
-      float x = i % 8 < FmaExps ? exp2Polynomial(exponent) : fastExp2(exponent);
+      float x = fastExp2(fmaf(s[i], geo.scaleLog2, -rowBase[r]));
       l[r] += x;
       if constexpr (Dropout) {
         int j = (i / 4) * 8 + (i % 2); // key within the tile, less 2t
@@ -1464,7 +1460,7 @@ CUtensorMap tensorMap(const void *data, FlashLayout layout, int64_t heads,
   return map;
 }
 
-template <int D, bool Dropout, int FmaExps>
+template <int D, bool Dropout>
 void launch(cudaStream_t stream, const AttentionParams &p,
             const FlashTensors &io, const HopperGeometry &geo,
             __nv_bfloat16 *outCopy, float *logsumexp, const uint64_t *mask) {
@@ -1475,7 +1471,7 @@ void launch(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
-  auto kernel = hopperForwardKernel<D, Dropout, FmaExps>;
+  auto kernel = hopperForwardKernel<D, Dropout>;
   constexpr size_t bytes = sharedBytes<D>();
   cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1702,36 +1698,17 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   geo.overlap = !(overlap && std::strcmp(overlap, "0") == 0);
   const char *pingpong = std::getenv("MTRT_CUDA_HOPPER_PINGPONG");
   geo.pingpong = !(pingpong && std::strcmp(pingpong, "0") == 0);
-  // At head dimension 64 the special function units' 16 exponentials a
-  // clock take as long as the two products of a tile (FlashAttention-3's
-  // reading); MTRT_CUDA_HOPPER_EXP2_FMA=2 or 4 moves 2 or 4 of every 8
-  // probabilities onto the FMA units (exp2Polynomial). Written in session
-  // 34, not yet measured on a GPU: off by default.
-  int fmaExps = 0;
-  if (const char *text = std::getenv("MTRT_CUDA_HOPPER_EXP2_FMA")) {
-    if (std::strcmp(text, "0") && std::strcmp(text, "2") &&
-        std::strcmp(text, "4"))
-      throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                  std::string("MTRT_CUDA_HOPPER_EXP2_FMA is '") + text +
-                      "'; it takes 0, 2 or 4 (of every 8 probabilities)");
-    fmaExps = text[0] - '0';
-  }
-  auto run = [&](auto d, auto exps) {
-    constexpr int D = decltype(d)::value, FmaExps = decltype(exps)::value;
+  auto run = [&](auto d) {
+    constexpr int D = decltype(d)::value;
     if (dropout)
-      launch<D, true, FmaExps>(stream, p, io, geo, outCopy, logsumexp, mask);
+      launch<D, true>(stream, p, io, geo, outCopy, logsumexp, mask);
     else
-      launch<D, false, FmaExps>(stream, p, io, geo, outCopy, logsumexp, mask);
+      launch<D, false>(stream, p, io, geo, outCopy, logsumexp, mask);
   };
-  using None = std::integral_constant<int, 0>;
   if (p.headDim == 128)
-    run(std::integral_constant<int, 128>(), None());
-  else if (fmaExps == 2)
-    run(std::integral_constant<int, 64>(), std::integral_constant<int, 2>());
-  else if (fmaExps == 4)
-    run(std::integral_constant<int, 64>(), std::integral_constant<int, 4>());
+    run(std::integral_constant<int, 128>());
   else
-    run(std::integral_constant<int, 64>(), None());
+    run(std::integral_constant<int, 64>());
 }
 
 std::string hopperAttentionBackwardUnsupportedReason(
