@@ -51,7 +51,9 @@ tar -C /lib/x86_64-linux-gnu -czhf "$dest/fallback-lib.tgz" "${fallback_libs[@]}
 cp "$root/bench/run-step-table.sh" "$root/bench/step_table.py" \
   "$root/bench/torch_step.py" "$root/bench/modelfile.py" \
   "$root/bench/run-backward-gap.sh" "$root/bench/torch_sdpa.py" \
-  "$root/bench/run-hopper-check.sh" "$dest/bench/"
+  "$root/bench/run-hopper-check.sh" "$root/bench/run-kernel-profile.sh" \
+  "$root/bench/kernel_summary.py" "$root/bench/run-sustained-attention.sh" \
+  "$dest/bench/"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
 

@@ -4,7 +4,8 @@ bench/NOTES.md: bf16 q, k, v [batch, heads, seq, head_dim], causal, dropout
 0.1 and 0, forward and backward, per SDPA backend.
 
 TFLOP/s count the visible (causal) half: forward 4 b h s^2 d / 2, backward
-2.5 times that. Milliseconds are the median of the timed calls.
+2.5 times that. Milliseconds are the median of the timed calls (with
+--sustain N: the mean of N calls back to back).
 """
 import argparse
 
@@ -33,7 +34,22 @@ BACKENDS = {
 }
 
 
-def median_ms(body, repeats):
+def median_ms(body, repeats, sustain=0):
+    """The median of REPEATS timed calls after two warm-up calls; with
+    SUSTAIN, the mean of SUSTAIN calls back to back after SUSTAIN more (the
+    clock and power the GPU holds under that load, as in a training step:
+    mtrt-attention-bench's MTRT_BENCH_SUSTAIN)."""
+    if sustain:
+        for _ in range(sustain):
+            body()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(sustain):
+            body()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / sustain
     for _ in range(2):
         body()
     times = []
@@ -49,7 +65,7 @@ def median_ms(body, repeats):
     return times[len(times) // 2]
 
 
-def measure(shape, dropout, backend, repeats):
+def measure(shape, dropout, backend, repeats, sustain=0):
     name, b, s, hq, hkv, d = shape
     q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16,
                     requires_grad=True)
@@ -69,7 +85,7 @@ def measure(shape, dropout, backend, repeats):
         with sdpa_kernel([backend]):
             return body()
 
-    fwd = run(lambda: median_ms(forward, repeats))
+    fwd = run(lambda: median_ms(forward, repeats, sustain))
     out = run(forward)
     grad = torch.randn_like(out)
 
@@ -79,7 +95,7 @@ def measure(shape, dropout, backend, repeats):
         o = forward()
         o.backward(grad)
 
-    both = run(lambda: median_ms(backward, repeats))
+    both = run(lambda: median_ms(backward, repeats, sustain))
     flop = 4.0 * b * hq * s * s * d / 2
     bwd = both - fwd
     return fwd, flop / fwd * 1e-9, bwd, 2.5 * flop / bwd * 1e-9
@@ -88,6 +104,9 @@ def measure(shape, dropout, backend, repeats):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--sustain", type=int, default=0, metavar="N",
+                        help="time N calls back to back after N more "
+                             "(default 0: the median of --repeats calls)")
     parser.add_argument("--backends", default="default,flash,cudnn,efficient")
     parser.add_argument("--dropouts", default="0.1,0",
                         help="comma-separated dropout probabilities")
@@ -107,7 +126,8 @@ def main():
             for name in args.backends.split(","):
                 try:
                     fwd, fwd_tf, bwd, bwd_tf = measure(
-                        shape, dropout, BACKENDS[name], args.repeats)
+                        shape, dropout, BACKENDS[name], args.repeats,
+                        args.sustain)
                     print(f"{shape[0]:10} {name:9} {dropout:7.1f} {fwd:9.3f} "
                           f"{fwd_tf:9.1f} {bwd:9.3f} {bwd_tf:9.1f}", flush=True)
                 except Exception as error:  # a backend refusing the shape

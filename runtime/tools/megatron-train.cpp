@@ -125,7 +125,10 @@ using GpuTrainer = mtrt::cuda::Trainer;
 /// CUDA_DEVICE_MAX_CONNECTIONS=32 unless they are set); MTRT_PEER_COLLECTIVES=0
 /// stages the collectives through the host instead;
 /// MTRT_CUDA_NCCL_GRAPHS=1 captures step functions whose collectives go
-/// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs).
+/// through NCCL in CUDA graphs too (ContextOptions::ncclGraphs);
+/// MTRT_CUDA_PROFILER_ITERATION=N brackets iteration N with
+/// cudaProfilerStart and cudaProfilerStop (ContextOptions::profilerIteration:
+/// `ncu --profile-from-start off` sees that step's kernels only).
 std::unique_ptr<GpuTrainer>
 makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
                const mtrt::train::TrainCommand &c,
@@ -152,6 +155,17 @@ makeGpuTrainer(const mtrt::Bundle &bundle, const std::string &corpus,
   device.ncclGraphs = enabled("MTRT_CUDA_NCCL_GRAPHS");
   if (enabled("MTRT_CUDA_GRAPHS") || disabled("MTRT_CUDA_GRAPHS"))
     device.cudaGraphs = enabled("MTRT_CUDA_GRAPHS");
+  if (const char *iteration = std::getenv("MTRT_CUDA_PROFILER_ITERATION")) {
+    char *end = nullptr;
+    long long n = std::strtoll(iteration, &end, 10);
+    if (end == iteration || *end != '\0' || n < 1)
+      throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
+                        std::string("MTRT_CUDA_PROFILER_ITERATION='") +
+                            iteration +
+                            "': expected an iteration number from 1 (the "
+                            "iteration the profiler sees)");
+    device.profilerIteration = n;
+  }
   device.device = deviceIndex;
   return std::make_unique<GpuTrainer>(bundle, corpus, dataName(c), c.options,
                                       device, rank);

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -75,6 +76,12 @@ struct ContextOptions {
   /// off: it runs without one (MTRT_CUDA_NCCL_GRAPHS=1 in megatron-train
   /// turns it on). Off by default until several GPUs have run it.
   bool ncclGraphs = false;
+  /// The training iteration (counted from 1) that cudaProfilerStart and
+  /// cudaProfilerStop bracket, its optimizer step included, for a profiler
+  /// started with collection off (`ncu --profile-from-start off`): one
+  /// steady step's kernels, without the first iteration's GEMM tuning.
+  /// 0: none (MTRT_CUDA_PROFILER_ITERATION=N in megatron-train).
+  int64_t profilerIteration = 0;
 };
 
 /// Device memory owned by one pointer; freed at destruction.

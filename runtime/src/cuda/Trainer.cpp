@@ -3,6 +3,7 @@
 #include "cuda/Trainer.h"
 
 #include "comm/RankContext.h"
+#include "cuda/CudaCheck.h"
 #include "cuda/DataParallel.h"
 #include "cuda/Executor.h"
 #include "cuda/GradientUnscaler.h"
@@ -15,6 +16,8 @@
 #include "train/Optimizer.h"
 #include "train/TrainingLog.h"
 #include "train/TrainingLoop.h"
+
+#include <cuda_profiler_api.h>
 
 #include <ostream>
 #include <sstream>
@@ -216,7 +219,7 @@ void Trainer::train(std::ostream &out) {
              "operands are not implemented), the loss scaling is "
              "Megatron-LM's");
 
-  auto iterate = [&](int64_t iteration, int64_t consumed) {
+  auto iterateOnce = [&](int64_t iteration, int64_t consumed) {
     parameters_->zeroGradients();
     if (scaler && pipeline_)
       pipeline_->setLossScale(scaler->scale());
@@ -297,6 +300,20 @@ void Trainer::train(std::ostream &out) {
                       ? distributedOptimizer_->step(update, scale,
                                                     /*deferGather=*/true)
                       : optimizer_->step(update, scale);
+    return result;
+  };
+  // ContextOptions::profilerIteration: the profiler sees that iteration only.
+  auto iterate = [&](int64_t iteration, int64_t consumed) {
+    bool profiled = iteration == context_->options().profilerIteration;
+    if (profiled) {
+      context_->synchronize("before the profiled iteration");
+      MTRT_CUDA_CHECK(cudaProfilerStart(), "starting the profiler");
+    }
+    train::IterationResult result = iterateOnce(iteration, consumed);
+    if (profiled) {
+      context_->synchronize("after the profiled iteration");
+      MTRT_CUDA_CHECK(cudaProfilerStop(), "stopping the profiler");
+    }
     return result;
   };
   // Deferred parameter gathers finish before anything else reads the
