@@ -19,8 +19,9 @@ peak minus its own reported total); "reported" is --report memory's total.
 PyTorch: torch_step.py's figures (median step between CUDA events,
 max_memory_reserved, max_memory_allocated). MFU as modelfile.py defines it.
 ratio = torch.compile's step time / ours (above 1: ours is faster). SM MHz:
-the median SM clock (and power) over the busier half of a run's samples by
-power; torch_step.py's one process runs both dropouts (and compiles).
+the median SM clock (and power) over a run's samples drawing at least 85% of
+its largest power (the steps); torch_step.py's one process runs both
+dropouts (and compiles).
 
 --search-start prints the largest micro-batch search's candidates for MODEL
 (the bundles MODEL-mbN-d0 with N > MB), ascending, on one line, and on the
@@ -72,13 +73,14 @@ def peak_bytes(logs, tag):
 
 
 def clock(logs, tag):
-    """The median SM clock and power over the busier half of the run's
-    samples by power (its steps, not its start-up), as "MHz (W)"."""
-    busy = sorted((w, mhz) for _, mhz, w in samples(logs, tag)
-                  if w is not None)
-    busy = busy[len(busy) // 2:]
-    if not busy:
+    """The median SM clock and power over the run's samples that draw at
+    least 85% of its largest power (its steps, not its start-up, which
+    takes most of a large model's run), as "MHz (W)"."""
+    drawn = [(w, mhz) for _, mhz, w in samples(logs, tag) if w is not None]
+    if not drawn:
         return "-"
+    most = max(w for w, _ in drawn)
+    busy = [(w, mhz) for w, mhz in drawn if w >= 0.85 * most]
     return (f"{statistics.median(m for _, m in busy):.0f} "
             f"({statistics.median(w for w, _ in busy):.0f} W)")
 
