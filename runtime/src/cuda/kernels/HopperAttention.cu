@@ -1357,15 +1357,20 @@ __global__ void __launch_bounds__(kSideThreads)
 // dq = scale * dqSum into dq's layout and type, from the bulk layout: one
 // 64 x 64 tile a block, a thread reading four sums of the fragment order by
 // one 16-byte load (rows 16w + g and 16w + g + 8, columns 8j + 2t and
-// 8j + 2t + 1 of the bulk layout) and writing two pairs. Grid (query tiles
-// x D / 64, headsQ, batch), kSideThreads threads. (Two elements a thread in
-// dq's order read the sums 8 bytes of every 16: 115 us at gpt-1.3b's shape
-// on the H200, this kernel 86; bench/NOTES.md, session 34.)
+// 8j + 2t + 1 of the bulk layout). With `rowStores` (bf16 dq whose rows
+// start at 16-byte boundaries) the pairs go to the tile's rows in shared
+// memory and leave as 16-byte stores, a warp four whole 128-byte rows;
+// otherwise each thread writes its two pairs (4 bytes of every 16 of a row
+// a lane group: half of each 32-byte sector a store). Grid (query tiles x
+// D / 64, headsQ, batch), kSideThreads threads. (At gpt-1.3b's shape: two
+// elements a thread in dq's order, reading the sums 8 bytes of every 16,
+// 115 us on the H200; the pairs 86 (session 34); the rows 52.5 on the
+// H200, 71.4 against 113.6 on the H100 (session 35; bench/NOTES.md).)
 template <int D>
 __global__ void __launch_bounds__(kSideThreads)
     hopperQueryGradientKernel(int seqQ, int queryTiles, FlashLayout dqLayout,
-                              float scale, bool outputsBf16, const float *dqSum,
-                              void *dq) {
+                              float scale, bool outputsBf16, bool rowStores,
+                              const float *dqSum, void *dq) {
   int h = blockIdx.y, b = blockIdx.z, headsQ = gridDim.y;
   int queryTile = blockIdx.x / (D / 64), chunk = blockIdx.x % (D / 64);
   int64_t tile =
@@ -1373,6 +1378,32 @@ __global__ void __launch_bounds__(kSideThreads)
           (D / 64) +
       chunk;
   const auto *sums = reinterpret_cast<const float4 *>(dqSum + tile * 4096);
+  if (rowStores) {
+    // Row r's 32 bf16 pairs at words 36 r ..: 144-byte rows keep 16-byte
+    // alignment, and lane (g, t)'s pair 4j + t of row 16w + g falls in
+    // bank 4g + t (+ 4j, the same for the warp): no conflicts.
+    __shared__ alignas(16) uint32_t rows[kBackwardQueries][36];
+#pragma unroll
+    for (int f = threadIdx.x; f < 1024; f += kSideThreads) {
+      float4 s = sums[f];
+      int w = f / 256, j = f / 32 % 8, g = f % 32 / 4, t = f % 4;
+      rows[16 * w + g][4 * j + t] = packBf16(s.x * scale, s.y * scale);
+      rows[16 * w + g + 8][4 * j + t] = packBf16(s.z * scale, s.w * scale);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = threadIdx.x; c < kBackwardQueries * 8; c += kSideThreads) {
+      int r = c / 8, part = c % 8, i = queryTile * kBackwardQueries + r;
+      if (i >= seqQ)
+        continue;
+      int64_t to = (static_cast<int64_t>(b) * seqQ + i) * dqLayout.position +
+                   static_cast<int64_t>(h) * dqLayout.head + 64 * chunk +
+                   8 * part;
+      *reinterpret_cast<uint4 *>(static_cast<__nv_bfloat16 *>(dq) + to) =
+          *reinterpret_cast<const uint4 *>(&rows[r][4 * part]);
+    }
+    return;
+  }
 #pragma unroll
   for (int f = threadIdx.x; f < 1024; f += kSideThreads) {
     float4 s = sums[f];
@@ -1841,9 +1872,11 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
       dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
                   static_cast<unsigned>(p.headsQ),
                   static_cast<unsigned>(p.batch));
+      bool rowStores = io.outputsBf16 && dqLayout.position % 8 == 0 &&
+                       dqLayout.head % 8 == 0 && aligned16(io.dq);
       hopperQueryGradientKernel<D><<<chunks, kSideThreads, 0, stream>>>(
-          geo.seqQ, geo.queryTiles, dqLayout, geo.scale, io.outputsBf16, dqSum,
-          io.dq);
+          geo.seqQ, geo.queryTiles, dqLayout, geo.scale, io.outputsBf16,
+          rowStores, dqSum, io.dq);
     }
     mark(3);
   };
