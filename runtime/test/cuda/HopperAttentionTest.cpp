@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -324,6 +325,9 @@ struct HopperBackwardCase {
   double dropout;
   /// dq, dk, dv in bf16 (else fp32).
   bool gradsBf16 = false;
+  /// The Hopper backward with MTRT_CUDA_HOPPER_SIGNED_KEEP=1 (a dropped
+  /// probability's sign set, no keep bits).
+  bool signedKeep = false;
 };
 
 /// The largest |actual - expected| over the largest |expected|.
@@ -430,8 +434,11 @@ protected:
       call.dk = grads[1];
       call.dv = grads[2];
       if (hopper) {
+        if (c.signedKeep)
+          setenv("MTRT_CUDA_HOPPER_SIGNED_KEEP", "1", /*overwrite=*/1);
         cuda::hopperAttentionBackward(nullptr, p, call, copyBf16, lseFloat,
                                       words, scratch);
+        unsetenv("MTRT_CUDA_HOPPER_SIGNED_KEEP");
       } else {
         call.deterministic = true;
         cuda::flashAttentionBackward(nullptr, p, call, copyBf16, lseFloat,
@@ -510,6 +517,18 @@ TEST_F(HopperAttentionBackwardTest, HeadDim64GroupedQuery) {
 // Head dimension 64, causal grouped-query heads with dropout, bf16 grads.
 TEST_F(HopperAttentionBackwardTest, HeadDim64CausalGroupedQueryDropoutBf16) {
   run({1, 384, 384, 6, 2, 64, true, 0.15, true});
+}
+
+// The dropout cases above with MTRT_CUDA_HOPPER_SIGNED_KEEP=1.
+TEST_F(HopperAttentionBackwardTest, SignedKeepAtBothHeadDimensions) {
+  HopperBackwardCase cases[] = {{2, 320, 320, 3, 3, 128, true, 0.1},
+                                {1, 70, 260, 4, 2, 128, false, 0.1, true},
+                                {2, 200, 200, 4, 4, 64, true, 0.1},
+                                {1, 384, 384, 6, 2, 64, true, 0.15, true}};
+  for (HopperBackwardCase c : cases) {
+    c.signedKeep = true;
+    run(c);
+  }
 }
 
 // The deterministic backward is not taken (the own kernels give it).

@@ -348,6 +348,12 @@ __device__ inline uint32_t packBf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
 }
+/// packBf16 of max(lo, 0) and max(hi, 0), in the conversion itself.
+__device__ inline uint32_t packBf16Relu(float lo, float hi) {
+  uint32_t v;
+  asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));
+  return v;
+}
 __device__ inline float fastExp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -755,6 +761,8 @@ struct HopperBackwardGeometry {
   float scale;        // the softmax scale (dk's factor)
   float scaleLog2;    // the scale times log2(e)
   float dropoutScale; // 1 / (1 - p) (1 without dropout)
+  float dropoutScaleLog2; // log2(1 / (1 - p)) (SignedKeep)
+  float keptFraction;     // 1 - p (SignedKeep)
 
   __device__ int64_t rowIndex(int b, int h, int i) const {
     return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
@@ -865,7 +873,7 @@ __device__ inline void copyAsyncZeroFill(uint32_t to, const void *from,
 // BackwardSmem<D>::kTotal. Tensor maps: q and dout over (D, headsQ, seqQ,
 // batch), boxes of 64 columns x 64 positions; k and v over (D, headsKv,
 // seqK, batch), boxes of 64 x 128.
-template <int D, bool Dropout, bool LateDq>
+template <int D, bool Dropout, bool LateDq, bool SignedKeep>
 __global__ void __launch_bounds__(kBackwardThreads, 1)
     hopperBackwardKernel(const __grid_constant__ CUtensorMap qMap,
                          const __grid_constant__ CUtensorMap kMap,
@@ -1058,6 +1066,9 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
         float2 lse2 = *reinterpret_cast<const float2 *>(&rowS.lse[col]);
         float lseLog2[2] = {lse2.x * 1.4426950408889634f,
                             lse2.y * 1.4426950408889634f};
+        if constexpr (SignedKeep) // P' = P / (1 - p) from the exponential
+          for (float &bias : lseLog2)
+            bias -= geo.dropoutScaleLog2;
         // Both of this lane's keys (bits keyBit and keyBit + 8) lie in one
         // 32-bit half of a word: that half, shifted once, holds them at bits
         // 0 and 8.
@@ -1078,9 +1089,14 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           if (masked &&
               (keys[r] >= geo.seqK || (geo.causal && keys[r] > q0 + col + c)))
             x = 0.f;
-          s[4 * j + e] = x;
-          if constexpr (Dropout)
+          if constexpr (SignedKeep) {
+            // A dropped element (its bit 0) keeps P' with the sign set.
+            uint32_t sign = ~(words[c] << (31 - 8 * r)) & 0x80000000u;
+            x = __uint_as_float(__float_as_uint(x) | sign);
+          } else if constexpr (Dropout) {
             keepBits |= ((words[c] >> (8 * r)) & 1u) << (4 * j + e);
+          }
+          s[4 * j + e] = x;
         }
       }
       auto dropped = [&](int i) {
@@ -1093,8 +1109,10 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       for (int k = 0; k < 4; ++k)
 #pragma unroll
         for (int x = 0; x < 4; ++x)
-          pA[k][x] =
-              packBf16(dropped(8 * k + 2 * x), dropped(8 * k + 2 * x + 1));
+          pA[k][x] = SignedKeep
+                         ? packBf16Relu(s[8 * k + 2 * x], s[8 * k + 2 * x + 1])
+                         : packBf16(dropped(8 * k + 2 * x),
+                                    dropped(8 * k + 2 * x + 1));
       wgmmaFence();
       fenceRegisters(dvAcc);
       fenceRegisters(pA);
@@ -1112,6 +1130,12 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int i = 4 * j + e;
+          if constexpr (SignedKeep) {
+            // P (dP kept / (1 - p) - delta) = |P'| (dP kept - delta (1 - p)).
+            float kept = s[i] > 0.f ? dp[i] : 0.f;
+            dp[i] = fabsf(s[i]) * (kept - deltas[e % 2] * geo.keptFraction);
+            continue;
+          }
           float dprob = dp[i];
           if constexpr (Dropout)
             dprob = (keepBits >> i) & 1 ? dprob * geo.dropoutScale : 0.f;
@@ -1542,7 +1566,7 @@ bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <int D, bool Dropout, bool LateDq>
+template <int D, bool Dropout, bool LateDq, bool SignedKeep>
 void launchBackward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, const HopperBackwardGeometry &geo,
                     const float *logsumexp, const float *delta,
@@ -1557,7 +1581,7 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
-  auto kernel = hopperBackwardKernel<D, Dropout, LateDq>;
+  auto kernel = hopperBackwardKernel<D, Dropout, LateDq, SignedKeep>;
   constexpr size_t bytes = BackwardSmem<D>::kTotal;
   cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1839,6 +1863,21 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   // As the own backward (FlashAttention.cu's makeGeometry).
   geo.dropoutScale =
       static_cast<float>(dropout ? 1.0 / (1.0 - p.dropoutP) : 1.0);
+  // MTRT_CUDA_HOPPER_SIGNED_KEEP=1 (with dropout): the consumers keep
+  // P' = P / (1 - p) from the exponential itself (its exponent less
+  // log2(1 - p)) with a dropped element's sign set, in place of a word of
+  // keep bits tested twice: dV's operand is the bf16 conversion's relu of
+  // it, dS = |P'| (dP kept - delta (1 - p)). About 6 instructions an
+  // element fewer (the kernel executed 375 M instructions at gpt-1.3b's
+  // shape on the H200 against cuDNN's 306 M, at the same issue rate:
+  // bench/NOTES.md, session 35). Written in session 35, not yet run on a
+  // GPU: off by default.
+  const char *signedKeepText = std::getenv("MTRT_CUDA_HOPPER_SIGNED_KEEP");
+  bool signedKeep = dropout && p.dropoutP < 1 && signedKeepText &&
+                    std::strcmp(signedKeepText, "1") == 0;
+  geo.dropoutScaleLog2 =
+      static_cast<float>(dropout ? -std::log2(1.0 - p.dropoutP) : 0.0);
+  geo.keptFraction = static_cast<float>(dropout ? 1.0 - p.dropoutP : 1.0);
   FlashLayout doutLayout = resolve(io.doutLayout, p.headsQ, p.headDim);
   FlashLayout dqLayout = resolve(io.dqLayout, p.headsQ, p.headDim);
   const auto *dout = static_cast<const __nv_bfloat16 *>(io.dout);
@@ -1861,12 +1900,15 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     // without); in its step at 128, where the late one made the main kernel
     // 5% slower (998 -> 1048 us at gpt-1.3b's; bench/NOTES.md, session 34).
     constexpr bool kLateDq = D == 64;
-    if (dropout)
-      launchBackward<D, true, kLateDq>(stream, p, io, geo, logsumexp, delta,
-                                       mask, dqSum);
+    if (dropout && signedKeep)
+      launchBackward<D, true, kLateDq, true>(stream, p, io, geo, logsumexp,
+                                             delta, mask, dqSum);
+    else if (dropout)
+      launchBackward<D, true, kLateDq, false>(stream, p, io, geo, logsumexp,
+                                              delta, mask, dqSum);
     else
-      launchBackward<D, false, kLateDq>(stream, p, io, geo, logsumexp, delta,
-                                        mask, dqSum);
+      launchBackward<D, false, kLateDq, false>(stream, p, io, geo, logsumexp,
+                                               delta, mask, dqSum);
     mark(2);
     if (dqSum) {
       dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
