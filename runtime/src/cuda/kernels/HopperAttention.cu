@@ -1131,9 +1131,10 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
         for (int e = 0; e < 4; ++e) {
           int i = 4 * j + e;
           if constexpr (SignedKeep) {
-            // P (dP kept / (1 - p) - delta) = |P'| (dP kept - delta (1 - p)).
-            float kept = s[i] > 0.f ? dp[i] : 0.f;
-            dp[i] = fabsf(s[i]) * (kept - deltas[e % 2] * geo.keptFraction);
+            // P (dP kept / (1 - p) - delta) = |P'| (dP kept - delta (1 - p))
+            // = max(P', 0) dP - |P'| delta (1 - p): one FMA.
+            dp[i] = fmaf(fmaxf(s[i], 0.f), dp[i],
+                         -fabsf(s[i]) * (deltas[e % 2] * geo.keptFraction));
             continue;
           }
           float dprob = dp[i];
