@@ -317,17 +317,27 @@ __device__ inline void wgmmaRS64(float (&d)[32], const uint32_t (&a)[4],
         "r"(accumulate));
 }
 
+/// The descriptor of the matrix `offset` bytes (a multiple of 16) into a
+/// tile whose descriptor is `tile`: its address field (bits 0-13, the
+/// address over 16) plus offset / 16, which cannot carry out of the field
+/// since shared addresses stay below 2^18. One add for each of a tile's
+/// steps instead of a descriptor built from the address at each.
+__device__ inline uint64_t descriptorAt(uint64_t tile, uint32_t offset) {
+  return tile + offset / 16;
+}
+
 /// A shared K-major tile's descriptor at its k-th 16 columns: chunk k / 4,
 /// 32 bytes a step within its 128-byte rows.
 template <int Rows>
 __device__ inline uint64_t kMajor(uint32_t tile, int k) {
-  return descriptor(tile + (k / 4) * chunkBytes(Rows) + (k % 4) * 32, 16,
-                    1024);
+  return descriptorAt(descriptor(tile, 16, 1024),
+                      (k / 4) * chunkBytes(Rows) + (k % 4) * 32);
 }
 /// V's descriptor at keys 16k .. 16k + 15 (MN-major: 1024 bytes between
 /// groups of 8 keys, a chunk between 64 columns of the head dimension).
 __device__ inline uint64_t mnMajor(uint32_t tile, int k) {
-  return descriptor(tile + k * 16 * 128, chunkBytes(kBlockN), 1024);
+  return descriptorAt(descriptor(tile, chunkBytes(kBlockN), 1024),
+                      k * 16 * 128);
 }
 
 /// O += P V for one tile: P's A fragments in registers, 8 steps of 16 keys.
@@ -833,7 +843,7 @@ __device__ inline void wgmmaSS64(float (&d)[32], uint64_t a, uint64_t b,
 /// chunk between 64 MN columns): mnMajor for any row count.
 template <int Rows>
 __device__ inline uint64_t mnMajorRows(uint32_t tile, int k) {
-  return descriptor(tile + k * 16 * 128, chunkBytes(Rows), 1024);
+  return descriptorAt(descriptor(tile, chunkBytes(Rows), 1024), k * 16 * 128);
 }
 
 /// acc += A B over 64 K rows of B (4 steps of 16): A from registers, B an
