@@ -1878,11 +1878,11 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   // P' = P / (1 - p) from the exponential itself (its exponent less
   // log2(1 - p)) with a dropped element's sign set, in place of a word of
   // keep bits tested twice: dV's operand is the bf16 conversion's relu of
-  // it, dS = |P'| (dP kept - delta (1 - p)). About 6 instructions an
-  // element fewer (the kernel executed 375 M instructions at gpt-1.3b's
-  // shape on the H200 against cuDNN's 306 M, at the same issue rate:
-  // bench/NOTES.md, session 35). Written in session 35, not yet run on a
-  // GPU: off by default.
+  // it, dS = max(P', 0) dP - |P'| delta (1 - p). 176 and 152 fewer SASS
+  // instructions in the kernel at head dimensions 128 and 64 (it executed
+  // 375 M instructions at gpt-1.3b's shape on the H200 against cuDNN's
+  // 306 M, at the same issue rate: bench/NOTES.md, session 35). Written in
+  // session 35, not yet run on a GPU: off by default.
   const char *signedKeepText = std::getenv("MTRT_CUDA_HOPPER_SIGNED_KEEP");
   bool signedKeep = dropout && p.dropoutP < 1 && signedKeepText &&
                     std::strcmp(signedKeepText, "1") == 0;
