@@ -11,15 +11,23 @@
 #   2. ours' per-op profile of the same step (MTRT_CUDA_PROFILE=1, 4
 #      iterations, without graphs): the instructions' times in the step;
 #   3. torch.compile's step at the same model and dropout (torch_step.py
-#      --profile 2: its kernels' device time a step under torch.profiler).
+#      --profile 2: its kernels' device time a step under torch.profiler);
+#   4. torch.compile's attention kernels under ncu as 1 runs ours (cuDNN's
+#      forward and backward and the two beside its backward, one at a
+#      time, with their cycles: four layers of the second step's
+#      backward), so that each side's attention compares kernel for
+#      kernel (bench/NOTES.md, session 35: cuDNN's dropout backward 1.585 M
+#      cycles at gpt-1.3b's shape, ours 1.800 M).
 # The SM clock and power are sampled every 50 ms during 2 and 3 (the median
 # clock of the busier half of the samples, by power). The summary is written
 # as it comes; a call cut short leaves what finished.
 #
 # Usage: bench/run-kernel-profile.sh DIR OUT
 #   DIR      a bench/make-step-dir.sh folder
-#   OUT      gets kernel-profile.txt and NAME.ncu.csv for each bundle
-#   BUNDLES  (environment) default "gpt-1.3b-mb8-d0 gpt-1.3b-mb8-d0.1"
+#   OUT      gets kernel-profile.txt, NAME.ncu.csv and NAME.torch-ncu.csv for
+#            each bundle
+#   BUNDLES  (environment) default "gpt-1.3b-mb8-d0 gpt-1.3b-mb8-d0.1"; the
+#            device tool brings 8 files back from a call: 3 bundles at most
 #   LIMIT    (environment) seconds after which no further run starts,
 #            default 480
 #   TORCH_CACHE (environment) torch.compile's caches, as run-step-table.sh's
@@ -82,7 +90,7 @@ for name in ${BUNDLES:-gpt-1.3b-mb8-d0 gpt-1.3b-mb8-d0.1}; do
   echo "== $name ($(($(date +%s) - start)) s)" >>"$report"
   if [ -n "$ncu" ]; then
     MTRT_CUDA_PROFILER_ITERATION=3 timeout 240 "$ncu" --profile-from-start off \
-      --clock-control none --metrics gpu__time_duration.sum --csv \
+      --clock-control none --metrics gpu__time_duration.sum,gpc__cycles_elapsed.max --csv \
       --print-units base bash -c "$(declare -f train); dir=$dir; train $name 3" \
       >"$out/$name.ncu.csv" 2>/tmp/ncu.err
     echo "ours, ncu (exit status $?):" >>"$report"
@@ -101,6 +109,25 @@ for name in ${BUNDLES:-gpt-1.3b-mb8-d0 gpt-1.3b-mb8-d0.1}; do
     --clip-grad 1.0 --steps 6 --warmup 2 --profile 2
   grep -E '^\{' /tmp/torch.log | cut -c1-300 >>"$report"
   sed -n '/== profile/,$p' /tmp/torch.log | head -42 >>"$report"
+  time_left && [ -n "$ncu" ] || continue
+  # One step's attention kernels are 4 a layer (the forward, and dO.O, the
+  # backward and dq's conversion): skip the first step and the second's
+  # forward.
+  layers=$(sed -n 's/^ *num_layers: *\([0-9]*\).*/\1/p' "$dir/models/$model.yaml")
+  sdpa=cudnn
+  grep -q "position_embedding_type: rope" "$dir/models/$model.yaml" &&
+    sdpa=cudnn+gqa
+  timeout 240 "$ncu" --clock-control none --cache-control none \
+    --kernel-name 'regex:flash_bprop|flash_fprop|dot_do_o|convert_dq' \
+    --launch-skip $((5 * layers)) --launch-count 12 \
+    --metrics gpu__time_duration.sum,gpc__cycles_elapsed.max --csv \
+    --print-units base python3 "$dir/bench/torch_step.py" \
+    "$dir/models/$model.yaml" --micro-batch-size "$mb" --dropout "$dropout" \
+    --clip-grad 1.0 --steps 3 --warmup 1 --sdpa $sdpa \
+    >"$out/$name.torch-ncu.csv" 2>/tmp/ncu-torch.err
+  echo "torch.compile's attention kernels, ncu (exit status $?):" >>"$report"
+  python3 "$dir/bench/kernel_summary.py" "$out/$name.torch-ncu.csv" 8 \
+    >>"$report" 2>&1 || tail -3 /tmp/ncu-torch.err >>"$report"
 done
 echo "done at $(($(date +%s) - start)) s" >>"$report"
 cat "$report"
