@@ -35,13 +35,9 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(cd "$1" && pwd)
 out=$2
-mkdir -p "$out" /tmp/fallback-lib
-tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
-libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
-  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
-  -o -name 'libcudart.so.13*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
-  tr '\n' ':')
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}:/tmp/fallback-lib"
+mkdir -p "$out"
+source "$(dirname "$0")/device-env.sh"
+device_libraries "$dir"
 bin=$dir/bin
 bundle=$dir/bundles/gpt-1.3b-mb8-d0.1.mtb
 summary=$out/summary.txt
@@ -50,25 +46,6 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit \
   --format=csv,noheader >"$summary"
 elapsed() { echo "  ($(($(date +%s) - start)) s)" >>"$summary"; }
 
-# clocked LOG COMMAND...: runs COMMAND into LOG, sampling the SM clock and
-# the power draw; appends the median clock of the busier half of the
-# samples to the summary.
-clocked() {
-  local log=$1
-  shift
-  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits \
-    -lms 20 >/tmp/clocks.txt &
-  local sampler=$!
-  "$@" >"$log" 2>&1
-  kill $sampler
-  wait $sampler 2>/dev/null
-  local samples
-  samples=$(grep -c , /tmp/clocks.txt)
-  sort -g -r -t, -k2 /tmp/clocks.txt | head -n $(((samples + 1) / 2)) |
-    sort -n -t, -k1 | awk -F, '{ c[++n] = $1; p += $2 }
-    END { if (n) printf "  SM clock over the busier %d of the samples: median %s, min %s, max %s MHz; their power %.0f W\n", n, c[int(n / 2) + 1], c[1], c[n], p / n
-          else print "  no clock sample" }' >>"$summary"
-}
 train() { # ITERATIONS [megatron-train flags]
   local iterations=$1
   shift
@@ -78,17 +55,17 @@ train() { # ITERATIONS [megatron-train flags]
 }
 
 echo "1. gpt-1.3b mb 8 d0.1, per-op profile:" >>"$summary"
-clocked "$out/profile.log" env MTRT_CUDA_PROFILE=1 \
+clocked "$summary" "$out/profile.log" env MTRT_CUDA_PROFILE=1 \
   bash -c "$(declare -f train); bin=$bin bundle=$bundle dir=$dir; train 4"
 grep -E '^\s+(attention_grad|attention|train_step) ' "$out/profile.log" \
   >>"$summary"
 echo "   with MTRT_CUDA_HOPPER_TIMING=1:" >>"$summary"
-clocked /tmp/timed.log env MTRT_CUDA_PROFILE=1 MTRT_CUDA_HOPPER_TIMING=1 \
+clocked "$summary" /tmp/timed.log env MTRT_CUDA_PROFILE=1 MTRT_CUDA_HOPPER_TIMING=1 \
   bash -c "$(declare -f train); bin=$bin bundle=$bundle dir=$dir; train 4"
 grep -E '^\s+attention_grad |hopper backward, mean' /tmp/timed.log |
   tail -2 >>"$summary"
 echo "   under CUDA graphs, 8 iterations:" >>"$summary"
-clocked /tmp/graphs.log \
+clocked "$summary" /tmp/graphs.log \
   bash -c "$(declare -f train); bin=$bin bundle=$bundle dir=$dir; train 8"
 grep -E "iteration +[5-8]/" /tmp/graphs.log | sed 's/^/  /' >>"$summary"
 elapsed
@@ -96,7 +73,7 @@ elapsed
 for flush in 0 1; do
   echo "2. mtrt-attention-bench hopper-qkv 0.1, MTRT_BENCH_FLUSH_L2=$flush:" \
     >>"$summary"
-  clocked /tmp/bench.log env MTRT_BENCH_FLUSH_L2=$flush timeout 90 \
+  clocked "$summary" /tmp/bench.log env MTRT_BENCH_FLUSH_L2=$flush timeout 90 \
     "$bin/mtrt-attention-bench" 10 "" hopper-qkv 0.1
   grep -E "^(gpt|s4096|s8192|gqa|llama)" /tmp/bench.log >>"$summary"
   # 48 calls make one report of the timer.
@@ -107,11 +84,11 @@ done
 elapsed
 
 echo "3. PyTorch's cuDNN SDPA alone:" >>"$summary"
-clocked /tmp/sdpa.log timeout 150 python3 "$root/bench/torch_sdpa.py" \
+clocked "$summary" /tmp/sdpa.log timeout 150 python3 "$root/bench/torch_sdpa.py" \
   --backends cudnn --dropouts 0.1,0 --shapes all
 grep -E "cudnn" /tmp/sdpa.log >>"$summary"
 echo "   torch.compile's step, gpt-1.3b mb 8 d0.1:" >>"$summary"
-clocked /tmp/torch-step.log timeout 150 python3 "$dir/bench/torch_step.py" \
+clocked "$summary" /tmp/torch-step.log timeout 150 python3 "$dir/bench/torch_step.py" \
   "$dir/models/gpt-1.3b.yaml" --micro-batch-size 8 --dropout 0.1 \
   --clip-grad 1.0 --steps 6 --warmup 2 --profile 2
 grep -E '^\{|== profile' /tmp/torch-step.log | cut -c1-400 | sed 's/^/  /' \

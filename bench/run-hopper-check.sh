@@ -18,13 +18,8 @@ out=$2
 mkdir -p "$out"
 start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start)); }
-libdirs=$(find /usr/local /opt /usr/lib -name 'libcudart.so.13*' -o \
-  -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' -o -name 'libnccl.so.2' \
-  -o -name 'libcublasLt.so.13*' 2>/dev/null |
-  xargs -r -n1 dirname | sort -u | tr '\n' ':')
-mkdir -p /tmp/fallback-lib
-tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
-export LD_LIBRARY_PATH="$libdirs$dir/lib:/tmp/fallback-lib:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/device-env.sh"
+device_libraries "$dir"
 report=$out/hopper-check.txt
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv >"$report"
 

@@ -18,7 +18,7 @@
 #      backward), so that each side's attention compares kernel for
 #      kernel (bench/NOTES.md, session 35: cuDNN's dropout backward 1.585 M
 #      cycles at gpt-1.3b's shape, ours 1.800 M).
-# The SM clock and power are sampled every 50 ms during 2 and 3 (the median
+# The SM clock and power are sampled every 20 ms during 2 and 3 (the median
 # clock of the busier half of the samples, by power). The summary is written
 # as it comes; a call cut short leaves what finished.
 #
@@ -34,13 +34,9 @@
 set -u
 dir=$(cd "$1" && pwd)
 out=$2
-mkdir -p "$out" /tmp/fallback-lib
-tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
-libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
-  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
-  -o -name 'libcudart.so.13*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
-  tr '\n' ':')
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}:/tmp/fallback-lib"
+mkdir -p "$out"
+source "$(dirname "$0")/device-env.sh"
+device_libraries "$dir"
 # run-step-table.sh's torch.compile caches: a call on a machine still warm
 # compiles from them.
 cache=${TORCH_CACHE:-/tmp/torch-compile-cache}
@@ -56,24 +52,6 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu \
   /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 echo "ncu: ${ncu:-none}" >>"$report"
 
-# clocked LOG COMMAND...: runs COMMAND into LOG, sampling the SM clock and
-# the power; appends the median clock of the busier half of the samples.
-clocked() {
-  local log=$1
-  shift
-  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits \
-    -lms 50 >/tmp/clocks.txt &
-  local sampler=$!
-  "$@" >"$log" 2>&1
-  kill $sampler
-  wait $sampler 2>/dev/null
-  local samples
-  samples=$(grep -c , /tmp/clocks.txt)
-  sort -g -r -t, -k2 /tmp/clocks.txt | head -n $(((samples + 1) / 2)) |
-    sort -n -t, -k1 | awk -F, '{ c[++n] = $1; p += $2 }
-    END { if (n) printf "  SM clock, the busier %d samples: median %s, min %s, max %s MHz; %.0f W\n", n, c[int(n / 2) + 1], c[1], c[n], p / n
-          else print "  no clock sample" }' >>"$report"
-}
 train() { # BUNDLE ITERATIONS
   timeout 150 "$dir/bin/megatron-train" "$dir/bundles/$1.mtb" \
     --data-path "$dir/corpus.txt" --train-iters "$2" --lr 1e-4 \
@@ -99,12 +77,12 @@ for name in ${BUNDLES:-gpt-1.3b-mb8-d0 gpt-1.3b-mb8-d0.1}; do
   fi
   time_left || break
   echo "ours, per op in the step (MTRT_CUDA_PROFILE=1):" >>"$report"
-  clocked /tmp/profile.log env MTRT_CUDA_PROFILE=1 \
+  clocked "$report" /tmp/profile.log env MTRT_CUDA_PROFILE=1 \
     bash -c "$(declare -f train); dir=$dir; train $name 4"
   grep -E 'ms per run' /tmp/profile.log | head -40 >>"$report"
   time_left || break
   echo "torch.compile, dropout $dropout:" >>"$report"
-  clocked /tmp/torch.log timeout 200 python3 "$dir/bench/torch_step.py" \
+  clocked "$report" /tmp/torch.log timeout 200 python3 "$dir/bench/torch_step.py" \
     "$dir/models/$model.yaml" --micro-batch-size "$mb" --dropout "$dropout" \
     --clip-grad 1.0 --steps 6 --warmup 2 --profile 2
   grep -E '^\{' /tmp/torch.log | cut -c1-300 >>"$report"

@@ -60,12 +60,8 @@ start=$(date +%s)
 limit=${LIMIT:-480}
 time_left() { (($(date +%s) - start < limit)); }
 summary=$out/summary.txt
-libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
-  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
-  2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-mkdir -p /tmp/fallback-lib
-tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}:/tmp/fallback-lib"
+source "$(dirname "$0")/device-env.sh"
+device_libraries "$dir"
 cache=${TORCH_CACHE:-/tmp/torch-compile-cache}
 export TORCHINDUCTOR_CACHE_DIR=$cache/inductor TRITON_CACHE_DIR=$cache/triton
 mkdir -p "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"

@@ -18,61 +18,36 @@
 set -u
 dir=$(cd "$1" && pwd)
 out=$2
-mkdir -p "$out" /tmp/fallback-lib
-tar -C /tmp/fallback-lib -xzf "$dir/fallback-lib.tgz"
-libdirs=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' \
-  -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \
-  -o -name 'libcudart.so.13*' 2>/dev/null | xargs -r -n1 dirname | sort -u |
-  tr '\n' ':')
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}:/tmp/fallback-lib"
+mkdir -p "$out"
+source "$(dirname "$0")/device-env.sh"
+device_libraries "$dir"
 report=$out/sustained-attention.txt
 calls=${CALLS:-1000}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit \
   --format=csv,noheader >"$report"
 
-# clocked LOG COMMAND...: runs COMMAND into LOG, sampling the SM clock and
-# the power; appends LOG's timing lines and the median clock of the busier
-# half of the samples.
-clocked() {
-  local log=$1
+# timed LABEL COMMAND...: COMMAND's timing lines and clock under LABEL.
+timed() {
+  echo "$1" >>"$report"
   shift
-  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits \
-    -lms 20 >/tmp/clocks.txt &
-  local sampler=$!
-  "$@" >"$log" 2>&1
-  kill $sampler
-  wait $sampler 2>/dev/null
-  grep -E "^(gpt|llama)|MISMATCH|rror" "$log" >>"$report"
-  local samples
-  samples=$(grep -c , /tmp/clocks.txt)
-  sort -g -r -t, -k2 /tmp/clocks.txt | head -n $(((samples + 1) / 2)) |
-    sort -n -t, -k1 | awk -F, '{ c[++n] = $1; p += $2 }
-    END { if (n) printf "  SM clock, the busier %d samples: median %s, min %s, max %s MHz; %.0f W\n", n, c[int(n / 2) + 1], c[1], c[n], p / n
-          else print "  no clock sample" }' >>"$report"
+  clocked "$report" /tmp/timed.log "$@"
+  grep -E "^(gpt|llama)|MISMATCH|rror" /tmp/timed.log >>"$report"
 }
 
 for shape in gpt-1.3b gpt2-350m; do
-  echo "== $shape, ours (hopper-qkv, dropout 0.1), as the bench runs:" \
-    >>"$report"
-  clocked /tmp/ours.log timeout 60 "$dir/bin/mtrt-attention-bench" 20 \
-    "$shape" hopper-qkv 0.1
-  echo "   sustained ($calls calls):" >>"$report"
-  clocked /tmp/ours.log env MTRT_BENCH_SUSTAIN="$calls" timeout 90 \
-    "$dir/bin/mtrt-attention-bench" 20 "$shape" hopper-qkv 0.1
-  echo "   cuDNN through ours (cudnn-qkv, dropout 0), as the bench runs:" \
-    >>"$report"
-  clocked /tmp/ours.log timeout 60 "$dir/bin/mtrt-attention-bench" 20 \
-    "$shape" cudnn-qkv 0
-  echo "   sustained:" >>"$report"
-  clocked /tmp/ours.log env MTRT_BENCH_SUSTAIN="$calls" timeout 90 \
-    "$dir/bin/mtrt-attention-bench" 20 "$shape" cudnn-qkv 0
-  echo "== $shape, PyTorch's cuDNN SDPA (dropout 0.1 and 0), as it runs:" \
-    >>"$report"
-  clocked /tmp/torch.log timeout 90 python3 "$dir/bench/torch_sdpa.py" \
-    --backends cudnn --dropouts 0.1,0 --shapes "$shape" --repeats 20
-  echo "   sustained:" >>"$report"
-  clocked /tmp/torch.log timeout 120 python3 "$dir/bench/torch_sdpa.py" \
-    --backends cudnn --dropouts 0.1,0 --shapes "$shape" --sustain "$calls"
+  for sustain in 0 "$calls"; do
+    how="as the bench runs"
+    ((sustain)) && how="sustained ($calls calls)"
+    timed "== $shape, ours (hopper-qkv, dropout 0.1), $how:" \
+      env MTRT_BENCH_SUSTAIN=$sustain timeout 90 \
+      "$dir/bin/mtrt-attention-bench" 20 "$shape" hopper-qkv 0.1
+    timed "== $shape, cuDNN through ours (cudnn-qkv, dropout 0), $how:" \
+      env MTRT_BENCH_SUSTAIN=$sustain timeout 90 \
+      "$dir/bin/mtrt-attention-bench" 20 "$shape" cudnn-qkv 0
+    timed "== $shape, PyTorch's cuDNN SDPA (dropout 0.1 and 0), $how:" \
+      timeout 120 python3 "$dir/bench/torch_sdpa.py" --backends cudnn \
+      --dropouts 0.1,0 --shapes "$shape" --repeats 20 --sustain "$sustain"
+  done
 done
 echo "done" >>"$report"
 cat "$report"

@@ -126,42 +126,40 @@ template <typename Body> double medianMs(int repeats, Body &&body) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
+  // The milliseconds of `calls` calls back to back.
+  auto time = [&](int calls) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    for (int i = 0; i < calls; ++i)
+      body();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    check(cudaGetLastError(), "a kernel");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return ms;
+  };
+  double ms = 0;
   if (int calls = sustainedCalls()) {
     for (int i = 0; i < calls; ++i)
       body();
-    check(cudaEventRecord(start), "cudaEventRecord");
-    for (int i = 0; i < calls; ++i)
+    ms = time(calls) / calls;
+  } else {
+    for (int i = 0; i < 2; ++i)
       body();
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    check(cudaGetLastError(), "a kernel");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    return ms / calls;
+    size_t flushBytes = 0;
+    void *flush = l2Flush(flushBytes);
+    std::vector<float> times;
+    for (int i = 0; i < repeats; ++i) {
+      if (flush)
+        check(cudaMemset(flush, i & 0xFF, flushBytes), "the L2 flush");
+      times.push_back(time(1));
+    }
+    std::sort(times.begin(), times.end());
+    ms = times[times.size() / 2];
   }
-  for (int i = 0; i < 2; ++i)
-    body();
-  size_t flushBytes = 0;
-  void *flush = l2Flush(flushBytes);
-  std::vector<float> times;
-  for (int i = 0; i < repeats; ++i) {
-    if (flush)
-      check(cudaMemset(flush, i & 0xFF, flushBytes), "the L2 flush");
-    check(cudaEventRecord(start), "cudaEventRecord");
-    body();
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    check(cudaGetLastError(), "a kernel");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return times[times.size() / 2];
+  return ms;
 }
 
 /// The packed dq, dk, dv ([batch, seq, heads, 3 headDim] bf16 at io.dq) of
