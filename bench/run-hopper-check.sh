@@ -6,7 +6,6 @@
 #   2. mtrt-attention-bench on the Hopper kernels from a packed qkv at the
 #      step table's shapes, dropout 0.1 and 0, with MTRT_CUDA_HOPPER_TIMING=1
 #      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart);
-#   3. the same with MTRT_CUDA_HOPPER_SIGNED_KEEP=1 at dropout 0.1.
 #
 # Usage: bench/run-hopper-check.sh DIR OUT
 #   DIR  a folder of bench/make-step-dir.sh, from a build with
@@ -40,17 +39,5 @@ done
 timeout 60 "$dir/bin/mtrt-attention-bench" 10 \
   gpt-1.3b,gpt2-350m,gpt2-124m,llama-1.5b hopper-qkv 0.1,0 2>&1 |
   grep -E "^(shape|gpt|llama)|mismatch|outside|rror" >>"$report"
-# 3. The backward with MTRT_CUDA_HOPPER_SIGNED_KEEP=1 (dropout 0.1): its
-# kernels apart at gpt-1.3b's and gpt2-350m's shapes, then the bench.
-for shape in gpt-1.3b gpt2-350m; do
-  echo "$shape, dropout 0.1, signed keep: $(MTRT_CUDA_HOPPER_SIGNED_KEEP=1 \
-    MTRT_CUDA_HOPPER_TIMING=1 timeout 40 "$dir/bin/mtrt-attention-bench" 50 \
-    $shape hopper-qkv 0.1 2>&1 | grep "hopper backward, mean" | head -1)" \
-    >>"$report"
-done
-echo "MTRT_CUDA_HOPPER_SIGNED_KEEP=1:" >>"$report"
-MTRT_CUDA_HOPPER_SIGNED_KEEP=1 timeout 60 "$dir/bin/mtrt-attention-bench" 10 \
-  gpt-1.3b,gpt2-350m,gpt2-124m,llama-1.5b hopper-qkv 0.1 2>&1 |
-  grep -E "^(gpt|llama)|mismatch|MISMATCH|outside|rror" >>"$report"
 echo "done at $(elapsed) s" >>"$report"
 cat "$report"

@@ -325,9 +325,6 @@ struct HopperBackwardCase {
   double dropout;
   /// dq, dk, dv in bf16 (else fp32).
   bool gradsBf16 = false;
-  /// The Hopper backward with MTRT_CUDA_HOPPER_SIGNED_KEEP=1 (a dropped
-  /// probability's sign set, no keep bits).
-  bool signedKeep = false;
 };
 
 /// The largest |actual - expected| over the largest |expected|.
@@ -434,11 +431,8 @@ protected:
       call.dk = grads[1];
       call.dv = grads[2];
       if (hopper) {
-        if (c.signedKeep)
-          setenv("MTRT_CUDA_HOPPER_SIGNED_KEEP", "1", /*overwrite=*/1);
         cuda::hopperAttentionBackward(nullptr, p, call, copyBf16, lseFloat,
                                       words, scratch);
-        unsetenv("MTRT_CUDA_HOPPER_SIGNED_KEEP");
       } else {
         call.deterministic = true;
         cuda::flashAttentionBackward(nullptr, p, call, copyBf16, lseFloat,
@@ -519,16 +513,18 @@ TEST_F(HopperAttentionBackwardTest, HeadDim64CausalGroupedQueryDropoutBf16) {
   run({1, 384, 384, 6, 2, 64, true, 0.15, true});
 }
 
-// The dropout cases above with MTRT_CUDA_HOPPER_SIGNED_KEEP=1.
-TEST_F(HopperAttentionBackwardTest, SignedKeepAtBothHeadDimensions) {
-  HopperBackwardCase cases[] = {{2, 320, 320, 3, 3, 128, true, 0.1},
-                                {1, 70, 260, 4, 2, 128, false, 0.1, true},
-                                {2, 200, 200, 4, 4, 64, true, 0.1},
-                                {1, 384, 384, 6, 2, 64, true, 0.15, true}};
-  for (HopperBackwardCase c : cases) {
-    c.signedKeep = true;
-    run(c);
-  }
+// Most of the probabilities dropped: P' = P / (1 - p) at 2.5 P, the kept
+// fraction's share of delta large.
+TEST_F(HopperAttentionBackwardTest, HighDropoutAtBothHeadDimensions) {
+  run({2, 192, 192, 4, 2, 128, true, 0.6});
+  run({2, 192, 192, 4, 2, 64, true, 0.6, true});
+}
+
+// None kept (p rounds to 65536 / 65536): zero outputs and gradients, no
+// infinite 1 / (1 - p) on the way.
+TEST_F(HopperAttentionBackwardTest, NoneKept) {
+  run({1, 128, 128, 2, 2, 128, true, 0.999995});
+  run({1, 128, 128, 2, 2, 64, false, 0.999995});
 }
 
 // The deterministic backward is not taken (the own kernels give it).

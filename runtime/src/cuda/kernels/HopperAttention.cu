@@ -770,9 +770,11 @@ struct HopperBackwardGeometry {
   bool causal, outputsBf16;
   float scale;        // the softmax scale (dk's factor)
   float scaleLog2;    // the scale times log2(e)
-  float dropoutScale; // 1 / (1 - p) (1 without dropout)
-  float dropoutScaleLog2; // log2(1 / (1 - p)) (SignedKeep)
-  float keptFraction;     // 1 - p (SignedKeep)
+  /// With dropout, the consumers keep P' = P / (1 - p), with a dropped
+  /// element's sign set: its exponent's bias log2(1 / (1 - p)) and the
+  /// kept fraction 1 - p (0 and 1 without dropout, or where none is kept).
+  float dropoutScaleLog2;
+  float keptFraction;
 
   __device__ int64_t rowIndex(int b, int h, int i) const {
     return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
@@ -883,7 +885,7 @@ __device__ inline void copyAsyncZeroFill(uint32_t to, const void *from,
 // BackwardSmem<D>::kTotal. Tensor maps: q and dout over (D, headsQ, seqQ,
 // batch), boxes of 64 columns x 64 positions; k and v over (D, headsKv,
 // seqK, batch), boxes of 64 x 128.
-template <int D, bool Dropout, bool LateDq, bool SignedKeep>
+template <int D, bool Dropout, bool LateDq>
 __global__ void __launch_bounds__(kBackwardThreads, 1)
     hopperBackwardKernel(const __grid_constant__ CUtensorMap qMap,
                          const __grid_constant__ CUtensorMap kMap,
@@ -1066,17 +1068,18 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       fenceRegisters(s);
 
       // P^T in place of S^T (element 4j + e: key keys[e / 2], query
-      // q0 + 8j + 2t + e % 2), and its dropped bf16 copy as A fragments.
+      // q0 + 8j + 2t + e % 2), with dropout P' = P / (1 - p) from the
+      // exponential itself and a dropped element's sign set; its dropped
+      // bf16 copy (the conversion's relu) as A fragments.
       bool masked =
           warpKey0 + 16 > geo.seqK || (geo.causal && warpKey0 + 15 > q0);
-      uint32_t keepBits = 0;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         int col = 8 * j + 2 * t;
         float2 lse2 = *reinterpret_cast<const float2 *>(&rowS.lse[col]);
         float lseLog2[2] = {lse2.x * 1.4426950408889634f,
                             lse2.y * 1.4426950408889634f};
-        if constexpr (SignedKeep) // P' = P / (1 - p) from the exponential
+        if constexpr (Dropout)
           for (float &bias : lseLog2)
             bias -= geo.dropoutScaleLog2;
         // Both of this lane's keys (bits keyBit and keyBit + 8) lie in one
@@ -1099,30 +1102,19 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           if (masked &&
               (keys[r] >= geo.seqK || (geo.causal && keys[r] > q0 + col + c)))
             x = 0.f;
-          if constexpr (SignedKeep) {
+          if constexpr (Dropout) {
             // A dropped element (its bit 0) keeps P' with the sign set.
             uint32_t sign = ~(words[c] << (31 - 8 * r)) & 0x80000000u;
             x = __uint_as_float(__float_as_uint(x) | sign);
-          } else if constexpr (Dropout) {
-            keepBits |= ((words[c] >> (8 * r)) & 1u) << (4 * j + e);
           }
           s[4 * j + e] = x;
         }
       }
-      auto dropped = [&](int i) {
-        if constexpr (Dropout)
-          return (keepBits >> i) & 1 ? s[i] * geo.dropoutScale : 0.f;
-        else
-          return s[i];
-      };
 #pragma unroll
       for (int k = 0; k < 4; ++k)
 #pragma unroll
         for (int x = 0; x < 4; ++x)
-          pA[k][x] = SignedKeep
-                         ? packBf16Relu(s[8 * k + 2 * x], s[8 * k + 2 * x + 1])
-                         : packBf16(dropped(8 * k + 2 * x),
-                                    dropped(8 * k + 2 * x + 1));
+          pA[k][x] = packBf16Relu(s[8 * k + 2 * x], s[8 * k + 2 * x + 1]);
       wgmmaFence();
       fenceRegisters(dvAcc);
       fenceRegisters(pA);
@@ -1140,17 +1132,14 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int i = 4 * j + e;
-          if constexpr (SignedKeep) {
+          if constexpr (Dropout) {
             // P (dP kept / (1 - p) - delta) = |P'| (dP kept - delta (1 - p))
             // = max(P', 0) dP - |P'| delta (1 - p): one FMA.
             dp[i] = fmaf(fmaxf(s[i], 0.f), dp[i],
                          -fabsf(s[i]) * (deltas[e % 2] * geo.keptFraction));
-            continue;
+          } else {
+            dp[i] = s[i] * (dp[i] - deltas[e % 2]);
           }
-          float dprob = dp[i];
-          if constexpr (Dropout)
-            dprob = (keepBits >> i) & 1 ? dprob * geo.dropoutScale : 0.f;
-          dp[i] = s[i] * (dprob - deltas[e % 2]);
         }
       }
 #pragma unroll
@@ -1577,7 +1566,7 @@ bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <int D, bool Dropout, bool LateDq, bool SignedKeep>
+template <int D, bool Dropout, bool LateDq>
 void launchBackward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, const HopperBackwardGeometry &geo,
                     const float *logsumexp, const float *delta,
@@ -1592,7 +1581,7 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
-  auto kernel = hopperBackwardKernel<D, Dropout, LateDq, SignedKeep>;
+  auto kernel = hopperBackwardKernel<D, Dropout, LateDq>;
   constexpr size_t bytes = BackwardSmem<D>::kTotal;
   cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1871,24 +1860,16 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   geo.scale = static_cast<float>(scale);
   geo.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
-  // As the own backward (FlashAttention.cu's makeGeometry).
-  geo.dropoutScale =
-      static_cast<float>(dropout ? 1.0 / (1.0 - p.dropoutP) : 1.0);
-  // MTRT_CUDA_HOPPER_SIGNED_KEEP=1 (with dropout): the consumers keep
-  // P' = P / (1 - p) from the exponential itself (its exponent less
-  // log2(1 - p)) with a dropped element's sign set, in place of a word of
-  // keep bits tested twice: dV's operand is the bf16 conversion's relu of
-  // it, dS = max(P', 0) dP - |P'| delta (1 - p). 176 and 152 fewer SASS
-  // instructions in the kernel at head dimensions 128 and 64 (it executed
-  // 375 M instructions at gpt-1.3b's shape on the H200 against cuDNN's
-  // 306 M, at the same issue rate: bench/NOTES.md, session 35). Written in
-  // session 35, not yet run on a GPU: off by default.
-  const char *signedKeepText = std::getenv("MTRT_CUDA_HOPPER_SIGNED_KEEP");
-  bool signedKeep = dropout && p.dropoutP < 1 && signedKeepText &&
-                    std::strcmp(signedKeepText, "1") == 0;
+  // P' = P / (1 - p) in the consumers (HopperBackwardGeometry), in place
+  // of a word of keep bits tested twice: 176 and 152 fewer SASS
+  // instructions at head dimensions 128 and 64, the main kernel 980 -> 913
+  // us at gpt-1.3b's shape with dropout 0.1, 821 -> 767 at gpt2-350m's
+  // (H100, bench/NOTES.md, session 36). None kept (as the forward's
+  // keptScale): every P' dropped, P itself.
+  bool anyKept = dropout && random::dropoutThreshold16(p.dropoutP) <= 0xFFFFu;
   geo.dropoutScaleLog2 =
-      static_cast<float>(dropout ? -std::log2(1.0 - p.dropoutP) : 0.0);
-  geo.keptFraction = static_cast<float>(dropout ? 1.0 - p.dropoutP : 1.0);
+      static_cast<float>(anyKept ? -std::log2(1.0 - p.dropoutP) : 0.0);
+  geo.keptFraction = static_cast<float>(anyKept ? 1.0 - p.dropoutP : 1.0);
   FlashLayout doutLayout = resolve(io.doutLayout, p.headsQ, p.headDim);
   FlashLayout dqLayout = resolve(io.dqLayout, p.headsQ, p.headDim);
   const auto *dout = static_cast<const __nv_bfloat16 *>(io.dout);
@@ -1911,15 +1892,12 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     // without); in its step at 128, where the late one made the main kernel
     // 5% slower (998 -> 1048 us at gpt-1.3b's; bench/NOTES.md, session 34).
     constexpr bool kLateDq = D == 64;
-    if (dropout && signedKeep)
-      launchBackward<D, true, kLateDq, true>(stream, p, io, geo, logsumexp,
-                                             delta, mask, dqSum);
-    else if (dropout)
-      launchBackward<D, true, kLateDq, false>(stream, p, io, geo, logsumexp,
-                                              delta, mask, dqSum);
+    if (dropout)
+      launchBackward<D, true, kLateDq>(stream, p, io, geo, logsumexp, delta,
+                                       mask, dqSum);
     else
-      launchBackward<D, false, kLateDq, false>(stream, p, io, geo, logsumexp,
-                                               delta, mask, dqSum);
+      launchBackward<D, false, kLateDq>(stream, p, io, geo, logsumexp, delta,
+                                        mask, dqSum);
     mark(2);
     if (dqSum) {
       dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
