@@ -6,6 +6,7 @@
 #   2. mtrt-attention-bench on the Hopper kernels from a packed qkv at the
 #      step table's shapes, dropout 0.1 and 0, with MTRT_CUDA_HOPPER_TIMING=1
 #      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart);
+#   3. with ALT_ENV="NAME=VALUE ..." set, 2 again under it, then without.
 #
 # Usage: bench/run-hopper-check.sh DIR OUT
 #   DIR  a folder of bench/make-step-dir.sh, from a build with
@@ -30,14 +31,24 @@ echo "tests: exit status $? at $(elapsed) s" >>"$report"
 grep -E "^\[  FAILED|^\[  PASSED|^\[==========\]" /tmp/tests.log >>"$report"
 grep -B3 -A12 "^\[  FAILED" /tmp/tests.log | head -60 >>"$report"
 
-# 2.
-for shape in gpt-1.3b gpt2-350m; do
-  echo "$shape, dropout 0.1: $(MTRT_CUDA_HOPPER_TIMING=1 timeout 40 \
-    "$dir/bin/mtrt-attention-bench" 50 $shape hopper-qkv 0.1 2>&1 |
-    grep "hopper backward, mean" | head -1)" >>"$report"
-done
-timeout 60 "$dir/bin/mtrt-attention-bench" 10 \
-  gpt-1.3b,gpt2-350m,gpt2-124m,llama-1.5b hopper-qkv 0.1,0 2>&1 |
-  grep -E "^(shape|gpt|llama)|mismatch|outside|rror" >>"$report"
+# 2. (and 3.)
+timings() {
+  for shape in gpt-1.3b gpt2-350m; do
+    echo "$shape, dropout 0.1: $(env "$@" MTRT_CUDA_HOPPER_TIMING=1 \
+      timeout 40 "$dir/bin/mtrt-attention-bench" 50 $shape hopper-qkv 0.1 \
+      2>&1 | grep "hopper backward, mean" | head -1)" >>"$report"
+  done
+  env "$@" timeout 60 "$dir/bin/mtrt-attention-bench" 10 \
+    gpt-1.3b,gpt2-350m,gpt2-124m,llama-1.5b hopper-qkv 0.1,0 2>&1 |
+    grep -E "^(shape|gpt|llama)|mismatch|outside|rror" >>"$report"
+}
+timings
+if [ -n "${ALT_ENV:-}" ]; then
+  echo "with $ALT_ENV:" >>"$report"
+  # shellcheck disable=SC2086 # ALT_ENV is a list of NAME=VALUE words
+  timings $ALT_ENV
+  echo "without, again:" >>"$report"
+  timings
+fi
 echo "done at $(elapsed) s" >>"$report"
 cat "$report"

@@ -184,6 +184,19 @@ __device__ inline void copyTile(uint32_t to, const CUtensorMap *map,
                : "memory");
 }
 
+/// Shared `from` into the box at (column, head, position, batch) of the
+/// 4-dimensional tensor map (rows past the tensor's end are not written),
+/// in the issuing thread's bulk group.
+__device__ inline void storeTile(const CUtensorMap *map, uint32_t from,
+                                 int column, int head, int position,
+                                 int batch) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group "
+      "[%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(from), "r"(column), "r"(head), "r"(position), "r"(batch)
+      : "memory");
+}
+
 /// Rows [row0, row0 + Rows) of one head into a shared [Rows][D] tile (its
 /// 64-column chunks one after another).
 template <int D, int Rows>
@@ -749,7 +762,9 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
 //   keys' share, no barrier between them, 0.76-0.95 of by columns on the
 //   H200, session 18, and took gpt-1.3b's step from 37 to 42 ms, session
 //   31: both gone.)
-// dK (times the scale) and dV leave from the accumulators at the end.
+// dK (times the scale) and dV leave at the end: in bf16 through shared
+// memory (the stages' tiles) by one tensor store a consumer each, else by
+// plain stores from the accumulators.
 
 constexpr int kBackwardKeys = 128;   // keys of a block
 constexpr int kBackwardQueries = 64; // queries of a walked tile
@@ -768,6 +783,10 @@ struct HopperBackwardGeometry {
   int pairGroup;
   FlashLayout dk, dv;
   bool causal, outputsBf16;
+  /// dK and dV leave by the tensor maps dkMap and dvMap from shared memory
+  /// (bf16, both asked for, rows at 16-byte boundaries), else by plain
+  /// stores.
+  bool tensorStores;
   float scale;        // the softmax scale (dk's factor)
   float scaleLog2;    // the scale times log2(e)
   /// With dropout, the consumers keep P' = P / (1 - p), with a dropped
@@ -891,6 +910,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
                          const __grid_constant__ CUtensorMap kMap,
                          const __grid_constant__ CUtensorMap vMap,
                          const __grid_constant__ CUtensorMap doutMap,
+                         const __grid_constant__ CUtensorMap dkMap,
+                         const __grid_constant__ CUtensorMap dvMap,
                          HopperBackwardGeometry geo, const float *logsumexp,
                          const float *delta, const uint64_t *mask, float *dqSum,
                          void *dk, void *dv) {
@@ -1272,12 +1293,53 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       }
     }
   }
-  // The bulk reductions complete before the block ends.
-  if (threadIdx.x % 128 == 0)
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-
   // dK (times the scale) and dV: element 4j + 2r + c of this lane's
   // accumulators is key keys[r], column 8j + 2t + c.
+  if (geo.tensorStores) {
+    // Into this consumer's [64 keys][D] tiles of dK and dV in the stages'
+    // shared memory (free once the last step's products are done), laid out
+    // as copyRows lays out its loads (128-byte swizzle: 16-byte group
+    // (j % 8) ^ g of the row), then one bulk tensor store each. The block's
+    // threads leave once the stores have read shared memory, the dQ
+    // reductions' too; their writes to global memory complete without them.
+    uint32_t dkTile = base + Smem::kQueries + consumer * tileBytes<D>(64);
+    uint32_t dvTile = dkTile + 2 * tileBytes<D>(64);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        uint32_t at = (j / 8) * chunkBytes(64) + (16 * warp + 8 * r + g) * 128 +
+                      (((j % 8) ^ g) * 16) + 4 * t;
+        __nv_bfloat162 k2 =
+            __floats2bfloat162_rn(dkAcc[4 * j + 2 * r] * geo.scale,
+                                  dkAcc[4 * j + 2 * r + 1] * geo.scale);
+        __nv_bfloat162 v2 = __floats2bfloat162_rn(dvAcc[4 * j + 2 * r],
+                                                  dvAcc[4 * j + 2 * r + 1]);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dkTile + at),
+                     "r"(*reinterpret_cast<uint32_t *>(&k2))
+                     : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dvTile + at),
+                     "r"(*reinterpret_cast<uint32_t *>(&v2))
+                     : "memory");
+      }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+    if (threadIdx.x % 128 == 0) {
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        storeTile(&dkMap, dkTile + c * chunkBytes(64), 64 * c, kvHead,
+                  k0 + 64 * consumer, b);
+        storeTile(&dvMap, dvTile + c * chunkBytes(64), 64 * c, kvHead,
+                  k0 + 64 * consumer, b);
+      }
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    }
+    return;
+  }
+  // The bulk reductions have read shared memory before the block ends.
+  if (threadIdx.x % 128 == 0)
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     int key = keys[r];
@@ -1581,6 +1643,12 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBackwardKeys);
+  // Boxes of 64 keys: a consumer's half of the block.
+  CUtensorMap dkMap{}, dvMap{};
+  if (geo.tensorStores) {
+    dkMap = tensorMap(io.dk, geo.dk, p.headsKv, p.seqK, p.batch, D, 64);
+    dvMap = tensorMap(io.dv, geo.dv, p.headsKv, p.seqK, p.batch, D, 64);
+  }
   auto kernel = hopperBackwardKernel<D, Dropout, LateDq>;
   constexpr size_t bytes = BackwardSmem<D>::kTotal;
   cudaError_t status = cudaFuncSetAttribute(
@@ -1595,8 +1663,8 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
                                    kBackwardKeys),
             static_cast<unsigned>(p.headsKv), static_cast<unsigned>(p.batch));
   kernel<<<grid, kBackwardThreads, bytes, stream>>>(
-      qMap, kMap, vMap, doutMap, geo, logsumexp, delta, mask, dqSum, io.dk,
-      io.dv);
+      qMap, kMap, vMap, doutMap, dkMap, dvMap, geo, logsumexp, delta, mask,
+      dqSum, io.dk, io.dv);
 }
 
 /// MTRT_CUDA_HOPPER_TIMING=1: the backward's three kernels (delta with the
@@ -1856,6 +1924,15 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   geo.dv = resolve(io.dvLayout, p.headsKv, p.headDim);
   geo.causal = p.causal;
   geo.outputsBf16 = io.outputsBf16;
+  // dK and dV by tensor stores where they can: the main kernel 918 -> 864
+  // us at gpt-1.3b's shape with dropout 0.1, 767 -> 717 at gpt2-350m's
+  // (H100; the blocks' plain stores had their warps wait at the end for
+  // every write: bench/NOTES.md, session 36).
+  auto rowsAligned = [](const FlashLayout &layout, const void *data) {
+    return layout.position % 8 == 0 && layout.head % 8 == 0 && aligned16(data);
+  };
+  geo.tensorStores = io.outputsBf16 && io.dk && io.dv &&
+                     rowsAligned(geo.dk, io.dk) && rowsAligned(geo.dv, io.dv);
   double scale =
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   geo.scale = static_cast<float>(scale);
