@@ -275,6 +275,14 @@ TEST_F(HopperAttentionTest, HeadDim64CausalDropoutOverFourTiles) {
   run({2, 512, 512, 2, 2, 64, true, 0.1});
 }
 
+// Head dimension 64, dropout, ragged (200), out in bf16: both outputs by
+// the tensor stores.
+TEST_F(HopperAttentionTest, HeadDim64RaggedDropoutBf16Out) {
+  HopperCase c{1, 200, 200, 2, 2, 64, true, 0.1};
+  c.outBf16 = true;
+  run(c);
+}
+
 // What the kernel does not take is named before any device is asked (no
 // GPU needed): head dimensions other than 64 and 128, fp32 inputs, rows
 // the tensor copy engine cannot address (strides not multiples of 8).

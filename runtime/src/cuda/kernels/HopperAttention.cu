@@ -111,6 +111,10 @@ struct HopperGeometry {
   /// The consumer warpgroups take turns to issue their products (with
   /// overlap only; MTRT_CUDA_HOPPER_PINGPONG=0 turns it off).
   bool pingpong;
+  /// out (bf16) and outCopy, those asked for, leave by the tensor maps
+  /// outMap and copyMap from shared memory (rows at 16-byte boundaries),
+  /// else by plain stores.
+  bool tensorStores;
 
   __device__ int64_t rowIndex(int b, int h, int i) const {
     return (static_cast<int64_t>(b) * headsQ + h) * seqQ + i;
@@ -407,6 +411,8 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     hopperForwardKernel(const __grid_constant__ CUtensorMap qMap,
                         const __grid_constant__ CUtensorMap kMap,
                         const __grid_constant__ CUtensorMap vMap,
+                        const __grid_constant__ CUtensorMap outMap,
+                        const __grid_constant__ CUtensorMap copyMap,
                         HopperGeometry geo, void *out, __nv_bfloat16 *outCopy,
                         float *logsumexp, const uint64_t *mask) {
   using Shape = HopperShape<D>;
@@ -693,15 +699,55 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
     }
   }
 
+  float factors[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = quadSum(l[r]);
+    factors[r] = sum > 0.f ? geo.keptScale / sum : 0.f;
+    if (t == 0 && rows[r] < geo.seqQ)
+      logsumexp[geo.rowIndex(b, h, rows[r])] = (m[r] + log2f(sum)) * kLn2;
+  }
+  if (geo.tensorStores) {
+    // Into this consumer's 64 rows of the Q tile (its own products, all
+    // done, were their only readers) as copyRows laid them out (128-byte
+    // swizzle: 16-byte group (j % 8) ^ g of the row), then one tensor store
+    // a 64-column chunk to out and to outCopy; rows past seqQ are not
+    // written. The warps leave once the stores have read shared memory.
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        uint32_t at = (j / 8) * chunkBytes(kBlockM) +
+                      (16 * warp + 8 * r + g) * 128 + (((j % 8) ^ g) * 16) +
+                      4 * t;
+        __nv_bfloat162 pair = __floats2bfloat162_rn(
+            o[4 * j + 2 * r] * factors[r], o[4 * j + 2 * r + 1] * factors[r]);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(qA + at),
+                     "r"(*reinterpret_cast<uint32_t *>(&pair))
+                     : "memory");
+      }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + consumer) : "memory");
+    if (threadIdx.x % 128 == 0) {
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        uint32_t chunk = qA + c * chunkBytes(kBlockM);
+        if (out)
+          storeTile(&outMap, chunk, 64 * c, h, q0 + 64 * consumer, b);
+        if (outCopy)
+          storeTile(&copyMap, chunk, 64 * c, h, q0 + 64 * consumer, b);
+      }
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     int row = rows[r];
     if (row >= geo.seqQ)
       continue;
-    float factor = sum > 0.f ? geo.keptScale / sum : 0.f;
-    if (t == 0)
-      logsumexp[geo.rowIndex(b, h, row)] = (m[r] + log2f(sum)) * kLn2;
+    float factor = factors[r];
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       float lo = o[4 * j + 2 * r] * factor, hi = o[4 * j + 2 * r + 1] * factor;
@@ -1588,6 +1634,12 @@ void launch(cudaStream_t stream, const AttentionParams &p,
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
   CUtensorMap vMap = tensorMap(io.v, resolve(io.vLayout, p.headsKv, D),
                                p.headsKv, p.seqK, p.batch, D, kBlockN);
+  // Boxes of 64 rows: a consumer's half of the block.
+  CUtensorMap outMap{}, copyMap{};
+  if (geo.tensorStores && io.out)
+    outMap = tensorMap(io.out, geo.out, p.headsQ, p.seqQ, p.batch, D, 64);
+  if (geo.tensorStores && outCopy)
+    copyMap = tensorMap(outCopy, geo.saved, p.headsQ, p.seqQ, p.batch, D, 64);
   auto kernel = hopperForwardKernel<D, Dropout>;
   constexpr size_t bytes = sharedBytes<D>();
   cudaError_t status =
@@ -1601,8 +1653,8 @@ void launch(cudaStream_t stream, const AttentionParams &p,
   dim3 grid(static_cast<unsigned>((p.seqQ + Shape::kBlockM - 1) /
                                    Shape::kBlockM),
             static_cast<unsigned>(p.headsQ), static_cast<unsigned>(p.batch));
-  kernel<<<grid, Shape::kThreads, bytes, stream>>>(qMap, kMap, vMap, geo, io.out,
-                                            outCopy, logsumexp, mask);
+  kernel<<<grid, Shape::kThreads, bytes, stream>>>(
+      qMap, kMap, vMap, outMap, copyMap, geo, io.out, outCopy, logsumexp, mask);
 }
 
 /// Whether the current device is of compute capability 9.0 (what sm_90a
@@ -1626,6 +1678,12 @@ std::string deviceReason() {
 
 bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+/// Whether the rows of `layout` over `data` start at 16-byte boundaries
+/// (bf16), as tensor maps need.
+bool rowsAligned(const FlashLayout &layout, const void *data) {
+  return layout.position % 8 == 0 && layout.head % 8 == 0 && aligned16(data);
 }
 
 template <int D, bool Dropout, bool LateDq>
@@ -1807,6 +1865,13 @@ void hopperAttentionForward(cudaStream_t stream, const AttentionParams &p,
   geo.saved = resolve(FlashLayout(), p.headsQ, p.headDim);
   geo.causal = p.causal;
   geo.outputsBf16 = io.outputsBf16;
+  // out and its copy by tensor stores where they can: 0.581 -> 0.532 ms at
+  // gpt-1.3b's shape with dropout 0.1, 0.570 -> 0.525 at gpt2-350m's (H100,
+  // bench/NOTES.md, session 36).
+  geo.tensorStores =
+      (io.out || outCopy) &&
+      (!io.out || (io.outputsBf16 && rowsAligned(geo.out, io.out))) &&
+      (!outCopy || aligned16(outCopy));
   double scale =
       p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.headDim));
   geo.scaleLog2 = static_cast<float>(scale * 1.4426950408889634);
@@ -1927,10 +1992,9 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   // dK and dV by tensor stores where they can: the main kernel 918 -> 864
   // us at gpt-1.3b's shape with dropout 0.1, 767 -> 717 at gpt2-350m's
   // (H100; the blocks' plain stores had their warps wait at the end for
-  // every write: bench/NOTES.md, session 36).
-  auto rowsAligned = [](const FlashLayout &layout, const void *data) {
-    return layout.position % 8 == 0 && layout.head % 8 == 0 && aligned16(data);
-  };
+  // every write: bench/NOTES.md, session 36). In the steps (dropout 0.1,
+  // interleaved runs): gpt-1.3b 272.2 -> 268.3 ms, gpt2-350m 169.3 ->
+  // 167.9, llama-1.5b 138.2 -> 137.6.
   geo.tensorStores = io.outputsBf16 && io.dk && io.dv &&
                      rowsAligned(geo.dk, io.dk) && rowsAligned(geo.dv, io.dv);
   double scale =
