@@ -950,7 +950,7 @@ __device__ inline void copyAsyncZeroFill(uint32_t to, const void *from,
 // BackwardSmem<D>::kTotal. Tensor maps: q and dout over (D, headsQ, seqQ,
 // batch), boxes of 64 columns x 64 positions; k and v over (D, headsKv,
 // seqK, batch), boxes of 64 x 128.
-template <int D, bool Dropout, bool LateDq>
+template <int D, bool Dropout, bool LateDq, bool LeanMasks>
 __global__ void __launch_bounds__(kBackwardThreads, 1)
     hopperBackwardKernel(const __grid_constant__ CUtensorMap qMap,
                          const __grid_constant__ CUtensorMap kMap,
@@ -1150,32 +1150,59 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           for (float &bias : lseLog2)
             bias -= geo.dropoutScaleLog2;
         // Both of this lane's keys (bits keyBit and keyBit + 8) lie in one
-        // 32-bit half of a word: that half, shifted once, holds them at bits
-        // 0 and 8.
-        uint32_t words[2] = {0, 0};
+        // 32-bit half of a word: keep[c][r] holds key r's bit at bit 31
+        // (with LeanMasks that half is read alone, shifted once for each
+        // key; else the word is read and its half shifted to bits 0 and 8,
+        // then once more for each element).
+        uint32_t keep[2][2] = {};
         if constexpr (Dropout) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            uint64_t word = rowS.mask[col + c][consumer];
-            uint32_t half = keyBit >= 32 ? static_cast<uint32_t>(word >> 32)
-                                         : static_cast<uint32_t>(word);
-            words[c] = half >> (keyBit % 32);
+            if constexpr (LeanMasks) {
+              uint32_t half = reinterpret_cast<const uint32_t *>(
+                  &rowS.mask[col + c][consumer])[keyBit / 32];
+              keep[c][0] = half << (31 - keyBit % 32);
+              keep[c][1] = half << (23 - keyBit % 32);
+            } else {
+              uint64_t word = rowS.mask[col + c][consumer];
+              uint32_t half = keyBit >= 32 ? static_cast<uint32_t>(word >> 32)
+                                           : static_cast<uint32_t>(word);
+              half >>= keyBit % 32;
+              keep[c][0] = half << 31;
+              keep[c][1] = half << 23;
+            }
           }
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int r = e / 2, c = e % 2;
           float x = fastExp2(fmaf(s[4 * j + e], geo.scaleLog2, -lseLog2[c]));
-          if (masked &&
+          if (!LeanMasks && masked &&
               (keys[r] >= geo.seqK || (geo.causal && keys[r] > q0 + col + c)))
             x = 0.f;
           if constexpr (Dropout) {
             // A dropped element (its bit 0) keeps P' with the sign set.
-            uint32_t sign = ~(words[c] << (31 - 8 * r)) & 0x80000000u;
+            uint32_t sign = ~keep[c][r] & 0x80000000u;
             x = __uint_as_float(__float_as_uint(x) | sign);
           }
           s[4 * j + e] = x;
         }
+      }
+      // With LeanMasks the masked tile's zeros come in a pass of their own
+      // (P' = 0 of either sign: dV's operand and dS both 0), so that the
+      // other steps run no per-element compares: merged into the loop
+      // above, ptxas computed all 32 predicates at every step (about 170 of
+      // a consumer warp's 960 instructions a step at head dimension 128;
+      // bench/NOTES.md, session 36).
+      if (LeanMasks && masked) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            int key = keys[e / 2], query = q0 + 8 * j + 2 * t + e % 2;
+            if (key >= geo.seqK || (geo.causal && key > query))
+              s[4 * j + e] = 0.f;
+          }
       }
 #pragma unroll
       for (int k = 0; k < 4; ++k)
@@ -1686,7 +1713,7 @@ bool rowsAligned(const FlashLayout &layout, const void *data) {
   return layout.position % 8 == 0 && layout.head % 8 == 0 && aligned16(data);
 }
 
-template <int D, bool Dropout, bool LateDq>
+template <int D, bool Dropout, bool LateDq, bool LeanMasks>
 void launchBackward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, const HopperBackwardGeometry &geo,
                     const float *logsumexp, const float *delta,
@@ -1707,7 +1734,7 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
     dkMap = tensorMap(io.dk, geo.dk, p.headsKv, p.seqK, p.batch, D, 64);
     dvMap = tensorMap(io.dv, geo.dv, p.headsKv, p.seqK, p.batch, D, 64);
   }
-  auto kernel = hopperBackwardKernel<D, Dropout, LateDq>;
+  auto kernel = hopperBackwardKernel<D, Dropout, LateDq, LeanMasks>;
   constexpr size_t bytes = BackwardSmem<D>::kTotal;
   cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -2011,6 +2038,12 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   geo.dropoutScaleLog2 =
       static_cast<float>(anyKept ? -std::log2(1.0 - p.dropoutP) : 0.0);
   geo.keptFraction = static_cast<float>(anyKept ? 1.0 - p.dropoutP : 1.0);
+  // MTRT_CUDA_HOPPER_LEAN_MASKS=1: the causal and ragged masks in a pass of
+  // their own on the tiles that need them, and a lane's half of each keep
+  // word read alone (hopperBackwardKernel's LeanMasks). Written in session
+  // 36, off until a GPU has run it.
+  const char *leanMasksText = std::getenv("MTRT_CUDA_HOPPER_LEAN_MASKS");
+  bool leanMasks = leanMasksText && std::strcmp(leanMasksText, "1") == 0;
   FlashLayout doutLayout = resolve(io.doutLayout, p.headsQ, p.headDim);
   FlashLayout dqLayout = resolve(io.dqLayout, p.headsQ, p.headDim);
   const auto *dout = static_cast<const __nv_bfloat16 *>(io.dout);
@@ -2033,12 +2066,19 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     // without); in its step at 128, where the late one made the main kernel
     // 5% slower (998 -> 1048 us at gpt-1.3b's; bench/NOTES.md, session 34).
     constexpr bool kLateDq = D == 64;
-    if (dropout)
-      launchBackward<D, true, kLateDq>(stream, p, io, geo, logsumexp, delta,
-                                       mask, dqSum);
+    auto launchWith = [&](auto lean) {
+      constexpr bool kLeanMasks = decltype(lean)::value;
+      if (dropout)
+        launchBackward<D, true, kLateDq, kLeanMasks>(
+            stream, p, io, geo, logsumexp, delta, mask, dqSum);
+      else
+        launchBackward<D, false, kLateDq, kLeanMasks>(
+            stream, p, io, geo, logsumexp, delta, mask, dqSum);
+    };
+    if (leanMasks)
+      launchWith(std::true_type());
     else
-      launchBackward<D, false, kLateDq>(stream, p, io, geo, logsumexp, delta,
-                                        mask, dqSum);
+      launchWith(std::false_type());
     mark(2);
     if (dqSum) {
       dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
