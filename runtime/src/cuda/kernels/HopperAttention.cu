@@ -38,7 +38,10 @@
 //   behind another's products (MTRT_CUDA_HOPPER_PINGPONG=0: not). On the
 //   H200 (bench/NOTES.md, session 17) the overlap gained 3-5% over one tile
 //   at a time, the ping-pong up to 5% more at sequences 1024-2048 and
-//   nothing at 8192.
+//   nothing at 8192. At the end a consumer writes its 64 rows of out (in
+//   bf16) into its rows of the Q tile and stores them, and the copy, by
+//   tensor stores (HopperGeometry::tensorStores; else plain stores from
+//   the accumulators).
 //
 // Shared tiles are what the copy engine writes with 128-byte swizzling:
 // rows of 64 bf16 (128 bytes), a head dimension of 128 in two such column
