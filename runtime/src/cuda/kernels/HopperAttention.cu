@@ -1134,6 +1134,30 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
                         kMajor<kBackwardQueries>(doutTile(st), k), k > 0);
       wgmmaCommit();
       barrierWait(smem(&bars->rowFull[st]), parity);
+      // A lane's logsumexps and keep words of the step; with LeanMasks at
+      // head dimension 64 (where the consumers have the registers) read
+      // before the wait for S^T, whose first use of them stalled on the
+      // shared loads (bench/NOTES.md, session 36).
+      auto lseAt = [&](int j) {
+        return *reinterpret_cast<const float2 *>(&rowS.lse[8 * j + 2 * t]);
+      };
+      auto keepHalfAt = [&](int j, int c) {
+        return reinterpret_cast<const uint32_t *>(
+            &rowS.mask[8 * j + 2 * t + c][consumer])[keyBit / 32];
+      };
+      constexpr bool kRowsEarly = LeanMasks && D == 64;
+      constexpr int kEarly = kRowsEarly ? 8 : 1;
+      float2 lseEarly[kEarly];
+      uint32_t keepEarly[kEarly][2];
+      if constexpr (kRowsEarly) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          lseEarly[j] = lseAt(j);
+          if constexpr (Dropout)
+            for (int c = 0; c < 2; ++c)
+              keepEarly[j][c] = keepHalfAt(j, c);
+        }
+      }
       wgmmaWait<1>();
       fenceRegisters(s);
 
@@ -1146,7 +1170,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         int col = 8 * j + 2 * t;
-        float2 lse2 = *reinterpret_cast<const float2 *>(&rowS.lse[col]);
+        float2 lse2 = kRowsEarly ? lseEarly[j % kEarly] : lseAt(j);
         float lseLog2[2] = {lse2.x * 1.4426950408889634f,
                             lse2.y * 1.4426950408889634f};
         if constexpr (Dropout)
@@ -1162,8 +1186,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             if constexpr (LeanMasks) {
-              uint32_t half = reinterpret_cast<const uint32_t *>(
-                  &rowS.mask[col + c][consumer])[keyBit / 32];
+              uint32_t half =
+                  kRowsEarly ? keepEarly[j % kEarly][c] : keepHalfAt(j, c);
               keep[c][0] = half << (31 - keyBit % 32);
               keep[c][1] = half << (23 - keyBit % 32);
             } else {
@@ -2074,8 +2098,8 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
       if (dropout)
         launchBackward<D, true, kLateDq, kLeanMasks>(
             stream, p, io, geo, logsumexp, delta, mask, dqSum);
-      else
-        launchBackward<D, false, kLateDq, kLeanMasks>(
+      else // (at 128 without dropout ptxas spilled 56 bytes with LeanMasks)
+        launchBackward<D, false, kLateDq, kLeanMasks && D == 64>(
             stream, p, io, geo, logsumexp, delta, mask, dqSum);
     };
     if (leanMasks)
