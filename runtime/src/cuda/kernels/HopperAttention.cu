@@ -1402,8 +1402,12 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     // (j % 8) ^ g of the row), then one bulk tensor store each. The block's
     // threads leave once the stores have read shared memory, the dQ
     // reductions' too; their writes to global memory complete without them.
+    // The tiles overlay both stages' Q and dout, which the other consumer's
+    // last products may still read: both consumers meet first (each has
+    // waited for all of its own products).
     uint32_t dkTile = base + Smem::kQueries + consumer * tileBytes<D>(64);
     uint32_t dvTile = dkTile + 2 * tileBytes<D>(64);
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
