@@ -213,6 +213,14 @@ double relativeDifference(const void *a, const void *b, size_t n) {
 } // namespace
 
 int main(int argc, char **argv) {
+  int devices = 0;
+  if (cudaError_t status = cudaGetDeviceCount(&devices);
+      status != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "mtrt-attention-bench: no CUDA device (%s)\n",
+                 status != cudaSuccess ? cudaGetErrorString(status)
+                                       : "none found");
+    return 1;
+  }
   int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
   // A list given and not empty, between commas.
   auto list = [&](int i) {
@@ -255,12 +263,6 @@ int main(int argc, char **argv) {
           bool deterministic = mode == 3 || mode == 4;
           bool viaCudnn = mode == 5 || mode == 6;
           bool viaHopper = mode >= 7;
-          if (packed && shape.headsKv != shape.headsQ)
-            continue;
-          if (deterministic && shape.headDim < 128)
-            continue;
-          if (viaCudnn && (!cudnn || dropout > 0))
-            continue;
           {
             std::string name = packed ? "qkv" : bf16 ? "bf16" : "fp32";
             if (viaCudnn)
@@ -272,7 +274,26 @@ int main(int argc, char **argv) {
             if (!listed(ios, name) ||
                 !listed(dropouts, dropout > 0 ? "0.1" : "0"))
               continue;
+            // A packed q, k, v has as many key/value heads as query heads:
+            // asked for by name at a grouped-query shape, say so.
+            if (packed && shape.headsKv != shape.headsQ) {
+              if (!ios.empty())
+                std::printf("%s: %s skipped: packed q, k, v need as many "
+                            "key/value heads as query heads (%d, %d); ask "
+                            "for %s\n",
+                            shape.name, name.c_str(),
+                            static_cast<int>(shape.headsKv),
+                            static_cast<int>(shape.headsQ),
+                            viaCudnn    ? "cudnn"
+                            : viaHopper ? "hopper"
+                                        : "bf16");
+              continue;
+            }
           }
+          if (deterministic && shape.headDim < 128)
+            continue;
+          if (viaCudnn && (!cudnn || dropout > 0))
+            continue;
           mtrt::host::AttentionParams p;
           p.batch = shape.batch;
           p.seqQ = p.seqK = shape.seq;
