@@ -284,9 +284,10 @@ int main(int argc, char **argv) {
                             shape.name, name.c_str(),
                             static_cast<int>(shape.headsKv),
                             static_cast<int>(shape.headsQ),
-                            viaCudnn    ? "cudnn"
-                            : viaHopper ? "hopper"
-                                        : "bf16");
+                            viaCudnn        ? "cudnn"
+                            : viaHopper     ? "hopper"
+                            : deterministic ? "bf16-det"
+                                            : "bf16");
               continue;
             }
           }
