@@ -204,6 +204,22 @@ __device__ inline void storeTile(const CUtensorMap *map, uint32_t from,
       : "memory");
 }
 
+/// An accumulator pair of a wgmma fragment (row rows8 + g with rows8 a
+/// multiple of 8, columns 8j + 2t and + 1) rounded to bf16 into a shared
+/// tile laid out as copyRows lays out its loads: 64-column chunks
+/// `chunkStride` bytes apart, 128-byte rows, 16-byte group (j % 8) ^ g of
+/// the row (no bank conflicts across a warp's store), ready for storeTile.
+__device__ inline void storeSwizzledPair(uint32_t tile, uint32_t chunkStride,
+                                         int rows8, int g, int j, int t,
+                                         float lo, float hi) {
+  uint32_t at =
+      (j / 8) * chunkStride + (rows8 + g) * 128 + (((j % 8) ^ g) * 16) + 4 * t;
+  __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + at),
+               "r"(*reinterpret_cast<uint32_t *>(&pair))
+               : "memory");
+}
+
 /// Rows [row0, row0 + Rows) of one head into a shared [Rows][D] tile (its
 /// 64-column chunks one after another).
 template <int D, int Rows>
@@ -712,23 +728,16 @@ __global__ void __launch_bounds__(HopperShape<D>::kThreads, 1)
   }
   if (geo.tensorStores) {
     // Into this consumer's 64 rows of the Q tile (its own products, all
-    // done, were their only readers) as copyRows laid them out (128-byte
-    // swizzle: 16-byte group (j % 8) ^ g of the row), then one tensor store
+    // done, were their only readers; storeSwizzledPair), then one tensor store
     // a 64-column chunk to out and to outCopy; rows past seqQ are not
     // written. The warps leave once the stores have read shared memory.
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        uint32_t at = (j / 8) * chunkBytes(kBlockM) +
-                      (16 * warp + 8 * r + g) * 128 + (((j % 8) ^ g) * 16) +
-                      4 * t;
-        __nv_bfloat162 pair = __floats2bfloat162_rn(
-            o[4 * j + 2 * r] * factors[r], o[4 * j + 2 * r + 1] * factors[r]);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(qA + at),
-                     "r"(*reinterpret_cast<uint32_t *>(&pair))
-                     : "memory");
-      }
+      for (int j = 0; j < D / 8; ++j)
+        storeSwizzledPair(qA, chunkBytes(kBlockM), 16 * warp + 8 * r, g, j, t,
+                          o[4 * j + 2 * r] * factors[r],
+                          o[4 * j + 2 * r + 1] * factors[r]);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     asm volatile("bar.sync %0, 128;\n" ::"r"(3 + consumer) : "memory");
     if (threadIdx.x % 128 == 0) {
@@ -1397,9 +1406,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   // accumulators is key keys[r], column 8j + 2t + c.
   if (geo.tensorStores) {
     // Into this consumer's [64 keys][D] tiles of dK and dV in the stages'
-    // shared memory (free once the last step's products are done), laid out
-    // as copyRows lays out its loads (128-byte swizzle: 16-byte group
-    // (j % 8) ^ g of the row), then one bulk tensor store each. The block's
+    // shared memory (free once the last step's products are done;
+    // storeSwizzledPair), then one bulk tensor store each. The block's
     // threads leave once the stores have read shared memory, the dQ
     // reductions' too; their writes to global memory complete without them.
     // The tiles overlay both stages' Q and dout, which the other consumer's
@@ -1412,19 +1420,12 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
-        uint32_t at = (j / 8) * chunkBytes(64) + (16 * warp + 8 * r + g) * 128 +
-                      (((j % 8) ^ g) * 16) + 4 * t;
-        __nv_bfloat162 k2 =
-            __floats2bfloat162_rn(dkAcc[4 * j + 2 * r] * geo.scale,
-                                  dkAcc[4 * j + 2 * r + 1] * geo.scale);
-        __nv_bfloat162 v2 = __floats2bfloat162_rn(dvAcc[4 * j + 2 * r],
-                                                  dvAcc[4 * j + 2 * r + 1]);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dkTile + at),
-                     "r"(*reinterpret_cast<uint32_t *>(&k2))
-                     : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dvTile + at),
-                     "r"(*reinterpret_cast<uint32_t *>(&v2))
-                     : "memory");
+        int rows8 = 16 * warp + 8 * r;
+        storeSwizzledPair(dkTile, chunkBytes(64), rows8, g, j, t,
+                          dkAcc[4 * j + 2 * r] * geo.scale,
+                          dkAcc[4 * j + 2 * r + 1] * geo.scale);
+        storeSwizzledPair(dvTile, chunkBytes(64), rows8, g, j, t,
+                          dvAcc[4 * j + 2 * r], dvAcc[4 * j + 2 * r + 1]);
       }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
