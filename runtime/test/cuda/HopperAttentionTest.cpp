@@ -535,19 +535,6 @@ TEST_F(HopperAttentionBackwardTest, NoneKept) {
   run({1, 128, 128, 2, 2, 64, false, 0.999995});
 }
 
-// MTRT_CUDA_HOPPER_LEAN_MASKS=1 (the causal and ragged masks in a pass of
-// their own, the keep words' halves read alone): every backward case above.
-TEST_F(HopperAttentionBackwardTest, LeanMasksAtBothHeadDimensions) {
-  setenv("MTRT_CUDA_HOPPER_LEAN_MASKS", "1", /*overwrite=*/1);
-  run({2, 320, 320, 3, 3, 128, true, 0.1});
-  run({1, 256, 256, 8, 2, 128, true, 0.0});
-  run({1, 70, 260, 4, 2, 128, false, 0.1, true});
-  run({2, 200, 200, 4, 4, 64, true, 0.1});
-  run({2, 128, 192, 4, 2, 64, false, 0.0});
-  run({1, 384, 384, 6, 2, 64, true, 0.15, true});
-  unsetenv("MTRT_CUDA_HOPPER_LEAN_MASKS");
-}
-
 // The deterministic backward is not taken (the own kernels give it).
 TEST(HopperAttentionReasonTest, BackwardDeclinesTheDeterministicDq) {
   host::AttentionParams p;

@@ -962,7 +962,7 @@ __device__ inline void copyAsyncZeroFill(uint32_t to, const void *from,
 // BackwardSmem<D>::kTotal. Tensor maps: q and dout over (D, headsQ, seqQ,
 // batch), boxes of 64 columns x 64 positions; k and v over (D, headsKv,
 // seqK, batch), boxes of 64 x 128.
-template <int D, bool Dropout, bool LateDq, bool LeanMasks>
+template <int D, bool Dropout, bool LateDq>
 __global__ void __launch_bounds__(kBackwardThreads, 1)
     hopperBackwardKernel(const __grid_constant__ CUtensorMap qMap,
                          const __grid_constant__ CUtensorMap kMap,
@@ -1143,10 +1143,10 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
                         kMajor<kBackwardQueries>(doutTile(st), k), k > 0);
       wgmmaCommit();
       barrierWait(smem(&bars->rowFull[st]), parity);
-      // A lane's logsumexps and keep words of the step; with LeanMasks at
-      // head dimension 64 (where the consumers have the registers) read
-      // before the wait for S^T, whose first use of them stalled on the
-      // shared loads (bench/NOTES.md, session 36).
+      // A lane's logsumexps and keep words of the step; at head dimension
+      // 64 (where the consumers have the registers) read before the wait
+      // for S^T, whose first use of them stalled on the shared loads
+      // (bench/NOTES.md, session 36).
       auto lseAt = [&](int j) {
         return *reinterpret_cast<const float2 *>(&rowS.lse[8 * j + 2 * t]);
       };
@@ -1154,7 +1154,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
         return reinterpret_cast<const uint32_t *>(
             &rowS.mask[8 * j + 2 * t + c][consumer])[keyBit / 32];
       };
-      constexpr bool kRowsEarly = LeanMasks && D == 64;
+      constexpr bool kRowsEarly = D == 64;
       constexpr int kEarly = kRowsEarly ? 8 : 1;
       float2 lseEarly[kEarly];
       uint32_t keepEarly[kEarly][2];
@@ -1176,6 +1176,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       // bf16 copy (the conversion's relu) as A fragments.
       bool masked =
           warpKey0 + 16 > geo.seqK || (geo.causal && warpKey0 + 15 > q0);
+      constexpr bool kMaskPass = Dropout || D == 64;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         int col = 8 * j + 2 * t;
@@ -1186,34 +1187,23 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           for (float &bias : lseLog2)
             bias -= geo.dropoutScaleLog2;
         // Both of this lane's keys (bits keyBit and keyBit + 8) lie in one
-        // 32-bit half of a word: keep[c][r] holds key r's bit at bit 31
-        // (with LeanMasks that half is read alone, shifted once for each
-        // key; else the word is read and its half shifted to bits 0 and 8,
-        // then once more for each element).
+        // 32-bit half of a word, read alone: keep[c][r] holds key r's bit
+        // at bit 31.
         uint32_t keep[2][2] = {};
         if constexpr (Dropout) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            if constexpr (LeanMasks) {
-              uint32_t half =
-                  kRowsEarly ? keepEarly[j % kEarly][c] : keepHalfAt(j, c);
-              keep[c][0] = half << (31 - keyBit % 32);
-              keep[c][1] = half << (23 - keyBit % 32);
-            } else {
-              uint64_t word = rowS.mask[col + c][consumer];
-              uint32_t half = keyBit >= 32 ? static_cast<uint32_t>(word >> 32)
-                                           : static_cast<uint32_t>(word);
-              half >>= keyBit % 32;
-              keep[c][0] = half << 31;
-              keep[c][1] = half << 23;
-            }
+            uint32_t half =
+                kRowsEarly ? keepEarly[j % kEarly][c] : keepHalfAt(j, c);
+            keep[c][0] = half << (31 - keyBit % 32);
+            keep[c][1] = half << (23 - keyBit % 32);
           }
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int r = e / 2, c = e % 2;
           float x = fastExp2(fmaf(s[4 * j + e], geo.scaleLog2, -lseLog2[c]));
-          if (!LeanMasks && masked &&
+          if (!kMaskPass && masked &&
               (keys[r] >= geo.seqK || (geo.causal && keys[r] > q0 + col + c)))
             x = 0.f;
           if constexpr (Dropout) {
@@ -1224,13 +1214,15 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
           s[4 * j + e] = x;
         }
       }
-      // With LeanMasks the masked tile's zeros come in a pass of their own
-      // (P' = 0 of either sign: dV's operand and dS both 0), so that the
-      // other steps run no per-element compares: merged into the loop
-      // above, ptxas computed all 32 predicates at every step (about 170 of
-      // a consumer warp's 960 instructions a step at head dimension 128;
-      // bench/NOTES.md, session 36).
-      if (LeanMasks && masked) {
+      // The masked tile's zeros in a pass of their own (P' = 0 of either
+      // sign: dV's operand and dS both 0), so that the other steps run no
+      // per-element compares: merged into the loop above, ptxas computed
+      // all 32 predicates at every step (about 170 of a consumer warp's 960
+      // instructions a step at head dimension 128). The main kernel took
+      // 857 -> 753 us at gpt-1.3b's shape with dropout 0.1, 714 -> 670 at
+      // gpt2-350m's (H100, bench/NOTES.md, session 37). Not at 128 without
+      // dropout, where ptxas spilled 56 bytes with the pass.
+      if (kMaskPass && masked) {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -1745,7 +1737,7 @@ bool rowsAligned(const FlashLayout &layout, const void *data) {
   return layout.position % 8 == 0 && layout.head % 8 == 0 && aligned16(data);
 }
 
-template <int D, bool Dropout, bool LateDq, bool LeanMasks>
+template <int D, bool Dropout, bool LateDq>
 void launchBackward(cudaStream_t stream, const AttentionParams &p,
                     const FlashTensors &io, const HopperBackwardGeometry &geo,
                     const float *logsumexp, const float *delta,
@@ -1766,7 +1758,7 @@ void launchBackward(cudaStream_t stream, const AttentionParams &p,
     dkMap = tensorMap(io.dk, geo.dk, p.headsKv, p.seqK, p.batch, D, 64);
     dvMap = tensorMap(io.dv, geo.dv, p.headsKv, p.seqK, p.batch, D, 64);
   }
-  auto kernel = hopperBackwardKernel<D, Dropout, LateDq, LeanMasks>;
+  auto kernel = hopperBackwardKernel<D, Dropout, LateDq>;
   constexpr size_t bytes = BackwardSmem<D>::kTotal;
   cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -2070,12 +2062,6 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
   geo.dropoutScaleLog2 =
       static_cast<float>(anyKept ? -std::log2(1.0 - p.dropoutP) : 0.0);
   geo.keptFraction = static_cast<float>(anyKept ? 1.0 - p.dropoutP : 1.0);
-  // MTRT_CUDA_HOPPER_LEAN_MASKS=1: the causal and ragged masks in a pass of
-  // their own on the tiles that need them, and a lane's half of each keep
-  // word read alone (hopperBackwardKernel's LeanMasks). Written in session
-  // 36, off until a GPU has run it.
-  const char *leanMasksText = std::getenv("MTRT_CUDA_HOPPER_LEAN_MASKS");
-  bool leanMasks = leanMasksText && std::strcmp(leanMasksText, "1") == 0;
   FlashLayout doutLayout = resolve(io.doutLayout, p.headsQ, p.headDim);
   FlashLayout dqLayout = resolve(io.dqLayout, p.headsQ, p.headDim);
   const auto *dout = static_cast<const __nv_bfloat16 *>(io.dout);
@@ -2098,19 +2084,12 @@ void hopperAttentionBackward(cudaStream_t stream, const AttentionParams &p,
     // without); in its step at 128, where the late one made the main kernel
     // 5% slower (998 -> 1048 us at gpt-1.3b's; bench/NOTES.md, session 34).
     constexpr bool kLateDq = D == 64;
-    auto launchWith = [&](auto lean) {
-      constexpr bool kLeanMasks = decltype(lean)::value;
-      if (dropout)
-        launchBackward<D, true, kLateDq, kLeanMasks>(
-            stream, p, io, geo, logsumexp, delta, mask, dqSum);
-      else // (at 128 without dropout ptxas spilled 56 bytes with LeanMasks)
-        launchBackward<D, false, kLateDq, kLeanMasks && D == 64>(
-            stream, p, io, geo, logsumexp, delta, mask, dqSum);
-    };
-    if (leanMasks)
-      launchWith(std::true_type());
+    if (dropout)
+      launchBackward<D, true, kLateDq>(stream, p, io, geo, logsumexp, delta,
+                                       mask, dqSum);
     else
-      launchWith(std::false_type());
+      launchBackward<D, false, kLateDq>(stream, p, io, geo, logsumexp, delta,
+                                        mask, dqSum);
     mark(2);
     if (dqSum) {
       dim3 chunks(static_cast<unsigned>(geo.queryTiles * (D / 64)),
