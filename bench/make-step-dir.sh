@@ -53,7 +53,7 @@ cp "$root/bench/run-step-table.sh" "$root/bench/step_table.py" \
   "$root/bench/run-backward-gap.sh" "$root/bench/torch_sdpa.py" \
   "$root/bench/run-hopper-check.sh" "$root/bench/run-kernel-profile.sh" \
   "$root/bench/kernel_summary.py" "$root/bench/run-sustained-attention.sh" \
-  "$root/bench/device-env.sh" \
+  "$root/bench/device-env.sh" "$root/bench/run-step-ab.sh" \
   "$dest/bench/"
 cp "$root"/models/*.yaml "$dest/models/"
 cp "$root/data/corpus.txt" "$dest/corpus.txt"
