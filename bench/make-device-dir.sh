@@ -31,6 +31,10 @@ b=$dest/bundles
 "$compile" "$root/models/tiny-llama.yaml" --precision=fp32 -o "$b/tiny-llama.mtb"
 "$compile" "$root/models/tiny-gpt.yaml" --bf16 -o "$b/tiny-gpt-bf16.mtb"
 "$compile" "$root/models/tiny-llama.yaml" --bf16 -o "$b/tiny-llama-bf16.mtb"
+# CudaPlanCoverageTest: grouped-query heads at a head dimension the Hopper
+# kernels take.
+"$compile" "$root/models/tiny-llama.yaml" --bf16 --kv-channels 64 \
+  -o "$b/tiny-llama-bf16-hd64.mtb"
 # CudaTensorParallelTest: tiny-gpt without dropout, for one rank and TP=2;
 # CudaDataParallelTest: for DP=2, with and without the distributed
 # optimizer, and DP=2 x TP=2.

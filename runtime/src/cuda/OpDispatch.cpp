@@ -91,11 +91,19 @@ void Executor::planCudnnAttention() {
     if (!flashAttention(p) || p.dropoutP > 0)
       continue;
     bool grad = inst.op == Op::AttentionGrad;
+    FlashTensors io = flashTensorLayout(inst, grad ? 1 : 0);
+    // Grouped-query heads stay on the own Hopper kernels (forward and
+    // backward alike, so that a pair runs on one side): llama-1.5b's step
+    // (32 query heads on 8, head dimension 64) took 128.6 -> 127.3 ms
+    // without cuDNN, where gpt2-124m, gpt2-350m and gpt-1.3b (a key head a
+    // query head) took 0.3-2.5 ms longer (H100, bench/NOTES.md, session 37).
+    if (p.headsKv < p.headsQ && context_.options().hopperAttention &&
+        hopperAttentionBackwardUnsupportedReason(p, io).empty())
+      continue;
     std::string why;
     CudnnAttention *cudnn = context_.cudnnAttention();
     if (!cudnn)
       why = context_.cudnnAttentionMissing();
-    FlashTensors io = flashTensorLayout(inst, grad ? 1 : 0);
     // The forward: the attention's, or the rerun of an unpaired gradient
     // (into the packed copy only).
     if (why.empty() &&

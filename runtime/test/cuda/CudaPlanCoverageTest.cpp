@@ -271,4 +271,36 @@ TEST(CudaPlanCoverageTest, CudnnAttentionRunsInThePlanAsTheOwnKernels) {
         << "gradient " << p;
 }
 
+// Grouped-query heads without dropout stay on the own Hopper kernels where
+// they take the shape (planCudnnAttention: faster in llama-1.5b's step than
+// cuDNN's), and go through cuDNN with the Hopper kernels off.
+TEST(CudaPlanCoverageTest, GroupedQueryAttentionStaysOnTheHopperKernels) {
+  MTRT_REQUIRE_GPU();
+  Bundle bundle = loadTestBundle(
+      "tiny-llama-bf16-hd64", "megatron-compile models/tiny-llama.yaml --bf16 "
+                              "--kv-channels 64 -o tiny-llama-bf16-hd64.mtb");
+  int major = 0;
+  ASSERT_EQ(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
+      cudaSuccess);
+  {
+    cuda::Context probe;
+    if (!probe.cudnnAttention()) {
+      GTEST_SKIP() << probe.cudnnAttentionMissing();
+    }
+  }
+  auto cudnnCount = [&](bool hopperAttention) {
+    cuda::ContextOptions options;
+    options.hopperAttention = hopperAttention;
+    cuda::Context context(options);
+    cuda::ParameterStore store(bundle, context);
+    cuda::Executor executor(bundle, "train_step", store);
+    return executor.cudnnAttentionCount();
+  };
+  if (major == 9) {
+    EXPECT_EQ(cudnnCount(true), 0u);
+  }
+  EXPECT_GT(cudnnCount(false), 0u);
+}
+
 } // namespace
