@@ -5,6 +5,8 @@
 #include "mt/IR/MtOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SetOperations.h"
 
 #include <algorithm>
 #include <map>
@@ -99,10 +101,76 @@ int64_t valueBytes(Value value) {
   return type.getNumElements() * ((bits + 7) / 8);
 }
 
+/// The paired attentions whose bf16 output `plan` leaves as the forward wrote
+/// it through the gradient: no result of an instruction after the forward
+/// through the gradient, and no side buffer made there, overlaps the output's
+/// bytes, but a reshape of those bytes in place; the output is no attention
+/// view. The runtime's rule on the same plan (runtime/src/core/ScratchPlan.cpp,
+/// outputHeldThrough), which must hold for every attention found here.
+DenseSet<Operation *> heldAttentionOutputs(const FunctionMemoryPlan &plan) {
+  DenseMap<Value, Value> wholeOf;
+  DenseSet<Value> inViews;
+  for (const ViewPlan &view : plan.views) {
+    wholeOf[view.value] = view.whole;
+    inViews.insert(view.value);
+    inViews.insert(view.whole);
+  }
+  // A value's bytes: its block, or a view's whole block.
+  auto bytesOf = [&](Value value) -> std::pair<int64_t, int64_t> {
+    if (auto it = wholeOf.find(value); it != wholeOf.end())
+      value = it->second;
+    const BufferPlan *buffer = plan.lookup(value);
+    if (!buffer || buffer->offset < 0)
+      return {0, 0};
+    return {buffer->offset, buffer->offset + buffer->bytes};
+  };
+  DenseSet<Operation *> held;
+  for (const SideBufferPlan &block : plan.sideBuffers) {
+    auto attention = dyn_cast_or_null<AttentionOp>(block.op);
+    if (!attention || block.copyOf || block.until <= block.position)
+      continue;
+    Value out = attention->getResult(0);
+    if (!cast<RankedTensorType>(out.getType()).getElementType().isBF16() ||
+        inViews.contains(out))
+      continue;
+    std::pair<int64_t, int64_t> output = bytesOf(out);
+    if (output.first == output.second)
+      continue;
+    auto overlaps = [&](std::pair<int64_t, int64_t> bytes) {
+      return bytes.first < output.second && output.first < bytes.second;
+    };
+    auto between = [&](int64_t position) {
+      return position > block.position && position <= block.until;
+    };
+    bool kept = true;
+    for (const BufferPlan &buffer : plan.buffers) {
+      if (!between(buffer.definedAt))
+        continue;
+      std::pair<int64_t, int64_t> bytes = bytesOf(buffer.value);
+      if (!overlaps(bytes))
+        continue;
+      // A reshape in place of the output's own bytes leaves them as they are.
+      auto reshape = buffer.value.getDefiningOp<ReshapeOp>();
+      if (!reshape || bytes != output ||
+          bytesOf(reshape->getOperand(0)) != output) {
+        kept = false;
+        break;
+      }
+    }
+    for (const SideBufferPlan &side : plan.sideBuffers)
+      kept = kept && !(between(side.position) &&
+                       overlaps({side.offset, side.offset + side.bytes}));
+    if (kept)
+      held.insert(attention);
+  }
+  return held;
+}
+
 } // namespace
 
-FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
-                                          const SideBufferOptions &options) {
+/// One plan of `function`'s arena with the side buffers `options` declares.
+static FunctionMemoryPlan planArena(func::FuncOp function,
+                                    const SideBufferOptions &options) {
   FunctionMemoryPlan plan;
   Block &body = function.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -281,4 +349,51 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
       allocator.release(groups[index].offset, groups[index].bytes);
   }
   return plan;
+}
+
+FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
+                                          const SideBufferOptions &options) {
+  FunctionMemoryPlan plan = planArena(function, options);
+  if (!options.mixedPrecision)
+    return plan;
+  // A paired attention's block keeps a copy of its output for the gradient
+  // unless the plan holds the output itself until then. Plan again with
+  // the blocks of those the plan holds sized without it: a plan is
+  // consistent when it holds every output planned without a copy. Then
+  // again with those the new plan holds (fewer where it dropped some, more
+  // where it held others), until the set is stable or for a few rounds
+  // (the sets may alternate); the smallest consistent plan.
+  FunctionMemoryPlan best = std::move(plan);
+  DenseSet<Operation *> bestHeld;
+  SideBufferOptions held = options;
+  held.heldAttentionOutputs = heldAttentionOutputs(best);
+  for (int round = 0; round < 8 && !held.heldAttentionOutputs.empty();
+       ++round) {
+    FunctionMemoryPlan next = planArena(function, held);
+    DenseSet<Operation *> found = heldAttentionOutputs(next);
+    bool consistent =
+        llvm::all_of(held.heldAttentionOutputs,
+                     [&](Operation *op) { return found.contains(op); });
+    if (consistent && next.arenaBytes <= best.arenaBytes) {
+      best = std::move(next);
+      bestHeld = held.heldAttentionOutputs;
+    }
+    if (consistent && found.size() == held.heldAttentionOutputs.size())
+      break;
+    if (!consistent)
+      llvm::set_intersect(found, held.heldAttentionOutputs);
+    held.heldAttentionOutputs = std::move(found);
+  }
+  // The outputs the plan holds beyond those it was planned without copies
+  // for: their blocks end before the copy (nothing moves).
+  DenseSet<Operation *> found = heldAttentionOutputs(best);
+  for (SideBufferPlan &side : best.sideBuffers) {
+    if (side.copyOf || !found.contains(side.op) || bestHeld.contains(side.op))
+      continue;
+    int64_t copy = blockBytes(valueBytes(side.op->getResult(0)));
+    side.bytes -= copy;
+    if (side.position <= best.peakAt && best.peakAt <= side.until)
+      best.peakSideBufferBytes -= copy;
+  }
+  return best;
 }

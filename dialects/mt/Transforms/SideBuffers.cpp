@@ -242,7 +242,9 @@ mt::declareSideBuffers(ArrayRef<Operation *> stream,
           elementsOf(ids), typeOf(ids).getElementType().isInteger(64));
     } else if (auto attention = dyn_cast<AttentionOp>(op)) {
       AttentionShape p = attentionShape(attention);
-      bytes += scratch::attentionOpBytes(p.dims, runsFlash(p, options), paired);
+      bytes +=
+          scratch::attentionOpBytes(p.dims, runsFlash(p, options), paired,
+                                    options.heldAttentionOutputs.contains(op));
     } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
       AttentionShape p = attentionShape(grad);
       bytes +=

@@ -23,6 +23,7 @@
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallVector.h"
 
 #include <cstdint>
@@ -34,6 +35,10 @@ struct SideBufferOptions {
   /// GEMMs and the attention core take bf16 operands (precision bf16): GEMM
   /// operands get bf16 copies and attention runs on the flash kernels.
   bool mixedPrecision = false;
+  /// Paired attentions whose bf16 output the memory plan holds through the
+  /// gradient, which reads it there: their blocks keep no copy of it
+  /// (planFunctionMemory finds them; the runtime's ScratchPlan::outputHeld).
+  llvm::DenseSet<Operation *> heldAttentionOutputs;
 };
 
 /// A side buffer of an instruction: `bytes` (a multiple of the arena's

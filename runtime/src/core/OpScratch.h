@@ -233,12 +233,15 @@ inline uint64_t attentionBackwardScratchBytes(const AttentionShape &p) {
 
 /// attention: `flash` whether the flash kernels run it; `paired` whether a
 /// later flash attention_grad reads its state (logsumexp, bf16 output,
-/// dropout bits), which the block then keeps until that gradient; without
-/// dropout, cuDNN's forward workspace after them.
+/// dropout bits), which the block then keeps until that gradient;
+/// `outputHeld` whether the memory plan holds the (bf16) output itself
+/// through that gradient, which then reads it there: the block keeps no
+/// copy of it (ScratchPlan::outputHeld). Without dropout, cuDNN's forward
+/// workspace after them.
 inline uint64_t attentionOpBytes(const AttentionShape &p, bool flash,
-                                 bool paired) {
+                                 bool paired, bool outputHeld) {
   uint64_t bytes = attentionLogsumexpBytes(p);
-  if (paired)
+  if (paired && !outputHeld)
     bytes += roundUp(flashAttentionSavedOutputBytes(p));
   if (paired || flash)
     bytes += roundUp(flashAttentionMaskBytes(p));

@@ -86,13 +86,16 @@ std::pair<uint64_t, uint64_t> planBytes(const Function &fn, int64_t v) {
 }
 
 /// ScratchPlan::outputHeld of the attention at `forward` and its gradient
-/// at `grad`.
+/// at `grad` (the compiler's rule too: dialects/mt/Transforms/MemoryPlan.cpp,
+/// heldAttentionOutputs).
 bool outputHeldThrough(const Function &fn, size_t forward, size_t grad) {
   if (!fn.memoryPlan || !fn.memoryPlan->hasSideBuffers ||
+      fn.memoryPlan->alignment % scratch::kAlignment != 0 ||
       fn.instructions[forward].results.empty())
     return false;
   int64_t out = fn.instructions[forward].results[0];
-  if (fn.memoryPlan->wholeOf(static_cast<size_t>(out)) >= 0)
+  if (fn.values[out].dtype != DType::BF16 ||
+      fn.memoryPlan->wholeOf(static_cast<size_t>(out)) >= 0)
     return false;
   std::pair<uint64_t, uint64_t> held = planBytes(fn, out);
   auto overlaps = [&](std::pair<uint64_t, uint64_t> bytes) {
@@ -192,7 +195,8 @@ uint64_t blockBytes(const Function &fn, const ScratchPlan &plan,
     bool paired = plan.attentionPartner[position] != ScratchPlan::kNoPartner;
     scratch::AttentionShape shape = attentionScratchShape(p);
     return inst.op == Op::Attention
-               ? scratch::attentionOpBytes(shape, flash, paired)
+               ? scratch::attentionOpBytes(shape, flash, paired,
+                                           plan.outputHeld[position])
                : scratch::attentionGradOpBytes(shape, flash, paired);
   }
   case Op::Rope: {

@@ -94,7 +94,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
                     "stored in more bytes than the plan gives it, or the "
                     "plan has no side buffers); recompile the bundle with "
                     "the megatron-compile of this runtime's release");
-  planHeldAttentionOutputs();
+  checkHeldAttentionOutputs();
   viewRegion_ = (plan_.bytes + kArenaAlignment - 1) / kArenaAlignment *
                 kArenaAlignment;
   arena_ = ArenaMemory(arenaBytes(),

@@ -351,12 +351,13 @@ private:
   /// flag covers its forward rerun too. After planAttentionViews (the
   /// tensors' strides).
   void planCudnnAttention();
-  /// outputReadInPlace_: where the executor runs in the compiler's plan
-  /// and the plan holds the output through the gradient
-  /// (ScratchPlan::outputHeld), a bf16 output in the packed layout the
-  /// backward kernels read; none under MTRT_CUDA_ATTENTION_OUTPUT_COPY=1.
-  /// After the arena's plan.
-  void planHeldAttentionOutputs();
+  /// Checks, after the arena's plan, that each paired flash attention
+  /// whose output the plan holds through its gradient
+  /// (ScratchPlan::outputHeld: its block keeps no copy, the gradient reads
+  /// the output in its slot) runs in the compiler's plan, with a bf16
+  /// output in the packed layout the backward kernels read; throws
+  /// INTERNAL otherwise.
+  void checkHeldAttentionOutputs() const;
   /// The flash forward (out, its kept copy, logsumexp, dropout bits) on
   /// the Hopper kernels where ContextOptions::hopperAttention is on and
   /// they take the call (kernels/HopperAttention.h), else the own ones.
@@ -655,10 +656,6 @@ private:
   std::vector<bool> elided_;
   /// By instruction: flash attention through cuDNN (planCudnnAttention).
   std::vector<bool> cudnnAttention_;
-  /// By instruction: a paired flash attention whose gradient reads its
-  /// output in the output's slot, so that it writes no copy
-  /// (planHeldAttentionOutputs).
-  std::vector<bool> outputReadInPlace_;
   std::string cudnnDeclined_;
   /// The view region: its offset in the arena (the plan's bytes, aligned)
   /// and size (0 when the bundle's plan places the views).

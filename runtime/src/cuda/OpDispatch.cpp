@@ -135,21 +135,23 @@ void Executor::planCudnnAttention() {
   }
 }
 
-void Executor::planHeldAttentionOutputs() {
+void Executor::checkHeldAttentionOutputs() const {
   const Function &fn = *function_;
-  outputReadInPlace_.assign(fn.instructions.size(), false);
-  // MTRT_CUDA_ATTENTION_OUTPUT_COPY=1: every paired forward writes the
-  // copy, as before the plan was read for it (a switch for comparisons).
-  const char *copy = std::getenv("MTRT_CUDA_ATTENTION_OUTPUT_COPY");
-  if (!plan_.fromCompiler || (copy && std::strcmp(copy, "1") == 0))
-    return;
   for (size_t position = 0; position < fn.instructions.size(); ++position) {
     if (!kernelBlocks_.outputHeld[position])
       continue;
     int64_t out = fn.instructions[position].results[0];
     FlashLayout layout = flashLayout(out);
-    outputReadInPlace_[position] =
-        heldInBf16(out) && layout.position == 0 && layout.head == 0;
+    if (!plan_.fromCompiler || !heldInBf16(out) || layout.position != 0 ||
+        layout.head != 0)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  where(position) +
+                      ": the memory plan holds the attention's output for "
+                      "its gradient (its block keeps no copy), but the "
+                      "executor " +
+                      (!plan_.fromCompiler ? "lays out its own arena"
+                       : !heldInBf16(out)  ? "stores the output in fp32"
+                                           : "reads the output as a view"));
   }
 }
 
@@ -642,11 +644,11 @@ void Executor::execute(size_t position, const Instruction &inst,
       attentionForward(stream, p, in(0), in(1), in(2), out(0), lse);
       break;
     }
+    // The copy for the gradient, unless it reads the output itself.
     __nv_bfloat16 *kept = nullptr;
-    if (kernelBlocks_.attentionPartner[position] != kNoPartner)
+    if (kernelBlocks_.attentionPartner[position] != kNoPartner &&
+        !kernelBlocks_.outputHeld[position])
       kept = carve.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
-    if (outputReadInPlace_[position]) // the gradient reads the output itself
-      kept = nullptr;
     uint64_t *mask = carve.take<uint64_t>(flashAttentionMaskBytes(p));
     FlashTensors io = flashTensors(0);
     io.out = slots_[inst.results[0]];
@@ -671,10 +673,11 @@ void Executor::execute(size_t position, const Instruction &inst,
                                          : scratch(position));
       size_t rows = static_cast<size_t>(p.batch * p.headsQ * p.seqQ);
       float *lse = saved.take<float>(sizeof(float) * rows);
-      auto *o = saved.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
-      if (forward != kNoPartner && outputReadInPlace_[forward])
-        o = static_cast<__nv_bfloat16 *>(
-            slots_[fn.instructions[forward].results[0]]);
+      auto *o =
+          forward != kNoPartner && kernelBlocks_.outputHeld[forward]
+              ? static_cast<__nv_bfloat16 *>(
+                    slots_[fn.instructions[forward].results[0]])
+              : saved.take<__nv_bfloat16>(flashAttentionSavedOutputBytes(p));
       uint64_t *mask = saved.take<uint64_t>(flashAttentionMaskBytes(p));
       void *delta = forward != kNoPartner ? carve.take<char>(0)
                                           : saved.take<char>(0);
