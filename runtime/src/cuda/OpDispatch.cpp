@@ -92,12 +92,14 @@ void Executor::planCudnnAttention() {
       continue;
     bool grad = inst.op == Op::AttentionGrad;
     FlashTensors io = flashTensorLayout(inst, grad ? 1 : 0);
-    // Grouped-query heads stay on the own Hopper kernels (forward and
-    // backward alike, so that a pair runs on one side): llama-1.5b's step
-    // (32 query heads on 8, head dimension 64) took 128.6 -> 127.3 ms
+    // Grouped-query heads at head dimension 64 stay on the own Hopper
+    // kernels (forward and backward alike, so that a pair runs on one
+    // side): llama-1.5b's step (32 query heads on 8) took 128.6 -> 127.3 ms
     // without cuDNN, where gpt2-124m, gpt2-350m and gpt-1.3b (a key head a
-    // query head) took 0.3-2.5 ms longer (H100, bench/NOTES.md, session 37).
-    if (p.headsKv < p.headsQ && context_.options().hopperAttention &&
+    // query head) took 0.3-2.5 ms longer (H100, bench/NOTES.md, session
+    // 37). Not measured at 128 (the Llama 3 shapes): cuDNN there.
+    if (p.headsKv < p.headsQ && p.headDim == 64 &&
+        context_.options().hopperAttention &&
         hopperAttentionBackwardUnsupportedReason(p, io).empty())
       continue;
     std::string why;

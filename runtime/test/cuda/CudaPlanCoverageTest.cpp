@@ -271,9 +271,10 @@ TEST(CudaPlanCoverageTest, CudnnAttentionRunsInThePlanAsTheOwnKernels) {
         << "gradient " << p;
 }
 
-// Grouped-query heads without dropout stay on the own Hopper kernels where
-// they take the shape (planCudnnAttention: faster in llama-1.5b's step than
-// cuDNN's), and go through cuDNN with the Hopper kernels off.
+// Grouped-query heads at head dimension 64 without dropout stay on the own
+// Hopper kernels where they take the shape (planCudnnAttention: faster in
+// llama-1.5b's step than cuDNN's), and go through cuDNN with the Hopper
+// kernels off.
 TEST(CudaPlanCoverageTest, GroupedQueryAttentionStaysOnTheHopperKernels) {
   MTRT_REQUIRE_GPU();
   Bundle bundle = loadTestBundle(
