@@ -1223,22 +1223,14 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       // gpt2-350m's (H100, bench/NOTES.md, session 37). Not at 128 without
       // dropout, where ptxas spilled 56 bytes with the pass.
       if (kMaskPass && masked) {
-        // Element 4j + e is masked when 8j + e % 2 < bound[e / 2]: key
-        // keys[r] past the last key, or (causal) past query q0 + 8j + 2t
-        // + e % 2 (32-40 fewer SASS instructions than the conditions
-        // written out per element).
-        int bound[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          bound[r] = keys[r] >= geo.seqK ? INT_MAX
-                     : geo.causal        ? keys[r] - q0 - 2 * t
-                                         : INT_MIN;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (8 * j + e % 2 < bound[e / 2])
+          for (int e = 0; e < 4; ++e) {
+            int key = keys[e / 2], query = q0 + 8 * j + 2 * t + e % 2;
+            if (key >= geo.seqK || (geo.causal && key > query))
               s[4 * j + e] = 0.f;
+          }
       }
 #pragma unroll
       for (int k = 0; k < 4; ++k)
