@@ -5,7 +5,8 @@
 #      FlashAttention*, CudnnAttention*, CudaOpsTest.*);
 #   2. mtrt-attention-bench on the Hopper kernels from a packed qkv at the
 #      step table's shapes (llama-1.5b's grouped-query heads from q, k and v
-#      apart), dropout 0.1 and 0, with MTRT_CUDA_HOPPER_TIMING=1
+#      apart), dropout 0.1 and 0, and against cuDNN at gqa-4096 (grouped-query
+#      heads at head dimension 128) without dropout, with MTRT_CUDA_HOPPER_TIMING=1
 #      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart);
 #   3. with ALT_ENV="NAME=VALUE ..." set, 2 again under it, then without.
 #
@@ -45,6 +46,10 @@ timings() {
   # (grouped-query heads: q, k and v apart)
   env "$@" timeout 60 "$dir/bin/mtrt-attention-bench" 10 llama-1.5b hopper \
     0.1,0 2>&1 | grep -E "^llama|mismatch|outside|rror" >>"$report"
+  # (grouped-query heads at head dimension 128, the Llama 3 shapes, without
+  # dropout: the own kernels against cuDNN, which the runtime takes there)
+  env "$@" timeout 60 "$dir/bin/mtrt-attention-bench" 10 gqa-4096 \
+    hopper,cudnn 0 2>&1 | grep -E "^gqa|mismatch|outside|rror" >>"$report"
 }
 timings
 if [ -n "${ALT_ENV:-}" ]; then
