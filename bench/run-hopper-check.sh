@@ -5,9 +5,10 @@
 #      FlashAttention*, CudnnAttention*, CudaOpsTest.*);
 #   2. mtrt-attention-bench on the Hopper kernels from a packed qkv at the
 #      step table's shapes (llama-1.5b's grouped-query heads from q, k and v
-#      apart), dropout 0.1 and 0, and against cuDNN at gqa-4096 (grouped-query
-#      heads at head dimension 128) without dropout, with MTRT_CUDA_HOPPER_TIMING=1
+#      apart), dropout 0.1 and 0, with MTRT_CUDA_HOPPER_TIMING=1
 #      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart);
+#      and against cuDNN at gqa-4096 (grouped-query heads at head dimension
+#      128) without dropout;
 #   3. with ALT_ENV="NAME=VALUE ..." set, 2 again under it, then without.
 #
 # Usage: bench/run-hopper-check.sh DIR OUT
