@@ -107,7 +107,10 @@ int64_t valueBytes(Value value) {
 /// bytes, but a reshape of those bytes in place; the output is no attention
 /// view. The runtime's rule on the same plan (runtime/src/core/ScratchPlan.cpp,
 /// outputHeldThrough), which must hold for every attention found here.
-DenseSet<Operation *> heldAttentionOutputs(const FunctionMemoryPlan &plan) {
+/// Without `onlyHeld`, every paired attention with a bf16 output outside the
+/// views (those a plan may hold).
+DenseSet<Operation *> heldAttentionOutputs(const FunctionMemoryPlan &plan,
+                                           bool onlyHeld = true) {
   DenseMap<Value, Value> wholeOf;
   DenseSet<Value> inViews;
   for (const ViewPlan &view : plan.views) {
@@ -136,6 +139,10 @@ DenseSet<Operation *> heldAttentionOutputs(const FunctionMemoryPlan &plan) {
     std::pair<int64_t, int64_t> output = bytesOf(out);
     if (output.first == output.second)
       continue;
+    if (!onlyHeld) {
+      held.insert(attention);
+      continue;
+    }
     auto overlaps = [&](std::pair<int64_t, int64_t> bytes) {
       return bytes.first < output.second && output.first < bytes.second;
     };
@@ -270,6 +277,25 @@ static FunctionMemoryPlan planArena(func::FuncOp function,
     groups.push_back(group);
   }
 
+  // The outputs of options.heldAttentionOutputs stay until their
+  // gradients, which read them there: through a reshape computed in place
+  // of them (the bytes unchanged), which then stays as long; no other op
+  // takes their bytes in place.
+  DenseMap<Value, int64_t> holdUntil;
+  DenseMap<int64_t, SmallVector<Value>> releaseAt;
+  auto holdThrough = [&](Value value, int64_t until) {
+    int64_t &end = holdUntil[value];
+    end = std::max(end, until);
+    if (end > plan.buffers[plan.bufferIndex.lookup(value)].lastUse)
+      releaseAt[end].push_back(value);
+  };
+  for (const SideBufferPlan &side : plan.sideBuffers)
+    if (side.op && !side.copyOf && side.until > side.position &&
+        options.heldAttentionOutputs.contains(side.op) &&
+        !groupOf.contains(side.op->getResult(0)))
+      holdThrough(side.op->getResult(0), side.until);
+  DenseSet<Value> givenInPlace;
+
   // The simulated run.
   OffsetAllocator allocator;
   auto bump = [&](int64_t at) {
@@ -305,12 +331,17 @@ static FunctionMemoryPlan planArena(func::FuncOp function,
         for (Value operand : op.getOperands()) {
           const BufferPlan &source =
               plan.buffers[plan.bufferIndex.lookup(operand)];
+          int64_t hold = holdUntil.lookup(operand);
           if (source.offset >= 0 && source.lastUse == at &&
+              (hold <= at || isa<ReshapeOp>(op)) &&
               !groupOf.contains(operand) && source.bytes == buffer.bytes &&
               !taken.contains(operand) && source.definedAt >= 0) {
             buffer.offset = source.offset;
             buffer.inPlaceOf = operand;
             taken.insert(operand);
+            givenInPlace.insert(operand);
+            if (hold > at)
+              holdThrough(result, hold);
             ++plan.numInPlace;
             break;
           }
@@ -329,8 +360,10 @@ static FunctionMemoryPlan planArena(func::FuncOp function,
     DenseSet<Value> released;
     auto releaseIfDead = [&](Value value) {
       const BufferPlan &buffer = plan.buffers[plan.bufferIndex.lookup(value)];
-      if (buffer.offset < 0 || buffer.lastUse != at || taken.contains(value) ||
-          groupOf.contains(value) || !released.insert(value).second)
+      if (buffer.offset < 0 ||
+          std::max(buffer.lastUse, holdUntil.lookup(value)) != at ||
+          givenInPlace.contains(value) || groupOf.contains(value) ||
+          !released.insert(value).second)
         return;
       allocator.release(buffer.offset, buffer.bytes);
     };
@@ -339,6 +372,8 @@ static FunctionMemoryPlan planArena(func::FuncOp function,
     for (Value result : instructionResults(&op))
       releaseIfDead(result);
     for (Value held : heldUntil.lookup(at))
+      releaseIfDead(held);
+    for (Value held : releaseAt.lookup(at))
       releaseIfDead(held);
     for (int64_t index : sideEnds[at]) {
       const SideBufferPlan &ended = plan.sideBuffers[index];
@@ -358,15 +393,16 @@ FunctionMemoryPlan mt::planFunctionMemory(func::FuncOp function,
     return plan;
   // A paired attention's block keeps a copy of its output for the gradient
   // unless the plan holds the output itself until then. Plan again with
-  // the blocks of those the plan holds sized without it: a plan is
-  // consistent when it holds every output planned without a copy. Then
-  // again with those the new plan holds (fewer where it dropped some, more
-  // where it held others), until the set is stable or for a few rounds
-  // (the sets may alternate); the smallest consistent plan.
+  // every bf16 output outside the views held until its gradient and its
+  // block without the copy (the same bytes for as long, and no copy to
+  // write): a plan is consistent when it holds every output planned
+  // without a copy. Where one is not, again with those the new plan holds,
+  // until the set is stable or for a few rounds; the smallest consistent
+  // plan.
   FunctionMemoryPlan best = std::move(plan);
   DenseSet<Operation *> bestHeld;
   SideBufferOptions held = options;
-  held.heldAttentionOutputs = heldAttentionOutputs(best);
+  held.heldAttentionOutputs = heldAttentionOutputs(best, /*onlyHeld=*/false);
   for (int round = 0; round < 8 && !held.heldAttentionOutputs.empty();
        ++round) {
     FunctionMemoryPlan next = planArena(function, held);
