@@ -9,7 +9,9 @@
 #      at gpt-1.3b's and gpt2-350m's (the backward's three kernels apart);
 #      and against cuDNN at gqa-4096 (grouped-query heads at head dimension
 #      128) without dropout;
-#   3. with ALT_ENV="NAME=VALUE ..." set, 2 again under it, then without.
+#   3. with ALT_ENV="NAME=VALUE ..." or ALT_BIN (a folder with another
+#      build's mtrt-attention-bench and mtrt-cuda-tests, a candidate change)
+#      set, ALT_BIN's tests, then 2 again under both, then without.
 #
 # Usage: bench/run-hopper-check.sh DIR OUT
 #   DIR  a folder of bench/make-step-dir.sh, from a build with
@@ -34,31 +36,42 @@ echo "tests: exit status $? at $(elapsed) s" >>"$report"
 grep -E "^\[  FAILED|^\[  PASSED|^\[==========\]" /tmp/tests.log >>"$report"
 grep -B3 -A12 "^\[  FAILED" /tmp/tests.log | head -60 >>"$report"
 
-# 2. (and 3.)
+# 2. (and 3.) BIN VAR=VALUE...: the timings of BIN's mtrt-attention-bench
+# with the variables set.
 timings() {
+  local bin=$1
+  shift
   for shape in gpt-1.3b gpt2-350m; do
     echo "$shape, dropout 0.1: $(env "$@" MTRT_CUDA_HOPPER_TIMING=1 \
-      timeout 40 "$dir/bin/mtrt-attention-bench" 50 $shape hopper-qkv 0.1 \
+      timeout 40 "$bin/mtrt-attention-bench" 50 $shape hopper-qkv 0.1 \
       2>&1 | grep "hopper backward, mean" | head -1)" >>"$report"
   done
-  env "$@" timeout 60 "$dir/bin/mtrt-attention-bench" 10 \
+  env "$@" timeout 60 "$bin/mtrt-attention-bench" 10 \
     gpt-1.3b,gpt2-350m,gpt2-124m hopper-qkv 0.1,0 2>&1 |
     grep -E "^(shape|gpt)|mismatch|outside|rror" >>"$report"
   # (grouped-query heads: q, k and v apart)
-  env "$@" timeout 60 "$dir/bin/mtrt-attention-bench" 10 llama-1.5b hopper \
+  env "$@" timeout 60 "$bin/mtrt-attention-bench" 10 llama-1.5b hopper \
     0.1,0 2>&1 | grep -E "^llama|mismatch|outside|rror" >>"$report"
   # (grouped-query heads at head dimension 128, the Llama 3 shapes, without
   # dropout: the own kernels against cuDNN, which the runtime takes there)
-  env "$@" timeout 60 "$dir/bin/mtrt-attention-bench" 10 gqa-4096 \
+  env "$@" timeout 60 "$bin/mtrt-attention-bench" 10 gqa-4096 \
     hopper,cudnn 0 2>&1 | grep -E "^gqa|mismatch|outside|rror" >>"$report"
 }
-timings
-if [ -n "${ALT_ENV:-}" ]; then
-  echo "with $ALT_ENV:" >>"$report"
+timings "$dir/bin"
+if [ -n "${ALT_ENV:-}${ALT_BIN:-}" ]; then
+  if [ -n "${ALT_BIN:-}" ]; then
+    timeout 150 "$ALT_BIN/mtrt-cuda-tests" \
+      --gtest_filter='HopperAttention*:FlashAttention*:CudnnAttention*:CudaOpsTest.*' \
+      >/tmp/alt-tests.log 2>&1
+    echo "tests of $ALT_BIN: exit status $? at $(elapsed) s" >>"$report"
+    grep -E "^\[  FAILED|^\[  PASSED|^\[==========\]" /tmp/alt-tests.log >>"$report"
+    grep -B3 -A12 "^\[  FAILED" /tmp/alt-tests.log | head -60 >>"$report"
+  fi
+  echo "with ${ALT_ENV:-} ${ALT_BIN:+the bench of $ALT_BIN}:" >>"$report"
   # shellcheck disable=SC2086 # ALT_ENV is a list of NAME=VALUE words
-  timings $ALT_ENV
+  timings "${ALT_BIN:-$dir/bin}" ${ALT_ENV:-}
   echo "without, again:" >>"$report"
-  timings
+  timings "$dir/bin"
 fi
 echo "done at $(elapsed) s" >>"$report"
 cat "$report"

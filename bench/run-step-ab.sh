@@ -9,7 +9,10 @@
 #   DIR  the folder bench/make-step-dir.sh filled
 #   OUT  gets step-ab.txt: per run the median step (ms, from iteration 4)
 #        and the last loss, then per bundle the mean of each side
-#   ALT_ENV (environment, required) NAME=VALUE words that make B
+#   ALT_ENV (environment) NAME=VALUE words that make B
+#   ALT_BIN (environment) a folder whose megatron-train makes B (a build of
+#        a candidate change), with ALT_ENV or alone; one of the two is
+#        required
 #   BUNDLES (environment) default: every dropout-0.1 bundle of
 #        DIR/models.txt (MODEL-mbMB-d0.1)
 #   ROUNDS (environment) A/B pairs per bundle, default 2
@@ -18,15 +21,16 @@ set -u
 dir=$(cd "$1" && pwd)
 out=$2
 mkdir -p "$out"
-if [ -z "${ALT_ENV:-}" ]; then
-  echo "run-step-ab.sh: set ALT_ENV to the NAME=VALUE words of side B" >&2
+if [ -z "${ALT_ENV:-}" ] && [ -z "${ALT_BIN:-}" ]; then
+  echo "run-step-ab.sh: set ALT_ENV to the NAME=VALUE words of side B," \
+    "or ALT_BIN to the folder of its megatron-train" >&2
   exit 2
 fi
 source "$(dirname "$0")/device-env.sh"
 device_libraries "$dir"
 report=$out/step-ab.txt
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$report"
-echo "B: $ALT_ENV" >>"$report"
+echo "B: ${ALT_ENV:-} ${ALT_BIN:+megatron-train of $ALT_BIN}" >>"$report"
 bundles=${BUNDLES:-}
 if [ -z "$bundles" ]; then
   for pair in $(cat "$dir/models.txt"); do
@@ -37,12 +41,13 @@ logs=/tmp/step-ab-logs
 rm -rf "$logs"
 mkdir -p "$logs"
 
-# NAME TAG VAR=VALUE...: one run of bundle NAME with the variables set; its
-# median step and last loss go to the report under TAG.
+# NAME TAG BIN VAR=VALUE...: one run of bundle NAME by BIN's megatron-train
+# with the variables set; its median step and last loss go to the report
+# under TAG.
 run() {
-  local name=$1 tag=$2
-  shift 2
-  env "$@" timeout 150 "$dir/bin/megatron-train" "$dir/bundles/$name.mtb" \
+  local name=$1 tag=$2 bin=$3
+  shift 3
+  env "$@" timeout 150 "$bin/megatron-train" "$dir/bundles/$name.mtb" \
     --data-path "$dir/corpus.txt" --train-iters "${ITERS:-12}" --lr 1e-4 \
     --log-interval 1 --eval-iters 0 --eval-interval 0 --no-progress-bar \
     --clip-grad 1.0 --backend cuda --log-jsonl "$logs/$tag.jsonl" \
@@ -58,9 +63,9 @@ EOF
 
 for name in $bundles; do
   for round in $(seq "${ROUNDS:-2}"); do
-    run "$name" "$name.A$round"
+    run "$name" "$name.A$round" "$dir/bin"
     # shellcheck disable=SC2086 # ALT_ENV is a list of NAME=VALUE words
-    run "$name" "$name.B$round" $ALT_ENV
+    run "$name" "$name.B$round" "${ALT_BIN:-$dir/bin}" ${ALT_ENV:-}
   done
 done
 python3 - "$report" >/tmp/step-ab-means.txt <<'EOF'
