@@ -192,14 +192,22 @@ std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &,
 }
 #endif
 
+/// How a bundle of several ranks starts from Hugging Face weights: through
+/// a checkpoint, which loads into any layout.
+constexpr const char *kInitFromSeveralRanks =
+    "; import the weights as a checkpoint, which loads into any layout: "
+    "megatron-checkpoint import-hf FILE --bundle ONE_RANK.mtb -o DIR (the "
+    "model compiled without the parallel flags), then train with --load DIR";
+
 /// --in-process-ranks: every rank of the bundle's grid as a thread, each
 /// with its trainer; rank 0 logs. Throws the first rank's own error (not
 /// the aborts it caused on the others).
 void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                          const mtrt::train::TrainCommand &command) {
-  auto reject = [&](const std::string &what) {
+  auto reject = [&](const std::string &what, const std::string &fix = "") {
     throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
-                      what + " with --in-process-ranks is not supported yet");
+                      what + " with --in-process-ranks is not supported yet" +
+                          fix);
   };
   if (!bundle.hasGrid())
     throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
@@ -207,7 +215,7 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                           "' has no grid (it is compiled for one rank); "
                           "train it without --in-process-ranks");
   if (!command.initFrom.empty())
-    reject("--init-from");
+    reject("--init-from", kInitFromSeveralRanks);
   if (!command.saveWeights.empty()) {
     checkSaveWeightsPath(command.saveWeights);
     mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
@@ -312,15 +320,17 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
             " rank(s); start as many processes as the bundle has ranks, or "
             "recompile it for " +
             std::to_string(launch->worldSize) + " ranks");
-  auto reject = [&](const std::string &what) {
+  auto reject = [&](const std::string &what, const std::string &fix = "") {
     throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
                       who + "; " + what +
-                          " in a multi-process run is not supported yet");
+                          " in a multi-process run is not supported yet" + fix);
   };
   if (!command.initFrom.empty())
-    reject("--init-from");
+    reject("--init-from", kInitFromSeveralRanks);
   if (!command.saveWeights.empty())
-    reject("--save-weights");
+    reject("--save-weights",
+           "; save a checkpoint (--save DIR) and write its Hugging Face "
+           "weights with megatron-checkpoint export-hf DIR -o OUT");
   if (command.sampleTokens > 0)
     reject("--sample-tokens (pass --sample-tokens 0)");
   if (!command.plotDir.empty())
