@@ -192,6 +192,17 @@ std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &,
 }
 #endif
 
+/// The line --init-from prints once the weights are in.
+void printLoaded(const mtrt::train::WeightsLoadReport &report,
+                 const std::string &path) {
+  std::cout << "loaded " << report.parameters << " parameters from '" << path
+            << "'";
+  if (report.padded)
+    std::cout << " (" << report.padded
+              << " vocabulary tables padded with their initial rows)";
+  std::cout << "\n";
+}
+
 /// How a bundle of several ranks starts from Hugging Face weights: through
 /// a checkpoint, which loads into any layout.
 constexpr const char *kInitFromSeveralRanks =
@@ -214,11 +225,19 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                       "--in-process-ranks: bundle '" + bundle.name() +
                           "' has no grid (it is compiled for one rank); "
                           "train it without --in-process-ranks");
-  if (!command.initFrom.empty())
-    reject("--init-from", kInitFromSeveralRanks);
   if (!command.saveWeights.empty()) {
     checkSaveWeightsPath(command.saveWeights);
     mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
+  }
+  // Opened (and its format checked) before the ranks start; rank 0 checks
+  // its tensors against the bundle and writes every rank's shards.
+  std::optional<mtrt::SafetensorsFile> weights;
+  if (!command.initFrom.empty()) {
+    try {
+      weights = mtrt::SafetensorsFile::open(command.initFrom);
+    } catch (const mtrt::Error &e) {
+      rethrowFor("--init-from", e);
+    }
   }
   if (command.sampleTokens > 0)
     reject("--sample-tokens (pass --sample-tokens 0)");
@@ -231,10 +250,10 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   if (options.threads == 0)
     options.threads = std::max(1u, std::thread::hardware_concurrency() /
                                        static_cast<unsigned>(ranks));
-  // --save-weights: rank 0 writes the whole tensors from every rank's
-  // shards, read in place while the other ranks wait at a barrier.
-  std::vector<const mtrt::host::ParameterStore *> stores(
-      static_cast<size_t>(ranks));
+  // --init-from and --save-weights: rank 0 writes every rank's shards from
+  // the file's whole tensors, or the whole tensors from the shards, in place
+  // while the other ranks wait at a barrier.
+  std::vector<mtrt::host::ParameterStore *> stores(static_cast<size_t>(ranks));
   std::vector<std::exception_ptr> errors =
       mtrt::comm::runRanks(world, [&](mtrt::comm::Communicator &c) {
         mtrt::comm::RankContext rank(c, bundle.gridShape());
@@ -243,24 +262,44 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         // --backend cuda: every rank on GPU 0, each with its own stream.
         std::unique_ptr<GpuTrainer> gpu;
         std::unique_ptr<mtrt::train::Trainer> hostTrainer;
-        if (command.backend == "cuda") {
+        if (command.backend == "cuda")
           gpu = makeGpuTrainer(bundle, corpus, command, &rank);
+        else
+          hostTrainer = std::make_unique<mtrt::train::Trainer>(
+              bundle, corpus, dataName(command), options, &rank);
+        mtrt::train::Trainer &trainer = gpu ? gpu->host() : *hostTrainer;
+        stores[static_cast<size_t>(c.rank())] = &trainer.parameters();
+        if (weights) {
+          c.barrier({"stores ready for --init-from", -1});
+          if (c.rank() == 0) {
+            mtrt::train::WeightsLoadReport report;
+            try {
+              report = mtrt::train::loadWeights(*weights, bundle, stores);
+            } catch (const mtrt::Error &e) {
+              rethrowFor("--init-from", e);
+            }
+            printLoaded(report, command.initFrom);
+          }
+          c.barrier({"--init-from read", -1});
+          if (gpu)
+            gpu->uploadParametersFromHost();
+        }
+        if (gpu) {
           gpu->train(out);
           gpu->copyParametersToHost();
         } else {
-          hostTrainer = std::make_unique<mtrt::train::Trainer>(
-              bundle, corpus, dataName(command), options, &rank);
           hostTrainer->train(out);
         }
         if (command.saveWeights.empty())
           return;
-        mtrt::train::Trainer &trainer = gpu ? gpu->host() : *hostTrainer;
-        stores[static_cast<size_t>(c.rank())] = &trainer.parameters();
         c.barrier({"stores ready for --save-weights", -1});
         if (c.rank() == 0) {
           try {
-            mtrt::train::saveWeights(command.saveWeights, bundle, stores,
-                                     command.saveWeightsExperts);
+            mtrt::train::saveWeights(
+                command.saveWeights, bundle,
+                std::vector<const mtrt::host::ParameterStore *>(stores.begin(),
+                                                                stores.end()),
+                command.saveWeightsExperts);
           } catch (const mtrt::Error &e) {
             rethrowFor("--save-weights", e);
           }
@@ -427,12 +466,7 @@ int run(int argc, char **argv) {
     } catch (const mtrt::Error &e) {
       rethrowFor("--init-from", e);
     }
-    std::cout << "loaded " << report.parameters << " parameters from '"
-              << command.initFrom << "'";
-    if (report.padded)
-      std::cout << " (" << report.padded
-                << " vocabulary tables padded with their initial rows)";
-    std::cout << "\n";
+    printLoaded(report, command.initFrom);
     if (gpu)
       gpu->uploadParametersFromHost();
   }

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 namespace mtrt::train {
@@ -42,8 +43,11 @@ std::string describe(const SafetensorsTensor &t) {
   return shapeString(t.shape) + " " + safetensorsDTypeName(t.dtype);
 }
 
+/// Throws unless `store` was made for `bundle` and, where `whole` (one
+/// store read or written as the file's whole tensors), the bundle splits no
+/// parameter over ranks.
 void checkStore(const char *what, const Bundle &bundle,
-                const host::ParameterStore &store) {
+                const host::ParameterStore &store, bool whole = true) {
   const auto &parameters = bundle.parameters();
   if (store.size() != parameters.size() ||
       (store.size() && &store.info(0) != &parameters[0]))
@@ -52,7 +56,7 @@ void checkStore(const char *what, const Bundle &bundle,
             bundle.name() + "'");
   // The store holds one rank's shards; files hold whole tensors.
   for (const Parameter &p : parameters)
-    if (!p.splitAxes.empty())
+    if (whole && !p.splitAxes.empty())
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
                   std::string(what) + ": bundle '" + bundle.name() +
                       "' splits parameters over ranks (" + p.name +
@@ -220,9 +224,27 @@ bool isKnownBuffer(std::string_view name) {
          matchesLayer(name, "model.layers.", ".self_attn.rotary_emb.inv_freq");
 }
 
-WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
-                              host::ParameterStore &store) {
-  checkStore("loadWeights", bundle, store);
+namespace {
+
+/// Expert tensors stored apart or fused: each copy of rows of a file tensor
+/// into a parameter, checked as the whole tensors are.
+struct ExpertCopy {
+  const SafetensorsTensor *tensor;
+  int64_t expert;   // -1: the tensor holds every expert
+  int64_t rowBegin; // first row of each expert's matrix in the tensor
+};
+
+/// Where each parameter's whole tensor comes from in a file, every check
+/// made (planWeights).
+struct WeightsPlan {
+  std::vector<const SafetensorsTensor *> source;
+  std::vector<std::vector<ExpertCopy>> expertCopies;
+  WeightsLoadReport report;
+};
+
+/// loadWeights' checks: reads nothing but the file's header and, for a tied
+/// head, the two tables it compares; throws naming the problem.
+WeightsPlan planWeights(const SafetensorsFile &file, const Bundle &bundle) {
   const std::vector<Parameter> &parameters = bundle.parameters();
   const std::string fileName = "'" + file.name() + "'";
   const std::string bundleName = "bundle '" + bundle.name() + "'";
@@ -277,15 +299,11 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
     return s.empty() ? std::string("none") : s + "', ...";
   };
 
-  std::vector<const SafetensorsTensor *> source(parameters.size(), nullptr);
-  // Expert tensors stored apart or fused: each copy of rows of a file
-  // tensor into a parameter, checked as the whole tensors are.
-  struct ExpertCopy {
-    const SafetensorsTensor *tensor;
-    int64_t expert;   // -1: the tensor holds every expert
-    int64_t rowBegin; // first row of each expert's matrix in the tensor
-  };
-  std::vector<std::vector<ExpertCopy>> expertCopies(parameters.size());
+  WeightsPlan plan;
+  std::vector<const SafetensorsTensor *> &source = plan.source;
+  source.assign(parameters.size(), nullptr);
+  std::vector<std::vector<ExpertCopy>> &expertCopies = plan.expertCopies;
+  expertCopies.resize(parameters.size());
   std::vector<std::vector<const SafetensorsTensor *>> expertSlots(
       parameters.size());
   auto takeExpertPiece = [&](const SafetensorsTensor &t) {
@@ -360,7 +378,7 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
     return true;
   };
   const SafetensorsTensor *tiedHead = nullptr;
-  WeightsLoadReport report;
+  WeightsLoadReport &report = plan.report;
   for (const SafetensorsTensor &t : file.tensors()) {
     Resolved r = resolve(t.name);
     if (r.kind == Resolved::None && takeExpertPiece(t))
@@ -498,17 +516,28 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
       }
   }
 
-  // Everything checked: now overwrite. Shorter vocabulary tables fill a
-  // prefix of the row-major buffer, which is exactly their rows.
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    host::Tensor &value = store.value(i);
-    const int64_t count = value.numElements();
-    if (!expertCopies[i].empty()) {
+  report.parameters = parameters.size();
+  return plan;
+}
+
+/// Overwrites `whole`, parameter i's whole tensor (row-major, the bundle's
+/// global shape), with the file's as `plan` found it. Shorter vocabulary
+/// tables fill a prefix of the buffer, which is exactly their rows: the
+/// padding rows keep what `whole` held.
+template <typename T>
+void writeParameter(const WeightsPlan &plan, const SafetensorsFile &file,
+                    const Bundle &bundle, size_t i, T *whole) {
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  const std::vector<const SafetensorsTensor *> &source = plan.source;
+  const int64_t count = parameters[i].type.numElements;
+  {
+    const std::vector<ExpertCopy> &copies = plan.expertCopies[i];
+    if (!copies.empty()) {
       // [E, rows, columns]: each copy fills one expert's matrix or every
       // expert's, from rows [rowBegin, rowBegin + rows) of the file's.
       const std::vector<int64_t> &shape = parameters[i].type.shape;
       const int64_t matrix = shape.size() == 3 ? shape[1] * shape[2] : count;
-      for (const ExpertCopy &c : expertCopies[i]) {
+      for (const ExpertCopy &c : copies) {
         std::vector<double> data(c.tensor->numElements);
         file.convert(*c.tensor, data.data());
         const int64_t experts = c.expert < 0 && shape.size() == 3 ? shape[0] : 1;
@@ -518,31 +547,74 @@ WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
           const int64_t to = (c.expert < 0 ? e : c.expert) * matrix;
           const int64_t from =
               e * fileMatrix + c.rowBegin * (shape.size() == 3 ? shape[2] : 0);
-          for (int64_t k = 0; k < matrix; ++k) {
-            if (store.floatType() == DType::F64)
-              value.data<double>()[to + k] = data[from + k];
-            else
-              value.data<float>()[to + k] = static_cast<float>(data[from + k]);
-          }
+          for (int64_t k = 0; k < matrix; ++k)
+            whole[to + k] = static_cast<T>(data[from + k]);
         }
       }
-      continue;
-    }
-    std::vector<int64_t> from;
-    if (isFusedQkv(parameters[i].name))
-      from = qkvColumnsFromHuggingFace(bundle, parameters[i]);
-    if (store.floatType() == DType::F64) {
-      file.convert(*source[i], value.data<double>());
-      if (!from.empty())
-        permuteColumns(value.data<double>(), count, from, /*gather=*/true);
-    } else {
-      file.convert(*source[i], value.data<float>());
-      if (!from.empty())
-        permuteColumns(value.data<float>(), count, from, /*gather=*/true);
+      return;
     }
   }
-  report.parameters = parameters.size();
-  return report;
+  file.convert(*source[i], whole);
+  if (isFusedQkv(parameters[i].name))
+    permuteColumns(whole, count,
+                   qkvColumnsFromHuggingFace(bundle, parameters[i]),
+                   /*gather=*/true);
+}
+
+} // namespace
+
+WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
+                              host::ParameterStore &store) {
+  checkStore("loadWeights", bundle, store);
+  WeightsPlan plan = planWeights(file, bundle);
+  // Everything checked: now overwrite.
+  for (size_t i = 0; i < bundle.parameters().size(); ++i) {
+    host::Tensor &value = store.value(i);
+    if (store.floatType() == DType::F64)
+      writeParameter(plan, file, bundle, i, value.data<double>());
+    else
+      writeParameter(plan, file, bundle, i, value.data<float>());
+  }
+  return plan.report;
+}
+
+WeightsLoadReport
+loadWeights(const SafetensorsFile &file, const Bundle &bundle,
+            const std::vector<host::ParameterStore *> &ranks) {
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  for (const host::ParameterStore *store : ranks)
+    checkStore("loadWeights", bundle, *store, /*whole=*/false);
+  WeightsPlan plan = planWeights(file, bundle);
+  // Each parameter's whole tensor: the stores' shards put together (the
+  // padding rows of a vocabulary table keep them), the file's written over
+  // them, and each store's shard taken back out.
+  std::vector<double> whole;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Parameter &p = parameters[i];
+    whole.assign(static_cast<size_t>(p.type.numElements), 0.0);
+    auto eachElement = [&](host::ParameterStore &store, auto &&visit) {
+      std::vector<int64_t> offsets = store.shardOffsets(i);
+      host::Tensor &value = store.value(i);
+      for (int64_t e = 0; e < p.localType.numElements; ++e) {
+        double &at =
+            whole[static_cast<size_t>(shardElementIndex(p, offsets, e))];
+        if (store.floatType() == DType::F64)
+          visit(at, value.data<double>()[e]);
+        else
+          visit(at, value.data<float>()[e]);
+      }
+    };
+    for (host::ParameterStore *store : ranks)
+      if (store->holds(i)) // a pipeline rank holds only its stages'
+        eachElement(*store, [](double &w, auto v) { w = v; });
+    writeParameter(plan, file, bundle, i, whole.data());
+    for (host::ParameterStore *store : ranks)
+      if (store->holds(i))
+        eachElement(*store, [](double w, auto &v) {
+          v = static_cast<std::remove_reference_t<decltype(v)>>(w);
+        });
+  }
+  return plan.report;
 }
 
 std::optional<ExpertNames> parseExpertNames(std::string_view text) {

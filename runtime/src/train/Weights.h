@@ -90,6 +90,13 @@ bool isKnownBuffer(std::string_view name);
 WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
                               host::ParameterStore &store);
 
+/// The same for a bundle of several ranks: `ranks` holds the stores (made
+/// for `bundle`) of some or all of its ranks, and each gets its shard of
+/// every parameter it holds, cut from the file's whole tensor. The same
+/// checks, all made before anything is written.
+WeightsLoadReport loadWeights(const SafetensorsFile &file, const Bundle &bundle,
+                              const std::vector<host::ParameterStore *> &ranks);
+
 /// How --save-weights names a mixture-of-experts model's routed experts
 /// (Llama names only): the bundle's per-layer tensors
 /// (`model.layers.L.mlp.experts.gate_proj.weight`, `[E, out, in]`), or one
