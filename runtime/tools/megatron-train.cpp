@@ -203,22 +203,14 @@ void printLoaded(const mtrt::train::WeightsLoadReport &report,
   std::cout << "\n";
 }
 
-/// How a bundle of several ranks starts from Hugging Face weights: through
-/// a checkpoint, which loads into any layout.
-constexpr const char *kInitFromSeveralRanks =
-    "; import the weights as a checkpoint, which loads into any layout: "
-    "megatron-checkpoint import-hf FILE --bundle ONE_RANK.mtb -o DIR (the "
-    "model compiled without the parallel flags), then train with --load DIR";
-
 /// --in-process-ranks: every rank of the bundle's grid as a thread, each
 /// with its trainer; rank 0 logs. Throws the first rank's own error (not
 /// the aborts it caused on the others).
 void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                          const mtrt::train::TrainCommand &command) {
-  auto reject = [&](const std::string &what, const std::string &fix = "") {
+  auto reject = [&](const std::string &what) {
     throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
-                      what + " with --in-process-ranks is not supported yet" +
-                          fix);
+                      what + " with --in-process-ranks is not supported yet");
   };
   if (!bundle.hasGrid())
     throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
@@ -364,8 +356,6 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
                       who + "; " + what +
                           " in a multi-process run is not supported yet" + fix);
   };
-  if (!command.initFrom.empty())
-    reject("--init-from", kInitFromSeveralRanks);
   if (!command.saveWeights.empty())
     reject("--save-weights",
            "; save a checkpoint (--save DIR) and write its Hugging Face "
@@ -374,6 +364,15 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
     reject("--sample-tokens (pass --sample-tokens 0)");
   if (!command.plotDir.empty())
     reject("--plot-dir");
+  // Each process checks the file and cuts its own shards from it.
+  std::optional<mtrt::SafetensorsFile> weights;
+  if (!command.initFrom.empty()) {
+    try {
+      weights = mtrt::SafetensorsFile::open(command.initFrom);
+    } catch (const mtrt::Error &e) {
+      rethrowFor("--init-from", e);
+    }
+  }
 #if MTRT_HAVE_NCCL
   mtrt::comm::NcclOptions options;
   options.collectiveTimeout = std::chrono::milliseconds(
@@ -384,6 +383,18 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
   mtrt::comm::RankContext rank(*world, bundle.gridShape());
   std::unique_ptr<GpuTrainer> gpu =
       makeGpuTrainer(bundle, corpus, command, &rank, launch->localRank);
+  if (weights) {
+    mtrt::train::WeightsLoadReport report;
+    try {
+      report = mtrt::train::loadWeights(*weights, bundle,
+                                        {&gpu->host().parameters()});
+    } catch (const mtrt::Error &e) {
+      rethrowFor("--init-from", e);
+    }
+    if (launch->rank == 0)
+      printLoaded(report, command.initFrom);
+    gpu->uploadParametersFromHost();
+  }
   std::ostringstream discarded;
   gpu->train(launch->rank == 0 ? std::cout : discarded);
   return true;

@@ -60,8 +60,9 @@ void checkStore(const char *what, const Bundle &bundle,
       throw Error(MTRT_STATUS_UNIMPLEMENTED,
                   std::string(what) + ": bundle '" + bundle.name() +
                       "' splits parameters over ranks (" + p.name +
-                      "); weights of split parameters cannot be exchanged "
-                      "with files yet");
+                      "), so one store holds a rank's shards, not the "
+                      "file's whole tensors: call the " +
+                      what + " that takes the ranks' stores");
 }
 
 /// What a tensor of the file stands for.

@@ -525,6 +525,76 @@ TEST_F(WeightsTest, StoreOfAnotherBundleIsRejected) {
                     "bundle than 'b.mtb'");
 }
 
+/// gptBundle() over a grid of two ranks, the vocabulary table split by
+/// rows (4 a rank: rank 1 holds rows 4 and 5 of the file and the two
+/// padding rows), the rest replicated.
+Bundle gptBundleOfTwoRanks() {
+  Json wte = parameterJson("transformer.wte.weight", {VPad, H});
+  wte["split_axes"] = {{0}, Json::array()};
+  Json parameters = {wte, parameterJson("transformer.wpe.weight", {S, H}),
+                     parameterJson("transformer.ln_f.weight", {H}, "ones"),
+                     parameterJson("transformer.ln_f.bias", {H}, "zeros")};
+  FunctionBuilder f("read_parameters");
+  f.output(f.op("get_parameter", {}, {VPad / 2, H}, {{"parameter", 0}}));
+  for (size_t i = 1; i < parameters.size(); ++i) {
+    std::vector<int64_t> shape = parameters[i]["shape"];
+    f.output(f.op("get_parameter", {}, shape, {{"parameter", i}}));
+  }
+  Json model = modelJson(V, H, S, 1, 1);
+  model["padded_vocab_size"] = VPad;
+  Json m = manifestJson(model, parameters, Json::array({f.build()}));
+  m["grid"] = {{"shape", {2}}};
+  return Bundle::parseManifest("gpt-2ranks.mtb", m.dump());
+}
+
+/// megatron-train --init-from with in-process ranks loads every rank's store
+/// at once, a multi-process rank its own alone: each store gets its shard
+/// of the file's tensors either way, and padding rows keep their values.
+TEST_F(WeightsTest, EachRankGetsItsShardOfTheFilesTensors) {
+  Bundle bundle = gptBundleOfTwoRanks();
+  SafetensorsFile file = fileWith(gptTensors(V));
+  std::vector<double> rows = asDouble(ramp(V * H, 1));
+  for (bool together : {true, false}) {
+    host::ParameterStore rank0(bundle, DType::F32, {0}),
+        rank1(bundle, DType::F32, {1});
+    rank0.initialize(pool, 7);
+    rank1.initialize(pool, 7);
+    std::vector<double> padding = valuesOf(rank1, 0);
+    WeightsLoadReport report;
+    if (together) {
+      report = loadWeights(file, bundle, {&rank0, &rank1});
+    } else {
+      report = loadWeights(file, bundle, {&rank1});
+      loadWeights(file, bundle, {&rank0});
+    }
+    EXPECT_EQ(report.parameters, 4u);
+    EXPECT_EQ(report.padded, 1u);
+    std::vector<double> shard0 = valuesOf(rank0, 0),
+                        shard1 = valuesOf(rank1, 0);
+    ASSERT_EQ(shard0.size(), static_cast<size_t>(VPad / 2 * H));
+    for (int64_t k = 0; k < VPad / 2 * H; ++k) {
+      EXPECT_EQ(shard0[k], rows[k]) << together << " " << k;
+      int64_t global = VPad / 2 * H + k;
+      EXPECT_EQ(shard1[k], global < V * H ? rows[global] : padding[k])
+          << together << " " << k;
+    }
+    EXPECT_NE(padding.back(), 0.0); // the padding rows were initialized
+    for (const host::ParameterStore *store : {&rank0, &rank1}) {
+      EXPECT_EQ(valuesOf(*store, 1), asDouble(ramp(S * H, -3)));
+      EXPECT_EQ(valuesOf(*store, 3), asDouble(ramp(H, -0.5)));
+    }
+  }
+  // A store of one rank alone is not the whole tensor: the one-store
+  // loadWeights refuses the bundle.
+  host::ParameterStore alone(bundle, DType::F32, {0});
+  EXPECT_MTRT_ERROR(loadWeights(file, bundle, alone), MTRT_STATUS_UNIMPLEMENTED,
+                    "loadWeights: bundle 'gpt-2ranks.mtb' splits "
+                    "parameters over ranks (transformer.wte.weight), so one "
+                    "store holds a rank's shards, not the file's whole "
+                    "tensors: call the loadWeights that takes the ranks' "
+                    "stores");
+}
+
 TEST(WeightsFlagsTest, MegatronTrainTakesWeightFiles) {
   TrainCommand c = parseTrainCommand(
       {"b.mtb", "--data-path", "c.txt", "--train-iters", "1", "--lr", "1e-3",
