@@ -203,6 +203,14 @@ void printLoaded(const mtrt::train::WeightsLoadReport &report,
   std::cout << "\n";
 }
 
+/// --plot-dir's charts of the run's iterations (rank 0's, which holds the
+/// same losses as every rank).
+void drawPlots(const std::vector<mtrt::train::IterationRecord> &history,
+               const std::string &dir) {
+  for (const std::string &file : mtrt::train::writeTrainingPlots(history, dir))
+    std::cout << "drew '" << file << "'\n";
+}
+
 /// --in-process-ranks: every rank of the bundle's grid as a thread, each
 /// with its trainer; rank 0 logs. Throws the first rank's own error (not
 /// the aborts it caused on the others).
@@ -233,8 +241,6 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   }
   if (command.sampleTokens > 0)
     reject("--sample-tokens (pass --sample-tokens 0)");
-  if (!command.plotDir.empty())
-    reject("--plot-dir");
   int ranks = static_cast<int>(bundle.rankCount());
   mtrt::comm::InProcessWorld world(ranks);
   // The ranks share the machine's cores.
@@ -282,6 +288,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         } else {
           hostTrainer->train(out);
         }
+        if (c.rank() == 0 && !command.plotDir.empty())
+          drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
         if (command.saveWeights.empty())
           return;
         c.barrier({"stores ready for --save-weights", -1});
@@ -362,8 +370,6 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
            "weights with megatron-checkpoint export-hf DIR -o OUT");
   if (command.sampleTokens > 0)
     reject("--sample-tokens (pass --sample-tokens 0)");
-  if (!command.plotDir.empty())
-    reject("--plot-dir");
   // Each process checks the file and cuts its own shards from it.
   std::optional<mtrt::SafetensorsFile> weights;
   if (!command.initFrom.empty()) {
@@ -397,6 +403,8 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
   }
   std::ostringstream discarded;
   gpu->train(launch->rank == 0 ? std::cout : discarded);
+  if (launch->rank == 0 && !command.plotDir.empty())
+    drawPlots(gpu->history(), command.plotDir);
   return true;
 #else
   (void)corpus;
@@ -496,11 +504,8 @@ int run(int argc, char **argv) {
     }
     std::cout << "saved the weights to '" << command.saveWeights << "'\n";
   }
-  if (!command.plotDir.empty()) {
-    for (const std::string &file :
-         writeTrainingPlots(trainer.history(), command.plotDir))
-      std::cout << "drew '" << file << "'\n";
-  }
+  if (!command.plotDir.empty())
+    drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
   if (command.sampleTokens > 0) {
     if (!command.samplePrompt && trainer.corpus().empty())
       throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
