@@ -211,15 +211,37 @@ void drawPlots(const std::vector<mtrt::train::IterationRecord> &history,
     std::cout << "drew '" << file << "'\n";
 }
 
+/// --sample-tokens: the sample after training, from `trainer`'s parameters.
+void printSample(mtrt::train::Trainer &trainer,
+                 const mtrt::train::TrainCommand &command) {
+  if (!command.samplePrompt && trainer.corpus().empty())
+    throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
+                      "--sample-tokens: give the text to continue with "
+                      "--sample-prompt (the default, the corpus' first "
+                      "bytes, needs a text --data-path)");
+  std::string prompt = command.samplePrompt ? *command.samplePrompt
+                                            : trainer.corpus().substr(0, 32);
+  mtrt::train::SamplingOptions sampling = command.sampling;
+  sampling.seed = command.options.seed;
+  std::string text = trainer.sample(prompt, command.sampleTokens, sampling);
+  std::ostringstream how;
+  if (sampling.topK == 1)
+    how << "greedy sample";
+  else
+    how << "sample (temperature " << sampling.temperature << ", top-k "
+        << sampling.topK << ")";
+  std::cout << " " << how.str() << " (" << command.sampleTokens
+            << " tokens) after " << command.options.trainIters
+            << " iterations, prompt \"" << mtrt::train::escapeForDisplay(prompt)
+            << "\":\n"
+            << mtrt::train::escapeForDisplay(text) << "\n";
+}
+
 /// --in-process-ranks: every rank of the bundle's grid as a thread, each
 /// with its trainer; rank 0 logs. Throws the first rank's own error (not
 /// the aborts it caused on the others).
 void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
                          const mtrt::train::TrainCommand &command) {
-  auto reject = [&](const std::string &what) {
-    throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
-                      what + " with --in-process-ranks is not supported yet");
-  };
   if (!bundle.hasGrid())
     throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
                       "--in-process-ranks: bundle '" + bundle.name() +
@@ -240,7 +262,9 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
     }
   }
   if (command.sampleTokens > 0)
-    reject("--sample-tokens (pass --sample-tokens 0)");
+    if (std::string refusal = mtrt::train::samplingRefusal(bundle);
+        !refusal.empty())
+      throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED, refusal);
   int ranks = static_cast<int>(bundle.rankCount());
   mtrt::comm::InProcessWorld world(ranks);
   // The ranks share the machine's cores.
@@ -290,6 +314,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         }
         if (c.rank() == 0 && !command.plotDir.empty())
           drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
+        if (c.rank() == 0 && command.sampleTokens > 0)
+          printSample(trainer, command);
         if (command.saveWeights.empty())
           return;
         c.barrier({"stores ready for --save-weights", -1});
@@ -369,7 +395,9 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
            "; save a checkpoint (--save DIR) and write its Hugging Face "
            "weights with megatron-checkpoint export-hf DIR -o OUT");
   if (command.sampleTokens > 0)
-    reject("--sample-tokens (pass --sample-tokens 0)");
+    if (std::string refusal = mtrt::train::samplingRefusal(bundle);
+        !refusal.empty())
+      throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED, who + "; " + refusal);
   // Each process checks the file and cuts its own shards from it.
   std::optional<mtrt::SafetensorsFile> weights;
   if (!command.initFrom.empty()) {
@@ -405,6 +433,10 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
   gpu->train(launch->rank == 0 ? std::cout : discarded);
   if (launch->rank == 0 && !command.plotDir.empty())
     drawPlots(gpu->history(), command.plotDir);
+  if (launch->rank == 0 && command.sampleTokens > 0) {
+    gpu->copyParametersToHost();
+    printSample(gpu->host(), command);
+  }
   return true;
 #else
   (void)corpus;
@@ -506,29 +538,8 @@ int run(int argc, char **argv) {
   }
   if (!command.plotDir.empty())
     drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
-  if (command.sampleTokens > 0) {
-    if (!command.samplePrompt && trainer.corpus().empty())
-      throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
-                        "--sample-tokens: give the text to continue with "
-                        "--sample-prompt (the default, the corpus' first "
-                        "bytes, needs a text --data-path)");
-    std::string prompt = command.samplePrompt ? *command.samplePrompt
-                                              : trainer.corpus().substr(0, 32);
-    mtrt::train::SamplingOptions sampling = command.sampling;
-    sampling.seed = command.options.seed;
-    std::string text = trainer.sample(prompt, command.sampleTokens, sampling);
-    std::ostringstream how;
-    if (sampling.topK == 1)
-      how << "greedy sample";
-    else
-      how << "sample (temperature " << sampling.temperature << ", top-k "
-          << sampling.topK << ")";
-    std::cout << " " << how.str() << " (" << command.sampleTokens
-              << " tokens) after " << command.options.trainIters
-              << " iterations, prompt \""
-              << escapeForDisplay(prompt) << "\":\n"
-              << escapeForDisplay(text) << "\n";
-  }
+  if (command.sampleTokens > 0)
+    printSample(trainer, command);
   return 0;
 }
 

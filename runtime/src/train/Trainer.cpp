@@ -621,12 +621,39 @@ double Trainer::evaluate() {
   return sum / static_cast<double>(batches);
 }
 
+std::string samplingRefusal(const Bundle &bundle) {
+  if (!bundle.hasGrid())
+    return "";
+  std::string start = "sampling from bundle '" + bundle.name() + "' ";
+  std::string end = " is not supported yet (rank 0 samples alone, from "
+                    "whole parameters); pass --sample-tokens 0";
+  for (const Parameter &p : bundle.parameters())
+    if (!p.splitAxes.empty() || !p.heldOnPipelineRank(0))
+      return start + "of several ranks, whose " +
+             (p.splitAxes.empty() ? "pipeline stages hold" : "ranks split") +
+             " parameter '" + p.name + "'," + end;
+  if (const Function *predict = bundle.findFunction("predict_step"))
+    for (const Instruction &inst : predict->instructions)
+      if ((inst.op == Op::AllReduce || inst.op == Op::AllGather ||
+           inst.op == Op::ReduceScatter || inst.op == Op::AllSlice ||
+           inst.op == Op::Shift || inst.op == Op::AllToAll) &&
+          gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes) > 1)
+        return start + "of several ranks, whose predict_step calls " +
+               opName(inst.op) + " over " +
+               std::to_string(
+                   gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes)) +
+               " ranks," + end;
+  return "";
+}
+
 std::string Trainer::sample(const std::string &prompt, int64_t tokens,
                             const SamplingOptions &sampling) {
-  if (rank_)
-    throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                "sampling from a bundle of several ranks is not supported "
-                "yet; pass --sample-tokens 0");
+  if (std::string refusal = samplingRefusal(bundle_); !refusal.empty())
+    throw Error(MTRT_STATUS_UNIMPLEMENTED, refusal);
+  if (rank_ && rank_->rank() != 0)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "Trainer::sample: rank " + std::to_string(rank_->rank()) +
+                    " called it; rank 0 samples alone");
   if (!predictStep_) {
     if (!bundle_.findFunction("predict_step"))
       throw Error(MTRT_STATUS_NOT_FOUND,

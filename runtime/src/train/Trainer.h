@@ -106,6 +106,12 @@ struct TrainerOptions {
   DType floatType = DType::F32;
 };
 
+/// Why Trainer::sample cannot run on rank 0 of `bundle` alone (empty when it
+/// can): a rank holds the whole model only where no parameter is split or
+/// staged and predict_step calls no group of several ranks (data
+/// parallelism alone, or one rank).
+std::string samplingRefusal(const Bundle &bundle);
+
 /// What one iteration did.
 struct IterationRecord {
   int64_t iteration = 0;
@@ -160,7 +166,8 @@ public:
   double evaluate();
 
   /// `prompt` continued by `tokens` tokens with predict_step, drawn as
-  /// `sampling` says (TokenSampler), decoded.
+  /// `sampling` says (TokenSampler), decoded. With several ranks, rank 0
+  /// alone calls it, and only where samplingRefusal() allows.
   std::string sample(const std::string &prompt, int64_t tokens,
                      const SamplingOptions &sampling = {});
 
