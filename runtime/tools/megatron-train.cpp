@@ -192,11 +192,36 @@ std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &,
 }
 #endif
 
-/// The line --init-from prints once the weights are in.
-void printLoaded(const mtrt::train::WeightsLoadReport &report,
-                 const std::string &path) {
-  std::cout << "loaded " << report.parameters << " parameters from '" << path
-            << "'";
+/// --init-from's file, opened (and its format checked) before any trainer
+/// is built, so that a bad file fails fast; its tensors are checked against
+/// the bundle when loaded. nullopt without the flag.
+std::optional<mtrt::SafetensorsFile>
+openInitFrom(const mtrt::train::TrainCommand &command) {
+  if (command.initFrom.empty())
+    return std::nullopt;
+  try {
+    return mtrt::SafetensorsFile::open(command.initFrom);
+  } catch (const mtrt::Error &e) {
+    rethrowFor("--init-from", e);
+  }
+}
+
+/// Loads --init-from's `file` into `stores` (one store, or the stores of
+/// some ranks: loadWeights' overloads) and, where `print`, says so.
+template <typename Stores>
+void loadInitFrom(const mtrt::SafetensorsFile &file, const mtrt::Bundle &bundle,
+                  Stores &&stores, const mtrt::train::TrainCommand &command,
+                  bool print) {
+  mtrt::train::WeightsLoadReport report;
+  try {
+    report = mtrt::train::loadWeights(file, bundle, stores);
+  } catch (const mtrt::Error &e) {
+    rethrowFor("--init-from", e);
+  }
+  if (!print)
+    return;
+  std::cout << "loaded " << report.parameters << " parameters from '"
+            << command.initFrom << "'";
   if (report.padded)
     std::cout << " (" << report.padded
               << " vocabulary tables padded with their initial rows)";
@@ -251,16 +276,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
     checkSaveWeightsPath(command.saveWeights);
     mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
   }
-  // Opened (and its format checked) before the ranks start; rank 0 checks
-  // its tensors against the bundle and writes every rank's shards.
-  std::optional<mtrt::SafetensorsFile> weights;
-  if (!command.initFrom.empty()) {
-    try {
-      weights = mtrt::SafetensorsFile::open(command.initFrom);
-    } catch (const mtrt::Error &e) {
-      rethrowFor("--init-from", e);
-    }
-  }
+  // Rank 0 writes every rank's shards.
+  std::optional<mtrt::SafetensorsFile> weights = openInitFrom(command);
   if (command.sampleTokens > 0)
     if (std::string refusal = mtrt::train::samplingRefusal(bundle);
         !refusal.empty())
@@ -293,15 +310,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         stores[static_cast<size_t>(c.rank())] = &trainer.parameters();
         if (weights) {
           c.barrier({"stores ready for --init-from", -1});
-          if (c.rank() == 0) {
-            mtrt::train::WeightsLoadReport report;
-            try {
-              report = mtrt::train::loadWeights(*weights, bundle, stores);
-            } catch (const mtrt::Error &e) {
-              rethrowFor("--init-from", e);
-            }
-            printLoaded(report, command.initFrom);
-          }
+          if (c.rank() == 0)
+            loadInitFrom(*weights, bundle, stores, command, /*print=*/true);
           c.barrier({"--init-from read", -1});
           if (gpu)
             gpu->uploadParametersFromHost();
@@ -399,14 +409,7 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
         !refusal.empty())
       throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED, who + "; " + refusal);
   // Each process checks the file and cuts its own shards from it.
-  std::optional<mtrt::SafetensorsFile> weights;
-  if (!command.initFrom.empty()) {
-    try {
-      weights = mtrt::SafetensorsFile::open(command.initFrom);
-    } catch (const mtrt::Error &e) {
-      rethrowFor("--init-from", e);
-    }
-  }
+  std::optional<mtrt::SafetensorsFile> weights = openInitFrom(command);
 #if MTRT_HAVE_NCCL
   mtrt::comm::NcclOptions options;
   options.collectiveTimeout = std::chrono::milliseconds(
@@ -418,15 +421,10 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
   std::unique_ptr<GpuTrainer> gpu =
       makeGpuTrainer(bundle, corpus, command, &rank, launch->localRank);
   if (weights) {
-    mtrt::train::WeightsLoadReport report;
-    try {
-      report = mtrt::train::loadWeights(*weights, bundle,
-                                        {&gpu->host().parameters()});
-    } catch (const mtrt::Error &e) {
-      rethrowFor("--init-from", e);
-    }
-    if (launch->rank == 0)
-      printLoaded(report, command.initFrom);
+    loadInitFrom(
+        *weights, bundle,
+        std::vector<mtrt::host::ParameterStore *>{&gpu->host().parameters()},
+        command, /*print=*/launch->rank == 0);
     gpu->uploadParametersFromHost();
   }
   std::ostringstream discarded;
@@ -490,16 +488,7 @@ int run(int argc, char **argv) {
     checkSaveWeightsPath(command.saveWeights);
     mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
   }
-  // Opened (and its format checked) before the trainer is built, so that a
-  // bad file fails fast; its tensors are checked against the bundle after.
-  std::optional<mtrt::SafetensorsFile> weights;
-  if (!command.initFrom.empty()) {
-    try {
-      weights = mtrt::SafetensorsFile::open(command.initFrom);
-    } catch (const mtrt::Error &e) {
-      rethrowFor("--init-from", e);
-    }
-  }
+  std::optional<mtrt::SafetensorsFile> weights = openInitFrom(command);
   // --backend cuda: the GPU trainer is built on a host trainer (checks,
   // initialization, sampling), which the rest of this function sees.
   std::unique_ptr<GpuTrainer> gpu;
@@ -511,13 +500,8 @@ int run(int argc, char **argv) {
                                             command.options);
   Trainer &trainer = gpu ? gpu->host() : *hostTrainer;
   if (weights) {
-    WeightsLoadReport report;
-    try {
-      report = loadWeights(*weights, bundle, trainer.parameters());
-    } catch (const mtrt::Error &e) {
-      rethrowFor("--init-from", e);
-    }
-    printLoaded(report, command.initFrom);
+    loadInitFrom(*weights, bundle, trainer.parameters(), command,
+                 /*print=*/true);
     if (gpu)
       gpu->uploadParametersFromHost();
   }

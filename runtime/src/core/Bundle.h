@@ -162,6 +162,14 @@ inline bool isMoeOp(Op op) {
   return op >= Op::MoeRoute && op <= Op::AllToAll;
 }
 
+/// Whether `op` works on a group of the grid's ranks: the collectives, and
+/// all_slice (each rank keeps its slice).
+inline bool isGridGroupOp(Op op) {
+  return op == Op::AllReduce || op == Op::AllGather ||
+         op == Op::ReduceScatter || op == Op::AllSlice || op == Op::Shift ||
+         op == Op::AllToAll;
+}
+
 /// Whether `op` is one of FP8 training's (fp8_*).
 inline bool isFp8Op(Op op) {
   return op >= Op::Fp8Scale && op <= Op::Fp8Update;

@@ -70,11 +70,7 @@ Executor::Executor(const Bundle &bundle, std::string_view functionName,
     for (size_t position = 0; position < function_->instructions.size();
          ++position) {
       const Instruction &inst = function_->instructions[position];
-      bool isCollective =
-          inst.op == Op::AllReduce || inst.op == Op::AllGather ||
-          inst.op == Op::ReduceScatter || inst.op == Op::AllSlice ||
-          inst.op == Op::Shift || inst.op == Op::AllToAll;
-      if (isCollective &&
+      if (isGridGroupOp(inst.op) &&
           gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes) > 1)
         throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                     where(position) + ": " + opName(inst.op) + " runs over " +

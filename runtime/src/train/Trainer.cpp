@@ -634,9 +634,7 @@ std::string samplingRefusal(const Bundle &bundle) {
              " parameter '" + p.name + "'," + end;
   if (const Function *predict = bundle.findFunction("predict_step"))
     for (const Instruction &inst : predict->instructions)
-      if ((inst.op == Op::AllReduce || inst.op == Op::AllGather ||
-           inst.op == Op::ReduceScatter || inst.op == Op::AllSlice ||
-           inst.op == Op::Shift || inst.op == Op::AllToAll) &&
+      if (isGridGroupOp(inst.op) &&
           gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes) > 1)
         return start + "of several ranks, whose predict_step calls " +
                opName(inst.op) + " over " +
