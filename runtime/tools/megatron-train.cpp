@@ -236,9 +236,11 @@ void drawPlots(const std::vector<mtrt::train::IterationRecord> &history,
     std::cout << "drew '" << file << "'\n";
 }
 
-/// --sample-tokens: the sample after training, from `trainer`'s parameters.
+/// --sample-tokens: the sample after training, from `trainer`'s parameters,
+/// printed to `out`. With several ranks, every rank calls it (a collective:
+/// Trainer::sample).
 void printSample(mtrt::train::Trainer &trainer,
-                 const mtrt::train::TrainCommand &command) {
+                 const mtrt::train::TrainCommand &command, std::ostream &out) {
   if (!command.samplePrompt && trainer.corpus().empty())
     throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
                       "--sample-tokens: give the text to continue with "
@@ -255,11 +257,10 @@ void printSample(mtrt::train::Trainer &trainer,
   else
     how << "sample (temperature " << sampling.temperature << ", top-k "
         << sampling.topK << ")";
-  std::cout << " " << how.str() << " (" << command.sampleTokens
-            << " tokens) after " << command.options.trainIters
-            << " iterations, prompt \"" << mtrt::train::escapeForDisplay(prompt)
-            << "\":\n"
-            << mtrt::train::escapeForDisplay(text) << "\n";
+  out << " " << how.str() << " (" << command.sampleTokens << " tokens) after "
+      << command.options.trainIters << " iterations, prompt \""
+      << mtrt::train::escapeForDisplay(prompt) << "\":\n"
+      << mtrt::train::escapeForDisplay(text) << "\n";
 }
 
 /// --in-process-ranks: every rank of the bundle's grid as a thread, each
@@ -324,8 +325,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         }
         if (c.rank() == 0 && !command.plotDir.empty())
           drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
-        if (c.rank() == 0 && command.sampleTokens > 0)
-          printSample(trainer, command);
+        if (command.sampleTokens > 0)
+          printSample(trainer, command, out);
         if (command.saveWeights.empty())
           return;
         c.barrier({"stores ready for --save-weights", -1});
@@ -431,9 +432,10 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
   gpu->train(launch->rank == 0 ? std::cout : discarded);
   if (launch->rank == 0 && !command.plotDir.empty())
     drawPlots(gpu->history(), command.plotDir);
-  if (launch->rank == 0 && command.sampleTokens > 0) {
+  if (command.sampleTokens > 0) {
     gpu->copyParametersToHost();
-    printSample(gpu->host(), command);
+    printSample(gpu->host(), command,
+                launch->rank == 0 ? std::cout : discarded);
   }
   return true;
 #else
@@ -523,7 +525,7 @@ int run(int argc, char **argv) {
   if (!command.plotDir.empty())
     drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
   if (command.sampleTokens > 0)
-    printSample(trainer, command);
+    printSample(trainer, command, std::cout);
   return 0;
 }
 

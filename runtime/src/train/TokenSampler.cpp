@@ -1,6 +1,7 @@
 // Next-token sampling over predict_step's logits.
 #include "train/TokenSampler.h"
 
+#include "comm/RankContext.h"
 #include "core/Bundle.h"
 #include "host/Executor.h"
 
@@ -51,9 +52,10 @@ int64_t drawToken(const std::vector<double> &probabilities, double u) {
 }
 
 TokenSampler::TokenSampler(host::Executor &predictStep, int64_t vocabLimit,
-                           const SamplingOptions &options)
+                           const SamplingOptions &options,
+                           const SamplingRanks &ranks)
     : executor_(predictStep), vocabLimit_(vocabLimit), options_(options),
-      random_(options.seed) {
+      ranks_(ranks), random_(options.seed) {
   const Function &fn = predictStep.function();
   if (fn.inputs.size() != 1 || fn.outputs.size() != 1 ||
       fn.values[fn.inputs[0]].rank() != 2 ||
@@ -82,34 +84,66 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
   const Function &fn = executor_.function();
   int64_t inputValue = fn.inputs[0];
   const std::vector<int64_t> &shape = fn.values[inputValue].shape;
-  int64_t batch = shape[0], seq = shape[1];
+  int64_t batch = shape[0], localSeq = shape[1];
+  int64_t contextSize = ranks_.contextSize, contextRank = ranks_.contextRank;
+  int64_t seq = localSeq * contextSize;
+  int64_t chunk = contextSize > 1 ? localSeq / 2 : localSeq;
   int64_t vocab = fn.values[fn.outputs[0]].shape[2];
   int64_t limit = std::min(vocab, vocabLimit_);
   DType idType = executor_.storageType(inputValue);
-  std::vector<int32_t> window32(static_cast<size_t>(batch * seq));
+  std::vector<int32_t> whole(static_cast<size_t>(seq));
+  std::vector<int32_t> window32(static_cast<size_t>(batch * localSeq));
   std::vector<int64_t> window64(idType == DType::I64 ? window32.size() : 0);
   std::vector<double> logits(static_cast<size_t>(limit));
 
   for (int64_t generated = 0; generated < count && seq > 0; ++generated) {
     int64_t length = std::min<int64_t>(static_cast<int64_t>(text.size()), seq);
-    std::fill(window32.begin(), window32.end(), 0);
-    for (int64_t b = 0; b < batch; ++b)
-      std::copy(text.end() - length, text.end(), window32.begin() + b * seq);
+    std::fill(whole.begin(), whole.end(), 0);
+    std::copy(text.end() - length, text.end(), whole.begin());
+    // The rank's part of the window, in every row of the batch.
+    for (int64_t b = 0; b < batch; ++b) {
+      int32_t *row = window32.data() + b * localSeq;
+      if (contextSize == 1) {
+        std::copy(whole.begin(), whole.end(), row);
+        continue;
+      }
+      std::copy_n(whole.begin() + contextRank * chunk, chunk, row);
+      std::copy_n(whole.begin() + (2 * contextSize - 1 - contextRank) * chunk,
+                  chunk, row + chunk);
+    }
     host::TensorView input{idType, shape, window32.data()};
     if (idType == DType::I64) {
       std::copy(window32.begin(), window32.end(), window64.begin());
       input.data = window64.data();
     }
     std::vector<host::Tensor> outputs = executor_.run({input}, {});
-    const host::Tensor &out = outputs[0];
-    int64_t row = (length - 1) * vocab;
-    for (int64_t v = 0; v < limit; ++v)
-      logits[v] = out.dtype == DType::F64 ? out.data<double>()[row + v]
-                                          : out.data<float>()[row + v];
-    std::vector<double> p =
-        nextTokenProbabilities(logits, options_.temperature, options_.topK);
+    // Where the last real position is among this rank's positions, if it
+    // is at all.
+    int64_t position = length - 1, local = position;
+    if (contextSize > 1) {
+      int64_t c = position / chunk;
+      int64_t holder = c < contextSize ? c : 2 * contextSize - 1 - c;
+      local = holder != contextRank ? -1
+              : c == contextRank    ? position % chunk
+                                    : chunk + position % chunk;
+    }
+    // Every rank draws u, so that the generators stay in step.
     double u = static_cast<double>(random_() >> 11) * 0x1.0p-53;
-    text.push_back(static_cast<int32_t>(drawToken(p, u)));
+    double token = -1;
+    if (local >= 0) {
+      const host::Tensor &out = outputs[0];
+      int64_t row = local * vocab;
+      for (int64_t v = 0; v < limit; ++v)
+        logits[v] = out.dtype == DType::F64 ? out.data<double>()[row + v]
+                                            : out.data<float>()[row + v];
+      std::vector<double> p =
+          nextTokenProbabilities(logits, options_.temperature, options_.topK);
+      token = static_cast<double>(drawToken(p, u));
+    }
+    if (ranks_.rank)
+      ranks_.rank->world().allReduce(&token, &token, 1, comm::ReduceOp::Max,
+                                     {"sampling: the next token", generated});
+    text.push_back(static_cast<int32_t>(token));
   }
   return text;
 }

@@ -8,6 +8,10 @@
 #include <random>
 #include <vector>
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
 namespace mtrt::host {
 class Executor;
 } // namespace mtrt::host
@@ -23,6 +27,21 @@ struct SamplingOptions {
   int64_t topK = 1;
   /// The draws' generator is seeded with it (--seed).
   uint64_t seed = 1234;
+};
+
+/// The ranks that sample together, each running its predict_step executor
+/// on its part of the same window: every rank of `rank`'s world calls
+/// generate() with the same prompt and options. With context parallelism
+/// over `contextSize` ranks (this one `contextRank` along the context axis),
+/// the window of S = local * contextSize positions is cut into
+/// 2 * contextSize chunks and the rank holds chunks contextRank and
+/// 2 * contextSize - 1 - contextRank (Trainer::readSamples' load-balanced
+/// order); the ranks holding the last real position draw the token, and an
+/// all-reduce over the world gives it to every rank.
+struct SamplingRanks {
+  comm::RankContext *rank = nullptr;
+  int64_t contextSize = 1;
+  int64_t contextRank = 0;
 };
 
 /// The next token's probabilities from `logits` (ids [0, logits.size())):
@@ -44,14 +63,15 @@ int64_t drawToken(const std::vector<double> &probabilities, double u);
 /// `vocabLimit` (padded vocabulary entries are never chosen), by
 /// nextTokenProbabilities and drawToken with u from a 64-bit Mersenne
 /// Twister seeded with options.seed (53 bits per draw). Causal models do
-/// not see the padding.
+/// not see the padding. With `ranks`, a collective over their world (see
+/// SamplingRanks): every rank returns the same text.
 class TokenSampler {
 public:
   /// Throws Error (INVALID_ARGUMENT) if the executor does not run a
   /// function of predict_step's signature, or for a temperature <= 0 or a
   /// negative top-k.
   TokenSampler(host::Executor &predictStep, int64_t vocabLimit,
-               const SamplingOptions &options);
+               const SamplingOptions &options, const SamplingRanks &ranks = {});
 
   /// `prompt` followed by `count` generated tokens. Throws Error
   /// (INVALID_ARGUMENT) for an empty prompt.
@@ -61,6 +81,7 @@ private:
   host::Executor &executor_;
   int64_t vocabLimit_;
   SamplingOptions options_;
+  SamplingRanks ranks_;
   std::mt19937_64 random_;
 };
 

@@ -622,48 +622,44 @@ double Trainer::evaluate() {
 }
 
 std::string samplingRefusal(const Bundle &bundle) {
-  if (!bundle.hasGrid())
+  if (!bundle.pipeline())
     return "";
-  std::string start = "sampling from bundle '" + bundle.name() + "' ";
-  std::string end = " is not supported yet (rank 0 samples alone, from "
-                    "whole parameters); pass --sample-tokens 0";
-  for (const Parameter &p : bundle.parameters())
-    if (!p.splitAxes.empty() || !p.heldOnPipelineRank(0))
-      return start + "of several ranks, whose " +
-             (p.splitAxes.empty() ? "pipeline stages hold" : "ranks split") +
-             " parameter '" + p.name + "'," + end;
-  if (const Function *predict = bundle.findFunction("predict_step"))
-    for (const Instruction &inst : predict->instructions)
-      if (isGridGroupOp(inst.op) &&
-          gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes) > 1)
-        return start + "of several ranks, whose predict_step calls " +
-               opName(inst.op) + " over " +
-               std::to_string(
-                   gridGroupSize(bundle.gridShape(), inst.attrs.gridAxes)) +
-               " ranks," + end;
-  return "";
+  return "sampling from bundle '" + bundle.name() + "' of " +
+         std::to_string(bundle.pipeline()->stages.size()) +
+         " pipeline stages is not supported yet (its stages have no "
+         "predict_step); pass --sample-tokens 0";
 }
 
 std::string Trainer::sample(const std::string &prompt, int64_t tokens,
                             const SamplingOptions &sampling) {
   if (std::string refusal = samplingRefusal(bundle_); !refusal.empty())
     throw Error(MTRT_STATUS_UNIMPLEMENTED, refusal);
-  if (rank_ && rank_->rank() != 0)
-    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                "Trainer::sample: rank " + std::to_string(rank_->rank()) +
-                    " called it; rank 0 samples alone");
   if (!predictStep_) {
-    if (!bundle_.findFunction("predict_step"))
+    const Function *predict = bundle_.findFunction("predict_step");
+    if (!predict)
       throw Error(MTRT_STATUS_NOT_FOUND,
                   "--sample-tokens needs the bundle's predict_step, and '" +
                       bundle_.name() +
                       "' has none; recompile it with megatron-compile, or "
                       "pass --sample-tokens 0");
-    predictStep_ = std::make_unique<host::Executor>(bundle_, "predict_step",
-                                                    *parameters_, *pool_);
+    // Every rank holds whole logits: a split vocabulary would be sampled
+    // from one rank's part.
+    const TensorType &logits = predict->values[predict->outputs.at(0)];
+    if (logits.rank() == 3 && logits.shape[2] < vocabSize_)
+      throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                  "sampling from bundle '" + bundle_.name() +
+                      "': its predict_step returns " +
+                      std::to_string(logits.shape[2]) +
+                      " logits a position, fewer than the vocabulary's " +
+                      std::to_string(vocabSize_) +
+                      " (split over ranks); recompile it, or pass "
+                      "--sample-tokens 0");
+    predictStep_ = std::make_unique<host::Executor>(
+        bundle_, "predict_step", *parameters_, *pool_, rank_);
   }
   TokenSampler sampler(*predictStep_,
-                       std::min(vocabSize_, tokenizer_->vocabSize()), sampling);
+                       std::min(vocabSize_, tokenizer_->vocabSize()), sampling,
+                       {rank_, contextSize_, contextRank_});
   return tokenizer_->decode(
       sampler.generate(tokenizer_->encode(prompt), tokens));
 }

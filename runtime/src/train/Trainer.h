@@ -106,10 +106,8 @@ struct TrainerOptions {
   DType floatType = DType::F32;
 };
 
-/// Why Trainer::sample cannot run on rank 0 of `bundle` alone (empty when it
-/// can): a rank holds the whole model only where no parameter is split or
-/// staged and predict_step calls no group of several ranks (data
-/// parallelism alone, or one rank).
+/// Why Trainer::sample cannot run on `bundle`'s ranks (empty when it can):
+/// a pipeline's stages have no predict_step.
 std::string samplingRefusal(const Bundle &bundle);
 
 /// What one iteration did.
@@ -166,8 +164,10 @@ public:
   double evaluate();
 
   /// `prompt` continued by `tokens` tokens with predict_step, drawn as
-  /// `sampling` says (TokenSampler), decoded. With several ranks, rank 0
-  /// alone calls it, and only where samplingRefusal() allows.
+  /// `sampling` says (TokenSampler), decoded. With several ranks it is a
+  /// collective: every rank calls it and runs its predict_step on its part
+  /// (SamplingRanks), and every rank returns the same text. Throws
+  /// UNIMPLEMENTED where samplingRefusal() says why.
   std::string sample(const std::string &prompt, int64_t tokens,
                      const SamplingOptions &sampling = {});
 
