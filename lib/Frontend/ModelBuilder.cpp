@@ -670,6 +670,10 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
                                 RankedTensorType(), true, emitter())),
       h, outputWeight, Value(), /*transpose_weight=*/true);
   if (predict) {
+    // A pipeline's last stage names its logits: mt-annotate-shardings keeps
+    // them whole along the sequence, unlike the stages' activations.
+    if (stage)
+      function.setResultAttr(0, "mt.name", builder.getStringAttr("logits"));
     func::ReturnOp::create(builder, loc, logits);
     return;
   }
@@ -696,12 +700,11 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   builder.setInsertionPointToEnd(module.getBody());
   declareParameters();
   if (stages.size() > 1) {
-    // Pipeline stages: sampling needs the whole model on one rank, so there
-    // is no predict_step.
-    for (StringRef step : {"train_step", "eval_step"})
+    for (auto [step, kind] : {std::pair{"train_step", StepKind::Train},
+                              {"eval_step", StepKind::Eval},
+                              {"predict_step", StepKind::Predict}})
       for (int64_t k = 0, e = stages.size(); k < e; ++k)
-        buildStep(step, step == "train_step" ? StepKind::Train : StepKind::Eval,
-                  k);
+        buildStep(step, kind, k);
     return owned;
   }
   buildStep("train_step", StepKind::Train);

@@ -91,7 +91,8 @@ llvm::json::Object PipelinePlan::toJSON() const {
         {"num_layers", stage.numLayers},
         {"forward", stageFunction(stage.index, "_forward")},
         {"backward", stageFunction(stage.index, "_backward")},
-        {"eval", ("eval_step_stage" + llvm::Twine(stage.index)).str()}};
+        {"eval", ("eval_step_stage" + llvm::Twine(stage.index)).str()},
+        {"predict", ("predict_step_stage" + llvm::Twine(stage.index)).str()}};
     if (static_cast<size_t>(stage.index) < auxLoss.size() &&
         auxLoss[stage.index])
       entry["aux_loss"] = true;

@@ -350,7 +350,8 @@ void AnnotateShardingsPass::runOnOperation() {
     // stream as each rank holds it, [b, s/t, h] (Megatron-LM's send of the
     // sequence-parallel shard): the input activation and the output's
     // gradient, the output activation and the input's gradient, a stage's
-    // only rank-3 arguments and results that are not parameters.
+    // only rank-3 arguments and results that are not parameters (but for
+    // the last stage's logits, named kLogitsResultName).
     const bool stage = function->hasAttr("mt.pipeline_stage");
     auto splitActivation = [&](RankedTensorType type,
                                SmallVector<SmallVector<int16_t>> &axes) {
@@ -474,7 +475,10 @@ void AnnotateShardingsPass::runOnOperation() {
           splitOverData(axes, 0);
         if (failed(splitSequence(ret.getLoc(), type, axes)))
           return signalPassFailure();
-        splitActivation(type, axes);
+        auto name = function.getResultAttrOfType<StringAttr>(
+            operand.getOperandNumber(), "mt.name");
+        if (!name || name.getValue() != kLogitsResultName)
+          splitActivation(type, axes);
       }
       operand.set(annotate(builder, operand.get(), axes, /*forUsers=*/false));
     }

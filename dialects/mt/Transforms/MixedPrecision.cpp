@@ -215,21 +215,23 @@ struct BoundaryLink {
 ///   - forward k's output to forward k+1's activation (its first argument);
 ///   - backward k+1's input gradient to backward k's seed (the argument
 ///     after the stash);
-///   - eval k's output to eval k+1's activation.
+///   - eval k's output to eval k+1's activation, and predict k's to
+///     predict k+1's.
 /// `sameType` gets the pairs that hold one type without a link: forward k's
 /// output and backward k's seed (its gradient), which the runtime checks.
 SmallVector<BoundaryLink>
 pipelineLinks(ModuleOp module,
               SmallVectorImpl<std::pair<Value, Value>> &sameType) {
-  std::map<int64_t, func::FuncOp> forwards, backwards, evals;
+  std::map<int64_t, func::FuncOp> forwards, backwards, evals, predicts;
   for (auto function : module.getOps<func::FuncOp>()) {
     auto stage = function->getAttrOfType<IntegerAttr>("mt.pipeline_stage");
     if (!stage || function.isExternal())
       continue;
     StringRef name = function.getSymName();
-    auto &byStage = name.ends_with("_forward")    ? forwards
-                    : name.ends_with("_backward") ? backwards
-                                                  : evals;
+    auto &byStage = name.ends_with("_forward")         ? forwards
+                    : name.ends_with("_backward")      ? backwards
+                    : name.starts_with("predict_step") ? predicts
+                                                       : evals;
     byStage[stage.getInt()] = function;
   }
   auto returnOf = [](func::FuncOp function) {
@@ -263,9 +265,10 @@ pipelineLinks(ModuleOp module,
                             backward->second.getArgument(stash)});
     }
   }
-  for (auto [k, eval] : evals)
-    if (func::FuncOp following = next(evals, k))
-      link(eval, 0, following, 0);
+  for (const auto *forwardOnly : {&evals, &predicts})
+    for (auto [k, function] : *forwardOnly)
+      if (func::FuncOp following = next(*forwardOnly, k))
+        link(function, 0, following, 0);
   return links;
 }
 

@@ -44,6 +44,12 @@ inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 /// The model builder names the result so.
 inline constexpr llvm::StringLiteral kAuxLossResultName = "aux_loss";
 
+/// The `mt.name` of the last pipeline stage's predict_step_stage<k> result:
+/// the logits [b, s, v], which keep the whole sequence under sequence
+/// parallelism (a stage's other rank-3 results are the residual stream,
+/// exchanged as its sequence shard). The model builder names the result so.
+inline constexpr llvm::StringLiteral kLogitsResultName = "logits";
+
 /// The discardable i64 attribute mt-annotate-shardings puts on mt.attention
 /// and mt.attention_grad under context parallelism: the grid axis whose
 /// sequence split holds the load-balanced chunks (docs/Parallelism.md,

@@ -27,11 +27,12 @@ namespace megatron {
 /// Shapes are global; values are f32 (precision is chosen when lowering).
 ///
 /// With two or more pipeline `stages` (contiguous layer ranges in model
-/// order), the steps are built per stage instead: train_step_stage<k> and
-/// eval_step_stage<k>, marked `mt.pipeline_stage = k`; the first takes the
-/// tokens and embeds them, the last takes the previous stage's activation
-/// and the labels and returns the loss, the others map an activation
-/// (B x S x hidden, f32) to the next. There is no predict_step.
+/// order), the steps are built per stage instead: train_step_stage<k>,
+/// eval_step_stage<k> and predict_step_stage<k>, marked
+/// `mt.pipeline_stage = k`; the first takes the tokens and embeds them, the
+/// last takes the previous stage's activation (and, but for predict, the
+/// labels) and returns the loss (the logits), the others map an activation
+/// (B x S x hidden, f32) to the next.
 ///
 /// The module carries `mt.model` (modelAttr): what it trains, which the
 /// bundle writer records.

@@ -423,6 +423,9 @@ struct PipelineStep {
 struct PipelineStageInfo {
   int64_t stage = 0, rank = 0, firstLayer = 0, numLayers = 0;
   size_t forward = 0, backward = 0, eval = 0;
+  /// predict_step_stage<k> (version 11): tokens or the previous stage's
+  /// activation to the next activation, or the logits on the last stage.
+  std::optional<size_t> predict;
   /// The forward's output 1 is the stage's MoE auxiliary losses, a scalar
   /// added to the micro-batch's loss (its gradient is the backward's fill
   /// marked loss_seed); the stash follows it.
@@ -628,7 +631,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 10;
+  static constexpr uint32_t kFormatVersion = 11;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

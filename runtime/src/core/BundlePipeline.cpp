@@ -200,7 +200,7 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     expectObject(entry, at);
     expectKnownKeys(entry, at,
                     {"stage", "rank", "first_layer", "num_layers", "forward",
-                     "backward", "eval", "aux_loss"},
+                     "backward", "eval", "predict", "aux_loss"},
                     "a pipeline stage");
     PipelineStageInfo stage;
     stage.stage = readInt(field(entry, at, "stage"), member(at, "stage"),
@@ -216,6 +216,8 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     stage.backward = functionIndex(field(entry, at, "backward"),
                                    member(at, "backward"));
     stage.eval = functionIndex(field(entry, at, "eval"), member(at, "eval"));
+    if (const Json *predict = optionalField(entry, "predict"))
+      stage.predict = functionIndex(*predict, member(at, "predict"));
     if (const Json *aux = optionalField(entry, "aux_loss"))
       stage.auxLoss = readBool(*aux, member(at, "aux_loss"));
     // The forward's results after its output (and its auxiliary losses)
@@ -334,10 +336,13 @@ void ManifestReader::checkStageParameters(const Bundle &bundle) {
   for (size_t k = 0; k < pipeline.stages.size(); ++k) {
     const PipelineStageInfo &stage = pipeline.stages[k];
     std::string at = index("pipeline.stages", k);
-    for (auto [key, function] :
-         {std::pair<const char *, size_t>{"forward", stage.forward},
-          {"backward", stage.backward},
-          {"eval", stage.eval}}) {
+    std::vector<std::pair<const char *, size_t>> functions = {
+        {"forward", stage.forward},
+        {"backward", stage.backward},
+        {"eval", stage.eval}};
+    if (stage.predict)
+      functions.push_back({"predict", *stage.predict});
+    for (auto [key, function] : functions) {
       const Function &f = bundle.functions_[function];
       for (size_t i = 0; i < f.instructions.size(); ++i) {
         const Instruction &inst = f.instructions[i];

@@ -15,9 +15,10 @@ HostStages::HostStages(const Bundle &bundle, host::ParameterStore &parameters,
       arena_(std::make_unique<host::SharedArena>()) {}
 
 std::unique_ptr<host::Executor>
-HostStages::executor(const std::string &function) {
+HostStages::executor(const std::string &function, bool sharedArena) {
   return std::make_unique<host::Executor>(*bundle_, function, *parameters_,
-                                          *pool_, rank_, arena_.get());
+                                          *pool_, rank_,
+                                          sharedArena ? arena_.get() : nullptr);
 }
 
 std::vector<host::Tensor> HostStages::run(

@@ -11,12 +11,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,6 +103,15 @@ public:
   /// rank.
   double evaluate(const MicroBatchSource &source, int64_t microBatches);
 
+  /// Runs the window `tokens` (the first stage's input, host memory) through
+  /// the predict functions of every stage (PipelineStageInfo::predict, made
+  /// at the first call in arenas of their own, Stages::executor(name,
+  /// /*sharedArena=*/false)), in stage order: returns the last stage's
+  /// logits on the ranks of the last stage, nullopt on the others. A
+  /// collective over the pipeline ranks. Throws Error (NOT_FOUND) for a
+  /// bundle written before format version 11, whose stages have none.
+  std::optional<Tensor> predict(const host::TensorView &tokens);
+
   /// fp16 loss scaling: the last stage's loss gradient from the next train()
   /// on, instead of 1.
   void setLossScale(double scale) { lossScale_ = scale; }
@@ -158,6 +168,8 @@ protected:
   struct Stage {
     const PipelineStageInfo *info = nullptr;
     std::unique_ptr<typename Stages::Executor> forward, backward, eval;
+    /// Made by the first predict().
+    std::unique_ptr<typename Stages::Executor> predict;
   };
   /// The parameters held on one set of pipeline ranks (tied across stages),
   /// and the communicator of this rank's group of them (null when this
@@ -497,6 +509,48 @@ double ScheduleRunner<Stages>::evaluate(const MicroBatchSource &source,
   double loss = lossOverRanks("pipeline eval loss");
   (void)stages_.takeComputeSeconds(); // not the training's
   return loss;
+}
+
+template <typename Stages>
+std::optional<typename ScheduleRunner<Stages>::Tensor>
+ScheduleRunner<Stages>::predict(const host::TensorView &tokens) {
+  std::optional<Tensor> logits;
+  Tensor activation;
+  for (int64_t k = 0; k <= lastStage_; ++k) {
+    auto found = stageExecutors_.find(k);
+    if (found == stageExecutors_.end())
+      continue;
+    Stage &stage = found->second;
+    if (!stage.predict) {
+      if (!stage.info->predict)
+        throw Error(MTRT_STATUS_NOT_FOUND,
+                    "bundle '" + bundle_.name() + "': pipeline stage " +
+                        std::to_string(k) +
+                        " has no predict function (the bundle was written "
+                        "before format version 11); recompile it with "
+                        "megatron-compile");
+      stage.predict =
+          stages_.executor(bundle_.functions()[*stage.info->predict].name,
+                           /*sharedArena=*/false);
+    }
+    const Function &function = stage.predict->function();
+    if (k > 0)
+      activation = stages_.receive(
+          peerWorldRank((k - 1) % pipeline_.size),
+          function.values[function.inputs[0]],
+          comm::CallInfo{label("predict activation", k - 1, 0), 0});
+    std::vector<Tensor> outputs = stages_.run(
+        *stage.predict, {k == 0 ? tokens : stages_.view(activation)}, {},
+        /*slot=*/0, /*readsStash=*/false);
+    if (k == lastStage_)
+      logits = std::move(outputs[0]);
+    else
+      stages_.send(peerWorldRank((k + 1) % pipeline_.size),
+                   std::move(outputs[0]),
+                   comm::CallInfo{label("predict activation", k, 0), 0});
+  }
+  (void)stages_.takeComputeSeconds(); // not the training's
+  return logits;
 }
 
 template <typename Stages>

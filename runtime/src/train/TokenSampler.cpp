@@ -51,11 +51,7 @@ int64_t drawToken(const std::vector<double> &probabilities, double u) {
   return last;
 }
 
-TokenSampler::TokenSampler(host::Executor &predictStep, int64_t vocabLimit,
-                           const SamplingOptions &options,
-                           const SamplingRanks &ranks)
-    : executor_(predictStep), vocabLimit_(vocabLimit), options_(options),
-      ranks_(ranks), random_(options.seed) {
+Predictor predictorOf(host::Executor &predictStep) {
   const Function &fn = predictStep.function();
   if (fn.inputs.size() != 1 || fn.outputs.size() != 1 ||
       fn.values[fn.inputs[0]].rank() != 2 ||
@@ -64,6 +60,22 @@ TokenSampler::TokenSampler(host::Executor &predictStep, int64_t vocabLimit,
                 "sampling needs a function tokens [B, S] -> logits "
                 "[B, S, V]; '" +
                     fn.name + "' is not one");
+  Predictor predictor;
+  predictor.tokenShape = fn.values[fn.inputs[0]].shape;
+  predictor.tokenType = predictStep.storageType(fn.inputs[0]);
+  predictor.vocab = fn.values[fn.outputs[0]].shape[2];
+  predictor.run = [&predictStep](const host::TensorView &tokens) {
+    return std::optional<host::Tensor>(
+        std::move(predictStep.run({tokens}, {})[0]));
+  };
+  return predictor;
+}
+
+TokenSampler::TokenSampler(Predictor predictor, int64_t vocabLimit,
+                           const SamplingOptions &options,
+                           const SamplingRanks &ranks)
+    : predictor_(std::move(predictor)), vocabLimit_(vocabLimit),
+      options_(options), ranks_(ranks), random_(options.seed) {
   if (!(options.temperature > 0) || !std::isfinite(options.temperature))
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 "--temperature: found " + std::to_string(options.temperature) +
@@ -81,16 +93,14 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
     throw Error(MTRT_STATUS_INVALID_ARGUMENT,
                 "--sample-prompt is empty; sampling needs at least one "
                 "token to continue");
-  const Function &fn = executor_.function();
-  int64_t inputValue = fn.inputs[0];
-  const std::vector<int64_t> &shape = fn.values[inputValue].shape;
+  const std::vector<int64_t> &shape = predictor_.tokenShape;
   int64_t batch = shape[0], localSeq = shape[1];
   int64_t contextSize = ranks_.contextSize, contextRank = ranks_.contextRank;
   int64_t seq = localSeq * contextSize;
   int64_t chunk = contextSize > 1 ? localSeq / 2 : localSeq;
-  int64_t vocab = fn.values[fn.outputs[0]].shape[2];
+  int64_t vocab = predictor_.vocab;
   int64_t limit = std::min(vocab, vocabLimit_);
-  DType idType = executor_.storageType(inputValue);
+  DType idType = predictor_.tokenType;
   std::vector<int32_t> whole(static_cast<size_t>(seq));
   std::vector<int32_t> window32(static_cast<size_t>(batch * localSeq));
   std::vector<int64_t> window64(idType == DType::I64 ? window32.size() : 0);
@@ -116,7 +126,7 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
       std::copy(window32.begin(), window32.end(), window64.begin());
       input.data = window64.data();
     }
-    std::vector<host::Tensor> outputs = executor_.run({input}, {});
+    std::optional<host::Tensor> out = predictor_.run(input);
     // Where the last real position is among this rank's positions, if it
     // is at all.
     int64_t position = length - 1, local = position;
@@ -130,12 +140,11 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
     // Every rank draws u, so that the generators stay in step.
     double u = static_cast<double>(random_() >> 11) * 0x1.0p-53;
     double token = -1;
-    if (local >= 0) {
-      const host::Tensor &out = outputs[0];
+    if (local >= 0 && out) {
       int64_t row = local * vocab;
       for (int64_t v = 0; v < limit; ++v)
-        logits[v] = out.dtype == DType::F64 ? out.data<double>()[row + v]
-                                            : out.data<float>()[row + v];
+        logits[v] = out->dtype == DType::F64 ? out->data<double>()[row + v]
+                                             : out->data<float>()[row + v];
       std::vector<double> p =
           nextTokenProbabilities(logits, options_.temperature, options_.topK);
       token = static_cast<double>(drawToken(p, u));

@@ -4,7 +4,11 @@
 #ifndef MTRT_SRC_TRAIN_TOKENSAMPLER_H
 #define MTRT_SRC_TRAIN_TOKENSAMPLER_H
 
+#include "host/HostTensor.h"
+
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -28,6 +32,24 @@ struct SamplingOptions {
   /// The draws' generator is seeded with it (--seed).
   uint64_t seed = 1234;
 };
+
+/// What TokenSampler runs for each token: predict_step (predictorOf), or a
+/// pipeline's predict stages (Trainer::sample).
+struct Predictor {
+  /// The tokens [B, S] a rank runs (its part of the window), their storage
+  /// type (I32 or I64), and the logits' last dimension V.
+  std::vector<int64_t> tokenShape;
+  DType tokenType = DType::I32;
+  int64_t vocab = 0;
+  /// The logits [B, S, V] of `tokens`, or nullopt on a rank that holds none
+  /// (a pipeline's earlier stages).
+  std::function<std::optional<host::Tensor>(const host::TensorView &tokens)>
+      run;
+};
+
+/// predict_step's executor as a Predictor. Throws Error (INVALID_ARGUMENT)
+/// if its function is not tokens [B, S] -> logits [B, S, V].
+Predictor predictorOf(host::Executor &predictStep);
 
 /// The ranks that sample together, each running its predict_step executor
 /// on its part of the same window: every rank of `rank`'s world calls
@@ -55,11 +77,11 @@ std::vector<double> nextTokenProbabilities(const std::vector<double> &logits,
 /// [0, 1); the last id of non-zero probability if rounding leaves none.
 int64_t drawToken(const std::vector<double> &probabilities, double u);
 
-/// Continues a token sequence with predict_step (tokens [B, S] -> logits
-/// [B, S, V]). Each new token: the last S tokens of the text so far (or the
-/// whole text, padded after its end with token 0, while it is shorter) go in
-/// row 0 of the batch (every row holds the same window), and a token is
-/// drawn from the logits at the last real position, over ids below
+/// Continues a token sequence with a Predictor (predict_step: tokens
+/// [B, S] -> logits [B, S, V]). Each new token: the last S tokens of the text
+/// so far (or the whole text, padded after its end with token 0, while it is
+/// shorter) go in row 0 of the batch (every row holds the same window), and a
+/// token is drawn from the logits at the last real position, over ids below
 /// `vocabLimit` (padded vocabulary entries are never chosen), by
 /// nextTokenProbabilities and drawToken with u from a 64-bit Mersenne
 /// Twister seeded with options.seed (53 bits per draw). Causal models do
@@ -67,10 +89,9 @@ int64_t drawToken(const std::vector<double> &probabilities, double u);
 /// SamplingRanks): every rank returns the same text.
 class TokenSampler {
 public:
-  /// Throws Error (INVALID_ARGUMENT) if the executor does not run a
-  /// function of predict_step's signature, or for a temperature <= 0 or a
-  /// negative top-k.
-  TokenSampler(host::Executor &predictStep, int64_t vocabLimit,
+  /// Throws Error (INVALID_ARGUMENT) for a temperature <= 0 or a negative
+  /// top-k.
+  TokenSampler(Predictor predictor, int64_t vocabLimit,
                const SamplingOptions &options, const SamplingRanks &ranks = {});
 
   /// `prompt` followed by `count` generated tokens. Throws Error
@@ -78,7 +99,7 @@ public:
   std::vector<int32_t> generate(std::vector<int32_t> prompt, int64_t count);
 
 private:
-  host::Executor &executor_;
+  Predictor predictor_;
   int64_t vocabLimit_;
   SamplingOptions options_;
   SamplingRanks ranks_;

@@ -624,40 +624,56 @@ double Trainer::evaluate() {
 std::string samplingRefusal(const Bundle &bundle) {
   if (!bundle.pipeline())
     return "";
-  return "sampling from bundle '" + bundle.name() + "' of " +
-         std::to_string(bundle.pipeline()->stages.size()) +
-         " pipeline stages is not supported yet (its stages have no "
-         "predict_step); pass --sample-tokens 0";
+  for (const PipelineStageInfo &stage : bundle.pipeline()->stages)
+    if (!stage.predict)
+      return "sampling from bundle '" + bundle.name() +
+             "': its pipeline stage " + std::to_string(stage.stage) +
+             " has no predict function (the bundle was written before "
+             "format version 11); recompile it with megatron-compile, or "
+             "pass --sample-tokens 0";
+  return "";
 }
 
 std::string Trainer::sample(const std::string &prompt, int64_t tokens,
                             const SamplingOptions &sampling) {
   if (std::string refusal = samplingRefusal(bundle_); !refusal.empty())
     throw Error(MTRT_STATUS_UNIMPLEMENTED, refusal);
-  if (!predictStep_) {
-    const Function *predict = bundle_.findFunction("predict_step");
-    if (!predict)
-      throw Error(MTRT_STATUS_NOT_FOUND,
-                  "--sample-tokens needs the bundle's predict_step, and '" +
-                      bundle_.name() +
-                      "' has none; recompile it with megatron-compile, or "
-                      "pass --sample-tokens 0");
-    // Every rank holds whole logits: a split vocabulary would be sampled
-    // from one rank's part.
-    const TensorType &logits = predict->values[predict->outputs.at(0)];
-    if (logits.rank() == 3 && logits.shape[2] < vocabSize_)
-      throw Error(MTRT_STATUS_UNIMPLEMENTED,
-                  "sampling from bundle '" + bundle_.name() +
-                      "': its predict_step returns " +
-                      std::to_string(logits.shape[2]) +
-                      " logits a position, fewer than the vocabulary's " +
-                      std::to_string(vocabSize_) +
-                      " (split over ranks); recompile it, or pass "
-                      "--sample-tokens 0");
-    predictStep_ = std::make_unique<host::Executor>(
-        bundle_, "predict_step", *parameters_, *pool_, rank_);
+  Predictor predictor;
+  if (pipeline_) {
+    // The first stage takes the tokens, the last returns the logits.
+    const std::vector<PipelineStageInfo> &stages = bundle_.pipeline()->stages;
+    const Function &first = bundle_.functions()[*stages.front().predict];
+    const Function &last = bundle_.functions()[*stages.back().predict];
+    predictor.tokenShape = first.values[first.inputs[0]].shape;
+    predictor.tokenType = idType_;
+    predictor.vocab = last.values[last.outputs[0]].shape.back();
+    predictor.run = [this](const host::TensorView &tokens) {
+      return pipeline_->predict(tokens);
+    };
+  } else {
+    if (!predictStep_) {
+      if (!bundle_.findFunction("predict_step"))
+        throw Error(MTRT_STATUS_NOT_FOUND,
+                    "--sample-tokens needs the bundle's predict_step, and '" +
+                        bundle_.name() +
+                        "' has none; recompile it with megatron-compile, or "
+                        "pass --sample-tokens 0");
+      predictStep_ = std::make_unique<host::Executor>(
+          bundle_, "predict_step", *parameters_, *pool_, rank_);
+    }
+    predictor = predictorOf(*predictStep_);
   }
-  TokenSampler sampler(*predictStep_,
+  // Every rank holds whole logits: a split vocabulary would be sampled from
+  // one rank's part.
+  if (predictor.vocab < vocabSize_)
+    throw Error(MTRT_STATUS_UNIMPLEMENTED,
+                "sampling from bundle '" + bundle_.name() +
+                    "': its logits have " + std::to_string(predictor.vocab) +
+                    " entries a position, fewer than the vocabulary's " +
+                    std::to_string(vocabSize_) +
+                    " (split over ranks); recompile it, or pass "
+                    "--sample-tokens 0");
+  TokenSampler sampler(std::move(predictor),
                        std::min(vocabSize_, tokenizer_->vocabSize()), sampling,
                        {rank_, contextSize_, contextRank_});
   return tokenizer_->decode(

@@ -107,7 +107,8 @@ struct TrainerOptions {
 };
 
 /// Why Trainer::sample cannot run on `bundle`'s ranks (empty when it can):
-/// a pipeline's stages have no predict_step.
+/// a pipeline bundle written before format version 11 has no predict
+/// functions in its stages.
 std::string samplingRefusal(const Bundle &bundle);
 
 /// What one iteration did.

@@ -7,7 +7,7 @@
 // reader's op table has the schema's ops and attribute types.
 //
 // The manifests under data/manifests are megatron-compile's (format version
-// 10), the JSON between a bundle's header and payload:
+// 11), the JSON between a bundle's header and payload:
 //   llama-fused-bf16-tp-sp-dp.json: models/tiny-llama.yaml --num-layers 1
 //     --bf16 --fuse-kernels --tensor-model-parallel-size 2
 //     --sequence-parallel --data-parallel-size 2 --use-distributed-optimizer
@@ -26,8 +26,8 @@
 //     section and its metas)
 //   moe-pp-ep.json: models/tiny-moe.yaml --pipeline-model-parallel-size 2
 //     --data-parallel-size 2 --expert-model-parallel-size 2 --seq-length 32
-//     --micro-batch-size 1 --global-batch-size 4 (a stage's aux_loss, the
-//     MoE ops and all_to_all)
+//     --micro-batch-size 1 --global-batch-size 4 (a stage's aux_loss and
+//     predict, the MoE ops and all_to_all)
 // Together they hold every key of the schema but the attributes that these
 // models' ops lack (their types are checked against the op table instead).
 #include "BundleTestBuilder.h"

@@ -7,6 +7,7 @@
 #include "train/TrainingLog.h"
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 using namespace mtrt;
@@ -225,6 +226,27 @@ TEST(TrainerTest, RejectsWhatCannotWork) {
   expectError(
       [&] { trainer.sample("the", 3); }, MTRT_STATUS_NOT_FOUND,
       {"--sample-tokens needs the bundle's predict_step", "'np.mtb' has none"});
+}
+
+// A pipeline bundle samples through its stages' predict functions (format
+// version 11); one written before them is refused, naming the fix.
+TEST(TrainerTest, SamplingNeedsThePipelineStagesPredictFunctions) {
+  std::ifstream in(std::string(MTRT_TEST_DATA_DIR) +
+                   "/manifests/gpt-pp-tied-dp.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  Json m = Json::parse(text.str());
+  EXPECT_EQ(samplingRefusal(Bundle::parseManifest("pp.mtb", m.dump())), "");
+  for (Json &stage : m["pipeline"]["stages"])
+    stage.erase("predict");
+  m["version"] = 10;
+  std::string refusal =
+      samplingRefusal(Bundle::parseManifest("old-pp.mtb", m.dump()));
+  for (const char *part :
+       {"sampling from bundle 'old-pp.mtb': its pipeline stage 0 has no "
+        "predict function (the bundle was written before format version 11)",
+        "recompile it with megatron-compile, or pass --sample-tokens 0"})
+    EXPECT_NE(refusal.find(part), std::string::npos) << refusal;
 }
 
 TEST(TrainerTest, InitializesParametersAsTheManifestSays) {
