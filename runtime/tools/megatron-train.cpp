@@ -263,6 +263,21 @@ void printSample(mtrt::train::Trainer &trainer,
       << mtrt::train::escapeForDisplay(text) << "\n";
 }
 
+/// --save-weights with several ranks: every rank calls it with its store
+/// (a collective: rank 0 gathers the shards and writes the file).
+void saveRankWeights(const mtrt::train::TrainCommand &command,
+                     const mtrt::Bundle &bundle, mtrt::comm::RankContext &rank,
+                     const mtrt::host::ParameterStore &store) {
+  try {
+    mtrt::train::saveWeights(command.saveWeights, bundle, &rank, store,
+                             command.saveWeightsExperts);
+  } catch (const mtrt::Error &e) {
+    rethrowFor("--save-weights", e);
+  }
+  if (rank.rank() == 0)
+    std::cout << "saved the weights to '" << command.saveWeights << "'\n";
+}
+
 /// --in-process-ranks: every rank of the bundle's grid as a thread, each
 /// with its trainer; rank 0 logs. Throws the first rank's own error (not
 /// the aborts it caused on the others).
@@ -277,7 +292,6 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
     checkSaveWeightsPath(command.saveWeights);
     mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
   }
-  // Rank 0 writes every rank's shards.
   std::optional<mtrt::SafetensorsFile> weights = openInitFrom(command);
   if (command.sampleTokens > 0)
     if (std::string refusal = mtrt::train::samplingRefusal(bundle);
@@ -290,9 +304,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
   if (options.threads == 0)
     options.threads = std::max(1u, std::thread::hardware_concurrency() /
                                        static_cast<unsigned>(ranks));
-  // --init-from and --save-weights: rank 0 writes every rank's shards from
-  // the file's whole tensors, or the whole tensors from the shards, in place
-  // while the other ranks wait at a barrier.
+  // --init-from: rank 0 writes every rank's shards from the file's whole
+  // tensors, in place, while the other ranks wait at a barrier.
   std::vector<mtrt::host::ParameterStore *> stores(static_cast<size_t>(ranks));
   std::vector<std::exception_ptr> errors =
       mtrt::comm::runRanks(world, [&](mtrt::comm::Communicator &c) {
@@ -327,23 +340,8 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
           drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
         if (command.sampleTokens > 0)
           printSample(trainer, command, out);
-        if (command.saveWeights.empty())
-          return;
-        c.barrier({"stores ready for --save-weights", -1});
-        if (c.rank() == 0) {
-          try {
-            mtrt::train::saveWeights(
-                command.saveWeights, bundle,
-                std::vector<const mtrt::host::ParameterStore *>(stores.begin(),
-                                                                stores.end()),
-                command.saveWeightsExperts);
-          } catch (const mtrt::Error &e) {
-            rethrowFor("--save-weights", e);
-          }
-          std::cout << "saved the weights to '" << command.saveWeights
-                    << "'\n";
-        }
-        c.barrier({"--save-weights written", -1});
+        if (!command.saveWeights.empty())
+          saveRankWeights(command, bundle, rank, trainer.parameters());
       });
   std::exception_ptr first;
   for (const std::exception_ptr &error : errors) {
@@ -396,15 +394,12 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
             " rank(s); start as many processes as the bundle has ranks, or "
             "recompile it for " +
             std::to_string(launch->worldSize) + " ranks");
-  auto reject = [&](const std::string &what, const std::string &fix = "") {
-    throw mtrt::Error(MTRT_STATUS_UNIMPLEMENTED,
-                      who + "; " + what +
-                          " in a multi-process run is not supported yet" + fix);
-  };
-  if (!command.saveWeights.empty())
-    reject("--save-weights",
-           "; save a checkpoint (--save DIR) and write its Hugging Face "
-           "weights with megatron-checkpoint export-hf DIR -o OUT");
+  if (!command.saveWeights.empty()) {
+    // Rank 0 writes the file.
+    if (launch->rank == 0)
+      checkSaveWeightsPath(command.saveWeights);
+    mtrt::train::checkExpertNames(bundle, command.saveWeightsExperts);
+  }
   if (command.sampleTokens > 0)
     if (std::string refusal = mtrt::train::samplingRefusal(bundle);
         !refusal.empty())
@@ -432,11 +427,13 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
   gpu->train(launch->rank == 0 ? std::cout : discarded);
   if (launch->rank == 0 && !command.plotDir.empty())
     drawPlots(gpu->history(), command.plotDir);
-  if (command.sampleTokens > 0) {
+  if (command.sampleTokens > 0 || !command.saveWeights.empty())
     gpu->copyParametersToHost();
+  if (!command.saveWeights.empty())
+    saveRankWeights(command, bundle, rank, gpu->host().parameters());
+  if (command.sampleTokens > 0)
     printSample(gpu->host(), command,
                 launch->rank == 0 ? std::cout : discarded);
-  }
   return true;
 #else
   (void)corpus;

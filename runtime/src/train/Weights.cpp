@@ -2,13 +2,17 @@
 // saving them back.
 #include "train/Weights.h"
 
+#include "comm/RankContext.h"
 #include "host/ParameterStore.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <type_traits>
 #include <vector>
@@ -690,43 +694,78 @@ void checkExpertNames(const Bundle &bundle, ExpertNames experts) {
   }
 }
 
-void saveWeights(const std::string &path, const Bundle &bundle,
-                 const std::vector<const host::ParameterStore *> &ranks,
-                 ExpertNames experts) {
-  if (static_cast<int64_t>(ranks.size()) != bundle.rankCount())
-    invalid("saveWeights: " + std::to_string(ranks.size()) +
-            " parameter stores for bundle '" + bundle.name() + "' of " +
-            std::to_string(bundle.rankCount()) + " ranks");
+namespace {
+
+/// Parameter `i`'s shard of `store` as floats (the store may hold f64).
+std::vector<float> shardValues(const host::ParameterStore &store, size_t i) {
+  const host::Tensor &value = store.value(i);
+  if (store.floatType() == DType::F32)
+    return std::vector<float>(value.data<float>(),
+                              value.data<float>() + value.numElements());
+  return std::vector<float>(value.data<double>(),
+                            value.data<double>() + value.numElements());
+}
+
+/// The grid coordinates of every world rank of `bundle` (one empty entry
+/// for a bundle without a grid).
+std::vector<std::vector<int64_t>> rankCoordinates(const Bundle &bundle) {
+  if (!bundle.hasGrid())
+    return {{}};
+  std::vector<std::vector<int64_t>> all;
+  for (int64_t r = 0; r < bundle.rankCount(); ++r)
+    all.push_back(gridCoordinates(bundle.gridShape(), r));
+  return all;
+}
+
+/// Per parameter, the ranks whose shards make its whole tensor: of the
+/// ranks that hold it (a pipeline rank holds only its stages' parameters),
+/// the lowest of each shard offset (the replicas of an unsplit parameter,
+/// and the copies of a table tied across pipeline stages, are equal).
+std::vector<std::vector<int64_t>> shardOwners(const Bundle &bundle) {
+  std::vector<std::vector<int64_t>> coordinates = rankCoordinates(bundle);
   const std::vector<Parameter> &parameters = bundle.parameters();
-  for (const host::ParameterStore *store : ranks)
-    if (store->size() != parameters.size() ||
-        (store->size() && &store->info(0) != &parameters[0]))
-      invalid("saveWeights: a parameter store was made for another bundle "
-              "than '" +
-              bundle.name() + "'");
+  std::vector<std::vector<int64_t>> owners(parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    std::set<std::vector<int64_t>> seen;
+    for (size_t r = 0; r < coordinates.size(); ++r) {
+      const std::vector<int64_t> &at = coordinates[r];
+      if (!at.empty() && !parameters[i].heldOnPipelineRank(at[0]))
+        continue;
+      std::vector<int64_t> offsets =
+          at.empty() ? std::vector<int64_t>(parameters[i].type.shape.size())
+                     : shardOffsets(parameters[i], bundle.gridShape(), at);
+      if (seen.insert(offsets).second)
+        owners[i].push_back(static_cast<int64_t>(r));
+    }
+  }
+  return owners;
+}
+
+/// Writes every parameter's whole tensor, put together from the shards
+/// that `shard(rank, i)` returns for each of shardOwners' ranks, as
+/// saveWeights says.
+void writeWholeWeights(
+    const std::string &path, const Bundle &bundle, ExpertNames experts,
+    const std::function<std::vector<float>(int64_t, size_t)> &shard) {
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  std::vector<std::vector<int64_t>> coordinates = rankCoordinates(bundle);
+  std::vector<std::vector<int64_t>> owners = shardOwners(bundle);
   const int64_t vocabSize = bundle.model().vocabSize;
-  // Each parameter's whole tensor, put together from the shards of the ranks
-  // that hold it (the replicas of an unsplit one, and the copies of a table
-  // tied across pipeline stages, are equal; the last written stays).
   std::vector<std::vector<float>> whole(parameters.size());
   std::vector<SafetensorsWriteTensor> tensors;
   checkExpertNames(bundle, experts);
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Parameter &p = parameters[i];
     whole[i].resize(static_cast<size_t>(p.type.numElements));
-    for (const host::ParameterStore *store : ranks) {
-      // A pipeline rank holds only its stages' parameters.
-      if (!store->holds(i))
-        continue;
-      std::vector<int64_t> offsets = store->shardOffsets(i);
-      const host::Tensor &value = store->value(i);
-      for (int64_t e = 0; e < p.localType.numElements; ++e) {
-        int64_t at = shardElementIndex(p, offsets, e);
-        whole[i][static_cast<size_t>(at)] =
-            store->floatType() == DType::F32
-                ? value.data<float>()[e]
-                : static_cast<float>(value.data<double>()[e]);
-      }
+    for (int64_t r : owners[i]) {
+      const std::vector<int64_t> &at = coordinates[static_cast<size_t>(r)];
+      std::vector<int64_t> offsets =
+          at.empty() ? std::vector<int64_t>(p.type.shape.size())
+                     : shardOffsets(p, bundle.gridShape(), at);
+      std::vector<float> values = shard(r, i);
+      for (int64_t e = 0; e < p.localType.numElements; ++e)
+        whole[i][static_cast<size_t>(shardElementIndex(p, offsets, e))] =
+            values[static_cast<size_t>(e)];
     }
     SafetensorsWriteTensor t;
     t.name = p.name;
@@ -763,6 +802,74 @@ void saveWeights(const std::string &path, const Bundle &bundle,
   }
   writeSafetensors(path, tensors,
                    {{"format", "pt"}, {"producer", "megatron-train"}});
+}
+
+} // namespace
+
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 const std::vector<const host::ParameterStore *> &ranks,
+                 ExpertNames experts) {
+  if (static_cast<int64_t>(ranks.size()) != bundle.rankCount())
+    invalid("saveWeights: " + std::to_string(ranks.size()) +
+            " parameter stores for bundle '" + bundle.name() + "' of " +
+            std::to_string(bundle.rankCount()) + " ranks");
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  for (const host::ParameterStore *store : ranks)
+    if (store->size() != parameters.size() ||
+        (store->size() && &store->info(0) != &parameters[0]))
+      invalid("saveWeights: a parameter store was made for another bundle "
+              "than '" +
+              bundle.name() + "'");
+  writeWholeWeights(path, bundle, experts, [&](int64_t rank, size_t i) {
+    return shardValues(*ranks[static_cast<size_t>(rank)], i);
+  });
+}
+
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 comm::RankContext *rank, const host::ParameterStore &own,
+                 ExpertNames experts) {
+  if (!rank || bundle.rankCount() == 1) {
+    saveWeights(path, bundle, own, experts);
+    return;
+  }
+  checkStore("saveWeights", bundle, own, /*whole=*/false);
+  comm::Communicator &world = rank->world();
+  std::vector<std::vector<int64_t>> owners = shardOwners(bundle);
+  const std::vector<Parameter> &parameters = bundle.parameters();
+  auto label = [&](size_t i) {
+    return "--save-weights: the shards of " + parameters[i].name;
+  };
+  if (world.rank() != 0) {
+    // In the order rank 0 receives them: by parameter, then by rank.
+    for (size_t i = 0; i < parameters.size(); ++i)
+      if (std::find(owners[i].begin(), owners[i].end(), world.rank()) !=
+          owners[i].end()) {
+        std::vector<float> values = shardValues(own, i);
+        world.send<float>(values.data(), static_cast<int64_t>(values.size()), 0,
+                          {label(i), -1});
+      }
+    world.barrier({"--save-weights written", -1});
+    return;
+  }
+  std::exception_ptr failed;
+  try {
+    writeWholeWeights(path, bundle, experts, [&](int64_t from, size_t i) {
+      if (from == 0)
+        return shardValues(own, i);
+      std::vector<float> values(
+          static_cast<size_t>(parameters[i].localType.numElements));
+      world.recv<float>(values.data(), static_cast<int64_t>(values.size()),
+                        static_cast<int>(from), {label(i), -1});
+      return values;
+    });
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed) {
+    world.abort("rank 0 could not write --save-weights");
+    std::rethrow_exception(failed);
+  }
+  world.barrier({"--save-weights written", -1});
 }
 
 } // namespace mtrt::train

@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+namespace mtrt::comm {
+class RankContext;
+} // namespace mtrt::comm
+
 namespace mtrt::host {
 class ParameterStore;
 } // namespace mtrt::host
@@ -134,6 +138,18 @@ void saveWeights(const std::string &path, const Bundle &bundle,
 /// under Mixtral's names (Mixtral has none), is refused naming it.
 void saveWeights(const std::string &path, const Bundle &bundle,
                  const std::vector<const host::ParameterStore *> &ranks,
+                 ExpertNames experts = ExpertNames::Bundle);
+
+/// The same for one process of a multi-process run (or one rank's thread):
+/// every rank of `rank`'s world calls it with its own store (made for
+/// `bundle` at its coordinates). Rank 0 receives, parameter by parameter,
+/// the shards it lacks from one rank of each shard (not the replicas) and
+/// writes the file; the others send theirs and wait until it is written. A
+/// collective over the world; without `rank`, or for one rank, the
+/// one-store saveWeights. Throws Error as it does; if rank 0 cannot write,
+/// it aborts the world, so that every rank fails.
+void saveWeights(const std::string &path, const Bundle &bundle,
+                 comm::RankContext *rank, const host::ParameterStore &own,
                  ExpertNames experts = ExpertNames::Bundle);
 
 } // namespace mtrt::train

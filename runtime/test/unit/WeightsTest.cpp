@@ -4,6 +4,8 @@
 #include "BundleTestBuilder.h"
 #include "SafetensorsTestUtil.h"
 
+#include "comm/RankContext.h"
+#include "comm/RunRanks.h"
 #include "host/ParameterStore.h"
 #include "host/ThreadPool.h"
 #include "train/TrainFlags.h"
@@ -11,6 +13,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 using namespace mtrt;
 using namespace mtrt::test;
@@ -593,6 +597,51 @@ TEST_F(WeightsTest, EachRankGetsItsShardOfTheFilesTensors) {
                     "store holds a rank's shards, not the file's whole "
                     "tensors: call the loadWeights that takes the ranks' "
                     "stores");
+}
+
+/// --save-weights of a multi-process run: each rank calls saveWeights with
+/// its own store; rank 0 receives rank 1's shard of the split table (not
+/// the replicated tensors) and writes the file the stores together give.
+/// Where rank 0 cannot write, every rank fails.
+TEST_F(WeightsTest, EachRankSendsItsShardToTheRankThatWrites) {
+  Bundle bundle = gptBundleOfTwoRanks();
+  host::ParameterStore rank0(bundle, DType::F32, {0}),
+      rank1(bundle, DType::F32, {1});
+  rank0.initialize(pool, 7);
+  rank1.initialize(pool, 7);
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  saveWeights(dir.file("together.safetensors"), bundle, {&rank0, &rank1});
+  auto bytes = [](const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  for (const std::string &name :
+       {dir.file("ranks.safetensors"), dir.file("missing/w.safetensors")}) {
+    comm::InProcessWorld world(2);
+    std::vector<std::exception_ptr> errors =
+        comm::runRanks(world, [&](comm::Communicator &c) {
+          comm::RankContext rank(c, {2});
+          saveWeights(name, bundle, &rank, c.rank() == 0 ? rank0 : rank1);
+        });
+    bool writable = name == dir.file("ranks.safetensors");
+    const char *expected[2] = {"cannot create the temporary file",
+                               "rank 0 could not write --save-weights"};
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(errors[r] == nullptr, writable) << name << " rank " << r;
+      if (errors[r])
+        try {
+          std::rethrow_exception(errors[r]);
+        } catch (const std::exception &e) {
+          EXPECT_NE(std::string(e.what()).find(expected[r]), std::string::npos)
+              << e.what();
+        }
+    }
+  }
+  EXPECT_EQ(bytes(dir.file("ranks.safetensors")),
+            bytes(dir.file("together.safetensors")));
 }
 
 TEST(WeightsFlagsTest, MegatronTrainTakesWeightFiles) {
