@@ -429,11 +429,11 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
     drawPlots(gpu->history(), command.plotDir);
   if (command.sampleTokens > 0 || !command.saveWeights.empty())
     gpu->copyParametersToHost();
-  if (!command.saveWeights.empty())
-    saveRankWeights(command, bundle, rank, gpu->host().parameters());
   if (command.sampleTokens > 0)
     printSample(gpu->host(), command,
                 launch->rank == 0 ? std::cout : discarded);
+  if (!command.saveWeights.empty())
+    saveRankWeights(command, bundle, rank, gpu->host().parameters());
   return true;
 #else
   (void)corpus;
