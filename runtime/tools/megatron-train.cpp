@@ -263,18 +263,20 @@ void printSample(mtrt::train::Trainer &trainer,
       << mtrt::train::escapeForDisplay(text) << "\n";
 }
 
-/// --save-weights with several ranks: every rank calls it with its store
-/// (a collective: rank 0 gathers the shards and writes the file).
-void saveRankWeights(const mtrt::train::TrainCommand &command,
-                     const mtrt::Bundle &bundle, mtrt::comm::RankContext &rank,
-                     const mtrt::host::ParameterStore &store) {
+/// --save-weights: the file from `store`. With several ranks (`rank`),
+/// every rank calls it with its store (a collective: rank 0 gathers the
+/// shards and writes the file).
+void saveTrainedWeights(const mtrt::train::TrainCommand &command,
+                        const mtrt::Bundle &bundle,
+                        mtrt::comm::RankContext *rank,
+                        const mtrt::host::ParameterStore &store) {
   try {
-    mtrt::train::saveWeights(command.saveWeights, bundle, &rank, store,
+    mtrt::train::saveWeights(command.saveWeights, bundle, rank, store,
                              command.saveWeightsExperts);
   } catch (const mtrt::Error &e) {
     rethrowFor("--save-weights", e);
   }
-  if (rank.rank() == 0)
+  if (!rank || rank->rank() == 0)
     std::cout << "saved the weights to '" << command.saveWeights << "'\n";
 }
 
@@ -341,7 +343,7 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         if (command.sampleTokens > 0)
           printSample(trainer, command, out);
         if (!command.saveWeights.empty())
-          saveRankWeights(command, bundle, rank, trainer.parameters());
+          saveTrainedWeights(command, bundle, &rank, trainer.parameters());
       });
   std::exception_ptr first;
   for (const std::exception_ptr &error : errors) {
@@ -433,7 +435,7 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
     printSample(gpu->host(), command,
                 launch->rank == 0 ? std::cout : discarded);
   if (!command.saveWeights.empty())
-    saveRankWeights(command, bundle, rank, gpu->host().parameters());
+    saveTrainedWeights(command, bundle, &rank, gpu->host().parameters());
   return true;
 #else
   (void)corpus;
@@ -510,15 +512,8 @@ int run(int argc, char **argv) {
     trainer.train(std::cout);
   if (gpu)
     gpu->copyParametersToHost();
-  if (!command.saveWeights.empty()) {
-    try {
-      saveWeights(command.saveWeights, bundle, trainer.parameters(),
-                  command.saveWeightsExperts);
-    } catch (const mtrt::Error &e) {
-      rethrowFor("--save-weights", e);
-    }
-    std::cout << "saved the weights to '" << command.saveWeights << "'\n";
-  }
+  if (!command.saveWeights.empty())
+    saveTrainedWeights(command, bundle, nullptr, trainer.parameters());
   if (!command.plotDir.empty())
     drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
   if (command.sampleTokens > 0)

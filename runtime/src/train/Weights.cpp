@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <map>
 #include <optional>
@@ -706,36 +705,34 @@ std::vector<float> shardValues(const host::ParameterStore &store, size_t i) {
                             value.data<double>() + value.numElements());
 }
 
-/// The grid coordinates of every world rank of `bundle` (one empty entry
-/// for a bundle without a grid).
-std::vector<std::vector<int64_t>> rankCoordinates(const Bundle &bundle) {
-  if (!bundle.hasGrid())
-    return {{}};
-  std::vector<std::vector<int64_t>> all;
-  for (int64_t r = 0; r < bundle.rankCount(); ++r)
-    all.push_back(gridCoordinates(bundle.gridShape(), r));
-  return all;
-}
+/// A rank whose shard of a parameter goes into the whole tensor, and where
+/// the shard sits in it (shardOffsets).
+struct ShardOwner {
+  int64_t rank = 0;
+  std::vector<int64_t> offsets;
+};
 
 /// Per parameter, the ranks whose shards make its whole tensor: of the
 /// ranks that hold it (a pipeline rank holds only its stages' parameters),
 /// the lowest of each shard offset (the replicas of an unsplit parameter,
 /// and the copies of a table tied across pipeline stages, are equal).
-std::vector<std::vector<int64_t>> shardOwners(const Bundle &bundle) {
-  std::vector<std::vector<int64_t>> coordinates = rankCoordinates(bundle);
+std::vector<std::vector<ShardOwner>> shardOwners(const Bundle &bundle) {
   const std::vector<Parameter> &parameters = bundle.parameters();
-  std::vector<std::vector<int64_t>> owners(parameters.size());
+  std::vector<std::vector<ShardOwner>> owners(parameters.size());
   for (size_t i = 0; i < parameters.size(); ++i) {
+    const Parameter &p = parameters[i];
+    if (!bundle.hasGrid()) {
+      owners[i].push_back({0, std::vector<int64_t>(p.type.shape.size())});
+      continue;
+    }
     std::set<std::vector<int64_t>> seen;
-    for (size_t r = 0; r < coordinates.size(); ++r) {
-      const std::vector<int64_t> &at = coordinates[r];
-      if (!at.empty() && !parameters[i].heldOnPipelineRank(at[0]))
+    for (int64_t r = 0; r < bundle.rankCount(); ++r) {
+      std::vector<int64_t> at = gridCoordinates(bundle.gridShape(), r);
+      if (!p.heldOnPipelineRank(at[0]))
         continue;
-      std::vector<int64_t> offsets =
-          at.empty() ? std::vector<int64_t>(parameters[i].type.shape.size())
-                     : shardOffsets(parameters[i], bundle.gridShape(), at);
+      std::vector<int64_t> offsets = shardOffsets(p, bundle.gridShape(), at);
       if (seen.insert(offsets).second)
-        owners[i].push_back(static_cast<int64_t>(r));
+        owners[i].push_back({r, std::move(offsets)});
     }
   }
   return owners;
@@ -748,8 +745,7 @@ void writeWholeWeights(
     const std::string &path, const Bundle &bundle, ExpertNames experts,
     const std::function<std::vector<float>(int64_t, size_t)> &shard) {
   const std::vector<Parameter> &parameters = bundle.parameters();
-  std::vector<std::vector<int64_t>> coordinates = rankCoordinates(bundle);
-  std::vector<std::vector<int64_t>> owners = shardOwners(bundle);
+  std::vector<std::vector<ShardOwner>> owners = shardOwners(bundle);
   const int64_t vocabSize = bundle.model().vocabSize;
   std::vector<std::vector<float>> whole(parameters.size());
   std::vector<SafetensorsWriteTensor> tensors;
@@ -757,14 +753,10 @@ void writeWholeWeights(
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Parameter &p = parameters[i];
     whole[i].resize(static_cast<size_t>(p.type.numElements));
-    for (int64_t r : owners[i]) {
-      const std::vector<int64_t> &at = coordinates[static_cast<size_t>(r)];
-      std::vector<int64_t> offsets =
-          at.empty() ? std::vector<int64_t>(p.type.shape.size())
-                     : shardOffsets(p, bundle.gridShape(), at);
-      std::vector<float> values = shard(r, i);
+    for (const ShardOwner &owner : owners[i]) {
+      std::vector<float> values = shard(owner.rank, i);
       for (int64_t e = 0; e < p.localType.numElements; ++e)
-        whole[i][static_cast<size_t>(shardElementIndex(p, offsets, e))] =
+        whole[i][static_cast<size_t>(shardElementIndex(p, owner.offsets, e))] =
             values[static_cast<size_t>(e)];
     }
     SafetensorsWriteTensor t;
@@ -834,7 +826,7 @@ void saveWeights(const std::string &path, const Bundle &bundle,
   }
   checkStore("saveWeights", bundle, own, /*whole=*/false);
   comm::Communicator &world = rank->world();
-  std::vector<std::vector<int64_t>> owners = shardOwners(bundle);
+  std::vector<std::vector<ShardOwner>> owners = shardOwners(bundle);
   const std::vector<Parameter> &parameters = bundle.parameters();
   auto label = [&](size_t i) {
     return "--save-weights: the shards of " + parameters[i].name;
@@ -842,8 +834,10 @@ void saveWeights(const std::string &path, const Bundle &bundle,
   if (world.rank() != 0) {
     // In the order rank 0 receives them: by parameter, then by rank.
     for (size_t i = 0; i < parameters.size(); ++i)
-      if (std::find(owners[i].begin(), owners[i].end(), world.rank()) !=
-          owners[i].end()) {
+      if (std::any_of(owners[i].begin(), owners[i].end(),
+                      [&](const ShardOwner &owner) {
+                        return owner.rank == world.rank();
+                      })) {
         std::vector<float> values = shardValues(own, i);
         world.send<float>(values.data(), static_cast<int64_t>(values.size()), 0,
                           {label(i), -1});
@@ -851,7 +845,6 @@ void saveWeights(const std::string &path, const Bundle &bundle,
     world.barrier({"--save-weights written", -1});
     return;
   }
-  std::exception_ptr failed;
   try {
     writeWholeWeights(path, bundle, experts, [&](int64_t from, size_t i) {
       if (from == 0)
@@ -863,11 +856,8 @@ void saveWeights(const std::string &path, const Bundle &bundle,
       return values;
     });
   } catch (...) {
-    failed = std::current_exception();
-  }
-  if (failed) {
     world.abort("rank 0 could not write --save-weights");
-    std::rethrow_exception(failed);
+    throw;
   }
   world.barrier({"--save-weights written", -1});
 }
