@@ -80,7 +80,9 @@ bool isSumAllReduce(Operation *op) {
 }
 
 /// What every operand and result of `op` takes, where the op decides it as
-/// a whole: collectives move bf16 where their reduction is exact enough,
+/// a whole: collectives move bf16 where their reduction is exact enough
+/// (all_to_all only moves bytes: expert parallelism's rows, as Megatron-LM's
+/// dispatcher sends them),
 /// ops of other dialects take f32, elementwise ops either type, attention
 /// what the flash kernels take. None for ops that decide per operand.
 std::optional<bool> wholeOpTakesBf16(Operation *op) {
@@ -89,8 +91,8 @@ std::optional<bool> wholeOpTakesBf16(Operation *op) {
   if (isa<FusedOp>(op))
     return true;
   if (isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
-    return isa<shard::AllGatherOp, shard::ReduceScatterOp, shard::AllSliceOp>(
-               op) ||
+    return isa<shard::AllGatherOp, shard::ReduceScatterOp, shard::AllSliceOp,
+               shard::AllToAllOp>(op) ||
            isSumAllReduce(op);
   if (!isa_and_nonnull<MtDialect>(op->getDialect()))
     return false;
@@ -127,7 +129,9 @@ bool readsBf16(Operation *op, unsigned index) {
       .Case("scale", index == 0) // the factor (a seed) stays f32
       // The experts' rows and weights; the routing weights stay f32 (the
       // router's type), the indices are ids.
-      .Cases({"moe_permute", "moe_unpermute"}, index == 0)
+      .Cases({"moe_permute", "moe_unpermute", "moe_dispatch_rows",
+              "moe_combine_rows"},
+             index == 0)
       .Cases({"moe_grouped_linear", "moe_grouped_linear_weight_grad",
               "moe_probs_grad"},
              index <= 1)
@@ -152,9 +156,11 @@ bool writesBf16(Operation *op, unsigned index) {
       // dx; the weight gradient stays f32.
       .Case("linear_vocab_cross_entropy_grad", index == 0)
       .Case("scale", true) // Elementwise.cu's scale: either type
-      // The permuted rows and the experts' outputs; the weight gradient
-      // stays f32.
-      .Cases({"moe_permute", "moe_unpermute", "moe_grouped_linear"}, true)
+      // The permuted rows, expert parallelism's blocks of them and the
+      // experts' outputs; the weight gradient stays f32.
+      .Cases({"moe_permute", "moe_unpermute", "moe_grouped_linear",
+              "moe_dispatch_rows", "moe_combine_rows"},
+             true)
       .Default(false);
 }
 

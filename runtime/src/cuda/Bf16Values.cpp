@@ -115,7 +115,8 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::AllSlice:
-  case Op::Shift: // the ring's keys and values (and their gradients)
+  case Op::Shift:    // the ring's keys and values (and their gradients)
+  case Op::AllToAll: // expert parallelism's rows (its experts are ids)
     return true;
   // Context parallelism's blocks (ContextParallelOps.cpp): q, k, v, the
   // outputs and dout either type; the logsumexps and delta stay fp32.
@@ -146,6 +147,8 @@ bool Executor::readsBf16(const Instruction &inst, size_t operand) const {
   // experts' weights; the router, its weights and the indices stay fp32.
   case Op::MoePermute:
   case Op::MoeUnpermute:
+  case Op::MoeDispatchRows:
+  case Op::MoeCombineRows:
     return operand == 0;
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinear:
@@ -174,12 +177,15 @@ bool Executor::writesBf16(const Instruction &inst, size_t result) const {
   case Op::ReduceScatter:
   case Op::AllSlice:
   case Op::Shift:
+  case Op::AllToAll:
   case Op::AttentionBlockGrad: // dq, dk, dv
   case Op::BiasAdd: // Elementwise.cu's addBiasRows
   case Op::Scale:   // Elementwise.cu's scale
   case Op::MoePermute: // the rows (Moe.cu) and the experts' outputs
   case Op::MoeUnpermute:
   case Op::MoeGroupedLinear:
+  case Op::MoeDispatchRows: // expert parallelism's blocks (Moe.cu)
+  case Op::MoeCombineRows:
     return true;
   case Op::Fp8Linear: // y (a weight gradient stays fp32)
     return result == 0;
@@ -320,6 +326,7 @@ void Executor::planBf16Values() {
     case Op::ReduceScatter:
     case Op::AllSlice:
     case Op::Shift:
+    case Op::AllToAll:
       groups.join(inst.operands[0], inst.results[0]);
       break;
     case Op::Reshape:

@@ -657,7 +657,7 @@ std::optional<std::string> Executor::graphObstacle() const {
                "yet";
       continue;
     }
-    if (!options.peerCollectives || inst.op == Op::Shift ||
+    if (!options.peerCollectives || pointToPoint(inst.op) ||
         !PeerGroup::serves(comm, storageType(inst.operands[0])))
       return where(position) + " calls the rank's communicator (" +
              opName(inst.op) +

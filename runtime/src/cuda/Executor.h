@@ -47,7 +47,8 @@ class RankContext;
   X(VocabPartials)                                                             \
   X(VocabCrossEntropy)                                                         \
   X(VocabCrossEntropyGrad)                                                     \
-  X(Shift)
+  X(Shift)                                                                     \
+  X(AllToAll)
 
 namespace mtrt::cuda {
 
@@ -510,6 +511,12 @@ private:
   /// Whether `inst` is a collective over a group of more than one rank: a
   /// communicator call, on the communication stream.
   bool communicates(const Instruction &inst) const;
+  /// Whether `op` exchanges by sends and receives (shift, all_to_all):
+  /// PeerGroup's kernels never run it, and in-process ranks stage it
+  /// through the host.
+  static bool pointToPoint(Op op) {
+    return op == Op::Shift || op == Op::AllToAll;
+  }
   /// The rank's block of the vocabulary of a vocabulary-split embedding or
   /// cross-entropy instruction, and the number of blocks ({0, 1} if not
   /// split).

@@ -1,8 +1,8 @@
 // The mixture-of-experts instructions on the device (docs/MoE.md, "On
-// CUDA"): routing and its losses and the permutations as kernels
-// (kernels/Moe.cu), the experts' grouped GEMMs as one cuBLASLt GEMM per
-// expert on its rows, whose counts the host reads back once per
-// instruction.
+// CUDA"): routing and its losses, the permutations and expert parallelism's
+// blocks as kernels (kernels/Moe.cu), the experts' grouped GEMMs as one
+// cuBLASLt GEMM per expert on its rows, whose counts the host reads back
+// once per instruction. all_to_all is a rank instruction (RankOps.cpp).
 #include "cuda/Executor.h"
 
 #include "cuda/CudaCheck.h"
@@ -20,16 +20,28 @@ size_t pieceBytes(size_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
-/// The routing indices [T, K]: operand 1 of the permutations, 2 of the
-/// other ops that read a layout.
+/// The routing indices [T, K]: operand 0 of moe_dispatch_experts, 1 of
+/// the permutations and expert parallelism's blocks, 2 of the other ops
+/// that read a layout.
 size_t routingOperand(Op op) {
-  return op == Op::MoePermute || op == Op::MoeUnpermute ? 1 : 2;
+  switch (op) {
+  case Op::MoeDispatchExperts:
+    return 0;
+  case Op::MoePermute:
+  case Op::MoeUnpermute:
+  case Op::MoeDispatchRows:
+  case Op::MoeCombineRows:
+    return 1;
+  default:
+    return 2;
+  }
 }
 
 bool readsLayout(Op op) {
   return op == Op::MoePermute || op == Op::MoeUnpermute ||
          op == Op::MoeProbsGrad || op == Op::MoeGroupedLinear ||
-         op == Op::MoeGroupedLinearWeightGrad;
+         op == Op::MoeGroupedLinearWeightGrad || op == Op::MoeDispatchRows ||
+         op == Op::MoeDispatchExperts || op == Op::MoeCombineRows;
 }
 
 bool isRouterOp(Op op) {
@@ -61,6 +73,9 @@ int64_t Executor::moeLayoutExperts(const Instruction &inst) const {
     return fn.values[inst.operands[1]].shape[0];
   if (inst.op == Op::MoeGroupedLinearWeightGrad)
     return fn.values[inst.results[0]].shape[0];
+  if (inst.op == Op::MoeDispatchRows || inst.op == Op::MoeDispatchExperts ||
+      inst.op == Op::MoeCombineRows)
+    return inst.attrs.numExperts; // the layer's, over every rank's
   return kMoeMaxExperts; // the permutations bound no index but by this
 }
 
@@ -71,18 +86,6 @@ void Executor::checkMoe(size_t position, const Instruction &inst) const {
                                                "': " + where(position) + ": " +
                                                opName(inst.op) + ": " + what);
   };
-  switch (inst.op) {
-  case Op::MoeDispatchRows:
-  case Op::MoeDispatchExperts:
-  case Op::MoeCombineRows:
-  case Op::AllToAll:
-    refuse("expert parallelism (the dispatch ops and all_to_all) is not "
-           "implemented on CUDA yet (issue 25); run this bundle on the host "
-           "backend, or compile it with --expert-model-parallel-size 1");
-    break;
-  default:
-    break;
-  }
   if (isRouterOp(inst.op) || inst.op == Op::MoeZLoss ||
       inst.op == Op::MoeZLossGrad) {
     MoeRouter r = moeRouter(inst);
@@ -253,6 +256,19 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
     moeProbsGrad(stream, tokens, topk, shapeOf(inst.operands[0])[1], positions,
                  inElements(0), inElements(1), out(0));
     launched("the routing weights' gradient kernel");
+    return;
+  case Op::MoeDispatchRows:
+  case Op::MoeCombineRows:
+    moeDispatchRows(stream, tokens * topk, shapeOf(inst.operands[0])[1],
+                    a.expertRanks, experts, offsets,
+                    inst.op == Op::MoeCombineRows, inElements(0),
+                    outElements(0));
+    launched("the expert-parallel blocks' kernel");
+    return;
+  case Op::MoeDispatchExperts:
+    moeDispatchExperts(stream, tokens * topk, a.expertRanks, experts, offsets,
+                       static_cast<int32_t *>(slots_[inst.results[0]]));
+    launched("the expert-parallel experts' kernel");
     return;
   default:
     break;

@@ -918,10 +918,11 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeGroupedLinearWeightGrad:
     executeMoe(position, inst);
     break;
-  case Op::MoeDispatchRows: // refused by checkShapes (checkMoe)
+  case Op::MoeDispatchRows:
   case Op::MoeDispatchExperts:
   case Op::MoeCombineRows:
-  case Op::AllToAll:
+    executeMoe(position, inst);
+    break;
   case Op::AttentionBlock: // run by executeContextParallel
   case Op::AttentionMerge:
   case Op::AttentionDelta:

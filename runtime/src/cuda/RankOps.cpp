@@ -51,6 +51,7 @@ bool Executor::communicates(const Instruction &inst) const {
   case Op::AllGather:
   case Op::ReduceScatter:
   case Op::Shift:
+  case Op::AllToAll:
     return gridGroupSize(bundle_.gridShape(), inst.attrs.gridAxes) > 1;
   default:
     return false;
@@ -117,8 +118,9 @@ void Executor::prepareRankInstructions() {
   for (const Instruction &inst : fn.instructions)
     if (communicates(inst) && rank_) {
       const comm::Communicator &comm = rank_->group(inst.attrs.gridAxes);
-      // PeerGroup runs the collectives; a shift (sendRecv) is staged.
-      bool served = !comm.takesDeviceMemory() && inst.op != Op::Shift &&
+      // PeerGroup runs the collectives; a shift or an all-to-all (sendRecv)
+      // is staged.
+      bool served = !comm.takesDeviceMemory() && !pointToPoint(inst.op) &&
                     context_.options().peerCollectives &&
                     PeerGroup::serves(comm, storageType(inst.operands[0]));
       onDevice = onDevice || comm.takesDeviceMemory() || served;
@@ -210,14 +212,20 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
   int64_t x = inst.operands[0], y = inst.results[0];
   // The plan gives a collective's operand and result one type
   // (Bf16Values.cpp): fp32, or bf16 for the tensor-parallel sums, gathers
-  // and scatters of activations and their gradients.
+  // and scatters of activations and their gradients. all_to_all also moves
+  // the routing's i32 experts, as 4-byte f32 words: it only moves bytes,
+  // and the communicators take floating types.
   DType type = storageType(x);
-  if (storageType(y) != type || (type != DType::F32 && type != DType::BF16))
+  bool words = inst.op == Op::AllToAll && type == DType::I32;
+  if (storageType(y) != type ||
+      (type != DType::F32 && type != DType::BF16 && !words))
     throw Error(MTRT_STATUS_INTERNAL,
                 where(position) + ": " + opName(inst.op) + " from " +
                     dtypeName(type) + " to " + dtypeName(storageType(y)) +
                     "; the cuda backend's collectives take f32 or bf16 "
                     "values of one type");
+  if (words)
+    type = DType::F32;
   const size_t element = dtypeSize(type);
   const auto *in = static_cast<const char *>(slot(x));
   auto *out = static_cast<char *>(slot(y));
@@ -290,6 +298,30 @@ void Executor::executeCollective(size_t position, const Instruction &inst,
     }
     collective_->sendRecv(comm, in, to, out, from, inCount, type, info);
     return;
+  }
+  if (inst.op == Op::AllToAll) {
+    // Block r of the operand to rank r, block r of the result from it
+    // (split and concatenation along axis 0): this rank's own block by a
+    // copy, then round k sends to the rank k ahead and receives from the
+    // rank k behind, as the host's pairwise exchange.
+    const int r = comm.rank(), n = comm.size();
+    if (in == out)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  where(position) +
+                      ": all_to_all's result shares its operand's memory, "
+                      "which the exchange's receives would overwrite before "
+                      "its sends read it");
+    const int64_t block = inCount / n;
+    const size_t bytes = element * static_cast<size_t>(block);
+    if (bytes > 0)
+      MTRT_CUDA_CHECK(cudaMemcpyAsync(out + r * bytes, in + r * bytes, bytes,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      where(position));
+    for (int k = 1; k < n; ++k) {
+      int to = (r + k) % n, from = (r - k + n) % n;
+      collective_->sendRecv(comm, in + to * bytes, to, out + from * bytes, from,
+                            block, type, info);
+    }
   }
   comm::ReduceOp op = a.collectiveReduction == CollectiveReduction::Max
                           ? comm::ReduceOp::Max
@@ -379,6 +411,7 @@ void Executor::executeRankInstruction(size_t position, const Instruction &inst,
   case Op::ReduceScatter:
   case Op::AllSlice:
   case Op::Shift:
+  case Op::AllToAll:
     executeCollective(position, inst, key);
     return;
   case Op::BiasAdd: { // y = x + bias per row, in place or not

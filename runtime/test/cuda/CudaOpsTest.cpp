@@ -1586,4 +1586,34 @@ TEST_F(CudaTest, SquareHistogramGivesTheHostsExactSum) {
   EXPECT_TRUE(std::isnan(deviceSum()));
 }
 
+// Expert parallelism's blocks (Moe.cu's dispatch kernels): the rows sent
+// to each expert-parallel rank, each row's expert on its destination, and
+// the blocks combined back, from a routing with dropped slots (-1) and
+// experts that no slot takes; 8 experts over 4 ranks, rows of 64 (the
+// 4-element path) and 70 elements. Copies only: bit for bit.
+TEST_F(CudaOpsTest, ExpertParallelBlocksEqualTheHostsBitForBit) {
+  const int64_t tokens = 37, topk = 2, experts = 8, ranks = 4;
+  const int64_t slots = tokens * topk;
+  int64_t routing = c.ids({tokens, topk}, experts);
+  int32_t *ids = c.lastInput().data<int32_t>();
+  for (int64_t s = 0; s < slots; ++s)
+    if (s % 7 == 3 || ids[s] == 5) // dropped slots; expert 5 takes none
+      ids[s] = -1;
+  Json attrs = {{"num_experts", experts}, {"expert_ranks", ranks}};
+  c.f.output(c.f.op("moe_dispatch_experts", {routing}, {ranks * slots, 1},
+                    attrs, "i32"));
+  for (int64_t hidden : {64, 70}) {
+    int64_t rows = c.input({slots, hidden});
+    int64_t blocks = c.f.op("moe_dispatch_rows", {rows, routing},
+                            {ranks * slots, hidden}, attrs);
+    c.f.output(blocks);
+    c.f.output(
+        c.f.op("moe_combine_rows", {blocks, routing}, {slots, hidden}, attrs));
+    int64_t received = c.input({ranks * slots, hidden});
+    c.f.output(c.f.op("moe_combine_rows", {received, routing}, {slots, hidden},
+                      attrs));
+  }
+  c.check(0);
+}
+
 } // namespace

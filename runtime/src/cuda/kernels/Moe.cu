@@ -428,6 +428,59 @@ __global__ void unpermuteKernel(int64_t tokens, int64_t topk, int64_t width,
   }
 }
 
+/// Expert parallelism's blocks, over groups of W elements: `width` groups
+/// a row, `perRank` experts a rank. Each row of `to` finds its source row
+/// in `from` from the offsets of the ranks' first experts.
+template <int W>
+__global__ void dispatchRowsKernel(int64_t slots, int64_t width, int64_t ranks,
+                                   int64_t perRank, const int32_t *offsets,
+                                   InElements from, OutElements to) {
+  MTRT_GRID_STRIDE(i, ranks * slots * width) {
+    int64_t row = i / width, q = i % width;
+    int64_t d = row / slots, j = row % slots;
+    int64_t first = offsets[d * perRank];
+    int64_t count = offsets[(d + 1) * perRank] - first;
+    Lanes<W> v{};
+    if (j < count)
+      v = loadLanes<W>(from, (first + j) * width + q);
+    storeLanes<W>(to, i, v);
+  }
+}
+
+template <int W>
+__global__ void combineRowsKernel(int64_t slots, int64_t width, int64_t ranks,
+                                  int64_t perRank, const int32_t *offsets,
+                                  InElements from, OutElements to) {
+  MTRT_GRID_STRIDE(i, slots * width) {
+    int64_t p = i / width, q = i % width;
+    Lanes<W> v{};
+    if (p < offsets[ranks * perRank]) {
+      int64_t d = 0;
+      while (offsets[(d + 1) * perRank] <= p)
+        ++d;
+      int64_t block = d * slots + p - offsets[d * perRank];
+      v = loadLanes<W>(from, block * width + q);
+    }
+    storeLanes<W>(to, i, v);
+  }
+}
+
+__global__ void dispatchExpertsKernel(int64_t slots, int64_t ranks,
+                                      int64_t perRank, const int32_t *offsets,
+                                      int32_t *destinationExperts) {
+  MTRT_GRID_STRIDE(i, ranks * slots) {
+    int64_t d = i / slots, j = i % slots;
+    int64_t e = d * perRank, row = offsets[e] + j;
+    int32_t local = -1;
+    if (row < offsets[e + perRank]) {
+      while (offsets[e + 1] <= row)
+        ++e;
+      local = static_cast<int32_t>(e - d * perRank);
+    }
+    destinationExperts[i] = local;
+  }
+}
+
 /// Whether rows of `hidden` elements of these tensors take 4-element
 /// accesses.
 bool fourLanes(int64_t hidden, const void *a, const void *b) {
@@ -599,6 +652,35 @@ void moeUnpermute(cudaStream_t stream, int64_t tokens, int64_t topk,
   else
     unpermuteKernel<1><<<blocksFor(tokens * hidden), kThreads, 0, stream>>>(
         tokens, topk, hidden, position, rows, probs, y);
+}
+
+void moeDispatchRows(cudaStream_t stream, int64_t slots, int64_t hidden,
+                     int64_t ranks, int64_t experts, const int32_t *offsets,
+                     bool combine, InElements from, OutElements to) {
+  const int64_t perRank = experts / ranks;
+  const int64_t rows = combine ? slots : ranks * slots;
+  bool four = fourLanes(hidden, from.data, to.data);
+  const int64_t width = four ? hidden / 4 : hidden;
+  unsigned blocks = blocksFor(rows * width);
+  if (combine && four)
+    combineRowsKernel<4><<<blocks, kThreads, 0, stream>>>(
+        slots, width, ranks, perRank, offsets, from, to);
+  else if (combine)
+    combineRowsKernel<1><<<blocks, kThreads, 0, stream>>>(
+        slots, width, ranks, perRank, offsets, from, to);
+  else if (four)
+    dispatchRowsKernel<4><<<blocks, kThreads, 0, stream>>>(
+        slots, width, ranks, perRank, offsets, from, to);
+  else
+    dispatchRowsKernel<1><<<blocks, kThreads, 0, stream>>>(
+        slots, width, ranks, perRank, offsets, from, to);
+}
+
+void moeDispatchExperts(cudaStream_t stream, int64_t slots, int64_t ranks,
+                        int64_t experts, const int32_t *offsets,
+                        int32_t *destinationExperts) {
+  dispatchExpertsKernel<<<blocksFor(ranks * slots), kThreads, 0, stream>>>(
+      slots, ranks, experts / ranks, offsets, destinationExperts);
 }
 
 void moeProbsGrad(cudaStream_t stream, int64_t tokens, int64_t topk,

@@ -72,6 +72,22 @@ void moeProbsGrad(cudaStream_t stream, int64_t tokens, int64_t topk,
                   int64_t hidden, const int32_t *position, InElements x,
                   InElements rows, float *dprobs);
 
+/// Expert parallelism's blocks (host::moeDispatchBlocks): `ranks` ranks
+/// hold experts / ranks experts each, and `offsets` is the routing's layout
+/// over every expert (moeLayout, experts + 1 entries, on the device).
+/// Dispatch: block d of `to` [ranks * slots, hidden] holds rows [offsets[d
+/// E/N], offsets[(d + 1) E/N]) of `from` [slots, hidden], then zero rows.
+/// `combine`: the blocks of `from` back into `to` [slots, hidden] at those
+/// rows, zero rows after the kept ones.
+void moeDispatchRows(cudaStream_t stream, int64_t slots, int64_t hidden,
+                     int64_t ranks, int64_t experts, const int32_t *offsets,
+                     bool combine, InElements from, OutElements to);
+/// host::moeDispatchExperts: each block row's expert less its destination's
+/// first, -1 for the zero rows; [ranks * slots].
+void moeDispatchExperts(cudaStream_t stream, int64_t slots, int64_t ranks,
+                        int64_t experts, const int32_t *offsets,
+                        int32_t *destinationExperts);
+
 } // namespace mtrt::cuda
 
 #endif // MTRT_SRC_CUDA_KERNELS_MOEKERNELS_H
