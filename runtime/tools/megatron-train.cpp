@@ -178,6 +178,10 @@ struct GpuTrainer {
   void uploadParametersFromHost() {}
   void train(std::ostream &) {}
   void copyParametersToHost() {}
+  std::string sample(const std::string &, int64_t,
+                     const mtrt::train::SamplingOptions &) {
+    std::abort();
+  }
 };
 
 std::unique_ptr<GpuTrainer> makeGpuTrainer(const mtrt::Bundle &,
@@ -236,10 +240,11 @@ void drawPlots(const std::vector<mtrt::train::IterationRecord> &history,
     std::cout << "drew '" << file << "'\n";
 }
 
-/// --sample-tokens: the sample after training, from `trainer`'s parameters,
-/// printed to `out`. With several ranks, every rank calls it (a collective:
+/// --sample-tokens: the sample after training, printed to `out`: from the
+/// GPU's parameters with `gpu` (predict_step on the device), else from
+/// `trainer`'s. With several ranks, every rank calls it (a collective:
 /// Trainer::sample).
-void printSample(mtrt::train::Trainer &trainer,
+void printSample(mtrt::train::Trainer &trainer, GpuTrainer *gpu,
                  const mtrt::train::TrainCommand &command, std::ostream &out) {
   if (!command.samplePrompt && trainer.corpus().empty())
     throw mtrt::Error(MTRT_STATUS_INVALID_ARGUMENT,
@@ -250,7 +255,9 @@ void printSample(mtrt::train::Trainer &trainer,
                                             : trainer.corpus().substr(0, 32);
   mtrt::train::SamplingOptions sampling = command.sampling;
   sampling.seed = command.options.seed;
-  std::string text = trainer.sample(prompt, command.sampleTokens, sampling);
+  std::string text =
+      gpu ? gpu->sample(prompt, command.sampleTokens, sampling)
+          : trainer.sample(prompt, command.sampleTokens, sampling);
   std::ostringstream how;
   if (sampling.topK == 1)
     how << "greedy sample";
@@ -341,7 +348,7 @@ void trainInProcessRanks(const mtrt::Bundle &bundle, const std::string &corpus,
         if (c.rank() == 0 && !command.plotDir.empty())
           drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
         if (command.sampleTokens > 0)
-          printSample(trainer, command, out);
+          printSample(trainer, gpu.get(), command, out);
         if (!command.saveWeights.empty())
           saveTrainedWeights(command, bundle, &rank, trainer.parameters());
       });
@@ -429,11 +436,11 @@ bool trainLaunchedRank(const mtrt::Bundle &bundle, const std::string &corpus,
   gpu->train(launch->rank == 0 ? std::cout : discarded);
   if (launch->rank == 0 && !command.plotDir.empty())
     drawPlots(gpu->history(), command.plotDir);
-  if (command.sampleTokens > 0 || !command.saveWeights.empty())
-    gpu->copyParametersToHost();
   if (command.sampleTokens > 0)
-    printSample(gpu->host(), command,
+    printSample(gpu->host(), gpu.get(), command,
                 launch->rank == 0 ? std::cout : discarded);
+  if (!command.saveWeights.empty())
+    gpu->copyParametersToHost();
   if (!command.saveWeights.empty())
     saveTrainedWeights(command, bundle, &rank, gpu->host().parameters());
   return true;
@@ -517,7 +524,7 @@ int run(int argc, char **argv) {
   if (!command.plotDir.empty())
     drawPlots(gpu ? gpu->history() : trainer.history(), command.plotDir);
   if (command.sampleTokens > 0)
-    printSample(trainer, command, std::cout);
+    printSample(trainer, gpu.get(), command, std::cout);
   return 0;
 }
 

@@ -28,7 +28,7 @@ Trainer::Trainer(const Bundle &bundle, std::string corpus,
                  std::string corpusName, const train::TrainerOptions &options,
                  const ContextOptions &device, comm::RankContext *rank)
     : bundle_(bundle), options_(options), corpusName_(corpusName),
-      logs_(!rank || rank->rank() == 0) {
+      logs_(!rank || rank->rank() == 0), rank_(rank) {
   if (options.floatType != DType::F32)
     throw Error(MTRT_STATUS_UNIMPLEMENTED,
                 "the cuda backend trains in f32 only");
@@ -382,8 +382,31 @@ void Trainer::uploadParametersFromHost() {
 
 std::string Trainer::sample(const std::string &prompt, int64_t tokens,
                             const train::SamplingOptions &sampling) {
-  copyParametersToHost();
-  return host_->sample(prompt, tokens, sampling);
+  if (pipeline_ || !bundle_.findFunction("predict_step")) {
+    // The host trainer refuses what it cannot sample, naming why.
+    copyParametersToHost();
+    return host_->sample(prompt, tokens, sampling);
+  }
+  if (!predictStep_)
+    predictStep_ =
+        std::make_unique<Executor>(bundle_, "predict_step", *parameters_, rank_);
+  const Function &fn = *bundle_.findFunction("predict_step");
+  if (fn.inputs.size() != 1 || fn.outputs.size() != 1 ||
+      fn.values[fn.inputs[0]].rank() != 2 ||
+      fn.values[fn.outputs[0]].rank() != 3)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                "sampling needs a function tokens [B, S] -> logits [B, S, "
+                "V]; predict_step of bundle '" +
+                    bundle_.name() + "' is not one");
+  train::Predictor predictor;
+  predictor.tokenShape = fn.values[fn.inputs[0]].shape;
+  predictor.tokenType = fn.values[fn.inputs[0]].dtype;
+  predictor.vocab = fn.values[fn.outputs[0]].shape[2];
+  predictor.run = [this](const host::TensorView &window) {
+    return std::optional<host::Tensor>(
+        std::move(predictStep_->run({window}, {})[0]));
+  };
+  return host_->sampleWith(std::move(predictor), prompt, tokens, sampling);
 }
 
 } // namespace mtrt::cuda

@@ -74,8 +74,10 @@ public:
   /// validation split, as train::Trainer::evaluate.
   double evaluate();
 
-  /// `prompt` continued as train::Trainer::sample does, computed on the
-  /// CPU from the current parameters.
+  /// `prompt` continued as train::Trainer::sample does (with several ranks,
+  /// a collective), from the current parameters: predict_step on the
+  /// device, in an arena of its own made at the first call; a pipeline's
+  /// stages on the CPU, from the parameters copied to the host.
   std::string sample(const std::string &prompt, int64_t tokens,
                      const train::SamplingOptions &sampling = {});
 
@@ -132,6 +134,9 @@ private:
   /// outlives them).
   std::unique_ptr<SharedArena> arena_;
   std::unique_ptr<Executor> trainStep_, evalStep_;
+  /// sample()'s, made at its first call.
+  std::unique_ptr<Executor> predictStep_;
+  comm::RankContext *rank_ = nullptr;
   /// Pipeline bundles: runs the schedule instead of train_step.
   std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;

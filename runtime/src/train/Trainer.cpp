@@ -663,6 +663,12 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens,
     }
     predictor = predictorOf(*predictStep_);
   }
+  return sampleWith(std::move(predictor), prompt, tokens, sampling);
+}
+
+std::string Trainer::sampleWith(Predictor predictor, const std::string &prompt,
+                                int64_t tokens,
+                                const SamplingOptions &sampling) {
   // Every rank holds whole logits: a split vocabulary would be sampled from
   // one rank's part.
   if (predictor.vocab < vocabSize_)

@@ -171,6 +171,11 @@ public:
   /// UNIMPLEMENTED where samplingRefusal() says why.
   std::string sample(const std::string &prompt, int64_t tokens,
                      const SamplingOptions &sampling = {});
+  /// sample() with another rank's predict_step (the GPU's,
+  /// cuda::Trainer::sample): this rank's part of the window through
+  /// `predictor`, the draws and the decoding as sample()'s.
+  std::string sampleWith(Predictor predictor, const std::string &prompt,
+                         int64_t tokens, const SamplingOptions &sampling);
 
   /// Whether the bundle and the corpus allow evaluate() (an eval_step and a
   /// validation split of at least one sample).
