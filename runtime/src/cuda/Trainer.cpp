@@ -388,8 +388,8 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens,
     return host_->sample(prompt, tokens, sampling);
   }
   if (!predictStep_)
-    predictStep_ =
-        std::make_unique<Executor>(bundle_, "predict_step", *parameters_, rank_);
+    predictStep_ = std::make_unique<Executor>(bundle_, "predict_step",
+                                              *parameters_, rank_);
   const Function &fn = *bundle_.findFunction("predict_step");
   if (fn.inputs.size() != 1 || fn.outputs.size() != 1 ||
       fn.values[fn.inputs[0]].rank() != 2 ||
