@@ -140,6 +140,10 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
     // Every rank draws u, so that the generators stay in step.
     double u = static_cast<double>(random_() >> 11) * 0x1.0p-53;
     double token = -1;
+    if (out && out->dtype != DType::F32 && out->dtype != DType::F64)
+      throw Error(MTRT_STATUS_INTERNAL,
+                  std::string("sampling: the logits are ") +
+                      dtypeName(out->dtype) + ", expected f32 or f64");
     if (local >= 0 && out) {
       int64_t row = local * vocab;
       for (int64_t v = 0; v < limit; ++v)
