@@ -171,7 +171,7 @@ public:
   /// UNIMPLEMENTED where samplingRefusal() says why.
   std::string sample(const std::string &prompt, int64_t tokens,
                      const SamplingOptions &sampling = {});
-  /// sample() with another rank's predict_step (the GPU's,
+  /// sample() through another backend's predict_step (the GPU's,
   /// cuda::Trainer::sample): this rank's part of the window through
   /// `predictor`, the draws and the decoding as sample()'s.
   std::string sampleWith(Predictor predictor, const std::string &prompt,
