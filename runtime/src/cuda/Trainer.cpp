@@ -390,18 +390,8 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens,
   if (!predictStep_)
     predictStep_ = std::make_unique<Executor>(bundle_, "predict_step",
                                               *parameters_, rank_);
-  const Function &fn = *bundle_.findFunction("predict_step");
-  if (fn.inputs.size() != 1 || fn.outputs.size() != 1 ||
-      fn.values[fn.inputs[0]].rank() != 2 ||
-      fn.values[fn.outputs[0]].rank() != 3)
-    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
-                "sampling needs a function tokens [B, S] -> logits [B, S, "
-                "V]; predict_step of bundle '" +
-                    bundle_.name() + "' is not one");
-  train::Predictor predictor;
-  predictor.tokenShape = fn.values[fn.inputs[0]].shape;
-  predictor.tokenType = fn.values[fn.inputs[0]].dtype;
-  predictor.vocab = fn.values[fn.outputs[0]].shape[2];
+  train::Predictor predictor =
+      train::predictorShapes(*bundle_.findFunction("predict_step"));
   predictor.run = [this](const host::TensorView &window) {
     return std::optional<host::Tensor>(
         std::move(predictStep_->run({window}, {})[0]));

@@ -51,8 +51,7 @@ int64_t drawToken(const std::vector<double> &probabilities, double u) {
   return last;
 }
 
-Predictor predictorOf(host::Executor &predictStep) {
-  const Function &fn = predictStep.function();
+Predictor predictorShapes(const Function &fn) {
   if (fn.inputs.size() != 1 || fn.outputs.size() != 1 ||
       fn.values[fn.inputs[0]].rank() != 2 ||
       fn.values[fn.outputs[0]].rank() != 3)
@@ -62,8 +61,15 @@ Predictor predictorOf(host::Executor &predictStep) {
                     fn.name + "' is not one");
   Predictor predictor;
   predictor.tokenShape = fn.values[fn.inputs[0]].shape;
-  predictor.tokenType = predictStep.storageType(fn.inputs[0]);
+  predictor.tokenType = fn.values[fn.inputs[0]].dtype;
   predictor.vocab = fn.values[fn.outputs[0]].shape[2];
+  return predictor;
+}
+
+Predictor predictorOf(host::Executor &predictStep) {
+  const Function &fn = predictStep.function();
+  Predictor predictor = predictorShapes(fn);
+  predictor.tokenType = predictStep.storageType(fn.inputs[0]);
   predictor.run = [&predictStep](const host::TensorView &tokens) {
     return std::optional<host::Tensor>(
         std::move(predictStep.run({tokens}, {})[0]));

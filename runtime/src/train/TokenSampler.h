@@ -47,8 +47,12 @@ struct Predictor {
       run;
 };
 
-/// predict_step's executor as a Predictor. Throws Error (INVALID_ARGUMENT)
-/// if its function is not tokens [B, S] -> logits [B, S, V].
+/// A Predictor of `predictStep`'s shapes (the tokens in their declared
+/// type), without `run`. Throws Error (INVALID_ARGUMENT) if the function is
+/// not tokens [B, S] -> logits [B, S, V].
+Predictor predictorShapes(const Function &predictStep);
+
+/// predict_step's executor as a Predictor (predictorShapes' checks).
 Predictor predictorOf(host::Executor &predictStep);
 
 /// The ranks that sample together, each running its predict_step executor
