@@ -916,8 +916,6 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
-    executeMoe(position, inst);
-    break;
   case Op::MoeDispatchRows:
   case Op::MoeDispatchExperts:
   case Op::MoeCombineRows:
