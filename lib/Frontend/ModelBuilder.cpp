@@ -110,8 +110,13 @@ private:
   bool training = false;
   int64_t nextSeed = 0;
   /// The training step's MoE auxiliary losses (load balancing and z-loss),
-  /// added to its loss.
-  SmallVector<Value> auxLosses;
+  /// added to its loss, and each kind's apart (for the reported losses).
+  SmallVector<Value> auxLosses, loadBalancingLosses, zLosses;
+  /// The reported losses of a training step without pipeline stages: the
+  /// auxiliary losses as they join the loss (`aux_loss`), and Megatron-LM's
+  /// logged `load_balancing_loss` and `z_loss` (each kind without its
+  /// coefficient, averaged over the model's MoE layers), after the loss.
+  void reportAuxLosses(func::FuncOp function, Value loss);
 };
 
 } // namespace
@@ -504,14 +509,18 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
   Value probs = route.getProbs(), indices = route.getIndices();
   auto lossType = RankedTensorType::get({}, builder.getF32Type());
   if (training && moe.loadBalancing == MoeLoadBalancing::AuxLoss &&
-      moe.auxLossCoeff > 0)
+      moe.auxLossCoeff > 0) {
     auxLosses.push_back(mt::MoeAuxLossOp::create(
         builder, loc, lossType, logits, topk, score,
         builder.getF64FloatAttr(moe.auxLossCoeff)));
-  if (training && moe.zLossCoeff > 0)
+    loadBalancingLosses.push_back(auxLosses.back());
+  }
+  if (training && moe.zLossCoeff > 0) {
     auxLosses.push_back(mt::MoeZLossOp::create(
         builder, loc, lossType, logits,
         builder.getF64FloatAttr(moe.zLossCoeff)));
+    zLosses.push_back(auxLosses.back());
+  }
 
   // The experts over the permuted copies of the tokens.
   Value rows = mt::MoePermuteOp::create(
@@ -557,6 +566,8 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
                              std::optional<int64_t> stage) {
   training = kind == StepKind::Train;
   auxLosses.clear();
+  loadBalancingLosses.clear();
+  zLosses.clear();
   // Stages continue the dropout seeds of the stages before them, so every
   // site keeps the seed it has in the whole model.
   if (!stage || *stage == 0)
@@ -686,7 +697,49 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
   // training step's loss includes them, the eval step's does not.
   for (Value aux : auxLosses)
     loss = mt::AddOp::create(builder, loc, lossType, loss, aux);
+  if (!stage && !auxLosses.empty()) {
+    reportAuxLosses(function, loss);
+    return;
+  }
   func::ReturnOp::create(builder, loc, loss);
+}
+
+void ModelBuilder::reportAuxLosses(func::FuncOp function, Value loss) {
+  auto lossType = RankedTensorType::get({}, builder.getF32Type());
+  auto sum = [&](ArrayRef<Value> losses) {
+    Value total = losses.front();
+    for (Value more : losses.drop_front())
+      total = mt::AddOp::create(builder, loc, lossType, total, more);
+    return total;
+  };
+  int64_t moeLayers = 0;
+  for (int64_t i = 0; i < model.numLayers; ++i)
+    moeLayers += config.moe.isMoeLayer(i);
+  SmallVector<Value> results = {loss, sum(auxLosses)};
+  SmallVector<StringRef> names = {"aux_loss"};
+  // Megatron-LM logs each kind divided by its coefficient, averaged over
+  // the MoE layers (track_moe_metrics).
+  auto report = [&](ArrayRef<Value> losses, double coeff, StringRef name) {
+    if (losses.empty())
+      return;
+    Value scale = mt::FillOp::create(
+        builder, loc, lossType,
+        builder.getF64FloatAttr(1.0 / (coeff * static_cast<double>(moeLayers))));
+    results.push_back(
+        mt::MulOp::create(builder, loc, lossType, sum(losses), scale));
+    names.push_back(name);
+  };
+  report(loadBalancingLosses, config.moe.auxLossCoeff, "load_balancing_loss");
+  report(zLosses, config.moe.zLossCoeff, "z_loss");
+  for (auto [i, name] : llvm::enumerate(names)) {
+    LogicalResult added = function.insertResult(
+        i + 1, lossType,
+        builder.getDictionaryAttr(
+            builder.getNamedAttr("mt.name", builder.getStringAttr(name))));
+    assert(succeeded(added) && "the step has its loss to add after");
+    (void)added;
+  }
+  func::ReturnOp::create(builder, loc, results);
 }
 
 OwningOpRef<ModuleOp> ModelBuilder::build() {

@@ -37,7 +37,7 @@ mlir::LogicalResult writeBundle(mlir::ModuleOp module, llvm::StringRef path,
 void registerBundleTranslation();
 
 /// The version of docs/BundleFormat.md this writer produces.
-constexpr uint32_t kBundleFormatVersion = 11;
+constexpr uint32_t kBundleFormatVersion = 12;
 
 } // namespace megatron
 

@@ -542,20 +542,30 @@ FailureOr<llvm::json::Value> FunctionWriter::write() {
     if (accumulateEarly)
       accumulate(llvm::to_vector(mt::instructionResults(&op)));
   }
-  for (OpOperand &output : ret->getOpOperands())
-    if (!function.getResultAttrOfType<FlatSymbolRefAttr>(
-            output.getOperandNumber(), "mt.gradient"))
-      outputs.push_back(ids.lookup(output.get()));
+  // The names of train_step's outputs where its loss is followed by
+  // reported losses (the MoE auxiliary losses; version 12).
+  Array outputNames;
+  for (OpOperand &output : ret->getOpOperands()) {
+    unsigned index = output.getOperandNumber();
+    if (function.getResultAttrOfType<FlatSymbolRefAttr>(index, "mt.gradient"))
+      continue;
+    outputs.push_back(ids.lookup(output.get()));
+    auto name = function.getResultAttrOfType<StringAttr>(index, "mt.name");
+    outputNames.push_back(index == 0 ? "loss" : name ? name.str() : "");
+  }
   accumulate(llvm::map_to_vector(accumulations,
                                  [](const auto &g) { return g.first; }));
   positions.append(accumulatedAt);
   Object memoryPlan = writeMemoryPlan(positions);
-  return llvm::json::Value(Object{{"name", function.getSymName()},
-                                  {"inputs", std::move(inputs)},
-                                  {"outputs", std::move(outputs)},
-                                  {"values", std::move(values)},
-                                  {"instructions", std::move(instructions)},
-                                  {"memory_plan", std::move(memoryPlan)}});
+  Object written{{"name", function.getSymName()},
+                 {"inputs", std::move(inputs)},
+                 {"outputs", std::move(outputs)},
+                 {"values", std::move(values)},
+                 {"instructions", std::move(instructions)},
+                 {"memory_plan", std::move(memoryPlan)}};
+  if (function.getSymName() == "train_step" && outputNames.size() > 1)
+    written["output_names"] = std::move(outputNames);
+  return llvm::json::Value(std::move(written));
 }
 
 /// Where the written functions accumulate each parameter's gradient:

@@ -355,6 +355,11 @@ struct Function {
   std::string name;
   std::vector<int64_t> inputs;
   std::vector<int64_t> outputs;
+  /// train_step's outputs by name where the loss is followed by reported
+  /// losses (version 12): "loss", "aux_loss" (the MoE auxiliary losses that
+  /// the loss includes), then any of "load_balancing_loss" and "z_loss"
+  /// (Megatron-LM's logged values). Empty otherwise: one output, the loss.
+  std::vector<std::string> outputNames;
   std::vector<TensorType> values;
   std::vector<Instruction> instructions;
   /// By value: whether it is computed inside a fused group and never leaves
@@ -631,7 +636,7 @@ public:
   /// The newest version of the format this reader understands, and the
   /// oldest it still reads (version 1 has no gradient_buffer: its steps
   /// reduce every gradient themselves).
-  static constexpr uint32_t kFormatVersion = 11;
+  static constexpr uint32_t kFormatVersion = 12;
   static constexpr uint32_t kOldestFormatVersion = 1;
   static constexpr size_t kHeaderSize = 64;
 

@@ -961,7 +961,8 @@ void ManifestReader::readFunction(const Json &json, const std::string &path,
   expectObject(json, path);
   expectKnownKeys(
       json, path,
-      {"name", "inputs", "outputs", "values", "instructions", "memory_plan"},
+      {"name", "inputs", "outputs", "output_names", "values", "instructions",
+       "memory_plan"},
       "a function");
   out.name = readString(field(json, path, "name"), member(path, "name"));
   const Json &values = field(json, path, "values");
@@ -1002,6 +1003,9 @@ void ManifestReader::readFunction(const Json &json, const std::string &path,
     }
   }
 
+  if (const Json *names = optionalField(json, "output_names"))
+    readOutputNames(*names, member(path, "output_names"), out);
+
   const Json &instructions = field(json, path, "instructions");
   std::string at = member(path, "instructions");
   expectArray(instructions, at);
@@ -1030,6 +1034,46 @@ void ManifestReader::readFunction(const Json &json, const std::string &path,
     readMemoryPlan(*plan, member(path, "memory_plan"), out);
 }
 
+void ManifestReader::readOutputNames(const Json &json, const std::string &path,
+                                     Function &out) {
+  if (version_ < 12)
+    fail(path,
+         "output_names in a version " + std::to_string(version_) + " manifest",
+         "none before format version 12 (the version is wrong or the "
+         "manifest was edited)");
+  if (out.name != "train_step")
+    fail(path, "output_names of '" + out.name + "'",
+         "output_names on train_step only");
+  expectArray(json, path);
+  if (json.size() != out.outputs.size() || json.size() < 2)
+    fail(path, std::to_string(json.size()) + " names",
+         "one per output (" + std::to_string(out.outputs.size()) +
+             "), at least loss and aux_loss");
+  static const char *const reported[] = {"aux_loss", "load_balancing_loss",
+                                         "z_loss"};
+  for (size_t i = 0; i < json.size(); ++i) {
+    std::string at = index(path, i);
+    std::string name = readString(json[i], at);
+    bool known = i == 0 ? name == "loss"
+                        : std::find(std::begin(reported), std::end(reported),
+                                    name) != std::end(reported);
+    if (!known)
+      fail(at, "'" + name + "'",
+           i == 0 ? std::string("'loss' (the first output)")
+                  : "one of aux_loss, load_balancing_loss, z_loss");
+    if (std::find(out.outputNames.begin(), out.outputNames.end(), name) !=
+        out.outputNames.end())
+      fail(at, "'" + name + "' twice", "distinct names");
+    const TensorType &t = out.values[out.outputs[i]];
+    if (t.dtype != DType::F32 || t.rank() != 0)
+      fail(at, "'" + name + "' of type " + t.str(), "an f32 scalar");
+    out.outputNames.push_back(std::move(name));
+  }
+  if (out.outputNames[1] != "aux_loss")
+    fail(index(path, 1), "'" + out.outputNames[1] + "'",
+         "'aux_loss' (what the loss's reported losses add to it)");
+}
+
 /// The entry points the runtime calls have the signatures the format fixes.
 void ManifestReader::checkFunctionSignature(const Function &function,
                                             const std::string &path) {
@@ -1043,7 +1087,7 @@ void ManifestReader::checkFunctionSignature(const Function &function,
          std::to_string(function.inputs.size()) + " inputs",
          std::to_string(inputs) + " for " + function.name +
              (loss ? " (tokens, labels)" : " (tokens)"));
-  if (function.outputs.size() != 1)
+  if (function.outputs.size() != 1 && function.outputNames.empty())
     fail(member(path, "outputs"),
          std::to_string(function.outputs.size()) + " outputs",
          "1 for " + function.name + (loss ? " (the loss)" : " (the logits)"));

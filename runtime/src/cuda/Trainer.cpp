@@ -154,9 +154,12 @@ Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
 }
 
 double Trainer::runMicroBatch(Executor &executor, data::SampleSource &data,
-                              int64_t first, const MicroBatchKey &key) {
+                              int64_t first, const MicroBatchKey &key,
+                              train::ReportedLosses *reported) {
   auto [tokens, labels] = readMicroBatch(data, first);
   std::vector<host::Tensor> outputs = executor.run({tokens, labels}, key);
+  if (reported)
+    train::addReportedLosses(executor.function(), outputs, *reported);
   return static_cast<double>(outputs[0].data<float>()[0]);
 }
 
@@ -226,6 +229,7 @@ void Trainer::train(std::ostream &out) {
     else if (scaler)
       trainStep_->setLossScale(scaler->scale());
     double lossSum = 0;
+    train::ReportedLosses reported;
     // The masks are keyed on the samples: global micro-batch m starts at
     // consumed + m * (its samples over the data ranks).
     uint64_t globalBatch = static_cast<uint64_t>(host_->microBatchSize() *
@@ -269,7 +273,8 @@ void Trainer::train(std::ostream &out) {
       lossSum += runMicroBatch(
           *trainStep_, *trainData_, consumed + sampleOffset(m),
           {microStep_++, static_cast<uint64_t>(consumed) +
-                             static_cast<uint64_t>(m) * globalBatch});
+                             static_cast<uint64_t>(m) * globalBatch},
+          &reported);
       if (overlap || gather)
         trainStep_->setInstructionObserver(nullptr);
       if (gather) // buckets the step does not read
@@ -281,6 +286,8 @@ void Trainer::train(std::ostream &out) {
       gradientBuffer_->reduceGradients();
     train::IterationResult result;
     result.loss = lossSum / static_cast<double>(microBatches);
+    result.reportedLosses = std::move(reported);
+    train::meanOf(result.reportedLosses, microBatches);
     if (scaler) {
       // As train::Trainer: unscale, agree over the ranks, update, skip.
       double inverse = 1.0 / scaler->scale();

@@ -114,8 +114,10 @@ private:
                       train::TrainingLog &log);
   /// Runs `executor` on the micro-batch of `data` at sample `first` (the
   /// rank's rows of the global micro-batch `key`).
+  /// With `reported`, adds train_step's reported losses to it.
   double runMicroBatch(Executor &executor, data::SampleSource &data,
-                       int64_t first, const MicroBatchKey &key);
+                       int64_t first, const MicroBatchKey &key,
+                       train::ReportedLosses *reported = nullptr);
 
   const Bundle &bundle_;
   train::TrainerOptions options_;

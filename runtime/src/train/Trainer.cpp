@@ -426,7 +426,8 @@ Trainer::readMicroBatch(data::SampleSource &data, int64_t first) {
 
 double Trainer::runMicroBatch(host::Executor &executor,
                               data::SampleSource &data, int64_t first,
-                              const MicroBatchKey &key) {
+                              const MicroBatchKey &key,
+                              ReportedLosses *reported) {
   readSamples(data, first);
   checkTokenIds(tokens_, labels_, first);
   std::vector<int64_t> shape = {microBatch_, localSeq_};
@@ -440,6 +441,8 @@ double Trainer::runMicroBatch(host::Executor &executor,
     inputs[1].data = labels64.data();
   }
   std::vector<host::Tensor> outputs = executor.run(inputs, key);
+  if (reported)
+    addReportedLosses(executor.function(), outputs, *reported);
   const host::Tensor &loss = outputs[0];
   return loss.dtype == DType::F64 ? loss.data<double>()[0]
                                   : static_cast<double>(loss.data<float>()[0]);
@@ -492,6 +495,7 @@ void Trainer::train(std::ostream &out) {
         trainStep_->setLossScale(lossScaler_->scale());
     }
     double lossSum = 0;
+    ReportedLosses reported;
     // Global micro-batch m holds samples globalFirst(m) onwards; this data
     // rank reads its rows, and the masks are keyed on the samples.
     auto globalFirst = [&](int64_t m) {
@@ -531,7 +535,7 @@ void Trainer::train(std::ostream &out) {
             });
       lossSum += runMicroBatch(
           *trainStep_, *trainData_, globalFirst(m) + dataRank_ * microBatch_,
-          {microStep_++, static_cast<uint64_t>(globalFirst(m))});
+          {microStep_++, static_cast<uint64_t>(globalFirst(m))}, &reported);
       if (overlap || gather)
         trainStep_->setInstructionObserver(nullptr);
       if (gather) // buckets the step does not read
@@ -543,6 +547,8 @@ void Trainer::train(std::ostream &out) {
       gradientBuffer_->reduceGradients();
     IterationResult result;
     result.loss = lossSum / static_cast<double>(microBatches_);
+    result.reportedLosses = std::move(reported);
+    meanOf(result.reportedLosses, microBatches_);
     if (lossScaler_) {
       // Megatron-LM's order: unscale and check every gradient element,
       // agree over all ranks, update the scale, skip on an overflow.

@@ -12,6 +12,7 @@
 #include "train/LossScaler.h"
 #include "train/Optimizer.h"
 #include "train/TokenSampler.h"
+#include "train/TrainingLog.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -114,8 +115,13 @@ std::string samplingRefusal(const Bundle &bundle);
 /// What one iteration did.
 struct IterationRecord {
   int64_t iteration = 0;
-  /// The mean over micro-batches of train_step's loss.
+  /// The mean over micro-batches of train_step's loss (what it minimizes:
+  /// the language-model loss plus any MoE auxiliary losses).
   double loss = 0;
+  /// The means over micro-batches of train_step's reported losses; empty
+  /// for a bundle without them. The language-model loss (Megatron-LM's "lm
+  /// loss") is `loss` less "aux_loss".
+  ReportedLosses reportedLosses;
   double learningRate = 0;
   /// NaN when the step was skipped.
   double gradNorm = 0;
@@ -254,8 +260,10 @@ private:
   void checkSaveDirectory() const;
   /// Runs `executor` on the micro-batch of `data` at sample `first` (the
   /// rank's rows of the global micro-batch `key`).
+  /// With `reported`, adds train_step's reported losses to it.
   double runMicroBatch(host::Executor &executor, data::SampleSource &data,
-                       int64_t first, const MicroBatchKey &key);
+                       int64_t first, const MicroBatchKey &key,
+                       ReportedLosses *reported = nullptr);
   /// Reads the micro-batch's samples from `first` into tokens_ and labels_:
   /// whole, or under context parallelism this rank's two load-balanced
   /// chunks of each (chunks r and 2 cp - 1 - r of 2 cp, Megatron-LM's

@@ -64,18 +64,28 @@ TrainingLog::TrainingLog(std::ostream &out, const std::string &jsonlPath,
 
 TrainingLog::~TrainingLog() { clearBar(); }
 
+double languageModelLoss(double loss, const ReportedLosses &reported) {
+  for (const auto &[name, value] : reported)
+    if (name == "aux_loss")
+      return loss - value;
+  return loss;
+}
+
 std::string TrainingLog::formatIteration(
     int64_t iteration, int64_t trainIters, int64_t consumedSamples,
     double millisecondsPerIteration, double learningRate,
-    int64_t globalBatchSize, double loss, double gradNorm,
-    double tokensPerSecond, const std::optional<LossScaleLine> &fp16) {
+    int64_t globalBatchSize, double lmLoss, double gradNorm,
+    double tokensPerSecond, const std::optional<LossScaleLine> &fp16,
+    const ReportedLosses &moeLosses) {
   std::string text = format(
       " iteration %8lld/%8lld | consumed samples: %lld | elapsed "
       "time per iteration (ms): %.1f | learning rate: %.3E | global "
       "batch size: %lld | lm loss: %.6E |",
       static_cast<long long>(iteration), static_cast<long long>(trainIters),
       static_cast<long long>(consumedSamples), millisecondsPerIteration,
-      learningRate, static_cast<long long>(globalBatchSize), loss);
+      learningRate, static_cast<long long>(globalBatchSize), lmLoss);
+  for (const auto &[name, value] : moeLosses)
+    text += format(" %s: %.6E |", name.c_str(), value);
   if (fp16)
     text += format(" loss scale: %.1f |", fp16->scale);
   if (!std::isnan(gradNorm))
@@ -97,7 +107,18 @@ void TrainingLog::iteration(const IterationRecord &record,
     intervalNan_ += !std::isfinite(record.loss);
   } else {
     ++intervalAdvanced_;
-    intervalLoss_ += record.loss;
+    intervalLoss_ += languageModelLoss(record.loss, record.reportedLosses);
+    for (const std::pair<std::string, double> &loss : record.reportedLosses) {
+      if (loss.first == "aux_loss")
+        continue;
+      auto sum = std::find_if(
+          intervalMoeLosses_.begin(), intervalMoeLosses_.end(),
+          [&](const auto &entry) { return entry.first == loss.first; });
+      if (sum == intervalMoeLosses_.end())
+        intervalMoeLosses_.push_back(loss);
+      else
+        sum->second += loss.second;
+    }
   }
   intervalSeconds_ += record.seconds;
   intervalTokens_ += static_cast<double>(tokensPerIteration);
@@ -112,6 +133,10 @@ void TrainingLog::iteration(const IterationRecord &record,
                             {"tokens_per_second", record.tokensPerSecond},
                             {"consumed_samples", consumedSamples},
                             {"elapsed_ms", record.seconds * 1e3}};
+    if (!record.reportedLosses.empty())
+      entry["lm_loss"] = languageModelLoss(record.loss, record.reportedLosses);
+    for (const auto &[name, value] : record.reportedLosses)
+      entry[name] = value;
     if (record.lossScale > 0) {
       entry["loss_scale"] = record.lossScale;
       entry["skipped"] = record.skipped;
@@ -123,14 +148,17 @@ void TrainingLog::iteration(const IterationRecord &record,
     std::optional<LossScaleLine> fp16;
     if (record.lossScale > 0)
       fp16 = LossScaleLine{record.lossScale, intervalSkipped_, intervalNan_};
+    double advanced =
+        static_cast<double>(std::max<int64_t>(1, intervalAdvanced_));
+    for (auto &[name, sum] : intervalMoeLosses_)
+      sum /= advanced;
     line(formatIteration(
         record.iteration, trainIters_, consumedSamples, seconds * 1e3,
-        record.learningRate, globalBatchSize,
-        intervalLoss_ / static_cast<double>(std::max<int64_t>(
-                            1, intervalAdvanced_)),
+        record.learningRate, globalBatchSize, intervalLoss_ / advanced,
         record.gradNorm,
         intervalSeconds_ > 0 ? intervalTokens_ / intervalSeconds_ : 0.0,
-        fp16));
+        fp16, intervalMoeLosses_));
+    intervalMoeLosses_.clear();
     intervalCount_ = intervalAdvanced_ = intervalSkipped_ = intervalNan_ = 0;
     intervalLoss_ = intervalSeconds_ = intervalTokens_ = 0;
   } else {

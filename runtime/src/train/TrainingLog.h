@@ -9,10 +9,20 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mtrt::train {
 
 struct IterationRecord;
+
+/// train_step's reported losses by name (Function::outputNames after
+/// "loss": the MoE auxiliary losses), in its output order.
+using ReportedLosses = std::vector<std::pair<std::string, double>>;
+
+/// The language-model loss of a step's `loss` (Megatron-LM's "lm loss"):
+/// less its "aux_loss" where it reports one.
+double languageModelLoss(double loss, const ReportedLosses &reported);
 
 /// What Megatron-LM's log line adds under --fp16: the loss scale and, over
 /// the logging interval, the iterations that skipped their optimizer step and
@@ -44,15 +54,17 @@ public:
   /// A free-form line on `out`.
   void line(const std::string &text);
 
-  /// Megatron-LM's line for one logging interval (exposed for tests). A
-  /// NaN `gradNorm` (a skipped step) is left out, as Megatron-LM leaves out
-  /// a missing one.
+  /// Megatron-LM's line for one logging interval (exposed for tests), with
+  /// `lmLoss` as its "lm loss" and each of `moeLosses` after it (its
+  /// load_balancing_loss and z_loss). A NaN `gradNorm` (a skipped step) is
+  /// left out, as Megatron-LM leaves out a missing one.
   static std::string
   formatIteration(int64_t iteration, int64_t trainIters,
                   int64_t consumedSamples, double millisecondsPerIteration,
-                  double learningRate, int64_t globalBatchSize, double loss,
+                  double learningRate, int64_t globalBatchSize, double lmLoss,
                   double gradNorm, double tokensPerSecond,
-                  const std::optional<LossScaleLine> &fp16 = std::nullopt);
+                  const std::optional<LossScaleLine> &fp16 = std::nullopt,
+                  const ReportedLosses &moeLosses = {});
 
 private:
   void clearBar();
@@ -72,6 +84,8 @@ private:
   int64_t intervalCount_ = 0, intervalAdvanced_ = 0, intervalSkipped_ = 0,
           intervalNan_ = 0;
   double intervalLoss_ = 0, intervalSeconds_ = 0, intervalTokens_ = 0;
+  /// The reported losses but aux_loss, summed as the loss.
+  ReportedLosses intervalMoeLosses_;
 };
 
 } // namespace mtrt::train

@@ -6,6 +6,25 @@
 
 namespace mtrt::train {
 
+void addReportedLosses(const Function &trainStep,
+                       const std::vector<host::Tensor> &outputs,
+                       ReportedLosses &sums) {
+  for (size_t i = 1; i < trainStep.outputNames.size(); ++i) {
+    const host::Tensor &value = outputs[i];
+    double v = value.dtype == DType::F64
+                   ? value.data<double>()[0]
+                   : static_cast<double>(value.data<float>()[0]);
+    if (sums.size() < i)
+      sums.emplace_back(trainStep.outputNames[i], 0.0);
+    sums[i - 1].second += v;
+  }
+}
+
+void meanOf(ReportedLosses &sums, int64_t microBatches) {
+  for (auto &[name, value] : sums)
+    value /= static_cast<double>(microBatches);
+}
+
 bool skipOnOverflow(LossScaler &scaler, bool found, int64_t iteration,
                     int64_t &skippedIterations,
                     const host::LrSchedule &schedule, IterationResult &result) {
@@ -42,6 +61,7 @@ void runTrainingLoop(
     IterationRecord record;
     record.iteration = iteration;
     record.loss = result.loss;
+    record.reportedLosses = result.reportedLosses;
     record.learningRate = result.step.learningRate;
     record.gradNorm = result.step.gradNorm;
     record.lossScale = result.lossScale;

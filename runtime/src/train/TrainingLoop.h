@@ -16,6 +16,9 @@ namespace mtrt::train {
 /// losses and the optimizer step's result.
 struct IterationResult {
   double loss = 0;
+  /// train_step's reported losses: summed by addReportedLosses over the
+  /// micro-batches, then divided by meanOf.
+  ReportedLosses reportedLosses;
   OptimizerStepResult step;
   /// fp16: the loss scale after the iteration, and whether it skipped its
   /// optimizer step (IterationRecord's fields).
@@ -30,6 +33,14 @@ struct IterationResult {
 /// the update still to come) and returns true: the caller skips the
 /// optimizer step. Megatron-LM's order, shared by the host and CUDA
 /// trainers.
+/// Adds a micro-batch's reported losses (`trainStep`'s outputs after the
+/// loss, named by its outputNames) to `sums`.
+void addReportedLosses(const Function &trainStep,
+                       const std::vector<host::Tensor> &outputs,
+                       ReportedLosses &sums);
+/// Divides each of `sums` by `microBatches`.
+void meanOf(ReportedLosses &sums, int64_t microBatches);
+
 bool skipOnOverflow(LossScaler &scaler, bool found, int64_t iteration,
                     int64_t &skippedIterations,
                     const host::LrSchedule &schedule, IterationResult &result);
