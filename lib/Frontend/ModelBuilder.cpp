@@ -117,6 +117,10 @@ private:
   /// logged `load_balancing_loss` and `z_loss` (each kind without its
   /// coefficient, averaged over the model's MoE layers), after the loss.
   void reportAuxLosses(func::FuncOp function, Value loss);
+  /// Returns a pipeline stage's output (its activation, or the last stage's
+  /// language-model loss), followed by its MoE layers' auxiliary losses as
+  /// "aux_loss" in a training step that has them.
+  void returnStageResults(func::FuncOp function, Value output);
 };
 
 } // namespace
@@ -648,24 +652,7 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
   }
   loc = stepLoc;
   if (!last) {
-    // A training stage's MoE layers' auxiliary losses leave it as a second
-    // result, "aux_loss": the runtime adds it to the micro-batch's loss and
-    // seeds its gradient with 1, as Megatron-LM's MoEAuxLossAutoScaler does
-    // on the stage that computed it (docs/Pipeline.md).
-    if (auxLosses.empty()) {
-      func::ReturnOp::create(builder, loc, h);
-      return;
-    }
-    Value aux = auxLosses.front();
-    for (Value more : llvm::drop_begin(auxLosses))
-      aux = mt::AddOp::create(builder, loc, lossType, aux, more);
-    LogicalResult added = function.insertResult(
-        1, lossType,
-        builder.getDictionaryAttr(builder.getNamedAttr(
-            "mt.name", builder.getStringAttr("aux_loss"))));
-    assert(succeeded(added) && "a stage has one result to add after");
-    (void)added;
-    func::ReturnOp::create(builder, loc, ValueRange{h, aux});
+    returnStageResults(function, h);
     return;
   }
   StringRef finalNorm = naming.gpt2 ? "transformer.ln_f" : "model.norm";
@@ -692,16 +679,43 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
       builder, loc, lossType, logits, function.getArgument(1),
       mt::LossReductionAttr::get(builder.getContext(), mt::LossReduction::Mean),
       builder.getI64IntegerAttr(-100));
+  if (stage) {
+    returnStageResults(function, loss);
+    return;
+  }
   // The MoE layers' auxiliary losses join the loss that is differentiated
   // (Megatron-LM adds their gradients through MoEAuxLossAutoScaler); the
   // training step's loss includes them, the eval step's does not.
   for (Value aux : auxLosses)
     loss = mt::AddOp::create(builder, loc, lossType, loss, aux);
-  if (!stage && !auxLosses.empty()) {
+  if (!auxLosses.empty()) {
     reportAuxLosses(function, loss);
     return;
   }
   func::ReturnOp::create(builder, loc, loss);
+}
+
+void ModelBuilder::returnStageResults(func::FuncOp function, Value output) {
+  // A training stage's MoE layers' auxiliary losses leave it as a second
+  // result, "aux_loss" (the last stage's too, apart from its language-model
+  // loss): the runtime adds it to the micro-batch's loss and seeds its
+  // gradient with 1, as Megatron-LM's MoEAuxLossAutoScaler does on the
+  // stage that computed it (docs/Pipeline.md).
+  if (auxLosses.empty()) {
+    func::ReturnOp::create(builder, loc, output);
+    return;
+  }
+  auto lossType = RankedTensorType::get({}, builder.getF32Type());
+  Value aux = auxLosses.front();
+  for (Value more : llvm::drop_begin(auxLosses))
+    aux = mt::AddOp::create(builder, loc, lossType, aux, more);
+  LogicalResult added = function.insertResult(
+      1, lossType,
+      builder.getDictionaryAttr(builder.getNamedAttr(
+          "mt.name", builder.getStringAttr("aux_loss"))));
+  assert(succeeded(added) && "a stage has one result to add after");
+  (void)added;
+  func::ReturnOp::create(builder, loc, ValueRange{output, aux});
 }
 
 void ModelBuilder::reportAuxLosses(func::FuncOp function, Value loss) {

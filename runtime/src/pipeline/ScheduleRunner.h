@@ -92,12 +92,24 @@ public:
   ScheduleRunner(const Bundle &bundle, Stages stages, comm::RankContext &rank);
 
   /// Runs the schedule once: returns the sum of the micro-batches' losses
-  /// (with every stage's MoE auxiliary losses), the same on every rank.
+  /// (with every stage's MoE auxiliary losses, whose sum auxLoss() then
+  /// returns), the same on every rank.
   /// Micro-batch m is {first.step + m, first.firstSample + m * globalBatch}:
   /// its masks are keyed on its samples (globalBatch: a micro-batch's samples
   /// over the data ranks).
   double train(const MicroBatchSource &source, const MicroBatchKey &first,
                uint64_t globalBatch);
+  /// The sum over the last train()'s micro-batches and stages of their MoE
+  /// auxiliary losses (included in its loss), the same on every rank; 0
+  /// without them.
+  double auxLoss() const { return auxLoss_; }
+  /// Whether a stage of the pipeline has MoE auxiliary losses.
+  bool hasAuxLoss() const {
+    for (const PipelineStageInfo &stage : pipeline_.stages)
+      if (stage.auxLoss)
+        return true;
+    return false;
+  }
   /// Runs the eval functions over `microBatches` micro-batches, one after
   /// another through all stages; returns the sum of their losses on every
   /// rank.
@@ -194,6 +206,8 @@ protected:
   void makeEmbeddingGroups();
   /// Sums the tied parameters' gradients over their embedding groups.
   void reduceTiedGradients(uint64_t firstStep);
+  /// The sum of losses_ (and of auxLosses_ into auxLoss_) over the
+  /// pipeline ranks.
   double lossOverRanks(const char *label);
   int64_t takeSlot(const Key &key);
   int64_t releaseSlot(const Key &key);
@@ -220,9 +234,13 @@ protected:
   /// are taken.
   std::map<Key, int64_t> slotOf_;
   std::map<int64_t, std::vector<bool>> slotsTaken_;
-  /// The last stage's losses of this schedule and the other stages'
-  /// auxiliary losses, read at its end.
+  /// The last stage's language-model losses of this schedule (or its eval
+  /// losses), read at its end.
   std::vector<Tensor> losses_;
+  /// The stages' auxiliary losses of this schedule (part of its loss), and
+  /// their sum over the ranks.
+  std::vector<Tensor> auxLosses_;
+  double auxLoss_ = 0;
 
   double computeSeconds_ = 0, wallSeconds_ = 0;
   int64_t stashBytes_ = 0, peakStashBytes_ = 0;
@@ -306,12 +324,17 @@ template <typename Stages>
 double ScheduleRunner<Stages>::lossOverRanks(const char *label) {
   // The loss is on the last stage's rank; every rank reports it. Reading it
   // is where the host waits for the rank's work.
-  double loss = 0;
+  double sums[2] = {0, 0}; // the loss and its auxiliary losses
   for (const Tensor &micro : losses_)
-    loss += stages_.scalar(micro);
+    sums[0] += stages_.scalar(micro);
+  for (const Tensor &micro : auxLosses_)
+    sums[1] += stages_.scalar(micro);
   losses_.clear();
-  pipelineGroup_->allReduce<double>(&loss, &loss, 1, comm::ReduceOp::Sum,
+  auxLosses_.clear();
+  pipelineGroup_->allReduce<double>(sums, sums, 2, comm::ReduceOp::Sum,
                                     comm::CallInfo{label, -1});
+  double loss = sums[0] + sums[1];
+  auxLoss_ = sums[1];
   // Every rank has passed its sends' receivers by now.
   stages_.sendsDone();
   return loss;
@@ -419,7 +442,7 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       // A stage's MoE auxiliary losses join the micro-batch's loss (summed
       // over the pipeline ranks at the schedule's end).
       if (stage.info->auxLoss) {
-        losses_.push_back(std::move(outputs[0]));
+        auxLosses_.push_back(std::move(outputs[0]));
         outputs.erase(outputs.begin());
       }
       stashBytes_ += bytesOf(outputs);

@@ -98,11 +98,11 @@ TEST(BundleContainerTest, RejectsBadMagic) {
 }
 
 TEST(BundleContainerTest, RejectsOtherVersions) {
-  for (uint32_t version : {0u, 12u, 0xFFFFFFFFu}) {
+  for (uint32_t version : {0u, 13u, 0xFFFFFFFFu}) {
     std::vector<uint8_t> bytes = bundleBytes(goodManifest(), version);
     expectError([&] { parseBytes(bytes); }, MTRT_STATUS_UNIMPLEMENTED,
                 {"header.version (offset 8)",
-                 "found " + std::to_string(version), "expected 1 to 11",
+                 "found " + std::to_string(version), "expected 1 to 12",
                  "megatron-compile"});
   }
 }
@@ -175,10 +175,10 @@ TEST(BundleContainerTest, RejectsJsonThatIsNotAManifest) {
               MTRT_STATUS_INVALID_ARGUMENT,
               {"format: found \"onnx\", expected \"megatron-bundle\""});
   manifest = bigramManifest(8, 4, 2, 3);
-  manifest["version"] = 12;
+  manifest["version"] = 13;
   expectError([&] { Bundle::parseManifest("m", manifest.dump()); },
               MTRT_STATUS_INVALID_ARGUMENT,
-              {"version: found 12, expected 1 to 11"});
+              {"version: found 13, expected 1 to 12"});
   manifest = bigramManifest(8, 4, 2, 3);
   manifest.erase("functions");
   expectError([&] { Bundle::parseManifest("m", manifest.dump()); },

@@ -7,7 +7,7 @@
 // reader's op table has the schema's ops and attribute types.
 //
 // The manifests under data/manifests are megatron-compile's (format version
-// 11), the JSON between a bundle's header and payload:
+// 12), the JSON between a bundle's header and payload:
 //   llama-fused-bf16-tp-sp-dp.json: models/tiny-llama.yaml --num-layers 1
 //     --bf16 --fuse-kernels --tensor-model-parallel-size 2
 //     --sequence-parallel --data-parallel-size 2 --use-distributed-optimizer
@@ -28,6 +28,9 @@
 //     --data-parallel-size 2 --expert-model-parallel-size 2 --seq-length 32
 //     --micro-batch-size 1 --global-batch-size 4 (a stage's aux_loss and
 //     predict, the MoE ops and all_to_all)
+//   moe-ep.json: models/tiny-moe.yaml --num-layers 1 --data-parallel-size 2
+//     --expert-model-parallel-size 2 --seq-length 32 --micro-batch-size 1
+//     --global-batch-size 4 (train_step's output_names)
 // Together they hold every key of the schema but the attributes that these
 // models' ops lack (their types are checked against the op table instead).
 #include "BundleTestBuilder.h"
@@ -228,7 +231,7 @@ private:
 
 const char *kBases[] = {"llama-fused-bf16-tp-sp-dp.json", "gpt-pp-tied-dp.json",
                         "gpt-fused-tp.json", "gpt-fp8-tp.json",
-                        "moe-pp-ep.json"};
+                        "moe-pp-ep.json", "moe-ep.json"};
 
 TEST(BundleManifestSchemaTest, TheCompilersManifestsAreRead) {
   for (const char *file : kBases) {
@@ -263,6 +266,55 @@ TEST(BundleManifestSchemaTest, TheReaderRefusesWhatTheSchemaRefuses) {
       << "keys of the schema that no test manifest holds (add a manifest "
          "that does): "
       << Json(missed).dump();
+}
+
+/// The reader's message for `manifest`, or "" if it accepts it.
+std::string refusal(const Json &manifest) {
+  try {
+    Bundle::parseManifest("moe-ep.mtb", manifest.dump());
+    return "";
+  } catch (const Error &error) {
+    return error.what();
+  }
+}
+
+TEST(BundleManifestSchemaTest, TrainStepsOutputNamesAreChecked) {
+  Base base = loadBase("moe-ep.json");
+  Json &functions = base.manifest["functions"];
+  size_t step = 0;
+  while (functions[step]["name"] != "train_step")
+    ++step;
+  Bundle bundle = Bundle::parseManifest("moe-ep.mtb", base.manifest.dump());
+  EXPECT_EQ(bundle.findFunction("train_step")->outputNames,
+            (std::vector<std::string>{"loss", "aux_loss",
+                                      "load_balancing_loss", "z_loss"}));
+  std::string at =
+      "functions[" + std::to_string(step) + "].output_names";
+  auto refused = [&](const std::function<void(Json &)> &edit,
+                     const std::string &expected) {
+    Json manifest = base.manifest;
+    edit(manifest["functions"][step]);
+    std::string message = refusal(manifest);
+    EXPECT_NE(message.find(at), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  };
+  refused([](Json &f) { f["output_names"][0] = "aux_loss"; },
+          "'loss' (the first output)");
+  refused([](Json &f) { f["output_names"][1] = "lm_loss"; },
+          "one of aux_loss, load_balancing_loss, z_loss");
+  refused([](Json &f) { f["output_names"][2] = "z_loss"; }, "distinct names");
+  refused([](Json &f) { f["output_names"][1] = "z_loss";
+                        f["output_names"][3] = "aux_loss"; },
+          "'aux_loss' (what the loss's reported losses add to it)");
+  refused([](Json &f) { f["output_names"].erase(3); },
+          "one per output (4)");
+  refused([](Json &f) { f["outputs"][1] = f["inputs"][0]; },
+          "an f32 scalar");
+  Json old = base.manifest;
+  old["version"] = 11;
+  std::string message = refusal(old);
+  EXPECT_NE(message.find("none before format version 12"), std::string::npos)
+      << message;
 }
 
 /// The JSON Schema type of an attribute of the op table.

@@ -164,6 +164,19 @@ TEST(TrainerTest, FormatsTheIterationLine) {
             "global batch size: 8 | lm loss: 0.000000E+00 | loss scale: 2.0 "
             "| number of skipped iterations:   1 | number of nan iterations: "
             "  0 | tokens per second: 2 |");
+  // A mixture of experts: Megatron-LM's load_balancing_loss and z_loss
+  // after the lm loss.
+  EXPECT_EQ(TrainingLog::formatIteration(
+                10, 300, 80, 12.34, 5e-4, 8, 4.1234564, 1.2344, 12345.4,
+                std::nullopt,
+                {{"load_balancing_loss", 1.0123456}, {"z_loss", 2.5}}),
+            " iteration       10/     300 | consumed samples: 80 | elapsed "
+            "time per iteration (ms): 12.3 | learning rate: 5.000E-04 | "
+            "global batch size: 8 | lm loss: 4.123456E+00 | "
+            "load_balancing_loss: 1.012346E+00 | z_loss: 2.500000E+00 | grad "
+            "norm: 1.234 | tokens per second: 12345 |");
+  EXPECT_EQ(languageModelLoss(5.5, {{"aux_loss", 0.5}, {"z_loss", 2}}), 5.0);
+  EXPECT_EQ(languageModelLoss(5.5, {}), 5.5);
 }
 
 TEST(TrainerTest, GreedySampleContinuesTheLearnedPattern) {

@@ -4,7 +4,7 @@
 // A module that went through the training pipeline translates to a bundle
 // without a model section.
 
-// CHECK: version 11 flags 0 payload 0
+// CHECK: version 12 flags 0 payload 0
 // CHECK-NEXT: parameters 1
 // CHECK-NEXT: train_step: 8 values, 7 instructions, 1 gradients, outputs {{\[\[\]\]}}
 

@@ -2,13 +2,14 @@
 """Checks that a run on several ranks matches the one-rank run
 (multi-rank-equivalence.test).
 
-Usage: compare-ranks.py ONE.jsonl RANKS.jsonl [--grad-norm] [--bitwise|--exact]
-                        [--tolerance=T]
+Usage: compare-ranks.py ONE.jsonl RANKS.jsonl [--grad-norm] [--moe-losses]
+                        [--bitwise|--exact] [--tolerance=T]
 
 Both files are megatron-train --log-jsonl logs. Every iteration's "loss" (and
 every evaluation's "eval_loss") must agree within 1e-5 relative (or T:
 bf16 runs, whose roundings follow other sums); with --grad-norm, every
-"grad_norm" too. With --bitwise they must be equal: the
+"grad_norm" too; with --moe-losses, the reported MoE losses ("lm_loss",
+"aux_loss", "load_balancing_loss", "z_loss") that both logs hold. With --bitwise they must be equal: the
 losses as float32 (the step computes them in float32; a log that averages
 several micro-batches does so in double, and the float32 rounding of that
 exact mean of two floats is the float32 sum a data-parallel all-reduce
@@ -38,6 +39,8 @@ def main():
     keys = ["loss", "eval_loss"]
     if "--grad-norm" in sys.argv:
         keys.append("grad_norm")
+    if "--moe-losses" in sys.argv:
+        keys += ["lm_loss", "aux_loss", "load_balancing_loss", "z_loss"]
     exact = "--exact" in sys.argv
     bitwise = exact or "--bitwise" in sys.argv
     tolerance = DEFAULT_TOLERANCE
