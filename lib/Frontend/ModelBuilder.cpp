@@ -736,11 +736,12 @@ void ModelBuilder::reportAuxLosses(func::FuncOp function, Value loss) {
   auto report = [&](ArrayRef<Value> losses, double coeff, StringRef name) {
     if (losses.empty())
       return;
+    Value total = sum(losses);
     Value scale = mt::FillOp::create(
         builder, loc, lossType,
         builder.getF64FloatAttr(1.0 / (coeff * static_cast<double>(moeLayers))));
     results.push_back(
-        mt::MulOp::create(builder, loc, lossType, sum(losses), scale));
+        mt::MulOp::create(builder, loc, lossType, total, scale));
     names.push_back(name);
   };
   report(loadBalancingLosses, config.moe.auxLossCoeff, "load_balancing_loss");

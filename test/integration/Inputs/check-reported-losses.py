@@ -2,13 +2,14 @@
 """Checks the reported MoE losses of a megatron-train --log-jsonl log
 (moe-reported-losses.test).
 
-Usage: check-reported-losses.py LOG.jsonl AUX_COEFF Z_COEFF MOE_LAYERS
-                                [WITHOUT.jsonl]
+Usage: check-reported-losses.py LOG.jsonl
+                                [AUX_COEFF Z_COEFF MOE_LAYERS [WITHOUT.jsonl]]
 
-Every iteration: lm_loss + aux_loss is the loss (1e-6 relative), and
-aux_loss is MOE_LAYERS * (AUX_COEFF * load_balancing_loss + Z_COEFF *
-z_loss) (1e-5 relative): the two reported losses are the kinds' sums over
-the MoE layers without their coefficients, divided by the MoE layers. With
+Every iteration: lm_loss + aux_loss is the loss (1e-6 relative); with the
+coefficients, aux_loss is MOE_LAYERS * (AUX_COEFF * load_balancing_loss +
+Z_COEFF * z_loss) (1e-5 relative): the two reported losses are the kinds'
+sums over the MoE layers without their coefficients, divided by the MoE
+layers. With
 WITHOUT.jsonl (the same model and data without auxiliary losses), the first
 iteration's lm_loss is its first loss (1e-6 relative): the same weights see
 the same batch. Prints what held; exits 1 otherwise.
@@ -32,17 +33,22 @@ def close(x, y, tolerance, what):
 
 def main():
     log = [r for r in records(sys.argv[1]) if "loss" in r]
-    aux_coeff, z_coeff = float(sys.argv[2]), float(sys.argv[3])
-    layers = int(sys.argv[4])
     worst = 0.0
     for r in log:
         it = "iteration %d" % r["iteration"]
         worst = max(worst, close(r["lm_loss"] + r["aux_loss"], r["loss"],
                                  1e-6, it + ": lm_loss + aux_loss"))
+    if len(sys.argv) < 5:
+        print("%d iterations: lm_loss + aux_loss = loss (largest %.2g)"
+              % (len(log), worst))
+        return
+    aux_coeff, z_coeff = float(sys.argv[2]), float(sys.argv[3])
+    layers = int(sys.argv[4])
+    for r in log:
         expected = layers * (aux_coeff * r.get("load_balancing_loss", 0) +
                              z_coeff * r.get("z_loss", 0))
         worst = max(worst, close(r["aux_loss"], expected, 1e-5,
-                                 it + ": aux_loss"))
+                                 "iteration %d: aux_loss" % r["iteration"]))
     print("%d iterations: lm_loss + aux_loss = loss, aux_loss = %d x "
           "(%g load_balancing_loss + %g z_loss) (largest %.2g)"
           % (len(log), layers, aux_coeff, z_coeff, worst))
