@@ -13,6 +13,7 @@
 
 #include "mt/IR/MtCastOp.h"
 #include "mt/IR/MtOps.h"
+#include "mt/Transforms/Passes.h"
 #include "mt/Transforms/PrecisionPasses.h"
 
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -217,7 +218,8 @@ struct BoundaryLink {
 };
 
 /// The links between pipeline stage functions (mt.pipeline_stage):
-///   - forward k's stash (results 1...) to backward k's leading arguments;
+///   - forward k's stash (its results after the output and aux_loss) to
+///     backward k's leading arguments;
 ///   - forward k's output to forward k+1's activation (its first argument);
 ///   - backward k+1's input gradient to backward k's seed (the argument
 ///     after the stash);
@@ -258,9 +260,15 @@ pipelineLinks(ModuleOp module,
     auto backward = backwards.find(k);
     if (backward == backwards.end())
       continue;
-    unsigned stash = forward.getNumResults() - 1;
+    // The stash follows the output and a stage's MoE auxiliary losses
+    // (aux_loss, a loss that stays f32, not stash).
+    unsigned leading = 1;
+    if (forward.getNumResults() > 1)
+      if (auto name = forward.getResultAttrOfType<StringAttr>(1, "mt.name"))
+        leading += name.getValue() == kAuxLossResultName;
+    unsigned stash = forward.getNumResults() - leading;
     for (unsigned i = 0; i < stash; ++i)
-      link(forward, i + 1, backward->second, i);
+      link(forward, i + leading, backward->second, i);
     func::FuncOp following = next(forwards, k);
     func::FuncOp followingBackward = next(backwards, k);
     if (following && followingBackward) {
