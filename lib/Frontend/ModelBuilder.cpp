@@ -112,15 +112,16 @@ private:
   /// The training step's MoE auxiliary losses (load balancing and z-loss),
   /// added to its loss, and each kind's apart (for the reported losses).
   SmallVector<Value> auxLosses, loadBalancingLosses, zLosses;
-  /// The reported losses of a training step without pipeline stages: the
-  /// auxiliary losses as they join the loss (`aux_loss`), and Megatron-LM's
-  /// logged `load_balancing_loss` and `z_loss` (each kind without its
-  /// coefficient, averaged over the model's MoE layers), after the loss.
-  void reportAuxLosses(func::FuncOp function, Value loss);
-  /// Returns a pipeline stage's output (its activation, or the last stage's
-  /// language-model loss), followed by its MoE layers' auxiliary losses as
-  /// "aux_loss" in a training step that has them.
-  void returnStageResults(func::FuncOp function, Value output);
+  /// Returns `output` (train_step's loss, a pipeline stage's activation or
+  /// the last stage's language-model loss), followed in a training step
+  /// with MoE auxiliary losses by its reported losses: `aux_loss` (the
+  /// auxiliary losses as they join the loss; the runtime adds a stage's to
+  /// the loss and seeds its gradient with 1, as Megatron-LM's
+  /// MoEAuxLossAutoScaler does on the stage that computed it), then
+  /// Megatron-LM's logged `load_balancing_loss` and `z_loss` (each kind
+  /// without its coefficient, over the model's MoE layers: a stage's part
+  /// of the mean).
+  void returnWithReportedLosses(func::FuncOp function, Value output);
 };
 
 } // namespace
@@ -652,7 +653,7 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
   }
   loc = stepLoc;
   if (!last) {
-    returnStageResults(function, h);
+    returnWithReportedLosses(function, h);
     return;
   }
   StringRef finalNorm = naming.gpt2 ? "transformer.ln_f" : "model.norm";
@@ -679,46 +680,22 @@ void ModelBuilder::buildStep(StringRef name, StepKind kind,
       builder, loc, lossType, logits, function.getArgument(1),
       mt::LossReductionAttr::get(builder.getContext(), mt::LossReduction::Mean),
       builder.getI64IntegerAttr(-100));
-  if (stage) {
-    returnStageResults(function, loss);
-    return;
-  }
   // The MoE layers' auxiliary losses join the loss that is differentiated
-  // (Megatron-LM adds their gradients through MoEAuxLossAutoScaler); the
-  // training step's loss includes them, the eval step's does not.
-  for (Value aux : auxLosses)
-    loss = mt::AddOp::create(builder, loc, lossType, loss, aux);
-  if (!auxLosses.empty()) {
-    reportAuxLosses(function, loss);
-    return;
-  }
-  func::ReturnOp::create(builder, loc, loss);
+  // (Megatron-LM adds their gradients through MoEAuxLossAutoScaler): in
+  // train_step here, in a pipeline by the runtime (each stage returns its
+  // own); the eval step has none.
+  if (!stage)
+    for (Value aux : auxLosses)
+      loss = mt::AddOp::create(builder, loc, lossType, loss, aux);
+  returnWithReportedLosses(function, loss);
 }
 
-void ModelBuilder::returnStageResults(func::FuncOp function, Value output) {
-  // A training stage's MoE layers' auxiliary losses leave it as a second
-  // result, "aux_loss" (the last stage's too, apart from its language-model
-  // loss): the runtime adds it to the micro-batch's loss and seeds its
-  // gradient with 1, as Megatron-LM's MoEAuxLossAutoScaler does on the
-  // stage that computed it (docs/Pipeline.md).
+void ModelBuilder::returnWithReportedLosses(func::FuncOp function,
+                                            Value output) {
   if (auxLosses.empty()) {
     func::ReturnOp::create(builder, loc, output);
     return;
   }
-  auto lossType = RankedTensorType::get({}, builder.getF32Type());
-  Value aux = auxLosses.front();
-  for (Value more : llvm::drop_begin(auxLosses))
-    aux = mt::AddOp::create(builder, loc, lossType, aux, more);
-  LogicalResult added = function.insertResult(
-      1, lossType,
-      builder.getDictionaryAttr(builder.getNamedAttr(
-          "mt.name", builder.getStringAttr("aux_loss"))));
-  assert(succeeded(added) && "a stage has one result to add after");
-  (void)added;
-  func::ReturnOp::create(builder, loc, ValueRange{output, aux});
-}
-
-void ModelBuilder::reportAuxLosses(func::FuncOp function, Value loss) {
   auto lossType = RankedTensorType::get({}, builder.getF32Type());
   auto sum = [&](ArrayRef<Value> losses) {
     Value total = losses.front();
@@ -729,7 +706,7 @@ void ModelBuilder::reportAuxLosses(func::FuncOp function, Value loss) {
   int64_t moeLayers = 0;
   for (int64_t i = 0; i < model.numLayers; ++i)
     moeLayers += config.moe.isMoeLayer(i);
-  SmallVector<Value> results = {loss, sum(auxLosses)};
+  SmallVector<Value> results = {output, sum(auxLosses)};
   SmallVector<StringRef> names = {"aux_loss"};
   // Megatron-LM logs each kind divided by its coefficient, averaged over
   // the MoE layers (track_moe_metrics).
@@ -751,7 +728,7 @@ void ModelBuilder::reportAuxLosses(func::FuncOp function, Value loss) {
         i + 1, lossType,
         builder.getDictionaryAttr(
             builder.getNamedAttr("mt.name", builder.getStringAttr(name))));
-    assert(succeeded(added) && "the step has its loss to add after");
+    assert(succeeded(added) && "the step has its output to add after");
     (void)added;
   }
   func::ReturnOp::create(builder, loc, results);

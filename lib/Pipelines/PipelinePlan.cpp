@@ -53,7 +53,7 @@ llvm::Error megatron::finishPipelinePlan(ModuleOp module, PipelinePlan &plan) {
   int64_t stages = plan.schedule.numStages();
   plan.signatures.assign(stages, {});
   plan.stashBytes.assign(stages, 0);
-  plan.auxLoss.assign(stages, false);
+  plan.reportedLosses.assign(stages, {});
   for (int64_t k = 0; k < stages; ++k) {
     auto forward =
         module.lookupSymbol<func::FuncOp>(stageFunction(k, "_forward"));
@@ -66,12 +66,10 @@ llvm::Error megatron::finishPipelinePlan(ModuleOp module, PipelinePlan &plan) {
       plan.signatures[k].input = typeText(forward.getArgumentTypes().front());
     if (k + 1 < stages)
       plan.signatures[k].output = typeText(forward.getResultTypes().front());
-    auto name = forward.getNumResults() > 1
-                    ? forward.getResultAttrOfType<StringAttr>(1, "mt.name")
-                    : StringAttr();
-    plan.auxLoss[k] = name && name.getValue() == mt::kAuxLossResultName;
-    for (Type stashed :
-         forward.getResultTypes().drop_front(1 + plan.auxLoss[k]))
+    for (StringRef name : mt::reportedLossResults(forward))
+      plan.reportedLosses[k].push_back(name.str());
+    for (Type stashed : forward.getResultTypes().drop_front(
+             1 + plan.reportedLosses[k].size()))
       plan.stashBytes[k] += bytesOf(stashed);
   }
   return verifyPipelineSchedule(plan.schedule, plan.signatures);
@@ -93,9 +91,15 @@ llvm::json::Object PipelinePlan::toJSON() const {
         {"backward", stageFunction(stage.index, "_backward")},
         {"eval", ("eval_step_stage" + llvm::Twine(stage.index)).str()},
         {"predict", ("predict_step_stage" + llvm::Twine(stage.index)).str()}};
-    if (static_cast<size_t>(stage.index) < auxLoss.size() &&
-        auxLoss[stage.index])
+    if (static_cast<size_t>(stage.index) < reportedLosses.size() &&
+        !reportedLosses[stage.index].empty()) {
+      const std::vector<std::string> &names = reportedLosses[stage.index];
       entry["aux_loss"] = true;
+      if (names.size() > 1)
+        entry["reported_losses"] =
+            llvm::json::Array(std::vector<std::string>(names.begin() + 1,
+                                                       names.end()));
+    }
     stageEntries.push_back(std::move(entry));
   }
   pipeline["stages"] = std::move(stageEntries);

@@ -47,19 +47,23 @@ struct DifferentiatePipelineStagesPass
 LogicalResult
 DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
   StringAttr nameKey = StringAttr::get(&getContext(), "mt.name");
-  // A second result is the stage's MoE auxiliary losses (a scalar named
-  // aux_loss), which the runtime adds to the loss.
-  bool auxLoss =
-      function.getNumResults() == 2 &&
-      function.getResultAttr(1, nameKey) ==
-          StringAttr::get(&getContext(), kAuxLossResultName) &&
-      cast<RankedTensorType>(function.getResultTypes()[1]).getRank() == 0;
+  // The results after the output are the stage's reported MoE losses:
+  // aux_loss (which the runtime adds to the loss), then the logged
+  // load_balancing_loss and z_loss, all scalars.
+  SmallVector<StringRef> reported = reportedLossResults(function);
+  bool auxLoss = !reported.empty();
+  bool scalars = llvm::all_of(
+      function.getResultTypes().drop_front(), [](Type type) {
+        return cast<RankedTensorType>(type).getRank() == 0;
+      });
   if (!function.getBody().hasOneBlock() ||
-      function.getNumResults() != 1 + auxLoss || function.getNumArguments() < 1)
+      function.getNumResults() != 1 + reported.size() || !scalars ||
+      function.getNumArguments() < 1)
     return function.emitOpError()
            << "is not a pipeline stage: it needs one block, an input and one "
               "result (its output activation or the loss), optionally "
-              "followed by a scalar result named aux_loss";
+              "followed by scalar results named aux_loss, then "
+              "load_balancing_loss and z_loss";
   Block &body = function.getBody().front();
   Type outputType = function.getResultTypes().front();
   bool lossStage = cast<RankedTensorType>(outputType).getRank() == 0;

@@ -218,7 +218,8 @@ struct BoundaryLink {
 };
 
 /// The links between pipeline stage functions (mt.pipeline_stage):
-///   - forward k's stash (its results after the output and aux_loss) to
+///   - forward k's stash (its results after the output and the reported
+///     losses) to
 ///     backward k's leading arguments;
 ///   - forward k's output to forward k+1's activation (its first argument);
 ///   - backward k+1's input gradient to backward k's seed (the argument
@@ -260,12 +261,9 @@ pipelineLinks(ModuleOp module,
     auto backward = backwards.find(k);
     if (backward == backwards.end())
       continue;
-    // The stash follows the output and a stage's MoE auxiliary losses
-    // (aux_loss, a loss that stays f32, not stash).
-    unsigned leading = 1;
-    if (forward.getNumResults() > 1)
-      if (auto name = forward.getResultAttrOfType<StringAttr>(1, "mt.name"))
-        leading += name.getValue() == kAuxLossResultName;
+    // The stash follows the output and a stage's reported MoE losses (f32
+    // losses, not stash).
+    unsigned leading = 1 + reportedLossResults(forward).size();
     unsigned stash = forward.getNumResults() - leading;
     for (unsigned i = 0; i < stash; ++i)
       link(forward, i + leading, backward->second, i);

@@ -44,6 +44,23 @@ inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 /// The model builder names the result so.
 inline constexpr llvm::StringLiteral kAuxLossResultName = "aux_loss";
 
+/// The results a pipeline stage (or train_step) reports after its output:
+/// `aux_loss`, then any of `load_balancing_loss` and `z_loss` (Megatron-LM's
+/// logged values of the stage's MoE layers, which nothing differentiates).
+/// Their names, from result 1 on; empty without MoE auxiliary losses.
+inline SmallVector<StringRef> reportedLossResults(func::FuncOp function) {
+  SmallVector<StringRef> names;
+  for (unsigned i = 1, e = function.getNumResults(); i < e; ++i) {
+    auto name = function.getResultAttrOfType<StringAttr>(i, "mt.name");
+    if (!name || (i == 1) != (name.getValue() == kAuxLossResultName) ||
+        (i > 1 && name.getValue() != "load_balancing_loss" &&
+         name.getValue() != "z_loss"))
+      break;
+    names.push_back(name.getValue());
+  }
+  return names;
+}
+
 /// The `mt.name` of the last pipeline stage's predict_step_stage<k> result:
 /// the logits [b, s, v], which keep the whole sequence under sequence
 /// parallelism (a stage's other rank-3 results are the residual stream,

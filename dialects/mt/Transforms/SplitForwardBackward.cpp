@@ -70,12 +70,9 @@ LogicalResult SplitForwardBackwardPass::split(func::FuncOp function) {
   SmallVector<Operation *> ops;
   for (Operation &op : body.without_terminator())
     ops.push_back(&op);
-  // The forward's results: the output, and a stage's MoE auxiliary losses
+  // The forward's results: the output, and a stage's reported MoE losses
   // (aux_loss) after it; the rest are the backward's.
-  unsigned forwardCount = 1;
-  if (ret.getNumOperands() > 1)
-    if (auto name = function.getResultAttrOfType<StringAttr>(1, "mt.name"))
-      forwardCount += name.getValue() == kAuxLossResultName;
+  unsigned forwardCount = 1 + reportedLossResults(function).size();
   auto forwardOperands = ret.getOperands().take_front(forwardCount);
   auto backwardOperands = ret.getOperands().drop_front(forwardCount);
   for (Value output : forwardOperands)

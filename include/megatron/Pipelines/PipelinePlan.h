@@ -24,9 +24,11 @@ struct PipelinePlan {
   /// its forward pass stashes for its backward pass per micro-batch.
   std::vector<StageSignature> signatures;
   std::vector<int64_t> stashBytes;
-  /// Per virtual stage: whether its forward's second result is its MoE
-  /// layers' auxiliary losses (the bundle's `aux_loss`).
-  std::vector<bool> auxLoss;
+  /// Per virtual stage: the names of its forward's reported MoE losses
+  /// after its output (mt::reportedLossResults): none, or `aux_loss` (the
+  /// bundle's `aux_loss`) then any of `load_balancing_loss` and `z_loss`
+  /// (its `reported_losses`).
+  std::vector<std::vector<std::string>> reportedLosses;
 
   /// Stage layers for buildModelModule.
   std::vector<StageLayers> stageLayers() const;

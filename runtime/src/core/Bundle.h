@@ -435,6 +435,13 @@ struct PipelineStageInfo {
   /// added to the micro-batch's loss (its gradient is the backward's fill
   /// marked loss_seed); the stash follows it.
   bool auxLoss = false;
+  /// `reported_losses` (version 12): the names of the forward's outputs
+  /// after aux_loss, any of "load_balancing_loss" and "z_loss" (Megatron-LM's
+  /// logged values, the stage's part of their means); the stash follows.
+  std::vector<std::string> reportedLosses;
+  /// The forward's outputs before its stash: the output, aux_loss and the
+  /// reported losses.
+  size_t leadingOutputs() const { return 1 + auxLoss + reportedLosses.size(); }
 };
 
 /// The manifest's `pipeline` section.

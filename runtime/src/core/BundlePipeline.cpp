@@ -3,6 +3,7 @@
 // schedule's steps are in range.
 #include "core/BundleReader.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -200,7 +201,8 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
     expectObject(entry, at);
     expectKnownKeys(entry, at,
                     {"stage", "rank", "first_layer", "num_layers", "forward",
-                     "backward", "eval", "predict", "aux_loss"},
+                     "backward", "eval", "predict", "aux_loss",
+                     "reported_losses"},
                     "a pipeline stage");
     PipelineStageInfo stage;
     stage.stage = readInt(field(entry, at, "stage"), member(at, "stage"),
@@ -220,24 +222,35 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
       stage.predict = functionIndex(*predict, member(at, "predict"));
     if (const Json *aux = optionalField(entry, "aux_loss"))
       stage.auxLoss = readBool(*aux, member(at, "aux_loss"));
+    if (const Json *reported = optionalField(entry, "reported_losses"))
+      readReportedLosses(*reported, member(at, "reported_losses"), stage);
     // The forward's results after its output (and its auxiliary losses)
     // are the backward's leading inputs (the stash), then the output's
     // gradient.
     const Function &forward = bundle.functions_[stage.forward];
     const Function &backward = bundle.functions_[stage.backward];
-    const size_t leading = stage.auxLoss ? 2 : 1;
+    const size_t leading = stage.leadingOutputs();
     if (stage.auxLoss && (forward.outputs.size() < 2 ||
                           !forward.values[forward.outputs[1]].shape.empty()))
       fail(member(at, "aux_loss"), "true",
            "a scalar output 1 of \"" + forward.name +
                "\" (the stage's auxiliary losses)");
+    for (size_t i = 2; i < leading; ++i)
+      if (forward.outputs.size() <= i ||
+          forward.values[forward.outputs[i]].dtype != DType::F32 ||
+          !forward.values[forward.outputs[i]].shape.empty())
+        fail(index(member(at, "reported_losses"), i - 2),
+             "\"" + stage.reportedLosses[i - 2] + "\"",
+             "an f32 scalar output " + std::to_string(i) + " of \"" +
+                 forward.name + "\"");
     if (forward.outputs.size() + 1 != backward.inputs.size() + leading)
       fail(member(at, "backward"),
            "\"" + backward.name + "\" with " +
                std::to_string(backward.inputs.size()) + " inputs",
            std::to_string(forward.outputs.size() + 1 - leading) +
                ": the stash of \"" + forward.name + "\" (its outputs after " +
-               (stage.auxLoss ? "the first two" : "the first") +
+               (leading == 1 ? std::string("the first")
+                             : "the first " + std::to_string(leading)) +
                ") and the output's gradient");
     for (size_t i = 0; i + leading < forward.outputs.size() + 1; ++i) {
       const TensorType &sent =
@@ -320,6 +333,32 @@ void ManifestReader::readPipeline(const Json &json, const std::string &path,
       out.predictedIdleFraction.push_back(readNumber((*idle)[r], index(at, r)));
   }
   bundle.hasPipeline_ = true;
+}
+
+void ManifestReader::readReportedLosses(const Json &json,
+                                        const std::string &path,
+                                        PipelineStageInfo &stage) {
+  if (version_ < 12)
+    fail(path,
+         "reported_losses in a version " + std::to_string(version_) +
+             " manifest",
+         "none before format version 12 (the version is wrong or the "
+         "manifest was edited)");
+  if (!stage.auxLoss)
+    fail(path, "reported_losses without aux_loss",
+         "aux_loss true: the reported losses follow the stage's auxiliary "
+         "losses");
+  expectArray(json, path);
+  for (size_t i = 0; i < json.size(); ++i) {
+    std::string at = index(path, i);
+    std::string name = readString(json[i], at);
+    if (name != "load_balancing_loss" && name != "z_loss")
+      fail(at, "\"" + name + "\"", "load_balancing_loss or z_loss");
+    if (std::find(stage.reportedLosses.begin(), stage.reportedLosses.end(),
+                  name) != stage.reportedLosses.end())
+      fail(at, "\"" + name + "\" twice", "distinct names");
+    stage.reportedLosses.push_back(std::move(name));
+  }
 }
 
 void ManifestReader::checkStageParameters(const Bundle &bundle) {

@@ -148,6 +148,9 @@ private:
                               const std::string &path);
   /// The `pipeline` section (BundlePipeline.cpp), after the functions.
   void readPipeline(const Json &json, const std::string &path, Bundle &bundle);
+  /// A stage entry's reported_losses (version 12, after aux_loss).
+  void readReportedLosses(const Json &json, const std::string &path,
+                          PipelineStageInfo &stage);
   /// After the pipeline section (BundlePipeline.cpp): every stage function
   /// reads and accumulates only parameters that its pipeline rank holds.
   void checkStageParameters(const Bundle &bundle);

@@ -355,8 +355,9 @@ PipelineStages::executor(const std::string &function) {
     const Function &backward = functions[info.backward];
     if (forward.name == function) {
       // The stash follows the activation and, on a stage with MoE layers,
-      // its auxiliary losses (`aux_loss`, a loss, not stash).
-      for (size_t i = info.auxLoss ? 2 : 1; i < forward.outputs.size(); ++i)
+      // its reported losses (`aux_loss` and the logged ones: losses, not
+      // stash).
+      for (size_t i = info.leadingOutputs(); i < forward.outputs.size(); ++i)
         boundary.outputs.push_back(i);
       forwardOf = &info;
     }
@@ -370,7 +371,7 @@ PipelineStages::executor(const std::string &function) {
   executors_[function] = made.get();
   if (forwardOf) {
     backwardOf_[made.get()] = functions[forwardOf->backward].name;
-    stashFirst_[made.get()] = forwardOf->auxLoss ? 2 : 1;
+    stashFirst_[made.get()] = forwardOf->leadingOutputs();
   }
   return made;
 }

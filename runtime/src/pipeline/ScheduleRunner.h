@@ -99,16 +99,12 @@ public:
   /// over the data ranks).
   double train(const MicroBatchSource &source, const MicroBatchKey &first,
                uint64_t globalBatch);
-  /// The sum over the last train()'s micro-batches and stages of their MoE
-  /// auxiliary losses (included in its loss), the same on every rank; 0
-  /// without them.
-  double auxLoss() const { return auxLoss_; }
-  /// Whether a stage of the pipeline has MoE auxiliary losses.
-  bool hasAuxLoss() const {
-    for (const PipelineStageInfo &stage : pipeline_.stages)
-      if (stage.auxLoss)
-        return true;
-    return false;
+  /// The stages' reported MoE losses of the last train(), each summed over
+  /// its micro-batches and stages, the same on every rank: "aux_loss" (part
+  /// of its loss), then any of "load_balancing_loss" and "z_loss"; empty
+  /// without MoE auxiliary losses.
+  const std::vector<std::pair<std::string, double>> &reportedLosses() const {
+    return reported_;
   }
   /// Runs the eval functions over `microBatches` micro-batches, one after
   /// another through all stages; returns the sum of their losses on every
@@ -206,8 +202,8 @@ protected:
   void makeEmbeddingGroups();
   /// Sums the tied parameters' gradients over their embedding groups.
   void reduceTiedGradients(uint64_t firstStep);
-  /// The sum of losses_ (and of auxLosses_ into auxLoss_) over the
-  /// pipeline ranks.
+  /// The sum of losses_ and the reported aux_loss over the pipeline ranks
+  /// (and reportedValues_'s sums into reported_).
   double lossOverRanks(const char *label);
   int64_t takeSlot(const Key &key);
   int64_t releaseSlot(const Key &key);
@@ -237,10 +233,10 @@ protected:
   /// The last stage's language-model losses of this schedule (or its eval
   /// losses), read at its end.
   std::vector<Tensor> losses_;
-  /// The stages' auxiliary losses of this schedule (part of its loss), and
-  /// their sum over the ranks.
-  std::vector<Tensor> auxLosses_;
-  double auxLoss_ = 0;
+  /// Per name of reported_ (the stages' reported losses in the order they
+  /// first appear), this schedule's values, read at its end.
+  std::vector<std::vector<Tensor>> reportedValues_;
+  std::vector<std::pair<std::string, double>> reported_;
 
   double computeSeconds_ = 0, wallSeconds_ = 0;
   int64_t stashBytes_ = 0, peakStashBytes_ = 0;
@@ -264,6 +260,19 @@ ScheduleRunner<Stages>::ScheduleRunner(const Bundle &bundle, Stages stages,
     stage.backward = stages_.executor(functions[info.backward].name);
     stage.eval = stages_.executor(functions[info.eval].name);
   }
+  // Every rank sums the same reported losses (the stages' names).
+  for (const PipelineStageInfo &info : pipeline_.stages) {
+    std::vector<std::string> names;
+    if (info.auxLoss)
+      names.push_back("aux_loss");
+    names.insert(names.end(), info.reportedLosses.begin(),
+                 info.reportedLosses.end());
+    for (const std::string &name : names)
+      if (std::none_of(reported_.begin(), reported_.end(),
+                       [&](const auto &r) { return r.first == name; }))
+        reported_.emplace_back(name, 0.0);
+  }
+  reportedValues_.resize(reported_.size());
   makeEmbeddingGroups();
 }
 
@@ -324,17 +333,22 @@ template <typename Stages>
 double ScheduleRunner<Stages>::lossOverRanks(const char *label) {
   // The loss is on the last stage's rank; every rank reports it. Reading it
   // is where the host waits for the rank's work.
-  double sums[2] = {0, 0}; // the loss and its auxiliary losses
+  // The loss, then each reported loss (aux_loss first, part of the loss).
+  std::vector<double> sums(1 + reported_.size(), 0.0);
   for (const Tensor &micro : losses_)
     sums[0] += stages_.scalar(micro);
-  for (const Tensor &micro : auxLosses_)
-    sums[1] += stages_.scalar(micro);
+  for (size_t i = 0; i < reportedValues_.size(); ++i) {
+    for (const Tensor &micro : reportedValues_[i])
+      sums[1 + i] += stages_.scalar(micro);
+    reportedValues_[i].clear();
+  }
   losses_.clear();
-  auxLosses_.clear();
-  pipelineGroup_->allReduce<double>(sums, sums, 2, comm::ReduceOp::Sum,
+  pipelineGroup_->allReduce<double>(sums.data(), sums.data(), sums.size(),
+                                    comm::ReduceOp::Sum,
                                     comm::CallInfo{label, -1});
-  double loss = sums[0] + sums[1];
-  auxLoss_ = sums[1];
+  for (size_t i = 0; i < reported_.size(); ++i)
+    reported_[i].second = sums[1 + i];
+  double loss = sums[0] + (reported_.empty() ? 0.0 : reported_[0].second);
   // Every rank has passed its sends' receivers by now.
   stages_.sendsDone();
   return loss;
@@ -439,10 +453,16 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       else
         outputs_[key] = std::move(outputs[0]);
       outputs.erase(outputs.begin());
-      // A stage's MoE auxiliary losses join the micro-batch's loss (summed
-      // over the pipeline ranks at the schedule's end).
-      if (stage.info->auxLoss) {
-        auxLosses_.push_back(std::move(outputs[0]));
+      // A stage's MoE auxiliary losses join the micro-batch's loss, and
+      // its reported losses are logged (summed over the pipeline ranks at
+      // the schedule's end).
+      for (size_t i = 1; i < stage.info->leadingOutputs(); ++i) {
+        const std::string &name =
+            i == 1 ? std::string("aux_loss") : stage.info->reportedLosses[i - 2];
+        size_t at = 0;
+        while (reported_[at].first != name)
+          ++at;
+        reportedValues_[at].push_back(std::move(outputs[0]));
         outputs.erase(outputs.begin());
       }
       stashBytes_ += bytesOf(outputs);

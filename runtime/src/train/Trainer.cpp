@@ -509,9 +509,8 @@ void Trainer::train(std::ostream &out) {
           },
           {microStep_, static_cast<uint64_t>(consumed)},
           static_cast<uint64_t>(microBatch_ * dataParallel_));
-      // The stages' auxiliary losses, apart (the lm loss is the rest).
-      if (pipeline_->hasAuxLoss())
-        reported.emplace_back("aux_loss", pipeline_->auxLoss());
+      // The stages' reported losses (the lm loss is the loss less aux_loss).
+      reported = pipeline_->reportedLosses();
       microStep_ += microBatches_;
       // --overlap-param-gather: buckets no stage's forward read.
       if (gradientBuffer_)

@@ -317,6 +317,28 @@ TEST(BundleManifestSchemaTest, TrainStepsOutputNamesAreChecked) {
       << message;
 }
 
+TEST(BundleManifestSchemaTest, StagesReportedLossesAreChecked) {
+  Base base = loadBase("moe-pp-ep.json");
+  Bundle bundle = Bundle::parseManifest("moe-pp-ep.mtb", base.manifest.dump());
+  for (const PipelineStageInfo &stage : bundle.pipeline()->stages) {
+    EXPECT_TRUE(stage.auxLoss);
+    EXPECT_EQ(stage.reportedLosses,
+              (std::vector<std::string>{"load_balancing_loss", "z_loss"}));
+    EXPECT_EQ(stage.leadingOutputs(), 4u);
+  }
+  Json noAux = base.manifest;
+  noAux["pipeline"]["stages"][0].erase("aux_loss");
+  std::string message = refusal(noAux);
+  EXPECT_NE(message.find("pipeline.stages[0].reported_losses: found "
+                         "reported_losses without aux_loss"),
+            std::string::npos)
+      << message;
+  Json twice = base.manifest;
+  twice["pipeline"]["stages"][1]["reported_losses"][1] = "load_balancing_loss";
+  message = refusal(twice);
+  EXPECT_NE(message.find("distinct names"), std::string::npos) << message;
+}
+
 /// The JSON Schema type of an attribute of the op table.
 std::string schemaType(bundle_detail::AttrKind kind) {
   switch (kind) {
