@@ -68,8 +68,8 @@ llvm::Error megatron::finishPipelinePlan(ModuleOp module, PipelinePlan &plan) {
       plan.signatures[k].output = typeText(forward.getResultTypes().front());
     for (StringRef name : mt::reportedLossResults(forward))
       plan.reportedLosses[k].push_back(name.str());
-    for (Type stashed : forward.getResultTypes().drop_front(
-             1 + plan.reportedLosses[k].size()))
+    for (Type stashed :
+         forward.getResultTypes().drop_front(1 + plan.reportedLosses[k].size()))
       plan.stashBytes[k] += bytesOf(stashed);
   }
   return verifyPipelineSchedule(plan.schedule, plan.signatures);
@@ -96,9 +96,8 @@ llvm::json::Object PipelinePlan::toJSON() const {
       const std::vector<std::string> &names = reportedLosses[stage.index];
       entry["aux_loss"] = true;
       if (names.size() > 1)
-        entry["reported_losses"] =
-            llvm::json::Array(std::vector<std::string>(names.begin() + 1,
-                                                       names.end()));
+        entry["reported_losses"] = llvm::json::Array(
+            std::vector<std::string>(names.begin() + 1, names.end()));
     }
     stageEntries.push_back(std::move(entry));
   }

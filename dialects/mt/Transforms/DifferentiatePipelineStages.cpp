@@ -52,8 +52,8 @@ DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
   // load_balancing_loss and z_loss, all scalars.
   SmallVector<StringRef> reported = reportedLossResults(function);
   bool auxLoss = !reported.empty();
-  bool scalars = llvm::all_of(
-      function.getResultTypes().drop_front(), [](Type type) {
+  bool scalars =
+      llvm::all_of(function.getResultTypes().drop_front(), [](Type type) {
         return cast<RankedTensorType>(type).getRank() == 0;
       });
   if (!function.getBody().hasOneBlock() ||

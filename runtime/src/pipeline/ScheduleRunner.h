@@ -457,8 +457,8 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       // its reported losses are logged (summed over the pipeline ranks at
       // the schedule's end).
       for (size_t i = 1; i < stage.info->leadingOutputs(); ++i) {
-        const std::string &name =
-            i == 1 ? std::string("aux_loss") : stage.info->reportedLosses[i - 2];
+        const std::string &name = i == 1 ? std::string("aux_loss")
+                                         : stage.info->reportedLosses[i - 2];
         size_t at = 0;
         while (reported_[at].first != name)
           ++at;
