@@ -480,7 +480,16 @@ void AnnotateShardingsPass::runOnOperation() {
         if (!name || name.getValue() != kLogitsResultName)
           splitActivation(type, axes);
       }
-      operand.set(annotate(builder, operand.get(), axes, /*forUsers=*/false));
+      // A result that other ops read too (train_step's aux_loss, a layer's
+      // only auxiliary loss, which the loss adds) is annotated where it is
+      // made: propagation annotates its other users from the annotation,
+      // which must dominate them.
+      Value value = operand.get();
+      OpBuilder::InsertionGuard guard(builder);
+      if (llvm::any_of(value.getUsers(),
+                       [&](Operation *user) { return user != ret; }))
+        builder.setInsertionPointAfterValue(value);
+      operand.set(annotate(builder, value, axes, /*forUsers=*/false));
     }
   }
 }

@@ -436,6 +436,15 @@ typedef struct mtrt_step_metrics_t {
    * the learning rate is the one the next update will use). */
   double loss_scale;
   int64_t skipped;
+  /* Megatron-LM's "lm loss": `loss` less the MoE auxiliary losses that it
+   * includes (bundles whose train_step reports them, format 12); `loss`
+   * for other bundles. Then its logged MoE losses: load_balancing_loss and
+   * z_loss, each without its coefficient, averaged over the MoE layers and
+   * the micro-batches (docs/MoE.md, "The logged losses"); NaN where the
+   * bundle reports none. */
+  double lm_loss;
+  double load_balancing_loss;
+  double z_loss;
 } mtrt_step_metrics_t;
 
 /* Runs train_step (forward and backward) on the current batch, adding this

@@ -16,6 +16,7 @@
 #include "host/ThreadPool.h"
 #include "train/DataParallelBuffer.h"
 #include "train/DistributedOptimizer.h"
+#include "train/TrainingLoop.h"
 
 namespace mtrt::capi {
 
@@ -91,8 +92,8 @@ public:
   int device() const override { return context_.device(); }
   bool hasEvalStep() const override { return evalStep_ || pipeline_; }
 
-  double run(bool train, const BatchView &batch,
-             const MicroBatchKey &key) override {
+  double run(bool train, const BatchView &batch, const MicroBatchKey &key,
+             train::ReportedLosses &reported) override {
     // The caller may have written parameters through a view since: the
     // GEMMs' bf16 copies follow the fp32 values.
     if (viewGiven_)
@@ -106,14 +107,18 @@ public:
     cuda::Executor &executor = train ? *trainStep_ : *evalStep_;
     std::vector<host::Tensor> outputs =
         executor.run({batch.tokens, batch.labels}, key, batch.onDevice);
+    if (train)
+      train::addReportedLosses(executor.function(), outputs, reported);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   double runSchedule(const std::vector<BatchView> &batches,
-                     const MicroBatchKey &first,
-                     uint64_t globalBatch) override {
+                     const MicroBatchKey &first, uint64_t globalBatch,
+                     train::ReportedLosses &reported) override {
     if (viewGiven_)
       parameters_.refreshBf16Copies();
-    return pipeline_->train(scheduleSource(batches), first, globalBatch);
+    double loss = pipeline_->train(scheduleSource(batches), first, globalBatch);
+    reported = pipeline_->reportedLosses();
+    return loss;
   }
   void zeroGradients() override { parameters_.zeroGradients(); }
   void setLossScale(double scale) override {

@@ -9,6 +9,7 @@
 #include "pipeline/PipelineRunner.h"
 #include "train/DataParallelBuffer.h"
 #include "train/DistributedOptimizer.h"
+#include "train/TrainingLoop.h"
 
 #include <cstring>
 
@@ -54,20 +55,24 @@ public:
   int device() const override { return 0; }
   bool hasEvalStep() const override { return evalStep_ || pipeline_; }
 
-  double run(bool train, const BatchView &batch,
-             const MicroBatchKey &key) override {
+  double run(bool train, const BatchView &batch, const MicroBatchKey &key,
+             train::ReportedLosses &reported) override {
     if (pipeline_)
       return pipeline_->evaluate(
           [&](int64_t) { return std::pair(batch.tokens, batch.labels); }, 1);
     host::Executor &executor = train ? *trainStep_ : *evalStep_;
     std::vector<host::Tensor> outputs =
         executor.run({batch.tokens, batch.labels}, key);
+    if (train)
+      train::addReportedLosses(executor.function(), outputs, reported);
     return static_cast<double>(outputs[0].data<float>()[0]);
   }
   double runSchedule(const std::vector<BatchView> &batches,
-                     const MicroBatchKey &first,
-                     uint64_t globalBatch) override {
-    return pipeline_->train(scheduleSource(batches), first, globalBatch);
+                     const MicroBatchKey &first, uint64_t globalBatch,
+                     train::ReportedLosses &reported) override {
+    double loss = pipeline_->train(scheduleSource(batches), first, globalBatch);
+    reported = pipeline_->reportedLosses();
+    return loss;
   }
   void zeroGradients() override { parameters_.zeroGradients(pool_); }
   void setLossScale(double scale) override {

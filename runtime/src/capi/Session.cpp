@@ -464,8 +464,8 @@ double Session::accumulate() {
   }
   // This rank's rows of the global micro-batch that starts at the samples
   // consumed so far (its data offset is the bundle's tile).
-  double loss =
-      backend_->run(true, batch_.view, {microStep_, consumedSamples_});
+  double loss = backend_->run(true, batch_.view,
+                              {microStep_, consumedSamples_}, reportedSum_);
   ++microStep_;
   consumedSamples_ += static_cast<uint64_t>(
       microBatch_ * std::max<int64_t>(bundle_->model().dataParallelSize, 1));
@@ -496,7 +496,7 @@ mtrt_step_metrics_t Session::apply() {
     uint64_t globalBatch = static_cast<uint64_t>(
         microBatch_ * std::max<int64_t>(bundle_->model().dataParallelSize, 1));
     lossSum_ = backend_->runSchedule(batches, {microStep_, consumedSamples_},
-                                     globalBatch);
+                                     globalBatch, reportedSum_);
     microStep_ += static_cast<uint64_t>(accumulated_);
     consumedSamples_ += static_cast<uint64_t>(accumulated_) * globalBatch;
     pendingTokens_.clear();
@@ -529,6 +529,19 @@ mtrt_step_metrics_t Session::apply() {
   metrics_.learning_rate = result.step.learningRate;
   metrics_.loss_scale = result.lossScale;
   metrics_.skipped = result.skipped ? 1 : 0;
+  // An MoE model's reported losses (Megatron-LM's logged values); NaN for
+  // a kind the bundle does not report.
+  train::meanOf(reportedSum_, accumulated_);
+  metrics_.lm_loss = train::languageModelLoss(metrics_.loss, reportedSum_);
+  metrics_.load_balancing_loss = metrics_.z_loss =
+      std::numeric_limits<double>::quiet_NaN();
+  for (const auto &[name, value] : reportedSum_) {
+    if (name == "load_balancing_loss")
+      metrics_.load_balancing_loss = value;
+    if (name == "z_loss")
+      metrics_.z_loss = value;
+  }
+  reportedSum_.clear();
   if (lossScaler_)
     backend_->setLossScale(lossScaler_->scale());
   accumulated_ = 0;
@@ -546,7 +559,8 @@ double Session::evaluate() {
   if (!batch_.set)
     throw Error(MTRT_STATUS_FAILED_PRECONDITION,
                 "no batch: call mtrt_session_set_batch first");
-  return backend_->run(false, batch_.view, {});
+  train::ReportedLosses none;
+  return backend_->run(false, batch_.view, {}, none);
 }
 
 size_t Session::parameterIndex(const std::string &name) const {

@@ -95,6 +95,9 @@ private:
   int64_t skipped_ = 0;
   int64_t accumulated_ = 0;
   double lossSum_ = 0;
+  /// The reported losses of the micro-batches accumulated since the last
+  /// step (summed), or of the schedule.
+  train::ReportedLosses reportedSum_;
   /// Pipeline bundles: the micro-batches accumulated since the last step,
   /// which the schedule runs at apply (host memory, the bundle's id type).
   std::vector<std::vector<uint8_t>> pendingTokens_, pendingLabels_;

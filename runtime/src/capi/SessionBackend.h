@@ -9,6 +9,7 @@
 #include "mtrt/mtrt.h"
 #include "train/Checkpoint.h"
 #include "train/Optimizer.h"
+#include "train/TrainingLog.h"
 
 #include <cstdint>
 #include <functional>
@@ -46,20 +47,23 @@ public:
   virtual int device() const = 0;
   virtual bool hasEvalStep() const = 0;
 
-  /// Runs train_step (`train`, accumulating gradients) or eval_step on
-  /// `batch`; returns its loss. `key`'s first sample keys the dropout
-  /// masks. A pipeline bundle evaluates `batch` through all its stages; it
-  /// trains only by runSchedule.
+  /// Runs train_step (`train`, accumulating gradients and adding its
+  /// reported losses to `reported`) or eval_step on `batch`; returns its
+  /// loss. `key`'s first sample keys the dropout masks. A pipeline bundle
+  /// evaluates `batch` through all its stages; it trains only by
+  /// runSchedule.
   virtual double run(bool train, const BatchView &batch,
-                     const MicroBatchKey &key) = 0;
+                     const MicroBatchKey &key,
+                     train::ReportedLosses &reported) = 0;
   /// Pipeline bundles: runs the schedule once over the step's micro-batches
   /// (host memory), accumulating this rank's gradients; returns the sum of
-  /// their losses, the same on every rank (a collective). Micro-batch m is
-  /// keyed {first.step + m, first.firstSample + m * globalBatch}
+  /// their losses, and sets `reported` to the sums of their reported
+  /// losses, the same on every rank (a collective). Micro-batch m is keyed
+  /// {first.step + m, first.firstSample + m * globalBatch}
   /// (ScheduleRunner::train).
   virtual double runSchedule(const std::vector<BatchView> &batches,
-                             const MicroBatchKey &first,
-                             uint64_t globalBatch) = 0;
+                             const MicroBatchKey &first, uint64_t globalBatch,
+                             train::ReportedLosses &reported) = 0;
   virtual void zeroGradients() = 0;
   /// fp16: the loss scale train_step's loss seed is multiplied by.
   virtual void setLossScale(double scale) = 0;

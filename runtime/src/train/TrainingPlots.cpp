@@ -12,14 +12,18 @@ writeTrainingPlots(const std::vector<IterationRecord> &history,
                    const std::string &dir) {
   struct Curve {
     const char *file, *title, *yLabel;
-    double IterationRecord::*field;
+    double (*value)(const IterationRecord &);
   };
   const Curve curves[] = {
-      {"loss.png", "TRAINING LOSS", "LM LOSS", &IterationRecord::loss},
+      // The log line's "lm loss": without an MoE model's auxiliary losses.
+      {"loss.png", "TRAINING LOSS", "LM LOSS",
+       [](const IterationRecord &r) {
+         return languageModelLoss(r.loss, r.reportedLosses);
+       }},
       {"learning-rate.png", "LEARNING RATE", "LEARNING RATE",
-       &IterationRecord::learningRate},
+       [](const IterationRecord &r) { return r.learningRate; }},
       {"throughput.png", "THROUGHPUT", "TOKENS/S",
-       &IterationRecord::tokensPerSecond},
+       [](const IterationRecord &r) { return r.tokensPerSecond; }},
   };
   std::vector<std::string> written;
   for (const Curve &curve : curves) {
@@ -29,7 +33,7 @@ writeTrainingPlots(const std::vector<IterationRecord> &history,
     chart.yLabel = curve.yLabel;
     for (const IterationRecord &record : history) {
       chart.x.push_back(static_cast<double>(record.iteration));
-      chart.y.push_back(record.*curve.field);
+      chart.y.push_back(curve.value(record));
     }
     std::string path = (std::filesystem::path(dir) / curve.file).string();
     writePng(path, kChartWidth, kChartHeight, renderChart(chart));

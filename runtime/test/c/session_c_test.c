@@ -255,11 +255,43 @@ static void fp16LossScaling(const char *path, mtrt_bundle_t fp32,
   mtrt_bundle_release(bundle);
 }
 
+/* A mixture of experts (tiny-moe: 2 MoE layers, moe_aux_loss_coeff 0.01,
+ * moe_z_loss_coeff 0.001): the step's metrics hold Megatron-LM's lm loss
+ * and its logged MoE losses, which a dense bundle's (`dense`) leave NaN. */
+static void moeLosses(const char *path, mtrt_bundle_t dense) {
+  mtrt_bundle_t bundle = NULL;
+  MUST(mtrt_bundle_load(path, &bundle));
+  mtrt_session_options_t options = trainingOptions();
+  mtrt_session_t session = NULL;
+  MUST(mtrt_session_create(bundle, &options, &session));
+  setBatch(session, 0);
+  mtrt_step_metrics_t moe = newMetrics();
+  MUST(mtrt_session_train_step(session, &moe));
+  mtrt_session_release(session);
+  double aux = 2 * (0.01 * moe.load_balancing_loss + 0.001 * moe.z_loss);
+  printf("moe: loss %.4f = lm loss %.4f + 2 x (0.01 x load_balancing_loss "
+         "%.4f + 0.001 x z_loss %.4f): %s\n",
+         moe.loss, moe.lm_loss, moe.load_balancing_loss, moe.z_loss,
+         fabs(moe.lm_loss + aux - moe.loss) <= 1e-5 * moe.loss ? "yes"
+                                                              : "NO");
+  MUST(mtrt_session_create(dense, &options, &session));
+  setBatch(session, 0);
+  mtrt_step_metrics_t gpt = newMetrics();
+  MUST(mtrt_session_train_step(session, &gpt));
+  mtrt_session_release(session);
+  printf("moe: a dense bundle's lm loss is its loss, no MoE losses: %s\n",
+         gpt.lm_loss == gpt.loss && isnan(gpt.load_balancing_loss) &&
+                 isnan(gpt.z_loss)
+             ? "yes"
+             : "NO");
+  mtrt_bundle_release(bundle);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 8) {
+  if (argc != 9) {
     fprintf(stderr,
             "usage: %s GPT.mtb LLAMA.mtb LLAMA-TP2.mtb CORPUS SCRATCH_DIR "
-            "GPT-FP16.mtb LLAMA-PP2.mtb\n",
+            "GPT-FP16.mtb LLAMA-PP2.mtb MOE.mtb\n",
             argv[0]);
     return 2;
   }
@@ -551,6 +583,7 @@ int main(int argc, char **argv) {
   mtrt_bundle_release(tp2);
   mtrt_bundle_release(llama);
   fp16LossScaling(argv[6], bundle, argv[5]);
+  moeLosses(argv[8], bundle);
   mtrt_bundle_release(bundle);
   free(corpus);
   return finish("session_c_test");
