@@ -3,8 +3,8 @@
 // checkpoints go through (as cuda::Trainer does).
 #include "capi/SessionBackend.h"
 
-#include "cuda/Context.h"
 #include "comm/RankContext.h"
+#include "cuda/Context.h"
 #include "cuda/CudaCheck.h"
 #include "cuda/DataParallel.h"
 #include "cuda/Executor.h"

@@ -464,8 +464,8 @@ double Session::accumulate() {
   }
   // This rank's rows of the global micro-batch that starts at the samples
   // consumed so far (its data offset is the bundle's tile).
-  double loss = backend_->run(true, batch_.view,
-                              {microStep_, consumedSamples_}, reportedSum_);
+  double loss = backend_->run(true, batch_.view, {microStep_, consumedSamples_},
+                              reportedSum_);
   ++microStep_;
   consumedSamples_ += static_cast<uint64_t>(
       microBatch_ * std::max<int64_t>(bundle_->model().dataParallelSize, 1));

@@ -272,8 +272,7 @@ static void moeLosses(const char *path, mtrt_bundle_t dense) {
   printf("moe: loss %.4f = lm loss %.4f + 2 x (0.01 x load_balancing_loss "
          "%.4f + 0.001 x z_loss %.4f): %s\n",
          moe.loss, moe.lm_loss, moe.load_balancing_loss, moe.z_loss,
-         fabs(moe.lm_loss + aux - moe.loss) <= 1e-5 * moe.loss ? "yes"
-                                                              : "NO");
+         fabs(moe.lm_loss + aux - moe.loss) <= 1e-5 * moe.loss ? "yes" : "NO");
   MUST(mtrt_session_create(dense, &options, &session));
   setBatch(session, 0);
   mtrt_step_metrics_t gpt = newMetrics();
