@@ -219,8 +219,7 @@ struct BoundaryLink {
 
 /// The links between pipeline stage functions (mt.pipeline_stage):
 ///   - forward k's stash (its results after the output and the reported
-///     losses) to
-///     backward k's leading arguments;
+///     losses) to backward k's leading arguments;
 ///   - forward k's output to forward k+1's activation (its first argument);
 ///   - backward k+1's input gradient to backward k's seed (the argument
 ///     after the stash);

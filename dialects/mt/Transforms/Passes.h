@@ -52,11 +52,12 @@ inline SmallVector<StringRef> reportedLossResults(func::FuncOp function) {
   SmallVector<StringRef> names;
   for (unsigned i = 1, e = function.getNumResults(); i < e; ++i) {
     auto name = function.getResultAttrOfType<StringAttr>(i, "mt.name");
-    if (!name || (i == 1) != (name.getValue() == kAuxLossResultName) ||
-        (i > 1 && name.getValue() != "load_balancing_loss" &&
-         name.getValue() != "z_loss"))
+    StringRef text = name ? name.getValue() : StringRef();
+    bool reported = i == 1 ? text == kAuxLossResultName
+                           : text == "load_balancing_loss" || text == "z_loss";
+    if (!reported)
       break;
-    names.push_back(name.getValue());
+    names.push_back(text);
   }
   return names;
 }

@@ -92,8 +92,8 @@ public:
   ScheduleRunner(const Bundle &bundle, Stages stages, comm::RankContext &rank);
 
   /// Runs the schedule once: returns the sum of the micro-batches' losses
-  /// (with every stage's MoE auxiliary losses, whose sum auxLoss() then
-  /// returns), the same on every rank.
+  /// (with every stage's MoE auxiliary losses; reportedLosses() then
+  /// returns them apart), the same on every rank.
   /// Micro-batch m is {first.step + m, first.firstSample + m * globalBatch}:
   /// its masks are keyed on its samples (globalBatch: a micro-batch's samples
   /// over the data ranks).
@@ -348,6 +348,8 @@ double ScheduleRunner<Stages>::lossOverRanks(const char *label) {
                                     comm::CallInfo{label, -1});
   for (size_t i = 0; i < reported_.size(); ++i)
     reported_[i].second = sums[1 + i];
+  // aux_loss, the first name (a stage reports only after it), joins the
+  // loss.
   double loss = sums[0] + (reported_.empty() ? 0.0 : reported_[0].second);
   // Every rank has passed its sends' receivers by now.
   stages_.sendsDone();
