@@ -1071,7 +1071,7 @@ void ManifestReader::readOutputNames(const Json &json, const std::string &path,
   }
   if (out.outputNames[1] != "aux_loss")
     fail(index(path, 1), "'" + out.outputNames[1] + "'",
-         "'aux_loss' (what the loss's reported losses add to it)");
+         "'aux_loss' second (the auxiliary losses that the loss includes)");
 }
 
 /// The entry points the runtime calls have the signatures the format fixes.

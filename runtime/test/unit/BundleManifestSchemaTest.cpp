@@ -305,7 +305,7 @@ TEST(BundleManifestSchemaTest, TrainStepsOutputNamesAreChecked) {
   refused([](Json &f) { f["output_names"][2] = "z_loss"; }, "distinct names");
   refused([](Json &f) { f["output_names"][1] = "z_loss";
                         f["output_names"][3] = "aux_loss"; },
-          "'aux_loss' (what the loss's reported losses add to it)");
+          "'aux_loss' second (the auxiliary losses that the loss includes)");
   refused([](Json &f) { f["output_names"].erase(3); },
           "one per output (4)");
   refused([](Json &f) { f["outputs"][1] = f["inputs"][0]; },
