@@ -351,6 +351,13 @@ struct MemoryPlan {
   int64_t wholeOf(size_t v) const { return v < viewOf.size() ? viewOf[v] : -1; }
 };
 
+/// The MoE losses a training function reports after its output (format
+/// 12): "aux_loss" (the auxiliary losses that the loss includes), then any
+/// of these, Megatron-LM's logged values, in this order.
+inline constexpr const char *kAuxLossName = "aux_loss";
+inline constexpr const char *kLoggedMoeLosses[] = {"load_balancing_loss",
+                                                   "z_loss"};
+
 struct Function {
   std::string name;
   std::vector<int64_t> inputs;
@@ -439,6 +446,15 @@ struct PipelineStageInfo {
   /// after aux_loss, any of "load_balancing_loss" and "z_loss" (Megatron-LM's
   /// logged values, the stage's part of their means); the stash follows.
   std::vector<std::string> reportedLosses;
+  /// The names of the forward's outputs between its output and its stash:
+  /// "aux_loss", then reportedLosses; none without auxLoss.
+  std::vector<std::string> reportedOutputs() const {
+    std::vector<std::string> names;
+    if (auxLoss)
+      names.push_back(kAuxLossName);
+    names.insert(names.end(), reportedLosses.begin(), reportedLosses.end());
+    return names;
+  }
   /// The forward's outputs before its stash: the output, aux_loss and the
   /// reported losses.
   size_t leadingOutputs() const { return 1 + auxLoss + reportedLosses.size(); }

@@ -1049,14 +1049,15 @@ void ManifestReader::readOutputNames(const Json &json, const std::string &path,
     fail(path, std::to_string(json.size()) + " names",
          "one per output (" + std::to_string(out.outputs.size()) +
              "), at least loss and aux_loss");
-  static const char *const reported[] = {"aux_loss", "load_balancing_loss",
-                                         "z_loss"};
   for (size_t i = 0; i < json.size(); ++i) {
     std::string at = index(path, i);
     std::string name = readString(json[i], at);
-    bool known = i == 0 ? name == "loss"
-                        : std::find(std::begin(reported), std::end(reported),
-                                    name) != std::end(reported);
+    bool known =
+        i == 0 ? name == "loss"
+               : name == kAuxLossName ||
+                     std::find(std::begin(kLoggedMoeLosses),
+                               std::end(kLoggedMoeLosses),
+                               name) != std::end(kLoggedMoeLosses);
     if (!known)
       fail(at, "'" + name + "'",
            i == 0 ? std::string("'loss' (the first output)")
@@ -1069,7 +1070,7 @@ void ManifestReader::readOutputNames(const Json &json, const std::string &path,
       fail(at, "'" + name + "' of type " + t.str(), "an f32 scalar");
     out.outputNames.push_back(std::move(name));
   }
-  if (out.outputNames[1] != "aux_loss")
+  if (out.outputNames[1] != kAuxLossName)
     fail(index(path, 1), "'" + out.outputNames[1] + "'",
          "'aux_loss' second (the auxiliary losses that the loss includes)");
 }

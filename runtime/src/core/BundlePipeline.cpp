@@ -352,7 +352,8 @@ void ManifestReader::readReportedLosses(const Json &json,
   for (size_t i = 0; i < json.size(); ++i) {
     std::string at = index(path, i);
     std::string name = readString(json[i], at);
-    if (name != "load_balancing_loss" && name != "z_loss")
+    if (std::find(std::begin(kLoggedMoeLosses), std::end(kLoggedMoeLosses),
+                  name) == std::end(kLoggedMoeLosses))
       fail(at, "\"" + name + "\"", "load_balancing_loss or z_loss");
     if (std::find(stage.reportedLosses.begin(), stage.reportedLosses.end(),
                   name) != stage.reportedLosses.end())

@@ -175,6 +175,9 @@ public:
 protected:
   struct Stage {
     const PipelineStageInfo *info = nullptr;
+    /// Per reported output of the forward (PipelineStageInfo::
+    /// reportedOutputs), its index in reported_.
+    std::vector<size_t> reportedAt;
     std::unique_ptr<typename Stages::Executor> forward, backward, eval;
     /// Made by the first predict().
     std::unique_ptr<typename Stages::Executor> predict;
@@ -260,18 +263,19 @@ ScheduleRunner<Stages>::ScheduleRunner(const Bundle &bundle, Stages stages,
     stage.backward = stages_.executor(functions[info.backward].name);
     stage.eval = stages_.executor(functions[info.eval].name);
   }
-  // Every rank sums the same reported losses (the stages' names).
-  for (const PipelineStageInfo &info : pipeline_.stages) {
-    std::vector<std::string> names;
-    if (info.auxLoss)
-      names.push_back("aux_loss");
-    names.insert(names.end(), info.reportedLosses.begin(),
-                 info.reportedLosses.end());
-    for (const std::string &name : names)
-      if (std::none_of(reported_.begin(), reported_.end(),
-                       [&](const auto &r) { return r.first == name; }))
-        reported_.emplace_back(name, 0.0);
-  }
+  // Every rank sums the same reported losses (all stages' names, in the
+  // order they first appear: aux_loss first).
+  for (const PipelineStageInfo &info : pipeline_.stages)
+    for (const std::string &name : info.reportedOutputs()) {
+      auto at = std::find_if(reported_.begin(), reported_.end(),
+                             [&](const auto &r) { return r.first == name; });
+      if (at == reported_.end())
+        at = reported_.insert(at, {name, 0.0});
+      auto stage = stageExecutors_.find(info.stage);
+      if (stage != stageExecutors_.end())
+        stage->second.reportedAt.push_back(
+            static_cast<size_t>(at - reported_.begin()));
+    }
   reportedValues_.resize(reported_.size());
   makeEmbeddingGroups();
 }
@@ -458,12 +462,7 @@ double ScheduleRunner<Stages>::train(const MicroBatchSource &source,
       // A stage's MoE auxiliary losses join the micro-batch's loss, and
       // its reported losses are logged (summed over the pipeline ranks at
       // the schedule's end).
-      for (size_t i = 1; i < stage.info->leadingOutputs(); ++i) {
-        const std::string &name = i == 1 ? std::string("aux_loss")
-                                         : stage.info->reportedLosses[i - 2];
-        size_t at = 0;
-        while (reported_[at].first != name)
-          ++at;
+      for (size_t at : stage.reportedAt) {
         reportedValues_[at].push_back(std::move(outputs[0]));
         outputs.erase(outputs.begin());
       }

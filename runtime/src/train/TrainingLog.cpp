@@ -66,7 +66,7 @@ TrainingLog::~TrainingLog() { clearBar(); }
 
 double languageModelLoss(double loss, const ReportedLosses &reported) {
   for (const auto &[name, value] : reported)
-    if (name == "aux_loss")
+    if (name == kAuxLossName)
       return loss - value;
   return loss;
 }
@@ -109,7 +109,7 @@ void TrainingLog::iteration(const IterationRecord &record,
     ++intervalAdvanced_;
     intervalLoss_ += languageModelLoss(record.loss, record.reportedLosses);
     for (const std::pair<std::string, double> &loss : record.reportedLosses) {
-      if (loss.first == "aux_loss")
+      if (loss.first == kAuxLossName)
         continue;
       auto sum = std::find_if(
           intervalMoeLosses_.begin(), intervalMoeLosses_.end(),
