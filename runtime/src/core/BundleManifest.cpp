@@ -1052,12 +1052,11 @@ void ManifestReader::readOutputNames(const Json &json, const std::string &path,
   for (size_t i = 0; i < json.size(); ++i) {
     std::string at = index(path, i);
     std::string name = readString(json[i], at);
-    bool known =
-        i == 0 ? name == "loss"
-               : name == kAuxLossName ||
-                     std::find(std::begin(kLoggedMoeLosses),
-                               std::end(kLoggedMoeLosses),
-                               name) != std::end(kLoggedMoeLosses);
+    bool known = i == 0 ? name == "loss"
+                        : name == kAuxLossName ||
+                              std::find(std::begin(kLoggedMoeLosses),
+                                        std::end(kLoggedMoeLosses),
+                                        name) != std::end(kLoggedMoeLosses);
     if (!known)
       fail(at, "'" + name + "'",
            i == 0 ? std::string("'loss' (the first output)")
