@@ -344,7 +344,7 @@ std::pair<comm::Communicator *, int> PipelineStages::channel(int peer,
 }
 
 std::unique_ptr<Executor>
-PipelineStages::executor(const std::string &function) {
+PipelineStages::executor(const std::string &function, bool sharedArena) {
   // Mixed precision: the stash (a forward's outputs but the first, its
   // backward's inputs but the last) may be held in bf16 on either side.
   Executor::Bf16Boundary boundary;
@@ -367,7 +367,7 @@ PipelineStages::executor(const std::string &function) {
   }
   auto made = std::make_unique<Executor>(*bundle_, function, *parameters_,
                                          rank_, std::move(boundary),
-                                         arena_.get());
+                                         sharedArena ? arena_.get() : nullptr);
   executors_[function] = made.get();
   if (forwardOf) {
     backwardOf_[made.get()] = functions[forwardOf->backward].name;

@@ -121,8 +121,11 @@ public:
   ~PipelineStages();
 
   DType floatType() const { return DType::F32; }
-  /// An executor of `function` in the rank's shared arena.
-  std::unique_ptr<Executor> executor(const std::string &function);
+  /// An executor of `function` in the rank's shared arena, or in one of its
+  /// own (a function run outside the schedule, made after the others ran:
+  /// the shared arena's size is fixed by then).
+  std::unique_ptr<Executor> executor(const std::string &function,
+                                     bool sharedArena = true);
   /// The shared arena's bytes: the largest of its executors' arenas.
   size_t arenaBytes() const { return arena_->bytes(); }
   host::TensorView view(const Tensor &tensor) const {

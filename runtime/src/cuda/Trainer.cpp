@@ -391,21 +391,64 @@ void Trainer::uploadParametersFromHost() {
 
 std::string Trainer::sample(const std::string &prompt, int64_t tokens,
                             const train::SamplingOptions &sampling) {
-  if (pipeline_ || !bundle_.findFunction("predict_step")) {
-    // The host trainer refuses what it cannot sample, naming why.
+  if (std::string refusal = train::samplingRefusal(bundle_); !refusal.empty())
+    throw Error(MTRT_STATUS_UNIMPLEMENTED, refusal);
+  if (!pipeline_ && !bundle_.findFunction("predict_step")) {
+    // The host trainer refuses it, naming why.
     copyParametersToHost();
     return host_->sample(prompt, tokens, sampling);
   }
-  if (!predictStep_)
-    predictStep_ = std::make_unique<Executor>(bundle_, "predict_step",
-                                              *parameters_, rank_);
-  train::Predictor predictor =
-      train::predictorShapes(*bundle_.findFunction("predict_step"));
-  predictor.run = [this](const host::TensorView &window) {
-    return std::optional<host::Tensor>(
-        std::move(predictStep_->run({window}, {})[0]));
-  };
+  // Only row 0's logits at the drawn position leave the device.
+  train::Predictor predictor;
+  if (pipeline_) {
+    predictor = train::pipelinePredictorShapes(bundle_, idType_);
+    int64_t vocab = predictor.vocab;
+    predictor.run = [this, vocab](const host::TensorView &window,
+                                  int64_t position)
+        -> std::optional<std::vector<double>> {
+      std::optional<DeviceTensor> logits = pipeline_->predict(window);
+      if (!logits || position < 0)
+        return std::nullopt;
+      return copyLogitsRow(logits->dtype(), logits->data(), position, vocab);
+    };
+  } else {
+    if (!predictStep_)
+      predictStep_ = std::make_unique<Executor>(bundle_, "predict_step",
+                                                *parameters_, rank_);
+    const Function &predict = *bundle_.findFunction("predict_step");
+    predictor = train::predictorShapes(predict);
+    int64_t vocab = predictor.vocab;
+    DType type = predictStep_->storageType(predict.outputs[0]);
+    predictor.run = [this, vocab, type](const host::TensorView &window,
+                                        int64_t position)
+        -> std::optional<std::vector<double>> {
+      std::optional<std::vector<double>> row;
+      // The sink runs before run() synchronizes, while the arena slot still
+      // holds the logits.
+      predictStep_->run(
+          {window}, {}, /*inputsOnDevice=*/false,
+          [&](size_t output, const void *data, size_t) {
+            if (output == 0 && position >= 0)
+              row = copyLogitsRow(type, data, position, vocab);
+          });
+      return row;
+    };
+  }
   return host_->sampleWith(std::move(predictor), prompt, tokens, sampling);
+}
+
+std::vector<double> Trainer::copyLogitsRow(DType type, const void *logits,
+                                           int64_t position, int64_t vocab) {
+  size_t bytes = static_cast<size_t>(vocab) * dtypeSize(type);
+  std::vector<char> row(bytes);
+  MTRT_CUDA_CHECK(
+      cudaMemcpyAsync(row.data(),
+                      static_cast<const char *>(logits) + position * bytes,
+                      bytes, cudaMemcpyDeviceToHost, context_->stream()),
+      "sampling: copying position " + std::to_string(position) +
+          "'s logits to the host");
+  context_->synchronize("sampling: copying the logits to the host");
+  return train::logitsAsDoubles(type, row.data(), vocab);
 }
 
 } // namespace mtrt::cuda

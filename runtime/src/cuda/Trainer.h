@@ -75,9 +75,10 @@ public:
   double evaluate();
 
   /// `prompt` continued as train::Trainer::sample does (with several ranks,
-  /// a collective), from the current parameters: predict_step on the
-  /// device, in an arena of its own made at the first call; a pipeline's
-  /// stages on the CPU, from the parameters copied to the host.
+  /// a collective), from the current parameters, on the device:
+  /// predict_step, or a pipeline's predict stages, each in an arena of its
+  /// own made at the first call. Per token, only the V logits it is drawn
+  /// from are copied to the host.
   std::string sample(const std::string &prompt, int64_t tokens,
                      const train::SamplingOptions &sampling = {});
 
@@ -96,6 +97,10 @@ public:
   void uploadParametersFromHost();
 
 private:
+  /// Position `position`'s V logits of `logits` (device memory, [.., V] of
+  /// `type`, batch row 0 first) on the host, after the context's stream.
+  std::vector<double> copyLogitsRow(DType type, const void *logits,
+                                    int64_t position, int64_t vocab);
   /// The first sample of micro-batch `microBatch` of an iteration (or an
   /// evaluation) on this rank, from the iteration's first: data rank d
   /// reads rows [d * b, (d + 1) * b) of each global micro-batch of b * dp

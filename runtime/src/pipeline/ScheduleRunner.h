@@ -57,7 +57,10 @@ namespace mtrt::pipeline {
 ///   // runner makes them all (forward, backward, eval of each of its
 ///   // stages) before the first run, runs one at a time, and keeps what
 ///   // crosses runs (activations, gradients, the stash) in Tensors.
-///   std::unique_ptr<Executor> executor(const std::string &function);
+///   // sharedArena false: an arena of its own (a predict function, made
+///   // after the schedule's executors ran).
+///   std::unique_ptr<Executor> executor(const std::string &function,
+///                                      bool sharedArena = true);
 ///   size_t arenaBytes() const;  // the shared arena's size
 ///   host::TensorView view(const Tensor &);  // data: host or device memory
 ///   // A stage function's run (inputs: host or device views, read before
@@ -593,6 +596,8 @@ ScheduleRunner<Stages>::predict(const host::TensorView &tokens) {
                    std::move(outputs[0]),
                    comm::CallInfo{label("predict activation", k, 0), 0});
   }
+  // The activations' sends are done and the fault word read (the GPU).
+  stages_.sendsDone();
   (void)stages_.takeComputeSeconds(); // not the training's
   return logits;
 }

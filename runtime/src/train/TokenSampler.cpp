@@ -3,6 +3,7 @@
 
 #include "comm/RankContext.h"
 #include "core/Bundle.h"
+#include "core/Safetensors.h"
 #include "host/Executor.h"
 
 #include <algorithm>
@@ -70,11 +71,43 @@ Predictor predictorOf(host::Executor &predictStep) {
   const Function &fn = predictStep.function();
   Predictor predictor = predictorShapes(fn);
   predictor.tokenType = predictStep.storageType(fn.inputs[0]);
-  predictor.run = [&predictStep](const host::TensorView &tokens) {
-    return std::optional<host::Tensor>(
-        std::move(predictStep.run({tokens}, {})[0]));
+  int64_t vocab = predictor.vocab;
+  predictor.run = [&predictStep, vocab](const host::TensorView &tokens,
+                                        int64_t position)
+      -> std::optional<std::vector<double>> {
+    host::Tensor logits = std::move(predictStep.run({tokens}, {})[0]);
+    if (position < 0)
+      return std::nullopt;
+    return logitsAsDoubles(
+        logits.dtype,
+        static_cast<const char *>(logits.buffer.data()) +
+            position * vocab * dtypeSize(logits.dtype),
+        vocab);
   };
   return predictor;
+}
+
+std::vector<double> logitsAsDoubles(DType type, const void *data,
+                                    int64_t count) {
+  std::vector<double> values(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    switch (type) {
+    case DType::F32:
+      values[i] = static_cast<const float *>(data)[i];
+      break;
+    case DType::F64:
+      values[i] = static_cast<const double *>(data)[i];
+      break;
+    case DType::BF16:
+      values[i] = bf16ToFloat(static_cast<const uint16_t *>(data)[i]);
+      break;
+    default:
+      throw Error(MTRT_STATUS_INTERNAL,
+                  std::string("sampling: the logits are ") + dtypeName(type) +
+                      ", expected f32, f64 or bf16");
+    }
+  }
+  return values;
 }
 
 TokenSampler::TokenSampler(Predictor predictor, int64_t vocabLimit,
@@ -110,7 +143,6 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
   std::vector<int32_t> whole(static_cast<size_t>(seq));
   std::vector<int32_t> window32(static_cast<size_t>(batch * localSeq));
   std::vector<int64_t> window64(idType == DType::I64 ? window32.size() : 0);
-  std::vector<double> logits(static_cast<size_t>(limit));
 
   for (int64_t generated = 0; generated < count && seq > 0; ++generated) {
     int64_t length = std::min<int64_t>(static_cast<int64_t>(text.size()), seq);
@@ -132,7 +164,6 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
       std::copy(window32.begin(), window32.end(), window64.begin());
       input.data = window64.data();
     }
-    std::optional<host::Tensor> out = predictor_.run(input);
     // Where the last real position is among this rank's positions, if it
     // is at all.
     int64_t position = length - 1, local = position;
@@ -143,20 +174,14 @@ std::vector<int32_t> TokenSampler::generate(std::vector<int32_t> text,
               : c == contextRank    ? position % chunk
                                     : chunk + position % chunk;
     }
+    std::optional<std::vector<double>> row = predictor_.run(input, local);
     // Every rank draws u, so that the generators stay in step.
     double u = static_cast<double>(random_() >> 11) * 0x1.0p-53;
     double token = -1;
-    if (out && out->dtype != DType::F32 && out->dtype != DType::F64)
-      throw Error(MTRT_STATUS_INTERNAL,
-                  std::string("sampling: the logits are ") +
-                      dtypeName(out->dtype) + ", expected f32 or f64");
-    if (local >= 0 && out) {
-      int64_t row = local * vocab;
-      for (int64_t v = 0; v < limit; ++v)
-        logits[v] = out->dtype == DType::F64 ? out->data<double>()[row + v]
-                                             : out->data<float>()[row + v];
+    if (row) {
+      row->resize(static_cast<size_t>(limit));
       std::vector<double> p =
-          nextTokenProbabilities(logits, options_.temperature, options_.topK);
+          nextTokenProbabilities(*row, options_.temperature, options_.topK);
       token = static_cast<double>(drawToken(p, u));
     }
     if (ranks_.rank)

@@ -41,11 +41,21 @@ struct Predictor {
   std::vector<int64_t> tokenShape;
   DType tokenType = DType::I32;
   int64_t vocab = 0;
-  /// The logits [B, S, V] of `tokens`, or nullopt on a rank that holds none
-  /// (a pipeline's earlier stages).
-  std::function<std::optional<host::Tensor>(const host::TensorView &tokens)>
+  /// Runs `tokens` and returns the V logits of batch row 0 at `position`
+  /// (among the rank's S positions), or nullopt on a rank that holds none
+  /// (position -1, or a pipeline's earlier stages). Only that row leaves
+  /// the device: the whole [B, S, V] is gigabytes at a training shape.
+  /// Every rank calls it, with or without a position (a collective).
+  std::function<std::optional<std::vector<double>>(
+      const host::TensorView &tokens, int64_t position)>
       run;
 };
+
+/// The `count` values at `data` of type F32, F64 or BF16 as doubles (the
+/// logits as a backend holds them). Throws Error (INTERNAL) for another
+/// type.
+std::vector<double> logitsAsDoubles(DType type, const void *data,
+                                    int64_t count);
 
 /// A Predictor of `predictStep`'s shapes (the tokens in their declared
 /// type), without `run`. Throws Error (INVALID_ARGUMENT) if the function is

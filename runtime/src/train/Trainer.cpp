@@ -642,21 +642,37 @@ std::string samplingRefusal(const Bundle &bundle) {
   return "";
 }
 
+Predictor pipelinePredictorShapes(const Bundle &bundle, DType tokenType) {
+  // The first stage takes the tokens, the last returns the logits.
+  const std::vector<PipelineStageInfo> &stages = bundle.pipeline()->stages;
+  const Function &first = bundle.functions()[*stages.front().predict];
+  const Function &last = bundle.functions()[*stages.back().predict];
+  Predictor predictor;
+  predictor.tokenShape = first.values[first.inputs[0]].shape;
+  predictor.tokenType = tokenType;
+  predictor.vocab = last.values[last.outputs[0]].shape.back();
+  return predictor;
+}
+
 std::string Trainer::sample(const std::string &prompt, int64_t tokens,
                             const SamplingOptions &sampling) {
   if (std::string refusal = samplingRefusal(bundle_); !refusal.empty())
     throw Error(MTRT_STATUS_UNIMPLEMENTED, refusal);
   Predictor predictor;
   if (pipeline_) {
-    // The first stage takes the tokens, the last returns the logits.
-    const std::vector<PipelineStageInfo> &stages = bundle_.pipeline()->stages;
-    const Function &first = bundle_.functions()[*stages.front().predict];
-    const Function &last = bundle_.functions()[*stages.back().predict];
-    predictor.tokenShape = first.values[first.inputs[0]].shape;
-    predictor.tokenType = idType_;
-    predictor.vocab = last.values[last.outputs[0]].shape.back();
-    predictor.run = [this](const host::TensorView &tokens) {
-      return pipeline_->predict(tokens);
+    predictor = pipelinePredictorShapes(bundle_, idType_);
+    int64_t vocab = predictor.vocab;
+    predictor.run = [this, vocab](const host::TensorView &tokens,
+                                  int64_t position)
+        -> std::optional<std::vector<double>> {
+      std::optional<host::Tensor> logits = pipeline_->predict(tokens);
+      if (!logits || position < 0)
+        return std::nullopt;
+      return logitsAsDoubles(
+          logits->dtype,
+          static_cast<const char *>(logits->buffer.data()) +
+              position * vocab * dtypeSize(logits->dtype),
+          vocab);
     };
   } else {
     if (!predictStep_) {

@@ -112,6 +112,11 @@ struct TrainerOptions {
 /// functions in its stages.
 std::string samplingRefusal(const Bundle &bundle);
 
+/// The Predictor shapes of a pipeline bundle's predict stages (the first
+/// stage's tokens, the last stage's logits), the tokens of `tokenType`,
+/// without `run`. The bundle passes samplingRefusal().
+Predictor pipelinePredictorShapes(const Bundle &bundle, DType tokenType);
+
 /// What one iteration did.
 struct IterationRecord {
   int64_t iteration = 0;
