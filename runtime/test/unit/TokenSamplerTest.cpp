@@ -1,7 +1,9 @@
 // Tests of the next-token distribution with temperature and top-k, against
 // softmax values computed here in float64 from the definition, and of the
-// draw from it.
+// draw from it, and of what a Predictor is asked for.
 #include "train/TokenSampler.h"
+
+#include "core/Error.h"
 
 #include "gtest/gtest.h"
 
@@ -57,6 +59,43 @@ TEST(TokenSamplerTest, DrawsFollowTheCumulativeProbabilities) {
   EXPECT_EQ(counts.size(), 2u);
   EXPECT_NEAR(counts[3] / double(n), 0.75,
               5 * std::sqrt(0.75 * 0.25 / n));
+}
+
+TEST(TokenSamplerTest, ThePredictorIsAskedForTheLastRealPosition) {
+  // Greedy on logits that put everything on the last token plus one: the
+  // sample counts up, and each run is asked for the last real position of
+  // its window (the prompt's end, then the window's last).
+  Predictor predictor;
+  predictor.tokenShape = {2, 4};
+  predictor.tokenType = mtrt::DType::I32;
+  predictor.vocab = 8;
+  std::vector<int64_t> positions;
+  predictor.run = [&](const mtrt::host::TensorView &tokens, int64_t position)
+      -> std::optional<std::vector<double>> {
+    positions.push_back(position);
+    std::vector<double> row(8, 0.0);
+    int32_t last = static_cast<const int32_t *>(tokens.data)[position];
+    row[(last + 1) % 8] = 1;
+    return row;
+  };
+  TokenSampler sampler(predictor, 8, {1.0, 1, 1});
+  EXPECT_EQ(sampler.generate({3}, 5),
+            (std::vector<int32_t>{3, 4, 5, 6, 7, 0}));
+  EXPECT_EQ(positions, (std::vector<int64_t>{0, 1, 2, 3, 3}));
+}
+
+TEST(TokenSamplerTest, LogitsOfEachTypeAsDoubles) {
+  float f32[] = {1.5f, -2.25f};
+  double f64[] = {0.1, -3.0};
+  uint16_t bf16[] = {0x3f80, 0xc010}; // 1.0, -2.25
+  EXPECT_EQ(logitsAsDoubles(mtrt::DType::F32, f32, 2),
+            (std::vector<double>{1.5, -2.25}));
+  EXPECT_EQ(logitsAsDoubles(mtrt::DType::F64, f64, 2),
+            (std::vector<double>{0.1, -3.0}));
+  EXPECT_EQ(logitsAsDoubles(mtrt::DType::BF16, bf16, 2),
+            (std::vector<double>{1.0, -2.25}));
+  int32_t ids[] = {1, 2};
+  EXPECT_THROW(logitsAsDoubles(mtrt::DType::I32, ids, 2), mtrt::Error);
 }
 
 } // namespace
