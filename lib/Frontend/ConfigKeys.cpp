@@ -419,6 +419,22 @@ static const KeyDef kKeys[] = {
                         {{"aux_loss", MoeLoadBalancing::AuxLoss},
                          {"none", MoeLoadBalancing::None}});
      }},
+    {{"moe_router_dtype", "model",
+      "fp32: under bf16 the router's GEMMs read and write fp32 (Megatron-LM's "
+      "--moe-router-dtype); unset, their operands are bf16 and the logits "
+      "and routing fp32. fp64 is not implemented.",
+      K::Choice, "none"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       StringRef t = v.trim();
+       if (t.equals_insensitive("fp64"))
+         return std::string("'fp64' is not implemented: the router's GEMMs "
+                            "run in fp32 at most; use fp32");
+       if (isNullText(t)) {
+         c.moe.routerFp32 = false;
+         return std::nullopt;
+       }
+       return setChoice(v, c.moe.routerFp32, {{"fp32", true}, {"none", false}});
+     }},
     {{"moe_aux_loss_coeff", "model",
       "Weight of the load-balancing loss of each MoE layer; 0 for none.",
       K::Number, "0"},

@@ -739,6 +739,8 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   module = *owned;
   module->setAttr(mt::kModelAttrName,
                   modelAttr(*builder.getContext(), config));
+  if (config.moe.enabled() && config.moe.routerFp32)
+    module->setAttr(mt::kMoeRouterF32AttrName, builder.getUnitAttr());
   if (config.fp8.enabled())
     module->setAttr(mt::kFp8AttrName,
                     fp8RecipeAttr(*builder.getContext(), config.fp8));

@@ -20,6 +20,10 @@ inline constexpr llvm::StringLiteral kModelAttrName = "mt.model";
 /// The module attribute that says how a module trains in FP8
 /// (Fp8RecipeAttr); absent without FP8.
 inline constexpr llvm::StringLiteral kFp8AttrName = "mt.fp8";
+/// A unit module attribute (--moe-router-dtype fp32): mt-mixed-precision
+/// keeps the MoE router's GEMMs in f32 under bf16.
+inline constexpr llvm::StringLiteral kMoeRouterF32AttrName =
+    "mt.moe_router_f32";
 /// On the module once mt-fuse-elementwise ran: the bundle has generated
 /// kernels, so mt-fuse-column-sums may make groups (a unit attribute).
 inline constexpr llvm::StringLiteral kElementwiseKernelsAttrName =

@@ -283,6 +283,48 @@ pipelineLinks(ModuleOp module,
   return links;
 }
 
+/// The parameter a GEMM operand is, or null.
+StringAttr parameterName(Value value) {
+  auto parameter = value.getDefiningOp<GetParameterOp>();
+  return parameter ? parameter.getNameAttr().getAttr() : StringAttr();
+}
+
+/// The MoE routers' weights: the parameters whose mt.linear makes logits
+/// that an mt.moe_route reads, in any function of `module`.
+llvm::SmallDenseSet<StringAttr> routerWeights(ModuleOp module) {
+  llvm::SmallDenseSet<StringAttr> weights;
+  module.walk([&](MoeRouteOp route) {
+    if (auto logits = route.getLogits().getDefiningOp<LinearOp>())
+      if (StringAttr name = parameterName(logits.getWeight()))
+        weights.insert(name);
+  });
+  return weights;
+}
+
+/// The router's GEMMs in `function` (--moe-router-dtype fp32): each
+/// mt.linear that reads a router weight (the logits, and their input
+/// gradient: the logits' gradient times the weight), and each
+/// mt.linear_weight_grad that reads the logits' gradient one of those
+/// reads (the weight's gradient).
+llvm::SmallPtrSet<Operation *, 8>
+routerGemms(func::FuncOp function,
+            const llvm::SmallDenseSet<StringAttr> &weights) {
+  llvm::SmallPtrSet<Operation *, 8> gemms;
+  llvm::SmallPtrSet<Value, 8> logitGradients;
+  function.walk([&](LinearOp linear) {
+    StringAttr name = parameterName(linear.getWeight());
+    if (!name || !weights.contains(name))
+      return;
+    gemms.insert(linear);
+    logitGradients.insert(linear.getInput());
+  });
+  function.walk([&](LinearWeightGradOp grad) {
+    if (logitGradients.contains(grad->getOperand(0)))
+      gemms.insert(grad);
+  });
+  return gemms;
+}
+
 struct MixedPrecisionPass
     : mt::impl::MixedPrecisionPassBase<MixedPrecisionPass> {
   /// Whether each f32 value may become bf16 on its own account; a value
@@ -324,8 +366,47 @@ struct MixedPrecisionPass
       tie({first, second});
     Type bf16 = BFloat16Type::get(&getContext());
     applyTypes(functions, bf16);
-    for (func::FuncOp function : functions)
-      insertGemmCasts(function, bf16);
+    llvm::SmallDenseSet<StringAttr> routers;
+    if (module->hasAttr(kMoeRouterF32AttrName))
+      routers = routerWeights(module);
+    for (func::FuncOp function : functions) {
+      llvm::SmallPtrSet<Operation *, 8> f32Gemms =
+          routerGemms(function, routers);
+      keepGemmsF32(f32Gemms);
+      insertGemmCasts(function, bf16, f32Gemms);
+    }
+  }
+
+  /// Runs `gemms` in f32 (the router's, --moe-router-dtype fp32), on
+  /// values typed as if they were not: a bf16 operand is widened right
+  /// before the GEMM (its f32 copy lives only while the GEMM needs it), and
+  /// a bf16 result is written f32 and rounded for its readers, as
+  /// Megatron-LM's router rounds its input's gradient to the input's type.
+  void keepGemmsF32(const llvm::SmallPtrSetImpl<Operation *> &gemms) {
+    Type f32 = Float32Type::get(&getContext());
+    for (Operation *op : gemms) {
+      OpBuilder builder(op);
+      for (unsigned index : gemmOperands(op)) {
+        Value operand = op->getOperand(index);
+        if (isF32Tensor(operand))
+          continue;
+        op->setOperand(index, CastOp::create(builder, op->getLoc(),
+                                             withElementType(
+                                                 operand.getType(), f32),
+                                             operand));
+        ++numCasts;
+      }
+      builder.setInsertionPointAfter(op);
+      for (OpResult result : op->getResults()) {
+        if (isF32Tensor(result))
+          continue;
+        Type rounded = result.getType();
+        result.setType(withElementType(rounded, f32));
+        auto cast = CastOp::create(builder, op->getLoc(), rounded, result);
+        result.replaceAllUsesExcept(cast, cast);
+        ++numCasts;
+      }
+    }
   }
 
   void exclude(Value value) {
@@ -444,14 +525,17 @@ struct MixedPrecisionPass
     }
   }
 
-  /// Casts each f32 GEMM operand to bf16: a parameter (a master weight)
+  /// Casts each f32 GEMM operand to bf16 (but `f32Gemms`'): a parameter (a master weight)
   /// right before each GEMM that reads it, so that its bf16 copy lives
   /// only while that GEMM needs it; any other value once, before its first
   /// GEMM, for all of them.
-  void insertGemmCasts(func::FuncOp function, Type bf16) {
+  void insertGemmCasts(func::FuncOp function, Type bf16,
+                       const llvm::SmallPtrSetImpl<Operation *> &f32Gemms) {
     DenseMap<Value, Value> shared;
     OpBuilder builder(function.getContext());
     for (Operation &op : llvm::make_early_inc_range(function.getBody().front())) {
+      if (f32Gemms.contains(&op))
+        continue;
       DenseMap<Value, Value> local;
       for (unsigned index : gemmOperands(&op)) {
         Value operand = op.getOperand(index);

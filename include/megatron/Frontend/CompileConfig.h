@@ -143,6 +143,11 @@ struct MoeConfig {
   /// not renormalized (softmax only).
   bool routerPreSoftmax = false;
   MoeLoadBalancing loadBalancing = MoeLoadBalancing::AuxLoss;
+  /// --moe-router-dtype fp32: under bf16 the router's GEMMs (the logits,
+  /// their input and weight gradients) read and write f32, as Megatron-LM
+  /// computes them in fp32. Unset, they read bf16 like every GEMM and the
+  /// logits and the routing are f32 (docs/MixedPrecision.md).
+  bool routerFp32 = false;
   double auxLossCoeff = 0.0;
   double zLossCoeff = 0.0;
   /// 0: dropless; else each expert keeps ceil(T * topk / E * factor) tokens.
