@@ -9,7 +9,8 @@
 #     (lm loss, aux_loss, load_balancing_loss, z_loss) under EP2, EP2 x DP2
 #     and PP2, fp32 and bf16, against one rank on the same GPU
 #     (test/integration/Inputs/compare-ranks.py --moe-losses), and the
-#     reported sums (check-reported-losses.py).
+#     reported sums (check-reported-losses.py); --moe-router-dtype fp32 in
+#     bf16 against fp32.
 #
 # Usage, on this machine: bench/run-layout-samples.sh make COMPILER DIR
 #   compiles the bundles into DIR/layouts (DIR: a bench/make-step-dir.sh
@@ -46,6 +47,8 @@ if [ "$mode" = make ]; then
     "$compile" "$moe" $flags --pipeline-model-parallel-size 2 \
       -o "$dir/moe-pp2-$precision.mtb"
   done
+  "$compile" "$moe" $batch --bf16 --moe-router-dtype fp32 \
+    -o "$dir/moe-router32-bf16.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
     -o "$dir/moe-one-mb1.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
@@ -117,6 +120,12 @@ for precision in fp32 bf16; do
     fi
   done
 done
+# The router's GEMMs in f32 in a bf16 bundle: within bf16's tolerance of
+# fp32 (the host: 1.3e-3).
+train moe-router32-bf16 moe-router32-bf16.mtb $moe \
+  --log-jsonl "$logs/moe-router32-bf16.jsonl"
+compare moe-router32-bf16 moe-one-fp32 --grad-norm --moe-losses \
+  --tolerance=5e-3
 train moe-one-mb1 moe-one-mb1.mtb $moe --log-jsonl "$logs/moe-one-mb1.jsonl"
 train moe-ep2dp2 moe-ep2dp2.mtb --in-process-ranks $moe \
   --log-jsonl "$logs/moe-ep2dp2.jsonl"
