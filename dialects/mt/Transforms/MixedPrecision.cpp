@@ -302,24 +302,31 @@ llvm::SmallDenseSet<StringAttr> routerWeights(ModuleOp module) {
 }
 
 /// The router's GEMMs in `function` (--moe-router-dtype fp32): each
-/// mt.linear that reads a router weight (the logits, and their input
-/// gradient: the logits' gradient times the weight), and each
-/// mt.linear_weight_grad that reads the logits' gradient one of those
-/// reads (the weight's gradient).
+/// mt.linear or mt.linear_add that reads a router weight (the logits, which
+/// an mt.moe_route reads, or their input gradient: the logits' gradient
+/// times the weight, plus the other gradients of the layer's input), and
+/// each mt.linear_weight_grad of the logits' gradient that an input
+/// gradient reads (the weight's gradient).
 llvm::SmallPtrSet<Operation *, 8>
 routerGemms(func::FuncOp function,
             const llvm::SmallDenseSet<StringAttr> &weights) {
   llvm::SmallPtrSet<Operation *, 8> gemms;
   llvm::SmallPtrSet<Value, 8> logitGradients;
-  function.walk([&](LinearOp linear) {
-    StringAttr name = parameterName(linear.getWeight());
+  function.walk([&](Operation *op) {
+    if (!isa<LinearOp, LinearAddOp>(op))
+      return;
+    StringAttr name = parameterName(op->getOperand(1));
     if (!name || !weights.contains(name))
       return;
-    gemms.insert(linear);
-    logitGradients.insert(linear.getInput());
+    gemms.insert(op);
+    bool logits = llvm::any_of(op->getResult(0).getUsers(), [](Operation *user) {
+      return isa<MoeRouteOp>(user);
+    });
+    if (!logits)
+      logitGradients.insert(op->getOperand(0));
   });
   function.walk([&](LinearWeightGradOp grad) {
-    if (logitGradients.contains(grad->getOperand(0)))
+    if (logitGradients.contains(grad.getOutputGrad()))
       gemms.insert(grad);
   });
   return gemms;
@@ -378,17 +385,19 @@ struct MixedPrecisionPass
   }
 
   /// Runs `gemms` in f32 (the router's, --moe-router-dtype fp32), on
-  /// values typed as if they were not: a bf16 operand is widened right
-  /// before the GEMM (its f32 copy lives only while the GEMM needs it), and
-  /// a bf16 result is written f32 and rounded for its readers, as
-  /// Megatron-LM's router rounds its input's gradient to the input's type.
+  /// values typed as if they were not: a bf16 operand (an input, or the
+  /// addend of the input gradient's mt.linear_add) is widened right before
+  /// the GEMM (its f32 copy lives only while the GEMM needs it), and a bf16
+  /// result is written f32 and rounded for its readers, as Megatron-LM's
+  /// router rounds its input's gradient to the input's type.
   void keepGemmsF32(const llvm::SmallPtrSetImpl<Operation *> &gemms) {
     Type f32 = Float32Type::get(&getContext());
     for (Operation *op : gemms) {
       OpBuilder builder(op);
-      for (unsigned index : gemmOperands(op)) {
+      for (unsigned index = 0; index < op->getNumOperands(); ++index) {
         Value operand = op->getOperand(index);
-        if (isF32Tensor(operand))
+        auto type = dyn_cast<RankedTensorType>(operand.getType());
+        if (!type || !type.getElementType().isBF16())
           continue;
         op->setOperand(index, CastOp::create(builder, op->getLoc(),
                                              withElementType(
