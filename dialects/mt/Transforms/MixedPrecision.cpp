@@ -319,9 +319,9 @@ routerGemms(func::FuncOp function,
     if (!name || !weights.contains(name))
       return;
     gemms.insert(op);
-    bool logits = llvm::any_of(op->getResult(0).getUsers(), [](Operation *user) {
-      return isa<MoeRouteOp>(user);
-    });
+    bool logits =
+        llvm::any_of(op->getResult(0).getUsers(),
+                     [](Operation *user) { return isa<MoeRouteOp>(user); });
     if (!logits)
       logitGradients.insert(op->getOperand(0));
   });
@@ -399,10 +399,10 @@ struct MixedPrecisionPass
         auto type = dyn_cast<RankedTensorType>(operand.getType());
         if (!type || !type.getElementType().isBF16())
           continue;
-        op->setOperand(index, CastOp::create(builder, op->getLoc(),
-                                             withElementType(
-                                                 operand.getType(), f32),
-                                             operand));
+        op->setOperand(index,
+                       CastOp::create(builder, op->getLoc(),
+                                      withElementType(operand.getType(), f32),
+                                      operand));
         ++numCasts;
       }
       builder.setInsertionPointAfter(op);
@@ -534,10 +534,10 @@ struct MixedPrecisionPass
     }
   }
 
-  /// Casts each f32 GEMM operand to bf16 (but `f32Gemms`'): a parameter (a master weight)
-  /// right before each GEMM that reads it, so that its bf16 copy lives
-  /// only while that GEMM needs it; any other value once, before its first
-  /// GEMM, for all of them.
+  /// Casts each f32 GEMM operand to bf16 (but `f32Gemms`'): a parameter (a
+  /// master weight) right before each GEMM that reads it, so that its bf16 copy
+  /// lives only while that GEMM needs it; any other value once, before its
+  /// first GEMM, for all of them.
   void insertGemmCasts(func::FuncOp function, Type bf16,
                        const llvm::SmallPtrSetImpl<Operation *> &f32Gemms) {
     DenseMap<Value, Value> shared;

@@ -343,8 +343,8 @@ std::pair<comm::Communicator *, int> PipelineStages::channel(int peer,
   return {found->second.get(), sending ? 1 : 0};
 }
 
-std::unique_ptr<Executor>
-PipelineStages::executor(const std::string &function, bool sharedArena) {
+std::unique_ptr<Executor> PipelineStages::executor(const std::string &function,
+                                                   bool sharedArena) {
   // Mixed precision: the stash (a forward's outputs but the first, its
   // backward's inputs but the last) may be held in bf16 on either side.
   Executor::Bf16Boundary boundary;

@@ -403,9 +403,9 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens,
   if (pipeline_) {
     predictor = train::pipelinePredictorShapes(bundle_, idType_);
     int64_t vocab = predictor.vocab;
-    predictor.run = [this, vocab](const host::TensorView &window,
-                                  int64_t position)
-        -> std::optional<std::vector<double>> {
+    predictor.run =
+        [this, vocab](const host::TensorView &window,
+                      int64_t position) -> std::optional<std::vector<double>> {
       std::optional<DeviceTensor> logits = pipeline_->predict(window);
       if (!logits || position < 0)
         return std::nullopt;
@@ -419,18 +419,18 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens,
     predictor = train::predictorShapes(predict);
     int64_t vocab = predictor.vocab;
     DType type = predictStep_->storageType(predict.outputs[0]);
-    predictor.run = [this, vocab, type](const host::TensorView &window,
-                                        int64_t position)
-        -> std::optional<std::vector<double>> {
+    predictor.run =
+        [this, vocab,
+         type](const host::TensorView &window,
+               int64_t position) -> std::optional<std::vector<double>> {
       std::optional<std::vector<double>> row;
       // The sink runs before run() synchronizes, while the arena slot still
       // holds the logits.
-      predictStep_->run(
-          {window}, {}, /*inputsOnDevice=*/false,
-          [&](size_t output, const void *data, size_t) {
-            if (output == 0 && position >= 0)
-              row = copyLogitsRow(type, data, position, vocab);
-          });
+      predictStep_->run({window}, {}, /*inputsOnDevice=*/false,
+                        [&](size_t output, const void *data, size_t) {
+                          if (output == 0 && position >= 0)
+                            row = copyLogitsRow(type, data, position, vocab);
+                        });
       return row;
     };
   }

@@ -72,17 +72,16 @@ Predictor predictorOf(host::Executor &predictStep) {
   Predictor predictor = predictorShapes(fn);
   predictor.tokenType = predictStep.storageType(fn.inputs[0]);
   int64_t vocab = predictor.vocab;
-  predictor.run = [&predictStep, vocab](const host::TensorView &tokens,
-                                        int64_t position)
-      -> std::optional<std::vector<double>> {
+  predictor.run = [&predictStep, vocab](
+                      const host::TensorView &tokens,
+                      int64_t position) -> std::optional<std::vector<double>> {
     host::Tensor logits = std::move(predictStep.run({tokens}, {})[0]);
     if (position < 0)
       return std::nullopt;
-    return logitsAsDoubles(
-        logits.dtype,
-        static_cast<const char *>(logits.buffer.data()) +
-            position * vocab * dtypeSize(logits.dtype),
-        vocab);
+    return logitsAsDoubles(logits.dtype,
+                           static_cast<const char *>(logits.buffer.data()) +
+                               position * vocab * dtypeSize(logits.dtype),
+                           vocab);
   };
   return predictor;
 }

@@ -662,17 +662,16 @@ std::string Trainer::sample(const std::string &prompt, int64_t tokens,
   if (pipeline_) {
     predictor = pipelinePredictorShapes(bundle_, idType_);
     int64_t vocab = predictor.vocab;
-    predictor.run = [this, vocab](const host::TensorView &tokens,
-                                  int64_t position)
-        -> std::optional<std::vector<double>> {
+    predictor.run =
+        [this, vocab](const host::TensorView &tokens,
+                      int64_t position) -> std::optional<std::vector<double>> {
       std::optional<host::Tensor> logits = pipeline_->predict(tokens);
       if (!logits || position < 0)
         return std::nullopt;
-      return logitsAsDoubles(
-          logits->dtype,
-          static_cast<const char *>(logits->buffer.data()) +
-              position * vocab * dtypeSize(logits->dtype),
-          vocab);
+      return logitsAsDoubles(logits->dtype,
+                             static_cast<const char *>(logits->buffer.data()) +
+                                 position * vocab * dtypeSize(logits->dtype),
+                             vocab);
     };
   } else {
     if (!predictStep_) {

@@ -70,8 +70,8 @@ TEST(TokenSamplerTest, ThePredictorIsAskedForTheLastRealPosition) {
   predictor.tokenType = mtrt::DType::I32;
   predictor.vocab = 8;
   std::vector<int64_t> positions;
-  predictor.run = [&](const mtrt::host::TensorView &tokens, int64_t position)
-      -> std::optional<std::vector<double>> {
+  predictor.run = [&](const mtrt::host::TensorView &tokens,
+                      int64_t position) -> std::optional<std::vector<double>> {
     positions.push_back(position);
     std::vector<double> row(8, 0.0);
     int32_t last = static_cast<const int32_t *>(tokens.data)[position];
@@ -79,8 +79,7 @@ TEST(TokenSamplerTest, ThePredictorIsAskedForTheLastRealPosition) {
     return row;
   };
   TokenSampler sampler(predictor, 8, {1.0, 1, 1});
-  EXPECT_EQ(sampler.generate({3}, 5),
-            (std::vector<int32_t>{3, 4, 5, 6, 7, 0}));
+  EXPECT_EQ(sampler.generate({3}, 5), (std::vector<int32_t>{3, 4, 5, 6, 7, 0}));
   EXPECT_EQ(positions, (std::vector<int64_t>{0, 1, 2, 3, 3}));
 }
 
