@@ -435,6 +435,18 @@ static const KeyDef kKeys[] = {
        }
        return setChoice(v, c.moe.routerFp32, {{"fp32", true}, {"none", false}});
      }},
+    {{"moe_router_topk_scaling_factor", "model",
+      "The top-k routing weights are multiplied by it after their "
+      "normalization (Megatron-LM's --moe-router-topk-scaling-factor); unset "
+      "for none.",
+      K::Number, "none"},
+     [](CompileConfig &c, StringRef v) -> Problem {
+       if (isNullText(v.trim()) || v.trim().equals_insensitive("none")) {
+         c.moe.topkScalingFactor = 0;
+         return std::nullopt;
+       }
+       return setPositiveNumber(v, c.moe.topkScalingFactor);
+     }},
     {{"moe_aux_loss_coeff", "model",
       "Weight of the load-balancing loss of each MoE layer; 0 for none.",
       K::Number, "0"},

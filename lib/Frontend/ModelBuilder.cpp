@@ -512,6 +512,15 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
       moe.normalizeTopk() ? builder.getUnitAttr() : UnitAttr(), capacity,
       dropPolicy);
   Value probs = route.getProbs(), indices = route.getIndices();
+  if (moe.topkScalingFactor > 0) {
+    // --moe-router-topk-scaling-factor: the weights times the factor, after
+    // their normalization (Megatron-LM's topk_routing_with_score_function);
+    // the auxiliary losses read the logits, not these.
+    Value factor = mt::FillOp::create(
+        builder, loc, probsType,
+        builder.getF64FloatAttr(moe.topkScalingFactor));
+    probs = mt::MulOp::create(builder, loc, probsType, probs, factor);
+  }
   auto lossType = RankedTensorType::get({}, builder.getF32Type());
   if (training && moe.loadBalancing == MoeLoadBalancing::AuxLoss &&
       moe.auxLossCoeff > 0) {

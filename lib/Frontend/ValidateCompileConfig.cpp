@@ -864,6 +864,7 @@ Error Validator::checkMoe() {
       "moe_router_pre_softmax",
       "moe_router_load_balancing_type",
       "moe_router_dtype",
+      "moe_router_topk_scaling_factor",
       "moe_aux_loss_coeff",
       "moe_z_loss_coeff",
       "moe_expert_capacity_factor",

@@ -148,6 +148,10 @@ struct MoeConfig {
   /// computes them in fp32. Unset, they read bf16 like every GEMM and the
   /// logits and the routing are f32 (docs/MixedPrecision.md).
   bool routerFp32 = false;
+  /// --moe-router-topk-scaling-factor: the top-k weights are multiplied by
+  /// it after their normalization (DeepSeek-V3's routed_scaling_factor); 0
+  /// (unset) for none.
+  double topkScalingFactor = 0.0;
   double auxLossCoeff = 0.0;
   double zLossCoeff = 0.0;
   /// 0: dropless; else each expert keeps ceil(T * topk / E * factor) tokens.
