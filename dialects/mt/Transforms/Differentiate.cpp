@@ -129,6 +129,9 @@ mlir::mt::appendBackwardPass(func::FuncOp function, ArrayRef<Value> seeds,
       gradients.addToParameter(read.getNameAttr(), resultGradients.front());
       continue;
     }
+    // A constant (an mt.fill) has nothing to pass its gradient on to.
+    if (op->getNumOperands() == 0)
+      continue;
     auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
     if (!differentiable)
       return op->emitOpError()
