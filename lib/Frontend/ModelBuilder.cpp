@@ -517,9 +517,9 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
     // their normalization (Megatron-LM's topk_routing_with_score_function);
     // the auxiliary losses read the logits, not these.
     Value factor = mt::FillOp::create(
-        builder, loc, probsType,
+        builder, loc, RankedTensorType::get({}, builder.getF32Type()),
         builder.getF64FloatAttr(moe.topkScalingFactor));
-    probs = mt::MulOp::create(builder, loc, probsType, probs, factor);
+    probs = mt::ScaleOp::create(builder, loc, probsType, probs, factor);
   }
   auto lossType = RankedTensorType::get({}, builder.getF32Type());
   if (training && moe.loadBalancing == MoeLoadBalancing::AuxLoss &&

@@ -273,13 +273,16 @@ def Mt_LinearVocabCrossEntropyGradOp
   let hasVerifier = 1;
 }
 
-def Mt_ScaleOp : Mt_Op<"scale", [Pure]> {
+def Mt_ScaleOp : Mt_Op<"scale", [VJP, Pure]> {
   let summary = "multiplies a tensor by a scalar tensor";
   let description = [{
     `result = input * factor` with `factor` an f32 scalar. The backward pass
     of `mt.linear_cross_entropy` multiplies the gradients computed for a
     loss gradient of one by the actual loss gradient (the seed, which fp16
-    training scales), so that the fused op can run in the forward pass.
+    training scales), so that the fused op can run in the forward pass. The
+    MoE router's top-k scaling factor multiplies the routing weights by it
+    (its gradient: the output's gradient times the factor; the factor, a
+    constant, gets none).
 
     ```mlir
     %dx = mt.scale %dx1, %dloss : (tensor<8x1024x768xf32>, tensor<f32>) -> tensor<8x1024x768xf32>

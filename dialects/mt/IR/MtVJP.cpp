@@ -164,6 +164,15 @@ LogicalResult MulOp::buildVJP(OpBuilder &builder, ValueRange dys,
   return success();
 }
 
+LogicalResult ScaleOp::buildVJP(OpBuilder &builder, ValueRange dys,
+                                SmallVectorImpl<Value> &grads) {
+  // The factor is a constant (an mt.fill): no gradient of its own.
+  grads.push_back(
+      ScaleOp::create(builder, getLoc(), getType(), dys[0], getFactor()));
+  grads.push_back(Value());
+  return success();
+}
+
 LogicalResult SoftmaxOp::buildVJP(OpBuilder &builder, ValueRange dys,
                                   SmallVectorImpl<Value> &grads) {
   grads.push_back(SoftmaxGradOp::create(builder, getLoc(), getType(), dys[0],

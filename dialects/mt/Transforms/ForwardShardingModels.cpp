@@ -758,6 +758,33 @@ struct CrossEntropyModel
   }
 };
 
+/// mt.scale: elementwise over its input, the scalar factor on every rank.
+struct ScaleModel
+    : public shard::ShardingInterface::ExternalModel<ScaleModel, ScaleOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<IteratorType>(rankOf(op->getOperand(0)),
+                                     IteratorType::parallel);
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    int64_t rank = rankOf(op->getOperand(0));
+    MLIRContext *context = op->getContext();
+    AffineMap each = AffineMap::getMultiDimIdentityMap(rank, context);
+    return {each, AffineMap::get(rank, 0, {}, context), each};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
+                          ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings,
+                          IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable,
+                          OpBuilder &builder) const {
+    LayerScope layer(builder, getLayer(op));
+    shard::partitionTriviallyShardableOperation(
+        *op, partitionedOperands, operandShardings, resultShardings,
+        partitionMap, symbolTable, builder);
+    return success();
+  }
+};
+
 /// Ops whose operands and results every rank holds whole: fills and
 /// softmax. Upstream partitions them as
 /// fully replicated, gathering sharded operands first.
@@ -1119,5 +1146,6 @@ void sharding::attachForwardShardingModels(MLIRContext *context) {
   SoftmaxOp::attachInterface<ReplicatedModel<SoftmaxOp>>(*context);
   SoftmaxGradOp::attachInterface<ReplicatedModel<SoftmaxGradOp>>(*context);
   FillOp::attachInterface<ReplicatedModel<FillOp>>(*context);
+  ScaleOp::attachInterface<ScaleModel>(*context);
   PositionIdsOp::attachInterface<PositionIdsModel>(*context);
 }
