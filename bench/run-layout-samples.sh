@@ -10,7 +10,7 @@
 #     and PP2, fp32 and bf16, against one rank on the same GPU
 #     (test/integration/Inputs/compare-ranks.py --moe-losses), and the
 #     reported sums (check-reported-losses.py); --moe-router-dtype fp32 in
-#     bf16 against fp32.
+#     bf16 against fp32; --moe-router-topk-scaling-factor against the host.
 #
 # Usage, on this machine: bench/run-layout-samples.sh make COMPILER DIR
 #   compiles the bundles into DIR/layouts (DIR: a bench/make-step-dir.sh
@@ -49,6 +49,8 @@ if [ "$mode" = make ]; then
   done
   "$compile" "$moe" $batch --bf16 --moe-router-dtype fp32 \
     -o "$dir/moe-router32-bf16.mtb"
+  "$compile" "$moe" $batch --moe-router-topk-scaling-factor 2.5 \
+    --moe-router-score-function sigmoid -o "$dir/moe-scaled.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
     -o "$dir/moe-one-mb1.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
@@ -126,6 +128,13 @@ train moe-router32-bf16 moe-router32-bf16.mtb $moe \
   --log-jsonl "$logs/moe-router32-bf16.jsonl"
 compare moe-router32-bf16 moe-one-fp32 --grad-norm --moe-losses \
   --tolerance=5e-3
+# The top-k scaling factor (mt.scale in the forward and backward passes)
+# on the GPU against the same bundle on the host backend.
+train moe-scaled moe-scaled.mtb $moe --log-jsonl "$logs/moe-scaled.jsonl"
+"$dir/bin/megatron-train" "$l/moe-scaled.mtb" --backend host \
+  --data-path "$dir/corpus.txt" --eval-interval 0 --no-progress-bar $moe \
+  --log-jsonl "$logs/moe-scaled-host.jsonl" >"$logs/moe-scaled-host.log" 2>&1
+compare moe-scaled moe-scaled-host --grad-norm --moe-losses
 train moe-one-mb1 moe-one-mb1.mtb $moe --log-jsonl "$logs/moe-one-mb1.jsonl"
 train moe-ep2dp2 moe-ep2dp2.mtb --in-process-ranks $moe \
   --log-jsonl "$logs/moe-ep2dp2.jsonl"
