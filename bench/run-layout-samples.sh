@@ -10,7 +10,9 @@
 #     and PP2, fp32 and bf16, against one rank on the same GPU
 #     (test/integration/Inputs/compare-ranks.py --moe-losses), and the
 #     reported sums (check-reported-losses.py); --moe-router-dtype fp32 in
-#     bf16 against fp32; --moe-router-topk-scaling-factor against the host.
+#     bf16 against fp32; --moe-router-topk-scaling-factor and group-limited
+#     routing (--moe-router-num-groups, --moe-router-group-topk) against
+#     the host.
 #
 # Usage, on this machine: bench/run-layout-samples.sh make COMPILER DIR
 #   compiles the bundles into DIR/layouts (DIR: a bench/make-step-dir.sh
@@ -51,6 +53,9 @@ if [ "$mode" = make ]; then
     -o "$dir/moe-router32-bf16.mtb"
   "$compile" "$moe" $batch --moe-router-topk-scaling-factor 2.5 \
     --moe-router-score-function sigmoid -o "$dir/moe-scaled.mtb"
+  "$compile" "$moe" $batch --num-experts 8 --moe-router-num-groups 2 \
+    --moe-router-group-topk 1 --moe-router-score-function sigmoid \
+    -o "$dir/moe-groups.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
     -o "$dir/moe-one-mb1.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
@@ -135,6 +140,12 @@ train moe-scaled moe-scaled.mtb $moe --log-jsonl "$logs/moe-scaled.jsonl"
   --data-path "$dir/corpus.txt" --eval-interval 0 --no-progress-bar $moe \
   --log-jsonl "$logs/moe-scaled-host.jsonl" >"$logs/moe-scaled-host.log" 2>&1
 compare moe-scaled moe-scaled-host --grad-norm --moe-losses
+# Group-limited routing (the device's routedExperts) against the host.
+train moe-groups moe-groups.mtb $moe --log-jsonl "$logs/moe-groups.jsonl"
+"$dir/bin/megatron-train" "$l/moe-groups.mtb" --backend host \
+  --data-path "$dir/corpus.txt" --eval-interval 0 --no-progress-bar $moe \
+  --log-jsonl "$logs/moe-groups-host.jsonl" >"$logs/moe-groups-host.log" 2>&1
+compare moe-groups moe-groups-host --grad-norm --moe-losses
 train moe-one-mb1 moe-one-mb1.mtb $moe --log-jsonl "$logs/moe-one-mb1.jsonl"
 train moe-ep2dp2 moe-ep2dp2.mtb --in-process-ranks $moe \
   --log-jsonl "$logs/moe-ep2dp2.jsonl"

@@ -447,6 +447,23 @@ static const KeyDef kKeys[] = {
        }
        return setPositiveNumber(v, c.moe.topkScalingFactor);
      }},
+    {{"moe_router_num_groups", "model",
+      "Group-limited routing: the experts form this many groups of "
+      "consecutive experts (Megatron-LM's --moe-router-num-groups; "
+      "DeepSeek's n_group); unset for none.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.moe.routerNumGroups);
+     }},
+    {{"moe_router_group_topk", "model",
+      "Group-limited routing: each token's top-k is taken within its this "
+      "many best groups, a group scored by the sum of its topk / "
+      "group_topk highest scores (Megatron-LM's --moe-router-group-topk; "
+      "DeepSeek's topk_group); unset for none.",
+      K::Integer, "0"},
+     [](CompileConfig &c, StringRef v) {
+       return setOptionalPositive(v, c.moe.routerGroupTopk);
+     }},
     {{"moe_aux_loss_coeff", "model",
       "Weight of the load-balancing loss of each MoE layer; 0 for none.",
       K::Number, "0"},

@@ -507,10 +507,15 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
                      ? mt::MoeDropPolicy::Position
                      : mt::MoeDropPolicy::Probs);
   }
+  IntegerAttr numGroups, groupTopk;
+  if (moe.routerGroupTopk > 0) {
+    numGroups = builder.getI64IntegerAttr(moe.routerNumGroups);
+    groupTopk = builder.getI64IntegerAttr(moe.routerGroupTopk);
+  }
   auto route = mt::MoeRouteOp::create(
       builder, loc, probsType, indicesType, logits, topk, score,
-      moe.normalizeTopk() ? builder.getUnitAttr() : UnitAttr(), capacity,
-      dropPolicy);
+      moe.normalizeTopk() ? builder.getUnitAttr() : UnitAttr(), numGroups,
+      groupTopk, capacity, dropPolicy);
   Value probs = route.getProbs(), indices = route.getIndices();
   if (moe.topkScalingFactor > 0) {
     // --moe-router-topk-scaling-factor: the weights times the factor, after

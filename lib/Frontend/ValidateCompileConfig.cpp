@@ -78,6 +78,7 @@ private:
   Error checkBatch();
   Error checkRecompute();
   Error checkMoe();
+  Error checkMoeGroups();
   Error checkFp8();
 
   /// a * b, or an error naming `what` and the keys to reduce.
@@ -856,6 +857,56 @@ Error Validator::checkFp8() {
 /// experts, and what this slice does not implement yet (expert
 /// parallelism, MoE under other layouts, 16-bit precision) is refused by
 /// name rather than compiled differently.
+/// Group-limited routing (mt.moe_route's num_groups and group_topk, whose
+/// verifier states the same rules).
+Error Validator::checkMoeGroups() {
+  const MoeConfig &moe = c.moe;
+  int64_t groups = moe.routerNumGroups, kept = moe.routerGroupTopk;
+  if (!groups && !kept)
+    return Error::success();
+  if (!groups || !kept) {
+    StringRef set = groups ? "moe_router_num_groups" : "moe_router_group_topk";
+    StringRef unset = groups ? "moe_router_group_topk" : "moe_router_num_groups";
+    return fail({set, unset},
+                set + " needs " + unset +
+                    " (group-limited routing takes both: how many groups "
+                    "the experts form, and how many of them a token's "
+                    "top-k is taken from); set " +
+                    unset + " or remove " + set);
+  }
+  if (moe.numExperts % groups != 0)
+    return fail({"moe_router_num_groups", "num_experts"},
+                "moe_router_num_groups " + show(groups) +
+                    " does not divide num_experts " + show(moe.numExperts) +
+                    ": the groups are equal runs of consecutive experts; use "
+                    "a divisor of " +
+                    show(moe.numExperts));
+  if (kept > groups)
+    return fail({"moe_router_group_topk", "moe_router_num_groups"},
+                "moe_router_group_topk " + show(kept) +
+                    " exceeds moe_router_num_groups " + show(groups) +
+                    "; keep at most " + show(groups) + " groups");
+  if (kept > moe.routerTopk)
+    return fail({"moe_router_group_topk", "moe_router_topk"},
+                "moe_router_group_topk " + show(kept) +
+                    " exceeds moe_router_topk " + show(moe.routerTopk) +
+                    ": a group's score sums its moe_router_topk / "
+                    "moe_router_group_topk highest scores, which would be "
+                    "none; keep at most " +
+                    show(moe.routerTopk) + " groups");
+  int64_t size = moe.numExperts / groups;
+  if (moe.routerTopk > kept * size)
+    return fail({"moe_router_topk", "moe_router_group_topk"},
+                "moe_router_topk " + show(moe.routerTopk) +
+                    " exceeds moe_router_group_topk " + show(kept) + " x " +
+                    show(size) + " experts per group (num_experts " +
+                    show(moe.numExperts) + " / moe_router_num_groups " +
+                    show(groups) +
+                    "): the kept groups hold too few experts; raise "
+                    "moe_router_group_topk or lower moe_router_topk");
+  return Error::success();
+}
+
 Error Validator::checkMoe() {
   const MoeConfig &moe = c.moe;
   static constexpr StringRef kMoeKeys[] = {
@@ -865,6 +916,8 @@ Error Validator::checkMoe() {
       "moe_router_load_balancing_type",
       "moe_router_dtype",
       "moe_router_topk_scaling_factor",
+      "moe_router_num_groups",
+      "moe_router_group_topk",
       "moe_aux_loss_coeff",
       "moe_z_loss_coeff",
       "moe_expert_capacity_factor",
@@ -896,6 +949,8 @@ Error Validator::checkMoe() {
                 "moe_router_pre_softmax applies to the softmax score "
                 "function, not sigmoid; remove moe_router_pre_softmax or use "
                 "moe_router_score_function softmax");
+  if (Error error = checkMoeGroups())
+    return error;
   if (moe.loadBalancing == MoeLoadBalancing::None && moe.auxLossCoeff > 0)
     return fail({"moe_aux_loss_coeff", "moe_router_load_balancing_type"},
                 "moe_aux_loss_coeff " + show(moe.auxLossCoeff) +

@@ -36,6 +36,36 @@ static LogicalResult verifyScalar(Operation *op, StringRef what,
   return success();
 }
 
+/// Group-limited routing's attributes: both or neither; the groups divide
+/// the experts, and the kept groups hold the top-k, at least one expert's
+/// score from each.
+static LogicalResult verifyMoeGroups(Operation *op, int64_t experts,
+                                     int64_t topk,
+                                     std::optional<uint64_t> numGroups,
+                                     std::optional<uint64_t> groupTopk) {
+  if (!numGroups && !groupTopk)
+    return success();
+  if (!numGroups || !groupTopk)
+    return op->emitOpError()
+           << "num_groups and group_topk go together (group-limited routing)";
+  int64_t groups = static_cast<int64_t>(*numGroups);
+  int64_t kept = static_cast<int64_t>(*groupTopk);
+  if (groups < 1 || experts % groups != 0)
+    return op->emitOpError() << "num_groups " << groups
+                             << " must divide the " << experts << " experts";
+  if (kept < 1 || kept > groups || kept > topk)
+    return op->emitOpError()
+           << "group_topk " << kept << " must be in [1, min(num_groups "
+           << groups << ", topk " << topk
+           << ")]: each kept group's score sums its topk / group_topk "
+              "highest scores";
+  if (topk > kept * (experts / groups))
+    return op->emitOpError()
+           << "topk " << topk << " exceeds the " << kept * (experts / groups)
+           << " experts of the " << kept << " kept groups";
+  return success();
+}
+
 LogicalResult MoeRouteOp::verify() {
   auto emit = [&] { return emitOpError(); };
   FailureOr<RankedTensorType> probs =
@@ -56,7 +86,8 @@ LogicalResult MoeRouteOp::verify() {
   if (getDropPolicy() && !factor)
     return emitOpError() << "drop_policy needs a capacity_factor: dropless "
                             "routing drops nothing";
-  return success();
+  return verifyMoeGroups(*this, getLogits().getType().getDimSize(1), getTopk(),
+                         getNumGroups(), getGroupTopk());
 }
 
 LogicalResult MoeAuxLossOp::verify() {
@@ -110,7 +141,9 @@ LogicalResult MoeRouteGradOp::verify() {
   if (failed(verifyMoeType(*this, "routing weights' gradient",
                            getProbsGrad().getType(), probs)) ||
       failed(verifyMoeRouting(getIndices().getType(), *probs,
-                              logits.getDimSize(0), emit)))
+                              logits.getDimSize(0), emit)) ||
+      failed(verifyMoeGroups(*this, logits.getDimSize(1), getTopk(),
+                             getNumGroups(), getGroupTopk())))
     return failure();
   return verifyMoeType(*this, "result", getType(), logits);
 }

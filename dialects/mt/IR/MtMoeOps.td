@@ -32,6 +32,16 @@ def Mt_MoeRouteOp : Mt_Op<"moe_route", [VJP, Pure]> {
     - `sigmoid`: each chosen logit's sigmoid, divided by their sum
       (+ 1e-20) with `normalize`.
 
+    With `num_groups` and `group_topk` the routing is group-limited, as
+    Megatron-LM's `group_limited_topk` (`--moe-router-num-groups`,
+    `--moe-router-group-topk`; DeepSeek's device- and node-limited
+    routing): the E experts form `num_groups` groups of consecutive
+    experts, each group's score is the sum of its `topk / group_topk`
+    highest scores (the logits for `softmax` with `normalize`, else the
+    softmax over all E or the sigmoids), the `group_topk` highest groups
+    are kept (ties: the lower group), and the top-k is taken among their
+    experts only.
+
     With `capacity_factor` each expert keeps at most
     `C = ceil(T * topk / E * capacity_factor)` tokens: those with the
     highest weights (`drop_policy = probs`, the default; ties: the earlier
@@ -45,11 +55,16 @@ def Mt_MoeRouteOp : Mt_Op<"moe_route", [VJP, Pure]> {
     %p, %i = mt.moe_route %logits topk = 2 score = softmax normalize
         capacity_factor = 1.000000e+00 drop_policy = position
         : (tensor<512x8xf32>) -> (tensor<512x2xf32>, tensor<512x2xi32>)
+    %p, %i = mt.moe_route %logits topk = 4 score = sigmoid normalize
+        groups = 4 group_topk = 2
+        : (tensor<512x16xf32>) -> (tensor<512x4xf32>, tensor<512x4xi32>)
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$logits, I64Attr:$topk,
                        Mt_MoeScoreFunction:$score_function,
                        UnitAttr:$normalize,
+                       OptionalAttr<I64Attr>:$num_groups,
+                       OptionalAttr<I64Attr>:$group_topk,
                        OptionalAttr<F64Attr>:$capacity_factor,
                        OptionalAttr<Mt_MoeDropPolicy>:$drop_policy);
   let results = (outs Mt_FloatTensor:$probs,
@@ -57,6 +72,7 @@ def Mt_MoeRouteOp : Mt_Op<"moe_route", [VJP, Pure]> {
   let assemblyFormat = [{
     $logits `topk` `=` $topk `score` `=` $score_function
     (`normalize` $normalize^)?
+    (`groups` `=` $num_groups^ `group_topk` `=` $group_topk)?
     (`capacity_factor` `=` $capacity_factor^)?
     (`drop_policy` `=` $drop_policy^)? attr-dict `:`
     functional-type(operands, results)
@@ -189,9 +205,9 @@ def Mt_MoeGroupedLinearOp : Mt_Op<"moe_grouped_linear", [VJP, Pure]> {
 def Mt_MoeRouteGradOp : Mt_Op<"moe_route_grad", [Pure]> {
   let summary = "the router logits' gradient from the routing weights' gradient";
   let description = [{
-    The VJP of `mt.moe_route` with the same `topk`, `score_function` and
-    `normalize`: the top-k is recomputed from the logits, and the weights of
-    slots the forward dropped (index -1) pass no gradient.
+    The VJP of `mt.moe_route` with the same `topk`, `score_function`,
+    `normalize` and groups: the top-k is recomputed from the logits, and the
+    weights of slots the forward dropped (index -1) pass no gradient.
 
     ```mlir
     %dlogits = mt.moe_route_grad %dprobs, %logits, %indices topk = 2 score = softmax normalize
@@ -201,11 +217,14 @@ def Mt_MoeRouteGradOp : Mt_Op<"moe_route_grad", [Pure]> {
   let arguments = (ins Mt_FloatTensor:$probs_grad, Mt_FloatTensor:$logits,
                        RankedTensorOf<[I32]>:$indices, I64Attr:$topk,
                        Mt_MoeScoreFunction:$score_function,
-                       UnitAttr:$normalize);
+                       UnitAttr:$normalize,
+                       OptionalAttr<I64Attr>:$num_groups,
+                       OptionalAttr<I64Attr>:$group_topk);
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
     $probs_grad `,` $logits `,` $indices `topk` `=` $topk `score` `=`
-    $score_function (`normalize` $normalize^)? attr-dict `:`
+    $score_function (`normalize` $normalize^)?
+    (`groups` `=` $num_groups^ `group_topk` `=` $group_topk)? attr-dict `:`
     functional-type(operands, results)
   }];
   let hasVerifier = 1;

@@ -243,7 +243,8 @@ LogicalResult MoeRouteOp::buildVJP(OpBuilder &builder, ValueRange dys,
   }
   grads.push_back(MoeRouteGradOp::create(
       builder, getLoc(), getLogits().getType(), dys[0], getLogits(),
-      getIndices(), getTopkAttr(), getScoreFunctionAttr(), getNormalizeAttr()));
+      getIndices(), getTopkAttr(), getScoreFunctionAttr(), getNormalizeAttr(),
+      getNumGroupsAttr(), getGroupTopkAttr()));
   return success();
 }
 

@@ -152,6 +152,12 @@ struct MoeConfig {
   /// it after their normalization (DeepSeek-V3's routed_scaling_factor); 0
   /// (unset) for none.
   double topkScalingFactor = 0.0;
+  /// --moe-router-num-groups and --moe-router-group-topk: group-limited
+  /// routing (DeepSeek's): the experts form routerNumGroups groups and each
+  /// token's top-k is taken within its routerGroupTopk best groups; 0
+  /// (unset) for none.
+  int64_t routerNumGroups = 0;
+  int64_t routerGroupTopk = 0;
   double auxLossCoeff = 0.0;
   double zLossCoeff = 0.0;
   /// 0: dropless; else each expert keeps ceil(T * topk / E * factor) tokens.

@@ -265,9 +265,14 @@ struct Attributes {
   /// top-k weights normalized; capacity routing (moe_route with a
   /// capacity_factor) keeps each expert's highest weights, or with
   /// dropByPosition its first tokens. coeff: the auxiliary losses'.
+  /// Group-limited routing (moe_route and its grad): the experts form
+  /// numGroups groups and the top-k is taken within the groupTopk best; 0
+  /// for none.
   int64_t topk = 0;
   bool sigmoid = false;
   bool normalize = false;
+  int64_t numGroups = 0;
+  int64_t groupTopk = 0;
   std::optional<double> capacityFactor;
   bool dropByPosition = false;
   double coeff = 0;

@@ -566,6 +566,10 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
           fail(at, std::to_string(out.margin), "a margin from 0 to 64");
       } else if (key == "topk") {
         out.topk = readInt(*value, at, 1); // at most E: OpChecker
+      } else if (key == "num_groups") {
+        out.numGroups = readInt(*value, at, 1); // divides E: OpChecker
+      } else if (key == "group_topk") {
+        out.groupTopk = readInt(*value, at, 1);
       } else if (key == "concat_axis") {
         out.concatAxis = readInt(*value, at);
       } else if (key == "num_experts") {

@@ -323,6 +323,8 @@ const std::vector<OpInfo> &opTable() {
        {{"topk", AttrKind::Int, true},
         {"score_function", AttrKind::String, true},
         {"normalize", AttrKind::Bool, false},
+        {"num_groups", AttrKind::Int, false},
+        {"group_topk", AttrKind::Int, false},
         {"capacity_factor", AttrKind::Number, false},
         {"drop_policy", AttrKind::String, false}}},
       {Op::MoeAuxLoss, "moe_aux_loss", 1, 1, 1, 1, kMoeAuxLossAttrs},
@@ -344,7 +346,9 @@ const std::vector<OpInfo> &opTable() {
        1,
        {{"topk", AttrKind::Int, true},
         {"score_function", AttrKind::String, true},
-        {"normalize", AttrKind::Bool, false}}},
+        {"normalize", AttrKind::Bool, false},
+        {"num_groups", AttrKind::Int, false},
+        {"group_topk", AttrKind::Int, false}}},
       {Op::MoeAuxLossGrad, "moe_aux_loss_grad", 2, 2, 1, 1, kMoeAuxLossAttrs},
       {Op::MoeZLossGrad, "moe_z_loss_grad", 2, 2, 1, 1, kCoeff},
       {Op::MoeProbsGrad, "moe_probs_grad", 3, 3, 1, 1, {}},
@@ -673,6 +677,30 @@ void OpChecker::checkMoe() {
            "a top-k in [1, " + std::to_string(experts) +
                "] (the logits' experts)");
   };
+  // Group-limited routing over the logits at operand `i`: both attributes
+  // or neither; the groups divide the experts, and the kept groups hold
+  // the top-k, at least one expert's score from each.
+  auto groups = [&](size_t i) {
+    if (!a.numGroups && !a.groupTopk)
+      return;
+    int64_t experts = operand(i).shape[1];
+    if (!a.numGroups || !a.groupTopk)
+      fail(path_ + ".attrs", a.numGroups ? "num_groups alone" : "group_topk alone",
+           "num_groups and group_topk together (group-limited routing)");
+    if (experts % a.numGroups != 0)
+      fail(path_ + ".attrs.num_groups", std::to_string(a.numGroups),
+           "a divisor of the logits' " + std::to_string(experts) + " experts");
+    int64_t most = std::min(a.numGroups, a.topk);
+    if (a.groupTopk > most)
+      fail(path_ + ".attrs.group_topk", std::to_string(a.groupTopk),
+           "a group count in [1, " + std::to_string(most) +
+               "] (at most num_groups and topk)");
+    int64_t reachable = a.groupTopk * (experts / a.numGroups);
+    if (a.topk > reachable)
+      fail(path_ + ".attrs.topk", std::to_string(a.topk),
+           "at most the " + std::to_string(reachable) +
+               " experts of the kept groups");
+  };
   // Routing indices [T, K] at operand `i` (T given, or -1 for any).
   auto indices = [&](size_t i, int64_t tokens) {
     expectI32(false, i);
@@ -689,6 +717,7 @@ void OpChecker::checkMoe() {
   switch (inst_.op) {
   case Op::MoeRoute: {
     logits(0, true);
+    groups(0);
     std::vector<int64_t> shape = {operand(0).shape[0], a.topk};
     expectFloat(true, 0);
     expectShape(true, 0, shape, "[tokens, topk]");
@@ -711,6 +740,7 @@ void OpChecker::checkMoe() {
     break;
   case Op::MoeRouteGrad: {
     logits(1, true);
+    groups(1);
     std::vector<int64_t> routing = indices(2, operand(1).shape[0]);
     if (routing[1] != a.topk)
       failShape(false, 2, "[tokens, " + std::to_string(a.topk) + "] (topk)");

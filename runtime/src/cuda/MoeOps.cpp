@@ -62,6 +62,8 @@ MoeRouter Executor::moeRouter(const Instruction &inst) const {
   r.topk = inst.attrs.topk;
   r.sigmoid = inst.attrs.sigmoid;
   r.normalize = inst.attrs.normalize;
+  r.numGroups = inst.attrs.numGroups;
+  r.groupTopk = inst.attrs.groupTopk;
   r.capacityFactor = inst.attrs.capacityFactor.value_or(0.0);
   r.dropByPosition = inst.attrs.dropByPosition;
   return r;
@@ -95,6 +97,11 @@ void Executor::checkMoe(size_t position, const Instruction &inst) const {
       refuse("the cuda backend's routing kernels take a top-k of up to " +
              std::to_string(kMoeMaxTopk) + ", found " + std::to_string(r.topk) +
              "; run this model on the host backend");
+    if (r.numGroups > kMoeMaxGroups)
+      refuse("group-limited routing on the cuda backend takes up to " +
+             std::to_string(kMoeMaxGroups) + " groups, found " +
+             std::to_string(r.numGroups) +
+             "; run this model on the host backend or use fewer groups");
     if (r.capacityFactor > 0 && r.experts > kMoeMaxExperts)
       refuse("capacity routing on the cuda backend takes up to " +
              std::to_string(kMoeMaxExperts) + " experts, found " +

@@ -681,6 +681,8 @@ void Executor::execute(size_t position, const Instruction &inst,
     router.topk = a.topk;
     router.sigmoid = a.sigmoid;
     router.normalize = a.normalize;
+    router.numGroups = a.numGroups;
+    router.groupTopk = a.groupTopk;
     router.capacityFactor = a.capacityFactor.value_or(0.0);
     router.dropByPosition = a.dropByPosition;
     if (inst.op == Op::MoeRoute)

@@ -166,6 +166,44 @@ TEST(HostMoeKernelsTest, TopKTiesGoToTheLowerExpert) {
   EXPECT_EQ(probs, (std::vector<double>{0.5, 0.5}));
 }
 
+// Group-limited routing over 3 groups of 2 experts, keeping 1: each group
+// is scored by the sum of its 2 scores. The logits' sums pick group 0
+// (5 > 2 > 1); the sigmoids' pick group 1 (1.462 > 1.266 > 1.245), whose
+// tie goes to the lower expert. The plain top-2 would be experts 0 and 2.
+TEST(HostMoeKernelsTest, GroupLimitedRoutingScoresGroupsByTheWeightsScores) {
+  std::vector<double> logits = {6, -1, 1, 1, 0.5, 0.5};
+  MoeRouter router;
+  router.tokens = 1;
+  router.experts = 6;
+  router.topk = 2;
+  router.normalize = true;
+  router.numGroups = 3;
+  router.groupTopk = 1;
+  std::vector<double> probs(2);
+  std::vector<int32_t> indices(2);
+  moeRouteForward<double>(pool(), router, logits.data(), probs.data(),
+                          indices.data());
+  EXPECT_EQ(indices, (std::vector<int32_t>{0, 1}));
+  EXPECT_DOUBLE_EQ(probs[0], 1.0 / (1.0 + std::exp(-7.0)));
+
+  router.sigmoid = true;
+  moeRouteForward<double>(pool(), router, logits.data(), probs.data(),
+                          indices.data());
+  EXPECT_EQ(indices, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(probs, (std::vector<double>{0.5, 0.5}));
+  // The backward pass recomputes the same experts: only theirs get a
+  // gradient.
+  std::vector<double> dprobs = {1, 0}, dlogits(6, -7);
+  moeRouteBackward<double>(pool(), router, logits.data(), indices.data(),
+                           dprobs.data(), dlogits.data());
+  EXPECT_EQ(dlogits[0], 0.0);
+  EXPECT_EQ(dlogits[1], 0.0);
+  EXPECT_NE(dlogits[2], 0.0);
+  EXPECT_NE(dlogits[3], 0.0);
+  EXPECT_EQ(dlogits[4], 0.0);
+  EXPECT_EQ(dlogits[5], 0.0);
+}
+
 } // namespace
 
 namespace {

@@ -34,6 +34,38 @@ func.func @route_indices_shape(%l: tensor<6x4xf32>) {
 
 // -----
 
+func.func @groups_alone(%l: tensor<6x4xf32>) {
+  // expected-error @+1 {{'mt.moe_route' op num_groups and group_topk go together (group-limited routing)}}
+  %p, %i = "mt.moe_route"(%l) <{score_function = 0 : i32, topk = 2 : i64, num_groups = 2 : i64}> : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  return
+}
+
+// -----
+
+func.func @groups_not_dividing(%l: tensor<6x4xf32>) {
+  // expected-error @+1 {{'mt.moe_route' op num_groups 3 must divide the 4 experts}}
+  %p, %i = mt.moe_route %l topk = 2 score = softmax groups = 3 group_topk = 1 : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  return
+}
+
+// -----
+
+func.func @group_topk_above_topk(%dp: tensor<6x2xf32>, %l: tensor<6x8xf32>, %i: tensor<6x2xi32>) {
+  // expected-error @+1 {{'mt.moe_route_grad' op group_topk 3 must be in [1, min(num_groups 4, topk 2)]: each kept group's score sums its topk / group_topk highest scores}}
+  %r = mt.moe_route_grad %dp, %l, %i topk = 2 score = softmax groups = 4 group_topk = 3 : (tensor<6x2xf32>, tensor<6x8xf32>, tensor<6x2xi32>) -> tensor<6x8xf32>
+  return
+}
+
+// -----
+
+func.func @topk_beyond_kept_groups(%l: tensor<6x8xf32>) {
+  // expected-error @+1 {{'mt.moe_route' op topk 4 exceeds the 2 experts of the 1 kept groups}}
+  %p, %i = mt.moe_route %l topk = 4 score = sigmoid normalize groups = 4 group_topk = 1 : (tensor<6x8xf32>) -> (tensor<6x4xf32>, tensor<6x4xi32>)
+  return
+}
+
+// -----
+
 func.func @capacity_not_positive(%l: tensor<6x4xf32>) {
   // expected-error @+1 {{'mt.moe_route' op capacity_factor must be a finite number > 0, got 0.000000e+00}}
   %p, %i = mt.moe_route %l topk = 2 score = softmax capacity_factor = 0.0 : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)

@@ -10,6 +10,8 @@ func.func @router(%logits: tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>
   %p, %i = mt.moe_route %logits topk = 2 score = softmax normalize : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   // CHECK: mt.moe_route %{{.+}} topk = 2 score = sigmoid capacity_factor = 1.250000e+00 drop_policy = position : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   %dp, %di = mt.moe_route %logits topk = 2 score = sigmoid capacity_factor = 1.25 drop_policy = position : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  // CHECK: mt.moe_route %{{.+}} topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 capacity_factor = 1.000000e+00 drop_policy = probs : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  %gp, %gi = mt.moe_route %logits topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 capacity_factor = 1.0 drop_policy = probs : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   // CHECK: mt.moe_aux_loss %{{.+}} topk = 2 score = softmax coeff = 1.000000e-02 : (tensor<6x4xf32>) -> tensor<f32>
   %aux = mt.moe_aux_loss %logits topk = 2 score = softmax coeff = 0.01 : (tensor<6x4xf32>) -> tensor<f32>
   // CHECK: mt.moe_z_loss %{{.+}} coeff = 1.000000e-03 : (tensor<6x4xf32>) -> tensor<f32>
@@ -38,6 +40,8 @@ func.func @backward(%dy: tensor<6x8xf32>, %rows: tensor<12x8xf32>, %dh: tensor<1
   %dw = mt.moe_grouped_linear_weight_grad %rows, %dh, %i transpose_weight : (tensor<12x8xf32>, tensor<12x12xf32>, tensor<6x2xi32>) -> tensor<4x12x8xf32>
   // CHECK: mt.moe_route_grad %{{.+}}, %{{.+}}, %{{.+}} topk = 2 score = sigmoid normalize : (tensor<6x2xf32>, tensor<6x4xf32>, tensor<6x2xi32>) -> tensor<6x4xf32>
   %r = mt.moe_route_grad %dp, %logits, %i topk = 2 score = sigmoid normalize : (tensor<6x2xf32>, tensor<6x4xf32>, tensor<6x2xi32>) -> tensor<6x4xf32>
+  // CHECK: mt.moe_route_grad %{{.+}}, %{{.+}}, %{{.+}} topk = 2 score = softmax groups = 4 group_topk = 2 : (tensor<6x2xf32>, tensor<6x4xf32>, tensor<6x2xi32>) -> tensor<6x4xf32>
+  %rg = mt.moe_route_grad %dp, %logits, %i topk = 2 score = softmax groups = 4 group_topk = 2 : (tensor<6x2xf32>, tensor<6x4xf32>, tensor<6x2xi32>) -> tensor<6x4xf32>
   // CHECK: mt.moe_aux_loss_grad %{{.+}}, %{{.+}} topk = 2 score = sigmoid coeff = 1.000000e-02 : (tensor<f32>, tensor<6x4xf32>) -> tensor<6x4xf32>
   %a = mt.moe_aux_loss_grad %dl, %logits topk = 2 score = sigmoid coeff = 0.01 : (tensor<f32>, tensor<6x4xf32>) -> tensor<6x4xf32>
   // CHECK: mt.moe_z_loss_grad %{{.+}}, %{{.+}} coeff = 1.000000e-03 : (tensor<f32>, tensor<6x4xf32>) -> tensor<6x4xf32>

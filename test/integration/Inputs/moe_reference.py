@@ -9,9 +9,13 @@ OUTPUT.txt is `mtrt-run --fp64` printing a function's outputs: the router
 logits [T, E], then mt.moe_route's weights and indices, then
 mt.moe_aux_loss and mt.moe_z_loss. MODE is
 score,normalize,topk,capacity_factor,drop_policy,aux_coeff,z_coeff
-(capacity_factor 0: dropless). Recomputes everything in pure Python from the
-printed logits and exits 1 unless the indices are equal and the weights and
-losses agree to 1e-12 relative.
+(capacity_factor 0: dropless), optionally followed by ,groups=G:K
+(group-limited routing: G groups, the top-k within the best K) and ,seq=S
+(the sequence-level aux loss over sequences of S consecutive tokens).
+Recomputes everything in pure Python from the printed logits and exits 1
+unless the indices are equal and the weights and losses agree to 1e-12
+relative. With groups it also counts the tokens whose experts differ from
+the plain top-k's (the case tests nothing when none do).
 """
 import math
 import sys
@@ -47,12 +51,37 @@ def topk(row, k):
     return order[:k]
 
 
-def route(logits, score, normalize, k, capacity_factor, policy):
+def group_limited_topk(scores, k, groups, group_topk):
+    """Megatron-LM's group_limited_topk for one token: each group scored by
+    the sum of its k // group_topk highest scores, the group_topk best groups
+    kept, the top-k of the scores with the other groups' masked to -inf."""
+    size = len(scores) // groups
+    group_scores = [sum(sorted(scores[g * size:(g + 1) * size],
+                               reverse=True)[:k // group_topk])
+                    for g in range(groups)]
+    kept = topk(group_scores, group_topk)
+    masked = [v if j // size in kept else -math.inf
+              for j, v in enumerate(scores)]
+    return topk(masked, k)
+
+
+def route(logits, score, normalize, k, capacity_factor, policy, groups=0,
+          group_topk=0):
     """Megatron-LM's topk_softmax_with_capacity, for one layout of ties."""
     tokens, experts = len(logits), len(logits[0])
     probs, indices = [], []
     for row in logits:
-        chosen = topk(row, k)
+        if groups:
+            # The scores the top-k is taken over: the logits where the
+            # weights are the softmax over the chosen, else the softmax over
+            # all experts (pre-softmax) or the sigmoids.
+            if score == "sigmoid":
+                scores = [sigmoid(v) for v in row]
+            else:
+                scores = list(row) if normalize else softmax(row)
+            chosen = group_limited_topk(scores, k, groups, group_topk)
+        else:
+            chosen = topk(row, k)
         if score == "softmax":
             if normalize:  # softmax over the top-k logits
                 weights = softmax([row[j] for j in chosen])
@@ -79,6 +108,34 @@ def route(logits, score, normalize, k, capacity_factor, policy):
     return probs, indices
 
 
+def seq_aux_loss(logits, score, k, coeff, seq):
+    """sequence_load_balancing_loss_func: over each sequence's tokens,
+    sum_e (f_e / (S k / E)) * mean_s P_e, times coeff, averaged over the
+    sequences (the rows of sequence b are b S to b S + S - 1)."""
+    tokens, experts = len(logits), len(logits[0])
+    losses = []
+    for b in range(tokens // seq):
+        rows = logits[b * seq:(b + 1) * seq]
+        counts = [0] * experts
+        mean_scores = [0.0] * experts
+        for row in rows:
+            for j in topk(row, k):
+                counts[j] += 1
+            for j, v in enumerate(scores_for_aux(row, score)):
+                mean_scores[j] += v / seq
+        losses.append(sum(c / (seq * k / experts) * p
+                          for c, p in zip(counts, mean_scores)))
+    return coeff * sum(losses) / len(losses)
+
+
+def scores_for_aux(row, score):
+    if score == "softmax":
+        return softmax(row)
+    sig = [sigmoid(v) for v in row]
+    total = sum(sig) + 1e-20
+    return [s / total for s in sig]
+
+
 def aux_loss(logits, score, k, coeff):
     """switch_load_balancing_loss_func: coeff * E / (k T^2) sum_e f_e P_e."""
     tokens, experts = len(logits), len(logits[0])
@@ -87,12 +144,7 @@ def aux_loss(logits, score, k, coeff):
     for row in logits:
         for j in topk(row, k):
             counts[j] += 1
-        if score == "softmax":
-            scores = softmax(row)
-        else:
-            sig = [sigmoid(v) for v in row]
-            total = sum(sig) + 1e-20
-            scores = [s / total for s in sig]
+        scores = scores_for_aux(row, score)
         for j in range(experts):
             per_expert[j] += scores[j]
     return (sum(p * c for p, c in zip(per_expert, counts)) * experts * coeff
@@ -114,14 +166,19 @@ def close(a, b, tol=1e-12):
 
 def main():
     mode, path = sys.argv[1], sys.argv[2]
-    score, normalize, k, factor, policy, aux_coeff, z_coeff = mode.split(",")
+    fields = mode.split(",")
+    score, normalize, k, factor, policy, aux_coeff, z_coeff = fields[:7]
+    options = dict(f.split("=", 1) for f in fields[7:])
+    groups, group_topk = (int(v) for v in options.get("groups", "0:0").split(":"))
+    seq = int(options.get("seq", "0"))
     normalize, k = normalize == "1", int(k)
     factor, aux_coeff, z_coeff = float(factor), float(aux_coeff), float(z_coeff)
     logits_out, probs_out, indices_out, aux_out, z_out = read_outputs(path)
     tokens, experts = logits_out["shape"]
     flat = logits_out["values"]
     logits = [flat[t * experts:(t + 1) * experts] for t in range(tokens)]
-    probs, indices = route(logits, score, normalize, k, factor, policy)
+    probs, indices = route(logits, score, normalize, k, factor, policy,
+                           groups, group_topk)
     ok = True
     got_indices = [int(v) for v in indices_out["values"]]
     want_indices = [j for row in indices for j in row]
@@ -134,14 +191,21 @@ def main():
     worst = max(abs(a - b) for a, b in zip(probs_out["values"], want_probs))
     if not all(close(a, b) for a, b in zip(probs_out["values"], want_probs)):
         ok = False
-    aux = aux_loss(logits, score, k, aux_coeff)
+    aux = (seq_aux_loss(logits, score, k, aux_coeff, seq) if seq
+           else aux_loss(logits, score, k, aux_coeff))
     z = z_loss(logits, z_coeff)
     ok &= close(aux_out["values"][0], aux) and close(z_out["values"][0], z)
-    print("%s: %d tokens, %d experts, top-%d, %d slots dropped; weights max "
+    limited = ""
+    if groups:
+        plain = route(logits, score, normalize, k, factor, policy)[1]
+        moved = sum(a != b for a, b in zip(indices, plain))
+        limited = ", %d tokens routed unlike the plain top-k" % moved
+    print("%s: %d tokens, %d experts, top-%d, %d slots dropped%s; weights max "
           "difference %.1e; aux loss %.12g (reference %.12g); z-loss %.12g "
           "(reference %.12g): %s"
-          % (mode, tokens, experts, k, dropped, worst, aux_out["values"][0],
-             aux, z_out["values"][0], z, "agree" if ok else "DIFFER"))
+          % (mode, tokens, experts, k, dropped, limited, worst,
+             aux_out["values"][0], aux, z_out["values"][0], z,
+             "agree" if ok else "DIFFER"))
     return 0 if ok else 1
 
 

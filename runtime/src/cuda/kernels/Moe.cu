@@ -23,13 +23,15 @@ __device__ double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 size_t pieceBytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-/// A token's top-k experts, highest logit first, ties to the lower expert.
+/// A token's top-k experts, highest logit first, ties to the lower expert;
+/// with a group size, only the experts of the groups set in `kept`.
 __device__ void topExperts(const float *row, int64_t experts, int64_t topk,
-                           int32_t *chosen) {
+                           int32_t *chosen, int64_t groupSize = 0,
+                           uint64_t kept = 0) {
   for (int64_t i = 0; i < topk; ++i) {
     int32_t best = -1;
     for (int64_t j = 0; j < experts; ++j) {
-      bool taken = false;
+      bool taken = groupSize > 0 && !((kept >> (j / groupSize)) & 1u);
       for (int64_t c = 0; c < i; ++c)
         taken = taken || chosen[c] == j;
       if (!taken && (best < 0 || row[j] > row[best]))
@@ -48,6 +50,58 @@ __device__ void softmaxStats(const float *row, int64_t n, double &max,
   sum = 0;
   for (int64_t j = 0; j < n; ++j)
     sum += exp(static_cast<double>(row[j]) - max);
+}
+
+/// A token's routed experts (host routedExperts): the top-k, or with
+/// group-limited routing the top-k within its groupTopk best groups (as
+/// bits; ties: the lower group), a group scored by the sum of its
+/// topk / groupTopk highest scores, highest first.
+__device__ void routedExperts(const MoeRouter &r, const float *row,
+                              int32_t *chosen) {
+  if (r.groupTopk == 0) {
+    topExperts(row, r.experts, r.topk, chosen);
+    return;
+  }
+  const int64_t size = r.experts / r.numGroups, best = r.topk / r.groupTopk;
+  double max = 0, sum = 1;
+  if (!r.sigmoid && !r.normalize)
+    softmaxStats(row, r.experts, max, sum);
+  auto score = [&](int64_t j) {
+    double x = row[j];
+    return r.sigmoid ? sigmoid(x) : r.normalize ? x : exp(x - max) / sum;
+  };
+  double groupScores[kMoeMaxGroups];
+  for (int64_t g = 0; g < r.numGroups; ++g) {
+    // The group's `best` highest scores, found as the top-k is (`chosen`
+    // holds their experts meanwhile).
+    double total = 0;
+    for (int64_t i = 0; i < best; ++i) {
+      int32_t top = -1;
+      double topScore = 0;
+      for (int64_t j = g * size; j < (g + 1) * size; ++j) {
+        bool taken = false;
+        for (int64_t c = 0; c < i; ++c)
+          taken = taken || chosen[c] == j;
+        double v = score(j);
+        if (!taken && (top < 0 || v > topScore)) {
+          top = static_cast<int32_t>(j);
+          topScore = v;
+        }
+      }
+      chosen[i] = top;
+      total += topScore;
+    }
+    groupScores[g] = total;
+  }
+  uint64_t kept = 0;
+  for (int64_t i = 0; i < r.groupTopk; ++i) {
+    int64_t top = -1;
+    for (int64_t g = 0; g < r.numGroups; ++g)
+      if (!((kept >> g) & 1u) && (top < 0 || groupScores[g] > groupScores[top]))
+        top = g;
+    kept |= uint64_t(1) << top;
+  }
+  topExperts(row, r.experts, r.topk, chosen, size, kept);
 }
 
 /// The chosen experts' weights before dropping (host routeWeights).
@@ -142,7 +196,7 @@ __global__ void routeForwardKernel(MoeRouter r, const float *logits,
   double weights[kMoeMaxTopk];
   MTRT_GRID_STRIDE(t, r.tokens) {
     const float *row = logits + t * r.experts;
-    topExperts(row, r.experts, r.topk, chosen);
+    routedExperts(r, row, chosen);
     routeWeights(r, row, chosen, weights);
     for (int64_t i = 0; i < r.topk; ++i) {
       indices[t * r.topk + i] = chosen[i];
@@ -193,7 +247,7 @@ __global__ void routeBackwardKernel(MoeRouter r, const float *logits,
   MTRT_GRID_STRIDE(t, r.tokens) {
     const float *row = logits + t * e;
     float *drow = dlogits + t * e;
-    topExperts(row, e, k, chosen);
+    routedExperts(r, row, chosen);
     routeWeights(r, row, chosen, weights);
     for (int64_t i = 0; i < k; ++i)
       g[i] = indices[t * k + i] >= 0 ? static_cast<double>(dprobs[t * k + i])

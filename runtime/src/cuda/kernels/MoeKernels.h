@@ -12,10 +12,12 @@ namespace mtrt::cuda {
 using host::MoeRouter;
 
 /// The most experts the layout kernel counts (its shared memory holds a
-/// count per expert and warp), and the most slots per token the routing
-/// kernels keep in registers.
+/// count per expert and warp), the most slots per token the routing
+/// kernels keep in registers, and the most groups of group-limited routing
+/// (a token's kept groups are the bits of a 64-bit word).
 constexpr int64_t kMoeMaxExperts = 256;
 constexpr int64_t kMoeMaxTopk = 32;
+constexpr int64_t kMoeMaxGroups = 64;
 
 /// The routing's layout on the device: for `slots` routing indices (-1 for
 /// a dropped slot), offsets[e] the first permuted row of expert e (`experts`

@@ -656,15 +656,19 @@ void fill(ThreadPool &pool, int64_t n, T *out, T value);
 /// softmax or sigmoid scores, the top-k weights normalized or not, and
 /// capacity routing (capacityFactor > 0; 0 is dropless) that keeps each
 /// expert's highest weights, or with dropByPosition its first tokens.
+/// Group-limited routing (groupTopk > 0) takes the top-k within each
+/// token's groupTopk best of numGroups groups of consecutive experts.
 struct MoeRouter {
   int64_t tokens = 0, experts = 0, topk = 0;
   bool sigmoid = false, normalize = false;
+  int64_t numGroups = 0, groupTopk = 0;
   double capacityFactor = 0;
   bool dropByPosition = false;
 };
 
 /// probs [tokens, topk] and indices [tokens, topk] (mt.moe_route): each
-/// token's top-k experts by logit (ties: the lower expert), their weights,
+/// token's top-k experts by logit (ties: the lower expert; within its best
+/// groups under group-limited routing), their weights,
 /// and -1 and 0 where capacity dropped a slot.
 template <typename T>
 void moeRouteForward(ThreadPool &pool, const MoeRouter &router,

@@ -45,6 +45,51 @@ void softmaxRow(const T *row, int64_t n, std::vector<double> &out) {
     v /= sum;
 }
 
+/// A token's routed experts: its top-k by logit, or with group-limited
+/// routing (Megatron-LM's group_limited_topk) the top-k among the experts
+/// of its groupTopk best groups (ties: the lower group), a group scored by
+/// the sum of its topk / groupTopk highest scores: the logits where the
+/// weights are the softmax over the chosen, else the softmax over all
+/// experts or the sigmoids.
+template <typename T>
+void routedExperts(const MoeRouter &r, const T *row,
+                   std::vector<int32_t> &chosen, std::vector<double> &scores) {
+  if (r.groupTopk == 0) {
+    topExperts(row, r.experts, r.topk, chosen);
+    return;
+  }
+  const int64_t size = r.experts / r.numGroups, best = r.topk / r.groupTopk;
+  if (r.sigmoid || r.normalize) {
+    scores.resize(static_cast<size_t>(r.experts));
+    for (int64_t j = 0; j < r.experts; ++j)
+      scores[j] = r.sigmoid ? sigmoid(static_cast<double>(row[j]))
+                            : static_cast<double>(row[j]);
+  } else {
+    softmaxRow(row, r.experts, scores);
+  }
+  std::vector<double> groupScores(static_cast<size_t>(r.numGroups));
+  for (int64_t g = 0; g < r.numGroups; ++g) {
+    auto first = scores.begin() + g * size;
+    std::vector<double> group(first, first + size);
+    std::partial_sort(group.begin(), group.begin() + best, group.end(),
+                      std::greater<double>());
+    groupScores[g] = std::accumulate(group.begin(), group.begin() + best, 0.0);
+  }
+  std::vector<int32_t> keptGroups;
+  topExperts(groupScores.data(), r.numGroups, r.groupTopk, keptGroups);
+  // The kept groups' experts by logit, as the top-k over the scores with
+  // the other groups masked to -inf.
+  chosen.clear();
+  for (int32_t g : keptGroups)
+    for (int64_t j = g * size; j < (g + 1) * size; ++j)
+      chosen.push_back(static_cast<int32_t>(j));
+  std::partial_sort(chosen.begin(), chosen.begin() + r.topk, chosen.end(),
+                    [&](int32_t a, int32_t b) {
+                      return row[a] > row[b] || (row[a] == row[b] && a < b);
+                    });
+  chosen.resize(static_cast<size_t>(r.topk));
+}
+
 /// A token's routing weights for its chosen experts, before dropping.
 template <typename T>
 void routeWeights(const MoeRouter &r, const T *row,
@@ -87,7 +132,7 @@ void moeRouteForward(ThreadPool &pool, const MoeRouter &r, const T *logits,
         std::vector<double> weights, scratch;
         for (int64_t t = begin; t < end; ++t) {
           const T *row = logits + t * r.experts;
-          topExperts(row, r.experts, k, chosen);
+          routedExperts(r, row, chosen, scratch);
           routeWeights(r, row, chosen, weights, scratch);
           for (int64_t i = 0; i < k; ++i) {
             indices[t * k + i] = chosen[i];
@@ -131,7 +176,7 @@ void moeRouteBackward(ThreadPool &pool, const MoeRouter &r, const T *logits,
         for (int64_t t = begin; t < end; ++t) {
           const T *row = logits + t * e;
           T *drow = dlogits + t * e;
-          topExperts(row, e, k, chosen);
+          routedExperts(r, row, chosen, scratch);
           routeWeights(r, row, chosen, weights, scratch);
           for (int64_t i = 0; i < k; ++i)
             g[i] = indices[t * k + i] >= 0
