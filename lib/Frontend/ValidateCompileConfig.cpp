@@ -866,7 +866,8 @@ Error Validator::checkMoeGroups() {
     return Error::success();
   if (!groups || !kept) {
     StringRef set = groups ? "moe_router_num_groups" : "moe_router_group_topk";
-    StringRef unset = groups ? "moe_router_group_topk" : "moe_router_num_groups";
+    StringRef unset =
+        groups ? "moe_router_group_topk" : "moe_router_num_groups";
     return fail({set, unset},
                 set + " needs " + unset +
                     " (group-limited routing takes both: how many groups "

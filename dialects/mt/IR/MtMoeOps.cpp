@@ -51,8 +51,8 @@ static LogicalResult verifyMoeGroups(Operation *op, int64_t experts,
   int64_t groups = static_cast<int64_t>(*numGroups);
   int64_t kept = static_cast<int64_t>(*groupTopk);
   if (groups < 1 || experts % groups != 0)
-    return op->emitOpError() << "num_groups " << groups
-                             << " must divide the " << experts << " experts";
+    return op->emitOpError() << "num_groups " << groups << " must divide the "
+                             << experts << " experts";
   if (kept < 1 || kept > groups || kept > topk)
     return op->emitOpError()
            << "group_topk " << kept << " must be in [1, min(num_groups "
