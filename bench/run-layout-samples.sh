@@ -11,8 +11,8 @@
 #     (test/integration/Inputs/compare-ranks.py --moe-losses), and the
 #     reported sums (check-reported-losses.py); --moe-router-dtype fp32 in
 #     bf16 against fp32; --moe-router-topk-scaling-factor and group-limited
-#     routing (--moe-router-num-groups, --moe-router-group-topk) against
-#     the host.
+#     routing (--moe-router-num-groups, --moe-router-group-topk) and the
+#     sequence-level aux loss (seq_aux_loss) against the host.
 #
 # Usage, on this machine: bench/run-layout-samples.sh make COMPILER DIR
 #   compiles the bundles into DIR/layouts (DIR: a bench/make-step-dir.sh
@@ -56,6 +56,8 @@ if [ "$mode" = make ]; then
   "$compile" "$moe" $batch --num-experts 8 --moe-router-num-groups 2 \
     --moe-router-group-topk 1 --moe-router-score-function sigmoid \
     -o "$dir/moe-groups.mtb"
+  "$compile" "$moe" $batch --moe-router-load-balancing-type seq_aux_loss \
+    -o "$dir/moe-seq.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
     -o "$dir/moe-one-mb1.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
@@ -133,19 +135,20 @@ train moe-router32-bf16 moe-router32-bf16.mtb $moe \
   --log-jsonl "$logs/moe-router32-bf16.jsonl"
 compare moe-router32-bf16 moe-one-fp32 --grad-norm --moe-losses \
   --tolerance=5e-3
-# The top-k scaling factor (mt.scale in the forward and backward passes)
-# on the GPU against the same bundle on the host backend.
-train moe-scaled moe-scaled.mtb $moe --log-jsonl "$logs/moe-scaled.jsonl"
-"$dir/bin/megatron-train" "$l/moe-scaled.mtb" --backend host \
-  --data-path "$dir/corpus.txt" --eval-interval 0 --no-progress-bar $moe \
-  --log-jsonl "$logs/moe-scaled-host.jsonl" >"$logs/moe-scaled-host.log" 2>&1
-compare moe-scaled moe-scaled-host --grad-norm --moe-losses
-# Group-limited routing (the device's routedExperts) against the host.
-train moe-groups moe-groups.mtb $moe --log-jsonl "$logs/moe-groups.jsonl"
-"$dir/bin/megatron-train" "$l/moe-groups.mtb" --backend host \
-  --data-path "$dir/corpus.txt" --eval-interval 0 --no-progress-bar $moe \
-  --log-jsonl "$logs/moe-groups-host.jsonl" >"$logs/moe-groups-host.log" 2>&1
-compare moe-groups moe-groups-host --grad-norm --moe-losses
+versus_host() { # NAME: NAME.mtb on the GPU against the host backend
+  train "$1" "$1.mtb" $moe --log-jsonl "$logs/$1.jsonl"
+  "$dir/bin/megatron-train" "$l/$1.mtb" --backend host \
+    --data-path "$dir/corpus.txt" --eval-interval 0 --no-progress-bar $moe \
+    --log-jsonl "$logs/$1-host.jsonl" >"$logs/$1-host.log" 2>&1
+  compare "$1" "$1-host" --grad-norm --moe-losses
+}
+# Against the same bundle on the host backend: the top-k scaling factor
+# (mt.scale in the forward and backward passes), group-limited routing (the
+# device's routedExperts) and the sequence-level aux loss (counts and sums
+# per sequence).
+versus_host moe-scaled
+versus_host moe-groups
+versus_host moe-seq
 train moe-one-mb1 moe-one-mb1.mtb $moe --log-jsonl "$logs/moe-one-mb1.jsonl"
 train moe-ep2dp2 moe-ep2dp2.mtb --in-process-ranks $moe \
   --log-jsonl "$logs/moe-ep2dp2.jsonl"

@@ -404,19 +404,21 @@ static const KeyDef kKeys[] = {
        return setBool(v, c.moe.routerPreSoftmax);
      }},
     {{"moe_router_load_balancing_type", "model",
-      "The load-balancing loss: aux_loss (the switch loss, weighted by "
-      "moe_aux_loss_coeff) or none; sinkhorn, seq_aux_loss and "
-      "global_aux_loss are not implemented.",
+      "The load-balancing loss, weighted by moe_aux_loss_coeff: aux_loss "
+      "(the switch loss over the micro-batch), seq_aux_loss (its mean over "
+      "the micro-batch's sequences, each over its own tokens) or none; "
+      "sinkhorn and global_aux_loss are not implemented.",
       K::Choice, "aux_loss"},
      [](CompileConfig &c, StringRef v) -> Problem {
        StringRef t = v.trim();
-       for (StringRef missing : {"sinkhorn", "seq_aux_loss", "global_aux_loss"})
+       for (StringRef missing : {"sinkhorn", "global_aux_loss"})
          if (t.equals_insensitive(missing))
            return ("'" + t + "' is not implemented yet (issue 25); use "
-                   "aux_loss or none")
+                   "aux_loss, seq_aux_loss or none")
                .str();
        return setChoice(v, c.moe.loadBalancing,
                         {{"aux_loss", MoeLoadBalancing::AuxLoss},
+                         {"seq_aux_loss", MoeLoadBalancing::SeqAuxLoss},
                          {"none", MoeLoadBalancing::None}});
      }},
     {{"moe_router_dtype", "model",

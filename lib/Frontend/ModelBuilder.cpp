@@ -527,11 +527,16 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
     probs = mt::ScaleOp::create(builder, loc, probsType, probs, factor);
   }
   auto lossType = RankedTensorType::get({}, builder.getF32Type());
-  if (training && moe.loadBalancing == MoeLoadBalancing::AuxLoss &&
+  if (training && moe.loadBalancing != MoeLoadBalancing::None &&
       moe.auxLossCoeff > 0) {
+    // seq_aux_loss: the mean over the micro-batch's sequences, the flat
+    // tokens' runs of seq_length.
+    IntegerAttr perSequence;
+    if (moe.loadBalancing == MoeLoadBalancing::SeqAuxLoss)
+      perSequence = builder.getI64IntegerAttr(model.seqLength);
     auxLosses.push_back(mt::MoeAuxLossOp::create(
         builder, loc, lossType, logits, topk, score,
-        builder.getF64FloatAttr(moe.auxLossCoeff)));
+        builder.getF64FloatAttr(moe.auxLossCoeff), perSequence));
     loadBalancingLosses.push_back(auxLosses.back());
   }
   if (training && moe.zLossCoeff > 0) {
@@ -735,7 +740,10 @@ void ModelBuilder::returnWithReportedLosses(func::FuncOp function,
         mt::MulOp::create(builder, loc, lossType, total, scale));
     names.push_back(name);
   };
-  report(loadBalancingLosses, config.moe.auxLossCoeff, "load_balancing_loss");
+  report(loadBalancingLosses, config.moe.auxLossCoeff,
+         config.moe.loadBalancing == MoeLoadBalancing::SeqAuxLoss
+             ? "seq_load_balancing_loss"
+             : "load_balancing_loss");
   report(zLosses, config.moe.zLossCoeff, "z_loss");
   for (auto [i, name] : llvm::enumerate(names)) {
     LogicalResult added = function.insertResult(

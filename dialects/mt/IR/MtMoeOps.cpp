@@ -90,10 +90,24 @@ LogicalResult MoeRouteOp::verify() {
                          getNumGroups(), getGroupTopk());
 }
 
+/// The sequence-level aux loss's sequences: S >= 1 dividing the T tokens.
+static LogicalResult verifySequences(Operation *op, int64_t tokens,
+                                     std::optional<uint64_t> sequenceLength) {
+  if (!sequenceLength)
+    return success();
+  int64_t s = static_cast<int64_t>(*sequenceLength);
+  if (s < 1 || (tokens >= 0 && tokens % s != 0))
+    return op->emitOpError() << "per_sequence " << s << " must divide the "
+                             << tokens << " tokens into whole sequences";
+  return success();
+}
+
 LogicalResult MoeAuxLossOp::verify() {
   if (failed(inferMoeRouteType(getLogits().getType(), getTopk(),
                                [&] { return emitOpError(); })) ||
-      failed(verifyCoefficient(*this, getCoeff().convertToDouble())))
+      failed(verifyCoefficient(*this, getCoeff().convertToDouble())) ||
+      failed(verifySequences(*this, getLogits().getType().getDimSize(0),
+                             getSequenceLength())))
     return failure();
   return verifyScalar(*this, "the loss", getType());
 }
@@ -153,7 +167,8 @@ LogicalResult MoeAuxLossGradOp::verify() {
   if (failed(inferMoeRouteType(logits, getTopk(),
                                [&] { return emitOpError(); })) ||
       failed(verifyCoefficient(*this, getCoeff().convertToDouble())) ||
-      failed(verifyScalar(*this, "the loss gradient", getLossGrad().getType())))
+      failed(verifyScalar(*this, "the loss gradient", getLossGrad().getType())) ||
+      failed(verifySequences(*this, logits.getDimSize(0), getSequenceLength())))
     return failure();
   return verifyMoeType(*this, "result", getType(), logits);
 }

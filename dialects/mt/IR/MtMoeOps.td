@@ -91,16 +91,26 @@ def Mt_MoeAuxLossOp : Mt_Op<"moe_aux_loss", [VJP, Pure]> {
     experts, or for `sigmoid` the sigmoids divided by their sum (+ 1e-20).
     `f_e` is a count and has no gradient. The result is an f32 scalar.
 
+    With `per_sequence = S` the tokens are T / S sequences of S
+    consecutive rows, and the loss is the mean over the sequences of each
+    one's loss over its S tokens (the formula with S for T): Megatron-LM's
+    `sequence_load_balancing_loss_func` (the `seq_aux_loss` type;
+    DeepSeek-V2's sequence-wise balance loss).
+
     ```mlir
     %aux = mt.moe_aux_loss %logits topk = 2 score = softmax coeff = 1.000000e-02
         : (tensor<512x8xf32>) -> tensor<f32>
+    %seq = mt.moe_aux_loss %logits topk = 2 score = softmax coeff = 1.000000e-02
+        per_sequence = 128 : (tensor<512x8xf32>) -> tensor<f32>
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$logits, I64Attr:$topk,
-                       Mt_MoeScoreFunction:$score_function, F64Attr:$coeff);
+                       Mt_MoeScoreFunction:$score_function, F64Attr:$coeff,
+                       OptionalAttr<I64Attr>:$sequence_length);
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $logits `topk` `=` $topk `score` `=` $score_function `coeff` `=` $coeff
+    (`per_sequence` `=` $sequence_length^)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -240,11 +250,12 @@ def Mt_MoeAuxLossGradOp : Mt_Op<"moe_aux_loss_grad", [Pure]> {
   }];
   let arguments = (ins RankedTensorOf<[F32]>:$loss_grad, Mt_FloatTensor:$logits,
                        I64Attr:$topk, Mt_MoeScoreFunction:$score_function,
-                       F64Attr:$coeff);
+                       F64Attr:$coeff, OptionalAttr<I64Attr>:$sequence_length);
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
     $loss_grad `,` $logits `topk` `=` $topk `score` `=` $score_function
-    `coeff` `=` $coeff attr-dict `:` functional-type(operands, results)
+    `coeff` `=` $coeff (`per_sequence` `=` $sequence_length^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

@@ -252,7 +252,8 @@ LogicalResult MoeAuxLossOp::buildVJP(OpBuilder &builder, ValueRange dys,
                                      SmallVectorImpl<Value> &grads) {
   grads.push_back(MoeAuxLossGradOp::create(
       builder, getLoc(), getLogits().getType(), dys[0], getLogits(),
-      getTopkAttr(), getScoreFunctionAttr(), getCoeffAttr()));
+      getTopkAttr(), getScoreFunctionAttr(), getCoeffAttr(),
+      getSequenceLengthAttr()));
   return success();
 }
 

@@ -49,7 +49,7 @@ DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
   StringAttr nameKey = StringAttr::get(&getContext(), "mt.name");
   // The results after the output are the stage's reported MoE losses:
   // aux_loss (which the runtime adds to the loss), then the logged
-  // load_balancing_loss and z_loss, all scalars.
+  // balancing loss and z_loss, all scalars.
   SmallVector<StringRef> reported = reportedLossResults(function);
   bool auxLoss = !reported.empty();
   bool scalars =
@@ -63,7 +63,7 @@ DifferentiatePipelineStagesPass::differentiate(func::FuncOp function) {
            << "is not a pipeline stage: it needs one block, an input and one "
               "result (its output activation or the loss), optionally "
               "followed by scalar results named aux_loss, then "
-              "load_balancing_loss and z_loss";
+              "load_balancing_loss (or seq_load_balancing_loss) and z_loss";
   Block &body = function.getBody().front();
   Type outputType = function.getResultTypes().front();
   bool lossStage = cast<RankedTensorType>(outputType).getRank() == 0;

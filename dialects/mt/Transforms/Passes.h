@@ -44,17 +44,23 @@ inline constexpr llvm::StringLiteral kLossSeedAttrName = "mt.loss_seed";
 /// The model builder names the result so.
 inline constexpr llvm::StringLiteral kAuxLossResultName = "aux_loss";
 
+/// Megatron-LM's logged values of the MoE losses, in the order a step
+/// reports them: the load-balancing loss (`seq_load_balancing_loss` for
+/// the sequence-level one), then the z-loss.
+inline constexpr llvm::StringLiteral kLoggedMoeLossNames[] = {
+    "load_balancing_loss", "seq_load_balancing_loss", "z_loss"};
+
 /// The results a pipeline stage (or train_step) reports after its output:
-/// `aux_loss`, then any of `load_balancing_loss` and `z_loss` (Megatron-LM's
-/// logged values of the stage's MoE layers, which nothing differentiates).
-/// Their names, from result 1 on; empty without MoE auxiliary losses.
+/// `aux_loss`, then any of kLoggedMoeLossNames (the logged values of the
+/// stage's MoE layers, which nothing differentiates). Their names, from
+/// result 1 on; empty without MoE auxiliary losses.
 inline SmallVector<StringRef> reportedLossResults(func::FuncOp function) {
   SmallVector<StringRef> names;
   for (unsigned i = 1, e = function.getNumResults(); i < e; ++i) {
     auto name = function.getResultAttrOfType<StringAttr>(i, "mt.name");
     StringRef text = name ? name.getValue() : StringRef();
     bool reported = i == 1 ? text == kAuxLossResultName
-                           : text == "load_balancing_loss" || text == "z_loss";
+                           : llvm::is_contained(kLoggedMoeLossNames, text);
     if (!reported)
       break;
     names.push_back(text);

@@ -131,7 +131,10 @@ enum class MoeScoreFunction { Softmax, Sigmoid };
 enum class MoeDropPolicy { Probs, Position };
 /// Megatron-LM's --moe-router-load-balancing-type: the switch auxiliary loss
 /// or none (sinkhorn, seq_aux_loss and global_aux_loss are refused by name).
-enum class MoeLoadBalancing { AuxLoss, None };
+/// --moe-router-load-balancing-type: the switch loss over the micro-batch
+/// (aux_loss), its mean over the micro-batch's sequences (seq_aux_loss), or
+/// none.
+enum class MoeLoadBalancing { AuxLoss, SeqAuxLoss, None };
 
 /// The mixture-of-experts layers (docs/MoE.md), with Megatron-LM's names.
 /// numExperts 0 is a dense model, and every other field must then be unset.

@@ -438,10 +438,11 @@ typedef struct mtrt_step_metrics_t {
   int64_t skipped;
   /* Megatron-LM's "lm loss": `loss` less the MoE auxiliary losses that it
    * includes (bundles whose train_step reports them, format 12); `loss`
-   * for other bundles. Then its logged MoE losses: load_balancing_loss and
-   * z_loss, each without its coefficient, averaged over the MoE layers and
-   * the micro-batches (docs/MoE.md, "The logged losses"); NaN where the
-   * bundle reports none. */
+   * for other bundles. Then its logged MoE losses: load_balancing_loss (or
+   * seq_load_balancing_loss, where the bundle's balancing type is
+   * seq_aux_loss) and z_loss, each without its coefficient, averaged over
+   * the MoE layers and the micro-batches (docs/MoE.md, "The logged
+   * losses"); NaN where the bundle reports none. */
   double lm_loss;
   double load_balancing_loss;
   double z_loss;

@@ -536,7 +536,7 @@ mtrt_step_metrics_t Session::apply() {
   metrics_.load_balancing_loss = metrics_.z_loss =
       std::numeric_limits<double>::quiet_NaN();
   for (const auto &[name, value] : reportedSum_) {
-    if (name == "load_balancing_loss")
+    if (name == "load_balancing_loss" || name == "seq_load_balancing_loss")
       metrics_.load_balancing_loss = value;
     if (name == "z_loss")
       metrics_.z_loss = value;

@@ -273,6 +273,9 @@ struct Attributes {
   bool normalize = false;
   int64_t numGroups = 0;
   int64_t groupTopk = 0;
+  /// moe_aux_loss and its grad: the sequence-level loss's tokens per
+  /// sequence; 0 for the loss over all the tokens.
+  int64_t sequenceLength = 0;
   std::optional<double> capacityFactor;
   bool dropByPosition = false;
   double coeff = 0;
@@ -360,8 +363,8 @@ struct MemoryPlan {
 /// 12): "aux_loss" (the auxiliary losses that the loss includes), then any
 /// of these, Megatron-LM's logged values, in this order.
 inline constexpr const char *kAuxLossName = "aux_loss";
-inline constexpr const char *kLoggedMoeLosses[] = {"load_balancing_loss",
-                                                   "z_loss"};
+inline constexpr const char *kLoggedMoeLosses[] = {
+    "load_balancing_loss", "seq_load_balancing_loss", "z_loss"};
 
 struct Function {
   std::string name;
@@ -369,8 +372,8 @@ struct Function {
   std::vector<int64_t> outputs;
   /// train_step's outputs by name where the loss is followed by reported
   /// losses (version 12): "loss", "aux_loss" (the MoE auxiliary losses that
-  /// the loss includes), then any of "load_balancing_loss" and "z_loss"
-  /// (Megatron-LM's logged values). Empty otherwise: one output, the loss.
+  /// the loss includes), then any of kLoggedMoeLosses (Megatron-LM's logged
+  /// values). Empty otherwise: one output, the loss.
   std::vector<std::string> outputNames;
   std::vector<TensorType> values;
   std::vector<Instruction> instructions;

@@ -570,6 +570,8 @@ void ManifestReader::readAttributes(const Json *attrs, const std::string &path,
         out.numGroups = readInt(*value, at, 1); // divides E: OpChecker
       } else if (key == "group_topk") {
         out.groupTopk = readInt(*value, at, 1);
+      } else if (key == "sequence_length") {
+        out.sequenceLength = readInt(*value, at, 1); // divides T: OpChecker
       } else if (key == "concat_axis") {
         out.concatAxis = readInt(*value, at);
       } else if (key == "num_experts") {
@@ -1064,7 +1066,8 @@ void ManifestReader::readOutputNames(const Json &json, const std::string &path,
     if (!known)
       fail(at, "'" + name + "'",
            i == 0 ? std::string("'loss' (the first output)")
-                  : "one of aux_loss, load_balancing_loss, z_loss");
+                  : "one of aux_loss, load_balancing_loss, "
+                    "seq_load_balancing_loss, z_loss");
     if (std::find(out.outputNames.begin(), out.outputNames.end(), name) !=
         out.outputNames.end())
       fail(at, "'" + name + "' twice", "distinct names");

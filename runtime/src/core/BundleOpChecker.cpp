@@ -34,7 +34,8 @@ const std::vector<AttrSpec> kVocabAxes = {
 const std::vector<AttrSpec> kMoeAuxLossAttrs = {
     {"topk", AttrKind::Int, true},
     {"score_function", AttrKind::String, true},
-    {"coeff", AttrKind::Number, true}};
+    {"coeff", AttrKind::Number, true},
+    {"sequence_length", AttrKind::Int, false}};
 const std::vector<AttrSpec> kCoeff = {{"coeff", AttrKind::Number, true}};
 const std::vector<AttrSpec> kDispatchAttrs = {
     {"num_experts", AttrKind::Int, true}, {"expert_ranks", AttrKind::Int, true}};
@@ -704,6 +705,15 @@ void OpChecker::checkMoe() {
            "at most the " + std::to_string(reachable) +
                " experts of the kept groups");
   };
+  // The sequence-level aux loss's sequences over the logits at operand
+  // `i`: whole ones.
+  auto sequences = [&](size_t i) {
+    int64_t tokens = operand(i).shape[0];
+    if (a.sequenceLength && tokens % a.sequenceLength != 0)
+      fail(path_ + ".attrs.sequence_length", std::to_string(a.sequenceLength),
+           "a divisor of the logits' " + std::to_string(tokens) +
+               " tokens (whole sequences)");
+  };
   // Routing indices [T, K] at operand `i` (T given, or -1 for any).
   auto indices = [&](size_t i, int64_t tokens) {
     expectI32(false, i);
@@ -731,6 +741,7 @@ void OpChecker::checkMoe() {
   case Op::MoeAuxLoss:
   case Op::MoeZLoss:
     logits(0, inst_.op == Op::MoeAuxLoss);
+    sequences(0);
     expectFloat(true, 0);
     expectShape(true, 0, scalar, "a scalar loss");
     break;
@@ -739,6 +750,7 @@ void OpChecker::checkMoe() {
     expectFloat(false, 0);
     expectShape(false, 0, scalar, "a scalar loss gradient");
     logits(1, inst_.op == Op::MoeAuxLossGrad);
+    sequences(1);
     expectShape(true, 0, operand(1).shape, "the logits' shape");
     break;
   case Op::MoeRouteGrad: {

@@ -354,7 +354,8 @@ void ManifestReader::readReportedLosses(const Json &json,
     std::string name = readString(json[i], at);
     if (std::find(std::begin(kLoggedMoeLosses), std::end(kLoggedMoeLosses),
                   name) == std::end(kLoggedMoeLosses))
-      fail(at, "\"" + name + "\"", "load_balancing_loss or z_loss");
+      fail(at, "\"" + name + "\"",
+           "load_balancing_loss, seq_load_balancing_loss or z_loss");
     if (std::find(stage.reportedLosses.begin(), stage.reportedLosses.end(),
                   name) != stage.reportedLosses.end())
       fail(at, "\"" + name + "\" twice", "distinct names");

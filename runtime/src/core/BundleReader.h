@@ -128,7 +128,7 @@ private:
   std::vector<int64_t> readGridAxes(const Json &json, const std::string &path);
   void readFunction(const Json &json, const std::string &path, Function &out);
   /// train_step's output_names (version 12): "loss", then "aux_loss", then
-  /// any of "load_balancing_loss" and "z_loss", each an f32 scalar.
+  /// any of kLoggedMoeLosses, each an f32 scalar.
   void readOutputNames(const Json &json, const std::string &path,
                        Function &out);
   void readInstruction(const Json &json, const std::string &path,

@@ -64,6 +64,7 @@ MoeRouter Executor::moeRouter(const Instruction &inst) const {
   r.normalize = inst.attrs.normalize;
   r.numGroups = inst.attrs.numGroups;
   r.groupTopk = inst.attrs.groupTopk;
+  r.sequenceLength = inst.attrs.sequenceLength;
   r.capacityFactor = inst.attrs.capacityFactor.value_or(0.0);
   r.dropByPosition = inst.attrs.dropByPosition;
   return r;

@@ -683,6 +683,7 @@ void Executor::execute(size_t position, const Instruction &inst,
     router.normalize = a.normalize;
     router.numGroups = a.numGroups;
     router.groupTopk = a.groupTopk;
+    router.sequenceLength = a.sequenceLength;
     router.capacityFactor = a.capacityFactor.value_or(0.0);
     router.dropByPosition = a.dropByPosition;
     if (inst.op == Op::MoeRoute)

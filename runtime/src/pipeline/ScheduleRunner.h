@@ -104,7 +104,7 @@ public:
                uint64_t globalBatch);
   /// The stages' reported MoE losses of the last train(), each summed over
   /// its micro-batches and stages, the same on every rank: "aux_loss" (part
-  /// of its loss), then any of "load_balancing_loss" and "z_loss"; empty
+  /// of its loss), then any of kLoggedMoeLosses; empty
   /// without MoE auxiliary losses.
   const std::vector<std::pair<std::string, double>> &reportedLosses() const {
     return reported_;

@@ -56,7 +56,7 @@ public:
 
   /// Megatron-LM's line for one logging interval (exposed for tests), with
   /// `lmLoss` as its "lm loss" and each of `moeLosses` after it (its
-  /// load_balancing_loss and z_loss). A NaN `gradNorm` (a skipped step) is
+  /// load-balancing loss and z_loss). A NaN `gradNorm` (a skipped step) is
   /// left out, as Megatron-LM leaves out a missing one.
   static std::string
   formatIteration(int64_t iteration, int64_t trainIters,

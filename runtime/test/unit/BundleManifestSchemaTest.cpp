@@ -301,7 +301,8 @@ TEST(BundleManifestSchemaTest, TrainStepsOutputNamesAreChecked) {
   refused([](Json &f) { f["output_names"][0] = "aux_loss"; },
           "'loss' (the first output)");
   refused([](Json &f) { f["output_names"][1] = "lm_loss"; },
-          "one of aux_loss, load_balancing_loss, z_loss");
+          "one of aux_loss, load_balancing_loss, seq_load_balancing_loss, "
+          "z_loss");
   refused([](Json &f) { f["output_names"][2] = "z_loss"; }, "distinct names");
   refused([](Json &f) { f["output_names"][1] = "z_loss";
                         f["output_names"][3] = "aux_loss"; },

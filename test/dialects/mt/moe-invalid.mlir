@@ -66,6 +66,14 @@ func.func @topk_beyond_kept_groups(%l: tensor<6x8xf32>) {
 
 // -----
 
+func.func @sequences_not_whole(%l: tensor<6x4xf32>) {
+  // expected-error @+1 {{'mt.moe_aux_loss' op per_sequence 4 must divide the 6 tokens into whole sequences}}
+  %aux = mt.moe_aux_loss %l topk = 2 score = softmax coeff = 0.01 per_sequence = 4 : (tensor<6x4xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
 func.func @capacity_not_positive(%l: tensor<6x4xf32>) {
   // expected-error @+1 {{'mt.moe_route' op capacity_factor must be a finite number > 0, got 0.000000e+00}}
   %p, %i = mt.moe_route %l topk = 2 score = softmax capacity_factor = 0.0 : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)

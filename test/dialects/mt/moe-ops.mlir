@@ -14,6 +14,8 @@ func.func @router(%logits: tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>
   %gp, %gi = mt.moe_route %logits topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 capacity_factor = 1.0 drop_policy = probs : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   // CHECK: mt.moe_aux_loss %{{.+}} topk = 2 score = softmax coeff = 1.000000e-02 : (tensor<6x4xf32>) -> tensor<f32>
   %aux = mt.moe_aux_loss %logits topk = 2 score = softmax coeff = 0.01 : (tensor<6x4xf32>) -> tensor<f32>
+  // CHECK: mt.moe_aux_loss %{{.+}} topk = 2 score = softmax coeff = 1.000000e-02 per_sequence = 3 : (tensor<6x4xf32>) -> tensor<f32>
+  %seq = mt.moe_aux_loss %logits topk = 2 score = softmax coeff = 0.01 per_sequence = 3 : (tensor<6x4xf32>) -> tensor<f32>
   // CHECK: mt.moe_z_loss %{{.+}} coeff = 1.000000e-03 : (tensor<6x4xf32>) -> tensor<f32>
   %z = mt.moe_z_loss %logits coeff = 0.001 : (tensor<6x4xf32>) -> tensor<f32>
   return %p, %di, %aux, %z : tensor<6x2xf32>, tensor<6x2xi32>, tensor<f32>, tensor<f32>

@@ -60,7 +60,7 @@ func.func @train_step_stage1(%h: tensor<2x4x8xf32>, %labels: tensor<2x4xi32>) ->
 
 // -----
 
-// expected-error @+1 {{'func.func' op is not a pipeline stage: it needs one block, an input and one result (its output activation or the loss), optionally followed by scalar results named aux_loss, then load_balancing_loss and z_loss}}
+// expected-error @+1 {{'func.func' op is not a pipeline stage: it needs one block, an input and one result (its output activation or the loss), optionally followed by scalar results named aux_loss, then load_balancing_loss (or seq_load_balancing_loss) and z_loss}}
 func.func @train_step_stage0(%h: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>) attributes {mt.pipeline_stage = 0 : i64} {
   return %h, %h : tensor<2x4x8xf32>, tensor<2x4x8xf32>
 }

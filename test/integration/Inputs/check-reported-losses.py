@@ -6,8 +6,9 @@ Usage: check-reported-losses.py LOG.jsonl
                                 [AUX_COEFF Z_COEFF MOE_LAYERS [WITHOUT.jsonl]]
 
 Every iteration: lm_loss + aux_loss is the loss (1e-6 relative); with the
-coefficients, aux_loss is MOE_LAYERS * (AUX_COEFF * load_balancing_loss +
-Z_COEFF * z_loss) (1e-5 relative): the two reported losses are the kinds'
+coefficients, aux_loss is MOE_LAYERS * (AUX_COEFF * load_balancing_loss (or
+seq_load_balancing_loss) + Z_COEFF * z_loss) (1e-5 relative): the two
+reported losses are the kinds'
 sums over the MoE layers without their coefficients, divided by the MoE
 layers. With
 WITHOUT.jsonl (the same model and data without auxiliary losses), the first
@@ -44,14 +45,18 @@ def main():
         return
     aux_coeff, z_coeff = float(sys.argv[2]), float(sys.argv[3])
     layers = int(sys.argv[4])
+    # The balancing loss under the name its type logs it by.
+    balancing = ("seq_load_balancing_loss"
+                 if any("seq_load_balancing_loss" in r for r in log)
+                 else "load_balancing_loss")
     for r in log:
-        expected = layers * (aux_coeff * r.get("load_balancing_loss", 0) +
+        expected = layers * (aux_coeff * r.get(balancing, 0) +
                              z_coeff * r.get("z_loss", 0))
         worst = max(worst, close(r["aux_loss"], expected, 1e-5,
                                  "iteration %d: aux_loss" % r["iteration"]))
     print("%d iterations: lm_loss + aux_loss = loss, aux_loss = %d x "
-          "(%g load_balancing_loss + %g z_loss) (largest %.2g)"
-          % (len(log), layers, aux_coeff, z_coeff, worst))
+          "(%g %s + %g z_loss) (largest %.2g)"
+          % (len(log), layers, aux_coeff, balancing, z_coeff, worst))
     if len(sys.argv) > 5:
         without = [r for r in records(sys.argv[5]) if "loss" in r]
         d = close(log[0]["lm_loss"], without[0]["loss"], 1e-6,

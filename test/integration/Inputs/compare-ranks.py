@@ -9,7 +9,8 @@ Both files are megatron-train --log-jsonl logs. Every iteration's "loss" (and
 every evaluation's "eval_loss") must agree within 1e-5 relative (or T:
 bf16 runs, whose roundings follow other sums); with --grad-norm, every
 "grad_norm" too; with --moe-losses, the reported MoE losses ("lm_loss",
-"aux_loss", "load_balancing_loss", "z_loss") that both logs hold. With --bitwise they must be equal: the
+"aux_loss", "load_balancing_loss" or "seq_load_balancing_loss", "z_loss")
+that both logs hold. With --bitwise they must be equal: the
 losses as float32 (the step computes them in float32; a log that averages
 several micro-batches does so in double, and the float32 rounding of that
 exact mean of two floats is the float32 sum a data-parallel all-reduce
@@ -39,15 +40,19 @@ def main():
     keys = ["loss", "eval_loss"]
     if "--grad-norm" in sys.argv:
         keys.append("grad_norm")
+    one, ranks = records(args[0]), records(args[1])
     if "--moe-losses" in sys.argv:
-        keys += ["lm_loss", "aux_loss", "load_balancing_loss", "z_loss"]
+        # The balancing loss under the name its type logs it by.
+        balancing = ("seq_load_balancing_loss"
+                     if any("seq_load_balancing_loss" in r for r in one)
+                     else "load_balancing_loss")
+        keys += ["lm_loss", "aux_loss", balancing, "z_loss"]
     exact = "--exact" in sys.argv
     bitwise = exact or "--bitwise" in sys.argv
     tolerance = DEFAULT_TOLERANCE
     for a in sys.argv[1:]:
         if a.startswith("--tolerance="):
             tolerance = float(a.split("=", 1)[1])
-    one, ranks = records(args[0]), records(args[1])
     if len(one) != len(ranks):
         sys.exit("%s has %d records but %s has %d"
                  % (args[0], len(one), args[1], len(ranks)))

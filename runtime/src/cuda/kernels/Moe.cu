@@ -293,13 +293,20 @@ __global__ void routeBackwardKernel(MoeRouter r, const float *logits,
   }
 }
 
-__global__ void zeroCountsKernel(int64_t experts, int32_t *counts) {
-  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+__global__ void zeroCountsKernel(int64_t n, int32_t *counts) {
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x)
     counts[e] = 0;
 }
 
-/// The aux loss's tokens per expert (the top-k before dropping) and each
-/// row's score statistics: softmax max and sum, or the sigmoids' sum.
+/// The aux loss's sequences (host sequenceTokens): the sequence-level
+/// loss's, or all the tokens as one.
+__host__ __device__ int64_t sequenceTokens(const MoeRouter &r) {
+  return r.sequenceLength > 0 ? r.sequenceLength : r.tokens;
+}
+
+/// The aux loss's tokens per expert (the top-k before dropping) per
+/// sequence, [sequences, experts], and each row's score statistics:
+/// softmax max and sum, or the sigmoids' sum.
 __global__ void auxCountsKernel(MoeRouter r, const float *logits,
                                 int32_t *counts, double *rowMax,
                                 double *rowSum) {
@@ -308,7 +315,7 @@ __global__ void auxCountsKernel(MoeRouter r, const float *logits,
     const float *row = logits + t * r.experts;
     topExperts(row, r.experts, r.topk, chosen);
     for (int64_t i = 0; i < r.topk; ++i)
-      atomicAdd(&counts[chosen[i]], 1);
+      atomicAdd(&counts[t / sequenceTokens(r) * r.experts + chosen[i]], 1);
     if (r.sigmoid) {
       double sum = 0;
       for (int64_t j = 0; j < r.experts; ++j)
@@ -327,39 +334,41 @@ __device__ double auxScore(const MoeRouter &r, float logit, double max,
   return exp(static_cast<double>(logit) - max) / sum;
 }
 
-/// perExpert[e] = the sum over tokens of e's score: one block per expert.
+/// perExpert[q, e] = the sum over sequence q's tokens of e's score: one
+/// block per expert and sequence.
 __global__ void auxPerExpertKernel(MoeRouter r, const float *logits,
                                    const double *rowMax, const double *rowSum,
                                    double *perExpert) {
   __shared__ double partial[kThreads / kWarp];
-  const int64_t e = blockIdx.x;
+  const int64_t e = blockIdx.x, q = blockIdx.y, s = sequenceTokens(r);
   double sum = 0;
-  for (int64_t t = threadIdx.x; t < r.tokens; t += blockDim.x)
+  for (int64_t t = q * s + threadIdx.x; t < (q + 1) * s; t += blockDim.x)
     sum += auxScore(r, logits[t * r.experts + e], r.sigmoid ? 0.0 : rowMax[t],
                     rowSum[t]);
   sum = detail::blockSum(sum, partial);
   if (threadIdx.x == 0)
-    perExpert[e] = sum;
+    perExpert[q * r.experts + e] = sum;
 }
 
-__global__ void auxLossKernel(int64_t experts, double scale,
-                              const double *perExpert, const int32_t *counts,
-                              float *loss) {
+__global__ void auxLossKernel(int64_t n, double scale, const double *perExpert,
+                              const int32_t *counts, float *loss) {
   double sum = 0;
-  for (int64_t e = 0; e < experts; ++e)
+  for (int64_t e = 0; e < n; ++e)
     sum += perExpert[e] * static_cast<double>(counts[e]);
   loss[0] = static_cast<float>(sum * scale);
 }
 
 __global__ void auxBackwardKernel(MoeRouter r, double scale,
                                   const float *logits, const float *dloss,
-                                  const int32_t *counts, const double *rowMax,
-                                  const double *rowSum, float *dlogits) {
+                                  const int32_t *allCounts,
+                                  const double *rowMax, const double *rowSum,
+                                  float *dlogits) {
   const double c = static_cast<double>(dloss[0]) * scale;
   const int64_t e = r.experts;
   MTRT_GRID_STRIDE(t, r.tokens) {
     const float *row = logits + t * e;
     float *drow = dlogits + t * e;
+    const int32_t *counts = allCounts + t / sequenceTokens(r) * e;
     if (!r.sigmoid) {
       double dot = 0;
       for (int64_t j = 0; j < e; ++j)
@@ -569,9 +578,15 @@ int64_t capacityOf(const MoeRouter &r) {
 }
 
 double auxScale(const MoeRouter &r, double coeff) {
-  double tokens = static_cast<double>(r.tokens);
+  double s = static_cast<double>(sequenceTokens(r));
   return coeff * static_cast<double>(r.experts) /
-         (static_cast<double>(r.topk) * tokens * tokens);
+         (static_cast<double>(r.topk) * s * s) /
+         static_cast<double>(r.tokens / sequenceTokens(r));
+}
+
+/// The aux loss's [sequences, experts] entries.
+int64_t auxEntries(const MoeRouter &r) {
+  return r.tokens / sequenceTokens(r) * r.experts;
 }
 
 /// The aux loss's scratch pieces.
@@ -581,7 +596,7 @@ struct AuxScratch {
   AuxScratch(const MoeRouter &r, void *base) {
     char *p = static_cast<char *>(base);
     counts = reinterpret_cast<int32_t *>(p);
-    p += pieceBytes(4 * r.experts);
+    p += pieceBytes(4 * auxEntries(r));
     rowMax = reinterpret_cast<double *>(p);
     p += pieceBytes(8 * r.tokens);
     rowSum = reinterpret_cast<double *>(p);
@@ -592,7 +607,7 @@ struct AuxScratch {
 
 void auxStatistics(cudaStream_t stream, const MoeRouter &r, const float *logits,
                    const AuxScratch &s) {
-  zeroCountsKernel<<<1, kThreads, 0, stream>>>(r.experts, s.counts);
+  zeroCountsKernel<<<1, kThreads, 0, stream>>>(auxEntries(r), s.counts);
   auxCountsKernel<<<blocksFor(r.tokens, 128), 128, 0, stream>>>(
       r, logits, s.counts, s.rowMax, s.rowSum);
 }
@@ -615,8 +630,8 @@ size_t moeRouteScratchBytes(const MoeRouter &r) {
 }
 
 size_t moeAuxLossScratchBytes(const MoeRouter &r) {
-  return pieceBytes(4 * r.experts) + 2 * pieceBytes(8 * r.tokens) +
-         pieceBytes(8 * r.experts);
+  return pieceBytes(4 * auxEntries(r)) + 2 * pieceBytes(8 * r.tokens) +
+         pieceBytes(8 * auxEntries(r));
 }
 
 void moeRouteForward(cudaStream_t stream, const MoeRouter &r,
@@ -655,10 +670,12 @@ void moeAuxLossForward(cudaStream_t stream, const MoeRouter &r, double coeff,
                        const float *logits, float *loss, void *scratch) {
   AuxScratch s(r, scratch);
   auxStatistics(stream, r, logits, s);
-  auxPerExpertKernel<<<static_cast<unsigned>(r.experts), kThreads, 0, stream>>>(
-      r, logits, s.rowMax, s.rowSum, s.perExpert);
-  auxLossKernel<<<1, 1, 0, stream>>>(r.experts, auxScale(r, coeff), s.perExpert,
-                                     s.counts, loss);
+  dim3 grid(static_cast<unsigned>(r.experts),
+            static_cast<unsigned>(r.tokens / sequenceTokens(r)));
+  auxPerExpertKernel<<<grid, kThreads, 0, stream>>>(r, logits, s.rowMax,
+                                                    s.rowSum, s.perExpert);
+  auxLossKernel<<<1, 1, 0, stream>>>(auxEntries(r), auxScale(r, coeff),
+                                     s.perExpert, s.counts, loss);
 }
 
 void moeAuxLossBackward(cudaStream_t stream, const MoeRouter &r, double coeff,

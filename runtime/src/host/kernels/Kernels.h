@@ -657,11 +657,14 @@ void fill(ThreadPool &pool, int64_t n, T *out, T value);
 /// capacity routing (capacityFactor > 0; 0 is dropless) that keeps each
 /// expert's highest weights, or with dropByPosition its first tokens.
 /// Group-limited routing (groupTopk > 0) takes the top-k within each
-/// token's groupTopk best of numGroups groups of consecutive experts.
+/// token's groupTopk best of numGroups groups of consecutive experts. The
+/// aux loss with a sequenceLength is the sequence-level one: the mean over
+/// the sequences of sequenceLength consecutive tokens of each one's loss.
 struct MoeRouter {
   int64_t tokens = 0, experts = 0, topk = 0;
   bool sigmoid = false, normalize = false;
   int64_t numGroups = 0, groupTopk = 0;
+  int64_t sequenceLength = 0;
   double capacityFactor = 0;
   bool dropByPosition = false;
 };
@@ -681,8 +684,8 @@ void moeRouteBackward(ThreadPool &pool, const MoeRouter &router,
                       const T *logits, const int32_t *indices, const T *dprobs,
                       T *dlogits);
 
-/// Megatron-LM's switch load-balancing loss (mt.moe_aux_loss), and its
-/// gradient times dloss[0].
+/// Megatron-LM's switch load-balancing loss (mt.moe_aux_loss), or with a
+/// sequenceLength its sequence-level loss, and its gradient times dloss[0].
 template <typename T>
 void moeAuxLossForward(ThreadPool &pool, const MoeRouter &router, double coeff,
                        const T *logits, T *loss);

@@ -240,23 +240,35 @@ void auxScores(const MoeRouter &r, const T *row, std::vector<double> &scores) {
     s /= sum + kSigmoidEpsilon;
 }
 
+/// The aux loss's sequences: the sequence-level loss's, or all the tokens
+/// as one.
+int64_t sequenceTokens(const MoeRouter &r) {
+  return r.sequenceLength > 0 ? r.sequenceLength : r.tokens;
+}
+
+/// Per sequence, the tokens per expert of the top-k before dropping:
+/// [sequences, experts].
 template <typename T>
 std::vector<double> tokensPerExpert(const MoeRouter &r, const T *logits) {
-  std::vector<double> counts(static_cast<size_t>(r.experts), 0.0);
+  const int64_t s = sequenceTokens(r);
+  std::vector<double> counts(static_cast<size_t>(r.tokens / s * r.experts),
+                             0.0);
   std::vector<int32_t> chosen;
   for (int64_t t = 0; t < r.tokens; ++t) {
     topExperts(logits + t * r.experts, r.experts, r.topk, chosen);
     for (int32_t e : chosen)
-      counts[e] += 1.0;
+      counts[t / s * r.experts + e] += 1.0;
   }
   return counts;
 }
 
-/// coeff * E / (topk * T * T), the aux loss's scale.
+/// coeff * E / (topk * S * S) / (T / S), the aux loss's scale: a
+/// sequence's switch loss over its S tokens, averaged over the sequences.
 double auxScale(const MoeRouter &r, double coeff) {
-  double tokens = static_cast<double>(r.tokens);
+  double s = static_cast<double>(sequenceTokens(r));
   return coeff * static_cast<double>(r.experts) /
-         (static_cast<double>(r.topk) * tokens * tokens);
+         (static_cast<double>(r.topk) * s * s) /
+         static_cast<double>(r.tokens / sequenceTokens(r));
 }
 
 } // namespace
@@ -265,14 +277,15 @@ template <typename T>
 void moeAuxLossForward(ThreadPool &, const MoeRouter &r, double coeff,
                        const T *logits, T *loss) {
   std::vector<double> counts = tokensPerExpert(r, logits);
-  std::vector<double> perExpert(static_cast<size_t>(r.experts), 0.0), scores;
+  std::vector<double> perExpert(counts.size(), 0.0), scores;
+  const int64_t s = sequenceTokens(r);
   for (int64_t t = 0; t < r.tokens; ++t) {
     auxScores(r, logits + t * r.experts, scores);
     for (int64_t j = 0; j < r.experts; ++j)
-      perExpert[j] += scores[j];
+      perExpert[t / s * r.experts + j] += scores[j];
   }
   double sum = 0;
-  for (int64_t j = 0; j < r.experts; ++j)
+  for (size_t j = 0; j < counts.size(); ++j)
     sum += perExpert[j] * counts[j];
   loss[0] = static_cast<T>(sum * auxScale(r, coeff));
 }
@@ -280,9 +293,9 @@ void moeAuxLossForward(ThreadPool &, const MoeRouter &r, double coeff,
 template <typename T>
 void moeAuxLossBackward(ThreadPool &pool, const MoeRouter &r, double coeff,
                         const T *logits, const T *dloss, T *dlogits) {
-  std::vector<double> counts = tokensPerExpert(r, logits);
+  std::vector<double> allCounts = tokensPerExpert(r, logits);
   const double c = static_cast<double>(dloss[0]) * auxScale(r, coeff);
-  const int64_t e = r.experts;
+  const int64_t e = r.experts, s = sequenceTokens(r);
   pool.parallelFor(
       0, r.tokens,
       [&](int64_t begin, int64_t end) {
@@ -290,6 +303,8 @@ void moeAuxLossBackward(ThreadPool &pool, const MoeRouter &r, double coeff,
         for (int64_t t = begin; t < end; ++t) {
           const T *row = logits + t * e;
           T *drow = dlogits + t * e;
+          // The token's sequence's counts.
+          const double *counts = allCounts.data() + t / s * e;
           auxScores(r, row, scores);
           // d loss / d score[j] = c * counts[j].
           if (!r.sigmoid) {
