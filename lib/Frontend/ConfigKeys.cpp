@@ -413,7 +413,8 @@ static const KeyDef kKeys[] = {
        StringRef t = v.trim();
        for (StringRef missing : {"sinkhorn", "global_aux_loss"})
          if (t.equals_insensitive(missing))
-           return ("'" + t + "' is not implemented yet (issue 25); use "
+           return ("'" + t +
+                   "' is not implemented yet (issue 25); use "
                    "aux_loss, seq_aux_loss or none")
                .str();
        return setChoice(v, c.moe.loadBalancing,

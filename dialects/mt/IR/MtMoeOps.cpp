@@ -167,7 +167,8 @@ LogicalResult MoeAuxLossGradOp::verify() {
   if (failed(inferMoeRouteType(logits, getTopk(),
                                [&] { return emitOpError(); })) ||
       failed(verifyCoefficient(*this, getCoeff().convertToDouble())) ||
-      failed(verifyScalar(*this, "the loss gradient", getLossGrad().getType())) ||
+      failed(
+          verifyScalar(*this, "the loss gradient", getLossGrad().getType())) ||
       failed(verifySequences(*this, logits.getDimSize(0), getSequenceLength())))
     return failure();
   return verifyMoeType(*this, "result", getType(), logits);
