@@ -27,6 +27,7 @@
 #          makes "fused": with the generated elementwise kernels,
 #          --fuse-kernels); default "fused" (when its bundle exists); the
 #          profile part profiles gpt2-124m's variants too
+#   TESTS_LIMIT (environment) seconds for mtrt-cuda-tests, default 240
 #   ITERS  (environment) megatron-train iterations per timed run, default 15
 #          (10 for gpt-1.3b); the median skips the first 5
 #   TORCH  (environment) the PyTorch variants (torch_step.py --compile),
@@ -72,7 +73,7 @@ tests=0
 export MTRT_CUDA_TEST_BUNDLES=$dir/bundles
 if want tests; then
   section "mtrt-cuda-tests"
-  timeout 240 "$dir/bin/mtrt-cuda-tests" >"$out/tests.log" 2>&1
+  timeout "${TESTS_LIMIT:-240}" "$dir/bin/mtrt-cuda-tests" >"$out/tests.log" 2>&1
   tests=$?
   echo "exit status $tests" >>"$summary"
   grep -E "^\[ epilogue|^\[ parity|^\[  (PASSED|FAILED|SKIPPED) |^\[==|Failure|relative diff|cosine|iteration" \
