@@ -19,18 +19,24 @@ constexpr double kSigmoidEpsilon = 1e-20;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-/// A token's top-k experts: the highest logits first, ties to the lower
-/// expert (what torch.topk returns for distinct values, made total).
+/// The top-k of `chosen`'s experts: the highest logits first, ties to the
+/// lower expert (what torch.topk returns for distinct values, made total).
 template <typename T>
-void topExperts(const T *row, int64_t experts, int64_t topk,
-                std::vector<int32_t> &chosen) {
-  chosen.resize(static_cast<size_t>(experts));
-  std::iota(chosen.begin(), chosen.end(), 0);
+void keepTopExperts(const T *row, int64_t topk, std::vector<int32_t> &chosen) {
   std::partial_sort(chosen.begin(), chosen.begin() + topk, chosen.end(),
                     [&](int32_t a, int32_t b) {
                       return row[a] > row[b] || (row[a] == row[b] && a < b);
                     });
   chosen.resize(static_cast<size_t>(topk));
+}
+
+/// A token's top-k experts among all `experts`.
+template <typename T>
+void topExperts(const T *row, int64_t experts, int64_t topk,
+                std::vector<int32_t> &chosen) {
+  chosen.resize(static_cast<size_t>(experts));
+  std::iota(chosen.begin(), chosen.end(), 0);
+  keepTopExperts(row, topk, chosen);
 }
 
 /// The softmax of a row of logits, in double.
@@ -83,11 +89,7 @@ void routedExperts(const MoeRouter &r, const T *row,
   for (int32_t g : keptGroups)
     for (int64_t j = g * size; j < (g + 1) * size; ++j)
       chosen.push_back(static_cast<int32_t>(j));
-  std::partial_sort(chosen.begin(), chosen.begin() + r.topk, chosen.end(),
-                    [&](int32_t a, int32_t b) {
-                      return row[a] > row[b] || (row[a] == row[b] && a < b);
-                    });
-  chosen.resize(static_cast<size_t>(r.topk));
+  keepTopExperts(row, r.topk, chosen);
 }
 
 /// A token's routing weights for its chosen experts, before dropping.
@@ -265,10 +267,11 @@ std::vector<double> tokensPerExpert(const MoeRouter &r, const T *logits) {
 /// coeff * E / (topk * S * S) / (T / S), the aux loss's scale: a
 /// sequence's switch loss over its S tokens, averaged over the sequences.
 double auxScale(const MoeRouter &r, double coeff) {
-  double s = static_cast<double>(sequenceTokens(r));
+  const int64_t s = sequenceTokens(r);
+  const double length = static_cast<double>(s);
   return coeff * static_cast<double>(r.experts) /
-         (static_cast<double>(r.topk) * s * s) /
-         static_cast<double>(r.tokens / sequenceTokens(r));
+         (static_cast<double>(r.topk) * length * length) /
+         static_cast<double>(r.tokens / s);
 }
 
 } // namespace
