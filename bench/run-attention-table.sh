@@ -24,6 +24,12 @@ libdirs=$(find /usr/local /opt /usr/lib -name 'libcudart.so.13*' -o \
   -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' 2>/dev/null |
   xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
+# A bench/make-step-dir.sh folder (BIN is its bin/) brings the libraries
+# the device image lacks.
+if [ -f "$bin/../fallback-lib.tgz" ]; then
+  source "$here/device-env.sh"
+  device_libraries "$bin/.."
+fi
 shapes=${SHAPES:-gpt2-124m,gpt-1.3b,s4096,s8192,gqa-4096}
 timeout 240 "$bin/mtrt-attention-bench" "${REPEATS:-10}" "$shapes" \
   "${IOS:-}" "${DROPOUTS:-}" >"$out/ours.txt" 2>&1
