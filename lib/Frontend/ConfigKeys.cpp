@@ -511,8 +511,10 @@ static const KeyDef kKeys[] = {
                          {"position", MoeDropPolicy::Position}});
      }},
     {{"moe_pad_expert_input_to_capacity", "model",
-      "Pads each expert's tokens to its capacity; not implemented (the "
-      "experts run on their kept tokens only).",
+      "Pads each expert's tokens to its capacity with rows that weigh 0, "
+      "as Megatron-LM does for static shapes; the routed rows are static "
+      "here already, so the results are the same. Needs "
+      "moe_expert_capacity_factor.",
       K::Boolean, "false"},
      [](CompileConfig &c, StringRef v) {
        return setBool(v, c.moe.padExpertInputToCapacity);

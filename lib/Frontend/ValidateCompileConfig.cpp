@@ -975,11 +975,16 @@ Error Validator::checkMoe() {
                 "moe_token_drop_policy applies to capacity routing; set "
                 "moe_expert_capacity_factor or remove moe_token_drop_policy "
                 "(dropless routing drops nothing)");
-  if (moe.padExpertInputToCapacity)
-    return fail({"moe_pad_expert_input_to_capacity"},
-                "moe_pad_expert_input_to_capacity is not implemented yet "
-                "(issue 25): the experts run on their kept tokens only; "
-                "remove it");
+  // Megatron-LM pads each expert's tokens to its capacity so that the
+  // dispatch has static shapes; the padding rows weigh 0. The routed rows
+  // here are static already ([T * K], zeros after the kept ones), so the
+  // flag changes no number; it still needs a capacity, as Megatron-LM's.
+  if (moe.padExpertInputToCapacity && !capacity)
+    return fail({"moe_pad_expert_input_to_capacity",
+                 "moe_expert_capacity_factor"},
+                "moe_pad_expert_input_to_capacity needs "
+                "moe_expert_capacity_factor (the capacity to pad to, e.g. "
+                "1.0); set it, or remove moe_pad_expert_input_to_capacity");
   if (!moe.layerPattern.empty()) {
     if (static_cast<int64_t>(moe.layerPattern.size()) != m.numLayers)
       return fail({"moe_layer_freq", "num_layers"},
