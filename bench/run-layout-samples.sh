@@ -12,7 +12,12 @@
 #     reported sums (check-reported-losses.py); --moe-router-dtype fp32 in
 #     bf16 against fp32; --moe-router-topk-scaling-factor and group-limited
 #     routing (--moe-router-num-groups, --moe-router-group-topk) and the
-#     sequence-level aux loss (seq_aux_loss) against the host.
+#     sequence-level aux loss (seq_aux_loss) against the host; the expert
+#     bias (--moe-router-enable-expert-bias) against the host and under
+#     EP2 x DP2 with the distributed optimizer against one rank, losses
+#     and the saved biases (check-expert-bias.py); EP2 with the
+#     distributed optimizer (the experts outside its buffer) against one
+#     rank.
 #
 # Usage, on this machine: bench/run-layout-samples.sh make COMPILER DIR
 #   compiles the bundles into DIR/layouts (DIR: a bench/make-step-dir.sh
@@ -29,7 +34,9 @@ if [ "$mode" = make ]; then
   compile=$2 dir=$3/layouts
   rm -rf "$dir" && mkdir -p "$dir"
   cp "$0" "$root"/test/integration/Inputs/compare-ranks.py \
-    "$root"/test/integration/Inputs/check-reported-losses.py "$dir/"
+    "$root"/test/integration/Inputs/check-reported-losses.py \
+    "$root"/test/integration/Inputs/check-expert-bias.py \
+    "$root"/test/integration/Inputs/safetensors_file.py "$dir/"
   gpt=$root/models/tiny-gpt.yaml moe=$root/models/tiny-moe.yaml
   nodrop="--hidden-dropout 0 --attention-dropout 0"
   "$compile" "$gpt" $nodrop -o "$dir/gpt.mtb"
@@ -58,11 +65,22 @@ if [ "$mode" = make ]; then
     -o "$dir/moe-groups.mtb"
   "$compile" "$moe" $batch --moe-router-load-balancing-type seq_aux_loss \
     -o "$dir/moe-seq.mtb"
+  bias="--num-experts 8 --moe-router-score-function sigmoid
+    --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.05"
+  "$compile" "$moe" $batch $bias -o "$dir/moe-bias.mtb"
+  "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 $bias \
+    -o "$dir/moe-bias-mb1.mtb"
+  "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 $bias \
+    --data-parallel-size 2 --expert-model-parallel-size 2 \
+    --use-distributed-optimizer -o "$dir/moe-bias-ep2-dist.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
     -o "$dir/moe-one-mb1.mtb"
   "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
     --data-parallel-size 4 --expert-model-parallel-size 2 \
     -o "$dir/moe-ep2dp2.mtb"
+  "$compile" "$moe" --micro-batch-size 1 --global-batch-size 4 \
+    --data-parallel-size 2 --expert-model-parallel-size 2 \
+    --use-distributed-optimizer -o "$dir/moe-ep2-dist.mtb"
   exit 0
 fi
 
@@ -149,8 +167,32 @@ versus_host() { # NAME: NAME.mtb on the GPU against the host backend
 versus_host moe-scaled
 versus_host moe-groups
 versus_host moe-seq
+# The expert bias: its routing and tokens per expert on the device, the
+# cuda optimizers' update (one GPU; the distributed optimizer's shards).
+same_biases() { # NAME REFERENCE: the saved biases equal
+  python3 "$l/check-expert-bias.py" "$logs/$1.st" 0.05 3 "$logs/$2.st" \
+    >"$logs/$1-biases.compare" 2>&1
+  verdict "$1-biases" $?
+}
+versus_host moe-bias
+train moe-bias-saved moe-bias.mtb $moe --save-weights "$logs/moe-bias.st"
+"$dir/bin/megatron-train" "$l/moe-bias.mtb" --backend host \
+  --data-path "$dir/corpus.txt" --eval-interval 0 --no-progress-bar $moe \
+  --save-weights "$logs/moe-bias-host.st" >"$logs/moe-bias-host-saved.log" 2>&1
+same_biases moe-bias moe-bias-host
+train moe-bias-mb1 moe-bias-mb1.mtb $moe --log-jsonl "$logs/moe-bias-mb1.jsonl" \
+  --save-weights "$logs/moe-bias-mb1.st"
+train moe-bias-ep2-dist moe-bias-ep2-dist.mtb --in-process-ranks $moe \
+  --log-jsonl "$logs/moe-bias-ep2-dist.jsonl" \
+  --save-weights "$logs/moe-bias-ep2-dist.st"
+compare moe-bias-ep2-dist moe-bias-mb1 --grad-norm --moe-losses
+same_biases moe-bias-ep2-dist moe-bias-mb1
 train moe-one-mb1 moe-one-mb1.mtb $moe --log-jsonl "$logs/moe-one-mb1.jsonl"
 train moe-ep2dp2 moe-ep2dp2.mtb --in-process-ranks $moe \
   --log-jsonl "$logs/moe-ep2dp2.jsonl"
 compare moe-ep2dp2 moe-one-mb1 --moe-losses
+# The distributed optimizer steps the experts (outside its buffer) too.
+train moe-ep2-dist moe-ep2-dist.mtb --in-process-ranks $moe \
+  --log-jsonl "$logs/moe-ep2-dist.jsonl"
+compare moe-ep2-dist moe-one-mb1 --grad-norm --moe-losses
 echo "layouts: $checks checks, $failed failed" >>"$report"

@@ -467,6 +467,23 @@ static const KeyDef kKeys[] = {
      [](CompileConfig &c, StringRef v) {
        return setOptionalPositive(v, c.moe.routerGroupTopk);
      }},
+    {{"moe_router_enable_expert_bias", "model",
+      "Aux-loss-free balancing (DeepSeek-V3): each MoE layer's top-k is "
+      "taken over its sigmoid scores plus a per-expert bias that the step "
+      "does not train but raises for the experts below the mean load and "
+      "lowers for those above (sigmoid scores only).",
+      K::Boolean, "false"},
+     [](CompileConfig &c, StringRef v) {
+       return setBool(v, c.moe.routerEnableExpertBias);
+     }},
+    {{"moe_router_bias_update_rate", "model",
+      "How much the expert bias moves after each iteration (Megatron-LM's "
+      "--moe-router-bias-update-rate); needs "
+      "moe_router_enable_expert_bias.",
+      K::Number, "0.001"},
+     [](CompileConfig &c, StringRef v) {
+       return setPositiveNumber(v, c.moe.routerBiasUpdateRate);
+     }},
     {{"moe_aux_loss_coeff", "model",
       "Weight of the load-balancing loss of each MoE layer; 0 for none.",
       K::Number, "0"},

@@ -44,7 +44,7 @@ public:
 private:
   /// Declares a parameter at the module level; returns its name.
   void declare(StringRef name, ArrayRef<int64_t> shape, mt::InitMethod init,
-               double std = 0.0);
+               double std = 0.0, double expertBiasUpdateRate = 0.0);
   void declareParameters();
   /// What a step function computes from its token batch.
   enum class StepKind { Train, Eval, Predict };
@@ -127,15 +127,18 @@ private:
 } // namespace
 
 void ModelBuilder::declare(StringRef name, ArrayRef<int64_t> shape,
-                           mt::InitMethod init, double std) {
+                           mt::InitMethod init, double std,
+                           double expertBiasUpdateRate) {
   auto type = RankedTensorType::get(shape, builder.getF32Type());
   parameterTypes[name] = type;
   FloatAttr stdAttr =
       init == mt::InitMethod::Normal ? builder.getF64FloatAttr(std) : nullptr;
-  mt::ParameterOp::create(builder, loc, builder.getStringAttr(name),
-                          TypeAttr::get(type),
-                          mt::InitMethodAttr::get(builder.getContext(), init),
-                          stdAttr);
+  FloatAttr rateAttr = expertBiasUpdateRate > 0
+                           ? builder.getF64FloatAttr(expertBiasUpdateRate)
+                           : nullptr;
+  mt::ParameterOp::create(
+      builder, loc, builder.getStringAttr(name), TypeAttr::get(type),
+      mt::InitMethodAttr::get(builder.getContext(), init), stdAttr, rateAttr);
 }
 
 void ModelBuilder::declareParameters() {
@@ -231,6 +234,16 @@ void ModelBuilder::declareParameters() {
   }
   if (model.untieEmbeddingsAndOutputWeights)
     declare("lm_head.weight", {vocab, hidden}, InitMethod::Normal, std);
+  // Aux-loss-free balancing's expert biases, zeros as Megatron-LM's buffers
+  // (DeepSeek-V3's name): the runtime moves them, the optimizer does not.
+  // Last, so that every other parameter keeps its index and so its initial
+  // values (drawn by index): the first iteration is the model's without.
+  if (config.moe.routerEnableExpertBias)
+    for (int64_t i = 0; i < model.numLayers; ++i)
+      if (config.moe.isMoeLayer(i))
+        declare(naming.layer(i, "mlp.gate.e_score_correction_bias"),
+                {config.moe.numExperts}, InitMethod::Zeros, 0.0,
+                config.moe.routerBiasUpdateRate);
 }
 
 void ModelBuilder::declareMoe(int64_t i, double std, double outputStd) {
@@ -512,11 +525,27 @@ Value ModelBuilder::moeMlp(Value x, int64_t layer) {
     numGroups = builder.getI64IntegerAttr(moe.routerNumGroups);
     groupTopk = builder.getI64IntegerAttr(moe.routerGroupTopk);
   }
+  std::string expertBias =
+      naming.layer(layer, "mlp.gate.e_score_correction_bias");
   auto route = mt::MoeRouteOp::create(
-      builder, loc, probsType, indicesType, logits, topk, score,
+      builder, loc, probsType, indicesType, logits,
+      moe.routerEnableExpertBias ? get(expertBias) : Value(), topk, score,
       moe.normalizeTopk() ? builder.getUnitAttr() : UnitAttr(), numGroups,
       groupTopk, capacity, dropPolicy);
   Value probs = route.getProbs(), indices = route.getIndices();
+  if (training && moe.routerEnableExpertBias) {
+    // The tokens each expert kept, accumulated into the bias's gradient:
+    // the runtime sums them over the micro-batches and data-parallel ranks
+    // and moves the bias after the iteration (mt.parameter's
+    // expert_bias_update_rate).
+    auto loadType =
+        RankedTensorType::get({moe.numExperts}, builder.getF32Type());
+    Value load =
+        mt::MoeTokensPerExpertOp::create(builder, loc, loadType, indices);
+    mt::AccumulateGradientOp::create(
+        builder, loc, FlatSymbolRefAttr::get(builder.getContext(), expertBias),
+        load);
+  }
   if (moe.topkScalingFactor > 0) {
     // --moe-router-topk-scaling-factor: the weights times the factor, after
     // their normalization (Megatron-LM's topk_routing_with_score_function);

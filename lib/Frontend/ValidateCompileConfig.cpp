@@ -919,6 +919,8 @@ Error Validator::checkMoe() {
       "moe_router_topk_scaling_factor",
       "moe_router_num_groups",
       "moe_router_group_topk",
+      "moe_router_enable_expert_bias",
+      "moe_router_bias_update_rate",
       "moe_aux_loss_coeff",
       "moe_z_loss_coeff",
       "moe_expert_capacity_factor",
@@ -952,6 +954,20 @@ Error Validator::checkMoe() {
                 "moe_router_score_function softmax");
   if (Error error = checkMoeGroups())
     return error;
+  // Megatron-LM's TransformerConfig: the expert bias shifts sigmoid scores.
+  if (moe.routerEnableExpertBias &&
+      moe.scoreFunction != MoeScoreFunction::Sigmoid)
+    return fail({"moe_router_enable_expert_bias", "moe_router_score_function"},
+                "moe_router_enable_expert_bias applies to sigmoid scores "
+                "(aux-loss-free balancing), not softmax; set "
+                "moe_router_score_function sigmoid or remove "
+                "moe_router_enable_expert_bias");
+  if (c.keyOrigins.count("moe_router_bias_update_rate") &&
+      !moe.routerEnableExpertBias)
+    return fail({"moe_router_bias_update_rate"},
+                "moe_router_bias_update_rate moves the expert bias, which "
+                "is off; set moe_router_enable_expert_bias or remove "
+                "moe_router_bias_update_rate");
   if (moe.loadBalancing == MoeLoadBalancing::None && moe.auxLossCoeff > 0)
     return fail({"moe_aux_loss_coeff", "moe_router_load_balancing_type"},
                 "moe_aux_loss_coeff " + show(moe.auxLossCoeff) +

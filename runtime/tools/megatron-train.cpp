@@ -229,6 +229,9 @@ void loadInitFrom(const mtrt::SafetensorsFile &file, const mtrt::Bundle &bundle,
   if (report.padded)
     std::cout << " (" << report.padded
               << " vocabulary tables padded with their initial rows)";
+  if (report.expertBiasesKept)
+    std::cout << " (" << report.expertBiasesKept
+              << " expert biases not in the file start at zero)";
   std::cout << "\n";
 }
 

@@ -145,7 +145,7 @@ int main(int argc, char **argv) try {
     // logits [T, E] = x W_r^T in fp32; the routing; the permuted rows.
     gemm.run(1, tokens, experts, hidden, xF32.as<float>(), false,
              router.as<float>(), true, logits.as<float>(), nullptr, false);
-    moeRouteForward(stream, r, logits.as<float>(), probs.as<float>(),
+    moeRouteForward(stream, r, logits.as<float>(), nullptr, probs.as<float>(),
                     indices.as<int32_t>(), nullptr);
     launched("the routing kernels");
     layout(false);
@@ -199,8 +199,9 @@ int main(int argc, char **argv) try {
     layout(false);
     moeUnpermute(stream, tokens, topk, hidden, positions.as<int32_t>(),
                  bf16Of(dRowsSum), nullptr, bf16Of(dX));
-    moeRouteBackward(stream, r, logits.as<float>(), indices.as<int32_t>(),
-                     dProbs.as<float>(), dLogits.as<float>());
+    moeRouteBackward(stream, r, logits.as<float>(), nullptr,
+                     indices.as<int32_t>(), dProbs.as<float>(),
+                     dLogits.as<float>());
     launched("the router's gradient");
     gemm.run(1, tokens, hidden, experts, dLogits.as<float>(), false,
              router.as<float>(), false, dXRouter.as<float>(), nullptr, false);

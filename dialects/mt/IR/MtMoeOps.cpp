@@ -66,6 +66,24 @@ static LogicalResult verifyMoeGroups(Operation *op, int64_t experts,
   return success();
 }
 
+/// The expert bias of aux-loss-free balancing: `[E]` f32, sigmoid scores.
+static LogicalResult verifyExpertBias(Operation *op, Value bias,
+                                      int64_t experts, MoeScoreFunction score) {
+  if (!bias)
+    return success();
+  auto type = cast<RankedTensorType>(bias.getType());
+  if (type.getRank() != 1 || type.getDimSize(0) != experts ||
+      !type.getElementType().isF32())
+    return op->emitOpError() << "expert_bias must be tensor<" << experts
+                             << "xf32> (one f32 per expert), got " << type;
+  if (score != MoeScoreFunction::Sigmoid)
+    return op->emitOpError()
+           << "expert_bias applies to sigmoid scores only (Megatron-LM's "
+              "aux-loss-free balancing), not "
+           << stringifyMoeScoreFunction(score);
+  return success();
+}
+
 LogicalResult MoeRouteOp::verify() {
   auto emit = [&] { return emitOpError(); };
   FailureOr<RankedTensorType> probs =
@@ -86,6 +104,10 @@ LogicalResult MoeRouteOp::verify() {
   if (getDropPolicy() && !factor)
     return emitOpError() << "drop_policy needs a capacity_factor: dropless "
                             "routing drops nothing";
+  if (failed(verifyExpertBias(*this, getExpertBias(),
+                              getLogits().getType().getDimSize(1),
+                              getScoreFunction())))
+    return failure();
   return verifyMoeGroups(*this, getLogits().getType().getDimSize(1), getTopk(),
                          getNumGroups(), getGroupTopk());
 }
@@ -157,9 +179,24 @@ LogicalResult MoeRouteGradOp::verify() {
       failed(verifyMoeRouting(getIndices().getType(), *probs,
                               logits.getDimSize(0), emit)) ||
       failed(verifyMoeGroups(*this, logits.getDimSize(1), getTopk(),
-                             getNumGroups(), getGroupTopk())))
+                             getNumGroups(), getGroupTopk())) ||
+      failed(verifyExpertBias(*this, getExpertBias(), logits.getDimSize(1),
+                              getScoreFunction())))
     return failure();
   return verifyMoeType(*this, "result", getType(), logits);
+}
+
+LogicalResult MoeTokensPerExpertOp::verify() {
+  RankedTensorType indices = getIndices().getType(), result = getType();
+  if (indices.getRank() != 2)
+    return emitOpError() << "routing indices must be rank 2 (tokens x topk), "
+                            "got "
+                         << indices;
+  if (result.getRank() != 1)
+    return emitOpError() << "result must be rank 1 (one count per expert), "
+                            "got "
+                         << result;
+  return success();
 }
 
 LogicalResult MoeAuxLossGradOp::verify() {

@@ -42,6 +42,12 @@ def Mt_MoeRouteOp : Mt_Op<"moe_route", [VJP, Pure]> {
     are kept (ties: the lower group), and the top-k is taken among their
     experts only.
 
+    With `expert_bias` (`[E]`, f32; sigmoid scores only) the top-k, and the
+    groups' scores, are taken over each sigmoid plus its expert's bias, as
+    Megatron-LM's aux-loss-free balancing (`--moe-router-enable-expert-bias`,
+    DeepSeek-V3's `e_score_correction_bias`); the weights are the chosen
+    experts' sigmoids without it, and the bias has no gradient.
+
     With `capacity_factor` each expert keeps at most
     `C = ceil(T * topk / E * capacity_factor)` tokens: those with the
     highest weights (`drop_policy = probs`, the default; ties: the earlier
@@ -58,9 +64,14 @@ def Mt_MoeRouteOp : Mt_Op<"moe_route", [VJP, Pure]> {
     %p, %i = mt.moe_route %logits topk = 4 score = sigmoid normalize
         groups = 4 group_topk = 2
         : (tensor<512x16xf32>) -> (tensor<512x4xf32>, tensor<512x4xi32>)
+    %p, %i = mt.moe_route %logits bias %expert_bias topk = 4
+        score = sigmoid normalize
+        : (tensor<512x16xf32>, tensor<16xf32>)
+        -> (tensor<512x4xf32>, tensor<512x4xi32>)
     ```
   }];
-  let arguments = (ins Mt_FloatTensor:$logits, I64Attr:$topk,
+  let arguments = (ins Mt_FloatTensor:$logits,
+                       Optional<Mt_FloatTensor>:$expert_bias, I64Attr:$topk,
                        Mt_MoeScoreFunction:$score_function,
                        UnitAttr:$normalize,
                        OptionalAttr<I64Attr>:$num_groups,
@@ -70,7 +81,7 @@ def Mt_MoeRouteOp : Mt_Op<"moe_route", [VJP, Pure]> {
   let results = (outs Mt_FloatTensor:$probs,
                       RankedTensorOf<[I32]>:$indices);
   let assemblyFormat = [{
-    $logits `topk` `=` $topk `score` `=` $score_function
+    $logits (`bias` $expert_bias^)? `topk` `=` $topk `score` `=` $score_function
     (`normalize` $normalize^)?
     (`groups` `=` $num_groups^ `group_topk` `=` $group_topk)?
     (`capacity_factor` `=` $capacity_factor^)?
@@ -216,8 +227,9 @@ def Mt_MoeRouteGradOp : Mt_Op<"moe_route_grad", [Pure]> {
   let summary = "the router logits' gradient from the routing weights' gradient";
   let description = [{
     The VJP of `mt.moe_route` with the same `topk`, `score_function`,
-    `normalize` and groups: the top-k is recomputed from the logits, and the
-    weights of slots the forward dropped (index -1) pass no gradient.
+    `normalize`, groups and expert bias: the top-k is recomputed from the
+    logits (and the bias), and the weights of slots the forward dropped
+    (index -1) pass no gradient.
 
     ```mlir
     %dlogits = mt.moe_route_grad %dprobs, %logits, %indices topk = 2 score = softmax normalize
@@ -225,14 +237,16 @@ def Mt_MoeRouteGradOp : Mt_Op<"moe_route_grad", [Pure]> {
     ```
   }];
   let arguments = (ins Mt_FloatTensor:$probs_grad, Mt_FloatTensor:$logits,
-                       RankedTensorOf<[I32]>:$indices, I64Attr:$topk,
+                       RankedTensorOf<[I32]>:$indices,
+                       Optional<Mt_FloatTensor>:$expert_bias, I64Attr:$topk,
                        Mt_MoeScoreFunction:$score_function,
                        UnitAttr:$normalize,
                        OptionalAttr<I64Attr>:$num_groups,
                        OptionalAttr<I64Attr>:$group_topk);
   let results = (outs Mt_FloatTensor:$result);
   let assemblyFormat = [{
-    $probs_grad `,` $logits `,` $indices `topk` `=` $topk `score` `=`
+    $probs_grad `,` $logits `,` $indices (`bias` $expert_bias^)? `topk` `=`
+    $topk `score` `=`
     $score_function (`normalize` $normalize^)?
     (`groups` `=` $num_groups^ `group_topk` `=` $group_topk)? attr-dict `:`
     functional-type(operands, results)
@@ -276,6 +290,29 @@ def Mt_MoeZLossGradOp : Mt_Op<"moe_z_loss_grad", [Pure]> {
   let assemblyFormat = [{
     $loss_grad `,` $logits `coeff` `=` $coeff attr-dict `:`
     functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Mt_MoeTokensPerExpertOp : Mt_Op<"moe_tokens_per_expert", [Pure]> {
+  let summary = "the number of tokens routed to each expert";
+  let description = [{
+    `result[e]` counts the entries of routing indices `[T, K]` equal to `e`
+    (dropped slots, -1, count for none), as f32: the load that Megatron-LM's
+    router adds to `local_tokens_per_expert` for the expert bias's update
+    (aux-loss-free balancing). A training step accumulates it into the
+    expert bias parameter's gradient (`mt.parameter`'s
+    `expert_bias_update_rate`). It has no gradient.
+
+    ```mlir
+    %load = mt.moe_tokens_per_expert %indices
+        : (tensor<512x2xi32>) -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[I32]>:$indices);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $indices attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

@@ -44,6 +44,17 @@ LogicalResult ParameterOp::verify() {
                          << " takes no std, got std = " << *std;
   if (std && !(*std > 0.0))
     return emitOpError() << "std must be positive, got " << *std;
+  if (FloatAttr rate = getExpertBiasUpdateRateAttr()) {
+    double r = rate.getValueAsDouble();
+    if (!(r > 0.0) || !std::isfinite(r))
+      return emitOpError()
+             << "expert_bias_update_rate must be a finite number > 0, got "
+             << r;
+    if (getTensorType().getRank() != 1)
+      return emitOpError() << "an expert bias (expert_bias_update_rate) is "
+                              "one value per expert, got "
+                           << getType();
+  }
   return success();
 }
 

@@ -27,17 +27,29 @@ def Mt_ParameterOp : Mt_Op<"parameter", [Symbol]> {
     take no `std`. Scaled initializations (Megatron-LM's output-layer init)
     are expressed by the std the front end computes.
 
+    With `expert_bias_update_rate = r` the parameter is an MoE router's
+    expert bias (`[E]`, Megatron-LM's aux-loss-free balancing,
+    `--moe-router-enable-expert-bias`): the optimizer does not train it.
+    What a training step accumulates into its gradient is the number of
+    tokens routed to each expert (`mt.moe_tokens_per_expert`), and after
+    each iteration the runtime adds `r * sign(mean - count)` to each entry
+    (Megatron-LM's `get_updated_expert_bias`); it is outside the gradient
+    norm and saved with the other parameters.
+
     ```mlir
     mt.parameter @transformer.wte.weight : tensor<50304x768xf32> init = normal std = 2.000000e-02
     mt.parameter @transformer.ln_f.bias : tensor<768xf32> init = zeros
+    mt.parameter @model.layers.0.mlp.gate.e_score_correction_bias : tensor<8xf32> init = zeros expert_bias_update_rate = 1.000000e-03
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Mt_FloatTensor>:$type,
                        Mt_InitMethod:$init,
-                       OptionalAttr<F64Attr>:$std);
+                       OptionalAttr<F64Attr>:$std,
+                       OptionalAttr<F64Attr>:$expert_bias_update_rate);
   let assemblyFormat = [{
-    $sym_name `:` $type `init` `=` $init (`std` `=` $std^)? attr-dict
+    $sym_name `:` $type `init` `=` $init (`std` `=` $std^)?
+    (`expert_bias_update_rate` `=` $expert_bias_update_rate^)? attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -236,15 +236,17 @@ LogicalResult ConcatOp::buildVJP(OpBuilder &builder, ValueRange dys,
 
 LogicalResult MoeRouteOp::buildVJP(OpBuilder &builder, ValueRange dys,
                                    SmallVectorImpl<Value> &grads) {
-  // The indices are integers; only the weights carry a gradient.
-  if (!dys[0]) {
+  // The indices are integers; only the weights carry a gradient, to the
+  // logits (the expert bias only selects: it has none).
+  if (!dys[0])
     grads.push_back(Value());
-    return success();
-  }
-  grads.push_back(MoeRouteGradOp::create(
-      builder, getLoc(), getLogits().getType(), dys[0], getLogits(),
-      getIndices(), getTopkAttr(), getScoreFunctionAttr(), getNormalizeAttr(),
-      getNumGroupsAttr(), getGroupTopkAttr()));
+  else
+    grads.push_back(MoeRouteGradOp::create(
+        builder, getLoc(), getLogits().getType(), dys[0], getLogits(),
+        getIndices(), getExpertBias(), getTopkAttr(), getScoreFunctionAttr(),
+        getNormalizeAttr(), getNumGroupsAttr(), getGroupTopkAttr()));
+  if (getExpertBias())
+    grads.push_back(Value());
   return success();
 }
 

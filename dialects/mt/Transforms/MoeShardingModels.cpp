@@ -10,20 +10,20 @@
 // mean over the ranks (as the cross-entropy's mean of means), so that N
 // data-parallel ranks train as one rank accumulating N micro-batches.
 // Expert weights whole on every rank have their gradients summed over the
-// ranks' tokens (an all-reduce that mt-plan-gradient-reduction defers, as
-// for every weight). Under expert parallelism (mt-annotate-shardings
-// {expert-parallel-size=N}) they are split by experts over the data axis,
-// or over N < dp ranks over the grid's expert axis: the grouped linear
-// layers then send each row to its expert's rank in its expert-parallel
-// group and back with shard.all_to_all (partitionExpertParallel), and an
-// expert's gradient sums its group's rows, all-reduced over the
-// expert-data-parallel axis where the tokens split over it too. Under tensor
-// parallelism the experts' in and out dimensions split as a dense MLP's
-// (mt-annotate-shardings: gate and up by columns, down by rows, Megatron-LM's
-// expert-tensor-parallel group = the tensor-parallel group): the grouped
-// linear layers run on the rank's columns, the down projection's partial
-// sums are all-reduced over the tensor axis. Tokens never split over the
-// tensor axis: sequence parallelism's shards are gathered ahead of the
+// ranks' tokens, and an expert bias its tokens per expert (an all-reduce
+// that mt-plan-gradient-reduction defers, as for every weight). Under expert
+// parallelism (mt-annotate-shardings {expert-parallel-size=N}) they are split
+// by experts over the data axis, or over N < dp ranks over the grid's expert
+// axis: the grouped linear layers then send each row to its expert's rank in
+// its expert-parallel group and back with shard.all_to_all
+// (partitionExpertParallel), and an expert's gradient sums its group's rows,
+// all-reduced over the expert-data-parallel axis where the tokens split over it
+// too. Under tensor parallelism the experts' in and out dimensions split as a
+// dense MLP's (mt-annotate-shardings: gate and up by columns, down by rows,
+// Megatron-LM's expert-tensor-parallel group = the tensor-parallel group): the
+// grouped linear layers run on the rank's columns, the down projection's
+// partial sums are all-reduced over the tensor axis. Tokens never split over
+// the tensor axis: sequence parallelism's shards are gathered ahead of the
 // router, which routes the whole sequence on every tensor-parallel rank.
 //
 //===----------------------------------------------------------------------===//
@@ -467,6 +467,7 @@ MOE_MODEL(MoeZLossGradOp, TokenLoop::MeanLossGrad, LIST(W, T), LIST(T))
 MOE_MODEL(MoeProbsGradOp, TokenLoop::Parallel, LIST(T, R, T), LIST(T))
 MOE_MODEL(MoeGroupedLinearWeightGradOp, TokenLoop::Summed, LIST(R, R, T),
           LIST(W))
+MOE_MODEL(MoeTokensPerExpertOp, TokenLoop::Summed, LIST(T), LIST(W))
 
 #undef LIST
 #undef MOE_MODEL
@@ -487,4 +488,6 @@ void sharding::attachMoeShardingModels(MLIRContext *context) {
   MoeProbsGradOp::attachInterface<MoeTokenModel<MoeProbsGradOp>>(*context);
   MoeGroupedLinearWeightGradOp::attachInterface<
       MoeTokenModel<MoeGroupedLinearWeightGradOp>>(*context);
+  MoeTokensPerExpertOp::attachInterface<MoeTokenModel<MoeTokensPerExpertOp>>(
+      *context);
 }

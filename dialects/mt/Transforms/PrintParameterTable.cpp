@@ -21,13 +21,17 @@ static bool isWeightDecayed(ParameterOp parameter) {
 }
 
 static std::string formatInit(ParameterOp parameter) {
+  std::string init = stringifyInitMethod(parameter.getInit()).str();
   if (FloatAttr std = parameter.getStdAttr())
-    return (stringifyInitMethod(parameter.getInit()) + "(std=" +
-            llvm::formatv("{0}", llvm::format("%g", std.getValueAsDouble()))
-                .str() +
-            ")")
-        .str();
-  return stringifyInitMethod(parameter.getInit()).str();
+    init +=
+        llvm::formatv("(std={0})", llvm::format("%g", std.getValueAsDouble()))
+            .str();
+  // An expert bias: moved by its update rate, not trained.
+  if (FloatAttr rate = parameter.getExpertBiasUpdateRateAttr())
+    init += llvm::formatv(", expert bias (rate {0})",
+                          llvm::format("%g", rate.getValueAsDouble()))
+                .str();
+  return init;
 }
 
 static std::string formatShape(RankedTensorType type) {

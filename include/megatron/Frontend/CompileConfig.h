@@ -161,6 +161,12 @@ struct MoeConfig {
   /// (unset) for none.
   int64_t routerNumGroups = 0;
   int64_t routerGroupTopk = 0;
+  /// --moe-router-enable-expert-bias: aux-loss-free balancing (DeepSeek-V3):
+  /// a per-layer bias on the sigmoid scores for the top-k, updated after
+  /// each iteration by routerBiasUpdateRate times the sign of each
+  /// expert's load below the mean (--moe-router-bias-update-rate).
+  bool routerEnableExpertBias = false;
+  double routerBiasUpdateRate = 1e-3;
   double auxLossCoeff = 0.0;
   double zLossCoeff = 0.0;
   /// 0: dropless; else each expert keeps ceil(T * topk / E * factor) tokens.

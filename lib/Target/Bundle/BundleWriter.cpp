@@ -916,6 +916,8 @@ megatron::serializeBundle(ModuleOp module,
                                       !parameter.getSymName().ends_with(".bias")}};
     if (FloatAttr std = parameter.getStdAttr())
       entry["std"] = std.getValueAsDouble();
+    if (FloatAttr rate = parameter.getExpertBiasUpdateRateAttr())
+      entry["expert_bias_update_rate"] = rate.getValueAsDouble();
     if (auto split = parameter->getAttrOfType<ArrayAttr>("mt.split_axes")) {
       Array dims;
       for (auto dim : split.getAsRange<DenseI16ArrayAttr>())

@@ -133,6 +133,9 @@ enum class Op : uint8_t {
   MoeZLossGrad,
   MoeProbsGrad,
   MoeGroupedLinearWeightGrad,
+  // The tokens each expert kept, for the expert bias's update (new within
+  // version 12).
+  MoeTokensPerExpert,
   // Expert parallelism's dispatch (docs/BundleFormat.md, "Mixture of
   // experts"): the rows' blocks per expert-parallel rank, exchanged by
   // all_to_all.
@@ -392,6 +395,13 @@ struct Parameter {
   /// The normal distribution's standard deviation; 0 for zeros and ones.
   double std = 0;
   bool weightDecay = true;
+  /// An MoE router's expert bias (aux-loss-free balancing, new within
+  /// format version 12): not trained by the optimizer; its gradient holds
+  /// the tokens routed to each expert, and each step adds this rate times
+  /// sign(mean - count) to each entry (train::updateExpertBias). 0 for
+  /// every other parameter.
+  double expertBiasUpdateRate = 0;
+  bool isExpertBias() const { return expertBiasUpdateRate > 0; }
   /// Per dimension, the grid axes that split it (the first varies slowest);
   /// empty when the parameter is whole on every rank.
   std::vector<std::vector<int64_t>> splitAxes;

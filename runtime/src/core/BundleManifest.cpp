@@ -374,7 +374,8 @@ void ManifestReader::readParameters(const Json &json, const std::string &path,
     expectObject(entry, at);
     expectKnownKeys(entry, at,
                     {"name", "shape", "dtype", "init", "std", "weight_decay",
-                     "split_axes", "pipeline_rank", "pipeline_ranks"},
+                     "expert_bias_update_rate", "split_axes", "pipeline_rank",
+                     "pipeline_ranks"},
                     "a parameter");
     Parameter parameter;
     parameter.name = readString(field(entry, at, "name"), member(at, "name"));
@@ -414,6 +415,18 @@ void ManifestReader::readParameters(const Json &json, const std::string &path,
     parameter.localType = parameter.type;
     if (const Json *split = optionalField(entry, "split_axes"))
       readSplitAxes(*split, member(at, "split_axes"), parameter);
+    if (const Json *rate = optionalField(entry, "expert_bias_update_rate")) {
+      std::string where = member(at, "expert_bias_update_rate");
+      parameter.expertBiasUpdateRate = readNumber(*rate, where);
+      if (!(parameter.expertBiasUpdateRate > 0) ||
+          !std::isfinite(parameter.expertBiasUpdateRate))
+        fail(where, describe(*rate), "a finite update rate > 0");
+      if (parameter.type.rank() != 1 || parameter.type.dtype != DType::F32 ||
+          parameter.weightDecay || !parameter.splitAxes.empty())
+        fail(at, "\"" + parameter.name + "\"",
+             "an expert bias (expert_bias_update_rate) that is one f32 per "
+             "expert, whole on every rank, without weight decay");
+    }
     if (const Json *rank = optionalField(entry, "pipeline_rank")) {
       parameter.pipelineRank =
           readInt(*rank, member(at, "pipeline_rank"), 0,

@@ -314,7 +314,7 @@ const std::vector<OpInfo> &opTable() {
       {Op::MoeRoute,
        "moe_route",
        1,
-       1,
+       2,
        2,
        2,
        {{"topk", AttrKind::Int, true},
@@ -338,7 +338,7 @@ const std::vector<OpInfo> &opTable() {
       {Op::MoeRouteGrad,
        "moe_route_grad",
        3,
-       3,
+       4,
        1,
        1,
        {{"topk", AttrKind::Int, true},
@@ -356,6 +356,7 @@ const std::vector<OpInfo> &opTable() {
        1,
        1,
        {{"transpose_weight", AttrKind::Bool, false}}},
+      {Op::MoeTokensPerExpert, "moe_tokens_per_expert", 1, 1, 1, 1, {}},
       {Op::MoeDispatchRows, "moe_dispatch_rows", 2, 2, 1, 1, kDispatchAttrs},
       {Op::MoeDispatchExperts, "moe_dispatch_experts", 1, 1, 1, 1,
        kDispatchAttrs},
@@ -705,6 +706,21 @@ void OpChecker::checkMoe() {
            "at most the " + std::to_string(reachable) +
                " experts of the kept groups");
   };
+  // The expert bias of aux-loss-free balancing at operand `i`, when
+  // present: [E] in f32 for the logits at operand `at`, with sigmoid scores.
+  auto expertBias = [&](size_t i, size_t at) {
+    if (inst_.operands.size() <= i)
+      return;
+    if (type(false, i).dtype != DType::F32)
+      fail(where(false, i),
+           std::string("dtype ") + dtypeName(type(false, i).dtype) +
+               " (value " + std::to_string(valueIndex(false, i)) + ")",
+           "an f32 expert bias");
+    expectShape(false, i, {operand(at).shape[1]}, "[experts], the bias");
+    if (!a.sigmoid)
+      fail(path_ + ".attrs.score_function", "softmax",
+           "sigmoid: the expert bias applies to sigmoid scores only");
+  };
   // The sequence-level aux loss's sequences over the logits at operand
   // `i`: whole ones.
   auto sequences = [&](size_t i) {
@@ -731,6 +747,7 @@ void OpChecker::checkMoe() {
   case Op::MoeRoute: {
     logits(0, true);
     groups(0);
+    expertBias(1, 0);
     std::vector<int64_t> shape = {operand(0).shape[0], a.topk};
     expectFloat(true, 0);
     expectShape(true, 0, shape, "[tokens, topk]");
@@ -756,6 +773,7 @@ void OpChecker::checkMoe() {
   case Op::MoeRouteGrad: {
     logits(1, true);
     groups(1);
+    expertBias(3, 1);
     std::vector<int64_t> routing = indices(2, operand(1).shape[0]);
     if (routing[1] != a.topk)
       failShape(false, 2, "[tokens, " + std::to_string(a.topk) + "] (topk)");
@@ -786,6 +804,15 @@ void OpChecker::checkMoe() {
                 permute ? "[tokens * topk, hidden]" : "[tokens, hidden]");
     break;
   }
+  case Op::MoeTokensPerExpert:
+    indices(0, -1);
+    if (result(0).dtype != DType::F32)
+      fail(where(true, 0),
+           std::string("dtype ") + dtypeName(result(0).dtype) + " (value " +
+               std::to_string(valueIndex(true, 0)) + ")",
+           "f32 counts for moe_tokens_per_expert");
+    expectRank(true, 0, 1);
+    break;
   case Op::MoeProbsGrad: {
     expectFloat(false, 0);
     expectRank(false, 0, 2);
@@ -1339,6 +1366,7 @@ void OpChecker::check() {
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
+  case Op::MoeTokensPerExpert:
     checkMoe();
     break;
   case Op::MoeDispatchRows:
@@ -1565,6 +1593,8 @@ void OpChecker::checkOneElementType() {
     case Op::MoeProbsGrad:
     case Op::MoeGroupedLinearWeightGrad:
       return !isResult && i == 2;
+    case Op::MoeTokensPerExpert:
+      return !isResult && i == 0;
     case Op::MoeDispatchRows:
     case Op::MoeCombineRows:
       return !isResult && i == 1;

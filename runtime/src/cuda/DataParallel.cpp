@@ -283,7 +283,11 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
   // The multi-tensor AdamW's table: each piece cut into chunks, the value
   // in the store, the gradient and moments in the shard.
   std::vector<AdamWChunk> chunks;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    hasExpertBias_ |= parameters.info(i).isExpertBias();
   for (const train::BufferPiece &piece : shard.pieces) {
+    if (parameters.info(piece.parameter).isExpertBias())
+      continue; // updateExpertBiases moves it
     int64_t bf16 = parameters.bf16Offset(piece.parameter);
     for (int64_t at = 0; at < piece.count; at += kAdamWChunkElements) {
       AdamWChunk chunk;
@@ -298,6 +302,52 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
     }
   }
   chunkCount_ = static_cast<int64_t>(chunks.size());
+  // The parameters outside the buffer: their own moments and chunks.
+  const int64_t pipelineCoordinate =
+      rank.coordinates().empty() ? 0 : rank.coordinates()[0];
+  std::vector<AdamWChunk> localChunks;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (buffer.contains(i) ||
+        !parameters.info(i).heldOnPipelineRank(pipelineCoordinate) ||
+        parameters.count(i) == 0)
+      continue;
+    local_.push_back(i);
+    localGradientBase_ = localGradientBase_ ? std::min(localGradientBase_,
+                                                       parameters.gradient(i))
+                                            : parameters.gradient(i);
+  }
+  for (size_t i : local_) {
+    int64_t count = parameters.count(i), bf16 = parameters.bf16Offset(i);
+    int64_t gradient = parameters.gradient(i) - localGradientBase_;
+    for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
+      AdamWChunk chunk;
+      chunk.begin = parameters.offset(i) + at;
+      chunk.stateBegin = localElements_ + at;
+      chunk.gradBegin = gradient + at;
+      chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + at;
+      chunk.count = static_cast<int32_t>(
+          std::min<int64_t>(kAdamWChunkElements, count - at));
+      chunk.weightDecay = parameters.info(i).weightDecay ? 1 : 0;
+      localChunks.push_back(chunk);
+    }
+    localElements_ += count;
+  }
+  localChunkCount_ = static_cast<int64_t>(localChunks.size());
+  if (localElements_ > 0) {
+    size_t momentBytes =
+        2 * sizeof(float) * static_cast<size_t>(localElements_);
+    localMoments_ = DeviceBuffer(
+        momentBytes, "the distributed optimizer's moments of the experts");
+    MTRT_CUDA_CHECK(
+        cudaMemsetAsync(localMoments_.data(), 0, momentBytes, context.stream()),
+        "zeroing the distributed optimizer's moments");
+    size_t tableBytes = sizeof(AdamWChunk) * localChunks.size();
+    localChunks_ = DeviceBuffer(tableBytes, "the experts' AdamW chunk table");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(localChunks_.data(), localChunks.data(),
+                                    tableBytes, cudaMemcpyHostToDevice,
+                                    context.stream()),
+                    "uploading the experts' AdamW chunk table");
+  }
   squares_ = DeviceBuffer(2 * sizeof(uint64_t) * kSquareHistogramBins,
                           "the gradient norm's histogram of squares");
   if (!chunks.empty()) {
@@ -325,6 +375,20 @@ hostMoments(train::DistributedOptimizer &host, int64_t size, const char *what) {
                       std::to_string(size) + " f32 (the same rank's shard)");
   return {tensors[0], tensors[1]};
 }
+
+/// Checks that the host optimizer holds the same parameters outside the
+/// buffer as `local`.
+void checkLocalParameters(const train::DistributedOptimizer &host,
+                          const std::vector<size_t> &local, const char *what) {
+  if (host.localParameters() != local)
+    throw Error(MTRT_STATUS_INVALID_ARGUMENT,
+                std::string("cuda::DistributedOptimizer::") + what +
+                    ": the host optimizer holds " +
+                    std::to_string(host.localParameters().size()) +
+                    " parameters outside the buffer, this one " +
+                    std::to_string(local.size()) +
+                    " (the same rank's, expected)");
+}
 } // namespace
 
 void DistributedOptimizer::download(train::DistributedOptimizer &to) const {
@@ -340,6 +404,21 @@ void DistributedOptimizer::download(train::DistributedOptimizer &to) const {
                                   bytes, cudaMemcpyDeviceToHost,
                                   context.stream()),
                   "downloading the distributed optimizer's moments");
+  checkLocalParameters(to, local_, "download");
+  const float *local = localMoments_.as<float>();
+  for (size_t k = 0, at = 0; k < local_.size(); ++k) {
+    size_t n = static_cast<size_t>(parameters_.count(local_[k]));
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(to.localExpAvg(k).buffer.data(), local + at,
+                                    n * sizeof(float), cudaMemcpyDeviceToHost,
+                                    context.stream()),
+                    "downloading the experts' moments");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(to.localExpAvgSq(k).buffer.data(),
+                                    local + localElements_ + at,
+                                    n * sizeof(float), cudaMemcpyDeviceToHost,
+                                    context.stream()),
+                    "downloading the experts' moments");
+    at += n;
+  }
   context.synchronize("downloading the distributed optimizer's moments");
 }
 
@@ -357,6 +436,23 @@ void DistributedOptimizer::upload(const train::DistributedOptimizer &from) {
                                   bytes, cudaMemcpyHostToDevice,
                                   context.stream()),
                   "uploading the distributed optimizer's moments");
+  auto &host = const_cast<train::DistributedOptimizer &>(from);
+  checkLocalParameters(host, local_, "upload");
+  float *local = localMoments_.as<float>();
+  for (size_t k = 0, at = 0; k < local_.size(); ++k) {
+    size_t n = static_cast<size_t>(parameters_.count(local_[k]));
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(local + at,
+                                    host.localExpAvg(k).buffer.data(),
+                                    n * sizeof(float), cudaMemcpyHostToDevice,
+                                    context.stream()),
+                    "uploading the experts' moments");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(local + localElements_ + at,
+                                    host.localExpAvgSq(k).buffer.data(),
+                                    n * sizeof(float), cudaMemcpyHostToDevice,
+                                    context.stream()),
+                    "uploading the experts' moments");
+    at += n;
+  }
   context.synchronize("uploading the distributed optimizer's moments");
 }
 
@@ -364,6 +460,66 @@ bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
                                                  int64_t iteration) {
   return unscaler_.unscaleAndCheckFinite(
       buffer_.reduced(), buffer_.shard().size, factor, iteration);
+}
+
+void DistributedOptimizer::updateExpertBiases(int64_t iteration,
+                                              const std::string &what) {
+  // train::DistributedOptimizer::updateExpertBiases on the host: this
+  // rank's pieces of the biases and their counts come over, the world sums
+  // each bias's count, the pieces go back; the gather brings the rest.
+  Context &context = parameters_.context();
+  cudaStream_t stream = context.stream();
+  const train::BufferShard &shard = buffer_.shard();
+  const float *g = buffer_.reduced();
+  std::vector<const train::BufferPiece *> pieces;
+  for (const train::BufferPiece &piece : shard.pieces)
+    if (parameters_.info(piece.parameter).isExpertBias())
+      pieces.push_back(&piece);
+  std::vector<std::vector<float>> values(pieces.size()), counts(pieces.size());
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const train::BufferPiece &piece = *pieces[k];
+    size_t bytes = sizeof(float) * static_cast<size_t>(piece.count);
+    values[k].resize(static_cast<size_t>(piece.count));
+    counts[k].resize(static_cast<size_t>(piece.count));
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(values[k].data(),
+                                    parameters_.value(piece.parameter) +
+                                        piece.parameterOffset,
+                                    bytes, cudaMemcpyDeviceToHost, stream),
+                    what + " (reading an expert bias)");
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(counts[k].data(), g + piece.shardOffset,
+                                    bytes, cudaMemcpyDeviceToHost, stream),
+                    what + " (reading an expert bias's tokens per expert)");
+  }
+  context.synchronize(what + " (the expert biases)");
+  std::vector<double> totals(parameters_.size(), 0.0);
+  for (size_t k = 0; k < pieces.size(); ++k)
+    if (train::countsInNorm(parameters_.info(pieces[k]->parameter),
+                            rank_.coordinates(), buffer_.gridAxes()))
+      for (float c : counts[k])
+        totals[pieces[k]->parameter] += c;
+  rank_.world().allReduce<double>(
+      totals.data(), totals.data(), static_cast<int64_t>(totals.size()),
+      comm::ReduceOp::Sum,
+      comm::CallInfo{"expert loads of iteration " + std::to_string(iteration),
+                     iteration});
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const train::BufferPiece &piece = *pieces[k];
+    const Parameter &info = parameters_.info(piece.parameter);
+    train::updateExpertBias<float>(
+        values[k].data(), counts[k].data(), piece.count,
+        train::expertLoadMean<float>(totals[piece.parameter],
+                                     info.type.numElements),
+        info.expertBiasUpdateRate);
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(
+            parameters_.value(piece.parameter) + piece.parameterOffset,
+            values[k].data(), sizeof(float) * static_cast<size_t>(piece.count),
+            cudaMemcpyHostToDevice, stream),
+        what + " (writing an expert bias)");
+    if (parameters_.bf16Offset(piece.parameter) >= 0)
+      parameters_.refreshBf16Copy(piece.parameter);
+  }
+  context.synchronize(what + " (the expert biases)");
 }
 
 train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
@@ -382,13 +538,16 @@ train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
   // histogram by exponent on the device, an integer on the host, all-
   // reduced over the world (train::ExactSquareSum).
   float scale = gradScale != 1.0 ? static_cast<float>(gradScale) : 1.0f;
+  if (hasExpertBias_)
+    updateExpertBiases(iteration, what);
   size_t count = shard.pieces.size();
   size_t histogramBytes = squares_.size();
   MTRT_CUDA_CHECK(cudaMemsetAsync(squares_.data(), 0, histogramBytes, stream),
                   what);
   for (size_t k = 0; k < count; ++k) {
     const train::BufferPiece &piece = shard.pieces[k];
-    if (!train::countsInNorm(parameters_.info(piece.parameter),
+    if (parameters_.info(piece.parameter).isExpertBias() ||
+        !train::countsInNorm(parameters_.info(piece.parameter),
                              rank_.coordinates(), buffer_.gridAxes()))
       continue;
     MTRT_CUDA_CHECK_LAUNCH(squareHistogram(stream, piece.count,
@@ -396,6 +555,14 @@ train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
                                            squares_.as<uint64_t>()),
                            what);
   }
+  // A parameter outside the buffer counts on one of its replicas.
+  for (size_t i : local_)
+    if (!parameters_.info(i).isExpertBias() &&
+        train::countsInNorm(parameters_.info(i), rank_.coordinates(), {}))
+      MTRT_CUDA_CHECK_LAUNCH(squareHistogram(stream, parameters_.count(i),
+                                             parameters_.gradient(i), scale,
+                                             squares_.as<uint64_t>()),
+                             what);
   std::vector<uint64_t> histogram(histogramBytes / sizeof(uint64_t));
   MTRT_CUDA_CHECK(cudaMemcpyAsync(histogram.data(), squares_.data(),
                                   histogramBytes, cudaMemcpyDeviceToHost,
@@ -422,6 +589,15 @@ train::OptimizerStepResult DistributedOptimizer::step(int64_t iteration,
                         parameters_.bf16Values(), s),
         what + " (AdamW over " + std::to_string(count) +
             " pieces of parameters)");
+  if (localChunkCount_ > 0) {
+    float *localAvg = localMoments_.as<float>();
+    MTRT_CUDA_CHECK_LAUNCH(
+        adamwStepChunks(stream, localChunkCount_, localChunks_.as<AdamWChunk>(),
+                        parameters_.value(0), localGradientBase_, localAvg,
+                        localAvg + localElements_, parameters_.bf16Values(), s),
+        what + " (AdamW over the " + std::to_string(local_.size()) +
+            " parameters outside the buffer)");
+  }
   buffer_.gatherParameters(deferGather);
   return result;
 }

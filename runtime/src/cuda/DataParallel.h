@@ -59,6 +59,15 @@ public:
   bool distributed() const { return layout_.distributedOptimizer; }
   /// The grid axes of the group that shares the buffer.
   const std::vector<int64_t> &gridAxes() const { return layout_.gridAxes; }
+  /// Whether parameter `i`'s gradient is in the buffer (as
+  /// train::DataParallelBuffer::contains: expert parallelism's experts are
+  /// not).
+  bool contains(size_t i) const {
+    for (int64_t p : layout_.parameters)
+      if (p == static_cast<int64_t>(i))
+        return true;
+    return false;
+  }
   /// The rank's range of the buffer (the whole buffer when not
   /// distributed) and the parameters' pieces in it.
   const train::BufferShard &shard() const { return shard_; }
@@ -179,6 +188,23 @@ public:
   void upload(const train::DistributedOptimizer &from);
 
 private:
+  /// train::DistributedOptimizer::updateExpertBiases's rule on this
+  /// rank's pieces of the expert biases (through the host).
+  void updateExpertBiases(int64_t iteration, const std::string &what);
+  bool hasExpertBias_ = false;
+  /// The parameters this rank holds outside the buffer (expert
+  /// parallelism's experts, whole on their expert-parallel group: as
+  /// train::DistributedOptimizer's localParameters), in order; their
+  /// gradients are the store's, their AdamW moments localMoments_ (expAvg
+  /// of every one, then expAvgSq), stepped by the localChunks_ table.
+  std::vector<size_t> local_;
+  int64_t localElements_ = 0;
+  DeviceBuffer localMoments_;
+  DeviceBuffer localChunks_;
+  int64_t localChunkCount_ = 0;
+  /// Where the local chunks' gradBegin counts from: the lowest of their
+  /// gradients (in the store's array or the train step's arena).
+  float *localGradientBase_ = nullptr;
   ParameterStore &parameters_;
   DataParallelBuffer &buffer_;
   train::OptimizerConfig config_;

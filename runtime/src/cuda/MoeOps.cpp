@@ -192,17 +192,27 @@ void Executor::executeMoe(size_t position, const Instruction &inst) {
   };
   void *scratch = moeScratch_.data();
 
+  if (inst.op == Op::MoeTokensPerExpert) {
+    const std::vector<int64_t> &routing = shapeOf(inst.operands[0]);
+    moeTokensPerExpert(stream, routing[0] * routing[1],
+                       shapeOf(inst.results[0])[0],
+                       static_cast<const int32_t *>(value(0)), out(0));
+    launched("the tokens per expert");
+    return;
+  }
   if (isRouterOp(inst.op) || inst.op == Op::MoeZLoss ||
       inst.op == Op::MoeZLossGrad) {
     MoeRouter r = moeRouter(inst);
     switch (inst.op) {
     case Op::MoeRoute:
-      moeRouteForward(stream, r, in(0), out(0),
+      moeRouteForward(stream, r, in(0),
+                      inst.operands.size() > 1 ? in(1) : nullptr, out(0),
                       static_cast<int32_t *>(slots_[inst.results[1]]), scratch);
       break;
     case Op::MoeRouteGrad:
-      moeRouteBackward(stream, r, in(1), static_cast<const int32_t *>(value(2)),
-                       in(0), out(0));
+      moeRouteBackward(stream, r, in(1),
+                       inst.operands.size() > 3 ? in(3) : nullptr,
+                       static_cast<const int32_t *>(value(2)), in(0), out(0));
       break;
     case Op::MoeAuxLoss:
       moeAuxLossForward(stream, r, a.coeff, in(0), out(0), scratch);

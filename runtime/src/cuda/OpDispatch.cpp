@@ -916,6 +916,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeZLossGrad:
   case Op::MoeProbsGrad:
   case Op::MoeGroupedLinearWeightGrad:
+  case Op::MoeTokensPerExpert:
   case Op::MoeDispatchRows:
   case Op::MoeDispatchExperts:
   case Op::MoeCombineRows:

@@ -68,6 +68,10 @@ Optimizer::Optimizer(ParameterStore &parameters,
   // The multi-tensor AdamW's table: each parameter cut into chunks.
   std::vector<AdamWChunk> chunks;
   for (size_t i = 0; i < parameters.size(); ++i) {
+    if (parameters.info(i).isExpertBias()) {
+      expertBiases_.push_back(i);
+      continue;
+    }
     int64_t count = parameters.count(i), bf16 = parameters.bf16Offset(i);
     int64_t gradient = parameters.gradient(i) - gradientBase_;
     for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
@@ -81,12 +85,11 @@ Optimizer::Optimizer(ParameterStore &parameters,
       chunks.push_back(chunk);
     }
   }
-  scratch_ =
-      DeviceBuffer(parameters.gradientsInArena()
-                       ? sumOfSquaresOfChunksScratchBytes(
-                             static_cast<int64_t>(chunks.size()))
-                       : sumOfSquaresScratchBytes(parameters.flatElements()),
-                   "the gradient norm's partial sums");
+  scratch_ = DeviceBuffer(
+      normByChunks() ? sumOfSquaresOfChunksScratchBytes(
+                           static_cast<int64_t>(chunks.size()))
+                     : sumOfSquaresScratchBytes(parameters.flatElements()),
+      "the gradient norm's partial sums");
   chunkCount_ = static_cast<int64_t>(chunks.size());
   if (chunks.empty())
     return;
@@ -99,6 +102,51 @@ Optimizer::Optimizer(ParameterStore &parameters,
   context.synchronize("uploading the AdamW chunk table");
 }
 
+bool Optimizer::normByChunks() const {
+  return parameters_.gradientsInArena() || !expertBiases_.empty();
+}
+
+void updateExpertBiases(ParameterStore &parameters,
+                        const std::vector<size_t> &biases,
+                        const std::string &what) {
+  Context &context = parameters.context();
+  cudaStream_t stream = context.stream();
+  std::vector<std::vector<float>> values(biases.size()), counts(biases.size());
+  for (size_t k = 0; k < biases.size(); ++k) {
+    size_t n = static_cast<size_t>(parameters.count(biases[k]));
+    values[k].resize(n);
+    counts[k].resize(n);
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(values[k].data(), parameters.value(biases[k]),
+                        n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+        what + " (reading an expert bias)");
+    MTRT_CUDA_CHECK(
+        cudaMemcpyAsync(counts[k].data(), parameters.gradient(biases[k]),
+                        n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+        what + " (reading an expert bias's tokens per expert)");
+  }
+  context.synchronize(what + " (the expert biases)");
+  for (size_t k = 0; k < biases.size(); ++k) {
+    size_t i = biases[k];
+    int64_t n = static_cast<int64_t>(values[k].size());
+    if (n == 0)
+      continue;
+    double total = 0;
+    for (float c : counts[k])
+      total += c;
+    train::updateExpertBias<float>(values[k].data(), counts[k].data(), n,
+                                   train::expertLoadMean<float>(total, n),
+                                   parameters.info(i).expertBiasUpdateRate);
+    MTRT_CUDA_CHECK(cudaMemcpyAsync(parameters.value(i), values[k].data(),
+                                    n * sizeof(float), cudaMemcpyHostToDevice,
+                                    stream),
+                    what + " (writing an expert bias)");
+    if (parameters.bf16Offset(i) >= 0)
+      parameters.refreshBf16Copy(i);
+  }
+  context.synchronize(what + " (the expert biases)");
+}
+
 train::OptimizerStepResult Optimizer::step(int64_t iteration,
                                            double gradScale) {
   Context &context = parameters_.context();
@@ -109,9 +157,11 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
   // the scaled value is formed on the fly (same float product) and stored by
   // the AdamW kernel.
   float scale = gradScale != 1.0 ? static_cast<float>(gradScale) : 1.0f;
+  if (!expertBiases_.empty())
+    updateExpertBiases(parameters_, expertBiases_, what);
   double sumOfSquaresValue = 0;
   if (!rank_) {
-    if (parameters_.gradientsInArena())
+    if (normByChunks())
       MTRT_CUDA_CHECK_LAUNCH(
           sumOfSquaresOfChunks(stream, chunkCount_, chunks_.as<AdamWChunk>(),
                                gradientBase_, scale, norm_.as<double>(),
@@ -145,7 +195,8 @@ train::OptimizerStepResult Optimizer::step(int64_t iteration,
                       what);
     context.synchronize(what);
     for (size_t i = 0; i < count; ++i)
-      if (!train::countsInNorm(parameters_.info(i), rank_->coordinates(), {}))
+      if (parameters_.info(i).isExpertBias() ||
+          !train::countsInNorm(parameters_.info(i), rank_->coordinates(), {}))
         squares[i] = 0;
     std::string label =
         "gradient norm of iteration " + std::to_string(iteration);

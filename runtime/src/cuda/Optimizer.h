@@ -8,6 +8,8 @@
 #include "train/Optimizer.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace mtrt::comm {
 class RankContext;
@@ -51,6 +53,10 @@ public:
   const train::OptimizerConfig &config() const { return config_; }
 
 private:
+  /// Whether the one-rank norm sums the chunks (gradients in the arena, or
+  /// expert biases to leave out) rather than the flat gradient array.
+  bool normByChunks() const;
+
   ParameterStore &parameters_;
   train::OptimizerConfig config_;
   comm::RankContext *rank_ = nullptr;
@@ -62,7 +68,18 @@ private:
   /// The AdamWChunk table on the device.
   DeviceBuffer chunks_;
   int64_t chunkCount_ = 0;
+  /// The expert biases (Parameter::isExpertBias): outside the chunks, so
+  /// outside the norm and AdamW.
+  std::vector<size_t> expertBiases_;
 };
+
+/// train::updateExpertBias on the device store's parameters `biases` from
+/// their gradients (the tokens per expert, whole on this rank): both come
+/// to the host, the biases go back (with their bf16 copies), so that the
+/// arithmetic is the host backend's.
+void updateExpertBiases(ParameterStore &parameters,
+                        const std::vector<size_t> &biases,
+                        const std::string &what);
 
 } // namespace mtrt::cuda
 

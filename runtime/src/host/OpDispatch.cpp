@@ -674,6 +674,7 @@ void Executor::execute(size_t position, const Instruction &inst,
   case Op::MoeAuxLossGrad: {
     // Router logits [T, E]: operand 0 of the forward ops, 1 of the grads.
     bool grad = inst.op == Op::MoeRouteGrad || inst.op == Op::MoeAuxLossGrad;
+    bool isAuxLoss = inst.op == Op::MoeAuxLoss || inst.op == Op::MoeAuxLossGrad;
     const std::vector<int64_t> &logits = operandShape(grad ? 1 : 0);
     MoeRouter router;
     router.tokens = logits[0];
@@ -686,6 +687,14 @@ void Executor::execute(size_t position, const Instruction &inst,
     router.sequenceLength = a.sequenceLength;
     router.capacityFactor = a.capacityFactor.value_or(0.0);
     router.dropByPosition = a.dropByPosition;
+    // The expert bias: operand 1 of moe_route, 3 of moe_route_grad.
+    size_t biasOperand = inst.op == Op::MoeRoute ? 1 : 3;
+    std::vector<double> bias;
+    if (!isAuxLoss && inst.operands.size() > biasOperand) {
+      const T *values = in(biasOperand);
+      bias.assign(values, values + router.experts);
+      router.expertBias = bias.data();
+    }
     if (inst.op == Op::MoeRoute)
       moeRouteForward<T>(pool, router, in(0), out(0),
                          static_cast<int32_t *>(allocate(inst.results[1])));
@@ -709,6 +718,20 @@ void Executor::execute(size_t position, const Instruction &inst,
                           out(0));
     else
       moeZLossForward<T>(pool, logits[0], logits[1], a.coeff, in(0), out(0));
+    break;
+  }
+  case Op::MoeTokensPerExpert: {
+    // Each expert's kept slots, from the layout that checks the indices.
+    const std::vector<int64_t> &routing = operandShape(0);
+    const int64_t experts = shapeOf(inst.results[0])[0];
+    MoeLayout layout;
+    check(where(position),
+          moeLayout(routing[0], routing[1], experts,
+                    static_cast<const int32_t *>(slots_[inst.operands[0]].data),
+                    layout));
+    T *counts = out(0);
+    for (int64_t e = 0; e < experts; ++e)
+      counts[e] = static_cast<T>(layout.offsets[e + 1] - layout.offsets[e]);
     break;
   }
   case Op::MoePermute:

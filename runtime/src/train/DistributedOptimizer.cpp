@@ -65,12 +65,63 @@ bool DistributedOptimizer::unscaleAndCheckFinite(double factor,
 }
 
 template <typename T>
+void DistributedOptimizer::updateExpertBiases(int64_t iteration) {
+  const size_t count = parameters_.size();
+  bool any = false;
+  for (size_t i = 0; i < count; ++i)
+    any |= parameters_.info(i).isExpertBias();
+  if (!any)
+    return;
+  // Each bias's whole count: its shard pieces (and a local copy) summed
+  // over the ranks, each distinct element once, as the norm counts them.
+  T *g = buffer_.shard().data<T>();
+  std::vector<double> totals(count, 0.0);
+  for (const DataParallelBuffer::Piece &piece : buffer_.pieces())
+    if (parameters_.info(piece.parameter).isExpertBias() &&
+        countsInNorm(parameters_.info(piece.parameter), rank_.coordinates(),
+                     buffer_.gridAxes()))
+      for (int64_t e = 0; e < piece.count; ++e)
+        totals[piece.parameter] +=
+            static_cast<double>(g[piece.shardOffset + e]);
+  for (size_t i : local_)
+    if (parameters_.info(i).isExpertBias() &&
+        countsInNorm(parameters_.info(i), rank_.coordinates(), {})) {
+      const T *counts = parameters_.gradient(i).data<T>();
+      for (int64_t e = 0; e < parameters_.gradient(i).numElements(); ++e)
+        totals[i] += static_cast<double>(counts[e]);
+    }
+  rank_.world().allReduce<double>(
+      totals.data(), totals.data(), static_cast<int64_t>(count),
+      comm::ReduceOp::Sum,
+      comm::CallInfo{"expert loads of iteration " + std::to_string(iteration),
+                     iteration});
+  auto mean = [&](size_t i) {
+    return expertLoadMean<T>(totals[i], parameters_.info(i).type.numElements);
+  };
+  for (const DataParallelBuffer::Piece &piece : buffer_.pieces()) {
+    const Parameter &info = parameters_.info(piece.parameter);
+    if (info.isExpertBias())
+      updateExpertBias<T>(parameters_.value(piece.parameter).data<T>() +
+                              piece.parameterOffset,
+                          g + piece.shardOffset, piece.count,
+                          mean(piece.parameter), info.expertBiasUpdateRate);
+  }
+  for (size_t i : local_)
+    if (parameters_.info(i).isExpertBias())
+      updateExpertBias<T>(parameters_.value(i).data<T>(),
+                          parameters_.gradient(i).data<T>(),
+                          parameters_.gradient(i).numElements(), mean(i),
+                          parameters_.info(i).expertBiasUpdateRate);
+}
+
+template <typename T>
 OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
                                                     double gradScale,
                                                     bool deferGather) {
   host::Tensor &shard = buffer_.shard();
   T *g = shard.data<T>();
   int64_t n = shard.numElements();
+  updateExpertBiases<T>(iteration);
   if (gradScale != 1.0) {
     host::scaleInPlace<T>(pool_, n, g, gradScale);
     for (size_t i : local_)
@@ -84,12 +135,14 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   // shards cut the buffer (per-bucket shards or one range).
   ExactSquareSum squares(parameters_.floatType() == DType::F64);
   for (const DataParallelBuffer::Piece &piece : buffer_.pieces())
-    if (countsInNorm(parameters_.info(piece.parameter), rank_.coordinates(),
+    if (!parameters_.info(piece.parameter).isExpertBias() &&
+        countsInNorm(parameters_.info(piece.parameter), rank_.coordinates(),
                      buffer_.gridAxes()))
       squares.addSquares(g + piece.shardOffset, piece.count);
   // A parameter outside the buffer counts on one of its replicas.
   for (size_t i : local_)
-    if (countsInNorm(parameters_.info(i), rank_.coordinates(), {}))
+    if (!parameters_.info(i).isExpertBias() &&
+        countsInNorm(parameters_.info(i), rank_.coordinates(), {}))
       squares.addSquares(parameters_.gradient(i).data<T>(),
                          parameters_.gradient(i).numElements());
   std::string label = "gradient norm of iteration " + std::to_string(iteration);
@@ -108,6 +161,8 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   host::AdamWParams adam = adamParams(config_, iteration);
   result.learningRate = adam.lr;
   for (const DataParallelBuffer::Piece &piece : buffer_.pieces()) {
+    if (parameters_.info(piece.parameter).isExpertBias())
+      continue;
     adam.weightDecay =
         parameters_.info(piece.parameter).weightDecay ? config_.weightDecay : 0;
     T *value = parameters_.value(piece.parameter).data<T>();
@@ -118,6 +173,8 @@ OptimizerStepResult DistributedOptimizer::stepTyped(int64_t iteration,
   }
   for (size_t k = 0; k < local_.size(); ++k) {
     size_t i = local_[k];
+    if (parameters_.info(i).isExpertBias())
+      continue;
     adam.weightDecay =
         parameters_.info(i).weightDecay ? config_.weightDecay : 0;
     host::Tensor &value = parameters_.value(i);

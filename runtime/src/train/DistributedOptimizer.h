@@ -78,6 +78,10 @@ public:
 private:
   template <typename T>
   OptimizerStepResult stepTyped(int64_t, double, bool deferGather);
+  /// The expert biases' update (updateExpertBias) on this rank's pieces,
+  /// from each bias's count summed over the world, before the step scales
+  /// the shard; the gather after AdamW brings the other ranks' pieces.
+  template <typename T> void updateExpertBiases(int64_t iteration);
 
   host::ParameterStore &parameters_;
   DataParallelBuffer &buffer_;

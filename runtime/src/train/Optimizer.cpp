@@ -105,15 +105,34 @@ bool Optimizer::unscaleAndCheckFinite(double factor, int64_t iteration) {
 template <typename T>
 OptimizerStepResult Optimizer::stepTyped(int64_t iteration, double gradScale) {
   size_t count = parameters_.size();
+  // Expert biases move by their whole counts (the gradient reduction has
+  // summed them), before anything scales them; the rest skips them.
+  auto expertBias = [&](size_t i) {
+    return parameters_.info(i).isExpertBias();
+  };
+  for (size_t i = 0; i < count; ++i) {
+    if (!expertBias(i) || !parameters_.holds(i))
+      continue;
+    host::Tensor &p = parameters_.value(i);
+    const T *counts = parameters_.gradient(i).data<T>();
+    int64_t n = p.numElements();
+    double total = 0;
+    for (int64_t e = 0; e < n; ++e)
+      total += static_cast<double>(counts[e]);
+    updateExpertBias<T>(p.data<T>(), counts, n, expertLoadMean<T>(total, n),
+                        parameters_.info(i).expertBiasUpdateRate);
+  }
   if (gradScale != 1.0)
     for (size_t i = 0; i < count; ++i) {
       host::Tensor &g = parameters_.gradient(i);
-      host::scaleInPlace<T>(pool_, g.numElements(), g.data<T>(), gradScale);
+      if (!expertBias(i))
+        host::scaleInPlace<T>(pool_, g.numElements(), g.data<T>(), gradScale);
     }
   std::vector<double> squares(count, 0.0);
   for (size_t i = 0; i < count; ++i) {
     const host::Tensor &g = parameters_.gradient(i);
-    squares[i] = host::sumOfSquares<T>(pool_, g.numElements(), g.data<T>());
+    if (!expertBias(i))
+      squares[i] = host::sumOfSquares<T>(pool_, g.numElements(), g.data<T>());
   }
   if (rank_) {
     for (size_t i = 0; i < count; ++i)
@@ -135,11 +154,14 @@ OptimizerStepResult Optimizer::stepTyped(int64_t iteration, double gradScale) {
   if (coefficient < 1.0)
     for (size_t i = 0; i < count; ++i) {
       host::Tensor &g = parameters_.gradient(i);
-      host::scaleInPlace<T>(pool_, g.numElements(), g.data<T>(), coefficient);
+      if (!expertBias(i))
+        host::scaleInPlace<T>(pool_, g.numElements(), g.data<T>(), coefficient);
     }
   host::AdamWParams adam = adamParams(config_, iteration);
   result.learningRate = adam.lr;
   for (size_t i = 0; i < count; ++i) {
+    if (expertBias(i))
+      continue;
     adam.weightDecay =
         parameters_.info(i).weightDecay ? config_.weightDecay : 0;
     host::Tensor &p = parameters_.value(i);

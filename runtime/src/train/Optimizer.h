@@ -58,6 +58,26 @@ bool foundOnAnyRank(bool found, comm::RankContext *rank, int64_t iteration);
 /// The factor Megatron-LM's clip_grad_norm scales the gradients by: clipGrad
 /// / (norm + 1e-6) when clipping is on and that is below 1, else 1.
 double clipCoefficient(const OptimizerConfig &config, double gradNorm);
+/// Aux-loss-free balancing's update of an expert bias (Parameter::
+/// isExpertBias, Megatron-LM's get_updated_expert_bias): `bias[e] += rate *
+/// sign(mean - counts[e])` for `n` entries, in T (f32 as Megatron-LM's),
+/// where `mean` is the mean of all the bias's counts (expertLoadMean when
+/// they are whole here).
+template <typename T>
+void updateExpertBias(T *bias, const T *counts, int64_t n, T mean,
+                      double rate) {
+  const T step = static_cast<T>(rate);
+  for (int64_t e = 0; e < n; ++e) {
+    T offset = mean - counts[e];
+    bias[e] += offset > 0 ? step : offset < 0 ? -step : T(0);
+  }
+}
+/// The mean of `n` token counts whose sum is `total`, in T (exact sums:
+/// the counts are integers).
+template <typename T> T expertLoadMean(double total, int64_t n) {
+  return static_cast<T>(total) / static_cast<T>(n);
+}
+
 /// AdamW's hyperparameters for `iteration` (counting from 1), without the
 /// per-parameter weight decay.
 host::AdamWParams adamParams(const OptimizerConfig &config, int64_t iteration);

@@ -459,6 +459,10 @@ WeightsPlan planWeights(const SafetensorsFile &file, const Bundle &bundle) {
     if (source[i])
       continue;
     const std::vector<ExpertCopy> &copies = expertCopies[i];
+    if (copies.empty() && parameters[i].isExpertBias()) {
+      ++report.expertBiasesKept;
+      continue;
+    }
     bool whole = std::any_of(copies.begin(), copies.end(),
                              [](const ExpertCopy &c) { return c.expert < 0; });
     if (copies.empty() ||
@@ -520,7 +524,7 @@ WeightsPlan planWeights(const SafetensorsFile &file, const Bundle &bundle) {
       }
   }
 
-  report.parameters = parameters.size();
+  report.parameters = parameters.size() - report.expertBiasesKept;
   return plan;
 }
 
@@ -558,6 +562,8 @@ void writeParameter(const WeightsPlan &plan, const SafetensorsFile &file,
       return;
     }
   }
+  if (!source[i]) // an expert bias the file does not hold keeps its values
+    return;
   file.convert(*source[i], whole);
   if (isFusedQkv(parameters[i].name))
     permuteColumns(whole, count,

@@ -25,7 +25,8 @@ namespace mtrt::train {
 
 /// What loadWeights did.
 struct WeightsLoadReport {
-  /// Parameters overwritten from the file: all of the bundle's.
+  /// Parameters overwritten from the file: all of the bundle's but the
+  /// expert biases it does not hold.
   size_t parameters = 0;
   /// Of those, the vocabulary tables (embedding, untied lm_head) whose file
   /// tensor had fewer rows than the bundle's padded vocabulary; their
@@ -34,6 +35,10 @@ struct WeightsLoadReport {
   /// Tensors of the file that are not parameters and were accepted:
   /// Hugging Face's non-parameter buffers and a tied lm_head.weight.
   size_t ignored = 0;
+  /// Expert biases (Parameter::isExpertBias) the file does not hold, as a
+  /// model trained without aux-loss-free balancing has none: they keep
+  /// their values (zeros at the start, Megatron-LM's).
+  size_t expertBiasesKept = 0;
 };
 
 /// Whether parameter `name` is a table with one row per vocabulary entry,

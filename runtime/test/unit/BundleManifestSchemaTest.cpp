@@ -30,7 +30,9 @@
 //     predict, the MoE ops and all_to_all)
 //   moe-ep.json: models/tiny-moe.yaml --num-layers 1 --data-parallel-size 2
 //     --expert-model-parallel-size 2 --seq-length 32 --micro-batch-size 1
-//     --global-batch-size 4 (train_step's output_names)
+//     --global-batch-size 4 --moe-router-score-function sigmoid
+//     --moe-router-enable-expert-bias (train_step's output_names, an expert
+//     bias)
 // Together they hold every key of the schema but the attributes that these
 // models' ops lack (their types are checked against the op table instead).
 #include "BundleTestBuilder.h"

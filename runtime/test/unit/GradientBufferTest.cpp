@@ -237,4 +237,96 @@ TEST(GradientBufferTest, DistributedOptimizerEqualsTheReplicatedOne) {
   }
 }
 
+// Grid [2, 1]; w [2, 6] and an expert bias b [8] (rate 0.05), whole on
+// every rank, in a buffer of 32: w at 0..11, b at 12..19, so that the
+// distributed optimizer's shards of 16 cut b in two.
+Json expertBiasManifest(bool distributed) {
+  Json m = bufferManifest(distributed);
+  Json bias = parameterJson("b", {8}, "zeros", 0, /*weightDecay=*/false);
+  bias["expert_bias_update_rate"] = 0.05;
+  m["parameters"] = {parameterJson("w", {2, 6}), bias};
+  m["version"] = 12;
+  m["gradient_buffer"]["parameters"] = {0, 1};
+  m["gradient_buffer"]["offsets"] = {0, 12};
+  return m;
+}
+
+/// Rank r's tokens per expert e of the bias: integers.
+float countOf(int rank, int64_t e) {
+  return static_cast<float>((rank + 1) * ((e * 3) % 5));
+}
+
+TEST(GradientBufferTest, ExpertBiasMovesBySignOfItsLoadAgainstTheMean) {
+  train::OptimizerConfig config;
+  config.schedule.maxLr = 0.1;
+  config.schedule.decayIters = 10;
+  config.clipGrad = 1.0;
+  config.weightDecay = 0.1;
+  for (bool distributed : {false, true}) {
+    SCOPED_TRACE(distributed ? "distributed" : "replicated");
+    Bundle bundle =
+        Bundle::parseManifest("b.mtb", expertBiasManifest(distributed).dump());
+    ASSERT_TRUE(bundle.parameters()[1].isExpertBias());
+    comm::InProcessWorld world(2);
+    std::vector<std::vector<float>> bias(2), weight(2);
+    std::vector<double> norms(2);
+    std::mutex mutex;
+    auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
+      comm::RankContext rank(c, bundle.gridShape());
+      rank.prepare(bundle);
+      host::ThreadPool pool(1);
+      host::ParameterStore store(bundle, DType::F32, rank.coordinates(),
+                                 !distributed);
+      store.initialize(pool, 7);
+      for (int64_t i = 0; i < 12; ++i)
+        store.gradient(0).data<float>()[i] = gradientOf(c.rank(), 0, i);
+      for (int64_t e = 0; e < 8; ++e)
+        store.gradient(1).data<float>()[e] = countOf(c.rank(), e);
+      train::DataParallelBuffer buffer(bundle, store, pool, rank);
+      buffer.reduceGradients();
+      double norm;
+      if (distributed) {
+        train::DistributedOptimizer optimizer(store, buffer, pool, config,
+                                              rank);
+        norm = optimizer.step(1, 0.5).gradNorm;
+      } else {
+        train::Optimizer optimizer(store, pool, config, &rank);
+        norm = optimizer.step(1, 0.5).gradNorm;
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      norms[c.rank()] = norm;
+      bias[c.rank()].assign(store.value(1).data<float>(),
+                            store.value(1).data<float>() + 8);
+      weight[c.rank()].assign(store.value(0).data<float>(),
+                              store.value(0).data<float>() + 12);
+    });
+    for (auto &error : errors)
+      if (error)
+        ADD_FAILURE() << world.abortReason();
+    // The counts summed over the ranks: 3 x (0, 3, 1, 4, 2, 0, 3, 1), mean
+    // 5.25: the bias rises by the rate below the mean and falls above it.
+    // Neither the gradient scale, clipping nor weight decay touch it.
+    double mean = 0;
+    for (int64_t e = 0; e < 8; ++e)
+      mean += (countOf(0, e) + countOf(1, e)) / 8.0;
+    EXPECT_EQ(mean, 5.25);
+    for (int k = 0; k < 2; ++k)
+      for (int64_t e = 0; e < 8; ++e) {
+        float load = countOf(0, e) + countOf(1, e);
+        EXPECT_EQ(bias[k][e], load < mean ? 0.05f : -0.05f)
+            << "rank " << k << ", expert " << e;
+      }
+    // The norm is w's alone: 0.5 (g0 + g1) squared and summed.
+    double squares = 0;
+    for (int64_t i = 0; i < 12; ++i) {
+      double g = 0.5 * (gradientOf(0, 0, i) + gradientOf(1, 0, i));
+      squares += g * g;
+    }
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_NEAR(norms[k], std::sqrt(squares), 1e-6 * std::sqrt(squares));
+      EXPECT_EQ(weight[k], weight[0]);
+    }
+  }
+}
+
 } // namespace

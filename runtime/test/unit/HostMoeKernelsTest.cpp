@@ -103,6 +103,44 @@ TEST(HostMoeKernelsTest, GroupedLinearIsEachRowsExpertsLinearLayer) {
       }
 }
 
+TEST(HostMoeKernelsTest, ExpertBiasSelectsButDoesNotWeigh) {
+  // 2 tokens, 4 experts, sigmoid top-2 normalized. Without a bias token 0
+  // takes experts 0 and 1; a bias of 0.5 on expert 3 makes it take 0 and
+  // 3, weighted by their sigmoids alone; moving the bias without changing
+  // the choice changes nothing, and its VJP is the unbiased one's.
+  std::vector<double> logits = {2, 1, 0, -1, 0, 0.5, 1, 1.5};
+  MoeRouter router;
+  router.tokens = 2;
+  router.experts = 4;
+  router.topk = 2;
+  router.sigmoid = true;
+  router.normalize = true;
+  std::vector<double> bias = {0, 0, 0, 0.5};
+  router.expertBias = bias.data();
+  std::vector<double> probs(4), probs2(4);
+  std::vector<int32_t> indices(4), indices2(4);
+  moeRouteForward<double>(pool(), router, logits.data(), probs.data(),
+                          indices.data());
+  EXPECT_EQ(indices, (std::vector<int32_t>{0, 3, 3, 2}));
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  EXPECT_NEAR(probs[0], sig(2) / (sig(-1) + sig(2)), 1e-15);
+  EXPECT_NEAR(probs[1], sig(-1) / (sig(-1) + sig(2)), 1e-15);
+  bias[3] = 0.6;
+  bias[1] = -0.01;
+  moeRouteForward<double>(pool(), router, logits.data(), probs2.data(),
+                          indices2.data());
+  EXPECT_EQ(indices2, indices);
+  EXPECT_EQ(probs2, probs);
+  std::vector<double> dprobs = {1, -2, 0.5, 3}, dlogits(8), dlogits2(8);
+  moeRouteBackward<double>(pool(), router, logits.data(), indices.data(),
+                           dprobs.data(), dlogits.data());
+  bias[3] = 0.5;
+  moeRouteBackward<double>(pool(), router, logits.data(), indices.data(),
+                           dprobs.data(), dlogits2.data());
+  EXPECT_EQ(dlogits, dlogits2);
+  EXPECT_EQ(dlogits[1], 0.0); // expert 1: not chosen with the bias
+}
+
 TEST(HostMoeKernelsTest, CapacityKeepsTheHighestWeightsOrTheFirstTokens) {
   // 4 tokens, 2 experts, top-1: every token prefers expert 0, with softmax
   // weights rising with the token; capacity ceil(4 / 2 * 0.5) = 1.

@@ -18,6 +18,16 @@ mt.parameter @w : tensor<4x4xf32> init = normal std = -1.0
 
 // -----
 
+// expected-error @+1 {{'mt.parameter' op expert_bias_update_rate must be a finite number > 0, got 0.000000e+00}}
+mt.parameter @b : tensor<4xf32> init = zeros expert_bias_update_rate = 0.0
+
+// -----
+
+// expected-error @+1 {{'mt.parameter' op an expert bias (expert_bias_update_rate) is one value per expert, got 'tensor<4x4xf32>'}}
+mt.parameter @b : tensor<4x4xf32> init = zeros expert_bias_update_rate = 1.0e-03
+
+// -----
+
 // expected-error @+1 {{'mt.parameter' op attribute 'type' failed to satisfy constraint: type attribute of statically shaped tensor of 16-bit float or bfloat16 type or 32-bit float or 64-bit float values}}
 mt.parameter @w : tensor<?x4xf32> init = zeros
 

@@ -191,3 +191,35 @@ func.func @loss_grad_not_scalar(%d: tensor<1xf32>, %l: tensor<6x4xf32>) {
   %g = mt.moe_z_loss_grad %d, %l coeff = 1.0 : (tensor<1xf32>, tensor<6x4xf32>) -> tensor<6x4xf32>
   return
 }
+
+// -----
+
+func.func @expert_bias_not_per_expert(%l: tensor<6x4xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{'mt.moe_route' op expert_bias must be tensor<4xf32> (one f32 per expert), got 'tensor<3xf32>'}}
+  %p, %i = mt.moe_route %l bias %b topk = 2 score = sigmoid normalize : (tensor<6x4xf32>, tensor<3xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  return
+}
+
+// -----
+
+func.func @expert_bias_with_softmax(%dp: tensor<6x2xf32>, %l: tensor<6x4xf32>, %i: tensor<6x2xi32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{'mt.moe_route_grad' op expert_bias applies to sigmoid scores only (Megatron-LM's aux-loss-free balancing), not softmax}}
+  %r = mt.moe_route_grad %dp, %l, %i bias %b topk = 2 score = softmax normalize : (tensor<6x2xf32>, tensor<6x4xf32>, tensor<6x2xi32>, tensor<4xf32>) -> tensor<6x4xf32>
+  return
+}
+
+// -----
+
+func.func @load_of_3d_indices(%i: tensor<2x3x2xi32>) {
+  // expected-error @+1 {{'mt.moe_tokens_per_expert' op routing indices must be rank 2 (tokens x topk), got 'tensor<2x3x2xi32>'}}
+  %c = mt.moe_tokens_per_expert %i : (tensor<2x3x2xi32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @load_not_per_expert(%i: tensor<6x2xi32>) {
+  // expected-error @+1 {{'mt.moe_tokens_per_expert' op result must be rank 1 (one count per expert), got 'tensor<4x1xf32>'}}
+  %c = mt.moe_tokens_per_expert %i : (tensor<6x2xi32>) -> tensor<4x1xf32>
+  return
+}

@@ -5,13 +5,19 @@
 // experts, top-2, hidden 8, expert width 12.
 
 // CHECK-LABEL: func.func @router
-func.func @router(%logits: tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>, tensor<f32>, tensor<f32>) {
+func.func @router(%logits: tensor<6x4xf32>, %bias: tensor<4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>, tensor<f32>, tensor<f32>) {
   // CHECK: %{{.+}}, %{{.+}} = mt.moe_route %{{.+}} topk = 2 score = softmax normalize : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   %p, %i = mt.moe_route %logits topk = 2 score = softmax normalize : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   // CHECK: mt.moe_route %{{.+}} topk = 2 score = sigmoid capacity_factor = 1.250000e+00 drop_policy = position : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   %dp, %di = mt.moe_route %logits topk = 2 score = sigmoid capacity_factor = 1.25 drop_policy = position : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   // CHECK: mt.moe_route %{{.+}} topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 capacity_factor = 1.000000e+00 drop_policy = probs : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
   %gp, %gi = mt.moe_route %logits topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 capacity_factor = 1.0 drop_policy = probs : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  // CHECK: mt.moe_route %{{.+}} bias %{{.+}} topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 : (tensor<6x4xf32>, tensor<4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  %bp, %bi = mt.moe_route %logits bias %bias topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 : (tensor<6x4xf32>, tensor<4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  // CHECK: mt.moe_route_grad %{{.+}}, %{{.+}}, %{{.+}} bias %{{.+}} topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 : (tensor<6x2xf32>, tensor<6x4xf32>, tensor<6x2xi32>, tensor<4xf32>) -> tensor<6x4xf32>
+  %bg = mt.moe_route_grad %bp, %logits, %bi bias %bias topk = 2 score = sigmoid normalize groups = 2 group_topk = 1 : (tensor<6x2xf32>, tensor<6x4xf32>, tensor<6x2xi32>, tensor<4xf32>) -> tensor<6x4xf32>
+  // CHECK: mt.moe_tokens_per_expert %{{.+}} : (tensor<6x2xi32>) -> tensor<4xf32>
+  %load = mt.moe_tokens_per_expert %bi : (tensor<6x2xi32>) -> tensor<4xf32>
   // CHECK: mt.moe_aux_loss %{{.+}} topk = 2 score = softmax coeff = 1.000000e-02 : (tensor<6x4xf32>) -> tensor<f32>
   %aux = mt.moe_aux_loss %logits topk = 2 score = softmax coeff = 0.01 : (tensor<6x4xf32>) -> tensor<f32>
   // CHECK: mt.moe_aux_loss %{{.+}} topk = 2 score = softmax coeff = 1.000000e-02 per_sequence = 3 : (tensor<6x4xf32>) -> tensor<f32>

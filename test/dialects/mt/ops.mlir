@@ -10,6 +10,8 @@ mt.parameter @transformer.wte.weight : tensor<64x16xf32> init = normal std = 2.0
 mt.parameter @transformer.ln_f.weight : tensor<16xf32> init = ones
 // CHECK: mt.parameter @transformer.ln_f.bias : tensor<16xf32> init = zeros
 mt.parameter @transformer.ln_f.bias : tensor<16xf32> init = zeros
+// CHECK: mt.parameter @model.layers.0.mlp.gate.e_score_correction_bias : tensor<8xf32> init = zeros expert_bias_update_rate = 1.000000e-03
+mt.parameter @model.layers.0.mlp.gate.e_score_correction_bias : tensor<8xf32> init = zeros expert_bias_update_rate = 1.0e-03
 
 // CHECK-LABEL: func.func @get_parameter
 func.func @get_parameter() -> tensor<64x16xf32> {

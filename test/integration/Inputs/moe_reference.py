@@ -10,12 +10,15 @@ logits [T, E], then mt.moe_route's weights and indices, then
 mt.moe_aux_loss and mt.moe_z_loss. MODE is
 score,normalize,topk,capacity_factor,drop_policy,aux_coeff,z_coeff
 (capacity_factor 0: dropless), optionally followed by ,groups=G:K
-(group-limited routing: G groups, the top-k within the best K) and ,seq=S
-(the sequence-level aux loss over sequences of S consecutive tokens).
+(group-limited routing: G groups, the top-k within the best K), ,seq=S
+(the sequence-level aux loss over sequences of S consecutive tokens) and
+,bias=1 (aux-loss-free balancing: the function also returns the expert
+bias [E] that the top-k adds to the sigmoids, then mt.moe_tokens_per_expert
+of the indices, which must be each expert's kept slots).
 Recomputes everything in pure Python from the printed logits and exits 1
 unless the indices are equal and the weights and losses agree to 1e-12
-relative. With groups it also counts the tokens whose experts differ from
-the plain top-k's (the case tests nothing when none do).
+relative. With groups or a bias it also counts the tokens whose experts
+differ from the plain top-k's (the case tests nothing when none do).
 """
 import math
 import sys
@@ -66,12 +69,18 @@ def group_limited_topk(scores, k, groups, group_topk):
 
 
 def route(logits, score, normalize, k, capacity_factor, policy, groups=0,
-          group_topk=0):
+          group_topk=0, bias=None):
     """Megatron-LM's topk_softmax_with_capacity, for one layout of ties."""
     tokens, experts = len(logits), len(logits[0])
     probs, indices = [], []
     for row in logits:
-        if groups:
+        if bias:
+            # scores_for_routing: the sigmoids plus the expert bias, for the
+            # top-k (and the groups' scores) only.
+            scores = [sigmoid(v) + b for v, b in zip(row, bias)]
+            chosen = (group_limited_topk(scores, k, groups, group_topk)
+                      if groups else topk(scores, k))
+        elif groups:
             # The scores the top-k is taken over: the logits where the
             # weights are the softmax over the chosen, else the softmax over
             # all experts (pre-softmax) or the sigmoids.
@@ -171,14 +180,18 @@ def main():
     options = dict(f.split("=", 1) for f in fields[7:])
     groups, group_topk = (int(v) for v in options.get("groups", "0:0").split(":"))
     seq = int(options.get("seq", "0"))
+    has_bias = options.get("bias", "0") == "1"
     normalize, k = normalize == "1", int(k)
     factor, aux_coeff, z_coeff = float(factor), float(aux_coeff), float(z_coeff)
-    logits_out, probs_out, indices_out, aux_out, z_out = read_outputs(path)
+    outputs = read_outputs(path)
+    logits_out, probs_out, indices_out, aux_out, z_out = outputs[:5]
+    bias = outputs[5]["values"] if has_bias else None
+    counts = outputs[6]["values"] if has_bias else None
     tokens, experts = logits_out["shape"]
     flat = logits_out["values"]
     logits = [flat[t * experts:(t + 1) * experts] for t in range(tokens)]
     probs, indices = route(logits, score, normalize, k, factor, policy,
-                           groups, group_topk)
+                           groups, group_topk, bias)
     ok = True
     got_indices = [int(v) for v in indices_out["values"]]
     want_indices = [j for row in indices for j in row]
@@ -187,6 +200,12 @@ def main():
         print("indices differ: mtrt-run %s, reference %s"
               % (got_indices, want_indices))
         ok = False
+    if counts is not None:
+        want_counts = [float(want_indices.count(e)) for e in range(experts)]
+        if counts != want_counts:
+            print("tokens per expert differ: mtrt-run %s, reference %s"
+                  % (counts, want_counts))
+            ok = False
     want_probs = [p for row in probs for p in row]
     worst = max(abs(a - b) for a, b in zip(probs_out["values"], want_probs))
     if not all(close(a, b) for a, b in zip(probs_out["values"], want_probs)):
@@ -196,7 +215,7 @@ def main():
     z = z_loss(logits, z_coeff)
     ok &= close(aux_out["values"][0], aux) and close(z_out["values"][0], z)
     limited = ""
-    if groups:
+    if groups or bias:
         plain = route(logits, score, normalize, k, factor, policy)[1]
         moved = sum(a != b for a, b in zip(indices, plain))
         limited = ", %d tokens routed unlike the plain top-k" % moved

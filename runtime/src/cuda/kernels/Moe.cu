@@ -23,22 +23,34 @@ __device__ double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 size_t pieceBytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-/// A token's top-k experts, highest logit first, ties to the lower expert;
-/// with a group size, only the experts of the groups set in `kept`.
-__device__ void topExperts(const float *row, int64_t experts, int64_t topk,
-                           int32_t *chosen, int64_t groupSize = 0,
-                           uint64_t kept = 0) {
+/// A token's top-k experts, highest key(j) first, ties to the lower
+/// expert; with a group size, only the experts of the groups set in `kept`.
+template <typename Key>
+__device__ void topExpertsBy(Key key, int64_t experts, int64_t topk,
+                             int32_t *chosen, int64_t groupSize = 0,
+                             uint64_t kept = 0) {
   for (int64_t i = 0; i < topk; ++i) {
     int32_t best = -1;
+    double bestKey = 0;
     for (int64_t j = 0; j < experts; ++j) {
       bool taken = groupSize > 0 && !((kept >> (j / groupSize)) & 1u);
       for (int64_t c = 0; c < i; ++c)
         taken = taken || chosen[c] == j;
-      if (!taken && (best < 0 || row[j] > row[best]))
+      double v = key(j);
+      if (!taken && (best < 0 || v > bestKey)) {
         best = static_cast<int32_t>(j);
+        bestKey = v;
+      }
     }
     chosen[i] = best;
   }
+}
+
+/// A token's top-k experts by logit.
+__device__ void topExperts(const float *row, int64_t experts, int64_t topk,
+                           int32_t *chosen) {
+  topExpertsBy([&](int64_t j) { return static_cast<double>(row[j]); }, experts,
+               topk, chosen);
 }
 
 /// max and the sum of exp(x - max) over a row, in double, in order.
@@ -55,11 +67,17 @@ __device__ void softmaxStats(const float *row, int64_t n, double &max,
 /// A token's routed experts (host routedExperts): the top-k, or with
 /// group-limited routing the top-k within its groupTopk best groups (as
 /// bits; ties: the lower group), a group scored by the sum of its
-/// topk / groupTopk highest scores, highest first.
+/// topk / groupTopk highest scores, highest first. With an expert bias
+/// (`bias`, [experts], or null) both take each sigmoid plus its expert's
+/// bias.
 __device__ void routedExperts(const MoeRouter &r, const float *row,
-                              int32_t *chosen) {
+                              const float *bias, int32_t *chosen) {
+  auto key = [&](int64_t j) {
+    double x = row[j];
+    return bias ? sigmoid(x) + static_cast<double>(bias[j]) : x;
+  };
   if (r.groupTopk == 0) {
-    topExperts(row, r.experts, r.topk, chosen);
+    topExpertsBy(key, r.experts, r.topk, chosen);
     return;
   }
   const int64_t size = r.experts / r.numGroups, best = r.topk / r.groupTopk;
@@ -68,7 +86,10 @@ __device__ void routedExperts(const MoeRouter &r, const float *row,
     softmaxStats(row, r.experts, max, sum);
   auto score = [&](int64_t j) {
     double x = row[j];
-    return r.sigmoid ? sigmoid(x) : r.normalize ? x : exp(x - max) / sum;
+    return bias          ? key(j)
+           : r.sigmoid   ? sigmoid(x)
+           : r.normalize ? x
+                         : exp(x - max) / sum;
   };
   double groupScores[kMoeMaxGroups];
   for (int64_t g = 0; g < r.numGroups; ++g) {
@@ -101,7 +122,7 @@ __device__ void routedExperts(const MoeRouter &r, const float *row,
         top = g;
     kept |= uint64_t(1) << top;
   }
-  topExperts(row, r.experts, r.topk, chosen, size, kept);
+  topExpertsBy(key, r.experts, r.topk, chosen, size, kept);
 }
 
 /// The chosen experts' weights before dropping (host routeWeights).
@@ -191,12 +212,13 @@ __global__ void layoutKernel(int64_t slots, int experts, const int32_t *indices,
 }
 
 __global__ void routeForwardKernel(MoeRouter r, const float *logits,
-                                   float *probs, int32_t *indices) {
+                                   const float *bias, float *probs,
+                                   int32_t *indices) {
   int32_t chosen[kMoeMaxTopk];
   double weights[kMoeMaxTopk];
   MTRT_GRID_STRIDE(t, r.tokens) {
     const float *row = logits + t * r.experts;
-    routedExperts(r, row, chosen);
+    routedExperts(r, row, bias, chosen);
     routeWeights(r, row, chosen, weights);
     for (int64_t i = 0; i < r.topk; ++i) {
       indices[t * r.topk + i] = chosen[i];
@@ -239,15 +261,15 @@ __global__ void applyDropsKernel(int64_t slots, const int32_t *dropped,
 }
 
 __global__ void routeBackwardKernel(MoeRouter r, const float *logits,
-                                    const int32_t *indices, const float *dprobs,
-                                    float *dlogits) {
+                                    const float *bias, const int32_t *indices,
+                                    const float *dprobs, float *dlogits) {
   int32_t chosen[kMoeMaxTopk];
   double weights[kMoeMaxTopk], g[kMoeMaxTopk];
   const int64_t k = r.topk, e = r.experts;
   MTRT_GRID_STRIDE(t, r.tokens) {
     const float *row = logits + t * e;
     float *drow = dlogits + t * e;
-    routedExperts(r, row, chosen);
+    routedExperts(r, row, bias, chosen);
     routeWeights(r, row, chosen, weights);
     for (int64_t i = 0; i < k; ++i)
       g[i] = indices[t * k + i] >= 0 ? static_cast<double>(dprobs[t * k + i])
@@ -290,6 +312,19 @@ __global__ void routeBackwardKernel(MoeRouter r, const float *logits,
         drow[j] = static_cast<float>(score * (up - dot));
       }
     }
+  }
+}
+
+__global__ void zeroFloatsKernel(int64_t n, float *x) {
+  MTRT_GRID_STRIDE(i, n) { x[i] = 0.0f; }
+}
+
+__global__ void tokensPerExpertKernel(int64_t slots, int64_t experts,
+                                      const int32_t *indices, float *counts) {
+  MTRT_GRID_STRIDE(s, slots) {
+    int32_t e = indices[s];
+    if (e >= 0 && e < experts)
+      atomicAdd(counts + e, 1.0f);
   }
 }
 
@@ -635,10 +670,10 @@ size_t moeAuxLossScratchBytes(const MoeRouter &r) {
 }
 
 void moeRouteForward(cudaStream_t stream, const MoeRouter &r,
-                     const float *logits, float *probs, int32_t *indices,
-                     void *scratch) {
+                     const float *logits, const float *expertBias, float *probs,
+                     int32_t *indices, void *scratch) {
   routeForwardKernel<<<blocksFor(r.tokens, 128), 128, 0, stream>>>(
-      r, logits, probs, indices);
+      r, logits, expertBias, probs, indices);
   if (!(r.capacityFactor > 0))
     return;
   const int64_t slots = r.tokens * r.topk;
@@ -660,10 +695,20 @@ void moeRouteForward(cudaStream_t stream, const MoeRouter &r,
 }
 
 void moeRouteBackward(cudaStream_t stream, const MoeRouter &r,
-                      const float *logits, const int32_t *indices,
-                      const float *dprobs, float *dlogits) {
+                      const float *logits, const float *expertBias,
+                      const int32_t *indices, const float *dprobs,
+                      float *dlogits) {
   routeBackwardKernel<<<blocksFor(r.tokens, 128), 128, 0, stream>>>(
-      r, logits, indices, dprobs, dlogits);
+      r, logits, expertBias, indices, dprobs, dlogits);
+}
+
+void moeTokensPerExpert(cudaStream_t stream, int64_t slots, int64_t experts,
+                        const int32_t *indices, float *counts) {
+  zeroFloatsKernel<<<blocksFor(experts, kThreads), kThreads, 0, stream>>>(
+      experts, counts);
+  if (slots > 0)
+    tokensPerExpertKernel<<<blocksFor(slots, kThreads), kThreads, 0, stream>>>(
+        slots, experts, indices, counts);
 }
 
 void moeAuxLossForward(cudaStream_t stream, const MoeRouter &r, double coeff,

@@ -35,13 +35,16 @@ size_t moeRouteScratchBytes(const MoeRouter &router);
 size_t moeAuxLossScratchBytes(const MoeRouter &router);
 
 /// host::moeRouteForward: probs and indices [tokens, topk]; the weights in
-/// double as the host's.
+/// double as the host's. `expertBias` is the device's [experts] f32 bias
+/// of aux-loss-free balancing, or null (router.expertBias, the host's, is
+/// not read).
 void moeRouteForward(cudaStream_t stream, const MoeRouter &router,
-                     const float *logits, float *probs, int32_t *indices,
-                     void *scratch);
+                     const float *logits, const float *expertBias, float *probs,
+                     int32_t *indices, void *scratch);
 void moeRouteBackward(cudaStream_t stream, const MoeRouter &router,
-                      const float *logits, const int32_t *indices,
-                      const float *dprobs, float *dlogits);
+                      const float *logits, const float *expertBias,
+                      const int32_t *indices, const float *dprobs,
+                      float *dlogits);
 /// host::moeAuxLossForward and Backward; the sums in double, each of a
 /// fixed shape (the same bits on every run).
 void moeAuxLossForward(cudaStream_t stream, const MoeRouter &router,
@@ -50,6 +53,11 @@ void moeAuxLossForward(cudaStream_t stream, const MoeRouter &router,
 void moeAuxLossBackward(cudaStream_t stream, const MoeRouter &router,
                         double coeff, const float *logits, const float *dloss,
                         float *dlogits, void *scratch);
+/// counts[e] (f32, `experts` entries): the routing indices (`slots` of
+/// them) equal to e (mt.moe_tokens_per_expert; -1 and any index outside
+/// [0, experts) count for none). Exact: the counts are integers below 2^24.
+void moeTokensPerExpert(cudaStream_t stream, int64_t slots, int64_t experts,
+                        const int32_t *indices, float *counts);
 void moeZLossForward(cudaStream_t stream, int64_t tokens, int64_t experts,
                      double coeff, const float *logits, float *loss);
 void moeZLossBackward(cudaStream_t stream, int64_t tokens, int64_t experts,

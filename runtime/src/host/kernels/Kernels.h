@@ -667,11 +667,16 @@ struct MoeRouter {
   int64_t sequenceLength = 0;
   double capacityFactor = 0;
   bool dropByPosition = false;
+  /// The expert bias [experts] of aux-loss-free balancing (sigmoid scores),
+  /// or null: the top-k and the groups' scores take each sigmoid plus its
+  /// expert's bias; the weights do not.
+  const double *expertBias = nullptr;
 };
 
 /// probs [tokens, topk] and indices [tokens, topk] (mt.moe_route): each
 /// token's top-k experts by logit (ties: the lower expert; within its best
-/// groups under group-limited routing), their weights,
+/// groups under group-limited routing; by sigmoid plus bias with an expert
+/// bias), their weights,
 /// and -1 and 0 where capacity dropped a slot.
 template <typename T>
 void moeRouteForward(ThreadPool &pool, const MoeRouter &router,

@@ -56,10 +56,23 @@ void softmaxRow(const T *row, int64_t n, std::vector<double> &out) {
 /// of its groupTopk best groups (ties: the lower group), a group scored by
 /// the sum of its topk / groupTopk highest scores: the logits where the
 /// weights are the softmax over the chosen, else the softmax over all
-/// experts or the sigmoids.
+/// experts or the sigmoids. With an expert bias, both take each sigmoid
+/// plus its expert's bias instead (Megatron-LM's scores_for_routing).
 template <typename T>
 void routedExperts(const MoeRouter &r, const T *row,
                    std::vector<int32_t> &chosen, std::vector<double> &scores) {
+  if (r.expertBias) {
+    scores.resize(static_cast<size_t>(r.experts));
+    for (int64_t j = 0; j < r.experts; ++j)
+      scores[j] = sigmoid(static_cast<double>(row[j])) + r.expertBias[j];
+    MoeRouter unbiased = r;
+    unbiased.expertBias = nullptr;
+    unbiased.sigmoid = false;
+    unbiased.normalize = true; // group scores from `scores` as they are
+    std::vector<double> selection = scores;
+    routedExperts(unbiased, selection.data(), chosen, scores);
+    return;
+  }
   if (r.groupTopk == 0) {
     topExperts(row, r.experts, r.topk, chosen);
     return;
