@@ -696,6 +696,13 @@ void checkExpertNames(const Bundle &bundle, ExpertNames experts) {
       invalid("--save-weights-experts mixtral: '" + p.name +
               "' is a shared expert, which Mixtral does not have; save "
               "with --save-weights-experts qwen3-moe or bundle");
+    if (p.isExpertBias())
+      invalid(std::string("--save-weights-experts ") +
+              (experts == ExpertNames::Mixtral ? "mixtral" : "qwen3-moe") +
+              ": '" + p.name +
+              "' is an expert bias (aux-loss-free balancing), which that "
+              "model does not have; save with --save-weights-experts bundle "
+              "(DeepSeek-V3's names)");
   }
 }
 
