@@ -288,18 +288,9 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
   for (const train::BufferPiece &piece : shard.pieces) {
     if (parameters.info(piece.parameter).isExpertBias())
       continue; // updateExpertBiases moves it
-    int64_t bf16 = parameters.bf16Offset(piece.parameter);
-    for (int64_t at = 0; at < piece.count; at += kAdamWChunkElements) {
-      AdamWChunk chunk;
-      chunk.begin =
-          parameters.offset(piece.parameter) + piece.parameterOffset + at;
-      chunk.stateBegin = chunk.gradBegin = piece.shardOffset + at;
-      chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + piece.parameterOffset + at;
-      chunk.count = static_cast<int32_t>(
-          std::min<int64_t>(kAdamWChunkElements, piece.count - at));
-      chunk.weightDecay = parameters.info(piece.parameter).weightDecay ? 1 : 0;
-      chunks.push_back(chunk);
-    }
+    appendAdamWChunks(chunks, parameters, piece.parameter,
+                      piece.parameterOffset, piece.count, piece.shardOffset,
+                      piece.shardOffset);
   }
   chunkCount_ = static_cast<int64_t>(chunks.size());
   // The parameters outside the buffer: their own moments and chunks.
@@ -317,20 +308,10 @@ DistributedOptimizer::DistributedOptimizer(ParameterStore &parameters,
                                             : parameters.gradient(i);
   }
   for (size_t i : local_) {
-    int64_t count = parameters.count(i), bf16 = parameters.bf16Offset(i);
-    int64_t gradient = parameters.gradient(i) - localGradientBase_;
-    for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
-      AdamWChunk chunk;
-      chunk.begin = parameters.offset(i) + at;
-      chunk.stateBegin = localElements_ + at;
-      chunk.gradBegin = gradient + at;
-      chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + at;
-      chunk.count = static_cast<int32_t>(
-          std::min<int64_t>(kAdamWChunkElements, count - at));
-      chunk.weightDecay = parameters.info(i).weightDecay ? 1 : 0;
-      localChunks.push_back(chunk);
-    }
-    localElements_ += count;
+    appendAdamWChunks(localChunks, parameters, i, 0, parameters.count(i),
+                      localElements_,
+                      parameters.gradient(i) - localGradientBase_);
+    localElements_ += parameters.count(i);
   }
   localChunkCount_ = static_cast<int64_t>(localChunks.size());
   if (localElements_ > 0) {

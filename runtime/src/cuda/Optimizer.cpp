@@ -72,18 +72,9 @@ Optimizer::Optimizer(ParameterStore &parameters,
       expertBiases_.push_back(i);
       continue;
     }
-    int64_t count = parameters.count(i), bf16 = parameters.bf16Offset(i);
-    int64_t gradient = parameters.gradient(i) - gradientBase_;
-    for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
-      AdamWChunk chunk;
-      chunk.begin = chunk.stateBegin = parameters.offset(i) + at;
-      chunk.gradBegin = gradient + at;
-      chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + at;
-      chunk.count = static_cast<int32_t>(
-          std::min<int64_t>(kAdamWChunkElements, count - at));
-      chunk.weightDecay = parameters.info(i).weightDecay ? 1 : 0;
-      chunks.push_back(chunk);
-    }
+    appendAdamWChunks(chunks, parameters, i, 0, parameters.count(i),
+                      parameters.offset(i),
+                      parameters.gradient(i) - gradientBase_);
   }
   scratch_ = DeviceBuffer(
       normByChunks() ? sumOfSquaresOfChunksScratchBytes(
@@ -100,6 +91,24 @@ Optimizer::Optimizer(ParameterStore &parameters,
                                   cudaMemcpyHostToDevice, context.stream()),
                   "uploading the AdamW chunk table");
   context.synchronize("uploading the AdamW chunk table");
+}
+
+void appendAdamWChunks(std::vector<AdamWChunk> &chunks,
+                       const ParameterStore &parameters, size_t i,
+                       int64_t first, int64_t count, int64_t stateBegin,
+                       int64_t gradBegin) {
+  int64_t bf16 = parameters.bf16Offset(i);
+  for (int64_t at = 0; at < count; at += kAdamWChunkElements) {
+    AdamWChunk chunk;
+    chunk.begin = parameters.offset(i) + first + at;
+    chunk.stateBegin = stateBegin + at;
+    chunk.gradBegin = gradBegin + at;
+    chunk.bf16Begin = bf16 < 0 ? -1 : bf16 + first + at;
+    chunk.count = static_cast<int32_t>(
+        std::min<int64_t>(kAdamWChunkElements, count - at));
+    chunk.weightDecay = parameters.info(i).weightDecay ? 1 : 0;
+    chunks.push_back(chunk);
+  }
 }
 
 bool Optimizer::normByChunks() const {

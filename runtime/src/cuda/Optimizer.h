@@ -73,6 +73,15 @@ private:
   std::vector<size_t> expertBiases_;
 };
 
+/// Appends to `chunks` the multi-tensor AdamW's chunks of `count` elements
+/// of parameter i from element `first` of it: the values at the store's
+/// offset(i) + first, the moments at `stateBegin` and the gradient at
+/// `gradBegin` (counted from the tables' bases), the bf16 copy if any.
+void appendAdamWChunks(std::vector<AdamWChunk> &chunks,
+                       const ParameterStore &parameters, size_t i,
+                       int64_t first, int64_t count, int64_t stateBegin,
+                       int64_t gradBegin);
+
 /// train::updateExpertBias on the device store's parameters `biases` from
 /// their gradients (the tokens per expert, whole on this rank): both come
 /// to the host, the biases go back (with their bf16 copies), so that the

@@ -131,9 +131,11 @@ struct RankResult {
   double gradNorm = 0;
 };
 
-/// Runs one step on both ranks of `bundle` and returns what each held.
-std::vector<RankResult> stepTwoRanks(const Bundle &bundle,
-                                     const train::OptimizerConfig &config) {
+/// Runs one step on both ranks of `bundle` from the gradients `gradient`
+/// gives (rank, parameter, element) and returns what each held.
+std::vector<RankResult>
+stepTwoRanks(const Bundle &bundle, const train::OptimizerConfig &config,
+             float (*gradient)(int, size_t, int64_t) = gradientOf) {
   bool distributed = bundle.gradientBuffer().distributedOptimizer;
   comm::InProcessWorld world(2);
   std::vector<RankResult> results(2);
@@ -147,7 +149,7 @@ std::vector<RankResult> stepTwoRanks(const Bundle &bundle,
     store.initialize(pool, 7);
     for (size_t p = 0; p < store.size(); ++p)
       for (int64_t i = 0; i < store.gradient(p).numElements(); ++i)
-        store.gradient(p).data<float>()[i] = gradientOf(c.rank(), p, i);
+        store.gradient(p).data<float>()[i] = gradient(c.rank(), p, i);
     train::DataParallelBuffer buffer(bundle, store, pool, rank);
     buffer.reduceGradients();
     RankResult result;
@@ -251,9 +253,11 @@ Json expertBiasManifest(bool distributed) {
   return m;
 }
 
-/// Rank r's tokens per expert e of the bias: integers.
-float countOf(int rank, int64_t e) {
-  return static_cast<float>((rank + 1) * ((e * 3) % 5));
+/// Rank r's gradients of expertBiasManifest's parameters: w's as
+/// gradientOf, and for the bias integer tokens per expert.
+float countOf(int rank, size_t p, int64_t e) {
+  return p == 0 ? gradientOf(rank, 0, e)
+                : static_cast<float>((rank + 1) * ((e * 3) % 5));
 }
 
 TEST(GradientBufferTest, ExpertBiasMovesBySignOfItsLoadAgainstTheMean) {
@@ -267,53 +271,19 @@ TEST(GradientBufferTest, ExpertBiasMovesBySignOfItsLoadAgainstTheMean) {
     Bundle bundle =
         Bundle::parseManifest("b.mtb", expertBiasManifest(distributed).dump());
     ASSERT_TRUE(bundle.parameters()[1].isExpertBias());
-    comm::InProcessWorld world(2);
-    std::vector<std::vector<float>> bias(2), weight(2);
-    std::vector<double> norms(2);
-    std::mutex mutex;
-    auto errors = comm::runRanks(world, [&](comm::Communicator &c) {
-      comm::RankContext rank(c, bundle.gridShape());
-      rank.prepare(bundle);
-      host::ThreadPool pool(1);
-      host::ParameterStore store(bundle, DType::F32, rank.coordinates(),
-                                 !distributed);
-      store.initialize(pool, 7);
-      for (int64_t i = 0; i < 12; ++i)
-        store.gradient(0).data<float>()[i] = gradientOf(c.rank(), 0, i);
-      for (int64_t e = 0; e < 8; ++e)
-        store.gradient(1).data<float>()[e] = countOf(c.rank(), e);
-      train::DataParallelBuffer buffer(bundle, store, pool, rank);
-      buffer.reduceGradients();
-      double norm;
-      if (distributed) {
-        train::DistributedOptimizer optimizer(store, buffer, pool, config,
-                                              rank);
-        norm = optimizer.step(1, 0.5).gradNorm;
-      } else {
-        train::Optimizer optimizer(store, pool, config, &rank);
-        norm = optimizer.step(1, 0.5).gradNorm;
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      norms[c.rank()] = norm;
-      bias[c.rank()].assign(store.value(1).data<float>(),
-                            store.value(1).data<float>() + 8);
-      weight[c.rank()].assign(store.value(0).data<float>(),
-                              store.value(0).data<float>() + 12);
-    });
-    for (auto &error : errors)
-      if (error)
-        ADD_FAILURE() << world.abortReason();
+    std::vector<RankResult> r = stepTwoRanks(bundle, config, countOf);
+    ASSERT_EQ(r.size(), 2u);
     // The counts summed over the ranks: 3 x (0, 3, 1, 4, 2, 0, 3, 1), mean
     // 5.25: the bias rises by the rate below the mean and falls above it.
     // Neither the gradient scale, clipping nor weight decay touch it.
     double mean = 0;
     for (int64_t e = 0; e < 8; ++e)
-      mean += (countOf(0, e) + countOf(1, e)) / 8.0;
+      mean += (countOf(0, 1, e) + countOf(1, 1, e)) / 8.0;
     EXPECT_EQ(mean, 5.25);
     for (int k = 0; k < 2; ++k)
       for (int64_t e = 0; e < 8; ++e) {
-        float load = countOf(0, e) + countOf(1, e);
-        EXPECT_EQ(bias[k][e], load < mean ? 0.05f : -0.05f)
+        float load = countOf(0, 1, e) + countOf(1, 1, e);
+        EXPECT_EQ(r[k].values[1][e], load < mean ? 0.05f : -0.05f)
             << "rank " << k << ", expert " << e;
       }
     // The norm is w's alone: 0.5 (g0 + g1) squared and summed.
@@ -323,8 +293,8 @@ TEST(GradientBufferTest, ExpertBiasMovesBySignOfItsLoadAgainstTheMean) {
       squares += g * g;
     }
     for (int k = 0; k < 2; ++k) {
-      EXPECT_NEAR(norms[k], std::sqrt(squares), 1e-6 * std::sqrt(squares));
-      EXPECT_EQ(weight[k], weight[0]);
+      EXPECT_NEAR(r[k].gradNorm, std::sqrt(squares), 1e-6 * std::sqrt(squares));
+      EXPECT_EQ(r[k].values[0], r[0].values[0]);
     }
   }
 }
